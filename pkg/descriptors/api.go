@@ -1,0 +1,117 @@
+package descriptors
+
+import (
+	"time"
+
+	"github.com/envoy-rls/envoy-rls/pkg/limiter"
+)
+
+// This file is the contract pkg/rls consumes. Keep these names and shapes
+// stable; the implementation lives in the other files of the package.
+
+// Entry is one (key, value) pair of an Envoy rate-limit descriptor.
+type Entry struct {
+	Key   string
+	Value string
+}
+
+// Unit is a rate_limit unit.
+type Unit uint8
+
+const (
+	UnitSecond Unit = iota + 1
+	UnitMinute
+	UnitHour
+	UnitDay
+	UnitWeek  // extension: 7 days, epoch-aligned
+	UnitMonth // extension: 30 days, epoch-aligned
+	UnitYear  // extension: 365 days, epoch-aligned
+)
+
+// HeaderMode is the rate_limit `headers` extension.
+type HeaderMode uint8
+
+const (
+	// HeadersDefault means "not set in the rule file": the serve flag decides.
+	HeadersDefault HeaderMode = iota
+	HeadersFull
+	HeadersRetryAfter
+	HeadersNone
+)
+
+// Rule is one compiled descriptor rule that carries a rate_limit.
+type Rule struct {
+	// Policy is nil for an unlimited rule.
+	Policy *limiter.Policy
+	// Name is rate_limit.name ("" when unset).
+	Name string
+	// Replaces lists the names of rules this one replaces when both match.
+	Replaces []string
+	// Unit, UnitMultiplier and RequestsPerUnit are as configured; they are
+	// reported to Envoy in current_limit.
+	Unit            Unit
+	UnitMultiplier  uint32
+	RequestsPerUnit uint32
+	Unlimited       bool
+	ShadowMode      bool
+	QuotaMode       bool
+	DetailedMetric  bool
+	Headers         HeaderMode
+	// Path is the rule path used in logs and metric labels, e.g.
+	// "domain/key1=value/key2" (configured strings only, never request values).
+	Path string
+}
+
+// Match is the result of matching one descriptor.
+type Match struct {
+	Rule *Rule
+	// Subject is the HMAC digest of the policy ID and the matched entries.
+	Subject limiter.SubjectDigest
+}
+
+// Window returns the window (fixed and sliding) or refill period (token bucket).
+func (r *Rule) Window() time.Duration {
+	return r.Unit.Duration() * time.Duration(max(r.UnitMultiplier, 1))
+}
+
+// Duration returns the length of one unit.
+func (u Unit) Duration() time.Duration {
+	switch u {
+	case UnitSecond:
+		return time.Second
+	case UnitMinute:
+		return time.Minute
+	case UnitHour:
+		return time.Hour
+	case UnitDay:
+		return 24 * time.Hour
+	case UnitWeek:
+		return 7 * 24 * time.Hour
+	case UnitMonth:
+		return 30 * 24 * time.Hour
+	case UnitYear:
+		return 365 * 24 * time.Hour
+	}
+	return 0
+}
+
+// String returns the lower-case configuration name of the unit.
+func (u Unit) String() string {
+	switch u {
+	case UnitSecond:
+		return "second"
+	case UnitMinute:
+		return "minute"
+	case UnitHour:
+		return "hour"
+	case UnitDay:
+		return "day"
+	case UnitWeek:
+		return "week"
+	case UnitMonth:
+		return "month"
+	case UnitYear:
+		return "year"
+	}
+	return "unknown"
+}

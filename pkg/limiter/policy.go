@@ -1,0 +1,314 @@
+package limiter
+
+import (
+	"fmt"
+	"regexp"
+	"time"
+)
+
+// Algorithm names one limit algorithm.
+type Algorithm uint8
+
+const (
+	FixedWindow   Algorithm = iota + 1 // epoch-aligned windows with a counter
+	SlidingWindow                      // sliding-window counter (two windows, weighted)
+	TokenBucket                        // scaled tokens refilled continuously
+)
+
+// String returns the configuration name: fixed_window, sliding_window,
+// token_bucket.
+func (a Algorithm) String() string {
+	switch a {
+	case FixedWindow:
+		return "fixed_window"
+	case SlidingWindow:
+		return "sliding_window"
+	case TokenBucket:
+		return "token_bucket"
+	}
+	return "unknown"
+}
+
+// ParseAlgorithm is the inverse of Algorithm.String.
+func ParseAlgorithm(s string) (Algorithm, error) {
+	switch s {
+	case "fixed_window":
+		return FixedWindow, nil
+	case "sliding_window":
+		return SlidingWindow, nil
+	case "token_bucket":
+		return TokenBucket, nil
+	}
+	return 0, &FieldError{Field: "algorithm", Reason: fmt.Sprintf("%q is not one of fixed_window, sliding_window, token_bucket", s)}
+}
+
+// Params holds the parameters of exactly one algorithm: one of
+// FixedWindowParams, SlidingWindowParams or TokenBucketParams.
+type Params interface {
+	algorithm() Algorithm
+}
+
+// FixedWindowParams: at most Limit units per epoch-aligned Window.
+type FixedWindowParams struct {
+	Limit  int64
+	Window time.Duration // whole milliseconds, >= 1ms
+}
+
+// SlidingWindowParams: at most Limit units in any Window, estimated from the
+// current and previous epoch-aligned windows.
+type SlidingWindowParams struct {
+	Limit  int64
+	Window time.Duration // whole milliseconds, >= 1ms
+}
+
+// TokenBucketParams: a bucket of Capacity tokens refilled by RefillAmount
+// tokens every RefillPeriod, continuously (sub-token remainders carried).
+type TokenBucketParams struct {
+	Capacity     int64
+	RefillAmount int64
+	RefillPeriod time.Duration // whole milliseconds, >= 1ms
+}
+
+func (FixedWindowParams) algorithm() Algorithm   { return FixedWindow }
+func (SlidingWindowParams) algorithm() Algorithm { return SlidingWindow }
+func (TokenBucketParams) algorithm() Algorithm   { return TokenBucket }
+
+// FailureMode says what a policy answers when the store fails.
+type FailureMode uint8
+
+const (
+	// FailClosed (the default) answers OVER_LIMIT with a Retry-After.
+	FailClosed FailureMode = iota
+	// FailOpen answers OK.
+	FailOpen
+)
+
+func (m FailureMode) String() string {
+	if m == FailOpen {
+		return "open"
+	}
+	return "closed"
+}
+
+// Defaults for PolicySpec fields left zero.
+const (
+	DefaultRevision           uint32 = 1
+	DefaultCleanupGrace              = 1 * time.Second
+	DefaultMaxClockRegression        = 2 * time.Second
+	// MaxPolicyIDLength bounds a policy ID.
+	MaxPolicyIDLength = 128
+	// SlidingScale is the fixed-point scale of the sliding-window weight.
+	SlidingScale int64 = 1_000_000
+	// maxDuration bounds windows, refill periods, grace and regression: ten
+	// years in milliseconds.
+	maxDurationMillis int64 = 10 * 366 * 24 * 3600 * 1000
+)
+
+var policyIDPattern = regexp.MustCompile(`^[a-z0-9._:/-]{1,128}$`)
+
+// PolicySpec is the input to NewPolicy.
+type PolicySpec struct {
+	// ID is stable across limit changes, [a-z0-9._:/-]{1,128}. (Required)
+	ID string
+	// Revision rolls state: a new revision starts fresh. (Optional, default 1)
+	Revision uint32
+	// Algorithm must match the type of Params. (Required)
+	Algorithm Algorithm
+	// Params holds exactly one algorithm's parameters. (Required)
+	Params Params
+	// MaxCost bounds Request.Cost. (Optional, default: the limit or capacity;
+	// 0 is kept only for a zero limit, which denies every request.)
+	MaxCost int64
+	// CleanupGrace is added to every state TTL. (Optional, default 1s)
+	CleanupGrace time.Duration
+	// MaxClockRegression: a store clock this far behind the stored
+	// last-observed time is clamped; further behind answers CLOCK_UNSAFE.
+	// (Optional, default 2s; must be >= 0)
+	MaxClockRegression time.Duration
+	// FailureMode is what a store failure answers. (Optional, default closed)
+	FailureMode FailureMode
+	// Shadow: evaluated and counted, but never denies. (Optional)
+	Shadow bool
+}
+
+// Policy is a validated, immutable PolicySpec. Build it with NewPolicy. The
+// zero value is not usable.
+type Policy struct {
+	spec PolicySpec
+	// limit is the limit or capacity; windowMs the window or refill period.
+	limit    int64
+	windowMs int64
+	// refillAmount and refillPeriodMs are the token bucket rate reduced by
+	// their greatest common divisor, so that refill arithmetic stays small.
+	refillAmount   int64
+	refillPeriodMs int64
+}
+
+// NewPolicy validates spec and fills its defaults. The error is a *FieldError
+// naming the first offending field.
+func NewPolicy(spec PolicySpec) (*Policy, error) {
+	if spec.ID == "" {
+		return nil, &FieldError{Field: "id", Reason: "is empty"}
+	}
+	if len(spec.ID) > MaxPolicyIDLength {
+		return nil, &FieldError{Field: "id", Reason: fmt.Sprintf("is longer than %d bytes", MaxPolicyIDLength)}
+	}
+	if !policyIDPattern.MatchString(spec.ID) {
+		return nil, &FieldError{Field: "id", Reason: "may only contain [a-z0-9._:/-]"}
+	}
+	if spec.Revision == 0 {
+		spec.Revision = DefaultRevision
+	}
+	if spec.Params == nil {
+		return nil, &FieldError{Field: "params", Reason: "is required"}
+	}
+	if spec.Algorithm != spec.Params.algorithm() {
+		return nil, &FieldError{Field: "params", Reason: fmt.Sprintf("are %s parameters but algorithm is %s", spec.Params.algorithm(), spec.Algorithm)}
+	}
+	if spec.CleanupGrace == 0 {
+		spec.CleanupGrace = DefaultCleanupGrace
+	}
+	if spec.MaxClockRegression == 0 {
+		spec.MaxClockRegression = DefaultMaxClockRegression
+	}
+	if err := durationField("cleanup_grace", spec.CleanupGrace, 0); err != nil {
+		return nil, err
+	}
+	if err := durationField("max_clock_regression", spec.MaxClockRegression, 0); err != nil {
+		return nil, err
+	}
+	if spec.FailureMode != FailClosed && spec.FailureMode != FailOpen {
+		return nil, &FieldError{Field: "failure_mode", Reason: "must be closed or open"}
+	}
+	p := &Policy{}
+	switch prm := spec.Params.(type) {
+	case FixedWindowParams:
+		if err := limitField("limit", prm.Limit); err != nil {
+			return nil, err
+		}
+		if err := durationField("window", prm.Window, 1); err != nil {
+			return nil, err
+		}
+		p.limit, p.windowMs = prm.Limit, prm.Window.Milliseconds()
+	case SlidingWindowParams:
+		if err := limitField("limit", prm.Limit); err != nil {
+			return nil, err
+		}
+		if err := durationField("window", prm.Window, 1); err != nil {
+			return nil, err
+		}
+		p.limit, p.windowMs = prm.Limit, prm.Window.Milliseconds()
+		// The weighted estimate multiplies counts and window offsets by the
+		// scale; both products must stay exact.
+		if p.limit > MaxSafeInteger/SlidingScale {
+			return nil, &FieldError{Field: "limit", Reason: fmt.Sprintf("must be at most %d for a sliding window", MaxSafeInteger/SlidingScale)}
+		}
+		if p.windowMs > MaxSafeInteger/SlidingScale {
+			return nil, &FieldError{Field: "window", Reason: fmt.Sprintf("must be at most %dms for a sliding window", MaxSafeInteger/SlidingScale)}
+		}
+	case TokenBucketParams:
+		if err := limitField("capacity", prm.Capacity); err != nil {
+			return nil, err
+		}
+		if prm.RefillAmount < 1 || prm.RefillAmount > MaxSafeInteger {
+			return nil, &FieldError{Field: "refill_amount", Reason: fmt.Sprintf("must be between 1 and %d", MaxSafeInteger)}
+		}
+		if err := durationField("refill_period", prm.RefillPeriod, 1); err != nil {
+			return nil, err
+		}
+		p.limit, p.windowMs = prm.Capacity, prm.RefillPeriod.Milliseconds()
+		g := gcd(prm.RefillAmount, p.windowMs)
+		p.refillAmount, p.refillPeriodMs = prm.RefillAmount/g, p.windowMs/g
+		// Refill arithmetic computes elapsed*amount + remainder with elapsed
+		// capped at the time to fill the whole bucket, so it is bounded by
+		// capacity*period + amount.
+		if p.limit > (MaxSafeInteger-p.refillAmount)/p.refillPeriodMs {
+			return nil, &FieldError{Field: "capacity", Reason: "times the refill period (in ms, reduced by the refill rate) exceeds 2^53-1; lower the capacity or shorten the period"}
+		}
+	}
+	switch {
+	case spec.MaxCost == 0:
+		spec.MaxCost = p.limit
+	case spec.MaxCost < 0:
+		return nil, &FieldError{Field: "max_cost", Reason: "must not be negative"}
+	case spec.MaxCost > p.limit:
+		return nil, &FieldError{Field: "max_cost", Reason: fmt.Sprintf("%d is above the limit %d", spec.MaxCost, p.limit)}
+	}
+	p.spec = spec
+	return p, nil
+}
+
+func limitField(name string, v int64) error {
+	if v < 0 || v > MaxSafeInteger {
+		return &FieldError{Field: name, Reason: fmt.Sprintf("must be between 0 and %d", MaxSafeInteger)}
+	}
+	return nil
+}
+
+func durationField(name string, d time.Duration, minMillis int64) error {
+	if d%time.Millisecond != 0 {
+		return &FieldError{Field: name, Reason: "must be whole milliseconds"}
+	}
+	ms := d.Milliseconds()
+	if ms < minMillis || ms > maxDurationMillis {
+		return &FieldError{Field: name, Reason: fmt.Sprintf("must be between %dms and %dms", minMillis, maxDurationMillis)}
+	}
+	return nil
+}
+
+func gcd(a, b int64) int64 {
+	for b != 0 {
+		a, b = b, a%b
+	}
+	return a
+}
+
+// ID returns the policy ID.
+func (p *Policy) ID() string { return p.spec.ID }
+
+// Revision returns the policy revision (>= 1).
+func (p *Policy) Revision() uint32 { return p.spec.Revision }
+
+// Algorithm returns the policy's algorithm.
+func (p *Policy) Algorithm() Algorithm { return p.spec.Algorithm }
+
+// Params returns the algorithm parameters as given.
+func (p *Policy) Params() Params { return p.spec.Params }
+
+// Limit returns the limit (fixed and sliding window) or capacity (token bucket).
+func (p *Policy) Limit() int64 { return p.limit }
+
+// WindowMillis returns the window (fixed and sliding) or the refill period
+// (token bucket) in milliseconds.
+func (p *Policy) WindowMillis() int64 { return p.windowMs }
+
+// Refill returns the token bucket refill rate reduced to lowest terms:
+// amount tokens every periodMs milliseconds. Zero for other algorithms.
+func (p *Policy) Refill() (amount, periodMs int64) { return p.refillAmount, p.refillPeriodMs }
+
+// MaxCost returns the largest cost a Request may carry.
+func (p *Policy) MaxCost() int64 { return p.spec.MaxCost }
+
+// CleanupGraceMillis returns the grace added to every state TTL.
+func (p *Policy) CleanupGraceMillis() int64 { return p.spec.CleanupGrace.Milliseconds() }
+
+// MaxClockRegressionMillis returns the largest backward clock step that is
+// clamped rather than refused.
+func (p *Policy) MaxClockRegressionMillis() int64 { return p.spec.MaxClockRegression.Milliseconds() }
+
+// FailureMode returns what a store failure answers.
+func (p *Policy) FailureMode() FailureMode { return p.spec.FailureMode }
+
+// Shadow reports whether the policy is in shadow mode.
+func (p *Policy) Shadow() bool { return p.spec.Shadow }
+
+// Certainty returns Approximate for the sliding-window counter, else Certain.
+func (p *Policy) Certainty() Certainty {
+	if p.spec.Algorithm == SlidingWindow {
+		return Approximate
+	}
+	return Certain
+}
+
+// Spec returns a copy of the validated spec, defaults filled.
+func (p *Policy) Spec() PolicySpec { return p.spec }

@@ -1,0 +1,79 @@
+package limiter
+
+// StateSchema is the version of the stored state layout. The Lua programs
+// store the same number in their hash.
+const StateSchema = 1
+
+// Status is the first of the seven reply fields.
+type Status uint8
+
+const (
+	StatusAllowed           Status = iota + 1 // ALLOWED
+	StatusDenied                              // DENIED
+	StatusClockUnsafe                         // CLOCK_UNSAFE
+	StatusStateIncompatible                   // STATE_INCOMPATIBLE
+	StatusInvalid                             // INVALID
+)
+
+func (s Status) String() string {
+	switch s {
+	case StatusAllowed:
+		return "ALLOWED"
+	case StatusDenied:
+		return "DENIED"
+	case StatusClockUnsafe:
+		return "CLOCK_UNSAFE"
+	case StatusStateIncompatible:
+		return "STATE_INCOMPATIBLE"
+	case StatusInvalid:
+		return "INVALID"
+	}
+	return "UNKNOWN"
+}
+
+// ParseStatus is the inverse of Status.String; ok is false for anything else.
+func ParseStatus(s string) (Status, bool) {
+	switch s {
+	case "ALLOWED":
+		return StatusAllowed, true
+	case "DENIED":
+		return StatusDenied, true
+	case "CLOCK_UNSAFE":
+		return StatusClockUnsafe, true
+	case "STATE_INCOMPATIBLE":
+		return StatusStateIncompatible, true
+	case "INVALID":
+		return StatusInvalid, true
+	}
+	return 0, false
+}
+
+// Reply is the seven-field answer of one evaluation, identical for the Go
+// algorithms and the Lua programs. Times are Unix milliseconds.
+type Reply struct {
+	Status         Status
+	ServerNowMs    int64 // the store clock as read
+	EffectiveNowMs int64 // after clamping a small backward step
+	Limit          int64
+	Remaining      int64
+	RetryAfterMs   int64
+	ResetAtMs      int64
+}
+
+// State is the stored state of one (policy, subject). The zero value (Exists
+// false) is "no state yet". The Lua programs keep the same fields in a hash.
+type State struct {
+	Exists    bool
+	Schema    int64
+	Algorithm Algorithm
+	PolicyID  string
+	Revision  uint32
+	// LastObservedMs is the largest effective time that changed this state.
+	LastObservedMs int64
+	// Fixed window: A = window id, B = consumed.
+	// Sliding window: A = current window id, B = current count, C = previous count.
+	// Token bucket: A = tokens, B = last refill time (ms), C = sub-token remainder.
+	A, B, C int64
+	// ExpiresAtMs is when the state may be dropped (effective now + TTL).
+	ExpiresAtMs int64
+}
