@@ -1,0 +1,421 @@
+// Package redistest gives tests a real Redis: the one named by REDIS_ADDR, or
+// redis-server processes started from PATH on free loopback ports (one
+// standalone server, a six-node Cluster, or a master with a replica and three
+// sentinels). Every process runs in t.TempDir() without persistence, listens on
+// 127.0.0.1 only and is stopped by its PID when the test ends. Tests can kill,
+// restart, pause (SIGSTOP) and resume single nodes.
+//
+// When redis-server is not installed the test is skipped, except when CI=true,
+// where it fails: CI must exercise the Redis lanes. (testcontainers is not used:
+// the machines this project runs on have no container engine; REDIS_ADDR covers
+// an externally managed server.)
+package redistest
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// Bounds for starting and stopping processes.
+const (
+	// StartTimeout bounds waiting for one process to answer PING.
+	StartTimeout = 10 * time.Second
+	// TopologyTimeout bounds waiting for a Cluster or Sentinel set to settle.
+	TopologyTimeout = 60 * time.Second
+	// pollInterval is how often readiness is polled.
+	pollInterval = 20 * time.Millisecond
+)
+
+// Server is one Redis process, or the external server of REDIS_ADDR.
+type Server struct {
+	t    testing.TB
+	addr string
+	port int
+	dir  string
+	args []string
+	tls  *tls.Config // client config for readiness pings, nil for plain TCP
+	ext  bool        // external: REDIS_ADDR, cannot be killed or restarted
+
+	mu   sync.Mutex
+	cmd  *exec.Cmd
+	done chan struct{} // closed when cmd has been reaped
+}
+
+// Addr is host:port of the server.
+func (s *Server) Addr() string { return s.addr }
+
+// Port is the server's TCP port (the TLS port for a TLS-only server).
+func (s *Server) Port() int { return s.port }
+
+// Dir is the server's working directory (empty for an external server).
+func (s *Server) Dir() string { return s.dir }
+
+// External reports whether the server is REDIS_ADDR's, which the test must not
+// kill, restart or pause.
+func (s *Server) External() bool { return s.ext }
+
+// PID is the process ID of the running server, or 0.
+func (s *Server) PID() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.cmd == nil || s.cmd.Process == nil {
+		return 0
+	}
+	return s.cmd.Process.Pid
+}
+
+// Option changes how a server is started.
+type Option func(*options)
+
+type options struct {
+	args       []string
+	local      bool
+	tlsFiles   *TLSFiles
+	tlsClient  *tls.Config
+	noPlainTCP bool
+}
+
+// WithArgs adds redis-server command-line arguments ("--name", "value", ...).
+func WithArgs(args ...string) Option {
+	return func(o *options) { o.args = append(o.args, args...) }
+}
+
+// Local ignores REDIS_ADDR: the test needs a process it controls (fault
+// injection, TLS, ACL users, configuration).
+func Local() Option { return func(o *options) { o.local = true } }
+
+// WithTLS starts a TLS-only server (no plain TCP port) with the given server
+// certificate; client is the configuration readiness pings use.
+func WithTLS(files TLSFiles, client *tls.Config) Option {
+	return func(o *options) {
+		o.tlsFiles = &files
+		o.tlsClient = client
+		o.noPlainTCP = true
+		o.local = true
+	}
+}
+
+// RequireServer skips the test when redis-server is missing (fails it when
+// CI=true) and returns the binary's path.
+func RequireServer(t testing.TB) string {
+	t.Helper()
+	p, err := exec.LookPath("redis-server")
+	if err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatalf("redistest: redis-server is not on PATH and CI=true: run scripts/ensure-deps.sh")
+		}
+		t.Skip("redistest: redis-server is not on PATH (set REDIS_ADDR or install redis-server)")
+	}
+	return p
+}
+
+// Standalone returns a Redis server: REDIS_ADDR when set (unless Local is
+// given), else a new redis-server process.
+func Standalone(t testing.TB, opts ...Option) *Server {
+	t.Helper()
+	var o options
+	for _, f := range opts {
+		f(&o)
+	}
+	if addr := os.Getenv("REDIS_ADDR"); addr != "" && !o.local {
+		s := &Server{t: t, addr: addr, ext: true}
+		ctx, cancel := context.WithTimeout(context.Background(), StartTimeout)
+		defer cancel()
+		if err := s.waitReady(ctx); err != nil {
+			t.Fatalf("redistest: REDIS_ADDR=%s: %v", addr, err)
+		}
+		return s
+	}
+	RequireServer(t)
+	return start(t, o, func(port int, dir string) ([]string, error) {
+		return append(baseArgs(port, dir, o), o.args...), nil
+	})
+}
+
+// start launches one redis-server with the arguments build returns and waits
+// for it to answer PING. A port collision (another process grabbed the free
+// port) is retried a few times.
+func start(t testing.TB, o options, build func(port int, dir string) ([]string, error)) *Server {
+	t.Helper()
+	var lastErr error
+	for attempt := 0; attempt < 5; attempt++ {
+		port, err := FreePort()
+		if err != nil {
+			t.Fatalf("redistest: %v", err)
+		}
+		dir := filepath.Join(t.TempDir(), "redis-"+strconv.Itoa(port))
+		if err := os.MkdirAll(dir, 0o700); err != nil {
+			t.Fatalf("redistest: %v", err)
+		}
+		args, err := build(port, dir)
+		if err != nil {
+			t.Fatalf("redistest: %v", err)
+		}
+		s := &Server{t: t, addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), port: port, dir: dir, args: args, tls: o.tlsClient}
+		t.Cleanup(s.stop)
+		if lastErr = s.launch(); lastErr == nil {
+			return s
+		}
+		s.stop()
+	}
+	t.Fatalf("redistest: starting redis-server: %v", lastErr)
+	return nil
+}
+
+func baseArgs(port int, dir string, o options) []string {
+	p := strconv.Itoa(port)
+	args := []string{
+		"--bind", "127.0.0.1",
+		"--save", "",
+		"--appendonly", "no",
+		"--dir", dir,
+		"--daemonize", "no",
+		"--loglevel", "warning",
+		"--logfile", filepath.Join(dir, "redis.log"),
+		"--pidfile", filepath.Join(dir, "redis.pid"),
+		"--enable-debug-command", "local",
+	}
+	if o.noPlainTCP {
+		f := o.tlsFiles
+		args = append(args, "--port", "0", "--tls-port", p,
+			"--tls-cert-file", f.ServerCert, "--tls-key-file", f.ServerKey,
+			"--tls-ca-cert-file", f.CA, "--tls-auth-clients", "optional")
+	} else {
+		args = append(args, "--port", p)
+	}
+	return args
+}
+
+// config writes a configuration file (needed by sentinels, which rewrite it).
+func writeConfig(dir, name string, lines []string) (string, error) {
+	path := filepath.Join(dir, name)
+	var b []byte
+	for _, l := range lines {
+		b = append(b, l...)
+		b = append(b, '\n')
+	}
+	if err := os.WriteFile(path, b, 0o600); err != nil {
+		return "", fmt.Errorf("redistest: write %s: %w", path, err)
+	}
+	return path, nil
+}
+
+func (s *Server) launch() error {
+	s.mu.Lock()
+	cmd := exec.Command("redis-server", s.args...)
+	cmd.Dir = s.dir
+	out, err := os.OpenFile(filepath.Join(s.dir, "stdout.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		s.mu.Unlock()
+		return fmt.Errorf("open log: %w", err)
+	}
+	cmd.Stdout, cmd.Stderr = out, out
+	// Own process group: a signal meant for the test binary does not reach it,
+	// and it never outlives the test by accident of inheritance.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		s.mu.Unlock()
+		out.Close()
+		return fmt.Errorf("start redis-server: %w", err)
+	}
+	done := make(chan struct{})
+	go func() {
+		_ = cmd.Wait()
+		out.Close()
+		close(done)
+	}()
+	s.cmd, s.done = cmd, done
+	s.mu.Unlock()
+
+	ctx, cancel := context.WithTimeout(context.Background(), StartTimeout)
+	defer cancel()
+	if err := s.waitReady(ctx); err != nil {
+		log, _ := os.ReadFile(filepath.Join(s.dir, "redis.log"))
+		so, _ := os.ReadFile(filepath.Join(s.dir, "stdout.log"))
+		return fmt.Errorf("%s not ready: %w\nredis.log:\n%s\nstdout:\n%s", s.addr, err, log, so)
+	}
+	return nil
+}
+
+// waitReady polls PING until it answers PONG, the process exits, or ctx ends.
+func (s *Server) waitReady(ctx context.Context) error {
+	var lastErr error
+	for {
+		s.mu.Lock()
+		done := s.done
+		s.mu.Unlock()
+		if done != nil {
+			select {
+			case <-done:
+				return errors.New("redis-server exited")
+			default:
+			}
+		}
+		pctx, cancel := context.WithTimeout(ctx, time.Second)
+		v, err := Do(pctx, s.addr, s.tls, "PING")
+		cancel()
+		if err == nil && v == "PONG" {
+			return nil
+		}
+		if err == nil {
+			err = fmt.Errorf("PING answered %v", v)
+		}
+		lastErr = err
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%w (last: %v)", ctx.Err(), lastErr)
+		case <-time.After(pollInterval):
+		}
+	}
+}
+
+func (s *Server) mustLocal(op string) {
+	s.t.Helper()
+	if s.ext {
+		s.t.Skipf("redistest: cannot %s the external REDIS_ADDR server", op)
+	}
+}
+
+// Kill sends SIGKILL to the server and waits until it is gone.
+func (s *Server) Kill() {
+	s.t.Helper()
+	s.mustLocal("kill")
+	s.mu.Lock()
+	cmd, done := s.cmd, s.done
+	s.mu.Unlock()
+	if cmd == nil {
+		return
+	}
+	_ = cmd.Process.Signal(syscall.SIGCONT) // a paused process must die too
+	_ = cmd.Process.Kill()
+	select {
+	case <-done:
+	case <-time.After(StartTimeout):
+		s.t.Fatalf("redistest: pid %d did not exit after SIGKILL", cmd.Process.Pid)
+	}
+	s.mu.Lock()
+	s.cmd, s.done = nil, nil
+	s.mu.Unlock()
+}
+
+// Restart starts a killed server again on the same port and directory.
+func (s *Server) Restart() {
+	s.t.Helper()
+	s.mustLocal("restart")
+	if s.PID() != 0 {
+		s.Kill()
+	}
+	// The port was just released; another process could take it, which makes
+	// launch fail with a clear message rather than hang.
+	if err := s.launch(); err != nil {
+		s.t.Fatalf("redistest: restart %s: %v", s.addr, err)
+	}
+}
+
+// Pause stops the process with SIGSTOP: connections stay open, nothing answers.
+func (s *Server) Pause() {
+	s.t.Helper()
+	s.mustLocal("pause")
+	if pid := s.PID(); pid != 0 {
+		if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
+			s.t.Fatalf("redistest: SIGSTOP %d: %v", pid, err)
+		}
+	}
+}
+
+// Resume continues a paused process with SIGCONT.
+func (s *Server) Resume() {
+	s.t.Helper()
+	s.mustLocal("resume")
+	if pid := s.PID(); pid != 0 {
+		if err := syscall.Kill(pid, syscall.SIGCONT); err != nil {
+			s.t.Fatalf("redistest: SIGCONT %d: %v", pid, err)
+		}
+	}
+}
+
+// stop kills the process (if any) by PID; registered with t.Cleanup.
+func (s *Server) stop() {
+	s.mu.Lock()
+	cmd, done := s.cmd, s.done
+	s.cmd, s.done = nil, nil
+	s.mu.Unlock()
+	if cmd == nil {
+		return
+	}
+	_ = cmd.Process.Signal(syscall.SIGCONT)
+	_ = cmd.Process.Kill()
+	select {
+	case <-done:
+	case <-time.After(StartTimeout):
+	}
+}
+
+// Do runs one command on the server over a fresh connection.
+func (s *Server) Do(ctx context.Context, args ...string) (any, error) {
+	return Do(ctx, s.addr, s.tls, args...)
+}
+
+// MustDo runs one command and fails the test on error.
+func (s *Server) MustDo(args ...string) any {
+	s.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	v, err := s.Do(ctx, args...)
+	if err != nil {
+		s.t.Fatalf("redistest: %s %v: %v", s.addr, args, err)
+	}
+	return v
+}
+
+// FreePort returns a loopback TCP port that is free, and whose cluster bus
+// port (port+10000) is free too.
+func FreePort() (int, error) {
+	for i := 0; i < 50; i++ {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return 0, fmt.Errorf("find a free port: %w", err)
+		}
+		port := l.Addr().(*net.TCPAddr).Port
+		if port > 55535 {
+			l.Close()
+			continue
+		}
+		bus, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port+10000)))
+		l.Close()
+		if err != nil {
+			continue
+		}
+		bus.Close()
+		return port, nil
+	}
+	return 0, errors.New("find a free port: no port with a free bus port after 50 tries")
+}
+
+// Eventually polls cond every interval until it returns nil or timeout passes,
+// then fails the test with the last error.
+func Eventually(t testing.TB, timeout, interval time.Duration, what string, cond func() error) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		err := cond()
+		if err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("redistest: %s: not within %v: %v", what, timeout, err)
+		}
+		time.Sleep(interval)
+	}
+}
