@@ -225,6 +225,12 @@ func NewPolicy(spec PolicySpec) (*Policy, error) {
 		if p.limit > (MaxSafeInteger-p.refillAmount)/p.refillPeriodMs {
 			return nil, &FieldError{Field: "capacity", Reason: "times the refill period (in ms, reduced by the refill rate) exceeds 2^53-1; lower the capacity or shorten the period"}
 		}
+		// Time to fill an empty bucket bounds retry-after, reset-at and the
+		// state TTL; keep it within the duration bound so that now + it stays
+		// an exact integer.
+		if fill := p.limit * p.refillPeriodMs / p.refillAmount; fill >= maxDurationMillis {
+			return nil, &FieldError{Field: "capacity", Reason: fmt.Sprintf("takes longer than %dms to refill from empty; raise the refill rate or lower the capacity", maxDurationMillis)}
+		}
 	}
 	switch {
 	case spec.MaxCost == 0:

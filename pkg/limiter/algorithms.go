@@ -1,0 +1,270 @@
+package limiter
+
+import (
+	"errors"
+	"fmt"
+	"time"
+)
+
+// ClockUnsafeRetryAfter is the retry hint of the Unavailable outcome that a
+// CLOCK_UNSAFE reply becomes: the store clock stepped back further than the
+// policy allows, and nothing can be decided until it catches up.
+const ClockUnsafeRetryAfter = time.Second
+
+// Sentinel causes carried in Outcome.Err; match them with errors.Is.
+var (
+	// ErrClockUnsafe: the store clock is behind the state's last-observed
+	// time by more than the policy's max clock regression.
+	ErrClockUnsafe = errors.New("limiter: store clock moved back beyond the policy's max clock regression")
+	// ErrStateIncompatible: the stored state belongs to another schema,
+	// algorithm, policy or revision.
+	ErrStateIncompatible = errors.New("limiter: stored state is incompatible with the policy")
+	// ErrProgramInvalid: the store program refused its arguments (INVALID).
+	ErrProgramInvalid = errors.New("limiter: store program rejected its arguments")
+	// ErrReplyMalformed: a reply is inconsistent with its status or policy.
+	ErrReplyMalformed = errors.New("limiter: malformed reply")
+)
+
+// Apply evaluates one request of cost units against the stored state st at
+// store time serverNowMs (Unix milliseconds, 0 <= serverNowMs <= MaxSafeInteger),
+// exactly as docs/algorithms.md specifies and as the Lua programs of pkg/lua
+// do. It is a pure function: it reads no clock and keeps no state.
+//
+// next is the state to store when write is true; when write is false (denied,
+// CLOCK_UNSAFE, STATE_INCOMPATIBLE) next equals st and nothing must be
+// written. reply holds the seven reply fields. p must come from NewPolicy and
+// cost must pass Request.Validate; Apply never returns StatusInvalid.
+func Apply(st State, serverNowMs int64, p *Policy, cost int64) (next State, reply Reply, write bool) {
+	// 1. Compatibility: never a silent reset.
+	if st.Exists && (st.Schema != StateSchema || st.Algorithm != p.Algorithm() ||
+		st.PolicyID != p.ID() || st.Revision != p.Revision()) {
+		return st, refusal(StatusStateIncompatible, serverNowMs, p), false
+	}
+	// 2. Clock: clamp a small backward step, refuse a large one.
+	now := serverNowMs
+	if st.Exists && now < st.LastObservedMs {
+		if st.LastObservedMs-now > p.MaxClockRegressionMillis() {
+			return st, refusal(StatusClockUnsafe, serverNowMs, p), false
+		}
+		now = st.LastObservedMs
+	}
+	// 3. The algorithm.
+	var s step
+	switch p.Algorithm() {
+	case FixedWindow:
+		s = fixedWindow(st, now, p, cost)
+	case SlidingWindow:
+		s = slidingWindow(st, now, p, cost)
+	case TokenBucket:
+		s = tokenBucket(st, now, p, cost)
+	default:
+		// Unreachable for a policy built by NewPolicy.
+		return st, refusal(StatusStateIncompatible, serverNowMs, p), false
+	}
+	reply = Reply{
+		Status:         StatusDenied,
+		ServerNowMs:    serverNowMs,
+		EffectiveNowMs: now,
+		Limit:          p.limit,
+		Remaining:      s.remaining,
+		RetryAfterMs:   s.retryAfter,
+		ResetAtMs:      s.resetAt,
+	}
+	// 4. A denial consumes nothing.
+	if !s.allowed {
+		return st, reply, false
+	}
+	// 5. Allowed: write the new state with a finite TTL.
+	reply.Status = StatusAllowed
+	next = State{
+		Exists:         true,
+		Schema:         StateSchema,
+		Algorithm:      p.Algorithm(),
+		PolicyID:       p.ID(),
+		Revision:       p.Revision(),
+		LastObservedMs: max(st.LastObservedMs, now),
+		A:              s.a,
+		B:              s.b,
+		C:              s.c,
+		ExpiresAtMs:    now + s.ttl,
+	}
+	return next, reply, true
+}
+
+// refusal is the reply of CLOCK_UNSAFE and STATE_INCOMPATIBLE.
+func refusal(status Status, serverNowMs int64, p *Policy) Reply {
+	return Reply{Status: status, ServerNowMs: serverNowMs, EffectiveNowMs: serverNowMs, Limit: p.limit}
+}
+
+// step is what one algorithm decided: the verdict, the new state fields (used
+// only when allowed), the reply fields it owns and the state TTL.
+type step struct {
+	allowed    bool
+	a, b, c    int64
+	remaining  int64
+	retryAfter int64
+	resetAt    int64
+	ttl        int64
+}
+
+// ceilDiv is ceil(a / b) for a >= 0, b > 0, without the a+b-1 intermediate.
+func ceilDiv(a, b int64) int64 {
+	q := a / b
+	if a%b != 0 {
+		q++
+	}
+	return q
+}
+
+func fixedWindow(st State, now int64, p *Policy, cost int64) step {
+	limit, window := p.limit, p.windowMs
+	w := now / window
+	windowEnd := (w + 1) * window
+	var consumed int64
+	if st.Exists && st.A == w {
+		consumed = st.B
+	}
+	s := step{allowed: cost <= limit-consumed, resetAt: windowEnd}
+	if s.allowed {
+		consumed += cost
+		s.a, s.b = w, consumed
+		s.ttl = windowEnd - now + p.CleanupGraceMillis()
+	} else {
+		s.retryAfter = windowEnd - now
+	}
+	// max: a limit lowered under the same revision leaves consumed > limit.
+	s.remaining = max(0, limit-consumed)
+	return s
+}
+
+func slidingWindow(st State, now int64, p *Policy, cost int64) step {
+	limit, window := p.limit, p.windowMs
+	w, e := now/window, now%window
+	var cur, prev int64
+	if st.Exists {
+		switch st.A {
+		case w:
+			cur, prev = st.B, st.C
+		case w - 1:
+			prev = st.B
+		}
+	}
+	weight := ceilDiv((window-e)*SlidingScale, window)
+	prevPart := ceilDiv(prev*weight, SlidingScale)
+	s := step{allowed: cost <= limit-(prevPart+cur)}
+	if s.allowed {
+		cur += cost
+		s.a, s.b, s.c = w, cur, prev
+		s.ttl = (w+2)*window - now + p.CleanupGraceMillis()
+	} else {
+		if limit-cur-cost >= 0 {
+			s.retryAfter = slidingNeed(prev, cur, cost, limit, window) - e
+		} else {
+			s.retryAfter = (window - e) + slidingNeed(cur, 0, cost, limit, window)
+		}
+		s.retryAfter = max(1, s.retryAfter)
+	}
+	s.remaining = max(0, limit-(prevPart+cur))
+	switch {
+	case cur > 0:
+		s.resetAt = (w + 2) * window
+	case prev > 0:
+		s.resetAt = (w + 1) * window
+	default:
+		s.resetAt = now
+	}
+	return s
+}
+
+// slidingNeed is need(p, c) of docs/algorithms.md: the least elapsed time e'
+// in [0, window] of a window whose previous count is prev and current count
+// cur at which ceil(prev*weight(e'), S) + cur + cost <= limit.
+func slidingNeed(prev, cur, cost, limit, window int64) int64 {
+	k := limit - cur - cost
+	if k < 0 {
+		return window // never admissible in this window
+	}
+	if prev == 0 {
+		return 0
+	}
+	wmax := k * SlidingScale / prev
+	if wmax >= SlidingScale {
+		return 0 // the full weight is admissible; also keeps wmax*window exact
+	}
+	return max(0, window-wmax*window/SlidingScale)
+}
+
+func tokenBucket(st State, now int64, p *Policy, cost int64) step {
+	capacity, amount, period := p.limit, p.refillAmount, p.refillPeriodMs
+	tokens, rem := capacity, int64(0)
+	if st.Exists {
+		tokens, rem = st.A, st.C
+		elapsed := max(0, now-st.B)
+		var fullAfter int64
+		if missing := (capacity-tokens)*period - rem; missing > 0 {
+			fullAfter = ceilDiv(missing, amount)
+		}
+		// Compare before multiplying: a long idle time never overflows.
+		if elapsed >= fullAfter {
+			tokens, rem = capacity, 0
+		} else {
+			units := elapsed*amount + rem
+			tokens += units / period
+			rem = units % period
+		}
+	}
+	s := step{allowed: cost <= tokens}
+	if s.allowed {
+		tokens -= cost
+	} else {
+		s.retryAfter = ceilDiv((cost-tokens)*period-rem, amount)
+	}
+	var fullAfter int64
+	if missing := (capacity-tokens)*period - rem; missing > 0 {
+		fullAfter = ceilDiv(missing, amount)
+	}
+	s.remaining = tokens
+	s.resetAt = now + fullAfter
+	if s.allowed {
+		s.a, s.b, s.c = tokens, now, rem
+		s.ttl = fullAfter + p.CleanupGraceMillis()
+	}
+	return s
+}
+
+// OutcomeFromReply turns a reply of Apply or of a Lua program into the
+// Outcome a Store returns: ALLOWED and DENIED become an Evaluated decision
+// from src; CLOCK_UNSAFE an Unavailable outcome (CategoryClockUnsafe, nothing
+// was changed); STATE_INCOMPATIBLE and INVALID an Incompatible outcome. A
+// reply inconsistent with its status or with p (wrong limit, remaining out of
+// [0, limit], an allow with a retry, a denial without one) is Incompatible
+// with CategoryReplyMalformed: never an allow.
+func OutcomeFromReply(p *Policy, r Reply, src Source) Outcome {
+	switch r.Status {
+	case StatusAllowed, StatusDenied:
+		allowed := r.Status == StatusAllowed
+		if r.Limit != p.limit || r.Remaining < 0 || r.Remaining > r.Limit || r.ResetAtMs < 0 ||
+			(allowed && r.RetryAfterMs != 0) || (!allowed && r.RetryAfterMs <= 0) {
+			return IncompatibleOutcome(CategoryReplyMalformed, fmt.Errorf("policy %s: %s reply (limit %d, remaining %d, retry %dms, reset %d): %w",
+				p.ID(), r.Status, r.Limit, r.Remaining, r.RetryAfterMs, r.ResetAtMs, ErrReplyMalformed))
+		}
+		return EvaluatedOutcome(Decision{
+			Allowed:        allowed,
+			Limit:          r.Limit,
+			Remaining:      r.Remaining,
+			RetryAfter:     time.Duration(r.RetryAfterMs) * time.Millisecond,
+			ResetAt:        time.UnixMilli(r.ResetAtMs),
+			PolicyID:       p.ID(),
+			PolicyRevision: p.Revision(),
+			Source:         src,
+			Certainty:      p.Certainty(),
+		})
+	case StatusClockUnsafe:
+		return UnavailableOutcome(ClockUnsafeRetryAfter, CategoryClockUnsafe, fmt.Errorf("policy %s: %w", p.ID(), ErrClockUnsafe))
+	case StatusStateIncompatible:
+		return IncompatibleOutcome(CategoryStateIncompatible, fmt.Errorf("policy %s: %w", p.ID(), ErrStateIncompatible))
+	case StatusInvalid:
+		return IncompatibleOutcome(CategoryProgramInvalid, fmt.Errorf("policy %s: %w", p.ID(), ErrProgramInvalid))
+	}
+	return IncompatibleOutcome(CategoryReplyMalformed, fmt.Errorf("policy %s: status %d: %w", p.ID(), r.Status, ErrReplyMalformed))
+}
