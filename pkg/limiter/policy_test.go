@@ -30,7 +30,9 @@ func TestNewPolicy(t *testing.T) {
 		{"valid sliding window", sw(10, time.Minute), ""},
 		{"valid token bucket", tb(100, 10, time.Second), ""},
 		{"valid zero limit", with(func(s *limiter.PolicySpec) { s.Params = limiter.FixedWindowParams{Window: time.Second} }), ""},
-		{"valid limit at 2^53-1", with(func(s *limiter.PolicySpec) { s.Params = limiter.FixedWindowParams{Limit: limiter.MaxSafeInteger, Window: time.Second} }), ""},
+		{"valid limit at 2^53-1", with(func(s *limiter.PolicySpec) {
+			s.Params = limiter.FixedWindowParams{Limit: limiter.MaxSafeInteger, Window: time.Second}
+		}), ""},
 		{"valid sliding limit at bound", sw(limiter.MaxSafeInteger/limiter.SlidingScale, time.Second), ""},
 		{"valid bucket capacity*period at bound", tb(limiter.MaxSafeInteger-1_000_000, 1_000_000, time.Millisecond), ""},
 		{"valid window of ten years", with(func(s *limiter.PolicySpec) { s.Params = limiter.FixedWindowParams{Limit: 1, Window: tenYears} }), ""},
@@ -50,11 +52,17 @@ func TestNewPolicy(t *testing.T) {
 		{"fractional clock regression", with(func(s *limiter.PolicySpec) { s.MaxClockRegression = time.Microsecond }), "max_clock_regression"},
 		{"unknown failure mode", with(func(s *limiter.PolicySpec) { s.FailureMode = 7 }), "failure_mode"},
 		{"negative limit", with(func(s *limiter.PolicySpec) { s.Params = limiter.FixedWindowParams{Limit: -1, Window: time.Second} }), "limit"},
-		{"limit above 2^53-1", with(func(s *limiter.PolicySpec) { s.Params = limiter.FixedWindowParams{Limit: limiter.MaxSafeInteger + 1, Window: time.Second} }), "limit"},
+		{"limit above 2^53-1", with(func(s *limiter.PolicySpec) {
+			s.Params = limiter.FixedWindowParams{Limit: limiter.MaxSafeInteger + 1, Window: time.Second}
+		}), "limit"},
 		{"zero window", with(func(s *limiter.PolicySpec) { s.Params = limiter.FixedWindowParams{Limit: 1} }), "window"},
 		{"sub-millisecond window", with(func(s *limiter.PolicySpec) { s.Params = limiter.FixedWindowParams{Limit: 1, Window: time.Microsecond} }), "window"},
-		{"fractional window", with(func(s *limiter.PolicySpec) { s.Params = limiter.FixedWindowParams{Limit: 1, Window: 1001 * time.Microsecond} }), "window"},
-		{"window above ten years", with(func(s *limiter.PolicySpec) { s.Params = limiter.FixedWindowParams{Limit: 1, Window: tenYears + time.Millisecond} }), "window"},
+		{"fractional window", with(func(s *limiter.PolicySpec) {
+			s.Params = limiter.FixedWindowParams{Limit: 1, Window: 1001 * time.Microsecond}
+		}), "window"},
+		{"window above ten years", with(func(s *limiter.PolicySpec) {
+			s.Params = limiter.FixedWindowParams{Limit: 1, Window: tenYears + time.Millisecond}
+		}), "window"},
 		{"sliding negative limit", sw(-5, time.Second), "limit"},
 		{"sliding zero window", sw(5, 0), "window"},
 		{"sliding limit * scale above 2^53-1", sw(limiter.MaxSafeInteger/limiter.SlidingScale+1, time.Second), "limit"},
