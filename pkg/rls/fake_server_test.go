@@ -1,0 +1,134 @@
+package rls
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/envoy-rls/envoy-rls/pkg/descriptors"
+	"github.com/envoy-rls/envoy-rls/pkg/limiter"
+)
+
+// These tests drive the server's own logic with fake rules and a fake store
+// whose faults can be chosen: failure outcomes of each kind and panics.
+
+var fakeNow = time.Date(2030, 1, 1, 0, 0, 10, 0, time.UTC)
+
+func fakeHarness(t *testing.T, store *fakeStore, mut func(*fakeRules)) *harness {
+	t.Helper()
+	fr := &fakeRules{domain: "d", rules: map[string]*descriptors.Rule{
+		"user": fakeRule("per-user", 2, descriptors.UnitMinute),
+	}}
+	if mut != nil {
+		mut(fr)
+	}
+	store.now = fakeNow
+	return newHarness(t, func() Rules { return fr }, store, fixedClock{fakeNow})
+}
+
+func TestFakeOKThenOverLimit(t *testing.T) {
+	store := &fakeStore{}
+	h := fakeHarness(t, store, nil)
+	for i, want := range []rlsv3.RateLimitResponse_Code{rlsv3.RateLimitResponse_OK, rlsv3.RateLimitResponse_OK, rlsv3.RateLimitResponse_OVER_LIMIT} {
+		resp := h.call(t, request("d", desc("user", "alice")))
+		if resp.OverallCode != want {
+			t.Fatalf("step %d: overall %v, want %v", i, resp.OverallCode, want)
+		}
+		st := resp.Statuses[0]
+		if st.CurrentLimit.GetRequestsPerUnit() != 2 || st.CurrentLimit.GetUnit() != rlsv3.RateLimitResponse_RateLimit_MINUTE || st.CurrentLimit.GetName() != "per-user" {
+			t.Fatalf("step %d: current_limit %v", i, st.CurrentLimit)
+		}
+		if got := st.DurationUntilReset.AsDuration(); got != 50*time.Second {
+			t.Fatalf("step %d: duration_until_reset %v, want 50s", i, got)
+		}
+		hd := headers(resp)
+		if hd[HeaderLimit] != "2, 2;w=60" || hd[HeaderReset] != "50" {
+			t.Fatalf("step %d: headers %v", i, hd)
+		}
+		if i == 2 {
+			if hd[HeaderRetryAfter] != "50" || hd[HeaderRemaining] != "0" {
+				t.Fatalf("over: headers %v", hd)
+			}
+			if string(resp.RawBody) != `{"error":"rate_limited","policy":"per-user","retry_after_seconds":50}` {
+				t.Fatalf("body %s", resp.RawBody)
+			}
+		} else if _, ok := hd[HeaderRetryAfter]; ok || resp.RawBody != nil {
+			t.Fatalf("step %d: Retry-After or body on OK", i)
+		}
+	}
+	if store.batches != 3 {
+		t.Fatalf("store called %d times, want 3", store.batches)
+	}
+}
+
+func TestFakeFailureModes(t *testing.T) {
+	for _, kind := range []limiter.OutcomeKind{limiter.Unavailable, limiter.Indeterminate, limiter.Incompatible} {
+		for _, mode := range []limiter.FailureMode{limiter.FailClosed, limiter.FailOpen} {
+			t.Run(kind.String()+"/"+mode.String(), func(t *testing.T) {
+				store := &fakeStore{fail: kind}
+				h := fakeHarness(t, store, func(fr *fakeRules) {
+					p, _ := limiter.NewPolicy(limiter.PolicySpec{ID: "p", Algorithm: limiter.FixedWindow,
+						Params: limiter.FixedWindowParams{Limit: 5, Window: time.Second}, FailureMode: mode})
+					fr.rules["user"] = &descriptors.Rule{Policy: p, Unit: descriptors.UnitSecond, RequestsPerUnit: 5}
+				})
+				resp := h.call(t, request("d", desc("user", "bob")))
+				hd := headers(resp)
+				if mode == limiter.FailClosed {
+					if resp.OverallCode != rlsv3.RateLimitResponse_OVER_LIMIT || hd[HeaderRetryAfter] == "" {
+						t.Fatalf("closed: %v %v", resp.OverallCode, hd)
+					}
+					if kind == limiter.Unavailable && hd[HeaderRetryAfter] != "3" {
+						t.Fatalf("Retry-After %q, want the store's hint 3", hd[HeaderRetryAfter])
+					}
+				} else if resp.OverallCode != rlsv3.RateLimitResponse_OK || len(hd) != 0 {
+					t.Fatalf("open: %v %v", resp.OverallCode, hd)
+				}
+				m := h.metrics(t)
+				if v := counterValue(m, `envoy_rls_store_errors_total{outcome="`+kind.String()+`"}`); v != "1" {
+					t.Fatalf("store_errors_total = %q", v)
+				}
+				if v := counterValue(m, `envoy_rls_fallback_total{mode="`+mode.String()+`"}`); v != "1" {
+					t.Fatalf("fallback_total = %q", v)
+				}
+				if h.logs.FilterMessage(msgStoreFailure).Len() != 1 {
+					t.Fatalf("store failure not logged: %v", h.logs.All())
+				}
+			})
+		}
+	}
+}
+
+func TestFakePanicIsInternal(t *testing.T) {
+	store := &fakeStore{panics: true}
+	h := fakeHarness(t, store, nil)
+	_, err := h.client.ShouldRateLimit(context.Background(), request("d", desc("user", "carol")))
+	if status.Code(err) != codes.Internal {
+		t.Fatalf("err %v, want Internal", err)
+	}
+	if strings.Contains(err.Error(), "carol") {
+		t.Fatalf("error leaks the descriptor value: %v", err)
+	}
+	// The process still serves.
+	store.mu.Lock()
+	store.panics = false
+	store.mu.Unlock()
+	if resp := h.call(t, request("d", desc("user", "carol"))); resp.OverallCode != rlsv3.RateLimitResponse_OK {
+		t.Fatalf("after panic: %v", resp.OverallCode)
+	}
+	if v := counterValue(h.metrics(t), `envoy_rls_calls_total{code="Internal"}`); v != "1" {
+		t.Fatalf("calls_total{Internal} = %q", v)
+	}
+}
+
+func TestFakeNoRulesIsUnavailable(t *testing.T) {
+	h := newHarness(t, func() Rules { return nil }, &fakeStore{}, nil)
+	_, err := h.client.ShouldRateLimit(context.Background(), request("d", desc("user", "x")))
+	if status.Code(err) != codes.Unavailable {
+		t.Fatalf("err %v, want Unavailable", err)
+	}
+}

@@ -1,0 +1,348 @@
+// Package rls answers Envoy: it implements
+// envoy.service.ratelimit.v3.RateLimitService on top of the descriptor rules
+// (pkg/descriptors) and a limiter store (pkg/limiter).
+//
+// One ShouldRateLimit call validates the request's bounds, matches every
+// descriptor against the current rule snapshot, evaluates all matched limits
+// as one batch through limiter.Store.Evaluate (bounded by the call's
+// deadline), and builds the response: one status per descriptor, the overall
+// code, the X-RateLimit-* and Retry-After headers and, on OVER_LIMIT, a small
+// JSON body. This is the only package that speaks gRPC status codes.
+//
+// A Server is safe for concurrent use.
+package rls
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"runtime"
+	"sync"
+	"time"
+
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/envoy-rls/envoy-rls/pkg/descriptors"
+	"github.com/envoy-rls/envoy-rls/pkg/limiter"
+)
+
+// Rules is the part of a compiled rule snapshot the server consults. A
+// *descriptors.Snapshot satisfies it. Implementations must not retain the
+// entries slice: the server reuses it.
+type Rules interface {
+	Match(domain string, entries []descriptors.Entry) (descriptors.Match, bool)
+	HasDomain(domain string) bool
+	Override(domain string, entries []descriptors.Entry, requestsPerUnit uint32, unit descriptors.Unit) (descriptors.Match, bool)
+}
+
+// Defaults for Config fields left zero.
+const (
+	DefaultDenialLogTick       = time.Second
+	DefaultDenialLogFirst      = 10
+	DefaultDenialLogThereafter = 1000
+	// fallbackRetryAfter is the Retry-After of a fail-closed answer when the
+	// store gave no hint.
+	fallbackRetryAfter = time.Second
+)
+
+// Config configures a Server.
+type Config struct {
+	// Rules returns the current rule snapshot, or nil when none is loaded
+	// (calls are then answered Unavailable). It is called once per call, so
+	// a reload takes effect at the next call. (Required)
+	Rules func() Rules
+	// Store evaluates the matched limits. (Required)
+	Store limiter.Store
+	// Metrics receives the service's counters. (Required; see NewMetrics)
+	Metrics *Metrics
+	// Logger receives denial, failure and panic logs. Denials and store
+	// failures are sampled. (Optional, default: no logs)
+	Logger *zap.Logger
+	// Clock converts a decision's reset time into duration_until_reset; it
+	// must be the store's clock. (Optional, default: the system clock)
+	Clock limiter.Clock
+	// DefaultHeaders applies to rules that do not set `headers`.
+	// (Optional, default HeadersFull)
+	DefaultHeaders descriptors.HeaderMode
+	// DenialLogTick, DenialLogFirst and DenialLogThereafter sample denial
+	// and store-failure logs: per tick, the first DenialLogFirst lines of a
+	// kind are written, then one in DenialLogThereafter. (Optional,
+	// defaults 1s, 10, 1000)
+	DenialLogTick       time.Duration
+	DenialLogFirst      int
+	DenialLogThereafter int
+}
+
+// Server implements rlsv3.RateLimitServiceServer.
+type Server struct {
+	rlsv3.UnimplementedRateLimitServiceServer
+
+	rules          func() Rules
+	store          limiter.Store
+	metrics        *Metrics
+	log            *zap.Logger // unsampled: panics
+	sampled        *zap.Logger // sampled: denials, store failures
+	clock          limiter.Clock
+	defaultHeaders descriptors.HeaderMode
+	scratch        sync.Pool
+}
+
+var _ rlsv3.RateLimitServiceServer = (*Server)(nil)
+
+// New validates cfg and returns a Server.
+func New(cfg Config) (*Server, error) {
+	if cfg.Rules == nil {
+		return nil, errors.New("rls: Config.Rules is required")
+	}
+	if cfg.Store == nil {
+		return nil, errors.New("rls: Config.Store is required")
+	}
+	if cfg.Metrics == nil {
+		return nil, errors.New("rls: Config.Metrics is required")
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = zap.NewNop()
+	}
+	if cfg.Clock == nil {
+		cfg.Clock = limiter.SystemClock{}
+	}
+	switch cfg.DefaultHeaders {
+	case descriptors.HeadersDefault:
+		cfg.DefaultHeaders = descriptors.HeadersFull
+	case descriptors.HeadersFull, descriptors.HeadersRetryAfter, descriptors.HeadersNone:
+	default:
+		return nil, fmt.Errorf("rls: Config.DefaultHeaders %d is not a header mode", cfg.DefaultHeaders)
+	}
+	if cfg.DenialLogTick <= 0 {
+		cfg.DenialLogTick = DefaultDenialLogTick
+	}
+	if cfg.DenialLogFirst <= 0 {
+		cfg.DenialLogFirst = DefaultDenialLogFirst
+	}
+	if cfg.DenialLogThereafter <= 0 {
+		cfg.DenialLogThereafter = DefaultDenialLogThereafter
+	}
+	log := cfg.Logger.Named("rls")
+	s := &Server{
+		rules:   cfg.Rules,
+		store:   cfg.Store,
+		metrics: cfg.Metrics,
+		log:     log,
+		sampled: log.WithOptions(zap.WrapCore(func(c zapcore.Core) zapcore.Core {
+			return zapcore.NewSamplerWithOptions(c, cfg.DenialLogTick, cfg.DenialLogFirst, cfg.DenialLogThereafter)
+		})),
+		clock:          cfg.Clock,
+		defaultHeaders: cfg.DefaultHeaders,
+	}
+	s.scratch.New = func() any { return new(scratch) }
+	return s, nil
+}
+
+// slotKind says how one descriptor is answered.
+type slotKind uint8
+
+const (
+	slotUnmatched slotKind = iota // OK, no current_limit
+	slotReplaced                  // matched but replaced by another matched rule: OK, no current_limit
+	slotNegative                  // is_negative_hits: not evaluated, OK
+	slotUnlimited                 // OK, limit_remaining at its maximum
+	slotNeverFits                 // zero limit or cost above max cost: OVER_LIMIT, store untouched
+	slotStore                     // evaluated by the store: outcome in outs[batch]
+)
+
+// slot is the per-descriptor working state of one call.
+type slot struct {
+	kind  slotKind
+	match descriptors.Match
+	cost  int64
+	batch int
+	// Filled while building statuses.
+	over      bool // the limit (or the fail-closed fallback) denies
+	reported  bool // reported OVER_LIMIT to Envoy
+	fellBack  bool // the store failed and the failure mode answered
+	shadow    bool
+	remaining uint32
+	reset     time.Duration
+	retry     time.Duration
+}
+
+// scratch holds the reusable buffers of one call.
+type scratch struct {
+	slots   []slot
+	batch   []limiter.Request
+	outs    []limiter.Outcome
+	entries []descriptors.Entry
+	buf     []byte
+}
+
+func (s *Server) getScratch(n int) *scratch {
+	sc := s.scratch.Get().(*scratch)
+	if cap(sc.slots) < n {
+		sc.slots = make([]slot, n)
+	}
+	sc.slots = sc.slots[:n]
+	sc.batch = sc.batch[:0]
+	return sc
+}
+
+func (s *Server) putScratch(sc *scratch) {
+	// Drop references to rules and policies so that an old snapshot can be
+	// collected after a reload.
+	clear(sc.slots)
+	clear(sc.batch)
+	clear(sc.outs)
+	clear(sc.entries)
+	s.scratch.Put(sc)
+}
+
+// ShouldRateLimit answers one Envoy rate-limit check.
+func (s *Server) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRequest) (resp *rlsv3.RateLimitResponse, err error) {
+	start := time.Now()
+	defer func() {
+		if r := recover(); r != nil {
+			s.logPanic(r)
+			resp, err = nil, status.Error(codes.Internal, "rls: internal error while evaluating the request")
+		}
+		s.metrics.observeCall(status.Code(err), time.Since(start))
+	}()
+	if err := ctx.Err(); err != nil {
+		return nil, status.FromContextError(err).Err()
+	}
+	if err := validateRequest(req); err != nil {
+		return nil, status.Error(codes.InvalidArgument, err.Error())
+	}
+	rules := s.rules()
+	if rules == nil {
+		return nil, status.Error(codes.Unavailable, "rls: no rules are loaded")
+	}
+	sc := s.getScratch(len(req.Descriptors))
+	resp = s.evaluate(ctx, req, rules, sc)
+	// Not reached on panic: the scratch of a panicking call is dropped.
+	s.putScratch(sc)
+	return resp, nil
+}
+
+func (s *Server) logPanic(r any) {
+	// The panic value may carry request data unless it is a runtime error
+	// (index out of range, nil dereference...), so only those are logged
+	// verbatim.
+	fields := []zap.Field{zap.Stack("stack")}
+	if re, ok := r.(runtime.Error); ok {
+		fields = append(fields, zap.String("panic", re.Error()))
+	} else {
+		fields = append(fields, zap.String("panic_type", fmt.Sprintf("%T", r)))
+	}
+	s.log.Error("panic while evaluating ShouldRateLimit; answered Internal", fields...)
+}
+
+// evaluate runs one validated call.
+func (s *Server) evaluate(ctx context.Context, req *rlsv3.RateLimitRequest, rules Rules, sc *scratch) *rlsv3.RateLimitResponse {
+	domain := req.Domain
+	known := rules.HasDomain(domain)
+
+	// 1. Match every descriptor.
+	anyReplaces := false
+	for i, d := range req.Descriptors {
+		sl := &sc.slots[i]
+		*sl = slot{}
+		if !known {
+			continue
+		}
+		if d.IsNegativeHits {
+			// A refund: this service does not give back consumed units, and a
+			// refund never needs a limit decision.
+			sl.kind = slotNegative
+			continue
+		}
+		sc.entries = sc.entries[:0]
+		for _, e := range d.Entries {
+			sc.entries = append(sc.entries, descriptors.Entry{Key: e.Key, Value: e.Value})
+		}
+		var m descriptors.Match
+		var ok bool
+		if d.Limit != nil {
+			unit, _ := overrideUnit(d.Limit.Unit) // validated
+			m, ok = rules.Override(domain, sc.entries, d.Limit.RequestsPerUnit, unit)
+		} else {
+			m, ok = rules.Match(domain, sc.entries)
+		}
+		if !ok || m.Rule == nil {
+			continue
+		}
+		sl.match = m
+		sl.cost = hitsFor(req, d)
+		if m.Rule.Unlimited || m.Rule.Policy == nil {
+			sl.kind = slotUnlimited
+		} else {
+			sl.kind = slotStore
+		}
+		if len(m.Rule.Replaces) > 0 {
+			anyReplaces = true
+		}
+	}
+
+	// 2. replaces: a matched rule named in another matched rule's replaces
+	// is neither evaluated nor reported.
+	if anyReplaces {
+		markReplaced(sc.slots)
+	}
+
+	// 3. One batch for every limit the store must decide.
+	for i := range sc.slots {
+		sl := &sc.slots[i]
+		if sl.kind != slotStore {
+			continue
+		}
+		p := sl.match.Rule.Policy
+		if p.Limit() == 0 || sl.cost > p.MaxCost() {
+			sl.kind = slotNeverFits
+			continue
+		}
+		sl.batch = len(sc.batch)
+		sc.batch = append(sc.batch, limiter.Request{Policy: p, Subject: sl.match.Subject, Cost: sl.cost})
+	}
+	if n := len(sc.batch); n > 0 {
+		if cap(sc.outs) < n {
+			sc.outs = make([]limiter.Outcome, n)
+		}
+		sc.outs = sc.outs[:n]
+		t0 := time.Now()
+		s.store.Evaluate(ctx, sc.batch, sc.outs)
+		s.metrics.observeStore(time.Since(t0))
+	} else {
+		sc.outs = sc.outs[:0]
+	}
+
+	// 4. Statuses.
+	return s.respond(ctx, req, known, sc)
+}
+
+// markReplaced drops every matched rule whose name another matched rule
+// lists in its replaces. n <= MaxDescriptors, so the quadratic scan is cheap
+// and allocation-free.
+func markReplaced(slots []slot) {
+	for j := range slots {
+		rj := slots[j].match.Rule
+		if rj == nil || len(rj.Replaces) == 0 || slots[j].kind == slotUnmatched {
+			continue
+		}
+		for _, name := range rj.Replaces {
+			if name == "" {
+				continue
+			}
+			for i := range slots {
+				ri := slots[i].match.Rule
+				if i == j || ri == nil || ri.Name != name {
+					continue
+				}
+				if slots[i].kind == slotStore || slots[i].kind == slotUnlimited {
+					slots[i].kind = slotReplaced
+				}
+			}
+		}
+	}
+}

@@ -1,0 +1,137 @@
+package rls
+
+import (
+	"fmt"
+
+	rlv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
+
+	"github.com/envoy-rls/envoy-rls/pkg/descriptors"
+)
+
+// Bounds on one ShouldRateLimit request. A request outside them is answered
+// InvalidArgument with a message naming the bound (never the offending value).
+const (
+	MaxDescriptors  = 64
+	MaxEntries      = 16
+	MaxDomainBytes  = 1024
+	MaxKeyBytes     = 1024
+	MaxValueBytes   = 1024
+	maxSafeHitsCost = 1<<53 - 1
+)
+
+// boundError is a request that violates a bound; the message is safe to
+// return to the caller and to log (lengths and indexes only).
+type boundError struct{ msg string }
+
+func (e *boundError) Error() string { return e.msg }
+
+func boundf(format string, args ...any) error {
+	return &boundError{msg: "rls: " + fmt.Sprintf(format, args...)}
+}
+
+// validateRequest checks every bound. It allocates only on failure.
+func validateRequest(req *rlsv3.RateLimitRequest) error {
+	if req == nil {
+		return boundf("request is empty")
+	}
+	if req.Domain == "" {
+		return boundf("domain is empty")
+	}
+	if len(req.Domain) > MaxDomainBytes {
+		return boundf("domain is %d bytes, above the %d-byte bound", len(req.Domain), MaxDomainBytes)
+	}
+	n := len(req.Descriptors)
+	if n == 0 {
+		return boundf("descriptors is empty: at least one descriptor is required")
+	}
+	if n > MaxDescriptors {
+		return boundf("%d descriptors, above the bound of %d", n, MaxDescriptors)
+	}
+	for i, d := range req.Descriptors {
+		if d == nil || len(d.Entries) == 0 {
+			return boundf("descriptor %d has no entries: at least one is required", i)
+		}
+		if len(d.Entries) > MaxEntries {
+			return boundf("descriptor %d has %d entries, above the bound of %d", i, len(d.Entries), MaxEntries)
+		}
+		for j, e := range d.Entries {
+			switch {
+			case e == nil || e.Key == "":
+				return boundf("descriptor %d entry %d: key is empty", i, j)
+			case len(e.Key) > MaxKeyBytes:
+				return boundf("descriptor %d entry %d: key is %d bytes, above the %d-byte bound", i, j, len(e.Key), MaxKeyBytes)
+			case len(e.Value) > MaxValueBytes:
+				return boundf("descriptor %d entry %d: value is %d bytes, above the %d-byte bound", i, j, len(e.Value), MaxValueBytes)
+			}
+		}
+		if d.Limit != nil {
+			if _, ok := overrideUnit(d.Limit.Unit); !ok {
+				return boundf("descriptor %d: limit override unit %d is not one of SECOND, MINUTE, HOUR, DAY, MONTH, YEAR", i, int32(d.Limit.Unit))
+			}
+			if m := d.Limit.UnitMultiplier; m != nil && m.Value > 1 {
+				return boundf("descriptor %d: limit override unit_multiplier is not supported", i)
+			}
+		}
+	}
+	return nil
+}
+
+// hitsFor returns the cost of descriptor d: its own hits_addend when set,
+// else the request's; zero means one.
+func hitsFor(req *rlsv3.RateLimitRequest, d *rlv3.RateLimitDescriptor) int64 {
+	if h := d.HitsAddend; h != nil {
+		if h.Value == 0 {
+			return 1
+		}
+		if h.Value > maxSafeHitsCost {
+			return maxSafeHitsCost
+		}
+		return int64(h.Value)
+	}
+	if req.HitsAddend == 0 {
+		return 1
+	}
+	return int64(req.HitsAddend)
+}
+
+// overrideUnit maps the unit of a descriptor's limit override.
+func overrideUnit(u typev3.RateLimitUnit) (descriptors.Unit, bool) {
+	switch u {
+	case typev3.RateLimitUnit_SECOND:
+		return descriptors.UnitSecond, true
+	case typev3.RateLimitUnit_MINUTE:
+		return descriptors.UnitMinute, true
+	case typev3.RateLimitUnit_HOUR:
+		return descriptors.UnitHour, true
+	case typev3.RateLimitUnit_DAY:
+		return descriptors.UnitDay, true
+	case typev3.RateLimitUnit_MONTH:
+		return descriptors.UnitMonth, true
+	case typev3.RateLimitUnit_YEAR:
+		return descriptors.UnitYear, true
+	}
+	return 0, false
+}
+
+// responseUnit maps a configured unit to the response enum.
+func responseUnit(u descriptors.Unit) rlsv3.RateLimitResponse_RateLimit_Unit {
+	switch u {
+	case descriptors.UnitSecond:
+		return rlsv3.RateLimitResponse_RateLimit_SECOND
+	case descriptors.UnitMinute:
+		return rlsv3.RateLimitResponse_RateLimit_MINUTE
+	case descriptors.UnitHour:
+		return rlsv3.RateLimitResponse_RateLimit_HOUR
+	case descriptors.UnitDay:
+		return rlsv3.RateLimitResponse_RateLimit_DAY
+	case descriptors.UnitWeek:
+		return rlsv3.RateLimitResponse_RateLimit_WEEK
+	case descriptors.UnitMonth:
+		return rlsv3.RateLimitResponse_RateLimit_MONTH
+	case descriptors.UnitYear:
+		return rlsv3.RateLimitResponse_RateLimit_YEAR
+	}
+	return rlsv3.RateLimitResponse_RateLimit_UNKNOWN
+}
