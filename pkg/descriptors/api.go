@@ -60,6 +60,26 @@ type Rule struct {
 	// Path is the rule path used in logs and metric labels, e.g.
 	// "domain/key1=value/key2" (configured strings only, never request values).
 	Path string
+
+	// Fields below were added after the first contract; all are read-only.
+
+	// Domain is the rule's domain.
+	Domain string
+	// ValueToMetric is the reference's value_to_metric flag. It is kept for
+	// display only: request values never become metric labels here.
+	ValueToMetric bool
+	// ShareThreshold: every value matching the wildcard shares one counter.
+	ShareThreshold bool
+	// Burst is the configured token bucket capacity (0 when not set).
+	Burst uint32
+	// PolicyName is the named policy (top-level `policies:`) this rule uses,
+	// "" when the rule writes its own rate_limit.
+	PolicyName string
+	// Metadata is the descriptor's free-form metadata map (nil when absent).
+	// It is shared by all readers: do not modify it.
+	Metadata map[string]any
+	// Source is "file:line" of the descriptor that defines the rule.
+	Source string
 }
 
 // Match is the result of matching one descriptor.

@@ -1,0 +1,433 @@
+package descriptors
+
+import (
+	"errors"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/envoy-rls/envoy-rls/pkg/limiter"
+)
+
+// limitSpec is a validated rate_limit block, before the policy ID is known.
+type limitSpec struct {
+	unit      Unit
+	mult      uint32
+	rpu       uint32
+	unlimited bool
+	algorithm limiter.Algorithm
+	burst     uint32
+	failure   limiter.FailureMode
+	revision  uint32
+	headers   HeaderMode
+}
+
+// ParseUnit parses a rate_limit unit, case-insensitively: second, minute,
+// hour, day, and the extensions week, month, year.
+func ParseUnit(s string) (Unit, bool) {
+	switch strings.ToLower(s) {
+	case "second":
+		return UnitSecond, true
+	case "minute":
+		return UnitMinute, true
+	case "hour":
+		return UnitHour, true
+	case "day":
+		return UnitDay, true
+	case "week":
+		return UnitWeek, true
+	case "month":
+		return UnitMonth, true
+	case "year":
+		return UnitYear, true
+	}
+	return 0, false
+}
+
+// String returns the configuration name of the header mode ("" for
+// HeadersDefault).
+func (h HeaderMode) String() string {
+	switch h {
+	case HeadersFull:
+		return "full"
+	case HeadersRetryAfter:
+		return "retry_after"
+	case HeadersNone:
+		return "none"
+	}
+	return ""
+}
+
+// ParseHeaderMode parses full, retry_after or none.
+func ParseHeaderMode(s string) (HeaderMode, bool) {
+	switch s {
+	case "full":
+		return HeadersFull, true
+	case "retry_after":
+		return HeadersRetryAfter, true
+	case "none":
+		return HeadersNone, true
+	}
+	return HeadersDefault, false
+}
+
+// checkLimit validates one rate_limit block on its own (the combinations
+// that depend on the descriptor are checked by the compiler).
+func (c *compiler) checkLimit(rl *rawLimit, what string) (limitSpec, bool) {
+	ok := true
+	bad := func(p pos, format string, args ...any) {
+		c.ps.add(c.file, p.line, p.col, what+": "+format, args...)
+		ok = false
+	}
+	ls := limitSpec{mult: 1, algorithm: limiter.FixedWindow, revision: limiter.DefaultRevision, rpu: rl.rpu, burst: rl.burst, unlimited: rl.unlimited}
+	if rl.unlimited {
+		for _, f := range []struct {
+			p    pos
+			name string
+		}{{rl.unitPos, "unit"}, {rl.rpuPos, "requests_per_unit"}, {rl.unitMultiplierPos, "unit_multiplier"},
+			{rl.algorithmPos, "algorithm"}, {rl.burstPos, "burst"}, {rl.failureModePos, "failure_mode"},
+			{rl.revisionPos, "revision"}, {rl.headersPos, "headers"}} {
+			if f.p.set() {
+				bad(f.p, "%s is not allowed with unlimited: true (an unlimited rule never limits)", f.name)
+			}
+		}
+		return ls, ok
+	}
+	if !rl.unitPos.set() {
+		bad(rl.pos, "unit is required (second, minute, hour, day, week, month or year)")
+	} else if u, valid := ParseUnit(rl.unit); valid {
+		ls.unit = u
+	} else {
+		bad(rl.unitPos, "invalid rate limit unit %q (expected second, minute, hour, day, week, month or year)", truncate(rl.unit, 40))
+	}
+	if rl.unitMultiplierPos.set() && rl.unitMultiplier > 0 {
+		ls.mult = rl.unitMultiplier
+	}
+	if rl.algorithmPos.set() {
+		a, err := limiter.ParseAlgorithm(rl.algorithm)
+		if err != nil {
+			bad(rl.algorithmPos, "algorithm %q is not one of fixed_window, sliding_window, token_bucket", truncate(rl.algorithm, 40))
+		} else {
+			ls.algorithm = a
+		}
+	}
+	if rl.burstPos.set() {
+		if ls.algorithm != limiter.TokenBucket {
+			bad(rl.burstPos, "burst is only valid with algorithm: token_bucket")
+		} else if rl.rpu == 0 {
+			bad(rl.burstPos, "burst with requests_per_unit 0: a zero limit denies every request; remove burst or set a rate")
+		}
+	}
+	if rl.failureModePos.set() {
+		switch rl.failureMode {
+		case "closed":
+			ls.failure = limiter.FailClosed
+		case "open":
+			ls.failure = limiter.FailOpen
+		default:
+			bad(rl.failureModePos, "failure_mode %q is not one of closed, open", truncate(rl.failureMode, 40))
+		}
+	}
+	if rl.revisionPos.set() && rl.revision > 0 {
+		ls.revision = rl.revision
+	}
+	if rl.headersPos.set() {
+		h, valid := ParseHeaderMode(rl.headers)
+		if !valid {
+			bad(rl.headersPos, "headers %q is not one of full, retry_after, none", truncate(rl.headers, 40))
+		}
+		ls.headers = h
+	}
+	// Check the arithmetic now, with a placeholder ID, so that the problem
+	// points at this block (a named policy is then checked once).
+	if ok {
+		if _, err := ls.policy("x", false); err != nil {
+			bad(rl.pos, "%s", policyReason(err))
+		}
+	}
+	return ls, ok
+}
+
+func policyReason(err error) string {
+	var fe *limiter.FieldError
+	if errors.As(err, &fe) {
+		return fe.Field + " " + fe.Reason
+	}
+	return err.Error()
+}
+
+// policy builds the limiter policy of a limited rule.
+func (ls limitSpec) policy(id string, shadow bool) (*limiter.Policy, error) {
+	window := ls.unit.Duration() * time.Duration(ls.mult)
+	if ls.mult > 0 && window/time.Duration(ls.mult) != ls.unit.Duration() {
+		return nil, errors.New("unit_multiplier makes the window overflow")
+	}
+	spec := limiter.PolicySpec{
+		ID:          id,
+		Revision:    ls.revision,
+		Algorithm:   ls.algorithm,
+		FailureMode: ls.failure,
+		Shadow:      shadow,
+	}
+	switch ls.algorithm {
+	case limiter.FixedWindow:
+		spec.Params = limiter.FixedWindowParams{Limit: int64(ls.rpu), Window: window}
+	case limiter.SlidingWindow:
+		spec.Params = limiter.SlidingWindowParams{Limit: int64(ls.rpu), Window: window}
+	case limiter.TokenBucket:
+		capacity := int64(ls.rpu)
+		if ls.burst > 0 {
+			capacity = int64(ls.burst)
+		}
+		refill := int64(ls.rpu)
+		if refill == 0 {
+			// A zero limit: the bucket holds nothing, so it never admits;
+			// the refill amount only has to be valid.
+			capacity, refill = 0, 1
+		}
+		spec.Params = limiter.TokenBucketParams{Capacity: capacity, RefillAmount: refill, RefillPeriod: window}
+	}
+	return limiter.NewPolicy(spec)
+}
+
+// compiler builds a Snapshot from parsed files.
+type compiler struct {
+	ps      *problems
+	file    string
+	domains map[string]*domain
+	ids     map[string]string // policy ID -> rule source, across domains
+}
+
+// pendingRule is a limited rule waiting for its policy ID.
+type pendingRule struct {
+	rule   *Rule
+	spec   limitSpec
+	path   []pathSeg
+	pos    pos
+	file   string
+	shadow bool
+}
+
+func (c *compiler) addFile(rf *rawFile) {
+	c.file = rf.name
+	if rf.domain == "" {
+		return // already reported
+	}
+	if prev, dup := c.domains[rf.domain]; dup {
+		c.ps.add(rf.name, rf.domainPos.line, rf.domainPos.col, "duplicate domain %q: it is already defined in %s (one domain per file)", truncate(rf.domain, 80), prev.file)
+		return
+	}
+	d := &domain{name: rf.domain, file: rf.name, root: newLevel()}
+	named := map[string]limitSpec{}
+	for _, name := range rf.policyOrder {
+		if ls, ok := c.checkLimit(rf.policies[name], "policies."+name); ok {
+			named[name] = ls
+		}
+	}
+	d.policyNames = rf.policyOrder
+	var pending []*pendingRule
+	c.level(d, d.root, rf, named, rf.descriptors, nil, &pending)
+	c.finishDomain(d, pending)
+	c.domains[rf.domain] = d
+}
+
+func newLevel() *level { return &level{byKey: map[string]*keyGroup{}} }
+
+func (c *compiler) level(d *domain, lv *level, rf *rawFile, named map[string]limitSpec, descs []*rawDesc, path []pathSeg, pending *[]*pendingRule) {
+	for _, rd := range descs {
+		if rd.key == "" {
+			continue // reported by the parser
+		}
+		g := lv.byKey[rd.key]
+		if g == nil {
+			g = &keyGroup{exact: map[string]*node{}}
+			lv.byKey[rd.key] = g
+		}
+		n := &node{src: rd.pos}
+		seg := pathSeg{key: rd.key, value: rd.value}
+		display := rd.key
+		if rd.value != "" {
+			display += "=" + rd.value
+		}
+		var first *node
+		switch {
+		case rd.value == "":
+			first = g.keyOnly
+			if first == nil {
+				g.keyOnly = n
+			}
+		case strings.Contains(rd.value, "*"):
+			for _, w := range g.wildcards {
+				if w.pattern == rd.value {
+					first = w
+				}
+			}
+			if first == nil {
+				n.pattern = rd.value
+				n.parts = strings.Split(rd.value, "*")
+				g.wildcards = append(g.wildcards, n)
+			}
+		default:
+			first = g.exact[rd.value]
+			if first == nil {
+				g.exact[rd.value] = n
+			}
+		}
+		if first != nil {
+			c.ps.add(c.file, rd.pos.line, rd.pos.col, "duplicate descriptor composite key %q (first defined at line %d)", truncate(joinPath(d.name, path)+"/"+display, 200), first.src.line)
+			continue
+		}
+		if rd.share {
+			if n.pattern == "" {
+				c.ps.add(c.file, rd.sharePos.line, rd.sharePos.col, "share_threshold needs a wildcard value (a value containing '*')")
+			} else {
+				n.share = true
+			}
+		}
+		childPath := append(path[:len(path):len(path)], seg)
+		if rd.limit != nil || rd.policy != "" {
+			c.rule(d, n, rd, named, childPath, pending)
+		}
+		if len(rd.children) > 0 {
+			n.children = newLevel()
+			c.level(d, n.children, rf, named, rd.children, childPath, pending)
+		}
+	}
+}
+
+func (c *compiler) rule(d *domain, n *node, rd *rawDesc, named map[string]limitSpec, path []pathSeg, pending *[]*pendingRule) {
+	var ls limitSpec
+	var rl *rawLimit
+	switch {
+	case rd.limit != nil && rd.policy != "":
+		c.ps.add(c.file, rd.policyPos.line, rd.policyPos.col, "a descriptor takes either rate_limit or policy, not both")
+		return
+	case rd.policy != "":
+		spec, known := named[rd.policy]
+		if !known {
+			if _, defined := indexOf(d.policyNames, rd.policy); defined {
+				return // the policy itself is invalid and was reported
+			}
+			c.ps.add(c.file, rd.policyPos.line, rd.policyPos.col, "unknown policy %q (not in the top-level policies map of this file)", truncate(rd.policy, 80))
+			return
+		}
+		ls = spec
+	default:
+		rl = rd.limit
+		spec, ok := c.checkLimit(rl, "rate_limit")
+		if !ok {
+			return
+		}
+		ls = spec
+	}
+	r := &Rule{
+		Domain:          d.name,
+		Unit:            ls.unit,
+		UnitMultiplier:  ls.mult,
+		RequestsPerUnit: ls.rpu,
+		Unlimited:       ls.unlimited,
+		ShadowMode:      rd.shadow,
+		QuotaMode:       rd.quota,
+		DetailedMetric:  rd.detailed,
+		ValueToMetric:   rd.valueToMetric,
+		ShareThreshold:  n.share,
+		Burst:           ls.burst,
+		Headers:         ls.headers,
+		PolicyName:      rd.policy,
+		Metadata:        rd.metadata,
+		Path:            joinPath(d.name, path),
+		Source:          c.file + ":" + strconv.Itoa(rd.pos.line),
+	}
+	if ls.unlimited {
+		r.UnitMultiplier = 0
+	}
+	if rl != nil {
+		r.Name = rl.name
+		for _, ref := range rl.replaces {
+			if ref.name == rl.name {
+				c.ps.add(c.file, ref.pos.line, ref.pos.col, "replaces should not contain the name of the same descriptor (%q)", truncate(ref.name, 80))
+				continue
+			}
+			r.Replaces = append(r.Replaces, ref.name)
+		}
+	}
+	n.rule = r
+	d.rules = append(d.rules, r)
+	*pending = append(*pending, &pendingRule{rule: r, spec: ls, path: path, pos: rd.pos, file: c.file, shadow: rd.shadow})
+	if rl != nil {
+		for _, ref := range rl.replaces {
+			d.replaceRefs = append(d.replaceRefs, ref)
+		}
+	}
+}
+
+func indexOf(list []string, s string) (int, bool) {
+	for i, v := range list {
+		if v == s {
+			return i, true
+		}
+	}
+	return -1, false
+}
+
+func joinPath(domain string, path []pathSeg) string {
+	var b strings.Builder
+	b.WriteString(domain)
+	for _, s := range path {
+		b.WriteByte('/')
+		b.WriteString(s.key)
+		if s.value != "" {
+			b.WriteByte('=')
+			b.WriteString(s.value)
+		}
+	}
+	return b.String()
+}
+
+// finishDomain checks replaces references and assigns policy IDs.
+func (c *compiler) finishDomain(d *domain, pending []*pendingRule) {
+	names := map[string]int{}
+	for _, r := range d.rules {
+		if r.Name != "" {
+			names[r.Name]++
+		}
+	}
+	for _, ref := range d.replaceRefs {
+		if names[ref.name] == 0 {
+			c.ps.add(c.file, ref.pos.line, ref.pos.col, "replaces names %q, but no rule in domain %q has that name", truncate(ref.name, 80), truncate(d.name, 80))
+		}
+	}
+	d.replaceRefs = nil
+	for _, pr := range pending {
+		r := pr.rule
+		if r.Unlimited {
+			continue
+		}
+		var id string
+		if r.Name != "" && names[r.Name] == 1 {
+			id = nameID(d.name, r.Name)
+		} else {
+			id = pathID(d.name, pr.path)
+		}
+		if other, dup := c.ids[id]; dup {
+			c.ps.add(pr.file, pr.pos.line, pr.pos.col, "policy ID %q of rule %q collides with the rule at %s; rename one of them", id, truncate(r.Path, 200), other)
+			continue
+		}
+		c.ids[id] = r.Source
+		p, err := pr.spec.policy(id, pr.shadow)
+		if err != nil {
+			c.ps.add(pr.file, pr.pos.line, pr.pos.col, "rate_limit: %s", policyReason(err))
+			continue
+		}
+		r.Policy = p
+	}
+}
+
+// compile builds a snapshot from parsed files; problems go to ps.
+func compile(files []*rawFile, ps *problems) map[string]*domain {
+	c := &compiler{ps: ps, domains: map[string]*domain{}, ids: map[string]string{}}
+	for _, rf := range files {
+		c.addFile(rf)
+	}
+	return c.domains
+}

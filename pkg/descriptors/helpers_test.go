@@ -1,0 +1,17 @@
+package descriptors
+
+import (
+	"os"
+	"path/filepath"
+	"testing"
+)
+
+func writeFile(t testing.TB, name, content string) {
+	t.Helper()
+	if err := os.MkdirAll(filepath.Dir(name), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(name, []byte(content), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}

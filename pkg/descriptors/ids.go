@@ -1,0 +1,126 @@
+package descriptors
+
+import (
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/hex"
+
+	"github.com/envoy-rls/envoy-rls/pkg/limiter"
+)
+
+// Policy IDs are stable, bounded and limited to [a-z0-9._:/-], derived from
+// configured strings only:
+//
+//	by rule path:  <domain>/<key>[:<value>]/<key>[:<value>]...
+//	by name:       <domain>:<rate_limit.name>   (when the name is unique in its domain)
+//	override:      <domain>:override:<unit>/<key>/<key>...
+//
+// Each configured string is copied with A-Z lowered and every other byte
+// outside [a-z0-9._-] (including the separators ':' and '/') replaced by '_'.
+// When that changed anything, or the result is longer than 128 bytes, the ID
+// becomes a readable prefix plus "--" and 12 hex digits of a SHA-256 over the
+// original strings, so that two different rules never share an ID. The limit
+// numbers (requests_per_unit, unit_multiplier, burst) are not part of the ID:
+// changing them keeps the counters; revision and algorithm roll the state
+// through the storage key instead.
+
+const (
+	idKindPath     = 'p'
+	idKindName     = 'n'
+	idKindOverride = 'o'
+	idHashHex      = 12
+	idSuffixLen    = 2 + idHashHex
+)
+
+type idBuilder struct {
+	out   []byte
+	raw   []byte // length-prefixed original strings, hashed on fallback
+	lossy bool
+}
+
+func newIDBuilder(kind byte) *idBuilder {
+	return &idBuilder{raw: []byte{kind}}
+}
+
+// sep appends a structural separator (not part of any configured string).
+func (b *idBuilder) sep(s string) {
+	b.out = append(b.out, s...)
+	b.raw = append(b.raw, s...)
+}
+
+// str appends a configured string, sanitized.
+func (b *idBuilder) str(s string) {
+	b.raw = binary.BigEndian.AppendUint32(b.raw, uint32(len(s)))
+	b.raw = append(b.raw, s...)
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		switch {
+		case c >= 'a' && c <= 'z', c >= '0' && c <= '9', c == '.', c == '_', c == '-':
+		case c >= 'A' && c <= 'Z':
+			c += 'a' - 'A'
+			b.lossy = true
+		default:
+			c = '_'
+			b.lossy = true
+		}
+		b.out = append(b.out, c)
+	}
+}
+
+func (b *idBuilder) id() string {
+	if !b.lossy && len(b.out) <= limiter.MaxPolicyIDLength {
+		return string(b.out)
+	}
+	sum := sha256.Sum256(b.raw)
+	prefix := b.out
+	if len(prefix) > limiter.MaxPolicyIDLength-idSuffixLen {
+		prefix = prefix[:limiter.MaxPolicyIDLength-idSuffixLen]
+	}
+	out := make([]byte, 0, len(prefix)+idSuffixLen)
+	out = append(out, prefix...)
+	out = append(out, "--"...)
+	out = hex.AppendEncode(out, sum[:idHashHex/2])
+	return string(out)
+}
+
+// pathID derives the ID of a rule from its domain and descriptor path.
+func pathID(domain string, path []pathSeg) string {
+	b := newIDBuilder(idKindPath)
+	b.str(domain)
+	for _, s := range path {
+		b.sep("/")
+		b.str(s.key)
+		if s.value != "" {
+			b.sep(":")
+			b.str(s.value)
+		}
+	}
+	return b.id()
+}
+
+// nameID derives the ID of a rule from its domain and rate_limit.name.
+func nameID(domain, name string) string {
+	b := newIDBuilder(idKindName)
+	b.str(domain)
+	b.sep(":")
+	b.str(name)
+	return b.id()
+}
+
+// overrideID derives the ID of a request-supplied limit override from the
+// domain, the unit and the descriptor's keys (never its values).
+func overrideID(domain string, unit Unit, entries []Entry) string {
+	b := newIDBuilder(idKindOverride)
+	b.str(domain)
+	b.sep(":override:")
+	b.str(unit.String())
+	for _, e := range entries {
+		b.sep("/")
+		b.str(e.Key)
+	}
+	return b.id()
+}
+
+type pathSeg struct {
+	key, value string
+}

@@ -1,0 +1,101 @@
+package descriptors
+
+import (
+	"encoding/binary"
+	"strings"
+	"sync"
+
+	"github.com/envoy-rls/envoy-rls/pkg/limiter"
+)
+
+// OverrideCacheSize bounds the override rules a snapshot keeps. Past it,
+// Override still answers, building the rule for each call.
+const OverrideCacheSize = 1024
+
+// maxOverrideKey bounds the cache key of one override; longer descriptors
+// are answered without caching.
+const maxOverrideKey = 1024
+
+type overrideCache struct {
+	mu sync.RWMutex
+	m  map[string]*Rule
+}
+
+// Override answers a descriptor that carries its own limit (the reference's
+// RateLimitOverride): for a known domain, a fixed window of requestsPerUnit
+// per unit, keyed by all the descriptor's entries, never in shadow mode. It
+// returns false when the domain is unknown, the unit is not valid or there
+// are no entries.
+//
+// The policy ID is derived from the domain, the unit and the entry keys
+// (never the values), so overrides of one descriptor with different numbers
+// share a counter, as in the reference.
+func (s *Snapshot) Override(domain string, entries []Entry, requestsPerUnit uint32, unit Unit) (Match, bool) {
+	if s == nil || len(entries) == 0 || unit.Duration() == 0 {
+		return Match{}, false
+	}
+	if _, ok := s.domains[domain]; !ok {
+		return Match{}, false
+	}
+	var kb [256]byte
+	key := overrideKey(kb[:0], domain, entries, requestsPerUnit, unit)
+	var r *Rule
+	if len(key) <= maxOverrideKey {
+		s.overrides.mu.RLock()
+		r = s.overrides.m[string(key)]
+		s.overrides.mu.RUnlock()
+	}
+	if r == nil {
+		var err error
+		r, err = newOverrideRule(domain, entries, requestsPerUnit, unit)
+		if err != nil {
+			return Match{}, false
+		}
+		if len(key) <= maxOverrideKey {
+			s.overrides.mu.Lock()
+			if prev := s.overrides.m[string(key)]; prev != nil {
+				r = prev
+			} else if len(s.overrides.m) < OverrideCacheSize {
+				s.overrides.m[string(key)] = r
+			}
+			s.overrides.mu.Unlock()
+		}
+	}
+	return Match{Rule: r, Subject: s.subject(r.Policy.ID(), entries, nil)}, true
+}
+
+func overrideKey(b []byte, domain string, entries []Entry, rpu uint32, unit Unit) []byte {
+	b = append(b, byte(unit))
+	b = binary.BigEndian.AppendUint32(b, rpu)
+	b = appendField(b, domain)
+	for _, e := range entries {
+		b = appendField(b, e.Key)
+	}
+	return b
+}
+
+func newOverrideRule(domain string, entries []Entry, rpu uint32, unit Unit) (*Rule, error) {
+	p, err := limiter.NewPolicy(limiter.PolicySpec{
+		ID:        overrideID(domain, unit, entries),
+		Algorithm: limiter.FixedWindow,
+		Params:    limiter.FixedWindowParams{Limit: int64(rpu), Window: unit.Duration()},
+	})
+	if err != nil {
+		return nil, err
+	}
+	var b strings.Builder
+	b.WriteString(domain)
+	for _, e := range entries {
+		b.WriteByte('/')
+		b.WriteString(e.Key)
+	}
+	b.WriteString(" (override)")
+	return &Rule{
+		Policy:          p,
+		Unit:            unit,
+		UnitMultiplier:  1,
+		RequestsPerUnit: rpu,
+		Path:            b.String(),
+		Domain:          domain,
+	}, nil
+}

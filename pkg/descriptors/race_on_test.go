@@ -1,0 +1,5 @@
+//go:build race
+
+package descriptors
+
+const raceEnabled = true

@@ -1,0 +1,204 @@
+package descriptors
+
+import (
+	"bytes"
+	"encoding/hex"
+	"strings"
+	"testing"
+
+	"github.com/envoy-rls/envoy-rls/pkg/limiter"
+)
+
+func subjectLoad(t testing.TB, secret []byte) *Snapshot {
+	t.Helper()
+	s, err := Load("testdata/rules", Options{Secret: secret})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+func TestSubjectEncodingIsInjective(t *testing.T) {
+	s := subjectLoad(t, testSecret)
+	cases := [][2][]Entry{
+		{{{"a", "bc"}}, {{"ab", "c"}}},
+		{{{"a", "b"}, {"c", "d"}}, {{"a", "b\x00\x00\x00\x01c"}, {"", "d"}}},
+		{{{"a", ""}, {"b", ""}}, {{"a", ""}}},
+		{{{"k", "v"}}, {{"k", "v "}}},
+		{{{"k", "x"}}, {{"k", "X"}}},
+	}
+	for i, c := range cases {
+		a := s.subject("p", c[0], nil)
+		b := s.subject("p", c[1], nil)
+		if a == b {
+			t.Errorf("case %d: %v and %v share a subject", i, c[0], c[1])
+		}
+	}
+	if s.subject("p1", e("k=v"), nil) == s.subject("p2", e("k=v"), nil) {
+		t.Errorf("policy ID not part of the subject")
+	}
+	if s.subject("p", e("k=v"), nil) != s.subject("p", e("k=v"), nil) {
+		t.Errorf("subject is not deterministic")
+	}
+}
+
+func TestSubjectDependsOnSecret(t *testing.T) {
+	a := subjectLoad(t, testSecret)
+	b := subjectLoad(t, []byte("another-secret-of-enough-length"))
+	ma, _ := a.Match("ref", e("remote_address=10.0.0.1"))
+	mb, _ := b.Match("ref", e("remote_address=10.0.0.1"))
+	if ma.Subject == mb.Subject {
+		t.Errorf("different secrets give one subject")
+	}
+	if _, err := Load("testdata/rules", Options{Secret: []byte("short")}); err != ErrSecret {
+		t.Errorf("short secret: err = %v", err)
+	}
+}
+
+func TestSubjectPerValueAndShared(t *testing.T) {
+	s := loadRules(t)
+	m1, _ := s.Match("ref", e("remote_address=10.0.0.1"))
+	m2, _ := s.Match("ref", e("remote_address=10.0.0.2"))
+	if m1.Subject == m2.Subject {
+		t.Errorf("key-only rule: two values share a subject")
+	}
+	w1, _ := s.Match("wild", e("path=/files/a"))
+	w2, _ := s.Match("wild", e("path=/files/b"))
+	if w1.Subject == w2.Subject {
+		t.Errorf("wildcard without share_threshold: two values share a subject")
+	}
+	s1, _ := s.Match("wild", e("api_key=team-a-1"))
+	s2, _ := s.Match("wild", e("api_key=team-a-2"))
+	if s1.Subject != s2.Subject {
+		t.Errorf("share_threshold: values do not share a subject")
+	}
+	// The shared subject is not the subject of the literal pattern value
+	// (encoded with another tag).
+	if lit := s.subject(s1.Rule.Policy.ID(), e("api_key=team-a-*"), nil); lit == s1.Subject {
+		t.Errorf("shared subject equals the subject of a literal value")
+	}
+}
+
+// TestStorageKeyPrivacy checks that the physical key built from a match
+// carries no raw value and spreads subjects over hash tags.
+func TestStorageKeyPrivacy(t *testing.T) {
+	s := loadRules(t)
+	secretValues := []string{"10.0.0.1", "2061111111", "bkthomps", "user-a", "team-a-1"}
+	reqs := [][]Entry{
+		e("remote_address=10.0.0.1"),
+		e("message_type=marketing", "to_number=2061111111"),
+		e("key_1=value_1", "user=bkthomps"),
+		e("service=auth", "user=user-a"),
+	}
+	tags := map[string]bool{}
+	keys := map[string]bool{}
+	for _, r := range reqs {
+		m, ok := s.Match("ref", r)
+		if !ok {
+			t.Fatalf("no match for %v", r)
+		}
+		k := limiter.StorageKey(nil, m.Rule.Policy, m.Subject)
+		for _, v := range secretValues {
+			if bytes.Contains(k, []byte(v)) || bytes.Contains(k, []byte(hex.EncodeToString([]byte(v)))) {
+				t.Errorf("key %q contains raw value %q", k, v)
+			}
+		}
+		if !bytes.HasPrefix(k, []byte("rate:{")) || !bytes.Contains(k, []byte("}:state:")) {
+			t.Errorf("key %q lacks the expected shape", k)
+		}
+		tag := string(k[:bytes.IndexByte(k, '}')])
+		tags[tag] = true
+		keys[string(k)] = true
+	}
+	if len(tags) != len(reqs) || len(keys) != len(reqs) {
+		t.Errorf("keys or tags collide: %d tags, %d keys for %d requests", len(tags), len(keys), len(reqs))
+	}
+	// A new revision rolls the key; the subject stays.
+	a := writeAndMatch(t, "revision: 1")
+	b := writeAndMatch(t, "revision: 2")
+	if a.Subject != b.Subject {
+		t.Errorf("revision changed the subject")
+	}
+	if bytes.Equal(limiter.StorageKey(nil, a.Rule.Policy, a.Subject), limiter.StorageKey(nil, b.Rule.Policy, b.Subject)) {
+		t.Errorf("revision did not roll the key")
+	}
+	c := writeAndMatch(t, "algorithm: sliding_window")
+	if bytes.Equal(limiter.StorageKey(nil, a.Rule.Policy, a.Subject), limiter.StorageKey(nil, c.Rule.Policy, c.Subject)) {
+		t.Errorf("algorithm did not roll the key")
+	}
+}
+
+func writeAndMatch(t *testing.T, ext string) Match {
+	t.Helper()
+	dir := t.TempDir()
+	writeFile(t, dir+"/r.yaml", "domain: d\ndescriptors:\n  - key: user\n    rate_limit: {unit: second, requests_per_unit: 5, "+ext+"}\n")
+	s, err := Load(dir, Options{Secret: testSecret})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, ok := s.Match("d", e("user=alice"))
+	if !ok {
+		t.Fatal("no match")
+	}
+	return m
+}
+
+func TestMatchAllocations(t *testing.T) {
+	if testing.CoverMode() != "" || raceEnabled {
+		t.Skip("allocation counts are not meaningful under -race or -cover")
+	}
+	s := loadRules(t)
+	for _, tc := range []struct {
+		domain  string
+		entries []Entry
+	}{
+		{"ref", e("remote_address=10.0.0.1")},
+		{"ref", e("message_type=marketing", "to_number=2061111111")},
+		{"wild", e("path=/a1/b2/c")},
+		{"wild", e("api_key=team-a-1")},
+		{"ref", e("nope=x")},
+	} {
+		n := testing.AllocsPerRun(200, func() { s.Match(tc.domain, tc.entries) })
+		if n > 0 {
+			t.Errorf("Match(%v) allocates %.1f times per call", tc.entries, n)
+		}
+	}
+	ov := e("a=b")
+	n := testing.AllocsPerRun(200, func() { s.Override("ref", ov, 5, UnitSecond) })
+	if n > 0 {
+		t.Errorf("cached Override allocates %.1f times per call", n)
+	}
+}
+
+func BenchmarkMatch(b *testing.B) {
+	s := loadRules(b)
+	cases := []struct {
+		name    string
+		domain  string
+		entries []Entry
+	}{
+		{"exact", "ref", e("database=users")},
+		{"key-only", "ref", e("remote_address=10.11.12.13")},
+		{"nested-2", "ref", e("message_type=marketing", "to_number=2061111111")},
+		{"wildcard-middle", "wild", e("path=/a123/b456/c")},
+		{"long-value", "ref", e("remote_address=" + strings.Repeat("x", 1024))},
+		{"miss", "ref", e("nope=x")},
+	}
+	for _, c := range cases {
+		b.Run(c.name, func(b *testing.B) {
+			b.ReportAllocs()
+			b.RunParallel(func(pb *testing.PB) {
+				for pb.Next() {
+					s.Match(c.domain, c.entries)
+				}
+			})
+		})
+	}
+	b.Run("override-cached", func(b *testing.B) {
+		b.ReportAllocs()
+		ents := e("generic_key=x", "user=alice")
+		for b.Loop() {
+			s.Override("ref", ents, 10, UnitMinute)
+		}
+	})
+}
