@@ -122,7 +122,7 @@ func (s *sim) step(i int, now, cost int64) {
 
 func fuzzSeeds(f *testing.F, add func(a, b uint16, ops []byte)) {
 	add(10, 1000, []byte{0, 0, 3, 0, 1, 9, 0, 0, 0, 0x03, 0xe8, 9})
-	add(1, 1, []byte{0, 0, 0, 0, 0, 0, 0, 1, 0, 0xff, 0x00, 0})                  // regression beyond 2s, then
+	add(1, 1, []byte{0, 0, 0, 0, 0, 0, 0, 1, 0, 0xff, 0x00, 0})                      // regression beyond 2s, then
 	add(1000, 60000, []byte{0x7f, 0xff, 200, 0xf8, 0x30, 1, 0xff, 0xff, 7, 0, 0, 9}) // big step, small regressions
 	add(7, 333, []byte{0, 100, 4, 0, 100, 4, 0, 133, 6, 0, 1, 2, 0, 200, 6, 0, 99, 1})
 }
