@@ -1,0 +1,188 @@
+package lua
+
+import (
+	"errors"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/envoy-rls/envoy-rls/pkg/limiter"
+)
+
+func mustPolicy(t testing.TB, spec limiter.PolicySpec) *limiter.Policy {
+	t.Helper()
+	p, err := limiter.NewPolicy(spec)
+	if err != nil {
+		t.Fatalf("NewPolicy: %v", err)
+	}
+	return p
+}
+
+func TestProgramsShape(t *testing.T) {
+	var prelude string
+	for _, p := range Programs() {
+		src := p.Source
+		if src == "" {
+			t.Fatalf("%s: empty source", p.Name)
+		}
+		for _, want := range []string{"-- KEYS[1]", "-- ARGV[1]", "-- Reply:", "PEXPIRE", "'" + p.Algorithm.String() + "'"} {
+			if !strings.Contains(src, want) {
+				t.Errorf("%s: missing %q", p.Name, want)
+			}
+		}
+		if n := strings.Count(src, "redis.call('TIME')"); n != 1 {
+			t.Errorf("%s: TIME called %d times in the source, want exactly 1", p.Name, n)
+		}
+		if regexp.MustCompile(`redis\.p?call\('(SET|DEL|INCR|EXPIRE|HINCRBY)`).MatchString(src) {
+			t.Errorf("%s: writes outside the single HSET + PEXPIRE", p.Name)
+		}
+		start := strings.Index(src, "-- Shared prelude")
+		end := strings.Index(src, "-- End of the shared prelude.")
+		if start < 0 || end < start {
+			t.Fatalf("%s: shared prelude markers missing", p.Name)
+		}
+		if prelude == "" {
+			prelude = src[start:end]
+		} else if src[start:end] != prelude {
+			t.Errorf("%s: shared prelude differs from the first program's", p.Name)
+		}
+	}
+	if _, ok := ProgramFor(0); ok {
+		t.Error("ProgramFor(0) ok")
+	}
+}
+
+func TestAppendArgs(t *testing.T) {
+	fw := mustPolicy(t, limiter.PolicySpec{ID: "api.users", Algorithm: limiter.FixedWindow,
+		Params: limiter.FixedWindowParams{Limit: 10, Window: time.Minute}})
+	tb := mustPolicy(t, limiter.PolicySpec{ID: "tb", Revision: 3, Algorithm: limiter.TokenBucket, MaxCost: 5,
+		Params: limiter.TokenBucketParams{Capacity: 100, RefillAmount: 10, RefillPeriod: 4 * time.Second}})
+	tests := []struct {
+		p    *limiter.Policy
+		cost int64
+		want string
+	}{
+		{fw, 2, "api.users 1 10 60000 10 1000 2000 2"},
+		{tb, 1, "tb 3 100 1 400 5 1000 2000 1"},
+	}
+	for _, tt := range tests {
+		if got := strings.Join(AppendArgs(nil, tt.p, tt.cost), " "); got != tt.want {
+			t.Errorf("AppendArgs(%s) = %q, want %q", tt.p.ID(), got, tt.want)
+		}
+	}
+}
+
+func TestParseReply(t *testing.T) {
+	p := mustPolicy(t, limiter.PolicySpec{ID: "p", Algorithm: limiter.FixedWindow,
+		Params: limiter.FixedWindowParams{Limit: 10, Window: time.Second}})
+	f := func(s string) []string { return strings.Split(s, " ") }
+	tests := []struct {
+		name   string
+		fields []string
+		want   limiter.Reply
+		ok     bool
+	}{
+		{"allowed", f("ALLOWED 1000 1000 10 9 0 2000"), limiter.Reply{Status: limiter.StatusAllowed, ServerNowMs: 1000, EffectiveNowMs: 1000, Limit: 10, Remaining: 9, ResetAtMs: 2000}, true},
+		{"denied clamped", f("DENIED 1000 1500 10 0 500 2000"), limiter.Reply{Status: limiter.StatusDenied, ServerNowMs: 1000, EffectiveNowMs: 1500, Limit: 10, RetryAfterMs: 500, ResetAtMs: 2000}, true},
+		{"clock unsafe", f("CLOCK_UNSAFE 1000 1000 10 0 0 0"), limiter.Reply{Status: limiter.StatusClockUnsafe, ServerNowMs: 1000, EffectiveNowMs: 1000, Limit: 10}, true},
+		{"incompatible", f("STATE_INCOMPATIBLE 1000 1000 10 0 0 0"), limiter.Reply{Status: limiter.StatusStateIncompatible, ServerNowMs: 1000, EffectiveNowMs: 1000, Limit: 10}, true},
+		{"invalid", f("INVALID 1000 1000 0 0 0 0"), limiter.Reply{Status: limiter.StatusInvalid, ServerNowMs: 1000, EffectiveNowMs: 1000}, true},
+		{"max safe", f("ALLOWED 9007199254740991 9007199254740991 10 0 0 9007199254740991"), limiter.Reply{Status: limiter.StatusAllowed, ServerNowMs: limiter.MaxSafeInteger, EffectiveNowMs: limiter.MaxSafeInteger, Limit: 10, ResetAtMs: limiter.MaxSafeInteger}, true},
+
+		{"six fields", f("ALLOWED 1000 1000 10 9 0"), limiter.Reply{}, false},
+		{"eight fields", f("ALLOWED 1000 1000 10 9 0 2000 1"), limiter.Reply{}, false},
+		{"no fields", nil, limiter.Reply{}, false},
+		{"lower-case status", f("allowed 1000 1000 10 9 0 2000"), limiter.Reply{}, false},
+		{"unknown status", f("OK 1000 1000 10 9 0 2000"), limiter.Reply{}, false},
+		{"negative", f("DENIED 1000 1000 10 -1 5 2000"), limiter.Reply{}, false},
+		{"plus sign", f("ALLOWED +1000 1000 10 9 0 2000"), limiter.Reply{}, false},
+		{"float", f("ALLOWED 1000 1000 10 9.0 0 2000"), limiter.Reply{}, false},
+		{"exponent", f("ALLOWED 1e3 1000 10 9 0 2000"), limiter.Reply{}, false},
+		{"leading zero", f("ALLOWED 01000 1000 10 9 0 2000"), limiter.Reply{}, false},
+		{"empty number", []string{"ALLOWED", "1000", "", "10", "9", "0", "2000"}, limiter.Reply{}, false},
+		{"space", []string{"ALLOWED", "1000", "1000 ", "10", "9", "0", "2000"}, limiter.Reply{}, false},
+		{"2^53", f("ALLOWED 9007199254740992 9007199254740992 10 9 0 9007199254740992"), limiter.Reply{}, false},
+		{"17 digits", f("ALLOWED 10000000000000000 1000 10 9 0 2000"), limiter.Reply{}, false},
+		{"allowed with retry", f("ALLOWED 1000 1000 10 9 5 2000"), limiter.Reply{}, false},
+		{"denied without retry", f("DENIED 1000 1000 10 0 0 2000"), limiter.Reply{}, false},
+		{"remaining above limit", f("ALLOWED 1000 1000 10 11 0 2000"), limiter.Reply{}, false},
+		{"wrong limit", f("ALLOWED 1000 1000 11 9 0 2000"), limiter.Reply{}, false},
+		{"effective before server", f("ALLOWED 1000 999 10 9 0 2000"), limiter.Reply{}, false},
+		{"clamp beyond policy", f("ALLOWED 1000 3001 10 9 0 4000"), limiter.Reply{}, false},
+		{"reset in the past", f("ALLOWED 1000 1000 10 9 0 999"), limiter.Reply{}, false},
+		{"unsafe with fields", f("CLOCK_UNSAFE 1000 1000 10 1 0 0"), limiter.Reply{}, false},
+		{"invalid with limit", f("INVALID 1000 1000 10 0 0 0"), limiter.Reply{}, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := ParseReply(p, tt.fields)
+			if tt.ok != (err == nil) {
+				t.Fatalf("ParseReply(%q) error = %v, want ok=%v", tt.fields, err, tt.ok)
+			}
+			if err != nil {
+				if !errors.Is(err, ErrMalformedReply) {
+					t.Fatalf("error %v does not match ErrMalformedReply", err)
+				}
+				if got != (limiter.Reply{}) {
+					t.Fatalf("error with a non-zero reply %+v", got)
+				}
+				return
+			}
+			if got != tt.want {
+				t.Fatalf("ParseReply = %+v, want %+v", got, tt.want)
+			}
+		})
+	}
+}
+
+func FuzzParseReply(f *testing.F) {
+	p, err := limiter.NewPolicy(limiter.PolicySpec{ID: "p", Algorithm: limiter.TokenBucket,
+		Params: limiter.TokenBucketParams{Capacity: 10, RefillAmount: 1, RefillPeriod: time.Second}})
+	if err != nil {
+		f.Fatal(err)
+	}
+	for _, s := range []string{
+		"ALLOWED\x001000\x001000\x0010\x009\x000\x002000",
+		"DENIED\x001000\x001000\x0010\x000\x00500\x002000",
+		"INVALID\x001000\x001000\x000\x000\x000\x000",
+		"CLOCK_UNSAFE\x001\x001\x0010\x000\x000\x000",
+		"ALLOWED\x00-1\x001000\x0010\x009\x000\x002000",
+		"ALLOWED\x009007199254740992\x001000\x0010\x009\x000\x002000",
+	} {
+		f.Add(s, true)
+		f.Add(s, false)
+	}
+	f.Fuzz(func(t *testing.T, data string, withPolicy bool) {
+		fields := strings.Split(data, "\x00")
+		pol := p
+		if !withPolicy {
+			pol = nil
+		}
+		r, err := ParseReply(pol, fields)
+		if err != nil {
+			if !errors.Is(err, ErrMalformedReply) {
+				t.Fatalf("error %v does not match ErrMalformedReply", err)
+			}
+			return
+		}
+		// Accepted: the input is exactly the canonical encoding of r.
+		enc := []string{r.Status.String()}
+		for _, v := range []int64{r.ServerNowMs, r.EffectiveNowMs, r.Limit, r.Remaining, r.RetryAfterMs, r.ResetAtMs} {
+			if v < 0 || v > limiter.MaxSafeInteger {
+				t.Fatalf("accepted out-of-range value %d", v)
+			}
+			enc = append(enc, strconv.FormatInt(v, 10))
+		}
+		if strings.Join(enc, "\x00") != data {
+			t.Fatalf("accepted non-canonical %q", data)
+		}
+		if r.Status == limiter.StatusAllowed && (r.RetryAfterMs != 0 || r.Remaining > r.Limit) {
+			t.Fatalf("accepted inconsistent allow %+v", r)
+		}
+		if pol != nil && r.Status != limiter.StatusInvalid && r.Limit != pol.Limit() {
+			t.Fatalf("accepted limit %d for a policy of %d", r.Limit, pol.Limit())
+		}
+	})
+}
