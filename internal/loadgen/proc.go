@@ -1,0 +1,75 @@
+package loadgen
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// ClockTicksPerSecond is the unit of utime and stime in /proc/<pid>/stat.
+// It is sysconf(_SC_CLK_TCK), which the Linux kernel fixes at USER_HZ = 100
+// for user space on every mainstream architecture; reading it for real
+// would need cgo, so we assume 100.
+const ClockTicksPerSecond = 100
+
+// ErrBadStat is returned when a /proc/<pid>/stat line cannot be parsed.
+var ErrBadStat = errors.New("loadgen: malformed /proc stat line")
+
+// ParseStatCPU returns utime+stime, in clock ticks, from the content of a
+// /proc/<pid>/stat file. The command name (field 2) is in parentheses and
+// may itself contain spaces and parentheses, so fields are counted from the
+// last ')'.
+func ParseStatCPU(stat string) (ticks uint64, err error) {
+	end := strings.LastIndexByte(stat, ')')
+	if end < 0 {
+		return 0, fmt.Errorf("%w: no ')' after the command name", ErrBadStat)
+	}
+	// After ")": field 3 (state) is rest[0], so field k is rest[k-3];
+	// utime is field 14 and stime field 15.
+	rest := strings.Fields(stat[end+1:])
+	if len(rest) < 13 {
+		return 0, fmt.Errorf("%w: %d fields after the command name, want ≥ 13", ErrBadStat, len(rest))
+	}
+	u, err := strconv.ParseUint(rest[11], 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("%w: utime: %v", ErrBadStat, err)
+	}
+	s, err := strconv.ParseUint(rest[12], 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("%w: stime: %v", ErrBadStat, err)
+	}
+	return u + s, nil
+}
+
+// TicksToDuration converts clock ticks to a duration.
+func TicksToDuration(ticks uint64) time.Duration {
+	return time.Duration(ticks) * (time.Second / ClockTicksPerSecond)
+}
+
+// ProcessCPU returns the user+system CPU time consumed so far by process
+// pid, read from /proc/<pid>/stat (resolution 10 ms).
+func ProcessCPU(pid int) (time.Duration, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0, fmt.Errorf("loadgen: reading server CPU: %w", err)
+	}
+	t, err := ParseStatCPU(string(b))
+	if err != nil {
+		return 0, fmt.Errorf("loadgen: pid %d: %w", pid, err)
+	}
+	return TicksToDuration(t), nil
+}
+
+// SelfCPU returns the user+system CPU time consumed so far by this process,
+// from getrusage(2) (microsecond resolution).
+func SelfCPU() (time.Duration, error) {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0, fmt.Errorf("loadgen: getrusage: %w", err)
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano()), nil
+}
