@@ -151,6 +151,12 @@ func (c *compiler) checkLimit(rl *rawLimit, what string) (limitSpec, bool) {
 func policyReason(err error) string {
 	var fe *limiter.FieldError
 	if errors.As(err, &fe) {
+		switch fe.Field {
+		case "window", "refill_period":
+			return "the window (unit x unit_multiplier) is out of range: it " + fe.Reason
+		case "capacity":
+			return "burst (or requests_per_unit) " + fe.Reason
+		}
 		return fe.Field + " " + fe.Reason
 	}
 	return err.Error()

@@ -1,0 +1,179 @@
+package descriptors
+
+import (
+	"crypto/rand"
+	"fmt"
+	"strings"
+)
+
+// DomainInfo describes one domain for the admin configuration page. It holds
+// configured strings only: no secret and no request value.
+type DomainInfo struct {
+	Domain string     `json:"domain"`
+	File   string     `json:"file"`
+	Rules  []RuleInfo `json:"rules"`
+	// Policies lists the named policies defined in the domain's file.
+	Policies []string `json:"policies,omitempty"`
+}
+
+// RuleInfo describes one rule (a descriptor with a rate_limit or policy).
+type RuleInfo struct {
+	Path            string         `json:"path"`
+	Source          string         `json:"source"`
+	PolicyID        string         `json:"policy_id,omitempty"`
+	PolicyName      string         `json:"policy,omitempty"`
+	Name            string         `json:"name,omitempty"`
+	Replaces        []string       `json:"replaces,omitempty"`
+	Unlimited       bool           `json:"unlimited,omitempty"`
+	Algorithm       string         `json:"algorithm,omitempty"`
+	RequestsPerUnit uint32         `json:"requests_per_unit"`
+	Unit            string         `json:"unit,omitempty"`
+	UnitMultiplier  uint32         `json:"unit_multiplier,omitempty"`
+	Window          string         `json:"window,omitempty"`
+	Burst           uint32         `json:"burst,omitempty"`
+	Revision        uint32         `json:"revision,omitempty"`
+	FailureMode     string         `json:"failure_mode,omitempty"`
+	Headers         string         `json:"headers,omitempty"`
+	ShadowMode      bool           `json:"shadow_mode,omitempty"`
+	QuotaMode       bool           `json:"quota_mode,omitempty"`
+	ShareThreshold  bool           `json:"share_threshold,omitempty"`
+	DetailedMetric  bool           `json:"detailed_metric,omitempty"`
+	ValueToMetric   bool           `json:"value_to_metric,omitempty"`
+	Metadata        map[string]any `json:"metadata,omitempty"`
+}
+
+// Domains describes every domain, sorted by name, rules in file order. The
+// result is a fresh copy except for Metadata maps, which are shared and must
+// not be modified.
+func (s *Snapshot) Domains() []DomainInfo {
+	if s == nil {
+		return nil
+	}
+	out := make([]DomainInfo, 0, len(s.order))
+	for _, d := range s.order {
+		di := DomainInfo{Domain: d.name, File: d.file, Rules: make([]RuleInfo, 0, len(d.rules))}
+		di.Policies = append(di.Policies, d.policyNames...)
+		for _, r := range d.rules {
+			di.Rules = append(di.Rules, r.info())
+		}
+		out = append(out, di)
+	}
+	return out
+}
+
+func (r *Rule) info() RuleInfo {
+	ri := RuleInfo{
+		Path:            r.Path,
+		Source:          r.Source,
+		PolicyName:      r.PolicyName,
+		Name:            r.Name,
+		Replaces:        append([]string(nil), r.Replaces...),
+		Unlimited:       r.Unlimited,
+		RequestsPerUnit: r.RequestsPerUnit,
+		Burst:           r.Burst,
+		Headers:         r.Headers.String(),
+		ShadowMode:      r.ShadowMode,
+		QuotaMode:       r.QuotaMode,
+		ShareThreshold:  r.ShareThreshold,
+		DetailedMetric:  r.DetailedMetric,
+		ValueToMetric:   r.ValueToMetric,
+		Metadata:        r.Metadata,
+	}
+	if r.Policy != nil {
+		ri.PolicyID = r.Policy.ID()
+		ri.Algorithm = r.Policy.Algorithm().String()
+		ri.Unit = r.Unit.String()
+		ri.UnitMultiplier = r.UnitMultiplier
+		ri.Window = r.Window().String()
+		ri.Revision = r.Policy.Revision()
+		ri.FailureMode = r.Policy.FailureMode().String()
+	}
+	return ri
+}
+
+// Validate loads the rule files at path as Load does (with a throw-away
+// secret) and, on success, returns a human summary of the domains and
+// policies found. On failure the error is the *ConfigError (or a read
+// error); its Error method prints one file:line:col: reason per line.
+func Validate(path string) (summary string, err error) {
+	secret := make([]byte, 32)
+	if _, err := rand.Read(secret); err != nil {
+		return "", fmt.Errorf("descriptors: reading random bytes: %w", err)
+	}
+	s, err := Load(path, Options{Secret: secret})
+	if err != nil {
+		return "", err
+	}
+	return s.Summary(), nil
+}
+
+// Summary describes the snapshot for humans: one line per domain and one
+// per rule.
+func (s *Snapshot) Summary() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "OK: %d file(s), %d domain(s), %d rule(s) (%d limited)\n", len(s.files), len(s.order), s.rules, s.limited)
+	for _, d := range s.Domains() {
+		fmt.Fprintf(&b, "domain %s (%s)\n", d.Domain, d.File)
+		if len(d.Policies) > 0 {
+			fmt.Fprintf(&b, "  named policies: %s\n", strings.Join(d.Policies, ", "))
+		}
+		for _, r := range d.Rules {
+			fmt.Fprintf(&b, "  %s\n    %s\n", r.Path, r.describe())
+		}
+	}
+	return b.String()
+}
+
+func (r RuleInfo) describe() string {
+	if r.Unlimited {
+		return "unlimited" + r.flags()
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "policy %s: %s %d per ", r.PolicyID, r.Algorithm, r.RequestsPerUnit)
+	if r.UnitMultiplier > 1 {
+		fmt.Fprintf(&b, "%d %ss", r.UnitMultiplier, r.Unit)
+	} else {
+		b.WriteString(r.Unit)
+	}
+	if r.Burst > 0 {
+		fmt.Fprintf(&b, ", burst %d", r.Burst)
+	}
+	if r.Revision > 1 {
+		fmt.Fprintf(&b, ", revision %d", r.Revision)
+	}
+	if r.FailureMode == "open" {
+		b.WriteString(", fails open")
+	}
+	if r.Headers != "" {
+		fmt.Fprintf(&b, ", headers %s", r.Headers)
+	}
+	b.WriteString(r.flags())
+	return b.String()
+}
+
+func (r RuleInfo) flags() string {
+	var f []string
+	for _, x := range []struct {
+		on   bool
+		name string
+	}{{r.ShadowMode, "shadow_mode"}, {r.QuotaMode, "quota_mode"}, {r.ShareThreshold, "share_threshold"},
+		{r.DetailedMetric, "detailed_metric"}, {r.ValueToMetric, "value_to_metric"}} {
+		if x.on {
+			f = append(f, x.name)
+		}
+	}
+	if r.Name != "" {
+		f = append(f, "name="+r.Name)
+	}
+	if len(r.Replaces) > 0 {
+		f = append(f, "replaces="+strings.Join(r.Replaces, ","))
+	}
+	if r.PolicyName != "" {
+		f = append(f, "uses policy "+r.PolicyName)
+	}
+	if len(f) == 0 {
+		return ""
+	}
+	return " [" + strings.Join(f, ", ") + "]"
+}
+
