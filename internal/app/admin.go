@@ -1,0 +1,91 @@
+package app
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/envoy-rls/envoy-rls/pkg/descriptors"
+)
+
+// readyTimeout bounds the store check of one /readyz request.
+const readyTimeout = time.Second
+
+// adminHandler serves /healthz, /readyz, /metrics and /config.
+func (s *server) adminHandler() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
+		writeText(w, http.StatusOK, "ok")
+	})
+	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
+		if reason := s.notReady(r.Context()); reason != "" {
+			writeText(w, http.StatusServiceUnavailable, "not ready: "+reason)
+			return
+		}
+		writeText(w, http.StatusOK, "ready")
+	})
+	mux.Handle("GET /metrics", promhttp.HandlerFor(s.reg, promhttp.HandlerOpts{Registry: s.reg}))
+	mux.HandleFunc("GET /config", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		enc := json.NewEncoder(w)
+		enc.SetIndent("", "  ")
+		_ = enc.Encode(s.configView())
+	})
+	return mux
+}
+
+// notReady returns why the process should not receive traffic, or "".
+func (s *server) notReady(ctx context.Context) string {
+	if s.draining.Load() {
+		return "draining"
+	}
+	if s.rules.current() == nil {
+		return "rules not loaded"
+	}
+	if s.ping != nil {
+		ctx, cancel := context.WithTimeout(ctx, readyTimeout)
+		defer cancel()
+		if err := s.ping.Ping(ctx); err != nil {
+			return "store unreachable: " + err.Error()
+		}
+	}
+	return ""
+}
+
+// configDoc is the /config document: configured strings only, no secret.
+type configDoc struct {
+	Config         string                   `json:"config"`
+	Store          string                   `json:"store"`
+	DefaultHeaders string                   `json:"default_headers"`
+	Fingerprint    string                   `json:"fingerprint,omitempty"`
+	Files          []string                 `json:"files,omitempty"`
+	Domains        []descriptors.DomainInfo `json:"domains"`
+	LastReload     reloadResult             `json:"last_reload"`
+}
+
+func (s *server) configView() configDoc {
+	snap := s.rules.current()
+	doc := configDoc{
+		Config:         s.opts.Config,
+		Store:          s.opts.Store,
+		DefaultHeaders: s.opts.DefaultHeaders,
+		Fingerprint:    snap.Fingerprint(),
+		Files:          snap.Files(),
+		Domains:        snap.Domains(),
+		LastReload:     s.rules.lastResult(),
+	}
+	if doc.Domains == nil {
+		doc.Domains = []descriptors.DomainInfo{}
+	}
+	return doc
+}
+
+func writeText(w http.ResponseWriter, code int, msg string) {
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(code)
+	_, _ = w.Write([]byte(msg + "\n"))
+}

@@ -1,0 +1,442 @@
+// Package app is the envoy-rls binary: flags, wiring, the gRPC and admin
+// HTTP servers, signals and graceful stop. cmd/envoy-rls only calls Run, so
+// that everything here runs in tests.
+package app
+
+import (
+	"context"
+	"crypto/rand"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/reflection"
+
+	"github.com/envoy-rls/envoy-rls/pkg/descriptors"
+	"github.com/envoy-rls/envoy-rls/pkg/limiter"
+	"github.com/envoy-rls/envoy-rls/pkg/limiter/memory"
+	"github.com/envoy-rls/envoy-rls/pkg/rls"
+)
+
+// ErrFailed is returned (wrapped or as is) once the failure has already been
+// reported to the user; main then exits 1 without printing it again.
+var ErrFailed = errors.New("envoy-rls: failed")
+
+const usage = `envoy-rls: a global rate-limit service for Envoy and Istio.
+
+Usage:
+  envoy-rls serve --config PATH [flags]   serve RateLimitService over gRPC
+  envoy-rls validate [--config] PATH      check rule files; exit 1 on problems
+  envoy-rls help                          this text
+
+Every flag can also be set as ENVOY_RLS_<NAME> (dashes become underscores),
+e.g. ENVOY_RLS_GRPC_ADDR=:9081. Run "envoy-rls serve -h" for the flags.
+`
+
+// Run runs one envoy-rls command. ctx ends the serve command (main cancels
+// it on SIGTERM/SIGINT); getenv reads the environment.
+func Run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	return run(ctx, args, getenv, stdout, stderr, hooks{})
+}
+
+// hooks let tests observe a running server.
+type hooks struct {
+	// listening is called once both listeners are bound.
+	listening func(grpcAddr, adminAddr string)
+	// wrapStore wraps the store (fault injection in tests).
+	wrapStore func(limiter.Store) limiter.Store
+	// reloadSignals replaces SIGHUP delivery.
+	reloadSignals <-chan struct{}
+}
+
+func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer, h hooks) error {
+	if len(args) == 0 {
+		fmt.Fprint(stderr, usage)
+		return fmt.Errorf("%w: a command is required", ErrFailed)
+	}
+	switch args[0] {
+	case "serve":
+		return serveCommand(ctx, args[1:], getenv, stderr, h)
+	case "validate":
+		return validateCommand(args[1:], getenv, stdout, stderr)
+	case "help", "-h", "-help", "--help":
+		fmt.Fprint(stdout, usage)
+		return nil
+	}
+	fmt.Fprint(stderr, usage)
+	return fmt.Errorf("%w: unknown command %q", ErrFailed, args[0])
+}
+
+// validateCommand loads the rule files and prints one problem per line
+// (file:line:column: reason), or the domains and policies found.
+func validateCommand(args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("envoy-rls validate", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var path string
+	fs.StringVar(&path, "config", "", "rule file or directory of rule files")
+	if err := parseFlags(fs, args, getenv); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return nil
+		}
+		return fmt.Errorf("%w: %v", ErrFailed, err)
+	}
+	if path == "" && fs.NArg() == 1 {
+		path = fs.Arg(0)
+	}
+	if path == "" || fs.NArg() > 1 || fs.NArg() == 1 && path != fs.Arg(0) {
+		fmt.Fprintln(stderr, "usage: envoy-rls validate [--config] PATH")
+		return fmt.Errorf("%w: validate needs exactly one rule path", ErrFailed)
+	}
+	summary, err := descriptors.Validate(path)
+	if err != nil {
+		var ce *descriptors.ConfigError
+		if errors.As(err, &ce) {
+			for _, p := range ce.Problems {
+				fmt.Fprintln(stdout, p.String())
+			}
+			fmt.Fprintf(stderr, "%d problem(s) in %s\n", len(ce.Problems), path)
+		} else {
+			fmt.Fprintf(stdout, "%s: %v\n", path, err)
+		}
+		return fmt.Errorf("%w: invalid configuration", ErrFailed)
+	}
+	fmt.Fprint(stdout, summary)
+	return nil
+}
+
+func newLogger(level string, w io.Writer) (*zap.Logger, error) {
+	lvl, err := zapcore.ParseLevel(level)
+	if err != nil {
+		return nil, fmt.Errorf("--log-level %q: must be debug, info, warn or error", level)
+	}
+	enc := zap.NewProductionEncoderConfig()
+	enc.TimeKey = "ts"
+	enc.EncodeTime = zapcore.RFC3339NanoTimeEncoder
+	core := zapcore.NewCore(zapcore.NewJSONEncoder(enc), zapcore.Lock(zapcore.AddSync(w)), lvl)
+	return zap.New(core, zap.ErrorOutput(zapcore.Lock(zapcore.AddSync(w)))), nil
+}
+
+// readSecret returns the HMAC secret and where it came from.
+func readSecret(o *Options, getenv func(string) string) ([]byte, string, error) {
+	if o.HMACSecretFile != "" {
+		b, err := os.ReadFile(o.HMACSecretFile)
+		if err != nil {
+			return nil, "", fmt.Errorf("reading --hmac-secret-file: %w", err)
+		}
+		b = []byte(strings.TrimRight(string(b), "\r\n"))
+		if len(b) < descriptors.MinSecretLength {
+			return nil, "", fmt.Errorf("--hmac-secret-file holds %d bytes; the secret must be at least %d", len(b), descriptors.MinSecretLength)
+		}
+		return b, "file", nil
+	}
+	if v := getenv(SecretEnv); v != "" {
+		if len(v) < descriptors.MinSecretLength {
+			return nil, "", fmt.Errorf("%s holds %d bytes; the secret must be at least %d", SecretEnv, len(v), descriptors.MinSecretLength)
+		}
+		return []byte(v), "environment", nil
+	}
+	if o.Store == "redis" {
+		return nil, "", fmt.Errorf("--store redis needs an HMAC secret shared by every replica: set --hmac-secret-file or %s", SecretEnv)
+	}
+	b := make([]byte, 32)
+	if _, err := rand.Read(b); err != nil {
+		return nil, "", fmt.Errorf("generating a random HMAC secret: %w", err)
+	}
+	return b, "random", nil
+}
+
+// pinger is a store that can say whether it is reachable (the Redis store).
+type pinger interface {
+	Ping(ctx context.Context) error
+}
+
+// server is one running serve command.
+type server struct {
+	opts     Options
+	log      *zap.Logger
+	reg      *prometheus.Registry
+	metrics  *rls.Metrics
+	rules    *ruleSet
+	store    limiter.Store
+	ping     pinger // nil: always reachable
+	health   *health.Server
+	draining atomic.Bool
+}
+
+func serveCommand(ctx context.Context, args []string, getenv func(string) string, stderr io.Writer, h hooks) error {
+	var o Options
+	fs := serveFlags(&o, stderr)
+	if err := parseFlags(fs, args, getenv); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return nil
+		}
+		return fmt.Errorf("%w: %v", ErrFailed, err)
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("serve takes no arguments (got %q); use --config", fs.Args())
+	}
+	if err := o.check(); err != nil {
+		return err
+	}
+	log, err := newLogger(o.LogLevel, stderr)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = log.Sync() }()
+	if err := serve(ctx, o, getenv, log, h); err != nil {
+		log.Error("envoy-rls stopped with an error", zap.Error(err))
+		return fmt.Errorf("%w: %v", ErrFailed, err)
+	}
+	return nil
+}
+
+func serve(ctx context.Context, o Options, getenv func(string) string, log *zap.Logger, h hooks) error {
+	s := &server{opts: o, log: log, reg: prometheus.NewRegistry()}
+	s.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	var err error
+	if s.metrics, err = rls.NewMetrics(s.reg); err != nil {
+		return err
+	}
+	secret, from, err := readSecret(&o, getenv)
+	if err != nil {
+		return err
+	}
+	if from == "random" {
+		log.Warn("no HMAC secret given (--hmac-secret-file or " + SecretEnv + "): using a random per-process secret; fine for the memory store, but subjects change on restart")
+	}
+	s.rules, err = newRuleSet(o.Config, descriptors.Options{Secret: secret}, s.onReload)
+	if err != nil {
+		return fmt.Errorf("loading rules from %s: %w", o.Config, err)
+	}
+	headers, _ := headerMode(o.DefaultHeaders) // checked
+
+	// Background work (sweeps, reloads, the servers) ends with ctx; the
+	// store closes after all of it has returned.
+	ctx, cancel := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	closeStore := func() {}
+	defer func() {
+		cancel()
+		wg.Wait()
+		closeStore()
+	}()
+
+	store, closeFn, err := s.openStore(ctx, &wg)
+	if err != nil {
+		return err
+	}
+	closeStore = closeFn
+	if h.wrapStore != nil {
+		store = h.wrapStore(store)
+	}
+	s.store = store
+	if p, ok := store.(pinger); ok {
+		s.ping = p
+	}
+
+	svc, err := rls.New(rls.Config{
+		Rules:          s.rules.rules,
+		Store:          store,
+		Metrics:        s.metrics,
+		Logger:         log,
+		DefaultHeaders: headers,
+	})
+	if err != nil {
+		return err
+	}
+
+	grpcLis, err := net.Listen("tcp", o.GRPCAddr)
+	if err != nil {
+		return fmt.Errorf("listening on --grpc-addr %s: %w", o.GRPCAddr, err)
+	}
+	adminLis, err := net.Listen("tcp", o.AdminAddr)
+	if err != nil {
+		_ = grpcLis.Close()
+		return fmt.Errorf("listening on --admin-addr %s: %w", o.AdminAddr, err)
+	}
+
+	gs := grpc.NewServer()
+	rlsv3.RegisterRateLimitServiceServer(gs, svc)
+	s.health = health.NewServer()
+	healthpb.RegisterHealthServer(gs, s.health)
+	reflection.Register(gs)
+	s.setServing(true)
+
+	admin := &http.Server{Handler: s.adminHandler(), ReadHeaderTimeout: 5 * time.Second}
+
+	errc := make(chan error, 2)
+	wg.Add(2)
+	go func() {
+		defer wg.Done()
+		if err := gs.Serve(grpcLis); err != nil {
+			errc <- fmt.Errorf("gRPC server: %w", err)
+		}
+	}()
+	go func() {
+		defer wg.Done()
+		if err := admin.Serve(adminLis); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			errc <- fmt.Errorf("admin server: %w", err)
+		}
+	}()
+
+	// Reloads: SIGHUP (or the test hook) and file changes.
+	hup := h.reloadSignals
+	if hup == nil {
+		sig := make(chan os.Signal, 1)
+		signal.Notify(sig, syscall.SIGHUP)
+		defer signal.Stop(sig)
+		ch := make(chan struct{})
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				select {
+				case <-ctx.Done():
+					return
+				case <-sig:
+					select {
+					case ch <- struct{}{}:
+					case <-ctx.Done():
+						return
+					}
+				}
+			}
+		}()
+		hup = ch
+	}
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-hup:
+				log.Info("SIGHUP: reloading rules")
+				s.rules.reload()
+			}
+		}
+	}()
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		if err := s.rules.watch(ctx); err != nil && ctx.Err() == nil {
+			log.Error("rule file watcher stopped; SIGHUP still reloads", zap.Error(err))
+		}
+	}()
+
+	log.Info("serving",
+		zap.String("grpc_addr", grpcLis.Addr().String()),
+		zap.String("admin_addr", adminLis.Addr().String()),
+		zap.String("store", o.Store),
+		zap.String("config", o.Config),
+		zap.String("default_headers", o.DefaultHeaders))
+	if h.listening != nil {
+		h.listening(grpcLis.Addr().String(), adminLis.Addr().String())
+	}
+
+	var runErr error
+	select {
+	case <-ctx.Done():
+		log.Info("stop requested: draining", zap.Duration("drain_timeout", o.DrainTimeout))
+	case runErr = <-errc:
+		log.Error("a server failed: stopping", zap.Error(runErr))
+	}
+	s.drain(gs, admin)
+	return runErr
+}
+
+// drain takes the process out of rotation and stops within the drain time:
+// readiness and gRPC health go false, the gRPC server stops accepting and
+// finishes in-flight calls (cut off at --drain-timeout), then the admin
+// server closes.
+func (s *server) drain(gs *grpc.Server, admin *http.Server) {
+	s.draining.Store(true)
+	s.setServing(false)
+	done := make(chan struct{})
+	go func() {
+		gs.GracefulStop()
+		close(done)
+	}()
+	timer := time.NewTimer(s.opts.DrainTimeout)
+	defer timer.Stop()
+	select {
+	case <-done:
+		s.log.Info("drained: every in-flight call finished")
+	case <-timer.C:
+		s.log.Warn("drain timeout: cancelling the calls still in flight", zap.Duration("drain_timeout", s.opts.DrainTimeout))
+		gs.Stop()
+		<-done
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	if err := admin.Shutdown(ctx); err != nil {
+		_ = admin.Close()
+	}
+}
+
+func (s *server) setServing(ok bool) {
+	st := healthpb.HealthCheckResponse_SERVING
+	if !ok {
+		st = healthpb.HealthCheckResponse_NOT_SERVING
+	}
+	s.health.SetServingStatus("", st)
+	s.health.SetServingStatus(rlsv3.RateLimitService_ServiceDesc.ServiceName, st)
+}
+
+// memoryObserver counts what the memory store drops and refuses.
+type memoryObserver struct{ m *rls.Metrics }
+
+func (o memoryObserver) Refused()      { o.m.MemoryRefused() }
+func (o memoryObserver) Expired(n int) { o.m.MemoryExpired(n) }
+
+// memorySweepInterval is how often expired memory states are dropped.
+const memorySweepInterval = 10 * time.Second
+
+// openStore builds the configured store and returns a function that closes it.
+func (s *server) openStore(ctx context.Context, wg *sync.WaitGroup) (limiter.Store, func(), error) {
+	switch s.opts.Store {
+	case "memory":
+		st, err := memory.New(memory.Config{MaxEntries: s.opts.MemoryMaxEntries, Observer: memoryObserver{s.metrics}})
+		if err != nil {
+			return nil, nil, fmt.Errorf("memory store: %w", err)
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			t := time.NewTicker(memorySweepInterval)
+			defer t.Stop()
+			for {
+				select {
+				case <-ctx.Done():
+					return
+				case now := <-t.C:
+					st.Sweep(now)
+					s.metrics.MemoryEntries(st.Len())
+				}
+			}
+		}()
+		return st, func() {}, nil
+	case "redis":
+		return s.openRedis(ctx)
+	}
+	return nil, nil, fmt.Errorf("--store %q: must be memory or redis", s.opts.Store)
+}

@@ -1,0 +1,437 @@
+package app
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	rlv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	reflectionpb "google.golang.org/grpc/reflection/grpc_reflection_v1"
+
+	"github.com/envoy-rls/envoy-rls/pkg/limiter"
+)
+
+const testRules = `domain: app
+descriptors:
+  - key: user
+    rate_limit:
+      unit: minute
+      requests_per_unit: 2
+`
+
+func writeRules(t *testing.T, dir, content string) string {
+	t.Helper()
+	p := filepath.Join(dir, "rules.yaml")
+	if err := os.WriteFile(p, []byte(content), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func noEnv(string) string { return "" }
+
+// syncBuffer is a bytes.Buffer safe for the logger and the test to share.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// running is one serve command started by a test.
+type running struct {
+	grpcAddr, adminAddr string
+	cancel              context.CancelFunc
+	done                chan error
+	logs                *syncBuffer
+	conn                *grpc.ClientConn
+	reload              chan struct{}
+}
+
+func startServe(t *testing.T, args []string, env map[string]string, h hooks) *running {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	r := &running{cancel: cancel, done: make(chan error, 1), logs: &syncBuffer{}, reload: make(chan struct{})}
+	addrs := make(chan [2]string, 1)
+	h.listening = func(g, a string) { addrs <- [2]string{g, a} }
+	h.reloadSignals = r.reload
+	base := []string{"serve", "--grpc-addr", "127.0.0.1:0", "--admin-addr", "127.0.0.1:0", "--drain-timeout", "5s"}
+	go func() {
+		r.done <- run(ctx, append(base, args...), func(k string) string { return env[k] }, io.Discard, r.logs, h)
+	}()
+	select {
+	case a := <-addrs:
+		r.grpcAddr, r.adminAddr = a[0], a[1]
+	case err := <-r.done:
+		cancel()
+		t.Fatalf("serve exited early: %v\nlogs:\n%s", err, r.logs)
+	case <-time.After(10 * time.Second):
+		cancel()
+		t.Fatalf("serve did not start\nlogs:\n%s", r.logs)
+	}
+	conn, err := grpc.NewClient(r.grpcAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.conn = conn
+	t.Cleanup(func() {
+		_ = conn.Close()
+		r.stop(t)
+	})
+	return r
+}
+
+// stop cancels the serve command and waits for it to return.
+func (r *running) stop(t *testing.T) error {
+	t.Helper()
+	r.cancel()
+	select {
+	case err, ok := <-r.done:
+		if ok {
+			close(r.done)
+		}
+		return err
+	case <-time.After(15 * time.Second):
+		t.Fatalf("serve did not stop\nlogs:\n%s", r.logs)
+	}
+	return nil
+}
+
+func (r *running) get(t *testing.T, path string) (int, string) {
+	t.Helper()
+	resp, err := http.Get("http://" + r.adminAddr + path)
+	if err != nil {
+		t.Fatalf("GET %s: %v", path, err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
+func (r *running) check(t *testing.T, value string) *rlsv3.RateLimitResponse {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	resp, err := rlsv3.NewRateLimitServiceClient(r.conn).ShouldRateLimit(ctx, &rlsv3.RateLimitRequest{
+		Domain: "app",
+		Descriptors: []*rlv3.RateLimitDescriptor{{Entries: []*rlv3.RateLimitDescriptor_Entry{{Key: "user", Value: value}}}},
+	})
+	if err != nil {
+		t.Fatalf("ShouldRateLimit: %v", err)
+	}
+	return resp
+}
+
+func TestServeEndToEnd(t *testing.T) {
+	dir := t.TempDir()
+	rules := writeRules(t, dir, testRules)
+	// --config from the environment, the rest from flags.
+	r := startServe(t, nil, map[string]string{"ENVOY_RLS_CONFIG": rules}, hooks{})
+
+	for i, want := range []rlsv3.RateLimitResponse_Code{rlsv3.RateLimitResponse_OK, rlsv3.RateLimitResponse_OK, rlsv3.RateLimitResponse_OVER_LIMIT} {
+		if got := r.check(t, "zed-the-user").OverallCode; got != want {
+			t.Fatalf("call %d: %v, want %v", i, got, want)
+		}
+	}
+
+	if code, body := r.get(t, "/healthz"); code != 200 || !strings.Contains(body, "ok") {
+		t.Fatalf("/healthz %d %q", code, body)
+	}
+	if code, body := r.get(t, "/readyz"); code != 200 {
+		t.Fatalf("/readyz %d %q", code, body)
+	}
+	code, metrics := r.get(t, "/metrics")
+	if code != 200 || !strings.Contains(metrics, `envoy_rls_decisions_total{domain="app",policy=`) || !strings.Contains(metrics, `envoy_rls_config_reloads_total{result="success"} 1`) {
+		t.Fatalf("/metrics %d:\n%s", code, metrics)
+	}
+	if strings.Contains(metrics, "zed-the-user") || strings.Contains(r.logs.String(), "zed-the-user") {
+		t.Fatal("a descriptor value reached /metrics or the logs")
+	}
+	code, cfg := r.get(t, "/config")
+	var doc configDoc
+	if err := json.Unmarshal([]byte(cfg), &doc); err != nil || code != 200 {
+		t.Fatalf("/config %d %v:\n%s", code, err, cfg)
+	}
+	if len(doc.Domains) != 1 || doc.Domains[0].Domain != "app" || !doc.LastReload.OK || doc.Store != "memory" {
+		t.Fatalf("/config: %+v", doc)
+	}
+
+	// gRPC health and reflection.
+	hr, err := healthpb.NewHealthClient(r.conn).Check(context.Background(), &healthpb.HealthCheckRequest{Service: "envoy.service.ratelimit.v3.RateLimitService"})
+	if err != nil || hr.Status != healthpb.HealthCheckResponse_SERVING {
+		t.Fatalf("health: %v %v", hr, err)
+	}
+	stream, err := reflectionpb.NewServerReflectionClient(r.conn).ServerReflectionInfo(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := stream.Send(&reflectionpb.ServerReflectionRequest{MessageRequest: &reflectionpb.ServerReflectionRequest_ListServices{}}); err != nil {
+		t.Fatal(err)
+	}
+	rr, err := stream.Recv()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, s := range rr.GetListServicesResponse().GetService() {
+		names = append(names, s.Name)
+	}
+	if !strings.Contains(strings.Join(names, " "), "envoy.service.ratelimit.v3.RateLimitService") {
+		t.Fatalf("reflection lists %v", names)
+	}
+	_ = stream.CloseSend()
+
+	if err := r.stop(t); err != nil {
+		t.Fatalf("serve returned %v, want nil (exit 0)", err)
+	}
+	if !strings.Contains(r.logs.String(), `"level":"warn"`) || !strings.Contains(r.logs.String(), "random per-process secret") {
+		t.Fatalf("the random secret was not logged:\n%s", r.logs)
+	}
+}
+
+func TestReloadKeepsPreviousOnFailure(t *testing.T) {
+	dir := t.TempDir()
+	rules := writeRules(t, dir, testRules)
+	r := startServe(t, []string{"--config", rules}, nil, hooks{})
+	_, before := r.get(t, "/config")
+
+	writeRules(t, dir, "domain: app\ndescriptors:\n  - key: user\n    rate_limit: {unit: fortnight, requests_per_unit: 1}\n")
+	r.reload <- struct{}{}
+	waitFor(t, func() bool {
+		_, m := r.get(t, "/metrics")
+		return strings.Contains(m, `envoy_rls_config_reloads_total{result="failure"} 1`)
+	})
+	_, after := r.get(t, "/config")
+	var doc configDoc
+	if err := json.Unmarshal([]byte(after), &doc); err != nil {
+		t.Fatal(err)
+	}
+	if doc.LastReload.OK || len(doc.LastReload.Problems) == 0 || doc.LastReload.Problems[0].Line != 4 {
+		t.Fatalf("last reload: %+v", doc.LastReload)
+	}
+	var prev configDoc
+	_ = json.Unmarshal([]byte(before), &prev)
+	if doc.Fingerprint != prev.Fingerprint || doc.Fingerprint == "" {
+		t.Fatal("a failed reload replaced the rules")
+	}
+	if got := r.check(t, "u").OverallCode; got != rlsv3.RateLimitResponse_OK {
+		t.Fatalf("after a failed reload: %v", got)
+	}
+
+	writeRules(t, dir, strings.Replace(testRules, "requests_per_unit: 2", "requests_per_unit: 1", 1))
+	r.reload <- struct{}{}
+	waitFor(t, func() bool {
+		_, m := r.get(t, "/metrics")
+		return strings.Contains(m, `envoy_rls_config_reloads_total{result="success"} 2`)
+	})
+	r.check(t, "v")
+	if got := r.check(t, "v").OverallCode; got != rlsv3.RateLimitResponse_OVER_LIMIT {
+		t.Fatalf("the new limit of 1 is not in force: %v", got)
+	}
+}
+
+func waitFor(t *testing.T, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatal("condition not met within 10s")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// blockingStore holds every Evaluate until released, and can fail Ping.
+type blockingStore struct {
+	limiter.Store
+	entered chan struct{}
+	release chan struct{}
+	mu      sync.Mutex
+	pingErr error
+}
+
+func (b *blockingStore) Evaluate(ctx context.Context, batch []limiter.Request, out []limiter.Outcome) {
+	b.entered <- struct{}{}
+	<-b.release
+	b.Store.Evaluate(ctx, batch, out)
+}
+
+func (b *blockingStore) Ping(context.Context) error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.pingErr
+}
+
+func TestReadyzAndGracefulDrain(t *testing.T) {
+	rules := writeRules(t, t.TempDir(), testRules)
+	bs := &blockingStore{entered: make(chan struct{}, 1), release: make(chan struct{})}
+	r := startServe(t, []string{"--config", rules}, nil, hooks{wrapStore: func(s limiter.Store) limiter.Store {
+		bs.Store = s
+		return bs
+	}})
+
+	if code, _ := r.get(t, "/readyz"); code != 200 {
+		t.Fatalf("/readyz %d, want 200", code)
+	}
+	bs.mu.Lock()
+	bs.pingErr = errors.New("connection refused")
+	bs.mu.Unlock()
+	if code, body := r.get(t, "/readyz"); code != 503 || !strings.Contains(body, "store unreachable: connection refused") {
+		t.Fatalf("/readyz %d %q, want 503 store unreachable", code, body)
+	}
+	bs.mu.Lock()
+	bs.pingErr = nil
+	bs.mu.Unlock()
+	if code, _ := r.get(t, "/readyz"); code != 200 {
+		t.Fatalf("/readyz %d after the store came back", code)
+	}
+
+	// An in-flight call survives the stop request.
+	result := make(chan *rlsv3.RateLimitResponse, 1)
+	go func() { result <- r.check(t, "inflight") }()
+	<-bs.entered
+	r.cancel()
+	waitFor(t, func() bool {
+		code, body := r.get(t, "/readyz")
+		return code == 503 && strings.Contains(body, "draining")
+	})
+	hr, err := healthpb.NewHealthClient(r.conn).Check(context.Background(), &healthpb.HealthCheckRequest{})
+	if err == nil && hr.Status == healthpb.HealthCheckResponse_SERVING {
+		t.Fatal("gRPC health still SERVING while draining")
+	}
+	select {
+	case err := <-r.done:
+		t.Fatalf("serve returned (%v) before the in-flight call finished", err)
+	case <-time.After(100 * time.Millisecond):
+	}
+	close(bs.release)
+	if resp := <-result; resp.OverallCode != rlsv3.RateLimitResponse_OK {
+		t.Fatalf("in-flight call: %v", resp.OverallCode)
+	}
+	select {
+	case err := <-r.done:
+		close(r.done)
+		if err != nil {
+			t.Fatalf("serve returned %v, want nil", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("serve did not return after the drain")
+	}
+}
+
+func TestDrainTimeoutCutsOffStuckCalls(t *testing.T) {
+	rules := writeRules(t, t.TempDir(), testRules)
+	bs := &blockingStore{entered: make(chan struct{}, 1), release: make(chan struct{})}
+	defer close(bs.release)
+	r := startServe(t, []string{"--config", rules, "--drain-timeout", "200ms"}, nil, hooks{wrapStore: func(s limiter.Store) limiter.Store {
+		bs.Store = s
+		return bs
+	}})
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_, _ = rlsv3.NewRateLimitServiceClient(r.conn).ShouldRateLimit(ctx, &rlsv3.RateLimitRequest{
+			Domain: "app", Descriptors: []*rlv3.RateLimitDescriptor{{Entries: []*rlv3.RateLimitDescriptor_Entry{{Key: "user", Value: "x"}}}},
+		})
+	}()
+	<-bs.entered
+	start := time.Now()
+	r.cancel()
+	waitFor(t, func() bool { return strings.Contains(r.logs.String(), "drain timeout") })
+	if time.Since(start) > 5*time.Second {
+		t.Fatal("drain took far longer than --drain-timeout")
+	}
+}
+
+func TestValidate(t *testing.T) {
+	dir := t.TempDir()
+	good := writeRules(t, dir, testRules)
+	var out, errOut bytes.Buffer
+	if err := Run(context.Background(), []string{"validate", good}, noEnv, &out, &errOut); err != nil {
+		t.Fatalf("validate good: %v\n%s%s", err, out.String(), errOut.String())
+	}
+	if !strings.Contains(out.String(), "domain app") {
+		t.Fatalf("validate output lacks the domain:\n%s", out.String())
+	}
+
+	bad := filepath.Join(dir, "bad.yaml")
+	if err := os.WriteFile(bad, []byte("domain: app\ndescriptors:\n  - key: user\n    rate_limit: {unit: fortnight, requests_per_unit: 1}\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	out.Reset()
+	errOut.Reset()
+	err := Run(context.Background(), []string{"validate", "--config", bad}, noEnv, &out, &errOut)
+	if !errors.Is(err, ErrFailed) {
+		t.Fatalf("validate bad: err %v, want ErrFailed (exit 1)", err)
+	}
+	if !strings.HasPrefix(out.String(), bad+":4:") || !strings.Contains(out.String(), "fortnight") {
+		t.Fatalf("validate bad printed:\n%s", out.String())
+	}
+
+	// From the environment, and a missing path.
+	out.Reset()
+	if err := Run(context.Background(), []string{"validate"}, func(k string) string {
+		if k == "ENVOY_RLS_CONFIG" {
+			return good
+		}
+		return ""
+	}, &out, &errOut); err != nil {
+		t.Fatalf("validate via ENVOY_RLS_CONFIG: %v", err)
+	}
+	if err := Run(context.Background(), []string{"validate"}, noEnv, &out, &errOut); !errors.Is(err, ErrFailed) {
+		t.Fatalf("validate without a path: %v", err)
+	}
+	if err := Run(context.Background(), []string{"validate", filepath.Join(dir, "missing.yaml")}, noEnv, &out, &errOut); !errors.Is(err, ErrFailed) {
+		t.Fatalf("validate of a missing file: %v", err)
+	}
+}
+
+func TestServeFlagErrors(t *testing.T) {
+	rules := writeRules(t, t.TempDir(), testRules)
+	for _, tc := range []struct {
+		name string
+		args []string
+		env  map[string]string
+		want string
+	}{
+		{"no config", []string{"serve"}, nil, "--config"},
+		{"bad store", []string{"serve", "--config", rules, "--store", "etcd"}, nil, "--store"},
+		{"bad headers", []string{"serve", "--config", rules, "--default-headers", "some"}, nil, "--default-headers"},
+		{"bad env", []string{"serve", "--config", rules}, map[string]string{"ENVOY_RLS_DRAIN_TIMEOUT": "soon"}, "ENVOY_RLS_DRAIN_TIMEOUT"},
+		{"bad level", []string{"serve", "--config", rules, "--log-level", "loud"}, nil, "--log-level"},
+		{"redis without secret", []string{"serve", "--config", rules, "--store", "redis", "--grpc-addr", "127.0.0.1:0", "--admin-addr", "127.0.0.1:0"}, nil, "HMAC secret"},
+		{"short secret", []string{"serve", "--config", rules, "--grpc-addr", "127.0.0.1:0", "--admin-addr", "127.0.0.1:0"}, map[string]string{SecretEnv: "short"}, "at least"},
+		{"unknown command", []string{"launch"}, nil, "unknown command"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var errOut bytes.Buffer
+			err := Run(context.Background(), tc.args, func(k string) string { return tc.env[k] }, io.Discard, &errOut)
+			if err == nil || !strings.Contains(err.Error()+errOut.String(), tc.want) {
+				t.Fatalf("err %v, stderr %q; want mention of %q", err, errOut.String(), tc.want)
+			}
+		})
+	}
+}

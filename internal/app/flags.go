@@ -1,0 +1,159 @@
+package app
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"strings"
+	"time"
+
+	"github.com/envoy-rls/envoy-rls/pkg/descriptors"
+)
+
+// EnvPrefix prefixes the environment variable of every flag: --grpc-addr is
+// also ENVOY_RLS_GRPC_ADDR. A flag given on the command line wins over its
+// variable.
+const EnvPrefix = "ENVOY_RLS_"
+
+// SecretEnv holds the HMAC secret itself when --hmac-secret-file is not set.
+const SecretEnv = "ENVOY_RLS_HMAC_SECRET"
+
+// Defaults of the serve flags.
+const (
+	DefaultGRPCAddr         = ":8081"
+	DefaultAdminAddr        = ":8080"
+	DefaultStore            = "memory"
+	DefaultLogLevel         = "info"
+	DefaultHeaders          = "full"
+	DefaultMemoryMaxEntries = 1_000_000
+	DefaultDrainTimeout     = 15 * time.Second
+	DefaultRedisMode        = "standalone"
+	DefaultRedisTimeout     = 500 * time.Millisecond
+	DefaultRedisPoolSize    = 0 // the client library's default
+)
+
+// Options are the parsed serve flags.
+type Options struct {
+	Config           string
+	GRPCAddr         string
+	AdminAddr        string
+	Store            string
+	HMACSecretFile   string
+	LogLevel         string
+	DefaultHeaders   string
+	MemoryMaxEntries int
+	DrainTimeout     time.Duration
+
+	RedisAddr           string
+	RedisMode           string
+	RedisSentinelMaster string
+	RedisUsername       string
+	RedisPasswordFile   string
+	RedisTLS            bool
+	RedisTLSCA          string
+	RedisTLSCert        string
+	RedisTLSKey         string
+	RedisTimeout        time.Duration
+	RedisPoolSize       int
+}
+
+func serveFlags(o *Options, output io.Writer) *flag.FlagSet {
+	fs := flag.NewFlagSet("envoy-rls serve", flag.ContinueOnError)
+	fs.SetOutput(output)
+	fs.StringVar(&o.Config, "config", "", "rule file or directory of rule files (required)")
+	fs.StringVar(&o.GRPCAddr, "grpc-addr", DefaultGRPCAddr, "gRPC listen address (RateLimitService, health, reflection)")
+	fs.StringVar(&o.AdminAddr, "admin-addr", DefaultAdminAddr, "admin HTTP listen address (/healthz, /readyz, /metrics, /config)")
+	fs.StringVar(&o.Store, "store", DefaultStore, "limit store: memory or redis")
+	fs.StringVar(&o.HMACSecretFile, "hmac-secret-file", "", "file holding the HMAC secret that pseudonymizes subjects (else $"+SecretEnv+"; required with --store redis)")
+	fs.StringVar(&o.LogLevel, "log-level", DefaultLogLevel, "log level: debug, info, warn, error")
+	fs.StringVar(&o.DefaultHeaders, "default-headers", DefaultHeaders, "response headers for rules that do not set `headers`: full, retry_after or none")
+	fs.IntVar(&o.MemoryMaxEntries, "memory-max-entries", DefaultMemoryMaxEntries, "memory store: the most subjects held at once")
+	fs.DurationVar(&o.DrainTimeout, "drain-timeout", DefaultDrainTimeout, "on SIGTERM/SIGINT, how long in-flight calls may take to finish")
+	fs.StringVar(&o.RedisAddr, "redis-addr", "", "Redis address(es), comma-separated (sentinels in sentinel mode, seeds in cluster mode)")
+	fs.StringVar(&o.RedisMode, "redis-mode", DefaultRedisMode, "Redis deployment: standalone, sentinel or cluster")
+	fs.StringVar(&o.RedisSentinelMaster, "redis-sentinel-master", "", "Redis Sentinel master name (sentinel mode)")
+	fs.StringVar(&o.RedisUsername, "redis-username", "", "Redis ACL user name")
+	fs.StringVar(&o.RedisPasswordFile, "redis-password-file", "", "file holding the Redis password")
+	fs.BoolVar(&o.RedisTLS, "redis-tls", false, "connect to Redis over TLS")
+	fs.StringVar(&o.RedisTLSCA, "redis-tls-ca", "", "PEM CA bundle that verifies the Redis server (default: system roots)")
+	fs.StringVar(&o.RedisTLSCert, "redis-tls-cert", "", "PEM client certificate for Redis mutual TLS")
+	fs.StringVar(&o.RedisTLSKey, "redis-tls-key", "", "PEM client key for Redis mutual TLS")
+	fs.DurationVar(&o.RedisTimeout, "redis-timeout", DefaultRedisTimeout, "upper bound of one Redis round trip (the gRPC deadline may cut it shorter)")
+	fs.IntVar(&o.RedisPoolSize, "redis-pool-size", DefaultRedisPoolSize, "Redis connection pool size (0: the client's default)")
+	return fs
+}
+
+// envName is the environment variable of a flag.
+func envName(flagName string) string {
+	return EnvPrefix + strings.ToUpper(strings.ReplaceAll(flagName, "-", "_"))
+}
+
+// parseFlags parses args, then fills every flag not given on the command
+// line from its ENVOY_RLS_* variable when that is set and not empty.
+func parseFlags(fs *flag.FlagSet, args []string, getenv func(string) string) error {
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	var errs []error
+	fs.VisitAll(func(f *flag.Flag) {
+		if set[f.Name] {
+			return
+		}
+		v := getenv(envName(f.Name))
+		if v == "" {
+			return
+		}
+		if err := fs.Set(f.Name, v); err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", envName(f.Name), err))
+		}
+	})
+	return errors.Join(errs...)
+}
+
+// check validates option values that the flag package cannot.
+func (o *Options) check() error {
+	if o.Config == "" {
+		return fmt.Errorf("--config (or %s) is required: the rule file or directory to serve", envName("config"))
+	}
+	switch o.Store {
+	case "memory", "redis":
+	default:
+		return fmt.Errorf("--store %q: must be memory or redis", o.Store)
+	}
+	if _, err := headerMode(o.DefaultHeaders); err != nil {
+		return err
+	}
+	if o.MemoryMaxEntries < 1 {
+		return fmt.Errorf("--memory-max-entries %d: must be at least 1", o.MemoryMaxEntries)
+	}
+	if o.DrainTimeout <= 0 {
+		return fmt.Errorf("--drain-timeout %v: must be positive", o.DrainTimeout)
+	}
+	switch o.RedisMode {
+	case "standalone", "sentinel", "cluster":
+	default:
+		return fmt.Errorf("--redis-mode %q: must be standalone, sentinel or cluster", o.RedisMode)
+	}
+	if o.RedisTimeout <= 0 {
+		return fmt.Errorf("--redis-timeout %v: must be positive", o.RedisTimeout)
+	}
+	if o.RedisPoolSize < 0 {
+		return fmt.Errorf("--redis-pool-size %d: must not be negative", o.RedisPoolSize)
+	}
+	return nil
+}
+
+func headerMode(s string) (descriptors.HeaderMode, error) {
+	switch s {
+	case "full":
+		return descriptors.HeadersFull, nil
+	case "retry_after":
+		return descriptors.HeadersRetryAfter, nil
+	case "none":
+		return descriptors.HeadersNone, nil
+	}
+	return 0, fmt.Errorf("--default-headers %q: must be full, retry_after or none", s)
+}
