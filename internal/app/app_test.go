@@ -136,7 +136,7 @@ func (r *running) check(t *testing.T, value string) *rlsv3.RateLimitResponse {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	resp, err := rlsv3.NewRateLimitServiceClient(r.conn).ShouldRateLimit(ctx, &rlsv3.RateLimitRequest{
-		Domain: "app",
+		Domain:      "app",
 		Descriptors: []*rlv3.RateLimitDescriptor{{Entries: []*rlv3.RateLimitDescriptor_Entry{{Key: "user", Value: value}}}},
 	})
 	if err != nil {
