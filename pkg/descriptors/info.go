@@ -176,4 +176,3 @@ func (r RuleInfo) flags() string {
 	}
 	return " [" + strings.Join(f, ", ") + "]"
 }
-

@@ -180,12 +180,9 @@ func readLimited(name string) ([]byte, error) {
 func build(srcs []source, secret []byte) (*Snapshot, error) {
 	var ps problems
 	files := make([]*rawFile, 0, len(srcs))
-	fp := sha256.New()
 	names := make([]string, 0, len(srcs))
 	for _, s := range srcs {
 		names = append(names, s.name)
-		writeField(fp, []byte(s.name))
-		writeField(fp, s.data)
 		if rf := parseFile(s.name, s.data, &ps); rf != nil {
 			files = append(files, rf)
 		}
@@ -194,8 +191,7 @@ func build(srcs []source, secret []byte) (*Snapshot, error) {
 	if err := ps.err(); err != nil {
 		return nil, err
 	}
-	s := &Snapshot{domains: domains, files: names, secret: slices.Clone(secret)}
-	fp.Sum(s.fingerprint[:0])
+	s := &Snapshot{domains: domains, files: names, secret: slices.Clone(secret), fingerprint: fingerprint(srcs)}
 	for _, d := range domains {
 		s.order = append(s.order, d)
 		s.rules += len(d.rules)
@@ -210,6 +206,8 @@ func build(srcs []source, secret []byte) (*Snapshot, error) {
 	s.overrides.m = map[string]*Rule{}
 	return s, nil
 }
+
+func newFingerprint() hash.Hash { return sha256.New() }
 
 func writeField(h hash.Hash, b []byte) {
 	var n [8]byte

@@ -1,0 +1,234 @@
+package descriptors
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/fsnotify/fsnotify"
+)
+
+// Reload results, usable as the `result` label of a reload counter.
+const (
+	ResultSuccess = "success"
+	ResultFailure = "failure"
+)
+
+// Reload triggers.
+const (
+	TriggerInitial = "initial" // the first load, in NewWatcher
+	TriggerManual  = "manual"  // Reload (SIGHUP)
+	TriggerWatch   = "watch"   // a file-system change seen by Run
+)
+
+// ReloadResult describes one load attempt.
+type ReloadResult struct {
+	Time    time.Time
+	Trigger string
+	OK      bool
+	// Err is nil when OK; otherwise a *ConfigError or a read error. The
+	// previous snapshot stays in service.
+	Err error
+	// Problems lists Err's problems when it is a *ConfigError.
+	Problems []Problem
+	// Fingerprint, Domains and Rules describe the snapshot in service after
+	// the attempt.
+	Fingerprint string
+	Domains     int
+	Rules       int
+}
+
+// Result is ResultSuccess or ResultFailure.
+func (r ReloadResult) Result() string {
+	if r.OK {
+		return ResultSuccess
+	}
+	return ResultFailure
+}
+
+// ReloadCounts counts reloads (the first load excluded) by result.
+type ReloadCounts struct {
+	Success uint64
+	Failure uint64
+}
+
+// Watcher keeps the current Snapshot of a rule path and replaces it when the
+// files change (Run) or when asked (Reload). A reload that fails keeps the
+// previous snapshot. All methods are safe for concurrent use.
+type Watcher struct {
+	path     string
+	opts     Options
+	log      func(ReloadResult)
+	debounce time.Duration
+
+	cur  atomic.Pointer[Snapshot]
+	last atomic.Pointer[ReloadResult]
+	mu   sync.Mutex // serializes loads
+
+	success atomic.Uint64
+	failure atomic.Uint64
+}
+
+// NewWatcher loads path (a file or a directory, as Load) and returns a
+// Watcher serving it. The first load must succeed. log, if not nil, is
+// called after every later reload attempt (not for the first load), from the
+// goroutine that made it; it must not block for long.
+func NewWatcher(path string, opts Options, log func(ReloadResult)) (*Watcher, error) {
+	s, err := Load(path, opts)
+	if err != nil {
+		return nil, err
+	}
+	w := &Watcher{path: path, opts: opts, log: log, debounce: opts.Debounce}
+	w.opts.Secret = slices.Clone(opts.Secret)
+	if w.debounce <= 0 {
+		w.debounce = DefaultDebounce
+	}
+	w.cur.Store(s)
+	w.last.Store(&ReloadResult{Time: time.Now(), Trigger: TriggerInitial, OK: true, Fingerprint: s.Fingerprint(), Domains: len(s.order), Rules: s.rules})
+	return w, nil
+}
+
+// Current returns the snapshot in service (never nil).
+func (w *Watcher) Current() *Snapshot { return w.cur.Load() }
+
+// Last returns the most recent load attempt.
+func (w *Watcher) Last() ReloadResult { return *w.last.Load() }
+
+// Counts returns the number of reloads by result since NewWatcher.
+func (w *Watcher) Counts() ReloadCounts {
+	return ReloadCounts{Success: w.success.Load(), Failure: w.failure.Load()}
+}
+
+// Reload loads the rule files again and swaps the snapshot on success
+// (SIGHUP). It always counts and reports, even when nothing changed.
+func (w *Watcher) Reload() ReloadResult {
+	return w.reload(TriggerManual, false)
+}
+
+// reload loads and swaps. With onlyIfChanged, input identical to the
+// snapshot in service is neither swapped, counted nor reported.
+func (w *Watcher) reload(trigger string, onlyIfChanged bool) ReloadResult {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	prev := w.cur.Load()
+	res := ReloadResult{Time: time.Now(), Trigger: trigger}
+	srcs, err := readSources(w.path)
+	if err == nil && onlyIfChanged && fingerprint(srcs) == prev.fingerprint {
+		return *w.last.Load()
+	}
+	var s *Snapshot
+	if err == nil {
+		s, err = build(srcs, w.opts.Secret)
+	}
+	if err != nil {
+		res.Err = err
+		var ce *ConfigError
+		if errors.As(err, &ce) {
+			res.Problems = slices.Clone(ce.Problems)
+		}
+		s = prev
+		w.failure.Add(1)
+	} else {
+		res.OK = true
+		w.cur.Store(s)
+		w.success.Add(1)
+	}
+	res.Fingerprint, res.Domains, res.Rules = s.Fingerprint(), len(s.order), s.rules
+	w.last.Store(&res)
+	if w.log != nil {
+		w.log(res)
+	}
+	return res
+}
+
+// rewatchInterval is how often Run tries to watch the directory again after
+// it disappeared.
+const rewatchInterval = time.Second
+
+// Run watches the rule path until ctx is done and reloads, after a quiet
+// period of Options.Debounce, whenever something changes. It watches the
+// directory (the file's directory when the path is a file), so Kubernetes
+// ConfigMap updates, which swap a `..data` symbolic link, are seen; when the
+// path is a directory its parent is watched too, so that replacing the
+// directory (or a symbolic link to it) is seen. Identical content is not
+// reloaded. Run returns nil when ctx ends, or an error when the watch cannot
+// be set up.
+func (w *Watcher) Run(ctx context.Context) error {
+	fw, err := fsnotify.NewWatcher()
+	if err != nil {
+		return fmt.Errorf("descriptors: watching %s: %w", w.path, err)
+	}
+	defer fw.Close()
+	dir, isDir := w.path, true
+	if fi, err := os.Stat(w.path); err != nil || !fi.IsDir() {
+		dir, isDir = filepath.Dir(w.path), false
+	}
+	dir = filepath.Clean(dir)
+	if err := fw.Add(dir); err != nil {
+		return fmt.Errorf("descriptors: watching %s: %w", dir, err)
+	}
+	parent := filepath.Dir(dir)
+	if isDir && parent != dir {
+		// Best effort: without it, edits inside the directory are still seen.
+		_ = fw.Add(parent)
+	}
+	debounce := time.NewTimer(time.Hour)
+	debounce.Stop()
+	defer debounce.Stop()
+	rewatch := time.NewTicker(rewatchInterval)
+	defer rewatch.Stop()
+	watching := true
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case ev, ok := <-fw.Events:
+			if !ok {
+				return errors.New("descriptors: file watcher closed")
+			}
+			name := filepath.Clean(ev.Name)
+			if isDir && filepath.Dir(name) == parent && name != dir {
+				continue // an unrelated entry of the parent directory
+			}
+			if name == dir && ev.Has(fsnotify.Remove|fsnotify.Rename|fsnotify.Create) {
+				// The directory itself was replaced: watch the new one.
+				_ = fw.Remove(dir)
+				watching = fw.Add(dir) == nil
+			}
+			debounce.Reset(w.debounce)
+		case _, ok := <-fw.Errors:
+			if !ok {
+				return errors.New("descriptors: file watcher closed")
+			}
+			// An overflow loses events: reload to be safe.
+			debounce.Reset(w.debounce)
+		case <-rewatch.C:
+			if !watching {
+				if fw.Add(dir) == nil {
+					watching = true
+					debounce.Reset(w.debounce)
+				}
+			}
+		case <-debounce.C:
+			w.reload(TriggerWatch, true)
+		}
+	}
+}
+
+// fingerprint hashes the names and contents of srcs as build does.
+func fingerprint(srcs []source) [32]byte {
+	var out [32]byte
+	h := newFingerprint()
+	for _, s := range srcs {
+		writeField(h, []byte(s.name))
+		writeField(h, s.data)
+	}
+	h.Sum(out[:0])
+	return out
+}

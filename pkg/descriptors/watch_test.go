@@ -1,0 +1,235 @@
+package descriptors
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+func rules(rpu string) string {
+	return "domain: d\ndescriptors:\n  - key: user\n    rate_limit: {unit: second, requests_per_unit: " + rpu + "}\n"
+}
+
+func limitOf(t testing.TB, s *Snapshot) uint32 {
+	t.Helper()
+	m, ok := s.Match("d", e("user=alice"))
+	if !ok {
+		t.Fatalf("no match")
+	}
+	return m.Rule.RequestsPerUnit
+}
+
+func TestNewWatcherNeedsAValidFirstLoad(t *testing.T) {
+	dir := t.TempDir()
+	writeFile(t, dir+"/r.yaml", "domain: d\ndescriptors: {}\n")
+	if _, err := NewWatcher(dir, Options{Secret: testSecret}, nil); !errors.Is(err, ErrInvalidConfig) {
+		t.Fatalf("err = %v", err)
+	}
+}
+
+func TestFailedReloadKeepsPreviousSnapshot(t *testing.T) {
+	dir := t.TempDir()
+	writeFile(t, dir+"/r.yaml", rules("5"))
+	var logged []ReloadResult
+	w, err := NewWatcher(dir, Options{Secret: testSecret}, func(r ReloadResult) { logged = append(logged, r) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	first := w.Current()
+	if l := w.Last(); !l.OK || l.Trigger != TriggerInitial || l.Domains != 1 || l.Rules != 1 {
+		t.Errorf("Last after NewWatcher = %+v", l)
+	}
+	writeFile(t, dir+"/r.yaml", rules("5")+"    bogus: 1\n")
+	res := w.Reload()
+	if res.OK || res.Result() != ResultFailure || len(res.Problems) != 1 || res.Problems[0].Line != 5 {
+		t.Errorf("failed reload = %+v", res)
+	}
+	if w.Current() != first || limitOf(t, w.Current()) != 5 {
+		t.Errorf("snapshot replaced by a failed reload")
+	}
+	if res.Fingerprint != first.Fingerprint() {
+		t.Errorf("failed result does not describe the snapshot in service")
+	}
+	writeFile(t, dir+"/r.yaml", rules("9"))
+	res = w.Reload()
+	if !res.OK || res.Result() != ResultSuccess || limitOf(t, w.Current()) != 9 {
+		t.Errorf("good reload = %+v", res)
+	}
+	if c := w.Counts(); c.Success != 1 || c.Failure != 1 {
+		t.Errorf("Counts = %+v", c)
+	}
+	if len(logged) != 2 || logged[0].OK || !logged[1].OK {
+		t.Errorf("logged = %+v", logged)
+	}
+	if w.Last().Time.Before(logged[0].Time) || !w.Last().OK {
+		t.Errorf("Last = %+v", w.Last())
+	}
+}
+
+// TestConcurrentMatchDuringSwaps runs lookups while snapshots are swapped
+// (meaningful under -race).
+func TestConcurrentMatchDuringSwaps(t *testing.T) {
+	dir := t.TempDir()
+	writeFile(t, dir+"/r.yaml", rules("1"))
+	w, err := NewWatcher(dir, Options{Secret: testSecret}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stop atomic.Bool
+	var wg sync.WaitGroup
+	errs := make(chan string, 8)
+	for g := 0; g < 4; g++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			ents := e("user=alice")
+			for !stop.Load() {
+				s := w.Current()
+				m, ok := s.Match("d", ents)
+				if !ok || (m.Rule.RequestsPerUnit != 1 && m.Rule.RequestsPerUnit != 2) {
+					errs <- "unexpected match"
+					return
+				}
+				if _, ok := s.Override("d", ents, 3, UnitMinute); !ok {
+					errs <- "override failed"
+					return
+				}
+				_ = s.Domains()
+			}
+		}()
+	}
+	for i := 0; i < 40; i++ {
+		writeFile(t, dir+"/r.yaml", rules([]string{"1", "2"}[i%2]))
+		if r := w.Reload(); !r.OK {
+			t.Fatalf("reload %d: %v", i, r.Err)
+		}
+	}
+	stop.Store(true)
+	wg.Wait()
+	close(errs)
+	for e := range errs {
+		t.Error(e)
+	}
+}
+
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func runWatcher(t *testing.T, w *Watcher) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- w.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	})
+	// Give the watch time to be set up before the test changes files.
+	time.Sleep(50 * time.Millisecond)
+}
+
+// TestConfigMapSymlinkSwap reproduces the layout Kubernetes gives a mounted
+// ConfigMap: rules.yaml -> ..data/rules.yaml, ..data -> ..<timestamp>, and an
+// update that swaps ..data atomically.
+func TestConfigMapSymlinkSwap(t *testing.T) {
+	dir := t.TempDir()
+	writeFile(t, dir+"/..2024_01_01_00_00_00.1/rules.yaml", rules("5"))
+	must(t, os.Symlink("..2024_01_01_00_00_00.1", dir+"/..data"))
+	must(t, os.Symlink("..data/rules.yaml", dir+"/rules.yaml"))
+	var mu sync.Mutex
+	var logged []ReloadResult
+	w, err := NewWatcher(dir, Options{Secret: testSecret, Debounce: 20 * time.Millisecond}, func(r ReloadResult) {
+		mu.Lock()
+		logged = append(logged, r)
+		mu.Unlock()
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := w.Current().Files(); len(got) != 1 || got[0] != filepath.Join(dir, "rules.yaml") {
+		t.Fatalf("files = %v (dot entries must be skipped)", got)
+	}
+	runWatcher(t, w)
+
+	writeFile(t, dir+"/..2024_01_02_00_00_00.2/rules.yaml", rules("7"))
+	must(t, os.Symlink("..2024_01_02_00_00_00.2", dir+"/..data_tmp"))
+	must(t, os.Rename(dir+"/..data_tmp", dir+"/..data"))
+	must(t, os.RemoveAll(dir+"/..2024_01_01_00_00_00.1"))
+	waitFor(t, "the swap to be loaded", func() bool { return limitOf(t, w.Current()) == 7 })
+
+	// A broken update keeps the rules in service.
+	writeFile(t, dir+"/..2024_01_03_00_00_00.3/rules.yaml", "domain: d\ndescriptors: 5\n")
+	must(t, os.Symlink("..2024_01_03_00_00_00.3", dir+"/..data_tmp"))
+	must(t, os.Rename(dir+"/..data_tmp", dir+"/..data"))
+	waitFor(t, "the failed reload", func() bool { return !w.Last().OK })
+	if limitOf(t, w.Current()) != 7 {
+		t.Errorf("a failed reload replaced the rules")
+	}
+	if c := w.Counts(); c.Success < 1 || c.Failure < 1 {
+		t.Errorf("Counts = %+v", c)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(logged) == 0 || logged[len(logged)-1].OK || logged[len(logged)-1].Trigger != TriggerWatch {
+		t.Errorf("logged = %+v", logged)
+	}
+}
+
+func TestWatchSingleFileEditedInPlace(t *testing.T) {
+	dir := t.TempDir()
+	file := dir + "/r.yaml"
+	writeFile(t, file, rules("5"))
+	w, err := NewWatcher(file, Options{Secret: testSecret, Debounce: 20 * time.Millisecond}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	runWatcher(t, w)
+	// An unrelated file in the directory does not count as a reload.
+	writeFile(t, dir+"/notes.txt", "x")
+	time.Sleep(100 * time.Millisecond)
+	if c := w.Counts(); c.Success+c.Failure != 0 {
+		t.Errorf("unchanged content was reloaded: %+v", c)
+	}
+	writeFile(t, file, rules("6"))
+	waitFor(t, "the edit to be loaded", func() bool { return limitOf(t, w.Current()) == 6 })
+}
+
+func TestWatchDirectoryReplaced(t *testing.T) {
+	root := t.TempDir()
+	dir := root + "/conf"
+	writeFile(t, dir+"/r.yaml", rules("5"))
+	w, err := NewWatcher(dir, Options{Secret: testSecret, Debounce: 20 * time.Millisecond}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	runWatcher(t, w)
+	writeFile(t, root+"/conf.new/r.yaml", rules("8"))
+	must(t, os.RemoveAll(dir))
+	must(t, os.Rename(root+"/conf.new", dir))
+	waitFor(t, "the new directory to be loaded", func() bool { return limitOf(t, w.Current()) == 8 })
+	// Edits inside the replacement directory are seen too.
+	writeFile(t, dir+"/r.yaml", rules("9"))
+	waitFor(t, "an edit in the new directory", func() bool { return limitOf(t, w.Current()) == 9 })
+}
+
+func must(t *testing.T, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+}
