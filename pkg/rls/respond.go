@@ -296,6 +296,11 @@ func (s *Server) addHeadersAndBody(resp *rlsv3.RateLimitResponse, sc *scratch) {
 			buf = strconv.AppendUint(buf, uint64(sl.match.Rule.RequestsPerUnit), 10)
 			buf = append(buf, ";w="...)
 			buf = strconv.AppendInt(buf, ceilSeconds(sl.match.Rule.Window()), 10)
+			if capacity := sl.match.Rule.Policy.Limit(); capacity > int64(sl.match.Rule.RequestsPerUnit) {
+				// A token bucket with a burst above its rate.
+				buf = append(buf, ";burst="...)
+				buf = strconv.AppendInt(buf, capacity, 10)
+			}
 		}
 		hv[nh] = corev3.HeaderValue{Key: HeaderLimit, Value: string(buf)}
 		nh++
