@@ -20,6 +20,8 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"strconv"
+	"strings"
 	"syscall"
 
 	"github.com/envoy-rls/envoy-rls/internal/loadgen"
@@ -66,6 +68,18 @@ func parseFlags(args []string, stderr io.Writer) (loadgen.Config, error) {
 	hits := fs.Uint("hits", 0, "hits_addend per request (0 = unset)")
 	fs.DurationVar(&cfg.Timeout, "timeout", loadgen.DefaultTimeout, "per-call deadline")
 	fs.IntVar(&cfg.ServerPID, "server-pid", 0, "server PID: report its CPU µs per decision from /proc/<pid>/stat (clock ticks assumed 100/s)")
+	fs.Func("aux-pid", "name=pid of another process (e.g. redis=1234) whose CPU µs per decision to report; repeatable", func(v string) error {
+		name, pidS, ok := strings.Cut(v, "=")
+		pid, err := strconv.Atoi(pidS)
+		if !ok || name == "" || err != nil || pid <= 0 {
+			return fmt.Errorf("want name=pid, got %q", v)
+		}
+		if cfg.AuxPIDs == nil {
+			cfg.AuxPIDs = map[string]int{}
+		}
+		cfg.AuxPIDs[name] = pid
+		return nil
+	})
 	fs.StringVar(&cfg.Label, "label", "", "free text copied into the JSON")
 	if err := fs.Parse(args); err != nil {
 		return cfg, err

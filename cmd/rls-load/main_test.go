@@ -43,6 +43,8 @@ func TestParseFlagsErrors(t *testing.T) {
 		{name: "duration cap", args: []string{"-duration", "11m"}, is: loadgen.ErrInvalidConfig},
 		{name: "stray arg", args: []string{"extra"}},
 		{name: "hits overflow", args: []string{"-hits", "4294967296"}},
+		{name: "bad aux pid", args: []string{"-aux-pid", "redis"}},
+		{name: "aux pid not a number", args: []string{"-aux-pid", "redis=x"}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -54,6 +56,10 @@ func TestParseFlagsErrors(t *testing.T) {
 	}
 	if _, err := parseFlags([]string{"-addr", "10.0.0.8:8081", "-allow-remote"}, io.Discard); err != nil {
 		t.Fatalf("-allow-remote: %v", err)
+	}
+	cfg, err := parseFlags([]string{"-aux-pid", "redis=12", "-aux-pid", "db=34"}, io.Discard)
+	if err != nil || cfg.AuxPIDs["redis"] != 12 || cfg.AuxPIDs["db"] != 34 {
+		t.Fatalf("-aux-pid: %v %v", cfg.AuxPIDs, err)
 	}
 }
 

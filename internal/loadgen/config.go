@@ -52,8 +52,11 @@ type Config struct {
 	Seed        uint64 // (Optional) seed of the subject draws
 	Hits        uint32 // (Optional) hits_addend; 0 leaves it unset
 	Timeout     time.Duration
-	ServerPID   int    // (Optional) read this process's CPU before and after the measured phase
-	Label       string // (Optional) copied into the result
+	ServerPID   int // (Optional) read this process's CPU before and after the measured phase
+	// AuxPIDs (Optional) names other processes whose CPU per decision is
+	// reported the same way, e.g. {"redis": 1234}.
+	AuxPIDs map[string]int
+	Label   string // (Optional) copied into the result
 }
 
 // Validate checks every field against its bounds.
@@ -82,6 +85,11 @@ func (c *Config) Validate() error {
 		return bad("subjects %d not in [1, %d]", c.Subjects, MaxSubjects)
 	case c.ServerPID < 0:
 		return bad("server pid %d is negative", c.ServerPID)
+	}
+	for name, pid := range c.AuxPIDs {
+		if name == "" || pid <= 0 {
+			return bad("aux pid %q=%d: want a name and a positive pid", name, pid)
+		}
 	}
 	if _, err := ParseDist(string(c.Dist)); err != nil {
 		return bad("%v", err)

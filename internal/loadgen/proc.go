@@ -73,3 +73,26 @@ func SelfCPU() (time.Duration, error) {
 	}
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano()), nil
 }
+
+// ParseLoadAvg returns the 1-minute load average from the content of
+// /proc/loadavg ("0.52 0.58 0.59 1/467 12345").
+func ParseLoadAvg(s string) (float64, error) {
+	f := strings.Fields(s)
+	if len(f) < 1 {
+		return 0, fmt.Errorf("loadgen: empty /proc/loadavg")
+	}
+	v, err := strconv.ParseFloat(f[0], 64)
+	if err != nil {
+		return 0, fmt.Errorf("loadgen: /proc/loadavg: %w", err)
+	}
+	return v, nil
+}
+
+// LoadAvg1 returns the machine's 1-minute load average.
+func LoadAvg1() (float64, error) {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return 0, fmt.Errorf("loadgen: %w", err)
+	}
+	return ParseLoadAvg(string(b))
+}

@@ -34,8 +34,12 @@ type Result struct {
 	MeanMs float64 `json:"mean_ms"`
 
 	ServerCPUUsPerDecision *float64 `json:"server_cpu_us_per_decision,omitempty"`
-	ServerClockTicksPerS   int      `json:"server_clock_ticks_per_s,omitempty"` // assumed USER_HZ
+	ProcClockTicksPerS     int      `json:"proc_clock_ticks_per_s,omitempty"` // assumed USER_HZ of /proc figures
 	ClientCPUUsPerDecision *float64 `json:"client_cpu_us_per_decision,omitempty"`
+	// AuxCPUUsPerDecision is the CPU per decision of each Config.AuxPIDs
+	// process (e.g. "redis"), read like the server's.
+	AuxCPUUsPerDecision map[string]float64 `json:"aux_cpu_us_per_decision,omitempty"`
+	LoadAvg1            *float64           `json:"loadavg_1m,omitempty"` // machine load at the start: other work skews figures
 
 	Domain      string `json:"domain"`
 	Descriptors string `json:"descriptors"`

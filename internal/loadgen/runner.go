@@ -67,6 +67,10 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 		return nil, err
 	}
 	start := time.Now()
+	var loadAvg *float64
+	if la, err := LoadAvg1(); err == nil { // informative only: no /proc, no figure
+		loadAvg = &la
+	}
 	conns, err := dialAll(ctx, cfg)
 	if err != nil {
 		return nil, err
@@ -91,15 +95,20 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 
 	// beginMeasure snapshots the CPU counters and opens the measured phase.
 	var srv0, self0 time.Duration
+	aux0 := make(map[string]time.Duration, len(cfg.AuxPIDs))
 	var t0 time.Time
 	beginMeasure := func() error {
+		var err error
 		if cfg.ServerPID > 0 {
-			var err error
 			if srv0, err = ProcessCPU(cfg.ServerPID); err != nil {
 				return err
 			}
 		}
-		var err error
+		for name, pid := range cfg.AuxPIDs {
+			if aux0[name], err = ProcessCPU(pid); err != nil {
+				return err
+			}
+		}
 		if self0, err = SelfCPU(); err != nil {
 			return err
 		}
@@ -167,6 +176,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 		MaxRequests: cfg.MaxRequests,
 		NumCPU:      runtime.NumCPU(),
 		GoMaxProcs:  runtime.GOMAXPROCS(0),
+		LoadAvg1:    loadAvg,
 	}
 	var h Histogram
 	for _, st := range stats {
@@ -192,7 +202,20 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 			return nil, err
 		}
 		res.ServerCPUUsPerDecision = perDecisionUs(srv1-srv0, decisions)
-		res.ServerClockTicksPerS = ClockTicksPerSecond
+		res.ProcClockTicksPerS = ClockTicksPerSecond
+	}
+	for name, pid := range cfg.AuxPIDs {
+		cpu, err := ProcessCPU(pid)
+		if err != nil {
+			return nil, err
+		}
+		if v := perDecisionUs(cpu-aux0[name], decisions); v != nil {
+			if res.AuxCPUUsPerDecision == nil {
+				res.AuxCPUUsPerDecision = map[string]float64{}
+			}
+			res.AuxCPUUsPerDecision[name] = *v
+		}
+		res.ProcClockTicksPerS = ClockTicksPerSecond
 	}
 	return res, nil
 }

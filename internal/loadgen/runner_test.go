@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"net"
+	"os"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -39,6 +40,10 @@ func TestRunAgainstFloorServer(t *testing.T) {
 	cfg.Warmup = 100 * time.Millisecond
 	cfg.MaxRequests = 2000
 	cfg.Label = "e2e"
+	// The server runs in this process: its CPU is ours, which exercises the
+	// /proc path end to end.
+	cfg.ServerPID = os.Getpid()
+	cfg.AuxPIDs = map[string]int{"self": os.Getpid()}
 	cfg.Timeout = 10 * time.Second // generous: CI shares two cores with -race
 
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -69,8 +74,11 @@ func TestRunAgainstFloorServer(t *testing.T) {
 	if !(res.P50Ms > 0 && res.P50Ms <= res.P90Ms && res.P90Ms <= res.P99Ms && res.P99Ms <= res.P999Ms && res.P999Ms <= res.MaxMs) {
 		t.Fatalf("quantiles not ordered: %v %v %v %v max %v", res.P50Ms, res.P90Ms, res.P99Ms, res.P999Ms, res.MaxMs)
 	}
-	if res.ClientCPUUsPerDecision == nil || res.ServerCPUUsPerDecision != nil {
-		t.Fatalf("cpu fields: client %v server %v", res.ClientCPUUsPerDecision, res.ServerCPUUsPerDecision)
+	if res.ClientCPUUsPerDecision == nil || res.ServerCPUUsPerDecision == nil || res.ProcClockTicksPerS != 100 {
+		t.Fatalf("cpu fields: client %v server %v ticks %d", res.ClientCPUUsPerDecision, res.ServerCPUUsPerDecision, res.ProcClockTicksPerS)
+	}
+	if _, ok := res.AuxCPUUsPerDecision["self"]; !ok {
+		t.Fatalf("aux cpu: %v", res.AuxCPUUsPerDecision)
 	}
 
 	var buf bytes.Buffer
@@ -84,7 +92,7 @@ func TestRunAgainstFloorServer(t *testing.T) {
 	if err := json.Unmarshal(buf.Bytes(), &m); err != nil {
 		t.Fatal(err)
 	}
-	for _, k := range []string{"label", "addr", "concurrency", "connections", "duration_s", "requests", "rps", "ok", "over_limit", "errors", "p50_ms", "p90_ms", "p99_ms", "p999_ms", "client_cpu_us_per_decision"} {
+	for _, k := range []string{"label", "addr", "concurrency", "connections", "duration_s", "requests", "rps", "ok", "over_limit", "errors", "p50_ms", "p90_ms", "p99_ms", "p999_ms", "client_cpu_us_per_decision", "server_cpu_us_per_decision"} {
 		if _, ok := m[k]; !ok {
 			t.Errorf("JSON lacks %q", k)
 		}
