@@ -26,7 +26,7 @@ const (
 	HeaderRemaining   = "X-RateLimit-Remaining"
 	HeaderReset       = "X-RateLimit-Reset"
 	HeaderRetryAfter  = "Retry-After"
-	HeaderContentType = "content-type"
+	HeaderContentType = "Content-Type"
 	bodyContentType   = "application/json"
 )
 
