@@ -112,14 +112,19 @@ type entry struct {
 	lastObserved, a, b, c, expiresAt int64
 }
 
+// shard maps keys to slots of a slab of entries, so that an existing state
+// costs one map lookup and is updated in place, and a dropped entry's slot is
+// reused without allocating.
 type shard struct {
 	mu       sync.Mutex
-	m        map[key]entry
+	m        map[key]int32
+	entries  []entry
+	free     []int32
 	capacity int
 	// minExpiry is a lower bound of every entry's expiresAt (exact after a
 	// complete scan): while now <= minExpiry nothing can have expired.
 	minExpiry int64
-	_         [96]byte // keep shards on separate cache lines
+	_         [64]byte // keep shards on separate cache lines
 }
 
 // New builds a Store.
@@ -146,7 +151,7 @@ func New(cfg Config) (*Store, error) {
 	per, extra := cfg.MaxEntries/cfg.Shards, cfg.MaxEntries%cfg.Shards
 	for i := range s.shards {
 		sh := &s.shards[i]
-		sh.m = make(map[key]entry)
+		sh.m = make(map[key]int32)
 		sh.capacity = per
 		if i < extra {
 			sh.capacity++
@@ -189,19 +194,21 @@ func (s *Store) evaluate(r *limiter.Request, nowMs int64) limiter.Outcome {
 	sh := s.shardFor(&r.Subject)
 
 	sh.mu.Lock()
-	st, present, dropped := sh.load(k, nowMs)
+	st, slot, dropped := sh.load(k, nowMs)
 	next, reply, write := limiter.Apply(st, nowMs, p, r.Cost)
 	refused := false
 	switch {
+	case write && slot >= 0:
+		sh.set(slot, next)
 	case write:
-		if present || sh.room(nowMs, &dropped) {
-			sh.put(k, next)
+		if sh.room(nowMs, &dropped) {
+			sh.insert(k, next)
 		} else {
 			refused = true
 		}
 	case dropped > 0:
 		// An expired state the request did not replace.
-		delete(sh.m, k)
+		sh.remove(k, slot)
 	}
 	sh.mu.Unlock()
 
@@ -223,25 +230,47 @@ func (s *Store) shardFor(d *limiter.SubjectDigest) *shard {
 	return &s.shards[binary.LittleEndian.Uint64(d[:8])&s.mask]
 }
 
-// load returns the live state of k (an expired one reads as no state and
-// counts in dropped) and whether k holds a map slot.
-func (sh *shard) load(k key, nowMs int64) (st limiter.State, present bool, dropped int) {
-	e, ok := sh.m[k]
+// load returns the live state of k and its slot (-1 when k has none). An
+// expired state reads as no state and counts in dropped; its slot is kept
+// for the caller to overwrite or remove.
+func (sh *shard) load(k key, nowMs int64) (st limiter.State, slot int32, dropped int) {
+	slot, ok := sh.m[k]
 	if !ok {
-		return limiter.State{}, false, 0
+		return limiter.State{}, -1, 0
 	}
+	e := &sh.entries[slot]
 	if nowMs > e.expiresAt { // Redis semantics: a key lives through its expiry millisecond
-		return limiter.State{}, true, 1
+		return limiter.State{}, slot, 1
 	}
 	return limiter.State{
 		Exists: true, Schema: limiter.StateSchema, Algorithm: k.alg, PolicyID: k.policy, Revision: k.revision,
 		LastObservedMs: e.lastObserved, A: e.a, B: e.b, C: e.c, ExpiresAtMs: e.expiresAt,
-	}, true, 0
+	}, slot, 0
 }
 
-func (sh *shard) put(k key, st limiter.State) {
-	sh.m[k] = entry{lastObserved: st.LastObservedMs, a: st.A, b: st.B, c: st.C, expiresAt: st.ExpiresAtMs}
+// set overwrites the entry in slot with st.
+func (sh *shard) set(slot int32, st limiter.State) {
+	sh.entries[slot] = entry{lastObserved: st.LastObservedMs, a: st.A, b: st.B, c: st.C, expiresAt: st.ExpiresAtMs}
 	sh.minExpiry = min(sh.minExpiry, st.ExpiresAtMs)
+}
+
+// insert stores st under a new key; the caller has checked room.
+func (sh *shard) insert(k key, st limiter.State) {
+	var slot int32
+	if n := len(sh.free); n > 0 {
+		slot, sh.free = sh.free[n-1], sh.free[:n-1]
+	} else {
+		slot = int32(len(sh.entries))
+		sh.entries = append(sh.entries, entry{})
+	}
+	sh.m[k] = slot
+	sh.set(slot, st)
+}
+
+func (sh *shard) remove(k key, slot int32) {
+	delete(sh.m, k)
+	sh.entries[slot] = entry{}
+	sh.free = append(sh.free, slot)
 }
 
 // room reports whether the shard can take a new entry, first dropping up to
@@ -262,17 +291,17 @@ func (sh *shard) dropExpired(nowMs int64, budget int) int {
 	}
 	dropped, seen, complete := 0, 0, true
 	lowest := int64(math.MaxInt64)
-	for k, e := range sh.m {
+	for k, slot := range sh.m {
 		if budget > 0 && seen == budget {
 			complete = false
 			break
 		}
 		seen++
-		if nowMs > e.expiresAt {
-			delete(sh.m, k)
+		if exp := sh.entries[slot].expiresAt; nowMs > exp {
+			sh.remove(k, slot)
 			dropped++
 		} else {
-			lowest = min(lowest, e.expiresAt)
+			lowest = min(lowest, exp)
 		}
 	}
 	if complete {

@@ -1,0 +1,71 @@
+package memory_test
+
+import (
+	"context"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/envoy-rls/envoy-rls/pkg/limiter"
+	"github.com/envoy-rls/envoy-rls/pkg/limiter/memory"
+)
+
+// BenchmarkMemoryStore: one-request batches from parallel goroutines, per
+// algorithm, all on one subject (worst-case lock contention) or spread over
+// 100,000 subjects. The store reads the wall clock, as in production.
+func BenchmarkMemoryStore(b *testing.B) {
+	policies := []*limiter.Policy{
+		policy(b, limiter.PolicySpec{ID: "fixed", Algorithm: limiter.FixedWindow,
+			Params: limiter.FixedWindowParams{Limit: 1_000_000_000, Window: time.Minute}}),
+		policy(b, limiter.PolicySpec{ID: "sliding", Algorithm: limiter.SlidingWindow,
+			Params: limiter.SlidingWindowParams{Limit: 1_000_000_000, Window: time.Minute}}),
+		policy(b, limiter.PolicySpec{ID: "bucket", Algorithm: limiter.TokenBucket,
+			Params: limiter.TokenBucketParams{Capacity: 1_000_000_000, RefillAmount: 1_000_000, RefillPeriod: time.Second}}),
+	}
+	for _, p := range policies {
+		for _, subjects := range []int{1, 100_000} {
+			b.Run(p.Algorithm().String()+"/subjects="+itoa(subjects), func(b *testing.B) {
+				s, err := memory.New(memory.Config{})
+				if err != nil {
+					b.Fatal(err)
+				}
+				digests := make([]limiter.SubjectDigest, subjects)
+				for i := range digests {
+					digests[i] = subject(uint64(i))
+				}
+				ctx := context.Background()
+				warm := make([]limiter.Outcome, 1)
+				for _, d := range digests {
+					s.Evaluate(ctx, []limiter.Request{{Policy: p, Subject: d, Cost: 1}}, warm)
+				}
+				var seq atomic.Uint64
+				b.ReportAllocs()
+				b.ResetTimer()
+				b.RunParallel(func(pb *testing.PB) {
+					i := int(seq.Add(7919)) // different start per goroutine
+					batch := []limiter.Request{{Policy: p, Cost: 1}}
+					out := make([]limiter.Outcome, 1)
+					for pb.Next() {
+						i++
+						if i >= subjects {
+							i = 0
+						}
+						batch[0].Subject = digests[i]
+						s.Evaluate(ctx, batch, out)
+						if out[0].Kind != limiter.Evaluated {
+							b.Errorf("outcome %+v", out[0])
+							return
+						}
+					}
+				})
+			})
+		}
+	}
+}
+
+func itoa(n int) string {
+	if n == 1 {
+		return "1"
+	}
+	return "100000"
+}
