@@ -60,17 +60,26 @@ var ErrSecret = fmt.Errorf("descriptors: the HMAC secret must be at least %d byt
 // cannot make the error itself unbounded.
 type problems struct {
 	list    []Problem
+	seen    map[Problem]bool
 	dropped int
 }
 
 const maxProblems = 200
 
 func (ps *problems) add(file string, line, col int, format string, args ...any) {
+	p := Problem{File: file, Line: line, Column: col, Reason: fmt.Sprintf(format, args...)}
+	if ps.seen[p] {
+		return // the same problem reached again through an alias
+	}
 	if len(ps.list) >= maxProblems {
 		ps.dropped++
 		return
 	}
-	ps.list = append(ps.list, Problem{File: file, Line: line, Column: col, Reason: fmt.Sprintf(format, args...)})
+	if ps.seen == nil {
+		ps.seen = map[Problem]bool{}
+	}
+	ps.seen[p] = true
+	ps.list = append(ps.list, p)
 }
 
 func (ps *problems) err() error {

@@ -5,6 +5,7 @@ import (
 	"os"
 	"strings"
 	"testing"
+	"time"
 )
 
 // want is one expected problem: line, column (0 = not checked) and a
@@ -157,5 +158,21 @@ func TestLoadPathErrors(t *testing.T) {
 	writeFile(t, dir+"/big.yaml", "domain: d\n"+strings.Repeat("#", MaxFileSize))
 	if _, err := Load(dir, Options{Secret: testSecret}); err == nil || !strings.Contains(err.Error(), "larger than") {
 		t.Errorf("big file: %v", err)
+	}
+}
+
+// TestTooComplexFileIsRejectedQuickly: aliases that expand into an enormous
+// tree stop at the work budget instead of costing unbounded time.
+func TestTooComplexFileIsRejectedQuickly(t *testing.T) {
+	dir := t.TempDir()
+	writeFile(t, dir+"/bomb.yaml", "domain: d\npolicies:\n  p: {unit: second, requests_per_unit: 1}\ndescriptors: &a\n  - {key: a, policy: p, descriptors: *a}\n  - {key: b, policy: p, descriptors: *a}\n")
+	writeFile(t, dir+"/meta.yaml", "domain: m\ndescriptors:\n  - key: k\n    metadata:\n      a: &a [x,x,x,x,x,x,x,x,x,x]\n      b: &b [*a,*a,*a,*a,*a,*a,*a,*a,*a,*a]\n      c: &c [*b,*b,*b,*b,*b,*b,*b,*b,*b,*b]\n      d: &d [*c,*c,*c,*c,*c,*c,*c,*c,*c,*c]\n      e: &e [*d,*d,*d,*d,*d,*d,*d,*d,*d,*d]\n      f: &f [*e,*e,*e,*e,*e,*e,*e,*e,*e,*e]\n      g: &g [*f,*f,*f,*f,*f,*f,*f,*f,*f,*f]\n")
+	start := time.Now()
+	_, err := Load(dir, Options{Secret: testSecret})
+	if err == nil || !strings.Contains(err.Error(), "bomb.yaml") || !strings.Contains(err.Error(), "meta.yaml") || !strings.Contains(err.Error(), "too complex") {
+		t.Errorf("err = %v", err)
+	}
+	if d := time.Since(start); d > 10*time.Second {
+		t.Errorf("took %v", d)
 	}
 }

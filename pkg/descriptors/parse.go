@@ -26,8 +26,10 @@ const (
 	// MaxDepth bounds the nesting of descriptors (and so the number of
 	// entries a request descriptor can usefully carry).
 	MaxDepth = 64
-	// maxNodes bounds the YAML nodes visited per file, aliases included
-	// (an alias is walked each time it is used).
+	// maxNodes bounds the work of parsing and compiling one file: one unit
+	// per YAML node visited (an alias is walked each time it is used) plus,
+	// per descriptor, its nesting depth (the compiler's work per rule grows
+	// with it).
 	maxNodes = 1_000_000
 )
 
@@ -105,14 +107,15 @@ type parser struct {
 	file   string
 	ps     *problems
 	budget int
+	limit  int
 }
 
 var yamlLineRE = regexp.MustCompile(`^yaml: line (\d+): (.*)$`)
 
 // parseFile parses data as one rule file. It returns nil when the file is
 // unusable; problems are added to ps either way.
-func parseFile(name string, data []byte, ps *problems) (rf *rawFile) {
-	p := &parser{file: name, ps: ps, budget: maxNodes}
+func parseFile(name string, data []byte, ps *problems, budget int) (rf *rawFile) {
+	p := &parser{file: name, ps: ps, budget: budget, limit: budget}
 	if len(data) > MaxFileSize {
 		p.ps.add(name, 0, 0, "file is larger than %d bytes", MaxFileSize)
 		return nil
@@ -159,7 +162,11 @@ func parseFile(name string, data []byte, ps *problems) (rf *rawFile) {
 		}
 		root = root.Content[0]
 	}
-	return p.root(root)
+	rf = p.root(root)
+	if p.budget <= 0 {
+		return nil // too complex: do not compile what was read
+	}
+	return rf
 }
 
 func (p *parser) yamlError(err error) {
@@ -195,14 +202,24 @@ func (p *parser) resolve(n *yaml.Node) *yaml.Node {
 	if n == nil || n.Kind == yaml.AliasNode {
 		return nil
 	}
-	p.budget--
-	if p.budget == 0 {
-		p.errorf(n, "file is too complex (more than %d YAML nodes, aliases expanded)", maxNodes)
-	}
-	if p.budget <= 0 {
+	if !p.charge(n, 1) {
 		return nil
 	}
 	return n
+}
+
+// charge spends cost units of the budget; it reports (once) and returns
+// false when the budget is exhausted.
+func (p *parser) charge(n *yaml.Node, cost int) bool {
+	if p.budget <= 0 {
+		return false
+	}
+	p.budget -= cost
+	if p.budget <= 0 {
+		p.errorf(n, "file is too complex (more than %d YAML nodes, aliases expanded, and nesting levels)", p.limit)
+		return false
+	}
+	return true
 }
 
 // mapping calls fn for each key of a mapping node, reporting duplicate and
@@ -397,6 +414,9 @@ func (p *parser) descriptor(n *yaml.Node, depth int) *rawDesc {
 	}
 	if n.Kind != yaml.MappingNode {
 		p.errorf(n, "a descriptor must be a mapping, got %s", describe(n))
+		return nil
+	}
+	if !p.charge(n, depth) {
 		return nil
 	}
 	d := &rawDesc{pos: at(n)}

@@ -178,12 +178,17 @@ func readLimited(name string) ([]byte, error) {
 
 // build parses and compiles sources (already sorted by name).
 func build(srcs []source, secret []byte) (*Snapshot, error) {
+	return buildBudget(srcs, secret, maxNodes)
+}
+
+// buildBudget is build with a per-file work budget (see maxNodes).
+func buildBudget(srcs []source, secret []byte, budget int) (*Snapshot, error) {
 	var ps problems
 	files := make([]*rawFile, 0, len(srcs))
 	names := make([]string, 0, len(srcs))
 	for _, s := range srcs {
 		names = append(names, s.name)
-		if rf := parseFile(s.name, s.data, &ps); rf != nil {
+		if rf := parseFile(s.name, s.data, &ps, budget); rf != nil {
 			files = append(files, rf)
 		}
 	}
