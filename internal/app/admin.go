@@ -63,7 +63,7 @@ type configDoc struct {
 	Fingerprint    string                   `json:"fingerprint,omitempty"`
 	Files          []string                 `json:"files,omitempty"`
 	Domains        []descriptors.DomainInfo `json:"domains"`
-	LastReload     reloadResult             `json:"last_reload"`
+	LastReload     reloadDoc                `json:"last_reload"`
 }
 
 func (s *server) configView() configDoc {

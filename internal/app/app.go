@@ -226,7 +226,9 @@ func serve(ctx context.Context, o Options, getenv func(string) string, log *zap.
 	if err != nil {
 		return fmt.Errorf("loading rules from %s: %w", o.Config, err)
 	}
-	headers, _ := headerMode(o.DefaultHeaders) // checked
+	// The first load counts as a successful reload.
+	s.onReload(s.rules.w.Last())
+	headers, _ := headerMode(o.DefaultHeaders) // checked by o.check
 
 	// Background work (sweeps, reloads, the servers) ends with ctx; the
 	// store closes after all of it has returned.

@@ -435,3 +435,22 @@ func TestServeFlagErrors(t *testing.T) {
 		})
 	}
 }
+
+func TestReloadOnFileChange(t *testing.T) {
+	dir := t.TempDir()
+	writeRules(t, dir, testRules)
+	r := startServe(t, []string{"--config", dir}, nil, hooks{})
+	writeRules(t, dir, strings.Replace(testRules, "requests_per_unit: 2", "requests_per_unit: 1", 1))
+	waitFor(t, func() bool {
+		_, m := r.get(t, "/metrics")
+		return strings.Contains(m, `envoy_rls_config_reloads_total{result="success"} 2`)
+	})
+	_, cfg := r.get(t, "/config")
+	if !strings.Contains(cfg, `"trigger": "watch"`) {
+		t.Fatalf("/config last reload:\n%s", cfg)
+	}
+	r.check(t, "w")
+	if got := r.check(t, "w").OverallCode; got != rlsv3.RateLimitResponse_OVER_LIMIT {
+		t.Fatalf("the changed limit is not in force: %v", got)
+	}
+}

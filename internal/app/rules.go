@@ -3,8 +3,6 @@ package app
 import (
 	"context"
 	"errors"
-	"sync"
-	"sync/atomic"
 	"time"
 
 	"go.uber.org/zap"
@@ -13,89 +11,72 @@ import (
 	"github.com/envoy-rls/envoy-rls/pkg/rls"
 )
 
-// reloadResult is the outcome of one load, shown on /config and logged.
-type reloadResult struct {
-	At          time.Time             `json:"at"`
+// reloadDoc is a load attempt as shown on /config.
+type reloadDoc struct {
+	Time        time.Time             `json:"time"`
+	Trigger     string                `json:"trigger"`
 	OK          bool                  `json:"ok"`
 	Error       string                `json:"error,omitempty"`
 	Problems    []descriptors.Problem `json:"problems,omitempty"`
 	Fingerprint string                `json:"fingerprint,omitempty"`
+	Domains     int                   `json:"domains"`
+	Rules       int                   `json:"rules"`
 }
 
-// ruleSet holds the current snapshot and reloads it; a failed reload keeps
-// the previous snapshot.
-type ruleSet struct {
-	path     string
-	opts     descriptors.Options
-	onReload func(reloadResult)
-	cur      atomic.Pointer[descriptors.Snapshot]
-	mu       sync.Mutex
-	last     reloadResult
-}
-
-func newRuleSet(path string, opts descriptors.Options, onReload func(reloadResult)) (*ruleSet, error) {
-	rs := &ruleSet{path: path, opts: opts, onReload: onReload}
-	if r := rs.reload(); !r.OK {
-		var ce *descriptors.ConfigError
-		if len(r.Problems) > 0 {
-			ce = &descriptors.ConfigError{Problems: r.Problems}
-			return nil, ce
-		}
-		return nil, errors.New(r.Error)
+func newReloadDoc(r descriptors.ReloadResult) reloadDoc {
+	d := reloadDoc{
+		Time: r.Time.UTC(), Trigger: r.Trigger, OK: r.OK, Problems: r.Problems,
+		Fingerprint: r.Fingerprint, Domains: r.Domains, Rules: r.Rules,
 	}
-	return rs, nil
+	var ce *descriptors.ConfigError
+	switch {
+	case r.Err == nil:
+	case errors.As(r.Err, &ce):
+		d.Error = "invalid configuration"
+	default:
+		d.Error = r.Err.Error()
+	}
+	return d
 }
 
-func (rs *ruleSet) current() *descriptors.Snapshot { return rs.cur.Load() }
+// ruleSet is the descriptors.Watcher of --config, seen by the server.
+type ruleSet struct {
+	w *descriptors.Watcher
+}
 
-// rules is the rls.Config.Rules function: nil until a snapshot is loaded.
+// newRuleSet loads path (the first load must succeed) and reports every
+// later reload to onReload.
+func newRuleSet(path string, opts descriptors.Options, onReload func(descriptors.ReloadResult)) (*ruleSet, error) {
+	w, err := descriptors.NewWatcher(path, opts, onReload)
+	if err != nil {
+		return nil, err
+	}
+	return &ruleSet{w: w}, nil
+}
+
+func (rs *ruleSet) current() *descriptors.Snapshot { return rs.w.Current() }
+
+// rules is the rls.Config.Rules function.
 func (rs *ruleSet) rules() rls.Rules {
-	if s := rs.cur.Load(); s != nil {
+	if s := rs.w.Current(); s != nil {
 		return s
 	}
 	return nil
 }
 
-func (rs *ruleSet) reload() reloadResult {
-	rs.mu.Lock()
-	defer rs.mu.Unlock()
-	r := reloadResult{At: time.Now().UTC()}
-	s, err := descriptors.Load(rs.path, rs.opts)
-	if err != nil {
-		r.Error = err.Error()
-		var ce *descriptors.ConfigError
-		if errors.As(err, &ce) {
-			r.Problems = ce.Problems
-			r.Error = "invalid configuration"
-		}
-	} else {
-		r.OK = true
-		r.Fingerprint = s.Fingerprint()
-		rs.cur.Store(s)
-	}
-	rs.last = r
-	if rs.onReload != nil {
-		rs.onReload(r)
-	}
-	return r
-}
+func (rs *ruleSet) reload() descriptors.ReloadResult { return rs.w.Reload() }
 
-func (rs *ruleSet) lastResult() reloadResult {
-	rs.mu.Lock()
-	defer rs.mu.Unlock()
-	return rs.last
-}
+func (rs *ruleSet) lastResult() reloadDoc { return newReloadDoc(rs.w.Last()) }
 
 // watch reloads when the rule files change, until ctx ends.
-func (rs *ruleSet) watch(ctx context.Context) error {
-	<-ctx.Done()
-	return nil
-}
+func (rs *ruleSet) watch(ctx context.Context) error { return rs.w.Run(ctx) }
 
-func (s *server) onReload(r reloadResult) {
+// onReload counts and logs one load attempt.
+func (s *server) onReload(r descriptors.ReloadResult) {
 	s.metrics.ConfigReload(r.OK)
 	if r.OK {
-		s.log.Info("rules loaded", zap.String("config", s.opts.Config), zap.String("fingerprint", r.Fingerprint))
+		s.log.Info("rules loaded", zap.String("config", s.opts.Config), zap.String("trigger", r.Trigger),
+			zap.String("fingerprint", r.Fingerprint), zap.Int("domains", r.Domains), zap.Int("rules", r.Rules))
 		return
 	}
 	problems := make([]string, 0, min(len(r.Problems), 50))
@@ -105,6 +86,6 @@ func (s *server) onReload(r reloadResult) {
 		}
 		problems = append(problems, p.String())
 	}
-	fields := []zap.Field{zap.String("config", s.opts.Config), zap.String("error", r.Error), zap.Strings("problems", problems)}
-	s.log.Error("rules not loaded; keeping the previous rules", fields...)
+	s.log.Error("rules not reloaded; keeping the previous rules", zap.String("config", s.opts.Config),
+		zap.String("trigger", r.Trigger), zap.Error(r.Err), zap.Strings("problems", problems))
 }
