@@ -11,10 +11,10 @@ import (
 // Problem is one reason a rule file was rejected. Line and Column are
 // 1-based; 0 means "unknown" (for example, a file that could not be read).
 type Problem struct {
-	File   string
-	Line   int
-	Column int
-	Reason string
+	File   string `json:"file"`
+	Line   int    `json:"line,omitempty"`
+	Column int    `json:"column,omitempty"`
+	Reason string `json:"reason"`
 }
 
 // String formats the problem as file:line:col: reason, leaving out unknown
