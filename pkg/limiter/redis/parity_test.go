@@ -100,7 +100,7 @@ func TestExactBoundaryAfterDeniedRequest(t *testing.T) {
 			remaining int64
 		}{
 			{3, limiter.StatusAllowed, 2},
-			{3, limiter.StatusDenied, 2}, // would cross the limit: denied, consumes nothing
+			{3, limiter.StatusDenied, 2},  // would cross the limit: denied, consumes nothing
 			{2, limiter.StatusAllowed, 0}, // exactly the rest still fits
 			{1, limiter.StatusDenied, 0},
 		}
