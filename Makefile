@@ -39,5 +39,10 @@ lint: fmt vet ## gofmt + go vet
 bench: deps ## run the Go benchmarks (figures go to docs/performance.md)
 	$(GO) test -run '^$$' -bench . -benchmem $(PKGS)
 
+.PHONY: bench-load
+BENCH_ARGS ?=
+bench-load: ## gRPC load runs at 16/64/256 calls → bench/results/*.jsonl + PNG (BENCH_ARGS="--target envoy-rls --store redis"; see scripts/bench.sh --help)
+	scripts/bench.sh $(BENCH_ARGS)
+
 clean: ## remove build output
 	rm -rf $(BIN)

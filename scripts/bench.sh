@@ -1,0 +1,164 @@
+#!/usr/bin/env bash
+# scripts/bench.sh — the standard load runs of issue 8, on this machine only.
+#
+# Builds bin/rls-load, bin/rls-floor and bin/rls-plot, starts the server on a
+# free loopback port, runs rls-load once per concurrency with -server-pid,
+# appends one JSON line per run to a results file, stops the server by PID
+# and draws the plot next to the results.
+#
+#   scripts/bench.sh                                   # the do-nothing gRPC floor
+#   scripts/bench.sh --target envoy-rls --store memory --config config/examples
+#   scripts/bench.sh --target envoy-rls --store redis  # starts its own redis-server
+#
+# Options (defaults in brackets):
+#   --target floor|envoy-rls  [floor]
+#   --store memory|redis      [memory]  envoy-rls only
+#   --config DIR              [config/examples]  envoy-rls only
+#   --server-args "ARGS"      extra envoy-rls flags
+#   --concurrency "LIST"      [16 64 256]
+#   --connections N           [4]
+#   --duration D              [10s] measured phase per run
+#   --warmup D                [2s]
+#   --subjects N              [10000]
+#   --dist uniform|zipf       [uniform]
+#   --domain D                [bench]
+#   --descriptors SPEC        [remote_address]  (see rls-load -h)
+#   --hits N                  [0: unset]
+#   --label TEXT              [floor | envoy-rls <store>]
+#   --out FILE.jsonl          [bench/results/<label>-<UTC time>.jsonl]
+#   --no-plot                 skip the PNG
+#
+# Everything listens on 127.0.0.1 and every run is bounded by --duration.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+TARGET=floor STORE=memory CONFIG=config/examples SERVER_ARGS=""
+CONCURRENCY="16 64 256" CONNECTIONS=4 DURATION=10s WARMUP=2s
+SUBJECTS=10000 DIST=uniform DOMAIN=bench DESCRIPTORS=remote_address HITS=0
+LABEL="" OUT="" PLOT=1
+
+die() { echo "bench.sh: $*" >&2; exit 1; }
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --target) TARGET=$2; shift 2 ;;
+    --store) STORE=$2; shift 2 ;;
+    --config) CONFIG=$2; shift 2 ;;
+    --server-args) SERVER_ARGS=$2; shift 2 ;;
+    --concurrency) CONCURRENCY=$2; shift 2 ;;
+    --connections) CONNECTIONS=$2; shift 2 ;;
+    --duration) DURATION=$2; shift 2 ;;
+    --warmup) WARMUP=$2; shift 2 ;;
+    --subjects) SUBJECTS=$2; shift 2 ;;
+    --dist) DIST=$2; shift 2 ;;
+    --domain) DOMAIN=$2; shift 2 ;;
+    --descriptors) DESCRIPTORS=$2; shift 2 ;;
+    --hits) HITS=$2; shift 2 ;;
+    --label) LABEL=$2; shift 2 ;;
+    --out) OUT=$2; shift 2 ;;
+    --no-plot) PLOT=0; shift ;;
+    -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
+    *) die "unknown argument $1 (try --help)" ;;
+  esac
+done
+case "$TARGET" in floor|envoy-rls) ;; *) die "--target must be floor or envoy-rls" ;; esac
+case "$STORE" in memory|redis) ;; *) die "--store must be memory or redis" ;; esac
+if [ -z "$LABEL" ]; then
+  if [ "$TARGET" = floor ]; then LABEL=floor; else LABEL="envoy-rls $STORE"; fi
+fi
+if [ -z "$OUT" ]; then
+  OUT="bench/results/$(echo "$LABEL" | tr -c 'A-Za-z0-9._-' '-' | sed 's/-*$//')-$(date -u +%Y%m%dT%H%M%SZ).jsonl"
+fi
+mkdir -p "$(dirname "$OUT")"
+GO=${GO:-go}
+
+echo "bench.sh: building bin/rls-load bin/rls-floor bin/rls-plot" >&2
+mkdir -p bin
+$GO build -trimpath -o bin/rls-load ./cmd/rls-load
+$GO build -trimpath -o bin/rls-floor ./cmd/rls-floor
+$GO build -trimpath -o bin/rls-plot ./cmd/rls-plot
+if [ "$TARGET" = envoy-rls ]; then
+  [ -d cmd/envoy-rls ] || die "cmd/envoy-rls does not exist yet"
+  $GO build -trimpath -o bin/envoy-rls ./cmd/envoy-rls || die "bin/envoy-rls does not build yet"
+fi
+
+WORK=$(mktemp -d)
+SERVER_PID="" REDIS_PID=""
+# stop_pid PID: SIGTERM, wait up to 10 s, then SIGKILL. Only PIDs we started.
+stop_pid() {
+  local pid=$1
+  [ -n "$pid" ] || return 0
+  kill -TERM "$pid" 2>/dev/null || return 0
+  for _ in $(seq 1 100); do
+    kill -0 "$pid" 2>/dev/null || { wait "$pid" 2>/dev/null || true; return 0; }
+    sleep 0.1
+  done
+  echo "bench.sh: pid $pid ignored SIGTERM; killing it" >&2
+  kill -KILL "$pid" 2>/dev/null || true
+  wait "$pid" 2>/dev/null || true
+}
+cleanup() {
+  stop_pid "$SERVER_PID"
+  stop_pid "$REDIS_PID"
+  rm -rf "$WORK"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+# free_port: a loopback TCP port nobody answers on (bash's /dev/tcp).
+free_port() {
+  local p
+  for _ in $(seq 1 100); do
+    p=$(( 20000 + (RANDOM * 32768 + RANDOM) % 40000 ))
+    if ! (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null; then echo "$p"; return 0; fi
+  done
+  die "no free loopback port found"
+}
+# wait_port PORT PID NAME: until something accepts on PORT (≤ 15 s), while PID lives.
+wait_port() {
+  for _ in $(seq 1 150); do
+    kill -0 "$2" 2>/dev/null || die "$3 exited during start-up; its log: $(cat "$WORK/$3.log")"
+    if (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; then return 0; fi
+    sleep 0.1
+  done
+  die "$3 did not listen on 127.0.0.1:$1 within 15 s"
+}
+
+GRPC_PORT=$(free_port)
+ADDR="127.0.0.1:$GRPC_PORT"
+AUX=()
+if [ "$TARGET" = floor ]; then
+  bin/rls-floor -addr "$ADDR" >"$WORK/server.log" 2>&1 &
+  SERVER_PID=$!
+else
+  ARGS=(serve --config "$CONFIG" --store "$STORE" --grpc-addr "$ADDR" --admin-addr "127.0.0.1:$(free_port)")
+  if [ "$STORE" = redis ]; then
+    command -v redis-server >/dev/null || scripts/ensure-deps.sh
+    REDIS_PORT=$(free_port)
+    redis-server --bind 127.0.0.1 --port "$REDIS_PORT" --save '' --appendonly no \
+      --dir "$WORK" >"$WORK/redis.log" 2>&1 &
+    REDIS_PID=$!
+    wait_port "$REDIS_PORT" "$REDIS_PID" redis
+    # A synthetic secret for this run only.
+    head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n' >"$WORK/hmac-secret"
+    ARGS+=(--redis-addr "127.0.0.1:$REDIS_PORT" --hmac-secret-file "$WORK/hmac-secret")
+    AUX=(-aux-pid "redis=$REDIS_PID")
+  fi
+  # shellcheck disable=SC2206 # word splitting of --server-args is intended
+  ARGS+=($SERVER_ARGS)
+  bin/envoy-rls "${ARGS[@]}" >"$WORK/server.log" 2>&1 &
+  SERVER_PID=$!
+fi
+wait_port "$GRPC_PORT" "$SERVER_PID" server
+
+echo "bench.sh: $LABEL at $ADDR (pid $SERVER_PID); $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg); results → $OUT" >&2
+for c in $CONCURRENCY; do
+  bin/rls-load -addr "$ADDR" -concurrency "$c" -connections "$CONNECTIONS" \
+    -duration "$DURATION" -warmup "$WARMUP" -subjects "$SUBJECTS" -dist "$DIST" \
+    -domain "$DOMAIN" -descriptors "$DESCRIPTORS" -hits "$HITS" \
+    -server-pid "$SERVER_PID" ${AUX[@]+"${AUX[@]}"} -label "$LABEL" | tee -a "$OUT"
+done
+
+if [ "$PLOT" = 1 ]; then
+  bin/rls-plot -o "${OUT%.jsonl}.png" -title "$LABEL: throughput and p99 vs concurrency" "$OUT"
+  echo "bench.sh: plot → ${OUT%.jsonl}.png" >&2
+fi
