@@ -1,6 +1,10 @@
 package descriptors
 
-import "testing"
+import (
+	"fmt"
+	"strings"
+	"testing"
+)
 
 func TestReferenceYAMLForms(t *testing.T) {
 	s, err := Load("testdata/compat", Options{Secret: testSecret})
@@ -18,6 +22,12 @@ func TestReferenceYAMLForms(t *testing.T) {
 	m, ok = s.Match("compat", e("nothing=x"))
 	if !ok || m.Rule.RequestsPerUnit != 0 || m.Rule.Policy.Limit() != 0 {
 		t.Errorf("absent requests_per_unit: %v %+v", ok, m.Rule)
+	}
+	if _, ok := s.Match("compat", e("null_limit=x")); ok {
+		t.Errorf("rate_limit: null is a limit")
+	}
+	if dump := fmt.Sprintf("%+v", s); strings.Contains(dump, string(testSecret)) {
+		t.Errorf("printing a snapshot shows the secret")
 	}
 	if _, ok := s.Match("compat", e("empty=x")); ok {
 		t.Errorf("placeholder matched")

@@ -435,7 +435,10 @@ func (p *parser) descriptor(n *yaml.Node, depth int) *rawDesc {
 			d.valuePos = at(k)
 			d.value, _ = p.str(v, "value")
 		case "rate_limit":
-			d.limit = p.rateLimit(v, "rate_limit")
+			// `rate_limit:` with no value is no limit, as in the reference.
+			if r := p.resolve(v); r != nil && !isNull(r) {
+				d.limit = p.rateLimit(r, "rate_limit")
+			}
 		case "policy":
 			d.policyPos = at(k)
 			if s, ok := p.str(v, "policy"); ok {

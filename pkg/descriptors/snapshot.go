@@ -45,9 +45,11 @@ type Snapshot struct {
 	fingerprint [32]byte
 	rules       int
 	limited     int
-	secret      []byte
-	macs        sync.Pool
-	overrides   overrideCache
+	// macs holds *macState values keyed with the HMAC secret. The secret is
+	// captured by the pool's New function only, so that printing a Snapshot
+	// never prints it.
+	macs      sync.Pool
+	overrides overrideCache
 }
 
 type domain struct {
@@ -196,7 +198,7 @@ func buildBudget(srcs []source, secret []byte, budget int) (*Snapshot, error) {
 	if err := ps.err(); err != nil {
 		return nil, err
 	}
-	s := &Snapshot{domains: domains, files: names, secret: slices.Clone(secret), fingerprint: fingerprint(srcs)}
+	s := &Snapshot{domains: domains, files: names, fingerprint: fingerprint(srcs)}
 	for _, d := range domains {
 		s.order = append(s.order, d)
 		s.rules += len(d.rules)
@@ -207,7 +209,8 @@ func buildBudget(srcs []source, secret []byte, budget int) (*Snapshot, error) {
 		}
 	}
 	slices.SortFunc(s.order, func(a, b *domain) int { return strings.Compare(a.name, b.name) })
-	s.macs.New = func() any { return &macState{mac: hmac.New(sha256.New, s.secret)} }
+	key := slices.Clone(secret)
+	s.macs.New = func() any { return &macState{mac: hmac.New(sha256.New, key)} }
 	s.overrides.m = map[string]*Rule{}
 	return s, nil
 }
