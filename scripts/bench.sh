@@ -93,7 +93,7 @@ stop_pid() {
   [ -n "$pid" ] || return 0
   kill -TERM "$pid" 2>/dev/null || return 0
   for _ in $(seq 1 100); do
-    kill -0 "$pid" 2>/dev/null || { wait "$pid" 2>/dev/null || true; return 0; }
+    kill -0 "$pid" 2>/dev/null || { wait "$pid" 2>/dev/null || true; echo "bench.sh: stopped pid $pid" >&2; return 0; }
     sleep 0.1
   done
   echo "bench.sh: pid $pid ignored SIGTERM; killing it" >&2
@@ -142,6 +142,7 @@ else
       --dir "$WORK" >"$WORK/redis.log" 2>&1 &
     REDIS_PID=$!
     wait_port "$REDIS_PORT" "$REDIS_PID" redis
+    echo "bench.sh: redis-server at 127.0.0.1:$REDIS_PORT (pid $REDIS_PID)" >&2
     # A synthetic secret for this run only.
     head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n' >"$WORK/hmac-secret"
     ARGS+=(--redis-addr "127.0.0.1:$REDIS_PORT" --hmac-secret-file "$WORK/hmac-secret")
