@@ -20,6 +20,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"runtime/pprof"
 	"strconv"
 	"strings"
 	"syscall"
@@ -37,9 +38,20 @@ func main() {
 }
 
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	cfg, err := parseFlags(args, stderr)
+	cfg, prof, err := parseFlags(args, stderr)
 	if err != nil {
 		return err
+	}
+	if prof != "" {
+		f, err := os.Create(prof)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return err
+		}
+		defer pprof.StopCPUProfile()
 	}
 	res, err := loadgen.Run(ctx, cfg)
 	if err != nil {
@@ -48,8 +60,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	return res.WriteJSONLine(stdout)
 }
 
-func parseFlags(args []string, stderr io.Writer) (loadgen.Config, error) {
-	var cfg loadgen.Config
+// parseFlags returns the validated run config and the -cpuprofile path.
+func parseFlags(args []string, stderr io.Writer) (cfg loadgen.Config, cpuProfile string, err error) {
 	fs := flag.NewFlagSet("rls-load", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.StringVar(&cfg.Addr, "addr", loadgen.DefaultAddr, "RLS v3 gRPC address (host:port; loopback only unless -allow-remote)")
@@ -81,22 +93,22 @@ func parseFlags(args []string, stderr io.Writer) (loadgen.Config, error) {
 		return nil
 	})
 	fs.StringVar(&cfg.Label, "label", "", "free text copied into the JSON")
-	if err := fs.Parse(args); err != nil {
-		return cfg, err
+	fs.StringVar(&cpuProfile, "cpuprofile", "", "write the load tool's own CPU profile to this file")
+	if err = fs.Parse(args); err != nil {
+		return cfg, "", err
 	}
 	if fs.NArg() > 0 {
-		return cfg, fmt.Errorf("unexpected arguments %q", fs.Args())
+		return cfg, "", fmt.Errorf("unexpected arguments %q", fs.Args())
 	}
-	var err error
 	if cfg.Descriptors, err = loadgen.ParseDescriptors(*desc); err != nil {
-		return cfg, err
+		return cfg, "", err
 	}
 	if cfg.Dist, err = loadgen.ParseDist(*dist); err != nil {
-		return cfg, err
+		return cfg, "", err
 	}
 	if *hits > 1<<32-1 {
-		return cfg, fmt.Errorf("-hits %d does not fit in uint32", *hits)
+		return cfg, "", fmt.Errorf("-hits %d does not fit in uint32", *hits)
 	}
 	cfg.Hits = uint32(*hits)
-	return cfg, cfg.Validate()
+	return cfg, cpuProfile, cfg.Validate()
 }

@@ -17,7 +17,7 @@ import (
 )
 
 func TestParseFlagsDefaults(t *testing.T) {
-	cfg, err := parseFlags(nil, io.Discard)
+	cfg, _, err := parseFlags(nil, io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -48,16 +48,16 @@ func TestParseFlagsErrors(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			_, err := parseFlags(tc.args, io.Discard)
+			_, _, err := parseFlags(tc.args, io.Discard)
 			if err == nil || (tc.is != nil && !errors.Is(err, tc.is)) {
 				t.Fatalf("err = %v, want %v", err, tc.is)
 			}
 		})
 	}
-	if _, err := parseFlags([]string{"-addr", "10.0.0.8:8081", "-allow-remote"}, io.Discard); err != nil {
+	if _, _, err := parseFlags([]string{"-addr", "10.0.0.8:8081", "-allow-remote"}, io.Discard); err != nil {
 		t.Fatalf("-allow-remote: %v", err)
 	}
-	cfg, err := parseFlags([]string{"-aux-pid", "redis=12", "-aux-pid", "db=34"}, io.Discard)
+	cfg, _, err := parseFlags([]string{"-aux-pid", "redis=12", "-aux-pid", "db=34"}, io.Discard)
 	if err != nil || cfg.AuxPIDs["redis"] != 12 || cfg.AuxPIDs["db"] != 34 {
 		t.Fatalf("-aux-pid: %v %v", cfg.AuxPIDs, err)
 	}
