@@ -147,6 +147,9 @@ func New(cfg Config) (*Store, error) {
 	for cfg.Shards > cfg.MaxEntries {
 		cfg.Shards /= 2
 	}
+	if cfg.MaxEntries/cfg.Shards >= math.MaxInt32 {
+		return nil, fmt.Errorf("%w: MaxEntries %d is above %d per shard", ErrInvalidConfig, cfg.MaxEntries, math.MaxInt32-1)
+	}
 	s := &Store{clock: cfg.Clock, obs: cfg.Observer, shards: make([]shard, cfg.Shards), mask: uint64(cfg.Shards - 1)}
 	per, extra := cfg.MaxEntries/cfg.Shards, cfg.MaxEntries%cfg.Shards
 	for i := range s.shards {

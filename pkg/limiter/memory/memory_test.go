@@ -84,6 +84,7 @@ func TestNewConfig(t *testing.T) {
 		{"negative max entries", memory.Config{MaxEntries: -1}, false},
 		{"shards not a power of two", memory.Config{Shards: 3}, false},
 		{"negative shards", memory.Config{Shards: -4}, false},
+		{"more than 2^31 entries per shard", memory.Config{Shards: 1, MaxEntries: 1 << 31}, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := memory.New(tc.cfg)
