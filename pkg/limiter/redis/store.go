@@ -68,7 +68,10 @@ func New(ctx context.Context, cfg Config) (*Store, error) {
 		Password:    cfg.Password,
 		TLSConfig:   cfg.TLS,
 		ClientName:  "envoy-rls",
-		Dialer:      net.Dialer{Timeout: cfg.DialTimeout, KeepAlive: time.Second},
+		// CLIENT SETINFO is Redis 7.2+; skipping it also keeps the ACL a
+		// store needs small.
+		ClientSetInfo: rueidis.DisableClientSetInfo,
+		Dialer:        net.Dialer{Timeout: cfg.DialTimeout, KeepAlive: time.Second},
 		// A connection that does not answer is closed after this, which
 		// fails its in-flight commands (Indeterminate) and makes the next
 		// ones redial.
@@ -149,7 +152,9 @@ func (s *Store) Ping(ctx context.Context) error {
 // without an answer then is Indeterminate. A request that fails Validate is
 // Unavailable (limiter.CategoryInvalidRequest) and never sent.
 func (s *Store) Evaluate(ctx context.Context, batch []limiter.Request, out []limiter.Outcome) {
-	out = out[:len(batch)] // panics on a short out, as the contract says
+	if len(out) < len(batch) {
+		panic(fmt.Sprintf("redis store: Evaluate: out has %d elements for %d requests", len(out), len(batch)))
+	}
 	if len(batch) == 0 {
 		return
 	}

@@ -1,0 +1,445 @@
+package redis
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/envoy-rls/envoy-rls/internal/redistest"
+	"github.com/envoy-rls/envoy-rls/pkg/limiter"
+)
+
+// farWindow is an epoch-aligned window whose next boundary is years away, so
+// that an exactness test never straddles two windows.
+const farWindow = 3650 * 24 * time.Hour
+
+func TestEvaluateBatchInOrder(t *testing.T) {
+	e := newEnv(t)
+	fw := fixed(t, "batch.fw", 2, farWindow)
+	tb := bucket(t, "batch.tb", 1, 1, time.Hour)
+	sw := sliding(t, "batch.sw", 3, time.Hour)
+	sub := subjectOf("batch")
+	batch := []limiter.Request{
+		{Policy: fw, Subject: sub, Cost: 1},
+		{Policy: tb, Subject: sub, Cost: 1},
+		{Policy: sw, Subject: sub, Cost: 3},
+		{Policy: fw, Subject: sub, Cost: 5}, // above max cost: invalid, never sent
+		{Policy: nil, Subject: sub, Cost: 1},
+	}
+	out := make([]limiter.Outcome, len(batch))
+	e.store.Evaluate(context.Background(), batch, out)
+	want := []struct {
+		kind      limiter.OutcomeKind
+		allowed   bool
+		remaining int64
+		certainty limiter.Certainty
+	}{
+		{limiter.Evaluated, true, 1, limiter.Certain},
+		{limiter.Evaluated, true, 0, limiter.Certain},
+		{limiter.Evaluated, true, 0, limiter.Approximate},
+		{limiter.Unavailable, false, 0, 0},
+		{limiter.Unavailable, false, 0, 0},
+	}
+	for i, w := range want {
+		o := out[i]
+		if o.Kind != w.kind || o.Decision.Allowed != w.allowed || o.Decision.Remaining != w.remaining || o.Decision.Certainty != w.certainty {
+			t.Errorf("request %d: %+v, want %+v", i, o, w)
+		}
+		if o.Kind == limiter.Evaluated && (o.Decision.Source != limiter.SourceRedis || o.Decision.PolicyID != batch[i].Policy.ID()) {
+			t.Errorf("request %d: decision %+v", i, o.Decision)
+		}
+		if o.Kind == limiter.Unavailable && o.Category != limiter.CategoryInvalidRequest {
+			t.Errorf("request %d: category %s, want invalid_request", i, o.Category)
+		}
+	}
+	// An empty batch is a no-op; a short out panics.
+	e.store.Evaluate(context.Background(), nil, nil)
+	func() {
+		defer func() {
+			if recover() == nil {
+				t.Error("Evaluate with a short out did not panic")
+			}
+		}()
+		e.store.Evaluate(context.Background(), batch, out[:1])
+	}()
+}
+
+func TestDeadlines(t *testing.T) {
+	e := newEnv(t, redistest.Local())
+	p := fixed(t, "deadline", 10, farWindow)
+	sub := subjectOf("deadline")
+
+	// Already done: not sent, nothing written.
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	out := make([]limiter.Outcome, 2)
+	e.store.Evaluate(ctx, []limiter.Request{{Policy: p, Subject: sub, Cost: 1}, {Policy: p, Subject: sub, Cost: 1}}, out)
+	for i, o := range out {
+		if o.Kind != limiter.Unavailable || o.Category != limiter.CategoryDeadline {
+			t.Errorf("request %d with a done context: %v/%s", i, o.Kind, o.Category)
+		}
+	}
+	if e.do("EXISTS", keyOf(p, sub)) != int64(0) {
+		t.Fatal("a request with a done context reached Redis")
+	}
+
+	// A paused server: the call returns by the deadline, Indeterminate.
+	if o := e.evaluate(p, sub, 1); o.Kind != limiter.Evaluated {
+		t.Fatalf("warm-up: %+v", o)
+	}
+	e.srv.Pause()
+	defer e.srv.Resume()
+	for _, d := range []time.Duration{50 * time.Millisecond, 150 * time.Millisecond} {
+		ctx, cancel := context.WithTimeout(context.Background(), d)
+		start := time.Now()
+		out := make([]limiter.Outcome, 3)
+		e.store.Evaluate(ctx, []limiter.Request{{Policy: p, Subject: sub, Cost: 1}, {Policy: p, Subject: subjectOf("x"), Cost: 1}, {Policy: p, Subject: sub, Cost: 2}}, out)
+		took := time.Since(start)
+		cancel()
+		if took > d+100*time.Millisecond { // scheduling slack on a loaded 2-core machine
+			t.Errorf("deadline %v: Evaluate took %v", d, took)
+		}
+		for i, o := range out {
+			if o.Kind != limiter.Indeterminate {
+				t.Errorf("deadline %v, request %d on a paused server: %v (%v), want indeterminate", d, i, o.Kind, o.Err)
+			}
+		}
+	}
+	e.srv.Resume()
+	redistest.Eventually(t, 10*time.Second, 20*time.Millisecond, "decisions after resume", func() error {
+		if o := e.evaluate(p, sub, 1); o.Kind != limiter.Evaluated {
+			return fmt.Errorf("%v: %v", o.Kind, o.Err)
+		}
+		return nil
+	})
+
+	// The store's own Timeout bounds a call without a deadline.
+	s2 := newStore(t, Config{Addrs: []string{e.srv.Addr()}, Timeout: 100 * time.Millisecond})
+	e.srv.Pause()
+	start := time.Now()
+	out = make([]limiter.Outcome, 1)
+	s2.Evaluate(context.Background(), []limiter.Request{{Policy: p, Subject: sub, Cost: 1}}, out)
+	if took := time.Since(start); took > 300*time.Millisecond {
+		t.Errorf("Timeout 100ms: Evaluate took %v", took)
+	}
+	if out[0].Kind != limiter.Indeterminate {
+		t.Errorf("Timeout on a paused server: %v, want indeterminate", out[0].Kind)
+	}
+	e.srv.Resume()
+
+	// After Close: Unavailable, not sent.
+	s2.Close()
+	s2.Evaluate(context.Background(), []limiter.Request{{Policy: p, Subject: subjectOf("closed"), Cost: 1}}, out)
+	if out[0].Kind != limiter.Unavailable {
+		t.Errorf("after Close: %v", out[0].Kind)
+	}
+}
+
+func TestRedisKilledDuringLoad(t *testing.T) {
+	srv := redistest.Standalone(t, redistest.Local())
+	s := newStore(t, Config{Addrs: []string{srv.Addr()}, Timeout: 200 * time.Millisecond})
+	p := fixed(t, "kill", 1_000_000, farWindow)
+	var counts [5]atomic.Int64 // by OutcomeKind
+	var slowest atomic.Int64
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for g := 0; g < 8; g++ {
+		wg.Add(1)
+		go func(g int) {
+			defer wg.Done()
+			sub := subjectOf(fmt.Sprintf("kill-%d", g))
+			out := make([]limiter.Outcome, 2)
+			for i := 0; i < 1_000_000; i++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+				start := time.Now()
+				s.Evaluate(ctx, []limiter.Request{{Policy: p, Subject: sub, Cost: 1}, {Policy: p, Subject: sub, Cost: 1}}, out)
+				took := time.Since(start)
+				cancel()
+				for took.Microseconds() > slowest.Load() {
+					if slowest.CompareAndSwap(slowest.Load(), took.Microseconds()) {
+						break
+					}
+				}
+				for _, o := range out {
+					counts[o.Kind].Add(1)
+					if o.Kind == limiter.Incompatible {
+						t.Errorf("incompatible outcome under faults: %v", o.Err)
+					}
+					if o.Kind == limiter.Evaluated && !o.Decision.Allowed {
+						t.Errorf("denied far below the limit: %+v", o.Decision)
+					}
+				}
+				if counts[limiter.Evaluated].Load() == 0 {
+					time.Sleep(time.Millisecond)
+				}
+			}
+		}(g)
+	}
+	waitKinds := func(kind limiter.OutcomeKind, what string) {
+		t.Helper()
+		base := counts[kind].Load()
+		redistest.Eventually(t, 15*time.Second, 10*time.Millisecond, what, func() error {
+			if counts[kind].Load() <= base+10 {
+				return errors.New("not yet")
+			}
+			return nil
+		})
+	}
+	waitKinds(limiter.Evaluated, "decisions before the kill")
+	srv.Kill()
+	failedBefore := counts[limiter.Unavailable].Load() + counts[limiter.Indeterminate].Load()
+	redistest.Eventually(t, 15*time.Second, 10*time.Millisecond, "failures while down", func() error {
+		if counts[limiter.Unavailable].Load()+counts[limiter.Indeterminate].Load() <= failedBefore+10 {
+			return errors.New("not yet")
+		}
+		return nil
+	})
+	srv.Restart()
+	waitKinds(limiter.Evaluated, "decisions after the restart")
+	close(stop)
+	wg.Wait()
+	t.Logf("outcomes: evaluated %d, unavailable %d, indeterminate %d; slowest call %dµs",
+		counts[limiter.Evaluated].Load(), counts[limiter.Unavailable].Load(), counts[limiter.Indeterminate].Load(), slowest.Load())
+	if counts[limiter.Unavailable].Load() == 0 {
+		t.Error("no Unavailable outcome while Redis was down (refused connections are known not-sent)")
+	}
+	if us := slowest.Load(); us > (300*time.Millisecond + 150*time.Millisecond).Microseconds() {
+		t.Errorf("a call took %dµs, past its 300ms deadline", us)
+	}
+}
+
+// TestExactAcrossStores: three stores (three service replicas) with 32
+// goroutines each on one subject admit exactly the limit.
+func TestExactAcrossStores(t *testing.T) {
+	srv := redistest.Standalone(t)
+	const stores, goroutines, limit, perG = 3, 32, 100, 3
+	policies := []*limiter.Policy{
+		fixed(t, "exact.fw", limit, farWindow),
+		bucket(t, "exact.tb", limit, 1, 24*time.Hour), // one token a day: no refill during the test
+	}
+	ss := make([]*Store, stores)
+	for i := range ss {
+		ss[i] = newStore(t, Config{Addrs: []string{srv.Addr()}, Timeout: 5 * time.Second})
+	}
+	for _, p := range policies {
+		sub := subjectOf(fmt.Sprintf("exact-%s-%d", p.ID(), time.Now().UnixNano()))
+		var allowed, denied atomic.Int64
+		var wg sync.WaitGroup
+		for _, s := range ss {
+			for g := 0; g < goroutines; g++ {
+				wg.Add(1)
+				go func(s *Store) {
+					defer wg.Done()
+					out := make([]limiter.Outcome, 1)
+					for i := 0; i < perG; i++ {
+						s.Evaluate(context.Background(), []limiter.Request{{Policy: p, Subject: sub, Cost: 1}}, out)
+						switch {
+						case out[0].Kind != limiter.Evaluated:
+							t.Errorf("%s: %v: %v", p.ID(), out[0].Kind, out[0].Err)
+						case out[0].Decision.Allowed:
+							allowed.Add(1)
+						default:
+							denied.Add(1)
+						}
+					}
+				}(s)
+			}
+		}
+		wg.Wait()
+		if allowed.Load() != limit || denied.Load() != stores*goroutines*perG-limit {
+			t.Errorf("%s: %d allowed, %d denied; want exactly %d allowed of %d", p.ID(), allowed.Load(), denied.Load(), limit, stores*goroutines*perG)
+		}
+	}
+	assertPrivateKeys(t, srv.Addr(), []string{"exact-"})
+}
+
+func TestACLUser(t *testing.T) {
+	e := newEnv(t, redistest.Local())
+	// The least a store needs: the connection handshake, the two script
+	// commands and what the programs call (ACLs apply inside scripts too),
+	// on rate keys only.
+	e.do("ACL", "SETUSER", "envoy-rls", "on", ">s3cret-pw", "resetkeys", "~rate:*", "-@all",
+		"+hello", "+ping", "+client|setname",
+		"+evalsha", "+eval", "+time", "+hmget", "+exists", "+hset", "+pexpire")
+	pwFile := filepath.Join(t.TempDir(), "pw")
+	if err := os.WriteFile(pwFile, []byte("s3cret-pw\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := Flags{Addr: e.srv.Addr(), Username: "envoy-rls", PasswordFile: pwFile}.Config()
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := newStore(t, cfg)
+	if err := s.Ping(context.Background()); err != nil {
+		t.Fatalf("Ping as the ACL user: %v", err)
+	}
+	p := bucket(t, "acl", 2, 1, time.Hour)
+	out := make([]limiter.Outcome, 3)
+	sub := subjectOf("acl")
+	s.Evaluate(context.Background(), []limiter.Request{{Policy: p, Subject: sub, Cost: 1}, {Policy: p, Subject: sub, Cost: 1}, {Policy: p, Subject: sub, Cost: 1}}, out)
+	allowed := 0
+	for _, o := range out {
+		if o.Kind != limiter.Evaluated {
+			t.Fatalf("as the ACL user: %v: %v", o.Kind, o.Err)
+		}
+		if o.Decision.Allowed {
+			allowed++
+		}
+	}
+	if allowed != 2 {
+		t.Fatalf("%d allowed, want 2", allowed)
+	}
+	// Without the script commands: refused by Redis, known not run.
+	e.do("ACL", "SETUSER", "envoy-rls", "-evalsha", "-eval")
+	s.Evaluate(context.Background(), []limiter.Request{{Policy: p, Subject: sub, Cost: 1}}, out[:1])
+	if out[0].Kind != limiter.Unavailable || !strings.Contains(out[0].Err.Error(), "NOPERM") {
+		t.Fatalf("without EVALSHA: %v (%v), want unavailable NOPERM", out[0].Kind, out[0].Err)
+	}
+	// A wrong password fails New.
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if s, err := New(ctx, Config{Addrs: []string{e.srv.Addr()}, Username: "envoy-rls", Password: "wrong"}); err == nil {
+		s.Close()
+		t.Fatal("New with a wrong password succeeded")
+	} else if strings.Contains(err.Error(), "wrong") && strings.Contains(err.Error(), "Password") {
+		t.Fatalf("error leaks the password: %v", err)
+	}
+}
+
+func TestTLS(t *testing.T) {
+	redistest.RequireTLS(t)
+	files := redistest.GenerateTLS(t)
+	srv := redistest.Standalone(t, redistest.WithTLS(files, files.ClientConfig(t)))
+	cfg, err := Flags{Addr: srv.Addr(), Mode: "standalone", TLSCA: files.CA, TLSCert: files.ClientCert, TLSKey: files.ClientKey}.Config()
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := newStore(t, cfg)
+	p := fixed(t, "tls", 1, farWindow)
+	out := make([]limiter.Outcome, 2)
+	sub := subjectOf("tls")
+	s.Evaluate(context.Background(), []limiter.Request{{Policy: p, Subject: sub, Cost: 1}, {Policy: p, Subject: sub, Cost: 1}}, out)
+	if out[0].Kind != limiter.Evaluated || out[1].Kind != limiter.Evaluated || out[0].Decision.Allowed == out[1].Decision.Allowed {
+		t.Fatalf("over TLS: %+v", out)
+	}
+	// Without the CA the server certificate is not trusted: New fails.
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	noCA, err := Flags{Addr: srv.Addr(), Mode: "standalone", TLS: true}.Config()
+	if err != nil {
+		t.Fatal(err)
+	}
+	noCA.DialTimeout = time.Second
+	if s, err := New(ctx, noCA); err == nil {
+		s.Close()
+		t.Fatal("New trusted an unknown CA")
+	}
+}
+
+func TestCluster(t *testing.T) {
+	if testing.Short() {
+		t.Skip("cluster topology: skipped with -short")
+	}
+	t.Parallel()
+	c := redistest.StartCluster(t)
+	s := newStore(t, Config{Addrs: c.Addrs(), Mode: ModeCluster, Timeout: 300 * time.Millisecond, DialTimeout: 300 * time.Millisecond})
+	p := fixed(t, "cluster", 1_000_000, farWindow)
+	// Many subjects spread over every master's slots.
+	batch := make([]limiter.Request, 64)
+	for i := range batch {
+		batch[i] = limiter.Request{Policy: p, Subject: subjectOf(fmt.Sprintf("cluster-%d", i)), Cost: 1}
+	}
+	out := make([]limiter.Outcome, len(batch))
+	s.Evaluate(context.Background(), batch, out)
+	for i, o := range out {
+		if o.Kind != limiter.Evaluated || !o.Decision.Allowed {
+			t.Fatalf("request %d: %v: %v", i, o.Kind, o.Err)
+		}
+	}
+	sub := subjectOf("cluster-0")
+	master := c.MasterFor(keyOf(p, sub))
+	master.Kill()
+	start := time.Now()
+	var kinds [5]int
+	redistest.Eventually(t, 30*time.Second, 50*time.Millisecond, "decisions after the failover", func() error {
+		o := evaluateOne(s, p, sub, 200*time.Millisecond)
+		kinds[o.Kind]++
+		if o.Kind == limiter.Incompatible {
+			t.Fatalf("incompatible during failover: %v", o.Err)
+		}
+		if o.Kind != limiter.Evaluated {
+			return fmt.Errorf("%v: %v", o.Kind, o.Err)
+		}
+		return nil
+	})
+	t.Logf("cluster failover: decisions resumed after %v (outcomes by kind %v)", time.Since(start).Round(time.Millisecond), kinds)
+	s.Evaluate(context.Background(), batch, out)
+	for i, o := range out {
+		if o.Kind != limiter.Evaluated {
+			t.Fatalf("after failover, request %d: %v: %v", i, o.Kind, o.Err)
+		}
+	}
+	// Wrong mode: a cluster seed given as standalone still works (one node
+	// answers MOVED for most keys, which rueidis's single client does not
+	// follow), so only the reverse is refused.
+	single := redistest.Standalone(t, redistest.Local())
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if s, err := New(ctx, Config{Addrs: []string{single.Addr()}, Mode: ModeCluster}); err == nil {
+		s.Close()
+		t.Fatal("cluster mode against a standalone server succeeded")
+	}
+}
+
+func TestSentinelFailover(t *testing.T) {
+	if testing.Short() {
+		t.Skip("sentinel topology: skipped with -short")
+	}
+	t.Parallel()
+	set := redistest.StartSentinel(t)
+	s := newStore(t, Config{Addrs: set.SentinelAddrs(), Mode: ModeSentinel, SentinelMaster: redistest.SentinelMasterName,
+		Timeout: 300 * time.Millisecond, DialTimeout: 300 * time.Millisecond})
+	p := fixed(t, "sentinel", 1_000_000, farWindow)
+	sub := subjectOf("sentinel")
+	if o := evaluateOne(s, p, sub, time.Second); o.Kind != limiter.Evaluated {
+		t.Fatalf("before failover: %v: %v", o.Kind, o.Err)
+	}
+	set.Master.Kill()
+	start := time.Now()
+	var kinds [5]int
+	redistest.Eventually(t, 45*time.Second, 50*time.Millisecond, "decisions after the sentinel failover", func() error {
+		o := evaluateOne(s, p, sub, 200*time.Millisecond)
+		kinds[o.Kind]++
+		if o.Kind == limiter.Incompatible {
+			t.Fatalf("incompatible during failover: %v", o.Err)
+		}
+		if o.Kind != limiter.Evaluated {
+			return fmt.Errorf("%v: %v", o.Kind, o.Err)
+		}
+		return nil
+	})
+	t.Logf("sentinel failover: decisions resumed after %v (outcomes by kind %v)", time.Since(start).Round(time.Millisecond), kinds)
+	if addr, err := set.MasterAddr(); err != nil || addr != set.Replica.Addr() {
+		t.Fatalf("sentinels report master %q (%v), want the promoted replica %s", addr, err, set.Replica.Addr())
+	}
+}
+
+func evaluateOne(s *Store, p *limiter.Policy, sub limiter.SubjectDigest, d time.Duration) limiter.Outcome {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	defer cancel()
+	out := make([]limiter.Outcome, 1)
+	s.Evaluate(ctx, []limiter.Request{{Policy: p, Subject: sub, Cost: 1}}, out)
+	return out[0]
+}
