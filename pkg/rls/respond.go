@@ -87,7 +87,8 @@ func (s *Server) respond(ctx context.Context, req *rlsv3.RateLimitRequest, known
 			sl.over = !d.Allowed
 			sl.remaining = clampUint32(d.Remaining)
 			if !d.ResetAt.IsZero() {
-				sl.reset = max(d.ResetAt.Sub(now), 0)
+				// Stores keep milliseconds; so does the answer.
+				sl.reset = max(d.ResetAt.Sub(now), 0).Round(time.Millisecond)
 			}
 			sl.retry = d.RetryAfter
 			if d.Allowed && !sl.shadow && nearLimit(d.Limit, d.Remaining) {
