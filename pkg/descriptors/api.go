@@ -55,8 +55,11 @@ type Rule struct {
 	Unlimited       bool
 	ShadowMode      bool
 	QuotaMode       bool
-	DetailedMetric  bool
-	Headers         HeaderMode
+	// DetailedMetric is the reference's detailed_metric flag. It is kept for
+	// display: every rule has its own metric series (by policy ID) anyway,
+	// and per-value series are never produced.
+	DetailedMetric bool
+	Headers        HeaderMode
 	// Path is the rule path used in logs and metric labels, e.g.
 	// "domain/key1=value/key2" (configured strings only, never request values).
 	Path string
