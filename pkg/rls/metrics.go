@@ -20,6 +20,7 @@ const MetricsNamespace = "envoy_rls"
 const (
 	UnknownDomainLabel = "unknown"
 	UnlimitedPolicy    = "unlimited"
+	OverridePolicy     = "override"
 )
 
 // Decision results, the values of the result label of decisions_total.

@@ -92,7 +92,7 @@ func (s *Server) respond(ctx context.Context, req *rlsv3.RateLimitRequest, known
 			}
 			sl.retry = d.RetryAfter
 			if d.Allowed && !sl.shadow && nearLimit(d.Limit, d.Remaining) {
-				s.metrics.policy(metricDomain, p.ID()).near.Inc()
+				s.metrics.policy(metricDomain, sl.policyLabel()).near.Inc()
 			}
 		} else {
 			s.storeFailed(ctx, p, sl, out)
@@ -135,7 +135,7 @@ func (s *Server) respond(ctx context.Context, req *rlsv3.RateLimitRequest, known
 		if sl.kind != slotStore && sl.kind != slotNeverFits {
 			continue
 		}
-		pc := s.metrics.policy(metricDomain, sl.match.Rule.Policy.ID())
+		pc := s.metrics.policy(metricDomain, sl.policyLabel())
 		switch {
 		case !sl.over:
 			pc.ok.Inc()
@@ -230,6 +230,16 @@ func requestID(ctx context.Context) string {
 		id = id[:128]
 	}
 	return id
+}
+
+// policyLabel is the policy label of the slot's metrics: the configured
+// policy ID, or OverridePolicy for a request-supplied limit override (whose
+// ID derives from request-supplied keys and so must not become a label).
+func (sl *slot) policyLabel() string {
+	if sl.override {
+		return OverridePolicy
+	}
+	return sl.match.Rule.Policy.ID()
 }
 
 // eligible reports whether a status feeds the X-RateLimit-* headers: a

@@ -156,10 +156,11 @@ const (
 
 // slot is the per-descriptor working state of one call.
 type slot struct {
-	kind  slotKind
-	match descriptors.Match
-	cost  int64
-	batch int
+	kind     slotKind
+	override bool // matched through a request-supplied limit override
+	match    descriptors.Match
+	cost     int64
+	batch    int
 	// Filled while building statuses.
 	over      bool // the limit (or the fail-closed fallback) denies
 	reported  bool // reported OVER_LIMIT to Envoy
@@ -267,6 +268,7 @@ func (s *Server) evaluate(ctx context.Context, req *rlsv3.RateLimitRequest, rule
 		if d.Limit != nil {
 			unit, _ := overrideUnit(d.Limit.Unit) // validated
 			m, ok = rules.Override(domain, sc.entries, d.Limit.RequestsPerUnit, unit)
+			sl.override = true
 		} else {
 			m, ok = rules.Match(domain, sc.entries)
 		}

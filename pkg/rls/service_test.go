@@ -596,3 +596,14 @@ func itoa(n int) string { return strconv.Itoa(n) }
 func metadataContext(kv ...string) context.Context {
 	return metadata.AppendToOutgoingContext(context.Background(), kv...)
 }
+
+func TestOverrideMetricsUseAFixedLabel(t *testing.T) {
+	e := newRealEnv(t)
+	d := desc("request-chosen-key", "v")
+	d.Limit = &rlv3.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: 1, Unit: typev3.RateLimitUnit_SECOND}
+	e.call(t, request("rls", d))
+	m := e.metrics(t)
+	if strings.Contains(m, "request-chosen-key") || counterValue(m, `envoy_rls_decisions_total{domain="rls",policy="override",result="ok"}`) != "1" {
+		t.Fatalf("override metrics:\n%s", m)
+	}
+}
