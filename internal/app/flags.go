@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/envoy-rls/envoy-rls/pkg/descriptors"
+	"github.com/envoy-rls/envoy-rls/pkg/limiter/redis"
 )
 
 // EnvPrefix prefixes the environment variable of every flag: --grpc-addr is
@@ -28,9 +29,9 @@ const (
 	DefaultHeaders          = "full"
 	DefaultMemoryMaxEntries = 1_000_000
 	DefaultDrainTimeout     = 15 * time.Second
-	DefaultRedisMode        = "standalone"
-	DefaultRedisTimeout     = 500 * time.Millisecond
-	DefaultRedisPoolSize    = 0 // the client library's default
+	DefaultRedisMode        = "auto"
+	DefaultRedisTimeout     = redis.DefaultTimeout
+	DefaultRedisPoolSize    = redis.DefaultPoolSize
 )
 
 // Options are the parsed serve flags.
@@ -71,7 +72,7 @@ func serveFlags(o *Options, output io.Writer) *flag.FlagSet {
 	fs.IntVar(&o.MemoryMaxEntries, "memory-max-entries", DefaultMemoryMaxEntries, "memory store: the most subjects held at once")
 	fs.DurationVar(&o.DrainTimeout, "drain-timeout", DefaultDrainTimeout, "on SIGTERM/SIGINT, how long in-flight calls may take to finish")
 	fs.StringVar(&o.RedisAddr, "redis-addr", "", "Redis address(es), comma-separated (sentinels in sentinel mode, seeds in cluster mode)")
-	fs.StringVar(&o.RedisMode, "redis-mode", DefaultRedisMode, "Redis deployment: standalone, sentinel or cluster")
+	fs.StringVar(&o.RedisMode, "redis-mode", DefaultRedisMode, "Redis deployment: auto (asks the server), standalone, sentinel or cluster")
 	fs.StringVar(&o.RedisSentinelMaster, "redis-sentinel-master", "", "Redis Sentinel master name (sentinel mode)")
 	fs.StringVar(&o.RedisUsername, "redis-username", "", "Redis ACL user name")
 	fs.StringVar(&o.RedisPasswordFile, "redis-password-file", "", "file holding the Redis password")
@@ -80,7 +81,7 @@ func serveFlags(o *Options, output io.Writer) *flag.FlagSet {
 	fs.StringVar(&o.RedisTLSCert, "redis-tls-cert", "", "PEM client certificate for Redis mutual TLS")
 	fs.StringVar(&o.RedisTLSKey, "redis-tls-key", "", "PEM client key for Redis mutual TLS")
 	fs.DurationVar(&o.RedisTimeout, "redis-timeout", DefaultRedisTimeout, "upper bound of one Redis round trip (the gRPC deadline may cut it shorter)")
-	fs.IntVar(&o.RedisPoolSize, "redis-pool-size", DefaultRedisPoolSize, "Redis connection pool size (0: the client's default)")
+	fs.IntVar(&o.RedisPoolSize, "redis-pool-size", DefaultRedisPoolSize, "pipelined Redis connections per node")
 	return fs
 }
 
@@ -132,16 +133,14 @@ func (o *Options) check() error {
 	if o.DrainTimeout <= 0 {
 		return fmt.Errorf("--drain-timeout %v: must be positive", o.DrainTimeout)
 	}
-	switch o.RedisMode {
-	case "standalone", "sentinel", "cluster":
-	default:
-		return fmt.Errorf("--redis-mode %q: must be standalone, sentinel or cluster", o.RedisMode)
+	if _, err := redis.ParseMode(o.RedisMode); err != nil {
+		return fmt.Errorf("--redis-mode: %w", err)
 	}
 	if o.RedisTimeout <= 0 {
 		return fmt.Errorf("--redis-timeout %v: must be positive", o.RedisTimeout)
 	}
-	if o.RedisPoolSize < 0 {
-		return fmt.Errorf("--redis-pool-size %d: must not be negative", o.RedisPoolSize)
+	if o.RedisPoolSize < 1 || o.RedisPoolSize > redis.MaxPoolSize {
+		return fmt.Errorf("--redis-pool-size %d: must be between 1 and %d", o.RedisPoolSize, redis.MaxPoolSize)
 	}
 	return nil
 }
