@@ -28,6 +28,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/reflection"
 
 	"github.com/envoy-rls/envoy-rls/pkg/descriptors"
@@ -276,7 +277,12 @@ func serve(ctx context.Context, o Options, getenv func(string) string, log *zap.
 		return fmt.Errorf("listening on --admin-addr %s: %w", o.AdminAddr, err)
 	}
 
-	gs := grpc.NewServer()
+	gs := grpc.NewServer(
+		// Envoy holds long-lived HTTP/2 connections and may be configured to
+		// ping them; accept pings down to 5s instead of closing the
+		// connection with "too many pings".
+		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 5 * time.Second, PermitWithoutStream: true}),
+	)
 	rlsv3.RegisterRateLimitServiceServer(gs, svc)
 	s.health = health.NewServer()
 	healthpb.RegisterHealthServer(gs, s.health)
