@@ -112,14 +112,9 @@ type entry struct {
 	lastObserved, a, b, c, expiresAt int64
 }
 
-// shard maps keys to slots of a slab of entries, so that an existing state
-// costs one map lookup and is updated in place, and a dropped entry's slot is
-// reused without allocating.
 type shard struct {
 	mu       sync.Mutex
-	m        map[key]int32
-	entries  []entry
-	free     []int32
+	t        table
 	capacity int
 	// minExpiry is a lower bound of every entry's expiresAt (exact after a
 	// complete scan): while now <= minExpiry nothing can have expired.
@@ -154,7 +149,6 @@ func New(cfg Config) (*Store, error) {
 	per, extra := cfg.MaxEntries/cfg.Shards, cfg.MaxEntries%cfg.Shards
 	for i := range s.shards {
 		sh := &s.shards[i]
-		sh.m = make(map[key]int32)
 		sh.capacity = per
 		if i < extra {
 			sh.capacity++
@@ -194,24 +188,27 @@ func (s *Store) evaluate(r *limiter.Request, nowMs int64) limiter.Outcome {
 			fmt.Errorf("memory store: clock reads %dms since the epoch: %w", nowMs, limiter.ErrClockUnsafe))
 	}
 	k := key{subject: r.Subject, policy: p.ID(), revision: p.Revision(), alg: p.Algorithm()}
+	h := hashKey(&k)
 	sh := s.shardFor(&r.Subject)
 
 	sh.mu.Lock()
-	st, slot, dropped := sh.load(k, nowMs)
+	st, i, found, dropped := sh.load(&k, h, nowMs)
 	next, reply, write := limiter.Apply(st, nowMs, p, r.Cost)
 	refused := false
 	switch {
-	case write && slot >= 0:
-		sh.set(slot, next)
+	case write && found:
+		sh.t.slots[i].e = entryOf(next)
+		sh.minExpiry = min(sh.minExpiry, next.ExpiresAtMs)
 	case write:
 		if sh.room(nowMs, &dropped) {
-			sh.insert(k, next)
+			sh.t.insert(&k, h, entryOf(next))
+			sh.minExpiry = min(sh.minExpiry, next.ExpiresAtMs)
 		} else {
 			refused = true
 		}
 	case dropped > 0:
 		// An expired state the request did not replace.
-		sh.remove(k, slot)
+		sh.t.remove(i)
 	}
 	sh.mu.Unlock()
 
@@ -233,82 +230,72 @@ func (s *Store) shardFor(d *limiter.SubjectDigest) *shard {
 	return &s.shards[binary.LittleEndian.Uint64(d[:8])&s.mask]
 }
 
-// load returns the live state of k and its slot (-1 when k has none). An
-// expired state reads as no state and counts in dropped; its slot is kept
+// load returns the live state of k and whether (and where) k is stored. An
+// expired state reads as no state and counts in dropped; it stays in place
 // for the caller to overwrite or remove.
-func (sh *shard) load(k key, nowMs int64) (st limiter.State, slot int32, dropped int) {
-	slot, ok := sh.m[k]
-	if !ok {
-		return limiter.State{}, -1, 0
+func (sh *shard) load(k *key, h uint64, nowMs int64) (st limiter.State, i int, found bool, dropped int) {
+	i, found = sh.t.find(k, h)
+	if !found {
+		return limiter.State{}, i, false, 0
 	}
-	e := &sh.entries[slot]
+	e := &sh.t.slots[i].e
 	if nowMs > e.expiresAt { // Redis semantics: a key lives through its expiry millisecond
-		return limiter.State{}, slot, 1
+		return limiter.State{}, i, true, 1
 	}
 	return limiter.State{
 		Exists: true, Schema: limiter.StateSchema, Algorithm: k.alg, PolicyID: k.policy, Revision: k.revision,
 		LastObservedMs: e.lastObserved, A: e.a, B: e.b, C: e.c, ExpiresAtMs: e.expiresAt,
-	}, slot, 0
+	}, i, true, 0
 }
 
-// set overwrites the entry in slot with st.
-func (sh *shard) set(slot int32, st limiter.State) {
-	sh.entries[slot] = entry{lastObserved: st.LastObservedMs, a: st.A, b: st.B, c: st.C, expiresAt: st.ExpiresAtMs}
-	sh.minExpiry = min(sh.minExpiry, st.ExpiresAtMs)
-}
-
-// insert stores st under a new key; the caller has checked room.
-func (sh *shard) insert(k key, st limiter.State) {
-	var slot int32
-	if n := len(sh.free); n > 0 {
-		slot, sh.free = sh.free[n-1], sh.free[:n-1]
-	} else {
-		slot = int32(len(sh.entries))
-		sh.entries = append(sh.entries, entry{})
-	}
-	sh.m[k] = slot
-	sh.set(slot, st)
-}
-
-func (sh *shard) remove(k key, slot int32) {
-	delete(sh.m, k)
-	sh.entries[slot] = entry{}
-	sh.free = append(sh.free, slot)
+func entryOf(st limiter.State) entry {
+	return entry{lastObserved: st.LastObservedMs, a: st.A, b: st.B, c: st.C, expiresAt: st.ExpiresAtMs}
 }
 
 // room reports whether the shard can take a new entry, first dropping up to
 // fullScanBudget expired entries when it is full.
 func (sh *shard) room(nowMs int64, dropped *int) bool {
-	if len(sh.m) < sh.capacity {
+	if sh.t.n < sh.capacity {
 		return true
 	}
 	*dropped += sh.dropExpired(nowMs, fullScanBudget)
-	return len(sh.m) < sh.capacity
+	return sh.t.n < sh.capacity
 }
 
-// dropExpired deletes expired entries, inspecting at most budget of them
-// (all when budget is 0), and returns how many it deleted.
+// dropExpired deletes expired entries and returns how many. With budget 0
+// it scans the whole table; otherwise it inspects at most budget slots,
+// resuming where the previous bounded scan stopped.
 func (sh *shard) dropExpired(nowMs int64, budget int) int {
-	if nowMs <= sh.minExpiry {
+	t := &sh.t
+	if nowMs <= sh.minExpiry || t.n == 0 {
 		return 0
 	}
-	dropped, seen, complete := 0, 0, true
+	size := len(t.slots)
+	complete := budget == 0 || budget >= size
+	steps, i := size, 0
+	if !complete {
+		steps, i = budget, t.cursor
+	}
+	dropped := 0
 	lowest := int64(math.MaxInt64)
-	for k, slot := range sh.m {
-		if budget > 0 && seen == budget {
-			complete = false
-			break
-		}
-		seen++
-		if exp := sh.entries[slot].expiresAt; nowMs > exp {
-			sh.remove(k, slot)
+	for ; steps > 0; steps-- {
+		s := &t.slots[i]
+		if s.used && nowMs > s.e.expiresAt {
+			// remove shifts a later slot into i: look at i again.
+			t.remove(i)
 			dropped++
-		} else {
-			lowest = min(lowest, exp)
+			steps++
+			continue
 		}
+		if s.used {
+			lowest = min(lowest, s.e.expiresAt)
+		}
+		i = (i + 1) & (size - 1)
 	}
 	if complete {
 		sh.minExpiry = lowest
+	} else {
+		t.cursor = i
 	}
 	return dropped
 }
@@ -342,7 +329,7 @@ func (s *Store) Len() int {
 	for i := range s.shards {
 		sh := &s.shards[i]
 		sh.mu.Lock()
-		n += len(sh.m)
+		n += sh.t.n
 		sh.mu.Unlock()
 	}
 	return n
