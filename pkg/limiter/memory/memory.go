@@ -4,8 +4,8 @@
 // It runs the same pure algorithms as the Redis Lua programs (limiter.Apply),
 // reading its injected clock once per Evaluate call. State lives in a fixed
 // number of shards chosen by the subject digest (an HMAC, hence uniform),
-// each a map guarded by its own mutex, so that requests for different
-// subjects rarely contend. A Store is safe for concurrent use by multiple
+// each an open-addressing hash table guarded by its own mutex, so that
+// requests for different subjects rarely contend. A Store is safe for concurrent use by multiple
 // goroutines; build it with New (the zero value is not usable).
 //
 // # Expiry
@@ -280,14 +280,14 @@ func (sh *shard) dropExpired(nowMs int64, budget int) int {
 	lowest := int64(math.MaxInt64)
 	for ; steps > 0; steps-- {
 		s := &t.slots[i]
-		if s.used && nowMs > s.e.expiresAt {
+		if s.used() && nowMs > s.e.expiresAt {
 			// remove shifts a later slot into i: look at i again.
 			t.remove(i)
 			dropped++
 			steps++
 			continue
 		}
-		if s.used {
+		if s.used() {
 			lowest = min(lowest, s.e.expiresAt)
 		}
 		i = (i + 1) & (size - 1)

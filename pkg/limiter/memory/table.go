@@ -20,11 +20,14 @@ type table struct {
 	cursor int
 }
 
+// slot is empty when e.expiresAt is 0: a stored state always expires after
+// the time it was written, which is never before the epoch.
 type slot struct {
-	used bool
-	k    key
-	e    entry
+	k key
+	e entry
 }
+
+func (s *slot) used() bool { return s.e.expiresAt != 0 }
 
 const minTableSize = 8
 
@@ -54,7 +57,7 @@ func (t *table) find(k *key, h uint64) (int, bool) {
 	mask := len(t.slots) - 1
 	for i := t.home(h); ; i = (i + 1) & mask {
 		s := &t.slots[i]
-		if !s.used {
+		if !s.used() {
 			return i, false
 		}
 		if s.k.subject == k.subject && s.k.revision == k.revision && s.k.alg == k.alg && s.k.policy == k.policy {
@@ -70,7 +73,7 @@ func (t *table) insert(k *key, h uint64, e entry) {
 		t.grow()
 	}
 	i, _ := t.find(k, h)
-	t.slots[i] = slot{used: true, k: *k, e: e}
+	t.slots[i] = slot{k: *k, e: e}
 	t.n++
 }
 
@@ -80,11 +83,11 @@ func (t *table) grow() {
 	t.cursor = 0
 	mask := len(t.slots) - 1
 	for j := range old {
-		if !old[j].used {
+		if !old[j].used() {
 			continue
 		}
 		i := t.home(hashKey(&old[j].k))
-		for t.slots[i].used {
+		for t.slots[i].used() {
 			i = (i + 1) & mask
 		}
 		t.slots[i] = old[j]
@@ -96,7 +99,7 @@ func (t *table) grow() {
 // slots at or after i in probe order move.
 func (t *table) remove(i int) {
 	mask := len(t.slots) - 1
-	for j := (i + 1) & mask; t.slots[j].used; j = (j + 1) & mask {
+	for j := (i + 1) & mask; t.slots[j].used(); j = (j + 1) & mask {
 		h := t.home(hashKey(&t.slots[j].k))
 		// Slot j may move to the hole at i unless its home lies cyclically
 		// in (i, j].
