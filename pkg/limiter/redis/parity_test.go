@@ -337,8 +337,9 @@ func TestRandomDifferential(t *testing.T) {
 	if testing.Short() {
 		n = 100
 	}
-	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 5))
-	t.Logf("seed-independent failures print the state; iterations: %d", n)
+	seed := uint64(time.Now().UnixNano())
+	rng := rand.New(rand.NewPCG(seed, 5))
+	t.Logf("random seed %d, %d iterations (a failure prints the state, policy and cost)", seed, n)
 	windows := []time.Duration{time.Millisecond, 7 * time.Millisecond, 100 * time.Millisecond, time.Second, time.Minute, time.Hour}
 	periods := []time.Duration{time.Millisecond, 3 * time.Millisecond, 7 * time.Millisecond, 100 * time.Millisecond, time.Second}
 	for i := 0; i < n; i++ {
