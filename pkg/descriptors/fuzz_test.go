@@ -44,7 +44,7 @@ func FuzzLoad(f *testing.F) {
 					entries = append(entries, Entry{Key: k, Value: v})
 				}
 				s.Match(d.Domain, entries)
-				s.Override(d.Domain, entries, 1, UnitSecond)
+				s.Override(d.Domain, entries, 1, UnitSecond, 1)
 			}
 		}
 		_ = s.Summary()
@@ -74,7 +74,7 @@ func FuzzMatch(f *testing.F) {
 				t.Fatal("subject is not deterministic")
 			}
 		}
-		if m, ok := s.Override(domain, entries, 10, UnitMinute); ok && m.Rule.Policy.Limit() != 10 {
+		if m, ok := s.Override(domain, entries, 10, UnitMinute, 1); ok && m.Rule.Policy.Limit() != 10 {
 			t.Fatalf("override limit %d", m.Rule.Policy.Limit())
 		}
 		if strings.Contains(pattern, "*") && len(pattern) < 64 && len(value) < 256 && utf8.ValidString(pattern) && utf8.ValidString(value) {

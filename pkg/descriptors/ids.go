@@ -4,6 +4,7 @@ import (
 	"crypto/sha256"
 	"encoding/binary"
 	"encoding/hex"
+	"strconv"
 
 	"github.com/envoy-rls/envoy-rls/pkg/limiter"
 )
@@ -109,11 +110,16 @@ func nameID(domain, name string) string {
 
 // overrideID derives the ID of a request-supplied limit override from the
 // domain, the unit and the descriptor's keys (never its values).
-func overrideID(domain string, unit Unit, entries []Entry) string {
+func overrideID(domain string, unit Unit, multiplier uint32, entries []Entry) string {
 	b := newIDBuilder(idKindOverride)
 	b.str(domain)
 	b.sep(":override:")
 	b.str(unit.String())
+	if multiplier > 1 {
+		// Another window length is another counter.
+		b.sep("x")
+		b.str(strconv.FormatUint(uint64(multiplier), 10))
+	}
 	for _, e := range entries {
 		b.sep("/")
 		b.str(e.Key)

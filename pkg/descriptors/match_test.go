@@ -262,7 +262,8 @@ func TestIDDerivation(t *testing.T) {
 		{"slash in value is lossy", pathID("d", []pathSeg{{"a", "b/c"}}), "d/a:b_c--"},
 		{"clean name", nameID("d", "n"), "d:n"},
 		{"colon in name is lossy", nameID("d", "n:x"), "d:n_x--"},
-		{"override", overrideID("d", UnitMinute, e("a=secret", "b=x")), "d:override:minute/a/b"},
+		{"override", overrideID("d", UnitMinute, 1, e("a=secret", "b=x")), "d:override:minute/a/b"},
+		{"override with multiplier", overrideID("d", UnitSecond, 30, e("a=secret")), "d:override:secondx30/a"},
 		{"too long", pathID("d", []pathSeg{{long, ""}}), "d/" + long[:limiter.MaxPolicyIDLength-idSuffixLen-2] + "--"},
 	}
 	for _, tt := range tests {

@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/envoy-rls/envoy-rls/pkg/limiter"
 )
@@ -23,14 +24,15 @@ type overrideCache struct {
 
 // Override answers a descriptor that carries its own limit (the reference's
 // RateLimitOverride): for a known domain, a fixed window of requestsPerUnit
-// per unit, keyed by all the descriptor's entries, never in shadow mode. It
+// per unit × multiplier (0 counts as 1), keyed by all the descriptor's entries, never in shadow mode. It
 // returns false when the domain is unknown, the unit is not valid or there
 // are no entries.
 //
 // The policy ID is derived from the domain, the unit and the entry keys
 // (never the values), so overrides of one descriptor with different numbers
 // share a counter, as in the reference.
-func (s *Snapshot) Override(domain string, entries []Entry, requestsPerUnit uint32, unit Unit) (Match, bool) {
+func (s *Snapshot) Override(domain string, entries []Entry, requestsPerUnit uint32, unit Unit, multiplier uint32) (Match, bool) {
+	multiplier = max(multiplier, 1)
 	if s == nil || len(entries) == 0 || unit.Duration() == 0 {
 		return Match{}, false
 	}
@@ -38,7 +40,7 @@ func (s *Snapshot) Override(domain string, entries []Entry, requestsPerUnit uint
 		return Match{}, false
 	}
 	var kb [256]byte
-	key := overrideKey(kb[:0], domain, entries, requestsPerUnit, unit)
+	key := overrideKey(kb[:0], domain, entries, requestsPerUnit, unit, multiplier)
 	var r *Rule
 	if len(key) <= maxOverrideKey {
 		s.overrides.mu.RLock()
@@ -47,7 +49,7 @@ func (s *Snapshot) Override(domain string, entries []Entry, requestsPerUnit uint
 	}
 	if r == nil {
 		var err error
-		r, err = newOverrideRule(domain, entries, requestsPerUnit, unit)
+		r, err = newOverrideRule(domain, entries, requestsPerUnit, unit, multiplier)
 		if err != nil {
 			return Match{}, false
 		}
@@ -64,8 +66,9 @@ func (s *Snapshot) Override(domain string, entries []Entry, requestsPerUnit uint
 	return Match{Rule: r, Subject: s.subject(r.Policy.ID(), entries, nil)}, true
 }
 
-func overrideKey(b []byte, domain string, entries []Entry, rpu uint32, unit Unit) []byte {
+func overrideKey(b []byte, domain string, entries []Entry, rpu uint32, unit Unit, multiplier uint32) []byte {
 	b = append(b, byte(unit))
+	b = binary.BigEndian.AppendUint32(b, multiplier)
 	b = binary.BigEndian.AppendUint32(b, rpu)
 	b = appendField(b, domain)
 	for _, e := range entries {
@@ -74,11 +77,11 @@ func overrideKey(b []byte, domain string, entries []Entry, rpu uint32, unit Unit
 	return b
 }
 
-func newOverrideRule(domain string, entries []Entry, rpu uint32, unit Unit) (*Rule, error) {
+func newOverrideRule(domain string, entries []Entry, rpu uint32, unit Unit, multiplier uint32) (*Rule, error) {
 	p, err := limiter.NewPolicy(limiter.PolicySpec{
-		ID:        overrideID(domain, unit, entries),
+		ID:        overrideID(domain, unit, multiplier, entries),
 		Algorithm: limiter.FixedWindow,
-		Params:    limiter.FixedWindowParams{Limit: int64(rpu), Window: unit.Duration()},
+		Params:    limiter.FixedWindowParams{Limit: int64(rpu), Window: unit.Duration() * time.Duration(multiplier)},
 	})
 	if err != nil {
 		return nil, err
@@ -93,7 +96,7 @@ func newOverrideRule(domain string, entries []Entry, rpu uint32, unit Unit) (*Ru
 	return &Rule{
 		Policy:          p,
 		Unit:            unit,
-		UnitMultiplier:  1,
+		UnitMultiplier:  multiplier,
 		RequestsPerUnit: rpu,
 		Path:            b.String(),
 		Domain:          domain,

@@ -164,7 +164,7 @@ func TestMatchAllocations(t *testing.T) {
 		}
 	}
 	ov := e("a=b")
-	n := testing.AllocsPerRun(200, func() { s.Override("ref", ov, 5, UnitSecond) })
+	n := testing.AllocsPerRun(200, func() { s.Override("ref", ov, 5, UnitSecond, 1) })
 	if n > 0 {
 		t.Errorf("cached Override allocates %.1f times per call", n)
 	}
@@ -198,7 +198,7 @@ func BenchmarkMatch(b *testing.B) {
 		b.ReportAllocs()
 		ents := e("generic_key=x", "user=alice")
 		for b.Loop() {
-			s.Override("ref", ents, 10, UnitMinute)
+			s.Override("ref", ents, 10, UnitMinute, 0)
 		}
 	})
 }

@@ -95,7 +95,7 @@ func TestConcurrentMatchDuringSwaps(t *testing.T) {
 					errs <- "unexpected match"
 					return
 				}
-				if _, ok := s.Override("d", ents, 3, UnitMinute); !ok {
+				if _, ok := s.Override("d", ents, 3, UnitMinute, 1); !ok {
 					errs <- "override failed"
 					return
 				}

@@ -49,7 +49,7 @@ func (f *fakeRules) Match(d string, entries []descriptors.Entry) (descriptors.Ma
 	return descriptors.Match{Rule: r, Subject: sha256.Sum256([]byte(exact.String()))}, true
 }
 
-func (f *fakeRules) Override(d string, entries []descriptors.Entry, rpu uint32, unit descriptors.Unit) (descriptors.Match, bool) {
+func (f *fakeRules) Override(d string, entries []descriptors.Entry, rpu uint32, unit descriptors.Unit, _ uint32) (descriptors.Match, bool) {
 	if d != f.domain {
 		return descriptors.Match{}, false
 	}

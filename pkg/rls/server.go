@@ -36,7 +36,7 @@ import (
 type Rules interface {
 	Match(domain string, entries []descriptors.Entry) (descriptors.Match, bool)
 	HasDomain(domain string) bool
-	Override(domain string, entries []descriptors.Entry, requestsPerUnit uint32, unit descriptors.Unit) (descriptors.Match, bool)
+	Override(domain string, entries []descriptors.Entry, requestsPerUnit uint32, unit descriptors.Unit, multiplier uint32) (descriptors.Match, bool)
 }
 
 // Defaults for Config fields left zero.
@@ -267,7 +267,7 @@ func (s *Server) evaluate(ctx context.Context, req *rlsv3.RateLimitRequest, rule
 		var ok bool
 		if d.Limit != nil {
 			unit, _ := overrideUnit(d.Limit.Unit) // validated
-			m, ok = rules.Override(domain, sc.entries, d.Limit.RequestsPerUnit, unit)
+			m, ok = rules.Override(domain, sc.entries, d.Limit.RequestsPerUnit, unit, d.Limit.GetUnitMultiplier().GetValue())
 			sl.override = true
 		} else {
 			m, ok = rules.Match(domain, sc.entries)

@@ -357,6 +357,13 @@ func TestLimitOverride(t *testing.T) {
 	if resp := e.call(t, request("rls", d)); resp.Statuses[0].CurrentLimit.GetRequestsPerUnit() != 5 {
 		t.Fatalf("override of an unmatched descriptor: %v", resp.Statuses[0])
 	}
+	// unit_multiplier widens the window: 2 per 3 seconds, reported as such.
+	m := desc("user", "gil")
+	m.Limit = &rlv3.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: 2, Unit: typev3.RateLimitUnit_SECOND, UnitMultiplier: wrapperspb.UInt32(3)}
+	resp = e.call(t, request("rls", m))
+	if st := resp.Statuses[0]; st.CurrentLimit.GetUnitMultiplier().GetValue() != 3 || st.LimitRemaining != 1 || st.DurationUntilReset.AsDuration() > 3*time.Second {
+		t.Fatalf("override with unit_multiplier: %v", st)
+	}
 	d2 := desc("anything", "v")
 	d2.Limit = &rlv3.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: 5, Unit: typev3.RateLimitUnit_SECOND}
 	if resp := e.call(t, request("elsewhere", d2)); resp.Statuses[0].CurrentLimit != nil {
@@ -512,7 +519,7 @@ func TestBounds(t *testing.T) {
 	badUnit := desc("user", "u")
 	badUnit.Limit = &rlv3.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: 1}
 	multiplier := desc("user", "u")
-	multiplier.Limit = &rlv3.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: 1, Unit: typev3.RateLimitUnit_SECOND, UnitMultiplier: wrapperspb.UInt32(2)}
+	multiplier.Limit = &rlv3.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: 1, Unit: typev3.RateLimitUnit_YEAR, UnitMultiplier: wrapperspb.UInt32(11)}
 	for _, tc := range []struct {
 		name string
 		req  *rlsv3.RateLimitRequest
@@ -528,7 +535,7 @@ func TestBounds(t *testing.T) {
 		{"long key", request("rls", desc(long, "v")), "key is 1025 bytes, above the 1024-byte bound"},
 		{"long value", request("rls", desc("user", long)), "descriptor 0 entry 0: value is 1025 bytes, above the 1024-byte bound"},
 		{"override unit", request("rls", badUnit), "limit override unit 0 is not one of"},
-		{"override multiplier", request("rls", multiplier), "unit_multiplier is not supported"},
+		{"override multiplier", request("rls", multiplier), "limit override window (unit × unit_multiplier 11) is above the bound of"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := e.client.ShouldRateLimit(context.Background(), tc.req)

@@ -2,6 +2,7 @@ package rls
 
 import (
 	"fmt"
+	"time"
 
 	rlv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
@@ -19,6 +20,9 @@ const (
 	MaxKeyBytes     = 1024
 	MaxValueBytes   = 1024
 	maxSafeHitsCost = 1<<53 - 1
+	// MaxOverrideWindow bounds the window of a request-supplied limit
+	// override (unit × unit_multiplier).
+	MaxOverrideWindow = 10 * 365 * 24 * time.Hour
 )
 
 // boundError is a request that violates a bound; the message is safe to
@@ -67,11 +71,12 @@ func validateRequest(req *rlsv3.RateLimitRequest) error {
 			}
 		}
 		if d.Limit != nil {
-			if _, ok := overrideUnit(d.Limit.Unit); !ok {
+			unit, ok := overrideUnit(d.Limit.Unit)
+			if !ok {
 				return boundf("descriptor %d: limit override unit %d is not one of SECOND, MINUTE, HOUR, DAY, MONTH, YEAR", i, int32(d.Limit.Unit))
 			}
-			if m := d.Limit.UnitMultiplier; m != nil && m.Value > 1 {
-				return boundf("descriptor %d: limit override unit_multiplier is not supported", i)
+			if m := d.Limit.GetUnitMultiplier().GetValue(); m > 1 && unit.Duration()*time.Duration(m) > MaxOverrideWindow {
+				return boundf("descriptor %d: limit override window (unit × unit_multiplier %d) is above the bound of %s", i, m, MaxOverrideWindow)
 			}
 		}
 	}
