@@ -7,7 +7,7 @@ CONFIG ?= config/examples
 # Race tests need cgo; the machine's gcc provides it.
 TESTFLAGS ?= -race -count=1 -timeout 20m
 
-.PHONY: help build run test test-short lint vet fmt bench tools deps clean
+.PHONY: help build run test test-short lint vet fmt bench tools deps clean helm-check
 
 help: ## list targets
 	@grep -hE '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN{FS=":.*?## "}{printf "  %-12s %s\n", $$1, $$2}'
@@ -19,8 +19,9 @@ build: ## build bin/envoy-rls (and the load tool when present)
 run: build ## serve config/examples on the in-memory store (gRPC :8081, admin :8080)
 	$(BIN)/envoy-rls serve --config $(CONFIG)
 
-deps: ## install what the tests need (redis-server) when missing
+deps: ## install what the tests need (redis-server, helm) when missing
 	@scripts/ensure-deps.sh
+	@scripts/ensure-helm.sh >/dev/null
 
 test: deps ## install test dependencies if missing, then run every test with -race
 	CI=$${CI:-} $(GO) test $(TESTFLAGS) $(PKGS)
@@ -35,6 +36,15 @@ fmt: ## gofmt check (fails on unformatted files)
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 
 lint: fmt vet ## gofmt + go vet
+
+CHART := deploy/helm/envoy-rls
+helm-check: ## helm lint + template the chart, then its manifest tests (builds helm once if missing)
+	@helm=$$(scripts/ensure-helm.sh) && set -x && \
+	  $$helm lint --strict $(CHART) && \
+	  $$helm template rls $(CHART) >/dev/null && \
+	  $$helm template rls $(CHART) --set store=redis --set redis.addr=redis:6379 \
+	    --set-string hmac.secret=0123456789abcdef0123 --set autoscaling.enabled=true >/dev/null
+	CI=$${CI:-} $(GO) test -count=1 ./deploy/helm
 
 bench: deps ## run the Go benchmarks (figures go to docs/performance.md)
 	$(GO) test -run '^$$' -bench . -benchmem $(PKGS)

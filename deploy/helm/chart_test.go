@@ -1,0 +1,682 @@
+package helm_test
+
+import (
+	"bytes"
+	"encoding/base64"
+	"errors"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"reflect"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"gopkg.in/yaml.v3"
+
+	"github.com/envoy-rls/envoy-rls/deploy/internal/deploytest"
+	"github.com/envoy-rls/envoy-rls/pkg/descriptors"
+)
+
+// hmacValue is the HMAC key the tests pass; no default may ever appear.
+const hmacValue = "test-only-hmac-key-0123456789abcdef"
+
+// helmBin finds helm: $HELM, then PATH, then the Go bin directory where
+// scripts/ensure-helm.sh installs it. Without helm the test skips, except
+// in CI (CI=true), where a missing helm is a broken pipeline.
+func helmBin(t *testing.T) string {
+	t.Helper()
+	if h := os.Getenv("HELM"); h != "" {
+		return h
+	}
+	if h, err := exec.LookPath("helm"); err == nil {
+		return h
+	}
+	if out, err := exec.Command("go", "env", "GOBIN", "GOPATH").Output(); err == nil {
+		lines := strings.Split(strings.TrimSpace(string(out)), "\n")
+		dirs := []string{}
+		if len(lines) == 2 && lines[0] != "" {
+			dirs = append(dirs, lines[0])
+		}
+		if gopath := lines[len(lines)-1]; gopath != "" {
+			dirs = append(dirs, filepath.Join(filepath.SplitList(gopath)[0], "bin"))
+		}
+		for _, d := range dirs {
+			if h := filepath.Join(d, "helm"); isExec(h) {
+				return h
+			}
+		}
+	}
+	msg := "helm not found (run scripts/ensure-helm.sh, or set $HELM)"
+	if os.Getenv("CI") == "true" {
+		t.Fatal(msg)
+	}
+	t.Skip(msg)
+	return ""
+}
+
+func isExec(p string) bool {
+	fi, err := os.Stat(p)
+	return err == nil && fi.Mode().IsRegular() && fi.Mode()&0o111 != 0
+}
+
+func chartDir(t *testing.T) string {
+	return filepath.Join(deploytest.ModuleRoot(t), "deploy", "helm", "envoy-rls")
+}
+
+// obj is one parsed manifest. (An alias: yaml.v3 decodes nested maps with
+// the type of the outer one.)
+type obj = map[string]any
+
+func kindOf(o obj) string { return str(o["kind"]) }
+
+func nameOf(o obj) string { return str(get(o, "metadata", "name")) }
+
+// get walks nested maps; nil when a step is missing.
+func get(v any, path ...string) any {
+	for _, p := range path {
+		m, ok := v.(map[string]any)
+		if !ok {
+			return nil
+		}
+		v = m[p]
+	}
+	return v
+}
+
+func str(v any) string {
+	s, _ := v.(string)
+	return s
+}
+
+func list(v any) []any {
+	l, _ := v.([]any)
+	return l
+}
+
+func runHelm(t *testing.T, args ...string) (string, error) {
+	t.Helper()
+	cmd := exec.Command(helmBin(t), args...)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	err := cmd.Run()
+	if err != nil {
+		return stdout.String() + stderr.String(), err
+	}
+	return stdout.String(), nil
+}
+
+// render runs helm template with the --set/--set-string/--kube-version
+// arguments and returns the manifests by kind.
+func render(t *testing.T, args ...string) map[string][]obj {
+	t.Helper()
+	out, err := runHelm(t, append([]string{"template", "rls", chartDir(t), "--namespace", "rl"}, args...)...)
+	if err != nil {
+		t.Fatalf("helm template %v: %v\n%s", args, err, out)
+	}
+	byKind := map[string][]obj{}
+	dec := yaml.NewDecoder(strings.NewReader(out))
+	for {
+		var o obj
+		err := dec.Decode(&o)
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			t.Fatalf("helm template %v: output is not YAML: %v\n%s", args, err, out)
+		}
+		if o == nil {
+			continue
+		}
+		byKind[kindOf(o)] = append(byKind[kindOf(o)], o)
+	}
+	return byKind
+}
+
+func one(t *testing.T, m map[string][]obj, kind string) obj {
+	t.Helper()
+	if len(m[kind]) != 1 {
+		t.Fatalf("want exactly one %s, got %d", kind, len(m[kind]))
+	}
+	return m[kind][0]
+}
+
+var (
+	redisBase = []string{"--set", "store=redis", "--set", `redis.addr=redis-0.redis:6379\,redis-1.redis:6379`}
+	withHMAC  = []string{"--set-string", "hmac.secret=" + hmacValue}
+)
+
+func cat(parts ...[]string) []string {
+	var out []string
+	for _, p := range parts {
+		out = append(out, p...)
+	}
+	return out
+}
+
+func TestLint(t *testing.T) {
+	for name, args := range map[string][]string{
+		"defaults": nil,
+		"redis":    cat(redisBase, withHMAC, []string{"--set", "autoscaling.enabled=true", "--set", "serviceMonitor.enabled=true"}),
+	} {
+		t.Run(name, func(t *testing.T) {
+			if out, err := runHelm(t, append([]string{"lint", "--strict", chartDir(t)}, args...)...); err != nil {
+				t.Fatalf("helm lint: %v\n%s", err, out)
+			}
+		})
+	}
+}
+
+// TestRender renders the chart with the value sets operators use and checks
+// what each must produce.
+func TestRender(t *testing.T) {
+	flags := deploytest.ServeFlags(t)
+	cases := []struct {
+		name string
+		args []string
+		// wantArgs must all be among the container's args.
+		wantArgs []string
+		// wantSecret: the chart creates the HMAC Secret.
+		wantSecret bool
+		// hmacSecretName: the Secret the pod mounts ("" for none).
+		hmacSecretName string
+		wantHPA        bool
+		wantMonitor    bool
+		wantPreStop    bool
+		// extraMounts: secret volumes (besides hmac) by name -> secret.
+		extraMounts map[string]string
+		// replicas: want spec.replicas (-1: absent, as with an HPA).
+		replicas int
+	}{
+		{
+			name:     "memory defaults",
+			wantArgs: []string{"--store=memory", "--config=/etc/envoy-rls/rules", "--grpc-addr=:8081", "--admin-addr=:8080"},
+			replicas: 1,
+		},
+		{
+			name: "redis standalone with TLS and a password",
+			args: cat(redisBase, withHMAC, []string{
+				"--set", "replicaCount=3",
+				"--set", "redis.tls.enabled=true",
+				"--set", "redis.tls.ca.existingSecret=redis-ca",
+				"--set", "redis.tls.clientCert.existingSecret=redis-client",
+				"--set", "redis.password.existingSecret=redis-auth",
+				"--set", "redis.username=rls",
+			}),
+			wantArgs: []string{
+				"--store=redis", "--redis-addr=redis-0.redis:6379,redis-1.redis:6379", "--redis-mode=standalone",
+				"--redis-tls=true", "--redis-tls-ca=/etc/envoy-rls/redis-ca/ca.crt",
+				"--redis-tls-cert=/etc/envoy-rls/redis-client/tls.crt", "--redis-tls-key=/etc/envoy-rls/redis-client/tls.key",
+				"--redis-password-file=/etc/envoy-rls/redis-password/password", "--redis-username=rls",
+				"--hmac-secret-file=/etc/envoy-rls/hmac/hmac-secret",
+			},
+			wantSecret:     true,
+			hmacSecretName: "rls-envoy-rls-hmac",
+			extraMounts:    map[string]string{"redis-ca": "redis-ca", "redis-client": "redis-client", "redis-password": "redis-auth"},
+			replicas:       3,
+		},
+		{
+			name: "redis sentinel with an existing HMAC secret and HPA",
+			args: cat(redisBase, []string{
+				"--set", "redis.mode=sentinel", "--set", "redis.sentinelMaster=mymaster",
+				"--set", "hmac.existingSecret=rls-hmac", "--set", "hmac.key=key",
+				"--set", "autoscaling.enabled=true",
+			}),
+			wantArgs:       []string{"--redis-mode=sentinel", "--redis-sentinel-master=mymaster", "--hmac-secret-file=/etc/envoy-rls/hmac/key"},
+			hmacSecretName: "rls-hmac",
+			wantHPA:        true,
+			replicas:       -1,
+		},
+		{
+			name: "redis cluster, HPA off, ServiceMonitor, Kubernetes 1.31",
+			args: cat(redisBase, withHMAC, []string{
+				"--set", "redis.mode=cluster", "--set", "autoscaling.enabled=false", "--set", "replicaCount=2",
+				"--set", "serviceMonitor.enabled=true", "--kube-version", "1.31.0",
+			}),
+			wantArgs:       []string{"--redis-mode=cluster"},
+			wantSecret:     true,
+			hmacSecretName: "rls-envoy-rls-hmac",
+			wantMonitor:    true,
+			wantPreStop:    true,
+			replicas:       2,
+		},
+		{
+			name:     "existing rules ConfigMap",
+			args:     []string{"--set", "rules.existingConfigMap=my-rules"},
+			wantArgs: []string{"--store=memory"},
+			replicas: 1,
+		},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			m := render(t, tc.args...)
+			dep := one(t, m, "Deployment")
+			pod := get(dep, "spec", "template", "spec")
+			containers := list(get(pod, "containers"))
+			if len(containers) == 0 {
+				t.Fatal("no containers")
+			}
+			for _, c := range containers {
+				checkContainer(t, c, pod)
+			}
+			c := containers[0]
+			args := toStrings(list(get(c, "args")))
+			if len(args) == 0 || args[0] != "serve" {
+				t.Fatalf("args %q: want serve first", args)
+			}
+			deploytest.CheckArgs(t, "Deployment args", args[1:], flags)
+			for _, w := range tc.wantArgs {
+				if !contains(args, w) {
+					t.Errorf("args %q: missing %s", args, w)
+				}
+			}
+
+			checkDrain(t, pod, args)
+			checkRulesMount(t, m, pod, c, args)
+			checkService(t, one(t, m, "Service"))
+			checkSecrets(t, m, tc.wantSecret)
+			checkSecretVolumes(t, pod, c, tc.hmacSecretName, tc.extraMounts)
+
+			ann, _ := get(dep, "spec", "template", "metadata", "annotations").(map[string]any)
+			_, hasChecksum := ann["checksum/hmac-secret"]
+			if hasChecksum != tc.wantSecret {
+				t.Errorf("checksum/hmac-secret annotation present=%v, want %v (only on a chart-made Secret)", hasChecksum, tc.wantSecret)
+			}
+			for k := range ann {
+				if strings.Contains(k, "config") || strings.Contains(k, "rules") {
+					t.Errorf("pod annotation %q: the rules must reload live, not roll the pods", k)
+				}
+			}
+
+			switch r, ok := get(dep, "spec", "replicas").(int); {
+			case tc.replicas < 0 && ok:
+				t.Errorf("spec.replicas %d set alongside an HPA", r)
+			case tc.replicas >= 0 && r != tc.replicas:
+				t.Errorf("spec.replicas %v, want %d", get(dep, "spec", "replicas"), tc.replicas)
+			}
+			if got := len(m["HorizontalPodAutoscaler"]); got != b2i(tc.wantHPA) {
+				t.Errorf("%d HPAs, want %d", got, b2i(tc.wantHPA))
+			}
+			if tc.wantHPA {
+				hpa := one(t, m, "HorizontalPodAutoscaler")
+				if hpa["apiVersion"] != "autoscaling/v2" || get(hpa, "spec", "scaleTargetRef", "name") != nameOf(dep) {
+					t.Errorf("HPA %v does not target the Deployment with autoscaling/v2", hpa)
+				}
+			}
+			if got := len(m["ServiceMonitor"]); got != b2i(tc.wantMonitor) {
+				t.Errorf("%d ServiceMonitors, want %d", got, b2i(tc.wantMonitor))
+			}
+			if tc.wantMonitor {
+				sm := one(t, m, "ServiceMonitor")
+				ep := list(get(sm, "spec", "endpoints"))
+				if sm["apiVersion"] != "monitoring.coreos.com/v1" || len(ep) != 1 || get(ep[0], "port") != "http-admin" || get(ep[0], "path") != "/metrics" {
+					t.Errorf("ServiceMonitor %v: want monitoring.coreos.com/v1 scraping http-admin /metrics", sm)
+				}
+			}
+			pdb := one(t, m, "PodDisruptionBudget")
+			if pdb["apiVersion"] != "policy/v1" || !reflect.DeepEqual(get(pdb, "spec", "selector", "matchLabels"), get(dep, "spec", "selector", "matchLabels")) {
+				t.Errorf("PDB %v does not select the Deployment's pods", pdb)
+			}
+			hasPreStop := get(c, "lifecycle", "preStop", "sleep", "seconds") != nil
+			if hasPreStop != tc.wantPreStop {
+				t.Errorf("preStop sleep present=%v, want %v (sleep action only on Kubernetes 1.30+)", hasPreStop, tc.wantPreStop)
+			}
+		})
+	}
+}
+
+func b2i(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+func toStrings(l []any) []string {
+	out := make([]string, len(l))
+	for i, v := range l {
+		out[i] = str(v)
+	}
+	return out
+}
+
+func contains(l []string, s string) bool {
+	for _, v := range l {
+		if v == s {
+			return true
+		}
+	}
+	return false
+}
+
+// flagValue returns the value of --name=value in args.
+func flagValue(args []string, name string) (string, bool) {
+	for _, a := range args {
+		if v, ok := strings.CutPrefix(a, "--"+name+"="); ok {
+			return v, true
+		}
+	}
+	return "", false
+}
+
+// checkContainer: probes, resources and the restricted security context.
+func checkContainer(t *testing.T, c, pod any) {
+	t.Helper()
+	name := str(get(c, "name"))
+	for probe, path := range map[string]string{"livenessProbe": "/healthz", "readinessProbe": "/readyz"} {
+		if got := get(c, probe, "httpGet", "path"); got != path {
+			t.Errorf("container %s: %s path %v, want %s", name, probe, got, path)
+		}
+		if get(c, probe, "httpGet", "port") == nil {
+			t.Errorf("container %s: %s has no port", name, probe)
+		}
+	}
+	for _, kind := range []string{"requests", "limits"} {
+		for _, res := range []string{"cpu", "memory"} {
+			if get(c, "resources", kind, res) == nil {
+				t.Errorf("container %s: no resources.%s.%s", name, kind, res)
+			}
+		}
+	}
+	sc := get(c, "securityContext")
+	psc := get(pod, "securityContext")
+	if get(sc, "runAsNonRoot") != true && get(psc, "runAsNonRoot") != true {
+		t.Errorf("container %s: runAsNonRoot not set", name)
+	}
+	if get(sc, "readOnlyRootFilesystem") != true {
+		t.Errorf("container %s: readOnlyRootFilesystem not true", name)
+	}
+	if get(sc, "allowPrivilegeEscalation") != false {
+		t.Errorf("container %s: allowPrivilegeEscalation not false", name)
+	}
+	if !reflect.DeepEqual(get(sc, "capabilities", "drop"), []any{"ALL"}) || get(sc, "capabilities", "add") != nil {
+		t.Errorf("container %s: capabilities %v, want drop [ALL] and no add", name, get(sc, "capabilities"))
+	}
+	if get(sc, "seccompProfile", "type") != "RuntimeDefault" && get(psc, "seccompProfile", "type") != "RuntimeDefault" {
+		t.Errorf("container %s: seccompProfile not RuntimeDefault", name)
+	}
+	if get(pod, "automountServiceAccountToken") != false {
+		t.Error("the pod mounts a service account token it does not use")
+	}
+}
+
+// checkDrain: Kubernetes must not SIGKILL the process before its drain ends.
+func checkDrain(t *testing.T, pod any, args []string) {
+	t.Helper()
+	v, ok := flagValue(args, "drain-timeout")
+	if !ok {
+		t.Fatal("no --drain-timeout in args")
+	}
+	drain, err := time.ParseDuration(v)
+	if err != nil {
+		t.Fatalf("--drain-timeout %q: %v", v, err)
+	}
+	grace, _ := get(pod, "terminationGracePeriodSeconds").(int)
+	if time.Duration(grace)*time.Second <= drain {
+		t.Errorf("terminationGracePeriodSeconds %d does not exceed the drain time %v", grace, drain)
+	}
+}
+
+// checkRulesMount: the rules volume is a whole-directory ConfigMap mount at
+// --config (a subPath mount never sees ConfigMap updates), and the rendered
+// rule files load.
+func checkRulesMount(t *testing.T, m map[string][]obj, pod, c any, args []string) {
+	t.Helper()
+	cfg, _ := flagValue(args, "config")
+	var cmName string
+	for _, v := range list(get(pod, "volumes")) {
+		if get(v, "name") == "rules" {
+			cmName = str(get(v, "configMap", "name"))
+			if get(v, "configMap", "items") != nil {
+				t.Error("rules volume lists items: new rule files would not appear")
+			}
+		}
+	}
+	if cmName == "" {
+		t.Fatal("no ConfigMap volume named rules")
+	}
+	mounted := false
+	for _, vm := range list(get(c, "volumeMounts")) {
+		if get(vm, "subPath") != nil || get(vm, "subPathExpr") != nil {
+			t.Errorf("volumeMount %v uses subPath: mounted files would never update", vm)
+		}
+		if get(vm, "name") == "rules" {
+			mounted = true
+			if get(vm, "mountPath") != cfg {
+				t.Errorf("rules mounted at %v, but --config=%s", get(vm, "mountPath"), cfg)
+			}
+		}
+	}
+	if !mounted {
+		t.Error("the rules volume is not mounted")
+	}
+	if len(m["ConfigMap"]) == 0 {
+		if cmName != "my-rules" {
+			t.Errorf("no ConfigMap rendered and the volume points at %q", cmName)
+		}
+		return
+	}
+	cm := one(t, m, "ConfigMap")
+	if nameOf(cm) != cmName {
+		t.Errorf("volume points at ConfigMap %q, chart renders %q", cmName, nameOf(cm))
+	}
+	dir := t.TempDir()
+	data, _ := get(cm, "data").(map[string]any)
+	for name, content := range data {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(str(content)), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := descriptors.Load(dir, descriptors.Options{Secret: make([]byte, 32)}); err != nil {
+		t.Errorf("the chart's rule files do not load: %v", err)
+	}
+}
+
+func checkService(t *testing.T, svc obj) {
+	t.Helper()
+	ports := map[string]any{}
+	for _, p := range list(get(svc, "spec", "ports")) {
+		ports[str(get(p, "name"))] = p
+	}
+	grpc := ports["grpc"]
+	if get(grpc, "port") != 8081 || get(grpc, "appProtocol") != "grpc" {
+		t.Errorf("Service grpc port %v: want 8081 with appProtocol grpc", grpc)
+	}
+	if get(ports["http-admin"], "port") != 8080 {
+		t.Errorf("Service http-admin port %v: want 8080", ports["http-admin"])
+	}
+}
+
+// checkSecrets: a Secret appears only when the HMAC key was given, and it
+// holds exactly that key: the chart has no default or generated secret.
+func checkSecrets(t *testing.T, m map[string][]obj, want bool) {
+	t.Helper()
+	if got := len(m["Secret"]); got != b2i(want) {
+		t.Fatalf("%d Secrets rendered, want %d", got, b2i(want))
+	}
+	for _, s := range m["Secret"] {
+		data, _ := get(s, "data").(map[string]any)
+		if len(data) != 1 {
+			t.Errorf("Secret %s has %d keys, want 1", nameOf(s), len(data))
+		}
+		for k, v := range data {
+			b, err := base64.StdEncoding.DecodeString(str(v))
+			if err != nil || string(b) != hmacValue {
+				t.Errorf("Secret %s key %s holds %q, not the key the test passed", nameOf(s), k, b)
+			}
+		}
+		if get(s, "stringData") != nil {
+			t.Errorf("Secret %s has stringData", nameOf(s))
+		}
+	}
+}
+
+// checkSecretVolumes: the HMAC and Redis secrets are mounted read-only from
+// the right Secrets.
+func checkSecretVolumes(t *testing.T, pod, c any, hmacSecret string, extra map[string]string) {
+	t.Helper()
+	want := map[string]string{}
+	for k, v := range extra {
+		want[k] = v
+	}
+	if hmacSecret != "" {
+		want["hmac"] = hmacSecret
+	}
+	got := map[string]string{}
+	for _, v := range list(get(pod, "volumes")) {
+		if s := get(v, "secret", "secretName"); s != nil {
+			got[str(get(v, "name"))] = str(s)
+		}
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("secret volumes %v, want %v", got, want)
+	}
+	for _, vm := range list(get(c, "volumeMounts")) {
+		if get(vm, "readOnly") != true {
+			t.Errorf("volumeMount %v is not readOnly", get(vm, "name"))
+		}
+	}
+}
+
+// TestRenderFails: values that would deploy a broken or silently wrong
+// service stop the render with a message saying what to set.
+func TestRenderFails(t *testing.T) {
+	cases := []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"redis without an HMAC key", redisBase, "needs an HMAC secret"},
+		{"redis without an address", cat([]string{"--set", "store=redis"}, withHMAC), "needs redis.addr"},
+		{"sentinel without a master", cat(redisBase, withHMAC, []string{"--set", "redis.mode=sentinel"}), "redis.sentinelMaster"},
+		{"short HMAC key", cat(redisBase, []string{"--set", "hmac.secret=short"}), "at least 16"},
+		{"memory with replicas", []string{"--set", "replicaCount=3"}, "counts per pod"},
+		{"memory with an HPA", []string{"--set", "autoscaling.enabled=true"}, "counts per pod"},
+		{"grace shorter than drain", []string{"--set", "terminationGracePeriodSeconds=10"}, "must exceed"},
+		{"unknown store", []string{"--set", "store=etcd"}, "must be memory or redis"},
+		{"rule file without .yaml", []string{"--set-string", "rules.files.rules\\.txt=domain: x"}, "must end in .yaml"},
+		{"TLS CA without TLS", cat(redisBase, withHMAC, []string{"--set", "redis.tls.ca.existingSecret=ca"}), "redis.tls.enabled is false"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			out, err := runHelm(t, append([]string{"template", "rls", chartDir(t)}, tc.args...)...)
+			if err == nil {
+				t.Fatalf("helm template %v rendered; want a failure mentioning %q", tc.args, tc.want)
+			}
+			if !strings.Contains(out, tc.want) {
+				t.Fatalf("helm template %v failed without %q:\n%s", tc.args, tc.want, out)
+			}
+		})
+	}
+	// Per-pod limits are allowed when asked for by name.
+	render(t, "--set", "replicaCount=3", "--set", "memory.allowPerPodLimits=true")
+}
+
+// TestRulesDoNotRollPods: editing rules leaves the pod template unchanged (the
+// service reloads the mounted directory), while a new HMAC key rolls the pods.
+func TestRulesDoNotRollPods(t *testing.T) {
+	template := func(args ...string) string {
+		t.Helper()
+		dep := one(t, render(t, args...), "Deployment")
+		b, err := yaml.Marshal(get(dep, "spec", "template"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return string(b)
+	}
+	base := cat(redisBase, withHMAC)
+	a := template(base...)
+	b := template(cat(base, []string{"--set-string", "rules.files.default\\.yaml=domain: other\ndescriptors: []\n"})...)
+	if a != b {
+		t.Errorf("changing rules.files changed the pod template, so pods would restart:\n%s\n---\n%s", a, b)
+	}
+	c := template(cat(redisBase, []string{"--set-string", "hmac.secret=another-test-key-0123456789"})...)
+	if a == c {
+		t.Error("changing hmac.secret left the pod template unchanged: pods would keep the old key")
+	}
+}
+
+// TestValuesDocumented: every key in values.yaml has a comment (on its line
+// or the line above), as the issue asks, and no secret has a default.
+func TestValuesDocumented(t *testing.T) {
+	b, err := os.ReadFile(filepath.Join(chartDir(t), "values.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var doc yaml.Node
+	if err := yaml.Unmarshal(b, &doc); err != nil {
+		t.Fatal(err)
+	}
+	var walk func(n *yaml.Node, path string)
+	walk = func(n *yaml.Node, path string) {
+		if n.Kind != yaml.MappingNode {
+			return
+		}
+		for i := 0; i+1 < len(n.Content); i += 2 {
+			k, v := n.Content[i], n.Content[i+1]
+			p := strings.TrimPrefix(path+"."+k.Value, ".")
+			// Nested maps under a documented parent whose content is data
+			// (rule files, security contexts, resources) need no comment each.
+			documented := k.HeadComment != "" || k.LineComment != "" || v.LineComment != ""
+			if !documented && !underData(p) {
+				t.Errorf("values.yaml: %s (line %d) has no comment", p, k.Line)
+			}
+			if !underData(p) {
+				walk(v, p)
+			}
+		}
+	}
+	walk(doc.Content[0], "")
+
+	var vals map[string]any
+	if err := yaml.Unmarshal(b, &vals); err != nil {
+		t.Fatal(err)
+	}
+	if s := get(vals, "hmac", "secret"); s != "" {
+		t.Errorf("values.yaml hmac.secret defaults to %q; it must be empty", s)
+	}
+	if s := get(vals, "hmac", "existingSecret"); s != "" {
+		t.Errorf("values.yaml hmac.existingSecret defaults to %q; it must be empty", s)
+	}
+}
+
+// underData: keys whose children are data documented as a whole.
+func underData(path string) bool {
+	for _, p := range []string{"rules.files.", "resources.", "podSecurityContext.", "securityContext."} {
+		if strings.HasPrefix(path, p) {
+			return true
+		}
+	}
+	return false
+}
+
+// Guard against the test silently passing on an empty chart directory.
+func TestChartFiles(t *testing.T) {
+	for _, f := range []string{"Chart.yaml", "values.yaml", "templates/NOTES.txt", "templates/_helpers.tpl",
+		"templates/deployment.yaml", "templates/service.yaml", "templates/configmap.yaml", "templates/secret.yaml",
+		"templates/hpa.yaml", "templates/pdb.yaml", "templates/servicemonitor.yaml", "templates/serviceaccount.yaml"} {
+		if _, err := os.Stat(filepath.Join(chartDir(t), f)); err != nil {
+			t.Error(err)
+		}
+	}
+	out, err := runHelm(t, "show", "chart", chartDir(t))
+	if err != nil {
+		t.Fatalf("helm show chart: %v\n%s", err, out)
+	}
+	var meta struct {
+		APIVersion string `yaml:"apiVersion"`
+		Name       string `yaml:"name"`
+		Version    string `yaml:"version"`
+	}
+	if err := yaml.Unmarshal([]byte(out), &meta); err != nil {
+		t.Fatal(err)
+	}
+	if meta.APIVersion != "v2" || meta.Name != "envoy-rls" || meta.Version == "" {
+		t.Errorf("Chart.yaml: %+v", meta)
+	}
+	if _, err := strconv.Atoi(strings.Split(meta.Version, ".")[0]); err != nil {
+		t.Errorf("chart version %q is not semver", meta.Version)
+	}
+}

@@ -1,0 +1,125 @@
+{{/*
+Chart name, truncated to the 63 characters a label value allows.
+*/}}
+{{- define "envoy-rls.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/*
+Full resource name: "<release>-<chart>", or the release name alone when it
+already contains the chart name.
+*/}}
+{{- define "envoy-rls.fullname" -}}
+{{- if .Values.fullnameOverride }}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- $name := default .Chart.Name .Values.nameOverride }}
+{{- if contains $name .Release.Name }}
+{{- .Release.Name | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{- define "envoy-rls.chart" -}}
+{{- printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{- define "envoy-rls.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "envoy-rls.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end }}
+
+{{- define "envoy-rls.labels" -}}
+helm.sh/chart: {{ include "envoy-rls.chart" . }}
+{{ include "envoy-rls.selectorLabels" . }}
+app.kubernetes.io/version: {{ .Values.image.tag | default .Chart.AppVersion | quote }}
+app.kubernetes.io/component: rate-limit-service
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+{{- end }}
+
+{{- define "envoy-rls.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create }}
+{{- default (include "envoy-rls.fullname" .) .Values.serviceAccount.name }}
+{{- else }}
+{{- default "default" .Values.serviceAccount.name }}
+{{- end }}
+{{- end }}
+
+{{- define "envoy-rls.image" -}}
+{{- if .Values.image.digest }}
+{{- printf "%s@%s" .Values.image.repository .Values.image.digest }}
+{{- else }}
+{{- printf "%s:%s" .Values.image.repository (.Values.image.tag | default .Chart.AppVersion) }}
+{{- end }}
+{{- end }}
+
+{{/* The ConfigMap holding the rule files. */}}
+{{- define "envoy-rls.rulesConfigMap" -}}
+{{- .Values.rules.existingConfigMap | default (printf "%s-rules" (include "envoy-rls.fullname" .)) }}
+{{- end }}
+
+{{/* Whether the pod gets an HMAC secret file. */}}
+{{- define "envoy-rls.hmacEnabled" -}}
+{{- if or .Values.hmac.existingSecret .Values.hmac.secret }}true{{- end }}
+{{- end }}
+
+{{/* The Secret holding the HMAC key. */}}
+{{- define "envoy-rls.hmacSecretName" -}}
+{{- .Values.hmac.existingSecret | default (printf "%s-hmac" (include "envoy-rls.fullname" .)) }}
+{{- end }}
+
+{{/*
+Checks the values that would otherwise give a pod that cannot start or, worse,
+one that starts and limits wrongly. Included by the Deployment, so every render
+runs it; each failure says what to set.
+*/}}
+{{- define "envoy-rls.validate" -}}
+{{- $store := .Values.store }}
+{{- if not (has $store (list "memory" "redis")) }}
+{{- fail (printf "store %q: must be memory or redis" $store) }}
+{{- end }}
+{{- if not (has .Values.defaultHeaders (list "full" "retry_after" "none")) }}
+{{- fail (printf "defaultHeaders %q: must be full, retry_after or none" .Values.defaultHeaders) }}
+{{- end }}
+{{- if not (has .Values.logLevel (list "debug" "info" "warn" "error")) }}
+{{- fail (printf "logLevel %q: must be debug, info, warn or error" .Values.logLevel) }}
+{{- end }}
+{{- if eq $store "redis" }}
+{{- if not .Values.redis.addr }}
+{{- fail "store: redis needs redis.addr (host:port, comma-separated for cluster seeds or sentinels)" }}
+{{- end }}
+{{- if not (include "envoy-rls.hmacEnabled" .) }}
+{{- fail "store: redis needs an HMAC secret shared by every replica (it keys the digests in Redis keys): set hmac.existingSecret to a Secret you manage, or pass hmac.secret with --set-file hmac.secret=<file>. The chart generates none, because a key that changes on upgrade would reset every limit." }}
+{{- end }}
+{{- if not (has .Values.redis.mode (list "standalone" "cluster" "sentinel")) }}
+{{- fail (printf "redis.mode %q: must be standalone, cluster or sentinel" .Values.redis.mode) }}
+{{- end }}
+{{- if and (eq .Values.redis.mode "sentinel") (not .Values.redis.sentinelMaster) }}
+{{- fail "redis.mode: sentinel needs redis.sentinelMaster (the master name the sentinels monitor)" }}
+{{- end }}
+{{- if and (or .Values.redis.tls.ca.existingSecret .Values.redis.tls.clientCert.existingSecret) (not .Values.redis.tls.enabled) }}
+{{- fail "redis.tls.ca / redis.tls.clientCert are set but redis.tls.enabled is false: enable TLS or remove them" }}
+{{- end }}
+{{- end }}
+{{- if and .Values.hmac.secret (not .Values.hmac.existingSecret) (lt (len .Values.hmac.secret) 16) }}
+{{- fail (printf "hmac.secret holds %d bytes; the HMAC key must be at least 16" (len .Values.hmac.secret)) }}
+{{- end }}
+{{- if and (eq $store "memory") (not .Values.memory.allowPerPodLimits) }}
+{{- if or .Values.autoscaling.enabled (gt (int .Values.replicaCount) 1) }}
+{{- fail "store: memory counts per pod, so more than one replica (or autoscaling) multiplies every limit by the number of pods: use store: redis, or set memory.allowPerPodLimits=true if per-pod limits are what you want" }}
+{{- end }}
+{{- end }}
+{{- if le (int .Values.terminationGracePeriodSeconds) (add (int .Values.drainTimeoutSeconds) (int .Values.preStopSleepSeconds)) }}
+{{- fail (printf "terminationGracePeriodSeconds (%d) must exceed preStopSleepSeconds + drainTimeoutSeconds (%d + %d), or Kubernetes kills the pod mid-drain" (int .Values.terminationGracePeriodSeconds) (int .Values.preStopSleepSeconds) (int .Values.drainTimeoutSeconds)) }}
+{{- end }}
+{{- if and (not .Values.rules.existingConfigMap) (not .Values.rules.files) }}
+{{- fail "no rules: set rules.files or rules.existingConfigMap" }}
+{{- end }}
+{{- range $name, $_ := .Values.rules.files }}
+{{- if not (or (hasSuffix ".yaml" $name) (hasSuffix ".yml" $name)) }}
+{{- fail (printf "rules.files key %q: rule file names must end in .yaml or .yml, or envoy-rls ignores them" $name) }}
+{{- end }}
+{{- end }}
+{{- end }}

@@ -1,0 +1,101 @@
+// Package deploytest holds what the deployment tests (the Helm chart, the
+// compose demo) share: the module root, the envoy-rls binary built from this
+// tree, and the flag names its serve command accepts, so that a manifest
+// cannot pass a flag the binary does not have.
+package deploytest
+
+import (
+	"bufio"
+	"bytes"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync"
+	"testing"
+)
+
+// ModuleRoot returns the directory holding go.mod.
+func ModuleRoot(t testing.TB) string {
+	t.Helper()
+	out, err := exec.Command("go", "env", "GOMOD").Output()
+	if err != nil {
+		t.Fatalf("go env GOMOD: %v", err)
+	}
+	gomod := strings.TrimSpace(string(out))
+	if gomod == "" || gomod == os.DevNull {
+		t.Fatal("not inside the envoy-rls module")
+	}
+	return filepath.Dir(gomod)
+}
+
+var (
+	buildOnce sync.Once
+	buildDir  string
+	buildErr  error
+	buildOut  []byte
+)
+
+// Binary builds cmd/envoy-rls once per test process and returns its path.
+func Binary(t testing.TB) string {
+	t.Helper()
+	root := ModuleRoot(t)
+	buildOnce.Do(func() {
+		buildDir, buildErr = os.MkdirTemp("", "envoy-rls-deploytest-")
+		if buildErr != nil {
+			return
+		}
+		cmd := exec.Command("go", "build", "-o", filepath.Join(buildDir, "envoy-rls"), "./cmd/envoy-rls")
+		cmd.Dir = root
+		buildOut, buildErr = cmd.CombinedOutput()
+	})
+	if buildErr != nil {
+		t.Fatalf("building cmd/envoy-rls: %v\n%s", buildErr, buildOut)
+	}
+	return filepath.Join(buildDir, "envoy-rls")
+}
+
+// flagLine matches a flag in the usage text the flag package prints:
+// "  -grpc-addr string".
+var flagLine = regexp.MustCompile(`^  -([a-z0-9][a-z0-9-]*)`)
+
+// ServeFlags returns the names of the flags `envoy-rls serve` accepts, read
+// from the real binary's usage text.
+func ServeFlags(t testing.TB) map[string]bool {
+	t.Helper()
+	cmd := exec.Command(Binary(t), "serve", "-h")
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("envoy-rls serve -h: %v\n%s", err, out.String())
+	}
+	flags := map[string]bool{}
+	sc := bufio.NewScanner(&out)
+	for sc.Scan() {
+		if m := flagLine.FindStringSubmatch(sc.Text()); m != nil {
+			flags[m[1]] = true
+		}
+	}
+	if !flags["config"] || !flags["store"] {
+		t.Fatalf("could not read the serve flags from:\n%s", out.String())
+	}
+	return flags
+}
+
+// CheckArgs fails t for every --flag in args that `envoy-rls serve` does not
+// define. args are the words after "serve"; only "--name" and "--name=value"
+// forms are accepted, the style the manifests use.
+func CheckArgs(t testing.TB, where string, args []string, flags map[string]bool) {
+	t.Helper()
+	for _, a := range args {
+		if !strings.HasPrefix(a, "--") {
+			t.Errorf("%s: argument %q is not a --flag", where, a)
+			continue
+		}
+		name, _, _ := strings.Cut(strings.TrimPrefix(a, "--"), "=")
+		if !flags[name] {
+			t.Errorf("%s: envoy-rls serve has no flag --%s", where, name)
+		}
+	}
+}
