@@ -1,0 +1,195 @@
+package e2e_test
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+)
+
+// domain is the rate-limit domain of every rule file in this suite.
+const domain = "e2e"
+
+// callTimeout is the deadline of an ordinary call (as Envoy's filter
+// `timeout`, but roomy: the binary may run with the race detector).
+const callTimeout = 5 * time.Second
+
+// result is what Envoy sees of one ShouldRateLimit call.
+type result struct {
+	Code     rlsv3.RateLimitResponse_Code // UNKNOWN when Err is set
+	Err      error                        // the gRPC error, if any
+	Headers  map[string]string            // response_headers_to_add
+	Limit    uint32                       // statuses[0].current_limit.requests_per_unit
+	Took     time.Duration                // as the client measured it
+	Deadline time.Duration                // the deadline the client set
+}
+
+// ok is an answered OK; over an answered OVER_LIMIT.
+func (r result) ok() bool   { return r.Err == nil && r.Code == rlsv3.RateLimitResponse_OK }
+func (r result) over() bool { return r.Err == nil && r.Code == rlsv3.RateLimitResponse_OVER_LIMIT }
+
+func (r result) String() string {
+	if r.Err != nil {
+		return fmt.Sprintf("error %v after %v", r.Err, r.Took)
+	}
+	return fmt.Sprintf("%v limit=%d headers=%v after %v", r.Code, r.Limit, r.Headers, r.Took)
+}
+
+// entry is one descriptor entry (key, value).
+type entry struct{ Key, Value string }
+
+// call sends one ShouldRateLimit as Envoy does: the domain, one descriptor
+// with the given entries, hits_addend hits, and a deadline of timeout.
+func (r *replica) call(timeout time.Duration, hits uint32, entries ...entry) result {
+	d := &ratelimitv3.RateLimitDescriptor{}
+	for _, e := range entries {
+		d.Entries = append(d.Entries, &ratelimitv3.RateLimitDescriptor_Entry{Key: e.Key, Value: e.Value})
+	}
+	req := &rlsv3.RateLimitRequest{Domain: domain, Descriptors: []*ratelimitv3.RateLimitDescriptor{d}, HitsAddend: hits}
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	start := time.Now()
+	resp, err := r.rls.ShouldRateLimit(ctx, req)
+	res := result{Took: time.Since(start), Deadline: timeout, Err: err}
+	if err != nil {
+		return res
+	}
+	res.Code = resp.GetOverallCode()
+	res.Headers = map[string]string{}
+	for _, h := range resp.GetResponseHeadersToAdd() {
+		res.Headers[h.GetKey()] = h.GetValue()
+	}
+	if st := resp.GetStatuses(); len(st) > 0 {
+		res.Limit = st[0].GetCurrentLimit().GetRequestsPerUnit()
+	}
+	return res
+}
+
+// mustCall is call with callTimeout that fails the test on a gRPC error.
+func (r *replica) mustCall(t *testing.T, entries ...entry) result {
+	t.Helper()
+	res := r.call(callTimeout, 1, entries...)
+	if res.Err != nil {
+		t.Fatalf("e2e: %s: %v", r.name, res.Err)
+	}
+	return res
+}
+
+// unique returns prefix plus a random suffix: a subject no earlier run used,
+// even against an external REDIS_ADDR.
+func unique(prefix string) string {
+	b := make([]byte, 6)
+	_, _ = rand.Read(b)
+	return prefix + "-" + hex.EncodeToString(b)
+}
+
+// tally counts results by kind, safely from many goroutines.
+type tally struct {
+	mu      sync.Mutex
+	ok      int
+	over    int
+	errs    map[codes.Code]int
+	samples []string // the first few unexpected results
+	late    int      // calls that outlived their deadline (beyond tolerance)
+	slowest time.Duration
+}
+
+// deadlineTolerance is how much later than its deadline a call may return
+// (client-side scheduling, the race detector).
+const deadlineTolerance = 150 * time.Millisecond
+
+func (t *tally) add(r result) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	switch {
+	case r.ok():
+		t.ok++
+	case r.over():
+		t.over++
+	default:
+		if t.errs == nil {
+			t.errs = map[codes.Code]int{}
+		}
+		t.errs[status.Code(r.Err)]++
+	}
+	if r.Took > t.slowest {
+		t.slowest = r.Took
+	}
+	if r.Took > r.Deadline+deadlineTolerance {
+		t.late++
+	}
+}
+
+func (t *tally) note(format string, args ...any) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if len(t.samples) < 10 {
+		t.samples = append(t.samples, fmt.Sprintf(format, args...))
+	}
+}
+
+func (t *tally) failed() int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	n := 0
+	for _, c := range t.errs {
+		n += c
+	}
+	return n
+}
+
+func (t *tally) String() string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return fmt.Sprintf("ok=%d over_limit=%d errors=%v late=%d slowest=%v unexpected=[%s]",
+		t.ok, t.over, t.errs, t.late, t.slowest, strings.Join(t.samples, "; "))
+}
+
+// load runs fn on n goroutines until stop is closed or each has made max
+// calls, and returns when all have returned. fn gets the goroutine and call
+// indexes.
+func load(n, max int, stop <-chan struct{}, fn func(g, i int)) {
+	var wg sync.WaitGroup
+	for g := 0; g < n; g++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; i < max; i++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				fn(g, i)
+			}
+		}()
+	}
+	wg.Wait()
+}
+
+// eventually polls cond every interval until it returns nil or timeout
+// passes, then fails the test with the last error. It returns how long it
+// took.
+func eventually(t *testing.T, timeout, interval time.Duration, what string, cond func() error) time.Duration {
+	t.Helper()
+	start := time.Now()
+	for {
+		err := cond()
+		if err == nil {
+			return time.Since(start)
+		}
+		if time.Since(start) > timeout {
+			t.Fatalf("e2e: %s: not within %v: %v", what, timeout, err)
+		}
+		time.Sleep(interval)
+	}
+}

@@ -1,0 +1,347 @@
+package e2e_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+)
+
+// Bounds of the process lifecycle.
+const (
+	// startTimeout bounds a replica's start: the "serving" log line, then
+	// /readyz answering 200.
+	startTimeout = 30 * time.Second
+	// drainTimeout is the replicas' --drain-timeout.
+	drainTimeout = 5 * time.Second
+	// stopTimeout bounds waiting for exit after SIGTERM before SIGKILL.
+	stopTimeout = drainTimeout + 10*time.Second
+	// logTail is how much of a replica's stderr a failed test prints.
+	logTail = 64 << 10
+)
+
+// replicaConfig describes one envoy-rls process.
+type replicaConfig struct {
+	// Rules is the --config path (a rule directory).
+	Rules string
+	// Store is --store; empty leaves the flag out (the memory default).
+	Store string
+	// RedisAddr and RedisMode are --redis-addr and --redis-mode.
+	RedisAddr string
+	RedisMode string
+	// Secret is the --hmac-secret-file path; empty leaves the flag out.
+	Secret string
+	// Args are more serve flags.
+	Args []string
+}
+
+// replica is one running envoy-rls process and a gRPC client playing Envoy.
+type replica struct {
+	t    *testing.T
+	name string
+	cmd  *exec.Cmd
+	log  *logBuffer
+
+	grpcAddr, adminAddr string
+	conn                *grpc.ClientConn
+	rls                 rlsv3.RateLimitServiceClient
+
+	done    chan struct{} // closed when the process has been reaped
+	exitErr error         // set before done is closed
+}
+
+// startReplica starts the binary with cfg on 127.0.0.1:0 ports, waits until
+// it logs the addresses it listens on and /readyz answers 200, and registers
+// its stop (SIGTERM, then SIGKILL after stopTimeout) with t.Cleanup. Its
+// stderr is printed into the test log when the test fails.
+func startReplica(t *testing.T, name string, cfg replicaConfig) *replica {
+	t.Helper()
+	bin := binary(t)
+	args := []string{"serve",
+		"--config", cfg.Rules,
+		"--grpc-addr", "127.0.0.1:0",
+		"--admin-addr", "127.0.0.1:0",
+		"--drain-timeout", drainTimeout.String(),
+	}
+	if cfg.Store != "" {
+		args = append(args, "--store", cfg.Store)
+	}
+	if cfg.RedisAddr != "" {
+		args = append(args, "--redis-addr", cfg.RedisAddr)
+	}
+	if cfg.RedisMode != "" {
+		args = append(args, "--redis-mode", cfg.RedisMode)
+	}
+	if cfg.Secret != "" {
+		args = append(args, "--hmac-secret-file", cfg.Secret)
+	}
+	args = append(args, cfg.Args...)
+
+	r := &replica{t: t, name: name, done: make(chan struct{})}
+	addrs := make(chan [2]string, 1)
+	r.log = &logBuffer{onLine: func(line []byte) {
+		var m struct {
+			Msg   string `json:"msg"`
+			GRPC  string `json:"grpc_addr"`
+			Admin string `json:"admin_addr"`
+		}
+		if json.Unmarshal(line, &m) == nil && m.Msg == "serving" {
+			select {
+			case addrs <- [2]string{m.GRPC, m.Admin}:
+			default:
+			}
+		}
+	}}
+	r.cmd = exec.Command(bin, args...)
+	// The environment is the test's minus any ENVOY_RLS_* setting, so that
+	// only the flags above configure the replica.
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "ENVOY_RLS_") && !strings.HasPrefix(kv, "GORACE=") {
+			r.cmd.Env = append(r.cmd.Env, kv)
+		}
+	}
+	// A race the binary detects ends it with a non-zero exit at once.
+	r.cmd.Env = append(r.cmd.Env, "GORACE=halt_on_error=1")
+	r.cmd.Stdout = r.log
+	r.cmd.Stderr = r.log
+	// Own process group: a signal meant for the test binary stays there.
+	r.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := r.cmd.Start(); err != nil {
+		t.Fatalf("e2e: starting %s: %v", name, err)
+	}
+	go func() {
+		r.exitErr = r.cmd.Wait()
+		close(r.done)
+	}()
+	t.Logf("e2e: started %s (pid %d): envoy-rls %s", name, r.cmd.Process.Pid, strings.Join(args[1:], " "))
+	t.Cleanup(r.cleanup)
+
+	deadline := time.NewTimer(startTimeout)
+	defer deadline.Stop()
+	select {
+	case a := <-addrs:
+		r.grpcAddr, r.adminAddr = a[0], a[1]
+	case <-r.done:
+		t.Fatalf("e2e: %s exited before serving: %v", name, r.exitErr)
+	case <-deadline.C:
+		t.Fatalf("e2e: %s logged no serving line within %v", name, startTimeout)
+	}
+	conn, err := grpc.NewClient("passthrough:///"+r.grpcAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatalf("e2e: gRPC client for %s: %v", name, err)
+	}
+	r.conn = conn
+	r.rls = rlsv3.NewRateLimitServiceClient(conn)
+	for {
+		code, _, err := r.admin("/readyz")
+		if err == nil && code == http.StatusOK {
+			break
+		}
+		select {
+		case <-r.done:
+			t.Fatalf("e2e: %s exited before ready: %v", name, r.exitErr)
+		case <-deadline.C:
+			t.Fatalf("e2e: %s not ready within %v: /readyz %d %v", name, startTimeout, code, err)
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+	return r
+}
+
+// cleanup closes the client, stops the process by PID and prints its log
+// when the test failed.
+func (r *replica) cleanup() {
+	if r.conn != nil {
+		_ = r.conn.Close()
+	}
+	select {
+	case <-r.done:
+	default:
+		if err := r.stop(); err != nil {
+			r.t.Errorf("e2e: stopping %s: %v", r.name, err)
+		}
+	}
+	if r.t.Failed() {
+		r.t.Logf("e2e: %s stderr (last %d KiB):\n%s", r.name, logTail>>10, r.log.tail(logTail))
+	}
+}
+
+// terminate sends SIGTERM (the graceful stop Kubernetes and Envoy's operators
+// use).
+func (r *replica) terminate() {
+	r.t.Helper()
+	if err := r.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		r.t.Fatalf("e2e: SIGTERM %s: %v", r.name, err)
+	}
+}
+
+// wait waits up to timeout for the process to exit and returns its exit code,
+// or an error when it is still running.
+func (r *replica) wait(timeout time.Duration) (int, error) {
+	select {
+	case <-r.done:
+	case <-time.After(timeout):
+		return -1, fmt.Errorf("%s (pid %d) still running after %v", r.name, r.cmd.Process.Pid, timeout)
+	}
+	var ee *exec.ExitError
+	switch {
+	case r.exitErr == nil:
+		return 0, nil
+	case errors.As(r.exitErr, &ee):
+		return ee.ExitCode(), nil
+	}
+	return -1, r.exitErr
+}
+
+// stop sends SIGTERM, waits up to stopTimeout, then SIGKILLs. It returns an
+// error unless the process exited 0 on SIGTERM.
+func (r *replica) stop() error {
+	if err := r.cmd.Process.Signal(syscall.SIGTERM); err != nil && !errors.Is(err, os.ErrProcessDone) {
+		return fmt.Errorf("SIGTERM: %w", err)
+	}
+	code, err := r.wait(stopTimeout)
+	if err != nil {
+		_ = r.cmd.Process.Kill()
+		<-r.done
+		return fmt.Errorf("%w: killed", err)
+	}
+	if code != 0 {
+		return fmt.Errorf("exit %d after SIGTERM, want 0 (a race report, if any, is in the log)", code)
+	}
+	return nil
+}
+
+// admin GETs path on the admin port (1 s bound) and returns the status code
+// and body.
+func (r *replica) admin(path string) (int, string, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+r.adminAddr+path, nil)
+	if err != nil {
+		return 0, "", err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return 0, "", err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(io.LimitReader(resp.Body, 4<<20))
+	return resp.StatusCode, string(b), err
+}
+
+// mustAdmin is admin that fails the test on a transport error.
+func (r *replica) mustAdmin(path string) (int, string) {
+	r.t.Helper()
+	code, body, err := r.admin(path)
+	if err != nil {
+		r.t.Fatalf("e2e: %s GET %s: %v", r.name, path, err)
+	}
+	return code, body
+}
+
+// metric returns the value of one sample of /metrics, by its full name with
+// labels as exposed (e.g. `envoy_rls_config_reloads_total{result="failure"}`),
+// or 0 when the sample is absent.
+func (r *replica) metric(sample string) float64 {
+	r.t.Helper()
+	code, body := r.mustAdmin("/metrics")
+	if code != http.StatusOK {
+		r.t.Fatalf("e2e: %s /metrics: %d", r.name, code)
+	}
+	for _, line := range strings.Split(body, "\n") {
+		rest, ok := strings.CutPrefix(line, sample+" ")
+		if !ok {
+			continue
+		}
+		var v float64
+		if _, err := fmt.Sscan(rest, &v); err != nil {
+			r.t.Fatalf("e2e: %s /metrics: %q: %v", r.name, line, err)
+		}
+		return v
+	}
+	return 0
+}
+
+// logBuffer keeps a process's output and calls onLine for each complete line.
+type logBuffer struct {
+	mu      sync.Mutex
+	buf     bytes.Buffer
+	partial []byte
+	onLine  func([]byte)
+}
+
+func (b *logBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.buf.Write(p)
+	b.partial = append(b.partial, p...)
+	for {
+		i := bytes.IndexByte(b.partial, '\n')
+		if i < 0 {
+			break
+		}
+		if b.onLine != nil {
+			b.onLine(b.partial[:i])
+		}
+		b.partial = b.partial[i+1:]
+	}
+	return len(p), nil
+}
+
+// tail returns the last n bytes written.
+func (b *logBuffer) tail(n int) string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	s := b.buf.Bytes()
+	if len(s) > n {
+		s = s[len(s)-n:]
+	}
+	return string(s)
+}
+
+// contains reports whether the output holds s.
+func (b *logBuffer) contains(s string) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return bytes.Contains(b.buf.Bytes(), []byte(s))
+}
+
+// writeFile writes data to dir/name and returns the path.
+func writeFile(t *testing.T, dir, name, data string) string {
+	t.Helper()
+	p := filepath.Join(dir, name)
+	if err := os.WriteFile(p, []byte(data), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// secretFile writes an HMAC secret file shared by the replicas of one test.
+func secretFile(t *testing.T) string {
+	t.Helper()
+	return writeFile(t, t.TempDir(), "hmac-secret", "e2e-shared-secret-0123456789abcdef0123456789\n")
+}
+
+// rulesDir writes one rule file into a new directory and returns the
+// directory.
+func rulesDir(t *testing.T, rules string) string {
+	t.Helper()
+	dir := t.TempDir()
+	writeFile(t, dir, "rules.yaml", rules)
+	return dir
+}
