@@ -1,0 +1,126 @@
+package e2e_test
+
+import (
+	"fmt"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/envoy-rls/envoy-rls/internal/redistest"
+)
+
+// TestSIGTERMDrainsInFlightCalls: calls held in the server (Redis paused, so
+// they wait for the store) when SIGTERM arrives all complete with a decision
+// once Redis continues; /readyz says draining meanwhile; the process exits 0.
+func TestSIGTERMDrainsInFlightCalls(t *testing.T) {
+	binary(t)
+	redis := redistest.Standalone(t, redistest.Local())
+	rs := startReplicas(t, 1, failureRules, replicaConfig{
+		Store: "redis", RedisAddr: redis.Addr(), RedisMode: "standalone",
+		// The store waits up to 5s for Redis: the calls stay in flight
+		// while it is paused.
+		Args: []string{"--redis-timeout", "5s"},
+	})
+	r := rs[0]
+	subject := entry{"closed", unique("drain")}
+	if res := r.mustCall(t, subject); !res.ok() {
+		t.Fatalf("warm-up call: %v", res)
+	}
+
+	const inFlight = 20
+	redis.Pause()
+	paused := true
+	defer func() {
+		if paused {
+			redis.Resume()
+		}
+	}()
+	results := make([]result, inFlight)
+	var wg sync.WaitGroup
+	for i := range results {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			results[i] = r.call(10*time.Second, 1, subject)
+		}()
+	}
+	// Let the calls reach the server (they then wait on the paused Redis).
+	// Sequencing only; nothing below depends on how long this is.
+	time.Sleep(500 * time.Millisecond)
+
+	r.terminate()
+	eventually(t, 5*time.Second, 20*time.Millisecond, "/readyz 503 draining", func() error {
+		code, body, err := r.admin("/readyz")
+		if err != nil || code != http.StatusServiceUnavailable || !strings.Contains(body, "draining") {
+			return fmt.Errorf("/readyz %d %q %v", code, body, err)
+		}
+		return nil
+	})
+	select {
+	case <-r.done:
+		t.Fatalf("the process exited with calls in flight: %v", r.exitErr)
+	default:
+	}
+	redis.Resume()
+	paused = false
+	wg.Wait()
+
+	for i, res := range results {
+		if !res.ok() {
+			t.Errorf("in-flight call %d: %v, want OK", i, res)
+		}
+	}
+	code, err := r.wait(stopTimeout)
+	if err != nil || code != 0 {
+		t.Errorf("after SIGTERM: exit %d %v, want 0", code, err)
+	}
+	if !r.log.contains("drained: every in-flight call finished") {
+		t.Errorf("no drain line in the log")
+	}
+}
+
+// TestSIGTERMUnderBurst: SIGTERM lands in the middle of a burst of
+// concurrent calls. Every call is either answered (OK or OVER_LIMIT) or, if
+// the server had stopped accepting, refused with Unavailable, nothing else;
+// the process exits 0.
+func TestSIGTERMUnderBurst(t *testing.T) {
+	binary(t)
+	redis := redistest.Standalone(t)
+	r := startReplicas(t, 1, exactRules, replicaConfig{Store: "redis", RedisAddr: redis.Addr(), RedisMode: "standalone"})[0]
+	subject := entry{"fixed", unique("burst")}
+
+	var all tally
+	start := make(chan struct{})
+	var wg sync.WaitGroup
+	for g := 0; g < 16; g++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-start
+			for i := 0; i < 30; i++ {
+				res := r.call(callTimeout, 1, subject)
+				all.add(res)
+				if c := status.Code(res.Err); res.Err != nil && c != codes.Unavailable {
+					all.note("%v", res)
+				}
+			}
+		}()
+	}
+	close(start)
+	time.Sleep(50 * time.Millisecond) // sequencing: SIGTERM while the burst runs
+	r.terminate()
+	wg.Wait()
+	t.Logf("burst: %v", &all)
+	if len(all.samples) != 0 || all.ok+all.over == 0 {
+		t.Errorf("want only answers and Unavailable refusals: %v", &all)
+	}
+	code, err := r.wait(stopTimeout)
+	if err != nil || code != 0 {
+		t.Errorf("after SIGTERM: exit %d %v, want 0", code, err)
+	}
+}
