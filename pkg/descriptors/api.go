@@ -90,6 +90,11 @@ type Match struct {
 	Rule *Rule
 	// Subject is the HMAC digest of the policy ID and the matched entries.
 	Subject limiter.SubjectDigest
+	// Tag is the Redis Cluster hash tag of the limit's state: zero (derive
+	// it from Subject) unless the rule sets `colocate`, in which case it is
+	// an HMAC of the named entry's key and value, shared by every limit that
+	// co-locates on that entry.
+	Tag limiter.Tag
 }
 
 // Window returns the window (fixed and sliding) or refill period (token bucket).

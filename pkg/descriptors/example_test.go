@@ -31,7 +31,7 @@ descriptors:
 		m, ok := snap.Match("edge", []descriptors.Entry{{Key: "remote_address", Value: ip}})
 		fmt.Println(ok, m.Rule.Path, m.Rule.Policy.ID(), m.Rule.Policy.Limit())
 		// The store key carries the subject digest, never the address.
-		_ = limiter.StorageKey(nil, m.Rule.Policy, m.Subject)
+		_ = limiter.StorageKey(nil, m.Rule.Policy, m.Subject, limiter.Tag{})
 	}
 	_, ok := snap.Match("edge", []descriptors.Entry{{Key: "user", Value: "alice"}})
 	fmt.Println(ok)

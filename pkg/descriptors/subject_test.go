@@ -97,7 +97,7 @@ func TestStorageKeyPrivacy(t *testing.T) {
 		if !ok {
 			t.Fatalf("no match for %v", r)
 		}
-		k := limiter.StorageKey(nil, m.Rule.Policy, m.Subject)
+		k := limiter.StorageKey(nil, m.Rule.Policy, m.Subject, limiter.Tag{})
 		for _, v := range secretValues {
 			if bytes.Contains(k, []byte(v)) || bytes.Contains(k, []byte(hex.EncodeToString([]byte(v)))) {
 				t.Errorf("key %q contains raw value %q", k, v)
@@ -119,11 +119,11 @@ func TestStorageKeyPrivacy(t *testing.T) {
 	if a.Subject != b.Subject {
 		t.Errorf("revision changed the subject")
 	}
-	if bytes.Equal(limiter.StorageKey(nil, a.Rule.Policy, a.Subject), limiter.StorageKey(nil, b.Rule.Policy, b.Subject)) {
+	if bytes.Equal(limiter.StorageKey(nil, a.Rule.Policy, a.Subject, limiter.Tag{}), limiter.StorageKey(nil, b.Rule.Policy, b.Subject, limiter.Tag{})) {
 		t.Errorf("revision did not roll the key")
 	}
 	c := writeAndMatch(t, "algorithm: sliding_window")
-	if bytes.Equal(limiter.StorageKey(nil, a.Rule.Policy, a.Subject), limiter.StorageKey(nil, c.Rule.Policy, c.Subject)) {
+	if bytes.Equal(limiter.StorageKey(nil, a.Rule.Policy, a.Subject, limiter.Tag{}), limiter.StorageKey(nil, c.Rule.Policy, c.Subject, limiter.Tag{})) {
 		t.Errorf("algorithm did not roll the key")
 	}
 }

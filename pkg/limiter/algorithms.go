@@ -35,16 +35,28 @@ var (
 // written. reply holds the seven reply fields. p must come from NewPolicy and
 // cost must pass Request.Validate; Apply never returns StatusInvalid.
 func Apply(st State, serverNowMs int64, p *Policy, cost int64) (next State, reply Reply, write bool) {
+	next, reply, _, write = Check(st, serverNowMs, p, cost)
+	return next, reply, write
+}
+
+// Check is Apply that also returns held: the reply as it reads when the
+// request is allowed but its cost is not taken (its batch did not commit):
+// ALLOWED, remaining and reset-at of st before the cost. For every other
+// status held equals reply. The batch stores (memory and the batch Lua
+// program) check every request with it, then write next only on commit.
+func Check(st State, serverNowMs int64, p *Policy, cost int64) (next State, reply, held Reply, write bool) {
 	// 1. Compatibility: never a silent reset.
 	if st.Exists && (st.Schema != StateSchema || st.Algorithm != p.Algorithm() ||
 		st.PolicyID != p.ID() || st.Revision != p.Revision()) {
-		return st, refusal(StatusStateIncompatible, serverNowMs, p), false
+		r := refusal(StatusStateIncompatible, serverNowMs, p)
+		return st, r, r, false
 	}
 	// 2. Clock: clamp a small backward step, refuse a large one.
 	now := serverNowMs
 	if st.Exists && now < st.LastObservedMs {
 		if st.LastObservedMs-now > p.MaxClockRegressionMillis() {
-			return st, refusal(StatusClockUnsafe, serverNowMs, p), false
+			r := refusal(StatusClockUnsafe, serverNowMs, p)
+			return st, r, r, false
 		}
 		now = st.LastObservedMs
 	}
@@ -59,7 +71,8 @@ func Apply(st State, serverNowMs int64, p *Policy, cost int64) (next State, repl
 		s = tokenBucket(st, now, p, cost)
 	default:
 		// Unreachable for a policy built by NewPolicy.
-		return st, refusal(StatusStateIncompatible, serverNowMs, p), false
+		r := refusal(StatusStateIncompatible, serverNowMs, p)
+		return st, r, r, false
 	}
 	reply = Reply{
 		Status:         StatusDenied,
@@ -72,10 +85,12 @@ func Apply(st State, serverNowMs int64, p *Policy, cost int64) (next State, repl
 	}
 	// 4. A denial consumes nothing.
 	if !s.allowed {
-		return st, reply, false
+		return st, reply, reply, false
 	}
 	// 5. Allowed: write the new state with a finite TTL.
 	reply.Status = StatusAllowed
+	held = reply
+	held.Remaining, held.ResetAtMs = s.heldRemaining, s.heldResetAt
 	next = State{
 		Exists:         true,
 		Schema:         StateSchema,
@@ -88,7 +103,7 @@ func Apply(st State, serverNowMs int64, p *Policy, cost int64) (next State, repl
 		C:              s.c,
 		ExpiresAtMs:    now + s.ttl,
 	}
-	return next, reply, true
+	return next, reply, held, true
 }
 
 // refusal is the reply of CLOCK_UNSAFE and STATE_INCOMPATIBLE.
@@ -105,6 +120,8 @@ type step struct {
 	retryAfter int64
 	resetAt    int64
 	ttl        int64
+	// When allowed: remaining and reset-at before the cost is taken.
+	heldRemaining, heldResetAt int64
 }
 
 // ceilDiv is ceil(a / b) for a >= 0, b > 0, without the a+b-1 intermediate.
@@ -126,6 +143,7 @@ func fixedWindow(st State, now int64, p *Policy, cost int64) step {
 	}
 	s := step{allowed: cost <= limit-consumed, resetAt: windowEnd}
 	if s.allowed {
+		s.heldRemaining, s.heldResetAt = limit-consumed, windowEnd
 		consumed += cost
 		s.a, s.b = w, consumed
 		s.ttl = windowEnd - now + p.CleanupGraceMillis()
@@ -153,6 +171,7 @@ func slidingWindow(st State, now int64, p *Policy, cost int64) step {
 	prevPart := ceilDiv(prev*weight, SlidingScale)
 	s := step{allowed: cost <= limit-(prevPart+cur)}
 	if s.allowed {
+		s.heldRemaining, s.heldResetAt = limit-(prevPart+cur), slidingReset(now, w, window, prev, cur)
 		cur += cost
 		s.a, s.b, s.c = w, cur, prev
 		s.ttl = (w+2)*window - now + p.CleanupGraceMillis()
@@ -165,15 +184,20 @@ func slidingWindow(st State, now int64, p *Policy, cost int64) step {
 		s.retryAfter = max(1, s.retryAfter)
 	}
 	s.remaining = max(0, limit-(prevPart+cur))
+	s.resetAt = slidingReset(now, w, window, prev, cur)
+	return s
+}
+
+// slidingReset is when a sliding window's estimate returns to 0 without
+// traffic.
+func slidingReset(now, w, window, prev, cur int64) int64 {
 	switch {
 	case cur > 0:
-		s.resetAt = (w + 2) * window
+		return (w + 2) * window
 	case prev > 0:
-		s.resetAt = (w + 1) * window
-	default:
-		s.resetAt = now
+		return (w + 1) * window
 	}
-	return s
+	return now
 }
 
 // slidingNeed is need(p, c) of docs/algorithms.md: the least elapsed time e'
@@ -215,14 +239,12 @@ func tokenBucket(st State, now int64, p *Policy, cost int64) step {
 	}
 	s := step{allowed: cost <= tokens}
 	if s.allowed {
+		s.heldRemaining, s.heldResetAt = tokens, now+fullTime(capacity, tokens, rem, amount, period)
 		tokens -= cost
 	} else {
 		s.retryAfter = ceilDiv((cost-tokens)*period-rem, amount)
 	}
-	var fullAfter int64
-	if missing := (capacity-tokens)*period - rem; missing > 0 {
-		fullAfter = ceilDiv(missing, amount)
-	}
+	fullAfter := fullTime(capacity, tokens, rem, amount, period)
 	s.remaining = tokens
 	s.resetAt = now + fullAfter
 	if s.allowed {
@@ -230,6 +252,15 @@ func tokenBucket(st State, now int64, p *Policy, cost int64) step {
 		s.ttl = fullAfter + p.CleanupGraceMillis()
 	}
 	return s
+}
+
+// fullTime is how long a bucket of tokens (plus rem sub-token units) takes to
+// fill up to capacity.
+func fullTime(capacity, tokens, rem, amount, period int64) int64 {
+	if missing := (capacity-tokens)*period - rem; missing > 0 {
+		return ceilDiv(missing, amount)
+	}
+	return 0
 }
 
 // OutcomeFromReply turns a reply of Apply or of a Lua program into the

@@ -13,12 +13,13 @@ import (
 //
 // The key carries no raw subject value: the subject is already an HMAC digest
 // and the policy ID is a configured, charset-limited name hashed into the
-// digest. The Redis Cluster hash tag is the first 8 bytes (16 hex digits) of
-// the subject digest, so different subjects spread across slots while the
-// state of one subject under different policies can be co-located by giving
-// those requests the same subject. A new revision or algorithm yields a new
-// key; the old state expires by its TTL.
-func StorageKey(buf []byte, p *Policy, subject SubjectDigest) []byte {
+// digest. The Redis Cluster hash tag is tag (16 hex digits) or, when tag is
+// zero, the first 8 bytes of the subject digest, so that different subjects
+// spread across slots while requests given one tag (pkg/descriptors derives
+// it from an HMAC of a `colocate` entry, never from a raw value) share a slot.
+// A new revision, algorithm or tag yields a new key; the old state expires
+// by its TTL.
+func StorageKey(buf []byte, p *Policy, subject SubjectDigest, tag Tag) []byte {
 	var d [32]byte
 	h := sha256.New()
 	var n [4]byte
@@ -32,7 +33,10 @@ func StorageKey(buf []byte, p *Policy, subject SubjectDigest) []byte {
 	h.Write(subject[:])
 	h.Sum(d[:0])
 	buf = append(buf, "rate:{"...)
-	buf = hex.AppendEncode(buf, subject[:8])
+	if tag == (Tag{}) {
+		copy(tag[:], subject[:8])
+	}
+	buf = hex.AppendEncode(buf, tag[:])
 	buf = append(buf, "}:state:"...)
 	buf = hex.AppendEncode(buf, d[:])
 	return buf

@@ -24,6 +24,47 @@ const MaxSafeInteger int64 = 1<<53 - 1
 // values (IPs, user IDs, API keys) never reach this package.
 type SubjectDigest [32]byte
 
+// Tag is the Redis Cluster hash tag of a state key (see StorageKey). The zero
+// Tag means "derive it from the subject": different subjects spread across
+// slots. A non-zero Tag co-locates every state that carries it in one slot,
+// so that one atomic program can evaluate them together.
+type Tag [8]byte
+
+// Mode is the role a limit plays in its batch (see Store).
+type Mode uint8
+
+const (
+	// ModeOrdinary (the zero value): the batch commits only if this limit
+	// allows.
+	ModeOrdinary Mode = iota
+	// ModeShadow: checked, reported and (when the batch commits and it
+	// allows) consumed, but it never blocks the batch. A policy built with
+	// PolicySpec.Shadow is in this mode whatever the request says (unless
+	// ModeCheck).
+	ModeShadow
+	// ModeQuota: the batch is blocked only when every quota-mode limit of
+	// the batch denies (the reference's quota_mode rule).
+	ModeQuota
+	// ModeCheck: checked and reported, never consumed, never blocks. A
+	// caller that already knows the answer is a denial (say, a limit of
+	// zero outside the batch) sends the whole batch in this mode.
+	ModeCheck
+)
+
+func (m Mode) String() string {
+	switch m {
+	case ModeOrdinary:
+		return "ordinary"
+	case ModeShadow:
+		return "shadow"
+	case ModeQuota:
+		return "quota"
+	case ModeCheck:
+		return "check"
+	}
+	return "unknown"
+}
+
 // Request asks whether one subject may spend Cost units of one policy. The
 // caller's deadline travels in the context given to Store.Evaluate.
 type Request struct {
@@ -33,9 +74,69 @@ type Request struct {
 	Subject SubjectDigest
 	// Cost is the number of units to consume, 1 <= Cost <= Policy.MaxCost().
 	Cost int64
+	// Mode is the limit's role in the batch. (Optional, default ModeOrdinary)
+	Mode Mode
+	// Tag is the Redis Cluster hash tag of the state key; zero derives it
+	// from the subject. Requests that must be atomic together on a Redis
+	// Cluster carry the same Tag. (Optional)
+	Tag Tag
 	// EvaluationID is reserved for de-duplicated evaluation; this revision
 	// rejects a non-empty value. (Optional)
 	EvaluationID string
+}
+
+// Role returns the effective mode: ModeShadow for a shadow policy (unless
+// the request is ModeCheck), else r.Mode. A nil policy is ModeOrdinary.
+func (r *Request) Role() Mode {
+	if r.Mode != ModeCheck && r.Policy != nil && r.Policy.Shadow() {
+		return ModeShadow
+	}
+	if r.Mode > ModeCheck {
+		return ModeOrdinary
+	}
+	return r.Mode
+}
+
+// Key appends the request's physical store key (StorageKey) to buf.
+func (r *Request) Key(buf []byte) []byte { return StorageKey(buf, r.Policy, r.Subject, r.Tag) }
+
+// Commits is the batch rule of Store: given the outcomes of checking every
+// request of batch at one instant (nothing consumed yet), it reports whether
+// the batch commits. It does iff every ordinary request allows and, when the
+// batch holds quota-mode requests, at least one of them allows. A request
+// allows when its outcome is an allowed decision; a failed request (any other
+// kind) counts as a denial, except that a fail-open policy's failure takes
+// no part (Envoy is answered OK for it, as pkg/rls does). Shadow and check
+// requests never block.
+//
+// These are the reference's OVER_LIMIT rules, so exactly the requests Envoy
+// lets through consume.
+func Commits(batch []Request, out []Outcome) bool {
+	quota, quotaAllows := 0, false
+	for i := range batch {
+		r := &batch[i]
+		role := r.Role()
+		if role == ModeShadow || role == ModeCheck {
+			continue
+		}
+		o := &out[i]
+		var allows bool
+		switch {
+		case o.Kind == Evaluated:
+			allows = o.Decision.Allowed
+		case r.Policy != nil && r.Policy.FailureMode() == FailOpen:
+			continue
+		}
+		if role == ModeQuota {
+			quota++
+			quotaAllows = quotaAllows || allows
+			continue
+		}
+		if !allows {
+			return false
+		}
+	}
+	return quota == 0 || quotaAllows
 }
 
 // Validate reports whether r can be evaluated. The error names the field.
@@ -47,6 +148,8 @@ func (r Request) Validate() error {
 		return &FieldError{Field: "cost", Reason: "must be at least 1"}
 	case r.Cost > r.Policy.MaxCost():
 		return &FieldError{Field: "cost", Reason: "exceeds the policy's max cost"}
+	case r.Mode > ModeCheck:
+		return &FieldError{Field: "mode", Reason: "is not a known mode"}
 	case r.EvaluationID != "":
 		return &FieldError{Field: "evaluation_id", Reason: "de-duplicated evaluation is not supported"}
 	}
@@ -100,11 +203,17 @@ func (c Certainty) String() string {
 
 // Decision is a store's verdict on one Request.
 type Decision struct {
+	// Allowed: the limit alone admits the request's cost.
 	Allowed bool
+	// Consumed: the cost was taken from the limit. True exactly when Allowed
+	// and the batch committed (and the request was not ModeCheck). An allowed
+	// limit of a batch that did not commit is reported as it stands, its
+	// cost not taken.
+	Consumed bool
 	// Limit is the policy's limit (token bucket: capacity).
 	Limit int64
-	// Remaining is what is left after this request (0 when denied and
-	// nothing is left).
+	// Remaining is what is left after this request: after its cost when
+	// Consumed, before it otherwise (0 when denied and nothing is left).
 	Remaining int64
 	// RetryAfter is, when denied, how long until this request's cost could
 	// be admitted if nothing else is consumed; zero when allowed.
@@ -198,6 +307,18 @@ func IncompatibleOutcome(category string, err error) Outcome {
 
 // Store evaluates batches of requests. One Envoy request carries several
 // descriptors, so a batch holds one Request per matched limit.
+//
+// A batch is all or nothing: a request either consumes on every limit that
+// admits it or on none. A store first checks every request at ONE instant
+// (one clock reading; a later request on the same state sees the cost of an
+// earlier one of the same batch), consuming nothing; then the batch commits
+// iff Commits says so: every ordinary request allows and, when there are
+// quota-mode requests, not all of them deny. On commit every request that
+// allowed consumes (shadow-mode ones too; ModeCheck ones never); otherwise
+// nothing does, and allowed requests are reported with Consumed false and
+// their remaining before their cost. Shadow-mode requests never block.
+// Where a store cannot make one atomic step (the Redis store with limits in
+// different Redis Cluster slots) it documents how it compensates.
 //
 // Evaluate writes exactly one Outcome per request into out, in order; out must
 // have len(batch) elements (a shorter out is a programming error and Evaluate

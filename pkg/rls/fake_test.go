@@ -68,7 +68,8 @@ func fakeRule(id string, rpu uint32, unit descriptors.Unit) *descriptors.Rule {
 	return &descriptors.Rule{Policy: p, Name: id, Unit: unit, RequestsPerUnit: rpu, Path: id}
 }
 
-// fakeStore is a fixed-window counter, or a store that fails or panics.
+// fakeStore is a fixed-window counter (batches all or nothing; a state
+// twice in one batch is not modelled), or a store that fails or panics.
 type fakeStore struct {
 	mu      sync.Mutex
 	now     time.Time
@@ -100,18 +101,28 @@ func (f *fakeStore) Evaluate(_ context.Context, batch []limiter.Request, out []l
 			out[i] = limiter.IncompatibleOutcome(limiter.CategoryReplyMalformed, nil)
 			continue
 		}
+		// Check only; the batch commits below (limiter.Store's rule).
 		k := r.Policy.ID() + string(r.Subject[:])
 		w := time.Duration(r.Policy.WindowMillis()) * time.Millisecond
 		reset := f.now.Truncate(w).Add(w)
 		d := limiter.Decision{Limit: r.Policy.Limit(), ResetAt: reset, PolicyID: r.Policy.ID(), Source: limiter.SourceMemory}
 		if f.used[k]+r.Cost <= r.Policy.Limit() {
-			f.used[k] += r.Cost
 			d.Allowed = true
 		} else {
 			d.RetryAfter = reset.Sub(f.now)
 		}
 		d.Remaining = r.Policy.Limit() - f.used[k]
 		out[i] = limiter.EvaluatedOutcome(d)
+	}
+	if !limiter.Commits(batch, out) {
+		return
+	}
+	for i, r := range batch {
+		if d := &out[i].Decision; out[i].Kind == limiter.Evaluated && d.Allowed && r.Role() != limiter.ModeCheck {
+			f.used[r.Policy.ID()+string(r.Subject[:])] += r.Cost
+			d.Remaining -= r.Cost
+			d.Consumed = true
+		}
 	}
 }
 

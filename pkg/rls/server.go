@@ -4,8 +4,9 @@
 //
 // One ShouldRateLimit call validates the request's bounds, matches every
 // descriptor against the current rule snapshot, evaluates all matched limits
-// as one batch through limiter.Store.Evaluate (bounded by the call's
-// deadline), and builds the response: one status per descriptor, the overall
+// as one all-or-nothing batch through limiter.Store.Evaluate (bounded by the
+// call's deadline: a call consumes on every matched limit or on none), and
+// builds the response: one status per descriptor, the overall
 // code, the X-RateLimit-* and Retry-After headers and, on OVER_LIMIT, a small
 // JSON body. This is the only package that speaks gRPC status codes.
 //
@@ -293,19 +294,46 @@ func (s *Server) evaluate(ctx context.Context, req *rlsv3.RateLimitRequest, rule
 		markReplaced(sc.slots)
 	}
 
-	// 3. One batch for every limit the store must decide.
+	// 3. One batch for every limit the store must decide. The store commits
+	// it all or nothing by the same rules as the answer (see
+	// limiter.Store), so that exactly the calls answered OK consume.
+	neverFitsDenies, quotaNeverFits, quotaInBatch := false, false, false
 	for i := range sc.slots {
 		sl := &sc.slots[i]
 		if sl.kind != slotStore {
 			continue
 		}
-		p := sl.match.Rule.Policy
+		rule := sl.match.Rule
+		p := rule.Policy
+		mode := limiter.ModeOrdinary
+		switch {
+		case rule.ShadowMode || p.Shadow():
+			mode = limiter.ModeShadow
+		case rule.QuotaMode:
+			mode = limiter.ModeQuota
+		}
 		if p.Limit() == 0 || sl.cost > p.MaxCost() {
 			sl.kind = slotNeverFits
+			switch mode {
+			case limiter.ModeOrdinary:
+				neverFitsDenies = true
+			case limiter.ModeQuota:
+				quotaNeverFits = true
+			}
 			continue
 		}
+		if mode == limiter.ModeQuota {
+			quotaInBatch = true
+		}
 		sl.batch = len(sc.batch)
-		sc.batch = append(sc.batch, limiter.Request{Policy: p, Subject: sl.match.Subject, Cost: sl.cost})
+		sc.batch = append(sc.batch, limiter.Request{Policy: p, Subject: sl.match.Subject, Cost: sl.cost, Mode: mode, Tag: sl.match.Tag})
+	}
+	if neverFitsDenies || quotaNeverFits && !quotaInBatch {
+		// A limit outside the batch already denies the call: check the
+		// others for their statuses, consume nothing.
+		for i := range sc.batch {
+			sc.batch[i].Mode = limiter.ModeCheck
+		}
 	}
 	if n := len(sc.batch); n > 0 {
 		if cap(sc.outs) < n {

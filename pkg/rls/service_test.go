@@ -208,9 +208,53 @@ func TestMostRestrictiveStatusDrivesHeaders(t *testing.T) {
 	if hd[HeaderRetryAfter] != "1" || !strings.Contains(string(resp.RawBody), `"policy":"rls/route:_tight`) {
 		t.Fatalf("over: %v %s", hd, resp.RawBody)
 	}
-	// The denied route consumed nothing, the allowed user did: 3-2 = 1 left.
-	if resp.Statuses[0].LimitRemaining != 1 {
-		t.Fatalf("user remaining %d, want 1", resp.Statuses[0].LimitRemaining)
+	// The call was denied, so nothing consumed: the user still has the 2
+	// left by the first call (the reference would show 1: it consumes the
+	// user's quota of a call the route denied).
+	if resp.Statuses[0].LimitRemaining != 2 {
+		t.Fatalf("user remaining %d, want 2", resp.Statuses[0].LimitRemaining)
+	}
+}
+
+// TestNoPartialConsumption: a call consumes on every matched limit or on
+// none; a limit that allowed in a denied call keeps its quota.
+func TestNoPartialConsumption(t *testing.T) {
+	e := newRealEnv(t)
+	e.call(t, request("rls", desc("route", "/tight")))
+	// The route denies: the user is reported with 3 left (allowed, nothing
+	// taken), and the user's counter really is unchanged afterwards.
+	for i := range 3 {
+		resp := e.call(t, request("rls", desc("user", "erin"), desc("route", "/tight")))
+		if resp.OverallCode != rlsv3.RateLimitResponse_OVER_LIMIT || resp.Statuses[0].Code != rlsv3.RateLimitResponse_OK || resp.Statuses[0].LimitRemaining != 3 {
+			t.Fatalf("call %d: %v", i, resp)
+		}
+	}
+	if resp := e.call(t, request("rls", desc("user", "erin"))); resp.Statuses[0].LimitRemaining != 2 {
+		t.Fatalf("user remaining %d after denied calls, want 2", resp.Statuses[0].LimitRemaining)
+	}
+	// A zero limit denies without reaching the store's commit: the others
+	// are only checked.
+	resp := e.call(t, request("rls", desc("user", "erin"), desc("blocked", "x")))
+	if resp.OverallCode != rlsv3.RateLimitResponse_OVER_LIMIT || resp.Statuses[0].LimitRemaining != 2 {
+		t.Fatalf("with a zero limit: %v", resp)
+	}
+	// A shadow denial does not block: the user consumes.
+	e.call(t, request("rls", desc("shadow", "z")))
+	resp = e.call(t, request("rls", desc("user", "erin"), desc("shadow", "z")))
+	if resp.OverallCode != rlsv3.RateLimitResponse_OK || resp.Statuses[0].LimitRemaining != 1 {
+		t.Fatalf("with a shadow denial: %v", resp)
+	}
+	// Quota: a quota limit over while another allows consumes everywhere
+	// (the call is OK); every quota limit over consumes nowhere.
+	e.call(t, request("rls", desc("quota_a", "y")))
+	resp = e.call(t, request("rls", desc("user", "frank"), desc("quota_a", "y"), desc("quota_b", "y")))
+	if resp.OverallCode != rlsv3.RateLimitResponse_OK || resp.Statuses[0].LimitRemaining != 2 || resp.Statuses[2].LimitRemaining != 1 {
+		t.Fatalf("one quota over: %v", resp)
+	}
+	e.call(t, request("rls", desc("quota_b", "y")))
+	resp = e.call(t, request("rls", desc("user", "frank"), desc("quota_a", "y"), desc("quota_b", "y")))
+	if resp.OverallCode != rlsv3.RateLimitResponse_OVER_LIMIT || resp.Statuses[0].LimitRemaining != 2 {
+		t.Fatalf("every quota over: %v", resp)
 	}
 }
 

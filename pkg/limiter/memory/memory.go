@@ -1,8 +1,9 @@
 // Package memory is the in-process limiter.Store of envoy-rls: the embedded
 // default that serves exact decisions on one machine without Redis.
 //
-// It runs the same pure algorithms as the Redis Lua programs (limiter.Apply),
-// reading its injected clock once per Evaluate call. State lives in a fixed
+// It runs the same pure algorithms as the Redis Lua programs (limiter.Check),
+// reading its injected clock once per Evaluate call, and evaluates a batch all
+// or nothing (see limiter.Store and Store.Evaluate). State lives in a fixed
 // number of shards chosen by the subject digest (an HMAC, hence uniform),
 // each an open-addressing hash table guarded by its own mutex, so that
 // requests for different subjects rarely contend. A Store is safe for concurrent use by multiple
@@ -38,6 +39,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"sync"
 	"time"
 
@@ -89,10 +91,11 @@ var ErrFull = errors.New("memory: store is full, new subjects are refused until 
 
 // Store is the in-memory limiter.Store.
 type Store struct {
-	clock  limiter.Clock
-	obs    Observer
-	shards []shard
-	mask   uint64
+	clock   limiter.Clock
+	obs     Observer
+	shards  []shard
+	mask    uint64
+	scratch sync.Pool // *scratch: per-call buffers
 }
 
 var _ limiter.Store = (*Store)(nil)
@@ -155,111 +158,224 @@ func New(cfg Config) (*Store, error) {
 		}
 		sh.minExpiry = math.MaxInt64
 	}
+	s.scratch.New = func() any { return new(scratch) }
 	return s, nil
 }
 
-// Evaluate implements limiter.Store. It reads the clock once and evaluates
-// the requests in order, one outcome each, with Decision.Source
-// limiter.SourceMemory. A request evaluated after ctx is done gets an
-// Unavailable outcome (limiter.CategoryDeadline) and changes nothing.
+// Evaluate implements limiter.Store: the batch is all or nothing. It reads
+// the clock once, locks the shards of every request in ascending shard order
+// (each once, so that concurrent batches cannot deadlock), checks every
+// request in order against the stored state (a request on a state that an
+// earlier request of the batch already touched sees that request's tentative
+// cost), decides with limiter.Commits, writes the new states only when the
+// batch commits, and unlocks. Decision.Source is limiter.SourceMemory.
+//
+// A batch evaluated after ctx is done gets Unavailable outcomes
+// (limiter.CategoryDeadline) and changes nothing. A new subject refused for
+// capacity (see the package comment) is an Unavailable outcome found in the
+// check, so it blocks the batch as any failure of a fail-closed limit does.
 func (s *Store) Evaluate(ctx context.Context, batch []limiter.Request, out []limiter.Outcome) {
 	out = out[:len(batch)]
-	nowMs := s.clock.Now().UnixMilli()
-	for i := range batch {
-		if err := ctx.Err(); err != nil {
+	if len(batch) == 0 {
+		return
+	}
+	if err := ctx.Err(); err != nil {
+		for i := range out {
 			out[i] = limiter.UnavailableOutcome(0, limiter.CategoryDeadline, fmt.Errorf("memory store: %w", err))
+		}
+		return
+	}
+	nowMs := s.clock.Now().UnixMilli()
+	sc := s.getScratch(len(batch))
+	defer s.putScratch(sc)
+	w := sc.work
+	valid := 0
+	for i := range batch {
+		r := &batch[i]
+		w[i] = work{prev: -1}
+		if err := r.Validate(); err != nil {
+			out[i] = limiter.UnavailableOutcome(0, limiter.CategoryInvalidRequest, fmt.Errorf("memory store: %w", err))
 			continue
 		}
-		out[i] = s.evaluate(&batch[i], nowMs)
-	}
-}
-
-// evaluate is one request: load, limiter.Apply, commit, under the subject's
-// shard lock. The three steps are separate so that an all-or-nothing batch
-// can later lock its distinct shards in index order, Apply every request,
-// and commit only when all are allowed.
-func (s *Store) evaluate(r *limiter.Request, nowMs int64) limiter.Outcome {
-	if err := r.Validate(); err != nil {
-		return limiter.UnavailableOutcome(0, limiter.CategoryInvalidRequest, fmt.Errorf("memory store: %w", err))
-	}
-	p := r.Policy
-	if nowMs < 0 || nowMs > limiter.MaxSafeInteger {
-		return limiter.UnavailableOutcome(limiter.ClockUnsafeRetryAfter, limiter.CategoryClockUnsafe,
-			fmt.Errorf("memory store: clock reads %dms since the epoch: %w", nowMs, limiter.ErrClockUnsafe))
-	}
-	k := key{subject: r.Subject, policy: p.ID(), revision: p.Revision(), alg: p.Algorithm()}
-	h := hashKey(&k)
-	sh := s.shardFor(&r.Subject)
-
-	sh.mu.Lock()
-	st, i, found, dropped := sh.load(&k, h, nowMs)
-	next, reply, write := limiter.Apply(st, nowMs, p, r.Cost)
-	refused := false
-	switch {
-	case write && found:
-		sh.t.slots[i].e = entryOf(next)
-		sh.minExpiry = min(sh.minExpiry, next.ExpiresAtMs)
-	case write:
-		if sh.room(nowMs, &dropped) {
-			sh.t.insert(&k, h, entryOf(next))
-			sh.minExpiry = min(sh.minExpiry, next.ExpiresAtMs)
-		} else {
-			refused = true
+		if nowMs < 0 || nowMs > limiter.MaxSafeInteger {
+			out[i] = limiter.UnavailableOutcome(limiter.ClockUnsafeRetryAfter, limiter.CategoryClockUnsafe,
+				fmt.Errorf("memory store: clock reads %dms since the epoch: %w", nowMs, limiter.ErrClockUnsafe))
+			continue
 		}
-	case dropped > 0:
-		// An expired state the request did not replace.
-		sh.t.remove(i)
+		p := r.Policy
+		w[i].valid = true
+		w[i].k = key{subject: r.Subject, policy: p.ID(), revision: p.Revision(), alg: p.Algorithm()}
+		w[i].h = hashKey(&w[i].k)
+		w[i].shard = s.shardIndex(&r.Subject)
+		valid++
 	}
-	sh.mu.Unlock()
-
+	if valid == 0 {
+		return
+	}
+	// Lock every distinct shard, in ascending order.
+	order := sc.order[:0]
+	for i := range w {
+		if w[i].valid {
+			order = append(order, w[i].shard)
+		}
+	}
+	slices.Sort(order)
+	order = slices.Compact(order)
+	sc.order = order
+	for _, si := range order {
+		s.shards[si].mu.Lock()
+	}
+	dropped, refused := 0, 0
+	// Phase 1: check, consuming nothing.
+	for i := range batch {
+		wi := &w[i]
+		if !wi.valid {
+			continue
+		}
+		r := &batch[i]
+		sh := &s.shards[wi.shard]
+		for j := i - 1; j >= 0; j-- {
+			if w[j].valid && w[j].h == wi.h && w[j].k == wi.k {
+				wi.prev = j
+				break
+			}
+		}
+		var st limiter.State
+		if wi.prev >= 0 {
+			st, wi.inTable, wi.slot = w[wi.prev].cur, w[wi.prev].inTable, w[wi.prev].slot
+		} else {
+			var d int
+			st, wi.inTable, d = sh.load(&wi.k, wi.h, nowMs)
+			dropped += d
+		}
+		next, reply, held, write := limiter.Check(st, nowMs, r.Policy, r.Cost)
+		wi.cur = st
+		if r.Role() == limiter.ModeCheck {
+			out[i] = limiter.OutcomeFromReply(r.Policy, held, limiter.SourceMemory)
+			continue
+		}
+		if write && !wi.inTable && !wi.slot {
+			// A new entry: reserve room for it now, so that a full shard
+			// is known before the batch decides.
+			reserved := 0
+			for j := 0; j < i; j++ {
+				if w[j].valid && w[j].shard == wi.shard && w[j].reserved {
+					reserved++
+				}
+			}
+			if sh.t.n+reserved >= sh.capacity {
+				dropped += sh.dropExpired(nowMs, fullScanBudget)
+			}
+			if sh.t.n+reserved >= sh.capacity {
+				refused++
+				out[i] = limiter.UnavailableOutcome(CapacityRetryAfter, limiter.CategoryCapacity, ErrFull)
+				continue
+			}
+			wi.reserved, wi.slot = true, true
+		}
+		if write {
+			wi.write, wi.next, wi.cur = true, next, next
+			wi.held = held
+		}
+		out[i] = limiter.OutcomeFromReply(r.Policy, reply, limiter.SourceMemory)
+	}
+	// Phase 2: commit, or report the allowed ones as they stand.
+	commit := limiter.Commits(batch, out)
+	for i := range batch {
+		wi := &w[i]
+		if !wi.write {
+			continue
+		}
+		if !commit || out[i].Kind != limiter.Evaluated {
+			out[i] = limiter.OutcomeFromReply(batch[i].Policy, wi.held, limiter.SourceMemory)
+			continue
+		}
+		sh := &s.shards[wi.shard]
+		e := entryOf(wi.next)
+		if j, found := sh.t.find(&wi.k, wi.h); found {
+			sh.t.slots[j].e = e
+		} else {
+			sh.t.insert(&wi.k, wi.h, e)
+		}
+		sh.minExpiry = min(sh.minExpiry, wi.next.ExpiresAtMs)
+		out[i].Decision.Consumed = true
+	}
+	for k := len(order) - 1; k >= 0; k-- {
+		s.shards[order[k]].mu.Unlock()
+	}
 	if s.obs != nil {
 		if dropped > 0 {
 			s.obs.Expired(dropped)
 		}
-		if refused {
+		for range refused {
 			s.obs.Refused()
 		}
 	}
-	if refused {
-		return limiter.UnavailableOutcome(CapacityRetryAfter, limiter.CategoryCapacity, ErrFull)
+}
+
+// work is the per-request state of one Evaluate call.
+type work struct {
+	k     key
+	h     uint64
+	shard int
+	valid bool
+	// prev is the index of the latest earlier request of the batch on the
+	// same state, or -1.
+	prev int
+	// cur is the state after this request's tentative cost (the state it
+	// saw when it wrote nothing); next the state to write on commit.
+	cur, next limiter.State
+	write     bool
+	held      limiter.Reply
+	// inTable: the key has a live entry in the table. reserved: this
+	// request reserved a new entry; slot: this or an earlier request on the
+	// same state did.
+	inTable, reserved, slot bool
+}
+
+type scratch struct {
+	work  []work
+	order []int
+}
+
+func (s *Store) getScratch(n int) *scratch {
+	sc := s.scratch.Get().(*scratch)
+	if cap(sc.work) < n {
+		sc.work = make([]work, n)
 	}
-	return limiter.OutcomeFromReply(p, reply, limiter.SourceMemory)
+	sc.work = sc.work[:n]
+	return sc
 }
 
-func (s *Store) shardFor(d *limiter.SubjectDigest) *shard {
-	return &s.shards[binary.LittleEndian.Uint64(d[:8])&s.mask]
+func (s *Store) putScratch(sc *scratch) {
+	clear(sc.work) // drop policy ID strings
+	s.scratch.Put(sc)
 }
 
-// load returns the live state of k and whether (and where) k is stored. An
-// expired state reads as no state and counts in dropped; it stays in place
-// for the caller to overwrite or remove.
-func (sh *shard) load(k *key, h uint64, nowMs int64) (st limiter.State, i int, found bool, dropped int) {
-	i, found = sh.t.find(k, h)
+func (s *Store) shardIndex(d *limiter.SubjectDigest) int {
+	return int(binary.LittleEndian.Uint64(d[:8]) & s.mask)
+}
+
+// load returns the live state of k and whether it has a live entry. An
+// expired entry is removed (it reads as no state) and counted in dropped.
+func (sh *shard) load(k *key, h uint64, nowMs int64) (st limiter.State, live bool, dropped int) {
+	i, found := sh.t.find(k, h)
 	if !found {
-		return limiter.State{}, i, false, 0
+		return limiter.State{}, false, 0
 	}
 	e := &sh.t.slots[i].e
 	if nowMs > e.expiresAt { // Redis semantics: a key lives through its expiry millisecond
-		return limiter.State{}, i, true, 1
+		sh.t.remove(i)
+		return limiter.State{}, false, 1
 	}
 	return limiter.State{
 		Exists: true, Schema: limiter.StateSchema, Algorithm: k.alg, PolicyID: k.policy, Revision: k.revision,
 		LastObservedMs: e.lastObserved, A: e.a, B: e.b, C: e.c, ExpiresAtMs: e.expiresAt,
-	}, i, true, 0
+	}, true, 0
 }
 
 func entryOf(st limiter.State) entry {
 	return entry{lastObserved: st.LastObservedMs, a: st.A, b: st.B, c: st.C, expiresAt: st.ExpiresAtMs}
-}
-
-// room reports whether the shard can take a new entry, first dropping up to
-// fullScanBudget expired entries when it is full.
-func (sh *shard) room(nowMs int64, dropped *int) bool {
-	if sh.t.n < sh.capacity {
-		return true
-	}
-	*dropped += sh.dropExpired(nowMs, fullScanBudget)
-	return sh.t.n < sh.capacity
 }
 
 // dropExpired deletes expired entries and returns how many. With budget 0

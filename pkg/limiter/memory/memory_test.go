@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/envoy-rls/envoy-rls/internal/limitertest"
 	"github.com/envoy-rls/envoy-rls/pkg/limiter"
 	"github.com/envoy-rls/envoy-rls/pkg/limiter/memory"
 )
@@ -103,29 +104,32 @@ func TestEvaluateBatch(t *testing.T) {
 	batch := []limiter.Request{
 		{Policy: fw, Subject: subject(1), Cost: 1},
 		{Policy: fw, Subject: subject(1), Cost: 1},
-		{Policy: fw, Subject: subject(1), Cost: 1}, // evaluated in order: the third is denied
+		{Policy: fw, Subject: subject(1), Cost: 1}, // checked in order: sees the first two, denied
 		{Policy: sw, Subject: subject(1), Cost: 5}, // same subject, other policy: its own state
 		{Policy: fw, Subject: subject(2), Cost: 3}, // above max cost
 		{Policy: nil, Subject: subject(2), Cost: 1},
 	}
 	out := make([]limiter.Outcome, len(batch))
 	s.Evaluate(context.Background(), batch, out)
+	// The denial (and the invalid requests) block the batch: nothing is
+	// consumed, and the allowed requests report their state before their
+	// own cost (the second one after the first's tentative cost).
 	want := []struct {
 		kind      limiter.OutcomeKind
 		allowed   bool
 		remaining int64
 		category  string
 	}{
+		{limiter.Evaluated, true, 2, ""},
 		{limiter.Evaluated, true, 1, ""},
-		{limiter.Evaluated, true, 0, ""},
 		{limiter.Evaluated, false, 0, ""},
-		{limiter.Evaluated, true, 0, ""},
+		{limiter.Evaluated, true, 5, ""},
 		{limiter.Unavailable, false, 0, limiter.CategoryInvalidRequest},
 		{limiter.Unavailable, false, 0, limiter.CategoryInvalidRequest},
 	}
 	for i, w := range want {
 		o := out[i]
-		if o.Kind != w.kind || o.Category != w.category || o.Decision.Allowed != w.allowed || o.Decision.Remaining != w.remaining {
+		if o.Kind != w.kind || o.Category != w.category || o.Decision.Allowed != w.allowed || o.Decision.Remaining != w.remaining || o.Decision.Consumed {
 			t.Fatalf("request %d: got %+v, want %+v", i, o, w)
 		}
 	}
@@ -137,12 +141,90 @@ func TestEvaluateBatch(t *testing.T) {
 	if c := out[3].Decision.Certainty; c != limiter.Approximate {
 		t.Fatalf("sliding certainty = %v", c)
 	}
+	if r := out[3].Decision.ResetAt; !r.Equal(time.UnixMilli(t0 + 250)) {
+		t.Fatalf("held sliding reset %v, want now (nothing counted)", r)
+	}
 	var fe *limiter.FieldError
 	if !errors.As(out[4].Err, &fe) || fe.Field != "cost" {
 		t.Fatalf("invalid request error: %v", out[4].Err)
 	}
-	if n := s.Len(); n != 2 {
-		t.Fatalf("Len() = %d, want 2 (invalid requests store nothing)", n)
+	if n := s.Len(); n != 0 {
+		t.Fatalf("Len() = %d, want 0 (a batch that does not commit stores nothing)", n)
+	}
+	// Without the blockers the batch commits: every allowed request consumes.
+	s.Evaluate(context.Background(), batch[:2], out[:2])
+	for i := range 2 {
+		if d := out[i].Decision; !d.Allowed || !d.Consumed || d.Remaining != int64(1-i) {
+			t.Fatalf("committed request %d: %+v", i, d)
+		}
+	}
+	if n := s.Len(); n != 1 {
+		t.Fatalf("Len() = %d, want 1", n)
+	}
+}
+
+// TestBatchParity runs the store-independent batch table (also run on
+// standalone Redis and on a Redis Cluster by pkg/limiter/redis).
+func TestBatchParity(t *testing.T) {
+	limitertest.Run(t, newStore(t, memory.Config{}), limitertest.Config{Prefix: "mem"})
+}
+
+// TestBatchExactness: 32 goroutines on one store, requests with a tight and
+// a loose limit: the loose limit consumes exactly once per admitted request.
+func TestBatchExactness(t *testing.T) {
+	s := newStore(t, memory.Config{})
+	limitertest.Exactness(t, []limiter.Store{s}, limitertest.Config{Prefix: "mem"}, 32, 50, 300)
+}
+
+// TestBatchLockOrder: batches over many shards in every order, from many
+// goroutines, finish (shards are locked in ascending order, each once) and
+// stay exact.
+func TestBatchLockOrder(t *testing.T) {
+	s := newStore(t, memory.Config{Shards: 8})
+	p := fixedPolicy(t, 1_000_000, time.Hour)
+	var wg sync.WaitGroup
+	for g := range 16 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			out := make([]limiter.Outcome, 6)
+			batch := make([]limiter.Request, 6)
+			for i := range 200 {
+				for j := range batch {
+					batch[j] = limiter.Request{Policy: p, Subject: subject(uint64((g*7 + i*3 + j*5) % 12)), Cost: 1}
+				}
+				s.Evaluate(context.Background(), batch, out)
+				for j := range out {
+					if !out[j].Decision.Consumed {
+						t.Errorf("not consumed: %+v", out[j])
+						return
+					}
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	used := int64(0)
+	out := make([]limiter.Outcome, 1)
+	for i := range uint64(12) {
+		s.Evaluate(context.Background(), []limiter.Request{{Policy: p, Subject: subject(i), Cost: 1, Mode: limiter.ModeCheck}}, out)
+		used += 1_000_000 - out[0].Decision.Remaining
+	}
+	if used != 16*200*6 {
+		t.Fatalf("consumed %d, want %d", used, 16*200*6)
+	}
+}
+
+// TestBatchCapacityRefusalBlocks: a new subject refused for capacity is a
+// failure found before the commit, so it blocks the batch.
+func TestBatchCapacityRefusalBlocks(t *testing.T) {
+	s := newStore(t, memory.Config{Clock: newClock(t0), MaxEntries: 1, Shards: 1})
+	p := fixedPolicy(t, 5, time.Minute)
+	out := make([]limiter.Outcome, 2)
+	s.Evaluate(context.Background(), []limiter.Request{{Policy: p, Subject: subject(1), Cost: 1}}, out[:1])
+	s.Evaluate(context.Background(), []limiter.Request{{Policy: p, Subject: subject(1), Cost: 1}, {Policy: p, Subject: subject(2), Cost: 1}}, out)
+	if out[0].Decision.Consumed || out[0].Decision.Remaining != 4 || out[1].Category != limiter.CategoryCapacity {
+		t.Fatalf("outcomes %+v", out)
 	}
 }
 

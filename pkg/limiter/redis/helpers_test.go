@@ -145,7 +145,7 @@ func stateHash(st limiter.State) map[string]string {
 func subjectOf(s string) limiter.SubjectDigest { return sha256.Sum256([]byte(s)) }
 
 func keyOf(p *limiter.Policy, subject limiter.SubjectDigest) string {
-	return string(limiter.StorageKey(nil, p, subject))
+	return string(limiter.StorageKey(nil, p, subject, limiter.Tag{}))
 }
 
 func mustPolicy(t testing.TB, spec limiter.PolicySpec) *limiter.Policy {

@@ -201,7 +201,7 @@ func (s *Store) evaluate(ctx context.Context, r limiter.Request) limiter.Outcome
 		return limiter.IncompatibleOutcome(limiter.CategoryProgramInvalid, fmt.Errorf("redis store: policy %s: no program for algorithm %s", p.ID(), p.Algorithm()))
 	}
 	var kb [96]byte
-	key := string(limiter.StorageKey(kb[:0], p, r.Subject))
+	key := string(r.Key(kb[:0]))
 	var ab [9]string
 	args := lua.AppendArgs(ab[:0], p, r.Cost)
 	if err := ctx.Err(); err != nil {

@@ -1,0 +1,297 @@
+// Package limitertest holds the store-independent suites of the batch rule
+// (limiter.Store: a request consumes on every limit that admits it or on
+// none), run by the memory store's tests and by the Redis store's tests on
+// standalone Redis and on a Redis Cluster, so that every implementation
+// answers the same table.
+package limitertest
+
+import (
+	"context"
+	"crypto/sha256"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/envoy-rls/envoy-rls/pkg/limiter"
+)
+
+// FarWindow is an epoch-aligned window whose next boundary is years away, so
+// that a table never straddles two windows on a real clock.
+const FarWindow = 3650 * 24 * time.Hour
+
+// Config says how the suites build requests.
+type Config struct {
+	// Prefix makes policy IDs and subjects unique to one run (stores that
+	// outlive the test, such as Redis, keep state). (Required)
+	Prefix string
+	// Tag returns the hash tag of a request of case c; nil leaves every
+	// tag zero (derived from the subject). (Optional)
+	Tag func(c string) limiter.Tag
+}
+
+// Want is the expected outcome of one request.
+type Want struct {
+	Allowed, Consumed bool
+	Remaining         int64
+	// Failed: the request fails (Unavailable) instead.
+	Failed bool
+}
+
+// Req is one request of a step: the limit (an index into the case's
+// policies), the subject name, the cost and the mode.
+type Req struct {
+	Limit   int
+	Subject string
+	Cost    int64
+	Mode    limiter.Mode
+}
+
+// Step is one batch and what each request must answer.
+type Step struct {
+	Batch []Req
+	Want  []Want
+}
+
+// Case is one named scenario: its limits and its steps, in order.
+type Case struct {
+	Name     string
+	Policies []limiter.PolicySpec
+	Steps    []Step
+}
+
+func fw(id string, limit int64) limiter.PolicySpec {
+	return limiter.PolicySpec{ID: id, Algorithm: limiter.FixedWindow, Params: limiter.FixedWindowParams{Limit: limit, Window: FarWindow}}
+}
+
+func tb(id string, capacity int64) limiter.PolicySpec {
+	// One token a year: no refill during a test.
+	return limiter.PolicySpec{ID: id, Algorithm: limiter.TokenBucket, Params: limiter.TokenBucketParams{Capacity: capacity, RefillAmount: 1, RefillPeriod: 365 * 24 * time.Hour}}
+}
+
+func sw(id string, limit int64) limiter.PolicySpec {
+	// The longest window a sliding counter takes is about 104 days.
+	return limiter.PolicySpec{ID: id, Algorithm: limiter.SlidingWindow, Params: limiter.SlidingWindowParams{Limit: limit, Window: 100 * 24 * time.Hour}}
+}
+
+var (
+	allowedConsumed = func(rem int64) Want { return Want{Allowed: true, Consumed: true, Remaining: rem} }
+	allowedHeld     = func(rem int64) Want { return Want{Allowed: true, Remaining: rem} }
+	denied          = func(rem int64) Want { return Want{Remaining: rem} }
+)
+
+// Cases is the batch-rule parity table.
+func Cases() []Case {
+	const user, tenant = 0, 1
+	o, s, q, c := limiter.ModeOrdinary, limiter.ModeShadow, limiter.ModeQuota, limiter.ModeCheck
+	return []Case{
+		{
+			// The case: the tenant denies, so the user's quota is
+			// not spent.
+			Name:     "tenant denies: user unchanged",
+			Policies: []limiter.PolicySpec{fw("user", 5), tb("tenant", 2)},
+			Steps: []Step{
+				{[]Req{{tenant, "acme", 2, o}}, []Want{allowedConsumed(0)}},
+				{[]Req{{user, "acme/bob", 1, o}, {tenant, "acme", 1, o}}, []Want{allowedHeld(5), denied(0)}},
+				{[]Req{{user, "acme/bob", 1, o}, {tenant, "acme", 1, o}}, []Want{allowedHeld(5), denied(0)}},
+				{[]Req{{user, "acme/bob", 1, o}}, []Want{allowedConsumed(4)}},
+			},
+		},
+		{
+			Name:     "user denies: tenant unchanged",
+			Policies: []limiter.PolicySpec{sw("user", 1), fw("tenant", 10)},
+			Steps: []Step{
+				{[]Req{{user, "acme/bob", 1, o}, {tenant, "acme", 1, o}}, []Want{allowedConsumed(0), allowedConsumed(9)}},
+				{[]Req{{user, "acme/bob", 1, o}, {tenant, "acme", 1, o}}, []Want{denied(0), allowedHeld(9)}},
+				{[]Req{{user, "acme/eve", 1, o}, {tenant, "acme", 1, o}}, []Want{allowedConsumed(0), allowedConsumed(8)}},
+			},
+		},
+		{
+			Name:     "shadow never blocks and consumes on commit",
+			Policies: []limiter.PolicySpec{fw("user", 5), fw("shadow", 1)},
+			Steps: []Step{
+				{[]Req{{user, "u", 1, o}, {tenant, "u", 1, s}}, []Want{allowedConsumed(4), allowedConsumed(0)}},
+				{[]Req{{user, "u", 1, o}, {tenant, "u", 1, s}}, []Want{allowedConsumed(3), denied(0)}},
+			},
+		},
+		{
+			Name:     "quota: commits unless every quota limit denies",
+			Policies: []limiter.PolicySpec{fw("qa", 1), fw("qb", 2), fw("user", 9)},
+			Steps: []Step{
+				{[]Req{{0, "q", 1, q}, {1, "q", 1, q}}, []Want{allowedConsumed(0), allowedConsumed(1)}},
+				{[]Req{{0, "q", 1, q}, {1, "q", 1, q}}, []Want{denied(0), allowedConsumed(0)}},
+				{[]Req{{0, "q", 1, q}, {1, "q", 1, q}, {2, "u", 1, o}}, []Want{denied(0), denied(0), allowedHeld(9)}},
+				{[]Req{{2, "u", 1, o}}, []Want{allowedConsumed(8)}},
+			},
+		},
+		{
+			Name:     "check mode never consumes",
+			Policies: []limiter.PolicySpec{fw("user", 3)},
+			Steps: []Step{
+				{[]Req{{user, "u", 2, c}}, []Want{allowedHeld(3)}},
+				{[]Req{{user, "u", 2, o}}, []Want{allowedConsumed(1)}},
+				{[]Req{{user, "u", 2, c}}, []Want{denied(1)}},
+			},
+		},
+		{
+			// The second request on one state sees the first's tentative
+			// cost; when the batch does not commit neither consumes.
+			Name:     "one state twice in a batch",
+			Policies: []limiter.PolicySpec{fw("user", 3)},
+			Steps: []Step{
+				{[]Req{{user, "u", 2, o}, {user, "u", 2, o}}, []Want{allowedHeld(3), denied(1)}},
+				{[]Req{{user, "u", 1, o}, {user, "u", 2, o}}, []Want{allowedConsumed(2), allowedConsumed(0)}},
+				{[]Req{{user, "u", 1, o}}, []Want{denied(0)}},
+			},
+		},
+		{
+			// A cost above the policy's max cost is an invalid request: a
+			// failure, which blocks like a denial under fail-closed.
+			Name:     "a failed fail-closed limit blocks",
+			Policies: []limiter.PolicySpec{fw("user", 5), fw("tenant", 2)},
+			Steps: []Step{
+				{[]Req{{user, "u", 1, o}, {tenant, "t", 3, o}}, []Want{allowedHeld(5), {Failed: true}}},
+				{[]Req{{user, "u", 1, o}}, []Want{allowedConsumed(4)}},
+			},
+		},
+	}
+}
+
+// Run runs every case of Cases against store.
+func Run(t *testing.T, store limiter.Store, cfg Config) {
+	for _, tc := range Cases() {
+		t.Run(tc.Name, func(t *testing.T) {
+			RunCase(t, store, cfg, tc)
+		})
+	}
+}
+
+// RunCase runs one case.
+func RunCase(t *testing.T, store limiter.Store, cfg Config, tc Case) {
+	t.Helper()
+	pols := make([]*limiter.Policy, len(tc.Policies))
+	for i, spec := range tc.Policies {
+		spec.ID = cfg.Prefix + "." + spec.ID
+		p, err := limiter.NewPolicy(spec)
+		if err != nil {
+			t.Fatal(err)
+		}
+		pols[i] = p
+	}
+	var tag limiter.Tag
+	if cfg.Tag != nil {
+		tag = cfg.Tag(tc.Name)
+	}
+	for si, st := range tc.Steps {
+		batch := make([]limiter.Request, len(st.Batch))
+		for i, r := range st.Batch {
+			batch[i] = limiter.Request{Policy: pols[r.Limit], Subject: Subject(cfg.Prefix + "/" + tc.Name + "/" + r.Subject),
+				Cost: r.Cost, Mode: r.Mode, Tag: tag}
+		}
+		out := make([]limiter.Outcome, len(batch))
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		store.Evaluate(ctx, batch, out)
+		cancel()
+		for i, w := range st.Want {
+			o := out[i]
+			if w.Failed {
+				if o.Kind == limiter.Evaluated {
+					t.Errorf("step %d request %d: %+v, want a failure", si, i, o.Decision)
+				}
+				continue
+			}
+			if o.Kind != limiter.Evaluated {
+				t.Fatalf("step %d request %d: %v %s: %v", si, i, o.Kind, o.Category, o.Err)
+			}
+			d := o.Decision
+			if d.Allowed != w.Allowed || d.Consumed != w.Consumed || d.Remaining != w.Remaining {
+				t.Errorf("step %d request %d (%s %s cost %d): allowed %v consumed %v remaining %d; want allowed %v consumed %v remaining %d",
+					si, i, batch[i].Policy.ID(), batch[i].Mode, batch[i].Cost, d.Allowed, d.Consumed, d.Remaining, w.Allowed, w.Consumed, w.Remaining)
+			}
+		}
+	}
+}
+
+// Subject is a stand-in for the HMAC subject digest of pkg/descriptors.
+func Subject(s string) limiter.SubjectDigest { return sha256.Sum256([]byte(s)) }
+
+// Exactness runs goroutines goroutines on each store, each sending perG
+// requests that carry two limits on shared subjects: a tight one (limit
+// tight) and a loose one that never denies. It checks that exactly tight
+// requests are admitted and that the loose limit consumed exactly what was
+// admitted: no request consumed on one limit but not the other.
+func Exactness(t *testing.T, stores []limiter.Store, cfg Config, goroutines, perG int, tight int64) {
+	t.Helper()
+	const loose = 1_000_000_000
+	tp, err := limiter.NewPolicy(fw(cfg.Prefix+".tight", tight))
+	if err != nil {
+		t.Fatal(err)
+	}
+	lp, err := limiter.NewPolicy(fw(cfg.Prefix+".loose", loose))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var tag limiter.Tag
+	if cfg.Tag != nil {
+		tag = cfg.Tag("exactness")
+	}
+	ts, ls := Subject(cfg.Prefix+"/tight"), Subject(cfg.Prefix+"/loose")
+	var admitted, denied, failed atomic.Int64
+	var wg sync.WaitGroup
+	for _, s := range stores {
+		for range goroutines {
+			wg.Add(1)
+			go func(s limiter.Store) {
+				defer wg.Done()
+				out := make([]limiter.Outcome, 2)
+				for i := 0; i < perG; i++ {
+					// Alternate the order so that both orders race.
+					batch := []limiter.Request{{Policy: tp, Subject: ts, Cost: 1, Tag: tag}, {Policy: lp, Subject: ls, Cost: 1, Tag: tag}}
+					if i%2 == 1 {
+						batch[0], batch[1] = batch[1], batch[0]
+					}
+					ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+					s.Evaluate(ctx, batch, out)
+					cancel()
+					if out[0].Kind != limiter.Evaluated || out[1].Kind != limiter.Evaluated {
+						failed.Add(1)
+						continue
+					}
+					both := out[0].Decision.Allowed && out[1].Decision.Allowed
+					if out[0].Decision.Consumed != both || out[1].Decision.Consumed != both {
+						t.Errorf("consumed %v/%v with allowed %v/%v", out[0].Decision.Consumed, out[1].Decision.Consumed, out[0].Decision.Allowed, out[1].Decision.Allowed)
+					}
+					if both {
+						admitted.Add(1)
+					} else {
+						denied.Add(1)
+					}
+				}
+			}(s)
+		}
+	}
+	wg.Wait()
+	if failed.Load() > 0 {
+		t.Fatalf("%d batches failed", failed.Load())
+	}
+	total := int64(len(stores) * goroutines * perG)
+	if admitted.Load() != tight || admitted.Load()+denied.Load() != total {
+		t.Fatalf("admitted %d, denied %d of %d; want exactly %d admitted", admitted.Load(), denied.Load(), total, tight)
+	}
+	// Read the loose limit without consuming.
+	out := make([]limiter.Outcome, 1)
+	stores[0].Evaluate(context.Background(), []limiter.Request{{Policy: lp, Subject: ls, Cost: 1, Mode: limiter.ModeCheck, Tag: tag}}, out)
+	if out[0].Kind != limiter.Evaluated {
+		t.Fatalf("reading the loose limit: %v: %v", out[0].Kind, out[0].Err)
+	}
+	if used := loose - out[0].Decision.Remaining; used != admitted.Load() {
+		t.Fatalf("loose limit consumed %d, admitted %d: a request consumed on one limit but not the other", used, admitted.Load())
+	}
+	t.Logf("%d stores x %d goroutines x %d: %d admitted, loose consumed %d", len(stores), goroutines, perG, admitted.Load(), admitted.Load())
+}
+
+// Prefix returns a policy ID prefix unique to this run.
+func Prefix() string {
+	return fmt.Sprintf("lt%d", time.Now().UnixNano()%1_000_000_000_000)
+}

@@ -1,0 +1,146 @@
+package limiter_test
+
+import (
+	"math/rand/v2"
+	"testing"
+	"time"
+
+	"github.com/envoy-rls/envoy-rls/pkg/limiter"
+)
+
+func TestCommits(t *testing.T) {
+	closed := fixed(t, 5, time.Second)
+	open := mustPolicy(t, limiter.PolicySpec{ID: "open", Algorithm: limiter.FixedWindow, FailureMode: limiter.FailOpen,
+		Params: limiter.FixedWindowParams{Limit: 5, Window: time.Second}})
+	shadowPolicy := mustPolicy(t, limiter.PolicySpec{ID: "sp", Algorithm: limiter.FixedWindow, Shadow: true,
+		Params: limiter.FixedWindowParams{Limit: 5, Window: time.Second}})
+	allow := limiter.EvaluatedOutcome(limiter.Decision{Allowed: true})
+	deny := limiter.EvaluatedOutcome(limiter.Decision{})
+	fail := limiter.UnavailableOutcome(0, limiter.CategoryNotConnected, nil)
+	o, s, q, c := limiter.ModeOrdinary, limiter.ModeShadow, limiter.ModeQuota, limiter.ModeCheck
+	type in struct {
+		p    *limiter.Policy
+		mode limiter.Mode
+		out  limiter.Outcome
+	}
+	for _, tc := range []struct {
+		name string
+		reqs []in
+		want bool
+	}{
+		{"empty", nil, true},
+		{"all ordinary allow", []in{{closed, o, allow}, {closed, o, allow}}, true},
+		{"one ordinary denies", []in{{closed, o, allow}, {closed, o, deny}}, false},
+		{"shadow denial never blocks", []in{{closed, o, allow}, {closed, s, deny}}, true},
+		{"shadow policy never blocks", []in{{closed, o, allow}, {shadowPolicy, o, deny}}, true},
+		{"check never blocks", []in{{closed, o, allow}, {closed, c, deny}}, true},
+		{"check of a shadow policy", []in{{shadowPolicy, c, deny}}, true},
+		{"one quota allows", []in{{closed, q, deny}, {closed, q, allow}}, true},
+		{"every quota denies", []in{{closed, o, allow}, {closed, q, deny}, {closed, q, deny}}, false},
+		{"quota allows, ordinary denies", []in{{closed, o, deny}, {closed, q, allow}}, false},
+		{"fail-closed failure blocks", []in{{closed, o, allow}, {closed, o, fail}}, false},
+		{"fail-open failure takes no part", []in{{closed, o, allow}, {open, o, fail}}, true},
+		{"fail-closed quota failure is a quota denial", []in{{closed, q, fail}, {closed, q, deny}}, false},
+		{"fail-open quota failure takes no part", []in{{open, q, fail}, {closed, q, allow}}, true},
+		{"only a fail-open quota failure", []in{{open, q, fail}}, true},
+		{"nil policy fails closed", []in{{nil, o, fail}}, false},
+	} {
+		batch := make([]limiter.Request, len(tc.reqs))
+		out := make([]limiter.Outcome, len(tc.reqs))
+		for i, r := range tc.reqs {
+			batch[i] = limiter.Request{Policy: r.p, Mode: r.mode, Cost: 1}
+			out[i] = r.out
+		}
+		if got := limiter.Commits(batch, out); got != tc.want {
+			t.Errorf("%s: Commits = %v, want %v", tc.name, got, tc.want)
+		}
+	}
+}
+
+// TestCheckHeld: for an allowed request, held is the reply of the same
+// state before the cost: remaining + cost, and the reset point a following
+// zero-cost look would see; for every other status it equals the reply.
+func TestCheckHeld(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	pols := []*limiter.Policy{fixed(t, 10, time.Second), sliding(t, 10, time.Second), bucket(t, 10, 3, 7*time.Millisecond)}
+	for i := 0; i < 3000; i++ {
+		p := pols[i%3]
+		var st limiter.State
+		now := t0 + rng.Int64N(5000)
+		if rng.IntN(4) > 0 {
+			// A state from an earlier allowed request.
+			st, _, _ = limiter.Apply(limiter.State{}, now-rng.Int64N(1500), p, 1+rng.Int64N(10))
+		}
+		cost := 1 + rng.Int64N(10)
+		next, reply, held, write := limiter.Check(st, now, p, cost)
+		n2, r2, w2 := limiter.Apply(st, now, p, cost)
+		if n2 != next || r2 != reply || w2 != write {
+			t.Fatalf("Apply and Check differ")
+		}
+		if reply.Status != limiter.StatusAllowed {
+			if held != reply {
+				t.Fatalf("%s: held %+v differs from %+v", reply.Status, held, reply)
+			}
+			continue
+		}
+		if held.Status != limiter.StatusAllowed || held.Remaining != reply.Remaining+cost || held.RetryAfterMs != 0 ||
+			held.ResetAtMs > reply.ResetAtMs || held.ResetAtMs < held.EffectiveNowMs || held.Limit != reply.Limit {
+			t.Fatalf("%s cost %d: reply %+v held %+v", p.Algorithm(), cost, reply, held)
+		}
+		if p.Algorithm() == limiter.FixedWindow && held.ResetAtMs != reply.ResetAtMs {
+			t.Fatalf("fixed window held reset %d, reply %d", held.ResetAtMs, reply.ResetAtMs)
+		}
+	}
+	// Exact held reset points.
+	tb := bucket(t, 10, 1, time.Second)
+	_, r, h, _ := limiter.Check(limiter.State{}, t0, tb, 3)
+	if r.ResetAtMs != t0+3000 || h.ResetAtMs != t0 || h.Remaining != 10 {
+		t.Fatalf("token bucket: reply %+v held %+v", r, h)
+	}
+	sw := sliding(t, 10, time.Second)
+	_, r, h, _ = limiter.Check(limiter.State{}, t0+100, sw, 3)
+	if r.ResetAtMs != t0+2000 || h.ResetAtMs != t0+100 || h.Remaining != 10 {
+		t.Fatalf("sliding window: reply %+v held %+v", r, h)
+	}
+}
+
+func TestRequestRoleAndValidate(t *testing.T) {
+	p := fixed(t, 5, time.Second)
+	sp := mustPolicy(t, limiter.PolicySpec{ID: "sp", Algorithm: limiter.FixedWindow, Shadow: true,
+		Params: limiter.FixedWindowParams{Limit: 5, Window: time.Second}})
+	for _, tc := range []struct {
+		r    limiter.Request
+		want limiter.Mode
+	}{
+		{limiter.Request{Policy: p}, limiter.ModeOrdinary},
+		{limiter.Request{Policy: p, Mode: limiter.ModeQuota}, limiter.ModeQuota},
+		{limiter.Request{Policy: sp, Mode: limiter.ModeQuota}, limiter.ModeShadow},
+		{limiter.Request{Policy: sp, Mode: limiter.ModeCheck}, limiter.ModeCheck},
+		{limiter.Request{}, limiter.ModeOrdinary},
+	} {
+		if got := tc.r.Role(); got != tc.want {
+			t.Errorf("Role of %+v = %v, want %v", tc.r, got, tc.want)
+		}
+	}
+	if err := (limiter.Request{Policy: p, Cost: 1, Mode: 9}).Validate(); err == nil {
+		t.Error("unknown mode validated")
+	}
+}
+
+func TestStorageKeyTag(t *testing.T) {
+	p := fixed(t, 5, time.Second)
+	var sub limiter.SubjectDigest
+	sub[0] = 0xab
+	k := string(limiter.StorageKey(nil, p, sub, limiter.Tag{}))
+	if k[:23] != "rate:{ab00000000000000}" {
+		t.Fatalf("derived tag: %s", k)
+	}
+	tagged := string(limiter.StorageKey(nil, p, sub, limiter.Tag{1, 2, 3, 4, 5, 6, 7, 8}))
+	if tagged[:23] != "rate:{0102030405060708}" || tagged[23:] != k[23:] {
+		t.Fatalf("explicit tag: %s (derived %s)", tagged, k)
+	}
+	r := limiter.Request{Policy: p, Subject: sub, Tag: limiter.Tag{1, 2, 3, 4, 5, 6, 7, 8}}
+	if string(r.Key(nil)) != tagged {
+		t.Fatal("Request.Key differs from StorageKey")
+	}
+}
