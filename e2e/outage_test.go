@@ -50,6 +50,9 @@ const (
 // call that spans a change is only checked for errors and its deadline.
 type phased struct {
 	phase atomic.Int32
+	// partial: only part of the keys fail while down (a Cluster master is
+	// lost), so a closed-policy call may also be answered OK.
+	partial bool
 
 	all        tally
 	healthy    tally
@@ -77,6 +80,9 @@ func (p *phased) record(policy string, r result, start, end int32) {
 		}
 	case start == phaseDown && policy == "closed":
 		p.downClosed.add(r)
+		if p.partial && r.ok() {
+			break
+		}
 		if !r.over() || r.Headers["Retry-After"] == "" {
 			p.downClosed.note("%v", r)
 		}
