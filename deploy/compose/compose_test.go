@@ -26,9 +26,6 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/protobuf/encoding/protojson"
-	"google.golang.org/protobuf/proto"
-	"google.golang.org/protobuf/reflect/protoreflect"
-	"google.golang.org/protobuf/types/known/anypb"
 	"gopkg.in/yaml.v3"
 
 	// Registers the router filter so its typed_config Any resolves.
@@ -36,7 +33,7 @@ import (
 
 	ratelimitcommonv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 
-	"github.com/envoy-rls/envoy-rls/deploy/internal/deploytest"
+	"github.com/envoy-rls/envoy-rls/internal/deploytest"
 	"github.com/envoy-rls/envoy-rls/pkg/descriptors"
 )
 
@@ -234,50 +231,8 @@ func loadBootstrap(t *testing.T) *bootstrapv3.Bootstrap {
 	if err := protojson.Unmarshal(js, bs); err != nil {
 		t.Fatalf("envoy.yaml does not match envoy.config.bootstrap.v3.Bootstrap: %v", err)
 	}
-	validateDeep(t, "bootstrap", bs)
+	deploytest.ValidateProto(t, "bootstrap", bs)
 	return bs
-}
-
-type validator interface{ ValidateAll() error }
-
-// validateDeep runs ValidateAll on m and on the message inside every Any
-// reachable from it (the generated validators stop at an Any).
-func validateDeep(t *testing.T, where string, m proto.Message) {
-	t.Helper()
-	if v, ok := m.(validator); ok {
-		if err := v.ValidateAll(); err != nil {
-			t.Errorf("%s: %v", where, err)
-		}
-	}
-	var walk func(protoreflect.Message)
-	walk = func(rm protoreflect.Message) {
-		if a, ok := rm.Interface().(*anypb.Any); ok {
-			inner, err := a.UnmarshalNew()
-			if err != nil {
-				t.Errorf("%s: %s: %v", where, a.GetTypeUrl(), err)
-				return
-			}
-			validateDeep(t, a.GetTypeUrl(), inner)
-			return
-		}
-		rm.Range(func(fd protoreflect.FieldDescriptor, v protoreflect.Value) bool {
-			switch {
-			case fd.IsList() && fd.Message() != nil:
-				for i := 0; i < v.List().Len(); i++ {
-					walk(v.List().Get(i).Message())
-				}
-			case fd.IsMap() && fd.MapValue().Message() != nil:
-				v.Map().Range(func(_ protoreflect.MapKey, mv protoreflect.Value) bool {
-					walk(mv.Message())
-					return true
-				})
-			case !fd.IsList() && !fd.IsMap() && fd.Message() != nil:
-				walk(v.Message())
-			}
-			return true
-		})
-	}
-	walk(m.ProtoReflect())
 }
 
 // demoEnvoy is what the test needs from envoy.yaml.
@@ -387,57 +342,17 @@ func checkEndpoint(t *testing.T, c composeFile, cl *clusterv3.Cluster, service, 
 	}
 }
 
-// descriptorsFor computes the descriptors Envoy sends for a request to path
-// from client: the first matching route's rate_limits, with the actions the
-// demo uses (an unsupported action fails the test so it gets modelled).
+// descriptorsFor: the descriptors Envoy sends for a request to path from
+// client, from the first route whose prefix matches.
 func descriptorsFor(t *testing.T, d demoEnvoy, path, client string) [][]descriptors.Entry {
 	t.Helper()
-	var route *routev3.Route
 	for _, r := range d.routes {
 		if p := r.GetMatch().GetPrefix(); p != "" && strings.HasPrefix(path, p) {
-			route = r
-			break
+			return deploytest.Descriptors(t, r.GetRoute().GetRateLimits(), map[string]string{":path": path}, client)
 		}
 	}
-	if route == nil {
-		t.Fatalf("no route for %s", path)
-	}
-	var out [][]descriptors.Entry
-	for _, rl := range route.GetRoute().GetRateLimits() {
-		var entries []descriptors.Entry
-		ok := true
-		for _, a := range rl.GetActions() {
-			switch {
-			case a.GetRemoteAddress() != nil:
-				entries = append(entries, descriptors.Entry{Key: "remote_address", Value: client})
-			case a.GetHeaderValueMatch() != nil:
-				m := a.GetHeaderValueMatch()
-				match := true
-				for _, h := range m.GetHeaders() {
-					if h.GetName() != ":path" || h.GetStringMatch().GetPrefix() == "" {
-						t.Fatalf("header_value_match on %v: only :path prefix matches are modelled", h)
-					}
-					match = match && strings.HasPrefix(path, h.GetStringMatch().GetPrefix())
-				}
-				expect := m.GetExpectMatch() == nil || m.GetExpectMatch().GetValue()
-				if match != expect {
-					ok = false
-					break
-				}
-				key := m.GetDescriptorKey()
-				if key == "" {
-					key = "header_match"
-				}
-				entries = append(entries, descriptors.Entry{Key: key, Value: m.GetDescriptorValue()})
-			default:
-				t.Fatalf("rate limit action %v is not modelled by this test", a)
-			}
-		}
-		if ok && len(entries) > 0 {
-			out = append(out, entries)
-		}
-	}
-	return out
+	t.Fatalf("no route for %s", path)
+	return nil
 }
 
 // TestDemoRules: the rule file loads with the project's loader, and every

@@ -1,0 +1,236 @@
+// Package istio_test checks the Istio example: the EnvoyFilter resources
+// parse with the fields Istio defines, their patch values are valid Envoy
+// configuration (go-control-plane types and validators), they call the
+// Service the Helm chart creates, and the descriptors they produce meet the
+// intended rules in rules/.
+package istio_test
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"io"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strconv"
+	"testing"
+
+	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
+	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ratelimit/v3"
+	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
+	"google.golang.org/protobuf/encoding/protojson"
+	"gopkg.in/yaml.v3"
+
+	"github.com/envoy-rls/envoy-rls/internal/deploytest"
+	"github.com/envoy-rls/envoy-rls/pkg/descriptors"
+)
+
+// envoyFilter is the part of networking.istio.io/v1alpha3 EnvoyFilter the
+// examples use, decoded strictly so that a misspelt field fails here.
+type envoyFilter struct {
+	APIVersion string `yaml:"apiVersion"`
+	Kind       string `yaml:"kind"`
+	Metadata   struct {
+		Name      string `yaml:"name"`
+		Namespace string `yaml:"namespace"`
+	} `yaml:"metadata"`
+	Spec struct {
+		WorkloadSelector struct {
+			Labels map[string]string `yaml:"labels"`
+		} `yaml:"workloadSelector"`
+		ConfigPatches []struct {
+			ApplyTo string `yaml:"applyTo"`
+			Match   struct {
+				Context  string `yaml:"context"`
+				Listener *struct {
+					FilterChain struct {
+						Filter struct {
+							Name      string `yaml:"name"`
+							SubFilter struct {
+								Name string `yaml:"name"`
+							} `yaml:"subFilter"`
+						} `yaml:"filter"`
+					} `yaml:"filterChain"`
+				} `yaml:"listener"`
+				RouteConfiguration *struct {
+					Vhost struct {
+						Name  string `yaml:"name"`
+						Route struct {
+							Action string `yaml:"action"`
+						} `yaml:"route"`
+					} `yaml:"vhost"`
+				} `yaml:"routeConfiguration"`
+			} `yaml:"match"`
+			Patch struct {
+				Operation string `yaml:"operation"`
+				Value     any    `yaml:"value"`
+			} `yaml:"patch"`
+		} `yaml:"configPatches"`
+	} `yaml:"spec"`
+}
+
+func loadFilters(t *testing.T) []envoyFilter {
+	t.Helper()
+	b, err := os.ReadFile("envoyfilter-gateway.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dec := yaml.NewDecoder(bytes.NewReader(b))
+	dec.KnownFields(true)
+	var out []envoyFilter
+	for {
+		var f envoyFilter
+		err := dec.Decode(&f)
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			t.Fatalf("envoyfilter-gateway.yaml: %v", err)
+		}
+		out = append(out, f)
+	}
+	return out
+}
+
+func toJSON(t *testing.T, v any) []byte {
+	t.Helper()
+	b, err := json.Marshal(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// chartGRPCPort reads grpc.port from the chart's values.yaml.
+func chartGRPCPort(t *testing.T) int {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(deploytest.ModuleRoot(t), "deploy", "helm", "envoy-rls", "values.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var v struct {
+		GRPC struct {
+			Port int `yaml:"port"`
+		} `yaml:"grpc"`
+	}
+	if err := yaml.Unmarshal(b, &v); err != nil || v.GRPC.Port == 0 {
+		t.Fatalf("values.yaml grpc.port: %v", err)
+	}
+	return v.GRPC.Port
+}
+
+var outboundCluster = regexp.MustCompile(`^outbound\|(\d+)\|\|(([a-z0-9-]+)\.([a-z0-9-]+)\.svc\.cluster\.local)$`)
+
+func TestGatewayExample(t *testing.T) {
+	filters := loadFilters(t)
+	if len(filters) != 2 {
+		t.Fatalf("want 2 EnvoyFilters (filter, actions), got %d", len(filters))
+	}
+	var rl *ratelimitv3.RateLimit
+	var rateLimits []*routev3.RateLimit
+	for _, f := range filters {
+		if f.APIVersion != "networking.istio.io/v1alpha3" || f.Kind != "EnvoyFilter" {
+			t.Errorf("%s: %s/%s, want networking.istio.io/v1alpha3 EnvoyFilter", f.Metadata.Name, f.APIVersion, f.Kind)
+		}
+		if f.Spec.WorkloadSelector.Labels["istio"] != "ingressgateway" || f.Metadata.Namespace != "istio-system" {
+			t.Errorf("%s: not bound to the ingress gateway in istio-system", f.Metadata.Name)
+		}
+		for _, p := range f.Spec.ConfigPatches {
+			if p.Match.Context != "GATEWAY" {
+				t.Errorf("%s: context %q, want GATEWAY", f.Metadata.Name, p.Match.Context)
+			}
+			switch p.ApplyTo {
+			case "HTTP_FILTER":
+				l := p.Match.Listener
+				if l == nil || l.FilterChain.Filter.Name != "envoy.filters.network.http_connection_manager" ||
+					l.FilterChain.Filter.SubFilter.Name != "envoy.filters.http.router" || p.Patch.Operation != "INSERT_BEFORE" {
+					t.Errorf("%s: the filter must be inserted before the router of the HTTP connection manager", f.Metadata.Name)
+				}
+				hf := &hcmv3.HttpFilter{}
+				if err := protojson.Unmarshal(toJSON(t, p.Patch.Value), hf); err != nil {
+					t.Fatalf("%s: patch value is not an HttpFilter: %v", f.Metadata.Name, err)
+				}
+				deploytest.ValidateProto(t, f.Metadata.Name, hf)
+				rl = &ratelimitv3.RateLimit{}
+				if hf.GetName() != "envoy.filters.http.ratelimit" || hf.GetTypedConfig().UnmarshalTo(rl) != nil {
+					t.Fatalf("%s: patch is %q, not the ratelimit filter", f.Metadata.Name, hf.GetName())
+				}
+			case "VIRTUAL_HOST":
+				if p.Patch.Operation != "MERGE" || p.Match.RouteConfiguration == nil || p.Match.RouteConfiguration.Vhost.Route.Action != "ANY" {
+					t.Errorf("%s: want a MERGE on every route's virtual host", f.Metadata.Name)
+				}
+				// A partial VirtualHost: only rate_limits, which are validated
+				// one by one (name and domains come from Istio).
+				vh := &routev3.VirtualHost{}
+				if err := protojson.Unmarshal(toJSON(t, p.Patch.Value), vh); err != nil {
+					t.Fatalf("%s: patch value does not fit a VirtualHost: %v", f.Metadata.Name, err)
+				}
+				for i, r := range vh.GetRateLimits() {
+					deploytest.ValidateProto(t, f.Metadata.Name+" rate_limits["+strconv.Itoa(i)+"]", r)
+				}
+				rateLimits = vh.GetRateLimits()
+			default:
+				t.Errorf("%s: unexpected applyTo %s", f.Metadata.Name, p.ApplyTo)
+			}
+		}
+	}
+	if rl == nil || len(rateLimits) == 0 {
+		t.Fatal("the example needs the HTTP_FILTER and the VIRTUAL_HOST patches")
+	}
+
+	// The filter: fails closed on purpose, draft-03 headers, v3 transport,
+	// calling the Service the chart makes through Istio's outbound cluster.
+	if !rl.GetFailureModeDeny() || rl.GetEnableXRatelimitHeaders() != ratelimitv3.RateLimit_DRAFT_VERSION_03 {
+		t.Errorf("failure_mode_deny %v, enable_x_ratelimit_headers %v", rl.GetFailureModeDeny(), rl.GetEnableXRatelimitHeaders())
+	}
+	svc := rl.GetRateLimitService()
+	if svc.GetTransportApiVersion().String() != "V3" {
+		t.Errorf("transport_api_version %v, want V3", svc.GetTransportApiVersion())
+	}
+	eg := svc.GetGrpcService().GetEnvoyGrpc()
+	m := outboundCluster.FindStringSubmatch(eg.GetClusterName())
+	if m == nil {
+		t.Fatalf("cluster_name %q is not outbound|<port>||<svc>.<ns>.svc.cluster.local", eg.GetClusterName())
+	}
+	if port, _ := strconv.Atoi(m[1]); port != chartGRPCPort(t) {
+		t.Errorf("cluster port %s, but the chart serves gRPC on %d", m[1], chartGRPCPort(t))
+	}
+	if m[3] != "rls-envoy-rls" || eg.GetAuthority() != m[2] {
+		t.Errorf("cluster %q / authority %q: want the chart's Service for release rls (rls-envoy-rls) and a matching authority", eg.GetClusterName(), eg.GetAuthority())
+	}
+
+	// The rules: load, and each descriptor meets the rule meant for it.
+	snap, err := descriptors.Load("rules", descriptors.Options{Secret: make([]byte, 32)})
+	if err != nil {
+		t.Fatalf("rules: %v", err)
+	}
+	if !snap.HasDomain(rl.GetDomain()) {
+		t.Fatalf("the filter sends domain %q, which rules/ does not define", rl.GetDomain())
+	}
+	cases := []struct {
+		headers map[string]string
+		want    []string // rule path per descriptor; "" = no rule (not limited)
+	}{
+		{map[string]string{":path": "/login?next=/cart", ":authority": "shop.example.com"},
+			[]string{"istio-ingress/remote_address", "istio-ingress/path=login/remote_address", "istio-ingress/authority=shop.example.com"}},
+		{map[string]string{":path": "/products", ":authority": "api.example.com"},
+			[]string{"istio-ingress/remote_address", ""}},
+	}
+	for _, tc := range cases {
+		ds := deploytest.Descriptors(t, rateLimits, tc.headers, "203.0.113.9")
+		var got []string
+		for _, entries := range ds {
+			mt, ok := snap.Match(rl.GetDomain(), entries)
+			if !ok {
+				got = append(got, "")
+				continue
+			}
+			got = append(got, mt.Rule.Path)
+		}
+		if !slices.Equal(got, tc.want) {
+			t.Errorf("%v: descriptors %v meet %q, want %q", tc.headers, ds, got, tc.want)
+		}
+	}
+}
