@@ -10,7 +10,7 @@ TESTFLAGS ?= -race -count=1 -timeout 20m
 .PHONY: help build run test test-short lint vet fmt bench tools deps clean helm-check
 
 help: ## list targets
-	@grep -hE '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN{FS=":.*?## "}{printf "  %-12s %s\n", $$1, $$2}'
+	@grep -hE '^[a-zA-Z0-9_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN{FS=":.*?## "}{printf "  %-12s %s\n", $$1, $$2}'
 
 build: ## build bin/envoy-rls (and the load tool when present)
 	@mkdir -p $(BIN)
@@ -28,6 +28,11 @@ test: deps ## install test dependencies if missing, then run every test with -ra
 
 test-short: ## unit tests only (no Redis lanes)
 	$(GO) test -short -count=1 $(PKGS)
+
+.PHONY: e2e
+e2e: ## end-to-end suite only: the real binary, replicas on real Redis (installs redis-server if missing; also part of make test)
+	@scripts/ensure-deps.sh
+	CI=$${CI:-} $(GO) test -race -count=1 ./e2e/...
 
 vet: ## go vet
 	$(GO) vet $(PKGS)
