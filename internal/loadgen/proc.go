@@ -96,3 +96,43 @@ func LoadAvg1() (float64, error) {
 	}
 	return ParseLoadAvg(string(b))
 }
+
+// ParseMachineBusy returns the busy time of all CPUs, in clock ticks, from
+// the content of /proc/stat: the "cpu" line's user, nice, system, irq,
+// softirq and steal (guest time is already inside user and nice; idle and
+// iowait are not busy).
+func ParseMachineBusy(stat string) (uint64, error) {
+	for line := range strings.Lines(stat) {
+		f := strings.Fields(line)
+		if len(f) == 0 || f[0] != "cpu" {
+			continue
+		}
+		if len(f) < 9 {
+			return 0, fmt.Errorf("%w: /proc/stat cpu line has %d fields", ErrBadStat, len(f))
+		}
+		var busy uint64
+		for _, i := range []int{1, 2, 3, 6, 7, 8} { // user nice system irq softirq steal
+			v, err := strconv.ParseUint(f[i], 10, 64)
+			if err != nil {
+				return 0, fmt.Errorf("%w: /proc/stat: %v", ErrBadStat, err)
+			}
+			busy += v
+		}
+		return busy, nil
+	}
+	return 0, fmt.Errorf("%w: /proc/stat has no cpu line", ErrBadStat)
+}
+
+// MachineBusy returns the CPU time all processes on the machine have used
+// so far, from /proc/stat.
+func MachineBusy() (time.Duration, error) {
+	b, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return 0, fmt.Errorf("loadgen: %w", err)
+	}
+	t, err := ParseMachineBusy(string(b))
+	if err != nil {
+		return 0, err
+	}
+	return TicksToDuration(t), nil
+}

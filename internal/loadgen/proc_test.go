@@ -92,3 +92,18 @@ func TestParseLoadAvg(t *testing.T) {
 		}
 	}
 }
+
+func TestParseMachineBusy(t *testing.T) {
+	const stat = "cpu  100 5 30 9000 40 2 3 1 50 0\ncpu0 50 2 15 4500 20 1 1 0 25 0\nintr 1 2 3\n"
+	if got, err := ParseMachineBusy(stat); err != nil || got != 100+5+30+2+3+1 {
+		t.Fatalf("ParseMachineBusy = %d, %v; want 141", got, err)
+	}
+	for _, bad := range []string{"intr 1 2\n", "cpu 1 2 3\n", "cpu 1 2 3 4 5 x 7 8\n"} {
+		if _, err := ParseMachineBusy(bad); !errors.Is(err, ErrBadStat) {
+			t.Errorf("ParseMachineBusy(%q) = %v, want ErrBadStat", bad, err)
+		}
+	}
+	if _, err := MachineBusy(); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -40,6 +40,11 @@ type Result struct {
 	// process (e.g. "redis"), read like the server's.
 	AuxCPUUsPerDecision map[string]float64 `json:"aux_cpu_us_per_decision,omitempty"`
 	LoadAvg1            *float64           `json:"loadavg_1m,omitempty"` // machine load at the start: other work skews figures
+	// OtherCPUCores is the CPU that processes other than the load tool, the
+	// server and the aux processes used during the measured phase, in cores
+	// (from /proc/stat). Near 0 means the run had the machine to itself;
+	// present only with ServerPID, since otherwise the server is "other".
+	OtherCPUCores *float64 `json:"other_cpu_cores,omitempty"`
 
 	Domain      string `json:"domain"`
 	Descriptors string `json:"descriptors"`

@@ -94,7 +94,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	stopAndWait := func() { ph.stop.Store(true); wg.Wait() }
 
 	// beginMeasure snapshots the CPU counters and opens the measured phase.
-	var srv0, self0 time.Duration
+	var srv0, self0, busy0 time.Duration
 	aux0 := make(map[string]time.Duration, len(cfg.AuxPIDs))
 	var t0 time.Time
 	beginMeasure := func() error {
@@ -106,6 +106,11 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 		}
 		for name, pid := range cfg.AuxPIDs {
 			if aux0[name], err = ProcessCPU(pid); err != nil {
+				return err
+			}
+		}
+		if cfg.ServerPID > 0 {
+			if busy0, err = MachineBusy(); err != nil {
 				return err
 			}
 		}
@@ -157,6 +162,12 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	if err != nil {
 		return nil, err
 	}
+	var busy1 time.Duration
+	if cfg.ServerPID > 0 {
+		if busy1, err = MachineBusy(); err != nil {
+			return nil, err
+		}
+	}
 
 	res := &Result{
 		Time:        start.UTC().Format(time.RFC3339),
@@ -196,6 +207,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	res.P99Ms, res.P999Ms = ms(h.Quantile(0.99)), ms(h.Quantile(0.999))
 	res.MaxMs, res.MeanMs = ms(h.Max()), ms(h.Mean())
 	res.ClientCPUUsPerDecision = perDecisionUs(self1-self0, decisions)
+	var known time.Duration // CPU of the processes this run knows about
 	if cfg.ServerPID > 0 {
 		srv1, err := ProcessCPU(cfg.ServerPID)
 		if err != nil {
@@ -203,12 +215,14 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 		}
 		res.ServerCPUUsPerDecision = perDecisionUs(srv1-srv0, decisions)
 		res.ProcClockTicksPerS = ClockTicksPerSecond
+		known += srv1 - srv0 + self1 - self0
 	}
 	for name, pid := range cfg.AuxPIDs {
 		cpu, err := ProcessCPU(pid)
 		if err != nil {
 			return nil, err
 		}
+		known += cpu - aux0[name]
 		if v := perDecisionUs(cpu-aux0[name], decisions); v != nil {
 			if res.AuxCPUUsPerDecision == nil {
 				res.AuxCPUUsPerDecision = map[string]float64{}
@@ -216,6 +230,12 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 			res.AuxCPUUsPerDecision[name] = *v
 		}
 		res.ProcClockTicksPerS = ClockTicksPerSecond
+	}
+	if cfg.ServerPID > 0 {
+		// Tick granularity (10 ms per reading) can make this slightly
+		// negative; clamp at 0.
+		other := max(float64(busy1-busy0-known)/float64(elapsed), 0)
+		res.OtherCPUCores = &other
 	}
 	return res, nil
 }

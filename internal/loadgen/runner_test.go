@@ -77,6 +77,9 @@ func TestRunAgainstFloorServer(t *testing.T) {
 	if res.ClientCPUUsPerDecision == nil || res.ServerCPUUsPerDecision == nil || res.ProcClockTicksPerS != 100 {
 		t.Fatalf("cpu fields: client %v server %v ticks %d", res.ClientCPUUsPerDecision, res.ServerCPUUsPerDecision, res.ProcClockTicksPerS)
 	}
+	if res.OtherCPUCores == nil || *res.OtherCPUCores < 0 {
+		t.Fatalf("other_cpu_cores = %v", res.OtherCPUCores)
+	}
 	if _, ok := res.AuxCPUUsPerDecision["self"]; !ok {
 		t.Fatalf("aux cpu: %v", res.AuxCPUUsPerDecision)
 	}
