@@ -27,9 +27,11 @@
 #   --label TEXT              [floor | envoy-rls <store>]
 #   --out FILE.jsonl          [bench/results/<label>-<UTC time>.jsonl]
 #   --no-plot                 skip the PNG
-#   --max-load X              before each run, wait (≤ 10 min) until the 1-minute
-#                             load average is below X: other work on the 2 cores
-#                             skews every figure (each JSON line records loadavg_1m)
+#   --max-busy X              before each run, wait (≤ 10 min) until the machine
+#                             has used less than X cores over 3 s (the idle server
+#                             included): other work on the 2 cores skews every
+#                             figure; each JSON line records other_cpu_cores, what
+#                             other processes used during that run
 #
 # Everything listens on 127.0.0.1 and every run is bounded by --duration.
 set -euo pipefail
@@ -38,7 +40,7 @@ cd "$(dirname "$0")/.."
 TARGET=floor STORE=memory CONFIG=config/examples SERVER_ARGS=""
 CONCURRENCY="16 64 256" CONNECTIONS=4 DURATION=10s WARMUP=2s
 SUBJECTS=10000 DIST=uniform DOMAIN=bench DESCRIPTORS=remote_address HITS=0
-LABEL="" OUT="" PLOT=1 MAX_LOAD=""
+LABEL="" OUT="" PLOT=1 MAX_BUSY=""
 
 die() { echo "bench.sh: $*" >&2; exit 1; }
 while [ $# -gt 0 ]; do
@@ -59,7 +61,7 @@ while [ $# -gt 0 ]; do
     --label) LABEL=$2; shift 2 ;;
     --out) OUT=$2; shift 2 ;;
     --no-plot) PLOT=0; shift ;;
-    --max-load) MAX_LOAD=$2; shift 2 ;;
+    --max-busy) MAX_BUSY=$2; shift 2 ;;
     -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
     *) die "unknown argument $1 (try --help)" ;;
   esac
@@ -156,17 +158,19 @@ fi
 wait_port "$GRPC_PORT" "$SERVER_PID" server
 
 echo "bench.sh: $LABEL at $ADDR (pid $SERVER_PID); $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg); results → $OUT" >&2
-# wait_quiet: until the 1-minute load average is below MAX_LOAD (≤ 10 min).
+# busy_ticks: CPU ticks (1/100 s) all CPUs have been busy since boot.
+busy_ticks() { awk '$1 == "cpu" { print $2 + $3 + $4 + $7 + $8 + $9; exit }' /proc/stat; }
+# wait_quiet: until the machine used < MAX_BUSY cores over 3 s (≤ 10 min).
 wait_quiet() {
-  [ -n "$MAX_LOAD" ] || return 0
-  local load
-  for _ in $(seq 1 120); do
-    load=$(cut -d' ' -f1 /proc/loadavg)
-    if awk -v l="$load" -v m="$MAX_LOAD" 'BEGIN{exit !(l < m)}'; then return 0; fi
-    echo "bench.sh: load $load ≥ $MAX_LOAD; waiting" >&2
-    sleep 5
+  [ -n "$MAX_BUSY" ] || return 0
+  local b0 b1 cores
+  for _ in $(seq 1 200); do
+    b0=$(busy_ticks); sleep 3; b1=$(busy_ticks)
+    cores=$(awk -v d=$((b1 - b0)) 'BEGIN { printf "%.2f", d / 300 }')
+    if awk -v c="$cores" -v m="$MAX_BUSY" 'BEGIN { exit !(c < m) }'; then return 0; fi
+    echo "bench.sh: the machine is busy ($cores cores ≥ $MAX_BUSY); waiting" >&2
   done
-  die "the machine stayed busier than load $MAX_LOAD for 10 minutes"
+  die "the machine stayed busier than $MAX_BUSY cores for 10 minutes"
 }
 
 for c in $CONCURRENCY; do
