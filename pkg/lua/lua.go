@@ -1,21 +1,31 @@
 // Package lua holds the versioned Redis Lua programs of envoy-rls, their
-// argument encoding and the strict parser of their seven-field reply. It has no
+// argument encoding and the strict parsers of their replies. It has no
 // network code: pkg/limiter/redis runs the programs.
 //
-// Each program (rate-fixed-window-v1.lua, rate-sliding-counter-v1.lua,
-// rate-token-bucket-v1.lua) implements one algorithm of docs/algorithms.md
-// exactly as limiter.Apply does, touches one hash key, calls TIME once and
-// replies an array of seven bulk strings: status, serverNowMillis,
-// effectiveNowMillis, limit, remaining, retryAfterMillis, resetAtMillis. The
-// numbers are canonical decimal strings (not RESP integers), so that a
-// non-integer can never be truncated on its way out of Lua.
+// rate-batch-v1.lua is the program the Redis store runs: every limit of one
+// Envoy request, checked at one TIME and committed all or nothing
+// (limiter.Store). rate-refund-v1.lua gives back what a batch took when the
+// request did not commit in another Redis Cluster slot. The single-key v1
+// programs (rate-fixed-window-v1.lua, rate-sliding-counter-v1.lua,
+// rate-token-bucket-v1.lua) each implement one algorithm, touch one hash
+// key, call TIME once and reply an array of seven bulk strings: status,
+// serverNowMillis, effectiveNowMillis, limit, remaining, retryAfterMillis,
+// resetAtMillis. They share their state layout with the batch program.
+//
+// Each algorithm lives once, in fragments/ (with the shared prelude): a
+// program's source names them with "-- #include <file>" lines, which are
+// replaced by the fragments' text when the package initializes, so the
+// batch program and the single-key programs run the same algorithm text.
 package lua
 
 import (
-	_ "embed"
+	"embed"
+	"encoding/binary"
 	"errors"
 	"fmt"
+	"math"
 	"strconv"
+	"strings"
 
 	"github.com/envoy-rls/envoy-rls/pkg/limiter"
 )
@@ -27,7 +37,61 @@ var (
 	slidingCounterV1 string
 	//go:embed rate-token-bucket-v1.lua
 	tokenBucketV1 string
+	//go:embed rate-batch-v1.lua
+	batchV1 string
+	//go:embed rate-refund-v1.lua
+	refundV1 string
+	//go:embed fragments/*.lua
+	fragmentFS embed.FS
 )
+
+// assembled holds every program's source with its fragments included,
+// built once at init and never changed.
+var assembled = func() map[string]string {
+	out := map[string]string{}
+	for name, src := range map[string]string{
+		"rate-fixed-window-v1.lua": fixedWindowV1, "rate-sliding-counter-v1.lua": slidingCounterV1,
+		"rate-token-bucket-v1.lua": tokenBucketV1, "rate-batch-v1.lua": batchV1, "rate-refund-v1.lua": refundV1,
+	} {
+		a, err := Assemble(src, Fragment)
+		if err != nil {
+			panic(fmt.Sprintf("lua: %s: %v", name, err)) // a build defect: the embedded files are fixed
+		}
+		out[name] = a
+	}
+	return out
+}()
+
+// includePrefix starts a line that Assemble replaces by a fragment.
+const includePrefix = "-- #include "
+
+// Fragment returns the text of one file of fragments/ (e.g. "prelude.lua").
+func Fragment(name string) (string, error) {
+	b, err := fragmentFS.ReadFile("fragments/" + name)
+	if err != nil {
+		return "", fmt.Errorf("lua: no fragment %q", name)
+	}
+	return string(b), nil
+}
+
+// Assemble replaces every "-- #include <name>" line of src by the text of
+// fragment name, verbatim.
+func Assemble(src string, fragment func(name string) (string, error)) (string, error) {
+	var b strings.Builder
+	for line := range strings.Lines(src) {
+		name, ok := strings.CutPrefix(strings.TrimRight(line, "\n"), includePrefix)
+		if !ok {
+			b.WriteString(line)
+			continue
+		}
+		f, err := fragment(strings.TrimSpace(name))
+		if err != nil {
+			return "", err
+		}
+		b.WriteString(f)
+	}
+	return b.String(), nil
+}
 
 // Program is one versioned Lua program.
 type Program struct {
@@ -44,16 +108,26 @@ type Program struct {
 func ProgramFor(a limiter.Algorithm) (p Program, ok bool) {
 	switch a {
 	case limiter.FixedWindow:
-		return Program{Name: "rate-fixed-window-v1.lua", Source: fixedWindowV1, Algorithm: a}, true
+		return program("rate-fixed-window-v1.lua", a), true
 	case limiter.SlidingWindow:
-		return Program{Name: "rate-sliding-counter-v1.lua", Source: slidingCounterV1, Algorithm: a}, true
+		return program("rate-sliding-counter-v1.lua", a), true
 	case limiter.TokenBucket:
-		return Program{Name: "rate-token-bucket-v1.lua", Source: tokenBucketV1, Algorithm: a}, true
+		return program("rate-token-bucket-v1.lua", a), true
 	}
 	return Program{}, false
 }
 
-// Programs returns every program, in algorithm order.
+func program(name string, a limiter.Algorithm) Program {
+	return Program{Name: name, Source: assembled[name], Algorithm: a}
+}
+
+// Batch returns rate-batch-v1.lua (Algorithm 0: it runs every algorithm).
+func Batch() Program { return program("rate-batch-v1.lua", 0) }
+
+// Refund returns rate-refund-v1.lua.
+func Refund() Program { return program("rate-refund-v1.lua", 0) }
+
+// Programs returns the single-key programs, in algorithm order.
 func Programs() []Program {
 	out := make([]Program, 0, 3)
 	for _, a := range []limiter.Algorithm{limiter.FixedWindow, limiter.SlidingWindow, limiter.TokenBucket} {
@@ -205,4 +279,106 @@ func truncate(s string) string {
 		return s[:32] + "..."
 	}
 	return s
+}
+
+// BatchArgs is the number of ARGV fields per key of rate-batch-v1.lua.
+const BatchArgs = 2
+
+// batchPacked is the length of the packed numbers of one key:
+// struct.pack('>BBddddddd').
+const batchPacked = 2 + 7*8
+
+// AppendBatchArgs appends the two ARGV fields of one key of
+// rate-batch-v1.lua to dst: the policy ID, and the numbers packed
+// big-endian as struct.pack('>BBddddddd'): algorithm (limiter.Algorithm),
+// flags (role + 4 when the policy fails open), revision, limit, window ms
+// (token bucket: refill amount), 0 (token bucket: refill period ms), cleanup
+// grace ms, max clock regression ms, cost. Every number is an integer below
+// 2^53, which a float64 holds exactly. role is the mode the key plays in
+// this program (limiter.Request.Role, or another one when the caller splits
+// a batch).
+func AppendBatchArgs(dst []string, p *limiter.Policy, cost int64, role limiter.Mode) []string {
+	var b [batchPacked]byte
+	b[0] = byte(p.Algorithm())
+	b[1] = byte(role)
+	if p.FailureMode() == limiter.FailOpen {
+		b[1] += 4
+	}
+	p2, p3 := p.WindowMillis(), int64(0)
+	if p.Algorithm() == limiter.TokenBucket {
+		p2, p3 = p.Refill()
+	}
+	for i, v := range [7]int64{int64(p.Revision()), p.Limit(), p2, p3, p.CleanupGraceMillis(), p.MaxClockRegressionMillis(), cost} {
+		binary.BigEndian.PutUint64(b[2+8*i:], math.Float64bits(float64(v)))
+	}
+	return append(dst, p.ID(), string(b[:]))
+}
+
+// RefundArgs is the number of ARGV fields per key of rate-refund-v1.lua.
+const RefundArgs = 8
+
+// AppendRefundArgs appends the eight ARGV fields of one key of
+// rate-refund-v1.lua: algorithm, policy, revision, limit, window ms (token
+// bucket: refill amount), 0 (token bucket: refill period ms), the cost taken
+// and the effectiveNowMillis the batch replied for the key.
+func AppendRefundArgs(dst []string, p *limiter.Policy, cost, effectiveNowMs int64) []string {
+	i := strconv.FormatInt
+	p2, p3 := p.WindowMillis(), int64(0)
+	if p.Algorithm() == limiter.TokenBucket {
+		p2, p3 = p.Refill()
+	}
+	return append(dst, p.Algorithm().String(), p.ID(), strconv.FormatUint(uint64(p.Revision()), 10), i(p.Limit(), 10),
+		i(p2, 10), i(p3, 10), i(cost, 10), i(effectiveNowMs, 10))
+}
+
+// Value is one element of a batch reply as the client decoded it: a bulk
+// string (IsInt false) or an integer.
+type Value struct {
+	Str   string
+	Int   int64
+	IsInt bool
+}
+
+// ParseBatchReply validates the reply of rate-batch-v1.lua for the given
+// policies (one per key, in order) and writes one reply per key into out.
+// The reply must be exactly 1 + 7N values: the committed flag (integer 0 or
+// 1), then per key a known status (bulk string) and six integers in
+// [0, 2^53-1] that ParseReply's consistency rules accept, every key with the
+// same serverNowMillis (one TIME). Anything else is an error matching
+// ErrMalformedReply, for the whole batch.
+func ParseBatchReply(policies []*limiter.Policy, values []Value, out []limiter.Reply) (committed bool, err error) {
+	n := len(policies)
+	if len(values) != 1+ReplyFields*n {
+		return false, malformed("%d values for %d keys, want %d", len(values), n, 1+ReplyFields*n)
+	}
+	if v := values[0]; !v.IsInt || v.Int < 0 || v.Int > 1 {
+		return false, malformed("committed flag %+v", v)
+	}
+	committed = values[0].Int == 1
+	for k := range n {
+		f := values[1+k*ReplyFields : 1+(k+1)*ReplyFields]
+		if f[0].IsInt {
+			return false, malformed("key %d: status is an integer", k+1)
+		}
+		st, ok := limiter.ParseStatus(f[0].Str)
+		if !ok {
+			return false, malformed("key %d: unknown status %q", k+1, truncate(f[0].Str))
+		}
+		var num [ReplyFields]int64
+		for i := 1; i < ReplyFields; i++ {
+			if !f[i].IsInt || f[i].Int < 0 || f[i].Int > limiter.MaxSafeInteger {
+				return false, malformed("key %d: %s is not an integer in [0, 2^53-1]: %+v", k+1, fieldNames[i], f[i])
+			}
+			num[i] = f[i].Int
+		}
+		r := limiter.Reply{Status: st, ServerNowMs: num[1], EffectiveNowMs: num[2], Limit: num[3], Remaining: num[4], RetryAfterMs: num[5], ResetAtMs: num[6]}
+		if err := check(policies[k], r); err != nil {
+			return false, fmt.Errorf("key %d: %w", k+1, err)
+		}
+		if k > 0 && r.ServerNowMs != out[0].ServerNowMs {
+			return false, malformed("key %d: serverNowMillis %d, key 1 read %d (TIME is read once)", k+1, r.ServerNowMs, out[0].ServerNowMs)
+		}
+		out[k] = r
+	}
+	return committed, nil
 }

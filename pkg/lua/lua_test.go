@@ -1,7 +1,10 @@
 package lua
 
 import (
+	"encoding/binary"
 	"errors"
+	"fmt"
+	"math"
 	"regexp"
 	"strconv"
 	"strings"
@@ -21,36 +24,135 @@ func mustPolicy(t testing.TB, spec limiter.PolicySpec) *limiter.Policy {
 }
 
 func TestProgramsShape(t *testing.T) {
-	var prelude string
-	for _, p := range Programs() {
+	prelude, err := Fragment("prelude.lua")
+	if err != nil {
+		t.Fatal(err)
+	}
+	all := append(Programs(), Batch(), Refund())
+	for _, p := range all {
 		src := p.Source
 		if src == "" {
 			t.Fatalf("%s: empty source", p.Name)
 		}
-		for _, want := range []string{"-- KEYS[1]", "-- ARGV[1]", "-- Reply:", "PEXPIRE", "'" + p.Algorithm.String() + "'"} {
+		for _, want := range []string{"-- KEYS[1", "-- ARGV", "-- Reply:"} {
 			if !strings.Contains(src, want) {
 				t.Errorf("%s: missing %q", p.Name, want)
 			}
 		}
-		if n := strings.Count(src, "redis.call('TIME')"); n != 1 {
-			t.Errorf("%s: TIME called %d times in the source, want exactly 1", p.Name, n)
+		if strings.Contains(src, includePrefix) {
+			t.Errorf("%s: an include line was not assembled", p.Name)
+		}
+		// One source per algorithm: the shared prelude, verbatim.
+		if !strings.Contains(src, prelude) {
+			t.Errorf("%s: does not contain fragments/prelude.lua verbatim", p.Name)
+		}
+		wantTime := 1
+		if p.Name == "rate-refund-v1.lua" {
+			wantTime = 0
+		}
+		if n := strings.Count(src, "redis.call('TIME')"); n != wantTime {
+			t.Errorf("%s: TIME called %d times in the source, want %d", p.Name, n, wantTime)
 		}
 		if regexp.MustCompile(`redis\.p?call\('(SET|DEL|INCR|EXPIRE|HINCRBY)`).MatchString(src) {
-			t.Errorf("%s: writes outside the single HSET + PEXPIRE", p.Name)
+			t.Errorf("%s: writes outside HSET + PEXPIRE", p.Name)
 		}
-		start := strings.Index(src, "-- Shared prelude")
-		end := strings.Index(src, "-- End of the shared prelude.")
-		if start < 0 || end < start {
-			t.Fatalf("%s: shared prelude markers missing", p.Name)
+	}
+	// Each algorithm's fragment is in its single-key program and in the
+	// batch program, verbatim.
+	for alg, frag := range map[limiter.Algorithm]string{limiter.FixedWindow: "fixed-window.lua",
+		limiter.SlidingWindow: "sliding-window.lua", limiter.TokenBucket: "token-bucket.lua"} {
+		text, err := Fragment(frag)
+		if err != nil {
+			t.Fatal(err)
 		}
-		if prelude == "" {
-			prelude = src[start:end]
-		} else if src[start:end] != prelude {
-			t.Errorf("%s: shared prelude differs from the first program's", p.Name)
+		single, _ := ProgramFor(alg)
+		if !strings.Contains(single.Source, text) || !strings.Contains(Batch().Source, text) {
+			t.Errorf("%s: not verbatim in %s and %s", frag, single.Name, Batch().Name)
+		}
+		if !strings.Contains(single.Source, "'"+alg.String()+"'") {
+			t.Errorf("%s: does not name its algorithm", single.Name)
 		}
 	}
 	if _, ok := ProgramFor(0); ok {
 		t.Error("ProgramFor(0) ok")
+	}
+	if _, err := Assemble("-- #include nope.lua\n", Fragment); err == nil {
+		t.Error("Assemble accepted an unknown fragment")
+	}
+	if got, _ := Assemble("a\n-- #include x\nb\n", func(string) (string, error) { return "X\n", nil }); got != "a\nX\nb\n" {
+		t.Errorf("Assemble = %q", got)
+	}
+}
+
+func TestAppendBatchArgs(t *testing.T) {
+	fw := mustPolicy(t, limiter.PolicySpec{ID: "api.users", Algorithm: limiter.FixedWindow, FailureMode: limiter.FailOpen,
+		Params: limiter.FixedWindowParams{Limit: 10, Window: time.Minute}})
+	tb := mustPolicy(t, limiter.PolicySpec{ID: "tb", Revision: 3, Algorithm: limiter.TokenBucket, MaxCost: 5,
+		Params: limiter.TokenBucketParams{Capacity: 100, RefillAmount: 10, RefillPeriod: 4 * time.Second}})
+	decode := func(a []string) string {
+		if len(a) != BatchArgs || len(a[1]) != batchPacked {
+			t.Fatalf("args %q", a)
+		}
+		b := []byte(a[1])
+		out := fmt.Sprintf("%s %d %d", a[0], b[0], b[1])
+		for i := range 7 {
+			out += fmt.Sprintf(" %v", math.Float64frombits(binary.BigEndian.Uint64(b[2+8*i:])))
+		}
+		return out
+	}
+	if got := decode(AppendBatchArgs(nil, fw, 2, limiter.ModeQuota)); got != "api.users 1 6 1 10 60000 0 1000 2000 2" {
+		t.Errorf("fixed window: %q", got)
+	}
+	if got := decode(AppendBatchArgs(nil, tb, 1, limiter.ModeCheck)); got != "tb 3 3 3 100 1 400 1000 2000 1" {
+		t.Errorf("token bucket: %q", got)
+	}
+	if got := strings.Join(AppendRefundArgs(nil, tb, 2, 1234), " "); got != "token_bucket tb 3 100 1 400 2 1234" {
+		t.Errorf("refund: %q", got)
+	}
+	if n := len(AppendBatchArgs(nil, tb, 1, 0)); n != BatchArgs {
+		t.Errorf("%d batch args", n)
+	}
+	if n := len(AppendRefundArgs(nil, tb, 1, 0)); n != RefundArgs {
+		t.Errorf("%d refund args", n)
+	}
+}
+
+func TestParseBatchReply(t *testing.T) {
+	p := mustPolicy(t, limiter.PolicySpec{ID: "p", Algorithm: limiter.FixedWindow,
+		Params: limiter.FixedWindowParams{Limit: 10, Window: time.Second}})
+	pols := []*limiter.Policy{p, p}
+	i := func(n int64) Value { return Value{Int: n, IsInt: true} }
+	s := func(v string) Value { return Value{Str: v} }
+	good := []Value{i(1), s("ALLOWED"), i(1000), i(1000), i(10), i(9), i(0), i(2000), s("DENIED"), i(1000), i(1000), i(10), i(0), i(500), i(2000)}
+	out := make([]limiter.Reply, 2)
+	committed, err := ParseBatchReply(pols, good, out)
+	if err != nil || !committed || out[0].Remaining != 9 || out[1].Status != limiter.StatusDenied || out[1].RetryAfterMs != 500 {
+		t.Fatalf("good: %v %v %+v", committed, err, out)
+	}
+	with := func(k int, v Value) []Value {
+		c := append([]Value(nil), good...)
+		c[k] = v
+		return c
+	}
+	for name, vals := range map[string][]Value{
+		"short":                 good[:14],
+		"long":                  append(append([]Value(nil), good...), i(0)),
+		"flag 2":                with(0, i(2)),
+		"flag string":           with(0, s("1")),
+		"status integer":        with(1, i(1)),
+		"unknown status":        with(1, s("OK")),
+		"number as string":      with(2, s("1000")),
+		"negative":              with(5, i(-1)),
+		"2^53":                  with(7, i(limiter.MaxSafeInteger+1)),
+		"allowed with retry":    with(6, i(5)),
+		"wrong limit":           with(4, i(11)),
+		"two clocks":            with(9, i(1001)),
+		"denied without retry":  with(13, i(0)),
+		"remaining above limit": with(5, i(11)),
+	} {
+		if _, err := ParseBatchReply(pols, vals, out); !errors.Is(err, ErrMalformedReply) {
+			t.Errorf("%s: error %v, want ErrMalformedReply", name, err)
+		}
 	}
 }
 

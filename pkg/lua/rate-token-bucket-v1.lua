@@ -36,114 +36,17 @@
 -- all fields at once, then sets PEXPIRE. Every other status writes nothing.
 -- Runs on Redis 7.0+ and Valkey (script effects replication; TIME before
 -- writes is allowed).
+--
+-- The algorithm and the shared helpers are fragments (pkg/lua/fragments),
+-- assembled in by pkg/lua at the include lines below: the same text runs in
+-- rate-batch-v1.lua, so each algorithm has one source.
 
--- Shared prelude (identical in every v1 program; a test checks that).
-local MAX = 9007199254740991 -- 2^53-1: every number stays an exact integer
-local MAX_DURATION = 316224000000 -- ten years in ms, as limiter.NewPolicy
-local SCHEMA = '1'
-
--- uint parses a canonical decimal integer in [lo, hi], or returns nil.
-local function uint(s, lo, hi)
-  if type(s) ~= 'string' or #s == 0 or #s > 16 or not string.find(s, '^[0-9]+$') then
-    return nil
-  end
-  if #s > 1 and string.byte(s, 1) == 48 then -- no leading zeros
-    return nil
-  end
-  local n = tonumber(s)
-  if n == nil or n < lo or n > hi then
-    return nil
-  end
-  return n
-end
-
--- dec formats an exact integer; anything else is a program bug and raises.
-local function dec(n)
-  if type(n) ~= 'number' or n ~= n or n < 0 or n > MAX or n ~= math.floor(n) then
-    error('envoy-rls: inexact reply value')
-  end
-  return string.format('%d', n)
-end
-
--- Exact integer division of non-negative integers below 2^53: C fmod is
--- exact, so a - r is an exact multiple of b and (a - r) / b an exact integer.
--- (math.floor(a / b) can be off by one, and a % b is computed from it.)
-local function idiv(a, b)
-  return (a - math.fmod(a, b)) / b
-end
-
-local function imod(a, b)
-  return math.fmod(a, b)
-end
-
--- ceil(a, b) for a >= 0, b > 0, without an a + b - 1 intermediate.
-local function ceildiv(a, b)
-  local r = math.fmod(a, b)
-  local q = (a - r) / b
-  if r ~= 0 then
-    q = q + 1
-  end
-  return q
-end
-
-local function reply(status, serverNow, effectiveNow, limit, remaining, retryAfter, resetAt)
-  return { status, dec(serverNow), dec(effectiveNow), dec(limit), dec(remaining), dec(retryAfter), dec(resetAt) }
-end
+-- #include prelude.lua
+-- #include v1-reply.lua
+-- #include token-bucket.lua
 
 -- The store's clock, read exactly once.
-local t = redis.call('TIME')
-local serverNow = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-
-local function invalid()
-  return reply('INVALID', serverNow, serverNow, 0, 0, 0, 0)
-end
-
--- Stored state: nil (none), false (incompatible), or a table of the fields.
-local FIELDS = { 'schema', 'alg', 'policy', 'rev', 'last', 'a', 'b', 'c' }
-local function load(key, alg, policy, rev)
-  local h = redis.pcall('HMGET', key, unpack(FIELDS))
-  if type(h) ~= 'table' or h.err then
-    return false -- not a hash
-  end
-  local present = 0
-  for i = 1, #FIELDS do
-    if h[i] then
-      present = present + 1
-    end
-  end
-  if present == 0 then
-    if redis.call('EXISTS', key) == 1 then
-      return false -- a hash of foreign fields
-    end
-    return nil
-  end
-  if present ~= #FIELDS or h[1] ~= SCHEMA or h[2] ~= alg or h[3] ~= policy
-      or uint(h[4], 1, 4294967295) ~= rev then
-    return false
-  end
-  local s = { last = uint(h[5], 0, MAX), a = uint(h[6], 0, MAX), b = uint(h[7], 0, MAX), c = uint(h[8], 0, MAX) }
-  if s.last == nil or s.a == nil or s.b == nil or s.c == nil then
-    return false
-  end
-  return s
-end
-
-local function store(key, alg, policy, rev, last, a, b, c, ttl)
-  redis.call('HSET', key, 'schema', SCHEMA, 'alg', alg, 'policy', policy, 'rev', dec(rev),
-    'last', dec(last), 'a', dec(a), 'b', dec(b), 'c', dec(c))
-  if ttl < 1 then
-    ttl = 1
-  end
-  redis.call('PEXPIRE', key, dec(ttl))
-end
-
-local function policyID(s)
-  if type(s) ~= 'string' or #s < 1 or #s > 128 or not string.find(s, '^[a-z0-9._:/%-]+$') then
-    return nil
-  end
-  return s
-end
--- End of the shared prelude.
+local serverNow = millis(redis.call('TIME'))
 
 local key = KEYS[1]
 local ALG = 'token_bucket'
@@ -158,56 +61,21 @@ local maxRegression = uint(ARGV[8], 0, MAX_DURATION)
 local cost = uint(ARGV[9], 1, MAX)
 if #KEYS ~= 1 or #ARGV ~= 9 or not policy or not rev or not capacity or not amount or not period
     or not maxCost or not grace or not maxRegression or not cost or maxCost > capacity
-    or cost > maxCost or capacity > idiv(MAX - amount, period) then
-  return invalid()
+    or cost > maxCost or not token_bucket_valid(capacity, amount, period) then
+  return reply('INVALID', serverNow, serverNow, 0, 0, 0, 0)
 end
 
 local st = load(key, ALG, policy, rev)
 if st == false then
   return reply('STATE_INCOMPATIBLE', serverNow, serverNow, capacity, 0, 0, 0)
 end
-local now = serverNow
-if st and serverNow < st.last then
-  if st.last - serverNow > maxRegression then
-    return reply('CLOCK_UNSAFE', serverNow, serverNow, capacity, 0, 0, 0)
-  end
-  now = st.last
+local now = clock(st, serverNow, maxRegression)
+if not now then
+  return reply('CLOCK_UNSAFE', serverNow, serverNow, capacity, 0, 0, 0)
 end
-
-local tokens, rem = capacity, 0
-if st and st.a < capacity then
-  -- (A lowered capacity can leave more stored tokens than it: full.)
-  tokens, rem = st.a, st.c
-  local elapsed = now - st.b
-  if elapsed < 0 then
-    elapsed = 0
-  end
-  local missing = (capacity - tokens) * period - rem
-  local fullAfter = 0
-  if missing > 0 then
-    fullAfter = ceildiv(missing, amount)
-  end
-  if elapsed >= fullAfter then
-    tokens, rem = capacity, 0
-  else
-    -- elapsed * amount < missing: exact, and tokens stay below capacity.
-    local units = elapsed * amount + rem
-    tokens = tokens + idiv(units, period)
-    rem = imod(units, period)
-  end
-end
-
-local allowed = cost <= tokens
+local allowed, a, b, c, ttl, remaining, retry, resetAt = token_bucket(st, now, capacity, amount, period, grace, cost)
 if allowed then
-  tokens = tokens - cost
+  store(key, st == nil, ALG, policy, rev, now, a, b, c, ttl)
+  return reply('ALLOWED', serverNow, now, capacity, remaining, 0, resetAt)
 end
-local full = 0
-if tokens < capacity then
-  full = ceildiv((capacity - tokens) * period - rem, amount)
-end
-if allowed then
-  store(key, ALG, policy, rev, now, tokens, now, rem, full + grace)
-  return reply('ALLOWED', serverNow, now, capacity, tokens, 0, now + full)
-end
-local retry = ceildiv((cost - tokens) * period - rem, amount)
-return reply('DENIED', serverNow, now, capacity, tokens, retry, now + full)
+return reply('DENIED', serverNow, now, capacity, remaining, retry, resetAt)

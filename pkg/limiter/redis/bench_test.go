@@ -3,12 +3,16 @@ package redis
 import (
 	"context"
 	"fmt"
+	"strconv"
+	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/envoy-rls/envoy-rls/internal/redistest"
 	"github.com/envoy-rls/envoy-rls/pkg/limiter"
+	"github.com/envoy-rls/envoy-rls/pkg/lua"
 )
 
 // BenchmarkEvaluate measures one decision per Evaluate call against a local
@@ -79,4 +83,151 @@ func BenchmarkEvaluate(b *testing.B) {
 			}
 		}
 	})
+}
+
+// BenchmarkDescriptors measures one Envoy request carrying n descriptors (n
+// fixed-window limits on distinct subjects, all allowed) from GOMAXPROCS*8
+// goroutines, two ways: "batch", the store (one rate-batch-v1.lua call per
+// request), and "per-descriptor", the evaluation this store did before the
+// batch program (one single-key v1 program per limit, sent concurrently and
+// auto-pipelined), kept here as a benchmark-only helper. It reports, from
+// INFO, what Redis did per Envoy request: commands (calls of every command
+// the client sent), usec per EVALSHA (commandstats: wall time inside Redis,
+// inflated when Redis is preempted on a busy machine) and Redis main-thread
+// CPU per request (INFO cpu: also counts reading, parsing and answering the
+// commands). Figures go to docs/performance.md; nothing is asserted.
+func BenchmarkDescriptors(b *testing.B) {
+	srv := redistest.Standalone(b)
+	s := newStore(b, Config{Addrs: []string{srv.Addr()}, Timeout: 5 * time.Second})
+	p := fixed(b, "bench.desc", 1_000_000_000_000, time.Hour)
+	subjects := make([]limiter.SubjectDigest, 4096)
+	for i := range subjects {
+		subjects[i] = subjectOf(fmt.Sprintf("desc-%d", i))
+	}
+	perDescriptor := func(ctx context.Context, req []limiter.Request, out []limiter.Outcome) {
+		var wg sync.WaitGroup
+		for j := range req {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				r := &req[j]
+				key := string(r.Key(nil))
+				res := v1Scripts[p.Algorithm()].Exec(ctx, s.client, []string{key}, lua.AppendArgs(nil, r.Policy, r.Cost))
+				if res.Error() != nil {
+					out[j] = limiter.IndeterminateOutcome(0, res.Error())
+					return
+				}
+				out[j] = limiter.EvaluatedOutcome(limiter.Decision{Allowed: true})
+			}()
+		}
+		wg.Wait()
+	}
+	for _, n := range []int{1, 2, 4, 8} {
+		for _, way := range []string{"batch", "per-descriptor"} {
+			eval := s.Evaluate
+			if way == "per-descriptor" {
+				eval = perDescriptor
+			}
+			b.Run(fmt.Sprintf("%s/descriptors=%d", way, n), func(b *testing.B) {
+				srv.MustDo("CONFIG", "RESETSTAT")
+				cpu0 := redisCPU(b, srv)
+				var ctr atomic.Int64
+				b.SetParallelism(8)
+				b.ReportAllocs()
+				b.RunParallel(func(pb *testing.PB) {
+					out := make([]limiter.Outcome, n)
+					req := make([]limiter.Request, n)
+					ctx := context.Background()
+					for pb.Next() {
+						i := ctr.Add(1)
+						for j := range req {
+							req[j] = limiter.Request{Policy: p, Subject: subjects[(int(i)*n+j)%len(subjects)], Cost: 1}
+						}
+						eval(ctx, req, out)
+						for j := range out {
+							if out[j].Kind != limiter.Evaluated || !out[j].Decision.Allowed {
+								b.Errorf("%v: %v", out[j].Kind, out[j].Err)
+								return
+							}
+						}
+					}
+				})
+				b.StopTimer()
+				cpu := redisCPU(b, srv) - cpu0
+				calls, _, evalCalls, evalUsec := commandStats(b, srv)
+				ops := float64(ctr.Load())
+				b.ReportMetric(float64(calls)/ops, "cmds/req")
+				b.ReportMetric(cpu.Seconds()*1e6/ops, "redis-cpu-µs/req")
+				if evalCalls > 0 {
+					b.ReportMetric(evalUsec/float64(evalCalls), "µs/evalsha")
+				}
+			})
+		}
+	}
+}
+
+// redisCPU is the server main thread's CPU time (INFO cpu).
+func redisCPU(b *testing.B, srv *redistest.Server) time.Duration {
+	b.Helper()
+	v, _ := srv.MustDo("INFO", "cpu").(string)
+	var total float64
+	for _, line := range strings.Split(v, "\n") {
+		k, val, ok := strings.Cut(strings.TrimSpace(line), ":")
+		if ok && (k == "used_cpu_sys_main_thread" || k == "used_cpu_user_main_thread") {
+			f, _ := strconv.ParseFloat(val, 64)
+			total += f
+		}
+	}
+	return time.Duration(total * float64(time.Second))
+}
+
+// commandStats sums INFO commandstats: calls and usec over every command
+// except INFO and CONFIG, and those of EVALSHA alone.
+func commandStats(b *testing.B, srv *redistest.Server) (calls int64, usec float64, evalCalls int64, evalUsec float64) {
+	b.Helper()
+	v, _ := srv.MustDo("INFO", "commandstats").(string)
+	for _, line := range strings.Split(v, "\n") {
+		name, rest, ok := strings.Cut(strings.TrimSpace(line), ":")
+		if !ok || !strings.HasPrefix(name, "cmdstat_") || name == "cmdstat_info" || name == "cmdstat_config" {
+			continue
+		}
+		var c int64
+		var u float64
+		for _, f := range strings.Split(rest, ",") {
+			k, val, _ := strings.Cut(f, "=")
+			switch k {
+			case "calls":
+				c, _ = strconv.ParseInt(val, 10, 64)
+			case "usec":
+				u, _ = strconv.ParseFloat(val, 64)
+			}
+		}
+		if name == "cmdstat_evalsha" || name == "cmdstat_eval" {
+			evalCalls += c
+			evalUsec += u
+		} else if name == "cmdstat_time" || name == "cmdstat_hmget" || name == "cmdstat_hset" || name == "cmdstat_pexpire" || name == "cmdstat_exists" {
+			// Called from inside the program: part of EVALSHA's usec.
+			continue
+		}
+		calls += c
+		usec += u
+	}
+	return calls, usec, evalCalls, evalUsec
+}
+
+// commandCalls parses INFO commandstats into calls per command name.
+func commandCalls(info string) map[string]int64 {
+	out := map[string]int64{}
+	for _, line := range strings.Split(info, "\n") {
+		name, rest, ok := strings.Cut(strings.TrimSpace(line), ":")
+		if !ok || !strings.HasPrefix(name, "cmdstat_") {
+			continue
+		}
+		for _, f := range strings.Split(rest, ",") {
+			if k, v, _ := strings.Cut(f, "="); k == "calls" {
+				out[strings.TrimPrefix(name, "cmdstat_")], _ = strconv.ParseInt(v, 10, 64)
+			}
+		}
+	}
+	return out
 }

@@ -386,7 +386,7 @@ func TestPrivacyAndTTL(t *testing.T) {
 			// The descriptor value becomes a digest before any store sees it;
 			// here a plain hash stands in for the HMAC of pkg/descriptors.
 			out := make([]limiter.Outcome, 2)
-			e.store.Evaluate(ctx, []limiter.Request{{Policy: p, Subject: subjectOf(v), Cost: 1}, {Policy: p, Subject: subjectOf(v), Cost: 3}}, out)
+			e.store.Evaluate(ctx, []limiter.Request{{Policy: p, Subject: subjectOf(v), Cost: 1}, {Policy: p, Subject: subjectOf(v), Cost: 2}}, out)
 		}
 	}
 	assertPrivateKeys(t, e.srv.Addr(), raw)

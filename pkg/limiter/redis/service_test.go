@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/envoy-rls/envoy-rls/internal/limitertest"
 	"github.com/envoy-rls/envoy-rls/internal/redistest"
 	"github.com/envoy-rls/envoy-rls/pkg/limiter"
 )
@@ -35,21 +36,23 @@ func TestEvaluateBatchInOrder(t *testing.T) {
 	}
 	out := make([]limiter.Outcome, len(batch))
 	e.store.Evaluate(context.Background(), batch, out)
+	// The invalid requests are failures of fail-closed limits: the batch
+	// does not commit, and the valid ones are reported before their cost.
 	want := []struct {
 		kind      limiter.OutcomeKind
 		allowed   bool
 		remaining int64
 		certainty limiter.Certainty
 	}{
+		{limiter.Evaluated, true, 2, limiter.Certain},
 		{limiter.Evaluated, true, 1, limiter.Certain},
-		{limiter.Evaluated, true, 0, limiter.Certain},
-		{limiter.Evaluated, true, 0, limiter.Approximate},
+		{limiter.Evaluated, true, 3, limiter.Approximate},
 		{limiter.Unavailable, false, 0, 0},
 		{limiter.Unavailable, false, 0, 0},
 	}
 	for i, w := range want {
 		o := out[i]
-		if o.Kind != w.kind || o.Decision.Allowed != w.allowed || o.Decision.Remaining != w.remaining || o.Decision.Certainty != w.certainty {
+		if o.Kind != w.kind || o.Decision.Allowed != w.allowed || o.Decision.Remaining != w.remaining || o.Decision.Certainty != w.certainty || o.Decision.Consumed {
 			t.Errorf("request %d: %+v, want %+v", i, o, w)
 		}
 		if o.Kind == limiter.Evaluated && (o.Decision.Source != limiter.SourceRedis || o.Decision.PolicyID != batch[i].Policy.ID()) {
@@ -57,6 +60,13 @@ func TestEvaluateBatchInOrder(t *testing.T) {
 		}
 		if o.Kind == limiter.Unavailable && o.Category != limiter.CategoryInvalidRequest {
 			t.Errorf("request %d: category %s, want invalid_request", i, o.Category)
+		}
+	}
+	// The valid ones alone commit.
+	e.store.Evaluate(context.Background(), batch[:3], out[:3])
+	for i, rem := range []int64{1, 0, 0} {
+		if d := out[i].Decision; !d.Allowed || !d.Consumed || d.Remaining != rem {
+			t.Errorf("committed request %d: %+v, want remaining %d", i, d, rem)
 		}
 	}
 	// An empty batch is a no-op; a short out panics.
@@ -263,6 +273,19 @@ func TestExactAcrossStores(t *testing.T) {
 		}
 	}
 	assertPrivateKeys(t, srv.Addr(), []string{"exact-"})
+}
+
+// TestExactBatchAcrossStores: three stores x 32 goroutines, every request
+// with a tight and a loose limit: exactly the tight limit is admitted and the
+// loose limit consumed exactly once per admitted request (no request
+// consumed on one limit but not the other).
+func TestExactBatchAcrossStores(t *testing.T) {
+	srv := redistest.Standalone(t)
+	stores := make([]limiter.Store, 3)
+	for i := range stores {
+		stores[i] = newStore(t, Config{Addrs: []string{srv.Addr()}, Timeout: 5 * time.Second})
+	}
+	limitertest.Exactness(t, stores, limitertest.Config{Prefix: limitertest.Prefix()}, 32, 3, 100)
 }
 
 func TestACLUser(t *testing.T) {

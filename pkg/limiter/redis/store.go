@@ -3,9 +3,11 @@
 // Redis 7.0+ or Valkey) through github.com/redis/rueidis, so that every
 // replica of the service shares one exact state.
 //
-// Each request is one atomic program run by EVALSHA (the full source is sent
-// only when Redis answers NOSCRIPT); concurrent requests, including those of
-// one batch, are auto-pipelined by rueidis. Failures say what is known about
+// A batch (the limits of one Envoy request) is one atomic program,
+// rate-batch-v1.lua, run by EVALSHA (the full source is sent only when Redis
+// answers NOSCRIPT): one round trip and one TIME, all or nothing (see
+// Store.Evaluate for Redis Cluster). Concurrent batches are auto-pipelined
+// by rueidis. Failures say what is known about
 // the state: Unavailable when the program certainly did not run (not
 // connected, deadline passed before sending, the server refused the command),
 // Indeterminate when it was sent and no answer came (timeout, connection lost),
@@ -21,7 +23,9 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -31,15 +35,12 @@ import (
 	"github.com/envoy-rls/envoy-rls/pkg/lua"
 )
 
-// scripts holds one rueidis.Lua per algorithm (index: limiter.Algorithm),
-// built once from the embedded sources. rueidis.Lua is safe for concurrent use.
-var scripts = func() [4]*rueidis.Lua {
-	var s [4]*rueidis.Lua
-	for _, p := range lua.Programs() {
-		s[p.Algorithm] = rueidis.NewLuaScript(p.Source)
-	}
-	return s
-}()
+// batchScript and refundScript are built once from the embedded sources.
+// rueidis.Lua is safe for concurrent use.
+var (
+	batchScript  = rueidis.NewLuaScript(lua.Batch().Source)
+	refundScript = rueidis.NewLuaScript(lua.Refund().Source)
+)
 
 // errClosed is the cause of outcomes after Close.
 var errClosed = errors.New("redis store: closed")
@@ -48,7 +49,11 @@ var errClosed = errors.New("redis store: closed")
 type Store struct {
 	client  rueidis.Client
 	timeout time.Duration
+	cluster bool // group batches by slot
 	closed  atomic.Bool
+	// beforeRefund, when set (tests only), runs after the slot groups of a
+	// split batch have answered and before the refunds are sent.
+	beforeRefund func()
 }
 
 var _ limiter.Store = (*Store)(nil)
@@ -126,7 +131,7 @@ func New(ctx context.Context, cfg Config) (*Store, error) {
 		r.c.Close()
 		return nil, fmt.Errorf("redis store: cluster mode, but %s is not a Redis Cluster", strings.Join(cfg.Addrs, ","))
 	}
-	return &Store{client: r.c, timeout: cfg.Timeout}, nil
+	return &Store{client: r.c, timeout: cfg.Timeout, cluster: r.c.Mode() == rueidis.ClientModeCluster}, nil
 }
 
 // Close closes every connection. Evaluations after Close are Unavailable.
@@ -146,15 +151,25 @@ func (s *Store) Ping(ctx context.Context) error {
 	return nil
 }
 
-// Evaluate runs one program per request, concurrently (rueidis pipelines
-// them), and writes one outcome per request into out, in order. It returns by
-// the earlier of ctx's deadline and the configured Timeout: a request still
-// without an answer then is Indeterminate. A request that fails Validate is
-// Unavailable (limiter.CategoryInvalidRequest) and never sent.
+// Evaluate implements limiter.Store with rate-batch-v1.lua: one program
+// call (one round trip, one TIME, one atomic step) evaluates the whole batch
+// and commits it all or nothing. It returns by the earlier of ctx's deadline
+// and the configured Timeout: requests still without an answer then are
+// Indeterminate. A request that fails Validate is Unavailable
+// (limiter.CategoryInvalidRequest) and never sent; when such a failure alone
+// blocks the batch, the others are sent as limiter.ModeCheck.
+//
+// On a Redis Cluster the batch is split by hash slot (requests share a slot
+// when they share a limiter.Tag, see pkg/descriptors' colocate): one call per
+// slot, concurrently. Quota-mode requests then run as shadow ones inside each
+// call, and the batch rule is decided over all the replies; when it says no
+// while some slots committed, those slots' consumption is given back with
+// rate-refund-v1.lua. docs/consistency.md describes that window.
 func (s *Store) Evaluate(ctx context.Context, batch []limiter.Request, out []limiter.Outcome) {
 	if len(out) < len(batch) {
 		panic(fmt.Sprintf("redis store: Evaluate: out has %d elements for %d requests", len(out), len(batch)))
 	}
+	out = out[:len(batch)]
 	if len(batch) == 0 {
 		return
 	}
@@ -164,78 +179,279 @@ func (s *Store) Evaluate(ctx context.Context, batch []limiter.Request, out []lim
 		}
 		return
 	}
-	ctx, cancel := context.WithTimeout(ctx, s.timeout)
-	defer cancel()
-	// Each request runs in its own goroutine and reports on its own
-	// buffered channel, so that a late answer never races with out after
-	// Evaluate has returned.
-	chans := make([]chan limiter.Outcome, len(batch))
+	// Requests to send, and the role each plays in its program.
+	roles := make([]limiter.Mode, len(batch))
+	sent := 0
 	for i := range batch {
-		chans[i] = make(chan limiter.Outcome, 1)
-		go func(r limiter.Request, ch chan<- limiter.Outcome) {
-			ch <- s.evaluate(ctx, r)
-		}(batch[i], chans[i])
+		r := &batch[i]
+		if err := r.Validate(); err != nil {
+			out[i] = limiter.UnavailableOutcome(0, limiter.CategoryInvalidRequest, fmt.Errorf("redis store: %w", err))
+			roles[i] = invalidRole
+			continue
+		}
+		roles[i] = r.Role()
+		out[i] = limiter.EvaluatedOutcome(limiter.Decision{Allowed: true}) // placeholder: "if it allows"
+		sent++
 	}
-	for i, ch := range chans {
-		select {
-		case out[i] = <-ch:
-		case <-ctx.Done():
-			// Not answered in time; sent or not, we cannot tell.
-			select {
-			case out[i] = <-ch:
-			default:
-				out[i] = limiter.IndeterminateOutcome(DefaultRetryAfter, fmt.Errorf("redis store: policy %s: no answer before the deadline: %w", batch[i].Policy.ID(), ctx.Err()))
+	if sent == 0 {
+		return
+	}
+	if sent < len(batch) && !limiter.Commits(batch, out) {
+		// The invalid requests alone block the batch: check the others.
+		for i := range roles {
+			if roles[i] != invalidRole {
+				roles[i] = limiter.ModeCheck
 			}
 		}
 	}
+	if s.closed.Load() {
+		for i := range batch {
+			if roles[i] != invalidRole {
+				out[i] = limiter.UnavailableOutcome(0, limiter.CategoryNotConnected, fmt.Errorf("redis store: policy %s: not sent: %w", batch[i].Policy.ID(), errClosed))
+			}
+		}
+		return
+	}
+	ctx, cancel := context.WithTimeout(ctx, s.timeout)
+	defer cancel()
+	keys := make([]string, len(batch))
+	for i := range batch {
+		if roles[i] != invalidRole {
+			keys[i] = string(batch[i].Key(make([]byte, 0, 96)))
+		}
+	}
+	groups := s.group(batch, roles, keys)
+	if len(groups) == 1 {
+		g := groups[0]
+		s.run(ctx, batch, roles, keys, g)
+		s.finish(batch, roles, out, g, g.committed)
+		return
+	}
+	// Split over slots: quota requests cannot be decided inside one slot,
+	// so every call treats them as shadow ones (consumed when allowed, never
+	// blocking) and the batch rule is decided here.
+	for i := range roles {
+		if roles[i] == limiter.ModeQuota {
+			roles[i] = limiter.ModeShadow
+		}
+	}
+	var wg sync.WaitGroup
+	for _, g := range groups {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			s.run(ctx, batch, roles, keys, g)
+		}()
+	}
+	wg.Wait()
+	for _, g := range groups {
+		for k, i := range g.idx {
+			out[i] = g.outs[k]
+		}
+	}
+	commit := limiter.Commits(batch, out)
+	var refunds []*group
+	for _, g := range groups {
+		if g.committed && !commit {
+			refunds = append(refunds, g)
+		}
+	}
+	if len(refunds) > 0 {
+		if s.beforeRefund != nil {
+			s.beforeRefund()
+		}
+		s.refund(ctx, batch, keys, refunds)
+	}
+	for _, g := range groups {
+		s.finish(batch, roles, out, g, g.committed && (commit || !g.refunded))
+	}
 }
 
-// evaluate runs one request's program and classifies the result.
-func (s *Store) evaluate(ctx context.Context, r limiter.Request) limiter.Outcome {
-	if err := r.Validate(); err != nil {
-		return limiter.UnavailableOutcome(0, limiter.CategoryInvalidRequest, fmt.Errorf("redis store: %w", err))
+// invalidRole marks a request that is not sent.
+const invalidRole = limiter.Mode(255)
+
+// group is the requests of one batch that share a slot (all of them outside
+// a Redis Cluster), and what their program call answered.
+type group struct {
+	idx       []int // indices into the batch
+	outs      []limiter.Outcome
+	replies   []limiter.Reply
+	committed bool
+	answered  bool // the program replied (outs hold decisions)
+	refunded  bool // the refund program replied (whatever it found)
+}
+
+// group splits the sent requests by slot in cluster mode, in batch order.
+func (s *Store) group(batch []limiter.Request, roles []limiter.Mode, keys []string) []*group {
+	var groups []*group
+	var slots []uint16
+	for i := range batch {
+		if roles[i] == invalidRole {
+			continue
+		}
+		var slot uint16
+		if s.cluster {
+			slot = KeySlot(keys[i])
+		}
+		k := slices.Index(slots, slot)
+		if k < 0 {
+			k = len(groups)
+			slots = append(slots, slot)
+			groups = append(groups, &group{})
+		}
+		groups[k].idx = append(groups[k].idx, i)
 	}
-	p := r.Policy
-	script := scripts[p.Algorithm()]
-	if script == nil {
-		return limiter.IncompatibleOutcome(limiter.CategoryProgramInvalid, fmt.Errorf("redis store: policy %s: no program for algorithm %s", p.ID(), p.Algorithm()))
+	return groups
+}
+
+// run sends one group's batch program and fills g.outs. It returns by ctx's
+// deadline: the call then runs on in its goroutine and reports to a
+// buffered channel nobody reads.
+func (s *Store) run(ctx context.Context, batch []limiter.Request, roles []limiter.Mode, keys []string, g *group) {
+	n := len(g.idx)
+	g.outs = make([]limiter.Outcome, n)
+	g.replies = make([]limiter.Reply, n)
+	gk := make([]string, n)
+	args := make([]string, 0, n*lua.BatchArgs)
+	policies := make([]*limiter.Policy, n)
+	for k, i := range g.idx {
+		r := &batch[i]
+		gk[k] = keys[i]
+		policies[k] = r.Policy
+		args = lua.AppendBatchArgs(args, r.Policy, r.Cost, roles[i])
 	}
-	var kb [96]byte
-	key := string(r.Key(kb[:0]))
-	var ab [9]string
-	args := lua.AppendArgs(ab[:0], p, r.Cost)
 	if err := ctx.Err(); err != nil {
-		return limiter.UnavailableOutcome(0, limiter.CategoryDeadline, fmt.Errorf("redis store: policy %s: not sent: %w", p.ID(), err))
-	}
-	if s.closed.Load() {
-		return limiter.UnavailableOutcome(0, limiter.CategoryNotConnected, fmt.Errorf("redis store: policy %s: not sent: %w", p.ID(), errClosed))
-	}
-	res := script.Exec(ctx, s.client, []string{key}, args)
-	if err := res.Error(); err != nil {
-		return classify(p, err)
-	}
-	msgs, err := res.ToArray()
-	if err != nil {
-		return limiter.IncompatibleOutcome(limiter.CategoryReplyMalformed, fmt.Errorf("redis store: policy %s: reply is not an array: %w", p.ID(), err))
-	}
-	var fb [lua.ReplyFields]string
-	fields := fb[:0]
-	for i := range msgs {
-		if i == lua.ReplyFields {
-			fields = append(fields, "") // too many: ParseReply reports the arity
-			break
+		for k, i := range g.idx {
+			g.outs[k] = limiter.UnavailableOutcome(0, limiter.CategoryDeadline, fmt.Errorf("redis store: policy %s: not sent: %w", batch[i].Policy.ID(), err))
 		}
-		f, err := msgs[i].ToString()
+		return
+	}
+	type result struct {
+		msgs []rueidis.RedisMessage
+		err  error
+	}
+	ch := make(chan result, 1)
+	go func() {
+		res := batchScript.Exec(ctx, s.client, gk, args)
+		if err := res.Error(); err != nil {
+			ch <- result{err: err}
+			return
+		}
+		msgs, err := res.ToArray()
 		if err != nil {
-			return limiter.IncompatibleOutcome(limiter.CategoryReplyMalformed, fmt.Errorf("redis store: policy %s: reply field %d is not a string: %w", p.ID(), i+1, err))
+			err = fmt.Errorf("%w: reply is not an array: %w", lua.ErrMalformedReply, err)
 		}
-		fields = append(fields, f)
+		ch <- result{msgs: msgs, err: err}
+	}()
+	var r result
+	select {
+	case r = <-ch:
+	case <-ctx.Done():
+		select {
+		case r = <-ch:
+		default:
+			for k, i := range g.idx {
+				g.outs[k] = limiter.IndeterminateOutcome(DefaultRetryAfter, fmt.Errorf("redis store: policy %s: no answer before the deadline: %w", batch[i].Policy.ID(), ctx.Err()))
+			}
+			return
+		}
 	}
-	reply, err := lua.ParseReply(p, fields)
-	if err != nil {
-		return limiter.IncompatibleOutcome(limiter.CategoryReplyMalformed, fmt.Errorf("redis store: policy %s: %w", p.ID(), err))
+	if r.err == nil {
+		vals := make([]lua.Value, len(r.msgs))
+		for j := range r.msgs {
+			m := &r.msgs[j]
+			if m.IsInt64() {
+				vals[j].Int, _ = m.ToInt64()
+				vals[j].IsInt = true
+			} else if v, err := m.ToString(); err == nil {
+				vals[j].Str = v
+			} else {
+				vals[j].Str = "\x00not a string" // ParseBatchReply refuses it
+			}
+		}
+		g.committed, r.err = lua.ParseBatchReply(policies, vals, g.replies)
 	}
-	return limiter.OutcomeFromReply(p, reply, limiter.SourceRedis)
+	if r.err != nil {
+		g.committed = false
+		for k, i := range g.idx {
+			p := batch[i].Policy
+			if errors.Is(r.err, lua.ErrMalformedReply) {
+				g.outs[k] = limiter.IncompatibleOutcome(limiter.CategoryReplyMalformed, fmt.Errorf("redis store: policy %s: %w", p.ID(), r.err))
+			} else {
+				g.outs[k] = classify(p, r.err)
+			}
+		}
+		return
+	}
+	g.answered = true
+	for k, i := range g.idx {
+		g.outs[k] = limiter.OutcomeFromReply(batch[i].Policy, g.replies[k], limiter.SourceRedis)
+	}
+}
+
+// refund gives back, per committed group, what its allowed requests took.
+// It runs detached from ctx (a refund is worth finishing after the caller
+// has gone), bounded by the store's Timeout, and waits for it at most until
+// ctx is done.
+func (s *Store) refund(ctx context.Context, batch []limiter.Request, keys []string, groups []*group) {
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.timeout)
+	done := make(chan struct{})
+	answered := make([]atomic.Bool, len(groups))
+	go func() {
+		defer close(done)
+		defer cancel()
+		var wg sync.WaitGroup
+		for j, g := range groups {
+			var gk, args []string
+			for k, i := range g.idx {
+				d := &g.outs[k].Decision
+				if g.outs[k].Kind != limiter.Evaluated || !d.Allowed || batch[i].Role() == limiter.ModeCheck {
+					continue
+				}
+				gk = append(gk, keys[i])
+				args = lua.AppendRefundArgs(args, batch[i].Policy, batch[i].Cost, g.replies[k].EffectiveNowMs)
+			}
+			if len(gk) == 0 {
+				answered[j].Store(true)
+				continue
+			}
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				if err := refundScript.Exec(rctx, s.client, gk, args).Error(); err == nil {
+					answered[j].Store(true)
+				}
+			}()
+		}
+		wg.Wait()
+	}()
+	select {
+	case <-done:
+	case <-ctx.Done():
+	}
+	for j, g := range groups {
+		g.refunded = answered[j].Load()
+	}
+}
+
+// finish turns a group's outcomes into the batch's: an allowed request
+// consumed when consumed is true and it was not a check; otherwise it is
+// reported before its cost.
+func (s *Store) finish(batch []limiter.Request, roles []limiter.Mode, out []limiter.Outcome, g *group, consumed bool) {
+	for k, i := range g.idx {
+		o := g.outs[k]
+		if o.Kind == limiter.Evaluated && o.Decision.Allowed {
+			if consumed && roles[i] != limiter.ModeCheck {
+				o.Decision.Consumed = true
+			} else if g.committed && roles[i] != limiter.ModeCheck {
+				// Taken, then given back: report it before its cost. (The
+				// reset point stays the one after the cost: later or equal,
+				// never earlier than the truth.)
+				o.Decision.Remaining = min(o.Decision.Remaining+batch[i].Cost, o.Decision.Limit)
+			}
+		}
+		out[i] = o
+	}
 }
 
 // classify maps a failed program run to an outcome by what is known about

@@ -1,0 +1,342 @@
+package redis
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"reflect"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/envoy-rls/envoy-rls/internal/limitertest"
+	"github.com/envoy-rls/envoy-rls/internal/redistest"
+	"github.com/envoy-rls/envoy-rls/pkg/limiter"
+	"github.com/envoy-rls/envoy-rls/pkg/lua"
+)
+
+// batchReq is one key of a direct rate-batch-v1.lua call.
+type batchReq struct {
+	p    *limiter.Policy
+	sub  limiter.SubjectDigest
+	cost int64
+	role limiter.Mode
+}
+
+// runBatch calls rate-batch-v1.lua directly and parses its reply.
+func (e *env) runBatch(reqs []batchReq) (bool, []limiter.Reply) {
+	e.t.Helper()
+	keys := make([]string, len(reqs))
+	var args []string
+	pols := make([]*limiter.Policy, len(reqs))
+	for i, r := range reqs {
+		keys[i] = keyOf(r.p, r.sub)
+		args = lua.AppendBatchArgs(args, r.p, r.cost, r.role)
+		pols[i] = r.p
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	msgs, err := batchScript.Exec(ctx, e.store.client, keys, args).ToArray()
+	if err != nil {
+		e.t.Fatalf("rate-batch-v1: %v", err)
+	}
+	vals := make([]lua.Value, len(msgs))
+	for i := range msgs {
+		if msgs[i].IsInt64() {
+			vals[i].Int, _ = msgs[i].ToInt64()
+			vals[i].IsInt = true
+		} else {
+			vals[i].Str, _ = msgs[i].ToString()
+		}
+	}
+	replies := make([]limiter.Reply, len(reqs))
+	committed, err := lua.ParseBatchReply(pols, vals, replies)
+	if err != nil {
+		e.t.Fatalf("rate-batch-v1 reply: %v (%+v)", err, vals)
+	}
+	return committed, replies
+}
+
+// modelBatch is what rate-batch-v1.lua must do, in Go: limiter.Check over
+// the batch in order (a key named again sees the earlier tentative state),
+// limiter.Commits, then the writes. states holds each key's state before.
+func modelBatch(states map[string]limiter.State, reqs []batchReq, now int64) (bool, []limiter.Reply, map[string]limiter.State) {
+	cur := make(map[string]limiter.State, len(states))
+	for k, v := range states {
+		cur[k] = v
+	}
+	replies := make([]limiter.Reply, len(reqs))
+	helds := make([]limiter.Reply, len(reqs))
+	writes := make([]bool, len(reqs))
+	nexts := make([]limiter.State, len(reqs))
+	batch := make([]limiter.Request, len(reqs))
+	outs := make([]limiter.Outcome, len(reqs))
+	for i, r := range reqs {
+		k := keyOf(r.p, r.sub)
+		next, reply, held, write := limiter.Check(cur[k], now, r.p, r.cost)
+		batch[i] = limiter.Request{Policy: r.p, Subject: r.sub, Cost: r.cost, Mode: r.role}
+		if r.role == limiter.ModeCheck {
+			reply = held
+			write = false
+		}
+		replies[i], helds[i], writes[i], nexts[i] = reply, held, write, next
+		if write {
+			cur[k] = next
+		}
+		outs[i] = limiter.OutcomeFromReply(r.p, reply, limiter.SourceRedis)
+	}
+	commit := limiter.Commits(batch, outs)
+	final := make(map[string]limiter.State, len(states))
+	for k, v := range states {
+		final[k] = v
+	}
+	for i, r := range reqs {
+		if !writes[i] {
+			continue
+		}
+		if commit {
+			final[keyOf(r.p, r.sub)] = nexts[i]
+		} else {
+			replies[i] = helds[i]
+		}
+	}
+	return commit, replies, final
+}
+
+// TestBatchProgramAgainstApply: random batches (several algorithms, keys
+// named twice, every role, fail-open policies, stale, incompatible and
+// unsafe-clock states) through rate-batch-v1.lua and through modelBatch:
+// the same commit flag, the same seven fields per key, the same hashes, and
+// no change at all to a key that is not written.
+func TestBatchProgramAgainstApply(t *testing.T) {
+	e := newEnv(t)
+	n := 300
+	if testing.Short() {
+		n = 80
+	}
+	seed := uint64(time.Now().UnixNano())
+	rng := rand.New(rand.NewPCG(seed, 6))
+	t.Logf("random seed %d, %d batches", seed, n)
+	windows := []time.Duration{7 * time.Millisecond, time.Second, time.Minute, time.Hour}
+	roles := []limiter.Mode{limiter.ModeOrdinary, limiter.ModeOrdinary, limiter.ModeOrdinary, limiter.ModeShadow, limiter.ModeQuota, limiter.ModeQuota, limiter.ModeCheck}
+	for it := 0; it < n; it++ {
+		pols := make([]*limiter.Policy, 3)
+		for j := range pols {
+			limit := 1 + rng.Int64N(8)
+			fm := limiter.FailClosed
+			if rng.IntN(4) == 0 {
+				fm = limiter.FailOpen
+			}
+			id := fmt.Sprintf("bp.%d", j)
+			switch rng.IntN(3) {
+			case 0:
+				pols[j] = mustPolicy(t, limiter.PolicySpec{ID: id, Algorithm: limiter.FixedWindow, FailureMode: fm,
+					Params: limiter.FixedWindowParams{Limit: limit, Window: windows[rng.IntN(len(windows))]}})
+			case 1:
+				pols[j] = mustPolicy(t, limiter.PolicySpec{ID: id, Algorithm: limiter.SlidingWindow, FailureMode: fm,
+					Params: limiter.SlidingWindowParams{Limit: limit, Window: windows[rng.IntN(len(windows))]}})
+			default:
+				pols[j] = mustPolicy(t, limiter.PolicySpec{ID: id, Algorithm: limiter.TokenBucket, FailureMode: fm,
+					Params: limiter.TokenBucketParams{Capacity: limit, RefillAmount: 1 + rng.Int64N(3), RefillPeriod: windows[rng.IntN(len(windows))]}})
+			}
+		}
+		reqs := make([]batchReq, 1+rng.IntN(6))
+		for j := range reqs {
+			p := pols[rng.IntN(len(pols))]
+			reqs[j] = batchReq{p: p, sub: subjectOf("bp" + strconv.Itoa(rng.IntN(2))), cost: 1 + rng.Int64N(p.MaxCost()), role: roles[rng.IntN(len(roles))]}
+		}
+		// Seed every distinct key: none, or a random state.
+		now := e.serverNow()
+		states := map[string]limiter.State{}
+		for _, r := range reqs {
+			key := keyOf(r.p, r.sub)
+			if _, done := states[key]; done {
+				continue
+			}
+			var st limiter.State
+			if rng.IntN(4) > 0 {
+				p, limit := r.p, r.p.Limit()
+				last := now + rng.Int64N(4000) - 3000 // some beyond the 2s regression
+				w := last / p.WindowMillis()
+				switch p.Algorithm() {
+				case limiter.FixedWindow:
+					st = stateOf(p, last, w+rng.Int64N(2)-1, rng.Int64N(limit+2), 0)
+				case limiter.SlidingWindow:
+					st = stateOf(p, last, w-rng.Int64N(2), rng.Int64N(limit+2), rng.Int64N(limit+2))
+				case limiter.TokenBucket:
+					_, period := p.Refill()
+					st = stateOf(p, last, rng.Int64N(limit+2), last-rng.Int64N(5000), rng.Int64N(period))
+				}
+				if rng.IntN(25) == 0 {
+					st.Revision = 2
+				}
+				e.seed(key, st)
+			} else {
+				e.do("DEL", key)
+			}
+			states[key] = st
+		}
+		before := map[string]any{}
+		for key := range states {
+			before[key] = e.dump(key)
+		}
+		committed, got := e.runBatch(reqs)
+		wantCommit, want, final := modelBatch(states, reqs, got[0].ServerNowMs)
+		if committed != wantCommit || !reflect.DeepEqual(got, want) {
+			t.Fatalf("batch %d: %+v\n states %+v\n lua commit %v %+v\n go  commit %v %+v", it, reqs, states, committed, got, wantCommit, want)
+		}
+		for key, st := range final {
+			if st == states[key] {
+				if after := e.dump(key); !reflect.DeepEqual(after, before[key]) {
+					t.Fatalf("batch %d: a key not written changed", it)
+				}
+				continue
+			}
+			if h := e.hash(key); !reflect.DeepEqual(h, stateHash(st)) {
+				t.Fatalf("batch %d: hash %v, want %v", it, h, stateHash(st))
+			}
+		}
+	}
+}
+
+// TestBatchArity: a wrong argument count is an error reply, which the store
+// reports as Incompatible (never an allow), and writes nothing.
+func TestBatchArity(t *testing.T) {
+	e := newEnv(t)
+	p := fixed(t, "arity", 5, time.Hour)
+	key := keyOf(p, subjectOf("arity"))
+	args := lua.AppendBatchArgs(nil, p, 1, limiter.ModeOrdinary)
+	for _, a := range [][]string{args[:1], append(append([]string{}, args...), "x"), nil, {args[0], args[1][:20]}} {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		err := batchScript.Exec(ctx, e.store.client, []string{key}, a).Error()
+		cancel()
+		if err == nil {
+			t.Fatalf("arguments %q accepted", a)
+		}
+		if o := classify(p, err); o.Kind != limiter.Incompatible {
+			t.Fatalf("classified %v", o.Kind)
+		}
+	}
+	// Invalid fields: INVALID for that key, a failure that blocks the rest.
+	big := fixed(t, "arity", 5, time.Hour)
+	bad := lua.AppendBatchArgs(nil, big, 6, limiter.ModeOrdinary) // cost above the limit
+	good := lua.AppendBatchArgs(nil, p, 1, limiter.ModeOrdinary)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	other := keyOf(p, subjectOf("arity2"))
+	msgs, err := batchScript.Exec(ctx, e.store.client, []string{key, other}, append(bad, good...)).ToArray()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c, _ := msgs[0].ToInt64(); c != 0 {
+		t.Fatal("committed with an INVALID key")
+	}
+	if s, _ := msgs[1].ToString(); s != "INVALID" {
+		t.Fatalf("status %q", s)
+	}
+	if e.do("EXISTS", key, other) != int64(0) {
+		t.Fatal("wrote state")
+	}
+}
+
+// TestBatchTableStandalone runs the store-independent batch table.
+func TestBatchTableStandalone(t *testing.T) {
+	e := newEnv(t)
+	limitertest.Run(t, e.store, limitertest.Config{Prefix: limitertest.Prefix()})
+}
+
+// TestOneCommandPerRequest counts what one Evaluate of n limits costs Redis:
+// one EVALSHA whatever n is.
+func TestOneCommandPerRequest(t *testing.T) {
+	e := newEnv(t, redistest.Local())
+	p := fixed(t, "onecmd", 1000, farWindow)
+	for _, n := range []int{1, 2, 4, 8} {
+		batch := make([]limiter.Request, n)
+		for i := range batch {
+			batch[i] = limiter.Request{Policy: p, Subject: subjectOf(fmt.Sprintf("onecmd-%d-%d", n, i)), Cost: 1}
+		}
+		out := make([]limiter.Outcome, n)
+		e.store.Evaluate(context.Background(), batch, out) // loads the script
+		e.do("CONFIG", "RESETSTAT")
+		for range 10 {
+			e.store.Evaluate(context.Background(), batch, out)
+		}
+		v := e.do("INFO", "commandstats").(string)
+		calls := commandCalls(v)
+		if calls["evalsha"] != 10 || calls["eval"] != 0 {
+			t.Fatalf("%d limits: commandstats %v, want 10 EVALSHA for 10 requests", n, calls)
+		}
+		if calls["time"] != 10 {
+			t.Fatalf("%d limits: TIME called %d times for 10 requests", n, calls["time"])
+		}
+	}
+}
+
+// TestRefundProgram: rate-refund-v1.lua gives back exactly the cost a batch
+// took, per algorithm, only to the state that took it, never above the
+// capacity, and reports 0 when there is nothing to give back.
+func TestRefundProgram(t *testing.T) {
+	e := newEnv(t)
+	refund := func(p *limiter.Policy, key string, cost, at int64) int64 {
+		t.Helper()
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		msgs, err := refundScript.Exec(ctx, e.store.client, []string{key}, lua.AppendRefundArgs(nil, p, cost, at)).ToArray()
+		if err != nil || len(msgs) != 1 {
+			t.Fatalf("refund: %v %v", msgs, err)
+		}
+		n, _ := msgs[0].ToInt64()
+		return n
+	}
+	for _, p := range []*limiter.Policy{fixed(t, "rf.fw", 5, time.Hour), sliding(t, "rf.sw", 5, time.Hour), bucket(t, "rf.tb", 5, 1, time.Hour)} {
+		sub := subjectOf("refund")
+		key := keyOf(p, sub)
+		e.do("DEL", key)
+		_, r1 := e.runBatch([]batchReq{{p: p, sub: sub, cost: 2}})
+		before := e.hash(key)
+		_, r2 := e.runBatch([]batchReq{{p: p, sub: sub, cost: 3}})
+		if r1[0].Status != limiter.StatusAllowed || r2[0].Status != limiter.StatusAllowed {
+			t.Fatalf("%s: %+v %+v", p.ID(), r1, r2)
+		}
+		if n := refund(p, key, 3, r2[0].EffectiveNowMs); n != 1 {
+			t.Fatalf("%s: refund replied %d", p.ID(), n)
+		}
+		after := e.hash(key)
+		// The counters are back to what the first batch left; last (and
+		// the token bucket's refill time and remainder, which carry the
+		// time that passed) stay as the second wrote them.
+		for _, f := range []string{"a", "b", "c"} {
+			if p.Algorithm() == limiter.TokenBucket && f != "a" {
+				continue // the refill time and sub-token remainder moved on
+			}
+			if after[f] != before[f] {
+				t.Fatalf("%s: field %s is %s after the refund, %s before the batch", p.ID(), f, after[f], before[f])
+			}
+		}
+		// Never above the capacity, never below zero.
+		refund(p, key, 5, r2[0].EffectiveNowMs)
+		h := e.hash(key)
+		switch p.Algorithm() {
+		case limiter.TokenBucket:
+			if h["a"] != "5" || h["c"] != "0" {
+				t.Fatalf("%s: over-refunded bucket %v", p.ID(), h)
+			}
+		default:
+			if h["b"] != "0" {
+				t.Fatalf("%s: over-refunded count %v", p.ID(), h)
+			}
+		}
+		// Another window (or an older bucket state): nothing to give back.
+		if p.Algorithm() != limiter.TokenBucket {
+			if n := refund(p, key, 1, r2[0].EffectiveNowMs+2*p.WindowMillis()); n != 0 {
+				t.Fatalf("%s: refunded into another window", p.ID())
+			}
+		} else if n := refund(p, key, 1, r2[0].EffectiveNowMs+1); n != 0 {
+			t.Fatalf("%s: refunded a bucket written before the batch", p.ID())
+		}
+		e.do("DEL", key)
+		if n := refund(p, key, 1, r2[0].EffectiveNowMs); n != 0 || e.do("EXISTS", key) != int64(0) {
+			t.Fatalf("%s: refund of a missing key", p.ID())
+		}
+	}
+}

@@ -1,0 +1,136 @@
+package redis
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/binary"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/envoy-rls/envoy-rls/internal/limitertest"
+	"github.com/envoy-rls/envoy-rls/internal/redistest"
+	"github.com/envoy-rls/envoy-rls/pkg/limiter"
+)
+
+// TestClusterBatch runs the batch rule on a local six-node Redis Cluster:
+// the parity table and the exactness check with one shared hash tag (one
+// slot: one atomic program), and a batch split over two slots, whose refund
+// and best-effort window (docs/consistency.md) it observes through the
+// store's test hook.
+func TestClusterBatch(t *testing.T) {
+	if testing.Short() {
+		t.Skip("cluster topology: skipped with -short")
+	}
+	t.Parallel()
+	c := redistest.StartCluster(t)
+	cfg := Config{Addrs: c.Addrs(), Mode: ModeCluster, Timeout: 5 * time.Second}
+	s := newStore(t, cfg)
+	sharedTag := func(name string) limiter.Tag {
+		var tag limiter.Tag
+		h := sha256.Sum256([]byte(name))
+		copy(tag[:], h[:])
+		return tag
+	}
+
+	t.Run("table with a shared hash tag", func(t *testing.T) {
+		limitertest.Run(t, s, limitertest.Config{Prefix: limitertest.Prefix(), Tag: sharedTag})
+	})
+
+	t.Run("exactness with a shared hash tag, 3 stores x 32 goroutines", func(t *testing.T) {
+		stores := []limiter.Store{s, newStore(t, cfg), newStore(t, cfg)}
+		limitertest.Exactness(t, stores, limitertest.Config{Prefix: limitertest.Prefix(), Tag: sharedTag}, 32, 3, 100)
+	})
+
+	// Two tags in different slots (and, with three masters, usually on
+	// different nodes).
+	tagA, tagB := limiter.Tag{1}, limiter.Tag{2}
+	for i := uint64(3); KeySlot(tagKey(tagA)) == KeySlot(tagKey(tagB)); i++ {
+		binary.BigEndian.PutUint64(tagB[:], i)
+	}
+	prefix := limitertest.Prefix()
+	user := fixed(t, prefix+".user", 5, farWindow)
+	tenant := fixed(t, prefix+".tenant", 1, farWindow)
+	hget := func(key, field string) string {
+		t.Helper()
+		v, _ := c.MasterFor(key).MustDo("HGET", key, field).(string)
+		return v
+	}
+
+	t.Run("cross-slot: the denying slot's refusal is refunded on the other", func(t *testing.T) {
+		us, ts := subjectOf(prefix+"/user"), subjectOf(prefix+"/tenant")
+		ureq := limiter.Request{Policy: user, Subject: us, Cost: 1, Tag: tagA}
+		treq := limiter.Request{Policy: tenant, Subject: ts, Cost: 1, Tag: tagB}
+		ukey := string(ureq.Key(nil))
+		out := make([]limiter.Outcome, 2)
+		s.Evaluate(context.Background(), []limiter.Request{treq}, out[:1]) // exhaust the tenant
+		if !out[0].Decision.Consumed {
+			t.Fatalf("tenant: %+v", out[0])
+		}
+		// The window: between the user's slot committing and the refund,
+		// the user's counter shows the cost (another request would see 4
+		// left, not 5).
+		var during atomic.Value
+		s.beforeRefund = func() { during.Store(hget(ukey, "b")) }
+		defer func() { s.beforeRefund = nil }()
+		s.Evaluate(context.Background(), []limiter.Request{ureq, treq}, out)
+		if d := out[0].Decision; out[0].Kind != limiter.Evaluated || !d.Allowed || d.Consumed || d.Remaining != 5 {
+			t.Fatalf("user: %+v, want allowed, not consumed, 5 left", out[0])
+		}
+		if d := out[1].Decision; d.Allowed || d.Consumed {
+			t.Fatalf("tenant: %+v, want denied", out[1])
+		}
+		if during.Load() != "1" {
+			t.Fatalf("during the window the user's count read %v, want 1 (the committed cost)", during.Load())
+		}
+		if b := hget(ukey, "b"); b != "0" {
+			t.Fatalf("after the refund the user's count is %s, want 0", b)
+		}
+		// Another request consuming inside the window keeps its own cost:
+		// the refund gives back exactly what this batch took.
+		s2 := newStore(t, cfg)
+		s.beforeRefund = func() {
+			o := make([]limiter.Outcome, 1)
+			s2.Evaluate(context.Background(), []limiter.Request{ureq}, o)
+			if !o[0].Decision.Consumed || o[0].Decision.Remaining != 3 {
+				t.Errorf("inside the window: %+v, want 3 left (it saw the batch's cost)", o[0])
+			}
+		}
+		s.Evaluate(context.Background(), []limiter.Request{ureq, treq}, out)
+		if b := hget(ukey, "b"); b != "1" {
+			t.Fatalf("after the second refund the user's count is %s, want 1 (the other request's)", b)
+		}
+	})
+
+	t.Run("cross-slot: quota limits are decided over every slot", func(t *testing.T) {
+		qa := mustPolicy(t, limiter.PolicySpec{ID: prefix + ".qa", Algorithm: limiter.FixedWindow, Params: limiter.FixedWindowParams{Limit: 1, Window: farWindow}})
+		qb := mustPolicy(t, limiter.PolicySpec{ID: prefix + ".qb", Algorithm: limiter.FixedWindow, Params: limiter.FixedWindowParams{Limit: 2, Window: farWindow}})
+		sub := subjectOf(prefix + "/quota")
+		a := limiter.Request{Policy: qa, Subject: sub, Cost: 1, Mode: limiter.ModeQuota, Tag: tagA}
+		b := limiter.Request{Policy: qb, Subject: sub, Cost: 1, Mode: limiter.ModeQuota, Tag: tagB}
+		out := make([]limiter.Outcome, 2)
+		for i, want := range []struct {
+			consumedA, consumedB bool
+			remA, remB           int64
+		}{
+			{true, true, 0, 1},   // both allow
+			{false, true, 0, 0},  // a over, b allows: commits (b in the other slot consumes)
+			{false, false, 0, 0}, // both over: nothing
+		} {
+			s.Evaluate(context.Background(), []limiter.Request{a, b}, out)
+			da, db := out[0].Decision, out[1].Decision
+			if da.Consumed != want.consumedA || db.Consumed != want.consumedB || da.Remaining != want.remA || db.Remaining != want.remB {
+				t.Fatalf("call %d: a %+v b %+v, want %+v", i, da, db, want)
+			}
+		}
+		if v := hget(string(b.Key(nil)), "b"); v != "2" {
+			t.Fatalf("qb consumed %s, want 2", v)
+		}
+	})
+}
+
+func tagKey(tag limiter.Tag) string {
+	var sub limiter.SubjectDigest
+	p, _ := limiter.NewPolicy(limiter.PolicySpec{ID: "k", Algorithm: limiter.FixedWindow, Params: limiter.FixedWindowParams{Limit: 1, Window: time.Second}})
+	return string(limiter.StorageKey(nil, p, sub, tag))
+}

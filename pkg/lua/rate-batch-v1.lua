@@ -1,0 +1,186 @@
+-- rate-batch-v1.lua: every limit of one Envoy request, all or nothing,
+-- version 1 (docs/algorithms.md, limiter.Store).
+--
+-- KEYS[1..N]  the state hashes (limiter.StorageKey); on a Redis Cluster all
+--             in one slot (one hash tag)
+-- ARGV        two fields per key, key i at ARGV[2*(i-1)+1 ..]:
+--   1 policy ID            [a-z0-9._:/-]{1,128}
+--   2 the numbers, packed big-endian as struct.pack('>BBddddddd'): one
+--     string and one struct.unpack per key instead of nine decimal strings
+--     to intern and parse (each costs Redis CPU):
+--       algorithm            1 fixed_window, 2 sliding_window, 3 token_bucket
+--       flags                role + 4 * failOpen; role 0 ordinary, 1 shadow,
+--                            2 quota, 3 check (limiter.Mode)
+--       policy revision      1..2^32-1
+--       limit (capacity)     as the v1 program of the algorithm
+--       window ms (fixed, sliding) | refill amount (token bucket, reduced)
+--       0 (fixed, sliding) | refill period ms (token bucket, reduced)
+--       cleanup grace ms     0..ten years
+--       max clock regression ms  0..ten years
+--       cost                 1..limit
+--     Doubles carry every integer below 2^53 exactly; each is checked
+--     integral and in range.
+-- A key whose fields are invalid answers INVALID (a failure, below); a
+-- wrong number of arguments, or a packed field of the wrong length, is an
+-- error reply.
+--
+-- It reads TIME once, then checks every key in order, writing nothing: the
+-- state a key would have after an allowed request is kept in the program,
+-- so a later key naming the same hash sees it. Then the batch commits iff
+-- every ordinary key is ALLOWED and, when there are quota keys, at least one
+-- of them is (limiter.Commits: a failure status — CLOCK_UNSAFE,
+-- STATE_INCOMPATIBLE, INVALID — counts as a denial, unless failOpen, when
+-- the key takes no part; shadow and check keys never block). On commit every
+-- ALLOWED key but the check ones is written: one HSET (of every field for a
+-- new hash, of last, a, b and c otherwise) and one PEXPIRE per key (the last
+-- state of a key named twice). Library functions are locals and numbers are
+-- not formatted (see the prelude): Redis CPU per key is what issue 8 budgets.
+--
+-- Reply: an array of 1 + 7N values
+--   1      committed: 1 or 0 (integer)
+--   then per key the seven fields of the v1 programs: status (bulk string),
+--   serverNowMillis, effectiveNowMillis, limit, remaining, retryAfterMillis,
+--   resetAtMillis (integers, exact below 2^53: each is checked integral and
+--   in range before it is returned, else the program raises). An ALLOWED key
+--   that did not consume (the batch did not commit, or a check key) replies
+--   its remaining and reset-at before its cost (limiter.Check's held reply).
+-- Runs on Redis 7.0+ and Valkey.
+
+-- #include prelude.lua
+-- #include fixed-window.lua
+-- #include sliding-window.lua
+-- #include token-bucket.lua
+
+-- The store's clock, read exactly once.
+local serverNow = millis(redis.call('TIME'))
+
+local NARG = 2
+local n = #KEYS
+if n < 1 or #ARGV ~= n * NARG then
+  return redis.error_reply('envoy-rls: rate-batch-v1 takes 2 arguments per key')
+end
+
+local ALG = { 'fixed_window', 'sliding_window', 'token_bucket' }
+local STEP = { fixed_window, sliding_window, token_bucket }
+local unpack = struct.unpack
+-- num is x when it is an integer in [lo, hi], else nil (NaN fails too).
+local function num(x, lo, hi)
+  if x >= lo and x <= hi and x % 1 == 0 then
+    return x
+  end
+  return nil
+end
+local out = { 0 }
+-- pending: key -> nil (not looked at yet), 'none' (no state), false
+-- (incompatible) or the state after the tentative writes so far.
+local pending = {}
+local fresh = {}  -- key -> true when it had no hash before this call
+local writes = {} -- i -> the state an ALLOWED key would write (see below)
+local last = {}   -- key -> the last i that writes it
+local blocked, quota, quotaAllows = false, 0, false
+
+for i = 1, n do
+  local base = (i - 1) * NARG
+  local key = KEYS[i]
+  local a1, flags, rev, p1, p2, p3, grace, maxRegression, cost = unpack('>BBddddddd', ARGV[base + 2])
+  local alg, step = ALG[a1], STEP[a1]
+  local role, failOpen = 0, false
+  flags = num(flags, 0, 7)
+  if flags then
+    role = flags % 4
+    failOpen = flags >= 4
+  end
+  local status, eff, limit, remaining, retry, resetAt = 'INVALID', serverNow, 0, 0, 0, 0
+  local policy = policyID(ARGV[base + 1])
+  rev = num(rev, 1, 4294967295)
+  p1 = num(p1, 0, MAX)
+  p2 = num(p2, 0, MAX)
+  p3 = num(p3, 0, MAX_DURATION)
+  grace = num(grace, 0, MAX_DURATION)
+  maxRegression = num(maxRegression, 0, MAX_DURATION)
+  cost = num(cost, 1, MAX)
+  local valid = step and flags and policy and rev and p1 and p2 and p3 and grace and maxRegression and cost and cost <= p1
+  if valid then
+    if alg == 'token_bucket' then
+      valid = token_bucket_valid(p1, p2, p3)
+    elseif alg == 'sliding_window' then
+      valid = p3 == 0 and sliding_window_valid(p1, p2)
+    else
+      valid = p3 == 0 and fixed_window_valid(p1, p2)
+    end
+  end
+  if valid then
+    limit = p1
+    local st = pending[key]
+    if st == nil then
+      st = load(key, alg, policy, rev)
+      if st == nil then
+        pending[key], fresh[key] = 'none', true
+      else
+        pending[key] = st
+      end
+    elseif st == 'none' then
+      st = nil
+    end
+    if st == false or (alg == 'sliding_window' and not sliding_window_compatible(st)) then
+      status = 'STATE_INCOMPATIBLE'
+    else
+      local now = clock(st, serverNow, maxRegression)
+      if not now then
+        status = 'CLOCK_UNSAFE'
+      else
+        eff = now
+        local allowed, a, b, c, ttl, heldRem, heldReset
+        allowed, a, b, c, ttl, remaining, retry, resetAt, heldRem, heldReset = step(st, now, p1, p2, p3, grace, cost)
+        if allowed then
+          status = 'ALLOWED'
+          if role == 3 then
+            remaining, resetAt = heldRem, heldReset
+          else
+            -- Both the write and the state a later key on this hash sees.
+            local w = { last = now, a = a, b = b, c = c, ttl = ttl, held = heldRem, heldReset = heldReset, rev = rev, alg = alg }
+            writes[i], pending[key], last[key] = w, w, i
+          end
+        else
+          status = 'DENIED'
+        end
+      end
+    end
+  end
+  -- limiter.Commits
+  if role == 0 or role == 2 then
+    if failOpen and status ~= 'ALLOWED' and status ~= 'DENIED' then
+      -- A fail-open failure takes no part.
+    elseif role == 2 then
+      quota = quota + 1
+      if status == 'ALLOWED' then
+        quotaAllows = true
+      end
+    elseif status ~= 'ALLOWED' then
+      blocked = true
+    end
+  end
+  local j = 1 + (i - 1) * 7
+  out[j + 1], out[j + 2], out[j + 3], out[j + 4], out[j + 5], out[j + 6], out[j + 7] =
+    status, exact(serverNow), exact(eff), exact(limit), exact(remaining), exact(retry), exact(resetAt)
+end
+
+local commit = not blocked and (quota == 0 or quotaAllows)
+for i = 1, n do
+  local w = writes[i]
+  if w then
+    if commit then
+      local key = KEYS[i]
+      if last[key] == i then
+        store(key, fresh[key], w.alg, ARGV[(i - 1) * NARG + 1], w.rev, w.last, w.a, w.b, w.c, w.ttl)
+      end
+    else
+      local j = 1 + (i - 1) * 7
+      out[j + 5], out[j + 7] = exact(w.held), exact(w.heldReset)
+    end
+  end
+end
+if commit then
+  out[1] = 1
+end
+return out

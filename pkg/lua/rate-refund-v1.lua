@@ -1,0 +1,77 @@
+-- rate-refund-v1.lua: give back what a committed rate-batch-v1 took, when
+-- the request it was part of did not commit elsewhere (a Redis Cluster batch
+-- split over several slots; docs/consistency.md). Version 1.
+--
+-- KEYS[1..N]  the state hashes the batch wrote (one slot)
+-- ARGV        eight fields per key, key i at ARGV[8*(i-1)+1 ..]:
+--   1 algorithm, 2 policy ID, 3 policy revision, 4 limit (capacity),
+--   5 window ms | refill amount, 6 0 | refill period ms (as rate-batch-v1),
+--   7 cost taken, 8 effectiveNowMillis of the batch's reply
+--
+-- Per key, only when the hash still holds this policy's state (same schema,
+-- algorithm, policy and revision: otherwise it rolled or expired, and what
+-- was taken went with it):
+--   fixed window    the same window (effectiveNow / window): consumed -= cost
+--   sliding window  the same window: current -= cost; the next window: the
+--                   previous count -= cost
+--   token bucket    written at or after effectiveNow: tokens += cost
+-- never below zero and never above the capacity (a full bucket drops its
+-- sub-token remainder, as the algorithm does). One HSET of the changed
+-- fields; the TTL is kept. It does not read TIME.
+--
+-- Reply: an array of N integers, 1 refunded, 0 nothing to refund.
+-- A wrong number of arguments is an error reply.
+
+-- #include prelude.lua
+
+local max = math.max
+local NARG = 8
+local n = #KEYS
+if n < 1 or #ARGV ~= n * NARG then
+  return redis.error_reply('envoy-rls: rate-refund-v1 takes 8 arguments per key')
+end
+local out = {}
+for i = 1, n do
+  local base = (i - 1) * NARG
+  local key = KEYS[i]
+  local alg = ARGV[base + 1]
+  local policy = policyID(ARGV[base + 2])
+  local rev = uint(ARGV[base + 3], 1, 4294967295)
+  local limit = uint(ARGV[base + 4], 0, MAX)
+  local p2 = uint(ARGV[base + 5], 1, MAX)
+  local p3 = uint(ARGV[base + 6], 0, MAX_DURATION)
+  local cost = uint(ARGV[base + 7], 1, MAX)
+  local at = uint(ARGV[base + 8], 0, MAX)
+  local done = 0
+  if policy and rev and limit and p2 and p3 and cost and at then
+    local st = load(key, alg, policy, rev)
+    if st then
+      if alg == 'fixed_window' then
+        if st.a == idiv(at, p2) then
+          redis.call('HSET', key, 'b', exact(max(0, st.b - cost)))
+          done = 1
+        end
+      elseif alg == 'sliding_window' then
+        local w = idiv(at, p2)
+        if st.a == w then
+          redis.call('HSET', key, 'b', exact(max(0, st.b - cost)))
+          done = 1
+        elseif st.a == w + 1 then
+          redis.call('HSET', key, 'c', exact(max(0, st.c - cost)))
+          done = 1
+        end
+      elseif alg == 'token_bucket' and p3 >= 1 then
+        if st.b >= at then
+          local tokens, rem = st.a + cost, st.c
+          if tokens >= limit then
+            tokens, rem = limit, 0
+          end
+          redis.call('HSET', key, 'a', exact(tokens), 'c', exact(rem))
+          done = 1
+        end
+      end
+    end
+  end
+  out[i] = done
+end
+return out
