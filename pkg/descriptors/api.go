@@ -83,6 +83,15 @@ type Rule struct {
 	Metadata map[string]any
 	// Source is "file:line" of the descriptor that defines the rule.
 	Source string
+	// Colocate is the `colocate` extension: the key of an entry of this
+	// descriptor or an enclosing one ("" when unset). The limit's Redis
+	// Cluster hash tag (Match.Tag) is then an HMAC of that entry's key and
+	// value, so that every limit colocated on one entry value (a tenant's
+	// limit and its users' limits, say) shares a slot and is evaluated in
+	// one atomic program.
+	Colocate string
+	// colocateAt is the index, in the matched entries, of the Colocate entry.
+	colocateAt int
 }
 
 // Match is the result of matching one descriptor.

@@ -347,6 +347,20 @@ func (c *compiler) rule(d *domain, n *node, rd *rawDesc, named map[string]limitS
 	if ls.unlimited {
 		r.UnitMultiplier = 0
 	}
+	if rd.colocate != "" {
+		at := -1
+		for i, seg := range path {
+			if seg.key == rd.colocate {
+				at = i
+				break
+			}
+		}
+		if at < 0 {
+			c.ps.add(c.file, rd.colocatePos.line, rd.colocatePos.col, "colocate names %q, which is not the key of this descriptor or of an enclosing one", truncate(rd.colocate, 80))
+		} else {
+			r.Colocate, r.colocateAt = rd.colocate, at
+		}
+	}
 	if rl != nil {
 		r.Name = rl.name
 		for _, ref := range rl.replaces {

@@ -64,6 +64,8 @@ type rawDesc struct {
 	valueToMetric  bool
 	metadata       map[string]any
 	hasDescriptors bool
+	colocate       string
+	colocatePos    pos
 }
 
 type nameRef struct {
@@ -463,8 +465,16 @@ func (p *parser) descriptor(n *yaml.Node, depth int) *rawDesc {
 			d.valueToMetric, _ = p.boolean(v, "value_to_metric")
 		case "metadata":
 			d.metadata = p.metadata(v)
+		case "colocate":
+			d.colocatePos = at(k)
+			if s, ok := p.str(v, "colocate"); ok {
+				d.colocate = s
+				if s == "" {
+					p.errorf(k, "colocate must name a descriptor key")
+				}
+			}
 		default:
-			p.errorf(k, "unknown key %q in a descriptor (expected key, value, rate_limit, policy, descriptors, shadow_mode, quota_mode, share_threshold, detailed_metric, value_to_metric, metadata)", key)
+			p.errorf(k, "unknown key %q in a descriptor (expected key, value, rate_limit, policy, descriptors, shadow_mode, quota_mode, share_threshold, detailed_metric, value_to_metric, metadata, colocate)", key)
 		}
 	})
 	if !ok {

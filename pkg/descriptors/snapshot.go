@@ -288,6 +288,9 @@ func (s *Snapshot) Match(domain string, entries []Entry) (Match, bool) {
 	m := Match{Rule: r}
 	if r.Policy != nil {
 		m.Subject = s.subject(r.Policy.ID(), entries, path[:len(entries)])
+		if r.Colocate != "" {
+			m.Tag = s.tag(entries[r.colocateAt], path[r.colocateAt])
+		}
 	}
 	return m, true
 }
@@ -382,4 +385,42 @@ func (s *Snapshot) subject(policyID string, entries []Entry, path []*node) limit
 func appendField(b []byte, s string) []byte {
 	b = binary.BigEndian.AppendUint32(b, uint32(len(s)))
 	return append(b, s...)
+}
+
+// Colocation tag encoding (HMAC-SHA256 input), version 1:
+//
+//	0x02 'c'
+//	u32 len(key) key, tag byte, u32 len(v) v
+//
+// with the tag byte and v as in the subject encoding (a share_threshold
+// entry uses its pattern). The policy ID is not part of it: every rule that
+// colocates on one entry value gets the same tag. The first 8 bytes of the
+// digest are the tag; 0x02 keeps it apart from any subject digest.
+const tagVersion = 2
+
+// tag computes the colocation hash tag of one matched entry.
+func (s *Snapshot) tag(e Entry, n *node) limiter.Tag {
+	st := s.macs.Get().(*macState)
+	b := append(st.buf[:0], tagVersion, 'c')
+	b = appendField(b, e.Key)
+	if n != nil && n.share {
+		b = append(b, 'p')
+		b = appendField(b, n.pattern)
+	} else {
+		b = append(b, 'v')
+		b = appendField(b, e.Value)
+	}
+	st.mac.Reset()
+	st.mac.Write(b)
+	st.mac.Sum(st.sum[:0])
+	var out limiter.Tag
+	copy(out[:], st.sum[:])
+	if out == (limiter.Tag{}) {
+		out[7] = 1 // zero means "derive from the subject"
+	}
+	if cap(b) <= maxPooledBuf {
+		st.buf = b
+	}
+	s.macs.Put(st)
+	return out
 }
