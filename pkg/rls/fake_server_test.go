@@ -103,6 +103,52 @@ func TestFakeFailureModes(t *testing.T) {
 	}
 }
 
+// A store that stops answering must not use up the caller's deadline: the
+// answer by failure mode has to reach Envoy before Envoy gives up.
+func TestHungStoreStillAnswersByFailureModeBeforeTheDeadline(t *testing.T) {
+	for _, deadline := range []time.Duration{20 * time.Millisecond, 300 * time.Millisecond} {
+		t.Run(deadline.String(), func(t *testing.T) {
+			h := fakeHarness(t, &fakeStore{hang: true}, nil)
+			ctx, cancel := context.WithTimeout(context.Background(), deadline)
+			defer cancel()
+			resp, err := h.client.ShouldRateLimit(ctx, request("d", desc("user", "bob")))
+			if err != nil {
+				t.Fatalf("hung store: %v, want the closed policy's OVER_LIMIT", err)
+			}
+			if resp.OverallCode != rlsv3.RateLimitResponse_OVER_LIMIT || headers(resp)[HeaderRetryAfter] == "" {
+				t.Fatalf("hung store: %v %v, want OVER_LIMIT with Retry-After", resp.OverallCode, headers(resp))
+			}
+		})
+	}
+}
+
+func TestStoreContextKeepsAReserve(t *testing.T) {
+	now := time.Now()
+	for _, tc := range []struct {
+		left, reserve time.Duration
+	}{
+		{5 * time.Millisecond, MinAnswerReserve},
+		{100 * time.Millisecond, 10 * time.Millisecond},
+		{10 * time.Second, MaxAnswerReserve},
+	} {
+		ctx, cancel := context.WithDeadline(context.Background(), now.Add(tc.left))
+		sctx, scancel := storeContext(ctx, now)
+		got, _ := sctx.Deadline()
+		if want := now.Add(tc.left - tc.reserve); !got.Equal(want) {
+			t.Errorf("%v left: store deadline %v, want %v", tc.left, got.Sub(now), want.Sub(now))
+		}
+		scancel()
+		cancel()
+	}
+	// No deadline: the store gets the caller's context as it is.
+	bg := context.Background()
+	if sctx, scancel := storeContext(bg, now); sctx != bg {
+		t.Fatal("a context without deadline was replaced")
+	} else {
+		scancel()
+	}
+}
+
 func TestFakePanicIsInternal(t *testing.T) {
 	store := &fakeStore{panics: true}
 	h := fakeHarness(t, store, nil)

@@ -71,15 +71,25 @@ func fakeRule(id string, rpu uint32, unit descriptors.Unit) *descriptors.Rule {
 // fakeStore is a fixed-window counter (batches all or nothing; a state
 // twice in one batch is not modelled), or a store that fails or panics.
 type fakeStore struct {
-	mu      sync.Mutex
-	now     time.Time
-	used    map[string]int64
-	fail    limiter.OutcomeKind // 0: evaluate
-	panics  bool
+	mu     sync.Mutex
+	now    time.Time
+	used   map[string]int64
+	fail   limiter.OutcomeKind // 0: evaluate
+	panics bool
+	// hang makes Evaluate wait for its context to end, then answer
+	// Indeterminate, as a store whose server stopped answering does.
+	hang    bool
 	batches int
 }
 
-func (f *fakeStore) Evaluate(_ context.Context, batch []limiter.Request, out []limiter.Outcome) {
+func (f *fakeStore) Evaluate(ctx context.Context, batch []limiter.Request, out []limiter.Outcome) {
+	if f.hang {
+		<-ctx.Done()
+		for i := range batch {
+			out[i] = limiter.IndeterminateOutcome(time.Second, ctx.Err())
+		}
+		return
+	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.batches++

@@ -341,7 +341,9 @@ func (s *Server) evaluate(ctx context.Context, req *rlsv3.RateLimitRequest, rule
 		}
 		sc.outs = sc.outs[:n]
 		t0 := time.Now()
-		s.store.Evaluate(ctx, sc.batch, sc.outs)
+		sctx, cancel := storeContext(ctx, t0)
+		s.store.Evaluate(sctx, sc.batch, sc.outs)
+		cancel()
 		s.metrics.observeStore(time.Since(t0))
 	} else {
 		sc.outs = sc.outs[:0]
@@ -375,4 +377,26 @@ func markReplaced(slots []slot) {
 			}
 		}
 	}
+}
+
+// Bounds of the answer reserve: the part of the caller's deadline kept back
+// from the store so that a slow store still leaves time to answer by the
+// policy's failure mode before Envoy gives up.
+const (
+	MinAnswerReserve = 1 * time.Millisecond
+	MaxAnswerReserve = 50 * time.Millisecond
+)
+
+// storeContext gives the store the caller's deadline less a reserve of a
+// tenth of the time left, clamped to [MinAnswerReserve, MaxAnswerReserve].
+// Without it a hung store would use the whole deadline, the answer would
+// arrive after Envoy had given up, and Envoy's own failure_mode_deny would
+// decide instead of the policy's failure mode.
+func storeContext(ctx context.Context, now time.Time) (context.Context, context.CancelFunc) {
+	dl, ok := ctx.Deadline()
+	if !ok {
+		return ctx, func() {}
+	}
+	reserve := min(max(dl.Sub(now)/10, MinAnswerReserve), MaxAnswerReserve)
+	return context.WithDeadline(ctx, dl.Add(-reserve))
 }
