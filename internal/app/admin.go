@@ -14,9 +14,15 @@ import (
 // readyTimeout bounds the store check of one /readyz request.
 const readyTimeout = time.Second
 
-// adminHandler serves /healthz, /readyz, /metrics and /config.
+// adminHandler serves /healthz, /readyz, /metrics and /config, and with
+// --pprof the net/http/pprof handlers under /debug/pprof/. They are
+// registered on this mux only (never on http.DefaultServeMux: see
+// registerPprof), so that profiles are off unless asked for.
 func (s *server) adminHandler() http.Handler {
 	mux := http.NewServeMux()
+	if s.opts.Pprof {
+		registerPprof(mux)
+	}
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		writeText(w, http.StatusOK, "ok")
 	})

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
@@ -461,5 +462,28 @@ func TestReloadOnFileChange(t *testing.T) {
 	r.check(t, "w")
 	if got := r.check(t, "w").OverallCode; got != rlsv3.RateLimitResponse_OVER_LIMIT {
 		t.Fatalf("the changed limit is not in force: %v", got)
+	}
+}
+
+func TestPprofOnlyWithFlag(t *testing.T) {
+	dir := t.TempDir()
+	rules := writeRules(t, dir, testRules)
+	off := startServe(t, []string{"--config", rules}, nil, hooks{})
+	if code, _ := off.get(t, "/debug/pprof/"); code != http.StatusNotFound {
+		t.Fatalf("/debug/pprof/ without --pprof: %d, want 404", code)
+	}
+	on := startServe(t, []string{"--config", rules, "--pprof"}, nil, hooks{})
+	if code, body := on.get(t, "/debug/pprof/"); code != 200 || !strings.Contains(body, "goroutine") {
+		t.Fatalf("/debug/pprof/ with --pprof: %d %q", code, body)
+	}
+	if code, _ := on.get(t, "/debug/pprof/allocs?debug=1"); code != 200 {
+		t.Fatalf("/debug/pprof/allocs with --pprof: %d", code)
+	}
+	if code, body := on.get(t, "/debug/pprof/profile?seconds=1"); code != 200 || len(body) == 0 {
+		t.Fatalf("/debug/pprof/profile with --pprof: %d, %d bytes", code, len(body))
+	}
+	// Never on the default mux: another listener must not see them.
+	if _, pattern := http.DefaultServeMux.Handler(httptest.NewRequest("GET", "/debug/pprof/", nil)); pattern != "" {
+		t.Fatalf("pprof registered on http.DefaultServeMux (pattern %q)", pattern)
 	}
 }

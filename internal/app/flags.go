@@ -45,6 +45,7 @@ type Options struct {
 	DefaultHeaders   string
 	MemoryMaxEntries int
 	DrainTimeout     time.Duration
+	Pprof            bool
 
 	RedisAddr           string
 	RedisMode           string
@@ -71,6 +72,7 @@ func serveFlags(o *Options, output io.Writer) *flag.FlagSet {
 	fs.StringVar(&o.DefaultHeaders, "default-headers", DefaultHeaders, "response headers for rules that do not set `headers`: full, retry_after or none")
 	fs.IntVar(&o.MemoryMaxEntries, "memory-max-entries", DefaultMemoryMaxEntries, "memory store: the most subjects held at once")
 	fs.DurationVar(&o.DrainTimeout, "drain-timeout", DefaultDrainTimeout, "on SIGTERM/SIGINT, how long in-flight calls may take to finish")
+	fs.BoolVar(&o.Pprof, "pprof", false, "serve net/http/pprof profiles under /debug/pprof/ on the admin address (CPU and heap profiles of live traffic; off by default)")
 	fs.StringVar(&o.RedisAddr, "redis-addr", "", "Redis address(es), comma-separated (sentinels in sentinel mode, seeds in cluster mode)")
 	fs.StringVar(&o.RedisMode, "redis-mode", DefaultRedisMode, "Redis deployment: auto (asks the server), standalone, sentinel or cluster")
 	fs.StringVar(&o.RedisSentinelMaster, "redis-sentinel-master", "", "Redis Sentinel master name (sentinel mode)")
