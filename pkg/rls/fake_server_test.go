@@ -106,7 +106,10 @@ func TestFakeFailureModes(t *testing.T) {
 // A store that stops answering must not use up the caller's deadline: the
 // answer by failure mode has to reach Envoy before Envoy gives up.
 func TestHungStoreStillAnswersByFailureModeBeforeTheDeadline(t *testing.T) {
-	for _, deadline := range []time.Duration{20 * time.Millisecond, 300 * time.Millisecond} {
+	// The deadline is generous (the reserve is then 50ms) so that a busy
+	// machine under -race still answers in time: this checks the mechanism,
+	// not a latency.
+	for _, deadline := range []time.Duration{500 * time.Millisecond} {
 		t.Run(deadline.String(), func(t *testing.T) {
 			h := fakeHarness(t, &fakeStore{hang: true}, nil)
 			ctx, cancel := context.WithTimeout(context.Background(), deadline)
@@ -128,7 +131,7 @@ func TestStoreContextKeepsAReserve(t *testing.T) {
 		left, reserve time.Duration
 	}{
 		{5 * time.Millisecond, MinAnswerReserve},
-		{100 * time.Millisecond, 10 * time.Millisecond},
+		{100 * time.Millisecond, 20 * time.Millisecond},
 		{10 * time.Second, MaxAnswerReserve},
 	} {
 		ctx, cancel := context.WithDeadline(context.Background(), now.Add(tc.left))

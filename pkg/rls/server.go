@@ -383,12 +383,12 @@ func markReplaced(slots []slot) {
 // from the store so that a slow store still leaves time to answer by the
 // policy's failure mode before Envoy gives up.
 const (
-	MinAnswerReserve = 1 * time.Millisecond
+	MinAnswerReserve = 2 * time.Millisecond
 	MaxAnswerReserve = 50 * time.Millisecond
 )
 
 // storeContext gives the store the caller's deadline less a reserve of a
-// tenth of the time left, clamped to [MinAnswerReserve, MaxAnswerReserve].
+// fifth of the time left, clamped to [MinAnswerReserve, MaxAnswerReserve].
 // Without it a hung store would use the whole deadline, the answer would
 // arrive after Envoy had given up, and Envoy's own failure_mode_deny would
 // decide instead of the policy's failure mode.
@@ -397,6 +397,6 @@ func storeContext(ctx context.Context, now time.Time) (context.Context, context.
 	if !ok {
 		return ctx, func() {}
 	}
-	reserve := min(max(dl.Sub(now)/10, MinAnswerReserve), MaxAnswerReserve)
+	reserve := min(max(dl.Sub(now)/5, MinAnswerReserve), MaxAnswerReserve)
 	return context.WithDeadline(ctx, dl.Add(-reserve))
 }
