@@ -33,6 +33,7 @@ import (
 
 	"github.com/envoy-rls/envoy-rls/pkg/descriptors"
 	"github.com/envoy-rls/envoy-rls/pkg/limiter"
+	"github.com/envoy-rls/envoy-rls/pkg/limiter/denycache"
 	"github.com/envoy-rls/envoy-rls/pkg/limiter/memory"
 	"github.com/envoy-rls/envoy-rls/pkg/rls"
 )
@@ -251,10 +252,17 @@ func serve(ctx context.Context, o Options, getenv func(string) string, log *zap.
 	if h.wrapStore != nil {
 		store = h.wrapStore(store)
 	}
-	s.store = store
 	if p, ok := store.(pinger); ok {
 		s.ping = p
 	}
+	if o.LocalCache {
+		// In front of the store (and of any test wrapper): it repeats the
+		// store's own denials.
+		if store, err = denycache.New(denycache.Config{Store: store, Size: o.LocalCacheSize, Observer: cacheObserver{s.metrics}}); err != nil {
+			return err
+		}
+	}
+	s.store = store
 
 	svc, err := rls.New(rls.Config{
 		Rules:          s.rules.rules,
@@ -410,6 +418,11 @@ func (s *server) setServing(ok bool) {
 	s.health.SetServingStatus("", st)
 	s.health.SetServingStatus(rlsv3.RateLimitService_ServiceDesc.ServiceName, st)
 }
+
+// cacheObserver counts local deny cache hits.
+type cacheObserver struct{ m *rls.Metrics }
+
+func (o cacheObserver) Hits(n int) { o.m.LocalCacheHits(n) }
 
 // memoryObserver counts what the memory store drops and refuses.
 type memoryObserver struct{ m *rls.Metrics }

@@ -487,3 +487,39 @@ func TestPprofOnlyWithFlag(t *testing.T) {
 		t.Fatalf("pprof registered on http.DefaultServeMux (pattern %q)", pattern)
 	}
 }
+
+// TestLocalCache: a repeated denial is answered by the local deny cache
+// (on by default) and counted; --local-cache=false sends it to the store.
+func TestLocalCache(t *testing.T) {
+	dir := t.TempDir()
+	rules := writeRules(t, dir, testRules)
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--config", rules}, "envoy_rls_local_cache_hits_total 2"},
+		{[]string{"--config", rules, "--local-cache=false"}, "envoy_rls_local_cache_hits_total 0"},
+	} {
+		r := startServe(t, tc.args, nil, hooks{})
+		for i, want := range []rlsv3.RateLimitResponse_Code{rlsv3.RateLimitResponse_OK, rlsv3.RateLimitResponse_OK, rlsv3.RateLimitResponse_OVER_LIMIT, rlsv3.RateLimitResponse_OVER_LIMIT, rlsv3.RateLimitResponse_OVER_LIMIT} {
+			resp := r.check(t, "hot-user")
+			if resp.OverallCode != want {
+				t.Fatalf("%v: call %d: %v, want %v", tc.args, i, resp.OverallCode, want)
+			}
+			if want == rlsv3.RateLimitResponse_OVER_LIMIT && len(resp.ResponseHeadersToAdd) == 0 {
+				t.Fatalf("%v: call %d: a denial without headers", tc.args, i)
+			}
+		}
+		if _, m := r.get(t, "/metrics"); !strings.Contains(m, tc.want) {
+			t.Fatalf("%v: /metrics lacks %q", tc.args, tc.want)
+		}
+	}
+	var o Options
+	fs := serveFlags(&o, io.Discard)
+	if err := parseFlags(fs, []string{"--config", "x", "--local-cache-size", "3"}, func(string) string { return "" }); err != nil {
+		t.Fatal(err)
+	}
+	if err := o.check(); err == nil || !strings.Contains(err.Error(), "--local-cache-size") {
+		t.Fatalf("check: %v, want a --local-cache-size error", err)
+	}
+}

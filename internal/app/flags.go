@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/envoy-rls/envoy-rls/pkg/descriptors"
+	"github.com/envoy-rls/envoy-rls/pkg/limiter/denycache"
 	"github.com/envoy-rls/envoy-rls/pkg/limiter/redis"
 )
 
@@ -32,6 +33,8 @@ const (
 	DefaultRedisMode        = "auto"
 	DefaultRedisTimeout     = redis.DefaultTimeout
 	DefaultRedisPoolSize    = redis.DefaultPoolSize
+	DefaultLocalCache       = true
+	DefaultLocalCacheSize   = denycache.DefaultSize
 )
 
 // Options are the parsed serve flags.
@@ -46,6 +49,8 @@ type Options struct {
 	MemoryMaxEntries int
 	DrainTimeout     time.Duration
 	Pprof            bool
+	LocalCache       bool
+	LocalCacheSize   int
 
 	RedisAddr           string
 	RedisMode           string
@@ -72,6 +77,8 @@ func serveFlags(o *Options, output io.Writer) *flag.FlagSet {
 	fs.StringVar(&o.DefaultHeaders, "default-headers", DefaultHeaders, "response headers for rules that do not set `headers`: full, retry_after or none")
 	fs.IntVar(&o.MemoryMaxEntries, "memory-max-entries", DefaultMemoryMaxEntries, "memory store: the most subjects held at once")
 	fs.DurationVar(&o.DrainTimeout, "drain-timeout", DefaultDrainTimeout, "on SIGTERM/SIGINT, how long in-flight calls may take to finish")
+	fs.BoolVar(&o.LocalCache, "local-cache", DefaultLocalCache, "answer repeated store denials (fixed window, token bucket) locally until their retry time: a hot subject costs one store call per window instead of one per request; exact (see docs/performance.md)")
+	fs.IntVar(&o.LocalCacheSize, "local-cache-size", DefaultLocalCacheSize, "local deny cache: the most denials held at once")
 	fs.BoolVar(&o.Pprof, "pprof", false, "serve net/http/pprof profiles under /debug/pprof/ on the admin address (CPU and heap profiles of live traffic; off by default)")
 	fs.StringVar(&o.RedisAddr, "redis-addr", "", "Redis address(es), comma-separated (sentinels in sentinel mode, seeds in cluster mode)")
 	fs.StringVar(&o.RedisMode, "redis-mode", DefaultRedisMode, "Redis deployment: auto (asks the server), standalone, sentinel or cluster")
@@ -131,6 +138,9 @@ func (o *Options) check() error {
 	}
 	if o.MemoryMaxEntries < 1 {
 		return fmt.Errorf("--memory-max-entries %d: must be at least 1", o.MemoryMaxEntries)
+	}
+	if o.LocalCacheSize < denycache.Shards {
+		return fmt.Errorf("--local-cache-size %d: must be at least %d", o.LocalCacheSize, denycache.Shards)
 	}
 	if o.DrainTimeout <= 0 {
 		return fmt.Errorf("--drain-timeout %v: must be positive", o.DrainTimeout)

@@ -45,6 +45,7 @@ type Metrics struct {
 	memRefused   prometheus.Counter
 	memExpired   prometheus.Counter
 	memEntries   prometheus.Gauge
+	cacheHits    prometheus.Counter
 
 	// Children resolved once, so that the hot path does not hash label
 	// values on every call.
@@ -121,11 +122,16 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			Namespace: MetricsNamespace, Name: "memory_entries",
 			Help: "Entries held by the memory store.",
 		}),
+		cacheHits: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: MetricsNamespace, Name: "local_cache_hits_total",
+			Help: "Limit decisions answered by the local deny cache (a store denial repeated until its retry time) instead of the store.",
+		}),
 		byPolicy: make(map[policyKey]*policyCounters),
 	}
 	for _, c := range []prometheus.Collector{
 		m.decisions, m.nearLimit, m.unmatched, m.storeErrors, m.storeLatency,
 		m.fallbacks, m.reloads, m.calls, m.callLatency, m.memRefused, m.memExpired, m.memEntries,
+		m.cacheHits,
 	} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("rls: registering metrics: %w", err)
@@ -160,6 +166,10 @@ func (m *Metrics) MemoryRefused() { m.memRefused.Inc() }
 
 // MemoryExpired counts memory store entries removed after their TTL.
 func (m *Metrics) MemoryExpired(n int) { m.memExpired.Add(float64(n)) }
+
+// LocalCacheHits counts n limit decisions answered by the local deny cache
+// (it satisfies denycache.Observer as Hits).
+func (m *Metrics) LocalCacheHits(n int) { m.cacheHits.Add(float64(n)) }
 
 // MemoryEntries sets the number of entries held by the memory store.
 func (m *Metrics) MemoryEntries(n int) { m.memEntries.Set(float64(n)) }

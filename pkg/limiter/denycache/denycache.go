@@ -1,0 +1,327 @@
+// Package denycache is a local deny cache in front of a limiter.Store: once
+// the store has certainly denied a subject on a fixed-window or token-bucket
+// policy, requests for the same state are answered "denied" locally until the
+// moment the store said the subject could next be allowed. A subject hammered
+// far over its limit (a hot key, seed §19) then costs one store call per
+// window instead of one per request.
+//
+// # Why it is exact
+//
+// A denial consumes nothing, and for fixed window and token bucket nothing
+// but time turns a denial into an allow: other requests (from any replica)
+// only consume more. The store's Decision.RetryAfter is how long until the
+// denied cost fits if nothing else is consumed, so every request of the same
+// state with a cost at least the denied one, arriving before that moment,
+// would be denied by the store too. The cache measures that moment on its own
+// clock from an instant read before the store was asked (and one millisecond
+// earlier, the stores' resolution), so it never outlives the store's denial
+// whatever the store's clock. Only Evaluated, Certain denials from a store
+// are cached: never the sliding-window counter (approximate), never a
+// failure or a failure-mode answer, never an allow.
+//
+// The cache key is the whole identity of the state and of the limit: policy
+// ID, revision, algorithm, limit, window or refill rate, subject and hash
+// tag. A reload that changes the limit or the revision misses the cache.
+//
+// One case is conservative rather than exact: the Redis store's cross-slot
+// refund (see docs/consistency.md) gives units back; a denial cached just
+// before such a refund stands until its time. That over-denies, it never
+// admits more than the limit.
+//
+// # Batches
+//
+// limiter.Store evaluates a batch all or nothing. When a cached denial alone
+// makes the batch unable to commit (an ordinary limit, or every quota limit),
+// the answer is known without consuming anything: the cached limits are
+// answered from the cache and the rest are sent to the store in
+// limiter.ModeCheck (reported, never consumed), exactly what the store would
+// have answered for the whole batch; when every limit is cached the store is
+// not called at all. When the cached denials cannot block the batch (shadow
+// or check limits, or a quota limit with other quota limits), the whole batch
+// goes to the store unchanged.
+//
+// A Cache is safe for concurrent use; build it with New.
+package denycache
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"sync"
+	"time"
+
+	"github.com/envoy-rls/envoy-rls/pkg/limiter"
+)
+
+// Defaults for Config fields left zero.
+const (
+	// DefaultSize is the most denials held at once.
+	DefaultSize = 65_536
+	// Shards is the number of independently locked shards.
+	Shards = 64
+	// resolution is the stores' time resolution: the cache expires this
+	// much before the store's retry point (see the package doc).
+	resolution = time.Millisecond
+	// evictScan bounds how many entries a full shard inspects for an
+	// expired one before it evicts a live one.
+	evictScan = 16
+)
+
+// Observer is told about cache hits. (The binary counts them in
+// envoy_rls_local_cache_hits_total.)
+type Observer interface {
+	// Hits reports n requests answered from the cache by one Evaluate.
+	Hits(n int)
+}
+
+// Config configures a Cache.
+type Config struct {
+	// Store is the store behind the cache. (Required)
+	Store limiter.Store
+	// Size bounds the number of cached denials; a full shard evicts an
+	// expired entry, else an arbitrary one (forgetting a denial only costs
+	// a store call). (Optional, default DefaultSize; at least Shards)
+	Size int
+	// Clock reads the local time. Any monotonic clock works: only
+	// durations the store reported are added to it. (Optional, default
+	// limiter.SystemClock)
+	Clock limiter.Clock
+	// Observer is told about hits. (Optional)
+	Observer Observer
+}
+
+// Cache is a limiter.Store that answers repeated certain denials locally.
+type Cache struct {
+	store    limiter.Store
+	clock    limiter.Clock
+	observer Observer
+	perShard int
+	shards   [Shards]shard
+	scratch  sync.Pool
+}
+
+var _ limiter.Store = (*Cache)(nil)
+
+// key is the identity of one state and its limit.
+type key struct {
+	subject   limiter.SubjectDigest
+	tag       limiter.Tag
+	policyID  string
+	revision  uint32
+	algorithm limiter.Algorithm
+	limit     int64
+	windowMs  int64
+	refillAmt int64
+	refillMs  int64
+}
+
+// entry is one cached denial: a cost of at least cost is denied until until.
+type entry struct {
+	until    time.Time
+	cost     int64
+	decision limiter.Decision // the store's denial, Source rewritten on use
+}
+
+type shard struct {
+	mu sync.Mutex
+	m  map[key]entry
+}
+
+// scratch is the per-call work of Evaluate.
+type scratch struct {
+	hit  []bool
+	sub  []limiter.Request
+	outs []limiter.Outcome
+	idx  []int
+}
+
+// ErrNoStore is returned by New without a store.
+var ErrNoStore = errors.New("denycache: Config.Store is required")
+
+// New validates cfg and returns a Cache.
+func New(cfg Config) (*Cache, error) {
+	if cfg.Store == nil {
+		return nil, ErrNoStore
+	}
+	if cfg.Size == 0 {
+		cfg.Size = DefaultSize
+	}
+	if cfg.Size < Shards {
+		return nil, errors.New("denycache: Config.Size must be at least the number of shards (64)")
+	}
+	if cfg.Clock == nil {
+		cfg.Clock = limiter.SystemClock{}
+	}
+	c := &Cache{store: cfg.Store, clock: cfg.Clock, observer: cfg.Observer, perShard: cfg.Size / Shards}
+	for i := range c.shards {
+		c.shards[i].m = make(map[key]entry)
+	}
+	c.scratch.New = func() any { return new(scratch) }
+	return c, nil
+}
+
+// cacheable reports whether a request's policy can have its denials cached.
+func cacheable(p *limiter.Policy) bool {
+	return p != nil && p.Certainty() == limiter.Certain &&
+		(p.Algorithm() == limiter.FixedWindow || p.Algorithm() == limiter.TokenBucket)
+}
+
+func keyOf(r *limiter.Request) key {
+	p := r.Policy
+	amt, per := p.Refill()
+	return key{
+		subject: r.Subject, tag: r.Tag, policyID: p.ID(), revision: p.Revision(),
+		algorithm: p.Algorithm(), limit: p.Limit(), windowMs: p.WindowMillis(),
+		refillAmt: amt, refillMs: per,
+	}
+}
+
+func (c *Cache) shardOf(k *key) *shard {
+	return &c.shards[binary.LittleEndian.Uint64(k.subject[8:16])%Shards]
+}
+
+// lookup returns the cached denial answering r at now, if any.
+func (c *Cache) lookup(r *limiter.Request, now time.Time) (limiter.Decision, bool) {
+	if !cacheable(r.Policy) || r.Validate() != nil {
+		return limiter.Decision{}, false
+	}
+	k := keyOf(r)
+	sh := c.shardOf(&k)
+	sh.mu.Lock()
+	e, ok := sh.m[k]
+	if ok && !now.Before(e.until) {
+		delete(sh.m, k)
+		ok = false
+	}
+	sh.mu.Unlock()
+	if !ok || r.Cost < e.cost {
+		return limiter.Decision{}, false
+	}
+	d := e.decision
+	d.Source = limiter.SourceLocalCache
+	d.Consumed = false
+	// The store's wait, counted down; never less than the resolution.
+	d.RetryAfter = max(e.until.Sub(now), resolution).Round(resolution)
+	return d, true
+}
+
+// record caches the denials among out, measured from t0 (read before the
+// store was asked).
+func (c *Cache) record(batch []limiter.Request, out []limiter.Outcome, t0 time.Time) {
+	for i := range batch {
+		r, o := &batch[i], &out[i]
+		if o.Kind != limiter.Evaluated || o.Decision.Allowed || o.Decision.Certainty != limiter.Certain ||
+			o.Decision.Source == limiter.SourceLocalCache || o.Decision.Source == limiter.SourceFallback ||
+			o.Decision.RetryAfter <= resolution || !cacheable(r.Policy) {
+			continue
+		}
+		k := keyOf(r)
+		e := entry{until: t0.Add(o.Decision.RetryAfter - resolution), cost: r.Cost, decision: o.Decision}
+		sh := c.shardOf(&k)
+		sh.mu.Lock()
+		if _, ok := sh.m[k]; !ok && len(sh.m) >= c.perShard {
+			sh.evict(t0)
+		}
+		sh.m[k] = e
+		sh.mu.Unlock()
+	}
+}
+
+// evict drops an expired entry if one of the first few is, else an arbitrary
+// one. Called with sh.mu held.
+func (sh *shard) evict(now time.Time) {
+	var victim key
+	n := 0
+	for k, e := range sh.m {
+		if !now.Before(e.until) {
+			delete(sh.m, k)
+			return
+		}
+		if n == 0 {
+			victim = k
+		}
+		if n++; n >= evictScan {
+			break
+		}
+	}
+	delete(sh.m, victim)
+}
+
+// Len returns the number of cached denials (expired ones included until
+// they are looked up or evicted).
+func (c *Cache) Len() int {
+	n := 0
+	for i := range c.shards {
+		sh := &c.shards[i]
+		sh.mu.Lock()
+		n += len(sh.m)
+		sh.mu.Unlock()
+	}
+	return n
+}
+
+// Evaluate implements limiter.Store (see the package doc for batches).
+func (c *Cache) Evaluate(ctx context.Context, batch []limiter.Request, out []limiter.Outcome) {
+	if len(out) < len(batch) {
+		// The store behind panics with its own message; keep the contract.
+		c.store.Evaluate(ctx, batch, out)
+		return
+	}
+	out = out[:len(batch)]
+	t0 := c.clock.Now()
+	sc := c.scratch.Get().(*scratch)
+	defer c.putScratch(sc)
+	sc.hit = append(sc.hit[:0], make([]bool, len(batch))...)
+	hits := 0
+	for i := range batch {
+		if d, ok := c.lookup(&batch[i], t0); ok {
+			out[i] = limiter.EvaluatedOutcome(d)
+			sc.hit[i] = true
+			hits++
+		} else {
+			// "If it allows": the most permissive answer, for Commits.
+			out[i] = limiter.EvaluatedOutcome(limiter.Decision{Allowed: true})
+		}
+	}
+	if hits == 0 {
+		c.store.Evaluate(ctx, batch, out)
+		c.record(batch, out, t0)
+		return
+	}
+	if limiter.Commits(batch, out) {
+		// The cached denials cannot block the batch (shadow, check, or
+		// quota limits with other quota limits): the store decides it all.
+		c.store.Evaluate(ctx, batch, out)
+		c.record(batch, out, t0)
+		return
+	}
+	// The batch cannot commit whatever the rest answers: nothing is
+	// consumed. Answer the cached limits here and check the others.
+	if c.observer != nil {
+		c.observer.Hits(hits)
+	}
+	if hits == len(batch) {
+		return
+	}
+	sc.sub, sc.idx = sc.sub[:0], sc.idx[:0]
+	for i := range batch {
+		if !sc.hit[i] {
+			r := batch[i]
+			r.Mode = limiter.ModeCheck
+			sc.sub = append(sc.sub, r)
+			sc.idx = append(sc.idx, i)
+		}
+	}
+	sc.outs = append(sc.outs[:0], make([]limiter.Outcome, len(sc.sub))...)
+	c.store.Evaluate(ctx, sc.sub, sc.outs)
+	for k, i := range sc.idx {
+		out[i] = sc.outs[k]
+	}
+	c.record(sc.sub, sc.outs, t0)
+}
+
+func (c *Cache) putScratch(sc *scratch) {
+	clear(sc.sub) // drop policy references
+	clear(sc.outs)
+	c.scratch.Put(sc)
+}

@@ -1,0 +1,333 @@
+package denycache
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/envoy-rls/envoy-rls/pkg/limiter"
+	"github.com/envoy-rls/envoy-rls/pkg/limiter/memory"
+)
+
+type fakeClock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func (c *fakeClock) Now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.t }
+func (c *fakeClock) Advance(d time.Duration) {
+	c.mu.Lock()
+	c.t = c.t.Add(d)
+	c.mu.Unlock()
+}
+
+// countingStore counts the requests that reach the store behind the cache
+// and records the modes they carried.
+type countingStore struct {
+	inner limiter.Store
+	calls atomic.Int64
+	reqs  atomic.Int64
+	mu    sync.Mutex
+	modes []limiter.Mode
+}
+
+func (s *countingStore) Evaluate(ctx context.Context, batch []limiter.Request, out []limiter.Outcome) {
+	s.calls.Add(1)
+	s.reqs.Add(int64(len(batch)))
+	s.mu.Lock()
+	s.modes = s.modes[:0]
+	for i := range batch {
+		s.modes = append(s.modes, batch[i].Mode)
+	}
+	s.mu.Unlock()
+	s.inner.Evaluate(ctx, batch, out)
+}
+
+type hitCounter struct{ n atomic.Int64 }
+
+func (h *hitCounter) Hits(n int) { h.n.Add(int64(n)) }
+
+func policy(t testing.TB, id string, alg limiter.Algorithm, limit int64, window time.Duration) *limiter.Policy {
+	t.Helper()
+	spec := limiter.PolicySpec{ID: id, Algorithm: alg}
+	switch alg {
+	case limiter.FixedWindow:
+		spec.Params = limiter.FixedWindowParams{Limit: limit, Window: window}
+	case limiter.SlidingWindow:
+		spec.Params = limiter.SlidingWindowParams{Limit: limit, Window: window}
+	case limiter.TokenBucket:
+		spec.Params = limiter.TokenBucketParams{Capacity: limit, RefillAmount: limit, RefillPeriod: window}
+	}
+	p, err := limiter.NewPolicy(spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func subject(s string) limiter.SubjectDigest {
+	var d limiter.SubjectDigest
+	copy(d[:], s)
+	d[31] = byte(len(s))
+	return d
+}
+
+type env struct {
+	clock *fakeClock
+	back  *countingStore
+	hits  *hitCounter
+	cache *Cache
+}
+
+func newEnv(t testing.TB, size int) *env {
+	t.Helper()
+	// An instant 100 ms into a second, so that a 1 s window has 900 ms left.
+	clk := &fakeClock{t: time.UnixMilli(1_700_000_000_100)}
+	mem, err := memory.New(memory.Config{Clock: clk})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := &env{clock: clk, back: &countingStore{inner: mem}, hits: &hitCounter{}}
+	e.cache, err = New(Config{Store: e.back, Size: size, Clock: clk, Observer: e.hits})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return e
+}
+
+func (e *env) eval(batch ...limiter.Request) []limiter.Outcome {
+	out := make([]limiter.Outcome, len(batch))
+	e.cache.Evaluate(context.Background(), batch, out)
+	return out
+}
+
+// step is one request through the cache at the current fake time.
+type step struct {
+	advance   time.Duration
+	cost      int64
+	allowed   bool
+	source    limiter.Source
+	storeSeen bool // the request reached the store
+}
+
+func run(t *testing.T, e *env, p *limiter.Policy, subj limiter.SubjectDigest, steps []step) {
+	t.Helper()
+	for i, s := range steps {
+		e.clock.Advance(s.advance)
+		before := e.back.reqs.Load()
+		out := e.eval(limiter.Request{Policy: p, Subject: subj, Cost: s.cost})
+		o := out[0]
+		if o.Kind != limiter.Evaluated {
+			t.Fatalf("step %d: outcome %v (%v)", i, o.Kind, o.Err)
+		}
+		if o.Decision.Allowed != s.allowed || o.Decision.Source != s.source {
+			t.Fatalf("step %d: allowed %v source %v, want %v %v", i, o.Decision.Allowed, o.Decision.Source, s.allowed, s.source)
+		}
+		if seen := e.back.reqs.Load() > before; seen != s.storeSeen {
+			t.Fatalf("step %d: store asked %v, want %v", i, seen, s.storeSeen)
+		}
+		if !o.Decision.Allowed && o.Decision.RetryAfter <= 0 {
+			t.Fatalf("step %d: denial without a retry", i)
+		}
+	}
+}
+
+func TestFixedWindowDenialCachedUntilWindowEnd(t *testing.T) {
+	e := newEnv(t, 0)
+	p := policy(t, "fw", limiter.FixedWindow, 2, time.Second)
+	run(t, e, p, subject("a"), []step{
+		{cost: 1, allowed: true, source: limiter.SourceMemory, storeSeen: true},
+		{cost: 1, allowed: true, source: limiter.SourceMemory, storeSeen: true},
+		{cost: 1, allowed: false, source: limiter.SourceMemory, storeSeen: true}, // cached from here
+		{cost: 1, allowed: false, source: limiter.SourceLocalCache},
+		{advance: 500 * time.Millisecond, cost: 2, allowed: false, source: limiter.SourceLocalCache},            // larger cost: still denied
+		{advance: 398 * time.Millisecond, cost: 1, allowed: false, source: limiter.SourceLocalCache},            // 898 ms: before the end less 1 ms
+		{advance: 1 * time.Millisecond, cost: 1, allowed: false, source: limiter.SourceMemory, storeSeen: true}, // 899 ms: the store answers (re-cached)
+		{advance: 1 * time.Millisecond, cost: 1, allowed: true, source: limiter.SourceMemory, storeSeen: true},  // the new window
+	})
+	if got := e.hits.n.Load(); got != 3 {
+		t.Fatalf("hits %d, want 3", got)
+	}
+}
+
+func TestTokenBucketSmallerCostAsksTheStore(t *testing.T) {
+	e := newEnv(t, 0)
+	// 10 tokens, refilled 10 per second: one token per 100 ms.
+	p := policy(t, "tb", limiter.TokenBucket, 10, time.Second)
+	run(t, e, p, subject("b"), []step{
+		{cost: 8, allowed: true, source: limiter.SourceMemory, storeSeen: true},
+		{cost: 5, allowed: false, source: limiter.SourceMemory, storeSeen: true}, // 2 left: 300 ms to 5
+		{cost: 5, allowed: false, source: limiter.SourceLocalCache},
+		{cost: 2, allowed: true, source: limiter.SourceMemory, storeSeen: true}, // smaller cost: not covered
+		{advance: 299 * time.Millisecond, cost: 5, allowed: false, source: limiter.SourceMemory, storeSeen: true},
+	})
+}
+
+func TestNeverCached(t *testing.T) {
+	e := newEnv(t, 0)
+	sw := policy(t, "sw", limiter.SlidingWindow, 1, time.Second)
+	run(t, e, sw, subject("c"), []step{
+		{cost: 1, allowed: true, source: limiter.SourceMemory, storeSeen: true},
+		{cost: 1, allowed: false, source: limiter.SourceMemory, storeSeen: true},
+		{cost: 1, allowed: false, source: limiter.SourceMemory, storeSeen: true}, // approximate: never cached
+	})
+	// A denial for one limit says nothing about another limit, revision or
+	// subject.
+	fw := policy(t, "fw", limiter.FixedWindow, 1, time.Second)
+	run(t, e, fw, subject("d"), []step{
+		{cost: 1, allowed: true, source: limiter.SourceMemory, storeSeen: true},
+		{cost: 1, allowed: false, source: limiter.SourceMemory, storeSeen: true},
+		{cost: 1, allowed: false, source: limiter.SourceLocalCache},
+	})
+	raised := policy(t, "fw", limiter.FixedWindow, 5, time.Second)
+	run(t, e, raised, subject("d"), []step{{cost: 1, allowed: true, source: limiter.SourceMemory, storeSeen: true}})
+	spec := fw.Spec()
+	spec.Revision = 2
+	rev, err := limiter.NewPolicy(spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	run(t, e, rev, subject("d"), []step{{cost: 1, allowed: true, source: limiter.SourceMemory, storeSeen: true}})
+	run(t, e, fw, subject("e"), []step{{cost: 1, allowed: true, source: limiter.SourceMemory, storeSeen: true}})
+}
+
+// failingStore denies through a failure outcome, which must never be cached.
+type failingStore struct{ calls atomic.Int64 }
+
+func (s *failingStore) Evaluate(_ context.Context, batch []limiter.Request, out []limiter.Outcome) {
+	s.calls.Add(1)
+	for i := range batch {
+		out[i] = limiter.UnavailableOutcome(time.Second, limiter.CategoryNotConnected, nil)
+	}
+}
+
+func TestFailuresNotCached(t *testing.T) {
+	fs := &failingStore{}
+	c, err := New(Config{Store: fs})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := policy(t, "fw", limiter.FixedWindow, 1, time.Minute)
+	out := make([]limiter.Outcome, 1)
+	for range 3 {
+		c.Evaluate(context.Background(), []limiter.Request{{Policy: p, Subject: subject("f"), Cost: 1}}, out)
+	}
+	if fs.calls.Load() != 3 || c.Len() != 0 {
+		t.Fatalf("store calls %d, cached %d: failures must reach the store every time", fs.calls.Load(), c.Len())
+	}
+}
+
+// TestBatches: the all-or-nothing rule with a cached denial in the batch.
+func TestBatches(t *testing.T) {
+	e := newEnv(t, 0)
+	hot := policy(t, "hot", limiter.FixedWindow, 1, time.Minute)
+	other := policy(t, "other", limiter.FixedWindow, 100, time.Minute)
+	hs := subject("hot")
+	e.eval(limiter.Request{Policy: hot, Subject: hs, Cost: 1})
+	e.eval(limiter.Request{Policy: hot, Subject: hs, Cost: 1}) // denied: cached
+
+	// An ordinary cached denial blocks the batch: the other limit is only
+	// checked (nothing consumed) and reported before its cost.
+	out := e.eval(limiter.Request{Policy: hot, Subject: hs, Cost: 1}, limiter.Request{Policy: other, Subject: subject("o"), Cost: 1})
+	if out[0].Decision.Source != limiter.SourceLocalCache || out[0].Decision.Allowed {
+		t.Fatalf("hot limit: %+v", out[0].Decision)
+	}
+	if d := out[1].Decision; !d.Allowed || d.Consumed || d.Remaining != 100 {
+		t.Fatalf("other limit: %+v, want allowed, not consumed, 100 left", d)
+	}
+	if e.back.modes[0] != limiter.ModeCheck || len(e.back.modes) != 1 {
+		t.Fatalf("the store saw modes %v, want [check]", e.back.modes)
+	}
+
+	// Every limit cached: the store is not asked.
+	before := e.back.calls.Load()
+	e.eval(limiter.Request{Policy: hot, Subject: hs, Cost: 1}, limiter.Request{Policy: hot, Subject: hs, Cost: 1, Mode: limiter.ModeQuota})
+	if e.back.calls.Load() != before {
+		t.Fatal("a fully cached batch reached the store")
+	}
+
+	// A shadow denial does not block: the whole batch goes to the store,
+	// which consumes the other limit.
+	out = e.eval(limiter.Request{Policy: hot, Subject: hs, Cost: 1, Mode: limiter.ModeShadow}, limiter.Request{Policy: other, Subject: subject("o"), Cost: 1})
+	if d := out[1].Decision; !d.Allowed || !d.Consumed || d.Remaining != 99 {
+		t.Fatalf("other limit beside a shadow denial: %+v, want consumed, 99 left", d)
+	}
+	if e.back.modes[0] != limiter.ModeShadow || e.back.modes[1] != limiter.ModeOrdinary {
+		t.Fatalf("the store saw modes %v", e.back.modes)
+	}
+
+	// A quota denial with another quota limit that allows does not block.
+	out = e.eval(limiter.Request{Policy: hot, Subject: hs, Cost: 1, Mode: limiter.ModeQuota}, limiter.Request{Policy: other, Subject: subject("o"), Cost: 1, Mode: limiter.ModeQuota})
+	if d := out[1].Decision; !d.Allowed || !d.Consumed || d.Remaining != 98 {
+		t.Fatalf("quota batch: %+v, want consumed, 98 left", d)
+	}
+}
+
+func TestBounded(t *testing.T) {
+	e := newEnv(t, Shards)
+	p := policy(t, "fw", limiter.FixedWindow, 1, time.Minute)
+	for i := range 10 * Shards {
+		s := subject(fmt.Sprintf("s-%d", i))
+		e.eval(limiter.Request{Policy: p, Subject: s, Cost: 1})
+		e.eval(limiter.Request{Policy: p, Subject: s, Cost: 1})
+	}
+	if n := e.cache.Len(); n > Shards {
+		t.Fatalf("%d entries, bound %d", n, Shards)
+	}
+}
+
+func TestConfig(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		cfg  Config
+	}{
+		{"no store", Config{}},
+		{"too small", Config{Store: &failingStore{}, Size: Shards - 1}},
+	} {
+		if _, err := New(tc.cfg); err == nil {
+			t.Errorf("%s: no error", tc.name)
+		}
+	}
+}
+
+// TestExactUnderContention: many goroutines on one subject never get more
+// than the limit admitted with the cache in front (run with -race).
+func TestExactUnderContention(t *testing.T) {
+	for _, alg := range []limiter.Algorithm{limiter.FixedWindow, limiter.TokenBucket} {
+		t.Run(alg.String(), func(t *testing.T) {
+			e := newEnv(t, 0)
+			const limit, workers, calls = 50, 16, 200
+			p := policy(t, "hot", alg, limit, time.Hour)
+			s := subject("hammered")
+			var allowed atomic.Int64
+			var wg sync.WaitGroup
+			for range workers {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					out := make([]limiter.Outcome, 1)
+					for range calls {
+						e.cache.Evaluate(context.Background(), []limiter.Request{{Policy: p, Subject: s, Cost: 1}}, out)
+						if out[0].Kind != limiter.Evaluated {
+							t.Errorf("outcome %v", out[0].Kind)
+							return
+						}
+						if out[0].Decision.Allowed {
+							allowed.Add(1)
+						}
+					}
+				}()
+			}
+			wg.Wait()
+			if got := allowed.Load(); got != limit {
+				t.Fatalf("admitted %d, limit %d", got, limit)
+			}
+			if hits := e.hits.n.Load(); hits == 0 || hits+e.back.reqs.Load() != workers*calls {
+				t.Fatalf("hits %d + store requests %d != %d", hits, e.back.reqs.Load(), workers*calls)
+			}
+		})
+	}
+}

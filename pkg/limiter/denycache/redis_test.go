@@ -1,0 +1,95 @@
+package denycache
+
+import (
+	"context"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/envoy-rls/envoy-rls/internal/redistest"
+	"github.com/envoy-rls/envoy-rls/pkg/limiter"
+	"github.com/envoy-rls/envoy-rls/pkg/limiter/redis"
+)
+
+// evalCalls is the number of EVALSHA and EVAL calls in INFO commandstats.
+func evalCalls(t *testing.T, srv *redistest.Server) int64 {
+	t.Helper()
+	info, _ := srv.MustDo("INFO", "commandstats").(string)
+	var n int64
+	for _, line := range strings.Split(info, "\n") {
+		name, rest, ok := strings.Cut(strings.TrimSpace(line), ":")
+		if !ok || (name != "cmdstat_evalsha" && name != "cmdstat_eval") {
+			continue
+		}
+		for _, f := range strings.Split(rest, ",") {
+			if k, v, _ := strings.Cut(f, "="); k == "calls" {
+				c, _ := strconv.ParseInt(v, 10, 64)
+				n += c
+			}
+		}
+	}
+	return n
+}
+
+// TestHotKeyOnRedis: one subject hammered far over its limit costs Redis at
+// most 0.05 calls per denied request, and exactly the limit is admitted.
+func TestHotKeyOnRedis(t *testing.T) {
+	if testing.Short() {
+		t.Skip("needs redis-server")
+	}
+	srv := redistest.Standalone(t, redistest.Local())
+	ctx := context.Background()
+	st, err := redis.New(ctx, redis.Config{Addrs: []string{srv.Addr()}, Timeout: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(st.Close)
+	hits := &hitCounter{}
+	c, err := New(Config{Store: st, Observer: hits})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, alg := range []limiter.Algorithm{limiter.FixedWindow, limiter.TokenBucket} {
+		t.Run(alg.String(), func(t *testing.T) {
+			const limit, workers, calls = 20, 8, 250
+			p := policy(t, "hot."+alg.String(), alg, limit, time.Hour)
+			s := subject("hot-" + alg.String())
+			before := evalCalls(t, srv)
+			var allowed, denied atomic.Int64
+			var wg sync.WaitGroup
+			for range workers {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					out := make([]limiter.Outcome, 1)
+					for range calls {
+						c.Evaluate(ctx, []limiter.Request{{Policy: p, Subject: s, Cost: 1}}, out)
+						switch {
+						case out[0].Kind != limiter.Evaluated:
+							t.Errorf("outcome %v: %v", out[0].Kind, out[0].Err)
+							return
+						case out[0].Decision.Allowed:
+							allowed.Add(1)
+						default:
+							denied.Add(1)
+						}
+					}
+				}()
+			}
+			wg.Wait()
+			redisCalls := evalCalls(t, srv) - before
+			if allowed.Load() != limit {
+				t.Fatalf("admitted %d, limit %d", allowed.Load(), limit)
+			}
+			// Every Redis call counts, the allowed ones included.
+			perDenied := float64(redisCalls) / float64(denied.Load())
+			t.Logf("%d denied, %d Redis calls (%d allowed): %.4f Redis calls per denied request", denied.Load(), redisCalls, limit, perDenied)
+			if perDenied > 0.05 {
+				t.Fatalf("%.4f Redis calls per denied request, want ≤ 0.05", perDenied)
+			}
+		})
+	}
+}
