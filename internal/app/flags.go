@@ -33,6 +33,7 @@ const (
 	DefaultRedisMode        = "auto"
 	DefaultRedisTimeout     = redis.DefaultTimeout
 	DefaultRedisPoolSize    = redis.DefaultPoolSize
+	DefaultRedisFlushDelay  = redis.DefaultMaxFlushDelay
 	DefaultLocalCache       = true
 	DefaultLocalCacheSize   = denycache.DefaultSize
 )
@@ -63,6 +64,7 @@ type Options struct {
 	RedisTLSKey         string
 	RedisTimeout        time.Duration
 	RedisPoolSize       int
+	RedisMaxFlushDelay  time.Duration
 }
 
 func serveFlags(o *Options, output io.Writer) *flag.FlagSet {
@@ -91,6 +93,7 @@ func serveFlags(o *Options, output io.Writer) *flag.FlagSet {
 	fs.StringVar(&o.RedisTLSKey, "redis-tls-key", "", "PEM client key for Redis mutual TLS")
 	fs.DurationVar(&o.RedisTimeout, "redis-timeout", DefaultRedisTimeout, "upper bound of one Redis round trip (the gRPC deadline may cut it shorter)")
 	fs.IntVar(&o.RedisPoolSize, "redis-pool-size", DefaultRedisPoolSize, "pipelined Redis connections per node")
+	fs.DurationVar(&o.RedisMaxFlushDelay, "redis-max-flush-delay", DefaultRedisFlushDelay, "how long a Redis connection may wait to gather pipelined commands into one write (0: flush at once; at most 1ms)")
 	return fs
 }
 

@@ -28,6 +28,7 @@ func (s *server) openRedis(ctx context.Context) (limiter.Store, func(), error) {
 		TLSKey:         s.opts.RedisTLSKey,
 		Timeout:        s.opts.RedisTimeout,
 		PoolSize:       s.opts.RedisPoolSize,
+		MaxFlushDelay:  s.opts.RedisMaxFlushDelay,
 	}.Config()
 	if err != nil {
 		return nil, nil, fmt.Errorf("redis store: %w", err)

@@ -136,3 +136,43 @@ func MachineBusy() (time.Duration, error) {
 	}
 	return TicksToDuration(t), nil
 }
+
+// ParseStatusMemory returns VmRSS and VmHWM, in KiB, from the content of a
+// /proc/<pid>/status file.
+func ParseStatusMemory(status string) (rssKiB, hwmKiB int64, err error) {
+	found := 0
+	for line := range strings.Lines(status) {
+		name, rest, ok := strings.Cut(line, ":")
+		if !ok || (name != "VmRSS" && name != "VmHWM") {
+			continue
+		}
+		f := strings.Fields(rest)
+		if len(f) != 2 || f[1] != "kB" {
+			return 0, 0, fmt.Errorf("%w: %s: %q", ErrBadStat, name, strings.TrimSpace(rest))
+		}
+		v, err := strconv.ParseInt(f[0], 10, 64)
+		if err != nil {
+			return 0, 0, fmt.Errorf("%w: %s: %v", ErrBadStat, name, err)
+		}
+		if name == "VmRSS" {
+			rssKiB = v
+		} else {
+			hwmKiB = v
+		}
+		found++
+	}
+	if found != 2 {
+		return 0, 0, fmt.Errorf("%w: VmRSS or VmHWM missing", ErrBadStat)
+	}
+	return rssKiB, hwmKiB, nil
+}
+
+// ProcessMemory returns the resident set (VmRSS) and its peak (VmHWM), in
+// KiB, of process pid.
+func ProcessMemory(pid int) (rssKiB, hwmKiB int64, err error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0, 0, fmt.Errorf("loadgen: reading server memory: %w", err)
+	}
+	return ParseStatusMemory(string(b))
+}

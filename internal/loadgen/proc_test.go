@@ -107,3 +107,18 @@ func TestParseMachineBusy(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+func TestParseStatusMemory(t *testing.T) {
+	rss, hwm, err := ParseStatusMemory("Name:\tenvoy-rls\nVmPeak:\t  1300 kB\nVmHWM:\t   41236 kB\nVmRSS:\t   39012 kB\nThreads:\t9\n")
+	if err != nil || rss != 39012 || hwm != 41236 {
+		t.Fatalf("rss %d hwm %d err %v", rss, hwm, err)
+	}
+	for _, bad := range []string{"Name:\tx\n", "VmRSS:\t12 MB\nVmHWM:\t1 kB\n", "VmRSS:\tx kB\nVmHWM:\t1 kB\n"} {
+		if _, _, err := ParseStatusMemory(bad); err == nil {
+			t.Errorf("%q: no error", bad)
+		}
+	}
+	if rss, hwm, err := ProcessMemory(os.Getpid()); err != nil || rss <= 0 || hwm < rss {
+		t.Fatalf("own process: rss %d hwm %d err %v", rss, hwm, err)
+	}
+}

@@ -34,6 +34,11 @@ type Result struct {
 	MeanMs float64 `json:"mean_ms"`
 
 	ServerCPUUsPerDecision *float64 `json:"server_cpu_us_per_decision,omitempty"`
+	// ServerRSSKiB and ServerHWMKiB are the server's resident set (VmRSS)
+	// at the end of the measured phase and its peak (VmHWM) since start,
+	// from /proc/<pid>/status, with -server-pid.
+	ServerRSSKiB           *int64   `json:"server_rss_kib,omitempty"`
+	ServerHWMKiB           *int64   `json:"server_hwm_kib,omitempty"`
 	ProcClockTicksPerS     int      `json:"proc_clock_ticks_per_s,omitempty"` // assumed USER_HZ of /proc figures
 	ClientCPUUsPerDecision *float64 `json:"client_cpu_us_per_decision,omitempty"`
 	// AuxCPUUsPerDecision is the CPU per decision of each Config.AuxPIDs

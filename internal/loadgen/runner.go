@@ -214,6 +214,9 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 			return nil, err
 		}
 		res.ServerCPUUsPerDecision = perDecisionUs(srv1-srv0, decisions)
+		if rss, hwm, err := ProcessMemory(cfg.ServerPID); err == nil {
+			res.ServerRSSKiB, res.ServerHWMKiB = &rss, &hwm
+		}
 		res.ProcClockTicksPerS = ClockTicksPerSecond
 		known += srv1 - srv0 + self1 - self0
 	}

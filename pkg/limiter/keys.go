@@ -20,18 +20,19 @@ import (
 // A new revision, algorithm or tag yields a new key; the old state expires
 // by its TTL.
 func StorageKey(buf []byte, p *Policy, subject SubjectDigest, tag Tag) []byte {
-	var d [32]byte
-	h := sha256.New()
-	var n [4]byte
-	// Length-prefixed fields: no two inputs share an encoding.
-	binary.BigEndian.PutUint32(n[:], uint32(len(p.spec.ID)))
-	h.Write(n[:])
-	h.Write([]byte(p.spec.ID))
-	binary.BigEndian.PutUint32(n[:], p.spec.Revision)
-	h.Write(n[:])
-	h.Write([]byte{byte(p.spec.Algorithm)})
-	h.Write(subject[:])
-	h.Sum(d[:0])
+	// The digest input is built on the stack and hashed in one call: no
+	// hasher to allocate or pool. Length-prefixed fields: no two inputs
+	// share an encoding. The policy ID is at most MaxPolicyIDLength bytes.
+	var in [4 + MaxPolicyIDLength + 4 + 1 + len(SubjectDigest{})]byte
+	id := p.spec.ID
+	binary.BigEndian.PutUint32(in[0:], uint32(len(id)))
+	n := 4 + copy(in[4:4+MaxPolicyIDLength], id)
+	binary.BigEndian.PutUint32(in[n:], p.spec.Revision)
+	n += 4
+	in[n] = byte(p.spec.Algorithm)
+	n++
+	n += copy(in[n:], subject[:])
+	d := sha256.Sum256(in[:n])
 	buf = append(buf, "rate:{"...)
 	if tag == (Tag{}) {
 		copy(tag[:], subject[:8])

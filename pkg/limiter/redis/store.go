@@ -88,6 +88,10 @@ func New(ctx context.Context, cfg Config) (*Store, error) {
 		DisableRetry:      true,
 		PipelineMultiplex: cfg.multiplex(),
 		BlockingPoolSize:  cfg.PoolSize,
+		MaxFlushDelay:     cfg.MaxFlushDelay,
+		// See connBuffer.
+		ReadBufferEachConn:  connBuffer,
+		WriteBufferEachConn: connBuffer,
 	}
 	switch cfg.Mode {
 	case ModeStandalone:

@@ -1,0 +1,65 @@
+package limiter_test
+
+import (
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/hex"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/envoy-rls/envoy-rls/pkg/limiter"
+)
+
+// referenceKey is StorageKey as first written (a streaming hasher): the
+// layout of keys already in Redis, which must never change.
+func referenceKey(p *limiter.Policy, subject limiter.SubjectDigest, tag limiter.Tag) string {
+	h := sha256.New()
+	var n [4]byte
+	binary.BigEndian.PutUint32(n[:], uint32(len(p.ID())))
+	h.Write(n[:])
+	h.Write([]byte(p.ID()))
+	binary.BigEndian.PutUint32(n[:], p.Revision())
+	h.Write(n[:])
+	h.Write([]byte{byte(p.Algorithm())})
+	h.Write(subject[:])
+	if tag == (limiter.Tag{}) {
+		copy(tag[:], subject[:8])
+	}
+	return "rate:{" + hex.EncodeToString(tag[:]) + "}:state:" + hex.EncodeToString(h.Sum(nil))
+}
+
+func TestStorageKeyLayoutUnchanged(t *testing.T) {
+	for _, id := range []string{"a", "edge.remote_address", strings.Repeat("x", limiter.MaxPolicyIDLength)} {
+		for _, rev := range []uint32{1, 7} {
+			p, err := limiter.NewPolicy(limiter.PolicySpec{ID: id, Revision: rev, Algorithm: limiter.TokenBucket,
+				Params: limiter.TokenBucketParams{Capacity: 5, RefillAmount: 1, RefillPeriod: time.Second}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			var sub limiter.SubjectDigest
+			for i := range sub {
+				sub[i] = byte(i * 7)
+			}
+			for _, tag := range []limiter.Tag{{}, {9, 8, 7, 6, 5, 4, 3, 2}} {
+				if got, want := string(limiter.StorageKey([]byte("pre:"), p, sub, tag)), "pre:"+referenceKey(p, sub, tag); got != want {
+					t.Fatalf("%s rev %d tag %x:\n got %s\nwant %s", id, rev, tag, got, want)
+				}
+			}
+		}
+	}
+}
+
+func BenchmarkStorageKey(b *testing.B) {
+	p, err := limiter.NewPolicy(limiter.PolicySpec{ID: "bench.remote_address", Algorithm: limiter.FixedWindow,
+		Params: limiter.FixedWindowParams{Limit: 5, Window: time.Second}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	var sub limiter.SubjectDigest
+	buf := make([]byte, 0, 128)
+	b.ReportAllocs()
+	for b.Loop() {
+		buf = limiter.StorageKey(buf[:0], p, sub, limiter.Tag{})
+	}
+}
