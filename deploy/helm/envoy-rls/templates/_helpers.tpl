@@ -93,8 +93,8 @@ runs it; each failure says what to set.
 {{- if not (include "envoy-rls.hmacEnabled" .) }}
 {{- fail "store: redis needs an HMAC secret shared by every replica (it keys the digests in Redis keys): set hmac.existingSecret to a Secret you manage, or pass hmac.secret with --set-file hmac.secret=<file>. The chart generates none, because a key that changes on upgrade would reset every limit." }}
 {{- end }}
-{{- if not (has .Values.redis.mode (list "standalone" "cluster" "sentinel")) }}
-{{- fail (printf "redis.mode %q: must be standalone, cluster or sentinel" .Values.redis.mode) }}
+{{- if not (has .Values.redis.mode (list "auto" "standalone" "cluster" "sentinel")) }}
+{{- fail (printf "redis.mode %q: must be auto, standalone, cluster or sentinel" .Values.redis.mode) }}
 {{- end }}
 {{- if and (eq .Values.redis.mode "sentinel") (not .Values.redis.sentinelMaster) }}
 {{- fail "redis.mode: sentinel needs redis.sentinelMaster (the master name the sentinels monitor)" }}
