@@ -59,5 +59,9 @@ BENCH_ARGS ?=
 bench-load: ## gRPC load runs at 16/64/256 calls → bench/results/*.jsonl + PNG (BENCH_ARGS="--target envoy-rls --store redis"; see scripts/bench.sh --help)
 	scripts/bench.sh $(BENCH_ARGS)
 
+.PHONY: bench-standard
+bench-standard: ## issue 8's standard set back to back: floor + memory/Redis × 3 algorithms × 16/64/256 → bench/results/standard-*/ + docs/img/perf-{memory,redis}.png
+	scripts/bench-standard.sh
+
 clean: ## remove build output
 	rm -rf $(BIN)
