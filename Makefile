@@ -7,7 +7,7 @@ CONFIG ?= config/examples
 # Race tests need cgo; the machine's gcc provides it.
 TESTFLAGS ?= -race -count=1 -timeout 20m
 
-.PHONY: help build run test test-short lint vet fmt bench tools deps clean helm-check
+.PHONY: help build run test test-short lint vet fmt tidy bench tools deps clean helm-check
 
 help: ## list targets
 	@grep -hE '^[a-zA-Z0-9_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN{FS=":.*?## "}{printf "  %-12s %s\n", $$1, $$2}'
@@ -40,7 +40,10 @@ vet: ## go vet
 fmt: ## gofmt check (fails on unformatted files)
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 
-lint: fmt vet ## gofmt + go vet
+tidy: ## fail when go.mod/go.sum are not tidy
+	$(GO) mod tidy -diff
+
+lint: fmt vet tidy ## gofmt + go vet + go mod tidy check
 
 CHART := deploy/helm/envoy-rls
 helm-check: ## helm lint + template the chart, then its manifest tests (builds helm once if missing)
