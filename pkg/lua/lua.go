@@ -24,6 +24,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -284,9 +285,9 @@ func truncate(s string) string {
 // BatchArgs is the number of ARGV fields per key of rate-batch-v1.lua.
 const BatchArgs = 2
 
-// batchPacked is the length of the packed numbers of one key:
+// BatchPacked is the length of the packed numbers of one key:
 // struct.pack('>BBddddddd').
-const batchPacked = 2 + 7*8
+const BatchPacked = 2 + 7*8
 
 // AppendBatchArgs appends the two ARGV fields of one key of
 // rate-batch-v1.lua to dst: the policy ID, and the numbers packed
@@ -298,7 +299,16 @@ const batchPacked = 2 + 7*8
 // this program (limiter.Request.Role, or another one when the caller splits
 // a batch).
 func AppendBatchArgs(dst []string, p *limiter.Policy, cost int64, role limiter.Mode) []string {
-	var b [batchPacked]byte
+	var b [BatchPacked]byte
+	return append(dst, p.ID(), string(AppendBatchPacked(b[:0], p, cost, role)))
+}
+
+// AppendBatchPacked appends the packed numbers of one key of
+// rate-batch-v1.lua (the second ARGV field of AppendBatchArgs, BatchPacked
+// bytes) to dst, for callers that pool their argument buffers.
+func AppendBatchPacked(dst []byte, p *limiter.Policy, cost int64, role limiter.Mode) []byte {
+	dst = slices.Grow(dst, BatchPacked)
+	b := dst[len(dst) : len(dst)+BatchPacked]
 	b[0] = byte(p.Algorithm())
 	b[1] = byte(role)
 	if p.FailureMode() == limiter.FailOpen {
@@ -311,7 +321,7 @@ func AppendBatchArgs(dst []string, p *limiter.Policy, cost int64, role limiter.M
 	for i, v := range [7]int64{int64(p.Revision()), p.Limit(), p2, p3, p.CleanupGraceMillis(), p.MaxClockRegressionMillis(), cost} {
 		binary.BigEndian.PutUint64(b[2+8*i:], math.Float64bits(float64(v)))
 	}
-	return append(dst, p.ID(), string(b[:]))
+	return dst[:len(dst)+BatchPacked]
 }
 
 // RefundArgs is the number of ARGV fields per key of rate-refund-v1.lua.

@@ -90,7 +90,7 @@ func TestAppendBatchArgs(t *testing.T) {
 	tb := mustPolicy(t, limiter.PolicySpec{ID: "tb", Revision: 3, Algorithm: limiter.TokenBucket, MaxCost: 5,
 		Params: limiter.TokenBucketParams{Capacity: 100, RefillAmount: 10, RefillPeriod: 4 * time.Second}})
 	decode := func(a []string) string {
-		if len(a) != BatchArgs || len(a[1]) != batchPacked {
+		if len(a) != BatchArgs || len(a[1]) != BatchPacked {
 			t.Fatalf("args %q", a)
 		}
 		b := []byte(a[1])

@@ -28,6 +28,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unsafe"
 
 	"github.com/redis/rueidis"
 
@@ -51,6 +52,8 @@ type Store struct {
 	timeout time.Duration
 	cluster bool // group batches by slot
 	closed  atomic.Bool
+	// scratch pools *scratch: the working memory of Evaluate.
+	scratch sync.Pool
 	// beforeRefund, when set (tests only), runs after the slot groups of a
 	// split batch have answered and before the refunds are sent.
 	beforeRefund func()
@@ -183,8 +186,21 @@ func (s *Store) Evaluate(ctx context.Context, batch []limiter.Request, out []lim
 		}
 		return
 	}
+	sc, _ := s.scratch.Get().(*scratch)
+	if sc == nil {
+		sc = new(scratch)
+	}
+	// recycle is cleared when a command may still refer to sc's buffers.
+	recycle := true
+	defer func() {
+		if recycle {
+			sc.reset()
+			s.scratch.Put(sc)
+		}
+	}()
 	// Requests to send, and the role each plays in its program.
-	roles := make([]limiter.Mode, len(batch))
+	roles := grow(sc.roles, len(batch))
+	sc.roles = roles
 	sent := 0
 	for i := range batch {
 		r := &batch[i]
@@ -216,21 +232,46 @@ func (s *Store) Evaluate(ctx context.Context, batch []limiter.Request, out []lim
 		}
 		return
 	}
-	ctx, cancel := context.WithTimeout(ctx, s.timeout)
-	defer cancel()
-	keys := make([]string, len(batch))
+	// One deadline: the caller's when it comes first (pkg/rls sets one),
+	// else now+Timeout.
+	if dl, ok := ctx.Deadline(); !ok || time.Until(dl) > s.timeout {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, s.timeout)
+		defer cancel()
+	}
+	// The keys live in sc.kbuf; the strings point into it (see scratch).
+	keys := grow(sc.keys, len(batch))
+	sc.keys = keys
+	ends := grow(sc.ends, len(batch))
+	sc.ends = ends
+	kbuf := sc.kbuf[:0]
 	for i := range batch {
 		if roles[i] != invalidRole {
-			keys[i] = string(batch[i].Key(make([]byte, 0, 96)))
+			kbuf = batch[i].Key(kbuf)
 		}
+		ends[i] = len(kbuf)
 	}
-	groups := s.group(batch, roles, keys)
+	sc.kbuf = kbuf
+	start := 0
+	for i := range batch {
+		if ends[i] > start {
+			keys[i] = unsafe.String(&kbuf[start], ends[i]-start)
+		} else {
+			keys[i] = ""
+		}
+		start = ends[i]
+	}
+	groups := s.group(sc, batch, roles, keys)
 	if len(groups) == 1 {
 		g := groups[0]
-		s.run(ctx, batch, roles, keys, g)
+		if !s.run(ctx, batch, roles, keys, g) {
+			recycle = false
+		}
 		s.finish(batch, roles, out, g, g.committed)
 		return
 	}
+	// The goroutines below, and a refund left running past ctx, use keys.
+	recycle = false
 	// Split over slots: quota requests cannot be decided inside one slot,
 	// so every call treats them as shadow ones (consumed when allowed, never
 	// blocking) and the batch rule is decided here.
@@ -283,12 +324,56 @@ type group struct {
 	committed bool
 	answered  bool // the program replied (outs hold decisions)
 	refunded  bool // the refund program replied (whatever it found)
+
+	// Working memory of run, reused when the group comes from a scratch.
+	gk, args []string
+	abuf     []byte // packed ARGV; the strings in args point into it
+	policies []*limiter.Policy
+	vals     []lua.Value
+}
+
+// scratch is the working memory of one Evaluate call, pooled on the Store
+// so that the common call (one slot) allocates little. The keys and packed
+// arguments are strings that point into kbuf and g.abuf (unsafe.String):
+// rueidis holds them until the command is written, so a scratch goes back
+// to the pool only when every command built from it has been answered
+// (after an error or an abandoned call it is left to the GC).
+type scratch struct {
+	roles  []limiter.Mode
+	keys   []string
+	ends   []int
+	kbuf   []byte
+	slots  []uint16
+	groups []*group
+	g      group // the first group
+}
+
+// reset drops what a pooled scratch must not keep alive.
+func (sc *scratch) reset() {
+	clear(sc.keys)
+	clear(sc.groups)
+	g := &sc.g
+	clear(g.gk)
+	clear(g.args)
+	clear(g.policies)
+	clear(g.vals)
+	clear(g.outs)
+	*g = group{idx: g.idx[:0], outs: g.outs[:0], replies: g.replies[:0], gk: g.gk[:0], args: g.args[:0], abuf: g.abuf[:0], policies: g.policies[:0], vals: g.vals[:0]}
+}
+
+// grow returns s resized to n elements, reusing its array when it can.
+func grow[T any](s []T, n int) []T {
+	if cap(s) < n {
+		return make([]T, n)
+	}
+	return s[:n]
 }
 
 // group splits the sent requests by slot in cluster mode, in batch order.
-func (s *Store) group(batch []limiter.Request, roles []limiter.Mode, keys []string) []*group {
-	var groups []*group
-	var slots []uint16
+// The first group is sc.g.
+func (s *Store) group(sc *scratch, batch []limiter.Request, roles []limiter.Mode, keys []string) []*group {
+	groups := sc.groups[:0]
+	slots := sc.slots[:0]
 	for i := range batch {
 		if roles[i] == invalidRole {
 			continue
@@ -301,96 +386,92 @@ func (s *Store) group(batch []limiter.Request, roles []limiter.Mode, keys []stri
 		if k < 0 {
 			k = len(groups)
 			slots = append(slots, slot)
-			groups = append(groups, &group{})
+			if k == 0 {
+				sc.g.idx = sc.g.idx[:0]
+				groups = append(groups, &sc.g)
+			} else {
+				groups = append(groups, &group{})
+			}
 		}
 		groups[k].idx = append(groups[k].idx, i)
 	}
+	sc.groups, sc.slots = groups, slots
 	return groups
 }
 
-// run sends one group's batch program and fills g.outs. It returns by ctx's
-// deadline: the call then runs on in its goroutine and reports to a
-// buffered channel nobody reads.
-func (s *Store) run(ctx context.Context, batch []limiter.Request, roles []limiter.Mode, keys []string, g *group) {
+// run sends one group's batch program and fills g.outs. The call runs in
+// the caller's goroutine: rueidis returns by ctx's deadline (the command
+// then is Indeterminate). It reports whether every command it built has
+// been answered (so g's buffers are free again).
+func (s *Store) run(ctx context.Context, batch []limiter.Request, roles []limiter.Mode, keys []string, g *group) (done bool) {
 	n := len(g.idx)
-	g.outs = make([]limiter.Outcome, n)
-	g.replies = make([]limiter.Reply, n)
-	gk := make([]string, n)
-	args := make([]string, 0, n*lua.BatchArgs)
-	policies := make([]*limiter.Policy, n)
+	g.outs = grow(g.outs, n)
+	g.replies = grow(g.replies, n)
+	g.gk = grow(g.gk, n)
+	g.policies = grow(g.policies, n)
+	abuf := g.abuf[:0]
 	for k, i := range g.idx {
 		r := &batch[i]
-		gk[k] = keys[i]
-		policies[k] = r.Policy
-		args = lua.AppendBatchArgs(args, r.Policy, r.Cost, roles[i])
+		g.gk[k] = keys[i]
+		g.policies[k] = r.Policy
+		abuf = lua.AppendBatchPacked(abuf, r.Policy, r.Cost, roles[i])
 	}
+	g.abuf = abuf
+	args := g.args[:0]
+	for k, i := range g.idx {
+		p := abuf[k*lua.BatchPacked : (k+1)*lua.BatchPacked]
+		args = append(args, batch[i].Policy.ID(), unsafe.String(&p[0], len(p)))
+	}
+	g.args = args
 	if err := ctx.Err(); err != nil {
 		for k, i := range g.idx {
 			g.outs[k] = limiter.UnavailableOutcome(0, limiter.CategoryDeadline, fmt.Errorf("redis store: policy %s: not sent: %w", batch[i].Policy.ID(), err))
 		}
-		return
+		return true
 	}
-	type result struct {
-		msgs []rueidis.RedisMessage
-		err  error
-	}
-	ch := make(chan result, 1)
-	go func() {
-		res := batchScript.Exec(ctx, s.client, gk, args)
-		if err := res.Error(); err != nil {
-			ch <- result{err: err}
-			return
-		}
-		msgs, err := res.ToArray()
+	res := batchScript.Exec(ctx, s.client, g.gk, args)
+	err := res.Error()
+	done = err == nil
+	if err == nil {
+		var msgs []rueidis.RedisMessage
+		msgs, err = res.ToArray()
 		if err != nil {
 			err = fmt.Errorf("%w: reply is not an array: %w", lua.ErrMalformedReply, err)
-		}
-		ch <- result{msgs: msgs, err: err}
-	}()
-	var r result
-	select {
-	case r = <-ch:
-	case <-ctx.Done():
-		select {
-		case r = <-ch:
-		default:
-			for k, i := range g.idx {
-				g.outs[k] = limiter.IndeterminateOutcome(DefaultRetryAfter, fmt.Errorf("redis store: policy %s: no answer before the deadline: %w", batch[i].Policy.ID(), ctx.Err()))
+		} else {
+			vals := grow(g.vals, len(msgs))
+			g.vals = vals
+			for j := range msgs {
+				m := &msgs[j]
+				vals[j] = lua.Value{}
+				if m.IsInt64() {
+					vals[j].Int, _ = m.ToInt64()
+					vals[j].IsInt = true
+				} else if v, err := m.ToString(); err == nil {
+					vals[j].Str = v
+				} else {
+					vals[j].Str = "\x00not a string" // ParseBatchReply refuses it
+				}
 			}
-			return
+			g.committed, err = lua.ParseBatchReply(g.policies, vals, g.replies)
 		}
 	}
-	if r.err == nil {
-		vals := make([]lua.Value, len(r.msgs))
-		for j := range r.msgs {
-			m := &r.msgs[j]
-			if m.IsInt64() {
-				vals[j].Int, _ = m.ToInt64()
-				vals[j].IsInt = true
-			} else if v, err := m.ToString(); err == nil {
-				vals[j].Str = v
-			} else {
-				vals[j].Str = "\x00not a string" // ParseBatchReply refuses it
-			}
-		}
-		g.committed, r.err = lua.ParseBatchReply(policies, vals, g.replies)
-	}
-	if r.err != nil {
+	if err != nil {
 		g.committed = false
 		for k, i := range g.idx {
 			p := batch[i].Policy
-			if errors.Is(r.err, lua.ErrMalformedReply) {
-				g.outs[k] = limiter.IncompatibleOutcome(limiter.CategoryReplyMalformed, fmt.Errorf("redis store: policy %s: %w", p.ID(), r.err))
+			if errors.Is(err, lua.ErrMalformedReply) {
+				g.outs[k] = limiter.IncompatibleOutcome(limiter.CategoryReplyMalformed, fmt.Errorf("redis store: policy %s: %w", p.ID(), err))
 			} else {
-				g.outs[k] = classify(p, r.err)
+				g.outs[k] = classify(p, err)
 			}
 		}
-		return
+		return done
 	}
 	g.answered = true
 	for k, i := range g.idx {
 		g.outs[k] = limiter.OutcomeFromReply(batch[i].Policy, g.replies[k], limiter.SourceRedis)
 	}
+	return true
 }
 
 // refund gives back, per committed group, what its allowed requests took.
