@@ -186,9 +186,16 @@ func (s *Store) Evaluate(ctx context.Context, batch []limiter.Request, out []lim
 		return
 	}
 	nowMs := s.clock.Now().UnixMilli()
-	sc := s.getScratch(len(batch))
-	defer s.putScratch(sc)
-	w := sc.work
+	// A batch of one (one descriptor: the common request) works on the
+	// stack: no pooled scratch, no shard sort.
+	var one [1]work
+	var sc *scratch
+	w := one[:]
+	if len(batch) > 1 {
+		sc = s.getScratch(len(batch))
+		defer s.putScratch(sc)
+		w = sc.work
+	}
 	valid := 0
 	for i := range batch {
 		r := &batch[i]
@@ -213,15 +220,20 @@ func (s *Store) Evaluate(ctx context.Context, batch []limiter.Request, out []lim
 		return
 	}
 	// Lock every distinct shard, in ascending order.
-	order := sc.order[:0]
-	for i := range w {
-		if w[i].valid {
-			order = append(order, w[i].shard)
+	var order []int // nil for a batch of one: its shard is w[0].shard
+	if sc != nil {
+		order = sc.order[:0]
+		for i := range w {
+			if w[i].valid {
+				order = append(order, w[i].shard)
+			}
 		}
+		slices.Sort(order)
+		order = slices.Compact(order)
+		sc.order = order
+	} else {
+		s.shards[w[0].shard].mu.Lock()
 	}
-	slices.Sort(order)
-	order = slices.Compact(order)
-	sc.order = order
 	for _, si := range order {
 		s.shards[si].mu.Lock()
 	}
@@ -302,6 +314,9 @@ func (s *Store) Evaluate(ctx context.Context, batch []limiter.Request, out []lim
 	}
 	for k := len(order) - 1; k >= 0; k-- {
 		s.shards[order[k]].mu.Unlock()
+	}
+	if sc == nil {
+		s.shards[w[0].shard].mu.Unlock()
 	}
 	if s.obs != nil {
 		if dropped > 0 {
