@@ -52,7 +52,7 @@
 -- #include token-bucket.lua
 
 -- The store's clock, read exactly once.
-local serverNow = millis(redis.call('TIME'))
+local serverNow = exact(millis(redis.call('TIME')))
 
 local NARG = 2
 local n = #KEYS
@@ -70,7 +70,8 @@ local function num(x, lo, hi)
   end
   return nil
 end
-local out = { 0 }
+-- Sized for one key up front (most requests): no rehash as it fills.
+local out = { 0, false, false, false, false, false, false, false }
 -- pending: key -> nil (not looked at yet), 'none' (no state), false
 -- (incompatible) or the state after the tentative writes so far.
 local pending = {}
@@ -160,9 +161,15 @@ for i = 1, n do
       blocked = true
     end
   end
+  -- exact, inline for the six numbers: one check instead of six calls.
+  if not (eff >= 0 and eff <= MAX and eff % 1 == 0 and limit >= 0 and limit <= MAX and limit % 1 == 0
+      and remaining >= 0 and remaining <= MAX and remaining % 1 == 0 and retry >= 0 and retry <= MAX
+      and retry % 1 == 0 and resetAt >= 0 and resetAt <= MAX and resetAt % 1 == 0) then
+    error('envoy-rls: inexact value')
+  end
   local j = 1 + (i - 1) * 7
   out[j + 1], out[j + 2], out[j + 3], out[j + 4], out[j + 5], out[j + 6], out[j + 7] =
-    status, exact(serverNow), exact(eff), exact(limit), exact(remaining), exact(retry), exact(resetAt)
+    status, serverNow, eff, limit, remaining, retry, resetAt
 end
 
 local commit = not blocked and (quota == 0 or quotaAllows)

@@ -9,7 +9,7 @@ local S = 1000000 -- sliding-window weight scale (limiter.SlidingScale)
 
 -- Library functions as locals: a global or field lookup per call is a
 -- measurable share of a program's Redis CPU.
-local find, tonumber, floor, fmod = string.find, tonumber, math.floor, math.fmod
+local find, tonumber, floor, fmod, format = string.find, tonumber, math.floor, math.fmod, string.format
 
 -- uint parses a canonical decimal integer in [lo, hi] (digits only, no sign,
 -- no leading zero, at most 16 digits), or returns nil. s is a string, or
@@ -105,19 +105,22 @@ end
 -- store writes the state: every field at once (one HSET) when the hash is
 -- new, only the changing ones (last, a, b, c) over a compatible state that
 -- load returned (fresh false); then the TTL (one PEXPIRE). Numbers go to
--- Redis as %.17g, which is the canonical decimal form of an exact integer
--- below 2^53.
+-- Redis as format('%d') strings, the canonical decimal form of an exact
+-- integer below 2^53: a number argument would be formatted by Redis 7.0 with
+-- snprintf('%.17g'), which costs more Redis CPU than the integer format.
 local function store(key, fresh, alg, policy, rev, last, a, b, c, ttl)
   if fresh then
-    redis.call('HSET', key, 'schema', SCHEMA, 'alg', alg, 'policy', policy, 'rev', exact(rev),
-      'last', exact(last), 'a', exact(a), 'b', exact(b), 'c', exact(c))
+    redis.call('HSET', key, 'schema', SCHEMA, 'alg', alg, 'policy', policy, 'rev', format('%d', exact(rev)),
+      'last', format('%d', exact(last)), 'a', format('%d', exact(a)), 'b', format('%d', exact(b)),
+      'c', format('%d', exact(c)))
   else
-    redis.call('HSET', key, 'last', exact(last), 'a', exact(a), 'b', exact(b), 'c', exact(c))
+    redis.call('HSET', key, 'last', format('%d', exact(last)), 'a', format('%d', exact(a)),
+      'b', format('%d', exact(b)), 'c', format('%d', exact(c)))
   end
   if ttl < 1 then
     ttl = 1
   end
-  redis.call('PEXPIRE', key, exact(ttl))
+  redis.call('PEXPIRE', key, format('%d', exact(ttl)))
 end
 
 -- clock applies the common clock rule to a loaded state: the effective now,
