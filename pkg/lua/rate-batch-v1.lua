@@ -60,47 +60,46 @@ if n < 1 or #ARGV ~= n * NARG then
   return redis.error_reply('envoy-rls: rate-batch-v1 takes 2 arguments per key')
 end
 
-local ALG = { 'fixed_window', 'sliding_window', 'token_bucket' }
-local STEP = { fixed_window, sliding_window, token_bucket }
 local unpack = struct.unpack
--- num is x when it is an integer in [lo, hi], else nil (NaN fails too).
-local function num(x, lo, hi)
-  if x >= lo and x <= hi and x % 1 == 0 then
-    return x
-  end
-  return nil
-end
 -- Sized for one key up front (most requests): no rehash as it fills.
 local out = { 0, false, false, false, false, false, false, false }
 -- pending: key -> nil (not looked at yet), 'none' (no state), false
--- (incompatible) or the state after the tentative writes so far.
+-- (incompatible) or the state after the tentative writes so far: the last
+-- write of the key, which is the one committed.
+-- (Few tables and no helper closures: each costs Redis CPU on every call.)
 local pending = {}
-local fresh = {}  -- key -> true when it had no hash before this call
 local writes = {} -- i -> the state an ALLOWED key would write (see below)
-local last = {}   -- key -> the last i that writes it
 local blocked, quota, quotaAllows = false, 0, false
 
 for i = 1, n do
   local base = (i - 1) * NARG
   local key = KEYS[i]
   local a1, flags, rev, p1, p2, p3, grace, maxRegression, cost = unpack('>BBddddddd', ARGV[base + 2])
-  local alg, step = ALG[a1], STEP[a1]
+  local alg, step
+  if a1 == 1 then
+    alg, step = 'fixed_window', fixed_window
+  elseif a1 == 2 then
+    alg, step = 'sliding_window', sliding_window
+  elseif a1 == 3 then
+    alg, step = 'token_bucket', token_bucket
+  end
   local role, failOpen = 0, false
-  flags = num(flags, 0, 7)
-  if flags then
+  -- Each number an integer in its range (NaN fails every comparison).
+  local flagsOK = flags >= 0 and flags <= 7 and flags % 1 == 0
+  if flagsOK then
     role = flags % 4
     failOpen = flags >= 4
   end
   local status, eff, limit, remaining, retry, resetAt = 'INVALID', serverNow, 0, 0, 0, 0
   local policy = policyID(ARGV[base + 1])
-  rev = num(rev, 1, 4294967295)
-  p1 = num(p1, 0, MAX)
-  p2 = num(p2, 0, MAX)
-  p3 = num(p3, 0, MAX_DURATION)
-  grace = num(grace, 0, MAX_DURATION)
-  maxRegression = num(maxRegression, 0, MAX_DURATION)
-  cost = num(cost, 1, MAX)
-  local valid = step and flags and policy and rev and p1 and p2 and p3 and grace and maxRegression and cost and cost <= p1
+  local valid = step and flagsOK and policy
+    and rev >= 1 and rev <= 4294967295 and rev % 1 == 0
+    and p1 >= 0 and p1 <= MAX and p1 % 1 == 0
+    and p2 >= 0 and p2 <= MAX and p2 % 1 == 0
+    and p3 >= 0 and p3 <= MAX_DURATION and p3 % 1 == 0
+    and grace >= 0 and grace <= MAX_DURATION and grace % 1 == 0
+    and maxRegression >= 0 and maxRegression <= MAX_DURATION and maxRegression % 1 == 0
+    and cost >= 1 and cost <= MAX and cost % 1 == 0 and cost <= p1
   if valid then
     if alg == 'token_bucket' then
       valid = token_bucket_valid(p1, p2, p3)
@@ -116,7 +115,7 @@ for i = 1, n do
     if st == nil then
       st = load(key, alg, policy, rev)
       if st == nil then
-        pending[key], fresh[key] = 'none', true
+        pending[key] = 'none'
       else
         pending[key] = st
       end
@@ -139,8 +138,10 @@ for i = 1, n do
             remaining, resetAt = heldRem, heldReset
           else
             -- Both the write and the state a later key on this hash sees.
-            local w = { last = now, a = a, b = b, c = c, ttl = ttl, held = heldRem, heldReset = heldReset, rev = rev, alg = alg }
-            writes[i], pending[key], last[key] = w, w, i
+            -- fresh: the hash did not exist before this call.
+            local w = { last = now, a = a, b = b, c = c, ttl = ttl, held = heldRem, heldReset = heldReset, rev = rev, alg = alg,
+              fresh = st == nil or st.fresh == true }
+            writes[i], pending[key] = w, w
           end
         else
           status = 'DENIED'
@@ -178,8 +179,8 @@ for i = 1, n do
   if w then
     if commit then
       local key = KEYS[i]
-      if last[key] == i then
-        store(key, fresh[key], w.alg, ARGV[(i - 1) * NARG + 1], w.rev, w.last, w.a, w.b, w.c, w.ttl)
+      if pending[key] == w then
+        store(key, w.fresh, w.alg, ARGV[(i - 1) * NARG + 1], w.rev, w.last, w.a, w.b, w.c, w.ttl)
       end
     else
       local j = 1 + (i - 1) * 7
