@@ -33,7 +33,7 @@ local function token_bucket(st, now, capacity, amount, period, grace, cost)
       -- elapsed * amount < missing: exact, and tokens stay below capacity.
       local units = elapsed * amount + rem
       tokens = tokens + idiv(units, period)
-      rem = imod(units, period)
+      rem = fmod(units, period)
     end
   end
   if cost <= tokens then
