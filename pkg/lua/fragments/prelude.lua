@@ -9,7 +9,11 @@ local S = 1000000 -- sliding-window weight scale (limiter.SlidingScale)
 
 -- Library functions as locals: a global or field lookup per call is a
 -- measurable share of a program's Redis CPU.
-local find, tonumber, floor, fmod, format = string.find, tonumber, math.floor, math.fmod, string.format
+local find, floor, fmod, format = string.find, math.floor, math.fmod, string.format
+-- Decimal strings become numbers by arithmetic coercion (s + 0), not
+-- tonumber: Lua 5.1's tonumber is a C call that runs strtod twice
+-- (lua_isnumber, then lua_tonumber); the VM's coercion runs it once. Only
+-- on strings already known to be decimal integers (a non-number would raise).
 
 -- uint parses a canonical decimal integer in [lo, hi] (digits only, no sign,
 -- no leading zero, at most 16 digits), or returns nil. s is a string, or
@@ -18,7 +22,7 @@ local function uint(s, lo, hi)
   if not s or #s > 16 or not (find(s, '^[1-9]%d*$') or s == '0') then
     return nil
   end
-  local n = tonumber(s)
+  local n = s + 0
   if n < lo or n > hi then
     return nil
   end
@@ -63,7 +67,7 @@ end
 
 -- The store's clock in ms; the caller calls TIME exactly once.
 local function millis(t)
-  return tonumber(t[1]) * 1000 + floor(tonumber(t[2]) / 1000)
+  return t[1] * 1000 + floor(t[2] / 1000)
 end
 
 -- Stored state: nil (none), false (incompatible), or a table of the fields
