@@ -19,10 +19,14 @@ local find, floor, fmod, format = string.find, math.floor, math.fmod, string.for
 -- no leading zero, at most 16 digits), or returns nil. s is a string, or
 -- false for a missing hash field.
 local function uint(s, lo, hi)
-  if not s or #s > 16 or not (find(s, '^[1-9]%d*$') or s == '0') then
+  local n = 0
+  if s == '0' then
+    -- (A common stored value: no pattern match, no strtod.)
+  elseif not s or #s > 16 or not find(s, '^[1-9]%d*$') then
     return nil
+  else
+    n = s + 0
   end
-  local n = s + 0
   if n < lo or n > hi then
     return nil
   end
