@@ -193,3 +193,26 @@ func eventually(t *testing.T, timeout, interval time.Duration, what string, cond
 		time.Sleep(interval)
 	}
 }
+
+// startLoad runs each fn on its own goroutine, handing it a channel that
+// closes when the returned stop is called. stop waits for every fn to
+// return; calling it again does nothing, so it can be both deferred and
+// called where the test wants the load to end.
+func startLoad(fns ...func(stop <-chan struct{})) (stop func()) {
+	ch := make(chan struct{})
+	var wg sync.WaitGroup
+	for _, fn := range fns {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			fn(ch)
+		}()
+	}
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			close(ch)
+			wg.Wait()
+		})
+	}
+}

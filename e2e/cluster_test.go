@@ -3,7 +3,6 @@ package e2e_test
 import (
 	"fmt"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -29,21 +28,7 @@ func TestRedisClusterMasterKilled(t *testing.T) {
 	const subjects = 48
 
 	p := phased{partial: true}
-	stop := make(chan struct{})
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		p.run(rs, 12, subjects, stop)
-	}()
-	stopped := false
-	stopLoad := func() {
-		if !stopped {
-			stopped = true
-			close(stop)
-			wg.Wait()
-		}
-	}
+	stopLoad := startLoad(func(stop <-chan struct{}) { p.run(rs, 12, subjects, stop) })
 	defer stopLoad()
 
 	waitCount(t, &p.healthy, 200, 20*time.Second, "calls while the cluster is healthy")

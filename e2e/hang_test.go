@@ -2,7 +2,6 @@ package e2e_test
 
 import (
 	"net/http"
-	"sync"
 	"testing"
 	"time"
 
@@ -34,19 +33,10 @@ func TestRedisHang(t *testing.T) {
 	const subjects = 8
 
 	var pDef, pTight phased
-	stop := make(chan struct{})
-	var wg sync.WaitGroup
-	wg.Add(2)
-	go func() { defer wg.Done(); pDef.run(def, 6, subjects, stop) }()
-	go func() { defer wg.Done(); pTight.run(tight, 6, subjects, stop) }()
-	stopped := false
-	stopLoad := func() {
-		if !stopped {
-			stopped = true
-			close(stop)
-			wg.Wait()
-		}
-	}
+	stopLoad := startLoad(
+		func(stop <-chan struct{}) { pDef.run(def, 6, subjects, stop) },
+		func(stop <-chan struct{}) { pTight.run(tight, 6, subjects, stop) },
+	)
 	defer stopLoad()
 	setPhase := func(ph int32) { pDef.phase.Store(ph); pTight.phase.Store(ph) }
 

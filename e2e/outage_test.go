@@ -5,7 +5,6 @@ import (
 	"google.golang.org/grpc/codes"
 	"net/http"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -212,21 +211,7 @@ func TestRedisOutage(t *testing.T) {
 	const subjects = 8
 
 	var p phased
-	stop := make(chan struct{})
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		p.run(rs, 12, subjects, stop)
-	}()
-	stopped := false
-	stopLoad := func() {
-		if !stopped {
-			stopped = true
-			close(stop)
-			wg.Wait()
-		}
-	}
+	stopLoad := startLoad(func(stop <-chan struct{}) { p.run(rs, 12, subjects, stop) })
 	defer stopLoad()
 
 	waitCount(t, &p.healthy, 100, 20*time.Second, "calls while healthy")

@@ -154,11 +154,7 @@ func testReloadUnderLoad(t *testing.T, r *replica, ed ruleEditor) {
 		mu     sync.Mutex
 		limits = map[uint32]int{}
 	)
-	stop := make(chan struct{})
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
+	stopLoad := startLoad(func(stop <-chan struct{}) {
 		load(8, 100_000, stop, func(g, i int) {
 			res := r.call(callTimeout, 1, entry{"load", fmt.Sprintf("g%d-%d", g, i)})
 			all.add(res)
@@ -170,15 +166,7 @@ func testReloadUnderLoad(t *testing.T, r *replica, ed ruleEditor) {
 			mu.Unlock()
 			time.Sleep(time.Millisecond)
 		})
-	}()
-	stopped := false
-	stopLoad := func() {
-		if !stopped {
-			stopped = true
-			close(stop)
-			wg.Wait()
-		}
-	}
+	})
 	defer stopLoad()
 
 	probe := func(want int) {
