@@ -66,7 +66,7 @@ type hooks struct {
 	// wrapStore wraps the store (fault injection in tests).
 	wrapStore func(limiter.Store) limiter.Store
 	// reloadSignals replaces SIGHUP delivery.
-	reloadSignals <-chan struct{}
+	reloadSignals <-chan os.Signal
 }
 
 func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer, h hooks) error {
@@ -325,24 +325,7 @@ func serve(ctx context.Context, o Options, getenv func(string) string, log *zap.
 		sig := make(chan os.Signal, 1)
 		signal.Notify(sig, syscall.SIGHUP)
 		defer signal.Stop(sig)
-		ch := make(chan struct{})
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for {
-				select {
-				case <-ctx.Done():
-					return
-				case <-sig:
-					select {
-					case ch <- struct{}{}:
-					case <-ctx.Done():
-						return
-					}
-				}
-			}
-		}()
-		hup = ch
+		hup = sig
 	}
 	wg.Add(1)
 	go func() {

@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -69,13 +70,13 @@ type running struct {
 	done                chan error
 	logs                *syncBuffer
 	conn                *grpc.ClientConn
-	reload              chan struct{}
+	reload              chan os.Signal
 }
 
 func startServe(t *testing.T, args []string, env map[string]string, h hooks) *running {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
-	r := &running{cancel: cancel, done: make(chan error, 1), logs: &syncBuffer{}, reload: make(chan struct{})}
+	r := &running{cancel: cancel, done: make(chan error, 1), logs: &syncBuffer{}, reload: make(chan os.Signal)}
 	addrs := make(chan [2]string, 1)
 	h.listening = func(g, a string) { addrs <- [2]string{g, a} }
 	h.reloadSignals = r.reload
@@ -220,7 +221,7 @@ func TestReloadKeepsPreviousOnFailure(t *testing.T) {
 	_, before := r.get(t, "/config")
 
 	writeRules(t, dir, "domain: app\ndescriptors:\n  - key: user\n    rate_limit: {unit: fortnight, requests_per_unit: 1}\n")
-	r.reload <- struct{}{}
+	r.reload <- syscall.SIGHUP
 	waitFor(t, func() bool {
 		_, m := r.get(t, "/metrics")
 		return strings.Contains(m, `envoy_rls_config_reloads_total{result="failure"} 1`)
@@ -243,7 +244,7 @@ func TestReloadKeepsPreviousOnFailure(t *testing.T) {
 	}
 
 	writeRules(t, dir, strings.Replace(testRules, "requests_per_unit: 2", "requests_per_unit: 1", 1))
-	r.reload <- struct{}{}
+	r.reload <- syscall.SIGHUP
 	waitFor(t, func() bool {
 		_, m := r.get(t, "/metrics")
 		return strings.Contains(m, `envoy_rls_config_reloads_total{result="success"} 2`)
