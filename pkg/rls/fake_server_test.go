@@ -10,6 +10,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/envoy-rls/envoy-rls/internal/deadline"
 	"github.com/envoy-rls/envoy-rls/pkg/descriptors"
 	"github.com/envoy-rls/envoy-rls/pkg/limiter"
 )
@@ -126,6 +127,7 @@ func TestHungStoreStillAnswersByFailureModeBeforeTheDeadline(t *testing.T) {
 }
 
 func TestStoreContextKeepsAReserve(t *testing.T) {
+	w := deadline.New(0)
 	now := time.Now()
 	for _, tc := range []struct {
 		left, reserve time.Duration
@@ -135,20 +137,17 @@ func TestStoreContextKeepsAReserve(t *testing.T) {
 		{10 * time.Second, MaxAnswerReserve},
 	} {
 		ctx, cancel := context.WithDeadline(context.Background(), now.Add(tc.left))
-		sctx, scancel := storeContext(ctx, now)
+		sctx := storeContext(ctx, w, now)
 		got, _ := sctx.Deadline()
 		if want := now.Add(tc.left - tc.reserve); !got.Equal(want) {
 			t.Errorf("%v left: store deadline %v, want %v", tc.left, got.Sub(now), want.Sub(now))
 		}
-		scancel()
 		cancel()
 	}
 	// No deadline: the store gets the caller's context as it is.
 	bg := context.Background()
-	if sctx, scancel := storeContext(bg, now); sctx != bg {
+	if sctx := storeContext(bg, w, now); sctx != bg {
 		t.Fatal("a context without deadline was replaced")
-	} else {
-		scancel()
 	}
 }
 

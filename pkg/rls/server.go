@@ -27,6 +27,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/envoy-rls/envoy-rls/internal/deadline"
 	"github.com/envoy-rls/envoy-rls/pkg/descriptors"
 	"github.com/envoy-rls/envoy-rls/pkg/limiter"
 )
@@ -90,6 +91,9 @@ type Server struct {
 	clock          limiter.Clock
 	defaultHeaders descriptors.HeaderMode
 	scratch        sync.Pool
+	// deadlines makes the store's contexts (storeContext): one timer per
+	// millisecond in use instead of one per call.
+	deadlines *deadline.Wheel
 }
 
 var _ rlsv3.RateLimitServiceServer = (*Server)(nil)
@@ -138,6 +142,7 @@ func New(cfg Config) (*Server, error) {
 		})),
 		clock:          cfg.Clock,
 		defaultHeaders: cfg.DefaultHeaders,
+		deadlines:      deadline.New(0),
 	}
 	s.scratch.New = func() any { return new(scratch) }
 	return s, nil
@@ -341,9 +346,7 @@ func (s *Server) evaluate(ctx context.Context, req *rlsv3.RateLimitRequest, rule
 		}
 		sc.outs = sc.outs[:n]
 		t0 := time.Now()
-		sctx, cancel := storeContext(ctx, t0)
-		s.store.Evaluate(sctx, sc.batch, sc.outs)
-		cancel()
+		s.store.Evaluate(storeContext(ctx, s.deadlines, t0), sc.batch, sc.outs)
 		s.metrics.observeStore(time.Since(t0))
 	} else {
 		sc.outs = sc.outs[:0]
@@ -391,12 +394,14 @@ const (
 // fifth of the time left, clamped to [MinAnswerReserve, MaxAnswerReserve].
 // Without it a hung store would use the whole deadline, the answer would
 // arrive after Envoy had given up, and Envoy's own failure_mode_deny would
-// decide instead of the policy's failure mode.
-func storeContext(ctx context.Context, now time.Time) (context.Context, context.CancelFunc) {
+// decide instead of the policy's failure mode. The deadline comes from w:
+// it fires up to one tick (1 ms) before the one reported, which only widens
+// the reserve.
+func storeContext(ctx context.Context, w *deadline.Wheel, now time.Time) context.Context {
 	dl, ok := ctx.Deadline()
 	if !ok {
-		return ctx, func() {}
+		return ctx
 	}
 	reserve := min(max(dl.Sub(now)/5, MinAnswerReserve), MaxAnswerReserve)
-	return context.WithDeadline(ctx, dl.Add(-reserve))
+	return w.Context(ctx, now, dl.Add(-reserve))
 }
