@@ -12,10 +12,14 @@
 // serverNowMillis, effectiveNowMillis, limit, remaining, retryAfterMillis,
 // resetAtMillis. They share their state layout with the batch program.
 //
-// Each algorithm lives once, in fragments/ (with the shared prelude): a
-// program's source names them with "-- #include <file>" lines, which are
-// replaced by the fragments' text when the package initializes, so the
-// batch program and the single-key programs run the same algorithm text.
+// Each algorithm lives once, in fragments/ (with the shared prelude and the
+// shared steps: reading TIME, the parameter rules, loading the state, the
+// clock rule, storing the state): a program's source names them with
+// "-- #include <file>" lines, which are replaced by the fragments' text when
+// the package initializes, so the batch program and the single-key programs
+// run the same text. The fragments are blocks on agreed local names, not
+// functions: a script's whole body runs on every EVALSHA, so a function
+// would be a closure made on every call of the hot batch program.
 package lua
 
 import (

@@ -73,6 +73,29 @@ func TestProgramsShape(t *testing.T) {
 			t.Errorf("%s: does not name its algorithm", single.Name)
 		}
 	}
+	// The steps every evaluating program shares, verbatim; the refund
+	// program reads the state as they do.
+	for name, progs := range map[string][]Program{
+		"time.lua": append(Programs(), Batch()), "valid.lua": append(Programs(), Batch()),
+		"load.lua": all, "clock.lua": append(Programs(), Batch()), "store.lua": append(Programs(), Batch()),
+		"decimal.lua": append(Programs(), Refund()),
+	} {
+		text, err := Fragment(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, p := range progs {
+			if !strings.Contains(p.Source, text) {
+				t.Errorf("%s: does not contain fragments/%s verbatim", p.Name, name)
+			}
+		}
+	}
+	// The batch program runs on every request and its whole body on every
+	// EVALSHA: it defines no function (a closure made per call).
+	code := regexp.MustCompile(`--[^\n]*`).ReplaceAllString(Batch().Source, "")
+	if regexp.MustCompile(`\bfunction\b`).MatchString(code) {
+		t.Errorf("%s defines a function", Batch().Name)
+	}
 	if _, ok := ProgramFor(0); ok {
 		t.Error("ProgramFor(0) ok")
 	}

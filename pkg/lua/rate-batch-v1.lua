@@ -32,9 +32,16 @@
 -- STATE_INCOMPATIBLE, INVALID — counts as a denial, unless failOpen, when
 -- the key takes no part; shadow and check keys never block). On commit every
 -- ALLOWED key but the check ones is written: one HSET (of every field for a
--- new hash, of last, a, b and c otherwise) and one PEXPIRE per key (the last
--- state of a key named twice). Library functions are locals and numbers are
--- not formatted (see the prelude): Redis CPU per key is what issue 8 budgets.
+-- new hash, otherwise of last, b and whichever of a and c changed) and one
+-- PEXPIRE per key (the last state of a key named twice).
+--
+-- Redis CPU per call is what issue 8 budgets, and the whole body of a
+-- script runs on every EVALSHA: this program defines no function (each
+-- would be a closure made per call) and makes no table per key. The
+-- fragments are blocks on the locals declared below; what a later key or
+-- the commit needs of a key is kept in one flat array, made only for a
+-- batch of several keys (a single key needs only the locals). Numbers are
+-- replied as integers, not formatted.
 --
 -- Reply: an array of 1 + 7N values
 --   1      committed: 1 or 0 (integer)
@@ -47,12 +54,7 @@
 -- Runs on Redis 7.0+ and Valkey.
 
 -- #include prelude.lua
--- #include fixed-window.lua
--- #include sliding-window.lua
--- #include token-bucket.lua
-
--- The store's clock, read exactly once.
-local serverNow = exact(millis(redis.call('TIME')))
+-- #include time.lua
 
 local NARG = 2
 local n = #KEYS
@@ -63,90 +65,139 @@ end
 local unpack = struct.unpack
 -- Sized for one key up front (most requests): no rehash as it fills.
 local out = { 0, false, false, false, false, false, false, false }
--- pending: key -> nil (not looked at yet), 'none' (no state), false
--- (incompatible) or the state after the tentative writes so far: the last
--- write of the key, which is the one committed.
--- (Few tables and no helper closures: each costs Redis CPU on every call.)
-local pending = {}
-local writes = {} -- i -> the state an ALLOWED key would write (see below)
 local blocked, quota, quotaAllows = false, 0, false
 
+-- The fragments' In and Out names, for the key being evaluated (and, after
+-- the loop, for a single key's commit): its arguments, its state, the
+-- algorithm's result, and whether it is to be written.
+local key, alg, policy, rev, limit, p2, p3, grace, maxRegression, cost
+local st, stLast, stA, stB, stC, fresh, hashA, hashC
+local now, allowed, a, b, c, ttl, remaining, retry, resetAt, held, heldReset
+local write = false
+
+-- rec: for a batch of several keys, R values per key i at (i-1)*R:
+--   1 what a later key naming the same hash sees after key i: 0 nothing
+--     (key i was INVALID: look further back), 1 no state, 2 incompatible,
+--     3 a state of the 4 numbers that follow
+--   2 last, 3 a, 4 b, 5 c  (the tentative write, or the state key i saw)
+--   6 fresh (no hash before this call), 7 hashA, 8 hashC (the hash's a, c)
+--   9 write (ALLOWED and not a check key), and to write it:
+--   10 ttl, 11 held, 12 heldReset, 13 alg, 14 rev
+-- All filled (no nil), so the table stays one array.
+local R = 14
+local rec = false
+if n > 1 then
+  rec = {}
+end
+
 for i = 1, n do
-  local base = (i - 1) * NARG
-  local key = KEYS[i]
-  local a1, flags, rev, p1, p2, p3, grace, maxRegression, cost = unpack('>BBddddddd', ARGV[base + 2])
-  local alg, step
-  if a1 == 1 then
-    alg, step = 'fixed_window', fixed_window
-  elseif a1 == 2 then
-    alg, step = 'sliding_window', sliding_window
-  elseif a1 == 3 then
-    alg, step = 'token_bucket', token_bucket
+  key, policy = KEYS[i], ARGV[(i - 1) * NARG + 1]
+  local algorithm, flags
+  algorithm, flags, rev, limit, p2, p3, grace, maxRegression, cost = unpack('>BBddddddd', ARGV[(i - 1) * NARG + 2])
+  alg = false
+  if algorithm == 1 then
+    alg = 'fixed_window'
+  elseif algorithm == 2 then
+    alg = 'sliding_window'
+  elseif algorithm == 3 then
+    alg = 'token_bucket'
   end
   local role, failOpen = 0, false
   -- Each number an integer in its range (NaN fails every comparison).
-  local flagsOK = flags >= 0 and flags <= 7 and flags % 1 == 0
-  if flagsOK then
+  local valid = flags >= 0 and flags <= 7 and flags % 1 == 0
+  if valid then
     role = flags % 4
     failOpen = flags >= 4
   end
-  local status, eff, limit, remaining, retry, resetAt = 'INVALID', serverNow, 0, 0, 0, 0
-  local policy = policyID(ARGV[base + 1])
-  local valid = step and flagsOK and policy
+  valid = valid and #policy <= 128 and find(policy, POLICY_ID)
     and rev >= 1 and rev <= 4294967295 and rev % 1 == 0
-    and p1 >= 0 and p1 <= MAX and p1 % 1 == 0
+    and limit >= 0 and limit <= MAX and limit % 1 == 0
     and p2 >= 0 and p2 <= MAX and p2 % 1 == 0
     and p3 >= 0 and p3 <= MAX_DURATION and p3 % 1 == 0
     and grace >= 0 and grace <= MAX_DURATION and grace % 1 == 0
     and maxRegression >= 0 and maxRegression <= MAX_DURATION and maxRegression % 1 == 0
-    and cost >= 1 and cost <= MAX and cost % 1 == 0 and cost <= p1
+    and cost >= 1 and cost <= MAX and cost % 1 == 0 and cost <= limit
+-- #include valid.lua
+  local status, eff, lim = 'INVALID', serverNow, 0
+  remaining, retry, resetAt, write = 0, 0, 0, false
+  local kind = 0
   if valid then
-    if alg == 'token_bucket' then
-      valid = token_bucket_valid(p1, p2, p3)
-    elseif alg == 'sliding_window' then
-      valid = p3 == 0 and sliding_window_valid(p1, p2)
-    else
-      valid = p3 == 0 and fixed_window_valid(p1, p2)
-    end
-  end
-  if valid then
-    limit = p1
-    local st = pending[key]
-    if st == nil then
-      st = load(key, alg, policy, rev)
-      if st == nil then
-        pending[key] = 'none'
-      else
-        pending[key] = st
+    lim = limit
+    -- The state: what the last earlier key naming this hash left, else
+    -- the hash.
+    local j = 0
+    if rec then
+      for k = i - 1, 1, -1 do
+        if KEYS[k] == key and rec[(k - 1) * R + 1] ~= 0 then
+          j = k
+          break
+        end
       end
-    elseif st == 'none' then
-      st = nil
     end
-    if st == false or (alg == 'sliding_window' and not sliding_window_compatible(st)) then
+    if j == 0 then
+-- #include load.lua
+      fresh, hashA, hashC = st == nil, stA, stC
+    else
+      local o = (j - 1) * R
+      kind, stLast, stA, stB, stC, fresh, hashA, hashC =
+        rec[o + 1], rec[o + 2], rec[o + 3], rec[o + 4], rec[o + 5], rec[o + 6], rec[o + 7], rec[o + 8]
+      st = nil
+      if kind == 2 then
+        st = false
+      elseif kind == 3 then
+        st = true
+      end
+    end
+    if st == false then
       status = 'STATE_INCOMPATIBLE'
     else
-      local now = clock(st, serverNow, maxRegression)
+-- #include clock.lua
       if not now then
         status = 'CLOCK_UNSAFE'
       else
         eff = now
-        local allowed, a, b, c, ttl, heldRem, heldReset
-        allowed, a, b, c, ttl, remaining, retry, resetAt, heldRem, heldReset = step(st, now, p1, p2, p3, grace, cost)
-        if allowed then
-          status = 'ALLOWED'
-          if role == 3 then
-            remaining, resetAt = heldRem, heldReset
-          else
-            -- Both the write and the state a later key on this hash sees.
-            -- fresh: the hash did not exist before this call.
-            local w = { last = now, a = a, b = b, c = c, ttl = ttl, held = heldRem, heldReset = heldReset, rev = rev, alg = alg,
-              fresh = st == nil or st.fresh == true }
-            writes[i], pending[key] = w, w
-          end
+        if alg == 'fixed_window' then
+          local window = p2
+-- #include fixed-window.lua
+        elseif alg == 'sliding_window' then
+          local window = p2
+-- #include sliding-window.lua
         else
+          local amount, period = p2, p3
+-- #include token-bucket.lua
+        end
+        if not allowed then
           status = 'DENIED'
+        elseif role == 3 then
+          status, remaining, resetAt = 'ALLOWED', held, heldReset
+        else
+          status, write = 'ALLOWED', true
         end
       end
+    end
+    kind = 3
+    if write then
+      stLast, stA, stB, stC = now, a, b, c
+    elseif st == nil then
+      kind = 1
+    elseif st == false then
+      kind = 2
+    end
+  end
+  if rec then
+    local o = (i - 1) * R
+    if write then
+      rec[o + 1], rec[o + 2], rec[o + 3], rec[o + 4], rec[o + 5], rec[o + 6], rec[o + 7],
+        rec[o + 8], rec[o + 9], rec[o + 10], rec[o + 11], rec[o + 12], rec[o + 13], rec[o + 14] =
+        kind, stLast, stA, stB, stC, fresh, hashA, hashC, true, ttl, held, heldReset, alg, rev
+    elseif kind ~= 0 then
+      rec[o + 1], rec[o + 2], rec[o + 3], rec[o + 4], rec[o + 5], rec[o + 6], rec[o + 7],
+        rec[o + 8], rec[o + 9], rec[o + 10], rec[o + 11], rec[o + 12], rec[o + 13], rec[o + 14] =
+        kind, stLast, stA, stB, stC, fresh, hashA, hashC, false, 0, 0, 0, false, 0
+    else
+      rec[o + 1], rec[o + 2], rec[o + 3], rec[o + 4], rec[o + 5], rec[o + 6], rec[o + 7],
+        rec[o + 8], rec[o + 9], rec[o + 10], rec[o + 11], rec[o + 12], rec[o + 13], rec[o + 14] =
+        0, 0, 0, 0, 0, false, 0, 0, false, 0, 0, 0, false, 0
     end
   end
   -- limiter.Commits
@@ -162,29 +213,52 @@ for i = 1, n do
       blocked = true
     end
   end
-  -- exact, inline for the six numbers: one check instead of six calls.
-  if not (eff >= 0 and eff <= MAX and eff % 1 == 0 and limit >= 0 and limit <= MAX and limit % 1 == 0
+  -- exact, for the six numbers at once.
+  if not (eff >= 0 and eff <= MAX and eff % 1 == 0 and lim >= 0 and lim <= MAX and lim % 1 == 0
       and remaining >= 0 and remaining <= MAX and remaining % 1 == 0 and retry >= 0 and retry <= MAX
       and retry % 1 == 0 and resetAt >= 0 and resetAt <= MAX and resetAt % 1 == 0) then
     error('envoy-rls: inexact value')
   end
-  local j = 1 + (i - 1) * 7
-  out[j + 1], out[j + 2], out[j + 3], out[j + 4], out[j + 5], out[j + 6], out[j + 7] =
-    status, serverNow, eff, limit, remaining, retry, resetAt
+  local o = (i - 1) * 7
+  out[o + 2], out[o + 3], out[o + 4], out[o + 5], out[o + 6], out[o + 7], out[o + 8] =
+    status, serverNow, eff, lim, remaining, retry, resetAt
 end
 
 local commit = not blocked and (quota == 0 or quotaAllows)
 for i = 1, n do
-  local w = writes[i]
-  if w then
-    if commit then
-      local key = KEYS[i]
-      if pending[key] == w then
-        store(key, w.fresh, w.alg, ARGV[(i - 1) * NARG + 1], w.rev, w.last, w.a, w.b, w.c, w.ttl)
+  if rec then
+    -- Key i's write, unless a later key naming the same hash writes (the
+    -- last write of a key is the one committed).
+    local o = (i - 1) * R
+    write = rec[o + 9]
+    if write and commit then
+      key = KEYS[i]
+      for k = i + 1, n do
+        if KEYS[k] == key and rec[(k - 1) * R + 9] then
+          write = false
+          break
+        end
       end
+      if write then
+        now, a, b, c, fresh, hashA, hashC, ttl, alg, rev, policy =
+          rec[o + 2], rec[o + 3], rec[o + 4], rec[o + 5], rec[o + 6], rec[o + 7], rec[o + 8],
+          rec[o + 10], rec[o + 13], rec[o + 14], ARGV[(i - 1) * NARG + 1]
+      end
+    elseif write then
+      held, heldReset = rec[o + 11], rec[o + 12]
+    end
+  end
+  if write then
+    if commit then
+-- #include store.lua
     else
-      local j = 1 + (i - 1) * 7
-      out[j + 5], out[j + 7] = exact(w.held), exact(w.heldReset)
+      -- Not consumed: the reply before the cost.
+      if not (held >= 0 and held <= MAX and held % 1 == 0 and heldReset >= 0 and heldReset <= MAX
+          and heldReset % 1 == 0) then
+        error('envoy-rls: inexact value')
+      end
+      local o = (i - 1) * 7
+      out[o + 6], out[o + 8] = held, heldReset
     end
   end
 end

@@ -29,49 +29,55 @@
 -- (serverNow, serverNow, 0, 0, 0, 0).
 --
 -- State: one hash, fields schema (1), alg, policy, rev, last (last-observed
--- ms), a, b, c (see docs/algorithms.md). Only an ALLOWED request writes it,
--- all fields at once, then sets PEXPIRE. Every other status writes nothing.
+-- ms), a, b, c (see docs/algorithms.md). Only an ALLOWED request writes it:
+-- one HSET (every field for a new hash, otherwise last, b and whichever of a
+-- and c changed), then PEXPIRE. Every other status writes nothing.
 -- Runs on Redis 7.0+ and Valkey (script effects replication; TIME before
 -- writes is allowed).
 --
--- The algorithm and the shared helpers are fragments (pkg/lua/fragments),
--- assembled in by pkg/lua at the include lines below: the same text runs in
--- rate-batch-v1.lua, so each algorithm has one source.
+-- The algorithm and the shared steps are fragments (pkg/lua/fragments),
+-- blocks assembled in by pkg/lua at the include lines below: the same text
+-- runs in rate-batch-v1.lua, so each algorithm has one source.
 
 -- #include prelude.lua
+-- #include decimal.lua
 -- #include v1-reply.lua
--- #include fixed-window.lua
-
--- The store's clock, read exactly once.
-local serverNow = millis(redis.call('TIME'))
+-- #include time.lua
 
 local key = KEYS[1]
-local ALG = 'fixed_window'
+local alg = 'fixed_window'
 local policy = policyID(ARGV[1])
 local rev = uint(ARGV[2], 1, 4294967295)
 local limit = uint(ARGV[3], 0, MAX)
-local window = uint(ARGV[4], 1, MAX)
+local p2 = uint(ARGV[4], 1, MAX) -- the window
+local p3 = 0
 local maxCost = uint(ARGV[5], 0, MAX)
 local grace = uint(ARGV[6], 0, MAX_DURATION)
 local maxRegression = uint(ARGV[7], 0, MAX_DURATION)
 local cost = uint(ARGV[8], 1, MAX)
-if #KEYS ~= 1 or #ARGV ~= 8 or not policy or not rev or not limit or not window or not maxCost
-    or not grace or not maxRegression or not cost or maxCost > limit or cost > maxCost
-    or not fixed_window_valid(limit, window) then
+local valid = #KEYS == 1 and #ARGV == 8 and policy and rev and limit and p2 and maxCost and grace
+  and maxRegression and cost and maxCost <= limit and cost <= maxCost
+-- #include valid.lua
+if not valid then
   return reply('INVALID', serverNow, serverNow, 0, 0, 0, 0)
 end
 
-local st = load(key, ALG, policy, rev)
+local st, stLast, stA, stB, stC
+-- #include load.lua
 if st == false then
   return reply('STATE_INCOMPATIBLE', serverNow, serverNow, limit, 0, 0, 0)
 end
-local now = clock(st, serverNow, maxRegression)
+local now
+-- #include clock.lua
 if not now then
   return reply('CLOCK_UNSAFE', serverNow, serverNow, limit, 0, 0, 0)
 end
-local allowed, a, b, c, ttl, remaining, retry, resetAt = fixed_window(st, now, limit, window, 0, grace, cost)
+local window = p2
+local allowed, a, b, c, ttl, remaining, retry, resetAt, held, heldReset
+-- #include fixed-window.lua
 if allowed then
-  store(key, st == nil, ALG, policy, rev, now, a, b, c, ttl)
+  local fresh, hashA, hashC = st == nil, stA, stC
+-- #include store.lua
   return reply('ALLOWED', serverNow, now, limit, remaining, 0, resetAt)
 end
 return reply('DENIED', serverNow, now, limit, remaining, retry, resetAt)

@@ -21,8 +21,11 @@
 --
 -- Reply: an array of N integers, 1 refunded, 0 nothing to refund.
 -- A wrong number of arguments is an error reply.
+-- Not on the hot path (it runs only after a split batch did not commit):
+-- it reads the state with the batch's load.lua block.
 
 -- #include prelude.lua
+-- #include decimal.lua
 
 local max = math.max
 local NARG = 8
@@ -44,25 +47,26 @@ for i = 1, n do
   local at = uint(ARGV[base + 8], 0, MAX)
   local done = 0
   if policy and rev and limit and p2 and p3 and cost and at then
-    local st = load(key, alg, policy, rev)
+    local st, stLast, stA, stB, stC
+-- #include load.lua
     if st then
       if alg == 'fixed_window' then
-        if st.a == idiv(at, p2) then
-          redis.call('HSET', key, 'b', exact(max(0, st.b - cost)))
+        if stA == (at - fmod(at, p2)) / p2 then
+          redis.call('HSET', key, 'b', exact(max(0, stB - cost)))
           done = 1
         end
       elseif alg == 'sliding_window' then
-        local w = idiv(at, p2)
-        if st.a == w then
-          redis.call('HSET', key, 'b', exact(max(0, st.b - cost)))
+        local w = (at - fmod(at, p2)) / p2
+        if stA == w then
+          redis.call('HSET', key, 'b', exact(max(0, stB - cost)))
           done = 1
-        elseif st.a == w + 1 then
-          redis.call('HSET', key, 'c', exact(max(0, st.c - cost)))
+        elseif stA == w + 1 then
+          redis.call('HSET', key, 'c', exact(max(0, stC - cost)))
           done = 1
         end
       elseif alg == 'token_bucket' and p3 >= 1 then
-        if st.b >= at then
-          local tokens, rem = st.a + cost, st.c
+        if stB >= at then
+          local tokens, rem = stA + cost, stC
           if tokens >= limit then
             tokens, rem = limit, 0
           end

@@ -1,81 +1,88 @@
 -- fragments/sliding-window.lua: the sliding-window counter of
--- docs/algorithms.md, once. Approximate, conservative: weights round up.
-local function sliding_window_valid(limit, window)
-  return limit <= MAX_SLIDING and window >= 1 and window <= MAX_SLIDING
-end
-
--- Counts above the largest sliding limit cannot be ours, and would leave
--- exact arithmetic in the weighted estimate.
-local function sliding_window_compatible(st)
-  return not st or (st.b <= MAX_SLIDING and st.c <= MAX_SLIDING)
-end
-
-local function sliding_reset(now, w, window, prev, cur)
-  if cur > 0 then
-    return (w + 2) * window
-  elseif prev > 0 then
-    return (w + 1) * window
-  end
-  return now
-end
-
-local function sliding_window(st, now, limit, window, _, grace, cost)
-  local w = idiv(now, window)
-  local e = now - w * window
+-- docs/algorithms.md, once: limiter.Check as a block. Approximate,
+-- conservative: weights round up. (Counts above any sliding limit are
+-- refused by load.lua.)
+-- In:  st, stA (window id), stB (current), stC (previous); now; limit,
+--      window; grace, cost.
+-- Out: allowed; a, b, c, ttl (the state to write when allowed); remaining,
+--      retry, resetAt (the reply); held, heldReset (remaining and reset-at
+--      before the cost).
+do
+  local e = fmod(now, window)
+  local w = (now - e) / window
   local cur, prev = 0, 0
   if st then
-    if st.a == w then
-      cur, prev = st.b, st.c
-    elseif st.a == w - 1 then
-      prev = st.b
+    if stA == w then
+      cur, prev = stB, stC
+    elseif stA == w - 1 then
+      prev = stB
     end
   end
-  local weight = ceildiv((window - e) * S, window)
-  local prevPart = ceildiv(prev * weight, S)
-  local estimate = prevPart + cur
-  if cost <= limit - estimate then
-    local held, heldReset = limit - estimate, sliding_reset(now, w, window, prev, cur)
+  -- weight = ceil((window - e) * S, window), prevPart = ceil(prev * weight, S)
+  local x = (window - e) * S
+  local r = fmod(x, window)
+  local weight = (x - r) / window
+  if r ~= 0 then
+    weight = weight + 1
+  end
+  x = prev * weight
+  r = fmod(x, S)
+  local prevPart = (x - r) / S
+  if r ~= 0 then
+    prevPart = prevPart + 1
+  end
+  held = limit - (prevPart + cur)
+  -- When the estimate returns to 0 without traffic.
+  if cur > 0 then
+    heldReset = (w + 2) * window
+  elseif prev > 0 then
+    heldReset = (w + 1) * window
+  else
+    heldReset = now
+  end
+  allowed = cost <= held
+  if allowed then
     cur = cur + cost
-    local remaining = limit - (prevPart + cur)
+    remaining = limit - (prevPart + cur)
     if remaining < 0 then
       remaining = 0
     end
-    return true, w, cur, prev, (w + 2) * window - now + grace, remaining, 0, (w + 2) * window, held, heldReset
-  end
-  local remaining = limit - estimate
-  if remaining < 0 then
-    remaining = 0
-  end
-  -- need(p, c): the least elapsed e' in [0, window] at which p weighted plus
-  -- c plus cost fits the limit (window when it never does in this window).
-  local function need(p, c)
-    local k = limit - c - cost
-    if k < 0 then
-      return window
-    end
-    if p == 0 then
-      return 0
-    end
-    local wmax = idiv(k * S, p)
-    if wmax >= S then
-      return 0 -- the full weight fits; also keeps wmax * window exact
-    end
-    local ep = window - idiv(wmax * window, S)
-    if ep < 0 then
-      ep = 0
-    end
-    return ep
-  end
-  local retry
-  if limit - cur - cost >= 0 then
-    retry = need(prev, cur) - e
+    a, b, c, ttl, retry, resetAt = w, cur, prev, (w + 2) * window - now + grace, 0, (w + 2) * window
   else
-    retry = (window - e) + need(cur, 0)
+    if held < 0 then
+      held = 0
+    end
+    remaining, resetAt = held, heldReset
+    -- need(p, q): the least elapsed e' in [0, window] at which p weighted
+    -- plus q plus cost fits the limit (window when it never does in this
+    -- window). Retry when it fits in this window: need(prev, cur) - e;
+    -- else in the next one, where prev is cur: (window - e) + need(cur, 0).
+    local p, q, base = prev, cur, -e
+    if limit - cur - cost < 0 then
+      p, q, base = cur, 0, window - e
+    end
+    local k = limit - q - cost
+    local ep = 0
+    if k < 0 then
+      ep = window
+    elseif p ~= 0 then
+      x = k * S
+      r = fmod(x, p)
+      local wmax = (x - r) / p
+      -- wmax >= S: the full weight fits (also keeps wmax * window exact).
+      if wmax < S then
+        x = wmax * window
+        r = fmod(x, S)
+        ep = window - (x - r) / S
+        if ep < 0 then
+          ep = 0
+        end
+      end
+    end
+    retry = ep + base
+    if retry < 1 then
+      retry = 1
+    end
   end
-  if retry < 1 then
-    retry = 1
-  end
-  local resetAt = sliding_reset(now, w, window, prev, cur)
-  return false, 0, 0, 0, 0, remaining, retry, resetAt, remaining, resetAt
 end
 -- End of sliding-window.lua.

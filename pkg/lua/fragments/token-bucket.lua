@@ -1,49 +1,68 @@
--- fragments/token-bucket.lua: the token bucket of docs/algorithms.md, once.
--- Refill carries the sub-token remainder, so it does not depend on how often
--- the bucket is evaluated.
-local function token_bucket_valid(capacity, amount, period)
-  return amount >= 1 and amount <= MAX and period >= 1 and period <= MAX_DURATION
-    and capacity <= idiv(MAX - amount, period)
-end
-
-local function token_full(capacity, tokens, rem, amount, period)
-  if tokens < capacity then
-    return ceildiv((capacity - tokens) * period - rem, amount)
-  end
-  return 0
-end
-
-local function token_bucket(st, now, capacity, amount, period, grace, cost)
-  local tokens, rem = capacity, 0
-  if st and st.a < capacity then
+-- fragments/token-bucket.lua: the token bucket of docs/algorithms.md, once:
+-- limiter.Check as a block. Refill carries the sub-token remainder, so it
+-- does not depend on how often the bucket is evaluated.
+-- In:  st, stA (tokens), stB (last refill ms), stC (remainder); now; limit
+--      (the capacity), amount, period; grace, cost.
+-- Out: allowed; a, b, c, ttl (the state to write when allowed); remaining,
+--      retry, resetAt (the reply); held, heldReset (remaining and reset-at
+--      before the cost).
+do
+  local tokens, rem = limit, 0
+  if st and stA < limit then
     -- (A lowered capacity can leave more stored tokens than it: full.)
-    tokens, rem = st.a, st.c
-    local elapsed = now - st.b
+    tokens, rem = stA, stC
+    local elapsed = now - stB
     if elapsed < 0 then
       elapsed = 0
     end
-    local missing = (capacity - tokens) * period - rem
+    local missing = (limit - tokens) * period - rem
     local fullAfter = 0
     if missing > 0 then
-      fullAfter = ceildiv(missing, amount)
+      local r = fmod(missing, amount)
+      fullAfter = (missing - r) / amount
+      if r ~= 0 then
+        fullAfter = fullAfter + 1
+      end
     end
     if elapsed >= fullAfter then
-      tokens, rem = capacity, 0
+      tokens, rem = limit, 0
     else
       -- elapsed * amount < missing: exact, and tokens stay below capacity.
       local units = elapsed * amount + rem
-      tokens = tokens + idiv(units, period)
       rem = fmod(units, period)
+      tokens = tokens + (units - rem) / period
     end
   end
-  if cost <= tokens then
-    local held, heldReset = tokens, now + token_full(capacity, tokens, rem, amount, period)
-    tokens = tokens - cost
-    local full = token_full(capacity, tokens, rem, amount, period)
-    return true, tokens, now, rem, full + grace, tokens, 0, now + full, held, heldReset
+  -- full: ms until the bucket is full, ceil((limit - tokens) * period - rem,
+  -- amount), 0 when it is; before the cost, then (allowed) after it.
+  local full = 0
+  if tokens < limit then
+    local x = (limit - tokens) * period - rem
+    local r = fmod(x, amount)
+    full = (x - r) / amount
+    if r ~= 0 then
+      full = full + 1
+    end
   end
-  local full = token_full(capacity, tokens, rem, amount, period)
-  local retry = ceildiv((cost - tokens) * period - rem, amount)
-  return false, 0, 0, 0, 0, tokens, retry, now + full, tokens, now + full
+  held, heldReset = tokens, now + full
+  allowed = cost <= tokens
+  if allowed then
+    tokens = tokens - cost
+    local x = (limit - tokens) * period - rem
+    local r = fmod(x, amount)
+    full = (x - r) / amount
+    if r ~= 0 then
+      full = full + 1
+    end
+    a, b, c, ttl, remaining, retry, resetAt = tokens, now, rem, full + grace, tokens, 0, now + full
+  else
+    local x = (cost - tokens) * period - rem
+    local r = fmod(x, amount)
+    retry = (x - r) / amount
+    if r ~= 0 then
+      retry = retry + 1
+    end
+    remaining, resetAt = tokens, heldReset
+  end
 end
 -- End of token-bucket.lua.

@@ -3,7 +3,7 @@
 --
 -- dec formats an exact integer; anything else is a program bug and raises.
 local function dec(n)
-  return string.format('%d', exact(n))
+  return format('%d', exact(n))
 end
 
 local function reply(status, serverNow, effectiveNow, limit, remaining, retryAfter, resetAt)

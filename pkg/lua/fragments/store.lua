@@ -1,0 +1,46 @@
+-- fragments/store.lua: write one state hash. In: key, fresh (no hash before
+-- this program), alg, policy, rev, now, a, b, c, ttl, and hashA, hashC (the
+-- a and c the hash holds, as load.lua read them). One HSET, then the TTL
+-- (one PEXPIRE). A new hash gets every field; an existing one only last, b
+-- and whichever of a and c changed (a fixed window's c is always 0, a
+-- window's a changes once per window): hash fields are canonical decimal
+-- strings, so an equal number is an equal string, and every argument left
+-- out is Redis CPU saved. Numbers go to Redis as format('%d') strings, the
+-- canonical decimal form of an exact integer below 2^53: a number argument
+-- would be formatted by Redis 7.0 with snprintf('%.17g'), which costs more.
+do
+  if ttl < 1 then
+    ttl = 1
+  end
+  -- exact, for the five numbers at once.
+  if not (now >= 0 and now <= MAX and now % 1 == 0 and a >= 0 and a <= MAX and a % 1 == 0
+      and b >= 0 and b <= MAX and b % 1 == 0 and c >= 0 and c <= MAX and c % 1 == 0
+      and ttl <= MAX and ttl % 1 == 0) then
+    error('envoy-rls: inexact value')
+  end
+  local ls = format('%d', now)
+  local bs = ls -- a token bucket's b is now
+  if b ~= now then
+    bs = format('%d', b)
+  end
+  if fresh then
+    local cs = '0'
+    if c ~= 0 then
+      cs = format('%d', c)
+    end
+    redis.call('HSET', key, 'schema', SCHEMA, 'alg', alg, 'policy', policy, 'rev', format('%d', rev),
+      'last', ls, 'a', format('%d', a), 'b', bs, 'c', cs)
+  elseif a ~= hashA then
+    if c ~= hashC then
+      redis.call('HSET', key, 'last', ls, 'a', format('%d', a), 'b', bs, 'c', format('%d', c))
+    else
+      redis.call('HSET', key, 'last', ls, 'a', format('%d', a), 'b', bs)
+    end
+  elseif c ~= hashC then
+    redis.call('HSET', key, 'last', ls, 'b', bs, 'c', format('%d', c))
+  else
+    redis.call('HSET', key, 'last', ls, 'b', bs)
+  end
+  redis.call('PEXPIRE', key, format('%d', ttl))
+end
+-- End of store.lua.
