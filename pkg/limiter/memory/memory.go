@@ -42,6 +42,7 @@ import (
 	"slices"
 	"sync"
 	"time"
+	"unsafe"
 
 	"github.com/envoy-rls/envoy-rls/pkg/limiter"
 )
@@ -115,14 +116,23 @@ type entry struct {
 	lastObserved, a, b, c, expiresAt int64
 }
 
+// shard is padded to shardSize, two cache lines (one adjacent-line
+// prefetch pair): in the slice of shards each starts on its own line, so that
+// goroutines working on different shards never write to a line they share.
 type shard struct {
+	shardState
+	_ [shardSize - unsafe.Sizeof(shardState{})]byte
+}
+
+const shardSize = 128
+
+type shardState struct {
 	mu       sync.Mutex
 	t        table
 	capacity int
 	// minExpiry is a lower bound of every entry's expiresAt (exact after a
 	// complete scan): while now <= minExpiry nothing can have expired.
 	minExpiry int64
-	_         [64]byte // keep shards on separate cache lines
 }
 
 // New builds a Store.
@@ -186,16 +196,13 @@ func (s *Store) Evaluate(ctx context.Context, batch []limiter.Request, out []lim
 		return
 	}
 	nowMs := s.clock.Now().UnixMilli()
-	// A batch of one (one descriptor: the common request) works on the
-	// stack: no pooled scratch, no shard sort.
-	var one [1]work
-	var sc *scratch
-	w := one[:]
-	if len(batch) > 1 {
-		sc = s.getScratch(len(batch))
-		defer s.putScratch(sc)
-		w = sc.work
+	if len(batch) == 1 {
+		s.evaluateOne(&batch[0], &out[0], nowMs)
+		return
 	}
+	sc := s.getScratch(len(batch))
+	defer s.putScratch(sc)
+	w := sc.work
 	valid := 0
 	for i := range batch {
 		r := &batch[i]
@@ -220,20 +227,15 @@ func (s *Store) Evaluate(ctx context.Context, batch []limiter.Request, out []lim
 		return
 	}
 	// Lock every distinct shard, in ascending order.
-	var order []int // nil for a batch of one: its shard is w[0].shard
-	if sc != nil {
-		order = sc.order[:0]
-		for i := range w {
-			if w[i].valid {
-				order = append(order, w[i].shard)
-			}
+	order := sc.order[:0]
+	for i := range w {
+		if w[i].valid {
+			order = append(order, w[i].shard)
 		}
-		slices.Sort(order)
-		order = slices.Compact(order)
-		sc.order = order
-	} else {
-		s.shards[w[0].shard].mu.Lock()
 	}
+	slices.Sort(order)
+	order = slices.Compact(order)
+	sc.order = order
 	for _, si := range order {
 		s.shards[si].mu.Lock()
 	}
@@ -315,16 +317,99 @@ func (s *Store) Evaluate(ctx context.Context, batch []limiter.Request, out []lim
 	for k := len(order) - 1; k >= 0; k-- {
 		s.shards[order[k]].mu.Unlock()
 	}
-	if sc == nil {
-		s.shards[w[0].shard].mu.Unlock()
+	s.report(dropped, refused)
+}
+
+// evaluateOne is Evaluate for a batch of one request (one descriptor: the
+// common Envoy request), with the same outcomes and effects as the general
+// path: one lock, one table lookup (the write goes to the slot the lookup
+// found, or to the empty slot where it stopped when nothing has moved since),
+// and no per-request work record. A batch of one commits exactly when its
+// request allows (see limiter.Commits), so an allowed request consumes unless
+// its reply is refused by OutcomeFromReply.
+func (s *Store) evaluateOne(r *limiter.Request, o *limiter.Outcome, nowMs int64) {
+	if err := r.Validate(); err != nil {
+		*o = limiter.UnavailableOutcome(0, limiter.CategoryInvalidRequest, fmt.Errorf("memory store: %w", err))
+		return
 	}
-	if s.obs != nil {
-		if dropped > 0 {
-			s.obs.Expired(dropped)
+	if nowMs < 0 || nowMs > limiter.MaxSafeInteger {
+		*o = limiter.UnavailableOutcome(limiter.ClockUnsafeRetryAfter, limiter.CategoryClockUnsafe,
+			fmt.Errorf("memory store: clock reads %dms since the epoch: %w", nowMs, limiter.ErrClockUnsafe))
+		return
+	}
+	p := r.Policy
+	k := key{subject: r.Subject, policy: p.ID(), revision: p.Revision(), alg: p.Algorithm()}
+	h := hashKey(&k)
+	sh := &s.shards[s.shardIndex(&r.Subject)]
+	t := &sh.t
+	dropped, refused := 0, 0
+	sh.mu.Lock()
+	// hint: where k is (found) or would be inserted (-1 once the table has
+	// changed since the lookup).
+	hint, found := t.find(&k, h)
+	var st limiter.State
+	if found {
+		e := &t.slots[hint].e
+		if nowMs > e.expiresAt { // Redis semantics: a key lives through its expiry millisecond
+			t.remove(hint)
+			dropped, found, hint = 1, false, -1
+		} else {
+			st = limiter.State{
+				Exists: true, Schema: limiter.StateSchema, Algorithm: k.alg, PolicyID: k.policy, Revision: k.revision,
+				LastObservedMs: e.lastObserved, A: e.a, B: e.b, C: e.c, ExpiresAtMs: e.expiresAt,
+			}
 		}
-		for range refused {
-			s.obs.Refused()
+	}
+	next, reply, held, write := limiter.Check(st, nowMs, p, r.Cost)
+	switch {
+	case r.Role() == limiter.ModeCheck:
+		*o = limiter.OutcomeFromReply(p, held, limiter.SourceMemory)
+	case !write:
+		*o = limiter.OutcomeFromReply(p, reply, limiter.SourceMemory)
+	case !found && t.n >= sh.capacity && s.full(sh, nowMs, &dropped):
+		refused = 1
+		*o = limiter.UnavailableOutcome(CapacityRetryAfter, limiter.CategoryCapacity, ErrFull)
+	default:
+		*o = limiter.OutcomeFromReply(p, reply, limiter.SourceMemory)
+		if o.Kind != limiter.Evaluated {
+			*o = limiter.OutcomeFromReply(p, held, limiter.SourceMemory)
+			break
 		}
+		e := entryOf(next)
+		if found {
+			t.slots[hint].e = e
+		} else {
+			if dropped != 0 {
+				hint = -1 // a removal moved slots
+			}
+			t.insertAt(hint, &k, h, e)
+		}
+		sh.minExpiry = min(sh.minExpiry, next.ExpiresAtMs)
+		o.Decision.Consumed = true
+	}
+	sh.mu.Unlock()
+	s.report(dropped, refused)
+}
+
+// full is the capacity check of a new entry on a shard with no room left:
+// it drops up to fullScanBudget expired entries (adding them to dropped) and
+// reports whether the shard is still full.
+func (s *Store) full(sh *shard, nowMs int64, dropped *int) bool {
+	*dropped += sh.dropExpired(nowMs, fullScanBudget)
+	return sh.t.n >= sh.capacity
+}
+
+// report tells the Observer what one Evaluate call dropped and refused. It
+// is called with no lock held.
+func (s *Store) report(dropped, refused int) {
+	if s.obs == nil {
+		return
+	}
+	if dropped > 0 {
+		s.obs.Expired(dropped)
+	}
+	for range refused {
+		s.obs.Refused()
 	}
 }
 
@@ -411,14 +496,15 @@ func (sh *shard) dropExpired(nowMs int64, budget int) int {
 	lowest := int64(math.MaxInt64)
 	for ; steps > 0; steps-- {
 		s := &t.slots[i]
-		if s.used() && nowMs > s.e.expiresAt {
+		used := t.used(i)
+		if used && nowMs > s.e.expiresAt {
 			// remove shifts a later slot into i: look at i again.
 			t.remove(i)
 			dropped++
 			steps++
 			continue
 		}
-		if s.used() {
+		if used {
 			lowest = min(lowest, s.e.expiresAt)
 		}
 		i = (i + 1) & (size - 1)

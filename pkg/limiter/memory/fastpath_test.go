@@ -1,0 +1,105 @@
+package memory_test
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"testing"
+	"time"
+
+	"github.com/envoy-rls/envoy-rls/pkg/limiter"
+	"github.com/envoy-rls/envoy-rls/pkg/limiter/memory"
+)
+
+// outcomeString renders an outcome with its error as text, so that outcomes
+// of two stores (whose errors are distinct values) compare.
+func outcomeString(o limiter.Outcome) string {
+	err := ""
+	if o.Err != nil {
+		err = o.Err.Error()
+	}
+	o.Err = nil
+	return fmt.Sprintf("%+v err=%q", o, err)
+}
+
+// TestBatchOfOneMatchesGeneralPath drives two stores with the same random
+// requests: one evaluates each as a batch of one (the fast path), the other
+// as a batch of two whose second request is a ModeCheck on a policy that
+// never stores state (the general path, with no effect of its own). Every
+// outcome, the stored entries and the observer counts must agree, across
+// all algorithms and modes, invalid requests, clock steps (small and large,
+// backward), expiry and a small capacity bound.
+func TestBatchOfOneMatchesGeneralPath(t *testing.T) {
+	policies := []*limiter.Policy{
+		fixedPolicy(t, 3, time.Second),
+		policy(t, limiter.PolicySpec{ID: "sliding", Algorithm: limiter.SlidingWindow, MaxCost: 4,
+			Params: limiter.SlidingWindowParams{Limit: 4, Window: 500 * time.Millisecond}}),
+		policy(t, limiter.PolicySpec{ID: "bucket", Algorithm: limiter.TokenBucket, MaxCost: 3,
+			Params: limiter.TokenBucketParams{Capacity: 5, RefillAmount: 1, RefillPeriod: 100 * time.Millisecond}}),
+		policy(t, limiter.PolicySpec{ID: "shadow", Algorithm: limiter.FixedWindow, Shadow: true,
+			Params: limiter.FixedWindowParams{Limit: 2, Window: time.Second}}),
+		policy(t, limiter.PolicySpec{ID: "open", Algorithm: limiter.FixedWindow, FailureMode: limiter.FailOpen,
+			Params: limiter.FixedWindowParams{Limit: 2, Window: 300 * time.Millisecond}}),
+		// Same ID as policies[0], another revision: a state of its own.
+		policy(t, limiter.PolicySpec{Revision: 2, Algorithm: limiter.FixedWindow,
+			Params: limiter.FixedWindowParams{Limit: 1, Window: time.Second}}),
+	}
+	never := policy(t, limiter.PolicySpec{ID: "never-stored", Algorithm: limiter.FixedWindow,
+		Params: limiter.FixedWindowParams{Limit: 1, Window: time.Second}})
+	for _, seed := range []uint64{1, 2, 3} {
+		rng := rand.New(rand.NewPCG(seed, 99))
+		clock := newClock(t0)
+		obsOne, obsGen := &counter{}, &counter{}
+		cfg := memory.Config{Clock: clock, MaxEntries: 24, Shards: 4}
+		cfg.Observer = obsOne
+		one := newStore(t, cfg)
+		cfg.Observer = obsGen
+		gen := newStore(t, cfg)
+		ctx := context.Background()
+		outOne, outGen := make([]limiter.Outcome, 1), make([]limiter.Outcome, 2)
+		for op := range 20_000 {
+			switch r := rng.IntN(100); {
+			case r < 10:
+				clock.Add(int64(rng.IntN(400)))
+			case r == 10:
+				clock.Add(-int64(rng.IntN(3000))) // sometimes beyond the allowed regression
+			case r == 11:
+				clock.Add(int64(rng.IntN(10_000)))
+			}
+			p := policies[rng.IntN(len(policies))]
+			req := limiter.Request{Policy: p, Subject: subject(uint64(rng.IntN(40))), Cost: 1 + int64(rng.IntN(int(p.MaxCost())+1))}
+			switch r := rng.IntN(20); {
+			case r < 2:
+				req.Mode = limiter.ModeCheck
+			case r < 4:
+				req.Mode = limiter.ModeQuota
+			case r == 4:
+				req.Mode = limiter.ModeShadow
+			case r == 5:
+				req.Policy = nil
+			case r == 6:
+				req.Mode = limiter.Mode(9)
+			}
+			one.Evaluate(ctx, []limiter.Request{req}, outOne)
+			gen.Evaluate(ctx, []limiter.Request{req, {Policy: never, Subject: req.Subject, Cost: 1, Mode: limiter.ModeCheck}}, outGen)
+			if a, b := outcomeString(outOne[0]), outcomeString(outGen[0]); a != b {
+				t.Fatalf("seed %d op %d: %+v\nbatch of one: %s\ngeneral:      %s", seed, op, req, a, b)
+			}
+			if op%64 == 0 && one.Len() != gen.Len() {
+				t.Fatalf("seed %d op %d: Len %d vs %d", seed, op, one.Len(), gen.Len())
+			}
+			if op%500 == 0 {
+				// The binary sweeps on a ticker: both stores at once.
+				one.SweepExpired()
+				gen.SweepExpired()
+			}
+		}
+		if obsOne.refused.Load() != obsGen.refused.Load() || obsOne.expired.Load() != obsGen.expired.Load() {
+			t.Fatalf("seed %d: observers refused %d/%d expired %d/%d", seed,
+				obsOne.refused.Load(), obsGen.refused.Load(), obsOne.expired.Load(), obsGen.expired.Load())
+		}
+		if obsOne.refused.Load() == 0 || obsOne.expired.Load() == 0 {
+			t.Fatalf("seed %d: the run never refused (%d) or expired (%d): widen it", seed, obsOne.refused.Load(), obsOne.expired.Load())
+		}
+	}
+}
