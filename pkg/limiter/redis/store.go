@@ -284,11 +284,14 @@ func (s *Store) Evaluate(ctx context.Context, batch []limiter.Request, out []lim
 		}
 	}
 	var wg sync.WaitGroup
+	// gctx, not ctx, goes to the goroutines: ctx is reassigned above, so
+	// capturing it would move it to the heap on every call.
+	gctx := ctx
 	for _, g := range groups {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			s.run(ctx, batch, roles, keys, g)
+			s.run(gctx, batch, roles, keys, g)
 		}()
 	}
 	wg.Wait()
