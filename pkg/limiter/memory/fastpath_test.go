@@ -103,3 +103,118 @@ func TestBatchOfOneMatchesGeneralPath(t *testing.T) {
 		}
 	}
 }
+
+// modelKey identifies a state in batchModel.
+type modelKey struct {
+	subject  limiter.SubjectDigest
+	policy   string
+	revision uint32
+	alg      limiter.Algorithm
+}
+
+// batchModel is the batch rule of limiter.Store on a map, with no capacity
+// bound: the reference TestBatchMatchesModel holds the store to.
+type batchModel map[modelKey]limiter.State
+
+func (m batchModel) evaluate(nowMs int64, batch []limiter.Request, out []limiter.Outcome) {
+	tentative := map[modelKey]limiter.State{}
+	type write struct {
+		k    modelKey
+		next limiter.State
+		held limiter.Reply
+	}
+	writes := map[int]write{}
+	for i, r := range batch {
+		if err := r.Validate(); err != nil {
+			out[i] = limiter.UnavailableOutcome(0, limiter.CategoryInvalidRequest, fmt.Errorf("memory store: %w", err))
+			continue
+		}
+		p := r.Policy
+		k := modelKey{r.Subject, p.ID(), p.Revision(), p.Algorithm()}
+		st, ok := tentative[k]
+		if !ok {
+			st = m[k]
+			if st.Exists && nowMs > st.ExpiresAtMs {
+				st = limiter.State{}
+			}
+		}
+		next, reply, held, w := limiter.Check(st, nowMs, p, r.Cost)
+		tentative[k] = st
+		if r.Role() == limiter.ModeCheck {
+			out[i] = limiter.OutcomeFromReply(p, held, limiter.SourceMemory)
+			continue
+		}
+		if w {
+			tentative[k] = next
+			writes[i] = write{k, next, held}
+		}
+		out[i] = limiter.OutcomeFromReply(p, reply, limiter.SourceMemory)
+	}
+	commit := limiter.Commits(batch, out)
+	for i := range batch {
+		w, ok := writes[i]
+		if !ok {
+			continue
+		}
+		if !commit || out[i].Kind != limiter.Evaluated {
+			out[i] = limiter.OutcomeFromReply(batch[i].Policy, w.held, limiter.SourceMemory)
+			continue
+		}
+		m[w.k] = w.next
+		out[i].Decision.Consumed = true
+	}
+}
+
+// TestBatchMatchesModel: random batches of two to six requests, naming the
+// same state several times, with expiries removing entries (and shifting
+// others) during the load and inserts growing the table during the commit,
+// on one shard so that every request of a batch shares its table. Outcomes
+// must match the reference model request for request: a key named twice sees
+// the tentative state, and the commit writes every state where it now is.
+func TestBatchMatchesModel(t *testing.T) {
+	policies := []*limiter.Policy{
+		fixedPolicy(t, 4, 200*time.Millisecond),
+		policy(t, limiter.PolicySpec{ID: "sliding", Algorithm: limiter.SlidingWindow, MaxCost: 3,
+			Params: limiter.SlidingWindowParams{Limit: 6, Window: 300 * time.Millisecond}}),
+		policy(t, limiter.PolicySpec{ID: "bucket", Algorithm: limiter.TokenBucket, MaxCost: 3,
+			Params: limiter.TokenBucketParams{Capacity: 5, RefillAmount: 1, RefillPeriod: 50 * time.Millisecond}}),
+		policy(t, limiter.PolicySpec{ID: "shadow", Algorithm: limiter.FixedWindow, Shadow: true,
+			Params: limiter.FixedWindowParams{Limit: 3, Window: 100 * time.Millisecond}}),
+	}
+	for _, seed := range []uint64{1, 2, 3, 4} {
+		rng := rand.New(rand.NewPCG(seed, 7))
+		clock := newClock(t0)
+		s := newStore(t, memory.Config{Clock: clock, Shards: 1})
+		m := batchModel{}
+		ctx := context.Background()
+		subjects := 8 + rng.IntN(120) // a small table that grows while batches run
+		for op := range 5_000 {
+			if rng.IntN(8) == 0 {
+				clock.Add(int64(rng.IntN(600)))
+			}
+			n := 2 + rng.IntN(5)
+			batch := make([]limiter.Request, n)
+			for i := range batch {
+				p := policies[rng.IntN(len(policies))]
+				batch[i] = limiter.Request{Policy: p, Subject: subject(uint64(rng.IntN(subjects))), Cost: 1 + int64(rng.IntN(int(p.MaxCost())))}
+				if i > 0 && rng.IntN(3) == 0 { // the same state again
+					batch[i].Policy, batch[i].Subject = batch[i-1-rng.IntN(i)].Policy, batch[i-1].Subject
+				}
+				switch rng.IntN(12) {
+				case 0:
+					batch[i].Mode = limiter.ModeCheck
+				case 1, 2:
+					batch[i].Mode = limiter.ModeQuota
+				}
+			}
+			got, want := make([]limiter.Outcome, n), make([]limiter.Outcome, n)
+			s.Evaluate(ctx, batch, got)
+			m.evaluate(clock.Millis(), batch, want)
+			for i := range batch {
+				if a, b := outcomeString(got[i]), outcomeString(want[i]); a != b {
+					t.Fatalf("seed %d op %d request %d of %+v:\nstore: %s\nmodel: %s", seed, op, i, batch, a, b)
+				}
+			}
+		}
+	}
+}

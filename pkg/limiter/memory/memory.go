@@ -255,11 +255,13 @@ func (s *Store) Evaluate(ctx context.Context, batch []limiter.Request, out []lim
 			}
 		}
 		var st limiter.State
-		if wi.prev >= 0 {
-			st, wi.inTable, wi.slot = w[wi.prev].cur, w[wi.prev].inTable, w[wi.prev].slot
+		if pw := wi.prev; pw >= 0 {
+			st, wi.inTable, wi.slot = w[pw].cur, w[pw].inTable, w[pw].slot
+			wi.idx, wi.moves = w[pw].idx, w[pw].moves
 		} else {
 			var d int
-			st, wi.inTable, d = sh.load(&wi.k, wi.h, nowMs)
+			st, wi.inTable, d, wi.idx = sh.load(&wi.k, wi.h, nowMs)
+			wi.moves = sh.t.moves
 			dropped += d
 		}
 		next, reply, held, write := limiter.Check(st, nowMs, r.Policy, r.Cost)
@@ -306,7 +308,12 @@ func (s *Store) Evaluate(ctx context.Context, batch []limiter.Request, out []lim
 		}
 		sh := &s.shards[wi.shard]
 		e := entryOf(wi.next)
-		if j, found := sh.t.find(&wi.k, wi.h); found {
+		// The index the load found is still the key's unless a growth or
+		// removal (an expiry, or an insert of this commit that grew the
+		// table) moved it.
+		if wi.inTable && wi.moves == sh.t.moves {
+			sh.t.slots[wi.idx].e = e
+		} else if j, found := sh.t.find(&wi.k, wi.h); found {
 			sh.t.slots[j].e = e
 		} else {
 			sh.t.insert(&wi.k, wi.h, e)
@@ -427,10 +434,12 @@ type work struct {
 	cur, next limiter.State
 	write     bool
 	held      limiter.Reply
-	// inTable: the key has a live entry in the table. reserved: this
-	// request reserved a new entry; slot: this or an earlier request on the
-	// same state did.
+	// inTable: the key has a live entry in the table, at idx when the
+	// table's moves count is still moves. reserved: this request reserved a
+	// new entry; slot: this or an earlier request on the same state did.
 	inTable, reserved, slot bool
+	idx                     int
+	moves                   uint64
 }
 
 type scratch struct {
@@ -456,22 +465,23 @@ func (s *Store) shardIndex(d *limiter.SubjectDigest) int {
 	return int(binary.LittleEndian.Uint64(d[:8]) & s.mask)
 }
 
-// load returns the live state of k and whether it has a live entry. An
-// expired entry is removed (it reads as no state) and counted in dropped.
-func (sh *shard) load(k *key, h uint64, nowMs int64) (st limiter.State, live bool, dropped int) {
+// load returns the live state of k, whether it has a live entry and its
+// index in the table. An expired entry is removed (it reads as no state) and
+// counted in dropped.
+func (sh *shard) load(k *key, h uint64, nowMs int64) (st limiter.State, live bool, dropped, idx int) {
 	i, found := sh.t.find(k, h)
 	if !found {
-		return limiter.State{}, false, 0
+		return limiter.State{}, false, 0, 0
 	}
 	e := &sh.t.slots[i].e
 	if nowMs > e.expiresAt { // Redis semantics: a key lives through its expiry millisecond
 		sh.t.remove(i)
-		return limiter.State{}, false, 1
+		return limiter.State{}, false, 1, 0
 	}
 	return limiter.State{
 		Exists: true, Schema: limiter.StateSchema, Algorithm: k.alg, PolicyID: k.policy, Revision: k.revision,
 		LastObservedMs: e.lastObserved, A: e.a, B: e.b, C: e.c, ExpiresAtMs: e.expiresAt,
-	}, true, 0
+	}, true, 0, i
 }
 
 func entryOf(st limiter.State) entry {

@@ -3,6 +3,8 @@ package memory
 import (
 	"encoding/binary"
 	"math/bits"
+
+	"github.com/envoy-rls/envoy-rls/pkg/limiter"
 )
 
 // table is an open-addressing hash table with linear probing and
@@ -23,6 +25,10 @@ type table struct {
 	// cursor is where the next bounded expiry scan resumes, so that
 	// successive scans of a full shard cover all of it.
 	cursor int
+	// moves counts growths and removals, the only operations that move a
+	// stored key: an index find returned for a key stays its index while
+	// moves is unchanged.
+	moves uint64
 }
 
 // slot holds one key and its entry; it is used exactly when its tag is
@@ -74,11 +80,19 @@ func (t *table) find(k *key, h uint64) (int, bool) {
 		if g != tag {
 			continue
 		}
-		s := &t.slots[i]
-		if s.k.subject == k.subject && s.k.revision == k.revision && s.k.alg == k.alg && s.k.policy == k.policy {
+		if s := &t.slots[i]; sameSubject(&s.k.subject, &k.subject) &&
+			s.k.revision == k.revision && s.k.alg == k.alg && s.k.policy == k.policy {
 			return i, true
 		}
 	}
+}
+
+// sameSubject is a == b, as four word compares the compiler inlines (the
+// array compare calls memequal).
+func sameSubject(a, b *limiter.SubjectDigest) bool {
+	le := binary.LittleEndian
+	return le.Uint64(a[:8]) == le.Uint64(b[:8]) && le.Uint64(a[8:16]) == le.Uint64(b[8:16]) &&
+		le.Uint64(a[16:24]) == le.Uint64(b[16:24]) && le.Uint64(a[24:]) == le.Uint64(b[24:])
 }
 
 // used reports whether slot i holds a key.
@@ -112,6 +126,7 @@ func (t *table) grow() {
 	t.tags, t.slots = make([]uint32, size), make([]slot, size)
 	t.shift = uint(64 - bits.TrailingZeros(uint(size)))
 	t.cursor = 0
+	t.moves++
 	mask := size - 1
 	for j, tag := range oldTags {
 		if tag == 0 {
@@ -129,6 +144,7 @@ func (t *table) grow() {
 // that every key stays reachable from its home without tombstones. Only
 // slots at or after i in probe order move.
 func (t *table) remove(i int) {
+	t.moves++
 	mask := len(t.slots) - 1
 	for j := (i + 1) & mask; t.tags[j] != 0; j = (j + 1) & mask {
 		h := t.home(t.tags[j])
