@@ -103,8 +103,9 @@ for i = 1, n do
     alg = 'token_bucket'
   end
   local role, failOpen = 0, false
-  -- Each number an integer in its range (NaN fails every comparison).
-  local valid = flags >= 0 and flags <= 7 and flags % 1 == 0
+  -- Each number an integer in its range (NaN fails every comparison; the
+  -- two bytes are integers in [0, 255]).
+  local valid = flags <= 7
   if valid then
     role = flags % 4
     failOpen = flags >= 4
@@ -175,17 +176,19 @@ for i = 1, n do
         end
       end
     end
-    kind = 3
-    if write then
-      stLast, stA, stB, stC = now, a, b, c
-    elseif st == nil then
-      kind = 1
-    elseif st == false then
-      kind = 2
-    end
   end
   if rec then
     local o = (i - 1) * R
+    if valid then
+      kind = 3
+      if write then
+        stLast, stA, stB, stC = now, a, b, c
+      elseif st == nil then
+        kind = 1
+      elseif st == false then
+        kind, stLast, stA, stB, stC, hashA, hashC = 2, 0, 0, 0, 0, 0, 0
+      end
+    end
     if write then
       rec[o + 1], rec[o + 2], rec[o + 3], rec[o + 4], rec[o + 5], rec[o + 6], rec[o + 7],
         rec[o + 8], rec[o + 9], rec[o + 10], rec[o + 11], rec[o + 12], rec[o + 13], rec[o + 14] =
@@ -213,9 +216,9 @@ for i = 1, n do
       blocked = true
     end
   end
-  -- exact, for the six numbers at once.
-  if not (eff >= 0 and eff <= MAX and eff % 1 == 0 and lim >= 0 and lim <= MAX and lim % 1 == 0
-      and remaining >= 0 and remaining <= MAX and remaining % 1 == 0 and retry >= 0 and retry <= MAX
+  -- exact, for the three numbers the algorithm computed at once (eff is
+  -- the clock's, lim a checked argument).
+  if not (remaining >= 0 and remaining <= MAX and remaining % 1 == 0 and retry >= 0 and retry <= MAX
       and retry % 1 == 0 and resetAt >= 0 and resetAt <= MAX and resetAt % 1 == 0) then
     error('envoy-rls: inexact value')
   end

@@ -1,24 +1,26 @@
 -- fragments/load.lua: read one state hash (docs/algorithms.md, "Lua hash
 -- fields"). In: key, alg, policy, rev. Out: st — nil (no hash), false
--- (incompatible) or true — and stLast, stA, stB, stC (the numbers; 0 unless
--- st). One HMGET; EXISTS only when no field is present (a hash of foreign
+-- (incompatible) or true — and stLast, stA, stB, stC (the numbers; 0 when
+-- st is nil, unset when false). One HMGET; EXISTS only when no field is present (a hash of foreign
 -- fields is incompatible, not empty); a key of another type is
 -- incompatible. rev, last, a, b, c must be canonical decimal integers, rev
 -- the request's and the others below 2^53; a sliding window's counts above
 -- any sliding limit cannot be ours and would leave exact arithmetic.
 do
-  st, stLast, stA, stB, stC = false, 0, 0, 0, 0
+  st = false
   local h = redis.pcall('HMGET', key, 'schema', 'alg', 'policy', 'rev', 'last', 'a', 'b', 'c')
   if h.err then
     -- Not a hash: incompatible.
   elseif h[1] == SCHEMA and h[2] == alg and h[3] == policy then
-    -- Parsed in place; "0" (a common stored value) needs no pattern match
-    -- and no strtod. A missing field is false.
+    -- Parsed in place; "0" and "1" (c, small counts, the usual revision)
+    -- need no pattern match and no strtod. A missing field is false.
     local ok = true
     for f = 4, 8 do
       local s = h[f]
       if s == '0' then
         h[f] = 0
+      elseif s == '1' then
+        h[f] = 1
       elseif s and #s <= 16 and find(s, DECIMAL) then
         h[f] = s + 0
       else
@@ -34,7 +36,7 @@ do
     end
   elseif not (h[1] or h[2] or h[3] or h[4] or h[5] or h[6] or h[7] or h[8]) then
     if redis.call('EXISTS', key) == 0 then
-      st = nil
+      st, stLast, stA, stB, stC = nil, 0, 0, 0, 0
     end
   end
 end

@@ -12,8 +12,9 @@ do
   if ttl < 1 then
     ttl = 1
   end
-  -- exact, for the five numbers at once.
-  if not (now >= 0 and now <= MAX and now % 1 == 0 and a >= 0 and a <= MAX and a % 1 == 0
+  -- exact, for the four numbers the algorithm computed at once (now is
+  -- the clock's: serverNow or a stored last, both exact).
+  if not (a >= 0 and a <= MAX and a % 1 == 0
       and b >= 0 and b <= MAX and b % 1 == 0 and c >= 0 and c <= MAX and c % 1 == 0
       and ttl <= MAX and ttl % 1 == 0) then
     error('envoy-rls: inexact value')
@@ -24,11 +25,15 @@ do
     bs = format('%d', b)
   end
   if fresh then
-    local cs = '0'
+    -- c is often 0 (always for a fixed window), rev often 1.
+    local cs, rs = '0', '1'
     if c ~= 0 then
       cs = format('%d', c)
     end
-    redis.call('HSET', key, 'schema', SCHEMA, 'alg', alg, 'policy', policy, 'rev', format('%d', rev),
+    if rev ~= 1 then
+      rs = format('%d', rev)
+    end
+    redis.call('HSET', key, 'schema', SCHEMA, 'alg', alg, 'policy', policy, 'rev', rs,
       'last', ls, 'a', format('%d', a), 'b', bs, 'c', cs)
   elseif a ~= hashA then
     if c ~= hashC then
