@@ -63,17 +63,15 @@ if n < 1 or #ARGV ~= n * NARG then
 end
 
 local unpack = struct.unpack
--- Sized for one key up front (most requests): no rehash as it fills.
-local out = { 0, false, false, false, false, false, false, false }
 local blocked, quota, quotaAllows = false, 0, false
 
 -- The fragments' In and Out names, for the key being evaluated (and, after
--- the loop, for a single key's commit): its arguments, its state, the
--- algorithm's result, and whether it is to be written.
+-- the loop, for a single key's commit and reply): its arguments, its
+-- state, the algorithm's result, whether it is to be written, its reply.
 local key, alg, policy, rev, limit, p2, p3, grace, maxRegression, cost
 local st, stLast, stA, stB, stC, fresh, hashA, hashC
 local now, allowed, a, b, c, ttl, remaining, retry, resetAt, held, heldReset
-local write = false
+local write, status, eff, lim
 
 -- rec: for a batch of several keys, R values per key i at (i-1)*R:
 --   1 what a later key naming the same hash sees after key i: 0 nothing
@@ -85,9 +83,9 @@ local write = false
 --   10 ttl, 11 held, 12 heldReset, 13 alg, 14 rev
 -- All filled (no nil), so the table stays one array.
 local R = 14
-local rec = false
+local rec, out = false, false
 if n > 1 then
-  rec = {}
+  rec, out = {}, { 0, false, false, false, false, false, false, false }
 end
 
 for i = 1, n do
@@ -119,8 +117,10 @@ for i = 1, n do
     and maxRegression >= 0 and maxRegression <= MAX_DURATION and maxRegression % 1 == 0
     and cost >= 1 and cost <= MAX and cost % 1 == 0 and cost <= limit
 -- #include valid.lua
-  local status, eff, lim = 'INVALID', serverNow, 0
-  remaining, retry, resetAt, write = 0, 0, 0, false
+  -- The reply of a key that is not evaluated (INVALID, and below
+  -- STATE_INCOMPATIBLE and CLOCK_UNSAFE): (serverNow, serverNow, limit or
+  -- 0, 0, 0, 0).
+  status, eff, lim, remaining, retry, resetAt, write = 'INVALID', serverNow, 0, 0, 0, 0, false
   local kind = 0
   if valid then
     lim = limit
@@ -222,9 +222,11 @@ for i = 1, n do
       and retry % 1 == 0 and resetAt >= 0 and resetAt <= MAX and resetAt % 1 == 0) then
     error('envoy-rls: inexact value')
   end
-  local o = (i - 1) * 7
-  out[o + 2], out[o + 3], out[o + 4], out[o + 5], out[o + 6], out[o + 7], out[o + 8] =
-    status, serverNow, eff, lim, remaining, retry, resetAt
+  if out then
+    local o = (i - 1) * 7
+    out[o + 2], out[o + 3], out[o + 4], out[o + 5], out[o + 6], out[o + 7], out[o + 8] =
+      status, serverNow, eff, lim, remaining, retry, resetAt
+  end
 end
 
 local commit = not blocked and (quota == 0 or quotaAllows)
@@ -260,12 +262,22 @@ for i = 1, n do
           and heldReset % 1 == 0) then
         error('envoy-rls: inexact value')
       end
-      local o = (i - 1) * 7
-      out[o + 6], out[o + 8] = held, heldReset
+      if out then
+        local o = (i - 1) * 7
+        out[o + 6], out[o + 8] = held, heldReset
+      else
+        remaining, resetAt = held, heldReset
+      end
     end
   end
 end
+local committed = 0
 if commit then
-  out[1] = 1
+  committed = 1
 end
+if not out then
+  -- One key: its reply is still in the locals.
+  return { committed, status, serverNow, eff, lim, remaining, retry, resetAt }
+end
+out[1] = committed
 return out

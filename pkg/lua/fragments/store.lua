@@ -20,8 +20,12 @@ do
     error('envoy-rls: inexact value')
   end
   local ls = format('%d', now)
-  local bs = ls -- a token bucket's b is now
-  if b ~= now then
+  -- A token bucket's b is now; a window's count is 1 after its first
+  -- request of cost 1.
+  local bs = ls
+  if b == 1 then
+    bs = '1'
+  elseif b ~= now then
     bs = format('%d', b)
   end
   if fresh then
