@@ -72,6 +72,8 @@ local key, alg, policy, rev, limit, p2, p3, grace, maxRegression, cost
 local st, stLast, stA, stB, stC, fresh, hashA, hashC
 local now, allowed, a, b, c, ttl, remaining, retry, resetAt, held, heldReset
 local write, status, eff, lim
+-- serverNow formatted, once for every key that writes it.
+local nowS = false
 
 -- rec: for a batch of several keys, R values per key i at (i-1)*R:
 --   1 what a later key naming the same hash sees after key i: 0 nothing
@@ -108,11 +110,11 @@ for i = 1, n do
     role = flags % 4
     failOpen = flags >= 4
   end
+  -- (valid.lua bounds p2 and p3.)
   valid = valid and #policy <= 128 and find(policy, POLICY_ID)
     and rev >= 1 and rev <= 4294967295 and rev % 1 == 0
     and limit >= 0 and limit <= MAX and limit % 1 == 0
-    and p2 >= 0 and p2 <= MAX and p2 % 1 == 0
-    and p3 >= 0 and p3 <= MAX_DURATION and p3 % 1 == 0
+    and p2 % 1 == 0 and p3 % 1 == 0
     and grace >= 0 and grace <= MAX_DURATION and grace % 1 == 0
     and maxRegression >= 0 and maxRegression <= MAX_DURATION and maxRegression % 1 == 0
     and cost >= 1 and cost <= MAX and cost % 1 == 0 and cost <= limit

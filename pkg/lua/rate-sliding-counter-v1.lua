@@ -77,7 +77,7 @@ local window = p2
 local allowed, a, b, c, ttl, remaining, retry, resetAt, held, heldReset
 -- #include sliding-window.lua
 if allowed then
-  local fresh, hashA, hashC = st == nil, stA, stC
+  local fresh, hashA, hashC, nowS = st == nil, stA, stC, false
 -- #include store.lua
   return reply('ALLOWED', serverNow, now, limit, remaining, 0, resetAt)
 end

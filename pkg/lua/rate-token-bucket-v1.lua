@@ -79,7 +79,7 @@ local amount, period = p2, p3
 local allowed, a, b, c, ttl, remaining, retry, resetAt, held, heldReset
 -- #include token-bucket.lua
 if allowed then
-  local fresh, hashA, hashC = st == nil, stA, stC
+  local fresh, hashA, hashC, nowS = st == nil, stA, stC, false
 -- #include store.lua
   return reply('ALLOWED', serverNow, now, limit, remaining, 0, resetAt)
 end

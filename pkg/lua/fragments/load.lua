@@ -13,7 +13,8 @@ do
     -- Not a hash: incompatible.
   elseif h[1] == SCHEMA and h[2] == alg and h[3] == policy then
     -- Parsed in place; "0" and "1" (c, small counts, the usual revision)
-    -- need no pattern match and no strtod. A missing field is false.
+    -- need no pattern match and no strtod. A missing field is false. More
+    -- than 16 digits is above 2^53-1, refused below.
     local ok = true
     for f = 4, 8 do
       local s = h[f]
@@ -21,7 +22,7 @@ do
         h[f] = 0
       elseif s == '1' then
         h[f] = 1
-      elseif s and #s <= 16 and find(s, DECIMAL) then
+      elseif s and find(s, DECIMAL) then
         h[f] = s + 0
       else
         ok = false

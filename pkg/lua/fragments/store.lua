@@ -1,6 +1,8 @@
 -- fragments/store.lua: write one state hash. In: key, fresh (no hash before
 -- this program), alg, policy, rev, now, a, b, c, ttl, and hashA, hashC (the
--- a and c the hash holds, as load.lua read them). One HSET, then the TTL
+-- a and c the hash holds, as load.lua read them); serverNow and nowS (false,
+-- or serverNow formatted: the last of every key written at serverNow, made
+-- once per program). One HSET, then the TTL
 -- (one PEXPIRE). A new hash gets every field; an existing one only last, b
 -- and whichever of a and c changed (a fixed window's c is always 0, a
 -- window's a changes once per window): hash fields are canonical decimal
@@ -19,7 +21,15 @@ do
       and ttl <= MAX and ttl % 1 == 0) then
     error('envoy-rls: inexact value')
   end
-  local ls = format('%d', now)
+  local ls
+  if now ~= serverNow then
+    ls = format('%d', now)
+  else
+    if not nowS then
+      nowS = format('%d', now)
+    end
+    ls = nowS
+  end
   -- A token bucket's b is now; a window's count is 1 after its first
   -- request of cost 1.
   local bs = ls

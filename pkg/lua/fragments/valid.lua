@@ -1,10 +1,10 @@
 -- fragments/valid.lua: each algorithm's parameter rules (limiter.NewPolicy),
--- once. In: alg, limit, p2, p3 (fixed and sliding window: the window ms and
--- 0; token bucket: the refill amount and period ms, reduced), each already
--- an integer in [0, 2^53-1]. Out: valid, and-ed with the rules (false for an
+-- once. In: alg, limit (an integer in [0, 2^53-1]), p2, p3 (integers; fixed
+-- and sliding window: the window ms and 0; token bucket: the refill amount
+-- and period ms, reduced). Out: valid, and-ed with the rules (false for an
 -- unknown alg).
 if alg == 'fixed_window' then
-  valid = valid and p3 == 0 and limit <= MAX and p2 >= 1 and p2 <= MAX_DURATION
+  valid = valid and p3 == 0 and p2 >= 1 and p2 <= MAX_DURATION
 elseif alg == 'sliding_window' then
   valid = valid and p3 == 0 and limit <= MAX_SLIDING and p2 >= 1 and p2 <= MAX_SLIDING
 elseif alg == 'token_bucket' then
