@@ -119,12 +119,13 @@ for i = 1, n do
     and maxRegression >= 0 and maxRegression <= MAX_DURATION and maxRegression % 1 == 0
     and cost >= 1 and cost <= MAX and cost % 1 == 0 and cost <= limit
 -- #include valid.lua
-  -- The reply of a key that is not evaluated (INVALID, and below
-  -- STATE_INCOMPATIBLE and CLOCK_UNSAFE): (serverNow, serverNow, limit or
-  -- 0, 0, 0, 0).
-  status, eff, lim, remaining, retry, resetAt, write = 'INVALID', serverNow, 0, 0, 0, 0, false
+  -- A key that is not evaluated (INVALID, STATE_INCOMPATIBLE,
+  -- CLOCK_UNSAFE) replies (serverNow, serverNow, limit or 0, 0, 0, 0).
+  write = false
   local kind = 0
-  if valid then
+  if not valid then
+    status, eff, lim, remaining, retry, resetAt = 'INVALID', serverNow, 0, 0, 0, 0
+  else
     lim = limit
     -- The state: what the last earlier key naming this hash left, else
     -- the hash.
@@ -152,11 +153,11 @@ for i = 1, n do
       end
     end
     if st == false then
-      status = 'STATE_INCOMPATIBLE'
+      status, eff, remaining, retry, resetAt = 'STATE_INCOMPATIBLE', serverNow, 0, 0, 0
     else
 -- #include clock.lua
       if not now then
-        status = 'CLOCK_UNSAFE'
+        status, eff, remaining, retry, resetAt = 'CLOCK_UNSAFE', serverNow, 0, 0, 0
       else
         eff = now
         if alg == 'fixed_window' then
