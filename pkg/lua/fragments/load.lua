@@ -1,11 +1,12 @@
 -- fragments/load.lua: read one state hash (docs/algorithms.md, "Lua hash
 -- fields"). In: key, alg, policy, rev. Out: st — nil (no hash), false
 -- (incompatible) or true — and stLast, stA, stB, stC (the numbers; 0 when
--- st is nil, unset when false). One HMGET; EXISTS only when no field is present (a hash of foreign
--- fields is incompatible, not empty); a key of another type is
--- incompatible. rev, last, a, b, c must be canonical decimal integers, rev
--- the request's and the others below 2^53; a sliding window's counts above
--- any sliding limit cannot be ours and would leave exact arithmetic.
+-- st is nil, unset when false). One HMGET; EXISTS only when no field is
+-- present (a hash of foreign fields is incompatible, not empty); a key of
+-- another type is incompatible. rev, last, a, b, c must be canonical
+-- decimal integers, rev the request's and the others below 2^53; a sliding
+-- window's counts above any sliding limit cannot be ours and would leave
+-- exact arithmetic.
 do
   st = false
   local h = redis.pcall('HMGET', key, 'schema', 'alg', 'policy', 'rev', 'last', 'a', 'b', 'c')
