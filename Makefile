@@ -63,7 +63,7 @@ bench-load: ## gRPC load runs at 16/64/256 calls → bench/results/*.jsonl + PNG
 	scripts/bench.sh $(BENCH_ARGS)
 
 .PHONY: bench-standard
-bench-standard: ## issue 8's standard set back to back: floor + memory/Redis × 3 algorithms × 16/64/256 → bench/results/standard-*/ + docs/img/perf-{memory,redis}.png
+bench-standard: ## issue 8's standard set back to back: floor + reference + memory/Redis × 3 algorithms × 16/64/256 → bench/results/standard-*/ + docs/img/perf-{memory,redis}.png
 	scripts/bench-standard.sh
 
 clean: ## remove build output

@@ -9,11 +9,20 @@
 #   scripts/bench.sh                                   # the do-nothing gRPC floor
 #   scripts/bench.sh --target envoy-rls --store memory --config config/examples
 #   scripts/bench.sh --target envoy-rls --store redis  # starts its own redis-server
+#   scripts/bench.sh --target reference               # envoyproxy/ratelimit on its own redis-server
 #
 # Options (defaults in brackets):
-#   --target floor|envoy-rls  [floor]
+#   --target floor|envoy-rls|reference  [floor]
+#                             reference: the reference service
+#                             (envoyproxy/ratelimit, built once into
+#                             bin/ratelimit-reference by
+#                             scripts/ensure-reference.sh) on Redis, stats off
+#                             (DISABLE_STATS=true: its best case), its other
+#                             settings at their defaults
 #   --store memory|redis      [memory]  envoy-rls only
-#   --config DIR              [config/examples]  envoy-rls only
+#   --config DIR|FILE         [config/examples; reference: config/bench/reference]
+#                             the rule files (the reference gets copies of
+#                             the *.yaml files under its runtime directory)
 #   --server-args "ARGS"      extra envoy-rls flags
 #   --concurrency "LIST"      [16 64 256]
 #   --connections N           [4]
@@ -66,10 +75,18 @@ while [ $# -gt 0 ]; do
     *) die "unknown argument $1 (try --help)" ;;
   esac
 done
-case "$TARGET" in floor|envoy-rls) ;; *) die "--target must be floor or envoy-rls" ;; esac
+case "$TARGET" in floor|envoy-rls|reference) ;; *) die "--target must be floor, envoy-rls or reference" ;; esac
+if [ "$TARGET" = reference ]; then
+  STORE=redis
+  [ "$CONFIG" != config/examples ] || CONFIG=config/bench/reference
+fi
 case "$STORE" in memory|redis) ;; *) die "--store must be memory or redis" ;; esac
 if [ -z "$LABEL" ]; then
-  if [ "$TARGET" = floor ]; then LABEL=floor; else LABEL="envoy-rls $STORE"; fi
+  case "$TARGET" in
+    floor) LABEL=floor ;;
+    reference) LABEL=reference ;;
+    *) LABEL="envoy-rls $STORE" ;;
+  esac
 fi
 if [ -z "$OUT" ]; then
   OUT="bench/results/$(echo "$LABEL" | tr -c 'A-Za-z0-9._-' '-' | sed 's/-*$//')-$(date -u +%Y%m%dT%H%M%SZ).jsonl"
@@ -85,6 +102,9 @@ $GO build -trimpath -o bin/rls-plot ./cmd/rls-plot
 if [ "$TARGET" = envoy-rls ]; then
   [ -d cmd/envoy-rls ] || die "cmd/envoy-rls does not exist yet"
   $GO build -trimpath -o bin/envoy-rls ./cmd/envoy-rls || die "bin/envoy-rls does not build yet"
+fi
+if [ "$TARGET" = reference ]; then
+  REFERENCE_BIN=$(scripts/ensure-reference.sh) || die "could not build the reference service"
 fi
 
 WORK=$(mktemp -d)
@@ -132,29 +152,47 @@ wait_port() {
 GRPC_PORT=$(free_port)
 ADDR="127.0.0.1:$GRPC_PORT"
 AUX=()
-if [ "$TARGET" = floor ]; then
+if [ "$STORE" = redis ] && [ "$TARGET" != floor ]; then
+  command -v redis-server >/dev/null || scripts/ensure-deps.sh
+  REDIS_PORT=$(free_port)
+  redis-server --bind 127.0.0.1 --port "$REDIS_PORT" --save '' --appendonly no \
+    --dir "$WORK" >"$WORK/redis.log" 2>&1 &
+  REDIS_PID=$!
+  wait_port "$REDIS_PORT" "$REDIS_PID" redis
+  echo "bench.sh: redis-server at 127.0.0.1:$REDIS_PORT (pid $REDIS_PID)" >&2
+  AUX=(-aux-pid "redis=$REDIS_PID")
+fi
+case "$TARGET" in
+floor)
   bin/rls-floor -addr "$ADDR" >"$WORK/server.log" 2>&1 &
   SERVER_PID=$!
-else
+  ;;
+reference)
+  # Its rules live in $RUNTIME_ROOT/$RUNTIME_SUBDIRECTORY/config; every
+  # listener on loopback; no stats sink (DISABLE_STATS), the rest default.
+  mkdir -p "$WORK/runtime/ratelimit/config"
+  if [ -d "$CONFIG" ]; then cp "$CONFIG"/*.yaml "$WORK/runtime/ratelimit/config/"; else cp "$CONFIG" "$WORK/runtime/ratelimit/config/"; fi
+  env USE_STATSD=false DISABLE_STATS=true LOG_LEVEL=warn \
+    REDIS_SOCKET_TYPE=tcp REDIS_URL="127.0.0.1:$REDIS_PORT" \
+    RUNTIME_ROOT="$WORK/runtime" RUNTIME_SUBDIRECTORY=ratelimit RUNTIME_WATCH_ROOT=false \
+    HOST=127.0.0.1 PORT="$(free_port)" GRPC_HOST=127.0.0.1 GRPC_PORT="$GRPC_PORT" \
+    DEBUG_HOST=127.0.0.1 DEBUG_PORT="$(free_port)" \
+    "$REFERENCE_BIN" >"$WORK/server.log" 2>&1 &
+  SERVER_PID=$!
+  ;;
+*)
   ARGS=(serve --config "$CONFIG" --store "$STORE" --grpc-addr "$ADDR" --admin-addr "127.0.0.1:$(free_port)")
   if [ "$STORE" = redis ]; then
-    command -v redis-server >/dev/null || scripts/ensure-deps.sh
-    REDIS_PORT=$(free_port)
-    redis-server --bind 127.0.0.1 --port "$REDIS_PORT" --save '' --appendonly no \
-      --dir "$WORK" >"$WORK/redis.log" 2>&1 &
-    REDIS_PID=$!
-    wait_port "$REDIS_PORT" "$REDIS_PID" redis
-    echo "bench.sh: redis-server at 127.0.0.1:$REDIS_PORT (pid $REDIS_PID)" >&2
     # A synthetic secret for this run only.
     head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n' >"$WORK/hmac-secret"
     ARGS+=(--redis-addr "127.0.0.1:$REDIS_PORT" --hmac-secret-file "$WORK/hmac-secret")
-    AUX=(-aux-pid "redis=$REDIS_PID")
   fi
   # shellcheck disable=SC2206 # word splitting of --server-args is intended
   ARGS+=($SERVER_ARGS)
   bin/envoy-rls "${ARGS[@]}" >"$WORK/server.log" 2>&1 &
   SERVER_PID=$!
-fi
+  ;;
+esac
 wait_port "$GRPC_PORT" "$SERVER_PID" server
 
 echo "bench.sh: $LABEL at $ADDR (pid $SERVER_PID); $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg); results → $OUT" >&2
