@@ -14,6 +14,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"runtime/debug"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -217,6 +218,11 @@ func serve(ctx context.Context, o Options, getenv func(string) string, log *zap.
 	var err error
 	if s.metrics, err = rls.NewMetrics(s.reg); err != nil {
 		return err
+	}
+	if p, from := gcPercent(&o, getenv); p != 0 {
+		// Process-wide; put back on return for in-process callers (tests).
+		defer debug.SetGCPercent(debug.SetGCPercent(p))
+		log.Info("garbage collector target", zap.Int("gc_percent", p), zap.String("from", from))
 	}
 	secret, from, err := readSecret(&o, getenv)
 	if err != nil {

@@ -424,6 +424,8 @@ func TestServeFlagErrors(t *testing.T) {
 		{"bad headers", []string{"serve", "--config", rules, "--default-headers", "some"}, nil, "--default-headers"},
 		{"bad env", []string{"serve", "--config", rules}, map[string]string{"ENVOY_RLS_DRAIN_TIMEOUT": "soon"}, "ENVOY_RLS_DRAIN_TIMEOUT"},
 		{"bad level", []string{"serve", "--config", rules, "--log-level", "loud"}, nil, "--log-level"},
+		{"gc percent too low", []string{"serve", "--config", rules, "--gc-percent", "5"}, nil, "--gc-percent"},
+		{"gc percent too high", []string{"serve", "--config", rules}, map[string]string{"ENVOY_RLS_GC_PERCENT": "20000"}, "--gc-percent"},
 		{"redis without secret", []string{"serve", "--config", rules, "--store", "redis", "--grpc-addr", "127.0.0.1:0", "--admin-addr", "127.0.0.1:0"}, nil, "HMAC secret"},
 		{"short secret", []string{"serve", "--config", rules, "--grpc-addr", "127.0.0.1:0", "--admin-addr", "127.0.0.1:0"}, map[string]string{SecretEnv: "short"}, "at least"},
 		{"unknown command", []string{"launch"}, nil, "unknown command"},
@@ -522,5 +524,32 @@ func TestLocalCache(t *testing.T) {
 	}
 	if err := o.check(); err == nil || !strings.Contains(err.Error(), "--local-cache-size") {
 		t.Fatalf("check: %v, want a --local-cache-size error", err)
+	}
+}
+
+func TestGCPercent(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		opts     Options
+		gogc     string
+		want     int
+		wantFrom string
+	}{
+		{"memory store keeps the runtime's", Options{Store: "memory"}, "", 0, "Go default"},
+		{"redis store", Options{Store: "redis"}, "", RedisGCPercent, "automatic (redis store)"},
+		{"GOGC wins over automatic", Options{Store: "redis"}, "150", 0, "GOGC"},
+		{"the flag wins over GOGC", Options{Store: "memory", GCPercent: 250}, "150", 250, "--gc-percent"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, from := gcPercent(&tc.opts, func(k string) string {
+				if k == "GOGC" {
+					return tc.gogc
+				}
+				return ""
+			})
+			if got != tc.want || from != tc.wantFrom {
+				t.Fatalf("gcPercent = %d, %q; want %d, %q", got, from, tc.want, tc.wantFrom)
+			}
+		})
 	}
 }

@@ -36,6 +36,22 @@ const (
 	DefaultRedisFlushDelay  = redis.DefaultMaxFlushDelay
 	DefaultLocalCache       = true
 	DefaultLocalCacheSize   = denycache.DefaultSize
+	// DefaultGCPercent (0) lets the binary pick the garbage collector's
+	// target: RedisGCPercent with the Redis store unless GOGC is set, the
+	// Go runtime's own (GOGC, default 100) otherwise.
+	DefaultGCPercent = 0
+	// RedisGCPercent is the automatic target with the Redis store. Its heap
+	// holds no limit state (a few MiB live: rules, pools, buffers), so
+	// letting it grow to three times that before a cycle costs little
+	// memory. Measured under load (docs/performance.md): 400 against Go's
+	// 100 served 0–21 % more decisions/s with 5–18 µs less server CPU per
+	// decision; 200 did as well as 400 within noise, with peak RSS 37 /
+	// 45.5 MiB at 64 / 256 calls instead of 46 / 60. The memory store keeps
+	// Go's default: its live heap can be hundreds of MiB.
+	RedisGCPercent = 200
+	// MinGCPercent and MaxGCPercent bound an explicit --gc-percent.
+	MinGCPercent = 10
+	MaxGCPercent = 10_000
 )
 
 // Options are the parsed serve flags.
@@ -52,6 +68,7 @@ type Options struct {
 	Pprof            bool
 	LocalCache       bool
 	LocalCacheSize   int
+	GCPercent        int
 
 	RedisAddr           string
 	RedisMode           string
@@ -81,6 +98,7 @@ func serveFlags(o *Options, output io.Writer) *flag.FlagSet {
 	fs.DurationVar(&o.DrainTimeout, "drain-timeout", DefaultDrainTimeout, "on SIGTERM/SIGINT, how long in-flight calls may take to finish")
 	fs.BoolVar(&o.LocalCache, "local-cache", DefaultLocalCache, "answer repeated store denials (fixed window, token bucket) locally until their retry time: a hot subject costs one store call per window instead of one per request; exact (see docs/performance.md)")
 	fs.IntVar(&o.LocalCacheSize, "local-cache-size", DefaultLocalCacheSize, "local deny cache: the most denials held at once")
+	fs.IntVar(&o.GCPercent, "gc-percent", DefaultGCPercent, "garbage collector target, as GOGC: 0 = automatic (200 with --store redis unless GOGC is set, else the Go runtime's), or 10–10000")
 	fs.BoolVar(&o.Pprof, "pprof", false, "serve net/http/pprof profiles under /debug/pprof/ on the admin address (CPU and heap profiles of live traffic; off by default)")
 	fs.StringVar(&o.RedisAddr, "redis-addr", "", "Redis address(es), comma-separated (sentinels in sentinel mode, seeds in cluster mode)")
 	fs.StringVar(&o.RedisMode, "redis-mode", DefaultRedisMode, "Redis deployment: auto (asks the server), standalone, sentinel or cluster")
@@ -148,6 +166,9 @@ func (o *Options) check() error {
 	if o.DrainTimeout <= 0 {
 		return fmt.Errorf("--drain-timeout %v: must be positive", o.DrainTimeout)
 	}
+	if o.GCPercent != 0 && (o.GCPercent < MinGCPercent || o.GCPercent > MaxGCPercent) {
+		return fmt.Errorf("--gc-percent %d: must be 0 (automatic) or between %d and %d", o.GCPercent, MinGCPercent, MaxGCPercent)
+	}
 	if _, err := redis.ParseMode(o.RedisMode); err != nil {
 		return fmt.Errorf("--redis-mode: %w", err)
 	}
@@ -170,4 +191,19 @@ func headerMode(s string) (descriptors.HeaderMode, error) {
 		return descriptors.HeadersNone, nil
 	}
 	return 0, fmt.Errorf("--default-headers %q: must be full, retry_after or none", s)
+}
+
+// gcPercent is the garbage collector target serve sets, and where it comes
+// from; 0 means leave the runtime's (GOGC's) alone.
+func gcPercent(o *Options, getenv func(string) string) (int, string) {
+	switch {
+	case o.GCPercent != 0:
+		return o.GCPercent, "--gc-percent"
+	case getenv("GOGC") != "":
+		return 0, "GOGC"
+	case o.Store == "redis":
+		return RedisGCPercent, "automatic (redis store)"
+	default:
+		return 0, "Go default"
+	}
 }

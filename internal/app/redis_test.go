@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"io"
+	"runtime/debug"
 	"strconv"
 	"strings"
 	"testing"
@@ -30,6 +31,12 @@ func TestServeWithRedis(t *testing.T) {
 	}
 	if code, body := r.get(t, "/readyz"); code != 200 {
 		t.Fatalf("/readyz %d %q", code, body)
+	}
+	// The Redis store's automatic GC target is set while serving.
+	if got := debug.SetGCPercent(-1); got != RedisGCPercent {
+		t.Errorf("GC percent while serving on Redis = %d, want %d", got, RedisGCPercent)
+	} else {
+		debug.SetGCPercent(got)
 	}
 	_, cfg := r.get(t, "/config")
 	if !strings.Contains(cfg, `"store": "redis"`) || strings.Contains(cfg, "a-shared-secret") {
