@@ -10,6 +10,11 @@
 //
 // The price is documented on Context: the deadline fires up to one tick
 // early, and cancelling the parent does not close Done (Err reports it).
+// A tick's entry lives until its deadline, not until its call returns, so
+// a Wheel holds up to (longest deadline ahead / tick) entries: callers
+// bound their deadlines (pkg/rls and the Redis store: a minute at most,
+// so at most 60,000 entries of a few hundred bytes each: a channel, a
+// timer and a map slot).
 package deadline
 
 import (

@@ -135,6 +135,8 @@ func TestStoreContextKeepsAReserve(t *testing.T) {
 		{5 * time.Millisecond, MinAnswerReserve},
 		{100 * time.Millisecond, 20 * time.Millisecond},
 		{10 * time.Second, MaxAnswerReserve},
+		// Far deadlines are cut to MaxStoreWait (the reserve is moot then).
+		{time.Hour, time.Hour - MaxStoreWait},
 	} {
 		ctx, cancel := context.WithDeadline(context.Background(), now.Add(tc.left))
 		sctx := storeContext(ctx, w, now)
