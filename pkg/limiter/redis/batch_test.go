@@ -272,6 +272,51 @@ func TestOneCommandPerRequest(t *testing.T) {
 	}
 }
 
+// TestExpirySetOncePerWindow: a window's hash gets its expiry on the first
+// write of the window only (every later write would set the same instant);
+// a token bucket's moves with every write. Ten allowed requests on one
+// subject: one PEXPIRE for a fixed or sliding window, ten for a bucket, and
+// the key still expires at the window's end plus the grace.
+func TestExpirySetOncePerWindow(t *testing.T) {
+	e := newEnv(t, redistest.Local())
+	for _, tc := range []struct {
+		p    *limiter.Policy
+		want int64
+	}{
+		{fixed(t, "once.fw", 1000, farWindow), 1},
+		{sliding(t, "once.sw", 1000, 24*time.Hour), 1},
+		{bucket(t, "once.tb", 1000, 1, time.Hour), 10},
+	} {
+		sub := subjectOf("once-" + tc.p.ID())
+		key := keyOf(tc.p, sub)
+		e.do("DEL", key)
+		batch := []limiter.Request{{Policy: tc.p, Subject: sub, Cost: 1}}
+		out := make([]limiter.Outcome, 1)
+		e.store.Evaluate(context.Background(), []limiter.Request{{Policy: tc.p, Subject: subjectOf("warm"), Cost: 1}}, out) // loads the script
+		e.do("CONFIG", "RESETSTAT")
+		var last limiter.Decision
+		for i := range 10 {
+			e.store.Evaluate(context.Background(), batch, out)
+			if out[0].Kind != limiter.Evaluated || !out[0].Decision.Allowed {
+				t.Fatalf("%s request %d: %+v", tc.p.ID(), i, out[0])
+			}
+			last = out[0].Decision
+		}
+		if got := commandCalls(e.do("INFO", "commandstats").(string))["pexpire"]; got != tc.want {
+			t.Fatalf("%s: %d PEXPIRE for 10 requests in one window, want %d", tc.p.ID(), got, tc.want)
+		}
+		if pt := e.pttl(key); pt <= 0 {
+			t.Fatalf("%s: PTTL %d after the writes: the key has no expiry", tc.p.ID(), pt)
+		} else if tc.p.Algorithm() == limiter.FixedWindow {
+			// Expires at the window's end plus the grace, counted now.
+			want := last.ResetAt.UnixMilli() + tc.p.CleanupGraceMillis() - time.Now().UnixMilli()
+			if pt > want+50 || pt < want-1000 {
+				t.Fatalf("%s: PTTL %d, want about %d", tc.p.ID(), pt, want)
+			}
+		}
+	}
+}
+
 // TestRefundProgram: rate-refund-v1.lua gives back exactly the cost a batch
 // took, per algorithm, only to the state that took it, never above the
 // capacity, and reports 0 when there is nothing to give back.

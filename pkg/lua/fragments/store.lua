@@ -3,7 +3,7 @@
 -- a and c the hash holds, as load.lua read them); serverNow and nowS (false,
 -- or serverNow formatted: the last of every key written at serverNow, made
 -- once per program). One HSET, then the TTL
--- (one PEXPIRE). A new hash gets every field; an existing one only last, b
+-- (one PEXPIRE, when it changes: see below). A new hash gets every field; an existing one only last, b
 -- and whichever of a and c changed (a fixed window's c is always 0, a
 -- window's a changes once per window): hash fields are canonical decimal
 -- strings, so an equal number is an equal string, and every argument left
@@ -16,9 +16,14 @@ do
   end
   -- exact, for the four numbers the algorithm computed at once (now is
   -- the clock's: serverNow or a stored last, both exact).
+  -- The key expires at now + ttl on the effective clock, which is
+  -- ttl + (now - serverNow) ms from Redis's: the same instant for every
+  -- write of one window (fixed window: windowEnd + grace; sliding window:
+  -- the next window's end + grace), whatever the clock rule did to now.
+  local px = ttl + now - serverNow
   if not (a >= 0 and a <= MAX and a % 1 == 0
       and b >= 0 and b <= MAX and b % 1 == 0 and c >= 0 and c <= MAX and c % 1 == 0
-      and ttl <= MAX and ttl % 1 == 0) then
+      and ttl <= MAX and ttl % 1 == 0 and px <= MAX) then
     error('envoy-rls: inexact value')
   end
   local ls
@@ -60,6 +65,11 @@ do
   else
     redis.call('HSET', key, 'last', ls, 'b', bs)
   end
-  redis.call('PEXPIRE', key, format('%d', ttl))
+  -- So a window's hash that this window already wrote (a, the window id,
+  -- unchanged) has that expiry already: no PEXPIRE. A token bucket's
+  -- expiry moves with every write.
+  if fresh or a ~= hashA or alg == 'token_bucket' then
+    redis.call('PEXPIRE', key, format('%d', px))
+  end
 end
 -- End of store.lua.
