@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# scripts/bench-standard.sh — the standard load set of issue 8, back to back:
+# scripts/bench-standard.sh — the standard load set of issue 8, back to back,
+# one concurrency at a time:
 # the gRPC floor, the reference service (envoyproxy/ratelimit, fixed window on
 # Redis: scripts/ensure-reference.sh builds it once; --no-reference skips it),
 # then envoy-rls on the memory store and on the Redis store for each
@@ -28,16 +29,25 @@ while [ $# -gt 0 ]; do
 done
 DIR=bench/results/standard-$(date -u +%Y%m%dT%H%M%SZ)
 mkdir -p "$DIR" docs/img
-COMMON=(--max-busy "$MAX_BUSY" --duration "$DURATION" --concurrency "$CONCURRENCY" --no-plot)
-scripts/bench.sh "${COMMON[@]}" --out "$DIR/floor.jsonl"
-if [ "$REFERENCE" = 1 ]; then
-  scripts/bench.sh "${COMMON[@]}" --target reference --label "reference fixed-window" --out "$DIR/reference.jsonl"
-fi
-for store in memory redis; do
-  for alg in fixed-window token-bucket sliding-window; do
-    scripts/bench.sh "${COMMON[@]}" --target envoy-rls --store "$store" \
-      --config "config/bench/$alg.yaml" --label "$store $alg" --out "$DIR/$store-$alg.jsonl"
+COMMON=(--max-busy "$MAX_BUSY" --duration "$DURATION" --no-plot)
+# Concurrency is the outer loop: this machine's speed drifts by up to 2x
+# within minutes, so every configuration of one concurrency runs within a
+# couple of minutes of the floor it is compared with (a round ordered by
+# configuration once put the floor and the Redis runs 6 minutes and a 2x
+# speed change apart).
+for c in $CONCURRENCY; do
+  scripts/bench.sh "${COMMON[@]}" --concurrency "$c" --out "$DIR/floor.jsonl"
+  if [ "$REFERENCE" = 1 ]; then
+    scripts/bench.sh "${COMMON[@]}" --concurrency "$c" --target reference --label "reference fixed-window" --out "$DIR/reference.jsonl"
+  fi
+  for store in memory redis; do
+    for alg in fixed-window token-bucket sliding-window; do
+      scripts/bench.sh "${COMMON[@]}" --concurrency "$c" --target envoy-rls --store "$store" \
+        --config "config/bench/$alg.yaml" --label "$store $alg" --out "$DIR/$store-$alg.jsonl"
+    done
   done
+done
+for store in memory redis; do
   others=("$DIR/floor.jsonl")
   if [ "$store" = redis ] && [ -f "$DIR/reference.jsonl" ]; then others+=("$DIR/reference.jsonl"); fi
   go run ./cmd/rls-plot -o "docs/img/perf-$store.png" \

@@ -131,10 +131,14 @@ trap cleanup EXIT
 trap 'exit 130' INT TERM
 
 # free_port: a loopback TCP port nobody answers on (bash's /dev/tcp).
+# The ports come from below the kernel's ephemeral range: a port there can be
+# the local end of some outgoing connection (the load tool's, Redis clients'),
+# which answers no connect and still cannot be bound.
+EPHEMERAL_LOW=$(cut -f1 /proc/sys/net/ipv4/ip_local_port_range 2>/dev/null || echo 32768)
 free_port() {
   local p
   for _ in $(seq 1 100); do
-    p=$(( 20000 + (RANDOM * 32768 + RANDOM) % 40000 ))
+    p=$(( 10000 + (RANDOM * 32768 + RANDOM) % (EPHEMERAL_LOW - 10000) ))
     if ! (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null; then echo "$p"; return 0; fi
   done
   die "no free loopback port found"
