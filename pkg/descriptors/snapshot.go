@@ -359,20 +359,39 @@ func (s *Snapshot) subject(policyID string, entries []Entry, path []*node) limit
 	b = appendField(b, policyID)
 	b = binary.BigEndian.AppendUint32(b, uint32(len(entries)))
 	for i, e := range entries {
-		b = appendField(b, e.Key)
-		if path != nil && path[i].share {
-			b = append(b, 'p')
-			b = appendField(b, path[i].pattern)
-		} else {
-			b = append(b, 'v')
-			b = appendField(b, e.Value)
+		var n *node
+		if path != nil {
+			n = path[i]
 		}
+		b = appendEntry(b, e, n)
 	}
+	var out limiter.SubjectDigest
+	sum := s.sum(st, b)
+	copy(out[:], sum[:])
+	return out
+}
+
+// appendEntry appends one matched entry as the subject and colocation
+// encodings both have it: its key, then 'p' and the share_threshold pattern
+// of n (a node matched by a pattern with share_threshold), or 'v' and the
+// value. n may be nil.
+func appendEntry(b []byte, e Entry, n *node) []byte {
+	b = appendField(b, e.Key)
+	if n != nil && n.share {
+		b = append(b, 'p')
+		return appendField(b, n.pattern)
+	}
+	b = append(b, 'v')
+	return appendField(b, e.Value)
+}
+
+// sum returns the HMAC of b, built in st's buffer, and puts st back in the
+// pool (keeping the buffer unless it grew beyond maxPooledBuf).
+func (s *Snapshot) sum(st *macState, b []byte) [sha256.Size]byte {
 	st.mac.Reset()
 	st.mac.Write(b)
 	st.mac.Sum(st.sum[:0])
-	var out limiter.SubjectDigest
-	copy(out[:], st.sum[:])
+	out := st.sum
 	if cap(b) <= maxPooledBuf {
 		st.buf = b
 	} else {
@@ -402,25 +421,12 @@ const tagVersion = 2
 func (s *Snapshot) tag(e Entry, n *node) limiter.Tag {
 	st := s.macs.Get().(*macState)
 	b := append(st.buf[:0], tagVersion, 'c')
-	b = appendField(b, e.Key)
-	if n != nil && n.share {
-		b = append(b, 'p')
-		b = appendField(b, n.pattern)
-	} else {
-		b = append(b, 'v')
-		b = appendField(b, e.Value)
-	}
-	st.mac.Reset()
-	st.mac.Write(b)
-	st.mac.Sum(st.sum[:0])
+	b = appendEntry(b, e, n)
 	var out limiter.Tag
-	copy(out[:], st.sum[:])
+	sum := s.sum(st, b)
+	copy(out[:], sum[:])
 	if out == (limiter.Tag{}) {
 		out[7] = 1 // zero means "derive from the subject"
 	}
-	if cap(b) <= maxPooledBuf {
-		st.buf = b
-	}
-	s.macs.Put(st)
 	return out
 }
