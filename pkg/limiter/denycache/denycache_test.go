@@ -302,32 +302,43 @@ func TestExactUnderContention(t *testing.T) {
 			const limit, workers, calls = 50, 16, 200
 			p := policy(t, "hot", alg, limit, time.Hour)
 			s := subject("hammered")
-			var allowed atomic.Int64
-			var wg sync.WaitGroup
-			for range workers {
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
-					out := make([]limiter.Outcome, 1)
-					for range calls {
-						e.cache.Evaluate(context.Background(), []limiter.Request{{Policy: p, Subject: s, Cost: 1}}, out)
-						if out[0].Kind != limiter.Evaluated {
-							t.Errorf("outcome %v", out[0].Kind)
-							return
-						}
-						if out[0].Decision.Allowed {
-							allowed.Add(1)
-						}
-					}
-				}()
-			}
-			wg.Wait()
-			if got := allowed.Load(); got != limit {
-				t.Fatalf("admitted %d, limit %d", got, limit)
+			allowed, _ := hammer(t, e.cache, p, s, workers, calls)
+			if allowed != limit {
+				t.Fatalf("admitted %d, limit %d", allowed, limit)
 			}
 			if hits := e.hits.n.Load(); hits == 0 || hits+e.back.reqs.Load() != workers*calls {
 				t.Fatalf("hits %d + store requests %d != %d", hits, e.back.reqs.Load(), workers*calls)
 			}
 		})
 	}
+}
+
+// hammer sends calls one-request batches for subject s under p from each of
+// workers goroutines through c and counts the admitted and denied ones; any
+// other outcome fails the test.
+func hammer(t *testing.T, c *Cache, p *limiter.Policy, s limiter.SubjectDigest, workers, calls int) (allowed, denied int64) {
+	t.Helper()
+	var nAllowed, nDenied atomic.Int64
+	var wg sync.WaitGroup
+	for range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			out := make([]limiter.Outcome, 1)
+			for range calls {
+				c.Evaluate(context.Background(), []limiter.Request{{Policy: p, Subject: s, Cost: 1}}, out)
+				switch {
+				case out[0].Kind != limiter.Evaluated:
+					t.Errorf("outcome %v: %v", out[0].Kind, out[0].Err)
+					return
+				case out[0].Decision.Allowed:
+					nAllowed.Add(1)
+				default:
+					nDenied.Add(1)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	return nAllowed.Load(), nDenied.Load()
 }

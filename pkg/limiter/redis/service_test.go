@@ -394,20 +394,7 @@ func TestCluster(t *testing.T) {
 	sub := subjectOf("cluster-0")
 	master := c.MasterFor(keyOf(p, sub))
 	master.Kill()
-	start := time.Now()
-	var kinds [5]int
-	redistest.Eventually(t, 30*time.Second, 50*time.Millisecond, "decisions after the failover", func() error {
-		o := evaluateOne(s, p, sub, 200*time.Millisecond)
-		kinds[o.Kind]++
-		if o.Kind == limiter.Incompatible {
-			t.Fatalf("incompatible during failover: %v", o.Err)
-		}
-		if o.Kind != limiter.Evaluated {
-			return fmt.Errorf("%v: %v", o.Kind, o.Err)
-		}
-		return nil
-	})
-	t.Logf("cluster failover: decisions resumed after %v (outcomes by kind %v)", time.Since(start).Round(time.Millisecond), kinds)
+	awaitFailover(t, s, p, sub, 30*time.Second, "cluster failover")
 	s.Evaluate(context.Background(), batch, out)
 	for i, o := range out {
 		if o.Kind != limiter.Evaluated {
@@ -440,20 +427,7 @@ func TestSentinelFailover(t *testing.T) {
 		t.Fatalf("before failover: %v: %v", o.Kind, o.Err)
 	}
 	set.Master.Kill()
-	start := time.Now()
-	var kinds [5]int
-	redistest.Eventually(t, 45*time.Second, 50*time.Millisecond, "decisions after the sentinel failover", func() error {
-		o := evaluateOne(s, p, sub, 200*time.Millisecond)
-		kinds[o.Kind]++
-		if o.Kind == limiter.Incompatible {
-			t.Fatalf("incompatible during failover: %v", o.Err)
-		}
-		if o.Kind != limiter.Evaluated {
-			return fmt.Errorf("%v: %v", o.Kind, o.Err)
-		}
-		return nil
-	})
-	t.Logf("sentinel failover: decisions resumed after %v (outcomes by kind %v)", time.Since(start).Round(time.Millisecond), kinds)
+	awaitFailover(t, s, p, sub, 45*time.Second, "sentinel failover")
 	// The promoted replica serves as master; the other sentinels learn of
 	// the new configuration within a few hello periods.
 	if v := set.Replica.MustDo("ROLE").([]any); v[0] != "master" {
@@ -473,4 +447,26 @@ func evaluateOne(s *Store, p *limiter.Policy, sub limiter.SubjectDigest, d time.
 	out := make([]limiter.Outcome, 1)
 	s.Evaluate(ctx, []limiter.Request{{Policy: p, Subject: sub, Cost: 1}}, out)
 	return out[0]
+}
+
+// awaitFailover evaluates sub until the store decides again after a master
+// was killed (within timeout), failing at once on an Incompatible outcome
+// (a failover must never look like foreign state), and logs how long it
+// took and the outcomes seen on the way.
+func awaitFailover(t *testing.T, s *Store, p *limiter.Policy, sub limiter.SubjectDigest, timeout time.Duration, what string) {
+	t.Helper()
+	start := time.Now()
+	var kinds [5]int
+	redistest.Eventually(t, timeout, 50*time.Millisecond, "decisions after the "+what, func() error {
+		o := evaluateOne(s, p, sub, 200*time.Millisecond)
+		kinds[o.Kind]++
+		if o.Kind == limiter.Incompatible {
+			t.Fatalf("incompatible during %s: %v", what, o.Err)
+		}
+		if o.Kind != limiter.Evaluated {
+			return fmt.Errorf("%v: %v", o.Kind, o.Err)
+		}
+		return nil
+	})
+	t.Logf("%s: decisions resumed after %v (outcomes by kind %v)", what, time.Since(start).Round(time.Millisecond), kinds)
 }
