@@ -1,13 +1,15 @@
 #!/usr/bin/env bash
 # scripts/bench-vs-reference.sh — envoy-rls on Redis against the reference
 # service (envoyproxy/ratelimit), or against the do-nothing gRPC floor
-# (--against floor), in alternating rounds: this machine's speed drifts by up
+# (--against floor), or against the ceiling of any Lua program (--against
+# ceiling: envoy-rls whose batch program only reads TIME, see bench.sh), in
+# alternating rounds: this machine's speed drifts by up
 # to 2x within minutes, so only runs made side by side compare. Both Redis
 # servers are local redis-server processes; the rule is the same fixed window
 # (config/bench/reference/bench.yaml: 1000/s per remote_address); 10,000
 # uniform subjects, 4 connections. Prints each round's ratio and the median.
 #
-#   scripts/bench-vs-reference.sh [--against reference|floor] [--rounds 5]
+#   scripts/bench-vs-reference.sh [--against reference|floor|ceiling] [--rounds 5]
 #                                 [--concurrency 64] [--duration 8s] [--max-busy 0.6]
 #
 # JSON lines go to bench/results/vs-<against>-<UTC time>/{<against>,envoy-rls}.jsonl.
@@ -25,7 +27,7 @@ while [ $# -gt 0 ]; do
     *) echo "bench-vs-reference.sh: unknown argument $1" >&2; exit 1 ;;
   esac
 done
-case "$AGAINST" in reference|floor) ;; *) echo "bench-vs-reference.sh: --against must be reference or floor" >&2; exit 1 ;; esac
+case "$AGAINST" in reference|floor|ceiling) ;; *) echo "bench-vs-reference.sh: --against must be reference, floor or ceiling" >&2; exit 1 ;; esac
 DIR=bench/results/vs-$AGAINST-$(date -u +%Y%m%dT%H%M%SZ)
 mkdir -p "$DIR"
 COMMON=(--max-busy "$MAX_BUSY" --duration "$DURATION" --concurrency "$CONC" --no-plot)

@@ -10,15 +10,23 @@
 #   scripts/bench.sh --target envoy-rls --store memory --config config/examples
 #   scripts/bench.sh --target envoy-rls --store redis  # starts its own redis-server
 #   scripts/bench.sh --target reference               # envoyproxy/ratelimit on its own redis-server
+#   scripts/bench.sh --target ceiling                 # envoy-rls, Redis, a do-nothing Lua program
 #
 # Options (defaults in brackets):
-#   --target floor|envoy-rls|reference  [floor]
+#   --target floor|envoy-rls|reference|ceiling  [floor]
 #                             reference: the reference service
 #                             (envoyproxy/ratelimit, built once into
 #                             bin/ratelimit-reference by
 #                             scripts/ensure-reference.sh) on Redis, stats off
 #                             (DISABLE_STATS=true: its best case), its other
 #                             settings at their defaults
+#                             ceiling: envoy-rls on Redis built from a
+#                             temporary copy of this tree whose batch program
+#                             is scripts/ceiling/rate-batch-v1.lua (one TIME,
+#                             every key ALLOWED, nothing stored) into
+#                             bin/envoy-rls-ceiling: the most any Lua program
+#                             could give here. Fixed-window rules only; never
+#                             a rate limiter
 #   --store memory|redis      [memory]  envoy-rls only
 #   --config DIR|FILE         [config/examples; reference: config/bench/reference]
 #                             the rule files (the reference gets copies of
@@ -75,8 +83,8 @@ while [ $# -gt 0 ]; do
     *) die "unknown argument $1 (try --help)" ;;
   esac
 done
-case "$TARGET" in floor|envoy-rls|reference) ;; *) die "--target must be floor, envoy-rls or reference" ;; esac
-if [ "$TARGET" = reference ]; then
+case "$TARGET" in floor|envoy-rls|reference|ceiling) ;; *) die "--target must be floor, envoy-rls, reference or ceiling" ;; esac
+if [ "$TARGET" = reference ] || [ "$TARGET" = ceiling ]; then
   STORE=redis
   [ "$CONFIG" != config/examples ] || CONFIG=config/bench/reference
 fi
@@ -85,6 +93,7 @@ if [ -z "$LABEL" ]; then
   case "$TARGET" in
     floor) LABEL=floor ;;
     reference) LABEL=reference ;;
+    ceiling) LABEL=ceiling ;;
     *) LABEL="envoy-rls $STORE" ;;
   esac
 fi
@@ -102,6 +111,15 @@ $GO build -trimpath -o bin/rls-plot ./cmd/rls-plot
 if [ "$TARGET" = envoy-rls ]; then
   [ -d cmd/envoy-rls ] || die "cmd/envoy-rls does not exist yet"
   $GO build -trimpath -o bin/envoy-rls ./cmd/envoy-rls || die "bin/envoy-rls does not build yet"
+fi
+if [ "$TARGET" = ceiling ]; then
+  # The tree as it is (committed or not), but the stub for the batch program.
+  CEILING_SRC=$(mktemp -d)
+  tar -cf - --exclude=./bin --exclude=./bench --exclude=./.git . | tar -xf - -C "$CEILING_SRC"
+  cp scripts/ceiling/rate-batch-v1.lua "$CEILING_SRC/pkg/lua/rate-batch-v1.lua"
+  (cd "$CEILING_SRC" && $GO build -trimpath -o "$OLDPWD/bin/envoy-rls-ceiling" ./cmd/envoy-rls) ||
+    { rm -rf "$CEILING_SRC"; die "bin/envoy-rls-ceiling does not build"; }
+  rm -rf "$CEILING_SRC"
 fi
 if [ "$TARGET" = reference ]; then
   REFERENCE_BIN=$(scripts/ensure-reference.sh) || die "could not build the reference service"
@@ -193,7 +211,9 @@ reference)
   fi
   # shellcheck disable=SC2206 # word splitting of --server-args is intended
   ARGS+=($SERVER_ARGS)
-  bin/envoy-rls "${ARGS[@]}" >"$WORK/server.log" 2>&1 &
+  BIN=bin/envoy-rls
+  [ "$TARGET" != ceiling ] || BIN=bin/envoy-rls-ceiling
+  "$BIN" "${ARGS[@]}" >"$WORK/server.log" 2>&1 &
   SERVER_PID=$!
   ;;
 esac

@@ -1,0 +1,23 @@
+-- scripts/ceiling/rate-batch-v1.lua: NOT a rate limiter. A measuring stub
+-- that scripts/bench.sh --target ceiling builds into a throw-away copy of
+-- envoy-rls (bin/envoy-rls-ceiling) in place of pkg/lua's batch program, to
+-- measure the most any batch program could give on this machine: the same
+-- EVALSHA, keys and arguments, one TIME, no state read or written, every key
+-- ALLOWED. It answers as a fixed window whose window is the packed
+-- argument's p2 (the bench rules are fixed windows).
+-- #include prelude.lua
+-- #include time.lua
+local n = #KEYS
+local out = { 1 }
+for i = 1, n do
+  local _, _, _, limit, window, _, _, _, cost = struct.unpack('>BBddddddd', ARGV[2 * i])
+  local o = (i - 1) * 7 + 1
+  out[o + 1] = 'ALLOWED'
+  out[o + 2] = serverNow
+  out[o + 3] = serverNow
+  out[o + 4] = limit
+  out[o + 5] = limit - cost
+  out[o + 6] = 0
+  out[o + 7] = serverNow - serverNow % window + window
+end
+return out
