@@ -49,15 +49,7 @@ func TestCeilingStub(t *testing.T) {
 	if err != nil {
 		t.Fatalf("Exec: %v", err)
 	}
-	vals := make([]lua.Value, len(msgs))
-	for i := range msgs {
-		if msgs[i].IsInt64() {
-			vals[i].Int, _ = msgs[i].ToInt64()
-			vals[i].IsInt = true
-		} else if vals[i].Str, err = msgs[i].ToString(); err != nil {
-			t.Fatalf("reply %d: %v", i, err)
-		}
-	}
+	vals := replyValues(nil, msgs)
 	out := make([]limiter.Reply, len(policies))
 	committed, err := lua.ParseBatchReply(policies, vals, out)
 	if err != nil || !committed {

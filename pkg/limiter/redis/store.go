@@ -444,21 +444,8 @@ func (s *Store) run(ctx context.Context, batch []limiter.Request, roles []limite
 		if err != nil {
 			err = fmt.Errorf("%w: reply is not an array: %w", lua.ErrMalformedReply, err)
 		} else {
-			vals := grow(g.vals, len(msgs))
-			g.vals = vals
-			for j := range msgs {
-				m := &msgs[j]
-				vals[j] = lua.Value{}
-				if m.IsInt64() {
-					vals[j].Int, _ = m.ToInt64()
-					vals[j].IsInt = true
-				} else if v, err := m.ToString(); err == nil {
-					vals[j].Str = v
-				} else {
-					vals[j].Str = "\x00not a string" // ParseBatchReply refuses it
-				}
-			}
-			g.committed, err = lua.ParseBatchReply(g.policies, vals, g.replies)
+			g.vals = replyValues(g.vals, msgs)
+			g.committed, err = lua.ParseBatchReply(g.policies, g.vals, g.replies)
 		}
 	}
 	if err != nil {
@@ -478,6 +465,25 @@ func (s *Store) run(ctx context.Context, batch []limiter.Request, roles []limite
 		g.outs[k] = limiter.OutcomeFromReply(batch[i].Policy, g.replies[k], limiter.SourceRedis)
 	}
 	return true
+}
+
+// replyValues converts the batch program's reply into the values
+// lua.ParseBatchReply reads, reusing vals.
+func replyValues(vals []lua.Value, msgs []rueidis.RedisMessage) []lua.Value {
+	vals = grow(vals, len(msgs))
+	for j := range msgs {
+		m := &msgs[j]
+		vals[j] = lua.Value{}
+		if m.IsInt64() {
+			vals[j].Int, _ = m.ToInt64()
+			vals[j].IsInt = true
+		} else if v, err := m.ToString(); err == nil {
+			vals[j].Str = v
+		} else {
+			vals[j].Str = "\x00not a string" // ParseBatchReply refuses it
+		}
+	}
+	return vals
 }
 
 // refund gives back, per committed group, what its allowed requests took.
