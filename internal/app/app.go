@@ -185,20 +185,39 @@ type server struct {
 	draining atomic.Bool
 }
 
-func serveCommand(ctx context.Context, args []string, getenv func(string) string, stderr io.Writer, h hooks) error {
+// CheckServeArgs parses the arguments of `envoy-rls serve` (without the
+// word serve) and the environment exactly as serve does, and runs the same
+// option checks, without reading files or opening listeners. The chart tests
+// feed it the container args that the chart renders.
+func CheckServeArgs(args []string, getenv func(string) string) error {
+	_, err := serveOptions(args, getenv, io.Discard)
+	return err
+}
+
+// serveOptions parses and checks the serve flags. The error is
+// flag.ErrHelp after -h.
+func serveOptions(args []string, getenv func(string) string, output io.Writer) (Options, error) {
 	var o Options
-	fs := serveFlags(&o, stderr)
+	fs := serveFlags(&o, output)
 	if err := parseFlags(fs, args, getenv); err != nil {
+		return o, err
+	}
+	if fs.NArg() > 0 {
+		return o, fmt.Errorf("serve takes no arguments (got %q); use --config", fs.Args())
+	}
+	if err := o.check(); err != nil {
+		return o, err
+	}
+	return o, nil
+}
+
+func serveCommand(ctx context.Context, args []string, getenv func(string) string, stderr io.Writer, h hooks) error {
+	o, err := serveOptions(args, getenv, stderr)
+	if err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return nil
 		}
 		return fmt.Errorf("%w: %v", ErrFailed, err)
-	}
-	if fs.NArg() > 0 {
-		return fmt.Errorf("serve takes no arguments (got %q); use --config", fs.Args())
-	}
-	if err := o.check(); err != nil {
-		return err
 	}
 	log, err := newLogger(o.LogLevel, stderr)
 	if err != nil {
