@@ -450,7 +450,11 @@ const memorySweepInterval = 10 * time.Second
 func (s *server) openStore(ctx context.Context, wg *sync.WaitGroup) (limiter.Store, func(), error) {
 	switch s.opts.Store {
 	case "memory":
-		st, err := memory.New(memory.Config{MaxEntries: s.opts.MemoryMaxEntries, Observer: memoryObserver{s.metrics}})
+		entries := s.opts.MemoryMaxEntries
+		if entries == 0 {
+			entries = DefaultMemoryMaxEntries
+		}
+		st, err := memory.New(memory.Config{MaxEntries: entries, Observer: memoryObserver{s.metrics}})
 		if err != nil {
 			return nil, nil, fmt.Errorf("memory store: %w", err)
 		}

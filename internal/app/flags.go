@@ -94,7 +94,7 @@ func serveFlags(o *Options, output io.Writer) *flag.FlagSet {
 	fs.StringVar(&o.HMACSecretFile, "hmac-secret-file", "", "file holding the HMAC secret that pseudonymizes subjects (else $"+SecretEnv+"; required with --store redis)")
 	fs.StringVar(&o.LogLevel, "log-level", DefaultLogLevel, "log level: debug, info, warn, error")
 	fs.StringVar(&o.DefaultHeaders, "default-headers", DefaultHeaders, "response headers for rules that do not set `headers`: full, retry_after or none")
-	fs.IntVar(&o.MemoryMaxEntries, "memory-max-entries", DefaultMemoryMaxEntries, "memory store: the most subjects held at once")
+	fs.IntVar(&o.MemoryMaxEntries, "memory-max-entries", 0, "memory store: the most subjects held at once; 0 = automatic (1000000)")
 	fs.DurationVar(&o.DrainTimeout, "drain-timeout", DefaultDrainTimeout, "on SIGTERM/SIGINT, how long in-flight calls may take to finish")
 	fs.BoolVar(&o.LocalCache, "local-cache", DefaultLocalCache, "answer repeated store denials (fixed window, token bucket) locally until their retry time: a hot subject costs one store call per window instead of one per request; exact (see docs/performance.md)")
 	fs.IntVar(&o.LocalCacheSize, "local-cache-size", DefaultLocalCacheSize, "local deny cache: the most denials held at once")
@@ -157,8 +157,8 @@ func (o *Options) check() error {
 	if _, err := headerMode(o.DefaultHeaders); err != nil {
 		return err
 	}
-	if o.MemoryMaxEntries < 1 {
-		return fmt.Errorf("--memory-max-entries %d: must be at least 1", o.MemoryMaxEntries)
+	if o.MemoryMaxEntries < 0 {
+		return fmt.Errorf("--memory-max-entries %d: must be 0 (automatic) or positive", o.MemoryMaxEntries)
 	}
 	if o.LocalCacheSize < denycache.Shards {
 		return fmt.Errorf("--local-cache-size %d: must be at least %d", o.LocalCacheSize, denycache.Shards)
