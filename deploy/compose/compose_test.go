@@ -112,7 +112,7 @@ func TestComposeFile(t *testing.T) {
 		names = append(names, n)
 	}
 	slices.Sort(names)
-	if want := []string{"echo", "envoy", "envoy-rls", "redis"}; !slices.Equal(names, want) {
+	if want := []string{"echo", "envoy", "envoy-rls", "prometheus", "redis"}; !slices.Equal(names, want) {
 		t.Fatalf("services %v, want %v", names, want)
 	}
 	for name, s := range c.Services {
@@ -186,6 +186,18 @@ func TestComposeFile(t *testing.T) {
 	if !slices.ContainsFunc(rls.Volumes, func(v string) bool { return strings.HasPrefix(v, "./rules:"+cfg+":") }) {
 		t.Errorf("--config=%s is not the mount target of ./rules (volumes %v)", cfg, rls.Volumes)
 	}
+	// Both envoy-rls ports reach the host, on loopback only: gRPC for
+	// grpcurl, admin for curl and the probes.
+	for _, flag := range []string{"grpc-addr", "admin-addr"} {
+		_, port, err := net.SplitHostPort(flagValue(rls.Command, flag))
+		if err != nil {
+			t.Errorf("envoy-rls --%s=%q: %v", flag, flagValue(rls.Command, flag), err)
+			continue
+		}
+		if want := "127.0.0.1:" + port + ":" + port; !slices.Contains(rls.Ports, want) {
+			t.Errorf("envoy-rls ports %v: want %q (--%s)", rls.Ports, want, flag)
+		}
+	}
 	probe := rls.Healthcheck.Test[1]
 	if !bytes.Contains(df, []byte(probe)) {
 		t.Errorf("envoy-rls healthcheck runs %s, which the Dockerfile does not install", probe)
@@ -200,6 +212,19 @@ func TestComposeFile(t *testing.T) {
 		if !bytes.Contains(df, []byte(want)) {
 			t.Errorf("Dockerfile lacks %q", want)
 		}
+	}
+
+	// Prometheus: v3, reading the prometheus.yml TestPrometheusConfig checks,
+	// its UI on loopback.
+	prom := c.Services["prometheus"]
+	if !regexp.MustCompile(`^prom/prometheus:v3\.\d+\.\d+$`).MatchString(prom.Image) {
+		t.Errorf("prometheus image %q: want prom/prometheus at a pinned v3.x.y", prom.Image)
+	}
+	if cfg := flagValue(prom.Command, "config.file"); cfg == "" || !slices.Contains(prom.Volumes, "./prometheus.yml:"+cfg+":ro") {
+		t.Errorf("prometheus command %v does not load the mounted ./prometheus.yml", prom.Command)
+	}
+	if !slices.Contains(prom.Ports, "127.0.0.1:9090:9090") {
+		t.Errorf("prometheus ports %v: want 127.0.0.1:9090:9090", prom.Ports)
 	}
 
 	// Envoy reads the envoy.yaml the test validates.
@@ -402,7 +427,8 @@ func TestDemoRules(t *testing.T) {
 // TestDemo429 runs the real envoy-rls binary on the demo rules (memory store,
 // loopback) and replays the docs' curl loop as the calls Envoy would make:
 // three requests to /limited pass, the fourth and fifth are OVER_LIMIT (a
-// 429) with Retry-After, and another client is not affected.
+// 429) with Retry-After, and another client is not affected. Then the
+// docs' PromQL is checked against what /metrics shows.
 func TestDemo429(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts the binary")
@@ -477,6 +503,9 @@ func TestDemo429(t *testing.T) {
 	if got := call("/other", "198.51.100.7").GetOverallCode(); got != rlsv3.RateLimitResponse_OK {
 		t.Errorf("the limited client on another path: %v, want OK", got)
 	}
+	// The calls above produced OK and OVER_LIMIT decisions in domain demo:
+	// the PromQL in docs/demo.md must find its metrics, labels and values.
+	checkDocQueries(t, "http://"+adminAddr+"/metrics")
 }
 
 func freeAddr(t *testing.T) string {
