@@ -1,5 +1,8 @@
 // Package compose holds the tests of the docker-compose demo in this
 // directory: docker-compose.yaml, envoy.yaml (checked against
-// go-control-plane's types and validators) and rules/. No Docker engine is
-// needed; the demo's decisions are replayed on the real envoy-rls binary.
+// go-control-plane's types and validators), prometheus.yml and rules/, and
+// of the README's Docker quick start against the Dockerfile. No Docker
+// engine is needed for them; the demo's decisions are replayed on the real
+// envoy-rls binary. TestComposeUp, which starts the demo itself, needs an
+// engine and is skipped without one.
 package compose
