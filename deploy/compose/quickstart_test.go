@@ -1,0 +1,414 @@
+package compose_test
+
+import (
+	"encoding/json"
+	"net"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"gopkg.in/yaml.v3"
+
+	"github.com/envoy-rls/envoy-rls/internal/app"
+	"github.com/envoy-rls/envoy-rls/internal/deploytest"
+	"github.com/envoy-rls/envoy-rls/pkg/descriptors"
+)
+
+// dockerfile is what the quick start relies on from the Dockerfile's final
+// stage.
+type dockerfile struct {
+	entrypoint, cmd []string
+	expose          []string
+	user            string
+}
+
+// readDockerfile reads the last ENTRYPOINT, CMD, EXPOSE and USER of the
+// repository's Dockerfile (those of the final stage), joining
+// backslash-continued lines. ENTRYPOINT and CMD must be in exec (JSON) form.
+func readDockerfile(t *testing.T) dockerfile {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(deploytest.ModuleRoot(t), "Dockerfile"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var d dockerfile
+	text := strings.ReplaceAll(string(b), "\\\n", " ")
+	for line := range strings.SplitSeq(text, "\n") {
+		instr, rest, _ := strings.Cut(strings.TrimSpace(line), " ")
+		rest = strings.TrimSpace(rest)
+		switch instr {
+		case "ENTRYPOINT", "CMD":
+			var words []string
+			if err := json.Unmarshal([]byte(rest), &words); err != nil {
+				t.Fatalf("Dockerfile %s %s: not exec form: %v", instr, rest, err)
+			}
+			if instr == "CMD" {
+				d.cmd = words
+			} else {
+				d.entrypoint = words
+			}
+		case "EXPOSE":
+			d.expose = strings.Fields(rest)
+		case "USER":
+			d.user = rest
+		}
+	}
+	return d
+}
+
+// chartImage returns image.repository from the chart's values.yaml and the
+// chart's appVersion, the tag the chart deploys by default.
+func chartImage(t *testing.T) (repository, appVersion string) {
+	t.Helper()
+	chart := filepath.Join(deploytest.ModuleRoot(t), "deploy", "helm", "envoy-rls")
+	var values struct {
+		Image struct {
+			Repository string `yaml:"repository"`
+		} `yaml:"image"`
+	}
+	var meta struct {
+		AppVersion string `yaml:"appVersion"`
+	}
+	for file, v := range map[string]any{"values.yaml": &values, "Chart.yaml": &meta} {
+		b, err := os.ReadFile(filepath.Join(chart, file))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := yaml.Unmarshal(b, v); err != nil {
+			t.Fatalf("%s: %v", file, err)
+		}
+	}
+	if values.Image.Repository == "" || meta.AppVersion == "" {
+		t.Fatal("the chart has no image.repository or appVersion")
+	}
+	return values.Image.Repository, meta.AppVersion
+}
+
+// docCommands returns the commands of file (relative to the module root)
+// that start with prefix.
+func docCommands(t *testing.T, file string, prefix ...string) []deploytest.DocCommand {
+	t.Helper()
+	var out []deploytest.DocCommand
+	for _, c := range deploytest.MarkdownCommands(t, filepath.Join(deploytest.ModuleRoot(t), file)) {
+		if len(c.Words) >= len(prefix) && slices.Equal(c.Words[:len(prefix)], prefix) {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+// TestReadmeDocker checks the README's Docker quick start against what it
+// runs: the image name is the chart's image at the chart's appVersion, the
+// published container ports are the Dockerfile's EXPOSE and the ports the
+// binary listens on by default, the mount target is the --config path of
+// the Dockerfile's CMD, and the mounted directory is a rule directory the
+// loader accepts. The build line tags the same repository.
+func TestReadmeDocker(t *testing.T) {
+	root := deploytest.ModuleRoot(t)
+	repo, appVersion := chartImage(t)
+	df := readDockerfile(t)
+
+	// The image runs `envoy-rls serve --config DIR` with arguments serve
+	// accepts, on the default ports, as a non-root user.
+	if len(df.entrypoint) != 1 || filepath.Base(df.entrypoint[0]) != "envoy-rls" {
+		t.Fatalf("Dockerfile ENTRYPOINT %q: want the envoy-rls binary alone", df.entrypoint)
+	}
+	if len(df.cmd) < 1 || df.cmd[0] != "serve" {
+		t.Fatalf("Dockerfile CMD %q: want serve first", df.cmd)
+	}
+	if err := app.CheckServeArgs(df.cmd[1:], func(string) string { return "" }); err != nil {
+		t.Errorf("Dockerfile CMD %q: envoy-rls serve rejects it: %v", df.cmd, err)
+	}
+	configDir := ""
+	for i, a := range df.cmd {
+		if a == "--config" && i+1 < len(df.cmd) {
+			configDir = df.cmd[i+1]
+		} else if v, ok := strings.CutPrefix(a, "--config="); ok {
+			configDir = v
+		}
+	}
+	if configDir == "" {
+		t.Fatalf("Dockerfile CMD %q has no --config", df.cmd)
+	}
+	if strings.HasPrefix(df.user, "0") || df.user == "" || df.user == "root" {
+		t.Errorf("Dockerfile USER %q: want a numeric non-root user", df.user)
+	}
+	var defaultPorts []string
+	for _, addr := range []string{app.DefaultGRPCAddr, app.DefaultAdminAddr} {
+		_, p, err := net.SplitHostPort(addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defaultPorts = append(defaultPorts, p)
+	}
+	if !sameSet(df.expose, defaultPorts) {
+		t.Errorf("Dockerfile EXPOSE %v, but serve listens on %v by default", df.expose, defaultPorts)
+	}
+
+	runs := docCommands(t, "README.md", "docker", "run")
+	if len(runs) != 1 {
+		t.Fatalf("README.md: %d docker run commands, want 1", len(runs))
+	}
+	run := runs[0]
+	var ports, mounts []string
+	image := ""
+	words := run.Words[2:]
+	for i := 0; i < len(words) && image == ""; i++ {
+		switch w := words[i]; w {
+		case "--rm", "-it", "-d":
+		case "-p", "-v", "-e":
+			if i+1 >= len(words) {
+				t.Fatalf("README.md:%d: %s without a value", run.Line, w)
+			}
+			i++
+			if w == "-p" {
+				ports = append(ports, words[i])
+			} else if w == "-v" {
+				mounts = append(mounts, words[i])
+			}
+		default:
+			if strings.HasPrefix(w, "-") {
+				t.Fatalf("README.md:%d: docker run option %s is not understood by this test; teach it", run.Line, w)
+			}
+			image = w
+		}
+	}
+
+	if want := repo + ":" + appVersion; image != want {
+		t.Errorf("README.md:%d: image %q, want the chart's %q (image.repository:appVersion)", run.Line, image, want)
+	}
+	var published []string
+	for _, p := range ports {
+		parts := strings.Split(p, ":")
+		published = append(published, parts[len(parts)-1])
+		if len(parts) < 2 || parts[len(parts)-2] != parts[len(parts)-1] {
+			t.Errorf("README.md:%d: -p %s: publish on the same host port, so the docs' localhost:PORT calls work", run.Line, p)
+		}
+	}
+	if !sameSet(published, df.expose) {
+		t.Errorf("README.md:%d: publishes container ports %v, the Dockerfile exposes %v", run.Line, published, df.expose)
+	}
+	if len(mounts) != 1 {
+		t.Fatalf("README.md:%d: mounts %v, want the rules directory only", run.Line, mounts)
+	}
+	parts := strings.Split(mounts[0], ":")
+	if len(parts) != 3 || parts[1] != configDir || parts[2] != "ro" {
+		t.Errorf("README.md:%d: -v %s: want SRC:%s:ro (the Dockerfile's --config)", run.Line, mounts[0], configDir)
+	}
+	src, ok := strings.CutPrefix(parts[0], "$PWD/")
+	if !ok {
+		t.Fatalf("README.md:%d: mount source %s is not under $PWD (the repository root)", run.Line, parts[0])
+	}
+	if _, err := descriptors.Load(filepath.Join(root, src), descriptors.Options{Secret: make([]byte, 32)}); err != nil {
+		t.Errorf("README.md:%d: the mounted %s does not load: %v", run.Line, src, err)
+	}
+
+	builds := docCommands(t, "README.md", "docker", "build")
+	if len(builds) != 1 {
+		t.Fatalf("README.md: %d docker build commands, want 1", len(builds))
+	}
+	b := builds[0]
+	if len(b.Words) != 5 || b.Words[2] != "-t" || b.Words[4] != "." {
+		t.Fatalf("README.md:%d: %q: want docker build -t IMAGE .", b.Line, b.Words)
+	}
+	if name, _, _ := strings.Cut(b.Words[3], ":"); name != repo {
+		t.Errorf("README.md:%d: builds %s, want the chart's repository %s", b.Line, b.Words[3], repo)
+	}
+}
+
+func sameSet(a, b []string) bool {
+	a, b = slices.Clone(a), slices.Clone(b)
+	slices.Sort(a)
+	slices.Sort(b)
+	return slices.Equal(slices.Compact(a), slices.Compact(b)) && len(a) > 0
+}
+
+// helmCommand is a `helm install` or `helm upgrade` of the repository's
+// chart, as written in the docs.
+type helmCommand struct {
+	line               int
+	release, namespace string
+	createNamespace    bool
+	set, setFile       map[string]string
+}
+
+func parseHelm(t *testing.T, file string, c deploytest.DocCommand) helmCommand {
+	t.Helper()
+	h := helmCommand{line: c.Line, set: map[string]string{}, setFile: map[string]string{}}
+	var positional []string
+	w := c.Words[2:]
+	for i := 0; i < len(w); i++ {
+		switch w[i] {
+		case "-n", "--namespace", "--set", "--set-file":
+			if i+1 >= len(w) {
+				t.Fatalf("%s:%d: %s without a value", file, c.Line, w[i])
+			}
+			i++
+			k, v, _ := strings.Cut(w[i], "=")
+			switch w[i-1] {
+			case "--set":
+				h.set[k] = v
+			case "--set-file":
+				h.setFile[k] = v
+			default:
+				h.namespace = w[i]
+			}
+		case "--create-namespace":
+			h.createNamespace = true
+		case "--reuse-values", "--wait", "--atomic":
+		default:
+			if strings.HasPrefix(w[i], "-") {
+				t.Fatalf("%s:%d: helm option %s is not understood by this test; teach it", file, c.Line, w[i])
+			}
+			positional = append(positional, w[i])
+		}
+	}
+	if len(positional) != 2 || positional[1] != "deploy/helm/envoy-rls" {
+		t.Fatalf("%s:%d: %q: want RELEASE deploy/helm/envoy-rls (the chart in this repository, from its root)", file, c.Line, c.Words)
+	}
+	h.release = positional[0]
+	return h
+}
+
+// kubectlNamespace returns the -n value of a kubectl command and its other
+// words.
+func kubectlNamespace(words []string) (string, []string) {
+	ns, rest := "", []string{}
+	for i := 1; i < len(words); i++ {
+		if (words[i] == "-n" || words[i] == "--namespace") && i+1 < len(words) {
+			ns = words[i+1]
+			i++
+			continue
+		}
+		rest = append(rest, words[i])
+	}
+	return ns, rest
+}
+
+// TestDocsKubernetes checks the Kubernetes commands of the README and the
+// guides against each other and the chart: every `helm install` uses the
+// chart in this repository with files that exist (rule files that load), a
+// namespace that is created, and, with store=redis, an HMAC Secret that an
+// earlier kubectl command creates in that namespace under the key the chart
+// reads; every port-forward and rollout names the Service or Deployment the
+// chart makes for that release, and the chart's ports. Rendering each
+// command with helm is the chart tests' job.
+func TestDocsKubernetes(t *testing.T) {
+	root := deploytest.ModuleRoot(t)
+	values := readValues(t)
+	files := []string{"README.md"}
+	docs, err := filepath.Glob(filepath.Join(root, "docs", "*.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range docs {
+		files = append(files, filepath.Join("docs", filepath.Base(d)))
+	}
+	installs := 0
+	for _, file := range files {
+		namespaces := map[string]bool{}
+		secrets := map[string]string{}  // namespace/name -> key
+		releases := map[string]string{} // namespace/fullname -> release
+		for _, c := range deploytest.MarkdownCommands(t, filepath.Join(root, file)) {
+			switch {
+			case len(c.Words) > 2 && c.Words[0] == "kubectl":
+				ns, rest := kubectlNamespace(c.Words)
+				switch {
+				case len(rest) == 3 && rest[0] == "create" && rest[1] == "namespace":
+					namespaces[rest[2]] = true
+				case len(rest) >= 4 && slices.Equal(rest[:3], []string{"create", "secret", "generic"}):
+					for _, r := range rest[4:] {
+						if lit, ok := strings.CutPrefix(r, "--from-literal="); ok {
+							k, _, _ := strings.Cut(lit, "=")
+							secrets[ns+"/"+rest[3]] = k
+						}
+					}
+				case rest[0] == "port-forward" || (len(rest) > 2 && rest[0] == "rollout" && rest[1] == "status"):
+					target := rest[1]
+					if rest[0] == "rollout" {
+						target = rest[2]
+					}
+					kind, name, _ := strings.Cut(target, "/")
+					if _, ok := releases[ns+"/"+name]; !ok || (kind != "svc" && kind != "service" && kind != "deployment" && kind != "deploy") {
+						t.Errorf("%s:%d: %s in namespace %q is not what a helm install above creates (%v)", file, c.Line, target, ns, releases)
+					}
+					if rest[0] == "port-forward" {
+						for _, p := range rest[2:] {
+							remote := p[strings.LastIndex(p, ":")+1:]
+							if remote != values.grpcPort && remote != values.adminPort {
+								t.Errorf("%s:%d: port %s: the chart's ports are %s (gRPC) and %s (admin)", file, c.Line, p, values.grpcPort, values.adminPort)
+							}
+						}
+					}
+				}
+			case len(c.Words) > 3 && c.Words[0] == "helm" && (c.Words[1] == "install" || c.Words[1] == "upgrade"):
+				h := parseHelm(t, file, c)
+				fullname := h.release
+				if !strings.Contains(h.release, "envoy-rls") {
+					fullname += "-envoy-rls"
+				}
+				releases[h.namespace+"/"+fullname] = h.release
+				if c.Words[1] == "upgrade" {
+					continue
+				}
+				installs++
+				if h.namespace == "" || !(h.createNamespace || namespaces[h.namespace]) {
+					t.Errorf("%s:%d: namespace %q is neither created above nor --create-namespace", file, h.line, h.namespace)
+				}
+				for k, path := range h.setFile {
+					if _, err := os.Stat(filepath.Join(root, path)); err != nil {
+						t.Errorf("%s:%d: --set-file %s: %v", file, h.line, k, err)
+						continue
+					}
+					if strings.HasPrefix(k, "rules.files.") {
+						if _, err := descriptors.Load(filepath.Join(root, path), descriptors.Options{Secret: make([]byte, 32)}); err != nil {
+							t.Errorf("%s:%d: --set-file %s: %v", file, h.line, k, err)
+						}
+					}
+				}
+				if h.set["store"] != "redis" {
+					continue
+				}
+				secret, key := h.set["hmac.existingSecret"], values.hmacKey
+				if k, ok := h.set["hmac.key"]; ok {
+					key = k
+				}
+				if secret == "" {
+					t.Errorf("%s:%d: store=redis without hmac.existingSecret", file, h.line)
+				} else if got, ok := secrets[h.namespace+"/"+secret]; !ok || got != key {
+					t.Errorf("%s:%d: hmac.existingSecret=%s: no kubectl command above creates it in namespace %s with the key %s the chart reads (have %v)", file, h.line, secret, h.namespace, key, secrets)
+				}
+				if h.set["redis.addr"] == "" {
+					t.Errorf("%s:%d: store=redis without redis.addr", file, h.line)
+				}
+			}
+		}
+	}
+	if installs < 3 {
+		t.Errorf("found %d helm install commands in the docs; the README has two and docs/istio.md one", installs)
+	}
+}
+
+type chartValues struct{ grpcPort, adminPort, hmacKey string }
+
+func readValues(t *testing.T) chartValues {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(deploytest.ModuleRoot(t), "deploy", "helm", "envoy-rls", "values.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var v struct {
+		GRPC  struct{ Port string } `yaml:"grpc"`
+		Admin struct{ Port string } `yaml:"admin"`
+		HMAC  struct{ Key string }  `yaml:"hmac"`
+	}
+	if err := yaml.Unmarshal(b, &v); err != nil {
+		t.Fatalf("values.yaml: %v", err)
+	}
+	if v.GRPC.Port == "" || v.Admin.Port == "" || v.HMAC.Key == "" {
+		t.Fatal("values.yaml lacks grpc.port, admin.port or hmac.key")
+	}
+	return chartValues{v.GRPC.Port, v.Admin.Port, v.HMAC.Key}
+}
