@@ -1,8 +1,11 @@
-// Package istio_test checks the Istio example: the EnvoyFilter resources
-// parse with the fields Istio defines, their patch values are valid Envoy
-// configuration (go-control-plane types and validators), they call the
-// Service the Helm chart creates, and the descriptors they produce meet the
-// intended rules in rules/.
+// Package istio_test checks the Istio example: one file of EnvoyFilters per
+// way of installing the gateway, each selecting the label that installer
+// puts on the gateway pods and otherwise identical; the resources parse with
+// the fields Istio defines, their patch values are valid Envoy configuration
+// (go-control-plane types and validators), they call the Service the Helm
+// chart creates, the descriptors they produce meet the intended rules in
+// rules/, and docs/istio.md applies every file and installs the chart the
+// way the filter expects.
 package istio_test
 
 import (
@@ -10,12 +13,16 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"maps"
 	"os"
 	"path/filepath"
+	"reflect"
 	"regexp"
 	"slices"
 	"strconv"
+	"strings"
 	"testing"
+	"time"
 
 	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
 	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ratelimit/v3"
@@ -71,9 +78,26 @@ type envoyFilter struct {
 	} `yaml:"spec"`
 }
 
-func loadFilters(t *testing.T) []envoyFilter {
+// variants are the example's files, one per way of installing the gateway:
+// each selects the gateway pods by the label that installer puts on them
+// and lives in the gateway's namespace.
+var variants = []struct {
+	file, namespace string
+	selector        map[string]string
+}{
+	// istioctl install (default profile): Deployment istio-ingressgateway.
+	{"envoyfilter-istioctl-gateway.yaml", "istio-system", map[string]string{"istio": "ingressgateway"}},
+	// The istio/gateway Helm chart, release istio-ingress: the chart labels
+	// pods istio: <release name without the istio- prefix>.
+	{"envoyfilter-helm-gateway.yaml", "istio-ingress", map[string]string{"istio": "ingress"}},
+	// A Gateway API Gateway named "gateway": Istio labels its pods with the
+	// Gateway's name.
+	{"envoyfilter-gateway-api.yaml", "istio-ingress", map[string]string{"gateway.networking.k8s.io/gateway-name": "gateway"}},
+}
+
+func loadFilters(t *testing.T, file string) []envoyFilter {
 	t.Helper()
-	b, err := os.ReadFile("envoyfilter-gateway.yaml")
+	b, err := os.ReadFile(file)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -87,7 +111,7 @@ func loadFilters(t *testing.T) []envoyFilter {
 			break
 		}
 		if err != nil {
-			t.Fatalf("envoyfilter-gateway.yaml: %v", err)
+			t.Fatalf("%s: %v", file, err)
 		}
 		out = append(out, f)
 	}
@@ -123,8 +147,39 @@ func chartGRPCPort(t *testing.T) int {
 
 var outboundCluster = regexp.MustCompile(`^outbound\|(\d+)\|\|(([a-z0-9-]+)\.([a-z0-9-]+)\.svc\.cluster\.local)$`)
 
+// TestVariantsDifferOnlyInSelector: the three files carry the same two
+// EnvoyFilters (names and patches), so checking one variant's patches in
+// depth checks them all, and an edit to one file that is not made to the
+// others fails here.
+func TestVariantsDifferOnlyInSelector(t *testing.T) {
+	first := loadFilters(t, variants[0].file)
+	for _, v := range variants[1:] {
+		other := loadFilters(t, v.file)
+		if len(other) != len(first) {
+			t.Fatalf("%s has %d EnvoyFilters, %s has %d", v.file, len(other), variants[0].file, len(first))
+		}
+		for i := range first {
+			if other[i].Metadata.Name != first[i].Metadata.Name || !reflect.DeepEqual(other[i].Spec.ConfigPatches, first[i].Spec.ConfigPatches) {
+				t.Errorf("%s: EnvoyFilter %s differs from %s's %s beyond namespace and selector", v.file, other[i].Metadata.Name, variants[0].file, first[i].Metadata.Name)
+			}
+		}
+	}
+}
+
 func TestGatewayExample(t *testing.T) {
-	filters := loadFilters(t)
+	var rl *ratelimitv3.RateLimit
+	for _, v := range variants {
+		t.Run(v.file, func(t *testing.T) { rl = checkVariant(t, v.file, v.namespace, v.selector) })
+	}
+	if rl != nil {
+		checkGuide(t, rl)
+	}
+}
+
+// checkVariant checks one file and returns its ratelimit filter
+// configuration.
+func checkVariant(t *testing.T, file, namespace string, selector map[string]string) *ratelimitv3.RateLimit {
+	filters := loadFilters(t, file)
 	if len(filters) != 2 {
 		t.Fatalf("want 2 EnvoyFilters (filter, actions), got %d", len(filters))
 	}
@@ -134,8 +189,8 @@ func TestGatewayExample(t *testing.T) {
 		if f.APIVersion != "networking.istio.io/v1alpha3" || f.Kind != "EnvoyFilter" {
 			t.Errorf("%s: %s/%s, want networking.istio.io/v1alpha3 EnvoyFilter", f.Metadata.Name, f.APIVersion, f.Kind)
 		}
-		if f.Spec.WorkloadSelector.Labels["istio"] != "ingressgateway" || f.Metadata.Namespace != "istio-system" {
-			t.Errorf("%s: not bound to the ingress gateway in istio-system", f.Metadata.Name)
+		if !maps.Equal(f.Spec.WorkloadSelector.Labels, selector) || f.Metadata.Namespace != namespace {
+			t.Errorf("%s: selects %v in namespace %s, want %v in %s", f.Metadata.Name, f.Spec.WorkloadSelector.Labels, f.Metadata.Namespace, selector, namespace)
 		}
 		for _, p := range f.Spec.ConfigPatches {
 			if p.Match.Context != "GATEWAY" {
@@ -232,5 +287,85 @@ func TestGatewayExample(t *testing.T) {
 		if !slices.Equal(got, tc.want) {
 			t.Errorf("%v: descriptors %v meet %q, want %q", tc.headers, ds, got, tc.want)
 		}
+	}
+	return rl
+}
+
+// checkGuide checks docs/istio.md's commands against the example: it applies
+// every variant file (and only files that exist), and its helm install makes
+// the Service the filter calls, with the Redis store, Retry-After as the only
+// header envoy-rls adds when Envoy writes the X-RateLimit-* headers, a Redis
+// bound below the filter's timeout, and this example's rule file.
+func checkGuide(t *testing.T, rl *ratelimitv3.RateLimit) {
+	t.Helper()
+	root := deploytest.ModuleRoot(t)
+	const guide = "docs/istio.md"
+	var applied []string
+	var installs []map[string]string // flag or --set key -> value; "release", "namespace"
+	for _, c := range deploytest.MarkdownCommands(t, filepath.Join(root, guide)) {
+		w := c.Words
+		switch {
+		case len(w) == 4 && w[0] == "kubectl" && w[1] == "apply" && w[2] == "-f":
+			if _, err := os.Stat(filepath.Join(root, w[3])); err != nil {
+				t.Errorf("%s:%d: kubectl apply -f %s: %v", guide, c.Line, w[3], err)
+			}
+			applied = append(applied, w[3])
+		case len(w) > 3 && w[0] == "helm" && w[1] == "install":
+			h := map[string]string{"release": w[2], "chart": w[3]}
+			for i := 4; i+1 < len(w); i += 2 {
+				switch w[i] {
+				case "-n":
+					h["namespace"] = w[i+1]
+				case "--set", "--set-file":
+					k, v, _ := strings.Cut(w[i+1], "=")
+					h[k] = v
+				default:
+					t.Fatalf("%s:%d: helm option %s is not understood by this test; teach it", guide, c.Line, w[i])
+				}
+			}
+			installs = append(installs, h)
+		}
+	}
+	for _, v := range variants {
+		if !slices.Contains(applied, filepath.ToSlash(filepath.Join("config", "examples", "istio", v.file))) {
+			t.Errorf("%s does not apply %s", guide, v.file)
+		}
+	}
+	if len(installs) != 1 {
+		t.Fatalf("%s: %d helm install commands, want 1", guide, len(installs))
+	}
+	h := installs[0]
+	eg := rl.GetRateLimitService().GetGrpcService().GetEnvoyGrpc()
+	m := outboundCluster.FindStringSubmatch(eg.GetClusterName())
+	if m == nil {
+		t.Fatalf("cluster_name %q", eg.GetClusterName())
+	}
+	if h["chart"] != "deploy/helm/envoy-rls" || h["release"]+"-envoy-rls" != m[3] || h["namespace"] != m[4] {
+		t.Errorf("%s: helm install %s %s -n %s makes Service %s-envoy-rls.%s, but the filter calls %s.%s",
+			guide, h["release"], h["chart"], h["namespace"], h["release"], h["namespace"], m[3], m[4])
+	}
+	if h["store"] != "redis" {
+		t.Errorf("%s: store %q: the replicas must share limits (redis)", guide, h["store"])
+	}
+	wantHeaders := "full"
+	if rl.GetEnableXRatelimitHeaders() == ratelimitv3.RateLimit_DRAFT_VERSION_03 {
+		wantHeaders = "retry_after"
+	}
+	if h["defaultHeaders"] != wantHeaders {
+		t.Errorf("%s: defaultHeaders %q, want %q for enable_x_ratelimit_headers %v", guide, h["defaultHeaders"], wantHeaders, rl.GetEnableXRatelimitHeaders())
+	}
+	if d, err := time.ParseDuration(h["redis.timeout"]); err != nil || d >= rl.GetTimeout().AsDuration() {
+		t.Errorf("%s: redis.timeout %q: want a duration below the filter's timeout %v", guide, h["redis.timeout"], rl.GetTimeout().AsDuration())
+	}
+	rulesFile, err := filepath.Abs(filepath.Join("rules", "ingress.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	found := false
+	for k, v := range h {
+		found = found || (strings.HasPrefix(k, "rules.files.") && filepath.Join(root, v) == rulesFile)
+	}
+	if !found {
+		t.Errorf("%s: helm install does not load %s (--set-file rules.files.NAME=...)", guide, rulesFile)
 	}
 }
