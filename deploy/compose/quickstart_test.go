@@ -234,30 +234,35 @@ type helmCommand struct {
 	set, setFile       map[string]string
 }
 
-func parseHelm(t *testing.T, file string, c deploytest.DocCommand) helmCommand {
+// parseHelm reads a helm install or upgrade command. ok is false for a
+// chart that is not in this repository (an oci:// reference: checking it
+// needs the registry).
+func parseHelm(t *testing.T, file string, c deploytest.DocCommand) (h helmCommand, ok bool) {
 	t.Helper()
-	h := helmCommand{line: c.Line, set: map[string]string{}, setFile: map[string]string{}}
+	h = helmCommand{line: c.Line, set: map[string]string{}, setFile: map[string]string{}}
 	var positional []string
 	w := c.Words[2:]
 	for i := 0; i < len(w); i++ {
 		switch w[i] {
-		case "-n", "--namespace", "--set", "--set-file":
+		case "-n", "--namespace", "--set", "--set-string", "--set-file", "-f", "--values", "--version", "--timeout":
 			if i+1 >= len(w) {
 				t.Fatalf("%s:%d: %s without a value", file, c.Line, w[i])
 			}
 			i++
 			k, v, _ := strings.Cut(w[i], "=")
 			switch w[i-1] {
-			case "--set":
+			case "--set", "--set-string":
 				h.set[k] = v
 			case "--set-file":
 				h.setFile[k] = v
-			default:
+			case "-f", "--values":
+				h.setFile["(values file)"] = w[i]
+			case "-n", "--namespace":
 				h.namespace = w[i]
 			}
 		case "--create-namespace":
 			h.createNamespace = true
-		case "--reuse-values", "--wait", "--atomic":
+		case "--reuse-values", "--wait", "--atomic", "--install", "--dry-run", "--debug":
 		default:
 			if strings.HasPrefix(w[i], "-") {
 				t.Fatalf("%s:%d: helm option %s is not understood by this test; teach it", file, c.Line, w[i])
@@ -265,11 +270,14 @@ func parseHelm(t *testing.T, file string, c deploytest.DocCommand) helmCommand {
 			positional = append(positional, w[i])
 		}
 	}
+	if len(positional) == 2 && strings.HasPrefix(positional[1], "oci://") {
+		return h, false
+	}
 	if len(positional) != 2 || positional[1] != "deploy/helm/envoy-rls" {
 		t.Fatalf("%s:%d: %q: want RELEASE deploy/helm/envoy-rls (the chart in this repository, from its root)", file, c.Line, c.Words)
 	}
 	h.release = positional[0]
-	return h
+	return h, true
 }
 
 // kubectlNamespace returns the -n value of a kubectl command and its other
@@ -323,6 +331,12 @@ func TestDocsKubernetes(t *testing.T) {
 						if lit, ok := strings.CutPrefix(r, "--from-literal="); ok {
 							k, _, _ := strings.Cut(lit, "=")
 							secrets[ns+"/"+rest[3]] = k
+						} else if f, ok := strings.CutPrefix(r, "--from-file="); ok {
+							k, _, hasKey := strings.Cut(f, "=")
+							if !hasKey {
+								k = filepath.Base(f)
+							}
+							secrets[ns+"/"+rest[3]] = k
 						}
 					}
 				case rest[0] == "port-forward" || (len(rest) > 2 && rest[0] == "rollout" && rest[1] == "status"):
@@ -344,7 +358,10 @@ func TestDocsKubernetes(t *testing.T) {
 					}
 				}
 			case len(c.Words) > 3 && c.Words[0] == "helm" && (c.Words[1] == "install" || c.Words[1] == "upgrade"):
-				h := parseHelm(t, file, c)
+				h, ok := parseHelm(t, file, c)
+				if !ok {
+					continue
+				}
 				fullname := h.release
 				if !strings.Contains(h.release, "envoy-rls") {
 					fullname += "-envoy-rls"
