@@ -71,9 +71,10 @@ func TestComposeUp(t *testing.T) {
 	compose(ctx, "up", "--build", "--detach", "--wait", "--wait-timeout", "300")
 
 	// The docs' curl loop: per-client limit of 3 a minute on /limited.
+	client := &http.Client{Timeout: 10 * time.Second}
 	var codes []int
 	for range 5 {
-		resp, err := http.Get("http://127.0.0.1:10000/limited")
+		resp, err := client.Get("http://127.0.0.1:10000/limited")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -101,7 +102,7 @@ func TestComposeUp(t *testing.T) {
 	deadline := time.Now().Add(90 * time.Second)
 	var up map[string]string
 	for time.Now().Before(deadline) {
-		up = promUp(t)
+		up = promUp(t, client)
 		if up["envoy-rls"] == "1" && up["envoy"] == "1" {
 			return
 		}
@@ -112,9 +113,9 @@ func TestComposeUp(t *testing.T) {
 
 // promUp returns the value of `up` per job from the demo's Prometheus, or
 // an empty map while it has not scraped yet.
-func promUp(t *testing.T) map[string]string {
+func promUp(t *testing.T, client *http.Client) map[string]string {
 	t.Helper()
-	resp, err := http.Get("http://127.0.0.1:9090/api/v1/query?query=" + url.QueryEscape("up"))
+	resp, err := client.Get("http://127.0.0.1:9090/api/v1/query?query=" + url.QueryEscape("up"))
 	if err != nil {
 		return nil
 	}
