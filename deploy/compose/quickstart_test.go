@@ -298,9 +298,9 @@ func kubectlNamespace(words []string) (string, []string) {
 // TestDocsKubernetes checks the Kubernetes commands of the README and the
 // guides against each other and the chart: every `helm install` uses the
 // chart in this repository with files that exist (rule files that load), a
-// namespace that is created, and, with store=redis, an HMAC Secret that an
-// earlier kubectl command creates in that namespace under the key the chart
-// reads; every port-forward and rollout names the Service or Deployment the
+// namespace that is created, and, with store=redis, an HMAC key: given to
+// the chart, or an existing Secret that an earlier kubectl command creates
+// in that namespace under the key the chart reads; every port-forward and rollout names the Service or Deployment the
 // chart makes for that release, and the chart's ports. Rendering each
 // command with helm is the chart tests' job.
 func TestDocsKubernetes(t *testing.T) {
@@ -392,9 +392,12 @@ func TestDocsKubernetes(t *testing.T) {
 				if k, ok := h.set["hmac.key"]; ok {
 					key = k
 				}
-				if secret == "" {
-					t.Errorf("%s:%d: store=redis without hmac.existingSecret", file, h.line)
-				} else if got, ok := secrets[h.namespace+"/"+secret]; !ok || got != key {
+				_, inline := h.setFile["hmac.secret"]
+				inline = inline || h.set["hmac.secret"] != ""
+				got, created := secrets[h.namespace+"/"+secret]
+				if secret == "" && !inline {
+					t.Errorf("%s:%d: store=redis without hmac.existingSecret or hmac.secret", file, h.line)
+				} else if secret != "" && (!created || got != key) {
 					t.Errorf("%s:%d: hmac.existingSecret=%s: no kubectl command above creates it in namespace %s with the key %s the chart reads (have %v)", file, h.line, secret, h.namespace, key, secrets)
 				}
 				if h.set["redis.addr"] == "" {
