@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"encoding/base64"
 	"errors"
+	"fmt"
 	"io"
+	"math"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -16,6 +18,7 @@ import (
 
 	"gopkg.in/yaml.v3"
 
+	"github.com/envoy-rls/envoy-rls/internal/app"
 	"github.com/envoy-rls/envoy-rls/internal/deploytest"
 	"github.com/envoy-rls/envoy-rls/pkg/descriptors"
 )
@@ -132,7 +135,96 @@ func render(t *testing.T, args ...string) map[string][]obj {
 		}
 		byKind[kindOf(o)] = append(byKind[kindOf(o)], o)
 	}
+	for _, dep := range byKind["Deployment"] {
+		checkServeArgs(t, fmt.Sprintf("helm template %v", args), dep)
+	}
 	return byKind
+}
+
+// checkServeArgs runs the rendered container's args and environment through
+// the binary's own flag parsing and option checks (app.CheckServeArgs, the
+// code path of `envoy-rls serve`): a chart the binary would refuse at start
+// fails here. Every render of the tests passes through it.
+func checkServeArgs(t *testing.T, where string, dep obj) {
+	t.Helper()
+	var c any
+	for _, cc := range list(get(dep, "spec", "template", "spec", "containers")) {
+		if get(cc, "name") == "envoy-rls" {
+			c = cc
+		}
+	}
+	if c == nil {
+		t.Fatalf("%s: Deployment %s has no envoy-rls container", where, nameOf(dep))
+	}
+	args := toStrings(list(get(c, "args")))
+	if len(args) == 0 || args[0] != "serve" {
+		t.Fatalf("%s: args %q: want serve first", where, args)
+	}
+	env := containerEnv(t, where, c)
+	getenv := func(k string) string { return env[k] }
+	if err := app.CheckServeArgs(args[1:], getenv); err != nil {
+		t.Errorf("%s: envoy-rls would refuse to start with the rendered args %q and env %v: %v", where, args[1:], env, err)
+	}
+}
+
+// containerEnv returns the environment the container starts with: literal
+// values, and the values the kubelet computes for resourceFieldRef (the
+// limit or request in bytes or cores, as the downward API gives them).
+// Variables read from Secrets or ConfigMaps have no value here.
+func containerEnv(t *testing.T, where string, c any) map[string]string {
+	t.Helper()
+	env := map[string]string{}
+	for _, e := range list(get(c, "env")) {
+		name := str(get(e, "name"))
+		if v, ok := get(e, "value").(string); ok {
+			env[name] = v
+			continue
+		}
+		if ref := get(e, "valueFrom", "resourceFieldRef"); ref != nil {
+			res := str(get(ref, "resource"))
+			kind, what, _ := strings.Cut(res, ".")
+			q := get(c, "resources", kind, what)
+			if q == nil {
+				t.Errorf("%s: env %s refers to %s, which the container does not set", where, name, res)
+				continue
+			}
+			v, err := parseQuantity(fmt.Sprint(q))
+			if err != nil {
+				t.Errorf("%s: env %s: resources.%s: %v", where, name, res, err)
+				continue
+			}
+			div := 1.0
+			if d := get(ref, "divisor"); d != nil {
+				if div, err = parseQuantity(fmt.Sprint(d)); err != nil || div == 0 {
+					t.Errorf("%s: env %s: divisor %v: %v", where, name, d, err)
+					continue
+				}
+			}
+			// The kubelet gives the quantity over the divisor, rounded up.
+			env[name] = strconv.FormatInt(int64(math.Ceil(v/div)), 10)
+		}
+	}
+	return env
+}
+
+// parseQuantity parses a Kubernetes resource quantity ("256Mi", "1G",
+// "100m", "2") into base units (bytes, cores). Only the suffixes resources
+// use are known; anything else is an error.
+func parseQuantity(q string) (float64, error) {
+	mult := map[string]float64{
+		"Ki": 1 << 10, "Mi": 1 << 20, "Gi": 1 << 30, "Ti": 1 << 40,
+		"k": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "m": 1e-3, "": 1,
+	}
+	num := strings.TrimRight(q, "KMGTikm")
+	m, ok := mult[q[len(num):]]
+	if !ok {
+		return 0, fmt.Errorf("quantity %q: unknown suffix", q)
+	}
+	n, err := strconv.ParseFloat(num, 64)
+	if err != nil || n < 0 {
+		return 0, fmt.Errorf("quantity %q: not a non-negative number", q)
+	}
+	return n * m, nil
 }
 
 func one(t *testing.T, m map[string][]obj, kind string) obj {
@@ -199,6 +291,7 @@ func TestRender(t *testing.T) {
 			name: "redis standalone with TLS and a password",
 			args: cat(redisBase, withHMAC, []string{
 				"--set", "replicaCount=3",
+				"--set", "redis.mode=standalone",
 				"--set", "redis.tls.enabled=true",
 				"--set", "redis.tls.ca.existingSecret=redis-ca",
 				"--set", "redis.tls.clientCert.existingSecret=redis-client",
@@ -678,5 +771,61 @@ func TestChartFiles(t *testing.T) {
 	}
 	if _, err := strconv.Atoi(strings.Split(meta.Version, ".")[0]); err != nil {
 		t.Errorf("chart version %q is not semver", meta.Version)
+	}
+}
+
+// TestGoMemLimit: with a memory limit the container gets GOMEMLIMIT from it
+// through the downward API, and the store bound is left to the binary
+// (automatic, sized from GOMEMLIMIT) unless memory.maxEntries is set.
+func TestGoMemLimit(t *testing.T) {
+	container := func(args ...string) any {
+		t.Helper()
+		dep := one(t, render(t, args...), "Deployment")
+		return list(get(dep, "spec", "template", "spec", "containers"))[0]
+	}
+	envVars := func(c any) map[string]any {
+		out := map[string]any{}
+		for _, e := range list(get(c, "env")) {
+			out[str(get(e, "name"))] = e
+		}
+		return out
+	}
+
+	c := container()
+	ref := get(envVars(c)["GOMEMLIMIT"], "valueFrom", "resourceFieldRef")
+	if get(ref, "containerName") != "envoy-rls" || get(ref, "resource") != "limits.memory" {
+		t.Errorf("GOMEMLIMIT %v: want resourceFieldRef {containerName: envoy-rls, resource: limits.memory}", envVars(c)["GOMEMLIMIT"])
+	}
+	if got := containerEnv(t, "defaults", c)["GOMEMLIMIT"]; got != strconv.Itoa(256<<20) {
+		t.Errorf("GOMEMLIMIT resolves to %q, want the 256Mi limit in bytes", got)
+	}
+	if v, ok := flagValue(toStrings(list(get(c, "args"))), "memory-max-entries"); ok {
+		t.Errorf("--memory-max-entries=%s rendered by default; want the binary's automatic bound", v)
+	}
+
+	c = container("--set", "memory.maxEntries=50000", "--set", "resources.limits.memory=1Gi")
+	if v, _ := flagValue(toStrings(list(get(c, "args"))), "memory-max-entries"); v != "50000" {
+		t.Errorf("memory.maxEntries=50000 rendered --memory-max-entries=%q", v)
+	}
+	if got := containerEnv(t, "1Gi", c)["GOMEMLIMIT"]; got != strconv.Itoa(1<<30) {
+		t.Errorf("GOMEMLIMIT resolves to %q, want the 1Gi limit in bytes", got)
+	}
+
+	if _, ok := envVars(container("--set", "resources.limits.memory=null"))["GOMEMLIMIT"]; ok {
+		t.Error("GOMEMLIMIT rendered without a memory limit")
+	}
+
+	c = container("--set", "extraEnv[0].name=GOMEMLIMIT", "--set", "extraEnv[0].value=200MiB")
+	var n int
+	for _, e := range list(get(c, "env")) {
+		if get(e, "name") == "GOMEMLIMIT" {
+			n++
+			if get(e, "value") != "200MiB" {
+				t.Errorf("GOMEMLIMIT %v: want the one extraEnv sets", e)
+			}
+		}
+	}
+	if n != 1 {
+		t.Errorf("%d GOMEMLIMIT variables with extraEnv setting it, want 1", n)
 	}
 }

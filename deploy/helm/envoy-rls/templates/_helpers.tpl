@@ -60,6 +60,18 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- .Values.rules.existingConfigMap | default (printf "%s-rules" (include "envoy-rls.fullname" .)) }}
 {{- end }}
 
+{{/*
+Whether the container gets GOMEMLIMIT from its memory limit: when
+resources.limits.memory is set and extraEnv does not set GOMEMLIMIT itself.
+*/}}
+{{- define "envoy-rls.goMemLimit" -}}
+{{- $own := false }}
+{{- range .Values.extraEnv }}
+{{- if eq (toString .name) "GOMEMLIMIT" }}{{ $own = true }}{{ end }}
+{{- end }}
+{{- if and (dig "limits" "memory" "" .Values.resources) (not $own) }}true{{- end }}
+{{- end }}
+
 {{/* Whether the pod gets an HMAC secret file. */}}
 {{- define "envoy-rls.hmacEnabled" -}}
 {{- if or .Values.hmac.existingSecret .Values.hmac.secret }}true{{- end }}
