@@ -112,7 +112,8 @@ func runHelm(t *testing.T, args ...string) (string, error) {
 }
 
 // render runs helm template with the --set/--set-string/--kube-version
-// arguments and returns the manifests by kind.
+// arguments and returns the manifests by kind. Helm hooks are filed under
+// "hook/<kind>", apart from the release's own objects.
 func render(t *testing.T, args ...string) map[string][]obj {
 	t.Helper()
 	out, err := runHelm(t, append([]string{"template", "rls", chartDir(t), "--namespace", "rl"}, args...)...)
@@ -133,7 +134,11 @@ func render(t *testing.T, args ...string) map[string][]obj {
 		if o == nil {
 			continue
 		}
-		byKind[kindOf(o)] = append(byKind[kindOf(o)], o)
+		kind := kindOf(o)
+		if get(o, "metadata", "annotations", "helm.sh/hook") != nil {
+			kind = "hook/" + kind
+		}
+		byKind[kind] = append(byKind[kind], o)
 	}
 	for _, dep := range byKind["Deployment"] {
 		checkServeArgs(t, fmt.Sprintf("helm template %v", args), dep)
@@ -458,7 +463,7 @@ func flagValue(args []string, name string) (string, bool) {
 func checkContainer(t *testing.T, c, pod any) {
 	t.Helper()
 	name := str(get(c, "name"))
-	for probe, path := range map[string]string{"livenessProbe": "/healthz", "readinessProbe": "/readyz"} {
+	for probe, path := range map[string]string{"livenessProbe": "/healthz", "readinessProbe": "/readyz", "startupProbe": "/healthz"} {
 		if got := get(c, probe, "httpGet", "path"); got != path {
 			t.Errorf("container %s: %s path %v, want %s", name, probe, got, path)
 		}
@@ -737,7 +742,7 @@ func TestValuesDocumented(t *testing.T) {
 
 // underData: keys whose children are data documented as a whole.
 func underData(path string) bool {
-	for _, p := range []string{"rules.files.", "resources.", "podSecurityContext.", "securityContext."} {
+	for _, p := range []string{"rules.files.", "resources.", "podSecurityContext.", "securityContext.", "rulesCheck.resources."} {
 		if strings.HasPrefix(path, p) {
 			return true
 		}
@@ -749,7 +754,8 @@ func underData(path string) bool {
 func TestChartFiles(t *testing.T) {
 	for _, f := range []string{"Chart.yaml", "values.yaml", "templates/NOTES.txt", "templates/_helpers.tpl",
 		"templates/deployment.yaml", "templates/service.yaml", "templates/configmap.yaml", "templates/secret.yaml",
-		"templates/hpa.yaml", "templates/pdb.yaml", "templates/servicemonitor.yaml", "templates/serviceaccount.yaml"} {
+		"templates/hpa.yaml", "templates/pdb.yaml", "templates/servicemonitor.yaml", "templates/serviceaccount.yaml",
+		"templates/networkpolicy.yaml", "templates/rules-check.yaml"} {
 		if _, err := os.Stat(filepath.Join(chartDir(t), f)); err != nil {
 			t.Error(err)
 		}
@@ -827,5 +833,346 @@ func TestGoMemLimit(t *testing.T) {
 	}
 	if n != 1 {
 		t.Errorf("%d GOMEMLIMIT variables with extraEnv setting it, want 1", n)
+	}
+}
+
+// valuesFile writes a values file for helm's -f and returns its path.
+func valuesFile(t *testing.T, content string) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), "values.yaml")
+	if err := os.WriteFile(p, []byte(content), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// annotation returns one metadata annotation of o.
+func annotation(o obj, key string) string {
+	return str(get(o, "metadata", "annotations", key))
+}
+
+// TestRulesCheckHook: the pre-install/pre-upgrade Job checks the rule files
+// the release is about to install with the real `envoy-rls validate`, so a
+// broken rules edit fails helm instead of a pod.
+func TestRulesCheckHook(t *testing.T) {
+	bin := deploytest.Binary(t)
+	// validate runs the Job's command on the data of the ConfigMap it mounts,
+	// with the binary built from this tree; it reports whether it passed.
+	validate := func(t *testing.T, job obj, cm obj) (string, bool) {
+		t.Helper()
+		c := list(get(job, "spec", "template", "spec", "containers"))[0]
+		args := toStrings(list(get(c, "args")))
+		mounts := list(get(c, "volumeMounts"))
+		if len(args) != 2 || args[0] != "validate" || len(mounts) != 1 || get(mounts[0], "mountPath") != args[1] {
+			t.Fatalf("Job args %q with mounts %v: want [validate <the rules mount>]", args, mounts)
+		}
+		dir := t.TempDir()
+		data, _ := get(cm, "data").(map[string]any)
+		if len(data) == 0 {
+			t.Fatalf("hook ConfigMap %s has no rule files", nameOf(cm))
+		}
+		for name, content := range data {
+			if err := os.WriteFile(filepath.Join(dir, name), []byte(str(content)), 0o600); err != nil {
+				t.Fatal(err)
+			}
+		}
+		out, err := exec.Command(bin, "validate", dir).CombinedOutput()
+		return string(out), err == nil
+	}
+
+	m := render(t)
+	job, hookCM := one(t, m, "hook/Job"), one(t, m, "hook/ConfigMap")
+	dep := one(t, m, "Deployment")
+	for _, h := range []obj{job, hookCM} {
+		if got := annotation(h, "helm.sh/hook"); got != "pre-install,pre-upgrade" {
+			t.Errorf("%s %s: helm.sh/hook %q, want pre-install,pre-upgrade", kindOf(h), nameOf(h), got)
+		}
+		policy := annotation(h, "helm.sh/hook-delete-policy")
+		if !strings.Contains(policy, "before-hook-creation") || !strings.Contains(policy, "hook-succeeded") {
+			t.Errorf("%s %s: hook-delete-policy %q, want before-hook-creation,hook-succeeded", kindOf(h), nameOf(h), policy)
+		}
+	}
+	cmWeight, _ := strconv.Atoi(annotation(hookCM, "helm.sh/hook-weight"))
+	jobWeight, _ := strconv.Atoi(annotation(job, "helm.sh/hook-weight"))
+	if cmWeight >= jobWeight {
+		t.Errorf("hook weights: ConfigMap %d, Job %d; the ConfigMap must come first", cmWeight, jobWeight)
+	}
+	if !reflect.DeepEqual(get(hookCM, "data"), get(one(t, m, "ConfigMap"), "data")) {
+		t.Error("the hook ConfigMap's rule files differ from the release's")
+	}
+	vols := list(get(job, "spec", "template", "spec", "volumes"))
+	if len(vols) != 1 || get(vols[0], "configMap", "name") != nameOf(hookCM) {
+		t.Errorf("Job volumes %v: want the hook ConfigMap %s", vols, nameOf(hookCM))
+	}
+	jobPod, depPod := get(job, "spec", "template", "spec"), get(dep, "spec", "template", "spec")
+	jc, dc := list(get(jobPod, "containers"))[0], list(get(depPod, "containers"))[0]
+	if get(jc, "image") != get(dc, "image") {
+		t.Errorf("Job image %v, Deployment image %v", get(jc, "image"), get(dc, "image"))
+	}
+	if !reflect.DeepEqual(get(jc, "securityContext"), get(dc, "securityContext")) || !reflect.DeepEqual(get(jobPod, "securityContext"), get(depPod, "securityContext")) {
+		t.Error("the Job's security contexts differ from the Deployment's")
+	}
+	checkContainerSecurity(t, jc, jobPod)
+	if get(jobPod, "restartPolicy") != "Never" || get(job, "spec", "backoffLimit") != 0 {
+		t.Errorf("Job restartPolicy %v, backoffLimit %v: want Never and 0 (a failed check is final)", get(jobPod, "restartPolicy"), get(job, "spec", "backoffLimit"))
+	}
+	// The chart's ServiceAccount does not exist yet before install.
+	if get(jobPod, "serviceAccountName") != "default" {
+		t.Errorf("Job serviceAccountName %v: want default (the chart's is created after the hook)", get(jobPod, "serviceAccountName"))
+	}
+	sel, _ := get(dep, "spec", "selector", "matchLabels").(map[string]any)
+	labels, _ := get(job, "spec", "template", "metadata", "labels").(map[string]any)
+	matches := true
+	for k, v := range sel {
+		matches = matches && labels[k] == v
+	}
+	if matches {
+		t.Errorf("Job pod labels %v match the Deployment's selector: the Service and PDB would count it", labels)
+	}
+	if out, ok := validate(t, job, hookCM); !ok {
+		t.Errorf("envoy-rls validate refuses the default rules:\n%s", out)
+	}
+
+	// A broken rules edit: the check fails, so helm install/upgrade fails.
+	broken := render(t, "--set-string", "rules.files.default\\.yaml=domain: default\ndescriptors:\n  - key: remote_address\n    rate_limit:\n      unit: fortnight\n      requests_per_unit: 100\n")
+	if out, ok := validate(t, one(t, broken, "hook/Job"), one(t, broken, "hook/ConfigMap")); ok {
+		t.Errorf("envoy-rls validate passed a rule with unit fortnight:\n%s", out)
+	} else if !strings.Contains(out, "fortnight") {
+		t.Errorf("envoy-rls validate failed without naming the bad unit:\n%s", out)
+	}
+
+	// An existing ConfigMap is checked as it is.
+	m = render(t, "--set", "rules.existingConfigMap=my-rules", "--set", "serviceAccount.create=false", "--set", "serviceAccount.name=rls-sa")
+	if n := len(m["hook/ConfigMap"]); n != 0 {
+		t.Errorf("%d hook ConfigMaps with rules.existingConfigMap, want 0", n)
+	}
+	job = one(t, m, "hook/Job")
+	if v := list(get(job, "spec", "template", "spec", "volumes")); len(v) != 1 || get(v[0], "configMap", "name") != "my-rules" {
+		t.Errorf("Job volumes %v: want ConfigMap my-rules", v)
+	}
+	if sa := get(job, "spec", "template", "spec", "serviceAccountName"); sa != "rls-sa" {
+		t.Errorf("Job serviceAccountName %v, want the existing rls-sa", sa)
+	}
+
+	m = render(t, "--set", "rulesCheck.enabled=false")
+	if len(m["hook/Job"])+len(m["hook/ConfigMap"]) != 0 {
+		t.Error("rulesCheck.enabled=false still renders the hook")
+	}
+}
+
+// checkContainerSecurity: the restricted security context every container
+// of the chart runs with.
+func checkContainerSecurity(t *testing.T, c, pod any) {
+	t.Helper()
+	name := str(get(c, "name"))
+	sc, psc := get(c, "securityContext"), get(pod, "securityContext")
+	if get(sc, "runAsNonRoot") != true && get(psc, "runAsNonRoot") != true {
+		t.Errorf("container %s: runAsNonRoot not set", name)
+	}
+	if get(sc, "readOnlyRootFilesystem") != true || get(sc, "allowPrivilegeEscalation") != false {
+		t.Errorf("container %s: want readOnlyRootFilesystem true and allowPrivilegeEscalation false", name)
+	}
+	if !reflect.DeepEqual(get(sc, "capabilities", "drop"), []any{"ALL"}) || get(sc, "capabilities", "add") != nil {
+		t.Errorf("container %s: capabilities %v, want drop [ALL] and no add", name, get(sc, "capabilities"))
+	}
+}
+
+// TestStartupProbe: on by default on /healthz (never on /readyz: the
+// process starts while Redis is unreachable), and can be turned off.
+func TestStartupProbe(t *testing.T) {
+	c := list(get(one(t, render(t), "Deployment"), "spec", "template", "spec", "containers"))[0]
+	p := get(c, "startupProbe")
+	if get(p, "httpGet", "path") != "/healthz" || get(p, "httpGet", "port") != "http-admin" || get(p, "failureThreshold") != 30 || get(p, "periodSeconds") != 2 {
+		t.Errorf("startupProbe %v: want /healthz on http-admin, every 2s, 30 failures", p)
+	}
+	c = list(get(one(t, render(t, "--set", "startupProbe.enabled=false"), "Deployment"), "spec", "template", "spec", "containers"))[0]
+	if get(c, "startupProbe") != nil {
+		t.Error("startupProbe.enabled=false still renders a startup probe")
+	}
+}
+
+// TestExtraVolumes: extraVolumes and extraVolumeMounts reach the pod next to
+// the chart's own volumes.
+func TestExtraVolumes(t *testing.T) {
+	f := valuesFile(t, `
+extraVolumes:
+  - name: ca
+    secret:
+      secretName: corp-ca
+extraVolumeMounts:
+  - name: ca
+    mountPath: /etc/corp-ca
+    readOnly: true
+extraEnv:
+  - name: ENVOY_RLS_LOG_LEVEL
+    value: debug
+`)
+	pod := get(one(t, render(t, "-f", f), "Deployment"), "spec", "template", "spec")
+	c := list(get(pod, "containers"))[0]
+	var vol, mount, rules any
+	for _, v := range list(get(pod, "volumes")) {
+		if get(v, "name") == "ca" {
+			vol = v
+		}
+	}
+	for _, vm := range list(get(c, "volumeMounts")) {
+		switch get(vm, "name") {
+		case "ca":
+			mount = vm
+		case "rules":
+			rules = vm
+		}
+	}
+	if get(vol, "secret", "secretName") != "corp-ca" || get(mount, "mountPath") != "/etc/corp-ca" || rules == nil {
+		t.Errorf("volume %v, mount %v, rules mount %v: want the extra Secret volume mounted at /etc/corp-ca next to the rules", vol, mount, rules)
+	}
+	env := containerEnv(t, "extraEnv", c)
+	if env["ENVOY_RLS_LOG_LEVEL"] != "debug" || env["GOMEMLIMIT"] == "" {
+		t.Errorf("env %v: want extraEnv's ENVOY_RLS_LOG_LEVEL next to GOMEMLIMIT", env)
+	}
+}
+
+// TestNetworkPolicy: off by default; when on, it selects the pods and admits
+// the gRPC and admin ports from the configured peers, and with egress on,
+// only DNS and Redis.
+func TestNetworkPolicy(t *testing.T) {
+	if n := len(render(t)["NetworkPolicy"]); n != 0 {
+		t.Fatalf("%d NetworkPolicies by default, want 0", n)
+	}
+	f := valuesFile(t, `
+networkPolicy:
+  enabled: true
+  grpcFrom:
+    - namespaceSelector:
+        matchLabels:
+          kubernetes.io/metadata.name: istio-ingress
+  adminFrom:
+    - namespaceSelector:
+        matchLabels:
+          kubernetes.io/metadata.name: monitoring
+  egress:
+    enabled: true
+    redisTo:
+      - podSelector:
+          matchLabels:
+            app: redis
+    redisPorts: [6379, 26379]
+`)
+	m := render(t, cat(redisBase, withHMAC, []string{"-f", f})...)
+	np, dep := one(t, m, "NetworkPolicy"), one(t, m, "Deployment")
+	if !reflect.DeepEqual(get(np, "spec", "podSelector", "matchLabels"), get(dep, "spec", "selector", "matchLabels")) {
+		t.Errorf("NetworkPolicy podSelector %v does not select the Deployment's pods", get(np, "spec", "podSelector"))
+	}
+	from := map[string]string{}
+	for _, rule := range list(get(np, "spec", "ingress")) {
+		ports := list(get(rule, "ports"))
+		if len(ports) != 1 {
+			t.Fatalf("ingress rule %v: want one port", rule)
+		}
+		peers := list(get(rule, "from"))
+		if len(peers) != 1 {
+			t.Fatalf("ingress rule %v: want one peer", rule)
+		}
+		from[str(get(ports[0], "port"))] = str(get(peers[0], "namespaceSelector", "matchLabels", "kubernetes.io/metadata.name"))
+	}
+	if want := map[string]string{"grpc": "istio-ingress", "http-admin": "monitoring"}; !reflect.DeepEqual(from, want) {
+		t.Errorf("ingress port -> namespace %v, want %v", from, want)
+	}
+	if !reflect.DeepEqual(get(np, "spec", "policyTypes"), []any{"Ingress", "Egress"}) {
+		t.Errorf("policyTypes %v, want Ingress and Egress", get(np, "spec", "policyTypes"))
+	}
+	egressPorts := map[string]bool{}
+	for _, rule := range list(get(np, "spec", "egress")) {
+		for _, p := range list(get(rule, "ports")) {
+			egressPorts[fmt.Sprintf("%v/%v", get(p, "port"), get(p, "protocol"))] = true
+			if get(p, "port") == 6379 && get(list(get(rule, "to"))[0], "podSelector", "matchLabels", "app") != "redis" {
+				t.Errorf("Redis egress rule %v: want to the app=redis pods", rule)
+			}
+		}
+	}
+	for _, want := range []string{"53/UDP", "53/TCP", "6379/TCP", "26379/TCP"} {
+		if !egressPorts[want] {
+			t.Errorf("egress ports %v: missing %s", egressPorts, want)
+		}
+	}
+
+	// Ingress only, open sources: both ports admitted from anywhere.
+	np = one(t, render(t, "--set", "networkPolicy.enabled=true"), "NetworkPolicy")
+	if !reflect.DeepEqual(get(np, "spec", "policyTypes"), []any{"Ingress"}) || len(list(get(np, "spec", "ingress"))) != 2 {
+		t.Errorf("NetworkPolicy %v: want Ingress only, two port rules", get(np, "spec"))
+	}
+	for _, rule := range list(get(np, "spec", "ingress")) {
+		if get(rule, "from") != nil {
+			t.Errorf("ingress rule %v restricts sources although none were listed", rule)
+		}
+	}
+}
+
+// renderNotes renders templates/NOTES.txt (which helm template skips) from
+// a copy of the chart in which a template renders it into a manifest.
+func renderNotes(t *testing.T, args ...string) string {
+	t.Helper()
+	dir := filepath.Join(t.TempDir(), "envoy-rls")
+	if err := os.CopyFS(dir, os.DirFS(chartDir(t))); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(filepath.Join(dir, "templates", "NOTES.txt"), filepath.Join(dir, "notes.txt")); err != nil {
+		t.Fatal(err)
+	}
+	wrapper := "kind: Notes\nnotes: {{ tpl (.Files.Get \"notes.txt\") . | toJson }}\n"
+	if err := os.WriteFile(filepath.Join(dir, "templates", "notes-test.yaml"), []byte(wrapper), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	out, err := runHelm(t, append([]string{"template", "rls", dir, "--namespace", "rl", "--show-only", "templates/notes-test.yaml"}, args...)...)
+	if err != nil {
+		t.Fatalf("rendering NOTES.txt %v: %v\n%s", args, err, out)
+	}
+	var doc struct{ Notes string }
+	if err := yaml.Unmarshal([]byte(out), &doc); err != nil || doc.Notes == "" {
+		t.Fatalf("rendering NOTES.txt %v: %v\n%s", args, err, out)
+	}
+	return doc.Notes
+}
+
+// TestNotes: the notes printed after install say where Envoy must point and
+// warn about per-pod counting with the memory store.
+func TestNotes(t *testing.T) {
+	cases := []struct {
+		name      string
+		args      []string
+		want, not []string
+	}{
+		{
+			name: "memory defaults",
+			want: []string{"rls-envoy-rls.rl.svc.cluster.local:8081", "outbound|8081||rls-envoy-rls.rl.svc.cluster.local",
+				"port-forward svc/rls-envoy-rls 8080:8080", "WARNING: store: memory counts per pod", "logs job/rls-envoy-rls-rules-check"},
+			not: []string{"up to\n(pods x limit)", "no resources.limits.memory"},
+		},
+		{
+			name: "memory with per-pod limits and no memory limit",
+			args: []string{"--set", "replicaCount=3", "--set", "memory.allowPerPodLimits=true", "--set", "resources.limits.memory=null"},
+			want: []string{"(pods x limit)", "no resources.limits.memory"},
+		},
+		{
+			name: "redis with a NetworkPolicy",
+			args: cat(redisBase, withHMAC, []string{"--set", "networkPolicy.enabled=true", "--set", "networkPolicy.egress.enabled=true", "--set", "rulesCheck.enabled=false"}),
+			want: []string{"store:    redis (redis auto at redis-0.redis:6379,redis-1.redis:6379)", "egress only to DNS and Redis (ports 6379)"},
+			not:  []string{"WARNING", "rules-check"},
+		},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			notes := renderNotes(t, tc.args...)
+			for _, w := range tc.want {
+				if !strings.Contains(notes, w) {
+					t.Errorf("NOTES lack %q:\n%s", w, notes)
+				}
+			}
+			for _, n := range tc.not {
+				if strings.Contains(notes, n) {
+					t.Errorf("NOTES contain %q:\n%s", n, notes)
+				}
+			}
+		})
 	}
 }
