@@ -3,6 +3,7 @@ package helm_test
 import (
 	"bytes"
 	"encoding/base64"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -653,8 +654,7 @@ func TestRenderFails(t *testing.T) {
 		{"memory with replicas", []string{"--set", "replicaCount=3"}, "counts per pod"},
 		{"memory with an HPA", []string{"--set", "autoscaling.enabled=true"}, "counts per pod"},
 		{"grace shorter than drain", []string{"--set", "terminationGracePeriodSeconds=10"}, "must exceed"},
-		{"unknown store", []string{"--set", "store=etcd"}, "must be memory or redis"},
-		{"rule file without .yaml", []string{"--set-string", "rules.files.rules\\.txt=domain: x"}, "must end in .yaml"},
+		{"one port for gRPC and admin", []string{"--set", "grpc.port=8080"}, "need different ports"},
 		{"TLS CA without TLS", cat(redisBase, withHMAC, []string{"--set", "redis.tls.ca.existingSecret=ca"}), "redis.tls.enabled is false"},
 	}
 	for _, tc := range cases {
@@ -1173,6 +1173,145 @@ func TestNotes(t *testing.T) {
 					t.Errorf("NOTES contain %q:\n%s", n, notes)
 				}
 			}
+		})
+	}
+}
+
+// TestSchemaCoversValues: values.schema.json describes every key of
+// values.yaml (and nothing else), so that with additionalProperties false a
+// typo is refused and no value escapes its type or range.
+func TestSchemaCoversValues(t *testing.T) {
+	b, err := os.ReadFile(filepath.Join(chartDir(t), "values.schema.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var schema map[string]any
+	if err := json.Unmarshal(b, &schema); err != nil {
+		t.Fatalf("values.schema.json: %v", err)
+	}
+	if schema["$schema"] != "http://json-schema.org/draft-07/schema#" {
+		t.Errorf("values.schema.json $schema %v: want draft-07", schema["$schema"])
+	}
+	vb, err := os.ReadFile(filepath.Join(chartDir(t), "values.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var values map[string]any
+	if err := yaml.Unmarshal(vb, &values); err != nil {
+		t.Fatal(err)
+	}
+	var walk func(v any, s map[string]any, path string)
+	walk = func(v any, s map[string]any, path string) {
+		props, hasProps := s["properties"].(map[string]any)
+		m, isMap := v.(map[string]any)
+		if !isMap || !hasProps {
+			if s["type"] == nil && s["anyOf"] == nil && s["enum"] == nil {
+				t.Errorf("schema %s: no type", path)
+			}
+			return
+		}
+		// false, or a schema every further key must meet (resource
+		// quantities: extended resources have names of their own).
+		if ap, ok := s["additionalProperties"]; !ok || ap == true {
+			t.Errorf("schema %s: additionalProperties is not false, so a typo'd key passes", path)
+		}
+		for k, sub := range m {
+			ps, ok := props[k].(map[string]any)
+			if !ok {
+				t.Errorf("values.yaml %s.%s: not in values.schema.json", path, k)
+				continue
+			}
+			walk(sub, ps, path+"."+k)
+		}
+		for k := range props {
+			if _, ok := m[k]; !ok && !(path == "" && k == "global") {
+				t.Errorf("values.schema.json %s.%s: not in values.yaml", path, k)
+			}
+		}
+	}
+	walk(values, schema, "")
+}
+
+// TestSchema: values that would render a pod the binary refuses, or a
+// manifest Kubernetes refuses, are stopped by values.schema.json at
+// helm template/install; the values next to them pass, and their
+// rendered args pass the binary's checks.
+func TestSchema(t *testing.T) {
+	redis := cat(redisBase, withHMAC)
+	bad := []struct {
+		args []string
+		key  string // named in helm's schema error
+	}{
+		{[]string{"--set", "redis.timeout=50"}, "timeout"},
+		{[]string{"--set-string", "redis.timeout=50"}, "timeout"},
+		{[]string{"--set", "redis.timeout=0s"}, "timeout"},
+		{[]string{"--set", "redis.timeout=0.0s"}, "timeout"},
+		{[]string{"--set", "redis.timeout=2m"}, "timeout"},
+		{[]string{"--set", "redis.timeout=61s"}, "timeout"},
+		{[]string{"--set", "redis.timeout=100us"}, "timeout"},
+		{[]string{"--set", "store=mongo"}, "store"},
+		{[]string{"--set", "redis.mode=foo"}, "mode"},
+		{[]string{"--set", "redis.poolSize=0"}, "poolSize"},
+		{[]string{"--set", "redis.poolSize=257"}, "poolSize"},
+		{[]string{"--set", "redsi.addr=redis:6379"}, "redsi"},
+		{[]string{"--set", "redis.adr=redis:6379"}, "adr"},
+		{[]string{"--set", "redis.addr=redis"}, "addr"},
+		{[]string{"--set", "grpc.port=0"}, "port"},
+		{[]string{"--set", "admin.port=70000"}, "port"},
+		{[]string{"--set", "logLevel=verbose"}, "logLevel"},
+		{[]string{"--set", "defaultHeaders=some"}, "defaultHeaders"},
+		{[]string{"--set", "memory.maxEntries=-1"}, "maxEntries"},
+		{[]string{"--set", "replicaCount=two"}, "replicaCount"},
+		{[]string{"--set", "drainTimeoutSeconds=0"}, "drainTimeoutSeconds"},
+		{[]string{"--set", "image.pullPolicy=Sometimes"}, "pullPolicy"},
+		{[]string{"--set-string", "rules.files.rules\\.txt=domain: x"}, "rules.txt"},
+		{[]string{"--set", "extraArgs[0]=debug"}, "extraArgs"},
+		{[]string{"--set", "networkPolicy.egress.redisPorts[0]=0"}, "redisPorts"},
+		{[]string{"--set", "startupProbe.failureThreshold=0"}, "failureThreshold"},
+		{[]string{"--set", "service.type=External"}, "type"},
+		{[]string{"--set", "autoscaling.targetCPUUtilizationPercentage=high"}, "targetCPUUtilizationPercentage"},
+		{[]string{"--set", "podDisruptionBudget.maxUnavailable=lots"}, "maxUnavailable"},
+		{[]string{"--set", "serviceMonitor.interval=30"}, "interval"},
+		{[]string{"--set", "rulesCheck.enabled=yes please"}, "enabled"},
+	}
+	for _, tc := range bad {
+		t.Run("refuses "+strings.Join(tc.args, " "), func(t *testing.T) {
+			out, err := runHelm(t, append([]string{"template", "rls", chartDir(t)}, cat(redis, tc.args)...)...)
+			if err == nil {
+				t.Fatalf("helm template %v rendered; the schema must refuse it", tc.args)
+			}
+			if !strings.Contains(out, "schema") || !strings.Contains(out, tc.key) {
+				t.Fatalf("helm template %v failed, but not on the schema naming %q:\n%s", tc.args, tc.key, out)
+			}
+		})
+	}
+	good := [][]string{
+		{"--set", "redis.timeout=50ms"},
+		{"--set", "redis.timeout=1ms"},
+		{"--set", "redis.timeout=0.25s"},
+		{"--set", "redis.timeout=2s"},
+		{"--set", "redis.timeout=60000ms"},
+		{"--set", "redis.timeout=1m"},
+		{"--set", "redis.poolSize=256"},
+		{"--set", "redis.mode=standalone"},
+		{"--set", "redis.mode=cluster"},
+		{"--set", "redis.mode=sentinel", "--set", "redis.sentinelMaster=mymaster", "--set", "networkPolicy.egress.redisPorts[0]=26379"},
+		{"--set", "logLevel=debug", "--set", "defaultHeaders=none", "--set", "extraArgs[0]=--local-cache=false"},
+		{"--set", "podDisruptionBudget.maxUnavailable=25%", "--set", "autoscaling.enabled=true", "--set", "autoscaling.targetMemoryUtilizationPercentage=80"},
+		{"--set", "service.type=LoadBalancer", "--set", "grpc.port=9081", "--set", "admin.port=9080"},
+	}
+	for _, args := range good {
+		t.Run("accepts "+strings.Join(args, " "), func(t *testing.T) {
+			render(t, cat(redis, args)...)
+		})
+	}
+	for _, args := range [][]string{
+		{"--set", "memory.maxEntries=500000"},
+		{"--set", "resources.limits.memory=null"},
+		{"--set", "replicaCount=0"},
+	} {
+		t.Run("accepts "+strings.Join(args, " "), func(t *testing.T) {
+			render(t, args...)
 		})
 	}
 }

@@ -126,6 +126,9 @@ runs it; each failure says what to set.
 {{- if le (int .Values.terminationGracePeriodSeconds) (add (int .Values.drainTimeoutSeconds) (int .Values.preStopSleepSeconds)) }}
 {{- fail (printf "terminationGracePeriodSeconds (%d) must exceed preStopSleepSeconds + drainTimeoutSeconds (%d + %d), or Kubernetes kills the pod mid-drain" (int .Values.terminationGracePeriodSeconds) (int .Values.preStopSleepSeconds) (int .Values.drainTimeoutSeconds)) }}
 {{- end }}
+{{- if eq (int .Values.grpc.port) (int .Values.admin.port) }}
+{{- fail (printf "grpc.port and admin.port are both %d: the two listeners need different ports" (int .Values.grpc.port)) }}
+{{- end }}
 {{- if and (not .Values.rules.existingConfigMap) (not .Values.rules.files) }}
 {{- fail "no rules: set rules.files or rules.existingConfigMap" }}
 {{- end }}
