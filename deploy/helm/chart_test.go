@@ -12,6 +12,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"reflect"
+	"regexp"
 	"strconv"
 	"strings"
 	"testing"
@@ -755,7 +756,7 @@ func TestChartFiles(t *testing.T) {
 	for _, f := range []string{"Chart.yaml", "values.yaml", "templates/NOTES.txt", "templates/_helpers.tpl",
 		"templates/deployment.yaml", "templates/service.yaml", "templates/configmap.yaml", "templates/secret.yaml",
 		"templates/hpa.yaml", "templates/pdb.yaml", "templates/servicemonitor.yaml", "templates/serviceaccount.yaml",
-		"templates/networkpolicy.yaml", "templates/rules-check.yaml"} {
+		"templates/networkpolicy.yaml", "templates/rules-check.yaml", "values.schema.json", "README.md", "README.md.gotmpl"} {
 		if _, err := os.Stat(filepath.Join(chartDir(t), f)); err != nil {
 			t.Error(err)
 		}
@@ -1313,5 +1314,81 @@ func TestSchema(t *testing.T) {
 		t.Run("accepts "+strings.Join(args, " "), func(t *testing.T) {
 			render(t, args...)
 		})
+	}
+}
+
+// helmDocsBin finds helm-docs at the version scripts/ensure-helm-docs.sh
+// pins (the table layout depends on it): $HELM_DOCS, then PATH, then the Go
+// bin directory. Without it the test skips, except in CI (CI=true), where
+// `make deps` must have built it.
+func helmDocsBin(t *testing.T) string {
+	t.Helper()
+	script, err := os.ReadFile(filepath.Join(deploytest.ModuleRoot(t), "scripts", "ensure-helm-docs.sh"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := regexp.MustCompile(`HELM_DOCS_VERSION:-v([0-9.]+)`).FindSubmatch(script)
+	if m == nil {
+		t.Fatal("scripts/ensure-helm-docs.sh pins no HELM_DOCS_VERSION")
+	}
+	want := string(m[1])
+	var candidates []string
+	if h := os.Getenv("HELM_DOCS"); h != "" {
+		candidates = append(candidates, h)
+	}
+	if h, err := exec.LookPath("helm-docs"); err == nil {
+		candidates = append(candidates, h)
+	}
+	if out, err := exec.Command("go", "env", "GOBIN", "GOPATH").Output(); err == nil {
+		lines := strings.Split(strings.TrimSpace(string(out)), "\n")
+		if len(lines) == 2 && lines[0] != "" {
+			candidates = append(candidates, filepath.Join(lines[0], "helm-docs"))
+		}
+		if gopath := lines[len(lines)-1]; gopath != "" {
+			candidates = append(candidates, filepath.Join(filepath.SplitList(gopath)[0], "bin", "helm-docs"))
+		}
+	}
+	for _, c := range candidates {
+		if out, err := exec.Command(c, "--version").Output(); err == nil && strings.Contains(string(out), want) {
+			return c
+		}
+	}
+	msg := "helm-docs " + want + " not found (run scripts/ensure-helm-docs.sh, or set $HELM_DOCS)"
+	if os.Getenv("CI") == "true" {
+		t.Fatal(msg)
+	}
+	t.Skip(msg)
+	return ""
+}
+
+// TestChartReadmeCurrent: the chart README is what helm-docs makes from
+// README.md.gotmpl and the values' comments, so its values table cannot
+// drift from values.yaml. `make chart-docs` regenerates it.
+func TestChartReadmeCurrent(t *testing.T) {
+	bin := helmDocsBin(t)
+	dir := filepath.Join(t.TempDir(), "envoy-rls")
+	if err := os.CopyFS(dir, os.DirFS(chartDir(t))); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(bin, "--chart-search-root", dir, "--log-level", "warning")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("helm-docs: %v\n%s", err, out)
+	}
+	want, err := os.ReadFile(filepath.Join(dir, "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := os.ReadFile(filepath.Join(chartDir(t), "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(got, want) {
+		t.Errorf("deploy/helm/envoy-rls/README.md is not what helm-docs generates from values.yaml and README.md.gotmpl: run `make chart-docs`\n--- generated ---\n%s", want)
+	}
+	// Every value is in the table, so a key helm-docs skipped shows here.
+	for _, key := range []string{"redis.timeout", "redis.poolSize", "memory.maxEntries", "rulesCheck.enabled", "networkPolicy.grpcFrom", "startupProbe.enabled", "extraVolumes"} {
+		if !bytes.Contains(got, []byte("| "+key+" |")) {
+			t.Errorf("the chart README's values table has no row for %s", key)
+		}
 	}
 }
