@@ -122,6 +122,13 @@ func render(t *testing.T, args ...string) map[string][]obj {
 	if err != nil {
 		t.Fatalf("helm template %v: %v\n%s", args, err, out)
 	}
+	return manifests(t, args, out)
+}
+
+// manifests parses helm template's output by kind (hooks under
+// "hook/<kind>") and checks every Deployment's args with checkServeArgs.
+func manifests(t *testing.T, args []string, out string) map[string][]obj {
+	t.Helper()
 	byKind := map[string][]obj{}
 	dec := yaml.NewDecoder(strings.NewReader(out))
 	for {
