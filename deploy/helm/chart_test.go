@@ -266,6 +266,12 @@ func TestLint(t *testing.T) {
 	for name, args := range map[string][]string{
 		"defaults": nil,
 		"redis":    cat(redisBase, withHMAC, []string{"--set", "autoscaling.enabled=true", "--set", "serviceMonitor.enabled=true"}),
+		"everything on": cat(redisBase, withHMAC, []string{"--set", "networkPolicy.enabled=true", "--set", "networkPolicy.egress.enabled=true",
+			"--set", "rules.existingConfigMap=my-rules", "--set", "redis.tls.enabled=true", "--set", "redis.tls.ca.existingSecret=ca",
+			"--set", "extraVolumes[0].name=x", "--set", "extraVolumes[0].emptyDir.medium=Memory",
+			"--set", "extraVolumeMounts[0].name=x", "--set", "extraVolumeMounts[0].mountPath=/x"}),
+		"everything off": {"--set", "rulesCheck.enabled=false", "--set", "startupProbe.enabled=false", "--set", "podDisruptionBudget.enabled=false",
+			"--set", "serviceAccount.create=false", "--set", "resources.limits=null"},
 	} {
 		t.Run(name, func(t *testing.T) {
 			if out, err := runHelm(t, append([]string{"lint", "--strict", chartDir(t)}, args...)...); err != nil {
