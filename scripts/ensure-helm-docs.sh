@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Makes helm-docs available for the chart README check (`make chart-docs`,
-# `make chart-docs-check` and deploy/helm's TestChartReadmeCurrent): does
+# Makes helm-docs available for the chart README (`make chart-docs`
+# regenerates it; deploy/helm's TestChartReadmeCurrent, run by `make test`
+# after `make deps` calls this script, fails when it is stale): does
 # nothing when the pinned helm-docs is on PATH or in the Go bin directory,
 # otherwise builds it with `go install` into $(go env GOBIN) (default
 # $(go env GOPATH)/bin). Prints the path of the helm-docs it found or built.
