@@ -102,12 +102,17 @@ func helmCommandsIn(file string, b []byte) ([]docCommand, error) {
 	return cmds, sc.Err()
 }
 
+// substituted stands for the output of a command substitution $(...) in a
+// documented command (such as a generated HMAC key): 32 bytes, letters only.
+const substituted = "docsTestStandInForCommandOutputX"
+
 // shellWords splits a command line as a POSIX shell does for the subset the
 // docs use: blanks separate words; single quotes keep everything; double
 // quotes keep everything but \" and \\; a backslash outside quotes escapes
-// the next character. A # starting a word begins a comment. Anything that
-// needs the shell to run ($, backticks, ;, |, &, redirections) is an error,
-// since the test could not reproduce it.
+// the next character; $(...) becomes the substituted stand-in. A # starting
+// a word begins a comment. Anything else that needs the shell ($VAR,
+// backticks, ;, |, &, redirections) is an error, since the test could not
+// reproduce it.
 func shellWords(s string) ([]string, error) {
 	var words []string
 	var w strings.Builder
@@ -131,9 +136,26 @@ func shellWords(s string) ([]string, error) {
 			w.WriteString(s[i+1 : i+1+j])
 			i += j + 1
 			inWord = true
+		case c == '$' && strings.HasPrefix(s[i:], "$("):
+			end, err := substitutionEnd(s, i)
+			if err != nil {
+				return nil, err
+			}
+			w.WriteString(substituted)
+			i = end
+			inWord = true
 		case c == '"':
 			i++
 			for ; i < len(s) && s[i] != '"'; i++ {
+				if strings.HasPrefix(s[i:], "$(") {
+					end, err := substitutionEnd(s, i)
+					if err != nil {
+						return nil, err
+					}
+					w.WriteString(substituted)
+					i = end
+					continue
+				}
 				if s[i] == '$' || s[i] == '`' {
 					return nil, fmt.Errorf("%q needs a shell expansion; the docs test cannot run it", s)
 				}
@@ -163,6 +185,23 @@ func shellWords(s string) ([]string, error) {
 		words = append(words, w.String())
 	}
 	return words, nil
+}
+
+// substitutionEnd returns the index of the ")" closing the $( at i.
+func substitutionEnd(s string, i int) (int, error) {
+	depth := 0
+	for j := i + 1; j < len(s); j++ {
+		switch s[j] {
+		case '(':
+			depth++
+		case ')':
+			depth--
+			if depth == 0 {
+				return j, nil
+			}
+		}
+	}
+	return 0, fmt.Errorf("unterminated $( in %q", s)
 }
 
 // Flags of helm install/upgrade that carry a value, kept for helm template.
@@ -315,7 +354,11 @@ func TestDocsHelmCommandsExtraction(t *testing.T) {
 	if err != nil || !reuse || strings.Join(flags, "|") != "-f|my.yaml" {
 		t.Errorf("upgrade: flags %q reuse %v err %v; want [-f my.yaml], reuse", flags, reuse, err)
 	}
-	for _, bad := range []string{"helm install rls . --set a=$X", "helm install rls . | tee", "helm install rls . --set 'a=b"} {
+	words, err := shellWords(`helm install rls . --set-string hmac.secret="$(head -c 32 /dev/urandom | base64)" --set-string x=$(date)`)
+	if err != nil || len(words) != 8 || words[5] != "hmac.secret="+substituted || words[7] != "x="+substituted {
+		t.Errorf("command substitution: words %q, err %v; want the stand-in in both values", words, err)
+	}
+	for _, bad := range []string{"helm install rls . --set a=$X", "helm install rls . | tee", "helm install rls . --set 'a=b", "helm install rls . --set a=$(date"} {
 		if _, err := shellWords(bad); err == nil {
 			t.Errorf("shellWords(%q) passed; want an error", bad)
 		}
