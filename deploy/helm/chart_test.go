@@ -1405,3 +1405,41 @@ func TestChartReadmeCurrent(t *testing.T) {
 		}
 	}
 }
+
+// TestDefaultsMatchBinary: where the chart has a value for a serve flag,
+// its default is the binary's, so installing the chart with no values runs
+// envoy-rls as its own documentation describes.
+func TestDefaultsMatchBinary(t *testing.T) {
+	b, err := os.ReadFile(filepath.Join(chartDir(t), "values.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var v map[string]any
+	if err := yaml.Unmarshal(b, &v); err != nil {
+		t.Fatal(err)
+	}
+	timeout, err := time.ParseDuration(str(get(v, "redis", "timeout")))
+	if err != nil {
+		t.Fatalf("redis.timeout: %v", err)
+	}
+	drain, _ := get(v, "drainTimeoutSeconds").(int)
+	for _, c := range []struct {
+		value     string
+		got, want any
+	}{
+		{"store", get(v, "store"), app.DefaultStore},
+		{"logLevel", get(v, "logLevel"), app.DefaultLogLevel},
+		{"defaultHeaders", get(v, "defaultHeaders"), app.DefaultHeaders},
+		{"redis.mode", get(v, "redis", "mode"), app.DefaultRedisMode},
+		{"redis.poolSize", get(v, "redis", "poolSize"), app.DefaultRedisPoolSize},
+		{"redis.timeout", timeout, app.DefaultRedisTimeout},
+		{"drainTimeoutSeconds", time.Duration(drain) * time.Second, app.DefaultDrainTimeout},
+		{"memory.maxEntries", get(v, "memory", "maxEntries"), 0}, // 0: the binary's automatic bound
+		{"grpc.port", fmt.Sprintf(":%v", get(v, "grpc", "port")), app.DefaultGRPCAddr},
+		{"admin.port", fmt.Sprintf(":%v", get(v, "admin", "port")), app.DefaultAdminAddr},
+	} {
+		if fmt.Sprint(c.got) != fmt.Sprint(c.want) {
+			t.Errorf("values.yaml %s defaults to %v; the binary's default is %v", c.value, c.got, c.want)
+		}
+	}
+}
