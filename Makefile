@@ -7,7 +7,7 @@ CONFIG ?= config/examples
 # Race tests need cgo; the machine's gcc provides it.
 TESTFLAGS ?= -race -count=1 -timeout 20m
 
-.PHONY: help build run test test-short lint vet fmt tidy bench tools deps clean helm-check
+.PHONY: help build run test test-short lint vet fmt tidy bench tools deps clean helm-check chart-docs
 
 help: ## list targets
 	@grep -hE '^[a-zA-Z0-9_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN{FS=":.*?## "}{printf "  %-12s %s\n", $$1, $$2}'
@@ -19,9 +19,10 @@ build: ## build bin/envoy-rls (and the load tool when present)
 run: build ## serve config/examples on the in-memory store (gRPC :8081, admin :8080)
 	$(BIN)/envoy-rls serve --config $(CONFIG)
 
-deps: ## install what the tests need (redis-server, helm) when missing
+deps: ## install what the tests need (redis-server, helm, helm-docs) when missing
 	@scripts/ensure-deps.sh
 	@scripts/ensure-helm.sh >/dev/null
+	@scripts/ensure-helm-docs.sh >/dev/null
 
 test: deps ## install test dependencies if missing, then run every test with -race
 	CI=$${CI:-} $(GO) test $(TESTFLAGS) $(PKGS)
@@ -52,7 +53,11 @@ helm-check: ## helm lint + template the chart, then its manifest tests (builds h
 	  $$helm template rls $(CHART) >/dev/null && \
 	  $$helm template rls $(CHART) --set store=redis --set redis.addr=redis:6379 \
 	    --set-string hmac.secret=0123456789abcdef0123 --set autoscaling.enabled=true >/dev/null
+	@scripts/ensure-helm-docs.sh >/dev/null
 	CI=$${CI:-} $(GO) test -count=1 ./deploy/helm
+
+chart-docs: ## regenerate the chart README's values table from values.yaml (helm-docs; builds it once if missing)
+	@helmdocs=$$(scripts/ensure-helm-docs.sh) && $$helmdocs --chart-search-root $(CHART) --log-level warning
 
 bench: deps ## run the Go benchmarks (figures go to docs/performance.md)
 	$(GO) test -run '^$$' -bench . -benchmem $(PKGS)

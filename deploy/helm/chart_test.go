@@ -3,12 +3,16 @@ package helm_test
 import (
 	"bytes"
 	"encoding/base64"
+	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
+	"math"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"reflect"
+	"regexp"
 	"strconv"
 	"strings"
 	"testing"
@@ -16,6 +20,7 @@ import (
 
 	"gopkg.in/yaml.v3"
 
+	"github.com/envoy-rls/envoy-rls/internal/app"
 	"github.com/envoy-rls/envoy-rls/internal/deploytest"
 	"github.com/envoy-rls/envoy-rls/pkg/descriptors"
 )
@@ -109,13 +114,21 @@ func runHelm(t *testing.T, args ...string) (string, error) {
 }
 
 // render runs helm template with the --set/--set-string/--kube-version
-// arguments and returns the manifests by kind.
+// arguments and returns the manifests by kind. Helm hooks are filed under
+// "hook/<kind>", apart from the release's own objects.
 func render(t *testing.T, args ...string) map[string][]obj {
 	t.Helper()
 	out, err := runHelm(t, append([]string{"template", "rls", chartDir(t), "--namespace", "rl"}, args...)...)
 	if err != nil {
 		t.Fatalf("helm template %v: %v\n%s", args, err, out)
 	}
+	return manifests(t, args, out)
+}
+
+// manifests parses helm template's output by kind (hooks under
+// "hook/<kind>") and checks every Deployment's args with checkServeArgs.
+func manifests(t *testing.T, args []string, out string) map[string][]obj {
+	t.Helper()
 	byKind := map[string][]obj{}
 	dec := yaml.NewDecoder(strings.NewReader(out))
 	for {
@@ -130,9 +143,102 @@ func render(t *testing.T, args ...string) map[string][]obj {
 		if o == nil {
 			continue
 		}
-		byKind[kindOf(o)] = append(byKind[kindOf(o)], o)
+		kind := kindOf(o)
+		if get(o, "metadata", "annotations", "helm.sh/hook") != nil {
+			kind = "hook/" + kind
+		}
+		byKind[kind] = append(byKind[kind], o)
+	}
+	for _, dep := range byKind["Deployment"] {
+		checkServeArgs(t, fmt.Sprintf("helm template %v", args), dep)
 	}
 	return byKind
+}
+
+// checkServeArgs runs the rendered container's args and environment through
+// the binary's own flag parsing and option checks (app.CheckServeArgs, the
+// code path of `envoy-rls serve`): a chart the binary would refuse at start
+// fails here. Every render of the tests passes through it.
+func checkServeArgs(t *testing.T, where string, dep obj) {
+	t.Helper()
+	var c any
+	for _, cc := range list(get(dep, "spec", "template", "spec", "containers")) {
+		if get(cc, "name") == "envoy-rls" {
+			c = cc
+		}
+	}
+	if c == nil {
+		t.Fatalf("%s: Deployment %s has no envoy-rls container", where, nameOf(dep))
+	}
+	args := toStrings(list(get(c, "args")))
+	if len(args) == 0 || args[0] != "serve" {
+		t.Fatalf("%s: args %q: want serve first", where, args)
+	}
+	env := containerEnv(t, where, c)
+	getenv := func(k string) string { return env[k] }
+	if err := app.CheckServeArgs(args[1:], getenv); err != nil {
+		t.Errorf("%s: envoy-rls would refuse to start with the rendered args %q and env %v: %v", where, args[1:], env, err)
+	}
+}
+
+// containerEnv returns the environment the container starts with: literal
+// values, and the values the kubelet computes for resourceFieldRef (the
+// limit or request in bytes or cores, as the downward API gives them).
+// Variables read from Secrets or ConfigMaps have no value here.
+func containerEnv(t *testing.T, where string, c any) map[string]string {
+	t.Helper()
+	env := map[string]string{}
+	for _, e := range list(get(c, "env")) {
+		name := str(get(e, "name"))
+		if v, ok := get(e, "value").(string); ok {
+			env[name] = v
+			continue
+		}
+		if ref := get(e, "valueFrom", "resourceFieldRef"); ref != nil {
+			res := str(get(ref, "resource"))
+			kind, what, _ := strings.Cut(res, ".")
+			q := get(c, "resources", kind, what)
+			if q == nil {
+				t.Errorf("%s: env %s refers to %s, which the container does not set", where, name, res)
+				continue
+			}
+			v, err := parseQuantity(fmt.Sprint(q))
+			if err != nil {
+				t.Errorf("%s: env %s: resources.%s: %v", where, name, res, err)
+				continue
+			}
+			div := 1.0
+			if d := get(ref, "divisor"); d != nil {
+				if div, err = parseQuantity(fmt.Sprint(d)); err != nil || div == 0 {
+					t.Errorf("%s: env %s: divisor %v: %v", where, name, d, err)
+					continue
+				}
+			}
+			// The kubelet gives the quantity over the divisor, rounded up.
+			env[name] = strconv.FormatInt(int64(math.Ceil(v/div)), 10)
+		}
+	}
+	return env
+}
+
+// parseQuantity parses a Kubernetes resource quantity ("256Mi", "1G",
+// "100m", "2") into base units (bytes, cores). Only the suffixes resources
+// use are known; anything else is an error.
+func parseQuantity(q string) (float64, error) {
+	mult := map[string]float64{
+		"Ki": 1 << 10, "Mi": 1 << 20, "Gi": 1 << 30, "Ti": 1 << 40,
+		"k": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "m": 1e-3, "": 1,
+	}
+	num := strings.TrimRight(q, "KMGTikm")
+	m, ok := mult[q[len(num):]]
+	if !ok {
+		return 0, fmt.Errorf("quantity %q: unknown suffix", q)
+	}
+	n, err := strconv.ParseFloat(num, 64)
+	if err != nil || n < 0 {
+		return 0, fmt.Errorf("quantity %q: not a non-negative number", q)
+	}
+	return n * m, nil
 }
 
 func one(t *testing.T, m map[string][]obj, kind string) obj {
@@ -160,6 +266,12 @@ func TestLint(t *testing.T) {
 	for name, args := range map[string][]string{
 		"defaults": nil,
 		"redis":    cat(redisBase, withHMAC, []string{"--set", "autoscaling.enabled=true", "--set", "serviceMonitor.enabled=true"}),
+		"everything on": cat(redisBase, withHMAC, []string{"--set", "networkPolicy.enabled=true", "--set", "networkPolicy.egress.enabled=true",
+			"--set", "rules.existingConfigMap=my-rules", "--set", "redis.tls.enabled=true", "--set", "redis.tls.ca.existingSecret=ca",
+			"--set", "extraVolumes[0].name=x", "--set", "extraVolumes[0].emptyDir.medium=Memory",
+			"--set", "extraVolumeMounts[0].name=x", "--set", "extraVolumeMounts[0].mountPath=/x"}),
+		"everything off": {"--set", "rulesCheck.enabled=false", "--set", "startupProbe.enabled=false", "--set", "podDisruptionBudget.enabled=false",
+			"--set", "serviceAccount.create=false", "--set", "resources.limits=null"},
 	} {
 		t.Run(name, func(t *testing.T) {
 			if out, err := runHelm(t, append([]string{"lint", "--strict", chartDir(t)}, args...)...); err != nil {
@@ -199,6 +311,7 @@ func TestRender(t *testing.T) {
 			name: "redis standalone with TLS and a password",
 			args: cat(redisBase, withHMAC, []string{
 				"--set", "replicaCount=3",
+				"--set", "redis.mode=standalone",
 				"--set", "redis.tls.enabled=true",
 				"--set", "redis.tls.ca.existingSecret=redis-ca",
 				"--set", "redis.tls.clientCert.existingSecret=redis-client",
@@ -365,7 +478,7 @@ func flagValue(args []string, name string) (string, bool) {
 func checkContainer(t *testing.T, c, pod any) {
 	t.Helper()
 	name := str(get(c, "name"))
-	for probe, path := range map[string]string{"livenessProbe": "/healthz", "readinessProbe": "/readyz"} {
+	for probe, path := range map[string]string{"livenessProbe": "/healthz", "readinessProbe": "/readyz", "startupProbe": "/healthz"} {
 		if got := get(c, probe, "httpGet", "path"); got != path {
 			t.Errorf("container %s: %s path %v, want %s", name, probe, got, path)
 		}
@@ -555,8 +668,7 @@ func TestRenderFails(t *testing.T) {
 		{"memory with replicas", []string{"--set", "replicaCount=3"}, "counts per pod"},
 		{"memory with an HPA", []string{"--set", "autoscaling.enabled=true"}, "counts per pod"},
 		{"grace shorter than drain", []string{"--set", "terminationGracePeriodSeconds=10"}, "must exceed"},
-		{"unknown store", []string{"--set", "store=etcd"}, "must be memory or redis"},
-		{"rule file without .yaml", []string{"--set-string", "rules.files.rules\\.txt=domain: x"}, "must end in .yaml"},
+		{"one port for gRPC and admin", []string{"--set", "grpc.port=8080"}, "need different ports"},
 		{"TLS CA without TLS", cat(redisBase, withHMAC, []string{"--set", "redis.tls.ca.existingSecret=ca"}), "redis.tls.enabled is false"},
 	}
 	for _, tc := range cases {
@@ -644,7 +756,7 @@ func TestValuesDocumented(t *testing.T) {
 
 // underData: keys whose children are data documented as a whole.
 func underData(path string) bool {
-	for _, p := range []string{"rules.files.", "resources.", "podSecurityContext.", "securityContext."} {
+	for _, p := range []string{"rules.files.", "resources.", "podSecurityContext.", "securityContext.", "rulesCheck.resources."} {
 		if strings.HasPrefix(path, p) {
 			return true
 		}
@@ -656,7 +768,8 @@ func underData(path string) bool {
 func TestChartFiles(t *testing.T) {
 	for _, f := range []string{"Chart.yaml", "values.yaml", "templates/NOTES.txt", "templates/_helpers.tpl",
 		"templates/deployment.yaml", "templates/service.yaml", "templates/configmap.yaml", "templates/secret.yaml",
-		"templates/hpa.yaml", "templates/pdb.yaml", "templates/servicemonitor.yaml", "templates/serviceaccount.yaml"} {
+		"templates/hpa.yaml", "templates/pdb.yaml", "templates/servicemonitor.yaml", "templates/serviceaccount.yaml",
+		"templates/networkpolicy.yaml", "templates/rules-check.yaml", "values.schema.json", "README.md", "README.md.gotmpl"} {
 		if _, err := os.Stat(filepath.Join(chartDir(t), f)); err != nil {
 			t.Error(err)
 		}
@@ -678,5 +791,655 @@ func TestChartFiles(t *testing.T) {
 	}
 	if _, err := strconv.Atoi(strings.Split(meta.Version, ".")[0]); err != nil {
 		t.Errorf("chart version %q is not semver", meta.Version)
+	}
+}
+
+// TestGoMemLimit: with a memory limit the container gets GOMEMLIMIT from it
+// through the downward API, and the store bound is left to the binary
+// (automatic, sized from GOMEMLIMIT) unless memory.maxEntries is set.
+func TestGoMemLimit(t *testing.T) {
+	container := func(args ...string) any {
+		t.Helper()
+		dep := one(t, render(t, args...), "Deployment")
+		return list(get(dep, "spec", "template", "spec", "containers"))[0]
+	}
+	envVars := func(c any) map[string]any {
+		out := map[string]any{}
+		for _, e := range list(get(c, "env")) {
+			out[str(get(e, "name"))] = e
+		}
+		return out
+	}
+
+	c := container()
+	ref := get(envVars(c)["GOMEMLIMIT"], "valueFrom", "resourceFieldRef")
+	if get(ref, "containerName") != "envoy-rls" || get(ref, "resource") != "limits.memory" {
+		t.Errorf("GOMEMLIMIT %v: want resourceFieldRef {containerName: envoy-rls, resource: limits.memory}", envVars(c)["GOMEMLIMIT"])
+	}
+	if got := containerEnv(t, "defaults", c)["GOMEMLIMIT"]; got != strconv.Itoa(256<<20) {
+		t.Errorf("GOMEMLIMIT resolves to %q, want the 256Mi limit in bytes", got)
+	}
+	if v, ok := flagValue(toStrings(list(get(c, "args"))), "memory-max-entries"); ok {
+		t.Errorf("--memory-max-entries=%s rendered by default; want the binary's automatic bound", v)
+	}
+
+	c = container("--set", "memory.maxEntries=50000", "--set", "resources.limits.memory=1Gi")
+	if v, _ := flagValue(toStrings(list(get(c, "args"))), "memory-max-entries"); v != "50000" {
+		t.Errorf("memory.maxEntries=50000 rendered --memory-max-entries=%q", v)
+	}
+	if got := containerEnv(t, "1Gi", c)["GOMEMLIMIT"]; got != strconv.Itoa(1<<30) {
+		t.Errorf("GOMEMLIMIT resolves to %q, want the 1Gi limit in bytes", got)
+	}
+
+	if _, ok := envVars(container("--set", "resources.limits.memory=null"))["GOMEMLIMIT"]; ok {
+		t.Error("GOMEMLIMIT rendered without a memory limit")
+	}
+
+	c = container("--set", "extraEnv[0].name=GOMEMLIMIT", "--set", "extraEnv[0].value=200MiB")
+	var n int
+	for _, e := range list(get(c, "env")) {
+		if get(e, "name") == "GOMEMLIMIT" {
+			n++
+			if get(e, "value") != "200MiB" {
+				t.Errorf("GOMEMLIMIT %v: want the one extraEnv sets", e)
+			}
+		}
+	}
+	if n != 1 {
+		t.Errorf("%d GOMEMLIMIT variables with extraEnv setting it, want 1", n)
+	}
+}
+
+// valuesFile writes a values file for helm's -f and returns its path.
+func valuesFile(t *testing.T, content string) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), "values.yaml")
+	if err := os.WriteFile(p, []byte(content), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// annotation returns one metadata annotation of o.
+func annotation(o obj, key string) string {
+	return str(get(o, "metadata", "annotations", key))
+}
+
+// TestRulesCheckHook: the pre-install/pre-upgrade Job checks the rule files
+// the release is about to install with the real `envoy-rls validate`, so a
+// broken rules edit fails helm instead of a pod.
+func TestRulesCheckHook(t *testing.T) {
+	bin := deploytest.Binary(t)
+	// validate runs the Job's command on the data of the ConfigMap it mounts,
+	// with the binary built from this tree; it reports whether it passed.
+	validate := func(t *testing.T, job obj, cm obj) (string, bool) {
+		t.Helper()
+		c := list(get(job, "spec", "template", "spec", "containers"))[0]
+		args := toStrings(list(get(c, "args")))
+		mounts := list(get(c, "volumeMounts"))
+		if len(args) != 2 || args[0] != "validate" || len(mounts) != 1 || get(mounts[0], "mountPath") != args[1] {
+			t.Fatalf("Job args %q with mounts %v: want [validate <the rules mount>]", args, mounts)
+		}
+		dir := t.TempDir()
+		data, _ := get(cm, "data").(map[string]any)
+		if len(data) == 0 {
+			t.Fatalf("hook ConfigMap %s has no rule files", nameOf(cm))
+		}
+		for name, content := range data {
+			if err := os.WriteFile(filepath.Join(dir, name), []byte(str(content)), 0o600); err != nil {
+				t.Fatal(err)
+			}
+		}
+		out, err := exec.Command(bin, "validate", dir).CombinedOutput()
+		return string(out), err == nil
+	}
+
+	m := render(t)
+	job, hookCM := one(t, m, "hook/Job"), one(t, m, "hook/ConfigMap")
+	dep := one(t, m, "Deployment")
+	for _, h := range []obj{job, hookCM} {
+		if got := annotation(h, "helm.sh/hook"); got != "pre-install,pre-upgrade" {
+			t.Errorf("%s %s: helm.sh/hook %q, want pre-install,pre-upgrade", kindOf(h), nameOf(h), got)
+		}
+		policy := annotation(h, "helm.sh/hook-delete-policy")
+		if !strings.Contains(policy, "before-hook-creation") || !strings.Contains(policy, "hook-succeeded") {
+			t.Errorf("%s %s: hook-delete-policy %q, want before-hook-creation,hook-succeeded", kindOf(h), nameOf(h), policy)
+		}
+	}
+	cmWeight, _ := strconv.Atoi(annotation(hookCM, "helm.sh/hook-weight"))
+	jobWeight, _ := strconv.Atoi(annotation(job, "helm.sh/hook-weight"))
+	if cmWeight >= jobWeight {
+		t.Errorf("hook weights: ConfigMap %d, Job %d; the ConfigMap must come first", cmWeight, jobWeight)
+	}
+	if !reflect.DeepEqual(get(hookCM, "data"), get(one(t, m, "ConfigMap"), "data")) {
+		t.Error("the hook ConfigMap's rule files differ from the release's")
+	}
+	vols := list(get(job, "spec", "template", "spec", "volumes"))
+	if len(vols) != 1 || get(vols[0], "configMap", "name") != nameOf(hookCM) {
+		t.Errorf("Job volumes %v: want the hook ConfigMap %s", vols, nameOf(hookCM))
+	}
+	jobPod, depPod := get(job, "spec", "template", "spec"), get(dep, "spec", "template", "spec")
+	jc, dc := list(get(jobPod, "containers"))[0], list(get(depPod, "containers"))[0]
+	if get(jc, "image") != get(dc, "image") {
+		t.Errorf("Job image %v, Deployment image %v", get(jc, "image"), get(dc, "image"))
+	}
+	if !reflect.DeepEqual(get(jc, "securityContext"), get(dc, "securityContext")) || !reflect.DeepEqual(get(jobPod, "securityContext"), get(depPod, "securityContext")) {
+		t.Error("the Job's security contexts differ from the Deployment's")
+	}
+	checkContainerSecurity(t, jc, jobPod)
+	if get(jobPod, "restartPolicy") != "Never" || get(job, "spec", "backoffLimit") != 0 {
+		t.Errorf("Job restartPolicy %v, backoffLimit %v: want Never and 0 (a failed check is final)", get(jobPod, "restartPolicy"), get(job, "spec", "backoffLimit"))
+	}
+	// The chart's ServiceAccount does not exist yet before install.
+	if get(jobPod, "serviceAccountName") != "default" {
+		t.Errorf("Job serviceAccountName %v: want default (the chart's is created after the hook)", get(jobPod, "serviceAccountName"))
+	}
+	sel, _ := get(dep, "spec", "selector", "matchLabels").(map[string]any)
+	labels, _ := get(job, "spec", "template", "metadata", "labels").(map[string]any)
+	matches := true
+	for k, v := range sel {
+		matches = matches && labels[k] == v
+	}
+	if matches {
+		t.Errorf("Job pod labels %v match the Deployment's selector: the Service and PDB would count it", labels)
+	}
+	if out, ok := validate(t, job, hookCM); !ok {
+		t.Errorf("envoy-rls validate refuses the default rules:\n%s", out)
+	}
+
+	// A broken rules edit: the check fails, so helm install/upgrade fails.
+	broken := render(t, "--set-string", "rules.files.default\\.yaml=domain: default\ndescriptors:\n  - key: remote_address\n    rate_limit:\n      unit: fortnight\n      requests_per_unit: 100\n")
+	if out, ok := validate(t, one(t, broken, "hook/Job"), one(t, broken, "hook/ConfigMap")); ok {
+		t.Errorf("envoy-rls validate passed a rule with unit fortnight:\n%s", out)
+	} else if !strings.Contains(out, "fortnight") {
+		t.Errorf("envoy-rls validate failed without naming the bad unit:\n%s", out)
+	}
+
+	// An existing ConfigMap is checked as it is.
+	m = render(t, "--set", "rules.existingConfigMap=my-rules", "--set", "serviceAccount.create=false", "--set", "serviceAccount.name=rls-sa")
+	if n := len(m["hook/ConfigMap"]); n != 0 {
+		t.Errorf("%d hook ConfigMaps with rules.existingConfigMap, want 0", n)
+	}
+	job = one(t, m, "hook/Job")
+	if v := list(get(job, "spec", "template", "spec", "volumes")); len(v) != 1 || get(v[0], "configMap", "name") != "my-rules" {
+		t.Errorf("Job volumes %v: want ConfigMap my-rules", v)
+	}
+	if sa := get(job, "spec", "template", "spec", "serviceAccountName"); sa != "rls-sa" {
+		t.Errorf("Job serviceAccountName %v, want the existing rls-sa", sa)
+	}
+
+	m = render(t, "--set", "rulesCheck.enabled=false")
+	if len(m["hook/Job"])+len(m["hook/ConfigMap"]) != 0 {
+		t.Error("rulesCheck.enabled=false still renders the hook")
+	}
+}
+
+// checkContainerSecurity: the restricted security context every container
+// of the chart runs with.
+func checkContainerSecurity(t *testing.T, c, pod any) {
+	t.Helper()
+	name := str(get(c, "name"))
+	sc, psc := get(c, "securityContext"), get(pod, "securityContext")
+	if get(sc, "runAsNonRoot") != true && get(psc, "runAsNonRoot") != true {
+		t.Errorf("container %s: runAsNonRoot not set", name)
+	}
+	if get(sc, "readOnlyRootFilesystem") != true || get(sc, "allowPrivilegeEscalation") != false {
+		t.Errorf("container %s: want readOnlyRootFilesystem true and allowPrivilegeEscalation false", name)
+	}
+	if !reflect.DeepEqual(get(sc, "capabilities", "drop"), []any{"ALL"}) || get(sc, "capabilities", "add") != nil {
+		t.Errorf("container %s: capabilities %v, want drop [ALL] and no add", name, get(sc, "capabilities"))
+	}
+}
+
+// TestStartupProbe: on by default on /healthz (never on /readyz: the
+// process starts while Redis is unreachable), and can be turned off.
+func TestStartupProbe(t *testing.T) {
+	c := list(get(one(t, render(t), "Deployment"), "spec", "template", "spec", "containers"))[0]
+	p := get(c, "startupProbe")
+	if get(p, "httpGet", "path") != "/healthz" || get(p, "httpGet", "port") != "http-admin" || get(p, "failureThreshold") != 30 || get(p, "periodSeconds") != 2 {
+		t.Errorf("startupProbe %v: want /healthz on http-admin, every 2s, 30 failures", p)
+	}
+	c = list(get(one(t, render(t, "--set", "startupProbe.enabled=false"), "Deployment"), "spec", "template", "spec", "containers"))[0]
+	if get(c, "startupProbe") != nil {
+		t.Error("startupProbe.enabled=false still renders a startup probe")
+	}
+}
+
+// TestExtraVolumes: extraVolumes and extraVolumeMounts reach the pod next to
+// the chart's own volumes.
+func TestExtraVolumes(t *testing.T) {
+	f := valuesFile(t, `
+extraVolumes:
+  - name: ca
+    secret:
+      secretName: corp-ca
+extraVolumeMounts:
+  - name: ca
+    mountPath: /etc/corp-ca
+    readOnly: true
+extraEnv:
+  - name: ENVOY_RLS_LOG_LEVEL
+    value: debug
+`)
+	pod := get(one(t, render(t, "-f", f), "Deployment"), "spec", "template", "spec")
+	c := list(get(pod, "containers"))[0]
+	var vol, mount, rules any
+	for _, v := range list(get(pod, "volumes")) {
+		if get(v, "name") == "ca" {
+			vol = v
+		}
+	}
+	for _, vm := range list(get(c, "volumeMounts")) {
+		switch get(vm, "name") {
+		case "ca":
+			mount = vm
+		case "rules":
+			rules = vm
+		}
+	}
+	if get(vol, "secret", "secretName") != "corp-ca" || get(mount, "mountPath") != "/etc/corp-ca" || rules == nil {
+		t.Errorf("volume %v, mount %v, rules mount %v: want the extra Secret volume mounted at /etc/corp-ca next to the rules", vol, mount, rules)
+	}
+	env := containerEnv(t, "extraEnv", c)
+	if env["ENVOY_RLS_LOG_LEVEL"] != "debug" || env["GOMEMLIMIT"] == "" {
+		t.Errorf("env %v: want extraEnv's ENVOY_RLS_LOG_LEVEL next to GOMEMLIMIT", env)
+	}
+}
+
+// TestNetworkPolicy: off by default; when on, it selects the pods and admits
+// the gRPC and admin ports from the configured peers, and with egress on,
+// only DNS and Redis.
+func TestNetworkPolicy(t *testing.T) {
+	if n := len(render(t)["NetworkPolicy"]); n != 0 {
+		t.Fatalf("%d NetworkPolicies by default, want 0", n)
+	}
+	f := valuesFile(t, `
+networkPolicy:
+  enabled: true
+  grpcFrom:
+    - namespaceSelector:
+        matchLabels:
+          kubernetes.io/metadata.name: istio-ingress
+  adminFrom:
+    - namespaceSelector:
+        matchLabels:
+          kubernetes.io/metadata.name: monitoring
+  egress:
+    enabled: true
+    redisTo:
+      - podSelector:
+          matchLabels:
+            app: redis
+    redisPorts: [6379, 26379]
+`)
+	m := render(t, cat(redisBase, withHMAC, []string{"-f", f})...)
+	np, dep := one(t, m, "NetworkPolicy"), one(t, m, "Deployment")
+	if !reflect.DeepEqual(get(np, "spec", "podSelector", "matchLabels"), get(dep, "spec", "selector", "matchLabels")) {
+		t.Errorf("NetworkPolicy podSelector %v does not select the Deployment's pods", get(np, "spec", "podSelector"))
+	}
+	from := map[string]string{}
+	for _, rule := range list(get(np, "spec", "ingress")) {
+		ports := list(get(rule, "ports"))
+		if len(ports) != 1 {
+			t.Fatalf("ingress rule %v: want one port", rule)
+		}
+		peers := list(get(rule, "from"))
+		if len(peers) != 1 {
+			t.Fatalf("ingress rule %v: want one peer", rule)
+		}
+		from[str(get(ports[0], "port"))] = str(get(peers[0], "namespaceSelector", "matchLabels", "kubernetes.io/metadata.name"))
+	}
+	if want := map[string]string{"grpc": "istio-ingress", "http-admin": "monitoring"}; !reflect.DeepEqual(from, want) {
+		t.Errorf("ingress port -> namespace %v, want %v", from, want)
+	}
+	if !reflect.DeepEqual(get(np, "spec", "policyTypes"), []any{"Ingress", "Egress"}) {
+		t.Errorf("policyTypes %v, want Ingress and Egress", get(np, "spec", "policyTypes"))
+	}
+	egressPorts := map[string]bool{}
+	for _, rule := range list(get(np, "spec", "egress")) {
+		for _, p := range list(get(rule, "ports")) {
+			egressPorts[fmt.Sprintf("%v/%v", get(p, "port"), get(p, "protocol"))] = true
+			if get(p, "port") == 6379 && get(list(get(rule, "to"))[0], "podSelector", "matchLabels", "app") != "redis" {
+				t.Errorf("Redis egress rule %v: want to the app=redis pods", rule)
+			}
+		}
+	}
+	for _, want := range []string{"53/UDP", "53/TCP", "6379/TCP", "26379/TCP"} {
+		if !egressPorts[want] {
+			t.Errorf("egress ports %v: missing %s", egressPorts, want)
+		}
+	}
+
+	// Ingress only, open sources: both ports admitted from anywhere.
+	np = one(t, render(t, "--set", "networkPolicy.enabled=true"), "NetworkPolicy")
+	if !reflect.DeepEqual(get(np, "spec", "policyTypes"), []any{"Ingress"}) || len(list(get(np, "spec", "ingress"))) != 2 {
+		t.Errorf("NetworkPolicy %v: want Ingress only, two port rules", get(np, "spec"))
+	}
+	for _, rule := range list(get(np, "spec", "ingress")) {
+		if get(rule, "from") != nil {
+			t.Errorf("ingress rule %v restricts sources although none were listed", rule)
+		}
+	}
+}
+
+// renderNotes renders templates/NOTES.txt (which helm template skips) from
+// a copy of the chart in which a template renders it into a manifest.
+func renderNotes(t *testing.T, args ...string) string {
+	t.Helper()
+	dir := filepath.Join(t.TempDir(), "envoy-rls")
+	if err := os.CopyFS(dir, os.DirFS(chartDir(t))); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(filepath.Join(dir, "templates", "NOTES.txt"), filepath.Join(dir, "notes.txt")); err != nil {
+		t.Fatal(err)
+	}
+	wrapper := "kind: Notes\nnotes: {{ tpl (.Files.Get \"notes.txt\") . | toJson }}\n"
+	if err := os.WriteFile(filepath.Join(dir, "templates", "notes-test.yaml"), []byte(wrapper), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	out, err := runHelm(t, append([]string{"template", "rls", dir, "--namespace", "rl", "--show-only", "templates/notes-test.yaml"}, args...)...)
+	if err != nil {
+		t.Fatalf("rendering NOTES.txt %v: %v\n%s", args, err, out)
+	}
+	var doc struct{ Notes string }
+	if err := yaml.Unmarshal([]byte(out), &doc); err != nil || doc.Notes == "" {
+		t.Fatalf("rendering NOTES.txt %v: %v\n%s", args, err, out)
+	}
+	return doc.Notes
+}
+
+// TestNotes: the notes printed after install say where Envoy must point and
+// warn about per-pod counting with the memory store.
+func TestNotes(t *testing.T) {
+	cases := []struct {
+		name      string
+		args      []string
+		want, not []string
+	}{
+		{
+			name: "memory defaults",
+			want: []string{"rls-envoy-rls.rl.svc.cluster.local:8081", "outbound|8081||rls-envoy-rls.rl.svc.cluster.local",
+				"port-forward svc/rls-envoy-rls 8080:8080", "WARNING: store: memory counts per pod", "logs job/rls-envoy-rls-rules-check"},
+			not: []string{"up to\n(pods x limit)", "no resources.limits.memory"},
+		},
+		{
+			name: "memory with per-pod limits and no memory limit",
+			args: []string{"--set", "replicaCount=3", "--set", "memory.allowPerPodLimits=true", "--set", "resources.limits.memory=null"},
+			want: []string{"(pods x limit)", "no resources.limits.memory"},
+		},
+		{
+			name: "redis with a NetworkPolicy",
+			args: cat(redisBase, withHMAC, []string{"--set", "networkPolicy.enabled=true", "--set", "networkPolicy.egress.enabled=true", "--set", "rulesCheck.enabled=false"}),
+			want: []string{"store:    redis (redis auto at redis-0.redis:6379,redis-1.redis:6379)", "egress only to DNS and Redis (ports 6379)"},
+			not:  []string{"WARNING", "rules-check"},
+		},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			notes := renderNotes(t, tc.args...)
+			for _, w := range tc.want {
+				if !strings.Contains(notes, w) {
+					t.Errorf("NOTES lack %q:\n%s", w, notes)
+				}
+			}
+			for _, n := range tc.not {
+				if strings.Contains(notes, n) {
+					t.Errorf("NOTES contain %q:\n%s", n, notes)
+				}
+			}
+		})
+	}
+}
+
+// TestSchemaCoversValues: values.schema.json describes every key of
+// values.yaml (and nothing else), so that with additionalProperties false a
+// typo is refused and no value escapes its type or range.
+func TestSchemaCoversValues(t *testing.T) {
+	b, err := os.ReadFile(filepath.Join(chartDir(t), "values.schema.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var schema map[string]any
+	if err := json.Unmarshal(b, &schema); err != nil {
+		t.Fatalf("values.schema.json: %v", err)
+	}
+	if schema["$schema"] != "http://json-schema.org/draft-07/schema#" {
+		t.Errorf("values.schema.json $schema %v: want draft-07", schema["$schema"])
+	}
+	vb, err := os.ReadFile(filepath.Join(chartDir(t), "values.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var values map[string]any
+	if err := yaml.Unmarshal(vb, &values); err != nil {
+		t.Fatal(err)
+	}
+	var walk func(v any, s map[string]any, path string)
+	walk = func(v any, s map[string]any, path string) {
+		props, hasProps := s["properties"].(map[string]any)
+		m, isMap := v.(map[string]any)
+		if !isMap || !hasProps {
+			if s["type"] == nil && s["anyOf"] == nil && s["enum"] == nil {
+				t.Errorf("schema %s: no type", path)
+			}
+			return
+		}
+		// false, or a schema every further key must meet (resource
+		// quantities: extended resources have names of their own).
+		if ap, ok := s["additionalProperties"]; !ok || ap == true {
+			t.Errorf("schema %s: additionalProperties is not false, so a typo'd key passes", path)
+		}
+		for k, sub := range m {
+			ps, ok := props[k].(map[string]any)
+			if !ok {
+				t.Errorf("values.yaml %s.%s: not in values.schema.json", path, k)
+				continue
+			}
+			walk(sub, ps, path+"."+k)
+		}
+		for k := range props {
+			if _, ok := m[k]; !ok && !(path == "" && k == "global") {
+				t.Errorf("values.schema.json %s.%s: not in values.yaml", path, k)
+			}
+		}
+	}
+	walk(values, schema, "")
+}
+
+// TestSchema: values that would render a pod the binary refuses, or a
+// manifest Kubernetes refuses, are stopped by values.schema.json at
+// helm template/install; the values next to them pass, and their
+// rendered args pass the binary's checks.
+func TestSchema(t *testing.T) {
+	redis := cat(redisBase, withHMAC)
+	bad := []struct {
+		args []string
+		key  string // named in helm's schema error
+	}{
+		{[]string{"--set", "redis.timeout=50"}, "timeout"},
+		{[]string{"--set-string", "redis.timeout=50"}, "timeout"},
+		{[]string{"--set", "redis.timeout=0s"}, "timeout"},
+		{[]string{"--set", "redis.timeout=0.0s"}, "timeout"},
+		{[]string{"--set", "redis.timeout=2m"}, "timeout"},
+		{[]string{"--set", "redis.timeout=61s"}, "timeout"},
+		{[]string{"--set", "redis.timeout=100us"}, "timeout"},
+		{[]string{"--set", "store=mongo"}, "store"},
+		{[]string{"--set", "redis.mode=foo"}, "mode"},
+		{[]string{"--set", "redis.poolSize=0"}, "poolSize"},
+		{[]string{"--set", "redis.poolSize=257"}, "poolSize"},
+		{[]string{"--set", "redsi.addr=redis:6379"}, "redsi"},
+		{[]string{"--set", "redis.adr=redis:6379"}, "adr"},
+		{[]string{"--set", "redis.addr=redis"}, "addr"},
+		{[]string{"--set", "grpc.port=0"}, "port"},
+		{[]string{"--set", "admin.port=70000"}, "port"},
+		{[]string{"--set", "logLevel=verbose"}, "logLevel"},
+		{[]string{"--set", "defaultHeaders=some"}, "defaultHeaders"},
+		{[]string{"--set", "memory.maxEntries=-1"}, "maxEntries"},
+		{[]string{"--set", "replicaCount=two"}, "replicaCount"},
+		{[]string{"--set", "drainTimeoutSeconds=0"}, "drainTimeoutSeconds"},
+		{[]string{"--set", "image.pullPolicy=Sometimes"}, "pullPolicy"},
+		{[]string{"--set-string", "rules.files.rules\\.txt=domain: x"}, "rules.txt"},
+		{[]string{"--set", "extraArgs[0]=debug"}, "extraArgs"},
+		{[]string{"--set", "networkPolicy.egress.redisPorts[0]=0"}, "redisPorts"},
+		{[]string{"--set", "startupProbe.failureThreshold=0"}, "failureThreshold"},
+		{[]string{"--set", "service.type=External"}, "type"},
+		{[]string{"--set", "autoscaling.targetCPUUtilizationPercentage=high"}, "targetCPUUtilizationPercentage"},
+		{[]string{"--set", "podDisruptionBudget.maxUnavailable=lots"}, "maxUnavailable"},
+		{[]string{"--set", "serviceMonitor.interval=30"}, "interval"},
+		{[]string{"--set", "rulesCheck.enabled=yes please"}, "enabled"},
+	}
+	for _, tc := range bad {
+		t.Run("refuses "+strings.Join(tc.args, " "), func(t *testing.T) {
+			out, err := runHelm(t, append([]string{"template", "rls", chartDir(t)}, cat(redis, tc.args)...)...)
+			if err == nil {
+				t.Fatalf("helm template %v rendered; the schema must refuse it", tc.args)
+			}
+			if !strings.Contains(out, "schema") || !strings.Contains(out, tc.key) {
+				t.Fatalf("helm template %v failed, but not on the schema naming %q:\n%s", tc.args, tc.key, out)
+			}
+		})
+	}
+	good := [][]string{
+		{"--set", "redis.timeout=50ms"},
+		{"--set", "redis.timeout=1ms"},
+		{"--set", "redis.timeout=0.25s"},
+		{"--set", "redis.timeout=2s"},
+		{"--set", "redis.timeout=60000ms"},
+		{"--set", "redis.timeout=1m"},
+		{"--set", "redis.poolSize=256"},
+		{"--set", "redis.mode=standalone"},
+		{"--set", "redis.mode=cluster"},
+		{"--set", "redis.mode=sentinel", "--set", "redis.sentinelMaster=mymaster", "--set", "networkPolicy.egress.redisPorts[0]=26379"},
+		{"--set", "logLevel=debug", "--set", "defaultHeaders=none", "--set", "extraArgs[0]=--local-cache=false"},
+		{"--set", "podDisruptionBudget.maxUnavailable=25%", "--set", "autoscaling.enabled=true", "--set", "autoscaling.targetMemoryUtilizationPercentage=80"},
+		{"--set", "service.type=LoadBalancer", "--set", "grpc.port=9081", "--set", "admin.port=9080"},
+	}
+	for _, args := range good {
+		t.Run("accepts "+strings.Join(args, " "), func(t *testing.T) {
+			render(t, cat(redis, args)...)
+		})
+	}
+	for _, args := range [][]string{
+		{"--set", "memory.maxEntries=500000"},
+		{"--set", "resources.limits.memory=null"},
+		{"--set", "replicaCount=0"},
+	} {
+		t.Run("accepts "+strings.Join(args, " "), func(t *testing.T) {
+			render(t, args...)
+		})
+	}
+}
+
+// helmDocsBin finds helm-docs at the version scripts/ensure-helm-docs.sh
+// pins (the table layout depends on it): $HELM_DOCS, then PATH, then the Go
+// bin directory. Without it the test skips, except in CI (CI=true), where
+// `make deps` must have built it.
+func helmDocsBin(t *testing.T) string {
+	t.Helper()
+	script, err := os.ReadFile(filepath.Join(deploytest.ModuleRoot(t), "scripts", "ensure-helm-docs.sh"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := regexp.MustCompile(`HELM_DOCS_VERSION:-v([0-9.]+)`).FindSubmatch(script)
+	if m == nil {
+		t.Fatal("scripts/ensure-helm-docs.sh pins no HELM_DOCS_VERSION")
+	}
+	want := string(m[1])
+	var candidates []string
+	if h := os.Getenv("HELM_DOCS"); h != "" {
+		candidates = append(candidates, h)
+	}
+	if h, err := exec.LookPath("helm-docs"); err == nil {
+		candidates = append(candidates, h)
+	}
+	if out, err := exec.Command("go", "env", "GOBIN", "GOPATH").Output(); err == nil {
+		lines := strings.Split(strings.TrimSpace(string(out)), "\n")
+		if len(lines) == 2 && lines[0] != "" {
+			candidates = append(candidates, filepath.Join(lines[0], "helm-docs"))
+		}
+		if gopath := lines[len(lines)-1]; gopath != "" {
+			candidates = append(candidates, filepath.Join(filepath.SplitList(gopath)[0], "bin", "helm-docs"))
+		}
+	}
+	for _, c := range candidates {
+		if out, err := exec.Command(c, "--version").Output(); err == nil && strings.Contains(string(out), want) {
+			return c
+		}
+	}
+	msg := "helm-docs " + want + " not found (run scripts/ensure-helm-docs.sh, or set $HELM_DOCS)"
+	if os.Getenv("CI") == "true" {
+		t.Fatal(msg)
+	}
+	t.Skip(msg)
+	return ""
+}
+
+// TestChartReadmeCurrent: the chart README is what helm-docs makes from
+// README.md.gotmpl and the values' comments, so its values table cannot
+// drift from values.yaml. `make chart-docs` regenerates it.
+func TestChartReadmeCurrent(t *testing.T) {
+	bin := helmDocsBin(t)
+	dir := filepath.Join(t.TempDir(), "envoy-rls")
+	if err := os.CopyFS(dir, os.DirFS(chartDir(t))); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(bin, "--chart-search-root", dir, "--log-level", "warning")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("helm-docs: %v\n%s", err, out)
+	}
+	want, err := os.ReadFile(filepath.Join(dir, "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := os.ReadFile(filepath.Join(chartDir(t), "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(got, want) {
+		t.Errorf("deploy/helm/envoy-rls/README.md is not what helm-docs generates from values.yaml and README.md.gotmpl: run `make chart-docs`\n--- generated ---\n%s", want)
+	}
+	// Every value is in the table, so a key helm-docs skipped shows here.
+	for _, key := range []string{"redis.timeout", "redis.poolSize", "memory.maxEntries", "rulesCheck.enabled", "networkPolicy.grpcFrom", "startupProbe.enabled", "extraVolumes"} {
+		if !bytes.Contains(got, []byte("| "+key+" |")) {
+			t.Errorf("the chart README's values table has no row for %s", key)
+		}
+	}
+}
+
+// TestDefaultsMatchBinary: where the chart has a value for a serve flag,
+// its default is the binary's, so installing the chart with no values runs
+// envoy-rls as its own documentation describes.
+func TestDefaultsMatchBinary(t *testing.T) {
+	b, err := os.ReadFile(filepath.Join(chartDir(t), "values.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var v map[string]any
+	if err := yaml.Unmarshal(b, &v); err != nil {
+		t.Fatal(err)
+	}
+	timeout, err := time.ParseDuration(str(get(v, "redis", "timeout")))
+	if err != nil {
+		t.Fatalf("redis.timeout: %v", err)
+	}
+	drain, _ := get(v, "drainTimeoutSeconds").(int)
+	for _, c := range []struct {
+		value     string
+		got, want any
+	}{
+		{"store", get(v, "store"), app.DefaultStore},
+		{"logLevel", get(v, "logLevel"), app.DefaultLogLevel},
+		{"defaultHeaders", get(v, "defaultHeaders"), app.DefaultHeaders},
+		{"redis.mode", get(v, "redis", "mode"), app.DefaultRedisMode},
+		{"redis.poolSize", get(v, "redis", "poolSize"), app.DefaultRedisPoolSize},
+		{"redis.timeout", timeout, app.DefaultRedisTimeout},
+		{"drainTimeoutSeconds", time.Duration(drain) * time.Second, app.DefaultDrainTimeout},
+		{"memory.maxEntries", get(v, "memory", "maxEntries"), 0}, // 0: the binary's automatic bound
+		{"grpc.port", fmt.Sprintf(":%v", get(v, "grpc", "port")), app.DefaultGRPCAddr},
+		{"admin.port", fmt.Sprintf(":%v", get(v, "admin", "port")), app.DefaultAdminAddr},
+	} {
+		if fmt.Sprint(c.got) != fmt.Sprint(c.want) {
+			t.Errorf("values.yaml %s defaults to %v; the binary's default is %v", c.value, c.got, c.want)
+		}
 	}
 }

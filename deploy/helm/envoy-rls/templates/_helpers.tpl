@@ -60,6 +60,18 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- .Values.rules.existingConfigMap | default (printf "%s-rules" (include "envoy-rls.fullname" .)) }}
 {{- end }}
 
+{{/*
+Whether the container gets GOMEMLIMIT from its memory limit: when
+resources.limits.memory is set and extraEnv does not set GOMEMLIMIT itself.
+*/}}
+{{- define "envoy-rls.goMemLimit" -}}
+{{- $own := false }}
+{{- range .Values.extraEnv }}
+{{- if eq (toString .name) "GOMEMLIMIT" }}{{ $own = true }}{{ end }}
+{{- end }}
+{{- if and (dig "limits" "memory" "" .Values.resources) (not $own) }}true{{- end }}
+{{- end }}
+
 {{/* Whether the pod gets an HMAC secret file. */}}
 {{- define "envoy-rls.hmacEnabled" -}}
 {{- if or .Values.hmac.existingSecret .Values.hmac.secret }}true{{- end }}
@@ -113,6 +125,9 @@ runs it; each failure says what to set.
 {{- end }}
 {{- if le (int .Values.terminationGracePeriodSeconds) (add (int .Values.drainTimeoutSeconds) (int .Values.preStopSleepSeconds)) }}
 {{- fail (printf "terminationGracePeriodSeconds (%d) must exceed preStopSleepSeconds + drainTimeoutSeconds (%d + %d), or Kubernetes kills the pod mid-drain" (int .Values.terminationGracePeriodSeconds) (int .Values.preStopSleepSeconds) (int .Values.drainTimeoutSeconds)) }}
+{{- end }}
+{{- if eq (int .Values.grpc.port) (int .Values.admin.port) }}
+{{- fail (printf "grpc.port and admin.port are both %d: the two listeners need different ports" (int .Values.grpc.port)) }}
 {{- end }}
 {{- if and (not .Values.rules.existingConfigMap) (not .Values.rules.files) }}
 {{- fail "no rules: set rules.files or rules.existingConfigMap" }}
