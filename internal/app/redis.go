@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"time"
 
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
@@ -23,9 +24,8 @@ import (
 // with its cause and the next wait: at error level when it needs an
 // operator (credentials, TLS, mode), else at warn.
 //
-// openRedis waits for the first attempt (bounded by the dial timeout), so
-// that when Redis is up the first requests are decided by Redis, as when
-// start waited for the connection.
+// openRedis waits for the first attempt (at most redisFirstAttemptWait), so
+// that when Redis is up the first requests are decided by Redis.
 func (s *server) openRedis(ctx context.Context) (limiter.Store, func(), error) {
 	cfg, err := redis.Flags{
 		Addr:           s.opts.RedisAddr,
@@ -64,12 +64,22 @@ func (s *server) openRedis(ctx context.Context) (limiter.Store, func(), error) {
 	if err != nil {
 		return nil, nil, err
 	}
+	wait := time.NewTimer(redisFirstAttemptWait)
+	defer wait.Stop()
 	select {
 	case <-c.Tried():
+	case <-wait.C:
+		log.Warn("redis store: the first connection attempt is still running; serving meanwhile", zap.Duration("waited", redisFirstAttemptWait))
 	case <-ctx.Done():
 	}
 	return c, c.Close, nil
 }
+
+// redisFirstAttemptWait bounds waiting for the first connection attempt
+// before serving. One attempt is bounded by the dial timeout (2 s) per
+// connection it opens; with several seeds or a Sentinel set it can take
+// longer, and start should not wait for that.
+const redisFirstAttemptWait = 5 * time.Second
 
 // Log messages of the Redis connection, which docs/redis.md quotes.
 const (
