@@ -107,6 +107,28 @@ func TestServeRedisUnreachableAtStart(t *testing.T) {
 	}
 }
 
+// TestServeRedisModeMismatchKeepsRunning: a cause that needs an operator
+// (--redis-mode cluster against a standalone server) is retried like any
+// other, and logged at error level.
+func TestServeRedisModeMismatchKeepsRunning(t *testing.T) {
+	srv := redistest.Standalone(t)
+	rules := writeRules(t, t.TempDir(), testRules)
+	env := map[string]string{SecretEnv: "a-shared-secret-of-32-bytes-----"}
+	r := startServe(t, []string{"--config", rules, "--store", "redis", "--redis-addr", srv.Addr(), "--redis-mode", "cluster"}, env, hooks{})
+	waitFor(t, func() bool { return strings.Count(r.logs.String(), msgRedisNotConnected) >= 2 })
+	for _, want := range []string{`"level":"error"`, `"needs_operator":true`, "not a Redis Cluster"} {
+		if !strings.Contains(r.logs.String(), want) {
+			t.Fatalf("logs lack %s:\n%s", want, r.logs)
+		}
+	}
+	if code, _ := r.get(t, "/readyz"); code != 503 {
+		t.Fatalf("/readyz %d, want 503", code)
+	}
+	if got := r.check(t, "someone").OverallCode; got != rlsv3.RateLimitResponse_OVER_LIMIT {
+		t.Fatalf("%v, want OVER_LIMIT (fail closed)", got)
+	}
+}
+
 // TestServeRedisBadConfigFailsAtOnce: configuration that can never work
 // still fails start, naming the flag.
 func TestServeRedisBadConfigFailsAtOnce(t *testing.T) {
