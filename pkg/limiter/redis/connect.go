@@ -121,6 +121,11 @@ type ConnectOptions struct {
 // instead of exiting. The package does not log: each failed attempt is
 // reported to ConnectOptions.OnFailure for the caller to log.
 //
+// It wraps a Store rather than making the Store connect lazily: the
+// Store's hot path keeps no "connected yet?" branch beyond one atomic load
+// here, New keeps its contract (connected or an error) for library users,
+// and the retry policy lives in one place, with its clock injectable.
+//
 // A Connector is safe for concurrent use. Build it with Connect.
 type Connector struct {
 	opts ConnectOptions
@@ -134,7 +139,8 @@ type Connector struct {
 	tried chan struct{}         // closed when the first attempt has ended
 	done  chan struct{}         // closed when the connecting goroutine has returned
 
-	// Seams for tests; Connect sets the real ones.
+	// Seams for tests; Connect sets the real ones. dial gets ctx to
+	// abort on (the real one aborts through the client's DialCtxFn).
 	dial   func(ctx context.Context) (*Store, error)
 	after  func(d time.Duration) (<-chan time.Time, func() bool)
 	jitter func() float64
