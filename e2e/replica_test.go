@@ -48,6 +48,9 @@ type replicaConfig struct {
 	Secret string
 	// Args are more serve flags.
 	Args []string
+	// Unready: return once the replica serves, without waiting for /readyz
+	// 200 (its store is not reachable yet).
+	Unready bool
 }
 
 // replica is one running envoy-rls process and a gRPC client playing Envoy.
@@ -66,8 +69,9 @@ type replica struct {
 }
 
 // startReplica starts the binary with cfg on 127.0.0.1:0 ports, waits until
-// it logs the addresses it listens on and /readyz answers 200, and registers
-// its stop (SIGTERM, then SIGKILL after stopTimeout) with t.Cleanup. Its
+// it logs the addresses it listens on and (unless cfg.Unready) /readyz
+// answers 200, and registers its stop (SIGTERM, then SIGKILL after
+// stopTimeout) with t.Cleanup. Its
 // stderr is printed into the test log when the test fails.
 func startReplica(t *testing.T, name string, cfg replicaConfig) *replica {
 	t.Helper()
@@ -147,7 +151,7 @@ func startReplica(t *testing.T, name string, cfg replicaConfig) *replica {
 	}
 	r.conn = conn
 	r.rls = rlsv3.NewRateLimitServiceClient(conn)
-	for {
+	for !cfg.Unready {
 		code, _, err := r.admin("/readyz")
 		if err == nil && code == http.StatusOK {
 			break

@@ -3,18 +3,29 @@ package app
 import (
 	"context"
 	"fmt"
+	"strings"
 	"time"
+
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
 
 	"github.com/envoy-rls/envoy-rls/pkg/limiter"
 	"github.com/envoy-rls/envoy-rls/pkg/limiter/redis"
 )
 
-// redisConnectTimeout bounds connecting to Redis at start.
-const redisConnectTimeout = 10 * time.Second
-
-// openRedis builds the Redis store from the --redis-* flags. Start fails
-// when Redis does not answer: a replica that cannot reach the shared store
-// would only answer from its failure modes.
+// openRedis builds the Redis store from the --redis-* flags. Configuration
+// that can never work (a bad flag value, an unreadable password or TLS
+// file) fails start. Redis not answering does not: in Kubernetes, Redis
+// and the service often start together, and exiting would only crash-loop.
+// The store connects in the background (redis.Connect: waits doubling from
+// 100–200 ms to 5–10 s, jittered) and, until it is connected, every request
+// is answered by its policy's failure mode and /readyz fails (the store's
+// Ping), as during any Redis outage. Each failed attempt is logged once,
+// with its cause and the next wait: at error level when it needs an
+// operator (credentials, TLS, mode), else at warn.
+//
+// openRedis waits for the first attempt (at most redisFirstAttemptWait), so
+// that when Redis is up the first requests are decided by Redis.
 func (s *server) openRedis(ctx context.Context) (limiter.Store, func(), error) {
 	cfg, err := redis.Flags{
 		Addr:           s.opts.RedisAddr,
@@ -33,11 +44,45 @@ func (s *server) openRedis(ctx context.Context) (limiter.Store, func(), error) {
 	if err != nil {
 		return nil, nil, fmt.Errorf("redis store: %w", err)
 	}
-	cctx, cancel := context.WithTimeout(ctx, redisConnectTimeout)
-	defer cancel()
-	st, err := redis.New(cctx, cfg)
+	log := s.log.With(zap.String("redis_addr", strings.Join(cfg.Addrs, ",")))
+	c, err := redis.Connect(cfg, redis.ConnectOptions{
+		OnFailure: func(a redis.Attempt) {
+			level := zapcore.WarnLevel
+			if a.Operator {
+				level = zapcore.ErrorLevel
+			}
+			log.Log(level, msgRedisNotConnected,
+				zap.Int("attempt", a.N),
+				zap.Duration("retry_in", a.Wait),
+				zap.Bool("needs_operator", a.Operator),
+				zap.Error(a.Err))
+		},
+		OnConnect: func(attempts int) {
+			log.Info(msgRedisConnected, zap.Int("attempts", attempts))
+		},
+	})
 	if err != nil {
 		return nil, nil, err
 	}
-	return st, st.Close, nil
+	wait := time.NewTimer(redisFirstAttemptWait)
+	defer wait.Stop()
+	select {
+	case <-c.Tried():
+	case <-wait.C:
+		log.Warn("redis store: the first connection attempt is still running; serving meanwhile", zap.Duration("waited", redisFirstAttemptWait))
+	case <-ctx.Done():
+	}
+	return c, c.Close, nil
 }
+
+// redisFirstAttemptWait bounds waiting for the first connection attempt
+// before serving. One attempt is bounded by the dial timeout (2 s) per
+// connection it opens; with several seeds or a Sentinel set it can take
+// longer, and start should not wait for that.
+const redisFirstAttemptWait = 5 * time.Second
+
+// Log messages of the Redis connection, which docs/redis.md quotes.
+const (
+	msgRedisNotConnected = "redis store not connected: answering by each policy's failure mode; retrying"
+	msgRedisConnected    = "redis store connected"
+)

@@ -5,7 +5,6 @@ import (
 	"context"
 	"io"
 	"runtime/debug"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -63,26 +62,101 @@ func TestServeWithRedis(t *testing.T) {
 	}
 }
 
+// TestServeRedisUnreachableAtStart: serve starts while nothing listens on
+// the Redis address, answers by the failure mode (closed by default) and
+// is not ready, logs each failed attempt, and uses Redis once it answers.
 func TestServeRedisUnreachableAtStart(t *testing.T) {
-	port, err := redistest.FreePort()
-	if err != nil {
-		t.Fatal(err)
-	}
+	srv := redistest.Standalone(t, redistest.Local())
+	srv.Kill()
 	rules := writeRules(t, t.TempDir(), testRules)
-	var errOut bytes.Buffer
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	err = Run(ctx, []string{"serve", "--config", rules, "--store", "redis", "--redis-addr", "127.0.0.1:" + itoa(port),
-		"--grpc-addr", "127.0.0.1:0", "--admin-addr", "127.0.0.1:0"},
-		func(k string) string {
-			if k == SecretEnv {
-				return "a-shared-secret-of-32-bytes-----"
-			}
-			return ""
-		}, io.Discard, &errOut)
-	if err == nil || !strings.Contains(err.Error(), "redis store") {
-		t.Fatalf("err %v, want a redis store connection error", err)
+	env := map[string]string{SecretEnv: "a-shared-secret-of-32-bytes-----"}
+	r := startServe(t, []string{"--config", rules, "--store", "redis", "--redis-addr", srv.Addr(), "--redis-timeout", "300ms"}, env, hooks{})
+
+	if got := r.check(t, "early-user").OverallCode; got != rlsv3.RateLimitResponse_OVER_LIMIT {
+		t.Fatalf("before Redis answers: %v, want OVER_LIMIT (fail closed)", got)
+	}
+	if code, body := r.get(t, "/readyz"); code != 503 || !strings.Contains(body, "not connected") {
+		t.Fatalf("/readyz %d %q, want 503 not connected", code, body)
+	}
+	// At least two attempts logged, each with its cause and next wait.
+	waitFor(t, func() bool { return strings.Count(r.logs.String(), msgRedisNotConnected) >= 2 })
+	for _, want := range []string{`"level":"warn"`, `"attempt":2`, `"retry_in"`, "connection refused", `"redis_addr":"` + srv.Addr() + `"`} {
+		if !strings.Contains(r.logs.String(), want) {
+			t.Fatalf("logs lack %s:\n%s", want, r.logs)
+		}
+	}
+
+	srv.Restart()
+	waitFor(t, func() bool { code, _ := r.get(t, "/readyz"); return code == 200 })
+	for i, want := range []rlsv3.RateLimitResponse_Code{rlsv3.RateLimitResponse_OK, rlsv3.RateLimitResponse_OK, rlsv3.RateLimitResponse_OVER_LIMIT} {
+		if got := r.check(t, "late-user").OverallCode; got != want {
+			t.Fatalf("once connected, call %d: %v, want %v", i, got, want)
+		}
+	}
+	logs := r.logs.String()
+	if strings.Count(logs, msgRedisConnected) != 1 {
+		t.Fatalf("want one %q line:\n%s", msgRedisConnected, logs)
+	}
+	if strings.Contains(logs, "early-user") || strings.Contains(logs, "late-user") {
+		t.Fatal("a descriptor value reached the logs")
+	}
+	// Connected: no more attempts are logged.
+	n := strings.Count(logs, msgRedisNotConnected)
+	if r.stop(t) != nil || strings.Count(r.logs.String(), msgRedisNotConnected) != n {
+		t.Fatalf("attempts after connecting, or stop failed:\n%s", r.logs)
 	}
 }
 
-func itoa(n int) string { return strconv.Itoa(n) }
+// TestServeRedisModeMismatchKeepsRunning: a cause that needs an operator
+// (--redis-mode cluster against a standalone server) is retried like any
+// other, and logged at error level.
+func TestServeRedisModeMismatchKeepsRunning(t *testing.T) {
+	srv := redistest.Standalone(t)
+	rules := writeRules(t, t.TempDir(), testRules)
+	env := map[string]string{SecretEnv: "a-shared-secret-of-32-bytes-----"}
+	r := startServe(t, []string{"--config", rules, "--store", "redis", "--redis-addr", srv.Addr(), "--redis-mode", "cluster"}, env, hooks{})
+	waitFor(t, func() bool { return strings.Count(r.logs.String(), msgRedisNotConnected) >= 2 })
+	for _, want := range []string{`"level":"error"`, `"needs_operator":true`, "not a Redis Cluster"} {
+		if !strings.Contains(r.logs.String(), want) {
+			t.Fatalf("logs lack %s:\n%s", want, r.logs)
+		}
+	}
+	if code, _ := r.get(t, "/readyz"); code != 503 {
+		t.Fatalf("/readyz %d, want 503", code)
+	}
+	if got := r.check(t, "someone").OverallCode; got != rlsv3.RateLimitResponse_OVER_LIMIT {
+		t.Fatalf("%v, want OVER_LIMIT (fail closed)", got)
+	}
+}
+
+// TestServeRedisBadConfigFailsAtOnce: configuration that can never work
+// still fails start, naming the flag.
+func TestServeRedisBadConfigFailsAtOnce(t *testing.T) {
+	rules := writeRules(t, t.TempDir(), testRules)
+	getenv := func(k string) string {
+		if k == SecretEnv {
+			return "a-shared-secret-of-32-bytes-----"
+		}
+		return ""
+	}
+	for _, c := range []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"missing password file", []string{"--redis-addr", "127.0.0.1:1", "--redis-password-file", "/nonexistent/pw"}, "--redis-password-file"},
+		{"missing TLS CA", []string{"--redis-addr", "127.0.0.1:1", "--redis-tls-ca", "/nonexistent/ca.pem"}, "--redis-tls-ca"},
+		{"standalone with two addresses", []string{"--redis-addr", "127.0.0.1:1,127.0.0.1:2", "--redis-mode", "standalone"}, "exactly one address"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			args := append([]string{"serve", "--config", rules, "--store", "redis", "--grpc-addr", "127.0.0.1:0", "--admin-addr", "127.0.0.1:0"}, c.args...)
+			var errOut bytes.Buffer
+			err := Run(ctx, args, getenv, io.Discard, &errOut)
+			if err == nil || !strings.Contains(err.Error(), c.want) {
+				t.Fatalf("err %v, want one naming %q\n%s", err, c.want, errOut.String())
+			}
+		})
+	}
+}

@@ -9,9 +9,10 @@ import (
 	"github.com/envoy-rls/envoy-rls/pkg/limiter/redis"
 )
 
-// The binary builds the Config from its --redis-* flags with Flags.Config
-// (which reads the password and TLS files), then calls New once and shares
-// the Store between all requests. (Not run: it needs a Redis.)
+// Build the Config from the --redis-* flag values with Flags.Config (which
+// reads the password and TLS files), connect once with New and share the
+// Store between all requests. (Not run: it needs a Redis. The binary uses
+// Connect instead, see ExampleConnect.)
 func Example() {
 	cfg, err := redis.Flags{
 		Addr:    "127.0.0.1:6379",

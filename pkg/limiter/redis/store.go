@@ -14,8 +14,14 @@
 // Incompatible when the state, the program or its reply do not match. Nothing
 // unexpected is ever an allow.
 //
+// New connects before it returns. Connect returns a Connector instead: a
+// limiter.Store that connects in the background, retrying with a bounded
+// backoff, and answers Unavailable until then, so that a service can start
+// before its Redis does.
+//
 // A Store is safe for concurrent use. The package does not log; outcomes carry
-// their causes in Outcome.Err.
+// their causes in Outcome.Err, and a Connector reports its failed attempts to
+// a callback.
 package redis
 
 import (
@@ -74,6 +80,32 @@ func New(ctx context.Context, cfg Config) (*Store, error) {
 	if err != nil {
 		return nil, err
 	}
+	// open dials synchronously without a context; run it aside so that ctx
+	// bounds New, and close a store that arrives too late.
+	type result struct {
+		st  *Store
+		err error
+	}
+	ch := make(chan result, 1)
+	go func() {
+		st, err := open(cfg, clientOption(cfg))
+		ch <- result{st, err}
+	}()
+	select {
+	case r := <-ch:
+		return r.st, r.err
+	case <-ctx.Done():
+		go func() {
+			if r := <-ch; r.err == nil {
+				r.st.Close()
+			}
+		}()
+		return nil, fmt.Errorf("redis store: connecting to %s: %w", strings.Join(cfg.Addrs, ","), ctx.Err())
+	}
+}
+
+// clientOption is the rueidis configuration of a validated cfg.
+func clientOption(cfg Config) rueidis.ClientOption {
 	opt := rueidis.ClientOption{
 		InitAddress: append([]string(nil), cfg.Addrs...),
 		Username:    cfg.Username,
@@ -113,36 +145,23 @@ func New(ctx context.Context, cfg Config) (*Store, error) {
 			TopologyRefreshInterval: sentinelRefresh,
 		}
 	}
-	// rueidis.NewClient dials synchronously without a context; run it aside
-	// so that ctx bounds New, and close a client that arrives too late.
-	type result struct {
-		c   rueidis.Client
-		err error
+	return opt
+}
+
+// open connects with opt (built from the validated cfg by clientOption)
+// and returns the Store. It blocks for as long as rueidis takes to dial:
+// each connection is bounded by cfg.DialTimeout (or sooner by
+// opt.DialCtxFn's context).
+func open(cfg Config, opt rueidis.ClientOption) (*Store, error) {
+	c, err := rueidis.NewClient(opt)
+	if err != nil {
+		return nil, fmt.Errorf("redis store: connecting to %s (%s mode): %w", strings.Join(cfg.Addrs, ","), cfg.Mode, err)
 	}
-	ch := make(chan result, 1)
-	go func() {
-		c, err := rueidis.NewClient(opt)
-		ch <- result{c, err}
-	}()
-	var r result
-	select {
-	case r = <-ch:
-	case <-ctx.Done():
-		go func() {
-			if r := <-ch; r.err == nil {
-				r.c.Close()
-			}
-		}()
-		return nil, fmt.Errorf("redis store: connecting to %s: %w", strings.Join(cfg.Addrs, ","), ctx.Err())
+	if cfg.Mode == ModeCluster && c.Mode() != rueidis.ClientModeCluster {
+		c.Close()
+		return nil, fmt.Errorf("redis store: %w: cluster mode, but %s is not a Redis Cluster", ErrModeMismatch, strings.Join(cfg.Addrs, ","))
 	}
-	if r.err != nil {
-		return nil, fmt.Errorf("redis store: connecting to %s (%s mode): %w", strings.Join(cfg.Addrs, ","), cfg.Mode, r.err)
-	}
-	if cfg.Mode == ModeCluster && r.c.Mode() != rueidis.ClientModeCluster {
-		r.c.Close()
-		return nil, fmt.Errorf("redis store: cluster mode, but %s is not a Redis Cluster", strings.Join(cfg.Addrs, ","))
-	}
-	return &Store{client: r.c, timeout: cfg.Timeout, deadlines: deadline.New(0), cluster: r.c.Mode() == rueidis.ClientModeCluster}, nil
+	return &Store{client: c, timeout: cfg.Timeout, deadlines: deadline.New(0), cluster: c.Mode() == rueidis.ClientModeCluster}, nil
 }
 
 // Close closes every connection. Evaluations after Close are Unavailable.
