@@ -3,51 +3,178 @@ package deploytest
 import (
 	"bufio"
 	"bytes"
+	"errors"
+	"fmt"
+	"io/fs"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 )
 
-// DocCommand is one shell command from a ```sh block of a Markdown file.
+// DocCommand is one shell command from a fenced code block of a Markdown
+// file, as a user would paste it.
 type DocCommand struct {
-	Line  int      // line of the file where the command starts
-	Words []string // the command split as a POSIX shell would, quotes removed
+	File string // the file, as the caller named it or relative to the walked root
+	Line int    // line of the file where the command starts
+	// Text is the command on one line: the "$ " prompt dropped,
+	// backslash-newline continuations joined.
+	Text string
+	// Words is the command split as a POSIX shell would, quotes removed
+	// (see SplitWords). When Err is set, Words holds the words before the
+	// part that could not be split.
+	Words []string
+	// Err is set when the command needs something SplitWords does not
+	// reproduce (a pipe, a redirection, an expansion the Expander refuses),
+	// or, in an untyped block, when it does not split at all (such blocks
+	// often hold output or diagrams rather than commands). A caller checking
+	// the command must fail on it.
+	Err error
 }
 
-// MarkdownCommands returns the commands of every ```sh (or ```shell,
-// ```bash) block in the Markdown file at path, as a user would paste them:
-// a leading "$ " prompt is dropped, backslash-newline joins lines, a word
-// starting with # ends the command (a comment), and a trailing & (run in
-// the background) is dropped. Lines inside the block that do not start a
-// command (a program's output after a "$ " line) are skipped. Quoted words
-// keep their content literally, so "$PWD" stays "$PWD": substitution is the
-// caller's business.
+func (c DocCommand) String() string {
+	return fmt.Sprintf("%s:%d: %s", c.File, c.Line, c.Text)
+}
+
+// Expander returns what a shell expansion in a command stands for. expr is
+// the expansion as written: "$NAME", "${NAME}", "$(command)", "`command`".
+// An error makes the command's Err (the caller cannot reproduce it). A nil
+// Expander keeps every expansion literally, so "$PWD/x" stays "$PWD/x".
+type Expander func(expr string) (string, error)
+
+// Substitute returns an Expander that replaces every command substitution
+// $(...) with placeholder, and refuses the expansions that read the user's
+// environment ($NAME, ${NAME}) or the backquoted form, which a test cannot
+// reproduce.
+func Substitute(placeholder string) Expander {
+	return func(expr string) (string, error) {
+		if strings.HasPrefix(expr, "$(") {
+			return placeholder, nil
+		}
+		return "", errors.New("needs a shell expansion; the docs test cannot run it")
+	}
+}
+
+// errUnterminated marks text no shell would run: an unterminated quote or
+// substitution.
+var errUnterminated = errors.New("unterminated")
+
+// shellFences are the info strings of the fenced blocks that hold shell
+// commands; "" is a block without one.
+var shellFences = map[string]bool{"sh": true, "shell": true, "bash": true, "zsh": true, "console": true, "": true}
+
+// MarkdownCommands returns the commands of the Markdown file at path, with
+// expansions kept literally (see ParseMarkdown); File is path.
 func MarkdownCommands(t testing.TB, path string) []DocCommand {
 	t.Helper()
 	b, err := os.ReadFile(path)
 	if err != nil {
 		t.Fatal(err)
 	}
+	cmds, err := ParseMarkdown(path, b, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cmds
+}
+
+// DocsCommands returns the commands of every *.md file below root (hidden
+// directories, testdata and node_modules left out), each with File relative
+// to root in slash form, expansions replaced by expand.
+func DocsCommands(t testing.TB, root string, expand Expander) []DocCommand {
+	t.Helper()
+	var cmds []DocCommand
+	err := filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() {
+			if path != root && (strings.HasPrefix(d.Name(), ".") || d.Name() == "testdata" || d.Name() == "node_modules") {
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		if !strings.HasSuffix(path, ".md") {
+			return nil
+		}
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		rel, err := filepath.Rel(root, path)
+		if err != nil {
+			return err
+		}
+		found, err := ParseMarkdown(filepath.ToSlash(rel), b, expand)
+		if err != nil {
+			return err
+		}
+		cmds = append(cmds, found...)
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cmds
+}
+
+// ParseMarkdown returns the commands of the fenced blocks marked sh, shell,
+// bash, zsh or console, or not marked at all, in the Markdown text b of
+// file. A command is what a user would paste: a leading "$ " prompt is
+// dropped, backslash-newline joins lines, a word starting with # ends the
+// command (a comment), and a trailing & (run in the background) is dropped.
+// In a block whose commands carry the "$ " prompt, the lines without it are
+// the programs' output and are skipped; blank lines and comment lines are
+// skipped everywhere. Blocks of other languages (yaml, promql...) hold no
+// commands. The error reports a block that is not closed, or a command of a
+// marked shell block that no shell would run (an unterminated quote or
+// substitution); other problems are the command's Err.
+func ParseMarkdown(file string, b []byte, expand Expander) ([]DocCommand, error) {
 	var (
 		out      []DocCommand
 		in       bool
+		marked   bool // the block's info string names a shell
+		shell    bool // the block holds commands
 		prompted bool // the block marks commands with "$ "
 		pending  string
 		start    int
+		opened   int
 	)
+	emit := func() error {
+		text := strings.TrimSpace(pending)
+		pending = ""
+		if text == "" {
+			return nil
+		}
+		words, err := SplitWords(text, expand)
+		if err != nil && marked && errors.Is(err, errUnterminated) {
+			return fmt.Errorf("%s:%d: %w", file, start, err)
+		}
+		if len(words) > 0 || err != nil {
+			out = append(out, DocCommand{File: file, Line: start, Text: text, Words: words, Err: err})
+		}
+		return nil
+	}
 	sc := bufio.NewScanner(bytes.NewReader(b))
+	sc.Buffer(nil, 1<<20)
 	for n := 1; sc.Scan(); n++ {
-		line := sc.Text()
-		trimmed := strings.TrimSpace(line)
+		trimmed := strings.TrimSpace(sc.Text())
 		if !in {
-			switch trimmed {
-			case "```sh", "```shell", "```bash":
-				in, prompted, pending = true, false, ""
+			if info, ok := strings.CutPrefix(trimmed, "```"); ok {
+				lang, _, _ := strings.Cut(strings.TrimSpace(info), " ")
+				in, opened, prompted, pending = true, n, false, ""
+				shell, marked = shellFences[lang], lang != ""
 			}
 			continue
 		}
 		if trimmed == "```" {
+			if err := emit(); err != nil { // a continuation runs into the fence
+				return nil, err
+			}
 			in = false
+			continue
+		}
+		if !shell {
 			continue
 		}
 		if pending == "" {
@@ -59,32 +186,34 @@ func MarkdownCommands(t testing.TB, path string) []DocCommand {
 			start = n
 		}
 		if cont, ok := strings.CutSuffix(trimmed, `\`); ok {
-			pending += cont + " "
+			pending += strings.TrimSpace(cont) + " "
 			continue
 		}
-		words, err := splitWords(pending + trimmed)
-		pending = ""
-		if err != "" {
-			t.Fatalf("%s:%d: %s", path, start, err)
+		pending += trimmed
+		if err := emit(); err != nil {
+			return nil, err
 		}
-		if len(words) > 0 && words[len(words)-1] == "&" {
-			words = words[:len(words)-1]
-		}
-		if len(words) > 0 {
-			out = append(out, DocCommand{Line: start, Words: words})
-		}
+	}
+	if err := sc.Err(); err != nil {
+		return nil, fmt.Errorf("%s: %w", file, err)
 	}
 	if in {
-		t.Fatalf("%s: a code block is not closed", path)
+		return nil, fmt.Errorf("%s:%d: the code block is not closed", file, opened)
 	}
-	return out
+	return out, nil
 }
 
-// splitWords splits s into words with POSIX quoting: single quotes keep
-// everything, double quotes keep everything but \" and \\, a backslash
-// outside quotes escapes the next character. It returns a message for an
-// unterminated quote.
-func splitWords(s string) ([]string, string) {
+// SplitWords splits the command line s into words as a POSIX shell does
+// for the subset the docs use: blanks separate words; single quotes keep
+// everything; double quotes keep everything but \" \\ \$ \` and
+// expansions; a backslash outside quotes escapes the next character; a #
+// starting a word begins a comment; a trailing & is dropped. Expansions
+// ($NAME, ${NAME}, $(...), `...`, in double quotes or not) are replaced by
+// what expand returns. Anything else that needs the shell (;, |, &, <, >,
+// parentheses, braces) is an error, with the words before it, since a
+// caller could not reproduce it; an unterminated quote or substitution is
+// an error wrapping errUnterminated.
+func SplitWords(s string, expand Expander) ([]string, error) {
 	var (
 		words []string
 		cur   strings.Builder
@@ -97,43 +226,155 @@ func splitWords(s string) ([]string, string) {
 		cur.Reset()
 		have = false
 	}
+	// fail returns the words before a part that needs the shell; text no
+	// shell would run has no words.
+	fail := func(err error) ([]string, error) {
+		if errors.Is(err, errUnterminated) {
+			return nil, err
+		}
+		return words, err
+	}
+	// substitute writes the expansion starting at s[i] and returns the
+	// index of its last byte.
+	substitute := func(i int) (int, error) {
+		expr, err := expansionAt(s, i)
+		if err != nil {
+			return 0, err
+		}
+		v := expr
+		if expand != nil && expr != "$" {
+			if v, err = expand(expr); err != nil {
+				return 0, fmt.Errorf("%s: %w", expr, err)
+			}
+		}
+		cur.WriteString(v)
+		return i + len(expr) - 1, nil
+	}
 	for i := 0; i < len(s); i++ {
 		c := s[i]
 		switch {
 		case c == ' ' || c == '\t':
 			flush()
 		case c == '#' && !have:
-			flush()
-			return words, ""
-		case c == '\\' && i+1 < len(s):
-			i++
+			return words, nil
+		case c == '\\':
+			if i+1 < len(s) {
+				i++
+			}
 			cur.WriteByte(s[i])
 			have = true
 		case c == '\'':
 			end := strings.IndexByte(s[i+1:], '\'')
 			if end < 0 {
-				return nil, "unterminated single quote"
+				return nil, fmt.Errorf("%w single quote", errUnterminated)
 			}
 			cur.WriteString(s[i+1 : i+1+end])
 			i += end + 1
 			have = true
 		case c == '"':
-			i++
-			for ; i < len(s) && s[i] != '"'; i++ {
-				if s[i] == '\\' && i+1 < len(s) && (s[i+1] == '"' || s[i+1] == '\\') {
+			for i++; i < len(s) && s[i] != '"'; i++ {
+				switch {
+				case s[i] == '\\' && i+1 < len(s) && strings.IndexByte("\"\\$`", s[i+1]) >= 0:
 					i++
+					cur.WriteByte(s[i])
+				case s[i] == '$' || s[i] == '`':
+					end, err := substitute(i)
+					if err != nil {
+						return fail(err)
+					}
+					i = end
+				default:
+					cur.WriteByte(s[i])
 				}
-				cur.WriteByte(s[i])
 			}
 			if i >= len(s) {
-				return nil, "unterminated double quote"
+				return nil, fmt.Errorf("%w double quote", errUnterminated)
 			}
 			have = true
+		case c == '$' || c == '`':
+			end, err := substitute(i)
+			if err != nil {
+				return fail(err)
+			}
+			i = end
+			have = true
+		case c == '&' && (strings.TrimSpace(s[i+1:]) == "" || strings.HasPrefix(strings.TrimSpace(s[i+1:]), "#")):
+			flush()
+			return words, nil
+		case strings.IndexByte(";|&<>(){}", c) >= 0:
+			flush()
+			return words, fmt.Errorf("%c needs the shell", c)
 		default:
 			cur.WriteByte(c)
 			have = true
 		}
 	}
 	flush()
-	return words, ""
+	return words, nil
+}
+
+// expansionAt returns the expansion starting at s[i] ($ or `) as written:
+// "$NAME", "${NAME}", "$(...)" (nested parentheses and quotes inside
+// respected), "`...`", a special parameter such as "$1", or "$" alone when
+// nothing follows that the shell would expand.
+func expansionAt(s string, i int) (string, error) {
+	if s[i] == '`' {
+		for j := i + 1; j < len(s); j++ {
+			switch s[j] {
+			case '\\':
+				j++
+			case '`':
+				return s[i : j+1], nil
+			}
+		}
+		return "", fmt.Errorf("%w backquote", errUnterminated)
+	}
+	if i+1 >= len(s) {
+		return "$", nil
+	}
+	switch c := s[i+1]; {
+	case c == '(':
+		depth := 0
+		for j := i + 1; j < len(s); j++ {
+			switch s[j] {
+			case '\\':
+				j++
+			case '\'':
+				end := strings.IndexByte(s[j+1:], '\'')
+				if end < 0 {
+					return "", fmt.Errorf("%w single quote", errUnterminated)
+				}
+				j += end + 1
+			case '"':
+				for j++; j < len(s) && s[j] != '"'; j++ {
+					if s[j] == '\\' {
+						j++
+					}
+				}
+			case '(':
+				depth++
+			case ')':
+				depth--
+				if depth == 0 {
+					return s[i : j+1], nil
+				}
+			}
+		}
+		return "", fmt.Errorf("%w $(", errUnterminated)
+	case c == '{':
+		end := strings.IndexByte(s[i:], '}')
+		if end < 0 {
+			return "", fmt.Errorf("%w ${", errUnterminated)
+		}
+		return s[i : i+end+1], nil
+	case c == '_' || 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z':
+		j := i + 2
+		for j < len(s) && (s[j] == '_' || 'a' <= s[j] && s[j] <= 'z' || 'A' <= s[j] && s[j] <= 'Z' || '0' <= s[j] && s[j] <= '9') {
+			j++
+		}
+		return s[i:j], nil
+	case strings.IndexByte("0123456789@*#?$!-", c) >= 0:
+		return s[i : i+2], nil
+	}
+	return "$", nil
 }
