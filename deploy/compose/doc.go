@@ -1,9 +1,8 @@
 // Package compose holds the tests of the docker-compose demo in this
 // directory: docker-compose.yaml, envoy.yaml (checked against
-// go-control-plane's types and validators), prometheus.yml and rules/; of
-// the README's Docker quick start against the Dockerfile and the chart's
-// image; and of the Kubernetes commands in the README and docs/ against each
-// other and the chart (Secrets, namespaces, Service names, ports). No Docker
+// go-control-plane's types and validators), prometheus.yml and rules/; and
+// of the README's Docker quick start against the Dockerfile and the chart's
+// image. (The docs' Kubernetes commands are deploy/helm's tests.) No Docker
 // engine is needed for them; the demo's decisions are replayed on the real
 // envoy-rls binary. TestComposeUp, which starts the demo itself, needs an
 // engine and is skipped without one.
