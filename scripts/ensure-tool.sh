@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Makes a pinned release tool available for `make release-check`: does
-# nothing when $(go env GOBIN) (default $(go env GOPATH)/bin) already holds
-# the pinned version, otherwise builds it with `go install` from the Go module
-# proxy. The first build takes minutes on a cold module cache (goreleaser is
+# nothing when the pinned version is on PATH (a CI runner may install the
+# released binary) or in $(go env GOBIN) (default $(go env GOPATH)/bin),
+# otherwise builds it with `go install` from the Go module proxy. The first build takes minutes on a cold module cache (goreleaser is
 # large); later runs return at once. Prints the tool's path on stdout.
 #   scripts/ensure-tool.sh goreleaser|actionlint
 #   GORELEASER_VERSION, ACTIONLINT_VERSION   override the pins below
@@ -34,15 +34,20 @@ if [ -z "$gobin" ]; then
   gobin="$(go env GOPATH)/bin"
 fi
 
-# Both tools report the module version that go install recorded.
+# Built by go install, both tools report the module version (v1.2.3);
+# released binaries may print it without the v.
+v="${version#v}"
+pattern="(^|[^0-9.])v?${v//./\\.}([^0-9.]|\$)"
 is_pinned() {
-  [ -x "$1" ] && "$1" "${version_args[@]}" 2>/dev/null | grep -qF "$version"
+  [ -x "$1" ] && "$1" "${version_args[@]}" 2>/dev/null | grep -qE "$pattern"
 }
 
-if is_pinned "$gobin/$tool"; then
-  echo "$gobin/$tool"
-  exit 0
-fi
+for candidate in "$(command -v "$tool" 2>/dev/null || true)" "$gobin/$tool"; do
+  if [ -n "$candidate" ] && is_pinned "$candidate"; then
+    echo "$candidate"
+    exit 0
+  fi
+done
 
 echo "$tool $version not found in $gobin: building $pkg@$version with go install (once; cached afterwards)..." >&2
 start=$(date +%s)
