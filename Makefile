@@ -69,7 +69,8 @@ release-check: ## goreleaser check + actionlint on .github/workflows (installs t
 
 release-snapshot: ## the release build without publishing: binaries and archives for linux/amd64+arm64 in dist/ (no image)
 	@goreleaser=$$(scripts/ensure-tool.sh goreleaser) && set -x && \
-	  $$goreleaser release --snapshot --clean --skip=docker,publish,sign
+	  $$goreleaser release --snapshot --clean --skip=docker,publish,sign && \
+	  dist/envoy-rls_linux_$$($(GO) env GOARCH)*/envoy-rls version
 
 bench: deps ## run the Go benchmarks (figures go to docs/performance.md)
 	$(GO) test -run '^$$' -bench . -benchmem $(PKGS)
