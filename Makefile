@@ -70,7 +70,11 @@ release-check: ## goreleaser check + actionlint on .github/workflows (installs t
 release-snapshot: ## the release build without publishing: binaries and archives for linux/amd64+arm64 in dist/ (no image)
 	@goreleaser=$$(scripts/ensure-tool.sh goreleaser) && set -x && \
 	  $$goreleaser release --snapshot --clean --skip=docker,publish,sign && \
-	  dist/envoy-rls_linux_$$($(GO) env GOARCH)*/envoy-rls version
+	  dist/envoy-rls_linux_$$($(GO) env GOARCH)*/envoy-rls version && \
+	  for a in dist/envoy-rls_*_linux_amd64.tar.gz dist/envoy-rls_*_linux_arm64.tar.gz; do \
+	    test "$$(tar -tzf $$a | LC_ALL=C sort | tr '\n' ' ')" = "LICENSE README.md THIRD_PARTY_NOTICES envoy-rls " || \
+	      { echo "$$a: unexpected contents: $$(tar -tzf $$a | tr '\n' ' ')" >&2; exit 1; }; \
+	  done
 
 bench: deps ## run the Go benchmarks (figures go to docs/performance.md)
 	$(GO) test -run '^$$' -bench . -benchmem $(PKGS)
