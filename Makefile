@@ -7,14 +7,22 @@ CONFIG ?= config/examples
 # Race tests need cgo; the machine's gcc provides it.
 TESTFLAGS ?= -race -count=1 -timeout 20m
 
-.PHONY: help build run test test-short lint vet fmt tidy bench tools deps clean helm-check chart-docs
+.PHONY: help build run test test-short lint vet fmt tidy bench tools deps clean helm-check chart-docs release-check release-snapshot
+
+# What `envoy-rls version`, the start-up log line and envoy_rls_build_info
+# report for a `make build` binary (internal/buildinfo).
+VERSION   ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo devel)
+REVISION  ?= $(shell git rev-parse HEAD 2>/dev/null)
+DATE      ?= $(shell date -u +%Y-%m-%dT%H:%M:%SZ)
+BUILDINFO := github.com/envoy-rls/envoy-rls/internal/buildinfo
+LDFLAGS   := -X $(BUILDINFO).version=$(VERSION) -X $(BUILDINFO).revision=$(REVISION) -X $(BUILDINFO).date=$(DATE)
 
 help: ## list targets
 	@grep -hE '^[a-zA-Z0-9_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN{FS=":.*?## "}{printf "  %-12s %s\n", $$1, $$2}'
 
-build: ## build bin/envoy-rls (and the load tool when present)
+build: ## build bin/envoy-rls, stamped with git describe, the commit and the date
 	@mkdir -p $(BIN)
-	$(GO) build -trimpath -o $(BIN)/envoy-rls ./cmd/envoy-rls
+	$(GO) build -trimpath -ldflags "$(LDFLAGS)" -o $(BIN)/envoy-rls ./cmd/envoy-rls
 
 run: build ## serve config/examples on the in-memory store (gRPC :8081, admin :8080)
 	$(BIN)/envoy-rls serve --config $(CONFIG)
@@ -59,6 +67,20 @@ helm-check: ## helm lint + template the chart, then its manifest tests (builds h
 chart-docs: ## regenerate the chart README's values table from values.yaml (helm-docs; builds it once if missing)
 	@helmdocs=$$(scripts/ensure-helm-docs.sh) && $$helmdocs --chart-search-root $(CHART) --log-level warning
 
+release-check: ## goreleaser check + actionlint on .github/workflows (installs the pinned tools once)
+	@goreleaser=$$(scripts/ensure-tool.sh goreleaser) && actionlint=$$(scripts/ensure-tool.sh actionlint) && set -x && \
+	  $$goreleaser check && \
+	  $$actionlint
+
+release-snapshot: ## the release build without publishing: binaries and archives for linux/amd64+arm64 in dist/ (no image)
+	@goreleaser=$$(scripts/ensure-tool.sh goreleaser) && set -x && \
+	  $$goreleaser release --snapshot --clean --skip=docker,publish,sign && \
+	  dist/envoy-rls_linux_$$($(GO) env GOARCH)*/envoy-rls version && \
+	  for a in dist/envoy-rls_*_linux_amd64.tar.gz dist/envoy-rls_*_linux_arm64.tar.gz; do \
+	    test "$$(tar -tzf $$a | LC_ALL=C sort | tr '\n' ' ')" = "LICENSE README.md THIRD_PARTY_NOTICES envoy-rls " || \
+	      { echo "$$a: unexpected contents: $$(tar -tzf $$a | tr '\n' ' ')" >&2; exit 1; }; \
+	  done
+
 bench: deps ## run the Go benchmarks (figures go to docs/performance.md)
 	$(GO) test -run '^$$' -bench . -benchmem $(PKGS)
 
@@ -72,4 +94,4 @@ bench-standard: ## issue 8's standard set back to back: floor + reference + memo
 	scripts/bench-standard.sh
 
 clean: ## remove build output
-	rm -rf $(BIN)
+	rm -rf $(BIN) dist

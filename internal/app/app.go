@@ -48,6 +48,7 @@ const usage = `envoy-rls: a global rate-limit service for Envoy and Istio.
 Usage:
   envoy-rls serve --config PATH [flags]   serve RateLimitService over gRPC
   envoy-rls validate [--config] PATH      check rule files; exit 1 on problems
+  envoy-rls version [--output json]       print version, commit, Go version, build date
   envoy-rls help                          this text
 
 Every flag can also be set as ENVOY_RLS_<NAME> (dashes become underscores),
@@ -80,6 +81,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return serveCommand(ctx, args[1:], getenv, stderr, h)
 	case "validate":
 		return validateCommand(args[1:], getenv, stdout, stderr)
+	case "version", "--version":
+		return versionCommand(args[1:], stdout, stderr)
 	case "help", "-h", "-help", "--help":
 		fmt.Fprint(stdout, usage)
 		return nil
@@ -234,6 +237,9 @@ func serveCommand(ctx context.Context, args []string, getenv func(string) string
 func serve(ctx context.Context, o Options, getenv func(string) string, log *zap.Logger, h hooks) error {
 	s := &server{opts: o, log: log, reg: prometheus.NewRegistry()}
 	s.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	if err := announceBuild(log, s.reg); err != nil {
+		return err
+	}
 	var err error
 	if s.metrics, err = rls.NewMetrics(s.reg); err != nil {
 		return err

@@ -1,0 +1,104 @@
+package app
+
+import (
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"strconv"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"go.uber.org/zap"
+
+	"github.com/envoy-rls/envoy-rls/internal/buildinfo"
+	"github.com/envoy-rls/envoy-rls/pkg/rls"
+)
+
+// versionJSON is the shape of `envoy-rls version --output json`; the keys
+// match the fields of the start-up log line.
+type versionJSON struct {
+	Version   string `json:"version"`
+	Revision  string `json:"revision"`
+	GoVersion string `json:"go_version"`
+	BuildDate string `json:"build_date"`
+	Modified  bool   `json:"modified"`
+}
+
+// versionCommand prints which build this binary is: as aligned text, or as
+// one JSON object with --output json (or --json).
+func versionCommand(args []string, stdout, stderr io.Writer) error {
+	return writeVersion(args, buildinfo.Get(), stdout, stderr)
+}
+
+func writeVersion(args []string, in buildinfo.Info, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("envoy-rls version", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	output := "text"
+	fs.StringVar(&output, "output", output, "output format: text or json")
+	fs.StringVar(&output, "o", output, "short for --output")
+	asJSON := fs.Bool("json", false, "short for --output json")
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return nil
+		}
+		return fmt.Errorf("%w: %v", ErrFailed, err)
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintln(stderr, "usage: envoy-rls version [--output text|json]")
+		return fmt.Errorf("%w: version takes no arguments (got %q)", ErrFailed, fs.Args())
+	}
+	if *asJSON {
+		output = "json"
+	}
+	switch output {
+	case "text":
+		_, err := fmt.Fprintf(stdout, "version:    %s\nrevision:   %s\ngo version: %s\nbuild date: %s\nmodified:   %s\n",
+			in.Version, in.Revision, in.GoVersion, in.Date, strconv.FormatBool(in.Modified))
+		return err
+	case "json":
+		b, err := json.Marshal(versionJSON{
+			Version: in.Version, Revision: in.Revision, GoVersion: in.GoVersion,
+			BuildDate: in.Date, Modified: in.Modified,
+		})
+		if err != nil {
+			return fmt.Errorf("encoding the version: %w", err)
+		}
+		_, err = fmt.Fprintf(stdout, "%s\n", b)
+		return err
+	}
+	fmt.Fprintln(stderr, "usage: envoy-rls version [--output text|json]")
+	return fmt.Errorf("%w: --output %q: must be text or json", ErrFailed, output)
+}
+
+// announceBuild logs the running build once and exports it as the constant
+// gauge envoy_rls_build_info{version,revision,goversion} 1 on reg, so a
+// dashboard can tell which release each replica runs.
+func announceBuild(log *zap.Logger, reg prometheus.Registerer) error {
+	in := buildinfo.Get()
+	log.Info("envoy-rls build",
+		zap.String("version", in.Version),
+		zap.String("revision", in.Revision),
+		zap.String("go_version", in.GoVersion),
+		zap.String("build_date", in.Date),
+		zap.Bool("modified", in.Modified))
+	return registerBuildInfo(reg, in)
+}
+
+func registerBuildInfo(reg prometheus.Registerer, in buildinfo.Info) error {
+	g := prometheus.NewGauge(prometheus.GaugeOpts{
+		Namespace: rls.MetricsNamespace,
+		Name:      "build_info",
+		Help:      "Always 1; the labels say which build is running (version, VCS revision, Go toolchain).",
+		ConstLabels: prometheus.Labels{
+			"version":   in.Version,
+			"revision":  in.Revision,
+			"goversion": in.GoVersion,
+		},
+	})
+	g.Set(1)
+	if err := reg.Register(g); err != nil {
+		return fmt.Errorf("registering %s_build_info: %w", rls.MetricsNamespace, err)
+	}
+	return nil
+}

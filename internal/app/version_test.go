@@ -1,0 +1,140 @@
+package app
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http/httptest"
+	"strings"
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/envoy-rls/envoy-rls/internal/buildinfo"
+)
+
+var release = buildinfo.Info{
+	Version: "v1.2.3", Revision: "0123456789abcdef", GoVersion: "go1.26.8",
+	Date: "2026-12-01T10:00:00Z", Modified: true,
+}
+
+func TestVersionOutput(t *testing.T) {
+	const text = "version:    v1.2.3\n" +
+		"revision:   0123456789abcdef\n" +
+		"go version: go1.26.8\n" +
+		"build date: 2026-12-01T10:00:00Z\n" +
+		"modified:   true\n"
+	const js = `{"version":"v1.2.3","revision":"0123456789abcdef","go_version":"go1.26.8","build_date":"2026-12-01T10:00:00Z","modified":true}` + "\n"
+	tests := []struct {
+		args    []string
+		want    string
+		wantErr string
+	}{
+		{args: nil, want: text},
+		{args: []string{"--output", "text"}, want: text},
+		{args: []string{"--output", "json"}, want: js},
+		{args: []string{"-o", "json"}, want: js},
+		{args: []string{"--json"}, want: js},
+		{args: []string{"--output", "yaml"}, wantErr: `--output "yaml": must be text or json`},
+		{args: []string{"extra"}, wantErr: "version takes no arguments"},
+		{args: []string{"--nope"}, wantErr: "flag provided but not defined: -nope"},
+	}
+	for _, tt := range tests {
+		t.Run(strings.Join(tt.args, " "), func(t *testing.T) {
+			var stdout, stderr bytes.Buffer
+			err := writeVersion(tt.args, release, &stdout, &stderr)
+			if tt.wantErr != "" {
+				if err == nil || !errors.Is(err, ErrFailed) || !strings.Contains(err.Error(), tt.wantErr) {
+					t.Fatalf("err %v, want ErrFailed with %q", err, tt.wantErr)
+				}
+				if stdout.Len() != 0 {
+					t.Fatalf("stdout on error: %q", stdout.String())
+				}
+				return
+			}
+			if err != nil {
+				t.Fatalf("err %v; stderr %q", err, stderr.String())
+			}
+			if stdout.String() != tt.want {
+				t.Fatalf("stdout\n%s\nwant\n%s", stdout.String(), tt.want)
+			}
+		})
+	}
+}
+
+// The command reports what buildinfo.Get says about the running binary (the
+// test binary carries no stamps; cmd/envoy-rls tests the stamped release
+// build).
+func TestVersionCommand(t *testing.T) {
+	for _, args := range [][]string{{"version", "--json"}, {"--version", "--json"}} {
+		var stdout bytes.Buffer
+		if err := run(context.Background(), args, noEnv, &stdout, io.Discard, hooks{}); err != nil {
+			t.Fatalf("%v: %v", args, err)
+		}
+		var got versionJSON
+		if err := json.Unmarshal(stdout.Bytes(), &got); err != nil {
+			t.Fatalf("%v: %v\n%s", args, err, stdout.String())
+		}
+		in := buildinfo.Get()
+		want := versionJSON{Version: in.Version, Revision: in.Revision, GoVersion: in.GoVersion, BuildDate: in.Date, Modified: in.Modified}
+		if got != want || got.Version == "" || got.GoVersion == "" {
+			t.Fatalf("%v: %+v, want %+v", args, got, want)
+		}
+	}
+	var stdout bytes.Buffer
+	if err := run(context.Background(), []string{"help"}, noEnv, &stdout, io.Discard, hooks{}); err != nil || !strings.Contains(stdout.String(), "envoy-rls version") {
+		t.Fatalf("help does not list the version command (%v):\n%s", err, stdout.String())
+	}
+}
+
+func TestRegisterBuildInfo(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	if err := registerBuildInfo(reg, release); err != nil {
+		t.Fatal(err)
+	}
+	rec := httptest.NewRecorder()
+	promhttp.HandlerFor(reg, promhttp.HandlerOpts{}).ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
+	want := `# HELP envoy_rls_build_info Always 1; the labels say which build is running (version, VCS revision, Go toolchain).
+# TYPE envoy_rls_build_info gauge
+envoy_rls_build_info{goversion="go1.26.8",revision="0123456789abcdef",version="v1.2.3"} 1
+`
+	if got := rec.Body.String(); got != want {
+		t.Fatalf("/metrics\n%s\nwant\n%s", got, want)
+	}
+	if err := registerBuildInfo(reg, release); err == nil {
+		t.Fatal("registering twice on one registry: no error")
+	}
+}
+
+// A running server logs its build once at start and exports it on /metrics.
+func TestServeAnnouncesBuild(t *testing.T) {
+	rules := writeRules(t, t.TempDir(), testRules)
+	r := startServe(t, []string{"--config", rules}, nil, hooks{})
+	in := buildinfo.Get()
+
+	code, metrics := r.get(t, "/metrics")
+	line := fmt.Sprintf("envoy_rls_build_info{goversion=%q,revision=%q,version=%q} 1\n", in.GoVersion, in.Revision, in.Version)
+	if code != 200 || !strings.Contains(metrics, line) {
+		t.Fatalf("/metrics %d lacks %q:\n%s", code, line, metrics)
+	}
+
+	var builds []map[string]any
+	for _, l := range strings.Split(r.logs.String(), "\n") {
+		var m map[string]any
+		if json.Unmarshal([]byte(l), &m) == nil && m["msg"] == "envoy-rls build" {
+			builds = append(builds, m)
+		}
+	}
+	if len(builds) != 1 {
+		t.Fatalf("%d build lines in the log, want 1:\n%s", len(builds), r.logs)
+	}
+	b := builds[0]
+	if b["level"] != "info" || b["version"] != in.Version || b["revision"] != in.Revision ||
+		b["go_version"] != in.GoVersion || b["build_date"] != in.Date || b["modified"] != in.Modified {
+		t.Fatalf("build line %v, want the fields of %+v", b, in)
+	}
+}

@@ -1,0 +1,179 @@
+package release
+
+import (
+	"go/ast"
+	"go/parser"
+	"go/token"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+
+	"gopkg.in/yaml.v3"
+)
+
+const root = "../.."
+
+func read(t *testing.T, name string) string {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(root, name))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
+// runtimeStage returns the instructions of a Dockerfile's last stage, with
+// continuation lines joined, comments dropped, and COPY reduced to its
+// destination (the sources differ: a build stage or prebuilt binaries).
+func runtimeStage(t *testing.T, name string) []string {
+	t.Helper()
+	text := strings.ReplaceAll(read(t, name), "\\\n", " ")
+	var stage []string
+	for _, line := range strings.Split(text, "\n") {
+		line = strings.Join(strings.Fields(line), " ")
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		word, _, _ := strings.Cut(line, " ")
+		switch strings.ToUpper(word) {
+		case "FROM":
+			stage = []string{line}
+		case "ARG":
+			// Build arguments shape the build, not the image's layout.
+		case "COPY":
+			f := strings.Fields(line)
+			stage = append(stage, "COPY → "+f[len(f)-1])
+		default:
+			stage = append(stage, line)
+		}
+	}
+	return stage
+}
+
+// The release image (goreleaser) and the image built from source must run
+// the same way: base image, paths, user, ports, health check, entry point.
+func TestDockerfilesShareRuntimeLayout(t *testing.T) {
+	src, rel := runtimeStage(t, "Dockerfile"), runtimeStage(t, "release.Dockerfile")
+	if !slices.Equal(src, rel) {
+		t.Fatalf("runtime stages differ:\nDockerfile:\n  %s\nrelease.Dockerfile:\n  %s", strings.Join(src, "\n  "), strings.Join(rel, "\n  "))
+	}
+	for _, want := range []string{
+		"FROM gcr.io/distroless/static-debian12:nonroot",
+		"USER 65532:65532",
+		"EXPOSE 8081 8080",
+		`ENTRYPOINT ["/usr/local/bin/envoy-rls"]`,
+		`CMD ["serve", "--config", "/etc/envoy-rls/rules"]`,
+	} {
+		if !slices.Contains(rel, want) {
+			t.Errorf("release.Dockerfile lacks %q", want)
+		}
+	}
+}
+
+type goreleaser struct {
+	Builds []struct {
+		ID      string   `yaml:"id"`
+		Main    string   `yaml:"main"`
+		Env     []string `yaml:"env"`
+		Goos    []string `yaml:"goos"`
+		Goarch  []string `yaml:"goarch"`
+		Ldflags []string `yaml:"ldflags"`
+	} `yaml:"builds"`
+	Dockers []struct {
+		IDs        []string `yaml:"ids"`
+		Dockerfile string   `yaml:"dockerfile"`
+		Images     []string `yaml:"images"`
+		Tags       []string `yaml:"tags"`
+		Platforms  []string `yaml:"platforms"`
+	} `yaml:"dockers_v2"`
+}
+
+// The release publishes the image the chart deploys, for both
+// architectures, tagged the way the chart's appVersion names it.
+func TestReleaseImageIsTheChartImage(t *testing.T) {
+	var g goreleaser
+	if err := yaml.Unmarshal([]byte(read(t, ".goreleaser.yaml")), &g); err != nil {
+		t.Fatal(err)
+	}
+	var values struct {
+		Image struct {
+			Repository string `yaml:"repository"`
+		} `yaml:"image"`
+	}
+	if err := yaml.Unmarshal([]byte(read(t, "deploy/helm/envoy-rls/values.yaml")), &values); err != nil {
+		t.Fatal(err)
+	}
+	if len(g.Dockers) != 1 {
+		t.Fatalf("%d dockers_v2 entries, want 1", len(g.Dockers))
+	}
+	d := g.Dockers[0]
+	if !slices.Equal(d.Images, []string{values.Image.Repository}) {
+		t.Errorf("release images %v, chart image.repository %q", d.Images, values.Image.Repository)
+	}
+	if !slices.Equal(d.Platforms, []string{"linux/amd64", "linux/arm64"}) {
+		t.Errorf("image platforms %v", d.Platforms)
+	}
+	// The workflow packages the chart with appVersion = the tag without its
+	// v, and the chart's default image tag is its appVersion.
+	if !slices.Contains(d.Tags, "{{ .Version }}") {
+		t.Errorf("image tags %v lack {{ .Version }} (the chart's appVersion)", d.Tags)
+	}
+	wf := read(t, ".github/workflows/release.yml")
+	for _, want := range []string{`version="${GITHUB_REF_NAME#v}"`, `--version "$version" --app-version "$version"`, "oci://ghcr.io/envoy-rls/charts"} {
+		if !strings.Contains(wf, want) {
+			t.Errorf("release.yml lacks %q", want)
+		}
+	}
+	built := map[string]bool{}
+	for _, b := range g.Builds {
+		built[b.ID] = true
+		if !slices.Equal(b.Goos, []string{"linux"}) || !slices.Equal(b.Goarch, []string{"amd64", "arm64"}) || !slices.Contains(b.Env, "CGO_ENABLED=0") {
+			t.Errorf("build %s: goos %v goarch %v env %v, want static linux amd64+arm64", b.ID, b.Goos, b.Goarch, b.Env)
+		}
+	}
+	for _, id := range d.IDs {
+		if !built[id] {
+			t.Errorf("the image uses build %q, which .goreleaser.yaml does not define", id)
+		}
+	}
+}
+
+// Every release path stamps the three variables internal/buildinfo reads.
+func TestStampsNameTheBuildinfoVariables(t *testing.T) {
+	f, err := parser.ParseFile(token.NewFileSet(), filepath.Join(root, "internal/buildinfo/buildinfo.go"), nil, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var vars []string
+	for _, decl := range f.Decls {
+		if gd, ok := decl.(*ast.GenDecl); ok && gd.Tok == token.VAR {
+			for _, spec := range gd.Specs {
+				for _, n := range spec.(*ast.ValueSpec).Names {
+					vars = append(vars, n.Name)
+				}
+			}
+		}
+	}
+	slices.Sort(vars)
+	if !slices.Equal(vars, []string{"date", "revision", "version"}) {
+		t.Fatalf("internal/buildinfo declares %v; update the stamps in every release path", vars)
+	}
+	stamp := regexp.MustCompile(`-X\s+\S*?\.(\w+)=`)
+	for _, name := range []string{".goreleaser.yaml", "Makefile", "Dockerfile"} {
+		text := read(t, name)
+		if !strings.Contains(text, "github.com/envoy-rls/envoy-rls/internal/buildinfo") {
+			t.Errorf("%s does not name the buildinfo package", name)
+		}
+		var got []string
+		for _, m := range stamp.FindAllStringSubmatch(text, -1) {
+			got = append(got, m[1])
+		}
+		slices.Sort(got)
+		if !slices.Equal(got, vars) {
+			t.Errorf("%s stamps %v, want %v", name, got, vars)
+		}
+	}
+}
