@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -403,40 +404,77 @@ func TestValidate(t *testing.T) {
 	}, &out, &errOut); err != nil {
 		t.Fatalf("validate via ENVOY_RLS_CONFIG: %v", err)
 	}
-	if err := Run(context.Background(), []string{"validate"}, noEnv, &out, &errOut); !errors.Is(err, ErrFailed) {
-		t.Fatalf("validate without a path: %v", err)
+	if err := Run(context.Background(), []string{"validate"}, noEnv, &out, &errOut); err == nil || errors.Is(err, ErrFailed) || !strings.Contains(err.Error(), "exactly one rule path") {
+		t.Fatalf("validate without a path: %v, want an error for main to print", err)
 	}
 	if err := Run(context.Background(), []string{"validate", filepath.Join(dir, "missing.yaml")}, noEnv, &out, &errOut); !errors.Is(err, ErrFailed) {
 		t.Fatalf("validate of a missing file: %v", err)
 	}
 }
 
+// Every start-up failure is an error for main to print (not ErrFailed, which
+// main keeps quiet about), one line per problem, naming the flag or
+// variable as the user set it, the value and what is accepted.
 func TestServeFlagErrors(t *testing.T) {
 	rules := writeRules(t, t.TempDir(), testRules)
+	listen := []string{"--grpc-addr", "127.0.0.1:0", "--admin-addr", "127.0.0.1:0"}
 	for _, tc := range []struct {
 		name string
 		args []string
 		env  map[string]string
 		want string
 	}{
-		{"no config", []string{"serve"}, nil, "--config"},
-		{"bad store", []string{"serve", "--config", rules, "--store", "etcd"}, nil, "--store"},
-		{"bad headers", []string{"serve", "--config", rules, "--default-headers", "some"}, nil, "--default-headers"},
-		{"bad env", []string{"serve", "--config", rules}, map[string]string{"ENVOY_RLS_DRAIN_TIMEOUT": "soon"}, "ENVOY_RLS_DRAIN_TIMEOUT"},
-		{"bad level", []string{"serve", "--config", rules, "--log-level", "loud"}, nil, "--log-level"},
-		{"gc percent too low", []string{"serve", "--config", rules, "--gc-percent", "5"}, nil, "--gc-percent"},
-		{"gc percent too high", []string{"serve", "--config", rules}, map[string]string{"ENVOY_RLS_GC_PERCENT": "20000"}, "--gc-percent"},
-		{"redis without secret", []string{"serve", "--config", rules, "--store", "redis", "--grpc-addr", "127.0.0.1:0", "--admin-addr", "127.0.0.1:0"}, nil, "HMAC secret"},
-		{"short secret", []string{"serve", "--config", rules, "--grpc-addr", "127.0.0.1:0", "--admin-addr", "127.0.0.1:0"}, map[string]string{SecretEnv: "short"}, "at least"},
-		{"unknown command", []string{"launch"}, nil, "unknown command"},
+		{"no command", nil, nil, `a command is required: serve, validate, version or help ("envoy-rls help" explains them)`},
+		{"unknown command", []string{"launch"}, nil, `unknown command "launch": must be serve, validate, version or help ("envoy-rls help" explains them)`},
+		{"no config", []string{"serve"}, nil, "--config (or ENVOY_RLS_CONFIG) is not set: must be the rule file or directory to serve"},
+		{"argument", []string{"serve", "--config", rules, "extra"}, nil, `serve takes no arguments (got ["extra"]): the rules are --config PATH`},
+		{"unknown flag", []string{"serve", "--config", rules, "--colour"}, nil, `unknown flag --colour ("envoy-rls serve --help" lists the flags)`},
+		{"no value", []string{"serve", "--config"}, nil, `--config needs a value ("envoy-rls serve --help" says which)`},
+		{"bad store", []string{"serve", "--config", rules, "--store", "etcd"}, nil, `--store="etcd": must be memory or redis`},
+		{"bad headers", []string{"serve", "--config", rules, "--default-headers", "some"}, nil, `--default-headers="some": must be full, retry_after or none`},
+		{"bad env duration", []string{"serve", "--config", rules}, map[string]string{"ENVOY_RLS_DRAIN_TIMEOUT": "soon"}, `ENVOY_RLS_DRAIN_TIMEOUT="soon": must be a positive duration such as 15s`},
+		{"env duration zero", []string{"serve", "--config", rules}, map[string]string{"ENVOY_RLS_DRAIN_TIMEOUT": "0s"}, `ENVOY_RLS_DRAIN_TIMEOUT="0s": must be a positive duration such as 15s`},
+		{"bad env int", []string{"serve", "--config", rules}, map[string]string{"ENVOY_RLS_REDIS_POOL_SIZE": "abc"}, `ENVOY_RLS_REDIS_POOL_SIZE="abc": must be an integer between 1 and 256`},
+		{"bad flag int", []string{"serve", "--config", rules, "--redis-pool-size=abc"}, nil, `--redis-pool-size="abc": must be an integer between 1 and 256`},
+		{"bad env bool", []string{"serve", "--config", rules}, map[string]string{"ENVOY_RLS_LOCAL_CACHE": "yes"}, `ENVOY_RLS_LOCAL_CACHE="yes": must be true or false`},
+		{"bad level", []string{"serve", "--config", rules, "--log-level", "loud"}, nil, `--log-level="loud": must be debug, info, warn or error`},
+		{"gc percent too low", []string{"serve", "--config", rules, "--gc-percent", "5"}, nil, `--gc-percent="5": must be 0 (automatic) or an integer between 10 and 10000`},
+		{"gc percent too high", []string{"serve", "--config", rules}, map[string]string{"ENVOY_RLS_GC_PERCENT": "20000"}, `ENVOY_RLS_GC_PERCENT="20000": must be 0 (automatic) or an integer between 10 and 10000`},
+		{"flag wins over env", []string{"serve", "--config", rules, "--redis-timeout", "2m"}, map[string]string{"ENVOY_RLS_REDIS_TIMEOUT": "1s"}, `--redis-timeout="2m": must be a duration between 1ms and 1m0s`},
+		{"several problems", []string{"serve", "--config", rules, "--store", "etcd"}, map[string]string{"ENVOY_RLS_LOG_LEVEL": "loud", "ENVOY_RLS_MEMORY_MAX_ENTRIES": "x"},
+			`ENVOY_RLS_MEMORY_MAX_ENTRIES="x": must be 0 (automatic) or a positive integer` + "\n" + `--store="etcd": must be memory or redis` + "\n" + `ENVOY_RLS_LOG_LEVEL="loud": must be debug, info, warn or error`},
+		{"redis without address", []string{"serve", "--config", rules, "--store", "redis"}, nil, "--redis-addr (or ENVOY_RLS_REDIS_ADDR) is not set: must be at least one host:port"},
+		{"redis without secret", append([]string{"serve", "--config", rules, "--store", "redis", "--redis-addr", "127.0.0.1:1"}, listen...), nil, "--store redis needs an HMAC secret shared by every replica: set --hmac-secret-file (or ENVOY_RLS_HMAC_SECRET_FILE) or ENVOY_RLS_HMAC_SECRET"},
+		{"short secret", append([]string{"serve", "--config", rules}, listen...), map[string]string{SecretEnv: "short"}, "ENVOY_RLS_HMAC_SECRET: must be at least 16 bytes (it holds 5)"},
+		{"unreadable secret file", append([]string{"serve", "--config", rules}, listen...), map[string]string{"ENVOY_RLS_HMAC_SECRET_FILE": "/nonexistent/secret"}, `ENVOY_RLS_HMAC_SECRET_FILE="/nonexistent/secret": must be a readable file holding the secret: open /nonexistent/secret: no such file or directory`},
+		{"listen failure", []string{"serve", "--config", rules, "--grpc-addr", "127.0.0.1:0", "--admin-addr", "127.0.0.1:99999"}, nil, `--admin-addr="127.0.0.1:99999": must be an address this process can listen on: listen tcp: address 99999: invalid port`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var errOut bytes.Buffer
 			err := Run(context.Background(), tc.args, func(k string) string { return tc.env[k] }, io.Discard, &errOut)
-			if err == nil || !strings.Contains(err.Error()+errOut.String(), tc.want) {
-				t.Fatalf("err %v, stderr %q; want mention of %q", err, errOut.String(), tc.want)
+			if err == nil || errors.Is(err, ErrFailed) || err.Error() != tc.want {
+				t.Fatalf("err\n%v\nwant\n%s\nstderr %q", err, tc.want, errOut.String())
 			}
 		})
+	}
+}
+
+// Rules that fail to load stop serve with every problem on a line of its
+// own.
+func TestServeRulesErrors(t *testing.T) {
+	dir := t.TempDir()
+	bad := filepath.Join(dir, "bad.yaml")
+	if err := os.WriteFile(bad, []byte("domain: app\ndescriptors:\n  - key: a\n    rate_limit: {unit: fortnight, requests_per_unit: 1}\n  - key: b\n    rate_limit: {unit: second, requests_per_unit: -1}\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	err := Run(context.Background(), []string{"serve", "--config", bad, "--grpc-addr", "127.0.0.1:0", "--admin-addr", "127.0.0.1:0"}, noEnv, io.Discard, io.Discard)
+	if err == nil || errors.Is(err, ErrFailed) {
+		t.Fatalf("serve with bad rules: %v", err)
+	}
+	lines := strings.Split(err.Error(), "\n")
+	if len(lines) != 3 || !strings.HasPrefix(lines[0], bad+":4:") || !strings.HasPrefix(lines[1], bad+":6:") ||
+		lines[2] != fmt.Sprintf("--config=%q: 2 problem(s) in the rules; nothing served", bad) {
+		t.Fatalf("serve with bad rules:\n%v", err)
 	}
 }
 
@@ -517,12 +555,7 @@ func TestLocalCache(t *testing.T) {
 			t.Fatalf("%v: /metrics lacks %q", tc.args, tc.want)
 		}
 	}
-	var o Options
-	fs := serveFlags(&o, io.Discard)
-	if err := parseFlags(fs, []string{"--config", "x", "--local-cache-size", "3"}, func(string) string { return "" }); err != nil {
-		t.Fatal(err)
-	}
-	if err := o.check(); err == nil || !strings.Contains(err.Error(), "--local-cache-size") {
+	if err := CheckServeArgs([]string{"--config", "x", "--local-cache-size", "3"}, func(string) string { return "" }); err == nil || !strings.Contains(err.Error(), "--local-cache-size") {
 		t.Fatalf("check: %v, want a --local-cache-size error", err)
 	}
 }
