@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"net/http"
@@ -584,5 +585,119 @@ func TestGCPercent(t *testing.T) {
 				t.Fatalf("gcPercent = %d, %q; want %d, %q", got, from, tc.want, tc.wantFrom)
 			}
 		})
+	}
+}
+
+// CheckServeArgs refuses everything serve would refuse at start that needs
+// no file and no network, naming the flag.
+func TestCheckServeArgs(t *testing.T) {
+	base := []string{"--config", "rules"}
+	redis := []string{"--config", "rules", "--store", "redis", "--redis-addr", "10.0.0.1:6379"}
+	for _, tc := range []struct {
+		name string
+		args []string
+		env  map[string]string
+		want string // "" = accepted
+	}{
+		{"defaults", base, nil, ""},
+		{"redis", redis, nil, ""},
+		{"files are not read", append(redis, "--hmac-secret-file", "/nonexistent", "--redis-password-file", "/nonexistent", "--redis-tls-ca", "/nonexistent"), nil, ""},
+		{"help", []string{"-h"}, nil, flag.ErrHelp.Error()},
+		{"memory store ignores a missing redis address", append(base, "--redis-mode", "sentinel"), nil, ""},
+		{"memory store still refuses a bad redis value", append(base, "--redis-pool-size", "0"), nil, `--redis-pool-size="0": must be an integer between 1 and 256`},
+		{"redis without address", []string{"--config", "rules", "--store", "redis"}, nil, "--redis-addr (or ENVOY_RLS_REDIS_ADDR) is not set: must be at least one host:port"},
+		{"malformed address", []string{"--config", "rules", "--store", "redis", "--redis-addr", "10.0.0.1"}, nil, `--redis-addr="10.0.0.1": must be host:port (several separated by commas)`},
+		{"malformed address from env", []string{"--config", "rules", "--store", "redis"}, map[string]string{"ENVOY_RLS_REDIS_ADDR": "a:1,b"}, `ENVOY_RLS_REDIS_ADDR="a:1,b": must be host:port (several separated by commas)`},
+		{"redis mode", append(redis, "--redis-mode", "ring"), nil, `--redis-mode="ring": must be auto, standalone, cluster or sentinel`},
+		{"sentinel without master", append(redis, "--redis-mode", "sentinel"), nil, "--redis-sentinel-master (or ENVOY_RLS_REDIS_SENTINEL_MASTER) is not set: must be the master set name in sentinel mode"},
+		{"master in cluster mode", append(redis, "--redis-mode", "cluster", "--redis-sentinel-master", "m"), nil, `--redis-sentinel-master="m": must be empty unless the mode is sentinel or auto (it is cluster)`},
+		{"master in auto mode", append(redis, "--redis-sentinel-master", "m"), nil, ""},
+		{"standalone with two addresses", []string{"--config", "rules", "--store", "redis", "--redis-mode", "standalone", "--redis-addr", "a:1,b:2"}, nil, `--redis-addr="a:1,b:2": must be exactly one address in standalone mode (got 2)`},
+		{"timeout too short", append(redis, "--redis-timeout", "500us"), nil, `--redis-timeout="500us": must be a duration between 1ms and 1m0s`},
+		{"timeout too long", append(redis, "--redis-timeout", "61s"), nil, `--redis-timeout="61s": must be a duration between 1ms and 1m0s`},
+		{"timeout at the bounds", append(redis, "--redis-timeout", "1ms"), map[string]string{"ENVOY_RLS_REDIS_TIMEOUT": "1m"}, ""},
+		{"flush delay negative", append(redis, "--redis-max-flush-delay", "-1us"), nil, `--redis-max-flush-delay="-1us": must be a duration between 0 and 1ms`},
+		{"flush delay too long", append(redis, "--redis-max-flush-delay", "2ms"), nil, `--redis-max-flush-delay="2ms": must be a duration between 0 and 1ms`},
+		{"flush delay zero", append(redis, "--redis-max-flush-delay", "0"), nil, ""},
+		{"pool size zero", append(redis, "--redis-pool-size", "0"), nil, `--redis-pool-size="0": must be an integer between 1 and 256`},
+		{"pool size too large", redis, map[string]string{"ENVOY_RLS_REDIS_POOL_SIZE": "257"}, `ENVOY_RLS_REDIS_POOL_SIZE="257": must be an integer between 1 and 256`},
+		{"pool size at the bound", append(redis, "--redis-pool-size", "256"), nil, ""},
+		{"client cert without key", append(redis, "--redis-tls-cert", "c.pem"), nil, "--redis-tls-key (or ENVOY_RLS_REDIS_TLS_KEY) is not set: must be given together with --redis-tls-cert (mutual TLS needs both)"},
+		{"client key without cert", append(redis, "--redis-tls-key", "k.pem"), nil, "--redis-tls-cert (or ENVOY_RLS_REDIS_TLS_CERT) is not set: must be given together with --redis-tls-key (mutual TLS needs both)"},
+		{"log level", append(base, "--log-level", "verbose"), nil, `--log-level="verbose": must be debug, info, warn or error`},
+		{"header mode", base, map[string]string{"ENVOY_RLS_DEFAULT_HEADERS": "all"}, `ENVOY_RLS_DEFAULT_HEADERS="all": must be full, retry_after or none`},
+		{"gc percent", append(base, "--gc-percent", "-1"), nil, `--gc-percent="-1": must be 0 (automatic) or an integer between 10 and 10000`},
+		{"drain timeout", append(base, "--drain-timeout", "-1s"), nil, `--drain-timeout="-1s": must be a positive duration such as 15s`},
+		{"memory entries", append(base, "--memory-max-entries", "-5"), nil, `--memory-max-entries="-5": must be 0 (automatic) or a positive integer`},
+		{"local cache size", append(base, "--local-cache-size", "3"), nil, `--local-cache-size="3": must be an integer of at least 64`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			err := CheckServeArgs(tc.args, func(k string) string { return tc.env[k] })
+			if got := fmt.Sprint(err); tc.want == "" && err != nil || tc.want != "" && got != tc.want {
+				t.Fatalf("CheckServeArgs(%q) = %v, want %q", tc.args, err, tc.want)
+			}
+		})
+	}
+}
+
+// serve --help lists every flag as --name with its variable and default,
+// without the flag package's artefacts.
+func TestServeHelp(t *testing.T) {
+	for _, arg := range []string{"-h", "--help", "-help"} {
+		var out, errOut bytes.Buffer
+		if err := Run(context.Background(), []string{"serve", arg}, noEnv, &out, &errOut); err != nil {
+			t.Fatalf("serve %s: %v", arg, err)
+		}
+		if errOut.Len() != 0 {
+			t.Fatalf("serve %s wrote to stderr: %q", arg, errOut.String())
+		}
+		help := out.String()
+		var o Options
+		serveFlags(&o).VisitAll(func(f *flag.Flag) {
+			if !strings.Contains(help, "\n  --"+f.Name+" ") && !strings.Contains(help, "\n  --"+f.Name+"\n") {
+				t.Errorf("serve %s: no --%s line", arg, f.Name)
+			}
+			if !strings.Contains(help, "("+envName(f.Name)) {
+				t.Errorf("serve %s: --%s without %s", arg, f.Name, envName(f.Name))
+			}
+		})
+		for _, want := range []string{
+			"  --default-headers MODE\n      response headers of the rules that set no headers field of their own:\n      full, retry_after or none\n      (ENVOY_RLS_DEFAULT_HEADERS, default \"full\")\n",
+			"  --redis-pool-size N\n",
+			"(ENVOY_RLS_DRAIN_TIMEOUT, default 15s)",
+			"(ENVOY_RLS_CONFIG)\n",
+			"  --local-cache\n",
+		} {
+			if !strings.Contains(help, want) {
+				t.Errorf("serve %s: help lacks %q", arg, want)
+			}
+		}
+		for i, line := range strings.Split(help, "\n") {
+			if strings.HasPrefix(strings.TrimSpace(line), "-") && !strings.HasPrefix(strings.TrimSpace(line), "--") {
+				t.Errorf("serve %s: line %d has a single-dash flag: %q", arg, i+1, line)
+			}
+			if strings.Contains(line, "`") || len(line) > helpWidth {
+				t.Errorf("serve %s: line %d: %q", arg, i+1, line)
+			}
+		}
+	}
+	var out bytes.Buffer
+	if err := Run(context.Background(), []string{"validate", "--help"}, noEnv, &out, io.Discard); err != nil || !strings.Contains(out.String(), "  --config PATH\n") {
+		t.Fatalf("validate --help: %v\n%s", err, out.String())
+	}
+}
+
+// The top-level help lists the commands and where flag values come from.
+func TestHelp(t *testing.T) {
+	for _, arg := range []string{"help", "-h", "--help"} {
+		var out bytes.Buffer
+		if err := Run(context.Background(), []string{arg}, noEnv, &out, io.Discard); err != nil {
+			t.Fatalf("%s: %v", arg, err)
+		}
+		for _, want := range []string{"envoy-rls serve --config PATH", "envoy-rls validate", "envoy-rls version", "ENVOY_RLS_GRPC_ADDR", "envoy-rls serve --help"} {
+			if !strings.Contains(out.String(), want) {
+				t.Errorf("%s: lacks %q:\n%s", arg, want, out.String())
+			}
+		}
 	}
 }
