@@ -10,6 +10,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"math"
 	"net"
 	"net/http"
 	"os"
@@ -489,10 +490,13 @@ const memorySweepInterval = 10 * time.Second
 func (s *server) openStore(ctx context.Context, wg *sync.WaitGroup) (limiter.Store, func(), error) {
 	switch s.opts.Store {
 	case "memory":
-		entries := s.opts.MemoryMaxEntries
-		if entries == 0 {
-			entries = DefaultMemoryMaxEntries
+		limit := debug.SetMemoryLimit(-1)
+		entries, from := memoryBound(&s.opts, limit)
+		fields := []zap.Field{zap.Int("memory_max_entries", entries), zap.String("from", from)}
+		if limit != math.MaxInt64 {
+			fields = append(fields, zap.Int64("gomemlimit_bytes", limit))
 		}
+		s.log.Info("memory store bound", fields...)
 		st, err := memory.New(memory.Config{MaxEntries: entries, Observer: memoryObserver{s.metrics}})
 		if err != nil {
 			return nil, nil, fmt.Errorf("memory store: %w", err)

@@ -8,6 +8,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"math"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -26,6 +27,7 @@ import (
 	reflectionpb "google.golang.org/grpc/reflection/grpc_reflection_v1"
 
 	"github.com/envoy-rls/envoy-rls/pkg/limiter"
+	"github.com/envoy-rls/envoy-rls/pkg/limiter/memory"
 )
 
 const testRules = `domain: app
@@ -699,5 +701,40 @@ func TestHelp(t *testing.T) {
 				t.Errorf("%s: lacks %q:\n%s", arg, want, out.String())
 			}
 		}
+	}
+}
+
+// The automatic memory bound follows the Go memory limit (GOMEMLIMIT),
+// injected here: the test process's own limit plays no part.
+func TestMemoryBound(t *testing.T) {
+	const mi = 1 << 20
+	for _, tc := range []struct {
+		name     string
+		flag     int
+		limit    int64
+		want     int
+		wantFrom string
+	}{
+		{"no limit", 0, math.MaxInt64, 1_000_000, "automatic (no GOMEMLIMIT)"},
+		{"the chart's 256Mi", 0, 256 * mi, 493_447, "automatic (GOMEMLIMIT)"}, // 268435456 x 0.5 / 272
+		{"128Mi", 0, 128 * mi, 246_723, "automatic (GOMEMLIMIT)"},
+		{"1Gi allows the default", 0, 1024 * mi, 1_000_000, "automatic (GOMEMLIMIT allows the default)"},
+		{"just below the default", 0, 543_999_999, 999_999, "automatic (GOMEMLIMIT)"},
+		{"at the default", 0, 544_000_000, 1_000_000, "automatic (GOMEMLIMIT allows the default)"},
+		{"tiny limit still holds one", 0, 100, 1, "automatic (GOMEMLIMIT)"},
+		{"the flag wins", 5000, 256 * mi, 5000, "--memory-max-entries"},
+		{"the flag above the automatic bound", 2_000_000, 256 * mi, 2_000_000, "--memory-max-entries"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, from := memoryBound(&Options{MemoryMaxEntries: tc.flag}, tc.limit)
+			if got != tc.want || from != tc.wantFrom {
+				t.Fatalf("memoryBound = %d, %q; want %d, %q", got, from, tc.want, tc.wantFrom)
+			}
+		})
+	}
+	// A full store at the bound for 256Mi keeps at most MemoryShare of it.
+	n, _ := memoryBound(&Options{}, 256*mi)
+	if float64(n)*memory.MaxBytesPerEntry > MemoryShare*256*mi {
+		t.Fatalf("%d entries x %d bytes exceed %v of 256 MiB", n, memory.MaxBytesPerEntry, MemoryShare)
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"math"
 	"strconv"
 	"strings"
 	"time"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/envoy-rls/envoy-rls/pkg/descriptors"
 	"github.com/envoy-rls/envoy-rls/pkg/limiter/denycache"
+	"github.com/envoy-rls/envoy-rls/pkg/limiter/memory"
 	"github.com/envoy-rls/envoy-rls/pkg/limiter/redis"
 )
 
@@ -31,14 +33,21 @@ const (
 	DefaultStore            = "memory"
 	DefaultLogLevel         = "info"
 	DefaultHeaders          = "full"
-	DefaultMemoryMaxEntries = 1_000_000
-	DefaultDrainTimeout     = 15 * time.Second
-	DefaultRedisMode        = "auto"
-	DefaultRedisTimeout     = redis.DefaultTimeout
-	DefaultRedisPoolSize    = redis.DefaultPoolSize
-	DefaultRedisFlushDelay  = redis.DefaultMaxFlushDelay
-	DefaultLocalCache       = true
-	DefaultLocalCacheSize   = denycache.DefaultSize
+	DefaultMemoryMaxEntries = memory.DefaultMaxEntries
+	// MemoryShare is the part of the Go runtime's memory limit (GOMEMLIMIT)
+	// that the automatic memory bound lets a full store take, at
+	// memory.MaxBytesPerEntry: the rest holds everything else (32-36 MiB
+	// RSS under load with the memory store, docs/performance.md), the
+	// garbage of a table that doubles, and the collector's headroom. With
+	// a 256 MiB limit: 493,447 entries, whose full tables take 100 MiB.
+	MemoryShare            = 0.5
+	DefaultDrainTimeout    = 15 * time.Second
+	DefaultRedisMode       = "auto"
+	DefaultRedisTimeout    = redis.DefaultTimeout
+	DefaultRedisPoolSize   = redis.DefaultPoolSize
+	DefaultRedisFlushDelay = redis.DefaultMaxFlushDelay
+	DefaultLocalCache      = true
+	DefaultLocalCacheSize  = denycache.DefaultSize
 	// DefaultGCPercent (0) lets the binary pick the garbage collector's
 	// target: RedisGCPercent with the Redis store unless GOGC is set, the
 	// Go runtime's own (GOGC, default 100) otherwise.
@@ -107,7 +116,7 @@ func serveFlags(o *Options) *flag.FlagSet {
 	fs.StringVar(&o.HMACSecretFile, "hmac-secret-file", "", "file holding the HMAC secret that pseudonymizes subjects (else $"+SecretEnv+"; required with --store redis)")
 	fs.StringVar(&o.LogLevel, "log-level", DefaultLogLevel, "log level: debug, info, warn, error")
 	fs.StringVar(&o.DefaultHeaders, "default-headers", DefaultHeaders, "response headers of the rules that set no headers field of their own: full, retry_after or none")
-	fs.IntVar(&o.MemoryMaxEntries, "memory-max-entries", 0, "memory store: the most subjects held at once; 0 = automatic (1000000)")
+	fs.IntVar(&o.MemoryMaxEntries, "memory-max-entries", 0, "memory store: the most subjects held at once; 0 = automatic: 1000000, or fewer when GOMEMLIMIT is set, so that a full store takes at most half of it (docs/operations.md)")
 	fs.DurationVar(&o.DrainTimeout, "drain-timeout", DefaultDrainTimeout, "on SIGTERM/SIGINT, how long in-flight calls may take to finish")
 	fs.BoolVar(&o.LocalCache, "local-cache", DefaultLocalCache, "answer repeated store denials (fixed window, token bucket) locally until their retry time: a hot subject costs one store call per window instead of one per request; exact (see docs/performance.md)")
 	fs.IntVar(&o.LocalCacheSize, "local-cache-size", DefaultLocalCacheSize, "local deny cache: the most denials held at once")
@@ -359,6 +368,26 @@ func headerMode(s string) (descriptors.HeaderMode, error) {
 		return descriptors.HeadersNone, nil
 	}
 	return 0, fmt.Errorf("--default-headers %q: must be full, retry_after or none", s)
+}
+
+// memoryBound is the memory store's entry bound and where it comes from.
+// memLimit is the Go runtime's memory limit (debug.SetMemoryLimit(-1):
+// GOMEMLIMIT, math.MaxInt64 when unset). Automatic (--memory-max-entries
+// 0) is DefaultMemoryMaxEntries, lowered under a memory limit to
+// floor(memLimit x MemoryShare / memory.MaxBytesPerEntry), so that the
+// store refuses new subjects before the process reaches the limit.
+func memoryBound(o *Options, memLimit int64) (int, string) {
+	switch {
+	case o.MemoryMaxEntries > 0:
+		return o.MemoryMaxEntries, "--memory-max-entries"
+	case memLimit <= 0 || memLimit == math.MaxInt64:
+		return DefaultMemoryMaxEntries, "automatic (no GOMEMLIMIT)"
+	}
+	n := int64(float64(memLimit) * MemoryShare / memory.MaxBytesPerEntry)
+	if n >= DefaultMemoryMaxEntries {
+		return DefaultMemoryMaxEntries, "automatic (GOMEMLIMIT allows the default)"
+	}
+	return int(max(n, 1)), "automatic (GOMEMLIMIT)"
 }
 
 // gcPercent is the garbage collector target serve sets, and where it comes
