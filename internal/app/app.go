@@ -163,20 +163,36 @@ func readSecret(o *Options, getenv func(string) string) ([]byte, string, error) 
 		}
 		return b, "file", nil
 	}
-	if v := getenv(SecretEnv); v != "" {
-		if len(v) < descriptors.MinSecretLength {
-			return nil, "", fmt.Errorf("%s: must be at least %d bytes (it holds %d)", SecretEnv, descriptors.MinSecretLength, len(v))
-		}
-		return []byte(v), "environment", nil
+	if err := checkSecretSource(o, getenv); err != nil {
+		return nil, "", err
 	}
-	if o.Store == "redis" {
-		return nil, "", fmt.Errorf("--store redis needs an HMAC secret shared by every replica: set --hmac-secret-file (or %s) or %s", envName("hmac-secret-file"), SecretEnv)
+	if v := getenv(SecretEnv); v != "" {
+		return []byte(v), "environment", nil
 	}
 	b := make([]byte, 32)
 	if _, err := rand.Read(b); err != nil {
 		return nil, "", fmt.Errorf("generating a random HMAC secret: %w", err)
 	}
 	return b, "random", nil
+}
+
+// checkSecretSource refuses, without reading the secret file, a secret
+// that cannot do: none at all with the Redis store (every replica must
+// share one), or one too short in the environment.
+func checkSecretSource(o *Options, getenv func(string) string) error {
+	if o.HMACSecretFile != "" {
+		return nil
+	}
+	if v := getenv(SecretEnv); v != "" {
+		if len(v) < descriptors.MinSecretLength {
+			return fmt.Errorf("%s: must be at least %d bytes (it holds %d)", SecretEnv, descriptors.MinSecretLength, len(v))
+		}
+		return nil
+	}
+	if o.Store == "redis" {
+		return fmt.Errorf("--store redis needs an HMAC secret shared by every replica: set --hmac-secret-file (or %s) or %s", envName("hmac-secret-file"), SecretEnv)
+	}
+	return nil
 }
 
 // rulesError reports rules that fail to load at start: every problem on a
@@ -246,7 +262,7 @@ func serveOptions(args []string, getenv func(string) string, help io.Writer) (Op
 	if fs.NArg() > 0 {
 		errs = append(errs, fmt.Errorf("serve takes no arguments (got %q): the rules are --config PATH", fs.Args()))
 	}
-	errs = append(errs, o.check())
+	errs = append(errs, o.check(), checkSecretSource(&o, getenv))
 	return o, errors.Join(errs...)
 }
 

@@ -446,7 +446,7 @@ func TestServeFlagErrors(t *testing.T) {
 		{"flag wins over env", []string{"serve", "--config", rules, "--redis-timeout", "2m"}, map[string]string{"ENVOY_RLS_REDIS_TIMEOUT": "1s"}, `--redis-timeout="2m": must be a duration between 1ms and 1m0s`},
 		{"several problems", []string{"serve", "--config", rules, "--store", "etcd"}, map[string]string{"ENVOY_RLS_LOG_LEVEL": "loud", "ENVOY_RLS_MEMORY_MAX_ENTRIES": "x"},
 			`ENVOY_RLS_MEMORY_MAX_ENTRIES="x": must be 0 (automatic) or a positive integer` + "\n" + `--store="etcd": must be memory or redis` + "\n" + `ENVOY_RLS_LOG_LEVEL="loud": must be debug, info, warn or error`},
-		{"redis without address", []string{"serve", "--config", rules, "--store", "redis"}, nil, "--redis-addr (or ENVOY_RLS_REDIS_ADDR) is not set: must be at least one host:port"},
+		{"redis without address", []string{"serve", "--config", rules, "--store", "redis"}, map[string]string{SecretEnv: "a-shared-secret-of-32-bytes-----"}, "--redis-addr (or ENVOY_RLS_REDIS_ADDR) is not set: must be at least one host:port"},
 		{"redis without secret", append([]string{"serve", "--config", rules, "--store", "redis", "--redis-addr", "127.0.0.1:1"}, listen...), nil, "--store redis needs an HMAC secret shared by every replica: set --hmac-secret-file (or ENVOY_RLS_HMAC_SECRET_FILE) or ENVOY_RLS_HMAC_SECRET"},
 		{"short secret", append([]string{"serve", "--config", rules}, listen...), map[string]string{SecretEnv: "short"}, "ENVOY_RLS_HMAC_SECRET: must be at least 16 bytes (it holds 5)"},
 		{"unreadable secret file", append([]string{"serve", "--config", rules}, listen...), map[string]string{"ENVOY_RLS_HMAC_SECRET_FILE": "/nonexistent/secret"}, `ENVOY_RLS_HMAC_SECRET_FILE="/nonexistent/secret": must be a readable file holding the secret: open /nonexistent/secret: no such file or directory`},
@@ -594,7 +594,7 @@ func TestGCPercent(t *testing.T) {
 // no file and no network, naming the flag.
 func TestCheckServeArgs(t *testing.T) {
 	base := []string{"--config", "rules"}
-	redis := []string{"--config", "rules", "--store", "redis", "--redis-addr", "10.0.0.1:6379"}
+	redis := []string{"--config", "rules", "--store", "redis", "--redis-addr", "10.0.0.1:6379", "--hmac-secret-file", "/nonexistent/secret"}
 	for _, tc := range []struct {
 		name string
 		args []string
@@ -602,19 +602,21 @@ func TestCheckServeArgs(t *testing.T) {
 		want string // "" = accepted
 	}{
 		{"defaults", base, nil, ""},
-		{"redis", redis, nil, ""},
+		{"redis", redis, map[string]string{SecretEnv: "a-shared-secret-of-32-bytes-----"}, ""},
+		{"redis without a secret", []string{"--config", "rules", "--store", "redis", "--redis-addr", "10.0.0.1:6379"}, nil, "--store redis needs an HMAC secret shared by every replica: set --hmac-secret-file (or ENVOY_RLS_HMAC_SECRET_FILE) or ENVOY_RLS_HMAC_SECRET"},
+		{"short secret", base, map[string]string{SecretEnv: "short"}, "ENVOY_RLS_HMAC_SECRET: must be at least 16 bytes (it holds 5)"},
 		{"files are not read", append(redis, "--hmac-secret-file", "/nonexistent", "--redis-password-file", "/nonexistent", "--redis-tls-ca", "/nonexistent"), nil, ""},
 		{"help", []string{"-h"}, nil, flag.ErrHelp.Error()},
 		{"memory store ignores a missing redis address", append(base, "--redis-mode", "sentinel"), nil, ""},
 		{"memory store still refuses a bad redis value", append(base, "--redis-pool-size", "0"), nil, `--redis-pool-size="0": must be an integer between 1 and 256`},
-		{"redis without address", []string{"--config", "rules", "--store", "redis"}, nil, "--redis-addr (or ENVOY_RLS_REDIS_ADDR) is not set: must be at least one host:port"},
-		{"malformed address", []string{"--config", "rules", "--store", "redis", "--redis-addr", "10.0.0.1"}, nil, `--redis-addr="10.0.0.1": must be host:port (several separated by commas)`},
-		{"malformed address from env", []string{"--config", "rules", "--store", "redis"}, map[string]string{"ENVOY_RLS_REDIS_ADDR": "a:1,b"}, `ENVOY_RLS_REDIS_ADDR="a:1,b": must be host:port (several separated by commas)`},
+		{"redis without address", []string{"--config", "rules", "--store", "redis", "--hmac-secret-file", "s"}, nil, "--redis-addr (or ENVOY_RLS_REDIS_ADDR) is not set: must be at least one host:port"},
+		{"malformed address", []string{"--config", "rules", "--store", "redis", "--hmac-secret-file", "s", "--redis-addr", "10.0.0.1"}, nil, `--redis-addr="10.0.0.1": must be host:port (several separated by commas)`},
+		{"malformed address from env", []string{"--config", "rules", "--store", "redis", "--hmac-secret-file", "s"}, map[string]string{"ENVOY_RLS_REDIS_ADDR": "a:1,b"}, `ENVOY_RLS_REDIS_ADDR="a:1,b": must be host:port (several separated by commas)`},
 		{"redis mode", append(redis, "--redis-mode", "ring"), nil, `--redis-mode="ring": must be auto, standalone, cluster or sentinel`},
 		{"sentinel without master", append(redis, "--redis-mode", "sentinel"), nil, "--redis-sentinel-master (or ENVOY_RLS_REDIS_SENTINEL_MASTER) is not set: must be the master set name in sentinel mode"},
 		{"master in cluster mode", append(redis, "--redis-mode", "cluster", "--redis-sentinel-master", "m"), nil, `--redis-sentinel-master="m": must be empty unless the mode is sentinel or auto (it is cluster)`},
 		{"master in auto mode", append(redis, "--redis-sentinel-master", "m"), nil, ""},
-		{"standalone with two addresses", []string{"--config", "rules", "--store", "redis", "--redis-mode", "standalone", "--redis-addr", "a:1,b:2"}, nil, `--redis-addr="a:1,b:2": must be exactly one address in standalone mode (got 2)`},
+		{"standalone with two addresses", []string{"--config", "rules", "--store", "redis", "--hmac-secret-file", "s", "--redis-mode", "standalone", "--redis-addr", "a:1,b:2"}, nil, `--redis-addr="a:1,b:2": must be exactly one address in standalone mode (got 2)`},
 		{"timeout too short", append(redis, "--redis-timeout", "500us"), nil, `--redis-timeout="500us": must be a duration between 1ms and 1m0s`},
 		{"timeout too long", append(redis, "--redis-timeout", "61s"), nil, `--redis-timeout="61s": must be a duration between 1ms and 1m0s`},
 		{"timeout at the bounds", append(redis, "--redis-timeout", "1ms"), map[string]string{"ENVOY_RLS_REDIS_TIMEOUT": "1m"}, ""},
