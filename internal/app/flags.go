@@ -137,8 +137,8 @@ func serveFlags(o *Options) *flag.FlagSet {
 	return fs
 }
 
-// accepts says what each flag takes, as errors put it after "must be".
-// Flags not listed take any text.
+// accepts says what each flag takes, as errors put it after "must be";
+// acceptsOf describes the flags not listed by their type. Read only.
 var accepts = map[string]string{
 	"store":                 "memory or redis",
 	"log-level":             "debug, info, warn or error",
@@ -323,6 +323,14 @@ func (o *Options) check() error {
 	if o.GCPercent != 0 && (o.GCPercent < MinGCPercent || o.GCPercent > MaxGCPercent) {
 		bad("gc-percent")
 	}
+	// The redis package takes zero as its default; the flags have defaults
+	// of their own, so a zero given here is a mistake.
+	if o.RedisTimeout == 0 {
+		bad("redis-timeout")
+	}
+	if o.RedisPoolSize == 0 {
+		bad("redis-pool-size")
+	}
 	rf := o.redisFlags()
 	var err error
 	if o.Store == "redis" {
@@ -454,7 +462,7 @@ func printUsage(w io.Writer, header string, fs *flag.FlagSet) {
 	_, _ = io.WriteString(w, b.String())
 }
 
-// placeholders name the values of the flags that take a word.
+// placeholders name the values of the flags that take a word. Read only.
 var placeholders = map[string]string{
 	"store": "STORE", "log-level": "LEVEL", "default-headers": "MODE", "redis-mode": "MODE",
 	"redis-username": "NAME", "redis-sentinel-master": "NAME",

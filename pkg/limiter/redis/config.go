@@ -259,13 +259,6 @@ func (f Flags) Check() error {
 // malformed or out-of-range values but requires no address.
 func (f Flags) CheckValues() error {
 	c := Config{Mode: Mode(f.Mode), Timeout: f.Timeout, PoolSize: f.PoolSize, MaxFlushDelay: f.MaxFlushDelay}
-	if f.Timeout == 0 {
-		// Zero means the default in a Config, but the flag's zero is refused.
-		c.Timeout = -1
-	}
-	if f.PoolSize == 0 {
-		c.PoolSize = -1
-	}
 	_, err := c.validValues()
 	return withFlag(err, f)
 }
@@ -297,14 +290,6 @@ func (f Flags) plain() (Config, error) {
 	}
 	c.Mode, c.SentinelMaster, c.Username = Mode(f.Mode), f.SentinelMaster, f.Username
 	c.Timeout, c.PoolSize, c.MaxFlushDelay = f.Timeout, f.PoolSize, f.MaxFlushDelay
-	// The flags' zero values are refused, not defaulted (the flags have
-	// defaults of their own).
-	if f.Timeout == 0 {
-		c.Timeout = -1
-	}
-	if f.PoolSize == 0 {
-		c.PoolSize = -1
-	}
 	switch {
 	case f.TLSCert != "" && f.TLSKey == "":
 		return c, &FieldError{Flag: "redis-tls-key", Want: "given together with --redis-tls-cert (mutual TLS needs both)"}
@@ -315,7 +300,6 @@ func (f Flags) plain() (Config, error) {
 	if err != nil {
 		return c, withFlag(err, f)
 	}
-	v.Timeout, v.PoolSize = f.Timeout, f.PoolSize
 	return v, nil
 }
 

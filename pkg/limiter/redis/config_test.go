@@ -95,8 +95,6 @@ func TestFlagsConfig(t *testing.T) {
 		{Flags{Addr: "a:1", Mode: "sentinel"}, "--redis-sentinel-master"},
 	}
 	for _, b := range bad {
-		// The binary's flags always carry a timeout and a pool size.
-		b.f.Timeout, b.f.PoolSize = DefaultTimeout, DefaultPoolSize
 		if _, err := b.f.Config(); err == nil || !strings.Contains(err.Error(), b.want) {
 			t.Errorf("%+v: error %v, want one mentioning %q", b.f, err, b.want)
 		}
@@ -110,6 +108,10 @@ func TestFlagsCheck(t *testing.T) {
 	if err := ok.Check(); err != nil {
 		t.Fatalf("Check read files or refused good flags: %v", err)
 	}
+	// Zero is the default, as in a Config.
+	if err := (Flags{Addr: "a:1"}).Check(); err != nil {
+		t.Fatalf("Check of zero values: %v", err)
+	}
 	tests := []struct {
 		name        string
 		edit        func(*Flags)
@@ -122,12 +124,11 @@ func TestFlagsCheck(t *testing.T) {
 		{"sentinel without master", func(f *Flags) { f.Mode = "sentinel" }, "redis-sentinel-master", "", false},
 		{"master in cluster mode", func(f *Flags) { f.Mode, f.SentinelMaster = "cluster", "m" }, "redis-sentinel-master", "m", false},
 		{"standalone, two addresses", func(f *Flags) { f.Mode, f.Addr = "standalone", "a:1,b:2" }, "redis-addr", "a:1,b:2", false},
-		{"timeout zero", func(f *Flags) { f.Timeout = 0 }, "redis-timeout", "0s", true},
 		{"timeout too small", func(f *Flags) { f.Timeout = time.Microsecond }, "redis-timeout", "1µs", true},
 		{"timeout too large", func(f *Flags) { f.Timeout = 2 * time.Minute }, "redis-timeout", "2m0s", true},
 		{"flush delay negative", func(f *Flags) { f.MaxFlushDelay = -time.Millisecond }, "redis-max-flush-delay", "-1ms", true},
 		{"flush delay too large", func(f *Flags) { f.MaxFlushDelay = 2 * time.Millisecond }, "redis-max-flush-delay", "2ms", true},
-		{"pool size zero", func(f *Flags) { f.PoolSize = 0 }, "redis-pool-size", "0", true},
+		{"pool size negative", func(f *Flags) { f.PoolSize = -1 }, "redis-pool-size", "-1", true},
 		{"pool size too large", func(f *Flags) { f.PoolSize = MaxPoolSize + 1 }, "redis-pool-size", "257", true},
 		{"cert without key", func(f *Flags) { f.TLSKey = "" }, "redis-tls-key", "", false},
 		{"key without cert", func(f *Flags) { f.TLSCert = "" }, "redis-tls-cert", "", false},
