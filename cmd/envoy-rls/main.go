@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 
 	"github.com/envoy-rls/envoy-rls/internal/app"
@@ -18,8 +19,12 @@ func main() {
 	err := app.Run(ctx, os.Args[1:], os.Getenv, os.Stdout, os.Stderr)
 	stop()
 	if err != nil {
+		// ErrFailed has been reported already; anything else is printed
+		// here, one line per problem.
 		if !errors.Is(err, app.ErrFailed) {
-			fmt.Fprintln(os.Stderr, "envoy-rls:", err)
+			for _, line := range strings.Split(err.Error(), "\n") {
+				fmt.Fprintln(os.Stderr, "envoy-rls:", line)
+			}
 		}
 		os.Exit(1)
 	}

@@ -10,6 +10,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"math"
 	"net"
 	"net/http"
 	"os"
@@ -40,7 +41,9 @@ import (
 )
 
 // ErrFailed is returned (wrapped or as is) once the failure has already been
-// reported to the user; main then exits 1 without printing it again.
+// reported to the user; main then exits 1 without printing it again. Every
+// other error Run returns is for main to print, one "envoy-rls: " line per
+// line of its text.
 var ErrFailed = errors.New("envoy-rls: failed")
 
 const usage = `envoy-rls: a global rate-limit service for Envoy and Istio.
@@ -51,9 +54,19 @@ Usage:
   envoy-rls version [--output json]       print version, commit, Go version, build date
   envoy-rls help                          this text
 
-Every flag can also be set as ENVOY_RLS_<NAME> (dashes become underscores),
-e.g. ENVOY_RLS_GRPC_ADDR=:9081. Run "envoy-rls serve -h" for the flags.
+Flags come from the command line or from the environment: every flag
+--NAME also reads ENVOY_RLS_NAME (upper case, dashes as underscores), e.g.
+ENVOY_RLS_GRPC_ADDR=:9081 for --grpc-addr. A flag on the command line wins
+over its variable; an empty variable counts as unset. The HMAC secret
+itself can be given as ENVOY_RLS_HMAC_SECRET.
+
+"envoy-rls serve --help" lists the serve flags, their variables and
+defaults. A bad value stops the binary at start with one line naming the
+flag or variable, the value and what it accepts, and exit status 1.
 `
+
+// commands is what run accepts, for the error on an unknown command.
+const commands = "serve, validate, version or help"
 
 // Run runs one envoy-rls command. ctx ends the serve command (main cancels
 // it on SIGTERM/SIGINT); getenv reads the environment.
@@ -73,12 +86,11 @@ type hooks struct {
 
 func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer, h hooks) error {
 	if len(args) == 0 {
-		fmt.Fprint(stderr, usage)
-		return fmt.Errorf("%w: a command is required", ErrFailed)
+		return fmt.Errorf("a command is required: %s (\"envoy-rls help\" explains them)", commands)
 	}
 	switch args[0] {
 	case "serve":
-		return serveCommand(ctx, args[1:], getenv, stderr, h)
+		return serveCommand(ctx, args[1:], getenv, stdout, stderr, h)
 	case "validate":
 		return validateCommand(args[1:], getenv, stdout, stderr)
 	case "version", "--version":
@@ -87,29 +99,27 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		fmt.Fprint(stdout, usage)
 		return nil
 	}
-	fmt.Fprint(stderr, usage)
-	return fmt.Errorf("%w: unknown command %q", ErrFailed, args[0])
+	return fmt.Errorf("unknown command %q: must be %s (\"envoy-rls help\" explains them)", args[0], commands)
 }
 
 // validateCommand loads the rule files and prints one problem per line
 // (file:line:column: reason), or the domains and policies found.
 func validateCommand(args []string, getenv func(string) string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("envoy-rls validate", flag.ContinueOnError)
-	fs.SetOutput(stderr)
 	var path string
 	fs.StringVar(&path, "config", "", "rule file or directory of rule files")
-	if err := parseFlags(fs, args, getenv); err != nil {
+	if _, err := parseFlags(fs, args, getenv); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
+			printUsage(stdout, validateUsage, fs)
 			return nil
 		}
-		return fmt.Errorf("%w: %v", ErrFailed, err)
+		return err
 	}
 	if path == "" && fs.NArg() == 1 {
 		path = fs.Arg(0)
 	}
 	if path == "" || fs.NArg() > 1 || fs.NArg() == 1 && path != fs.Arg(0) {
-		fmt.Fprintln(stderr, "usage: envoy-rls validate [--config] PATH")
-		return fmt.Errorf("%w: validate needs exactly one rule path", ErrFailed)
+		return fmt.Errorf("validate takes exactly one rule path (got %d): envoy-rls validate [--config] PATH", fs.NArg()+min(len(path), 1))
 	}
 	summary, err := descriptors.Validate(path)
 	if err != nil {
@@ -141,33 +151,66 @@ func newLogger(level string, w io.Writer) (*zap.Logger, error) {
 	return zap.New(core, zap.ErrorOutput(zapcore.Lock(zapcore.AddSync(w)))), nil
 }
 
-// readSecret returns the HMAC secret and where it came from.
+// readSecret returns the HMAC secret and where it came from. Errors never
+// quote the secret.
 func readSecret(o *Options, getenv func(string) string) ([]byte, string, error) {
 	if o.HMACSecretFile != "" {
 		b, err := os.ReadFile(o.HMACSecretFile)
 		if err != nil {
-			return nil, "", fmt.Errorf("reading --hmac-secret-file: %w", err)
+			return nil, "", fmt.Errorf("%s: must be a readable file holding the secret: %w", label("hmac-secret-file", o.given), err)
 		}
 		b = []byte(strings.TrimRight(string(b), "\r\n"))
 		if len(b) < descriptors.MinSecretLength {
-			return nil, "", fmt.Errorf("--hmac-secret-file holds %d bytes; the secret must be at least %d", len(b), descriptors.MinSecretLength)
+			return nil, "", fmt.Errorf("%s: must hold a secret of at least %d bytes (it holds %d)", label("hmac-secret-file", o.given), descriptors.MinSecretLength, len(b))
 		}
 		return b, "file", nil
 	}
-	if v := getenv(SecretEnv); v != "" {
-		if len(v) < descriptors.MinSecretLength {
-			return nil, "", fmt.Errorf("%s holds %d bytes; the secret must be at least %d", SecretEnv, len(v), descriptors.MinSecretLength)
-		}
-		return []byte(v), "environment", nil
+	if err := checkSecretSource(o, getenv); err != nil {
+		return nil, "", err
 	}
-	if o.Store == "redis" {
-		return nil, "", fmt.Errorf("--store redis needs an HMAC secret shared by every replica: set --hmac-secret-file or %s", SecretEnv)
+	if v := getenv(SecretEnv); v != "" {
+		return []byte(v), "environment", nil
 	}
 	b := make([]byte, 32)
 	if _, err := rand.Read(b); err != nil {
 		return nil, "", fmt.Errorf("generating a random HMAC secret: %w", err)
 	}
 	return b, "random", nil
+}
+
+// checkSecretSource refuses, without reading the secret file, a secret
+// that cannot do: none at all with the Redis store (every replica must
+// share one), or one too short in the environment.
+func checkSecretSource(o *Options, getenv func(string) string) error {
+	if o.HMACSecretFile != "" {
+		return nil
+	}
+	if v := getenv(SecretEnv); v != "" {
+		if len(v) < descriptors.MinSecretLength {
+			return fmt.Errorf("%s: must be at least %d bytes (it holds %d)", SecretEnv, descriptors.MinSecretLength, len(v))
+		}
+		return nil
+	}
+	if o.Store == "redis" {
+		return fmt.Errorf("--store redis needs an HMAC secret shared by every replica: set --hmac-secret-file (or %s) or %s", envName("hmac-secret-file"), SecretEnv)
+	}
+	return nil
+}
+
+// rulesError reports rules that fail to load at start: every problem on a
+// line of its own (file:line:column: reason), or the one error naming the
+// --config value.
+func rulesError(config string, err error) error {
+	var ce *descriptors.ConfigError
+	if !errors.As(err, &ce) {
+		return fmt.Errorf("%s: must be a readable rule file or directory: %w", config, err)
+	}
+	errs := make([]error, 0, len(ce.Problems)+1)
+	for _, p := range ce.Problems {
+		errs = append(errs, errors.New(p.String()))
+	}
+	errs = append(errs, fmt.Errorf("%s: %d problem(s) in the rules; nothing served", config, len(ce.Problems)))
+	return errors.Join(errs...)
 }
 
 // pinger is a store that can say whether it is reachable (the Redis store).
@@ -193,45 +236,54 @@ type server struct {
 // option checks, without reading files or opening listeners. The chart tests
 // feed it the container args that the chart renders.
 func CheckServeArgs(args []string, getenv func(string) string) error {
-	_, err := serveOptions(args, getenv, io.Discard)
+	_, err := serveOptions(args, getenv, nil)
 	return err
 }
 
 // serveOptions parses and checks the serve flags. The error is
-// flag.ErrHelp after -h.
-func serveOptions(args []string, getenv func(string) string, output io.Writer) (Options, error) {
+// flag.ErrHelp after -h, after which help, when not nil, prints the help.
+// Otherwise it holds one line per problem found.
+func serveOptions(args []string, getenv func(string) string, help io.Writer) (Options, error) {
 	var o Options
-	fs := serveFlags(&o, output)
-	if err := parseFlags(fs, args, getenv); err != nil {
+	fs := serveFlags(&o)
+	var err error
+	o.given, err = parseFlags(fs, args, getenv)
+	var envErrs envErrors
+	switch {
+	case errors.Is(err, flag.ErrHelp):
+		if help != nil {
+			printUsage(help, serveUsage, fs)
+		}
+		return o, err
+	case err != nil && !errors.As(err, &envErrs):
+		// The command line did not parse: the values after the fault are
+		// unknown, so nothing more can be checked.
 		return o, err
 	}
+	errs := []error{err}
 	if fs.NArg() > 0 {
-		return o, fmt.Errorf("serve takes no arguments (got %q); use --config", fs.Args())
+		errs = append(errs, fmt.Errorf("serve takes no arguments (got %q): the rules are --config PATH", fs.Args()))
 	}
-	if err := o.check(); err != nil {
-		return o, err
-	}
-	return o, nil
+	errs = append(errs, o.check(), checkSecretSource(&o, getenv))
+	return o, errors.Join(errs...)
 }
 
-func serveCommand(ctx context.Context, args []string, getenv func(string) string, stderr io.Writer, h hooks) error {
-	o, err := serveOptions(args, getenv, stderr)
+func serveCommand(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer, h hooks) error {
+	o, err := serveOptions(args, getenv, stdout)
 	if err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return nil
 		}
-		return fmt.Errorf("%w: %v", ErrFailed, err)
+		return err
 	}
 	log, err := newLogger(o.LogLevel, stderr)
 	if err != nil {
 		return err
 	}
 	defer func() { _ = log.Sync() }()
-	if err := serve(ctx, o, getenv, log, h); err != nil {
-		log.Error("envoy-rls stopped with an error", zap.Error(err))
-		return fmt.Errorf("%w: %v", ErrFailed, err)
-	}
-	return nil
+	// A start-up failure comes back as is, for main to print; a server
+	// that fails later has been logged and comes back as ErrFailed.
+	return serve(ctx, o, getenv, log, h)
 }
 
 func serve(ctx context.Context, o Options, getenv func(string) string, log *zap.Logger, h hooks) error {
@@ -253,12 +305,12 @@ func serve(ctx context.Context, o Options, getenv func(string) string, log *zap.
 	if err != nil {
 		return err
 	}
-	if from == "random" {
-		log.Warn("no HMAC secret given (--hmac-secret-file or " + SecretEnv + "): using a random per-process secret; fine for the memory store, but subjects change on restart")
-	}
 	s.rules, err = newRuleSet(o.Config, descriptors.Options{Secret: secret}, s.onReload)
 	if err != nil {
-		return fmt.Errorf("loading rules from %s: %w", o.Config, err)
+		return rulesError(label("config", o.given), err)
+	}
+	if from == "random" {
+		log.Warn("no HMAC secret given (--hmac-secret-file or " + SecretEnv + "): using a random per-process secret; fine for the memory store, but subjects change on restart")
 	}
 	// The first load counts as a successful reload.
 	s.onReload(s.rules.w.Last())
@@ -308,12 +360,12 @@ func serve(ctx context.Context, o Options, getenv func(string) string, log *zap.
 
 	grpcLis, err := net.Listen("tcp", o.GRPCAddr)
 	if err != nil {
-		return fmt.Errorf("listening on --grpc-addr %s: %w", o.GRPCAddr, err)
+		return fmt.Errorf("%s: must be an address this process can listen on: %w", label("grpc-addr", o.given), err)
 	}
 	adminLis, err := net.Listen("tcp", o.AdminAddr)
 	if err != nil {
 		_ = grpcLis.Close()
-		return fmt.Errorf("listening on --admin-addr %s: %w", o.AdminAddr, err)
+		return fmt.Errorf("%s: must be an address this process can listen on: %w", label("admin-addr", o.given), err)
 	}
 
 	gs := grpc.NewServer(
@@ -397,7 +449,10 @@ func serve(ctx context.Context, o Options, getenv func(string) string, log *zap.
 		log.Error("a server failed: stopping", zap.Error(runErr))
 	}
 	s.drain(gs, admin)
-	return runErr
+	if runErr != nil {
+		return fmt.Errorf("%w: %v", ErrFailed, runErr)
+	}
+	return nil
 }
 
 // drain takes the process out of rotation and stops within the drain time:
@@ -456,10 +511,13 @@ const memorySweepInterval = 10 * time.Second
 func (s *server) openStore(ctx context.Context, wg *sync.WaitGroup) (limiter.Store, func(), error) {
 	switch s.opts.Store {
 	case "memory":
-		entries := s.opts.MemoryMaxEntries
-		if entries == 0 {
-			entries = DefaultMemoryMaxEntries
+		limit := debug.SetMemoryLimit(-1)
+		entries, from := memoryBound(&s.opts, limit)
+		fields := []zap.Field{zap.Int("memory_max_entries", entries), zap.String("from", from)}
+		if limit != math.MaxInt64 {
+			fields = append(fields, zap.Int64("gomemlimit_bytes", limit))
 		}
+		s.log.Info("memory store bound", fields...)
 		st, err := memory.New(memory.Config{MaxEntries: entries, Observer: memoryObserver{s.metrics}})
 		if err != nil {
 			return nil, nil, fmt.Errorf("memory store: %w", err)

@@ -5,11 +5,16 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"math"
+	"strconv"
 	"strings"
 	"time"
 
+	"go.uber.org/zap/zapcore"
+
 	"github.com/envoy-rls/envoy-rls/pkg/descriptors"
 	"github.com/envoy-rls/envoy-rls/pkg/limiter/denycache"
+	"github.com/envoy-rls/envoy-rls/pkg/limiter/memory"
 	"github.com/envoy-rls/envoy-rls/pkg/limiter/redis"
 )
 
@@ -28,14 +33,21 @@ const (
 	DefaultStore            = "memory"
 	DefaultLogLevel         = "info"
 	DefaultHeaders          = "full"
-	DefaultMemoryMaxEntries = 1_000_000
-	DefaultDrainTimeout     = 15 * time.Second
-	DefaultRedisMode        = "auto"
-	DefaultRedisTimeout     = redis.DefaultTimeout
-	DefaultRedisPoolSize    = redis.DefaultPoolSize
-	DefaultRedisFlushDelay  = redis.DefaultMaxFlushDelay
-	DefaultLocalCache       = true
-	DefaultLocalCacheSize   = denycache.DefaultSize
+	DefaultMemoryMaxEntries = memory.DefaultMaxEntries
+	// MemoryShare is the part of the Go runtime's memory limit (GOMEMLIMIT)
+	// that the automatic memory bound lets a full store take, at
+	// memory.MaxBytesPerEntry: the rest holds everything else (32-36 MiB
+	// RSS under load with the memory store, docs/performance.md), the
+	// garbage of a table that doubles, and the collector's headroom. With
+	// a 256 MiB limit: 493,447 entries, whose full tables take 100 MiB.
+	MemoryShare            = 0.5
+	DefaultDrainTimeout    = 15 * time.Second
+	DefaultRedisMode       = "auto"
+	DefaultRedisTimeout    = redis.DefaultTimeout
+	DefaultRedisPoolSize   = redis.DefaultPoolSize
+	DefaultRedisFlushDelay = redis.DefaultMaxFlushDelay
+	DefaultLocalCache      = true
+	DefaultLocalCacheSize  = denycache.DefaultSize
 	// DefaultGCPercent (0) lets the binary pick the garbage collector's
 	// target: RedisGCPercent with the Redis store unless GOGC is set, the
 	// Go runtime's own (GOGC, default 100) otherwise.
@@ -82,22 +94,32 @@ type Options struct {
 	RedisTimeout        time.Duration
 	RedisPoolSize       int
 	RedisMaxFlushDelay  time.Duration
+
+	// given records, by flag name, the text of each value set on the
+	// command line or from the environment, so errors quote what the user
+	// wrote and where.
+	given map[string]given
 }
 
-func serveFlags(o *Options, output io.Writer) *flag.FlagSet {
+// given is one flag value as the user wrote it.
+type given struct {
+	raw string
+	env bool // from the flag's ENVOY_RLS_* variable
+}
+
+func serveFlags(o *Options) *flag.FlagSet {
 	fs := flag.NewFlagSet("envoy-rls serve", flag.ContinueOnError)
-	fs.SetOutput(output)
 	fs.StringVar(&o.Config, "config", "", "rule file or directory of rule files (required)")
 	fs.StringVar(&o.GRPCAddr, "grpc-addr", DefaultGRPCAddr, "gRPC listen address (RateLimitService, health, reflection)")
 	fs.StringVar(&o.AdminAddr, "admin-addr", DefaultAdminAddr, "admin HTTP listen address (/healthz, /readyz, /metrics, /config)")
 	fs.StringVar(&o.Store, "store", DefaultStore, "limit store: memory or redis")
 	fs.StringVar(&o.HMACSecretFile, "hmac-secret-file", "", "file holding the HMAC secret that pseudonymizes subjects (else $"+SecretEnv+"; required with --store redis)")
 	fs.StringVar(&o.LogLevel, "log-level", DefaultLogLevel, "log level: debug, info, warn, error")
-	fs.StringVar(&o.DefaultHeaders, "default-headers", DefaultHeaders, "response headers for rules that do not set `headers`: full, retry_after or none")
-	fs.IntVar(&o.MemoryMaxEntries, "memory-max-entries", 0, "memory store: the most subjects held at once; 0 = automatic (1000000)")
+	fs.StringVar(&o.DefaultHeaders, "default-headers", DefaultHeaders, "response headers of the rules that set no headers field of their own: full, retry_after or none")
+	fs.IntVar(&o.MemoryMaxEntries, "memory-max-entries", 0, "memory store: the most subjects held at once; 0 = automatic: 1000000, or fewer when GOMEMLIMIT is set, so that a full store takes at most half of it (docs/operations.md)")
 	fs.DurationVar(&o.DrainTimeout, "drain-timeout", DefaultDrainTimeout, "on SIGTERM/SIGINT, how long in-flight calls may take to finish")
 	fs.BoolVar(&o.LocalCache, "local-cache", DefaultLocalCache, "answer repeated store denials (fixed window, token bucket) locally until their retry time: a hot subject costs one store call per window instead of one per request; exact (see docs/performance.md)")
-	fs.IntVar(&o.LocalCacheSize, "local-cache-size", DefaultLocalCacheSize, "local deny cache: the most denials held at once")
+	fs.IntVar(&o.LocalCacheSize, "local-cache-size", DefaultLocalCacheSize, fmt.Sprintf("local deny cache: the most denials held at once (at least %d)", denycache.Shards))
 	fs.IntVar(&o.GCPercent, "gc-percent", DefaultGCPercent, "garbage collector target, as GOGC: 0 = automatic (200 with --store redis unless GOGC is set, else the Go runtime's), or 10–10000")
 	fs.BoolVar(&o.Pprof, "pprof", false, "serve net/http/pprof profiles under /debug/pprof/ on the admin address (CPU and heap profiles of live traffic; off by default)")
 	fs.StringVar(&o.RedisAddr, "redis-addr", "", "Redis address(es), comma-separated (sentinels in sentinel mode, seeds in cluster mode)")
@@ -109,10 +131,45 @@ func serveFlags(o *Options, output io.Writer) *flag.FlagSet {
 	fs.StringVar(&o.RedisTLSCA, "redis-tls-ca", "", "PEM CA bundle that verifies the Redis server (default: system roots)")
 	fs.StringVar(&o.RedisTLSCert, "redis-tls-cert", "", "PEM client certificate for Redis mutual TLS")
 	fs.StringVar(&o.RedisTLSKey, "redis-tls-key", "", "PEM client key for Redis mutual TLS")
-	fs.DurationVar(&o.RedisTimeout, "redis-timeout", DefaultRedisTimeout, "upper bound of one Redis round trip (the gRPC deadline may cut it shorter)")
-	fs.IntVar(&o.RedisPoolSize, "redis-pool-size", DefaultRedisPoolSize, "pipelined Redis connections per node")
+	fs.DurationVar(&o.RedisTimeout, "redis-timeout", DefaultRedisTimeout, fmt.Sprintf("upper bound of one Redis round trip, 1ms–%v (the gRPC deadline may cut it shorter)", redis.MaxTimeout))
+	fs.IntVar(&o.RedisPoolSize, "redis-pool-size", DefaultRedisPoolSize, fmt.Sprintf("pipelined Redis connections per node, 1–%d", redis.MaxPoolSize))
 	fs.DurationVar(&o.RedisMaxFlushDelay, "redis-max-flush-delay", DefaultRedisFlushDelay, "how long a Redis connection may wait to gather pipelined commands into one write (0: flush at once; at most 1ms)")
 	return fs
+}
+
+// accepts says what each flag takes, as errors put it after "must be";
+// acceptsOf describes the flags not listed by their type. Read only.
+var accepts = map[string]string{
+	"store":                 "memory or redis",
+	"log-level":             "debug, info, warn or error",
+	"default-headers":       "full, retry_after or none",
+	"memory-max-entries":    "0 (automatic) or a positive integer",
+	"drain-timeout":         "a positive duration such as 15s",
+	"local-cache":           "true or false",
+	"local-cache-size":      fmt.Sprintf("an integer of at least %d", denycache.Shards),
+	"gc-percent":            fmt.Sprintf("0 (automatic) or an integer between %d and %d", MinGCPercent, MaxGCPercent),
+	"pprof":                 "true or false",
+	"redis-addr":            "host:port, or several separated by commas",
+	"redis-mode":            "auto, standalone, sentinel or cluster",
+	"redis-tls":             "true or false",
+	"redis-timeout":         fmt.Sprintf("a duration between 1ms and %v", redis.MaxTimeout),
+	"redis-pool-size":       fmt.Sprintf("an integer between 1 and %d", redis.MaxPoolSize),
+	"redis-max-flush-delay": fmt.Sprintf("a duration between 0 and %v", redis.MaxMaxFlushDelay),
+}
+
+// acceptsOf is what f takes: its entry in accepts, else what its type
+// parses.
+func acceptsOf(f *flag.Flag) string {
+	if a, ok := accepts[f.Name]; ok {
+		return a
+	}
+	if b, ok := f.Value.(interface{ IsBoolFlag() bool }); ok && b.IsBoolFlag() {
+		return "true or false"
+	}
+	if _, err := time.ParseDuration(f.DefValue); err == nil {
+		return "a duration such as 500ms or 2s"
+	}
+	return "an integer"
 }
 
 // envName is the environment variable of a flag.
@@ -120,15 +177,77 @@ func envName(flagName string) string {
 	return EnvPrefix + strings.ToUpper(strings.ReplaceAll(flagName, "-", "_"))
 }
 
-// parseFlags parses args, then fills every flag not given on the command
-// line from its ENVOY_RLS_* variable when that is set and not empty.
-func parseFlags(fs *flag.FlagSet, args []string, getenv func(string) string) error {
-	if err := fs.Parse(args); err != nil {
+// recorded wraps a flag's value to keep the text the user gave and whether
+// it parsed.
+type recorded struct {
+	flag.Value
+	name   string
+	seen   map[string]given
+	env    bool    // the next Set comes from the environment
+	failed *string // set to the flag's name when Set refuses a value
+}
+
+func (r *recorded) Set(s string) error {
+	r.seen[r.name] = given{raw: s, env: r.env}
+	before := r.Value.String()
+	if err := r.Value.Set(s); err != nil {
+		// The flag package's values may change on a failed Set (a
+		// duration becomes 0); keep the one before, so the option checks
+		// do not report the same value again.
+		_ = r.Value.Set(before)
+		*r.failed = r.name
 		return err
+	}
+	return nil
+}
+
+// IsBoolFlag keeps --flag (without =value) working for boolean flags.
+func (r *recorded) IsBoolFlag() bool {
+	b, ok := r.Value.(interface{ IsBoolFlag() bool })
+	return ok && b.IsBoolFlag()
+}
+
+// label names a flag as the user set it: --name="value" on the command
+// line, ENVOY_RLS_NAME="value" from the environment, or both spellings
+// when it was not set.
+func label(name string, seen map[string]given) string {
+	g, ok := seen[name]
+	switch {
+	case !ok:
+		return fmt.Sprintf("--%s (or %s) is not set", name, envName(name))
+	case g.env:
+		return fmt.Sprintf("%s=%q", envName(name), g.raw)
+	}
+	return fmt.Sprintf("--%s=%q", name, g.raw)
+}
+
+// parseFlags parses args, then fills every flag not given on the command
+// line from its ENVOY_RLS_* variable when that is set and not empty. It
+// returns the values given, by flag name. The flag package prints nothing:
+// a bad value is one error line (naming the flag or variable, the value and
+// what is accepted; one per variable), and -h/--help is flag.ErrHelp for
+// the caller to answer.
+func parseFlags(fs *flag.FlagSet, args []string, getenv func(string) string) (map[string]given, error) {
+	seen := map[string]given{}
+	var failed string
+	fs.VisitAll(func(f *flag.Flag) {
+		f.Value = &recorded{Value: f.Value, name: f.Name, seen: seen, failed: &failed}
+	})
+	fs.SetOutput(io.Discard)
+	fs.Usage = func() {}
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return seen, err
+		}
+		if failed != "" {
+			f := fs.Lookup(failed)
+			return seen, fmt.Errorf("%s: must be %s", label(failed, seen), acceptsOf(f))
+		}
+		return seen, commandLineError(fs, err)
 	}
 	set := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
-	var errs []error
+	var errs envErrors
 	fs.VisitAll(func(f *flag.Flag) {
 		if set[f.Name] {
 			return
@@ -137,48 +256,114 @@ func parseFlags(fs *flag.FlagSet, args []string, getenv func(string) string) err
 		if v == "" {
 			return
 		}
-		if err := fs.Set(f.Name, v); err != nil {
-			errs = append(errs, fmt.Errorf("%s: %w", envName(f.Name), err))
+		f.Value.(*recorded).env = true
+		if err := f.Value.Set(v); err != nil {
+			errs = append(errs, fmt.Errorf("%s: must be %s", label(f.Name, seen), acceptsOf(f)))
 		}
 	})
-	return errors.Join(errs...)
+	if len(errs) > 0 {
+		return seen, errs
+	}
+	return seen, nil
 }
 
-// check validates option values that the flag package cannot.
+// envErrors are the environment variables whose values did not parse, one
+// line each; every other flag is set.
+type envErrors []error
+
+func (e envErrors) Error() string   { return errors.Join(e...).Error() }
+func (e envErrors) Unwrap() []error { return e }
+
+// commandLineError rewords the flag package's errors with the double-dash
+// spelling.
+func commandLineError(fs *flag.FlagSet, err error) error {
+	msg := err.Error()
+	for _, p := range []struct{ prefix, format string }{
+		{"flag provided but not defined: -", "unknown flag --%s (\"%s --help\" lists the flags)"},
+		{"flag needs an argument: -", "--%s needs a value (\"%s --help\" says which)"},
+	} {
+		if name, ok := strings.CutPrefix(msg, p.prefix); ok {
+			return fmt.Errorf(p.format, strings.TrimLeft(name, "-"), fs.Name())
+		}
+	}
+	return err
+}
+
+// check validates option values that the flag package cannot: every value
+// the binary would refuse at start that can be decided without reading a
+// file or dialling. It reports every problem found, one per line.
 func (o *Options) check() error {
+	var errs []error
+	bad := func(name string) {
+		errs = append(errs, fmt.Errorf("%s: must be %s", label(name, o.given), accepts[name]))
+	}
 	if o.Config == "" {
-		return fmt.Errorf("--config (or %s) is required: the rule file or directory to serve", envName("config"))
+		errs = append(errs, fmt.Errorf("%s: must be the rule file or directory to serve", label("config", o.given)))
 	}
 	switch o.Store {
 	case "memory", "redis":
 	default:
-		return fmt.Errorf("--store %q: must be memory or redis", o.Store)
+		bad("store")
+	}
+	if _, err := zapcore.ParseLevel(o.LogLevel); err != nil {
+		bad("log-level")
 	}
 	if _, err := headerMode(o.DefaultHeaders); err != nil {
-		return err
+		bad("default-headers")
 	}
 	if o.MemoryMaxEntries < 0 {
-		return fmt.Errorf("--memory-max-entries %d: must be 0 (automatic) or positive", o.MemoryMaxEntries)
+		bad("memory-max-entries")
 	}
 	if o.LocalCacheSize < denycache.Shards {
-		return fmt.Errorf("--local-cache-size %d: must be at least %d", o.LocalCacheSize, denycache.Shards)
+		bad("local-cache-size")
 	}
 	if o.DrainTimeout <= 0 {
-		return fmt.Errorf("--drain-timeout %v: must be positive", o.DrainTimeout)
+		bad("drain-timeout")
 	}
 	if o.GCPercent != 0 && (o.GCPercent < MinGCPercent || o.GCPercent > MaxGCPercent) {
-		return fmt.Errorf("--gc-percent %d: must be 0 (automatic) or between %d and %d", o.GCPercent, MinGCPercent, MaxGCPercent)
+		bad("gc-percent")
 	}
-	if _, err := redis.ParseMode(o.RedisMode); err != nil {
-		return fmt.Errorf("--redis-mode: %w", err)
+	// The redis package takes zero as its default; the flags have defaults
+	// of their own, so a zero given here is a mistake.
+	if o.RedisTimeout == 0 {
+		bad("redis-timeout")
 	}
-	if o.RedisTimeout <= 0 {
-		return fmt.Errorf("--redis-timeout %v: must be positive", o.RedisTimeout)
+	if o.RedisPoolSize == 0 {
+		bad("redis-pool-size")
 	}
-	if o.RedisPoolSize < 1 || o.RedisPoolSize > redis.MaxPoolSize {
-		return fmt.Errorf("--redis-pool-size %d: must be between 1 and %d", o.RedisPoolSize, redis.MaxPoolSize)
+	rf := o.redisFlags()
+	var err error
+	if o.Store == "redis" {
+		err = rf.Check()
+	} else {
+		err = rf.CheckValues()
 	}
-	return nil
+	var fe *redis.FieldError
+	switch {
+	case errors.As(err, &fe) && fe.Flag != "":
+		errs = append(errs, fmt.Errorf("%s: must be %s", label(fe.Flag, o.given), fe.Want))
+	case err != nil:
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
+}
+
+// redisFlags are the --redis-* options as the redis package takes them.
+func (o *Options) redisFlags() redis.Flags {
+	return redis.Flags{
+		Addr:           o.RedisAddr,
+		Mode:           o.RedisMode,
+		SentinelMaster: o.RedisSentinelMaster,
+		Username:       o.RedisUsername,
+		PasswordFile:   o.RedisPasswordFile,
+		TLS:            o.RedisTLS,
+		TLSCA:          o.RedisTLSCA,
+		TLSCert:        o.RedisTLSCert,
+		TLSKey:         o.RedisTLSKey,
+		Timeout:        o.RedisTimeout,
+		PoolSize:       o.RedisPoolSize,
+		MaxFlushDelay:  o.RedisMaxFlushDelay,
+	}
 }
 
 func headerMode(s string) (descriptors.HeaderMode, error) {
@@ -191,6 +376,26 @@ func headerMode(s string) (descriptors.HeaderMode, error) {
 		return descriptors.HeadersNone, nil
 	}
 	return 0, fmt.Errorf("--default-headers %q: must be full, retry_after or none", s)
+}
+
+// memoryBound is the memory store's entry bound and where it comes from.
+// memLimit is the Go runtime's memory limit (debug.SetMemoryLimit(-1):
+// GOMEMLIMIT, math.MaxInt64 when unset). Automatic (--memory-max-entries
+// 0) is DefaultMemoryMaxEntries, lowered under a memory limit to
+// floor(memLimit x MemoryShare / memory.MaxBytesPerEntry), so that the
+// store refuses new subjects before the process reaches the limit.
+func memoryBound(o *Options, memLimit int64) (int, string) {
+	switch {
+	case o.MemoryMaxEntries > 0:
+		return o.MemoryMaxEntries, "--memory-max-entries"
+	case memLimit <= 0 || memLimit == math.MaxInt64:
+		return DefaultMemoryMaxEntries, "automatic (no GOMEMLIMIT)"
+	}
+	n := int64(float64(memLimit) * MemoryShare / memory.MaxBytesPerEntry)
+	if n >= DefaultMemoryMaxEntries {
+		return DefaultMemoryMaxEntries, "automatic (GOMEMLIMIT allows the default)"
+	}
+	return int(max(n, 1)), "automatic (GOMEMLIMIT)"
 }
 
 // gcPercent is the garbage collector target serve sets, and where it comes
@@ -206,4 +411,102 @@ func gcPercent(o *Options, getenv func(string) string) (int, string) {
 	default:
 		return 0, "Go default"
 	}
+}
+
+const serveUsage = `Usage: envoy-rls serve --config PATH [flags]
+
+Serves Envoy's RateLimitService over gRPC (--grpc-addr) and the admin HTTP
+API (--admin-addr) until SIGTERM or SIGINT.
+
+Every flag also reads the environment variable shown with it; a flag on the
+command line wins over its variable, and an empty variable counts as unset.
+The HMAC secret itself can be given as ` + SecretEnv + `.
+
+Flags:
+`
+
+const validateUsage = `Usage: envoy-rls validate [--config] PATH
+
+Loads the rule file or directory PATH and prints the domains and policies
+found, or every problem as file:line:column: reason (exit status 1).
+
+Flags:
+`
+
+// helpWidth is the column help text wraps at.
+const helpWidth = 80
+
+// printUsage writes header, then every flag of fs in name order: its
+// double-dash spelling with a placeholder for its value, its environment
+// variable and default, and its description wrapped at helpWidth.
+func printUsage(w io.Writer, header string, fs *flag.FlagSet) {
+	var b strings.Builder
+	b.WriteString(header)
+	fs.VisitAll(func(f *flag.Flag) {
+		b.WriteString("  --" + f.Name)
+		if p := placeholder(f); p != "" {
+			b.WriteString(" " + p)
+		}
+		b.WriteString("\n")
+		wrap(&b, f.Usage, "      ")
+		meta := envName(f.Name)
+		if f.DefValue != "" {
+			d := f.DefValue
+			if p := placeholder(f); p != "" && p != "N" && p != "DURATION" {
+				d = fmt.Sprintf("%q", d)
+			}
+			meta += ", default " + d
+		}
+		wrap(&b, "("+meta+")", "      ")
+	})
+	_, _ = io.WriteString(w, b.String())
+}
+
+// placeholders name the values of the flags that take a word. Read only.
+var placeholders = map[string]string{
+	"store": "STORE", "log-level": "LEVEL", "default-headers": "MODE", "redis-mode": "MODE",
+	"redis-username": "NAME", "redis-sentinel-master": "NAME",
+}
+
+// placeholder names a flag's value in help: none for a boolean flag.
+func placeholder(f *flag.Flag) string {
+	if b, ok := f.Value.(interface{ IsBoolFlag() bool }); ok && b.IsBoolFlag() {
+		return ""
+	}
+	if p, ok := placeholders[f.Name]; ok {
+		return p
+	}
+	switch {
+	case f.Name == "config":
+		return "PATH"
+	case strings.HasSuffix(f.Name, "-file"), strings.HasPrefix(f.Name, "redis-tls-"):
+		return "PATH"
+	case f.Name == "redis-addr":
+		return "HOST:PORT[,...]"
+	case strings.HasSuffix(f.Name, "-addr"):
+		return "[HOST]:PORT"
+	}
+	if _, err := time.ParseDuration(f.DefValue); err == nil && f.DefValue != "0" {
+		return "DURATION"
+	}
+	if _, err := strconv.Atoi(f.DefValue); err == nil {
+		return "N"
+	}
+	return "VALUE"
+}
+
+// wrap writes text word-wrapped at helpWidth, each line indented.
+func wrap(b *strings.Builder, text, indent string) {
+	line := indent
+	for _, word := range strings.Fields(text) {
+		if len(line) > len(indent) && len(line)+1+len(word) > helpWidth {
+			b.WriteString(line + "\n")
+			line = indent
+		}
+		if len(line) > len(indent) {
+			line += " "
+		}
+		line += word
+	}
+	b.WriteString(line + "\n")
 }

@@ -56,9 +56,8 @@ func Binary(t testing.TB) string {
 	return filepath.Join(buildDir, "envoy-rls")
 }
 
-// flagLine matches a flag in the usage text the flag package prints:
-// "  -grpc-addr string".
-var flagLine = regexp.MustCompile(`^  -([a-z0-9][a-z0-9-]*)`)
+// flagLine matches a flag in the serve help: "  --grpc-addr [HOST]:PORT".
+var flagLine = regexp.MustCompile(`^  --([a-z0-9][a-z0-9-]*)`)
 
 // ServeFlags returns the names of the flags `envoy-rls serve` accepts, read
 // from the real binary's usage text.

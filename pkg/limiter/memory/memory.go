@@ -58,6 +58,17 @@ const (
 	fullScanBudget = 64
 )
 
+// MaxBytesPerEntry bounds the heap a full store keeps per entry, to size
+// MaxEntries from a memory budget. A slot is 96 bytes plus a 4-byte tag;
+// a shard's table doubles when it would pass three quarters full, so a full
+// shard is 3/8 to 3/4 full: 133 to 267 bytes per entry. Measured
+// (TestFullStoreHeap, heap in use after a collection): 262 bytes at 100,000
+// entries, 267 at 786,688 (every table just doubled, the worst case), 210
+// at 1,000,000. While a table doubles, its old arrays are garbage until the
+// next collection: the runtime took 304 bytes per entry from the system at
+// 786,688.
+const MaxBytesPerEntry = 272
+
 // Observer is told what the store drops and refuses, so that the binary can
 // count it (Prometheus counters, say). Calls are made outside the shard locks
 // and concurrently from many goroutines; they must be cheap and safe for

@@ -120,32 +120,83 @@ type Config struct {
 	MaxFlushDelay time.Duration
 }
 
-// validated returns c with defaults filled, or an error naming the field.
+// FieldError is a Config (or Flags) value that is refused. Field is the
+// Config field (Addrs, Mode, SentinelMaster, Timeout, DialTimeout,
+// PoolSize, MaxFlushDelay); Flag, set by the Flags methods, is the binary's
+// flag for it without dashes (redis-timeout); Value is the refused value as
+// text and Want says what is accepted.
+type FieldError struct {
+	Field string
+	Flag  string
+	Value string
+	Want  string
+}
+
+func (e *FieldError) Error() string {
+	if e.Flag != "" {
+		return fmt.Sprintf("--%s %q: must be %s", e.Flag, e.Value, e.Want)
+	}
+	return fmt.Sprintf("redis store: %s %q: must be %s", fieldNames[e.Field], e.Value, e.Want)
+}
+
+// fieldNames are the Config fields as error messages spell them.
+var fieldNames = map[string]string{
+	"Addrs": "addrs", "Mode": "mode", "SentinelMaster": "sentinel_master",
+	"Timeout": "timeout", "DialTimeout": "dial timeout", "PoolSize": "pool size",
+	"MaxFlushDelay": "max flush delay",
+}
+
+// flagNames are the binary's flags of the Config fields.
+var flagNames = map[string]string{
+	"Addrs": "redis-addr", "Mode": "redis-mode", "SentinelMaster": "redis-sentinel-master",
+	"Timeout": "redis-timeout", "PoolSize": "redis-pool-size", "MaxFlushDelay": "redis-max-flush-delay",
+}
+
+// What each value accepts, as FieldError.Want says it.
+var (
+	wantTimeout    = fmt.Sprintf("a duration between 1ms and %v", MaxTimeout)
+	wantPoolSize   = fmt.Sprintf("an integer between 1 and %d", MaxPoolSize)
+	wantFlushDelay = fmt.Sprintf("a duration between 0 and %v", MaxMaxFlushDelay)
+	wantMode       = "auto, standalone, cluster or sentinel"
+)
+
+// validated returns c with defaults filled, or a *FieldError naming the
+// field.
 func (c Config) validated() (Config, error) {
 	if len(c.Addrs) == 0 {
-		return c, errors.New("redis store: addrs: at least one host:port is required")
+		return c, &FieldError{Field: "Addrs", Want: "at least one host:port"}
 	}
 	for _, a := range c.Addrs {
 		if _, port, err := net.SplitHostPort(a); err != nil || port == "" {
-			return c, fmt.Errorf("redis store: addrs: %q is not host:port", a)
+			return c, &FieldError{Field: "Addrs", Value: a, Want: "host:port (several separated by commas)"}
 		}
 	}
-	m, err := ParseMode(string(c.Mode))
+	c, err := c.validValues()
 	if err != nil {
 		return c, err
 	}
-	c.Mode = m
 	if c.Mode == ModeAuto && c.SentinelMaster != "" {
 		c.Mode = ModeSentinel
 	}
 	switch {
 	case c.Mode == ModeSentinel && c.SentinelMaster == "":
-		return c, errors.New("redis store: sentinel_master is required in sentinel mode")
+		return c, &FieldError{Field: "SentinelMaster", Want: "the master set name in sentinel mode"}
 	case c.Mode != ModeSentinel && c.SentinelMaster != "":
-		return c, fmt.Errorf("redis store: sentinel_master is set but mode is %s", c.Mode)
+		return c, &FieldError{Field: "SentinelMaster", Value: c.SentinelMaster, Want: fmt.Sprintf("empty unless the mode is sentinel or auto (it is %s)", c.Mode)}
 	case c.Mode == ModeStandalone && len(c.Addrs) != 1:
-		return c, fmt.Errorf("redis store: standalone mode takes exactly one address, got %d", len(c.Addrs))
+		return c, &FieldError{Field: "Addrs", Value: strings.Join(c.Addrs, ","), Want: fmt.Sprintf("exactly one address in standalone mode (got %d)", len(c.Addrs))}
 	}
+	return c, nil
+}
+
+// validValues checks the values that do not depend on each other or on the
+// addresses, and fills their defaults.
+func (c Config) validValues() (Config, error) {
+	m, err := ParseMode(string(c.Mode))
+	if err != nil {
+		return c, &FieldError{Field: "Mode", Value: string(c.Mode), Want: wantMode}
+	}
+	c.Mode = m
 	if c.Timeout == 0 {
 		c.Timeout = DefaultTimeout
 	}
@@ -153,19 +204,19 @@ func (c Config) validated() (Config, error) {
 		c.DialTimeout = DefaultDialTimeout
 	}
 	if c.Timeout < time.Millisecond || c.Timeout > MaxTimeout {
-		return c, fmt.Errorf("redis store: timeout %v is outside [1ms, %v]", c.Timeout, MaxTimeout)
+		return c, &FieldError{Field: "Timeout", Value: c.Timeout.String(), Want: wantTimeout}
 	}
 	if c.DialTimeout < time.Millisecond || c.DialTimeout > MaxTimeout {
-		return c, fmt.Errorf("redis store: dial timeout %v is outside [1ms, %v]", c.DialTimeout, MaxTimeout)
+		return c, &FieldError{Field: "DialTimeout", Value: c.DialTimeout.String(), Want: wantTimeout}
 	}
 	if c.MaxFlushDelay < 0 || c.MaxFlushDelay > MaxMaxFlushDelay {
-		return c, fmt.Errorf("redis store: max flush delay %v is outside [0, %v]", c.MaxFlushDelay, MaxMaxFlushDelay)
+		return c, &FieldError{Field: "MaxFlushDelay", Value: c.MaxFlushDelay.String(), Want: wantFlushDelay}
 	}
 	if c.PoolSize == 0 {
 		c.PoolSize = DefaultPoolSize
 	}
 	if c.PoolSize < 1 || c.PoolSize > MaxPoolSize {
-		return c, fmt.Errorf("redis store: pool size %d is outside [1, %d]", c.PoolSize, MaxPoolSize)
+		return c, &FieldError{Field: "PoolSize", Value: fmt.Sprint(c.PoolSize), Want: wantPoolSize}
 	}
 	return c, nil
 }
@@ -196,25 +247,70 @@ type Flags struct {
 	MaxFlushDelay  time.Duration // --redis-max-flush-delay
 }
 
-// Config reads the password and TLS files named by f and returns the Config
-// they describe. TLS is on when f.TLS is set or any TLS file is given. The
-// error names the flag at fault; it never contains the password.
-func (f Flags) Config() (Config, error) {
+// Check returns what Config would refuse without reading any file: a
+// *FieldError naming the flag (Flag set) for a malformed, out-of-range or
+// inconsistent value. The binary runs it before it starts.
+func (f Flags) Check() error {
+	_, err := f.plain()
+	return err
+}
+
+// CheckValues is Check for a binary that does not use Redis: it refuses
+// malformed or out-of-range values but requires no address.
+func (f Flags) CheckValues() error {
+	c := Config{Mode: Mode(f.Mode), Timeout: f.Timeout, PoolSize: f.PoolSize, MaxFlushDelay: f.MaxFlushDelay}
+	_, err := c.validValues()
+	return withFlag(err, f)
+}
+
+// withFlag sets the flag of a *FieldError and reports the flag's own value
+// where the Config holds it converted.
+func withFlag(err error, f Flags) error {
+	var fe *FieldError
+	if !errors.As(err, &fe) {
+		return err
+	}
+	fe.Flag = flagNames[fe.Field]
+	switch fe.Field {
+	case "Timeout":
+		fe.Value = f.Timeout.String()
+	case "PoolSize":
+		fe.Value = fmt.Sprint(f.PoolSize)
+	}
+	return fe
+}
+
+// plain is the Config f describes before any file is read, validated.
+func (f Flags) plain() (Config, error) {
 	var c Config
 	for _, a := range strings.Split(f.Addr, ",") {
 		if a = strings.TrimSpace(a); a != "" {
 			c.Addrs = append(c.Addrs, a)
 		}
 	}
-	if len(c.Addrs) == 0 {
-		return c, errors.New("--redis-addr: at least one host:port is required")
-	}
-	m, err := ParseMode(f.Mode)
-	if err != nil {
-		return c, fmt.Errorf("--redis-mode: %w", err)
-	}
-	c.Mode, c.SentinelMaster, c.Username = m, f.SentinelMaster, f.Username
+	c.Mode, c.SentinelMaster, c.Username = Mode(f.Mode), f.SentinelMaster, f.Username
 	c.Timeout, c.PoolSize, c.MaxFlushDelay = f.Timeout, f.PoolSize, f.MaxFlushDelay
+	switch {
+	case f.TLSCert != "" && f.TLSKey == "":
+		return c, &FieldError{Flag: "redis-tls-key", Want: "given together with --redis-tls-cert (mutual TLS needs both)"}
+	case f.TLSKey != "" && f.TLSCert == "":
+		return c, &FieldError{Flag: "redis-tls-cert", Want: "given together with --redis-tls-key (mutual TLS needs both)"}
+	}
+	v, err := c.validated()
+	if err != nil {
+		return c, withFlag(err, f)
+	}
+	return v, nil
+}
+
+// Config reads the password and TLS files named by f and returns the Config
+// they describe. TLS is on when f.TLS is set or any TLS file is given. The
+// error names the flag at fault; it never contains the password.
+func (f Flags) Config() (Config, error) {
+	c, err := f.plain()
+	if err != nil {
+		return c, err
+	}
 	if f.PasswordFile != "" {
 		b, err := os.ReadFile(f.PasswordFile)
 		if err != nil {
@@ -238,9 +334,6 @@ func (f Flags) Config() (Config, error) {
 			}
 			tc.RootCAs = pool
 		}
-		if (f.TLSCert == "") != (f.TLSKey == "") {
-			return c, errors.New("--redis-tls-cert and --redis-tls-key must be given together")
-		}
 		if f.TLSCert != "" {
 			cert, err := tls.LoadX509KeyPair(f.TLSCert, f.TLSKey)
 			if err != nil {
@@ -249,9 +342,6 @@ func (f Flags) Config() (Config, error) {
 			tc.Certificates = []tls.Certificate{cert}
 		}
 		c.TLS = tc
-	}
-	if _, err := c.validated(); err != nil {
-		return c, err
 	}
 	return c, nil
 }

@@ -92,12 +92,63 @@ func TestFlagsConfig(t *testing.T) {
 		{Flags{Addr: "a:1", TLSCA: notPEM}, "--redis-tls-ca"},
 		{Flags{Addr: "a:1", TLSCert: notPEM}, "together"},
 		{Flags{Addr: "a:1", TLSCert: notPEM, TLSKey: notPEM}, "--redis-tls-cert"},
-		{Flags{Addr: "a:1", Mode: "sentinel"}, "sentinel_master"},
+		{Flags{Addr: "a:1", Mode: "sentinel"}, "--redis-sentinel-master"},
 	}
 	for _, b := range bad {
 		if _, err := b.f.Config(); err == nil || !strings.Contains(err.Error(), b.want) {
 			t.Errorf("%+v: error %v, want one mentioning %q", b.f, err, b.want)
 		}
+	}
+}
+
+// Check refuses what Config would, without reading files, naming the flag.
+func TestFlagsCheck(t *testing.T) {
+	ok := Flags{Addr: "a:1", Mode: "auto", Timeout: DefaultTimeout, PoolSize: DefaultPoolSize, MaxFlushDelay: DefaultMaxFlushDelay,
+		PasswordFile: "/nonexistent/pw", TLSCA: "/nonexistent/ca", TLSCert: "/nonexistent/c", TLSKey: "/nonexistent/k"}
+	if err := ok.Check(); err != nil {
+		t.Fatalf("Check read files or refused good flags: %v", err)
+	}
+	// Zero is the default, as in a Config.
+	if err := (Flags{Addr: "a:1"}).Check(); err != nil {
+		t.Fatalf("Check of zero values: %v", err)
+	}
+	tests := []struct {
+		name        string
+		edit        func(*Flags)
+		flag, value string
+		valuesToo   bool // CheckValues refuses it as well
+	}{
+		{"no address", func(f *Flags) { f.Addr = " , " }, "redis-addr", "", false},
+		{"no port", func(f *Flags) { f.Addr = "a:1,b" }, "redis-addr", "b", false},
+		{"bad mode", func(f *Flags) { f.Mode = "ring" }, "redis-mode", "ring", true},
+		{"sentinel without master", func(f *Flags) { f.Mode = "sentinel" }, "redis-sentinel-master", "", false},
+		{"master in cluster mode", func(f *Flags) { f.Mode, f.SentinelMaster = "cluster", "m" }, "redis-sentinel-master", "m", false},
+		{"standalone, two addresses", func(f *Flags) { f.Mode, f.Addr = "standalone", "a:1,b:2" }, "redis-addr", "a:1,b:2", false},
+		{"timeout too small", func(f *Flags) { f.Timeout = time.Microsecond }, "redis-timeout", "1µs", true},
+		{"timeout too large", func(f *Flags) { f.Timeout = 2 * time.Minute }, "redis-timeout", "2m0s", true},
+		{"flush delay negative", func(f *Flags) { f.MaxFlushDelay = -time.Millisecond }, "redis-max-flush-delay", "-1ms", true},
+		{"flush delay too large", func(f *Flags) { f.MaxFlushDelay = 2 * time.Millisecond }, "redis-max-flush-delay", "2ms", true},
+		{"pool size negative", func(f *Flags) { f.PoolSize = -1 }, "redis-pool-size", "-1", true},
+		{"pool size too large", func(f *Flags) { f.PoolSize = MaxPoolSize + 1 }, "redis-pool-size", "257", true},
+		{"cert without key", func(f *Flags) { f.TLSKey = "" }, "redis-tls-key", "", false},
+		{"key without cert", func(f *Flags) { f.TLSCert = "" }, "redis-tls-cert", "", false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			f := ok
+			tt.edit(&f)
+			var fe *FieldError
+			if err := f.Check(); !errors.As(err, &fe) || fe.Flag != tt.flag || fe.Value != tt.value || fe.Want == "" {
+				t.Fatalf("Check: %v (%+v), want a FieldError for --%s %q", err, fe, tt.flag, tt.value)
+			}
+			if _, err := f.Config(); err == nil || err.Error() != fe.Error() {
+				t.Errorf("Config: %v, want Check's %v", err, fe)
+			}
+			err := f.CheckValues()
+			if tt.valuesToo != (err != nil) {
+				t.Errorf("CheckValues: %v, refusal wanted: %v", err, tt.valuesToo)
+			}
+		})
 	}
 }
 
