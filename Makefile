@@ -29,8 +29,8 @@ run: build ## serve config/examples on the in-memory store (gRPC :8081, admin :8
 
 deps: ## install what the tests need (redis-server, helm, helm-docs) when missing
 	@scripts/ensure-deps.sh
-	@scripts/ensure-helm.sh >/dev/null
-	@scripts/ensure-helm-docs.sh >/dev/null
+	@scripts/ensure-tool.sh helm >/dev/null
+	@scripts/ensure-tool.sh helm-docs >/dev/null
 
 test: deps ## install test dependencies if missing, then run every test with -race
 	CI=$${CI:-} $(GO) test $(TESTFLAGS) $(PKGS)
@@ -56,16 +56,16 @@ lint: fmt vet tidy ## gofmt + go vet + go mod tidy check
 
 CHART := deploy/helm/envoy-rls
 helm-check: ## helm lint + template the chart, then its manifest tests (builds helm once if missing)
-	@helm=$$(scripts/ensure-helm.sh) && set -x && \
+	@helm=$$(scripts/ensure-tool.sh helm) && set -x && \
 	  $$helm lint --strict $(CHART) && \
 	  $$helm template rls $(CHART) >/dev/null && \
 	  $$helm template rls $(CHART) --set store=redis --set redis.addr=redis:6379 \
 	    --set-string hmac.secret=0123456789abcdef0123 --set autoscaling.enabled=true >/dev/null
-	@scripts/ensure-helm-docs.sh >/dev/null
+	@scripts/ensure-tool.sh helm-docs >/dev/null
 	CI=$${CI:-} $(GO) test -count=1 ./deploy/helm
 
 chart-docs: ## regenerate the chart README's values table from values.yaml (helm-docs; builds it once if missing)
-	@helmdocs=$$(scripts/ensure-helm-docs.sh) && $$helmdocs --chart-search-root $(CHART) --log-level warning
+	@helmdocs=$$(scripts/ensure-tool.sh helm-docs) && $$helmdocs --chart-search-root $(CHART) --log-level warning
 
 release-check: ## goreleaser check + actionlint on .github/workflows (installs the pinned tools once)
 	@goreleaser=$$(scripts/ensure-tool.sh goreleaser) && actionlint=$$(scripts/ensure-tool.sh actionlint) && set -x && \

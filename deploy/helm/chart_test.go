@@ -12,7 +12,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"reflect"
-	"regexp"
 	"strconv"
 	"strings"
 	"testing"
@@ -28,44 +27,8 @@ import (
 // hmacValue is the HMAC key the tests pass; no default may ever appear.
 const hmacValue = "test-only-hmac-key-0123456789abcdef"
 
-// helmBin finds helm: $HELM, then PATH, then the Go bin directory where
-// scripts/ensure-helm.sh installs it. Without helm the test skips, except
-// in CI (CI=true), where a missing helm is a broken pipeline.
-func helmBin(t *testing.T) string {
-	t.Helper()
-	if h := os.Getenv("HELM"); h != "" {
-		return h
-	}
-	if h, err := exec.LookPath("helm"); err == nil {
-		return h
-	}
-	if out, err := exec.Command("go", "env", "GOBIN", "GOPATH").Output(); err == nil {
-		lines := strings.Split(strings.TrimSpace(string(out)), "\n")
-		dirs := []string{}
-		if len(lines) == 2 && lines[0] != "" {
-			dirs = append(dirs, lines[0])
-		}
-		if gopath := lines[len(lines)-1]; gopath != "" {
-			dirs = append(dirs, filepath.Join(filepath.SplitList(gopath)[0], "bin"))
-		}
-		for _, d := range dirs {
-			if h := filepath.Join(d, "helm"); isExec(h) {
-				return h
-			}
-		}
-	}
-	msg := "helm not found (run scripts/ensure-helm.sh, or set $HELM)"
-	if os.Getenv("CI") == "true" {
-		t.Fatal(msg)
-	}
-	t.Skip(msg)
-	return ""
-}
-
-func isExec(p string) bool {
-	fi, err := os.Stat(p)
-	return err == nil && fi.Mode().IsRegular() && fi.Mode()&0o111 != 0
-}
+// helmBin is the helm the tests render with (scripts/ensure-tool.sh helm).
+func helmBin(t *testing.T) string { return deploytest.Tool(t, "helm") }
 
 func chartDir(t *testing.T) string {
 	return filepath.Join(deploytest.ModuleRoot(t), "deploy", "helm", "envoy-rls")
@@ -311,6 +274,7 @@ func TestRender(t *testing.T) {
 			name: "redis standalone with TLS and a password",
 			args: cat(redisBase, withHMAC, []string{
 				"--set", "replicaCount=3",
+				"--set", "redis.addr=redis-0.redis:6379",
 				"--set", "redis.mode=standalone",
 				"--set", "redis.tls.enabled=true",
 				"--set", "redis.tls.ca.existingSecret=redis-ca",
@@ -319,7 +283,7 @@ func TestRender(t *testing.T) {
 				"--set", "redis.username=rls",
 			}),
 			wantArgs: []string{
-				"--store=redis", "--redis-addr=redis-0.redis:6379,redis-1.redis:6379", "--redis-mode=standalone",
+				"--store=redis", "--redis-addr=redis-0.redis:6379", "--redis-mode=standalone",
 				"--redis-tls=true", "--redis-tls-ca=/etc/envoy-rls/redis-ca/ca.crt",
 				"--redis-tls-cert=/etc/envoy-rls/redis-client/tls.crt", "--redis-tls-key=/etc/envoy-rls/redis-client/tls.key",
 				"--redis-password-file=/etc/envoy-rls/redis-password/password", "--redis-username=rls",
@@ -664,6 +628,7 @@ func TestRenderFails(t *testing.T) {
 		{"redis without an HMAC key", redisBase, "needs an HMAC secret"},
 		{"redis without an address", cat([]string{"--set", "store=redis"}, withHMAC), "needs redis.addr"},
 		{"sentinel without a master", cat(redisBase, withHMAC, []string{"--set", "redis.mode=sentinel"}), "redis.sentinelMaster"},
+		{"standalone with two addresses", cat(redisBase, withHMAC, []string{"--set", "redis.mode=standalone"}), "standalone takes exactly one address"},
 		{"short HMAC key", cat(redisBase, []string{"--set", "hmac.secret=short"}), "at least 16"},
 		{"memory with replicas", []string{"--set", "replicaCount=3"}, "counts per pod"},
 		{"memory with an HPA", []string{"--set", "autoscaling.enabled=true"}, "counts per pod"},
@@ -1307,7 +1272,7 @@ func TestSchema(t *testing.T) {
 		{"--set", "redis.timeout=60000ms"},
 		{"--set", "redis.timeout=1m"},
 		{"--set", "redis.poolSize=256"},
-		{"--set", "redis.mode=standalone"},
+		{"--set", "redis.mode=standalone", "--set", "redis.addr=redis:6379"},
 		{"--set", "redis.mode=cluster"},
 		{"--set", "redis.mode=sentinel", "--set", "redis.sentinelMaster=mymaster", "--set", "networkPolicy.egress.redisPorts[0]=26379"},
 		{"--set", "logLevel=debug", "--set", "defaultHeaders=none", "--set", "extraArgs[0]=--local-cache=false"},
@@ -1330,49 +1295,9 @@ func TestSchema(t *testing.T) {
 	}
 }
 
-// helmDocsBin finds helm-docs at the version scripts/ensure-helm-docs.sh
-// pins (the table layout depends on it): $HELM_DOCS, then PATH, then the Go
-// bin directory. Without it the test skips, except in CI (CI=true), where
-// `make deps` must have built it.
-func helmDocsBin(t *testing.T) string {
-	t.Helper()
-	script, err := os.ReadFile(filepath.Join(deploytest.ModuleRoot(t), "scripts", "ensure-helm-docs.sh"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	m := regexp.MustCompile(`HELM_DOCS_VERSION:-v([0-9.]+)`).FindSubmatch(script)
-	if m == nil {
-		t.Fatal("scripts/ensure-helm-docs.sh pins no HELM_DOCS_VERSION")
-	}
-	want := string(m[1])
-	var candidates []string
-	if h := os.Getenv("HELM_DOCS"); h != "" {
-		candidates = append(candidates, h)
-	}
-	if h, err := exec.LookPath("helm-docs"); err == nil {
-		candidates = append(candidates, h)
-	}
-	if out, err := exec.Command("go", "env", "GOBIN", "GOPATH").Output(); err == nil {
-		lines := strings.Split(strings.TrimSpace(string(out)), "\n")
-		if len(lines) == 2 && lines[0] != "" {
-			candidates = append(candidates, filepath.Join(lines[0], "helm-docs"))
-		}
-		if gopath := lines[len(lines)-1]; gopath != "" {
-			candidates = append(candidates, filepath.Join(filepath.SplitList(gopath)[0], "bin", "helm-docs"))
-		}
-	}
-	for _, c := range candidates {
-		if out, err := exec.Command(c, "--version").Output(); err == nil && strings.Contains(string(out), want) {
-			return c
-		}
-	}
-	msg := "helm-docs " + want + " not found (run scripts/ensure-helm-docs.sh, or set $HELM_DOCS)"
-	if os.Getenv("CI") == "true" {
-		t.Fatal(msg)
-	}
-	t.Skip(msg)
-	return ""
-}
+// helmDocsBin is helm-docs at the version scripts/ensure-tool.sh pins (the
+// table layout depends on it).
+func helmDocsBin(t *testing.T) string { return deploytest.Tool(t, "helm-docs") }
 
 // TestChartReadmeCurrent: the chart README is what helm-docs makes from
 // README.md.gotmpl and the values' comments, so its values table cannot

@@ -98,3 +98,30 @@ func CheckArgs(t testing.TB, where string, args []string, flags map[string]bool)
 		}
 	}
 }
+
+// Tool returns the path of a pinned developer tool (helm, helm-docs,
+// goreleaser, actionlint) as scripts/ensure-tool.sh finds it, or the path in
+// $HELM, $HELM_DOCS, ... when set. A missing tool skips the test, except in
+// CI (CI=true), where `make deps` must have installed it: there it fails.
+func Tool(t testing.TB, name string) string {
+	t.Helper()
+	if p := os.Getenv(strings.ToUpper(strings.ReplaceAll(name, "-", "_"))); p != "" {
+		return p
+	}
+	cmd := exec.Command(filepath.Join(ModuleRoot(t), "scripts", "ensure-tool.sh"), "--find", name)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err == nil {
+		return strings.TrimSpace(string(out))
+	}
+	msg := strings.TrimSpace(stderr.String())
+	if msg == "" {
+		msg = err.Error()
+	}
+	if os.Getenv("CI") == "true" {
+		t.Fatal(msg)
+	}
+	t.Skip(msg)
+	return ""
+}

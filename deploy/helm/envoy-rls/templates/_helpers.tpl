@@ -111,6 +111,9 @@ runs it; each failure says what to set.
 {{- if and (eq .Values.redis.mode "sentinel") (not .Values.redis.sentinelMaster) }}
 {{- fail "redis.mode: sentinel needs redis.sentinelMaster (the master name the sentinels monitor)" }}
 {{- end }}
+{{- if and (eq .Values.redis.mode "standalone") (contains "," .Values.redis.addr) }}
+{{- fail (printf "redis.mode: standalone takes exactly one address, but redis.addr is %q: use auto or cluster for cluster seeds, sentinel for sentinels" .Values.redis.addr) }}
+{{- end }}
 {{- if and (or .Values.redis.tls.ca.existingSecret .Values.redis.tls.clientCert.existingSecret) (not .Values.redis.tls.enabled) }}
 {{- fail "redis.tls.ca / redis.tls.clientCert are set but redis.tls.enabled is false: enable TLS or remove them" }}
 {{- end }}
