@@ -1,10 +1,10 @@
 # syntax=docker/dockerfile:1
 # envoy-rls: a small static image that runs as a non-root user.
-#   docker build -t envoy-rls \
+#   docker build -t ghcr.io/envoy-rls/envoy-rls:dev \
 #     --build-arg VERSION="$(git describe --tags --always --dirty)" \
 #     --build-arg REVISION="$(git rev-parse HEAD)" \
 #     --build-arg DATE="$(date -u +%Y-%m-%dT%H:%M:%SZ)" .
-#   docker run --rm -p 8081:8081 -p 8080:8080 -v $PWD/config/examples:/etc/envoy-rls/rules:ro envoy-rls
+#   docker run --rm -p 8081:8081 -p 8080:8080 -v "$PWD/config/examples:/etc/envoy-rls/rules:ro" ghcr.io/envoy-rls/envoy-rls:dev
 # Stage 1 compiles without cgo (a static binary); stage 2 is distroless
 # "static" (CA certificates, tzdata, /etc/passwd with nonroot; no shell, no
 # package manager). VERSION, REVISION and DATE are what `envoy-rls version`,

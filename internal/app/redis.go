@@ -27,20 +27,7 @@ import (
 // openRedis waits for the first attempt (at most redisFirstAttemptWait), so
 // that when Redis is up the first requests are decided by Redis.
 func (s *server) openRedis(ctx context.Context) (limiter.Store, func(), error) {
-	cfg, err := redis.Flags{
-		Addr:           s.opts.RedisAddr,
-		Mode:           s.opts.RedisMode,
-		SentinelMaster: s.opts.RedisSentinelMaster,
-		Username:       s.opts.RedisUsername,
-		PasswordFile:   s.opts.RedisPasswordFile,
-		TLS:            s.opts.RedisTLS,
-		TLSCA:          s.opts.RedisTLSCA,
-		TLSCert:        s.opts.RedisTLSCert,
-		TLSKey:         s.opts.RedisTLSKey,
-		Timeout:        s.opts.RedisTimeout,
-		PoolSize:       s.opts.RedisPoolSize,
-		MaxFlushDelay:  s.opts.RedisMaxFlushDelay,
-	}.Config()
+	cfg, err := s.opts.redisFlags().Config()
 	if err != nil {
 		return nil, nil, fmt.Errorf("redis store: %w", err)
 	}
