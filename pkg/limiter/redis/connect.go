@@ -275,9 +275,11 @@ func (c *Connector) Ping(ctx context.Context) error {
 // after Close are Unavailable. Close may be called more than once.
 func (c *Connector) Close() {
 	c.close.Do(func() {
-		c.setCause(errClosed)
 		c.cancel()
 		<-c.done
+		// After the loop has returned, so that a failed attempt ending
+		// during Close cannot overwrite it.
+		c.setCause(errClosed)
 		if st := c.store.Load(); st != nil {
 			st.Close()
 		}

@@ -135,7 +135,7 @@ func recv[T any](t *testing.T, ch <-chan T, what string) T {
 	}
 }
 
-// evaluateOne runs one request through st.
+// evalVia runs one request through st.
 func evalVia(st limiter.Store, p *limiter.Policy, subject string) limiter.Outcome {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
@@ -273,6 +273,36 @@ func TestConnectorCloseWhileWaiting(t *testing.T) {
 		t.Fatalf("Ping after Close: %v, want %v", err, errClosed)
 	}
 	noConnectorGoroutine(t)
+}
+
+// TestConnectorCloseAfterFailedDial: an attempt that fails while Close
+// runs does not leave its cause in place of the closed error.
+func TestConnectorCloseAfterFailedDial(t *testing.T) {
+	b, _ := Backoff{}.validated()
+	c := newConnector(ConnectOptions{Backoff: b})
+	c.after = newFakeClock().after
+	c.dial = func(context.Context) (*Store, error) { return nil, refused(1) }
+	// jitter runs after the dial has failed and before its cause is set:
+	// hold it there until Close has cancelled the loop.
+	inJitter, release := make(chan struct{}), make(chan struct{})
+	c.jitter = func() float64 {
+		close(inJitter)
+		<-release
+		return 0
+	}
+	go c.run()
+	recv(t, inJitter, "failed dial")
+	closed := make(chan struct{})
+	go func() {
+		c.Close()
+		close(closed)
+	}()
+	recv(t, c.ctx.Done(), "cancel by Close")
+	close(release)
+	recv(t, closed, "Close to return")
+	if err := c.Ping(context.Background()); !errors.Is(err, errClosed) {
+		t.Fatalf("Ping after Close: %v, want %v", err, errClosed)
+	}
 }
 
 // TestConnectorCloseWhileDialling: Close aborts the dial in flight; a
