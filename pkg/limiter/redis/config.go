@@ -260,24 +260,18 @@ func (f Flags) Check() error {
 func (f Flags) CheckValues() error {
 	c := Config{Mode: Mode(f.Mode), Timeout: f.Timeout, PoolSize: f.PoolSize, MaxFlushDelay: f.MaxFlushDelay}
 	_, err := c.validValues()
-	return withFlag(err, f)
+	return withFlag(err)
 }
 
-// withFlag sets the flag of a *FieldError and reports the flag's own value
-// where the Config holds it converted.
-func withFlag(err error, f Flags) error {
+// withFlag sets the flag of a *FieldError. Its Value is already the flag's:
+// the Config takes the flag values as they are, and a zero that becomes a
+// default is never refused.
+func withFlag(err error) error {
 	var fe *FieldError
-	if !errors.As(err, &fe) {
-		return err
+	if errors.As(err, &fe) {
+		fe.Flag = flagNames[fe.Field]
 	}
-	fe.Flag = flagNames[fe.Field]
-	switch fe.Field {
-	case "Timeout":
-		fe.Value = f.Timeout.String()
-	case "PoolSize":
-		fe.Value = fmt.Sprint(f.PoolSize)
-	}
-	return fe
+	return err
 }
 
 // plain is the Config f describes before any file is read, validated.
@@ -298,7 +292,7 @@ func (f Flags) plain() (Config, error) {
 	}
 	v, err := c.validated()
 	if err != nil {
-		return c, withFlag(err, f)
+		return c, withFlag(err)
 	}
 	return v, nil
 }
