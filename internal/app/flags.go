@@ -137,21 +137,19 @@ func serveFlags(o *Options) *flag.FlagSet {
 	return fs
 }
 
-// accepts says what each flag takes, as errors put it after "must be";
-// acceptsOf describes the flags not listed by their type. Read only.
+// accepts says what a flag takes, as errors put it after "must be": for
+// the flags Options.check refuses by name, and for those whose type alone
+// does not say it when a value does not parse; acceptsOf falls back on the
+// type. (A --redis-* value that parses is checked by redis.Flags, whose
+// FieldError says what it accepts.) Read only.
 var accepts = map[string]string{
 	"store":                 "memory or redis",
 	"log-level":             "debug, info, warn or error",
 	"default-headers":       "full, retry_after or none",
 	"memory-max-entries":    "0 (automatic) or a positive integer",
 	"drain-timeout":         "a positive duration such as 15s",
-	"local-cache":           "true or false",
 	"local-cache-size":      fmt.Sprintf("an integer of at least %d", denycache.Shards),
 	"gc-percent":            fmt.Sprintf("0 (automatic) or an integer between %d and %d", MinGCPercent, MaxGCPercent),
-	"pprof":                 "true or false",
-	"redis-addr":            "host:port, or several separated by commas",
-	"redis-mode":            "auto, standalone, sentinel or cluster",
-	"redis-tls":             "true or false",
 	"redis-timeout":         fmt.Sprintf("a duration between 1ms and %v", redis.MaxTimeout),
 	"redis-pool-size":       fmt.Sprintf("an integer between 1 and %d", redis.MaxPoolSize),
 	"redis-max-flush-delay": fmt.Sprintf("a duration between 0 and %v", redis.MaxMaxFlushDelay),
