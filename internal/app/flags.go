@@ -306,7 +306,7 @@ func (o *Options) check() error {
 	if _, err := zapcore.ParseLevel(o.LogLevel); err != nil {
 		bad("log-level")
 	}
-	if _, err := headerMode(o.DefaultHeaders); err != nil {
+	if _, ok := headerMode(o.DefaultHeaders); !ok {
 		bad("default-headers")
 	}
 	if o.MemoryMaxEntries < 0 {
@@ -364,16 +364,18 @@ func (o *Options) redisFlags() redis.Flags {
 	}
 }
 
-func headerMode(s string) (descriptors.HeaderMode, error) {
+// headerMode is the mode a --default-headers value names; false for a
+// value it does not know (Options.check reports it).
+func headerMode(s string) (descriptors.HeaderMode, bool) {
 	switch s {
 	case "full":
-		return descriptors.HeadersFull, nil
+		return descriptors.HeadersFull, true
 	case "retry_after":
-		return descriptors.HeadersRetryAfter, nil
+		return descriptors.HeadersRetryAfter, true
 	case "none":
-		return descriptors.HeadersNone, nil
+		return descriptors.HeadersNone, true
 	}
-	return 0, fmt.Errorf("--default-headers %q: must be full, retry_after or none", s)
+	return 0, false
 }
 
 // memoryBound is the memory store's entry bound and where it comes from.
