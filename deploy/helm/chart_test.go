@@ -30,6 +30,20 @@ const hmacValue = "test-only-hmac-key-0123456789abcdef"
 // helmBin is the helm the tests render with (scripts/ensure-tool.sh helm).
 func helmBin(t *testing.T) string { return deploytest.Tool(t, "helm") }
 
+// chartValues is the chart's values.yaml, decoded.
+func chartValues(t *testing.T) map[string]any {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(chartDir(t), "values.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var v map[string]any
+	if err := yaml.Unmarshal(b, &v); err != nil {
+		t.Fatalf("values.yaml: %v", err)
+	}
+	return v
+}
+
 func chartDir(t *testing.T) string {
 	return filepath.Join(deploytest.ModuleRoot(t), "deploy", "helm", "envoy-rls")
 }
@@ -1161,14 +1175,7 @@ func TestSchemaCoversValues(t *testing.T) {
 	if schema["$schema"] != "http://json-schema.org/draft-07/schema#" {
 		t.Errorf("values.schema.json $schema %v: want draft-07", schema["$schema"])
 	}
-	vb, err := os.ReadFile(filepath.Join(chartDir(t), "values.yaml"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var values map[string]any
-	if err := yaml.Unmarshal(vb, &values); err != nil {
-		t.Fatal(err)
-	}
+	values := chartValues(t)
 	var walk func(v any, s map[string]any, path string)
 	walk = func(v any, s map[string]any, path string) {
 		props, hasProps := s["properties"].(map[string]any)
@@ -1325,14 +1332,7 @@ func TestChartReadmeCurrent(t *testing.T) {
 // its default is the binary's, so installing the chart with no values runs
 // envoy-rls as its own documentation describes.
 func TestDefaultsMatchBinary(t *testing.T) {
-	b, err := os.ReadFile(filepath.Join(chartDir(t), "values.yaml"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var v map[string]any
-	if err := yaml.Unmarshal(b, &v); err != nil {
-		t.Fatal(err)
-	}
+	v := chartValues(t)
 	timeout, err := time.ParseDuration(str(get(v, "redis", "timeout")))
 	if err != nil {
 		t.Fatalf("redis.timeout: %v", err)

@@ -10,8 +10,6 @@ import (
 	"strings"
 	"testing"
 
-	"gopkg.in/yaml.v3"
-
 	"github.com/envoy-rls/envoy-rls/internal/deploytest"
 	"github.com/envoy-rls/envoy-rls/pkg/descriptors"
 )
@@ -399,24 +397,15 @@ func TestDocsKubernetes(t *testing.T) {
 	}
 }
 
-type chartValues struct{ grpcPort, adminPort, hmacKey string }
+// docValues are the chart values the docs' commands must agree with.
+type docValues struct{ grpcPort, adminPort, hmacKey string }
 
-func readValues(t *testing.T) chartValues {
+func readValues(t *testing.T) docValues {
 	t.Helper()
-	b, err := os.ReadFile(filepath.Join(chartDir(t), "values.yaml"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var v struct {
-		GRPC  struct{ Port string } `yaml:"grpc"`
-		Admin struct{ Port string } `yaml:"admin"`
-		HMAC  struct{ Key string }  `yaml:"hmac"`
-	}
-	if err := yaml.Unmarshal(b, &v); err != nil {
-		t.Fatalf("values.yaml: %v", err)
-	}
-	if v.GRPC.Port == "" || v.Admin.Port == "" || v.HMAC.Key == "" {
+	v := chartValues(t)
+	grpcPort, adminPort := get(v, "grpc", "port"), get(v, "admin", "port")
+	if grpcPort == nil || adminPort == nil || str(get(v, "hmac", "key")) == "" {
 		t.Fatal("values.yaml lacks grpc.port, admin.port or hmac.key")
 	}
-	return chartValues{v.GRPC.Port, v.Admin.Port, v.HMAC.Key}
+	return docValues{fmt.Sprint(grpcPort), fmt.Sprint(adminPort), str(get(v, "hmac", "key"))}
 }
