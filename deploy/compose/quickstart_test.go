@@ -24,20 +24,14 @@ type dockerfile struct {
 	user            string
 }
 
-// readDockerfile reads the last ENTRYPOINT, CMD, EXPOSE and USER of the
-// repository's Dockerfile (those of the final stage), joining
-// backslash-continued lines. ENTRYPOINT and CMD must be in exec (JSON) form.
+// readDockerfile reads the ENTRYPOINT, CMD, EXPOSE and USER of the final
+// stage of the repository's Dockerfile. ENTRYPOINT and CMD must be in exec
+// (JSON) form.
 func readDockerfile(t *testing.T) dockerfile {
 	t.Helper()
-	b, err := os.ReadFile(filepath.Join(deploytest.ModuleRoot(t), "Dockerfile"))
-	if err != nil {
-		t.Fatal(err)
-	}
 	var d dockerfile
-	text := strings.ReplaceAll(string(b), "\\\n", " ")
-	for line := range strings.SplitSeq(text, "\n") {
-		instr, rest, _ := strings.Cut(strings.TrimSpace(line), " ")
-		rest = strings.TrimSpace(rest)
+	for _, line := range deploytest.DockerfileFinalStage(t, "Dockerfile") {
+		instr, rest, _ := strings.Cut(line, " ")
 		switch instr {
 		case "ENTRYPOINT", "CMD":
 			var words []string

@@ -1,7 +1,9 @@
 // Package deploytest holds what the deployment tests (the Helm chart, the
-// compose demo) share: the module root, the envoy-rls binary built from this
-// tree, and the flag names its serve command accepts, so that a manifest
-// cannot pass a flag the binary does not have.
+// compose demo, the Istio example, the release files) share: the module
+// root, the envoy-rls binary built from this tree, the flag names its serve
+// command accepts (so that a manifest cannot pass a flag the binary does
+// not have), the pinned tools, the final stage of a Dockerfile, and the
+// shell commands of the Markdown docs.
 package deploytest
 
 import (

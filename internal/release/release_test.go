@@ -12,6 +12,8 @@ import (
 	"testing"
 
 	"gopkg.in/yaml.v3"
+
+	"github.com/envoy-rls/envoy-rls/internal/deploytest"
 )
 
 const root = "../.."
@@ -25,24 +27,17 @@ func read(t *testing.T, name string) string {
 	return string(b)
 }
 
-// runtimeStage returns the instructions of a Dockerfile's last stage, with
-// continuation lines joined, comments dropped, and COPY reduced to its
-// destination (the sources differ: a build stage or prebuilt binaries).
+// runtimeStage returns the instructions of a Dockerfile's last stage
+// (deploytest.DockerfileFinalStage) without its ARGs, which shape the build
+// rather than the image's layout, and with COPY reduced to its destination
+// (the sources differ: a build stage or prebuilt binaries).
 func runtimeStage(t *testing.T, name string) []string {
 	t.Helper()
-	text := strings.ReplaceAll(read(t, name), "\\\n", " ")
 	var stage []string
-	for _, line := range strings.Split(text, "\n") {
-		line = strings.Join(strings.Fields(line), " ")
-		if line == "" || strings.HasPrefix(line, "#") {
-			continue
-		}
+	for _, line := range deploytest.DockerfileFinalStage(t, name) {
 		word, _, _ := strings.Cut(line, " ")
 		switch strings.ToUpper(word) {
-		case "FROM":
-			stage = []string{line}
 		case "ARG":
-			// Build arguments shape the build, not the image's layout.
 		case "COPY":
 			f := strings.Fields(line)
 			stage = append(stage, "COPY → "+f[len(f)-1])
