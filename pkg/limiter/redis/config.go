@@ -258,8 +258,7 @@ func (f Flags) Check() error {
 // CheckValues is Check for a binary that does not use Redis: it refuses
 // malformed or out-of-range values but requires no address.
 func (f Flags) CheckValues() error {
-	c := Config{Mode: Mode(f.Mode), Timeout: f.Timeout, PoolSize: f.PoolSize, MaxFlushDelay: f.MaxFlushDelay}
-	_, err := c.validValues()
+	_, err := f.values().validValues()
 	return withFlag(err)
 }
 
@@ -274,8 +273,9 @@ func withFlag(err error) error {
 	return err
 }
 
-// plain is the Config f describes before any file is read, validated.
-func (f Flags) plain() (Config, error) {
+// values is the Config of the flag values alone, not validated: no file
+// read, defaults not filled.
+func (f Flags) values() Config {
 	var c Config
 	for _, a := range strings.Split(f.Addr, ",") {
 		if a = strings.TrimSpace(a); a != "" {
@@ -284,6 +284,12 @@ func (f Flags) plain() (Config, error) {
 	}
 	c.Mode, c.SentinelMaster, c.Username = Mode(f.Mode), f.SentinelMaster, f.Username
 	c.Timeout, c.PoolSize, c.MaxFlushDelay = f.Timeout, f.PoolSize, f.MaxFlushDelay
+	return c
+}
+
+// plain is the Config f describes before any file is read, validated.
+func (f Flags) plain() (Config, error) {
+	c := f.values()
 	switch {
 	case f.TLSCert != "" && f.TLSKey == "":
 		return c, &FieldError{Flag: "redis-tls-key", Want: "given together with --redis-tls-cert (mutual TLS needs both)"}
