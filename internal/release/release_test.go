@@ -172,3 +172,40 @@ func TestStampsNameTheBuildinfoVariables(t *testing.T) {
 		}
 	}
 }
+
+// The workflows install the goreleaser that scripts/ensure-tool.sh pins for
+// `make release-check` and `make release-snapshot`, so CI checks the
+// release configuration with the version that publishes it.
+func TestWorkflowsUseThePinnedGoreleaser(t *testing.T) {
+	m := regexp.MustCompile(`GORELEASER_VERSION="\$\{GORELEASER_VERSION:-(v[0-9.]+)\}"`).FindStringSubmatch(read(t, "scripts/ensure-tool.sh"))
+	if m == nil {
+		t.Fatal("scripts/ensure-tool.sh pins no GORELEASER_VERSION")
+	}
+	for _, wf := range []string{".github/workflows/ci.yml", ".github/workflows/release.yml"} {
+		var w struct {
+			Jobs map[string]struct {
+				Steps []struct {
+					Uses string            `yaml:"uses"`
+					With map[string]string `yaml:"with"`
+				} `yaml:"steps"`
+			} `yaml:"jobs"`
+		}
+		if err := yaml.Unmarshal([]byte(read(t, wf)), &w); err != nil {
+			t.Fatalf("%s: %v", wf, err)
+		}
+		found := false
+		for _, j := range w.Jobs {
+			for _, s := range j.Steps {
+				if strings.HasPrefix(s.Uses, "goreleaser/goreleaser-action@") {
+					found = true
+					if s.With["version"] != m[1] {
+						t.Errorf("%s: goreleaser-action installs %q, scripts/ensure-tool.sh pins %s", wf, s.With["version"], m[1])
+					}
+				}
+			}
+		}
+		if !found {
+			t.Errorf("%s: no goreleaser/goreleaser-action step", wf)
+		}
+	}
+}
