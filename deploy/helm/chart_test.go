@@ -1137,6 +1137,11 @@ func TestNotes(t *testing.T) {
 			want: []string{"(pods x limit)", "no resources.limits.memory"},
 		},
 		{
+			name: "no memory limit, GOMEMLIMIT from extraEnv",
+			args: []string{"--set", "resources.limits.memory=null", "--set", "extraEnv[0].name=GOMEMLIMIT", "--set-string", "extraEnv[0].value=200MiB"},
+			not:  []string{"no resources.limits.memory"},
+		},
+		{
 			name: "redis with a NetworkPolicy",
 			args: cat(redisBase, withHMAC, []string{"--set", "networkPolicy.enabled=true", "--set", "networkPolicy.egress.enabled=true", "--set", "rulesCheck.enabled=false"}),
 			want: []string{"store:    redis (redis auto at redis-0.redis:6379,redis-1.redis:6379)", "egress only to DNS and Redis (ports 6379)"},

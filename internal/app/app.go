@@ -94,7 +94,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	case "validate":
 		return validateCommand(args[1:], getenv, stdout, stderr)
 	case "version", "--version":
-		return versionCommand(args[1:], stdout, stderr)
+		return versionCommand(args[1:], stdout)
 	case "help", "-h", "-help", "--help":
 		fmt.Fprint(stdout, usage)
 		return nil

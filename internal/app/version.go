@@ -26,30 +26,34 @@ type versionJSON struct {
 }
 
 // versionCommand prints which build this binary is: as aligned text, or as
-// one JSON object with --output json (or --json).
-func versionCommand(args []string, stdout, stderr io.Writer) error {
-	return writeVersion(args, buildinfo.Get(), stdout, stderr)
+// one JSON object with --output json.
+func versionCommand(args []string, stdout io.Writer) error {
+	return writeVersion(args, buildinfo.Get(), stdout)
 }
 
-func writeVersion(args []string, in buildinfo.Info, stdout, stderr io.Writer) error {
+const versionUsage = `Usage: envoy-rls version [--output text|json]
+
+Prints the version, commit, Go version and build date of this binary.
+
+Flags:
+  --output FORMAT
+      text (default) or json: one JSON object for scripts
+`
+
+func writeVersion(args []string, in buildinfo.Info, stdout io.Writer) error {
 	fs := flag.NewFlagSet("envoy-rls version", flag.ContinueOnError)
-	fs.SetOutput(stderr)
 	output := "text"
 	fs.StringVar(&output, "output", output, "output format: text or json")
-	fs.StringVar(&output, "o", output, "short for --output")
-	asJSON := fs.Bool("json", false, "short for --output json")
-	if err := fs.Parse(args); err != nil {
+	// The version command reads no environment variables.
+	if _, err := parseFlags(fs, args, func(string) string { return "" }); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
-			return nil
+			_, err = io.WriteString(stdout, versionUsage)
+			return err
 		}
-		return fmt.Errorf("%w: %v", ErrFailed, err)
+		return err
 	}
 	if fs.NArg() > 0 {
-		fmt.Fprintln(stderr, "usage: envoy-rls version [--output text|json]")
-		return fmt.Errorf("%w: version takes no arguments (got %q)", ErrFailed, fs.Args())
-	}
-	if *asJSON {
-		output = "json"
+		return fmt.Errorf("version takes no arguments (got %q): envoy-rls version [--output text|json]", fs.Args())
 	}
 	switch output {
 	case "text":
@@ -67,8 +71,7 @@ func writeVersion(args []string, in buildinfo.Info, stdout, stderr io.Writer) er
 		_, err = fmt.Fprintf(stdout, "%s\n", b)
 		return err
 	}
-	fmt.Fprintln(stderr, "usage: envoy-rls version [--output text|json]")
-	return fmt.Errorf("%w: --output %q: must be text or json", ErrFailed, output)
+	return fmt.Errorf("--output=%q: must be text or json", output)
 }
 
 // announceBuild logs the running build once and exports it as the constant

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"net/http/httptest"
@@ -37,19 +36,19 @@ func TestVersionOutput(t *testing.T) {
 		{args: nil, want: text},
 		{args: []string{"--output", "text"}, want: text},
 		{args: []string{"--output", "json"}, want: js},
-		{args: []string{"-o", "json"}, want: js},
-		{args: []string{"--json"}, want: js},
-		{args: []string{"--output", "yaml"}, wantErr: `--output "yaml": must be text or json`},
+		{args: []string{"--output=json"}, want: js},
+		{args: []string{"--help"}, want: versionUsage},
+		{args: []string{"--output", "yaml"}, wantErr: `--output="yaml": must be text or json`},
 		{args: []string{"extra"}, wantErr: "version takes no arguments"},
-		{args: []string{"--nope"}, wantErr: "flag provided but not defined: -nope"},
+		{args: []string{"--nope"}, wantErr: "--nope"},
 	}
 	for _, tt := range tests {
 		t.Run(strings.Join(tt.args, " "), func(t *testing.T) {
-			var stdout, stderr bytes.Buffer
-			err := writeVersion(tt.args, release, &stdout, &stderr)
+			var stdout bytes.Buffer
+			err := writeVersion(tt.args, release, &stdout)
 			if tt.wantErr != "" {
-				if err == nil || !errors.Is(err, ErrFailed) || !strings.Contains(err.Error(), tt.wantErr) {
-					t.Fatalf("err %v, want ErrFailed with %q", err, tt.wantErr)
+				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+					t.Fatalf("err %v, want one containing %q", err, tt.wantErr)
 				}
 				if stdout.Len() != 0 {
 					t.Fatalf("stdout on error: %q", stdout.String())
@@ -57,7 +56,7 @@ func TestVersionOutput(t *testing.T) {
 				return
 			}
 			if err != nil {
-				t.Fatalf("err %v; stderr %q", err, stderr.String())
+				t.Fatalf("err %v", err)
 			}
 			if stdout.String() != tt.want {
 				t.Fatalf("stdout\n%s\nwant\n%s", stdout.String(), tt.want)
@@ -70,7 +69,7 @@ func TestVersionOutput(t *testing.T) {
 // test binary carries no stamps; cmd/envoy-rls tests the stamped release
 // build).
 func TestVersionCommand(t *testing.T) {
-	for _, args := range [][]string{{"version", "--json"}, {"--version", "--json"}} {
+	for _, args := range [][]string{{"version", "--output", "json"}, {"--version", "--output=json"}} {
 		var stdout bytes.Buffer
 		if err := run(context.Background(), args, noEnv, &stdout, io.Discard, hooks{}); err != nil {
 			t.Fatalf("%v: %v", args, err)
