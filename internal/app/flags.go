@@ -140,8 +140,9 @@ func serveFlags(o *Options) *flag.FlagSet {
 // accepts says what a flag takes, as errors put it after "must be": for
 // the flags Options.check refuses by name, and for those whose type alone
 // does not say it when a value does not parse; acceptsOf falls back on the
-// type. (A --redis-* value that parses is checked by redis.Flags, whose
-// FieldError says what it accepts.) Read only.
+// type. (A --redis-* value that parses is checked by redisFlags.check,
+// whose flagError says what the redis package accepts; the redis entries
+// here are the package's words too, see redisWant.) Read only.
 var accepts = map[string]string{
 	"store":                 "memory or redis",
 	"log-level":             "debug, info, warn or error",
@@ -150,9 +151,9 @@ var accepts = map[string]string{
 	"drain-timeout":         "a positive duration such as 15s",
 	"local-cache-size":      fmt.Sprintf("an integer of at least %d", denycache.Shards),
 	"gc-percent":            fmt.Sprintf("0 (automatic) or an integer between %d and %d", MinGCPercent, MaxGCPercent),
-	"redis-timeout":         fmt.Sprintf("a duration between 1ms and %v", redis.MaxTimeout),
-	"redis-pool-size":       fmt.Sprintf("an integer between 1 and %d", redis.MaxPoolSize),
-	"redis-max-flush-delay": fmt.Sprintf("a duration between 0 and %v", redis.MaxMaxFlushDelay),
+	"redis-timeout":         redisWant(redis.Config{Timeout: -1}),
+	"redis-pool-size":       redisWant(redis.Config{PoolSize: -1}),
+	"redis-max-flush-delay": redisWant(redis.Config{MaxFlushDelay: -1}),
 }
 
 // acceptsOf is what f takes: its entry in accepts, else what its type
@@ -332,36 +333,18 @@ func (o *Options) check() error {
 	rf := o.redisFlags()
 	var err error
 	if o.Store == "redis" {
-		err = rf.Check()
+		err = rf.check()
 	} else {
-		err = rf.CheckValues()
+		err = rf.checkValues()
 	}
-	var fe *redis.FieldError
+	var fe *flagError
 	switch {
-	case errors.As(err, &fe) && fe.Flag != "":
+	case errors.As(err, &fe):
 		errs = append(errs, fmt.Errorf("%s: must be %s", label(fe.Flag, o.given), fe.Want))
 	case err != nil:
 		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
-}
-
-// redisFlags are the --redis-* options as the redis package takes them.
-func (o *Options) redisFlags() redis.Flags {
-	return redis.Flags{
-		Addr:           o.RedisAddr,
-		Mode:           o.RedisMode,
-		SentinelMaster: o.RedisSentinelMaster,
-		Username:       o.RedisUsername,
-		PasswordFile:   o.RedisPasswordFile,
-		TLS:            o.RedisTLS,
-		TLSCA:          o.RedisTLSCA,
-		TLSCert:        o.RedisTLSCert,
-		TLSKey:         o.RedisTLSKey,
-		Timeout:        o.RedisTimeout,
-		PoolSize:       o.RedisPoolSize,
-		MaxFlushDelay:  o.RedisMaxFlushDelay,
-	}
 }
 
 // headerMode is the mode a --default-headers value names; false for a

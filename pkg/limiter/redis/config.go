@@ -2,11 +2,8 @@ package redis
 
 import (
 	"crypto/tls"
-	"crypto/x509"
-	"errors"
 	"fmt"
 	"net"
-	"os"
 	"strings"
 	"time"
 )
@@ -55,14 +52,15 @@ const (
 	MaxPoolSize = 256
 	// MaxTimeout bounds Timeout and DialTimeout.
 	MaxTimeout = time.Minute
-	// DefaultMaxFlushDelay is the binary's --redis-max-flush-delay. rueidis
-	// delays a write only while other calls wait on the connection, and only
-	// until this long after its previous write, so a lone call is never held
-	// back. Measured under load (docs/performance.md), one connection with
-	// 500µs against four with 20µs: the server's write syscalls per
-	// decision 1.1 → 0.45 (gRPC's included) and Redis's reads 0.20 → 0.11,
-	// 5–6 % less server CPU and 3–8 % less Redis CPU per decision at 16 and
-	// 64 concurrent calls, p50 unchanged within noise.
+	// DefaultMaxFlushDelay is the MaxFlushDelay the envoy-rls binary uses
+	// unless told otherwise. rueidis delays a write only while other calls
+	// wait on the connection, and only until this long after its previous
+	// write, so a lone call is never held back. Measured under load
+	// (docs/performance.md), one connection with 500µs against four with
+	// 20µs: the server's write syscalls per decision 1.1 → 0.45 (gRPC's
+	// included) and Redis's reads 0.20 → 0.11, 5–6 % less server CPU and
+	// 3–8 % less Redis CPU per decision at 16 and 64 concurrent calls, p50
+	// unchanged within noise.
 	DefaultMaxFlushDelay = 500 * time.Microsecond
 	// MaxMaxFlushDelay bounds MaxFlushDelay: it adds up to that much to
 	// every round trip.
@@ -120,36 +118,29 @@ type Config struct {
 	MaxFlushDelay time.Duration
 }
 
-// FieldError is a Config (or Flags) value that is refused. Field is the
-// Config field (Addrs, Mode, SentinelMaster, Timeout, DialTimeout,
-// PoolSize, MaxFlushDelay); Flag, set by the Flags methods, is the binary's
-// flag for it without dashes (redis-timeout); Value is the refused value as
-// text and Want says what is accepted.
+// FieldError is a Config value that Validate refuses. Field is the Config
+// field (Addrs, Mode, SentinelMaster, Timeout, DialTimeout, PoolSize,
+// MaxFlushDelay), Value the refused value as text ("" when it is missing)
+// and Want what the field accepts, worded to follow "must be".
 type FieldError struct {
 	Field string
-	Flag  string
 	Value string
 	Want  string
 }
 
 func (e *FieldError) Error() string {
-	if e.Flag != "" {
-		return fmt.Sprintf("--%s %q: must be %s", e.Flag, e.Value, e.Want)
+	name := fieldNames[e.Field]
+	if name == "" {
+		name = e.Field
 	}
-	return fmt.Sprintf("redis store: %s %q: must be %s", fieldNames[e.Field], e.Value, e.Want)
+	return fmt.Sprintf("redis store: %s %q: must be %s", name, e.Value, e.Want)
 }
 
-// fieldNames are the Config fields as error messages spell them.
+// fieldNames are the Config fields as error messages spell them. Read only.
 var fieldNames = map[string]string{
 	"Addrs": "addrs", "Mode": "mode", "SentinelMaster": "sentinel_master",
 	"Timeout": "timeout", "DialTimeout": "dial timeout", "PoolSize": "pool size",
 	"MaxFlushDelay": "max flush delay",
-}
-
-// flagNames are the binary's flags of the Config fields.
-var flagNames = map[string]string{
-	"Addrs": "redis-addr", "Mode": "redis-mode", "SentinelMaster": "redis-sentinel-master",
-	"Timeout": "redis-timeout", "PoolSize": "redis-pool-size", "MaxFlushDelay": "redis-max-flush-delay",
 }
 
 // What each value accepts, as FieldError.Want says it.
@@ -160,9 +151,11 @@ var (
 	wantMode       = "auto, standalone, cluster or sentinel"
 )
 
-// validated returns c with defaults filled, or a *FieldError naming the
-// field.
-func (c Config) validated() (Config, error) {
+// Validate returns c with its defaults filled and its mode resolved (auto
+// with SentinelMaster set is sentinel), or a *FieldError naming the first
+// field at fault. New and Connect call it; a caller may call it first to
+// refuse a configuration before it starts anything.
+func (c Config) Validate() (Config, error) {
 	if len(c.Addrs) == 0 {
 		return c, &FieldError{Field: "Addrs", Want: "at least one host:port"}
 	}
@@ -171,7 +164,7 @@ func (c Config) validated() (Config, error) {
 			return c, &FieldError{Field: "Addrs", Value: a, Want: "host:port (several separated by commas)"}
 		}
 	}
-	c, err := c.validValues()
+	c, err := c.ValidateValues()
 	if err != nil {
 		return c, err
 	}
@@ -189,9 +182,10 @@ func (c Config) validated() (Config, error) {
 	return c, nil
 }
 
-// validValues checks the values that do not depend on each other or on the
-// addresses, and fills their defaults.
-func (c Config) validValues() (Config, error) {
+// ValidateValues is the part of Validate that needs no address: it checks
+// Mode, Timeout, DialTimeout, MaxFlushDelay and PoolSize, each on its own,
+// and fills their defaults. It returns a *FieldError like Validate.
+func (c Config) ValidateValues() (Config, error) {
 	m, err := ParseMode(string(c.Mode))
 	if err != nil {
 		return c, &FieldError{Field: "Mode", Value: string(c.Mode), Want: wantMode}
@@ -228,120 +222,4 @@ func (c Config) multiplex() int {
 		n++
 	}
 	return n
-}
-
-// Flags holds the command-line values of the binary's --redis-* flags (and
-// their ENVOY_RLS_REDIS_* environment variables), before files are read.
-type Flags struct {
-	Addr           string        // --redis-addr: comma-separated host:port seeds
-	Mode           string        // --redis-mode: auto|standalone|cluster|sentinel
-	SentinelMaster string        // --redis-sentinel-master
-	Username       string        // --redis-username
-	PasswordFile   string        // --redis-password-file: the password, one line
-	TLS            bool          // --redis-tls
-	TLSCA          string        // --redis-tls-ca: PEM CA bundle (default: system roots)
-	TLSCert        string        // --redis-tls-cert: client certificate (mutual TLS)
-	TLSKey         string        // --redis-tls-key: its private key
-	Timeout        time.Duration // --redis-timeout
-	PoolSize       int           // --redis-pool-size
-	MaxFlushDelay  time.Duration // --redis-max-flush-delay
-}
-
-// Check returns what Config would refuse without reading any file: a
-// *FieldError naming the flag (Flag set) for a malformed, out-of-range or
-// inconsistent value. The binary runs it before it starts.
-func (f Flags) Check() error {
-	_, err := f.plain()
-	return err
-}
-
-// CheckValues is Check for a binary that does not use Redis: it refuses
-// malformed or out-of-range values but requires no address.
-func (f Flags) CheckValues() error {
-	_, err := f.values().validValues()
-	return withFlag(err)
-}
-
-// withFlag sets the flag of a *FieldError. Its Value is already the flag's:
-// the Config takes the flag values as they are, and a zero that becomes a
-// default is never refused.
-func withFlag(err error) error {
-	var fe *FieldError
-	if errors.As(err, &fe) {
-		fe.Flag = flagNames[fe.Field]
-	}
-	return err
-}
-
-// values is the Config of the flag values alone, not validated: no file
-// read, defaults not filled.
-func (f Flags) values() Config {
-	var c Config
-	for _, a := range strings.Split(f.Addr, ",") {
-		if a = strings.TrimSpace(a); a != "" {
-			c.Addrs = append(c.Addrs, a)
-		}
-	}
-	c.Mode, c.SentinelMaster, c.Username = Mode(f.Mode), f.SentinelMaster, f.Username
-	c.Timeout, c.PoolSize, c.MaxFlushDelay = f.Timeout, f.PoolSize, f.MaxFlushDelay
-	return c
-}
-
-// plain is the Config f describes before any file is read, validated.
-func (f Flags) plain() (Config, error) {
-	c := f.values()
-	switch {
-	case f.TLSCert != "" && f.TLSKey == "":
-		return c, &FieldError{Flag: "redis-tls-key", Want: "given together with --redis-tls-cert (mutual TLS needs both)"}
-	case f.TLSKey != "" && f.TLSCert == "":
-		return c, &FieldError{Flag: "redis-tls-cert", Want: "given together with --redis-tls-key (mutual TLS needs both)"}
-	}
-	v, err := c.validated()
-	if err != nil {
-		return c, withFlag(err)
-	}
-	return v, nil
-}
-
-// Config reads the password and TLS files named by f and returns the Config
-// they describe. TLS is on when f.TLS is set or any TLS file is given. The
-// error names the flag at fault; it never contains the password.
-func (f Flags) Config() (Config, error) {
-	c, err := f.plain()
-	if err != nil {
-		return c, err
-	}
-	if f.PasswordFile != "" {
-		b, err := os.ReadFile(f.PasswordFile)
-		if err != nil {
-			return c, fmt.Errorf("--redis-password-file: %w", err)
-		}
-		c.Password = strings.TrimRight(string(b), "\r\n")
-		if c.Password == "" {
-			return c, fmt.Errorf("--redis-password-file: %s is empty", f.PasswordFile)
-		}
-	}
-	if f.TLS || f.TLSCA != "" || f.TLSCert != "" || f.TLSKey != "" {
-		tc := &tls.Config{MinVersion: tls.VersionTLS12}
-		if f.TLSCA != "" {
-			pem, err := os.ReadFile(f.TLSCA)
-			if err != nil {
-				return c, fmt.Errorf("--redis-tls-ca: %w", err)
-			}
-			pool := x509.NewCertPool()
-			if !pool.AppendCertsFromPEM(pem) {
-				return c, fmt.Errorf("--redis-tls-ca: no PEM certificate in %s", f.TLSCA)
-			}
-			tc.RootCAs = pool
-		}
-		if f.TLSCert != "" {
-			cert, err := tls.LoadX509KeyPair(f.TLSCert, f.TLSKey)
-			if err != nil {
-				return c, fmt.Errorf("--redis-tls-cert/--redis-tls-key: %w", err)
-			}
-			tc.Certificates = []tls.Certificate{cert}
-		}
-		c.TLS = tc
-	}
-	return c, nil
 }

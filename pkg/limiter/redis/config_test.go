@@ -5,8 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -38,7 +36,7 @@ func TestConfigValidation(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got, err := tt.cfg.validated()
+			got, err := tt.cfg.Validate()
 			if tt.wantErr != "" {
 				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
 					t.Fatalf("error %v, want one mentioning %q", err, tt.wantErr)
@@ -49,7 +47,7 @@ func TestConfigValidation(t *testing.T) {
 				t.Fatal(err)
 			}
 			if got.Mode != tt.mode || got.Timeout != DefaultTimeout || got.PoolSize != DefaultPoolSize || got.DialTimeout != DefaultDialTimeout {
-				t.Fatalf("validated = %+v", got)
+				t.Fatalf("Validate = %+v", got)
 			}
 		})
 	}
@@ -60,93 +58,65 @@ func TestConfigValidation(t *testing.T) {
 	}
 }
 
-func TestFlagsConfig(t *testing.T) {
-	dir := t.TempDir()
-	pw := filepath.Join(dir, "pw")
-	if err := os.WriteFile(pw, []byte("hunter2\r\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	empty := filepath.Join(dir, "empty")
-	if err := os.WriteFile(empty, nil, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	notPEM := filepath.Join(dir, "ca.pem")
-	if err := os.WriteFile(notPEM, []byte("not a certificate"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	c, err := Flags{Addr: " 10.0.0.1:6379, 10.0.0.2:6379 ,", Mode: "cluster", Username: "u", PasswordFile: pw, TLS: true, Timeout: time.Second, PoolSize: 8}.Config()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(c.Addrs) != 2 || c.Addrs[1] != "10.0.0.2:6379" || c.Mode != ModeCluster || c.Password != "hunter2" || c.TLS == nil || c.TLS.RootCAs != nil || c.PoolSize != 8 {
-		t.Fatalf("Config = %+v", c)
-	}
-	bad := []struct {
-		f    Flags
+// FieldError names the Config field, in the words of the package's other
+// errors, and says what it accepts.
+func TestFieldErrorMessage(t *testing.T) {
+	tests := []struct {
+		cfg  Config
 		want string
 	}{
-		{Flags{}, "--redis-addr"},
-		{Flags{Addr: "a:1", Mode: "x"}, "--redis-mode"},
-		{Flags{Addr: "a:1", PasswordFile: filepath.Join(dir, "missing")}, "--redis-password-file"},
-		{Flags{Addr: "a:1", PasswordFile: empty}, "empty"},
-		{Flags{Addr: "a:1", TLSCA: notPEM}, "--redis-tls-ca"},
-		{Flags{Addr: "a:1", TLSCert: notPEM}, "together"},
-		{Flags{Addr: "a:1", TLSCert: notPEM, TLSKey: notPEM}, "--redis-tls-cert"},
-		{Flags{Addr: "a:1", Mode: "sentinel"}, "--redis-sentinel-master"},
+		{Config{}, `redis store: addrs "": must be at least one host:port`},
+		{Config{Addrs: []string{"a:1"}, Timeout: time.Microsecond}, `redis store: timeout "1µs": must be a duration between 1ms and 1m0s`},
+		{Config{Addrs: []string{"a:1"}, DialTimeout: time.Hour}, `redis store: dial timeout "1h0m0s": must be a duration between 1ms and 1m0s`},
+		{Config{Addrs: []string{"a:1"}, PoolSize: 257}, `redis store: pool size "257": must be an integer between 1 and 256`},
+		{Config{Addrs: []string{"a:1"}, MaxFlushDelay: -time.Millisecond}, `redis store: max flush delay "-1ms": must be a duration between 0 and 1ms`},
+		{Config{Addrs: []string{"a:1"}, Mode: "ring"}, `redis store: mode "ring": must be auto, standalone, cluster or sentinel`},
+		{Config{Addrs: []string{"a:1"}, Mode: ModeCluster, SentinelMaster: "m"}, `redis store: sentinel_master "m": must be empty unless the mode is sentinel or auto (it is cluster)`},
 	}
-	for _, b := range bad {
-		if _, err := b.f.Config(); err == nil || !strings.Contains(err.Error(), b.want) {
-			t.Errorf("%+v: error %v, want one mentioning %q", b.f, err, b.want)
+	for _, tt := range tests {
+		_, err := tt.cfg.Validate()
+		var fe *FieldError
+		if !errors.As(err, &fe) || err.Error() != tt.want {
+			t.Errorf("%+v: error %v, want the FieldError %q", tt.cfg, err, tt.want)
 		}
 	}
 }
 
-// Check refuses what Config would, without reading files, naming the flag.
-func TestFlagsCheck(t *testing.T) {
-	ok := Flags{Addr: "a:1", Mode: "auto", Timeout: DefaultTimeout, PoolSize: DefaultPoolSize, MaxFlushDelay: DefaultMaxFlushDelay,
-		PasswordFile: "/nonexistent/pw", TLSCA: "/nonexistent/ca", TLSCert: "/nonexistent/c", TLSKey: "/nonexistent/k"}
-	if err := ok.Check(); err != nil {
-		t.Fatalf("Check read files or refused good flags: %v", err)
+// ValidateValues refuses what Validate refuses in each value on its own,
+// with the same FieldError, and requires no address.
+func TestValidateValues(t *testing.T) {
+	got, err := Config{}.ValidateValues()
+	if err != nil {
+		t.Fatalf("ValidateValues of the zero Config: %v", err)
 	}
-	// Zero is the default, as in a Config.
-	if err := (Flags{Addr: "a:1"}).Check(); err != nil {
-		t.Fatalf("Check of zero values: %v", err)
+	if got.Mode != ModeAuto || got.Timeout != DefaultTimeout || got.DialTimeout != DefaultDialTimeout || got.PoolSize != DefaultPoolSize || got.MaxFlushDelay != 0 {
+		t.Fatalf("ValidateValues filled %+v", got)
 	}
 	tests := []struct {
-		name        string
-		edit        func(*Flags)
-		flag, value string
-		valuesToo   bool // CheckValues refuses it as well
+		name  string
+		cfg   Config
+		field string
 	}{
-		{"no address", func(f *Flags) { f.Addr = " , " }, "redis-addr", "", false},
-		{"no port", func(f *Flags) { f.Addr = "a:1,b" }, "redis-addr", "b", false},
-		{"bad mode", func(f *Flags) { f.Mode = "ring" }, "redis-mode", "ring", true},
-		{"sentinel without master", func(f *Flags) { f.Mode = "sentinel" }, "redis-sentinel-master", "", false},
-		{"master in cluster mode", func(f *Flags) { f.Mode, f.SentinelMaster = "cluster", "m" }, "redis-sentinel-master", "m", false},
-		{"standalone, two addresses", func(f *Flags) { f.Mode, f.Addr = "standalone", "a:1,b:2" }, "redis-addr", "a:1,b:2", false},
-		{"timeout too small", func(f *Flags) { f.Timeout = time.Microsecond }, "redis-timeout", "1µs", true},
-		{"timeout too large", func(f *Flags) { f.Timeout = 2 * time.Minute }, "redis-timeout", "2m0s", true},
-		{"flush delay negative", func(f *Flags) { f.MaxFlushDelay = -time.Millisecond }, "redis-max-flush-delay", "-1ms", true},
-		{"flush delay too large", func(f *Flags) { f.MaxFlushDelay = 2 * time.Millisecond }, "redis-max-flush-delay", "2ms", true},
-		{"pool size negative", func(f *Flags) { f.PoolSize = -1 }, "redis-pool-size", "-1", true},
-		{"pool size too large", func(f *Flags) { f.PoolSize = MaxPoolSize + 1 }, "redis-pool-size", "257", true},
-		{"cert without key", func(f *Flags) { f.TLSKey = "" }, "redis-tls-key", "", false},
-		{"key without cert", func(f *Flags) { f.TLSCert = "" }, "redis-tls-cert", "", false},
+		{"bad mode", Config{Mode: "ring"}, "Mode"},
+		{"timeout too small", Config{Timeout: time.Microsecond}, "Timeout"},
+		{"timeout too large", Config{Timeout: 2 * time.Minute}, "Timeout"},
+		{"dial timeout negative", Config{DialTimeout: -time.Second}, "DialTimeout"},
+		{"flush delay negative", Config{MaxFlushDelay: -time.Millisecond}, "MaxFlushDelay"},
+		{"flush delay too large", Config{MaxFlushDelay: 2 * time.Millisecond}, "MaxFlushDelay"},
+		{"pool size negative", Config{PoolSize: -1}, "PoolSize"},
+		{"pool size too large", Config{PoolSize: MaxPoolSize + 1}, "PoolSize"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			f := ok
-			tt.edit(&f)
+			_, err := tt.cfg.ValidateValues()
 			var fe *FieldError
-			if err := f.Check(); !errors.As(err, &fe) || fe.Flag != tt.flag || fe.Value != tt.value || fe.Want == "" {
-				t.Fatalf("Check: %v (%+v), want a FieldError for --%s %q", err, fe, tt.flag, tt.value)
+			if !errors.As(err, &fe) || fe.Field != tt.field || fe.Want == "" {
+				t.Fatalf("ValidateValues: %v (%+v), want a FieldError for %s", err, fe, tt.field)
 			}
-			if _, err := f.Config(); err == nil || err.Error() != fe.Error() {
-				t.Errorf("Config: %v, want Check's %v", err, fe)
-			}
-			err := f.CheckValues()
-			if tt.valuesToo != (err != nil) {
-				t.Errorf("CheckValues: %v, refusal wanted: %v", err, tt.valuesToo)
+			withAddr := tt.cfg
+			withAddr.Addrs = []string{"a:1"}
+			if _, err := withAddr.Validate(); err == nil || err.Error() != fe.Error() {
+				t.Errorf("Validate: %v, want ValidateValues' %v", err, fe)
 			}
 		})
 	}

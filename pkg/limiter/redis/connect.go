@@ -153,7 +153,7 @@ var _ limiter.Store = (*Connector)(nil)
 // connection failures (refused, DNS, timeouts, authentication, a mode
 // mismatch) are retried until Close.
 func Connect(cfg Config, opts ConnectOptions) (*Connector, error) {
-	cfg, err := cfg.validated()
+	cfg, err := cfg.Validate()
 	if err != nil {
 		return nil, err
 	}

@@ -2,6 +2,7 @@ package redis
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
@@ -446,10 +447,7 @@ func TestConnectUntrustedTLS(t *testing.T) {
 	redistest.RequireTLS(t)
 	files := redistest.GenerateTLS(t)
 	srv := redistest.Standalone(t, redistest.WithTLS(files, files.ClientConfig(t)))
-	cfg, err := Flags{Addr: srv.Addr(), Mode: "standalone", TLS: true}.Config()
-	if err != nil {
-		t.Fatal(err)
-	}
+	cfg := Config{Addrs: []string{srv.Addr()}, Mode: ModeStandalone, TLS: &tls.Config{MinVersion: tls.VersionTLS12}}
 	attempts := make(chan Attempt, 64)
 	c, err := Connect(cfg, ConnectOptions{
 		Backoff:   Backoff{Initial: time.Millisecond, Max: 2 * time.Millisecond},

@@ -9,18 +9,18 @@ import (
 	"github.com/envoy-rls/envoy-rls/pkg/limiter/redis"
 )
 
-// Build the Config from the --redis-* flag values with Flags.Config (which
-// reads the password and TLS files), connect once with New and share the
-// Store between all requests. (Not run: it needs a Redis. The binary uses
-// Connect instead, see ExampleConnect.)
+// Check a Config with Validate before starting anything, connect once with
+// New and share the Store between all requests. (Not run: it needs a
+// Redis. A service that must start before Redis answers uses Connect
+// instead, see ExampleConnect.)
 func Example() {
-	cfg, err := redis.Flags{
-		Addr:    "127.0.0.1:6379",
-		Mode:    "auto",
+	cfg := redis.Config{
+		Addrs:   []string{"127.0.0.1:6379"},
+		Mode:    redis.ModeAuto,
 		Timeout: 250 * time.Millisecond,
-	}.Config()
-	if err != nil {
-		panic(err)
+	}
+	if _, err := cfg.Validate(); err != nil {
+		panic(err) // a *redis.FieldError: which field, the value, what it accepts
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()

@@ -2,10 +2,9 @@ package redis
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
-	"os"
-	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -296,15 +295,7 @@ func TestACLUser(t *testing.T) {
 	e.do("ACL", "SETUSER", "envoy-rls", "on", ">s3cret-pw", "resetkeys", "~rate:*", "-@all",
 		"+hello", "+ping", "+client|setname",
 		"+evalsha", "+eval", "+time", "+hmget", "+exists", "+hset", "+pexpire")
-	pwFile := filepath.Join(t.TempDir(), "pw")
-	if err := os.WriteFile(pwFile, []byte("s3cret-pw\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	cfg, err := Flags{Addr: e.srv.Addr(), Username: "envoy-rls", PasswordFile: pwFile}.Config()
-	if err != nil {
-		t.Fatal(err)
-	}
-	s := newStore(t, cfg)
+	s := newStore(t, Config{Addrs: []string{e.srv.Addr()}, Username: "envoy-rls", Password: "s3cret-pw"})
 	if err := s.Ping(context.Background()); err != nil {
 		t.Fatalf("Ping as the ACL user: %v", err)
 	}
@@ -345,11 +336,7 @@ func TestTLS(t *testing.T) {
 	redistest.RequireTLS(t)
 	files := redistest.GenerateTLS(t)
 	srv := redistest.Standalone(t, redistest.WithTLS(files, files.ClientConfig(t)))
-	cfg, err := Flags{Addr: srv.Addr(), Mode: "standalone", TLSCA: files.CA, TLSCert: files.ClientCert, TLSKey: files.ClientKey}.Config()
-	if err != nil {
-		t.Fatal(err)
-	}
-	s := newStore(t, cfg)
+	s := newStore(t, Config{Addrs: []string{srv.Addr()}, Mode: ModeStandalone, TLS: files.ClientConfig(t)})
 	p := fixed(t, "tls", 1, farWindow)
 	out := make([]limiter.Outcome, 2)
 	sub := subjectOf("tls")
@@ -360,11 +347,7 @@ func TestTLS(t *testing.T) {
 	// Without the CA the server certificate is not trusted: New fails.
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	noCA, err := Flags{Addr: srv.Addr(), Mode: "standalone", TLS: true}.Config()
-	if err != nil {
-		t.Fatal(err)
-	}
-	noCA.DialTimeout = time.Second
+	noCA := Config{Addrs: []string{srv.Addr()}, Mode: ModeStandalone, TLS: &tls.Config{MinVersion: tls.VersionTLS12}, DialTimeout: time.Second}
 	if s, err := New(ctx, noCA); err == nil {
 		s.Close()
 		t.Fatal("New trusted an unknown CA")

@@ -76,7 +76,7 @@ var _ limiter.Store = (*Store)(nil)
 // match what the addresses are (e.g. ModeCluster against a standalone server),
 // or when authentication fails.
 func New(ctx context.Context, cfg Config) (*Store, error) {
-	cfg, err := cfg.validated()
+	cfg, err := cfg.Validate()
 	if err != nil {
 		return nil, err
 	}

@@ -1,0 +1,194 @@
+package app
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/envoy-rls/envoy-rls/internal/redistest"
+	"github.com/envoy-rls/envoy-rls/pkg/limiter/redis"
+)
+
+func TestRedisFlagsConfig(t *testing.T) {
+	dir := t.TempDir()
+	pw := filepath.Join(dir, "pw")
+	if err := os.WriteFile(pw, []byte("hunter2\r\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	empty := filepath.Join(dir, "empty")
+	if err := os.WriteFile(empty, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	notPEM := filepath.Join(dir, "ca.pem")
+	if err := os.WriteFile(notPEM, []byte("not a certificate"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	c, err := redisFlags{Addr: " 10.0.0.1:6379, 10.0.0.2:6379 ,", Mode: "cluster", Username: "u", PasswordFile: pw, TLS: true, Timeout: time.Second, PoolSize: 8}.config()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(c.Addrs) != 2 || c.Addrs[1] != "10.0.0.2:6379" || c.Mode != redis.ModeCluster || c.Username != "u" || c.Password != "hunter2" || c.TLS == nil || c.TLS.RootCAs != nil || c.PoolSize != 8 {
+		t.Fatalf("config = %+v", c)
+	}
+	bad := []struct {
+		f    redisFlags
+		want string
+	}{
+		{redisFlags{}, "--redis-addr"},
+		{redisFlags{Addr: "a:1", Mode: "x"}, "--redis-mode"},
+		{redisFlags{Addr: "a:1", PasswordFile: filepath.Join(dir, "missing")}, "--redis-password-file"},
+		{redisFlags{Addr: "a:1", PasswordFile: empty}, "empty"},
+		{redisFlags{Addr: "a:1", TLSCA: notPEM}, "--redis-tls-ca"},
+		{redisFlags{Addr: "a:1", TLSCert: notPEM}, "together"},
+		{redisFlags{Addr: "a:1", TLSCert: notPEM, TLSKey: notPEM}, "--redis-tls-cert"},
+		{redisFlags{Addr: "a:1", Mode: "sentinel"}, "--redis-sentinel-master"},
+	}
+	for _, b := range bad {
+		if _, err := b.f.config(); err == nil || !strings.Contains(err.Error(), b.want) {
+			t.Errorf("%+v: error %v, want one mentioning %q", b.f, err, b.want)
+		}
+	}
+}
+
+// check refuses what config would, without reading files, naming the flag
+// and saying what the redis package accepts.
+func TestRedisFlagsCheck(t *testing.T) {
+	ok := redisFlags{Addr: "a:1", Mode: "auto", Timeout: redis.DefaultTimeout, PoolSize: redis.DefaultPoolSize, MaxFlushDelay: redis.DefaultMaxFlushDelay,
+		PasswordFile: "/nonexistent/pw", TLSCA: "/nonexistent/ca", TLSCert: "/nonexistent/c", TLSKey: "/nonexistent/k"}
+	if err := ok.check(); err != nil {
+		t.Fatalf("check read files or refused good flags: %v", err)
+	}
+	// Zero is the default, as in a Config.
+	if err := (redisFlags{Addr: "a:1"}).check(); err != nil {
+		t.Fatalf("check of zero values: %v", err)
+	}
+	tests := []struct {
+		name        string
+		edit        func(*redisFlags)
+		flag, value string
+		valuesToo   bool // checkValues refuses it as well
+	}{
+		{"no address", func(f *redisFlags) { f.Addr = " , " }, "redis-addr", "", false},
+		{"no port", func(f *redisFlags) { f.Addr = "a:1,b" }, "redis-addr", "b", false},
+		{"bad mode", func(f *redisFlags) { f.Mode = "ring" }, "redis-mode", "ring", true},
+		{"sentinel without master", func(f *redisFlags) { f.Mode = "sentinel" }, "redis-sentinel-master", "", false},
+		{"master in cluster mode", func(f *redisFlags) { f.Mode, f.SentinelMaster = "cluster", "m" }, "redis-sentinel-master", "m", false},
+		{"standalone, two addresses", func(f *redisFlags) { f.Mode, f.Addr = "standalone", "a:1,b:2" }, "redis-addr", "a:1,b:2", false},
+		{"timeout too small", func(f *redisFlags) { f.Timeout = time.Microsecond }, "redis-timeout", "1µs", true},
+		{"timeout too large", func(f *redisFlags) { f.Timeout = 2 * time.Minute }, "redis-timeout", "2m0s", true},
+		{"flush delay negative", func(f *redisFlags) { f.MaxFlushDelay = -time.Millisecond }, "redis-max-flush-delay", "-1ms", true},
+		{"flush delay too large", func(f *redisFlags) { f.MaxFlushDelay = 2 * time.Millisecond }, "redis-max-flush-delay", "2ms", true},
+		{"pool size negative", func(f *redisFlags) { f.PoolSize = -1 }, "redis-pool-size", "-1", true},
+		{"pool size too large", func(f *redisFlags) { f.PoolSize = redis.MaxPoolSize + 1 }, "redis-pool-size", "257", true},
+		{"cert without key", func(f *redisFlags) { f.TLSKey = "" }, "redis-tls-key", "", false},
+		{"key without cert", func(f *redisFlags) { f.TLSCert = "" }, "redis-tls-cert", "", false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			rf := ok
+			tt.edit(&rf)
+			var fe *flagError
+			if err := rf.check(); !errors.As(err, &fe) || fe.Flag != tt.flag || fe.Value != tt.value || fe.Want == "" {
+				t.Fatalf("check: %v (%+v), want a flagError for --%s %q", err, fe, tt.flag, tt.value)
+			}
+			if _, err := rf.config(); err == nil || err.Error() != fe.Error() {
+				t.Errorf("config: %v, want check's %v", err, fe)
+			}
+			err := rf.checkValues()
+			if tt.valuesToo != (err != nil) {
+				t.Errorf("checkValues: %v, refusal wanted: %v", err, tt.valuesToo)
+			}
+			// What the flag accepts is the redis package's own word for
+			// the field.
+			var re *redis.FieldError
+			if _, err := rf.values().Validate(); errors.As(err, &re) && re.Want != fe.Want {
+				t.Errorf("want %q, the redis package says %q", fe.Want, re.Want)
+			}
+		})
+	}
+}
+
+// The flags that take a number say, when their value does not parse or
+// is zero, what the redis package says when it refuses one.
+func TestRedisWant(t *testing.T) {
+	for flag, want := range map[string]string{
+		"redis-timeout":         "a duration between 1ms and 1m0s",
+		"redis-pool-size":       "an integer between 1 and 256",
+		"redis-max-flush-delay": "a duration between 0 and 1ms",
+	} {
+		if got := accepts[flag]; got != want {
+			t.Errorf("accepts[%q] = %q, want %q", flag, got, want)
+		}
+	}
+}
+
+// The password file's content, without its line end, is what
+// authenticates to Redis.
+func TestRedisFlagsPasswordFile(t *testing.T) {
+	if testing.Short() {
+		t.Skip("Redis lane")
+	}
+	srv := redistest.Standalone(t, redistest.Local())
+	srv.MustDo("ACL", "SETUSER", "envoy-rls", "on", ">s3cret-pw", "~*", "+@all")
+	dir := t.TempDir()
+	for _, c := range []struct {
+		name, content string
+		ok            bool
+	}{
+		{"the password and a newline", "s3cret-pw\n", true},
+		{"another password", "wrong-pw\n", false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			pw := filepath.Join(dir, "pw")
+			if err := os.WriteFile(pw, []byte(c.content), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			cfg, err := redisFlags{Addr: srv.Addr(), Username: "envoy-rls", PasswordFile: pw}.config()
+			if err != nil {
+				t.Fatal(err)
+			}
+			pingRedis(t, cfg, c.ok)
+		})
+	}
+}
+
+// The TLS flags' files verify the server and authenticate the client; TLS
+// without a CA uses the system roots, which do not know the test CA.
+func TestRedisFlagsTLSFiles(t *testing.T) {
+	if testing.Short() {
+		t.Skip("Redis lane")
+	}
+	redistest.RequireTLS(t)
+	files := redistest.GenerateTLS(t)
+	srv := redistest.Standalone(t, redistest.WithTLS(files, files.ClientConfig(t)))
+	cfg, err := redisFlags{Addr: srv.Addr(), Mode: "standalone", TLSCA: files.CA, TLSCert: files.ClientCert, TLSKey: files.ClientKey}.config()
+	if err != nil {
+		t.Fatal(err)
+	}
+	pingRedis(t, cfg, true)
+	noCA, err := redisFlags{Addr: srv.Addr(), Mode: "standalone", TLS: true}.config()
+	if err != nil {
+		t.Fatal(err)
+	}
+	pingRedis(t, noCA, false)
+}
+
+// pingRedis connects with cfg and pings; ok says whether that must work.
+func pingRedis(t *testing.T, cfg redis.Config, ok bool) {
+	t.Helper()
+	cfg.DialTimeout = time.Second
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	s, err := redis.New(ctx, cfg)
+	if err == nil {
+		defer s.Close()
+		err = s.Ping(ctx)
+	}
+	if ok != (err == nil) {
+		t.Fatalf("connect and ping: %v, success wanted: %v", err, ok)
+	}
+}
