@@ -1,7 +1,6 @@
 package compose_test
 
 import (
-	"bufio"
 	"bytes"
 	"net"
 	"net/http"
@@ -112,25 +111,16 @@ var (
 	byClause      = regexp.MustCompile(`\bby\s*\(([^)]*)\)`)
 )
 
-// docQueries returns the lines of the ```promql blocks in docs/demo.md.
+// docQueries returns the lines of the ```promql blocks in docs/demo.md,
+// blank and comment lines left out.
 func docQueries(t *testing.T) []string {
 	t.Helper()
-	b, err := os.ReadFile(filepath.Join(deploytest.ModuleRoot(t), "docs", "demo.md"))
-	if err != nil {
-		t.Fatal(err)
-	}
 	var out []string
-	in := false
-	sc := bufio.NewScanner(bytes.NewReader(b))
-	for sc.Scan() {
-		line := strings.TrimSpace(sc.Text())
-		switch {
-		case line == "```promql":
-			in = true
-		case in && line == "```":
-			in = false
-		case in && line != "" && !strings.HasPrefix(line, "#"):
-			out = append(out, line)
+	for _, b := range deploytest.MarkdownBlocks(t, filepath.Join(deploytest.ModuleRoot(t), "docs", "demo.md"), "promql") {
+		for _, line := range b.Lines {
+			if line = strings.TrimSpace(line); line != "" && !strings.HasPrefix(line, "#") {
+				out = append(out, line)
+			}
 		}
 	}
 	return out

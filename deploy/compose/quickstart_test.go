@@ -3,13 +3,10 @@ package compose_test
 import (
 	"encoding/json"
 	"net"
-	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
-
-	"gopkg.in/yaml.v3"
 
 	"github.com/envoy-rls/envoy-rls/internal/app"
 	"github.com/envoy-rls/envoy-rls/internal/deploytest"
@@ -56,28 +53,11 @@ func readDockerfile(t *testing.T) dockerfile {
 // chart's appVersion, the tag the chart deploys by default.
 func chartImage(t *testing.T) (repository, appVersion string) {
 	t.Helper()
-	chart := filepath.Join(deploytest.ModuleRoot(t), "deploy", "helm", "envoy-rls")
-	var values struct {
-		Image struct {
-			Repository string `yaml:"repository"`
-		} `yaml:"image"`
+	repository = deploytest.ChartValue[string](t, "image", "repository")
+	if appVersion = deploytest.Chart(t).AppVersion; appVersion == "" {
+		t.Fatal("the chart has no appVersion")
 	}
-	var meta struct {
-		AppVersion string `yaml:"appVersion"`
-	}
-	for file, v := range map[string]any{"values.yaml": &values, "Chart.yaml": &meta} {
-		b, err := os.ReadFile(filepath.Join(chart, file))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := yaml.Unmarshal(b, v); err != nil {
-			t.Fatalf("%s: %v", file, err)
-		}
-	}
-	if values.Image.Repository == "" || meta.AppVersion == "" {
-		t.Fatal("the chart has no image.repository or appVersion")
-	}
-	return values.Image.Repository, meta.AppVersion
+	return repository, appVersion
 }
 
 // docCommands returns the commands of file (relative to the module root)

@@ -30,24 +30,6 @@ const hmacValue = "test-only-hmac-key-0123456789abcdef"
 // helmBin is the helm the tests render with (scripts/ensure-tool.sh helm).
 func helmBin(t *testing.T) string { return deploytest.Tool(t, "helm") }
 
-// chartValues is the chart's values.yaml, decoded.
-func chartValues(t *testing.T) map[string]any {
-	t.Helper()
-	b, err := os.ReadFile(filepath.Join(chartDir(t), "values.yaml"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var v map[string]any
-	if err := yaml.Unmarshal(b, &v); err != nil {
-		t.Fatalf("values.yaml: %v", err)
-	}
-	return v
-}
-
-func chartDir(t *testing.T) string {
-	return filepath.Join(deploytest.ModuleRoot(t), "deploy", "helm", "envoy-rls")
-}
-
 // obj is one parsed manifest. (An alias: yaml.v3 decodes nested maps with
 // the type of the outer one.)
 type obj = map[string]any
@@ -95,7 +77,7 @@ func runHelm(t *testing.T, args ...string) (string, error) {
 // "hook/<kind>", apart from the release's own objects.
 func render(t *testing.T, args ...string) map[string][]obj {
 	t.Helper()
-	out, err := runHelm(t, append([]string{"template", "rls", chartDir(t), "--namespace", "rl"}, args...)...)
+	out, err := runHelm(t, append([]string{"template", "rls", deploytest.ChartDir(t), "--namespace", "rl"}, args...)...)
 	if err != nil {
 		t.Fatalf("helm template %v: %v\n%s", args, err, out)
 	}
@@ -251,7 +233,7 @@ func TestLint(t *testing.T) {
 			"--set", "serviceAccount.create=false", "--set", "resources.limits=null"},
 	} {
 		t.Run(name, func(t *testing.T) {
-			if out, err := runHelm(t, append([]string{"lint", "--strict", chartDir(t)}, args...)...); err != nil {
+			if out, err := runHelm(t, append([]string{"lint", "--strict", deploytest.ChartDir(t)}, args...)...); err != nil {
 				t.Fatalf("helm lint: %v\n%s", err, out)
 			}
 		})
@@ -636,7 +618,7 @@ func TestRenderFails(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			out, err := runHelm(t, append([]string{"template", "rls", chartDir(t)}, tc.args...)...)
+			out, err := runHelm(t, append([]string{"template", "rls", deploytest.ChartDir(t)}, tc.args...)...)
 			if err == nil {
 				t.Fatalf("helm template %v rendered; want a failure mentioning %q", tc.args, tc.want)
 			}
@@ -676,7 +658,7 @@ func TestRulesDoNotRollPods(t *testing.T) {
 // TestValuesDocumented: every key in values.yaml has a comment (on its line
 // or the line above), as the issue asks, and no secret has a default.
 func TestValuesDocumented(t *testing.T) {
-	b, err := os.ReadFile(filepath.Join(chartDir(t), "values.yaml"))
+	b, err := os.ReadFile(filepath.Join(deploytest.ChartDir(t), "values.yaml"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -705,10 +687,7 @@ func TestValuesDocumented(t *testing.T) {
 	}
 	walk(doc.Content[0], "")
 
-	var vals map[string]any
-	if err := yaml.Unmarshal(b, &vals); err != nil {
-		t.Fatal(err)
-	}
+	vals := deploytest.ChartValues(t)
 	if s := get(vals, "hmac", "secret"); s != "" {
 		t.Errorf("values.yaml hmac.secret defaults to %q; it must be empty", s)
 	}
@@ -733,11 +712,11 @@ func TestChartFiles(t *testing.T) {
 		"templates/deployment.yaml", "templates/service.yaml", "templates/configmap.yaml", "templates/secret.yaml",
 		"templates/hpa.yaml", "templates/pdb.yaml", "templates/servicemonitor.yaml", "templates/serviceaccount.yaml",
 		"templates/networkpolicy.yaml", "templates/rules-check.yaml", "values.schema.json", "README.md", "README.md.gotmpl"} {
-		if _, err := os.Stat(filepath.Join(chartDir(t), f)); err != nil {
+		if _, err := os.Stat(filepath.Join(deploytest.ChartDir(t), f)); err != nil {
 			t.Error(err)
 		}
 	}
-	out, err := runHelm(t, "show", "chart", chartDir(t))
+	out, err := runHelm(t, "show", "chart", deploytest.ChartDir(t))
 	if err != nil {
 		t.Fatalf("helm show chart: %v\n%s", err, out)
 	}
@@ -1096,7 +1075,7 @@ networkPolicy:
 func renderNotes(t *testing.T, args ...string) string {
 	t.Helper()
 	dir := filepath.Join(t.TempDir(), "envoy-rls")
-	if err := os.CopyFS(dir, os.DirFS(chartDir(t))); err != nil {
+	if err := os.CopyFS(dir, os.DirFS(deploytest.ChartDir(t))); err != nil {
 		t.Fatal(err)
 	}
 	if err := os.Rename(filepath.Join(dir, "templates", "NOTES.txt"), filepath.Join(dir, "notes.txt")); err != nil {
@@ -1169,7 +1148,7 @@ func TestNotes(t *testing.T) {
 // values.yaml (and nothing else), so that with additionalProperties false a
 // typo is refused and no value escapes its type or range.
 func TestSchemaCoversValues(t *testing.T) {
-	b, err := os.ReadFile(filepath.Join(chartDir(t), "values.schema.json"))
+	b, err := os.ReadFile(filepath.Join(deploytest.ChartDir(t), "values.schema.json"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -1180,7 +1159,7 @@ func TestSchemaCoversValues(t *testing.T) {
 	if schema["$schema"] != "http://json-schema.org/draft-07/schema#" {
 		t.Errorf("values.schema.json $schema %v: want draft-07", schema["$schema"])
 	}
-	values := chartValues(t)
+	values := deploytest.ChartValues(t)
 	var walk func(v any, s map[string]any, path string)
 	walk = func(v any, s map[string]any, path string) {
 		props, hasProps := s["properties"].(map[string]any)
@@ -1257,7 +1236,7 @@ func TestSchema(t *testing.T) {
 	}
 	for _, tc := range bad {
 		t.Run("refuses "+strings.Join(tc.args, " "), func(t *testing.T) {
-			out, err := runHelm(t, append([]string{"template", "rls", chartDir(t)}, cat(redis, tc.args)...)...)
+			out, err := runHelm(t, append([]string{"template", "rls", deploytest.ChartDir(t)}, cat(redis, tc.args)...)...)
 			if err == nil {
 				t.Fatalf("helm template %v rendered; the schema must refuse it", tc.args)
 			}
@@ -1307,7 +1286,7 @@ func helmDocsBin(t *testing.T) string { return deploytest.Tool(t, "helm-docs") }
 func TestChartReadmeCurrent(t *testing.T) {
 	bin := helmDocsBin(t)
 	dir := filepath.Join(t.TempDir(), "envoy-rls")
-	if err := os.CopyFS(dir, os.DirFS(chartDir(t))); err != nil {
+	if err := os.CopyFS(dir, os.DirFS(deploytest.ChartDir(t))); err != nil {
 		t.Fatal(err)
 	}
 	cmd := exec.Command(bin, "--chart-search-root", dir, "--log-level", "warning")
@@ -1318,7 +1297,7 @@ func TestChartReadmeCurrent(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	got, err := os.ReadFile(filepath.Join(chartDir(t), "README.md"))
+	got, err := os.ReadFile(filepath.Join(deploytest.ChartDir(t), "README.md"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -1337,7 +1316,7 @@ func TestChartReadmeCurrent(t *testing.T) {
 // its default is the binary's, so installing the chart with no values runs
 // envoy-rls as its own documentation describes.
 func TestDefaultsMatchBinary(t *testing.T) {
-	v := chartValues(t)
+	v := deploytest.ChartValues(t)
 	timeout, err := time.ParseDuration(str(get(v, "redis", "timeout")))
 	if err != nil {
 		t.Fatalf("redis.timeout: %v", err)

@@ -29,111 +29,6 @@ func docCommands(t *testing.T) []deploytest.DocCommand {
 	return deploytest.DocsCommands(t, deploytest.ModuleRoot(t), substitute)
 }
 
-// isHelmInstall tells a helm install or helm upgrade command, even one
-// whose words could not all be split.
-func isHelmInstall(c deploytest.DocCommand) bool {
-	if len(c.Words) >= 2 && c.Words[0] == "helm" {
-		return c.Words[1] == "install" || c.Words[1] == "upgrade"
-	}
-	return strings.HasPrefix(c.Text, "helm install ") || strings.HasPrefix(c.Text, "helm upgrade ")
-}
-
-// helmCommand is a documented `helm install|upgrade [flags] NAME CHART
-// [flags]`, read flag by flag.
-type helmCommand struct {
-	deploytest.DocCommand
-	verb            string // install or upgrade
-	release, chart  string
-	namespace       string
-	createNamespace bool
-	reuse           bool              // starts from the release's earlier values
-	flags           []string          // the value flags helm template takes, in order
-	set             map[string]string // --set, --set-string, --set-literal, --set-json: key -> value
-	setFile         map[string]string // --set-file: key -> path
-	valuesFiles     []string          // -f, --values
-}
-
-// Flags of helm install/upgrade that carry a value, kept for helm template.
-var keptValueFlags = map[string]bool{
-	"--set": true, "--set-string": true, "--set-file": true, "--set-json": true, "--set-literal": true,
-	"-f": true, "--values": true, "-n": true, "--namespace": true, "--kube-version": true,
-}
-
-// Flags with a value that only matter to a live install.
-var droppedValueFlags = map[string]bool{
-	"--version": true, "--timeout": true, "--description": true, "--repo": true,
-}
-
-// Boolean flags that do not change what is rendered.
-var droppedBoolFlags = map[string]bool{
-	"--create-namespace": true, "--wait": true, "--wait-for-jobs": true, "--atomic": true, "--install": true,
-	"-i": true, "--debug": true, "--reuse-values": true, "--reset-then-reuse-values": true, "--cleanup-on-fail": true,
-	"--dry-run": true, "--devel": true, "--force": true,
-}
-
-// parseHelm reads a documented helm install or upgrade command. A flag the
-// tables above do not know is an error: the test must be taught whether it
-// changes the render.
-func parseHelm(c deploytest.DocCommand) (helmCommand, error) {
-	h := helmCommand{DocCommand: c, set: map[string]string{}, setFile: map[string]string{}}
-	if c.Err != nil {
-		return h, fmt.Errorf("%s: %w", c, c.Err)
-	}
-	if !isHelmInstall(c) {
-		return h, fmt.Errorf("%s: not a helm install or upgrade", c)
-	}
-	h.verb = c.Words[1]
-	var pos []string
-	w := c.Words[2:]
-	for i := 0; i < len(w); i++ {
-		a := w[i]
-		if !strings.HasPrefix(a, "-") {
-			pos = append(pos, a)
-			continue
-		}
-		flag, val, hasVal := strings.Cut(a, "=")
-		switch {
-		case keptValueFlags[flag] || droppedValueFlags[flag]:
-			if !hasVal {
-				if i+1 >= len(w) {
-					return h, fmt.Errorf("%s: %s has no value", c, flag)
-				}
-				i++
-				val = w[i]
-			}
-			if !keptValueFlags[flag] {
-				continue
-			}
-			h.flags = append(h.flags, flag, val)
-			k, v, _ := strings.Cut(val, "=")
-			switch flag {
-			case "--set", "--set-string", "--set-literal", "--set-json":
-				h.set[k] = v
-			case "--set-file":
-				h.setFile[k] = v
-			case "-f", "--values":
-				h.valuesFiles = append(h.valuesFiles, val)
-			case "-n", "--namespace":
-				h.namespace = val
-			}
-		case droppedBoolFlags[flag]:
-			switch flag {
-			case "--create-namespace":
-				h.createNamespace = true
-			case "--reuse-values", "--reset-then-reuse-values":
-				h.reuse = true
-			}
-		default:
-			return h, fmt.Errorf("%s: flag %s is unknown to the docs test; teach it whether the flag changes the render", c, flag)
-		}
-	}
-	if len(pos) != 2 {
-		return h, fmt.Errorf("%s: want a release name and a chart, got %q", c, pos)
-	}
-	h.release, h.chart = pos[0], pos[1]
-	return h, nil
-}
-
 // TestDocsHelmCommands: every helm install/upgrade command in the
 // repository's Markdown renders against this chart as written (the chart
 // reference pointed at the local chart, every value flag kept, paths from
@@ -146,7 +41,7 @@ func TestDocsHelmCommands(t *testing.T) {
 	var cmds []deploytest.DocCommand
 	seen := map[string]bool{}
 	for _, c := range docCommands(t) {
-		if isHelmInstall(c) {
+		if deploytest.IsHelmInstall(c) {
 			cmds = append(cmds, c)
 			seen[c.File] = true
 		}
@@ -159,25 +54,25 @@ func TestDocsHelmCommands(t *testing.T) {
 	installs := map[string][]string{} // file + release -> value flags
 	for _, c := range cmds {
 		t.Run(fmt.Sprintf("%s:%d", c.File, c.Line), func(t *testing.T) {
-			h, err := parseHelm(c)
+			h, err := deploytest.ParseHelm(c)
 			if err != nil {
 				t.Fatal(err)
 			}
-			if !strings.HasSuffix(strings.TrimSuffix(h.chart, "/"), "envoy-rls") {
-				t.Fatalf("%s: chart %q is not envoy-rls", c, h.chart)
+			if !strings.HasSuffix(strings.TrimSuffix(h.Chart, "/"), "envoy-rls") {
+				t.Fatalf("%s: chart %q is not envoy-rls", c, h.Chart)
 			}
-			flags := h.flags
-			if h.verb == "install" {
-				installs[c.File+" "+h.release] = flags
+			flags := h.Flags
+			if h.Verb == "install" {
+				installs[c.File+" "+h.Release] = flags
 			}
-			if h.reuse {
-				prev, ok := installs[c.File+" "+h.release]
+			if h.Reuse {
+				prev, ok := installs[c.File+" "+h.Release]
 				if !ok {
-					t.Fatalf("%s: --reuse-values without an earlier helm install of %s in %s", c, h.release, c.File)
+					t.Fatalf("%s: --reuse-values without an earlier helm install of %s in %s", c, h.Release, c.File)
 				}
 				flags = append(append([]string{}, prev...), flags...)
 			}
-			args := append([]string{"template", h.release, chartDir(t)}, flags...)
+			args := append([]string{"template", h.Release, deploytest.ChartDir(t)}, flags...)
 			cmd := exec.Command(helmBin(t), args...)
 			cmd.Dir = root
 			var stdout, stderr bytes.Buffer
@@ -190,60 +85,6 @@ func TestDocsHelmCommands(t *testing.T) {
 				t.Fatalf("%s: rendered %d Deployments, want 1", c, len(m["Deployment"]))
 			}
 		})
-	}
-}
-
-// TestDocsHelmCommandsExtraction: a documented helm command is read as the
-// shell would pass it, every value flag kept for helm template, and a flag
-// the test does not know fails. (How commands are found in Markdown and
-// split is internal/deploytest's TestParseMarkdownBlocks and
-// TestSplitWords.)
-func TestDocsHelmCommandsExtraction(t *testing.T) {
-	var cmds []deploytest.DocCommand
-	for _, line := range []string{
-		"helm install rls oci://ghcr.io/envoy-rls/charts/envoy-rls --version 0.2.0 -n envoy-rls --create-namespace " +
-			"--set store=redis --set redis.addr=a:6379\\,b:6379 --set-string \"hmac.secret=0123456789abcdef\\\"x\" " +
-			"--set-file 'rules.files.ingress\\.yaml=config/examples/istio/rules/ingress.yaml' # a comment",
-		"helm upgrade rls deploy/helm/envoy-rls --reuse-values -f=my.yaml",
-		"helm install rls . --set-string hmac.secret=\"$(head -c 32 /dev/urandom | base64)\" --set-string x=$(date)",
-		"helm install rls . --set a=$X",
-	} {
-		words, err := deploytest.SplitWords(line, substitute)
-		cmds = append(cmds, deploytest.DocCommand{File: "x.md", Line: len(cmds) + 1, Text: line, Words: words, Err: err})
-	}
-	h, err := parseHelm(cmds[0])
-	if err != nil {
-		t.Fatal(err)
-	}
-	want := []string{"-n", "envoy-rls", "--set", "store=redis", "--set", "redis.addr=a:6379,b:6379", // the shell ate the backslash
-		"--set-string", `hmac.secret=0123456789abcdef"x`, "--set-file", `rules.files.ingress\.yaml=config/examples/istio/rules/ingress.yaml`}
-	if h.release != "rls" || h.chart != "oci://ghcr.io/envoy-rls/charts/envoy-rls" || h.reuse || !slices.Equal(h.flags, want) {
-		t.Errorf("got release %q chart %q reuse %v flags %q; want rls, the OCI chart, false, %q", h.release, h.chart, h.reuse, h.flags, want)
-	}
-	if h.verb != "install" || h.namespace != "envoy-rls" || !h.createNamespace || h.set["store"] != "redis" ||
-		h.set["redis.addr"] != "a:6379,b:6379" || h.set["hmac.secret"] != `0123456789abcdef"x` ||
-		h.setFile[`rules.files.ingress\.yaml`] != "config/examples/istio/rules/ingress.yaml" {
-		t.Errorf("install read as %+v", h)
-	}
-	h, err = parseHelm(cmds[1])
-	if err != nil || !h.reuse || strings.Join(h.flags, "|") != "-f|my.yaml" || !slices.Equal(h.valuesFiles, []string{"my.yaml"}) || h.verb != "upgrade" {
-		t.Errorf("upgrade: flags %q values %q reuse %v err %v; want [-f my.yaml], reuse", h.flags, h.valuesFiles, h.reuse, err)
-	}
-	h, err = parseHelm(cmds[2])
-	if err != nil || h.set["hmac.secret"] != substituted || h.set["x"] != substituted {
-		t.Errorf("command substitution: set %q, err %v; want the stand-in in both values", h.set, err)
-	}
-	if _, err := parseHelm(cmds[3]); err == nil || !strings.Contains(err.Error(), "$X") {
-		t.Errorf("a command reading $X: error %v, want one naming $X", err)
-	}
-	for _, words := range [][]string{
-		{"helm", "install", "rls", ".", "--post-renderer", "x"},
-		{"helm", "install", "rls", ".", "--set"},
-		{"helm", "install", "rls"},
-	} {
-		if _, err := parseHelm(deploytest.DocCommand{Words: words}); err == nil {
-			t.Errorf("%q passed; want an error", words)
-		}
 	}
 }
 
@@ -329,39 +170,39 @@ func TestDocsKubernetes(t *testing.T) {
 					}
 				}
 			}
-		case isHelmInstall(c):
-			h, err := parseHelm(c)
+		case deploytest.IsHelmInstall(c):
+			h, err := deploytest.ParseHelm(c)
 			if err != nil {
 				t.Error(err)
 				continue
 			}
-			if strings.HasPrefix(h.chart, "oci://") {
+			if strings.HasPrefix(h.Chart, "oci://") {
 				continue // checking it needs the registry
 			}
-			if h.chart != "deploy/helm/envoy-rls" {
-				t.Errorf("%s: chart %q: want deploy/helm/envoy-rls (the chart in this repository, from its root)", c, h.chart)
+			if h.Chart != "deploy/helm/envoy-rls" {
+				t.Errorf("%s: chart %q: want deploy/helm/envoy-rls (the chart in this repository, from its root)", c, h.Chart)
 				continue
 			}
-			fullname := h.release
-			if !strings.Contains(h.release, "envoy-rls") {
+			fullname := h.Release
+			if !strings.Contains(h.Release, "envoy-rls") {
 				fullname += "-envoy-rls"
 			}
-			releases[h.namespace+"/"+fullname] = h.release
-			if h.verb == "upgrade" {
+			releases[h.Namespace+"/"+fullname] = h.Release
+			if h.Verb == "upgrade" {
 				continue
 			}
 			if file == "README.md" || strings.HasPrefix(file, "docs/") {
 				installs++
 			}
-			if h.namespace == "" || !(h.createNamespace || namespaces[h.namespace]) {
-				t.Errorf("%s:%d: namespace %q is neither created above nor --create-namespace", file, h.Line, h.namespace)
+			if h.Namespace == "" || !(h.CreateNamespace || namespaces[h.Namespace]) {
+				t.Errorf("%s:%d: namespace %q is neither created above nor --create-namespace", file, h.Line, h.Namespace)
 			}
-			for _, path := range h.valuesFiles {
+			for _, path := range h.ValuesFiles {
 				if _, err := os.Stat(filepath.Join(root, path)); err != nil {
 					t.Errorf("%s:%d: -f %s: %v", file, h.Line, path, err)
 				}
 			}
-			for k, path := range h.setFile {
+			for k, path := range h.SetFile {
 				if _, err := os.Stat(filepath.Join(root, path)); err != nil {
 					t.Errorf("%s:%d: --set-file %s: %v", file, h.Line, k, err)
 					continue
@@ -372,22 +213,22 @@ func TestDocsKubernetes(t *testing.T) {
 					}
 				}
 			}
-			if h.set["store"] != "redis" {
+			if h.Set["store"] != "redis" {
 				continue
 			}
-			secret, key := h.set["hmac.existingSecret"], values.hmacKey
-			if k, ok := h.set["hmac.key"]; ok {
+			secret, key := h.Set["hmac.existingSecret"], values.hmacKey
+			if k, ok := h.Set["hmac.key"]; ok {
 				key = k
 			}
-			_, inline := h.setFile["hmac.secret"]
-			inline = inline || h.set["hmac.secret"] != ""
-			got, created := secrets[h.namespace+"/"+secret]
+			_, inline := h.SetFile["hmac.secret"]
+			inline = inline || h.Set["hmac.secret"] != ""
+			got, created := secrets[h.Namespace+"/"+secret]
 			if secret == "" && !inline {
 				t.Errorf("%s:%d: store=redis without hmac.existingSecret or hmac.secret", file, h.Line)
 			} else if secret != "" && (!created || got != key) {
-				t.Errorf("%s:%d: hmac.existingSecret=%s: no kubectl command above creates it in namespace %s with the key %s the chart reads (have %v)", file, h.Line, secret, h.namespace, key, secrets)
+				t.Errorf("%s:%d: hmac.existingSecret=%s: no kubectl command above creates it in namespace %s with the key %s the chart reads (have %v)", file, h.Line, secret, h.Namespace, key, secrets)
 			}
-			if h.set["redis.addr"] == "" {
+			if h.Set["redis.addr"] == "" {
 				t.Errorf("%s:%d: store=redis without redis.addr", file, h.Line)
 			}
 		}
@@ -402,7 +243,7 @@ type docValues struct{ grpcPort, adminPort, hmacKey string }
 
 func readValues(t *testing.T) docValues {
 	t.Helper()
-	v := chartValues(t)
+	v := deploytest.ChartValues(t)
 	grpcPort, adminPort := get(v, "grpc", "port"), get(v, "admin", "port")
 	if grpcPort == nil || adminPort == nil || str(get(v, "hmac", "key")) == "" {
 		t.Fatal("values.yaml lacks grpc.port, admin.port or hmac.key")

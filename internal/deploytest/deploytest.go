@@ -2,8 +2,10 @@
 // compose demo, the Istio example, the release files) share: the module
 // root, the envoy-rls binary built from this tree, the flag names its serve
 // command accepts (so that a manifest cannot pass a flag the binary does
-// not have), the pinned tools, the final stage of a Dockerfile, and the
-// shell commands of the Markdown docs.
+// not have), the pinned tools, the final stage of a Dockerfile, the chart's
+// values.yaml and Chart.yaml, the fenced blocks and shell commands of the
+// Markdown docs, and the documented helm install commands read flag by
+// flag.
 package deploytest
 
 import (

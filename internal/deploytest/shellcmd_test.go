@@ -117,6 +117,50 @@ func TestParseMarkdownBlocks(t *testing.T) {
 	}
 }
 
+// TestParseBlocks: every fenced block, with its language (the first word
+// of the info string), its opening line and its lines as written; a fence
+// inside a block's lines does not end it unless it stands alone.
+func TestParseBlocks(t *testing.T) {
+	md := "text\n" +
+		"```promql title=x\n" +
+		"  sum(rate(x[1m]))\n" +
+		"\n" +
+		"```\n" +
+		"  ```\n" +
+		"```sh inside\n" +
+		"  ```\n" +
+		"```yaml\n" +
+		"```\n"
+	got, err := ParseBlocks("x.md", []byte(md))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []Block{
+		{Lang: "promql", Line: 2, Lines: []string{"  sum(rate(x[1m]))", ""}},
+		{Lang: "", Line: 6, Lines: []string{"```sh inside"}},
+		{Lang: "yaml", Line: 9},
+	}
+	if len(got) != len(want) {
+		t.Fatalf("got %d blocks %+v, want %+v", len(got), got, want)
+	}
+	for i, w := range want {
+		if g := got[i]; g.Lang != w.Lang || g.Line != w.Line || !slices.Equal(g.Lines, w.Lines) {
+			t.Errorf("block %d: %+v, want %+v", i, g, w)
+		}
+	}
+	if _, err := ParseBlocks("x.md", []byte("```promql\nx\n")); err == nil || err.Error() != "x.md:1: the code block is not closed" {
+		t.Errorf("unclosed block: error %v", err)
+	}
+
+	path := filepath.Join(t.TempDir(), "doc.md")
+	if err := os.WriteFile(path, []byte(md), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if bl := MarkdownBlocks(t, path, "promql"); len(bl) != 1 || bl[0].Line != 2 {
+		t.Errorf("MarkdownBlocks promql: %+v, want the block at line 2", bl)
+	}
+}
+
 func TestParseMarkdownErrors(t *testing.T) {
 	for _, tc := range []struct{ md, want string }{
 		{"```sh\nhelm install rls . --set 'a=b\n```\n", "x.md:2: unterminated single quote"},

@@ -93,20 +93,13 @@ func TestReleaseImageIsTheChartImage(t *testing.T) {
 	if err := yaml.Unmarshal([]byte(read(t, ".goreleaser.yaml")), &g); err != nil {
 		t.Fatal(err)
 	}
-	var values struct {
-		Image struct {
-			Repository string `yaml:"repository"`
-		} `yaml:"image"`
-	}
-	if err := yaml.Unmarshal([]byte(read(t, "deploy/helm/envoy-rls/values.yaml")), &values); err != nil {
-		t.Fatal(err)
-	}
+	repository := deploytest.ChartValue[string](t, "image", "repository")
 	if len(g.Dockers) != 1 {
 		t.Fatalf("%d dockers_v2 entries, want 1", len(g.Dockers))
 	}
 	d := g.Dockers[0]
-	if !slices.Equal(d.Images, []string{values.Image.Repository}) {
-		t.Errorf("release images %v, chart image.repository %q", d.Images, values.Image.Repository)
+	if !slices.Equal(d.Images, []string{repository}) {
+		t.Errorf("release images %v, chart image.repository %q", d.Images, repository)
 	}
 	if !slices.Equal(d.Platforms, []string{"linux/amd64", "linux/arm64"}) {
 		t.Errorf("image platforms %v", d.Platforms)

@@ -127,24 +127,6 @@ func toJSON(t *testing.T, v any) []byte {
 	return b
 }
 
-// chartGRPCPort reads grpc.port from the chart's values.yaml.
-func chartGRPCPort(t *testing.T) int {
-	t.Helper()
-	b, err := os.ReadFile(filepath.Join(deploytest.ModuleRoot(t), "deploy", "helm", "envoy-rls", "values.yaml"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var v struct {
-		GRPC struct {
-			Port int `yaml:"port"`
-		} `yaml:"grpc"`
-	}
-	if err := yaml.Unmarshal(b, &v); err != nil || v.GRPC.Port == 0 {
-		t.Fatalf("values.yaml grpc.port: %v", err)
-	}
-	return v.GRPC.Port
-}
-
 var outboundCluster = regexp.MustCompile(`^outbound\|(\d+)\|\|(([a-z0-9-]+)\.([a-z0-9-]+)\.svc\.cluster\.local)$`)
 
 // TestVariantsDifferOnlyInSelector: the three files carry the same two
@@ -249,8 +231,9 @@ func checkVariant(t *testing.T, file, namespace string, selector map[string]stri
 	if m == nil {
 		t.Fatalf("cluster_name %q is not outbound|<port>||<svc>.<ns>.svc.cluster.local", eg.GetClusterName())
 	}
-	if port, _ := strconv.Atoi(m[1]); port != chartGRPCPort(t) {
-		t.Errorf("cluster port %s, but the chart serves gRPC on %d", m[1], chartGRPCPort(t))
+	grpcPort := deploytest.ChartValue[int](t, "grpc", "port")
+	if port, _ := strconv.Atoi(m[1]); port != grpcPort {
+		t.Errorf("cluster port %s, but the chart serves gRPC on %d", m[1], grpcPort)
 	}
 	if m[3] != "rls-envoy-rls" || eg.GetAuthority() != m[2] {
 		t.Errorf("cluster %q / authority %q: want the chart's Service for release rls (rls-envoy-rls) and a matching authority", eg.GetClusterName(), eg.GetAuthority())
@@ -301,7 +284,7 @@ func checkGuide(t *testing.T, rl *ratelimitv3.RateLimit) {
 	root := deploytest.ModuleRoot(t)
 	const guide = "docs/istio.md"
 	var applied []string
-	var installs []map[string]string // flag or --set key -> value; "release", "namespace"
+	var installs []deploytest.HelmCommand
 	for _, c := range deploytest.MarkdownCommands(t, filepath.Join(root, guide)) {
 		w := c.Words
 		switch {
@@ -310,20 +293,14 @@ func checkGuide(t *testing.T, rl *ratelimitv3.RateLimit) {
 				t.Errorf("%s:%d: kubectl apply -f %s: %v", guide, c.Line, w[3], err)
 			}
 			applied = append(applied, w[3])
-		case len(w) > 3 && w[0] == "helm" && w[1] == "install":
-			h := map[string]string{"release": w[2], "chart": w[3]}
-			for i := 4; i+1 < len(w); i += 2 {
-				switch w[i] {
-				case "-n":
-					h["namespace"] = w[i+1]
-				case "--set", "--set-file":
-					k, v, _ := strings.Cut(w[i+1], "=")
-					h[k] = v
-				default:
-					t.Fatalf("%s:%d: helm option %s is not understood by this test; teach it", guide, c.Line, w[i])
-				}
+		case deploytest.IsHelmInstall(c):
+			h, err := deploytest.ParseHelm(c)
+			if err != nil {
+				t.Fatal(err)
 			}
-			installs = append(installs, h)
+			if h.Verb == "install" {
+				installs = append(installs, h)
+			}
 		}
 	}
 	for _, v := range variants {
@@ -340,29 +317,29 @@ func checkGuide(t *testing.T, rl *ratelimitv3.RateLimit) {
 	if m == nil {
 		t.Fatalf("cluster_name %q", eg.GetClusterName())
 	}
-	if h["chart"] != "deploy/helm/envoy-rls" || h["release"]+"-envoy-rls" != m[3] || h["namespace"] != m[4] {
+	if h.Chart != "deploy/helm/envoy-rls" || h.Release+"-envoy-rls" != m[3] || h.Namespace != m[4] {
 		t.Errorf("%s: helm install %s %s -n %s makes Service %s-envoy-rls.%s, but the filter calls %s.%s",
-			guide, h["release"], h["chart"], h["namespace"], h["release"], h["namespace"], m[3], m[4])
+			guide, h.Release, h.Chart, h.Namespace, h.Release, h.Namespace, m[3], m[4])
 	}
-	if h["store"] != "redis" {
-		t.Errorf("%s: store %q: the replicas must share limits (redis)", guide, h["store"])
+	if h.Set["store"] != "redis" {
+		t.Errorf("%s: store %q: the replicas must share limits (redis)", guide, h.Set["store"])
 	}
 	wantHeaders := "full"
 	if rl.GetEnableXRatelimitHeaders() == ratelimitv3.RateLimit_DRAFT_VERSION_03 {
 		wantHeaders = "retry_after"
 	}
-	if h["defaultHeaders"] != wantHeaders {
-		t.Errorf("%s: defaultHeaders %q, want %q for enable_x_ratelimit_headers %v", guide, h["defaultHeaders"], wantHeaders, rl.GetEnableXRatelimitHeaders())
+	if h.Set["defaultHeaders"] != wantHeaders {
+		t.Errorf("%s: defaultHeaders %q, want %q for enable_x_ratelimit_headers %v", guide, h.Set["defaultHeaders"], wantHeaders, rl.GetEnableXRatelimitHeaders())
 	}
-	if d, err := time.ParseDuration(h["redis.timeout"]); err != nil || d >= rl.GetTimeout().AsDuration() {
-		t.Errorf("%s: redis.timeout %q: want a duration below the filter's timeout %v", guide, h["redis.timeout"], rl.GetTimeout().AsDuration())
+	if d, err := time.ParseDuration(h.Set["redis.timeout"]); err != nil || d >= rl.GetTimeout().AsDuration() {
+		t.Errorf("%s: redis.timeout %q: want a duration below the filter's timeout %v", guide, h.Set["redis.timeout"], rl.GetTimeout().AsDuration())
 	}
 	rulesFile, err := filepath.Abs(filepath.Join("rules", "ingress.yaml"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	found := false
-	for k, v := range h {
+	for k, v := range h.SetFile {
 		found = found || (strings.HasPrefix(k, "rules.files.") && filepath.Join(root, v) == rulesFile)
 	}
 	if !found {
