@@ -3,6 +3,10 @@ SHELL := /bin/bash
 GO    ?= go
 BIN   := bin
 PKGS  := ./...
+# The benchmark tools (load generator, floor server, plotter, ceiling stub,
+# bench scripts) are a module of their own, so the service's go.mod carries
+# none of their dependencies.
+TOOLS := tools
 CONFIG ?= config/examples
 # Race tests need cgo; the machine's gcc provides it.
 TESTFLAGS ?= -race -count=1 -timeout 20m
@@ -32,25 +36,29 @@ deps: ## install what the tests need (redis-server, helm, helm-docs) when missin
 	@scripts/ensure-tool.sh helm >/dev/null
 	@scripts/ensure-tool.sh helm-docs >/dev/null
 
-test: deps ## install test dependencies if missing, then run every test with -race
+test: deps ## install test dependencies if missing, then run every test with -race (service and tools modules)
 	CI=$${CI:-} $(GO) test $(TESTFLAGS) $(PKGS)
+	CI=$${CI:-} $(GO) -C $(TOOLS) test $(TESTFLAGS) ./...
 
 test-short: ## unit tests only (no Redis lanes)
 	$(GO) test -short -count=1 $(PKGS)
+	$(GO) -C $(TOOLS) test -short -count=1 ./...
 
 .PHONY: e2e
 e2e: ## end-to-end suite only: the real binary, replicas on real Redis (installs redis-server if missing; also part of make test)
 	@scripts/ensure-deps.sh
 	CI=$${CI:-} $(GO) test -race -count=1 ./e2e/...
 
-vet: ## go vet
+vet: ## go vet (service and tools modules)
 	$(GO) vet $(PKGS)
+	$(GO) -C $(TOOLS) vet ./...
 
 fmt: ## gofmt check (fails on unformatted files)
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 
-tidy: ## fail when go.mod/go.sum are not tidy
+tidy: ## fail when go.mod/go.sum (service or tools) are not tidy
 	$(GO) mod tidy -diff
+	$(GO) -C $(TOOLS) mod tidy -diff
 
 lint: fmt vet tidy ## gofmt + go vet + go mod tidy check
 
@@ -83,15 +91,16 @@ release-snapshot: ## the release build without publishing: binaries and archives
 
 bench: deps ## run the Go benchmarks (figures go to docs/performance.md)
 	$(GO) test -run '^$$' -bench . -benchmem $(PKGS)
+	$(GO) -C $(TOOLS) test -run '^$$' -bench . -benchmem ./...
 
 .PHONY: bench-load
 BENCH_ARGS ?=
-bench-load: ## gRPC load runs at 16/64/256 calls → bench/results/*.jsonl + PNG (BENCH_ARGS="--target envoy-rls --store redis"; see scripts/bench.sh --help)
-	scripts/bench.sh $(BENCH_ARGS)
+bench-load: ## gRPC load runs at 16/64/256 calls → bench/results/*.jsonl + PNG (BENCH_ARGS="--target envoy-rls --store redis"; see tools/scripts/bench.sh --help)
+	$(TOOLS)/scripts/bench.sh $(BENCH_ARGS)
 
 .PHONY: bench-standard
-bench-standard: ## issue 8's standard set back to back: floor + reference + memory/Redis × 3 algorithms × 16/64/256 → bench/results/standard-*/ + docs/img/perf-{memory,redis}.png
-	scripts/bench-standard.sh
+bench-standard: ## the standard set back to back: floor + reference + memory/Redis × 3 algorithms × 16/64/256 → bench/results/standard-*/ + docs/img/perf-{memory,redis}.png
+	$(TOOLS)/scripts/bench-standard.sh
 
 clean: ## remove build output
 	rm -rf $(BIN) dist

@@ -1,34 +1,38 @@
 #!/usr/bin/env bash
-# scripts/bench.sh — the standard load runs of issue 8, on this machine only.
+# tools/scripts/bench.sh — one load run per concurrency, on this machine only.
 #
 # Builds bin/rls-load, bin/rls-floor and bin/rls-plot, starts the server on a
 # free loopback port, runs rls-load once per concurrency with -server-pid,
 # appends one JSON line per run to a results file, stops the server by PID
 # and draws the plot next to the results.
 #
-#   scripts/bench.sh                                   # the do-nothing gRPC floor
-#   scripts/bench.sh --target envoy-rls --store memory --config config/examples
-#   scripts/bench.sh --target envoy-rls --store redis  # starts its own redis-server
-#   scripts/bench.sh --target reference               # envoyproxy/ratelimit on its own redis-server
-#   scripts/bench.sh --target ceiling                 # envoy-rls, Redis, a do-nothing Lua program
+# Run it from anywhere; paths are relative to the repository root. The load
+# tools build from the tools module (tools/go.mod), envoy-rls from the
+# service module.
+#
+#   tools/scripts/bench.sh                                   # the do-nothing gRPC floor
+#   tools/scripts/bench.sh --target envoy-rls --store memory --config config/examples
+#   tools/scripts/bench.sh --target envoy-rls --store redis  # starts its own redis-server
+#   tools/scripts/bench.sh --target reference               # envoyproxy/ratelimit on its own redis-server
+#   tools/scripts/bench.sh --target ceiling                 # envoy-rls, Redis, a do-nothing Lua program
 #
 # Options (defaults in brackets):
 #   --target floor|envoy-rls|reference|ceiling  [floor]
 #                             reference: the reference service
 #                             (envoyproxy/ratelimit, built once into
 #                             bin/ratelimit-reference by
-#                             scripts/ensure-reference.sh) on Redis, stats off
+#                             tools/scripts/ensure-reference.sh) on Redis, stats off
 #                             (DISABLE_STATS=true: its best case), its other
 #                             settings at their defaults
 #                             ceiling: envoy-rls on Redis built from a
 #                             temporary copy of this tree whose batch program
-#                             is scripts/ceiling/rate-batch-v1.lua (one TIME,
+#                             is tools/ceiling/rate-batch-v1.lua (one TIME,
 #                             every key ALLOWED, nothing stored) into
 #                             bin/envoy-rls-ceiling: the most any Lua program
 #                             could give here. Fixed-window rules only; never
 #                             a rate limiter
 #   --store memory|redis      [memory]  envoy-rls only
-#   --config DIR|FILE         [config/examples; reference: config/bench/reference]
+#   --config DIR|FILE         [config/examples; reference: tools/config/bench/reference]
 #                             the rule files (the reference gets copies of
 #                             the *.yaml files under its runtime directory)
 #   --server-args "ARGS"      extra envoy-rls flags
@@ -52,7 +56,7 @@
 #
 # Everything listens on 127.0.0.1 and every run is bounded by --duration.
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 
 TARGET=floor STORE=memory CONFIG=config/examples SERVER_ARGS=""
 CONCURRENCY="16 64 256" CONNECTIONS=4 DURATION=10s WARMUP=2s
@@ -86,7 +90,7 @@ done
 case "$TARGET" in floor|envoy-rls|reference|ceiling) ;; *) die "--target must be floor, envoy-rls, reference or ceiling" ;; esac
 if [ "$TARGET" = reference ] || [ "$TARGET" = ceiling ]; then
   STORE=redis
-  [ "$CONFIG" != config/examples ] || CONFIG=config/bench/reference
+  [ "$CONFIG" != config/examples ] || CONFIG=tools/config/bench/reference
 fi
 case "$STORE" in memory|redis) ;; *) die "--store must be memory or redis" ;; esac
 if [ -z "$LABEL" ]; then
@@ -105,9 +109,9 @@ GO=${GO:-go}
 
 echo "bench.sh: building bin/rls-load bin/rls-floor bin/rls-plot" >&2
 mkdir -p bin
-$GO build -trimpath -o bin/rls-load ./cmd/rls-load
-$GO build -trimpath -o bin/rls-floor ./cmd/rls-floor
-$GO build -trimpath -o bin/rls-plot ./cmd/rls-plot
+for tool in rls-load rls-floor rls-plot; do
+  $GO -C tools build -trimpath -o "$PWD/bin/$tool" "./cmd/$tool"
+done
 if [ "$TARGET" = envoy-rls ]; then
   [ -d cmd/envoy-rls ] || die "cmd/envoy-rls does not exist yet"
   $GO build -trimpath -o bin/envoy-rls ./cmd/envoy-rls || die "bin/envoy-rls does not build yet"
@@ -115,14 +119,14 @@ fi
 if [ "$TARGET" = ceiling ]; then
   # The tree as it is (committed or not), but the stub for the batch program.
   CEILING_SRC=$(mktemp -d)
-  tar -cf - --exclude=./bin --exclude=./bench --exclude=./.git . | tar -xf - -C "$CEILING_SRC"
-  cp scripts/ceiling/rate-batch-v1.lua "$CEILING_SRC/pkg/lua/rate-batch-v1.lua"
+  tar -cf - --exclude=./bin --exclude=./bench --exclude=./tools --exclude=./.git . | tar -xf - -C "$CEILING_SRC"
+  cp tools/ceiling/rate-batch-v1.lua "$CEILING_SRC/pkg/lua/rate-batch-v1.lua"
   (cd "$CEILING_SRC" && $GO build -trimpath -o "$OLDPWD/bin/envoy-rls-ceiling" ./cmd/envoy-rls) ||
     { rm -rf "$CEILING_SRC"; die "bin/envoy-rls-ceiling does not build"; }
   rm -rf "$CEILING_SRC"
 fi
 if [ "$TARGET" = reference ]; then
-  REFERENCE_BIN=$(scripts/ensure-reference.sh) || die "could not build the reference service"
+  REFERENCE_BIN=$(tools/scripts/ensure-reference.sh) || die "could not build the reference service"
 fi
 
 WORK=$(mktemp -d)

@@ -1,20 +1,20 @@
 #!/usr/bin/env bash
-# scripts/bench-vs-reference.sh — envoy-rls on Redis against the reference
+# tools/scripts/bench-vs-reference.sh — envoy-rls on Redis against the reference
 # service (envoyproxy/ratelimit), or against the do-nothing gRPC floor
 # (--against floor), or against the ceiling of any Lua program (--against
 # ceiling: envoy-rls whose batch program only reads TIME, see bench.sh), in
 # alternating rounds: this machine's speed drifts by up
 # to 2x within minutes, so only runs made side by side compare. Both Redis
 # servers are local redis-server processes; the rule is the same fixed window
-# (config/bench/reference/bench.yaml: 1000/s per remote_address); 10,000
+# (tools/config/bench/reference/bench.yaml: 1000/s per remote_address); 10,000
 # uniform subjects, 4 connections. Prints each round's ratio and the median.
 #
-#   scripts/bench-vs-reference.sh [--against reference|floor|ceiling] [--rounds 5]
+#   tools/scripts/bench-vs-reference.sh [--against reference|floor|ceiling] [--rounds 5]
 #                                 [--concurrency 64] [--duration 8s] [--max-busy 0.6]
 #
 # JSON lines go to bench/results/vs-<against>-<UTC time>/{<against>,envoy-rls}.jsonl.
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 AGAINST=reference ROUNDS=5 CONC=64 DURATION=8s MAX_BUSY=0.6
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -32,9 +32,9 @@ DIR=bench/results/vs-$AGAINST-$(date -u +%Y%m%dT%H%M%SZ)
 mkdir -p "$DIR"
 COMMON=(--max-busy "$MAX_BUSY" --duration "$DURATION" --concurrency "$CONC" --no-plot)
 for _ in $(seq 1 "$ROUNDS"); do
-  scripts/bench.sh "${COMMON[@]}" --target "$AGAINST" --out "$DIR/$AGAINST.jsonl"
-  scripts/bench.sh "${COMMON[@]}" --target envoy-rls --store redis \
-    --config config/bench/reference/bench.yaml --label "envoy-rls redis" --out "$DIR/envoy-rls.jsonl"
+  tools/scripts/bench.sh "${COMMON[@]}" --target "$AGAINST" --out "$DIR/$AGAINST.jsonl"
+  tools/scripts/bench.sh "${COMMON[@]}" --target envoy-rls --store redis \
+    --config tools/config/bench/reference/bench.yaml --label "envoy-rls redis" --out "$DIR/envoy-rls.jsonl"
 done
 # field NAME FILE: the numeric value of "NAME": in each JSON line.
 field() { sed -n "s/.*\"$1\":\([0-9.e+-]*\).*/\1/p" "$2"; }

@@ -1,21 +1,21 @@
 #!/usr/bin/env bash
-# scripts/bench-standard.sh — the standard load set of issue 8, back to back,
+# tools/scripts/bench-standard.sh — the standard load set, back to back,
 # one concurrency at a time:
 # the gRPC floor, the reference service (envoyproxy/ratelimit, fixed window on
-# Redis: scripts/ensure-reference.sh builds it once; --no-reference skips it),
+# Redis: tools/scripts/ensure-reference.sh builds it once; --no-reference skips it),
 # then envoy-rls on the memory store and on the Redis store for each
-# algorithm (config/bench/*.yaml), at 16/64/256 concurrent calls,
+# algorithm (tools/config/bench/*.yaml), at 16/64/256 concurrent calls,
 # 4 connections, 10,000 uniform subjects. All JSON lines go to one directory
 # under bench/results/; the plots are redrawn into docs/img/:
 #
 #   docs/img/perf-redis.png   floor + reference + Redis store, one line per algorithm
 #   docs/img/perf-memory.png  floor + memory store, one line per algorithm
 #
-#   scripts/bench-standard.sh [--duration 10s] [--max-busy 0.6] [--concurrency "16 64 256"] [--no-reference]
+#   tools/scripts/bench-standard.sh [--duration 10s] [--max-busy 0.6] [--concurrency "16 64 256"] [--no-reference]
 #
 # Every run records other_cpu_cores: discard rounds where it is not ≈ 0.
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 DURATION=10s MAX_BUSY=0.6 CONCURRENCY="16 64 256" REFERENCE=1
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -36,21 +36,21 @@ COMMON=(--max-busy "$MAX_BUSY" --duration "$DURATION" --no-plot)
 # configuration once put the floor and the Redis runs 6 minutes and a 2x
 # speed change apart).
 for c in $CONCURRENCY; do
-  scripts/bench.sh "${COMMON[@]}" --concurrency "$c" --out "$DIR/floor.jsonl"
+  tools/scripts/bench.sh "${COMMON[@]}" --concurrency "$c" --out "$DIR/floor.jsonl"
   if [ "$REFERENCE" = 1 ]; then
-    scripts/bench.sh "${COMMON[@]}" --concurrency "$c" --target reference --label "reference fixed-window" --out "$DIR/reference.jsonl"
+    tools/scripts/bench.sh "${COMMON[@]}" --concurrency "$c" --target reference --label "reference fixed-window" --out "$DIR/reference.jsonl"
   fi
   for store in memory redis; do
     for alg in fixed-window token-bucket sliding-window; do
-      scripts/bench.sh "${COMMON[@]}" --concurrency "$c" --target envoy-rls --store "$store" \
-        --config "config/bench/$alg.yaml" --label "$store $alg" --out "$DIR/$store-$alg.jsonl"
+      tools/scripts/bench.sh "${COMMON[@]}" --concurrency "$c" --target envoy-rls --store "$store" \
+        --config "tools/config/bench/$alg.yaml" --label "$store $alg" --out "$DIR/$store-$alg.jsonl"
     done
   done
 done
 for store in memory redis; do
   others=("$DIR/floor.jsonl")
   if [ "$store" = redis ] && [ -f "$DIR/reference.jsonl" ]; then others+=("$DIR/reference.jsonl"); fi
-  go run ./cmd/rls-plot -o "docs/img/perf-$store.png" \
+  bin/rls-plot -o "docs/img/perf-$store.png" \
     -title "envoy-rls, $store store, 4 connections: throughput and p99" \
     "${others[@]}" "$DIR/$store-"*.jsonl
 done

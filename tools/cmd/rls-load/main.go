@@ -25,7 +25,7 @@ import (
 	"strings"
 	"syscall"
 
-	"github.com/envoy-rls/envoy-rls/internal/loadgen"
+	"github.com/envoy-rls/envoy-rls/tools/internal/loadgen"
 )
 
 func main() {

@@ -1,5 +1,5 @@
--- scripts/ceiling/rate-batch-v1.lua: NOT a rate limiter. A measuring stub
--- that scripts/bench.sh --target ceiling builds into a throw-away copy of
+-- tools/ceiling/rate-batch-v1.lua: NOT a rate limiter. A measuring stub
+-- that tools/scripts/bench.sh --target ceiling builds into a throw-away copy of
 -- envoy-rls (bin/envoy-rls-ceiling) in place of pkg/lua's batch program, to
 -- measure the most any batch program could give on this machine: the same
 -- EVALSHA, keys and arguments, one TIME, no state read or written, every key

@@ -13,7 +13,7 @@ import (
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/grpc"
 
-	"github.com/envoy-rls/envoy-rls/internal/loadgen"
+	"github.com/envoy-rls/envoy-rls/tools/internal/loadgen"
 )
 
 func TestParseFlagsDefaults(t *testing.T) {

@@ -1,0 +1,79 @@
+// Package tools_test runs the bench scripts as `make bench-load` does.
+package tools_test
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"image/png"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"testing"
+	"time"
+)
+
+// TestBenchScriptFloor runs tools/scripts/bench.sh against the do-nothing
+// floor, as `make bench-load` does, with short runs: it must build the
+// tools, start and stop the server, append one JSON line per concurrency
+// whose calls all succeeded, and draw the plot.
+func TestBenchScriptFloor(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds the tools and runs load: not in -short")
+	}
+	out := filepath.Join(t.TempDir(), "floor.jsonl")
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "scripts/bench.sh", "--duration", "300ms", "--warmup", "100ms",
+		"--concurrency", "2 4", "--subjects", "100", "--out", out)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("bench.sh: %v\n%s", err, stderr.String())
+	}
+	f, err := os.Open(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	var conc []int
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		var r struct {
+			Label       string   `json:"label"`
+			Concurrency int      `json:"concurrency"`
+			Requests    uint64   `json:"requests"`
+			OK          uint64   `json:"ok"`
+			ErrorsTotal uint64   `json:"errors_total"`
+			RPS         float64  `json:"rps"`
+			P99Ms       float64  `json:"p99_ms"`
+			ServerCPU   *float64 `json:"server_cpu_us_per_decision"`
+		}
+		if err := json.Unmarshal(sc.Bytes(), &r); err != nil {
+			t.Fatalf("%s: %v: %s", out, err, sc.Bytes())
+		}
+		if r.Label != "floor" || r.Requests == 0 || r.OK != r.Requests || r.ErrorsTotal != 0 ||
+			r.RPS <= 0 || r.P99Ms <= 0 || r.ServerCPU == nil {
+			t.Errorf("run at %d: %s", r.Concurrency, sc.Bytes())
+		}
+		conc = append(conc, r.Concurrency)
+	}
+	if err := sc.Err(); err != nil {
+		t.Fatal(err)
+	}
+	if len(conc) != 2 || conc[0] != 2 || conc[1] != 4 {
+		t.Fatalf("runs at concurrency %v, want [2 4]", conc)
+	}
+	pf, err := os.Open(filepath.Join(filepath.Dir(out), "floor.png"))
+	if err != nil {
+		t.Fatalf("no plot: %v\n%s", err, stderr.String())
+	}
+	defer pf.Close()
+	if _, err := png.Decode(pf); err != nil {
+		t.Fatalf("plot: %v", err)
+	}
+	if !bytes.Contains(stderr.Bytes(), []byte("bench.sh: stopped pid")) {
+		t.Errorf("bench.sh did not report stopping the server:\n%s", stderr.String())
+	}
+}
