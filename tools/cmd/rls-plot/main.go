@@ -4,8 +4,8 @@
 //
 //	rls-plot -o docs/img/perf-floor.png -title "gRPC floor" bench/results/floor-*.jsonl
 //
-// It uses only the standard library: its own 5×7 bitmap font and line
-// drawing, written with image/png.
+// The picture is drawn with gonum.org/v1/plot: two panels sharing a log2
+// concurrency axis, each point labelled with its value.
 package main
 
 import (
@@ -16,12 +16,17 @@ import (
 	"flag"
 	"fmt"
 	"image/color"
-	"image/png"
 	"io"
 	"math"
 	"os"
 	"slices"
 	"strconv"
+
+	"gonum.org/v1/plot"
+	"gonum.org/v1/plot/plotter"
+	"gonum.org/v1/plot/vg"
+	"gonum.org/v1/plot/vg/draw"
+	"gonum.org/v1/plot/vg/vgimg"
 )
 
 func main() {
@@ -59,13 +64,17 @@ func run(args []string, stderr io.Writer) error {
 	if len(series) == 0 {
 		return errors.New("no result lines in the input")
 	}
+	img, err := render(series, *title)
+	if err != nil {
+		return err
+	}
 	f, err := os.Create(*out)
 	if err != nil {
 		return err
 	}
-	if err := png.Encode(f, render(series, *title).img); err != nil {
+	if _, err := (vgimg.PngCanvas{Canvas: img}).WriteTo(f); err != nil {
 		f.Close()
-		return err
+		return fmt.Errorf("writing %s: %w", *out, err)
 	}
 	return f.Close()
 }
@@ -154,20 +163,11 @@ func group(pts []point) []series {
 	return out
 }
 
-// Layout of the picture, in pixels.
+// Size of the picture, in pixels at dpi.
 const (
-	imgW       = 1200
-	imgH       = 1040
-	marginL    = 120
-	marginR    = 40
-	fontScale  = 2
-	smallScale = 1
-)
-
-var (
-	colWhite = color.RGBA{255, 255, 255, 255}
-	colInk   = color.RGBA{30, 30, 30, 255}
-	colGrid  = color.RGBA{200, 200, 200, 255}
+	imgW = 1200
+	imgH = 1040
+	dpi  = 96
 )
 
 // palette returns the colour of series i.
@@ -180,23 +180,9 @@ func palette(i int) color.RGBA {
 	return p[i%len(p)]
 }
 
-func render(ss []series, title string) *canvas {
-	cv := newCanvas(imgW, imgH, colWhite)
-	cv.text((imgW-textWidth(title, fontScale))/2, 16, title, fontScale, colInk)
-
-	// Legend: one row of colour swatches under the title, wrapping.
-	x, y := marginL, 50
-	for i, s := range ss {
-		w := 30 + textWidth(s.label, fontScale) + 30
-		if x+w > imgW-marginR {
-			x, y = marginL, y+24
-		}
-		cv.line(x, y+7, x+22, y+7, 3, palette(i))
-		cv.disc(x+11, y+7, 4, palette(i))
-		cv.text(x+30, y, s.label, fontScale, colInk)
-		x += w
-	}
-
+// render draws the throughput panel above the p99 panel, both against
+// concurrency on a log2 axis, one coloured line per series.
+func render(ss []series, title string) (*vgimg.Canvas, error) {
 	var xs []int
 	for _, s := range ss {
 		for _, p := range s.pts {
@@ -206,69 +192,91 @@ func render(ss []series, title string) *canvas {
 	slices.Sort(xs)
 	xs = slices.Compact(xs)
 
-	// Each panel: title (26 px above), plot area, tick labels and axis
-	// title (60 px below), then a gap.
-	top := y + 64
-	panelH := (imgH - top) / 2
-	panel(cv, ss, xs, top, panelH-110, "throughput (decisions/s)", func(p point) float64 { return p.RPS })
-	panel(cv, ss, xs, top+panelH, panelH-110, "p99 latency (ms)", func(p point) float64 { return p.P99Ms })
-	return cv
+	top, err := panel(ss, xs, "throughput (decisions/s)", func(p point) float64 { return p.RPS })
+	if err != nil {
+		return nil, err
+	}
+	top.Title.Text = title
+	top.Title.TextStyle.Font.Size = vg.Points(15)
+	bottom, err := panel(ss, xs, "p99 latency (ms)", func(p point) float64 { return p.P99Ms })
+	if err != nil {
+		return nil, err
+	}
+	img := vgimg.NewWith(vgimg.UseWH(imgW*vg.Inch/dpi, imgH*vg.Inch/dpi), vgimg.UseDPI(dpi),
+		vgimg.UseBackgroundColor(color.White))
+	dc := draw.New(img)
+	tiles := draw.Tiles{Rows: 2, Cols: 1, PadTop: vg.Points(8), PadBottom: vg.Points(8),
+		PadLeft: vg.Points(8), PadRight: vg.Points(16), PadY: vg.Points(24)}
+	cs := plot.Align([][]*plot.Plot{{top}, {bottom}}, tiles, dc)
+	top.Draw(cs[0][0])
+	bottom.Draw(cs[1][0])
+	return img, nil
 }
 
-// panel draws one chart: axes, grid, ticks, and a line per series, with the
-// plot area's top at y0 and height h.
-func panel(cv *canvas, ss []series, xs []int, y0, h int, title string, val func(point) float64) {
-	x0, x1 := marginL, imgW-marginR
-	y1 := y0 + h
-	cv.text(x0, y0-26, title, fontScale, colInk)
+// panel is one chart: a line with markers per series, each point labelled
+// with its value, y from 0 to a round top, x the concurrencies xs on a log
+// scale padded half a doubling on each side.
+func panel(ss []series, xs []int, ylabel string, val func(point) float64) (*plot.Plot, error) {
+	p := plot.New()
+	p.Y.Label.Text = ylabel
+	p.X.Label.Text = "concurrency (calls in flight, log scale)"
+	p.X.Scale = plot.LogScale{}
+	p.X.Min, p.X.Max = float64(xs[0])/math.Sqrt2, float64(xs[len(xs)-1])*math.Sqrt2
+	var xt plot.ConstantTicks
+	for _, c := range xs {
+		xt = append(xt, plot.Tick{Value: float64(c), Label: strconv.Itoa(c)})
+	}
+	p.X.Tick.Marker = xt
 
 	maxV := 0.0
 	for _, s := range ss {
-		for _, p := range s.pts {
-			maxV = math.Max(maxV, val(p))
+		for _, pt := range s.pts {
+			maxV = math.Max(maxV, val(pt))
 		}
 	}
-	step, top := niceScale(maxV)
-	py := func(v float64) int { return y1 - int(math.Round(v/top*float64(h))) }
-	for v := 0.0; v <= top+step/2; v += step {
-		yy := py(v)
-		if v > 0 {
-			cv.dashedHLine(x0+1, x1, yy, colGrid)
+	step, yTop := niceScale(maxV)
+	p.Y.Min, p.Y.Max = 0, yTop
+	p.Y.Tick.Marker = plot.TickerFunc(func(_, _ float64) []plot.Tick {
+		var ts []plot.Tick
+		for v := 0.0; v <= yTop+step/2; v += step {
+			ts = append(ts, plot.Tick{Value: v, Label: tickLabel(v, step)})
 		}
-		cv.line(x0-6, yy, x0, yy, 1, colInk)
-		lbl := tickLabel(v, step)
-		cv.text(x0-10-textWidth(lbl, fontScale), yy-7, lbl, fontScale, colInk)
-	}
-
-	// x: log2 of concurrency, padded half a doubling on each side.
-	lo, hi := math.Log2(float64(xs[0]))-0.5, math.Log2(float64(xs[len(xs)-1]))+0.5
-	px := func(c int) int {
-		return x0 + int(math.Round((math.Log2(float64(c))-lo)/(hi-lo)*float64(x1-x0)))
-	}
-	for _, c := range xs {
-		xx := px(c)
-		cv.line(xx, y1, xx, y1+6, 1, colInk)
-		lbl := strconv.Itoa(c)
-		cv.text(xx-textWidth(lbl, fontScale)/2, y1+12, lbl, fontScale, colInk)
-	}
-	xt := "concurrency (calls in flight, log scale)"
-	cv.text((x0+x1-textWidth(xt, fontScale))/2, y1+34, xt, fontScale, colInk)
-	cv.line(x0, y0, x0, y1, 2, colInk)
-	cv.line(x0, y1, x1, y1, 2, colInk)
+		return ts
+	})
+	grid := plotter.NewGrid()
+	grid.Vertical.Width = 0
+	p.Add(grid)
+	p.Legend.Top, p.Legend.Left = true, true
+	p.Legend.XOffs, p.Legend.YOffs = vg.Points(12), -vg.Points(6)
+	p.Legend.TextStyle.Font.Size = vg.Points(11)
 
 	for i, s := range ss {
-		c := palette(i)
-		for j, p := range s.pts {
-			xx, yy := px(p.Concurrency), py(val(p))
-			if j > 0 {
-				q := s.pts[j-1]
-				cv.line(px(q.Concurrency), py(val(q)), xx, yy, 3, c)
-			}
-			cv.disc(xx, yy, 5, c)
-			lbl := valueLabel(val(p))
-			cv.text(xx+8, yy-14, lbl, smallScale, c)
+		xys := make(plotter.XYs, len(s.pts))
+		labels := make([]string, len(s.pts))
+		for j, pt := range s.pts {
+			xys[j] = plotter.XY{X: float64(pt.Concurrency), Y: val(pt)}
+			labels[j] = valueLabel(val(pt))
 		}
+		line, points, err := plotter.NewLinePoints(xys)
+		if err != nil {
+			return nil, fmt.Errorf("series %q: %w", s.label, err)
+		}
+		c := palette(i)
+		line.Color, line.Width = c, vg.Points(2)
+		points.Shape, points.Color, points.Radius = draw.CircleGlyph{}, c, vg.Points(3.5)
+		values, err := plotter.NewLabels(plotter.XYLabels{XYs: xys, Labels: labels})
+		if err != nil {
+			return nil, fmt.Errorf("series %q: %w", s.label, err)
+		}
+		for k := range values.TextStyle {
+			values.TextStyle[k].Color = c
+			values.TextStyle[k].Font.Size = vg.Points(9)
+		}
+		values.Offset = vg.Point{X: vg.Points(6), Y: vg.Points(4)}
+		p.Add(line, points, values)
+		p.Legend.Add(s.label, line, points)
 	}
+	return p, nil
 }
 
 // niceScale returns a tick step of 1, 2 or 5 × 10^k giving about five

@@ -68,18 +68,6 @@ func TestNiceScale(t *testing.T) {
 	}
 }
 
-func TestFontGlyphsWellFormed(t *testing.T) {
-	f := newFont() // panics on a malformed glyph
-	for _, r := range "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZ ()/.:-%" {
-		if _, ok := f[r]; !ok {
-			t.Errorf("no glyph for %q", r)
-		}
-	}
-	if textWidth("ab", 2) != 22 || textWidth("", 2) != 0 {
-		t.Errorf("textWidth: %d %d", textWidth("ab", 2), textWidth("", 2))
-	}
-}
-
 func TestRunWritesPNGWithSeriesColours(t *testing.T) {
 	dir := t.TempDir()
 	in := filepath.Join(dir, "r.jsonl")
@@ -117,5 +105,13 @@ func TestRunWritesPNGWithSeriesColours(t *testing.T) {
 	}
 	if err := run([]string{in}, io.Discard); err == nil {
 		t.Error("missing -o: want error")
+	}
+	// One series with one point still draws (the log axis is padded).
+	one := filepath.Join(dir, "one.jsonl")
+	if err := os.WriteFile(one, []byte(`{"label":"x","concurrency":64,"rps":1000,"p99_ms":3}`+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := run([]string{"-o", filepath.Join(dir, "one.png"), one}, io.Discard); err != nil {
+		t.Fatalf("one point: %v", err)
 	}
 }

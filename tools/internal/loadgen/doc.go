@@ -1,6 +1,7 @@
 // Package loadgen holds the pieces of the rls-load benchmark tool: a
-// log-bucketed latency histogram, subject distributions, a /proc CPU reader,
-// the loopback guard, the closed-loop gRPC runner and its JSON result.
+// latency histogram (HdrHistogram with exact min, max and mean), subject
+// distributions, /proc readers (prometheus/procfs), the loopback guard, the
+// closed-loop gRPC runner and its JSON result.
 //
 // Nothing in this package keeps package-level mutable state; every value is
 // owned by its caller. Unless a type says otherwise it is not safe for

@@ -2,53 +2,35 @@ package loadgen
 
 import (
 	"math"
-	"math/bits"
 	"time"
+
+	"github.com/HdrHistogram/hdrhistogram-go"
 )
 
-// Histogram bucketing: values (nanoseconds) below 2*histSub are counted
-// exactly; above that each power-of-two range is split into histSub equal
-// buckets, so a bucket's width is at most 1/histSub (≈0.8 %) of its lower
-// bound. Values above histMax are clamped into the last bucket.
+// The latency histogram records nanoseconds with two significant digits:
+// values below 256 ns are counted exactly, and above that a bucket's width
+// is at most 1/histResolution of its lower bound. Values above histMax are
+// counted as histMax (Min, Max and Mean stay exact).
 const (
-	histSubBits = 7
-	histSub     = 1 << histSubBits // buckets per power of two
-	histMaxExp  = 40               // largest shift: covers up to ≈ 2^48 ns ≈ 78 h
-	histBuckets = 2*histSub + histMaxExp*histSub
+	histSignificantDigits = 2
+	histResolution        = 128 // worst-case relative bucket width is 1/histResolution
+	histMax               = int64(time.Hour)
 )
 
-// Histogram is an HDR-style log-bucketed histogram of durations with a
-// relative resolution of 1/128. The zero value is an empty histogram ready
-// for use. It is not safe for concurrent use; give each goroutine its own
-// and Merge them.
+// Histogram is a latency histogram: an HdrHistogram of nanoseconds, plus
+// the exact minimum, maximum and sum. The zero value is an empty histogram
+// ready for use. It is not safe for concurrent use; give each goroutine its
+// own and Merge them.
 type Histogram struct {
-	counts [histBuckets]uint64
-	total  uint64
-	sum    float64 // nanoseconds
-	min    uint64
-	max    uint64
+	hdr   *hdrhistogram.Histogram // nil until the first observation
+	total uint64
+	sum   float64 // nanoseconds
+	min   uint64
+	max   uint64
 }
 
-// bucketOf returns the bucket index of v (nanoseconds).
-func bucketOf(v uint64) int {
-	if v < 2*histSub {
-		return int(v)
-	}
-	shift := bits.Len64(v) - histSubBits - 1 // v>>shift is in [histSub, 2*histSub)
-	if shift > histMaxExp {
-		return histBuckets - 1
-	}
-	return 2*histSub + (shift-1)*histSub + int(v>>shift) - histSub
-}
-
-// bucketBounds returns the lowest value of bucket i and the bucket's width.
-func bucketBounds(i int) (lo, width uint64) {
-	if i < 2*histSub {
-		return uint64(i), 1
-	}
-	j := i - 2*histSub
-	shift := uint(j/histSub + 1)
-	return uint64(histSub+j%histSub) << shift, 1 << shift
+func newHDR() *hdrhistogram.Histogram {
+	return hdrhistogram.New(1, histMax, histSignificantDigits)
 }
 
 // Record adds one observation. Negative durations count as zero.
@@ -57,7 +39,11 @@ func (h *Histogram) Record(d time.Duration) {
 	if d > 0 {
 		v = uint64(d)
 	}
-	h.counts[bucketOf(v)]++
+	if h.hdr == nil {
+		h.hdr = newHDR()
+	}
+	// In range by construction: RecordValue cannot fail.
+	_ = h.hdr.RecordValue(int64(min(v, uint64(histMax))))
 	if h.total == 0 || v < h.min {
 		h.min = v
 	}
@@ -73,9 +59,10 @@ func (h *Histogram) Merge(o *Histogram) {
 	if o.total == 0 {
 		return
 	}
-	for i, c := range o.counts {
-		h.counts[i] += c
+	if h.hdr == nil {
+		h.hdr = newHDR()
 	}
+	h.hdr.Merge(o.hdr) // same geometry: nothing is dropped
 	if h.total == 0 || o.min < h.min {
 		h.min = o.min
 	}
@@ -103,31 +90,15 @@ func (h *Histogram) Mean() time.Duration {
 	return time.Duration(math.Round(h.sum / float64(h.total)))
 }
 
-// Quantile returns the q-quantile (0 ≤ q ≤ 1) with the nearest-rank
-// definition: the smallest recorded value v such that at least q of the
-// observations are ≤ v. The answer is the upper edge of v's bucket, clamped
-// to [Min, Max], so it never under-reports and over-reports by at most one
-// bucket width (< 0.8 %). It returns 0 for an empty histogram.
+// Quantile returns the q-quantile (0 ≤ q ≤ 1) as HdrHistogram defines it:
+// the value at rank q·count rounded to the nearest integer (at least 1),
+// reported as the upper edge of its bucket, clamped to [Min, Max]. So it
+// never under-reports the value at that rank and over-reports it by less
+// than 1/histResolution. It returns 0 for an empty histogram.
 func (h *Histogram) Quantile(q float64) time.Duration {
 	if h.total == 0 {
 		return 0
 	}
-	rank := uint64(math.Ceil(q * float64(h.total)))
-	if rank < 1 {
-		rank = 1
-	}
-	if rank > h.total {
-		rank = h.total
-	}
-	var seen uint64
-	for i, c := range h.counts {
-		seen += c
-		if seen >= rank {
-			lo, w := bucketBounds(i)
-			v := lo + w - 1
-			v = min(max(v, h.min), h.max)
-			return time.Duration(v)
-		}
-	}
-	return time.Duration(h.max)
+	v := uint64(h.hdr.ValueAtQuantile(q * 100))
+	return time.Duration(min(max(v, h.min), h.max))
 }

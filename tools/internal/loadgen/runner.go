@@ -9,6 +9,7 @@ import (
 	"time"
 
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"github.com/prometheus/procfs"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/connectivity"
 	"google.golang.org/grpc/credentials/insecure"
@@ -67,9 +68,15 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 		return nil, err
 	}
 	start := time.Now()
+	proc, procErr := NewProc(procfs.DefaultMountPoint)
+	if procErr != nil && (cfg.ServerPID > 0 || len(cfg.AuxPIDs) > 0) {
+		return nil, procErr
+	}
 	var loadAvg *float64
-	if la, err := LoadAvg1(); err == nil { // informative only: no /proc, no figure
-		loadAvg = &la
+	if procErr == nil {
+		if la, err := proc.LoadAvg1(); err == nil { // informative only: no figure when unreadable
+			loadAvg = &la
+		}
 	}
 	conns, err := dialAll(ctx, cfg)
 	if err != nil {
@@ -100,17 +107,17 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	beginMeasure := func() error {
 		var err error
 		if cfg.ServerPID > 0 {
-			if srv0, err = ProcessCPU(cfg.ServerPID); err != nil {
+			if srv0, err = proc.ProcessCPU(cfg.ServerPID); err != nil {
 				return err
 			}
 		}
 		for name, pid := range cfg.AuxPIDs {
-			if aux0[name], err = ProcessCPU(pid); err != nil {
+			if aux0[name], err = proc.ProcessCPU(pid); err != nil {
 				return err
 			}
 		}
 		if cfg.ServerPID > 0 {
-			if busy0, err = MachineBusy(); err != nil {
+			if busy0, err = proc.MachineBusy(); err != nil {
 				return err
 			}
 		}
@@ -164,7 +171,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	}
 	var busy1 time.Duration
 	if cfg.ServerPID > 0 {
-		if busy1, err = MachineBusy(); err != nil {
+		if busy1, err = proc.MachineBusy(); err != nil {
 			return nil, err
 		}
 	}
@@ -209,19 +216,19 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	res.ClientCPUUsPerDecision = perDecisionUs(self1-self0, decisions)
 	var known time.Duration // CPU of the processes this run knows about
 	if cfg.ServerPID > 0 {
-		srv1, err := ProcessCPU(cfg.ServerPID)
+		srv1, err := proc.ProcessCPU(cfg.ServerPID)
 		if err != nil {
 			return nil, err
 		}
 		res.ServerCPUUsPerDecision = perDecisionUs(srv1-srv0, decisions)
-		if rss, hwm, err := ProcessMemory(cfg.ServerPID); err == nil {
+		if rss, hwm, err := proc.ProcessMemory(cfg.ServerPID); err == nil {
 			res.ServerRSSKiB, res.ServerHWMKiB = &rss, &hwm
 		}
 		res.ProcClockTicksPerS = ClockTicksPerSecond
 		known += srv1 - srv0 + self1 - self0
 	}
 	for name, pid := range cfg.AuxPIDs {
-		cpu, err := ProcessCPU(pid)
+		cpu, err := proc.ProcessCPU(pid)
 		if err != nil {
 			return nil, err
 		}
