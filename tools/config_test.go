@@ -1,0 +1,45 @@
+package tools_test
+
+import (
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/envoy-rls/envoy-rls/pkg/descriptors"
+)
+
+// TestBenchRulesLoad checks that every rule file the bench scripts pass to
+// envoy-rls compiles with the service's loader and holds what the scripts
+// assume: domain "bench", one limit of 1000/s per remote_address, with the
+// algorithm its file name says (the reference's file: the default).
+func TestBenchRulesLoad(t *testing.T) {
+	files := map[string]string{
+		"config/bench/fixed-window.yaml":    "fixed_window",
+		"config/bench/sliding-window.yaml":  "sliding_window",
+		"config/bench/token-bucket.yaml":    "token_bucket",
+		"config/bench/reference/bench.yaml": "fixed_window",
+	}
+	matches, err := filepath.Glob("config/bench/*.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(matches) != len(files)-1 {
+		t.Errorf("config/bench holds %v; this test knows %d files there: teach it the new ones", matches, len(files)-1)
+	}
+	for path, alg := range files {
+		snap, err := descriptors.Load(path, descriptors.Options{Secret: []byte(strings.Repeat("s", descriptors.MinSecretLength))})
+		if err != nil {
+			t.Errorf("%s: %v", path, err)
+			continue
+		}
+		doms := snap.Domains()
+		if len(doms) != 1 || doms[0].Domain != "bench" || len(doms[0].Rules) != 1 {
+			t.Errorf("%s: domains %+v, want one domain bench with one rule", path, doms)
+			continue
+		}
+		r := doms[0].Rules[0]
+		if r.Algorithm != alg || r.RequestsPerUnit != 1000 || r.Unit != "second" || !strings.Contains(r.Path, "remote_address") {
+			t.Errorf("%s: rule %+v, want %s 1000/second on remote_address", path, r, alg)
+		}
+	}
+}
