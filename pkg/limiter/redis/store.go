@@ -38,8 +38,8 @@ import (
 
 	"github.com/redis/rueidis"
 
-	"github.com/envoy-rls/envoy-rls/internal/deadline"
 	"github.com/envoy-rls/envoy-rls/pkg/limiter"
+	"github.com/envoy-rls/envoy-rls/pkg/limiter/deadline"
 	"github.com/envoy-rls/envoy-rls/pkg/lua"
 )
 
