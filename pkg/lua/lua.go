@@ -196,7 +196,7 @@ func ParseReply(p *limiter.Policy, fields []string) (limiter.Reply, error) {
 	if len(fields) != ReplyFields {
 		return r, malformed("%d fields, want %d", len(fields), ReplyFields)
 	}
-	st, ok := limiter.ParseStatus(fields[0])
+	st, ok := parseStatus(fields[0])
 	if !ok {
 		return r, malformed("unknown status %q", truncate(fields[0]))
 	}
@@ -374,7 +374,7 @@ func ParseBatchReply(policies []*limiter.Policy, values []Value, out []limiter.R
 		if f[0].IsInt {
 			return false, malformed("key %d: status is an integer", k+1)
 		}
-		st, ok := limiter.ParseStatus(f[0].Str)
+		st, ok := parseStatus(f[0].Str)
 		if !ok {
 			return false, malformed("key %d: unknown status %q", k+1, truncate(f[0].Str))
 		}

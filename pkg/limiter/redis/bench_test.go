@@ -111,7 +111,7 @@ func BenchmarkDescriptors(b *testing.B) {
 			go func() {
 				defer wg.Done()
 				r := &req[j]
-				key := string(r.Key(nil))
+				key := string(requestKey(nil, r))
 				res := v1Scripts[p.Algorithm()].Exec(ctx, s.client, []string{key}, lua.AppendArgs(nil, r.Policy, r.Cost))
 				if res.Error() != nil {
 					out[j] = limiter.IndeterminateOutcome(0, res.Error())

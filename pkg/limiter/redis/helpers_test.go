@@ -159,7 +159,7 @@ func stateHash(st limiter.State) map[string]string {
 func subjectOf(s string) limiter.SubjectDigest { return sha256.Sum256([]byte(s)) }
 
 func keyOf(p *limiter.Policy, subject limiter.SubjectDigest) string {
-	return string(limiter.StorageKey(nil, p, subject, limiter.Tag{}))
+	return string(StorageKey(nil, p, subject, limiter.Tag{}))
 }
 
 func mustPolicy(t testing.TB, spec limiter.PolicySpec) *limiter.Policy {
