@@ -82,6 +82,8 @@ type hooks struct {
 	wrapStore func(limiter.Store) limiter.Store
 	// reloadSignals replaces SIGHUP delivery.
 	reloadSignals <-chan os.Signal
+	// watcher is called with the rule watcher once the rules are loaded.
+	watcher func(*descriptors.Watcher)
 }
 
 func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer, h hooks) error {
@@ -314,6 +316,9 @@ func serve(ctx context.Context, o Options, getenv func(string) string, log *zap.
 	}
 	// The first load counts as a successful reload.
 	s.onReload(s.rules.w.Last())
+	if h.watcher != nil {
+		h.watcher(s.rules.w)
+	}
 	headers, _ := headerMode(o.DefaultHeaders) // checked by o.check
 
 	// Background work (sweeps, reloads, the servers) ends with ctx; the

@@ -10,6 +10,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/envoy-rls/envoy-rls/internal/limitertest"
 	"github.com/envoy-rls/envoy-rls/pkg/descriptors"
 	"github.com/envoy-rls/envoy-rls/pkg/limiter"
 	"github.com/envoy-rls/envoy-rls/pkg/limiter/deadline"
@@ -29,7 +30,7 @@ func fakeHarness(t *testing.T, store *fakeStore, mut func(*fakeRules)) *harness 
 		mut(fr)
 	}
 	store.now = fakeNow
-	return newHarness(t, func() Rules { return fr }, store, fixedClock{fakeNow})
+	return newHarness(t, func() Rules { return fr }, store, limitertest.NewClock(fakeNow))
 }
 
 func TestFakeOKThenOverLimit(t *testing.T) {

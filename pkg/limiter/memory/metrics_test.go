@@ -46,7 +46,7 @@ envoy_rls_memory_refused_total 1
 	if got := exposition(t, reg); got != strings.TrimPrefix(want, "\n") {
 		t.Fatalf("exposed:\n%s\nwant:\n%s", got, want)
 	}
-	clock.Set(t0 + 10_000)
+	clock.Set(time.UnixMilli(t0 + 10_000))
 	s.Sweep(clock.Now())
 	m.Entries(s.Len())
 	want = strings.NewReplacer("entries 1", "entries 0", "expired_total 0", "expired_total 1").Replace(want)
