@@ -5,7 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"os"
+	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -310,4 +313,148 @@ func FuzzParseReply(f *testing.F) {
 			t.Fatalf("accepted limit %d for a policy of %d", r.Limit, pol.Limit())
 		}
 	})
+}
+
+// fuzzPolicies are the policies FuzzParseBatchReply checks a reply
+// against, key k against fuzzPolicies[k%4].
+var fuzzPolicies = func() []*limiter.Policy {
+	var out []*limiter.Policy
+	for _, spec := range []limiter.PolicySpec{
+		{ID: "fw", Algorithm: limiter.FixedWindow, Params: limiter.FixedWindowParams{Limit: 10, Window: time.Second}},
+		{ID: "sw", Algorithm: limiter.SlidingWindow, Params: limiter.SlidingWindowParams{Limit: 5, Window: time.Minute}},
+		{ID: "tb", Algorithm: limiter.TokenBucket, Params: limiter.TokenBucketParams{Capacity: 10, RefillAmount: 1, RefillPeriod: time.Second}},
+		{ID: "big", Algorithm: limiter.FixedWindow, Params: limiter.FixedWindowParams{Limit: limiter.MaxSafeInteger, Window: time.Hour}},
+	} {
+		p, err := limiter.NewPolicy(spec)
+		if err != nil {
+			panic(err)
+		}
+		out = append(out, p)
+	}
+	return out
+}()
+
+// decodeFuzzValues reads the reply a fuzz input stands for: values
+// separated by single spaces, "#" followed by a decimal int64 an integer,
+// anything else a bulk string.
+func decodeFuzzValues(data string) []Value {
+	var vals []Value
+	for tok := range strings.SplitSeq(data, " ") {
+		if n, err := strconv.ParseInt(strings.TrimPrefix(tok, "#"), 10, 64); err == nil && strings.HasPrefix(tok, "#") {
+			vals = append(vals, Value{Int: n, IsInt: true})
+			continue
+		}
+		vals = append(vals, Value{Str: tok})
+	}
+	return vals
+}
+
+// FuzzParseBatchReply feeds ParseBatchReply any reply (any number of values,
+// integers or strings) for 0 to 4 keys. It must never panic; it refuses
+// with ErrMalformedReply, or accepts a reply whose values are exactly the
+// canonical encoding of what it returned, every number in [0, 2^53-1],
+// consistent with the key's policy, one serverNowMillis for the batch.
+func FuzzParseBatchReply(f *testing.F) {
+	f.Fuzz(func(t *testing.T, data string, keys uint8) {
+		n := int(keys % 5)
+		pols := make([]*limiter.Policy, n)
+		for k := range pols {
+			pols[k] = fuzzPolicies[k%len(fuzzPolicies)]
+		}
+		vals := decodeFuzzValues(data)
+		out := make([]limiter.Reply, n)
+		committed, err := ParseBatchReply(pols, vals, out)
+		if err != nil {
+			if !errors.Is(err, ErrMalformedReply) {
+				t.Fatalf("error %v does not match ErrMalformedReply", err)
+			}
+			if committed {
+				t.Fatal("committed with an error")
+			}
+			return
+		}
+		flag := int64(0)
+		if committed {
+			flag = 1
+		}
+		enc := []Value{{Int: flag, IsInt: true}}
+		for k, r := range out {
+			enc = append(enc, Value{Str: r.Status.String()})
+			for _, v := range []int64{r.ServerNowMs, r.EffectiveNowMs, r.Limit, r.Remaining, r.RetryAfterMs, r.ResetAtMs} {
+				if v < 0 || v > limiter.MaxSafeInteger {
+					t.Fatalf("key %d: accepted out-of-range value %d", k+1, v)
+				}
+				enc = append(enc, Value{Int: v, IsInt: true})
+			}
+			if r.ServerNowMs != out[0].ServerNowMs {
+				t.Fatalf("key %d: accepted a second serverNowMillis", k+1)
+			}
+			switch r.Status {
+			case limiter.StatusAllowed, limiter.StatusDenied:
+				if r.Remaining > r.Limit || (r.Status == limiter.StatusAllowed) != (r.RetryAfterMs == 0) ||
+					r.EffectiveNowMs < r.ServerNowMs || r.EffectiveNowMs-r.ServerNowMs > pols[k].MaxClockRegressionMillis() ||
+					r.ResetAtMs < r.EffectiveNowMs {
+					t.Fatalf("key %d: accepted inconsistent %+v", k+1, r)
+				}
+			default:
+				if r.EffectiveNowMs != r.ServerNowMs || r.Remaining != 0 || r.RetryAfterMs != 0 || r.ResetAtMs != 0 {
+					t.Fatalf("key %d: accepted a failure with fields %+v", k+1, r)
+				}
+			}
+			if r.Status == limiter.StatusInvalid {
+				if r.Limit != 0 {
+					t.Fatalf("key %d: accepted INVALID with limit %d", k+1, r.Limit)
+				}
+			} else if r.Limit != pols[k].Limit() {
+				t.Fatalf("key %d: accepted limit %d for a policy of %d", k+1, r.Limit, pols[k].Limit())
+			}
+		}
+		if !slices.Equal(enc, vals) {
+			t.Fatalf("accepted %+v, which is not the encoding %+v of what it returned", vals, enc)
+		}
+	})
+}
+
+// TestParseBatchReplyCorpus: the committed seeds of FuzzParseBatchReply
+// mean what their names say: ParseBatchReply accepts every valid-* reply
+// and refuses every malformed-* one.
+func TestParseBatchReplyCorpus(t *testing.T) {
+	dir := filepath.Join("testdata", "fuzz", "FuzzParseBatchReply")
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := map[bool]int{}
+	for _, ent := range entries {
+		b, err := os.ReadFile(filepath.Join(dir, ent.Name()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		lines := strings.Split(strings.TrimSpace(string(b)), "\n")
+		if len(lines) != 3 || lines[0] != "go test fuzz v1" {
+			t.Fatalf("%s: not a corpus file of (string, uint8): %q", ent.Name(), lines)
+		}
+		data, err1 := strconv.Unquote(strings.TrimSuffix(strings.TrimPrefix(lines[1], "string("), ")"))
+		keys, err2 := strconv.ParseUint(strings.TrimSuffix(strings.TrimPrefix(lines[2], "uint8("), ")"), 10, 8)
+		if err1 != nil || err2 != nil {
+			t.Fatalf("%s: %v %v", ent.Name(), err1, err2)
+		}
+		n := int(keys % 5)
+		pols := make([]*limiter.Policy, n)
+		for k := range pols {
+			pols[k] = fuzzPolicies[k%len(fuzzPolicies)]
+		}
+		_, err = ParseBatchReply(pols, decodeFuzzValues(data), make([]limiter.Reply, n))
+		valid := strings.HasPrefix(ent.Name(), "valid-")
+		if !valid && !strings.HasPrefix(ent.Name(), "malformed-") {
+			t.Errorf("%s: name neither valid-* nor malformed-*", ent.Name())
+		}
+		if valid != (err == nil) {
+			t.Errorf("%s: error %v", ent.Name(), err)
+		}
+		seen[valid]++
+	}
+	if seen[true] == 0 || seen[false] == 0 {
+		t.Errorf("corpus of %d valid and %d malformed replies", seen[true], seen[false])
+	}
 }
