@@ -12,7 +12,9 @@
 --       flags                role + 4 * failOpen; role 0 ordinary, 1 shadow,
 --                            2 quota, 3 check (limiter.Mode)
 --       policy revision      1..2^32-1
---       limit (capacity)     as the v1 program of the algorithm
+--       limit (capacity)     0..2^53-1 (sliding window: 0..(2^53-1)/10^6;
+--                            token bucket: capacity * period + amount
+--                            below 2^53)
 --       window ms (fixed, sliding) | refill amount (token bucket, reduced)
 --       0 (fixed, sliding) | refill period ms (token bucket, reduced)
 --       cleanup grace ms     0..ten years
@@ -45,10 +47,23 @@
 --
 -- Reply: an array of 1 + 7N values
 --   1      committed: 1 or 0 (integer)
---   then per key the seven fields of the v1 programs: status (bulk string),
---   serverNowMillis, effectiveNowMillis, limit, remaining, retryAfterMillis,
---   resetAtMillis (integers, exact below 2^53: each is checked integral and
---   in range before it is returned, else the program raises). An ALLOWED key
+--   then per key seven fields:
+--     status               ALLOWED | DENIED | CLOCK_UNSAFE |
+--                          STATE_INCOMPATIBLE | INVALID (bulk string)
+--     serverNowMillis      Redis TIME, read once for the batch
+--     effectiveNowMillis   serverNow, or the stored last-observed time when
+--                          the clock stepped back by at most the allowed
+--                          regression
+--     limit                the policy limit (0 for INVALID)
+--     remaining            after this request (0 for the failure statuses)
+--     retryAfterMillis     0 unless DENIED
+--     resetAtMillis        when the key is back to its full limit with no
+--                          traffic (docs/algorithms.md; 0 for the failure
+--                          statuses)
+--   The six numbers are integers, exact below 2^53: each is checked
+--   integral and in range before it is returned, else the program raises.
+--   CLOCK_UNSAFE and STATE_INCOMPATIBLE reply (serverNow, serverNow, limit,
+--   0, 0, 0), INVALID (serverNow, serverNow, 0, 0, 0, 0). An ALLOWED key
 --   that did not consume (the batch did not commit, or a check key) replies
 --   its remaining and reset-at before its cost (limiter.Check's held reply).
 -- Runs on Redis 7.0+ and Valkey.
