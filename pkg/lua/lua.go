@@ -204,14 +204,22 @@ func AppendBatchPacked(dst []byte, p *limiter.Policy, cost int64, role limiter.M
 	if p.FailureMode() == limiter.FailOpen {
 		b[1] += 4
 	}
-	p2, p3 := p.WindowMillis(), int64(0)
-	if p.Algorithm() == limiter.TokenBucket {
-		p2, p3 = p.Refill()
-	}
+	p2, p3 := algorithmParams(p)
 	for i, v := range [7]int64{int64(p.Revision()), p.Limit(), p2, p3, p.CleanupGraceMillis(), p.MaxClockRegressionMillis(), cost} {
 		binary.BigEndian.PutUint64(b[2+8*i:], math.Float64bits(float64(v)))
 	}
 	return dst[:len(dst)+BatchPacked]
+}
+
+// algorithmParams returns the two algorithm parameters both programs take
+// after the limit: fixed and sliding window: the window ms and 0; token
+// bucket: the refill amount and period ms, reduced (limiter.Policy.Refill).
+// The one place in Go where pkg/lua tells the algorithms apart.
+func algorithmParams(p *limiter.Policy) (p2, p3 int64) {
+	if p.Algorithm() == limiter.TokenBucket {
+		return p.Refill()
+	}
+	return p.WindowMillis(), 0
 }
 
 // RefundArgs is the number of ARGV fields per key of rate-refund-v1.lua.
@@ -223,10 +231,7 @@ const RefundArgs = 8
 // and the effectiveNowMillis the batch replied for the key.
 func AppendRefundArgs(dst []string, p *limiter.Policy, cost, effectiveNowMs int64) []string {
 	i := strconv.FormatInt
-	p2, p3 := p.WindowMillis(), int64(0)
-	if p.Algorithm() == limiter.TokenBucket {
-		p2, p3 = p.Refill()
-	}
+	p2, p3 := algorithmParams(p)
 	return append(dst, p.Algorithm().String(), p.ID(), strconv.FormatUint(uint64(p.Revision()), 10), i(p.Limit(), 10),
 		i(p2, 10), i(p3, 10), i(cost, 10), i(effectiveNowMs, 10))
 }

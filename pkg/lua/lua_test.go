@@ -80,6 +80,7 @@ func TestProgramsShape(t *testing.T) {
 	// the batch program does.
 	for name, progs := range map[string][]Program{
 		"time.lua": {batch}, "valid.lua": {batch}, "load.lua": all, "clock.lua": {batch}, "store.lua": {batch},
+		"exact.lua": {batch},
 	} {
 		text, err := Fragment(name)
 		if err != nil {
