@@ -8,8 +8,9 @@
 // commit in another Redis Cluster slot.
 //
 // Each algorithm lives once, in fragments/ (with the shared prelude and the
-// shared steps: reading TIME, the parameter rules, loading the state, the
-// clock rule, storing the state): a program's source names them with
+// shared steps: reading TIME, the argument rules, loading the state, the
+// clock rule, the range check of what was computed, storing the state): a
+// program's source names them with
 // "-- #include <file>" lines, which are replaced by the fragments' text when
 // the package initializes. The fragments are blocks on agreed local names,
 // not functions: a script's whole body runs on every EVALSHA, so a function
