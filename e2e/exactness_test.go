@@ -116,6 +116,7 @@ func awayFromHourBoundary(t *testing.T) {
 	now := time.Now()
 	if left := now.Truncate(time.Hour).Add(time.Hour).Sub(now); left < 30*time.Second {
 		t.Logf("e2e: waiting %v for the hour to roll over", left+time.Second)
+		// Real time must pass: the binary and Redis read the wall clock.
 		time.Sleep(left + time.Second)
 	}
 }

@@ -164,7 +164,7 @@ func testReloadUnderLoad(t *testing.T, r *replica, ed ruleEditor) {
 			mu.Lock()
 			limits[res.Limit]++
 			mu.Unlock()
-			time.Sleep(time.Millisecond)
+			time.Sleep(time.Millisecond) // pacing: a steady load, not a wait for anything
 		})
 	})
 	defer stopLoad()

@@ -6,21 +6,26 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
-	"time"
 )
 
 func TestRun(t *testing.T) {
+	release := make(chan struct{})
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case "/readyz":
 			_, _ = io.WriteString(w, "ready")
 		case "/slow":
-			time.Sleep(300 * time.Millisecond)
+			// Never answers: holds until the client gives up (or the test ends).
+			select {
+			case <-r.Context().Done():
+			case <-release:
+			}
 		default:
 			http.Error(w, "not ready: store unreachable", http.StatusServiceUnavailable)
 		}
 	}))
 	defer srv.Close()
+	defer close(release)
 	cases := []struct {
 		name    string
 		args    []string

@@ -82,6 +82,8 @@ type hooks struct {
 	wrapStore func(limiter.Store) limiter.Store
 	// reloadSignals replaces SIGHUP delivery.
 	reloadSignals <-chan os.Signal
+	// watcher is called with the rule watcher once the rules are loaded.
+	watcher func(*descriptors.Watcher)
 }
 
 func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer, h hooks) error {
@@ -223,7 +225,7 @@ type server struct {
 	opts     Options
 	log      *zap.Logger
 	reg      *prometheus.Registry
-	metrics  *rls.Metrics
+	metrics  *metrics
 	rules    *ruleSet
 	store    limiter.Store
 	ping     pinger // nil: always reachable
@@ -293,7 +295,7 @@ func serve(ctx context.Context, o Options, getenv func(string) string, log *zap.
 		return err
 	}
 	var err error
-	if s.metrics, err = rls.NewMetrics(s.reg); err != nil {
+	if s.metrics, err = newMetrics(s.reg); err != nil {
 		return err
 	}
 	if p, from := gcPercent(&o, getenv); p != 0 {
@@ -314,6 +316,9 @@ func serve(ctx context.Context, o Options, getenv func(string) string, log *zap.
 	}
 	// The first load counts as a successful reload.
 	s.onReload(s.rules.w.Last())
+	if h.watcher != nil {
+		h.watcher(s.rules.w)
+	}
 	headers, _ := headerMode(o.DefaultHeaders) // checked by o.check
 
 	// Background work (sweeps, reloads, the servers) ends with ctx; the
@@ -341,7 +346,7 @@ func serve(ctx context.Context, o Options, getenv func(string) string, log *zap.
 	if o.LocalCache {
 		// In front of the store (and of any test wrapper): it repeats the
 		// store's own denials.
-		if store, err = denycache.New(denycache.Config{Store: store, Size: o.LocalCacheSize, Observer: cacheObserver{s.metrics}}); err != nil {
+		if store, err = denycache.New(denycache.Config{Store: store, Size: o.LocalCacheSize, Observer: s.metrics.cache}); err != nil {
 			return err
 		}
 	}
@@ -350,7 +355,7 @@ func serve(ctx context.Context, o Options, getenv func(string) string, log *zap.
 	svc, err := rls.New(rls.Config{
 		Rules:          s.rules.rules,
 		Store:          store,
-		Metrics:        s.metrics,
+		Metrics:        s.metrics.rpc,
 		Logger:         log,
 		DefaultHeaders: headers,
 	})
@@ -493,17 +498,6 @@ func (s *server) setServing(ok bool) {
 	s.health.SetServingStatus(rlsv3.RateLimitService_ServiceDesc.ServiceName, st)
 }
 
-// cacheObserver counts local deny cache hits.
-type cacheObserver struct{ m *rls.Metrics }
-
-func (o cacheObserver) Hits(n int) { o.m.LocalCacheHits(n) }
-
-// memoryObserver counts what the memory store drops and refuses.
-type memoryObserver struct{ m *rls.Metrics }
-
-func (o memoryObserver) Refused()      { o.m.MemoryRefused() }
-func (o memoryObserver) Expired(n int) { o.m.MemoryExpired(n) }
-
 // memorySweepInterval is how often expired memory states are dropped.
 const memorySweepInterval = 10 * time.Second
 
@@ -518,7 +512,7 @@ func (s *server) openStore(ctx context.Context, wg *sync.WaitGroup) (limiter.Sto
 			fields = append(fields, zap.Int64("gomemlimit_bytes", limit))
 		}
 		s.log.Info("memory store bound", fields...)
-		st, err := memory.New(memory.Config{MaxEntries: entries, Observer: memoryObserver{s.metrics}})
+		st, err := memory.New(memory.Config{MaxEntries: entries, Observer: s.metrics.memory})
 		if err != nil {
 			return nil, nil, fmt.Errorf("memory store: %w", err)
 		}
@@ -533,7 +527,7 @@ func (s *server) openStore(ctx context.Context, wg *sync.WaitGroup) (limiter.Sto
 					return
 				case now := <-t.C:
 					st.Sweep(now)
-					s.metrics.MemoryEntries(st.Len())
+					s.metrics.memory.Entries(st.Len())
 				}
 			}
 		}()

@@ -26,6 +26,7 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	reflectionpb "google.golang.org/grpc/reflection/grpc_reflection_v1"
 
+	"github.com/envoy-rls/envoy-rls/pkg/descriptors"
 	"github.com/envoy-rls/envoy-rls/pkg/limiter"
 	"github.com/envoy-rls/envoy-rls/pkg/limiter/memory"
 )
@@ -75,6 +76,7 @@ type running struct {
 	logs                *syncBuffer
 	conn                *grpc.ClientConn
 	reload              chan os.Signal
+	watcher             *descriptors.Watcher
 }
 
 func startServe(t *testing.T, args []string, env map[string]string, h hooks) *running {
@@ -84,6 +86,7 @@ func startServe(t *testing.T, args []string, env map[string]string, h hooks) *ru
 	addrs := make(chan [2]string, 1)
 	h.listening = func(g, a string) { addrs <- [2]string{g, a} }
 	h.reloadSignals = r.reload
+	h.watcher = func(w *descriptors.Watcher) { r.watcher = w }
 	base := []string{"serve", "--grpc-addr", "127.0.0.1:0", "--admin-addr", "127.0.0.1:0", "--drain-timeout", "5s"}
 	go func() {
 		r.done <- run(ctx, append(base, args...), func(k string) string { return env[k] }, io.Discard, r.logs, h)
@@ -135,6 +138,17 @@ func (r *running) get(t *testing.T, path string) (int, string) {
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(resp.Body)
 	return resp.StatusCode, string(b)
+}
+
+// awaitAttempt waits, up to 10s, for the rule load attempt that next (from
+// r.watcher.NextAttempt) announces.
+func (r *running) awaitAttempt(t *testing.T, next <-chan struct{}) {
+	t.Helper()
+	select {
+	case <-next:
+	case <-time.After(10 * time.Second):
+		t.Fatalf("no rule load attempt within 10s\nlogs:\n%s", r.logs)
+	}
 }
 
 func (r *running) check(t *testing.T, value string) *rlsv3.RateLimitResponse {
@@ -219,17 +233,24 @@ func TestServeEndToEnd(t *testing.T) {
 }
 
 func TestReloadKeepsPreviousOnFailure(t *testing.T) {
+	// --config is a link to a file in a directory the watcher does not
+	// watch, so that SIGHUP alone reloads.
 	dir := t.TempDir()
-	rules := writeRules(t, dir, testRules)
+	writeRules(t, dir, testRules)
+	rules := filepath.Join(t.TempDir(), "rules.yaml")
+	if err := os.Symlink(filepath.Join(dir, "rules.yaml"), rules); err != nil {
+		t.Fatal(err)
+	}
 	r := startServe(t, []string{"--config", rules}, nil, hooks{})
 	_, before := r.get(t, "/config")
 
 	writeRules(t, dir, "domain: app\ndescriptors:\n  - key: user\n    rate_limit: {unit: fortnight, requests_per_unit: 1}\n")
+	next := r.watcher.NextAttempt()
 	r.reload <- syscall.SIGHUP
-	waitFor(t, func() bool {
-		_, m := r.get(t, "/metrics")
-		return strings.Contains(m, `envoy_rls_config_reloads_total{result="failure"} 1`)
-	})
+	r.awaitAttempt(t, next)
+	if _, m := r.get(t, "/metrics"); !strings.Contains(m, `envoy_rls_config_reloads_total{result="failure"} 1`) {
+		t.Fatalf("failed reload not counted:\n%s", m)
+	}
 	_, after := r.get(t, "/config")
 	var doc configDoc
 	if err := json.Unmarshal([]byte(after), &doc); err != nil {
@@ -248,11 +269,12 @@ func TestReloadKeepsPreviousOnFailure(t *testing.T) {
 	}
 
 	writeRules(t, dir, strings.Replace(testRules, "requests_per_unit: 2", "requests_per_unit: 1", 1))
+	next = r.watcher.NextAttempt()
 	r.reload <- syscall.SIGHUP
-	waitFor(t, func() bool {
-		_, m := r.get(t, "/metrics")
-		return strings.Contains(m, `envoy_rls_config_reloads_total{result="success"} 2`)
-	})
+	r.awaitAttempt(t, next)
+	if _, m := r.get(t, "/metrics"); !strings.Contains(m, `envoy_rls_config_reloads_total{result="success"} 2`) {
+		t.Fatalf("successful reload not counted:\n%s", m)
+	}
 	r.check(t, "v")
 	if got := r.check(t, "v").OverallCode; got != rlsv3.RateLimitResponse_OVER_LIMIT {
 		t.Fatalf("the new limit of 1 is not in force: %v", got)
@@ -485,18 +507,25 @@ func TestReloadOnFileChange(t *testing.T) {
 	dir := t.TempDir()
 	writeRules(t, dir, testRules)
 	r := startServe(t, []string{"--config", dir}, nil, hooks{})
-	// The watcher starts just after the listeners; rewrite the file until a
-	// change is seen, so that a write before the watch began is not fatal.
-	deadline := time.Now().Add(20 * time.Second)
-	for i := 0; ; i++ {
-		writeRules(t, dir, strings.Replace(testRules, "requests_per_unit: 2", "requests_per_unit: 1", 1)+strings.Repeat("\n", i%2))
-		time.Sleep(300 * time.Millisecond)
-		_, m := r.get(t, "/metrics")
-		if !strings.Contains(m, `envoy_rls_config_reloads_total{result="success"} 1`) {
-			break
+	select {
+	case <-r.watcher.Ready():
+	case <-time.After(10 * time.Second):
+		t.Fatalf("the rule watcher did not start within 10s\nlogs:\n%s", r.logs)
+	}
+	next := r.watcher.NextAttempt()
+	writeRules(t, dir, strings.Replace(testRules, "requests_per_unit: 2", "requests_per_unit: 1", 1))
+	// A write can be seen in parts (the truncation, then the content): wait
+	// for the attempt that counts the new rules.
+	deadline := time.After(20 * time.Second)
+	for {
+		select {
+		case <-next:
+		case <-deadline:
+			t.Fatalf("no reload within 20s of rewriting the rule file\nlogs:\n%s", r.logs)
 		}
-		if time.Now().After(deadline) {
-			t.Fatal("no reload after rewriting the rule file for 20s")
+		next = r.watcher.NextAttempt()
+		if _, m := r.get(t, "/metrics"); !strings.Contains(m, `envoy_rls_config_reloads_total{result="success"} 1`) {
+			break
 		}
 	}
 	_, cfg := r.get(t, "/config")

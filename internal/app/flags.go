@@ -82,6 +82,8 @@ type Options struct {
 	LocalCacheSize   int
 	GCPercent        int
 
+	// The --redis-* values as given (files not read): redisValues
+	// (redisflags.go) is their one conversion to a redis.Config.
 	RedisAddr           string
 	RedisMode           string
 	RedisSentinelMaster string
@@ -140,7 +142,7 @@ func serveFlags(o *Options) *flag.FlagSet {
 // accepts says what a flag takes, as errors put it after "must be": for
 // the flags Options.check refuses by name, and for those whose type alone
 // does not say it when a value does not parse; acceptsOf falls back on the
-// type. (A --redis-* value that parses is checked by redisFlags.check,
+// type. (A --redis-* value that parses is checked by Options.redisCheck,
 // whose flagError says what the redis package accepts; the redis entries
 // here are the package's words too, see redisWant.) Read only.
 var accepts = map[string]string{
@@ -330,12 +332,11 @@ func (o *Options) check() error {
 	if o.RedisPoolSize == 0 {
 		bad("redis-pool-size")
 	}
-	rf := o.redisFlags()
 	var err error
 	if o.Store == "redis" {
-		err = rf.check()
+		err = o.redisCheck()
 	} else {
-		err = rf.checkValues()
+		err = o.redisCheckValues()
 	}
 	var fe *flagError
 	switch {

@@ -7,27 +7,9 @@ import (
 	"fmt"
 	"os"
 	"strings"
-	"time"
 
 	"github.com/envoy-rls/envoy-rls/pkg/limiter/redis"
 )
-
-// redisFlags holds the values of the --redis-* flags (and their
-// ENVOY_RLS_REDIS_* variables), before any file is read.
-type redisFlags struct {
-	Addr           string        // --redis-addr: comma-separated host:port seeds
-	Mode           string        // --redis-mode: auto|standalone|cluster|sentinel
-	SentinelMaster string        // --redis-sentinel-master
-	Username       string        // --redis-username
-	PasswordFile   string        // --redis-password-file: the password, one line
-	TLS            bool          // --redis-tls
-	TLSCA          string        // --redis-tls-ca: PEM CA bundle (default: system roots)
-	TLSCert        string        // --redis-tls-cert: client certificate (mutual TLS)
-	TLSKey         string        // --redis-tls-key: its private key
-	Timeout        time.Duration // --redis-timeout
-	PoolSize       int           // --redis-pool-size
-	MaxFlushDelay  time.Duration // --redis-max-flush-delay
-}
 
 // redisFlagOf is the flag, without dashes, that sets each redis.Config
 // field a redis.FieldError can name. Read only.
@@ -76,42 +58,45 @@ func redisWant(c redis.Config) string {
 	return ""
 }
 
-// check returns what config would refuse without reading any file: a
-// *flagError for a malformed, out-of-range or inconsistent value. The
-// binary runs it before it starts.
-func (f redisFlags) check() error {
-	_, err := f.plain()
+// redisCheck returns what redisConfig would refuse without reading any
+// file: a *flagError for a malformed, out-of-range or inconsistent --redis-*
+// value. The binary runs it before it starts.
+func (o *Options) redisCheck() error {
+	_, err := o.redisPlain()
 	return err
 }
 
-// checkValues is check for a binary that does not use Redis: it refuses
-// malformed or out-of-range values but requires no address.
-func (f redisFlags) checkValues() error {
-	_, err := f.values().ValidateValues()
+// redisCheckValues is redisCheck for a binary that does not use Redis: it
+// refuses malformed or out-of-range values but requires no address.
+func (o *Options) redisCheckValues() error {
+	_, err := o.redisValues().ValidateValues()
 	return asFlagError(err)
 }
 
-// values is the Config of the flag values alone, not validated: no file
-// read, defaults not filled.
-func (f redisFlags) values() redis.Config {
+// redisValues is the one conversion of the --redis-* options to a
+// redis.Config: the flag values alone, not validated, no file read,
+// defaults not filled. redisPlain validates it and redisConfig adds what
+// the named files hold.
+func (o *Options) redisValues() redis.Config {
 	var c redis.Config
-	for _, a := range strings.Split(f.Addr, ",") {
+	for _, a := range strings.Split(o.RedisAddr, ",") {
 		if a = strings.TrimSpace(a); a != "" {
 			c.Addrs = append(c.Addrs, a)
 		}
 	}
-	c.Mode, c.SentinelMaster, c.Username = redis.Mode(f.Mode), f.SentinelMaster, f.Username
-	c.Timeout, c.PoolSize, c.MaxFlushDelay = f.Timeout, f.PoolSize, f.MaxFlushDelay
+	c.Mode, c.SentinelMaster, c.Username = redis.Mode(o.RedisMode), o.RedisSentinelMaster, o.RedisUsername
+	c.Timeout, c.PoolSize, c.MaxFlushDelay = o.RedisTimeout, o.RedisPoolSize, o.RedisMaxFlushDelay
 	return c
 }
 
-// plain is the Config f describes before any file is read, validated.
-func (f redisFlags) plain() (redis.Config, error) {
-	c := f.values()
+// redisPlain is the Config the options describe before any file is read,
+// validated.
+func (o *Options) redisPlain() (redis.Config, error) {
+	c := o.redisValues()
 	switch {
-	case f.TLSCert != "" && f.TLSKey == "":
+	case o.RedisTLSCert != "" && o.RedisTLSKey == "":
 		return c, &flagError{Flag: "redis-tls-key", Want: "given together with --redis-tls-cert (mutual TLS needs both)"}
-	case f.TLSKey != "" && f.TLSCert == "":
+	case o.RedisTLSKey != "" && o.RedisTLSCert == "":
 		return c, &flagError{Flag: "redis-tls-cert", Want: "given together with --redis-tls-key (mutual TLS needs both)"}
 	}
 	v, err := c.Validate()
@@ -121,40 +106,40 @@ func (f redisFlags) plain() (redis.Config, error) {
 	return v, nil
 }
 
-// config reads the password and TLS files named by f and returns the
-// Config they describe. TLS is on when f.TLS is set or any TLS file is
-// given. The error names the flag at fault; it never contains the
-// password.
-func (f redisFlags) config() (redis.Config, error) {
-	c, err := f.plain()
+// redisConfig reads the password and TLS files named by the options and
+// returns the Config they describe. TLS is on when --redis-tls is set or
+// any TLS file is given. The error names the flag at fault; it never
+// contains the password.
+func (o *Options) redisConfig() (redis.Config, error) {
+	c, err := o.redisPlain()
 	if err != nil {
 		return c, err
 	}
-	if f.PasswordFile != "" {
-		b, err := os.ReadFile(f.PasswordFile)
+	if o.RedisPasswordFile != "" {
+		b, err := os.ReadFile(o.RedisPasswordFile)
 		if err != nil {
 			return c, fmt.Errorf("--redis-password-file: %w", err)
 		}
 		c.Password = strings.TrimRight(string(b), "\r\n")
 		if c.Password == "" {
-			return c, fmt.Errorf("--redis-password-file: %s is empty", f.PasswordFile)
+			return c, fmt.Errorf("--redis-password-file: %s is empty", o.RedisPasswordFile)
 		}
 	}
-	if f.TLS || f.TLSCA != "" || f.TLSCert != "" || f.TLSKey != "" {
+	if o.RedisTLS || o.RedisTLSCA != "" || o.RedisTLSCert != "" || o.RedisTLSKey != "" {
 		tc := &tls.Config{MinVersion: tls.VersionTLS12}
-		if f.TLSCA != "" {
-			pem, err := os.ReadFile(f.TLSCA)
+		if o.RedisTLSCA != "" {
+			pem, err := os.ReadFile(o.RedisTLSCA)
 			if err != nil {
 				return c, fmt.Errorf("--redis-tls-ca: %w", err)
 			}
 			pool := x509.NewCertPool()
 			if !pool.AppendCertsFromPEM(pem) {
-				return c, fmt.Errorf("--redis-tls-ca: no PEM certificate in %s", f.TLSCA)
+				return c, fmt.Errorf("--redis-tls-ca: no PEM certificate in %s", o.RedisTLSCA)
 			}
 			tc.RootCAs = pool
 		}
-		if f.TLSCert != "" {
-			cert, err := tls.LoadX509KeyPair(f.TLSCert, f.TLSKey)
+		if o.RedisTLSCert != "" {
+			cert, err := tls.LoadX509KeyPair(o.RedisTLSCert, o.RedisTLSKey)
 			if err != nil {
 				return c, fmt.Errorf("--redis-tls-cert/--redis-tls-key: %w", err)
 			}
@@ -163,22 +148,4 @@ func (f redisFlags) config() (redis.Config, error) {
 		c.TLS = tc
 	}
 	return c, nil
-}
-
-// redisFlags are the --redis-* options.
-func (o *Options) redisFlags() redisFlags {
-	return redisFlags{
-		Addr:           o.RedisAddr,
-		Mode:           o.RedisMode,
-		SentinelMaster: o.RedisSentinelMaster,
-		Username:       o.RedisUsername,
-		PasswordFile:   o.RedisPasswordFile,
-		TLS:            o.RedisTLS,
-		TLSCA:          o.RedisTLSCA,
-		TLSCert:        o.RedisTLSCert,
-		TLSKey:         o.RedisTLSKey,
-		Timeout:        o.RedisTimeout,
-		PoolSize:       o.RedisPoolSize,
-		MaxFlushDelay:  o.RedisMaxFlushDelay,
-	}
 }

@@ -27,7 +27,7 @@ func TestRedisFlagsConfig(t *testing.T) {
 	if err := os.WriteFile(notPEM, []byte("not a certificate"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	c, err := redisFlags{Addr: " 10.0.0.1:6379, 10.0.0.2:6379 ,", Mode: "cluster", Username: "u", PasswordFile: pw, TLS: true, Timeout: time.Second, PoolSize: 8}.config()
+	c, err := (&Options{RedisAddr: " 10.0.0.1:6379, 10.0.0.2:6379 ,", RedisMode: "cluster", RedisUsername: "u", RedisPasswordFile: pw, RedisTLS: true, RedisTimeout: time.Second, RedisPoolSize: 8}).redisConfig()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -35,20 +35,20 @@ func TestRedisFlagsConfig(t *testing.T) {
 		t.Fatalf("config = %+v", c)
 	}
 	bad := []struct {
-		f    redisFlags
+		f    Options
 		want string
 	}{
-		{redisFlags{}, "--redis-addr"},
-		{redisFlags{Addr: "a:1", Mode: "x"}, "--redis-mode"},
-		{redisFlags{Addr: "a:1", PasswordFile: filepath.Join(dir, "missing")}, "--redis-password-file"},
-		{redisFlags{Addr: "a:1", PasswordFile: empty}, "empty"},
-		{redisFlags{Addr: "a:1", TLSCA: notPEM}, "--redis-tls-ca"},
-		{redisFlags{Addr: "a:1", TLSCert: notPEM}, "together"},
-		{redisFlags{Addr: "a:1", TLSCert: notPEM, TLSKey: notPEM}, "--redis-tls-cert"},
-		{redisFlags{Addr: "a:1", Mode: "sentinel"}, "--redis-sentinel-master"},
+		{Options{}, "--redis-addr"},
+		{Options{RedisAddr: "a:1", RedisMode: "x"}, "--redis-mode"},
+		{Options{RedisAddr: "a:1", RedisPasswordFile: filepath.Join(dir, "missing")}, "--redis-password-file"},
+		{Options{RedisAddr: "a:1", RedisPasswordFile: empty}, "empty"},
+		{Options{RedisAddr: "a:1", RedisTLSCA: notPEM}, "--redis-tls-ca"},
+		{Options{RedisAddr: "a:1", RedisTLSCert: notPEM}, "together"},
+		{Options{RedisAddr: "a:1", RedisTLSCert: notPEM, RedisTLSKey: notPEM}, "--redis-tls-cert"},
+		{Options{RedisAddr: "a:1", RedisMode: "sentinel"}, "--redis-sentinel-master"},
 	}
 	for _, b := range bad {
-		if _, err := b.f.config(); err == nil || !strings.Contains(err.Error(), b.want) {
+		if _, err := b.f.redisConfig(); err == nil || !strings.Contains(err.Error(), b.want) {
 			t.Errorf("%+v: error %v, want one mentioning %q", b.f, err, b.want)
 		}
 	}
@@ -57,55 +57,55 @@ func TestRedisFlagsConfig(t *testing.T) {
 // check refuses what config would, without reading files, naming the flag
 // and saying what the redis package accepts.
 func TestRedisFlagsCheck(t *testing.T) {
-	ok := redisFlags{Addr: "a:1", Mode: "auto", Timeout: redis.DefaultTimeout, PoolSize: redis.DefaultPoolSize, MaxFlushDelay: redis.DefaultMaxFlushDelay,
-		PasswordFile: "/nonexistent/pw", TLSCA: "/nonexistent/ca", TLSCert: "/nonexistent/c", TLSKey: "/nonexistent/k"}
-	if err := ok.check(); err != nil {
+	ok := Options{RedisAddr: "a:1", RedisMode: "auto", RedisTimeout: redis.DefaultTimeout, RedisPoolSize: redis.DefaultPoolSize, RedisMaxFlushDelay: redis.DefaultMaxFlushDelay,
+		RedisPasswordFile: "/nonexistent/pw", RedisTLSCA: "/nonexistent/ca", RedisTLSCert: "/nonexistent/c", RedisTLSKey: "/nonexistent/k"}
+	if err := ok.redisCheck(); err != nil {
 		t.Fatalf("check read files or refused good flags: %v", err)
 	}
 	// Zero is the default, as in a Config.
-	if err := (redisFlags{Addr: "a:1"}).check(); err != nil {
+	if err := (&Options{RedisAddr: "a:1"}).redisCheck(); err != nil {
 		t.Fatalf("check of zero values: %v", err)
 	}
 	tests := []struct {
 		name        string
-		edit        func(*redisFlags)
+		edit        func(*Options)
 		flag, value string
 		valuesToo   bool // checkValues refuses it as well
 	}{
-		{"no address", func(f *redisFlags) { f.Addr = " , " }, "redis-addr", "", false},
-		{"no port", func(f *redisFlags) { f.Addr = "a:1,b" }, "redis-addr", "b", false},
-		{"bad mode", func(f *redisFlags) { f.Mode = "ring" }, "redis-mode", "ring", true},
-		{"sentinel without master", func(f *redisFlags) { f.Mode = "sentinel" }, "redis-sentinel-master", "", false},
-		{"master in cluster mode", func(f *redisFlags) { f.Mode, f.SentinelMaster = "cluster", "m" }, "redis-sentinel-master", "m", false},
-		{"standalone, two addresses", func(f *redisFlags) { f.Mode, f.Addr = "standalone", "a:1,b:2" }, "redis-addr", "a:1,b:2", false},
-		{"timeout too small", func(f *redisFlags) { f.Timeout = time.Microsecond }, "redis-timeout", "1µs", true},
-		{"timeout too large", func(f *redisFlags) { f.Timeout = 2 * time.Minute }, "redis-timeout", "2m0s", true},
-		{"flush delay negative", func(f *redisFlags) { f.MaxFlushDelay = -time.Millisecond }, "redis-max-flush-delay", "-1ms", true},
-		{"flush delay too large", func(f *redisFlags) { f.MaxFlushDelay = 2 * time.Millisecond }, "redis-max-flush-delay", "2ms", true},
-		{"pool size negative", func(f *redisFlags) { f.PoolSize = -1 }, "redis-pool-size", "-1", true},
-		{"pool size too large", func(f *redisFlags) { f.PoolSize = redis.MaxPoolSize + 1 }, "redis-pool-size", "257", true},
-		{"cert without key", func(f *redisFlags) { f.TLSKey = "" }, "redis-tls-key", "", false},
-		{"key without cert", func(f *redisFlags) { f.TLSCert = "" }, "redis-tls-cert", "", false},
+		{"no address", func(f *Options) { f.RedisAddr = " , " }, "redis-addr", "", false},
+		{"no port", func(f *Options) { f.RedisAddr = "a:1,b" }, "redis-addr", "b", false},
+		{"bad mode", func(f *Options) { f.RedisMode = "ring" }, "redis-mode", "ring", true},
+		{"sentinel without master", func(f *Options) { f.RedisMode = "sentinel" }, "redis-sentinel-master", "", false},
+		{"master in cluster mode", func(f *Options) { f.RedisMode, f.RedisSentinelMaster = "cluster", "m" }, "redis-sentinel-master", "m", false},
+		{"standalone, two addresses", func(f *Options) { f.RedisMode, f.RedisAddr = "standalone", "a:1,b:2" }, "redis-addr", "a:1,b:2", false},
+		{"timeout too small", func(f *Options) { f.RedisTimeout = time.Microsecond }, "redis-timeout", "1µs", true},
+		{"timeout too large", func(f *Options) { f.RedisTimeout = 2 * time.Minute }, "redis-timeout", "2m0s", true},
+		{"flush delay negative", func(f *Options) { f.RedisMaxFlushDelay = -time.Millisecond }, "redis-max-flush-delay", "-1ms", true},
+		{"flush delay too large", func(f *Options) { f.RedisMaxFlushDelay = 2 * time.Millisecond }, "redis-max-flush-delay", "2ms", true},
+		{"pool size negative", func(f *Options) { f.RedisPoolSize = -1 }, "redis-pool-size", "-1", true},
+		{"pool size too large", func(f *Options) { f.RedisPoolSize = redis.MaxPoolSize + 1 }, "redis-pool-size", "257", true},
+		{"cert without key", func(f *Options) { f.RedisTLSKey = "" }, "redis-tls-key", "", false},
+		{"key without cert", func(f *Options) { f.RedisTLSCert = "" }, "redis-tls-cert", "", false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			rf := ok
 			tt.edit(&rf)
 			var fe *flagError
-			if err := rf.check(); !errors.As(err, &fe) || fe.Flag != tt.flag || fe.Value != tt.value || fe.Want == "" {
+			if err := rf.redisCheck(); !errors.As(err, &fe) || fe.Flag != tt.flag || fe.Value != tt.value || fe.Want == "" {
 				t.Fatalf("check: %v (%+v), want a flagError for --%s %q", err, fe, tt.flag, tt.value)
 			}
-			if _, err := rf.config(); err == nil || err.Error() != fe.Error() {
+			if _, err := rf.redisConfig(); err == nil || err.Error() != fe.Error() {
 				t.Errorf("config: %v, want check's %v", err, fe)
 			}
-			err := rf.checkValues()
+			err := rf.redisCheckValues()
 			if tt.valuesToo != (err != nil) {
 				t.Errorf("checkValues: %v, refusal wanted: %v", err, tt.valuesToo)
 			}
 			// What the flag accepts is the redis package's own word for
 			// the field.
 			var re *redis.FieldError
-			if _, err := rf.values().Validate(); errors.As(err, &re) && re.Want != fe.Want {
+			if _, err := rf.redisValues().Validate(); errors.As(err, &re) && re.Want != fe.Want {
 				t.Errorf("want %q, the redis package says %q", fe.Want, re.Want)
 			}
 		})
@@ -147,7 +147,7 @@ func TestRedisFlagsPasswordFile(t *testing.T) {
 			if err := os.WriteFile(pw, []byte(c.content), 0o600); err != nil {
 				t.Fatal(err)
 			}
-			cfg, err := redisFlags{Addr: srv.Addr(), Username: "envoy-rls", PasswordFile: pw}.config()
+			cfg, err := (&Options{RedisAddr: srv.Addr(), RedisUsername: "envoy-rls", RedisPasswordFile: pw}).redisConfig()
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -165,12 +165,12 @@ func TestRedisFlagsTLSFiles(t *testing.T) {
 	redistest.RequireTLS(t)
 	files := redistest.GenerateTLS(t)
 	srv := redistest.Standalone(t, redistest.WithTLS(files, files.ClientConfig(t)))
-	cfg, err := redisFlags{Addr: srv.Addr(), Mode: "standalone", TLSCA: files.CA, TLSCert: files.ClientCert, TLSKey: files.ClientKey}.config()
+	cfg, err := (&Options{RedisAddr: srv.Addr(), RedisMode: "standalone", RedisTLSCA: files.CA, RedisTLSCert: files.ClientCert, RedisTLSKey: files.ClientKey}).redisConfig()
 	if err != nil {
 		t.Fatal(err)
 	}
 	pingRedis(t, cfg, true)
-	noCA, err := redisFlags{Addr: srv.Addr(), Mode: "standalone", TLS: true}.config()
+	noCA, err := (&Options{RedisAddr: srv.Addr(), RedisMode: "standalone", RedisTLS: true}).redisConfig()
 	if err != nil {
 		t.Fatal(err)
 	}

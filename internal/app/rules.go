@@ -73,7 +73,7 @@ func (rs *ruleSet) watch(ctx context.Context) error { return rs.w.Run(ctx) }
 
 // onReload counts and logs one load attempt.
 func (s *server) onReload(r descriptors.ReloadResult) {
-	s.metrics.ConfigReload(r.OK)
+	s.metrics.reload(r.OK)
 	if r.OK {
 		s.log.Info("rules loaded", zap.String("config", s.opts.Config), zap.String("trigger", r.Trigger),
 			zap.String("fingerprint", r.Fingerprint), zap.Int("domains", r.Domains), zap.Int("rules", r.Rules))

@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/envoy-rls/envoy-rls/pkg/limiter"
+	"github.com/envoy-rls/envoy-rls/pkg/limiter/redis"
 )
 
 func TestColocate(t *testing.T) {
@@ -47,8 +48,8 @@ func TestColocate(t *testing.T) {
 		t.Fatal("org levels do not share a tag")
 	}
 	// The tag is the physical key's hash tag, and carries no raw value.
-	k1 := string(limiter.StorageKey(nil, tenant.Rule.Policy, tenant.Subject, tenant.Tag))
-	k2 := string(limiter.StorageKey(nil, user.Rule.Policy, user.Subject, user.Tag))
+	k1 := string(redis.StorageKey(nil, tenant.Rule.Policy, tenant.Subject, tenant.Tag))
+	k2 := string(redis.StorageKey(nil, user.Rule.Policy, user.Subject, user.Tag))
 	if k1[:23] != k2[:23] || !strings.Contains(k1, "{"+hex.EncodeToString(tenant.Tag[:])+"}") {
 		t.Fatalf("keys %s and %s do not share the hash tag", k1, k2)
 	}

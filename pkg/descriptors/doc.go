@@ -10,8 +10,8 @@
 //
 // Subjects are HMAC-SHA256(secret, canonical encoding of the policy ID and
 // the matched entries); raw descriptor values never leave this package
-// except inside that digest. The physical store key is built from the
-// policy and the digest by limiter.StorageKey.
+// except inside that digest. A store builds its keys from the policy and the
+// digest (the Redis store: redis.StorageKey).
 //
 // See docs/config.md for the file format.
 package descriptors

@@ -6,7 +6,6 @@ import (
 	"path/filepath"
 
 	"github.com/envoy-rls/envoy-rls/pkg/descriptors"
-	"github.com/envoy-rls/envoy-rls/pkg/limiter"
 )
 
 func ExampleSnapshot_Match() {
@@ -30,8 +29,6 @@ descriptors:
 	for _, ip := range []string{"203.0.113.7", "198.51.100.66"} {
 		m, ok := snap.Match("edge", []descriptors.Entry{{Key: "remote_address", Value: ip}})
 		fmt.Println(ok, m.Rule.Path, m.Rule.Policy.ID(), m.Rule.Policy.Limit())
-		// The store key carries the subject digest, never the address.
-		_ = limiter.StorageKey(nil, m.Rule.Policy, m.Subject, limiter.Tag{})
 	}
 	_, ok := snap.Match("edge", []descriptors.Entry{{Key: "user", Value: "alice"}})
 	fmt.Println(ok)

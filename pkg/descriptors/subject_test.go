@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/envoy-rls/envoy-rls/pkg/limiter"
+	"github.com/envoy-rls/envoy-rls/pkg/limiter/redis"
 )
 
 func subjectLoad(t testing.TB, secret []byte) *Snapshot {
@@ -97,7 +98,7 @@ func TestStorageKeyPrivacy(t *testing.T) {
 		if !ok {
 			t.Fatalf("no match for %v", r)
 		}
-		k := limiter.StorageKey(nil, m.Rule.Policy, m.Subject, limiter.Tag{})
+		k := redis.StorageKey(nil, m.Rule.Policy, m.Subject, limiter.Tag{})
 		for _, v := range secretValues {
 			if bytes.Contains(k, []byte(v)) || bytes.Contains(k, []byte(hex.EncodeToString([]byte(v)))) {
 				t.Errorf("key %q contains raw value %q", k, v)
@@ -119,11 +120,11 @@ func TestStorageKeyPrivacy(t *testing.T) {
 	if a.Subject != b.Subject {
 		t.Errorf("revision changed the subject")
 	}
-	if bytes.Equal(limiter.StorageKey(nil, a.Rule.Policy, a.Subject, limiter.Tag{}), limiter.StorageKey(nil, b.Rule.Policy, b.Subject, limiter.Tag{})) {
+	if bytes.Equal(redis.StorageKey(nil, a.Rule.Policy, a.Subject, limiter.Tag{}), redis.StorageKey(nil, b.Rule.Policy, b.Subject, limiter.Tag{})) {
 		t.Errorf("revision did not roll the key")
 	}
 	c := writeAndMatch(t, "algorithm: sliding_window")
-	if bytes.Equal(limiter.StorageKey(nil, a.Rule.Policy, a.Subject, limiter.Tag{}), limiter.StorageKey(nil, c.Rule.Policy, c.Subject, limiter.Tag{})) {
+	if bytes.Equal(redis.StorageKey(nil, a.Rule.Policy, a.Subject, limiter.Tag{}), redis.StorageKey(nil, c.Rule.Policy, c.Subject, limiter.Tag{})) {
 		t.Errorf("algorithm did not roll the key")
 	}
 }

@@ -73,6 +73,11 @@ type Watcher struct {
 
 	success atomic.Uint64
 	failure atomic.Uint64
+
+	ready     chan struct{} // closed once Run watches the path
+	readyOnce sync.Once
+	attemptMu sync.Mutex
+	attempt   chan struct{} // closed, then replaced, when a load attempt ends
 }
 
 // NewWatcher loads path (a file or a directory, as Load) and returns a
@@ -84,7 +89,7 @@ func NewWatcher(path string, opts Options, log func(ReloadResult)) (*Watcher, er
 	if err != nil {
 		return nil, err
 	}
-	w := &Watcher{path: path, opts: opts, log: log, debounce: opts.Debounce}
+	w := &Watcher{path: path, opts: opts, log: log, debounce: opts.Debounce, ready: make(chan struct{}), attempt: make(chan struct{})}
 	w.opts.Secret = slices.Clone(opts.Secret)
 	if w.debounce <= 0 {
 		w.debounce = DefaultDebounce
@@ -105,6 +110,30 @@ func (w *Watcher) Counts() ReloadCounts {
 	return ReloadCounts{Success: w.success.Load(), Failure: w.failure.Load()}
 }
 
+// Ready returns a channel that is closed once Run watches the rule path:
+// a change made after that is seen. It stays open if Run is never called or
+// cannot set up its watch.
+func (w *Watcher) Ready() <-chan struct{} { return w.ready }
+
+// NextAttempt returns a channel that is closed when the next load attempt
+// ends (one already in progress counts): a Reload, or a check by Run after a
+// change, including a check that finds the content unchanged and so is
+// neither counted nor logged. The log function and the counters have seen
+// the attempt by then. Only one such channel exists at a time.
+func (w *Watcher) NextAttempt() <-chan struct{} {
+	w.attemptMu.Lock()
+	defer w.attemptMu.Unlock()
+	return w.attempt
+}
+
+// endAttempt wakes the callers of NextAttempt.
+func (w *Watcher) endAttempt() {
+	w.attemptMu.Lock()
+	defer w.attemptMu.Unlock()
+	close(w.attempt)
+	w.attempt = make(chan struct{})
+}
+
 // Reload loads the rule files again and swaps the snapshot on success
 // (SIGHUP). It always counts and reports, even when nothing changed.
 func (w *Watcher) Reload() ReloadResult {
@@ -116,6 +145,7 @@ func (w *Watcher) Reload() ReloadResult {
 func (w *Watcher) reload(trigger string, onlyIfChanged bool) ReloadResult {
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	defer w.endAttempt()
 	prev := w.cur.Load()
 	res := ReloadResult{Time: time.Now(), Trigger: trigger}
 	srcs, err := readSources(w.path)
@@ -178,6 +208,7 @@ func (w *Watcher) Run(ctx context.Context) error {
 		// Best effort: without it, edits inside the directory are still seen.
 		_ = fw.Add(parent)
 	}
+	w.readyOnce.Do(func() { close(w.ready) })
 	debounce := time.NewTimer(time.Hour)
 	debounce.Stop()
 	defer debounce.Stop()

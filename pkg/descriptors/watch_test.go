@@ -117,17 +117,26 @@ func TestConcurrentMatchDuringSwaps(t *testing.T) {
 	}
 }
 
-func waitFor(t *testing.T, what string, cond func() bool) {
+// waitFor waits, up to 10s, for cond to hold, checking it after every load
+// attempt of w.
+func waitFor(t *testing.T, w *Watcher, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
+	deadline := time.After(10 * time.Second)
+	for {
+		next := w.NextAttempt()
+		if cond() {
+			return
+		}
+		select {
+		case <-next:
+		case <-deadline:
 			t.Fatalf("timed out waiting for %s", what)
 		}
-		time.Sleep(10 * time.Millisecond)
 	}
 }
 
+// runWatcher runs w until the test ends and returns once it watches the
+// rule path.
 func runWatcher(t *testing.T, w *Watcher) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
@@ -139,8 +148,14 @@ func runWatcher(t *testing.T, w *Watcher) {
 			t.Errorf("Run: %v", err)
 		}
 	})
-	// Give the watch time to be set up before the test changes files.
-	time.Sleep(50 * time.Millisecond)
+	select {
+	case <-w.Ready():
+	case err := <-done:
+		done <- err // for the cleanup
+		t.Fatalf("Run returned before watching: %v", err)
+	case <-time.After(10 * time.Second):
+		t.Fatal("Run did not start watching within 10s")
+	}
 }
 
 // TestConfigMapSymlinkSwap reproduces the layout Kubernetes gives a mounted
@@ -170,13 +185,13 @@ func TestConfigMapSymlinkSwap(t *testing.T) {
 	must(t, os.Symlink("..2024_01_02_00_00_00.2", dir+"/..data_tmp"))
 	must(t, os.Rename(dir+"/..data_tmp", dir+"/..data"))
 	must(t, os.RemoveAll(dir+"/..2024_01_01_00_00_00.1"))
-	waitFor(t, "the swap to be loaded", func() bool { return limitOf(t, w.Current()) == 7 })
+	waitFor(t, w, "the swap to be loaded", func() bool { return limitOf(t, w.Current()) == 7 })
 
 	// A broken update keeps the rules in service.
 	writeFile(t, dir+"/..2024_01_03_00_00_00.3/rules.yaml", "domain: d\ndescriptors: 5\n")
 	must(t, os.Symlink("..2024_01_03_00_00_00.3", dir+"/..data_tmp"))
 	must(t, os.Rename(dir+"/..data_tmp", dir+"/..data"))
-	waitFor(t, "the failed reload", func() bool { return !w.Last().OK })
+	waitFor(t, w, "the failed reload", func() bool { return !w.Last().OK })
 	if limitOf(t, w.Current()) != 7 {
 		t.Errorf("a failed reload replaced the rules")
 	}
@@ -200,13 +215,18 @@ func TestWatchSingleFileEditedInPlace(t *testing.T) {
 	}
 	runWatcher(t, w)
 	// An unrelated file in the directory does not count as a reload.
+	next := w.NextAttempt()
 	writeFile(t, dir+"/notes.txt", "x")
-	time.Sleep(100 * time.Millisecond)
+	select {
+	case <-next: // Run has checked the rule file after the change
+	case <-time.After(10 * time.Second):
+		t.Fatal("no check after a change in the watched directory")
+	}
 	if c := w.Counts(); c.Success+c.Failure != 0 {
 		t.Errorf("unchanged content was reloaded: %+v", c)
 	}
 	writeFile(t, file, rules("6"))
-	waitFor(t, "the edit to be loaded", func() bool { return limitOf(t, w.Current()) == 6 })
+	waitFor(t, w, "the edit to be loaded", func() bool { return limitOf(t, w.Current()) == 6 })
 }
 
 func TestWatchDirectoryReplaced(t *testing.T) {
@@ -221,15 +241,50 @@ func TestWatchDirectoryReplaced(t *testing.T) {
 	writeFile(t, root+"/conf.new/r.yaml", rules("8"))
 	must(t, os.RemoveAll(dir))
 	must(t, os.Rename(root+"/conf.new", dir))
-	waitFor(t, "the new directory to be loaded", func() bool { return limitOf(t, w.Current()) == 8 })
+	waitFor(t, w, "the new directory to be loaded", func() bool { return limitOf(t, w.Current()) == 8 })
 	// Edits inside the replacement directory are seen too.
 	writeFile(t, dir+"/r.yaml", rules("9"))
-	waitFor(t, "an edit in the new directory", func() bool { return limitOf(t, w.Current()) == 9 })
+	waitFor(t, w, "an edit in the new directory", func() bool { return limitOf(t, w.Current()) == 9 })
 }
 
 func must(t *testing.T, err error) {
 	t.Helper()
 	if err != nil {
 		t.Fatal(err)
+	}
+}
+
+func TestNextAttemptClosesAfterEachAttempt(t *testing.T) {
+	dir := t.TempDir()
+	writeFile(t, dir+"/r.yaml", rules("5"))
+	var logged atomic.Int64
+	w, err := NewWatcher(dir, Options{Secret: testSecret}, func(ReloadResult) { logged.Add(1) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	next := w.NextAttempt()
+	select {
+	case <-next:
+		t.Fatal("NextAttempt closed before any reload")
+	default:
+	}
+	w.Reload()
+	select {
+	case <-next:
+	default:
+		t.Fatal("NextAttempt still open after Reload")
+	}
+	if logged.Load() != 1 {
+		t.Fatalf("the log function saw %d attempts when NextAttempt closed, want 1", logged.Load())
+	}
+	select {
+	case <-w.NextAttempt():
+		t.Fatal("the channel for the attempt after Reload is already closed")
+	default:
+	}
+	select {
+	case <-w.Ready():
+		t.Fatal("Ready closed without Run")
+	default:
 	}
 }

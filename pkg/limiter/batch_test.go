@@ -126,21 +126,3 @@ func TestRequestRoleAndValidate(t *testing.T) {
 		t.Error("unknown mode validated")
 	}
 }
-
-func TestStorageKeyTag(t *testing.T) {
-	p := fixed(t, 5, time.Second)
-	var sub limiter.SubjectDigest
-	sub[0] = 0xab
-	k := string(limiter.StorageKey(nil, p, sub, limiter.Tag{}))
-	if k[:23] != "rate:{ab00000000000000}" {
-		t.Fatalf("derived tag: %s", k)
-	}
-	tagged := string(limiter.StorageKey(nil, p, sub, limiter.Tag{1, 2, 3, 4, 5, 6, 7, 8}))
-	if tagged[:23] != "rate:{0102030405060708}" || tagged[23:] != k[23:] {
-		t.Fatalf("explicit tag: %s (derived %s)", tagged, k)
-	}
-	r := limiter.Request{Policy: p, Subject: sub, Tag: limiter.Tag{1, 2, 3, 4, 5, 6, 7, 8}}
-	if string(r.Key(nil)) != tagged {
-		t.Fatal("Request.Key differs from StorageKey")
-	}
-}

@@ -24,10 +24,11 @@ const MaxSafeInteger int64 = 1<<53 - 1
 // values (IPs, user IDs, API keys) never reach this package.
 type SubjectDigest [32]byte
 
-// Tag is the Redis Cluster hash tag of a state key (see StorageKey). The zero
-// Tag means "derive it from the subject": different subjects spread across
-// slots. A non-zero Tag co-locates every state that carries it in one slot,
-// so that one atomic program can evaluate them together.
+// Tag co-locates states: a store that spreads states over shards keeps every
+// state with one non-zero Tag in one shard, so that one atomic evaluation can
+// reach them together. The zero Tag means "place by the subject": different
+// subjects spread. (The Redis store makes it the key's Cluster hash tag, see
+// redis.StorageKey; a store with one shard ignores it.)
 type Tag [8]byte
 
 // Mode is the role a limit plays in its batch (see Store).
@@ -76,9 +77,9 @@ type Request struct {
 	Cost int64
 	// Mode is the limit's role in the batch. (Optional, default ModeOrdinary)
 	Mode Mode
-	// Tag is the Redis Cluster hash tag of the state key; zero derives it
-	// from the subject. Requests that must be atomic together on a Redis
-	// Cluster carry the same Tag. (Optional)
+	// Tag places the state (see Tag); zero places it by the subject.
+	// Requests that must be atomic together on a sharded store carry the
+	// same Tag. (Optional)
 	Tag Tag
 	// EvaluationID is reserved for de-duplicated evaluation; this revision
 	// rejects a non-empty value. (Optional)
@@ -96,9 +97,6 @@ func (r *Request) Role() Mode {
 	}
 	return r.Mode
 }
-
-// Key appends the request's physical store key (StorageKey) to buf.
-func (r *Request) Key(buf []byte) []byte { return StorageKey(buf, r.Policy, r.Subject, r.Tag) }
 
 // Commits is the batch rule of Store: given the outcomes of checking every
 // request of batch at one instant (nothing consumed yet), it reports whether

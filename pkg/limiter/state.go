@@ -4,7 +4,9 @@ package limiter
 // store the same number in their hash.
 const StateSchema = 1
 
-// Status is the first of the seven reply fields.
+// Status is the first of the seven reply fields: how one evaluation ended.
+// String gives the names docs/algorithms.md uses; how a store encodes a
+// status (the Lua programs' reply strings) is that store's concern.
 type Status uint8
 
 const (
@@ -29,23 +31,6 @@ func (s Status) String() string {
 		return "INVALID"
 	}
 	return "UNKNOWN"
-}
-
-// ParseStatus is the inverse of Status.String; ok is false for anything else.
-func ParseStatus(s string) (Status, bool) {
-	switch s {
-	case "ALLOWED":
-		return StatusAllowed, true
-	case "DENIED":
-		return StatusDenied, true
-	case "CLOCK_UNSAFE":
-		return StatusClockUnsafe, true
-	case "STATE_INCOMPATIBLE":
-		return StatusStateIncompatible, true
-	case "INVALID":
-		return StatusInvalid, true
-	}
-	return 0, false
 }
 
 // Reply is the seven-field answer of one evaluation, identical for the Go

@@ -1,24 +1,19 @@
 // Package lua holds the versioned Redis Lua programs of envoy-rls, their
-// argument encoding and the strict parsers of their replies. It has no
+// argument encoding and the strict parser of their replies. It has no
 // network code: pkg/limiter/redis runs the programs.
 //
-// rate-batch-v1.lua is the program the Redis store runs: every limit of one
-// Envoy request, checked at one TIME and committed all or nothing
-// (limiter.Store). rate-refund-v1.lua gives back what a batch took when the
-// request did not commit in another Redis Cluster slot. The single-key v1
-// programs (rate-fixed-window-v1.lua, rate-sliding-counter-v1.lua,
-// rate-token-bucket-v1.lua) each implement one algorithm, touch one hash
-// key, call TIME once and reply an array of seven bulk strings: status,
-// serverNowMillis, effectiveNowMillis, limit, remaining, retryAfterMillis,
-// resetAtMillis. They share their state layout with the batch program.
+// rate-batch-v1.lua is the one rate program: every limit of one Envoy
+// request, checked at one TIME and committed all or nothing (limiter.Store).
+// rate-refund-v1.lua gives back what a batch took when the request did not
+// commit in another Redis Cluster slot.
 //
 // Each algorithm lives once, in fragments/ (with the shared prelude and the
-// shared steps: reading TIME, the parameter rules, loading the state, the
-// clock rule, storing the state): a program's source names them with
+// shared steps: reading TIME, the argument rules, loading the state, the
+// clock rule, the range check of what was computed, storing the state): a
+// program's source names them with
 // "-- #include <file>" lines, which are replaced by the fragments' text when
-// the package initializes, so the batch program and the single-key programs
-// run the same text. The fragments are blocks on agreed local names, not
-// functions: a script's whole body runs on every EVALSHA, so a function
+// the package initializes. The fragments are blocks on agreed local names,
+// not functions: a script's whole body runs on every EVALSHA, so a function
 // would be a closure made on every call of the hot batch program.
 package lua
 
@@ -36,12 +31,6 @@ import (
 )
 
 var (
-	//go:embed rate-fixed-window-v1.lua
-	fixedWindowV1 string
-	//go:embed rate-sliding-counter-v1.lua
-	slidingCounterV1 string
-	//go:embed rate-token-bucket-v1.lua
-	tokenBucketV1 string
 	//go:embed rate-batch-v1.lua
 	batchV1 string
 	//go:embed rate-refund-v1.lua
@@ -55,8 +44,7 @@ var (
 var assembled = func() map[string]string {
 	out := map[string]string{}
 	for name, src := range map[string]string{
-		"rate-fixed-window-v1.lua": fixedWindowV1, "rate-sliding-counter-v1.lua": slidingCounterV1,
-		"rate-token-bucket-v1.lua": tokenBucketV1, "rate-batch-v1.lua": batchV1, "rate-refund-v1.lua": refundV1,
+		"rate-batch-v1.lua": batchV1, "rate-refund-v1.lua": refundV1,
 	} {
 		a, err := Assemble(src, Fragment)
 		if err != nil {
@@ -100,73 +88,27 @@ func Assemble(src string, fragment func(name string) (string, error)) (string, e
 
 // Program is one versioned Lua program.
 type Program struct {
-	// Name is the file name, e.g. "rate-fixed-window-v1.lua".
+	// Name is the file name, e.g. "rate-batch-v1.lua".
 	Name string
-	// Source is the exact embedded source, sent on NOSCRIPT.
+	// Source is the embedded source with its fragments included, sent on
+	// NOSCRIPT.
 	Source string
-	// Algorithm is the algorithm the program implements.
-	Algorithm limiter.Algorithm
 }
 
-// ProgramFor returns the current program of an algorithm; ok is false for an
-// unknown algorithm.
-func ProgramFor(a limiter.Algorithm) (p Program, ok bool) {
-	switch a {
-	case limiter.FixedWindow:
-		return program("rate-fixed-window-v1.lua", a), true
-	case limiter.SlidingWindow:
-		return program("rate-sliding-counter-v1.lua", a), true
-	case limiter.TokenBucket:
-		return program("rate-token-bucket-v1.lua", a), true
-	}
-	return Program{}, false
-}
+func program(name string) Program { return Program{Name: name, Source: assembled[name]} }
 
-func program(name string, a limiter.Algorithm) Program {
-	return Program{Name: name, Source: assembled[name], Algorithm: a}
-}
-
-// Batch returns rate-batch-v1.lua (Algorithm 0: it runs every algorithm).
-func Batch() Program { return program("rate-batch-v1.lua", 0) }
+// Batch returns rate-batch-v1.lua, the rate program of every algorithm.
+func Batch() Program { return program("rate-batch-v1.lua") }
 
 // Refund returns rate-refund-v1.lua.
-func Refund() Program { return program("rate-refund-v1.lua", 0) }
+func Refund() Program { return program("rate-refund-v1.lua") }
 
-// Programs returns the single-key programs, in algorithm order.
-func Programs() []Program {
-	out := make([]Program, 0, 3)
-	for _, a := range []limiter.Algorithm{limiter.FixedWindow, limiter.SlidingWindow, limiter.TokenBucket} {
-		p, _ := ProgramFor(a)
-		out = append(out, p)
-	}
-	return out
-}
-
-// AppendArgs appends the ARGV of p's program for one request of the given cost
-// to dst (see the header comment of each program):
-//
-//	fixed and sliding window: policy, revision, limit, window ms, max cost,
-//	                          cleanup grace ms, max clock regression ms, cost
-//	token bucket:             policy, revision, capacity, refill amount,
-//	                          refill period ms (both reduced), max cost,
-//	                          cleanup grace ms, max clock regression ms, cost
-func AppendArgs(dst []string, p *limiter.Policy, cost int64) []string {
-	i := strconv.FormatInt
-	dst = append(dst, p.ID(), strconv.FormatUint(uint64(p.Revision()), 10), i(p.Limit(), 10))
-	if p.Algorithm() == limiter.TokenBucket {
-		amount, period := p.Refill()
-		dst = append(dst, i(amount, 10), i(period, 10))
-	} else {
-		dst = append(dst, i(p.WindowMillis(), 10))
-	}
-	return append(dst, i(p.MaxCost(), 10), i(p.CleanupGraceMillis(), 10),
-		i(p.MaxClockRegressionMillis(), 10), i(cost, 10))
-}
-
-// ReplyFields is the number of fields of every program reply.
+// ReplyFields is the number of fields of one key's reply of
+// rate-batch-v1.lua: status, serverNowMillis, effectiveNowMillis, limit,
+// remaining, retryAfterMillis, resetAtMillis.
 const ReplyFields = 7
 
-// ErrMalformedReply is matched (errors.Is) by every ParseReply error.
+// ErrMalformedReply is matched (errors.Is) by every ParseBatchReply error.
 var ErrMalformedReply = errors.New("lua: malformed program reply")
 
 type replyError struct{ msg string }
@@ -180,48 +122,19 @@ func malformed(format string, args ...any) error {
 
 var fieldNames = [ReplyFields]string{"status", "serverNowMillis", "effectiveNowMillis", "limit", "remaining", "retryAfterMillis", "resetAtMillis"}
 
-// ParseReply validates the seven fields of a program reply and returns them.
-// Anything but exactly seven fields, a known status and six canonical decimal
-// integers in [0, 2^53-1] that are consistent with each other (and, when p is
-// not nil, with the policy) is an error matching ErrMalformedReply — which the
-// store reports as an Incompatible outcome, never as an allow.
-//
-// Consistency: effectiveNow >= serverNow, by at most the policy's clock
-// regression; ALLOWED has retryAfter 0, DENIED at least 1, both remaining <=
-// limit and resetAt >= effectiveNow; CLOCK_UNSAFE and STATE_INCOMPATIBLE carry
-// (serverNow, serverNow, limit, 0, 0, 0) and INVALID (serverNow, serverNow, 0,
-// 0, 0, 0); the limit is the policy's.
-func ParseReply(p *limiter.Policy, fields []string) (limiter.Reply, error) {
-	var r limiter.Reply
-	if len(fields) != ReplyFields {
-		return r, malformed("%d fields, want %d", len(fields), ReplyFields)
-	}
-	st, ok := limiter.ParseStatus(fields[0])
-	if !ok {
-		return r, malformed("unknown status %q", truncate(fields[0]))
-	}
-	var n [ReplyFields]int64
-	for i := 1; i < ReplyFields; i++ {
-		v, err := parseUint(fields[i])
-		if err != nil {
-			return r, malformed("%s: %v", fieldNames[i], err)
-		}
-		n[i] = v
-	}
-	r = limiter.Reply{Status: st, ServerNowMs: n[1], EffectiveNowMs: n[2], Limit: n[3], Remaining: n[4], RetryAfterMs: n[5], ResetAtMs: n[6]}
-	if err := check(p, r); err != nil {
-		return limiter.Reply{}, err
-	}
-	return r, nil
-}
-
+// check is the consistency of one key's reply: effectiveNow >= serverNow,
+// by at most the policy's clock regression; ALLOWED has retryAfter 0,
+// DENIED at least 1, both remaining <= limit and resetAt >= effectiveNow;
+// CLOCK_UNSAFE and STATE_INCOMPATIBLE carry (serverNow, serverNow, limit, 0,
+// 0, 0) and INVALID (serverNow, serverNow, 0, 0, 0, 0); the limit is the
+// policy's.
 func check(p *limiter.Policy, r limiter.Reply) error {
 	switch r.Status {
 	case limiter.StatusAllowed, limiter.StatusDenied:
 		if r.EffectiveNowMs < r.ServerNowMs {
 			return malformed("effectiveNowMillis %d before serverNowMillis %d", r.EffectiveNowMs, r.ServerNowMs)
 		}
-		if p != nil && r.EffectiveNowMs-r.ServerNowMs > p.MaxClockRegressionMillis() {
+		if r.EffectiveNowMs-r.ServerNowMs > p.MaxClockRegressionMillis() {
 			return malformed("clamped %dms, more than the policy's max clock regression", r.EffectiveNowMs-r.ServerNowMs)
 		}
 		if r.Remaining > r.Limit {
@@ -247,36 +160,10 @@ func check(p *limiter.Policy, r limiter.Reply) error {
 			return nil
 		}
 	}
-	if p != nil && r.Limit != p.Limit() {
+	if r.Limit != p.Limit() {
 		return malformed("limit %d, the policy's is %d", r.Limit, p.Limit())
 	}
 	return nil
-}
-
-// parseUint accepts only canonical decimal integers in [0, 2^53-1]: digits,
-// no sign, no leading zero, no spaces, at most 16 digits.
-func parseUint(s string) (int64, error) {
-	if len(s) == 0 {
-		return 0, errors.New("empty number")
-	}
-	if len(s) > 16 {
-		return 0, fmt.Errorf("number of %d digits", len(s))
-	}
-	if len(s) > 1 && s[0] == '0' {
-		return 0, fmt.Errorf("leading zero in %q", s)
-	}
-	var v int64
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		if c < '0' || c > '9' {
-			return 0, fmt.Errorf("not a decimal integer: %q", s)
-		}
-		v = v*10 + int64(c-'0')
-	}
-	if v > limiter.MaxSafeInteger {
-		return 0, fmt.Errorf("%s above 2^53-1", s)
-	}
-	return v, nil
 }
 
 func truncate(s string) string {
@@ -318,14 +205,22 @@ func AppendBatchPacked(dst []byte, p *limiter.Policy, cost int64, role limiter.M
 	if p.FailureMode() == limiter.FailOpen {
 		b[1] += 4
 	}
-	p2, p3 := p.WindowMillis(), int64(0)
-	if p.Algorithm() == limiter.TokenBucket {
-		p2, p3 = p.Refill()
-	}
+	p2, p3 := algorithmParams(p)
 	for i, v := range [7]int64{int64(p.Revision()), p.Limit(), p2, p3, p.CleanupGraceMillis(), p.MaxClockRegressionMillis(), cost} {
 		binary.BigEndian.PutUint64(b[2+8*i:], math.Float64bits(float64(v)))
 	}
 	return dst[:len(dst)+BatchPacked]
+}
+
+// algorithmParams returns the two algorithm parameters both programs take
+// after the limit: fixed and sliding window: the window ms and 0; token
+// bucket: the refill amount and period ms, reduced (limiter.Policy.Refill).
+// The one place in Go where pkg/lua tells the algorithms apart.
+func algorithmParams(p *limiter.Policy) (p2, p3 int64) {
+	if p.Algorithm() == limiter.TokenBucket {
+		return p.Refill()
+	}
+	return p.WindowMillis(), 0
 }
 
 // RefundArgs is the number of ARGV fields per key of rate-refund-v1.lua.
@@ -337,10 +232,7 @@ const RefundArgs = 8
 // and the effectiveNowMillis the batch replied for the key.
 func AppendRefundArgs(dst []string, p *limiter.Policy, cost, effectiveNowMs int64) []string {
 	i := strconv.FormatInt
-	p2, p3 := p.WindowMillis(), int64(0)
-	if p.Algorithm() == limiter.TokenBucket {
-		p2, p3 = p.Refill()
-	}
+	p2, p3 := algorithmParams(p)
 	return append(dst, p.Algorithm().String(), p.ID(), strconv.FormatUint(uint64(p.Revision()), 10), i(p.Limit(), 10),
 		i(p2, 10), i(p3, 10), i(cost, 10), i(effectiveNowMs, 10))
 }
@@ -357,9 +249,9 @@ type Value struct {
 // policies (one per key, in order) and writes one reply per key into out.
 // The reply must be exactly 1 + 7N values: the committed flag (integer 0 or
 // 1), then per key a known status (bulk string) and six integers in
-// [0, 2^53-1] that ParseReply's consistency rules accept, every key with the
-// same serverNowMillis (one TIME). Anything else is an error matching
-// ErrMalformedReply, for the whole batch.
+// [0, 2^53-1] consistent with each other and with the key's policy (see
+// check), every key with the same serverNowMillis (one TIME). Anything else
+// is an error matching ErrMalformedReply, for the whole batch.
 func ParseBatchReply(policies []*limiter.Policy, values []Value, out []limiter.Reply) (committed bool, err error) {
 	n := len(policies)
 	if len(values) != 1+ReplyFields*n {
@@ -374,7 +266,7 @@ func ParseBatchReply(policies []*limiter.Policy, values []Value, out []limiter.R
 		if f[0].IsInt {
 			return false, malformed("key %d: status is an integer", k+1)
 		}
-		st, ok := limiter.ParseStatus(f[0].Str)
+		st, ok := parseStatus(f[0].Str)
 		if !ok {
 			return false, malformed("key %d: unknown status %q", k+1, truncate(f[0].Str))
 		}

@@ -5,7 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"os"
+	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -28,7 +31,8 @@ func TestProgramsShape(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	all := append(Programs(), Batch(), Refund())
+	batch, refund := Batch(), Refund()
+	all := []Program{batch, refund}
 	for _, p := range all {
 		src := p.Source
 		if src == "" {
@@ -42,7 +46,7 @@ func TestProgramsShape(t *testing.T) {
 		if strings.Contains(src, includePrefix) {
 			t.Errorf("%s: an include line was not assembled", p.Name)
 		}
-		// One source per algorithm: the shared prelude, verbatim.
+		// The shared prelude, verbatim.
 		if !strings.Contains(src, prelude) {
 			t.Errorf("%s: does not contain fragments/prelude.lua verbatim", p.Name)
 		}
@@ -57,28 +61,26 @@ func TestProgramsShape(t *testing.T) {
 			t.Errorf("%s: writes outside HSET + PEXPIRE", p.Name)
 		}
 	}
-	// Each algorithm's fragment is in its single-key program and in the
-	// batch program, verbatim.
+	// Each algorithm's fragment is in the batch program, verbatim, under
+	// the algorithm's name.
 	for alg, frag := range map[limiter.Algorithm]string{limiter.FixedWindow: "fixed-window.lua",
 		limiter.SlidingWindow: "sliding-window.lua", limiter.TokenBucket: "token-bucket.lua"} {
 		text, err := Fragment(frag)
 		if err != nil {
 			t.Fatal(err)
 		}
-		single, _ := ProgramFor(alg)
-		if !strings.Contains(single.Source, text) || !strings.Contains(Batch().Source, text) {
-			t.Errorf("%s: not verbatim in %s and %s", frag, single.Name, Batch().Name)
+		if !strings.Contains(batch.Source, text) {
+			t.Errorf("%s: not verbatim in %s", frag, batch.Name)
 		}
-		if !strings.Contains(single.Source, "'"+alg.String()+"'") {
-			t.Errorf("%s: does not name its algorithm", single.Name)
+		if !strings.Contains(batch.Source, "'"+alg.String()+"'") {
+			t.Errorf("%s: does not name %s", batch.Name, alg)
 		}
 	}
-	// The steps every evaluating program shares, verbatim; the refund
-	// program reads the state as they do.
+	// The shared steps, verbatim; the refund program reads the state as
+	// the batch program does.
 	for name, progs := range map[string][]Program{
-		"time.lua": append(Programs(), Batch()), "valid.lua": append(Programs(), Batch()),
-		"load.lua": all, "clock.lua": append(Programs(), Batch()), "store.lua": append(Programs(), Batch()),
-		"decimal.lua": append(Programs(), Refund()),
+		"time.lua": {batch}, "valid.lua": {batch}, "load.lua": all, "clock.lua": {batch}, "store.lua": {batch},
+		"exact.lua": {batch},
 	} {
 		text, err := Fragment(name)
 		if err != nil {
@@ -92,12 +94,9 @@ func TestProgramsShape(t *testing.T) {
 	}
 	// The batch program runs on every request and its whole body on every
 	// EVALSHA: it defines no function (a closure made per call).
-	code := regexp.MustCompile(`--[^\n]*`).ReplaceAllString(Batch().Source, "")
+	code := regexp.MustCompile(`--[^\n]*`).ReplaceAllString(batch.Source, "")
 	if regexp.MustCompile(`\bfunction\b`).MatchString(code) {
-		t.Errorf("%s defines a function", Batch().Name)
-	}
-	if _, ok := ProgramFor(0); ok {
-		t.Error("ProgramFor(0) ok")
+		t.Errorf("%s defines a function", batch.Name)
 	}
 	if _, err := Assemble("-- #include nope.lua\n", Fragment); err == nil {
 		t.Error("Assemble accepted an unknown fragment")
@@ -179,29 +178,23 @@ func TestParseBatchReply(t *testing.T) {
 	}
 }
 
-func TestAppendArgs(t *testing.T) {
-	fw := mustPolicy(t, limiter.PolicySpec{ID: "api.users", Algorithm: limiter.FixedWindow,
-		Params: limiter.FixedWindowParams{Limit: 10, Window: time.Minute}})
-	tb := mustPolicy(t, limiter.PolicySpec{ID: "tb", Revision: 3, Algorithm: limiter.TokenBucket, MaxCost: 5,
-		Params: limiter.TokenBucketParams{Capacity: 100, RefillAmount: 10, RefillPeriod: 4 * time.Second}})
-	tests := []struct {
-		p    *limiter.Policy
-		cost int64
-		want string
-	}{
-		{fw, 2, "api.users 1 10 60000 10 1000 2000 2"},
-		{tb, 1, "tb 3 100 1 400 5 1000 2000 1"},
-	}
-	for _, tt := range tests {
-		if got := strings.Join(AppendArgs(nil, tt.p, tt.cost), " "); got != tt.want {
-			t.Errorf("AppendArgs(%s) = %q, want %q", tt.p.ID(), got, tt.want)
-		}
-	}
-}
-
-func TestParseReply(t *testing.T) {
+// TestParseBatchReplyOneKey: the rules one key's reply must meet, as a
+// batch of one key. A field given as canonical decimal text is an integer
+// value; any other text stays a bulk string, which no number may be.
+func TestParseBatchReplyOneKey(t *testing.T) {
 	p := mustPolicy(t, limiter.PolicySpec{ID: "p", Algorithm: limiter.FixedWindow,
 		Params: limiter.FixedWindowParams{Limit: 10, Window: time.Second}})
+	values := func(fields []string) []Value {
+		vals := []Value{{Int: 1, IsInt: true}}
+		for k, f := range fields {
+			if n, err := strconv.ParseInt(f, 10, 64); err == nil && k > 0 && strconv.FormatInt(n, 10) == f {
+				vals = append(vals, Value{Int: n, IsInt: true})
+				continue
+			}
+			vals = append(vals, Value{Str: f})
+		}
+		return vals
+	}
 	f := func(s string) []string { return strings.Split(s, " ") }
 	tests := []struct {
 		name   string
@@ -238,76 +231,172 @@ func TestParseReply(t *testing.T) {
 		{"clamp beyond policy", f("ALLOWED 1000 3001 10 9 0 4000"), limiter.Reply{}, false},
 		{"reset in the past", f("ALLOWED 1000 1000 10 9 0 999"), limiter.Reply{}, false},
 		{"unsafe with fields", f("CLOCK_UNSAFE 1000 1000 10 1 0 0"), limiter.Reply{}, false},
+		{"incompatible with reset", f("STATE_INCOMPATIBLE 1000 1000 10 0 0 5"), limiter.Reply{}, false},
 		{"invalid with limit", f("INVALID 1000 1000 10 0 0 0"), limiter.Reply{}, false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got, err := ParseReply(p, tt.fields)
+			out := make([]limiter.Reply, 1)
+			committed, err := ParseBatchReply([]*limiter.Policy{p}, values(tt.fields), out)
 			if tt.ok != (err == nil) {
-				t.Fatalf("ParseReply(%q) error = %v, want ok=%v", tt.fields, err, tt.ok)
+				t.Fatalf("ParseBatchReply(%q) error = %v, want ok=%v", tt.fields, err, tt.ok)
 			}
 			if err != nil {
 				if !errors.Is(err, ErrMalformedReply) {
 					t.Fatalf("error %v does not match ErrMalformedReply", err)
 				}
-				if got != (limiter.Reply{}) {
-					t.Fatalf("error with a non-zero reply %+v", got)
+				if committed {
+					t.Fatal("committed with an error")
 				}
 				return
 			}
-			if got != tt.want {
-				t.Fatalf("ParseReply = %+v, want %+v", got, tt.want)
+			if !committed || out[0] != tt.want {
+				t.Fatalf("ParseBatchReply = %v %+v, want true %+v", committed, out[0], tt.want)
 			}
 		})
 	}
 }
 
-func FuzzParseReply(f *testing.F) {
-	p, err := limiter.NewPolicy(limiter.PolicySpec{ID: "p", Algorithm: limiter.TokenBucket,
-		Params: limiter.TokenBucketParams{Capacity: 10, RefillAmount: 1, RefillPeriod: time.Second}})
-	if err != nil {
-		f.Fatal(err)
-	}
-	for _, s := range []string{
-		"ALLOWED\x001000\x001000\x0010\x009\x000\x002000",
-		"DENIED\x001000\x001000\x0010\x000\x00500\x002000",
-		"INVALID\x001000\x001000\x000\x000\x000\x000",
-		"CLOCK_UNSAFE\x001\x001\x0010\x000\x000\x000",
-		"ALLOWED\x00-1\x001000\x0010\x009\x000\x002000",
-		"ALLOWED\x009007199254740992\x001000\x0010\x009\x000\x002000",
+// fuzzPolicies are the policies FuzzParseBatchReply checks a reply
+// against, key k against fuzzPolicies[k%4].
+var fuzzPolicies = func() []*limiter.Policy {
+	var out []*limiter.Policy
+	for _, spec := range []limiter.PolicySpec{
+		{ID: "fw", Algorithm: limiter.FixedWindow, Params: limiter.FixedWindowParams{Limit: 10, Window: time.Second}},
+		{ID: "sw", Algorithm: limiter.SlidingWindow, Params: limiter.SlidingWindowParams{Limit: 5, Window: time.Minute}},
+		{ID: "tb", Algorithm: limiter.TokenBucket, Params: limiter.TokenBucketParams{Capacity: 10, RefillAmount: 1, RefillPeriod: time.Second}},
+		{ID: "big", Algorithm: limiter.FixedWindow, Params: limiter.FixedWindowParams{Limit: limiter.MaxSafeInteger, Window: time.Hour}},
 	} {
-		f.Add(s, true)
-		f.Add(s, false)
-	}
-	f.Fuzz(func(t *testing.T, data string, withPolicy bool) {
-		fields := strings.Split(data, "\x00")
-		pol := p
-		if !withPolicy {
-			pol = nil
+		p, err := limiter.NewPolicy(spec)
+		if err != nil {
+			panic(err)
 		}
-		r, err := ParseReply(pol, fields)
+		out = append(out, p)
+	}
+	return out
+}()
+
+// decodeFuzzValues reads the reply a fuzz input stands for: values
+// separated by single spaces, "#" followed by a decimal int64 an integer,
+// anything else a bulk string.
+func decodeFuzzValues(data string) []Value {
+	var vals []Value
+	for tok := range strings.SplitSeq(data, " ") {
+		if n, err := strconv.ParseInt(strings.TrimPrefix(tok, "#"), 10, 64); err == nil && strings.HasPrefix(tok, "#") {
+			vals = append(vals, Value{Int: n, IsInt: true})
+			continue
+		}
+		vals = append(vals, Value{Str: tok})
+	}
+	return vals
+}
+
+// FuzzParseBatchReply feeds ParseBatchReply any reply (any number of values,
+// integers or strings) for 0 to 4 keys. It must never panic; it refuses
+// with ErrMalformedReply, or accepts a reply whose values are exactly the
+// canonical encoding of what it returned, every number in [0, 2^53-1],
+// consistent with the key's policy, one serverNowMillis for the batch.
+func FuzzParseBatchReply(f *testing.F) {
+	f.Fuzz(func(t *testing.T, data string, keys uint8) {
+		n := int(keys % 5)
+		pols := make([]*limiter.Policy, n)
+		for k := range pols {
+			pols[k] = fuzzPolicies[k%len(fuzzPolicies)]
+		}
+		vals := decodeFuzzValues(data)
+		out := make([]limiter.Reply, n)
+		committed, err := ParseBatchReply(pols, vals, out)
 		if err != nil {
 			if !errors.Is(err, ErrMalformedReply) {
 				t.Fatalf("error %v does not match ErrMalformedReply", err)
 			}
+			if committed {
+				t.Fatal("committed with an error")
+			}
 			return
 		}
-		// Accepted: the input is exactly the canonical encoding of r.
-		enc := []string{r.Status.String()}
-		for _, v := range []int64{r.ServerNowMs, r.EffectiveNowMs, r.Limit, r.Remaining, r.RetryAfterMs, r.ResetAtMs} {
-			if v < 0 || v > limiter.MaxSafeInteger {
-				t.Fatalf("accepted out-of-range value %d", v)
+		flag := int64(0)
+		if committed {
+			flag = 1
+		}
+		enc := []Value{{Int: flag, IsInt: true}}
+		for k, r := range out {
+			enc = append(enc, Value{Str: r.Status.String()})
+			for _, v := range []int64{r.ServerNowMs, r.EffectiveNowMs, r.Limit, r.Remaining, r.RetryAfterMs, r.ResetAtMs} {
+				if v < 0 || v > limiter.MaxSafeInteger {
+					t.Fatalf("key %d: accepted out-of-range value %d", k+1, v)
+				}
+				enc = append(enc, Value{Int: v, IsInt: true})
 			}
-			enc = append(enc, strconv.FormatInt(v, 10))
+			if r.ServerNowMs != out[0].ServerNowMs {
+				t.Fatalf("key %d: accepted a second serverNowMillis", k+1)
+			}
+			switch r.Status {
+			case limiter.StatusAllowed, limiter.StatusDenied:
+				if r.Remaining > r.Limit || (r.Status == limiter.StatusAllowed) != (r.RetryAfterMs == 0) ||
+					r.EffectiveNowMs < r.ServerNowMs || r.EffectiveNowMs-r.ServerNowMs > pols[k].MaxClockRegressionMillis() ||
+					r.ResetAtMs < r.EffectiveNowMs {
+					t.Fatalf("key %d: accepted inconsistent %+v", k+1, r)
+				}
+			default:
+				if r.EffectiveNowMs != r.ServerNowMs || r.Remaining != 0 || r.RetryAfterMs != 0 || r.ResetAtMs != 0 {
+					t.Fatalf("key %d: accepted a failure with fields %+v", k+1, r)
+				}
+			}
+			if r.Status == limiter.StatusInvalid {
+				if r.Limit != 0 {
+					t.Fatalf("key %d: accepted INVALID with limit %d", k+1, r.Limit)
+				}
+			} else if r.Limit != pols[k].Limit() {
+				t.Fatalf("key %d: accepted limit %d for a policy of %d", k+1, r.Limit, pols[k].Limit())
+			}
 		}
-		if strings.Join(enc, "\x00") != data {
-			t.Fatalf("accepted non-canonical %q", data)
-		}
-		if r.Status == limiter.StatusAllowed && (r.RetryAfterMs != 0 || r.Remaining > r.Limit) {
-			t.Fatalf("accepted inconsistent allow %+v", r)
-		}
-		if pol != nil && r.Status != limiter.StatusInvalid && r.Limit != pol.Limit() {
-			t.Fatalf("accepted limit %d for a policy of %d", r.Limit, pol.Limit())
+		if !slices.Equal(enc, vals) {
+			t.Fatalf("accepted %+v, which is not the encoding %+v of what it returned", vals, enc)
 		}
 	})
+}
+
+// TestParseBatchReplyCorpus: the committed seeds of FuzzParseBatchReply
+// mean what their names say: ParseBatchReply accepts every valid-* reply
+// and refuses every malformed-* one.
+func TestParseBatchReplyCorpus(t *testing.T) {
+	dir := filepath.Join("testdata", "fuzz", "FuzzParseBatchReply")
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := map[bool]int{}
+	for _, ent := range entries {
+		b, err := os.ReadFile(filepath.Join(dir, ent.Name()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		lines := strings.Split(strings.TrimSpace(string(b)), "\n")
+		if len(lines) != 3 || lines[0] != "go test fuzz v1" {
+			t.Fatalf("%s: not a corpus file of (string, uint8): %q", ent.Name(), lines)
+		}
+		data, err1 := strconv.Unquote(strings.TrimSuffix(strings.TrimPrefix(lines[1], "string("), ")"))
+		keys, err2 := strconv.ParseUint(strings.TrimSuffix(strings.TrimPrefix(lines[2], "uint8("), ")"), 10, 8)
+		if err1 != nil || err2 != nil {
+			t.Fatalf("%s: %v %v", ent.Name(), err1, err2)
+		}
+		n := int(keys % 5)
+		pols := make([]*limiter.Policy, n)
+		for k := range pols {
+			pols[k] = fuzzPolicies[k%len(fuzzPolicies)]
+		}
+		_, err = ParseBatchReply(pols, decodeFuzzValues(data), make([]limiter.Reply, n))
+		valid := strings.HasPrefix(ent.Name(), "valid-")
+		if !valid && !strings.HasPrefix(ent.Name(), "malformed-") {
+			t.Errorf("%s: name neither valid-* nor malformed-*", ent.Name())
+		}
+		if valid != (err == nil) {
+			t.Errorf("%s: error %v", ent.Name(), err)
+		}
+		seen[valid]++
+	}
+	if seen[true] == 0 || seen[false] == 0 {
+		t.Errorf("corpus of %d valid and %d malformed replies", seen[true], seen[false])
+	}
 }

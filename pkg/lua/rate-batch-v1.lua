@@ -12,7 +12,9 @@
 --       flags                role + 4 * failOpen; role 0 ordinary, 1 shadow,
 --                            2 quota, 3 check (limiter.Mode)
 --       policy revision      1..2^32-1
---       limit (capacity)     as the v1 program of the algorithm
+--       limit (capacity)     0..2^53-1 (sliding window: 0..(2^53-1)/10^6;
+--                            token bucket: capacity * period + amount
+--                            below 2^53)
 --       window ms (fixed, sliding) | refill amount (token bucket, reduced)
 --       0 (fixed, sliding) | refill period ms (token bucket, reduced)
 --       cleanup grace ms     0..ten years
@@ -45,10 +47,23 @@
 --
 -- Reply: an array of 1 + 7N values
 --   1      committed: 1 or 0 (integer)
---   then per key the seven fields of the v1 programs: status (bulk string),
---   serverNowMillis, effectiveNowMillis, limit, remaining, retryAfterMillis,
---   resetAtMillis (integers, exact below 2^53: each is checked integral and
---   in range before it is returned, else the program raises). An ALLOWED key
+--   then per key seven fields:
+--     status               ALLOWED | DENIED | CLOCK_UNSAFE |
+--                          STATE_INCOMPATIBLE | INVALID (bulk string)
+--     serverNowMillis      Redis TIME, read once for the batch
+--     effectiveNowMillis   serverNow, or the stored last-observed time when
+--                          the clock stepped back by at most the allowed
+--                          regression
+--     limit                the policy limit (0 for INVALID)
+--     remaining            after this request (0 for the failure statuses)
+--     retryAfterMillis     0 unless DENIED
+--     resetAtMillis        when the key is back to its full limit with no
+--                          traffic (docs/algorithms.md; 0 for the failure
+--                          statuses)
+--   The six numbers are integers, exact below 2^53: each is checked
+--   integral and in range before it is returned, else the program raises.
+--   CLOCK_UNSAFE and STATE_INCOMPATIBLE reply (serverNow, serverNow, limit,
+--   0, 0, 0), INVALID (serverNow, serverNow, 0, 0, 0, 0). An ALLOWED key
 --   that did not consume (the batch did not commit, or a check key) replies
 --   its remaining and reset-at before its cost (limiter.Check's held reply).
 -- Runs on Redis 7.0+ and Valkey.
@@ -75,15 +90,20 @@ local write, status, eff, lim
 -- serverNow formatted, once for every key that writes it.
 local nowS = false
 
--- rec: for a batch of several keys, R values per key i at (i-1)*R:
---   1 what a later key naming the same hash sees after key i: 0 nothing
---     (key i was INVALID: look further back), 1 no state, 2 incompatible,
---     3 a state of the 4 numbers that follow
---   2 last, 3 a, 4 b, 5 c  (the tentative write, or the state key i saw)
---   6 fresh (no hash before this call), 7 hashA, 8 hashC (the hash's a, c)
---   9 write (ALLOWED and not a check key), and to write it:
---   10 ttl, 11 held, 12 heldReset, 13 alg, 14 rev
+-- rec: for a batch of several keys, R values per key i, at
+-- (i - 1) * R + one of these offsets:
+--   R_KIND      what a later key naming the same hash sees after key i:
+--               0 nothing (key i was INVALID: look further back), 1 no
+--               state, 2 incompatible, 3 the state R_LAST..R_C
+--   R_LAST, R_A, R_B, R_C   the tentative write, or the state key i saw
+--   R_FRESH     no hash before this call
+--   R_HASH_A, R_HASH_C      the hash's a and c
+--   R_WRITE     ALLOWED and not a check key; to write it or, when the
+--               batch does not commit, to reply before the cost:
+--   R_TTL, R_HELD, R_HELD_RESET, R_ALG, R_REV
 -- All filled (no nil), so the table stays one array.
+local R_KIND, R_LAST, R_A, R_B, R_C, R_FRESH, R_HASH_A, R_HASH_C = 1, 2, 3, 4, 5, 6, 7, 8
+local R_WRITE, R_TTL, R_HELD, R_HELD_RESET, R_ALG, R_REV = 9, 10, 11, 12, 13, 14
 local R = 14
 local rec, out = false, false
 if n > 1 then
@@ -103,22 +123,12 @@ for i = 1, n do
     alg = 'token_bucket'
   end
   local role, failOpen = 0, false
-  -- Each number an integer in its range (NaN fails every comparison; the
-  -- two bytes are integers in [0, 255]).
-  local valid = flags <= 7
+  local valid
+-- #include valid.lua
   if valid then
     role = flags % 4
     failOpen = flags >= 4
   end
-  -- (valid.lua bounds p2 and p3.)
-  valid = valid and #policy <= 128 and find(policy, POLICY_ID)
-    and rev >= 1 and rev <= 4294967295 and rev % 1 == 0
-    and limit >= 0 and limit <= MAX and limit % 1 == 0
-    and p2 % 1 == 0 and p3 % 1 == 0
-    and grace >= 0 and grace <= MAX_DURATION and grace % 1 == 0
-    and maxRegression >= 0 and maxRegression <= MAX_DURATION and maxRegression % 1 == 0
-    and cost >= 1 and cost <= MAX and cost % 1 == 0 and cost <= limit
--- #include valid.lua
   -- A key that is not evaluated (INVALID, STATE_INCOMPATIBLE,
   -- CLOCK_UNSAFE) replies (serverNow, serverNow, limit or 0, 0, 0, 0).
   write = false
@@ -132,7 +142,7 @@ for i = 1, n do
     local j = 0
     if rec then
       for k = i - 1, 1, -1 do
-        if KEYS[k] == key and rec[(k - 1) * R + 1] ~= 0 then
+        if KEYS[k] == key and rec[(k - 1) * R + R_KIND] ~= 0 then
           j = k
           break
         end
@@ -143,8 +153,8 @@ for i = 1, n do
       fresh, hashA, hashC = st == nil, stA, stC
     else
       local o = (j - 1) * R
-      kind, stLast, stA, stB, stC, fresh, hashA, hashC =
-        rec[o + 1], rec[o + 2], rec[o + 3], rec[o + 4], rec[o + 5], rec[o + 6], rec[o + 7], rec[o + 8]
+      kind, stLast, stA, stB, stC, fresh, hashA, hashC = rec[o + R_KIND], rec[o + R_LAST], rec[o + R_A],
+        rec[o + R_B], rec[o + R_C], rec[o + R_FRESH], rec[o + R_HASH_A], rec[o + R_HASH_C]
       st = nil
       if kind == 2 then
         st = false
@@ -180,8 +190,8 @@ for i = 1, n do
       end
     end
   end
+-- #include exact.lua
   if rec then
-    local o = (i - 1) * R
     if valid then
       kind = 3
       if write then
@@ -191,20 +201,18 @@ for i = 1, n do
       elseif st == false then
         kind, stLast, stA, stB, stC, hashA, hashC = 2, 0, 0, 0, 0, 0, 0
       end
-    end
-    if write then
-      rec[o + 1], rec[o + 2], rec[o + 3], rec[o + 4], rec[o + 5], rec[o + 6], rec[o + 7],
-        rec[o + 8], rec[o + 9], rec[o + 10], rec[o + 11], rec[o + 12], rec[o + 13], rec[o + 14] =
-        kind, stLast, stA, stB, stC, fresh, hashA, hashC, true, ttl, held, heldReset, alg, rev
-    elseif kind ~= 0 then
-      rec[o + 1], rec[o + 2], rec[o + 3], rec[o + 4], rec[o + 5], rec[o + 6], rec[o + 7],
-        rec[o + 8], rec[o + 9], rec[o + 10], rec[o + 11], rec[o + 12], rec[o + 13], rec[o + 14] =
-        kind, stLast, stA, stB, stC, fresh, hashA, hashC, false, 0, 0, 0, false, 0
     else
-      rec[o + 1], rec[o + 2], rec[o + 3], rec[o + 4], rec[o + 5], rec[o + 6], rec[o + 7],
-        rec[o + 8], rec[o + 9], rec[o + 10], rec[o + 11], rec[o + 12], rec[o + 13], rec[o + 14] =
-        0, 0, 0, 0, 0, false, 0, 0, false, 0, 0, 0, false, 0
+      stLast, stA, stB, stC, fresh, hashA, hashC = 0, 0, 0, 0, false, 0, 0
     end
+    local wTtl, wHeld, wHeldReset, wAlg, wRev = 0, 0, 0, false, 0
+    if write then
+      wTtl, wHeld, wHeldReset, wAlg, wRev = ttl, held, heldReset, alg, rev
+    end
+    local o = (i - 1) * R
+    rec[o + R_KIND], rec[o + R_LAST], rec[o + R_A], rec[o + R_B], rec[o + R_C], rec[o + R_FRESH],
+      rec[o + R_HASH_A], rec[o + R_HASH_C], rec[o + R_WRITE], rec[o + R_TTL], rec[o + R_HELD],
+      rec[o + R_HELD_RESET], rec[o + R_ALG], rec[o + R_REV] =
+      kind, stLast, stA, stB, stC, fresh, hashA, hashC, write, wTtl, wHeld, wHeldReset, wAlg, wRev
   end
   -- limiter.Commits
   if role == 0 or role == 2 then
@@ -219,12 +227,6 @@ for i = 1, n do
       blocked = true
     end
   end
-  -- exact, for the three numbers the algorithm computed at once (eff is
-  -- the clock's, lim a checked argument).
-  if not (remaining >= 0 and remaining <= MAX and remaining % 1 == 0 and retry >= 0 and retry <= MAX
-      and retry % 1 == 0 and resetAt >= 0 and resetAt <= MAX and resetAt % 1 == 0) then
-    error('envoy-rls: inexact value')
-  end
   if out then
     local o = (i - 1) * 7
     out[o + 2], out[o + 3], out[o + 4], out[o + 5], out[o + 6], out[o + 7], out[o + 8] =
@@ -238,33 +240,29 @@ for i = 1, n do
     -- Key i's write, unless a later key naming the same hash writes (the
     -- last write of a key is the one committed).
     local o = (i - 1) * R
-    write = rec[o + 9]
+    write = rec[o + R_WRITE]
     if write and commit then
       key = KEYS[i]
       for k = i + 1, n do
-        if KEYS[k] == key and rec[(k - 1) * R + 9] then
+        if KEYS[k] == key and rec[(k - 1) * R + R_WRITE] then
           write = false
           break
         end
       end
       if write then
         now, a, b, c, fresh, hashA, hashC, ttl, alg, rev, policy =
-          rec[o + 2], rec[o + 3], rec[o + 4], rec[o + 5], rec[o + 6], rec[o + 7], rec[o + 8],
-          rec[o + 10], rec[o + 13], rec[o + 14], ARGV[(i - 1) * NARG + 1]
+          rec[o + R_LAST], rec[o + R_A], rec[o + R_B], rec[o + R_C], rec[o + R_FRESH], rec[o + R_HASH_A],
+          rec[o + R_HASH_C], rec[o + R_TTL], rec[o + R_ALG], rec[o + R_REV], ARGV[(i - 1) * NARG + 1]
       end
     elseif write then
-      held, heldReset = rec[o + 11], rec[o + 12]
+      held, heldReset = rec[o + R_HELD], rec[o + R_HELD_RESET]
     end
   end
   if write then
     if commit then
 -- #include store.lua
     else
-      -- Not consumed: the reply before the cost.
-      if not (held >= 0 and held <= MAX and held % 1 == 0 and heldReset >= 0 and heldReset <= MAX
-          and heldReset % 1 == 0) then
-        error('envoy-rls: inexact value')
-      end
+      -- Not consumed: the reply before the cost (exact.lua checked it).
       if out then
         local o = (i - 1) * 7
         out[o + 6], out[o + 8] = held, heldReset

@@ -10,9 +10,10 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"github.com/envoy-rls/envoy-rls/internal/deadline"
+	"github.com/envoy-rls/envoy-rls/internal/limitertest"
 	"github.com/envoy-rls/envoy-rls/pkg/descriptors"
 	"github.com/envoy-rls/envoy-rls/pkg/limiter"
+	"github.com/envoy-rls/envoy-rls/pkg/limiter/deadline"
 )
 
 // These tests drive the server's own logic with fake rules and a fake store
@@ -29,7 +30,7 @@ func fakeHarness(t *testing.T, store *fakeStore, mut func(*fakeRules)) *harness 
 		mut(fr)
 	}
 	store.now = fakeNow
-	return newHarness(t, func() Rules { return fr }, store, fixedClock{fakeNow})
+	return newHarness(t, func() Rules { return fr }, store, limitertest.NewClock(fakeNow))
 }
 
 func TestFakeOKThenOverLimit(t *testing.T) {

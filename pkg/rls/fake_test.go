@@ -136,10 +136,6 @@ func (f *fakeStore) Evaluate(ctx context.Context, batch []limiter.Request, out [
 	}
 }
 
-type fixedClock struct{ t time.Time }
-
-func (c fixedClock) Now() time.Time { return c.t }
-
 func TestFakeRulesSanity(t *testing.T) {
 	f := &fakeRules{domain: "d", rules: map[string]*descriptors.Rule{"k": fakeRule("p", 1, descriptors.UnitSecond)}}
 	if _, ok := f.Match("d", []descriptors.Entry{{Key: "k", Value: "v"}}); !ok {

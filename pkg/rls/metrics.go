@@ -30,8 +30,11 @@ const (
 	ResultShadowOverLimit = "shadow_over_limit"
 )
 
-// Metrics holds the service's Prometheus collectors. Build it with
-// NewMetrics on a registry the caller owns; it is safe for concurrent use.
+// Metrics holds the RPC metrics of the service: calls, decisions, store
+// latency, errors and fallbacks. The stores and the rule watcher count their
+// own (memory.NewMetrics, denycache.NewMetrics, the binary's reload
+// counter). Build it with NewMetrics on a registry the caller owns; it is
+// safe for concurrent use.
 type Metrics struct {
 	decisions    *prometheus.CounterVec
 	nearLimit    *prometheus.CounterVec
@@ -39,13 +42,8 @@ type Metrics struct {
 	storeErrors  *prometheus.CounterVec
 	storeLatency prometheus.Histogram
 	fallbacks    *prometheus.CounterVec
-	reloads      *prometheus.CounterVec
 	calls        *prometheus.CounterVec
 	callLatency  prometheus.Histogram
-	memRefused   prometheus.Counter
-	memExpired   prometheus.Counter
-	memEntries   prometheus.Gauge
-	cacheHits    prometheus.Counter
 
 	// Children resolved once, so that the hot path does not hash label
 	// values on every call.
@@ -97,10 +95,6 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			Namespace: MetricsNamespace, Name: "fallback_total",
 			Help: "Decisions answered by a policy's failure mode (open, closed) because the store failed.",
 		}, []string{"mode"}),
-		reloads: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: MetricsNamespace, Name: "config_reloads_total",
-			Help: "Rule reloads by result (success, failure).",
-		}, []string{"result"}),
 		calls: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: MetricsNamespace, Name: "calls_total",
 			Help: "ShouldRateLimit calls by gRPC status code.",
@@ -110,28 +104,11 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			Help:    "Duration of ShouldRateLimit calls, in the server.",
 			Buckets: latencyBuckets,
 		}),
-		memRefused: prometheus.NewCounter(prometheus.CounterOpts{
-			Namespace: MetricsNamespace, Name: "memory_refused_total",
-			Help: "Memory store evaluations refused because the entry bound was reached.",
-		}),
-		memExpired: prometheus.NewCounter(prometheus.CounterOpts{
-			Namespace: MetricsNamespace, Name: "memory_expired_total",
-			Help: "Memory store entries removed after their TTL.",
-		}),
-		memEntries: prometheus.NewGauge(prometheus.GaugeOpts{
-			Namespace: MetricsNamespace, Name: "memory_entries",
-			Help: "Entries held by the memory store.",
-		}),
-		cacheHits: prometheus.NewCounter(prometheus.CounterOpts{
-			Namespace: MetricsNamespace, Name: "local_cache_hits_total",
-			Help: "Limit decisions answered by the local deny cache (a store denial repeated until its retry time) instead of the store.",
-		}),
 		byPolicy: make(map[policyKey]*policyCounters),
 	}
 	for _, c := range []prometheus.Collector{
 		m.decisions, m.nearLimit, m.unmatched, m.storeErrors, m.storeLatency,
-		m.fallbacks, m.reloads, m.calls, m.callLatency, m.memRefused, m.memExpired, m.memEntries,
-		m.cacheHits,
+		m.fallbacks, m.calls, m.callLatency,
 	} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("rls: registering metrics: %w", err)
@@ -146,33 +123,8 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 	for _, mode := range []limiter.FailureMode{limiter.FailClosed, limiter.FailOpen} {
 		m.fallbackBy[mode] = m.fallbacks.WithLabelValues(mode.String())
 	}
-	// Pre-create the reload series so that dashboards see zeros.
-	m.reloads.WithLabelValues("success")
-	m.reloads.WithLabelValues("failure")
 	return m, nil
 }
-
-// ConfigReload counts one rule reload.
-func (m *Metrics) ConfigReload(ok bool) {
-	if ok {
-		m.reloads.WithLabelValues("success").Inc()
-		return
-	}
-	m.reloads.WithLabelValues("failure").Inc()
-}
-
-// MemoryRefused counts memory store evaluations refused at the entry bound.
-func (m *Metrics) MemoryRefused() { m.memRefused.Inc() }
-
-// MemoryExpired counts memory store entries removed after their TTL.
-func (m *Metrics) MemoryExpired(n int) { m.memExpired.Add(float64(n)) }
-
-// LocalCacheHits counts n limit decisions answered by the local deny cache
-// (it satisfies denycache.Observer as Hits).
-func (m *Metrics) LocalCacheHits(n int) { m.cacheHits.Add(float64(n)) }
-
-// MemoryEntries sets the number of entries held by the memory store.
-func (m *Metrics) MemoryEntries(n int) { m.memEntries.Set(float64(n)) }
 
 func (m *Metrics) observeCall(c codes.Code, d time.Duration) {
 	if int(c) < len(m.byCode) {

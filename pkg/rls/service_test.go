@@ -6,7 +6,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -18,6 +17,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
+	"github.com/envoy-rls/envoy-rls/internal/limitertest"
 	"github.com/envoy-rls/envoy-rls/pkg/descriptors"
 	"github.com/envoy-rls/envoy-rls/pkg/limiter"
 	"github.com/envoy-rls/envoy-rls/pkg/limiter/memory"
@@ -30,17 +30,6 @@ const rulesPath = "testdata/rules/rls.yaml"
 
 // t0 is 10s past a minute boundary: a minute window resets in 50s.
 var t0 = time.Date(2030, 1, 1, 0, 0, 10, 0, time.UTC)
-
-type testClock struct{ ns atomic.Int64 }
-
-func newTestClock() *testClock {
-	c := &testClock{}
-	c.ns.Store(t0.UnixNano())
-	return c
-}
-
-func (c *testClock) Now() time.Time          { return time.Unix(0, c.ns.Load()).UTC() }
-func (c *testClock) Advance(d time.Duration) { c.ns.Add(int64(d)) }
 
 // countingStore wraps a store, counts batches and requests, records
 // whether the call's deadline reached it, and can turn every outcome into a
@@ -87,7 +76,7 @@ func (c *countingStore) counts() (batches, requests int) {
 
 type realEnv struct {
 	*harness
-	clock *testClock
+	clock *limitertest.Clock
 	store *countingStore
 	snap  *descriptors.Snapshot
 }
@@ -103,7 +92,7 @@ func loadRules(t testing.TB) *descriptors.Snapshot {
 
 func newRealEnv(t *testing.T, opts ...harnessOpt) *realEnv {
 	t.Helper()
-	clock := newTestClock()
+	clock := limitertest.NewClock(t0)
 	mem, err := memory.New(memory.Config{Clock: clock, MaxEntries: 10_000})
 	if err != nil {
 		t.Fatal(err)

@@ -67,8 +67,8 @@ const (
 	evictScan = 16
 )
 
-// Observer is told about cache hits. (The binary counts them in
-// envoy_rls_local_cache_hits_total.)
+// Observer is told about cache hits. Metrics is the Prometheus one
+// (envoy_rls_local_cache_hits_total).
 type Observer interface {
 	// Hits reports n requests answered from the cache by one Evaluate.
 	Hits(n int)

@@ -8,21 +8,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/envoy-rls/envoy-rls/internal/limitertest"
 	"github.com/envoy-rls/envoy-rls/pkg/limiter"
 	"github.com/envoy-rls/envoy-rls/pkg/limiter/memory"
 )
-
-type fakeClock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func (c *fakeClock) Now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.t }
-func (c *fakeClock) Advance(d time.Duration) {
-	c.mu.Lock()
-	c.t = c.t.Add(d)
-	c.mu.Unlock()
-}
 
 // countingStore counts the requests that reach the store behind the cache
 // and records the modes they carried.
@@ -76,7 +65,7 @@ func subject(s string) limiter.SubjectDigest {
 }
 
 type env struct {
-	clock *fakeClock
+	clock *limitertest.Clock
 	back  *countingStore
 	hits  *hitCounter
 	cache *Cache
@@ -85,7 +74,7 @@ type env struct {
 func newEnv(t testing.TB, size int) *env {
 	t.Helper()
 	// An instant 100 ms into a second, so that a 1 s window has 900 ms left.
-	clk := &fakeClock{t: time.UnixMilli(1_700_000_000_100)}
+	clk := limitertest.NewClock(time.UnixMilli(1_700_000_000_100))
 	mem, err := memory.New(memory.Config{Clock: clk})
 	if err != nil {
 		t.Fatal(err)

@@ -60,11 +60,11 @@ func TestBatchOfOneMatchesGeneralPath(t *testing.T) {
 		for op := range 20_000 {
 			switch r := rng.IntN(100); {
 			case r < 10:
-				clock.Add(int64(rng.IntN(400)))
+				clock.Advance(time.Duration(rng.IntN(400)) * time.Millisecond)
 			case r == 10:
-				clock.Add(-int64(rng.IntN(3000))) // sometimes beyond the allowed regression
+				clock.Advance(-time.Duration(rng.IntN(3000)) * time.Millisecond) // sometimes beyond the allowed regression
 			case r == 11:
-				clock.Add(int64(rng.IntN(10_000)))
+				clock.Advance(time.Duration(rng.IntN(10_000)) * time.Millisecond)
 			}
 			p := policies[rng.IntN(len(policies))]
 			req := limiter.Request{Policy: p, Subject: subject(uint64(rng.IntN(40))), Cost: 1 + int64(rng.IntN(int(p.MaxCost())+1))}
@@ -190,7 +190,7 @@ func TestBatchMatchesModel(t *testing.T) {
 		subjects := 8 + rng.IntN(120) // a small table that grows while batches run
 		for op := range 5_000 {
 			if rng.IntN(8) == 0 {
-				clock.Add(int64(rng.IntN(600)))
+				clock.Advance(time.Duration(rng.IntN(600)) * time.Millisecond)
 			}
 			n := 2 + rng.IntN(5)
 			batch := make([]limiter.Request, n)
@@ -209,7 +209,7 @@ func TestBatchMatchesModel(t *testing.T) {
 			}
 			got, want := make([]limiter.Outcome, n), make([]limiter.Outcome, n)
 			s.Evaluate(ctx, batch, got)
-			m.evaluate(clock.Millis(), batch, want)
+			m.evaluate(clock.Now().UnixMilli(), batch, want)
 			for i := range batch {
 				if a, b := outcomeString(got[i]), outcomeString(want[i]); a != b {
 					t.Fatalf("seed %d op %d request %d of %+v:\nstore: %s\nmodel: %s", seed, op, i, batch, a, b)

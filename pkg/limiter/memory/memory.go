@@ -69,8 +69,8 @@ const (
 // 786,688.
 const MaxBytesPerEntry = 272
 
-// Observer is told what the store drops and refuses, so that the binary can
-// count it (Prometheus counters, say). Calls are made outside the shard locks
+// Observer is told what the store drops and refuses, so that it can be
+// counted; Metrics is the Prometheus one. Calls are made outside the shard locks
 // and concurrently from many goroutines; they must be cheap and safe for
 // concurrent use.
 type Observer interface {

@@ -16,19 +16,8 @@ import (
 
 const t0 int64 = 1_700_000_000_000
 
-// fakeClock is a settable clock, safe for concurrent use.
-type fakeClock struct{ ms atomic.Int64 }
-
-func newClock(ms int64) *fakeClock {
-	c := &fakeClock{}
-	c.ms.Store(ms)
-	return c
-}
-
-func (c *fakeClock) Now() time.Time     { return time.UnixMilli(c.ms.Load()) }
-func (c *fakeClock) Set(ms int64)       { c.ms.Store(ms) }
-func (c *fakeClock) Add(ms int64) int64 { return c.ms.Add(ms) }
-func (c *fakeClock) Millis() int64      { return c.ms.Load() }
+// newClock returns a test clock reading ms milliseconds after the epoch.
+func newClock(ms int64) *limitertest.Clock { return limitertest.NewClock(time.UnixMilli(ms)) }
 func subject(i uint64) limiter.SubjectDigest {
 	var d limiter.SubjectDigest
 	binary.LittleEndian.PutUint64(d[:], i*0x9E3779B97F4A7C15) // spread over shards
@@ -271,16 +260,16 @@ func TestClockUnsafe(t *testing.T) {
 	p := fixedPolicy(t, 5, time.Minute)
 	r := limiter.Request{Policy: p, Subject: subject(1), Cost: 1}
 	eval1(s, context.Background(), r)
-	clock.Set(t0 + 5000 - 2001)
+	clock.Set(time.UnixMilli(t0 + 5000 - 2001))
 	if o := eval1(s, context.Background(), r); o.Kind != limiter.Unavailable || o.Category != limiter.CategoryClockUnsafe ||
 		!errors.Is(o.Err, limiter.ErrClockUnsafe) || o.RetryAfter <= 0 {
 		t.Fatalf("large regression: %+v", o)
 	}
-	clock.Set(t0 + 5000 - 2000)
+	clock.Set(time.UnixMilli(t0 + 5000 - 2000))
 	if o := eval1(s, context.Background(), r); !o.Decision.Allowed || o.Decision.Remaining != 3 {
 		t.Fatalf("clamped regression: %+v", o)
 	}
-	clock.Set(-1)
+	clock.Set(time.UnixMilli(-1))
 	if o := eval1(s, context.Background(), r); o.Kind != limiter.Unavailable || o.Category != limiter.CategoryClockUnsafe {
 		t.Fatalf("clock before the epoch: %+v", o)
 	}
@@ -294,12 +283,12 @@ func TestExpiry(t *testing.T) {
 	for i := range uint64(10) {
 		eval1(s, context.Background(), limiter.Request{Policy: p, Subject: subject(i), Cost: 1})
 	}
-	clock.Set(t0 + 2000)
+	clock.Set(time.UnixMilli(t0 + 2000))
 	if n := s.SweepExpired(); n != 0 || s.Len() != 10 {
 		t.Fatalf("sweep at the expiry millisecond dropped %d, Len %d", n, s.Len())
 	}
 	// Lazy expiry: an expired state reads as none.
-	clock.Set(t0 + 2001)
+	clock.Set(time.UnixMilli(t0 + 2001))
 	o := eval1(s, context.Background(), limiter.Request{Policy: p, Subject: subject(0), Cost: 5})
 	if !o.Decision.Allowed || obs.expired.Load() != 1 {
 		t.Fatalf("lazy expiry: %+v, expired %d", o, obs.expired.Load())
@@ -310,13 +299,13 @@ func TestExpiry(t *testing.T) {
 	// Token bucket: the state lives until the bucket is full again + grace.
 	tb := policy(t, limiter.PolicySpec{ID: "tb", Algorithm: limiter.TokenBucket, CleanupGrace: 500 * time.Millisecond,
 		Params: limiter.TokenBucketParams{Capacity: 10, RefillAmount: 1, RefillPeriod: time.Second}})
-	clock.Set(t0)
+	clock.Set(time.UnixMilli(t0))
 	eval1(s, context.Background(), limiter.Request{Policy: tb, Subject: subject(99), Cost: 4}) // full again at t0+4000
-	clock.Set(t0 + 4500)
+	clock.Set(time.UnixMilli(t0 + 4500))
 	if n := s.SweepExpired(); n != 1 { // subject(0)'s fixed-window state from t0+2001 expires at t0+4000
 		t.Fatalf("sweep at t0+4500 dropped %d, want 1", n)
 	}
-	clock.Set(t0 + 4501)
+	clock.Set(time.UnixMilli(t0 + 4501))
 	if n := s.SweepExpired(); n != 1 || s.Len() != 0 {
 		t.Fatalf("sweep at t0+4501 dropped %d, Len %d; want the bucket gone", n, s.Len())
 	}
@@ -348,7 +337,7 @@ func TestCapacityBound(t *testing.T) {
 		t.Fatalf("Len %d refused %d", s.Len(), obs.refused.Load())
 	}
 	// Once entries expire, a full shard makes room for a new subject.
-	clock.Set(t0 + 2001)
+	clock.Set(time.UnixMilli(t0 + 2001))
 	if o := eval1(s, ctx, limiter.Request{Policy: p, Subject: subject(4), Cost: 1}); !o.Decision.Allowed {
 		t.Fatalf("after expiry: %+v", o)
 	}
@@ -424,7 +413,7 @@ func TestHammerTokenBucket(t *testing.T) {
 			out := make([]limiter.Outcome, 1)
 			for i := range 200 {
 				if g == 0 && i%2 == 0 {
-					clock.Add(1)
+					clock.Advance(time.Millisecond)
 				}
 				s.Evaluate(context.Background(), batch, out)
 				if out[0].Kind != limiter.Evaluated {
@@ -438,7 +427,7 @@ func TestHammerTokenBucket(t *testing.T) {
 		})
 	}
 	wg.Wait()
-	elapsed := clock.Millis() - t0
+	elapsed := clock.Now().UnixMilli() - t0
 	bound := capacity + amount*elapsed/periodMs
 	if got := admitted.Load(); got > bound || got < capacity {
 		t.Fatalf("admitted %d tokens over %dms, bound %d", got, elapsed, bound)

@@ -34,22 +34,22 @@ func (e *env) runBatch(reqs []batchReq) (bool, []limiter.Reply) {
 		args = lua.AppendBatchArgs(args, r.p, r.cost, r.role)
 		pols[i] = r.p
 	}
+	return e.runBatchKeys(keys, args, pols)
+}
+
+// runBatchKeys calls rate-batch-v1.lua on keys with args and parses its
+// reply as the store does (replyValues, lua.ParseBatchReply for pols, one
+// per key).
+func (e *env) runBatchKeys(keys, args []string, pols []*limiter.Policy) (bool, []limiter.Reply) {
+	e.t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	msgs, err := batchScript.Exec(ctx, e.store.client, keys, args).ToArray()
 	if err != nil {
 		e.t.Fatalf("rate-batch-v1: %v", err)
 	}
-	vals := make([]lua.Value, len(msgs))
-	for i := range msgs {
-		if msgs[i].IsInt64() {
-			vals[i].Int, _ = msgs[i].ToInt64()
-			vals[i].IsInt = true
-		} else {
-			vals[i].Str, _ = msgs[i].ToString()
-		}
-	}
-	replies := make([]limiter.Reply, len(reqs))
+	vals := replyValues(nil, msgs)
+	replies := make([]limiter.Reply, len(keys))
 	committed, err := lua.ParseBatchReply(pols, vals, replies)
 	if err != nil {
 		e.t.Fatalf("rate-batch-v1 reply: %v (%+v)", err, vals)

@@ -88,9 +88,9 @@ func BenchmarkEvaluate(b *testing.B) {
 // BenchmarkDescriptors measures one Envoy request carrying n descriptors (n
 // fixed-window limits on distinct subjects, all allowed) from GOMAXPROCS*8
 // goroutines, two ways: "batch", the store (one rate-batch-v1.lua call per
-// request), and "per-descriptor", the evaluation this store did before the
-// batch program (one single-key v1 program per limit, sent concurrently and
-// auto-pipelined), kept here as a benchmark-only helper. It reports, from
+// request), and "per-descriptor" (one rate-batch-v1.lua call of one key
+// per limit, sent concurrently and auto-pipelined), a benchmark-only
+// helper that shows what batching saves. It reports, from
 // INFO, what Redis did per Envoy request: commands (calls of every command
 // the client sent), usec per EVALSHA (commandstats: wall time inside Redis,
 // inflated when Redis is preempted on a busy machine) and Redis main-thread
@@ -111,8 +111,8 @@ func BenchmarkDescriptors(b *testing.B) {
 			go func() {
 				defer wg.Done()
 				r := &req[j]
-				key := string(r.Key(nil))
-				res := v1Scripts[p.Algorithm()].Exec(ctx, s.client, []string{key}, lua.AppendArgs(nil, r.Policy, r.Cost))
+				key := string(requestKey(nil, r))
+				res := batchScript.Exec(ctx, s.client, []string{key}, lua.AppendBatchArgs(nil, r.Policy, r.Cost, limiter.ModeOrdinary))
 				if res.Error() != nil {
 					out[j] = limiter.IndeterminateOutcome(0, res.Error())
 					return

@@ -61,7 +61,7 @@ func TestClusterBatch(t *testing.T) {
 		us, ts := subjectOf(prefix+"/user"), subjectOf(prefix+"/tenant")
 		ureq := limiter.Request{Policy: user, Subject: us, Cost: 1, Tag: tagA}
 		treq := limiter.Request{Policy: tenant, Subject: ts, Cost: 1, Tag: tagB}
-		ukey := string(ureq.Key(nil))
+		ukey := string(requestKey(nil, &ureq))
 		out := make([]limiter.Outcome, 2)
 		s.Evaluate(context.Background(), []limiter.Request{treq}, out[:1]) // exhaust the tenant
 		if !out[0].Decision.Consumed {
@@ -123,7 +123,7 @@ func TestClusterBatch(t *testing.T) {
 				t.Fatalf("call %d: a %+v b %+v, want %+v", i, da, db, want)
 			}
 		}
-		if v := hget(string(b.Key(nil)), "b"); v != "2" {
+		if v := hget(string(requestKey(nil, &b)), "b"); v != "2" {
 			t.Fatalf("qb consumed %s, want 2", v)
 		}
 	})
@@ -132,5 +132,5 @@ func TestClusterBatch(t *testing.T) {
 func tagKey(tag limiter.Tag) string {
 	var sub limiter.SubjectDigest
 	p, _ := limiter.NewPolicy(limiter.PolicySpec{ID: "k", Algorithm: limiter.FixedWindow, Params: limiter.FixedWindowParams{Limit: 1, Window: time.Second}})
-	return string(limiter.StorageKey(nil, p, sub, tag))
+	return string(StorageKey(nil, p, sub, tag))
 }

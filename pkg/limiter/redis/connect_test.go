@@ -92,8 +92,9 @@ func TestConnectRejectsBadConfig(t *testing.T) {
 	}
 }
 
-// fakeClock hands each wait of a Connector to the test, which fires it.
-type fakeClock struct {
+// fakeTimer stands in for time.After: it hands each wait of a Connector to
+// the test, which fires it.
+type fakeTimer struct {
 	waits chan fakeWait
 }
 
@@ -103,16 +104,16 @@ type fakeWait struct {
 	stopped *atomic.Bool
 }
 
-func newFakeClock() *fakeClock { return &fakeClock{waits: make(chan fakeWait, 1)} }
+func newFakeTimer() *fakeTimer { return &fakeTimer{waits: make(chan fakeWait, 1)} }
 
-func (f *fakeClock) after(d time.Duration) (<-chan time.Time, func() bool) {
+func (f *fakeTimer) after(d time.Duration) (<-chan time.Time, func() bool) {
 	w := fakeWait{d: d, fire: make(chan time.Time, 1), stopped: new(atomic.Bool)}
 	f.waits <- w
 	return w.fire, func() bool { w.stopped.Store(true); return true }
 }
 
 // next returns the Connector's next wait, failing the test if none comes.
-func (f *fakeClock) next(t *testing.T) fakeWait {
+func (f *fakeTimer) next(t *testing.T) fakeWait {
 	t.Helper()
 	select {
 	case w := <-f.waits:
@@ -150,7 +151,7 @@ func refused(n int) error {
 	return fmt.Errorf("attempt %d: %w", n, &net.OpError{Op: "dial", Net: "tcp", Err: errors.New("connection refused")})
 }
 
-// TestConnectorRetries drives the attempt loop with a fake dial and clock:
+// TestConnectorRetries drives the attempt loop with a fake dial and timer:
 // four failures with the backoff's waits, requests Unavailable meanwhile,
 // then the real Store of a Redis server.
 func TestConnectorRetries(t *testing.T) {
@@ -166,8 +167,8 @@ func TestConnectorRetries(t *testing.T) {
 		OnFailure: func(a Attempt) { attempts <- a },
 		OnConnect: func(n int) { connected <- n },
 	})
-	clock := newFakeClock()
-	c.after = clock.after
+	timer := newFakeTimer()
+	c.after = timer.after
 	c.jitter = func() float64 { return 0.5 }
 	var dials atomic.Int32
 	const failures = 4
@@ -194,7 +195,7 @@ func TestConnectorRetries(t *testing.T) {
 		if a.N != n || a.Wait != want || a.Operator || !strings.Contains(a.Err.Error(), fmt.Sprintf("attempt %d:", n)) {
 			t.Fatalf("step %d: %+v, want attempt %d waiting %v, no operator", i, a, n, want)
 		}
-		w := clock.next(t)
+		w := timer.next(t)
 		if w.d != want {
 			t.Fatalf("step %d: waits %v, want %v", i, w.d, want)
 		}
@@ -252,12 +253,12 @@ func TestConnectorRetries(t *testing.T) {
 func TestConnectorCloseWhileWaiting(t *testing.T) {
 	b, _ := Backoff{}.validated()
 	c := newConnector(ConnectOptions{Backoff: b})
-	clock := newFakeClock()
-	c.after = clock.after
+	timer := newFakeTimer()
+	c.after = timer.after
 	c.jitter = func() float64 { return 0 }
 	c.dial = func(context.Context) (*Store, error) { return nil, refused(1) }
 	go c.run()
-	w := clock.next(t)
+	w := timer.next(t)
 	if w.d != DefaultBackoffInitial/2 {
 		t.Fatalf("first wait %v, want %v", w.d, DefaultBackoffInitial/2)
 	}
@@ -281,7 +282,7 @@ func TestConnectorCloseWhileWaiting(t *testing.T) {
 func TestConnectorCloseAfterFailedDial(t *testing.T) {
 	b, _ := Backoff{}.validated()
 	c := newConnector(ConnectOptions{Backoff: b})
-	c.after = newFakeClock().after
+	c.after = newFakeTimer().after
 	c.dial = func(context.Context) (*Store, error) { return nil, refused(1) }
 	// jitter runs after the dial has failed and before its cause is set:
 	// hold it there until Close has cancelled the loop.
@@ -313,7 +314,7 @@ func TestConnectorCloseWhileDialling(t *testing.T) {
 	b, _ := Backoff{}.validated()
 	failures := make(chan Attempt, 1)
 	c := newConnector(ConnectOptions{Backoff: b, OnFailure: func(a Attempt) { failures <- a }})
-	c.after = newFakeClock().after
+	c.after = newFakeTimer().after
 	c.jitter = func() float64 { return 0 }
 	dialling := make(chan struct{})
 	late := make(chan *Store, 1)

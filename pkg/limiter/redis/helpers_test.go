@@ -7,8 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/redis/rueidis"
-
 	"github.com/envoy-rls/envoy-rls/internal/redistest"
 	"github.com/envoy-rls/envoy-rls/pkg/limiter"
 	"github.com/envoy-rls/envoy-rls/pkg/lua"
@@ -103,37 +101,43 @@ func (e *env) pttl(key string) int64 {
 	return e.do("PTTL", key).(int64)
 }
 
-// v1Scripts holds the single-key v1 programs (index: limiter.Algorithm),
-// which the store no longer runs but whose parity with limiter.Apply (and
-// with the batch program, on the same state) the tests keep checking.
-var v1Scripts = func() [4]*rueidis.Lua {
-	var s [4]*rueidis.Lua
-	for _, p := range lua.Programs() {
-		s[p.Algorithm] = rueidis.NewLuaScript(p.Source)
-	}
-	return s
-}()
-
-// run executes the policy's single-key v1 program directly and returns the
-// parsed reply.
+// run evaluates one request of cost on key with rate-batch-v1.lua, the
+// program the store sends, as the only key of the batch, and returns the
+// key's parsed reply. The batch commits exactly when the key is ALLOWED.
 func (e *env) run(p *limiter.Policy, key string, cost int64) limiter.Reply {
 	e.t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	res := v1Scripts[p.Algorithm()].Exec(ctx, e.store.client, []string{key}, lua.AppendArgs(nil, p, cost))
-	msgs, err := res.ToArray()
-	if err != nil {
-		e.t.Fatalf("run %s: %v", p.ID(), err)
-	}
-	fields := make([]string, len(msgs))
-	for i := range msgs {
-		if fields[i], err = msgs[i].ToString(); err != nil {
-			e.t.Fatalf("run %s: field %d: %v", p.ID(), i, err)
+	return e.runAmong(p, key, cost, 0, 1)
+}
+
+// runAmong is run with key at index pos of a batch of n keys: the others
+// are check-role keys of the same policy on subjects of their own (fresh
+// hashes), which never block the commit and never write, so key's reply,
+// hash and TTL are what they would be alone.
+func (e *env) runAmong(p *limiter.Policy, key string, cost int64, pos, n int) limiter.Reply {
+	e.t.Helper()
+	keys := make([]string, n)
+	pols := make([]*limiter.Policy, n)
+	var args []string
+	for i := range n {
+		pols[i] = p
+		if i == pos {
+			keys[i] = key
+			args = lua.AppendBatchArgs(args, p, cost, limiter.ModeOrdinary)
+			continue
 		}
+		keys[i] = keyOf(p, subjectOf("companion "+strconv.Itoa(i)))
+		e.do("DEL", keys[i])
+		args = lua.AppendBatchArgs(args, p, 1, limiter.ModeCheck)
 	}
-	r, err := lua.ParseReply(p, fields)
-	if err != nil {
-		e.t.Fatalf("run %s: %v (fields %q)", p.ID(), err, fields)
+	committed, replies := e.runBatchKeys(keys, args, pols)
+	r := replies[pos]
+	if committed != (r.Status == limiter.StatusAllowed) {
+		e.t.Fatalf("run %s: committed %v with %s", p.ID(), committed, r.Status)
+	}
+	for i := range keys {
+		if i != pos && e.do("EXISTS", keys[i]) != int64(0) {
+			e.t.Fatalf("run %s: the check key at %d wrote state", p.ID(), i)
+		}
 	}
 	return r
 }
@@ -159,7 +163,7 @@ func stateHash(st limiter.State) map[string]string {
 func subjectOf(s string) limiter.SubjectDigest { return sha256.Sum256([]byte(s)) }
 
 func keyOf(p *limiter.Policy, subject limiter.SubjectDigest) string {
-	return string(limiter.StorageKey(nil, p, subject, limiter.Tag{}))
+	return string(StorageKey(nil, p, subject, limiter.Tag{}))
 }
 
 func mustPolicy(t testing.TB, spec limiter.PolicySpec) *limiter.Policy {

@@ -2,9 +2,12 @@ package redis
 
 import (
 	"context"
+	"encoding/binary"
+	"math"
 	"math/rand/v2"
 	"reflect"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -12,15 +15,23 @@ import (
 	"github.com/envoy-rls/envoy-rls/pkg/lua"
 )
 
-// The parity suite runs the Lua programs on a real Redis and checks every
-// reply field and the resulting hash and TTL against limiter.Apply (the Go
+// The parity suite runs rate-batch-v1.lua, the program the store sends, on
+// a real Redis, with one key and among several, and checks every reply
+// field and the resulting hash and TTL against limiter.Apply (the Go
 // rules the memory store uses) given the same state and the same server time
 // (the reply's serverNowMillis). Time-dependent cases are driven by writing
 // state relative to the server's TIME, never by setting a clock.
 
-// checkParity seeds st (or deletes the key when !st.Exists), runs the program
-// and compares with Apply. It returns the reply.
+// checkParity seeds st (or deletes the key when !st.Exists), runs the batch
+// program with key alone and compares with Apply. It returns the reply.
 func checkParity(t *testing.T, e *env, p *limiter.Policy, key string, st limiter.State, cost int64) limiter.Reply {
+	t.Helper()
+	return checkParityAmong(t, e, p, key, st, cost, 0, 1)
+}
+
+// checkParityAmong is checkParity with key at index pos of a batch of n
+// keys (env.runAmong).
+func checkParityAmong(t *testing.T, e *env, p *limiter.Policy, key string, st limiter.State, cost int64, pos, n int) limiter.Reply {
 	t.Helper()
 	if st.Exists {
 		e.seed(key, st)
@@ -30,7 +41,7 @@ func checkParity(t *testing.T, e *env, p *limiter.Policy, key string, st limiter
 	before := e.dump(key)
 	beforeTTL := e.pttl(key)
 	start := time.Now()
-	got := e.run(p, key, cost)
+	got := e.runAmong(p, key, cost, pos, n)
 	next, want, write := limiter.Apply(st, got.ServerNowMs, p, cost)
 	if got != want {
 		t.Fatalf("%s cost %d state %+v:\n lua  %+v\n go   %+v", p.ID(), cost, st, got, want)
@@ -132,42 +143,50 @@ func TestExactBoundaryAfterDeniedRequest(t *testing.T) {
 	}
 }
 
+// TestClockRegression: with the key alone and as the second of three keys.
 func TestClockRegression(t *testing.T) {
 	e := newEnv(t)
-	for _, p := range []*limiter.Policy{fixed(t, "c.fw", 5, time.Hour), sliding(t, "c.sw", 5, time.Hour), bucket(t, "c.tb", 5, 1, time.Second)} {
-		key := keyOf(p, subjectOf("clock"))
-		now := e.serverNow()
-		w := now / p.WindowMillis()
-		// Excessive: the stored last-observed time is 10s ahead of the
-		// server (max regression 2s): CLOCK_UNSAFE, byte-for-byte unchanged.
-		last := now + 10_000
-		st := stateOf(p, last, w, 1, 0)
-		if p.Algorithm() == limiter.TokenBucket {
-			st = stateOf(p, last, 2, last, 0)
+	for _, c := range []struct{ pos, n int }{{0, 1}, {1, 3}} {
+		for _, p := range []*limiter.Policy{fixed(t, "c.fw", 5, time.Hour), sliding(t, "c.sw", 5, time.Hour), bucket(t, "c.tb", 5, 1, time.Second)} {
+			clockRegression(t, e, p, c.pos, c.n)
 		}
-		// checkParity compares DUMP before and after and checks the TTL was
-		// not extended.
-		r := checkParity(t, e, p, key, st, 1)
-		if r.Status != limiter.StatusClockUnsafe {
-			t.Fatalf("%s: %s, want CLOCK_UNSAFE", p.ID(), r.Status)
-		}
-		before := e.dump(key)
-		if o := e.evaluate(p, subjectOf("clock"), 1); o.Kind != limiter.Unavailable || o.Category != limiter.CategoryClockUnsafe {
-			t.Fatalf("%s: store outcome %v/%s, want unavailable/clock_unsafe", p.ID(), o.Kind, o.Category)
-		}
-		if after := e.dump(key); !reflect.DeepEqual(after, before) {
-			t.Fatalf("%s: CLOCK_UNSAFE through the store changed the state", p.ID())
-		}
-		// Small: 1s ahead is clamped: effective now is the stored time.
-		last = e.serverNow() + 1_000
-		st.LastObservedMs = last
-		if p.Algorithm() == limiter.TokenBucket {
-			st.B = last
-		}
-		r = checkParity(t, e, p, key, st, 1)
-		if r.Status != limiter.StatusAllowed || r.EffectiveNowMs != last {
-			t.Fatalf("%s: clamped step: %+v, want ALLOWED at %d", p.ID(), r, last)
-		}
+	}
+}
+
+func clockRegression(t *testing.T, e *env, p *limiter.Policy, pos, n int) {
+	t.Helper()
+	key := keyOf(p, subjectOf("clock"))
+	now := e.serverNow()
+	w := now / p.WindowMillis()
+	// Excessive: the stored last-observed time is 10s ahead of the
+	// server (max regression 2s): CLOCK_UNSAFE, byte-for-byte unchanged.
+	last := now + 10_000
+	st := stateOf(p, last, w, 1, 0)
+	if p.Algorithm() == limiter.TokenBucket {
+		st = stateOf(p, last, 2, last, 0)
+	}
+	// checkParity compares DUMP before and after and checks the TTL was
+	// not extended.
+	r := checkParityAmong(t, e, p, key, st, 1, pos, n)
+	if r.Status != limiter.StatusClockUnsafe {
+		t.Fatalf("%s: %s, want CLOCK_UNSAFE", p.ID(), r.Status)
+	}
+	before := e.dump(key)
+	if o := e.evaluate(p, subjectOf("clock"), 1); o.Kind != limiter.Unavailable || o.Category != limiter.CategoryClockUnsafe {
+		t.Fatalf("%s: store outcome %v/%s, want unavailable/clock_unsafe", p.ID(), o.Kind, o.Category)
+	}
+	if after := e.dump(key); !reflect.DeepEqual(after, before) {
+		t.Fatalf("%s: CLOCK_UNSAFE through the store changed the state", p.ID())
+	}
+	// Small: 1s ahead is clamped: effective now is the stored time.
+	last = e.serverNow() + 1_000
+	st.LastObservedMs = last
+	if p.Algorithm() == limiter.TokenBucket {
+		st.B = last
+	}
+	r = checkParityAmong(t, e, p, key, st, 1, pos, n)
+	if r.Status != limiter.StatusAllowed || r.EffectiveNowMs != last {
+		t.Fatalf("%s: clamped step: %+v, want ALLOWED at %d", p.ID(), r, last)
 	}
 }
 
@@ -216,6 +235,8 @@ func TestMalformedStateIsIncompatible(t *testing.T) {
 	p := fixed(t, "m.fw", 5, time.Hour)
 	sub := subjectOf("malformed")
 	key := keyOf(p, sub)
+	okSub := subjectOf("malformed, valid")
+	okKey := keyOf(p, okSub)
 	good := map[string]string{"schema": "1", "alg": "fixed_window", "policy": "m.fw", "rev": "1", "last": "1000", "a": "1", "b": "1", "c": "0"}
 	with := func(k, v string) map[string]string {
 		m := make(map[string]string, len(good))
@@ -259,6 +280,21 @@ func TestMalformedStateIsIncompatible(t *testing.T) {
 		if after := e.dump(key); !reflect.DeepEqual(after, before) {
 			t.Errorf("%s: state changed", name)
 		}
+		// After a valid key of a fresh hash, in one batch: the same
+		// outcome, and the batch does not commit (the other key stays
+		// unwritten).
+		e.do("DEL", okKey)
+		out := make([]limiter.Outcome, 2)
+		e.store.Evaluate(context.Background(), []limiter.Request{{Policy: p, Subject: okSub, Cost: 1}, {Policy: p, Subject: sub, Cost: 1}}, out)
+		if o := out[1]; o.Kind != limiter.Incompatible || o.Category != limiter.CategoryStateIncompatible {
+			t.Errorf("%s, second of two: outcome %v/%s (%v), want incompatible/state_incompatible", name, o.Kind, o.Category, o.Err)
+		}
+		if after := e.dump(key); !reflect.DeepEqual(after, before) {
+			t.Errorf("%s, second of two: state changed", name)
+		}
+		if e.do("EXISTS", okKey) != int64(0) {
+			t.Errorf("%s, second of two: the batch committed", name)
+		}
 	}
 	sp := sliding(t, "m.sw", 5, time.Hour)
 	skey := keyOf(sp, sub)
@@ -280,47 +316,92 @@ func (e *env) seedRaw(key string, m map[string]string) {
 	e.do("PEXPIRE", key, "600000")
 }
 
+// batchFields are the fields of one key of rate-batch-v1.lua, as
+// lua.AppendBatchArgs packs them, so that a test can put any value in any
+// field.
+type batchFields struct {
+	policy                                         string
+	alg, flags                                     byte
+	rev, limit, p2, p3, grace, maxRegression, cost float64
+}
+
+func (f batchFields) args() []string {
+	b := []byte{f.alg, f.flags}
+	for _, v := range []float64{f.rev, f.limit, f.p2, f.p3, f.grace, f.maxRegression, f.cost} {
+		b = binary.BigEndian.AppendUint64(b, math.Float64bits(v))
+	}
+	return []string{f.policy, string(b)}
+}
+
+// TestInvalidArguments: every field of a key out of its range makes that
+// key INVALID (limit 0), blocks the batch and writes nothing, alone or with
+// a valid key.
 func TestInvalidArguments(t *testing.T) {
 	e := newEnv(t)
 	p := fixed(t, "inv", 5, time.Hour)
 	key := keyOf(p, subjectOf("invalid"))
-	good := lua.AppendArgs(nil, p, 1)
+	other := keyOf(p, subjectOf("invalid, valid"))
+	good := batchFields{policy: "inv", alg: byte(limiter.FixedWindow), rev: 1, limit: 5, p2: float64(time.Hour.Milliseconds()),
+		grace: float64(p.CleanupGraceMillis()), maxRegression: float64(p.MaxClockRegressionMillis()), cost: 1}
+	if got, want := good.args(), lua.AppendBatchArgs(nil, p, 1, limiter.ModeOrdinary); !reflect.DeepEqual(got, want) {
+		t.Fatalf("the test's encoding %q, the store's %q", got, want)
+	}
+	with := func(f func(*batchFields)) []string {
+		b := good
+		f(&b)
+		return b.args()
+	}
 	bad := map[string][]string{
-		"too few":          good[:7],
-		"too many":         append(append([]string{}, good...), "1"),
-		"cost 0":           replaceArg(good, 7, "0"),
-		"cost above max":   replaceArg(good, 7, "6"),
-		"negative limit":   replaceArg(good, 2, "-5"),
-		"float window":     replaceArg(good, 3, "1.5"),
-		"window 0":         replaceArg(good, 3, "0"),
-		"limit 2^53":       replaceArg(good, 2, "9007199254740992"),
-		"policy charset":   replaceArg(good, 0, "Policy!"),
-		"revision 0":       replaceArg(good, 1, "0"),
-		"max cost > limit": replaceArg(good, 4, "6"),
-		"hex":              replaceArg(good, 6, "0x10"),
+		"cost 0":                  with(func(b *batchFields) { b.cost = 0 }),
+		"cost above limit":        with(func(b *batchFields) { b.cost = 6 }),
+		"float cost":              with(func(b *batchFields) { b.cost = 1.5 }),
+		"negative limit":          with(func(b *batchFields) { b.limit = -5 }),
+		"limit 2^53":              with(func(b *batchFields) { b.limit = 1 << 53 }),
+		"float window":            with(func(b *batchFields) { b.p2 = 1.5 }),
+		"window 0":                with(func(b *batchFields) { b.p2 = 0 }),
+		"window above ten years":  with(func(b *batchFields) { b.p2 = 1 << 40 }),
+		"fixed window period":     with(func(b *batchFields) { b.p3 = 1 }),
+		"policy charset":          with(func(b *batchFields) { b.policy = "Policy!" }),
+		"policy empty":            with(func(b *batchFields) { b.policy = "" }),
+		"policy of 129":           with(func(b *batchFields) { b.policy = strings.Repeat("p", 129) }),
+		"revision 0":              with(func(b *batchFields) { b.rev = 0 }),
+		"revision 2^32":           with(func(b *batchFields) { b.rev = 1 << 32 }),
+		"negative grace":          with(func(b *batchFields) { b.grace = -1 }),
+		"NaN max regression":      with(func(b *batchFields) { b.maxRegression = math.NaN() }),
+		"infinite max regression": with(func(b *batchFields) { b.maxRegression = math.Inf(1) }),
+		"algorithm 0":             with(func(b *batchFields) { b.alg = 0 }),
+		"algorithm 4":             with(func(b *batchFields) { b.alg = 4 }),
+		"flags 8":                 with(func(b *batchFields) { b.flags = 8 }),
 	}
-	fw, _ := lua.ProgramFor(limiter.FixedWindow)
+	valid := lua.AppendBatchArgs(nil, p, 1, limiter.ModeOrdinary)
 	for name, args := range bad {
-		v := e.do(append([]string{"EVAL", fw.Source, "1", key}, args...)...).([]any)
-		if len(v) != 7 || v[0] != "INVALID" || v[3] != "0" {
-			t.Errorf("%s: reply %v, want INVALID", name, v)
-		}
-		if e.do("EXISTS", key) != int64(0) {
-			t.Errorf("%s: INVALID wrote state", name)
+		for _, c := range []struct {
+			keys []string
+			args []string
+			pos  int
+		}{
+			{[]string{key}, args, 0},
+			{[]string{other, key}, append(append([]string{}, valid...), args...), 1},
+		} {
+			e.do("DEL", key, other)
+			pols := make([]*limiter.Policy, len(c.keys))
+			for i := range pols {
+				pols[i] = p
+			}
+			committed, r := e.runBatchKeys(c.keys, c.args, pols)
+			if committed || r[c.pos].Status != limiter.StatusInvalid || r[c.pos].Limit != 0 {
+				t.Errorf("%s (%d keys): committed %v, reply %+v, want INVALID", name, len(c.keys), committed, r[c.pos])
+			}
+			if e.do("EXISTS", key, other) != int64(0) {
+				t.Errorf("%s (%d keys): a batch with an INVALID key wrote state", name, len(c.keys))
+			}
 		}
 	}
-	for _, prog := range lua.Programs() {
-		v := e.do("EVAL", prog.Source, "0").([]any)
-		if v[0] != "INVALID" {
-			t.Errorf("%s without keys or arguments: %v", prog.Name, v)
-		}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := batchScript.Exec(ctx, e.store.client, nil, nil).Error(); err == nil {
+		t.Error("rate-batch-v1 without keys or arguments replied")
 	}
-}
-
-func replaceArg(args []string, i int, v string) []string {
-	out := append([]string{}, args...)
-	out[i] = v
-	return out
 }
 
 func TestScriptFlushMidRun(t *testing.T) {
@@ -340,7 +421,7 @@ func TestScriptFlushMidRun(t *testing.T) {
 
 // TestRandomDifferential runs many random (policy, state, cost) triples,
 // including clamped and unsafe clocks, lowered limits, foreign revisions and
-// stale windows, through the programs and Apply.
+// stale windows, through the batch program and Apply.
 func TestRandomDifferential(t *testing.T) {
 	e := newEnv(t)
 	n := 400
@@ -382,7 +463,9 @@ func TestRandomDifferential(t *testing.T) {
 				st.Revision = 2 // a foreign revision: STATE_INCOMPATIBLE
 			}
 		}
-		checkParity(t, e, p, key, st, 1+rng.Int64N(p.MaxCost()))
+		// Alone, or at a random place among up to three other keys.
+		n := 1 + rng.IntN(4)
+		checkParityAmong(t, e, p, key, st, 1+rng.Int64N(p.MaxCost()), rng.IntN(n), n)
 	}
 }
 

@@ -191,6 +191,8 @@ func TestRedisKilledDuringLoad(t *testing.T) {
 					}
 				}
 				if counts[limiter.Evaluated].Load() == 0 {
+					// Pacing, not synchronisation: failing calls return
+					// at once; keep them from spinning the CPU.
 					time.Sleep(time.Millisecond)
 				}
 			}

@@ -38,8 +38,8 @@ import (
 
 	"github.com/redis/rueidis"
 
-	"github.com/envoy-rls/envoy-rls/internal/deadline"
 	"github.com/envoy-rls/envoy-rls/pkg/limiter"
+	"github.com/envoy-rls/envoy-rls/pkg/limiter/deadline"
 	"github.com/envoy-rls/envoy-rls/pkg/lua"
 )
 
@@ -269,7 +269,7 @@ func (s *Store) Evaluate(ctx context.Context, batch []limiter.Request, out []lim
 	kbuf := sc.kbuf[:0]
 	for i := range batch {
 		if roles[i] != invalidRole {
-			kbuf = batch[i].Key(kbuf)
+			kbuf = requestKey(kbuf, &batch[i])
 		}
 		ends[i] = len(kbuf)
 	}

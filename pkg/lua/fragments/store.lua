@@ -14,18 +14,12 @@ do
   if ttl < 1 then
     ttl = 1
   end
-  -- exact, for the four numbers the algorithm computed at once (now is
-  -- the clock's: serverNow or a stored last, both exact).
+  -- (exact.lua checked a, b, c, ttl and the expiry.)
   -- The key expires at now + ttl on the effective clock, which is
   -- ttl + (now - serverNow) ms from Redis's: the same instant for every
   -- write of one window (fixed window: windowEnd + grace; sliding window:
   -- the next window's end + grace), whatever the clock rule did to now.
   local px = ttl + now - serverNow
-  if not (a >= 0 and a <= MAX and a % 1 == 0
-      and b >= 0 and b <= MAX and b % 1 == 0 and c >= 0 and c <= MAX and c % 1 == 0
-      and ttl <= MAX and ttl % 1 == 0 and px <= MAX) then
-    error('envoy-rls: inexact value')
-  end
   local ls
   if now ~= serverNow then
     ls = format('%d', now)

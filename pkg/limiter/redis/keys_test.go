@@ -1,4 +1,4 @@
-package limiter_test
+package redis
 
 import (
 	"crypto/sha256"
@@ -11,8 +11,8 @@ import (
 	"github.com/envoy-rls/envoy-rls/pkg/limiter"
 )
 
-// referenceKey is StorageKey as first written (a streaming hasher): the
-// layout of keys already in Redis, which must never change.
+// referenceKey states the key layout apart from StorageKey (with a streaming
+// hasher): keys already in Redis have this layout, so it must never change.
 func referenceKey(p *limiter.Policy, subject limiter.SubjectDigest, tag limiter.Tag) string {
 	h := sha256.New()
 	var n [4]byte
@@ -42,11 +42,33 @@ func TestStorageKeyLayoutUnchanged(t *testing.T) {
 				sub[i] = byte(i * 7)
 			}
 			for _, tag := range []limiter.Tag{{}, {9, 8, 7, 6, 5, 4, 3, 2}} {
-				if got, want := string(limiter.StorageKey([]byte("pre:"), p, sub, tag)), "pre:"+referenceKey(p, sub, tag); got != want {
+				if got, want := string(StorageKey([]byte("pre:"), p, sub, tag)), "pre:"+referenceKey(p, sub, tag); got != want {
 					t.Fatalf("%s rev %d tag %x:\n got %s\nwant %s", id, rev, tag, got, want)
 				}
 			}
 		}
+	}
+}
+
+func TestStorageKeyTag(t *testing.T) {
+	p, err := limiter.NewPolicy(limiter.PolicySpec{ID: "f", Algorithm: limiter.FixedWindow,
+		Params: limiter.FixedWindowParams{Limit: 5, Window: time.Second}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sub limiter.SubjectDigest
+	sub[0] = 0xab
+	k := string(StorageKey(nil, p, sub, limiter.Tag{}))
+	if k[:23] != "rate:{ab00000000000000}" {
+		t.Fatalf("derived tag: %s", k)
+	}
+	tagged := string(StorageKey(nil, p, sub, limiter.Tag{1, 2, 3, 4, 5, 6, 7, 8}))
+	if tagged[:23] != "rate:{0102030405060708}" || tagged[23:] != k[23:] {
+		t.Fatalf("explicit tag: %s (derived %s)", tagged, k)
+	}
+	r := limiter.Request{Policy: p, Subject: sub, Tag: limiter.Tag{1, 2, 3, 4, 5, 6, 7, 8}}
+	if string(requestKey(nil, &r)) != tagged {
+		t.Fatal("requestKey differs from StorageKey")
 	}
 }
 
@@ -60,6 +82,6 @@ func BenchmarkStorageKey(b *testing.B) {
 	buf := make([]byte, 0, 128)
 	b.ReportAllocs()
 	for b.Loop() {
-		buf = limiter.StorageKey(buf[:0], p, sub, limiter.Tag{})
+		buf = StorageKey(buf[:0], p, sub, limiter.Tag{})
 	}
 }

@@ -15,6 +15,12 @@
 // bound their deadlines (pkg/rls and the Redis store: a minute at most,
 // so at most 60,000 entries of a few hundred bytes each: a channel, a
 // timer and a map slot).
+//
+// It lives beside the stores, not inside one of them, because two public
+// packages bound store calls with it: pkg/rls (the answer reserve it keeps
+// from the caller's deadline) and pkg/limiter/redis (the store's own
+// Timeout). It imports nothing of the module, so any store or server may
+// use it.
 package deadline
 
 import (

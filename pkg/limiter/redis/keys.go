@@ -1,13 +1,15 @@
-package limiter
+package redis
 
 import (
 	"crypto/sha256"
 	"encoding/binary"
 	"encoding/hex"
+
+	"github.com/envoy-rls/envoy-rls/pkg/limiter"
 )
 
-// StorageKey appends the physical store key of (policy, subject) to buf and
-// returns the extended slice. It is the one place that builds keys:
+// StorageKey appends the Redis key of the state of (policy, subject) to buf
+// and returns the extended slice. It is the one place that builds keys:
 //
 //	rate:{<tag>}:state:<hex(sha256(policyID, revision, algorithm, subject))>
 //
@@ -19,26 +21,31 @@ import (
 // it from an HMAC of a `colocate` entry, never from a raw value) share a slot.
 // A new revision, algorithm or tag yields a new key; the old state expires
 // by its TTL.
-func StorageKey(buf []byte, p *Policy, subject SubjectDigest, tag Tag) []byte {
+func StorageKey(buf []byte, p *limiter.Policy, subject limiter.SubjectDigest, tag limiter.Tag) []byte {
 	// The digest input is built on the stack and hashed in one call: no
 	// hasher to allocate or pool. Length-prefixed fields: no two inputs
 	// share an encoding. The policy ID is at most MaxPolicyIDLength bytes.
-	var in [4 + MaxPolicyIDLength + 4 + 1 + len(SubjectDigest{})]byte
-	id := p.spec.ID
+	var in [4 + limiter.MaxPolicyIDLength + 4 + 1 + len(limiter.SubjectDigest{})]byte
+	id := p.ID()
 	binary.BigEndian.PutUint32(in[0:], uint32(len(id)))
-	n := 4 + copy(in[4:4+MaxPolicyIDLength], id)
-	binary.BigEndian.PutUint32(in[n:], p.spec.Revision)
+	n := 4 + copy(in[4:4+limiter.MaxPolicyIDLength], id)
+	binary.BigEndian.PutUint32(in[n:], p.Revision())
 	n += 4
-	in[n] = byte(p.spec.Algorithm)
+	in[n] = byte(p.Algorithm())
 	n++
 	n += copy(in[n:], subject[:])
 	d := sha256.Sum256(in[:n])
 	buf = append(buf, "rate:{"...)
-	if tag == (Tag{}) {
+	if tag == (limiter.Tag{}) {
 		copy(tag[:], subject[:8])
 	}
 	buf = hex.AppendEncode(buf, tag[:])
 	buf = append(buf, "}:state:"...)
 	buf = hex.AppendEncode(buf, d[:])
 	return buf
+}
+
+// requestKey appends the Redis key of r's state to buf (StorageKey).
+func requestKey(buf []byte, r *limiter.Request) []byte {
+	return StorageKey(buf, r.Policy, r.Subject, r.Tag)
 }

@@ -1,0 +1,86 @@
+package memory_test
+
+import (
+	"bytes"
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/common/expfmt"
+
+	"github.com/envoy-rls/envoy-rls/pkg/limiter"
+	"github.com/envoy-rls/envoy-rls/pkg/limiter/memory"
+)
+
+// TestMetrics: as a store's Observer, Metrics counts refusals and expiries
+// under the names docs/operations.md lists.
+func TestMetrics(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	m, err := memory.NewMetrics(reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	clock := newClock(t0)
+	s := newStore(t, memory.Config{Clock: clock, MaxEntries: 1, Shards: 1, Observer: m})
+	p := fixedPolicy(t, 5, time.Second)
+	if o := eval1(s, context.Background(), limiter.Request{Policy: p, Subject: subject(0), Cost: 1}); !o.Decision.Allowed {
+		t.Fatalf("first subject: %+v", o)
+	}
+	if o := eval1(s, context.Background(), limiter.Request{Policy: p, Subject: subject(1), Cost: 1}); o.Category != limiter.CategoryCapacity {
+		t.Fatalf("second subject on a full store: %+v", o)
+	}
+	m.Entries(s.Len())
+	want := `
+# HELP envoy_rls_memory_entries Entries held by the memory store.
+# TYPE envoy_rls_memory_entries gauge
+envoy_rls_memory_entries 1
+# HELP envoy_rls_memory_expired_total Memory store entries removed after their TTL.
+# TYPE envoy_rls_memory_expired_total counter
+envoy_rls_memory_expired_total 0
+# HELP envoy_rls_memory_refused_total Memory store evaluations refused because the entry bound was reached.
+# TYPE envoy_rls_memory_refused_total counter
+envoy_rls_memory_refused_total 1
+`
+	if got := exposition(t, reg); got != strings.TrimPrefix(want, "\n") {
+		t.Fatalf("exposed:\n%s\nwant:\n%s", got, want)
+	}
+	clock.Set(time.UnixMilli(t0 + 10_000))
+	s.Sweep(clock.Now())
+	m.Entries(s.Len())
+	want = strings.NewReplacer("entries 1", "entries 0", "expired_total 0", "expired_total 1").Replace(want)
+	if got := exposition(t, reg); got != strings.TrimPrefix(want, "\n") {
+		t.Fatalf("exposed:\n%s\nwant:\n%s", got, want)
+	}
+}
+
+func TestNewMetricsErrors(t *testing.T) {
+	if _, err := memory.NewMetrics(nil); err == nil {
+		t.Fatal("nil registerer: no error")
+	}
+	reg := prometheus.NewRegistry()
+	if _, err := memory.NewMetrics(reg); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := memory.NewMetrics(reg); err == nil || !strings.Contains(err.Error(), "memory: registering metrics") {
+		t.Fatalf("second registration on one registry: %v", err)
+	}
+}
+
+// exposition is reg's metrics in the Prometheus text format, as /metrics
+// serves them.
+func exposition(t *testing.T, reg *prometheus.Registry) string {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var b bytes.Buffer
+	for _, mf := range mfs {
+		if _, err := expfmt.MetricFamilyToText(&b, mf); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return b.String()
+}
