@@ -100,6 +100,10 @@ func serveCommand(ctx context.Context, args []string, getenv func(string) string
 	return serve(ctx, o, getenv, log, h)
 }
 
+// serve runs the server until ctx is done or a server fails: it loads the
+// rules, opens the store, listens, serves gRPC and admin, reloads on SIGHUP
+// and file changes, then drains. Background work (sweeps, reloads, the
+// servers) ends with ctx; the store closes after all of it has returned.
 func serve(ctx context.Context, o Options, getenv func(string) string, log *zap.Logger, h hooks) error {
 	s := &server{opts: o, log: log, reg: prometheus.NewRegistry()}
 	s.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
@@ -115,26 +119,10 @@ func serve(ctx context.Context, o Options, getenv func(string) string, log *zap.
 		defer debug.SetGCPercent(debug.SetGCPercent(p))
 		log.Info("garbage collector target", zap.Int("gc_percent", p), zap.String("from", from))
 	}
-	secret, from, err := readSecret(&o, getenv)
-	if err != nil {
+	if err := s.loadRules(getenv, h); err != nil {
 		return err
 	}
-	s.rules, err = newRuleSet(o.Config, descriptors.Options{Secret: secret}, s.onReload)
-	if err != nil {
-		return rulesError(label("config", o.given), err)
-	}
-	if from == "random" {
-		log.Warn("no HMAC secret given (--hmac-secret-file or " + SecretEnv + "): using a random per-process secret; fine for the memory store, but subjects change on restart")
-	}
-	// The first load counts as a successful reload.
-	s.onReload(s.rules.w.Last())
-	if h.watcher != nil {
-		h.watcher(s.rules.w)
-	}
-	headers, _ := headerMode(o.DefaultHeaders) // checked by o.check
 
-	// Background work (sweeps, reloads, the servers) ends with ctx; the
-	// store closes after all of it has returned.
 	ctx, cancel := context.WithCancel(ctx)
 	var wg sync.WaitGroup
 	closeStore := func() {}
@@ -149,24 +137,13 @@ func serve(ctx context.Context, o Options, getenv func(string) string, log *zap.
 		return err
 	}
 	closeStore = closeFn
-	if h.wrapStore != nil {
-		store = h.wrapStore(store)
+	if err := s.frontStore(store, h); err != nil {
+		return err
 	}
-	if p, ok := store.(pinger); ok {
-		s.ping = p
-	}
-	if o.LocalCache {
-		// In front of the store (and of any test wrapper): it repeats the
-		// store's own denials.
-		if store, err = denycache.New(denycache.Config{Store: store, Size: o.LocalCacheSize, Observer: s.metrics.cache}); err != nil {
-			return err
-		}
-	}
-	s.store = store
-
+	headers, _ := headerMode(o.DefaultHeaders) // checked by o.check
 	svc, err := rls.New(rls.Config{
 		Rules:          s.rules.rules,
-		Store:          store,
+		Store:          s.store,
 		Metrics:        s.metrics.rpc,
 		Logger:         log,
 		DefaultHeaders: headers,
@@ -175,78 +152,14 @@ func serve(ctx context.Context, o Options, getenv func(string) string, log *zap.
 		return err
 	}
 
-	grpcLis, err := net.Listen("tcp", o.GRPCAddr)
+	grpcLis, adminLis, err := s.listen()
 	if err != nil {
-		return fmt.Errorf("%s: must be an address this process can listen on: %w", label("grpc-addr", o.given), err)
+		return err
 	}
-	adminLis, err := net.Listen("tcp", o.AdminAddr)
-	if err != nil {
-		_ = grpcLis.Close()
-		return fmt.Errorf("%s: must be an address this process can listen on: %w", label("admin-addr", o.given), err)
-	}
-
-	gs := grpc.NewServer(
-		// Envoy holds long-lived HTTP/2 connections and may be configured to
-		// ping them; accept pings down to 5s instead of closing the
-		// connection with "too many pings".
-		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 5 * time.Second, PermitWithoutStream: true}),
-		// Calls run on reused goroutines (up to this many at once; gRPC
-		// starts a goroutine per call beyond): a fresh goroutine per call
-		// grew its stack on every call through the Redis client (copystack
-		// was 15 % of server CPU in a profile at 64 calls).
-		grpc.NumStreamWorkers(streamWorkers),
-	)
-	rlsv3.RegisterRateLimitServiceServer(gs, svc)
-	s.health = health.NewServer()
-	healthpb.RegisterHealthServer(gs, s.health)
-	reflection.Register(gs)
-	s.setServing(true)
-
+	gs := s.grpcServer(svc)
 	admin := &http.Server{Handler: s.adminHandler(), ReadHeaderTimeout: 5 * time.Second}
-
-	errc := make(chan error, 2)
-	wg.Add(2)
-	go func() {
-		defer wg.Done()
-		if err := gs.Serve(grpcLis); err != nil {
-			errc <- fmt.Errorf("gRPC server: %w", err)
-		}
-	}()
-	go func() {
-		defer wg.Done()
-		if err := admin.Serve(adminLis); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			errc <- fmt.Errorf("admin server: %w", err)
-		}
-	}()
-
-	// Reloads: SIGHUP (or the test hook) and file changes.
-	hup := h.reloadSignals
-	if hup == nil {
-		sig := make(chan os.Signal, 1)
-		signal.Notify(sig, syscall.SIGHUP)
-		defer signal.Stop(sig)
-		hup = sig
-	}
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-hup:
-				log.Info("SIGHUP: reloading rules")
-				s.rules.reload()
-			}
-		}
-	}()
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		if err := s.rules.watch(ctx); err != nil && ctx.Err() == nil {
-			log.Error("rule file watcher stopped; SIGHUP still reloads", zap.Error(err))
-		}
-	}()
+	errc := startServers(&wg, gs, grpcLis, admin, adminLis)
+	defer s.startReloads(ctx, &wg, h)()
 
 	log.Info("serving",
 		zap.String("grpc_addr", grpcLis.Addr().String()),
@@ -270,6 +183,138 @@ func serve(ctx context.Context, o Options, getenv func(string) string, log *zap.
 		return fmt.Errorf("%w: %v", ErrFailed, runErr)
 	}
 	return nil
+}
+
+// loadRules reads the HMAC secret and the rules; the first load counts as a
+// successful reload.
+func (s *server) loadRules(getenv func(string) string, h hooks) error {
+	secret, from, err := readSecret(&s.opts, getenv)
+	if err != nil {
+		return err
+	}
+	s.rules, err = newRuleSet(s.opts.Config, descriptors.Options{Secret: secret}, s.onReload)
+	if err != nil {
+		return rulesError(label("config", s.opts.given), err)
+	}
+	if from == "random" {
+		s.log.Warn("no HMAC secret given (--hmac-secret-file or " + SecretEnv + "): using a random per-process secret; fine for the memory store, but subjects change on restart")
+	}
+	s.onReload(s.rules.w.Last())
+	if h.watcher != nil {
+		h.watcher(s.rules.w)
+	}
+	return nil
+}
+
+// frontStore sets s.store: store behind the test wrapper, if any, and the
+// local deny cache, if enabled. The deny cache sits in front of both: it
+// repeats the store's own denials.
+func (s *server) frontStore(store limiter.Store, h hooks) error {
+	if h.wrapStore != nil {
+		store = h.wrapStore(store)
+	}
+	if p, ok := store.(pinger); ok {
+		s.ping = p
+	}
+	if s.opts.LocalCache {
+		var err error
+		if store, err = denycache.New(denycache.Config{Store: store, Size: s.opts.LocalCacheSize, Observer: s.metrics.cache}); err != nil {
+			return err
+		}
+	}
+	s.store = store
+	return nil
+}
+
+// listen opens the gRPC and admin listeners (both or neither).
+func (s *server) listen() (grpcLis, adminLis net.Listener, err error) {
+	grpcLis, err = net.Listen("tcp", s.opts.GRPCAddr)
+	if err != nil {
+		return nil, nil, fmt.Errorf("%s: must be an address this process can listen on: %w", label("grpc-addr", s.opts.given), err)
+	}
+	adminLis, err = net.Listen("tcp", s.opts.AdminAddr)
+	if err != nil {
+		_ = grpcLis.Close()
+		return nil, nil, fmt.Errorf("%s: must be an address this process can listen on: %w", label("admin-addr", s.opts.given), err)
+	}
+	return grpcLis, adminLis, nil
+}
+
+// grpcServer builds the gRPC server with the rate-limit, health and
+// reflection services, and reports it serving.
+func (s *server) grpcServer(svc rlsv3.RateLimitServiceServer) *grpc.Server {
+	gs := grpc.NewServer(
+		// Envoy holds long-lived HTTP/2 connections and may be configured to
+		// ping them; accept pings down to 5s instead of closing the
+		// connection with "too many pings".
+		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 5 * time.Second, PermitWithoutStream: true}),
+		// Calls run on reused goroutines (up to this many at once; gRPC
+		// starts a goroutine per call beyond): a fresh goroutine per call
+		// grows its stack on every call through the Redis client (copystack
+		// was 15 % of server CPU in a profile at 64 calls).
+		grpc.NumStreamWorkers(streamWorkers),
+	)
+	rlsv3.RegisterRateLimitServiceServer(gs, svc)
+	s.health = health.NewServer()
+	healthpb.RegisterHealthServer(gs, s.health)
+	reflection.Register(gs)
+	s.setServing(true)
+	return gs
+}
+
+// startServers serves gRPC and admin on their listeners until they are
+// stopped; the channel receives the failure of either.
+func startServers(wg *sync.WaitGroup, gs *grpc.Server, grpcLis net.Listener, admin *http.Server, adminLis net.Listener) <-chan error {
+	errc := make(chan error, 2)
+	wg.Add(2)
+	go func() {
+		defer wg.Done()
+		if err := gs.Serve(grpcLis); err != nil {
+			errc <- fmt.Errorf("gRPC server: %w", err)
+		}
+	}()
+	go func() {
+		defer wg.Done()
+		if err := admin.Serve(adminLis); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			errc <- fmt.Errorf("admin server: %w", err)
+		}
+	}()
+	return errc
+}
+
+// startReloads reloads the rules on SIGHUP (or the test hook) and on file
+// changes until ctx is done. It returns the function that stops listening
+// for SIGHUP.
+func (s *server) startReloads(ctx context.Context, wg *sync.WaitGroup, h hooks) (stop func()) {
+	stop = func() {}
+	hup := h.reloadSignals
+	if hup == nil {
+		sig := make(chan os.Signal, 1)
+		signal.Notify(sig, syscall.SIGHUP)
+		stop = func() { signal.Stop(sig) }
+		hup = sig
+	}
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-hup:
+				s.log.Info("SIGHUP: reloading rules")
+				s.rules.reload()
+			}
+		}
+	}()
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		if err := s.rules.watch(ctx); err != nil && ctx.Err() == nil {
+			s.log.Error("rule file watcher stopped; SIGHUP still reloads", zap.Error(err))
+		}
+	}()
+	return stop
 }
 
 // drain takes the process out of rotation and stops within the drain time:
