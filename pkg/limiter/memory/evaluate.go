@@ -185,24 +185,11 @@ func (s *Store) evaluateOne(r *limiter.Request, o *limiter.Outcome, nowMs int64)
 	h := hashKey(&k)
 	sh := &s.shards[s.shardIndex(&r.Subject)]
 	t := &sh.t
-	dropped, refused := 0, 0
+	refused := 0
 	sh.mu.Lock()
 	// hint: where k is (found) or would be inserted (-1 once the table has
 	// changed since the lookup).
-	hint, found := t.find(&k, h)
-	var st limiter.State
-	if found {
-		e := &t.slots[hint].e
-		if nowMs > e.expiresAt { // Redis semantics: a key lives through its expiry millisecond
-			t.remove(hint)
-			dropped, found, hint = 1, false, -1
-		} else {
-			st = limiter.State{
-				Exists: true, Schema: limiter.StateSchema, Algorithm: k.alg, PolicyID: k.policy, Revision: k.revision,
-				LastObservedMs: e.lastObserved, A: e.a, B: e.b, C: e.c, ExpiresAtMs: e.expiresAt,
-			}
-		}
-	}
+	st, found, dropped, hint := sh.load(&k, h, nowMs)
 	next, reply, held, write := limiter.Check(st, nowMs, p, r.Cost)
 	switch {
 	case r.Role() == limiter.ModeCheck:

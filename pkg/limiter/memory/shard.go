@@ -32,18 +32,20 @@ func (s *Store) shardIndex(d *limiter.SubjectDigest) int {
 	return int(binary.LittleEndian.Uint64(d[:8]) & s.mask)
 }
 
-// load returns the live state of k, whether it has a live entry and its
-// index in the table. An expired entry is removed (it reads as no state) and
-// counted in dropped.
+// load returns the live state of k, whether it has a live entry, and idx:
+// the entry's index in the table when live, else the hint for insertAt
+// (where the lookup stopped, or -1 when removing an expired entry moved
+// slots). An expired entry is removed (it reads as no state) and counted in
+// dropped.
 func (sh *shard) load(k *key, h uint64, nowMs int64) (st limiter.State, live bool, dropped, idx int) {
 	i, found := sh.t.find(k, h)
 	if !found {
-		return limiter.State{}, false, 0, 0
+		return limiter.State{}, false, 0, i
 	}
 	e := &sh.t.slots[i].e
 	if nowMs > e.expiresAt { // Redis semantics: a key lives through its expiry millisecond
 		sh.t.remove(i)
-		return limiter.State{}, false, 1, 0
+		return limiter.State{}, false, 1, -1
 	}
 	return limiter.State{
 		Exists: true, Schema: limiter.StateSchema, Algorithm: k.alg, PolicyID: k.policy, Revision: k.revision,
