@@ -1,6 +1,7 @@
 package descriptors
 
 import (
+	"strings"
 	"time"
 
 	"github.com/envoy-rls/envoy-rls/pkg/limiter"
@@ -64,7 +65,7 @@ type Rule struct {
 	// "domain/key1=value/key2" (configured strings only, never request values).
 	Path string
 
-	// Fields below were added after the first contract; all are read-only.
+	// The fields below are read-only as well.
 
 	// Domain is the rule's domain.
 	Domain string
@@ -151,4 +152,53 @@ func (u Unit) String() string {
 		return "year"
 	}
 	return "unknown"
+}
+
+// ParseUnit parses a rate_limit unit, case-insensitively: second, minute,
+// hour, day, and the extensions week, month, year.
+func ParseUnit(s string) (Unit, bool) {
+	switch strings.ToLower(s) {
+	case "second":
+		return UnitSecond, true
+	case "minute":
+		return UnitMinute, true
+	case "hour":
+		return UnitHour, true
+	case "day":
+		return UnitDay, true
+	case "week":
+		return UnitWeek, true
+	case "month":
+		return UnitMonth, true
+	case "year":
+		return UnitYear, true
+	}
+	return 0, false
+}
+
+// String returns the configuration name of the header mode ("" for
+// HeadersDefault).
+func (h HeaderMode) String() string {
+	switch h {
+	case HeadersFull:
+		return "full"
+	case HeadersRetryAfter:
+		return "retry_after"
+	case HeadersNone:
+		return "none"
+	}
+	return ""
+}
+
+// ParseHeaderMode parses full, retry_after or none.
+func ParseHeaderMode(s string) (HeaderMode, bool) {
+	switch s {
+	case "full":
+		return HeadersFull, true
+	case "retry_after":
+		return HeadersRetryAfter, true
+	case "none":
+		return HeadersNone, true
+	}
+	return HeadersDefault, false
 }
