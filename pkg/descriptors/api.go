@@ -40,7 +40,8 @@ const (
 	HeadersNone
 )
 
-// Rule is one compiled descriptor rule that carries a rate_limit.
+// Rule is one compiled descriptor rule that carries a rate_limit. A Rule is
+// shared by every request it matches: its fields are read-only.
 type Rule struct {
 	// Policy is nil for an unlimited rule.
 	Policy *limiter.Policy
@@ -64,8 +65,6 @@ type Rule struct {
 	// Path is the rule path used in logs and metric labels, e.g.
 	// "domain/key1=value/key2" (configured strings only, never request values).
 	Path string
-
-	// The fields below are read-only as well.
 
 	// Domain is the rule's domain.
 	Domain string
