@@ -4,10 +4,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"io"
 	"math"
-	"strconv"
-	"strings"
 	"time"
 
 	"go.uber.org/zap/zapcore"
@@ -103,12 +100,6 @@ type Options struct {
 	given map[string]given
 }
 
-// given is one flag value as the user wrote it.
-type given struct {
-	raw string
-	env bool // from the flag's ENVOY_RLS_* variable
-}
-
 func serveFlags(o *Options) *flag.FlagSet {
 	fs := flag.NewFlagSet("envoy-rls serve", flag.ContinueOnError)
 	fs.StringVar(&o.Config, "config", "", "rule file or directory of rule files (required)")
@@ -171,123 +162,6 @@ func acceptsOf(f *flag.Flag) string {
 		return "a duration such as 500ms or 2s"
 	}
 	return "an integer"
-}
-
-// envName is the environment variable of a flag.
-func envName(flagName string) string {
-	return EnvPrefix + strings.ToUpper(strings.ReplaceAll(flagName, "-", "_"))
-}
-
-// recorded wraps a flag's value to keep the text the user gave and whether
-// it parsed.
-type recorded struct {
-	flag.Value
-	name   string
-	seen   map[string]given
-	env    bool    // the next Set comes from the environment
-	failed *string // set to the flag's name when Set refuses a value
-}
-
-func (r *recorded) Set(s string) error {
-	r.seen[r.name] = given{raw: s, env: r.env}
-	before := r.Value.String()
-	if err := r.Value.Set(s); err != nil {
-		// The flag package's values may change on a failed Set (a
-		// duration becomes 0); keep the one before, so the option checks
-		// do not report the same value again.
-		_ = r.Value.Set(before)
-		*r.failed = r.name
-		return err
-	}
-	return nil
-}
-
-// IsBoolFlag keeps --flag (without =value) working for boolean flags.
-func (r *recorded) IsBoolFlag() bool {
-	b, ok := r.Value.(interface{ IsBoolFlag() bool })
-	return ok && b.IsBoolFlag()
-}
-
-// label names a flag as the user set it: --name="value" on the command
-// line, ENVOY_RLS_NAME="value" from the environment, or both spellings
-// when it was not set.
-func label(name string, seen map[string]given) string {
-	g, ok := seen[name]
-	switch {
-	case !ok:
-		return fmt.Sprintf("--%s (or %s) is not set", name, envName(name))
-	case g.env:
-		return fmt.Sprintf("%s=%q", envName(name), g.raw)
-	}
-	return fmt.Sprintf("--%s=%q", name, g.raw)
-}
-
-// parseFlags parses args, then fills every flag not given on the command
-// line from its ENVOY_RLS_* variable when that is set and not empty. It
-// returns the values given, by flag name. The flag package prints nothing:
-// a bad value is one error line (naming the flag or variable, the value and
-// what is accepted; one per variable), and -h/--help is flag.ErrHelp for
-// the caller to answer.
-func parseFlags(fs *flag.FlagSet, args []string, getenv func(string) string) (map[string]given, error) {
-	seen := map[string]given{}
-	var failed string
-	fs.VisitAll(func(f *flag.Flag) {
-		f.Value = &recorded{Value: f.Value, name: f.Name, seen: seen, failed: &failed}
-	})
-	fs.SetOutput(io.Discard)
-	fs.Usage = func() {}
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return seen, err
-		}
-		if failed != "" {
-			f := fs.Lookup(failed)
-			return seen, fmt.Errorf("%s: must be %s", label(failed, seen), acceptsOf(f))
-		}
-		return seen, commandLineError(fs, err)
-	}
-	set := map[string]bool{}
-	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
-	var errs envErrors
-	fs.VisitAll(func(f *flag.Flag) {
-		if set[f.Name] {
-			return
-		}
-		v := getenv(envName(f.Name))
-		if v == "" {
-			return
-		}
-		f.Value.(*recorded).env = true
-		if err := f.Value.Set(v); err != nil {
-			errs = append(errs, fmt.Errorf("%s: must be %s", label(f.Name, seen), acceptsOf(f)))
-		}
-	})
-	if len(errs) > 0 {
-		return seen, errs
-	}
-	return seen, nil
-}
-
-// envErrors are the environment variables whose values did not parse, one
-// line each; every other flag is set.
-type envErrors []error
-
-func (e envErrors) Error() string   { return errors.Join(e...).Error() }
-func (e envErrors) Unwrap() []error { return e }
-
-// commandLineError rewords the flag package's errors with the double-dash
-// spelling.
-func commandLineError(fs *flag.FlagSet, err error) error {
-	msg := err.Error()
-	for _, p := range []struct{ prefix, format string }{
-		{"flag provided but not defined: -", "unknown flag --%s (\"%s --help\" lists the flags)"},
-		{"flag needs an argument: -", "--%s needs a value (\"%s --help\" says which)"},
-	} {
-		if name, ok := strings.CutPrefix(msg, p.prefix); ok {
-			return fmt.Errorf(p.format, strings.TrimLeft(name, "-"), fs.Name())
-		}
-	}
-	return err
 }
 
 // check validates option values that the flag package cannot: every value
@@ -395,102 +269,4 @@ func gcPercent(o *Options, getenv func(string) string) (int, string) {
 	default:
 		return 0, "Go default"
 	}
-}
-
-const serveUsage = `Usage: envoy-rls serve --config PATH [flags]
-
-Serves Envoy's RateLimitService over gRPC (--grpc-addr) and the admin HTTP
-API (--admin-addr) until SIGTERM or SIGINT.
-
-Every flag also reads the environment variable shown with it; a flag on the
-command line wins over its variable, and an empty variable counts as unset.
-The HMAC secret itself can be given as ` + SecretEnv + `.
-
-Flags:
-`
-
-const validateUsage = `Usage: envoy-rls validate [--config] PATH
-
-Loads the rule file or directory PATH and prints the domains and policies
-found, or every problem as file:line:column: reason (exit status 1).
-
-Flags:
-`
-
-// helpWidth is the column help text wraps at.
-const helpWidth = 80
-
-// printUsage writes header, then every flag of fs in name order: its
-// double-dash spelling with a placeholder for its value, its environment
-// variable and default, and its description wrapped at helpWidth.
-func printUsage(w io.Writer, header string, fs *flag.FlagSet) {
-	var b strings.Builder
-	b.WriteString(header)
-	fs.VisitAll(func(f *flag.Flag) {
-		b.WriteString("  --" + f.Name)
-		if p := placeholder(f); p != "" {
-			b.WriteString(" " + p)
-		}
-		b.WriteString("\n")
-		wrap(&b, f.Usage, "      ")
-		meta := envName(f.Name)
-		if f.DefValue != "" {
-			d := f.DefValue
-			if p := placeholder(f); p != "" && p != "N" && p != "DURATION" {
-				d = fmt.Sprintf("%q", d)
-			}
-			meta += ", default " + d
-		}
-		wrap(&b, "("+meta+")", "      ")
-	})
-	_, _ = io.WriteString(w, b.String())
-}
-
-// placeholders name the values of the flags that take a word. Read only.
-var placeholders = map[string]string{
-	"store": "STORE", "log-level": "LEVEL", "default-headers": "MODE", "redis-mode": "MODE",
-	"redis-username": "NAME", "redis-sentinel-master": "NAME",
-}
-
-// placeholder names a flag's value in help: none for a boolean flag.
-func placeholder(f *flag.Flag) string {
-	if b, ok := f.Value.(interface{ IsBoolFlag() bool }); ok && b.IsBoolFlag() {
-		return ""
-	}
-	if p, ok := placeholders[f.Name]; ok {
-		return p
-	}
-	switch {
-	case f.Name == "config":
-		return "PATH"
-	case strings.HasSuffix(f.Name, "-file"), strings.HasPrefix(f.Name, "redis-tls-"):
-		return "PATH"
-	case f.Name == "redis-addr":
-		return "HOST:PORT[,...]"
-	case strings.HasSuffix(f.Name, "-addr"):
-		return "[HOST]:PORT"
-	}
-	if _, err := time.ParseDuration(f.DefValue); err == nil && f.DefValue != "0" {
-		return "DURATION"
-	}
-	if _, err := strconv.Atoi(f.DefValue); err == nil {
-		return "N"
-	}
-	return "VALUE"
-}
-
-// wrap writes text word-wrapped at helpWidth, each line indented.
-func wrap(b *strings.Builder, text, indent string) {
-	line := indent
-	for _, word := range strings.Fields(text) {
-		if len(line) > len(indent) && len(line)+1+len(word) > helpWidth {
-			b.WriteString(line + "\n")
-			line = indent
-		}
-		if len(line) > len(indent) {
-			line += " "
-		}
-		line += word
-	}
-	b.WriteString(line + "\n")
 }

@@ -1,6 +1,7 @@
 package descriptors
 
 import (
+	"strings"
 	"time"
 
 	"github.com/envoy-rls/envoy-rls/pkg/limiter"
@@ -39,7 +40,8 @@ const (
 	HeadersNone
 )
 
-// Rule is one compiled descriptor rule that carries a rate_limit.
+// Rule is one compiled descriptor rule that carries a rate_limit. A Rule is
+// shared by every request it matches: its fields are read-only.
 type Rule struct {
 	// Policy is nil for an unlimited rule.
 	Policy *limiter.Policy
@@ -63,8 +65,6 @@ type Rule struct {
 	// Path is the rule path used in logs and metric labels, e.g.
 	// "domain/key1=value/key2" (configured strings only, never request values).
 	Path string
-
-	// Fields below were added after the first contract; all are read-only.
 
 	// Domain is the rule's domain.
 	Domain string
@@ -151,4 +151,53 @@ func (u Unit) String() string {
 		return "year"
 	}
 	return "unknown"
+}
+
+// ParseUnit parses a rate_limit unit, case-insensitively: second, minute,
+// hour, day, and the extensions week, month, year.
+func ParseUnit(s string) (Unit, bool) {
+	switch strings.ToLower(s) {
+	case "second":
+		return UnitSecond, true
+	case "minute":
+		return UnitMinute, true
+	case "hour":
+		return UnitHour, true
+	case "day":
+		return UnitDay, true
+	case "week":
+		return UnitWeek, true
+	case "month":
+		return UnitMonth, true
+	case "year":
+		return UnitYear, true
+	}
+	return 0, false
+}
+
+// String returns the configuration name of the header mode ("" for
+// HeadersDefault).
+func (h HeaderMode) String() string {
+	switch h {
+	case HeadersFull:
+		return "full"
+	case HeadersRetryAfter:
+		return "retry_after"
+	case HeadersNone:
+		return "none"
+	}
+	return ""
+}
+
+// ParseHeaderMode parses full, retry_after or none.
+func ParseHeaderMode(s string) (HeaderMode, bool) {
+	switch s {
+	case "full":
+		return HeadersFull, true
+	case "retry_after":
+		return HeadersRetryAfter, true
+	case "none":
+		return HeadersNone, true
+	}
+	return HeadersDefault, false
 }

@@ -1,0 +1,360 @@
+package app
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"runtime/debug"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"go.uber.org/zap"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/keepalive"
+	"google.golang.org/grpc/reflection"
+
+	"github.com/envoy-rls/envoy-rls/pkg/descriptors"
+	"github.com/envoy-rls/envoy-rls/pkg/limiter"
+	"github.com/envoy-rls/envoy-rls/pkg/limiter/denycache"
+	"github.com/envoy-rls/envoy-rls/pkg/rls"
+)
+
+// server is one running serve command.
+type server struct {
+	opts     Options
+	log      *zap.Logger
+	reg      *prometheus.Registry
+	metrics  *metrics
+	rules    *ruleSet
+	store    limiter.Store
+	ping     pinger // nil: always reachable
+	health   *health.Server
+	draining atomic.Bool
+}
+
+// CheckServeArgs parses the arguments of `envoy-rls serve` (without the
+// word serve) and the environment exactly as serve does, and runs the same
+// option checks, without reading files or opening listeners. The chart tests
+// feed it the container args that the chart renders.
+func CheckServeArgs(args []string, getenv func(string) string) error {
+	_, err := serveOptions(args, getenv, nil)
+	return err
+}
+
+// serveOptions parses and checks the serve flags. The error is
+// flag.ErrHelp after -h, after which help, when not nil, prints the help.
+// Otherwise it holds one line per problem found.
+func serveOptions(args []string, getenv func(string) string, help io.Writer) (Options, error) {
+	var o Options
+	fs := serveFlags(&o)
+	var err error
+	o.given, err = parseFlags(fs, args, getenv)
+	var envErrs envErrors
+	switch {
+	case errors.Is(err, flag.ErrHelp):
+		if help != nil {
+			printUsage(help, serveUsage, fs)
+		}
+		return o, err
+	case err != nil && !errors.As(err, &envErrs):
+		// The command line did not parse: the values after the fault are
+		// unknown, so nothing more can be checked.
+		return o, err
+	}
+	errs := []error{err}
+	if fs.NArg() > 0 {
+		errs = append(errs, fmt.Errorf("serve takes no arguments (got %q): the rules are --config PATH", fs.Args()))
+	}
+	errs = append(errs, o.check(), checkSecretSource(&o, getenv))
+	return o, errors.Join(errs...)
+}
+
+func serveCommand(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer, h hooks) error {
+	o, err := serveOptions(args, getenv, stdout)
+	if err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return nil
+		}
+		return err
+	}
+	log, err := newLogger(o.LogLevel, stderr)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = log.Sync() }()
+	// A start-up failure comes back as is, for main to print; a server
+	// that fails later has been logged and comes back as ErrFailed.
+	return serve(ctx, o, getenv, log, h)
+}
+
+// serve runs the server until ctx is done or a server fails: it loads the
+// rules, opens the store, listens, serves gRPC and admin, reloads on SIGHUP
+// and file changes, then drains. Background work (sweeps, reloads, the
+// servers) ends with ctx; the store closes after all of it has returned.
+func serve(ctx context.Context, o Options, getenv func(string) string, log *zap.Logger, h hooks) error {
+	s := &server{opts: o, log: log, reg: prometheus.NewRegistry()}
+	s.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	if err := announceBuild(log, s.reg); err != nil {
+		return err
+	}
+	var err error
+	if s.metrics, err = newMetrics(s.reg); err != nil {
+		return err
+	}
+	if p, from := gcPercent(&o, getenv); p != 0 {
+		// Process-wide; put back on return for in-process callers (tests).
+		defer debug.SetGCPercent(debug.SetGCPercent(p))
+		log.Info("garbage collector target", zap.Int("gc_percent", p), zap.String("from", from))
+	}
+	if err := s.loadRules(getenv, h); err != nil {
+		return err
+	}
+
+	ctx, cancel := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	closeStore := func() {}
+	defer func() {
+		cancel()
+		wg.Wait()
+		closeStore()
+	}()
+
+	store, closeFn, err := s.openStore(ctx, &wg)
+	if err != nil {
+		return err
+	}
+	closeStore = closeFn
+	if err := s.frontStore(store, h); err != nil {
+		return err
+	}
+	headers, _ := headerMode(o.DefaultHeaders) // checked by o.check
+	svc, err := rls.New(rls.Config{
+		Rules:          s.rules.rules,
+		Store:          s.store,
+		Metrics:        s.metrics.rpc,
+		Logger:         log,
+		DefaultHeaders: headers,
+	})
+	if err != nil {
+		return err
+	}
+
+	grpcLis, adminLis, err := s.listen()
+	if err != nil {
+		return err
+	}
+	gs := s.grpcServer(svc)
+	admin := &http.Server{Handler: s.adminHandler(), ReadHeaderTimeout: 5 * time.Second}
+	errc := startServers(&wg, gs, grpcLis, admin, adminLis)
+	defer s.startReloads(ctx, &wg, h)()
+
+	log.Info("serving",
+		zap.String("grpc_addr", grpcLis.Addr().String()),
+		zap.String("admin_addr", adminLis.Addr().String()),
+		zap.String("store", o.Store),
+		zap.String("config", o.Config),
+		zap.String("default_headers", o.DefaultHeaders))
+	if h.listening != nil {
+		h.listening(grpcLis.Addr().String(), adminLis.Addr().String())
+	}
+
+	var runErr error
+	select {
+	case <-ctx.Done():
+		log.Info("stop requested: draining", zap.Duration("drain_timeout", o.DrainTimeout))
+	case runErr = <-errc:
+		log.Error("a server failed: stopping", zap.Error(runErr))
+	}
+	s.drain(gs, admin)
+	if runErr != nil {
+		return fmt.Errorf("%w: %v", ErrFailed, runErr)
+	}
+	return nil
+}
+
+// loadRules reads the HMAC secret and the rules; the first load counts as a
+// successful reload.
+func (s *server) loadRules(getenv func(string) string, h hooks) error {
+	secret, from, err := readSecret(&s.opts, getenv)
+	if err != nil {
+		return err
+	}
+	s.rules, err = newRuleSet(s.opts.Config, descriptors.Options{Secret: secret}, s.onReload)
+	if err != nil {
+		return rulesError(label("config", s.opts.given), err)
+	}
+	if from == "random" {
+		s.log.Warn("no HMAC secret given (--hmac-secret-file or " + SecretEnv + "): using a random per-process secret; fine for the memory store, but subjects change on restart")
+	}
+	s.onReload(s.rules.w.Last())
+	if h.watcher != nil {
+		h.watcher(s.rules.w)
+	}
+	return nil
+}
+
+// frontStore sets s.store: store behind the test wrapper, if any, and the
+// local deny cache, if enabled. The deny cache sits in front of both: it
+// repeats the store's own denials.
+func (s *server) frontStore(store limiter.Store, h hooks) error {
+	if h.wrapStore != nil {
+		store = h.wrapStore(store)
+	}
+	if p, ok := store.(pinger); ok {
+		s.ping = p
+	}
+	if s.opts.LocalCache {
+		var err error
+		if store, err = denycache.New(denycache.Config{Store: store, Size: s.opts.LocalCacheSize, Observer: s.metrics.cache}); err != nil {
+			return err
+		}
+	}
+	s.store = store
+	return nil
+}
+
+// listen opens the gRPC and admin listeners (both or neither).
+func (s *server) listen() (grpcLis, adminLis net.Listener, err error) {
+	grpcLis, err = net.Listen("tcp", s.opts.GRPCAddr)
+	if err != nil {
+		return nil, nil, fmt.Errorf("%s: must be an address this process can listen on: %w", label("grpc-addr", s.opts.given), err)
+	}
+	adminLis, err = net.Listen("tcp", s.opts.AdminAddr)
+	if err != nil {
+		_ = grpcLis.Close()
+		return nil, nil, fmt.Errorf("%s: must be an address this process can listen on: %w", label("admin-addr", s.opts.given), err)
+	}
+	return grpcLis, adminLis, nil
+}
+
+// grpcServer builds the gRPC server with the rate-limit, health and
+// reflection services, and reports it serving.
+func (s *server) grpcServer(svc rlsv3.RateLimitServiceServer) *grpc.Server {
+	gs := grpc.NewServer(
+		// Envoy holds long-lived HTTP/2 connections and may be configured to
+		// ping them; accept pings down to 5s instead of closing the
+		// connection with "too many pings".
+		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 5 * time.Second, PermitWithoutStream: true}),
+		// Calls run on reused goroutines (up to this many at once; gRPC
+		// starts a goroutine per call beyond): a fresh goroutine per call
+		// grows its stack on every call through the Redis client (copystack
+		// was 15 % of server CPU in a profile at 64 calls).
+		grpc.NumStreamWorkers(streamWorkers),
+	)
+	rlsv3.RegisterRateLimitServiceServer(gs, svc)
+	s.health = health.NewServer()
+	healthpb.RegisterHealthServer(gs, s.health)
+	reflection.Register(gs)
+	s.setServing(true)
+	return gs
+}
+
+// startServers serves gRPC and admin on their listeners until they are
+// stopped; the channel receives the failure of either.
+func startServers(wg *sync.WaitGroup, gs *grpc.Server, grpcLis net.Listener, admin *http.Server, adminLis net.Listener) <-chan error {
+	errc := make(chan error, 2)
+	wg.Add(2)
+	go func() {
+		defer wg.Done()
+		if err := gs.Serve(grpcLis); err != nil {
+			errc <- fmt.Errorf("gRPC server: %w", err)
+		}
+	}()
+	go func() {
+		defer wg.Done()
+		if err := admin.Serve(adminLis); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			errc <- fmt.Errorf("admin server: %w", err)
+		}
+	}()
+	return errc
+}
+
+// startReloads reloads the rules on SIGHUP (or the test hook) and on file
+// changes until ctx is done. It returns the function that stops listening
+// for SIGHUP.
+func (s *server) startReloads(ctx context.Context, wg *sync.WaitGroup, h hooks) (stop func()) {
+	stop = func() {}
+	hup := h.reloadSignals
+	if hup == nil {
+		sig := make(chan os.Signal, 1)
+		signal.Notify(sig, syscall.SIGHUP)
+		stop = func() { signal.Stop(sig) }
+		hup = sig
+	}
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-hup:
+				s.log.Info("SIGHUP: reloading rules")
+				s.rules.reload()
+			}
+		}
+	}()
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		if err := s.rules.watch(ctx); err != nil && ctx.Err() == nil {
+			s.log.Error("rule file watcher stopped; SIGHUP still reloads", zap.Error(err))
+		}
+	}()
+	return stop
+}
+
+// drain takes the process out of rotation and stops within the drain time:
+// readiness and gRPC health go false, the gRPC server stops accepting and
+// finishes in-flight calls (cut off at --drain-timeout), then the admin
+// server closes.
+func (s *server) drain(gs *grpc.Server, admin *http.Server) {
+	s.draining.Store(true)
+	s.setServing(false)
+	done := make(chan struct{})
+	go func() {
+		gs.GracefulStop()
+		close(done)
+	}()
+	timer := time.NewTimer(s.opts.DrainTimeout)
+	defer timer.Stop()
+	select {
+	case <-done:
+		s.log.Info("drained: every in-flight call finished")
+	case <-timer.C:
+		s.log.Warn("drain timeout: cancelling the calls still in flight", zap.Duration("drain_timeout", s.opts.DrainTimeout))
+		gs.Stop()
+		<-done
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	if err := admin.Shutdown(ctx); err != nil {
+		_ = admin.Close()
+	}
+}
+
+func (s *server) setServing(ok bool) {
+	st := healthpb.HealthCheckResponse_SERVING
+	if !ok {
+		st = healthpb.HealthCheckResponse_NOT_SERVING
+	}
+	s.health.SetServingStatus("", st)
+	s.health.SetServingStatus(rlsv3.RateLimitService_ServiceDesc.ServiceName, st)
+}
+
+// streamWorkers is the number of gRPC stream workers: the concurrency at
+// which the standard load runs are measured (docs/performance.md).
+const streamWorkers = 64

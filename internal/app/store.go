@@ -1,0 +1,60 @@
+package app
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"runtime/debug"
+	"sync"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/envoy-rls/envoy-rls/pkg/limiter"
+	"github.com/envoy-rls/envoy-rls/pkg/limiter/memory"
+)
+
+// pinger is a store that can say whether it is reachable (the Redis store).
+type pinger interface {
+	Ping(ctx context.Context) error
+}
+
+// memorySweepInterval is how often expired memory states are dropped.
+const memorySweepInterval = 10 * time.Second
+
+// openStore builds the configured store and returns a function that closes it.
+func (s *server) openStore(ctx context.Context, wg *sync.WaitGroup) (limiter.Store, func(), error) {
+	switch s.opts.Store {
+	case "memory":
+		limit := debug.SetMemoryLimit(-1)
+		entries, from := memoryBound(&s.opts, limit)
+		fields := []zap.Field{zap.Int("memory_max_entries", entries), zap.String("from", from)}
+		if limit != math.MaxInt64 {
+			fields = append(fields, zap.Int64("gomemlimit_bytes", limit))
+		}
+		s.log.Info("memory store bound", fields...)
+		st, err := memory.New(memory.Config{MaxEntries: entries, Observer: s.metrics.memory})
+		if err != nil {
+			return nil, nil, fmt.Errorf("memory store: %w", err)
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			t := time.NewTicker(memorySweepInterval)
+			defer t.Stop()
+			for {
+				select {
+				case <-ctx.Done():
+					return
+				case now := <-t.C:
+					st.Sweep(now)
+					s.metrics.memory.Entries(st.Len())
+				}
+			}
+		}()
+		return st, func() {}, nil
+	case "redis":
+		return s.openRedis(ctx)
+	}
+	return nil, nil, fmt.Errorf("--store %q: must be memory or redis", s.opts.Store)
+}

@@ -1,0 +1,108 @@
+package app
+
+import (
+	"flag"
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+	"time"
+)
+
+const serveUsage = `Usage: envoy-rls serve --config PATH [flags]
+
+Serves Envoy's RateLimitService over gRPC (--grpc-addr) and the admin HTTP
+API (--admin-addr) until SIGTERM or SIGINT.
+
+Every flag also reads the environment variable shown with it; a flag on the
+command line wins over its variable, and an empty variable counts as unset.
+The HMAC secret itself can be given as ` + SecretEnv + `.
+
+Flags:
+`
+
+const validateUsage = `Usage: envoy-rls validate [--config] PATH
+
+Loads the rule file or directory PATH and prints the domains and policies
+found, or every problem as file:line:column: reason (exit status 1).
+
+Flags:
+`
+
+// helpWidth is the column help text wraps at.
+const helpWidth = 80
+
+// printUsage writes header, then every flag of fs in name order: its
+// double-dash spelling with a placeholder for its value, its environment
+// variable and default, and its description wrapped at helpWidth.
+func printUsage(w io.Writer, header string, fs *flag.FlagSet) {
+	var b strings.Builder
+	b.WriteString(header)
+	fs.VisitAll(func(f *flag.Flag) {
+		b.WriteString("  --" + f.Name)
+		if p := placeholder(f); p != "" {
+			b.WriteString(" " + p)
+		}
+		b.WriteString("\n")
+		wrap(&b, f.Usage, "      ")
+		meta := envName(f.Name)
+		if f.DefValue != "" {
+			d := f.DefValue
+			if p := placeholder(f); p != "" && p != "N" && p != "DURATION" {
+				d = fmt.Sprintf("%q", d)
+			}
+			meta += ", default " + d
+		}
+		wrap(&b, "("+meta+")", "      ")
+	})
+	_, _ = io.WriteString(w, b.String())
+}
+
+// placeholders name the values of the flags that take a word. Read only.
+var placeholders = map[string]string{
+	"store": "STORE", "log-level": "LEVEL", "default-headers": "MODE", "redis-mode": "MODE",
+	"redis-username": "NAME", "redis-sentinel-master": "NAME",
+}
+
+// placeholder names a flag's value in help: none for a boolean flag.
+func placeholder(f *flag.Flag) string {
+	if b, ok := f.Value.(interface{ IsBoolFlag() bool }); ok && b.IsBoolFlag() {
+		return ""
+	}
+	if p, ok := placeholders[f.Name]; ok {
+		return p
+	}
+	switch {
+	case f.Name == "config":
+		return "PATH"
+	case strings.HasSuffix(f.Name, "-file"), strings.HasPrefix(f.Name, "redis-tls-"):
+		return "PATH"
+	case f.Name == "redis-addr":
+		return "HOST:PORT[,...]"
+	case strings.HasSuffix(f.Name, "-addr"):
+		return "[HOST]:PORT"
+	}
+	if _, err := time.ParseDuration(f.DefValue); err == nil && f.DefValue != "0" {
+		return "DURATION"
+	}
+	if _, err := strconv.Atoi(f.DefValue); err == nil {
+		return "N"
+	}
+	return "VALUE"
+}
+
+// wrap writes text word-wrapped at helpWidth, each line indented.
+func wrap(b *strings.Builder, text, indent string) {
+	line := indent
+	for _, word := range strings.Fields(text) {
+		if len(line) > len(indent) && len(line)+1+len(word) > helpWidth {
+			b.WriteString(line + "\n")
+			line = indent
+		}
+		if len(line) > len(indent) {
+			line += " "
+		}
+		line += word
+	}
+	b.WriteString(line + "\n")
+}

@@ -1,0 +1,163 @@
+package redistest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"syscall"
+	"time"
+)
+
+func (s *Server) launch() error {
+	s.mu.Lock()
+	cmd := exec.Command("redis-server", s.args...)
+	cmd.Dir = s.dir
+	out, err := os.OpenFile(filepath.Join(s.dir, "stdout.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		s.mu.Unlock()
+		return fmt.Errorf("open log: %w", err)
+	}
+	cmd.Stdout, cmd.Stderr = out, out
+	// Own process group: a signal meant for the test binary does not reach it,
+	// and it never outlives the test by accident of inheritance.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		s.mu.Unlock()
+		out.Close()
+		return fmt.Errorf("start redis-server: %w", err)
+	}
+	done := make(chan struct{})
+	go func() {
+		_ = cmd.Wait()
+		out.Close()
+		close(done)
+	}()
+	s.cmd, s.done = cmd, done
+	s.mu.Unlock()
+
+	ctx, cancel := context.WithTimeout(context.Background(), StartTimeout)
+	defer cancel()
+	if err := s.waitReady(ctx); err != nil {
+		log, _ := os.ReadFile(filepath.Join(s.dir, "redis.log"))
+		so, _ := os.ReadFile(filepath.Join(s.dir, "stdout.log"))
+		return fmt.Errorf("%s not ready: %w\nredis.log:\n%s\nstdout:\n%s", s.addr, err, log, so)
+	}
+	return nil
+}
+
+// waitReady polls PING until it answers PONG, the process exits, or ctx ends.
+func (s *Server) waitReady(ctx context.Context) error {
+	var lastErr error
+	for {
+		s.mu.Lock()
+		done := s.done
+		s.mu.Unlock()
+		if done != nil {
+			select {
+			case <-done:
+				return errors.New("redis-server exited")
+			default:
+			}
+		}
+		pctx, cancel := context.WithTimeout(ctx, time.Second)
+		v, err := Do(pctx, s.addr, s.tls, "PING")
+		cancel()
+		if err == nil && v == "PONG" {
+			return nil
+		}
+		if err == nil {
+			err = fmt.Errorf("PING answered %v", v)
+		}
+		lastErr = err
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%w (last: %v)", ctx.Err(), lastErr)
+		case <-time.After(pollInterval):
+		}
+	}
+}
+
+func (s *Server) mustLocal(op string) {
+	s.t.Helper()
+	if s.ext {
+		s.t.Skipf("redistest: cannot %s the external REDIS_ADDR server", op)
+	}
+}
+
+// Kill sends SIGKILL to the server and waits until it is gone.
+func (s *Server) Kill() {
+	s.t.Helper()
+	s.mustLocal("kill")
+	s.mu.Lock()
+	cmd, done := s.cmd, s.done
+	s.mu.Unlock()
+	if cmd == nil {
+		return
+	}
+	_ = cmd.Process.Signal(syscall.SIGCONT) // a paused process must die too
+	_ = cmd.Process.Kill()
+	select {
+	case <-done:
+	case <-time.After(StartTimeout):
+		s.t.Fatalf("redistest: pid %d did not exit after SIGKILL", cmd.Process.Pid)
+	}
+	s.mu.Lock()
+	s.cmd, s.done = nil, nil
+	s.mu.Unlock()
+}
+
+// Restart starts a killed server again on the same port and directory.
+func (s *Server) Restart() {
+	s.t.Helper()
+	s.mustLocal("restart")
+	if s.PID() != 0 {
+		s.Kill()
+	}
+	// The port was just released; another process could take it, which makes
+	// launch fail with a clear message rather than hang.
+	if err := s.launch(); err != nil {
+		s.t.Fatalf("redistest: restart %s: %v", s.addr, err)
+	}
+}
+
+// Pause stops the process with SIGSTOP: connections stay open, nothing answers.
+func (s *Server) Pause() {
+	s.t.Helper()
+	s.mustLocal("pause")
+	if pid := s.PID(); pid != 0 {
+		if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
+			s.t.Fatalf("redistest: SIGSTOP %d: %v", pid, err)
+		}
+	}
+}
+
+// Resume continues a paused process with SIGCONT.
+func (s *Server) Resume() {
+	s.t.Helper()
+	s.mustLocal("resume")
+	if pid := s.PID(); pid != 0 {
+		if err := syscall.Kill(pid, syscall.SIGCONT); err != nil {
+			s.t.Fatalf("redistest: SIGCONT %d: %v", pid, err)
+		}
+	}
+}
+
+// stop kills the process (if any) by PID; registered with t.Cleanup.
+func (s *Server) stop() {
+	s.mu.Lock()
+	cmd, done := s.cmd, s.done
+	s.cmd, s.done = nil, nil
+	s.mu.Unlock()
+	if cmd == nil {
+		return
+	}
+	_ = cmd.Process.Signal(syscall.SIGCONT)
+	_ = cmd.Process.Kill()
+	select {
+	case <-done:
+	case <-time.After(StartTimeout):
+	}
+}

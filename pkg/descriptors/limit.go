@@ -1,0 +1,146 @@
+package descriptors
+
+import (
+	"errors"
+	"time"
+
+	"github.com/envoy-rls/envoy-rls/pkg/limiter"
+)
+
+// limitSpec is a validated rate_limit block, before the policy ID is known.
+type limitSpec struct {
+	unit      Unit
+	mult      uint32
+	rpu       uint32
+	unlimited bool
+	algorithm limiter.Algorithm
+	burst     uint32
+	failure   limiter.FailureMode
+	revision  uint32
+	headers   HeaderMode
+}
+
+// checkLimit validates one rate_limit block on its own (the combinations
+// that depend on the descriptor are checked by the compiler).
+func (c *compiler) checkLimit(rl *rawLimit, what string) (limitSpec, bool) {
+	ok := true
+	bad := func(p pos, format string, args ...any) {
+		c.ps.add(c.file, p.line, p.col, what+": "+format, args...)
+		ok = false
+	}
+	ls := limitSpec{mult: 1, algorithm: limiter.FixedWindow, revision: limiter.DefaultRevision, rpu: rl.rpu, burst: rl.burst, unlimited: rl.unlimited}
+	if rl.unlimited {
+		for _, f := range []struct {
+			p    pos
+			name string
+		}{{rl.unitPos, "unit"}, {rl.rpuPos, "requests_per_unit"}, {rl.unitMultiplierPos, "unit_multiplier"},
+			{rl.algorithmPos, "algorithm"}, {rl.burstPos, "burst"}, {rl.failureModePos, "failure_mode"},
+			{rl.revisionPos, "revision"}, {rl.headersPos, "headers"}} {
+			if f.p.set() {
+				bad(f.p, "%s is not allowed with unlimited: true (an unlimited rule never limits)", f.name)
+			}
+		}
+		return ls, ok
+	}
+	if !rl.unitPos.set() {
+		bad(rl.pos, "unit is required (second, minute, hour, day, week, month or year)")
+	} else if u, valid := ParseUnit(rl.unit); valid {
+		ls.unit = u
+	} else {
+		bad(rl.unitPos, "invalid rate limit unit %q (expected second, minute, hour, day, week, month or year)", truncate(rl.unit, 40))
+	}
+	if rl.unitMultiplierPos.set() && rl.unitMultiplier > 0 {
+		ls.mult = rl.unitMultiplier
+	}
+	if rl.algorithmPos.set() {
+		a, err := limiter.ParseAlgorithm(rl.algorithm)
+		if err != nil {
+			bad(rl.algorithmPos, "algorithm %q is not one of fixed_window, sliding_window, token_bucket", truncate(rl.algorithm, 40))
+		} else {
+			ls.algorithm = a
+		}
+	}
+	if rl.burstPos.set() {
+		if ls.algorithm != limiter.TokenBucket {
+			bad(rl.burstPos, "burst is only valid with algorithm: token_bucket")
+		} else if rl.rpu == 0 {
+			bad(rl.burstPos, "burst with requests_per_unit 0: a zero limit denies every request; remove burst or set a rate")
+		}
+	}
+	if rl.failureModePos.set() {
+		switch rl.failureMode {
+		case "closed":
+			ls.failure = limiter.FailClosed
+		case "open":
+			ls.failure = limiter.FailOpen
+		default:
+			bad(rl.failureModePos, "failure_mode %q is not one of closed, open", truncate(rl.failureMode, 40))
+		}
+	}
+	if rl.revisionPos.set() && rl.revision > 0 {
+		ls.revision = rl.revision
+	}
+	if rl.headersPos.set() {
+		h, valid := ParseHeaderMode(rl.headers)
+		if !valid {
+			bad(rl.headersPos, "headers %q is not one of full, retry_after, none", truncate(rl.headers, 40))
+		}
+		ls.headers = h
+	}
+	// Check the arithmetic now, with a placeholder ID, so that the problem
+	// points at this block (a named policy is then checked once).
+	if ok {
+		if _, err := ls.policy("x", false); err != nil {
+			bad(rl.pos, "%s", policyReason(err))
+		}
+	}
+	return ls, ok
+}
+
+func policyReason(err error) string {
+	var fe *limiter.FieldError
+	if errors.As(err, &fe) {
+		switch fe.Field {
+		case "window", "refill_period":
+			return "the window (unit x unit_multiplier) is out of range: it " + fe.Reason
+		case "capacity":
+			return "burst (or requests_per_unit) " + fe.Reason
+		}
+		return fe.Field + " " + fe.Reason
+	}
+	return err.Error()
+}
+
+// policy builds the limiter policy of a limited rule.
+func (ls limitSpec) policy(id string, shadow bool) (*limiter.Policy, error) {
+	window := ls.unit.Duration() * time.Duration(ls.mult)
+	if ls.mult > 0 && window/time.Duration(ls.mult) != ls.unit.Duration() {
+		return nil, errors.New("unit_multiplier makes the window overflow")
+	}
+	spec := limiter.PolicySpec{
+		ID:          id,
+		Revision:    ls.revision,
+		Algorithm:   ls.algorithm,
+		FailureMode: ls.failure,
+		Shadow:      shadow,
+	}
+	switch ls.algorithm {
+	case limiter.FixedWindow:
+		spec.Params = limiter.FixedWindowParams{Limit: int64(ls.rpu), Window: window}
+	case limiter.SlidingWindow:
+		spec.Params = limiter.SlidingWindowParams{Limit: int64(ls.rpu), Window: window}
+	case limiter.TokenBucket:
+		capacity := int64(ls.rpu)
+		if ls.burst > 0 {
+			capacity = int64(ls.burst)
+		}
+		refill := int64(ls.rpu)
+		if refill == 0 {
+			// A zero limit: the bucket holds nothing, so it never admits;
+			// the refill amount only has to be valid.
+			capacity, refill = 0, 1
+		}
+		spec.Params = limiter.TokenBucketParams{Capacity: capacity, RefillAmount: refill, RefillPeriod: window}
+	}
+	return limiter.NewPolicy(spec)
+}

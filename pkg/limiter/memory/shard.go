@@ -1,0 +1,97 @@
+package memory
+
+import (
+	"encoding/binary"
+	"math"
+	"sync"
+	"unsafe"
+
+	"github.com/envoy-rls/envoy-rls/pkg/limiter"
+)
+
+// shard is padded to shardSize, two cache lines (one adjacent-line
+// prefetch pair): in the slice of shards each starts on its own line, so that
+// goroutines working on different shards never write to a line they share.
+type shard struct {
+	shardState
+	_ [shardSize - unsafe.Sizeof(shardState{})]byte
+}
+
+const shardSize = 128
+
+type shardState struct {
+	mu       sync.Mutex
+	t        table
+	capacity int
+	// minExpiry is a lower bound of every entry's expiresAt (exact after a
+	// complete scan): while now <= minExpiry nothing can have expired.
+	minExpiry int64
+}
+
+func (s *Store) shardIndex(d *limiter.SubjectDigest) int {
+	return int(binary.LittleEndian.Uint64(d[:8]) & s.mask)
+}
+
+// load returns the live state of k, whether it has a live entry, and idx:
+// the entry's index in the table when live, else the hint for insertAt
+// (where the lookup stopped, or -1 when removing an expired entry moved
+// slots). An expired entry is removed (it reads as no state) and counted in
+// dropped.
+func (sh *shard) load(k *key, h uint64, nowMs int64) (st limiter.State, live bool, dropped, idx int) {
+	i, found := sh.t.find(k, h)
+	if !found {
+		return limiter.State{}, false, 0, i
+	}
+	e := &sh.t.slots[i].e
+	if nowMs > e.expiresAt { // Redis semantics: a key lives through its expiry millisecond
+		sh.t.remove(i)
+		return limiter.State{}, false, 1, -1
+	}
+	return limiter.State{
+		Exists: true, Schema: limiter.StateSchema, Algorithm: k.alg, PolicyID: k.policy, Revision: k.revision,
+		LastObservedMs: e.lastObserved, A: e.a, B: e.b, C: e.c, ExpiresAtMs: e.expiresAt,
+	}, true, 0, i
+}
+
+func entryOf(st limiter.State) entry {
+	return entry{lastObserved: st.LastObservedMs, a: st.A, b: st.B, c: st.C, expiresAt: st.ExpiresAtMs}
+}
+
+// dropExpired deletes expired entries and returns how many. With budget 0
+// it scans the whole table; otherwise it inspects at most budget slots,
+// resuming where the previous bounded scan stopped.
+func (sh *shard) dropExpired(nowMs int64, budget int) int {
+	t := &sh.t
+	if nowMs <= sh.minExpiry || t.n == 0 {
+		return 0
+	}
+	size := len(t.slots)
+	complete := budget == 0 || budget >= size
+	steps, i := size, 0
+	if !complete {
+		steps, i = budget, t.cursor
+	}
+	dropped := 0
+	lowest := int64(math.MaxInt64)
+	for ; steps > 0; steps-- {
+		s := &t.slots[i]
+		used := t.used(i)
+		if used && nowMs > s.e.expiresAt {
+			// remove shifts a later slot into i: look at i again.
+			t.remove(i)
+			dropped++
+			steps++
+			continue
+		}
+		if used {
+			lowest = min(lowest, s.e.expiresAt)
+		}
+		i = (i + 1) & (size - 1)
+	}
+	if complete {
+		sh.minExpiry = lowest
+	} else {
+		t.cursor = i
+	}
+	return dropped
+}

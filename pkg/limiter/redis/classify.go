@@ -1,0 +1,49 @@
+package redis
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"strings"
+
+	"github.com/redis/rueidis"
+
+	"github.com/envoy-rls/envoy-rls/pkg/limiter"
+)
+
+// classify maps a failed program run to an outcome by what is known about
+// the state.
+func classify(p *limiter.Policy, err error) limiter.Outcome {
+	wrap := func(what string) error { return fmt.Errorf("redis store: policy %s: %s: %w", p.ID(), what, err) }
+	if rerr, ok := rueidis.IsRedisErr(err); ok {
+		// Redis answered with an error: the program either did not start
+		// or failed before its single write (it writes last).
+		msg := rerr.Error()
+		code, _, _ := strings.Cut(msg, " ")
+		switch code {
+		case "BUSY", "OOM":
+			return limiter.UnavailableOutcome(DefaultRetryAfter, limiter.CategoryCapacity, wrap("refused by Redis"))
+		case "NOPERM", "NOAUTH", "WRONGPASS", "READONLY", "LOADING", "MASTERDOWN", "CLUSTERDOWN",
+			"TRYAGAIN", "MOVED", "ASK", "CROSSSLOT", "NOREPLICAS", "MISCONF", "NOSCRIPT":
+			return limiter.UnavailableOutcome(DefaultRetryAfter, limiter.CategoryNotConnected, wrap("refused by Redis"))
+		}
+		return limiter.IncompatibleOutcome(limiter.CategoryProgramInvalid, wrap("program failed"))
+	}
+	if notSent(err) {
+		return limiter.UnavailableOutcome(DefaultRetryAfter, limiter.CategoryNotConnected, wrap("not sent"))
+	}
+	// Sent (or possibly sent) and no answer: timeout, connection lost.
+	return limiter.IndeterminateOutcome(DefaultRetryAfter, wrap("no answer"))
+}
+
+// notSent reports errors that rueidis returns only before writing the
+// command: the dial failed (refused, unreachable, timed out connecting), no
+// node serves the slot. rueidis.ErrClosing is not among them: a connection
+// closed under in-flight commands (a topology change) fails those with it too.
+func notSent(err error) bool {
+	if errors.Is(err, rueidis.ErrNoSlot) || errors.Is(err, rueidis.ErrNoAddr) {
+		return true
+	}
+	var op *net.OpError
+	return errors.As(err, &op) && op.Op == "dial"
+}

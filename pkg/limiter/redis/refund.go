@@ -1,0 +1,55 @@
+package redis
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+
+	"github.com/envoy-rls/envoy-rls/pkg/limiter"
+	"github.com/envoy-rls/envoy-rls/pkg/lua"
+)
+
+// refund gives back, per committed group, what its allowed requests took.
+// It runs detached from ctx (a refund is worth finishing after the caller
+// has gone), bounded by the store's Timeout, and waits for it at most until
+// ctx is done.
+func (s *Store) refund(ctx context.Context, batch []limiter.Request, keys []string, groups []*group) {
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.timeout)
+	done := make(chan struct{})
+	answered := make([]atomic.Bool, len(groups))
+	go func() {
+		defer close(done)
+		defer cancel()
+		var wg sync.WaitGroup
+		for j, g := range groups {
+			var gk, args []string
+			for k, i := range g.idx {
+				d := &g.outs[k].Decision
+				if g.outs[k].Kind != limiter.Evaluated || !d.Allowed || batch[i].Role() == limiter.ModeCheck {
+					continue
+				}
+				gk = append(gk, keys[i])
+				args = lua.AppendRefundArgs(args, batch[i].Policy, batch[i].Cost, g.replies[k].EffectiveNowMs)
+			}
+			if len(gk) == 0 {
+				answered[j].Store(true)
+				continue
+			}
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				if err := refundScript.Exec(rctx, s.client, gk, args).Error(); err == nil {
+					answered[j].Store(true)
+				}
+			}()
+		}
+		wg.Wait()
+	}()
+	select {
+	case <-done:
+	case <-ctx.Done():
+	}
+	for j, g := range groups {
+		g.refunded = answered[j].Load()
+	}
+}

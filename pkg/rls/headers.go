@@ -1,0 +1,197 @@
+package rls
+
+import (
+	"math"
+	"strconv"
+	"time"
+
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+
+	"github.com/envoy-rls/envoy-rls/pkg/descriptors"
+)
+
+// Response header names. Envoy lower-cases header names; these are the
+// spellings of the IETF draft (draft-ietf-httpapi-ratelimit-headers-03).
+const (
+	HeaderLimit       = "X-RateLimit-Limit"
+	HeaderRemaining   = "X-RateLimit-Remaining"
+	HeaderReset       = "X-RateLimit-Reset"
+	HeaderRetryAfter  = "Retry-After"
+	HeaderContentType = "Content-Type"
+	bodyContentType   = "application/json"
+)
+
+// addHeadersAndBody writes the rate-limit headers of the most restrictive
+// status and, on OVER_LIMIT, Retry-After and the JSON body.
+func (s *Server) addHeadersAndBody(resp *rlsv3.RateLimitResponse, sc *scratch) {
+	mode := descriptors.HeadersFull
+	chosen := -1
+	var retry time.Duration
+	for i := range sc.slots {
+		sl := &sc.slots[i]
+		if !sl.eligible() {
+			continue
+		}
+		mode = stricterHeaders(mode, s.headerMode(sl.match.Rule))
+		if chosen < 0 {
+			chosen = i
+			if sl.reported {
+				retry = sl.retry
+			}
+			continue
+		}
+		c := &sc.slots[chosen]
+		switch {
+		case sl.reported && (!c.reported || sl.retry > c.retry):
+			chosen = i
+		case !sl.reported && !c.reported && (sl.remaining < c.remaining || sl.remaining == c.remaining && sl.reset > c.reset):
+			chosen = i
+		}
+		if sl.reported {
+			retry = max(retry, sl.retry)
+		}
+	}
+	if chosen < 0 {
+		return
+	}
+	over := resp.OverallCode == rlsv3.RateLimitResponse_OVER_LIMIT
+	c := &sc.slots[chosen]
+	retrySecs := max(ceilSeconds(retry), 1)
+
+	var hv [5]corev3.HeaderValue
+	nh := 0
+	buf := sc.buf[:0]
+	if mode == descriptors.HeadersFull {
+		buf = strconv.AppendUint(buf, uint64(c.match.Rule.RequestsPerUnit), 10)
+		for i := range sc.slots {
+			sl := &sc.slots[i]
+			if !sl.eligible() || duplicatePolicy(sc.slots[:i], sl) {
+				continue
+			}
+			buf = append(buf, ", "...)
+			buf = strconv.AppendUint(buf, uint64(sl.match.Rule.RequestsPerUnit), 10)
+			buf = append(buf, ";w="...)
+			buf = strconv.AppendInt(buf, ceilSeconds(sl.match.Rule.Window()), 10)
+			if capacity := sl.match.Rule.Policy.Limit(); capacity > int64(sl.match.Rule.RequestsPerUnit) {
+				// A token bucket with a burst above its rate.
+				buf = append(buf, ";burst="...)
+				buf = strconv.AppendInt(buf, capacity, 10)
+			}
+		}
+		hv[nh] = corev3.HeaderValue{Key: HeaderLimit, Value: string(buf)}
+		nh++
+		hv[nh] = corev3.HeaderValue{Key: HeaderRemaining, Value: strconv.FormatUint(uint64(c.remaining), 10)}
+		nh++
+		hv[nh] = corev3.HeaderValue{Key: HeaderReset, Value: strconv.FormatInt(ceilSeconds(c.reset), 10)}
+		nh++
+	}
+	if over && mode != descriptors.HeadersNone {
+		hv[nh] = corev3.HeaderValue{Key: HeaderRetryAfter, Value: strconv.FormatInt(retrySecs, 10)}
+		nh++
+	}
+	if over {
+		// The body names the policy and the wait, never the subject. In
+		// `none` mode it says only that the request was limited.
+		buf = append(buf[:0], `{"error":"rate_limited"`...)
+		if mode != descriptors.HeadersNone {
+			buf = append(buf, `,"policy":"`...)
+			buf = append(buf, c.match.Rule.Policy.ID()...) // [a-z0-9._:/-]: no escaping needed
+			buf = append(buf, `","retry_after_seconds":`...)
+			buf = strconv.AppendInt(buf, retrySecs, 10)
+		}
+		buf = append(buf, '}')
+		resp.RawBody = append([]byte(nil), buf...)
+		// Envoy lets the service's content-type replace the local reply's.
+		hv[nh] = corev3.HeaderValue{Key: HeaderContentType, Value: bodyContentType}
+		nh++
+	}
+	sc.buf = buf
+	if nh == 0 {
+		return
+	}
+	backing := make([]corev3.HeaderValue, nh)
+	ptrs := make([]*corev3.HeaderValue, nh)
+	for i := 0; i < nh; i++ {
+		backing[i].Key, backing[i].Value = hv[i].Key, hv[i].Value
+		ptrs[i] = &backing[i]
+	}
+	resp.ResponseHeadersToAdd = ptrs
+}
+
+// duplicatePolicy reports whether an earlier eligible slot already listed the
+// same (limit, window) quota policy.
+func duplicatePolicy(earlier []slot, sl *slot) bool {
+	for i := range earlier {
+		e := &earlier[i]
+		if e.eligible() && e.match.Rule.RequestsPerUnit == sl.match.Rule.RequestsPerUnit && e.match.Rule.Window() == sl.match.Rule.Window() {
+			return true
+		}
+	}
+	return false
+}
+
+func (s *Server) headerMode(r *descriptors.Rule) descriptors.HeaderMode {
+	if r.Headers == descriptors.HeadersDefault {
+		return s.defaultHeaders
+	}
+	return r.Headers
+}
+
+// stricterHeaders returns the mode that reveals less: none < retry_after < full.
+func stricterHeaders(a, b descriptors.HeaderMode) descriptors.HeaderMode {
+	rank := func(m descriptors.HeaderMode) int {
+		switch m {
+		case descriptors.HeadersNone:
+			return 0
+		case descriptors.HeadersRetryAfter:
+			return 1
+		}
+		return 2
+	}
+	if rank(b) < rank(a) {
+		return b
+	}
+	return a
+}
+
+// nearLimit reports whether 80% or more of limit is used.
+func nearLimit(limit, remaining int64) bool {
+	if limit <= 0 {
+		return false
+	}
+	used := limit - remaining
+	return used*5 >= limit*4
+}
+
+func clampUint32(v int64) uint32 {
+	switch {
+	case v <= 0:
+		return 0
+	case v >= math.MaxUint32:
+		return math.MaxUint32
+	}
+	return uint32(v)
+}
+
+// ceilSeconds rounds d up to whole seconds.
+func ceilSeconds(d time.Duration) int64 {
+	if d <= 0 {
+		return 0
+	}
+	return int64((d + time.Second - 1) / time.Second)
+}
+
+// untilWindowEnd is the time to the end of the epoch-aligned window that
+// contains now (the fixed-window reset point).
+func untilWindowEnd(now time.Time, window time.Duration) time.Duration {
+	if window <= 0 {
+		return time.Second
+	}
+	ms := window.Milliseconds()
+	if ms <= 0 {
+		return window
+	}
+	rem := now.UnixMilli() % ms
+	return time.Duration(ms-rem) * time.Millisecond
+}
