@@ -279,8 +279,7 @@ func (c *Cache) Evaluate(ctx context.Context, batch []limiter.Request, out []lim
 			sc.hit[i] = true
 			hits++
 		} else {
-			// "If it allows": the most permissive answer, for Commits.
-			out[i] = limiter.EvaluatedOutcome(limiter.Decision{Allowed: true})
+			out[i] = limiter.Outcome{} // undecided, see limiter.CheckOnly
 		}
 	}
 	if hits == 0 {
@@ -288,7 +287,7 @@ func (c *Cache) Evaluate(ctx context.Context, batch []limiter.Request, out []lim
 		c.record(batch, out, t0)
 		return
 	}
-	if limiter.Commits(batch, out) {
+	if !limiter.CheckOnly(batch, out) {
 		// The cached denials cannot block the batch (shadow, check, or
 		// quota limits with other quota limits): the store decides it all.
 		c.store.Evaluate(ctx, batch, out)

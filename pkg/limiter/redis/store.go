@@ -233,13 +233,13 @@ func (s *Store) Evaluate(ctx context.Context, batch []limiter.Request, out []lim
 			continue
 		}
 		roles[i] = r.Role()
-		out[i] = limiter.EvaluatedOutcome(limiter.Decision{Allowed: true}) // placeholder: "if it allows"
+		out[i] = limiter.Outcome{} // undecided, see limiter.CheckOnly
 		sent++
 	}
 	if sent == 0 {
 		return
 	}
-	if sent < len(batch) && !limiter.Commits(batch, out) {
+	if sent < len(batch) && limiter.CheckOnly(batch, out) {
 		// The invalid requests alone block the batch: check the others.
 		for i := range roles {
 			if roles[i] != invalidRole {
