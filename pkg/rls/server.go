@@ -161,16 +161,13 @@ const (
 )
 
 // add appends the limiter request of a matched limit to batch and records
-// its index and its role. The request's Mode is the rule's (shadow_mode
-// before quota_mode); the role, decided here once for the whole call, is
-// limiter.Request.Role, which adds the policy's shadow.
+// its index and its role. The request is ModeQuota for a quota_mode rule;
+// the role, decided here once for the whole call, is limiter.Request.Role,
+// which makes a shadow policy (a shadow_mode rule) ModeShadow.
 func (sl *slot) add(batch *[]limiter.Request) {
 	rule := sl.match.Rule
 	mode := limiter.ModeOrdinary
-	switch {
-	case rule.ShadowMode:
-		mode = limiter.ModeShadow
-	case rule.QuotaMode:
+	if rule.QuotaMode {
 		mode = limiter.ModeQuota
 	}
 	sl.batch = len(*batch)
