@@ -348,7 +348,10 @@ func IncompatibleOutcome(category string, err error) Outcome {
 // nothing does, and allowed requests are reported with Consumed false and
 // their remaining before their cost. Shadow-mode requests never block.
 // Where a store cannot make one atomic step (the Redis store with limits in
-// different Redis Cluster slots) it documents how it compensates.
+// different Redis Cluster slots) it documents how it compensates. A caller
+// or store that knows some outcomes before asking (a cached denial, a limit
+// that can never fit, an invalid request) asks CheckOnly whether they alone
+// block the batch, and then sends the rest as ModeCheck.
 //
 // Evaluate writes exactly one Outcome per request into out, in order; out must
 // have len(batch) elements (a shorter out is a programming error and Evaluate

@@ -31,12 +31,12 @@
 // # Batches
 //
 // limiter.Store evaluates a batch all or nothing. When a cached denial alone
-// makes the batch unable to commit (an ordinary limit, or every quota limit),
-// the answer is known without consuming anything: the cached limits are
-// answered from the cache and the rest are sent to the store in
-// limiter.ModeCheck (reported, never consumed), exactly what the store would
-// have answered for the whole batch; when every limit is cached the store is
-// not called at all. When the cached denials cannot block the batch (shadow
+// makes the batch unable to commit (limiter.CheckOnly: an ordinary limit, or
+// every quota limit), the answer is known without consuming anything: the
+// cached limits are answered from the cache and the rest are sent to the
+// store in limiter.ModeCheck (reported, never consumed), exactly what the
+// store would have answered for the whole batch; when every limit is cached
+// the store is not called at all. When the cached denials cannot block the batch (shadow
 // or check limits, or a quota limit with other quota limits), the whole batch
 // goes to the store unchanged.
 //

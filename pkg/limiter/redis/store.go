@@ -187,7 +187,8 @@ func (s *Store) Ping(ctx context.Context) error {
 // and the configured Timeout: requests still without an answer then are
 // Indeterminate. A request that fails Validate is Unavailable
 // (limiter.CategoryInvalidRequest) and never sent; when such a failure alone
-// blocks the batch, the others are sent as limiter.ModeCheck.
+// blocks the batch (limiter.CheckOnly), the others are sent as
+// limiter.ModeCheck.
 //
 // On a Redis Cluster the batch is split by hash slot (requests share a slot
 // when they share a limiter.Tag, see pkg/descriptors' colocate): one call per
