@@ -55,8 +55,12 @@ type Rule struct {
 	UnitMultiplier  uint32
 	RequestsPerUnit uint32
 	Unlimited       bool
-	ShadowMode      bool
-	QuotaMode       bool
+	// ShadowMode is shadow_mode, kept for display: Policy is built with
+	// limiter.PolicySpec.Shadow set to it, and evaluation takes the role
+	// from the policy (limiter.Request.Role).
+	ShadowMode bool
+	// QuotaMode is quota_mode: the limit's requests are limiter.ModeQuota.
+	QuotaMode bool
 	// DetailedMetric is the reference's detailed_metric flag. It is kept for
 	// display: every rule has its own metric series (by policy ID) anyway,
 	// and per-value series are never produced.

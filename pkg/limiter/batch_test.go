@@ -57,6 +57,93 @@ func TestCommits(t *testing.T) {
 	}
 }
 
+// TestCheckOnly: with the undecided requests counted as allowing, the batch
+// is resent as checks exactly when the known outcomes alone block it.
+func TestCheckOnly(t *testing.T) {
+	closed := fixed(t, 5, time.Second)
+	open := mustPolicy(t, limiter.PolicySpec{ID: "open", Algorithm: limiter.FixedWindow, FailureMode: limiter.FailOpen,
+		Params: limiter.FixedWindowParams{Limit: 5, Window: time.Second}})
+	var undecided limiter.Outcome
+	deny := limiter.EvaluatedOutcome(limiter.Decision{})
+	invalid := limiter.UnavailableOutcome(0, limiter.CategoryInvalidRequest, nil)
+	o, s, q, c := limiter.ModeOrdinary, limiter.ModeShadow, limiter.ModeQuota, limiter.ModeCheck
+	type in struct {
+		p    *limiter.Policy
+		mode limiter.Mode
+		out  limiter.Outcome
+	}
+	for _, tc := range []struct {
+		name string
+		reqs []in
+		want bool
+	}{
+		{"nothing known", []in{{closed, o, undecided}, {closed, q, undecided}}, false},
+		{"an ordinary denial is known", []in{{closed, o, undecided}, {closed, o, deny}}, true},
+		{"a known shadow denial", []in{{closed, o, undecided}, {closed, s, deny}}, false},
+		{"a known check denial", []in{{closed, o, undecided}, {closed, c, deny}}, false},
+		{"one quota denial of two", []in{{closed, q, undecided}, {closed, q, deny}}, false},
+		{"every quota denial is known", []in{{closed, o, undecided}, {closed, q, deny}, {closed, q, deny}}, true},
+		{"a fail-closed invalid request", []in{{closed, o, undecided}, {closed, o, invalid}}, true},
+		{"a fail-open invalid request", []in{{closed, o, undecided}, {open, o, invalid}}, false},
+	} {
+		batch := make([]limiter.Request, len(tc.reqs))
+		out := make([]limiter.Outcome, len(tc.reqs))
+		for i, r := range tc.reqs {
+			batch[i] = limiter.Request{Policy: r.p, Mode: r.mode, Cost: 1}
+			out[i] = r.out
+		}
+		if got := limiter.CheckOnly(batch, out); got != tc.want {
+			t.Errorf("%s: CheckOnly = %v, want %v", tc.name, got, tc.want)
+		}
+	}
+	// Commits counts an undecided (zero) outcome as a failure, not an allow.
+	if limiter.Commits([]limiter.Request{{Policy: closed, Cost: 1}}, []limiter.Outcome{undecided}) {
+		t.Error("Commits: an undecided outcome committed")
+	}
+}
+
+// TestQuotaBlocks: quota-mode limits block only when there is one and none
+// allows; shadow and fail-open failures take no part.
+func TestQuotaBlocks(t *testing.T) {
+	closed := fixed(t, 5, time.Second)
+	open := mustPolicy(t, limiter.PolicySpec{ID: "open", Algorithm: limiter.FixedWindow, FailureMode: limiter.FailOpen,
+		Params: limiter.FixedWindowParams{Limit: 5, Window: time.Second}})
+	shadowPolicy := mustPolicy(t, limiter.PolicySpec{ID: "sp", Algorithm: limiter.FixedWindow, Shadow: true,
+		Params: limiter.FixedWindowParams{Limit: 5, Window: time.Second}})
+	allow := limiter.EvaluatedOutcome(limiter.Decision{Allowed: true})
+	deny := limiter.EvaluatedOutcome(limiter.Decision{})
+	fail := limiter.UnavailableOutcome(0, limiter.CategoryNotConnected, nil)
+	o, q := limiter.ModeOrdinary, limiter.ModeQuota
+	type in struct {
+		p    *limiter.Policy
+		mode limiter.Mode
+		out  limiter.Outcome
+	}
+	for _, tc := range []struct {
+		name string
+		reqs []in
+		want bool
+	}{
+		{"no quota", []in{{closed, o, deny}}, false},
+		{"every quota denies", []in{{closed, q, deny}, {closed, q, deny}}, true},
+		{"one quota allows", []in{{closed, q, deny}, {closed, q, allow}}, false},
+		{"a shadow policy is not a quota", []in{{shadowPolicy, q, deny}}, false},
+		{"fail-closed failure is a quota denial", []in{{closed, q, fail}}, true},
+		{"fail-open failure takes no part", []in{{open, q, fail}, {closed, q, deny}}, true},
+		{"only a fail-open failure", []in{{open, q, fail}}, false},
+	} {
+		batch := make([]limiter.Request, len(tc.reqs))
+		out := make([]limiter.Outcome, len(tc.reqs))
+		for i, r := range tc.reqs {
+			batch[i] = limiter.Request{Policy: r.p, Mode: r.mode, Cost: 1}
+			out[i] = r.out
+		}
+		if got := limiter.QuotaBlocks(batch, out); got != tc.want {
+			t.Errorf("%s: QuotaBlocks = %v, want %v", tc.name, got, tc.want)
+		}
+	}
+}
+
 // TestCheckHeld: for an allowed request, held is the reply of the same
 // state before the cost: remaining + cost, and the reset point a following
 // zero-cost look would see; for every other status it equals the reply.

@@ -105,11 +105,40 @@ func (r *Request) Role() Mode {
 // allows when its outcome is an allowed decision; a failed request (any other
 // kind) counts as a denial, except that a fail-open policy's failure takes
 // no part (Envoy is answered OK for it, as pkg/rls does). Shadow and check
-// requests never block.
+// requests (by Request.Role) never block.
 //
 // These are the reference's OVER_LIMIT rules, so exactly the requests Envoy
-// lets through consume.
+// lets through consume. The Lua batch program of pkg/lua applies the same
+// rule inside Redis; the differential tests hold the two equal.
 func Commits(batch []Request, out []Outcome) bool {
+	commit, _ := decide(batch, out, false)
+	return commit
+}
+
+// CheckOnly reports whether batch can no longer commit whatever its
+// undecided requests answer. out holds, for each request, the outcome already
+// known (a cached denial, a limit that can never fit, a request refused before
+// it is sent) or the zero Outcome for a request still to be decided, which
+// counts as allowing. When CheckOnly is true the caller sends the undecided
+// requests as ModeCheck: they are reported and nothing is consumed, which is
+// what the whole batch would have answered.
+func CheckOnly(batch []Request, out []Outcome) bool {
+	commit, _ := decide(batch, out, true)
+	return !commit
+}
+
+// QuotaBlocks reports whether the quota-mode requests of batch block it:
+// there is at least one and none allows (see Commits). A quota-mode request
+// that denies is reported as over the limit only then.
+func QuotaBlocks(batch []Request, out []Outcome) bool {
+	_, blocks := decide(batch, out, false)
+	return blocks
+}
+
+// decide applies the batch rule. With undecidedAllows, a zero Outcome counts
+// as an allowed one.
+func decide(batch []Request, out []Outcome, undecidedAllows bool) (commit, quotaBlocks bool) {
+	commit = true
 	quota, quotaAllows := 0, false
 	for i := range batch {
 		r := &batch[i]
@@ -122,6 +151,8 @@ func Commits(batch []Request, out []Outcome) bool {
 		switch {
 		case o.Kind == Evaluated:
 			allows = o.Decision.Allowed
+		case o.Kind == 0 && undecidedAllows:
+			allows = true
 		case r.Policy != nil && r.Policy.FailureMode() == FailOpen:
 			continue
 		}
@@ -131,10 +162,11 @@ func Commits(batch []Request, out []Outcome) bool {
 			continue
 		}
 		if !allows {
-			return false
+			commit = false
 		}
 	}
-	return quota == 0 || quotaAllows
+	quotaBlocks = quota > 0 && !quotaAllows
+	return commit && !quotaBlocks, quotaBlocks
 }
 
 // Validate reports whether r can be evaluated. The error names the field.
@@ -316,7 +348,10 @@ func IncompatibleOutcome(category string, err error) Outcome {
 // nothing does, and allowed requests are reported with Consumed false and
 // their remaining before their cost. Shadow-mode requests never block.
 // Where a store cannot make one atomic step (the Redis store with limits in
-// different Redis Cluster slots) it documents how it compensates.
+// different Redis Cluster slots) it documents how it compensates. A caller
+// or store that knows some outcomes before asking (a cached denial, a limit
+// that can never fit, an invalid request) asks CheckOnly whether they alone
+// block the batch, and then sends the rest as ModeCheck.
 //
 // Evaluate writes exactly one Outcome per request into out, in order; out must
 // have len(batch) elements (a shorter out is a programming error and Evaluate

@@ -36,13 +36,12 @@ func (s *Server) respond(ctx context.Context, req *rlsv3.RateLimitRequest, known
 	ptrs := make([]*rlsv3.RateLimitResponse_DescriptorStatus, n)
 	var limits []rlsv3.RateLimitResponse_RateLimit
 	var durations []durationpb.Duration
-	if limited := len(sc.batch) + countKind(sc.slots, slotNeverFits); limited > 0 {
+	if limited := len(sc.batch); limited > 0 {
 		limits = make([]rlsv3.RateLimitResponse_RateLimit, 0, limited)
 		durations = make([]durationpb.Duration, 0, limited)
 	}
 
 	// Pass 1: what each limit decided.
-	quotaTotal, quotaOver := 0, 0
 	for i := range sc.slots {
 		sl := &sc.slots[i]
 		st := &statuses[i]
@@ -61,7 +60,6 @@ func (s *Server) respond(ctx context.Context, req *rlsv3.RateLimitRequest, known
 		}
 		rule := sl.match.Rule
 		p := rule.Policy
-		sl.shadow = rule.ShadowMode || p.Shadow()
 		if sl.kind == slotNeverFits {
 			// A zero limit, or a cost above the policy's max cost: it can
 			// never fit, so the store is not asked and nothing is consumed.
@@ -77,7 +75,7 @@ func (s *Server) respond(ctx context.Context, req *rlsv3.RateLimitRequest, known
 				sl.reset = max(d.ResetAt.Sub(now), 0).Round(time.Millisecond)
 			}
 			sl.retry = d.RetryAfter
-			if d.Allowed && !sl.shadow && nearLimit(d.Limit, d.Remaining) {
+			if d.Allowed && sl.role != limiter.ModeShadow && nearLimit(d.Limit, d.Remaining) {
 				s.metrics.policy(metricDomain, sl.policyLabel()).near.Inc()
 			}
 		} else {
@@ -102,19 +100,13 @@ func (s *Server) respond(ctx context.Context, req *rlsv3.RateLimitRequest, known
 		st.LimitRemaining = sl.remaining
 		durations = append(durations, durationpb.Duration{Seconds: int64(sl.reset / time.Second), Nanos: int32(sl.reset % time.Second)})
 		st.DurationUntilReset = &durations[len(durations)-1]
-		if rule.QuotaMode && !sl.shadow {
-			quotaTotal++
-			if sl.over {
-				quotaOver++
-			}
-		}
 	}
 
 	// Pass 2: what is reported (the reference's rules). An ordinary
 	// descriptor over the limit denies; quota-mode descriptors deny only
 	// when every one of them is over; shadow descriptors are counted and
 	// reported OK.
-	quotaDenies := quotaTotal > 0 && quotaOver == quotaTotal
+	quotaDenies := limiter.QuotaBlocks(sc.batch, sc.outs)
 	overall := rlsv3.RateLimitResponse_OK
 	for i := range sc.slots {
 		sl := &sc.slots[i]
@@ -125,10 +117,10 @@ func (s *Server) respond(ctx context.Context, req *rlsv3.RateLimitRequest, known
 		switch {
 		case !sl.over:
 			pc.ok.Inc()
-		case sl.shadow:
+		case sl.role == limiter.ModeShadow:
 			pc.shadowOver.Inc()
 			s.logDenial(ctx, msgShadowDenied, sl)
-		case sl.match.Rule.QuotaMode && !quotaDenies:
+		case sl.role == limiter.ModeQuota && !quotaDenies:
 			pc.ok.Inc()
 		default:
 			sl.reported = true
@@ -142,16 +134,6 @@ func (s *Server) respond(ctx context.Context, req *rlsv3.RateLimitRequest, known
 	resp := &rlsv3.RateLimitResponse{OverallCode: overall, Statuses: ptrs}
 	s.addHeadersAndBody(resp, sc)
 	return resp
-}
-
-func countKind(slots []slot, k slotKind) int {
-	c := 0
-	for i := range slots {
-		if slots[i].kind == k {
-			c++
-		}
-	}
-	return c
 }
 
 // storeFailed applies the policy's failure mode to a failed outcome.
@@ -236,7 +218,7 @@ func (sl *slot) eligible() bool {
 	if sl.kind != slotStore && sl.kind != slotNeverFits {
 		return false
 	}
-	if sl.shadow || sl.fellBack && !sl.over {
+	if sl.role == limiter.ModeShadow || sl.fellBack && !sl.over {
 		return false
 	}
 	return !sl.over || sl.reported

@@ -160,6 +160,21 @@ const (
 	slotStore                     // evaluated by the store: outcome in outs[batch]
 )
 
+// add appends the limiter request of a matched limit to batch and records
+// its index and its role. The request is ModeQuota for a quota_mode rule;
+// the role, decided here once for the whole call, is limiter.Request.Role,
+// which makes a shadow policy (a shadow_mode rule) ModeShadow.
+func (sl *slot) add(batch *[]limiter.Request) {
+	rule := sl.match.Rule
+	mode := limiter.ModeOrdinary
+	if rule.QuotaMode {
+		mode = limiter.ModeQuota
+	}
+	sl.batch = len(*batch)
+	*batch = append(*batch, limiter.Request{Policy: rule.Policy, Subject: sl.match.Subject, Cost: sl.cost, Mode: mode, Tag: sl.match.Tag})
+	sl.role = (*batch)[sl.batch].Role()
+}
+
 // slot is the per-descriptor working state of one call.
 type slot struct {
 	kind     slotKind
@@ -168,10 +183,10 @@ type slot struct {
 	cost     int64
 	batch    int
 	// Filled while building statuses.
-	over      bool // the limit (or the fail-closed fallback) denies
-	reported  bool // reported OVER_LIMIT to Envoy
-	fellBack  bool // the store failed and the failure mode answered
-	shadow    bool
+	over      bool         // the limit (or the fail-closed fallback) denies
+	reported  bool         // reported OVER_LIMIT to Envoy
+	fellBack  bool         // the store failed and the failure mode answered
+	role      limiter.Mode // the limit's role in the batch (store and never-fits slots)
 	remaining uint32
 	reset     time.Duration
 	retry     time.Duration
@@ -180,8 +195,9 @@ type slot struct {
 // scratch holds the reusable buffers of one call.
 type scratch struct {
 	slots   []slot
-	batch   []limiter.Request
-	outs    []limiter.Outcome
+	batch   []limiter.Request // the store's requests, then the never-fits ones
+	outs    []limiter.Outcome // one per batch element
+	checks  []limiter.Request // the store's requests resent as checks
 	entries []descriptors.Entry
 	buf     []byte
 }
@@ -202,6 +218,7 @@ func (s *Server) putScratch(sc *scratch) {
 	clear(sc.slots)
 	clear(sc.batch)
 	clear(sc.outs)
+	clear(sc.checks)
 	clear(sc.entries)
 	s.scratch.Put(sc)
 }
@@ -299,57 +316,55 @@ func (s *Server) evaluate(ctx context.Context, req *rlsv3.RateLimitRequest, rule
 		markReplaced(sc.slots)
 	}
 
-	// 3. One batch for every limit the store must decide. The store commits
-	// it all or nothing by the same rules as the answer (see
-	// limiter.Store), so that exactly the calls answered OK consume.
-	neverFitsDenies, quotaNeverFits, quotaInBatch := false, false, false
+	// 3. One batch for every limit the store must decide, followed by the
+	// limits that can never fit (a zero limit, or a cost above the policy's
+	// max cost: denials known without asking the store). The store commits
+	// its part all or nothing by the rule of limiter.Commits, the answer is
+	// built by the same rule over the whole, so exactly the calls answered OK
+	// consume.
+	neverFits := false
 	for i := range sc.slots {
 		sl := &sc.slots[i]
 		if sl.kind != slotStore {
 			continue
 		}
-		rule := sl.match.Rule
-		p := rule.Policy
-		mode := limiter.ModeOrdinary
-		switch {
-		case rule.ShadowMode || p.Shadow():
-			mode = limiter.ModeShadow
-		case rule.QuotaMode:
-			mode = limiter.ModeQuota
-		}
-		if p.Limit() == 0 || sl.cost > p.MaxCost() {
+		if p := sl.match.Rule.Policy; p.Limit() == 0 || sl.cost > p.MaxCost() {
 			sl.kind = slotNeverFits
-			switch mode {
-			case limiter.ModeOrdinary:
-				neverFitsDenies = true
-			case limiter.ModeQuota:
-				quotaNeverFits = true
-			}
+			neverFits = true
 			continue
 		}
-		if mode == limiter.ModeQuota {
-			quotaInBatch = true
-		}
-		sl.batch = len(sc.batch)
-		sc.batch = append(sc.batch, limiter.Request{Policy: p, Subject: sl.match.Subject, Cost: sl.cost, Mode: mode, Tag: sl.match.Tag})
+		sl.add(&sc.batch)
 	}
-	if neverFitsDenies || quotaNeverFits && !quotaInBatch {
-		// A limit outside the batch already denies the call: check the
-		// others for their statuses, consume nothing.
-		for i := range sc.batch {
-			sc.batch[i].Mode = limiter.ModeCheck
+	n := len(sc.batch)
+	if neverFits {
+		for i := range sc.slots {
+			if sl := &sc.slots[i]; sl.kind == slotNeverFits {
+				sl.add(&sc.batch)
+			}
 		}
 	}
-	if n := len(sc.batch); n > 0 {
-		if cap(sc.outs) < n {
-			sc.outs = make([]limiter.Outcome, n)
+	if cap(sc.outs) < len(sc.batch) {
+		sc.outs = make([]limiter.Outcome, len(sc.batch))
+	}
+	sc.outs = sc.outs[:len(sc.batch)]
+	clear(sc.outs[:n])
+	for i := n; i < len(sc.outs); i++ {
+		sc.outs[i] = limiter.EvaluatedOutcome(limiter.Decision{})
+	}
+	if n > 0 {
+		send := sc.batch[:n]
+		if n < len(sc.batch) && limiter.CheckOnly(sc.batch, sc.outs) {
+			// A limit outside the store's part already blocks the call:
+			// check the others for their statuses, consume nothing.
+			sc.checks = append(sc.checks[:0], send...)
+			for i := range sc.checks {
+				sc.checks[i].Mode = limiter.ModeCheck
+			}
+			send = sc.checks
 		}
-		sc.outs = sc.outs[:n]
 		t0 := time.Now()
-		s.store.Evaluate(storeContext(ctx, s.deadlines, t0), sc.batch, sc.outs)
+		s.store.Evaluate(storeContext(ctx, s.deadlines, t0), send, sc.outs[:n])
 		s.metrics.observeStore(time.Since(t0))
-	} else {
-		sc.outs = sc.outs[:0]
 	}
 
 	// 4. Statuses.

@@ -247,6 +247,28 @@ func TestNoPartialConsumption(t *testing.T) {
 	}
 }
 
+// TestQuotaLimitThatNeverFits: a quota-mode limit whose cost can never fit
+// is a quota denial known before the store is asked. With another quota
+// limit that allows, the call is OK and consumes; as the only quota limit it
+// denies the call and the other limits are only checked.
+func TestQuotaLimitThatNeverFits(t *testing.T) {
+	e := newRealEnv(t)
+	// quota_a: 1/min, so a cost of 5 never fits; quota_b: 2/min; user: 3/min.
+	resp := e.call(t, request("rls", desc("user", "gil"), withHits(desc("quota_a", "n"), 5), desc("quota_b", "n")))
+	if resp.OverallCode != rlsv3.RateLimitResponse_OK || resp.Statuses[1].Code != rlsv3.RateLimitResponse_OK ||
+		resp.Statuses[0].LimitRemaining != 2 || resp.Statuses[2].LimitRemaining != 1 {
+		t.Fatalf("with another quota limit allowing: %v", resp)
+	}
+	resp = e.call(t, request("rls", desc("user", "gil"), withHits(desc("quota_a", "n"), 5)))
+	if resp.OverallCode != rlsv3.RateLimitResponse_OVER_LIMIT || resp.Statuses[1].Code != rlsv3.RateLimitResponse_OVER_LIMIT ||
+		resp.Statuses[0].LimitRemaining != 2 {
+		t.Fatalf("as the only quota limit: %v", resp)
+	}
+	if resp := e.call(t, request("rls", desc("user", "gil"))); resp.Statuses[0].LimitRemaining != 1 {
+		t.Fatalf("the denied call consumed: user remaining %d, want 1", resp.Statuses[0].LimitRemaining)
+	}
+}
+
 func TestUnknownDomainAndDescriptor(t *testing.T) {
 	e := newRealEnv(t)
 	resp := e.call(t, request("nope", desc("user", "alice")))

@@ -31,12 +31,12 @@
 // # Batches
 //
 // limiter.Store evaluates a batch all or nothing. When a cached denial alone
-// makes the batch unable to commit (an ordinary limit, or every quota limit),
-// the answer is known without consuming anything: the cached limits are
-// answered from the cache and the rest are sent to the store in
-// limiter.ModeCheck (reported, never consumed), exactly what the store would
-// have answered for the whole batch; when every limit is cached the store is
-// not called at all. When the cached denials cannot block the batch (shadow
+// makes the batch unable to commit (limiter.CheckOnly: an ordinary limit, or
+// every quota limit), the answer is known without consuming anything: the
+// cached limits are answered from the cache and the rest are sent to the
+// store in limiter.ModeCheck (reported, never consumed), exactly what the
+// store would have answered for the whole batch; when every limit is cached
+// the store is not called at all. When the cached denials cannot block the batch (shadow
 // or check limits, or a quota limit with other quota limits), the whole batch
 // goes to the store unchanged.
 //
@@ -279,8 +279,7 @@ func (c *Cache) Evaluate(ctx context.Context, batch []limiter.Request, out []lim
 			sc.hit[i] = true
 			hits++
 		} else {
-			// "If it allows": the most permissive answer, for Commits.
-			out[i] = limiter.EvaluatedOutcome(limiter.Decision{Allowed: true})
+			out[i] = limiter.Outcome{} // undecided, see limiter.CheckOnly
 		}
 	}
 	if hits == 0 {
@@ -288,7 +287,7 @@ func (c *Cache) Evaluate(ctx context.Context, batch []limiter.Request, out []lim
 		c.record(batch, out, t0)
 		return
 	}
-	if limiter.Commits(batch, out) {
+	if !limiter.CheckOnly(batch, out) {
 		// The cached denials cannot block the batch (shadow, check, or
 		// quota limits with other quota limits): the store decides it all.
 		c.store.Evaluate(ctx, batch, out)

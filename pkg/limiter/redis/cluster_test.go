@@ -102,6 +102,35 @@ func TestClusterBatch(t *testing.T) {
 		}
 	})
 
+	t.Run("cross-slot: an invalid request blocks the batch, the others are only checked", func(t *testing.T) {
+		us, ts := subjectOf(prefix+"/checked-user"), subjectOf(prefix+"/checked-tenant")
+		ureq := limiter.Request{Policy: user, Subject: us, Cost: 1, Tag: tagA}
+		treq := limiter.Request{Policy: user, Subject: ts, Cost: 1, Tag: tagB}
+		invalid := limiter.Request{Policy: user, Subject: ts, Cost: 0, Tag: tagB}
+		ukey, tkey := string(requestKey(nil, &ureq)), string(requestKey(nil, &treq))
+		out := make([]limiter.Outcome, 3)
+		s.Evaluate(context.Background(), []limiter.Request{ureq, treq}, out[:2])
+		if !out[0].Decision.Consumed || !out[1].Decision.Consumed {
+			t.Fatalf("first call: %+v", out[:2])
+		}
+		s.Evaluate(context.Background(), []limiter.Request{ureq, treq, invalid}, out)
+		if out[2].Kind != limiter.Unavailable || out[2].Category != limiter.CategoryInvalidRequest {
+			t.Fatalf("invalid request: %+v", out[2])
+		}
+		for i := range 2 {
+			if d := out[i].Decision; out[i].Kind != limiter.Evaluated || !d.Allowed || d.Consumed || d.Remaining != 4 {
+				t.Fatalf("request %d: %+v, want allowed, not consumed, 4 left", i, out[i])
+			}
+		}
+		// Checked, so neither taken nor given back.
+		if b := hget(ukey, "b"); b != "1" {
+			t.Fatalf("user count %s, want 1", b)
+		}
+		if b := hget(tkey, "b"); b != "1" {
+			t.Fatalf("tenant count %s, want 1", b)
+		}
+	})
+
 	t.Run("cross-slot: quota limits are decided over every slot", func(t *testing.T) {
 		qa := mustPolicy(t, limiter.PolicySpec{ID: prefix + ".qa", Algorithm: limiter.FixedWindow, Params: limiter.FixedWindowParams{Limit: 1, Window: farWindow}})
 		qb := mustPolicy(t, limiter.PolicySpec{ID: prefix + ".qb", Algorithm: limiter.FixedWindow, Params: limiter.FixedWindowParams{Limit: 2, Window: farWindow}})

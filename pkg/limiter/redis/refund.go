@@ -9,11 +9,12 @@ import (
 	"github.com/envoy-rls/envoy-rls/pkg/lua"
 )
 
-// refund gives back, per committed group, what its allowed requests took.
+// refund gives back, per committed group, what its allowed requests took (a
+// check, by the role it was sent with, took nothing).
 // It runs detached from ctx (a refund is worth finishing after the caller
 // has gone), bounded by the store's Timeout, and waits for it at most until
 // ctx is done.
-func (s *Store) refund(ctx context.Context, batch []limiter.Request, keys []string, groups []*group) {
+func (s *Store) refund(ctx context.Context, batch []limiter.Request, roles []limiter.Mode, keys []string, groups []*group) {
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.timeout)
 	done := make(chan struct{})
 	answered := make([]atomic.Bool, len(groups))
@@ -25,7 +26,7 @@ func (s *Store) refund(ctx context.Context, batch []limiter.Request, keys []stri
 			var gk, args []string
 			for k, i := range g.idx {
 				d := &g.outs[k].Decision
-				if g.outs[k].Kind != limiter.Evaluated || !d.Allowed || batch[i].Role() == limiter.ModeCheck {
+				if g.outs[k].Kind != limiter.Evaluated || !d.Allowed || roles[i] == limiter.ModeCheck {
 					continue
 				}
 				gk = append(gk, keys[i])

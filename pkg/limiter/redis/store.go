@@ -186,7 +186,8 @@ func (s *Store) Ping(ctx context.Context) error {
 // and the configured Timeout: requests still without an answer then are
 // Indeterminate. A request that fails Validate is Unavailable
 // (limiter.CategoryInvalidRequest) and never sent; when such a failure alone
-// blocks the batch, the others are sent as limiter.ModeCheck.
+// blocks the batch (limiter.CheckOnly), the others are sent as
+// limiter.ModeCheck.
 //
 // On a Redis Cluster the batch is split by hash slot (requests share a slot
 // when they share a limiter.Tag, see pkg/descriptors' colocate): one call per
@@ -232,13 +233,13 @@ func (s *Store) Evaluate(ctx context.Context, batch []limiter.Request, out []lim
 			continue
 		}
 		roles[i] = r.Role()
-		out[i] = limiter.EvaluatedOutcome(limiter.Decision{Allowed: true}) // placeholder: "if it allows"
+		out[i] = limiter.Outcome{} // undecided, see limiter.CheckOnly
 		sent++
 	}
 	if sent == 0 {
 		return
 	}
-	if sent < len(batch) && !limiter.Commits(batch, out) {
+	if sent < len(batch) && limiter.CheckOnly(batch, out) {
 		// The invalid requests alone block the batch: check the others.
 		for i := range roles {
 			if roles[i] != invalidRole {
@@ -329,7 +330,7 @@ func (s *Store) Evaluate(ctx context.Context, batch []limiter.Request, out []lim
 		if s.beforeRefund != nil {
 			s.beforeRefund()
 		}
-		s.refund(ctx, batch, keys, refunds)
+		s.refund(ctx, batch, roles, keys, refunds)
 	}
 	for _, g := range groups {
 		s.finish(batch, roles, out, g, g.committed && (commit || !g.refunded))
