@@ -140,23 +140,25 @@ func fuzzSeeds(f *testing.F, add func(a, b uint16, ops []byte)) {
 	add(7, 333, []byte{0, 100, 4, 0, 100, 4, 0, 133, 6, 0, 1, 2, 0, 200, 6, 0, 99, 1})
 }
 
-func FuzzFixedWindow(f *testing.F) {
+// fuzzWindowed fuzzes a windowed policy that build makes from a limit and
+// a window, then runs check on the simulation's admissions.
+func fuzzWindowed(f *testing.F, build func(testing.TB, int64, time.Duration) *limiter.Policy, check func(*sim)) {
 	fuzzSeeds(f, func(a, b uint16, ops []byte) { f.Add(a, b, ops) })
 	f.Fuzz(func(t *testing.T, limit, window uint16, ops []byte) {
-		p := fixed(t, 1+int64(limit%1000), time.Duration(1+int64(window%5000))*time.Millisecond)
+		p := build(t, 1+int64(limit%1000), time.Duration(1+int64(window%5000))*time.Millisecond)
 		s := &sim{t: t, p: p, now: t0}
 		s.run(ops)
-		s.withinEachWindow()
+		check(s)
 	})
 }
 
+func FuzzFixedWindow(f *testing.F) {
+	fuzzWindowed(f, fixed, (*sim).withinEachWindow)
+}
+
 func FuzzSlidingWindow(f *testing.F) {
-	fuzzSeeds(f, func(a, b uint16, ops []byte) { f.Add(a, b, ops) })
-	f.Fuzz(func(t *testing.T, limit, window uint16, ops []byte) {
-		p := sliding(t, 1+int64(limit%1000), time.Duration(1+int64(window%5000))*time.Millisecond)
-		s := &sim{t: t, p: p, now: t0}
-		s.run(ops)
-		W := p.WindowMillis()
+	fuzzWindowed(f, sliding, func(s *sim) {
+		t, p, W := s.t, s.p, s.p.WindowMillis()
 		s.withinEachWindow()
 		for j, a := range s.admitted {
 			// The estimate is conservative for evenly spread traffic, and
