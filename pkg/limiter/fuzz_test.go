@@ -120,6 +120,19 @@ func (s *sim) step(i int, now, cost int64) {
 	s.st = after
 }
 
+// withinEachWindow fails the test if the requests admitted in any one
+// epoch-aligned window of the policy cost more than its limit.
+func (s *sim) withinEachWindow() {
+	s.t.Helper()
+	perWindow := map[int64]int64{}
+	for _, a := range s.admitted {
+		w := a.at / s.p.WindowMillis()
+		if perWindow[w] += a.cost; perWindow[w] > s.p.Limit() {
+			s.t.Fatalf("admitted %d in window %d, limit %d", perWindow[w], w, s.p.Limit())
+		}
+	}
+}
+
 func fuzzSeeds(f *testing.F, add func(a, b uint16, ops []byte)) {
 	add(10, 1000, []byte{0, 0, 3, 0, 1, 9, 0, 0, 0, 0x03, 0xe8, 9})
 	add(1, 1, []byte{0, 0, 0, 0, 0, 0, 0, 1, 0, 0xff, 0x00, 0})                      // regression beyond 2s, then
@@ -127,35 +140,27 @@ func fuzzSeeds(f *testing.F, add func(a, b uint16, ops []byte)) {
 	add(7, 333, []byte{0, 100, 4, 0, 100, 4, 0, 133, 6, 0, 1, 2, 0, 200, 6, 0, 99, 1})
 }
 
-func FuzzFixedWindow(f *testing.F) {
+// fuzzWindowed fuzzes a windowed policy that build makes from a limit and
+// a window, then runs check on the simulation's admissions.
+func fuzzWindowed(f *testing.F, build func(testing.TB, int64, time.Duration) *limiter.Policy, check func(*sim)) {
 	fuzzSeeds(f, func(a, b uint16, ops []byte) { f.Add(a, b, ops) })
 	f.Fuzz(func(t *testing.T, limit, window uint16, ops []byte) {
-		p := fixed(t, 1+int64(limit%1000), time.Duration(1+int64(window%5000))*time.Millisecond)
+		p := build(t, 1+int64(limit%1000), time.Duration(1+int64(window%5000))*time.Millisecond)
 		s := &sim{t: t, p: p, now: t0}
 		s.run(ops)
-		perWindow := map[int64]int64{}
-		for _, a := range s.admitted {
-			w := a.at / p.WindowMillis()
-			if perWindow[w] += a.cost; perWindow[w] > p.Limit() {
-				t.Fatalf("admitted %d in window %d, limit %d", perWindow[w], w, p.Limit())
-			}
-		}
+		check(s)
 	})
 }
 
+func FuzzFixedWindow(f *testing.F) {
+	fuzzWindowed(f, fixed, (*sim).withinEachWindow)
+}
+
 func FuzzSlidingWindow(f *testing.F) {
-	fuzzSeeds(f, func(a, b uint16, ops []byte) { f.Add(a, b, ops) })
-	f.Fuzz(func(t *testing.T, limit, window uint16, ops []byte) {
-		p := sliding(t, 1+int64(limit%1000), time.Duration(1+int64(window%5000))*time.Millisecond)
-		s := &sim{t: t, p: p, now: t0}
-		s.run(ops)
-		W := p.WindowMillis()
-		perWindow := map[int64]int64{}
+	fuzzWindowed(f, sliding, func(s *sim) {
+		t, p, W := s.t, s.p, s.p.WindowMillis()
+		s.withinEachWindow()
 		for j, a := range s.admitted {
-			w := a.at / W
-			if perWindow[w] += a.cost; perWindow[w] > p.Limit() {
-				t.Fatalf("admitted %d in window %d, limit %d", perWindow[w], w, p.Limit())
-			}
 			// The estimate is conservative for evenly spread traffic, and
 			// no sliding interval of one window ever holds two limits.
 			var sum int64

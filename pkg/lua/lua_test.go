@@ -242,12 +242,7 @@ func TestParseBatchReplyOneKey(t *testing.T) {
 				t.Fatalf("ParseBatchReply(%q) error = %v, want ok=%v", tt.fields, err, tt.ok)
 			}
 			if err != nil {
-				if !errors.Is(err, ErrMalformedReply) {
-					t.Fatalf("error %v does not match ErrMalformedReply", err)
-				}
-				if committed {
-					t.Fatal("committed with an error")
-				}
+				refused(t, err, committed)
 				return
 			}
 			if !committed || out[0] != tt.want {
@@ -307,12 +302,7 @@ func FuzzParseBatchReply(f *testing.F) {
 		out := make([]limiter.Reply, n)
 		committed, err := ParseBatchReply(pols, vals, out)
 		if err != nil {
-			if !errors.Is(err, ErrMalformedReply) {
-				t.Fatalf("error %v does not match ErrMalformedReply", err)
-			}
-			if committed {
-				t.Fatal("committed with an error")
-			}
+			refused(t, err, committed)
 			return
 		}
 		flag := int64(0)
@@ -398,5 +388,17 @@ func TestParseBatchReplyCorpus(t *testing.T) {
 	}
 	if seen[true] == 0 || seen[false] == 0 {
 		t.Errorf("corpus of %d valid and %d malformed replies", seen[true], seen[false])
+	}
+}
+
+// refused fails t unless a ParseBatchReply error is ErrMalformedReply and
+// the reply it refused is not reported as committed.
+func refused(t *testing.T, err error, committed bool) {
+	t.Helper()
+	if !errors.Is(err, ErrMalformedReply) {
+		t.Fatalf("error %v does not match ErrMalformedReply", err)
+	}
+	if committed {
+		t.Fatal("committed with an error")
 	}
 }

@@ -1,7 +1,6 @@
 package rls
 
 import (
-	"bytes"
 	"context"
 	"net"
 	"strings"
@@ -11,7 +10,6 @@ import (
 	rlv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/common/expfmt"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 	"go.uber.org/zap/zaptest/observer"
@@ -20,6 +18,7 @@ import (
 	"google.golang.org/grpc/test/bufconn"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
+	"github.com/envoy-rls/envoy-rls/internal/limitertest"
 	"github.com/envoy-rls/envoy-rls/pkg/limiter"
 )
 
@@ -79,18 +78,7 @@ func (h *harness) call(t *testing.T, req *rlsv3.RateLimitRequest) *rlsv3.RateLim
 
 // metrics renders the registry in the text exposition format.
 func (h *harness) metrics(t *testing.T) string {
-	t.Helper()
-	mfs, err := h.reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var b bytes.Buffer
-	for _, mf := range mfs {
-		if _, err := expfmt.MetricFamilyToText(&b, mf); err != nil {
-			t.Fatal(err)
-		}
-	}
-	return b.String()
+	return limitertest.Exposition(t, h.reg)
 }
 
 // counter returns the value of the sample whose line starts with prefix

@@ -102,6 +102,24 @@ type step struct {
 	storeSeen bool // the request reached the store
 }
 
+// viaStore is a request of cost that reaches the store (the memory store of
+// newEnv, so the source is SourceMemory), which answers allowed.
+func viaStore(cost int64, allowed bool) step {
+	return step{cost: cost, allowed: allowed, source: limiter.SourceMemory, storeSeen: true}
+}
+
+// viaCache is a request of cost that the cache denies without asking the
+// store.
+func viaCache(cost int64) step {
+	return step{cost: cost, allowed: false, source: limiter.SourceLocalCache}
+}
+
+// after is s sent once the fake clock has advanced by d.
+func after(d time.Duration, s step) step {
+	s.advance = d
+	return s
+}
+
 func run(t *testing.T, e *env, p *limiter.Policy, subj limiter.SubjectDigest, steps []step) {
 	t.Helper()
 	for i, s := range steps {
@@ -128,14 +146,14 @@ func TestFixedWindowDenialCachedUntilWindowEnd(t *testing.T) {
 	e := newEnv(t, 0)
 	p := policy(t, "fw", limiter.FixedWindow, 2, time.Second)
 	run(t, e, p, subject("a"), []step{
-		{cost: 1, allowed: true, source: limiter.SourceMemory, storeSeen: true},
-		{cost: 1, allowed: true, source: limiter.SourceMemory, storeSeen: true},
-		{cost: 1, allowed: false, source: limiter.SourceMemory, storeSeen: true}, // cached from here
-		{cost: 1, allowed: false, source: limiter.SourceLocalCache},
-		{advance: 500 * time.Millisecond, cost: 2, allowed: false, source: limiter.SourceLocalCache},            // larger cost: still denied
-		{advance: 398 * time.Millisecond, cost: 1, allowed: false, source: limiter.SourceLocalCache},            // 898 ms: before the end less 1 ms
-		{advance: 1 * time.Millisecond, cost: 1, allowed: false, source: limiter.SourceMemory, storeSeen: true}, // 899 ms: the store answers (re-cached)
-		{advance: 1 * time.Millisecond, cost: 1, allowed: true, source: limiter.SourceMemory, storeSeen: true},  // the new window
+		viaStore(1, true),
+		viaStore(1, true),
+		viaStore(1, false), // cached from here
+		viaCache(1),
+		after(500*time.Millisecond, viaCache(2)),      // larger cost: still denied
+		after(398*time.Millisecond, viaCache(1)),      // 898 ms: before the end less 1 ms
+		after(1*time.Millisecond, viaStore(1, false)), // 899 ms: the store answers (re-cached)
+		after(1*time.Millisecond, viaStore(1, true)),  // the new window
 	})
 	if got := e.hits.n.Load(); got != 3 {
 		t.Fatalf("hits %d, want 3", got)
@@ -147,11 +165,11 @@ func TestTokenBucketSmallerCostAsksTheStore(t *testing.T) {
 	// 10 tokens, refilled 10 per second: one token per 100 ms.
 	p := policy(t, "tb", limiter.TokenBucket, 10, time.Second)
 	run(t, e, p, subject("b"), []step{
-		{cost: 8, allowed: true, source: limiter.SourceMemory, storeSeen: true},
-		{cost: 5, allowed: false, source: limiter.SourceMemory, storeSeen: true}, // 2 left: 300 ms to 5
-		{cost: 5, allowed: false, source: limiter.SourceLocalCache},
-		{cost: 2, allowed: true, source: limiter.SourceMemory, storeSeen: true}, // smaller cost: not covered
-		{advance: 299 * time.Millisecond, cost: 5, allowed: false, source: limiter.SourceMemory, storeSeen: true},
+		viaStore(8, true),
+		viaStore(5, false), // 2 left: 300 ms to 5
+		viaCache(5),
+		viaStore(2, true), // smaller cost: not covered
+		after(299*time.Millisecond, viaStore(5, false)),
 	})
 }
 
@@ -159,28 +177,28 @@ func TestNeverCached(t *testing.T) {
 	e := newEnv(t, 0)
 	sw := policy(t, "sw", limiter.SlidingWindow, 1, time.Second)
 	run(t, e, sw, subject("c"), []step{
-		{cost: 1, allowed: true, source: limiter.SourceMemory, storeSeen: true},
-		{cost: 1, allowed: false, source: limiter.SourceMemory, storeSeen: true},
-		{cost: 1, allowed: false, source: limiter.SourceMemory, storeSeen: true}, // approximate: never cached
+		viaStore(1, true),
+		viaStore(1, false),
+		viaStore(1, false), // approximate: never cached
 	})
 	// A denial for one limit says nothing about another limit, revision or
 	// subject.
 	fw := policy(t, "fw", limiter.FixedWindow, 1, time.Second)
 	run(t, e, fw, subject("d"), []step{
-		{cost: 1, allowed: true, source: limiter.SourceMemory, storeSeen: true},
-		{cost: 1, allowed: false, source: limiter.SourceMemory, storeSeen: true},
-		{cost: 1, allowed: false, source: limiter.SourceLocalCache},
+		viaStore(1, true),
+		viaStore(1, false),
+		viaCache(1),
 	})
 	raised := policy(t, "fw", limiter.FixedWindow, 5, time.Second)
-	run(t, e, raised, subject("d"), []step{{cost: 1, allowed: true, source: limiter.SourceMemory, storeSeen: true}})
+	run(t, e, raised, subject("d"), []step{viaStore(1, true)})
 	spec := fw.Spec()
 	spec.Revision = 2
 	rev, err := limiter.NewPolicy(spec)
 	if err != nil {
 		t.Fatal(err)
 	}
-	run(t, e, rev, subject("d"), []step{{cost: 1, allowed: true, source: limiter.SourceMemory, storeSeen: true}})
-	run(t, e, fw, subject("e"), []step{{cost: 1, allowed: true, source: limiter.SourceMemory, storeSeen: true}})
+	run(t, e, rev, subject("d"), []step{viaStore(1, true)})
+	run(t, e, fw, subject("e"), []step{viaStore(1, true)})
 }
 
 // failingStore denies through a failure outcome, which must never be cached.

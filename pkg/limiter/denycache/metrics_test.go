@@ -1,12 +1,11 @@
 package denycache
 
 import (
-	"bytes"
 	"strings"
 	"testing"
 
+	"github.com/envoy-rls/envoy-rls/internal/limitertest"
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/common/expfmt"
 )
 
 // TestMetrics: Metrics counts hits under the name docs/operations.md lists.
@@ -24,7 +23,7 @@ func TestMetrics(t *testing.T) {
 # TYPE envoy_rls_local_cache_hits_total counter
 envoy_rls_local_cache_hits_total 5
 `
-	if got := exposition(t, reg); got != strings.TrimPrefix(want, "\n") {
+	if got := limitertest.Exposition(t, reg); got != strings.TrimPrefix(want, "\n") {
 		t.Fatalf("exposed:\n%s\nwant:\n%s", got, want)
 	}
 	if _, err := NewMetrics(nil); err == nil {
@@ -33,21 +32,4 @@ envoy_rls_local_cache_hits_total 5
 	if _, err := NewMetrics(reg); err == nil || !strings.Contains(err.Error(), "denycache: registering metrics") {
 		t.Fatalf("second registration on one registry: %v", err)
 	}
-}
-
-// exposition is reg's metrics in the Prometheus text format, as /metrics
-// serves them.
-func exposition(t *testing.T, reg *prometheus.Registry) string {
-	t.Helper()
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var b bytes.Buffer
-	for _, mf := range mfs {
-		if _, err := expfmt.MetricFamilyToText(&b, mf); err != nil {
-			t.Fatal(err)
-		}
-	}
-	return b.String()
 }

@@ -1,15 +1,14 @@
 package memory_test
 
 import (
-	"bytes"
 	"context"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/common/expfmt"
 
+	"github.com/envoy-rls/envoy-rls/internal/limitertest"
 	"github.com/envoy-rls/envoy-rls/pkg/limiter"
 	"github.com/envoy-rls/envoy-rls/pkg/limiter/memory"
 )
@@ -43,14 +42,14 @@ envoy_rls_memory_expired_total 0
 # TYPE envoy_rls_memory_refused_total counter
 envoy_rls_memory_refused_total 1
 `
-	if got := exposition(t, reg); got != strings.TrimPrefix(want, "\n") {
+	if got := limitertest.Exposition(t, reg); got != strings.TrimPrefix(want, "\n") {
 		t.Fatalf("exposed:\n%s\nwant:\n%s", got, want)
 	}
 	clock.Set(time.UnixMilli(t0 + 10_000))
 	s.Sweep(clock.Now())
 	m.Entries(s.Len())
 	want = strings.NewReplacer("entries 1", "entries 0", "expired_total 0", "expired_total 1").Replace(want)
-	if got := exposition(t, reg); got != strings.TrimPrefix(want, "\n") {
+	if got := limitertest.Exposition(t, reg); got != strings.TrimPrefix(want, "\n") {
 		t.Fatalf("exposed:\n%s\nwant:\n%s", got, want)
 	}
 }
@@ -66,21 +65,4 @@ func TestNewMetricsErrors(t *testing.T) {
 	if _, err := memory.NewMetrics(reg); err == nil || !strings.Contains(err.Error(), "memory: registering metrics") {
 		t.Fatalf("second registration on one registry: %v", err)
 	}
-}
-
-// exposition is reg's metrics in the Prometheus text format, as /metrics
-// serves them.
-func exposition(t *testing.T, reg *prometheus.Registry) string {
-	t.Helper()
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var b bytes.Buffer
-	for _, mf := range mfs {
-		if _, err := expfmt.MetricFamilyToText(&b, mf); err != nil {
-			t.Fatal(err)
-		}
-	}
-	return b.String()
 }

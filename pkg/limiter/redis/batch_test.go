@@ -3,7 +3,6 @@ package redis
 import (
 	"context"
 	"fmt"
-	"math/rand/v2"
 	"reflect"
 	"strconv"
 	"testing"
@@ -110,13 +109,7 @@ func modelBatch(states map[string]limiter.State, reqs []batchReq, now int64) (bo
 // no change at all to a key that is not written.
 func TestBatchProgramAgainstApply(t *testing.T) {
 	e := newEnv(t)
-	n := 300
-	if testing.Short() {
-		n = 80
-	}
-	seed := uint64(time.Now().UnixNano())
-	rng := rand.New(rand.NewPCG(seed, 6))
-	t.Logf("random seed %d, %d batches", seed, n)
+	rng, n := seededRand(t, 6, 300, 80, "batches")
 	windows := []time.Duration{7 * time.Millisecond, time.Second, time.Minute, time.Hour}
 	roles := []limiter.Mode{limiter.ModeOrdinary, limiter.ModeOrdinary, limiter.ModeOrdinary, limiter.ModeShadow, limiter.ModeQuota, limiter.ModeQuota, limiter.ModeCheck}
 	for it := 0; it < n; it++ {
@@ -155,21 +148,7 @@ func TestBatchProgramAgainstApply(t *testing.T) {
 			}
 			var st limiter.State
 			if rng.IntN(4) > 0 {
-				p, limit := r.p, r.p.Limit()
-				last := now + rng.Int64N(4000) - 3000 // some beyond the 2s regression
-				w := last / p.WindowMillis()
-				switch p.Algorithm() {
-				case limiter.FixedWindow:
-					st = stateOf(p, last, w+rng.Int64N(2)-1, rng.Int64N(limit+2), 0)
-				case limiter.SlidingWindow:
-					st = stateOf(p, last, w-rng.Int64N(2), rng.Int64N(limit+2), rng.Int64N(limit+2))
-				case limiter.TokenBucket:
-					_, period := p.Refill()
-					st = stateOf(p, last, rng.Int64N(limit+2), last-rng.Int64N(5000), rng.Int64N(period))
-				}
-				if rng.IntN(25) == 0 {
-					st.Revision = 2
-				}
+				st = randomState(rng, r.p, now)
 				e.seed(key, st)
 			} else {
 				e.do("DEL", key)

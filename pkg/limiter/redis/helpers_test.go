@@ -3,6 +3,7 @@ package redis
 import (
 	"context"
 	"crypto/sha256"
+	"math/rand/v2"
 	"strconv"
 	"testing"
 	"time"
@@ -47,6 +48,20 @@ func newStore(t testing.TB, cfg Config) *Store {
 	}
 	t.Cleanup(s.Close)
 	return s
+}
+
+// newFails calls New on cfg, which must fail within five seconds, and
+// returns its error; a Store it does build is closed and fails t with msg.
+func newFails(t testing.TB, cfg Config, msg string) error {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	s, err := New(ctx, cfg)
+	if err == nil {
+		s.Close()
+		t.Fatal(msg)
+	}
+	return err
 }
 
 func (e *env) do(args ...string) any {
@@ -188,4 +203,18 @@ func sliding(t testing.TB, id string, limit int64, window time.Duration) *limite
 func bucket(t testing.TB, id string, capacity, amount int64, period time.Duration) *limiter.Policy {
 	return mustPolicy(t, limiter.PolicySpec{ID: id, Algorithm: limiter.TokenBucket,
 		Params: limiter.TokenBucketParams{Capacity: capacity, RefillAmount: amount, RefillPeriod: period}})
+}
+
+// seededRand is a generator on stream seeded from the clock, and how many
+// runs a randomised test makes: full, or short under -short. It logs the
+// seed and the count (named what) so that a failing run can be replayed.
+func seededRand(t testing.TB, stream uint64, full, short int, what string) (*rand.Rand, int) {
+	t.Helper()
+	n := full
+	if testing.Short() {
+		n = short
+	}
+	seed := uint64(time.Now().UnixNano())
+	t.Logf("random seed %d, %d %s", seed, n, what)
+	return rand.New(rand.NewPCG(seed, stream)), n
 }

@@ -86,6 +86,30 @@ func stateOf(p *limiter.Policy, last, a, b, c int64) limiter.State {
 		Revision: p.Revision(), LastObservedMs: last, A: a, B: b, C: c}
 }
 
+// randomState is a random stored state of p, observed up to 5 s before or
+// 4 s after now (some beyond the 2 s clock regression), with windows and
+// counts on both sides of the limit, and now and then a foreign revision
+// (STATE_INCOMPATIBLE).
+func randomState(rng *rand.Rand, p *limiter.Policy, now int64) limiter.State {
+	limit := p.Limit()
+	last := now + rng.Int64N(9000) - 5000
+	w := last / p.WindowMillis()
+	var st limiter.State
+	switch p.Algorithm() {
+	case limiter.FixedWindow:
+		st = stateOf(p, last, w+rng.Int64N(3)-1, rng.Int64N(limit+4), 0)
+	case limiter.SlidingWindow:
+		st = stateOf(p, last, w-rng.Int64N(3), rng.Int64N(limit+3), rng.Int64N(limit+3))
+	case limiter.TokenBucket:
+		_, period := p.Refill()
+		st = stateOf(p, last, rng.Int64N(limit+3), last-rng.Int64N(10_000), rng.Int64N(period+1))
+	}
+	if rng.IntN(20) == 0 {
+		st.Revision = 2
+	}
+	return st
+}
+
 func TestProgramsAgainstApply(t *testing.T) {
 	e := newEnv(t)
 	fw := fixed(t, "fw", 5, time.Hour)
@@ -426,13 +450,7 @@ func TestScriptFlushMidRun(t *testing.T) {
 // stale windows, through the batch program and Apply.
 func TestRandomDifferential(t *testing.T) {
 	e := newEnv(t)
-	n := 400
-	if testing.Short() {
-		n = 100
-	}
-	seed := uint64(time.Now().UnixNano())
-	rng := rand.New(rand.NewPCG(seed, 5))
-	t.Logf("random seed %d, %d iterations (a failure prints the state, policy and cost)", seed, n)
+	rng, n := seededRand(t, 5, 400, 100, "iterations (a failure prints the state, policy and cost)")
 	windows := []time.Duration{time.Millisecond, 7 * time.Millisecond, 100 * time.Millisecond, time.Second, time.Minute, time.Hour}
 	periods := []time.Duration{time.Millisecond, 3 * time.Millisecond, 7 * time.Millisecond, 100 * time.Millisecond, time.Second}
 	for i := 0; i < n; i++ {
@@ -450,20 +468,7 @@ func TestRandomDifferential(t *testing.T) {
 		now := e.serverNow()
 		var st limiter.State
 		if rng.IntN(5) > 0 {
-			last := now + rng.Int64N(9000) - 5000 // some beyond the 2s regression
-			w := last / p.WindowMillis()
-			switch p.Algorithm() {
-			case limiter.FixedWindow:
-				st = stateOf(p, last, w+rng.Int64N(3)-1, rng.Int64N(limit+4), 0)
-			case limiter.SlidingWindow:
-				st = stateOf(p, last, w-rng.Int64N(3), rng.Int64N(limit+3), rng.Int64N(limit+3))
-			case limiter.TokenBucket:
-				_, period := p.Refill()
-				st = stateOf(p, last, rng.Int64N(limit+3), last-rng.Int64N(10_000), rng.Int64N(period+1))
-			}
-			if rng.IntN(20) == 0 {
-				st.Revision = 2 // a foreign revision: STATE_INCOMPATIBLE
-			}
+			st = randomState(rng, p, now)
 		}
 		// Alone, or at a random place among up to three other keys.
 		n := 1 + rng.IntN(4)

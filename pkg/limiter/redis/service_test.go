@@ -324,12 +324,8 @@ func TestACLUser(t *testing.T) {
 		t.Fatalf("without EVALSHA: %v (%v), want unavailable NOPERM", out[0].Kind, out[0].Err)
 	}
 	// A wrong password fails New.
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	if s, err := New(ctx, Config{Addrs: []string{e.srv.Addr()}, Username: "envoy-rls", Password: "wrong"}); err == nil {
-		s.Close()
-		t.Fatal("New with a wrong password succeeded")
-	} else if strings.Contains(err.Error(), "wrong") && strings.Contains(err.Error(), "Password") {
+	wrong := Config{Addrs: []string{e.srv.Addr()}, Username: "envoy-rls", Password: "wrong"}
+	if err := newFails(t, wrong, "New with a wrong password succeeded"); strings.Contains(err.Error(), "wrong") && strings.Contains(err.Error(), "Password") {
 		t.Fatalf("error leaks the password: %v", err)
 	}
 }
@@ -347,13 +343,8 @@ func TestTLS(t *testing.T) {
 		t.Fatalf("over TLS: %+v", out)
 	}
 	// Without the CA the server certificate is not trusted: New fails.
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
 	noCA := Config{Addrs: []string{srv.Addr()}, Mode: ModeStandalone, TLS: &tls.Config{MinVersion: tls.VersionTLS12}, DialTimeout: time.Second}
-	if s, err := New(ctx, noCA); err == nil {
-		s.Close()
-		t.Fatal("New trusted an unknown CA")
-	}
+	newFails(t, noCA, "New trusted an unknown CA")
 }
 
 func TestCluster(t *testing.T) {
@@ -390,12 +381,7 @@ func TestCluster(t *testing.T) {
 	// answers MOVED for most keys, which rueidis's single client does not
 	// follow), so only the reverse is refused.
 	single := redistest.Standalone(t, redistest.Local())
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	if s, err := New(ctx, Config{Addrs: []string{single.Addr()}, Mode: ModeCluster}); err == nil {
-		s.Close()
-		t.Fatal("cluster mode against a standalone server succeeded")
-	}
+	newFails(t, Config{Addrs: []string{single.Addr()}, Mode: ModeCluster}, "cluster mode against a standalone server succeeded")
 }
 
 func TestSentinelFailover(t *testing.T) {
