@@ -8,21 +8,44 @@ import (
 	"github.com/envoy-rls/envoy-rls/pkg/limiter"
 )
 
+// batchIn is one request of a batch-rule table: its policy, its mode and
+// the outcome it is given.
+type batchIn struct {
+	p    *limiter.Policy
+	mode limiter.Mode
+	out  limiter.Outcome
+}
+
+// batchPolicies are the policies the batch-rule tables use: fail closed,
+// fail open, and a shadow policy.
+func batchPolicies(t *testing.T) (closed, open, shadow *limiter.Policy) {
+	t.Helper()
+	closed = fixed(t, 5, time.Second)
+	open = mustPolicy(t, limiter.PolicySpec{ID: "open", Algorithm: limiter.FixedWindow, FailureMode: limiter.FailOpen,
+		Params: limiter.FixedWindowParams{Limit: 5, Window: time.Second}})
+	shadow = mustPolicy(t, limiter.PolicySpec{ID: "sp", Algorithm: limiter.FixedWindow, Shadow: true,
+		Params: limiter.FixedWindowParams{Limit: 5, Window: time.Second}})
+	return closed, open, shadow
+}
+
+// batchOf builds the batch and its outcomes from a table row.
+func batchOf(reqs []batchIn) ([]limiter.Request, []limiter.Outcome) {
+	batch := make([]limiter.Request, len(reqs))
+	out := make([]limiter.Outcome, len(reqs))
+	for i, r := range reqs {
+		batch[i] = limiter.Request{Policy: r.p, Mode: r.mode, Cost: 1}
+		out[i] = r.out
+	}
+	return batch, out
+}
+
 func TestCommits(t *testing.T) {
-	closed := fixed(t, 5, time.Second)
-	open := mustPolicy(t, limiter.PolicySpec{ID: "open", Algorithm: limiter.FixedWindow, FailureMode: limiter.FailOpen,
-		Params: limiter.FixedWindowParams{Limit: 5, Window: time.Second}})
-	shadowPolicy := mustPolicy(t, limiter.PolicySpec{ID: "sp", Algorithm: limiter.FixedWindow, Shadow: true,
-		Params: limiter.FixedWindowParams{Limit: 5, Window: time.Second}})
+	closed, open, shadowPolicy := batchPolicies(t)
 	allow := limiter.EvaluatedOutcome(limiter.Decision{Allowed: true})
 	deny := limiter.EvaluatedOutcome(limiter.Decision{})
 	fail := limiter.UnavailableOutcome(0, limiter.CategoryNotConnected, nil)
 	o, s, q, c := limiter.ModeOrdinary, limiter.ModeShadow, limiter.ModeQuota, limiter.ModeCheck
-	type in struct {
-		p    *limiter.Policy
-		mode limiter.Mode
-		out  limiter.Outcome
-	}
+	type in = batchIn
 	for _, tc := range []struct {
 		name string
 		reqs []in
@@ -45,12 +68,7 @@ func TestCommits(t *testing.T) {
 		{"only a fail-open quota failure", []in{{open, q, fail}}, true},
 		{"nil policy fails closed", []in{{nil, o, fail}}, false},
 	} {
-		batch := make([]limiter.Request, len(tc.reqs))
-		out := make([]limiter.Outcome, len(tc.reqs))
-		for i, r := range tc.reqs {
-			batch[i] = limiter.Request{Policy: r.p, Mode: r.mode, Cost: 1}
-			out[i] = r.out
-		}
+		batch, out := batchOf(tc.reqs)
 		if got := limiter.Commits(batch, out); got != tc.want {
 			t.Errorf("%s: Commits = %v, want %v", tc.name, got, tc.want)
 		}
@@ -60,18 +78,12 @@ func TestCommits(t *testing.T) {
 // TestCheckOnly: with the undecided requests counted as allowing, the batch
 // is resent as checks exactly when the known outcomes alone block it.
 func TestCheckOnly(t *testing.T) {
-	closed := fixed(t, 5, time.Second)
-	open := mustPolicy(t, limiter.PolicySpec{ID: "open", Algorithm: limiter.FixedWindow, FailureMode: limiter.FailOpen,
-		Params: limiter.FixedWindowParams{Limit: 5, Window: time.Second}})
+	closed, open, _ := batchPolicies(t)
 	var undecided limiter.Outcome
 	deny := limiter.EvaluatedOutcome(limiter.Decision{})
 	invalid := limiter.UnavailableOutcome(0, limiter.CategoryInvalidRequest, nil)
 	o, s, q, c := limiter.ModeOrdinary, limiter.ModeShadow, limiter.ModeQuota, limiter.ModeCheck
-	type in struct {
-		p    *limiter.Policy
-		mode limiter.Mode
-		out  limiter.Outcome
-	}
+	type in = batchIn
 	for _, tc := range []struct {
 		name string
 		reqs []in
@@ -86,12 +98,7 @@ func TestCheckOnly(t *testing.T) {
 		{"a fail-closed invalid request", []in{{closed, o, undecided}, {closed, o, invalid}}, true},
 		{"a fail-open invalid request", []in{{closed, o, undecided}, {open, o, invalid}}, false},
 	} {
-		batch := make([]limiter.Request, len(tc.reqs))
-		out := make([]limiter.Outcome, len(tc.reqs))
-		for i, r := range tc.reqs {
-			batch[i] = limiter.Request{Policy: r.p, Mode: r.mode, Cost: 1}
-			out[i] = r.out
-		}
+		batch, out := batchOf(tc.reqs)
 		if got := limiter.CheckOnly(batch, out); got != tc.want {
 			t.Errorf("%s: CheckOnly = %v, want %v", tc.name, got, tc.want)
 		}
@@ -105,20 +112,12 @@ func TestCheckOnly(t *testing.T) {
 // TestQuotaBlocks: quota-mode limits block only when there is one and none
 // allows; shadow and fail-open failures take no part.
 func TestQuotaBlocks(t *testing.T) {
-	closed := fixed(t, 5, time.Second)
-	open := mustPolicy(t, limiter.PolicySpec{ID: "open", Algorithm: limiter.FixedWindow, FailureMode: limiter.FailOpen,
-		Params: limiter.FixedWindowParams{Limit: 5, Window: time.Second}})
-	shadowPolicy := mustPolicy(t, limiter.PolicySpec{ID: "sp", Algorithm: limiter.FixedWindow, Shadow: true,
-		Params: limiter.FixedWindowParams{Limit: 5, Window: time.Second}})
+	closed, open, shadowPolicy := batchPolicies(t)
 	allow := limiter.EvaluatedOutcome(limiter.Decision{Allowed: true})
 	deny := limiter.EvaluatedOutcome(limiter.Decision{})
 	fail := limiter.UnavailableOutcome(0, limiter.CategoryNotConnected, nil)
 	o, q := limiter.ModeOrdinary, limiter.ModeQuota
-	type in struct {
-		p    *limiter.Policy
-		mode limiter.Mode
-		out  limiter.Outcome
-	}
+	type in = batchIn
 	for _, tc := range []struct {
 		name string
 		reqs []in
@@ -132,12 +131,7 @@ func TestQuotaBlocks(t *testing.T) {
 		{"fail-open failure takes no part", []in{{open, q, fail}, {closed, q, deny}}, true},
 		{"only a fail-open failure", []in{{open, q, fail}}, false},
 	} {
-		batch := make([]limiter.Request, len(tc.reqs))
-		out := make([]limiter.Outcome, len(tc.reqs))
-		for i, r := range tc.reqs {
-			batch[i] = limiter.Request{Policy: r.p, Mode: r.mode, Cost: 1}
-			out[i] = r.out
-		}
+		batch, out := batchOf(tc.reqs)
 		if got := limiter.QuotaBlocks(batch, out); got != tc.want {
 			t.Errorf("%s: QuotaBlocks = %v, want %v", tc.name, got, tc.want)
 		}
