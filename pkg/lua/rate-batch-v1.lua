@@ -37,7 +37,7 @@
 -- new hash, otherwise of last, b and whichever of a and c changed) and one
 -- PEXPIRE per key (the last state of a key named twice).
 --
--- Redis CPU per call is what issue 8 budgets, and the whole body of a
+-- Redis CPU per call bounds the service's throughput, and the whole body of a
 -- script runs on every EVALSHA: this program defines no function (each
 -- would be a closure made per call) and makes no table per key. The
 -- fragments are blocks on the locals declared below; what a later key or

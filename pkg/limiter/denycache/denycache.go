@@ -2,7 +2,7 @@
 // the store has certainly denied a subject on a fixed-window or token-bucket
 // policy, requests for the same state are answered "denied" locally until the
 // moment the store said the subject could next be allowed. A subject hammered
-// far over its limit (a hot key, seed §19) then costs one store call per
+// far over its limit (a hot key) then costs one store call per
 // window instead of one per request.
 //
 // # Why it is exact
