@@ -45,7 +45,7 @@ type Req struct {
 	Limit   int
 	Subject string
 	Cost    int64
-	Mode    limiter.Mode
+	Mode    limiter.Role
 }
 
 // Step is one batch and what each request must answer.
@@ -84,7 +84,7 @@ var (
 // Cases is the batch-rule parity table.
 func Cases() []Case {
 	const user, tenant = 0, 1
-	o, s, q, c := limiter.ModeOrdinary, limiter.ModeShadow, limiter.ModeQuota, limiter.ModeCheck
+	o, s, q, c := limiter.RoleOrdinary, limiter.RoleShadow, limiter.RoleQuota, limiter.RoleCheck
 	return []Case{
 		{
 			// The case: the tenant denies, so the user's quota is
@@ -187,7 +187,7 @@ func RunCase(t *testing.T, store limiter.Store, cfg Config, tc Case) {
 		batch := make([]limiter.Request, len(st.Batch))
 		for i, r := range st.Batch {
 			batch[i] = limiter.Request{Policy: pols[r.Limit], Subject: Subject(cfg.Prefix + "/" + tc.Name + "/" + r.Subject),
-				Cost: r.Cost, Mode: r.Mode, Tag: tag}
+				Cost: r.Cost, Role: r.Mode, Tag: tag}
 		}
 		out := make([]limiter.Outcome, len(batch))
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -207,7 +207,7 @@ func RunCase(t *testing.T, store limiter.Store, cfg Config, tc Case) {
 			d := o.Decision
 			if d.Allowed != w.Allowed || d.Consumed != w.Consumed || d.Remaining != w.Remaining {
 				t.Errorf("step %d request %d (%s %s cost %d): allowed %v consumed %v remaining %d; want allowed %v consumed %v remaining %d",
-					si, i, batch[i].Policy.ID(), batch[i].Mode, batch[i].Cost, d.Allowed, d.Consumed, d.Remaining, w.Allowed, w.Consumed, w.Remaining)
+					si, i, batch[i].Policy.ID(), batch[i].Role, batch[i].Cost, d.Allowed, d.Consumed, d.Remaining, w.Allowed, w.Consumed, w.Remaining)
 			}
 		}
 	}
@@ -281,7 +281,7 @@ func Exactness(t *testing.T, stores []limiter.Store, cfg Config, goroutines, per
 	}
 	// Read the loose limit without consuming.
 	out := make([]limiter.Outcome, 1)
-	stores[0].Evaluate(context.Background(), []limiter.Request{{Policy: lp, Subject: ls, Cost: 1, Mode: limiter.ModeCheck, Tag: tag}}, out)
+	stores[0].Evaluate(context.Background(), []limiter.Request{{Policy: lp, Subject: ls, Cost: 1, Role: limiter.RoleCheck, Tag: tag}}, out)
 	if out[0].Kind != limiter.Evaluated {
 		t.Fatalf("reading the loose limit: %v: %v", out[0].Kind, out[0].Err)
 	}

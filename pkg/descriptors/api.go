@@ -59,7 +59,7 @@ type Rule struct {
 	// limiter.PolicySpec.Shadow set to it, and evaluation takes the role
 	// from the policy (limiter.Request.Role).
 	ShadowMode bool
-	// QuotaMode is quota_mode: the limit's requests are limiter.ModeQuota.
+	// QuotaMode is quota_mode: the limit's requests are limiter.RoleQuota.
 	QuotaMode bool
 	// DetailedMetric is the reference's detailed_metric flag. It is kept for
 	// display: every rule has its own metric series (by policy ID) anyway,

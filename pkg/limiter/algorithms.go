@@ -39,12 +39,12 @@ func Apply(st State, serverNowMs int64, p *Policy, cost int64) (next State, repl
 	return next, reply, write
 }
 
-// Check is Apply that also returns held: the reply as it reads when the
+// Check is Apply that also returns uncommitted: the reply as it reads when the
 // request is allowed but its cost is not taken (its batch did not commit):
 // ALLOWED, remaining and reset-at of st before the cost. For every other
-// status held equals reply. The batch stores (memory and the batch Lua
+// status uncommitted equals reply. The batch stores (memory and the batch Lua
 // program) check every request with it, then write next only on commit.
-func Check(st State, serverNowMs int64, p *Policy, cost int64) (next State, reply, held Reply, write bool) {
+func Check(st State, serverNowMs int64, p *Policy, cost int64) (next State, reply, uncommitted Reply, write bool) {
 	// 1. Compatibility: never a silent reset.
 	if st.Exists && (st.Schema != StateSchema || st.Algorithm != p.Algorithm() ||
 		st.PolicyID != p.ID() || st.Revision != p.Revision()) {
@@ -89,8 +89,8 @@ func Check(st State, serverNowMs int64, p *Policy, cost int64) (next State, repl
 	}
 	// 5. Allowed: write the new state with a finite TTL.
 	reply.Status = StatusAllowed
-	held = reply
-	held.Remaining, held.ResetAtMs = s.heldRemaining, s.heldResetAt
+	uncommitted = reply
+	uncommitted.Remaining, uncommitted.ResetAtMs = s.remainingBefore, s.resetAtBefore
 	next = State{
 		Exists:         true,
 		Schema:         StateSchema,
@@ -98,12 +98,12 @@ func Check(st State, serverNowMs int64, p *Policy, cost int64) (next State, repl
 		PolicyID:       p.ID(),
 		Revision:       p.Revision(),
 		LastObservedMs: max(st.LastObservedMs, now),
-		A:              s.a,
-		B:              s.b,
-		C:              s.c,
+		Epoch:          s.epoch,
+		Level:          s.level,
+		Carry:          s.carry,
 		ExpiresAtMs:    now + s.ttl,
 	}
-	return next, reply, held, true
+	return next, reply, uncommitted, true
 }
 
 // refusal is the reply of CLOCK_UNSAFE and STATE_INCOMPATIBLE.
@@ -115,13 +115,15 @@ func refusal(status Status, serverNowMs int64, p *Policy) Reply {
 // only when allowed), the reply fields it owns and the state TTL.
 type step struct {
 	allowed    bool
-	a, b, c    int64
+	epoch      int64
+	level      int64
+	carry      int64
 	remaining  int64
 	retryAfter int64
 	resetAt    int64
 	ttl        int64
 	// When allowed: remaining and reset-at before the cost is taken.
-	heldRemaining, heldResetAt int64
+	remainingBefore, resetAtBefore int64
 }
 
 // ceilDiv is ceil(a / b) for a >= 0, b > 0, without the a+b-1 intermediate.
@@ -138,14 +140,14 @@ func fixedWindow(st State, now int64, p *Policy, cost int64) step {
 	w := now / window
 	windowEnd := (w + 1) * window
 	var consumed int64
-	if st.Exists && st.A == w {
-		consumed = st.B
+	if st.Exists && st.Epoch == w {
+		consumed = st.Level
 	}
 	s := step{allowed: cost <= limit-consumed, resetAt: windowEnd}
 	if s.allowed {
-		s.heldRemaining, s.heldResetAt = limit-consumed, windowEnd
+		s.remainingBefore, s.resetAtBefore = limit-consumed, windowEnd
 		consumed += cost
-		s.a, s.b = w, consumed
+		s.epoch, s.level = w, consumed
 		s.ttl = windowEnd - now + p.CleanupGraceMillis()
 	} else {
 		s.retryAfter = windowEnd - now
@@ -160,20 +162,20 @@ func slidingWindow(st State, now int64, p *Policy, cost int64) step {
 	w, e := now/window, now%window
 	var cur, prev int64
 	if st.Exists {
-		switch st.A {
+		switch st.Epoch {
 		case w:
-			cur, prev = st.B, st.C
+			cur, prev = st.Level, st.Carry
 		case w - 1:
-			prev = st.B
+			prev = st.Level
 		}
 	}
 	weight := ceilDiv((window-e)*SlidingScale, window)
 	prevPart := ceilDiv(prev*weight, SlidingScale)
 	s := step{allowed: cost <= limit-(prevPart+cur)}
 	if s.allowed {
-		s.heldRemaining, s.heldResetAt = limit-(prevPart+cur), slidingReset(now, w, window, prev, cur)
+		s.remainingBefore, s.resetAtBefore = limit-(prevPart+cur), slidingReset(now, w, window, prev, cur)
 		cur += cost
-		s.a, s.b, s.c = w, cur, prev
+		s.epoch, s.level, s.carry = w, cur, prev
 		s.ttl = (w+2)*window - now + p.CleanupGraceMillis()
 	} else {
 		if limit-cur-cost >= 0 {
@@ -222,8 +224,8 @@ func tokenBucket(st State, now int64, p *Policy, cost int64) step {
 	capacity, amount, period := p.limit, p.refillAmount, p.refillPeriodMs
 	tokens, rem := capacity, int64(0)
 	if st.Exists {
-		tokens, rem = st.A, st.C
-		elapsed := max(0, now-st.B)
+		tokens, rem = st.Level, st.Carry
+		elapsed := max(0, now-st.Epoch)
 		var fullAfter int64
 		if missing := (capacity-tokens)*period - rem; missing > 0 {
 			fullAfter = ceilDiv(missing, amount)
@@ -239,7 +241,7 @@ func tokenBucket(st State, now int64, p *Policy, cost int64) step {
 	}
 	s := step{allowed: cost <= tokens}
 	if s.allowed {
-		s.heldRemaining, s.heldResetAt = tokens, now+fullTime(capacity, tokens, rem, amount, period)
+		s.remainingBefore, s.resetAtBefore = tokens, now+fullTime(capacity, tokens, rem, amount, period)
 		tokens -= cost
 	} else {
 		s.retryAfter = ceilDiv((cost-tokens)*period-rem, amount)
@@ -248,7 +250,7 @@ func tokenBucket(st State, now int64, p *Policy, cost int64) step {
 	s.remaining = tokens
 	s.resetAt = now + fullAfter
 	if s.allowed {
-		s.a, s.b, s.c = tokens, now, rem
+		s.epoch, s.level, s.carry = now, tokens, rem
 		s.ttl = fullAfter + p.CleanupGraceMillis()
 	}
 	return s

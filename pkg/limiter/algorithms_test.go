@@ -131,7 +131,7 @@ func TestFixedWindow(t *testing.T) {
 		if want := end + 1000; st.ExpiresAtMs != want { // window end + default cleanup grace 1s
 			t.Fatalf("ExpiresAtMs = %d, want %d", st.ExpiresAtMs, want)
 		}
-		if st.A != t0/1000 || st.B != 1 {
+		if st.Epoch != t0/1000 || st.Level != 1 {
 			t.Fatalf("state %+v: want window id %d, consumed 1", st, t0/1000)
 		}
 	})
@@ -256,7 +256,7 @@ func TestTokenBucket(t *testing.T) {
 			{now: t0, cost: 1, status: allowed, remaining: 9, reset: t0 + 100},
 			{now: t0 + 10_000_000, cost: 1, status: allowed, remaining: 9, reset: t0 + 10_000_100},
 		})
-		if st.A != 9 || st.C != 0 {
+		if st.Level != 9 || st.Carry != 0 {
 			t.Fatalf("state %+v: want 9 tokens, no remainder", st)
 		}
 		if want := t0 + 10_000_100 + 1000; st.ExpiresAtMs != want {

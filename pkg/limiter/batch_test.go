@@ -12,7 +12,7 @@ import (
 // the outcome it is given.
 type batchIn struct {
 	p    *limiter.Policy
-	mode limiter.Mode
+	mode limiter.Role
 	out  limiter.Outcome
 }
 
@@ -33,7 +33,7 @@ func batchOf(reqs []batchIn) ([]limiter.Request, []limiter.Outcome) {
 	batch := make([]limiter.Request, len(reqs))
 	out := make([]limiter.Outcome, len(reqs))
 	for i, r := range reqs {
-		batch[i] = limiter.Request{Policy: r.p, Mode: r.mode, Cost: 1}
+		batch[i] = limiter.Request{Policy: r.p, Role: r.mode, Cost: 1}
 		out[i] = r.out
 	}
 	return batch, out
@@ -44,7 +44,7 @@ func TestCommits(t *testing.T) {
 	allow := limiter.EvaluatedOutcome(limiter.Decision{Allowed: true})
 	deny := limiter.EvaluatedOutcome(limiter.Decision{})
 	fail := limiter.UnavailableOutcome(0, limiter.CategoryNotConnected, nil)
-	o, s, q, c := limiter.ModeOrdinary, limiter.ModeShadow, limiter.ModeQuota, limiter.ModeCheck
+	o, s, q, c := limiter.RoleOrdinary, limiter.RoleShadow, limiter.RoleQuota, limiter.RoleCheck
 	type in = batchIn
 	for _, tc := range []struct {
 		name string
@@ -82,7 +82,7 @@ func TestCheckOnly(t *testing.T) {
 	var undecided limiter.Outcome
 	deny := limiter.EvaluatedOutcome(limiter.Decision{})
 	invalid := limiter.UnavailableOutcome(0, limiter.CategoryInvalidRequest, nil)
-	o, s, q, c := limiter.ModeOrdinary, limiter.ModeShadow, limiter.ModeQuota, limiter.ModeCheck
+	o, s, q, c := limiter.RoleOrdinary, limiter.RoleShadow, limiter.RoleQuota, limiter.RoleCheck
 	type in = batchIn
 	for _, tc := range []struct {
 		name string
@@ -116,7 +116,7 @@ func TestQuotaBlocks(t *testing.T) {
 	allow := limiter.EvaluatedOutcome(limiter.Decision{Allowed: true})
 	deny := limiter.EvaluatedOutcome(limiter.Decision{})
 	fail := limiter.UnavailableOutcome(0, limiter.CategoryNotConnected, nil)
-	o, q := limiter.ModeOrdinary, limiter.ModeQuota
+	o, q := limiter.RoleOrdinary, limiter.RoleQuota
 	type in = batchIn
 	for _, tc := range []struct {
 		name string
@@ -138,10 +138,10 @@ func TestQuotaBlocks(t *testing.T) {
 	}
 }
 
-// TestCheckHeld: for an allowed request, held is the reply of the same
+// TestCheckUncommitted: for an allowed request, uncommitted is the reply of the same
 // state before the cost: remaining + cost, and the reset point a following
 // zero-cost look would see; for every other status it equals the reply.
-func TestCheckHeld(t *testing.T) {
+func TestCheckUncommitted(t *testing.T) {
 	rng := rand.New(rand.NewPCG(1, 2))
 	pols := []*limiter.Policy{fixed(t, 10, time.Second), sliding(t, 10, time.Second), bucket(t, 10, 3, 7*time.Millisecond)}
 	for i := 0; i < 3000; i++ {
@@ -153,35 +153,35 @@ func TestCheckHeld(t *testing.T) {
 			st, _, _ = limiter.Apply(limiter.State{}, now-rng.Int64N(1500), p, 1+rng.Int64N(10))
 		}
 		cost := 1 + rng.Int64N(10)
-		next, reply, held, write := limiter.Check(st, now, p, cost)
+		next, reply, uncommitted, write := limiter.Check(st, now, p, cost)
 		n2, r2, w2 := limiter.Apply(st, now, p, cost)
 		if n2 != next || r2 != reply || w2 != write {
 			t.Fatalf("Apply and Check differ")
 		}
 		if reply.Status != limiter.StatusAllowed {
-			if held != reply {
-				t.Fatalf("%s: held %+v differs from %+v", reply.Status, held, reply)
+			if uncommitted != reply {
+				t.Fatalf("%s: uncommitted %+v differs from %+v", reply.Status, uncommitted, reply)
 			}
 			continue
 		}
-		if held.Status != limiter.StatusAllowed || held.Remaining != reply.Remaining+cost || held.RetryAfterMs != 0 ||
-			held.ResetAtMs > reply.ResetAtMs || held.ResetAtMs < held.EffectiveNowMs || held.Limit != reply.Limit {
-			t.Fatalf("%s cost %d: reply %+v held %+v", p.Algorithm(), cost, reply, held)
+		if uncommitted.Status != limiter.StatusAllowed || uncommitted.Remaining != reply.Remaining+cost || uncommitted.RetryAfterMs != 0 ||
+			uncommitted.ResetAtMs > reply.ResetAtMs || uncommitted.ResetAtMs < uncommitted.EffectiveNowMs || uncommitted.Limit != reply.Limit {
+			t.Fatalf("%s cost %d: reply %+v uncommitted %+v", p.Algorithm(), cost, reply, uncommitted)
 		}
-		if p.Algorithm() == limiter.FixedWindow && held.ResetAtMs != reply.ResetAtMs {
-			t.Fatalf("fixed window held reset %d, reply %d", held.ResetAtMs, reply.ResetAtMs)
+		if p.Algorithm() == limiter.FixedWindow && uncommitted.ResetAtMs != reply.ResetAtMs {
+			t.Fatalf("fixed window uncommitted reset %d, reply %d", uncommitted.ResetAtMs, reply.ResetAtMs)
 		}
 	}
-	// Exact held reset points.
+	// Exact uncommitted reset points.
 	tb := bucket(t, 10, 1, time.Second)
 	_, r, h, _ := limiter.Check(limiter.State{}, t0, tb, 3)
 	if r.ResetAtMs != t0+3000 || h.ResetAtMs != t0 || h.Remaining != 10 {
-		t.Fatalf("token bucket: reply %+v held %+v", r, h)
+		t.Fatalf("token bucket: reply %+v uncommitted %+v", r, h)
 	}
 	sw := sliding(t, 10, time.Second)
 	_, r, h, _ = limiter.Check(limiter.State{}, t0+100, sw, 3)
 	if r.ResetAtMs != t0+2000 || h.ResetAtMs != t0+100 || h.Remaining != 10 {
-		t.Fatalf("sliding window: reply %+v held %+v", r, h)
+		t.Fatalf("sliding window: reply %+v uncommitted %+v", r, h)
 	}
 }
 
@@ -191,19 +191,38 @@ func TestRequestRoleAndValidate(t *testing.T) {
 		Params: limiter.FixedWindowParams{Limit: 5, Window: time.Second}})
 	for _, tc := range []struct {
 		r    limiter.Request
-		want limiter.Mode
+		want limiter.Role
 	}{
-		{limiter.Request{Policy: p}, limiter.ModeOrdinary},
-		{limiter.Request{Policy: p, Mode: limiter.ModeQuota}, limiter.ModeQuota},
-		{limiter.Request{Policy: sp, Mode: limiter.ModeQuota}, limiter.ModeShadow},
-		{limiter.Request{Policy: sp, Mode: limiter.ModeCheck}, limiter.ModeCheck},
-		{limiter.Request{}, limiter.ModeOrdinary},
+		{limiter.Request{Policy: p}, limiter.RoleOrdinary},
+		{limiter.Request{Policy: p, Role: limiter.RoleQuota}, limiter.RoleQuota},
+		{limiter.Request{Policy: sp, Role: limiter.RoleQuota}, limiter.RoleShadow},
+		{limiter.Request{Policy: sp, Role: limiter.RoleCheck}, limiter.RoleCheck},
+		{limiter.Request{}, limiter.RoleOrdinary},
 	} {
-		if got := tc.r.Role(); got != tc.want {
+		if got := tc.r.EffectiveRole(); got != tc.want {
 			t.Errorf("Role of %+v = %v, want %v", tc.r, got, tc.want)
 		}
 	}
-	if err := (limiter.Request{Policy: p, Cost: 1, Mode: 9}).Validate(); err == nil {
+	if err := (limiter.Request{Policy: p, Cost: 1, Role: 9}).Validate(); err == nil {
 		t.Error("unknown mode validated")
+	}
+}
+
+func TestRoleConsumesAndBlocks(t *testing.T) {
+	for _, tt := range []struct {
+		role             limiter.Role
+		consumes, blocks bool
+	}{
+		{limiter.RoleOrdinary, true, true},
+		{limiter.RoleShadow, true, false},
+		{limiter.RoleQuota, true, true},
+		{limiter.RoleCheck, false, false},
+	} {
+		if got := tt.role.Consumes(); got != tt.consumes {
+			t.Errorf("%v.Consumes() = %v, want %v", tt.role, got, tt.consumes)
+		}
+		if got := tt.role.Blocks(); got != tt.blocks {
+			t.Errorf("%v.Blocks() = %v, want %v", tt.role, got, tt.blocks)
+		}
 	}
 }

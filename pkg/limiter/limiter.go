@@ -31,40 +31,48 @@ type SubjectDigest [32]byte
 // redis.StorageKey; a store with one shard ignores it.)
 type Tag [8]byte
 
-// Mode is the role a limit plays in its batch (see Store).
-type Mode uint8
+// Role is the role a limit plays in its batch (see Store).
+type Role uint8
 
 const (
-	// ModeOrdinary (the zero value): the batch commits only if this limit
+	// RoleOrdinary (the zero value): the batch commits only if this limit
 	// allows.
-	ModeOrdinary Mode = iota
-	// ModeShadow: checked, reported and (when the batch commits and it
+	RoleOrdinary Role = iota
+	// RoleShadow: checked, reported and (when the batch commits and it
 	// allows) consumed, but it never blocks the batch. A policy built with
-	// PolicySpec.Shadow is in this mode whatever the request says (unless
-	// ModeCheck).
-	ModeShadow
-	// ModeQuota: the batch is blocked only when every quota-mode limit of
+	// PolicySpec.Shadow has this role whatever the request says (unless
+	// RoleCheck).
+	RoleShadow
+	// RoleQuota: the batch is blocked only when every quota-mode limit of
 	// the batch denies (the reference's quota_mode rule).
-	ModeQuota
-	// ModeCheck: checked and reported, never consumed, never blocks. A
+	RoleQuota
+	// RoleCheck: checked and reported, never consumed, never blocks. A
 	// caller that already knows the answer is a denial (say, a limit of
-	// zero outside the batch) sends the whole batch in this mode.
-	ModeCheck
+	// zero outside the batch) sends the whole batch in this role.
+	RoleCheck
 )
 
-func (m Mode) String() string {
-	switch m {
-	case ModeOrdinary:
+func (r Role) String() string {
+	switch r {
+	case RoleOrdinary:
 		return "ordinary"
-	case ModeShadow:
+	case RoleShadow:
 		return "shadow"
-	case ModeQuota:
+	case RoleQuota:
 		return "quota"
-	case ModeCheck:
+	case RoleCheck:
 		return "check"
 	}
 	return "unknown"
 }
+
+// Consumes reports whether an allowed request in this role spends its cost
+// when its batch commits: every role but RoleCheck does.
+func (r Role) Consumes() bool { return r != RoleCheck }
+
+// Blocks reports whether a denial in this role can stop its batch from
+// committing: ordinary and quota limits can, shadow and check limits never.
+func (r Role) Blocks() bool { return r == RoleOrdinary || r == RoleQuota }
 
 // Request asks whether one subject may spend Cost units of one policy. The
 // caller's deadline travels in the context given to Store.Evaluate.
@@ -75,8 +83,8 @@ type Request struct {
 	Subject SubjectDigest
 	// Cost is the number of units to consume, 1 <= Cost <= Policy.MaxCost().
 	Cost int64
-	// Mode is the limit's role in the batch. (Optional, default ModeOrdinary)
-	Mode Mode
+	// Role is the limit's role in the batch. (Optional, default RoleOrdinary)
+	Role Role
 	// Tag places the state (see Tag); zero places it by the subject.
 	// Requests that must be atomic together on a sharded store carry the
 	// same Tag. (Optional)
@@ -86,16 +94,17 @@ type Request struct {
 	EvaluationID string
 }
 
-// Role returns the effective mode: ModeShadow for a shadow policy (unless
-// the request is ModeCheck), else r.Mode. A nil policy is ModeOrdinary.
-func (r *Request) Role() Mode {
-	if r.Mode != ModeCheck && r.Policy != nil && r.Policy.Shadow() {
-		return ModeShadow
+// EffectiveRole returns the role the batch rule applies: RoleShadow for a
+// shadow policy (unless
+// the request is RoleCheck), else r.Role. A nil policy is RoleOrdinary.
+func (r *Request) EffectiveRole() Role {
+	if r.Role != RoleCheck && r.Policy != nil && r.Policy.Shadow() {
+		return RoleShadow
 	}
-	if r.Mode > ModeCheck {
-		return ModeOrdinary
+	if r.Role > RoleCheck {
+		return RoleOrdinary
 	}
-	return r.Mode
+	return r.Role
 }
 
 // Commits is the batch rule of Store: given the outcomes of checking every
@@ -105,7 +114,7 @@ func (r *Request) Role() Mode {
 // allows when its outcome is an allowed decision; a failed request (any other
 // kind) counts as a denial, except that a fail-open policy's failure takes
 // no part (Envoy is answered OK for it, as pkg/rls does). Shadow and check
-// requests (by Request.Role) never block.
+// requests (by Request.EffectiveRole) never block.
 //
 // These are the reference's OVER_LIMIT rules, so exactly the requests Envoy
 // lets through consume. The Lua batch program of pkg/lua applies the same
@@ -120,7 +129,7 @@ func Commits(batch []Request, out []Outcome) bool {
 // known (a cached denial, a limit that can never fit, a request refused before
 // it is sent) or the zero Outcome for a request still to be decided, which
 // counts as allowing. When CheckOnly is true the caller sends the undecided
-// requests as ModeCheck: they are reported and nothing is consumed, which is
+// requests as RoleCheck: they are reported and nothing is consumed, which is
 // what the whole batch would have answered.
 func CheckOnly(batch []Request, out []Outcome) bool {
 	commit, _ := decide(batch, out, true)
@@ -142,8 +151,8 @@ func decide(batch []Request, out []Outcome, undecidedAllows bool) (commit, quota
 	quota, quotaAllows := 0, false
 	for i := range batch {
 		r := &batch[i]
-		role := r.Role()
-		if role == ModeShadow || role == ModeCheck {
+		role := r.EffectiveRole()
+		if !role.Blocks() {
 			continue
 		}
 		o := &out[i]
@@ -156,7 +165,7 @@ func decide(batch []Request, out []Outcome, undecidedAllows bool) (commit, quota
 		case r.Policy != nil && r.Policy.FailureMode() == FailOpen:
 			continue
 		}
-		if role == ModeQuota {
+		if role == RoleQuota {
 			quota++
 			quotaAllows = quotaAllows || allows
 			continue
@@ -178,7 +187,7 @@ func (r Request) Validate() error {
 		return &FieldError{Field: "cost", Reason: "must be at least 1"}
 	case r.Cost > r.Policy.MaxCost():
 		return &FieldError{Field: "cost", Reason: "exceeds the policy's max cost"}
-	case r.Mode > ModeCheck:
+	case r.Role > RoleCheck:
 		return &FieldError{Field: "mode", Reason: "is not a known mode"}
 	case r.EvaluationID != "":
 		return &FieldError{Field: "evaluation_id", Reason: "de-duplicated evaluation is not supported"}
@@ -236,7 +245,7 @@ type Decision struct {
 	// Allowed: the limit alone admits the request's cost.
 	Allowed bool
 	// Consumed: the cost was taken from the limit. True exactly when Allowed
-	// and the batch committed (and the request was not ModeCheck). An allowed
+	// and the batch committed (and the request was not RoleCheck). An allowed
 	// limit of a batch that did not commit is reported as it stands, its
 	// cost not taken.
 	Consumed bool
@@ -344,14 +353,14 @@ func IncompatibleOutcome(category string, err error) Outcome {
 // earlier one of the same batch), consuming nothing; then the batch commits
 // iff Commits says so: every ordinary request allows and, when there are
 // quota-mode requests, not all of them deny. On commit every request that
-// allowed consumes (shadow-mode ones too; ModeCheck ones never); otherwise
+// allowed consumes (shadow-mode ones too; RoleCheck ones never); otherwise
 // nothing does, and allowed requests are reported with Consumed false and
 // their remaining before their cost. Shadow-mode requests never block.
 // Where a store cannot make one atomic step (the Redis store with limits in
 // different Redis Cluster slots) it documents how it compensates. A caller
 // or store that knows some outcomes before asking (a cached denial, a limit
 // that can never fit, an invalid request) asks CheckOnly whether they alone
-// block the batch, and then sends the rest as ModeCheck.
+// block the batch, and then sends the rest as RoleCheck.
 //
 // Evaluate writes exactly one Outcome per request into out, in order; out must
 // have len(batch) elements (a shorter out is a programming error and Evaluate

@@ -55,10 +55,15 @@ type State struct {
 	Revision  uint32
 	// LastObservedMs is the largest effective time that changed this state.
 	LastObservedMs int64
-	// Fixed window: A = window id, B = consumed.
-	// Sliding window: A = current window id, B = current count, C = previous count.
-	// Token bucket: A = tokens, B = last refill time (ms), C = sub-token remainder.
-	A, B, C int64
+	// Epoch is when the counts were taken: the window id (fixed and
+	// sliding window) or the last refill time in ms (token bucket).
+	Epoch int64
+	// Level is what the epoch holds: the units consumed in the window
+	// (fixed and sliding window) or the tokens left (token bucket).
+	Level int64
+	// Carry is what is kept beside the level: the previous window's count
+	// (sliding window) or the sub-token refill remainder (token bucket).
+	Carry int64
 	// ExpiresAtMs is when the state may be dropped (effective now + TTL).
 	ExpiresAtMs int64
 }

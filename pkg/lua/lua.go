@@ -189,7 +189,7 @@ const BatchPacked = 2 + 7*8
 // 2^53, which a float64 holds exactly. role is the mode the key plays in
 // this program (limiter.Request.Role, or another one when the caller splits
 // a batch).
-func AppendBatchArgs(dst []string, p *limiter.Policy, cost int64, role limiter.Mode) []string {
+func AppendBatchArgs(dst []string, p *limiter.Policy, cost int64, role limiter.Role) []string {
 	var b [BatchPacked]byte
 	return append(dst, p.ID(), string(AppendBatchPacked(b[:0], p, cost, role)))
 }
@@ -197,7 +197,7 @@ func AppendBatchArgs(dst []string, p *limiter.Policy, cost int64, role limiter.M
 // AppendBatchPacked appends the packed numbers of one key of
 // rate-batch-v1.lua (the second ARGV field of AppendBatchArgs, BatchPacked
 // bytes) to dst, for callers that pool their argument buffers.
-func AppendBatchPacked(dst []byte, p *limiter.Policy, cost int64, role limiter.Mode) []byte {
+func AppendBatchPacked(dst []byte, p *limiter.Policy, cost int64, role limiter.Role) []byte {
 	dst = slices.Grow(dst, BatchPacked)
 	b := dst[len(dst) : len(dst)+BatchPacked]
 	b[0] = byte(p.Algorithm())
@@ -205,8 +205,8 @@ func AppendBatchPacked(dst []byte, p *limiter.Policy, cost int64, role limiter.M
 	if p.FailureMode() == limiter.FailOpen {
 		b[1] += 4
 	}
-	p2, p3 := algorithmParams(p)
-	for i, v := range [7]int64{int64(p.Revision()), p.Limit(), p2, p3, p.CleanupGraceMillis(), p.MaxClockRegressionMillis(), cost} {
+	windowOrAmount, refillPeriod := algorithmParams(p)
+	for i, v := range [7]int64{int64(p.Revision()), p.Limit(), windowOrAmount, refillPeriod, p.CleanupGraceMillis(), p.MaxClockRegressionMillis(), cost} {
 		binary.BigEndian.PutUint64(b[2+8*i:], math.Float64bits(float64(v)))
 	}
 	return dst[:len(dst)+BatchPacked]
@@ -216,7 +216,7 @@ func AppendBatchPacked(dst []byte, p *limiter.Policy, cost int64, role limiter.M
 // after the limit: fixed and sliding window: the window ms and 0; token
 // bucket: the refill amount and period ms, reduced (limiter.Policy.Refill).
 // The one place in Go where pkg/lua tells the algorithms apart.
-func algorithmParams(p *limiter.Policy) (p2, p3 int64) {
+func algorithmParams(p *limiter.Policy) (windowOrAmount, refillPeriod int64) {
 	if p.Algorithm() == limiter.TokenBucket {
 		return p.Refill()
 	}
@@ -232,9 +232,9 @@ const RefundArgs = 8
 // and the effectiveNowMillis the batch replied for the key.
 func AppendRefundArgs(dst []string, p *limiter.Policy, cost, effectiveNowMs int64) []string {
 	i := strconv.FormatInt
-	p2, p3 := algorithmParams(p)
+	windowOrAmount, refillPeriod := algorithmParams(p)
 	return append(dst, p.Algorithm().String(), p.ID(), strconv.FormatUint(uint64(p.Revision()), 10), i(p.Limit(), 10),
-		i(p2, 10), i(p3, 10), i(cost, 10), i(effectiveNowMs, 10))
+		i(windowOrAmount, 10), i(refillPeriod, 10), i(cost, 10), i(effectiveNowMs, 10))
 }
 
 // Value is one element of a batch reply as the client decoded it: a bulk

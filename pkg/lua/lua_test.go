@@ -122,10 +122,10 @@ func TestAppendBatchArgs(t *testing.T) {
 		}
 		return out
 	}
-	if got := decode(AppendBatchArgs(nil, fw, 2, limiter.ModeQuota)); got != "api.users 1 6 1 10 60000 0 1000 2000 2" {
+	if got := decode(AppendBatchArgs(nil, fw, 2, limiter.RoleQuota)); got != "api.users 1 6 1 10 60000 0 1000 2000 2" {
 		t.Errorf("fixed window: %q", got)
 	}
-	if got := decode(AppendBatchArgs(nil, tb, 1, limiter.ModeCheck)); got != "tb 3 3 3 100 1 400 1000 2000 1" {
+	if got := decode(AppendBatchArgs(nil, tb, 1, limiter.RoleCheck)); got != "tb 3 3 3 100 1 400 1000 2000 1" {
 		t.Errorf("token bucket: %q", got)
 	}
 	if got := strings.Join(AppendRefundArgs(nil, tb, 2, 1234), " "); got != "token_bucket tb 3 100 1 400 2 1234" {

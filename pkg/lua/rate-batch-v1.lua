@@ -10,7 +10,7 @@
 --     to intern and parse (each costs Redis CPU):
 --       algorithm            1 fixed_window, 2 sliding_window, 3 token_bucket
 --       flags                role + 4 * failOpen; role 0 ordinary, 1 shadow,
---                            2 quota, 3 check (limiter.Mode)
+--                            2 quota, 3 check (limiter.Role)
 --       policy revision      1..2^32-1
 --       limit (capacity)     0..2^53-1 (sliding window: 0..(2^53-1)/10^6;
 --                            token bucket: capacity * period + amount

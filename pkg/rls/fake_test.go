@@ -128,7 +128,7 @@ func (f *fakeStore) Evaluate(ctx context.Context, batch []limiter.Request, out [
 		return
 	}
 	for i, r := range batch {
-		if d := &out[i].Decision; out[i].Kind == limiter.Evaluated && d.Allowed && r.Role() != limiter.ModeCheck {
+		if d := &out[i].Decision; out[i].Kind == limiter.Evaluated && d.Allowed && r.EffectiveRole() != limiter.RoleCheck {
 			f.used[r.Policy.ID()+string(r.Subject[:])] += r.Cost
 			d.Remaining -= r.Cost
 			d.Consumed = true

@@ -28,35 +28,35 @@ func (s *Server) addHeadersAndBody(resp *rlsv3.RateLimitResponse, sc *scratch) {
 	mode := descriptors.HeadersFull
 	chosen := -1
 	var retry time.Duration
-	for i := range sc.slots {
-		sl := &sc.slots[i]
-		if !sl.eligible() {
+	for i := range sc.descs {
+		ds := &sc.descs[i]
+		if !ds.eligible() {
 			continue
 		}
-		mode = stricterHeaders(mode, s.headerMode(sl.match.Rule))
+		mode = stricterHeaders(mode, s.headerMode(ds.match.Rule))
 		if chosen < 0 {
 			chosen = i
-			if sl.reported {
-				retry = sl.retry
+			if ds.reported {
+				retry = ds.retry
 			}
 			continue
 		}
-		c := &sc.slots[chosen]
+		c := &sc.descs[chosen]
 		switch {
-		case sl.reported && (!c.reported || sl.retry > c.retry):
+		case ds.reported && (!c.reported || ds.retry > c.retry):
 			chosen = i
-		case !sl.reported && !c.reported && (sl.remaining < c.remaining || sl.remaining == c.remaining && sl.reset > c.reset):
+		case !ds.reported && !c.reported && (ds.remaining < c.remaining || ds.remaining == c.remaining && ds.reset > c.reset):
 			chosen = i
 		}
-		if sl.reported {
-			retry = max(retry, sl.retry)
+		if ds.reported {
+			retry = max(retry, ds.retry)
 		}
 	}
 	if chosen < 0 {
 		return
 	}
 	over := resp.OverallCode == rlsv3.RateLimitResponse_OVER_LIMIT
-	c := &sc.slots[chosen]
+	c := &sc.descs[chosen]
 	retrySecs := max(ceilSeconds(retry), 1)
 
 	var hv [5]corev3.HeaderValue
@@ -64,16 +64,16 @@ func (s *Server) addHeadersAndBody(resp *rlsv3.RateLimitResponse, sc *scratch) {
 	buf := sc.buf[:0]
 	if mode == descriptors.HeadersFull {
 		buf = strconv.AppendUint(buf, uint64(c.match.Rule.RequestsPerUnit), 10)
-		for i := range sc.slots {
-			sl := &sc.slots[i]
-			if !sl.eligible() || duplicatePolicy(sc.slots[:i], sl) {
+		for i := range sc.descs {
+			ds := &sc.descs[i]
+			if !ds.eligible() || duplicatePolicy(sc.descs[:i], ds) {
 				continue
 			}
 			buf = append(buf, ", "...)
-			buf = strconv.AppendUint(buf, uint64(sl.match.Rule.RequestsPerUnit), 10)
+			buf = strconv.AppendUint(buf, uint64(ds.match.Rule.RequestsPerUnit), 10)
 			buf = append(buf, ";w="...)
-			buf = strconv.AppendInt(buf, ceilSeconds(sl.match.Rule.Window()), 10)
-			if capacity := sl.match.Rule.Policy.Limit(); capacity > int64(sl.match.Rule.RequestsPerUnit) {
+			buf = strconv.AppendInt(buf, ceilSeconds(ds.match.Rule.Window()), 10)
+			if capacity := ds.match.Rule.Policy.Limit(); capacity > int64(ds.match.Rule.RequestsPerUnit) {
 				// A token bucket with a burst above its rate.
 				buf = append(buf, ";burst="...)
 				buf = strconv.AppendInt(buf, capacity, 10)
@@ -119,12 +119,12 @@ func (s *Server) addHeadersAndBody(resp *rlsv3.RateLimitResponse, sc *scratch) {
 	resp.ResponseHeadersToAdd = ptrs
 }
 
-// duplicatePolicy reports whether an earlier eligible slot already listed the
+// duplicatePolicy reports whether an earlier eligible descriptor already listed the
 // same (limit, window) quota policy.
-func duplicatePolicy(earlier []slot, sl *slot) bool {
+func duplicatePolicy(earlier []descStatus, ds *descStatus) bool {
 	for i := range earlier {
 		e := &earlier[i]
-		if e.eligible() && e.match.Rule.RequestsPerUnit == sl.match.Rule.RequestsPerUnit && e.match.Rule.Window() == sl.match.Rule.Window() {
+		if e.eligible() && e.match.Rule.RequestsPerUnit == ds.match.Rule.RequestsPerUnit && e.match.Rule.Window() == ds.match.Rule.Window() {
 			return true
 		}
 	}

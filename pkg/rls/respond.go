@@ -22,9 +22,9 @@ const (
 	msgStoreFailure = "store failed; answered by the policy's failure mode"
 )
 
-// respond turns the slots and outcomes of one call into the response.
+// respond turns the descriptor statuses and outcomes of one call into the response.
 func (s *Server) respond(ctx context.Context, req *rlsv3.RateLimitRequest, known bool, sc *scratch) *rlsv3.RateLimitResponse {
-	n := len(sc.slots)
+	n := len(sc.descs)
 	now := s.clock.Now()
 	metricDomain := UnknownDomainLabel
 	if known {
@@ -42,45 +42,45 @@ func (s *Server) respond(ctx context.Context, req *rlsv3.RateLimitRequest, known
 	}
 
 	// Pass 1: what each limit decided.
-	for i := range sc.slots {
-		sl := &sc.slots[i]
+	for i := range sc.descs {
+		ds := &sc.descs[i]
 		st := &statuses[i]
 		ptrs[i] = st
 		st.Code = rlsv3.RateLimitResponse_OK
-		switch sl.kind {
-		case slotUnmatched, slotNegative:
+		switch ds.kind {
+		case statusUnmatched, statusNegative:
 			s.metrics.unmatchedDescriptor(metricDomain)
 			continue
-		case slotReplaced:
+		case statusReplaced:
 			continue
-		case slotUnlimited:
+		case statusUnlimited:
 			st.LimitRemaining = math.MaxUint32
 			s.metrics.policy(metricDomain, UnlimitedPolicy).ok.Inc()
 			continue
 		}
-		rule := sl.match.Rule
+		rule := ds.match.Rule
 		p := rule.Policy
-		if sl.kind == slotNeverFits {
+		if ds.kind == statusNeverFits {
 			// A zero limit, or a cost above the policy's max cost: it can
 			// never fit, so the store is not asked and nothing is consumed.
-			sl.over = true
-			sl.reset = untilWindowEnd(now, rule.Window())
-			sl.retry = sl.reset
-		} else if out := &sc.outs[sl.batch]; out.Kind == limiter.Evaluated {
+			ds.over = true
+			ds.reset = untilWindowEnd(now, rule.Window())
+			ds.retry = ds.reset
+		} else if out := &sc.outs[ds.batch]; out.Kind == limiter.Evaluated {
 			d := &out.Decision
-			sl.over = !d.Allowed
-			sl.remaining = clampUint32(d.Remaining)
+			ds.over = !d.Allowed
+			ds.remaining = clampUint32(d.Remaining)
 			if !d.ResetAt.IsZero() {
 				// Stores keep milliseconds; so does the answer.
-				sl.reset = max(d.ResetAt.Sub(now), 0).Round(time.Millisecond)
+				ds.reset = max(d.ResetAt.Sub(now), 0).Round(time.Millisecond)
 			}
-			sl.retry = d.RetryAfter
-			if d.Allowed && sl.role != limiter.ModeShadow && nearLimit(d.Limit, d.Remaining) {
-				s.metrics.policy(metricDomain, sl.policyLabel()).near.Inc()
+			ds.retry = d.RetryAfter
+			if d.Allowed && ds.role != limiter.RoleShadow && nearLimit(d.Limit, d.Remaining) {
+				s.metrics.policy(metricDomain, ds.policyLabel()).near.Inc()
 			}
 		} else {
-			s.storeFailed(ctx, p, sl, out)
-			if !sl.over {
+			s.storeFailed(ctx, p, ds, out)
+			if !ds.over {
 				// Fail open: nothing is known about the limit's state, so
 				// the status carries no current_limit for Envoy to build
 				// headers from.
@@ -97,8 +97,8 @@ func (s *Server) respond(ctx context.Context, req *rlsv3.RateLimitRequest, known
 			cl.UnitMultiplier = wrapperspb.UInt32(rule.UnitMultiplier)
 		}
 		st.CurrentLimit = cl
-		st.LimitRemaining = sl.remaining
-		durations = append(durations, durationpb.Duration{Seconds: int64(sl.reset / time.Second), Nanos: int32(sl.reset % time.Second)})
+		st.LimitRemaining = ds.remaining
+		durations = append(durations, durationpb.Duration{Seconds: int64(ds.reset / time.Second), Nanos: int32(ds.reset % time.Second)})
 		st.DurationUntilReset = &durations[len(durations)-1]
 	}
 
@@ -108,26 +108,26 @@ func (s *Server) respond(ctx context.Context, req *rlsv3.RateLimitRequest, known
 	// reported OK.
 	quotaDenies := limiter.QuotaBlocks(sc.batch, sc.outs)
 	overall := rlsv3.RateLimitResponse_OK
-	for i := range sc.slots {
-		sl := &sc.slots[i]
-		if sl.kind != slotStore && sl.kind != slotNeverFits {
+	for i := range sc.descs {
+		ds := &sc.descs[i]
+		if ds.kind != statusStore && ds.kind != statusNeverFits {
 			continue
 		}
-		pc := s.metrics.policy(metricDomain, sl.policyLabel())
+		pc := s.metrics.policy(metricDomain, ds.policyLabel())
 		switch {
-		case !sl.over:
+		case !ds.over:
 			pc.ok.Inc()
-		case sl.role == limiter.ModeShadow:
+		case ds.role == limiter.RoleShadow:
 			pc.shadowOver.Inc()
-			s.logDenial(ctx, msgShadowDenied, sl)
-		case sl.role == limiter.ModeQuota && !quotaDenies:
+			s.logDenial(ctx, msgShadowDenied, ds)
+		case ds.role == limiter.RoleQuota && !quotaDenies:
 			pc.ok.Inc()
 		default:
-			sl.reported = true
+			ds.reported = true
 			statuses[i].Code = rlsv3.RateLimitResponse_OVER_LIMIT
 			overall = rlsv3.RateLimitResponse_OVER_LIMIT
 			pc.over.Inc()
-			s.logDenial(ctx, msgDenied, sl)
+			s.logDenial(ctx, msgDenied, ds)
 		}
 	}
 
@@ -137,15 +137,15 @@ func (s *Server) respond(ctx context.Context, req *rlsv3.RateLimitRequest, known
 }
 
 // storeFailed applies the policy's failure mode to a failed outcome.
-func (s *Server) storeFailed(ctx context.Context, p *limiter.Policy, sl *slot, out *limiter.Outcome) {
+func (s *Server) storeFailed(ctx context.Context, p *limiter.Policy, ds *descStatus, out *limiter.Outcome) {
 	mode := p.FailureMode()
 	s.metrics.storeError(out.Kind)
 	s.metrics.fallback(mode)
-	sl.fellBack = true
+	ds.fellBack = true
 	if mode == limiter.FailClosed {
-		sl.over = true
-		sl.retry = max(out.RetryAfter, fallbackRetryAfter)
-		sl.reset = sl.retry
+		ds.over = true
+		ds.retry = max(out.RetryAfter, fallbackRetryAfter)
+		ds.reset = ds.retry
 	}
 	if ce := s.sampled.Check(zapcore.WarnLevel, msgStoreFailure); ce != nil {
 		fields := []zap.Field{
@@ -153,7 +153,7 @@ func (s *Server) storeFailed(ctx context.Context, p *limiter.Policy, sl *slot, o
 			zap.String("outcome", out.Kind.String()),
 			zap.String("category", out.Category),
 			zap.String("failure_mode", mode.String()),
-			zap.String("subject", subjectPrefix(&sl.match.Subject)),
+			zap.String("subject", subjectPrefix(&ds.match.Subject)),
 			zap.Error(out.Err),
 		}
 		if id := requestID(ctx); id != "" {
@@ -163,17 +163,17 @@ func (s *Server) storeFailed(ctx context.Context, p *limiter.Policy, sl *slot, o
 	}
 }
 
-func (s *Server) logDenial(ctx context.Context, msg string, sl *slot) {
+func (s *Server) logDenial(ctx context.Context, msg string, ds *descStatus) {
 	ce := s.sampled.Check(zapcore.InfoLevel, msg)
 	if ce == nil {
 		return
 	}
 	fields := []zap.Field{
-		zap.String("policy", sl.match.Rule.Policy.ID()),
-		zap.String("subject", subjectPrefix(&sl.match.Subject)),
-		zap.Uint32("remaining", sl.remaining),
-		zap.Int64("retry_after_seconds", ceilSeconds(sl.retry)),
-		zap.Bool("fallback", sl.fellBack),
+		zap.String("policy", ds.match.Rule.Policy.ID()),
+		zap.String("subject", subjectPrefix(&ds.match.Subject)),
+		zap.Uint32("remaining", ds.remaining),
+		zap.Int64("retry_after_seconds", ceilSeconds(ds.retry)),
+		zap.Bool("fallback", ds.fellBack),
 	}
 	if id := requestID(ctx); id != "" {
 		fields = append(fields, zap.String("x_request_id", id))
@@ -200,26 +200,26 @@ func requestID(ctx context.Context) string {
 	return id
 }
 
-// policyLabel is the policy label of the slot's metrics: the configured
+// policyLabel is the policy label of the descriptor's metrics: the configured
 // policy ID, or OverridePolicy for a request-supplied limit override (whose
 // ID derives from request-supplied keys and so must not become a label).
-func (sl *slot) policyLabel() string {
-	if sl.override {
+func (ds *descStatus) policyLabel() string {
+	if ds.override {
 		return OverridePolicy
 	}
-	return sl.match.Rule.Policy.ID()
+	return ds.match.Rule.Policy.ID()
 }
 
 // eligible reports whether a status feeds the X-RateLimit-* headers: a
 // limit that was decided (not shadow, not a fail-open fallback) and either
 // allowed or reported over (a quota-mode denial that did not deny is left
 // out).
-func (sl *slot) eligible() bool {
-	if sl.kind != slotStore && sl.kind != slotNeverFits {
+func (ds *descStatus) eligible() bool {
+	if ds.kind != statusStore && ds.kind != statusNeverFits {
 		return false
 	}
-	if sl.role == limiter.ModeShadow || sl.fellBack && !sl.over {
+	if ds.role == limiter.RoleShadow || ds.fellBack && !ds.over {
 		return false
 	}
-	return !sl.over || sl.reported
+	return !ds.over || ds.reported
 }

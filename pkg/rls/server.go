@@ -148,36 +148,37 @@ func New(cfg Config) (*Server, error) {
 	return s, nil
 }
 
-// slotKind says how one descriptor is answered.
-type slotKind uint8
+// statusKind says how one descriptor is answered.
+type statusKind uint8
 
 const (
-	slotUnmatched slotKind = iota // OK, no current_limit
-	slotReplaced                  // matched but replaced by another matched rule: OK, no current_limit
-	slotNegative                  // is_negative_hits: not evaluated, OK
-	slotUnlimited                 // OK, limit_remaining at its maximum
-	slotNeverFits                 // zero limit or cost above max cost: OVER_LIMIT, store untouched
-	slotStore                     // evaluated by the store: outcome in outs[batch]
+	statusUnmatched statusKind = iota // OK, no current_limit
+	statusReplaced                    // matched but replaced by another matched rule: OK, no current_limit
+	statusNegative                    // is_negative_hits: not evaluated, OK
+	statusUnlimited                   // OK, limit_remaining at its maximum
+	statusNeverFits                   // zero limit or cost above max cost: OVER_LIMIT, store untouched
+	statusStore                       // evaluated by the store: outcome in outs[batch]
 )
 
 // add appends the limiter request of a matched limit to batch and records
-// its index and its role. The request is ModeQuota for a quota_mode rule;
+// its index and its role. The request is RoleQuota for a quota_mode rule;
 // the role, decided here once for the whole call, is limiter.Request.Role,
-// which makes a shadow policy (a shadow_mode rule) ModeShadow.
-func (sl *slot) add(batch *[]limiter.Request) {
-	rule := sl.match.Rule
-	mode := limiter.ModeOrdinary
+// which makes a shadow policy (a shadow_mode rule) RoleShadow.
+func (ds *descStatus) add(batch *[]limiter.Request) {
+	rule := ds.match.Rule
+	mode := limiter.RoleOrdinary
 	if rule.QuotaMode {
-		mode = limiter.ModeQuota
+		mode = limiter.RoleQuota
 	}
-	sl.batch = len(*batch)
-	*batch = append(*batch, limiter.Request{Policy: rule.Policy, Subject: sl.match.Subject, Cost: sl.cost, Mode: mode, Tag: sl.match.Tag})
-	sl.role = (*batch)[sl.batch].Role()
+	ds.batch = len(*batch)
+	*batch = append(*batch, limiter.Request{Policy: rule.Policy, Subject: ds.match.Subject, Cost: ds.cost, Role: mode, Tag: ds.match.Tag})
+	ds.role = (*batch)[ds.batch].EffectiveRole()
 }
 
-// slot is the per-descriptor working state of one call.
-type slot struct {
-	kind     slotKind
+// descStatus is the status of one descriptor while the call is answered:
+// how it is answered (kind) and what the answer needs.
+type descStatus struct {
+	kind     statusKind
 	override bool // matched through a request-supplied limit override
 	match    descriptors.Match
 	cost     int64
@@ -186,7 +187,7 @@ type slot struct {
 	over      bool         // the limit (or the fail-closed fallback) denies
 	reported  bool         // reported OVER_LIMIT to Envoy
 	fellBack  bool         // the store failed and the failure mode answered
-	role      limiter.Mode // the limit's role in the batch (store and never-fits slots)
+	role      limiter.Role // the limit's role in the batch (statusStore and statusNeverFits)
 	remaining uint32
 	reset     time.Duration
 	retry     time.Duration
@@ -194,7 +195,7 @@ type slot struct {
 
 // scratch holds the reusable buffers of one call.
 type scratch struct {
-	slots   []slot
+	descs   []descStatus
 	batch   []limiter.Request // the store's requests, then the never-fits ones
 	outs    []limiter.Outcome // one per batch element
 	checks  []limiter.Request // the store's requests resent as checks
@@ -204,10 +205,10 @@ type scratch struct {
 
 func (s *Server) getScratch(n int) *scratch {
 	sc := s.scratch.Get().(*scratch)
-	if cap(sc.slots) < n {
-		sc.slots = make([]slot, n)
+	if cap(sc.descs) < n {
+		sc.descs = make([]descStatus, n)
 	}
-	sc.slots = sc.slots[:n]
+	sc.descs = sc.descs[:n]
 	sc.batch = sc.batch[:0]
 	return sc
 }
@@ -215,7 +216,7 @@ func (s *Server) getScratch(n int) *scratch {
 func (s *Server) putScratch(sc *scratch) {
 	// Drop references to rules and policies so that an old snapshot can be
 	// collected after a reload.
-	clear(sc.slots)
+	clear(sc.descs)
 	clear(sc.batch)
 	clear(sc.outs)
 	clear(sc.checks)
@@ -271,15 +272,15 @@ func (s *Server) evaluate(ctx context.Context, req *rlsv3.RateLimitRequest, rule
 	// 1. Match every descriptor.
 	anyReplaces := false
 	for i, d := range req.Descriptors {
-		sl := &sc.slots[i]
-		*sl = slot{}
+		ds := &sc.descs[i]
+		*ds = descStatus{}
 		if !known {
 			continue
 		}
 		if d.IsNegativeHits {
 			// A refund: this service does not give back consumed units, and a
 			// refund never needs a limit decision.
-			sl.kind = slotNegative
+			ds.kind = statusNegative
 			continue
 		}
 		sc.entries = sc.entries[:0]
@@ -291,19 +292,19 @@ func (s *Server) evaluate(ctx context.Context, req *rlsv3.RateLimitRequest, rule
 		if d.Limit != nil {
 			unit, _ := overrideUnit(d.Limit.Unit) // validated
 			m, ok = rules.Override(domain, sc.entries, d.Limit.RequestsPerUnit, unit, d.Limit.GetUnitMultiplier().GetValue())
-			sl.override = true
+			ds.override = true
 		} else {
 			m, ok = rules.Match(domain, sc.entries)
 		}
 		if !ok || m.Rule == nil {
 			continue
 		}
-		sl.match = m
-		sl.cost = hitsFor(req, d)
+		ds.match = m
+		ds.cost = hitsFor(req, d)
 		if m.Rule.Unlimited || m.Rule.Policy == nil {
-			sl.kind = slotUnlimited
+			ds.kind = statusUnlimited
 		} else {
-			sl.kind = slotStore
+			ds.kind = statusStore
 		}
 		if len(m.Rule.Replaces) > 0 {
 			anyReplaces = true
@@ -313,7 +314,7 @@ func (s *Server) evaluate(ctx context.Context, req *rlsv3.RateLimitRequest, rule
 	// 2. replaces: a matched rule named in another matched rule's replaces
 	// is neither evaluated nor reported.
 	if anyReplaces {
-		markReplaced(sc.slots)
+		markReplaced(sc.descs)
 	}
 
 	// 3. One batch for every limit the store must decide, followed by the
@@ -323,23 +324,23 @@ func (s *Server) evaluate(ctx context.Context, req *rlsv3.RateLimitRequest, rule
 	// built by the same rule over the whole, so exactly the calls answered OK
 	// consume.
 	neverFits := false
-	for i := range sc.slots {
-		sl := &sc.slots[i]
-		if sl.kind != slotStore {
+	for i := range sc.descs {
+		ds := &sc.descs[i]
+		if ds.kind != statusStore {
 			continue
 		}
-		if p := sl.match.Rule.Policy; p.Limit() == 0 || sl.cost > p.MaxCost() {
-			sl.kind = slotNeverFits
+		if p := ds.match.Rule.Policy; p.Limit() == 0 || ds.cost > p.MaxCost() {
+			ds.kind = statusNeverFits
 			neverFits = true
 			continue
 		}
-		sl.add(&sc.batch)
+		ds.add(&sc.batch)
 	}
 	n := len(sc.batch)
 	if neverFits {
-		for i := range sc.slots {
-			if sl := &sc.slots[i]; sl.kind == slotNeverFits {
-				sl.add(&sc.batch)
+		for i := range sc.descs {
+			if ds := &sc.descs[i]; ds.kind == statusNeverFits {
+				ds.add(&sc.batch)
 			}
 		}
 	}
@@ -358,7 +359,7 @@ func (s *Server) evaluate(ctx context.Context, req *rlsv3.RateLimitRequest, rule
 			// check the others for their statuses, consume nothing.
 			sc.checks = append(sc.checks[:0], send...)
 			for i := range sc.checks {
-				sc.checks[i].Mode = limiter.ModeCheck
+				sc.checks[i].Role = limiter.RoleCheck
 			}
 			send = sc.checks
 		}
@@ -374,23 +375,23 @@ func (s *Server) evaluate(ctx context.Context, req *rlsv3.RateLimitRequest, rule
 // markReplaced drops every matched rule whose name another matched rule
 // lists in its replaces. n <= MaxDescriptors, so the quadratic scan is cheap
 // and allocation-free.
-func markReplaced(slots []slot) {
-	for j := range slots {
-		rj := slots[j].match.Rule
-		if rj == nil || len(rj.Replaces) == 0 || slots[j].kind == slotUnmatched {
+func markReplaced(descs []descStatus) {
+	for j := range descs {
+		rj := descs[j].match.Rule
+		if rj == nil || len(rj.Replaces) == 0 || descs[j].kind == statusUnmatched {
 			continue
 		}
 		for _, name := range rj.Replaces {
 			if name == "" {
 				continue
 			}
-			for i := range slots {
-				ri := slots[i].match.Rule
+			for i := range descs {
+				ri := descs[i].match.Rule
 				if i == j || ri == nil || ri.Name != name {
 					continue
 				}
-				if slots[i].kind == slotStore || slots[i].kind == slotUnlimited {
-					slots[i].kind = slotReplaced
+				if descs[i].kind == statusStore || descs[i].kind == statusUnlimited {
+					descs[i].kind = statusReplaced
 				}
 			}
 		}

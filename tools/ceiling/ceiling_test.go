@@ -32,7 +32,7 @@ func TestStubKeepsTheBatchContract(t *testing.T) {
 	keys := []string{"rate:{ceiling}:state:a", "rate:{ceiling}:state:b"}
 	var args []string
 	for _, p := range policies {
-		args = lua.AppendBatchArgs(args, p, 1, limiter.ModeOrdinary)
+		args = lua.AppendBatchArgs(args, p, 1, limiter.RoleOrdinary)
 	}
 	before := serverNowMs(t, srv)
 	cmd := append([]string{"EVAL", src, strconv.Itoa(len(keys))}, keys...)

@@ -34,7 +34,7 @@
 // makes the batch unable to commit (limiter.CheckOnly: an ordinary limit, or
 // every quota limit), the answer is known without consuming anything: the
 // cached limits are answered from the cache and the rest are sent to the
-// store in limiter.ModeCheck (reported, never consumed), exactly what the
+// store in limiter.RoleCheck (reported, never consumed), exactly what the
 // store would have answered for the whole batch; when every limit is cached
 // the store is not called at all. When the cached denials cannot block the batch (shadow
 // or check limits, or a quota limit with other quota limits), the whole batch
@@ -306,7 +306,7 @@ func (c *Cache) Evaluate(ctx context.Context, batch []limiter.Request, out []lim
 	for i := range batch {
 		if !sc.hit[i] {
 			r := batch[i]
-			r.Mode = limiter.ModeCheck
+			r.Role = limiter.RoleCheck
 			sc.sub = append(sc.sub, r)
 			sc.idx = append(sc.idx, i)
 		}

@@ -20,7 +20,7 @@ type countingStore struct {
 	calls atomic.Int64
 	reqs  atomic.Int64
 	mu    sync.Mutex
-	modes []limiter.Mode
+	modes []limiter.Role
 }
 
 func (s *countingStore) Evaluate(ctx context.Context, batch []limiter.Request, out []limiter.Outcome) {
@@ -29,7 +29,7 @@ func (s *countingStore) Evaluate(ctx context.Context, batch []limiter.Request, o
 	s.mu.Lock()
 	s.modes = s.modes[:0]
 	for i := range batch {
-		s.modes = append(s.modes, batch[i].Mode)
+		s.modes = append(s.modes, batch[i].Role)
 	}
 	s.mu.Unlock()
 	s.inner.Evaluate(ctx, batch, out)
@@ -245,29 +245,29 @@ func TestBatches(t *testing.T) {
 	if d := out[1].Decision; !d.Allowed || d.Consumed || d.Remaining != 100 {
 		t.Fatalf("other limit: %+v, want allowed, not consumed, 100 left", d)
 	}
-	if e.back.modes[0] != limiter.ModeCheck || len(e.back.modes) != 1 {
+	if e.back.modes[0] != limiter.RoleCheck || len(e.back.modes) != 1 {
 		t.Fatalf("the store saw modes %v, want [check]", e.back.modes)
 	}
 
 	// Every limit cached: the store is not asked.
 	before := e.back.calls.Load()
-	e.eval(limiter.Request{Policy: hot, Subject: hs, Cost: 1}, limiter.Request{Policy: hot, Subject: hs, Cost: 1, Mode: limiter.ModeQuota})
+	e.eval(limiter.Request{Policy: hot, Subject: hs, Cost: 1}, limiter.Request{Policy: hot, Subject: hs, Cost: 1, Role: limiter.RoleQuota})
 	if e.back.calls.Load() != before {
 		t.Fatal("a fully cached batch reached the store")
 	}
 
 	// A shadow denial does not block: the whole batch goes to the store,
 	// which consumes the other limit.
-	out = e.eval(limiter.Request{Policy: hot, Subject: hs, Cost: 1, Mode: limiter.ModeShadow}, limiter.Request{Policy: other, Subject: subject("o"), Cost: 1})
+	out = e.eval(limiter.Request{Policy: hot, Subject: hs, Cost: 1, Role: limiter.RoleShadow}, limiter.Request{Policy: other, Subject: subject("o"), Cost: 1})
 	if d := out[1].Decision; !d.Allowed || !d.Consumed || d.Remaining != 99 {
 		t.Fatalf("other limit beside a shadow denial: %+v, want consumed, 99 left", d)
 	}
-	if e.back.modes[0] != limiter.ModeShadow || e.back.modes[1] != limiter.ModeOrdinary {
+	if e.back.modes[0] != limiter.RoleShadow || e.back.modes[1] != limiter.RoleOrdinary {
 		t.Fatalf("the store saw modes %v", e.back.modes)
 	}
 
 	// A quota denial with another quota limit that allows does not block.
-	out = e.eval(limiter.Request{Policy: hot, Subject: hs, Cost: 1, Mode: limiter.ModeQuota}, limiter.Request{Policy: other, Subject: subject("o"), Cost: 1, Mode: limiter.ModeQuota})
+	out = e.eval(limiter.Request{Policy: hot, Subject: hs, Cost: 1, Role: limiter.RoleQuota}, limiter.Request{Policy: other, Subject: subject("o"), Cost: 1, Role: limiter.RoleQuota})
 	if d := out[1].Decision; !d.Allowed || !d.Consumed || d.Remaining != 98 {
 		t.Fatalf("quota batch: %+v, want consumed, 98 left", d)
 	}

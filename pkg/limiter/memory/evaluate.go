@@ -92,7 +92,7 @@ func (s *Store) Evaluate(ctx context.Context, batch []limiter.Request, out []lim
 		}
 		var st limiter.State
 		if pw := wi.prev; pw >= 0 {
-			st, wi.inTable, wi.slot = w[pw].cur, w[pw].inTable, w[pw].slot
+			st, wi.inTable, wi.hasRoom = w[pw].cur, w[pw].inTable, w[pw].hasRoom
 			wi.idx, wi.moves = w[pw].idx, w[pw].moves
 		} else {
 			var d int
@@ -100,13 +100,13 @@ func (s *Store) Evaluate(ctx context.Context, batch []limiter.Request, out []lim
 			wi.moves = sh.t.moves
 			dropped += d
 		}
-		next, reply, held, write := limiter.Check(st, nowMs, r.Policy, r.Cost)
+		next, reply, uncommitted, write := limiter.Check(st, nowMs, r.Policy, r.Cost)
 		wi.cur = st
-		if r.Role() == limiter.ModeCheck {
-			out[i] = limiter.OutcomeFromReply(r.Policy, held, limiter.SourceMemory)
+		if !r.EffectiveRole().Consumes() {
+			out[i] = limiter.OutcomeFromReply(r.Policy, uncommitted, limiter.SourceMemory)
 			continue
 		}
-		if write && !wi.inTable && !wi.slot {
+		if write && !wi.inTable && !wi.hasRoom {
 			// A new entry: reserve room for it now, so that a full shard
 			// is known before the batch decides.
 			reserved := 0
@@ -123,11 +123,11 @@ func (s *Store) Evaluate(ctx context.Context, batch []limiter.Request, out []lim
 				out[i] = limiter.UnavailableOutcome(CapacityRetryAfter, limiter.CategoryCapacity, ErrFull)
 				continue
 			}
-			wi.reserved, wi.slot = true, true
+			wi.reserved, wi.hasRoom = true, true
 		}
 		if write {
 			wi.write, wi.next, wi.cur = true, next, next
-			wi.held = held
+			wi.uncommitted = uncommitted
 		}
 		out[i] = limiter.OutcomeFromReply(r.Policy, reply, limiter.SourceMemory)
 	}
@@ -139,7 +139,7 @@ func (s *Store) Evaluate(ctx context.Context, batch []limiter.Request, out []lim
 			continue
 		}
 		if !commit || out[i].Kind != limiter.Evaluated {
-			out[i] = limiter.OutcomeFromReply(batch[i].Policy, wi.held, limiter.SourceMemory)
+			out[i] = limiter.OutcomeFromReply(batch[i].Policy, wi.uncommitted, limiter.SourceMemory)
 			continue
 		}
 		sh := &s.shards[wi.shard]
@@ -190,10 +190,10 @@ func (s *Store) evaluateOne(r *limiter.Request, o *limiter.Outcome, nowMs int64)
 	// hint: where k is (found) or would be inserted (-1 once the table has
 	// changed since the lookup).
 	st, found, dropped, hint := sh.load(&k, h, nowMs)
-	next, reply, held, write := limiter.Check(st, nowMs, p, r.Cost)
+	next, reply, uncommitted, write := limiter.Check(st, nowMs, p, r.Cost)
 	switch {
-	case r.Role() == limiter.ModeCheck:
-		*o = limiter.OutcomeFromReply(p, held, limiter.SourceMemory)
+	case !r.EffectiveRole().Consumes():
+		*o = limiter.OutcomeFromReply(p, uncommitted, limiter.SourceMemory)
 	case !write:
 		*o = limiter.OutcomeFromReply(p, reply, limiter.SourceMemory)
 	case !found && t.n >= sh.capacity && s.full(sh, nowMs, &dropped):
@@ -202,7 +202,7 @@ func (s *Store) evaluateOne(r *limiter.Request, o *limiter.Outcome, nowMs int64)
 	default:
 		*o = limiter.OutcomeFromReply(p, reply, limiter.SourceMemory)
 		if o.Kind != limiter.Evaluated {
-			*o = limiter.OutcomeFromReply(p, held, limiter.SourceMemory)
+			*o = limiter.OutcomeFromReply(p, uncommitted, limiter.SourceMemory)
 			break
 		}
 		e := entryOf(next)
@@ -254,15 +254,15 @@ type work struct {
 	prev int
 	// cur is the state after this request's tentative cost (the state it
 	// saw when it wrote nothing); next the state to write on commit.
-	cur, next limiter.State
-	write     bool
-	held      limiter.Reply
+	cur, next   limiter.State
+	write       bool
+	uncommitted limiter.Reply
 	// inTable: the key has a live entry in the table, at idx when the
 	// table's moves count is still moves. reserved: this request reserved a
-	// new entry; slot: this or an earlier request on the same state did.
-	inTable, reserved, slot bool
-	idx                     int
-	moves                   uint64
+	// new entry; hasRoom: this or an earlier request on the same state did.
+	inTable, reserved, hasRoom bool
+	idx                        int
+	moves                      uint64
 }
 
 type scratch struct {

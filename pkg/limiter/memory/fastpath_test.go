@@ -24,7 +24,7 @@ func outcomeString(o limiter.Outcome) string {
 
 // TestBatchOfOneMatchesGeneralPath drives two stores with the same random
 // requests: one evaluates each as a batch of one (the fast path), the other
-// as a batch of two whose second request is a ModeCheck on a policy that
+// as a batch of two whose second request is a RoleCheck on a policy that
 // never stores state (the general path, with no effect of its own). Every
 // outcome, the stored entries and the observer counts must agree, across
 // all algorithms and modes, invalid requests, clock steps (small and large,
@@ -70,18 +70,18 @@ func TestBatchOfOneMatchesGeneralPath(t *testing.T) {
 			req := limiter.Request{Policy: p, Subject: subject(uint64(rng.IntN(40))), Cost: 1 + int64(rng.IntN(int(p.MaxCost())+1))}
 			switch r := rng.IntN(20); {
 			case r < 2:
-				req.Mode = limiter.ModeCheck
+				req.Role = limiter.RoleCheck
 			case r < 4:
-				req.Mode = limiter.ModeQuota
+				req.Role = limiter.RoleQuota
 			case r == 4:
-				req.Mode = limiter.ModeShadow
+				req.Role = limiter.RoleShadow
 			case r == 5:
 				req.Policy = nil
 			case r == 6:
-				req.Mode = limiter.Mode(9)
+				req.Role = limiter.Role(9)
 			}
 			one.Evaluate(ctx, []limiter.Request{req}, outOne)
-			gen.Evaluate(ctx, []limiter.Request{req, {Policy: never, Subject: req.Subject, Cost: 1, Mode: limiter.ModeCheck}}, outGen)
+			gen.Evaluate(ctx, []limiter.Request{req, {Policy: never, Subject: req.Subject, Cost: 1, Role: limiter.RoleCheck}}, outGen)
 			if a, b := outcomeString(outOne[0]), outcomeString(outGen[0]); a != b {
 				t.Fatalf("seed %d op %d: %+v\nbatch of one: %s\ngeneral:      %s", seed, op, req, a, b)
 			}
@@ -121,7 +121,7 @@ func (m batchModel) evaluate(nowMs int64, batch []limiter.Request, out []limiter
 	type write struct {
 		k    modelKey
 		next limiter.State
-		held limiter.Reply
+		uncommitted limiter.Reply
 	}
 	writes := map[int]write{}
 	for i, r := range batch {
@@ -138,15 +138,15 @@ func (m batchModel) evaluate(nowMs int64, batch []limiter.Request, out []limiter
 				st = limiter.State{}
 			}
 		}
-		next, reply, held, w := limiter.Check(st, nowMs, p, r.Cost)
+		next, reply, uncommitted, w := limiter.Check(st, nowMs, p, r.Cost)
 		tentative[k] = st
-		if r.Role() == limiter.ModeCheck {
-			out[i] = limiter.OutcomeFromReply(p, held, limiter.SourceMemory)
+		if r.EffectiveRole() == limiter.RoleCheck {
+			out[i] = limiter.OutcomeFromReply(p, uncommitted, limiter.SourceMemory)
 			continue
 		}
 		if w {
 			tentative[k] = next
-			writes[i] = write{k, next, held}
+			writes[i] = write{k, next, uncommitted}
 		}
 		out[i] = limiter.OutcomeFromReply(p, reply, limiter.SourceMemory)
 	}
@@ -157,7 +157,7 @@ func (m batchModel) evaluate(nowMs int64, batch []limiter.Request, out []limiter
 			continue
 		}
 		if !commit || out[i].Kind != limiter.Evaluated {
-			out[i] = limiter.OutcomeFromReply(batch[i].Policy, w.held, limiter.SourceMemory)
+			out[i] = limiter.OutcomeFromReply(batch[i].Policy, w.uncommitted, limiter.SourceMemory)
 			continue
 		}
 		m[w.k] = w.next
@@ -202,9 +202,9 @@ func TestBatchMatchesModel(t *testing.T) {
 				}
 				switch rng.IntN(12) {
 				case 0:
-					batch[i].Mode = limiter.ModeCheck
+					batch[i].Role = limiter.RoleCheck
 				case 1, 2:
-					batch[i].Mode = limiter.ModeQuota
+					batch[i].Role = limiter.RoleQuota
 				}
 			}
 			got, want := make([]limiter.Outcome, n), make([]limiter.Outcome, n)

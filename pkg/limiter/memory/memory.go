@@ -120,7 +120,7 @@ type key struct {
 
 // entry is the part of a limiter.State the key does not already hold.
 type entry struct {
-	lastObserved, a, b, c, expiresAt int64
+	lastObserved, epoch, level, carry, expiresAt int64
 }
 
 // New builds a Store.

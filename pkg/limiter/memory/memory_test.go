@@ -131,7 +131,7 @@ func TestEvaluateBatch(t *testing.T) {
 		t.Fatalf("sliding certainty = %v", c)
 	}
 	if r := out[3].Decision.ResetAt; !r.Equal(time.UnixMilli(t0 + 250)) {
-		t.Fatalf("held sliding reset %v, want now (nothing counted)", r)
+		t.Fatalf("uncommitted sliding reset %v, want now (nothing counted)", r)
 	}
 	var fe *limiter.FieldError
 	if !errors.As(out[4].Err, &fe) || fe.Field != "cost" {
@@ -196,7 +196,7 @@ func TestBatchLockOrder(t *testing.T) {
 	used := int64(0)
 	out := make([]limiter.Outcome, 1)
 	for i := range uint64(12) {
-		s.Evaluate(context.Background(), []limiter.Request{{Policy: p, Subject: subject(i), Cost: 1, Mode: limiter.ModeCheck}}, out)
+		s.Evaluate(context.Background(), []limiter.Request{{Policy: p, Subject: subject(i), Cost: 1, Role: limiter.RoleCheck}}, out)
 		used += 1_000_000 - out[0].Decision.Remaining
 	}
 	if used != 16*200*6 {

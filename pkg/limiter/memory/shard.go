@@ -49,12 +49,12 @@ func (sh *shard) load(k *key, h uint64, nowMs int64) (st limiter.State, live boo
 	}
 	return limiter.State{
 		Exists: true, Schema: limiter.StateSchema, Algorithm: k.alg, PolicyID: k.policy, Revision: k.revision,
-		LastObservedMs: e.lastObserved, A: e.a, B: e.b, C: e.c, ExpiresAtMs: e.expiresAt,
+		LastObservedMs: e.lastObserved, Epoch: e.epoch, Level: e.level, Carry: e.carry, ExpiresAtMs: e.expiresAt,
 	}, true, 0, i
 }
 
 func entryOf(st limiter.State) entry {
-	return entry{lastObserved: st.LastObservedMs, a: st.A, b: st.B, c: st.C, expiresAt: st.ExpiresAtMs}
+	return entry{lastObserved: st.LastObservedMs, epoch: st.Epoch, level: st.Level, carry: st.Carry, expiresAt: st.ExpiresAtMs}
 }
 
 // dropExpired deletes expired entries and returns how many. With budget 0

@@ -33,7 +33,7 @@ func TestTableModel(t *testing.T) {
 			}
 			switch r := rng.IntN(10); {
 			case r < 5: // write
-				e := entry{a: int64(op), expiresAt: now + int64(rng.IntN(100))}
+				e := entry{epoch: int64(op), expiresAt: now + int64(rng.IntN(100))}
 				if found {
 					sh.t.slots[i].e = e
 				} else {

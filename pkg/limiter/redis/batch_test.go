@@ -19,7 +19,7 @@ type batchReq struct {
 	p    *limiter.Policy
 	sub  limiter.SubjectDigest
 	cost int64
-	role limiter.Mode
+	role limiter.Role
 }
 
 // runBatch calls rate-batch-v1.lua directly and parses its reply.
@@ -65,20 +65,20 @@ func modelBatch(states map[string]limiter.State, reqs []batchReq, now int64) (bo
 		cur[k] = v
 	}
 	replies := make([]limiter.Reply, len(reqs))
-	helds := make([]limiter.Reply, len(reqs))
+	uncommitteds := make([]limiter.Reply, len(reqs))
 	writes := make([]bool, len(reqs))
 	nexts := make([]limiter.State, len(reqs))
 	batch := make([]limiter.Request, len(reqs))
 	outs := make([]limiter.Outcome, len(reqs))
 	for i, r := range reqs {
 		k := keyOf(r.p, r.sub)
-		next, reply, held, write := limiter.Check(cur[k], now, r.p, r.cost)
-		batch[i] = limiter.Request{Policy: r.p, Subject: r.sub, Cost: r.cost, Mode: r.role}
-		if r.role == limiter.ModeCheck {
-			reply = held
+		next, reply, uncommitted, write := limiter.Check(cur[k], now, r.p, r.cost)
+		batch[i] = limiter.Request{Policy: r.p, Subject: r.sub, Cost: r.cost, Role: r.role}
+		if r.role == limiter.RoleCheck {
+			reply = uncommitted
 			write = false
 		}
-		replies[i], helds[i], writes[i], nexts[i] = reply, held, write, next
+		replies[i], uncommitteds[i], writes[i], nexts[i] = reply, uncommitted, write, next
 		if write {
 			cur[k] = next
 		}
@@ -96,7 +96,7 @@ func modelBatch(states map[string]limiter.State, reqs []batchReq, now int64) (bo
 		if commit {
 			final[keyOf(r.p, r.sub)] = nexts[i]
 		} else {
-			replies[i] = helds[i]
+			replies[i] = uncommitteds[i]
 		}
 	}
 	return commit, replies, final
@@ -111,7 +111,7 @@ func TestBatchProgramAgainstApply(t *testing.T) {
 	e := newEnv(t)
 	rng, n := seededRand(t, 6, 300, 80, "batches")
 	windows := []time.Duration{7 * time.Millisecond, time.Second, time.Minute, time.Hour}
-	roles := []limiter.Mode{limiter.ModeOrdinary, limiter.ModeOrdinary, limiter.ModeOrdinary, limiter.ModeShadow, limiter.ModeQuota, limiter.ModeQuota, limiter.ModeCheck}
+	roles := []limiter.Role{limiter.RoleOrdinary, limiter.RoleOrdinary, limiter.RoleOrdinary, limiter.RoleShadow, limiter.RoleQuota, limiter.RoleQuota, limiter.RoleCheck}
 	for it := 0; it < n; it++ {
 		pols := make([]*limiter.Policy, 3)
 		for j := range pols {
@@ -184,7 +184,7 @@ func TestBatchArity(t *testing.T) {
 	e := newEnv(t)
 	p := fixed(t, "arity", 5, time.Hour)
 	key := keyOf(p, subjectOf("arity"))
-	args := lua.AppendBatchArgs(nil, p, 1, limiter.ModeOrdinary)
+	args := lua.AppendBatchArgs(nil, p, 1, limiter.RoleOrdinary)
 	for _, a := range [][]string{args[:1], append(append([]string{}, args...), "x"), nil, {args[0], args[1][:20]}} {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		err := batchScript.Exec(ctx, e.store.client, []string{key}, a).Error()
@@ -198,8 +198,8 @@ func TestBatchArity(t *testing.T) {
 	}
 	// Invalid fields: INVALID for that key, a failure that blocks the rest.
 	big := fixed(t, "arity", 5, time.Hour)
-	bad := lua.AppendBatchArgs(nil, big, 6, limiter.ModeOrdinary) // cost above the limit
-	good := lua.AppendBatchArgs(nil, p, 1, limiter.ModeOrdinary)
+	bad := lua.AppendBatchArgs(nil, big, 6, limiter.RoleOrdinary) // cost above the limit
+	good := lua.AppendBatchArgs(nil, p, 1, limiter.RoleOrdinary)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	other := keyOf(p, subjectOf("arity2"))

@@ -135,8 +135,8 @@ func TestClusterBatch(t *testing.T) {
 		qa := mustPolicy(t, limiter.PolicySpec{ID: prefix + ".qa", Algorithm: limiter.FixedWindow, Params: limiter.FixedWindowParams{Limit: 1, Window: farWindow}})
 		qb := mustPolicy(t, limiter.PolicySpec{ID: prefix + ".qb", Algorithm: limiter.FixedWindow, Params: limiter.FixedWindowParams{Limit: 2, Window: farWindow}})
 		sub := subjectOf(prefix + "/quota")
-		a := limiter.Request{Policy: qa, Subject: sub, Cost: 1, Mode: limiter.ModeQuota, Tag: tagA}
-		b := limiter.Request{Policy: qb, Subject: sub, Cost: 1, Mode: limiter.ModeQuota, Tag: tagB}
+		a := limiter.Request{Policy: qa, Subject: sub, Cost: 1, Role: limiter.RoleQuota, Tag: tagA}
+		b := limiter.Request{Policy: qb, Subject: sub, Cost: 1, Role: limiter.RoleQuota, Tag: tagB}
 		out := make([]limiter.Outcome, 2)
 		for i, want := range []struct {
 			consumedA, consumedB bool

@@ -62,9 +62,9 @@ const (
 	// 3–8 % less Redis CPU per decision at 16 and 64 concurrent calls, p50
 	// unchanged within noise.
 	DefaultMaxFlushDelay = 500 * time.Microsecond
-	// MaxMaxFlushDelay bounds MaxFlushDelay: it adds up to that much to
+	// FlushDelayLimit bounds MaxFlushDelay: it adds up to that much to
 	// every round trip.
-	MaxMaxFlushDelay = time.Millisecond
+	FlushDelayLimit = time.Millisecond
 	// connBuffer is the read and write buffer of each connection. rueidis
 	// defaults to 0.5 MiB each; a batch program call is a few hundred
 	// bytes, so 64 KiB holds hundreds of pipelined calls and keeps the
@@ -147,7 +147,7 @@ var fieldNames = map[string]string{
 var (
 	wantTimeout    = fmt.Sprintf("a duration between 1ms and %v", MaxTimeout)
 	wantPoolSize   = fmt.Sprintf("an integer between 1 and %d", MaxPoolSize)
-	wantFlushDelay = fmt.Sprintf("a duration between 0 and %v", MaxMaxFlushDelay)
+	wantFlushDelay = fmt.Sprintf("a duration between 0 and %v", FlushDelayLimit)
 	wantMode       = "auto, standalone, cluster or sentinel"
 )
 
@@ -203,7 +203,7 @@ func (c Config) ValidateValues() (Config, error) {
 	if c.DialTimeout < time.Millisecond || c.DialTimeout > MaxTimeout {
 		return c, &FieldError{Field: "DialTimeout", Value: c.DialTimeout.String(), Want: wantTimeout}
 	}
-	if c.MaxFlushDelay < 0 || c.MaxFlushDelay > MaxMaxFlushDelay {
+	if c.MaxFlushDelay < 0 || c.MaxFlushDelay > FlushDelayLimit {
 		return c, &FieldError{Field: "MaxFlushDelay", Value: c.MaxFlushDelay.String(), Want: wantFlushDelay}
 	}
 	if c.PoolSize == 0 {

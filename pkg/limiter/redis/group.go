@@ -8,7 +8,7 @@ import (
 )
 
 // invalidRole marks a request that is not sent.
-const invalidRole = limiter.Mode(255)
+const invalidRole = limiter.Role(255)
 
 // group is the requests of one batch that share a slot (all of them outside
 // a Redis Cluster), and what their program call answered.
@@ -34,7 +34,7 @@ type group struct {
 // to the pool only when every command built from it has been answered
 // (after an error or an abandoned call it is left to the GC).
 type scratch struct {
-	roles  []limiter.Mode
+	roles  []limiter.Role
 	keys   []string
 	ends   []int
 	kbuf   []byte
@@ -66,7 +66,7 @@ func grow[T any](s []T, n int) []T {
 
 // group splits the sent requests by slot in cluster mode, in batch order.
 // The first group is sc.g.
-func (s *Store) group(sc *scratch, batch []limiter.Request, roles []limiter.Mode, keys []string) []*group {
+func (s *Store) group(sc *scratch, batch []limiter.Request, roles []limiter.Role, keys []string) []*group {
 	groups := sc.groups[:0]
 	slots := sc.slots[:0]
 	for i := range batch {

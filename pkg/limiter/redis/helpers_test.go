@@ -88,10 +88,11 @@ func (e *env) serverNow() int64 {
 func (e *env) seed(key string, st limiter.State) {
 	e.t.Helper()
 	e.do("DEL", key)
+	a, b, c := hashFields(st)
 	e.do("HSET", key, "schema", strconv.FormatInt(st.Schema, 10), "alg", st.Algorithm.String(),
 		"policy", st.PolicyID, "rev", strconv.FormatUint(uint64(st.Revision), 10),
-		"last", strconv.FormatInt(st.LastObservedMs, 10), "a", strconv.FormatInt(st.A, 10),
-		"b", strconv.FormatInt(st.B, 10), "c", strconv.FormatInt(st.C, 10))
+		"last", strconv.FormatInt(st.LastObservedMs, 10), "a", strconv.FormatInt(a, 10),
+		"b", strconv.FormatInt(b, 10), "c", strconv.FormatInt(c, 10))
 	e.do("PEXPIRE", key, "600000")
 }
 
@@ -137,12 +138,12 @@ func (e *env) runAmong(p *limiter.Policy, key string, cost int64, pos, n int) li
 		pols[i] = p
 		if i == pos {
 			keys[i] = key
-			args = lua.AppendBatchArgs(args, p, cost, limiter.ModeOrdinary)
+			args = lua.AppendBatchArgs(args, p, cost, limiter.RoleOrdinary)
 			continue
 		}
 		keys[i] = keyOf(p, subjectOf("companion "+strconv.Itoa(i)))
 		e.do("DEL", keys[i])
-		args = lua.AppendBatchArgs(args, p, 1, limiter.ModeCheck)
+		args = lua.AppendBatchArgs(args, p, 1, limiter.RoleCheck)
 	}
 	committed, replies := e.runBatchKeys(keys, args, pols)
 	r := replies[pos]
@@ -167,11 +168,22 @@ func (e *env) evaluate(p *limiter.Policy, subject limiter.SubjectDigest, cost in
 	return out[0]
 }
 
+// hashFields returns the a, b and c fields of the program's hash for st:
+// the window id, the count and the previous count for the windows; the
+// tokens, the refill time and the remainder for the token bucket.
+func hashFields(st limiter.State) (a, b, c int64) {
+	if st.Algorithm == limiter.TokenBucket {
+		return st.Level, st.Epoch, st.Carry
+	}
+	return st.Epoch, st.Level, st.Carry
+}
+
 func stateHash(st limiter.State) map[string]string {
+	a, b, c := hashFields(st)
 	return map[string]string{
 		"schema": strconv.FormatInt(st.Schema, 10), "alg": st.Algorithm.String(), "policy": st.PolicyID,
 		"rev": strconv.FormatUint(uint64(st.Revision), 10), "last": strconv.FormatInt(st.LastObservedMs, 10),
-		"a": strconv.FormatInt(st.A, 10), "b": strconv.FormatInt(st.B, 10), "c": strconv.FormatInt(st.C, 10),
+		"a": strconv.FormatInt(a, 10), "b": strconv.FormatInt(b, 10), "c": strconv.FormatInt(c, 10),
 	}
 }
 

@@ -64,7 +64,7 @@ func checkParityAmong(t *testing.T, e *env, p *limiter.Policy, key string, st li
 	// from TIME's millisecond floor by 1 ms; then real time passes.
 	pt := e.pttl(key)
 	slack := time.Since(start).Milliseconds() + 2
-	if st.Exists && p.Algorithm() != limiter.TokenBucket && next.A == st.A {
+	if st.Exists && p.Algorithm() != limiter.TokenBucket && next.Epoch == st.Epoch {
 		// A window the hash was already written in keeps the expiry that
 		// write set (the same instant): no PEXPIRE.
 		if pt > beforeTTL || pt < beforeTTL-slack {
@@ -81,9 +81,14 @@ func checkParityAmong(t *testing.T, e *env, p *limiter.Policy, key string, st li
 	return got
 }
 
+// stateOf is the state of p whose hash fields are a, b and c (see hashFields).
 func stateOf(p *limiter.Policy, last, a, b, c int64) limiter.State {
-	return limiter.State{Exists: true, Schema: limiter.StateSchema, Algorithm: p.Algorithm(), PolicyID: p.ID(),
-		Revision: p.Revision(), LastObservedMs: last, A: a, B: b, C: c}
+	st := limiter.State{Exists: true, Schema: limiter.StateSchema, Algorithm: p.Algorithm(), PolicyID: p.ID(),
+		Revision: p.Revision(), LastObservedMs: last, Epoch: a, Level: b, Carry: c}
+	if p.Algorithm() == limiter.TokenBucket {
+		st.Epoch, st.Level = b, a
+	}
+	return st
 }
 
 // randomState is a random stored state of p, observed up to 5 s before or
@@ -208,7 +213,7 @@ func clockRegression(t *testing.T, e *env, p *limiter.Policy, pos, n int) {
 	last = e.serverNow() + 1_000
 	st.LastObservedMs = last
 	if p.Algorithm() == limiter.TokenBucket {
-		st.B = last
+		st.Epoch = last
 	}
 	r = checkParityAmong(t, e, p, key, st, 1, pos, n)
 	if r.Status != limiter.StatusAllowed || r.EffectiveNowMs != last {
@@ -369,7 +374,7 @@ func TestInvalidArguments(t *testing.T) {
 	other := keyOf(p, subjectOf("invalid, valid"))
 	good := batchFields{policy: "inv", alg: byte(limiter.FixedWindow), rev: 1, limit: 5, p2: float64(time.Hour.Milliseconds()),
 		grace: float64(p.CleanupGraceMillis()), maxRegression: float64(p.MaxClockRegressionMillis()), cost: 1}
-	if got, want := good.args(), lua.AppendBatchArgs(nil, p, 1, limiter.ModeOrdinary); !reflect.DeepEqual(got, want) {
+	if got, want := good.args(), lua.AppendBatchArgs(nil, p, 1, limiter.RoleOrdinary); !reflect.DeepEqual(got, want) {
 		t.Fatalf("the test's encoding %q, the store's %q", got, want)
 	}
 	with := func(f func(*batchFields)) []string {
@@ -399,7 +404,7 @@ func TestInvalidArguments(t *testing.T) {
 		"algorithm 4":             with(func(b *batchFields) { b.alg = 4 }),
 		"flags 8":                 with(func(b *batchFields) { b.flags = 8 }),
 	}
-	valid := lua.AppendBatchArgs(nil, p, 1, limiter.ModeOrdinary)
+	valid := lua.AppendBatchArgs(nil, p, 1, limiter.RoleOrdinary)
 	for name, args := range bad {
 		for _, c := range []struct {
 			keys []string

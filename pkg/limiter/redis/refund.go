@@ -14,7 +14,7 @@ import (
 // It runs detached from ctx (a refund is worth finishing after the caller
 // has gone), bounded by the store's Timeout, and waits for it at most until
 // ctx is done.
-func (s *Store) refund(ctx context.Context, batch []limiter.Request, roles []limiter.Mode, keys []string, groups []*group) {
+func (s *Store) refund(ctx context.Context, batch []limiter.Request, roles []limiter.Role, keys []string, groups []*group) {
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.timeout)
 	done := make(chan struct{})
 	answered := make([]atomic.Bool, len(groups))
@@ -26,7 +26,7 @@ func (s *Store) refund(ctx context.Context, batch []limiter.Request, roles []lim
 			var gk, args []string
 			for k, i := range g.idx {
 				d := &g.outs[k].Decision
-				if g.outs[k].Kind != limiter.Evaluated || !d.Allowed || roles[i] == limiter.ModeCheck {
+				if g.outs[k].Kind != limiter.Evaluated || !d.Allowed || !roles[i].Consumes() {
 					continue
 				}
 				gk = append(gk, keys[i])

@@ -16,7 +16,7 @@ import (
 // the caller's goroutine: rueidis returns by ctx's deadline (the command
 // then is Indeterminate). It reports whether every command it built has
 // been answered (so g's buffers are free again).
-func (s *Store) run(ctx context.Context, batch []limiter.Request, roles []limiter.Mode, keys []string, g *group) (done bool) {
+func (s *Store) run(ctx context.Context, batch []limiter.Request, roles []limiter.Role, keys []string, g *group) (done bool) {
 	n := len(g.idx)
 	g.outs = grow(g.outs, n)
 	g.replies = grow(g.replies, n)
@@ -96,13 +96,13 @@ func replyValues(vals []lua.Value, msgs []rueidis.RedisMessage) []lua.Value {
 // finish turns a group's outcomes into the batch's: an allowed request
 // consumed when consumed is true and it was not a check; otherwise it is
 // reported before its cost.
-func (s *Store) finish(batch []limiter.Request, roles []limiter.Mode, out []limiter.Outcome, g *group, consumed bool) {
+func (s *Store) finish(batch []limiter.Request, roles []limiter.Role, out []limiter.Outcome, g *group, consumed bool) {
 	for k, i := range g.idx {
 		o := g.outs[k]
 		if o.Kind == limiter.Evaluated && o.Decision.Allowed {
-			if consumed && roles[i] != limiter.ModeCheck {
+			if consumed && roles[i].Consumes() {
 				o.Decision.Consumed = true
-			} else if g.committed && roles[i] != limiter.ModeCheck {
+			} else if g.committed && roles[i].Consumes() {
 				// Taken, then given back: report it before its cost. (The
 				// reset point stays the one after the cost: later or equal,
 				// never earlier than the truth.)

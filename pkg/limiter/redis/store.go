@@ -187,7 +187,7 @@ func (s *Store) Ping(ctx context.Context) error {
 // Indeterminate. A request that fails Validate is Unavailable
 // (limiter.CategoryInvalidRequest) and never sent; when such a failure alone
 // blocks the batch (limiter.CheckOnly), the others are sent as
-// limiter.ModeCheck.
+// limiter.RoleCheck.
 //
 // On a Redis Cluster the batch is split by hash slot (requests share a slot
 // when they share a limiter.Tag, see pkg/descriptors' colocate): one call per
@@ -232,7 +232,7 @@ func (s *Store) Evaluate(ctx context.Context, batch []limiter.Request, out []lim
 			roles[i] = invalidRole
 			continue
 		}
-		roles[i] = r.Role()
+		roles[i] = r.EffectiveRole()
 		out[i] = limiter.Outcome{} // undecided, see limiter.CheckOnly
 		sent++
 	}
@@ -243,7 +243,7 @@ func (s *Store) Evaluate(ctx context.Context, batch []limiter.Request, out []lim
 		// The invalid requests alone block the batch: check the others.
 		for i := range roles {
 			if roles[i] != invalidRole {
-				roles[i] = limiter.ModeCheck
+				roles[i] = limiter.RoleCheck
 			}
 		}
 	}
@@ -298,8 +298,8 @@ func (s *Store) Evaluate(ctx context.Context, batch []limiter.Request, out []lim
 	// so every call treats them as shadow ones (consumed when allowed, never
 	// blocking) and the batch rule is decided here.
 	for i := range roles {
-		if roles[i] == limiter.ModeQuota {
-			roles[i] = limiter.ModeShadow
+		if roles[i] == limiter.RoleQuota {
+			roles[i] = limiter.RoleShadow
 		}
 	}
 	var wg sync.WaitGroup
