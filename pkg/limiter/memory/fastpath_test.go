@@ -119,8 +119,8 @@ type batchModel map[modelKey]limiter.State
 func (m batchModel) evaluate(nowMs int64, batch []limiter.Request, out []limiter.Outcome) {
 	tentative := map[modelKey]limiter.State{}
 	type write struct {
-		k    modelKey
-		next limiter.State
+		k           modelKey
+		next        limiter.State
 		uncommitted limiter.Reply
 	}
 	writes := map[int]write{}
