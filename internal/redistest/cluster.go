@@ -22,9 +22,12 @@ type Cluster struct {
 }
 
 // Addrs returns every node's address.
-func (c *Cluster) Addrs() []string {
-	out := make([]string, len(c.Nodes))
-	for i, n := range c.Nodes {
+func (c *Cluster) Addrs() []string { return addrs(c.Nodes) }
+
+// addrs returns the servers' addresses in order.
+func addrs(servers []*Server) []string {
+	out := make([]string, len(servers))
+	for i, n := range servers {
 		out[i] = n.Addr()
 	}
 	return out

@@ -24,13 +24,7 @@ type SentinelSet struct {
 }
 
 // SentinelAddrs returns the sentinels' addresses.
-func (s *SentinelSet) SentinelAddrs() []string {
-	out := make([]string, len(s.Sentinels))
-	for i, n := range s.Sentinels {
-		out[i] = n.Addr()
-	}
-	return out
-}
+func (s *SentinelSet) SentinelAddrs() []string { return addrs(s.Sentinels) }
 
 // StartSentinel starts a master, a replica of it and three sentinels, and waits
 // until the replica is in sync and every sentinel knows the replica and the
