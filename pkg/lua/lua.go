@@ -205,22 +205,11 @@ func AppendBatchPacked(dst []byte, p *limiter.Policy, cost int64, role limiter.R
 	if p.FailureMode() == limiter.FailOpen {
 		b[1] += 4
 	}
-	windowOrAmount, refillPeriod := algorithmParams(p)
+	windowOrAmount, refillPeriod := p.AlgorithmArgs()
 	for i, v := range [7]int64{int64(p.Revision()), p.Limit(), windowOrAmount, refillPeriod, p.CleanupGraceMillis(), p.MaxClockRegressionMillis(), cost} {
 		binary.BigEndian.PutUint64(b[2+8*i:], math.Float64bits(float64(v)))
 	}
 	return dst[:len(dst)+BatchPacked]
-}
-
-// algorithmParams returns the two algorithm parameters both programs take
-// after the limit: fixed and sliding window: the window ms and 0; token
-// bucket: the refill amount and period ms, reduced (limiter.Policy.Refill).
-// The one place in Go where pkg/lua tells the algorithms apart.
-func algorithmParams(p *limiter.Policy) (windowOrAmount, refillPeriod int64) {
-	if p.Algorithm() == limiter.TokenBucket {
-		return p.Refill()
-	}
-	return p.WindowMillis(), 0
 }
 
 // RefundArgs is the number of ARGV fields per key of rate-refund-v1.lua.
@@ -232,7 +221,7 @@ const RefundArgs = 8
 // and the effectiveNowMillis the batch replied for the key.
 func AppendRefundArgs(dst []string, p *limiter.Policy, cost, effectiveNowMs int64) []string {
 	i := strconv.FormatInt
-	windowOrAmount, refillPeriod := algorithmParams(p)
+	windowOrAmount, refillPeriod := p.AlgorithmArgs()
 	return append(dst, p.Algorithm().String(), p.ID(), strconv.FormatUint(uint64(p.Revision()), 10), i(p.Limit(), 10),
 		i(windowOrAmount, 10), i(refillPeriod, 10), i(cost, 10), i(effectiveNowMs, 10))
 }

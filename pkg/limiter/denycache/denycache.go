@@ -162,8 +162,7 @@ func New(cfg Config) (*Cache, error) {
 
 // cacheable reports whether a request's policy can have its denials cached.
 func cacheable(p *limiter.Policy) bool {
-	return p != nil && p.Certainty() == limiter.Certain &&
-		(p.Algorithm() == limiter.FixedWindow || p.Algorithm() == limiter.TokenBucket)
+	return p != nil && p.Certainty() == limiter.Certain && p.DenialsHold()
 }
 
 func keyOf(r *limiter.Request) key {
