@@ -7,12 +7,14 @@
 // rate-refund-v1.lua gives back what a batch took when the request did not
 // commit in another Redis Cluster slot.
 //
-// Each algorithm lives once, in fragments/ (with the shared prelude and the
-// shared steps: reading TIME, the argument rules, loading the state, the
-// clock rule, the range check of what was computed, storing the state): a
-// program's source names them with
-// "-- #include <file>" lines, which are replaced by the fragments' text when
-// the package initializes. The fragments are blocks on agreed local names,
+// Each algorithm lives once, in its own file of fragments/ (with the shared
+// prelude and the shared steps: reading TIME, the common argument rules,
+// loading the state, the clock rule, the range check of what was computed,
+// storing the state). A program's source names them with "-- #include
+// <file>" lines, or "-- #include <file> <section>" for one section of an
+// algorithm's file (valid, step, refund) at the program's dispatch on the
+// algorithm; Assemble replaces them by the fragments' text when the package
+// initializes. The fragments are blocks on agreed local names,
 // not functions: a script's whole body runs on every EVALSHA, so a function
 // would be a closure made on every call of the hot batch program.
 package lua
@@ -55,20 +57,46 @@ var assembled = func() map[string]string {
 	return out
 }()
 
-// includePrefix starts a line that Assemble replaces by a fragment.
-const includePrefix = "-- #include "
+// includePrefix starts a line that Assemble replaces by a fragment;
+// sectionPrefix starts a line that opens a named section of a fragment.
+const (
+	includePrefix = "-- #include "
+	sectionPrefix = "-- #section "
+)
 
-// Fragment returns the text of one file of fragments/ (e.g. "prelude.lua").
+// Fragment returns the text of one file of fragments/ (e.g. "prelude.lua"),
+// or, for "<file> <section>" (e.g. "token-bucket.lua step"), the lines of
+// that file between "-- #section <section>" and the next section line or
+// the end of the file.
 func Fragment(name string) (string, error) {
-	b, err := fragmentFS.ReadFile("fragments/" + name)
+	file, section, _ := strings.Cut(name, " ")
+	b, err := fragmentFS.ReadFile("fragments/" + file)
 	if err != nil {
-		return "", fmt.Errorf("lua: no fragment %q", name)
+		return "", fmt.Errorf("lua: no fragment %q", file)
 	}
-	return string(b), nil
+	if section == "" {
+		return string(b), nil
+	}
+	var out strings.Builder
+	in, found := false, false
+	for line := range strings.Lines(string(b)) {
+		if s, ok := strings.CutPrefix(strings.TrimRight(line, "\n"), sectionPrefix); ok {
+			in = strings.TrimSpace(s) == section
+			found = found || in
+			continue
+		}
+		if in {
+			out.WriteString(line)
+		}
+	}
+	if !found {
+		return "", fmt.Errorf("lua: fragment %q has no section %q", file, section)
+	}
+	return out.String(), nil
 }
 
 // Assemble replaces every "-- #include <name>" line of src by the text of
-// fragment name, verbatim.
+// fragment name (a file, or a file and a section: see Fragment), verbatim.
 func Assemble(src string, fragment func(name string) (string, error)) (string, error) {
 	var b strings.Builder
 	for line := range strings.Lines(src) {
