@@ -211,9 +211,9 @@ const BatchPacked = 2 + 7*8
 // AppendBatchArgs appends the two ARGV fields of one key of
 // rate-batch-v1.lua to dst: the policy ID, and the numbers packed
 // big-endian as struct.pack('>BBddddddd'): algorithm (limiter.Algorithm),
-// flags (role + 4 when the policy fails open), revision, limit, window ms
-// (token bucket: refill amount), 0 (token bucket: refill period ms), cleanup
-// grace ms, max clock regression ms, cost. Every number is an integer below
+// flags (role + 4 when the policy fails open), revision, limit, the two
+// algorithm arguments (limiter.Policy.AlgorithmArgs), cleanup grace ms, max
+// clock regression ms, cost. Every number is an integer below
 // 2^53, which a float64 holds exactly. role is the mode the key plays in
 // this program (limiter.Request.Role, or another one when the caller splits
 // a batch).
@@ -233,8 +233,8 @@ func AppendBatchPacked(dst []byte, p *limiter.Policy, cost int64, role limiter.R
 	if p.FailureMode() == limiter.FailOpen {
 		b[1] += 4
 	}
-	windowOrAmount, refillPeriod := p.AlgorithmArgs()
-	for i, v := range [7]int64{int64(p.Revision()), p.Limit(), windowOrAmount, refillPeriod, p.CleanupGraceMillis(), p.MaxClockRegressionMillis(), cost} {
+	arg1, arg2 := p.AlgorithmArgs()
+	for i, v := range [7]int64{int64(p.Revision()), p.Limit(), arg1, arg2, p.CleanupGraceMillis(), p.MaxClockRegressionMillis(), cost} {
 		binary.BigEndian.PutUint64(b[2+8*i:], math.Float64bits(float64(v)))
 	}
 	return dst[:len(dst)+BatchPacked]
@@ -244,14 +244,14 @@ func AppendBatchPacked(dst []byte, p *limiter.Policy, cost int64, role limiter.R
 const RefundArgs = 8
 
 // AppendRefundArgs appends the eight ARGV fields of one key of
-// rate-refund-v1.lua: algorithm, policy, revision, limit, window ms (token
-// bucket: refill amount), 0 (token bucket: refill period ms), the cost taken
-// and the effectiveNowMillis the batch replied for the key.
+// rate-refund-v1.lua: algorithm, policy, revision, limit, the two algorithm
+// arguments (limiter.Policy.AlgorithmArgs), the cost taken and the
+// effectiveNowMillis the batch replied for the key.
 func AppendRefundArgs(dst []string, p *limiter.Policy, cost, effectiveNowMs int64) []string {
 	i := strconv.FormatInt
-	windowOrAmount, refillPeriod := p.AlgorithmArgs()
+	arg1, arg2 := p.AlgorithmArgs()
 	return append(dst, p.Algorithm().String(), p.ID(), strconv.FormatUint(uint64(p.Revision()), 10), i(p.Limit(), 10),
-		i(windowOrAmount, 10), i(refillPeriod, 10), i(cost, 10), i(effectiveNowMs, 10))
+		i(arg1, 10), i(arg2, 10), i(cost, 10), i(effectiveNowMs, 10))
 }
 
 // Value is one element of a batch reply as the client decoded it: a bulk

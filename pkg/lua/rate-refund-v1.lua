@@ -5,7 +5,8 @@
 -- KEYS[1..N]  the state hashes the batch wrote (one slot)
 -- ARGV        eight fields per key, key i at ARGV[8*(i-1)+1 ..]:
 --   1 algorithm, 2 policy ID, 3 policy revision, 4 limit (capacity),
---   5 window ms | refill amount, 6 0 | refill period ms (as rate-batch-v1),
+--   5, 6 the two algorithm arguments (as rate-batch-v1; the algorithm's
+--   fragment names them),
 --   7 cost taken, 8 effectiveNowMillis of the batch's reply
 --
 -- Per key, only when the hash still holds this policy's state (same schema,
