@@ -20,18 +20,9 @@ var fixedWindowRules = algorithmRules{
 
 func (FixedWindowParams) algorithm() Algorithm { return FixedWindow }
 
-// apply: limit in [0, 2^53-1], window in [1ms, ten years]. The algorithm
-// arguments are the window in ms and 0.
+// apply: the window rule (applyWindow).
 func (prm FixedWindowParams) apply(p *Policy) error {
-	if err := limitField("limit", prm.Limit); err != nil {
-		return err
-	}
-	if err := durationField("window", prm.Window, 1); err != nil {
-		return err
-	}
-	p.limit, p.windowMs = prm.Limit, prm.Window.Milliseconds()
-	p.args = [2]int64{p.windowMs, 0}
-	return nil
+	return applyWindow(p, prm.Limit, prm.Window)
 }
 
 // fixedWindow: State.Epoch is the window id, State.Level the units consumed

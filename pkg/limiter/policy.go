@@ -134,6 +134,21 @@ func NewPolicy(spec PolicySpec) (*Policy, error) {
 	return p, nil
 }
 
+// applyWindow is the rule of a window algorithm's parameters: limit in
+// [0, 2^53-1], window in [1ms, ten years]; they set the policy's limit and
+// window, and its algorithm arguments are the window in ms and 0.
+func applyWindow(p *Policy, limit int64, window time.Duration) error {
+	if err := limitField("limit", limit); err != nil {
+		return err
+	}
+	if err := durationField("window", window, 1); err != nil {
+		return err
+	}
+	p.limit, p.windowMs = limit, window.Milliseconds()
+	p.args = [2]int64{p.windowMs, 0}
+	return nil
+}
+
 func limitField(name string, v int64) error {
 	if v < 0 || v > MaxSafeInteger {
 		return &FieldError{Field: name, Reason: fmt.Sprintf("must be between 0 and %d", MaxSafeInteger)}

@@ -26,24 +26,19 @@ var slidingWindowRules = algorithmRules{
 
 func (SlidingWindowParams) algorithm() Algorithm { return SlidingWindow }
 
-// apply: as a fixed window, and the weighted estimate multiplies counts and
-// window offsets by SlidingScale: both products must stay exact. The
-// algorithm arguments are the window in ms and 0.
+// apply: the window rule (applyWindow), and the weighted estimate
+// multiplies counts and window offsets by SlidingScale: both products must
+// stay exact.
 func (prm SlidingWindowParams) apply(p *Policy) error {
-	if err := limitField("limit", prm.Limit); err != nil {
+	if err := applyWindow(p, prm.Limit, prm.Window); err != nil {
 		return err
 	}
-	if err := durationField("window", prm.Window, 1); err != nil {
-		return err
-	}
-	p.limit, p.windowMs = prm.Limit, prm.Window.Milliseconds()
 	if p.limit > MaxSafeInteger/SlidingScale {
 		return &FieldError{Field: "limit", Reason: fmt.Sprintf("must be at most %d for a sliding window", MaxSafeInteger/SlidingScale)}
 	}
 	if p.windowMs > MaxSafeInteger/SlidingScale {
 		return &FieldError{Field: "window", Reason: fmt.Sprintf("must be at most %dms for a sliding window", MaxSafeInteger/SlidingScale)}
 	}
-	p.args = [2]int64{p.windowMs, 0}
 	return nil
 }
 
