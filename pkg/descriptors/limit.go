@@ -2,6 +2,7 @@ package descriptors
 
 import (
 	"errors"
+	"strings"
 	"time"
 
 	"github.com/envoy-rls/envoy-rls/pkg/limiter"
@@ -55,14 +56,14 @@ func (c *compiler) checkLimit(rl *rawLimit, what string) (limitSpec, bool) {
 	if rl.algorithmPos.set() {
 		a, err := limiter.ParseAlgorithm(rl.algorithm)
 		if err != nil {
-			bad(rl.algorithmPos, "algorithm %q is not one of fixed_window, sliding_window, token_bucket", truncate(rl.algorithm, 40))
+			bad(rl.algorithmPos, "algorithm %q is not one of %s", truncate(rl.algorithm, 40), limiter.AlgorithmNames())
 		} else {
 			ls.algorithm = a
 		}
 	}
 	if rl.burstPos.set() {
-		if ls.algorithm != limiter.TokenBucket {
-			bad(rl.burstPos, "burst is only valid with algorithm: token_bucket")
+		if !ls.algorithm.TakesBurst() {
+			bad(rl.burstPos, "burst is only valid with algorithm: %s", burstAlgorithms())
 		} else if rl.rpu == 0 {
 			bad(rl.burstPos, "burst with requests_per_unit 0: a zero limit denies every request; remove burst or set a rate")
 		}
@@ -124,23 +125,17 @@ func (ls limitSpec) policy(id string, shadow bool) (*limiter.Policy, error) {
 		FailureMode: ls.failure,
 		Shadow:      shadow,
 	}
-	switch ls.algorithm {
-	case limiter.FixedWindow:
-		spec.Params = limiter.FixedWindowParams{Limit: int64(ls.rpu), Window: window}
-	case limiter.SlidingWindow:
-		spec.Params = limiter.SlidingWindowParams{Limit: int64(ls.rpu), Window: window}
-	case limiter.TokenBucket:
-		capacity := int64(ls.rpu)
-		if ls.burst > 0 {
-			capacity = int64(ls.burst)
-		}
-		refill := int64(ls.rpu)
-		if refill == 0 {
-			// A zero limit: the bucket holds nothing, so it never admits;
-			// the refill amount only has to be valid.
-			capacity, refill = 0, 1
-		}
-		spec.Params = limiter.TokenBucketParams{Capacity: capacity, RefillAmount: refill, RefillPeriod: window}
-	}
+	spec.Params = ls.algorithm.ParamsFor(limiter.Rate{Limit: int64(ls.rpu), Window: window, Burst: int64(ls.burst)})
 	return limiter.NewPolicy(spec)
+}
+
+// burstAlgorithms names the algorithms that take a burst.
+func burstAlgorithms() string {
+	var names []string
+	for _, a := range limiter.Algorithms() {
+		if a.TakesBurst() {
+			names = append(names, a.String())
+		}
+	}
+	return strings.Join(names, " or ")
 }

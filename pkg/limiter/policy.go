@@ -6,73 +6,6 @@ import (
 	"time"
 )
 
-// Algorithm names one limit algorithm.
-type Algorithm uint8
-
-const (
-	FixedWindow   Algorithm = iota + 1 // epoch-aligned windows with a counter
-	SlidingWindow                      // sliding-window counter (two windows, weighted)
-	TokenBucket                        // scaled tokens refilled continuously
-)
-
-// String returns the configuration name: fixed_window, sliding_window,
-// token_bucket.
-func (a Algorithm) String() string {
-	switch a {
-	case FixedWindow:
-		return "fixed_window"
-	case SlidingWindow:
-		return "sliding_window"
-	case TokenBucket:
-		return "token_bucket"
-	}
-	return "unknown"
-}
-
-// ParseAlgorithm is the inverse of Algorithm.String.
-func ParseAlgorithm(s string) (Algorithm, error) {
-	switch s {
-	case "fixed_window":
-		return FixedWindow, nil
-	case "sliding_window":
-		return SlidingWindow, nil
-	case "token_bucket":
-		return TokenBucket, nil
-	}
-	return 0, &FieldError{Field: "algorithm", Reason: fmt.Sprintf("%q is not one of fixed_window, sliding_window, token_bucket", s)}
-}
-
-// Params holds the parameters of exactly one algorithm: one of
-// FixedWindowParams, SlidingWindowParams or TokenBucketParams.
-type Params interface {
-	algorithm() Algorithm
-}
-
-// FixedWindowParams: at most Limit units per epoch-aligned Window.
-type FixedWindowParams struct {
-	Limit  int64
-	Window time.Duration // whole milliseconds, >= 1ms
-}
-
-// SlidingWindowParams: at most Limit units in any Window, estimated from the
-// current and previous epoch-aligned windows.
-type SlidingWindowParams struct {
-	Limit  int64
-	Window time.Duration // whole milliseconds, >= 1ms
-}
-
-// TokenBucketParams: a bucket of Capacity tokens refilled by RefillAmount
-// tokens every RefillPeriod, continuously (sub-token remainders carried).
-type TokenBucketParams struct {
-	Capacity     int64
-	RefillAmount int64
-	RefillPeriod time.Duration // whole milliseconds, >= 1ms
-}
-
-func (FixedWindowParams) algorithm() Algorithm   { return FixedWindow }
-func (SlidingWindowParams) algorithm() Algorithm { return SlidingWindow }
-func (TokenBucketParams) algorithm() Algorithm   { return TokenBucket }
-
 // FailureMode says what a policy answers when the store fails.
 type FailureMode uint8
 
@@ -97,8 +30,6 @@ const (
 	DefaultMaxClockRegression        = 2 * time.Second
 	// MaxPolicyIDLength bounds a policy ID.
 	MaxPolicyIDLength = 128
-	// SlidingScale is the fixed-point scale of the sliding-window weight.
-	SlidingScale int64 = 1_000_000
 	// maxDuration bounds windows, refill periods, grace and regression: ten
 	// years in milliseconds.
 	maxDurationMillis int64 = 10 * 366 * 24 * 3600 * 1000
@@ -142,6 +73,9 @@ type Policy struct {
 	// their greatest common divisor, so that refill arithmetic stays small.
 	refillAmount   int64
 	refillPeriodMs int64
+	// args are the two algorithm arguments (AlgorithmArgs).
+	args  [2]int64
+	rules *algorithmRules
 }
 
 // NewPolicy validates spec and fills its defaults. The error is a *FieldError
@@ -180,57 +114,13 @@ func NewPolicy(spec PolicySpec) (*Policy, error) {
 	if spec.FailureMode != FailClosed && spec.FailureMode != FailOpen {
 		return nil, &FieldError{Field: "failure_mode", Reason: "must be closed or open"}
 	}
-	p := &Policy{}
-	switch prm := spec.Params.(type) {
-	case FixedWindowParams:
-		if err := limitField("limit", prm.Limit); err != nil {
-			return nil, err
-		}
-		if err := durationField("window", prm.Window, 1); err != nil {
-			return nil, err
-		}
-		p.limit, p.windowMs = prm.Limit, prm.Window.Milliseconds()
-	case SlidingWindowParams:
-		if err := limitField("limit", prm.Limit); err != nil {
-			return nil, err
-		}
-		if err := durationField("window", prm.Window, 1); err != nil {
-			return nil, err
-		}
-		p.limit, p.windowMs = prm.Limit, prm.Window.Milliseconds()
-		// The weighted estimate multiplies counts and window offsets by the
-		// scale; both products must stay exact.
-		if p.limit > MaxSafeInteger/SlidingScale {
-			return nil, &FieldError{Field: "limit", Reason: fmt.Sprintf("must be at most %d for a sliding window", MaxSafeInteger/SlidingScale)}
-		}
-		if p.windowMs > MaxSafeInteger/SlidingScale {
-			return nil, &FieldError{Field: "window", Reason: fmt.Sprintf("must be at most %dms for a sliding window", MaxSafeInteger/SlidingScale)}
-		}
-	case TokenBucketParams:
-		if err := limitField("capacity", prm.Capacity); err != nil {
-			return nil, err
-		}
-		if prm.RefillAmount < 1 || prm.RefillAmount > MaxSafeInteger {
-			return nil, &FieldError{Field: "refill_amount", Reason: fmt.Sprintf("must be between 1 and %d", MaxSafeInteger)}
-		}
-		if err := durationField("refill_period", prm.RefillPeriod, 1); err != nil {
-			return nil, err
-		}
-		p.limit, p.windowMs = prm.Capacity, prm.RefillPeriod.Milliseconds()
-		g := gcd(prm.RefillAmount, p.windowMs)
-		p.refillAmount, p.refillPeriodMs = prm.RefillAmount/g, p.windowMs/g
-		// Refill arithmetic computes elapsed*amount + remainder with elapsed
-		// capped at the time to fill the whole bucket, so it is bounded by
-		// capacity*period + amount.
-		if p.limit > (MaxSafeInteger-p.refillAmount)/p.refillPeriodMs {
-			return nil, &FieldError{Field: "capacity", Reason: "times the refill period (in ms, reduced by the refill rate) exceeds 2^53-1; lower the capacity or shorten the period"}
-		}
-		// Time to fill an empty bucket bounds retry-after, reset-at and the
-		// state TTL; keep it within the duration bound so that now + it stays
-		// an exact integer.
-		if fill := p.limit * p.refillPeriodMs / p.refillAmount; fill >= maxDurationMillis {
-			return nil, &FieldError{Field: "capacity", Reason: fmt.Sprintf("takes longer than %dms to refill from empty; raise the refill rate or lower the capacity", maxDurationMillis)}
-		}
+	p := &Policy{rules: spec.Algorithm.rules()}
+	if p.rules == nil { // a Params type without an entry in algorithms
+
+		return nil, &FieldError{Field: "algorithm", Reason: fmt.Sprintf("%d is not a known algorithm", spec.Algorithm)}
+	}
+	if err := spec.Params.apply(p); err != nil {
+		return nil, err
 	}
 	switch {
 	case spec.MaxCost == 0:
@@ -242,6 +132,21 @@ func NewPolicy(spec PolicySpec) (*Policy, error) {
 	}
 	p.spec = spec
 	return p, nil
+}
+
+// applyWindow is the rule of a window algorithm's parameters: limit in
+// [0, 2^53-1], window in [1ms, ten years]; they set the policy's limit and
+// window, and its algorithm arguments are the window in ms and 0.
+func applyWindow(p *Policy, limit int64, window time.Duration) error {
+	if err := limitField("limit", limit); err != nil {
+		return err
+	}
+	if err := durationField("window", window, 1); err != nil {
+		return err
+	}
+	p.limit, p.windowMs = limit, window.Milliseconds()
+	p.args = [2]int64{p.windowMs, 0}
+	return nil
 }
 
 func limitField(name string, v int64) error {
@@ -260,13 +165,6 @@ func durationField(name string, d time.Duration, minMillis int64) error {
 		return &FieldError{Field: name, Reason: fmt.Sprintf("must be between %dms and %dms", minMillis, maxDurationMillis)}
 	}
 	return nil
-}
-
-func gcd(a, b int64) int64 {
-	for b != 0 {
-		a, b = b, a%b
-	}
-	return a
 }
 
 // ID returns the policy ID.
@@ -309,12 +207,19 @@ func (p *Policy) FailureMode() FailureMode { return p.spec.FailureMode }
 func (p *Policy) Shadow() bool { return p.spec.Shadow }
 
 // Certainty returns Approximate for the sliding-window counter, else Certain.
-func (p *Policy) Certainty() Certainty {
-	if p.spec.Algorithm == SlidingWindow {
-		return Approximate
-	}
-	return Certain
-}
+func (p *Policy) Certainty() Certainty { return p.rules.certainty }
+
+// DenialsHold reports whether a denial of this policy stays true until its
+// retry time whatever other requests do (they can only consume more), so
+// that a cache may repeat it until then: true for the fixed window and the
+// token bucket, false for the sliding-window estimate.
+func (p *Policy) DenialsHold() bool { return p.rules.denialsHold }
+
+// AlgorithmArgs returns the two numbers that, with Limit, are the
+// algorithm's arithmetic, as the Lua programs take them: the window in ms
+// and 0 (fixed and sliding window); the refill amount and period in ms,
+// reduced as Refill (token bucket).
+func (p *Policy) AlgorithmArgs() (first, second int64) { return p.args[0], p.args[1] }
 
 // Spec returns a copy of the validated spec, defaults filled.
 func (p *Policy) Spec() PolicySpec { return p.spec }

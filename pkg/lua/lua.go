@@ -7,12 +7,14 @@
 // rate-refund-v1.lua gives back what a batch took when the request did not
 // commit in another Redis Cluster slot.
 //
-// Each algorithm lives once, in fragments/ (with the shared prelude and the
-// shared steps: reading TIME, the argument rules, loading the state, the
-// clock rule, the range check of what was computed, storing the state): a
-// program's source names them with
-// "-- #include <file>" lines, which are replaced by the fragments' text when
-// the package initializes. The fragments are blocks on agreed local names,
+// Each algorithm lives once, in its own file of fragments/ (with the shared
+// prelude and the shared steps: reading TIME, the common argument rules,
+// loading the state, the clock rule, the range check of what was computed,
+// storing the state). A program's source names them with "-- #include
+// <file>" lines, or "-- #include <file> <section>" for one section of an
+// algorithm's file (valid, step, refund) at the program's dispatch on the
+// algorithm; Assemble replaces them by the fragments' text when the package
+// initializes. The fragments are blocks on agreed local names,
 // not functions: a script's whole body runs on every EVALSHA, so a function
 // would be a closure made on every call of the hot batch program.
 package lua
@@ -55,20 +57,46 @@ var assembled = func() map[string]string {
 	return out
 }()
 
-// includePrefix starts a line that Assemble replaces by a fragment.
-const includePrefix = "-- #include "
+// includePrefix starts a line that Assemble replaces by a fragment;
+// sectionPrefix starts a line that opens a named section of a fragment.
+const (
+	includePrefix = "-- #include "
+	sectionPrefix = "-- #section "
+)
 
-// Fragment returns the text of one file of fragments/ (e.g. "prelude.lua").
+// Fragment returns the text of one file of fragments/ (e.g. "prelude.lua"),
+// or, for "<file> <section>" (e.g. "token-bucket.lua step"), the lines of
+// that file between "-- #section <section>" and the next section line or
+// the end of the file.
 func Fragment(name string) (string, error) {
-	b, err := fragmentFS.ReadFile("fragments/" + name)
+	file, section, _ := strings.Cut(name, " ")
+	b, err := fragmentFS.ReadFile("fragments/" + file)
 	if err != nil {
-		return "", fmt.Errorf("lua: no fragment %q", name)
+		return "", fmt.Errorf("lua: no fragment %q", file)
 	}
-	return string(b), nil
+	if section == "" {
+		return string(b), nil
+	}
+	var out strings.Builder
+	in, found := false, false
+	for line := range strings.Lines(string(b)) {
+		if s, ok := strings.CutPrefix(strings.TrimRight(line, "\n"), sectionPrefix); ok {
+			in = strings.TrimSpace(s) == section
+			found = found || in
+			continue
+		}
+		if in {
+			out.WriteString(line)
+		}
+	}
+	if !found {
+		return "", fmt.Errorf("lua: fragment %q has no section %q", file, section)
+	}
+	return out.String(), nil
 }
 
 // Assemble replaces every "-- #include <name>" line of src by the text of
-// fragment name, verbatim.
+// fragment name (a file, or a file and a section: see Fragment), verbatim.
 func Assemble(src string, fragment func(name string) (string, error)) (string, error) {
 	var b strings.Builder
 	for line := range strings.Lines(src) {
@@ -183,9 +211,9 @@ const BatchPacked = 2 + 7*8
 // AppendBatchArgs appends the two ARGV fields of one key of
 // rate-batch-v1.lua to dst: the policy ID, and the numbers packed
 // big-endian as struct.pack('>BBddddddd'): algorithm (limiter.Algorithm),
-// flags (role + 4 when the policy fails open), revision, limit, window ms
-// (token bucket: refill amount), 0 (token bucket: refill period ms), cleanup
-// grace ms, max clock regression ms, cost. Every number is an integer below
+// flags (role + 4 when the policy fails open), revision, limit, the two
+// algorithm arguments (limiter.Policy.AlgorithmArgs), cleanup grace ms, max
+// clock regression ms, cost. Every number is an integer below
 // 2^53, which a float64 holds exactly. role is the mode the key plays in
 // this program (limiter.Request.Role, or another one when the caller splits
 // a batch).
@@ -205,36 +233,25 @@ func AppendBatchPacked(dst []byte, p *limiter.Policy, cost int64, role limiter.R
 	if p.FailureMode() == limiter.FailOpen {
 		b[1] += 4
 	}
-	windowOrAmount, refillPeriod := algorithmParams(p)
-	for i, v := range [7]int64{int64(p.Revision()), p.Limit(), windowOrAmount, refillPeriod, p.CleanupGraceMillis(), p.MaxClockRegressionMillis(), cost} {
+	arg1, arg2 := p.AlgorithmArgs()
+	for i, v := range [7]int64{int64(p.Revision()), p.Limit(), arg1, arg2, p.CleanupGraceMillis(), p.MaxClockRegressionMillis(), cost} {
 		binary.BigEndian.PutUint64(b[2+8*i:], math.Float64bits(float64(v)))
 	}
 	return dst[:len(dst)+BatchPacked]
-}
-
-// algorithmParams returns the two algorithm parameters both programs take
-// after the limit: fixed and sliding window: the window ms and 0; token
-// bucket: the refill amount and period ms, reduced (limiter.Policy.Refill).
-// The one place in Go where pkg/lua tells the algorithms apart.
-func algorithmParams(p *limiter.Policy) (windowOrAmount, refillPeriod int64) {
-	if p.Algorithm() == limiter.TokenBucket {
-		return p.Refill()
-	}
-	return p.WindowMillis(), 0
 }
 
 // RefundArgs is the number of ARGV fields per key of rate-refund-v1.lua.
 const RefundArgs = 8
 
 // AppendRefundArgs appends the eight ARGV fields of one key of
-// rate-refund-v1.lua: algorithm, policy, revision, limit, window ms (token
-// bucket: refill amount), 0 (token bucket: refill period ms), the cost taken
-// and the effectiveNowMillis the batch replied for the key.
+// rate-refund-v1.lua: algorithm, policy, revision, limit, the two algorithm
+// arguments (limiter.Policy.AlgorithmArgs), the cost taken and the
+// effectiveNowMillis the batch replied for the key.
 func AppendRefundArgs(dst []string, p *limiter.Policy, cost, effectiveNowMs int64) []string {
 	i := strconv.FormatInt
-	windowOrAmount, refillPeriod := algorithmParams(p)
+	arg1, arg2 := p.AlgorithmArgs()
 	return append(dst, p.Algorithm().String(), p.ID(), strconv.FormatUint(uint64(p.Revision()), 10), i(p.Limit(), 10),
-		i(windowOrAmount, 10), i(refillPeriod, 10), i(cost, 10), i(effectiveNowMs, 10))
+		i(arg1, 10), i(arg2, 10), i(cost, 10), i(effectiveNowMs, 10))
 }
 
 // Value is one element of a batch reply as the client decoded it: a bulk

@@ -61,20 +61,32 @@ func TestProgramsShape(t *testing.T) {
 			t.Errorf("%s: writes outside HSET + PEXPIRE", p.Name)
 		}
 	}
-	// Each algorithm's fragment is in the batch program, verbatim, under
-	// the algorithm's name.
-	for alg, frag := range map[limiter.Algorithm]string{limiter.FixedWindow: "fixed-window.lua",
-		limiter.SlidingWindow: "sliding-window.lua", limiter.TokenBucket: "token-bucket.lua"} {
-		text, err := Fragment(frag)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if !strings.Contains(batch.Source, text) {
-			t.Errorf("%s: not verbatim in %s", frag, batch.Name)
+	// Each algorithm's fragment, named after it, is in the programs
+	// verbatim, section by section, under the algorithm's name and byte:
+	// valid and step in the batch program, refund in the refund program.
+	for _, alg := range limiter.Algorithms() {
+		frag := strings.ReplaceAll(alg.String(), "_", "-") + ".lua"
+		for section, p := range map[string]Program{"valid": batch, "step": batch, "refund": refund} {
+			text, err := Fragment(frag + " " + section)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if text == "" || strings.Contains(text, sectionPrefix) {
+				t.Errorf("%s %s: section text %q", frag, section, text)
+			}
+			if !strings.Contains(p.Source, text) {
+				t.Errorf("%s %s: not verbatim in %s", frag, section, p.Name)
+			}
 		}
 		if !strings.Contains(batch.Source, "'"+alg.String()+"'") {
 			t.Errorf("%s: does not name %s", batch.Name, alg)
 		}
+		if byByte := fmt.Sprintf("algorithm == %d then\n    alg = '%s'\n", alg, alg); !strings.Contains(batch.Source, byByte) {
+			t.Errorf("%s: does not map byte %d to %s", batch.Name, alg, alg)
+		}
+	}
+	if _, err := Fragment("fixed-window.lua nope"); err == nil {
+		t.Error("Fragment accepted an unknown section")
 	}
 	// The shared steps, verbatim; the refund program reads the state as
 	// the batch program does.

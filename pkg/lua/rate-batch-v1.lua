@@ -115,16 +115,23 @@ for i = 1, n do
   local algorithm, flags
   algorithm, flags, rev, limit, p2, p3, grace, maxRegression, cost = unpack('>BBddddddd', ARGV[(i - 1) * NARG + 2])
   alg = false
-  if algorithm == 1 then
-    alg = 'fixed_window'
-  elseif algorithm == 2 then
-    alg = 'sliding_window'
-  elseif algorithm == 3 then
-    alg = 'token_bucket'
-  end
   local role, failOpen = 0, false
   local valid
 -- #include valid.lua
+  -- The algorithm dispatch, by the algorithm byte (limiter.Algorithm): its
+  -- name and its argument rules (its fragment's valid section).
+  if algorithm == 1 then
+    alg = 'fixed_window'
+-- #include fixed-window.lua valid
+  elseif algorithm == 2 then
+    alg = 'sliding_window'
+-- #include sliding-window.lua valid
+  elseif algorithm == 3 then
+    alg = 'token_bucket'
+-- #include token-bucket.lua valid
+  else
+    valid = false
+  end
   if valid then
     role = flags % 4
     failOpen = flags >= 4
@@ -170,15 +177,13 @@ for i = 1, n do
         status, eff, remaining, retry, resetAt = 'CLOCK_UNSAFE', serverNow, 0, 0, 0
       else
         eff = now
+        -- The step dispatch: the algorithm's step section.
         if alg == 'fixed_window' then
-          local window = p2
--- #include fixed-window.lua
+-- #include fixed-window.lua step
         elseif alg == 'sliding_window' then
-          local window = p2
--- #include sliding-window.lua
-        else
-          local amount, period = p2, p3
--- #include token-bucket.lua
+-- #include sliding-window.lua step
+        elseif alg == 'token_bucket' then
+-- #include token-bucket.lua step
         end
         if not allowed then
           status = 'DENIED'

@@ -5,19 +5,18 @@
 -- KEYS[1..N]  the state hashes the batch wrote (one slot)
 -- ARGV        eight fields per key, key i at ARGV[8*(i-1)+1 ..]:
 --   1 algorithm, 2 policy ID, 3 policy revision, 4 limit (capacity),
---   5 window ms | refill amount, 6 0 | refill period ms (as rate-batch-v1),
+--   5, 6 the two algorithm arguments (as rate-batch-v1; the algorithm's
+--   fragment names them),
 --   7 cost taken, 8 effectiveNowMillis of the batch's reply
 --
 -- Per key, only when the hash still holds this policy's state (same schema,
 -- algorithm, policy and revision: otherwise it rolled or expired, and what
--- was taken went with it):
---   fixed window    the same window (effectiveNow / window): consumed -= cost
---   sliding window  the same window: current -= cost; the next window: the
---                   previous count -= cost
---   token bucket    written at or after effectiveNow: tokens += cost
--- never below zero and never above the capacity (a full bucket drops its
--- sub-token remainder, as the algorithm does). One HSET of the changed
--- fields; the TTL is kept. It does not read TIME.
+-- was taken went with it), the algorithm's refund section (its fragment)
+-- gives the cost back when the state is still the one the batch wrote to
+-- (fixed window: the same window; sliding window: the same or the next;
+-- token bucket: written at or after effectiveNow), never below zero and
+-- never above the capacity. One HSET of the changed fields; the TTL is
+-- kept. It does not read TIME.
 --
 -- Reply: an array of N integers, 1 refunded, 0 nothing to refund.
 -- A wrong number of arguments is an error reply.
@@ -82,31 +81,15 @@ for i = 1, n do
   if policy and rev and limit and p2 and p3 and cost and at then
     local st, stLast, stA, stB, stC
 -- #include load.lua
-    if st then
-      if alg == 'fixed_window' then
-        if stA == (at - fmod(at, p2)) / p2 then
-          redis.call('HSET', key, 'b', exact(max(0, stB - cost)))
-          done = 1
-        end
-      elseif alg == 'sliding_window' then
-        local w = (at - fmod(at, p2)) / p2
-        if stA == w then
-          redis.call('HSET', key, 'b', exact(max(0, stB - cost)))
-          done = 1
-        elseif stA == w + 1 then
-          redis.call('HSET', key, 'c', exact(max(0, stC - cost)))
-          done = 1
-        end
-      elseif alg == 'token_bucket' and p3 >= 1 then
-        if stB >= at then
-          local tokens, rem = stA + cost, stC
-          if tokens >= limit then
-            tokens, rem = limit, 0
-          end
-          redis.call('HSET', key, 'a', exact(tokens), 'c', exact(rem))
-          done = 1
-        end
-      end
+    -- The algorithm dispatch: its fragment's refund section.
+    if not st then
+      -- Rolled, expired or foreign: what was taken went with it.
+    elseif alg == 'fixed_window' then
+-- #include fixed-window.lua refund
+    elseif alg == 'sliding_window' then
+-- #include sliding-window.lua refund
+    elseif alg == 'token_bucket' then
+-- #include token-bucket.lua refund
     end
   end
   out[i] = done

@@ -1,13 +1,13 @@
 // Package denycache is a local deny cache in front of a limiter.Store: once
-// the store has certainly denied a subject on a fixed-window or token-bucket
-// policy, requests for the same state are answered "denied" locally until the
+// the store has certainly denied a subject on a policy whose denials hold
+// (limiter.Policy.DenialsHold: fixed window, token bucket), requests for the same state are answered "denied" locally until the
 // moment the store said the subject could next be allowed. A subject hammered
 // far over its limit (a hot key) then costs one store call per
 // window instead of one per request.
 //
 // # Why it is exact
 //
-// A denial consumes nothing, and for fixed window and token bucket nothing
+// A denial consumes nothing, and for an algorithm whose denials hold nothing
 // but time turns a denial into an allow: other requests (from any replica)
 // only consume more. The store's Decision.RetryAfter is how long until the
 // denied cost fits if nothing else is consumed, so every request of the same
@@ -162,8 +162,7 @@ func New(cfg Config) (*Cache, error) {
 
 // cacheable reports whether a request's policy can have its denials cached.
 func cacheable(p *limiter.Policy) bool {
-	return p != nil && p.Certainty() == limiter.Certain &&
-		(p.Algorithm() == limiter.FixedWindow || p.Algorithm() == limiter.TokenBucket)
+	return p != nil && p.Certainty() == limiter.Certain && p.DenialsHold()
 }
 
 func keyOf(r *limiter.Request) key {

@@ -1,10 +1,24 @@
--- fragments/fixed-window.lua: the fixed window of docs/algorithms.md, once:
--- limiter.Check as a block, included where a program evaluates a key.
--- In:  st, stA (window id), stB (consumed); now; limit, window; grace, cost.
--- Out: allowed; a, b, c, ttl (the state to write when allowed); remaining,
---      retry, resetAt (the reply); held, heldReset (remaining and reset-at
---      before the cost: an allowed request whose batch does not commit).
+-- fragments/fixed-window.lua: the fixed window of docs/algorithms.md, once,
+-- in three sections, each included at one dispatch point of a program:
+--   valid   (rate-batch-v1.lua) its argument rules, as limiter.NewPolicy.
+--           In: valid (the common rules of valid.lua), limit, p2 (window
+--           ms), p3 (0), as unpacked: doubles, any value. Out: valid.
+--   step    (rate-batch-v1.lua) limiter.Check as a block.
+--           In:  st, stA (window id), stB (consumed); now; limit, p2
+--                (window); grace, cost.
+--           Out: allowed; a, b, c, ttl (the state to write when allowed);
+--                remaining, retry, resetAt (the reply); held, heldReset
+--                (remaining and reset-at before the cost: an allowed
+--                request whose batch does not commit).
+--   refund  (rate-refund-v1.lua) give back cost taken at effective time
+--           at: in the same window, consumed -= cost.
+--           In: key, stA, stB, stC (a compatible state), p2, cost, at;
+--           the program's exact and max. Out: done, 1 when it wrote.
+-- #section valid
+valid = valid and p3 == 0 and p2 >= 1 and p2 <= MAX_DURATION
+-- #section step
 do
+  local window = p2
   local w = (now - fmod(now, window)) / window
   local windowEnd = (w + 1) * window
   local consumed = 0
@@ -23,4 +37,8 @@ do
     remaining, retry = held, windowEnd - now
   end
 end
--- End of fixed-window.lua.
+-- #section refund
+if stA == (at - fmod(at, p2)) / p2 then
+  redis.call('HSET', key, 'b', exact(max(0, stB - cost)))
+  done = 1
+end

@@ -1,13 +1,27 @@
 -- fragments/sliding-window.lua: the sliding-window counter of
--- docs/algorithms.md, once: limiter.Check as a block. Approximate,
--- conservative: weights round up. (Counts above any sliding limit are
--- refused by load.lua.)
--- In:  st, stA (window id), stB (current), stC (previous); now; limit,
---      window; grace, cost.
--- Out: allowed; a, b, c, ttl (the state to write when allowed); remaining,
---      retry, resetAt (the reply); held, heldReset (remaining and reset-at
---      before the cost).
+-- docs/algorithms.md, once, in three sections, each included at one
+-- dispatch point of a program. Approximate, conservative: weights round up.
+-- (Counts above any sliding limit are refused by load.lua.)
+--   valid   (rate-batch-v1.lua) its argument rules, as limiter.NewPolicy:
+--           limit and window times the scale S stay below 2^53.
+--           In: valid (the common rules of valid.lua), limit, p2 (window
+--           ms), p3 (0), as unpacked: doubles, any value. Out: valid.
+--   step    (rate-batch-v1.lua) limiter.Check as a block.
+--           In:  st, stA (window id), stB (current), stC (previous); now;
+--                limit, p2 (window); grace, cost.
+--           Out: allowed; a, b, c, ttl (the state to write when allowed);
+--                remaining, retry, resetAt (the reply); held, heldReset
+--                (remaining and reset-at before the cost).
+--   refund  (rate-refund-v1.lua) give back cost taken at effective time
+--           at: in the same window, current -= cost; in the next one,
+--           previous -= cost.
+--           In: key, stA, stB, stC (a compatible state), p2, cost, at;
+--           the program's exact and max. Out: done, 1 when it wrote.
+-- #section valid
+valid = valid and p3 == 0 and limit <= MAX_SLIDING and p2 >= 1 and p2 <= MAX_SLIDING
+-- #section step
 do
+  local window = p2
   local e = fmod(now, window)
   local w = (now - e) / window
   local cur, prev = 0, 0
@@ -85,4 +99,14 @@ do
     end
   end
 end
--- End of sliding-window.lua.
+-- #section refund
+do
+  local w = (at - fmod(at, p2)) / p2
+  if stA == w then
+    redis.call('HSET', key, 'b', exact(max(0, stB - cost)))
+    done = 1
+  elseif stA == w + 1 then
+    redis.call('HSET', key, 'c', exact(max(0, stC - cost)))
+    done = 1
+  end
+end

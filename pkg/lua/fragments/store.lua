@@ -60,9 +60,9 @@ do
     redis.call('HSET', key, 'last', ls, 'b', bs)
   end
   -- So a window's hash that this window already wrote (a, the window id,
-  -- unchanged) has that expiry already: no PEXPIRE. A token bucket's
-  -- expiry moves with every write.
-  if fresh or a ~= hashA or alg == 'token_bucket' then
+  -- unchanged) has that expiry already: no PEXPIRE. Any other algorithm's
+  -- expiry (the token bucket's) moves with every write.
+  if fresh or a ~= hashA or (alg ~= 'fixed_window' and alg ~= 'sliding_window') then
     redis.call('PEXPIRE', key, format('%d', px))
   end
 end

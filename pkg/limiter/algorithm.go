@@ -1,0 +1,131 @@
+package limiter
+
+import (
+	"fmt"
+	"strings"
+	"time"
+)
+
+// Algorithm names one limit algorithm.
+type Algorithm uint8
+
+const (
+	FixedWindow   Algorithm = iota + 1 // epoch-aligned windows with a counter
+	SlidingWindow                      // sliding-window counter (two windows, weighted)
+	TokenBucket                        // scaled tokens refilled continuously
+)
+
+// algorithms is the one dispatch point from an Algorithm to its rules: each
+// entry is defined in the algorithm's own file. The value of the constant is
+// also the algorithm byte the Lua batch program receives.
+var algorithms = [...]*algorithmRules{
+	FixedWindow:   &fixedWindowRules,
+	SlidingWindow: &slidingWindowRules,
+	TokenBucket:   &tokenBucketRules,
+}
+
+// algorithmRules is everything specific to one algorithm that is not its
+// Params type's own methods.
+type algorithmRules struct {
+	// name is the configuration name (Algorithm.String).
+	name string
+	// step evaluates one request (docs/algorithms.md): state, effective
+	// now, policy, cost.
+	step func(st State, now int64, p *Policy, cost int64) step
+	// certainty of its decisions.
+	certainty Certainty
+	// denialsHold: a denial stays true until its retry time whatever other
+	// requests do (they only consume), so a cache may repeat it until then.
+	denialsHold bool
+	// burst: its parameters take Rate.Burst.
+	burst bool
+	// params builds its parameters from a rate as a rule file states it.
+	params func(Rate) Params
+}
+
+func (a Algorithm) rules() *algorithmRules {
+	if int(a) < len(algorithms) {
+		return algorithms[a]
+	}
+	return nil
+}
+
+// Algorithms returns every algorithm, in the order of their constants.
+func Algorithms() []Algorithm {
+	var out []Algorithm
+	for a, r := range algorithms {
+		if r != nil {
+			out = append(out, Algorithm(a))
+		}
+	}
+	return out
+}
+
+// AlgorithmNames is the configuration names of Algorithms, comma-separated.
+func AlgorithmNames() string {
+	var names []string
+	for _, a := range Algorithms() {
+		names = append(names, a.String())
+	}
+	return strings.Join(names, ", ")
+}
+
+// String returns the configuration name: fixed_window, sliding_window,
+// token_bucket.
+func (a Algorithm) String() string {
+	if r := a.rules(); r != nil {
+		return r.name
+	}
+	return "unknown"
+}
+
+// ParseAlgorithm is the inverse of Algorithm.String.
+func ParseAlgorithm(s string) (Algorithm, error) {
+	for _, a := range Algorithms() {
+		if a.String() == s {
+			return a, nil
+		}
+	}
+	return 0, &FieldError{Field: "algorithm", Reason: fmt.Sprintf("%q is not one of %s", s, AlgorithmNames())}
+}
+
+// TakesBurst reports whether the algorithm's parameters use Rate.Burst.
+func (a Algorithm) TakesBurst() bool {
+	r := a.rules()
+	return r != nil && r.burst
+}
+
+// Rate is a limit as a rule file states it: Limit units per Window, and
+// Burst units at once when the algorithm takes a burst (0: Limit).
+type Rate struct {
+	Limit  int64
+	Window time.Duration
+	Burst  int64
+}
+
+// ParamsFor returns the algorithm's parameters for r, to be validated by
+// NewPolicy; nil for an unknown algorithm.
+func (a Algorithm) ParamsFor(r Rate) Params {
+	if rl := a.rules(); rl != nil {
+		return rl.params(r)
+	}
+	return nil
+}
+
+// Params holds the parameters of exactly one algorithm: one of
+// FixedWindowParams, SlidingWindowParams or TokenBucketParams.
+type Params interface {
+	algorithm() Algorithm
+	// apply checks the parameters (a *FieldError naming the first
+	// offending field) and sets p's limit and algorithm arguments.
+	apply(p *Policy) error
+}
+
+// ceilDiv is ceil(a / b) for a >= 0, b > 0, without the a+b-1 intermediate.
+func ceilDiv(a, b int64) int64 {
+	q := a / b
+	if a%b != 0 {
+		q++
+	}
+	return q
+}

@@ -1,0 +1,71 @@
+package limiter_test
+
+import (
+	"testing"
+	"time"
+
+	"github.com/envoy-rls/envoy-rls/pkg/limiter"
+)
+
+// TestAlgorithmTable: every algorithm of the table answers by its name, builds
+// a policy from a rule's rate, and states its properties.
+func TestAlgorithmTable(t *testing.T) {
+	if got := limiter.AlgorithmNames(); got != "fixed_window, sliding_window, token_bucket" {
+		t.Fatalf("AlgorithmNames() = %q", got)
+	}
+	type want struct {
+		args        [2]int64
+		certainty   limiter.Certainty
+		denialsHold bool
+		burst       bool
+	}
+	wants := map[limiter.Algorithm]want{
+		limiter.FixedWindow:   {[2]int64{1000, 0}, limiter.Certain, true, false},
+		limiter.SlidingWindow: {[2]int64{1000, 0}, limiter.Approximate, false, false},
+		// 10 per 1000 ms, reduced to 1 per 100 ms.
+		limiter.TokenBucket: {[2]int64{1, 100}, limiter.Certain, true, true},
+	}
+	algs := limiter.Algorithms()
+	if len(algs) != len(wants) {
+		t.Fatalf("Algorithms() = %v, want %d", algs, len(wants))
+	}
+	for _, a := range algs {
+		w, ok := wants[a]
+		if !ok {
+			t.Fatalf("unexpected algorithm %v", a)
+		}
+		if got, err := limiter.ParseAlgorithm(a.String()); err != nil || got != a {
+			t.Errorf("ParseAlgorithm(%q) = %v, %v", a, got, err)
+		}
+		p := mustPolicy(t, limiter.PolicySpec{ID: "t", Algorithm: a, Params: a.ParamsFor(limiter.Rate{Limit: 10, Window: time.Second})})
+		if x, y := p.AlgorithmArgs(); p.Algorithm() != a || p.Limit() != 10 || [2]int64{x, y} != w.args {
+			t.Errorf("%v: algorithm %v, limit %d, args (%d, %d), want limit 10, args %v", a, p.Algorithm(), p.Limit(), x, y, w.args)
+		}
+		if p.Certainty() != w.certainty || p.DenialsHold() != w.denialsHold || a.TakesBurst() != w.burst {
+			t.Errorf("%v: certainty %v, denials hold %v, burst %v; want %+v", a, p.Certainty(), p.DenialsHold(), a.TakesBurst(), w)
+		}
+	}
+	if _, err := limiter.ParseAlgorithm("leaky"); err == nil {
+		t.Error("ParseAlgorithm accepted an unknown name")
+	}
+	if a := limiter.Algorithm(99); a.String() != "unknown" || a.TakesBurst() || a.ParamsFor(limiter.Rate{Limit: 1, Window: time.Second}) != nil {
+		t.Error("an unknown algorithm has a name, a burst or parameters")
+	}
+}
+
+// TestTokenBucketFromRate: a burst is the capacity; a zero limit holds
+// nothing (capacity 0) with a valid refill.
+func TestTokenBucketFromRate(t *testing.T) {
+	for _, tc := range []struct {
+		rate limiter.Rate
+		want limiter.TokenBucketParams
+	}{
+		{limiter.Rate{Limit: 10, Window: time.Second}, limiter.TokenBucketParams{Capacity: 10, RefillAmount: 10, RefillPeriod: time.Second}},
+		{limiter.Rate{Limit: 10, Window: time.Second, Burst: 30}, limiter.TokenBucketParams{Capacity: 30, RefillAmount: 10, RefillPeriod: time.Second}},
+		{limiter.Rate{Limit: 0, Window: time.Minute}, limiter.TokenBucketParams{Capacity: 0, RefillAmount: 1, RefillPeriod: time.Minute}},
+	} {
+		if got := limiter.TokenBucket.ParamsFor(tc.rate); got != tc.want {
+			t.Errorf("ParamsFor(%+v) = %+v, want %+v", tc.rate, got, tc.want)
+		}
+	}
+}

@@ -1,0 +1,126 @@
+package limiter
+
+import (
+	"fmt"
+	"time"
+)
+
+// TokenBucketParams: a bucket of Capacity tokens refilled by RefillAmount
+// tokens every RefillPeriod, continuously (sub-token remainders carried).
+type TokenBucketParams struct {
+	Capacity     int64
+	RefillAmount int64
+	RefillPeriod time.Duration // whole milliseconds, >= 1ms
+}
+
+var tokenBucketRules = algorithmRules{
+	name:        "token_bucket",
+	step:        tokenBucket,
+	certainty:   Certain,
+	denialsHold: true,
+	burst:       true,
+	params:      tokenBucketParams,
+}
+
+// tokenBucketParams: Limit tokens refilled every Window, in a bucket of
+// Burst (default Limit). A zero limit holds nothing, so it never admits;
+// its refill amount only has to be valid.
+func tokenBucketParams(r Rate) Params {
+	capacity, refill := r.Limit, r.Limit
+	if r.Burst > 0 {
+		capacity = r.Burst
+	}
+	if refill == 0 {
+		capacity, refill = 0, 1
+	}
+	return TokenBucketParams{Capacity: capacity, RefillAmount: refill, RefillPeriod: r.Window}
+}
+
+func (TokenBucketParams) algorithm() Algorithm { return TokenBucket }
+
+// apply: capacity in [0, 2^53-1], refill amount in [1, 2^53-1], refill
+// period in [1ms, ten years]; the rate is reduced by the greatest common
+// divisor of amount and period, so that refill arithmetic stays small, and
+// the reduced pair is the algorithm arguments.
+func (prm TokenBucketParams) apply(p *Policy) error {
+	if err := limitField("capacity", prm.Capacity); err != nil {
+		return err
+	}
+	if prm.RefillAmount < 1 || prm.RefillAmount > MaxSafeInteger {
+		return &FieldError{Field: "refill_amount", Reason: fmt.Sprintf("must be between 1 and %d", MaxSafeInteger)}
+	}
+	if err := durationField("refill_period", prm.RefillPeriod, 1); err != nil {
+		return err
+	}
+	p.limit, p.windowMs = prm.Capacity, prm.RefillPeriod.Milliseconds()
+	g := gcd(prm.RefillAmount, p.windowMs)
+	p.refillAmount, p.refillPeriodMs = prm.RefillAmount/g, p.windowMs/g
+	// Refill arithmetic computes elapsed*amount + remainder with elapsed
+	// capped at the time to fill the whole bucket, so it is bounded by
+	// capacity*period + amount.
+	if p.limit > (MaxSafeInteger-p.refillAmount)/p.refillPeriodMs {
+		return &FieldError{Field: "capacity", Reason: "times the refill period (in ms, reduced by the refill rate) exceeds 2^53-1; lower the capacity or shorten the period"}
+	}
+	// Time to fill an empty bucket bounds retry-after, reset-at and the
+	// state TTL; keep it within the duration bound so that now + it stays
+	// an exact integer.
+	if fill := p.limit * p.refillPeriodMs / p.refillAmount; fill >= maxDurationMillis {
+		return &FieldError{Field: "capacity", Reason: fmt.Sprintf("takes longer than %dms to refill from empty; raise the refill rate or lower the capacity", maxDurationMillis)}
+	}
+	p.args = [2]int64{p.refillAmount, p.refillPeriodMs}
+	return nil
+}
+
+func gcd(a, b int64) int64 {
+	for b != 0 {
+		a, b = b, a%b
+	}
+	return a
+}
+
+// tokenBucket: State.Epoch is the last refill time (ms), State.Level the
+// tokens left, State.Carry the sub-token refill remainder.
+func tokenBucket(st State, now int64, p *Policy, cost int64) step {
+	capacity, amount, period := p.limit, p.refillAmount, p.refillPeriodMs
+	tokens, rem := capacity, int64(0)
+	if st.Exists {
+		tokens, rem = st.Level, st.Carry
+		elapsed := max(0, now-st.Epoch)
+		var fullAfter int64
+		if missing := (capacity-tokens)*period - rem; missing > 0 {
+			fullAfter = ceilDiv(missing, amount)
+		}
+		// Compare before multiplying: a long idle time never overflows.
+		if elapsed >= fullAfter {
+			tokens, rem = capacity, 0
+		} else {
+			units := elapsed*amount + rem
+			tokens += units / period
+			rem = units % period
+		}
+	}
+	s := step{allowed: cost <= tokens}
+	if s.allowed {
+		s.remainingBefore, s.resetAtBefore = tokens, now+fullTime(capacity, tokens, rem, amount, period)
+		tokens -= cost
+	} else {
+		s.retryAfter = ceilDiv((cost-tokens)*period-rem, amount)
+	}
+	fullAfter := fullTime(capacity, tokens, rem, amount, period)
+	s.remaining = tokens
+	s.resetAt = now + fullAfter
+	if s.allowed {
+		s.epoch, s.level, s.carry = now, tokens, rem
+		s.ttl = fullAfter + p.CleanupGraceMillis()
+	}
+	return s
+}
+
+// fullTime is how long a bucket of tokens (plus rem sub-token units) takes to
+// fill up to capacity.
+func fullTime(capacity, tokens, rem, amount, period int64) int64 {
+	if missing := (capacity-tokens)*period - rem; missing > 0 {
+		return ceilDiv(missing, amount)
+	}
+	return 0
+}
