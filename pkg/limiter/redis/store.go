@@ -29,6 +29,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -66,6 +67,12 @@ type Store struct {
 	// beforeRefund, when set (tests only), runs after the slot groups of a
 	// split batch have answered and before the refunds are sent.
 	beforeRefund func()
+
+	// local and offsets convert a call's deadline to Redis's clock for the
+	// program (clockOffset): one estimate per hash slot in cluster mode (a
+	// slot's node has its own clock), else one.
+	local   localClock
+	offsets []clockOffset
 }
 
 var _ limiter.Store = (*Store)(nil)
@@ -160,7 +167,34 @@ func open(cfg Config, opt rueidis.ClientOption) (*Store, error) {
 		c.Close()
 		return nil, fmt.Errorf("redis store: %w: cluster mode, but %s is not a Redis Cluster", ErrModeMismatch, strings.Join(cfg.Addrs, ","))
 	}
-	return &Store{client: c, timeout: cfg.Timeout, deadlines: deadline.New(0), cluster: c.Mode() == rueidis.ClientModeCluster}, nil
+	s := &Store{client: c, timeout: cfg.Timeout, deadlines: deadline.New(0), cluster: c.Mode() == rueidis.ClientModeCluster,
+		local: newLocalClock(time.Now())}
+	if s.cluster {
+		s.offsets = make([]clockOffset, SlotCount)
+	} else {
+		s.offsets = make([]clockOffset, 1)
+		s.sampleTime(cfg.DialTimeout)
+	}
+	return s, nil
+}
+
+// sampleTime reads Redis's TIME once, so that the first program calls
+// already carry their deadline. A failure is ignored: the calls then carry
+// none until the first program reply gives a sample.
+func (s *Store) sampleTime(timeout time.Duration) {
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	a, err := s.client.Do(ctx, s.client.B().Time().Build()).AsStrSlice()
+	recv := time.Now()
+	if err != nil || len(a) != 2 {
+		return
+	}
+	sec, err1 := strconv.ParseInt(a[0], 10, 64)
+	usec, err2 := strconv.ParseInt(a[1], 10, 64)
+	if err1 != nil || err2 != nil || sec < 0 || usec < 0 || usec >= 1e6 || sec > limiter.MaxSafeInteger/1000-1 {
+		return
+	}
+	s.offsets[0].sample(s.local.ms(recv), sec*1000+usec/1000)
 }
 
 // Close closes every connection. Evaluations after Close are Unavailable.
