@@ -218,7 +218,10 @@ func (s *Store) Ping(ctx context.Context) error {
 // call (one round trip, one TIME, one atomic step) evaluates the whole batch
 // and commits it all or nothing. It returns by the earlier of ctx's deadline
 // and the configured Timeout: requests still without an answer then are
-// Indeterminate. A request that fails Validate is Unavailable
+// Indeterminate. The program gets that deadline in Redis's clock
+// (clockOffset) and commits nothing when it runs later, as it does when
+// Redis stalls; such a reply, should it arrive in time, is Unavailable
+// (limiter.CategoryDeadline). A request that fails Validate is Unavailable
 // (limiter.CategoryInvalidRequest) and never sent; when such a failure alone
 // blocks the batch (limiter.CheckOnly), the others are sent as
 // limiter.RoleCheck.
