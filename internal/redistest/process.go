@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"time"
 )
@@ -124,6 +125,7 @@ func (s *Server) Restart() {
 }
 
 // Pause stops the process with SIGSTOP: connections stay open, nothing answers.
+// It returns once the process is stopped (where /proc tells).
 func (s *Server) Pause() {
 	s.t.Helper()
 	s.mustLocal("pause")
@@ -131,6 +133,25 @@ func (s *Server) Pause() {
 		if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
 			s.t.Fatalf("redistest: SIGSTOP %d: %v", pid, err)
 		}
+		waitStopped(pid, StartTimeout)
+	}
+}
+
+// waitStopped polls /proc/<pid>/stat until the process state is T
+// (stopped), for at most timeout; without /proc it returns at once.
+func waitStopped(pid int, timeout time.Duration) {
+	end := time.Now().Add(timeout)
+	for time.Now().Before(end) {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+		if err != nil {
+			return
+		}
+		// pid (comm) state ...: comm may hold spaces, the state follows
+		// the last ')'.
+		if i := strings.LastIndexByte(string(b), ')'); i < 0 || i+2 >= len(b) || b[i+2] == 'T' {
+			return
+		}
+		time.Sleep(time.Millisecond)
 	}
 }
 

@@ -262,15 +262,54 @@ type Value struct {
 	IsInt bool
 }
 
+// AppendBatchDeadline appends the optional last ARGV field of
+// rate-batch-v1.lua to dst: the call's deadline in ms of Redis's clock
+// (TIME), in [1, 2^53-1], as decimal text. A program that reads a later
+// TIME commits nothing and replies ExpiredFlag (see ParseBatchReply).
+func AppendBatchDeadline(dst []byte, redisMs int64) []byte {
+	return strconv.AppendInt(dst, redisMs, 10)
+}
+
+// ExpiredFlag is the first value of the reply of rate-batch-v1.lua when
+// the program ran past the deadline it was given: { 2, serverNowMillis }.
+const ExpiredFlag = 2
+
+// ErrExpired is matched (errors.Is) by the *ExpiredError ParseBatchReply
+// returns for a program that ran past its deadline: nothing was evaluated
+// or written.
+var ErrExpired = errors.New("lua: program ran past the call's deadline, nothing committed")
+
+// ExpiredError is a program run that refused to commit because Redis's
+// clock was past the deadline it was given.
+type ExpiredError struct {
+	// ServerNowMs is the TIME the program read.
+	ServerNowMs int64
+}
+
+func (e *ExpiredError) Error() string {
+	return fmt.Sprintf("%v (Redis TIME %d ms)", ErrExpired, e.ServerNowMs)
+}
+
+// Is matches ErrExpired.
+func (e *ExpiredError) Is(target error) bool { return target == ErrExpired }
+
 // ParseBatchReply validates the reply of rate-batch-v1.lua for the given
 // policies (one per key, in order) and writes one reply per key into out.
 // The reply must be exactly 1 + 7N values: the committed flag (integer 0 or
 // 1), then per key a known status (bulk string) and six integers in
 // [0, 2^53-1] consistent with each other and with the key's policy (see
-// check), every key with the same serverNowMillis (one TIME). Anything else
-// is an error matching ErrMalformedReply, for the whole batch.
+// check), every key with the same serverNowMillis (one TIME); or exactly
+// the two integers { ExpiredFlag, serverNowMillis in [0, 2^53-1] }, which
+// is an *ExpiredError (nothing committed, out untouched). Anything else is
+// an error matching ErrMalformedReply, for the whole batch.
 func ParseBatchReply(policies []*limiter.Policy, values []Value, out []limiter.Reply) (committed bool, err error) {
 	n := len(policies)
+	if len(values) == 2 && values[0].IsInt && values[0].Int == ExpiredFlag {
+		if v := values[1]; !v.IsInt || v.Int < 0 || v.Int > limiter.MaxSafeInteger {
+			return false, malformed("expired reply with serverNowMillis %+v", v)
+		}
+		return false, &ExpiredError{ServerNowMs: values[1].Int}
+	}
 	if len(values) != 1+ReplyFields*n {
 		return false, malformed("%d values for %d keys, want %d", len(values), n, 1+ReplyFields*n)
 	}

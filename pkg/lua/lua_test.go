@@ -149,6 +149,9 @@ func TestAppendBatchArgs(t *testing.T) {
 	if n := len(AppendRefundArgs(nil, tb, 1, 0)); n != RefundArgs {
 		t.Errorf("%d refund args", n)
 	}
+	if got := string(AppendBatchDeadline([]byte("x"), limiter.MaxSafeInteger)); got != "x9007199254740991" {
+		t.Errorf("deadline: %q", got)
+	}
 }
 
 func TestParseBatchReply(t *testing.T) {
@@ -183,6 +186,29 @@ func TestParseBatchReply(t *testing.T) {
 		"two clocks":            with(9, i(1001)),
 		"denied without retry":  with(13, i(0)),
 		"remaining above limit": with(5, i(11)),
+	} {
+		if _, err := ParseBatchReply(pols, vals, out); !errors.Is(err, ErrMalformedReply) {
+			t.Errorf("%s: error %v, want ErrMalformedReply", name, err)
+		}
+	}
+
+	// Past the deadline: { 2, serverNow }, nothing committed, out untouched.
+	out = make([]limiter.Reply, 2)
+	committed, err = ParseBatchReply(pols, []Value{i(ExpiredFlag), i(1234)}, out)
+	var expired *ExpiredError
+	if committed || !errors.Is(err, ErrExpired) || errors.Is(err, ErrMalformedReply) || !errors.As(err, &expired) ||
+		expired.ServerNowMs != 1234 || out[0] != (limiter.Reply{}) || out[1] != (limiter.Reply{}) {
+		t.Fatalf("expired: %v %v %+v", committed, err, out)
+	}
+	for name, vals := range map[string][]Value{
+		"expired alone":          {i(2)},
+		"expired with a field":   {i(2), i(1234), i(0)},
+		"expired negative time":  {i(2), i(-1)},
+		"expired time 2^53":      {i(2), i(limiter.MaxSafeInteger + 1)},
+		"expired time as string": {i(2), s("1234")},
+		"expired flag as string": {s("2"), i(1234)},
+		"flag 3":                 {i(3), i(1234)},
+		"expired and a key":      append([]Value{i(2), i(1234)}, good[1:8]...),
 	} {
 		if _, err := ParseBatchReply(pols, vals, out); !errors.Is(err, ErrMalformedReply) {
 			t.Errorf("%s: error %v, want ErrMalformedReply", name, err)
@@ -313,6 +339,15 @@ func FuzzParseBatchReply(f *testing.F) {
 		vals := decodeFuzzValues(data)
 		out := make([]limiter.Reply, n)
 		committed, err := ParseBatchReply(pols, vals, out)
+		var expired *ExpiredError
+		if errors.As(err, &expired) {
+			// Past the deadline: exactly { 2, serverNow }.
+			want := []Value{{Int: ExpiredFlag, IsInt: true}, {Int: expired.ServerNowMs, IsInt: true}}
+			if committed || expired.ServerNowMs < 0 || expired.ServerNowMs > limiter.MaxSafeInteger || !slices.Equal(vals, want) {
+				t.Fatalf("expired %v from %+v (committed %v)", expired, vals, committed)
+			}
+			return
+		}
 		if err != nil {
 			refused(t, err, committed)
 			return
@@ -360,15 +395,16 @@ func FuzzParseBatchReply(f *testing.F) {
 }
 
 // TestParseBatchReplyCorpus: the committed seeds of FuzzParseBatchReply
-// mean what their names say: ParseBatchReply accepts every valid-* reply
-// and refuses every malformed-* one.
+// mean what their names say: ParseBatchReply accepts every valid-* reply,
+// reports every expired-* one as ErrExpired and refuses every malformed-*
+// one.
 func TestParseBatchReplyCorpus(t *testing.T) {
 	dir := filepath.Join("testdata", "fuzz", "FuzzParseBatchReply")
 	entries, err := os.ReadDir(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
-	seen := map[bool]int{}
+	seen := map[string]int{}
 	for _, ent := range entries {
 		b, err := os.ReadFile(filepath.Join(dir, ent.Name()))
 		if err != nil {
@@ -389,17 +425,27 @@ func TestParseBatchReplyCorpus(t *testing.T) {
 			pols[k] = fuzzPolicies[k%len(fuzzPolicies)]
 		}
 		_, err = ParseBatchReply(pols, decodeFuzzValues(data), make([]limiter.Reply, n))
-		valid := strings.HasPrefix(ent.Name(), "valid-")
-		if !valid && !strings.HasPrefix(ent.Name(), "malformed-") {
-			t.Errorf("%s: name neither valid-* nor malformed-*", ent.Name())
+		kind, _, _ := strings.Cut(ent.Name(), "-")
+		switch kind {
+		case "valid":
+			if err != nil {
+				t.Errorf("%s: error %v", ent.Name(), err)
+			}
+		case "expired":
+			if !errors.Is(err, ErrExpired) || errors.Is(err, ErrMalformedReply) {
+				t.Errorf("%s: error %v, want ErrExpired", ent.Name(), err)
+			}
+		case "malformed":
+			if !errors.Is(err, ErrMalformedReply) {
+				t.Errorf("%s: error %v, want ErrMalformedReply", ent.Name(), err)
+			}
+		default:
+			t.Errorf("%s: name neither valid-*, expired-* nor malformed-*", ent.Name())
 		}
-		if valid != (err == nil) {
-			t.Errorf("%s: error %v", ent.Name(), err)
-		}
-		seen[valid]++
+		seen[kind]++
 	}
-	if seen[true] == 0 || seen[false] == 0 {
-		t.Errorf("corpus of %d valid and %d malformed replies", seen[true], seen[false])
+	if seen["valid"] == 0 || seen["expired"] == 0 || seen["malformed"] == 0 {
+		t.Errorf("corpus of %d valid, %d expired and %d malformed replies", seen["valid"], seen["expired"], seen["malformed"])
 	}
 }
 

@@ -22,9 +22,14 @@
 --       cost                 1..limit
 --     Doubles carry every integer below 2^53 exactly; each is checked
 --     integral and in range.
+-- ARGV[2N+1]  optional: the call's deadline, in ms of Redis's clock
+--             (TIME), as a canonical decimal integer in [1, 2^53-1]. When
+--             TIME is past it the caller has given up: the program
+--             evaluates and writes nothing and replies { 2, serverNow }
+--             (see Reply). Without it the program commits whenever it runs.
 -- A key whose fields are invalid answers INVALID (a failure, below); a
--- wrong number of arguments, or a packed field of the wrong length, is an
--- error reply.
+-- wrong number of arguments, a packed field of the wrong length, or a
+-- deadline that is not such an integer, is an error reply.
 --
 -- It reads TIME once, then checks every key in order, writing nothing: the
 -- state a key would have after an allowed request is kept in the program,
@@ -45,7 +50,10 @@
 -- batch of several keys (a single key needs only the locals). Numbers are
 -- replied as integers, not formatted.
 --
--- Reply: an array of 1 + 7N values
+-- Reply: an array of 2 values when past the deadline:
+--   1      2 (integer): expired, nothing evaluated or written
+--   2      serverNowMillis, Redis TIME
+-- otherwise an array of 1 + 7N values
 --   1      committed: 1 or 0 (integer)
 --   then per key seven fields:
 --     status               ALLOWED | DENIED | CLOCK_UNSAFE |
@@ -73,8 +81,19 @@
 
 local NARG = 2
 local n = #KEYS
-if n < 1 or #ARGV ~= n * NARG then
-  return redis.error_reply('envoy-rls: rate-batch-v1 takes 2 arguments per key')
+local nargs = #ARGV
+if n < 1 or (nargs ~= n * NARG and nargs ~= n * NARG + 1) then
+  return redis.error_reply('envoy-rls: rate-batch-v1 takes 2 arguments per key and an optional deadline')
+end
+-- The caller's deadline, in Redis's clock: past it, commit nothing.
+if nargs > n * NARG then
+  local deadline = ARGV[nargs]
+  if #deadline > 16 or not find(deadline, DECIMAL) or deadline + 0 > MAX then
+    return redis.error_reply('envoy-rls: rate-batch-v1: the deadline is not an integer in [1, 2^53-1]')
+  end
+  if serverNow > deadline + 0 then
+    return { 2, serverNow }
+  end
 end
 
 local unpack = struct.unpack

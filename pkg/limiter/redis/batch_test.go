@@ -2,6 +2,7 @@ package redis
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"reflect"
 	"strconv"
@@ -159,7 +160,38 @@ func TestBatchProgramAgainstApply(t *testing.T) {
 		for key := range states {
 			before[key] = e.dump(key)
 		}
-		committed, got := e.runBatch(reqs)
+		// No deadline, one ahead, or one already past: past it nothing
+		// changes and the reply is the expired one.
+		var keys, args []string
+		bpols := make([]*limiter.Policy, len(reqs))
+		for j, r := range reqs {
+			keys = append(keys, keyOf(r.p, r.sub))
+			args = lua.AppendBatchArgs(args, r.p, r.cost, r.role)
+			bpols[j] = r.p
+		}
+		past := false
+		switch rng.IntN(4) {
+		case 1:
+			args = append(args, strconv.FormatInt(now+time.Hour.Milliseconds(), 10))
+		case 2:
+			args = append(args, strconv.FormatInt(now-1-rng.Int64N(1000), 10))
+			past = true
+		}
+		committed, got, err := e.execBatch(keys, args, bpols)
+		if past {
+			if !errors.Is(err, lua.ErrExpired) {
+				t.Fatalf("batch %d past its deadline: %v", it, err)
+			}
+			for key := range states {
+				if after := e.dump(key); !reflect.DeepEqual(after, before[key]) {
+					t.Fatalf("batch %d: a key changed past the deadline", it)
+				}
+			}
+			continue
+		}
+		if err != nil {
+			t.Fatalf("batch %d: %v", it, err)
+		}
 		wantCommit, want, final := modelBatch(states, reqs, got[0].ServerNowMs)
 		if committed != wantCommit || !reflect.DeepEqual(got, want) {
 			t.Fatalf("batch %d: %+v\n states %+v\n lua commit %v %+v\n go  commit %v %+v", it, reqs, states, committed, got, wantCommit, want)

@@ -156,6 +156,40 @@ func TestClusterBatch(t *testing.T) {
 			t.Fatalf("qb consumed %s, want 2", v)
 		}
 	})
+
+	t.Run("deadline: every slot has an estimate from connect; a slot past its deadline commits nothing, the other is refunded", func(t *testing.T) {
+		for slot := range s.offsets {
+			if _, ok := s.offsets[slot].estimate(); !ok {
+				t.Fatalf("slot %d: no clock offset estimate after connecting", slot)
+			}
+		}
+		ureq := limiter.Request{Policy: user, Subject: subjectOf(prefix + "/late-user"), Cost: 1, Tag: tagA}
+		treq := limiter.Request{Policy: tenant, Subject: subjectOf(prefix + "/late-tenant"), Cost: 1, Tag: tagB}
+		ukey, tkey := string(requestKey(nil, &ureq)), string(requestKey(nil, &treq))
+		// The tenant's slot believes its node an hour behind: its program
+		// reads TIME past the deadline it is sent.
+		off := &s.offsets[KeySlot(tkey)]
+		cur, prev := off.cur.Load(), off.prev.Load()
+		defer func() { off.cur.Store(cur); off.prev.Store(prev) }()
+		off.cur.Store(0)
+		off.prev.Store(0)
+		now := s.local.ms(time.Now())
+		off.sample(now, now-time.Hour.Milliseconds())
+		out := make([]limiter.Outcome, 2)
+		s.Evaluate(context.Background(), []limiter.Request{ureq, treq}, out)
+		if o := out[1]; o.Kind != limiter.Unavailable || o.Category != limiter.CategoryDeadline {
+			t.Fatalf("tenant: %v/%s (%v), want unavailable/deadline", o.Kind, o.Category, o.Err)
+		}
+		if d := out[0].Decision; out[0].Kind != limiter.Evaluated || !d.Allowed || d.Consumed || d.Remaining != 5 {
+			t.Fatalf("user: %+v, want allowed, not consumed, 5 left", out[0])
+		}
+		if b := hget(ukey, "b"); b != "0" {
+			t.Fatalf("after the refund the user's count is %s, want 0", b)
+		}
+		if b := hget(tkey, "b"); b != "" {
+			t.Fatalf("the expired slot wrote the tenant's count %s", b)
+		}
+	})
 }
 
 func tagKey(tag limiter.Tag) string {

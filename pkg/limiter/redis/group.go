@@ -13,7 +13,8 @@ const invalidRole = limiter.Role(255)
 // group is the requests of one batch that share a slot (all of them outside
 // a Redis Cluster), and what their program call answered.
 type group struct {
-	idx       []int // indices into the batch
+	idx       []int  // indices into the batch
+	slot      uint16 // the hash slot in cluster mode, else 0
 	outs      []limiter.Outcome
 	replies   []limiter.Reply
 	committed bool
@@ -87,6 +88,7 @@ func (s *Store) group(sc *scratch, batch []limiter.Request, roles []limiter.Role
 			} else {
 				groups = append(groups, &group{})
 			}
+			groups[k].slot = slot
 		}
 		groups[k].idx = append(groups[k].idx, i)
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 	"unsafe"
 
 	"github.com/redis/rueidis"
@@ -29,11 +30,28 @@ func (s *Store) run(ctx context.Context, batch []limiter.Request, roles []limite
 		g.policies[k] = r.Policy
 		abuf = lua.AppendBatchPacked(abuf, r.Policy, r.Cost, roles[i])
 	}
+	// The deadline in Redis's clock, when the offset is known: a program
+	// that runs after the caller has given up commits nothing.
+	off := &s.offsets[0]
+	if s.cluster {
+		off = &s.offsets[g.slot]
+	}
+	var dlEnd int
+	if dl, ok := ctx.Deadline(); ok {
+		if ms, ok := off.redisDeadline(s.local.ms(dl)); ok {
+			abuf = lua.AppendBatchDeadline(abuf, ms)
+			dlEnd = len(abuf)
+		}
+	}
 	g.abuf = abuf
 	args := g.args[:0]
 	for k, i := range g.idx {
 		p := abuf[k*lua.BatchPacked : (k+1)*lua.BatchPacked]
 		args = append(args, batch[i].Policy.ID(), unsafe.String(&p[0], len(p)))
+	}
+	if dlEnd > 0 {
+		start := n * lua.BatchPacked
+		args = append(args, unsafe.String(&abuf[start], dlEnd-start))
 	}
 	g.args = args
 	if err := ctx.Err(); err != nil {
@@ -53,13 +71,21 @@ func (s *Store) run(ctx context.Context, batch []limiter.Request, roles []limite
 		} else {
 			g.vals = replyValues(g.vals, msgs)
 			g.committed, err = lua.ParseBatchReply(g.policies, g.vals, g.replies)
+			if err == nil {
+				off.sample(s.local.ms(time.Now()), g.replies[0].ServerNowMs)
+			} else if expired, ok := err.(*lua.ExpiredError); ok {
+				off.sample(s.local.ms(time.Now()), expired.ServerNowMs)
+			}
 		}
 	}
 	if err != nil {
 		g.committed = false
 		for k, i := range g.idx {
 			p := batch[i].Policy
-			if errors.Is(err, lua.ErrMalformedReply) {
+			if errors.Is(err, lua.ErrExpired) {
+				// Known not committed, like a call not sent in time.
+				g.outs[k] = limiter.UnavailableOutcome(0, limiter.CategoryDeadline, fmt.Errorf("redis store: policy %s: %w", p.ID(), err))
+			} else if errors.Is(err, lua.ErrMalformedReply) {
 				g.outs[k] = limiter.IncompatibleOutcome(limiter.CategoryReplyMalformed, fmt.Errorf("redis store: policy %s: %w", p.ID(), err))
 			} else {
 				g.outs[k] = classify(p, err)

@@ -29,6 +29,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -66,6 +67,12 @@ type Store struct {
 	// beforeRefund, when set (tests only), runs after the slot groups of a
 	// split batch have answered and before the refunds are sent.
 	beforeRefund func()
+
+	// local and offsets convert a call's deadline to Redis's clock for the
+	// program (clockOffset): one estimate per hash slot in cluster mode (a
+	// slot's node has its own clock), else one.
+	local   localClock
+	offsets []clockOffset
 }
 
 var _ limiter.Store = (*Store)(nil)
@@ -160,7 +167,60 @@ func open(cfg Config, opt rueidis.ClientOption) (*Store, error) {
 		c.Close()
 		return nil, fmt.Errorf("redis store: %w: cluster mode, but %s is not a Redis Cluster", ErrModeMismatch, strings.Join(cfg.Addrs, ","))
 	}
-	return &Store{client: c, timeout: cfg.Timeout, deadlines: deadline.New(0), cluster: c.Mode() == rueidis.ClientModeCluster}, nil
+	s := &Store{client: c, timeout: cfg.Timeout, deadlines: deadline.New(0), cluster: c.Mode() == rueidis.ClientModeCluster,
+		local: newLocalClock(time.Now())}
+	if s.cluster {
+		s.offsets = make([]clockOffset, SlotCount)
+	} else {
+		s.offsets = make([]clockOffset, 1)
+	}
+	s.seedOffsets(cfg.DialTimeout)
+	return s, nil
+}
+
+// seedOffsets reads TIME once from every node, so that the first program
+// calls already carry their deadline. Every estimate is seeded with the
+// smallest sample: a lower bound of each node's offset, which a slot's own
+// replies then raise to its node's. On any failure nothing is seeded: the
+// calls then carry no deadline until their first program reply gives a
+// sample.
+func (s *Store) seedOffsets(timeout time.Duration) {
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	nodes := s.client.Nodes()
+	if len(nodes) == 0 {
+		return
+	}
+	least, first := int64(0), true
+	for _, n := range nodes {
+		local, server, ok := s.readTime(ctx, n)
+		if !ok {
+			return
+		}
+		if d := server - local; first || d < least {
+			least, first = d, false
+		}
+	}
+	now := s.local.ms(time.Now())
+	for i := range s.offsets {
+		s.offsets[i].sample(now, now+least)
+	}
+}
+
+// readTime reads one node's TIME in ms, and the local ms (localClock) at
+// which the reply was received.
+func (s *Store) readTime(ctx context.Context, c rueidis.Client) (localMs, serverMs int64, ok bool) {
+	a, err := c.Do(ctx, c.B().Time().Build()).AsStrSlice()
+	recv := time.Now()
+	if err != nil || len(a) != 2 {
+		return 0, 0, false
+	}
+	sec, err1 := strconv.ParseInt(a[0], 10, 64)
+	usec, err2 := strconv.ParseInt(a[1], 10, 64)
+	if err1 != nil || err2 != nil || sec < 0 || usec < 0 || usec >= 1e6 || sec > limiter.MaxSafeInteger/1000-1 {
+		return 0, 0, false
+	}
+	return s.local.ms(recv), sec*1000 + usec/1000, true
 }
 
 // Close closes every connection. Evaluations after Close are Unavailable.
@@ -184,7 +244,10 @@ func (s *Store) Ping(ctx context.Context) error {
 // call (one round trip, one TIME, one atomic step) evaluates the whole batch
 // and commits it all or nothing. It returns by the earlier of ctx's deadline
 // and the configured Timeout: requests still without an answer then are
-// Indeterminate. A request that fails Validate is Unavailable
+// Indeterminate. The program gets that deadline in Redis's clock
+// (clockOffset) and commits nothing when it runs later, as it does when
+// Redis stalls; such a reply, should it arrive in time, is Unavailable
+// (limiter.CategoryDeadline). A request that fails Validate is Unavailable
 // (limiter.CategoryInvalidRequest) and never sent; when such a failure alone
 // blocks the batch (limiter.CheckOnly), the others are sent as
 // limiter.RoleCheck.

@@ -1,0 +1,188 @@
+package redis
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/envoy-rls/envoy-rls/internal/redistest"
+	"github.com/envoy-rls/envoy-rls/pkg/limiter"
+	"github.com/envoy-rls/envoy-rls/pkg/lua"
+)
+
+// execBatch runs rate-batch-v1.lua on keys with args and parses the reply
+// for pols as the store does.
+func (e *env) execBatch(keys, args []string, pols []*limiter.Policy) (bool, []limiter.Reply, error) {
+	e.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	msgs, err := batchScript.Exec(ctx, e.store.client, keys, args).ToArray()
+	if err != nil {
+		return false, nil, err
+	}
+	replies := make([]limiter.Reply, len(keys))
+	committed, err := lua.ParseBatchReply(pols, replyValues(nil, msgs), replies)
+	return committed, replies, err
+}
+
+// TestProgramDeadline: rate-batch-v1.lua with its optional last argument,
+// the deadline in Redis's clock. Up to it the batch runs as without it;
+// past it nothing is evaluated or written and the reply is { 2, TIME };
+// a deadline that is not an integer in [1, 2^53-1] is an error reply.
+func TestProgramDeadline(t *testing.T) {
+	e := newEnv(t)
+	p := fixed(t, "dl", 5, farWindow)
+	key, other := keyOf(p, subjectOf("dl")), keyOf(p, subjectOf("dl2"))
+	keys := []string{key, other}
+	pols := []*limiter.Policy{p, p}
+	args := lua.AppendBatchArgs(lua.AppendBatchArgs(nil, p, 1, limiter.RoleOrdinary), p, 2, limiter.RoleOrdinary)
+	with := func(dl int64) []string {
+		return append(append([]string{}, args...), string(lua.AppendBatchDeadline(nil, dl)))
+	}
+
+	now := e.serverNow()
+	committed, r, err := e.execBatch(keys, with(now+time.Hour.Milliseconds()), pols)
+	if err != nil || !committed || r[0].Remaining != 4 || r[1].Remaining != 3 {
+		t.Fatalf("deadline ahead: %v %+v %v", committed, r, err)
+	}
+	before := []any{e.dump(key), e.dump(other)}
+
+	now = e.serverNow()
+	_, _, err = e.execBatch(keys, with(now-1), pols)
+	var expired *lua.ExpiredError
+	if !errors.As(err, &expired) || expired.ServerNowMs < now {
+		t.Fatalf("deadline passed: error %v, want an ExpiredError at TIME >= %d", err, now)
+	}
+	if after := []any{e.dump(key), e.dump(other)}; fmt.Sprint(after) != fmt.Sprint(before) {
+		t.Fatal("a program past its deadline wrote state")
+	}
+	// Even a batch that would only be denied replies expired: nothing is
+	// evaluated.
+	_, _, err = e.execBatch([]string{key}, append(lua.AppendBatchArgs(nil, p, 5, limiter.RoleOrdinary), "1"), pols[:1])
+	if !errors.Is(err, lua.ErrExpired) {
+		t.Fatalf("deadline 1: %v", err)
+	}
+
+	for _, dl := range []string{"", "0", "-1", "01", "1.5", "1e3", " 1", "9007199254740992", "99999999999999999", "x"} {
+		_, _, err := e.execBatch(keys, append(append([]string{}, args...), dl), pols)
+		if err == nil || errors.Is(err, lua.ErrExpired) {
+			t.Errorf("deadline %q: %v, want an error reply", dl, err)
+			continue
+		}
+		if o := classify(p, err); o.Kind != limiter.Incompatible {
+			t.Errorf("deadline %q: classified %v", dl, o.Kind)
+		}
+	}
+	if after := []any{e.dump(key), e.dump(other)}; fmt.Sprint(after) != fmt.Sprint(before) {
+		t.Fatal("a program with a bad deadline wrote state")
+	}
+}
+
+// TestHangChargesNoAnsweredCall: while Redis is stopped (SIGSTOP), calls
+// with short deadlines return Indeterminate by their deadline; their
+// programs wait in Redis's socket and run after SIGCONT, past the deadline
+// they carry, so none of them is counted. A call made after the resume
+// with an ordinary deadline commits, and is the only one counted.
+func TestHangChargesNoAnsweredCall(t *testing.T) {
+	srv := redistest.Standalone(t, redistest.Local())
+	// A Timeout long enough that the connection is not closed during the
+	// pause: the stalled programs stay queued on it and do run on resume.
+	e := newEnvOn(t, srv, Config{Addrs: []string{srv.Addr()}, Timeout: 10 * time.Second})
+	p := fixed(t, "hang", 1000, farWindow)
+	sub, sub2 := subjectOf("hang"), subjectOf("hang 2")
+	if o := e.evaluate(p, subjectOf("warm-up"), 1); o.Kind != limiter.Evaluated {
+		t.Fatalf("warm-up: %+v", o)
+	}
+
+	const calls = 20
+	srv.Pause()
+	defer srv.Resume()
+	var wg sync.WaitGroup
+	outs := make([][]limiter.Outcome, calls)
+	for i := range calls {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+			defer cancel()
+			batch := []limiter.Request{{Policy: p, Subject: sub, Cost: 1}}
+			if i%2 == 1 {
+				batch = append(batch, limiter.Request{Policy: p, Subject: sub2, Cost: 2})
+			}
+			outs[i] = make([]limiter.Outcome, len(batch))
+			e.store.Evaluate(ctx, batch, outs[i])
+		}()
+	}
+	wg.Wait()
+	for i, out := range outs {
+		for j, o := range out {
+			if o.Kind == limiter.Evaluated {
+				t.Fatalf("call %d, request %d: evaluated on a stopped server", i, j)
+			}
+		}
+	}
+	srv.Resume()
+
+	// The same connection carries this call after the stalled ones, so
+	// Redis has run them all when it answers.
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	out := make([]limiter.Outcome, 2)
+	e.store.Evaluate(ctx, []limiter.Request{{Policy: p, Subject: sub, Cost: 1}, {Policy: p, Subject: sub2, Cost: 1}}, out)
+	for j, o := range out {
+		if o.Kind != limiter.Evaluated || !o.Decision.Allowed || !o.Decision.Consumed || o.Decision.Remaining != 999 {
+			t.Errorf("request %d after the resume: %v %+v (%v), want allowed with 999 left: the stalled calls were counted", j, o.Kind, o.Decision, o.Err)
+		}
+	}
+	for _, s := range []limiter.SubjectDigest{sub, sub2} {
+		if h := e.hash(keyOf(p, s)); h["b"] != "1" {
+			t.Errorf("count %q after one call in time, want 1 (hash %v)", h["b"], h)
+		}
+	}
+}
+
+// TestExpiredReplyIsUnavailable: a program that reads TIME past the
+// deadline it was sent with (here because the store's estimate says Redis
+// is an hour behind) writes nothing, and the call is Unavailable with
+// category deadline, like a call not sent in time. The TIME of that reply
+// corrects the estimate: the next call commits.
+func TestExpiredReplyIsUnavailable(t *testing.T) {
+	e := newEnv(t)
+	p := fixed(t, "expired", 10, farWindow)
+	sub := subjectOf("expired")
+	now := e.store.local.ms(time.Now())
+	e.store.offsets[0] = clockOffset{}
+	e.store.offsets[0].sample(now, now-time.Hour.Milliseconds())
+	if o := e.evaluate(p, sub, 1); o.Kind != limiter.Unavailable || o.Category != limiter.CategoryDeadline || !errors.Is(o.Err, lua.ErrExpired) {
+		t.Fatalf("past the deadline in Redis's clock: %v/%s (%v), want unavailable/deadline", o.Kind, o.Category, o.Err)
+	}
+	if e.do("EXISTS", keyOf(p, sub)) != int64(0) {
+		t.Fatal("an expired program wrote state")
+	}
+	if off, _ := e.store.offsets[0].estimate(); off < -time.Minute.Milliseconds() {
+		t.Fatalf("estimate %d ms after a reply: not corrected", off)
+	}
+	if o := e.evaluate(p, sub, 1); o.Kind != limiter.Evaluated || o.Decision.Remaining != 9 {
+		t.Fatalf("after the correction: %v %+v (%v)", o.Kind, o.Decision, o.Err)
+	}
+}
+
+// TestDeadlineSentFromConnect: a standalone store reads TIME when it
+// connects, so its first program call already carries a deadline. The
+// estimate is a lower bound of the offset: at most the TIME read later
+// minus the local time before that read, plus the two millisecond floors.
+func TestDeadlineSentFromConnect(t *testing.T) {
+	e := newEnv(t)
+	off, ok := e.store.offsets[0].estimate()
+	if !ok {
+		t.Fatal("no offset estimate after connecting")
+	}
+	local := e.store.local.ms(time.Now())
+	bound := e.serverNow() - local + 2
+	if off > bound || off < bound-time.Minute.Milliseconds() {
+		t.Errorf("estimate %d ms, want at most %d ms (and not far below)", off, bound)
+	}
+}
