@@ -73,7 +73,7 @@
 --   CLOCK_UNSAFE and STATE_INCOMPATIBLE reply (serverNow, serverNow, limit,
 --   0, 0, 0), INVALID (serverNow, serverNow, 0, 0, 0, 0). An ALLOWED key
 --   that did not consume (the batch did not commit, or a check key) replies
---   its remaining and reset-at before its cost (limiter.Check's held reply).
+--   its remaining and reset-at before its cost (limiter.Check's uncommitted reply).
 -- Runs on Redis 7.0+ and Valkey.
 
 -- #include prelude.lua
@@ -104,7 +104,7 @@ local blocked, quota, quotaAllows = false, 0, false
 -- state, the algorithm's result, whether it is to be written, its reply.
 local key, alg, policy, rev, limit, p2, p3, grace, maxRegression, cost
 local st, stLast, stA, stB, stC, fresh, hashA, hashC
-local now, allowed, a, b, c, ttl, remaining, retry, resetAt, held, heldReset
+local now, allowed, a, b, c, ttl, remaining, retry, resetAt, remainingBefore, resetBefore
 local write, status, eff, lim
 -- serverNow formatted, once for every key that writes it.
 local nowS = false
@@ -119,10 +119,10 @@ local nowS = false
 --   R_HASH_A, R_HASH_C      the hash's a and c
 --   R_WRITE     ALLOWED and not a check key; to write it or, when the
 --               batch does not commit, to reply before the cost:
---   R_TTL, R_HELD, R_HELD_RESET, R_ALG, R_REV
+--   R_TTL, R_REMAINING_BEFORE, R_RESET_BEFORE, R_ALG, R_REV
 -- All filled (no nil), so the table stays one array.
 local R_KIND, R_LAST, R_A, R_B, R_C, R_FRESH, R_HASH_A, R_HASH_C = 1, 2, 3, 4, 5, 6, 7, 8
-local R_WRITE, R_TTL, R_HELD, R_HELD_RESET, R_ALG, R_REV = 9, 10, 11, 12, 13, 14
+local R_WRITE, R_TTL, R_REMAINING_BEFORE, R_RESET_BEFORE, R_ALG, R_REV = 9, 10, 11, 12, 13, 14
 local R = 14
 local rec, out = false, false
 if n > 1 then
@@ -207,7 +207,7 @@ for i = 1, n do
         if not allowed then
           status = 'DENIED'
         elseif role == 3 then
-          status, remaining, resetAt = 'ALLOWED', held, heldReset
+          status, remaining, resetAt = 'ALLOWED', remainingBefore, resetBefore
         else
           status, write = 'ALLOWED', true
         end
@@ -228,15 +228,15 @@ for i = 1, n do
     else
       stLast, stA, stB, stC, fresh, hashA, hashC = 0, 0, 0, 0, false, 0, 0
     end
-    local wTtl, wHeld, wHeldReset, wAlg, wRev = 0, 0, 0, false, 0
+    local wTtl, wRemainingBefore, wResetBefore, wAlg, wRev = 0, 0, 0, false, 0
     if write then
-      wTtl, wHeld, wHeldReset, wAlg, wRev = ttl, held, heldReset, alg, rev
+      wTtl, wRemainingBefore, wResetBefore, wAlg, wRev = ttl, remainingBefore, resetBefore, alg, rev
     end
     local o = (i - 1) * R
     rec[o + R_KIND], rec[o + R_LAST], rec[o + R_A], rec[o + R_B], rec[o + R_C], rec[o + R_FRESH],
-      rec[o + R_HASH_A], rec[o + R_HASH_C], rec[o + R_WRITE], rec[o + R_TTL], rec[o + R_HELD],
-      rec[o + R_HELD_RESET], rec[o + R_ALG], rec[o + R_REV] =
-      kind, stLast, stA, stB, stC, fresh, hashA, hashC, write, wTtl, wHeld, wHeldReset, wAlg, wRev
+      rec[o + R_HASH_A], rec[o + R_HASH_C], rec[o + R_WRITE], rec[o + R_TTL], rec[o + R_REMAINING_BEFORE],
+      rec[o + R_RESET_BEFORE], rec[o + R_ALG], rec[o + R_REV] =
+      kind, stLast, stA, stB, stC, fresh, hashA, hashC, write, wTtl, wRemainingBefore, wResetBefore, wAlg, wRev
   end
   -- limiter.Commits
   if role == 0 or role == 2 then
@@ -279,7 +279,7 @@ for i = 1, n do
           rec[o + R_HASH_C], rec[o + R_TTL], rec[o + R_ALG], rec[o + R_REV], ARGV[(i - 1) * NARG + 1]
       end
     elseif write then
-      held, heldReset = rec[o + R_HELD], rec[o + R_HELD_RESET]
+      remainingBefore, resetBefore = rec[o + R_REMAINING_BEFORE], rec[o + R_RESET_BEFORE]
     end
   end
   if write then
@@ -289,9 +289,9 @@ for i = 1, n do
       -- Not consumed: the reply before the cost (exact.lua checked it).
       if out then
         local o = (i - 1) * 7
-        out[o + 6], out[o + 8] = held, heldReset
+        out[o + 6], out[o + 8] = remainingBefore, resetBefore
       else
-        remaining, resetAt = held, heldReset
+        remaining, resetAt = remainingBefore, resetBefore
       end
     end
   end

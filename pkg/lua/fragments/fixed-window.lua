@@ -7,7 +7,7 @@
 --           In:  st, stA (window id), stB (consumed); now; limit, p2
 --                (window); grace, cost.
 --           Out: allowed; a, b, c, ttl (the state to write when allowed);
---                remaining, retry, resetAt (the reply); held, heldReset
+--                remaining, retry, resetAt (the reply); remainingBefore, resetBefore
 --                (remaining and reset-at before the cost: an allowed
 --                request whose batch does not commit).
 --   refund  (rate-refund-v1.lua) give back cost taken at effective time
@@ -25,16 +25,16 @@ do
   if st and stA == w then
     consumed = stB
   end
-  held, heldReset, resetAt = limit - consumed, windowEnd, windowEnd
-  allowed = cost <= held
+  remainingBefore, resetBefore, resetAt = limit - consumed, windowEnd, windowEnd
+  allowed = cost <= remainingBefore
   if allowed then
-    a, b, c, ttl, remaining, retry = w, consumed + cost, 0, windowEnd - now + grace, held - cost, 0
+    a, b, c, ttl, remaining, retry = w, consumed + cost, 0, windowEnd - now + grace, remainingBefore - cost, 0
   else
     -- A lowered limit can leave more consumed than the limit: remaining is 0.
-    if held < 0 then
-      held = 0
+    if remainingBefore < 0 then
+      remainingBefore = 0
     end
-    remaining, retry = held, windowEnd - now
+    remaining, retry = remainingBefore, windowEnd - now
   end
 end
 -- #section refund

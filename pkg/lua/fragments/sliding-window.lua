@@ -10,7 +10,7 @@
 --           In:  st, stA (window id), stB (current), stC (previous); now;
 --                limit, p2 (window); grace, cost.
 --           Out: allowed; a, b, c, ttl (the state to write when allowed);
---                remaining, retry, resetAt (the reply); held, heldReset
+--                remaining, retry, resetAt (the reply); remainingBefore, resetBefore
 --                (remaining and reset-at before the cost).
 --   refund  (rate-refund-v1.lua) give back cost taken at effective time
 --           at: in the same window, current -= cost; in the next one,
@@ -45,16 +45,16 @@ do
   if r ~= 0 then
     prevPart = prevPart + 1
   end
-  held = limit - (prevPart + cur)
+  remainingBefore = limit - (prevPart + cur)
   -- When the estimate returns to 0 without traffic.
   if cur > 0 then
-    heldReset = (w + 2) * window
+    resetBefore = (w + 2) * window
   elseif prev > 0 then
-    heldReset = (w + 1) * window
+    resetBefore = (w + 1) * window
   else
-    heldReset = now
+    resetBefore = now
   end
-  allowed = cost <= held
+  allowed = cost <= remainingBefore
   if allowed then
     cur = cur + cost
     remaining = limit - (prevPart + cur)
@@ -63,10 +63,10 @@ do
     end
     a, b, c, ttl, retry, resetAt = w, cur, prev, (w + 2) * window - now + grace, 0, (w + 2) * window
   else
-    if held < 0 then
-      held = 0
+    if remainingBefore < 0 then
+      remainingBefore = 0
     end
-    remaining, resetAt = held, heldReset
+    remaining, resetAt = remainingBefore, resetBefore
     -- need(p, q): the least elapsed e' in [0, window] at which p weighted
     -- plus q plus cost fits the limit (window when it never does in this
     -- window). Retry when it fits in this window: need(prev, cur) - e;

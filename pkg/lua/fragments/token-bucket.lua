@@ -12,7 +12,7 @@
 --                now; limit (the capacity), p2 (amount), p3 (period);
 --                grace, cost.
 --           Out: allowed; a, b, c, ttl (the state to write when allowed);
---                remaining, retry, resetAt (the reply); held, heldReset
+--                remaining, retry, resetAt (the reply); remainingBefore, resetBefore
 --                (remaining and reset-at before the cost).
 --   refund  (rate-refund-v1.lua) give back cost taken at effective time
 --           at: when the bucket was last written at or after at, tokens +=
@@ -63,7 +63,7 @@ do
       full = full + 1
     end
   end
-  held, heldReset = tokens, now + full
+  remainingBefore, resetBefore = tokens, now + full
   allowed = cost <= tokens
   if allowed then
     tokens = tokens - cost
@@ -81,7 +81,7 @@ do
     if r ~= 0 then
       retry = retry + 1
     end
-    remaining, resetAt = tokens, heldReset
+    remaining, resetAt = tokens, resetBefore
   end
 end
 -- #section refund
