@@ -48,6 +48,8 @@ type replicaConfig struct {
 	Secret string
 	// Args are more serve flags.
 	Args []string
+	// Env are more environment variables (NAME=value).
+	Env []string
 	// Unready: return once the replica serves, without waiting for /readyz
 	// 200 (its store is not reachable yet).
 	Unready bool
@@ -112,15 +114,18 @@ func startReplica(t *testing.T, name string, cfg replicaConfig) *replica {
 		}
 	}}
 	r.cmd = exec.Command(bin, args...)
-	// The environment is the test's minus any ENVOY_RLS_* setting, so that
-	// only the flags above configure the replica.
+	// The environment is the test's minus any ENVOY_RLS_* setting (and
+	// tracing's OTEL_* and TRACING_*), so that only the flags above and
+	// cfg.Env configure the replica.
 	for _, kv := range os.Environ() {
-		if !strings.HasPrefix(kv, "ENVOY_RLS_") && !strings.HasPrefix(kv, "GORACE=") {
+		if !strings.HasPrefix(kv, "ENVOY_RLS_") && !strings.HasPrefix(kv, "GORACE=") &&
+			!strings.HasPrefix(kv, "OTEL_") && !strings.HasPrefix(kv, "TRACING_") {
 			r.cmd.Env = append(r.cmd.Env, kv)
 		}
 	}
 	// A race the binary detects ends it with a non-zero exit at once.
 	r.cmd.Env = append(r.cmd.Env, "GORACE=halt_on_error=1")
+	r.cmd.Env = append(r.cmd.Env, cfg.Env...)
 	r.cmd.Stdout = r.log
 	r.cmd.Stderr = r.log
 	// Own process group: a signal meant for the test binary stays there.

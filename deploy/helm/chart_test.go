@@ -1342,3 +1342,30 @@ func TestDefaultsMatchBinary(t *testing.T) {
 		}
 	}
 }
+
+// TestTracingEnv: the OTEL_* variables of the values' extraEnv example
+// reach the container, and the binary accepts them (render checks the
+// args and environment with app.CheckServeArgs); a sampler it does not
+// know would stop it at start.
+func TestTracingEnv(t *testing.T) {
+	values := valuesFile(t, `extraEnv:
+  - name: OTEL_EXPORTER_OTLP_ENDPOINT
+    value: http://otel-collector:4318
+  - name: OTEL_TRACES_SAMPLER
+    value: parentbased_traceidratio
+  - name: OTEL_TRACES_SAMPLER_ARG
+    value: "0.1"
+`)
+	dep := one(t, render(t, "-f", values), "Deployment")
+	c := list(get(dep, "spec", "template", "spec", "containers"))[0]
+	env := containerEnv(t, "tracing", c)
+	if env["OTEL_EXPORTER_OTLP_ENDPOINT"] != "http://otel-collector:4318" || env["OTEL_TRACES_SAMPLER_ARG"] != "0.1" {
+		t.Fatalf("container env %v: want the OTEL_* variables of extraEnv", env)
+	}
+	args := toStrings(list(get(c, "args")))
+	env["OTEL_TRACES_SAMPLER"] = "sometimes"
+	err := app.CheckServeArgs(args[1:], func(k string) string { return env[k] })
+	if err == nil || !strings.Contains(err.Error(), `OTEL_TRACES_SAMPLER="sometimes"`) {
+		t.Fatalf("CheckServeArgs with OTEL_TRACES_SAMPLER=sometimes: %v, want it refused", err)
+	}
+}

@@ -13,6 +13,7 @@ import (
 	"os"
 	"strings"
 
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 
@@ -64,6 +65,9 @@ type hooks struct {
 	reloadSignals <-chan os.Signal
 	// watcher is called with the rule watcher once the rules are loaded.
 	watcher func(*descriptors.Watcher)
+	// spanExporter replaces the OTLP exporter when tracing is on; spans
+	// are exported as they end.
+	spanExporter sdktrace.SpanExporter
 }
 
 func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer, h hooks) error {

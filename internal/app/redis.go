@@ -31,6 +31,7 @@ func (s *server) openRedis(ctx context.Context) (limiter.Store, func(), error) {
 	if err != nil {
 		return nil, nil, fmt.Errorf("redis store: %w", err)
 	}
+	cfg.TracerProvider = s.tracing.provider()
 	log := s.log.With(zap.String("redis_addr", strings.Join(cfg.Addrs, ",")))
 	c, err := redis.Connect(cfg, redis.ConnectOptions{
 		OnFailure: func(a redis.Attempt) {

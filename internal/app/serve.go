@@ -40,7 +40,8 @@ type server struct {
 	metrics  *metrics
 	rules    *ruleSet
 	store    limiter.Store
-	ping     pinger // nil: always reachable
+	ping     pinger   // nil: always reachable
+	tracing  *tracing // nil: tracing off
 	health   *health.Server
 	draining atomic.Bool
 }
@@ -78,7 +79,7 @@ func serveOptions(args []string, getenv func(string) string, help io.Writer) (Op
 	if fs.NArg() > 0 {
 		errs = append(errs, fmt.Errorf("serve takes no arguments (got %q): the rules are --config PATH", fs.Args()))
 	}
-	errs = append(errs, o.check(), checkSecretSource(&o, getenv))
+	errs = append(errs, o.check(), checkSecretSource(&o, getenv), checkTracing(&o, getenv))
 	return o, errors.Join(errs...)
 }
 
@@ -123,6 +124,15 @@ func serve(ctx context.Context, o Options, getenv func(string) string, log *zap.
 		return err
 	}
 
+	tr, stopTracing, err := startTracing(ctx, &o, getenv, log, h.spanExporter)
+	if err != nil {
+		return err
+	}
+	// Runs last: the spans of the drain and of the store's last calls are
+	// flushed.
+	defer stopTracing()
+	s.tracing = tr
+
 	ctx, cancel := context.WithCancel(ctx)
 	var wg sync.WaitGroup
 	closeStore := func() {}
@@ -147,6 +157,7 @@ func serve(ctx context.Context, o Options, getenv func(string) string, log *zap.
 		Metrics:        s.metrics.rpc,
 		Logger:         log,
 		DefaultHeaders: headers,
+		TracerProvider: s.tracing.provider(),
 	})
 	if err != nil {
 		return err
@@ -243,7 +254,7 @@ func (s *server) listen() (grpcLis, adminLis net.Listener, err error) {
 // grpcServer builds the gRPC server with the rate-limit, health and
 // reflection services, and reports it serving.
 func (s *server) grpcServer(svc rlsv3.RateLimitServiceServer) *grpc.Server {
-	gs := grpc.NewServer(
+	opts := []grpc.ServerOption{
 		// Envoy holds long-lived HTTP/2 connections and may be configured to
 		// ping them; accept pings down to 5s instead of closing the
 		// connection with "too many pings".
@@ -253,7 +264,11 @@ func (s *server) grpcServer(svc rlsv3.RateLimitServiceServer) *grpc.Server {
 		// grows its stack on every call through the Redis client (copystack
 		// was 15 % of server CPU in a profile at 64 calls).
 		grpc.NumStreamWorkers(streamWorkers),
-	)
+	}
+	if o := s.tracing.serverOption(); o != nil {
+		opts = append(opts, o)
+	}
+	gs := grpc.NewServer(opts...)
 	rlsv3.RegisterRateLimitServiceServer(gs, svc)
 	s.health = health.NewServer()
 	healthpb.RegisterHealthServer(gs, s.health)

@@ -22,6 +22,7 @@ import (
 	"time"
 
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"go.opentelemetry.io/otel/trace"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 	"google.golang.org/grpc/codes"
@@ -77,6 +78,11 @@ type Config struct {
 	DenialLogTick       time.Duration
 	DenialLogFirst      int
 	DenialLogThereafter int
+	// TracerProvider, when not nil, makes a span around each store
+	// evaluation and sets the call's attributes (domain, policies, batch
+	// size, outcome) on the span in the call's context, the gRPC server
+	// span (see trace.go). (Optional, default nil: no tracing work at all)
+	TracerProvider trace.TracerProvider
 }
 
 // Server implements rlsv3.RateLimitServiceServer.
@@ -94,6 +100,7 @@ type Server struct {
 	// deadlines makes the store's contexts (storeContext): one timer per
 	// millisecond in use instead of one per call.
 	deadlines *deadline.Wheel
+	tracer    trace.Tracer // nil: tracing off
 }
 
 var _ rlsv3.RateLimitServiceServer = (*Server)(nil)
@@ -143,6 +150,7 @@ func New(cfg Config) (*Server, error) {
 		clock:          cfg.Clock,
 		defaultHeaders: cfg.DefaultHeaders,
 		deadlines:      deadline.New(0),
+		tracer:         tracer(cfg.TracerProvider),
 	}
 	s.scratch.New = func() any { return new(scratch) }
 	return s, nil
@@ -246,6 +254,9 @@ func (s *Server) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReques
 	}
 	sc := s.getScratch(len(req.Descriptors))
 	resp = s.evaluate(ctx, req, rules, sc)
+	if s.tracer != nil {
+		s.annotateCall(ctx, req, rules.HasDomain(req.Domain), sc, resp)
+	}
 	// Not reached on panic: the scratch of a panicking call is dropped.
 	s.putScratch(sc)
 	return resp, nil
@@ -364,7 +375,11 @@ func (s *Server) evaluate(ctx context.Context, req *rlsv3.RateLimitRequest, rule
 			send = sc.checks
 		}
 		t0 := time.Now()
-		s.store.Evaluate(storeContext(ctx, s.deadlines, t0), send, sc.outs[:n])
+		if s.tracer != nil {
+			s.evaluateTraced(storeContext(ctx, s.deadlines, t0), send, sc.outs[:n])
+		} else {
+			s.store.Evaluate(storeContext(ctx, s.deadlines, t0), send, sc.outs[:n])
+		}
 		s.metrics.observeStore(time.Since(t0))
 	}
 

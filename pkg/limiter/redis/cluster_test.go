@@ -4,9 +4,14 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/binary"
+	"fmt"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
 	"github.com/envoy-rls/envoy-rls/internal/limitertest"
 	"github.com/envoy-rls/envoy-rls/internal/redistest"
@@ -188,6 +193,54 @@ func TestClusterBatch(t *testing.T) {
 		}
 		if b := hget(tkey, "b"); b != "" {
 			t.Fatalf("the expired slot wrote the tenant's count %s", b)
+		}
+	})
+	t.Run("cross-slot spans: one program run per slot and the refund, under the caller's span", func(t *testing.T) {
+		exp := tracetest.NewInMemoryExporter()
+		tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp))
+		tcfg := cfg
+		tcfg.TracerProvider = tp
+		st := newStore(t, tcfg)
+		p := limitertest.Prefix()
+		ureq := limiter.Request{Policy: fixed(t, p+".user", 5, farWindow), Subject: subjectOf(p + "/span-user"), Cost: 1, Tag: tagA}
+		treq := limiter.Request{Policy: fixed(t, p+".tenant", 1, farWindow), Subject: subjectOf(p + "/span-tenant"), Cost: 1, Tag: tagB}
+		out := make([]limiter.Outcome, 2)
+		ctx, call := tp.Tracer("test").Start(context.Background(), "call")
+		st.Evaluate(ctx, []limiter.Request{treq}, out[:1]) // exhausts the tenant
+		st.Evaluate(ctx, []limiter.Request{ureq, treq}, out)
+		call.End()
+		if out[1].Decision.Allowed || out[0].Decision.Consumed {
+			t.Fatalf("outcomes %+v, want the tenant denied and the user not consumed", out)
+		}
+		counts := map[string]int{}
+		outcomes := map[string]int{}
+		for _, sp := range exp.GetSpans() {
+			if sp.Name == "call" {
+				continue
+			}
+			counts[sp.Name]++
+			if sp.Parent.SpanID() != call.SpanContext().SpanID() {
+				t.Errorf("span %q: parent %v, want the caller's %v", sp.Name, sp.Parent.SpanID(), call.SpanContext().SpanID())
+			}
+			for _, kv := range sp.Attributes {
+				v := kv.Value.Emit()
+				if kv.Key == "envoy_rls.outcome" {
+					outcomes[v]++
+				}
+				for _, r := range []limiter.Request{ureq, treq} {
+					if strings.Contains(v, string(requestKey(nil, &r))) || strings.Contains(v, fmt.Sprintf("%x", r.Subject[:])) {
+						t.Errorf("span %q records a key or subject: %s=%q", sp.Name, kv.Key, v)
+					}
+				}
+			}
+		}
+		// First call: one run. Second: one run per slot, then the refund of
+		// the user's slot.
+		if counts[BatchSpanName] != 3 || counts[RefundSpanName] != 1 {
+			t.Errorf("spans %v, want 3 %s and 1 %s", counts, BatchSpanName, RefundSpanName)
+		}
+		if outcomes["allowed"] != 2 || outcomes["denied"] != 1 {
+			t.Errorf("program run outcomes %v, want 2 allowed (tenant's first, user's) and 1 denied", outcomes)
 		}
 	})
 }

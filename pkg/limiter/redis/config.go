@@ -6,6 +6,8 @@ import (
 	"net"
 	"strings"
 	"time"
+
+	"go.opentelemetry.io/otel/trace"
 )
 
 // Mode says how the Addrs are to be understood.
@@ -116,6 +118,11 @@ type Config struct {
 	// (Optional, default 0; negative is refused; the binary uses
 	// DefaultMaxFlushDelay)
 	MaxFlushDelay time.Duration
+	// TracerProvider, when not nil, makes a span per program run (a child
+	// of the span in the caller's context) that records the group size,
+	// the policy IDs and the outcome, never a key or an argument.
+	// (Optional, default nil: no spans, no tracing work)
+	TracerProvider trace.TracerProvider
 }
 
 // FieldError is a Config value that Validate refuses. Field is the Config

@@ -39,7 +39,14 @@ func (s *Store) refund(ctx context.Context, batch []limiter.Request, roles []lim
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				if err := refundScript.Exec(rctx, s.client, gk, args).Error(); err == nil {
+				exec := func(ctx context.Context) error { return refundScript.Exec(ctx, s.client, gk, args).Error() }
+				var err error
+				if s.tracer != nil {
+					err = s.refundTraced(rctx, len(gk), exec)
+				} else {
+					err = exec(rctx)
+				}
+				if err == nil {
 					answered[j].Store(true)
 				}
 			}()

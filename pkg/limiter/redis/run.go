@@ -17,7 +17,15 @@ import (
 // the caller's goroutine: rueidis returns by ctx's deadline (the command
 // then is Indeterminate). It reports whether every command it built has
 // been answered (so g's buffers are free again).
-func (s *Store) run(ctx context.Context, batch []limiter.Request, roles []limiter.Role, keys []string, g *group) (done bool) {
+func (s *Store) run(ctx context.Context, batch []limiter.Request, roles []limiter.Role, keys []string, g *group) bool {
+	if s.tracer != nil {
+		return s.runTraced(ctx, batch, roles, keys, g)
+	}
+	return s.runProgram(ctx, batch, roles, keys, g)
+}
+
+// runProgram is run without a span.
+func (s *Store) runProgram(ctx context.Context, batch []limiter.Request, roles []limiter.Role, keys []string, g *group) (done bool) {
 	n := len(g.idx)
 	g.outs = grow(g.outs, n)
 	g.replies = grow(g.replies, n)

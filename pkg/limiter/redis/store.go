@@ -37,6 +37,7 @@ import (
 	"unsafe"
 
 	"github.com/redis/rueidis"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/envoy-rls/envoy-rls/pkg/limiter"
 	"github.com/envoy-rls/envoy-rls/pkg/limiter/deadline"
@@ -60,7 +61,8 @@ type Store struct {
 	// deadlines bounds calls that come without a deadline sooner than
 	// timeout: one timer per millisecond in use instead of one per call.
 	deadlines *deadline.Wheel
-	cluster   bool // group batches by slot
+	cluster   bool         // group batches by slot
+	tracer    trace.Tracer // nil: no spans
 	closed    atomic.Bool
 	// scratch pools *scratch: the working memory of Evaluate.
 	scratch sync.Pool
@@ -168,7 +170,7 @@ func open(cfg Config, opt rueidis.ClientOption) (*Store, error) {
 		return nil, fmt.Errorf("redis store: %w: cluster mode, but %s is not a Redis Cluster", ErrModeMismatch, strings.Join(cfg.Addrs, ","))
 	}
 	s := &Store{client: c, timeout: cfg.Timeout, deadlines: deadline.New(0), cluster: c.Mode() == rueidis.ClientModeCluster,
-		local: newLocalClock(time.Now())}
+		local: newLocalClock(time.Now()), tracer: tracer(cfg.TracerProvider)}
 	if s.cluster {
 		s.offsets = make([]clockOffset, SlotCount)
 	} else {

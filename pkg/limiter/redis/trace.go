@@ -1,0 +1,104 @@
+package redis
+
+import (
+	"context"
+	"slices"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/envoy-rls/envoy-rls/pkg/limiter"
+	"github.com/envoy-rls/envoy-rls/pkg/lua"
+)
+
+// TracerName is the instrumentation scope of the store's spans.
+const TracerName = "github.com/envoy-rls/envoy-rls/pkg/limiter/redis"
+
+// Span names: one span per program run, a child of the caller's span.
+const (
+	BatchSpanName  = "envoy_rls.redis.batch"
+	RefundSpanName = "envoy_rls.redis.refund"
+)
+
+// Span attributes. Keys and arguments are never recorded (the keys hold
+// digests only, but they identify a subject for as long as the HMAC
+// secret lives); neither are error texts.
+var (
+	attrDBSystem = attribute.String("db.system.name", "redis")
+	attrDBOpName = attribute.String("db.operation.name", "EVALSHA")
+	attrBatch    = attribute.String("envoy_rls.program", lua.Batch().Name)
+	attrRefund   = attribute.String("envoy_rls.program", lua.Refund().Name)
+)
+
+const (
+	attrGroupSize = attribute.Key("envoy_rls.group_size")
+	attrPolicies  = attribute.Key("envoy_rls.policies")
+	attrOutcome   = attribute.Key("envoy_rls.outcome")
+	attrFailure   = attribute.Key("envoy_rls.failure")
+	attrCommitted = attribute.Key("envoy_rls.committed")
+)
+
+// tracer returns the store's tracer of tp, nil when tp is nil (no spans,
+// no work).
+func tracer(tp trace.TracerProvider) trace.Tracer {
+	if tp == nil {
+		return nil
+	}
+	return tp.Tracer(TracerName)
+}
+
+// runTraced is run inside a span that describes the group's program run.
+func (s *Store) runTraced(ctx context.Context, batch []limiter.Request, roles []limiter.Role, keys []string, g *group) bool {
+	ctx, span := s.tracer.Start(ctx, BatchSpanName, trace.WithSpanKind(trace.SpanKindClient),
+		trace.WithAttributes(attrDBSystem, attrDBOpName, attrBatch))
+	defer span.End()
+	done := s.runProgram(ctx, batch, roles, keys, g)
+	if !span.IsRecording() {
+		return done
+	}
+	outcome, failure := "allowed", ""
+	for k := range g.outs {
+		o := &g.outs[k]
+		if o.Kind != limiter.Evaluated {
+			outcome, failure = o.Kind.String(), o.Category
+			if failure == "" {
+				failure = o.Kind.String()
+			}
+			break
+		}
+		if !o.Decision.Allowed {
+			outcome = "denied"
+		}
+	}
+	ids := make([]string, 0, len(g.idx))
+	for _, i := range g.idx {
+		if id := batch[i].Policy.ID(); !slices.Contains(ids, id) {
+			ids = append(ids, id)
+		}
+	}
+	span.SetAttributes(
+		attrGroupSize.Int(len(g.idx)),
+		attrPolicies.StringSlice(ids),
+		attrOutcome.String(outcome),
+		attrCommitted.Bool(g.committed),
+	)
+	if failure != "" {
+		span.SetAttributes(attrFailure.String(failure))
+		span.SetStatus(codes.Error, outcome)
+	}
+	return done
+}
+
+// refundTraced runs one refund program of n requests inside a span.
+func (s *Store) refundTraced(ctx context.Context, n int, exec func(context.Context) error) error {
+	ctx, span := s.tracer.Start(ctx, RefundSpanName, trace.WithSpanKind(trace.SpanKindClient),
+		trace.WithAttributes(attrDBSystem, attrDBOpName, attrRefund, attrGroupSize.Int(n)))
+	defer span.End()
+	err := exec(ctx)
+	span.SetAttributes(attrCommitted.Bool(err == nil))
+	if err != nil {
+		span.SetStatus(codes.Error, "refund not answered")
+	}
+	return err
+}

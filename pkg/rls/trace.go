@@ -1,0 +1,135 @@
+package rls
+
+import (
+	"context"
+	"slices"
+
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/envoy-rls/envoy-rls/pkg/limiter"
+)
+
+// TracerName is the instrumentation scope of the spans this package starts.
+const TracerName = "github.com/envoy-rls/envoy-rls/pkg/rls"
+
+// StoreSpanName is the span around one store evaluation (one batch: the
+// limits of one call).
+const StoreSpanName = "envoy_rls.store.evaluate"
+
+// Span attributes. They name the rule domain, the policies and counts,
+// never a descriptor value: values reach neither spans nor their events.
+const (
+	// AttrDomain is the request's domain when the rules know it, else
+	// UnknownDomainLabel (so a client cannot write arbitrary text into
+	// spans).
+	AttrDomain = attribute.Key("envoy_rls.domain")
+	// AttrDescriptors is the number of descriptors in the request.
+	AttrDescriptors = attribute.Key("envoy_rls.descriptors")
+	// AttrPolicies are the IDs of the policies of the limits evaluated,
+	// each once, in request order.
+	AttrPolicies = attribute.Key("envoy_rls.policies")
+	// AttrBatchSize is the number of limits evaluated in one batch.
+	AttrBatchSize = attribute.Key("envoy_rls.batch_size")
+	// AttrOutcome is the answer on the call's span (OK, OVER_LIMIT) and
+	// the store's summary on the store span (see storeOutcome).
+	AttrOutcome = attribute.Key("envoy_rls.outcome")
+	// AttrFailure is the failure category of the first failed outcome of
+	// a store evaluation (limiter.Category*), when one failed.
+	AttrFailure = attribute.Key("envoy_rls.failure")
+)
+
+// tracer returns the package's tracer of tp, nil when tp is nil: nil
+// means no spans and no work on the request path.
+func tracer(tp trace.TracerProvider) trace.Tracer {
+	if tp == nil {
+		return nil
+	}
+	return tp.Tracer(TracerName)
+}
+
+// evaluateTraced is store.Evaluate inside a child span of the call's span.
+func (s *Server) evaluateTraced(storeCtx context.Context, send []limiter.Request, outs []limiter.Outcome) {
+	storeCtx, span := s.tracer.Start(storeCtx, StoreSpanName, trace.WithSpanKind(trace.SpanKindInternal))
+	defer span.End()
+	s.store.Evaluate(storeCtx, send, outs)
+	if !span.IsRecording() {
+		return
+	}
+	outcome, failure := storeOutcome(outs)
+	attrs := []attribute.KeyValue{
+		AttrBatchSize.Int(len(send)),
+		AttrPolicies.StringSlice(batchPolicies(send)),
+		AttrOutcome.String(outcome),
+	}
+	if failure != "" {
+		attrs = append(attrs, AttrFailure.String(failure))
+		span.SetStatus(codes.Error, outcome)
+	}
+	span.SetAttributes(attrs...)
+}
+
+// storeOutcome summarises a batch's outcomes: "allowed" when every limit
+// allowed, "denied" when one denied and none failed, else the kind of the
+// first failed outcome (unavailable, indeterminate, incompatible) and its
+// category.
+func storeOutcome(outs []limiter.Outcome) (outcome, failure string) {
+	outcome = "allowed"
+	for i := range outs {
+		o := &outs[i]
+		switch {
+		case o.Kind != limiter.Evaluated:
+			cat := o.Category
+			if cat == "" {
+				cat = o.Kind.String()
+			}
+			return o.Kind.String(), cat
+		case !o.Decision.Allowed:
+			outcome = "denied"
+		}
+	}
+	return outcome, ""
+}
+
+// batchPolicies is the IDs of the batch's policies, each once.
+func batchPolicies(batch []limiter.Request) []string {
+	ids := make([]string, 0, len(batch))
+	for i := range batch {
+		if id := batch[i].Policy.ID(); !slices.Contains(ids, id) {
+			ids = append(ids, id)
+		}
+	}
+	return ids
+}
+
+// annotateCall sets the call's attributes on the span in ctx (the gRPC
+// server span), when it records.
+func (s *Server) annotateCall(ctx context.Context, req *rlsv3.RateLimitRequest, known bool, sc *scratch, resp *rlsv3.RateLimitResponse) {
+	span := trace.SpanFromContext(ctx)
+	if !span.IsRecording() {
+		return
+	}
+	domain := UnknownDomainLabel
+	if known {
+		domain = req.Domain
+	}
+	ids := make([]string, 0, len(sc.batch))
+	for i := range sc.descs {
+		ds := &sc.descs[i]
+		if ds.kind != statusStore && ds.kind != statusNeverFits {
+			continue
+		}
+		if id := ds.match.Rule.Policy.ID(); !slices.Contains(ids, id) {
+			ids = append(ids, id)
+		}
+	}
+	span.SetAttributes(
+		AttrDomain.String(domain),
+		AttrDescriptors.Int(len(req.Descriptors)),
+		AttrPolicies.StringSlice(ids),
+		AttrBatchSize.Int(len(sc.batch)),
+		AttrOutcome.String(resp.OverallCode.String()),
+	)
+}
