@@ -77,6 +77,9 @@ type Config struct {
 	DenialLogTick       time.Duration
 	DenialLogFirst      int
 	DenialLogThereafter int
+	// Local configures the in-process limiter of failure_mode: local
+	// policies. (Optional, see LocalConfig for the defaults)
+	Local LocalConfig
 }
 
 // Server implements rlsv3.RateLimitServiceServer.
@@ -94,6 +97,8 @@ type Server struct {
 	// deadlines makes the store's contexts (storeContext): one timer per
 	// millisecond in use instead of one per call.
 	deadlines *deadline.Wheel
+	// local decides failure_mode: local limits while the store fails.
+	local *localFallback
 }
 
 var _ rlsv3.RateLimitServiceServer = (*Server)(nil)
@@ -143,6 +148,10 @@ func New(cfg Config) (*Server, error) {
 		clock:          cfg.Clock,
 		defaultHeaders: cfg.DefaultHeaders,
 		deadlines:      deadline.New(0),
+	}
+	var err error
+	if s.local, err = newLocalFallback(cfg.Local, cfg.Clock, log); err != nil {
+		return nil, err
 	}
 	s.scratch.New = func() any { return new(scratch) }
 	return s, nil
@@ -201,6 +210,7 @@ type scratch struct {
 	checks  []limiter.Request // the store's requests resent as checks
 	entries []descriptors.Entry
 	buf     []byte
+	local   localBatch
 }
 
 func (s *Server) getScratch(n int) *scratch {
@@ -366,6 +376,7 @@ func (s *Server) evaluate(ctx context.Context, req *rlsv3.RateLimitRequest, rule
 		t0 := time.Now()
 		s.store.Evaluate(storeContext(ctx, s.deadlines, t0), send, sc.outs[:n])
 		s.metrics.observeStore(time.Since(t0))
+		s.decideLocally(ctx, send, sc.outs[:n], sc.batch, sc.outs, &sc.local)
 	}
 
 	// 4. Statuses.
