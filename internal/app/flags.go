@@ -13,6 +13,7 @@ import (
 	"github.com/envoy-rls/envoy-rls/pkg/limiter/denycache"
 	"github.com/envoy-rls/envoy-rls/pkg/limiter/memory"
 	"github.com/envoy-rls/envoy-rls/pkg/limiter/redis"
+	"github.com/envoy-rls/envoy-rls/pkg/rls"
 )
 
 // EnvPrefix prefixes the environment variable of every flag: --grpc-addr is
@@ -94,6 +95,12 @@ type Options struct {
 	RedisPoolSize       int
 	RedisMaxFlushDelay  time.Duration
 
+	// Readiness and the local fallback (fallbackflags.go).
+	Readiness               string
+	DefaultFailureMode      string
+	ReplicasHint            int
+	LocalFallbackMaxEntries int
+
 	// given records, by flag name, the text of each value set on the
 	// command line or from the environment, so errors quote what the user
 	// wrote and where.
@@ -127,6 +134,7 @@ func serveFlags(o *Options) *flag.FlagSet {
 	fs.DurationVar(&o.RedisTimeout, "redis-timeout", DefaultRedisTimeout, fmt.Sprintf("upper bound of one Redis round trip, 1ms–%v (the gRPC deadline may cut it shorter)", redis.MaxTimeout))
 	fs.IntVar(&o.RedisPoolSize, "redis-pool-size", DefaultRedisPoolSize, fmt.Sprintf("pipelined Redis connections per node, 1–%d", redis.MaxPoolSize))
 	fs.DurationVar(&o.RedisMaxFlushDelay, "redis-max-flush-delay", DefaultRedisFlushDelay, "how long a Redis connection may wait to gather pipelined commands into one write (0: flush at once; at most 1ms)")
+	fallbackFlags(fs, o)
 	return fs
 }
 
@@ -147,6 +155,11 @@ var accepts = map[string]string{
 	"redis-timeout":         redisWant(redis.Config{Timeout: -1}),
 	"redis-pool-size":       redisWant(redis.Config{PoolSize: -1}),
 	"redis-max-flush-delay": redisWant(redis.Config{MaxFlushDelay: -1}),
+
+	"readiness":                  ReadinessRules + " or " + ReadinessStore,
+	"default-failure-mode":       "closed, open or local",
+	"replicas-hint":              fmt.Sprintf("an integer between 1 and %d", rls.MaxReplicas),
+	"local-fallback-max-entries": "a positive integer",
 }
 
 // acceptsOf is what f takes: its entry in accepts, else what its type
@@ -205,6 +218,9 @@ func (o *Options) check() error {
 	}
 	if o.RedisPoolSize == 0 {
 		bad("redis-pool-size")
+	}
+	for _, name := range o.fallbackCheck() {
+		bad(name)
 	}
 	var err error
 	if o.Store == "redis" {
