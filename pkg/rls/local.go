@@ -17,7 +17,7 @@ import (
 // Defaults of LocalConfig.
 const (
 	// DefaultLocalMaxEntries bounds the subjects the local limiter holds:
-	// at memory.MaxBytesPerEntry, at most about 27 MiB when full.
+	// at memory.MaxBytesPerEntry, at most about 26 MiB when full.
 	DefaultLocalMaxEntries = 100_000
 	// MaxReplicas bounds LocalConfig.Replicas.
 	MaxReplicas = 10_000
