@@ -210,12 +210,20 @@ func checkPhasedAllowing(t *testing.T, p *phased, allowDeadline int) {
 
 // TestRedisOutage: Redis is killed under load and restarted on its port.
 // While it is down, `closed` policies answer OVER_LIMIT with Retry-After,
-// `open` policies OK, no call outlives its deadline, /readyz is 503; once it
-// is back, decisions resume and /readyz is 200.
+// `open` policies OK, no call outlives its deadline; /readyz stays 200 on
+// the replicas with the default --readiness (rules) while /healthz and
+// envoy_rls_store_up report the store down, and is 503 on the replica with
+// --readiness store. Once Redis is back, decisions resume, the store is
+// reported up and /readyz is 200 everywhere.
 func TestRedisOutage(t *testing.T) {
 	binary(t)
 	redis := redistest.Standalone(t, redistest.Local())
-	rs := startReplicas(t, 3, failureRules, replicaConfig{Store: "redis", RedisAddr: redis.Addr(), RedisMode: "standalone"})
+	cfg := replicaConfig{Store: "redis", RedisAddr: redis.Addr(), RedisMode: "standalone"}
+	def := startReplicas(t, 2, failureRules, cfg)
+	cfg.Args = []string{"--readiness", "store"}
+	storeReady := startReplicas(t, 1, failureRules, cfg)
+	storeReady[0].name = "readiness-store"
+	rs := append(append([]*replica{}, def...), storeReady...)
 	const subjects = 8
 
 	var p phased
@@ -229,14 +237,17 @@ func TestRedisOutage(t *testing.T) {
 	redis.Kill()
 	p.phase.Store(phaseDown)
 	t.Logf("redis killed (pid gone); load continues")
-	took := waitReadyz(t, rs, http.StatusServiceUnavailable, recoverTimeout)
-	t.Logf("/readyz 503 on every replica %v after the kill", took)
-	_, body := rs[0].mustAdmin("/readyz")
-	if !strings.Contains(body, "store unreachable") {
-		t.Errorf("/readyz while Redis is down: %q, want the reason (store unreachable)", body)
+	took := waitReadyz(t, storeReady, http.StatusServiceUnavailable, recoverTimeout)
+	t.Logf("/readyz 503 on the --readiness store replica %v after the kill", took)
+	if _, body := storeReady[0].mustAdmin("/readyz"); !strings.Contains(body, "store unreachable") {
+		t.Errorf("/readyz with --readiness store while Redis is down: %q, want the reason (store unreachable)", body)
 	}
+	took = waitStoreState(t, def, false, recoverTimeout)
+	t.Logf("store reported down on /healthz and store_up %v after the kill", took)
+	checkReadyz(t, def, http.StatusOK, "while Redis is down")
 	waitCount(t, &p.downClosed, minOutageCalls, 20*time.Second, "closed-policy calls while Redis is down")
 	waitCount(t, &p.downOpen, minOutageCalls, 20*time.Second, "open-policy calls while Redis is down")
+	checkReadyz(t, def, http.StatusOK, "after the outage calls")
 	if got := rs[0].metric(`envoy_rls_fallback_total{mode="closed"}`); got <= fallbacksBefore {
 		t.Errorf(`envoy_rls_fallback_total{mode="closed"} %v, want more than %v`, got, fallbacksBefore)
 	}
@@ -248,7 +259,45 @@ func TestRedisOutage(t *testing.T) {
 	t.Logf("decisions resumed on every replica %v after Redis answered PING again", took)
 	took = waitReadyz(t, rs, http.StatusOK, recoverTimeout)
 	t.Logf("/readyz 200 on every replica %v after that", took)
+	waitStoreState(t, rs, true, recoverTimeout)
 	waitCount(t, &p.back, 100, 20*time.Second, "calls after the restart")
 	stopLoad()
 	checkPhased(t, &p)
+}
+
+// checkReadyz fails the test unless every replica's /readyz answers want.
+func checkReadyz(t *testing.T, rs []*replica, want int, when string) {
+	t.Helper()
+	for _, r := range rs {
+		if code, body, err := r.admin("/readyz"); err != nil || code != want {
+			t.Errorf("%s /readyz %s: %d %q %v, want %d", r.name, when, code, body, err, want)
+		}
+	}
+}
+
+// waitStoreState waits until every replica reports its Redis store up (or
+// down) on /healthz, then checks envoy_rls_store_up once (it is set with the
+// /healthz state). It polls /healthz only, every 50ms: the replicas are
+// under load and /metrics costs them more.
+func waitStoreState(t *testing.T, rs []*replica, up bool, timeout time.Duration) time.Duration {
+	t.Helper()
+	line, gauge := "store redis: down since", 0.0
+	if up {
+		line, gauge = "store redis: up since", 1
+	}
+	took := eventually(t, timeout, 50*time.Millisecond, fmt.Sprintf("%q on every replica", line), func() error {
+		for _, r := range rs {
+			code, body, err := r.admin("/healthz")
+			if err != nil || code != http.StatusOK || !strings.Contains(body, line) {
+				return fmt.Errorf("%s /healthz %d %q %v", r.name, code, body, err)
+			}
+		}
+		return nil
+	})
+	for _, r := range rs {
+		if g := r.metric("envoy_rls_store_up"); g != gauge {
+			t.Errorf("%s envoy_rls_store_up %v with /healthz %q", r.name, g, line)
+		}
+	}
+	return took
 }

@@ -28,10 +28,11 @@ const (
 
 // TestRedisDownAtStart: the binary starts while nothing listens on the
 // Redis address (a pod scheduled before its Redis). It keeps running and
-// serving, /readyz is 503, a closed policy answers OVER_LIMIT with
-// Retry-After and an open one OK, each failed connection attempt is
-// logged. Once redis-server starts on that port, the replica connects
-// without a restart: /readyz turns 200 and limits are counted in Redis.
+// serving, /readyz is 200 (the failure modes answer) while /healthz reports
+// the store down, a closed policy answers OVER_LIMIT with Retry-After and
+// an open one OK, each failed connection attempt is logged. Once
+// redis-server starts on that port, the replica connects without a
+// restart: /healthz reports the store up and limits are counted in Redis.
 func TestRedisDownAtStart(t *testing.T) {
 	binary(t)
 	redis := redistest.Standalone(t, redistest.Local())
@@ -58,8 +59,11 @@ func TestRedisDownAtStart(t *testing.T) {
 			t.Errorf("the attempt lines lack %s", want)
 		}
 	}
-	if code, body := r.mustAdmin("/readyz"); code != http.StatusServiceUnavailable || !strings.Contains(body, "not connected") {
-		t.Errorf("/readyz while Redis is down: %d %q, want 503 not connected", code, body)
+	if code, body := r.mustAdmin("/readyz"); code != http.StatusOK {
+		t.Errorf("/readyz while Redis is down: %d %q, want 200", code, body)
+	}
+	if code, body := r.mustAdmin("/healthz"); code != http.StatusOK || !strings.Contains(body, "store redis: down since") || !strings.Contains(body, "not connected") {
+		t.Errorf("/healthz while Redis is down: %d %q, want 200 with the store down, not connected", code, body)
 	}
 	for i := 0; i < 3; i++ {
 		if res := r.call(outageDeadline, 1, entry{"closed", "down"}); !res.over() || res.Headers["Retry-After"] == "" {
@@ -75,13 +79,8 @@ func TestRedisDownAtStart(t *testing.T) {
 
 	start := time.Now()
 	redis.Restart()
-	took := eventually(t, 30*time.Second, 20*time.Millisecond, "/readyz 200 after Redis started", func() error {
-		if code := readyz(r); code != http.StatusOK {
-			return fmt.Errorf("/readyz %d", code)
-		}
-		return nil
-	})
-	t.Logf("/readyz 200 %v after Redis answered PING (%v after the restart began)", took, time.Since(start))
+	took := waitStoreState(t, []*replica{r}, true, 30*time.Second)
+	t.Logf("store reported up %v after Redis answered PING (%v after the restart began)", took, time.Since(start))
 	if !r.log.contains(logConnected) {
 		t.Errorf("no %q line", logConnected)
 	}

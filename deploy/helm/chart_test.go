@@ -262,8 +262,9 @@ func TestRender(t *testing.T) {
 		replicas int
 	}{
 		{
-			name:     "memory defaults",
-			wantArgs: []string{"--store=memory", "--config=/etc/envoy-rls/rules", "--grpc-addr=:8081", "--admin-addr=:8080"},
+			name: "memory defaults",
+			wantArgs: []string{"--store=memory", "--config=/etc/envoy-rls/rules", "--grpc-addr=:8081", "--admin-addr=:8080",
+				"--readiness=rules", "--default-failure-mode=closed", "--replicas-hint=1", "--local-fallback-max-entries=100000"},
 			replicas: 1,
 		},
 		{
@@ -284,6 +285,7 @@ func TestRender(t *testing.T) {
 				"--redis-tls-cert=/etc/envoy-rls/redis-client/tls.crt", "--redis-tls-key=/etc/envoy-rls/redis-client/tls.key",
 				"--redis-password-file=/etc/envoy-rls/redis-password/password", "--redis-username=rls",
 				"--hmac-secret-file=/etc/envoy-rls/hmac/hmac-secret",
+				"--replicas-hint=3", // automatic: replicaCount
 			},
 			wantSecret:     true,
 			hmacSecretName: "rls-envoy-rls-hmac",
@@ -297,7 +299,8 @@ func TestRender(t *testing.T) {
 				"--set", "hmac.existingSecret=rls-hmac", "--set", "hmac.key=key",
 				"--set", "autoscaling.enabled=true",
 			}),
-			wantArgs:       []string{"--redis-mode=sentinel", "--redis-sentinel-master=mymaster", "--hmac-secret-file=/etc/envoy-rls/hmac/key"},
+			wantArgs: []string{"--redis-mode=sentinel", "--redis-sentinel-master=mymaster", "--hmac-secret-file=/etc/envoy-rls/hmac/key",
+				"--replicas-hint=10"}, // automatic: autoscaling.maxReplicas
 			hmacSecretName: "rls-hmac",
 			wantHPA:        true,
 			replicas:       -1,
@@ -314,6 +317,19 @@ func TestRender(t *testing.T) {
 			wantMonitor:    true,
 			wantPreStop:    true,
 			replicas:       2,
+		},
+		{
+			name: "readiness on the store, local fallback set",
+			args: cat(redisBase, withHMAC, []string{
+				"--set", "readiness=store", "--set", "defaultFailureMode=local",
+				"--set", "localFallback.replicasHint=4", "--set", "localFallback.maxEntries=5000",
+				"--set", "autoscaling.enabled=true",
+			}),
+			wantArgs:       []string{"--readiness=store", "--default-failure-mode=local", "--replicas-hint=4", "--local-fallback-max-entries=5000"},
+			wantSecret:     true,
+			hmacSecretName: "rls-envoy-rls-hmac",
+			wantHPA:        true,
+			replicas:       -1,
 		},
 		{
 			name:     "existing rules ConfigMap",
@@ -1329,6 +1345,9 @@ func TestDefaultsMatchBinary(t *testing.T) {
 		{"store", get(v, "store"), app.DefaultStore},
 		{"logLevel", get(v, "logLevel"), app.DefaultLogLevel},
 		{"defaultHeaders", get(v, "defaultHeaders"), app.DefaultHeaders},
+		{"readiness", get(v, "readiness"), app.DefaultReadiness},
+		{"defaultFailureMode", get(v, "defaultFailureMode"), app.DefaultFailureMode},
+		{"localFallback.maxEntries", get(v, "localFallback", "maxEntries"), app.DefaultLocalFallbackMaxEntries},
 		{"redis.mode", get(v, "redis", "mode"), app.DefaultRedisMode},
 		{"redis.poolSize", get(v, "redis", "poolSize"), app.DefaultRedisPoolSize},
 		{"redis.timeout", timeout, app.DefaultRedisTimeout},

@@ -24,14 +24,20 @@ func (s *server) adminHandler() http.Handler {
 		registerPprof(mux)
 	}
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
-		writeText(w, http.StatusOK, "ok")
+		// Liveness: 200 whatever the store's state, which the second line
+		// reports.
+		writeText(w, http.StatusOK, "ok\n"+s.storeState.describe())
 	})
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
 		if reason := s.notReady(r.Context()); reason != "" {
 			writeText(w, http.StatusServiceUnavailable, "not ready: "+reason)
 			return
 		}
-		writeText(w, http.StatusOK, "ready")
+		msg := "ready"
+		if !s.storeState.isUp() {
+			msg += "\n" + s.storeState.describe() + " (answering by each policy's failure mode)"
+		}
+		writeText(w, http.StatusOK, msg)
 	})
 	mux.Handle("GET /metrics", promhttp.HandlerFor(s.reg, promhttp.HandlerOpts{Registry: s.reg}))
 	mux.HandleFunc("GET /config", func(w http.ResponseWriter, _ *http.Request) {
@@ -44,6 +50,8 @@ func (s *server) adminHandler() http.Handler {
 }
 
 // notReady returns why the process should not receive traffic, or "".
+// The store counts only with --readiness store: by default a store outage is
+// answered by each policy's failure mode, so the process stays ready.
 func (s *server) notReady(ctx context.Context) string {
 	if s.draining.Load() {
 		return "draining"
@@ -51,7 +59,7 @@ func (s *server) notReady(ctx context.Context) string {
 	if s.rules.current() == nil {
 		return "rules not loaded"
 	}
-	if s.ping != nil {
+	if s.opts.Readiness == ReadinessStore && s.ping != nil {
 		ctx, cancel := context.WithTimeout(ctx, readyTimeout)
 		defer cancel()
 		if err := s.ping.Ping(ctx); err != nil {
@@ -63,13 +71,16 @@ func (s *server) notReady(ctx context.Context) string {
 
 // configDoc is the /config document: configured strings only, no secret.
 type configDoc struct {
-	Config         string                   `json:"config"`
-	Store          string                   `json:"store"`
-	DefaultHeaders string                   `json:"default_headers"`
-	Fingerprint    string                   `json:"fingerprint,omitempty"`
-	Files          []string                 `json:"files,omitempty"`
-	Domains        []descriptors.DomainInfo `json:"domains"`
-	LastReload     reloadDoc                `json:"last_reload"`
+	Config             string                   `json:"config"`
+	Store              string                   `json:"store"`
+	DefaultHeaders     string                   `json:"default_headers"`
+	DefaultFailureMode string                   `json:"default_failure_mode"`
+	Readiness          string                   `json:"readiness"`
+	ReplicasHint       int                      `json:"replicas_hint"`
+	Fingerprint        string                   `json:"fingerprint,omitempty"`
+	Files              []string                 `json:"files,omitempty"`
+	Domains            []descriptors.DomainInfo `json:"domains"`
+	LastReload         reloadDoc                `json:"last_reload"`
 }
 
 func (s *server) configView() configDoc {
@@ -78,10 +89,14 @@ func (s *server) configView() configDoc {
 		Config:         s.opts.Config,
 		Store:          s.opts.Store,
 		DefaultHeaders: s.opts.DefaultHeaders,
-		Fingerprint:    snap.Fingerprint(),
-		Files:          snap.Files(),
-		Domains:        snap.Domains(),
-		LastReload:     s.rules.lastResult(),
+
+		DefaultFailureMode: s.opts.DefaultFailureMode,
+		Readiness:          s.opts.Readiness,
+		ReplicasHint:       s.opts.ReplicasHint,
+		Fingerprint:        snap.Fingerprint(),
+		Files:              snap.Files(),
+		Domains:            snap.Domains(),
+		LastReload:         s.rules.lastResult(),
 	}
 	if doc.Domains == nil {
 		doc.Domains = []descriptors.DomainInfo{}

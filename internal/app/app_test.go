@@ -313,10 +313,13 @@ func (b *blockingStore) Ping(context.Context) error {
 	return b.pingErr
 }
 
+// TestReadyzAndGracefulDrain: with --readiness store, /readyz follows the
+// store's ping; a stop request makes it say draining while an in-flight
+// call finishes.
 func TestReadyzAndGracefulDrain(t *testing.T) {
 	rules := writeRules(t, t.TempDir(), testRules)
 	bs := &blockingStore{entered: make(chan struct{}, 1), release: make(chan struct{})}
-	r := startServe(t, []string{"--config", rules}, nil, hooks{wrapStore: func(s limiter.Store) limiter.Store {
+	r := startServe(t, []string{"--config", rules, "--readiness", "store"}, nil, hooks{wrapStore: func(s limiter.Store) limiter.Store {
 		bs.Store = s
 		return bs
 	}})
@@ -465,6 +468,12 @@ func TestServeFlagErrors(t *testing.T) {
 		{"bad level", []string{"serve", "--config", rules, "--log-level", "loud"}, nil, `--log-level="loud": must be debug, info, warn or error`},
 		{"gc percent too low", []string{"serve", "--config", rules, "--gc-percent", "5"}, nil, `--gc-percent="5": must be 0 (automatic) or an integer between 10 and 10000`},
 		{"gc percent too high", []string{"serve", "--config", rules}, map[string]string{"ENVOY_RLS_GC_PERCENT": "20000"}, `ENVOY_RLS_GC_PERCENT="20000": must be 0 (automatic) or an integer between 10 and 10000`},
+		{"readiness", []string{"serve", "--config", rules, "--readiness", "redis"}, nil, `--readiness="redis": must be rules or store`},
+		{"readiness env", []string{"serve", "--config", rules}, map[string]string{"ENVOY_RLS_READINESS": "always"}, `ENVOY_RLS_READINESS="always": must be rules or store`},
+		{"default failure mode", []string{"serve", "--config", rules, "--default-failure-mode", "fallback"}, nil, `--default-failure-mode="fallback": must be closed, open or local`},
+		{"replicas hint zero", []string{"serve", "--config", rules, "--replicas-hint", "0"}, nil, `--replicas-hint="0": must be an integer between 1 and 10000`},
+		{"replicas hint env", []string{"serve", "--config", rules}, map[string]string{"ENVOY_RLS_REPLICAS_HINT": "two"}, `ENVOY_RLS_REPLICAS_HINT="two": must be an integer between 1 and 10000`},
+		{"local fallback entries", []string{"serve", "--config", rules, "--local-fallback-max-entries", "0"}, nil, `--local-fallback-max-entries="0": must be a positive integer`},
 		{"flag wins over env", []string{"serve", "--config", rules, "--redis-timeout", "2m"}, map[string]string{"ENVOY_RLS_REDIS_TIMEOUT": "1s"}, `--redis-timeout="2m": must be a duration between 1ms and 1m0s`},
 		{"several problems", []string{"serve", "--config", rules, "--store", "etcd"}, map[string]string{"ENVOY_RLS_LOG_LEVEL": "loud", "ENVOY_RLS_MEMORY_MAX_ENTRIES": "x"},
 			`ENVOY_RLS_MEMORY_MAX_ENTRIES="x": must be 0 (automatic) or a positive integer` + "\n" + `--store="etcd": must be memory or redis` + "\n" + `ENVOY_RLS_LOG_LEVEL="loud": must be debug, info, warn or error`},
@@ -767,5 +776,47 @@ func TestMemoryBound(t *testing.T) {
 	n, _ := memoryBound(&Options{}, 256*mi)
 	if float64(n)*memory.MaxBytesPerEntry > MemoryShare*256*mi {
 		t.Fatalf("%d entries x %d bytes exceed %v of 256 MiB", n, memory.MaxBytesPerEntry, MemoryShare)
+	}
+}
+
+// TestReadinessIgnoresTheStoreByDefault: /readyz stays 200 while the store
+// does not answer its ping (each policy's failure mode answers), and the
+// store's state shows on /healthz, the store_up gauge and one log line per
+// transition.
+func TestReadinessIgnoresTheStoreByDefault(t *testing.T) {
+	rules := writeRules(t, t.TempDir(), testRules)
+	bs := &blockingStore{entered: make(chan struct{}, 1), release: make(chan struct{})}
+	close(bs.release)
+	r := startServe(t, []string{"--config", rules}, nil, hooks{wrapStore: func(s limiter.Store) limiter.Store {
+		bs.Store = s
+		return bs
+	}})
+	waitFor(t, func() bool { _, body := r.get(t, "/healthz"); return strings.Contains(body, "store memory: up since") })
+	bs.mu.Lock()
+	bs.pingErr = errors.New("connection refused")
+	bs.mu.Unlock()
+	waitFor(t, func() bool {
+		_, body := r.get(t, "/healthz")
+		return strings.Contains(body, "store memory: down since") && strings.Contains(body, "connection refused")
+	})
+	if code, body := r.get(t, "/healthz"); code != 200 || !strings.HasPrefix(body, "ok\n") {
+		t.Fatalf("/healthz %d %q, want 200 ok", code, body)
+	}
+	if code, body := r.get(t, "/readyz"); code != 200 || !strings.Contains(body, "down since") {
+		t.Fatalf("/readyz %d %q, want 200 naming the store's state", code, body)
+	}
+	if _, m := r.get(t, "/metrics"); !strings.Contains(m, "envoy_rls_store_up 0") {
+		t.Fatalf("store_up while the ping fails:\n%s", m)
+	}
+	bs.mu.Lock()
+	bs.pingErr = nil
+	bs.mu.Unlock()
+	waitFor(t, func() bool { _, m := r.get(t, "/metrics"); return strings.Contains(m, "envoy_rls_store_up 1") })
+	if code, body := r.get(t, "/readyz"); code != 200 || body != "ready\n" {
+		t.Fatalf("/readyz %d %q once the store answers", code, body)
+	}
+	logs := r.logs.String()
+	if strings.Count(logs, msgStoreDown) != 1 || strings.Count(logs, msgStoreUp) != 1 {
+		t.Fatalf("want one %q and one %q line (transitions only):\n%s", msgStoreDown, msgStoreUp, logs)
 	}
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/envoy-rls/envoy-rls/pkg/limiter/denycache"
 	"github.com/envoy-rls/envoy-rls/pkg/limiter/memory"
 	"github.com/envoy-rls/envoy-rls/pkg/limiter/redis"
+	"github.com/envoy-rls/envoy-rls/pkg/rls"
 )
 
 // EnvPrefix prefixes the environment variable of every flag: --grpc-addr is
@@ -95,6 +96,12 @@ type Options struct {
 	RedisPoolSize       int
 	RedisMaxFlushDelay  time.Duration
 
+	// Readiness and the local fallback (fallbackflags.go).
+	Readiness               string
+	DefaultFailureMode      string
+	ReplicasHint            int
+	LocalFallbackMaxEntries int
+
 	// given records, by flag name, the text of each value set on the
 	// command line or from the environment, so errors quote what the user
 	// wrote and where.
@@ -129,6 +136,7 @@ func serveFlags(o *Options) *flag.FlagSet {
 	fs.IntVar(&o.RedisPoolSize, "redis-pool-size", DefaultRedisPoolSize, fmt.Sprintf("pipelined Redis connections per node, 1–%d", redis.MaxPoolSize))
 	fs.DurationVar(&o.RedisMaxFlushDelay, "redis-max-flush-delay", DefaultRedisFlushDelay, "how long a Redis connection may wait to gather pipelined commands into one write (0: flush at once; at most 1ms)")
 	fs.BoolVar(&o.Tracing, "tracing", false, "export OpenTelemetry traces by OTLP, configured by the OTEL_* variables (docs/operations.md, Tracing); also on when OTEL_EXPORTER_OTLP_ENDPOINT is set, off when OTEL_SDK_DISABLED=true")
+	fallbackFlags(fs, o)
 	return fs
 }
 
@@ -149,6 +157,11 @@ var accepts = map[string]string{
 	"redis-timeout":         redisWant(redis.Config{Timeout: -1}),
 	"redis-pool-size":       redisWant(redis.Config{PoolSize: -1}),
 	"redis-max-flush-delay": redisWant(redis.Config{MaxFlushDelay: -1}),
+
+	"readiness":                  ReadinessRules + " or " + ReadinessStore,
+	"default-failure-mode":       "closed, open or local",
+	"replicas-hint":              fmt.Sprintf("an integer between 1 and %d", rls.MaxReplicas),
+	"local-fallback-max-entries": "a positive integer",
 }
 
 // acceptsOf is what f takes: its entry in accepts, else what its type
@@ -207,6 +220,9 @@ func (o *Options) check() error {
 	}
 	if o.RedisPoolSize == 0 {
 		bad("redis-pool-size")
+	}
+	for _, name := range o.fallbackCheck() {
+		bad(name)
 	}
 	var err error
 	if o.Store == "redis" {

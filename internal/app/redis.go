@@ -19,8 +19,9 @@ import (
 // and the service often start together, and exiting would only crash-loop.
 // The store connects in the background (redis.Connect: waits doubling from
 // 100–200 ms to 5–10 s, jittered) and, until it is connected, every request
-// is answered by its policy's failure mode and /readyz fails (the store's
-// Ping), as during any Redis outage. Each failed attempt is logged once,
+// is answered by its policy's failure mode and the store is reported down
+// (/healthz, store_up; /readyz too with --readiness store), as during any
+// Redis outage. Each failed attempt is logged once,
 // with its cause and the next wait: at error level when it needs an
 // operator (credentials, TLS, mode), else at warn.
 //

@@ -42,18 +42,32 @@ func TestServeWithRedis(t *testing.T) {
 		t.Fatalf("/config:\n%s", cfg)
 	}
 
-	// Redis stops answering: not ready, and calls fail closed (the default).
+	// Redis stops answering: still ready (each policy's failure mode
+	// answers), the store reported down, and calls fail closed (the
+	// default).
 	srv.Pause()
 	waitFor(t, func() bool {
-		code, body := r.get(t, "/readyz")
-		return code == 503 && strings.Contains(body, "store unreachable")
+		_, body := r.get(t, "/healthz")
+		return strings.Contains(body, "store redis: down since")
 	})
+	if code, body := r.get(t, "/readyz"); code != 200 || !strings.Contains(body, "store redis: down") {
+		t.Fatalf("/readyz %d %q with Redis paused, want 200 naming the store's state", code, body)
+	}
+	if _, m := r.get(t, "/metrics"); !strings.Contains(m, "envoy_rls_store_up 0") {
+		t.Fatalf("store_up with Redis paused:\n%s", m)
+	}
 	if got := r.check(t, "someone-else").OverallCode; got != rlsv3.RateLimitResponse_OVER_LIMIT {
 		t.Fatalf("with Redis paused: %v, want OVER_LIMIT (fail closed)", got)
 	}
 	srv.Resume()
-	waitFor(t, func() bool { code, _ := r.get(t, "/readyz"); return code == 200 })
+	waitFor(t, func() bool { _, body := r.get(t, "/healthz"); return strings.Contains(body, "store redis: up since") })
 	_, m := r.get(t, "/metrics")
+	if !strings.Contains(m, "envoy_rls_store_up 1") {
+		t.Fatalf("store_up once Redis answers again:\n%s", m)
+	}
+	if strings.Count(r.logs.String(), msgStoreDown) != 1 || strings.Count(r.logs.String(), msgStoreUp) != 1 {
+		t.Fatalf("want one %q and one %q line:\n%s", msgStoreDown, msgStoreUp, r.logs)
+	}
 	if !strings.Contains(m, `envoy_rls_fallback_total{mode="closed"}`) || strings.Contains(m, `envoy_rls_fallback_total{mode="closed"} 0`) {
 		t.Fatalf("fallbacks not counted:\n%s", m)
 	}
@@ -75,9 +89,10 @@ func TestServeRedisUnreachableAtStart(t *testing.T) {
 	if got := r.check(t, "early-user").OverallCode; got != rlsv3.RateLimitResponse_OVER_LIMIT {
 		t.Fatalf("before Redis answers: %v, want OVER_LIMIT (fail closed)", got)
 	}
-	if code, body := r.get(t, "/readyz"); code != 503 || !strings.Contains(body, "not connected") {
-		t.Fatalf("/readyz %d %q, want 503 not connected", code, body)
+	if code, body := r.get(t, "/readyz"); code != 200 {
+		t.Fatalf("/readyz %d %q, want 200: the failure modes answer", code, body)
 	}
+	waitFor(t, func() bool { _, body := r.get(t, "/healthz"); return strings.Contains(body, "not connected") })
 	// At least two attempts logged, each with its cause and next wait.
 	waitFor(t, func() bool { return strings.Count(r.logs.String(), msgRedisNotConnected) >= 2 })
 	for _, want := range []string{`"level":"warn"`, `"attempt":2`, `"retry_in"`, "connection refused", `"redis_addr":"` + srv.Addr() + `"`} {
@@ -87,7 +102,7 @@ func TestServeRedisUnreachableAtStart(t *testing.T) {
 	}
 
 	srv.Restart()
-	waitFor(t, func() bool { code, _ := r.get(t, "/readyz"); return code == 200 })
+	waitFor(t, func() bool { _, body := r.get(t, "/healthz"); return strings.Contains(body, "store redis: up") })
 	for i, want := range []rlsv3.RateLimitResponse_Code{rlsv3.RateLimitResponse_OK, rlsv3.RateLimitResponse_OK, rlsv3.RateLimitResponse_OVER_LIMIT} {
 		if got := r.check(t, "late-user").OverallCode; got != want {
 			t.Fatalf("once connected, call %d: %v, want %v", i, got, want)
@@ -121,9 +136,7 @@ func TestServeRedisModeMismatchKeepsRunning(t *testing.T) {
 			t.Fatalf("logs lack %s:\n%s", want, r.logs)
 		}
 	}
-	if code, _ := r.get(t, "/readyz"); code != 503 {
-		t.Fatalf("/readyz %d, want 503", code)
-	}
+	waitFor(t, func() bool { _, body := r.get(t, "/healthz"); return strings.Contains(body, "store redis: down") })
 	if got := r.check(t, "someone").OverallCode; got != rlsv3.RateLimitResponse_OVER_LIMIT {
 		t.Fatalf("%v, want OVER_LIMIT (fail closed)", got)
 	}

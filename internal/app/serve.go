@@ -44,6 +44,9 @@ type server struct {
 	tracing  *tracing // nil: tracing off
 	health   *health.Server
 	draining atomic.Bool
+
+	// storeState is the store's last known state (/healthz, store_up).
+	storeState *storeState
 }
 
 // CheckServeArgs parses the arguments of `envoy-rls serve` (without the
@@ -150,6 +153,10 @@ func serve(ctx context.Context, o Options, getenv func(string) string, log *zap.
 	if err := s.frontStore(store, h); err != nil {
 		return err
 	}
+	if s.storeState, err = newStoreState(o.Store, s.ping, s.reg, log); err != nil {
+		return err
+	}
+	s.storeState.run(ctx, &wg)
 	headers, _ := headerMode(o.DefaultHeaders) // checked by o.check
 	svc, err := rls.New(rls.Config{
 		Rules:          s.rules.rules,
@@ -158,6 +165,7 @@ func serve(ctx context.Context, o Options, getenv func(string) string, log *zap.
 		Logger:         log,
 		DefaultHeaders: headers,
 		TracerProvider: s.tracing.provider(),
+		Local:          s.localConfig(),
 	})
 	if err != nil {
 		return err
@@ -177,7 +185,8 @@ func serve(ctx context.Context, o Options, getenv func(string) string, log *zap.
 		zap.String("admin_addr", adminLis.Addr().String()),
 		zap.String("store", o.Store),
 		zap.String("config", o.Config),
-		zap.String("default_headers", o.DefaultHeaders))
+		zap.String("default_headers", o.DefaultHeaders),
+		zap.String("readiness", o.Readiness))
 	if h.listening != nil {
 		h.listening(grpcLis.Addr().String(), adminLis.Addr().String())
 	}
@@ -203,7 +212,8 @@ func (s *server) loadRules(getenv func(string) string, h hooks) error {
 	if err != nil {
 		return err
 	}
-	s.rules, err = newRuleSet(s.opts.Config, descriptors.Options{Secret: secret}, s.onReload)
+	fm, _ := limiter.ParseFailureMode(s.opts.DefaultFailureMode) // checked by o.check
+	s.rules, err = newRuleSet(s.opts.Config, descriptors.Options{Secret: secret, DefaultFailureMode: fm}, s.onReload)
 	if err != nil {
 		return rulesError(label("config", s.opts.given), err)
 	}

@@ -3,6 +3,8 @@ package descriptors
 import (
 	"strconv"
 	"strings"
+
+	"github.com/envoy-rls/envoy-rls/pkg/limiter"
 )
 
 // compiler builds a Snapshot from parsed files.
@@ -11,6 +13,9 @@ type compiler struct {
 	file    string
 	domains map[string]*domain
 	ids     map[string]string // policy ID -> rule source, across domains
+	// defaultFailure is the failure mode of rules that set none
+	// (Options.DefaultFailureMode).
+	defaultFailure limiter.FailureMode
 }
 
 // pendingRule is a limited rule waiting for its policy ID.
@@ -253,8 +258,8 @@ func (c *compiler) finishDomain(d *domain, pending []*pendingRule) {
 }
 
 // compile builds a snapshot from parsed files; problems go to ps.
-func compile(files []*rawFile, ps *problems) map[string]*domain {
-	c := &compiler{ps: ps, domains: map[string]*domain{}, ids: map[string]string{}}
+func compile(files []*rawFile, ps *problems, defaultFailure limiter.FailureMode) map[string]*domain {
+	c := &compiler{ps: ps, domains: map[string]*domain{}, ids: map[string]string{}, defaultFailure: defaultFailure}
 	for _, rf := range files {
 		c.addFile(rf)
 	}

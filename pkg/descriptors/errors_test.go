@@ -49,7 +49,7 @@ func TestInvalidFiles(t *testing.T) {
 		"bad_extensions.yaml": {
 			{7, 24, "unit_multiplier must be between 1"},
 			{8, 7, `algorithm "leaky" is not one of`},
-			{9, 7, `failure_mode "maybe" is not one of closed, open`},
+			{9, 7, `failure_mode "maybe" is not one of closed, open, local`},
 			{10, 7, `headers "some" is not one of full, retry_after, none`},
 			{11, 17, "revision must be between 1"},
 		},

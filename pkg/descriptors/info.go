@@ -141,8 +141,11 @@ func (r RuleInfo) describe() string {
 	if r.Revision > 1 {
 		fmt.Fprintf(&b, ", revision %d", r.Revision)
 	}
-	if r.FailureMode == "open" {
+	switch r.FailureMode {
+	case "open":
 		b.WriteString(", fails open")
+	case "local":
+		b.WriteString(", falls back to a local share")
 	}
 	if r.Headers != "" {
 		fmt.Fprintf(&b, ", headers %s", r.Headers)

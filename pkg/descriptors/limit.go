@@ -68,14 +68,12 @@ func (c *compiler) checkLimit(rl *rawLimit, what string) (limitSpec, bool) {
 			bad(rl.burstPos, "burst with requests_per_unit 0: a zero limit denies every request; remove burst or set a rate")
 		}
 	}
+	ls.failure = c.defaultFailure
 	if rl.failureModePos.set() {
-		switch rl.failureMode {
-		case "closed":
-			ls.failure = limiter.FailClosed
-		case "open":
-			ls.failure = limiter.FailOpen
-		default:
-			bad(rl.failureModePos, "failure_mode %q is not one of closed, open", truncate(rl.failureMode, 40))
+		if m, err := limiter.ParseFailureMode(rl.failureMode); err != nil {
+			bad(rl.failureModePos, "failure_mode %q is not one of closed, open, local", truncate(rl.failureMode, 40))
+		} else {
+			ls.failure = m
 		}
 	}
 	if rl.revisionPos.set() && rl.revision > 0 {

@@ -32,7 +32,7 @@ func Load(path string, opts Options) (*Snapshot, error) {
 	if err != nil {
 		return nil, err
 	}
-	return build(srcs, opts.Secret)
+	return build(srcs, opts)
 }
 
 func readSources(path string) ([]source, error) {
@@ -110,12 +110,13 @@ func readLimited(name string) ([]byte, error) {
 }
 
 // build parses and compiles sources (already sorted by name).
-func build(srcs []source, secret []byte) (*Snapshot, error) {
-	return buildBudget(srcs, secret, maxNodes)
+func build(srcs []source, opts Options) (*Snapshot, error) {
+	return buildBudget(srcs, opts, maxNodes)
 }
 
 // buildBudget is build with a per-file work budget (see maxNodes).
-func buildBudget(srcs []source, secret []byte, budget int) (*Snapshot, error) {
+func buildBudget(srcs []source, opts Options, budget int) (*Snapshot, error) {
+	secret := opts.Secret
 	var ps problems
 	files := make([]*rawFile, 0, len(srcs))
 	names := make([]string, 0, len(srcs))
@@ -125,7 +126,7 @@ func buildBudget(srcs []source, secret []byte, budget int) (*Snapshot, error) {
 			files = append(files, rf)
 		}
 	}
-	domains := compile(files, &ps)
+	domains := compile(files, &ps, opts.DefaultFailureMode)
 	if err := ps.err(); err != nil {
 		return nil, err
 	}

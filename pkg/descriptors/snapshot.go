@@ -5,6 +5,8 @@ import (
 	"slices"
 	"sync"
 	"time"
+
+	"github.com/envoy-rls/envoy-rls/pkg/limiter"
 )
 
 // MinSecretLength is the shortest HMAC secret Load accepts.
@@ -22,6 +24,10 @@ type Options struct {
 	// Debounce is the Watcher's quiet period after a file event.
 	// (Optional, default DefaultDebounce)
 	Debounce time.Duration
+	// DefaultFailureMode is the failure mode of the rate limits and named
+	// policies that set no failure_mode. (Optional, default
+	// limiter.FailClosed)
+	DefaultFailureMode limiter.FailureMode
 }
 
 // Snapshot is an immutable, compiled rule set. It is safe for concurrent use

@@ -154,7 +154,7 @@ func (w *Watcher) reload(trigger string, onlyIfChanged bool) ReloadResult {
 	}
 	var s *Snapshot
 	if err == nil {
-		s, err = build(srcs, w.opts.Secret)
+		s, err = build(srcs, w.opts)
 	}
 	if err != nil {
 		res.Err = err

@@ -14,13 +14,33 @@ const (
 	FailClosed FailureMode = iota
 	// FailOpen answers OK.
 	FailOpen
+	// FailLocal decides with an in-process limiter holding a share of the
+	// limit while the store is unavailable (pkg/rls does it). Inside a
+	// store's batch it counts as FailClosed: a failure is a denial.
+	FailLocal
 )
 
 func (m FailureMode) String() string {
-	if m == FailOpen {
+	switch m {
+	case FailOpen:
 		return "open"
+	case FailLocal:
+		return "local"
 	}
 	return "closed"
+}
+
+// ParseFailureMode is the inverse of FailureMode.String.
+func ParseFailureMode(s string) (FailureMode, error) {
+	switch s {
+	case "closed":
+		return FailClosed, nil
+	case "open":
+		return FailOpen, nil
+	case "local":
+		return FailLocal, nil
+	}
+	return 0, &FieldError{Field: "failure_mode", Reason: fmt.Sprintf("%q is not one of closed, open, local", s)}
 }
 
 // Defaults for PolicySpec fields left zero.
@@ -111,8 +131,8 @@ func NewPolicy(spec PolicySpec) (*Policy, error) {
 	if err := durationField("max_clock_regression", spec.MaxClockRegression, 0); err != nil {
 		return nil, err
 	}
-	if spec.FailureMode != FailClosed && spec.FailureMode != FailOpen {
-		return nil, &FieldError{Field: "failure_mode", Reason: "must be closed or open"}
+	if spec.FailureMode > FailLocal {
+		return nil, &FieldError{Field: "failure_mode", Reason: "must be closed, open or local"}
 	}
 	p := &Policy{rules: spec.Algorithm.rules()}
 	if p.rules == nil { // a Params type without an entry in algorithms

@@ -44,12 +44,13 @@ type Metrics struct {
 	fallbacks    *prometheus.CounterVec
 	calls        *prometheus.CounterVec
 	callLatency  prometheus.Histogram
+	local        *prometheus.CounterVec
 
 	// Children resolved once, so that the hot path does not hash label
 	// values on every call.
 	byCode        [codes.Unauthenticated + 1]prometheus.Counter
 	storeErrByKey [limiter.Incompatible + 1]prometheus.Counter
-	fallbackBy    [limiter.FailOpen + 1]prometheus.Counter
+	fallbackBy    [limiter.FailLocal + 1]prometheus.Counter
 
 	mu       sync.RWMutex
 	byPolicy map[policyKey]*policyCounters
@@ -59,6 +60,8 @@ type policyKey struct{ domain, policy string }
 
 type policyCounters struct {
 	ok, over, shadowOver, near prometheus.Counter
+	// Decisions of the local fallback (a subset of the above).
+	localOK, localOver, localShadowOver prometheus.Counter
 }
 
 // latencyBuckets span 50µs to about 1.6s.
@@ -93,7 +96,7 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 		}),
 		fallbacks: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: MetricsNamespace, Name: "fallback_total",
-			Help: "Decisions answered by a policy's failure mode (open, closed) because the store failed.",
+			Help: "Decisions answered by a policy's failure mode (open, closed, local) because the store failed.",
 		}, []string{"mode"}),
 		calls: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: MetricsNamespace, Name: "calls_total",
@@ -104,11 +107,15 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			Help:    "Duration of ShouldRateLimit calls, in the server.",
 			Buckets: latencyBuckets,
 		}),
+		local: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: MetricsNamespace, Name: "local_fallback_decisions_total",
+			Help: "Descriptor decisions of failure_mode local policies made by this replica's local limiter while the store failed, by domain, policy ID and result (as decisions_total, which counts them too).",
+		}, []string{"domain", "policy", "result"}),
 		byPolicy: make(map[policyKey]*policyCounters),
 	}
 	for _, c := range []prometheus.Collector{
 		m.decisions, m.nearLimit, m.unmatched, m.storeErrors, m.storeLatency,
-		m.fallbacks, m.calls, m.callLatency,
+		m.fallbacks, m.calls, m.callLatency, m.local,
 	} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("rls: registering metrics: %w", err)
@@ -120,7 +127,7 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 	for _, k := range []limiter.OutcomeKind{limiter.Unavailable, limiter.Indeterminate, limiter.Incompatible} {
 		m.storeErrByKey[k] = m.storeErrors.WithLabelValues(k.String())
 	}
-	for _, mode := range []limiter.FailureMode{limiter.FailClosed, limiter.FailOpen} {
+	for _, mode := range []limiter.FailureMode{limiter.FailClosed, limiter.FailOpen, limiter.FailLocal} {
 		m.fallbackBy[mode] = m.fallbacks.WithLabelValues(mode.String())
 	}
 	return m, nil
@@ -175,6 +182,10 @@ func (m *Metrics) policy(domain, policy string) *policyCounters {
 		over:       m.decisions.WithLabelValues(k.domain, k.policy, ResultOverLimit),
 		shadowOver: m.decisions.WithLabelValues(k.domain, k.policy, ResultShadowOverLimit),
 		near:       m.nearLimit.WithLabelValues(k.domain, k.policy),
+
+		localOK:         m.local.WithLabelValues(k.domain, k.policy, ResultOK),
+		localOver:       m.local.WithLabelValues(k.domain, k.policy, ResultOverLimit),
+		localShadowOver: m.local.WithLabelValues(k.domain, k.policy, ResultShadowOverLimit),
 	}
 	m.byPolicy[k] = pc
 	return pc

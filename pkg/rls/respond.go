@@ -114,19 +114,33 @@ func (s *Server) respond(ctx context.Context, req *rlsv3.RateLimitRequest, known
 			continue
 		}
 		pc := s.metrics.policy(metricDomain, ds.policyLabel())
+		local := ds.kind == statusStore && sc.outs[ds.batch].Kind == limiter.Evaluated &&
+			sc.outs[ds.batch].Decision.Source == limiter.SourceFallback
 		switch {
 		case !ds.over:
 			pc.ok.Inc()
+			if local {
+				pc.localOK.Inc()
+			}
 		case ds.role == limiter.RoleShadow:
 			pc.shadowOver.Inc()
+			if local {
+				pc.localShadowOver.Inc()
+			}
 			s.logDenial(ctx, msgShadowDenied, ds)
 		case ds.role == limiter.RoleQuota && !quotaDenies:
 			pc.ok.Inc()
+			if local {
+				pc.localOK.Inc()
+			}
 		default:
 			ds.reported = true
 			statuses[i].Code = rlsv3.RateLimitResponse_OVER_LIMIT
 			overall = rlsv3.RateLimitResponse_OVER_LIMIT
 			pc.over.Inc()
+			if local {
+				pc.localOver.Inc()
+			}
 			s.logDenial(ctx, msgDenied, ds)
 		}
 	}
@@ -142,7 +156,9 @@ func (s *Server) storeFailed(ctx context.Context, p *limiter.Policy, ds *descSta
 	s.metrics.storeError(out.Kind)
 	s.metrics.fallback(mode)
 	ds.fellBack = true
-	if mode == limiter.FailClosed {
+	if mode != limiter.FailOpen {
+		// Closed, or local when the local limiter could not decide either
+		// (see LocalConfig).
 		ds.over = true
 		ds.retry = max(out.RetryAfter, fallbackRetryAfter)
 		ds.reset = ds.retry

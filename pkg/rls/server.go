@@ -83,6 +83,9 @@ type Config struct {
 	// size, outcome) on the span in the call's context, the gRPC server
 	// span (see trace.go). (Optional, default nil: no tracing work at all)
 	TracerProvider trace.TracerProvider
+	// Local configures the in-process limiter of failure_mode: local
+	// policies. (Optional, see LocalConfig for the defaults)
+	Local LocalConfig
 }
 
 // Server implements rlsv3.RateLimitServiceServer.
@@ -101,6 +104,8 @@ type Server struct {
 	// millisecond in use instead of one per call.
 	deadlines *deadline.Wheel
 	tracer    trace.Tracer // nil: tracing off
+	// local decides failure_mode: local limits while the store fails.
+	local *localFallback
 }
 
 var _ rlsv3.RateLimitServiceServer = (*Server)(nil)
@@ -151,6 +156,10 @@ func New(cfg Config) (*Server, error) {
 		defaultHeaders: cfg.DefaultHeaders,
 		deadlines:      deadline.New(0),
 		tracer:         tracer(cfg.TracerProvider),
+	}
+	var err error
+	if s.local, err = newLocalFallback(cfg.Local, cfg.Clock, log); err != nil {
+		return nil, err
 	}
 	s.scratch.New = func() any { return new(scratch) }
 	return s, nil
@@ -209,6 +218,7 @@ type scratch struct {
 	checks  []limiter.Request // the store's requests resent as checks
 	entries []descriptors.Entry
 	buf     []byte
+	local   localBatch
 }
 
 func (s *Server) getScratch(n int) *scratch {
@@ -381,6 +391,7 @@ func (s *Server) evaluate(ctx context.Context, req *rlsv3.RateLimitRequest, rule
 			s.store.Evaluate(storeContext(ctx, s.deadlines, t0), send, sc.outs[:n])
 		}
 		s.metrics.observeStore(time.Since(t0))
+		s.decideLocally(ctx, send, sc.outs[:n], sc.batch, sc.outs, &sc.local)
 	}
 
 	// 4. Statuses.

@@ -261,8 +261,8 @@ func (c *Connector) Evaluate(ctx context.Context, batch []limiter.Request, out [
 	}
 }
 
-// Ping checks that Redis answers (for /readyz); it fails while the store
-// is not connected.
+// Ping checks that Redis answers (the binary's store health check); it
+// fails while the store is not connected.
 func (c *Connector) Ping(ctx context.Context) error {
 	if st := c.store.Load(); st != nil {
 		return st.Ping(ctx)

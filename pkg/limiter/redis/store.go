@@ -231,8 +231,8 @@ func (s *Store) Close() {
 	s.client.Close()
 }
 
-// Ping checks that Redis answers (for /readyz). In cluster mode it pings one
-// node.
+// Ping checks that Redis answers (the binary's store health check). In
+// cluster mode it pings one node.
 func (s *Store) Ping(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()

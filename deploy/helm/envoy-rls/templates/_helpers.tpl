@@ -141,3 +141,18 @@ runs it; each failure says what to set.
 {{- end }}
 {{- end }}
 {{- end }}
+
+{{/*
+The --replicas-hint: localFallback.replicasHint, or when 0 the most pods
+that can run (autoscaling.maxReplicas with an HPA, else replicaCount, at
+least 1), so that local shares add up to at most the limit.
+*/}}
+{{- define "envoy-rls.replicasHint" -}}
+{{- if gt (int .Values.localFallback.replicasHint) 0 -}}
+{{- int .Values.localFallback.replicasHint -}}
+{{- else if .Values.autoscaling.enabled -}}
+{{- max 1 (int .Values.autoscaling.maxReplicas) -}}
+{{- else -}}
+{{- max 1 (int .Values.replicaCount) -}}
+{{- end -}}
+{{- end -}}

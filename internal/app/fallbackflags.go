@@ -1,0 +1,49 @@
+package app
+
+import (
+	"flag"
+	"fmt"
+
+	"github.com/envoy-rls/envoy-rls/pkg/limiter"
+	"github.com/envoy-rls/envoy-rls/pkg/rls"
+)
+
+// Defaults of the readiness and local fallback flags.
+const (
+	DefaultReadiness               = ReadinessRules
+	DefaultFailureMode             = "closed"
+	DefaultReplicasHint            = 1
+	DefaultLocalFallbackMaxEntries = rls.DefaultLocalMaxEntries
+)
+
+// fallbackFlags adds the flags of readiness and of failure_mode: local.
+func fallbackFlags(fs *flag.FlagSet, o *Options) {
+	fs.StringVar(&o.Readiness, "readiness", DefaultReadiness, "what /readyz requires: rules (rules loaded and listeners up; a store outage is answered by each policy's failure mode) or store (also a store that answers, so that Envoy's failure_mode_deny decides during an outage)")
+	fs.StringVar(&o.DefaultFailureMode, "default-failure-mode", DefaultFailureMode, "failure mode of the rules that set no failure_mode: closed, open or local")
+	fs.IntVar(&o.ReplicasHint, "replicas-hint", DefaultReplicasHint, fmt.Sprintf("replicas sharing each limit: failure_mode local limits admit limit/replicas-hint (rounded down, at least 1) per replica while the store fails; 1–%d", rls.MaxReplicas))
+	fs.IntVar(&o.LocalFallbackMaxEntries, "local-fallback-max-entries", DefaultLocalFallbackMaxEntries, "failure_mode local: the most subjects this replica's local limiter holds at once (new ones beyond are denied)")
+}
+
+// fallbackCheck returns the names of the flags of fallbackFlags whose
+// values are refused.
+func (o *Options) fallbackCheck() []string {
+	var bad []string
+	if o.Readiness != ReadinessRules && o.Readiness != ReadinessStore {
+		bad = append(bad, "readiness")
+	}
+	if _, err := limiter.ParseFailureMode(o.DefaultFailureMode); err != nil {
+		bad = append(bad, "default-failure-mode")
+	}
+	if o.ReplicasHint < 1 || o.ReplicasHint > rls.MaxReplicas {
+		bad = append(bad, "replicas-hint")
+	}
+	if o.LocalFallbackMaxEntries < 1 {
+		bad = append(bad, "local-fallback-max-entries")
+	}
+	return bad
+}
+
+// localConfig is the rls.LocalConfig of the flags.
+func (s *server) localConfig() rls.LocalConfig {
+	return rls.LocalConfig{Replicas: s.opts.ReplicasHint, MaxEntries: s.opts.LocalFallbackMaxEntries}
+}

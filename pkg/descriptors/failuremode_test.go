@@ -1,0 +1,60 @@
+package descriptors
+
+import (
+	"path/filepath"
+	"testing"
+
+	"github.com/envoy-rls/envoy-rls/pkg/limiter"
+)
+
+// TestFailureModes: failure_mode takes closed, open and local, per rate
+// limit and per named policy; a rule that sets none takes
+// Options.DefaultFailureMode.
+func TestFailureModes(t *testing.T) {
+	f := filepath.Join(t.TempDir(), "modes.yaml")
+	writeFile(t, f, `domain: d
+policies:
+  shared: {unit: minute, requests_per_unit: 10, failure_mode: local}
+  plain: {unit: minute, requests_per_unit: 10}
+descriptors:
+  - key: closed
+    rate_limit: {unit: second, requests_per_unit: 1, failure_mode: closed}
+  - key: open
+    rate_limit: {unit: second, requests_per_unit: 1, failure_mode: open}
+  - key: local
+    rate_limit: {unit: second, requests_per_unit: 1, failure_mode: local}
+  - key: unset
+    rate_limit: {unit: second, requests_per_unit: 1}
+  - key: named_local
+    policy: shared
+  - key: named_unset
+    policy: plain
+`)
+	for _, tc := range []struct {
+		def  limiter.FailureMode
+		want map[string]limiter.FailureMode
+	}{
+		{limiter.FailClosed, map[string]limiter.FailureMode{
+			"closed": limiter.FailClosed, "open": limiter.FailOpen, "local": limiter.FailLocal,
+			"unset": limiter.FailClosed, "named_local": limiter.FailLocal, "named_unset": limiter.FailClosed}},
+		{limiter.FailLocal, map[string]limiter.FailureMode{
+			"closed": limiter.FailClosed, "open": limiter.FailOpen, "local": limiter.FailLocal,
+			"unset": limiter.FailLocal, "named_local": limiter.FailLocal, "named_unset": limiter.FailLocal}},
+		{limiter.FailOpen, map[string]limiter.FailureMode{
+			"closed": limiter.FailClosed, "unset": limiter.FailOpen, "named_unset": limiter.FailOpen}},
+	} {
+		s, err := Load(f, Options{Secret: testSecret, DefaultFailureMode: tc.def})
+		if err != nil {
+			t.Fatalf("default %v: %v", tc.def, err)
+		}
+		for key, want := range tc.want {
+			m, ok := s.Match("d", []Entry{{Key: key, Value: "x"}})
+			if !ok || m.Rule == nil || m.Rule.Policy == nil {
+				t.Fatalf("default %v: %s matched no limited rule", tc.def, key)
+			}
+			if got := m.Rule.Policy.FailureMode(); got != want {
+				t.Errorf("default %v: %s fails %v, want %v", tc.def, key, got, want)
+			}
+		}
+	}
+}

@@ -1,0 +1,282 @@
+package rls
+
+import (
+	"os"
+	"path/filepath"
+	"strconv"
+	"testing"
+	"time"
+
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"go.uber.org/zap"
+
+	"github.com/envoy-rls/envoy-rls/internal/limitertest"
+	"github.com/envoy-rls/envoy-rls/pkg/descriptors"
+	"github.com/envoy-rls/envoy-rls/pkg/limiter"
+	"github.com/envoy-rls/envoy-rls/pkg/limiter/memory"
+)
+
+// localRules: one policy per failure mode, all 10 a minute.
+const localRules = `domain: loc
+descriptors:
+  - key: local
+    rate_limit: {unit: minute, requests_per_unit: 10, failure_mode: local}
+  - key: closed
+    rate_limit: {unit: minute, requests_per_unit: 10, failure_mode: closed}
+  - key: open
+    rate_limit: {unit: minute, requests_per_unit: 10, failure_mode: open}
+  - key: bucket
+    rate_limit: {unit: minute, requests_per_unit: 10, algorithm: token_bucket, failure_mode: local}
+`
+
+// newLocalEnv is a real rule snapshot and memory store behind a store that
+// can be made to fail, with the local fallback dividing by replicas.
+func newLocalEnv(t *testing.T, local LocalConfig) *realEnv {
+	t.Helper()
+	f := filepath.Join(t.TempDir(), "loc.yaml")
+	if err := os.WriteFile(f, []byte(localRules), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	snap, err := descriptors.Load(f, descriptors.Options{Secret: []byte("0123456789abcdef-test-secret")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	clock := limitertest.NewClock(t0)
+	mem, err := memory.New(memory.Config{Clock: clock, MaxEntries: 10_000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if local.Clock == nil {
+		local.Clock = clock
+	}
+	store := &countingStore{inner: mem}
+	h := newHarness(t, func() Rules { return snap }, store, clock, func(c *Config) { c.Local = local })
+	return &realEnv{harness: h, clock: clock, store: store, snap: snap}
+}
+
+func (e *realEnv) setFail(k limiter.OutcomeKind) {
+	e.store.mu.Lock()
+	e.store.fail = k
+	e.store.mu.Unlock()
+}
+
+// admitted makes n calls for one subject of key and returns how many were
+// answered OK, failing the test unless they come first.
+func (e *realEnv) admitted(t *testing.T, key, subject string, n int) int {
+	t.Helper()
+	ok := 0
+	for i := 0; i < n; i++ {
+		resp := e.call(t, request("loc", desc(key, subject)))
+		switch resp.OverallCode {
+		case rlsv3.RateLimitResponse_OK:
+			if ok != i {
+				t.Fatalf("%s/%s call %d: OK after a denial", key, subject, i)
+			}
+			ok++
+		case rlsv3.RateLimitResponse_OVER_LIMIT:
+		default:
+			t.Fatalf("%s/%s call %d: %v", key, subject, i, resp.OverallCode)
+		}
+	}
+	return ok
+}
+
+// TestLocalFallbackDividesTheLimit: while the store is unavailable or does
+// not answer, a failure_mode local policy of 10 a minute with 2 replicas
+// admits 5 a minute per subject on this replica, with the usual headers,
+// counted as local decisions; fail_open admits all, fail_closed denies all;
+// a store mismatch (Incompatible) is answered fail closed.
+func TestLocalFallbackDividesTheLimit(t *testing.T) {
+	for _, kind := range []limiter.OutcomeKind{limiter.Unavailable, limiter.Indeterminate} {
+		t.Run(kind.String(), func(t *testing.T) {
+			e := newLocalEnv(t, LocalConfig{Replicas: 2})
+			e.setFail(kind)
+			for i := 0; i < 5; i++ {
+				resp := e.call(t, request("loc", desc("local", "a")))
+				hd := headers(resp)
+				if resp.OverallCode != rlsv3.RateLimitResponse_OK || hd[HeaderLimit] != "10, 10;w=60" || hd[HeaderRemaining] != strconv.Itoa(4-i) || hd[HeaderReset] != "50" {
+					t.Fatalf("call %d: %v %v, want OK with remaining %d of the local share", i, resp.OverallCode, hd, 4-i)
+				}
+				if resp.Statuses[0].CurrentLimit.GetRequestsPerUnit() != 10 {
+					t.Fatalf("call %d: current_limit %v", i, resp.Statuses[0].CurrentLimit)
+				}
+			}
+			resp := e.call(t, request("loc", desc("local", "a")))
+			if hd := headers(resp); resp.OverallCode != rlsv3.RateLimitResponse_OVER_LIMIT || hd[HeaderRetryAfter] != "50" || hd[HeaderRemaining] != "0" {
+				t.Fatalf("sixth call: %v %v, want OVER_LIMIT, Retry-After 50", resp.OverallCode, hd)
+			}
+			// Another subject has its own share.
+			if got := e.admitted(t, "local", "b", 7); got != 5 {
+				t.Fatalf("subject b: %d admitted, want 5", got)
+			}
+			if got := e.admitted(t, "open", "a", 12); got != 12 {
+				t.Fatalf("fail open: %d of 12 admitted", got)
+			}
+			if got := e.admitted(t, "closed", "a", 3); got != 0 {
+				t.Fatalf("fail closed: %d of 3 admitted", got)
+			}
+			m := e.metrics(t)
+			for series, want := range map[string]string{
+				`envoy_rls_local_fallback_decisions_total{domain="loc",policy="loc/local",result="ok"}`:         "10",
+				`envoy_rls_local_fallback_decisions_total{domain="loc",policy="loc/local",result="over_limit"}`: "3",
+				`envoy_rls_decisions_total{domain="loc",policy="loc/local",result="ok"}`:                        "10",
+				`envoy_rls_fallback_total{mode="local"}`:                                                        "13",
+				`envoy_rls_fallback_total{mode="open"}`:                                                         "12",
+				`envoy_rls_fallback_total{mode="closed"}`:                                                       "3",
+				`envoy_rls_store_errors_total{outcome="` + kind.String() + `"}`:                                 "28",
+			} {
+				if got := counterValue(m, series); got != want {
+					t.Errorf("%s = %q, want %s", series, got, want)
+				}
+			}
+			if n := e.logs.FilterMessage(msgLocalStarted).Len(); n != 1 {
+				t.Errorf("%d %q lines, want 1 (transitions only)", n, msgLocalStarted)
+			}
+		})
+	}
+	t.Run("incompatible", func(t *testing.T) {
+		e := newLocalEnv(t, LocalConfig{Replicas: 2})
+		e.setFail(limiter.Incompatible)
+		if got := e.admitted(t, "local", "a", 3); got != 0 {
+			t.Fatalf("%d admitted on a store mismatch, want 0 (fail closed)", got)
+		}
+	})
+}
+
+// TestLocalFallbackStateDroppedWhenStoreReturns: once the store decides a
+// call again, the local counts are dropped: a later outage starts from a
+// full local share.
+func TestLocalFallbackStateDroppedWhenStoreReturns(t *testing.T) {
+	e := newLocalEnv(t, LocalConfig{Replicas: 2})
+	e.setFail(limiter.Unavailable)
+	if got := e.admitted(t, "local", "a", 6); got != 5 {
+		t.Fatalf("outage 1: %d admitted, want 5", got)
+	}
+	e.setFail(0)
+	resp := e.call(t, request("loc", desc("local", "a")))
+	if hd := headers(resp); resp.OverallCode != rlsv3.RateLimitResponse_OK || hd[HeaderRemaining] != "9" {
+		t.Fatalf("store back: %v %v, want OK from the shared store (remaining 9 of 10)", resp.OverallCode, hd)
+	}
+	if n := e.logs.FilterMessage(msgLocalDropped).Len(); n != 1 {
+		t.Fatalf("%d %q lines, want 1", n, msgLocalDropped)
+	}
+	if got := e.admitted(t, "local", "a", 3); got != 3 {
+		t.Fatalf("store back: %d of 3 admitted", got)
+	}
+	e.setFail(limiter.Unavailable)
+	if got := e.admitted(t, "local", "a", 6); got != 5 {
+		t.Fatalf("outage 2: %d admitted, want 5 (the local state of outage 1 dropped)", got)
+	}
+	if n := e.logs.FilterMessage(msgLocalStarted).Len(); n != 2 {
+		t.Fatalf("%d %q lines, want 2", n, msgLocalStarted)
+	}
+}
+
+// TestLocalFallbackKeepsCountsDuringTheOutage: the contrast of the test above: with the
+// store failing throughout, the local count is kept.
+func TestLocalFallbackKeepsCountsDuringTheOutage(t *testing.T) {
+	e := newLocalEnv(t, LocalConfig{Replicas: 2})
+	e.setFail(limiter.Unavailable)
+	if got := e.admitted(t, "local", "a", 5); got != 5 {
+		t.Fatalf("%d admitted, want 5", got)
+	}
+	if got := e.admitted(t, "local", "a", 2); got != 0 {
+		t.Fatalf("%d admitted after the share was used, want 0", got)
+	}
+	// The local limiter runs on its own (injected) clock: the next window
+	// admits again.
+	e.clock.Advance(time.Minute)
+	if got := e.admitted(t, "local", "a", 6); got != 5 {
+		t.Fatalf("next window: %d admitted, want 5", got)
+	}
+}
+
+// TestLocalFallbackBatchRule: a call whose other limit fails closed is
+// denied and consumes nothing of the local share.
+func TestLocalFallbackBatchRule(t *testing.T) {
+	e := newLocalEnv(t, LocalConfig{Replicas: 2})
+	e.setFail(limiter.Unavailable)
+	for i := 0; i < 3; i++ {
+		resp := e.call(t, request("loc", desc("local", "a"), desc("closed", "a")))
+		if resp.OverallCode != rlsv3.RateLimitResponse_OVER_LIMIT || resp.Statuses[0].Code != rlsv3.RateLimitResponse_OK {
+			t.Fatalf("call %d: %v", i, resp)
+		}
+	}
+	if got := e.admitted(t, "local", "a", 6); got != 5 {
+		t.Fatalf("%d admitted after the denied calls, want the whole share of 5", got)
+	}
+}
+
+// TestLocalFallbackBounded: the local limiter holds at most MaxEntries
+// subjects; a new one beyond is answered fail closed.
+func TestLocalFallbackBounded(t *testing.T) {
+	e := newLocalEnv(t, LocalConfig{Replicas: 2, MaxEntries: 1})
+	e.setFail(limiter.Unavailable)
+	if got := e.admitted(t, "local", "a", 1); got != 1 {
+		t.Fatalf("first subject: %d admitted", got)
+	}
+	if got := e.admitted(t, "local", "b", 2); got != 0 {
+		t.Fatalf("second subject beyond the bound: %d admitted, want 0", got)
+	}
+	if got := counterValue(e.metrics(t), `envoy_rls_fallback_total{mode="local"}`); got != "3" {
+		t.Fatalf(`fallback_total{mode="local"} %q, want 3`, got)
+	}
+}
+
+// TestLocalShare: the local policy divides the limit (token bucket: the
+// capacity and the refill amount), rounds down, keeps at least 1, keeps a
+// zero limit at 0, caps the max cost, and fails closed.
+func TestLocalShare(t *testing.T) {
+	fixed := func(limit int64) limiter.PolicySpec {
+		return limiter.PolicySpec{ID: "p", Algorithm: limiter.FixedWindow, FailureMode: limiter.FailLocal,
+			Params: limiter.FixedWindowParams{Limit: limit, Window: time.Minute}}
+	}
+	for _, tc := range []struct {
+		name     string
+		spec     limiter.PolicySpec
+		replicas int64
+		limit    int64
+		refill   int64
+	}{
+		{"10/2", fixed(10), 2, 5, 0},
+		{"10/3 rounds down", fixed(10), 3, 3, 0},
+		{"1/4 keeps 1", fixed(1), 4, 1, 0},
+		{"0 stays 0", fixed(0), 4, 0, 0},
+		{"one replica", fixed(10), 1, 10, 0},
+		{"sliding", limiter.PolicySpec{ID: "p", Algorithm: limiter.SlidingWindow,
+			Params: limiter.SlidingWindowParams{Limit: 7, Window: time.Second}}, 2, 3, 0},
+		{"bucket", limiter.PolicySpec{ID: "p", Algorithm: limiter.TokenBucket,
+			Params: limiter.TokenBucketParams{Capacity: 20, RefillAmount: 10, RefillPeriod: time.Second}}, 4, 5, 2},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p, err := limiter.NewPolicy(tc.spec)
+			if err != nil {
+				t.Fatal(err)
+			}
+			q, err := localShare(p, tc.replicas)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if q.Limit() != tc.limit || q.MaxCost() != tc.limit || q.FailureMode() != limiter.FailClosed ||
+				q.ID() != p.ID() || q.Revision() != p.Revision() || q.WindowMillis() != p.WindowMillis() {
+				t.Fatalf("share: limit %d max cost %d mode %v id %s, want limit and max cost %d, closed, same id",
+					q.Limit(), q.MaxCost(), q.FailureMode(), q.ID(), tc.limit)
+			}
+			if tb, ok := tc.spec.Params.(limiter.TokenBucketParams); ok {
+				// Refill is reduced to lowest terms: compare the rates.
+				if amount, period := q.Refill(); amount*tb.RefillPeriod.Milliseconds() != tc.refill*period {
+					t.Fatalf("refill %d per %dms, want %d per %v", amount, period, tc.refill, tb.RefillPeriod)
+				}
+			}
+		})
+	}
+}
+
+// TestLocalConfigBounds: replicas outside [1, MaxReplicas] are refused.
+func TestLocalConfigBounds(t *testing.T) {
+	for _, n := range []int{-1, MaxReplicas + 1} {
+		if _, err := newLocalFallback(LocalConfig{Replicas: n}, limiter.SystemClock{}, zap.NewNop()); err == nil {
+			t.Errorf("Replicas %d accepted", n)
+		}
+	}
+}
