@@ -38,6 +38,7 @@ import (
 	"fmt"
 	"math"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/envoy-rls/envoy-rls/pkg/limiter"
@@ -70,10 +71,13 @@ const MaxBytesPerEntry = 272
 // and concurrently from many goroutines; they must be cheap and safe for
 // concurrent use.
 type Observer interface {
-	// Refused: a new subject was refused because its shard was full.
+	// Refused: a new subject found no room for an entry and no sketch for
+	// its policy (MaxSketches policies were already in overflow).
 	Refused()
 	// Expired: n expired states were dropped.
 	Expired(n int)
+	// Overflow: a decision for policy was made by its overflow sketch.
+	Overflow(policy string)
 }
 
 // Config configures New.
@@ -87,7 +91,10 @@ type Config struct {
 	// It is lowered to fit MaxEntries when MaxEntries is smaller. (Optional,
 	// default DefaultShards)
 	Shards int
-	// Observer counts refusals and expiries. (Optional)
+	// MaxSketches bounds how many policies can hold an overflow sketch at
+	// once, each SketchBytes. (Optional, default DefaultMaxSketches)
+	MaxSketches int
+	// Observer counts refusals, expiries and overflow decisions. (Optional)
 	Observer Observer
 }
 
@@ -95,7 +102,7 @@ type Config struct {
 var ErrInvalidConfig = errors.New("memory: invalid config")
 
 // ErrFull is the cause of a capacity refusal.
-var ErrFull = errors.New("memory: store is full, new subjects are refused until entries expire")
+var ErrFull = errors.New("memory: no room for a new subject and every overflow sketch is in use")
 
 // Store is the in-memory limiter.Store.
 type Store struct {
@@ -104,6 +111,15 @@ type Store struct {
 	shards  []shard
 	mask    uint64
 	scratch sync.Pool // *scratch: per-call buffers
+
+	// overflowMu guards sketches; a call takes it after every shard lock
+	// it holds, and takes no shard lock while holding it. nSketches is
+	// len(sketches), read without the lock: while it is 0 (no flood), new
+	// subjects never take overflowMu.
+	overflowMu  sync.Mutex
+	sketches    map[sketchKey]*sketch
+	nSketches   atomic.Int32
+	maxSketches int
 }
 
 var _ limiter.Store = (*Store)(nil)
@@ -143,10 +159,17 @@ func New(cfg Config) (*Store, error) {
 	for cfg.Shards > cfg.MaxEntries {
 		cfg.Shards /= 2
 	}
+	switch {
+	case cfg.MaxSketches == 0:
+		cfg.MaxSketches = DefaultMaxSketches
+	case cfg.MaxSketches < 0:
+		return nil, fmt.Errorf("%w: MaxSketches %d is negative", ErrInvalidConfig, cfg.MaxSketches)
+	}
 	if cfg.MaxEntries/cfg.Shards >= math.MaxInt32 {
 		return nil, fmt.Errorf("%w: MaxEntries %d is above %d per shard", ErrInvalidConfig, cfg.MaxEntries, math.MaxInt32-1)
 	}
-	s := &Store{clock: cfg.Clock, obs: cfg.Observer, shards: make([]shard, cfg.Shards), mask: uint64(cfg.Shards - 1)}
+	s := &Store{clock: cfg.Clock, obs: cfg.Observer, shards: make([]shard, cfg.Shards), mask: uint64(cfg.Shards - 1),
+		sketches: make(map[sketchKey]*sketch), maxSketches: cfg.MaxSketches}
 	per, extra := cfg.MaxEntries/cfg.Shards, cfg.MaxEntries%cfg.Shards
 	for i := range s.shards {
 		sh := &s.shards[i]
@@ -161,11 +184,17 @@ func New(cfg Config) (*Store, error) {
 }
 
 // Sweep drops every state expired at now, one shard lock at a time, and
-// returns how many it dropped (also reported to Observer.Expired). Call it
+// returns how many it dropped (also reported to Observer.Expired); then it
+// frees the overflow sketches that remember nothing any more. Call it
 // periodically; a shard holds at most MaxEntries/Shards entries, which
 // bounds how long one sweep step holds a lock.
 func (s *Store) Sweep(now time.Time) int {
 	nowMs := now.UnixMilli()
+	defer func() {
+		s.overflowMu.Lock()
+		s.dropIdleSketches(nowMs)
+		s.overflowMu.Unlock()
+	}()
 	total := 0
 	for i := range s.shards {
 		sh := &s.shards[i]
@@ -181,6 +210,10 @@ func (s *Store) Sweep(now time.Time) int {
 
 // SweepExpired is Sweep at the store clock's now.
 func (s *Store) SweepExpired() int { return s.Sweep(s.clock.Now()) }
+
+// Sketches returns the number of overflow sketches held (each
+// SketchBytes).
+func (s *Store) Sketches() int { return int(s.nSketches.Load()) }
 
 // Len returns the number of stored states, expired ones not yet dropped
 // included.
