@@ -53,6 +53,9 @@ const (
 	// fullScanBudget bounds how many entries a full shard inspects for
 	// expired ones before it refuses a new subject; Sweep does the rest.
 	fullScanBudget = 64
+	// minShardEntries is the least capacity New gives a shard (see
+	// Config.Shards).
+	minShardEntries = 8
 )
 
 // MaxBytesPerEntry bounds the heap a full store keeps per entry, to size
@@ -88,8 +91,8 @@ type Config struct {
 	// DefaultMaxEntries)
 	MaxEntries int
 	// Shards is the number of independently locked shards, a power of two.
-	// It is lowered to fit MaxEntries when MaxEntries is smaller. (Optional,
-	// default DefaultShards)
+	// It is lowered until each shard holds at least 8 entries, or to 1.
+	// (Optional, default DefaultShards)
 	Shards int
 	// MaxSketches bounds how many policies can hold an overflow sketch at
 	// once, each SketchBytes. (Optional, default DefaultMaxSketches)
@@ -156,7 +159,9 @@ func New(cfg Config) (*Store, error) {
 	case cfg.Shards < 0 || cfg.Shards&(cfg.Shards-1) != 0:
 		return nil, fmt.Errorf("%w: Shards %d is not a positive power of two", ErrInvalidConfig, cfg.Shards)
 	}
-	for cfg.Shards > cfg.MaxEntries {
+	// A shard holds at least minShardEntries (when the bound allows), so
+	// that the fairness rule (see shard.room) has room to share.
+	for cfg.Shards > 1 && cfg.MaxEntries/cfg.Shards < minShardEntries {
 		cfg.Shards /= 2
 	}
 	switch {
