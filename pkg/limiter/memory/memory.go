@@ -20,17 +20,24 @@
 // # Capacity bound
 //
 // The number of live entries never exceeds Config.MaxEntries (split evenly
-// across the shards). When a new subject arrives at a full shard, the store
-// first drops up to a bounded number of expired entries of that shard; if the
-// shard is still full, the request is refused with an Unavailable outcome of
-// category limiter.CategoryCapacity, which the policy's failure mode answers
-// (fail closed by default) and Observer.Refused counts. Subjects that already
-// have state are always evaluated. The store never evicts live state: dropping
-// a live counter would reset it and silently admit more than the limit.
-// Refusing new subjects instead keeps every decision exact, at the price of
-// denying (or, for fail-open policies, admitting without counting) new
-// subjects until entries expire; size MaxEntries for the expected number of
-// subjects live within one TTL.
+// across the shards), and live state is never evicted: dropping a live
+// counter would reset it and silently admit more than the limit. Subjects
+// that have an entry are always evaluated exactly.
+//
+// A flood stays in its policy: a policy may take a new entry in a shard
+// only while it holds fewer entries of that shard than are free (after the
+// shard has dropped up to a bounded number of expired entries), so one
+// policy holds at most half of the store and every flood leaves room for the
+// policies that come after it. A new subject of a policy that has no room
+// left is decided by the policy's overflow sketch (sketch.go): a count-min
+// sketch of fixed size (SketchBytes) that can only over-count, so that it
+// never admits more than the exact algorithm would for any subject. Its
+// decisions are ordinary Evaluated outcomes with Source
+// limiter.SourceMemoryOverflow and Certainty limiter.Approximate, counted by
+// Observer.Overflow. At most Config.MaxSketches policies hold a sketch at
+// once; beyond that a new subject without room is refused with an
+// Unavailable outcome of category limiter.CategoryCapacity, which the
+// policy's failure mode answers and Observer.Refused counts.
 package memory
 
 import (
@@ -62,11 +69,11 @@ const (
 // MaxEntries from a memory budget. A slot is 96 bytes plus a 4-byte tag;
 // a shard's table doubles when it would pass three quarters full, so a full
 // shard is 3/8 to 3/4 full: 133 to 267 bytes per entry. Measured
-// (TestFullStoreHeap, heap in use after a collection): 262 bytes at 100,000
-// entries, 267 at 786,688 (every table just doubled, the worst case), 210
-// at 1,000,000. While a table doubles, its old arrays are garbage until the
-// next collection: the runtime took 304 bytes per entry from the system at
-// 786,688.
+// (TestFullStoreHeap, heap in use after a collection, eight policies): 148
+// bytes at 88,992 entries, 267 at 786,720 (every table just doubled, the
+// worst case), 236 at 888,896. Overflow sketches (SketchBytes each) come on
+// top. The process needs about twice this at its peak: see
+// docs/operations.md.
 const MaxBytesPerEntry = 272
 
 // Observer is told what the store drops and refuses, so that it can be
