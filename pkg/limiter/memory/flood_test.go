@@ -3,6 +3,7 @@ package memory_test
 import (
 	"context"
 	"math/rand/v2"
+	"sync"
 	"testing"
 	"time"
 
@@ -269,5 +270,63 @@ func TestOverflowSketchBound(t *testing.T) {
 func TestNewConfigMaxSketches(t *testing.T) {
 	if _, err := memory.New(memory.Config{MaxSketches: -1}); err == nil {
 		t.Fatal("negative MaxSketches: no error")
+	}
+}
+
+// TestOverflowConcurrent: goroutines flood one policy with distinct and
+// repeated subjects while others use a second policy, the clock standing
+// still; no subject of either gets more than its limit, the second policy's
+// subjects all get exactly theirs from exact entries, and the race detector
+// sees the sketch lock order.
+func TestOverflowConcurrent(t *testing.T) {
+	clock := newClock(t0)
+	s := newStore(t, memory.Config{Clock: clock, MaxEntries: 256, Shards: 4})
+	flooded := fixedPolicy(t, 3, time.Minute)
+	other := policy(t, limiter.PolicySpec{ID: "other", Algorithm: limiter.FixedWindow, Params: limiter.FixedWindowParams{Limit: 2, Window: time.Minute}})
+	ctx := context.Background()
+	const workers, subjects = 8, 600
+	admitted := make([][]int64, workers)
+	otherAdmitted := make([]int64, workers)
+	var wg sync.WaitGroup
+	for g := range workers {
+		admitted[g] = make([]int64, subjects)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			out := make([]limiter.Outcome, 2)
+			for i := range subjects * 3 {
+				u := uint64(i % subjects)
+				if g%2 == 0 {
+					s.Evaluate(ctx, []limiter.Request{{Policy: flooded, Subject: subject(u), Cost: 1}}, out[:1])
+				} else { // the general path: a batch of two
+					s.Evaluate(ctx, []limiter.Request{{Policy: flooded, Subject: subject(u), Cost: 1},
+						{Policy: flooded, Subject: subject(u), Cost: 1, Role: limiter.RoleCheck}}, out)
+				}
+				if out[0].Decision.Consumed {
+					admitted[g][u]++
+				}
+				if i < 2*4 {
+					o := eval1(s, ctx, limiter.Request{Policy: other, Subject: subject(10_000 + uint64(g*4+i/2)), Cost: 1})
+					if o.Decision.Consumed && o.Decision.Source == limiter.SourceMemory {
+						otherAdmitted[g]++
+					}
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	for u := range subjects {
+		var n int64
+		for g := range workers {
+			n += admitted[g][u]
+		}
+		if n > 3 {
+			t.Fatalf("flooded subject %d: %d admitted, above the limit 3", u, n)
+		}
+	}
+	for g, n := range otherAdmitted {
+		if n != 8 {
+			t.Fatalf("worker %d: the other policy admitted %d exactly, want 8 (4 subjects x 2)", g, n)
+		}
 	}
 }
