@@ -116,13 +116,10 @@ func (s *Store) Evaluate(ctx context.Context, batch []limiter.Request, out []lim
 			dropped += d
 			if !wi.inTable && s.nSketches.Load() != 0 {
 				lockOverflow()
-				var ok bool
-				if st, ok = s.openSketch(&wi.sp, r.Policy, &r.Subject, nowMs, false); !ok {
-					wi.failed = true
+				if st, wi.failed = s.openSketchFor(wi, r.Policy, &r.Subject, nowMs, false); wi.failed {
 					out[i] = sketchClockUnsafe(r.Policy)
 					continue
 				}
-				wi.estimated = st.Exists
 			}
 		}
 		next, reply, uncommitted, write := limiter.Check(st, wi.sp.now(nowMs), r.Policy, r.Cost)
@@ -150,9 +147,7 @@ func (s *Store) Evaluate(ctx context.Context, batch []limiter.Request, out []lim
 				// No room: the policy's sketch decides, from its own
 				// estimate of the subject.
 				lockOverflow()
-				var ok bool
-				if st, ok = s.openSketch(&wi.sp, r.Policy, &r.Subject, nowMs, true); !ok {
-					wi.failed = true
+				if st, wi.failed = s.openSketchFor(wi, r.Policy, &r.Subject, nowMs, true); wi.failed {
 					out[i] = sketchClockUnsafe(r.Policy)
 					continue
 				}
@@ -162,7 +157,7 @@ func (s *Store) Evaluate(ctx context.Context, batch []limiter.Request, out []lim
 					out[i] = limiter.UnavailableOutcome(CapacityRetryAfter, limiter.CategoryCapacity, ErrFull)
 					continue
 				}
-				wi.overflow, wi.estimated = true, wi.estimated || st.Exists
+				wi.overflow = true
 				next, reply, uncommitted, write = limiter.Check(st, wi.sp.now(nowMs), r.Policy, r.Cost)
 				wi.cur = st
 			}
@@ -246,32 +241,18 @@ func (s *Store) evaluateOne(r *limiter.Request, o *limiter.Outcome, nowMs int64)
 	// hint: where k is (found) or would be inserted (-1 once the table has
 	// changed since the lookup).
 	st, found, dropped, hint := sh.load(&k, h, nowMs)
-	var wo work // only the sketch fields
-	overflowLocked := false
-	lockOverflow := func() {
-		if !overflowLocked {
-			s.overflowMu.Lock()
-			overflowLocked = true
-		}
-	}
-	unsafe := func() {
-		*o = sketchClockUnsafe(p)
-		s.overflowMu.Unlock()
-		sh.mu.Unlock()
-		s.report(dropped, 0)
-	}
+	// A subject without an entry may meet its policy's sketch: wo holds
+	// the sketch fields, and overflowMu is taken after the shard lock.
+	var wo work
+	overflowLocked, failed := false, false
 	if !found && s.nSketches.Load() != 0 {
-		lockOverflow()
-		var ok bool
-		if st, ok = s.openSketch(&wo.sp, p, &r.Subject, nowMs, false); !ok {
-			unsafe()
-			return
-		}
-		wo.estimated = st.Exists
+		s.overflowMu.Lock()
+		overflowLocked = true
+		st, failed = s.openSketchFor(&wo, p, &r.Subject, nowMs, false)
 	}
 	next, reply, uncommitted, write := limiter.Check(st, wo.sp.now(nowMs), p, r.Cost)
 	room := true
-	if write && !found && r.EffectiveRole().Consumes() {
+	if !failed && write && !found && r.EffectiveRole().Consumes() {
 		if room = sh.room(k.policy, 0, 0); !room {
 			dropped += sh.dropExpired(nowMs, fullScanBudget)
 			room = sh.room(k.policy, 0, 0)
@@ -280,17 +261,19 @@ func (s *Store) evaluateOne(r *limiter.Request, o *limiter.Outcome, nowMs int64)
 			hint = -1 // a removal moved slots
 		}
 		if !room {
-			lockOverflow()
-			var ok bool
-			if st, ok = s.openSketch(&wo.sp, p, &r.Subject, nowMs, true); !ok {
-				unsafe()
-				return
+			if !overflowLocked {
+				s.overflowMu.Lock()
+				overflowLocked = true
 			}
-			wo.overflow, wo.estimated = wo.sp.sk != nil, wo.estimated || st.Exists
-			next, reply, uncommitted, write = limiter.Check(st, wo.sp.now(nowMs), p, r.Cost)
+			if st, failed = s.openSketchFor(&wo, p, &r.Subject, nowMs, true); !failed {
+				wo.overflow = wo.sp.sk != nil
+				next, reply, uncommitted, write = limiter.Check(st, wo.sp.now(nowMs), p, r.Cost)
+			}
 		}
 	}
 	switch {
+	case failed:
+		*o = sketchClockUnsafe(p)
 	case !r.EffectiveRole().Consumes():
 		*o = decided(p, uncommitted, wo.source())
 	case !write:
@@ -329,6 +312,15 @@ func (s *Store) evaluateOne(r *limiter.Request, o *limiter.Outcome, nowMs int64)
 	if s.obs != nil && o.Kind == limiter.Evaluated && o.Decision.Source == limiter.SourceMemoryOverflow {
 		s.obs.Overflow(p.ID())
 	}
+}
+
+// openSketchFor is openSketch for w: it records in w whether the state came
+// from the sketch's estimate, and reports failed when the sketch's clock
+// check failed. Called with overflowMu held.
+func (s *Store) openSketchFor(w *work, p *limiter.Policy, d *limiter.SubjectDigest, nowMs int64, create bool) (st limiter.State, failed bool) {
+	st, ok := s.openSketch(&w.sp, p, d, nowMs, create)
+	w.estimated = w.estimated || st.Exists
+	return st, !ok
 }
 
 // decided is limiter.OutcomeFromReply from src; a decision of the overflow
