@@ -330,3 +330,30 @@ func TestOverflowConcurrent(t *testing.T) {
 		}
 	}
 }
+
+// TestOverflowSketchPolicyChange: under the same policy ID and revision, a
+// lowered window limit keeps the sketch's counts (as exact states keep
+// theirs); another window restarts them.
+func TestOverflowSketchPolicyChange(t *testing.T) {
+	clock := newClock(t0)
+	s := newStore(t, memory.Config{Clock: clock, MaxEntries: 2, Shards: 1})
+	ctx := context.Background()
+	p5 := fixedPolicy(t, 5, time.Minute)
+	p4 := fixedPolicy(t, 4, time.Minute)
+	p4h := fixedPolicy(t, 4, time.Hour)
+	eval1(s, ctx, limiter.Request{Policy: p5, Subject: subject(0), Cost: 1}) // the policy's one entry
+	sub := subject(1)
+	for range 3 {
+		if o := eval1(s, ctx, limiter.Request{Policy: p5, Subject: sub, Cost: 1}); !o.Decision.Allowed || o.Decision.Source != limiter.SourceMemoryOverflow {
+			t.Fatalf("limit 5: %+v", o)
+		}
+	}
+	for call, want := range []bool{true, false} {
+		if o := eval1(s, ctx, limiter.Request{Policy: p4, Subject: sub, Cost: 1}); o.Decision.Allowed != want || o.Decision.Source != limiter.SourceMemoryOverflow {
+			t.Fatalf("limit lowered to 4, call %d: %+v, want allowed=%v", call, o, want)
+		}
+	}
+	if o := eval1(s, ctx, limiter.Request{Policy: p4h, Subject: sub, Cost: 4}); !o.Decision.Allowed {
+		t.Fatalf("another window: %+v, want a fresh count", o)
+	}
+}

@@ -68,11 +68,15 @@ func sketchRowsOf(d *limiter.SubjectDigest) [sketchRows]int {
 	return idx
 }
 
-// fit makes the sketch's parameters those of p, clearing it when they
-// differ (a limit changed under the same revision restarts the sketch).
+// fit makes the sketch's parameters those of p, clearing it when the
+// cells mean something else under them: another window or refill rate, or
+// another token bucket capacity (window counts stay counts under another
+// limit, as exact states do).
 func (sk *sketch) fit(p *limiter.Policy) {
 	amount, period := p.Refill()
-	if sk.windowMs == p.WindowMillis() && sk.amount == amount && sk.period == period && sk.limit == p.Limit() {
+	same := sk.windowMs == p.WindowMillis() && sk.amount == amount && sk.period == period
+	if same && (sk.limit == p.Limit() || p.Algorithm() != limiter.TokenBucket) {
+		sk.limit = p.Limit()
 		return
 	}
 	sk.windowMs, sk.limit, sk.amount, sk.period = p.WindowMillis(), p.Limit(), amount, period
