@@ -49,6 +49,7 @@ func (s *server) openStore(ctx context.Context, wg *sync.WaitGroup) (limiter.Sto
 				case now := <-t.C:
 					st.Sweep(now)
 					s.metrics.memory.Entries(st.Len())
+					s.metrics.memory.Sketches(st.Sketches())
 				}
 			}
 		}()

@@ -203,6 +203,10 @@ const (
 	SourceRedis                        // a Lua program in Redis
 	SourceLocalCache                   // the local deny cache, repeating a store denial
 	SourceFallback                     // the policy's failure mode, the store having failed
+	// SourceMemoryOverflow: the memory store's per-policy overflow sketch,
+	// which limits a new subject conservatively (it can only over-count)
+	// when the store cannot give it an exact entry.
+	SourceMemoryOverflow
 )
 
 func (s Source) String() string {
@@ -215,6 +219,8 @@ func (s Source) String() string {
 		return "local-cache"
 	case SourceFallback:
 		return "fallback"
+	case SourceMemoryOverflow:
+		return "memory-overflow"
 	}
 	return "unknown"
 }

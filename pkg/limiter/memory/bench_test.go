@@ -89,3 +89,36 @@ func itoa(n int) string {
 	}
 	return "100000"
 }
+
+// BenchmarkMemoryStoreOverflow: one-request batches from parallel
+// goroutines, each for a subject never seen before, on a policy that has
+// already used its share of the store: every decision is made by the
+// policy's overflow sketch (under one lock).
+func BenchmarkMemoryStoreOverflow(b *testing.B) {
+	p := policy(b, limiter.PolicySpec{ID: "flooded", Algorithm: limiter.FixedWindow,
+		Params: limiter.FixedWindowParams{Limit: 1_000_000_000, Window: time.Minute}})
+	s, err := memory.New(memory.Config{MaxEntries: 4096})
+	if err != nil {
+		b.Fatal(err)
+	}
+	ctx := context.Background()
+	var next atomic.Uint64
+	out := make([]limiter.Outcome, 1)
+	for range 8192 { // fill the policy's share
+		s.Evaluate(ctx, []limiter.Request{{Policy: p, Subject: subject(next.Add(1)), Cost: 1}}, out)
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		batch := []limiter.Request{{Policy: p, Cost: 1}}
+		out := make([]limiter.Outcome, 1)
+		for pb.Next() {
+			batch[0].Subject = subject(next.Add(1))
+			s.Evaluate(ctx, batch, out)
+			if out[0].Kind != limiter.Evaluated || out[0].Decision.Source != limiter.SourceMemoryOverflow {
+				b.Errorf("outcome %+v", out[0])
+				return
+			}
+		}
+	})
+}

@@ -75,6 +75,15 @@ func (s *Store) Evaluate(ctx context.Context, batch []limiter.Request, out []lim
 	for _, si := range order {
 		s.shards[si].mu.Lock()
 	}
+	// overflowMu is taken after the shard locks, at most once, when a
+	// request without an entry meets a sketch.
+	overflowLocked := false
+	lockOverflow := func() {
+		if !overflowLocked {
+			s.overflowMu.Lock()
+			overflowLocked = true
+		}
+	}
 	dropped, refused := 0, 0
 	// Phase 1: check, consuming nothing.
 	for i := range batch {
@@ -92,44 +101,77 @@ func (s *Store) Evaluate(ctx context.Context, batch []limiter.Request, out []lim
 		}
 		var st limiter.State
 		if pw := wi.prev; pw >= 0 {
+			if w[pw].failed {
+				wi.failed = true
+				out[i] = out[pw]
+				continue
+			}
 			st, wi.inTable, wi.hasRoom = w[pw].cur, w[pw].inTable, w[pw].hasRoom
 			wi.idx, wi.moves = w[pw].idx, w[pw].moves
+			wi.sp, wi.overflow, wi.estimated = w[pw].sp, w[pw].overflow, w[pw].estimated
 		} else {
 			var d int
 			st, wi.inTable, d, wi.idx = sh.load(&wi.k, wi.h, nowMs)
 			wi.moves = sh.t.moves
 			dropped += d
+			if !wi.inTable && s.nSketches.Load() != 0 {
+				lockOverflow()
+				if st, wi.failed = s.openSketchFor(wi, r.Policy, &r.Subject, nowMs, false); wi.failed {
+					out[i] = sketchClockUnsafe(r.Policy)
+					continue
+				}
+			}
 		}
-		next, reply, uncommitted, write := limiter.Check(st, nowMs, r.Policy, r.Cost)
+		next, reply, uncommitted, write := limiter.Check(st, wi.sp.now(nowMs), r.Policy, r.Cost)
 		wi.cur = st
-		if !r.EffectiveRole().Consumes() {
-			out[i] = limiter.OutcomeFromReply(r.Policy, uncommitted, limiter.SourceMemory)
-			continue
-		}
-		if write && !wi.inTable && !wi.hasRoom {
+		if write && r.EffectiveRole().Consumes() && !wi.inTable && !wi.hasRoom && !wi.overflow {
 			// A new entry: reserve room for it now, so that a full shard
 			// is known before the batch decides.
-			reserved := 0
+			reserved, reservedOwn := 0, 0
 			for j := 0; j < i; j++ {
 				if w[j].valid && w[j].shard == wi.shard && w[j].reserved {
 					reserved++
+					if w[j].k.policy == wi.k.policy {
+						reservedOwn++
+					}
 				}
 			}
-			if sh.t.n+reserved >= sh.capacity {
+			room := sh.room(wi.k.policy, reserved, reservedOwn)
+			if !room {
 				dropped += sh.dropExpired(nowMs, fullScanBudget)
+				room = sh.room(wi.k.policy, reserved, reservedOwn)
 			}
-			if sh.t.n+reserved >= sh.capacity {
-				refused++
-				out[i] = limiter.UnavailableOutcome(CapacityRetryAfter, limiter.CategoryCapacity, ErrFull)
-				continue
+			if room {
+				wi.reserved, wi.hasRoom = true, true
+			} else {
+				// No room: the policy's sketch decides, from its own
+				// estimate of the subject.
+				lockOverflow()
+				if st, wi.failed = s.openSketchFor(wi, r.Policy, &r.Subject, nowMs, true); wi.failed {
+					out[i] = sketchClockUnsafe(r.Policy)
+					continue
+				}
+				if wi.sp.sk == nil {
+					wi.failed = true
+					refused++
+					out[i] = limiter.UnavailableOutcome(CapacityRetryAfter, limiter.CategoryCapacity, ErrFull)
+					continue
+				}
+				wi.overflow = true
+				next, reply, uncommitted, write = limiter.Check(st, wi.sp.now(nowMs), r.Policy, r.Cost)
+				wi.cur = st
 			}
-			wi.reserved, wi.hasRoom = true, true
+		}
+		src := wi.source()
+		if !r.EffectiveRole().Consumes() {
+			out[i] = decided(r.Policy, uncommitted, src)
+			continue
 		}
 		if write {
 			wi.write, wi.next, wi.cur = true, next, next
 			wi.uncommitted = uncommitted
 		}
-		out[i] = limiter.OutcomeFromReply(r.Policy, reply, limiter.SourceMemory)
+		out[i] = decided(r.Policy, reply, src)
 	}
 	// Phase 2: commit, or report the allowed ones as they stand.
 	commit := limiter.Commits(batch, out)
@@ -139,7 +181,12 @@ func (s *Store) Evaluate(ctx context.Context, batch []limiter.Request, out []lim
 			continue
 		}
 		if !commit || out[i].Kind != limiter.Evaluated {
-			out[i] = limiter.OutcomeFromReply(batch[i].Policy, wi.uncommitted, limiter.SourceMemory)
+			out[i] = decided(batch[i].Policy, wi.uncommitted, wi.source())
+			continue
+		}
+		if wi.overflow {
+			wi.sp.sk.add(&wi.sp.idx, wi.next, wi.sp.eff, batch[i].Policy.Algorithm())
+			out[i].Decision.Consumed = true
 			continue
 		}
 		sh := &s.shards[wi.shard]
@@ -152,15 +199,19 @@ func (s *Store) Evaluate(ctx context.Context, batch []limiter.Request, out []lim
 		} else if j, found := sh.t.find(&wi.k, wi.h); found {
 			sh.t.slots[j].e = e
 		} else {
-			sh.t.insert(&wi.k, wi.h, e)
+			sh.insertAt(-1, &wi.k, wi.h, e)
 		}
 		sh.minExpiry = min(sh.minExpiry, wi.next.ExpiresAtMs)
 		out[i].Decision.Consumed = true
+	}
+	if overflowLocked {
+		s.overflowMu.Unlock()
 	}
 	for k := len(order) - 1; k >= 0; k-- {
 		s.shards[order[k]].mu.Unlock()
 	}
 	s.report(dropped, refused)
+	s.reportOverflow(batch, out)
 }
 
 // evaluateOne is Evaluate for a batch of one request (one descriptor: the
@@ -190,13 +241,52 @@ func (s *Store) evaluateOne(r *limiter.Request, o *limiter.Outcome, nowMs int64)
 	// hint: where k is (found) or would be inserted (-1 once the table has
 	// changed since the lookup).
 	st, found, dropped, hint := sh.load(&k, h, nowMs)
-	next, reply, uncommitted, write := limiter.Check(st, nowMs, p, r.Cost)
+	// A subject without an entry may meet its policy's sketch: wo holds
+	// the sketch fields, and overflowMu is taken after the shard lock.
+	var wo work
+	overflowLocked, failed := false, false
+	if !found && s.nSketches.Load() != 0 {
+		s.overflowMu.Lock()
+		overflowLocked = true
+		st, failed = s.openSketchFor(&wo, p, &r.Subject, nowMs, false)
+	}
+	next, reply, uncommitted, write := limiter.Check(st, wo.sp.now(nowMs), p, r.Cost)
+	room := true
+	if !failed && write && !found && r.EffectiveRole().Consumes() {
+		if room = sh.room(k.policy, 0, 0); !room {
+			dropped += sh.dropExpired(nowMs, fullScanBudget)
+			room = sh.room(k.policy, 0, 0)
+		}
+		if dropped != 0 {
+			hint = -1 // a removal moved slots
+		}
+		if !room {
+			if !overflowLocked {
+				s.overflowMu.Lock()
+				overflowLocked = true
+			}
+			if st, failed = s.openSketchFor(&wo, p, &r.Subject, nowMs, true); !failed {
+				wo.overflow = wo.sp.sk != nil
+				next, reply, uncommitted, write = limiter.Check(st, wo.sp.now(nowMs), p, r.Cost)
+			}
+		}
+	}
 	switch {
+	case failed:
+		*o = sketchClockUnsafe(p)
 	case !r.EffectiveRole().Consumes():
-		*o = limiter.OutcomeFromReply(p, uncommitted, limiter.SourceMemory)
+		*o = decided(p, uncommitted, wo.source())
 	case !write:
-		*o = limiter.OutcomeFromReply(p, reply, limiter.SourceMemory)
-	case !found && t.n >= sh.capacity && s.full(sh, nowMs, &dropped):
+		*o = decided(p, reply, wo.source())
+	case wo.overflow:
+		*o = decided(p, reply, limiter.SourceMemoryOverflow)
+		if o.Kind != limiter.Evaluated {
+			*o = decided(p, uncommitted, limiter.SourceMemoryOverflow)
+			break
+		}
+		wo.sp.sk.add(&wo.sp.idx, next, wo.sp.eff, p.Algorithm())
+		o.Decision.Consumed = true
+	case !found && !room:
 		refused = 1
 		*o = limiter.UnavailableOutcome(CapacityRetryAfter, limiter.CategoryCapacity, ErrFull)
 	default:
@@ -209,24 +299,38 @@ func (s *Store) evaluateOne(r *limiter.Request, o *limiter.Outcome, nowMs int64)
 		if found {
 			t.slots[hint].e = e
 		} else {
-			if dropped != 0 {
-				hint = -1 // a removal moved slots
-			}
-			t.insertAt(hint, &k, h, e)
+			sh.insertAt(hint, &k, h, e)
 		}
 		sh.minExpiry = min(sh.minExpiry, next.ExpiresAtMs)
 		o.Decision.Consumed = true
 	}
+	if overflowLocked {
+		s.overflowMu.Unlock()
+	}
 	sh.mu.Unlock()
 	s.report(dropped, refused)
+	if s.obs != nil && o.Kind == limiter.Evaluated && o.Decision.Source == limiter.SourceMemoryOverflow {
+		s.obs.Overflow(p.ID())
+	}
 }
 
-// full is the capacity check of a new entry on a shard with no room left:
-// it drops up to fullScanBudget expired entries (adding them to dropped) and
-// reports whether the shard is still full.
-func (s *Store) full(sh *shard, nowMs int64, dropped *int) bool {
-	*dropped += sh.dropExpired(nowMs, fullScanBudget)
-	return sh.t.n >= sh.capacity
+// openSketchFor is openSketch for w: it records in w whether the state came
+// from the sketch's estimate, and reports failed when the sketch's clock
+// check failed. Called with overflowMu held.
+func (s *Store) openSketchFor(w *work, p *limiter.Policy, d *limiter.SubjectDigest, nowMs int64, create bool) (st limiter.State, failed bool) {
+	st, ok := s.openSketch(&w.sp, p, d, nowMs, create)
+	w.estimated = w.estimated || st.Exists
+	return st, !ok
+}
+
+// decided is limiter.OutcomeFromReply from src; a decision of the overflow
+// sketch is an estimate (limiter.Approximate).
+func decided(p *limiter.Policy, r limiter.Reply, src limiter.Source) limiter.Outcome {
+	o := limiter.OutcomeFromReply(p, r, src)
+	if src == limiter.SourceMemoryOverflow && o.Kind == limiter.Evaluated {
+		o.Decision.Certainty = limiter.Approximate
+	}
+	return o
 }
 
 // report tells the Observer what one Evaluate call dropped and refused. It
@@ -240,6 +344,19 @@ func (s *Store) report(dropped, refused int) {
 	}
 	for range refused {
 		s.obs.Refused()
+	}
+}
+
+// reportOverflow tells the Observer which decisions of a batch its
+// policies' sketches made. It is called with no lock held.
+func (s *Store) reportOverflow(batch []limiter.Request, out []limiter.Outcome) {
+	if s.obs == nil {
+		return
+	}
+	for i := range out {
+		if out[i].Kind == limiter.Evaluated && out[i].Decision.Source == limiter.SourceMemoryOverflow {
+			s.obs.Overflow(batch[i].Policy.ID())
+		}
 	}
 }
 
@@ -263,6 +380,22 @@ type work struct {
 	inTable, reserved, hasRoom bool
 	idx                        int
 	moves                      uint64
+	// sp is the policy's sketch when the key has no entry and the sketch
+	// remembers something (or must decide). overflow: the write goes to
+	// the sketch (no room for an entry). estimated: the state came from the
+	// sketch's estimate. failed: the request got a failure outcome, which
+	// later requests on the same state repeat.
+	sp                          spill
+	overflow, estimated, failed bool
+}
+
+// source is where the decision of w comes from: the sketch when it decides
+// from the sketch's estimate and no exact entry takes over.
+func (w *work) source() limiter.Source {
+	if w.overflow || (w.estimated && !w.hasRoom) {
+		return limiter.SourceMemoryOverflow
+	}
+	return limiter.SourceMemory
 }
 
 type scratch struct {

@@ -28,7 +28,8 @@ func outcomeString(o limiter.Outcome) string {
 // never stores state (the general path, with no effect of its own). Every
 // outcome, the stored entries and the observer counts must agree, across
 // all algorithms and modes, invalid requests, clock steps (small and large,
-// backward), expiry and a small capacity bound.
+// backward), expiry, a small capacity bound, overflow sketches and their
+// bound.
 func TestBatchOfOneMatchesGeneralPath(t *testing.T) {
 	policies := []*limiter.Policy{
 		fixedPolicy(t, 3, time.Second),
@@ -50,7 +51,7 @@ func TestBatchOfOneMatchesGeneralPath(t *testing.T) {
 		rng := rand.New(rand.NewPCG(seed, 99))
 		clock := newClock(t0)
 		obsOne, obsGen := &counter{}, &counter{}
-		cfg := memory.Config{Clock: clock, MaxEntries: 24, Shards: 4}
+		cfg := memory.Config{Clock: clock, MaxEntries: 24, Shards: 4, MaxSketches: 2}
 		cfg.Observer = obsOne
 		one := newStore(t, cfg)
 		cfg.Observer = obsGen
@@ -98,8 +99,14 @@ func TestBatchOfOneMatchesGeneralPath(t *testing.T) {
 			t.Fatalf("seed %d: observers refused %d/%d expired %d/%d", seed,
 				obsOne.refused.Load(), obsGen.refused.Load(), obsOne.expired.Load(), obsGen.expired.Load())
 		}
-		if obsOne.refused.Load() == 0 || obsOne.expired.Load() == 0 {
-			t.Fatalf("seed %d: the run never refused (%d) or expired (%d): widen it", seed, obsOne.refused.Load(), obsOne.expired.Load())
+		for _, p := range policies {
+			if a, b := obsOne.overflows(p.ID()), obsGen.overflows(p.ID()); a != b {
+				t.Fatalf("seed %d: policy %s: overflow decisions %d/%d", seed, p.ID(), a, b)
+			}
+		}
+		if obsOne.refused.Load() == 0 || obsOne.expired.Load() == 0 || obsOne.overflows(policies[1].ID()) == 0 {
+			t.Fatalf("seed %d: the run never refused (%d), expired (%d) or overflowed (%d): widen it", seed,
+				obsOne.refused.Load(), obsOne.expired.Load(), obsOne.overflows(policies[1].ID()))
 		}
 	}
 }

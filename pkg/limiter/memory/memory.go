@@ -20,17 +20,24 @@
 // # Capacity bound
 //
 // The number of live entries never exceeds Config.MaxEntries (split evenly
-// across the shards). When a new subject arrives at a full shard, the store
-// first drops up to a bounded number of expired entries of that shard; if the
-// shard is still full, the request is refused with an Unavailable outcome of
-// category limiter.CategoryCapacity, which the policy's failure mode answers
-// (fail closed by default) and Observer.Refused counts. Subjects that already
-// have state are always evaluated. The store never evicts live state: dropping
-// a live counter would reset it and silently admit more than the limit.
-// Refusing new subjects instead keeps every decision exact, at the price of
-// denying (or, for fail-open policies, admitting without counting) new
-// subjects until entries expire; size MaxEntries for the expected number of
-// subjects live within one TTL.
+// across the shards), and live state is never evicted: dropping a live
+// counter would reset it and silently admit more than the limit. Subjects
+// that have an entry are always evaluated exactly.
+//
+// A flood stays in its policy: a policy may take a new entry in a shard
+// only while it holds fewer entries of that shard than are free (after the
+// shard has dropped up to a bounded number of expired entries), so one
+// policy holds at most half of the store and every flood leaves room for the
+// policies that come after it. A new subject of a policy that has no room
+// left is decided by the policy's overflow sketch (sketch.go): a count-min
+// sketch of fixed size (SketchBytes) that can only over-count, so that it
+// never admits more than the exact algorithm would for any subject. Its
+// decisions are ordinary Evaluated outcomes with Source
+// limiter.SourceMemoryOverflow and Certainty limiter.Approximate, counted by
+// Observer.Overflow. At most Config.MaxSketches policies hold a sketch at
+// once; beyond that a new subject without room is refused with an
+// Unavailable outcome of category limiter.CategoryCapacity, which the
+// policy's failure mode answers and Observer.Refused counts.
 package memory
 
 import (
@@ -38,6 +45,7 @@ import (
 	"fmt"
 	"math"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/envoy-rls/envoy-rls/pkg/limiter"
@@ -52,17 +60,20 @@ const (
 	// fullScanBudget bounds how many entries a full shard inspects for
 	// expired ones before it refuses a new subject; Sweep does the rest.
 	fullScanBudget = 64
+	// minShardEntries is the least capacity New gives a shard (see
+	// Config.Shards).
+	minShardEntries = 8
 )
 
 // MaxBytesPerEntry bounds the heap a full store keeps per entry, to size
 // MaxEntries from a memory budget. A slot is 96 bytes plus a 4-byte tag;
 // a shard's table doubles when it would pass three quarters full, so a full
 // shard is 3/8 to 3/4 full: 133 to 267 bytes per entry. Measured
-// (TestFullStoreHeap, heap in use after a collection): 262 bytes at 100,000
-// entries, 267 at 786,688 (every table just doubled, the worst case), 210
-// at 1,000,000. While a table doubles, its old arrays are garbage until the
-// next collection: the runtime took 304 bytes per entry from the system at
-// 786,688.
+// (TestFullStoreHeap, heap in use after a collection, eight policies): 148
+// bytes at 88,992 entries, 267 at 786,720 (every table just doubled, the
+// worst case), 236 at 888,896. Overflow sketches (SketchBytes each) come on
+// top. The process needs about twice this at its peak: see
+// docs/operations.md.
 const MaxBytesPerEntry = 272
 
 // Observer is told what the store drops and refuses, so that it can be
@@ -70,10 +81,13 @@ const MaxBytesPerEntry = 272
 // and concurrently from many goroutines; they must be cheap and safe for
 // concurrent use.
 type Observer interface {
-	// Refused: a new subject was refused because its shard was full.
+	// Refused: a new subject found no room for an entry and no sketch for
+	// its policy (MaxSketches policies were already in overflow).
 	Refused()
 	// Expired: n expired states were dropped.
 	Expired(n int)
+	// Overflow: a decision for policy was made by its overflow sketch.
+	Overflow(policy string)
 }
 
 // Config configures New.
@@ -84,10 +98,13 @@ type Config struct {
 	// DefaultMaxEntries)
 	MaxEntries int
 	// Shards is the number of independently locked shards, a power of two.
-	// It is lowered to fit MaxEntries when MaxEntries is smaller. (Optional,
-	// default DefaultShards)
+	// It is lowered until each shard holds at least 8 entries, or to 1.
+	// (Optional, default DefaultShards)
 	Shards int
-	// Observer counts refusals and expiries. (Optional)
+	// MaxSketches bounds how many policies can hold an overflow sketch at
+	// once, each SketchBytes. (Optional, default DefaultMaxSketches)
+	MaxSketches int
+	// Observer counts refusals, expiries and overflow decisions. (Optional)
 	Observer Observer
 }
 
@@ -95,7 +112,7 @@ type Config struct {
 var ErrInvalidConfig = errors.New("memory: invalid config")
 
 // ErrFull is the cause of a capacity refusal.
-var ErrFull = errors.New("memory: store is full, new subjects are refused until entries expire")
+var ErrFull = errors.New("memory: no room for a new subject and every overflow sketch is in use")
 
 // Store is the in-memory limiter.Store.
 type Store struct {
@@ -104,6 +121,15 @@ type Store struct {
 	shards  []shard
 	mask    uint64
 	scratch sync.Pool // *scratch: per-call buffers
+
+	// overflowMu guards sketches; a call takes it after every shard lock
+	// it holds, and takes no shard lock while holding it. nSketches is
+	// len(sketches), read without the lock: while it is 0 (no flood), new
+	// subjects never take overflowMu.
+	overflowMu  sync.Mutex
+	sketches    map[sketchKey]*sketch
+	nSketches   atomic.Int32
+	maxSketches int
 }
 
 var _ limiter.Store = (*Store)(nil)
@@ -140,13 +166,22 @@ func New(cfg Config) (*Store, error) {
 	case cfg.Shards < 0 || cfg.Shards&(cfg.Shards-1) != 0:
 		return nil, fmt.Errorf("%w: Shards %d is not a positive power of two", ErrInvalidConfig, cfg.Shards)
 	}
-	for cfg.Shards > cfg.MaxEntries {
+	// A shard holds at least minShardEntries (when the bound allows), so
+	// that the fairness rule (see shard.room) has room to share.
+	for cfg.Shards > 1 && cfg.MaxEntries/cfg.Shards < minShardEntries {
 		cfg.Shards /= 2
+	}
+	switch {
+	case cfg.MaxSketches == 0:
+		cfg.MaxSketches = DefaultMaxSketches
+	case cfg.MaxSketches < 0:
+		return nil, fmt.Errorf("%w: MaxSketches %d is negative", ErrInvalidConfig, cfg.MaxSketches)
 	}
 	if cfg.MaxEntries/cfg.Shards >= math.MaxInt32 {
 		return nil, fmt.Errorf("%w: MaxEntries %d is above %d per shard", ErrInvalidConfig, cfg.MaxEntries, math.MaxInt32-1)
 	}
-	s := &Store{clock: cfg.Clock, obs: cfg.Observer, shards: make([]shard, cfg.Shards), mask: uint64(cfg.Shards - 1)}
+	s := &Store{clock: cfg.Clock, obs: cfg.Observer, shards: make([]shard, cfg.Shards), mask: uint64(cfg.Shards - 1),
+		sketches: make(map[sketchKey]*sketch), maxSketches: cfg.MaxSketches}
 	per, extra := cfg.MaxEntries/cfg.Shards, cfg.MaxEntries%cfg.Shards
 	for i := range s.shards {
 		sh := &s.shards[i]
@@ -161,11 +196,17 @@ func New(cfg Config) (*Store, error) {
 }
 
 // Sweep drops every state expired at now, one shard lock at a time, and
-// returns how many it dropped (also reported to Observer.Expired). Call it
+// returns how many it dropped (also reported to Observer.Expired); then it
+// frees the overflow sketches that remember nothing any more. Call it
 // periodically; a shard holds at most MaxEntries/Shards entries, which
 // bounds how long one sweep step holds a lock.
 func (s *Store) Sweep(now time.Time) int {
 	nowMs := now.UnixMilli()
+	defer func() {
+		s.overflowMu.Lock()
+		s.dropIdleSketches(nowMs)
+		s.overflowMu.Unlock()
+	}()
 	total := 0
 	for i := range s.shards {
 		sh := &s.shards[i]
@@ -181,6 +222,10 @@ func (s *Store) Sweep(now time.Time) int {
 
 // SweepExpired is Sweep at the store clock's now.
 func (s *Store) SweepExpired() int { return s.Sweep(s.clock.Now()) }
+
+// Sketches returns the number of overflow sketches held (each
+// SketchBytes).
+func (s *Store) Sketches() int { return int(s.nSketches.Load()) }
 
 // Len returns the number of stored states, expired ones not yet dropped
 // included.

@@ -15,16 +15,20 @@ const metricsNamespace = "envoy_rls"
 // Config.Observer and call Entries after each Sweep. Safe for concurrent
 // use.
 type Metrics struct {
-	refused prometheus.Counter
-	expired prometheus.Counter
-	entries prometheus.Gauge
+	refused  prometheus.Counter
+	expired  prometheus.Counter
+	entries  prometheus.Gauge
+	overflow *prometheus.CounterVec
+	sketches prometheus.Gauge
 }
 
 var _ Observer = (*Metrics)(nil)
 
 // NewMetrics creates the collectors and registers them on reg:
-// envoy_rls_memory_refused_total, envoy_rls_memory_expired_total and
-// envoy_rls_memory_entries.
+// envoy_rls_memory_refused_total, envoy_rls_memory_expired_total,
+// envoy_rls_memory_entries, envoy_rls_memory_overflow_decisions_total{policy}
+// (policy IDs come from the rules, a bounded set) and
+// envoy_rls_memory_overflow_sketches.
 func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 	if reg == nil {
 		return nil, fmt.Errorf("memory: metrics: a registerer is required")
@@ -32,7 +36,7 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 	m := &Metrics{
 		refused: prometheus.NewCounter(prometheus.CounterOpts{
 			Namespace: metricsNamespace, Name: "memory_refused_total",
-			Help: "Memory store evaluations refused because the entry bound was reached.",
+			Help: "Memory store evaluations refused because there was no room for a new subject and every overflow sketch was in use.",
 		}),
 		expired: prometheus.NewCounter(prometheus.CounterOpts{
 			Namespace: metricsNamespace, Name: "memory_expired_total",
@@ -42,8 +46,16 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			Namespace: metricsNamespace, Name: "memory_entries",
 			Help: "Entries held by the memory store.",
 		}),
+		overflow: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: metricsNamespace, Name: "memory_overflow_decisions_total",
+			Help: "Memory store decisions made by a policy's overflow sketch (a new subject without room for an exact entry).",
+		}, []string{"policy"}),
+		sketches: prometheus.NewGauge(prometheus.GaugeOpts{
+			Namespace: metricsNamespace, Name: "memory_overflow_sketches",
+			Help: "Overflow sketches held by the memory store (one per policy in overflow).",
+		}),
 	}
-	for _, c := range []prometheus.Collector{m.refused, m.expired, m.entries} {
+	for _, c := range []prometheus.Collector{m.refused, m.expired, m.entries, m.overflow, m.sketches} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("memory: registering metrics: %w", err)
 		}
@@ -59,3 +71,9 @@ func (m *Metrics) Expired(n int) { m.expired.Add(float64(n)) }
 
 // Entries sets the number of states held (Store.Len).
 func (m *Metrics) Entries(n int) { m.entries.Set(float64(n)) }
+
+// Overflow counts one decision of policy's overflow sketch.
+func (m *Metrics) Overflow(policy string) { m.overflow.WithLabelValues(policy).Inc() }
+
+// Sketches sets the number of overflow sketches held (Store.Sketches).
+func (m *Metrics) Sketches(n int) { m.sketches.Set(float64(n)) }

@@ -13,7 +13,8 @@ import (
 	"github.com/envoy-rls/envoy-rls/pkg/limiter/memory"
 )
 
-// TestMetrics: as a store's Observer, Metrics counts refusals and expiries
+// TestMetrics: as a store's Observer, Metrics counts refusals, expiries
+// and overflow decisions
 // under the names docs/operations.md lists.
 func TestMetrics(t *testing.T) {
 	reg := prometheus.NewRegistry()
@@ -27,10 +28,11 @@ func TestMetrics(t *testing.T) {
 	if o := eval1(s, context.Background(), limiter.Request{Policy: p, Subject: subject(0), Cost: 1}); !o.Decision.Allowed {
 		t.Fatalf("first subject: %+v", o)
 	}
-	if o := eval1(s, context.Background(), limiter.Request{Policy: p, Subject: subject(1), Cost: 1}); o.Category != limiter.CategoryCapacity {
+	if o := eval1(s, context.Background(), limiter.Request{Policy: p, Subject: subject(1), Cost: 1}); o.Decision.Source != limiter.SourceMemoryOverflow {
 		t.Fatalf("second subject on a full store: %+v", o)
 	}
 	m.Entries(s.Len())
+	m.Sketches(s.Sketches())
 	want := `
 # HELP envoy_rls_memory_entries Entries held by the memory store.
 # TYPE envoy_rls_memory_entries gauge
@@ -38,9 +40,15 @@ envoy_rls_memory_entries 1
 # HELP envoy_rls_memory_expired_total Memory store entries removed after their TTL.
 # TYPE envoy_rls_memory_expired_total counter
 envoy_rls_memory_expired_total 0
-# HELP envoy_rls_memory_refused_total Memory store evaluations refused because the entry bound was reached.
+# HELP envoy_rls_memory_overflow_decisions_total Memory store decisions made by a policy's overflow sketch (a new subject without room for an exact entry).
+# TYPE envoy_rls_memory_overflow_decisions_total counter
+envoy_rls_memory_overflow_decisions_total{policy="test"} 1
+# HELP envoy_rls_memory_overflow_sketches Overflow sketches held by the memory store (one per policy in overflow).
+# TYPE envoy_rls_memory_overflow_sketches gauge
+envoy_rls_memory_overflow_sketches 1
+# HELP envoy_rls_memory_refused_total Memory store evaluations refused because there was no room for a new subject and every overflow sketch was in use.
 # TYPE envoy_rls_memory_refused_total counter
-envoy_rls_memory_refused_total 1
+envoy_rls_memory_refused_total 0
 `
 	if got := limitertest.Exposition(t, reg); got != strings.TrimPrefix(want, "\n") {
 		t.Fatalf("exposed:\n%s\nwant:\n%s", got, want)
@@ -48,7 +56,8 @@ envoy_rls_memory_refused_total 1
 	clock.Set(time.UnixMilli(t0 + 10_000))
 	s.Sweep(clock.Now())
 	m.Entries(s.Len())
-	want = strings.NewReplacer("entries 1", "entries 0", "expired_total 0", "expired_total 1").Replace(want)
+	m.Sketches(s.Sketches())
+	want = strings.NewReplacer("entries 1", "entries 0", "expired_total 0", "expired_total 1", "sketches 1", "sketches 0").Replace(want)
 	if got := limitertest.Exposition(t, reg); got != strings.TrimPrefix(want, "\n") {
 		t.Fatalf("exposed:\n%s\nwant:\n%s", got, want)
 	}

@@ -23,6 +23,8 @@ type shardState struct {
 	mu       sync.Mutex
 	t        table
 	capacity int
+	// own counts the entries of each policy ID (see room).
+	own map[string]int32
 	// minExpiry is a lower bound of every entry's expiresAt (exact after a
 	// complete scan): while now <= minExpiry nothing can have expired.
 	minExpiry int64
@@ -44,7 +46,7 @@ func (sh *shard) load(k *key, h uint64, nowMs int64) (st limiter.State, live boo
 	}
 	e := &sh.t.slots[i].e
 	if nowMs > e.expiresAt { // Redis semantics: a key lives through its expiry millisecond
-		sh.t.remove(i)
+		sh.remove(i)
 		return limiter.State{}, false, 1, -1
 	}
 	return limiter.State{
@@ -78,7 +80,7 @@ func (sh *shard) dropExpired(nowMs int64, budget int) int {
 		used := t.used(i)
 		if used && nowMs > s.e.expiresAt {
 			// remove shifts a later slot into i: look at i again.
-			t.remove(i)
+			sh.remove(i)
 			dropped++
 			steps++
 			continue
@@ -94,4 +96,34 @@ func (sh *shard) dropExpired(nowMs int64, budget int) int {
 		t.cursor = i
 	}
 	return dropped
+}
+
+// remove drops the entry at index i of the table.
+func (sh *shard) remove(i int) {
+	p := sh.t.slots[i].k.policy
+	if n := sh.own[p]; n > 1 {
+		sh.own[p] = n - 1
+	} else {
+		delete(sh.own, p)
+	}
+	sh.t.remove(i)
+}
+
+// insertAt adds k (see table.insertAt).
+func (sh *shard) insertAt(hint int, k *key, h uint64, e entry) {
+	sh.t.insertAt(hint, k, h, e)
+	if sh.own == nil {
+		sh.own = make(map[string]int32)
+	}
+	sh.own[k.policy]++
+}
+
+// room is the fairness rule of the capacity bound: a new entry of policy
+// fits while the policy holds fewer entries of this shard than are free, so
+// that one policy holds at most half of the shard and every flood leaves
+// free room for the policies that arrive after it. reserved counts the new
+// entries an unfinished batch already claimed in this shard, reservedOwn
+// those of the same policy.
+func (sh *shard) room(policy string, reserved, reservedOwn int) bool {
+	return int(sh.own[policy])+reservedOwn < sh.capacity-sh.t.n-reserved
 }

@@ -1,0 +1,284 @@
+package memory
+
+import (
+	"encoding/binary"
+	"fmt"
+
+	"github.com/envoy-rls/envoy-rls/pkg/limiter"
+)
+
+// Overflow sketches: how a policy's new subjects are limited when the store
+// cannot give them an exact entry (see the package comment).
+const (
+	sketchRows      = 4
+	sketchWidthBits = 11
+	sketchWidth     = 1 << sketchWidthBits
+	// SketchBytes is the memory one overflow sketch holds: 4 rows of 2,048
+	// cells of 16 bytes.
+	SketchBytes = sketchRows * sketchWidth * 16
+	// DefaultMaxSketches bounds how many policies can be in overflow at
+	// once (8 MiB of sketches).
+	DefaultMaxSketches = 64
+)
+
+// sketchKey identifies a sketch: like an exact entry, a new revision or
+// algorithm starts fresh.
+type sketchKey struct {
+	policy   string
+	revision uint32
+	alg      limiter.Algorithm
+}
+
+// cell is one counter of a sketch. Fixed window: a is the units admitted in
+// the sketch's window. Sliding window: a is the current window's units, b
+// the previous window's. Token bucket: a is the deficit (capacity minus
+// level, in the policy's scaled units: a token is period units, amount
+// units refill per millisecond) as of time b.
+type cell struct{ a, b int64 }
+
+// sketch is a count-min sketch of one policy's overflow subjects. Every
+// subject maps to one cell per row; a cell holds, for every subject mapped
+// to it, at least what that subject's exact state would hold (units
+// admitted, or deficit), so the minimum over the rows is an upper bound of
+// the subject's own usage: a decision from it admits only what the exact
+// algorithm would admit for that subject alone. Updates are conservative
+// (a cell rises only to the subject's new estimate), which keeps the bound
+// and over-counts less. Guarded by Store.overflowMu.
+type sketch struct {
+	// The parameters the cells are in: a change restarts the sketch.
+	windowMs, limit, amount, period int64
+	// epoch is the window id the counts belong to (fixed and sliding).
+	epoch int64
+	// lastObserved is the latest effective time that changed the sketch,
+	// for the clock-regression rule; liveUntil is when every cell reads 0
+	// again (nothing left to remember).
+	lastObserved, liveUntil int64
+	cells                   [sketchRows * sketchWidth]cell
+}
+
+// sketchRowsOf returns the cell of each row for a subject: each row hashes
+// one 64-bit word of the digest (an HMAC, hence uniform and independent).
+func sketchRowsOf(d *limiter.SubjectDigest) [sketchRows]int {
+	var idx [sketchRows]int
+	mult := [sketchRows]uint64{0x9E3779B97F4A7C15, 0xC2B2AE3D27D4EB4F, 0x165667B19E3779F9, 0xD6E8FEB86659FD93}
+	for r := range idx {
+		w := binary.LittleEndian.Uint64(d[r*8:])
+		idx[r] = r*sketchWidth + int((w*mult[r])>>(64-sketchWidthBits))
+	}
+	return idx
+}
+
+// fit makes the sketch's parameters those of p, clearing it when the
+// cells mean something else under them: another window or refill rate, or
+// another token bucket capacity (window counts stay counts under another
+// limit, as exact states do).
+func (sk *sketch) fit(p *limiter.Policy) {
+	amount, period := p.Refill()
+	same := sk.windowMs == p.WindowMillis() && sk.amount == amount && sk.period == period
+	if same && (sk.limit == p.Limit() || p.Algorithm() != limiter.TokenBucket) {
+		sk.limit = p.Limit()
+		return
+	}
+	sk.windowMs, sk.limit, sk.amount, sk.period = p.WindowMillis(), p.Limit(), amount, period
+	sk.restart()
+}
+
+// live reports whether any cell can read non-zero at nowMs.
+func (sk *sketch) live(nowMs int64) bool { return nowMs < sk.liveUntil }
+
+// effectiveNow applies the clock rule of limiter.Check to the sketch: a
+// small backward step clamps to lastObserved, a larger one is unsafe.
+func (sk *sketch) effectiveNow(nowMs int64, p *limiter.Policy) (int64, bool) {
+	if nowMs >= sk.lastObserved {
+		return nowMs, true
+	}
+	if sk.lastObserved-nowMs > p.MaxClockRegressionMillis() {
+		return 0, false
+	}
+	return sk.lastObserved, true
+}
+
+// rotate moves the window counts to the window of effMs (fixed and sliding
+// windows; token bucket cells decay lazily).
+func (sk *sketch) rotate(effMs int64, alg limiter.Algorithm) {
+	if alg == limiter.TokenBucket {
+		return
+	}
+	w := effMs / sk.windowMs
+	switch {
+	case w == sk.epoch:
+	case w == sk.epoch+1 && alg == limiter.SlidingWindow:
+		for i := range sk.cells {
+			sk.cells[i] = cell{b: sk.cells[i].a}
+		}
+	case w > sk.epoch:
+		clear(sk.cells[:])
+	}
+	sk.epoch = max(sk.epoch, w)
+}
+
+// deficit is a token bucket cell's deficit at effMs, refilled since its time.
+func (sk *sketch) deficit(c cell, effMs int64) int64 {
+	if c.a == 0 {
+		return 0
+	}
+	elapsed := max(0, effMs-c.b)
+	// Compare before multiplying: a long idle time never overflows.
+	if elapsed >= ceilDiv(c.a, sk.amount) {
+		return 0
+	}
+	return c.a - elapsed*sk.amount
+}
+
+// state returns the state the subject whose cells are idx has at most: the
+// state limiter.Check decides with. It reads as no state when every
+// estimate is 0. The sketch must have been rotated to effMs.
+func (sk *sketch) state(idx *[sketchRows]int, effMs int64, p *limiter.Policy) limiter.State {
+	var lo, lo2 int64 = -1, -1
+	for _, i := range idx {
+		c := sk.cells[i]
+		a, b := c.a, c.b
+		if p.Algorithm() == limiter.TokenBucket {
+			a, b = sk.deficit(c, effMs), 0
+		}
+		if lo < 0 || a < lo {
+			lo = a
+		}
+		if lo2 < 0 || b < lo2 {
+			lo2 = b
+		}
+	}
+	if lo == 0 && lo2 == 0 {
+		return limiter.State{}
+	}
+	st := limiter.State{
+		Exists: true, Schema: limiter.StateSchema, Algorithm: p.Algorithm(), PolicyID: p.ID(), Revision: p.Revision(),
+		LastObservedMs: effMs, Epoch: sk.epoch, Level: lo, Carry: lo2,
+	}
+	if p.Algorithm() == limiter.TokenBucket {
+		level := sk.limit*sk.period - lo
+		st.Epoch, st.Level, st.Carry = effMs, level/sk.period, level%sk.period
+	}
+	return st
+}
+
+// add records next, the state limiter.Check computed for the subject of
+// idx from state's answer, raising each of its cells to it at least.
+func (sk *sketch) add(idx *[sketchRows]int, next limiter.State, effMs int64, alg limiter.Algorithm) {
+	sk.lastObserved = max(sk.lastObserved, effMs)
+	switch alg {
+	case limiter.TokenBucket:
+		d := sk.limit*sk.period - (next.Level*sk.period + next.Carry)
+		for _, i := range idx {
+			sk.cells[i] = cell{a: max(sk.deficit(sk.cells[i], effMs), d), b: effMs}
+		}
+		if d > 0 {
+			sk.liveUntil = max(sk.liveUntil, effMs+ceilDiv(d, sk.amount))
+		}
+	default:
+		for _, i := range idx {
+			sk.cells[i].a = max(sk.cells[i].a, next.Level)
+		}
+		ends := (sk.epoch + 1) * sk.windowMs
+		if alg == limiter.SlidingWindow {
+			ends += sk.windowMs
+		}
+		sk.liveUntil = max(sk.liveUntil, ends)
+	}
+}
+
+// spill is how a request whose subject has no entry uses its policy's
+// sketch: sk is nil when it does not.
+type spill struct {
+	sk  *sketch
+	idx [sketchRows]int
+	// eff is the sketch's effective now, the time the request is decided at.
+	eff int64
+}
+
+// now is the time to decide at: the sketch's effective now, or nowMs.
+func (sp *spill) now(nowMs int64) int64 {
+	if sp.sk != nil {
+		return sp.eff
+	}
+	return nowMs
+}
+
+// openSketch looks up the sketch of p for a subject d with no entry, and
+// returns the subject's state as the sketch bounds it. With create, a
+// missing sketch is made (when the bound on sketches allows: sp.sk stays
+// nil otherwise); without, a sketch that remembers nothing is left out.
+// ok is false when the clock stepped back beyond the policy's max clock
+// regression from the sketch's last change. Called with overflowMu held.
+func (s *Store) openSketch(sp *spill, p *limiter.Policy, d *limiter.SubjectDigest, nowMs int64, create bool) (st limiter.State, ok bool) {
+	k := sketchKey{policy: p.ID(), revision: p.Revision(), alg: p.Algorithm()}
+	sk := s.sketches[k]
+	if sk == nil {
+		if !create || !s.roomForSketch(nowMs) {
+			return limiter.State{}, true
+		}
+		sk = new(sketch)
+		s.sketches[k] = sk
+		s.nSketches.Store(int32(len(s.sketches)))
+	}
+	sk.fit(p)
+	if !sk.live(max(nowMs, sk.lastObserved)) {
+		if !create {
+			return limiter.State{}, true
+		}
+		if nowMs < sk.lastObserved {
+			sk.restart() // nothing to remember: forget its clock too
+		}
+	}
+	eff, ok := sk.effectiveNow(nowMs, p)
+	if !ok {
+		return limiter.State{}, false
+	}
+	sk.rotate(eff, p.Algorithm())
+	sp.sk, sp.eff, sp.idx = sk, eff, sketchRowsOf(d)
+	return sk.state(&sp.idx, eff, p), true
+}
+
+// roomForSketch reports whether one more sketch fits under the bound,
+// first dropping sketches that remember nothing at nowMs. Called with
+// overflowMu held.
+func (s *Store) roomForSketch(nowMs int64) bool {
+	if len(s.sketches) < s.maxSketches {
+		return true
+	}
+	s.dropIdleSketches(nowMs)
+	return len(s.sketches) < s.maxSketches
+}
+
+// dropIdleSketches drops the sketches that read 0 everywhere at nowMs and
+// returns how many remain. Called with overflowMu held.
+func (s *Store) dropIdleSketches(nowMs int64) int {
+	for k, sk := range s.sketches {
+		if !sk.live(max(nowMs, sk.lastObserved)) {
+			delete(s.sketches, k)
+		}
+	}
+	s.nSketches.Store(int32(len(s.sketches)))
+	return len(s.sketches)
+}
+
+// restart clears the sketch, keeping its parameters.
+func (sk *sketch) restart() {
+	clear(sk.cells[:])
+	sk.epoch, sk.lastObserved, sk.liveUntil = 0, 0, 0
+}
+
+// sketchClockUnsafe is the outcome of a sketch whose clock check failed.
+func sketchClockUnsafe(p *limiter.Policy) limiter.Outcome {
+	return limiter.UnavailableOutcome(limiter.ClockUnsafeRetryAfter, limiter.CategoryClockUnsafe,
+		fmt.Errorf("memory store: policy %s overflow sketch: %w", p.ID(), limiter.ErrClockUnsafe))
+}
+
+// ceilDiv is ceil(a / b) for a >= 0, b > 0, without the a+b-1 intermediate.
+func ceilDiv(a, b int64) int64 {
+	q := a / b
+	if a%b != 0 {
+		q++
+	}
+	return q
+}
