@@ -41,8 +41,9 @@ type LocalConfig struct {
 	// Replicas is the number of replicas that share the global limit.
 	// (Optional, default 1; at most MaxReplicas)
 	Replicas int
-	// MaxEntries bounds the subjects held; a new subject beyond it is
-	// denied (fail closed). (Optional, default DefaultLocalMaxEntries)
+	// MaxEntries bounds the subjects held exactly; new subjects beyond it
+	// are limited by the memory store's overflow sketch, which never admits
+	// more than the share. (Optional, default DefaultLocalMaxEntries)
 	MaxEntries int
 	// Clock drives the local limiter. (Optional, default Config.Clock)
 	Clock limiter.Clock
