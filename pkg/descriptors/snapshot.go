@@ -22,6 +22,9 @@ type Options struct {
 	// Debounce is the Watcher's quiet period after a file event.
 	// (Optional, default DefaultDebounce)
 	Debounce time.Duration
+	// Limits bound the whole rule set. (Optional, the zero value means
+	// DefaultMaxBytes and DefaultMaxDescriptors)
+	Limits Limits
 }
 
 // Snapshot is an immutable, compiled rule set. It is safe for concurrent use
