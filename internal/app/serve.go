@@ -192,7 +192,7 @@ func (s *server) loadRules(getenv func(string) string, h hooks) error {
 	if err != nil {
 		return err
 	}
-	s.rules, err = newRuleSet(s.opts.Config, descriptors.Options{Secret: secret}, s.onReload)
+	s.rules, err = newRuleSet(s.opts.Config, descriptors.Options{Secret: secret, Limits: s.opts.ConfigLimits.limits()}, s.onReload)
 	if err != nil {
 		return rulesError(label("config", s.opts.given), err)
 	}
