@@ -184,7 +184,12 @@ func buildBudget(srcs []source, secret []byte, lim Limits, budget int) (*Snapsho
 	count := &descCount{max: lim.MaxDescriptors}
 	for _, s := range srcs {
 		names = append(names, s.name)
-		if rf := parseFile(s.name, s.data, &ps, budget, count); rf != nil {
+		rf := parseFile(s.name, s.data, &ps, budget, count)
+		switch {
+		case count.over():
+			// Only the count matters now: let what was read go.
+			files = nil
+		case rf != nil:
 			files = append(files, rf)
 		}
 	}

@@ -62,7 +62,7 @@ func (p *parser) yamlError(err error) {
 		return
 	}
 	context, _ := strconv.Atoi(m[1])
-	line, col := syntaxPosition(p.data, m[2], context)
+	line, col := syntaxPosition(p.data, p.read, m[2], context)
 	switch {
 	case line == 0:
 		p.ps.add(p.file, context, 0, "invalid YAML: %s", m[2])
@@ -82,26 +82,26 @@ func (p *parser) lineError(msg string) {
 	p.ps.add(p.file, 0, 0, "invalid YAML: %s", msg)
 }
 
-// Bounds of syntaxPosition's search.
-const (
-	// positionWork bounds the bytes parsed again to place one syntax error.
-	positionWork = 64 << 20
-	// positionLines bounds the lines looked back from where the parser
-	// stopped reading.
-	positionLines = 32
-)
+// positionWork bounds the bytes parsed again to place one syntax error, on
+// top of two parses of the file: a small file gets the line and the column,
+// a file of megabytes the line.
+const positionWork = 4 << 20
+
+// positionLines bounds the lines looked back from where the parser stopped
+// reading.
+const positionLines = 32
 
 // syntaxPosition finds the line and column of the syntax error msg in data
-// (0, 0 when it cannot). yaml.v3 puts in its messages the line where the
+// (0, 0 when it cannot), given read, the bytes the parser had read when it
+// failed, one at a time. yaml.v3 puts in its messages the line where the
 // enclosing construct starts (libyaml's context mark), not the line of the
-// offending token, and no column; from is that line. The error is at or
-// after it, before the point where the parser stopped reading, and it is
-// the shortest prefix of data that fails with the same message: that
-// prefix ends on the offending token (an unclosed quote or bracket fails
-// from its own line on). The search parses prefixes of data again, within
-// positionWork bytes in all.
-func syntaxPosition(data []byte, msg string, from int) (line, col int) {
-	work := positionWork
+// offending token, and no column; from is that line. The offending token
+// is at or after it and ends before read, and it ends the shortest prefix
+// of data that fails with the same message (an unclosed quote or bracket
+// fails from its own line on). The search parses prefixes of data again,
+// line by line back from read, then by halves within the line.
+func syntaxPosition(data []byte, read int, msg string, from int) (line, col int) {
+	work := positionWork + 2*len(data)
 	fails := func(prefix []byte) bool {
 		if work -= len(prefix); work < 0 {
 			return false
@@ -113,9 +113,7 @@ func syntaxPosition(data []byte, msg string, from int) (line, col int) {
 		m := yamlMsgRE.FindStringSubmatch(err.Error())
 		return m != nil && m[2] == msg
 	}
-	// Where the parser stopped reading, fed one byte at a time.
-	r := &byteReader{data: data}
-	if work -= len(data); syntaxError(r) == nil {
+	if read <= 0 || read > len(data) {
 		return 0, 0
 	}
 	starts := lineStarts(data)
@@ -125,8 +123,7 @@ func syntaxPosition(data []byte, msg string, from int) (line, col int) {
 		}
 		return len(data)
 	}
-	last := max(r.off-1, 0)
-	l := sort.Search(len(starts), func(i int) bool { return starts[i] > last }) // 1-based line of data[last]
+	l := sort.Search(len(starts), func(i int) bool { return starts[i] > read-1 }) // 1-based line of data[read-1]
 	if !fails(data[:lineEnd(l)]) {
 		return 0, 0
 	}
