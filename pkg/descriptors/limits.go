@@ -78,9 +78,11 @@ func (e *LimitError) Is(target error) bool { return target == ErrTooLarge }
 // of the parsed tree: plain, quoted and block scalars, aliases, the block
 // indicators "- ", "? " and ": ", and the flow openers [ and {. It stops
 // as soon as the count passes limit. It is a lexical pass that never fails
-// and never allocates: a plain scalar that continues over several lines
-// counts once per line, so the count can only be higher than the tokens a
-// YAML parser sees, and a syntax error is left for the parser to report.
+// and never allocates, and errs on the high side (a plain scalar that
+// continues over several lines counts once per line; in flow context every
+// ":" counts); a syntax error is left for the parser to report. The tree
+// has at most one node more per mapping than the count
+// (TestCountTokensBoundsTheTree).
 func countTokens(data []byte, limit int) int {
 	n, flow := 0, 0
 	i, lineStart := 0, true

@@ -249,7 +249,7 @@ func TestNonRegularFilesAreProblems(t *testing.T) {
 	dir := t.TempDir()
 	fifo := filepath.Join(dir, "pipe.yaml")
 	if err := syscall.Mkfifo(fifo, 0o644); err != nil {
-		t.Skipf("mkfifo: %v", err) // not on this system
+		t.Fatalf("mkfifo: %v", err)
 	}
 	done := make(chan error, 1)
 	go func() {
