@@ -116,7 +116,7 @@ func TestReloadOverLimitKeepsPreviousRules(t *testing.T) {
 
 // TestTooManyTokensRejectedBeforeParsing: a file dense in YAML tokens is
 // refused from a lexical count, without the parser's tree (which costs
-// about a hundred bytes a token).
+// about 190 bytes a token).
 func TestTooManyTokensRejectedBeforeParsing(t *testing.T) {
 	data := []byte("domain: d\ndescriptors: [" + strings.Repeat("a,", MaxTokens) + "a]\n")
 	var ps problems
