@@ -1388,3 +1388,34 @@ func TestTracingEnv(t *testing.T) {
 		t.Fatalf("CheckServeArgs with OTEL_TRACES_SAMPLER=sometimes: %v, want it refused", err)
 	}
 }
+
+// TestRuleSetLimits: rules.maxBytes and rules.maxDescriptors reach the
+// pods and the rules-check Job alike (so the check accepts what the pods
+// load); 0, the default, leaves the binary's defaults.
+func TestRuleSetLimits(t *testing.T) {
+	args := func(m map[string][]obj, kind string) []string {
+		t.Helper()
+		return toStrings(list(get(list(get(one(t, m, kind), "spec", "template", "spec", "containers"))[0], "args")))
+	}
+	m := render(t)
+	for _, kind := range []string{"Deployment", "hook/Job"} {
+		for _, flag := range []string{"config-max-bytes", "config-max-descriptors"} {
+			if v, ok := flagValue(args(m, kind), flag); ok {
+				t.Errorf("%s: --%s=%s rendered by default; want the binary's default", kind, flag, v)
+			}
+		}
+	}
+	m = render(t, "--set", "rules.maxBytes=1000000", "--set", "rules.maxDescriptors=500")
+	for _, kind := range []string{"Deployment", "hook/Job"} {
+		a := args(m, kind)
+		if v, _ := flagValue(a, "config-max-bytes"); v != "1000000" {
+			t.Errorf("%s: --config-max-bytes=%q, want 1000000 (args %q)", kind, v, a)
+		}
+		if v, _ := flagValue(a, "config-max-descriptors"); v != "500" {
+			t.Errorf("%s: --config-max-descriptors=%q, want 500 (args %q)", kind, v, a)
+		}
+	}
+	if a := args(m, "hook/Job"); a[len(a)-1] != "/etc/envoy-rls/rules" {
+		t.Errorf("Job args %q: the rule path must come after the flags", a)
+	}
+}

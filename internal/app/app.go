@@ -78,7 +78,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	case "serve":
 		return serveCommand(ctx, args[1:], getenv, stdout, stderr, h)
 	case "validate":
-		return validateCommand(args[1:], getenv, stdout, stderr)
+		return validateCommand(ctx, args[1:], getenv, stdout, stderr)
 	case "version", "--version":
 		return versionCommand(args[1:], stdout)
 	case "help", "-h", "-help", "--help":
@@ -89,17 +89,24 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 }
 
 // validateCommand loads the rule files and prints one problem per line
-// (file:line:column: reason), or the domains and policies found.
-func validateCommand(args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+// (file:line:column: reason), or the domains and policies found. It
+// returns when ctx ends (SIGTERM, SIGINT) even if the load has not.
+func validateCommand(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("envoy-rls validate", flag.ContinueOnError)
 	var path string
+	var lim ruleLimits
 	fs.StringVar(&path, "config", "", "rule file or directory of rule files")
-	if _, err := parseFlags(fs, args, getenv); err != nil {
+	addRuleLimitFlags(fs, &lim)
+	seen, err := parseFlags(fs, args, getenv)
+	if err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			printUsage(stdout, validateUsage, fs)
 			return nil
 		}
 		return err
+	}
+	if errs := lim.check(seen); len(errs) > 0 {
+		return errors.Join(errs...)
 	}
 	if path == "" && fs.NArg() == 1 {
 		path = fs.Arg(0)
@@ -107,20 +114,37 @@ func validateCommand(args []string, getenv func(string) string, stdout, stderr i
 	if path == "" || fs.NArg() > 1 || fs.NArg() == 1 && path != fs.Arg(0) {
 		return fmt.Errorf("validate takes exactly one rule path (got %d): envoy-rls validate [--config] PATH", fs.NArg()+min(len(path), 1))
 	}
-	summary, err := descriptors.Validate(path)
-	if err != nil {
+	type result struct {
+		summary string
+		err     error
+	}
+	done := make(chan result, 1)
+	go func() {
+		summary, err := descriptors.Validate(path, lim.limits())
+		done <- result{summary, err}
+	}()
+	var res result
+	select {
+	case res = <-done:
+	case <-ctx.Done():
+		return fmt.Errorf("validate %s: stopped before the rules were read: %w", path, context.Cause(ctx))
+	}
+	if res.err != nil {
 		var ce *descriptors.ConfigError
-		if errors.As(err, &ce) {
+		switch {
+		case errors.As(res.err, &ce):
 			for _, p := range ce.Problems {
 				fmt.Fprintln(stdout, p.String())
 			}
 			fmt.Fprintf(stderr, "%d problem(s) in %s\n", len(ce.Problems), path)
-		} else {
-			fmt.Fprintf(stdout, "%s: %v\n", path, err)
+		case limitMessage(res.err) != "":
+			fmt.Fprintf(stdout, "%s: %s\n", path, limitMessage(res.err))
+		default:
+			fmt.Fprintf(stdout, "%s: %v\n", path, res.err)
 		}
 		return fmt.Errorf("%w: invalid configuration", ErrFailed)
 	}
-	fmt.Fprint(stdout, summary)
+	fmt.Fprint(stdout, res.summary)
 	return nil
 }
 
@@ -187,6 +211,9 @@ func checkSecretSource(o *Options, getenv func(string) string) error {
 // line of its own (file:line:column: reason), or the one error naming the
 // --config value.
 func rulesError(config string, err error) error {
+	if msg := limitMessage(err); msg != "" {
+		return fmt.Errorf("%s: %s; nothing served", config, msg)
+	}
 	var ce *descriptors.ConfigError
 	if !errors.As(err, &ce) {
 		return fmt.Errorf("%s: must be a readable rule file or directory: %w", config, err)

@@ -820,3 +820,111 @@ func TestReadinessIgnoresTheStoreByDefault(t *testing.T) {
 		t.Fatalf("want one %q and one %q line (transitions only):\n%s", msgStoreDown, msgStoreUp, logs)
 	}
 }
+
+// twoRules holds two descriptors.
+const twoRules = testRules + `  - key: ip
+    rate_limit: {unit: second, requests_per_unit: 9}
+`
+
+// A rule set over --config-max-descriptors (or its variable) stops serve
+// with one line naming the limit, the measured total and the flag; a bad
+// bound is refused like any flag value.
+func TestServeRuleSetLimits(t *testing.T) {
+	dir := t.TempDir()
+	writeRules(t, dir, twoRules)
+	// Should serve start anyway, the context ends it.
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	listen := []string{"--grpc-addr", "127.0.0.1:0", "--admin-addr", "127.0.0.1:0"}
+	err := Run(ctx, append([]string{"serve", "--config", dir, "--config-max-descriptors", "1"}, listen...), noEnv, io.Discard, io.Discard)
+	want := fmt.Sprintf(`--config=%q: the 1 rule file(s) hold 2 descriptors, more than the limit of 1: raise --config-max-descriptors (or ENVOY_RLS_CONFIG_MAX_DESCRIPTORS) to load them; nothing served`, dir)
+	if err == nil || errors.Is(err, ErrFailed) || err.Error() != want {
+		t.Fatalf("serve over the descriptor limit:\n%v\nwant:\n%s", err, want)
+	}
+	env := func(k string) string {
+		if k == "ENVOY_RLS_CONFIG_MAX_BYTES" {
+			return "10"
+		}
+		return ""
+	}
+	err = Run(ctx, append([]string{"serve", "--config", dir}, listen...), env, io.Discard, io.Discard)
+	if err == nil || strings.Count(err.Error(), "\n") != 0 || !strings.Contains(err.Error(), "bytes, more than the limit of 10: raise --config-max-bytes (or ENVOY_RLS_CONFIG_MAX_BYTES)") {
+		t.Fatalf("serve over the byte limit from the environment: %v", err)
+	}
+	err = Run(ctx, append([]string{"serve", "--config", dir, "--config-max-bytes", "0"}, listen...), noEnv, io.Discard, io.Discard)
+	if err == nil || err.Error() != `--config-max-bytes="0": must be a positive number of bytes` {
+		t.Fatalf("--config-max-bytes 0: %v", err)
+	}
+}
+
+// validate applies the same bounds, refuses a named pipe at once, and
+// returns when its context ends.
+func TestValidateLimitsAndPipes(t *testing.T) {
+	dir := t.TempDir()
+	good := writeRules(t, dir, twoRules)
+	var out bytes.Buffer
+	err := Run(context.Background(), []string{"validate", "--config-max-descriptors", "1", good}, noEnv, &out, io.Discard)
+	if !errors.Is(err, ErrFailed) || !strings.Contains(out.String(), good+": the 1 rule file(s) hold 2 descriptors, more than the limit of 1: raise --config-max-descriptors") {
+		t.Fatalf("validate over the limit: %v\n%s", err, out.String())
+	}
+	fifo := filepath.Join(t.TempDir(), "pipe.yaml")
+	if err := syscall.Mkfifo(fifo, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out.Reset()
+	err = Run(context.Background(), []string{"validate", fifo}, noEnv, &out, io.Discard)
+	if !errors.Is(err, ErrFailed) || !strings.Contains(out.String(), fifo+": not a regular file (a named pipe)") {
+		t.Fatalf("validate of a FIFO: %v\n%s", err, out.String())
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	err = validateCommand(ctx, []string{good}, noEnv, io.Discard, io.Discard)
+	if err != nil && (errors.Is(err, ErrFailed) || !strings.Contains(err.Error(), "stopped before the rules were read")) {
+		t.Fatalf("validate with an ended context: %v", err)
+	}
+}
+
+// Putting the files back to the rules in service after a failed reload
+// clears the failure on /config.
+func TestConfigClearsFailureOnRevert(t *testing.T) {
+	dir := t.TempDir()
+	writeRules(t, dir, testRules)
+	r := startServe(t, []string{"--config", dir}, nil, hooks{})
+	select {
+	case <-r.watcher.Ready():
+	case <-time.After(10 * time.Second):
+		t.Fatalf("the rule watcher did not start within 10s")
+	}
+	lastReload := func() reloadDoc {
+		t.Helper()
+		_, body := r.get(t, "/config")
+		var doc configDoc
+		if err := json.Unmarshal([]byte(body), &doc); err != nil {
+			t.Fatal(err)
+		}
+		return doc.LastReload
+	}
+	// waitFor waits for the watcher's attempts until /config shows ok.
+	waitFor := func(ok bool) reloadDoc {
+		t.Helper()
+		deadline := time.After(20 * time.Second)
+		for {
+			next := r.watcher.NextAttempt()
+			if l := lastReload(); l.OK == ok && l.Trigger == "watch" {
+				return l
+			}
+			select {
+			case <-next:
+			case <-deadline:
+				t.Fatalf("/config last_reload never became ok=%v: %+v\nlogs:\n%s", ok, lastReload(), r.logs)
+			}
+		}
+	}
+	writeRules(t, dir, "domain: app\ndescriptors:\n  - key: user\n    rate_limit: {unit: fortnight, requests_per_unit: 1}\n")
+	failed := waitFor(false)
+	writeRules(t, dir, testRules)
+	back := waitFor(true)
+	if back.Error != "" || len(back.Problems) != 0 || back.Fingerprint != failed.Fingerprint {
+		t.Fatalf("after the revert: %+v, want ok with the fingerprint in service %s", back, failed.Fingerprint)
+	}
+}

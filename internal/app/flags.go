@@ -80,6 +80,8 @@ type Options struct {
 	LocalCacheSize   int
 	GCPercent        int
 	Tracing          bool
+	// ConfigLimits bound the whole rule set (rulelimits.go).
+	ConfigLimits ruleLimits
 
 	// The --redis-* values as given (files not read): redisValues
 	// (redisflags.go) is their one conversion to a redis.Config.
@@ -123,6 +125,7 @@ func serveFlags(o *Options) *flag.FlagSet {
 	fs.IntVar(&o.LocalCacheSize, "local-cache-size", DefaultLocalCacheSize, fmt.Sprintf("local deny cache: the most denials held at once (at least %d)", denycache.Shards))
 	fs.IntVar(&o.GCPercent, "gc-percent", DefaultGCPercent, "garbage collector target, as GOGC: 0 = automatic (200 with --store redis unless GOGC is set, else the Go runtime's), or 10–10000")
 	fs.BoolVar(&o.Pprof, "pprof", false, "serve net/http/pprof profiles under /debug/pprof/ on the admin address (CPU and heap profiles of live traffic; off by default)")
+	addRuleLimitFlags(fs, &o.ConfigLimits)
 	fs.StringVar(&o.RedisAddr, "redis-addr", "", "Redis address(es), comma-separated (sentinels in sentinel mode, seeds in cluster mode)")
 	fs.StringVar(&o.RedisMode, "redis-mode", DefaultRedisMode, "Redis deployment: auto (asks the server), standalone, sentinel or cluster")
 	fs.StringVar(&o.RedisSentinelMaster, "redis-sentinel-master", "", "Redis Sentinel master name (sentinel mode)")
@@ -162,6 +165,9 @@ var accepts = map[string]string{
 	"default-failure-mode":       "closed, open or local",
 	"replicas-hint":              fmt.Sprintf("an integer between 1 and %d", rls.MaxReplicas),
 	"local-fallback-max-entries": "a positive integer",
+	// rulelimits.go
+	"config-max-bytes":       "a positive number of bytes",
+	"config-max-descriptors": "a positive integer",
 }
 
 // acceptsOf is what f takes: its entry in accepts, else what its type
@@ -213,6 +219,7 @@ func (o *Options) check() error {
 	if o.GCPercent != 0 && (o.GCPercent < MinGCPercent || o.GCPercent > MaxGCPercent) {
 		bad("gc-percent")
 	}
+	errs = append(errs, o.ConfigLimits.check(o.given)...)
 	// The redis package takes zero as its default; the flags have defaults
 	// of their own, so a zero given here is a mistake.
 	if o.RedisTimeout == 0 {

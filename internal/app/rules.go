@@ -33,6 +33,8 @@ func newReloadDoc(r descriptors.ReloadResult) reloadDoc {
 	case r.Err == nil:
 	case errors.As(r.Err, &ce):
 		d.Error = "invalid configuration"
+	case limitMessage(r.Err) != "":
+		d.Error = limitMessage(r.Err)
 	default:
 		d.Error = r.Err.Error()
 	}
@@ -86,6 +88,10 @@ func (s *server) onReload(r descriptors.ReloadResult) {
 		}
 		problems = append(problems, p.String())
 	}
+	errField := zap.Error(r.Err)
+	if msg := limitMessage(r.Err); msg != "" {
+		errField = zap.String("error", msg)
+	}
 	s.log.Error("rules not reloaded; keeping the previous rules", zap.String("config", s.opts.Config),
-		zap.String("trigger", r.Trigger), zap.Error(r.Err), zap.Strings("problems", problems))
+		zap.String("trigger", r.Trigger), errField, zap.Strings("problems", problems))
 }

@@ -213,7 +213,7 @@ func (s *server) loadRules(getenv func(string) string, h hooks) error {
 		return err
 	}
 	fm, _ := limiter.ParseFailureMode(s.opts.DefaultFailureMode) // checked by o.check
-	s.rules, err = newRuleSet(s.opts.Config, descriptors.Options{Secret: secret, DefaultFailureMode: fm}, s.onReload)
+	s.rules, err = newRuleSet(s.opts.Config, descriptors.Options{Secret: secret, DefaultFailureMode: fm, Limits: s.opts.ConfigLimits.limits()}, s.onReload)
 	if err != nil {
 		return rulesError(label("config", s.opts.given), err)
 	}

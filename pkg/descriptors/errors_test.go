@@ -40,7 +40,7 @@ func TestInvalidFiles(t *testing.T) {
 		"no_domain.yaml":                  {{1, 1, "the file has no domain"}},
 		"empty_domain.yaml":               {{1, 1, "domain must not be empty"}},
 		"empty.yaml":                      {{0, 0, "file is empty"}},
-		"syntax.yaml":                     {{2, 0, "invalid YAML: did not find expected '-' indicator"}},
+		"syntax.yaml":                     {{4, 4, "invalid YAML: did not find expected '-' indicator"}},
 		"bad_rpu.yaml": {
 			{4, 51, "requests_per_unit must be between 0 and 4294967295, got -1"},
 			{6, 51, `requests_per_unit must be an integer, got "10"`},

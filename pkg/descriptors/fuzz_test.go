@@ -26,7 +26,7 @@ func FuzzLoad(f *testing.F) {
 		}
 		// A smaller work budget than maxNodes keeps each run short; the code
 		// path is the same.
-		s, err := buildBudget([]source{{name: "fuzz.yaml", data: data}}, Options{Secret: testSecret}, 20_000)
+		s, err := buildBudget([]source{{name: "fuzz.yaml", data: data}}, Options{Secret: testSecret}, Limits{}.withDefaults(), 20_000)
 		if err != nil {
 			if _, ok := err.(*ConfigError); !ok {
 				t.Fatalf("error %T is not a *ConfigError: %v", err, err)

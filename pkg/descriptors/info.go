@@ -95,12 +95,12 @@ func (r *Rule) info() RuleInfo {
 // secret) and, on success, returns a human summary of the domains and
 // policies found. On failure the error is the *ConfigError (or a read
 // error); its Error method prints one file:line:col: reason per line.
-func Validate(path string) (summary string, err error) {
+func Validate(path string, lim Limits) (summary string, err error) {
 	secret := make([]byte, 32)
 	if _, err := rand.Read(secret); err != nil {
 		return "", fmt.Errorf("descriptors: reading random bytes: %w", err)
 	}
-	s, err := Load(path, Options{Secret: secret})
+	s, err := Load(path, Options{Secret: secret, Limits: lim})
 	if err != nil {
 		return "", err
 	}

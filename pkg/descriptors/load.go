@@ -7,10 +7,12 @@ import (
 	"fmt"
 	"hash"
 	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
+	"syscall"
 )
 
 // source is the content of one rule file.
@@ -23,26 +25,37 @@ type source struct {
 // directory (names starting with "." are skipped, symbolic links to files
 // are followed, subdirectories are not read), and compiles them. A problem
 // in any file fails the whole load with a *ConfigError listing every problem
-// found.
+// found; an entry of the directory named *.yaml or *.yml that is not a
+// regular file (a subdirectory, a named pipe) is such a problem. A rule set
+// over opts.Limits fails with a *LimitError before it is compiled (before
+// it is read, for its size).
 func Load(path string, opts Options) (*Snapshot, error) {
 	if len(opts.Secret) < MinSecretLength {
 		return nil, ErrSecret
 	}
-	srcs, err := readSources(path)
+	lim := opts.Limits.withDefaults()
+	srcs, err := readSources(path, lim)
 	if err != nil {
 		return nil, err
 	}
-	return build(srcs, opts)
+	return build(srcs, opts, lim)
 }
 
-func readSources(path string) ([]source, error) {
+// readSources reads the rule files of path. Sizes are checked from the
+// file system before any file is read, and again on what was read, so that
+// a rule set over lim.MaxBytes costs no more than a directory listing.
+func readSources(path string, lim Limits) ([]source, error) {
 	var ps problems
 	fi, err := os.Stat(path)
 	if err != nil {
 		ps.add(path, 0, 0, "cannot read the configuration: %v", unwrapPath(err))
 		return nil, ps.err()
 	}
-	var names []string
+	type file struct {
+		name string
+		size int64
+	}
+	var files []file
 	if fi.IsDir() {
 		entries, err := os.ReadDir(path)
 		if err != nil {
@@ -61,29 +74,68 @@ func readSources(path string) ([]source, error) {
 				ps.add(full, 0, 0, "cannot read the file: %v", unwrapPath(err))
 				continue
 			}
-			if st.Mode().IsRegular() {
-				names = append(names, full)
+			if !st.Mode().IsRegular() {
+				ps.add(full, 0, 0, "not a regular file (%s): a rule directory's *.yaml and *.yml entries must be files", fileKind(st.Mode()))
+				continue
 			}
+			files = append(files, file{full, st.Size()})
 		}
-		if len(names) == 0 && len(ps.list) == 0 {
+		if len(files) == 0 && len(ps.list) == 0 {
 			ps.add(path, 0, 0, "no *.yaml or *.yml rule files in the directory")
 		}
 	} else {
-		names = []string{path}
-	}
-	srcs := make([]source, 0, len(names))
-	for _, n := range names {
-		data, err := readLimited(n)
-		if err != nil {
-			ps.add(n, 0, 0, "%v", err)
-			continue
+		if !fi.Mode().IsRegular() {
+			ps.add(path, 0, 0, "not a regular file (%s): the configuration must be a rule file or a directory of rule files", fileKind(fi.Mode()))
+			return nil, ps.err()
 		}
-		srcs = append(srcs, source{name: n, data: data})
+		files = []file{{path, fi.Size()}}
+	}
+	var total int64
+	for _, f := range files {
+		if f.size > MaxFileSize {
+			ps.add(f.name, 0, 0, "file is larger than %d bytes", MaxFileSize)
+		}
+		total += f.size
 	}
 	if err := ps.err(); err != nil {
 		return nil, err
 	}
+	if total > lim.MaxBytes {
+		return nil, &LimitError{Limit: LimitBytes, Max: lim.MaxBytes, Total: total, Files: len(files)}
+	}
+	srcs := make([]source, 0, len(files))
+	total = 0
+	for _, f := range files {
+		data, err := readLimited(f.name)
+		if err != nil {
+			ps.add(f.name, 0, 0, "%v", err)
+			continue
+		}
+		total += int64(len(data))
+		srcs = append(srcs, source{name: f.name, data: data})
+	}
+	if err := ps.err(); err != nil {
+		return nil, err
+	}
+	if total > lim.MaxBytes { // the files grew after they were listed
+		return nil, &LimitError{Limit: LimitBytes, Max: lim.MaxBytes, Total: total, Files: len(files)}
+	}
 	return srcs, nil
+}
+
+// fileKind names what a non-regular file is.
+func fileKind(m fs.FileMode) string {
+	switch {
+	case m.IsDir():
+		return "a directory"
+	case m&fs.ModeNamedPipe != 0:
+		return "a named pipe"
+	case m&fs.ModeSocket != 0:
+		return "a socket"
+	case m&fs.ModeDevice != 0:
+		return "a device"
+	}
+	return "mode " + m.String()
 }
 
 func unwrapPath(err error) error {
@@ -93,12 +145,22 @@ func unwrapPath(err error) error {
 	return err
 }
 
+// readLimited reads at most MaxFileSize+1 bytes of a regular file. It opens
+// without blocking, so that a named pipe put in place of a file after it
+// was listed is refused instead of waiting for a writer.
 func readLimited(name string) ([]byte, error) {
-	f, err := os.Open(name)
+	f, err := os.OpenFile(name, os.O_RDONLY|syscall.O_NONBLOCK, 0)
 	if err != nil {
 		return nil, fmt.Errorf("cannot read the file: %v", unwrapPath(err))
 	}
 	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		return nil, fmt.Errorf("cannot read the file: %v", unwrapPath(err))
+	}
+	if !st.Mode().IsRegular() {
+		return nil, fmt.Errorf("not a regular file (%s)", fileKind(st.Mode()))
+	}
 	data, err := io.ReadAll(io.LimitReader(f, MaxFileSize+1))
 	if err != nil {
 		return nil, fmt.Errorf("cannot read the file: %v", unwrapPath(err))
@@ -110,21 +172,30 @@ func readLimited(name string) ([]byte, error) {
 }
 
 // build parses and compiles sources (already sorted by name).
-func build(srcs []source, opts Options) (*Snapshot, error) {
-	return buildBudget(srcs, opts, maxNodes)
+func build(srcs []source, opts Options, lim Limits) (*Snapshot, error) {
+	return buildBudget(srcs, opts, lim, maxNodes)
 }
 
 // buildBudget is build with a per-file work budget (see maxNodes).
-func buildBudget(srcs []source, opts Options, budget int) (*Snapshot, error) {
+func buildBudget(srcs []source, opts Options, lim Limits, budget int) (*Snapshot, error) {
 	secret := opts.Secret
 	var ps problems
 	files := make([]*rawFile, 0, len(srcs))
 	names := make([]string, 0, len(srcs))
+	count := &descCount{max: lim.MaxDescriptors}
 	for _, s := range srcs {
 		names = append(names, s.name)
-		if rf := parseFile(s.name, s.data, &ps, budget); rf != nil {
+		rf := parseFile(s.name, s.data, &ps, budget, count)
+		switch {
+		case count.over():
+			// Only the count matters now: let what was read go.
+			files = nil
+		case rf != nil:
 			files = append(files, rf)
 		}
+	}
+	if count.n > count.max {
+		return nil, &LimitError{Limit: LimitDescriptors, Max: int64(count.max), Total: int64(count.n), Files: len(srcs)}
 	}
 	domains := compile(files, &ps, opts.DefaultFailureMode)
 	if err := ps.err(); err != nil {

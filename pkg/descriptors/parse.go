@@ -1,10 +1,9 @@
 package descriptors
 
 import (
-	"bytes"
 	"errors"
-	"fmt"
 	"io"
+	"math"
 
 	"gopkg.in/yaml.v3"
 )
@@ -70,37 +69,48 @@ func (p pos) set() bool { return p.line > 0 }
 
 type parser struct {
 	file   string
+	data   []byte
 	ps     *problems
 	budget int
 	limit  int
+	count  *descCount
+	read   int // bytes of data the YAML parser read
 }
 
+// descCount counts the descriptors of a rule set across its files, against
+// Limits.MaxDescriptors. Past the limit, descriptors are counted but no
+// longer kept.
+type descCount struct{ n, max int }
+
+func (c *descCount) over() bool { return c.n > c.max }
+
 // parseFile parses data as one rule file. It returns nil when the file is
-// unusable; problems are added to ps either way.
-func parseFile(name string, data []byte, ps *problems, budget int) (rf *rawFile) {
-	p := &parser{file: name, ps: ps, budget: budget, limit: budget}
+// unusable; problems are added to ps either way. count, if not nil, counts
+// its descriptors.
+func parseFile(name string, data []byte, ps *problems, budget int, count *descCount) (rf *rawFile) {
+	if count == nil {
+		count = &descCount{max: math.MaxInt}
+	}
+	p := &parser{file: name, data: data, ps: ps, budget: budget, limit: budget, count: count}
 	if len(data) > MaxFileSize {
 		p.ps.add(name, 0, 0, "file is larger than %d bytes", MaxFileSize)
 		return nil
 	}
+	// Count before parsing: the parser's tree costs tens of times the
+	// bytes of a file dense in tokens (about 190 bytes a token), and is
+	// built whole before any of it can be looked at.
+	if countTokens(data, MaxTokens) > MaxTokens {
+		p.ps.add(name, 0, 0, "file is too complex (more than %d YAML tokens: scalars, aliases and the indicators -, ?, :, [ and {)", MaxTokens)
+		return nil
+	}
 	var doc yaml.Node
 	var extra yaml.Node
-	var err, err2 error
-	func() {
-		// yaml.v3 reports errors by panicking internally and recovering; a
-		// panic that escapes it on some odd input must not take the service
-		// down with it.
-		defer func() {
-			if r := recover(); r != nil {
-				err = fmt.Errorf("yaml: the YAML parser failed on this input: %v", r)
-			}
-		}()
-		dec := yaml.NewDecoder(bytes.NewReader(data))
-		err = dec.Decode(&doc)
-		if err == nil {
-			err2 = dec.Decode(&extra)
-		}
-	}()
+	// One byte per read, so that how far the parser read tells where a
+	// syntax error is (see syntaxPosition); it costs no measurable time
+	// next to the parsing itself.
+	r := &byteReader{data: data}
+	err, err2 := decodeDocs(r, &doc, &extra)
+	p.read = r.off
 	if errors.Is(err, io.EOF) {
 		p.ps.add(name, 0, 0, "file is empty: a rule file needs a domain")
 		return nil
@@ -222,6 +232,11 @@ func (p *parser) descriptor(n *yaml.Node, depth int) *rawDesc {
 	if !p.charge(n, depth) {
 		return nil
 	}
+	p.count.n++
+	if p.count.over() {
+		p.countNested(n, depth)
+		return nil
+	}
 	d := &rawDesc{pos: at(n)}
 	var keySeen bool
 	ok := p.mapping(n, "a descriptor", func(key string, k, v *yaml.Node) {
@@ -285,6 +300,34 @@ func (p *parser) descriptor(n *yaml.Node, depth int) *rawDesc {
 		p.errorf(n, "descriptor has no key")
 	}
 	return d
+}
+
+// countNested counts the descriptors nested in descriptor n without
+// keeping them.
+func (p *parser) countNested(n *yaml.Node, depth int) {
+	if depth >= MaxDepth {
+		return
+	}
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		k := p.resolve(n.Content[i])
+		if k == nil || k.Kind != yaml.ScalarNode || k.Value != "descriptors" {
+			continue
+		}
+		list := p.resolve(n.Content[i+1])
+		if list == nil || list.Kind != yaml.SequenceNode {
+			continue
+		}
+		for _, c := range list.Content {
+			c = p.resolve(c)
+			if c == nil {
+				return
+			}
+			if c.Kind == yaml.MappingNode {
+				p.count.n++
+				p.countNested(c, depth+1)
+			}
+		}
+	}
 }
 
 func (p *parser) metadata(n *yaml.Node) map[string]any {

@@ -28,6 +28,9 @@ type Options struct {
 	// policies that set no failure_mode. (Optional, default
 	// limiter.FailClosed)
 	DefaultFailureMode limiter.FailureMode
+	// Limits bound the whole rule set. (Optional, the zero value means
+	// DefaultMaxBytes and DefaultMaxDescriptors)
+	Limits Limits
 }
 
 // Snapshot is an immutable, compiled rule set. It is safe for concurrent use

@@ -148,13 +148,27 @@ func (w *Watcher) reload(trigger string, onlyIfChanged bool) ReloadResult {
 	defer w.endAttempt()
 	prev := w.cur.Load()
 	res := ReloadResult{Time: time.Now(), Trigger: trigger}
-	srcs, err := readSources(w.path)
+	lim := w.opts.Limits.withDefaults()
+	srcs, err := readSources(w.path, lim)
 	if err == nil && onlyIfChanged && fingerprint(srcs) == prev.fingerprint {
-		return *w.last.Load()
+		last := w.last.Load()
+		if last.OK {
+			return *last
+		}
+		// The files are back to the rules in service after a failed
+		// reload: nothing to swap, but the failure is over.
+		res.OK = true
+		res.Fingerprint, res.Domains, res.Rules = prev.Fingerprint(), len(prev.order), prev.rules
+		w.success.Add(1)
+		w.last.Store(&res)
+		if w.log != nil {
+			w.log(res)
+		}
+		return res
 	}
 	var s *Snapshot
 	if err == nil {
-		s, err = build(srcs, w.opts)
+		s, err = build(srcs, w.opts, lim)
 	}
 	if err != nil {
 		res.Err = err

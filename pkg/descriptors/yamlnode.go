@@ -1,14 +1,52 @@
 package descriptors
 
 import (
+	"bytes"
 	"errors"
+	"fmt"
+	"io"
 	"regexp"
+	"sort"
 	"strconv"
 
 	"gopkg.in/yaml.v3"
 )
 
-var yamlLineRE = regexp.MustCompile(`^yaml: line (\d+): (.*)$`)
+// yamlMsgRE splits yaml.v3's error text: "yaml: line N: message" or
+// "yaml: message".
+var yamlMsgRE = regexp.MustCompile(`^yaml: (?:line (\d+): )?(.*)$`)
+
+// decodeDocs decodes the first two YAML documents of r: a rule file holds
+// one, so err2 is io.EOF for a good file.
+func decodeDocs(r io.Reader, doc, extra *yaml.Node) (err, err2 error) {
+	// yaml.v3 reports errors by panicking internally and recovering; a
+	// panic that escapes it on some odd input must not take the service
+	// down with it.
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("yaml: the YAML parser failed on this input: %v", r)
+		}
+	}()
+	dec := yaml.NewDecoder(r)
+	err = dec.Decode(doc)
+	if err == nil {
+		err2 = dec.Decode(extra)
+	}
+	return err, err2
+}
+
+// syntaxError is the first error of data's first two documents, or nil.
+func syntaxError(r io.Reader) error {
+	var doc, extra yaml.Node
+	err, err2 := decodeDocs(r, &doc, &extra)
+	switch {
+	case err != nil && !errors.Is(err, io.EOF):
+		return err
+	case err2 != nil && !errors.Is(err2, io.EOF):
+		return err2
+	}
+	return nil
+}
 
 func (p *parser) yamlError(err error) {
 	var te *yaml.TypeError
@@ -18,16 +56,123 @@ func (p *parser) yamlError(err error) {
 		}
 		return
 	}
-	p.lineError(err.Error())
+	m := yamlMsgRE.FindStringSubmatch(err.Error())
+	if m == nil {
+		p.ps.add(p.file, 0, 0, "invalid YAML: %s", err)
+		return
+	}
+	context, _ := strconv.Atoi(m[1])
+	line, col := syntaxPosition(p.data, p.read, m[2], context)
+	switch {
+	case line == 0:
+		p.ps.add(p.file, context, 0, "invalid YAML: %s", m[2])
+	case context > 0 && context < line:
+		p.ps.add(p.file, line, col, "invalid YAML: %s (in the block that starts at line %d)", m[2], context)
+	default:
+		p.ps.add(p.file, line, col, "invalid YAML: %s", m[2])
+	}
 }
 
 func (p *parser) lineError(msg string) {
-	if m := yamlLineRE.FindStringSubmatch(msg); m != nil {
+	if m := yamlMsgRE.FindStringSubmatch("yaml: " + msg); m != nil && m[1] != "" {
 		line, _ := strconv.Atoi(m[1])
 		p.ps.add(p.file, line, 0, "invalid YAML: %s", m[2])
 		return
 	}
 	p.ps.add(p.file, 0, 0, "invalid YAML: %s", msg)
+}
+
+// positionWork bounds the bytes parsed again to place one syntax error, on
+// top of two parses of the file: a small file gets the line and the column,
+// a file of megabytes the line.
+const positionWork = 4 << 20
+
+// positionLines bounds the lines looked back from where the parser stopped
+// reading.
+const positionLines = 32
+
+// syntaxPosition finds the line and column of the syntax error msg in data
+// (0, 0 when it cannot), given read, the bytes the parser had read when it
+// failed, one at a time. yaml.v3 puts in its messages the line where the
+// enclosing construct starts (libyaml's context mark), not the line of the
+// offending token, and no column; from is that line. The offending token
+// is at or after it and ends before read, and it ends the shortest prefix
+// of data that fails with the same message (an unclosed quote or bracket
+// fails from its own line on). The search parses prefixes of data again,
+// line by line back from read, then by halves within the line.
+func syntaxPosition(data []byte, read int, msg string, from int) (line, col int) {
+	work := positionWork + 2*len(data)
+	fails := func(prefix []byte) bool {
+		if work -= len(prefix); work < 0 {
+			return false
+		}
+		err := syntaxError(bytes.NewReader(prefix))
+		if err == nil {
+			return false
+		}
+		m := yamlMsgRE.FindStringSubmatch(err.Error())
+		return m != nil && m[2] == msg
+	}
+	if read <= 0 || read > len(data) {
+		return 0, 0
+	}
+	starts := lineStarts(data)
+	lineEnd := func(l int) int { // index after line l's newline (1-based l)
+		if l < len(starts) {
+			return starts[l]
+		}
+		return len(data)
+	}
+	l := sort.Search(len(starts), func(i int) bool { return starts[i] > read-1 }) // 1-based line of data[read-1]
+	if !fails(data[:lineEnd(l)]) {
+		return 0, 0
+	}
+	for k := 0; k < positionLines && l-1 >= max(from, 1) && fails(data[:lineEnd(l-1)]); k++ {
+		l--
+	}
+	// The column: the shortest prefix of the line that fails.
+	start, end := starts[l-1], lineEnd(l)
+	for end > start && (data[end-1] == '\n' || data[end-1] == '\r') {
+		end--
+	}
+	if !fails(data[:end]) {
+		return l, 0
+	}
+	c := sort.Search(end-start, func(i int) bool { return fails(data[:start+i+1]) })
+	if work < 0 {
+		return l, 0
+	}
+	return l, c + 1
+}
+
+// lineStarts returns the index of the first byte of each line.
+func lineStarts(data []byte) []int {
+	starts := []int{0}
+	for i, b := range data {
+		if b == '\n' && i+1 < len(data) {
+			starts = append(starts, i+1)
+		}
+	}
+	return starts
+}
+
+// byteReader hands out one byte per Read, so that how much the parser has
+// read tells where it stopped.
+type byteReader struct {
+	data []byte
+	off  int
+}
+
+func (r *byteReader) Read(b []byte) (int, error) {
+	if r.off >= len(r.data) {
+		return 0, io.EOF
+	}
+	if len(b) == 0 {
+		return 0, nil
+	}
+	b[0] = r.data[r.off]
+	r.off++
+	return 1, nil
 }
 
 func (p *parser) errorf(n *yaml.Node, format string, args ...any) {

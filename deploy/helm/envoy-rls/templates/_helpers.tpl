@@ -156,3 +156,16 @@ least 1), so that local shares add up to at most the limit.
 {{- max 1 (int .Values.replicaCount) -}}
 {{- end -}}
 {{- end -}}
+
+{{/*
+The rule-set bounds, as container args (12 spaces, like the args lists of
+the Deployment and the rules-check Job, so that both apply the same bounds).
+*/}}
+{{- define "envoy-rls.ruleLimitArgs" -}}
+{{- if gt (int64 .Values.rules.maxBytes) 0 }}
+            - --config-max-bytes={{ int64 .Values.rules.maxBytes }}
+{{- end }}
+{{- if gt (int64 .Values.rules.maxDescriptors) 0 }}
+            - --config-max-descriptors={{ int64 .Values.rules.maxDescriptors }}
+{{- end }}
+{{- end }}
