@@ -94,6 +94,10 @@ type Options struct {
 	RedisPoolSize       int
 	RedisMaxFlushDelay  time.Duration
 
+	// The --grpc-* limits on connections, streams and receive time
+	// (transport.go).
+	transportOptions
+
 	// given records, by flag name, the text of each value set on the
 	// command line or from the environment, so errors quote what the user
 	// wrote and where.
@@ -127,6 +131,7 @@ func serveFlags(o *Options) *flag.FlagSet {
 	fs.DurationVar(&o.RedisTimeout, "redis-timeout", DefaultRedisTimeout, fmt.Sprintf("upper bound of one Redis round trip, 1ms–%v (the gRPC deadline may cut it shorter)", redis.MaxTimeout))
 	fs.IntVar(&o.RedisPoolSize, "redis-pool-size", DefaultRedisPoolSize, fmt.Sprintf("pipelined Redis connections per node, 1–%d", redis.MaxPoolSize))
 	fs.DurationVar(&o.RedisMaxFlushDelay, "redis-max-flush-delay", DefaultRedisFlushDelay, "how long a Redis connection may wait to gather pipelined commands into one write (0: flush at once; at most 1ms)")
+	transportFlags(fs, &o.transportOptions)
 	return fs
 }
 
@@ -206,6 +211,7 @@ func (o *Options) check() error {
 	if o.RedisPoolSize == 0 {
 		bad("redis-pool-size")
 	}
+	errs = append(errs, o.transportOptions.check(o.given))
 	var err error
 	if o.Store == "redis" {
 		err = o.redisCheck()

@@ -23,7 +23,6 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
-	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/reflection"
 
 	"github.com/envoy-rls/envoy-rls/pkg/descriptors"
@@ -147,6 +146,7 @@ func serve(ctx context.Context, o Options, getenv func(string) string, log *zap.
 		Metrics:        s.metrics.rpc,
 		Logger:         log,
 		DefaultHeaders: headers,
+		Received:       received,
 	})
 	if err != nil {
 		return err
@@ -156,8 +156,15 @@ func serve(ctx context.Context, o Options, getenv func(string) string, log *zap.
 	if err != nil {
 		return err
 	}
+	limited, err := limitConnections(grpcLis, o.GRPCMaxConnections, s.reg)
+	if err != nil {
+		_ = grpcLis.Close()
+		_ = adminLis.Close()
+		return err
+	}
+	grpcLis = limited
 	gs := s.grpcServer(svc)
-	admin := &http.Server{Handler: s.adminHandler(), ReadHeaderTimeout: 5 * time.Second}
+	admin := s.adminServer()
 	errc := startServers(&wg, gs, grpcLis, admin, adminLis)
 	defer s.startReloads(ctx, &wg, h)()
 
@@ -242,19 +249,16 @@ func (s *server) listen() (grpcLis, adminLis net.Listener, err error) {
 
 // grpcServer builds the gRPC server with the rate-limit, health and
 // reflection services, and reports it serving.
-func (s *server) grpcServer(svc rlsv3.RateLimitServiceServer) *grpc.Server {
-	gs := grpc.NewServer(
-		// Envoy holds long-lived HTTP/2 connections and may be configured to
-		// ping them; accept pings down to 5s instead of closing the
-		// connection with "too many pings".
-		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 5 * time.Second, PermitWithoutStream: true}),
+func (s *server) grpcServer(svc *rls.Server) *grpc.Server {
+	opts := s.opts.grpcServerOptions(&receiveTimeout{d: s.opts.GRPCReceiveTimeout})
+	gs := grpc.NewServer(append(opts,
 		// Calls run on reused goroutines (up to this many at once; gRPC
 		// starts a goroutine per call beyond): a fresh goroutine per call
 		// grows its stack on every call through the Redis client (copystack
 		// was 15 % of server CPU in a profile at 64 calls).
 		grpc.NumStreamWorkers(streamWorkers),
-	)
-	rlsv3.RegisterRateLimitServiceServer(gs, svc)
+	)...)
+	svc.Register(gs)
 	s.health = health.NewServer()
 	healthpb.RegisterHealthServer(gs, s.health)
 	reflection.Register(gs)

@@ -77,6 +77,10 @@ type Config struct {
 	DenialLogTick       time.Duration
 	DenialLogFirst      int
 	DenialLogThereafter int
+	// Received is called, with the call's context, once the request of a
+	// call served through Register has been read and decoded, before it is
+	// evaluated: the transport's receive deadline ends there. (Optional)
+	Received func(context.Context)
 }
 
 // Server implements rlsv3.RateLimitServiceServer.
@@ -90,6 +94,7 @@ type Server struct {
 	sampled        *zap.Logger // sampled: denials, store failures
 	clock          limiter.Clock
 	defaultHeaders descriptors.HeaderMode
+	received       func(context.Context)
 	scratch        sync.Pool
 	// deadlines makes the store's contexts (storeContext): one timer per
 	// millisecond in use instead of one per call.
@@ -142,6 +147,7 @@ func New(cfg Config) (*Server, error) {
 		})),
 		clock:          cfg.Clock,
 		defaultHeaders: cfg.DefaultHeaders,
+		received:       cfg.Received,
 		deadlines:      deadline.New(0),
 	}
 	s.scratch.New = func() any { return new(scratch) }
