@@ -131,7 +131,9 @@ func (h *h2conn) notify() {
 }
 
 // slowStream opens a ShouldRateLimit stream whose gRPC message header
-// promises promised bytes, of which it sends sent, and never ends it.
+// promises promised bytes, of which it sends sent (within the stream's
+// initial flow-control window, 64 KiB less the 5-byte header), and never
+// ends it.
 func (h *h2conn) slowStream(promised, sent int) (uint32, error) {
 	h.wmu.Lock()
 	defer h.wmu.Unlock()
@@ -152,7 +154,14 @@ func (h *h2conn) slowStream(promised, sent int) (uint32, error) {
 	}
 	body := make([]byte, 5+sent)
 	binenc.BigEndian.PutUint32(body[1:5], uint32(promised))
-	return id, h.fr.WriteData(id, false, body)
+	for len(body) > 0 {
+		n := min(len(body), 16<<10) // the default SETTINGS_MAX_FRAME_SIZE
+		if err := h.fr.WriteData(id, false, body[:n]); err != nil {
+			return id, err
+		}
+		body = body[n:]
+	}
+	return id, nil
 }
 
 // state is a snapshot of what the server sent.

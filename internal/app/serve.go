@@ -163,7 +163,18 @@ func serve(ctx context.Context, o Options, getenv func(string) string, log *zap.
 		return err
 	}
 	grpcLis = limited
-	gs := s.grpcServer(svc)
+	guard, err := newReceiveGuard(o.GRPCReceiveTimeout, o.GRPCMaxIncompleteRequests, s.reg)
+	if err != nil {
+		_ = grpcLis.Close()
+		_ = adminLis.Close()
+		return err
+	}
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		guard.run(ctx)
+	}()
+	gs := s.grpcServer(svc, guard)
 	admin := s.adminServer()
 	errc := startServers(&wg, gs, grpcLis, admin, adminLis)
 	defer s.startReloads(ctx, &wg, h)()
@@ -249,8 +260,8 @@ func (s *server) listen() (grpcLis, adminLis net.Listener, err error) {
 
 // grpcServer builds the gRPC server with the rate-limit, health and
 // reflection services, and reports it serving.
-func (s *server) grpcServer(svc *rls.Server) *grpc.Server {
-	opts := s.opts.grpcServerOptions(&receiveTimeout{d: s.opts.GRPCReceiveTimeout})
+func (s *server) grpcServer(svc *rls.Server, guard *receiveGuard) *grpc.Server {
+	opts := s.opts.grpcServerOptions(guard)
 	gs := grpc.NewServer(append(opts,
 		// Calls run on reused goroutines (up to this many at once; gRPC
 		// starts a goroutine per call beyond): a fresh goroutine per call

@@ -35,10 +35,15 @@ const (
 	// DefaultGRPCReceiveTimeout bounds the time from a call's headers to
 	// the end of its request message.
 	DefaultGRPCReceiveTimeout = 5 * time.Second
-	// DefaultGRPCMaxRecvMsgSize is gRPC's own default: room for the largest
-	// request within the service's bounds (64 descriptors of 16 entries of
-	// 1 KiB keys and values).
-	DefaultGRPCMaxRecvMsgSize = 4 << 20
+	// DefaultGRPCMaxIncompleteRequests bounds the calls, over all
+	// connections, whose request has not fully arrived: a call spends
+	// microseconds there, so the bound is far above what Envoy reaches,
+	// and it caps what slow requests can hold (with the message size).
+	DefaultGRPCMaxIncompleteRequests = 1024
+	// DefaultGRPCMaxRecvMsgSize is the largest request read: Envoy's
+	// requests take a few hundred bytes to a few KiB. Every incomplete
+	// request may hold up to this much.
+	DefaultGRPCMaxRecvMsgSize = 256 << 10
 	// DefaultGRPCMaxConnectionIdle closes a connection without a call for
 	// that long (GOAWAY); the client reconnects when it needs to.
 	DefaultGRPCMaxConnectionIdle = 5 * time.Minute
@@ -77,6 +82,7 @@ type transportOptions struct {
 	GRPCMaxConcurrentStreams         int
 	GRPCMaxConnections               int
 	GRPCReceiveTimeout               time.Duration
+	GRPCMaxIncompleteRequests        int
 	GRPCMaxRecvMsgSize               int
 	GRPCMaxConnectionIdle            time.Duration
 	GRPCMaxConnectionAge             time.Duration
@@ -92,6 +98,7 @@ func transportFlags(fs *flag.FlagSet, o *transportOptions) {
 	fs.IntVar(&o.GRPCMaxConcurrentStreams, "grpc-max-concurrent-streams", DefaultGRPCMaxConcurrentStreams, "calls one gRPC connection may have in flight; more are refused (REFUSED_STREAM) and Envoy opens another connection")
 	fs.IntVar(&o.GRPCMaxConnections, "grpc-max-connections", DefaultGRPCMaxConnections, "open gRPC connections; one more is closed as soon as it is accepted")
 	fs.DurationVar(&o.GRPCReceiveTimeout, "grpc-receive-timeout", DefaultGRPCReceiveTimeout, "longest time from a call's headers to the end of its request; a call that has not sent its request by then is cut (DEADLINE_EXCEEDED)")
+	fs.IntVar(&o.GRPCMaxIncompleteRequests, "grpc-max-incomplete-requests", DefaultGRPCMaxIncompleteRequests, "calls, over all gRPC connections, whose request has not fully arrived; one more is refused (RESOURCE_EXHAUSTED)")
 	fs.IntVar(&o.GRPCMaxRecvMsgSize, "grpc-max-recv-msg-size", DefaultGRPCMaxRecvMsgSize, "largest request message in bytes; a larger one is refused (RESOURCE_EXHAUSTED)")
 	fs.DurationVar(&o.GRPCMaxConnectionIdle, "grpc-max-connection-idle", DefaultGRPCMaxConnectionIdle, "close a gRPC connection without calls for this long (GOAWAY; 0: never)")
 	fs.DurationVar(&o.GRPCMaxConnectionAge, "grpc-max-connection-age", DefaultGRPCMaxConnectionAge, "close every gRPC connection after this long, ±10 % (GOAWAY), so that clients spread over new replicas (0: never)")
@@ -108,6 +115,7 @@ var transportAccepts = map[string]string{
 	"grpc-max-concurrent-streams":   fmt.Sprintf("an integer between 1 and %d", math.MaxUint32),
 	"grpc-max-connections":          fmt.Sprintf("an integer between 1 and %d", maxGRPCMaxConnections),
 	"grpc-receive-timeout":          "a positive duration such as 5s",
+	"grpc-max-incomplete-requests":  fmt.Sprintf("an integer between 1 and %d", maxGRPCMaxConnections),
 	"grpc-max-recv-msg-size":        fmt.Sprintf("a size in bytes between %d and %d", minGRPCMaxRecvMsgSize, math.MaxInt32),
 	"grpc-max-connection-idle":      "0 (never) or a positive duration such as 5m",
 	"grpc-max-connection-age":       "0 (never) or a positive duration such as 5m",
@@ -128,6 +136,7 @@ func (o *transportOptions) check(given map[string]given) error {
 	bad("grpc-max-concurrent-streams", o.GRPCMaxConcurrentStreams >= 1 && int64(o.GRPCMaxConcurrentStreams) <= math.MaxUint32)
 	bad("grpc-max-connections", o.GRPCMaxConnections >= 1 && o.GRPCMaxConnections <= maxGRPCMaxConnections)
 	bad("grpc-receive-timeout", o.GRPCReceiveTimeout > 0)
+	bad("grpc-max-incomplete-requests", o.GRPCMaxIncompleteRequests >= 1 && o.GRPCMaxIncompleteRequests <= maxGRPCMaxConnections)
 	bad("grpc-max-recv-msg-size", o.GRPCMaxRecvMsgSize >= minGRPCMaxRecvMsgSize && o.GRPCMaxRecvMsgSize <= math.MaxInt32)
 	bad("grpc-max-connection-idle", o.GRPCMaxConnectionIdle >= 0)
 	bad("grpc-max-connection-age", o.GRPCMaxConnectionAge >= 0)
@@ -141,7 +150,7 @@ func (o *transportOptions) check(given map[string]given) error {
 
 // grpcServerOptions are the server options that apply the limits. A zero
 // idle or age is gRPC's "never".
-func (o *transportOptions) grpcServerOptions(rt *receiveTimeout) []grpc.ServerOption {
+func (o *transportOptions) grpcServerOptions(rt *receiveGuard) []grpc.ServerOption {
 	never := func(d time.Duration) time.Duration {
 		if d == 0 {
 			return time.Duration(math.MaxInt64)
@@ -169,33 +178,81 @@ func (o *transportOptions) grpcServerOptions(rt *receiveTimeout) []grpc.ServerOp
 	}
 }
 
-// receiveTimeout cuts a call whose request has not arrived within d of its
-// headers. gRPC has no such bound of its own: a stream whose message
-// promises bytes that never come holds its goroutine and buffers until the
-// client's own deadline, if it sent one, or forever. Each stream's context
-// gets a timer that cancels it; the reads of the request wait on that
-// context, so the call ends with DEADLINE_EXCEEDED and the stream is reset.
-// The timer stops once the request is read: for RateLimitService when its
-// handler has decoded it (rls.Config.Received), for streaming methods
-// (health Watch, reflection) at their first message. Other unary methods
-// (health Check) keep it as a bound on the whole call.
-type receiveTimeout struct {
-	d time.Duration
+// receiveGuard bounds the receiving of requests. gRPC has no such bound of
+// its own: a stream whose message promises bytes that never come holds its
+// goroutine and buffers until the client's own deadline, if it sent one,
+// or forever, and any number of such streams may be open.
+//
+// Every new stream joins a queue of incomplete requests, in arrival order,
+// with a context of its own; the reads of the request wait on that
+// context. A stream leaves the queue once its request is read: for
+// RateLimitService when its handler has decoded it (rls.Config.Received),
+// for streaming methods (health Watch, reflection) at their first message.
+// Two things cut a stream still in the queue, cancelling its context so
+// that the call ends with DEADLINE_EXCEEDED and its stream is reset:
+//
+//   - its receive time d is over (sweep, every d/10);
+//   - max streams are queued when another arrives: the oldest is cut, not
+//     the newcomer. An Envoy request is read microseconds after it arrives,
+//     so the oldest in the queue is a slow one, and slow streams cannot
+//     crowd out the calls that keep coming.
+//
+// A stream that ends while queued (reset by its client, a health Check
+// that never calls received) stays queued until one of the two cuts it, at
+// no cost: its context is already cancelled.
+type receiveGuard struct {
+	d   time.Duration
+	max int
+
+	mu         sync.Mutex
+	head, tail *recvCtx // the queue, oldest first
+	n          int
+
+	timeouts, evictions prometheus.Counter
+}
+
+// newReceiveGuard registers its collectors on reg.
+func newReceiveGuard(d time.Duration, max int, reg prometheus.Registerer) (*receiveGuard, error) {
+	g := &receiveGuard{d: d, max: max}
+	cut := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: rls.MetricsNamespace, Name: "grpc_incomplete_requests_cut_total",
+		Help: "gRPC calls cut before their request had arrived, by reason: timeout (--grpc-receive-timeout) or evicted (the oldest of --grpc-max-incomplete-requests when another arrived).",
+	}, []string{"reason"})
+	g.timeouts, g.evictions = cut.WithLabelValues("timeout"), cut.WithLabelValues("evicted")
+	queued := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Namespace: rls.MetricsNamespace, Name: "grpc_incomplete_requests",
+		Help: "gRPC calls whose request has not arrived yet (at most --grpc-max-incomplete-requests).",
+	}, func() float64 {
+		g.mu.Lock()
+		defer g.mu.Unlock()
+		return float64(g.n)
+	})
+	for _, c := range []prometheus.Collector{cut, queued} {
+		if err := reg.Register(c); err != nil {
+			return nil, fmt.Errorf("registering the gRPC receive metrics: %w", err)
+		}
+	}
+	return g, nil
 }
 
 // recvKey finds a stream's *recvCtx among its context's values.
 type recvKey struct{}
 
-// recvCtx is the context of one stream under a receive deadline.
+// recvCtx is the context of one stream while its request is received, and
+// its place in the guard's queue.
 type recvCtx struct {
-	context.Context // cancelled when the stream ends or the deadline passes
+	context.Context // cancelled when the stream ends or is cut
 	cancel          context.CancelFunc
-	timer           *time.Timer
-	expired         atomic.Bool
+	g               *receiveGuard
+	arrived         time.Time
+	expired         atomic.Bool // cut: Err is DeadlineExceeded
+	// Guarded by g.mu:
+	prev, next *recvCtx
+	queued     bool
 }
 
-// Err is context.DeadlineExceeded once the receive deadline has passed:
-// the status the cut call is answered with.
+// Err is context.DeadlineExceeded once the stream has been cut: the status
+// the call is answered with.
 func (c *recvCtx) Err() error {
 	if c.expired.Load() {
 		return context.DeadlineExceeded
@@ -210,32 +267,118 @@ func (c *recvCtx) Value(k any) any {
 	return c.Context.Value(k)
 }
 
-func (c *recvCtx) expire() {
+// cut ends a stream taken off the queue.
+func (c *recvCtx) cut() {
 	c.expired.Store(true)
 	c.cancel()
 }
 
-// tap gives each new stream its receive deadline. It runs on the
-// connection's reading goroutine: it only arms a timer.
-func (rt *receiveTimeout) tap(ctx context.Context, _ *tap.Info) (context.Context, error) {
-	c := &recvCtx{}
-	// The cancel function also runs when the stream ends: the stream's
-	// own context, the parent, is cancelled then.
+// push appends c; g.mu is held.
+func (g *receiveGuard) push(c *recvCtx) {
+	c.prev, c.next, c.queued = g.tail, nil, true
+	if g.tail != nil {
+		g.tail.next = c
+	} else {
+		g.head = c
+	}
+	g.tail = c
+	g.n++
+}
+
+// remove takes c off the queue; g.mu is held.
+func (g *receiveGuard) remove(c *recvCtx) {
+	if c.prev != nil {
+		c.prev.next = c.next
+	} else {
+		g.head = c.next
+	}
+	if c.next != nil {
+		c.next.prev = c.prev
+	} else {
+		g.tail = c.prev
+	}
+	c.prev, c.next, c.queued = nil, nil, false
+	g.n--
+}
+
+// admit queues a new stream's context, and returns the stream it evicts,
+// if any.
+func (g *receiveGuard) admit(c *recvCtx) (evicted *recvCtx) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.n >= g.max {
+		evicted = g.head
+		g.remove(evicted)
+	}
+	g.push(c)
+	return evicted
+}
+
+// tap queues each new stream. It runs on the connection's reading
+// goroutine and does no more than that.
+func (g *receiveGuard) tap(ctx context.Context, _ *tap.Info) (context.Context, error) {
+	c := &recvCtx{g: g, arrived: time.Now()}
+	// cancel also runs when the stream ends: the stream's own context, the
+	// parent, is cancelled then.
 	c.Context, c.cancel = context.WithCancel(ctx)
-	c.timer = time.AfterFunc(rt.d, c.expire)
+	if old := g.admit(c); old != nil {
+		g.evictions.Inc()
+		old.cut()
+	}
 	return c, nil
 }
 
-// received stops the receive deadline of the stream whose context is ctx.
+// received takes the stream whose context is ctx off the queue: its
+// request has arrived.
 func received(ctx context.Context) {
-	if c, ok := ctx.Value(recvKey{}).(*recvCtx); ok {
-		c.timer.Stop()
+	c, ok := ctx.Value(recvKey{}).(*recvCtx)
+	if !ok {
+		return
+	}
+	c.g.mu.Lock()
+	if c.queued {
+		c.g.remove(c)
+	}
+	c.g.mu.Unlock()
+}
+
+// sweep cuts the streams that arrived d or longer before now, and returns
+// how many.
+func (g *receiveGuard) sweep(now time.Time) int {
+	var due []*recvCtx
+	g.mu.Lock()
+	for g.head != nil && now.Sub(g.head.arrived) >= g.d {
+		c := g.head
+		g.remove(c)
+		due = append(due, c)
+	}
+	g.mu.Unlock()
+	for _, c := range due {
+		c.cut()
+	}
+	g.timeouts.Add(float64(len(due)))
+	return len(due)
+}
+
+// run sweeps every d/10 (at least every millisecond, at most every
+// second) until ctx is done.
+func (g *receiveGuard) run(ctx context.Context) {
+	every := min(max(g.d/10, time.Millisecond), time.Second)
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case now := <-t.C:
+			g.sweep(now)
+		}
 	}
 }
 
-// streamInterceptor stops a streaming call's receive deadline at its first
+// streamInterceptor ends a streaming call's receive phase at its first
 // message.
-func (rt *receiveTimeout) streamInterceptor(srv any, ss grpc.ServerStream, _ *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
+func (g *receiveGuard) streamInterceptor(srv any, ss grpc.ServerStream, _ *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
 	return handler(srv, &firstRecv{ServerStream: ss})
 }
 
@@ -294,11 +437,11 @@ func (l *connLimit) Accept() (net.Conn, error) {
 		}
 		if l.open.Add(1) > l.max {
 			l.open.Add(-1)
+			l.refused.Inc()
 			if tc, ok := c.(*net.TCPConn); ok {
 				_ = tc.SetLinger(0) // reset: nothing is owed to this peer
 			}
 			_ = c.Close()
-			l.refused.Inc()
 			continue
 		}
 		l.gauge.Inc()
