@@ -1,6 +1,7 @@
 package rls
 
 import (
+	"context"
 	"strings"
 	"testing"
 
@@ -205,4 +206,42 @@ func FuzzDecodeRequest(f *testing.F) {
 			t.Fatalf("% x: DecodeRequest accepts what proto.Unmarshal refuses for another reason than UTF-8: %v", b, perr)
 		}
 	})
+}
+
+// The service decides requests whose strings are not UTF-8, and its
+// answers still marshal: a value with 0xff is a subject limited like any
+// other, a key with 0xff matches no rule, and a limit override keyed by
+// such a key is evaluated.
+func TestServiceDecidesBytes(t *testing.T) {
+	e := newRealEnv(t)
+	ctx := context.Background()
+	ask := func(req *rlsv3.RateLimitRequest) *rlsv3.RateLimitResponse {
+		t.Helper()
+		resp, err := e.srv.ShouldRateLimit(ctx, req)
+		if err != nil {
+			t.Fatalf("ShouldRateLimit: %v", err)
+		}
+		if _, err := proto.Marshal(resp); err != nil {
+			t.Fatalf("the answer does not marshal: %v", err)
+		}
+		return resp
+	}
+	for i, want := range []string{"OK", "OK", "OK", "OVER_LIMIT"} { // per-user: 3 a minute
+		if got := code(ask(request("rls", desc("user", "al\xffce")))); got != want {
+			t.Fatalf("call %d for user al\\xffce: %s, want %s", i, got, want)
+		}
+	}
+	if got := code(ask(request("rls", desc("user", "al\uFFFDce")))); got != "OK" {
+		t.Errorf("user al\\uFFFDce: %s, want OK (another subject)", got)
+	}
+	if got := code(ask(request("rls", desc("us\xffer", "x")))); got != "OK" {
+		t.Errorf("key us\\xffer: %s, want OK (no rule)", got)
+	}
+	override := desc("us\xffer", "x")
+	override.Limit = &rlv3.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: 1, Unit: typev3.RateLimitUnit_HOUR}
+	for i, want := range []string{"OK", "OVER_LIMIT"} {
+		if got := code(ask(request("rls", override))); got != want {
+			t.Fatalf("override call %d: %s, want %s", i, got, want)
+		}
+	}
 }
