@@ -103,6 +103,9 @@ type Options struct {
 	DefaultFailureMode      string
 	ReplicasHint            int
 	LocalFallbackMaxEntries int
+	// The --grpc-* limits on connections, streams and receive time
+	// (transport.go).
+	transportOptions
 
 	// given records, by flag name, the text of each value set on the
 	// command line or from the environment, so errors quote what the user
@@ -140,6 +143,7 @@ func serveFlags(o *Options) *flag.FlagSet {
 	fs.DurationVar(&o.RedisMaxFlushDelay, "redis-max-flush-delay", DefaultRedisFlushDelay, "how long a Redis connection may wait to gather pipelined commands into one write (0: flush at once; at most 1ms)")
 	fs.BoolVar(&o.Tracing, "tracing", false, "export OpenTelemetry traces by OTLP, configured by the OTEL_* variables (docs/operations.md, Tracing); also on when OTEL_EXPORTER_OTLP_ENDPOINT is set, off when OTEL_SDK_DISABLED=true")
 	fallbackFlags(fs, o)
+	transportFlags(fs, &o.transportOptions)
 	return fs
 }
 
@@ -231,6 +235,7 @@ func (o *Options) check() error {
 	for _, name := range o.fallbackCheck() {
 		bad(name)
 	}
+	errs = append(errs, o.transportOptions.check(o.given))
 	var err error
 	if o.Store == "redis" {
 		err = o.redisCheck()

@@ -23,7 +23,6 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
-	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/reflection"
 
 	"github.com/envoy-rls/envoy-rls/pkg/descriptors"
@@ -166,6 +165,7 @@ func serve(ctx context.Context, o Options, getenv func(string) string, log *zap.
 		DefaultHeaders: headers,
 		TracerProvider: s.tracing.provider(),
 		Local:          s.localConfig(),
+		Received:       received,
 	})
 	if err != nil {
 		return err
@@ -175,8 +175,26 @@ func serve(ctx context.Context, o Options, getenv func(string) string, log *zap.
 	if err != nil {
 		return err
 	}
-	gs := s.grpcServer(svc)
-	admin := &http.Server{Handler: s.adminHandler(), ReadHeaderTimeout: 5 * time.Second}
+	limited, err := limitConnections(grpcLis, o.GRPCMaxConnections, s.reg)
+	if err != nil {
+		_ = grpcLis.Close()
+		_ = adminLis.Close()
+		return err
+	}
+	grpcLis = limited
+	guard, err := newReceiveGuard(o.GRPCReceiveTimeout, o.GRPCMaxIncompleteRequests, s.reg)
+	if err != nil {
+		_ = grpcLis.Close()
+		_ = adminLis.Close()
+		return err
+	}
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		guard.run(ctx)
+	}()
+	gs := s.grpcServer(svc, guard)
+	admin := s.adminServer()
 	errc := startServers(&wg, gs, grpcLis, admin, adminLis)
 	defer s.startReloads(ctx, &wg, h)()
 
@@ -263,23 +281,19 @@ func (s *server) listen() (grpcLis, adminLis net.Listener, err error) {
 
 // grpcServer builds the gRPC server with the rate-limit, health and
 // reflection services, and reports it serving.
-func (s *server) grpcServer(svc rlsv3.RateLimitServiceServer) *grpc.Server {
-	opts := []grpc.ServerOption{
-		// Envoy holds long-lived HTTP/2 connections and may be configured to
-		// ping them; accept pings down to 5s instead of closing the
-		// connection with "too many pings".
-		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 5 * time.Second, PermitWithoutStream: true}),
+func (s *server) grpcServer(svc *rls.Server, guard *receiveGuard) *grpc.Server {
+	opts := append(s.opts.grpcServerOptions(guard),
 		// Calls run on reused goroutines (up to this many at once; gRPC
 		// starts a goroutine per call beyond): a fresh goroutine per call
 		// grows its stack on every call through the Redis client (copystack
 		// was 15 % of server CPU in a profile at 64 calls).
 		grpc.NumStreamWorkers(streamWorkers),
-	}
+	)
 	if o := s.tracing.serverOption(); o != nil {
 		opts = append(opts, o)
 	}
 	gs := grpc.NewServer(opts...)
-	rlsv3.RegisterRateLimitServiceServer(gs, svc)
+	svc.Register(gs)
 	s.health = health.NewServer()
 	healthpb.RegisterHealthServer(gs, s.health)
 	reflection.Register(gs)

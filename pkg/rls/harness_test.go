@@ -49,8 +49,9 @@ func newHarness(t *testing.T, rules func() Rules, store limiter.Store, clock lim
 		t.Fatal(err)
 	}
 	lis := bufconn.Listen(1 << 20)
-	gs := grpc.NewServer()
-	rlsv3.RegisterRateLimitServiceServer(gs, srv)
+	// As the binary serves it: its codec and its method handler.
+	gs := grpc.NewServer(grpc.ForceServerCodecV2(Codec{}))
+	srv.Register(gs)
 	go func() { _ = gs.Serve(lis) }()
 	conn, err := grpc.NewClient("passthrough:///bufnet",
 		grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) { return lis.DialContext(ctx) }),

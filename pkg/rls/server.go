@@ -86,6 +86,10 @@ type Config struct {
 	// Local configures the in-process limiter of failure_mode: local
 	// policies. (Optional, see LocalConfig for the defaults)
 	Local LocalConfig
+	// Received is called, with the call's context, once the request of a
+	// call served through Register has been read and decoded, before it is
+	// evaluated: the transport's receive deadline ends there. (Optional)
+	Received func(context.Context)
 }
 
 // Server implements rlsv3.RateLimitServiceServer.
@@ -99,6 +103,7 @@ type Server struct {
 	sampled        *zap.Logger // sampled: denials, store failures
 	clock          limiter.Clock
 	defaultHeaders descriptors.HeaderMode
+	received       func(context.Context)
 	scratch        sync.Pool
 	// deadlines makes the store's contexts (storeContext): one timer per
 	// millisecond in use instead of one per call.
@@ -154,6 +159,7 @@ func New(cfg Config) (*Server, error) {
 		})),
 		clock:          cfg.Clock,
 		defaultHeaders: cfg.DefaultHeaders,
+		received:       cfg.Received,
 		deadlines:      deadline.New(0),
 		tracer:         tracer(cfg.TracerProvider),
 	}

@@ -1,0 +1,111 @@
+package helm_test
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/envoy-rls/envoy-rls/internal/app"
+	"github.com/envoy-rls/envoy-rls/internal/deploytest"
+)
+
+// grpcArgs are the rendered container's --grpc-* limit flags.
+func grpcArgs(t *testing.T, args ...string) []string {
+	t.Helper()
+	deps := render(t, args...)["Deployment"]
+	if len(deps) != 1 {
+		t.Fatalf("%d Deployments rendered, want 1", len(deps))
+	}
+	var out []string
+	for _, c := range list(get(deps[0], "spec", "template", "spec", "containers")) {
+		for _, a := range toStrings(list(get(c, "args"))) {
+			if strings.HasPrefix(a, "--grpc-") && !strings.HasPrefix(a, "--grpc-addr") {
+				out = append(out, a)
+			}
+		}
+	}
+	return out
+}
+
+// The chart's grpc.limits defaults are the binary's, and every value
+// reaches its flag (render passes the args through app.CheckServeArgs).
+func TestGRPCLimits(t *testing.T) {
+	v := deploytest.ChartValues(t)
+	dur := func(key string) time.Duration {
+		d, err := time.ParseDuration(str(get(v, "grpc", "limits", key)))
+		if err != nil {
+			t.Fatalf("grpc.limits.%s: %v", key, err)
+		}
+		return d
+	}
+	for _, c := range []struct {
+		value     string
+		got, want any
+	}{
+		{"maxConcurrentStreams", get(v, "grpc", "limits", "maxConcurrentStreams"), app.DefaultGRPCMaxConcurrentStreams},
+		{"maxConnections", get(v, "grpc", "limits", "maxConnections"), app.DefaultGRPCMaxConnections},
+		{"receiveTimeout", dur("receiveTimeout"), app.DefaultGRPCReceiveTimeout},
+		{"maxIncompleteRequests", get(v, "grpc", "limits", "maxIncompleteRequests"), app.DefaultGRPCMaxIncompleteRequests},
+		{"maxRecvMsgSize", get(v, "grpc", "limits", "maxRecvMsgSize"), app.DefaultGRPCMaxRecvMsgSize},
+		{"maxConnectionIdle", dur("maxConnectionIdle"), app.DefaultGRPCMaxConnectionIdle},
+		{"maxConnectionAge", dur("maxConnectionAge"), app.DefaultGRPCMaxConnectionAge},
+		{"maxConnectionAgeGrace", dur("maxConnectionAgeGrace"), app.DefaultGRPCMaxConnectionAgeGrace},
+		{"keepaliveTime", dur("keepaliveTime"), app.DefaultGRPCKeepaliveTime},
+		{"keepaliveTimeout", dur("keepaliveTimeout"), app.DefaultGRPCKeepaliveTimeout},
+		{"keepaliveMinTime", dur("keepaliveMinTime"), app.DefaultGRPCKeepaliveMinTime},
+		{"keepalivePermitWithoutStream", get(v, "grpc", "limits", "keepalivePermitWithoutStream"), app.DefaultGRPCKeepalivePermitWithoutStream},
+	} {
+		if fmt.Sprint(c.got) != fmt.Sprint(c.want) {
+			t.Errorf("values.yaml grpc.limits.%s defaults to %v; the binary's default is %v", c.value, c.got, c.want)
+		}
+	}
+
+	got := grpcArgs(t,
+		"--set", "grpc.limits.maxConcurrentStreams=250",
+		"--set", "grpc.limits.maxConnections=5000",
+		"--set", "grpc.limits.receiveTimeout=2s",
+		"--set", "grpc.limits.maxIncompleteRequests=4096",
+		"--set", "grpc.limits.maxRecvMsgSize=1048576",
+		"--set", "grpc.limits.maxConnectionIdle=0",
+		"--set", "grpc.limits.maxConnectionAge=30m",
+		"--set", "grpc.limits.maxConnectionAgeGrace=1m",
+		"--set", "grpc.limits.keepaliveTime=1m",
+		"--set", "grpc.limits.keepaliveTimeout=10s",
+		"--set", "grpc.limits.keepaliveMinTime=10s",
+		"--set", "grpc.limits.keepalivePermitWithoutStream=false",
+	)
+	want := []string{
+		"--grpc-max-concurrent-streams=250", "--grpc-max-connections=5000", "--grpc-receive-timeout=2s",
+		"--grpc-max-incomplete-requests=4096", "--grpc-max-recv-msg-size=1048576", "--grpc-max-connection-idle=0",
+		"--grpc-max-connection-age=30m", "--grpc-max-connection-age-grace=1m", "--grpc-keepalive-time=1m",
+		"--grpc-keepalive-timeout=10s", "--grpc-keepalive-min-time=10s", "--grpc-keepalive-permit-without-stream=false",
+	}
+	if !slices.Equal(got, want) {
+		t.Errorf("rendered --grpc-* args:\n got %q\nwant %q", got, want)
+	}
+}
+
+// Values the schema refuses, named in helm's error.
+func TestGRPCLimitsSchema(t *testing.T) {
+	for _, tc := range []struct{ set, key string }{
+		{"grpc.limits.maxConcurrentStreams=0", "maxConcurrentStreams"},
+		{"grpc.limits.maxConnections=-1", "maxConnections"},
+		{"grpc.limits.receiveTimeout=5", "receiveTimeout"},
+		{"grpc.limits.receiveTimeout=0", "receiveTimeout"},
+		{"grpc.limits.keepaliveTime=0s", "keepaliveTime"},
+		{"grpc.limits.maxRecvMsgSize=100", "maxRecvMsgSize"},
+		{"grpc.limits.maxConnectionAge=forever", "maxConnectionAge"},
+		{"grpc.limits.maxConectionAge=5m", "maxConectionAge"},
+	} {
+		out, err := runHelm(t, "template", "rls", deploytest.ChartDir(t), "--set", tc.set)
+		if err == nil {
+			t.Errorf("--set %s rendered; want a schema error", tc.set)
+			continue
+		}
+		if !strings.Contains(out, tc.key) {
+			t.Errorf("--set %s: the error does not name %s:\n%s", tc.set, tc.key, out)
+		}
+	}
+}
