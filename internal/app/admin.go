@@ -110,3 +110,28 @@ func writeText(w http.ResponseWriter, code int, msg string) {
 	w.WriteHeader(code)
 	_, _ = w.Write([]byte(msg + "\n"))
 }
+
+// Limits of the admin HTTP server. Its clients are probes, Prometheus and
+// operators: each request is a GET answered at once, except a pprof CPU
+// profile or trace, which streams for its ?seconds= (30 by default).
+const (
+	adminReadHeaderTimeout = 5 * time.Second
+	adminReadTimeout       = 10 * time.Second
+	// adminWriteTimeout leaves room for a 60 s profile.
+	adminWriteTimeout = 90 * time.Second
+	adminIdleTimeout  = 2 * time.Minute
+	adminMaxHeader    = 64 << 10
+)
+
+// adminServer is the admin HTTP server: a connection that sends its
+// request slowly, never reads its answer or stays idle is closed.
+func (s *server) adminServer() *http.Server {
+	return &http.Server{
+		Handler:           s.adminHandler(),
+		ReadHeaderTimeout: adminReadHeaderTimeout,
+		ReadTimeout:       adminReadTimeout,
+		WriteTimeout:      adminWriteTimeout,
+		IdleTimeout:       adminIdleTimeout,
+		MaxHeaderBytes:    adminMaxHeader,
+	}
+}

@@ -29,7 +29,6 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -178,51 +177,6 @@ func open(cfg Config, opt rueidis.ClientOption) (*Store, error) {
 	}
 	s.seedOffsets(cfg.DialTimeout)
 	return s, nil
-}
-
-// seedOffsets reads TIME once from every node, so that the first program
-// calls already carry their deadline. Every estimate is seeded with the
-// smallest sample: a lower bound of each node's offset, which a slot's own
-// replies then raise to its node's. On any failure nothing is seeded: the
-// calls then carry no deadline until their first program reply gives a
-// sample.
-func (s *Store) seedOffsets(timeout time.Duration) {
-	ctx, cancel := context.WithTimeout(context.Background(), timeout)
-	defer cancel()
-	nodes := s.client.Nodes()
-	if len(nodes) == 0 {
-		return
-	}
-	least, first := int64(0), true
-	for _, n := range nodes {
-		local, server, ok := s.readTime(ctx, n)
-		if !ok {
-			return
-		}
-		if d := server - local; first || d < least {
-			least, first = d, false
-		}
-	}
-	now := s.local.ms(time.Now())
-	for i := range s.offsets {
-		s.offsets[i].sample(now, now+least)
-	}
-}
-
-// readTime reads one node's TIME in ms, and the local ms (localClock) at
-// which the reply was received.
-func (s *Store) readTime(ctx context.Context, c rueidis.Client) (localMs, serverMs int64, ok bool) {
-	a, err := c.Do(ctx, c.B().Time().Build()).AsStrSlice()
-	recv := time.Now()
-	if err != nil || len(a) != 2 {
-		return 0, 0, false
-	}
-	sec, err1 := strconv.ParseInt(a[0], 10, 64)
-	usec, err2 := strconv.ParseInt(a[1], 10, 64)
-	if err1 != nil || err2 != nil || sec < 0 || usec < 0 || usec >= 1e6 || sec > limiter.MaxSafeInteger/1000-1 {
-		return 0, 0, false
-	}
-	return s.local.ms(recv), sec*1000 + usec/1000, true
 }
 
 // Close closes every connection. Evaluations after Close are Unavailable.

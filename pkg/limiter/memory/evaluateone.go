@@ -1,0 +1,116 @@
+package memory
+
+import (
+	"fmt"
+
+	"github.com/envoy-rls/envoy-rls/pkg/limiter"
+)
+
+// evaluateOne is Evaluate for a batch of one request (one descriptor: the
+// common Envoy request), with the same outcomes and effects as the general
+// path: one lock, one table lookup (the write goes to the slot the lookup
+// found, or to the empty slot where it stopped when nothing has moved since),
+// and no per-request work record. A batch of one commits exactly when its
+// request allows (see limiter.Commits), so an allowed request consumes unless
+// its reply is refused by OutcomeFromReply.
+func (s *Store) evaluateOne(r *limiter.Request, o *limiter.Outcome, nowMs int64) {
+	if err := r.Validate(); err != nil {
+		*o = limiter.UnavailableOutcome(0, limiter.CategoryInvalidRequest, fmt.Errorf("memory store: %w", err))
+		return
+	}
+	if nowMs < 0 || nowMs > limiter.MaxSafeInteger {
+		*o = limiter.UnavailableOutcome(limiter.ClockUnsafeRetryAfter, limiter.CategoryClockUnsafe,
+			fmt.Errorf("memory store: clock reads %dms since the epoch: %w", nowMs, limiter.ErrClockUnsafe))
+		return
+	}
+	p := r.Policy
+	k := key{subject: r.Subject, policy: p.ID(), revision: p.Revision(), alg: p.Algorithm()}
+	h := hashKey(&k)
+	sh := &s.shards[s.shardIndex(&r.Subject)]
+	t := &sh.t
+	refused := 0
+	sh.mu.Lock()
+	// hint: where k is (found) or would be inserted (-1 once the table has
+	// changed since the lookup).
+	st, found, dropped, hint := sh.load(&k, h, nowMs)
+	// A subject without an entry may meet its policy's sketch: wo holds
+	// the sketch fields, and overflowMu is taken after the shard lock.
+	var wo work
+	overflowLocked, failed := false, false
+	if !found && s.nSketches.Load() != 0 {
+		s.overflowMu.Lock()
+		overflowLocked = true
+		st, failed = s.openSketchFor(&wo, p, &r.Subject, nowMs, false)
+	}
+	next, reply, uncommitted, write := limiter.Check(st, wo.sp.now(nowMs), p, r.Cost)
+	room := true
+	if !failed && write && !found && r.EffectiveRole().Consumes() {
+		if room = sh.room(k.policy, 0, 0); !room {
+			dropped += sh.dropExpired(nowMs, fullScanBudget)
+			room = sh.room(k.policy, 0, 0)
+		}
+		if dropped != 0 {
+			hint = -1 // a removal moved slots
+		}
+		if !room {
+			if !overflowLocked {
+				s.overflowMu.Lock()
+				overflowLocked = true
+			}
+			if st, failed = s.openSketchFor(&wo, p, &r.Subject, nowMs, true); !failed {
+				wo.overflow = wo.sp.sk != nil
+				next, reply, uncommitted, write = limiter.Check(st, wo.sp.now(nowMs), p, r.Cost)
+			}
+		}
+	}
+	switch {
+	case failed:
+		*o = sketchClockUnsafe(p)
+	case !r.EffectiveRole().Consumes():
+		*o = decided(p, uncommitted, wo.source())
+	case !write:
+		*o = decided(p, reply, wo.source())
+	case wo.overflow:
+		*o = decided(p, reply, limiter.SourceMemoryOverflow)
+		if o.Kind != limiter.Evaluated {
+			*o = decided(p, uncommitted, limiter.SourceMemoryOverflow)
+			break
+		}
+		wo.sp.sk.add(&wo.sp.idx, next, wo.sp.eff, p.Algorithm())
+		o.Decision.Consumed = true
+	case !found && !room:
+		refused = 1
+		*o = limiter.UnavailableOutcome(CapacityRetryAfter, limiter.CategoryCapacity, ErrFull)
+	default:
+		*o = limiter.OutcomeFromReply(p, reply, limiter.SourceMemory)
+		if o.Kind != limiter.Evaluated {
+			*o = limiter.OutcomeFromReply(p, uncommitted, limiter.SourceMemory)
+			break
+		}
+		e := entryOf(next)
+		if found {
+			t.slots[hint].e = e
+		} else {
+			sh.insertAt(hint, &k, h, e)
+		}
+		sh.minExpiry = min(sh.minExpiry, next.ExpiresAtMs)
+		o.Decision.Consumed = true
+	}
+	if overflowLocked {
+		s.overflowMu.Unlock()
+	}
+	sh.mu.Unlock()
+	s.report(dropped, refused)
+	if s.obs != nil && o.Kind == limiter.Evaluated && o.Decision.Source == limiter.SourceMemoryOverflow {
+		s.obs.Overflow(p.ID())
+	}
+}
+
+// openSketchFor is openSketch for w: it records in w whether the state came
+// from the sketch's estimate, and reports failed when the sketch's clock
+// check failed. Called with overflowMu held.
+func (s *Store) openSketchFor(w *work, p *limiter.Policy, d *limiter.SubjectDigest, nowMs int64, create bool) (st limiter.State, failed bool) {
+	st, ok := s.openSketch(&w.sp, p, d, nowMs, create)
+	w.estimated = w.estimated || st.Exists
+	return st, !ok
+}
