@@ -7,21 +7,23 @@ import (
 	"time"
 )
 
-// TestMeasureSlowStreams measures one slow-stream pattern for
-// docs/operations.md; it checks nothing and runs only when asked:
+// BenchmarkSlowStreams measures one slow-stream pattern for
+// docs/operations.md (the figures are reported, nothing is checked):
 //
-//	E2E_SLOW_STREAMS=CONNS,STREAMS,PROMISED,SENT[,RECEIVE_TIMEOUT] go test -run TestMeasureSlowStreams -v ./e2e/
+//	E2E_SLOW_STREAMS=CONNS,STREAMS,PROMISED,SENT[,RECEIVE_TIMEOUT] go test -run x -bench BenchmarkSlowStreams -benchtime 1x ./e2e/
 //
+// (default 5,200,100,10)
 // opens CONNS raw HTTP/2 connections, each with STREAMS ShouldRateLimit
 // streams whose message promises PROMISED bytes of which SENT come
 // (SENT < 65531), against a replica with --grpc-receive-timeout
 // RECEIVE_TIMEOUT (default 30s, so that the streams stay held), logs the
 // replica's resident set every second for 8 s, its peak, and how a call on
 // a fresh connection fares.
-func TestMeasureSlowStreams(t *testing.T) {
+func BenchmarkSlowStreams(b *testing.B) {
+	t := b
 	spec := os.Getenv("E2E_SLOW_STREAMS")
 	if spec == "" {
-		t.Skip("a measurement, not a test: set E2E_SLOW_STREAMS=CONNS,STREAMS,PROMISED,SENT[,RECEIVE_TIMEOUT]")
+		spec = "5,200,100,10"
 	}
 	var conns, streams, promised, sent int
 	timeout := "30s"
@@ -59,4 +61,6 @@ func TestMeasureSlowStreams(t *testing.T) {
 	res := r.fresh(t).call(callTimeout, 1, entry{"user", unique("u")})
 	t.Logf("%d connections × %d streams promising %d bytes, sending %d (receive timeout %s): RSS before %s, peak %s; a call on a fresh connection: %v",
 		conns, streams, promised, sent, timeout, mib(before), mib(top), res)
+	b.ReportMetric(float64(top)/(1<<20), "peak-RSS-MiB")
+	b.ReportMetric(0, "ns/op")
 }

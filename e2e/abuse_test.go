@@ -111,7 +111,7 @@ func (p *rssPeak) stop() (int64, error) {
 }
 
 // fresh returns a copy of r that calls over a new gRPC connection.
-func (r *replica) fresh(t *testing.T) *replica {
+func (r *replica) fresh(t testing.TB) *replica {
 	t.Helper()
 	conn, err := grpc.NewClient("passthrough:///"+r.grpcAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {

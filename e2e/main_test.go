@@ -43,7 +43,7 @@ func TestMain(m *testing.M) {
 // It skips the test in -short mode. When the tests run with -race the binary
 // is built with -race as well, and a race it detects makes it exit non-zero,
 // which the replica's cleanup reports.
-func binary(t *testing.T) string {
+func binary(t testing.TB) string {
 	t.Helper()
 	if testing.Short() {
 		t.Skip("e2e: runs the real binary; skipped in -short mode")

@@ -57,7 +57,7 @@ type replicaConfig struct {
 
 // replica is one running envoy-rls process and a gRPC client playing Envoy.
 type replica struct {
-	t    *testing.T
+	t    testing.TB
 	name string
 	cmd  *exec.Cmd
 	log  *logBuffer
@@ -75,7 +75,7 @@ type replica struct {
 // answers 200, and registers its stop (SIGTERM, then SIGKILL after
 // stopTimeout) with t.Cleanup. Its
 // stderr is printed into the test log when the test fails.
-func startReplica(t *testing.T, name string, cfg replicaConfig) *replica {
+func startReplica(t testing.TB, name string, cfg replicaConfig) *replica {
 	t.Helper()
 	bin := binary(t)
 	args := []string{"serve",
@@ -331,7 +331,7 @@ func (b *logBuffer) contains(s string) bool {
 }
 
 // writeFile writes data to dir/name and returns the path.
-func writeFile(t *testing.T, dir, name, data string) string {
+func writeFile(t testing.TB, dir, name, data string) string {
 	t.Helper()
 	p := filepath.Join(dir, name)
 	if err := os.WriteFile(p, []byte(data), 0o600); err != nil {
@@ -341,14 +341,14 @@ func writeFile(t *testing.T, dir, name, data string) string {
 }
 
 // secretFile writes an HMAC secret file shared by the replicas of one test.
-func secretFile(t *testing.T) string {
+func secretFile(t testing.TB) string {
 	t.Helper()
 	return writeFile(t, t.TempDir(), "hmac-secret", "e2e-shared-secret-0123456789abcdef0123456789\n")
 }
 
 // rulesDir writes one rule file into a new directory and returns the
 // directory.
-func rulesDir(t *testing.T, rules string) string {
+func rulesDir(t testing.TB, rules string) string {
 	t.Helper()
 	dir := t.TempDir()
 	writeFile(t, dir, "rules.yaml", rules)
