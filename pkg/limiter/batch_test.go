@@ -226,3 +226,30 @@ func TestRoleConsumesAndBlocks(t *testing.T) {
 		}
 	}
 }
+
+// TestSummarize: a batch's outcomes named in one word, a failure winning
+// over a denial and the first failure over later ones.
+func TestSummarize(t *testing.T) {
+	allow := limiter.EvaluatedOutcome(limiter.Decision{Allowed: true})
+	deny := limiter.EvaluatedOutcome(limiter.Decision{})
+	unavailable := limiter.UnavailableOutcome(0, limiter.CategoryNotConnected, nil)
+	indeterminate := limiter.IndeterminateOutcome(0, nil)
+	incompatible := limiter.IncompatibleOutcome(limiter.CategoryReplyMalformed, nil)
+	for _, tc := range []struct {
+		name                 string
+		outs                 []limiter.Outcome
+		wantOutcome, wantCat string
+	}{
+		{"empty", nil, "allowed", ""},
+		{"every request allows", []limiter.Outcome{allow, allow}, "allowed", ""},
+		{"one denies", []limiter.Outcome{allow, deny, allow}, "denied", ""},
+		{"a failure after a denial", []limiter.Outcome{deny, unavailable}, "unavailable", limiter.CategoryNotConnected},
+		{"the first failure", []limiter.Outcome{allow, incompatible, unavailable}, "incompatible", limiter.CategoryReplyMalformed},
+		{"no category: the kind", []limiter.Outcome{indeterminate, deny}, "indeterminate", "indeterminate"},
+	} {
+		outcome, failure := limiter.Summarize(tc.outs)
+		if outcome != tc.wantOutcome || failure != tc.wantCat {
+			t.Errorf("%s: Summarize = %q, %q; want %q, %q", tc.name, outcome, failure, tc.wantOutcome, tc.wantCat)
+		}
+	}
+}

@@ -350,6 +350,29 @@ func IncompatibleOutcome(category string, err error) Outcome {
 	return Outcome{Kind: Incompatible, Category: category, Err: err}
 }
 
+// Summarize names the outcomes of a batch (or of part of one) for a span
+// attribute: outcome is "allowed" when every request allowed, "denied" when
+// one denied and none failed, else the kind of the first outcome that is
+// not Evaluated; failure is then that outcome's category (its kind when it
+// has none), and "" otherwise.
+func Summarize(outs []Outcome) (outcome, failure string) {
+	outcome = "allowed"
+	for i := range outs {
+		o := &outs[i]
+		switch {
+		case o.Kind != Evaluated:
+			failure = o.Category
+			if failure == "" {
+				failure = o.Kind.String()
+			}
+			return o.Kind.String(), failure
+		case !o.Decision.Allowed:
+			outcome = "denied"
+		}
+	}
+	return outcome, ""
+}
+
 // Store evaluates batches of requests. One Envoy request carries several
 // descriptors, so a batch holds one Request per matched limit.
 //
