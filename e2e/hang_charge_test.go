@@ -32,12 +32,12 @@ const hangDeadline = time.Second
 func TestRedisHangChargesNothing(t *testing.T) {
 	binary(t)
 	awayFromHourBoundary(t)
-	redis := redistest.Standalone(t, redistest.Local())
+	redis, cfg := withStandaloneRedis(t, redistest.Local())
 	// The default --redis-timeout (500 ms): the pause below (about that
 	// long) is shorter than the 2 s after which a silent connection is
 	// closed, so the stalled programs stay queued on it and do run on
 	// resume.
-	r := startReplicas(t, 1, failureRules, replicaConfig{Store: "redis", RedisAddr: redis.Addr(), RedisMode: "standalone"})[0]
+	r := startReplicas(t, 1, failureRules, cfg)[0]
 	subject := entry{"closed", unique("hang")}
 	if res := r.mustCall(t, entry{"closed", unique("warm-up")}); !res.ok() {
 		t.Fatalf("warm-up: %v", res)

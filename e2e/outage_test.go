@@ -2,24 +2,19 @@ package e2e_test
 
 import (
 	"fmt"
-	"google.golang.org/grpc/codes"
 	"net/http"
 	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"google.golang.org/grpc/codes"
+
 	"github.com/envoy-rls/envoy-rls/internal/redistest"
 )
 
 // failureRules: one policy per failure mode, with limits no test reaches.
-const failureRules = `domain: e2e
-descriptors:
-  - key: closed
-    rate_limit: {unit: hour, requests_per_unit: 1000000, failure_mode: closed}
-  - key: open
-    rate_limit: {unit: hour, requests_per_unit: 1000000, failure_mode: open}
-`
+var failureRules = failureModeRules(1000000, "closed", "open")
 
 // outageDeadline is the gRPC deadline of the calls made while Redis fails.
 const outageDeadline = 300 * time.Millisecond
@@ -216,9 +211,7 @@ func checkPhasedAllowing(t *testing.T, p *phased, allowDeadline int) {
 // --readiness store. Once Redis is back, decisions resume, the store is
 // reported up and /readyz is 200 everywhere.
 func TestRedisOutage(t *testing.T) {
-	binary(t)
-	redis := redistest.Standalone(t, redistest.Local())
-	cfg := replicaConfig{Store: "redis", RedisAddr: redis.Addr(), RedisMode: "standalone"}
+	redis, cfg := withStandaloneRedis(t, redistest.Local())
 	def := startReplicas(t, 2, failureRules, cfg)
 	cfg.Args = []string{"--readiness", "store"}
 	storeReady := startReplicas(t, 1, failureRules, cfg)
