@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"net/http"
 	"testing"
-	"time"
 
 	"github.com/envoy-rls/envoy-rls/internal/redistest"
 )
@@ -75,12 +74,7 @@ func TestLocalFallbackRedisKilled(t *testing.T) {
 
 	// Redis back: Redis decides (the subject has consumed nothing there).
 	redis.Restart()
-	took := eventually(t, recoverTimeout, 20*time.Millisecond, "Redis decides again", func() error {
-		if res := r.call(outageDeadline, 1, entry{"closed", unique("back")}); !res.ok() {
-			return fmt.Errorf("%v", res)
-		}
-		return nil
-	})
+	took := waitRedisDecides(t, r)
 	t.Logf("decisions from Redis %v after the restart", took)
 	if res := r.mustCall(t, entry{"local", subject}); !res.ok() || res.Headers["X-RateLimit-Remaining"] != "9" {
 		t.Errorf("Redis back: %v, want OK from Redis with 9 remaining", res)

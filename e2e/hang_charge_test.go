@@ -1,9 +1,7 @@
 package e2e_test
 
 import (
-	"fmt"
 	"strconv"
-	"sync"
 	"testing"
 	"time"
 
@@ -46,15 +44,7 @@ func TestRedisHangChargesNothing(t *testing.T) {
 	redis.Pause()
 	defer redis.Resume()
 	results := make([]result, hangCalls)
-	var wg sync.WaitGroup
-	for i := range results {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			results[i] = r.call(hangDeadline, 1, subject)
-		}()
-	}
-	wg.Wait()
+	load(hangCalls, 1, nil, func(g, _ int) { results[g] = r.call(hangDeadline, 1, subject) })
 	var answered tally
 	for _, res := range results {
 		answered.add(res)
@@ -69,12 +59,7 @@ func TestRedisHangChargesNothing(t *testing.T) {
 
 	// Decisions again (the replica's one pipelined connection carries these
 	// calls after the stalled programs, so those have run).
-	took := eventually(t, recoverTimeout, 20*time.Millisecond, "a decision after the resume", func() error {
-		if res := r.call(outageDeadline, 1, entry{"closed", unique("probe")}); !res.ok() {
-			return fmt.Errorf("%v", res)
-		}
-		return nil
-	})
+	took := waitRedisDecides(t, r)
 	t.Logf("decisions %v after SIGCONT", took)
 	res := r.mustCall(t, subject)
 	left, err := strconv.Atoi(res.Headers["X-RateLimit-Remaining"])

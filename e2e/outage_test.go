@@ -150,6 +150,19 @@ func waitDecisions(t *testing.T, rs []*replica, subjects int, timeout time.Durat
 	})
 }
 
+// waitRedisDecides waits until a call of a fresh closed-policy subject
+// (OVER_LIMIT while the store fails) is answered OK by r: Redis decides
+// again.
+func waitRedisDecides(t *testing.T, r *replica) time.Duration {
+	t.Helper()
+	return eventually(t, recoverTimeout, 20*time.Millisecond, "decisions from Redis on "+r.name, func() error {
+		if res := r.call(outageDeadline, 1, entry{"closed", unique("probe")}); !res.ok() {
+			return fmt.Errorf("%v", res)
+		}
+		return nil
+	})
+}
+
 // waitCount waits until the tally holds at least n answered calls.
 func waitCount(t *testing.T, c *tally, n int, timeout time.Duration, what string) {
 	t.Helper()
