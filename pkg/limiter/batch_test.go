@@ -39,6 +39,25 @@ func batchOf(reqs []batchIn) ([]limiter.Request, []limiter.Outcome) {
 	return batch, out
 }
 
+// batchCase is one row of a batch-rule table: the batch, with the outcome
+// of each request, and what the rule answers.
+type batchCase struct {
+	name string
+	reqs []batchIn
+	want bool
+}
+
+// checkBatchRule runs rule, named name in messages, over a table.
+func checkBatchRule(t *testing.T, name string, rule func([]limiter.Request, []limiter.Outcome) bool, cases []batchCase) {
+	t.Helper()
+	for _, tc := range cases {
+		batch, out := batchOf(tc.reqs)
+		if got := rule(batch, out); got != tc.want {
+			t.Errorf("%s: %s = %v, want %v", tc.name, name, got, tc.want)
+		}
+	}
+}
+
 func TestCommits(t *testing.T) {
 	closed, open, shadowPolicy := batchPolicies(t)
 	allow := limiter.EvaluatedOutcome(limiter.Decision{Allowed: true})
@@ -46,11 +65,7 @@ func TestCommits(t *testing.T) {
 	fail := limiter.UnavailableOutcome(0, limiter.CategoryNotConnected, nil)
 	o, s, q, c := limiter.RoleOrdinary, limiter.RoleShadow, limiter.RoleQuota, limiter.RoleCheck
 	type in = batchIn
-	for _, tc := range []struct {
-		name string
-		reqs []in
-		want bool
-	}{
+	checkBatchRule(t, "Commits", limiter.Commits, []batchCase{
 		{"empty", nil, true},
 		{"all ordinary allow", []in{{closed, o, allow}, {closed, o, allow}}, true},
 		{"one ordinary denies", []in{{closed, o, allow}, {closed, o, deny}}, false},
@@ -67,12 +82,7 @@ func TestCommits(t *testing.T) {
 		{"fail-open quota failure takes no part", []in{{open, q, fail}, {closed, q, allow}}, true},
 		{"only a fail-open quota failure", []in{{open, q, fail}}, true},
 		{"nil policy fails closed", []in{{nil, o, fail}}, false},
-	} {
-		batch, out := batchOf(tc.reqs)
-		if got := limiter.Commits(batch, out); got != tc.want {
-			t.Errorf("%s: Commits = %v, want %v", tc.name, got, tc.want)
-		}
-	}
+	})
 }
 
 // TestCheckOnly: with the undecided requests counted as allowing, the batch
@@ -84,11 +94,7 @@ func TestCheckOnly(t *testing.T) {
 	invalid := limiter.UnavailableOutcome(0, limiter.CategoryInvalidRequest, nil)
 	o, s, q, c := limiter.RoleOrdinary, limiter.RoleShadow, limiter.RoleQuota, limiter.RoleCheck
 	type in = batchIn
-	for _, tc := range []struct {
-		name string
-		reqs []in
-		want bool
-	}{
+	checkBatchRule(t, "CheckOnly", limiter.CheckOnly, []batchCase{
 		{"nothing known", []in{{closed, o, undecided}, {closed, q, undecided}}, false},
 		{"an ordinary denial is known", []in{{closed, o, undecided}, {closed, o, deny}}, true},
 		{"a known shadow denial", []in{{closed, o, undecided}, {closed, s, deny}}, false},
@@ -97,12 +103,7 @@ func TestCheckOnly(t *testing.T) {
 		{"every quota denial is known", []in{{closed, o, undecided}, {closed, q, deny}, {closed, q, deny}}, true},
 		{"a fail-closed invalid request", []in{{closed, o, undecided}, {closed, o, invalid}}, true},
 		{"a fail-open invalid request", []in{{closed, o, undecided}, {open, o, invalid}}, false},
-	} {
-		batch, out := batchOf(tc.reqs)
-		if got := limiter.CheckOnly(batch, out); got != tc.want {
-			t.Errorf("%s: CheckOnly = %v, want %v", tc.name, got, tc.want)
-		}
-	}
+	})
 	// Commits counts an undecided (zero) outcome as a failure, not an allow.
 	if limiter.Commits([]limiter.Request{{Policy: closed, Cost: 1}}, []limiter.Outcome{undecided}) {
 		t.Error("Commits: an undecided outcome committed")
@@ -118,11 +119,7 @@ func TestQuotaBlocks(t *testing.T) {
 	fail := limiter.UnavailableOutcome(0, limiter.CategoryNotConnected, nil)
 	o, q := limiter.RoleOrdinary, limiter.RoleQuota
 	type in = batchIn
-	for _, tc := range []struct {
-		name string
-		reqs []in
-		want bool
-	}{
+	checkBatchRule(t, "QuotaBlocks", limiter.QuotaBlocks, []batchCase{
 		{"no quota", []in{{closed, o, deny}}, false},
 		{"every quota denies", []in{{closed, q, deny}, {closed, q, deny}}, true},
 		{"one quota allows", []in{{closed, q, deny}, {closed, q, allow}}, false},
@@ -130,12 +127,7 @@ func TestQuotaBlocks(t *testing.T) {
 		{"fail-closed failure is a quota denial", []in{{closed, q, fail}}, true},
 		{"fail-open failure takes no part", []in{{open, q, fail}, {closed, q, deny}}, true},
 		{"only a fail-open failure", []in{{open, q, fail}}, false},
-	} {
-		batch, out := batchOf(tc.reqs)
-		if got := limiter.QuotaBlocks(batch, out); got != tc.want {
-			t.Errorf("%s: QuotaBlocks = %v, want %v", tc.name, got, tc.want)
-		}
-	}
+	})
 }
 
 // TestCheckUncommitted: for an allowed request, uncommitted is the reply of the same
