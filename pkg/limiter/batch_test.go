@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/envoy-rls/envoy-rls/internal/limitertest"
 	"github.com/envoy-rls/envoy-rls/pkg/limiter"
 )
 
@@ -21,9 +22,9 @@ type batchIn struct {
 func batchPolicies(t *testing.T) (closed, open, shadow *limiter.Policy) {
 	t.Helper()
 	closed = fixed(t, 5, time.Second)
-	open = mustPolicy(t, limiter.PolicySpec{ID: "open", Algorithm: limiter.FixedWindow, FailureMode: limiter.FailOpen,
+	open = limitertest.Policy(t, limiter.PolicySpec{ID: "open", Algorithm: limiter.FixedWindow, FailureMode: limiter.FailOpen,
 		Params: limiter.FixedWindowParams{Limit: 5, Window: time.Second}})
-	shadow = mustPolicy(t, limiter.PolicySpec{ID: "sp", Algorithm: limiter.FixedWindow, Shadow: true,
+	shadow = limitertest.Policy(t, limiter.PolicySpec{ID: "sp", Algorithm: limiter.FixedWindow, Shadow: true,
 		Params: limiter.FixedWindowParams{Limit: 5, Window: time.Second}})
 	return closed, open, shadow
 }
@@ -179,7 +180,7 @@ func TestCheckUncommitted(t *testing.T) {
 
 func TestRequestRoleAndValidate(t *testing.T) {
 	p := fixed(t, 5, time.Second)
-	sp := mustPolicy(t, limiter.PolicySpec{ID: "sp", Algorithm: limiter.FixedWindow, Shadow: true,
+	sp := limitertest.Policy(t, limiter.PolicySpec{ID: "sp", Algorithm: limiter.FixedWindow, Shadow: true,
 		Params: limiter.FixedWindowParams{Limit: 5, Window: time.Second}})
 	for _, tc := range []struct {
 		r    limiter.Request

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/envoy-rls/envoy-rls/internal/limitertest"
 	"github.com/envoy-rls/envoy-rls/internal/redistest"
 	"github.com/envoy-rls/envoy-rls/pkg/limiter"
 	"github.com/envoy-rls/envoy-rls/pkg/lua"
@@ -193,27 +194,18 @@ func keyOf(p *limiter.Policy, subject limiter.SubjectDigest) string {
 	return string(StorageKey(nil, p, subject, limiter.Tag{}))
 }
 
-func mustPolicy(t testing.TB, spec limiter.PolicySpec) *limiter.Policy {
-	t.Helper()
-	p, err := limiter.NewPolicy(spec)
-	if err != nil {
-		t.Fatalf("NewPolicy(%+v): %v", spec, err)
-	}
-	return p
-}
-
 func fixed(t testing.TB, id string, limit int64, window time.Duration) *limiter.Policy {
-	return mustPolicy(t, limiter.PolicySpec{ID: id, Algorithm: limiter.FixedWindow,
+	return limitertest.Policy(t, limiter.PolicySpec{ID: id, Algorithm: limiter.FixedWindow,
 		Params: limiter.FixedWindowParams{Limit: limit, Window: window}})
 }
 
 func sliding(t testing.TB, id string, limit int64, window time.Duration) *limiter.Policy {
-	return mustPolicy(t, limiter.PolicySpec{ID: id, Algorithm: limiter.SlidingWindow,
+	return limitertest.Policy(t, limiter.PolicySpec{ID: id, Algorithm: limiter.SlidingWindow,
 		Params: limiter.SlidingWindowParams{Limit: limit, Window: window}})
 }
 
 func bucket(t testing.TB, id string, capacity, amount int64, period time.Duration) *limiter.Policy {
-	return mustPolicy(t, limiter.PolicySpec{ID: id, Algorithm: limiter.TokenBucket,
+	return limitertest.Policy(t, limiter.PolicySpec{ID: id, Algorithm: limiter.TokenBucket,
 		Params: limiter.TokenBucketParams{Capacity: capacity, RefillAmount: amount, RefillPeriod: period}})
 }
 

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/envoy-rls/envoy-rls/internal/limitertest"
 	"github.com/envoy-rls/envoy-rls/pkg/limiter"
 )
 
@@ -32,7 +33,7 @@ func referenceKey(p *limiter.Policy, subject limiter.SubjectDigest, tag limiter.
 func TestStorageKeyLayoutUnchanged(t *testing.T) {
 	for _, id := range []string{"a", "edge.remote_address", strings.Repeat("x", limiter.MaxPolicyIDLength)} {
 		for _, rev := range []uint32{1, 7} {
-			p := mustPolicy(t, limiter.PolicySpec{ID: id, Revision: rev, Algorithm: limiter.TokenBucket,
+			p := limitertest.Policy(t, limiter.PolicySpec{ID: id, Revision: rev, Algorithm: limiter.TokenBucket,
 				Params: limiter.TokenBucketParams{Capacity: 5, RefillAmount: 1, RefillPeriod: time.Second}})
 			var sub limiter.SubjectDigest
 			for i := range sub {
