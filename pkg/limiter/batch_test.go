@@ -1,7 +1,10 @@
 package limiter_test
 
 import (
+	"context"
+	"errors"
 	"math/rand/v2"
+	"strings"
 	"testing"
 	"time"
 
@@ -243,6 +246,31 @@ func TestSummarize(t *testing.T) {
 		outcome, failure := limiter.Summarize(tc.outs)
 		if outcome != tc.wantOutcome || failure != tc.wantCat {
 			t.Errorf("%s: Summarize = %q, %q; want %q, %q", tc.name, outcome, failure, tc.wantOutcome, tc.wantCat)
+		}
+	}
+}
+
+// TestFailIfEnded: an ended context answers every request Unavailable with
+// the deadline category and the cause; a live one leaves the outcomes alone.
+func TestFailIfEnded(t *testing.T) {
+	out := make([]limiter.Outcome, 3)
+	if limiter.FailIfEnded(context.Background(), out, "test store") {
+		t.Fatal("a live context reported as ended")
+	}
+	for i, o := range out {
+		if o.Kind != 0 {
+			t.Fatalf("outcome %d set for a live context: %+v", i, o)
+		}
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if !limiter.FailIfEnded(ctx, out, "test store") {
+		t.Fatal("an ended context not reported")
+	}
+	for i, o := range out {
+		if o.Kind != limiter.Unavailable || o.Category != limiter.CategoryDeadline || !errors.Is(o.Err, context.Canceled) ||
+			!strings.HasPrefix(o.Err.Error(), "test store: ") {
+			t.Errorf("outcome %d = %+v, want Unavailable deadline wrapping the cancellation", i, o)
 		}
 	}
 }

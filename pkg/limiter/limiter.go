@@ -11,6 +11,7 @@ package limiter
 import (
 	"context"
 	"errors"
+	"fmt"
 	"time"
 )
 
@@ -348,6 +349,22 @@ func IndeterminateOutcome(retryAfter time.Duration, err error) Outcome {
 // IncompatibleOutcome reports a state, program or reply mismatch.
 func IncompatibleOutcome(category string, err error) Outcome {
 	return Outcome{Kind: Incompatible, Category: category, Err: err}
+}
+
+// FailIfEnded answers every request of a batch Unavailable
+// (CategoryDeadline, the context's error wrapped as "who: err") when ctx
+// has ended, and reports whether it had. A store calls it before it
+// evaluates anything: a batch whose caller has gone changes nothing.
+func FailIfEnded(ctx context.Context, out []Outcome, who string) bool {
+	err := ctx.Err()
+	if err == nil {
+		return false
+	}
+	err = fmt.Errorf("%s: %w", who, err)
+	for i := range out {
+		out[i] = UnavailableOutcome(0, CategoryDeadline, err)
+	}
+	return true
 }
 
 // Summarize names the outcomes of a batch (or of part of one) for a span
