@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"math/rand/v2"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -207,6 +208,20 @@ func sliding(t testing.TB, id string, limit int64, window time.Duration) *limite
 func bucket(t testing.TB, id string, capacity, amount int64, period time.Duration) *limiter.Policy {
 	return limitertest.Policy(t, limiter.PolicySpec{ID: id, Algorithm: limiter.TokenBucket,
 		Params: limiter.TokenBucketParams{Capacity: capacity, RefillAmount: amount, RefillPeriod: period}})
+}
+
+// wantError checks err against want, a text the error must mention ("" when
+// no error is wanted), and reports whether an error was wanted: the caller
+// then has nothing more to check.
+func wantError(t testing.TB, err error, want string) bool {
+	t.Helper()
+	if want == "" {
+		return false
+	}
+	if err == nil || !strings.Contains(err.Error(), want) {
+		t.Fatalf("error %v, want one mentioning %q", err, want)
+	}
+	return true
 }
 
 // seededRand is a generator on stream seeded from the clock, and how many
