@@ -199,12 +199,7 @@ func (p *parser) policies(n *yaml.Node, rf *rawFile) {
 }
 
 func (p *parser) descriptorList(n *yaml.Node, depth int) []*rawDesc {
-	n = p.resolve(n)
-	if n == nil || isNull(n) {
-		return nil
-	}
-	if n.Kind != yaml.SequenceNode {
-		p.errorf(n, "descriptors must be a list, got %s", describe(n))
+	if n = p.sequence(n, "descriptors must be a list"); n == nil {
 		return nil
 	}
 	if depth > MaxDepth {

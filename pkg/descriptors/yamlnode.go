@@ -242,6 +242,20 @@ func (p *parser) mapping(n *yaml.Node, what string, fn func(key string, k, v *ya
 	return true
 }
 
+// sequence returns the list node n resolves to, or nil: for null (no
+// items), and for any other kind, reported as "<must>, got <kind>".
+func (p *parser) sequence(n *yaml.Node, must string) *yaml.Node {
+	n = p.resolve(n)
+	if n == nil || isNull(n) {
+		return nil
+	}
+	if n.Kind != yaml.SequenceNode {
+		p.errorf(n, "%s, got %s", must, describe(n))
+		return nil
+	}
+	return n
+}
+
 func isNull(n *yaml.Node) bool {
 	return n.Kind == yaml.ScalarNode && n.ShortTag() == "!!null"
 }
