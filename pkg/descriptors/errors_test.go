@@ -40,6 +40,7 @@ func TestInvalidFiles(t *testing.T) {
 		"duplicate_yaml_key.yaml":         {{4, 5, `key "key" is repeated (first at line 3)`}},
 		"no_domain.yaml":                  {{1, 1, "the file has no domain"}},
 		"empty_domain.yaml":               {{1, 1, "domain must not be empty"}},
+		"empty_policy.yaml":               {{6, 5, "policy must name an entry of the top-level policies map"}},
 		"empty.yaml":                      {{0, 0, "file is empty"}},
 		"syntax.yaml":                     {{4, 4, "invalid YAML: did not find expected '-' indicator"}},
 		"bad_rpu.yaml": {

@@ -299,6 +299,17 @@ func (p *parser) str(n *yaml.Node, field string) (string, bool) {
 	return n.Value, true
 }
 
+// nonEmptyStr is str for a value that must not be empty: an empty one is
+// reported at its key k as ifEmpty. A value that is not a string is
+// reported by str and read as "".
+func (p *parser) nonEmptyStr(k, v *yaml.Node, field, ifEmpty string) string {
+	s, ok := p.str(v, field)
+	if ok && s == "" {
+		p.errorf(k, "%s", ifEmpty)
+	}
+	return s
+}
+
 func (p *parser) boolean(n *yaml.Node, field string) (bool, bool) {
 	n = p.resolve(n)
 	if n == nil {
