@@ -5,8 +5,6 @@ import (
 	"strconv"
 	"testing"
 	"time"
-
-	"github.com/envoy-rls/envoy-rls/internal/redistest"
 )
 
 // exactRules: a fixed window and a token bucket that do not roll or refill
@@ -35,9 +33,8 @@ func startReplicas(t *testing.T, n int, rules string, cfg replicaConfig) []*repl
 // TestExactnessAcrossReplicas: three replicas share one Redis; 24
 // concurrent clients spread over all three admit exactly the limit.
 func TestExactnessAcrossReplicas(t *testing.T) {
-	binary(t)
-	redis := redistest.Standalone(t)
-	rs := startReplicas(t, 3, exactRules, replicaConfig{Store: "redis", RedisAddr: redis.Addr(), RedisMode: "standalone"})
+	_, cfg := withStandaloneRedis(t)
+	rs := startReplicas(t, 3, exactRules, cfg)
 
 	for _, tc := range []struct {
 		name  string

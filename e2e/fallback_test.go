@@ -4,22 +4,13 @@ import (
 	"fmt"
 	"net/http"
 	"testing"
-	"time"
 
 	"github.com/envoy-rls/envoy-rls/internal/redistest"
 )
 
 // localRules: 10 an hour per subject, one policy per failure mode (an hour,
 // so that no window ends during the test).
-const localRules = `domain: e2e
-descriptors:
-  - key: local
-    rate_limit: {unit: hour, requests_per_unit: 10, failure_mode: local}
-  - key: open
-    rate_limit: {unit: hour, requests_per_unit: 10, failure_mode: open}
-  - key: closed
-    rate_limit: {unit: hour, requests_per_unit: 10, failure_mode: closed}
-`
+var localRules = failureModeRules(10, "local", "open", "closed")
 
 // TestLocalFallbackRedisKilled: with Redis killed, a replica started with
 // --replicas-hint 2 admits exactly 5 calls of one subject to a
@@ -28,12 +19,9 @@ descriptors:
 // stays ready. When Redis is back, Redis decides again and the local
 // counts are dropped: a second outage starts from a full local share.
 func TestLocalFallbackRedisKilled(t *testing.T) {
-	binary(t)
-	redis := redistest.Standalone(t, redistest.Local())
-	rs := startReplicas(t, 1, localRules, replicaConfig{
-		Store: "redis", RedisAddr: redis.Addr(), RedisMode: "standalone",
-		Args: []string{"--replicas-hint", "2"},
-	})
+	redis, cfg := withStandaloneRedis(t, redistest.Local())
+	cfg.Args = []string{"--replicas-hint", "2"}
+	rs := startReplicas(t, 1, localRules, cfg)
 	r := rs[0]
 	subject := unique("subject")
 	// While Redis is up, Redis decides: the whole limit of 10.
@@ -86,12 +74,7 @@ func TestLocalFallbackRedisKilled(t *testing.T) {
 
 	// Redis back: Redis decides (the subject has consumed nothing there).
 	redis.Restart()
-	took := eventually(t, recoverTimeout, 20*time.Millisecond, "Redis decides again", func() error {
-		if res := r.call(outageDeadline, 1, entry{"closed", unique("back")}); !res.ok() {
-			return fmt.Errorf("%v", res)
-		}
-		return nil
-	})
+	took := waitRedisDecides(t, r)
 	t.Logf("decisions from Redis %v after the restart", took)
 	if res := r.mustCall(t, entry{"local", subject}); !res.ok() || res.Headers["X-RateLimit-Remaining"] != "9" {
 		t.Errorf("Redis back: %v, want OK from Redis with 9 remaining", res)

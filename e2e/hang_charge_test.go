@@ -1,9 +1,7 @@
 package e2e_test
 
 import (
-	"fmt"
 	"strconv"
-	"sync"
 	"testing"
 	"time"
 
@@ -32,12 +30,12 @@ const hangDeadline = time.Second
 func TestRedisHangChargesNothing(t *testing.T) {
 	binary(t)
 	awayFromHourBoundary(t)
-	redis := redistest.Standalone(t, redistest.Local())
+	redis, cfg := withStandaloneRedis(t, redistest.Local())
 	// The default --redis-timeout (500 ms): the pause below (about that
 	// long) is shorter than the 2 s after which a silent connection is
 	// closed, so the stalled programs stay queued on it and do run on
 	// resume.
-	r := startReplicas(t, 1, failureRules, replicaConfig{Store: "redis", RedisAddr: redis.Addr(), RedisMode: "standalone"})[0]
+	r := startReplicas(t, 1, failureRules, cfg)[0]
 	subject := entry{"closed", unique("hang")}
 	if res := r.mustCall(t, entry{"closed", unique("warm-up")}); !res.ok() {
 		t.Fatalf("warm-up: %v", res)
@@ -46,15 +44,7 @@ func TestRedisHangChargesNothing(t *testing.T) {
 	redis.Pause()
 	defer redis.Resume()
 	results := make([]result, hangCalls)
-	var wg sync.WaitGroup
-	for i := range results {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			results[i] = r.call(hangDeadline, 1, subject)
-		}()
-	}
-	wg.Wait()
+	load(hangCalls, 1, nil, func(g, _ int) { results[g] = r.call(hangDeadline, 1, subject) })
 	var answered tally
 	for _, res := range results {
 		answered.add(res)
@@ -69,12 +59,7 @@ func TestRedisHangChargesNothing(t *testing.T) {
 
 	// Decisions again (the replica's one pipelined connection carries these
 	// calls after the stalled programs, so those have run).
-	took := eventually(t, recoverTimeout, 20*time.Millisecond, "a decision after the resume", func() error {
-		if res := r.call(outageDeadline, 1, entry{"closed", unique("probe")}); !res.ok() {
-			return fmt.Errorf("%v", res)
-		}
-		return nil
-	})
+	took := waitRedisDecides(t, r)
 	t.Logf("decisions %v after SIGCONT", took)
 	res := r.mustCall(t, subject)
 	left, err := strconv.Atoi(res.Headers["X-RateLimit-Remaining"])

@@ -21,9 +21,7 @@ import (
 // version spent the whole deadline waiting, so Envoy saw DeadlineExceeded and
 // its own failure_mode_deny decided instead of the policy).
 func TestRedisHang(t *testing.T) {
-	binary(t)
-	redis := redistest.Standalone(t, redistest.Local())
-	cfg := replicaConfig{Store: "redis", RedisAddr: redis.Addr(), RedisMode: "standalone"}
+	redis, cfg := withStandaloneRedis(t, redistest.Local())
 	def := startReplicas(t, 2, failureRules, cfg)
 	cfg.Args = []string{"--redis-timeout", "100ms"}
 	tight := startReplicas(t, 2, failureRules, cfg)

@@ -2,24 +2,19 @@ package e2e_test
 
 import (
 	"fmt"
-	"google.golang.org/grpc/codes"
 	"net/http"
 	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"google.golang.org/grpc/codes"
+
 	"github.com/envoy-rls/envoy-rls/internal/redistest"
 )
 
 // failureRules: one policy per failure mode, with limits no test reaches.
-const failureRules = `domain: e2e
-descriptors:
-  - key: closed
-    rate_limit: {unit: hour, requests_per_unit: 1000000, failure_mode: closed}
-  - key: open
-    rate_limit: {unit: hour, requests_per_unit: 1000000, failure_mode: open}
-`
+var failureRules = failureModeRules(1000000, "closed", "open")
 
 // outageDeadline is the gRPC deadline of the calls made while Redis fails.
 const outageDeadline = 300 * time.Millisecond
@@ -155,6 +150,19 @@ func waitDecisions(t *testing.T, rs []*replica, subjects int, timeout time.Durat
 	})
 }
 
+// waitRedisDecides waits until a call of a fresh closed-policy subject
+// (OVER_LIMIT while the store fails) is answered OK by r: Redis decides
+// again.
+func waitRedisDecides(t *testing.T, r *replica) time.Duration {
+	t.Helper()
+	return eventually(t, recoverTimeout, 20*time.Millisecond, "decisions from Redis on "+r.name, func() error {
+		if res := r.call(outageDeadline, 1, entry{"closed", unique("probe")}); !res.ok() {
+			return fmt.Errorf("%v", res)
+		}
+		return nil
+	})
+}
+
 // waitCount waits until the tally holds at least n answered calls.
 func waitCount(t *testing.T, c *tally, n int, timeout time.Duration, what string) {
 	t.Helper()
@@ -216,9 +224,7 @@ func checkPhasedAllowing(t *testing.T, p *phased, allowDeadline int) {
 // --readiness store. Once Redis is back, decisions resume, the store is
 // reported up and /readyz is 200 everywhere.
 func TestRedisOutage(t *testing.T) {
-	binary(t)
-	redis := redistest.Standalone(t, redistest.Local())
-	cfg := replicaConfig{Store: "redis", RedisAddr: redis.Addr(), RedisMode: "standalone"}
+	redis, cfg := withStandaloneRedis(t, redistest.Local())
 	def := startReplicas(t, 2, failureRules, cfg)
 	cfg.Args = []string{"--readiness", "store"}
 	storeReady := startReplicas(t, 1, failureRules, cfg)

@@ -12,13 +12,7 @@ import (
 
 // startRules: one small limit per failure mode, so that decisions made by
 // Redis are visible (the third call of a subject is denied).
-const startRules = `domain: e2e
-descriptors:
-  - key: closed
-    rate_limit: {unit: hour, requests_per_unit: 2, failure_mode: closed}
-  - key: open
-    rate_limit: {unit: hour, requests_per_unit: 2, failure_mode: open}
-`
+var startRules = failureModeRules(2, "closed", "open")
 
 // Log messages of the Redis connection (internal/app/redis.go).
 const (
@@ -34,13 +28,10 @@ const (
 // redis-server starts on that port, the replica connects without a
 // restart: /healthz reports the store up and limits are counted in Redis.
 func TestRedisDownAtStart(t *testing.T) {
-	binary(t)
-	redis := redistest.Standalone(t, redistest.Local())
+	redis, cfg := withStandaloneRedis(t, redistest.Local())
 	redis.Kill()
-	r := startReplica(t, "early", replicaConfig{
-		Rules: rulesDir(t, startRules), Store: "redis", RedisAddr: redis.Addr(), RedisMode: "standalone",
-		Secret: secretFile(t), Unready: true,
-	})
+	cfg.Rules, cfg.Secret, cfg.Unready = rulesDir(t, startRules), secretFile(t), true
+	r := startReplica(t, "early", cfg)
 
 	// Several attempts fail; the process is still there and serving.
 	eventually(t, 20*time.Second, 20*time.Millisecond, "three failed attempts logged", func() error {

@@ -17,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/envoy-rls/envoy-rls/internal/redistest"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
@@ -353,4 +354,27 @@ func rulesDir(t testing.TB, rules string) string {
 	dir := t.TempDir()
 	writeFile(t, dir, "rules.yaml", rules)
 	return dir
+}
+
+// failureModeRules is a rule file with one descriptor key per failure mode
+// in modes, named after the mode, each limited to perHour calls an hour (a
+// window no test outlives).
+func failureModeRules(perHour int, modes ...string) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "domain: %s\ndescriptors:\n", domain)
+	for _, mode := range modes {
+		fmt.Fprintf(&b, "  - key: %s\n    rate_limit: {unit: hour, requests_per_unit: %d, failure_mode: %s}\n", mode, perHour, mode)
+	}
+	return b.String()
+}
+
+// withStandaloneRedis builds the binary (skipping the test in -short mode),
+// starts a standalone Redis (opts as redistest.Standalone:
+// redistest.Local() for one the test kills, pauses or restarts) and
+// returns it with the configuration of a replica that uses it.
+func withStandaloneRedis(t *testing.T, opts ...redistest.Option) (*redistest.Server, replicaConfig) {
+	t.Helper()
+	binary(t)
+	redis := redistest.Standalone(t, opts...)
+	return redis, replicaConfig{Store: "redis", RedisAddr: redis.Addr(), RedisMode: "standalone"}
 }

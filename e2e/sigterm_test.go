@@ -18,14 +18,11 @@ import (
 // they wait for the store) when SIGTERM arrives all complete with a decision
 // once Redis continues; /readyz says draining meanwhile; the process exits 0.
 func TestSIGTERMDrainsInFlightCalls(t *testing.T) {
-	binary(t)
-	redis := redistest.Standalone(t, redistest.Local())
-	rs := startReplicas(t, 1, failureRules, replicaConfig{
-		Store: "redis", RedisAddr: redis.Addr(), RedisMode: "standalone",
-		// The store waits up to 5s for Redis: the calls stay in flight
-		// while it is paused.
-		Args: []string{"--redis-timeout", "5s"},
-	})
+	redis, cfg := withStandaloneRedis(t, redistest.Local())
+	// The store waits up to 5s for Redis: the calls stay in flight while
+	// it is paused.
+	cfg.Args = []string{"--redis-timeout", "5s"}
+	rs := startReplicas(t, 1, failureRules, cfg)
 	r := rs[0]
 	subject := entry{"closed", unique("drain")}
 	if res := r.mustCall(t, subject); !res.ok() {
@@ -91,9 +88,8 @@ func TestSIGTERMDrainsInFlightCalls(t *testing.T) {
 // the server had stopped accepting, refused with Unavailable, nothing else;
 // the process exits 0.
 func TestSIGTERMUnderBurst(t *testing.T) {
-	binary(t)
-	redis := redistest.Standalone(t)
-	r := startReplicas(t, 1, exactRules, replicaConfig{Store: "redis", RedisAddr: redis.Addr(), RedisMode: "standalone"})[0]
+	_, cfg := withStandaloneRedis(t)
+	r := startReplicas(t, 1, exactRules, cfg)[0]
 	subject := entry{"fixed", unique("burst")}
 
 	var all tally

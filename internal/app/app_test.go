@@ -24,6 +24,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/metadata"
 	reflectionpb "google.golang.org/grpc/reflection/grpc_reflection_v1"
 
 	"github.com/envoy-rls/envoy-rls/pkg/descriptors"
@@ -151,10 +152,13 @@ func (r *running) awaitAttempt(t *testing.T, next <-chan struct{}) {
 	}
 }
 
-func (r *running) check(t *testing.T, value string) *rlsv3.RateLimitResponse {
+// check sends one ShouldRateLimit for user=value over the real gRPC client,
+// with md as outgoing metadata (key, value pairs: trace headers).
+func (r *running) check(t *testing.T, value string, md ...string) *rlsv3.RateLimitResponse {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
+	ctx = metadata.AppendToOutgoingContext(ctx, md...)
 	resp, err := rlsv3.NewRateLimitServiceClient(r.conn).ShouldRateLimit(ctx, &rlsv3.RateLimitRequest{
 		Domain:      "app",
 		Descriptors: []*rlv3.RateLimitDescriptor{{Entries: []*rlv3.RateLimitDescriptor_Entry{{Key: "user", Value: value}}}},
@@ -512,8 +516,10 @@ func TestServeRulesErrors(t *testing.T) {
 	}
 }
 
-func TestReloadOnFileChange(t *testing.T) {
-	dir := t.TempDir()
+// startWatching serves testRules from the folder dir and returns once the
+// rule watcher watches it.
+func startWatching(t *testing.T, dir string) *running {
+	t.Helper()
 	writeRules(t, dir, testRules)
 	r := startServe(t, []string{"--config", dir}, nil, hooks{})
 	select {
@@ -521,6 +527,12 @@ func TestReloadOnFileChange(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatalf("the rule watcher did not start within 10s\nlogs:\n%s", r.logs)
 	}
+	return r
+}
+
+func TestReloadOnFileChange(t *testing.T) {
+	dir := t.TempDir()
+	r := startWatching(t, dir)
 	next := r.watcher.NextAttempt()
 	writeRules(t, dir, strings.Replace(testRules, "requests_per_unit: 2", "requests_per_unit: 1", 1))
 	// A write can be seen in parts (the truncation, then the content): wait
@@ -888,13 +900,7 @@ func TestValidateLimitsAndPipes(t *testing.T) {
 // clears the failure on /config.
 func TestConfigClearsFailureOnRevert(t *testing.T) {
 	dir := t.TempDir()
-	writeRules(t, dir, testRules)
-	r := startServe(t, []string{"--config", dir}, nil, hooks{})
-	select {
-	case <-r.watcher.Ready():
-	case <-time.After(10 * time.Second):
-		t.Fatalf("the rule watcher did not start within 10s")
-	}
+	r := startWatching(t, dir)
 	lastReload := func() reloadDoc {
 		t.Helper()
 		_, body := r.get(t, "/config")

@@ -9,14 +9,12 @@ import (
 	"testing"
 	"time"
 
-	rlv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"go.opentelemetry.io/otel/attribute"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
-	"google.golang.org/grpc/metadata"
 
 	"github.com/envoy-rls/envoy-rls/internal/redistest"
 	"github.com/envoy-rls/envoy-rls/pkg/limiter/redis"
@@ -101,23 +99,6 @@ var (
 	b3Trace     = trace.TraceID{0x80, 0xf1, 0x98, 0xee, 0x56, 0x34, 0x3b, 0xa8, 0x64, 0xfe, 0x8b, 0x2a, 0x57, 0xd3, 0xef, 0xf7}
 	b3Span      = trace.SpanID{0xe4, 0x57, 0xb5, 0xa2, 0xe4, 0xd8, 0x6b, 0xd1}
 )
-
-// tracedCall sends one ShouldRateLimit for user=value with the given
-// metadata (trace headers) over the real gRPC client.
-func tracedCall(t *testing.T, r *running, value string, md ...string) *rlsv3.RateLimitResponse {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	ctx = metadata.AppendToOutgoingContext(ctx, md...)
-	resp, err := rlsv3.NewRateLimitServiceClient(r.conn).ShouldRateLimit(ctx, &rlsv3.RateLimitRequest{
-		Domain:      "app",
-		Descriptors: []*rlv3.RateLimitDescriptor{{Entries: []*rlv3.RateLimitDescriptor_Entry{{Key: "user", Value: value}}}},
-	})
-	if err != nil {
-		t.Fatalf("ShouldRateLimit: %v", err)
-	}
-	return resp
-}
 
 // awaitSpans polls exp until it holds n spans of trace id (a span ends,
 // and is exported, after the answer has left).
@@ -217,7 +198,7 @@ func TestTracingSpans(t *testing.T) {
 	// W3C traceparent from the caller: the server span is its child, the
 	// store span the server span's child.
 	traceparent := fmt.Sprintf("00-%s-%s-01", callerTrace, callerSpan)
-	if got := tracedCall(t, r, user, "traceparent", traceparent).OverallCode; got != rlsv3.RateLimitResponse_OK {
+	if got := r.check(t, user, "traceparent", traceparent).OverallCode; got != rlsv3.RateLimitResponse_OK {
 		t.Fatalf("first call %v, want OK", got)
 	}
 	spans := awaitSpans(t, exp, callerTrace, 2)
@@ -239,8 +220,8 @@ func TestTracingSpans(t *testing.T) {
 
 	// B3 (multiple headers, as Envoy's Zipkin tracer sends them): the
 	// second call allowed, the third denied.
-	tracedCall(t, r, user, "x-b3-traceid", b3Trace.String(), "x-b3-spanid", b3Span.String(), "x-b3-sampled", "1")
-	if got := tracedCall(t, r, user, "b3", fmt.Sprintf("%s-%s-1", b3Trace, b3Span)).OverallCode; got != rlsv3.RateLimitResponse_OVER_LIMIT {
+	r.check(t, user, "x-b3-traceid", b3Trace.String(), "x-b3-spanid", b3Span.String(), "x-b3-sampled", "1")
+	if got := r.check(t, user, "b3", fmt.Sprintf("%s-%s-1", b3Trace, b3Span)).OverallCode; got != rlsv3.RateLimitResponse_OVER_LIMIT {
 		t.Fatalf("third call %v, want OVER_LIMIT", got)
 	}
 	b3Spans := awaitSpans(t, exp, b3Trace, 4)
@@ -271,7 +252,7 @@ func TestTracingSpans(t *testing.T) {
 	if _, err := healthpb.NewHealthClient(r.conn).Check(ctx, &healthpb.HealthCheckRequest{}); err != nil {
 		t.Fatal(err)
 	}
-	tracedCall(t, r, "another-raw-subject")
+	r.check(t, "another-raw-subject")
 	waitFor(t, func() bool { return len(exp.GetSpans()) >= 8 })
 	if err := r.stop(t); err != nil {
 		t.Fatal(err)
@@ -297,7 +278,7 @@ func TestTracingOff(t *testing.T) {
 	exp := newKeptSpans()
 	rules := writeRules(t, t.TempDir(), testRules)
 	r := startServe(t, []string{"--config", rules}, nil, hooks{spanExporter: exp})
-	tracedCall(t, r, "u", "traceparent", fmt.Sprintf("00-%s-%s-01", callerTrace, callerSpan))
+	r.check(t, "u", "traceparent", fmt.Sprintf("00-%s-%s-01", callerTrace, callerSpan))
 	if err := r.stop(t); err != nil {
 		t.Fatal(err)
 	}
@@ -319,7 +300,7 @@ func TestTracingRedisSpans(t *testing.T) {
 	r := startServe(t, []string{"--config", rules, "--store", "redis", "--redis-timeout", "300ms"}, env, hooks{spanExporter: exp})
 	const user = "redis-raw-subject-91c2"
 
-	tracedCall(t, r, user, "traceparent", fmt.Sprintf("00-%s-%s-01", callerTrace, callerSpan))
+	r.check(t, user, "traceparent", fmt.Sprintf("00-%s-%s-01", callerTrace, callerSpan))
 	spans := awaitSpans(t, exp, callerTrace, 3)
 	srvSpan := spanNamed(t, spans, serverSpanName)
 	st := spanNamed(t, spans, rls.StoreSpanName)
@@ -346,7 +327,7 @@ func TestTracingRedisSpans(t *testing.T) {
 
 	// Redis paused: the run fails, the spans say so by category.
 	srv.Pause()
-	tracedCall(t, r, user, "traceparent", fmt.Sprintf("00-%s-%s-01", b3Trace, b3Span))
+	r.check(t, user, "traceparent", fmt.Sprintf("00-%s-%s-01", b3Trace, b3Span))
 	srv.Resume()
 	failed := awaitSpans(t, exp, b3Trace, 3)
 	frun := spanNamed(t, failed, redis.BatchSpanName)

@@ -173,11 +173,7 @@ func RunCase(t *testing.T, store limiter.Store, cfg Config, tc Case) {
 	pols := make([]*limiter.Policy, len(tc.Policies))
 	for i, spec := range tc.Policies {
 		spec.ID = cfg.Prefix + "." + spec.ID
-		p, err := limiter.NewPolicy(spec)
-		if err != nil {
-			t.Fatal(err)
-		}
-		pols[i] = p
+		pols[i] = Policy(t, spec)
 	}
 	var tag limiter.Tag
 	if cfg.Tag != nil {
@@ -213,6 +209,20 @@ func RunCase(t *testing.T, store limiter.Store, cfg Config, tc Case) {
 	}
 }
 
+// Policy builds the policy of spec (ID "test" when spec has none) and fails
+// t when spec is invalid.
+func Policy(t testing.TB, spec limiter.PolicySpec) *limiter.Policy {
+	t.Helper()
+	if spec.ID == "" {
+		spec.ID = "test"
+	}
+	p, err := limiter.NewPolicy(spec)
+	if err != nil {
+		t.Fatalf("NewPolicy(%+v): %v", spec, err)
+	}
+	return p
+}
+
 // Subject is a stand-in for the HMAC subject digest of pkg/descriptors.
 func Subject(s string) limiter.SubjectDigest { return sha256.Sum256([]byte(s)) }
 
@@ -224,14 +234,7 @@ func Subject(s string) limiter.SubjectDigest { return sha256.Sum256([]byte(s)) }
 func Exactness(t *testing.T, stores []limiter.Store, cfg Config, goroutines, perG int, tight int64) {
 	t.Helper()
 	const loose = 1_000_000_000
-	tp, err := limiter.NewPolicy(fw(cfg.Prefix+".tight", tight))
-	if err != nil {
-		t.Fatal(err)
-	}
-	lp, err := limiter.NewPolicy(fw(cfg.Prefix+".loose", loose))
-	if err != nil {
-		t.Fatal(err)
-	}
+	tp, lp := Policy(t, fw(cfg.Prefix+".tight", tight)), Policy(t, fw(cfg.Prefix+".loose", loose))
 	var tag limiter.Tag
 	if cfg.Tag != nil {
 		tag = cfg.Tag("exactness")

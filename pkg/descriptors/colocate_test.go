@@ -13,10 +13,7 @@ import (
 )
 
 func TestColocate(t *testing.T) {
-	s, err := Load("../../config/examples/07-hierarchical.yaml", Options{Secret: testSecret})
-	if err != nil {
-		t.Fatal(err)
-	}
+	s := mustLoad(t, "../../config/examples/07-hierarchical.yaml")
 	match := func(entries ...string) Match {
 		t.Helper()
 		m, ok := s.Match("saas", e(entries...))
@@ -65,10 +62,7 @@ func TestColocate(t *testing.T) {
 		t.Fatal("the tag does not depend on the secret")
 	}
 	// Without colocate the tag is zero (derived from the subject).
-	plain, err := Load("../../config/examples/03-shadow.yaml", Options{Secret: testSecret})
-	if err != nil {
-		t.Fatal(err)
-	}
+	plain := mustLoad(t, "../../config/examples/03-shadow.yaml")
 	if m, ok := plain.Match("shadow", e("service=search", "user=u")); !ok || m.Tag != (limiter.Tag{}) {
 		t.Fatalf("no colocate: tag %x", m.Tag)
 	}

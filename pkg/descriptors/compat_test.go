@@ -7,10 +7,7 @@ import (
 )
 
 func TestReferenceYAMLForms(t *testing.T) {
-	s, err := Load("testdata/compat", Options{Secret: testSecret})
-	if err != nil {
-		t.Fatal(err)
-	}
+	s := mustLoad(t, "testdata/compat")
 	m, ok := s.Match("compat", e("code=500"))
 	if !ok || m.Rule.RequestsPerUnit != 7 || m.Rule.Unit != UnitSecond {
 		t.Errorf("numeric value: %v %+v", ok, m.Rule)

@@ -22,10 +22,7 @@ func TestDigestEncodings(t *testing.T) {
 	}
 
 	// Two request values, and the colocation tag on the first entry.
-	s, err := Load("../../config/examples/07-hierarchical.yaml", Options{Secret: testSecret})
-	if err != nil {
-		t.Fatal(err)
-	}
+	s := mustLoad(t, "../../config/examples/07-hierarchical.yaml")
 	m, ok := s.Match("saas", e("tenant=acme", "user=bob"))
 	if !ok {
 		t.Fatal("no match for tenant=acme, user=bob")
@@ -46,10 +43,7 @@ func TestDigestEncodings(t *testing.T) {
 	}
 
 	// A share_threshold rule: the configured pattern stands for the value.
-	s, err = Load("../../config/examples/01-reference.yaml", Options{Secret: testSecret})
-	if err != nil {
-		t.Fatal(err)
-	}
+	s = mustLoad(t, "../../config/examples/01-reference.yaml")
 	m, ok = s.Match("edge", e("path=/downloads/big.zip"))
 	if !ok {
 		t.Fatal("no match for path=/downloads/big.zip")

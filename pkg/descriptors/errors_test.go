@@ -28,6 +28,7 @@ func TestInvalidFiles(t *testing.T) {
 		"replaces_unknown.yaml":           {{8, 11, `replaces names "nobody", but no rule in domain "d" has that name`}},
 		"replaces_self.yaml":              {{9, 11, "replaces should not contain the name of the same descriptor"}},
 		"replaces_empty.yaml":             {{8, 11, "should not have an empty replaces entry"}},
+		"replaces_not_list.yaml":          {{7, 17, "replaces must be a list of {name: ...}, got a mapping"}},
 		"unknown_policy.yaml":             {{6, 5, `unknown policy "apj"`}},
 		"policy_and_rate_limit.yaml":      {{7, 5, "either rate_limit or policy, not both"}},
 		"policy_with_name.yaml":           {{4, 5, "name is not allowed in a named policy"}},
@@ -39,6 +40,7 @@ func TestInvalidFiles(t *testing.T) {
 		"duplicate_yaml_key.yaml":         {{4, 5, `key "key" is repeated (first at line 3)`}},
 		"no_domain.yaml":                  {{1, 1, "the file has no domain"}},
 		"empty_domain.yaml":               {{1, 1, "domain must not be empty"}},
+		"empty_policy.yaml":               {{6, 5, "policy must name an entry of the top-level policies map"}},
 		"empty.yaml":                      {{0, 0, "file is empty"}},
 		"syntax.yaml":                     {{4, 4, "invalid YAML: did not find expected '-' indicator"}},
 		"bad_rpu.yaml": {

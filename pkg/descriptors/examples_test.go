@@ -18,10 +18,7 @@ func TestExamplesLoad(t *testing.T) {
 			t.Errorf("%s: %v", f, err)
 		}
 	}
-	s, err := Load(dir, Options{Secret: testSecret})
-	if err != nil {
-		t.Fatal(err)
-	}
+	s := mustLoad(t, dir)
 	checks := []struct {
 		domain  string
 		entries []Entry

@@ -289,12 +289,7 @@ func TestNonRegularFilesAreProblems(t *testing.T) {
 // in service after a failed reload end the failure (nothing to swap).
 func TestRevertAfterFailedReloadClearsTheFailure(t *testing.T) {
 	dir := t.TempDir()
-	writeFile(t, dir+"/r.yaml", rules("5"))
-	var logged []ReloadResult
-	w, err := NewWatcher(dir, Options{Secret: testSecret}, func(r ReloadResult) { logged = append(logged, r) })
-	if err != nil {
-		t.Fatal(err)
-	}
+	w, logged := loggingWatcher(t, dir, "5")
 	first := w.Current()
 	writeFile(t, dir+"/r.yaml", rules("5")+"    bogus: 1\n")
 	if res := w.reload(TriggerWatch, true); res.OK {
@@ -308,12 +303,12 @@ func TestRevertAfterFailedReloadClearsTheFailure(t *testing.T) {
 	if w.Current() != first {
 		t.Errorf("revert swapped the snapshot")
 	}
-	if c := w.Counts(); c.Success != 1 || c.Failure != 1 || len(logged) != 2 || !logged[1].OK {
-		t.Errorf("Counts = %+v, logged %d", c, len(logged))
+	if c := w.Counts(); c.Success != 1 || c.Failure != 1 || len(*logged) != 2 || !(*logged)[1].OK {
+		t.Errorf("Counts = %+v, logged %d", c, len(*logged))
 	}
 	// Unchanged content after a success is still neither counted nor logged.
 	w.reload(TriggerWatch, true)
-	if c := w.Counts(); c.Success != 1 || len(logged) != 2 {
+	if c := w.Counts(); c.Success != 1 || len(*logged) != 2 {
 		t.Errorf("an unchanged check was counted: %+v", c)
 	}
 }

@@ -10,13 +10,19 @@ import (
 
 var testSecret = []byte("0123456789abcdef-test-secret")
 
-func loadRules(t testing.TB) *Snapshot {
+// mustLoad loads the rules at path with testSecret, failing t on an error.
+func mustLoad(t testing.TB, path string) *Snapshot {
 	t.Helper()
-	s, err := Load("testdata/rules", Options{Secret: testSecret})
+	s, err := Load(path, Options{Secret: testSecret})
 	if err != nil {
-		t.Fatalf("Load(testdata/rules): %v", err)
+		t.Fatalf("Load(%s): %v", path, err)
 	}
 	return s
+}
+
+func loadRules(t testing.TB) *Snapshot {
+	t.Helper()
+	return mustLoad(t, "testdata/rules")
 }
 
 // e builds entries from "k=v" strings ("k=" is an empty value).
@@ -217,10 +223,7 @@ func TestPolicyIDStableAcrossLimitChanges(t *testing.T) {
 	write := func(rpu, mult string) *Snapshot {
 		t.Helper()
 		writeFile(t, dir+"/a.yaml", "domain: d\ndescriptors:\n  - key: k\n    value: V/1\n    rate_limit: {unit: minute, requests_per_unit: "+rpu+", unit_multiplier: "+mult+"}\n")
-		s, err := Load(dir, Options{Secret: testSecret})
-		if err != nil {
-			t.Fatal(err)
-		}
+		s := mustLoad(t, dir)
 		return s
 	}
 	a, _ := write("10", "1").Match("d", e("k=V/1"))

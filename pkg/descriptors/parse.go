@@ -150,12 +150,7 @@ func (p *parser) root(n *yaml.Node) *rawFile {
 		case "domain":
 			domainSeen = true
 			rf.domainPos = at(k)
-			if s, ok := p.str(v, "domain"); ok {
-				rf.domain = s
-				if s == "" {
-					p.errorf(k, "domain must not be empty")
-				}
-			}
+			rf.domain = p.nonEmptyStr(k, v, "domain", "domain must not be empty")
 		case "descriptors":
 			rf.descriptors = p.descriptorList(v, 1)
 		case "policies":
@@ -199,12 +194,7 @@ func (p *parser) policies(n *yaml.Node, rf *rawFile) {
 }
 
 func (p *parser) descriptorList(n *yaml.Node, depth int) []*rawDesc {
-	n = p.resolve(n)
-	if n == nil || isNull(n) {
-		return nil
-	}
-	if n.Kind != yaml.SequenceNode {
-		p.errorf(n, "descriptors must be a list, got %s", describe(n))
+	if n = p.sequence(n, "descriptors must be a list"); n == nil {
 		return nil
 	}
 	if depth > MaxDepth {
@@ -243,12 +233,7 @@ func (p *parser) descriptor(n *yaml.Node, depth int) *rawDesc {
 		switch key {
 		case "key":
 			keySeen = true
-			if s, ok := p.str(v, "key"); ok {
-				d.key = s
-				if s == "" {
-					p.errorf(k, "descriptor key must not be empty")
-				}
-			}
+			d.key = p.nonEmptyStr(k, v, "key", "descriptor key must not be empty")
 		case "value":
 			d.valuePos = at(k)
 			d.value, _ = p.str(v, "value")
@@ -259,12 +244,7 @@ func (p *parser) descriptor(n *yaml.Node, depth int) *rawDesc {
 			}
 		case "policy":
 			d.policyPos = at(k)
-			if s, ok := p.str(v, "policy"); ok {
-				d.policy = s
-				if s == "" {
-					p.errorf(k, "policy must name an entry of the top-level policies map")
-				}
-			}
+			d.policy = p.nonEmptyStr(k, v, "policy", "policy must name an entry of the top-level policies map")
 		case "descriptors":
 			d.hasDescriptors = true
 			d.children = p.descriptorList(v, depth+1)
@@ -283,12 +263,7 @@ func (p *parser) descriptor(n *yaml.Node, depth int) *rawDesc {
 			d.metadata = p.metadata(v)
 		case "colocate":
 			d.colocatePos = at(k)
-			if s, ok := p.str(v, "colocate"); ok {
-				d.colocate = s
-				if s == "" {
-					p.errorf(k, "colocate must name a descriptor key")
-				}
-			}
+			d.colocate = p.nonEmptyStr(k, v, "colocate", "colocate must name a descriptor key")
 		default:
 			p.errorf(k, "unknown key %q in a descriptor (expected key, value, rate_limit, policy, descriptors, shadow_mode, quota_mode, share_threshold, detailed_metric, value_to_metric, metadata, colocate)", key)
 		}

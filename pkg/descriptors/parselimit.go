@@ -115,12 +115,7 @@ func (p *parser) rateLimit(n *yaml.Node, what string) *rawLimit {
 }
 
 func (p *parser) replaces(n *yaml.Node) []nameRef {
-	n = p.resolve(n)
-	if n == nil || isNull(n) {
-		return nil
-	}
-	if n.Kind != yaml.SequenceNode {
-		p.errorf(n, "replaces must be a list of {name: ...}, got %s", describe(n))
+	if n = p.sequence(n, "replaces must be a list of {name: ...}"); n == nil {
 		return nil
 	}
 	var out []nameRef

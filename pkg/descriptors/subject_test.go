@@ -133,10 +133,7 @@ func writeAndMatch(t *testing.T, ext string) Match {
 	t.Helper()
 	dir := t.TempDir()
 	writeFile(t, dir+"/r.yaml", "domain: d\ndescriptors:\n  - key: user\n    rate_limit: {unit: second, requests_per_unit: 5, "+ext+"}\n")
-	s, err := Load(dir, Options{Secret: testSecret})
-	if err != nil {
-		t.Fatal(err)
-	}
+	s := mustLoad(t, dir)
 	m, ok := s.Match("d", e("user=alice"))
 	if !ok {
 		t.Fatal("no match")

@@ -32,14 +32,22 @@ func TestNewWatcherNeedsAValidFirstLoad(t *testing.T) {
 	}
 }
 
-func TestFailedReloadKeepsPreviousSnapshot(t *testing.T) {
-	dir := t.TempDir()
-	writeFile(t, dir+"/r.yaml", rules("5"))
-	var logged []ReloadResult
-	w, err := NewWatcher(dir, Options{Secret: testSecret}, func(r ReloadResult) { logged = append(logged, r) })
+// loggingWatcher watches dir after writing rules(limit) into it, and keeps
+// the reload results its callback reports.
+func loggingWatcher(t *testing.T, dir, limit string) (*Watcher, *[]ReloadResult) {
+	t.Helper()
+	writeFile(t, dir+"/r.yaml", rules(limit))
+	logged := new([]ReloadResult)
+	w, err := NewWatcher(dir, Options{Secret: testSecret}, func(r ReloadResult) { *logged = append(*logged, r) })
 	if err != nil {
 		t.Fatal(err)
 	}
+	return w, logged
+}
+
+func TestFailedReloadKeepsPreviousSnapshot(t *testing.T) {
+	dir := t.TempDir()
+	w, logged := loggingWatcher(t, dir, "5")
 	first := w.Current()
 	if l := w.Last(); !l.OK || l.Trigger != TriggerInitial || l.Domains != 1 || l.Rules != 1 {
 		t.Errorf("Last after NewWatcher = %+v", l)
@@ -63,10 +71,10 @@ func TestFailedReloadKeepsPreviousSnapshot(t *testing.T) {
 	if c := w.Counts(); c.Success != 1 || c.Failure != 1 {
 		t.Errorf("Counts = %+v", c)
 	}
-	if len(logged) != 2 || logged[0].OK || !logged[1].OK {
-		t.Errorf("logged = %+v", logged)
+	if len(*logged) != 2 || (*logged)[0].OK || !(*logged)[1].OK {
+		t.Errorf("logged = %+v", *logged)
 	}
-	if w.Last().Time.Before(logged[0].Time) || !w.Last().OK {
+	if w.Last().Time.Before((*logged)[0].Time) || !w.Last().OK {
 		t.Errorf("Last = %+v", w.Last())
 	}
 }

@@ -242,6 +242,20 @@ func (p *parser) mapping(n *yaml.Node, what string, fn func(key string, k, v *ya
 	return true
 }
 
+// sequence returns the list node n resolves to, or nil: for null (no
+// items), and for any other kind, reported as "<must>, got <kind>".
+func (p *parser) sequence(n *yaml.Node, must string) *yaml.Node {
+	n = p.resolve(n)
+	if n == nil || isNull(n) {
+		return nil
+	}
+	if n.Kind != yaml.SequenceNode {
+		p.errorf(n, "%s, got %s", must, describe(n))
+		return nil
+	}
+	return n
+}
+
 func isNull(n *yaml.Node) bool {
 	return n.Kind == yaml.ScalarNode && n.ShortTag() == "!!null"
 }
@@ -283,6 +297,17 @@ func (p *parser) str(n *yaml.Node, field string) (string, bool) {
 		return "", true
 	}
 	return n.Value, true
+}
+
+// nonEmptyStr is str for a value that must not be empty: an empty one is
+// reported at its key k as ifEmpty. A value that is not a string is
+// reported by str and read as "".
+func (p *parser) nonEmptyStr(k, v *yaml.Node, field, ifEmpty string) string {
+	s, ok := p.str(v, field)
+	if ok && s == "" {
+		p.errorf(k, "%s", ifEmpty)
+	}
+	return s
 }
 
 func (p *parser) boolean(n *yaml.Node, field string) (bool, bool) {

@@ -4,6 +4,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/envoy-rls/envoy-rls/internal/limitertest"
 	"github.com/envoy-rls/envoy-rls/pkg/limiter"
 )
 
@@ -37,7 +38,7 @@ func TestAlgorithmTable(t *testing.T) {
 		if got, err := limiter.ParseAlgorithm(a.String()); err != nil || got != a {
 			t.Errorf("ParseAlgorithm(%q) = %v, %v", a, got, err)
 		}
-		p := mustPolicy(t, limiter.PolicySpec{ID: "t", Algorithm: a, Params: a.ParamsFor(limiter.Rate{Limit: 10, Window: time.Second})})
+		p := limitertest.Policy(t, limiter.PolicySpec{ID: "t", Algorithm: a, Params: a.ParamsFor(limiter.Rate{Limit: 10, Window: time.Second})})
 		if x, y := p.AlgorithmArgs(); p.Algorithm() != a || p.Limit() != 10 || [2]int64{x, y} != w.args {
 			t.Errorf("%v: algorithm %v, limit %d, args (%d, %d), want limit 10, args %v", a, p.Algorithm(), p.Limit(), x, y, w.args)
 		}

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/envoy-rls/envoy-rls/internal/limitertest"
 	"github.com/envoy-rls/envoy-rls/pkg/limiter"
 )
 
@@ -59,31 +60,19 @@ func run(t *testing.T, p *limiter.Policy, st limiter.State, steps []step) limite
 	return st
 }
 
-func mustPolicy(t testing.TB, spec limiter.PolicySpec) *limiter.Policy {
-	t.Helper()
-	if spec.ID == "" {
-		spec.ID = "test"
-	}
-	p, err := limiter.NewPolicy(spec)
-	if err != nil {
-		t.Fatalf("NewPolicy(%+v): %v", spec, err)
-	}
-	return p
-}
-
 func fixed(t testing.TB, limit int64, window time.Duration) *limiter.Policy {
 	t.Helper()
-	return mustPolicy(t, limiter.PolicySpec{Algorithm: limiter.FixedWindow, Params: limiter.FixedWindowParams{Limit: limit, Window: window}})
+	return limitertest.Policy(t, limiter.PolicySpec{Algorithm: limiter.FixedWindow, Params: limiter.FixedWindowParams{Limit: limit, Window: window}})
 }
 
 func sliding(t testing.TB, limit int64, window time.Duration) *limiter.Policy {
 	t.Helper()
-	return mustPolicy(t, limiter.PolicySpec{Algorithm: limiter.SlidingWindow, Params: limiter.SlidingWindowParams{Limit: limit, Window: window}})
+	return limitertest.Policy(t, limiter.PolicySpec{Algorithm: limiter.SlidingWindow, Params: limiter.SlidingWindowParams{Limit: limit, Window: window}})
 }
 
 func bucket(t testing.TB, capacity, amount int64, period time.Duration) *limiter.Policy {
 	t.Helper()
-	return mustPolicy(t, limiter.PolicySpec{Algorithm: limiter.TokenBucket,
+	return limitertest.Policy(t, limiter.PolicySpec{Algorithm: limiter.TokenBucket,
 		Params: limiter.TokenBucketParams{Capacity: capacity, RefillAmount: amount, RefillPeriod: period}})
 }
 

@@ -1,10 +1,14 @@
 package limiter_test
 
 import (
+	"context"
+	"errors"
 	"math/rand/v2"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/envoy-rls/envoy-rls/internal/limitertest"
 	"github.com/envoy-rls/envoy-rls/pkg/limiter"
 )
 
@@ -21,9 +25,9 @@ type batchIn struct {
 func batchPolicies(t *testing.T) (closed, open, shadow *limiter.Policy) {
 	t.Helper()
 	closed = fixed(t, 5, time.Second)
-	open = mustPolicy(t, limiter.PolicySpec{ID: "open", Algorithm: limiter.FixedWindow, FailureMode: limiter.FailOpen,
+	open = limitertest.Policy(t, limiter.PolicySpec{ID: "open", Algorithm: limiter.FixedWindow, FailureMode: limiter.FailOpen,
 		Params: limiter.FixedWindowParams{Limit: 5, Window: time.Second}})
-	shadow = mustPolicy(t, limiter.PolicySpec{ID: "sp", Algorithm: limiter.FixedWindow, Shadow: true,
+	shadow = limitertest.Policy(t, limiter.PolicySpec{ID: "sp", Algorithm: limiter.FixedWindow, Shadow: true,
 		Params: limiter.FixedWindowParams{Limit: 5, Window: time.Second}})
 	return closed, open, shadow
 }
@@ -39,6 +43,25 @@ func batchOf(reqs []batchIn) ([]limiter.Request, []limiter.Outcome) {
 	return batch, out
 }
 
+// batchCase is one row of a batch-rule table: the batch, with the outcome
+// of each request, and what the rule answers.
+type batchCase struct {
+	name string
+	reqs []batchIn
+	want bool
+}
+
+// checkBatchRule runs rule, named name in messages, over a table.
+func checkBatchRule(t *testing.T, name string, rule func([]limiter.Request, []limiter.Outcome) bool, cases []batchCase) {
+	t.Helper()
+	for _, tc := range cases {
+		batch, out := batchOf(tc.reqs)
+		if got := rule(batch, out); got != tc.want {
+			t.Errorf("%s: %s = %v, want %v", tc.name, name, got, tc.want)
+		}
+	}
+}
+
 func TestCommits(t *testing.T) {
 	closed, open, shadowPolicy := batchPolicies(t)
 	allow := limiter.EvaluatedOutcome(limiter.Decision{Allowed: true})
@@ -46,11 +69,7 @@ func TestCommits(t *testing.T) {
 	fail := limiter.UnavailableOutcome(0, limiter.CategoryNotConnected, nil)
 	o, s, q, c := limiter.RoleOrdinary, limiter.RoleShadow, limiter.RoleQuota, limiter.RoleCheck
 	type in = batchIn
-	for _, tc := range []struct {
-		name string
-		reqs []in
-		want bool
-	}{
+	checkBatchRule(t, "Commits", limiter.Commits, []batchCase{
 		{"empty", nil, true},
 		{"all ordinary allow", []in{{closed, o, allow}, {closed, o, allow}}, true},
 		{"one ordinary denies", []in{{closed, o, allow}, {closed, o, deny}}, false},
@@ -67,12 +86,7 @@ func TestCommits(t *testing.T) {
 		{"fail-open quota failure takes no part", []in{{open, q, fail}, {closed, q, allow}}, true},
 		{"only a fail-open quota failure", []in{{open, q, fail}}, true},
 		{"nil policy fails closed", []in{{nil, o, fail}}, false},
-	} {
-		batch, out := batchOf(tc.reqs)
-		if got := limiter.Commits(batch, out); got != tc.want {
-			t.Errorf("%s: Commits = %v, want %v", tc.name, got, tc.want)
-		}
-	}
+	})
 }
 
 // TestCheckOnly: with the undecided requests counted as allowing, the batch
@@ -84,11 +98,7 @@ func TestCheckOnly(t *testing.T) {
 	invalid := limiter.UnavailableOutcome(0, limiter.CategoryInvalidRequest, nil)
 	o, s, q, c := limiter.RoleOrdinary, limiter.RoleShadow, limiter.RoleQuota, limiter.RoleCheck
 	type in = batchIn
-	for _, tc := range []struct {
-		name string
-		reqs []in
-		want bool
-	}{
+	checkBatchRule(t, "CheckOnly", limiter.CheckOnly, []batchCase{
 		{"nothing known", []in{{closed, o, undecided}, {closed, q, undecided}}, false},
 		{"an ordinary denial is known", []in{{closed, o, undecided}, {closed, o, deny}}, true},
 		{"a known shadow denial", []in{{closed, o, undecided}, {closed, s, deny}}, false},
@@ -97,12 +107,7 @@ func TestCheckOnly(t *testing.T) {
 		{"every quota denial is known", []in{{closed, o, undecided}, {closed, q, deny}, {closed, q, deny}}, true},
 		{"a fail-closed invalid request", []in{{closed, o, undecided}, {closed, o, invalid}}, true},
 		{"a fail-open invalid request", []in{{closed, o, undecided}, {open, o, invalid}}, false},
-	} {
-		batch, out := batchOf(tc.reqs)
-		if got := limiter.CheckOnly(batch, out); got != tc.want {
-			t.Errorf("%s: CheckOnly = %v, want %v", tc.name, got, tc.want)
-		}
-	}
+	})
 	// Commits counts an undecided (zero) outcome as a failure, not an allow.
 	if limiter.Commits([]limiter.Request{{Policy: closed, Cost: 1}}, []limiter.Outcome{undecided}) {
 		t.Error("Commits: an undecided outcome committed")
@@ -118,11 +123,7 @@ func TestQuotaBlocks(t *testing.T) {
 	fail := limiter.UnavailableOutcome(0, limiter.CategoryNotConnected, nil)
 	o, q := limiter.RoleOrdinary, limiter.RoleQuota
 	type in = batchIn
-	for _, tc := range []struct {
-		name string
-		reqs []in
-		want bool
-	}{
+	checkBatchRule(t, "QuotaBlocks", limiter.QuotaBlocks, []batchCase{
 		{"no quota", []in{{closed, o, deny}}, false},
 		{"every quota denies", []in{{closed, q, deny}, {closed, q, deny}}, true},
 		{"one quota allows", []in{{closed, q, deny}, {closed, q, allow}}, false},
@@ -130,12 +131,7 @@ func TestQuotaBlocks(t *testing.T) {
 		{"fail-closed failure is a quota denial", []in{{closed, q, fail}}, true},
 		{"fail-open failure takes no part", []in{{open, q, fail}, {closed, q, deny}}, true},
 		{"only a fail-open failure", []in{{open, q, fail}}, false},
-	} {
-		batch, out := batchOf(tc.reqs)
-		if got := limiter.QuotaBlocks(batch, out); got != tc.want {
-			t.Errorf("%s: QuotaBlocks = %v, want %v", tc.name, got, tc.want)
-		}
-	}
+	})
 }
 
 // TestCheckUncommitted: for an allowed request, uncommitted is the reply of the same
@@ -187,7 +183,7 @@ func TestCheckUncommitted(t *testing.T) {
 
 func TestRequestRoleAndValidate(t *testing.T) {
 	p := fixed(t, 5, time.Second)
-	sp := mustPolicy(t, limiter.PolicySpec{ID: "sp", Algorithm: limiter.FixedWindow, Shadow: true,
+	sp := limitertest.Policy(t, limiter.PolicySpec{ID: "sp", Algorithm: limiter.FixedWindow, Shadow: true,
 		Params: limiter.FixedWindowParams{Limit: 5, Window: time.Second}})
 	for _, tc := range []struct {
 		r    limiter.Request
@@ -223,6 +219,58 @@ func TestRoleConsumesAndBlocks(t *testing.T) {
 		}
 		if got := tt.role.Blocks(); got != tt.blocks {
 			t.Errorf("%v.Blocks() = %v, want %v", tt.role, got, tt.blocks)
+		}
+	}
+}
+
+// TestSummarize: a batch's outcomes named in one word, a failure winning
+// over a denial and the first failure over later ones.
+func TestSummarize(t *testing.T) {
+	allow := limiter.EvaluatedOutcome(limiter.Decision{Allowed: true})
+	deny := limiter.EvaluatedOutcome(limiter.Decision{})
+	unavailable := limiter.UnavailableOutcome(0, limiter.CategoryNotConnected, nil)
+	indeterminate := limiter.IndeterminateOutcome(0, nil)
+	incompatible := limiter.IncompatibleOutcome(limiter.CategoryReplyMalformed, nil)
+	for _, tc := range []struct {
+		name                 string
+		outs                 []limiter.Outcome
+		wantOutcome, wantCat string
+	}{
+		{"empty", nil, "allowed", ""},
+		{"every request allows", []limiter.Outcome{allow, allow}, "allowed", ""},
+		{"one denies", []limiter.Outcome{allow, deny, allow}, "denied", ""},
+		{"a failure after a denial", []limiter.Outcome{deny, unavailable}, "unavailable", limiter.CategoryNotConnected},
+		{"the first failure", []limiter.Outcome{allow, incompatible, unavailable}, "incompatible", limiter.CategoryReplyMalformed},
+		{"no category: the kind", []limiter.Outcome{indeterminate, deny}, "indeterminate", "indeterminate"},
+	} {
+		outcome, failure := limiter.Summarize(tc.outs)
+		if outcome != tc.wantOutcome || failure != tc.wantCat {
+			t.Errorf("%s: Summarize = %q, %q; want %q, %q", tc.name, outcome, failure, tc.wantOutcome, tc.wantCat)
+		}
+	}
+}
+
+// TestFailIfEnded: an ended context answers every request Unavailable with
+// the deadline category and the cause; a live one leaves the outcomes alone.
+func TestFailIfEnded(t *testing.T) {
+	out := make([]limiter.Outcome, 3)
+	if limiter.FailIfEnded(context.Background(), out, "test store") {
+		t.Fatal("a live context reported as ended")
+	}
+	for i, o := range out {
+		if o.Kind != 0 {
+			t.Fatalf("outcome %d set for a live context: %+v", i, o)
+		}
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if !limiter.FailIfEnded(ctx, out, "test store") {
+		t.Fatal("an ended context not reported")
+	}
+	for i, o := range out {
+		if o.Kind != limiter.Unavailable || o.Category != limiter.CategoryDeadline || !errors.Is(o.Err, context.Canceled) ||
+			!strings.HasPrefix(o.Err.Error(), "test store: ") {
+			t.Errorf("outcome %d = %+v, want Unavailable deadline wrapping the cancellation", i, o)
 		}
 	}
 }

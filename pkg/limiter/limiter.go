@@ -11,6 +11,7 @@ package limiter
 import (
 	"context"
 	"errors"
+	"fmt"
 	"time"
 )
 
@@ -348,6 +349,45 @@ func IndeterminateOutcome(retryAfter time.Duration, err error) Outcome {
 // IncompatibleOutcome reports a state, program or reply mismatch.
 func IncompatibleOutcome(category string, err error) Outcome {
 	return Outcome{Kind: Incompatible, Category: category, Err: err}
+}
+
+// FailIfEnded answers every request of a batch Unavailable
+// (CategoryDeadline, the context's error wrapped as "who: err") when ctx
+// has ended, and reports whether it had. A store calls it before it
+// evaluates anything: a batch whose caller has gone changes nothing.
+func FailIfEnded(ctx context.Context, out []Outcome, who string) bool {
+	err := ctx.Err()
+	if err == nil {
+		return false
+	}
+	err = fmt.Errorf("%s: %w", who, err)
+	for i := range out {
+		out[i] = UnavailableOutcome(0, CategoryDeadline, err)
+	}
+	return true
+}
+
+// Summarize names the outcomes of a batch (or of part of one) for a span
+// attribute: outcome is "allowed" when every request allowed, "denied" when
+// one denied and none failed, else the kind of the first outcome that is
+// not Evaluated; failure is then that outcome's category (its kind when it
+// has none), and "" otherwise.
+func Summarize(outs []Outcome) (outcome, failure string) {
+	outcome = "allowed"
+	for i := range outs {
+		o := &outs[i]
+		switch {
+		case o.Kind != Evaluated:
+			failure = o.Category
+			if failure == "" {
+				failure = o.Kind.String()
+			}
+			return o.Kind.String(), failure
+		case !o.Decision.Allowed:
+			outcome = "denied"
+		}
+	}
+	return outcome, ""
 }
 
 // Store evaluates batches of requests. One Envoy request carries several

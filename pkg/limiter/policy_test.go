@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/envoy-rls/envoy-rls/internal/limitertest"
 	"github.com/envoy-rls/envoy-rls/pkg/limiter"
 )
 
@@ -95,7 +96,7 @@ func TestNewPolicy(t *testing.T) {
 }
 
 func TestPolicyDefaults(t *testing.T) {
-	p := mustPolicy(t, limiter.PolicySpec{Algorithm: limiter.TokenBucket,
+	p := limitertest.Policy(t, limiter.PolicySpec{Algorithm: limiter.TokenBucket,
 		Params: limiter.TokenBucketParams{Capacity: 50, RefillAmount: 10, RefillPeriod: 4 * time.Second}})
 	if p.Revision() != 1 || p.MaxCost() != 50 || p.CleanupGraceMillis() != 1000 || p.MaxClockRegressionMillis() != 2000 ||
 		p.FailureMode() != limiter.FailClosed || p.Certainty() != limiter.Certain {

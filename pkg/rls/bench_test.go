@@ -17,6 +17,17 @@ import (
 // not gRPC's.
 func benchServer(b *testing.B) *Server {
 	b.Helper()
+	srv, err := New(benchConfig(b))
+	if err != nil {
+		b.Fatal(err)
+	}
+	return srv
+}
+
+// benchConfig is the configuration of benchServer, for benchmarks that
+// change one part of it.
+func benchConfig(b *testing.B) Config {
+	b.Helper()
 	snap, err := descriptors.Load("testdata/bench/bench.yaml", descriptors.Options{Secret: []byte("0123456789abcdef-bench")})
 	if err != nil {
 		b.Fatal(err)
@@ -29,11 +40,7 @@ func benchServer(b *testing.B) *Server {
 	if err != nil {
 		b.Fatal(err)
 	}
-	srv, err := New(Config{Rules: func() Rules { return snap }, Store: mem, Metrics: m, Logger: zap.NewNop()})
-	if err != nil {
-		b.Fatal(err)
-	}
-	return srv
+	return Config{Rules: func() Rules { return snap }, Store: mem, Metrics: m, Logger: zap.NewNop()}
 }
 
 // BenchmarkShouldRateLimit: one Envoy-shaped call (domain, one descriptor,

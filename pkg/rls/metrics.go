@@ -73,44 +73,31 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 		return nil, fmt.Errorf("rls: metrics: a registerer is required")
 	}
 	m := &Metrics{
-		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: MetricsNamespace, Name: "decisions_total",
-			Help: "Descriptor decisions by configured domain, policy ID and result (ok, over_limit, shadow_over_limit).",
-		}, []string{"domain", "policy", "result"}),
-		nearLimit: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: MetricsNamespace, Name: "near_limit_total",
-			Help: "Allowed descriptor decisions that left 80% or more of the limit used.",
-		}, []string{"domain", "policy"}),
-		unmatched: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: MetricsNamespace, Name: "unmatched_total",
-			Help: "Descriptors that matched no rule (domain is \"unknown\" when the domain is not configured).",
-		}, []string{"domain"}),
-		storeErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: MetricsNamespace, Name: "store_errors_total",
-			Help: "Store failures by outcome kind (unavailable, indeterminate, incompatible).",
-		}, []string{"outcome"}),
-		storeLatency: prometheus.NewHistogram(prometheus.HistogramOpts{
-			Namespace: MetricsNamespace, Name: "store_latency_seconds",
-			Help:    "Duration of one Store.Evaluate batch.",
-			Buckets: latencyBuckets,
-		}),
-		fallbacks: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: MetricsNamespace, Name: "fallback_total",
-			Help: "Decisions answered by a policy's failure mode (open, closed, local) because the store failed.",
-		}, []string{"mode"}),
-		calls: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: MetricsNamespace, Name: "calls_total",
-			Help: "ShouldRateLimit calls by gRPC status code.",
-		}, []string{"code"}),
-		callLatency: prometheus.NewHistogram(prometheus.HistogramOpts{
-			Namespace: MetricsNamespace, Name: "call_latency_seconds",
-			Help:    "Duration of ShouldRateLimit calls, in the server.",
-			Buckets: latencyBuckets,
-		}),
-		local: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: MetricsNamespace, Name: "local_fallback_decisions_total",
-			Help: "Descriptor decisions of failure_mode local policies made by this replica's local limiter while the store failed, by domain, policy ID and result (as decisions_total, which counts them too).",
-		}, []string{"domain", "policy", "result"}),
+		decisions: newCounterVec("decisions_total",
+			"Descriptor decisions by configured domain, policy ID and result (ok, over_limit, shadow_over_limit).",
+			"domain", "policy", "result"),
+		nearLimit: newCounterVec("near_limit_total",
+			"Allowed descriptor decisions that left 80% or more of the limit used.",
+			"domain", "policy"),
+		unmatched: newCounterVec("unmatched_total",
+			"Descriptors that matched no rule (domain is \"unknown\" when the domain is not configured).",
+			"domain"),
+		storeErrors: newCounterVec("store_errors_total",
+			"Store failures by outcome kind (unavailable, indeterminate, incompatible).",
+			"outcome"),
+		storeLatency: newLatencyHistogram("store_latency_seconds",
+			"Duration of one Store.Evaluate batch."),
+		fallbacks: newCounterVec("fallback_total",
+			"Decisions answered by a policy's failure mode (open, closed, local) because the store failed.",
+			"mode"),
+		calls: newCounterVec("calls_total",
+			"ShouldRateLimit calls by gRPC status code.",
+			"code"),
+		callLatency: newLatencyHistogram("call_latency_seconds",
+			"Duration of ShouldRateLimit calls, in the server."),
+		local: newCounterVec("local_fallback_decisions_total",
+			"Descriptor decisions of failure_mode local policies made by this replica's local limiter while the store failed, by domain, policy ID and result (as decisions_total, which counts them too).",
+			"domain", "policy", "result"),
 		byPolicy: make(map[policyKey]*policyCounters),
 	}
 	for _, c := range []prometheus.Collector{
@@ -131,6 +118,18 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 		m.fallbackBy[mode] = m.fallbacks.WithLabelValues(mode.String())
 	}
 	return m, nil
+}
+
+// newCounterVec is a counter of the service's namespace with the given
+// labels.
+func newCounterVec(name, help string, labels ...string) *prometheus.CounterVec {
+	return prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: MetricsNamespace, Name: name, Help: help}, labels)
+}
+
+// newLatencyHistogram is a histogram of durations in seconds, of the
+// service's namespace, with latencyBuckets.
+func newLatencyHistogram(name, help string) prometheus.Histogram {
+	return prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: MetricsNamespace, Name: name, Help: help, Buckets: latencyBuckets})
 }
 
 func (m *Metrics) observeCall(c codes.Code, d time.Duration) {

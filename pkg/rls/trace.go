@@ -34,7 +34,7 @@ const (
 	// AttrBatchSize is the number of limits evaluated in one batch.
 	AttrBatchSize = attribute.Key("envoy_rls.batch_size")
 	// AttrOutcome is the answer on the call's span (OK, OVER_LIMIT) and
-	// the store's summary on the store span (see storeOutcome).
+	// the store's summary on the store span (see limiter.Summarize).
 	AttrOutcome = attribute.Key("envoy_rls.outcome")
 	// AttrFailure is the failure category of the first failed outcome of
 	// a store evaluation (limiter.Category*), when one failed.
@@ -58,7 +58,7 @@ func (s *Server) evaluateTraced(storeCtx context.Context, send []limiter.Request
 	if !span.IsRecording() {
 		return
 	}
-	outcome, failure := storeOutcome(outs)
+	outcome, failure := limiter.Summarize(outs)
 	attrs := []attribute.KeyValue{
 		AttrBatchSize.Int(len(send)),
 		AttrPolicies.StringSlice(batchPolicies(send)),
@@ -69,28 +69,6 @@ func (s *Server) evaluateTraced(storeCtx context.Context, send []limiter.Request
 		span.SetStatus(codes.Error, outcome)
 	}
 	span.SetAttributes(attrs...)
-}
-
-// storeOutcome summarises a batch's outcomes: "allowed" when every limit
-// allowed, "denied" when one denied and none failed, else the kind of the
-// first failed outcome (unavailable, indeterminate, incompatible) and its
-// category.
-func storeOutcome(outs []limiter.Outcome) (outcome, failure string) {
-	outcome = "allowed"
-	for i := range outs {
-		o := &outs[i]
-		switch {
-		case o.Kind != limiter.Evaluated:
-			cat := o.Category
-			if cat == "" {
-				cat = o.Kind.String()
-			}
-			return o.Kind.String(), cat
-		case !o.Decision.Allowed:
-			outcome = "denied"
-		}
-	}
-	return outcome, ""
 }
 
 // batchPolicies is the IDs of the batch's policies, each once.

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/envoy-rls/envoy-rls/internal/limitertest"
 	"github.com/envoy-rls/envoy-rls/pkg/limiter"
 	"github.com/envoy-rls/envoy-rls/pkg/limiter/memory"
 )
@@ -17,11 +18,11 @@ import (
 // reports cpu-ns/op, the process CPU time per operation.
 func BenchmarkMemoryStore(b *testing.B) {
 	policies := []*limiter.Policy{
-		policy(b, limiter.PolicySpec{ID: "fixed", Algorithm: limiter.FixedWindow,
+		limitertest.Policy(b, limiter.PolicySpec{ID: "fixed", Algorithm: limiter.FixedWindow,
 			Params: limiter.FixedWindowParams{Limit: 1_000_000_000, Window: time.Minute}}),
-		policy(b, limiter.PolicySpec{ID: "sliding", Algorithm: limiter.SlidingWindow,
+		limitertest.Policy(b, limiter.PolicySpec{ID: "sliding", Algorithm: limiter.SlidingWindow,
 			Params: limiter.SlidingWindowParams{Limit: 1_000_000_000, Window: time.Minute}}),
-		policy(b, limiter.PolicySpec{ID: "bucket", Algorithm: limiter.TokenBucket,
+		limitertest.Policy(b, limiter.PolicySpec{ID: "bucket", Algorithm: limiter.TokenBucket,
 			Params: limiter.TokenBucketParams{Capacity: 1_000_000_000, RefillAmount: 1_000_000, RefillPeriod: time.Second}}),
 	}
 	for _, p := range policies {
@@ -95,7 +96,7 @@ func itoa(n int) string {
 // already used its share of the store: every decision is made by the
 // policy's overflow sketch (under one lock).
 func BenchmarkMemoryStoreOverflow(b *testing.B) {
-	p := policy(b, limiter.PolicySpec{ID: "flooded", Algorithm: limiter.FixedWindow,
+	p := limitertest.Policy(b, limiter.PolicySpec{ID: "flooded", Algorithm: limiter.FixedWindow,
 		Params: limiter.FixedWindowParams{Limit: 1_000_000_000, Window: time.Minute}})
 	s, err := memory.New(memory.Config{MaxEntries: 4096})
 	if err != nil {

@@ -25,10 +25,7 @@ func (s *Store) Evaluate(ctx context.Context, batch []limiter.Request, out []lim
 	if len(batch) == 0 {
 		return
 	}
-	if err := ctx.Err(); err != nil {
-		for i := range out {
-			out[i] = limiter.UnavailableOutcome(0, limiter.CategoryDeadline, fmt.Errorf("memory store: %w", err))
-		}
+	if limiter.FailIfEnded(ctx, out, "memory store") {
 		return
 	}
 	nowMs := s.clock.Now().UnixMilli()

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/envoy-rls/envoy-rls/internal/limitertest"
 	"github.com/envoy-rls/envoy-rls/pkg/limiter"
 	"github.com/envoy-rls/envoy-rls/pkg/limiter/memory"
 )
@@ -33,19 +34,19 @@ func outcomeString(o limiter.Outcome) string {
 func TestBatchOfOneMatchesGeneralPath(t *testing.T) {
 	policies := []*limiter.Policy{
 		fixedPolicy(t, 3, time.Second),
-		policy(t, limiter.PolicySpec{ID: "sliding", Algorithm: limiter.SlidingWindow, MaxCost: 4,
+		limitertest.Policy(t, limiter.PolicySpec{ID: "sliding", Algorithm: limiter.SlidingWindow, MaxCost: 4,
 			Params: limiter.SlidingWindowParams{Limit: 4, Window: 500 * time.Millisecond}}),
-		policy(t, limiter.PolicySpec{ID: "bucket", Algorithm: limiter.TokenBucket, MaxCost: 3,
+		limitertest.Policy(t, limiter.PolicySpec{ID: "bucket", Algorithm: limiter.TokenBucket, MaxCost: 3,
 			Params: limiter.TokenBucketParams{Capacity: 5, RefillAmount: 1, RefillPeriod: 100 * time.Millisecond}}),
-		policy(t, limiter.PolicySpec{ID: "shadow", Algorithm: limiter.FixedWindow, Shadow: true,
+		limitertest.Policy(t, limiter.PolicySpec{ID: "shadow", Algorithm: limiter.FixedWindow, Shadow: true,
 			Params: limiter.FixedWindowParams{Limit: 2, Window: time.Second}}),
-		policy(t, limiter.PolicySpec{ID: "open", Algorithm: limiter.FixedWindow, FailureMode: limiter.FailOpen,
+		limitertest.Policy(t, limiter.PolicySpec{ID: "open", Algorithm: limiter.FixedWindow, FailureMode: limiter.FailOpen,
 			Params: limiter.FixedWindowParams{Limit: 2, Window: 300 * time.Millisecond}}),
 		// Same ID as policies[0], another revision: a state of its own.
-		policy(t, limiter.PolicySpec{Revision: 2, Algorithm: limiter.FixedWindow,
+		limitertest.Policy(t, limiter.PolicySpec{Revision: 2, Algorithm: limiter.FixedWindow,
 			Params: limiter.FixedWindowParams{Limit: 1, Window: time.Second}}),
 	}
-	never := policy(t, limiter.PolicySpec{ID: "never-stored", Algorithm: limiter.FixedWindow,
+	never := limitertest.Policy(t, limiter.PolicySpec{ID: "never-stored", Algorithm: limiter.FixedWindow,
 		Params: limiter.FixedWindowParams{Limit: 1, Window: time.Second}})
 	for _, seed := range []uint64{1, 2, 3} {
 		rng := rand.New(rand.NewPCG(seed, 99))
@@ -181,11 +182,11 @@ func (m batchModel) evaluate(nowMs int64, batch []limiter.Request, out []limiter
 func TestBatchMatchesModel(t *testing.T) {
 	policies := []*limiter.Policy{
 		fixedPolicy(t, 4, 200*time.Millisecond),
-		policy(t, limiter.PolicySpec{ID: "sliding", Algorithm: limiter.SlidingWindow, MaxCost: 3,
+		limitertest.Policy(t, limiter.PolicySpec{ID: "sliding", Algorithm: limiter.SlidingWindow, MaxCost: 3,
 			Params: limiter.SlidingWindowParams{Limit: 6, Window: 300 * time.Millisecond}}),
-		policy(t, limiter.PolicySpec{ID: "bucket", Algorithm: limiter.TokenBucket, MaxCost: 3,
+		limitertest.Policy(t, limiter.PolicySpec{ID: "bucket", Algorithm: limiter.TokenBucket, MaxCost: 3,
 			Params: limiter.TokenBucketParams{Capacity: 5, RefillAmount: 1, RefillPeriod: 50 * time.Millisecond}}),
-		policy(t, limiter.PolicySpec{ID: "shadow", Algorithm: limiter.FixedWindow, Shadow: true,
+		limitertest.Policy(t, limiter.PolicySpec{ID: "shadow", Algorithm: limiter.FixedWindow, Shadow: true,
 			Params: limiter.FixedWindowParams{Limit: 3, Window: 100 * time.Millisecond}}),
 	}
 	for _, seed := range []uint64{1, 2, 3, 4} {

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/envoy-rls/envoy-rls/internal/limitertest"
 	"github.com/envoy-rls/envoy-rls/pkg/limiter"
 	"github.com/envoy-rls/envoy-rls/pkg/limiter/memory"
 )
@@ -15,11 +16,11 @@ import (
 // prefix, failure mode and a limit (capacity) of limit per window.
 func algorithmPolicies(t testing.TB, prefix string, mode limiter.FailureMode, limit int64, window time.Duration) []*limiter.Policy {
 	return []*limiter.Policy{
-		policy(t, limiter.PolicySpec{ID: prefix + "-fixed", Algorithm: limiter.FixedWindow, FailureMode: mode,
+		limitertest.Policy(t, limiter.PolicySpec{ID: prefix + "-fixed", Algorithm: limiter.FixedWindow, FailureMode: mode,
 			Params: limiter.FixedWindowParams{Limit: limit, Window: window}}),
-		policy(t, limiter.PolicySpec{ID: prefix + "-sliding", Algorithm: limiter.SlidingWindow, FailureMode: mode,
+		limitertest.Policy(t, limiter.PolicySpec{ID: prefix + "-sliding", Algorithm: limiter.SlidingWindow, FailureMode: mode,
 			Params: limiter.SlidingWindowParams{Limit: limit, Window: window}}),
-		policy(t, limiter.PolicySpec{ID: prefix + "-bucket", Algorithm: limiter.TokenBucket, FailureMode: mode,
+		limitertest.Policy(t, limiter.PolicySpec{ID: prefix + "-bucket", Algorithm: limiter.TokenBucket, FailureMode: mode,
 			Params: limiter.TokenBucketParams{Capacity: limit, RefillAmount: limit, RefillPeriod: window}}),
 	}
 }
@@ -209,9 +210,9 @@ func TestOverflowNeverAdmitsMoreThanExact(t *testing.T) {
 func TestOverflowBatch(t *testing.T) {
 	clock := newClock(t0)
 	s := newStore(t, memory.Config{Clock: clock, MaxEntries: 8, Shards: 1})
-	flooded := policy(t, limiter.PolicySpec{ID: "flooded", Algorithm: limiter.FixedWindow,
+	flooded := limitertest.Policy(t, limiter.PolicySpec{ID: "flooded", Algorithm: limiter.FixedWindow,
 		Params: limiter.FixedWindowParams{Limit: 2, Window: time.Minute}})
-	other := policy(t, limiter.PolicySpec{ID: "other", Algorithm: limiter.FixedWindow,
+	other := limitertest.Policy(t, limiter.PolicySpec{ID: "other", Algorithm: limiter.FixedWindow,
 		Params: limiter.FixedWindowParams{Limit: 5, Window: time.Minute}})
 	ctx := context.Background()
 	for i := range uint64(4) {
@@ -248,8 +249,8 @@ func TestOverflowSketchBound(t *testing.T) {
 	clock := newClock(t0)
 	obs := &counter{}
 	s := newStore(t, memory.Config{Clock: clock, MaxEntries: 4, Shards: 1, MaxSketches: 1, Observer: obs})
-	a := policy(t, limiter.PolicySpec{ID: "a", Algorithm: limiter.FixedWindow, Params: limiter.FixedWindowParams{Limit: 2, Window: time.Second}})
-	b := policy(t, limiter.PolicySpec{ID: "b", Algorithm: limiter.FixedWindow, Params: limiter.FixedWindowParams{Limit: 2, Window: time.Second}})
+	a := limitertest.Policy(t, limiter.PolicySpec{ID: "a", Algorithm: limiter.FixedWindow, Params: limiter.FixedWindowParams{Limit: 2, Window: time.Second}})
+	b := limitertest.Policy(t, limiter.PolicySpec{ID: "b", Algorithm: limiter.FixedWindow, Params: limiter.FixedWindowParams{Limit: 2, Window: time.Second}})
 	ctx := context.Background()
 	for i := range uint64(3) { // a: 2 entries, then its sketch
 		eval1(s, ctx, limiter.Request{Policy: a, Subject: subject(i), Cost: 1})
@@ -282,7 +283,7 @@ func TestOverflowConcurrent(t *testing.T) {
 	clock := newClock(t0)
 	s := newStore(t, memory.Config{Clock: clock, MaxEntries: 256, Shards: 4})
 	flooded := fixedPolicy(t, 3, time.Minute)
-	other := policy(t, limiter.PolicySpec{ID: "other", Algorithm: limiter.FixedWindow, Params: limiter.FixedWindowParams{Limit: 2, Window: time.Minute}})
+	other := limitertest.Policy(t, limiter.PolicySpec{ID: "other", Algorithm: limiter.FixedWindow, Params: limiter.FixedWindowParams{Limit: 2, Window: time.Minute}})
 	ctx := context.Background()
 	const workers, subjects = 8, 600
 	admitted := make([][]int64, workers)

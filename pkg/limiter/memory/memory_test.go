@@ -49,20 +49,8 @@ func (c *counter) overflows(p string) int {
 	return c.overflow[p]
 }
 
-func policy(t testing.TB, spec limiter.PolicySpec) *limiter.Policy {
-	t.Helper()
-	if spec.ID == "" {
-		spec.ID = "test"
-	}
-	p, err := limiter.NewPolicy(spec)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return p
-}
-
 func fixedPolicy(t testing.TB, limit int64, window time.Duration) *limiter.Policy {
-	return policy(t, limiter.PolicySpec{Algorithm: limiter.FixedWindow, Params: limiter.FixedWindowParams{Limit: limit, Window: window}})
+	return limitertest.Policy(t, limiter.PolicySpec{Algorithm: limiter.FixedWindow, Params: limiter.FixedWindowParams{Limit: limit, Window: window}})
 }
 
 func newStore(t testing.TB, cfg memory.Config) *memory.Store {
@@ -107,7 +95,7 @@ func TestEvaluateBatch(t *testing.T) {
 	clock := newClock(t0 + 250)
 	s := newStore(t, memory.Config{Clock: clock})
 	fw := fixedPolicy(t, 2, time.Second)
-	sw := policy(t, limiter.PolicySpec{ID: "sliding", Algorithm: limiter.SlidingWindow, Params: limiter.SlidingWindowParams{Limit: 5, Window: time.Second}})
+	sw := limitertest.Policy(t, limiter.PolicySpec{ID: "sliding", Algorithm: limiter.SlidingWindow, Params: limiter.SlidingWindowParams{Limit: 5, Window: time.Second}})
 	batch := []limiter.Request{
 		{Policy: fw, Subject: subject(1), Cost: 1},
 		{Policy: fw, Subject: subject(1), Cost: 1},
@@ -228,7 +216,7 @@ func TestBatchLockOrder(t *testing.T) {
 func TestBatchCapacityRefusalBlocks(t *testing.T) {
 	s := newStore(t, memory.Config{Clock: newClock(t0), MaxEntries: 1, Shards: 1, MaxSketches: 1})
 	p := fixedPolicy(t, 5, time.Minute)
-	q := policy(t, limiter.PolicySpec{ID: "q", Algorithm: limiter.FixedWindow, Params: limiter.FixedWindowParams{Limit: 5, Window: time.Minute}})
+	q := limitertest.Policy(t, limiter.PolicySpec{ID: "q", Algorithm: limiter.FixedWindow, Params: limiter.FixedWindowParams{Limit: 5, Window: time.Minute}})
 	out := make([]limiter.Outcome, 2)
 	s.Evaluate(context.Background(), []limiter.Request{{Policy: p, Subject: subject(1), Cost: 1}}, out[:1])
 	s.Evaluate(context.Background(), []limiter.Request{{Policy: q, Subject: subject(3), Cost: 1}}, out[:1]) // q takes the only sketch
@@ -321,7 +309,7 @@ func TestExpiry(t *testing.T) {
 		t.Fatalf("sweep dropped %d, Len %d, observer %d; want 9, 1, 10", n, s.Len(), obs.expired.Load())
 	}
 	// Token bucket: the state lives until the bucket is full again + grace.
-	tb := policy(t, limiter.PolicySpec{ID: "tb", Algorithm: limiter.TokenBucket, CleanupGrace: 500 * time.Millisecond,
+	tb := limitertest.Policy(t, limiter.PolicySpec{ID: "tb", Algorithm: limiter.TokenBucket, CleanupGrace: 500 * time.Millisecond,
 		Params: limiter.TokenBucketParams{Capacity: 10, RefillAmount: 1, RefillPeriod: time.Second}})
 	clock.Set(time.UnixMilli(t0))
 	eval1(s, context.Background(), limiter.Request{Policy: tb, Subject: subject(99), Cost: 4}) // full again at t0+4000
@@ -428,7 +416,7 @@ func TestHammerTokenBucket(t *testing.T) {
 	clock := newClock(t0)
 	s := newStore(t, memory.Config{Clock: clock})
 	const capacity, amount, periodMs = 50, 3, 7
-	p := policy(t, limiter.PolicySpec{Algorithm: limiter.TokenBucket,
+	p := limitertest.Policy(t, limiter.PolicySpec{Algorithm: limiter.TokenBucket,
 		Params: limiter.TokenBucketParams{Capacity: capacity, RefillAmount: amount, RefillPeriod: periodMs * time.Millisecond}})
 	var admitted atomic.Int64
 	var wg sync.WaitGroup

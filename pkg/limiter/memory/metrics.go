@@ -34,26 +34,18 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 		return nil, fmt.Errorf("memory: metrics: a registerer is required")
 	}
 	m := &Metrics{
-		refused: prometheus.NewCounter(prometheus.CounterOpts{
-			Namespace: metricsNamespace, Name: "memory_refused_total",
-			Help: "Memory store evaluations refused because there was no room for a new subject and every overflow sketch was in use.",
-		}),
-		expired: prometheus.NewCounter(prometheus.CounterOpts{
-			Namespace: metricsNamespace, Name: "memory_expired_total",
-			Help: "Memory store entries removed after their TTL.",
-		}),
-		entries: prometheus.NewGauge(prometheus.GaugeOpts{
-			Namespace: metricsNamespace, Name: "memory_entries",
-			Help: "Entries held by the memory store.",
-		}),
+		refused: newCounter("memory_refused_total",
+			"Memory store evaluations refused because there was no room for a new subject and every overflow sketch was in use."),
+		expired: newCounter("memory_expired_total",
+			"Memory store entries removed after their TTL."),
+		entries: newGauge("memory_entries",
+			"Entries held by the memory store."),
 		overflow: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: metricsNamespace, Name: "memory_overflow_decisions_total",
 			Help: "Memory store decisions made by a policy's overflow sketch (a new subject without room for an exact entry).",
 		}, []string{"policy"}),
-		sketches: prometheus.NewGauge(prometheus.GaugeOpts{
-			Namespace: metricsNamespace, Name: "memory_overflow_sketches",
-			Help: "Overflow sketches held by the memory store (one per policy in overflow).",
-		}),
+		sketches: newGauge("memory_overflow_sketches",
+			"Overflow sketches held by the memory store (one per policy in overflow)."),
 	}
 	for _, c := range []prometheus.Collector{m.refused, m.expired, m.entries, m.overflow, m.sketches} {
 		if err := reg.Register(c); err != nil {
@@ -61,6 +53,16 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 		}
 	}
 	return m, nil
+}
+
+// newCounter is a counter of the service's namespace.
+func newCounter(name, help string) prometheus.Counter {
+	return prometheus.NewCounter(prometheus.CounterOpts{Namespace: metricsNamespace, Name: name, Help: help})
+}
+
+// newGauge is a gauge of the service's namespace.
+func newGauge(name, help string) prometheus.Gauge {
+	return prometheus.NewGauge(prometheus.GaugeOpts{Namespace: metricsNamespace, Name: name, Help: help})
 }
 
 // Refused counts one new subject refused at the entry bound.

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/envoy-rls/envoy-rls/internal/limitertest"
 	"github.com/envoy-rls/envoy-rls/pkg/limiter"
 	"github.com/envoy-rls/envoy-rls/pkg/limiter/memory"
 )
@@ -25,7 +26,7 @@ func TestFullStoreHeap(t *testing.T) {
 	}
 	var policies []*limiter.Policy
 	for i := range 8 {
-		policies = append(policies, policy(t, limiter.PolicySpec{ID: "size-" + string(rune('a'+i)), Algorithm: limiter.TokenBucket,
+		policies = append(policies, limitertest.Policy(t, limiter.PolicySpec{ID: "size-" + string(rune('a'+i)), Algorithm: limiter.TokenBucket,
 			Params: limiter.TokenBucketParams{Capacity: 10, RefillAmount: 1, RefillPeriod: time.Second}}))
 	}
 	for _, n := range sizes {

@@ -124,13 +124,13 @@ func TestBatchProgramAgainstApply(t *testing.T) {
 			id := fmt.Sprintf("bp.%d", j)
 			switch rng.IntN(3) {
 			case 0:
-				pols[j] = mustPolicy(t, limiter.PolicySpec{ID: id, Algorithm: limiter.FixedWindow, FailureMode: fm,
+				pols[j] = limitertest.Policy(t, limiter.PolicySpec{ID: id, Algorithm: limiter.FixedWindow, FailureMode: fm,
 					Params: limiter.FixedWindowParams{Limit: limit, Window: windows[rng.IntN(len(windows))]}})
 			case 1:
-				pols[j] = mustPolicy(t, limiter.PolicySpec{ID: id, Algorithm: limiter.SlidingWindow, FailureMode: fm,
+				pols[j] = limitertest.Policy(t, limiter.PolicySpec{ID: id, Algorithm: limiter.SlidingWindow, FailureMode: fm,
 					Params: limiter.SlidingWindowParams{Limit: limit, Window: windows[rng.IntN(len(windows))]}})
 			default:
-				pols[j] = mustPolicy(t, limiter.PolicySpec{ID: id, Algorithm: limiter.TokenBucket, FailureMode: fm,
+				pols[j] = limitertest.Policy(t, limiter.PolicySpec{ID: id, Algorithm: limiter.TokenBucket, FailureMode: fm,
 					Params: limiter.TokenBucketParams{Capacity: limit, RefillAmount: 1 + rng.Int64N(3), RefillPeriod: windows[rng.IntN(len(windows))]}})
 			}
 		}

@@ -137,8 +137,8 @@ func TestClusterBatch(t *testing.T) {
 	})
 
 	t.Run("cross-slot: quota limits are decided over every slot", func(t *testing.T) {
-		qa := mustPolicy(t, limiter.PolicySpec{ID: prefix + ".qa", Algorithm: limiter.FixedWindow, Params: limiter.FixedWindowParams{Limit: 1, Window: farWindow}})
-		qb := mustPolicy(t, limiter.PolicySpec{ID: prefix + ".qb", Algorithm: limiter.FixedWindow, Params: limiter.FixedWindowParams{Limit: 2, Window: farWindow}})
+		qa := limitertest.Policy(t, limiter.PolicySpec{ID: prefix + ".qa", Algorithm: limiter.FixedWindow, Params: limiter.FixedWindowParams{Limit: 1, Window: farWindow}})
+		qb := limitertest.Policy(t, limiter.PolicySpec{ID: prefix + ".qb", Algorithm: limiter.FixedWindow, Params: limiter.FixedWindowParams{Limit: 2, Window: farWindow}})
 		sub := subjectOf(prefix + "/quota")
 		a := limiter.Request{Policy: qa, Subject: sub, Cost: 1, Role: limiter.RoleQuota, Tag: tagA}
 		b := limiter.Request{Policy: qb, Subject: sub, Cost: 1, Role: limiter.RoleQuota, Tag: tagB}

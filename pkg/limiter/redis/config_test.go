@@ -37,10 +37,7 @@ func TestConfigValidation(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			got, err := tt.cfg.Validate()
-			if tt.wantErr != "" {
-				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
-					t.Fatalf("error %v, want one mentioning %q", err, tt.wantErr)
-				}
+			if wantError(t, err, tt.wantErr) {
 				return
 			}
 			if err != nil {

@@ -68,10 +68,7 @@ func TestBackoffValidated(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			got, err := c.b.validated()
-			if c.wantErr != "" {
-				if err == nil || !strings.Contains(err.Error(), c.wantErr) {
-					t.Fatalf("error %v, want one mentioning %q", err, c.wantErr)
-				}
+			if wantError(t, err, c.wantErr) {
 				return
 			}
 			if err != nil || got != c.want {

@@ -5,9 +5,11 @@ import (
 	"crypto/sha256"
 	"math/rand/v2"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/envoy-rls/envoy-rls/internal/limitertest"
 	"github.com/envoy-rls/envoy-rls/internal/redistest"
 	"github.com/envoy-rls/envoy-rls/pkg/limiter"
 	"github.com/envoy-rls/envoy-rls/pkg/lua"
@@ -193,28 +195,33 @@ func keyOf(p *limiter.Policy, subject limiter.SubjectDigest) string {
 	return string(StorageKey(nil, p, subject, limiter.Tag{}))
 }
 
-func mustPolicy(t testing.TB, spec limiter.PolicySpec) *limiter.Policy {
-	t.Helper()
-	p, err := limiter.NewPolicy(spec)
-	if err != nil {
-		t.Fatalf("NewPolicy(%+v): %v", spec, err)
-	}
-	return p
-}
-
 func fixed(t testing.TB, id string, limit int64, window time.Duration) *limiter.Policy {
-	return mustPolicy(t, limiter.PolicySpec{ID: id, Algorithm: limiter.FixedWindow,
+	return limitertest.Policy(t, limiter.PolicySpec{ID: id, Algorithm: limiter.FixedWindow,
 		Params: limiter.FixedWindowParams{Limit: limit, Window: window}})
 }
 
 func sliding(t testing.TB, id string, limit int64, window time.Duration) *limiter.Policy {
-	return mustPolicy(t, limiter.PolicySpec{ID: id, Algorithm: limiter.SlidingWindow,
+	return limitertest.Policy(t, limiter.PolicySpec{ID: id, Algorithm: limiter.SlidingWindow,
 		Params: limiter.SlidingWindowParams{Limit: limit, Window: window}})
 }
 
 func bucket(t testing.TB, id string, capacity, amount int64, period time.Duration) *limiter.Policy {
-	return mustPolicy(t, limiter.PolicySpec{ID: id, Algorithm: limiter.TokenBucket,
+	return limitertest.Policy(t, limiter.PolicySpec{ID: id, Algorithm: limiter.TokenBucket,
 		Params: limiter.TokenBucketParams{Capacity: capacity, RefillAmount: amount, RefillPeriod: period}})
+}
+
+// wantError checks err against want, a text the error must mention ("" when
+// no error is wanted), and reports whether an error was wanted: the caller
+// then has nothing more to check.
+func wantError(t testing.TB, err error, want string) bool {
+	t.Helper()
+	if want == "" {
+		return false
+	}
+	if err == nil || !strings.Contains(err.Error(), want) {
+		t.Fatalf("error %v, want one mentioning %q", err, want)
+	}
+	return true
 }
 
 // seededRand is a generator on stream seeded from the clock, and how many

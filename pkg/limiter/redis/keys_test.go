@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/envoy-rls/envoy-rls/internal/limitertest"
 	"github.com/envoy-rls/envoy-rls/pkg/limiter"
 )
 
@@ -32,11 +33,8 @@ func referenceKey(p *limiter.Policy, subject limiter.SubjectDigest, tag limiter.
 func TestStorageKeyLayoutUnchanged(t *testing.T) {
 	for _, id := range []string{"a", "edge.remote_address", strings.Repeat("x", limiter.MaxPolicyIDLength)} {
 		for _, rev := range []uint32{1, 7} {
-			p, err := limiter.NewPolicy(limiter.PolicySpec{ID: id, Revision: rev, Algorithm: limiter.TokenBucket,
+			p := limitertest.Policy(t, limiter.PolicySpec{ID: id, Revision: rev, Algorithm: limiter.TokenBucket,
 				Params: limiter.TokenBucketParams{Capacity: 5, RefillAmount: 1, RefillPeriod: time.Second}})
-			if err != nil {
-				t.Fatal(err)
-			}
 			var sub limiter.SubjectDigest
 			for i := range sub {
 				sub[i] = byte(i * 7)
@@ -51,11 +49,7 @@ func TestStorageKeyLayoutUnchanged(t *testing.T) {
 }
 
 func TestStorageKeyTag(t *testing.T) {
-	p, err := limiter.NewPolicy(limiter.PolicySpec{ID: "f", Algorithm: limiter.FixedWindow,
-		Params: limiter.FixedWindowParams{Limit: 5, Window: time.Second}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	p := fixed(t, "f", 5, time.Second)
 	var sub limiter.SubjectDigest
 	sub[0] = 0xab
 	k := string(StorageKey(nil, p, sub, limiter.Tag{}))
@@ -73,11 +67,7 @@ func TestStorageKeyTag(t *testing.T) {
 }
 
 func BenchmarkStorageKey(b *testing.B) {
-	p, err := limiter.NewPolicy(limiter.PolicySpec{ID: "bench.remote_address", Algorithm: limiter.FixedWindow,
-		Params: limiter.FixedWindowParams{Limit: 5, Window: time.Second}})
-	if err != nil {
-		b.Fatal(err)
-	}
+	p := fixed(b, "bench.remote_address", 5, time.Second)
 	var sub limiter.SubjectDigest
 	buf := make([]byte, 0, 128)
 	b.ReportAllocs()

@@ -222,10 +222,7 @@ func (s *Store) Evaluate(ctx context.Context, batch []limiter.Request, out []lim
 	if len(batch) == 0 {
 		return
 	}
-	if err := ctx.Err(); err != nil {
-		for i := range out {
-			out[i] = limiter.UnavailableOutcome(0, limiter.CategoryDeadline, fmt.Errorf("redis store: not sent: %w", err))
-		}
+	if limiter.FailIfEnded(ctx, out, "redis store: not sent") {
 		return
 	}
 	sc, _ := s.scratch.Get().(*scratch)

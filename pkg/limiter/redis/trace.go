@@ -57,20 +57,7 @@ func (s *Store) runTraced(ctx context.Context, batch []limiter.Request, roles []
 	if !span.IsRecording() {
 		return done
 	}
-	outcome, failure := "allowed", ""
-	for k := range g.outs {
-		o := &g.outs[k]
-		if o.Kind != limiter.Evaluated {
-			outcome, failure = o.Kind.String(), o.Category
-			if failure == "" {
-				failure = o.Kind.String()
-			}
-			break
-		}
-		if !o.Decision.Allowed {
-			outcome = "denied"
-		}
-	}
+	outcome, failure := limiter.Summarize(g.outs)
 	ids := make([]string, 0, len(g.idx))
 	for _, i := range g.idx {
 		if id := batch[i].Policy.ID(); !slices.Contains(ids, id) {

@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/envoy-rls/envoy-rls/internal/limitertest"
 	"github.com/envoy-rls/envoy-rls/pkg/limiter"
 	"github.com/envoy-rls/envoy-rls/pkg/limiter/memory"
 )
@@ -41,7 +42,7 @@ func TestVectorsMemoryAndRedis(t *testing.T) {
 			[]step{{1, true, 4}, {1, true, 3}, {3, true, 0}, {1, false, 0}, {5, false, 0}}},
 		{"fixed: exact boundary after a denial", fixed(t, "v.fw2", 5, farWindow),
 			[]step{{3, true, 2}, {3, false, 2}, {2, true, 0}, {1, false, 0}}},
-		{"fixed: max cost", mustPolicy(t, limiter.PolicySpec{ID: "v.fw3", Algorithm: limiter.FixedWindow, MaxCost: 4,
+		{"fixed: max cost", limitertest.Policy(t, limiter.PolicySpec{ID: "v.fw3", Algorithm: limiter.FixedWindow, MaxCost: 4,
 			Params: limiter.FixedWindowParams{Limit: 10, Window: farWindow}}),
 			[]step{{4, true, 6}, {4, true, 2}, {4, false, 2}, {2, true, 0}}},
 		{"token bucket: drain", bucket(t, "v.tb1", 5, 1, 24*time.Hour),
