@@ -30,14 +30,7 @@ func BenchmarkSlowStreams(b *testing.B) {
 	if n, _ := fmt.Sscanf(spec, "%d,%d,%d,%d,%s", &conns, &streams, &promised, &sent, &timeout); n < 4 {
 		t.Fatalf("E2E_SLOW_STREAMS=%q: want CONNS,STREAMS,PROMISED,SENT[,RECEIVE_TIMEOUT]", spec)
 	}
-	r := startReplica(t, "measure", replicaConfig{Rules: rulesDir(t, abuseRules), Args: []string{"--grpc-receive-timeout", timeout}})
-	pid := r.cmd.Process.Pid
-	before, err := rss(pid)
-	if err != nil {
-		t.Fatal(err)
-	}
-	peak := watchRSS(pid)
-	defer peak.stop()
+	r, pid, before, peak := startWatched(t, "measure", "--grpc-receive-timeout", timeout)
 	for i := range conns {
 		h, err := dialH2(r.grpcAddr)
 		if err != nil {

@@ -97,6 +97,22 @@ func watchRSS(pid int) *rssPeak {
 	return p
 }
 
+// startWatched starts a replica of abuseRules with args and samples its
+// resident set until the test ends (or stop): it returns the replica, its
+// pid, its resident set at start and the sampler.
+func startWatched(t testing.TB, name string, args ...string) (r *replica, pid int, before int64, peak *rssPeak) {
+	t.Helper()
+	r = startReplica(t, name, replicaConfig{Rules: rulesDir(t, abuseRules), Args: args})
+	pid = r.cmd.Process.Pid
+	before, err := rss(pid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	peak = watchRSS(pid)
+	t.Cleanup(func() { _, _ = peak.stop() })
+	return r, pid, before, peak
+}
+
 // stop ends the sampling and returns the peak.
 func (p *rssPeak) stop() (int64, error) {
 	select {
@@ -141,16 +157,10 @@ func TestSlowStreamsAreRefusedAndCut(t *testing.T) {
 	if raceEnabled {
 		perConn = 1_000 // the race detector writes and reads them 5 to 10 times slower
 	}
-	r := startReplica(t, "abuse", replicaConfig{Rules: rulesDir(t, abuseRules)})
-	pid := r.cmd.Process.Pid
-	before, err := rss(pid)
-	if err != nil {
-		t.Fatal(err)
-	}
-	peak := watchRSS(pid)
-	defer peak.stop()
+	r, pid, before, peak := startWatched(t, "abuse")
 
 	hs := make([]*h2conn, conns)
+	var err error
 	for i := range hs {
 		if hs[i], err = dialH2(r.grpcAddr); err != nil {
 			t.Fatalf("e2e: raw HTTP/2 connection %d: %v", i, err)
@@ -256,15 +266,8 @@ func TestSlowStreamsAreRefusedAndCut(t *testing.T) {
 // connections are gone, a new connection is served again.
 func TestIdleConnectionsBeyondTheLimitAreClosed(t *testing.T) {
 	const total = defaultMaxConnections + 100
-	r := startReplica(t, "idle", replicaConfig{Rules: rulesDir(t, abuseRules)})
+	r, pid, before, peak := startWatched(t, "idle")
 	r.mustCall(t, entry{"user", unique("u")}) // the client's connection is open
-	pid := r.cmd.Process.Pid
-	before, err := rss(pid)
-	if err != nil {
-		t.Fatal(err)
-	}
-	peak := watchRSS(pid)
-	defer peak.stop()
 
 	var hs []*h2conn
 	refused := 0
