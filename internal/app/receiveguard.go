@@ -199,17 +199,7 @@ func (g *receiveGuard) sweep(now time.Time) int {
 // run sweeps every d/10 (at least every millisecond, at most every
 // second) until ctx is done.
 func (g *receiveGuard) run(ctx context.Context) {
-	every := min(max(g.d/10, time.Millisecond), time.Second)
-	t := time.NewTicker(every)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case now := <-t.C:
-			g.sweep(now)
-		}
-	}
+	every(ctx, min(max(g.d/10, time.Millisecond), time.Second), func(now time.Time) { g.sweep(now) })
 }
 
 // streamInterceptor ends a streaming call's receive phase at its first

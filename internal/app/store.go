@@ -40,18 +40,11 @@ func (s *server) openStore(ctx context.Context, wg *sync.WaitGroup) (limiter.Sto
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			t := time.NewTicker(memorySweepInterval)
-			defer t.Stop()
-			for {
-				select {
-				case <-ctx.Done():
-					return
-				case now := <-t.C:
-					st.Sweep(now)
-					s.metrics.memory.Entries(st.Len())
-					s.metrics.memory.Sketches(st.Sketches())
-				}
-			}
+			every(ctx, memorySweepInterval, func(now time.Time) {
+				st.Sweep(now)
+				s.metrics.memory.Entries(st.Len())
+				s.metrics.memory.Sketches(st.Sketches())
+			})
 		}()
 		return st, func() {}, nil
 	case "redis":

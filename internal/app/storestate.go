@@ -71,16 +71,8 @@ func (st *storeState) run(ctx context.Context, wg *sync.WaitGroup) {
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		t := time.NewTicker(storeProbeInterval)
-		defer t.Stop()
-		for {
-			st.probe(ctx)
-			select {
-			case <-ctx.Done():
-				return
-			case <-t.C:
-			}
-		}
+		st.probe(ctx)
+		every(ctx, storeProbeInterval, func(time.Time) { st.probe(ctx) })
 	}()
 }
 
