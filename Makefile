@@ -11,7 +11,7 @@ CONFIG ?= config/examples
 # Race tests need cgo; the machine's gcc provides it.
 TESTFLAGS ?= -race -count=1 -timeout 20m
 
-.PHONY: help build run test test-short lint vet fmt tidy bench tools deps clean helm-check chart-docs release-check release-snapshot
+.PHONY: help build run test test-short lint vet fmt tidy filesize bench tools deps clean helm-check chart-docs release-check release-snapshot
 
 # What `envoy-rls version`, the start-up log line and envoy_rls_build_info
 # report for a `make build` binary (internal/buildinfo).
@@ -60,7 +60,10 @@ tidy: ## fail when go.mod/go.sum (service or tools) are not tidy
 	$(GO) mod tidy -diff
 	$(GO) -C $(TOOLS) mod tidy -diff
 
-lint: fmt vet tidy ## gofmt + go vet + go mod tidy check
+filesize: ## fail when a non-test Go file is over 400 lines (split it by concern)
+	@out=$$(for f in $$(git ls-files '*.go' | grep -v '_test.go$$'); do n=$$(wc -l < $$f); [ $$n -gt 400 ] && echo "$$f: $$n lines"; done; true); if [ -n "$$out" ]; then echo "over 400 lines:"; echo "$$out"; exit 1; fi
+
+lint: fmt vet tidy filesize ## gofmt + go vet + go mod tidy check + file size
 
 CHART := deploy/helm/envoy-rls
 helm-check: ## helm lint + template the chart, then its manifest tests (builds helm once if missing)
