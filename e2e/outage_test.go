@@ -180,12 +180,15 @@ func waitCount(t *testing.T, c *tally, n int, timeout time.Duration, what string
 // in a phase.
 func checkPhased(t *testing.T, p *phased) {
 	t.Helper()
-	checkPhasedAllowing(t, p, 0)
+	checkPhasedAllowing(t, p, 0, 0)
 }
 
 // checkPhasedAllowing is checkPhased with up to allowDeadline calls that
-// ended in DeadlineExceeded (never late beyond the tolerance) forgiven.
-func checkPhasedAllowing(t *testing.T, p *phased, allowDeadline int) {
+// ended in DeadlineExceeded (never late beyond the tolerance) forgiven, and
+// up to allowSlowHealthy answers of the healthy phase that differ from
+// Redis's (a store slower than its timeout is answered by the policy's
+// failure mode, which is right, but not what this phase expects).
+func checkPhasedAllowing(t *testing.T, p *phased, allowDeadline, allowSlowHealthy int) {
 	t.Helper()
 	t.Logf("all calls: %v", &p.all)
 	t.Logf("healthy: %v", &p.healthy)
@@ -208,6 +211,9 @@ func checkPhasedAllowing(t *testing.T, p *phased, allowDeadline int) {
 		unexplained := len(c.t.samples)
 		if forgiven > 0 {
 			unexplained -= min(c.t.errs[codes.DeadlineExceeded], unexplained)
+		}
+		if c.t == &p.healthy {
+			unexplained -= min(allowSlowHealthy, unexplained)
 		}
 		c.t.mu.Unlock()
 		if unexplained != 0 {
