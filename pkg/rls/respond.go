@@ -79,7 +79,7 @@ func (s *Server) respond(ctx context.Context, req *rlsv3.RateLimitRequest, known
 				s.metrics.policy(metricDomain, ds.policyLabel()).near.Inc()
 			}
 		} else {
-			s.storeFailed(ctx, p, ds, out)
+			s.storeFailed(ctx, sc, p, ds, out)
 			if !ds.over {
 				// Fail open: nothing is known about the limit's state, so
 				// the status carries no current_limit for Envoy to build
@@ -143,6 +143,9 @@ func (s *Server) respond(ctx context.Context, req *rlsv3.RateLimitRequest, known
 			}
 			s.logDenial(ctx, msgDenied, ds)
 		}
+		if s.observer != nil && !ds.override {
+			s.observeLimit(sc, ds)
+		}
 	}
 
 	resp := &rlsv3.RateLimitResponse{OverallCode: overall, Statuses: ptrs}
@@ -151,11 +154,12 @@ func (s *Server) respond(ctx context.Context, req *rlsv3.RateLimitRequest, known
 }
 
 // storeFailed applies the policy's failure mode to a failed outcome.
-func (s *Server) storeFailed(ctx context.Context, p *limiter.Policy, ds *descStatus, out *limiter.Outcome) {
+func (s *Server) storeFailed(ctx context.Context, sc *scratch, p *limiter.Policy, ds *descStatus, out *limiter.Outcome) {
 	mode := p.FailureMode()
 	s.metrics.storeError(out.Kind)
 	s.metrics.fallback(mode)
 	ds.fellBack = true
+	sc.storeFailed = true
 	if mode != limiter.FailOpen {
 		// Closed, or local when the local limiter could not decide either
 		// (see LocalConfig).
