@@ -46,7 +46,7 @@ func TestCounters(t *testing.T) {
 			// limit 10, near threshold 8.
 			s.ObserveLimit(rls.LimitObservation{Rule: r, Hits: 3, Decided: true, Consumed: true, Limit: 10, Remaining: 7})
 			s.ObserveLimit(rls.LimitObservation{Rule: r, Hits: 6, Decided: true, Consumed: true, Limit: 10, Remaining: 1}) // used 3→9: 1 near
-			s.ObserveLimit(rls.LimitObservation{Rule: r, Hits: 1, Decided: true, Consumed: true, Limit: 10, Remaining: 0})  // 9→10: 1 near
+			s.ObserveLimit(rls.LimitObservation{Rule: r, Hits: 1, Decided: true, Consumed: true, Limit: 10, Remaining: 0}) // 9→10: 1 near
 			s.ObserveLimit(rls.LimitObservation{Rule: r, Hits: 2, Over: true, Decided: true, Limit: 10, Remaining: 0})
 			s.ObserveLimit(rls.LimitObservation{Rule: r, Hits: 1, Over: true, LocalCache: true, Decided: true, Limit: 10})
 			sh := rule("dom.shadow")
