@@ -59,7 +59,8 @@ type CallObservation struct {
 	Code codes.Code
 	// Duration is the call's time in the server.
 	Duration time.Duration
-	// StoreFailed: the store failed for at least one limit of the call.
+	// StoreFailed: the store failed for at least one limit of the call
+	// (answered by its failure mode, failure_mode local included).
 	StoreFailed bool
 }
 

@@ -104,3 +104,20 @@ func TestObserver(t *testing.T) {
 		}
 	}
 }
+
+// TestObserverLocalFallback: a call decided by the local fallback while the
+// store fails is a store failure for the call, and a decision for the limit.
+func TestObserverLocalFallback(t *testing.T) {
+	rec := &recordingObserver{}
+	e := newLocalEnv(t, LocalConfig{Replicas: 2})
+	e.srv.observer = rec
+	e.setFail(limiter.Unavailable)
+	e.call(t, request("loc", desc("local", "a")))
+	limits, calls := rec.take()
+	if want := []string{"loc.local hits=1 over=false shadow=false failed=false decided=true limit=5 remaining=4 consumed=true"}; fmt.Sprint(limits) != fmt.Sprint(want) {
+		t.Errorf("limits\n got %q\nwant %q", limits, want)
+	}
+	if want := []string{"OK failed=true"}; fmt.Sprint(calls) != fmt.Sprint(want) {
+		t.Errorf("calls %q, want %q", calls, want)
+	}
+}

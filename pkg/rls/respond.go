@@ -116,6 +116,10 @@ func (s *Server) respond(ctx context.Context, req *rlsv3.RateLimitRequest, known
 		pc := s.metrics.policy(metricDomain, ds.policyLabel())
 		local := ds.kind == statusStore && sc.outs[ds.batch].Kind == limiter.Evaluated &&
 			sc.outs[ds.batch].Decision.Source == limiter.SourceFallback
+		if local {
+			// The store failed; the local limiter decided instead.
+			sc.storeFailed = true
+		}
 		switch {
 		case !ds.over:
 			pc.ok.Inc()
