@@ -45,7 +45,7 @@ func statsdFlags(fs *flag.FlagSet, o *statsdOptions) {
 var statsdAccepts = map[string]string{
 	"statsd-addr":           "host:port, or empty for no statsd",
 	"statsd-protocol":       "tcp or udp",
-	"statsd-extra-tags":     "key:value pairs separated by commas, each key once",
+	"statsd-extra-tags":     "key:value pairs separated by commas",
 	"statsd-flush-interval": "a positive duration such as 10s",
 	"near-limit-ratio":      "a number greater than 0 and at most 1, such as 0.8",
 }

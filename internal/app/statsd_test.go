@@ -69,7 +69,7 @@ func TestStatsdFlagErrors(t *testing.T) {
 		{[]string{"--statsd-addr", "statsd"}, nil, `--statsd-addr="statsd": must be host:port, or empty for no statsd`},
 		{nil, map[string]string{"ENVOY_RLS_STATSD_ADDR": "statsd:99999"}, `ENVOY_RLS_STATSD_ADDR="statsd:99999": must be host:port, or empty for no statsd`},
 		{[]string{"--statsd-protocol", "sctp"}, nil, `--statsd-protocol="sctp": must be tcp or udp`},
-		{nil, map[string]string{"ENVOY_RLS_STATSD_EXTRA_TAGS": "a:1,b"}, `ENVOY_RLS_STATSD_EXTRA_TAGS="a:1,b": must be key:value pairs separated by commas, each key once`},
+		{nil, map[string]string{"ENVOY_RLS_STATSD_EXTRA_TAGS": "a:1,b"}, `ENVOY_RLS_STATSD_EXTRA_TAGS="a:1,b": must be key:value pairs separated by commas`},
 		{[]string{"--statsd-flush-interval", "0s"}, nil, `--statsd-flush-interval="0s": must be a positive duration such as 10s`},
 		{[]string{"--statsd-flush-interval", "often"}, nil, `--statsd-flush-interval="often": must be a duration such as 500ms or 2s`},
 		{[]string{"--near-limit-ratio", "1.5"}, nil, `--near-limit-ratio="1.5": must be a number greater than 0 and at most 1, such as 0.8`},

@@ -429,7 +429,10 @@ func SanitizeName(s string) string {
 }
 
 // ParseTags parses the reference's EXTRA_TAGS format: comma-separated
-// key:value pairs ("" is none).
+// key:value pairs ("" is none). As there, a later pair wins over an
+// earlier one of the same key, and a pair whose key or value is empty is
+// accepted and sends nothing (SerializeTags drops it); a pair without ':'
+// is an error.
 func ParseTags(s string) (map[string]string, error) {
 	tags := map[string]string{}
 	if strings.TrimSpace(s) == "" {
@@ -437,14 +440,10 @@ func ParseTags(s string) (map[string]string, error) {
 	}
 	for _, pair := range strings.Split(s, ",") {
 		k, v, ok := strings.Cut(pair, ":")
-		k, v = strings.TrimSpace(k), strings.TrimSpace(v)
-		if !ok || k == "" || v == "" {
+		if !ok {
 			return nil, fmt.Errorf("statsd: tag %q is not key:value", pair)
 		}
-		if _, dup := tags[k]; dup {
-			return nil, fmt.Errorf("statsd: tag %q is given twice", k)
-		}
-		tags[k] = v
+		tags[strings.TrimSpace(k)] = strings.TrimSpace(v)
 	}
 	return tags, nil
 }

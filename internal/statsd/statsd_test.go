@@ -152,10 +152,19 @@ func TestTags(t *testing.T) {
 	if got, want := SerializeTags(tags), ".__app=rate_limit.__x_y=a_b.__zone=eu-1"; got != want {
 		t.Fatalf("SerializeTags = %q, want %q", got, want)
 	}
-	for _, bad := range []string{"novalue", "k:", ":v", "a:1,a:2", "a:1,"} {
+	for _, bad := range []string{"novalue", "a:1,", "a:1,b"} {
 		if _, err := ParseTags(bad); err == nil {
 			t.Errorf("ParseTags(%q): no error", bad)
 		}
+	}
+	// As the reference: the last of a key wins; empty keys or values send
+	// nothing.
+	tags, err = ParseTags("a:1,a:2,k:,:v")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := SerializeTags(tags), ".__a=2"; got != want {
+		t.Fatalf("SerializeTags = %q, want %q", got, want)
 	}
 	if tags, err := ParseTags(""); err != nil || len(tags) != 0 {
 		t.Fatalf("ParseTags(\"\") = %v, %v", tags, err)
