@@ -3,6 +3,7 @@ module github.com/envoy-rls/envoy-rls
 go 1.26.8
 
 require (
+	github.com/cactus/go-statsd-client/v5 v5.1.0
 	github.com/envoyproxy/go-control-plane/envoy v1.40.0
 	github.com/fsnotify/fsnotify v1.10.1
 	github.com/prometheus/client_golang v1.25.0

@@ -106,6 +106,8 @@ type Options struct {
 	// The --grpc-* limits on connections, streams and receive time
 	// (transport.go).
 	transportOptions
+	// The --statsd-* flags and --near-limit-ratio (statsd.go).
+	statsdOptions
 
 	// given records, by flag name, the text of each value set on the
 	// command line or from the environment, so errors quote what the user
@@ -144,6 +146,7 @@ func serveFlags(o *Options) *flag.FlagSet {
 	fs.BoolVar(&o.Tracing, "tracing", false, "export OpenTelemetry traces by OTLP, configured by the OTEL_* variables (docs/operations.md, Tracing); also on when OTEL_EXPORTER_OTLP_ENDPOINT is set, off when OTEL_SDK_DISABLED=true")
 	fallbackFlags(fs, o)
 	transportFlags(fs, &o.transportOptions)
+	statsdFlags(fs, &o.statsdOptions)
 	return fs
 }
 
@@ -236,6 +239,7 @@ func (o *Options) check() error {
 		bad(name)
 	}
 	errs = append(errs, o.transportOptions.check(o.given))
+	errs = append(errs, o.statsdOptions.check(o.given))
 	var err error
 	if o.Store == "redis" {
 		err = o.redisCheck()

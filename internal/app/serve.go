@@ -157,6 +157,12 @@ func serve(ctx context.Context, o Options, getenv func(string) string, log *zap.
 	}
 	s.storeState.run(ctx, &wg)
 	headers, _ := headerMode(o.DefaultHeaders) // checked by o.check
+	// Stopped after the drain: the last calls are sent.
+	observer, stopStatsd, err := s.startStatsd()
+	if err != nil {
+		return err
+	}
+	defer stopStatsd()
 	svc, err := rls.New(rls.Config{
 		Rules:          s.rules.rules,
 		Store:          s.store,
@@ -166,6 +172,7 @@ func serve(ctx context.Context, o Options, getenv func(string) string, log *zap.
 		TracerProvider: s.tracing.provider(),
 		Local:          s.localConfig(),
 		Received:       received,
+		Observer:       observer,
 	})
 	if err != nil {
 		return err

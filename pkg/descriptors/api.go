@@ -96,6 +96,12 @@ type Rule struct {
 	Colocate string
 	// colocateAt is the index, in the matched entries, of the Colocate entry.
 	colocateAt int
+	// StatKey is the reference service's stat key of the rule: the domain
+	// and, for each descriptor level down to the rule, its key, or
+	// key_value when the level names a value, joined by '.'; e.g.
+	// "domain.path_/foo.user". Configured strings only, never request
+	// values ("" for a request-supplied limit override).
+	StatKey string
 }
 
 // Match is the result of matching one descriptor.

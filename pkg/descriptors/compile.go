@@ -156,6 +156,7 @@ func (c *compiler) rule(d *domain, n *node, rd *rawDesc, named map[string]limitS
 		PolicyName:      rd.policy,
 		Metadata:        rd.metadata,
 		Path:            joinPath(d.name, path),
+		StatKey:         statKey(d.name, path),
 		Source:          c.file + ":" + strconv.Itoa(rd.pos.line),
 	}
 	if ls.unlimited {
@@ -212,6 +213,22 @@ func joinPath(domain string, path []pathSeg) string {
 		b.WriteString(s.key)
 		if s.value != "" {
 			b.WriteByte('=')
+			b.WriteString(s.value)
+		}
+	}
+	return b.String()
+}
+
+// statKey is Rule.StatKey: the domain, then key or key_value per level,
+// joined by '.'.
+func statKey(domain string, path []pathSeg) string {
+	var b strings.Builder
+	b.WriteString(domain)
+	for _, s := range path {
+		b.WriteByte('.')
+		b.WriteString(s.key)
+		if s.value != "" {
+			b.WriteByte('_')
 			b.WriteString(s.value)
 		}
 	}

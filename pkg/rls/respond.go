@@ -79,7 +79,7 @@ func (s *Server) respond(ctx context.Context, req *rlsv3.RateLimitRequest, known
 				s.metrics.policy(metricDomain, ds.policyLabel()).near.Inc()
 			}
 		} else {
-			s.storeFailed(ctx, p, ds, out)
+			s.storeFailed(ctx, sc, p, ds, out)
 			if !ds.over {
 				// Fail open: nothing is known about the limit's state, so
 				// the status carries no current_limit for Envoy to build
@@ -116,6 +116,10 @@ func (s *Server) respond(ctx context.Context, req *rlsv3.RateLimitRequest, known
 		pc := s.metrics.policy(metricDomain, ds.policyLabel())
 		local := ds.kind == statusStore && sc.outs[ds.batch].Kind == limiter.Evaluated &&
 			sc.outs[ds.batch].Decision.Source == limiter.SourceFallback
+		if local {
+			// The store failed; the local limiter decided instead.
+			sc.storeFailed = true
+		}
 		switch {
 		case !ds.over:
 			pc.ok.Inc()
@@ -143,6 +147,9 @@ func (s *Server) respond(ctx context.Context, req *rlsv3.RateLimitRequest, known
 			}
 			s.logDenial(ctx, msgDenied, ds)
 		}
+		if s.observer != nil && !ds.override {
+			s.observeLimit(sc, ds)
+		}
 	}
 
 	resp := &rlsv3.RateLimitResponse{OverallCode: overall, Statuses: ptrs}
@@ -151,11 +158,12 @@ func (s *Server) respond(ctx context.Context, req *rlsv3.RateLimitRequest, known
 }
 
 // storeFailed applies the policy's failure mode to a failed outcome.
-func (s *Server) storeFailed(ctx context.Context, p *limiter.Policy, ds *descStatus, out *limiter.Outcome) {
+func (s *Server) storeFailed(ctx context.Context, sc *scratch, p *limiter.Policy, ds *descStatus, out *limiter.Outcome) {
 	mode := p.FailureMode()
 	s.metrics.storeError(out.Kind)
 	s.metrics.fallback(mode)
 	ds.fellBack = true
+	sc.storeFailed = true
 	if mode != limiter.FailOpen {
 		// Closed, or local when the local limiter could not decide either
 		// (see LocalConfig).

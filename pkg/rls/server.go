@@ -90,6 +90,9 @@ type Config struct {
 	// call served through Register has been read and decoded, before it is
 	// evaluated: the transport's receive deadline ends there. (Optional)
 	Received func(context.Context)
+	// Observer receives every call and every decided limit, besides
+	// Metrics. (Optional)
+	Observer Observer
 }
 
 // Server implements rlsv3.RateLimitServiceServer.
@@ -110,7 +113,8 @@ type Server struct {
 	deadlines *deadline.Wheel
 	tracer    trace.Tracer // nil: tracing off
 	// local decides failure_mode: local limits while the store fails.
-	local *localFallback
+	local    *localFallback
+	observer Observer // nil: none
 }
 
 var _ rlsv3.RateLimitServiceServer = (*Server)(nil)
@@ -162,6 +166,7 @@ func New(cfg Config) (*Server, error) {
 		received:       cfg.Received,
 		deadlines:      deadline.New(0),
 		tracer:         tracer(cfg.TracerProvider),
+		observer:       cfg.Observer,
 	}
 	var err error
 	if s.local, err = newLocalFallback(cfg.Local, cfg.Clock, log); err != nil {
@@ -174,12 +179,17 @@ func New(cfg Config) (*Server, error) {
 // ShouldRateLimit answers one Envoy rate-limit check.
 func (s *Server) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRequest) (resp *rlsv3.RateLimitResponse, err error) {
 	start := time.Now()
+	storeFailed := false
 	defer func() {
 		if r := recover(); r != nil {
 			s.logPanic(r)
 			resp, err = nil, status.Error(codes.Internal, "rls: internal error while evaluating the request")
 		}
-		s.metrics.observeCall(status.Code(err), time.Since(start))
+		d := time.Since(start)
+		s.metrics.observeCall(status.Code(err), d)
+		if s.observer != nil {
+			s.observer.ObserveCall(CallObservation{Code: status.Code(err), Duration: d, StoreFailed: storeFailed})
+		}
 	}()
 	if err := ctx.Err(); err != nil {
 		return nil, status.FromContextError(err).Err()
@@ -196,6 +206,7 @@ func (s *Server) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReques
 	if s.tracer != nil {
 		s.annotateCall(ctx, req, rules.HasDomain(req.Domain), sc, resp)
 	}
+	storeFailed = sc.storeFailed
 	// Not reached on panic: the scratch of a panicking call is dropped.
 	s.putScratch(sc)
 	return resp, nil

@@ -61,6 +61,8 @@ type scratch struct {
 	entries []descriptors.Entry
 	buf     []byte
 	local   localBatch
+	// storeFailed: a limit of the call was answered by its failure mode.
+	storeFailed bool
 }
 
 func (s *Server) getScratch(n int) *scratch {
@@ -70,6 +72,7 @@ func (s *Server) getScratch(n int) *scratch {
 	}
 	sc.descs = sc.descs[:n]
 	sc.batch = sc.batch[:0]
+	sc.storeFailed = false
 	return sc
 }
 

@@ -1,0 +1,496 @@
+// Package statsd sends the service's counters to a statsd server under the
+// stat names of envoyproxy/ratelimit, so that dashboards and statsd
+// exporter mappings written for that service keep working.
+//
+// A Sink is an rls.Observer: the request path only adds to counters in
+// memory (one map look-up under a read lock and a few atomic adds per
+// limit); every flush interval the counters of the interval are sent, one
+// statsd line per non-zero counter, by a statsd client library
+// (github.com/cactus/go-statsd-client), over UDP or TCP. Stat names come
+// from the configured rules only (descriptors.Rule.StatKey), never from
+// request values, and at most MaxRules rules are counted per interval.
+//
+// A Sink is safe for concurrent use.
+package statsd
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"sort"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/cactus/go-statsd-client/v5/statsd"
+	"go.uber.org/zap"
+	"google.golang.org/grpc/codes"
+
+	"github.com/envoy-rls/envoy-rls/pkg/rls"
+)
+
+// Defaults and bounds.
+const (
+	DefaultFlushInterval  = 10 * time.Second
+	DefaultNearLimitRatio = 0.8
+	// MaxRules bounds the rules counted in one flush interval (distinct
+	// stat keys). The hits of further rules are counted in OverflowStat.
+	MaxRules = 10_000
+	// MaxTimings bounds the response_time samples sent per interval: the
+	// first MaxTimings calls of the interval are sent.
+	MaxTimings = 1_000
+	// packetBytes is the most bytes of one UDP datagram (or one TCP write).
+	packetBytes = 1432
+	// senderFlush is how long the client holds lines before sending them.
+	senderFlush = 100 * time.Millisecond
+	// dialTimeout and writeTimeout bound the TCP connection's work, and
+	// redialAfter how soon a failed dial is tried again.
+	dialTimeout  = time.Second
+	writeTimeout = time.Second
+	redialAfter  = time.Second
+)
+
+// Stat names: the reference service's.
+const (
+	// RulePrefix prefixes the per-rule counters: RulePrefix + StatKey +
+	// "." + one of the counter names below.
+	RulePrefix = "ratelimit.service.rate_limit."
+
+	TotalHits               = "total_hits"
+	OverLimit               = "over_limit"
+	NearLimit               = "near_limit"
+	WithinLimit             = "within_limit"
+	ShadowMode              = "shadow_mode"
+	OverLimitWithLocalCache = "over_limit_with_local_cache"
+
+	RedisErrorStat    = "ratelimit.service.call.should_rate_limit.redis_error"
+	ServiceErrorStat  = "ratelimit.service.call.should_rate_limit.service_error"
+	TotalRequestsStat = "ratelimit_server.ShouldRateLimit.total_requests"
+	ResponseTimeStat  = "ratelimit_server.ShouldRateLimit.response_time"
+	// OverflowStat counts the hits of rules beyond MaxRules in one
+	// interval (an envoy-rls stat; the reference has no bound).
+	OverflowStat = "ratelimit.service.rate_limit_stats_overflow"
+)
+
+// Config configures a Sink.
+type Config struct {
+	// Addr is the statsd server, host:port. (Required)
+	Addr string
+	// Protocol is "udp" or "tcp". (Optional, default "udp")
+	Protocol string
+	// Tags are added to every stat name as ".__key=value" suffixes, sorted
+	// by key (the reference's EXTRA_TAGS). (Optional)
+	Tags map[string]string
+	// FlushInterval is how often counters are sent. (Optional, default
+	// DefaultFlushInterval)
+	FlushInterval time.Duration
+	// NearLimitRatio: an allowed hit that takes a limit's usage above
+	// floor(limit x NearLimitRatio) is also counted near_limit. 0 < r <= 1.
+	// (Optional, default DefaultNearLimitRatio)
+	NearLimitRatio float64
+	// Logger receives send failures, at most one line per interval.
+	// (Optional)
+	Logger *zap.Logger
+}
+
+// ruleCounters are the counters of one stat key.
+type ruleCounters struct {
+	totalHits, overLimit, nearLimit, withinLimit, shadowMode, overLocal atomic.Uint64
+}
+
+// Sink aggregates observations and sends them.
+type Sink struct {
+	cfg    Config
+	suffix string // the serialized tags
+	log    *zap.Logger
+
+	mu    sync.RWMutex
+	rules map[string]*ruleCounters
+
+	overflow, redisErrors, serviceErrors, totalRequests atomic.Uint64
+	timingN                                             atomic.Int64
+	timings                                             [MaxTimings]atomic.Int64 // nanoseconds; 0 = unset
+
+	sendMu sync.Mutex
+	client statsd.Statter // nil until a client could be made
+
+	stop chan struct{}
+	done chan struct{}
+	once sync.Once
+}
+
+var _ rls.Observer = (*Sink)(nil)
+
+// New validates cfg and returns a Sink. Run sends its counters.
+func New(cfg Config) (*Sink, error) {
+	if _, _, err := net.SplitHostPort(cfg.Addr); err != nil || cfg.Addr == "" {
+		return nil, fmt.Errorf("statsd: address %q is not host:port", cfg.Addr)
+	}
+	switch cfg.Protocol {
+	case "":
+		cfg.Protocol = "udp"
+	case "udp", "tcp":
+	default:
+		return nil, fmt.Errorf("statsd: protocol %q is not udp or tcp", cfg.Protocol)
+	}
+	if cfg.FlushInterval == 0 {
+		cfg.FlushInterval = DefaultFlushInterval
+	}
+	if cfg.FlushInterval < 0 {
+		return nil, fmt.Errorf("statsd: flush interval %v is not positive", cfg.FlushInterval)
+	}
+	if cfg.NearLimitRatio == 0 {
+		cfg.NearLimitRatio = DefaultNearLimitRatio
+	}
+	if !(cfg.NearLimitRatio > 0 && cfg.NearLimitRatio <= 1) {
+		return nil, fmt.Errorf("statsd: near-limit ratio %v is not in (0, 1]", cfg.NearLimitRatio)
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = zap.NewNop()
+	}
+	return &Sink{
+		cfg:    cfg,
+		suffix: SerializeTags(cfg.Tags),
+		log:    cfg.Logger.Named("statsd"),
+		rules:  make(map[string]*ruleCounters),
+		stop:   make(chan struct{}),
+		done:   make(chan struct{}),
+	}, nil
+}
+
+// ObserveLimit counts one limit of a call: total_hits always; over_limit
+// (and shadow_mode for a shadow rule, over_limit_with_local_cache when the
+// local deny cache answered) when it denied; within_limit, and near_limit
+// for the hits above the near-limit threshold, when it allowed. A limit
+// whose store failed counts total_hits only.
+func (s *Sink) ObserveLimit(o rls.LimitObservation) {
+	if o.Rule == nil || o.Rule.StatKey == "" || o.Hits <= 0 {
+		return
+	}
+	hits := uint64(o.Hits)
+	key := o.Rule.StatKey
+	// Counters are added under the lock, so that a flush, which deletes
+	// idle entries under the write lock, never loses an add.
+	s.mu.RLock()
+	if c := s.rules[key]; c != nil {
+		s.count(c, o, hits)
+		s.mu.RUnlock()
+		return
+	}
+	s.mu.RUnlock()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	c := s.rules[key]
+	if c == nil {
+		if len(s.rules) >= MaxRules {
+			s.overflow.Add(hits)
+			return
+		}
+		c = &ruleCounters{}
+		s.rules[key] = c
+	}
+	s.count(c, o, hits)
+}
+
+func (s *Sink) count(c *ruleCounters, o rls.LimitObservation, hits uint64) {
+	c.totalHits.Add(hits)
+	switch {
+	case o.StoreFailed:
+	case o.Over:
+		c.overLimit.Add(hits)
+		if o.Shadow {
+			c.shadowMode.Add(hits)
+		}
+		if o.LocalCache {
+			c.overLocal.Add(hits)
+		}
+	default:
+		c.withinLimit.Add(hits)
+		if n := s.nearHits(o); n > 0 {
+			c.nearLimit.Add(n)
+		}
+	}
+}
+
+// nearHits is the part of an allowed limit's hits that lies above the
+// near-limit threshold floor(limit x ratio): the usage after the hits
+// (as if consumed) minus the larger of the threshold and the usage
+// before them.
+func (s *Sink) nearHits(o rls.LimitObservation) uint64 {
+	if !o.Decided || o.Limit <= 0 {
+		return 0
+	}
+	used := o.Limit - o.Remaining
+	if !o.Consumed {
+		used += o.Hits
+	}
+	threshold := int64(float64(o.Limit) * s.cfg.NearLimitRatio)
+	if used <= threshold {
+		return 0
+	}
+	before := max(used-o.Hits, threshold)
+	return uint64(used - before)
+}
+
+// ObserveCall counts one call: total_requests and a response_time sample
+// always; redis_error when the store failed for one of its limits;
+// service_error when it was answered with an error status.
+func (s *Sink) ObserveCall(o rls.CallObservation) {
+	s.totalRequests.Add(1)
+	if o.StoreFailed {
+		s.redisErrors.Add(1)
+	}
+	if o.Code != codes.OK {
+		s.serviceErrors.Add(1)
+	}
+	if n := s.timingN.Add(1); n <= MaxTimings {
+		s.timings[n-1].Store(max(int64(o.Duration), 1))
+	}
+}
+
+// line is one counter to send.
+type line struct {
+	name  string
+	value uint64
+}
+
+// collect takes the counts of the interval, resetting them, and drops the
+// rules that counted nothing.
+func (s *Sink) collect() (lines []line, timings []time.Duration) {
+	add := func(name string, v uint64) {
+		if v > 0 {
+			lines = append(lines, line{name + s.suffix, v})
+		}
+	}
+	s.mu.Lock()
+	for key, c := range s.rules {
+		total := c.totalHits.Swap(0)
+		if total == 0 {
+			delete(s.rules, key)
+			continue
+		}
+		prefix := RulePrefix + SanitizeName(key) + "."
+		add(prefix+TotalHits, total)
+		add(prefix+OverLimit, c.overLimit.Swap(0))
+		add(prefix+NearLimit, c.nearLimit.Swap(0))
+		add(prefix+WithinLimit, c.withinLimit.Swap(0))
+		add(prefix+ShadowMode, c.shadowMode.Swap(0))
+		add(prefix+OverLimitWithLocalCache, c.overLocal.Swap(0))
+	}
+	s.mu.Unlock()
+	add(OverflowStat, s.overflow.Swap(0))
+	add(RedisErrorStat, s.redisErrors.Swap(0))
+	add(ServiceErrorStat, s.serviceErrors.Swap(0))
+	add(TotalRequestsStat, s.totalRequests.Swap(0))
+	n := min(s.timingN.Swap(0), MaxTimings)
+	for i := range n {
+		if d := s.timings[i].Swap(0); d > 0 {
+			timings = append(timings, time.Duration(d))
+		}
+	}
+	sort.Slice(lines, func(i, j int) bool { return lines[i].name < lines[j].name })
+	return lines, timings
+}
+
+// Flush sends the counts gathered since the last flush. A send that fails
+// loses the interval's counts (statsd counters are deltas) and logs one
+// line.
+func (s *Sink) Flush() {
+	lines, timings := s.collect()
+	if len(lines) == 0 && len(timings) == 0 {
+		return
+	}
+	s.sendMu.Lock()
+	defer s.sendMu.Unlock()
+	if s.client == nil {
+		c, err := s.newClient()
+		if err != nil {
+			s.log.Warn("statsd client could not be made; this interval's stats are dropped", zap.String("addr", s.cfg.Addr), zap.Error(err))
+			return
+		}
+		s.client = c
+	}
+	var errs []error
+	for _, l := range lines {
+		if err := s.client.Inc(l.name, int64(l.value), 1); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	name := ResponseTimeStat + s.suffix
+	for _, d := range timings {
+		if err := s.client.TimingDuration(name, d, 1); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if len(errs) > 0 {
+		s.log.Warn("statsd send failed", zap.String("addr", s.cfg.Addr), zap.Int("failed", len(errs)), zap.Error(errs[0]))
+	}
+}
+
+// newClient makes the statsd client: the library's buffered UDP client, or
+// its buffered sender over a TCP connection.
+func (s *Sink) newClient() (statsd.Statter, error) {
+	if s.cfg.Protocol == "tcp" {
+		b, err := statsd.NewBufferedSenderWithSender(&tcpSender{addr: s.cfg.Addr}, senderFlush, packetBytes)
+		if err != nil {
+			return nil, err
+		}
+		return statsd.NewClientWithSender(b, "", 0)
+	}
+	return statsd.NewClientWithConfig(&statsd.ClientConfig{
+		Address:       s.cfg.Addr,
+		UseBuffered:   true,
+		FlushInterval: senderFlush,
+		FlushBytes:    packetBytes,
+		ResInterval:   30 * time.Second,
+	})
+}
+
+// Run flushes every flush interval until Stop, then flushes once more and
+// closes the client.
+func (s *Sink) Run() {
+	defer close(s.done)
+	t := time.NewTicker(s.cfg.FlushInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-t.C:
+			s.Flush()
+		case <-s.stop:
+			s.Flush()
+			s.close()
+			return
+		}
+	}
+}
+
+// Stop ends Run and waits for its last flush. Only call it once Run runs.
+func (s *Sink) Stop() {
+	s.once.Do(func() { close(s.stop) })
+	<-s.done
+}
+
+// close closes the client, sending what it still holds.
+func (s *Sink) close() {
+	s.sendMu.Lock()
+	defer s.sendMu.Unlock()
+	if s.client != nil {
+		if err := s.client.Close(); err != nil {
+			s.log.Warn("closing the statsd client", zap.Error(err))
+		}
+		s.client = nil
+	}
+}
+
+// SerializeTags is the suffix the tags add to every stat name: for each
+// tag with a non-empty key and value, in key order, ".__key=value", with
+// '.', ':' and '|' in keys and values replaced by '_' (the encoding of the
+// reference's stats library).
+func SerializeTags(tags map[string]string) string {
+	keys := make([]string, 0, len(tags))
+	for k, v := range tags {
+		if k != "" && v != "" {
+			keys = append(keys, k)
+		}
+	}
+	sort.Strings(keys)
+	var b strings.Builder
+	clean := strings.NewReplacer(".", "_", ":", "_", "|", "_")
+	for _, k := range keys {
+		b.WriteString(".__")
+		b.WriteString(SanitizeName(clean.Replace(k)))
+		b.WriteByte('=')
+		b.WriteString(SanitizeName(clean.Replace(tags[k])))
+	}
+	return b.String()
+}
+
+// SanitizeName replaces the bytes that would break a statsd line (':',
+// '|', '#', '@', spaces and control characters) with '_'.
+func SanitizeName(s string) string {
+	bad := func(c byte) bool {
+		return c == ':' || c == '|' || c == '#' || c == '@' || c <= ' ' || c == 0x7f
+	}
+	i := 0
+	for i < len(s) && !bad(s[i]) {
+		i++
+	}
+	if i == len(s) {
+		return s
+	}
+	b := []byte(s)
+	for ; i < len(b); i++ {
+		if bad(b[i]) {
+			b[i] = '_'
+		}
+	}
+	return string(b)
+}
+
+// ParseTags parses the reference's EXTRA_TAGS format: comma-separated
+// key:value pairs ("" is none). As there, a later pair wins over an
+// earlier one of the same key, and a pair whose key or value is empty is
+// accepted and sends nothing (SerializeTags drops it); a pair without ':'
+// is an error.
+func ParseTags(s string) (map[string]string, error) {
+	tags := map[string]string{}
+	if strings.TrimSpace(s) == "" {
+		return tags, nil
+	}
+	for _, pair := range strings.Split(s, ",") {
+		k, v, ok := strings.Cut(pair, ":")
+		if !ok {
+			return nil, fmt.Errorf("statsd: tag %q is not key:value", pair)
+		}
+		tags[strings.TrimSpace(k)] = strings.TrimSpace(v)
+	}
+	return tags, nil
+}
+
+// tcpSender is a statsd.Sender over one TCP connection, dialled on first
+// use and again after a failure (not sooner than redialAfter after a failed
+// dial). Each Send is one batch of lines; it adds the final newline that
+// the buffered sender strips.
+type tcpSender struct {
+	addr       string
+	mu         sync.Mutex
+	conn       net.Conn
+	failedDial time.Time
+}
+
+func (t *tcpSender) Send(data []byte) (int, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.conn == nil {
+		if !t.failedDial.IsZero() && time.Since(t.failedDial) < redialAfter {
+			return 0, errors.New("statsd: not connected (last dial failed)")
+		}
+		c, err := net.DialTimeout("tcp", t.addr, dialTimeout)
+		if err != nil {
+			t.failedDial = time.Now()
+			return 0, fmt.Errorf("statsd: dialling %s: %w", t.addr, err)
+		}
+		t.conn, t.failedDial = c, time.Time{}
+	}
+	_ = t.conn.SetWriteDeadline(time.Now().Add(writeTimeout))
+	bufs := net.Buffers{data, []byte{'\n'}}
+	n, err := bufs.WriteTo(t.conn)
+	if err != nil {
+		_ = t.conn.Close()
+		t.conn = nil
+		return int(n), fmt.Errorf("statsd: writing to %s: %w", t.addr, err)
+	}
+	return len(data), nil
+}
+
+func (t *tcpSender) Close() error {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.conn == nil {
+		return nil
+	}
+	err := t.conn.Close()
+	t.conn = nil
+	return err
+}
