@@ -14,11 +14,9 @@
 package statsd
 
 import (
-	"errors"
 	"fmt"
 	"net"
 	"sort"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -381,116 +379,4 @@ func (s *Sink) close() {
 		}
 		s.client = nil
 	}
-}
-
-// SerializeTags is the suffix the tags add to every stat name: for each
-// tag with a non-empty key and value, in key order, ".__key=value", with
-// '.', ':' and '|' in keys and values replaced by '_' (the encoding of the
-// reference's stats library).
-func SerializeTags(tags map[string]string) string {
-	keys := make([]string, 0, len(tags))
-	for k, v := range tags {
-		if k != "" && v != "" {
-			keys = append(keys, k)
-		}
-	}
-	sort.Strings(keys)
-	var b strings.Builder
-	clean := strings.NewReplacer(".", "_", ":", "_", "|", "_")
-	for _, k := range keys {
-		b.WriteString(".__")
-		b.WriteString(SanitizeName(clean.Replace(k)))
-		b.WriteByte('=')
-		b.WriteString(SanitizeName(clean.Replace(tags[k])))
-	}
-	return b.String()
-}
-
-// SanitizeName replaces the bytes that would break a statsd line (':',
-// '|', '#', '@', spaces and control characters) with '_'.
-func SanitizeName(s string) string {
-	bad := func(c byte) bool {
-		return c == ':' || c == '|' || c == '#' || c == '@' || c <= ' ' || c == 0x7f
-	}
-	i := 0
-	for i < len(s) && !bad(s[i]) {
-		i++
-	}
-	if i == len(s) {
-		return s
-	}
-	b := []byte(s)
-	for ; i < len(b); i++ {
-		if bad(b[i]) {
-			b[i] = '_'
-		}
-	}
-	return string(b)
-}
-
-// ParseTags parses the reference's EXTRA_TAGS format: comma-separated
-// key:value pairs ("" is none). As there, a later pair wins over an
-// earlier one of the same key, and a pair whose key or value is empty is
-// accepted and sends nothing (SerializeTags drops it); a pair without ':'
-// is an error.
-func ParseTags(s string) (map[string]string, error) {
-	tags := map[string]string{}
-	if strings.TrimSpace(s) == "" {
-		return tags, nil
-	}
-	for _, pair := range strings.Split(s, ",") {
-		k, v, ok := strings.Cut(pair, ":")
-		if !ok {
-			return nil, fmt.Errorf("statsd: tag %q is not key:value", pair)
-		}
-		tags[strings.TrimSpace(k)] = strings.TrimSpace(v)
-	}
-	return tags, nil
-}
-
-// tcpSender is a statsd.Sender over one TCP connection, dialled on first
-// use and again after a failure (not sooner than redialAfter after a failed
-// dial). Each Send is one batch of lines; it adds the final newline that
-// the buffered sender strips.
-type tcpSender struct {
-	addr       string
-	mu         sync.Mutex
-	conn       net.Conn
-	failedDial time.Time
-}
-
-func (t *tcpSender) Send(data []byte) (int, error) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if t.conn == nil {
-		if !t.failedDial.IsZero() && time.Since(t.failedDial) < redialAfter {
-			return 0, errors.New("statsd: not connected (last dial failed)")
-		}
-		c, err := net.DialTimeout("tcp", t.addr, dialTimeout)
-		if err != nil {
-			t.failedDial = time.Now()
-			return 0, fmt.Errorf("statsd: dialling %s: %w", t.addr, err)
-		}
-		t.conn, t.failedDial = c, time.Time{}
-	}
-	_ = t.conn.SetWriteDeadline(time.Now().Add(writeTimeout))
-	bufs := net.Buffers{data, []byte{'\n'}}
-	n, err := bufs.WriteTo(t.conn)
-	if err != nil {
-		_ = t.conn.Close()
-		t.conn = nil
-		return int(n), fmt.Errorf("statsd: writing to %s: %w", t.addr, err)
-	}
-	return len(data), nil
-}
-
-func (t *tcpSender) Close() error {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if t.conn == nil {
-		return nil
-	}
-	err := t.conn.Close()
-	t.conn = nil
-	return err
 }
