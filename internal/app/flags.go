@@ -106,6 +106,8 @@ type Options struct {
 	// The --grpc-* limits on connections, streams and receive time
 	// (transport.go).
 	transportOptions
+	// --config-source and the --xds-* flags (xds.go).
+	xdsOptions
 
 	// given records, by flag name, the text of each value set on the
 	// command line or from the environment, so errors quote what the user
@@ -144,6 +146,7 @@ func serveFlags(o *Options) *flag.FlagSet {
 	fs.BoolVar(&o.Tracing, "tracing", false, "export OpenTelemetry traces by OTLP, configured by the OTEL_* variables (docs/operations.md, Tracing); also on when OTEL_EXPORTER_OTLP_ENDPOINT is set, off when OTEL_SDK_DISABLED=true")
 	fallbackFlags(fs, o)
 	transportFlags(fs, &o.transportOptions)
+	xdsFlags(fs, &o.xdsOptions)
 	return fs
 }
 
@@ -197,7 +200,7 @@ func (o *Options) check() error {
 	bad := func(name string) {
 		errs = append(errs, fmt.Errorf("%s: must be %s", label(name, o.given), accepts[name]))
 	}
-	if o.Config == "" {
+	if o.Config == "" && o.ConfigSource != SourceXDS {
 		errs = append(errs, fmt.Errorf("%s: must be the rule file or directory to serve", label("config", o.given)))
 	}
 	switch o.Store {
@@ -224,6 +227,7 @@ func (o *Options) check() error {
 		bad("gc-percent")
 	}
 	errs = append(errs, o.ConfigLimits.check(o.given)...)
+	errs = append(errs, o.xdsOptions.check(o.given)...)
 	// The redis package takes zero as its default; the flags have defaults
 	// of their own, so a zero given here is a mistake.
 	if o.RedisTimeout == 0 {
