@@ -183,6 +183,9 @@ func acceptsOf(f *flag.Flag) string {
 	if a, ok := accepts[f.Name]; ok {
 		return a
 	}
+	if a, ok := xdsAccepts[f.Name]; ok {
+		return a
+	}
 	if b, ok := f.Value.(interface{ IsBoolFlag() bool }); ok && b.IsBoolFlag() {
 		return "true or false"
 	}

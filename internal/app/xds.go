@@ -162,6 +162,12 @@ func (o *xdsOptions) check(seen map[string]given) []error {
 			bad("xds-tls-key")
 		}
 	}
+	for _, kv := range o.XDSHeaders.pairs {
+		if !validHeaderName(kv[0]) {
+			errs = append(errs, fmt.Errorf("%s: header name %q must be lower-case letters, digits, '-', '_' or '.', and not start with grpc-", label("xds-header", seen), kv[0]))
+			break
+		}
+	}
 	if o.XDSRetryInterval <= 0 {
 		bad("xds-retry-interval")
 	}
@@ -172,6 +178,20 @@ func (o *xdsOptions) check(seen map[string]given) []error {
 		bad("xds-initial-timeout")
 	}
 	return errs
+}
+
+// validHeaderName is a gRPC metadata key a client may send.
+func validHeaderName(k string) bool {
+	if k == "" || strings.HasPrefix(k, "grpc-") {
+		return false
+	}
+	for i := 0; i < len(k); i++ {
+		c := k[i]
+		if !(c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '-' || c == '_' || c == '.') {
+			return false
+		}
+	}
+	return true
 }
 
 func (o *xdsOptions) useTLS() bool {
@@ -340,10 +360,9 @@ func (s *server) startXDS(ctx context.Context, opts descriptors.Options) (*xdsSo
 			x.stop()
 			return nil, err
 		}
+		// A version may already be in service: then these are not stored.
 		x.cur.CompareAndSwap(nil, empty)
-		if x.last.Load() == nil {
-			x.last.Store(&descriptors.ReloadResult{Time: time.Now(), Trigger: descriptors.TriggerInitial, OK: true, Fingerprint: empty.Fingerprint()})
-		}
+		x.last.CompareAndSwap(nil, &descriptors.ReloadResult{Time: time.Now(), Trigger: descriptors.TriggerInitial, OK: true, Fingerprint: empty.Fingerprint()})
 		log.Warn("starting without rules (--force-start-without-initial-config): every call is answered OK until the xDS server sends valid rules")
 		return x, nil
 	}

@@ -194,7 +194,9 @@ func TestXDSFlagErrors(t *testing.T) {
 		{[]string{"--config-source", "consul"}, `--config-source="consul": must be file or xds`},
 		{[]string{"--config-source", "xds"}, `--xds-server (or ENVOY_RLS_XDS_SERVER) is not set: must be host:port`},
 		{[]string{"--config-source", "xds", "--xds-server", "a:1", "--xds-tls-cert", "c"}, `--xds-tls-key (or ENVOY_RLS_XDS_TLS_KEY) is not set: must be set together with --xds-tls-cert`},
-		{[]string{"--config-source", "xds", "--xds-server", "a:1", "--xds-header", "novalue"}, `xds-header`},
+		{[]string{"--config-source", "xds", "--xds-server", "a:1", "--xds-header", "novalue"}, `--xds-header="novalue": must be key:value pairs`},
+		{[]string{"--config-source", "xds", "--xds-server", "a:1", "--xds-header", "X-Tenant:blue"}, `--xds-header="X-Tenant:blue": header name "X-Tenant" must be lower-case`},
+		{[]string{"--config-source", "xds", "--xds-server", "a:1", "--xds-header", ":authority:x"}, `--xds-header=":authority:x": must be key:value pairs`},
 		{[]string{"--config-source", "xds", "--xds-server", "a:1", "--xds-retry-interval", "0s"}, `--xds-retry-interval="0s": must be a positive duration`},
 	} {
 		err := CheckServeArgs(tc.args, noEnv)
