@@ -323,6 +323,9 @@ func (s *server) startXDS(ctx context.Context, opts descriptors.Options) (*xdsSo
 		return nil, err
 	}
 	log := s.log.With(zap.String("xds_server", o.XDSServer), zap.String("xds_node", o.XDSNodeID))
+	if s.opts.Config != "" {
+		log.Warn("--config is not read with --config-source xds: the rules come from the xDS server", zap.String("config", s.opts.Config))
+	}
 	c, err := xdsconfig.New(xdsconfig.Config{
 		Server: o.XDSServer, NodeID: o.XDSNodeID, NodeMetadata: o.XDSNodeMetadata.m(),
 		Credentials: creds, Headers: o.XDSHeaders.m(),
@@ -374,7 +377,7 @@ func (s *server) startXDS(ctx context.Context, opts descriptors.Options) (*xdsSo
 		return x, nil
 	case <-ctx.Done():
 		x.stop()
-		return nil, ctx.Err()
+		return nil, fmt.Errorf("stopped while waiting for the first rules from the xDS server %s: %w", o.XDSServer, ctx.Err())
 	case <-timer.C:
 		x.stop()
 		why := "no valid version received"
