@@ -28,6 +28,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/protobuf/types/known/structpb"
 )
@@ -45,6 +46,11 @@ const (
 	// MaxMessageSize bounds one DiscoveryResponse (the rule set limits of
 	// the compiler apply after decoding).
 	MaxMessageSize = 64 << 20
+	// KeepaliveTime and KeepaliveTimeout: the stream's connection is pinged
+	// after KeepaliveTime without activity and closed when the ping is not
+	// answered within KeepaliveTimeout.
+	KeepaliveTime    = 5 * time.Minute
+	KeepaliveTimeout = 20 * time.Second
 )
 
 // State is the connection state a Client reports.
@@ -156,6 +162,10 @@ func New(cfg Config) (*Client, error) {
 	}
 	opts := append([]grpc.DialOption{
 		grpc.WithTransportCredentials(creds),
+		// A server that vanishes without closing the connection is found
+		// by a ping within KeepaliveTime+KeepaliveTimeout; KeepaliveTime is
+		// grpc-go servers' default minimum, so they do not refuse it.
+		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: KeepaliveTime, Timeout: KeepaliveTimeout}),
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(MaxMessageSize)),
 	}, cfg.DialOptions...)
 	conn, err := grpc.NewClient(cfg.Server, opts...)
