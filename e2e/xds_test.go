@@ -3,6 +3,8 @@ package e2e_test
 import (
 	"fmt"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -43,8 +45,14 @@ func TestXDSConfigSource(t *testing.T) {
 		}
 	}
 
-	// v2 under load: every call answers, and the new limit shows.
-	var all tally
+	// v2 under load: calls run before, during and after the push; every
+	// one answers, and the answers switch from the v1 limit to the v2 one.
+	var (
+		all   tally
+		calls atomic.Int64
+		mu    sync.Mutex
+		seen  = map[uint32]int{}
+	)
 	stopLoad := startLoad(func(stop <-chan struct{}) {
 		load(4, 20_000, stop, func(g, i int) {
 			res := r.call(callTimeout, 1, entry{"user", fmt.Sprintf("load-%d-%d", g, i)})
@@ -52,18 +60,40 @@ func TestXDSConfigSource(t *testing.T) {
 			if !res.ok() {
 				all.note("%v", res)
 			}
+			mu.Lock()
+			seen[res.Limit]++
+			mu.Unlock()
+			calls.Add(1)
 			time.Sleep(time.Millisecond) // pacing: a steady load, not a wait for anything
 		})
 	})
+	atLeast := func(n int64) {
+		t.Helper()
+		eventually(t, reloadTimeout, 10*time.Millisecond, fmt.Sprintf("%d load calls", n), func() error {
+			if got := calls.Load(); got < n {
+				return fmt.Errorf("%d load calls", got)
+			}
+			return nil
+		})
+	}
+	atLeast(200)
 	srv.Set("v2", xdsRules(500))
 	_, acked := srv.Await(reloadTimeout, xdstest.Acked("v2"))
-	eventually(t, reloadTimeout, 20*time.Millisecond, "current_limit 500", func() error {
+	took := eventually(t, reloadTimeout, 20*time.Millisecond, "current_limit 500", func() error {
 		if got := r.mustCall(t, entry{"user", unique("w")}).Limit; got != 500 {
 			return fmt.Errorf("current_limit %d", got)
 		}
 		return nil
 	})
+	atLeast(calls.Load() + 200)
 	stopLoad()
+	mu.Lock()
+	before, after := seen[2], seen[500]
+	mu.Unlock()
+	t.Logf("v2 in force %v after it was acknowledged; load %s; answers with limit 2: %d, 500: %d", took, all.String(), before, after)
+	if before == 0 || after == 0 {
+		t.Errorf("the load saw %d answers under v1 and %d under v2; want both", before, after)
+	}
 	if !acked {
 		t.Fatalf("v2 not acknowledged: %+v", srv.Requests())
 	}
@@ -104,12 +134,13 @@ func TestXDSConfigSource(t *testing.T) {
 	}
 	srv.Set("v4", xdsRules(9))
 	srv.Restart()
-	eventually(t, reloadTimeout, 20*time.Millisecond, "current_limit 9", func() error {
+	took = eventually(t, reloadTimeout, 20*time.Millisecond, "current_limit 9", func() error {
 		if got := r.mustCall(t, entry{"user", unique("r")}).Limit; got != 9 {
 			return fmt.Errorf("current_limit %d", got)
 		}
 		return nil
 	})
+	t.Logf("v4 in force %v after the server came back", took)
 	if v := r.metric(`envoy_rls_xds_updates_total{result="nack"}`); v != 1 {
 		t.Errorf(`envoy_rls_xds_updates_total{result="nack"} %v, want 1`, v)
 	}
