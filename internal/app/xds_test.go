@@ -213,3 +213,30 @@ func TestXDSFlagErrors(t *testing.T) {
 		t.Errorf("from the environment: %v", err)
 	}
 }
+
+func TestPairList(t *testing.T) {
+	for _, tc := range []struct {
+		in   []string
+		want string
+		bad  bool
+	}{
+		{in: []string{"a:1,b=2"}, want: "a:1,b:2"},
+		{in: []string{"url:http://x:1"}, want: "url:http://x:1"},
+		{in: []string{"a=b:c"}, want: "a:b:c"},
+		{in: []string{"a:1", "b:2"}, want: "a:1,b:2"},
+		{in: []string{" k : v "}, want: "k:v"},
+		{in: []string{"novalue"}, bad: true},
+		{in: []string{":x"}, bad: true},
+	} {
+		var p pairList
+		var err error
+		for _, s := range tc.in {
+			if err = p.Set(s); err != nil {
+				break
+			}
+		}
+		if (err != nil) != tc.bad || (!tc.bad && p.String() != tc.want) {
+			t.Errorf("%q: %q, %v; want %q (error: %v)", tc.in, p.String(), err, tc.want, tc.bad)
+		}
+	}
+}
