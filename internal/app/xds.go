@@ -339,8 +339,12 @@ func (s *server) startXDS(ctx context.Context, opts descriptors.Options) (*xdsSo
 				return
 			}
 			x.connected.Set(0)
-			if err != nil {
-				log.Warn("xds stream failed; serving the rules in service and reconnecting", zap.Error(err), zap.String("version", x.versionInService()))
+			switch v := x.versionInService(); {
+			case err == nil:
+			case v == "":
+				log.Warn("xds stream failed; reconnecting", zap.Error(err))
+			default:
+				log.Warn("xds stream failed; serving the rules in service and reconnecting", zap.Error(err), zap.String("version", v))
 			}
 		},
 	})
