@@ -268,6 +268,19 @@ func TestRender(t *testing.T) {
 			replicas: 1,
 		},
 		{
+			name: "rules from an xDS server over mutual TLS",
+			args: []string{
+				"--set", "xds.enabled=true", "--set", "xds.server=envoy-gateway:18001", "--set", "xds.nodeId=envoy-ratelimit",
+				"--set", "xds.forceStartWithoutInitialConfig=true",
+				"--set", "xds.tls.enabled=true", "--set", "xds.tls.existingSecret=rls-xds-certs", "--set", "xds.tls.san=envoy-gateway",
+			},
+			wantArgs: []string{"--config-source=xds", "--xds-server=envoy-gateway:18001", "--xds-node-id=envoy-ratelimit",
+				"--force-start-without-initial-config=true", "--xds-tls=true", "--xds-tls-ca=/etc/envoy-rls/xds-tls/ca.crt",
+				"--xds-tls-cert=/etc/envoy-rls/xds-tls/tls.crt", "--xds-tls-key=/etc/envoy-rls/xds-tls/tls.key", "--xds-tls-san=envoy-gateway"},
+			extraMounts: map[string]string{"xds-tls": "rls-xds-certs"},
+			replicas:    1,
+		},
+		{
 			name: "redis standalone with TLS and a password",
 			args: cat(redisBase, withHMAC, []string{
 				"--set", "replicaCount=3",
@@ -630,6 +643,7 @@ func TestRenderFails(t *testing.T) {
 		{"memory with an HPA", []string{"--set", "autoscaling.enabled=true"}, "counts per pod"},
 		{"grace shorter than drain", []string{"--set", "terminationGracePeriodSeconds=10"}, "must exceed"},
 		{"one port for gRPC and admin", []string{"--set", "grpc.port=8080"}, "need different ports"},
+		{"xds without a server", []string{"--set", "xds.enabled=true"}, "xds.server"},
 		{"TLS CA without TLS", cat(redisBase, withHMAC, []string{"--set", "redis.tls.ca.existingSecret=ca"}), "redis.tls.enabled is false"},
 	}
 	for _, tc := range cases {

@@ -81,6 +81,9 @@ type configDoc struct {
 	Files              []string                 `json:"files,omitempty"`
 	Domains            []descriptors.DomainInfo `json:"domains"`
 	LastReload         reloadDoc                `json:"last_reload"`
+	// Source is where the rules come from: a file, or an xDS server with
+	// its node and the version in service.
+	Source xdsSourceDoc `json:"source"`
 }
 
 func (s *server) configView() configDoc {
@@ -97,6 +100,7 @@ func (s *server) configView() configDoc {
 		Files:              snap.Files(),
 		Domains:            snap.Domains(),
 		LastReload:         s.rules.lastResult(),
+		Source:             s.rules.sourceDoc(),
 	}
 	if doc.Domains == nil {
 		doc.Domains = []descriptors.DomainInfo{}

@@ -108,6 +108,8 @@ type Options struct {
 	transportOptions
 	// The --statsd-* flags and --near-limit-ratio (statsd.go).
 	statsdOptions
+	// --config-source and the --xds-* flags (xds.go).
+	xdsOptions
 
 	// given records, by flag name, the text of each value set on the
 	// command line or from the environment, so errors quote what the user
@@ -147,6 +149,7 @@ func serveFlags(o *Options) *flag.FlagSet {
 	fallbackFlags(fs, o)
 	transportFlags(fs, &o.transportOptions)
 	statsdFlags(fs, &o.statsdOptions)
+	xdsFlags(fs, &o.xdsOptions)
 	return fs
 }
 
@@ -183,6 +186,9 @@ func acceptsOf(f *flag.Flag) string {
 	if a, ok := accepts[f.Name]; ok {
 		return a
 	}
+	if a, ok := xdsAccepts[f.Name]; ok {
+		return a
+	}
 	if b, ok := f.Value.(interface{ IsBoolFlag() bool }); ok && b.IsBoolFlag() {
 		return "true or false"
 	}
@@ -200,7 +206,7 @@ func (o *Options) check() error {
 	bad := func(name string) {
 		errs = append(errs, fmt.Errorf("%s: must be %s", label(name, o.given), accepts[name]))
 	}
-	if o.Config == "" {
+	if o.Config == "" && o.ConfigSource != SourceXDS {
 		errs = append(errs, fmt.Errorf("%s: must be the rule file or directory to serve", label("config", o.given)))
 	}
 	switch o.Store {
@@ -227,6 +233,7 @@ func (o *Options) check() error {
 		bad("gc-percent")
 	}
 	errs = append(errs, o.ConfigLimits.check(o.given)...)
+	errs = append(errs, o.xdsOptions.check(o.given)...)
 	// The redis package takes zero as its default; the flags have defaults
 	// of their own, so a zero given here is a mistake.
 	if o.RedisTimeout == 0 {

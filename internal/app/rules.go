@@ -41,9 +41,12 @@ func newReloadDoc(r descriptors.ReloadResult) reloadDoc {
 	return d
 }
 
-// ruleSet is the descriptors.Watcher of --config, seen by the server.
+// ruleSet is the rule source seen by the server: the descriptors.Watcher
+// of --config, or with --config-source xds the rules from the xDS server
+// (x, with w nil).
 type ruleSet struct {
 	w *descriptors.Watcher
+	x *xdsSource
 }
 
 // newRuleSet loads path (the first load must succeed) and reports every
@@ -56,28 +59,72 @@ func newRuleSet(path string, opts descriptors.Options, onReload func(descriptors
 	return &ruleSet{w: w}, nil
 }
 
-func (rs *ruleSet) current() *descriptors.Snapshot { return rs.w.Current() }
+func (rs *ruleSet) current() *descriptors.Snapshot {
+	if rs.x != nil {
+		return rs.x.cur.Load()
+	}
+	return rs.w.Current()
+}
 
 // rules is the rls.Config.Rules function.
 func (rs *ruleSet) rules() rls.Rules {
-	if s := rs.w.Current(); s != nil {
+	if s := rs.current(); s != nil {
 		return s
 	}
 	return nil
 }
 
-func (rs *ruleSet) reload() descriptors.ReloadResult { return rs.w.Reload() }
+// reload reads the rule files again; rules from an xDS server change only
+// when the server sends a version.
+func (rs *ruleSet) reload() descriptors.ReloadResult {
+	if rs.x != nil {
+		return rs.last()
+	}
+	return rs.w.Reload()
+}
 
-func (rs *ruleSet) lastResult() reloadDoc { return newReloadDoc(rs.w.Last()) }
+func (rs *ruleSet) last() descriptors.ReloadResult {
+	if rs.x != nil {
+		if l := rs.x.last.Load(); l != nil {
+			return *l
+		}
+		return descriptors.ReloadResult{}
+	}
+	return rs.w.Last()
+}
 
-// watch reloads when the rule files change, until ctx ends.
-func (rs *ruleSet) watch(ctx context.Context) error { return rs.w.Run(ctx) }
+func (rs *ruleSet) lastResult() reloadDoc { return newReloadDoc(rs.last()) }
+
+// watch reloads when the rule files change, until ctx ends (with an xDS
+// source it only waits: the client pushes).
+func (rs *ruleSet) watch(ctx context.Context) error {
+	if rs.x != nil {
+		<-ctx.Done()
+		return nil
+	}
+	return rs.w.Run(ctx)
+}
+
+// stop ends the xDS client, if any, and waits for it.
+func (rs *ruleSet) stop() {
+	if rs != nil && rs.x != nil {
+		rs.x.stop()
+	}
+}
+
+// sourceDoc is the /config description of where the rules come from.
+func (rs *ruleSet) sourceDoc() xdsSourceDoc {
+	if rs.x != nil {
+		return rs.x.doc()
+	}
+	return xdsSourceDoc{Type: SourceFile}
+}
 
 // onReload counts and logs one load attempt.
 func (s *server) onReload(r descriptors.ReloadResult) {
 	s.metrics.reload(r.OK)
 	if r.OK {
-		s.log.Info("rules loaded", zap.String("config", s.opts.Config), zap.String("trigger", r.Trigger),
+		s.log.Info("rules loaded", zap.String("config", s.ruleOrigin()), zap.String("trigger", r.Trigger),
 			zap.String("fingerprint", r.Fingerprint), zap.Int("domains", r.Domains), zap.Int("rules", r.Rules))
 		return
 	}
@@ -92,6 +139,15 @@ func (s *server) onReload(r descriptors.ReloadResult) {
 	if msg := limitMessage(r.Err); msg != "" {
 		errField = zap.String("error", msg)
 	}
-	s.log.Error("rules not reloaded; keeping the previous rules", zap.String("config", s.opts.Config),
+	s.log.Error("rules not reloaded; keeping the previous rules", zap.String("config", s.ruleOrigin()),
 		zap.String("trigger", r.Trigger), errField, zap.Strings("problems", problems))
+}
+
+// ruleOrigin names where the rules come from, for logs: the --config path,
+// or xds:// and the xDS server.
+func (s *server) ruleOrigin() string {
+	if s.opts.ConfigSource == SourceXDS {
+		return "xds://" + s.opts.XDSServer
+	}
+	return s.opts.Config
 }

@@ -120,9 +120,10 @@ func serve(ctx context.Context, o Options, getenv func(string) string, log *zap.
 		defer debug.SetGCPercent(debug.SetGCPercent(p))
 		log.Info("garbage collector target", zap.Int("gc_percent", p), zap.String("from", from))
 	}
-	if err := s.loadRules(getenv, h); err != nil {
+	if err := s.loadRules(ctx, getenv, h); err != nil {
 		return err
 	}
+	defer s.rules.stop()
 
 	tr, stopTracing, err := startTracing(ctx, &o, getenv, log, h.spanExporter)
 	if err != nil {
@@ -207,7 +208,7 @@ func serve(ctx context.Context, o Options, getenv func(string) string, log *zap.
 		zap.String("grpc_addr", grpcLis.Addr().String()),
 		zap.String("admin_addr", adminLis.Addr().String()),
 		zap.String("store", o.Store),
-		zap.String("config", o.Config),
+		zap.String("config", s.ruleOrigin()),
 		zap.String("default_headers", o.DefaultHeaders),
 		zap.String("readiness", o.Readiness))
 	if h.listening != nil {
@@ -230,13 +231,25 @@ func serve(ctx context.Context, o Options, getenv func(string) string, log *zap.
 
 // loadRules reads the HMAC secret and the rules; the first load counts as a
 // successful reload.
-func (s *server) loadRules(getenv func(string) string, h hooks) error {
+func (s *server) loadRules(ctx context.Context, getenv func(string) string, h hooks) error {
 	secret, from, err := readSecret(&s.opts, getenv)
 	if err != nil {
 		return err
 	}
 	fm, _ := limiter.ParseFailureMode(s.opts.DefaultFailureMode) // checked by o.check
-	s.rules, err = newRuleSet(s.opts.Config, descriptors.Options{Secret: secret, DefaultFailureMode: fm, Limits: s.opts.ConfigLimits.limits()}, s.onReload)
+	dopts := descriptors.Options{Secret: secret, DefaultFailureMode: fm, Limits: s.opts.ConfigLimits.limits()}
+	if s.opts.ConfigSource == SourceXDS {
+		if from == "random" {
+			s.log.Warn("no HMAC secret given (--hmac-secret-file or " + SecretEnv + "): using a random per-process secret; fine for the memory store, but subjects change on restart")
+		}
+		x, err := s.startXDS(ctx, dopts)
+		if err != nil {
+			return err
+		}
+		s.rules = &ruleSet{x: x}
+		return nil
+	}
+	s.rules, err = newRuleSet(s.opts.Config, dopts, s.onReload)
 	if err != nil {
 		return rulesError(label("config", s.opts.given), err)
 	}

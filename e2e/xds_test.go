@@ -1,0 +1,147 @@
+package e2e_test
+
+import (
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	rlsconf "github.com/envoyproxy/go-control-plane/ratelimit/config/ratelimit/v3"
+
+	"github.com/envoy-rls/envoy-rls/internal/xdstest"
+)
+
+// xdsRules is domain e2e with a per-user limit of n a minute.
+func xdsRules(n uint32) *rlsconf.RateLimitConfig {
+	return &rlsconf.RateLimitConfig{Name: "e2e-rules", Domain: domain, Descriptors: []*rlsconf.RateLimitDescriptor{{
+		Key: "user", RateLimit: &rlsconf.RateLimitPolicy{Unit: rlsconf.RateLimitUnit_MINUTE, RequestsPerUnit: n},
+	}}}
+}
+
+// TestXDSConfigSource runs the binary with --config-source xds against a
+// go-control-plane server over mutual TLS: rules pushed are enforced, a new
+// version under load applies without a failed call, a bad version is
+// refused with its reason while the previous rules stay, and the service
+// keeps serving while the xDS server is down and takes the next version
+// once it is back.
+func TestXDSConfigSource(t *testing.T) {
+	binary(t)
+	certs := xdstest.NewCerts(t)
+	srv := xdstest.Start(t, certs, "e2e-node")
+	srv.Set("v1", xdsRules(2))
+	r := startReplica(t, "replica", replicaConfig{Store: "memory", Args: []string{
+		"--config-source", "xds", "--xds-server", srv.Addr(), "--xds-node-id", "e2e-node",
+		"--xds-tls-ca", certs.CA, "--xds-tls-cert", certs.ClientCert, "--xds-tls-key", certs.ClientKey,
+		"--xds-retry-interval", "100ms", "--xds-retry-max-interval", "500ms",
+	}})
+
+	user := unique("u")
+	for i, wantOK := range []bool{true, true, false} {
+		res := r.mustCall(t, entry{"user", user})
+		if res.ok() != wantOK || (!wantOK && !res.over()) {
+			t.Fatalf("v1 call %d: %v", i, res)
+		}
+	}
+
+	// v2 under load: calls run before, during and after the push; every
+	// one answers, and the answers switch from the v1 limit to the v2 one.
+	var (
+		all   tally
+		calls atomic.Int64
+		mu    sync.Mutex
+		seen  = map[uint32]int{}
+	)
+	stopLoad := startLoad(func(stop <-chan struct{}) {
+		load(4, 20_000, stop, func(g, i int) {
+			res := r.call(callTimeout, 1, entry{"user", fmt.Sprintf("load-%d-%d", g, i)})
+			all.add(res)
+			if !res.ok() {
+				all.note("%v", res)
+			}
+			mu.Lock()
+			seen[res.Limit]++
+			mu.Unlock()
+			calls.Add(1)
+			time.Sleep(time.Millisecond) // pacing: a steady load, not a wait for anything
+		})
+	})
+	atLeast := func(n int64) {
+		t.Helper()
+		eventually(t, reloadTimeout, 10*time.Millisecond, fmt.Sprintf("%d load calls", n), func() error {
+			if got := calls.Load(); got < n {
+				return fmt.Errorf("%d load calls", got)
+			}
+			return nil
+		})
+	}
+	atLeast(200)
+	srv.Set("v2", xdsRules(500))
+	_, acked := srv.Await(reloadTimeout, xdstest.Acked("v2"))
+	took := eventually(t, reloadTimeout, 20*time.Millisecond, "current_limit 500", func() error {
+		if got := r.mustCall(t, entry{"user", unique("w")}).Limit; got != 500 {
+			return fmt.Errorf("current_limit %d", got)
+		}
+		return nil
+	})
+	atLeast(calls.Load() + 200)
+	stopLoad()
+	mu.Lock()
+	before, after := seen[2], seen[500]
+	mu.Unlock()
+	t.Logf("v2 in force %v after it was acknowledged; load %s; answers with limit 2: %d, 500: %d", took, all.String(), before, after)
+	if before == 0 || after == 0 {
+		t.Errorf("the load saw %d answers under v1 and %d under v2; want both", before, after)
+	}
+	if !acked {
+		t.Fatalf("v2 not acknowledged: %+v", srv.Requests())
+	}
+	if all.failed() != 0 {
+		t.Fatalf("calls failed while v2 was applied: %s", all.String())
+	}
+
+	// A bad version: refused with the reason; v2 still answers.
+	bad := xdsRules(5)
+	bad.Descriptors[0].Key = ""
+	srv.Set("v3", bad)
+	q, ok := srv.Await(reloadTimeout, xdstest.Nacked("v2"))
+	if !ok || !strings.Contains(q.ErrorDetail, "key") {
+		t.Fatalf("v3 not refused with its reason: %+v", q)
+	}
+	if got := r.mustCall(t, entry{"user", unique("b")}).Limit; got != 500 {
+		t.Fatalf("limit after the refused v3: %d, want 500", got)
+	}
+	doc, body := readConfig(t, r)
+	if doc.LastReload.OK || !strings.Contains(body, `"version": "v2"`) || !strings.Contains(body, `"type": "xds"`) {
+		t.Fatalf("/config after the refused v3:\n%s", body)
+	}
+
+	// The xDS server goes down: the service answers with v2; when the
+	// server is back with v4, v4 applies.
+	srv.Stop()
+	eventually(t, reloadTimeout, 20*time.Millisecond, "xds_connected 0", func() error {
+		if v := r.metric("envoy_rls_xds_connected"); v != 0 {
+			return fmt.Errorf("envoy_rls_xds_connected %v", v)
+		}
+		return nil
+	})
+	if got := r.mustCall(t, entry{"user", unique("d")}).Limit; got != 500 {
+		t.Fatalf("limit with the xDS server down: %d, want 500", got)
+	}
+	if code, _ := r.mustAdmin("/readyz"); code != 200 {
+		t.Fatalf("/readyz %d with the xDS server down", code)
+	}
+	srv.Set("v4", xdsRules(9))
+	srv.Restart()
+	took = eventually(t, reloadTimeout, 20*time.Millisecond, "current_limit 9", func() error {
+		if got := r.mustCall(t, entry{"user", unique("r")}).Limit; got != 9 {
+			return fmt.Errorf("current_limit %d", got)
+		}
+		return nil
+	})
+	t.Logf("v4 in force %v after the server came back", took)
+	if v := r.metric(`envoy_rls_xds_updates_total{result="nack"}`); v != 1 {
+		t.Errorf(`envoy_rls_xds_updates_total{result="nack"} %v, want 1`, v)
+	}
+}
