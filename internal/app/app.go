@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"strings"
 
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
@@ -53,6 +54,22 @@ const commands = "serve, validate, version or help"
 // it on SIGTERM/SIGINT); getenv reads the environment.
 func Run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
 	return run(ctx, args, getenv, stdout, stderr, hooks{})
+}
+
+// RunAs is Run for a binary started under the name argv0 (os.Args[0]):
+// started as CompatName ("ratelimit", the reference service's binary), it
+// serves with the reference's environment, as `serve --env-compat` with
+// args as serve flags.
+func RunAs(ctx context.Context, argv0 string, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	return Run(ctx, argsAs(argv0, args), getenv, stdout, stderr)
+}
+
+// argsAs is the command line of RunAs.
+func argsAs(argv0 string, args []string) []string {
+	if filepath.Base(argv0) != CompatName {
+		return args
+	}
+	return append([]string{"serve", "--env-compat"}, args...)
 }
 
 // hooks let tests observe a running server.
@@ -201,7 +218,7 @@ func checkSecretSource(o *Options, getenv func(string) string) error {
 		}
 		return nil
 	}
-	if o.Store == "redis" {
+	if o.Store == "redis" && o.HMACSecretRedisKey == "" {
 		return fmt.Errorf("--store redis needs an HMAC secret shared by every replica: set --hmac-secret-file (or %s) or %s", envName("hmac-secret-file"), SecretEnv)
 	}
 	return nil

@@ -107,6 +107,9 @@ type Options struct {
 	// (transport.go).
 	transportOptions
 
+	// Compatibility with the reference service's deployments (compat.go).
+	compatOptions
+
 	// given records, by flag name, the text of each value set on the
 	// command line or from the environment, so errors quote what the user
 	// wrote and where.
@@ -116,7 +119,7 @@ type Options struct {
 func serveFlags(o *Options) *flag.FlagSet {
 	fs := flag.NewFlagSet("envoy-rls serve", flag.ContinueOnError)
 	fs.StringVar(&o.Config, "config", "", "rule file or directory of rule files (required)")
-	fs.StringVar(&o.GRPCAddr, "grpc-addr", DefaultGRPCAddr, "gRPC listen address (RateLimitService, health, reflection)")
+	fs.StringVar(&o.GRPCAddr, "grpc-addr", DefaultGRPCAddr, "gRPC listen address (RateLimitService, health, reflection); unix:PATH listens on a unix socket")
 	fs.StringVar(&o.AdminAddr, "admin-addr", DefaultAdminAddr, "admin HTTP listen address (/healthz, /readyz, /metrics, /config)")
 	fs.StringVar(&o.Store, "store", DefaultStore, "limit store: memory or redis")
 	fs.StringVar(&o.HMACSecretFile, "hmac-secret-file", "", "file holding the HMAC secret that pseudonymizes subjects (else $"+SecretEnv+"; required with --store redis)")
@@ -144,6 +147,7 @@ func serveFlags(o *Options) *flag.FlagSet {
 	fs.BoolVar(&o.Tracing, "tracing", false, "export OpenTelemetry traces by OTLP, configured by the OTEL_* variables (docs/operations.md, Tracing); also on when OTEL_EXPORTER_OTLP_ENDPOINT is set, off when OTEL_SDK_DISABLED=true")
 	fallbackFlags(fs, o)
 	transportFlags(fs, &o.transportOptions)
+	compatFlags(fs, &o.compatOptions)
 	return fs
 }
 
@@ -197,7 +201,7 @@ func (o *Options) check() error {
 	bad := func(name string) {
 		errs = append(errs, fmt.Errorf("%s: must be %s", label(name, o.given), accepts[name]))
 	}
-	if o.Config == "" {
+	if o.Config == "" && o.XDS.ConfigSource != ConfigSourceXDS {
 		errs = append(errs, fmt.Errorf("%s: must be the rule file or directory to serve", label("config", o.given)))
 	}
 	switch o.Store {
@@ -236,6 +240,7 @@ func (o *Options) check() error {
 		bad(name)
 	}
 	errs = append(errs, o.transportOptions.check(o.given))
+	errs = append(errs, o.compatOptions.check(o.given)...)
 	var err error
 	if o.Store == "redis" {
 		err = o.redisCheck()

@@ -125,6 +125,9 @@ func (o *Options) redisConfig() (redis.Config, error) {
 			return c, fmt.Errorf("--redis-password-file: %s is empty", o.RedisPasswordFile)
 		}
 	}
+	if o.RedisPasswordFile == "" && o.redisPassword != "" {
+		c.Password = o.redisPassword // REDIS_AUTH (compat.go)
+	}
 	if o.RedisTLS || o.RedisTLSCA != "" || o.RedisTLSCert != "" || o.RedisTLSKey != "" {
 		tc := &tls.Config{MinVersion: tls.VersionTLS12}
 		if o.RedisTLSCA != "" {

@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/signal"
 	"runtime/debug"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -46,6 +47,9 @@ type server struct {
 
 	// storeState is the store's last known state (/healthz, store_up).
 	storeState *storeState
+	// sharedSecret is the HMAC secret shared through Redis (compat.go),
+	// nil when the secret is configured or per process.
+	sharedSecret []byte
 }
 
 // CheckServeArgs parses the arguments of `envoy-rls serve` (without the
@@ -64,7 +68,7 @@ func serveOptions(args []string, getenv func(string) string, help io.Writer) (Op
 	var o Options
 	fs := serveFlags(&o)
 	var err error
-	o.given, err = parseFlags(fs, args, getenv)
+	o.given, err = parseFlagsWith(fs, args, getenv, compatPresets(&o, getenv))
 	var envErrs envErrors
 	switch {
 	case errors.Is(err, flag.ErrHelp):
@@ -75,6 +79,10 @@ func serveOptions(args []string, getenv func(string) string, help io.Writer) (Op
 	case err != nil && !errors.As(err, &envErrs):
 		// The command line did not parse: the values after the fault are
 		// unknown, so nothing more can be checked.
+		return o, err
+	}
+	var refused refusedError
+	if errors.As(err, &refused) {
 		return o, err
 	}
 	errs := []error{err}
@@ -109,6 +117,9 @@ func serveCommand(ctx context.Context, args []string, getenv func(string) string
 // servers) ends with ctx; the store closes after all of it has returned.
 func serve(ctx context.Context, o Options, getenv func(string) string, log *zap.Logger, h hooks) error {
 	s := &server{opts: o, log: log, reg: prometheus.NewRegistry()}
+	if err := s.startCompat(); err != nil {
+		return err
+	}
 	s.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	if err := announceBuild(log, s.reg); err != nil {
 		return err
@@ -121,6 +132,12 @@ func serve(ctx context.Context, o Options, getenv func(string) string, log *zap.
 		// Process-wide; put back on return for in-process callers (tests).
 		defer debug.SetGCPercent(debug.SetGCPercent(p))
 		log.Info("garbage collector target", zap.Int("gc_percent", p), zap.String("from", from))
+	}
+	if usesSharedSecret(&o, getenv) {
+		if s.sharedSecret, err = s.fetchSharedSecret(ctx); err != nil {
+			return err
+		}
+		log.Warn(msgSharedSecret, zap.String("key", o.HMACSecretRedisKey))
 	}
 	if err := s.loadRules(getenv, h); err != nil {
 		return err
@@ -149,6 +166,9 @@ func serve(ctx context.Context, o Options, getenv func(string) string, log *zap.
 		return err
 	}
 	closeStore = closeFn
+	if s.sharedSecret != nil {
+		s.keepSharedSecret(ctx, &wg, s.sharedSecret)
+	}
 	if err := s.frontStore(store, h); err != nil {
 		return err
 	}
@@ -171,6 +191,10 @@ func serve(ctx context.Context, o Options, getenv func(string) string, log *zap.
 		return err
 	}
 
+	creds, err := o.grpcCredsOption()
+	if err != nil {
+		return err
+	}
 	grpcLis, adminLis, err := s.listen()
 	if err != nil {
 		return err
@@ -193,7 +217,7 @@ func serve(ctx context.Context, o Options, getenv func(string) string, log *zap.
 		defer wg.Done()
 		guard.run(ctx)
 	}()
-	gs := s.grpcServer(svc, guard)
+	gs := s.grpcServer(svc, guard, creds)
 	admin := s.adminServer()
 	errc := startServers(&wg, gs, grpcLis, admin, adminLis)
 	defer s.startReloads(ctx, &wg, h)()
@@ -229,6 +253,9 @@ func (s *server) loadRules(getenv func(string) string, h hooks) error {
 	secret, from, err := readSecret(&s.opts, getenv)
 	if err != nil {
 		return err
+	}
+	if s.sharedSecret != nil {
+		secret, from = s.sharedSecret, "redis"
 	}
 	fm, _ := limiter.ParseFailureMode(s.opts.DefaultFailureMode) // checked by o.check
 	s.rules, err = newRuleSet(s.opts.Config, descriptors.Options{Secret: secret, DefaultFailureMode: fm, Limits: s.opts.ConfigLimits.limits()}, s.onReload)
@@ -267,7 +294,11 @@ func (s *server) frontStore(store limiter.Store, h hooks) error {
 
 // listen opens the gRPC and admin listeners (both or neither).
 func (s *server) listen() (grpcLis, adminLis net.Listener, err error) {
-	grpcLis, err = net.Listen("tcp", s.opts.GRPCAddr)
+	network, addr := "tcp", s.opts.GRPCAddr
+	if p, ok := strings.CutPrefix(addr, "unix:"); ok {
+		network, addr = "unix", p
+	}
+	grpcLis, err = net.Listen(network, addr)
 	if err != nil {
 		return nil, nil, fmt.Errorf("%s: must be an address this process can listen on: %w", label("grpc-addr", s.opts.given), err)
 	}
@@ -281,7 +312,7 @@ func (s *server) listen() (grpcLis, adminLis net.Listener, err error) {
 
 // grpcServer builds the gRPC server with the rate-limit, health and
 // reflection services, and reports it serving.
-func (s *server) grpcServer(svc *rls.Server, guard *receiveGuard) *grpc.Server {
+func (s *server) grpcServer(svc *rls.Server, guard *receiveGuard, creds grpc.ServerOption) *grpc.Server {
 	opts := append(s.opts.grpcServerOptions(guard),
 		// Calls run on reused goroutines (up to this many at once; gRPC
 		// starts a goroutine per call beyond): a fresh goroutine per call
@@ -291,6 +322,9 @@ func (s *server) grpcServer(svc *rls.Server, guard *receiveGuard) *grpc.Server {
 	)
 	if o := s.tracing.serverOption(); o != nil {
 		opts = append(opts, o)
+	}
+	if creds != nil {
+		opts = append(opts, creds)
 	}
 	gs := grpc.NewServer(opts...)
 	svc.Register(gs)
