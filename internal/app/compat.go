@@ -18,6 +18,7 @@ import (
 
 	"github.com/envoy-rls/envoy-rls/pkg/descriptors"
 	"github.com/envoy-rls/envoy-rls/pkg/limiter/redis"
+	"github.com/envoy-rls/envoy-rls/pkg/rls"
 )
 
 // CompatName is the name under which the binary reads the reference
@@ -42,6 +43,8 @@ type compatOptions struct {
 	// HealthcheckRequiresRules makes /healthcheck fail until rules are
 	// loaded.
 	HealthcheckRequiresRules bool
+	// Names of the rate-limit headers (rls.HeaderNames).
+	LimitHeader, RemainingHeader, ResetHeader string
 	grpcTLSOptions
 	XDS    xdsOptions
 	Statsd statsdOptions
@@ -59,6 +62,9 @@ func compatFlags(fs *flag.FlagSet, o *compatOptions) {
 	fs.BoolVar(&o.EnvCompat, "env-compat", false, "also read the environment variables of envoyproxy/ratelimit (docs/migration.md); on when the binary is started as "+CompatName)
 	fs.StringVar(&o.HMACSecretRedisKey, "hmac-secret-redis-key", "", "with --store redis and no HMAC secret given: share one random secret between the replicas under this Redis key (created once with SET NX); see docs/migration.md for the risk")
 	fs.BoolVar(&o.HealthcheckRequiresRules, "healthcheck-requires-rules", false, "GET /healthcheck answers 500 until rules are loaded (it always does while draining)")
+	fs.StringVar(&o.LimitHeader, "limit-header", rls.HeaderLimit, "name of the response header that carries the limit")
+	fs.StringVar(&o.RemainingHeader, "remaining-header", rls.HeaderRemaining, "name of the response header that carries the remaining quota")
+	fs.StringVar(&o.ResetHeader, "reset-header", rls.HeaderReset, "name of the response header that carries the seconds until reset")
 	grpcTLSFlags(fs, &o.grpcTLSOptions)
 	xdsFlags(fs, &o.XDS)
 	statsdFlags(fs, &o.Statsd)
@@ -66,7 +72,23 @@ func compatFlags(fs *flag.FlagSet, o *compatOptions) {
 
 // check returns one error per compatibility value refused.
 func (o *compatOptions) check(given map[string]given) []error {
-	return []error{o.grpcTLSOptions.check(given), o.XDS.check(given), o.Statsd.check(given)}
+	errs := []error{o.grpcTLSOptions.check(given), o.XDS.check(given), o.Statsd.check(given)}
+	names := map[string]string{}
+	for _, h := range []struct{ flag, value string }{{"limit-header", o.LimitHeader}, {"remaining-header", o.RemainingHeader}, {"reset-header", o.ResetHeader}} {
+		switch prev, dup := names[strings.ToLower(h.value)]; {
+		case !rls.ValidHeaderName(h.value):
+			errs = append(errs, fmt.Errorf("%s: must be an HTTP header name (letters, digits and !#$%%&'*+-.^_`|~, at most 128)", label(h.flag, given)))
+		case dup:
+			errs = append(errs, fmt.Errorf("%s: must differ from --%s", label(h.flag, given), prev))
+		}
+		names[strings.ToLower(h.value)] = h.flag
+	}
+	return errs
+}
+
+// headerNames are the rls.HeaderNames of the options.
+func (o *compatOptions) headerNames() rls.HeaderNames {
+	return rls.HeaderNames{Limit: o.LimitHeader, Remaining: o.RemainingHeader, Reset: o.ResetHeader}
 }
 
 // refEnv translates the reference service's environment into flag values.
@@ -575,11 +597,17 @@ func responseHeaders(r *refEnv) {
 	default:
 		r.set("default-headers", "full", "LIMIT_RESPONSE_HEADERS_ENABLED")
 	}
-	for _, h := range []struct{ env, def string }{
-		{"LIMIT_LIMIT_HEADER", refHeaderLimit}, {"LIMIT_REMAINING_HEADER", refHeaderRemain}, {"LIMIT_RESET_HEADER", refHeaderReset},
+	if !on {
+		return // the reference reads the names only with the headers on
+	}
+	for _, h := range []struct{ env, def, flag string }{
+		{"LIMIT_LIMIT_HEADER", refHeaderLimit, "limit-header"}, {"LIMIT_REMAINING_HEADER", refHeaderRemain, "remaining-header"},
+		{"LIMIT_RESET_HEADER", refHeaderReset, "reset-header"},
 	} {
-		if v, ok := r.get(h.env); ok && on && !strings.EqualFold(v, h.def) {
-			r.refuse(h.env, "envoy-rls writes X-RateLimit-Limit, X-RateLimit-Remaining and X-RateLimit-Reset (draft-03 names); other names are not supported")
+		if v, ok := r.get(h.env); ok {
+			r.set(h.flag, v, h.env)
+		} else {
+			r.def(h.flag, h.def, h.env+" unset (the reference's default "+h.def+")")
 		}
 	}
 }

@@ -237,9 +237,15 @@ func TestCompatHonoured(t *testing.T) {
 			}
 			return ""
 		}},
-		{"headers", map[string]string{"LIMIT_RESPONSE_HEADERS_ENABLED": "true", "LIMIT_LIMIT_HEADER": "RateLimit-Limit"}, func(o Options) string {
-			if o.DefaultHeaders != "full" {
-				return o.DefaultHeaders
+		{"headers", map[string]string{"LIMIT_RESPONSE_HEADERS_ENABLED": "true", "LIMIT_REMAINING_HEADER": "X-Left"}, func(o Options) string {
+			if o.DefaultHeaders != "full" || o.LimitHeader != "RateLimit-Limit" || o.RemainingHeader != "X-Left" || o.ResetHeader != "RateLimit-Reset" {
+				return o.DefaultHeaders + " " + o.LimitHeader + " " + o.RemainingHeader + " " + o.ResetHeader
+			}
+			return ""
+		}},
+		{"header names without headers", map[string]string{"LIMIT_LIMIT_HEADER": "X-Limit"}, func(o Options) string {
+			if o.DefaultHeaders != "none" || o.LimitHeader != "X-RateLimit-Limit" {
+				return o.DefaultHeaders + " " + o.LimitHeader
 			}
 			return ""
 		}},
@@ -344,7 +350,8 @@ func TestCompatRefused(t *testing.T) {
 		{map[string]string{"USE_DOG_STATSD": "true"}, `USE_DOG_STATSD="true": envoy-rls sends plain statsd`},
 		{map[string]string{"USE_STATSD": "true", "STATSD_PORT": "0"}, `STATSD_PORT="0": must be a port number between 1 and 65535`},
 		{map[string]string{"USE_STATSD": "true", "EXTRA_TAGS": "novalue"}, `EXTRA_TAGS="novalue": must be key:value pairs`},
-		{map[string]string{"LIMIT_RESPONSE_HEADERS_ENABLED": "true", "LIMIT_REMAINING_HEADER": "X-Left"}, `LIMIT_REMAINING_HEADER="X-Left": envoy-rls writes X-RateLimit-Limit`},
+		{map[string]string{"LIMIT_RESPONSE_HEADERS_ENABLED": "true", "LIMIT_REMAINING_HEADER": "X Left"}, `LIMIT_REMAINING_HEADER="X Left": must be an HTTP header name`},
+		{map[string]string{"LIMIT_RESPONSE_HEADERS_ENABLED": "true", "LIMIT_RESET_HEADER": "ratelimit-limit"}, `LIMIT_RESET_HEADER="ratelimit-limit": must differ from --limit-header`},
 	} {
 		_, err := compatOptions_(t, compatBase(tc.env))
 		if err == nil || !strings.Contains(err.Error(), tc.want) {

@@ -183,6 +183,7 @@ func serve(ctx context.Context, o Options, getenv func(string) string, log *zap.
 		Metrics:        s.metrics.rpc,
 		Logger:         log,
 		DefaultHeaders: headers,
+		HeaderNames:    o.headerNames(),
 		TracerProvider: s.tracing.provider(),
 		Local:          s.localConfig(),
 		Received:       received,

@@ -71,6 +71,9 @@ type Config struct {
 	// DefaultHeaders applies to rules that do not set `headers`.
 	// (Optional, default HeadersFull)
 	DefaultHeaders descriptors.HeaderMode
+	// HeaderNames names the limit, remaining and reset headers.
+	// (Optional, default HeaderLimit, HeaderRemaining, HeaderReset)
+	HeaderNames HeaderNames
 	// DenialLogTick, DenialLogFirst and DenialLogThereafter sample denial
 	// and store-failure logs: per tick, the first DenialLogFirst lines of a
 	// kind are written, then one in DenialLogThereafter. (Optional,
@@ -103,6 +106,7 @@ type Server struct {
 	sampled        *zap.Logger // sampled: denials, store failures
 	clock          limiter.Clock
 	defaultHeaders descriptors.HeaderMode
+	headerNames    HeaderNames
 	received       func(context.Context)
 	scratch        sync.Pool
 	// deadlines makes the store's contexts (storeContext): one timer per
@@ -139,6 +143,10 @@ func New(cfg Config) (*Server, error) {
 	default:
 		return nil, fmt.Errorf("rls: Config.DefaultHeaders %d is not a header mode", cfg.DefaultHeaders)
 	}
+	names, err := cfg.HeaderNames.withDefaults()
+	if err != nil {
+		return nil, err
+	}
 	if cfg.DenialLogTick <= 0 {
 		cfg.DenialLogTick = DefaultDenialLogTick
 	}
@@ -159,11 +167,11 @@ func New(cfg Config) (*Server, error) {
 		})),
 		clock:          cfg.Clock,
 		defaultHeaders: cfg.DefaultHeaders,
+		headerNames:    names,
 		received:       cfg.Received,
 		deadlines:      deadline.New(0),
 		tracer:         tracer(cfg.TracerProvider),
 	}
-	var err error
 	if s.local, err = newLocalFallback(cfg.Local, cfg.Clock, log); err != nil {
 		return nil, err
 	}
