@@ -196,7 +196,7 @@ func TestRatelimitEntryPointRefusals(t *testing.T) {
 	}{
 		{[]string{"BACKEND_TYPE=memcache", "MEMCACHE_HOST_PORT=127.0.0.1:11211"}, `envoy-rls: BACKEND_TYPE="memcache": envoy-rls has no memcache backend; use redis (BACKEND_TYPE=redis with REDIS_URL)`},
 		{[]string{"REDIS_SOCKET_TYPE=unix", "REDIS_URL=/var/run/nutcracker/ratelimit.sock"}, `envoy-rls: REDIS_SOCKET_TYPE="unix": envoy-rls connects to Redis over tcp only: set REDIS_SOCKET_TYPE=tcp and REDIS_URL=host:port`},
-		{[]string{"REDIS_SOCKET_TYPE=tcp", "REDIS_URL=127.0.0.1:6379", "SHADOW_MODE=true"}, `envoy-rls: SHADOW_MODE="true": envoy-rls has no global shadow mode`},
+		{[]string{"REDIS_SOCKET_TYPE=tcp", "REDIS_URL=127.0.0.1:6379", "LOG_LEVEL=loud"}, `envoy-rls: LOG_LEVEL="loud": must be trace, debug, info, warn, warning, error, fatal or panic (any case)`},
 	} {
 		cmd := exec.Command(link)
 		for _, kv := range os.Environ() {

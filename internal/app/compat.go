@@ -43,6 +43,8 @@ type compatOptions struct {
 	// HealthcheckRequiresRules makes /healthcheck fail until rules are
 	// loaded.
 	HealthcheckRequiresRules bool
+	// ShadowAll puts every rule in shadow mode.
+	ShadowAll bool
 	// Names of the rate-limit headers (rls.HeaderNames).
 	LimitHeader, RemainingHeader, ResetHeader string
 	grpcTLSOptions
@@ -62,6 +64,7 @@ func compatFlags(fs *flag.FlagSet, o *compatOptions) {
 	fs.BoolVar(&o.EnvCompat, "env-compat", false, "also read the environment variables of envoyproxy/ratelimit (docs/migration.md); on when the binary is started as "+CompatName)
 	fs.StringVar(&o.HMACSecretRedisKey, "hmac-secret-redis-key", "", "with --store redis and no HMAC secret given: share one random secret between the replicas under this Redis key (created once with SET NX); see docs/migration.md for the risk")
 	fs.BoolVar(&o.HealthcheckRequiresRules, "healthcheck-requires-rules", false, "GET /healthcheck answers 500 until rules are loaded (it always does while draining)")
+	fs.BoolVar(&o.ShadowAll, "shadow-mode", false, "every rule in shadow mode, as if each set shadow_mode: true: counted, logged and reported, never denying")
 	fs.StringVar(&o.LimitHeader, "limit-header", rls.HeaderLimit, "name of the response header that carries the limit")
 	fs.StringVar(&o.RemainingHeader, "remaining-header", rls.HeaderRemaining, "name of the response header that carries the remaining quota")
 	fs.StringVar(&o.ResetHeader, "reset-header", rls.HeaderReset, "name of the response header that carries the seconds until reset")
@@ -332,7 +335,7 @@ var refRules = []refRule{
 	}},
 	{[]string{"SHADOW_MODE"}, func(r *refEnv) {
 		if r.boolean("SHADOW_MODE", false) {
-			r.refuse("SHADOW_MODE", "envoy-rls has no global shadow mode: set shadow_mode: true on the rules to observe instead of enforcing")
+			r.set("shadow-mode", "true", "SHADOW_MODE")
 		}
 	}},
 	{[]string{"USE_STATSD", "STATSD_HOST", "STATSD_PORT", "EXTRA_TAGS", "DISABLE_STATS", "STATS_FLUSH_INTERVAL", "NEAR_LIMIT_RATIO",

@@ -249,6 +249,12 @@ func TestCompatHonoured(t *testing.T) {
 			}
 			return ""
 		}},
+		{"global shadow mode", map[string]string{"SHADOW_MODE": "true"}, func(o Options) string {
+			if !o.ShadowAll {
+				return "off"
+			}
+			return ""
+		}},
 		{"healthcheck needs rules", map[string]string{"HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED": "true"}, func(o Options) string {
 			if !o.HealthcheckRequiresRules {
 				return "off"
@@ -346,7 +352,6 @@ func TestCompatRefused(t *testing.T) {
 		{map[string]string{"REDIS_PERSECOND": "true", "REDIS_PERSECOND_URL": "p:6379"}, `REDIS_PERSECOND="true": envoy-rls keeps every limit in one Redis deployment`},
 		{map[string]string{"LOCAL_CACHE_SIZE_IN_BYTES": "-1"}, `LOCAL_CACHE_SIZE_IN_BYTES="-1": must be a size in bytes`},
 		{map[string]string{"NEAR_LIMIT_RATIO": "2"}, `NEAR_LIMIT_RATIO="2": must be a number above 0 and at most 1`},
-		{map[string]string{"SHADOW_MODE": "true"}, `SHADOW_MODE="true": envoy-rls has no global shadow mode`},
 		{map[string]string{"USE_DOG_STATSD": "true"}, `USE_DOG_STATSD="true": envoy-rls sends plain statsd`},
 		{map[string]string{"USE_STATSD": "true", "STATSD_PORT": "0"}, `STATSD_PORT="0": must be a port number between 1 and 65535`},
 		{map[string]string{"USE_STATSD": "true", "EXTRA_TAGS": "novalue"}, `EXTRA_TAGS="novalue": must be key:value pairs`},

@@ -212,3 +212,18 @@ func TestHealthcheck(t *testing.T) {
 		t.Fatalf("in-flight call: %v", err)
 	}
 }
+
+// TestShadowModeFlag: with --shadow-mode no rule denies; the denials are
+// counted as shadow_over_limit.
+func TestShadowModeFlag(t *testing.T) {
+	rules := writeRules(t, t.TempDir(), testRules) // 2 a minute
+	r := startServe(t, []string{"--config", rules, "--shadow-mode"}, nil, hooks{})
+	for i := range 3 {
+		if resp := r.check(t, "alice"); resp.OverallCode != rlsv3.RateLimitResponse_OK {
+			t.Fatalf("call %d: %v, want OK in shadow mode", i+1, resp.OverallCode)
+		}
+	}
+	if _, body := r.get(t, "/metrics"); !strings.Contains(body, `result="shadow_over_limit"} 1`) {
+		t.Errorf("no shadow_over_limit decision counted:\n%s", body)
+	}
+}

@@ -259,7 +259,7 @@ func (s *server) loadRules(getenv func(string) string, h hooks) error {
 		secret, from = s.sharedSecret, "redis"
 	}
 	fm, _ := limiter.ParseFailureMode(s.opts.DefaultFailureMode) // checked by o.check
-	s.rules, err = newRuleSet(s.opts.Config, descriptors.Options{Secret: secret, DefaultFailureMode: fm, Limits: s.opts.ConfigLimits.limits()}, s.onReload)
+	s.rules, err = newRuleSet(s.opts.Config, descriptors.Options{Secret: secret, DefaultFailureMode: fm, Limits: s.opts.ConfigLimits.limits(), ShadowAll: s.opts.ShadowAll}, s.onReload)
 	if err != nil {
 		return rulesError(label("config", s.opts.given), err)
 	}
