@@ -195,7 +195,7 @@ func TestRatelimitEntryPointRefusals(t *testing.T) {
 		want string
 	}{
 		{[]string{"BACKEND_TYPE=memcache", "MEMCACHE_HOST_PORT=127.0.0.1:11211"}, `envoy-rls: BACKEND_TYPE="memcache": envoy-rls has no memcache backend; use redis (BACKEND_TYPE=redis with REDIS_URL)`},
-		{[]string{"REDIS_SOCKET_TYPE=unix", "REDIS_URL=/var/run/nutcracker/ratelimit.sock"}, `envoy-rls: REDIS_SOCKET_TYPE="unix": envoy-rls connects to Redis over tcp only: set REDIS_SOCKET_TYPE=tcp and REDIS_URL=host:port`},
+		{[]string{"REDIS_SOCKET_TYPE=unix", "REDIS_URL=redis:6379"}, `envoy-rls: REDIS_URL="redis:6379": REDIS_SOCKET_TYPE=unix takes the absolute path of the socket`},
 		{[]string{"REDIS_SOCKET_TYPE=tcp", "REDIS_URL=127.0.0.1:6379", "LOG_LEVEL=loud"}, `envoy-rls: LOG_LEVEL="loud": must be trace, debug, info, warn, warning, error, fatal or panic (any case)`},
 	} {
 		cmd := exec.Command(link)
@@ -226,6 +226,30 @@ func TestRatelimitEntryPointRefusals(t *testing.T) {
 		}
 		if got := strings.TrimSpace(stderr.String()); !strings.HasPrefix(got, tc.want) || strings.Count(got, "\n") != 0 {
 			t.Errorf("%v: stderr\n%s\nwant the one line\n%s", tc.env, got, tc.want)
+		}
+	}
+}
+
+// TestRatelimitEntryPointUnixSocket: the reference's default way to reach
+// Redis, a Unix socket (REDIS_SOCKET_TYPE=unix).
+func TestRatelimitEntryPointUnixSocket(t *testing.T) {
+	binary(t)
+	sock := filepath.Join(t.TempDir(), "redis.sock")
+	redistest.Standalone(t, redistest.Local(), redistest.WithArgs("--unixsocket", sock, "--unixsocketperm", "700"))
+	root := t.TempDir()
+	dir := filepath.Join(root, "config")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	writeFile(t, dir, "rules.yaml", compatRules)
+	r := startReplica(t, "ratelimit-unix", replicaConfig{Compat: true, Env: []string{
+		"RUNTIME_ROOT=" + root, "LOG_LEVEL=info", "USE_STATSD=false", "REDIS_SOCKET_TYPE=unix", "REDIS_URL=" + sock,
+		"HOST=127.0.0.1", "PORT=0", "GRPC_HOST=127.0.0.1", "GRPC_PORT=0",
+	}})
+	user := entry{"user", unique("u")}
+	for i := range 4 {
+		if res := r.mustCall(t, user); res.ok() != (i < 3) {
+			t.Fatalf("call %d: %v, want ok=%v", i+1, res, i < 3)
 		}
 	}
 }

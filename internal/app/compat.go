@@ -512,7 +512,16 @@ func redisAddress(r *refEnv) {
 	switch strings.ToLower(socket) {
 	case "tcp":
 	case "unix":
-		r.refuse("REDIS_SOCKET_TYPE", "envoy-rls connects to Redis over tcp only: set REDIS_SOCKET_TYPE=tcp and REDIS_URL=host:port")
+		if typ, _ := r.get("REDIS_TYPE"); typ != "" && !strings.EqualFold(typ, "single") {
+			r.refuse("REDIS_TYPE", "a Unix socket (REDIS_SOCKET_TYPE=unix) reaches one server: REDIS_TYPE must be SINGLE")
+			return
+		}
+		if !strings.HasPrefix(url, "/") {
+			r.refuse("REDIS_URL", "REDIS_SOCKET_TYPE=unix takes the absolute path of the socket")
+			return
+		}
+		r.set("redis-mode", "standalone", "REDIS_SOCKET_TYPE")
+		r.set("redis-addr", url, "REDIS_URL")
 		return
 	default:
 		r.refuse("REDIS_SOCKET_TYPE", "must be tcp or unix")

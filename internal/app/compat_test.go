@@ -170,6 +170,18 @@ func TestCompatHonoured(t *testing.T) {
 			}
 			return ""
 		}},
+		{"unix socket", map[string]string{"REDIS_SOCKET_TYPE": "unix", "REDIS_URL": "/var/run/nutcracker/ratelimit.sock"}, func(o Options) string {
+			if o.RedisMode != "standalone" || o.RedisAddr != "/var/run/nutcracker/ratelimit.sock" {
+				return o.RedisMode + " " + o.RedisAddr
+			}
+			return ""
+		}},
+		{"socket path without socket type", map[string]string{"REDIS_SOCKET_TYPE": "", "REDIS_URL": "/run/r.sock"}, func(o Options) string {
+			if o.RedisAddr != "/run/r.sock" {
+				return o.RedisAddr
+			}
+			return ""
+		}},
 		{"url without socket type", map[string]string{"REDIS_SOCKET_TYPE": "", "REDIS_URL": "redis.redis.svc:6379"}, func(o Options) string {
 			if o.RedisAddr != "redis.redis.svc:6379" {
 				return o.RedisAddr
@@ -339,8 +351,8 @@ func TestCompatRefused(t *testing.T) {
 		{map[string]string{"CONFIG_TYPE": "GRPC_XDS_SOTW", "CONFIG_GRPC_XDS_SERVER_URL": "nohost"}, `CONFIG_GRPC_XDS_SERVER_URL="nohost": must be the xDS server's host:port`},
 		{map[string]string{"CONFIG_TYPE": "GRPC_XDS_SOTW", "CONFIG_GRPC_XDS_NODE_METADATA": "novalue"}, `CONFIG_GRPC_XDS_NODE_METADATA="novalue": must be key:value pairs`},
 		{map[string]string{"CONFIG_TYPE": "GRPC_XDS_SOTW", "CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS": "x-a"}, `CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS="x-a": must be`},
-		{map[string]string{"REDIS_SOCKET_TYPE": "unix", "REDIS_URL": "/var/run/nutcracker/ratelimit.sock"}, `REDIS_SOCKET_TYPE="unix": envoy-rls connects to Redis over tcp only`},
-		{map[string]string{"REDIS_SOCKET_TYPE": "", "REDIS_URL": "/var/run/nutcracker/ratelimit.sock"}, `REDIS_SOCKET_TYPE is not set: envoy-rls connects to Redis over tcp only`},
+		{map[string]string{"REDIS_SOCKET_TYPE": "unix", "REDIS_URL": "redis:6379"}, `REDIS_URL="redis:6379": REDIS_SOCKET_TYPE=unix takes the absolute path of the socket`},
+		{map[string]string{"REDIS_SOCKET_TYPE": "unix", "REDIS_TYPE": "cluster", "REDIS_URL": "/run/r.sock"}, `REDIS_TYPE="cluster": a Unix socket (REDIS_SOCKET_TYPE=unix) reaches one server`},
 		{map[string]string{"REDIS_SOCKET_TYPE": "udp"}, `REDIS_SOCKET_TYPE="udp": must be tcp or unix`},
 		{map[string]string{"REDIS_URL": ""}, `REDIS_URL is not set: envoy-rls needs the Redis address`},
 		{map[string]string{"REDIS_URL": "a:1,b:2"}, `REDIS_URL="a:1,b:2": REDIS_TYPE=SINGLE takes one host:port`},

@@ -132,7 +132,7 @@ func serveFlags(o *Options) *flag.FlagSet {
 	fs.IntVar(&o.GCPercent, "gc-percent", DefaultGCPercent, "garbage collector target, as GOGC: 0 = automatic (200 with --store redis unless GOGC is set, else the Go runtime's), or 10–10000")
 	fs.BoolVar(&o.Pprof, "pprof", false, "serve net/http/pprof profiles under /debug/pprof/ on the admin address (CPU and heap profiles of live traffic; off by default)")
 	addRuleLimitFlags(fs, &o.ConfigLimits)
-	fs.StringVar(&o.RedisAddr, "redis-addr", "", "Redis address(es), comma-separated (sentinels in sentinel mode, seeds in cluster mode)")
+	fs.StringVar(&o.RedisAddr, "redis-addr", "", "Redis address(es), comma-separated (sentinels in sentinel mode, seeds in cluster mode), or the absolute path of a standalone server's Unix socket")
 	fs.StringVar(&o.RedisMode, "redis-mode", DefaultRedisMode, "Redis deployment: auto (asks the server), standalone, sentinel or cluster")
 	fs.StringVar(&o.RedisSentinelMaster, "redis-sentinel-master", "", "Redis Sentinel master name (sentinel mode)")
 	fs.StringVar(&o.RedisUsername, "redis-username", "", "Redis ACL user name")
