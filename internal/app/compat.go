@@ -475,7 +475,7 @@ func backend(r *refEnv) {
 			}
 		}
 		if r.boolean("REDIS_TLS_SKIP_HOSTNAME_VERIFICATION", false) {
-			r.refuse("REDIS_TLS_SKIP_HOSTNAME_VERIFICATION", "envoy-rls always verifies the Redis server's certificate and name: give the server a certificate for the name in REDIS_URL (REDIS_TLS_CACERT names its CA)")
+			r.set("redis-tls-skip-hostname-verification", "true", "REDIS_TLS_SKIP_HOSTNAME_VERIFICATION")
 		}
 	}
 	if _, ok := r.get("REDIS_POOL_SIZE"); ok {

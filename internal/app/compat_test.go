@@ -206,6 +206,12 @@ func TestCompatHonoured(t *testing.T) {
 			}
 			return ""
 		}},
+		{"redis TLS without the name check", map[string]string{"REDIS_TLS": "true", "REDIS_TLS_SKIP_HOSTNAME_VERIFICATION": "true"}, func(o Options) string {
+			if !o.RedisTLS || !o.RedisTLSSkipHostname {
+				return "name checked"
+			}
+			return ""
+		}},
 		{"store readiness", map[string]string{"REDIS_HEALTH_CHECK_ACTIVE_CONNECTION": "true"}, func(o Options) string {
 			if o.Readiness != ReadinessStore {
 				return o.Readiness
@@ -359,7 +365,6 @@ func TestCompatRefused(t *testing.T) {
 		{map[string]string{"REDIS_URL": "nohostport"}, `REDIS_URL="nohostport": must be host:port`},
 		{map[string]string{"REDIS_TYPE": "sentinel", "REDIS_URL": "s1:26379"}, `REDIS_URL="s1:26379": REDIS_TYPE=SENTINEL takes the master name`},
 		{map[string]string{"REDIS_TYPE": "ring"}, `REDIS_TYPE="ring": must be SINGLE, SENTINEL or CLUSTER`},
-		{map[string]string{"REDIS_TLS": "true", "REDIS_TLS_SKIP_HOSTNAME_VERIFICATION": "true"}, `REDIS_TLS_SKIP_HOSTNAME_VERIFICATION="true": envoy-rls always verifies`},
 		{map[string]string{"REDIS_TLS": "true", "REDIS_TLS_CLIENT_CERT": "/c/r.crt"}, `--redis-tls-key (or ENVOY_RLS_REDIS_TLS_KEY) is not set: must be given together with --redis-tls-cert`},
 		{map[string]string{"REDIS_PERSECOND": "true", "REDIS_PERSECOND_URL": "p:6379"}, `REDIS_PERSECOND="true": envoy-rls keeps every limit in one Redis deployment`},
 		{map[string]string{"LOCAL_CACHE_SIZE_IN_BYTES": "-1"}, `LOCAL_CACHE_SIZE_IN_BYTES="-1": must be a size in bytes`},

@@ -94,6 +94,9 @@ type Options struct {
 	RedisTLSCA          string
 	RedisTLSCert        string
 	RedisTLSKey         string
+	// RedisTLSSkipHostname verifies the server's certificate chain but not
+	// the name in it.
+	RedisTLSSkipHostname bool
 	RedisTimeout        time.Duration
 	RedisPoolSize       int
 	RedisMaxFlushDelay  time.Duration
@@ -141,6 +144,7 @@ func serveFlags(o *Options) *flag.FlagSet {
 	fs.StringVar(&o.RedisTLSCA, "redis-tls-ca", "", "PEM CA bundle that verifies the Redis server (default: system roots)")
 	fs.StringVar(&o.RedisTLSCert, "redis-tls-cert", "", "PEM client certificate for Redis mutual TLS")
 	fs.StringVar(&o.RedisTLSKey, "redis-tls-key", "", "PEM client key for Redis mutual TLS")
+	fs.BoolVar(&o.RedisTLSSkipHostname, "redis-tls-skip-hostname-verification", false, "verify the Redis server's certificate against the CA but not the name in it (for servers reached by an address their certificate does not name)")
 	fs.DurationVar(&o.RedisTimeout, "redis-timeout", DefaultRedisTimeout, fmt.Sprintf("upper bound of one Redis round trip, 1ms–%v (the gRPC deadline may cut it shorter)", redis.MaxTimeout))
 	fs.IntVar(&o.RedisPoolSize, "redis-pool-size", DefaultRedisPoolSize, fmt.Sprintf("pipelined Redis connections per node, 1–%d", redis.MaxPoolSize))
 	fs.DurationVar(&o.RedisMaxFlushDelay, "redis-max-flush-delay", DefaultRedisFlushDelay, "how long a Redis connection may wait to gather pipelined commands into one write (0: flush at once; at most 1ms)")
