@@ -97,9 +97,9 @@ type Options struct {
 	// RedisTLSSkipHostname verifies the server's certificate chain but not
 	// the name in it.
 	RedisTLSSkipHostname bool
-	RedisTimeout        time.Duration
-	RedisPoolSize       int
-	RedisMaxFlushDelay  time.Duration
+	RedisTimeout         time.Duration
+	RedisPoolSize        int
+	RedisMaxFlushDelay   time.Duration
 
 	// Readiness and the local fallback (fallbackflags.go).
 	Readiness               string
