@@ -94,12 +94,13 @@ type Options struct {
 	RedisTLSCA          string
 	RedisTLSCert        string
 	RedisTLSKey         string
+	RedisTimeout        time.Duration
+	RedisPoolSize       int
+	RedisMaxFlushDelay  time.Duration
+
 	// RedisTLSSkipHostname verifies the server's certificate chain but not
 	// the name in it.
 	RedisTLSSkipHostname bool
-	RedisTimeout         time.Duration
-	RedisPoolSize        int
-	RedisMaxFlushDelay   time.Duration
 
 	// Readiness and the local fallback (fallbackflags.go).
 	Readiness               string
