@@ -42,6 +42,10 @@ ENVOY_RLS_GRPC_ADDR=:9081 for --grpc-addr. A flag on the command line wins
 over its variable; an empty variable counts as unset. The HMAC secret
 itself can be given as ENVOY_RLS_HMAC_SECRET.
 
+Started as ratelimit (a link to this binary, /bin/ratelimit in the image),
+or with "serve --env-compat", it serves with the environment variables of
+envoyproxy/ratelimit (docs/migration.md).
+
 "envoy-rls serve --help" lists the serve flags, their variables and
 defaults. A bad value stops the binary at start with one line naming the
 flag or variable, the value and what it accepts, and exit status 1.

@@ -459,11 +459,16 @@ func backend(r *refEnv) {
 		return
 	}
 	redisAddress(r)
-	if user, pass, ok := strings.Cut(r.getenv("REDIS_AUTH"), ":"); ok {
-		r.set("redis-username", user, "REDIS_AUTH")
-		r.o.redisPassword = pass
-	} else if v := r.getenv("REDIS_AUTH"); v != "" {
-		r.o.redisPassword = v
+	if auth := r.getenv("REDIS_AUTH"); auth != "" {
+		// It replaces ENVOY_RLS_REDIS_PASSWORD_FILE (a command-line
+		// --redis-password-file still wins).
+		r.set("redis-password-file", "", "REDIS_AUTH")
+		if user, pass, ok := strings.Cut(auth, ":"); ok {
+			r.set("redis-username", user, "REDIS_AUTH")
+			r.o.redisPassword = pass
+		} else {
+			r.o.redisPassword = auth
+		}
 	}
 	if r.boolean("REDIS_TLS", false) {
 		r.set("redis-tls", "true", "REDIS_TLS")

@@ -194,8 +194,8 @@ func TestCompatHonoured(t *testing.T) {
 			}
 			return ""
 		}},
-		{"auth password", map[string]string{"REDIS_AUTH": "s3cret"}, func(o Options) string {
-			if o.RedisUsername != "" || o.redisPassword != "s3cret" {
+		{"auth password", map[string]string{"REDIS_AUTH": "s3cret", "ENVOY_RLS_REDIS_PASSWORD_FILE": "/p"}, func(o Options) string {
+			if o.RedisUsername != "" || o.redisPassword != "s3cret" || o.RedisPasswordFile != "" {
 				return o.RedisUsername
 			}
 			return ""
