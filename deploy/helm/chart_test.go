@@ -293,6 +293,12 @@ func TestRender(t *testing.T) {
 			replicas:       3,
 		},
 		{
+			name:     "shadow mode",
+			args:     []string{"--set", "shadowMode=true"},
+			wantArgs: []string{"--shadow-mode=true"},
+			replicas: 1,
+		},
+		{
 			name: "gRPC mutual TLS",
 			args: []string{
 				"--set", "grpc.tls.existingSecret=rls-tls", "--set", "grpc.tls.clientCA.existingSecret=envoy-ca",
