@@ -13,6 +13,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"time"
 
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.uber.org/zap"
@@ -89,6 +90,8 @@ type hooks struct {
 	// spanExporter replaces the OTLP exporter when tracing is on; spans
 	// are exported as they end.
 	spanExporter sdktrace.SpanExporter
+	// secretRecheck, when positive, replaces sharedSecretRecheck.
+	secretRecheck time.Duration
 }
 
 func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer, h hooks) error {

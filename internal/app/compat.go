@@ -740,7 +740,7 @@ func (s *server) fetchSharedSecret(ctx context.Context) ([]byte, error) {
 // lost it, so that a replica starting later gets the same one; it logs an
 // error if the key holds another secret (the replicas then disagree and
 // each keeps its own count until restarted).
-func (s *server) keepSharedSecret(ctx context.Context, wg *sync.WaitGroup, secret []byte) {
+func (s *server) keepSharedSecret(ctx context.Context, wg *sync.WaitGroup, secret []byte, period time.Duration) {
 	cfg, err := s.opts.redisConfig()
 	if err != nil {
 		return // checked at start
@@ -748,7 +748,7 @@ func (s *server) keepSharedSecret(ctx context.Context, wg *sync.WaitGroup, secre
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		every(ctx, sharedSecretRecheck, func(time.Time) {
+		every(ctx, period, func(time.Time) {
 			actx, cancel := context.WithTimeout(ctx, sharedSecretTimeout)
 			defer cancel()
 			got, err := redis.SharedSecret(actx, cfg, s.opts.HMACSecretRedisKey, secret)

@@ -167,7 +167,11 @@ func serve(ctx context.Context, o Options, getenv func(string) string, log *zap.
 	}
 	closeStore = closeFn
 	if s.sharedSecret != nil {
-		s.keepSharedSecret(ctx, &wg, s.sharedSecret)
+		recheck := sharedSecretRecheck
+		if h.secretRecheck > 0 {
+			recheck = h.secretRecheck
+		}
+		s.keepSharedSecret(ctx, &wg, s.sharedSecret, recheck)
 	}
 	if err := s.frontStore(store, h); err != nil {
 		return err
