@@ -37,6 +37,10 @@ RUN --mount=type=cache,target=/go/pkg/mod \
 FROM gcr.io/distroless/static-debian12:nonroot
 COPY --from=build /out/envoy-rls /usr/local/bin/envoy-rls
 COPY --from=build /out/healthcheck /usr/local/bin/healthcheck
+# /bin/ratelimit, a link to the binary: the reference service's entry point,
+# under which envoy-rls reads the reference's environment (docs/migration.md).
+# A directory is copied so that the link stays a link.
+COPY deploy/image/bin/ /bin/
 COPY --from=build /out/LICENSE /out/THIRD_PARTY_NOTICES /usr/share/doc/envoy-rls/
 # distroless' nonroot user; numeric, so Kubernetes runAsNonRoot can verify it.
 USER 65532:65532

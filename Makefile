@@ -24,9 +24,10 @@ LDFLAGS   := -X $(BUILDINFO).version=$(VERSION) -X $(BUILDINFO).revision=$(REVIS
 help: ## list targets
 	@grep -hE '^[a-zA-Z0-9_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN{FS=":.*?## "}{printf "  %-12s %s\n", $$1, $$2}'
 
-build: ## build bin/envoy-rls, stamped with git describe, the commit and the date
+build: ## build bin/envoy-rls (and bin/ratelimit, a link: the reference's entry point), stamped with git describe, the commit and the date
 	@mkdir -p $(BIN)
 	$(GO) build -trimpath -ldflags "$(LDFLAGS)" -o $(BIN)/envoy-rls ./cmd/envoy-rls
+	ln -sf envoy-rls $(BIN)/ratelimit
 
 run: build ## serve config/examples on the in-memory store (gRPC :8081, admin :8080)
 	$(BIN)/envoy-rls serve --config $(CONFIG)

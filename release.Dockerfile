@@ -6,6 +6,10 @@ FROM gcr.io/distroless/static-debian12:nonroot
 ARG TARGETPLATFORM
 COPY ${TARGETPLATFORM}/envoy-rls /usr/local/bin/envoy-rls
 COPY ${TARGETPLATFORM}/healthcheck /usr/local/bin/healthcheck
+# /bin/ratelimit, a link to the binary: the reference service's entry point,
+# under which envoy-rls reads the reference's environment (docs/migration.md).
+# A directory is copied so that the link stays a link.
+COPY deploy/image/bin/ /bin/
 COPY LICENSE bin/THIRD_PARTY_NOTICES /usr/share/doc/envoy-rls/
 # distroless' nonroot user; numeric, so Kubernetes runAsNonRoot can verify it.
 USER 65532:65532

@@ -20,6 +20,7 @@ import (
 	"github.com/envoy-rls/envoy-rls/internal/redistest"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 )
 
@@ -54,6 +55,14 @@ type replicaConfig struct {
 	// Unready: return once the replica serves, without waiting for /readyz
 	// 200 (its store is not reachable yet).
 	Unready bool
+	// Compat starts the binary as `ratelimit` (a link made in a temporary
+	// directory) with no arguments: Env alone configures it, as the
+	// reference service's deployments do (the other fields but Unready and
+	// Creds are not used).
+	Compat bool
+	// Creds are the gRPC client's transport credentials (default
+	// plaintext).
+	Creds credentials.TransportCredentials
 }
 
 // replica is one running envoy-rls process and a gRPC client playing Envoy.
@@ -98,6 +107,9 @@ func startReplica(t testing.TB, name string, cfg replicaConfig) *replica {
 		args = append(args, "--hmac-secret-file", cfg.Secret)
 	}
 	args = append(args, cfg.Args...)
+	if cfg.Compat {
+		bin, args = ratelimitLink(t), nil
+	}
 
 	r := &replica{t: t, name: name, done: make(chan struct{})}
 	addrs := make(chan [2]string, 1)
@@ -138,7 +150,7 @@ func startReplica(t testing.TB, name string, cfg replicaConfig) *replica {
 		r.exitErr = r.cmd.Wait()
 		close(r.done)
 	}()
-	t.Logf("e2e: started %s (pid %d): envoy-rls %s", name, r.cmd.Process.Pid, strings.Join(args[1:], " "))
+	t.Logf("e2e: started %s (pid %d): %s", name, r.cmd.Process.Pid, strings.Join(r.cmd.Args, " "))
 	t.Cleanup(r.cleanup)
 
 	deadline := time.NewTimer(startTimeout)
@@ -151,7 +163,11 @@ func startReplica(t testing.TB, name string, cfg replicaConfig) *replica {
 	case <-deadline.C:
 		t.Fatalf("e2e: %s logged no serving line within %v", name, startTimeout)
 	}
-	conn, err := grpc.NewClient("passthrough:///"+r.grpcAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	creds := cfg.Creds
+	if creds == nil {
+		creds = insecure.NewCredentials()
+	}
+	conn, err := grpc.NewClient("passthrough:///"+r.grpcAddr, grpc.WithTransportCredentials(creds))
 	if err != nil {
 		t.Fatalf("e2e: gRPC client for %s: %v", name, err)
 	}

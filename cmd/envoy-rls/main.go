@@ -16,7 +16,7 @@ import (
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
-	err := app.Run(ctx, os.Args[1:], os.Getenv, os.Stdout, os.Stderr)
+	err := app.RunAs(ctx, os.Args[0], os.Args[1:], os.Getenv, os.Stdout, os.Stderr)
 	stop()
 	if err != nil {
 		// ErrFailed has been reported already; anything else is printed

@@ -306,6 +306,23 @@ func TestRender(t *testing.T) {
 			replicas:       3,
 		},
 		{
+			name:     "shadow mode",
+			args:     []string{"--set", "shadowMode=true"},
+			wantArgs: []string{"--shadow-mode=true"},
+			replicas: 1,
+		},
+		{
+			name: "gRPC mutual TLS",
+			args: []string{
+				"--set", "grpc.tls.existingSecret=rls-tls", "--set", "grpc.tls.clientCA.existingSecret=envoy-ca",
+				"--set", "grpc.tls.clientSAN=envoy.gateway",
+			},
+			wantArgs: []string{"--grpc-tls-cert=/etc/envoy-rls/grpc-tls/tls.crt", "--grpc-tls-key=/etc/envoy-rls/grpc-tls/tls.key",
+				"--grpc-tls-client-ca=/etc/envoy-rls/grpc-client-ca/ca.crt", "--grpc-tls-client-san=envoy.gateway"},
+			extraMounts: map[string]string{"grpc-tls": "rls-tls", "grpc-client-ca": "envoy-ca"},
+			replicas:    1,
+		},
+		{
 			name: "redis sentinel with an existing HMAC secret and HPA",
 			args: cat(redisBase, []string{
 				"--set", "redis.mode=sentinel", "--set", "redis.sentinelMaster=mymaster",

@@ -14,7 +14,7 @@ import (
 // readyTimeout bounds the store check of one /readyz request.
 const readyTimeout = time.Second
 
-// adminHandler serves /healthz, /readyz, /metrics and /config, and with
+// adminHandler serves /healthz, /readyz, /healthcheck, /metrics and /config, and with
 // --pprof the net/http/pprof handlers under /debug/pprof/. They are
 // registered on this mux only (never on http.DefaultServeMux: see
 // registerPprof), so that profiles are off unless asked for.
@@ -27,6 +27,19 @@ func (s *server) adminHandler() http.Handler {
 		// Liveness: 200 whatever the store's state, which the second line
 		// reports.
 		writeText(w, http.StatusOK, "ok\n"+s.storeState.describe())
+	})
+	mux.HandleFunc("GET /healthcheck", func(w http.ResponseWriter, _ *http.Request) {
+		// The reference service's probe: 200 OK while serving, 500 once
+		// draining (and, with --healthcheck-requires-rules, before the
+		// first rules are loaded).
+		switch {
+		case s.draining.Load():
+			writeText(w, http.StatusInternalServerError, "draining")
+		case s.opts.HealthcheckRequiresRules && s.rules.current() == nil:
+			writeText(w, http.StatusInternalServerError, "no rules loaded")
+		default:
+			writeText(w, http.StatusOK, "OK")
+		}
 	})
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
 		if reason := s.notReady(r.Context()); reason != "" {

@@ -11,7 +11,9 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"strings"
+	"time"
 
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.uber.org/zap"
@@ -41,6 +43,10 @@ ENVOY_RLS_GRPC_ADDR=:9081 for --grpc-addr. A flag on the command line wins
 over its variable; an empty variable counts as unset. The HMAC secret
 itself can be given as ENVOY_RLS_HMAC_SECRET.
 
+Started as ratelimit (a link to this binary, /bin/ratelimit in the image),
+or with "serve --env-compat", it serves with the environment variables of
+envoyproxy/ratelimit (docs/migration.md).
+
 "envoy-rls serve --help" lists the serve flags, their variables and
 defaults. A bad value stops the binary at start with one line naming the
 flag or variable, the value and what it accepts, and exit status 1.
@@ -53,6 +59,22 @@ const commands = "serve, validate, version or help"
 // it on SIGTERM/SIGINT); getenv reads the environment.
 func Run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
 	return run(ctx, args, getenv, stdout, stderr, hooks{})
+}
+
+// RunAs is Run for a binary started under the name argv0 (os.Args[0]):
+// started as CompatName ("ratelimit", the reference service's binary), it
+// serves with the reference's environment, as `serve --env-compat` with
+// args as serve flags.
+func RunAs(ctx context.Context, argv0 string, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	return Run(ctx, argsAs(argv0, args), getenv, stdout, stderr)
+}
+
+// argsAs is the command line of RunAs.
+func argsAs(argv0 string, args []string) []string {
+	if filepath.Base(argv0) != CompatName {
+		return args
+	}
+	return append([]string{"serve", "--env-compat"}, args...)
 }
 
 // hooks let tests observe a running server.
@@ -68,6 +90,8 @@ type hooks struct {
 	// spanExporter replaces the OTLP exporter when tracing is on; spans
 	// are exported as they end.
 	spanExporter sdktrace.SpanExporter
+	// secretRecheck, when positive, replaces sharedSecretRecheck.
+	secretRecheck time.Duration
 }
 
 func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer, h hooks) error {
@@ -201,7 +225,7 @@ func checkSecretSource(o *Options, getenv func(string) string) error {
 		}
 		return nil
 	}
-	if o.Store == "redis" {
+	if o.Store == "redis" && o.HMACSecretRedisKey == "" {
 		return fmt.Errorf("--store redis needs an HMAC secret shared by every replica: set --hmac-secret-file (or %s) or %s", envName("hmac-secret-file"), SecretEnv)
 	}
 	return nil

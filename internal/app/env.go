@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"maps"
 	"strings"
 )
 
@@ -12,6 +13,10 @@ import (
 type given struct {
 	raw string
 	env bool // from the flag's ENVOY_RLS_* variable
+	// from, when not empty, is how the user wrote the value in another
+	// form: the reference service's variables it was translated from
+	// (compat.go), e.g. `GRPC_PORT="x"`.
+	from string
 }
 
 // envName is the environment variable of a flag.
@@ -26,11 +31,12 @@ type recorded struct {
 	name   string
 	seen   map[string]given
 	env    bool    // the next Set comes from the environment
+	from   string  // the next Set translates these reference variables
 	failed *string // set to the flag's name when Set refuses a value
 }
 
 func (r *recorded) Set(s string) error {
-	r.seen[r.name] = given{raw: s, env: r.env}
+	r.seen[r.name] = given{raw: s, env: r.env, from: r.from}
 	before := r.Value.String()
 	if err := r.Value.Set(s); err != nil {
 		// The flag package's values may change on a failed Set (a
@@ -57,6 +63,8 @@ func label(name string, seen map[string]given) string {
 	switch {
 	case !ok:
 		return fmt.Sprintf("--%s (or %s) is not set", name, envName(name))
+	case g.from != "":
+		return g.from
 	case g.env:
 		return fmt.Sprintf("%s=%q", envName(name), g.raw)
 	}
@@ -70,6 +78,25 @@ func label(name string, seen map[string]given) string {
 // what is accepted; one per variable), and -h/--help is flag.ErrHelp for
 // the caller to answer.
 func parseFlags(fs *flag.FlagSet, args []string, getenv func(string) string) (map[string]given, error) {
+	return parseFlagsWith(fs, args, getenv, nil)
+}
+
+// preset is a flag value that comes from elsewhere than the command line
+// or the flag's own variable: the reference service's environment
+// (compat.go). It wins over the flag's ENVOY_RLS_* variable, unless
+// fallback is set: then it applies only when that variable is unset (the
+// reference's default of a setting the user did not give).
+type preset struct {
+	flag, value string
+	from        string // how the user wrote it, for errors: `PORT="x"`
+	fallback    bool
+}
+
+// parseFlagsWith is parseFlags with presets: after the command line is
+// parsed, presets (when not nil) returns the values to set on the flags the
+// command line did not set (seen holds the command line's values), before the ENVOY_RLS_* variables fill the rest.
+// Its error joins those of the variables that did not parse.
+func parseFlagsWith(fs *flag.FlagSet, args []string, getenv func(string) string, presets func(seen map[string]given) ([]preset, error)) (map[string]given, error) {
 	seen := map[string]given{}
 	var failed string
 	fs.VisitAll(func(f *flag.Flag) {
@@ -90,6 +117,27 @@ func parseFlags(fs *flag.FlagSet, args []string, getenv func(string) string) (ma
 	set := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
 	var errs envErrors
+	if presets != nil {
+		ps, err := presets(seen)
+		if err != nil {
+			errs = append(errs, err)
+		}
+		cmd := maps.Clone(set)
+		for _, p := range ps {
+			f := fs.Lookup(p.flag)
+			if f == nil || cmd[p.flag] || p.fallback && getenv(envName(p.flag)) != "" {
+				continue
+			}
+			set[p.flag] = true
+			r := f.Value.(*recorded)
+			r.from = p.from
+			err := r.Set(p.value)
+			r.from = ""
+			if err != nil {
+				errs = append(errs, fmt.Errorf("%s: must be %s", label(p.flag, seen), acceptsOf(f)))
+			}
+		}
+	}
 	fs.VisitAll(func(f *flag.Flag) {
 		if set[f.Name] {
 			return

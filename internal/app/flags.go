@@ -98,6 +98,10 @@ type Options struct {
 	RedisPoolSize       int
 	RedisMaxFlushDelay  time.Duration
 
+	// RedisTLSSkipHostname verifies the server's certificate chain but not
+	// the name in it.
+	RedisTLSSkipHostname bool
+
 	// Readiness and the local fallback (fallbackflags.go).
 	Readiness               string
 	DefaultFailureMode      string
@@ -111,6 +115,9 @@ type Options struct {
 	// --config-source and the --xds-* flags (xds.go).
 	xdsOptions
 
+	// Compatibility with the reference service's deployments (compat.go).
+	compatOptions
+
 	// given records, by flag name, the text of each value set on the
 	// command line or from the environment, so errors quote what the user
 	// wrote and where.
@@ -120,7 +127,7 @@ type Options struct {
 func serveFlags(o *Options) *flag.FlagSet {
 	fs := flag.NewFlagSet("envoy-rls serve", flag.ContinueOnError)
 	fs.StringVar(&o.Config, "config", "", "rule file or directory of rule files (required)")
-	fs.StringVar(&o.GRPCAddr, "grpc-addr", DefaultGRPCAddr, "gRPC listen address (RateLimitService, health, reflection)")
+	fs.StringVar(&o.GRPCAddr, "grpc-addr", DefaultGRPCAddr, "gRPC listen address (RateLimitService, health, reflection); unix:PATH listens on a unix socket")
 	fs.StringVar(&o.AdminAddr, "admin-addr", DefaultAdminAddr, "admin HTTP listen address (/healthz, /readyz, /metrics, /config)")
 	fs.StringVar(&o.Store, "store", DefaultStore, "limit store: memory or redis")
 	fs.StringVar(&o.HMACSecretFile, "hmac-secret-file", "", "file holding the HMAC secret that pseudonymizes subjects (else $"+SecretEnv+"; required with --store redis)")
@@ -133,7 +140,7 @@ func serveFlags(o *Options) *flag.FlagSet {
 	fs.IntVar(&o.GCPercent, "gc-percent", DefaultGCPercent, "garbage collector target, as GOGC: 0 = automatic (200 with --store redis unless GOGC is set, else the Go runtime's), or 10–10000")
 	fs.BoolVar(&o.Pprof, "pprof", false, "serve net/http/pprof profiles under /debug/pprof/ on the admin address (CPU and heap profiles of live traffic; off by default)")
 	addRuleLimitFlags(fs, &o.ConfigLimits)
-	fs.StringVar(&o.RedisAddr, "redis-addr", "", "Redis address(es), comma-separated (sentinels in sentinel mode, seeds in cluster mode)")
+	fs.StringVar(&o.RedisAddr, "redis-addr", "", "Redis address(es), comma-separated (sentinels in sentinel mode, seeds in cluster mode), or the absolute path of a standalone server's Unix socket")
 	fs.StringVar(&o.RedisMode, "redis-mode", DefaultRedisMode, "Redis deployment: auto (asks the server), standalone, sentinel or cluster")
 	fs.StringVar(&o.RedisSentinelMaster, "redis-sentinel-master", "", "Redis Sentinel master name (sentinel mode)")
 	fs.StringVar(&o.RedisUsername, "redis-username", "", "Redis ACL user name")
@@ -142,6 +149,7 @@ func serveFlags(o *Options) *flag.FlagSet {
 	fs.StringVar(&o.RedisTLSCA, "redis-tls-ca", "", "PEM CA bundle that verifies the Redis server (default: system roots)")
 	fs.StringVar(&o.RedisTLSCert, "redis-tls-cert", "", "PEM client certificate for Redis mutual TLS")
 	fs.StringVar(&o.RedisTLSKey, "redis-tls-key", "", "PEM client key for Redis mutual TLS")
+	fs.BoolVar(&o.RedisTLSSkipHostname, "redis-tls-skip-hostname-verification", false, "verify the Redis server's certificate against the CA but not the name in it (for servers reached by an address their certificate does not name)")
 	fs.DurationVar(&o.RedisTimeout, "redis-timeout", DefaultRedisTimeout, fmt.Sprintf("upper bound of one Redis round trip, 1ms–%v (the gRPC deadline may cut it shorter)", redis.MaxTimeout))
 	fs.IntVar(&o.RedisPoolSize, "redis-pool-size", DefaultRedisPoolSize, fmt.Sprintf("pipelined Redis connections per node, 1–%d", redis.MaxPoolSize))
 	fs.DurationVar(&o.RedisMaxFlushDelay, "redis-max-flush-delay", DefaultRedisFlushDelay, "how long a Redis connection may wait to gather pipelined commands into one write (0: flush at once; at most 1ms)")
@@ -150,6 +158,7 @@ func serveFlags(o *Options) *flag.FlagSet {
 	transportFlags(fs, &o.transportOptions)
 	statsdFlags(fs, &o.statsdOptions)
 	xdsFlags(fs, &o.xdsOptions)
+	compatFlags(fs, &o.compatOptions)
 	return fs
 }
 
@@ -247,6 +256,7 @@ func (o *Options) check() error {
 	}
 	errs = append(errs, o.transportOptions.check(o.given))
 	errs = append(errs, o.statsdOptions.check(o.given))
+	errs = append(errs, o.compatOptions.check(o.given)...)
 	var err error
 	if o.Store == "redis" {
 		err = o.redisCheck()

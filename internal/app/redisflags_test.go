@@ -3,6 +3,7 @@ package app
 import (
 	"context"
 	"errors"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -175,6 +176,29 @@ func TestRedisFlagsTLSFiles(t *testing.T) {
 		t.Fatal(err)
 	}
 	pingRedis(t, noCA, false)
+
+	// The certificate names 127.0.0.1, not localhost: the name check fails
+	// unless skipped; the chain is still verified.
+	_, port, _ := net.SplitHostPort(srv.Addr())
+	byName := Options{RedisAddr: "localhost:" + port, RedisMode: "standalone", RedisTLSCA: files.CA, RedisTLSCert: files.ClientCert, RedisTLSKey: files.ClientKey}
+	named, err := byName.redisConfig()
+	if err != nil {
+		t.Fatal(err)
+	}
+	pingRedis(t, named, false)
+	byName.RedisTLSSkipHostname = true
+	skipped, err := byName.redisConfig()
+	if err != nil {
+		t.Fatal(err)
+	}
+	pingRedis(t, skipped, true)
+	otherCA := redistest.GenerateTLS(t)
+	byName.RedisTLSCA = otherCA.CA
+	wrongCA, err := byName.redisConfig()
+	if err != nil {
+		t.Fatal(err)
+	}
+	pingRedis(t, wrongCA, false)
 }
 
 // pingRedis connects with cfg and pings; ok says whether that must work.

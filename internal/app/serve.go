@@ -3,14 +3,13 @@ package app
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
-	"io"
 	"net"
 	"net/http"
 	"os"
 	"os/signal"
 	"runtime/debug"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -44,61 +43,9 @@ type server struct {
 
 	// storeState is the store's last known state (/healthz, store_up).
 	storeState *storeState
-}
-
-// CheckServeArgs parses the arguments of `envoy-rls serve` (without the
-// word serve) and the environment exactly as serve does, and runs the same
-// option checks, without reading files or opening listeners. The chart tests
-// feed it the container args that the chart renders.
-func CheckServeArgs(args []string, getenv func(string) string) error {
-	_, err := serveOptions(args, getenv, nil)
-	return err
-}
-
-// serveOptions parses and checks the serve flags. The error is
-// flag.ErrHelp after -h, after which help, when not nil, prints the help.
-// Otherwise it holds one line per problem found.
-func serveOptions(args []string, getenv func(string) string, help io.Writer) (Options, error) {
-	var o Options
-	fs := serveFlags(&o)
-	var err error
-	o.given, err = parseFlags(fs, args, getenv)
-	var envErrs envErrors
-	switch {
-	case errors.Is(err, flag.ErrHelp):
-		if help != nil {
-			printUsage(help, serveUsage, fs)
-		}
-		return o, err
-	case err != nil && !errors.As(err, &envErrs):
-		// The command line did not parse: the values after the fault are
-		// unknown, so nothing more can be checked.
-		return o, err
-	}
-	errs := []error{err}
-	if fs.NArg() > 0 {
-		errs = append(errs, fmt.Errorf("serve takes no arguments (got %q): the rules are --config PATH", fs.Args()))
-	}
-	errs = append(errs, o.check(), checkSecretSource(&o, getenv), checkTracing(&o, getenv))
-	return o, errors.Join(errs...)
-}
-
-func serveCommand(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer, h hooks) error {
-	o, err := serveOptions(args, getenv, stdout)
-	if err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return nil
-		}
-		return err
-	}
-	log, err := newLogger(o.LogLevel, stderr)
-	if err != nil {
-		return err
-	}
-	defer func() { _ = log.Sync() }()
-	// A start-up failure comes back as is, for main to print; a server
-	// that fails later has been logged and comes back as ErrFailed.
-	return serve(ctx, o, getenv, log, h)
+	// sharedSecret is the HMAC secret shared through Redis (compat.go),
+	// nil when the secret is configured or per process.
+	sharedSecret []byte
 }
 
 // serve runs the server until ctx is done or a server fails: it loads the
@@ -107,6 +54,9 @@ func serveCommand(ctx context.Context, args []string, getenv func(string) string
 // servers) ends with ctx; the store closes after all of it has returned.
 func serve(ctx context.Context, o Options, getenv func(string) string, log *zap.Logger, h hooks) error {
 	s := &server{opts: o, log: log, reg: prometheus.NewRegistry()}
+	if err := s.startCompat(); err != nil {
+		return err
+	}
 	s.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	if err := announceBuild(log, s.reg); err != nil {
 		return err
@@ -119,6 +69,12 @@ func serve(ctx context.Context, o Options, getenv func(string) string, log *zap.
 		// Process-wide; put back on return for in-process callers (tests).
 		defer debug.SetGCPercent(debug.SetGCPercent(p))
 		log.Info("garbage collector target", zap.Int("gc_percent", p), zap.String("from", from))
+	}
+	if usesSharedSecret(&o, getenv) {
+		if s.sharedSecret, err = s.fetchSharedSecret(ctx); err != nil {
+			return err
+		}
+		log.Warn(msgSharedSecret, zap.String("key", o.HMACSecretRedisKey))
 	}
 	if err := s.loadRules(ctx, getenv, h); err != nil {
 		return err
@@ -148,6 +104,13 @@ func serve(ctx context.Context, o Options, getenv func(string) string, log *zap.
 		return err
 	}
 	closeStore = closeFn
+	if s.sharedSecret != nil {
+		recheck := sharedSecretRecheck
+		if h.secretRecheck > 0 {
+			recheck = h.secretRecheck
+		}
+		s.keepSharedSecret(ctx, &wg, s.sharedSecret, recheck)
+	}
 	if err := s.frontStore(store, h); err != nil {
 		return err
 	}
@@ -168,6 +131,7 @@ func serve(ctx context.Context, o Options, getenv func(string) string, log *zap.
 		Metrics:        s.metrics.rpc,
 		Logger:         log,
 		DefaultHeaders: headers,
+		HeaderNames:    o.headerNames(),
 		TracerProvider: s.tracing.provider(),
 		Local:          s.localConfig(),
 		Received:       received,
@@ -177,6 +141,10 @@ func serve(ctx context.Context, o Options, getenv func(string) string, log *zap.
 		return err
 	}
 
+	creds, err := o.grpcCredsOption()
+	if err != nil {
+		return err
+	}
 	grpcLis, adminLis, err := s.listen()
 	if err != nil {
 		return err
@@ -199,7 +167,7 @@ func serve(ctx context.Context, o Options, getenv func(string) string, log *zap.
 		defer wg.Done()
 		guard.run(ctx)
 	}()
-	gs := s.grpcServer(svc, guard)
+	gs := s.grpcServer(svc, guard, creds)
 	admin := s.adminServer()
 	errc := startServers(&wg, gs, grpcLis, admin, adminLis)
 	defer s.startReloads(ctx, &wg, h)()
@@ -236,8 +204,11 @@ func (s *server) loadRules(ctx context.Context, getenv func(string) string, h ho
 	if err != nil {
 		return err
 	}
+	if s.sharedSecret != nil {
+		secret, from = s.sharedSecret, "redis"
+	}
 	fm, _ := limiter.ParseFailureMode(s.opts.DefaultFailureMode) // checked by o.check
-	dopts := descriptors.Options{Secret: secret, DefaultFailureMode: fm, Limits: s.opts.ConfigLimits.limits()}
+	dopts := descriptors.Options{Secret: secret, DefaultFailureMode: fm, Limits: s.opts.ConfigLimits.limits(), ShadowAll: s.opts.ShadowAll}
 	if s.opts.ConfigSource == SourceXDS {
 		if from == "random" {
 			s.log.Warn("no HMAC secret given (--hmac-secret-file or " + SecretEnv + "): using a random per-process secret; fine for the memory store, but subjects change on restart")
@@ -285,7 +256,11 @@ func (s *server) frontStore(store limiter.Store, h hooks) error {
 
 // listen opens the gRPC and admin listeners (both or neither).
 func (s *server) listen() (grpcLis, adminLis net.Listener, err error) {
-	grpcLis, err = net.Listen("tcp", s.opts.GRPCAddr)
+	network, addr := "tcp", s.opts.GRPCAddr
+	if p, ok := strings.CutPrefix(addr, "unix:"); ok {
+		network, addr = "unix", p
+	}
+	grpcLis, err = net.Listen(network, addr)
 	if err != nil {
 		return nil, nil, fmt.Errorf("%s: must be an address this process can listen on: %w", label("grpc-addr", s.opts.given), err)
 	}
@@ -299,7 +274,7 @@ func (s *server) listen() (grpcLis, adminLis net.Listener, err error) {
 
 // grpcServer builds the gRPC server with the rate-limit, health and
 // reflection services, and reports it serving.
-func (s *server) grpcServer(svc *rls.Server, guard *receiveGuard) *grpc.Server {
+func (s *server) grpcServer(svc *rls.Server, guard *receiveGuard, creds grpc.ServerOption) *grpc.Server {
 	opts := append(s.opts.grpcServerOptions(guard),
 		// Calls run on reused goroutines (up to this many at once; gRPC
 		// starts a goroutine per call beyond): a fresh goroutine per call
@@ -309,6 +284,9 @@ func (s *server) grpcServer(svc *rls.Server, guard *receiveGuard) *grpc.Server {
 	)
 	if o := s.tracing.serverOption(); o != nil {
 		opts = append(opts, o)
+	}
+	if creds != nil {
+		opts = append(opts, creds)
 	}
 	gs := grpc.NewServer(opts...)
 	svc.Register(gs)

@@ -5,6 +5,7 @@ import (
 	"crypto/x509"
 	"flag"
 	"fmt"
+	"net"
 	"os"
 	"strings"
 	"time"
@@ -139,7 +140,7 @@ func (o *xdsOptions) check(seen map[string]given) []error {
 		bad("config-source")
 		return errs
 	}
-	if o.XDSServer == "" {
+	if host, port, err := net.SplitHostPort(o.XDSServer); err != nil || host == "" || port == "" {
 		bad("xds-server")
 	}
 	if o.XDSNodeID == "" {

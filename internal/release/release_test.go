@@ -202,3 +202,42 @@ func TestWorkflowsUseThePinnedGoreleaser(t *testing.T) {
 		}
 	}
 }
+
+// Both images, and `make build`, provide ratelimit, the reference
+// service's entry point, as a link to the binary the image runs.
+func TestRatelimitEntryPoint(t *testing.T) {
+	link := "deploy/image/bin/ratelimit"
+	target, err := os.Readlink(filepath.Join(root, link))
+	if err != nil {
+		t.Fatalf("%s must be a symbolic link: %v", link, err)
+	}
+	if target != "/usr/local/bin/envoy-rls" {
+		t.Errorf("%s points at %q, want the image's binary /usr/local/bin/envoy-rls", link, target)
+	}
+	for _, name := range []string{"Dockerfile", "release.Dockerfile"} {
+		found := false
+		for _, line := range deploytest.DockerfileFinalStage(t, name) {
+			f := strings.Fields(line)
+			if len(f) >= 3 && strings.EqualFold(f[0], "COPY") && f[len(f)-2] == "deploy/image/bin/" && f[len(f)-1] == "/bin/" {
+				found = true
+			}
+		}
+		if !found {
+			t.Errorf("%s: the runtime stage lacks COPY deploy/image/bin/ /bin/ (a directory, so that the link stays a link)", name)
+		}
+	}
+	var g struct {
+		Dockers []struct {
+			ExtraFiles []string `yaml:"extra_files"`
+		} `yaml:"dockers_v2"`
+	}
+	if err := yaml.Unmarshal([]byte(read(t, ".goreleaser.yaml")), &g); err != nil {
+		t.Fatal(err)
+	}
+	if len(g.Dockers) != 1 || !slices.Contains(g.Dockers[0].ExtraFiles, link) {
+		t.Errorf(".goreleaser.yaml: the image's extra_files lack %s", link)
+	}
+	if mk := read(t, "Makefile"); !strings.Contains(mk, "ln -sf envoy-rls $(BIN)/ratelimit") {
+		t.Error("Makefile: build does not link bin/ratelimit to bin/envoy-rls")
+	}
+}

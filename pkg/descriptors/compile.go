@@ -16,6 +16,8 @@ type compiler struct {
 	// defaultFailure is the failure mode of rules that set none
 	// (Options.DefaultFailureMode).
 	defaultFailure limiter.FailureMode
+	// shadowAll puts every rule in shadow mode (Options.ShadowAll).
+	shadowAll bool
 }
 
 // pendingRule is a limited rule waiting for its policy ID.
@@ -146,7 +148,7 @@ func (c *compiler) rule(d *domain, n *node, rd *rawDesc, named map[string]limitS
 		UnitMultiplier:  ls.mult,
 		RequestsPerUnit: ls.rpu,
 		Unlimited:       ls.unlimited,
-		ShadowMode:      rd.shadow,
+		ShadowMode:      rd.shadow || c.shadowAll,
 		QuotaMode:       rd.quota,
 		DetailedMetric:  rd.detailed,
 		ValueToMetric:   rd.valueToMetric,
@@ -188,7 +190,7 @@ func (c *compiler) rule(d *domain, n *node, rd *rawDesc, named map[string]limitS
 	}
 	n.rule = r
 	d.rules = append(d.rules, r)
-	*pending = append(*pending, &pendingRule{rule: r, spec: ls, path: path, pos: rd.pos, file: c.file, shadow: rd.shadow})
+	*pending = append(*pending, &pendingRule{rule: r, spec: ls, path: path, pos: rd.pos, file: c.file, shadow: rd.shadow || c.shadowAll})
 	if rl != nil {
 		for _, ref := range rl.replaces {
 			d.replaceRefs = append(d.replaceRefs, ref)
@@ -275,8 +277,8 @@ func (c *compiler) finishDomain(d *domain, pending []*pendingRule) {
 }
 
 // compile builds a snapshot from parsed files; problems go to ps.
-func compile(files []*rawFile, ps *problems, defaultFailure limiter.FailureMode) map[string]*domain {
-	c := &compiler{ps: ps, domains: map[string]*domain{}, ids: map[string]string{}, defaultFailure: defaultFailure}
+func compile(files []*rawFile, ps *problems, defaultFailure limiter.FailureMode, shadowAll bool) map[string]*domain {
+	c := &compiler{ps: ps, domains: map[string]*domain{}, ids: map[string]string{}, defaultFailure: defaultFailure, shadowAll: shadowAll}
 	for _, rf := range files {
 		c.addFile(rf)
 	}

@@ -197,7 +197,7 @@ func buildBudget(srcs []source, opts Options, lim Limits, budget int) (*Snapshot
 	if count.n > count.max {
 		return nil, &LimitError{Limit: LimitDescriptors, Max: int64(count.max), Total: int64(count.n), Files: len(srcs)}
 	}
-	domains := compile(files, &ps, opts.DefaultFailureMode)
+	domains := compile(files, &ps, opts.DefaultFailureMode, opts.ShadowAll)
 	if err := ps.err(); err != nil {
 		return nil, err
 	}

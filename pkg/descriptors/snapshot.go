@@ -28,6 +28,9 @@ type Options struct {
 	// policies that set no failure_mode. (Optional, default
 	// limiter.FailClosed)
 	DefaultFailureMode limiter.FailureMode
+	// ShadowAll puts every rule in shadow mode, as if each set
+	// shadow_mode: true: counted and reported, never denying. (Optional)
+	ShadowAll bool
 	// Limits bound the whole rule set. (Optional, the zero value means
 	// DefaultMaxBytes and DefaultMaxDescriptors)
 	Limits Limits

@@ -1,8 +1,10 @@
 package rls
 
 import (
+	"fmt"
 	"math"
 	"strconv"
+	"strings"
 	"time"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
@@ -21,6 +23,51 @@ const (
 	HeaderContentType = "Content-Type"
 	bodyContentType   = "application/json"
 )
+
+// HeaderNames are the names of the limit, remaining and reset headers. An
+// empty field takes its default (HeaderLimit, HeaderRemaining,
+// HeaderReset).
+type HeaderNames struct {
+	Limit, Remaining, Reset string
+}
+
+// withDefaults fills the empty names and refuses a name that is not an
+// HTTP header field name (RFC 9110 token), or names that repeat.
+func (n HeaderNames) withDefaults() (HeaderNames, error) {
+	for _, f := range []struct {
+		name *string
+		def  string
+	}{{&n.Limit, HeaderLimit}, {&n.Remaining, HeaderRemaining}, {&n.Reset, HeaderReset}} {
+		if *f.name == "" {
+			*f.name = f.def
+		}
+		if !ValidHeaderName(*f.name) {
+			return n, fmt.Errorf("rls: header name %q: must be an HTTP field name (letters, digits and !#$%%&'*+-.^_`|~)", *f.name)
+		}
+	}
+	if strings.EqualFold(n.Limit, n.Remaining) || strings.EqualFold(n.Limit, n.Reset) || strings.EqualFold(n.Remaining, n.Reset) {
+		return n, fmt.Errorf("rls: header names %q, %q and %q must differ", n.Limit, n.Remaining, n.Reset)
+	}
+	return n, nil
+}
+
+// ValidHeaderName reports whether s is an HTTP field name: a non-empty
+// RFC 9110 token, at most 128 bytes.
+func ValidHeaderName(s string) bool {
+	if s == "" || len(s) > 128 {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		switch {
+		case c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z', c >= '0' && c <= '9':
+		case strings.IndexByte("!#$%&'*+-.^_`|~", c) >= 0:
+		default:
+			return false
+		}
+	}
+	return true
+}
 
 // addHeadersAndBody writes the rate-limit headers of the most restrictive
 // status and, on OVER_LIMIT, Retry-After and the JSON body.
@@ -79,11 +126,11 @@ func (s *Server) addHeadersAndBody(resp *rlsv3.RateLimitResponse, sc *scratch) {
 				buf = strconv.AppendInt(buf, capacity, 10)
 			}
 		}
-		hv[nh] = corev3.HeaderValue{Key: HeaderLimit, Value: string(buf)}
+		hv[nh] = corev3.HeaderValue{Key: s.headerNames.Limit, Value: string(buf)}
 		nh++
-		hv[nh] = corev3.HeaderValue{Key: HeaderRemaining, Value: strconv.FormatUint(uint64(c.remaining), 10)}
+		hv[nh] = corev3.HeaderValue{Key: s.headerNames.Remaining, Value: strconv.FormatUint(uint64(c.remaining), 10)}
 		nh++
-		hv[nh] = corev3.HeaderValue{Key: HeaderReset, Value: strconv.FormatInt(ceilSeconds(c.reset), 10)}
+		hv[nh] = corev3.HeaderValue{Key: s.headerNames.Reset, Value: strconv.FormatInt(ceilSeconds(c.reset), 10)}
 		nh++
 	}
 	if over && mode != descriptors.HeadersNone {

@@ -71,6 +71,9 @@ type Config struct {
 	// DefaultHeaders applies to rules that do not set `headers`.
 	// (Optional, default HeadersFull)
 	DefaultHeaders descriptors.HeaderMode
+	// HeaderNames names the limit, remaining and reset headers.
+	// (Optional, default HeaderLimit, HeaderRemaining, HeaderReset)
+	HeaderNames HeaderNames
 	// DenialLogTick, DenialLogFirst and DenialLogThereafter sample denial
 	// and store-failure logs: per tick, the first DenialLogFirst lines of a
 	// kind are written, then one in DenialLogThereafter. (Optional,
@@ -106,6 +109,7 @@ type Server struct {
 	sampled        *zap.Logger // sampled: denials, store failures
 	clock          limiter.Clock
 	defaultHeaders descriptors.HeaderMode
+	headerNames    HeaderNames
 	received       func(context.Context)
 	scratch        sync.Pool
 	// deadlines makes the store's contexts (storeContext): one timer per
@@ -143,6 +147,10 @@ func New(cfg Config) (*Server, error) {
 	default:
 		return nil, fmt.Errorf("rls: Config.DefaultHeaders %d is not a header mode", cfg.DefaultHeaders)
 	}
+	names, err := cfg.HeaderNames.withDefaults()
+	if err != nil {
+		return nil, err
+	}
 	if cfg.DenialLogTick <= 0 {
 		cfg.DenialLogTick = DefaultDenialLogTick
 	}
@@ -163,12 +171,12 @@ func New(cfg Config) (*Server, error) {
 		})),
 		clock:          cfg.Clock,
 		defaultHeaders: cfg.DefaultHeaders,
+		headerNames:    names,
 		received:       cfg.Received,
 		deadlines:      deadline.New(0),
 		tracer:         tracer(cfg.TracerProvider),
 		observer:       cfg.Observer,
 	}
-	var err error
 	if s.local, err = newLocalFallback(cfg.Local, cfg.Clock, log); err != nil {
 		return nil, err
 	}

@@ -1,6 +1,7 @@
 package redis
 
 import (
+	"context"
 	"crypto/tls"
 	"fmt"
 	"net"
@@ -83,7 +84,9 @@ const (
 // Config configures a Store. The zero value is not usable: Addrs is required.
 type Config struct {
 	// Addrs are host:port seeds: the server (standalone), any cluster nodes
-	// (cluster) or the sentinels (sentinel). (Required)
+	// (cluster) or the sentinels (sentinel). An absolute path is the Unix
+	// socket of a standalone server (the only address, mode standalone or
+	// auto). (Required)
 	Addrs []string
 	// Mode: auto, standalone, cluster or sentinel. (Optional, default auto)
 	Mode Mode
@@ -167,13 +170,22 @@ func (c Config) Validate() (Config, error) {
 		return c, &FieldError{Field: "Addrs", Want: "at least one host:port"}
 	}
 	for _, a := range c.Addrs {
+		if isUnixSocket(a) {
+			if len(c.Addrs) != 1 || (c.Mode != ModeAuto && c.Mode != ModeStandalone && c.Mode != "") {
+				return c, &FieldError{Field: "Addrs", Value: strings.Join(c.Addrs, ","), Want: "a Unix socket path only as the one address of a standalone server"}
+			}
+			continue
+		}
 		if _, port, err := net.SplitHostPort(a); err != nil || port == "" {
-			return c, &FieldError{Field: "Addrs", Value: a, Want: "host:port (several separated by commas)"}
+			return c, &FieldError{Field: "Addrs", Value: a, Want: "host:port (several separated by commas) or the absolute path of a Unix socket"}
 		}
 	}
 	c, err := c.ValidateValues()
 	if err != nil {
 		return c, err
+	}
+	if c.Mode == ModeAuto && isUnixSocket(c.Addrs[0]) {
+		c.Mode = ModeStandalone
 	}
 	if c.Mode == ModeAuto && c.SentinelMaster != "" {
 		c.Mode = ModeSentinel
@@ -229,4 +241,20 @@ func (c Config) multiplex() int {
 		n++
 	}
 	return n
+}
+
+// isUnixSocket reports whether addr names a Unix socket: an absolute path.
+func isUnixSocket(addr string) bool { return strings.HasPrefix(addr, "/") }
+
+// dial connects to dst over TCP, or to the Unix socket dst names, with TLS
+// when tc is not nil.
+func dial(ctx context.Context, dst string, d *net.Dialer, tc *tls.Config) (net.Conn, error) {
+	network := "tcp"
+	if isUnixSocket(dst) {
+		network = "unix"
+	}
+	if tc != nil {
+		return (&tls.Dialer{NetDialer: d, Config: tc}).DialContext(ctx, network, dst)
+	}
+	return d.DialContext(ctx, network, dst)
 }

@@ -168,10 +168,7 @@ func Connect(cfg Config, opts ConnectOptions) (*Connector, error) {
 		ctx, cancel := context.WithCancel(ctx)
 		defer cancel()
 		defer context.AfterFunc(c.ctx, cancel)()
-		if tc != nil {
-			return (&tls.Dialer{NetDialer: d, Config: tc}).DialContext(ctx, "tcp", dst)
-		}
-		return d.DialContext(ctx, "tcp", dst)
+		return dial(ctx, dst, d, tc)
 	}
 	c.dial = func(context.Context) (*Store, error) { return open(cfg, opt) }
 	c.after = func(d time.Duration) (<-chan time.Time, func() bool) {

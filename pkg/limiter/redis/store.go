@@ -123,6 +123,7 @@ func clientOption(cfg Config) rueidis.ClientOption {
 		// store needs small.
 		ClientSetInfo: rueidis.DisableClientSetInfo,
 		Dialer:        net.Dialer{Timeout: cfg.DialTimeout, KeepAlive: time.Second},
+		DialCtxFn:     dial,
 		// A connection that does not answer is closed after this, which
 		// fails its in-flight commands (Indeterminate) and makes the next
 		// ones redial.

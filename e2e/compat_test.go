@@ -1,0 +1,255 @@
+package e2e_test
+
+import (
+	"context"
+	"errors"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/envoy-rls/envoy-rls/internal/redistest"
+)
+
+// ratelimitLink returns a link named ratelimit to the binary, in a
+// temporary directory: the reference service's entry point (/bin/ratelimit
+// in the image).
+func ratelimitLink(t testing.TB) string {
+	t.Helper()
+	link := filepath.Join(t.TempDir(), "ratelimit")
+	if err := os.Symlink(binary(t), link); err != nil {
+		t.Fatal(err)
+	}
+	return link
+}
+
+// drainUDP listens on a loopback UDP port and discards what arrives (a
+// statsd server that keeps nothing), until the test ends.
+func drainUDP(t *testing.T) string {
+	t.Helper()
+	c, err := net.ListenPacket("udp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		buf := make([]byte, 64<<10)
+		for {
+			if _, _, err := c.ReadFrom(buf); err != nil {
+				return
+			}
+		}
+	}()
+	t.Cleanup(func() {
+		_ = c.Close()
+		<-done
+	})
+	return c.LocalAddr().String()
+}
+
+// compatRules are the reference-format rules of the compatibility tests:
+// 3 calls an hour per user (a window no test outlives).
+const compatRules = "domain: " + domain + "\ndescriptors:\n  - key: user\n    rate_limit: {unit: hour, requests_per_unit: 3}\n"
+
+// envoyGatewayEnv is the environment Envoy Gateway gives the reference
+// service, adapted to loopback: rule files (CONFIG_TYPE=FILE) instead of
+// its xDS server, listeners on free ports, certificates made by the test.
+func envoyGatewayEnv(t *testing.T, redisAddr string, tlsFiles redistest.TLSFiles, extra ...string) []string {
+	t.Helper()
+	root := t.TempDir()
+	dir := filepath.Join(root, "ratelimit", "config")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	writeFile(t, dir, "rules.yaml", compatRules)
+	// A dot-file that would not load: RUNTIME_IGNOREDOTFILES=true skips it.
+	writeFile(t, dir, ".rules.yaml.swp", "domain: [broken")
+	writeFile(t, dir, ".editor.yaml", "domain: [broken")
+	statsd := drainUDP(t)
+	_, statsdPort, _ := net.SplitHostPort(statsd)
+	return append([]string{
+		"RUNTIME_ROOT=" + root, "RUNTIME_SUBDIRECTORY=ratelimit", "RUNTIME_IGNOREDOTFILES=true", "RUNTIME_WATCH_ROOT=false",
+		"LOG_LEVEL=info", "USE_STATSD=true", "STATSD_HOST=127.0.0.1", "STATSD_PORT=" + statsdPort,
+		"CONFIG_TYPE=FILE",
+		"GRPC_SERVER_USE_TLS=true", "GRPC_SERVER_TLS_CERT=" + tlsFiles.ServerCert, "GRPC_SERVER_TLS_KEY=" + tlsFiles.ServerKey,
+		"GRPC_SERVER_TLS_CA_CERT=" + tlsFiles.CA, "GRPC_CLIENT_TLS_CACERT=" + tlsFiles.CA,
+		"FORCE_START_WITHOUT_INITIAL_CONFIG=true", "REDIS_SOCKET_TYPE=tcp", "REDIS_URL=" + redisAddr,
+		"HOST=127.0.0.1", "PORT=0", "GRPC_HOST=127.0.0.1", "GRPC_PORT=0",
+	}, extra...)
+}
+
+// TestRatelimitEntryPoint: the binary started as ratelimit with Envoy
+// Gateway's environment serves Envoy over mutual TLS, shares its limits
+// with a second replica through one Redis without a configured HMAC
+// secret, answers the probes' /healthcheck, and stops cleanly on SIGTERM.
+func TestRatelimitEntryPoint(t *testing.T) {
+	binary(t)
+	redis := redistest.Standalone(t)
+	tlsFiles := redistest.GenerateTLS(t)
+	mtls := credentials.NewTLS(tlsFiles.ClientConfig(t))
+	prefix := unique("compat") + ":"
+	env := envoyGatewayEnv(t, redis.Addr(), tlsFiles, "CACHE_KEY_PREFIX="+prefix, "LIMIT_RESPONSE_HEADERS_ENABLED=true")
+	a := startReplica(t, "ratelimit-a", replicaConfig{Compat: true, Env: env, Creds: mtls})
+	b := startReplica(t, "ratelimit-b", replicaConfig{Compat: true, Env: env, Creds: mtls})
+
+	for _, r := range []*replica{a, b} {
+		if code, body := r.mustAdmin("/healthcheck"); code != 200 || strings.TrimSpace(body) != "OK" {
+			t.Fatalf("%s /healthcheck: %d %q, want 200 OK", r.name, code, body)
+		}
+		if !r.log.contains("no HMAC secret configured: the replicas share a random secret stored in Redis") {
+			t.Errorf("%s: no start-up warning about the secret shared through Redis", r.name)
+		}
+	}
+	// One secret, stored once, under the prefixed key.
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	v, err := redistest.Do(ctx, redis.Addr(), nil, "STRLEN", prefix+"envoy-rls:hmac-secret")
+	if err != nil || v != int64(32) {
+		t.Errorf("STRLEN of the shared secret's key: %v, %v; want 32", v, err)
+	}
+
+	// The limit is shared: 3 calls an hour over both replicas.
+	user := entry{"user", unique("u")}
+	for i, r := range []*replica{a, b, a, b} {
+		res := r.mustCall(t, user)
+		if want := i < 3; res.ok() != want {
+			t.Fatalf("call %d on %s: %v, want ok=%v (the replicas must share one secret and one count)", i+1, r.name, res, want)
+		}
+		if i == 0 && res.Headers["RateLimit-Limit"] == "" {
+			t.Errorf("headers %v: want the reference's RateLimit-Limit (LIMIT_RESPONSE_HEADERS_ENABLED=true)", res.Headers)
+		}
+	}
+
+	// Envoy's calls must present a client certificate.
+	plain := startClient(t, a.grpcAddr, insecure.NewCredentials())
+	if res := plain.call(callTimeout, 1, user); res.Err == nil {
+		t.Errorf("plaintext call answered: %v", res)
+	}
+	noCert := tlsFiles.ClientConfig(t)
+	noCert.Certificates = nil
+	if res := startClient(t, a.grpcAddr, credentials.NewTLS(noCert)).call(callTimeout, 1, user); res.Err == nil {
+		t.Errorf("call without a client certificate answered: %v", res)
+	}
+
+	// SIGTERM: /healthcheck never answers 200 again (500 while draining,
+	// then the port closes), and the process exits 0.
+	a.terminate()
+	saw500 := false
+	for {
+		code, _, err := a.admin("/healthcheck")
+		if err != nil {
+			break
+		}
+		if code == 500 {
+			saw500 = true
+		} else if saw500 {
+			t.Fatalf("/healthcheck %d after answering 500 while draining", code)
+		}
+		select {
+		case <-a.done:
+		case <-time.After(5 * time.Millisecond):
+			continue
+		}
+		break
+	}
+	t.Logf("/healthcheck answered 500 while draining: %v", saw500)
+	if code, err := a.wait(stopTimeout); err != nil || code != 0 {
+		t.Fatalf("exit %d (%v) after SIGTERM, want 0", code, err)
+	}
+	// The other replica still serves.
+	if res := b.mustCall(t, entry{"user", unique("u")}); !res.ok() {
+		t.Errorf("replica b after a stopped: %v", res)
+	}
+}
+
+// startClient is a replica handle for a client with other credentials,
+// closed with the test.
+func startClient(t *testing.T, addr string, creds credentials.TransportCredentials) *replica {
+	t.Helper()
+	r := &replica{t: t, name: "client", grpcAddr: addr}
+	conn, err := grpc.NewClient("passthrough:///"+addr, grpc.WithTransportCredentials(creds))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = conn.Close() })
+	r.conn, r.rls = conn, rlsv3.NewRateLimitServiceClient(conn)
+	return r
+}
+
+// TestRatelimitEntryPointRefusals: a reference setting envoy-rls cannot
+// honour stops the start with one line naming it, and exit status 1.
+func TestRatelimitEntryPointRefusals(t *testing.T) {
+	link := ratelimitLink(t)
+	for _, tc := range []struct {
+		env  []string
+		want string
+	}{
+		{[]string{"BACKEND_TYPE=memcache", "MEMCACHE_HOST_PORT=127.0.0.1:11211"}, `envoy-rls: BACKEND_TYPE="memcache": envoy-rls has no memcache backend; use redis (BACKEND_TYPE=redis with REDIS_URL)`},
+		{[]string{"REDIS_SOCKET_TYPE=unix", "REDIS_URL=redis:6379"}, `envoy-rls: REDIS_URL="redis:6379": REDIS_SOCKET_TYPE=unix takes the absolute path of the socket`},
+		{[]string{"REDIS_SOCKET_TYPE=tcp", "REDIS_URL=127.0.0.1:6379", "LOG_LEVEL=loud"}, `envoy-rls: LOG_LEVEL="loud": must be trace, debug, info, warn, warning, error, fatal or panic (any case)`},
+	} {
+		cmd := exec.Command(link)
+		for _, kv := range os.Environ() {
+			if !strings.HasPrefix(kv, "ENVOY_RLS_") {
+				cmd.Env = append(cmd.Env, kv)
+			}
+		}
+		cmd.Env = append(cmd.Env, tc.env...)
+		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+		var stderr strings.Builder
+		cmd.Stderr = &stderr
+		done := make(chan error, 1)
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		go func() { done <- cmd.Wait() }()
+		select {
+		case err := <-done:
+			var ee *exec.ExitError
+			if !errors.As(err, &ee) || ee.ExitCode() != 1 {
+				t.Errorf("%v: exit %v, want 1", tc.env, err)
+			}
+		case <-time.After(runTimeout):
+			_ = cmd.Process.Kill()
+			<-done
+			t.Fatalf("%v: did not exit within %v", tc.env, runTimeout)
+		}
+		if got := strings.TrimSpace(stderr.String()); !strings.HasPrefix(got, tc.want) || strings.Count(got, "\n") != 0 {
+			t.Errorf("%v: stderr\n%s\nwant the one line\n%s", tc.env, got, tc.want)
+		}
+	}
+}
+
+// TestRatelimitEntryPointUnixSocket: the reference's default way to reach
+// Redis, a Unix socket (REDIS_SOCKET_TYPE=unix).
+func TestRatelimitEntryPointUnixSocket(t *testing.T) {
+	binary(t)
+	sock := filepath.Join(t.TempDir(), "redis.sock")
+	redistest.Standalone(t, redistest.Local(), redistest.WithArgs("--unixsocket", sock, "--unixsocketperm", "700"))
+	root := t.TempDir()
+	dir := filepath.Join(root, "config")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	writeFile(t, dir, "rules.yaml", compatRules)
+	r := startReplica(t, "ratelimit-unix", replicaConfig{Compat: true, Env: []string{
+		"RUNTIME_ROOT=" + root, "LOG_LEVEL=info", "USE_STATSD=false", "REDIS_SOCKET_TYPE=unix", "REDIS_URL=" + sock,
+		"HOST=127.0.0.1", "PORT=0", "GRPC_HOST=127.0.0.1", "GRPC_PORT=0",
+	}})
+	user := entry{"user", unique("u")}
+	for i := range 4 {
+		if res := r.mustCall(t, user); res.ok() != (i < 3) {
+			t.Fatalf("call %d: %v, want ok=%v", i+1, res, i < 3)
+		}
+	}
+}

@@ -1,0 +1,266 @@
+package app
+
+import (
+	"net"
+	"path/filepath"
+	"strconv"
+	"strings"
+)
+
+// configSource maps CONFIG_TYPE and the rule directory or the xDS client.
+func configSource(r *refEnv) {
+	typ, _ := r.get("CONFIG_TYPE")
+	switch strings.ToUpper(typ) {
+	case "", "FILE":
+		root, rootSet := r.get("RUNTIME_ROOT")
+		sub, subSet := r.get("RUNTIME_SUBDIRECTORY")
+		app, appSet := r.get("RUNTIME_APPDIRECTORY")
+		if !rootSet {
+			root = refRuntimeRoot
+		}
+		if !appSet {
+			app = refAppDirectory
+		}
+		dir := filepath.Join(root, sub, app)
+		if rootSet || subSet || appSet {
+			r.set("config", dir, "RUNTIME_ROOT", "RUNTIME_SUBDIRECTORY", "RUNTIME_APPDIRECTORY")
+		} else {
+			r.def("config", dir, "RUNTIME_ROOT unset (the reference's default "+dir+")")
+		}
+		r.boolean("RUNTIME_WATCH_ROOT", true)
+		if r.explicitFalse("RUNTIME_IGNOREDOTFILES") {
+			r.warn("RUNTIME_IGNOREDOTFILES", "envoy-rls always skips files whose names start with a dot (editors' temporary files)")
+		}
+	case "GRPC_XDS_SOTW":
+		r.set("config-source", SourceXDS, "CONFIG_TYPE")
+		url, ok := r.get("CONFIG_GRPC_XDS_SERVER_URL")
+		if !ok {
+			url = refXDSServerURL
+		}
+		r.set("xds-server", url, "CONFIG_GRPC_XDS_SERVER_URL")
+		for _, m := range []struct{ env, flag string }{
+			{"CONFIG_GRPC_XDS_NODE_ID", "xds-node-id"}, {"CONFIG_GRPC_XDS_NODE_METADATA", "xds-node-metadata"},
+			{"CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL", "xds-retry-interval"},
+			{"XDS_CLIENT_BACKOFF_INITIAL_INTERVAL", "xds-retry-interval"}, {"XDS_CLIENT_BACKOFF_MAX_INTERVAL", "xds-retry-max-interval"},
+			{"FORCE_START_WITHOUT_INITIAL_CONFIG", "force-start-without-initial-config"},
+		} {
+			if v, ok := r.get(m.env); ok {
+				r.set(m.flag, v, m.env)
+			}
+		}
+		if v, ok := r.get("CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS"); ok {
+			for _, h := range strings.Split(v, ",") {
+				if h = strings.TrimSpace(h); h != "" {
+					r.set("xds-header", h, "CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS")
+				}
+			}
+		}
+		if r.boolean("CONFIG_GRPC_XDS_SERVER_USE_TLS", false) {
+			r.set("xds-tls", "true", "CONFIG_GRPC_XDS_SERVER_USE_TLS")
+			for _, m := range []struct{ env, flag string }{
+				{"CONFIG_GRPC_XDS_CLIENT_TLS_CERT", "xds-tls-cert"}, {"CONFIG_GRPC_XDS_CLIENT_TLS_KEY", "xds-tls-key"},
+				{"CONFIG_GRPC_XDS_SERVER_TLS_CACERT", "xds-tls-ca"}, {"CONFIG_GRPC_XDS_SERVER_TLS_SAN", "xds-tls-san"},
+			} {
+				if v, ok := r.get(m.env); ok {
+					r.set(m.flag, v, m.env)
+				}
+			}
+		}
+		for _, n := range []string{"XDS_CLIENT_BACKOFF_RANDOM_FACTOR", "XDS_CLIENT_BACKOFF_JITTER"} {
+			if _, ok := r.get(n); ok {
+				r.warn(n, "the xDS client always spreads its reconnection waits at random")
+			}
+		}
+	default:
+		r.refuse("CONFIG_TYPE", "must be FILE or GRPC_XDS_SOTW")
+	}
+}
+
+// backend maps BACKEND_TYPE and the Redis settings.
+func backend(r *refEnv) {
+	bt, _ := r.get("BACKEND_TYPE")
+	switch strings.ToLower(bt) {
+	case "":
+		r.def("store", refBackendRedis, "BACKEND_TYPE unset (the reference's default redis)")
+		if s := r.getenv(envName("store")); s != "" && s != "redis" {
+			return
+		}
+	case "redis":
+		r.set("store", "redis", "BACKEND_TYPE")
+	case "memcache":
+		r.refuse("BACKEND_TYPE", "envoy-rls has no memcache backend; use redis (BACKEND_TYPE=redis with REDIS_URL)")
+		return
+	default:
+		r.refuse("BACKEND_TYPE", "must be redis (envoy-rls has no memcache backend)")
+		return
+	}
+	redisAddress(r)
+	if auth := r.getenv("REDIS_AUTH"); auth != "" {
+		// It replaces ENVOY_RLS_REDIS_PASSWORD_FILE (a command-line
+		// --redis-password-file still wins).
+		r.set("redis-password-file", "", "REDIS_AUTH")
+		if user, pass, ok := strings.Cut(auth, ":"); ok {
+			r.set("redis-username", user, "REDIS_AUTH")
+			r.o.redisPassword = pass
+		} else {
+			r.o.redisPassword = auth
+		}
+	}
+	if r.boolean("REDIS_TLS", false) {
+		r.set("redis-tls", "true", "REDIS_TLS")
+		for _, m := range []struct{ env, flag string }{
+			{"REDIS_TLS_CLIENT_CERT", "redis-tls-cert"}, {"REDIS_TLS_CLIENT_KEY", "redis-tls-key"}, {"REDIS_TLS_CACERT", "redis-tls-ca"},
+		} {
+			if v, ok := r.get(m.env); ok {
+				r.set(m.flag, v, m.env)
+			}
+		}
+		if r.boolean("REDIS_TLS_SKIP_HOSTNAME_VERIFICATION", false) {
+			r.set("redis-tls-skip-hostname-verification", "true", "REDIS_TLS_SKIP_HOSTNAME_VERIFICATION")
+		}
+	}
+	if _, ok := r.get("REDIS_POOL_SIZE"); ok {
+		r.warn("REDIS_POOL_SIZE", "envoy-rls pipelines every call over a few connections per node (ENVOY_RLS_REDIS_POOL_SIZE, default "+strconv.Itoa(DefaultRedisPoolSize)+")")
+	}
+	for _, n := range []string{"REDIS_PIPELINE_WINDOW", "REDIS_PIPELINE_LIMIT"} {
+		if v, ok := r.get(n); ok && v != "0" && v != "0s" {
+			r.warn(n, "envoy-rls pipelines automatically: calls that arrive together share one write (ENVOY_RLS_REDIS_MAX_FLUSH_DELAY bounds the wait)")
+		}
+	}
+	if r.boolean("REDIS_HEALTH_CHECK_ACTIVE_CONNECTION", false) {
+		r.set("readiness", ReadinessStore, "REDIS_HEALTH_CHECK_ACTIVE_CONNECTION")
+	}
+}
+
+// redisAddress maps REDIS_SOCKET_TYPE, REDIS_TYPE and REDIS_URL.
+func redisAddress(r *refEnv) {
+	url, ok := r.get("REDIS_URL")
+	if !ok {
+		if r.getenv(envName("redis-addr")) == "" {
+			r.refuse("REDIS_URL", "envoy-rls needs the Redis address: host:port (REDIS_TYPE=SINGLE), seeds host:port,... (CLUSTER) or master,sentinel:port,... (SENTINEL)")
+		}
+		return
+	}
+	socket, socketSet := r.get("REDIS_SOCKET_TYPE")
+	if !socketSet {
+		// The reference's default is unix; a URL that is not a path is
+		// what REDIS_SOCKET_TYPE=tcp reads.
+		socket = "tcp"
+		if strings.HasPrefix(url, "/") {
+			socket = "unix"
+		}
+	}
+	switch strings.ToLower(socket) {
+	case "tcp":
+	case "unix":
+		if typ, _ := r.get("REDIS_TYPE"); typ != "" && !strings.EqualFold(typ, "single") {
+			r.refuse("REDIS_TYPE", "a Unix socket (REDIS_SOCKET_TYPE=unix) reaches one server: REDIS_TYPE must be SINGLE")
+			return
+		}
+		if !strings.HasPrefix(url, "/") {
+			r.refuse("REDIS_URL", "REDIS_SOCKET_TYPE=unix takes the absolute path of the socket")
+			return
+		}
+		r.set("redis-mode", "standalone", "REDIS_SOCKET_TYPE")
+		r.set("redis-addr", url, "REDIS_URL")
+		return
+	default:
+		r.refuse("REDIS_SOCKET_TYPE", "must be tcp or unix")
+		return
+	}
+	var addrs []string
+	for _, a := range strings.Split(url, ",") {
+		if a = strings.TrimSpace(a); a != "" {
+			addrs = append(addrs, a)
+		}
+	}
+	typ, _ := r.get("REDIS_TYPE")
+	switch strings.ToLower(typ) {
+	case "", "single":
+		if len(addrs) != 1 {
+			r.refuse("REDIS_URL", "REDIS_TYPE=SINGLE takes one host:port")
+			return
+		}
+		r.set("redis-mode", "standalone", "REDIS_TYPE")
+		r.set("redis-addr", addrs[0], "REDIS_URL")
+	case "cluster":
+		r.set("redis-mode", "cluster", "REDIS_TYPE")
+		r.set("redis-addr", strings.Join(addrs, ","), "REDIS_URL")
+	case "sentinel":
+		if len(addrs) < 2 {
+			r.refuse("REDIS_URL", "REDIS_TYPE=SENTINEL takes the master name, then the sentinels: master,host:port[,host:port...]")
+			return
+		}
+		r.set("redis-mode", "sentinel", "REDIS_TYPE")
+		r.set("redis-sentinel-master", addrs[0], "REDIS_URL")
+		r.set("redis-addr", strings.Join(addrs[1:], ","), "REDIS_URL")
+	default:
+		r.refuse("REDIS_TYPE", "must be SINGLE, SENTINEL or CLUSTER (any case)")
+	}
+}
+
+// statsdEnv maps the statsd settings.
+func statsdEnv(r *refEnv) {
+	if r.boolean("USE_DOG_STATSD", false) {
+		r.refuse("USE_DOG_STATSD", "envoy-rls sends plain statsd (the reference's USE_STATSD names); unset it")
+	}
+	if _, ok := r.get("USE_DOG_STATSD_MOGRIFIERS"); ok {
+		r.warn("USE_DOG_STATSD_MOGRIFIERS", "there is no DogStatsD output to rewrite")
+	}
+	if v, ok := r.get("NEAR_LIMIT_RATIO"); ok {
+		r.set("near-limit-ratio", v, "NEAR_LIMIT_RATIO")
+	}
+	disabled := r.boolean("DISABLE_STATS", false)
+	use := r.boolean("USE_STATSD", true)
+	if disabled || !use {
+		return
+	}
+	host, hostSet := r.get("STATSD_HOST")
+	port, portSet := r.get("STATSD_PORT")
+	if !hostSet {
+		host = refStatsdHost
+	}
+	if !portSet {
+		port = refStatsdPort
+	}
+	if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 {
+		r.refuse("STATSD_PORT", "must be a port number between 1 and 65535")
+	} else if _, useSet := r.get("USE_STATSD"); useSet || hostSet || portSet {
+		r.set("statsd-addr", net.JoinHostPort(host, port), "USE_STATSD", "STATSD_HOST", "STATSD_PORT")
+	} else {
+		r.def("statsd-addr", net.JoinHostPort(host, port), "USE_STATSD unset (the reference's default true, to localhost:8125)")
+	}
+	if v, ok := r.get("EXTRA_TAGS"); ok {
+		r.set("statsd-extra-tags", v, "EXTRA_TAGS")
+	}
+	if v, ok := r.get("STATS_FLUSH_INTERVAL"); ok {
+		r.set("statsd-flush-interval", v, "STATS_FLUSH_INTERVAL")
+	}
+}
+
+// responseHeaders maps LIMIT_RESPONSE_HEADERS_ENABLED and the header names.
+func responseHeaders(r *refEnv) {
+	_, set := r.get("LIMIT_RESPONSE_HEADERS_ENABLED")
+	on := r.boolean("LIMIT_RESPONSE_HEADERS_ENABLED", false)
+	switch {
+	case !set:
+		r.def("default-headers", refHeadersNone, "LIMIT_RESPONSE_HEADERS_ENABLED unset (the reference's default false: no headers)")
+	case !on:
+		r.set("default-headers", refHeadersNone, "LIMIT_RESPONSE_HEADERS_ENABLED")
+	default:
+		r.set("default-headers", "full", "LIMIT_RESPONSE_HEADERS_ENABLED")
+	}
+	if !on {
+		return // the reference reads the names only with the headers on
+	}
+	for _, h := range []struct{ env, def, flag string }{
+		{"LIMIT_LIMIT_HEADER", refHeaderLimit, "limit-header"}, {"LIMIT_REMAINING_HEADER", refHeaderRemain, "remaining-header"},
+		{"LIMIT_RESET_HEADER", refHeaderReset, "reset-header"},
+	} {
+		if v, ok := r.get(h.env); ok {
+			r.set(h.flag, v, h.env)
+		} else {
+			r.def(h.flag, h.def, h.env+" unset (the reference's default "+h.def+")")
+		}
+	}
+}
