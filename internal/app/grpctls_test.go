@@ -2,17 +2,6 @@ package app
 
 import (
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
-	"crypto/tls"
-	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
-	"math/big"
-	"net"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -23,94 +12,9 @@ import (
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 
+	"github.com/envoy-rls/envoy-rls/internal/testcerts"
 	"github.com/envoy-rls/envoy-rls/pkg/limiter"
 )
-
-// testPKI is a CA written to a temporary directory, signing certificates
-// on demand.
-type testPKI struct {
-	t      *testing.T
-	dir    string
-	ca     *x509.Certificate
-	caKey  *ecdsa.PrivateKey
-	CAFile string
-	serial int64
-}
-
-func newTestPKI(t *testing.T) *testPKI {
-	t.Helper()
-	p := &testPKI{t: t, dir: t.TempDir(), serial: 1}
-	p.caKey = p.key()
-	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "test CA"},
-		NotBefore: time.Now().Add(-time.Minute), NotAfter: time.Now().Add(time.Hour),
-		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature,
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &p.caKey.PublicKey, p.caKey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if p.ca, err = x509.ParseCertificate(der); err != nil {
-		t.Fatal(err)
-	}
-	p.CAFile = p.write("ca.pem", "CERTIFICATE", der)
-	return p
-}
-
-func (p *testPKI) key() *ecdsa.PrivateKey {
-	k, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		p.t.Fatal(err)
-	}
-	return k
-}
-
-func (p *testPKI) write(name, typ string, der []byte) string {
-	f := filepath.Join(p.dir, name)
-	if err := os.WriteFile(f, pem.EncodeToMemory(&pem.Block{Type: typ, Bytes: der}), 0o600); err != nil {
-		p.t.Fatal(err)
-	}
-	return f
-}
-
-// issue signs a certificate for 127.0.0.1 and the given DNS names, for
-// server and client use, and returns its certificate and key files.
-func (p *testPKI) issue(name string, dns ...string) (certFile, keyFile string) {
-	p.t.Helper()
-	p.serial++
-	k := p.key()
-	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(p.serial), Subject: pkix.Name{CommonName: name},
-		NotBefore: time.Now().Add(-time.Minute), NotAfter: time.Now().Add(time.Hour),
-		KeyUsage:    x509.KeyUsageDigitalSignature,
-		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth},
-		IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1), net.IPv6loopback}, DNSNames: dns,
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, p.ca, &k.PublicKey, p.caKey)
-	if err != nil {
-		p.t.Fatal(err)
-	}
-	kder, err := x509.MarshalPKCS8PrivateKey(k)
-	if err != nil {
-		p.t.Fatal(err)
-	}
-	return p.write(name+".pem", "CERTIFICATE", der), p.write(name+"-key.pem", "PRIVATE KEY", kder)
-}
-
-// clientTLS trusts the CA and presents certFile when it is not empty.
-func (p *testPKI) clientTLS(certFile, keyFile string) *tls.Config {
-	pool := x509.NewCertPool()
-	pool.AddCert(p.ca)
-	tc := &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}
-	if certFile != "" {
-		c, err := tls.LoadX509KeyPair(certFile, keyFile)
-		if err != nil {
-			p.t.Fatal(err)
-		}
-		tc.Certificates = []tls.Certificate{c}
-	}
-	return tc
-}
 
 // callWith makes one ShouldRateLimit call over creds and returns its error.
 func callWith(t *testing.T, addr string, creds credentials.TransportCredentials) error {
@@ -130,21 +34,21 @@ func callWith(t *testing.T, addr string, creds credentials.TransportCredentials)
 }
 
 func TestGRPCMutualTLS(t *testing.T) {
-	pki := newTestPKI(t)
-	srvCert, srvKey := pki.issue("server")
-	envoyCert, envoyKey := pki.issue("envoy", "envoy.gateway")
-	otherCert, otherKey := pki.issue("other", "someone.else")
+	pki := testcerts.NewCA(t, "test CA")
+	srvCert, srvKey := pki.Issue("server")
+	envoyCert, envoyKey := pki.Issue("envoy", "envoy.gateway")
+	otherCert, otherKey := pki.Issue("other", "someone.else")
 	rules := writeRules(t, t.TempDir(), testRules)
 
 	r := startServe(t, []string{"--config", rules, "--grpc-tls-cert", srvCert, "--grpc-tls-key", srvKey,
-		"--grpc-tls-client-ca", pki.CAFile, "--grpc-tls-client-san", "envoy.gateway"}, nil, hooks{})
-	if err := callWith(t, r.grpcAddr, credentials.NewTLS(pki.clientTLS(envoyCert, envoyKey))); err != nil {
+		"--grpc-tls-client-ca", pki.File, "--grpc-tls-client-san", "envoy.gateway"}, nil, hooks{})
+	if err := callWith(t, r.grpcAddr, credentials.NewTLS(pki.ClientConfig(envoyCert, envoyKey))); err != nil {
 		t.Errorf("client with the named certificate: %v", err)
 	}
-	if err := callWith(t, r.grpcAddr, credentials.NewTLS(pki.clientTLS(otherCert, otherKey))); err == nil {
+	if err := callWith(t, r.grpcAddr, credentials.NewTLS(pki.ClientConfig(otherCert, otherKey))); err == nil {
 		t.Error("client certificate without the required SAN: call succeeded")
 	}
-	if err := callWith(t, r.grpcAddr, credentials.NewTLS(pki.clientTLS("", ""))); err == nil {
+	if err := callWith(t, r.grpcAddr, credentials.NewTLS(pki.ClientConfig("", ""))); err == nil {
 		t.Error("client without a certificate: call succeeded")
 	}
 	if err := callWith(t, r.grpcAddr, insecure.NewCredentials()); err == nil {
@@ -153,11 +57,11 @@ func TestGRPCMutualTLS(t *testing.T) {
 }
 
 func TestGRPCServerTLSWithoutClientCA(t *testing.T) {
-	pki := newTestPKI(t)
-	srvCert, srvKey := pki.issue("server")
+	pki := testcerts.NewCA(t, "test CA")
+	srvCert, srvKey := pki.Issue("server")
 	rules := writeRules(t, t.TempDir(), testRules)
 	r := startServe(t, []string{"--config", rules, "--grpc-tls-cert", srvCert, "--grpc-tls-key", srvKey}, nil, hooks{})
-	if err := callWith(t, r.grpcAddr, credentials.NewTLS(pki.clientTLS("", ""))); err != nil {
+	if err := callWith(t, r.grpcAddr, credentials.NewTLS(pki.ClientConfig("", ""))); err != nil {
 		t.Errorf("TLS client without a certificate: %v", err)
 	}
 }

@@ -2,19 +2,13 @@ package redistest
 
 import (
 	"bytes"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
-	"math/big"
-	"net"
 	"os"
 	"path/filepath"
 	"testing"
-	"time"
+
+	"github.com/envoy-rls/envoy-rls/internal/testcerts"
 )
 
 // TLSFiles are PEM files of a test CA, a server certificate for 127.0.0.1 and
@@ -28,60 +22,13 @@ type TLSFiles struct {
 }
 
 // GenerateTLS creates a CA, a server certificate (IP SAN 127.0.0.1 and ::1)
-// and a client certificate in t.TempDir(), valid for one hour.
+// and a client certificate in t.TempDir().
 func GenerateTLS(t testing.TB) TLSFiles {
 	t.Helper()
-	dir := t.TempDir()
-	now := time.Now()
-	caKey := mustKey(t)
-	caTmpl := &x509.Certificate{
-		SerialNumber:          big.NewInt(1),
-		Subject:               pkix.Name{CommonName: "envoy-rls test CA"},
-		NotBefore:             now.Add(-time.Minute),
-		NotAfter:              now.Add(time.Hour),
-		IsCA:                  true,
-		BasicConstraintsValid: true,
-		KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature,
-	}
-	caDER, err := x509.CreateCertificate(rand.Reader, caTmpl, caTmpl, &caKey.PublicKey, caKey)
-	if err != nil {
-		t.Fatalf("redistest: create CA: %v", err)
-	}
-	caCert, err := x509.ParseCertificate(caDER)
-	if err != nil {
-		t.Fatalf("redistest: parse CA: %v", err)
-	}
-	leaf := func(serial int64, cn string, usage x509.ExtKeyUsage, ips []net.IP) ([]byte, *ecdsa.PrivateKey) {
-		k := mustKey(t)
-		tmpl := &x509.Certificate{
-			SerialNumber: big.NewInt(serial),
-			Subject:      pkix.Name{CommonName: cn},
-			NotBefore:    now.Add(-time.Minute),
-			NotAfter:     now.Add(time.Hour),
-			KeyUsage:     x509.KeyUsageDigitalSignature,
-			ExtKeyUsage:  []x509.ExtKeyUsage{usage},
-			IPAddresses:  ips,
-		}
-		der, err := x509.CreateCertificate(rand.Reader, tmpl, caCert, &k.PublicKey, caKey)
-		if err != nil {
-			t.Fatalf("redistest: create %s certificate: %v", cn, err)
-		}
-		return der, k
-	}
-	srvDER, srvKey := leaf(2, "127.0.0.1", x509.ExtKeyUsageServerAuth, []net.IP{net.IPv4(127, 0, 0, 1), net.IPv6loopback})
-	cliDER, cliKey := leaf(3, "envoy-rls test client", x509.ExtKeyUsageClientAuth, nil)
-	f := TLSFiles{
-		CA:         filepath.Join(dir, "ca.pem"),
-		ServerCert: filepath.Join(dir, "server.pem"),
-		ServerKey:  filepath.Join(dir, "server-key.pem"),
-		ClientCert: filepath.Join(dir, "client.pem"),
-		ClientKey:  filepath.Join(dir, "client-key.pem"),
-	}
-	writePEM(t, f.CA, "CERTIFICATE", caDER)
-	writePEM(t, f.ServerCert, "CERTIFICATE", srvDER)
-	writePEM(t, f.ServerKey, "PRIVATE KEY", marshalKey(t, srvKey))
-	writePEM(t, f.ClientCert, "CERTIFICATE", cliDER)
-	writePEM(t, f.ClientKey, "PRIVATE KEY", marshalKey(t, cliKey))
+	ca := testcerts.NewCA(t, "envoy-rls test CA")
+	f := TLSFiles{CA: ca.File}
+	f.ServerCert, f.ServerKey = ca.Issue("server")
+	f.ClientCert, f.ClientKey = ca.Issue("client")
 	return f
 }
 
@@ -120,30 +67,5 @@ func RequireTLS(t testing.TB) {
 	}
 	if !bytes.Contains(bin, []byte("SSL_CTX_new")) {
 		t.Skipf("redistest: %s was built without TLS support (no OpenSSL symbols)", p)
-	}
-}
-
-func mustKey(t testing.TB) *ecdsa.PrivateKey {
-	t.Helper()
-	k, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatalf("redistest: generate key: %v", err)
-	}
-	return k
-}
-
-func marshalKey(t testing.TB, k *ecdsa.PrivateKey) []byte {
-	t.Helper()
-	der, err := x509.MarshalPKCS8PrivateKey(k)
-	if err != nil {
-		t.Fatalf("redistest: marshal key: %v", err)
-	}
-	return der
-}
-
-func writePEM(t testing.TB, path, typ string, der []byte) {
-	t.Helper()
-	if err := os.WriteFile(path, pem.EncodeToMemory(&pem.Block{Type: typ, Bytes: der}), 0o600); err != nil {
-		t.Fatalf("redistest: write %s: %v", path, err)
 	}
 }

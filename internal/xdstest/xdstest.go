@@ -7,17 +7,10 @@ package xdstest
 
 import (
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
-	"math/big"
 	"net"
 	"os"
-	"path/filepath"
 	"sync"
 	"testing"
 	"time"
@@ -31,6 +24,8 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/metadata"
+
+	"github.com/envoy-rls/envoy-rls/internal/testcerts"
 )
 
 // Certs are PEM files made for one test: a CA, a server certificate for
@@ -42,60 +37,11 @@ type Certs struct {
 // NewCerts writes a fresh CA and certificates into a temporary directory.
 func NewCerts(t testing.TB) Certs {
 	t.Helper()
-	dir := t.TempDir()
-	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	caTmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "xdstest CA"},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour),
-		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign,
-	}
-	caDER, err := x509.CreateCertificate(rand.Reader, caTmpl, caTmpl, &caKey.PublicKey, caKey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ca, err := x509.ParseCertificate(caDER)
-	if err != nil {
-		t.Fatal(err)
-	}
-	c := Certs{CA: filepath.Join(dir, "ca.crt")}
-	writePEM(t, c.CA, "CERTIFICATE", caDER)
-	leaf := func(name string, serial int64, usage x509.ExtKeyUsage) (string, string) {
-		key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-		if err != nil {
-			t.Fatal(err)
-		}
-		tmpl := &x509.Certificate{
-			SerialNumber: big.NewInt(serial), Subject: pkix.Name{CommonName: name},
-			NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour),
-			KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{usage},
-			DNSNames: []string{"localhost", name}, IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1), net.IPv6loopback},
-		}
-		der, err := x509.CreateCertificate(rand.Reader, tmpl, ca, &key.PublicKey, caKey)
-		if err != nil {
-			t.Fatal(err)
-		}
-		kder, err := x509.MarshalPKCS8PrivateKey(key)
-		if err != nil {
-			t.Fatal(err)
-		}
-		cp, kp := filepath.Join(dir, name+".crt"), filepath.Join(dir, name+".key")
-		writePEM(t, cp, "CERTIFICATE", der)
-		writePEM(t, kp, "PRIVATE KEY", kder)
-		return cp, kp
-	}
-	c.ServerCert, c.ServerKey = leaf("xds-server", 2, x509.ExtKeyUsageServerAuth)
-	c.ClientCert, c.ClientKey = leaf("xds-client", 3, x509.ExtKeyUsageClientAuth)
+	ca := testcerts.NewCA(t, "xdstest CA")
+	c := Certs{CA: ca.File}
+	c.ServerCert, c.ServerKey = ca.Issue("xds-server", "localhost")
+	c.ClientCert, c.ClientKey = ca.Issue("xds-client", "localhost")
 	return c
-}
-
-func writePEM(t testing.TB, path, typ string, der []byte) {
-	t.Helper()
-	if err := os.WriteFile(path, pem.EncodeToMemory(&pem.Block{Type: typ, Bytes: der}), 0o600); err != nil {
-		t.Fatal(err)
-	}
 }
 
 // Request is one DiscoveryRequest the server received.
