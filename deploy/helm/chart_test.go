@@ -1369,10 +1369,7 @@ func TestDefaultsMatchBinary(t *testing.T) {
 		t.Fatalf("redis.timeout: %v", err)
 	}
 	drain, _ := get(v, "drainTimeoutSeconds").(int)
-	for _, c := range []struct {
-		value     string
-		got, want any
-	}{
+	checkDefaults(t, "", []valueDefault{
 		{"store", get(v, "store"), app.DefaultStore},
 		{"logLevel", get(v, "logLevel"), app.DefaultLogLevel},
 		{"defaultHeaders", get(v, "defaultHeaders"), app.DefaultHeaders},
@@ -1386,11 +1383,7 @@ func TestDefaultsMatchBinary(t *testing.T) {
 		{"memory.maxEntries", get(v, "memory", "maxEntries"), 0}, // 0: the binary's automatic bound
 		{"grpc.port", fmt.Sprintf(":%v", get(v, "grpc", "port")), app.DefaultGRPCAddr},
 		{"admin.port", fmt.Sprintf(":%v", get(v, "admin", "port")), app.DefaultAdminAddr},
-	} {
-		if fmt.Sprint(c.got) != fmt.Sprint(c.want) {
-			t.Errorf("values.yaml %s defaults to %v; the binary's default is %v", c.value, c.got, c.want)
-		}
-	}
+	})
 }
 
 // TestTracingEnv: the OTEL_* variables of the values' extraEnv example

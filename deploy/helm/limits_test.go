@@ -1,7 +1,6 @@
 package helm_test
 
 import (
-	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -14,19 +13,9 @@ import (
 // grpcArgs are the rendered container's --grpc-* limit flags.
 func grpcArgs(t *testing.T, args ...string) []string {
 	t.Helper()
-	deps := render(t, args...)["Deployment"]
-	if len(deps) != 1 {
-		t.Fatalf("%d Deployments rendered, want 1", len(deps))
-	}
-	var out []string
-	for _, c := range list(get(deps[0], "spec", "template", "spec", "containers")) {
-		for _, a := range toStrings(list(get(c, "args"))) {
-			if strings.HasPrefix(a, "--grpc-") && !strings.HasPrefix(a, "--grpc-addr") {
-				out = append(out, a)
-			}
-		}
-	}
-	return out
+	return containerArgs(t, func(a string) bool {
+		return strings.HasPrefix(a, "--grpc-") && !strings.HasPrefix(a, "--grpc-addr")
+	}, args...)
 }
 
 // The chart's grpc.limits defaults are the binary's, and every value
@@ -40,10 +29,7 @@ func TestGRPCLimits(t *testing.T) {
 		}
 		return d
 	}
-	for _, c := range []struct {
-		value     string
-		got, want any
-	}{
+	checkDefaults(t, "grpc.limits.", []valueDefault{
 		{"maxConcurrentStreams", get(v, "grpc", "limits", "maxConcurrentStreams"), app.DefaultGRPCMaxConcurrentStreams},
 		{"maxConnections", get(v, "grpc", "limits", "maxConnections"), app.DefaultGRPCMaxConnections},
 		{"receiveTimeout", dur("receiveTimeout"), app.DefaultGRPCReceiveTimeout},
@@ -56,11 +42,7 @@ func TestGRPCLimits(t *testing.T) {
 		{"keepaliveTimeout", dur("keepaliveTimeout"), app.DefaultGRPCKeepaliveTimeout},
 		{"keepaliveMinTime", dur("keepaliveMinTime"), app.DefaultGRPCKeepaliveMinTime},
 		{"keepalivePermitWithoutStream", get(v, "grpc", "limits", "keepalivePermitWithoutStream"), app.DefaultGRPCKeepalivePermitWithoutStream},
-	} {
-		if fmt.Sprint(c.got) != fmt.Sprint(c.want) {
-			t.Errorf("values.yaml grpc.limits.%s defaults to %v; the binary's default is %v", c.value, c.got, c.want)
-		}
-	}
+	})
 
 	got := grpcArgs(t,
 		"--set", "grpc.limits.maxConcurrentStreams=250",
@@ -89,7 +71,7 @@ func TestGRPCLimits(t *testing.T) {
 
 // Values the schema refuses, named in helm's error.
 func TestGRPCLimitsSchema(t *testing.T) {
-	for _, tc := range []struct{ set, key string }{
+	checkSchemaRefuses(t, []schemaRefusal{
 		{"grpc.limits.maxConcurrentStreams=0", "maxConcurrentStreams"},
 		{"grpc.limits.maxConnections=-1", "maxConnections"},
 		{"grpc.limits.receiveTimeout=5", "receiveTimeout"},
@@ -98,14 +80,5 @@ func TestGRPCLimitsSchema(t *testing.T) {
 		{"grpc.limits.maxRecvMsgSize=100", "maxRecvMsgSize"},
 		{"grpc.limits.maxConnectionAge=forever", "maxConnectionAge"},
 		{"grpc.limits.maxConectionAge=5m", "maxConectionAge"},
-	} {
-		out, err := runHelm(t, "template", "rls", deploytest.ChartDir(t), "--set", tc.set)
-		if err == nil {
-			t.Errorf("--set %s rendered; want a schema error", tc.set)
-			continue
-		}
-		if !strings.Contains(out, tc.key) {
-			t.Errorf("--set %s: the error does not name %s:\n%s", tc.set, tc.key, out)
-		}
-	}
+	})
 }

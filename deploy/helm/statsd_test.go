@@ -14,15 +14,9 @@ import (
 // statsdArgs are the rendered container's statsd flags.
 func statsdArgs(t *testing.T, args ...string) []string {
 	t.Helper()
-	var out []string
-	for _, c := range list(get(one(t, render(t, args...), "Deployment"), "spec", "template", "spec", "containers")) {
-		for _, a := range toStrings(list(get(c, "args"))) {
-			if strings.HasPrefix(a, "--statsd-") || strings.HasPrefix(a, "--near-limit-ratio") {
-				out = append(out, a)
-			}
-		}
-	}
-	return out
+	return containerArgs(t, func(a string) bool {
+		return strings.HasPrefix(a, "--statsd-") || strings.HasPrefix(a, "--near-limit-ratio")
+	}, args...)
 }
 
 // The statsd values default to the binary's defaults and to off; set, each
@@ -34,19 +28,12 @@ func TestStatsd(t *testing.T) {
 	if err != nil {
 		t.Fatalf("statsd.flushInterval: %v", err)
 	}
-	for _, c := range []struct {
-		value     string
-		got, want any
-	}{
+	checkDefaults(t, "statsd.", []valueDefault{
 		{"addr", get(v, "statsd", "addr"), ""},
 		{"protocol", get(v, "statsd", "protocol"), app.DefaultStatsdProtocol},
 		{"flushInterval", flush, app.DefaultStatsdFlushInterval},
 		{"nearLimitRatio", get(v, "statsd", "nearLimitRatio"), app.DefaultNearLimitRatio},
-	} {
-		if fmt.Sprint(c.got) != fmt.Sprint(c.want) {
-			t.Errorf("values.yaml statsd.%s defaults to %v; the binary's default is %v", c.value, c.got, c.want)
-		}
-	}
+	})
 	if got := statsdArgs(t); len(got) != 0 {
 		t.Errorf("statsd flags rendered by default: %q", got)
 	}
@@ -76,7 +63,7 @@ func TestStatsd(t *testing.T) {
 
 // Values the schema refuses, named in helm's error.
 func TestStatsdSchema(t *testing.T) {
-	for _, tc := range []struct{ set, key string }{
+	checkSchemaRefuses(t, []schemaRefusal{
 		{"statsd.addr=statsd", "addr"},
 		{"statsd.protocol=sctp", "protocol"},
 		{"statsd.flushInterval=0s", "flushInterval"},
@@ -84,14 +71,5 @@ func TestStatsdSchema(t *testing.T) {
 		{"statsd.nearLimitRatio=0", "nearLimitRatio"},
 		{"statsd.nearLimitRatio=1.5", "nearLimitRatio"},
 		{"statsd.extraTags.a=x\\,y", "extraTags"},
-	} {
-		out, err := runHelm(t, "template", "rls", deploytest.ChartDir(t), "--set", tc.set)
-		if err == nil {
-			t.Errorf("--set %s rendered; want a schema error", tc.set)
-			continue
-		}
-		if !strings.Contains(out, tc.key) {
-			t.Errorf("--set %s: the error does not name %s:\n%s", tc.set, tc.key, out)
-		}
-	}
+	})
 }
