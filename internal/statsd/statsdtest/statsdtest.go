@@ -6,6 +6,7 @@ import (
 	"bufio"
 	"bytes"
 	"fmt"
+	"maps"
 	"net"
 	"sort"
 	"strconv"
@@ -127,22 +128,14 @@ func (s *Server) add(p []byte) {
 func (s *Server) Counters() map[string]int64 {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	out := make(map[string]int64, len(s.counters))
-	for k, v := range s.counters {
-		out[k] = v
-	}
-	return out
+	return maps.Clone(s.counters)
 }
 
 // Timers returns how many samples of each timer were received.
 func (s *Server) Timers() map[string]int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	out := make(map[string]int, len(s.timers))
-	for k, v := range s.timers {
-		out[k] = v
-	}
-	return out
+	return maps.Clone(s.timers)
 }
 
 // Lines returns every line received.
@@ -150,6 +143,28 @@ func (s *Server) Lines() []string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return append([]string(nil), s.lines...)
+}
+
+// CheckOnlyCounters fails t for every counter received that want does not
+// name.
+func (s *Server) CheckOnlyCounters(t testing.TB, want map[string]int64) {
+	t.Helper()
+	for name := range s.Counters() {
+		if _, ok := want[name]; !ok {
+			t.Errorf("statsd: unexpected stat %q", name)
+		}
+	}
+}
+
+// CheckNoLineContains fails t for every line received that contains
+// value: a request value must never reach statsd.
+func (s *Server) CheckNoLineContains(t testing.TB, value string) {
+	t.Helper()
+	for _, line := range s.Lines() {
+		if strings.Contains(line, value) {
+			t.Errorf("statsd: a request value reached statsd: %q", line)
+		}
+	}
 }
 
 // WaitCounters waits until every counter of want has reached its value,
