@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"sync"
 	"testing"
 	"time"
 )
@@ -149,24 +148,7 @@ func TestRuleReload(t *testing.T) {
 func testReloadUnderLoad(t *testing.T, r *replica, ed ruleEditor) {
 	// Load: every call a new subject, so every answer is OK whatever the
 	// limit in force; the limit it reports shows which rules answered.
-	var (
-		all    tally
-		mu     sync.Mutex
-		limits = map[uint32]int{}
-	)
-	stopLoad := startLoad(func(stop <-chan struct{}) {
-		load(8, 100_000, stop, func(g, i int) {
-			res := r.call(callTimeout, 1, entry{"load", fmt.Sprintf("g%d-%d", g, i)})
-			all.add(res)
-			if !res.ok() {
-				all.note("%v", res)
-			}
-			mu.Lock()
-			limits[res.Limit]++
-			mu.Unlock()
-			time.Sleep(time.Millisecond) // pacing: a steady load, not a wait for anything
-		})
-	})
+	ll, stopLoad := startLimitLoad(r, "load", 8, 100_000)
 	defer stopLoad()
 
 	probe := func(want int) {
@@ -231,9 +213,10 @@ func testReloadUnderLoad(t *testing.T, r *replica, ed ruleEditor) {
 	probe(2)
 	stopLoad()
 
-	t.Logf("load: %v; answers by current_limit: %v", &all, limits)
+	all, limits := &ll.all, ll.byLimit()
+	t.Logf("load: %v; answers by current_limit: %v", all, limits)
 	if all.failed() != 0 || len(all.samples) != 0 || all.ok == 0 {
-		t.Errorf("calls under load must all be answered OK: %v", &all)
+		t.Errorf("calls under load must all be answered OK: %v", all)
 	}
 	for l := range limits {
 		if l != 1000 && l != 2000 && l != 4000 {

@@ -3,8 +3,6 @@ package e2e_test
 import (
 	"fmt"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -47,26 +45,8 @@ func TestXDSConfigSource(t *testing.T) {
 
 	// v2 under load: calls run before, during and after the push; every
 	// one answers, and the answers switch from the v1 limit to the v2 one.
-	var (
-		all   tally
-		calls atomic.Int64
-		mu    sync.Mutex
-		seen  = map[uint32]int{}
-	)
-	stopLoad := startLoad(func(stop <-chan struct{}) {
-		load(4, 20_000, stop, func(g, i int) {
-			res := r.call(callTimeout, 1, entry{"user", fmt.Sprintf("load-%d-%d", g, i)})
-			all.add(res)
-			if !res.ok() {
-				all.note("%v", res)
-			}
-			mu.Lock()
-			seen[res.Limit]++
-			mu.Unlock()
-			calls.Add(1)
-			time.Sleep(time.Millisecond) // pacing: a steady load, not a wait for anything
-		})
-	})
+	ll, stopLoad := startLimitLoad(r, "user", 4, 20_000)
+	all, calls := &ll.all, &ll.calls
 	atLeast := func(n int64) {
 		t.Helper()
 		eventually(t, reloadTimeout, 10*time.Millisecond, fmt.Sprintf("%d load calls", n), func() error {
@@ -87,9 +67,8 @@ func TestXDSConfigSource(t *testing.T) {
 	})
 	atLeast(calls.Load() + 200)
 	stopLoad()
-	mu.Lock()
+	seen := ll.byLimit()
 	before, after := seen[2], seen[500]
-	mu.Unlock()
 	t.Logf("v2 in force %v after it was acknowledged; load %s; answers with limit 2: %d, 500: %d", took, all.String(), before, after)
 	if before == 0 || after == 0 {
 		t.Errorf("the load saw %d answers under v1 and %d under v2; want both", before, after)
