@@ -207,30 +207,28 @@ func indexOf(list []string, s string) (int, bool) {
 	return -1, false
 }
 
+// joinPath is Rule.Path: the domain, then key or key=value per level,
+// joined by '/'.
 func joinPath(domain string, path []pathSeg) string {
-	var b strings.Builder
-	b.WriteString(domain)
-	for _, s := range path {
-		b.WriteByte('/')
-		b.WriteString(s.key)
-		if s.value != "" {
-			b.WriteByte('=')
-			b.WriteString(s.value)
-		}
-	}
-	return b.String()
+	return joinSegs(domain, path, '/', '=')
 }
 
 // statKey is Rule.StatKey: the domain, then key or key_value per level,
 // joined by '.'.
 func statKey(domain string, path []pathSeg) string {
+	return joinSegs(domain, path, '.', '_')
+}
+
+// joinSegs writes domain, then for each level sep and its key, followed by
+// kv and its value when the level has one.
+func joinSegs(domain string, path []pathSeg, sep, kv byte) string {
 	var b strings.Builder
 	b.WriteString(domain)
 	for _, s := range path {
-		b.WriteByte('.')
+		b.WriteByte(sep)
 		b.WriteString(s.key)
 		if s.value != "" {
-			b.WriteByte('_')
+			b.WriteByte(kv)
 			b.WriteString(s.value)
 		}
 	}
