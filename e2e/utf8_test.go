@@ -9,8 +9,9 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/mem"
 	"google.golang.org/grpc/status"
-	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
+
+	"github.com/envoy-rls/envoy-rls/internal/rlswire"
 )
 
 // wireCodec sends a request as the bytes given (wireRequest) and reads the
@@ -36,22 +37,11 @@ func (wireCodec) Unmarshal(data mem.BufferSlice, v any) error {
 // given entries, field by field, so that keys and values may hold any
 // bytes.
 func encodeRequest(domain string, entries ...entry) wireRequest {
-	var d []byte
-	for _, e := range entries {
-		var eb []byte
-		eb = protowire.AppendTag(eb, 1, protowire.BytesType)
-		eb = protowire.AppendString(eb, e.Key)
-		eb = protowire.AppendTag(eb, 2, protowire.BytesType)
-		eb = protowire.AppendString(eb, e.Value)
-		d = protowire.AppendTag(d, 1, protowire.BytesType)
-		d = protowire.AppendBytes(d, eb)
+	es := make([]rlswire.Entry, len(entries))
+	for i, e := range entries {
+		es[i] = rlswire.Entry(e)
 	}
-	var b []byte
-	b = protowire.AppendTag(b, 1, protowire.BytesType)
-	b = protowire.AppendString(b, domain)
-	b = protowire.AppendTag(b, 2, protowire.BytesType)
-	b = protowire.AppendBytes(b, d)
-	return b
+	return rlswire.Request(domain, es...)
 }
 
 // callWire sends req as it is and returns the overall code or the error.

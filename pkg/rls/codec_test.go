@@ -12,6 +12,8 @@ import (
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/wrapperspb"
+
+	"github.com/envoy-rls/envoy-rls/internal/rlswire"
 )
 
 // validRequests are well-formed requests with valid UTF-8, covering every
@@ -35,20 +37,7 @@ func validRequests() []*rlsv3.RateLimitRequest {
 // rawRequest is the wire format of a request with one descriptor of one
 // entry, written field by field so that the strings may hold any bytes.
 func rawRequest(domain, key, value string) []byte {
-	var e []byte
-	e = protowire.AppendTag(e, 1, protowire.BytesType)
-	e = protowire.AppendString(e, key)
-	e = protowire.AppendTag(e, 2, protowire.BytesType)
-	e = protowire.AppendString(e, value)
-	var d []byte
-	d = protowire.AppendTag(d, 1, protowire.BytesType)
-	d = protowire.AppendBytes(d, e)
-	var b []byte
-	b = protowire.AppendTag(b, 1, protowire.BytesType)
-	b = protowire.AppendString(b, domain)
-	b = protowire.AppendTag(b, 2, protowire.BytesType)
-	b = protowire.AppendBytes(b, d)
-	return b
+	return rlswire.Request(domain, rlswire.Entry{Key: key, Value: value})
 }
 
 // extraFields appends fields proto.Unmarshal must keep or merge: an unknown
