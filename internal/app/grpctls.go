@@ -6,7 +6,6 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"os"
 	"slices"
 
 	"google.golang.org/grpc"
@@ -66,13 +65,9 @@ func (o *grpcTLSOptions) tlsConfig() (*tls.Config, error) {
 	if o.GRPCTLSClientCA == "" {
 		return tc, nil
 	}
-	pem, err := os.ReadFile(o.GRPCTLSClientCA)
+	pool, err := readCAPool("grpc-tls-client-ca", o.GRPCTLSClientCA)
 	if err != nil {
-		return nil, fmt.Errorf("--grpc-tls-client-ca: must be a readable PEM CA bundle: %w", err)
-	}
-	pool := x509.NewCertPool()
-	if !pool.AppendCertsFromPEM(pem) {
-		return nil, fmt.Errorf("--grpc-tls-client-ca: no PEM certificate in %s", o.GRPCTLSClientCA)
+		return nil, err
 	}
 	tc.ClientCAs = pool
 	tc.ClientAuth = tls.RequireAndVerifyClientCert

@@ -131,13 +131,9 @@ func (o *Options) redisConfig() (redis.Config, error) {
 	if o.RedisTLS || o.RedisTLSCA != "" || o.RedisTLSCert != "" || o.RedisTLSKey != "" {
 		tc := &tls.Config{MinVersion: tls.VersionTLS12}
 		if o.RedisTLSCA != "" {
-			pem, err := os.ReadFile(o.RedisTLSCA)
+			pool, err := readCAPool("redis-tls-ca", o.RedisTLSCA)
 			if err != nil {
-				return c, fmt.Errorf("--redis-tls-ca: %w", err)
-			}
-			pool := x509.NewCertPool()
-			if !pool.AppendCertsFromPEM(pem) {
-				return c, fmt.Errorf("--redis-tls-ca: no PEM certificate in %s", o.RedisTLSCA)
+				return c, err
 			}
 			tc.RootCAs = pool
 		}

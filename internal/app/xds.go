@@ -2,11 +2,9 @@ package app
 
 import (
 	"crypto/tls"
-	"crypto/x509"
 	"flag"
 	"fmt"
 	"net"
-	"os"
 	"strings"
 	"time"
 
@@ -198,13 +196,9 @@ func (o *xdsOptions) xdsCredentials() (credentials.TransportCredentials, error) 
 	}
 	cfg := &tls.Config{MinVersion: tls.VersionTLS12, ServerName: o.XDSTLSSAN}
 	if o.XDSTLSCA != "" {
-		pem, err := os.ReadFile(o.XDSTLSCA)
+		pool, err := readCAPool("xds-tls-ca", o.XDSTLSCA)
 		if err != nil {
-			return nil, fmt.Errorf("--xds-tls-ca: %w", err)
-		}
-		pool := x509.NewCertPool()
-		if !pool.AppendCertsFromPEM(pem) {
-			return nil, fmt.Errorf("--xds-tls-ca=%q: holds no PEM certificate", o.XDSTLSCA)
+			return nil, err
 		}
 		cfg.RootCAs = pool
 	}
