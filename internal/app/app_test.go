@@ -645,12 +645,7 @@ func TestGCPercent(t *testing.T) {
 func TestCheckServeArgs(t *testing.T) {
 	base := []string{"--config", "rules"}
 	redis := []string{"--config", "rules", "--store", "redis", "--redis-addr", "10.0.0.1:6379", "--hmac-secret-file", "/nonexistent/secret"}
-	for _, tc := range []struct {
-		name string
-		args []string
-		env  map[string]string
-		want string // "" = accepted
-	}{
+	checkServeArgsCases(t, []serveArgsCase{
 		{"defaults", base, nil, ""},
 		{"redis", redis, map[string]string{SecretEnv: "a-shared-secret-of-32-bytes-----"}, ""},
 		{"redis without a secret", []string{"--config", "rules", "--store", "redis", "--redis-addr", "10.0.0.1:6379"}, nil, "--store redis needs an HMAC secret shared by every replica: set --hmac-secret-file (or ENVOY_RLS_HMAC_SECRET_FILE) or ENVOY_RLS_HMAC_SECRET"},
@@ -684,14 +679,7 @@ func TestCheckServeArgs(t *testing.T) {
 		{"drain timeout", append(base, "--drain-timeout", "-1s"), nil, `--drain-timeout="-1s": must be a positive duration such as 15s`},
 		{"memory entries", append(base, "--memory-max-entries", "-5"), nil, `--memory-max-entries="-5": must be 0 (automatic) or a positive integer`},
 		{"local cache size", append(base, "--local-cache-size", "3"), nil, `--local-cache-size="3": must be an integer of at least 64`},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			err := CheckServeArgs(tc.args, func(k string) string { return tc.env[k] })
-			if got := fmt.Sprint(err); tc.want == "" && err != nil || tc.want != "" && got != tc.want {
-				t.Fatalf("CheckServeArgs(%q) = %v, want %q", tc.args, err, tc.want)
-			}
-		})
-	}
+	})
 }
 
 // serve --help lists every flag as --name with its variable and default,

@@ -3,7 +3,6 @@ package app
 import (
 	"context"
 	"errors"
-	"fmt"
 	"net"
 	"testing"
 	"time"
@@ -17,12 +16,7 @@ import (
 // value and what is accepted.
 func TestCheckServeArgsTransport(t *testing.T) {
 	base := []string{"--config", "rules"}
-	for _, tc := range []struct {
-		name string
-		args []string
-		env  map[string]string
-		want string // "" = accepted
-	}{
+	checkServeArgsCases(t, []serveArgsCase{
 		{"defaults", base, nil, ""},
 		{"all set", append(base, "--grpc-max-concurrent-streams", "1", "--grpc-max-connections", "1048576", "--grpc-receive-timeout", "1ms", "--grpc-max-incomplete-requests", "1",
 			"--grpc-max-recv-msg-size", "4096", "--grpc-max-connection-idle", "0", "--grpc-max-connection-age", "0", "--grpc-max-connection-age-grace", "0",
@@ -41,14 +35,7 @@ func TestCheckServeArgsTransport(t *testing.T) {
 		{"keepalive timeout below 1s", append(base, "--grpc-keepalive-timeout", "0s"), nil, `--grpc-keepalive-timeout="0s": must be a duration of at least 1s`},
 		{"keepalive min time negative", append(base, "--grpc-keepalive-min-time", "-5s"), nil, `--grpc-keepalive-min-time="-5s": must be 0 or a positive duration such as 5s`},
 		{"permit without stream", append(base, "--grpc-keepalive-permit-without-stream=maybe"), nil, `--grpc-keepalive-permit-without-stream="maybe": must be true or false`},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			err := CheckServeArgs(tc.args, func(k string) string { return tc.env[k] })
-			if got := fmt.Sprint(err); tc.want == "" && err != nil || tc.want != "" && got != tc.want {
-				t.Fatalf("CheckServeArgs(%q) = %v, want %q", tc.args, err, tc.want)
-			}
-		})
-	}
+	})
 }
 
 // connLimit serves max connections at once, closes the next one on accept,
