@@ -30,6 +30,15 @@ func (r *refEnv) get(name string) (string, bool) {
 	return v, v != ""
 }
 
+// getOr is get with def in place of an unset value; set says whether the
+// variable was set.
+func (r *refEnv) getOr(name, def string) (v string, set bool) {
+	if v, set = r.get(name); !set {
+		v = def
+	}
+	return v, set
+}
+
 // quote is how errors and warnings spell a variable as the user set it.
 func (r *refEnv) quote(names ...string) string {
 	var parts []string
@@ -91,16 +100,10 @@ func (r *refEnv) explicitFalse(name string) bool {
 // address joins the host and port variables of a listener, the reference's
 // defaults filling the one not set.
 func (r *refEnv) address(hostVar, portVar, defHost, defPort string) (string, bool) {
-	host, hostSet := r.get(hostVar)
-	port, portSet := r.get(portVar)
+	host, hostSet := r.getOr(hostVar, defHost)
+	port, portSet := r.getOr(portVar, defPort)
 	if !hostSet && !portSet {
 		return "", false
-	}
-	if !hostSet {
-		host = defHost
-	}
-	if !portSet {
-		port = defPort
 	}
 	if n, err := strconv.Atoi(port); err != nil || n < 0 || n > 65535 {
 		r.refuse(portVar, "must be a port number between 0 and 65535")

@@ -12,15 +12,9 @@ func configSource(r *refEnv) {
 	typ, _ := r.get("CONFIG_TYPE")
 	switch strings.ToUpper(typ) {
 	case "", "FILE":
-		root, rootSet := r.get("RUNTIME_ROOT")
+		root, rootSet := r.getOr("RUNTIME_ROOT", refRuntimeRoot)
 		sub, subSet := r.get("RUNTIME_SUBDIRECTORY")
-		app, appSet := r.get("RUNTIME_APPDIRECTORY")
-		if !rootSet {
-			root = refRuntimeRoot
-		}
-		if !appSet {
-			app = refAppDirectory
-		}
+		app, appSet := r.getOr("RUNTIME_APPDIRECTORY", refAppDirectory)
 		dir := filepath.Join(root, sub, app)
 		if rootSet || subSet || appSet {
 			r.set("config", dir, "RUNTIME_ROOT", "RUNTIME_SUBDIRECTORY", "RUNTIME_APPDIRECTORY")
@@ -215,14 +209,8 @@ func statsdEnv(r *refEnv) {
 	if disabled || !use {
 		return
 	}
-	host, hostSet := r.get("STATSD_HOST")
-	port, portSet := r.get("STATSD_PORT")
-	if !hostSet {
-		host = refStatsdHost
-	}
-	if !portSet {
-		port = refStatsdPort
-	}
+	host, hostSet := r.getOr("STATSD_HOST", refStatsdHost)
+	port, portSet := r.getOr("STATSD_PORT", refStatsdPort)
 	if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 {
 		r.refuse("STATSD_PORT", "must be a port number between 1 and 65535")
 	} else if _, useSet := r.get("USE_STATSD"); useSet || hostSet || portSet {
