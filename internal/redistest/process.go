@@ -128,13 +128,23 @@ func (s *Server) Restart() {
 // It returns once the process is stopped (where /proc tells).
 func (s *Server) Pause() {
 	s.t.Helper()
-	s.mustLocal("pause")
-	if pid := s.PID(); pid != 0 {
-		if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
-			s.t.Fatalf("redistest: SIGSTOP %d: %v", pid, err)
-		}
+	if pid := s.signal("pause", syscall.SIGSTOP, "SIGSTOP"); pid != 0 {
 		waitStopped(pid, StartTimeout)
 	}
+}
+
+// signal sends sig (named name) to the local process for op and returns its
+// PID, 0 when none runs.
+func (s *Server) signal(op string, sig syscall.Signal, name string) int {
+	s.t.Helper()
+	s.mustLocal(op)
+	pid := s.PID()
+	if pid != 0 {
+		if err := syscall.Kill(pid, sig); err != nil {
+			s.t.Fatalf("redistest: %s %d: %v", name, pid, err)
+		}
+	}
+	return pid
 }
 
 // waitStopped polls /proc/<pid>/stat until the process state is T
@@ -158,12 +168,7 @@ func waitStopped(pid int, timeout time.Duration) {
 // Resume continues a paused process with SIGCONT.
 func (s *Server) Resume() {
 	s.t.Helper()
-	s.mustLocal("resume")
-	if pid := s.PID(); pid != 0 {
-		if err := syscall.Kill(pid, syscall.SIGCONT); err != nil {
-			s.t.Fatalf("redistest: SIGCONT %d: %v", pid, err)
-		}
-	}
+	s.signal("resume", syscall.SIGCONT, "SIGCONT")
 }
 
 // stop kills the process (if any) by PID; registered with t.Cleanup.

@@ -106,26 +106,25 @@ func (c *Conn) read(depth int) (any, error) {
 			return nil, fmt.Errorf("malformed integer %q", body)
 		}
 		return n, nil
-	case '$':
+	case '$', '*':
+		// A bulk string or an array: its length, -1 for null.
+		what, limit := "bulk", 512<<20
+		if line[0] == '*' {
+			what, limit = "array", 1<<20
+		}
 		n, err := strconv.Atoi(body)
-		if err != nil || n < -1 || n > 512<<20 {
-			return nil, fmt.Errorf("malformed bulk length %q", body)
+		if err != nil || n < -1 || n > limit {
+			return nil, fmt.Errorf("malformed %s length %q", what, body)
 		}
 		if n == -1 {
 			return nil, nil
 		}
-		b := make([]byte, n+2)
-		if _, err := io.ReadFull(c.r, b); err != nil {
-			return nil, err
-		}
-		return string(b[:n]), nil
-	case '*':
-		n, err := strconv.Atoi(body)
-		if err != nil || n < -1 || n > 1<<20 {
-			return nil, fmt.Errorf("malformed array length %q", body)
-		}
-		if n == -1 {
-			return nil, nil
+		if line[0] == '$' {
+			b := make([]byte, n+2)
+			if _, err := io.ReadFull(c.r, b); err != nil {
+				return nil, err
+			}
+			return string(b[:n]), nil
 		}
 		out := make([]any, n)
 		for i := range out {
