@@ -1,7 +1,6 @@
 package app
 
 import (
-	"errors"
 	"flag"
 	"fmt"
 	"net"
@@ -52,12 +51,8 @@ var statsdAccepts = map[string]string{
 
 // check validates the statsd flags, one error per refused value.
 func (o *statsdOptions) check(given map[string]given) error {
-	var errs []error
-	bad := func(name string, ok bool) {
-		if !ok {
-			errs = append(errs, fmt.Errorf("%s: must be %s", label(name, given), statsdAccepts[name]))
-		}
-	}
+	r := refusals{given: given, accepts: statsdAccepts}
+	bad := r.check
 	if o.StatsdAddr != "" {
 		host, port, err := net.SplitHostPort(o.StatsdAddr)
 		p, perr := strconv.Atoi(port)
@@ -69,7 +64,7 @@ func (o *statsdOptions) check(given map[string]given) error {
 	bad("statsd-flush-interval", o.StatsdFlushInterval > 0)
 	_, ok := o.nearLimitRatio()
 	bad("near-limit-ratio", ok)
-	return errors.Join(errs...)
+	return r.err()
 }
 
 // nearLimitRatio parses --near-limit-ratio.

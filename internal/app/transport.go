@@ -1,7 +1,6 @@
 package app
 
 import (
-	"errors"
 	"flag"
 	"fmt"
 	"math"
@@ -120,12 +119,8 @@ var transportAccepts = map[string]string{
 
 // check returns one error per --grpc-* value out of range.
 func (o *transportOptions) check(given map[string]given) error {
-	var errs []error
-	bad := func(name string, ok bool) {
-		if !ok {
-			errs = append(errs, fmt.Errorf("%s: must be %s", label(name, given), transportAccepts[name]))
-		}
-	}
+	r := refusals{given: given, accepts: transportAccepts}
+	bad := r.check
 	bad("grpc-max-concurrent-streams", o.GRPCMaxConcurrentStreams >= 1 && int64(o.GRPCMaxConcurrentStreams) <= math.MaxUint32)
 	bad("grpc-max-connections", o.GRPCMaxConnections >= 1 && o.GRPCMaxConnections <= maxGRPCMaxConnections)
 	bad("grpc-receive-timeout", o.GRPCReceiveTimeout > 0)
@@ -138,7 +133,7 @@ func (o *transportOptions) check(given map[string]given) error {
 	bad("grpc-keepalive-time", o.GRPCKeepaliveTime >= time.Second)
 	bad("grpc-keepalive-timeout", o.GRPCKeepaliveTimeout >= time.Second)
 	bad("grpc-keepalive-min-time", o.GRPCKeepaliveMinTime >= 0)
-	return errors.Join(errs...)
+	return r.err()
 }
 
 // grpcServerOptions are the server options that apply the limits. A zero
