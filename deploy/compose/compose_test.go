@@ -78,17 +78,24 @@ func dir(t *testing.T) string {
 
 func loadCompose(t *testing.T) composeFile {
 	t.Helper()
-	b, err := os.ReadFile(filepath.Join(dir(t), "docker-compose.yaml"))
+	var c composeFile
+	decodeStrict(t, "docker-compose.yaml", &c)
+	return c
+}
+
+// decodeStrict decodes the YAML file name of this folder into out, refusing
+// fields out does not know.
+func decodeStrict(t *testing.T, name string, out any) {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(dir(t), name))
 	if err != nil {
 		t.Fatal(err)
 	}
 	dec := yaml.NewDecoder(bytes.NewReader(b))
 	dec.KnownFields(true)
-	var c composeFile
-	if err := dec.Decode(&c); err != nil {
-		t.Fatalf("docker-compose.yaml: %v", err)
+	if err := dec.Decode(out); err != nil {
+		t.Fatalf("%s: %v", name, err)
 	}
-	return c
 }
 
 // flagValue returns the value of --name=value in args.

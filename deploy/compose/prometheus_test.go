@@ -1,10 +1,8 @@
 package compose_test
 
 import (
-	"bytes"
 	"net"
 	"net/http"
-	"os"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -14,7 +12,6 @@ import (
 
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
-	"gopkg.in/yaml.v3"
 
 	"github.com/envoy-rls/envoy-rls/internal/deploytest"
 )
@@ -47,16 +44,8 @@ var scrapeProtocols = []string{"PrometheusProto", "OpenMetricsText0.0.1", "OpenM
 // (--admin-addr in docker-compose.yaml) at /metrics and Envoy's admin port
 // (envoy.yaml) at /stats/prometheus, by compose service name.
 func TestPrometheusConfig(t *testing.T) {
-	b, err := os.ReadFile(filepath.Join(dir(t), "prometheus.yml"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	dec := yaml.NewDecoder(bytes.NewReader(b))
-	dec.KnownFields(true)
 	var pc promConfig
-	if err := dec.Decode(&pc); err != nil {
-		t.Fatalf("prometheus.yml: %v", err)
-	}
+	decodeStrict(t, "prometheus.yml", &pc)
 	durations := []string{pc.Global.ScrapeInterval, pc.Global.EvaluationInterval}
 	targets := map[string][2]string{} // job -> {target, metrics path}
 	for _, sc := range pc.ScrapeConfigs {
