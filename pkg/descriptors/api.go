@@ -166,21 +166,10 @@ func (u Unit) String() string {
 // ParseUnit parses a rate_limit unit, case-insensitively: second, minute,
 // hour, day, and the extensions week, month, year.
 func ParseUnit(s string) (Unit, bool) {
-	switch strings.ToLower(s) {
-	case "second":
-		return UnitSecond, true
-	case "minute":
-		return UnitMinute, true
-	case "hour":
-		return UnitHour, true
-	case "day":
-		return UnitDay, true
-	case "week":
-		return UnitWeek, true
-	case "month":
-		return UnitMonth, true
-	case "year":
-		return UnitYear, true
+	for u := UnitSecond; u <= UnitYear; u++ {
+		if strings.EqualFold(s, u.String()) {
+			return u, true
+		}
 	}
 	return 0, false
 }
@@ -201,13 +190,10 @@ func (h HeaderMode) String() string {
 
 // ParseHeaderMode parses full, retry_after or none.
 func ParseHeaderMode(s string) (HeaderMode, bool) {
-	switch s {
-	case "full":
-		return HeadersFull, true
-	case "retry_after":
-		return HeadersRetryAfter, true
-	case "none":
-		return HeadersNone, true
+	for h := HeadersFull; h <= HeadersNone; h++ {
+		if s == h.String() {
+			return h, true
+		}
 	}
 	return HeadersDefault, false
 }

@@ -32,13 +32,10 @@ func (m FailureMode) String() string {
 
 // ParseFailureMode is the inverse of FailureMode.String.
 func ParseFailureMode(s string) (FailureMode, error) {
-	switch s {
-	case "closed":
-		return FailClosed, nil
-	case "open":
-		return FailOpen, nil
-	case "local":
-		return FailLocal, nil
+	for m := FailClosed; m <= FailLocal; m++ {
+		if s == m.String() {
+			return m, nil
+		}
 	}
 	return 0, &FieldError{Field: "failure_mode", Reason: fmt.Sprintf("%q is not one of closed, open, local", s)}
 }
