@@ -1,6 +1,7 @@
 package app
 
 import (
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -70,243 +71,71 @@ func TestCompatCoversEveryReferenceSetting(t *testing.T) {
 
 func TestCompatHonoured(t *testing.T) {
 	for _, tc := range []struct {
-		name  string
-		env   map[string]string
-		check func(o Options) string // "" when o is right
+		name string
+		env  map[string]string
+		got  func(o Options) []any // the options the environment sets
+		want []any
 	}{
-		{"reference defaults", nil, func(o Options) string {
-			switch {
-			case o.Config != "/srv/runtime_data/current/config":
-				return "config " + o.Config
-			case o.Store != "redis" || o.RedisMode != "standalone" || o.RedisAddr != "127.0.0.1:6379":
-				return "redis " + o.Store + " " + o.RedisMode + " " + o.RedisAddr
-			case o.LogLevel != "warn":
-				return "log level " + o.LogLevel
-			case o.DefaultHeaders != "none":
-				return "headers " + o.DefaultHeaders
-			case o.HMACSecretRedisKey != DefaultHMACSecretRedisKey:
-				return "secret key " + o.HMACSecretRedisKey
-			case o.AdminAddr != DefaultAdminAddr || o.GRPCAddr != DefaultGRPCAddr:
-				return "addrs " + o.AdminAddr + " " + o.GRPCAddr
-			}
-			return ""
-		}},
-		{"listeners", map[string]string{"HOST": "127.0.0.1", "PORT": "9080", "GRPC_PORT": "9081"}, func(o Options) string {
-			if o.AdminAddr != "127.0.0.1:9080" || o.GRPCAddr != "0.0.0.0:9081" {
-				return o.AdminAddr + " " + o.GRPCAddr
-			}
-			return ""
-		}},
-		{"grpc unix socket", map[string]string{"GRPC_UDS": "/run/rl.sock", "GRPC_PORT": "9081"}, func(o Options) string {
-			if o.GRPCAddr != "unix:/run/rl.sock" {
-				return o.GRPCAddr
-			}
-			return ""
-		}},
-		{"connection age", map[string]string{"GRPC_MAX_CONNECTION_AGE": "24h", "GRPC_MAX_CONNECTION_AGE_GRACE": "1h"}, func(o Options) string {
-			if o.GRPCMaxConnectionAge != 24*time.Hour || o.GRPCMaxConnectionAgeGrace != time.Hour {
-				return o.GRPCMaxConnectionAge.String()
-			}
-			return ""
-		}},
+		{"reference defaults", nil, func(o Options) []any {
+			return []any{o.Config, o.Store, o.RedisMode, o.RedisAddr, o.LogLevel, o.DefaultHeaders, o.HMACSecretRedisKey, o.AdminAddr, o.GRPCAddr}
+		}, []any{"/srv/runtime_data/current/config", "redis", "standalone", "127.0.0.1:6379", "warn", "none", DefaultHMACSecretRedisKey, DefaultAdminAddr, DefaultGRPCAddr}},
+		{"listeners", map[string]string{"HOST": "127.0.0.1", "PORT": "9080", "GRPC_PORT": "9081"}, func(o Options) []any { return []any{o.AdminAddr, o.GRPCAddr} }, []any{"127.0.0.1:9080", "0.0.0.0:9081"}},
+		{"grpc unix socket", map[string]string{"GRPC_UDS": "/run/rl.sock", "GRPC_PORT": "9081"}, func(o Options) []any { return []any{o.GRPCAddr} }, []any{"unix:/run/rl.sock"}},
+		{"connection age", map[string]string{"GRPC_MAX_CONNECTION_AGE": "24h", "GRPC_MAX_CONNECTION_AGE_GRACE": "1h"}, func(o Options) []any { return []any{o.GRPCMaxConnectionAge, o.GRPCMaxConnectionAgeGrace} }, []any{24 * time.Hour, time.Hour}},
 		{"grpc mutual TLS", map[string]string{"GRPC_SERVER_USE_TLS": "true", "GRPC_SERVER_TLS_CERT": "/c/tls.crt", "GRPC_SERVER_TLS_KEY": "/c/tls.key",
-			"GRPC_CLIENT_TLS_CACERT": "/c/ca.crt", "GRPC_CLIENT_TLS_SAN": "envoy", "GRPC_SERVER_TLS_CA_CERT": "/c/other.crt"}, func(o Options) string {
-			if o.GRPCTLSCert != "/c/tls.crt" || o.GRPCTLSKey != "/c/tls.key" || o.GRPCTLSClientCA != "/c/ca.crt" || o.GRPCTLSClientSAN != "envoy" {
-				return "tls " + o.GRPCTLSCert + o.GRPCTLSKey + o.GRPCTLSClientCA + o.GRPCTLSClientSAN
-			}
-			return ""
-		}},
-		{"grpc TLS files without TLS", map[string]string{"GRPC_SERVER_TLS_CERT": "/c/tls.crt"}, func(o Options) string {
-			if o.GRPCTLSCert != "" {
-				return "tls on"
-			}
-			return ""
-		}},
-		{"log level any case", map[string]string{"LOG_LEVEL": "Info"}, func(o Options) string {
-			if o.LogLevel != "info" {
-				return o.LogLevel
-			}
-			return ""
-		}},
-		{"log level warning", map[string]string{"LOG_LEVEL": "WARNING"}, func(o Options) string {
-			if o.LogLevel != "warn" {
-				return o.LogLevel
-			}
-			return ""
-		}},
-		{"runtime dirs", map[string]string{"RUNTIME_ROOT": "/data", "RUNTIME_SUBDIRECTORY": "ratelimit", "RUNTIME_IGNOREDOTFILES": "true", "RUNTIME_WATCH_ROOT": "false"}, func(o Options) string {
-			if o.Config != "/data/ratelimit/config" {
-				return o.Config
-			}
-			return ""
-		}},
+			"GRPC_CLIENT_TLS_CACERT": "/c/ca.crt", "GRPC_CLIENT_TLS_SAN": "envoy", "GRPC_SERVER_TLS_CA_CERT": "/c/other.crt"}, func(o Options) []any {
+			return []any{o.GRPCTLSCert, o.GRPCTLSKey, o.GRPCTLSClientCA, o.GRPCTLSClientSAN}
+		}, []any{"/c/tls.crt", "/c/tls.key", "/c/ca.crt", "envoy"}},
+		{"grpc TLS files without TLS", map[string]string{"GRPC_SERVER_TLS_CERT": "/c/tls.crt"}, func(o Options) []any { return []any{o.GRPCTLSCert} }, []any{""}},
+		{"log level any case", map[string]string{"LOG_LEVEL": "Info"}, func(o Options) []any { return []any{o.LogLevel} }, []any{"info"}},
+		{"log level warning", map[string]string{"LOG_LEVEL": "WARNING"}, func(o Options) []any { return []any{o.LogLevel} }, []any{"warn"}},
+		{"runtime dirs", map[string]string{"RUNTIME_ROOT": "/data", "RUNTIME_SUBDIRECTORY": "ratelimit", "RUNTIME_IGNOREDOTFILES": "true", "RUNTIME_WATCH_ROOT": "false"}, func(o Options) []any { return []any{o.Config} }, []any{"/data/ratelimit/config"}},
 		{"xds", map[string]string{"CONFIG_TYPE": "grpc_xds_sotw", "CONFIG_GRPC_XDS_SERVER_URL": "eg:18001", "CONFIG_GRPC_XDS_NODE_ID": "envoy-ratelimit",
 			"CONFIG_GRPC_XDS_NODE_METADATA": "a:1,b=2", "CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS": "x-a:1,x-b:2",
 			"CONFIG_GRPC_XDS_SERVER_USE_TLS": "true", "CONFIG_GRPC_XDS_CLIENT_TLS_CERT": "/c/tls.crt", "CONFIG_GRPC_XDS_CLIENT_TLS_KEY": "/c/tls.key",
 			"CONFIG_GRPC_XDS_SERVER_TLS_CACERT": "/c/ca.crt", "CONFIG_GRPC_XDS_SERVER_TLS_SAN": "eg", "FORCE_START_WITHOUT_INITIAL_CONFIG": "true",
-			"CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL": "5s", "XDS_CLIENT_BACKOFF_INITIAL_INTERVAL": "1s", "XDS_CLIENT_BACKOFF_MAX_INTERVAL": "20s"}, func(o Options) string {
+			"CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL": "5s", "XDS_CLIENT_BACKOFF_INITIAL_INTERVAL": "1s", "XDS_CLIENT_BACKOFF_MAX_INTERVAL": "20s"}, func(o Options) []any {
 			x := o.xdsOptions
-			switch {
-			case x.ConfigSource != SourceXDS || x.XDSServer != "eg:18001" || x.XDSNodeID != "envoy-ratelimit" || x.XDSNodeMetadata.String() != "a:1,b:2":
-				return "xds " + x.ConfigSource + x.XDSServer + x.XDSNodeID + x.XDSNodeMetadata.String()
-			case x.XDSHeaders.String() != "x-a:1,x-b:2":
-				return "headers " + x.XDSHeaders.String()
-			case !x.XDSTLS || x.XDSTLSCert != "/c/tls.crt" || x.XDSTLSKey != "/c/tls.key" || x.XDSTLSCA != "/c/ca.crt" || x.XDSTLSSAN != "eg":
-				return "xds tls"
-			case !x.ForceStart || x.XDSRetryInterval != time.Second || x.XDSRetryMax != 20*time.Second:
-				// XDS_CLIENT_BACKOFF_INITIAL_INTERVAL, set after the connect
-				// retry interval, is the first wait.
-				return "xds timing"
-			}
-			return ""
-		}},
-		{"cluster", map[string]string{"REDIS_TYPE": "cluster", "REDIS_URL": "a:7000,b:7001"}, func(o Options) string {
-			if o.RedisMode != "cluster" || o.RedisAddr != "a:7000,b:7001" {
-				return o.RedisMode + " " + o.RedisAddr
-			}
-			return ""
-		}},
-		{"sentinel", map[string]string{"REDIS_TYPE": "SENTINEL", "REDIS_URL": "mymaster,s1:26379,s2:26379"}, func(o Options) string {
-			if o.RedisMode != "sentinel" || o.RedisSentinelMaster != "mymaster" || o.RedisAddr != "s1:26379,s2:26379" {
-				return o.RedisMode + " " + o.RedisSentinelMaster + " " + o.RedisAddr
-			}
-			return ""
-		}},
-		{"unix socket", map[string]string{"REDIS_SOCKET_TYPE": "unix", "REDIS_URL": "/var/run/nutcracker/ratelimit.sock"}, func(o Options) string {
-			if o.RedisMode != "standalone" || o.RedisAddr != "/var/run/nutcracker/ratelimit.sock" {
-				return o.RedisMode + " " + o.RedisAddr
-			}
-			return ""
-		}},
-		{"socket path without socket type", map[string]string{"REDIS_SOCKET_TYPE": "", "REDIS_URL": "/run/r.sock"}, func(o Options) string {
-			if o.RedisAddr != "/run/r.sock" {
-				return o.RedisAddr
-			}
-			return ""
-		}},
-		{"url without socket type", map[string]string{"REDIS_SOCKET_TYPE": "", "REDIS_URL": "redis.redis.svc:6379"}, func(o Options) string {
-			if o.RedisAddr != "redis.redis.svc:6379" {
-				return o.RedisAddr
-			}
-			return ""
-		}},
-		{"auth user:password", map[string]string{"REDIS_AUTH": "app:s3cr:et"}, func(o Options) string {
-			if o.RedisUsername != "app" || o.redisPassword != "s3cr:et" {
-				return o.RedisUsername
-			}
-			return ""
-		}},
-		{"auth password", map[string]string{"REDIS_AUTH": "s3cret", "ENVOY_RLS_REDIS_PASSWORD_FILE": "/p"}, func(o Options) string {
-			if o.RedisUsername != "" || o.redisPassword != "s3cret" || o.RedisPasswordFile != "" {
-				return o.RedisUsername
-			}
-			return ""
-		}},
-		{"redis TLS", map[string]string{"REDIS_TLS": "true", "REDIS_TLS_CLIENT_CERT": "/c/r.crt", "REDIS_TLS_CLIENT_KEY": "/c/r.key", "REDIS_TLS_CACERT": "/c/ca.crt"}, func(o Options) string {
-			if !o.RedisTLS || o.RedisTLSCert != "/c/r.crt" || o.RedisTLSKey != "/c/r.key" || o.RedisTLSCA != "/c/ca.crt" {
-				return "redis tls"
-			}
-			return ""
-		}},
-		{"redis TLS without the name check", map[string]string{"REDIS_TLS": "true", "REDIS_TLS_SKIP_HOSTNAME_VERIFICATION": "true"}, func(o Options) string {
-			if !o.RedisTLS || !o.RedisTLSSkipHostname {
-				return "name checked"
-			}
-			return ""
-		}},
-		{"store readiness", map[string]string{"REDIS_HEALTH_CHECK_ACTIVE_CONNECTION": "true"}, func(o Options) string {
-			if o.Readiness != ReadinessStore {
-				return o.Readiness
-			}
-			return ""
-		}},
-		{"key prefix names the shared secret", map[string]string{"CACHE_KEY_PREFIX": "team-a:"}, func(o Options) string {
-			if o.HMACSecretRedisKey != "team-a:"+DefaultHMACSecretRedisKey {
-				return o.HMACSecretRedisKey
-			}
-			return ""
-		}},
-		{"configured secret", map[string]string{SecretEnv: strings.Repeat("k", 32)}, func(o Options) string {
-			if o.HMACSecretRedisKey != "" {
-				return o.HMACSecretRedisKey
-			}
-			return ""
-		}},
-		{"local cache", map[string]string{"LOCAL_CACHE_SIZE_IN_BYTES": "1048576", "ENVOY_RLS_LOCAL_CACHE": "false"}, func(o Options) string {
-			if !o.LocalCache {
-				return "local cache off"
-			}
-			return ""
-		}},
-		{"statsd", map[string]string{"USE_STATSD": "true", "STATSD_PORT": "9125", "EXTRA_TAGS": "a:1", "NEAR_LIMIT_RATIO": "0.9", "STATS_FLUSH_INTERVAL": "1s"}, func(o Options) string {
-			s := o.statsdOptions
-			if s.StatsdAddr != "localhost:9125" || s.StatsdExtraTags != "a:1" || s.NearLimitRatio != "0.9" || s.StatsdFlushInterval != time.Second {
-				return s.StatsdAddr
-			}
-			return ""
-		}},
-		{"statsd by default", map[string]string{"USE_STATSD": ""}, func(o Options) string {
-			if o.StatsdAddr != "localhost:8125" {
-				return o.StatsdAddr
-			}
-			return ""
-		}},
-		{"stats disabled", map[string]string{"USE_STATSD": "true", "DISABLE_STATS": "true"}, func(o Options) string {
-			if o.StatsdAddr != "" {
-				return o.StatsdAddr
-			}
-			return ""
-		}},
-		{"headers", map[string]string{"LIMIT_RESPONSE_HEADERS_ENABLED": "true", "LIMIT_REMAINING_HEADER": "X-Left"}, func(o Options) string {
-			if o.DefaultHeaders != "full" || o.LimitHeader != "RateLimit-Limit" || o.RemainingHeader != "X-Left" || o.ResetHeader != "RateLimit-Reset" {
-				return o.DefaultHeaders + " " + o.LimitHeader + " " + o.RemainingHeader + " " + o.ResetHeader
-			}
-			return ""
-		}},
-		{"header names without headers", map[string]string{"LIMIT_LIMIT_HEADER": "X-Limit"}, func(o Options) string {
-			if o.DefaultHeaders != "none" || o.LimitHeader != "X-RateLimit-Limit" {
-				return o.DefaultHeaders + " " + o.LimitHeader
-			}
-			return ""
-		}},
-		{"global shadow mode", map[string]string{"SHADOW_MODE": "true"}, func(o Options) string {
-			if !o.ShadowAll {
-				return "off"
-			}
-			return ""
-		}},
-		{"healthcheck needs rules", map[string]string{"HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED": "true"}, func(o Options) string {
-			if !o.HealthcheckRequiresRules {
-				return "off"
-			}
-			return ""
-		}},
-		{"reference variable wins over ours", map[string]string{"LOG_LEVEL": "error", "ENVOY_RLS_LOG_LEVEL": "debug", "PORT": "9090", "ENVOY_RLS_ADMIN_ADDR": ":7070"}, func(o Options) string {
-			if o.LogLevel != "error" || o.AdminAddr != "0.0.0.0:9090" {
-				return o.LogLevel + " " + o.AdminAddr
-			}
-			return ""
-		}},
-		{"ours wins over a reference default", map[string]string{"ENVOY_RLS_LOG_LEVEL": "debug", "ENVOY_RLS_CONFIG": "/rules", "ENVOY_RLS_DEFAULT_HEADERS": "retry_after"}, func(o Options) string {
-			if o.LogLevel != "debug" || o.Config != "/rules" || o.DefaultHeaders != "retry_after" {
-				return o.LogLevel + " " + o.Config + " " + o.DefaultHeaders
-			}
-			return ""
-		}},
-		{"memory store by our variable", map[string]string{"ENVOY_RLS_STORE": "memory", "REDIS_URL": ""}, func(o Options) string {
-			if o.Store != "memory" {
-				return o.Store
-			}
-			return ""
-		}},
+			return []any{x.ConfigSource, x.XDSServer, x.XDSNodeID, x.XDSNodeMetadata.String(), x.XDSHeaders.String(),
+				x.XDSTLS, x.XDSTLSCert, x.XDSTLSKey, x.XDSTLSCA, x.XDSTLSSAN, x.ForceStart, x.XDSRetryInterval, x.XDSRetryMax}
+		}, []any{SourceXDS, "eg:18001", "envoy-ratelimit", "a:1,b:2", "x-a:1,x-b:2",
+			true, "/c/tls.crt", "/c/tls.key", "/c/ca.crt", "eg", true,
+			// XDS_CLIENT_BACKOFF_INITIAL_INTERVAL, set after the connect
+			// retry interval, is the first wait.
+			time.Second, 20 * time.Second}},
+		{"cluster", map[string]string{"REDIS_TYPE": "cluster", "REDIS_URL": "a:7000,b:7001"}, func(o Options) []any { return []any{o.RedisMode, o.RedisAddr} }, []any{"cluster", "a:7000,b:7001"}},
+		{"sentinel", map[string]string{"REDIS_TYPE": "SENTINEL", "REDIS_URL": "mymaster,s1:26379,s2:26379"}, func(o Options) []any { return []any{o.RedisMode, o.RedisSentinelMaster, o.RedisAddr} }, []any{"sentinel", "mymaster", "s1:26379,s2:26379"}},
+		{"unix socket", map[string]string{"REDIS_SOCKET_TYPE": "unix", "REDIS_URL": "/var/run/nutcracker/ratelimit.sock"}, func(o Options) []any { return []any{o.RedisMode, o.RedisAddr} }, []any{"standalone", "/var/run/nutcracker/ratelimit.sock"}},
+		{"socket path without socket type", map[string]string{"REDIS_SOCKET_TYPE": "", "REDIS_URL": "/run/r.sock"}, func(o Options) []any { return []any{o.RedisAddr} }, []any{"/run/r.sock"}},
+		{"url without socket type", map[string]string{"REDIS_SOCKET_TYPE": "", "REDIS_URL": "redis.redis.svc:6379"}, func(o Options) []any { return []any{o.RedisAddr} }, []any{"redis.redis.svc:6379"}},
+		{"auth user:password", map[string]string{"REDIS_AUTH": "app:s3cr:et"}, func(o Options) []any { return []any{o.RedisUsername, o.redisPassword} }, []any{"app", "s3cr:et"}},
+		{"auth password", map[string]string{"REDIS_AUTH": "s3cret", "ENVOY_RLS_REDIS_PASSWORD_FILE": "/p"}, func(o Options) []any { return []any{o.RedisUsername, o.redisPassword, o.RedisPasswordFile} }, []any{"", "s3cret", ""}},
+		{"redis TLS", map[string]string{"REDIS_TLS": "true", "REDIS_TLS_CLIENT_CERT": "/c/r.crt", "REDIS_TLS_CLIENT_KEY": "/c/r.key", "REDIS_TLS_CACERT": "/c/ca.crt"}, func(o Options) []any { return []any{o.RedisTLS, o.RedisTLSCert, o.RedisTLSKey, o.RedisTLSCA} }, []any{true, "/c/r.crt", "/c/r.key", "/c/ca.crt"}},
+		{"redis TLS without the name check", map[string]string{"REDIS_TLS": "true", "REDIS_TLS_SKIP_HOSTNAME_VERIFICATION": "true"}, func(o Options) []any { return []any{o.RedisTLS, o.RedisTLSSkipHostname} }, []any{true, true}},
+		{"store readiness", map[string]string{"REDIS_HEALTH_CHECK_ACTIVE_CONNECTION": "true"}, func(o Options) []any { return []any{o.Readiness} }, []any{ReadinessStore}},
+		{"key prefix names the shared secret", map[string]string{"CACHE_KEY_PREFIX": "team-a:"}, func(o Options) []any { return []any{o.HMACSecretRedisKey} }, []any{"team-a:" + DefaultHMACSecretRedisKey}},
+		{"configured secret", map[string]string{SecretEnv: strings.Repeat("k", 32)}, func(o Options) []any { return []any{o.HMACSecretRedisKey} }, []any{""}},
+		{"local cache", map[string]string{"LOCAL_CACHE_SIZE_IN_BYTES": "1048576", "ENVOY_RLS_LOCAL_CACHE": "false"}, func(o Options) []any { return []any{o.LocalCache} }, []any{true}},
+		{"statsd", map[string]string{"USE_STATSD": "true", "STATSD_PORT": "9125", "EXTRA_TAGS": "a:1", "NEAR_LIMIT_RATIO": "0.9", "STATS_FLUSH_INTERVAL": "1s"}, func(o Options) []any {
+			return []any{o.StatsdAddr, o.StatsdExtraTags, o.NearLimitRatio, o.StatsdFlushInterval}
+		}, []any{"localhost:9125", "a:1", "0.9", time.Second}},
+		{"statsd by default", map[string]string{"USE_STATSD": ""}, func(o Options) []any { return []any{o.StatsdAddr} }, []any{"localhost:8125"}},
+		{"stats disabled", map[string]string{"USE_STATSD": "true", "DISABLE_STATS": "true"}, func(o Options) []any { return []any{o.StatsdAddr} }, []any{""}},
+		{"headers", map[string]string{"LIMIT_RESPONSE_HEADERS_ENABLED": "true", "LIMIT_REMAINING_HEADER": "X-Left"}, func(o Options) []any { return []any{o.DefaultHeaders, o.LimitHeader, o.RemainingHeader, o.ResetHeader} }, []any{"full", "RateLimit-Limit", "X-Left", "RateLimit-Reset"}},
+		{"header names without headers", map[string]string{"LIMIT_LIMIT_HEADER": "X-Limit"}, func(o Options) []any { return []any{o.DefaultHeaders, o.LimitHeader} }, []any{"none", "X-RateLimit-Limit"}},
+		{"global shadow mode", map[string]string{"SHADOW_MODE": "true"}, func(o Options) []any { return []any{o.ShadowAll} }, []any{true}},
+		{"healthcheck needs rules", map[string]string{"HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED": "true"}, func(o Options) []any { return []any{o.HealthcheckRequiresRules} }, []any{true}},
+		{"reference variable wins over ours", map[string]string{"LOG_LEVEL": "error", "ENVOY_RLS_LOG_LEVEL": "debug", "PORT": "9090", "ENVOY_RLS_ADMIN_ADDR": ":7070"}, func(o Options) []any { return []any{o.LogLevel, o.AdminAddr} }, []any{"error", "0.0.0.0:9090"}},
+		{"ours wins over a reference default", map[string]string{"ENVOY_RLS_LOG_LEVEL": "debug", "ENVOY_RLS_CONFIG": "/rules", "ENVOY_RLS_DEFAULT_HEADERS": "retry_after"}, func(o Options) []any { return []any{o.LogLevel, o.Config, o.DefaultHeaders} }, []any{"debug", "/rules", "retry_after"}},
+		{"memory store by our variable", map[string]string{"ENVOY_RLS_STORE": "memory", "REDIS_URL": ""}, func(o Options) []any { return []any{o.Store} }, []any{"memory"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			o, err := compatOptions_(t, compatBase(tc.env))
 			if err != nil {
 				t.Fatalf("refused: %v", err)
 			}
-			if msg := tc.check(o); msg != "" {
-				t.Errorf("wrong mapping: %s", msg)
+			if got := tc.got(o); !reflect.DeepEqual(got, tc.want) {
+				t.Errorf("wrong mapping:\n got %#v\nwant %#v", got, tc.want)
 			}
 			if len(o.compatWarnings) != 0 {
 				t.Errorf("warnings %q, want none", o.compatWarnings)
