@@ -3,6 +3,7 @@ package deadline
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -39,12 +40,8 @@ func TestContextFiresAtItsTick(t *testing.T) {
 	if fired := time.Now(); fired.Before(d.Add(-w.tick)) {
 		t.Fatalf("Done closed at %v, more than one tick before the deadline %v", fired, d)
 	}
-	if err := c.Err(); !errors.Is(err, context.DeadlineExceeded) {
-		t.Fatalf("Err() after the deadline = %v; want DeadlineExceeded", err)
-	}
-	if n := w.pending(); n != 0 {
-		t.Fatalf("%d ticks still pending after every deadline fired", n)
-	}
+	wantExpired(t, c, "after the deadline")
+	wantNoPending(t, w, "after every deadline fired")
 }
 
 func TestContextsOfOneTickShareATimer(t *testing.T) {
@@ -74,12 +71,24 @@ func TestPastDeadlineIsDoneAtOnce(t *testing.T) {
 		default:
 			t.Fatalf("deadline %v (now %v): Done not closed", d, now)
 		}
-		if err := c.Err(); !errors.Is(err, context.DeadlineExceeded) {
-			t.Fatalf("Err() = %v; want DeadlineExceeded", err)
-		}
+		wantExpired(t, c, fmt.Sprintf("for the past deadline %v (now %v)", d, now))
 	}
+	wantNoPending(t, w, "after past deadlines only")
+}
+
+// wantExpired fails t unless c's error is DeadlineExceeded.
+func wantExpired(t *testing.T, c context.Context, when string) {
+	t.Helper()
+	if err := c.Err(); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Err() %s = %v; want DeadlineExceeded", when, err)
+	}
+}
+
+// wantNoPending fails t when w still has a tick armed.
+func wantNoPending(t *testing.T, w *Wheel, when string) {
+	t.Helper()
 	if n := w.pending(); n != 0 {
-		t.Fatalf("past deadlines armed %d timers", n)
+		t.Fatalf("%d ticks still pending %s", n, when)
 	}
 }
 
