@@ -47,18 +47,10 @@ descriptors:
 					r.mustCall(t, entry{"user", u})
 				}
 			}
-			const p, tag = "ratelimit.service.rate_limit.e2e.", ".__env=test"
-			want := map[string]int64{
-				p + "path_/login.total_hits" + tag:                      7,
-				p + "path_/login.within_limit" + tag:                    5,
-				p + "path_/login.near_limit" + tag:                      1,
-				p + "path_/login.over_limit" + tag:                      2,
-				p + "user.total_hits" + tag:                             6,
-				p + "user.within_limit" + tag:                           4,
-				p + "user.near_limit" + tag:                             2,
-				p + "user.over_limit" + tag:                             2,
-				"ratelimit_server.ShouldRateLimit.total_requests" + tag: 10,
-			}
+			const tag = ".__env=test"
+			want := map[string]int64{"ratelimit_server.ShouldRateLimit.total_requests" + tag: 10}
+			statsdtest.AddRule(want, "e2e.path_/login", tag, statsdtest.RuleCounts{Total: 7, Within: 5, Near: 1, Over: 2})
+			statsdtest.AddRule(want, "e2e.user", tag, statsdtest.RuleCounts{Total: 6, Within: 4, Near: 2, Over: 2})
 			srv.WaitCounters(t, want, 10*time.Second)
 			if err := r.stop(); err != nil {
 				t.Fatal(err)

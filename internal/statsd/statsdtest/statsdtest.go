@@ -214,3 +214,17 @@ func (s *Server) dump() string {
 	}
 	return b.String()
 }
+
+// RuleCounts are the per-rule counters of one stat key.
+type RuleCounts struct{ Total, Within, Near, Over int64 }
+
+// AddRule adds to want the four per-rule counters of key
+// (ratelimit.service.rate_limit.<key>.total_hits, within_limit, near_limit,
+// over_limit), each name followed by suffix (the extra tags, or "").
+func AddRule(want map[string]int64, key, suffix string, c RuleCounts) {
+	p := "ratelimit.service.rate_limit." + key + "."
+	want[p+"total_hits"+suffix] = c.Total
+	want[p+"within_limit"+suffix] = c.Within
+	want[p+"near_limit"+suffix] = c.Near
+	want[p+"over_limit"+suffix] = c.Over
+}
