@@ -119,6 +119,35 @@ type Params interface {
 	// apply checks the parameters (a *FieldError naming the first
 	// offending field) and sets p's limit and algorithm arguments.
 	apply(p *Policy) error
+	// divided is the parameters with every amount (limit, capacity,
+	// refill) divided by n through share (Policy.Share).
+	divided(n int64) Params
+}
+
+// share is v divided by n, rounded down, at least 1; a zero v stays 0.
+func share(v, n int64) int64 {
+	if v == 0 {
+		return 0
+	}
+	return max(v/n, 1)
+}
+
+// Share is the policy one of n replicas applies alone: every amount of p
+// divided by n (rounded down, at least 1; a zero limit stays 0), the max
+// cost capped by the divided limit, failing closed.
+func (p *Policy) Share(n int64) (*Policy, error) {
+	if n < 1 {
+		return nil, fmt.Errorf("limiter: share of %d replicas", n)
+	}
+	spec := p.Spec()
+	spec.FailureMode = FailClosed
+	spec.Params = spec.Params.divided(n)
+	q, err := NewPolicy(PolicySpec{ID: spec.ID, Algorithm: spec.Algorithm, Params: spec.Params})
+	if err != nil {
+		return nil, err
+	}
+	spec.MaxCost = min(spec.MaxCost, q.Limit())
+	return NewPolicy(spec)
 }
 
 // ceilDiv is ceil(a / b) for a >= 0, b > 0, without the a+b-1 intermediate.

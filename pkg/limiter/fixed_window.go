@@ -20,6 +20,11 @@ var fixedWindowRules = algorithmRules{
 
 func (FixedWindowParams) algorithm() Algorithm { return FixedWindow }
 
+func (prm FixedWindowParams) divided(n int64) Params {
+	prm.Limit = share(prm.Limit, n)
+	return prm
+}
+
 // apply: the window rule (applyWindow).
 func (prm FixedWindowParams) apply(p *Policy) error {
 	return applyWindow(p, prm.Limit, prm.Window)

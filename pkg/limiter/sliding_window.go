@@ -26,6 +26,11 @@ var slidingWindowRules = algorithmRules{
 
 func (SlidingWindowParams) algorithm() Algorithm { return SlidingWindow }
 
+func (prm SlidingWindowParams) divided(n int64) Params {
+	prm.Limit = share(prm.Limit, n)
+	return prm
+}
+
 // apply: the window rule (applyWindow), and the weighted estimate
 // multiplies counts and window offsets by SlidingScale: both products must
 // stay exact.

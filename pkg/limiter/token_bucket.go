@@ -38,6 +38,12 @@ func tokenBucketParams(r Rate) Params {
 
 func (TokenBucketParams) algorithm() Algorithm { return TokenBucket }
 
+func (prm TokenBucketParams) divided(n int64) Params {
+	prm.Capacity = share(prm.Capacity, n)
+	prm.RefillAmount = share(prm.RefillAmount, n)
+	return prm
+}
+
 // apply: capacity in [0, 2^53-1], refill amount in [1, 2^53-1], refill
 // period in [1ms, ten years]; the rate is reduced by the greatest common
 // divisor of amount and period, so that refill arithmetic stays small, and

@@ -2,7 +2,6 @@ package rls
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -99,40 +98,6 @@ func (l *localFallback) newStore() (*memory.Store, error) {
 	return st, nil
 }
 
-// localShare is the policy a replica applies alone: p's limit divided by
-// replicas, rounded down, at least 1 (a zero limit stays 0); max cost
-// capped by it; failing closed.
-func localShare(p *limiter.Policy, replicas int64) (*limiter.Policy, error) {
-	share := func(v int64) int64 {
-		if v == 0 {
-			return 0
-		}
-		return max(v/replicas, 1)
-	}
-	spec := p.Spec()
-	spec.FailureMode = limiter.FailClosed
-	switch prm := spec.Params.(type) {
-	case limiter.FixedWindowParams:
-		prm.Limit = share(prm.Limit)
-		spec.Params = prm
-	case limiter.SlidingWindowParams:
-		prm.Limit = share(prm.Limit)
-		spec.Params = prm
-	case limiter.TokenBucketParams:
-		prm.Capacity = share(prm.Capacity)
-		prm.RefillAmount = share(prm.RefillAmount)
-		spec.Params = prm
-	default:
-		return nil, errors.New("rls: local share of an unknown algorithm")
-	}
-	q, err := limiter.NewPolicy(limiter.PolicySpec{ID: spec.ID, Algorithm: spec.Algorithm, Params: spec.Params})
-	if err != nil {
-		return nil, err
-	}
-	spec.MaxCost = min(spec.MaxCost, q.Limit())
-	return limiter.NewPolicy(spec)
-}
-
 // share returns the local share of p, cached.
 func (l *localFallback) share(p *limiter.Policy) (*limiter.Policy, error) {
 	l.mu.Lock()
@@ -140,7 +105,7 @@ func (l *localFallback) share(p *limiter.Policy) (*limiter.Policy, error) {
 	if q := l.shares[p]; q != nil {
 		return q, nil
 	}
-	q, err := localShare(p, l.replicas)
+	q, err := p.Share(l.replicas)
 	if err != nil {
 		return nil, err
 	}

@@ -266,7 +266,7 @@ func TestLocalShare(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			q, err := localShare(p, tc.replicas)
+			q, err := p.Share(tc.replicas)
 			if err != nil {
 				t.Fatal(err)
 			}
