@@ -18,6 +18,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/envoy-rls/envoy-rls/internal/redistest"
+	"github.com/envoy-rls/envoy-rls/internal/statsd/statsdtest"
 )
 
 // ratelimitLink returns a link named ratelimit to the binary, in a
@@ -32,39 +33,16 @@ func ratelimitLink(t testing.TB) string {
 	return link
 }
 
-// drainUDP listens on a loopback UDP port and discards what arrives (a
-// statsd server that keeps nothing), until the test ends.
-func drainUDP(t *testing.T) string {
-	t.Helper()
-	c, err := net.ListenPacket("udp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		buf := make([]byte, 64<<10)
-		for {
-			if _, _, err := c.ReadFrom(buf); err != nil {
-				return
-			}
-		}
-	}()
-	t.Cleanup(func() {
-		_ = c.Close()
-		<-done
-	})
-	return c.LocalAddr().String()
-}
-
 // compatRules are the reference-format rules of the compatibility tests:
 // 3 calls an hour per user (a window no test outlives).
 const compatRules = "domain: " + domain + "\ndescriptors:\n  - key: user\n    rate_limit: {unit: hour, requests_per_unit: 3}\n"
 
 // envoyGatewayEnv is the environment Envoy Gateway gives the reference
 // service, adapted to loopback: rule files (CONFIG_TYPE=FILE) instead of
-// its xDS server, listeners on free ports, certificates made by the test.
-func envoyGatewayEnv(t *testing.T, redisAddr string, tlsFiles redistest.TLSFiles, extra ...string) []string {
+// its xDS server, listeners on free ports, certificates made by the test,
+// and a statsd server that receives over TCP (the reference's default
+// protocol; Envoy Gateway sets none).
+func envoyGatewayEnv(t *testing.T, redisAddr string, tlsFiles redistest.TLSFiles, extra ...string) ([]string, *statsdtest.Server) {
 	t.Helper()
 	root := t.TempDir()
 	dir := filepath.Join(root, "ratelimit", "config")
@@ -75,8 +53,8 @@ func envoyGatewayEnv(t *testing.T, redisAddr string, tlsFiles redistest.TLSFiles
 	// A dot-file that would not load: RUNTIME_IGNOREDOTFILES=true skips it.
 	writeFile(t, dir, ".rules.yaml.swp", "domain: [broken")
 	writeFile(t, dir, ".editor.yaml", "domain: [broken")
-	statsd := drainUDP(t)
-	_, statsdPort, _ := net.SplitHostPort(statsd)
+	statsd := statsdtest.Start(t, "tcp")
+	_, statsdPort, _ := net.SplitHostPort(statsd.Addr)
 	return append([]string{
 		"RUNTIME_ROOT=" + root, "RUNTIME_SUBDIRECTORY=ratelimit", "RUNTIME_IGNOREDOTFILES=true", "RUNTIME_WATCH_ROOT=false",
 		"LOG_LEVEL=info", "USE_STATSD=true", "STATSD_HOST=127.0.0.1", "STATSD_PORT=" + statsdPort,
@@ -85,20 +63,23 @@ func envoyGatewayEnv(t *testing.T, redisAddr string, tlsFiles redistest.TLSFiles
 		"GRPC_SERVER_TLS_CA_CERT=" + tlsFiles.CA, "GRPC_CLIENT_TLS_CACERT=" + tlsFiles.CA,
 		"FORCE_START_WITHOUT_INITIAL_CONFIG=true", "REDIS_SOCKET_TYPE=tcp", "REDIS_URL=" + redisAddr,
 		"HOST=127.0.0.1", "PORT=0", "GRPC_HOST=127.0.0.1", "GRPC_PORT=0",
-	}, extra...)
+	}, extra...), statsd
 }
 
 // TestRatelimitEntryPoint: the binary started as ratelimit with Envoy
 // Gateway's environment serves Envoy over mutual TLS, shares its limits
 // with a second replica through one Redis without a configured HMAC
-// secret, answers the probes' /healthcheck, and stops cleanly on SIGTERM.
+// secret, sends the reference's stat names to the statsd server of
+// USE_STATSD/STATSD_HOST/STATSD_PORT, answers the probes' /healthcheck, and
+// stops cleanly on SIGTERM.
 func TestRatelimitEntryPoint(t *testing.T) {
 	binary(t)
 	redis := redistest.Standalone(t)
 	tlsFiles := redistest.GenerateTLS(t)
 	mtls := credentials.NewTLS(tlsFiles.ClientConfig(t))
 	prefix := unique("compat") + ":"
-	env := envoyGatewayEnv(t, redis.Addr(), tlsFiles, "CACHE_KEY_PREFIX="+prefix, "LIMIT_RESPONSE_HEADERS_ENABLED=true")
+	env, statsd := envoyGatewayEnv(t, redis.Addr(), tlsFiles, "CACHE_KEY_PREFIX="+prefix, "LIMIT_RESPONSE_HEADERS_ENABLED=true",
+		"STATS_FLUSH_INTERVAL=100ms")
 	a := startReplica(t, "ratelimit-a", replicaConfig{Compat: true, Env: env, Creds: mtls})
 	b := startReplica(t, "ratelimit-b", replicaConfig{Compat: true, Env: env, Creds: mtls})
 
@@ -129,6 +110,14 @@ func TestRatelimitEntryPoint(t *testing.T) {
 			t.Errorf("headers %v: want the reference's RateLimit-Limit (LIMIT_RESPONSE_HEADERS_ENABLED=true)", res.Headers)
 		}
 	}
+
+	// Both replicas' counters reach statsd under the reference's names: 4
+	// hits of one rule with limit 3 (near_limit from the 3rd hit on, as
+	// NEAR_LIMIT_RATIO 0.8 puts the threshold at 2).
+	want := map[string]int64{"ratelimit_server.ShouldRateLimit.total_requests": 4}
+	statsdtest.AddRule(want, domain+".user", "", statsdtest.RuleCounts{Total: 4, Within: 3, Near: 1, Over: 1})
+	statsd.WaitCounters(t, want, 10*time.Second)
+	statsd.CheckOnlyCounters(t, want)
 
 	// Envoy's calls must present a client certificate.
 	plain := startClient(t, a.grpcAddr, insecure.NewCredentials())

@@ -16,7 +16,8 @@ import (
 
 // TestSIGTERMDrainsInFlightCalls: calls held in the server (Redis paused, so
 // they wait for the store) when SIGTERM arrives all complete with a decision
-// once Redis continues; /readyz says draining meanwhile; the process exits 0.
+// once Redis continues; /readyz says draining and /healthcheck answers 500
+// meanwhile; the process exits 0.
 func TestSIGTERMDrainsInFlightCalls(t *testing.T) {
 	redis, cfg := withStandaloneRedis(t, redistest.Local())
 	// The store waits up to 5s for Redis: the calls stay in flight while
@@ -60,6 +61,10 @@ func TestSIGTERMDrainsInFlightCalls(t *testing.T) {
 		}
 		return nil
 	})
+	// The reference's probe path answers 500 while draining.
+	if code, body, err := r.admin("/healthcheck"); err != nil || code != http.StatusInternalServerError {
+		t.Errorf("/healthcheck while draining: %d %q %v, want 500", code, body, err)
+	}
 	select {
 	case <-r.done:
 		t.Fatalf("the process exited with calls in flight: %v", r.exitErr)

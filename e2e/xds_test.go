@@ -35,6 +35,15 @@ func TestXDSConfigSource(t *testing.T) {
 		"--xds-retry-interval", "100ms", "--xds-retry-max-interval", "500ms",
 	}})
 
+	checkXDSLifecycle(t, r, srv)
+}
+
+// checkXDSLifecycle drives a replica that enforces xdsRules(2) as version
+// v1 of srv: v1 enforced; v2 pushed under load applies without a failed
+// call; a bad v3 is refused with its reason while v2 stays; with the
+// server down the replica keeps serving v2, and takes v4 once it is back.
+func checkXDSLifecycle(t *testing.T, r *replica, srv *xdstest.Server) {
+	t.Helper()
 	user := unique("u")
 	for i, wantOK := range []bool{true, true, false} {
 		res := r.mustCall(t, entry{"user", user})

@@ -18,7 +18,7 @@ CONFIG_GRPC_XDS_NODE_ID CONFIG_GRPC_XDS_NODE_METADATA CONFIG_GRPC_XDS_SERVER_URL
 CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS CONFIG_GRPC_XDS_SERVER_USE_TLS CONFIG_GRPC_XDS_CLIENT_TLS_CERT
 CONFIG_GRPC_XDS_CLIENT_TLS_KEY CONFIG_GRPC_XDS_SERVER_TLS_CACERT CONFIG_GRPC_XDS_SERVER_TLS_SAN
 XDS_CLIENT_BACKOFF_INITIAL_INTERVAL XDS_CLIENT_BACKOFF_MAX_INTERVAL XDS_CLIENT_BACKOFF_RANDOM_FACTOR XDS_CLIENT_BACKOFF_JITTER
-USE_DOG_STATSD USE_DOG_STATSD_MOGRIFIERS USE_STATSD STATSD_HOST STATSD_PORT EXTRA_TAGS STATS_FLUSH_INTERVAL DISABLE_STATS
+USE_DOG_STATSD USE_DOG_STATSD_MOGRIFIERS USE_STATSD STATSD_HOST STATSD_PORT STATSD_PROTOCOL EXTRA_TAGS STATS_FLUSH_INTERVAL DISABLE_STATS
 USE_PROMETHEUS PROMETHEUS_ADDR PROMETHEUS_PATH PROMETHEUS_MAPPER_YAML RUNTIME_ROOT RUNTIME_SUBDIRECTORY RUNTIME_APPDIRECTORY
 RUNTIME_IGNOREDOTFILES RUNTIME_WATCH_ROOT EXPIRATION_JITTER_MAX_SECONDS LOCAL_CACHE_SIZE_IN_BYTES NEAR_LIMIT_RATIO
 CACHE_KEY_PREFIX BACKEND_TYPE STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT LIMIT_RESPONSE_HEADERS_ENABLED LIMIT_LIMIT_HEADER
@@ -116,9 +116,9 @@ func TestCompatHonoured(t *testing.T) {
 		{"key prefix names the shared secret", map[string]string{"CACHE_KEY_PREFIX": "team-a:"}, func(o Options) []any { return []any{o.HMACSecretRedisKey} }, []any{"team-a:" + DefaultHMACSecretRedisKey}},
 		{"configured secret", map[string]string{SecretEnv: strings.Repeat("k", 32)}, func(o Options) []any { return []any{o.HMACSecretRedisKey} }, []any{""}},
 		{"local cache", map[string]string{"LOCAL_CACHE_SIZE_IN_BYTES": "1048576", "ENVOY_RLS_LOCAL_CACHE": "false"}, func(o Options) []any { return []any{o.LocalCache} }, []any{true}},
-		{"statsd", map[string]string{"USE_STATSD": "true", "STATSD_PORT": "9125", "EXTRA_TAGS": "a:1", "NEAR_LIMIT_RATIO": "0.9", "STATS_FLUSH_INTERVAL": "1s"}, func(o Options) []any {
-			return []any{o.StatsdAddr, o.StatsdExtraTags, o.NearLimitRatio, o.StatsdFlushInterval}
-		}, []any{"localhost:9125", "a:1", "0.9", time.Second}},
+		{"statsd", map[string]string{"USE_STATSD": "true", "STATSD_PORT": "9125", "EXTRA_TAGS": "a:1", "NEAR_LIMIT_RATIO": "0.9", "STATS_FLUSH_INTERVAL": "1s", "STATSD_PROTOCOL": "UDP"}, func(o Options) []any {
+			return []any{o.StatsdAddr, o.StatsdExtraTags, o.NearLimitRatio, o.StatsdFlushInterval, o.StatsdProtocol}
+		}, []any{"localhost:9125", "a:1", "0.9", time.Second, "udp"}},
 		{"statsd by default", map[string]string{"USE_STATSD": ""}, func(o Options) []any { return []any{o.StatsdAddr} }, []any{"localhost:8125"}},
 		{"stats disabled", map[string]string{"USE_STATSD": "true", "DISABLE_STATS": "true"}, func(o Options) []any { return []any{o.StatsdAddr} }, []any{""}},
 		{"headers", map[string]string{"LIMIT_RESPONSE_HEADERS_ENABLED": "true", "LIMIT_REMAINING_HEADER": "X-Left"}, func(o Options) []any { return []any{o.DefaultHeaders, o.LimitHeader, o.RemainingHeader, o.ResetHeader} }, []any{"full", "RateLimit-Limit", "X-Left", "RateLimit-Reset"}},
@@ -174,6 +174,7 @@ func TestCompatRefused(t *testing.T) {
 		want string
 	}{
 		{map[string]string{"BACKEND_TYPE": "memcache", "MEMCACHE_HOST_PORT": "m:11211"}, `BACKEND_TYPE="memcache": envoy-rls has no memcache backend; use redis`},
+		{map[string]string{"STATSD_PROTOCOL": "sctp"}, `STATSD_PROTOCOL="sctp"`},
 		{map[string]string{"BACKEND_TYPE": "etcd"}, `BACKEND_TYPE="etcd": must be redis`},
 		{map[string]string{"PROTO": "udp"}, `PROTO="udp": envoy-rls serves its HTTP port over tcp only`},
 		{map[string]string{"PORT": "http"}, `PORT="http": must be a port number`},

@@ -204,6 +204,14 @@ func statsdEnv(r *refEnv) {
 	if v, ok := r.get("NEAR_LIMIT_RATIO"); ok {
 		r.set("near-limit-ratio", v, "NEAR_LIMIT_RATIO")
 	}
+	// The reference's stats library reads STATSD_PROTOCOL (tcp or udp).
+	if v, ok := r.get("STATSD_PROTOCOL"); ok {
+		if v = strings.ToLower(v); v != "tcp" && v != "udp" {
+			r.refuse("STATSD_PROTOCOL", "must be tcp or udp")
+		} else {
+			r.set("statsd-protocol", v, "STATSD_PROTOCOL")
+		}
+	}
 	disabled := r.boolean("DISABLE_STATS", false)
 	use := r.boolean("USE_STATSD", true)
 	if disabled || !use {

@@ -102,8 +102,8 @@ runs it; each failure says what to set.
 {{- if not .Values.redis.addr }}
 {{- fail "store: redis needs redis.addr (host:port, comma-separated for cluster seeds or sentinels)" }}
 {{- end }}
-{{- if not (include "envoy-rls.hmacEnabled" .) }}
-{{- fail "store: redis needs an HMAC secret shared by every replica (it keys the digests in Redis keys): set hmac.existingSecret to a Secret you manage, or pass hmac.secret with --set-file hmac.secret=<file>. The chart generates none, because a key that changes on upgrade would reset every limit." }}
+{{- if not (or (include "envoy-rls.hmacEnabled" .) .Values.hmac.redisKey) }}
+{{- fail "store: redis needs an HMAC secret shared by every replica (it keys the digests in Redis keys): set hmac.existingSecret to a Secret you manage, or pass hmac.secret with --set-file hmac.secret=<file>, or let the replicas share one stored in Redis with hmac.redisKey. The chart generates none, because a key that changes on upgrade would reset every limit." }}
 {{- end }}
 {{- if not (has .Values.redis.mode (list "auto" "standalone" "cluster" "sentinel")) }}
 {{- fail (printf "redis.mode %q: must be auto, standalone, cluster or sentinel" .Values.redis.mode) }}
@@ -117,6 +117,12 @@ runs it; each failure says what to set.
 {{- if and (or .Values.redis.tls.ca.existingSecret .Values.redis.tls.clientCert.existingSecret) (not .Values.redis.tls.enabled) }}
 {{- fail "redis.tls.ca / redis.tls.clientCert are set but redis.tls.enabled is false: enable TLS or remove them" }}
 {{- end }}
+{{- end }}
+{{- if and .Values.hmac.redisKey (include "envoy-rls.hmacEnabled" .) }}
+{{- fail "hmac.redisKey is set together with hmac.existingSecret or hmac.secret: set one; a configured secret keeps the key out of Redis" }}
+{{- end }}
+{{- if and .Values.hmac.redisKey (ne $store "redis") }}
+{{- fail "hmac.redisKey needs store: redis" }}
 {{- end }}
 {{- if and .Values.hmac.secret (not .Values.hmac.existingSecret) (lt (len .Values.hmac.secret) 16) }}
 {{- fail (printf "hmac.secret holds %d bytes; the HMAC key must be at least 16" (len .Values.hmac.secret)) }}
