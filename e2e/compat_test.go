@@ -242,3 +242,58 @@ func TestRatelimitEntryPointUnixSocket(t *testing.T) {
 		}
 	}
 }
+
+// TestReferenceComposeEnvironments: the environments of the reference
+// service's two compose files (docker-compose.yml and
+// docker-compose-example.yml: the variable names and values as they are,
+// with host names and paths pointed at loopback and the test's directory,
+// and the listeners on free ports) start the binary as ratelimit without a
+// warning about a setting, and it enforces the rules it finds there; the
+// example's statsd receives the reference's counters.
+func TestReferenceComposeEnvironments(t *testing.T) {
+	binary(t)
+	redis := redistest.Standalone(t)
+	for _, tc := range []struct {
+		name   string
+		env    []string
+		statsd bool
+	}{
+		{"docker-compose.yml", []string{"USE_STATSD=false", "LOG_LEVEL=debug", "REDIS_SOCKET_TYPE=tcp"}, false},
+		{"docker-compose-example.yml", []string{"USE_STATSD=true", "LOG_LEVEL=debug", "REDIS_SOCKET_TYPE=tcp", "RUNTIME_WATCH_ROOT=false"}, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			root := t.TempDir()
+			dir := filepath.Join(root, "ratelimit", "config")
+			if err := os.MkdirAll(dir, 0o755); err != nil {
+				t.Fatal(err)
+			}
+			writeFile(t, dir, "rules.yaml", compatRules)
+			env := append(tc.env, "REDIS_URL="+redis.Addr(), "RUNTIME_ROOT="+root, "RUNTIME_SUBDIRECTORY=ratelimit",
+				"HOST=127.0.0.1", "PORT=0", "GRPC_HOST=127.0.0.1", "GRPC_PORT=0",
+				// Not in the compose files: without a configured secret the
+				// replicas share one in Redis, under a key of this test's own.
+				"CACHE_KEY_PREFIX="+unique("compose")+":")
+			var statsd *statsdtest.Server
+			if tc.statsd {
+				statsd = statsdtest.Start(t, "tcp")
+				_, port, _ := net.SplitHostPort(statsd.Addr)
+				env = append(env, "STATSD_HOST=127.0.0.1", "STATSD_PORT="+port, "STATS_FLUSH_INTERVAL=100ms")
+			}
+			r := startReplica(t, "ratelimit-compose", replicaConfig{Compat: true, Env: env})
+			user := entry{"user", unique("u")}
+			for i := range 4 {
+				if res := r.mustCall(t, user); res.ok() != (i < 3) {
+					t.Fatalf("call %d: %v, want ok=%v", i+1, res, i < 3)
+				}
+			}
+			if r.log.contains("reference setting") {
+				t.Errorf("a reference setting was warned about:\n%s", r.log.tail(4000))
+			}
+			if statsd != nil {
+				want := map[string]int64{"ratelimit_server.ShouldRateLimit.total_requests": 4}
+				statsdtest.AddRule(want, domain+".user", "", statsdtest.RuleCounts{Total: 4, Within: 3, Near: 1, Over: 1})
+				statsd.WaitCounters(t, want, 10*time.Second)
+			}
+		})
+	}
+}

@@ -302,22 +302,3 @@ func TestArgsAs(t *testing.T) {
 		}
 	}
 }
-
-// TestCompatReferenceComposeEnvironment: the environment of the reference
-// service's own docker-compose example starts envoy-rls unchanged, without
-// a warning.
-func TestCompatReferenceComposeEnvironment(t *testing.T) {
-	env := map[string]string{
-		"USE_STATSD": "false", "LOG_LEVEL": "debug", "REDIS_SOCKET_TYPE": "tcp", "REDIS_URL": "redis:6379",
-		"RUNTIME_ROOT": "/data", "RUNTIME_SUBDIRECTORY": "ratelimit", "RUNTIME_WATCH_ROOT": "false",
-		"CONFIG_TYPE": "FILE", "CONFIG_GRPC_XDS_NODE_ID": "test-node-id", "CONFIG_GRPC_XDS_SERVER_URL": "ratelimit-xds-config-server:18000",
-	}
-	o, err := compatOptions_(t, env)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if o.Config != "/data/ratelimit/config" || o.LogLevel != "debug" || o.RedisAddr != "redis:6379" || o.StatsdAddr != "" ||
-		o.ConfigSource != SourceFile || len(o.compatWarnings) != 0 {
-		t.Errorf("config %q log %q redis %q statsd %q source %q warnings %q", o.Config, o.LogLevel, o.RedisAddr, o.StatsdAddr, o.ConfigSource, o.compatWarnings)
-	}
-}
