@@ -28,15 +28,18 @@ func (s *server) adminHandler() http.Handler {
 		// reports.
 		writeText(w, http.StatusOK, "ok\n"+s.storeState.describe())
 	})
-	mux.HandleFunc("GET /healthcheck", func(w http.ResponseWriter, _ *http.Request) {
+	mux.HandleFunc("GET /healthcheck", func(w http.ResponseWriter, r *http.Request) {
 		// The reference service's probe: 200 OK while serving, 500 once
-		// draining (and, with --healthcheck-requires-rules, before the
-		// first rules are loaded).
+		// draining, with --healthcheck-requires-rules before the first rules
+		// are received (an xDS force start's empty set is not), and with
+		// --readiness store while the store does not answer.
 		switch {
 		case s.draining.Load():
 			writeText(w, http.StatusInternalServerError, "draining")
-		case s.opts.HealthcheckRequiresRules && s.rules.current() == nil:
+		case s.opts.HealthcheckRequiresRules && (s.rules.current() == nil || !s.rules.received()):
 			writeText(w, http.StatusInternalServerError, "no rules loaded")
+		case s.opts.Readiness == ReadinessStore && s.storeUnreachable(r.Context()) != "":
+			writeText(w, http.StatusInternalServerError, "store unreachable")
 		default:
 			writeText(w, http.StatusOK, "OK")
 		}
@@ -72,11 +75,9 @@ func (s *server) notReady(ctx context.Context) string {
 	if s.rules.current() == nil {
 		return "rules not loaded"
 	}
-	if s.opts.Readiness == ReadinessStore && s.ping != nil {
-		ctx, cancel := context.WithTimeout(ctx, readyTimeout)
-		defer cancel()
-		if err := s.ping.Ping(ctx); err != nil {
-			return "store unreachable: " + err.Error()
+	if s.opts.Readiness == ReadinessStore {
+		if why := s.storeUnreachable(ctx); why != "" {
+			return why
 		}
 	}
 	return ""
@@ -151,4 +152,18 @@ func (s *server) adminServer() *http.Server {
 		IdleTimeout:       adminIdleTimeout,
 		MaxHeaderBytes:    adminMaxHeader,
 	}
+}
+
+// storeUnreachable pings the store (at most readyTimeout) and returns why
+// it did not answer, or "" (also without a store to ping).
+func (s *server) storeUnreachable(ctx context.Context) string {
+	if s.ping == nil {
+		return ""
+	}
+	ctx, cancel := context.WithTimeout(ctx, readyTimeout)
+	defer cancel()
+	if err := s.ping.Ping(ctx); err != nil {
+		return "store unreachable: " + err.Error()
+	}
+	return ""
 }

@@ -317,8 +317,8 @@ func (b *blockingStore) Ping(context.Context) error {
 	return b.pingErr
 }
 
-// TestReadyzAndGracefulDrain: with --readiness store, /readyz follows the
-// store's ping; a stop request makes it say draining while an in-flight
+// TestReadyzAndGracefulDrain: with --readiness store, /readyz and
+// /healthcheck follow the store's ping; a stop request makes it say draining while an in-flight
 // call finishes.
 func TestReadyzAndGracefulDrain(t *testing.T) {
 	rules := writeRules(t, t.TempDir(), testRules)
@@ -337,11 +337,19 @@ func TestReadyzAndGracefulDrain(t *testing.T) {
 	if code, body := r.get(t, "/readyz"); code != 503 || !strings.Contains(body, "store unreachable: connection refused") {
 		t.Fatalf("/readyz %d %q, want 503 store unreachable", code, body)
 	}
+	// The reference's probe follows the store too (its
+	// REDIS_HEALTH_CHECK_ACTIVE_CONNECTION).
+	if code, body := r.get(t, "/healthcheck"); code != 500 || !strings.Contains(body, "store unreachable") {
+		t.Fatalf("/healthcheck %d %q, want 500 store unreachable", code, body)
+	}
 	bs.mu.Lock()
 	bs.pingErr = nil
 	bs.mu.Unlock()
 	if code, _ := r.get(t, "/readyz"); code != 200 {
 		t.Fatalf("/readyz %d after the store came back", code)
+	}
+	if code, _ := r.get(t, "/healthcheck"); code != 200 {
+		t.Fatalf("/healthcheck %d after the store came back", code)
 	}
 
 	// An in-flight call survives the stop request.

@@ -1,7 +1,9 @@
 package app
 
 import (
+	"os"
 	"reflect"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -123,6 +125,10 @@ func TestCompatHonoured(t *testing.T) {
 		{"stats disabled", map[string]string{"USE_STATSD": "true", "DISABLE_STATS": "true"}, func(o Options) []any { return []any{o.StatsdAddr} }, []any{""}},
 		{"headers", map[string]string{"LIMIT_RESPONSE_HEADERS_ENABLED": "true", "LIMIT_REMAINING_HEADER": "X-Left"}, func(o Options) []any { return []any{o.DefaultHeaders, o.LimitHeader, o.RemainingHeader, o.ResetHeader} }, []any{"full", "RateLimit-Limit", "X-Left", "RateLimit-Reset"}},
 		{"header names without headers", map[string]string{"LIMIT_LIMIT_HEADER": "X-Limit"}, func(o Options) []any { return []any{o.DefaultHeaders, o.LimitHeader} }, []any{"none", "X-RateLimit-Limit"}},
+		{"our xDS server over the reference's default", map[string]string{"CONFIG_TYPE": "GRPC_XDS_SOTW", "ENVOY_RLS_XDS_SERVER": "xds.internal:18001"}, func(o Options) []any { return []any{o.XDSServer} }, []any{"xds.internal:18001"}},
+		{"the reference's xDS server default", map[string]string{"CONFIG_TYPE": "GRPC_XDS_SOTW"}, func(o Options) []any { return []any{o.XDSServer} }, []any{"localhost:18000"}},
+		{"statsd off over our address", map[string]string{"USE_STATSD": "false", "ENVOY_RLS_STATSD_ADDR": "statsd:8125"}, func(o Options) []any { return []any{o.StatsdAddr} }, []any{""}},
+		{"stats disabled over our address", map[string]string{"USE_STATSD": "", "DISABLE_STATS": "true", "ENVOY_RLS_STATSD_ADDR": "statsd:8125"}, func(o Options) []any { return []any{o.StatsdAddr} }, []any{""}},
 		{"global shadow mode", map[string]string{"SHADOW_MODE": "true"}, func(o Options) []any { return []any{o.ShadowAll} }, []any{true}},
 		{"healthcheck needs rules", map[string]string{"HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED": "true"}, func(o Options) []any { return []any{o.HealthcheckRequiresRules} }, []any{true}},
 		{"reference variable wins over ours", map[string]string{"LOG_LEVEL": "error", "ENVOY_RLS_LOG_LEVEL": "debug", "PORT": "9090", "ENVOY_RLS_ADMIN_ADDR": ":7070"}, func(o Options) []any { return []any{o.LogLevel, o.AdminAddr} }, []any{"error", "0.0.0.0:9090"}},
@@ -299,6 +305,45 @@ func TestArgsAs(t *testing.T) {
 	} {
 		if got := argsAs(tc.argv0, tc.args); !slices.Equal(got, tc.want) {
 			t.Errorf("argsAs(%q, %q) = %q, want %q", tc.argv0, tc.args, got, tc.want)
+		}
+	}
+}
+
+// TestCompatSettingsDocumented: docs/migration.md's table of the reference's
+// settings names each of them exactly once in its first column, and no
+// other setting.
+func TestCompatSettingsDocumented(t *testing.T) {
+	b, err := os.ReadFile("../../docs/migration.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, table, ok := strings.Cut(string(b), "\n### Every reference setting\n")
+	if !ok {
+		t.Fatal(`docs/migration.md has no "### Every reference setting" section`)
+	}
+	table, _, _ = strings.Cut(table, "\n#")
+	name := regexp.MustCompile("`([A-Z][A-Z0-9_]+)(=[^`]*)?`")
+	seen := map[string]int{}
+	for line := range strings.Lines(table) {
+		cells := strings.Split(line, " | ")
+		if !strings.HasPrefix(line, "| `") || len(cells) < 2 {
+			continue
+		}
+		for _, m := range name.FindAllStringSubmatch(cells[0], -1) {
+			// Defaults such as `FILE` are not names of settings.
+			if strings.Contains(m[1], "_") || slices.Contains(referenceSettings, m[1]) {
+				seen[m[1]]++
+			}
+		}
+	}
+	for _, v := range referenceSettings {
+		if seen[v] != 1 {
+			t.Errorf("%s: named %d times in the first column of the table, want once", v, seen[v])
+		}
+	}
+	for v := range seen {
+		if !slices.Contains(referenceSettings, v) {
+			t.Errorf("%s: in the table but not a reference setting", v)
 		}
 	}
 }

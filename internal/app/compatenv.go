@@ -131,7 +131,8 @@ const (
 
 // refRules is the whole translation, one entry per group of reference
 // settings. Every variable of the reference's settings appears in exactly
-// one rule (the table test checks it against docs/migration.md). Read only.
+// one rule (TestCompatCoversEveryReferenceSetting), and docs/migration.md
+// names each (TestCompatSettingsDocumented). Read only.
 var refRules = []refRule{
 	{[]string{"PROTO"}, func(r *refEnv) {
 		if v, ok := r.get("PROTO"); ok && !strings.EqualFold(v, "tcp") {

@@ -27,11 +27,11 @@ func configSource(r *refEnv) {
 		}
 	case "GRPC_XDS_SOTW":
 		r.set("config-source", SourceXDS, "CONFIG_TYPE")
-		url, ok := r.get("CONFIG_GRPC_XDS_SERVER_URL")
-		if !ok {
-			url = refXDSServerURL
+		if url, ok := r.get("CONFIG_GRPC_XDS_SERVER_URL"); ok {
+			r.set("xds-server", url, "CONFIG_GRPC_XDS_SERVER_URL")
+		} else {
+			r.def("xds-server", refXDSServerURL, "CONFIG_GRPC_XDS_SERVER_URL unset (the reference's default "+refXDSServerURL+")")
 		}
-		r.set("xds-server", url, "CONFIG_GRPC_XDS_SERVER_URL")
 		for _, m := range []struct{ env, flag string }{
 			{"CONFIG_GRPC_XDS_NODE_ID", "xds-node-id"}, {"CONFIG_GRPC_XDS_NODE_METADATA", "xds-node-metadata"},
 			{"CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL", "xds-retry-interval"},
@@ -215,6 +215,8 @@ func statsdEnv(r *refEnv) {
 	disabled := r.boolean("DISABLE_STATS", false)
 	use := r.boolean("USE_STATSD", true)
 	if disabled || !use {
+		// Set, these switch statsd off whatever ENVOY_RLS_STATSD_ADDR says.
+		r.set("statsd-addr", "", "USE_STATSD", "DISABLE_STATS")
 		return
 	}
 	host, hostSet := r.getOr("STATSD_HOST", refStatsdHost)

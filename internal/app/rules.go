@@ -59,6 +59,21 @@ func newRuleSet(path string, opts descriptors.Options, onReload func(descriptors
 	return &ruleSet{w: w}, nil
 }
 
+// received reports whether rules from the source are in service: a rule
+// file loaded, or a valid xDS version (not the empty set of
+// --force-start-without-initial-config).
+func (rs *ruleSet) received() bool {
+	if rs.x != nil {
+		select {
+		case <-rs.x.first:
+			return true
+		default:
+			return false
+		}
+	}
+	return rs.w.Current() != nil
+}
+
 func (rs *ruleSet) current() *descriptors.Snapshot {
 	if rs.x != nil {
 		return rs.x.cur.Load()

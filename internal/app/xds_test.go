@@ -162,16 +162,24 @@ func TestXDSForceStartAndInitialTimeout(t *testing.T) {
 	srv := xdstest.Start(t, certs, "rls-node")
 	// Nothing served for the node: with the flag, serve starts without
 	// rules and answers OK.
-	r := startServe(t, xdsArgs(srv, certs, "--force-start-without-initial-config"), nil, hooks{})
+	r := startServe(t, xdsArgs(srv, certs, "--force-start-without-initial-config", "--healthcheck-requires-rules"), nil, hooks{})
 	if got := r.check(t, "u1").OverallCode; got != rlsv3.RateLimitResponse_OK {
 		t.Fatalf("without rules: %v, want OK", got)
 	}
 	if code, _ := r.get(t, "/readyz"); code != 200 {
 		t.Fatalf("/readyz %d without rules", code)
 	}
+	// The empty start is not a loaded rule set for the reference's probe
+	// (HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED).
+	if code, body := r.get(t, "/healthcheck"); code != 500 || !strings.Contains(body, "no rules loaded") {
+		t.Fatalf("/healthcheck %d %q before the first version, want 500", code, body)
+	}
 	srv.Set("v1", userLimit(1))
 	if _, ok := srv.Await(5*time.Second, xdstest.Acked("v1")); !ok {
 		t.Fatal("v1 not acknowledged")
+	}
+	if code, body := r.get(t, "/healthcheck"); code != 200 {
+		t.Fatalf("/healthcheck %d %q after v1, want 200", code, body)
 	}
 	if got := limitOf(r.check(t, "u1")); got != 1 {
 		t.Fatalf("limit after v1: %d, want 1", got)
