@@ -44,6 +44,8 @@ const (
 	DefaultRedisTimeout    = redis.DefaultTimeout
 	DefaultRedisPoolSize   = redis.DefaultPoolSize
 	DefaultRedisFlushDelay = redis.DefaultMaxFlushDelay
+	DefaultRedisGroupKeys  = redis.DefaultGroupMaxKeys
+	DefaultRedisInFlight   = redis.DefaultGroupInFlight
 	DefaultLocalCache      = true
 	DefaultLocalCacheSize  = denycache.DefaultSize
 	// DefaultGCPercent (0) lets the binary pick the garbage collector's
@@ -97,6 +99,8 @@ type Options struct {
 	RedisTimeout        time.Duration
 	RedisPoolSize       int
 	RedisMaxFlushDelay  time.Duration
+	RedisGroupMaxKeys   int
+	RedisGroupInFlight  int
 
 	// RedisTLSSkipHostname verifies the server's certificate chain but not
 	// the name in it.
@@ -153,6 +157,8 @@ func serveFlags(o *Options) *flag.FlagSet {
 	fs.DurationVar(&o.RedisTimeout, "redis-timeout", DefaultRedisTimeout, fmt.Sprintf("upper bound of one Redis round trip, 1ms–%v (the gRPC deadline may cut it shorter)", redis.MaxTimeout))
 	fs.IntVar(&o.RedisPoolSize, "redis-pool-size", DefaultRedisPoolSize, fmt.Sprintf("pipelined Redis connections per node, 1–%d", redis.MaxPoolSize))
 	fs.DurationVar(&o.RedisMaxFlushDelay, "redis-max-flush-delay", DefaultRedisFlushDelay, "how long a Redis connection may wait to gather pipelined commands into one write (0: flush at once; at most 1ms)")
+	fs.IntVar(&o.RedisGroupMaxKeys, "redis-group-max-keys", DefaultRedisGroupKeys, fmt.Sprintf("group commit: the most limits one Redis program run evaluates for concurrent Envoy requests, 1–%d (1: every request runs alone)", redis.MaxGroupMaxKeys))
+	fs.IntVar(&o.RedisGroupInFlight, "redis-group-in-flight", DefaultRedisInFlight, fmt.Sprintf("group commit: program runs of one Redis hash slot in progress at once, 1–%d", redis.MaxGroupInFlight))
 	fs.BoolVar(&o.Tracing, "tracing", false, "export OpenTelemetry traces by OTLP, configured by the OTEL_* variables (docs/operations.md, Tracing); also on when OTEL_EXPORTER_OTLP_ENDPOINT is set, off when OTEL_SDK_DISABLED=true")
 	fallbackFlags(fs, o)
 	transportFlags(fs, &o.transportOptions)
@@ -179,6 +185,8 @@ var accepts = map[string]string{
 	"redis-timeout":         redisWant(redis.Config{Timeout: -1}),
 	"redis-pool-size":       redisWant(redis.Config{PoolSize: -1}),
 	"redis-max-flush-delay": redisWant(redis.Config{MaxFlushDelay: -1}),
+	"redis-group-max-keys":  redisWant(redis.Config{GroupMaxKeys: -1}),
+	"redis-group-in-flight": redisWant(redis.Config{GroupInFlight: -1}),
 
 	"readiness":                  ReadinessRules + " or " + ReadinessStore,
 	"default-failure-mode":       "closed, open or local",

@@ -7,6 +7,7 @@ import (
 
 	"github.com/envoy-rls/envoy-rls/pkg/limiter/denycache"
 	"github.com/envoy-rls/envoy-rls/pkg/limiter/memory"
+	"github.com/envoy-rls/envoy-rls/pkg/limiter/redis"
 	"github.com/envoy-rls/envoy-rls/pkg/rls"
 )
 
@@ -17,6 +18,7 @@ type metrics struct {
 	rpc     *rls.Metrics
 	memory  *memory.Metrics
 	cache   *denycache.Metrics
+	redis   *redis.Metrics
 	reloads *prometheus.CounterVec
 }
 
@@ -30,6 +32,9 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		return nil, err
 	}
 	if m.cache, err = denycache.NewMetrics(reg); err != nil {
+		return nil, err
+	}
+	if m.redis, err = redis.NewMetrics(reg); err != nil {
 		return nil, err
 	}
 	m.reloads = prometheus.NewCounterVec(prometheus.CounterOpts{

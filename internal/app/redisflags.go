@@ -16,6 +16,7 @@ import (
 var redisFlagOf = map[string]string{
 	"Addrs": "redis-addr", "Mode": "redis-mode", "SentinelMaster": "redis-sentinel-master",
 	"Timeout": "redis-timeout", "PoolSize": "redis-pool-size", "MaxFlushDelay": "redis-max-flush-delay",
+	"GroupMaxKeys": "redis-group-max-keys", "GroupInFlight": "redis-group-in-flight",
 }
 
 // flagError is a --redis-* value the binary refuses: Flag is the flag
@@ -86,6 +87,7 @@ func (o *Options) redisValues() redis.Config {
 	}
 	c.Mode, c.SentinelMaster, c.Username = redis.Mode(o.RedisMode), o.RedisSentinelMaster, o.RedisUsername
 	c.Timeout, c.PoolSize, c.MaxFlushDelay = o.RedisTimeout, o.RedisPoolSize, o.RedisMaxFlushDelay
+	c.GroupMaxKeys, c.GroupInFlight = o.RedisGroupMaxKeys, o.RedisGroupInFlight
 	return c
 }
 

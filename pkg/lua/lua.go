@@ -262,17 +262,57 @@ type Value struct {
 	IsInt bool
 }
 
-// AppendBatchDeadline appends the optional last ARGV field of
-// rate-batch-v1.lua to dst: the call's deadline in ms of Redis's clock
-// (TIME), in [1, 2^53-1], as decimal text. A program that reads a later
-// TIME commits nothing and replies ExpiredFlag (see ParseBatchReply).
-func AppendBatchDeadline(dst []byte, redisMs int64) []byte {
-	return strconv.AppendInt(dst, redisMs, 10)
+// GroupEntry is the length of one request's entry in the last ARGV field
+// of rate-batch-v1.lua: struct.pack('>Hd').
+const GroupEntry = 2 + 8
+
+// MaxRequestKeys is the most keys one request of a group may have (its
+// count is a 16-bit field).
+const MaxRequestKeys = 1<<16 - 1
+
+// AppendGroupEntry appends one request's entry of the last ARGV field of
+// rate-batch-v1.lua to dst: its number of keys (1..MaxRequestKeys; its keys
+// and their ARGV fields follow those of the requests before it) and its
+// deadline in ms of Redis's clock (TIME), in [1, 2^53-1], or 0 for none. A
+// request whose deadline the program's TIME is past is not evaluated,
+// commits nothing and replies ExpiredFlag (see ParseBatchReply).
+func AppendGroupEntry(dst []byte, keys int, deadlineMs int64) []byte {
+	dst = binary.BigEndian.AppendUint16(dst, uint16(keys))
+	return binary.BigEndian.AppendUint64(dst, math.Float64bits(float64(deadlineMs)))
 }
 
-// ExpiredFlag is the first value of the reply of rate-batch-v1.lua when
-// the program ran past the deadline it was given: { 2, serverNowMillis }.
+// ExpiredFlag is the first value of a request's reply of
+// rate-batch-v1.lua when the program ran past the deadline it was given:
+// { 2, serverNowMillis }.
 const ExpiredFlag = 2
+
+// FailedFlag is the first value of a request's reply of rate-batch-v1.lua
+// when its evaluation raised an error: { 3, error text }. The other
+// requests of the group are unaffected.
+const FailedFlag = 3
+
+// ErrRequestFailed is matched (errors.Is) by the *FailedError
+// ParseBatchReply returns for a request whose evaluation raised.
+var ErrRequestFailed = errors.New("lua: the program failed for this request")
+
+// FailedError is a request whose evaluation raised an error in the
+// program; its other requests were evaluated.
+type FailedError struct {
+	// Msg is the error's text as the program caught it (a Redis error
+	// reply's text, such as "OOM ...", when a command failed).
+	Msg string
+}
+
+func (e *FailedError) Error() string {
+	msg := e.Msg
+	if len(msg) > 200 {
+		msg = msg[:200] + "..."
+	}
+	return fmt.Sprintf("%v: %s", ErrRequestFailed, msg)
+}
+
+// Is matches ErrRequestFailed.
+func (e *FailedError) Is(target error) bool { return target == ErrRequestFailed }
 
 // ErrExpired is matched (errors.Is) by the *ExpiredError ParseBatchReply
 // returns for a program that ran past its deadline: nothing was evaluated
@@ -293,15 +333,17 @@ func (e *ExpiredError) Error() string {
 // Is matches ErrExpired.
 func (e *ExpiredError) Is(target error) bool { return target == ErrExpired }
 
-// ParseBatchReply validates the reply of rate-batch-v1.lua for the given
-// policies (one per key, in order) and writes one reply per key into out.
+// ParseBatchReply validates one request's reply of rate-batch-v1.lua (one
+// element of the group's reply) for the given policies (one per key, in
+// order) and writes one reply per key into out.
 // The reply must be exactly 1 + 7N values: the committed flag (integer 0 or
 // 1), then per key a known status (bulk string) and six integers in
 // [0, 2^53-1] consistent with each other and with the key's policy (see
 // check), every key with the same serverNowMillis (one TIME); or exactly
 // the two integers { ExpiredFlag, serverNowMillis in [0, 2^53-1] }, which
-// is an *ExpiredError (nothing committed, out untouched). Anything else is
-// an error matching ErrMalformedReply, for the whole batch.
+// is an *ExpiredError (nothing committed, out untouched); or { FailedFlag,
+// text }, a *FailedError. Anything else is an error matching
+// ErrMalformedReply, for the whole request.
 func ParseBatchReply(policies []*limiter.Policy, values []Value, out []limiter.Reply) (committed bool, err error) {
 	n := len(policies)
 	if len(values) == 2 && values[0].IsInt && values[0].Int == ExpiredFlag {
@@ -309,6 +351,9 @@ func ParseBatchReply(policies []*limiter.Policy, values []Value, out []limiter.R
 			return false, malformed("expired reply with serverNowMillis %+v", v)
 		}
 		return false, &ExpiredError{ServerNowMs: values[1].Int}
+	}
+	if len(values) == 2 && values[0].IsInt && values[0].Int == FailedFlag && !values[1].IsInt {
+		return false, &FailedError{Msg: values[1].Str}
 	}
 	if len(values) != 1+ReplyFields*n {
 		return false, malformed("%d values for %d keys, want %d", len(values), n, 1+ReplyFields*n)

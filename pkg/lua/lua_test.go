@@ -104,11 +104,12 @@ func TestProgramsShape(t *testing.T) {
 			}
 		}
 	}
-	// The batch program runs on every request and its whole body on every
-	// EVALSHA: it defines no function (a closure made per call).
+	// The batch program's whole body runs on every EVALSHA: it defines one
+	// function (a closure made per run), the evaluation of one request,
+	// which it runs under pcall.
 	code := regexp.MustCompile(`--[^\n]*`).ReplaceAllString(batch.Source, "")
-	if regexp.MustCompile(`\bfunction\b`).MatchString(code) {
-		t.Errorf("%s defines a function", batch.Name)
+	if n := len(regexp.MustCompile(`\bfunction\b`).FindAllString(code, -1)); n != 1 {
+		t.Errorf("%s defines %d functions, want 1", batch.Name, n)
 	}
 	if _, err := Assemble("-- #include nope.lua\n", Fragment); err == nil {
 		t.Error("Assemble accepted an unknown fragment")
@@ -149,8 +150,9 @@ func TestAppendBatchArgs(t *testing.T) {
 	if n := len(AppendRefundArgs(nil, tb, 1, 0)); n != RefundArgs {
 		t.Errorf("%d refund args", n)
 	}
-	if got := string(AppendBatchDeadline([]byte("x"), limiter.MaxSafeInteger)); got != "x9007199254740991" {
-		t.Errorf("deadline: %q", got)
+	g := AppendGroupEntry([]byte("x"), 3, limiter.MaxSafeInteger)
+	if len(g) != 1+GroupEntry || binary.BigEndian.Uint16(g[1:]) != 3 || math.Float64frombits(binary.BigEndian.Uint64(g[3:])) != float64(limiter.MaxSafeInteger) {
+		t.Errorf("group entry: %q", g)
 	}
 }
 

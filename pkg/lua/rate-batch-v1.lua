@@ -1,8 +1,13 @@
 -- rate-batch-v1.lua: every limit of one Envoy request, all or nothing,
 -- version 1 (docs/algorithms.md, limiter.Store).
 --
--- KEYS[1..N]  the state hashes (limiter.StorageKey); on a Redis Cluster all
---             in one slot (one hash tag)
+-- One run evaluates a group of Envoy requests (limiter.Store batches), in
+-- order, each all or nothing exactly as if it ran alone: a request sees
+-- what the requests before it in the group committed.
+--
+-- KEYS[1..N]  the state hashes (limiter.StorageKey) of every request of the
+--             group, request after request; on a Redis Cluster all in one
+--             slot (one hash tag)
 -- ARGV        two fields per key, key i at ARGV[2*(i-1)+1 ..]:
 --   1 policy ID            [a-z0-9._:/-]{1,128}
 --   2 the numbers, packed big-endian as struct.pack('>BBddddddd'): one
@@ -22,18 +27,21 @@
 --       cost                 1..limit
 --     Doubles carry every integer below 2^53 exactly; each is checked
 --     integral and in range.
--- ARGV[2N+1]  optional: the call's deadline, in ms of Redis's clock
---             (TIME), as a canonical decimal integer in [1, 2^53-1]. When
---             TIME is past it the caller has given up: the program
---             evaluates and writes nothing and replies { 2, serverNow }
---             (see Reply). Without it the program commits whenever it runs.
--- A key whose fields are invalid answers INVALID (a failure, below); a
--- wrong number of arguments, a packed field of the wrong length, or a
--- deadline that is not such an integer, is an error reply.
+-- ARGV[2N+1]  the group: per request struct.pack('>Hd'): its number of keys
+--             (1..N, the counts adding up to N) and its deadline, in ms of
+--             Redis's clock (TIME), an integer in [1, 2^53-1], or 0 for
+--             none. When TIME is past a request's deadline its caller has
+--             given up: the request is not evaluated, writes nothing and
+--             replies { 2, serverNow } (see Reply).
+-- A key whose fields are invalid answers INVALID (a failure, below). A
+-- wrong number of arguments, a packed field of the wrong length, or a group
+-- field out of range is an error reply for the whole group, found before
+-- anything is evaluated or written.
 --
--- It reads TIME once, then checks every key in order, writing nothing: the
--- state a key would have after an allowed request is kept in the program,
--- so a later key naming the same hash sees it. Then the batch commits iff
+-- It reads TIME once for the group. For each request, it checks every key in
+-- order, writing nothing: the state a key would have after an allowed
+-- request is kept in the program, so a later key naming the same hash sees
+-- it. Then the request commits iff
 -- every ordinary key is ALLOWED and, when there are quota keys, at least one
 -- of them is (limiter.Commits: a failure status — CLOCK_UNSAFE,
 -- STATE_INCOMPATIBLE, INVALID — counts as a denial, unless failOpen, when
@@ -43,17 +51,24 @@
 -- PEXPIRE per key (the last state of a key named twice).
 --
 -- Redis CPU per call bounds the service's throughput, and the whole body of a
--- script runs on every EVALSHA: this program defines no function (each
--- would be a closure made per call) and makes no table per key. The
+-- script runs on every EVALSHA: this program defines one function (the
+-- evaluation of one request, run under pcall so that a request that raises
+-- fails alone; one closure per run, shared by the group) and makes no table
+-- per key. The
 -- fragments are blocks on the locals declared below; what a later key or
 -- the commit needs of a key is kept in one flat array, made only for a
 -- batch of several keys (a single key needs only the locals). Numbers are
 -- replied as integers, not formatted.
 --
--- Reply: an array of 2 values when past the deadline:
+-- Reply: an array of one reply per request of the group, in order. A
+-- request's reply is an array of 2 values when past its deadline:
 --   1      2 (integer): expired, nothing evaluated or written
 --   2      serverNowMillis, Redis TIME
--- otherwise an array of 1 + 7N values
+-- or, when its evaluation raised (a program defect: a number out of range),
+-- an array of 2 values:
+--   1      3 (integer): failed; the other requests are unaffected
+--   2      the error text (bulk string)
+-- otherwise an array of 1 + 7N values (N: the request's keys)
 --   1      committed: 1 or 0 (integer)
 --   then per key seven fields:
 --     status               ALLOWED | DENIED | CLOCK_UNSAFE |
@@ -80,23 +95,41 @@
 -- #include time.lua
 
 local NARG = 2
-local n = #KEYS
-local nargs = #ARGV
-if n < 1 or (nargs ~= n * NARG and nargs ~= n * NARG + 1) then
-  return redis.error_reply('envoy-rls: rate-batch-v1 takes 2 arguments per key and an optional deadline')
+local nkeys = #KEYS
+local unpack = struct.unpack
+if nkeys < 1 or #ARGV ~= nkeys * NARG + 1 then
+  return redis.error_reply('envoy-rls: rate-batch-v1 takes 2 arguments per key and the group')
 end
--- The caller's deadline, in Redis's clock: past it, commit nothing.
-if nargs > n * NARG then
-  local deadline = ARGV[nargs]
-  if #deadline > 16 or not find(deadline, DECIMAL) or deadline + 0 > MAX then
-    return redis.error_reply('envoy-rls: rate-batch-v1: the deadline is not an integer in [1, 2^53-1]')
+-- The group, checked whole before anything is evaluated: per request its
+-- number of keys and its deadline.
+local group = ARGV[#ARGV]
+local nreq = #group / 10
+if nreq < 1 or nreq % 1 ~= 0 then
+  return redis.error_reply('envoy-rls: rate-batch-v1: the group field is not 10 bytes per request')
+end
+local counts, deadlines = {}, {}
+do
+  local pos, total = 1, 0
+  for q = 1, nreq do
+    local kn, dl
+    kn, dl, pos = unpack('>Hd', group, pos)
+    total = total + kn
+    if kn < 1 or total > nkeys or not (dl == 0 or dl >= 1 and dl <= MAX and dl % 1 == 0) then
+      return redis.error_reply('envoy-rls: rate-batch-v1: request ' .. q .. ' of the group: key count or deadline out of range')
+    end
+    counts[q], deadlines[q] = kn, dl
   end
-  if serverNow > deadline + 0 then
-    return { 2, serverNow }
+  if total ~= nkeys then
+    return redis.error_reply('envoy-rls: rate-batch-v1: the group names ' .. total .. ' keys, KEYS has ' .. nkeys)
   end
 end
 
-local unpack = struct.unpack
+-- serverNow formatted, once for every key that writes it.
+local nowS = false
+
+-- evaluate is one request: its n keys start after the group's first kb.
+-- It returns the request's reply.
+local function evaluate(kb, n)
 local blocked, quota, quotaAllows = false, 0, false
 
 -- The fragments' In and Out names, for the key being evaluated (and, after
@@ -106,8 +139,6 @@ local key, alg, policy, rev, limit, p2, p3, grace, maxRegression, cost
 local st, stLast, stA, stB, stC, fresh, hashA, hashC
 local now, allowed, a, b, c, ttl, remaining, retry, resetAt, remainingBefore, resetBefore
 local write, status, eff, lim
--- serverNow formatted, once for every key that writes it.
-local nowS = false
 
 -- rec: for a batch of several keys, R values per key i, at
 -- (i - 1) * R + one of these offsets:
@@ -130,9 +161,9 @@ if n > 1 then
 end
 
 for i = 1, n do
-  key, policy = KEYS[i], ARGV[(i - 1) * NARG + 1]
+  key, policy = KEYS[kb + i], ARGV[(kb + i - 1) * NARG + 1]
   local algorithm, flags
-  algorithm, flags, rev, limit, p2, p3, grace, maxRegression, cost = unpack('>BBddddddd', ARGV[(i - 1) * NARG + 2])
+  algorithm, flags, rev, limit, p2, p3, grace, maxRegression, cost = unpack('>BBddddddd', ARGV[(kb + i - 1) * NARG + 2])
   alg = false
   local role, failOpen = 0, false
   local valid
@@ -168,7 +199,7 @@ for i = 1, n do
     local j = 0
     if rec then
       for k = i - 1, 1, -1 do
-        if KEYS[k] == key and rec[(k - 1) * R + R_KIND] ~= 0 then
+        if KEYS[kb + k] == key and rec[(k - 1) * R + R_KIND] ~= 0 then
           j = k
           break
         end
@@ -266,9 +297,9 @@ for i = 1, n do
     local o = (i - 1) * R
     write = rec[o + R_WRITE]
     if write and commit then
-      key = KEYS[i]
+      key = KEYS[kb + i]
       for k = i + 1, n do
-        if KEYS[k] == key and rec[(k - 1) * R + R_WRITE] then
+        if KEYS[kb + k] == key and rec[(k - 1) * R + R_WRITE] then
           write = false
           break
         end
@@ -276,7 +307,7 @@ for i = 1, n do
       if write then
         now, a, b, c, fresh, hashA, hashC, ttl, alg, rev, policy =
           rec[o + R_LAST], rec[o + R_A], rec[o + R_B], rec[o + R_C], rec[o + R_FRESH], rec[o + R_HASH_A],
-          rec[o + R_HASH_C], rec[o + R_TTL], rec[o + R_ALG], rec[o + R_REV], ARGV[(i - 1) * NARG + 1]
+          rec[o + R_HASH_C], rec[o + R_TTL], rec[o + R_ALG], rec[o + R_REV], ARGV[(kb + i - 1) * NARG + 1]
       end
     elseif write then
       remainingBefore, resetBefore = rec[o + R_REMAINING_BEFORE], rec[o + R_RESET_BEFORE]
@@ -306,3 +337,25 @@ if not out then
 end
 out[1] = committed
 return out
+end
+
+-- The requests in order, each under pcall: one that raises (before it
+-- writes: exact.lua runs before store.lua) fails alone.
+local replies, kb = {}, 0
+for q = 1, nreq do
+  if deadlines[q] ~= 0 and serverNow > deadlines[q] then
+    replies[q] = { 2, serverNow }
+  else
+    local ok, r = pcall(evaluate, kb, counts[q])
+    if ok then
+      replies[q] = r
+    elseif type(r) == 'table' then
+      -- A command's error reply (redis.call raises it as { err = text }).
+      replies[q] = { 3, tostring(r.err) }
+    else
+      replies[q] = { 3, tostring(r) }
+    end
+  end
+  kb = kb + counts[q]
+end
+return replies

@@ -34,11 +34,17 @@ func TestStubKeepsTheBatchContract(t *testing.T) {
 	for _, p := range policies {
 		args = lua.AppendBatchArgs(args, p, 1, limiter.RoleOrdinary)
 	}
+	// One request of two keys, as the store sends a call alone.
+	args = append(args, string(lua.AppendGroupEntry(nil, len(keys), 0)))
 	before := serverNowMs(t, srv)
 	cmd := append([]string{"EVAL", src, strconv.Itoa(len(keys))}, keys...)
-	raw, ok := srv.MustDo(append(cmd, args...)...).([]any)
+	group, ok := srv.MustDo(append(cmd, args...)...).([]any)
+	if !ok || len(group) != 1 {
+		t.Fatalf("EVAL replied %T %v, want an array of one request's reply", group, group)
+	}
+	raw, ok := group[0].([]any)
 	if !ok {
-		t.Fatalf("EVAL replied %T, want an array", raw)
+		t.Fatalf("the request's reply is %T, want an array", group[0])
 	}
 	vals := make([]lua.Value, len(raw))
 	for i, v := range raw {

@@ -7,17 +7,26 @@
 -- argument's p2 (the bench rules are fixed windows).
 -- #include prelude.lua
 -- #include time.lua
-local n = #KEYS
-local out = { 1 }
-for i = 1, n do
-  local _, _, _, limit, window, _, _, _, cost = struct.unpack('>BBddddddd', ARGV[2 * i])
-  local o = (i - 1) * 7 + 1
-  out[o + 1] = 'ALLOWED'
-  out[o + 2] = serverNow
-  out[o + 3] = serverNow
-  out[o + 4] = limit
-  out[o + 5] = limit - cost
-  out[o + 6] = 0
-  out[o + 7] = serverNow - serverNow % window + window
+-- The group field (ARGV's last) gives each request's number of keys; each
+-- request replies committed and its keys, in one array per request.
+local group = ARGV[#ARGV]
+local replies, kb, pos = {}, 0, 1
+for q = 1, #group / 10 do
+  local n, _dl
+  n, _dl, pos = struct.unpack('>Hd', group, pos)
+  local out = { 1 }
+  for i = 1, n do
+    local _, _, _, limit, window, _, _, _, cost = struct.unpack('>BBddddddd', ARGV[2 * (kb + i)])
+    local o = (i - 1) * 7 + 1
+    out[o + 1] = 'ALLOWED'
+    out[o + 2] = serverNow
+    out[o + 3] = serverNow
+    out[o + 4] = limit
+    out[o + 5] = limit - cost
+    out[o + 6] = 0
+    out[o + 7] = serverNow - serverNow % window + window
+  end
+  replies[q] = out
+  kb = kb + n
 end
-return out
+return replies

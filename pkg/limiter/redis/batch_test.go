@@ -44,7 +44,7 @@ func (e *env) runBatchKeys(keys, args []string, pols []*limiter.Policy) (bool, [
 	e.t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	msgs, err := batchScript.Exec(ctx, e.store.client, keys, args).ToArray()
+	msgs, err := e.execOne(ctx, keys, args, 0)
 	if err != nil {
 		e.t.Fatalf("rate-batch-v1: %v", err)
 	}
@@ -170,14 +170,15 @@ func TestBatchProgramAgainstApply(t *testing.T) {
 			bpols[j] = r.p
 		}
 		past := false
+		var dl int64
 		switch rng.IntN(4) {
 		case 1:
-			args = append(args, strconv.FormatInt(now+time.Hour.Milliseconds(), 10))
+			dl = now + time.Hour.Milliseconds()
 		case 2:
-			args = append(args, strconv.FormatInt(now-1-rng.Int64N(1000), 10))
+			dl = now - 1 - rng.Int64N(1000)
 			past = true
 		}
-		committed, got, err := e.execBatch(keys, args, bpols)
+		committed, got, err := e.execBatch(keys, oneCall(args, len(keys), dl), bpols)
 		if past {
 			if !errors.Is(err, lua.ErrExpired) {
 				t.Fatalf("batch %d past its deadline: %v", it, err)
@@ -210,14 +211,18 @@ func TestBatchProgramAgainstApply(t *testing.T) {
 	}
 }
 
-// TestBatchArity: a wrong argument count is an error reply, which the store
+// TestBatchArity: a wrong argument count, or a group field that does not
+// describe the keys (a missing or short field, counts that do not add up to
+// the keys, a deadline out of range), is an error reply, which the store
 // reports as Incompatible (never an allow), and writes nothing.
 func TestBatchArity(t *testing.T) {
 	e := newEnv(t)
 	p := fixed(t, "arity", 5, time.Hour)
 	key := keyOf(p, subjectOf("arity"))
 	args := lua.AppendBatchArgs(nil, p, 1, limiter.RoleOrdinary)
-	for _, a := range [][]string{args[:1], append(append([]string{}, args...), "x"), nil, {args[0], args[1][:20]}} {
+	group := string(lua.AppendGroupEntry(nil, 1, 0))
+	for _, a := range [][]string{args, {args[0], group}, append(append([]string{}, args...), "x", group), nil,
+		oneCall(args, 2, 0), oneCall(args, 0, 0), append(append([]string{}, args...), group[:9]), oneCall(args, 1, -1), oneCall(args, 1, 1<<53)} {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		err := batchScript.Exec(ctx, e.store.client, []string{key}, a).Error()
 		cancel()
@@ -235,7 +240,7 @@ func TestBatchArity(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	other := keyOf(p, subjectOf("arity2"))
-	msgs, err := batchScript.Exec(ctx, e.store.client, []string{key, other}, append(bad, good...)).ToArray()
+	msgs, err := e.execOne(ctx, []string{key, other}, append(bad, good...), 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -247,6 +252,29 @@ func TestBatchArity(t *testing.T) {
 	}
 	if e.do("EXISTS", key, other) != int64(0) {
 		t.Fatal("wrote state")
+	}
+
+	// A request that raises in the program (here a packed field cut short)
+	// fails alone: the request after it in the group is evaluated and
+	// commits.
+	short := []string{args[0], args[1][:20]}
+	all := append(append(append([]string{}, short...), good...), string(lua.AppendGroupEntry(nil, 1, 0))+string(lua.AppendGroupEntry(nil, 1, 0)))
+	grp, err := batchScript.Exec(ctx, e.store.client, []string{key, other}, all).ToArray()
+	if err != nil || len(grp) != 2 {
+		t.Fatalf("group with a failing request: %v %v", grp, err)
+	}
+	first, _ := grp[0].ToArray()
+	_, ferr := lua.ParseBatchReply([]*limiter.Policy{p}, replyValues(nil, first), make([]limiter.Reply, 1))
+	if !errors.Is(ferr, lua.ErrRequestFailed) || failedOutcome(p, ferr).Kind != limiter.Incompatible {
+		t.Fatalf("the failing request: %v, want a FailedError classified Incompatible", ferr)
+	}
+	second, _ := grp[1].ToArray()
+	committed, err := lua.ParseBatchReply([]*limiter.Policy{p}, replyValues(nil, second), make([]limiter.Reply, 1))
+	if err != nil || !committed {
+		t.Fatalf("the request after it: committed %v, %v", committed, err)
+	}
+	if e.do("EXISTS", key) != int64(0) || e.do("EXISTS", other) != int64(1) {
+		t.Fatal("the failing request wrote, or the one after it did not")
 	}
 }
 

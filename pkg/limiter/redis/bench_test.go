@@ -112,7 +112,7 @@ func BenchmarkDescriptors(b *testing.B) {
 				defer wg.Done()
 				r := &req[j]
 				key := string(requestKey(nil, r))
-				res := batchScript.Exec(ctx, s.client, []string{key}, lua.AppendBatchArgs(nil, r.Policy, r.Cost, limiter.RoleOrdinary))
+				res := batchScript.Exec(ctx, s.client, []string{key}, oneCall(lua.AppendBatchArgs(nil, r.Policy, r.Cost, limiter.RoleOrdinary), 1, 0))
 				if res.Error() != nil {
 					out[j] = limiter.IndeterminateOutcome(0, res.Error())
 					return

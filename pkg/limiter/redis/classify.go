@@ -18,22 +18,31 @@ func classify(p *limiter.Policy, err error) limiter.Outcome {
 	if rerr, ok := rueidis.IsRedisErr(err); ok {
 		// Redis answered with an error: the program either did not start
 		// or failed before its single write (it writes last).
-		msg := rerr.Error()
-		code, _, _ := strings.Cut(msg, " ")
-		switch code {
-		case "BUSY", "OOM":
-			return limiter.UnavailableOutcome(DefaultRetryAfter, limiter.CategoryCapacity, wrap("refused by Redis"))
-		case "NOPERM", "NOAUTH", "WRONGPASS", "READONLY", "LOADING", "MASTERDOWN", "CLUSTERDOWN",
-			"TRYAGAIN", "MOVED", "ASK", "CROSSSLOT", "NOREPLICAS", "MISCONF", "NOSCRIPT":
-			return limiter.UnavailableOutcome(DefaultRetryAfter, limiter.CategoryNotConnected, wrap("refused by Redis"))
-		}
-		return limiter.IncompatibleOutcome(limiter.CategoryProgramInvalid, wrap("program failed"))
+		return classifyText(p, rerr.Error(), err)
 	}
 	if notSent(err) {
 		return limiter.UnavailableOutcome(DefaultRetryAfter, limiter.CategoryNotConnected, wrap("not sent"))
 	}
 	// Sent (or possibly sent) and no answer: timeout, connection lost.
 	return limiter.IndeterminateOutcome(DefaultRetryAfter, wrap("no answer"))
+}
+
+// classifyText maps a Redis error reply's text (of the whole run, or of one
+// request's command inside it) to an outcome: a refusal is Unavailable,
+// anything else a failed program (Incompatible). Either way the request
+// wrote nothing: the program writes last, and Redis refuses a script's
+// first write, never a later one.
+func classifyText(p *limiter.Policy, msg string, err error) limiter.Outcome {
+	wrap := func(what string) error { return fmt.Errorf("redis store: policy %s: %s: %w", p.ID(), what, err) }
+	code, _, _ := strings.Cut(msg, " ")
+	switch code {
+	case "BUSY", "OOM":
+		return limiter.UnavailableOutcome(DefaultRetryAfter, limiter.CategoryCapacity, wrap("refused by Redis"))
+	case "NOPERM", "NOAUTH", "WRONGPASS", "READONLY", "LOADING", "MASTERDOWN", "CLUSTERDOWN",
+		"TRYAGAIN", "MOVED", "ASK", "CROSSSLOT", "NOREPLICAS", "MISCONF", "NOSCRIPT":
+		return limiter.UnavailableOutcome(DefaultRetryAfter, limiter.CategoryNotConnected, wrap("refused by Redis"))
+	}
+	return limiter.IncompatibleOutcome(limiter.CategoryProgramInvalid, wrap("program failed"))
 }
 
 // notSent reports errors that rueidis returns only before writing the

@@ -121,6 +121,18 @@ type Config struct {
 	// (Optional, default 0; negative is refused; the binary uses
 	// DefaultMaxFlushDelay)
 	MaxFlushDelay time.Duration
+	// GroupMaxKeys bounds the keys (the limits of all its calls) of one
+	// group run of concurrent calls (commit.go); a call with more runs
+	// alone; 1 sends every call alone. (Optional, default
+	// DefaultGroupMaxKeys, at most MaxGroupMaxKeys)
+	GroupMaxKeys int
+	// GroupInFlight is how many group runs of one slot may be in progress
+	// at once. (Optional, default DefaultGroupInFlight, at most
+	// MaxGroupInFlight)
+	GroupInFlight int
+	// Metrics, when not nil, records each group run's size and each call's
+	// wait (NewMetrics). (Optional)
+	Metrics *Metrics
 	// TracerProvider, when not nil, makes a span per program run (a child
 	// of the span in the caller's context) that records the group size,
 	// the policy IDs and the outcome, never a key or an argument.
@@ -130,7 +142,7 @@ type Config struct {
 
 // FieldError is a Config value that Validate refuses. Field is the Config
 // field (Addrs, Mode, SentinelMaster, Timeout, DialTimeout, PoolSize,
-// MaxFlushDelay), Value the refused value as text ("" when it is missing)
+// MaxFlushDelay, GroupMaxKeys, GroupInFlight), Value the refused value as text ("" when it is missing)
 // and Want what the field accepts, worded to follow "must be".
 type FieldError struct {
 	Field string
@@ -150,7 +162,7 @@ func (e *FieldError) Error() string {
 var fieldNames = map[string]string{
 	"Addrs": "addrs", "Mode": "mode", "SentinelMaster": "sentinel_master",
 	"Timeout": "timeout", "DialTimeout": "dial timeout", "PoolSize": "pool size",
-	"MaxFlushDelay": "max flush delay",
+	"MaxFlushDelay": "max flush delay", "GroupMaxKeys": "group max keys", "GroupInFlight": "group in flight",
 }
 
 // What each value accepts, as FieldError.Want says it.
@@ -159,6 +171,8 @@ var (
 	wantPoolSize   = fmt.Sprintf("an integer between 1 and %d", MaxPoolSize)
 	wantFlushDelay = fmt.Sprintf("a duration between 0 and %v", FlushDelayLimit)
 	wantMode       = "auto, standalone, cluster or sentinel"
+	wantGroupKeys  = fmt.Sprintf("an integer between 1 and %d", MaxGroupMaxKeys)
+	wantInFlight   = fmt.Sprintf("an integer between 1 and %d", MaxGroupInFlight)
 )
 
 // Validate returns c with its defaults filled and its mode resolved (auto
@@ -202,7 +216,8 @@ func (c Config) Validate() (Config, error) {
 }
 
 // ValidateValues is the part of Validate that needs no address: it checks
-// Mode, Timeout, DialTimeout, MaxFlushDelay and PoolSize, each on its own,
+// Mode, Timeout, DialTimeout, MaxFlushDelay, PoolSize, GroupMaxKeys and
+// GroupInFlight, each on its own,
 // and fills their defaults. It returns a *FieldError like Validate.
 func (c Config) ValidateValues() (Config, error) {
 	m, err := ParseMode(string(c.Mode))
@@ -230,6 +245,18 @@ func (c Config) ValidateValues() (Config, error) {
 	}
 	if c.PoolSize < 1 || c.PoolSize > MaxPoolSize {
 		return c, &FieldError{Field: "PoolSize", Value: fmt.Sprint(c.PoolSize), Want: wantPoolSize}
+	}
+	if c.GroupMaxKeys == 0 {
+		c.GroupMaxKeys = DefaultGroupMaxKeys
+	}
+	if c.GroupMaxKeys < 1 || c.GroupMaxKeys > MaxGroupMaxKeys {
+		return c, &FieldError{Field: "GroupMaxKeys", Value: fmt.Sprint(c.GroupMaxKeys), Want: wantGroupKeys}
+	}
+	if c.GroupInFlight == 0 {
+		c.GroupInFlight = DefaultGroupInFlight
+	}
+	if c.GroupInFlight < 1 || c.GroupInFlight > MaxGroupInFlight {
+		return c, &FieldError{Field: "GroupInFlight", Value: fmt.Sprint(c.GroupInFlight), Want: wantInFlight}
 	}
 	return c, nil
 }

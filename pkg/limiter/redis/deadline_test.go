@@ -2,8 +2,10 @@ package redis
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
+	"math"
 	"sync"
 	"testing"
 	"time"
@@ -23,15 +25,21 @@ func (e *env) execBatch(keys, args []string, pols []*limiter.Policy) (bool, []li
 	if err != nil {
 		return false, nil, err
 	}
+	if len(msgs) != 1 {
+		e.t.Fatalf("rate-batch-v1: %d replies for one request", len(msgs))
+	}
+	if msgs, err = msgs[0].ToArray(); err != nil {
+		return false, nil, err
+	}
 	replies := make([]limiter.Reply, len(keys))
 	committed, err := lua.ParseBatchReply(pols, replyValues(nil, msgs), replies)
 	return committed, replies, err
 }
 
-// TestProgramDeadline: rate-batch-v1.lua with its optional last argument,
-// the deadline in Redis's clock. Up to it the batch runs as without it;
+// TestProgramDeadline: rate-batch-v1.lua with a request's deadline in
+// Redis's clock (its group field). Up to it the batch runs as without it;
 // past it nothing is evaluated or written and the reply is { 2, TIME };
-// a deadline that is not an integer in [1, 2^53-1] is an error reply.
+// a deadline that is not 0 or an integer in [1, 2^53-1] is an error reply.
 func TestProgramDeadline(t *testing.T) {
 	e := newEnv(t)
 	p := fixed(t, "dl", 5, farWindow)
@@ -40,7 +48,7 @@ func TestProgramDeadline(t *testing.T) {
 	pols := []*limiter.Policy{p, p}
 	args := lua.AppendBatchArgs(lua.AppendBatchArgs(nil, p, 1, limiter.RoleOrdinary), p, 2, limiter.RoleOrdinary)
 	with := func(dl int64) []string {
-		return append(append([]string{}, args...), string(lua.AppendBatchDeadline(nil, dl)))
+		return oneCall(args, 2, dl)
 	}
 
 	now := e.serverNow()
@@ -61,19 +69,21 @@ func TestProgramDeadline(t *testing.T) {
 	}
 	// Even a batch that would only be denied replies expired: nothing is
 	// evaluated.
-	_, _, err = e.execBatch([]string{key}, append(lua.AppendBatchArgs(nil, p, 5, limiter.RoleOrdinary), "1"), pols[:1])
+	_, _, err = e.execBatch([]string{key}, oneCall(lua.AppendBatchArgs(nil, p, 5, limiter.RoleOrdinary), 1, 1), pols[:1])
 	if !errors.Is(err, lua.ErrExpired) {
 		t.Fatalf("deadline 1: %v", err)
 	}
 
-	for _, dl := range []string{"", "0", "-1", "01", "1.5", "1e3", " 1", "9007199254740992", "99999999999999999", "x"} {
-		_, _, err := e.execBatch(keys, append(append([]string{}, args...), dl), pols)
+	for _, dl := range []float64{-1, 1.5, 9007199254740992, 1e300, math.Inf(1), math.NaN()} {
+		group := binary.BigEndian.AppendUint16(nil, 2)
+		group = binary.BigEndian.AppendUint64(group, math.Float64bits(dl))
+		_, _, err := e.execBatch(keys, append(append([]string{}, args...), string(group)), pols)
 		if err == nil || errors.Is(err, lua.ErrExpired) {
-			t.Errorf("deadline %q: %v, want an error reply", dl, err)
+			t.Errorf("deadline %v: %v, want an error reply", dl, err)
 			continue
 		}
 		if o := classify(p, err); o.Kind != limiter.Incompatible {
-			t.Errorf("deadline %q: classified %v", dl, o.Kind)
+			t.Errorf("deadline %v: classified %v", dl, o.Kind)
 		}
 	}
 	if after := []any{e.dump(key), e.dump(other)}; fmt.Sprint(after) != fmt.Sprint(before) {

@@ -1,7 +1,10 @@
 package redis
 
 import (
+	"context"
 	"slices"
+	"sync/atomic"
+	"time"
 
 	"github.com/envoy-rls/envoy-rls/pkg/limiter"
 	"github.com/envoy-rls/envoy-rls/pkg/lua"
@@ -11,7 +14,8 @@ import (
 const invalidRole = limiter.Role(255)
 
 // group is the requests of one batch that share a slot (all of them outside
-// a Redis Cluster), and what their program call answered.
+// a Redis Cluster), and what their program run answered. It is one call of
+// a group commit (commit.go).
 type group struct {
 	idx       []int  // indices into the batch
 	slot      uint16 // the hash slot in cluster mode, else 0
@@ -20,10 +24,21 @@ type group struct {
 	committed bool
 	answered  bool // the program replied (outs hold decisions)
 	refunded  bool // the refund program replied (whatever it found)
+	// free: no command in flight refers to the call's buffers any more.
+	free bool
 
-	// Working memory of run, reused when the group comes from a scratch.
-	gk, args []string
-	abuf     []byte // packed ARGV; the strings in args point into it
+	// The call, as the run that takes it reads it.
+	ctx   context.Context
+	batch []limiter.Request
+	roles []limiter.Role
+	keys  []string
+	// state is groupWaiting, groupTaken or groupLeft; queued is when it
+	// started waiting; the run that took it sends once on done (buffered).
+	state  atomic.Int32
+	queued time.Time
+	done   chan struct{}
+
+	// Working memory of the run, reused when the group comes from a scratch.
 	policies []*limiter.Policy
 	vals     []lua.Value
 }
@@ -49,12 +64,12 @@ func (sc *scratch) reset() {
 	clear(sc.keys)
 	clear(sc.groups)
 	g := &sc.g
-	clear(g.gk)
-	clear(g.args)
 	clear(g.policies)
 	clear(g.vals)
 	clear(g.outs)
-	*g = group{idx: g.idx[:0], outs: g.outs[:0], replies: g.replies[:0], gk: g.gk[:0], args: g.args[:0], abuf: g.abuf[:0], policies: g.policies[:0], vals: g.vals[:0]}
+	g.idx, g.outs, g.replies, g.policies, g.vals = g.idx[:0], g.outs[:0], g.replies[:0], g.policies[:0], g.vals[:0]
+	g.slot, g.committed, g.answered, g.refunded, g.free = 0, false, false, false, false
+	g.ctx, g.batch, g.roles, g.keys = nil, nil, nil, nil
 }
 
 // grow returns s resized to n elements, reusing its array when it can.
@@ -87,6 +102,9 @@ func (s *Store) group(sc *scratch, batch []limiter.Request, roles []limiter.Role
 				groups = append(groups, &sc.g)
 			} else {
 				groups = append(groups, &group{})
+			}
+			if groups[k].done == nil {
+				groups[k].done = make(chan struct{}, 1)
 			}
 			groups[k].slot = slot
 		}

@@ -13,6 +13,7 @@ import (
 	"github.com/envoy-rls/envoy-rls/internal/redistest"
 	"github.com/envoy-rls/envoy-rls/pkg/limiter"
 	"github.com/envoy-rls/envoy-rls/pkg/lua"
+	"github.com/redis/rueidis"
 )
 
 // env is one Redis server, a Store on it and a raw connection for seeding
@@ -236,4 +237,24 @@ func seededRand(t testing.TB, stream uint64, full, short int, what string) (*ran
 	seed := uint64(time.Now().UnixNano())
 	t.Logf("random seed %d, %d %s", seed, n, what)
 	return rand.New(rand.NewPCG(seed, stream)), n
+}
+
+// oneCall appends to args (one request's ARGV fields for n keys) the group
+// field of rate-batch-v1.lua for that request alone, with deadline dl (0:
+// none).
+func oneCall(args []string, n int, dl int64) []string {
+	return append(append([]string{}, args...), string(lua.AppendGroupEntry(nil, n, dl)))
+}
+
+// execOne runs rate-batch-v1.lua for one request and returns its reply
+// (the group's only element).
+func (e *env) execOne(ctx context.Context, keys, args []string, dl int64) ([]rueidis.RedisMessage, error) {
+	msgs, err := batchScript.Exec(ctx, e.store.client, keys, oneCall(args, len(keys), dl)).ToArray()
+	if err != nil {
+		return nil, err
+	}
+	if len(msgs) != 1 {
+		e.t.Fatalf("rate-batch-v1: %d replies for one request", len(msgs))
+	}
+	return msgs[0].ToArray()
 }

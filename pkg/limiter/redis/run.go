@@ -13,99 +13,182 @@ import (
 	"github.com/envoy-rls/envoy-rls/pkg/lua"
 )
 
-// run sends one group's batch program and fills g.outs. The call runs in
-// the caller's goroutine: rueidis returns by ctx's deadline (the command
-// then is Indeterminate). It reports whether every command it built has
-// been answered (so g's buffers are free again).
-func (s *Store) run(ctx context.Context, batch []limiter.Request, roles []limiter.Role, keys []string, g *group) bool {
-	if s.tracer != nil {
-		return s.runTraced(ctx, batch, roles, keys, g)
-	}
-	return s.runProgram(ctx, batch, roles, keys, g)
+// runScratch is the working memory of one group run: the command's keys
+// and arguments (strings that point into abuf and into the calls' key
+// buffers, see scratch). It goes back to the pool only when the command
+// was answered.
+type runScratch struct {
+	keys, args []string
+	abuf, hdr  []byte
+	msgs       []rueidis.RedisMessage
 }
 
-// runProgram is run without a span.
-func (s *Store) runProgram(ctx context.Context, batch []limiter.Request, roles []limiter.Role, keys []string, g *group) (done bool) {
-	n := len(g.idx)
-	g.outs = grow(g.outs, n)
-	g.replies = grow(g.replies, n)
-	g.gk = grow(g.gk, n)
-	g.policies = grow(g.policies, n)
-	abuf := g.abuf[:0]
-	for k, i := range g.idx {
-		r := &batch[i]
-		g.gk[k] = keys[i]
-		g.policies[k] = r.Policy
-		abuf = lua.AppendBatchPacked(abuf, r.Policy, r.Cost, roles[i])
+// runGroup sends one run of the rate program for the groups gs (taken from
+// c's queue, in order) and gives each its outcomes, then signals it. A
+// group whose call has left gets them all the same: nobody reads them.
+func (s *Store) runGroup(gs []*group) {
+	if s.metrics != nil {
+		s.metrics.observe(gs)
+	}
+	if s.tracer != nil {
+		s.runTraced(gs)
+	} else {
+		s.runProgram(gs[0].ctx, gs)
+	}
+	for _, g := range gs {
+		g.done <- struct{}{}
+	}
+}
+
+// runProgram is runGroup's program run, without a span; first is the
+// context of the first call (or of a span made for the run).
+func (s *Store) runProgram(first context.Context, gs []*group) {
+	rs, _ := s.runs.Get().(*runScratch)
+	if rs == nil {
+		rs = new(runScratch)
 	}
 	// The deadline in Redis's clock, when the offset is known: a program
-	// that runs after the caller has given up commits nothing.
+	// that runs a call after its caller has given up commits nothing for
+	// it.
 	off := &s.offsets[0]
 	if s.cluster {
-		off = &s.offsets[g.slot]
+		off = &s.offsets[gs[0].slot]
 	}
-	var dlEnd int
-	if dl, ok := ctx.Deadline(); ok {
-		if ms, ok := off.redisDeadline(s.local.ms(dl)); ok {
-			abuf = lua.AppendBatchDeadline(abuf, ms)
-			dlEnd = len(abuf)
-		}
-	}
-	g.abuf = abuf
-	args := g.args[:0]
-	for k, i := range g.idx {
-		p := abuf[k*lua.BatchPacked : (k+1)*lua.BatchPacked]
-		args = append(args, batch[i].Policy.ID(), unsafe.String(&p[0], len(p)))
-	}
-	if dlEnd > 0 {
-		start := n * lua.BatchPacked
-		args = append(args, unsafe.String(&abuf[start], dlEnd-start))
-	}
-	g.args = args
-	if err := ctx.Err(); err != nil {
+	keys, args, abuf, hdr := rs.keys[:0], rs.args[:0], rs.abuf[:0], rs.hdr[:0]
+	var latest time.Time
+	for _, g := range gs {
+		n := len(g.idx)
+		g.outs = grow(g.outs, n)
+		g.replies = grow(g.replies, n)
+		g.policies = grow(g.policies, n)
 		for k, i := range g.idx {
-			g.outs[k] = limiter.UnavailableOutcome(0, limiter.CategoryDeadline, fmt.Errorf("redis store: policy %s: not sent: %w", batch[i].Policy.ID(), err))
+			r := &g.batch[i]
+			keys = append(keys, g.keys[i])
+			g.policies[k] = r.Policy
+			abuf = lua.AppendBatchPacked(abuf, r.Policy, r.Cost, g.roles[i])
 		}
-		return true
+		var dlMs int64
+		if dl, ok := g.ctx.Deadline(); ok {
+			if ms, ok := off.redisDeadline(s.local.ms(dl)); ok {
+				dlMs = ms
+			}
+			if dl.After(latest) {
+				latest = dl
+			}
+		}
+		hdr = lua.AppendGroupEntry(hdr, n, dlMs)
 	}
-	res := batchScript.Exec(ctx, s.client, g.gk, args)
+	// abuf may have moved while it grew: the strings point into it once
+	// it is complete.
+	pos := 0
+	for _, g := range gs {
+		for _, i := range g.idx {
+			p := abuf[pos : pos+lua.BatchPacked]
+			args = append(args, g.batch[i].Policy.ID(), unsafe.String(&p[0], len(p)))
+			pos += lua.BatchPacked
+		}
+	}
+	args = append(args, unsafe.String(&hdr[0], len(hdr)))
+	rs.keys, rs.args, rs.abuf, rs.hdr = keys, args, abuf, hdr
+
+	// One call alone runs under its own context; a group under the latest
+	// of its calls' deadlines (each call also waits on its own).
+	ctx := first
+	if len(gs) > 1 {
+		ctx = s.deadlines.Context(context.Background(), time.Now(), latest)
+	}
+	if err := ctx.Err(); err != nil {
+		for _, g := range gs {
+			for k, i := range g.idx {
+				g.outs[k] = limiter.UnavailableOutcome(0, limiter.CategoryDeadline, fmt.Errorf("redis store: policy %s: not sent: %w", g.batch[i].Policy.ID(), err))
+			}
+			g.committed, g.free = false, true
+		}
+		s.putRun(rs)
+		return
+	}
+	res := batchScript.Exec(ctx, s.client, keys, args)
 	err := res.Error()
-	done = err == nil
+	var msgs []rueidis.RedisMessage
 	if err == nil {
-		var msgs []rueidis.RedisMessage
 		msgs, err = res.ToArray()
 		if err != nil {
 			err = fmt.Errorf("%w: reply is not an array: %w", lua.ErrMalformedReply, err)
-		} else {
-			g.vals = replyValues(g.vals, msgs)
-			g.committed, err = lua.ParseBatchReply(g.policies, g.vals, g.replies)
-			if err == nil {
-				off.sample(s.local.ms(time.Now()), g.replies[0].ServerNowMs)
-			} else if expired, ok := err.(*lua.ExpiredError); ok {
-				off.sample(s.local.ms(time.Now()), expired.ServerNowMs)
+		} else if len(msgs) != len(gs) {
+			err = fmt.Errorf("%w: %d replies for a group of %d calls", lua.ErrMalformedReply, len(msgs), len(gs))
+		}
+	}
+	if err != nil {
+		// The whole run failed: every call of it alike.
+		answered := res.Error() == nil
+		for _, g := range gs {
+			g.committed, g.free = false, answered
+			for k, i := range g.idx {
+				g.outs[k] = failedOutcome(g.batch[i].Policy, err)
 			}
+		}
+		if answered {
+			s.putRun(rs)
+		}
+		return
+	}
+	now := s.local.ms(time.Now())
+	for j, g := range gs {
+		g.free = true
+		s.parseCall(off, now, g, &msgs[j])
+	}
+	s.putRun(rs)
+}
+
+// putRun returns rs to the pool, without references into callers' buffers.
+func (s *Store) putRun(rs *runScratch) {
+	clear(rs.keys)
+	clear(rs.args)
+	rs.keys, rs.args, rs.abuf, rs.hdr = rs.keys[:0], rs.args[:0], rs.abuf[:0], rs.hdr[:0]
+	s.runs.Put(rs)
+}
+
+// parseCall reads one call's element of the group's reply into g.
+func (s *Store) parseCall(off *clockOffset, now int64, g *group, m *rueidis.RedisMessage) {
+	vals, err := m.ToArray()
+	if err != nil {
+		err = fmt.Errorf("%w: a call's reply is not an array: %w", lua.ErrMalformedReply, err)
+	} else {
+		g.vals = replyValues(g.vals, vals)
+		g.committed, err = lua.ParseBatchReply(g.policies, g.vals, g.replies)
+		if err == nil {
+			off.sample(now, g.replies[0].ServerNowMs)
+		} else if expired, ok := err.(*lua.ExpiredError); ok {
+			off.sample(now, expired.ServerNowMs)
 		}
 	}
 	if err != nil {
 		g.committed = false
 		for k, i := range g.idx {
-			p := batch[i].Policy
-			if errors.Is(err, lua.ErrExpired) {
-				// Known not committed, like a call not sent in time.
-				g.outs[k] = limiter.UnavailableOutcome(0, limiter.CategoryDeadline, fmt.Errorf("redis store: policy %s: %w", p.ID(), err))
-			} else if errors.Is(err, lua.ErrMalformedReply) {
-				g.outs[k] = limiter.IncompatibleOutcome(limiter.CategoryReplyMalformed, fmt.Errorf("redis store: policy %s: %w", p.ID(), err))
-			} else {
-				g.outs[k] = classify(p, err)
-			}
+			g.outs[k] = failedOutcome(g.batch[i].Policy, err)
 		}
-		return done
+		return
 	}
 	g.answered = true
 	for k, i := range g.idx {
-		g.outs[k] = limiter.OutcomeFromReply(batch[i].Policy, g.replies[k], limiter.SourceRedis)
+		g.outs[k] = limiter.OutcomeFromReply(g.batch[i].Policy, g.replies[k], limiter.SourceRedis)
 	}
-	return true
+}
+
+// failedOutcome is the outcome of a request of a call that got no
+// decision: expired (known not committed), a malformed reply, a request
+// that failed in the program, or the run's error.
+func failedOutcome(p *limiter.Policy, err error) limiter.Outcome {
+	var failed *lua.FailedError
+	switch {
+	case errors.Is(err, lua.ErrExpired):
+		return limiter.UnavailableOutcome(0, limiter.CategoryDeadline, fmt.Errorf("redis store: policy %s: %w", p.ID(), err))
+	case errors.Is(err, lua.ErrMalformedReply):
+		return limiter.IncompatibleOutcome(limiter.CategoryReplyMalformed, fmt.Errorf("redis store: policy %s: %w", p.ID(), err))
+	case errors.As(err, &failed):
+		return classifyText(p, failed.Msg, err)
+	}
+	return classify(p, err)
 }
 
 // replyValues converts the batch program's reply into the values

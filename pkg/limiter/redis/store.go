@@ -74,6 +74,14 @@ type Store struct {
 	// slot's node has its own clock), else one.
 	local   localClock
 	offsets []clockOffset
+
+	// Group commit (commit.go): one committer per hash slot in cluster
+	// mode, else one; the caps of a group; the run scratch pool.
+	committers   []atomic.Pointer[committer]
+	groupMaxKeys int
+	inFlight     int
+	runs         sync.Pool
+	metrics      *Metrics // nil: none
 }
 
 var _ limiter.Store = (*Store)(nil)
@@ -170,11 +178,14 @@ func open(cfg Config, opt rueidis.ClientOption) (*Store, error) {
 		return nil, fmt.Errorf("redis store: %w: cluster mode, but %s is not a Redis Cluster", ErrModeMismatch, strings.Join(cfg.Addrs, ","))
 	}
 	s := &Store{client: c, timeout: cfg.Timeout, deadlines: deadline.New(0), cluster: c.Mode() == rueidis.ClientModeCluster,
-		local: newLocalClock(time.Now()), tracer: tracer(cfg.TracerProvider)}
+		local: newLocalClock(time.Now()), tracer: tracer(cfg.TracerProvider),
+		groupMaxKeys: cfg.GroupMaxKeys, inFlight: cfg.GroupInFlight, metrics: cfg.Metrics}
 	if s.cluster {
 		s.offsets = make([]clockOffset, SlotCount)
+		s.committers = make([]atomic.Pointer[committer], SlotCount)
 	} else {
 		s.offsets = make([]clockOffset, 1)
+		s.committers = make([]atomic.Pointer[committer], 1)
 	}
 	s.seedOffsets(cfg.DialTimeout)
 	return s, nil
@@ -198,8 +209,8 @@ func (s *Store) Ping(ctx context.Context) error {
 }
 
 // Evaluate implements limiter.Store with rate-batch-v1.lua: one program
-// call (one round trip, one TIME, one atomic step) evaluates the whole batch
-// and commits it all or nothing. It returns by the earlier of ctx's deadline
+// run (one TIME, one atomic step) evaluates the whole batch and commits it
+// all or nothing; concurrent calls share runs (group commit, commit.go). It returns by the earlier of ctx's deadline
 // and the configured Timeout: requests still without an answer then are
 // Indeterminate. The program gets that deadline in Redis's clock
 // (clockOffset) and commits nothing when it runs later, as it does when
@@ -302,8 +313,8 @@ func (s *Store) Evaluate(ctx context.Context, batch []limiter.Request, out []lim
 	}
 	groups := s.group(sc, batch, roles, keys)
 	if len(groups) == 1 {
-		g := groups[0]
-		if !s.run(ctx, batch, roles, keys, g) {
+		g := s.commit(ctx, batch, roles, keys, groups[0])
+		if !g.free {
 			recycle = false
 		}
 		s.finish(batch, roles, out, g, g.committed)
@@ -323,11 +334,11 @@ func (s *Store) Evaluate(ctx context.Context, batch []limiter.Request, out []lim
 	// gctx, not ctx, goes to the goroutines: ctx is reassigned above, so
 	// capturing it would move it to the heap on every call.
 	gctx := ctx
-	for _, g := range groups {
+	for k, g := range groups {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			s.run(gctx, batch, roles, keys, g)
+			groups[k] = s.commit(gctx, batch, roles, keys, g)
 		}()
 	}
 	wg.Wait()

@@ -32,11 +32,12 @@ var (
 )
 
 const (
-	attrGroupSize = attribute.Key("envoy_rls.group_size")
-	attrPolicies  = attribute.Key("envoy_rls.policies")
-	attrOutcome   = attribute.Key("envoy_rls.outcome")
-	attrFailure   = attribute.Key("envoy_rls.failure")
-	attrCommitted = attribute.Key("envoy_rls.committed")
+	attrGroupSize     = attribute.Key("envoy_rls.group_size")
+	attrGroupRequests = attribute.Key("envoy_rls.group_requests")
+	attrPolicies      = attribute.Key("envoy_rls.policies")
+	attrOutcome       = attribute.Key("envoy_rls.outcome")
+	attrFailure       = attribute.Key("envoy_rls.failure")
+	attrCommitted     = attribute.Key("envoy_rls.committed")
 )
 
 // tracer returns the store's tracer of tp, nil when tp is nil (no spans,
@@ -48,33 +49,47 @@ func tracer(tp trace.TracerProvider) trace.Tracer {
 	return tp.Tracer(TracerName)
 }
 
-// runTraced is run inside a span that describes the group's program run.
-func (s *Store) runTraced(ctx context.Context, batch []limiter.Request, roles []limiter.Role, keys []string, g *group) bool {
-	ctx, span := s.tracer.Start(ctx, BatchSpanName, trace.WithSpanKind(trace.SpanKindClient),
-		trace.WithAttributes(attrDBSystem, attrDBOpName, attrBatch))
-	defer span.End()
-	done := s.runProgram(ctx, batch, roles, keys, g)
-	if !span.IsRecording() {
-		return done
-	}
-	outcome, failure := limiter.Summarize(g.outs)
-	ids := make([]string, 0, len(g.idx))
-	for _, i := range g.idx {
-		if id := batch[i].Policy.ID(); !slices.Contains(ids, id) {
-			ids = append(ids, id)
+// runTraced is runProgram inside a span that describes the group run: a
+// child of its first call's span, linked to the others'.
+func (s *Store) runTraced(gs []*group) {
+	var links []trace.Link
+	for _, g := range gs[1:] {
+		if sc := trace.SpanContextFromContext(g.ctx); sc.IsValid() {
+			links = append(links, trace.Link{SpanContext: sc})
 		}
 	}
+	ctx, span := s.tracer.Start(gs[0].ctx, BatchSpanName, trace.WithSpanKind(trace.SpanKindClient),
+		trace.WithAttributes(attrDBSystem, attrDBOpName, attrBatch), trace.WithLinks(links...))
+	defer span.End()
+	s.runProgram(ctx, gs)
+	if !span.IsRecording() {
+		return
+	}
+	var outs []limiter.Outcome
+	var ids []string
+	keys, committed := 0, false
+	for _, g := range gs {
+		outs = append(outs, g.outs[:len(g.idx)]...)
+		keys += len(g.idx)
+		committed = committed || g.committed
+		for _, i := range g.idx {
+			if id := g.batch[i].Policy.ID(); !slices.Contains(ids, id) {
+				ids = append(ids, id)
+			}
+		}
+	}
+	outcome, failure := limiter.Summarize(outs)
 	span.SetAttributes(
-		attrGroupSize.Int(len(g.idx)),
+		attrGroupSize.Int(keys),
+		attrGroupRequests.Int(len(gs)),
 		attrPolicies.StringSlice(ids),
 		attrOutcome.String(outcome),
-		attrCommitted.Bool(g.committed),
+		attrCommitted.Bool(committed),
 	)
 	if failure != "" {
 		span.SetAttributes(attrFailure.String(failure))
 		span.SetStatus(codes.Error, outcome)
 	}
-	return done
 }
 
 // refundTraced runs one refund program of n requests inside a span.
