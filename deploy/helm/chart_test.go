@@ -1260,6 +1260,8 @@ func TestSchema(t *testing.T) {
 		{[]string{"--set", "redis.mode=foo"}, "mode"},
 		{[]string{"--set", "redis.poolSize=0"}, "poolSize"},
 		{[]string{"--set", "redis.poolSize=257"}, "poolSize"},
+		{[]string{"--set", "redis.groupMaxKeys=0"}, "groupMaxKeys"},
+		{[]string{"--set", "redis.groupInFlight=65"}, "groupInFlight"},
 		{[]string{"--set", "redsi.addr=redis:6379"}, "redsi"},
 		{[]string{"--set", "redis.adr=redis:6379"}, "adr"},
 		{[]string{"--set", "redis.addr=redis"}, "addr"},
@@ -1378,6 +1380,8 @@ func TestDefaultsMatchBinary(t *testing.T) {
 		{"localFallback.maxEntries", get(v, "localFallback", "maxEntries"), app.DefaultLocalFallbackMaxEntries},
 		{"redis.mode", get(v, "redis", "mode"), app.DefaultRedisMode},
 		{"redis.poolSize", get(v, "redis", "poolSize"), app.DefaultRedisPoolSize},
+		{"redis.groupMaxKeys", get(v, "redis", "groupMaxKeys"), app.DefaultRedisGroupKeys},
+		{"redis.groupInFlight", get(v, "redis", "groupInFlight"), app.DefaultRedisInFlight},
 		{"redis.timeout", timeout, app.DefaultRedisTimeout},
 		{"drainTimeoutSeconds", time.Duration(drain) * time.Second, app.DefaultDrainTimeout},
 		{"memory.maxEntries", get(v, "memory", "maxEntries"), 0}, // 0: the binary's automatic bound
