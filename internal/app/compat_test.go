@@ -59,16 +59,7 @@ func TestCompatCoversEveryReferenceSetting(t *testing.T) {
 			seen[v]++
 		}
 	}
-	for _, v := range referenceSettings {
-		if seen[v] != 1 {
-			t.Errorf("%s: handled by %d rules of refRules, want exactly 1", v, seen[v])
-		}
-	}
-	for v := range seen {
-		if !slices.Contains(referenceSettings, v) {
-			t.Errorf("%s: in refRules but not a reference setting", v)
-		}
-	}
+	checkEachSettingOnce(t, seen, "rules of refRules")
 }
 
 func TestCompatHonoured(t *testing.T) {
@@ -336,14 +327,21 @@ func TestCompatSettingsDocumented(t *testing.T) {
 			}
 		}
 	}
+	checkEachSettingOnce(t, seen, "rows of the table")
+}
+
+// checkEachSettingOnce fails t unless seen counts every reference setting
+// exactly once and nothing else; where names what was counted.
+func checkEachSettingOnce(t *testing.T, seen map[string]int, where string) {
+	t.Helper()
 	for _, v := range referenceSettings {
 		if seen[v] != 1 {
-			t.Errorf("%s: named %d times in the first column of the table, want once", v, seen[v])
+			t.Errorf("%s: in %d %s, want exactly 1", v, seen[v], where)
 		}
 	}
 	for v := range seen {
 		if !slices.Contains(referenceSettings, v) {
-			t.Errorf("%s: in the table but not a reference setting", v)
+			t.Errorf("%s: in the %s but not a reference setting", v, where)
 		}
 	}
 }
