@@ -1,0 +1,801 @@
+package redis
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"reflect"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/envoy-rls/envoy-rls/internal/limitertest"
+	"github.com/envoy-rls/envoy-rls/internal/redistest"
+	"github.com/envoy-rls/envoy-rls/pkg/limiter"
+	"github.com/envoy-rls/envoy-rls/pkg/limiter/memory"
+	"github.com/envoy-rls/envoy-rls/pkg/lua"
+)
+
+// The group-commit suite: rate-batch-v1.lua given several requests in one
+// run (a group) must answer each exactly as if the requests had run alone,
+// one after the other, in the group's order; and the Store must group
+// concurrent calls without changing any decision.
+
+// gReq is one request of a group sent straight to the program.
+type gReq struct {
+	keys []batchReq
+	// bad is 1 + the index of a key sent with a cost above its limit (the
+	// program answers INVALID for it); 0 for none.
+	bad int
+	// expired: sent with a deadline (in Redis's clock) long past.
+	expired bool
+	// ahead: sent with a deadline an hour ahead (no effect).
+	ahead bool
+	// corrupt: its first key's packed numbers are cut short, so that the
+	// program raises while evaluating it.
+	corrupt bool
+}
+
+// String names the request's keys by policy, subject (its digest's
+// first bytes), cost and role, for failure messages.
+func (q gReq) String() string {
+	var b strings.Builder
+	b.WriteString("{")
+	for i, r := range q.keys {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		fmt.Fprintf(&b, "%s/%x cost %d %s", r.p.ID(), r.sub[:2], r.cost, r.role)
+		if q.bad == i+1 {
+			b.WriteString(" INVALID")
+		}
+	}
+	b.WriteString("}")
+	switch {
+	case q.expired:
+		b.WriteString(" past its deadline")
+	case q.corrupt:
+		b.WriteString(" corrupt")
+	}
+	return b.String()
+}
+
+// gResult is what one request of a group answered, parsed as the store
+// parses it.
+type gResult struct {
+	committed bool
+	replies   []limiter.Reply
+	err       error
+}
+
+// execGroup runs reqs as one group (one EVALSHA) and returns each
+// request's parsed reply and the group's serverNow.
+func (e *env) execGroup(reqs []gReq) ([]gResult, int64) {
+	e.t.Helper()
+	var keys, args []string
+	var hdr []byte
+	now := e.serverNow()
+	for _, q := range reqs {
+		for i, r := range q.keys {
+			keys = append(keys, keyOf(r.p, r.sub))
+			cost := r.cost
+			if q.bad == i+1 {
+				cost = r.p.Limit() + 1
+			}
+			args = lua.AppendBatchArgs(args, r.p, cost, r.role)
+			if q.corrupt && i == 0 {
+				args[len(args)-1] = args[len(args)-1][:20]
+			}
+		}
+		var dl int64
+		switch {
+		case q.expired:
+			dl = 1
+		case q.ahead:
+			dl = now + time.Hour.Milliseconds()
+		}
+		hdr = lua.AppendGroupEntry(hdr, len(q.keys), dl)
+	}
+	args = append(args, string(hdr))
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	msgs, err := batchScript.Exec(ctx, e.store.client, keys, args).ToArray()
+	if err != nil {
+		e.t.Fatalf("rate-batch-v1, group of %d: %v", len(reqs), err)
+	}
+	if len(msgs) != len(reqs) {
+		e.t.Fatalf("rate-batch-v1: %d replies for a group of %d", len(msgs), len(reqs))
+	}
+	out := make([]gResult, len(reqs))
+	serverNow := int64(-1)
+	for j, q := range reqs {
+		vals, err := msgs[j].ToArray()
+		if err != nil {
+			e.t.Fatalf("request %d of the group: reply is not an array: %v", j, err)
+		}
+		pols := make([]*limiter.Policy, len(q.keys))
+		for i, r := range q.keys {
+			pols[i] = r.p
+		}
+		res := gResult{replies: make([]limiter.Reply, len(q.keys))}
+		res.committed, res.err = lua.ParseBatchReply(pols, replyValues(nil, vals), res.replies)
+		var expired *lua.ExpiredError
+		switch {
+		case res.err == nil:
+			serverNow = res.replies[0].ServerNowMs
+		case errors.As(res.err, &expired):
+			serverNow = expired.ServerNowMs
+		}
+		out[j] = res
+	}
+	if serverNow < 0 {
+		e.t.Fatal("no request of the group replied serverNow")
+	}
+	for j, r := range out {
+		if r.err == nil && r.replies[0].ServerNowMs != serverNow {
+			e.t.Fatalf("request %d read TIME %d, another %d: one TIME per group", j, r.replies[0].ServerNowMs, serverNow)
+		}
+	}
+	return out, serverNow
+}
+
+// modelCall is what the program must answer for one request (its keys,
+// bad as in gReq) run alone on states at now, and the states after it:
+// modelBatch, with an INVALID key blocking its request whatever its
+// policy's failure mode (its flags, which carry the role and the failure
+// mode, are not trusted).
+func modelCall(states map[string]limiter.State, keys []batchReq, bad int, now int64) (bool, []limiter.Reply, map[string]limiter.State) {
+	if bad == 0 {
+		return modelBatch(states, keys, now)
+	}
+	cur := maps.Clone(states)
+	replies := make([]limiter.Reply, len(keys))
+	for i, r := range keys {
+		if i == bad-1 {
+			replies[i] = limiter.Reply{Status: limiter.StatusInvalid, ServerNowMs: now, EffectiveNowMs: now}
+			continue
+		}
+		k := keyOf(r.p, r.sub)
+		next, reply, uncommitted, write := limiter.Check(cur[k], now, r.p, r.cost)
+		if write && r.role != limiter.RoleCheck {
+			// Tentative: a later key naming this hash sees it; the request
+			// does not commit, so the reply is the one before the cost.
+			cur[k] = next
+		}
+		replies[i] = reply
+		if reply.Status == limiter.StatusAllowed {
+			replies[i] = uncommitted
+		}
+	}
+	return false, replies, maps.Clone(states)
+}
+
+// modelGroup is modelCall applied to each request of reqs in order, all at
+// now (one TIME per group): an expired request replies ErrExpired and a
+// corrupt one ErrRequestFailed, and neither changes a state.
+func modelGroup(states map[string]limiter.State, reqs []gReq, now int64) ([]gResult, map[string]limiter.State) {
+	out := make([]gResult, len(reqs))
+	for j, q := range reqs {
+		switch {
+		case q.expired:
+			out[j].err = &lua.ExpiredError{ServerNowMs: now}
+		case q.corrupt:
+			out[j].err = &lua.FailedError{}
+		default:
+			out[j].committed, out[j].replies, states = modelCall(states, q.keys, q.bad, now)
+		}
+	}
+	return out, states
+}
+
+// sameResult compares a request's answer with the model's.
+func sameResult(got, want gResult) error {
+	switch {
+	case want.err != nil:
+		var expired *lua.ExpiredError
+		if errors.As(want.err, &expired) {
+			var g *lua.ExpiredError
+			if !errors.As(got.err, &g) || g.ServerNowMs != expired.ServerNowMs {
+				return fmt.Errorf("got %v, want expired at %d", got.err, expired.ServerNowMs)
+			}
+			return nil
+		}
+		if !errors.Is(got.err, lua.ErrRequestFailed) {
+			return fmt.Errorf("got %v (committed %v), want a failed request", got.err, got.committed)
+		}
+		return nil
+	case got.err != nil:
+		return fmt.Errorf("got error %v, want committed %v %+v", got.err, want.committed, want.replies)
+	case got.committed != want.committed || !reflect.DeepEqual(got.replies, want.replies):
+		return fmt.Errorf("\n got  committed %v %+v\n want committed %v %+v", got.committed, got.replies, want.committed, want.replies)
+	}
+	return nil
+}
+
+// groupKeys lists the distinct keys of reqs.
+func groupKeys(reqs []gReq) []string {
+	var keys []string
+	seen := map[string]bool{}
+	for _, q := range reqs {
+		for _, r := range q.keys {
+			if k := keyOf(r.p, r.sub); !seen[k] {
+				seen[k] = true
+				keys = append(keys, k)
+			}
+		}
+	}
+	return keys
+}
+
+// checkStates compares every key's hash with the model's state: the hash
+// the state says, or no key at all for a state that does not exist.
+func (e *env) checkStates(keys []string, states map[string]limiter.State) error {
+	e.t.Helper()
+	for _, k := range keys {
+		st := states[k]
+		if !st.Exists {
+			if n := e.do("EXISTS", k); n != int64(0) {
+				return fmt.Errorf("key %x written, the model wrote nothing: %v", k[len(k)-8:], e.hash(k))
+			}
+			continue
+		}
+		if h := e.hash(k); !reflect.DeepEqual(h, stateHash(st)) {
+			return fmt.Errorf("key %x: hash %v, want %v", k[len(k)-8:], h, stateHash(st))
+		}
+		if pt := e.pttl(k); pt <= 0 {
+			return fmt.Errorf("key %x: PTTL %d after a write", k[len(k)-8:], pt)
+		}
+	}
+	return nil
+}
+
+// Outcomes of a request of a group, as the table writes them.
+const (
+	denied    = 0 // evaluated, not committed
+	committed = 1
+	expired   = 2 // past its deadline: not evaluated
+	failed    = 3 // raised in the program: not evaluated
+)
+
+// TestGroupNoPartialConsumption: groups of requests that share keys, run
+// as one program run, against the model of the same requests run one
+// after the other. A request that does not commit consumes none of its
+// keys (its other keys stay as they were), and each later request of the
+// group sees exactly what the earlier ones committed: the same replies,
+// field by field, and the same hashes. Each case is run for a fixed
+// window, a sliding window and a token bucket of the same limit (5, for an
+// hour: nothing rolls or refills a whole unit during the test), and says
+// by hand which requests commit, so that the model is checked too.
+func TestGroupNoPartialConsumption(t *testing.T) {
+	e := newEnv(t)
+	type key struct {
+		name string
+		cost int64
+		role limiter.Role
+	}
+	type req struct {
+		keys    []key
+		bad     int
+		expired bool
+		ahead   bool
+		corrupt bool
+	}
+	k := func(name string, cost int64) key { return key{name, cost, limiter.RoleOrdinary} }
+	kr := func(name string, cost int64, role limiter.Role) key { return key{name, cost, role} }
+	cases := []struct {
+		name string
+		reqs []req
+		want []int // per request: committed, denied, expired or failed
+		// used: units of each key consumed after the group (the limit is 5).
+		used map[string]int64
+	}{
+		{
+			name: "a denied request consumes none of its keys",
+			reqs: []req{
+				{keys: []key{k("A", 1), k("C", 4)}},
+				{keys: []key{k("A", 3), k("C", 2)}}, // A allows, C denies: A untouched
+				{keys: []key{k("A", 4)}},            // fits only if the one before took nothing
+				{keys: []key{k("C", 1)}},
+			},
+			want: []int{committed, denied, committed, committed},
+			used: map[string]int64{"A": 5, "C": 5},
+		},
+		{
+			name: "the same key twice in one request",
+			reqs: []req{
+				{keys: []key{k("A", 3), k("A", 3)}}, // the second sees the first's 3: denied, nothing taken
+				{keys: []key{k("A", 2), k("A", 3)}},
+				{keys: []key{k("A", 1)}},
+			},
+			want: []int{denied, committed, denied},
+			used: map[string]int64{"A": 5},
+		},
+		{
+			name: "the same key twice in a denied request, with another key",
+			reqs: []req{
+				{keys: []key{k("A", 2), k("B", 1), k("A", 2), k("B", 5)}}, // B's second denies
+				{keys: []key{k("A", 5), k("B", 5)}},
+			},
+			want: []int{denied, committed},
+			used: map[string]int64{"A": 5, "B": 5},
+		},
+		{
+			name: "the same key in several requests of one group",
+			reqs: []req{
+				{keys: []key{k("A", 4)}},
+				{keys: []key{k("A", 2)}}, // sees the 4 taken before it
+				{keys: []key{k("A", 1), k("B", 2)}},
+				{keys: []key{k("B", 3), k("A", 1)}}, // A is full now: B not taken
+				{keys: []key{k("B", 3)}},
+			},
+			want: []int{committed, denied, committed, denied, committed},
+			used: map[string]int64{"A": 5, "B": 5},
+		},
+		{
+			name: "roles: quota, shadow and check keys",
+			reqs: []req{
+				{keys: []key{kr("Q1", 5, limiter.RoleQuota)}},
+				// Q1 denies but Q2 allows: commits; the shadow key takes its
+				// cost, the check key none, the denied quota key none.
+				{keys: []key{k("A", 2), kr("Q1", 1, limiter.RoleQuota), kr("Q2", 1, limiter.RoleQuota), kr("S", 5, limiter.RoleShadow), kr("K", 3, limiter.RoleCheck)}},
+				// Every quota key denies: blocked; A and the shadow key untouched.
+				{keys: []key{k("A", 1), kr("Q1", 1, limiter.RoleQuota), kr("S", 1, limiter.RoleShadow)}},
+				// A denied shadow key and an allowed check key do not block.
+				{keys: []key{k("A", 3), kr("S", 1, limiter.RoleShadow), kr("K", 5, limiter.RoleCheck)}},
+				{keys: []key{kr("K", 5, limiter.RoleCheck), kr("Q2", 4, limiter.RoleQuota)}},
+			},
+			want: []int{committed, committed, denied, committed, committed},
+			used: map[string]int64{"A": 5, "Q1": 5, "Q2": 5, "S": 5, "K": 0},
+		},
+		{
+			name: "a request past its deadline",
+			reqs: []req{
+				{keys: []key{k("A", 2)}},
+				{keys: []key{k("A", 1), k("B", 1)}, expired: true}, // nothing evaluated, nothing written
+				{keys: []key{k("A", 3)}, ahead: true},
+				{keys: []key{k("B", 5)}},
+				{keys: []key{k("A", 1)}, expired: true},
+			},
+			want: []int{committed, expired, committed, committed, expired},
+			used: map[string]int64{"A": 5, "B": 5},
+		},
+		{
+			name: "every request past its deadline",
+			reqs: []req{
+				{keys: []key{k("A", 1)}, expired: true},
+				{keys: []key{k("A", 1), k("B", 1)}, expired: true},
+			},
+			want: []int{expired, expired},
+			used: map[string]int64{"A": 0, "B": 0},
+		},
+		{
+			name: "a request with an INVALID key",
+			reqs: []req{
+				{keys: []key{k("A", 2)}},
+				{keys: []key{k("A", 1), k("X", 1), k("B", 1)}, bad: 2}, // X INVALID: nothing taken
+				{keys: []key{k("A", 3)}},
+				{keys: []key{k("B", 5), k("X", 5)}},
+				{keys: []key{k("A", 1), kr("K", 1, limiter.RoleCheck)}, bad: 2}, // even an INVALID check key blocks
+			},
+			want: []int{committed, denied, committed, committed, denied},
+			used: map[string]int64{"A": 5, "B": 5, "X": 5, "K": 0},
+		},
+		{
+			name: "a request that raises in the program",
+			reqs: []req{
+				{keys: []key{k("A", 2)}},
+				{keys: []key{k("A", 1), k("B", 1)}, corrupt: true},
+				{keys: []key{k("A", 3), k("B", 5)}},
+			},
+			want: []int{committed, failed, committed},
+			used: map[string]int64{"A": 5, "B": 5},
+		},
+	}
+	algs := []struct {
+		name string
+		p    func(id string) *limiter.Policy
+	}{
+		{"fixed", func(id string) *limiter.Policy { return fixed(t, id, 5, time.Hour) }},
+		{"sliding", func(id string) *limiter.Policy { return sliding(t, id, 5, time.Hour) }},
+		{"bucket", func(id string) *limiter.Policy { return bucket(t, id, 5, 1, time.Hour) }},
+	}
+	for ci, tc := range cases {
+		for _, alg := range algs {
+			t.Run(fmt.Sprintf("%s/%s", tc.name, alg.name), func(t *testing.T) {
+				parent := e.t
+				e.t = t
+				defer func() { e.t = parent }()
+				pols := map[string]*limiter.Policy{}
+				sub := func(name string) limiter.SubjectDigest {
+					return subjectOf(fmt.Sprintf("group-%d-%s-%s-%d", ci, alg.name, name, time.Now().UnixNano()))
+				}
+				subs := map[string]limiter.SubjectDigest{}
+				reqs := make([]gReq, len(tc.reqs))
+				for j, r := range tc.reqs {
+					q := gReq{bad: r.bad, expired: r.expired, ahead: r.ahead, corrupt: r.corrupt}
+					for _, kk := range r.keys {
+						if pols[kk.name] == nil {
+							pols[kk.name] = alg.p("g." + alg.name)
+							subs[kk.name] = sub(kk.name)
+						}
+						q.keys = append(q.keys, batchReq{p: pols[kk.name], sub: subs[kk.name], cost: kk.cost, role: kk.role})
+					}
+					reqs[j] = q
+				}
+				keys := groupKeys(reqs)
+				for _, key := range keys {
+					e.do("DEL", key)
+				}
+				got, now := e.execGroup(reqs)
+				want, final := modelGroup(map[string]limiter.State{}, reqs, now)
+				for j := range reqs {
+					if err := sameResult(got[j], want[j]); err != nil {
+						t.Errorf("request %d of the group: %v", j, err)
+					}
+					var g int
+					switch {
+					case errors.Is(got[j].err, lua.ErrExpired):
+						g = expired
+					case errors.Is(got[j].err, lua.ErrRequestFailed):
+						g = failed
+					case got[j].err != nil:
+						g = -1
+					case got[j].committed:
+						g = committed
+					}
+					if g != tc.want[j] {
+						t.Errorf("request %d: answered %d (%v), the case says %d", j, g, got[j].err, tc.want[j])
+					}
+				}
+				if err := e.checkStates(keys, final); err != nil {
+					t.Error(err)
+				}
+				// What each key has left, by hand: a key consumed by a
+				// request that did not commit would show here.
+				for name, used := range tc.used {
+					out := make([]limiter.Outcome, 1)
+					ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+					e.store.Evaluate(ctx, []limiter.Request{{Policy: pols[name], Subject: subs[name], Cost: 1, Role: limiter.RoleCheck}}, out)
+					cancel()
+					if out[0].Kind != limiter.Evaluated || out[0].Decision.Remaining != 5-used {
+						t.Errorf("key %s: %+v, want %d remaining", name, out[0], 5-used)
+					}
+				}
+			})
+		}
+	}
+}
+
+// TestGroupDifferential: a seeded random sequence of requests (fixed
+// windows, sliding windows and token buckets of several limits, a few hot
+// subjects, every role, keys named twice, now and then a request past its
+// deadline) sent in groups of random size through the program, against
+// the same requests one by one through the model (at the TIME the group
+// read) and through the memory store (its clock set to that TIME): the
+// same replies, the same outcomes, and at the end the same states. The
+// seed is logged.
+func TestGroupDifferential(t *testing.T) {
+	e := newEnv(t)
+	rng, n := seededRand(t, 17, 300, 60, "groups")
+	clk := limitertest.NewClock(time.Now())
+	mem, err := memory.New(memory.Config{Clock: clk})
+	if err != nil {
+		t.Fatal(err)
+	}
+	run := time.Now().UnixNano()
+	var pols []*limiter.Policy
+	for i, limit := range []int64{3, 7, 20} {
+		pols = append(pols,
+			fixed(t, fmt.Sprintf("gd.fw%d", i), limit, time.Hour),
+			sliding(t, fmt.Sprintf("gd.sw%d", i), limit, time.Hour),
+			bucket(t, fmt.Sprintf("gd.tb%d", i), limit, 1, time.Minute))
+	}
+	// Three hot subjects, new ones every ten groups (the limits fill up
+	// within an hour's window, after which every request is a denial).
+	subs := make([]limiter.SubjectDigest, 3)
+	roles := []limiter.Role{limiter.RoleOrdinary, limiter.RoleOrdinary, limiter.RoleOrdinary, limiter.RoleOrdinary,
+		limiter.RoleShadow, limiter.RoleQuota, limiter.RoleQuota, limiter.RoleCheck}
+	states := map[string]limiter.State{}
+	var all []gReq
+	var commits, refusals, expiries int
+	for it := 0; it < n; it++ {
+		if it%10 == 0 {
+			for i := range subs {
+				subs[i] = subjectOf(fmt.Sprintf("gd-%d-%d-%d", run, it, i))
+			}
+		}
+		reqs := make([]gReq, 1+rng.IntN(8))
+		for j := range reqs {
+			q := gReq{keys: make([]batchReq, 1+rng.IntN(4)), expired: rng.IntN(20) == 0}
+			for i := range q.keys {
+				if i > 0 && rng.IntN(5) == 0 {
+					q.keys[i] = q.keys[rng.IntN(i)] // a key named twice
+					q.keys[i].cost = 1 + rng.Int64N(q.keys[i].p.MaxCost())
+					continue
+				}
+				p := pols[rng.IntN(len(pols))]
+				q.keys[i] = batchReq{p: p, sub: subs[rng.IntN(len(subs))], cost: 1 + rng.Int64N(max(1, p.MaxCost()/2)), role: roles[rng.IntN(len(roles))]}
+			}
+			reqs[j] = q
+		}
+		got, now := e.execGroup(reqs)
+		want, next := modelGroup(states, reqs, now)
+		for j := range reqs {
+			if err := sameResult(got[j], want[j]); err != nil {
+				t.Fatalf("group %d, request %d of %d: %v\n group %v", it, j, len(reqs), err, reqs)
+			}
+			switch {
+			case reqs[j].expired:
+				expiries++
+			case got[j].committed:
+				commits++
+			default:
+				refusals++
+			}
+		}
+		// The memory store, one request at a time at the group's TIME.
+		clk.Set(time.UnixMilli(now))
+		for j, q := range reqs {
+			if q.expired {
+				continue
+			}
+			batch := make([]limiter.Request, len(q.keys))
+			for i, r := range q.keys {
+				batch[i] = limiter.Request{Policy: r.p, Subject: r.sub, Cost: r.cost, Role: r.role}
+			}
+			out := make([]limiter.Outcome, len(batch))
+			mem.Evaluate(context.Background(), batch, out)
+			for i, r := range q.keys {
+				w := limiter.OutcomeFromReply(r.p, got[j].replies[i], limiter.SourceMemory)
+				w.Decision.Consumed = got[j].committed && w.Decision.Allowed && r.role.Consumes()
+				if !sameOutcome(out[i], w) {
+					t.Fatalf("group %d, request %d, key %d (%s %s cost %d): memory %+v, program %+v", it, j, i, r.p.ID(), r.role, r.cost, out[i], w)
+				}
+			}
+		}
+		states = next
+		all = append(all, reqs...)
+	}
+	if err := e.checkStates(groupKeys(all), states); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("%d requests in %d groups: %d committed, %d not, %d past their deadline", len(all), n, commits, refusals, expiries)
+	if commits == 0 || refusals == 0 {
+		t.Fatal("the sequence did not both commit and refuse: it tests nothing")
+	}
+}
+
+// sameOutcome compares the decision fields of two outcomes (not their
+// source or error text).
+func sameOutcome(a, b limiter.Outcome) bool {
+	if a.Kind != b.Kind {
+		return false
+	}
+	if a.Kind != limiter.Evaluated {
+		return true
+	}
+	x, y := a.Decision, b.Decision
+	return x.Allowed == y.Allowed && x.Limit == y.Limit && x.Remaining == y.Remaining && x.RetryAfter == y.RetryAfter &&
+		x.ResetAt.Equal(y.ResetAt) && x.Consumed == y.Consumed && x.PolicyID == y.PolicyID
+}
+
+// groupSizes reads the group-size histogram of reg: the number of program
+// runs, the requests they evaluated, and the runs of exactly one request.
+func groupSizes(t *testing.T, reg *prometheus.Registry) (runs, requests uint64, single uint64) {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != "envoy_rls_redis_group_requests" {
+			continue
+		}
+		h := mf.GetMetric()[0].GetHistogram()
+		for _, b := range h.GetBucket() {
+			if b.GetUpperBound() == 1 {
+				single = b.GetCumulativeCount()
+			}
+		}
+		return h.GetSampleCount(), uint64(h.GetSampleSum()), single
+	}
+	t.Fatal("no envoy_rls_redis_group_requests in the registry")
+	return 0, 0, 0
+}
+
+// waitCount reads the wait histogram's count: one observation per call
+// sent.
+func waitCount(t *testing.T, reg *prometheus.Registry) uint64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() == "envoy_rls_redis_group_wait_seconds" {
+			return mf.GetMetric()[0].GetHistogram().GetSampleCount()
+		}
+	}
+	t.Fatal("no envoy_rls_redis_group_wait_seconds in the registry")
+	return 0
+}
+
+// hammer runs callers goroutines, released together, each making perCaller
+// Evaluate calls of batch(g, i) on s, and returns how many calls committed
+// (every request allowed) and how many were denied. Any other outcome
+// fails t.
+func hammer(t *testing.T, s *Store, callers, perCaller int, batch func(g, i int) []limiter.Request) (admitted, refused int64) {
+	t.Helper()
+	var ok, no atomic.Int64
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	for g := range callers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-start
+			for i := range perCaller {
+				b := batch(g, i)
+				out := make([]limiter.Outcome, len(b))
+				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+				s.Evaluate(ctx, b, out)
+				cancel()
+				all := true
+				for k := range out {
+					if out[k].Kind != limiter.Evaluated {
+						t.Errorf("caller %d call %d: %v: %v", g, i, out[k].Kind, out[k].Err)
+						return
+					}
+					all = all && out[k].Decision.Allowed
+				}
+				if all {
+					ok.Add(1)
+				} else {
+					no.Add(1)
+				}
+			}
+		}()
+	}
+	close(start)
+	wg.Wait()
+	return ok.Load(), no.Load()
+}
+
+// TestGroupCommitExact: 64 goroutines call one Store concurrently on a few
+// hot subjects (a fixed window, a token bucket, and calls holding both on
+// one subject): exactly the limit is admitted for each subject, a call
+// that is denied consumes nothing of its other limit, and the store's
+// group-size histogram shows runs that evaluated several calls, the sizes
+// adding up to exactly the calls made (none sent twice, none lost).
+func TestGroupCommitExact(t *testing.T) {
+	srv := redistest.Standalone(t)
+	reg := prometheus.NewRegistry()
+	m, err := NewMetrics(reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := newEnvOn(t, srv, Config{Addrs: []string{srv.Addr()}, Timeout: 10 * time.Second, Metrics: m})
+	const callers, perCaller, hot = 64, 30, 4
+	run := time.Now().UnixNano()
+	fw := fixed(t, "gc.fw", 60, farWindow)
+	tb := bucket(t, "gc.tb", 90, 1, 24*time.Hour)
+	tight := fixed(t, "gc.tight", 50, farWindow)
+	loose := bucket(t, "gc.loose", 200, 1, 24*time.Hour)
+	subs := make([]limiter.SubjectDigest, hot)
+	for i := range subs {
+		subs[i] = subjectOf(fmt.Sprintf("gc-%d-%d", run, i))
+	}
+	// Each goroutine's calls go round the hot subjects, starting at its own.
+	perSubject := make([][]atomic.Int64, 3)
+	for i := range perSubject {
+		perSubject[i] = make([]atomic.Int64, hot)
+	}
+	var ok, no atomic.Int64
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	for g := range callers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-start
+			out := make([]limiter.Outcome, 2)
+			for i := range perCaller {
+				kind, s := (g+i)%3, (g+i/3)%hot
+				var b []limiter.Request
+				switch kind {
+				case 0:
+					b = []limiter.Request{{Policy: fw, Subject: subs[s], Cost: 1}}
+				case 1:
+					b = []limiter.Request{{Policy: tb, Subject: subs[s], Cost: 1}}
+				default:
+					b = []limiter.Request{{Policy: tight, Subject: subs[s], Cost: 1}, {Policy: loose, Subject: subs[s], Cost: 1}}
+				}
+				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+				e.store.Evaluate(ctx, b, out)
+				cancel()
+				all := true
+				for k := range b {
+					if out[k].Kind != limiter.Evaluated {
+						t.Errorf("caller %d call %d: %v: %v", g, i, out[k].Kind, out[k].Err)
+						return
+					}
+					all = all && out[k].Decision.Allowed
+				}
+				if all {
+					perSubject[kind][s].Add(1)
+					ok.Add(1)
+				} else {
+					no.Add(1)
+				}
+			}
+		}()
+	}
+	close(start)
+	wg.Wait()
+	if t.Failed() {
+		return
+	}
+	calls := int64(callers * perCaller)
+	if ok.Load()+no.Load() != calls {
+		t.Fatalf("%d answers for %d calls", ok.Load()+no.Load(), calls)
+	}
+	limits := []int64{60, 90, 50}
+	for kind, l := range limits {
+		for s := range hot {
+			if got := perSubject[kind][s].Load(); got != l {
+				t.Errorf("policy kind %d, subject %d: %d admitted, want exactly %d", kind, s, got, l)
+			}
+		}
+	}
+	// The loose bucket took one token per admitted call only: a call that
+	// its tight window denied took nothing.
+	for s := range hot {
+		out := e.evaluate(loose, subs[s], 1)
+		if want := int64(200 - 50 - 1); out.Kind != limiter.Evaluated || out.Decision.Remaining != want {
+			t.Errorf("subject %d: the loose bucket after the run: %+v, want %d remaining", s, out, want)
+		}
+	}
+	runs, requests, single := groupSizes(t, reg)
+	t.Logf("%d calls: %d admitted; %d program runs, %d of one call", calls, ok.Load(), runs, single)
+	// hot extra calls above (one each) also ran.
+	if sent := uint64(calls) + hot; requests != sent {
+		t.Errorf("the runs evaluated %d calls, %d were made: a call was sent twice or lost", requests, sent)
+	}
+	if w := waitCount(t, reg); w != uint64(calls)+hot {
+		t.Errorf("the wait histogram counted %d calls, %d were made", w, uint64(calls)+hot)
+	}
+	if runs >= requests || single == runs {
+		t.Errorf("no program run evaluated more than one call (%d runs for %d calls): group commit is not active", runs, requests)
+	}
+}
+
+// TestGroupCommitOff: with GroupMaxKeys 1 every call runs alone: as many
+// program runs as calls, each of one call, and still exactly the limit
+// admitted.
+func TestGroupCommitOff(t *testing.T) {
+	srv := redistest.Standalone(t)
+	reg := prometheus.NewRegistry()
+	m, err := NewMetrics(reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := newStore(t, Config{Addrs: []string{srv.Addr()}, Timeout: 10 * time.Second, Metrics: m, GroupMaxKeys: 1})
+	const callers, perCaller = 32, 10
+	p := fixed(t, "gc.off", 100, farWindow)
+	sub := subjectOf(fmt.Sprintf("gc-off-%d", time.Now().UnixNano()))
+	ok, no := hammer(t, s, callers, perCaller, func(int, int) []limiter.Request {
+		return []limiter.Request{{Policy: p, Subject: sub, Cost: 1}}
+	})
+	if ok != 100 || ok+no != callers*perCaller {
+		t.Errorf("%d admitted of %d, want exactly 100", ok, ok+no)
+	}
+	runs, requests, single := groupSizes(t, reg)
+	if runs != callers*perCaller || requests != runs || single != runs {
+		t.Errorf("group commit off: %d runs, %d calls evaluated, %d runs of one call; want %d of each", runs, requests, single, callers*perCaller)
+	}
+}
