@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/envoy-rls/envoy-rls/pkg/limiter"
+	"github.com/envoy-rls/envoy-rls/pkg/lua"
 )
 
 // Group commit. The requests of concurrent Evaluate calls that share a hash
@@ -90,6 +91,12 @@ func (s *Store) committerOf(slot uint16) *committer {
 // reused: g.free stays false).
 func (s *Store) commit(ctx context.Context, batch []limiter.Request, roles []limiter.Role, keys []string, g *group) *group {
 	g.ctx, g.batch, g.roles, g.keys = ctx, batch, roles, keys
+	if len(g.idx) > lua.MaxRequestKeys {
+		// The program's group field counts a call's keys in 16 bits.
+		g.fail(limiter.UnavailableOutcome(0, limiter.CategoryInvalidRequest,
+			fmt.Errorf("redis store: not sent: %d limits in one call, above the %d one program run takes", len(g.idx), lua.MaxRequestKeys)))
+		return g
+	}
 	if s.groupMaxKeys == 1 {
 		// Group commit off: every call runs alone, at once.
 		g.state.Store(groupTaken)

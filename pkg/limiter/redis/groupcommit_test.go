@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"maps"
 	"reflect"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -797,5 +798,35 @@ func TestGroupCommitOff(t *testing.T) {
 	runs, requests, single := groupSizes(t, reg)
 	if runs != callers*perCaller || requests != runs || single != runs {
 		t.Errorf("group commit off: %d runs, %d calls evaluated, %d runs of one call; want %d of each", runs, requests, single, callers*perCaller)
+	}
+}
+
+// TestGroupCallKeyBound: the program's group field counts a request's keys
+// in 16 bits (lua.MaxRequestKeys). A call of more limits is refused before
+// it is sent (Unavailable, CategoryInvalidRequest, an error naming the
+// bound) and writes nothing, instead of going out with a wrapped count (0,
+// or 1) that the program rejects as a malformed group.
+func TestGroupCallKeyBound(t *testing.T) {
+	e := newEnv(t)
+	p := fixed(t, "bound", 10, farWindow)
+	run := time.Now().UnixNano()
+	for _, n := range []int{lua.MaxRequestKeys + 1, lua.MaxRequestKeys + 2} {
+		batch := make([]limiter.Request, n)
+		for i := range batch {
+			batch[i] = limiter.Request{Policy: p, Subject: subjectOf(fmt.Sprintf("bound-%d-%d-%d", run, n, i)), Cost: 1}
+		}
+		out := make([]limiter.Outcome, n)
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		e.store.Evaluate(ctx, batch, out)
+		cancel()
+		for i := range out {
+			if out[i].Kind != limiter.Unavailable || out[i].Category != limiter.CategoryInvalidRequest ||
+				out[i].Err == nil || !strings.Contains(out[i].Err.Error(), strconv.Itoa(lua.MaxRequestKeys)) {
+				t.Fatalf("%d limits in one call: request %d: %+v, want Unavailable (invalid request) naming the bound %d", n, i, out[i], lua.MaxRequestKeys)
+			}
+		}
+		if e.do("EXISTS", keyOf(p, batch[0].Subject), keyOf(p, batch[n-1].Subject)) != int64(0) {
+			t.Fatalf("%d limits in one call: refused, yet written", n)
+		}
 	}
 }
