@@ -830,3 +830,110 @@ func TestGroupCallKeyBound(t *testing.T) {
 		}
 	}
 }
+
+// committerState reads the slot's committer: runs in progress and calls
+// waiting.
+func committerState(s *Store) (running, queued int) {
+	c := s.committerOf(0)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.running, len(c.queue)
+}
+
+// waitCommitter polls s's committer until cond holds, for at most ten
+// seconds.
+func waitCommitter(t *testing.T, s *Store, what string, cond func(running, queued int) bool) {
+	t.Helper()
+	redistest.Eventually(t, 10*time.Second, time.Millisecond, what, func() error {
+		if r, q := committerState(s); !cond(r, q) {
+			return fmt.Errorf("%d runs in progress, %d calls waiting", r, q)
+		}
+		return nil
+	})
+}
+
+// TestGroupQueuedPastDeadline: while Redis is stopped, the GroupInFlight
+// first calls are sent and wait for their answer; the calls behind them
+// wait in the slot's queue. Those whose deadline passes there are
+// Unavailable (deadline), never sent: they leave the queue, no program run
+// carries them, nothing counts them. The two in flight commit once Redis
+// resumes, and the slot is idle again (no run, no call left waiting).
+func TestGroupQueuedPastDeadline(t *testing.T) {
+	srv := redistest.Standalone(t, redistest.Local())
+	reg := prometheus.NewRegistry()
+	m, err := NewMetrics(reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := newEnvOn(t, srv, Config{Addrs: []string{srv.Addr()}, Timeout: 20 * time.Second, Metrics: m, GroupInFlight: 2})
+	p := fixed(t, "queued", 1000, farWindow)
+	sub := subjectOf(fmt.Sprintf("queued-%d", time.Now().UnixNano()))
+	if o := e.evaluate(p, subjectOf("queued warm-up"), 1); o.Kind != limiter.Evaluated {
+		t.Fatalf("warm-up: %+v", o)
+	}
+	runs0, _, _ := groupSizes(t, reg)
+
+	srv.Pause()
+	defer srv.Resume()
+	// Two calls with a roomy deadline: sent at once, each in its own run.
+	var sent sync.WaitGroup
+	sentOut := make([][]limiter.Outcome, 2)
+	for i := range sentOut {
+		sent.Add(1)
+		sentOut[i] = make([]limiter.Outcome, 1)
+		go func() {
+			defer sent.Done()
+			ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+			defer cancel()
+			e.store.Evaluate(ctx, []limiter.Request{{Policy: p, Subject: sub, Cost: 1}}, sentOut[i])
+		}()
+		want := i + 1
+		waitCommitter(t, e.store, "a call in flight", func(r, q int) bool { return r == want && q == 0 })
+	}
+	// Calls behind them, with short deadlines: they wait, then give up.
+	const waiting = 12
+	var queued sync.WaitGroup
+	queuedOut := make([][]limiter.Outcome, waiting)
+	for i := range queuedOut {
+		queued.Add(1)
+		queuedOut[i] = make([]limiter.Outcome, 2)
+		go func() {
+			defer queued.Done()
+			ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+			defer cancel()
+			e.store.Evaluate(ctx, []limiter.Request{{Policy: p, Subject: sub, Cost: 1}, {Policy: p, Subject: subjectOf("queued other"), Cost: 1}}, queuedOut[i])
+		}()
+	}
+	queued.Wait()
+	for i, out := range queuedOut {
+		for j, o := range out {
+			if o.Kind != limiter.Unavailable || o.Category != limiter.CategoryDeadline || o.Err == nil || !strings.Contains(o.Err.Error(), "not sent") {
+				t.Errorf("queued call %d, request %d: %v/%s (%v), want Unavailable (deadline), not sent", i, j, o.Kind, o.Category, o.Err)
+			}
+		}
+	}
+	if r, q := committerState(e.store); r != 2 || q != 0 {
+		t.Errorf("after the queued calls gave up: %d runs in progress, %d calls waiting; want the 2 sent, none waiting", r, q)
+	}
+	if runs, _, _ := groupSizes(t, reg); runs != runs0+2 {
+		t.Errorf("%d program runs while Redis was stopped, want the 2 sent at once", runs-runs0)
+	}
+
+	srv.Resume()
+	sent.Wait()
+	for i, out := range sentOut {
+		if o := out[0]; o.Kind != limiter.Evaluated || !o.Decision.Allowed || !o.Decision.Consumed {
+			t.Errorf("sent call %d after the resume: %v %+v (%v)", i, o.Kind, o.Decision, o.Err)
+		}
+	}
+	waitCommitter(t, e.store, "the slot idle", func(r, q int) bool { return r == 0 && q == 0 })
+	if h := e.hash(keyOf(p, sub)); h["b"] != "2" {
+		t.Errorf("count %q, want 2: only the calls sent count (hash %v)", h["b"], h)
+	}
+	if e.do("EXISTS", keyOf(p, subjectOf("queued other"))) != int64(0) {
+		t.Error("a call that was never sent wrote state")
+	}
+	if o := e.evaluate(p, sub, 1); o.Kind != limiter.Evaluated || o.Decision.Remaining != 997 {
+		t.Errorf("a call after it all: %v %+v (%v), want 997 left", o.Kind, o.Decision, o.Err)
+	}
+}
