@@ -2,6 +2,7 @@ package redis
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"maps"
@@ -935,5 +936,65 @@ func TestGroupQueuedPastDeadline(t *testing.T) {
 	}
 	if o := e.evaluate(p, sub, 1); o.Kind != limiter.Evaluated || o.Decision.Remaining != 997 {
 		t.Errorf("a call after it all: %v %+v (%v), want 997 left", o.Kind, o.Decision, o.Err)
+	}
+}
+
+// TestGroupCommitCluster: on a Redis Cluster, groups form per slot. 64
+// goroutines on one Store send calls that span two slots (a roomy user
+// limit on one, a tight tenant limit on the other) and calls of one slot:
+// exactly the tenant's limit of split calls is admitted, and the user's
+// count ends at exactly that (every split call the tenant refused had its
+// user cost refunded); exactly the limit of the single-slot calls is
+// admitted; runs held several calls, and the runs' sizes add up to exactly
+// the slot calls made.
+func TestGroupCommitCluster(t *testing.T) {
+	if testing.Short() {
+		t.Skip("cluster topology: skipped with -short")
+	}
+	c := redistest.StartCluster(t)
+	reg := prometheus.NewRegistry()
+	m, err := NewMetrics(reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := newStore(t, Config{Addrs: c.Addrs(), Mode: ModeCluster, Timeout: 10 * time.Second, Metrics: m})
+	tagA, tagB := limiter.Tag{7}, limiter.Tag{8}
+	for i := uint64(9); KeySlot(tagKey(tagA)) == KeySlot(tagKey(tagB)); i++ {
+		binary.BigEndian.PutUint64(tagB[:], i)
+	}
+	run := time.Now().UnixNano()
+	user := fixed(t, "gcc.user", 100000, farWindow)
+	tenant := fixed(t, "gcc.tenant", 40, farWindow)
+	single := bucket(t, "gcc.single", 50, 1, 24*time.Hour)
+	ureq := limiter.Request{Policy: user, Subject: subjectOf(fmt.Sprintf("gcc-user-%d", run)), Cost: 1, Tag: tagA}
+	treq := limiter.Request{Policy: tenant, Subject: subjectOf(fmt.Sprintf("gcc-tenant-%d", run)), Cost: 1, Tag: tagB}
+	sreq := limiter.Request{Policy: single, Subject: subjectOf(fmt.Sprintf("gcc-single-%d", run)), Cost: 1, Tag: tagA}
+	const callers, perCaller = 64, 8
+	var split, alone atomic.Int64
+	ok, no := hammer(t, s, callers, perCaller, func(g, i int) []limiter.Request {
+		if (g+i)%2 == 0 {
+			split.Add(1)
+			return []limiter.Request{ureq, treq}
+		}
+		alone.Add(1)
+		return []limiter.Request{sreq}
+	})
+	if t.Failed() {
+		return
+	}
+	if ok != 40+50 || ok+no != callers*perCaller {
+		t.Errorf("%d admitted of %d, want exactly 40 split calls and 50 single-slot ones", ok, ok+no)
+	}
+	ukey := string(requestKey(nil, &ureq))
+	if b, _ := c.MasterFor(ukey).MustDo("HGET", ukey, "b").(string); b != "40" {
+		t.Errorf("the user's count is %s after the run, want 40: a refused split call kept its cost", b)
+	}
+	runs, requests, single1 := groupSizes(t, reg)
+	t.Logf("%d split calls, %d single-slot calls: %d runs of %d slot calls, %d runs of one", split.Load(), alone.Load(), runs, requests, single1)
+	if want := uint64(2*split.Load() + alone.Load()); requests != want {
+		t.Errorf("the runs evaluated %d slot calls, %d were made", requests, want)
+	}
+	if runs >= requests {
+		t.Errorf("no run held more than one call: %d runs, %d calls", runs, requests)
 	}
 }
