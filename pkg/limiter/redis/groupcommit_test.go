@@ -249,8 +249,17 @@ func (e *env) checkStates(keys []string, states map[string]limiter.State) error 
 		if h := e.hash(k); !reflect.DeepEqual(h, stateHash(st)) {
 			return fmt.Errorf("key %x: hash %v, want %v", k[len(k)-8:], h, stateHash(st))
 		}
-		if pt := e.pttl(k); pt <= 0 {
-			return fmt.Errorf("key %x: PTTL %d after a write", k[len(k)-8:], pt)
+		// The key expires when the model's state says (a window keeps the
+		// expiry its first write set; a bucket's moves with each write),
+		// never sooner: an early expiry would forget consumption. PEXPIRE
+		// counts from Redis's clock when it runs (on Redis 7.0, up to the
+		// run's duration after the TIME the group read; elsewhere within
+		// TIME's millisecond floor), so it may be somewhat later.
+		before := e.serverNow()
+		pt := e.pttl(k)
+		after := e.serverNow()
+		if pt < st.ExpiresAtMs-after-2 || pt > st.ExpiresAtMs-before+1000 {
+			return fmt.Errorf("key %s: PTTL %d, want about %d (TIME %d..%d, model %+v)", k, pt, st.ExpiresAtMs-before, before, after, st)
 		}
 	}
 	return nil
