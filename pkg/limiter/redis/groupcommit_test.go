@@ -15,6 +15,9 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/envoy-rls/envoy-rls/internal/limitertest"
 	"github.com/envoy-rls/envoy-rls/internal/redistest"
@@ -1005,5 +1008,86 @@ func TestGroupCommitCluster(t *testing.T) {
 	}
 	if runs >= requests {
 		t.Errorf("no run held more than one call: %d runs, %d calls", runs, requests)
+	}
+}
+
+// TestGroupCommitSpans: with tracing on, each program run is one span, a
+// child of its first call's span and linked to the span of every other
+// call it carried: under concurrent load every call's span is named by
+// exactly one run (as parent or link), some runs carry several calls, and
+// a run's envoy_rls.group_requests is the calls it names.
+func TestGroupCommitSpans(t *testing.T) {
+	srv := redistest.Standalone(t)
+	exp := tracetest.NewInMemoryExporter()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp))
+	s := newStore(t, Config{Addrs: []string{srv.Addr()}, Timeout: 10 * time.Second, TracerProvider: tp})
+	p := fixed(t, "gspan", 100000, farWindow)
+	sub := subjectOf(fmt.Sprintf("gspan-%d", time.Now().UnixNano()))
+	const callers, perCaller = 32, 10
+	var mu sync.Mutex
+	calls := map[trace.SpanID]int{}
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	for range callers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-start
+			out := make([]limiter.Outcome, 1)
+			for range perCaller {
+				ctx, span := tp.Tracer("test").Start(context.Background(), "call")
+				ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+				s.Evaluate(ctx, []limiter.Request{{Policy: p, Subject: sub, Cost: 1}}, out)
+				cancel()
+				span.End()
+				if out[0].Kind != limiter.Evaluated || !out[0].Decision.Allowed {
+					t.Errorf("%v: %v", out[0].Kind, out[0].Err)
+				}
+				mu.Lock()
+				calls[span.SpanContext().SpanID()] = 0
+				mu.Unlock()
+			}
+		}()
+	}
+	close(start)
+	wg.Wait()
+	runs, grouped := 0, 0
+	for _, sp := range exp.GetSpans() {
+		if sp.Name != BatchSpanName {
+			continue
+		}
+		runs++
+		named := []trace.SpanID{sp.Parent.SpanID()}
+		for _, l := range sp.Links {
+			named = append(named, l.SpanContext.SpanID())
+		}
+		var n int64 = -1
+		for _, kv := range sp.Attributes {
+			if kv.Key == "envoy_rls.group_requests" {
+				n = kv.Value.AsInt64()
+			}
+		}
+		if n != int64(len(named)) {
+			t.Errorf("a run's span says %d calls and names %d", n, len(named))
+		}
+		if n > 1 {
+			grouped++
+		}
+		for _, id := range named {
+			if _, ok := calls[id]; !ok {
+				t.Errorf("a run names span %v, no call's", id)
+				continue
+			}
+			calls[id]++
+		}
+	}
+	for id, k := range calls {
+		if k != 1 {
+			t.Errorf("call span %v named by %d runs, want 1", id, k)
+		}
+	}
+	t.Logf("%d calls, %d runs, %d of several calls", len(calls), runs, grouped)
+	if len(calls) != callers*perCaller || grouped == 0 {
+		t.Errorf("%d calls traced, %d runs of several calls: want %d calls and some grouped", len(calls), grouped, callers*perCaller)
 	}
 }
