@@ -1091,3 +1091,54 @@ func TestGroupCommitSpans(t *testing.T) {
 		t.Errorf("%d calls traced, %d runs of several calls: want %d calls and some grouped", len(calls), grouped, callers*perCaller)
 	}
 }
+
+// TestGroupRunAfterCallerLeft: a call whose deadline passes after its
+// group was taken into a run returns Indeterminate at once, and its caller
+// owns its batch again (pkg/rls reuses it); the run, still waiting for
+// Redis on a later call's deadline, must not read that batch when it ends.
+// Redis is stopped: call A is sent alone; X (short deadline) and Y (long)
+// queue behind it and are taken together when A gives up. X returns, its
+// batch is cleared; the run then fails at Y's deadline. Every call is
+// Indeterminate, the store does not crash, and after Redis resumes none
+// of them counted (each ran past the deadline it carried).
+func TestGroupRunAfterCallerLeft(t *testing.T) {
+	srv := redistest.Standalone(t, redistest.Local())
+	e := newEnvOn(t, srv, Config{Addrs: []string{srv.Addr()}, Timeout: 20 * time.Second, GroupInFlight: 1})
+	p := fixed(t, "left", 1000, farWindow)
+	sub := subjectOf(fmt.Sprintf("left-%d", time.Now().UnixNano()))
+	if o := e.evaluate(p, subjectOf("left warm-up"), 1); o.Kind != limiter.Evaluated {
+		t.Fatalf("warm-up: %+v", o)
+	}
+	srv.Pause()
+	defer srv.Resume()
+	call := func(d time.Duration, batch []limiter.Request, out []limiter.Outcome, done chan<- struct{}) {
+		ctx, cancel := context.WithTimeout(context.Background(), d)
+		defer cancel()
+		e.store.Evaluate(ctx, batch, out)
+		close(done)
+	}
+	aOut, xOut, yOut := make([]limiter.Outcome, 1), make([]limiter.Outcome, 1), make([]limiter.Outcome, 1)
+	aDone, xDone, yDone := make(chan struct{}), make(chan struct{}), make(chan struct{})
+	go call(300*time.Millisecond, []limiter.Request{{Policy: p, Subject: sub, Cost: 1}}, aOut, aDone)
+	waitCommitter(t, e.store, "A in flight", func(r, q int) bool { return r == 1 })
+	xBatch := []limiter.Request{{Policy: p, Subject: sub, Cost: 1}}
+	go call(1200*time.Millisecond, xBatch, xOut, xDone)
+	go call(3*time.Second, []limiter.Request{{Policy: p, Subject: sub, Cost: 1}}, yOut, yDone)
+	waitCommitter(t, e.store, "X and Y waiting", func(r, q int) bool { return q == 2 })
+	<-aDone
+	// A's run ended: X and Y are taken into the next run (none waits).
+	waitCommitter(t, e.store, "X and Y taken", func(r, q int) bool { return r == 1 && q == 0 })
+	<-xDone
+	xBatch[0] = limiter.Request{} // the caller reuses its batch
+	<-yDone
+	for name, out := range map[string][]limiter.Outcome{"A": aOut, "X": xOut, "Y": yOut} {
+		if out[0].Kind != limiter.Indeterminate {
+			t.Errorf("call %s while Redis was stopped: %v (%v), want Indeterminate", name, out[0].Kind, out[0].Err)
+		}
+	}
+	srv.Resume()
+	waitCommitter(t, e.store, "the slot idle", func(r, q int) bool { return r == 0 && q == 0 })
+	if o := e.evaluate(p, sub, 1); o.Kind != limiter.Evaluated || o.Decision.Remaining != 999 {
+		t.Errorf("after the resume: %v %+v (%v), want 999 left: a call past its deadline counted", o.Kind, o.Decision, o.Err)
+	}
+}
