@@ -50,10 +50,12 @@ func (r *replica) callMany(timeout time.Duration, entries ...entry) result {
 	return res
 }
 
-// groupRuns is the group-size histogram of r's /metrics: program runs, and
-// the Envoy requests they evaluated.
-func groupRuns(r *replica) (runs, requests float64) {
-	return r.metric("envoy_rls_redis_group_requests_count"), r.metric("envoy_rls_redis_group_requests_sum")
+// groupRuns reads the group-commit histograms of r's /metrics: program
+// runs, the Envoy requests they evaluated, and the requests whose queue
+// wait was observed.
+func groupRuns(r *replica) (runs, requests, waits float64) {
+	return r.metric("envoy_rls_redis_group_requests_count"), r.metric("envoy_rls_redis_group_requests_sum"),
+		r.metric("envoy_rls_redis_group_wait_seconds_count")
 }
 
 // TestGroupCommitExactAcrossReplicas: three replicas share one Redis; 48
@@ -71,8 +73,9 @@ func TestGroupCommitExactAcrossReplicas(t *testing.T) {
 
 	beforeRuns := make([]float64, len(rs))
 	beforeReqs := make([]float64, len(rs))
+	beforeWaits := make([]float64, len(rs))
 	for i, r := range rs {
-		beforeRuns[i], beforeReqs[i] = groupRuns(r)
+		beforeRuns[i], beforeReqs[i], beforeWaits[i] = groupRuns(r)
 	}
 	for _, tc := range []struct {
 		name    string
@@ -121,11 +124,14 @@ func TestGroupCommitExactAcrossReplicas(t *testing.T) {
 
 	grouped := false
 	for i, r := range rs {
-		runs, reqs := groupRuns(r)
-		runs, reqs = runs-beforeRuns[i], reqs-beforeReqs[i]
+		runs, reqs, waits := groupRuns(r)
+		runs, reqs, waits = runs-beforeRuns[i], reqs-beforeReqs[i], waits-beforeWaits[i]
 		t.Logf("%s: %.0f program runs evaluated %.0f Envoy requests", r.name, runs, reqs)
 		if runs == 0 {
 			t.Errorf("%s: no program run: the calls did not reach Redis", r.name)
+		}
+		if waits != reqs {
+			t.Errorf("%s: %.0f queue waits observed for %.0f requests in runs, want one each", r.name, waits, reqs)
 		}
 		if reqs > runs {
 			grouped = true
@@ -145,7 +151,7 @@ func TestGroupCommitOffByFlag(t *testing.T) {
 	rs := startReplicas(t, 1, groupRules, cfg)
 	awayFromHourBoundary(t)
 	r := rs[0]
-	beforeRuns, beforeReqs := groupRuns(r)
+	beforeRuns, beforeReqs, _ := groupRuns(r)
 	const clients, perClient = 48, 5
 	subject := entry{"gfixed", unique("gfixed")}
 	var total tally
@@ -154,7 +160,7 @@ func TestGroupCommitOffByFlag(t *testing.T) {
 	if total.failed() != 0 || total.ok != 120 || total.ok+total.over != clients*perClient {
 		t.Errorf("admitted %d of %d, want exactly 120: %v", total.ok, total.ok+total.over, &total)
 	}
-	runs, reqs := groupRuns(r)
+	runs, reqs, _ := groupRuns(r)
 	runs, reqs = runs-beforeRuns, reqs-beforeReqs
 	t.Logf("%.0f program runs evaluated %.0f Envoy requests", runs, reqs)
 	if runs < 120 || reqs != runs {
