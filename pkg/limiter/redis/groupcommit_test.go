@@ -1142,3 +1142,106 @@ func TestGroupRunAfterCallerLeft(t *testing.T) {
 		t.Errorf("after the resume: %v %+v (%v), want 999 left: a call past its deadline counted", o.Kind, o.Decision, o.Err)
 	}
 }
+
+// TestGroupDifferentialSeeded: random groups over random stored states
+// (windows and counts on both sides of the limit, short and long windows,
+// clocks behind and ahead, foreign revisions: STATE_INCOMPATIBLE and
+// CLOCK_UNSAFE keys), fail-open and fail-closed policies, every role, now
+// and then an INVALID key or a request past its deadline: each request's
+// reply and the states after the group are the model's, applied request
+// after request at the group's TIME. The seed is logged.
+func TestGroupDifferentialSeeded(t *testing.T) {
+	e := newEnv(t)
+	rng, n := seededRand(t, 18, 200, 40, "seeded groups")
+	windows := []time.Duration{7 * time.Millisecond, time.Second, time.Minute, time.Hour}
+	roles := []limiter.Role{limiter.RoleOrdinary, limiter.RoleOrdinary, limiter.RoleOrdinary, limiter.RoleShadow, limiter.RoleQuota, limiter.RoleQuota, limiter.RoleCheck}
+	run := time.Now().UnixNano()
+	kinds := map[limiter.Status]int{}
+	for it := 0; it < n; it++ {
+		pols := make([]*limiter.Policy, 4)
+		for j := range pols {
+			limit := 1 + rng.Int64N(8)
+			fm := limiter.FailClosed
+			if rng.IntN(4) == 0 {
+				fm = limiter.FailOpen
+			}
+			id := fmt.Sprintf("gs.%d", j)
+			w := windows[rng.IntN(len(windows))]
+			switch rng.IntN(3) {
+			case 0:
+				pols[j] = limitertest.Policy(t, limiter.PolicySpec{ID: id, Algorithm: limiter.FixedWindow, FailureMode: fm,
+					Params: limiter.FixedWindowParams{Limit: limit, Window: w}})
+			case 1:
+				pols[j] = limitertest.Policy(t, limiter.PolicySpec{ID: id, Algorithm: limiter.SlidingWindow, FailureMode: fm,
+					Params: limiter.SlidingWindowParams{Limit: limit, Window: w}})
+			default:
+				pols[j] = limitertest.Policy(t, limiter.PolicySpec{ID: id, Algorithm: limiter.TokenBucket, FailureMode: fm,
+					Params: limiter.TokenBucketParams{Capacity: limit, RefillAmount: 1 + rng.Int64N(3), RefillPeriod: w}})
+			}
+		}
+		reqs := make([]gReq, 1+rng.IntN(6))
+		for j := range reqs {
+			q := gReq{keys: make([]batchReq, 1+rng.IntN(4)), expired: rng.IntN(15) == 0}
+			for i := range q.keys {
+				p := pols[rng.IntN(len(pols))]
+				q.keys[i] = batchReq{p: p, sub: subjectOf(fmt.Sprintf("gs-%d-%d-%d", run, it, rng.IntN(2))), cost: 1 + rng.Int64N(p.MaxCost()), role: roles[rng.IntN(len(roles))]}
+			}
+			if rng.IntN(12) == 0 {
+				q.bad = 1 + rng.IntN(len(q.keys))
+			}
+			reqs[j] = q
+		}
+		// Seed every distinct key: none, or a random state.
+		now := e.serverNow()
+		states := map[string]limiter.State{}
+		for _, q := range reqs {
+			for _, r := range q.keys {
+				key := keyOf(r.p, r.sub)
+				if _, done := states[key]; done {
+					continue
+				}
+				var st limiter.State
+				if rng.IntN(4) > 0 {
+					st = randomState(rng, r.p, now)
+					e.seed(key, st)
+				} else {
+					e.do("DEL", key)
+				}
+				states[key] = st
+			}
+		}
+		before := map[string]any{}
+		for key := range states {
+			before[key] = e.dump(key)
+		}
+		got, serverNow := e.execGroup(reqs)
+		want, final := modelGroup(states, reqs, serverNow)
+		for j := range reqs {
+			if err := sameResult(got[j], want[j]); err != nil {
+				t.Fatalf("group %d, request %d of %d: %v\n group %v\n states %+v", it, j, len(reqs), err, reqs, states)
+			}
+			if got[j].err == nil {
+				for _, r := range got[j].replies {
+					kinds[r.Status]++
+				}
+			}
+		}
+		for key, st := range final {
+			if st == states[key] {
+				if after := e.dump(key); !reflect.DeepEqual(after, before[key]) {
+					t.Fatalf("group %d: a key no request wrote changed", it)
+				}
+				continue
+			}
+			if h := e.hash(key); !reflect.DeepEqual(h, stateHash(st)) {
+				t.Fatalf("group %d: hash %v, want %v", it, h, stateHash(st))
+			}
+		}
+	}
+	t.Logf("key statuses: %v", kinds)
+	for _, st := range []limiter.Status{limiter.StatusAllowed, limiter.StatusDenied, limiter.StatusStateIncompatible, limiter.StatusClockUnsafe} {
+		if kinds[st] == 0 && !testing.Short() {
+			t.Errorf("no key answered %s: the sequence does not cover it", st)
+		}
+	}
+}
