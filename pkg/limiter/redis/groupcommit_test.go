@@ -1245,3 +1245,79 @@ func TestGroupDifferentialSeeded(t *testing.T) {
 		}
 	}
 }
+
+// runsAtMost reads the group-size histogram of reg: the runs of at most n
+// requests (n a bucket bound: 1, 2, 4, ...).
+func runsAtMost(t *testing.T, reg *prometheus.Registry, n float64) uint64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != "envoy_rls_redis_group_requests" {
+			continue
+		}
+		for _, b := range mf.GetMetric()[0].GetHistogram().GetBucket() {
+			if b.GetUpperBound() == n {
+				return b.GetCumulativeCount()
+			}
+		}
+	}
+	t.Fatalf("no bucket %v in envoy_rls_redis_group_requests", n)
+	return 0
+}
+
+// TestGroupMaxKeysCap: GroupMaxKeys bounds the keys of a run, counting
+// every limit of every call in it, and a call is never split: with a cap of
+// 4, concurrent calls of one limit share runs of at most 4 calls, and
+// calls of 3 limits each run alone. Every call is answered and exactly the
+// limits are admitted.
+func TestGroupMaxKeysCap(t *testing.T) {
+	srv := redistest.Standalone(t)
+	for _, tc := range []struct {
+		name  string
+		width int // limits per call
+	}{{"calls of one limit", 1}, {"calls of three limits", 3}} {
+		t.Run(tc.name, func(t *testing.T) {
+			reg := prometheus.NewRegistry()
+			m, err := NewMetrics(reg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			s := newStore(t, Config{Addrs: []string{srv.Addr()}, Timeout: 10 * time.Second, Metrics: m, GroupMaxKeys: 4})
+			run := time.Now().UnixNano()
+			ps := make([]*limiter.Policy, tc.width)
+			for i := range ps {
+				ps[i] = fixed(t, fmt.Sprintf("cap.%d.%d", tc.width, i), 80, farWindow)
+			}
+			sub := subjectOf(fmt.Sprintf("cap-%d-%d", tc.width, run))
+			const callers, perCaller = 48, 6
+			ok, no := hammer(t, s, callers, perCaller, func(int, int) []limiter.Request {
+				b := make([]limiter.Request, tc.width)
+				for i := range b {
+					b[i] = limiter.Request{Policy: ps[i], Subject: sub, Cost: 1}
+				}
+				return b
+			})
+			if ok != 80 || ok+no != callers*perCaller {
+				t.Errorf("%d admitted of %d, want exactly 80", ok, ok+no)
+			}
+			runs, requests, single := groupSizes(t, reg)
+			t.Logf("%d runs of %d calls, %d of one", runs, requests, single)
+			if requests != callers*perCaller {
+				t.Errorf("the runs evaluated %d calls, %d were made", requests, callers*perCaller)
+			}
+			switch tc.width {
+			case 1:
+				if at4 := runsAtMost(t, reg, 4); at4 != runs || single == runs {
+					t.Errorf("%d runs, %d of at most 4 calls, %d of one: want every run within the cap and some of several", runs, at4, single)
+				}
+			default:
+				if single != runs {
+					t.Errorf("%d runs, %d of one call: two calls of 3 limits exceed the cap of 4", runs, single)
+				}
+			}
+		})
+	}
+}
