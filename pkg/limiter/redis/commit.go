@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/envoy-rls/envoy-rls/pkg/limiter"
+	"github.com/envoy-rls/envoy-rls/pkg/lua"
 )
 
 // Group commit. The requests of concurrent Evaluate calls that share a hash
@@ -87,9 +88,21 @@ func (s *Store) committerOf(slot uint16) *committer {
 // group run and returns the group that holds their outcomes: g, or, when
 // the call's deadline passed after g was taken into a run, a copy that
 // says Indeterminate (the run may still write into g, which is then never
-// reused: g.free stays false).
+// reused: g.free stays false). The run never reads batch: a caller that
+// has returned owns it again; what the run needs of it is copied into g.
 func (s *Store) commit(ctx context.Context, batch []limiter.Request, roles []limiter.Role, keys []string, g *group) *group {
-	g.ctx, g.batch, g.roles, g.keys = ctx, batch, roles, keys
+	g.ctx, g.roles, g.keys = ctx, roles, keys
+	g.policies = grow(g.policies, len(g.idx))
+	g.costs = grow(g.costs, len(g.idx))
+	for k, i := range g.idx {
+		g.policies[k], g.costs[k] = batch[i].Policy, batch[i].Cost
+	}
+	if len(g.idx) > lua.MaxRequestKeys {
+		// The program's group field counts a call's keys in 16 bits.
+		g.fail(limiter.UnavailableOutcome(0, limiter.CategoryInvalidRequest,
+			fmt.Errorf("redis store: not sent: %d limits in one call, above the %d one program run takes", len(g.idx), lua.MaxRequestKeys)))
+		return g
+	}
 	if s.groupMaxKeys == 1 {
 		// Group commit off: every call runs alone, at once.
 		g.state.Store(groupTaken)
@@ -222,8 +235,8 @@ func (s *Store) next(c *committer) {
 // size is the bytes g's keys and arguments take in a command.
 func (g *group) size() int {
 	n := 0
-	for _, i := range g.idx {
-		n += len(g.keys[i]) + len(g.batch[i].Policy.ID()) + 64
+	for k, i := range g.idx {
+		n += len(g.keys[i]) + len(g.policies[k].ID()) + 64
 	}
 	return n
 }

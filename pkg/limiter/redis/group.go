@@ -27,11 +27,15 @@ type group struct {
 	// free: no command in flight refers to the call's buffers any more.
 	free bool
 
-	// The call, as the run that takes it reads it.
-	ctx   context.Context
-	batch []limiter.Request
-	roles []limiter.Role
-	keys  []string
+	// The call, as the run that takes it reads it: its context, the
+	// scratch's roles and keys, and per request (in idx order) its policy
+	// and cost, copied from the batch, which the run never reads (a caller
+	// gone past its deadline owns it again).
+	ctx      context.Context
+	roles    []limiter.Role
+	keys     []string
+	policies []*limiter.Policy
+	costs    []int64
 	// state is groupWaiting, groupTaken or groupLeft; queued is when it
 	// started waiting; the run that took it sends once on done (buffered).
 	state  atomic.Int32
@@ -39,8 +43,7 @@ type group struct {
 	done   chan struct{}
 
 	// Working memory of the run, reused when the group comes from a scratch.
-	policies []*limiter.Policy
-	vals     []lua.Value
+	vals []lua.Value
 }
 
 // scratch is the working memory of one Evaluate call, pooled on the Store
@@ -67,9 +70,9 @@ func (sc *scratch) reset() {
 	clear(g.policies)
 	clear(g.vals)
 	clear(g.outs)
-	g.idx, g.outs, g.replies, g.policies, g.vals = g.idx[:0], g.outs[:0], g.replies[:0], g.policies[:0], g.vals[:0]
+	g.idx, g.outs, g.replies, g.policies, g.costs, g.vals = g.idx[:0], g.outs[:0], g.replies[:0], g.policies[:0], g.costs[:0], g.vals[:0]
 	g.slot, g.committed, g.answered, g.refunded, g.free = 0, false, false, false, false
-	g.ctx, g.batch, g.roles, g.keys = nil, nil, nil, nil
+	g.ctx, g.roles, g.keys = nil, nil, nil
 }
 
 // grow returns s resized to n elements, reusing its array when it can.

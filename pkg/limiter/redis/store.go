@@ -216,7 +216,8 @@ func (s *Store) Ping(ctx context.Context) error {
 // (clockOffset) and commits nothing when it runs later, as it does when
 // Redis stalls; such a reply, should it arrive in time, is Unavailable
 // (limiter.CategoryDeadline). A request that fails Validate is Unavailable
-// (limiter.CategoryInvalidRequest) and never sent; when such a failure alone
+// (limiter.CategoryInvalidRequest) and never sent, as are the requests of a
+// call with more than lua.MaxRequestKeys limits in one slot; when such a failure alone
 // blocks the batch (limiter.CheckOnly), the others are sent as
 // limiter.RoleCheck.
 //
