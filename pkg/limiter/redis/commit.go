@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/envoy-rls/envoy-rls/pkg/limiter"
+	"github.com/envoy-rls/envoy-rls/pkg/limiter/deadline"
 )
 
 // Group commit. The requests of concurrent Evaluate calls that share a hash
@@ -24,8 +25,9 @@ import (
 // groupMaxBytes of arguments) as the next group. Under load a group is as
 // large as what arrived during the previous run.
 //
-// A call whose deadline passes while it waits leaves the queue and is
-// Unavailable (limiter.CategoryDeadline): never sent. One whose deadline
+// A call whose deadline passes, or whose caller cancels it, while it waits
+// leaves the queue and is Unavailable (limiter.CategoryDeadline): never
+// sent. One whose deadline
 // passes after its group was taken is Indeterminate and its result, when it
 // comes, is ignored: it cannot be counted twice, because nothing is ever
 // resent, and the program, which gets each call's deadline in Redis's
@@ -130,10 +132,14 @@ func (s *Store) commit(ctx context.Context, batch []limiter.Request, roles []lim
 	if start {
 		go s.drain(c)
 	}
+	// ctx may be a deadline.Wheel's (the store's Timeout, pkg/rls's
+	// reserve), whose Done does not follow the caller's cancellation: a
+	// call cancelled while it waits leaves the queue at once all the same.
 	select {
 	case <-g.done:
 		return g
 	case <-ctx.Done():
+	case <-deadline.Cancelled(ctx):
 	}
 	if g.state.CompareAndSwap(groupWaiting, groupLeft) {
 		// Never sent: out of the queue, so that nothing refers to g.
