@@ -91,7 +91,14 @@ func (s *Store) committerOf(slot uint16) *committer {
 // says Indeterminate (the run may still write into g, which is then never
 // reused: g.free stays false).
 func (s *Store) commit(ctx context.Context, batch []limiter.Request, roles []limiter.Role, keys []string, g *group) *group {
-	g.ctx, g.batch, g.roles, g.keys = ctx, batch, roles, keys
+	g.ctx, g.roles, g.keys = ctx, roles, keys
+	n := len(g.idx)
+	g.policies, g.costs, g.bytes = grow(g.policies, n), grow(g.costs, n), 0
+	for k, i := range g.idx {
+		p := batch[i].Policy
+		g.policies[k], g.costs[k] = p, batch[i].Cost
+		g.bytes += len(keys[i]) + len(p.ID()) + 64
+	}
 	if s.groupMaxKeys == 1 {
 		// Group commit off: every call runs alone, at once.
 		g.state.Store(groupTaken)
@@ -192,7 +199,7 @@ func (s *Store) take(c *committer, dst []*group) []*group {
 	defer c.mu.Unlock()
 	keys, bytes, n := 0, 0, 0
 	for _, g := range c.queue {
-		if len(dst) > 0 && (keys+len(g.idx) > s.groupMaxKeys || bytes+g.size() > groupMaxBytes) {
+		if len(dst) > 0 && (keys+len(g.idx) > s.groupMaxKeys || bytes+g.bytes > groupMaxBytes) {
 			break
 		}
 		n++
@@ -200,7 +207,7 @@ func (s *Store) take(c *committer, dst []*group) []*group {
 			continue // left: its caller removes it
 		}
 		keys += len(g.idx)
-		bytes += g.size()
+		bytes += g.bytes
 		dst = append(dst, g)
 	}
 	rest := copy(c.queue, c.queue[n:])
@@ -223,13 +230,4 @@ func (s *Store) next(c *committer) {
 	}
 	c.mu.Unlock()
 	go s.drain(c)
-}
-
-// size is the bytes g's keys and arguments take in a command.
-func (g *group) size() int {
-	n := 0
-	for _, i := range g.idx {
-		n += len(g.keys[i]) + len(g.batch[i].Policy.ID()) + 64
-	}
-	return n
 }

@@ -27,11 +27,16 @@ type group struct {
 	// free: no command in flight refers to the call's buffers any more.
 	free bool
 
-	// The call, as the run that takes it reads it.
+	// The call, as the run that takes it reads it. Its requests' policies
+	// and costs are copied (policies, costs): a call whose deadline passes
+	// after its group was taken returns while the run still reads, and its
+	// caller may then reuse the batch. roles and keys live in the call's
+	// scratch, which is not reused then (free stays false).
 	ctx   context.Context
-	batch []limiter.Request
 	roles []limiter.Role
 	keys  []string
+	costs []int64
+	bytes int // the keys and arguments of the call in a command (size)
 	// state is groupWaiting, groupTaken or groupLeft; queued is when it
 	// started waiting; the run that took it sends once on done (buffered).
 	state  atomic.Int32
@@ -39,7 +44,7 @@ type group struct {
 	done   chan struct{}
 
 	// Working memory of the run, reused when the group comes from a scratch.
-	policies []*limiter.Policy
+	policies []*limiter.Policy // of g.idx's requests
 	vals     []lua.Value
 }
 
@@ -69,7 +74,7 @@ func (sc *scratch) reset() {
 	clear(g.outs)
 	g.idx, g.outs, g.replies, g.policies, g.vals = g.idx[:0], g.outs[:0], g.replies[:0], g.policies[:0], g.vals[:0]
 	g.slot, g.committed, g.answered, g.refunded, g.free = 0, false, false, false, false
-	g.ctx, g.batch, g.roles, g.keys = nil, nil, nil, nil
+	g.ctx, g.roles, g.keys = nil, nil, nil
 }
 
 // grow returns s resized to n elements, reusing its array when it can.

@@ -173,6 +173,7 @@ type faultCall struct {
 	deadline time.Duration
 	cancel   context.CancelFunc
 	batch    []limiter.Request
+	want     []limiter.Request // batch as made (batch may be reused)
 	out      []limiter.Outcome
 	took     time.Duration
 }
@@ -181,6 +182,9 @@ type faultCall struct {
 type faultCalls struct {
 	calls []*faultCall
 	wg    sync.WaitGroup
+	// reuse: each call's goroutine overwrites its batch once Evaluate has
+	// returned, as a caller that pools its batches does.
+	reuse bool
 }
 
 // start makes n calls on s, each with its own deadline d from now: one
@@ -194,18 +198,25 @@ func (fc *faultCalls) start(s *Store, name string, n int, d time.Duration, p *li
 		if i%2 == 1 {
 			c.batch = append(c.batch, limiter.Request{Policy: p, Subject: sub2, Cost: 2})
 		}
+		want := append([]limiter.Request(nil), c.batch...)
 		c.out = make([]limiter.Outcome, len(c.batch))
 		ctx, cancel := context.WithTimeout(context.Background(), d)
 		c.cancel = cancel
 		fc.calls = append(fc.calls, c)
 		started = append(started, c)
 		fc.wg.Add(1)
+		c.want = want
 		go func() {
 			defer fc.wg.Done()
 			defer cancel()
 			begin := time.Now()
 			s.Evaluate(ctx, c.batch, c.out)
 			c.took = time.Since(begin)
+			if fc.reuse {
+				for j := range c.batch {
+					c.batch[j] = limiter.Request{}
+				}
+			}
 		}()
 	}
 	return started
@@ -233,10 +244,10 @@ func committedCounts(calls []*faultCall, sub, sub2 limiter.SubjectDigest) (int64
 	for _, c := range calls {
 		for j, o := range c.out {
 			if o.Kind == limiter.Evaluated && o.Decision.Allowed && o.Decision.Consumed {
-				if c.batch[j].Subject == sub {
-					n += c.batch[j].Cost
-				} else if c.batch[j].Subject == sub2 {
-					n2 += c.batch[j].Cost
+				if c.want[j].Subject == sub {
+					n += c.want[j].Cost
+				} else if c.want[j].Subject == sub2 {
+					n2 += c.want[j].Cost
 				}
 			}
 		}
@@ -509,4 +520,47 @@ func TestGroupKilledThenRestarted(t *testing.T) {
 		return nil
 	})
 	t.Logf("concurrent calls all evaluated at attempt %d after the restart", attempt)
+}
+
+// TestGroupLateCallReusesBatch: calls taken into a group run whose
+// deadline passes before the run ends return Indeterminate at once, and
+// their callers reuse their batches (here: zero them) while the run still
+// waits for Redis. The run, failing later at the deadline of the last of
+// its calls, reads none of those batches (it answered with a nil policy, a
+// crash, when it did): every call is Indeterminate, and nothing is counted
+// after SIGCONT. Run with -race it also shows that no run reads a batch its
+// caller has taken back.
+func TestGroupLateCallReusesBatch(t *testing.T) {
+	fe := newFaultEnv(t)
+	p := fixed(t, "group-reuse", 1_000_000, farWindow)
+	sub, sub2 := subjectOf("group reuse"), subjectOf("group reuse 2")
+	fe.warmUp(t, p)
+	base, baseCalls := fe.runs(), fe.runCalls()
+
+	fe.srv.Pause()
+	defer fe.srv.Resume()
+	fc := faultCalls{reuse: true}
+	heads := fc.start(fe.store, "head", DefaultGroupInFlight, time.Second, p, sub, sub2)
+	fe.waitRuns(t, base+DefaultGroupInFlight)
+	// Both sets wait behind the first runs and are taken together when
+	// those give up; the early ones give up long before the group's run.
+	early := fc.start(fe.store, "early", 8, 1500*time.Millisecond, p, sub, sub2)
+	late := fc.start(fe.store, "late", 8, 3*time.Second, p, sub, sub2)
+	fe.waitQueued(t, len(early)+len(late))
+	fc.wait(t, "while Redis is stopped")
+
+	checkFailed(t, heads, "sent alone", indeterminate)
+	checkFailed(t, early, "left its group's run", indeterminate)
+	checkFailed(t, late, "sent in a group", indeterminate)
+	if got := fe.runs() - base; got != DefaultGroupInFlight+1 {
+		t.Errorf("%d runs sent, want %d", got, DefaultGroupInFlight+1)
+	}
+	if got := fe.runCalls() - baseCalls; got != uint64(len(heads)+len(early)+len(late)) {
+		t.Errorf("the runs carried %d calls, want %d", got, len(heads)+len(early)+len(late))
+	}
+	fe.srv.Resume()
+	if o := fe.evaluate(p, sub, 1); o.Kind != limiter.Evaluated || !o.Decision.Consumed {
+		t.Fatalf("after the resume: %v (%v)", o.Kind, o.Err)
+	}
+	fe.checkCounts(p, sub, sub2, 1, 0)
 }

@@ -60,12 +60,9 @@ func (s *Store) runProgram(first context.Context, gs []*group) {
 		n := len(g.idx)
 		g.outs = grow(g.outs, n)
 		g.replies = grow(g.replies, n)
-		g.policies = grow(g.policies, n)
 		for k, i := range g.idx {
-			r := &g.batch[i]
 			keys = append(keys, g.keys[i])
-			g.policies[k] = r.Policy
-			abuf = lua.AppendBatchPacked(abuf, r.Policy, r.Cost, g.roles[i])
+			abuf = lua.AppendBatchPacked(abuf, g.policies[k], g.costs[k], g.roles[i])
 		}
 		var dlMs int64
 		if dl, ok := g.ctx.Deadline(); ok {
@@ -82,9 +79,9 @@ func (s *Store) runProgram(first context.Context, gs []*group) {
 	// it is complete.
 	pos := 0
 	for _, g := range gs {
-		for _, i := range g.idx {
+		for k := range g.idx {
 			p := abuf[pos : pos+lua.BatchPacked]
-			args = append(args, g.batch[i].Policy.ID(), unsafe.String(&p[0], len(p)))
+			args = append(args, g.policies[k].ID(), unsafe.String(&p[0], len(p)))
 			pos += lua.BatchPacked
 		}
 	}
@@ -99,8 +96,8 @@ func (s *Store) runProgram(first context.Context, gs []*group) {
 	}
 	if err := ctx.Err(); err != nil {
 		for _, g := range gs {
-			for k, i := range g.idx {
-				g.outs[k] = limiter.UnavailableOutcome(0, limiter.CategoryDeadline, fmt.Errorf("redis store: policy %s: not sent: %w", g.batch[i].Policy.ID(), err))
+			for k := range g.idx {
+				g.outs[k] = limiter.UnavailableOutcome(0, limiter.CategoryDeadline, fmt.Errorf("redis store: policy %s: not sent: %w", g.policies[k].ID(), err))
 			}
 			g.committed, g.free = false, true
 		}
@@ -123,8 +120,8 @@ func (s *Store) runProgram(first context.Context, gs []*group) {
 		answered := res.Error() == nil
 		for _, g := range gs {
 			g.committed, g.free = false, answered
-			for k, i := range g.idx {
-				g.outs[k] = failedOutcome(g.batch[i].Policy, err)
+			for k := range g.idx {
+				g.outs[k] = failedOutcome(g.policies[k], err)
 			}
 		}
 		if answered {
@@ -164,14 +161,14 @@ func (s *Store) parseCall(off *clockOffset, now int64, g *group, m *rueidis.Redi
 	}
 	if err != nil {
 		g.committed = false
-		for k, i := range g.idx {
-			g.outs[k] = failedOutcome(g.batch[i].Policy, err)
+		for k := range g.idx {
+			g.outs[k] = failedOutcome(g.policies[k], err)
 		}
 		return
 	}
 	g.answered = true
-	for k, i := range g.idx {
-		g.outs[k] = limiter.OutcomeFromReply(g.batch[i].Policy, g.replies[k], limiter.SourceRedis)
+	for k := range g.idx {
+		g.outs[k] = limiter.OutcomeFromReply(g.policies[k], g.replies[k], limiter.SourceRedis)
 	}
 }
 

@@ -72,8 +72,8 @@ func (s *Store) runTraced(gs []*group) {
 		outs = append(outs, g.outs[:len(g.idx)]...)
 		keys += len(g.idx)
 		committed = committed || g.committed
-		for _, i := range g.idx {
-			if id := g.batch[i].Policy.ID(); !slices.Contains(ids, id) {
+		for k := range g.idx {
+			if id := g.policies[k].ID(); !slices.Contains(ids, id) {
 				ids = append(ids, id)
 			}
 		}
