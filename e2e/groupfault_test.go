@@ -1,0 +1,146 @@
+package e2e_test
+
+import (
+	"fmt"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/envoy-rls/envoy-rls/internal/redistest"
+)
+
+// Deadlines of TestRedisHangGroupFailureModes. With --redis-timeout 2s the
+// store gives up on the first calls (sent at once, alone) at their own
+// deadline less the answer reserve, about 1.45 s; the calls that queue
+// behind them either leave the queue at theirs (about 0.55 s: never sent)
+// or outlive the first runs (their store deadline is the 2 s timeout) and
+// are sent together as one group that Redis never answers.
+const (
+	groupHeadDeadline  = 1500 * time.Millisecond
+	groupShortDeadline = 600 * time.Millisecond
+	groupLongDeadline  = 3 * time.Second
+)
+
+// TestRedisHangGroupFailureModes: Redis stops (SIGSTOP) while the binary
+// has runs in flight and calls of a fail-closed and a fail-open policy
+// queued for the same group runs. Each call gets its own policy's answer
+// within its deadline, whether it left the queue unsent or was sent in a
+// group that got no answer: OVER_LIMIT with Retry-After for the closed
+// policy, OK for the open one, never a gRPC error. /metrics shows that a
+// run carried more than one call. After SIGCONT nothing of it was
+// counted: each subject's first call sees its whole limit but its own hit.
+func TestRedisHangGroupFailureModes(t *testing.T) {
+	binary(t)
+	awayFromHourBoundary(t)
+	redis, cfg := withStandaloneRedis(t, redistest.Local())
+	// A store timeout above the first calls' deadlines, so that the calls
+	// queued behind them outlive their runs; a silent connection is closed
+	// only after 8 s, longer than the pause.
+	cfg.Args = []string{"--redis-timeout", "2s"}
+	r := startReplicas(t, 1, failureRules, cfg)[0]
+	closed, open := entry{"closed", unique("group-hang")}, entry{"open", unique("group-hang")}
+	for _, e := range []entry{{"closed", unique("warm-up")}, {"open", unique("warm-up")}} {
+		if res := r.mustCall(t, e); !res.ok() {
+			t.Fatalf("warm-up %s: %v", e.Key, res)
+		}
+	}
+	runs := func() float64 { return r.metric("envoy_rls_redis_group_requests_count") }
+	base := runs()
+
+	redis.Pause()
+	defer redis.Resume()
+	type call struct {
+		name string
+		e    entry
+		res  result
+	}
+	var (
+		mu    sync.Mutex
+		calls []*call
+		wg    sync.WaitGroup
+	)
+	start := func(name string, n int, deadline time.Duration) {
+		for i := range n {
+			c := &call{name: fmt.Sprintf("%s %d", name, i), e: closed}
+			if i%2 == 1 {
+				c.e = open
+			}
+			mu.Lock()
+			calls = append(calls, c)
+			mu.Unlock()
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				res := r.call(deadline, 1, c.e)
+				mu.Lock()
+				c.res = res
+				mu.Unlock()
+			}()
+		}
+	}
+	// The slot's two runs in flight (the default --redis-group-in-flight),
+	// stalled: one call of each policy.
+	start("head", 2, groupHeadDeadline)
+	eventually(t, 10*time.Second, 5*time.Millisecond, "the first two runs sent", func() error {
+		if got := runs() - base; got != 2 {
+			return fmt.Errorf("%v runs", got)
+		}
+		return nil
+	})
+	start("long", 16, groupLongDeadline)
+	start("short", 40, groupShortDeadline)
+	done := make(chan struct{})
+	go func() {
+		wg.Wait()
+		close(done)
+	}()
+	select {
+	case <-done:
+	case <-time.After(30 * time.Second):
+		t.Fatal("calls still running 30 s after Redis stopped")
+	}
+
+	mu.Lock()
+	var bad []string
+	var nClosed, nOpen int
+	for _, c := range calls {
+		switch {
+		case c.res.Err != nil:
+			bad = append(bad, fmt.Sprintf("%s (%s): %v", c.name, c.e.Key, c.res))
+		case c.e.Key == "closed" && (!c.res.over() || c.res.Headers["Retry-After"] == ""):
+			bad = append(bad, fmt.Sprintf("%s (closed): %v, want OVER_LIMIT with Retry-After", c.name, c.res))
+		case c.e.Key == "open" && !c.res.ok():
+			bad = append(bad, fmt.Sprintf("%s (open): %v, want OK", c.name, c.res))
+		case c.e.Key == "closed":
+			nClosed++
+		default:
+			nOpen++
+		}
+	}
+	mu.Unlock()
+	for _, b := range bad {
+		t.Error(b)
+	}
+	t.Logf("while Redis was stopped: %d closed-policy calls OVER_LIMIT, %d open-policy calls OK", nClosed, nOpen)
+	grouped := runs() - r.metric(`envoy_rls_redis_group_requests_bucket{le="1"}`)
+	if grouped < 1 {
+		t.Errorf("no run carried more than one call (%v runs after the warm-up)", runs()-base)
+	}
+	t.Logf("%v runs since the warm-up, %v of them of more than one call", runs()-base, grouped)
+	redis.Resume()
+
+	took := waitRedisDecides(t, r)
+	t.Logf("decisions %v after SIGCONT", took)
+	for _, e := range []entry{closed, open} {
+		res := r.mustCall(t, e)
+		left, err := strconv.Atoi(res.Headers["X-RateLimit-Remaining"])
+		if !res.ok() || err != nil {
+			t.Fatalf("first %s call after the resume: %v", e.Key, res)
+		}
+		if charged := failureLimit - 1 - left; charged != 0 {
+			t.Errorf("%s policy: %d hits of the calls answered by the failure mode while Redis was stopped were charged (X-RateLimit-Remaining %d, want %d)",
+				e.Key, charged, left, failureLimit-1)
+		}
+	}
+}
