@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"strconv"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -150,4 +151,104 @@ func TestRedisHangGroupFailureModes(t *testing.T) {
 				e.Key, charged, left, failureLimit-1)
 		}
 	}
+}
+
+// TestRedisKilledGroupFailureModes: Redis is killed (SIGKILL, while
+// stopped, so that it answers nothing) with two runs of the binary in
+// flight and 32 calls of a fail-closed and a fail-open policy queued or
+// arriving behind them. Each call is answered by its own policy
+// (OVER_LIMIT with Retry-After, or OK), never a gRPC error, long before its
+// deadline: the lost connection fails the runs, not the deadline. Redis is
+// restarted on the same port: the binary decides with it again, and 32
+// concurrent calls of one subject are counted exactly once each.
+func TestRedisKilledGroupFailureModes(t *testing.T) {
+	binary(t)
+	awayFromHourBoundary(t)
+	redis, cfg := withStandaloneRedis(t, redistest.Local())
+	cfg.Args = []string{"--redis-timeout", "2s"}
+	r := startReplicas(t, 1, failureRules, cfg)[0]
+	closed, open := entry{"closed", unique("group-kill")}, entry{"open", unique("group-kill")}
+	for _, e := range []entry{{"closed", unique("warm-up")}, {"open", unique("warm-up")}} {
+		if res := r.mustCall(t, e); !res.ok() {
+			t.Fatalf("warm-up %s: %v", e.Key, res)
+		}
+	}
+	runs := func() float64 { return r.metric("envoy_rls_redis_group_requests_count") }
+	base := runs()
+
+	redis.Pause()
+	const deadline = 5 * time.Second
+	results := make([]result, 34)
+	entries := make([]entry, len(results))
+	for i := range entries {
+		entries[i] = closed
+		if i%2 == 1 {
+			entries[i] = open
+		}
+	}
+	var wg sync.WaitGroup
+	startCalls := func(from, to int) {
+		for i := from; i < to; i++ {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				results[i] = r.call(deadline, 1, entries[i])
+			}()
+		}
+	}
+	startCalls(0, 2)
+	eventually(t, 10*time.Second, 5*time.Millisecond, "the first two runs sent", func() error {
+		if got := runs() - base; got != 2 {
+			return fmt.Errorf("%v runs", got)
+		}
+		return nil
+	})
+	startCalls(2, len(results))
+	pid := redis.PID()
+	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+		t.Fatalf("SIGKILL %d: %v", pid, err)
+	}
+	redis.Kill() // waits until the process is gone
+	wg.Wait()
+	for i, res := range results {
+		switch {
+		case res.Err != nil:
+			t.Errorf("call %d (%s): %v", i, entries[i].Key, res)
+		case entries[i].Key == "closed" && (!res.over() || res.Headers["Retry-After"] == ""):
+			t.Errorf("call %d (closed): %v, want OVER_LIMIT with Retry-After", i, res)
+		case entries[i].Key == "open" && !res.ok():
+			t.Errorf("call %d (open): %v, want OK", i, res)
+		case res.Took > deadline/2:
+			t.Errorf("call %d (%s): answered after %v: it waited for its deadline, not for the lost connection", i, entries[i].Key, res.Took)
+		}
+	}
+
+	redis.Restart()
+	took := waitRedisDecides(t, r)
+	t.Logf("decisions %v after the restart", took)
+	// Each attempt on a subject of its own, so that a call that still met
+	// the lost connection (answered by the failure mode) leaves no doubt
+	// about the count of the attempt that passes.
+	attempt := 0
+	eventually(t, 20*time.Second, 20*time.Millisecond, "32 concurrent calls decided by Redis", func() error {
+		attempt++
+		subject := entry{"closed", unique("after")}
+		got := make([]result, 32)
+		load(len(got), 1, nil, func(g, _ int) { got[g] = r.call(callTimeout, 1, subject) })
+		for _, res := range got {
+			if !res.ok() {
+				return fmt.Errorf("attempt %d: %v", attempt, res)
+			}
+		}
+		res := r.mustCall(t, subject)
+		left, err := strconv.Atoi(res.Headers["X-RateLimit-Remaining"])
+		if !res.ok() || err != nil {
+			return fmt.Errorf("attempt %d, the call after: %v", attempt, res)
+		}
+		if want := failureLimit - len(got) - 1; left != want {
+			t.Fatalf("X-RateLimit-Remaining %d after %d calls, want %d", left, len(got)+1, want)
+		}
+		return nil
+	})
+	t.Logf("32 concurrent calls all decided at attempt %d after the restart", attempt)
 }
