@@ -133,3 +133,19 @@ func (c *ctx) Err() error {
 		return nil
 	}
 }
+
+// Cancelled returns a channel that closes when c's caller gives up: the
+// Done of the first context under c that is not a Wheel's (the caller's
+// own, which closes when it is cancelled or reaches its own deadline). A
+// Wheel's Done does not follow its parent's cancellation; a caller that
+// waits for something it may drop on cancellation (a queue) also waits on
+// this. For a context that is not a Wheel's it is c.Done().
+func Cancelled(c context.Context) <-chan struct{} {
+	for {
+		w, ok := c.(*ctx)
+		if !ok {
+			return c.Done()
+		}
+		c = w.Context
+	}
+}

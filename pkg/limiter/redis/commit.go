@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/envoy-rls/envoy-rls/pkg/limiter"
+	"github.com/envoy-rls/envoy-rls/pkg/limiter/deadline"
 	"github.com/envoy-rls/envoy-rls/pkg/lua"
 )
 
@@ -25,8 +26,9 @@ import (
 // groupMaxBytes of arguments) as the next group. Under load a group is as
 // large as what arrived during the previous run.
 //
-// A call whose deadline passes while it waits leaves the queue and is
-// Unavailable (limiter.CategoryDeadline): never sent. One whose deadline
+// A call whose deadline passes, or whose caller cancels it, while it waits
+// leaves the queue and is Unavailable (limiter.CategoryDeadline): never
+// sent. One whose deadline
 // passes after its group was taken is Indeterminate and its result, when it
 // comes, is ignored: it cannot be counted twice, because nothing is ever
 // resent, and the program, which gets each call's deadline in Redis's
@@ -92,15 +94,17 @@ func (s *Store) committerOf(slot uint16) *committer {
 // has returned owns it again; what the run needs of it is copied into g.
 func (s *Store) commit(ctx context.Context, batch []limiter.Request, roles []limiter.Role, keys []string, g *group) *group {
 	g.ctx, g.roles, g.keys = ctx, roles, keys
-	g.policies = grow(g.policies, len(g.idx))
-	g.costs = grow(g.costs, len(g.idx))
+	n := len(g.idx)
+	g.policies, g.costs, g.bytes = grow(g.policies, n), grow(g.costs, n), 0
 	for k, i := range g.idx {
-		g.policies[k], g.costs[k] = batch[i].Policy, batch[i].Cost
+		p := batch[i].Policy
+		g.policies[k], g.costs[k] = p, batch[i].Cost
+		g.bytes += len(keys[i]) + len(p.ID()) + 64
 	}
-	if len(g.idx) > lua.MaxRequestKeys {
+	if n > lua.MaxRequestKeys {
 		// The program's group field counts a call's keys in 16 bits.
 		g.fail(limiter.UnavailableOutcome(0, limiter.CategoryInvalidRequest,
-			fmt.Errorf("redis store: not sent: %d limits in one call, above the %d one program run takes", len(g.idx), lua.MaxRequestKeys)))
+			fmt.Errorf("redis store: not sent: %d limits in one call, above the %d one program run takes", n, lua.MaxRequestKeys)))
 		return g
 	}
 	if s.groupMaxKeys == 1 {
@@ -143,10 +147,14 @@ func (s *Store) commit(ctx context.Context, batch []limiter.Request, roles []lim
 	if start {
 		go s.drain(c)
 	}
+	// ctx may be a deadline.Wheel's (the store's Timeout, pkg/rls's
+	// reserve), whose Done does not follow the caller's cancellation: a
+	// call cancelled while it waits leaves the queue at once all the same.
 	select {
 	case <-g.done:
 		return g
 	case <-ctx.Done():
+	case <-deadline.Cancelled(ctx):
 	}
 	if g.state.CompareAndSwap(groupWaiting, groupLeft) {
 		// Never sent: out of the queue, so that nothing refers to g.
@@ -199,7 +207,7 @@ func (s *Store) take(c *committer, dst []*group) []*group {
 	defer c.mu.Unlock()
 	keys, bytes, n := 0, 0, 0
 	for _, g := range c.queue {
-		if len(dst) > 0 && (keys+len(g.idx) > s.groupMaxKeys || bytes+g.size() > groupMaxBytes) {
+		if len(dst) > 0 && (keys+len(g.idx) > s.groupMaxKeys || bytes+g.bytes > groupMaxBytes) {
 			break
 		}
 		n++
@@ -207,7 +215,7 @@ func (s *Store) take(c *committer, dst []*group) []*group {
 			continue // left: its caller removes it
 		}
 		keys += len(g.idx)
-		bytes += g.size()
+		bytes += g.bytes
 		dst = append(dst, g)
 	}
 	rest := copy(c.queue, c.queue[n:])
@@ -230,13 +238,4 @@ func (s *Store) next(c *committer) {
 	}
 	c.mu.Unlock()
 	go s.drain(c)
-}
-
-// size is the bytes g's keys and arguments take in a command.
-func (g *group) size() int {
-	n := 0
-	for k, i := range g.idx {
-		n += len(g.keys[i]) + len(g.policies[k].ID()) + 64
-	}
-	return n
 }

@@ -27,15 +27,16 @@ type group struct {
 	// free: no command in flight refers to the call's buffers any more.
 	free bool
 
-	// The call, as the run that takes it reads it: its context, the
-	// scratch's roles and keys, and per request (in idx order) its policy
-	// and cost, copied from the batch, which the run never reads (a caller
-	// gone past its deadline owns it again).
-	ctx      context.Context
-	roles    []limiter.Role
-	keys     []string
-	policies []*limiter.Policy
-	costs    []int64
+	// The call, as the run that takes it reads it. Its requests' policies
+	// and costs are copied (policies, costs): a call whose deadline passes
+	// after its group was taken returns while the run still reads, and its
+	// caller may then reuse the batch. roles and keys live in the call's
+	// scratch, which is not reused then (free stays false).
+	ctx   context.Context
+	roles []limiter.Role
+	keys  []string
+	costs []int64
+	bytes int // the keys and arguments of the call in a command (size)
 	// state is groupWaiting, groupTaken or groupLeft; queued is when it
 	// started waiting; the run that took it sends once on done (buffered).
 	state  atomic.Int32
@@ -43,7 +44,8 @@ type group struct {
 	done   chan struct{}
 
 	// Working memory of the run, reused when the group comes from a scratch.
-	vals []lua.Value
+	policies []*limiter.Policy // of g.idx's requests
+	vals     []lua.Value
 }
 
 // scratch is the working memory of one Evaluate call, pooled on the Store
