@@ -2,7 +2,9 @@
 # tools/scripts/bench-group.sh — group commit side by side: the reference
 # service (envoyproxy/ratelimit), envoy-rls with group commit off
 # (--redis-group-max-keys 1: one program run per call), envoy-rls as shipped
-# (group commit on) and the do-nothing gRPC floor, in alternating rounds (this
+# (group commit on; also with a token bucket, tb, or a sliding window, sw,
+# instead of the fixed window) and the do-nothing gRPC floor, in alternating
+# rounds (this
 # machine's speed drifts: only runs made side by side compare). Each run has
 # its own redis-server; the rule is the same fixed window
 # (tools/config/bench/reference/bench.yaml), 10,000 uniform subjects, 4
@@ -41,6 +43,11 @@ for _ in $(seq 1 "$ROUNDS"); do
         --server-args "--redis-group-max-keys 1" --label "envoy-rls, group commit off" --out "$DIR/off.jsonl" ;;
       on) tools/scripts/bench.sh "${COMMON[@]}" --target envoy-rls --store redis --config "$RULES" \
         --label "envoy-rls, group commit on" --out "$DIR/on.jsonl" ;;
+      tb | sw)
+        rules=tools/config/bench/token-bucket.yaml
+        [ "$t" = tb ] || rules=tools/config/bench/sliding-window.yaml
+        tools/scripts/bench.sh "${COMMON[@]}" --target envoy-rls --store redis --config "$rules" \
+          --label "envoy-rls, group commit on, $(basename "$rules" .yaml)" --out "$DIR/$t.jsonl" ;;
       *) echo "bench-group.sh: unknown target $t" >&2; exit 1 ;;
     esac
   done
