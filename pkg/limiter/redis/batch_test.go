@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"reflect"
 	"strconv"
 	"testing"
@@ -103,6 +104,83 @@ func modelBatch(states map[string]limiter.State, reqs []batchReq, now int64) (bo
 	return commit, replies, final
 }
 
+// randomPolicies makes n policies named prefix.0, prefix.1, ...: each a
+// fixed window, a sliding window or a token bucket (refilling 1 to 3 a
+// period) of a limit from 1 to 8, its window or period one of windows, one
+// in four fail-open.
+func randomPolicies(t *testing.T, rng *rand.Rand, prefix string, n int, windows []time.Duration) []*limiter.Policy {
+	t.Helper()
+	pols := make([]*limiter.Policy, n)
+	for j := range pols {
+		limit := 1 + rng.Int64N(8)
+		fm := limiter.FailClosed
+		if rng.IntN(4) == 0 {
+			fm = limiter.FailOpen
+		}
+		id := fmt.Sprintf("%s.%d", prefix, j)
+		w := windows[rng.IntN(len(windows))]
+		switch rng.IntN(3) {
+		case 0:
+			pols[j] = limitertest.Policy(t, limiter.PolicySpec{ID: id, Algorithm: limiter.FixedWindow, FailureMode: fm,
+				Params: limiter.FixedWindowParams{Limit: limit, Window: w}})
+		case 1:
+			pols[j] = limitertest.Policy(t, limiter.PolicySpec{ID: id, Algorithm: limiter.SlidingWindow, FailureMode: fm,
+				Params: limiter.SlidingWindowParams{Limit: limit, Window: w}})
+		default:
+			pols[j] = limitertest.Policy(t, limiter.PolicySpec{ID: id, Algorithm: limiter.TokenBucket, FailureMode: fm,
+				Params: limiter.TokenBucketParams{Capacity: limit, RefillAmount: 1 + rng.Int64N(3), RefillPeriod: w}})
+		}
+	}
+	return pols
+}
+
+// seedRandom stores for each distinct key of reqs either nothing (one in
+// four) or randomState's state around now, and returns the states stored
+// (the zero State for none) and each key's DUMP as stored.
+func (e *env) seedRandom(rng *rand.Rand, reqs []batchReq, now int64) (states map[string]limiter.State, before map[string]any) {
+	e.t.Helper()
+	states = map[string]limiter.State{}
+	for _, r := range reqs {
+		key := keyOf(r.p, r.sub)
+		if _, done := states[key]; done {
+			continue
+		}
+		var st limiter.State
+		if rng.IntN(4) > 0 {
+			st = randomState(rng, r.p, now)
+			e.seed(key, st)
+		} else {
+			e.do("DEL", key)
+		}
+		states[key] = st
+	}
+	before = map[string]any{}
+	for key := range states {
+		before[key] = e.dump(key)
+	}
+	return states, before
+}
+
+// checkWritten compares each key of final (the model's states after a
+// run) with Redis: a key whose state the model left as seeded (states) is
+// unchanged to the byte (its DUMP is before's), any other holds the
+// model's hash.
+func (e *env) checkWritten(states, final map[string]limiter.State, before map[string]any) error {
+	e.t.Helper()
+	for key, st := range final {
+		if st == states[key] {
+			if after := e.dump(key); !reflect.DeepEqual(after, before[key]) {
+				return fmt.Errorf("key %x: not written, yet changed", key[len(key)-8:])
+			}
+			continue
+		}
+		if h := e.hash(key); !reflect.DeepEqual(h, stateHash(st)) {
+			return fmt.Errorf("key %x: hash %v, want %v", key[len(key)-8:], h, stateHash(st))
+		}
+	}
+	return nil
+}
+
 // TestBatchProgramAgainstApply: random batches (several algorithms, keys
 // named twice, every role, fail-open policies, stale, incompatible and
 // unsafe-clock states) through rate-batch-v1.lua and through modelBatch:
@@ -114,52 +192,14 @@ func TestBatchProgramAgainstApply(t *testing.T) {
 	windows := []time.Duration{7 * time.Millisecond, time.Second, time.Minute, time.Hour}
 	roles := []limiter.Role{limiter.RoleOrdinary, limiter.RoleOrdinary, limiter.RoleOrdinary, limiter.RoleShadow, limiter.RoleQuota, limiter.RoleQuota, limiter.RoleCheck}
 	for it := 0; it < n; it++ {
-		pols := make([]*limiter.Policy, 3)
-		for j := range pols {
-			limit := 1 + rng.Int64N(8)
-			fm := limiter.FailClosed
-			if rng.IntN(4) == 0 {
-				fm = limiter.FailOpen
-			}
-			id := fmt.Sprintf("bp.%d", j)
-			switch rng.IntN(3) {
-			case 0:
-				pols[j] = limitertest.Policy(t, limiter.PolicySpec{ID: id, Algorithm: limiter.FixedWindow, FailureMode: fm,
-					Params: limiter.FixedWindowParams{Limit: limit, Window: windows[rng.IntN(len(windows))]}})
-			case 1:
-				pols[j] = limitertest.Policy(t, limiter.PolicySpec{ID: id, Algorithm: limiter.SlidingWindow, FailureMode: fm,
-					Params: limiter.SlidingWindowParams{Limit: limit, Window: windows[rng.IntN(len(windows))]}})
-			default:
-				pols[j] = limitertest.Policy(t, limiter.PolicySpec{ID: id, Algorithm: limiter.TokenBucket, FailureMode: fm,
-					Params: limiter.TokenBucketParams{Capacity: limit, RefillAmount: 1 + rng.Int64N(3), RefillPeriod: windows[rng.IntN(len(windows))]}})
-			}
-		}
+		pols := randomPolicies(t, rng, "bp", 3, windows)
 		reqs := make([]batchReq, 1+rng.IntN(6))
 		for j := range reqs {
 			p := pols[rng.IntN(len(pols))]
 			reqs[j] = batchReq{p: p, sub: subjectOf("bp" + strconv.Itoa(rng.IntN(2))), cost: 1 + rng.Int64N(p.MaxCost()), role: roles[rng.IntN(len(roles))]}
 		}
-		// Seed every distinct key: none, or a random state.
 		now := e.serverNow()
-		states := map[string]limiter.State{}
-		for _, r := range reqs {
-			key := keyOf(r.p, r.sub)
-			if _, done := states[key]; done {
-				continue
-			}
-			var st limiter.State
-			if rng.IntN(4) > 0 {
-				st = randomState(rng, r.p, now)
-				e.seed(key, st)
-			} else {
-				e.do("DEL", key)
-			}
-			states[key] = st
-		}
-		before := map[string]any{}
-		for key := range states {
-			before[key] = e.dump(key)
-		}
+		states, before := e.seedRandom(rng, reqs, now)
 		// No deadline, one ahead, or one already past: past it nothing
 		// changes and the reply is the expired one.
 		var keys, args []string
@@ -197,16 +237,8 @@ func TestBatchProgramAgainstApply(t *testing.T) {
 		if committed != wantCommit || !reflect.DeepEqual(got, want) {
 			t.Fatalf("batch %d: %+v\n states %+v\n lua commit %v %+v\n go  commit %v %+v", it, reqs, states, committed, got, wantCommit, want)
 		}
-		for key, st := range final {
-			if st == states[key] {
-				if after := e.dump(key); !reflect.DeepEqual(after, before[key]) {
-					t.Fatalf("batch %d: a key not written changed", it)
-				}
-				continue
-			}
-			if h := e.hash(key); !reflect.DeepEqual(h, stateHash(st)) {
-				t.Fatalf("batch %d: hash %v, want %v", it, h, stateHash(st))
-			}
+		if err := e.checkWritten(states, final, before); err != nil {
+			t.Fatalf("batch %d: %v", it, err)
 		}
 	}
 }

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
@@ -598,45 +599,47 @@ func sameOutcome(a, b limiter.Outcome) bool {
 		x.ResetAt.Equal(y.ResetAt) && x.Consumed == y.Consumed && x.PolicyID == y.PolicyID
 }
 
-// groupSizes reads the group-size histogram of reg: the number of program
-// runs, the requests they evaluated, and the runs of exactly one request.
-func groupSizes(t *testing.T, reg *prometheus.Registry) (runs, requests uint64, single uint64) {
+// newMetrics is a Metrics on a registry of its own, returned with it.
+func newMetrics(t *testing.T) (*prometheus.Registry, *Metrics) {
+	t.Helper()
+	reg := prometheus.NewRegistry()
+	m, err := NewMetrics(reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return reg, m
+}
+
+// histogramOf returns the histogram named name in reg (one series).
+func histogramOf(t testing.TB, reg *prometheus.Registry, name string) *dto.Histogram {
 	t.Helper()
 	mfs, err := reg.Gather()
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, mf := range mfs {
-		if mf.GetName() != "envoy_rls_redis_group_requests" {
-			continue
+		if mf.GetName() == name && len(mf.GetMetric()) == 1 {
+			return mf.GetMetric()[0].GetHistogram()
 		}
-		h := mf.GetMetric()[0].GetHistogram()
-		for _, b := range h.GetBucket() {
-			if b.GetUpperBound() == 1 {
-				single = b.GetCumulativeCount()
-			}
-		}
-		return h.GetSampleCount(), uint64(h.GetSampleSum()), single
 	}
-	t.Fatal("no envoy_rls_redis_group_requests in the registry")
-	return 0, 0, 0
+	t.Fatalf("no %s in the registry", name)
+	return nil
+}
+
+// groupSizes reads the group-size histogram of reg: the number of program
+// runs, the requests they evaluated, and the runs of exactly one request.
+func groupSizes(t *testing.T, reg *prometheus.Registry) (runs, requests uint64, single uint64) {
+	t.Helper()
+	h := histogramOf(t, reg, "envoy_rls_redis_group_requests")
+	single = runsAtMost(t, reg, 1)
+	return h.GetSampleCount(), uint64(h.GetSampleSum()), single
 }
 
 // waitCount reads the wait histogram's count: one observation per call
 // sent.
 func waitCount(t *testing.T, reg *prometheus.Registry) uint64 {
 	t.Helper()
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, mf := range mfs {
-		if mf.GetName() == "envoy_rls_redis_group_wait_seconds" {
-			return mf.GetMetric()[0].GetHistogram().GetSampleCount()
-		}
-	}
-	t.Fatal("no envoy_rls_redis_group_wait_seconds in the registry")
-	return 0
+	return histogramOf(t, reg, "envoy_rls_redis_group_wait_seconds").GetSampleCount()
 }
 
 // hammer runs callers goroutines, released together, each making perCaller
@@ -644,6 +647,13 @@ func waitCount(t *testing.T, reg *prometheus.Registry) uint64 {
 // (every request allowed) and how many were denied. Any other outcome
 // fails t.
 func hammer(t *testing.T, s *Store, callers, perCaller int, batch func(g, i int) []limiter.Request) (admitted, refused int64) {
+	t.Helper()
+	return hammerEach(t, s, callers, perCaller, batch, nil)
+}
+
+// hammerEach is hammer that also calls onAdmit(g, i), when it is not nil,
+// for each call that committed.
+func hammerEach(t *testing.T, s *Store, callers, perCaller int, batch func(g, i int) []limiter.Request, onAdmit func(g, i int)) (admitted, refused int64) {
 	t.Helper()
 	var ok, no atomic.Int64
 	var wg sync.WaitGroup
@@ -668,6 +678,9 @@ func hammer(t *testing.T, s *Store, callers, perCaller int, batch func(g, i int)
 					all = all && out[k].Decision.Allowed
 				}
 				if all {
+					if onAdmit != nil {
+						onAdmit(g, i)
+					}
 					ok.Add(1)
 				} else {
 					no.Add(1)
@@ -688,11 +701,7 @@ func hammer(t *testing.T, s *Store, callers, perCaller int, batch func(g, i int)
 // adding up to exactly the calls made (none sent twice, none lost).
 func TestGroupCommitExact(t *testing.T) {
 	srv := redistest.Standalone(t)
-	reg := prometheus.NewRegistry()
-	m, err := NewMetrics(reg)
-	if err != nil {
-		t.Fatal(err)
-	}
+	reg, m := newMetrics(t)
 	e := newEnvOn(t, srv, Config{Addrs: []string{srv.Addr()}, Timeout: 10 * time.Second, Metrics: m})
 	const callers, perCaller, hot = 64, 30, 4
 	run := time.Now().UnixNano()
@@ -709,54 +718,25 @@ func TestGroupCommitExact(t *testing.T) {
 	for i := range perSubject {
 		perSubject[i] = make([]atomic.Int64, hot)
 	}
-	var ok, no atomic.Int64
-	var wg sync.WaitGroup
-	start := make(chan struct{})
-	for g := range callers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			<-start
-			out := make([]limiter.Outcome, 2)
-			for i := range perCaller {
-				kind, s := (g+i)%3, (g+i/3)%hot
-				var b []limiter.Request
-				switch kind {
-				case 0:
-					b = []limiter.Request{{Policy: fw, Subject: subs[s], Cost: 1}}
-				case 1:
-					b = []limiter.Request{{Policy: tb, Subject: subs[s], Cost: 1}}
-				default:
-					b = []limiter.Request{{Policy: tight, Subject: subs[s], Cost: 1}, {Policy: loose, Subject: subs[s], Cost: 1}}
-				}
-				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-				e.store.Evaluate(ctx, b, out)
-				cancel()
-				all := true
-				for k := range b {
-					if out[k].Kind != limiter.Evaluated {
-						t.Errorf("caller %d call %d: %v: %v", g, i, out[k].Kind, out[k].Err)
-						return
-					}
-					all = all && out[k].Decision.Allowed
-				}
-				if all {
-					perSubject[kind][s].Add(1)
-					ok.Add(1)
-				} else {
-					no.Add(1)
-				}
-			}
-		}()
-	}
-	close(start)
-	wg.Wait()
+	ok, no := hammerEach(t, e.store, callers, perCaller, func(g, i int) []limiter.Request {
+		kind, s := (g+i)%3, (g+i/3)%hot
+		switch kind {
+		case 0:
+			return []limiter.Request{{Policy: fw, Subject: subs[s], Cost: 1}}
+		case 1:
+			return []limiter.Request{{Policy: tb, Subject: subs[s], Cost: 1}}
+		default:
+			return []limiter.Request{{Policy: tight, Subject: subs[s], Cost: 1}, {Policy: loose, Subject: subs[s], Cost: 1}}
+		}
+	}, func(g, i int) {
+		perSubject[(g+i)%3][(g+i/3)%hot].Add(1)
+	})
 	if t.Failed() {
 		return
 	}
-	calls := int64(callers * perCaller)
-	if ok.Load()+no.Load() != calls {
-		t.Fatalf("%d answers for %d calls", ok.Load()+no.Load(), calls)
+	const calls = callers * perCaller
+	if ok+no != calls {
+		t.Fatalf("%d answers for %d calls", ok+no, calls)
 	}
 	limits := []int64{60, 90, 50}
 	for kind, l := range limits {
@@ -775,7 +755,7 @@ func TestGroupCommitExact(t *testing.T) {
 		}
 	}
 	runs, requests, single := groupSizes(t, reg)
-	t.Logf("%d calls: %d admitted; %d program runs, %d of one call", calls, ok.Load(), runs, single)
+	t.Logf("%d calls: %d admitted; %d program runs, %d of one call", calls, ok, runs, single)
 	// hot extra calls above (one each) also ran.
 	if sent := uint64(calls) + hot; requests != sent {
 		t.Errorf("the runs evaluated %d calls, %d were made: a call was sent twice or lost", requests, sent)
@@ -793,11 +773,7 @@ func TestGroupCommitExact(t *testing.T) {
 // admitted.
 func TestGroupCommitOff(t *testing.T) {
 	srv := redistest.Standalone(t)
-	reg := prometheus.NewRegistry()
-	m, err := NewMetrics(reg)
-	if err != nil {
-		t.Fatal(err)
-	}
+	reg, m := newMetrics(t)
 	s := newStore(t, Config{Addrs: []string{srv.Addr()}, Timeout: 10 * time.Second, Metrics: m, GroupMaxKeys: 1})
 	const callers, perCaller = 32, 10
 	p := fixed(t, "gc.off", 100, farWindow)
@@ -865,6 +841,18 @@ func waitCommitter(t *testing.T, s *Store, what string, cond func(running, queue
 	})
 }
 
+// evaluateAsync makes the call s.Evaluate(batch, out), with a deadline d
+// from when it starts, in a goroutine of its own, counted in wg.
+func evaluateAsync(wg *sync.WaitGroup, s *Store, d time.Duration, batch []limiter.Request, out []limiter.Outcome) {
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		ctx, cancel := context.WithTimeout(context.Background(), d)
+		defer cancel()
+		s.Evaluate(ctx, batch, out)
+	}()
+}
+
 // TestGroupQueuedPastDeadline: while Redis is stopped, the GroupInFlight
 // first calls are sent and wait for their answer; the calls behind them
 // wait in the slot's queue. Those whose deadline passes there are
@@ -873,11 +861,7 @@ func waitCommitter(t *testing.T, s *Store, what string, cond func(running, queue
 // resumes, and the slot is idle again (no run, no call left waiting).
 func TestGroupQueuedPastDeadline(t *testing.T) {
 	srv := redistest.Standalone(t, redistest.Local())
-	reg := prometheus.NewRegistry()
-	m, err := NewMetrics(reg)
-	if err != nil {
-		t.Fatal(err)
-	}
+	reg, m := newMetrics(t)
 	e := newEnvOn(t, srv, Config{Addrs: []string{srv.Addr()}, Timeout: 20 * time.Second, Metrics: m, GroupInFlight: 2})
 	p := fixed(t, "queued", 1000, farWindow)
 	sub := subjectOf(fmt.Sprintf("queued-%d", time.Now().UnixNano()))
@@ -892,14 +876,8 @@ func TestGroupQueuedPastDeadline(t *testing.T) {
 	var sent sync.WaitGroup
 	sentOut := make([][]limiter.Outcome, 2)
 	for i := range sentOut {
-		sent.Add(1)
 		sentOut[i] = make([]limiter.Outcome, 1)
-		go func() {
-			defer sent.Done()
-			ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
-			defer cancel()
-			e.store.Evaluate(ctx, []limiter.Request{{Policy: p, Subject: sub, Cost: 1}}, sentOut[i])
-		}()
+		evaluateAsync(&sent, e.store, 15*time.Second, []limiter.Request{{Policy: p, Subject: sub, Cost: 1}}, sentOut[i])
 		want := i + 1
 		waitCommitter(t, e.store, "a call in flight", func(r, q int) bool { return r == want && q == 0 })
 	}
@@ -908,14 +886,9 @@ func TestGroupQueuedPastDeadline(t *testing.T) {
 	var queued sync.WaitGroup
 	queuedOut := make([][]limiter.Outcome, waiting)
 	for i := range queuedOut {
-		queued.Add(1)
 		queuedOut[i] = make([]limiter.Outcome, 2)
-		go func() {
-			defer queued.Done()
-			ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
-			defer cancel()
-			e.store.Evaluate(ctx, []limiter.Request{{Policy: p, Subject: sub, Cost: 1}, {Policy: p, Subject: subjectOf("queued other"), Cost: 1}}, queuedOut[i])
-		}()
+		evaluateAsync(&queued, e.store, 200*time.Millisecond,
+			[]limiter.Request{{Policy: p, Subject: sub, Cost: 1}, {Policy: p, Subject: subjectOf("queued other"), Cost: 1}}, queuedOut[i])
 	}
 	queued.Wait()
 	for i, out := range queuedOut {
@@ -964,11 +937,7 @@ func TestGroupCommitCluster(t *testing.T) {
 		t.Skip("cluster topology: skipped with -short")
 	}
 	c := redistest.StartCluster(t)
-	reg := prometheus.NewRegistry()
-	m, err := NewMetrics(reg)
-	if err != nil {
-		t.Fatal(err)
-	}
+	reg, m := newMetrics(t)
 	s := newStore(t, Config{Addrs: c.Addrs(), Mode: ModeCluster, Timeout: 10 * time.Second, Metrics: m})
 	tagA, tagB := limiter.Tag{7}, limiter.Tag{8}
 	for i := uint64(9); KeySlot(tagKey(tagA)) == KeySlot(tagKey(tagB)); i++ {
@@ -1158,27 +1127,7 @@ func TestGroupDifferentialSeeded(t *testing.T) {
 	run := time.Now().UnixNano()
 	kinds := map[limiter.Status]int{}
 	for it := 0; it < n; it++ {
-		pols := make([]*limiter.Policy, 4)
-		for j := range pols {
-			limit := 1 + rng.Int64N(8)
-			fm := limiter.FailClosed
-			if rng.IntN(4) == 0 {
-				fm = limiter.FailOpen
-			}
-			id := fmt.Sprintf("gs.%d", j)
-			w := windows[rng.IntN(len(windows))]
-			switch rng.IntN(3) {
-			case 0:
-				pols[j] = limitertest.Policy(t, limiter.PolicySpec{ID: id, Algorithm: limiter.FixedWindow, FailureMode: fm,
-					Params: limiter.FixedWindowParams{Limit: limit, Window: w}})
-			case 1:
-				pols[j] = limitertest.Policy(t, limiter.PolicySpec{ID: id, Algorithm: limiter.SlidingWindow, FailureMode: fm,
-					Params: limiter.SlidingWindowParams{Limit: limit, Window: w}})
-			default:
-				pols[j] = limitertest.Policy(t, limiter.PolicySpec{ID: id, Algorithm: limiter.TokenBucket, FailureMode: fm,
-					Params: limiter.TokenBucketParams{Capacity: limit, RefillAmount: 1 + rng.Int64N(3), RefillPeriod: w}})
-			}
-		}
+		pols := randomPolicies(t, rng, "gs", 4, windows)
 		reqs := make([]gReq, 1+rng.IntN(6))
 		for j := range reqs {
 			q := gReq{keys: make([]batchReq, 1+rng.IntN(4)), expired: rng.IntN(15) == 0}
@@ -1191,29 +1140,11 @@ func TestGroupDifferentialSeeded(t *testing.T) {
 			}
 			reqs[j] = q
 		}
-		// Seed every distinct key: none, or a random state.
-		now := e.serverNow()
-		states := map[string]limiter.State{}
+		var keys []batchReq
 		for _, q := range reqs {
-			for _, r := range q.keys {
-				key := keyOf(r.p, r.sub)
-				if _, done := states[key]; done {
-					continue
-				}
-				var st limiter.State
-				if rng.IntN(4) > 0 {
-					st = randomState(rng, r.p, now)
-					e.seed(key, st)
-				} else {
-					e.do("DEL", key)
-				}
-				states[key] = st
-			}
+			keys = append(keys, q.keys...)
 		}
-		before := map[string]any{}
-		for key := range states {
-			before[key] = e.dump(key)
-		}
+		states, before := e.seedRandom(rng, keys, e.serverNow())
 		got, serverNow := e.execGroup(reqs)
 		want, final := modelGroup(states, reqs, serverNow)
 		for j := range reqs {
@@ -1226,16 +1157,8 @@ func TestGroupDifferentialSeeded(t *testing.T) {
 				}
 			}
 		}
-		for key, st := range final {
-			if st == states[key] {
-				if after := e.dump(key); !reflect.DeepEqual(after, before[key]) {
-					t.Fatalf("group %d: a key no request wrote changed", it)
-				}
-				continue
-			}
-			if h := e.hash(key); !reflect.DeepEqual(h, stateHash(st)) {
-				t.Fatalf("group %d: hash %v, want %v", it, h, stateHash(st))
-			}
+		if err := e.checkWritten(states, final, before); err != nil {
+			t.Fatalf("group %d: %v", it, err)
 		}
 	}
 	t.Logf("key statuses: %v", kinds)
@@ -1250,18 +1173,9 @@ func TestGroupDifferentialSeeded(t *testing.T) {
 // requests (n a bucket bound: 1, 2, 4, ...).
 func runsAtMost(t *testing.T, reg *prometheus.Registry, n float64) uint64 {
 	t.Helper()
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, mf := range mfs {
-		if mf.GetName() != "envoy_rls_redis_group_requests" {
-			continue
-		}
-		for _, b := range mf.GetMetric()[0].GetHistogram().GetBucket() {
-			if b.GetUpperBound() == n {
-				return b.GetCumulativeCount()
-			}
+	for _, b := range histogramOf(t, reg, "envoy_rls_redis_group_requests").GetBucket() {
+		if b.GetUpperBound() == n {
+			return b.GetCumulativeCount()
 		}
 	}
 	t.Fatalf("no bucket %v in envoy_rls_redis_group_requests", n)
@@ -1280,11 +1194,7 @@ func TestGroupMaxKeysCap(t *testing.T) {
 		width int // limits per call
 	}{{"calls of one limit", 1}, {"calls of three limits", 3}} {
 		t.Run(tc.name, func(t *testing.T) {
-			reg := prometheus.NewRegistry()
-			m, err := NewMetrics(reg)
-			if err != nil {
-				t.Fatal(err)
-			}
+			reg, m := newMetrics(t)
 			s := newStore(t, Config{Addrs: []string{srv.Addr()}, Timeout: 10 * time.Second, Metrics: m, GroupMaxKeys: 4})
 			run := time.Now().UnixNano()
 			ps := make([]*limiter.Policy, tc.width)

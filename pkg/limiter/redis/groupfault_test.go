@@ -44,11 +44,7 @@ type faultEnv struct {
 func newFaultEnv(t *testing.T) *faultEnv {
 	t.Helper()
 	srv := redistest.Standalone(t, redistest.Local())
-	reg := prometheus.NewRegistry()
-	m, err := NewMetrics(reg)
-	if err != nil {
-		t.Fatal(err)
-	}
+	reg, m := newMetrics(t)
 	e := newEnvOn(t, srv, Config{Addrs: []string{srv.Addr()}, Timeout: 10 * time.Second, Metrics: m})
 	return &faultEnv{env: e, reg: reg}
 }
@@ -56,17 +52,7 @@ func newFaultEnv(t *testing.T) *faultEnv {
 // histogram returns the named histogram of fe's registry.
 func (fe *faultEnv) histogram(name string) *dto.Histogram {
 	fe.t.Helper()
-	mfs, err := fe.reg.Gather()
-	if err != nil {
-		fe.t.Fatal(err)
-	}
-	for _, mf := range mfs {
-		if mf.GetName() == name && len(mf.GetMetric()) == 1 {
-			return mf.GetMetric()[0].GetHistogram()
-		}
-	}
-	fe.t.Fatalf("metric %s not found", name)
-	return nil
+	return histogramOf(fe.t, fe.reg, name)
 }
 
 // runCalls is how many calls the group runs started so far carried.
@@ -99,34 +85,47 @@ func (fe *faultEnv) grouped() (runs, waited uint64) {
 	return runs, waited
 }
 
-// waitRuns waits until n group runs have started.
-func (fe *faultEnv) waitRuns(t *testing.T, n uint64) {
+// waitValue polls get until it returns want (what it counts: what), for
+// at most faultWait.
+func waitValue[T comparable](t *testing.T, what string, want T, get func() T) {
 	t.Helper()
-	redistest.Eventually(t, faultWait, time.Millisecond, fmt.Sprintf("%d group runs started", n), func() error {
-		if got := fe.runs(); got != n {
-			return fmt.Errorf("%d runs", got)
+	redistest.Eventually(t, faultWait, time.Millisecond, fmt.Sprintf("%v %s", want, what), func() error {
+		if got := get(); got != want {
+			return fmt.Errorf("%v %s", got, what)
 		}
 		return nil
 	})
 }
 
+// waitRuns waits until n group runs have started.
+func (fe *faultEnv) waitRuns(t *testing.T, n uint64) {
+	t.Helper()
+	waitValue(t, "group runs started", n, fe.runs)
+}
+
+// stall stops Redis and makes the slot's GroupInFlight first calls on fc
+// (deadline d, on p, sub and sub2 as fc.start makes them): it returns them
+// once each has been sent alone in a run that Redis does not answer. The
+// caller resumes (or kills) Redis.
+func (fe *faultEnv) stall(t *testing.T, fc *faultCalls, d time.Duration, p *limiter.Policy, sub, sub2 limiter.SubjectDigest) []*faultCall {
+	t.Helper()
+	base := fe.runs()
+	fe.srv.Pause()
+	heads := fc.start(fe.store, "head", DefaultGroupInFlight, d, p, sub, sub2)
+	fe.waitRuns(t, base+DefaultGroupInFlight)
+	return heads
+}
+
 // queued is how many calls wait in the queue of the store's only slot.
 func (fe *faultEnv) queued() int {
-	c := fe.store.committerOf(0)
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return len(c.queue)
+	_, q := committerState(fe.store)
+	return q
 }
 
 // waitQueued waits until n calls wait in the queue.
 func (fe *faultEnv) waitQueued(t *testing.T, n int) {
 	t.Helper()
-	redistest.Eventually(t, faultWait, time.Millisecond, fmt.Sprintf("%d calls queued", n), func() error {
-		if got := fe.queued(); got != n {
-			return fmt.Errorf("%d queued", got)
-		}
-		return nil
-	})
+	waitValue(t, "calls queued", n, fe.queued)
 }
 
 // evalshaCalls is how many EVALSHA commands Redis has run since its
@@ -313,12 +312,10 @@ func TestGroupHangEachCallOwnOutcome(t *testing.T) {
 	fe.do("CONFIG", "RESETSTAT")
 	base, baseCalls := fe.runs(), fe.runCalls()
 
-	fe.srv.Pause()
 	defer fe.srv.Resume()
 	var fc faultCalls
 	// The slot's two runs in flight, stalled.
-	heads := fc.start(fe.store, "head", DefaultGroupInFlight, 2*time.Second, p, sub, sub2)
-	fe.waitRuns(t, base+DefaultGroupInFlight)
+	heads := fe.stall(t, &fc, 2*time.Second, p, sub, sub2)
 	// Calls that the first runs outlive: they still wait when the runs
 	// give up, and become the next run.
 	long := fc.start(fe.store, "long", 16, 4*time.Second, p, sub, sub2)
@@ -384,11 +381,9 @@ func TestGroupCancelledLeavesQueue(t *testing.T) {
 	fe.do("CONFIG", "RESETSTAT")
 	base, baseCalls := fe.runs(), fe.runCalls()
 
-	fe.srv.Pause()
 	defer fe.srv.Resume()
 	var fc faultCalls
-	heads := fc.start(fe.store, "head", DefaultGroupInFlight, 20*time.Second, p, sub, sub2)
-	fe.waitRuns(t, base+DefaultGroupInFlight)
+	heads := fe.stall(t, &fc, 20*time.Second, p, sub, sub2)
 	var gone faultCalls
 	cancelled := gone.start(fe.store, "cancelled", 32, 20*time.Second, p, sub, sub2)
 	fe.waitQueued(t, len(cancelled))
@@ -445,15 +440,12 @@ func TestGroupKilledThenRestarted(t *testing.T) {
 	if o := fe.evaluate(p, subjectOf("warm-up"), 1); o.Kind != limiter.Evaluated {
 		t.Fatalf("warm-up: %+v", o)
 	}
-	base := fe.runs()
 
 	// Stopped first, so that the runs are certainly in flight (sent, not
 	// answered) and the queue full when the process dies; then killed
 	// without being continued, so that it answers nothing.
-	fe.srv.Pause()
 	var fc faultCalls
-	heads := fc.start(fe.store, "head", DefaultGroupInFlight, 10*time.Second, p, sub, sub2)
-	fe.waitRuns(t, base+DefaultGroupInFlight)
+	heads := fe.stall(t, &fc, 10*time.Second, p, sub, sub2)
 	queued := fc.start(fe.store, "queued", 30, 10*time.Second, p, sub, sub2)
 	fe.waitQueued(t, len(queued))
 	pid := fe.srv.PID()
@@ -537,11 +529,9 @@ func TestGroupLateCallReusesBatch(t *testing.T) {
 	fe.warmUp(t, p)
 	base, baseCalls := fe.runs(), fe.runCalls()
 
-	fe.srv.Pause()
 	defer fe.srv.Resume()
 	fc := faultCalls{reuse: true}
-	heads := fc.start(fe.store, "head", DefaultGroupInFlight, time.Second, p, sub, sub2)
-	fe.waitRuns(t, base+DefaultGroupInFlight)
+	heads := fe.stall(t, &fc, time.Second, p, sub, sub2)
 	// Both sets wait behind the first runs and are taken together when
 	// those give up; the early ones give up long before the group's run.
 	early := fc.start(fe.store, "early", 8, 1500*time.Millisecond, p, sub, sub2)
