@@ -54,7 +54,12 @@ func (r *replica) call(timeout time.Duration, hits uint32, entries ...entry) res
 	for _, e := range entries {
 		d.Entries = append(d.Entries, &ratelimitv3.RateLimitDescriptor_Entry{Key: e.Key, Value: e.Value})
 	}
-	req := &rlsv3.RateLimitRequest{Domain: domain, Descriptors: []*ratelimitv3.RateLimitDescriptor{d}, HitsAddend: hits}
+	return r.send(timeout, &rlsv3.RateLimitRequest{Domain: domain, Descriptors: []*ratelimitv3.RateLimitDescriptor{d}, HitsAddend: hits})
+}
+
+// send sends req with a deadline of timeout and returns what Envoy sees of
+// the answer.
+func (r *replica) send(timeout time.Duration, req *rlsv3.RateLimitRequest) result {
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
 	start := time.Now()

@@ -1,7 +1,6 @@
 package e2e_test
 
 import (
-	"context"
 	"strconv"
 	"testing"
 	"time"
@@ -34,20 +33,7 @@ func (r *replica) callMany(timeout time.Duration, entries ...entry) result {
 		req.Descriptors = append(req.Descriptors, &ratelimitv3.RateLimitDescriptor{
 			Entries: []*ratelimitv3.RateLimitDescriptor_Entry{{Key: e.Key, Value: e.Value}}})
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), timeout)
-	defer cancel()
-	start := time.Now()
-	resp, err := r.rls.ShouldRateLimit(ctx, req)
-	res := result{Took: time.Since(start), Deadline: timeout, Err: err}
-	if err != nil {
-		return res
-	}
-	res.Code = resp.GetOverallCode()
-	res.Headers = map[string]string{}
-	for _, h := range resp.GetResponseHeadersToAdd() {
-		res.Headers[h.GetKey()] = h.GetValue()
-	}
-	return res
+	return r.send(timeout, req)
 }
 
 // groupRuns reads the group-commit histograms of r's /metrics: program

@@ -25,6 +25,53 @@ const (
 	groupLongDeadline = 5 * time.Second
 )
 
+// startGroupFaultReplica starts one replica of failureRules on a local
+// Redis that the test stops or kills, and warms up both policies. Its
+// store timeout (--redis-timeout 2s) is above the first calls' deadlines,
+// so that the calls queued behind them outlive their runs; a silent
+// connection is closed only after 8 s, longer than a pause.
+func startGroupFaultReplica(t *testing.T) (*redistest.Server, *replica) {
+	t.Helper()
+	binary(t)
+	awayFromHourBoundary(t)
+	redis, cfg := withStandaloneRedis(t, redistest.Local())
+	cfg.Args = []string{"--redis-timeout", "2s"}
+	r := startReplicas(t, 1, failureRules, cfg)[0]
+	for _, e := range []entry{{"closed", unique("warm-up")}, {"open", unique("warm-up")}} {
+		if res := r.mustCall(t, e); !res.ok() {
+			t.Fatalf("warm-up %s: %v", e.Key, res)
+		}
+	}
+	return redis, r
+}
+
+// waitHeadRuns waits until runs() is base+2: the slot's two runs in flight
+// (the default --redis-group-in-flight) sent.
+func waitHeadRuns(t *testing.T, runs func() float64, base float64) {
+	t.Helper()
+	eventually(t, 10*time.Second, 5*time.Millisecond, "the first two runs sent", func() error {
+		if got := runs() - base; got != 2 {
+			return fmt.Errorf("%v runs", got)
+		}
+		return nil
+	})
+}
+
+// failureModeAnswer checks that res is what the policy named key answers
+// without Redis: OVER_LIMIT with Retry-After for "closed", OK for "open",
+// never a gRPC error.
+func failureModeAnswer(key string, res result) error {
+	switch {
+	case res.Err != nil:
+		return fmt.Errorf("%v", res)
+	case key == "closed" && (!res.over() || res.Headers["Retry-After"] == ""):
+		return fmt.Errorf("%v, want OVER_LIMIT with Retry-After", res)
+	case key == "open" && !res.ok():
+		return fmt.Errorf("%v, want OK", res)
+	}
+	return nil
+}
+
 // TestRedisHangGroupFailureModes: Redis stops (SIGSTOP) while the binary
 // has runs in flight and 32 calls of a fail-closed and a fail-open policy
 // queued behind them, then sent together as one group run that gets no
@@ -34,20 +81,8 @@ const (
 // run carried more than one call. After SIGCONT nothing of it was
 // counted: each subject's first call sees its whole limit but its own hit.
 func TestRedisHangGroupFailureModes(t *testing.T) {
-	binary(t)
-	awayFromHourBoundary(t)
-	redis, cfg := withStandaloneRedis(t, redistest.Local())
-	// A store timeout above the first calls' deadlines, so that the calls
-	// queued behind them outlive their runs; a silent connection is closed
-	// only after 8 s, longer than the pause.
-	cfg.Args = []string{"--redis-timeout", "2s"}
-	r := startReplicas(t, 1, failureRules, cfg)[0]
+	redis, r := startGroupFaultReplica(t)
 	closed, open := entry{"closed", unique("group-hang")}, entry{"open", unique("group-hang")}
-	for _, e := range []entry{{"closed", unique("warm-up")}, {"open", unique("warm-up")}} {
-		if res := r.mustCall(t, e); !res.ok() {
-			t.Fatalf("warm-up %s: %v", e.Key, res)
-		}
-	}
 	runs := func() float64 { return r.metric("envoy_rls_redis_group_requests_count") }
 	carried := func() float64 { return r.metric("envoy_rls_redis_group_requests_sum") }
 	base, baseCarried := runs(), carried()
@@ -86,12 +121,7 @@ func TestRedisHangGroupFailureModes(t *testing.T) {
 	// The slot's two runs in flight (the default --redis-group-in-flight),
 	// stalled: one call of each policy.
 	start("head", 2, groupHeadDeadline)
-	eventually(t, 10*time.Second, 5*time.Millisecond, "the first two runs sent", func() error {
-		if got := runs() - base; got != 2 {
-			return fmt.Errorf("%v runs", got)
-		}
-		return nil
-	})
+	waitHeadRuns(t, runs, base)
 	start("queued", 32, groupLongDeadline)
 	done := make(chan struct{})
 	go func() {
@@ -108,13 +138,9 @@ func TestRedisHangGroupFailureModes(t *testing.T) {
 	var bad []string
 	var nClosed, nOpen int
 	for _, c := range calls {
-		switch {
-		case c.res.Err != nil:
-			bad = append(bad, fmt.Sprintf("%s (%s): %v", c.name, c.e.Key, c.res))
-		case c.e.Key == "closed" && (!c.res.over() || c.res.Headers["Retry-After"] == ""):
-			bad = append(bad, fmt.Sprintf("%s (closed): %v, want OVER_LIMIT with Retry-After", c.name, c.res))
-		case c.e.Key == "open" && !c.res.ok():
-			bad = append(bad, fmt.Sprintf("%s (open): %v, want OK", c.name, c.res))
+		switch err := failureModeAnswer(c.e.Key, c.res); {
+		case err != nil:
+			bad = append(bad, fmt.Sprintf("%s (%s): %v", c.name, c.e.Key, err))
 		case c.e.Key == "closed":
 			nClosed++
 		default:
@@ -162,17 +188,8 @@ func TestRedisHangGroupFailureModes(t *testing.T) {
 // restarted on the same port: the binary decides with it again, and 32
 // concurrent calls of one subject are counted exactly once each.
 func TestRedisKilledGroupFailureModes(t *testing.T) {
-	binary(t)
-	awayFromHourBoundary(t)
-	redis, cfg := withStandaloneRedis(t, redistest.Local())
-	cfg.Args = []string{"--redis-timeout", "2s"}
-	r := startReplicas(t, 1, failureRules, cfg)[0]
+	redis, r := startGroupFaultReplica(t)
 	closed, open := entry{"closed", unique("group-kill")}, entry{"open", unique("group-kill")}
-	for _, e := range []entry{{"closed", unique("warm-up")}, {"open", unique("warm-up")}} {
-		if res := r.mustCall(t, e); !res.ok() {
-			t.Fatalf("warm-up %s: %v", e.Key, res)
-		}
-	}
 	runs := func() float64 { return r.metric("envoy_rls_redis_group_requests_count") }
 	base := runs()
 
@@ -197,12 +214,7 @@ func TestRedisKilledGroupFailureModes(t *testing.T) {
 		}
 	}
 	startCalls(0, 2)
-	eventually(t, 10*time.Second, 5*time.Millisecond, "the first two runs sent", func() error {
-		if got := runs() - base; got != 2 {
-			return fmt.Errorf("%v runs", got)
-		}
-		return nil
-	})
+	waitHeadRuns(t, runs, base)
 	startCalls(2, len(results))
 	pid := redis.PID()
 	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
@@ -211,13 +223,9 @@ func TestRedisKilledGroupFailureModes(t *testing.T) {
 	redis.Kill() // waits until the process is gone
 	wg.Wait()
 	for i, res := range results {
-		switch {
-		case res.Err != nil:
-			t.Errorf("call %d (%s): %v", i, entries[i].Key, res)
-		case entries[i].Key == "closed" && (!res.over() || res.Headers["Retry-After"] == ""):
-			t.Errorf("call %d (closed): %v, want OVER_LIMIT with Retry-After", i, res)
-		case entries[i].Key == "open" && !res.ok():
-			t.Errorf("call %d (open): %v, want OK", i, res)
+		switch err := failureModeAnswer(entries[i].Key, res); {
+		case err != nil:
+			t.Errorf("call %d (%s): %v", i, entries[i].Key, err)
 		case res.Took > deadline/2:
 			t.Errorf("call %d (%s): answered after %v: it waited for its deadline, not for the lost connection", i, entries[i].Key, res.Took)
 		}
