@@ -20,7 +20,6 @@ import (
 type runScratch struct {
 	keys, args []string
 	abuf, hdr  []byte
-	msgs       []rueidis.RedisMessage
 }
 
 // runGroup sends one run of the rate program for the groups gs (taken from
@@ -92,7 +91,12 @@ func (s *Store) runProgram(first context.Context, gs []*group) {
 	// of its calls' deadlines (each call also waits on its own).
 	ctx := first
 	if len(gs) > 1 {
-		ctx = s.deadlines.Context(context.Background(), time.Now(), latest)
+		now := time.Now()
+		if latest.IsZero() {
+			// Evaluate gives every call a deadline; this is a bound all the same.
+			latest = now.Add(s.timeout)
+		}
+		ctx = s.deadlines.Context(context.Background(), now, latest)
 	}
 	if err := ctx.Err(); err != nil {
 		for _, g := range gs {
