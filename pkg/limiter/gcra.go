@@ -1,6 +1,9 @@
 package limiter
 
-import "time"
+import (
+	"errors"
+	"time"
+)
 
 // GCRAParams: the generic cell rate algorithm, Limit units per Period with
 // a tolerance of Burst units at once. Its emission interval is
@@ -50,7 +53,8 @@ func (prm GCRAParams) divided(n int64) Params {
 // emission interval is period/amount ms.
 func (prm GCRAParams) apply(p *Policy) error {
 	err := TokenBucketParams{Capacity: prm.Burst, RefillAmount: prm.Limit, RefillPeriod: prm.Period}.apply(p)
-	if fe, ok := err.(*FieldError); ok {
+	var fe *FieldError
+	if errors.As(err, &fe) {
 		switch fe.Field {
 		case "capacity":
 			fe.Field = "burst"
