@@ -7,14 +7,17 @@ import (
 	"time"
 )
 
-// exactRules: a fixed window and a token bucket that do not roll or refill
-// noticeably during a test (per hour; the bucket refills 1 token an hour).
+// exactRules: a fixed window, a token bucket and a GCRA that do not roll or
+// refill noticeably during a test (per hour; the bucket refills 1 token an
+// hour, the GCRA's interval is an hour).
 const exactRules = `domain: e2e
 descriptors:
   - key: fixed
     rate_limit: {unit: hour, requests_per_unit: 100, algorithm: fixed_window}
   - key: bucket
     rate_limit: {unit: hour, requests_per_unit: 1, algorithm: token_bucket, burst: 50}
+  - key: gcra
+    rate_limit: {unit: hour, requests_per_unit: 1, algorithm: gcra, burst: 50}
 `
 
 // startReplicas starts n replicas sharing one Redis (standalone or cluster
@@ -48,6 +51,8 @@ func TestExactnessAcrossReplicas(t *testing.T) {
 		// 33 calls of 3 hits fit in 100; a denied call consumes nothing.
 		{"fixed window hits_addend 3", "fixed", 3, 33, 1},
 		{"token bucket hits_addend 7", "bucket", 7, 7, 1},
+		{"gcra", "gcra", 1, 50, 0},
+		{"gcra hits_addend 7", "gcra", 7, 7, 1},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if tc.key == "fixed" {
@@ -102,7 +107,7 @@ func limitOf(key string) int {
 	if key == "fixed" {
 		return 100
 	}
-	return 1 // the token bucket's requests_per_unit (its burst is 50)
+	return 1 // the token bucket's and the GCRA's requests_per_unit (their burst is 50)
 }
 
 // awayFromHourBoundary waits, when an epoch-aligned hour ends within the next

@@ -77,7 +77,8 @@ type Rule struct {
 	ValueToMetric bool
 	// ShareThreshold: every value matching the wildcard shares one counter.
 	ShareThreshold bool
-	// Burst is the configured token bucket capacity (0 when not set).
+	// Burst is the configured token bucket capacity or GCRA burst (0 when
+	// not set).
 	Burst uint32
 	// PolicyName is the named policy (top-level `policies:`) this rule uses,
 	// "" when the rule writes its own rate_limit.
@@ -116,7 +117,8 @@ type Match struct {
 	Tag limiter.Tag
 }
 
-// Window returns the window (fixed and sliding) or refill period (token bucket).
+// Window returns the window (fixed and sliding), refill period (token
+// bucket) or period (GCRA).
 func (r *Rule) Window() time.Duration {
 	return r.Unit.Duration() * time.Duration(max(r.UnitMultiplier, 1))
 }

@@ -61,6 +61,12 @@ func TestInvalidFiles(t *testing.T) {
 		"bad_bool.yaml":        {{4, 18, `shadow_mode must be true or false, got "sometimes"`}},
 		"bad_metadata.yaml":    {{4, 15, "metadata must be a mapping, got a list"}},
 		"too_deep.yaml":        {{2, 14, "nested more than 64 levels"}},
+		"gcra_bad.yaml": {
+			{4, 17, "burst (or requests_per_unit) times the refill period"},
+			{6, 17, "the window (unit x unit_multiplier) is out of range"},
+			{8, 71, "burst with requests_per_unit 0"},
+			{10, 78, "burst must be"},
+		},
 	}
 	ents, err := os.ReadDir("testdata/invalid")
 	if err != nil {

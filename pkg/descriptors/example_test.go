@@ -54,5 +54,5 @@ descriptors:
 	}
 	// Output:
 	// bad.yaml:4:18: rate_limit: invalid rate limit unit "fortnight" (expected second, minute, hour, day, week, month or year)
-	// bad.yaml:4:58: rate_limit: burst is only valid with algorithm: token_bucket
+	// bad.yaml:4:58: rate_limit: burst is only valid with algorithm: token_bucket or gcra
 }

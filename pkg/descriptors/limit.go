@@ -100,9 +100,9 @@ func policyReason(err error) string {
 	var fe *limiter.FieldError
 	if errors.As(err, &fe) {
 		switch fe.Field {
-		case "window", "refill_period":
+		case "window", "refill_period", "period":
 			return "the window (unit x unit_multiplier) is out of range: it " + fe.Reason
-		case "capacity":
+		case "capacity", "burst":
 			return "burst (or requests_per_unit) " + fe.Reason
 		}
 		return fe.Field + " " + fe.Reason

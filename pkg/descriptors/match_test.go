@@ -212,6 +212,15 @@ func TestRuleFlagsAndExtensions(t *testing.T) {
 	if r := get("ext", e("route=/year")); r.Headers != HeadersFull {
 		t.Errorf("headers full not parsed")
 	}
+	g := get("ext", e("route=/gcra"))
+	if prm, ok := g.Policy.Params().(limiter.GCRAParams); !ok || prm.Burst != 25 || prm.Limit != 10 || prm.Period != time.Second ||
+		g.Burst != 25 || g.Policy.Limit() != 25 {
+		t.Errorf("gcra params = %#v, limit %d", g.Policy.Params(), g.Policy.Limit())
+	}
+	gd := get("ext", e("route=/gcra-default"))
+	if prm, ok := gd.Policy.Params().(limiter.GCRAParams); !ok || prm.Burst != 3 || prm.Limit != 3 || prm.Period != time.Minute {
+		t.Errorf("gcra default burst = %#v", gd.Policy.Params())
+	}
 	zb := get("ext", e("route=/zero-bucket"))
 	if zb.Policy.Limit() != 0 || zb.Policy.Algorithm() != limiter.TokenBucket {
 		t.Errorf("zero token bucket: limit %d", zb.Policy.Limit())

@@ -13,6 +13,7 @@ const (
 	FixedWindow   Algorithm = iota + 1 // epoch-aligned windows with a counter
 	SlidingWindow                      // sliding-window counter (two windows, weighted)
 	TokenBucket                        // scaled tokens refilled continuously
+	GCRA                               // generic cell rate algorithm: one theoretical arrival time
 )
 
 // algorithms is the one dispatch point from an Algorithm to its rules: each
@@ -22,6 +23,7 @@ var algorithms = [...]*algorithmRules{
 	FixedWindow:   &fixedWindowRules,
 	SlidingWindow: &slidingWindowRules,
 	TokenBucket:   &tokenBucketRules,
+	GCRA:          &gcraRules,
 }
 
 // algorithmRules is everything specific to one algorithm that is not its
@@ -41,6 +43,9 @@ type algorithmRules struct {
 	burst bool
 	// params builds its parameters from a rate as a rule file states it.
 	params func(Rate) Params
+	// sketch is how a conservative estimate of its state is kept
+	// (Policy.SketchWindows, Policy.Deficit).
+	sketch sketchRules
 }
 
 func (a Algorithm) rules() *algorithmRules {
@@ -71,7 +76,7 @@ func AlgorithmNames() string {
 }
 
 // String returns the configuration name: fixed_window, sliding_window,
-// token_bucket.
+// token_bucket, gcra.
 func (a Algorithm) String() string {
 	if r := a.rules(); r != nil {
 		return r.name
@@ -113,7 +118,7 @@ func (a Algorithm) ParamsFor(r Rate) Params {
 }
 
 // Params holds the parameters of exactly one algorithm: one of
-// FixedWindowParams, SlidingWindowParams or TokenBucketParams.
+// FixedWindowParams, SlidingWindowParams, TokenBucketParams or GCRAParams.
 type Params interface {
 	algorithm() Algorithm
 	// apply checks the parameters (a *FieldError naming the first

@@ -14,6 +14,7 @@ func BenchmarkApply(b *testing.B) {
 		fixed(b, 1_000_000_000, time.Minute),
 		sliding(b, 1_000_000_000, time.Minute),
 		bucket(b, 1_000_000_000, 1_000_000, time.Second),
+		gcraPolicy(b, 1_000_000_000, 1_000_000, time.Second),
 	} {
 		b.Run(p.Algorithm().String(), func(b *testing.B) {
 			b.ReportAllocs()

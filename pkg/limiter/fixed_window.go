@@ -16,6 +16,7 @@ var fixedWindowRules = algorithmRules{
 	params: func(r Rate) Params {
 		return FixedWindowParams{Limit: r.Limit, Window: r.Window}
 	},
+	sketch: sketchRules{windows: 1},
 }
 
 func (FixedWindowParams) algorithm() Algorithm { return FixedWindow }

@@ -159,7 +159,7 @@ func (s Source) String() string {
 type Certainty uint8
 
 const (
-	// Certain: the decision is exact (fixed window, token bucket).
+	// Certain: the decision is exact (fixed window, token bucket, GCRA).
 	Certain Certainty = iota + 1
 	// Approximate: the algorithm estimates (sliding-window counter); the
 	// estimate is conservative, never admitting more than the limit.
@@ -185,7 +185,7 @@ type Decision struct {
 	// limit of a batch that did not commit is reported as it stands, its
 	// cost not taken.
 	Consumed bool
-	// Limit is the policy's limit (token bucket: capacity).
+	// Limit is the policy's limit (token bucket: capacity; GCRA: burst).
 	Limit int64
 	// Remaining is what is left after this request: after its cost when
 	// Consumed, before it otherwise (0 when denied and nothing is left).

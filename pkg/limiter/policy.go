@@ -86,8 +86,9 @@ type Policy struct {
 	// limit is the limit or capacity; windowMs the window or refill period.
 	limit    int64
 	windowMs int64
-	// refillAmount and refillPeriodMs are the token bucket rate reduced by
-	// their greatest common divisor, so that refill arithmetic stays small.
+	// refillAmount and refillPeriodMs are the token bucket (or GCRA) rate
+	// reduced by their greatest common divisor, so that its arithmetic
+	// stays small.
 	refillAmount   int64
 	refillPeriodMs int64
 	// args are the two algorithm arguments (AlgorithmArgs).
@@ -196,15 +197,17 @@ func (p *Policy) Algorithm() Algorithm { return p.spec.Algorithm }
 // Params returns the algorithm parameters as given.
 func (p *Policy) Params() Params { return p.spec.Params }
 
-// Limit returns the limit (fixed and sliding window) or capacity (token bucket).
+// Limit returns the limit (fixed and sliding window), capacity (token
+// bucket) or burst (GCRA).
 func (p *Policy) Limit() int64 { return p.limit }
 
-// WindowMillis returns the window (fixed and sliding) or the refill period
-// (token bucket) in milliseconds.
+// WindowMillis returns the window (fixed and sliding), the refill period
+// (token bucket) or the period (GCRA) in milliseconds.
 func (p *Policy) WindowMillis() int64 { return p.windowMs }
 
-// Refill returns the token bucket refill rate reduced to lowest terms:
-// amount tokens every periodMs milliseconds. Zero for other algorithms.
+// Refill returns the token bucket refill rate, or the GCRA rate, reduced to
+// lowest terms: amount tokens (requests) every periodMs milliseconds; the
+// GCRA emission interval is periodMs/amount ms. Zero for other algorithms.
 func (p *Policy) Refill() (amount, periodMs int64) { return p.refillAmount, p.refillPeriodMs }
 
 // MaxCost returns the largest cost a Request may carry.
@@ -228,14 +231,14 @@ func (p *Policy) Certainty() Certainty { return p.rules.certainty }
 
 // DenialsHold reports whether a denial of this policy stays true until its
 // retry time whatever other requests do (they can only consume more), so
-// that a cache may repeat it until then: true for the fixed window and the
-// token bucket, false for the sliding-window estimate.
+// that a cache may repeat it until then: true for the fixed window, the
+// token bucket and GCRA, false for the sliding-window estimate.
 func (p *Policy) DenialsHold() bool { return p.rules.denialsHold }
 
 // AlgorithmArgs returns the two numbers that, with Limit, are the
 // algorithm's arithmetic, as the Lua programs take them: the window in ms
 // and 0 (fixed and sliding window); the refill amount and period in ms,
-// reduced as Refill (token bucket).
+// reduced as Refill (token bucket, GCRA).
 func (p *Policy) AlgorithmArgs() (first, second int64) { return p.args[0], p.args[1] }
 
 // Spec returns a copy of the validated spec, defaults filled.

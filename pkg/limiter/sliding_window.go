@@ -22,6 +22,7 @@ var slidingWindowRules = algorithmRules{
 	params: func(r Rate) Params {
 		return SlidingWindowParams{Limit: r.Limit, Window: r.Window}
 	},
+	sketch: sketchRules{windows: 2},
 }
 
 func (SlidingWindowParams) algorithm() Algorithm { return SlidingWindow }

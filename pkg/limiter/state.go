@@ -56,13 +56,16 @@ type State struct {
 	// LastObservedMs is the largest effective time that changed this state.
 	LastObservedMs int64
 	// Epoch is when the counts were taken: the window id (fixed and
-	// sliding window) or the last refill time in ms (token bucket).
+	// sliding window) or the last refill time in ms (token bucket); GCRA:
+	// the theoretical arrival time's whole ms.
 	Epoch int64
 	// Level is what the epoch holds: the units consumed in the window
-	// (fixed and sliding window) or the tokens left (token bucket).
+	// (fixed and sliding window) or the tokens left (token bucket); 0 for
+	// GCRA.
 	Level int64
 	// Carry is what is kept beside the level: the previous window's count
-	// (sliding window) or the sub-token refill remainder (token bucket).
+	// (sliding window), the sub-token refill remainder (token bucket) or
+	// the theoretical arrival time's fraction of a ms, in 1/amount ms (GCRA).
 	Carry int64
 	// ExpiresAtMs is when the state may be dropped (effective now + TTL).
 	ExpiresAtMs int64

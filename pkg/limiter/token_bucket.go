@@ -20,6 +20,7 @@ var tokenBucketRules = algorithmRules{
 	denialsHold: true,
 	burst:       true,
 	params:      tokenBucketParams,
+	sketch:      sketchRules{deficit: tokenBucketDeficit, state: tokenBucketState},
 }
 
 // tokenBucketParams: Limit tokens refilled every Window, in a bucket of
@@ -129,4 +130,29 @@ func fullTime(capacity, tokens, rem, amount, period int64) int64 {
 		return ceilDiv(missing, amount)
 	}
 	return 0
+}
+
+// tokenBucketDeficit is the capacity minus the tokens of st at now (its
+// refill applied), in units of 1/period token; a lowered capacity can leave
+// more tokens than it: 0.
+func tokenBucketDeficit(st State, now int64, p *Policy) int64 {
+	if !st.Exists || st.Level >= p.limit {
+		return 0
+	}
+	missing := (p.limit-st.Level)*p.refillPeriodMs - st.Carry
+	if missing <= 0 {
+		return 0
+	}
+	// Compare before multiplying: a long idle time never overflows.
+	elapsed := max(0, now-st.Epoch)
+	if elapsed >= ceilDiv(missing, p.refillAmount) {
+		return 0
+	}
+	return missing - elapsed*p.refillAmount
+}
+
+// tokenBucketState is the bucket refilled at now that misses d units.
+func tokenBucketState(d, now int64, p *Policy) (epoch, level, carry int64) {
+	units := p.limit*p.refillPeriodMs - d
+	return now, units / p.refillPeriodMs, units % p.refillPeriodMs
 }

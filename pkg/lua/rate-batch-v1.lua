@@ -13,15 +13,18 @@
 --   2 the numbers, packed big-endian as struct.pack('>BBddddddd'): one
 --     string and one struct.unpack per key instead of nine decimal strings
 --     to intern and parse (each costs Redis CPU):
---       algorithm            1 fixed_window, 2 sliding_window, 3 token_bucket
+--       algorithm            1 fixed_window, 2 sliding_window, 3 token_bucket,
+--                            4 gcra
 --       flags                role + 4 * failOpen; role 0 ordinary, 1 shadow,
 --                            2 quota, 3 check (limiter.Role)
 --       policy revision      1..2^32-1
 --       limit (capacity)     0..2^53-1 (sliding window: 0..(2^53-1)/10^6;
 --                            token bucket: capacity * period + amount
---                            below 2^53)
+--                            below 2^53; gcra: the burst, burst * period
+--                            + amount below 2^53)
 --       window ms (fixed, sliding) | refill amount (token bucket, reduced)
---       0 (fixed, sliding) | refill period ms (token bucket, reduced)
+--         | limit (gcra, reduced: the interval is period/amount ms)
+--       0 (fixed, sliding) | refill period ms (token bucket, gcra, reduced)
 --       cleanup grace ms     0..ten years
 --       max clock regression ms  0..ten years
 --       cost                 1..limit
@@ -179,6 +182,9 @@ for i = 1, n do
   elseif algorithm == 3 then
     alg = 'token_bucket'
 -- #include token-bucket.lua valid
+  elseif algorithm == 4 then
+    alg = 'gcra'
+-- #include gcra.lua valid
   else
     valid = false
   end
@@ -234,6 +240,8 @@ for i = 1, n do
 -- #include sliding-window.lua step
         elseif alg == 'token_bucket' then
 -- #include token-bucket.lua step
+        elseif alg == 'gcra' then
+-- #include gcra.lua step
         end
         if not allowed then
           status = 'DENIED'

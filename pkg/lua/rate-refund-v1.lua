@@ -14,8 +14,8 @@
 -- was taken went with it), the algorithm's refund section (its fragment)
 -- gives the cost back when the state is still the one the batch wrote to
 -- (fixed window: the same window; sliding window: the same or the next;
--- token bucket: written at or after effectiveNow), never below zero and
--- never above the capacity. One HSET of the changed fields; the TTL is
+-- token bucket and gcra: written at or after effectiveNow), never below zero
+-- and never above the capacity (gcra: the TAT never before that write). One HSET of the changed fields; the TTL is
 -- kept. It does not read TIME.
 --
 -- Reply: an array of N integers, 1 refunded, 0 nothing to refund.
@@ -90,6 +90,8 @@ for i = 1, n do
 -- #include sliding-window.lua refund
     elseif alg == 'token_bucket' then
 -- #include token-bucket.lua refund
+    elseif alg == 'gcra' then
+-- #include gcra.lua refund
     end
   end
   out[i] = done

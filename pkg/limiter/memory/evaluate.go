@@ -182,7 +182,7 @@ func (s *Store) Evaluate(ctx context.Context, batch []limiter.Request, out []lim
 			continue
 		}
 		if wi.overflow {
-			wi.sp.sk.add(&wi.sp.idx, wi.next, wi.sp.eff, batch[i].Policy.Algorithm())
+			wi.sp.sk.add(&wi.sp.idx, wi.next, wi.sp.eff, batch[i].Policy)
 			out[i].Decision.Consumed = true
 			continue
 		}

@@ -76,7 +76,7 @@ func (s *Store) evaluateOne(r *limiter.Request, o *limiter.Outcome, nowMs int64)
 			*o = decided(p, uncommitted, limiter.SourceMemoryOverflow)
 			break
 		}
-		wo.sp.sk.add(&wo.sp.idx, next, wo.sp.eff, p.Algorithm())
+		wo.sp.sk.add(&wo.sp.idx, next, wo.sp.eff, p)
 		o.Decision.Consumed = true
 	case !found && !room:
 		refused = 1

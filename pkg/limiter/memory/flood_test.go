@@ -22,6 +22,8 @@ func algorithmPolicies(t testing.TB, prefix string, mode limiter.FailureMode, li
 			Params: limiter.SlidingWindowParams{Limit: limit, Window: window}}),
 		limitertest.Policy(t, limiter.PolicySpec{ID: prefix + "-bucket", Algorithm: limiter.TokenBucket, FailureMode: mode,
 			Params: limiter.TokenBucketParams{Capacity: limit, RefillAmount: limit, RefillPeriod: window}}),
+		limitertest.Policy(t, limiter.PolicySpec{ID: prefix + "-gcra", Algorithm: limiter.GCRA, FailureMode: mode,
+			Params: limiter.GCRAParams{Burst: limit, Limit: limit, Period: window}}),
 	}
 }
 

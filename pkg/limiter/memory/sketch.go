@@ -29,11 +29,11 @@ type sketchKey struct {
 	alg      limiter.Algorithm
 }
 
-// cell is one counter of a sketch. Fixed window: a is the units admitted in
-// the sketch's window. Sliding window: a is the current window's units, b
-// the previous window's. Token bucket: a is the deficit (capacity minus
-// level, in the policy's scaled units: a token is period units, amount
-// units refill per millisecond) as of time b.
+// cell is one counter of a sketch. A window algorithm (Policy.SketchWindows
+// 1 or 2): a is the units admitted in the sketch's window, b the previous
+// window's (two windows). A deficit algorithm (token bucket, GCRA): a is the
+// deficit (Policy.Deficit: in the policy's scaled units, a unit of cost is
+// period units, amount units refill per millisecond) as of time b.
 type cell struct{ a, b int64 }
 
 // sketch is a count-min sketch of one policy's overflow subjects. Every
@@ -70,12 +70,12 @@ func sketchRowsOf(d *limiter.SubjectDigest) [sketchRows]int {
 
 // fit makes the sketch's parameters those of p, clearing it when the
 // cells mean something else under them: another window or refill rate, or
-// another token bucket capacity (window counts stay counts under another
+// another capacity of a deficit (window counts stay counts under another
 // limit, as exact states do).
 func (sk *sketch) fit(p *limiter.Policy) {
 	amount, period := p.Refill()
 	same := sk.windowMs == p.WindowMillis() && sk.amount == amount && sk.period == period
-	if same && (sk.limit == p.Limit() || p.Algorithm() != limiter.TokenBucket) {
+	if same && (sk.limit == p.Limit() || p.SketchWindows() != 0) {
 		sk.limit = p.Limit()
 		return
 	}
@@ -98,16 +98,16 @@ func (sk *sketch) effectiveNow(nowMs int64, p *limiter.Policy) (int64, bool) {
 	return sk.lastObserved, true
 }
 
-// rotate moves the window counts to the window of effMs (fixed and sliding
-// windows; token bucket cells decay lazily).
-func (sk *sketch) rotate(effMs int64, alg limiter.Algorithm) {
-	if alg == limiter.TokenBucket {
+// rotate moves the window counts to the window of effMs (window
+// algorithms; deficit cells decay lazily).
+func (sk *sketch) rotate(effMs int64, windows int64) {
+	if windows == 0 {
 		return
 	}
 	w := effMs / sk.windowMs
 	switch {
 	case w == sk.epoch:
-	case w == sk.epoch+1 && alg == limiter.SlidingWindow:
+	case w == sk.epoch+1 && windows == 2:
 		for i := range sk.cells {
 			sk.cells[i] = cell{b: sk.cells[i].a}
 		}
@@ -117,7 +117,7 @@ func (sk *sketch) rotate(effMs int64, alg limiter.Algorithm) {
 	sk.epoch = max(sk.epoch, w)
 }
 
-// deficit is a token bucket cell's deficit at effMs, refilled since its time.
+// deficit is a deficit cell's deficit at effMs, refilled since its time.
 func (sk *sketch) deficit(c cell, effMs int64) int64 {
 	if c.a == 0 {
 		return 0
@@ -138,7 +138,7 @@ func (sk *sketch) state(idx *[sketchRows]int, effMs int64, p *limiter.Policy) li
 	for _, i := range idx {
 		c := sk.cells[i]
 		a, b := c.a, c.b
-		if p.Algorithm() == limiter.TokenBucket {
+		if p.SketchWindows() == 0 {
 			a, b = sk.deficit(c, effMs), 0
 		}
 		if lo < 0 || a < lo {
@@ -151,24 +151,23 @@ func (sk *sketch) state(idx *[sketchRows]int, effMs int64, p *limiter.Policy) li
 	if lo == 0 && lo2 == 0 {
 		return limiter.State{}
 	}
-	st := limiter.State{
+	if p.SketchWindows() == 0 {
+		return p.DeficitState(lo, effMs)
+	}
+	return limiter.State{
 		Exists: true, Schema: limiter.StateSchema, Algorithm: p.Algorithm(), PolicyID: p.ID(), Revision: p.Revision(),
 		LastObservedMs: effMs, Epoch: sk.epoch, Level: lo, Carry: lo2,
 	}
-	if p.Algorithm() == limiter.TokenBucket {
-		level := sk.limit*sk.period - lo
-		st.Epoch, st.Level, st.Carry = effMs, level/sk.period, level%sk.period
-	}
-	return st
 }
 
 // add records next, the state limiter.Check computed for the subject of
 // idx from state's answer, raising each of its cells to it at least.
-func (sk *sketch) add(idx *[sketchRows]int, next limiter.State, effMs int64, alg limiter.Algorithm) {
+func (sk *sketch) add(idx *[sketchRows]int, next limiter.State, effMs int64, p *limiter.Policy) {
 	sk.lastObserved = max(sk.lastObserved, effMs)
-	switch alg {
-	case limiter.TokenBucket:
-		d := sk.limit*sk.period - (next.Level*sk.period + next.Carry)
+	windows := p.SketchWindows()
+	switch windows {
+	case 0:
+		d := p.Deficit(next, effMs)
 		for _, i := range idx {
 			sk.cells[i] = cell{a: max(sk.deficit(sk.cells[i], effMs), d), b: effMs}
 		}
@@ -179,10 +178,7 @@ func (sk *sketch) add(idx *[sketchRows]int, next limiter.State, effMs int64, alg
 		for _, i := range idx {
 			sk.cells[i].a = max(sk.cells[i].a, next.Level)
 		}
-		ends := (sk.epoch + 1) * sk.windowMs
-		if alg == limiter.SlidingWindow {
-			ends += sk.windowMs
-		}
+		ends := (sk.epoch + windows) * sk.windowMs
 		sk.liveUntil = max(sk.liveUntil, ends)
 	}
 }
@@ -234,7 +230,7 @@ func (s *Store) openSketch(sp *spill, p *limiter.Policy, d *limiter.SubjectDiges
 	if !ok {
 		return limiter.State{}, false
 	}
-	sk.rotate(eff, p.Algorithm())
+	sk.rotate(eff, p.SketchWindows())
 	sp.sk, sp.eff, sp.idx = sk, eff, sketchRowsOf(d)
 	return sk.state(&sp.idx, eff, p), true
 }

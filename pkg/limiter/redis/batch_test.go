@@ -105,8 +105,8 @@ func modelBatch(states map[string]limiter.State, reqs []batchReq, now int64) (bo
 }
 
 // randomPolicies makes n policies named prefix.0, prefix.1, ...: each a
-// fixed window, a sliding window or a token bucket (refilling 1 to 3 a
-// period) of a limit from 1 to 8, its window or period one of windows, one
+// fixed window, a sliding window, a token bucket (refilling 1 to 3 a
+// period) or a GCRA (1 to 3 a period) of a limit (burst) from 1 to 8, its window or period one of windows, one
 // in four fail-open.
 func randomPolicies(t *testing.T, rng *rand.Rand, prefix string, n int, windows []time.Duration) []*limiter.Policy {
 	t.Helper()
@@ -119,16 +119,19 @@ func randomPolicies(t *testing.T, rng *rand.Rand, prefix string, n int, windows 
 		}
 		id := fmt.Sprintf("%s.%d", prefix, j)
 		w := windows[rng.IntN(len(windows))]
-		switch rng.IntN(3) {
+		switch rng.IntN(4) {
 		case 0:
 			pols[j] = limitertest.Policy(t, limiter.PolicySpec{ID: id, Algorithm: limiter.FixedWindow, FailureMode: fm,
 				Params: limiter.FixedWindowParams{Limit: limit, Window: w}})
 		case 1:
 			pols[j] = limitertest.Policy(t, limiter.PolicySpec{ID: id, Algorithm: limiter.SlidingWindow, FailureMode: fm,
 				Params: limiter.SlidingWindowParams{Limit: limit, Window: w}})
-		default:
+		case 2:
 			pols[j] = limitertest.Policy(t, limiter.PolicySpec{ID: id, Algorithm: limiter.TokenBucket, FailureMode: fm,
 				Params: limiter.TokenBucketParams{Capacity: limit, RefillAmount: 1 + rng.Int64N(3), RefillPeriod: w}})
+		default:
+			pols[j] = limitertest.Policy(t, limiter.PolicySpec{ID: id, Algorithm: limiter.GCRA, FailureMode: fm,
+				Params: limiter.GCRAParams{Burst: limit, Limit: 1 + rng.Int64N(3), Period: w}})
 		}
 	}
 	return pols
@@ -404,7 +407,7 @@ func TestRefundProgram(t *testing.T) {
 		n, _ := msgs[0].ToInt64()
 		return n
 	}
-	for _, p := range []*limiter.Policy{fixed(t, "rf.fw", 5, time.Hour), sliding(t, "rf.sw", 5, time.Hour), bucket(t, "rf.tb", 5, 1, time.Hour)} {
+	for _, p := range []*limiter.Policy{fixed(t, "rf.fw", 5, time.Hour), sliding(t, "rf.sw", 5, time.Hour), bucket(t, "rf.tb", 5, 1, time.Hour), cellRate(t, "rf.gc", 5, 1, time.Hour)} {
 		sub := subjectOf("refund")
 		key := keyOf(p, sub)
 		e.do("DEL", key)
@@ -437,13 +440,18 @@ func TestRefundProgram(t *testing.T) {
 			if h["a"] != "5" || h["c"] != "0" {
 				t.Fatalf("%s: over-refunded bucket %v", p.ID(), h)
 			}
+		case limiter.GCRA:
+			// The TAT goes back no further than the write it refunds.
+			if h["b"] != h["last"] || h["c"] != "0" {
+				t.Fatalf("%s: over-refunded TAT %v", p.ID(), h)
+			}
 		default:
 			if h["b"] != "0" {
 				t.Fatalf("%s: over-refunded count %v", p.ID(), h)
 			}
 		}
 		// Another window (or an older bucket state): nothing to give back.
-		if p.Algorithm() != limiter.TokenBucket {
+		if p.Algorithm() != limiter.TokenBucket && p.Algorithm() != limiter.GCRA {
 			if n := refund(p, key, 1, r2[0].EffectiveNowMs+2*p.WindowMillis()); n != 0 {
 				t.Fatalf("%s: refunded into another window", p.ID())
 			}

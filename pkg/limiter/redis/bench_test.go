@@ -27,6 +27,7 @@ func BenchmarkEvaluate(b *testing.B) {
 		fixed(b, "bench.fw", 1_000_000_000_000, time.Hour),
 		sliding(b, "bench.sw", 1_000_000_000, time.Hour),
 		bucket(b, "bench.tb", 1_000_000_000, 1_000_000, time.Millisecond),
+		cellRate(b, "bench.gc", 1_000_000_000, 1_000_000, time.Millisecond),
 	}
 	subjects := make([]limiter.SubjectDigest, 1024)
 	for i := range subjects {
@@ -37,6 +38,7 @@ func BenchmarkEvaluate(b *testing.B) {
 			out := make([]limiter.Outcome, 1)
 			req := make([]limiter.Request, 1)
 			ctx := context.Background()
+			srv.MustDo("CONFIG", "RESETSTAT")
 			b.ReportAllocs()
 			for i := 0; b.Loop(); i++ {
 				req[0] = limiter.Request{Policy: p, Subject: subjects[i%len(subjects)], Cost: 1}
@@ -44,6 +46,10 @@ func BenchmarkEvaluate(b *testing.B) {
 				if out[0].Kind != limiter.Evaluated {
 					b.Fatalf("%v: %v", out[0].Kind, out[0].Err)
 				}
+			}
+			// The program's own Redis time per call (INFO commandstats).
+			if _, _, evalCalls, evalUsec := commandStats(b, srv); evalCalls > 0 {
+				b.ReportMetric(evalUsec/float64(evalCalls), "µs/evalsha")
 			}
 		})
 		b.Run(p.Algorithm().String()+"/parallel", func(b *testing.B) {

@@ -173,9 +173,10 @@ func (e *env) evaluate(p *limiter.Policy, subject limiter.SubjectDigest, cost in
 
 // hashFields returns the a, b and c fields of the program's hash for st:
 // the window id, the count and the previous count for the windows; the
-// tokens, the refill time and the remainder for the token bucket.
+// tokens, the refill time and the remainder for the token bucket; 0, the
+// TAT's whole ms and its fraction for GCRA.
 func hashFields(st limiter.State) (a, b, c int64) {
-	if st.Algorithm == limiter.TokenBucket {
+	if st.Algorithm == limiter.TokenBucket || st.Algorithm == limiter.GCRA {
 		return st.Level, st.Epoch, st.Carry
 	}
 	return st.Epoch, st.Level, st.Carry
@@ -204,6 +205,12 @@ func fixed(t testing.TB, id string, limit int64, window time.Duration) *limiter.
 func sliding(t testing.TB, id string, limit int64, window time.Duration) *limiter.Policy {
 	return limitertest.Policy(t, limiter.PolicySpec{ID: id, Algorithm: limiter.SlidingWindow,
 		Params: limiter.SlidingWindowParams{Limit: limit, Window: window}})
+}
+
+// cellRate is a GCRA policy: limit per period, a burst of burst.
+func cellRate(t testing.TB, id string, burst, limit int64, period time.Duration) *limiter.Policy {
+	return limitertest.Policy(t, limiter.PolicySpec{ID: id, Algorithm: limiter.GCRA,
+		Params: limiter.GCRAParams{Burst: burst, Limit: limit, Period: period}})
 }
 
 func bucket(t testing.TB, id string, capacity, amount int64, period time.Duration) *limiter.Policy {

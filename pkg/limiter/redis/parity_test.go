@@ -64,7 +64,7 @@ func checkParityAmong(t *testing.T, e *env, p *limiter.Policy, key string, st li
 	// from TIME's millisecond floor by 1 ms; then real time passes.
 	pt := e.pttl(key)
 	slack := time.Since(start).Milliseconds() + 2
-	if st.Exists && p.Algorithm() != limiter.TokenBucket && next.Epoch == st.Epoch {
+	if st.Exists && (p.Algorithm() == limiter.FixedWindow || p.Algorithm() == limiter.SlidingWindow) && next.Epoch == st.Epoch {
 		// A window the hash was already written in keeps the expiry that
 		// write set (the same instant): no PEXPIRE.
 		if pt > beforeTTL || pt < beforeTTL-slack {
@@ -85,7 +85,7 @@ func checkParityAmong(t *testing.T, e *env, p *limiter.Policy, key string, st li
 func stateOf(p *limiter.Policy, last, a, b, c int64) limiter.State {
 	st := limiter.State{Exists: true, Schema: limiter.StateSchema, Algorithm: p.Algorithm(), PolicyID: p.ID(),
 		Revision: p.Revision(), LastObservedMs: last, Epoch: a, Level: b, Carry: c}
-	if p.Algorithm() == limiter.TokenBucket {
+	if p.Algorithm() == limiter.TokenBucket || p.Algorithm() == limiter.GCRA {
 		st.Epoch, st.Level = b, a
 	}
 	return st
@@ -108,6 +108,15 @@ func randomState(rng *rand.Rand, p *limiter.Policy, now int64) limiter.State {
 	case limiter.TokenBucket:
 		_, period := p.Refill()
 		st = stateOf(p, last, rng.Int64N(limit+3), last-rng.Int64N(10_000), rng.Int64N(period+1))
+	case limiter.GCRA:
+		// A TAT behind, within or (one in ten: a lowered burst) far beyond
+		// the tolerance; a fraction now and then of another rate.
+		amount, period := p.Refill()
+		tat := last - 5000 + rng.Int64N(limit*period/amount+10_000)
+		if rng.IntN(10) == 0 {
+			tat = last + 1_000_000_000
+		}
+		st = stateOf(p, last, 0, tat, rng.Int64N(amount+2))
 	}
 	if rng.IntN(20) == 0 {
 		st.Revision = 2
@@ -120,7 +129,8 @@ func TestProgramsAgainstApply(t *testing.T) {
 	fw := fixed(t, "fw", 5, time.Hour)
 	sw := sliding(t, "sw", 10, time.Minute)
 	tb := bucket(t, "tb", 10, 1, time.Second)
-	for _, p := range []*limiter.Policy{fw, sw, tb} {
+	gc := cellRate(t, "gc", 10, 3, time.Second)
+	for _, p := range []*limiter.Policy{fw, sw, tb, gc} {
 		key := keyOf(p, subjectOf("all-programs"))
 		e.do("DEL", key)
 		var st limiter.State
@@ -143,7 +153,7 @@ func TestProgramsAgainstApply(t *testing.T) {
 
 func TestExactBoundaryAfterDeniedRequest(t *testing.T) {
 	e := newEnv(t)
-	for _, p := range []*limiter.Policy{fixed(t, "b.fw", 5, time.Hour), sliding(t, "b.sw", 5, time.Hour), bucket(t, "b.tb", 5, 1, time.Hour)} {
+	for _, p := range []*limiter.Policy{fixed(t, "b.fw", 5, time.Hour), sliding(t, "b.sw", 5, time.Hour), bucket(t, "b.tb", 5, 1, time.Hour), cellRate(t, "b.gc", 5, 1, time.Hour)} {
 		key := keyOf(p, subjectOf("boundary"))
 		e.do("DEL", key)
 		steps := []struct {
@@ -178,7 +188,7 @@ func TestExactBoundaryAfterDeniedRequest(t *testing.T) {
 func TestClockRegression(t *testing.T) {
 	e := newEnv(t)
 	for _, c := range []struct{ pos, n int }{{0, 1}, {1, 3}} {
-		for _, p := range []*limiter.Policy{fixed(t, "c.fw", 5, time.Hour), sliding(t, "c.sw", 5, time.Hour), bucket(t, "c.tb", 5, 1, time.Second)} {
+		for _, p := range []*limiter.Policy{fixed(t, "c.fw", 5, time.Hour), sliding(t, "c.sw", 5, time.Hour), bucket(t, "c.tb", 5, 1, time.Second), cellRate(t, "c.gc", 5, 3, time.Second)} {
 			clockRegression(t, e, p, c.pos, c.n)
 		}
 	}
@@ -193,8 +203,11 @@ func clockRegression(t *testing.T, e *env, p *limiter.Policy, pos, n int) {
 	// server (max regression 2s): CLOCK_UNSAFE, byte-for-byte unchanged.
 	last := now + 10_000
 	st := stateOf(p, last, w, 1, 0)
-	if p.Algorithm() == limiter.TokenBucket {
+	switch p.Algorithm() {
+	case limiter.TokenBucket:
 		st = stateOf(p, last, 2, last, 0)
+	case limiter.GCRA:
+		st = stateOf(p, last, 0, last+400, 1) // TAT ahead: 1 of 5 left
 	}
 	// checkParity compares DUMP before and after and checks the TTL was
 	// not extended.
@@ -212,8 +225,11 @@ func clockRegression(t *testing.T, e *env, p *limiter.Policy, pos, n int) {
 	// Small: 1s ahead is clamped: effective now is the stored time.
 	last = e.serverNow() + 1_000
 	st.LastObservedMs = last
-	if p.Algorithm() == limiter.TokenBucket {
+	switch p.Algorithm() {
+	case limiter.TokenBucket:
 		st.Epoch = last
+	case limiter.GCRA:
+		st.Epoch = last + 400
 	}
 	r = checkParityAmong(t, e, p, key, st, 1, pos, n)
 	if r.Status != limiter.StatusAllowed || r.EffectiveNowMs != last {
