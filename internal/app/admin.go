@@ -36,7 +36,7 @@ func (s *server) adminHandler() http.Handler {
 		switch {
 		case s.draining.Load():
 			writeText(w, http.StatusInternalServerError, "draining")
-		case s.opts.HealthcheckRequiresRules && (s.rules.current() == nil || !s.rules.received()):
+		case s.opts.HealthcheckRequiresRules && !s.rules.received():
 			writeText(w, http.StatusInternalServerError, "no rules loaded")
 		case s.opts.Readiness == ReadinessStore && s.storeUnreachable(r.Context()) != "":
 			writeText(w, http.StatusInternalServerError, "store unreachable")

@@ -109,12 +109,7 @@ func (s *Store) commit(ctx context.Context, batch []limiter.Request, roles []lim
 	}
 	if s.groupMaxKeys == 1 {
 		// Group commit off: every call runs alone, at once.
-		g.state.Store(groupTaken)
-		g.queued = time.Time{}
-		one := [1]*group{g}
-		s.runGroup(one[:])
-		<-g.done
-		return g
+		return s.runAlone(g)
 	}
 	c := s.committerOf(g.slot)
 	c.mu.Lock()
@@ -122,13 +117,8 @@ func (s *Store) commit(ctx context.Context, batch []limiter.Request, roles []lim
 		// Nobody waits: run at once, in this goroutine.
 		c.running++
 		c.mu.Unlock()
-		g.state.Store(groupTaken)
-		g.queued = time.Time{}
-		one := [1]*group{g}
-		s.runGroup(one[:])
-		s.next(c)
-		<-g.done
-		return g
+		defer s.next(c)
+		return s.runAlone(g)
 	}
 	if len(c.queue) >= groupMaxQueue {
 		c.mu.Unlock()
@@ -175,6 +165,16 @@ func (s *Store) commit(ctx context.Context, batch []limiter.Request, roles []lim
 			fmt.Errorf("redis store: policy %s: no answer within the deadline: %w", batch[i].Policy.ID(), ctx.Err()))
 	}
 	return late
+}
+
+// runAlone runs g's call by itself, at once, in the caller's goroutine.
+func (s *Store) runAlone(g *group) *group {
+	g.state.Store(groupTaken)
+	g.queued = time.Time{}
+	one := [1]*group{g}
+	s.runGroup(one[:])
+	<-g.done
+	return g
 }
 
 // fail gives every request of g the outcome o; g was never sent.
