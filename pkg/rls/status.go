@@ -34,9 +34,11 @@ func (ds *descStatus) add(batch *[]limiter.Request) {
 	ds.role = (*batch)[ds.batch].EffectiveRole()
 }
 
-// descStatus is the status of one descriptor while the call is answered:
-// how it is answered (kind) and what the answer needs.
+// descStatus is the status of one limit of a descriptor while the call is
+// answered (one per descriptor, or one per limit of a descriptor with
+// rate_limits): how it is answered (kind) and what the answer needs.
 type descStatus struct {
+	desc     int // the descriptor's index in the request
 	kind     statusKind
 	override bool // matched through a request-supplied limit override
 	match    descriptors.Match
@@ -50,11 +52,12 @@ type descStatus struct {
 	remaining uint32
 	reset     time.Duration
 	retry     time.Duration
+	current   int // index of its current_limit in the response's limits, -1 for none
 }
 
 // scratch holds the reusable buffers of one call.
 type scratch struct {
-	descs   []descStatus
+	descs   []descStatus      // descriptor order; several per descriptor with rate_limits
 	batch   []limiter.Request // the store's requests, then the never-fits ones
 	outs    []limiter.Outcome // one per batch element
 	checks  []limiter.Request // the store's requests resent as checks
@@ -65,12 +68,9 @@ type scratch struct {
 	storeFailed bool
 }
 
-func (s *Server) getScratch(n int) *scratch {
+func (s *Server) getScratch() *scratch {
 	sc := s.scratch.Get().(*scratch)
-	if cap(sc.descs) < n {
-		sc.descs = make([]descStatus, n)
-	}
-	sc.descs = sc.descs[:n]
+	sc.descs = sc.descs[:0]
 	sc.batch = sc.batch[:0]
 	sc.storeFailed = false
 	return sc
@@ -88,7 +88,7 @@ func (s *Server) putScratch(sc *scratch) {
 }
 
 // markReplaced drops every matched rule whose name another matched rule
-// lists in its replaces. n <= MaxDescriptors, so the quadratic scan is cheap
+// lists in its replaces. n <= MaxDescriptors × MaxLimitsPerDescriptor, so the quadratic scan is cheap
 // and allocation-free.
 func markReplaced(descs []descStatus) {
 	for j := range descs {
