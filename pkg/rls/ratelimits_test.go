@@ -32,6 +32,12 @@ descriptors:
     rate_limits:
       - {unit: second, requests_per_unit: 2}
       - {unit: day, requests_per_unit: 100, failure_mode: open}
+  - key: global
+    rate_limits:
+      - {unit: second, requests_per_unit: 100, name: global_burst}
+      - {unit: minute, requests_per_unit: 3, name: global_minute}
+  - key: vip
+    rate_limit: {unit: minute, requests_per_unit: 50, replaces: [{name: global_minute}]}
   - key: shadow
     shadow_mode: true
     rate_limits:
@@ -328,4 +334,34 @@ func grepLines(s, sub string) string {
 		}
 	}
 	return strings.Join(out, "\n")
+}
+
+// TestSeveralLimitsReplaces: replaces names one limit of a list; that limit
+// alone is dropped, the others of its descriptor still apply.
+func TestSeveralLimitsReplaces(t *testing.T) {
+	clock := limitertest.NewClock(t0)
+	mem, err := memory.New(memory.Config{Clock: clock, MaxEntries: 100})
+	if err != nil {
+		t.Fatal(err)
+	}
+	snap := loadSeveral(t)
+	store := &countingStore{inner: mem}
+	h := newHarness(t, func() Rules { return snap }, store, clock)
+	for i := 0; i < 5; i++ {
+		resp := h.call(t, request("several", desc("global", "g"), desc("vip", "v")))
+		if resp.OverallCode != rlsv3.RateLimitResponse_OK {
+			t.Fatalf("call %d: %v (the replaced 3 per minute must not apply)", i, resp)
+		}
+		if st := resp.Statuses[0]; st.CurrentLimit.GetRequestsPerUnit() != 100 || st.LimitRemaining != uint32(99-i) {
+			t.Fatalf("call %d: global status %v", i, st)
+		}
+	}
+	if _, requests := store.counts(); requests != 10 {
+		t.Errorf("store saw %d requests, want 10 (the replaced limit is not evaluated)", requests)
+	}
+	// Alone, the descriptor has both limits, and its minute is untouched.
+	resp := h.call(t, request("several", desc("global", "g")))
+	if st := resp.Statuses[0]; st.CurrentLimit.GetRequestsPerUnit() != 3 || st.LimitRemaining != 2 {
+		t.Fatalf("global alone: %v", st)
+	}
 }
