@@ -3,6 +3,8 @@ package descriptors
 import (
 	"path/filepath"
 	"testing"
+
+	"github.com/envoy-rls/envoy-rls/pkg/limiter"
 )
 
 // TestExamplesLoad loads every file of config/examples, alone and together
@@ -28,11 +30,31 @@ func TestExamplesLoad(t *testing.T) {
 		{"edge", e("path=/downloads/a.zip"), "edge/path=*.zip"},
 		{"api", e("route=/upload", "user=u1"), "api/route=/upload/user"},
 		{"algorithms", e("route=/bucket"), "algorithms/route=/bucket"},
+		{"several", e("api_key=k"), "several/api_key"},
 	}
 	for _, c := range checks {
 		m, ok := s.Match(c.domain, c.entries)
 		if !ok || m.Rule.Path != c.path {
 			t.Errorf("Match(%s, %v) = %v %v, want %s", c.domain, c.entries, ok, m.Rule, c.path)
+		}
+	}
+	// 08-several-limits.yaml: every limit of a list, with its ID.
+	for _, c := range []struct {
+		entries []Entry
+		ids     []string
+		algs    []limiter.Algorithm
+	}{
+		{e("api_key=k"), []string{"several/api_key", "several/api_key::1"}, []limiter.Algorithm{limiter.FixedWindow, limiter.FixedWindow}},
+		{e("tenant=t"), []string{"several:tenant_burst", "several:tenant_hourly"}, []limiter.Algorithm{limiter.TokenBucket, limiter.SlidingWindow}},
+	} {
+		m, ok := s.Match("several", c.entries)
+		if !ok || len(m.Rule.Limits) != len(c.ids) {
+			t.Fatalf("several %v: %v %+v", c.entries, ok, m.Rule)
+		}
+		for i, r := range m.Rule.Limits {
+			if r.Policy.ID() != c.ids[i] || r.Policy.Algorithm() != c.algs[i] {
+				t.Errorf("several %v limit %d: %s %v, want %s %v", c.entries, i, r.Policy.ID(), r.Policy.Algorithm(), c.ids[i], c.algs[i])
+			}
 		}
 	}
 }
