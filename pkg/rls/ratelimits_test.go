@@ -365,3 +365,26 @@ func TestSeveralLimitsReplaces(t *testing.T) {
 		t.Fatalf("global alone: %v", st)
 	}
 }
+
+// TestSeveralLimitsShareASlot: the Redis keys of one descriptor's limits
+// share a Cluster hash tag, and the first limit's key is the one a single
+// rate_limit on the descriptor has.
+func TestSeveralLimitsShareASlot(t *testing.T) {
+	snap := loadSeveral(t)
+	m, ok := snap.Match("several", []descriptors.Entry{{Key: "api_key", Value: "k"}})
+	if !ok || len(m.Rule.Limits) != 2 {
+		t.Fatalf("match %v %+v", ok, m)
+	}
+	hashTag := func(key []byte) string {
+		s := string(key)
+		return s[strings.IndexByte(s, '{'):strings.IndexByte(s, '}')]
+	}
+	k0 := redis.StorageKey(nil, m.Rule.Limits[0].Policy, m.Subjects[0], m.Tag)
+	k1 := redis.StorageKey(nil, m.Rule.Limits[1].Policy, m.Subjects[1], m.Tag)
+	if hashTag(k0) != hashTag(k1) || string(k0) == string(k1) {
+		t.Errorf("keys %s and %s", k0, k1)
+	}
+	if single := redis.StorageKey(nil, m.Rule.Limits[0].Policy, m.Subjects[0], limiter.Tag{}); string(single) != string(k0) {
+		t.Errorf("first limit's key %s, a single rate_limit's %s", k0, single)
+	}
+}
