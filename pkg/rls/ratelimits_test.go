@@ -256,9 +256,24 @@ func TestSeveralLimitsRedis(t *testing.T) {
 		t.Skip("Redis lane")
 	}
 	srv := redistest.Standalone(t)
+	runSeveralOnRedis(t, redis.Config{Addrs: []string{srv.Addr()}})
+}
+
+// TestSeveralLimitsRedisCluster: the same on a Redis Cluster, where the
+// limits of the descriptor share a slot and so one atomic program.
+func TestSeveralLimitsRedisCluster(t *testing.T) {
+	if testing.Short() {
+		t.Skip("Redis lane")
+	}
+	c := redistest.StartCluster(t)
+	runSeveralOnRedis(t, redis.Config{Addrs: c.Addrs(), Mode: redis.ModeCluster, Timeout: 5 * time.Second})
+}
+
+func runSeveralOnRedis(t *testing.T, cfg redis.Config) {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	st, err := redis.New(ctx, redis.Config{Addrs: []string{srv.Addr()}})
+	st, err := redis.New(ctx, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
