@@ -168,7 +168,7 @@ func modelCall(states map[string]limiter.State, keys []batchReq, bad int, now in
 		}
 		k := keyOf(r.p, r.sub)
 		next, reply, uncommitted, write := limiter.Check(cur[k], now, r.p, r.cost)
-		if write && r.role != limiter.RoleCheck {
+		if write && r.role.Consumes() {
 			// Tentative: a later key naming this hash sees it; the request
 			// does not commit, so the reply is the one before the cost.
 			cur[k] = next
@@ -368,6 +368,24 @@ func TestGroupNoPartialConsumption(t *testing.T) {
 			used: map[string]int64{"A": 5, "Q1": 5, "Q2": 5, "S": 5, "K": 0},
 		},
 		{
+			name: "probe keys block as ordinary ones and take nothing",
+			reqs: []req{
+				{keys: []key{k("A", 5)}},
+				// A is full: its probe denies and blocks the request; B untouched.
+				{keys: []key{k("B", 2), kr("A", 1, limiter.RoleProbe)}},
+				// A probe with room allows, takes nothing; B commits.
+				{keys: []key{kr("P", 1, limiter.RoleProbe), k("B", 2)}},
+				// A probe sees the tentative cost of an earlier key of its
+				// request: C would be full, so the request is blocked.
+				{keys: []key{k("C", 5), kr("C", 1, limiter.RoleProbe)}},
+				// A later key does not see a probe's cost.
+				{keys: []key{kr("C", 5, limiter.RoleProbe), k("C", 5)}},
+				{keys: []key{kr("P", 5, limiter.RoleProbe), k("B", 1)}},
+			},
+			want: []int{committed, denied, committed, denied, committed, committed},
+			used: map[string]int64{"A": 5, "B": 3, "C": 5, "P": 0},
+		},
+		{
 			name: "a request past its deadline",
 			reqs: []req{
 				{keys: []key{k("A", 2)}},
@@ -516,7 +534,7 @@ func TestGroupDifferential(t *testing.T) {
 	// within an hour's window, after which every request is a denial).
 	subs := make([]limiter.SubjectDigest, 3)
 	roles := []limiter.Role{limiter.RoleOrdinary, limiter.RoleOrdinary, limiter.RoleOrdinary, limiter.RoleOrdinary,
-		limiter.RoleShadow, limiter.RoleQuota, limiter.RoleQuota, limiter.RoleCheck}
+		limiter.RoleShadow, limiter.RoleQuota, limiter.RoleQuota, limiter.RoleCheck, limiter.RoleProbe}
 	states := map[string]limiter.State{}
 	var all []gReq
 	var commits, refusals, expiries int
@@ -1125,7 +1143,7 @@ func TestGroupDifferentialSeeded(t *testing.T) {
 	e := newEnv(t)
 	rng, n := seededRand(t, 18, 200, 40, "seeded groups")
 	windows := []time.Duration{7 * time.Millisecond, time.Second, time.Minute, time.Hour}
-	roles := []limiter.Role{limiter.RoleOrdinary, limiter.RoleOrdinary, limiter.RoleOrdinary, limiter.RoleShadow, limiter.RoleQuota, limiter.RoleQuota, limiter.RoleCheck}
+	roles := []limiter.Role{limiter.RoleOrdinary, limiter.RoleOrdinary, limiter.RoleOrdinary, limiter.RoleShadow, limiter.RoleQuota, limiter.RoleQuota, limiter.RoleCheck, limiter.RoleProbe}
 	run := time.Now().UnixNano()
 	kinds := map[limiter.Status]int{}
 	for it := 0; it < n; it++ {
