@@ -67,9 +67,16 @@ func TestCommits(t *testing.T) {
 	allow := limiter.EvaluatedOutcome(limiter.Decision{Allowed: true})
 	deny := limiter.EvaluatedOutcome(limiter.Decision{})
 	fail := limiter.UnavailableOutcome(0, limiter.CategoryNotConnected, nil)
-	o, s, q, c := limiter.RoleOrdinary, limiter.RoleShadow, limiter.RoleQuota, limiter.RoleCheck
+	o, s, q, c, pr := limiter.RoleOrdinary, limiter.RoleShadow, limiter.RoleQuota, limiter.RoleCheck, limiter.RoleProbe
 	type in = batchIn
 	checkBatchRule(t, "Commits", limiter.Commits, []batchCase{
+		{"a probe that allows", []in{{closed, o, allow}, {closed, pr, allow}}, true},
+		{"a probe that denies blocks", []in{{closed, o, allow}, {closed, pr, deny}}, false},
+		{"a probe alone denies", []in{{closed, pr, deny}}, false},
+		{"a fail-closed probe failure blocks", []in{{closed, pr, fail}}, false},
+		{"a fail-open probe failure takes no part", []in{{closed, o, allow}, {open, pr, fail}}, true},
+		{"a probe of a shadow policy never blocks", []in{{closed, o, allow}, {shadowPolicy, pr, deny}}, true},
+		{"a probe is not a quota", []in{{closed, q, allow}, {closed, pr, deny}}, false},
 		{"empty", nil, true},
 		{"all ordinary allow", []in{{closed, o, allow}, {closed, o, allow}}, true},
 		{"one ordinary denies", []in{{closed, o, allow}, {closed, o, deny}}, false},
@@ -96,9 +103,11 @@ func TestCheckOnly(t *testing.T) {
 	var undecided limiter.Outcome
 	deny := limiter.EvaluatedOutcome(limiter.Decision{})
 	invalid := limiter.UnavailableOutcome(0, limiter.CategoryInvalidRequest, nil)
-	o, s, q, c := limiter.RoleOrdinary, limiter.RoleShadow, limiter.RoleQuota, limiter.RoleCheck
+	o, s, q, c, pr := limiter.RoleOrdinary, limiter.RoleShadow, limiter.RoleQuota, limiter.RoleCheck, limiter.RoleProbe
 	type in = batchIn
 	checkBatchRule(t, "CheckOnly", limiter.CheckOnly, []batchCase{
+		{"a known probe denial", []in{{closed, o, undecided}, {closed, pr, deny}}, true},
+		{"an undecided probe", []in{{closed, pr, undecided}, {closed, o, undecided}}, false},
 		{"nothing known", []in{{closed, o, undecided}, {closed, q, undecided}}, false},
 		{"an ordinary denial is known", []in{{closed, o, undecided}, {closed, o, deny}}, true},
 		{"a known shadow denial", []in{{closed, o, undecided}, {closed, s, deny}}, false},
@@ -193,6 +202,9 @@ func TestRequestRoleAndValidate(t *testing.T) {
 		{limiter.Request{Policy: p, Role: limiter.RoleQuota}, limiter.RoleQuota},
 		{limiter.Request{Policy: sp, Role: limiter.RoleQuota}, limiter.RoleShadow},
 		{limiter.Request{Policy: sp, Role: limiter.RoleCheck}, limiter.RoleCheck},
+		{limiter.Request{Policy: p, Role: limiter.RoleProbe}, limiter.RoleProbe},
+		{limiter.Request{Policy: sp, Role: limiter.RoleProbe}, limiter.RoleCheck},
+		{limiter.Request{Policy: p, Role: 9}, limiter.RoleOrdinary},
 		{limiter.Request{}, limiter.RoleOrdinary},
 	} {
 		if got := tc.r.EffectiveRole(); got != tc.want {
@@ -201,6 +213,12 @@ func TestRequestRoleAndValidate(t *testing.T) {
 	}
 	if err := (limiter.Request{Policy: p, Cost: 1, Role: 9}).Validate(); err == nil {
 		t.Error("unknown mode validated")
+	}
+	if err := (limiter.Request{Policy: p, Cost: 1, Role: limiter.RoleProbe + 1}).Validate(); err == nil {
+		t.Error("mode 5 validated")
+	}
+	if err := (limiter.Request{Policy: p, Cost: 1, Role: limiter.RoleProbe}).Validate(); err != nil {
+		t.Errorf("probe: %v", err)
 	}
 }
 
@@ -213,6 +231,7 @@ func TestRoleConsumesAndBlocks(t *testing.T) {
 		{limiter.RoleShadow, true, false},
 		{limiter.RoleQuota, true, true},
 		{limiter.RoleCheck, false, false},
+		{limiter.RoleProbe, false, true},
 	} {
 		if got := tt.role.Consumes(); got != tt.consumes {
 			t.Errorf("%v.Consumes() = %v, want %v", tt.role, got, tt.consumes)
