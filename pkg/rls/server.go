@@ -269,7 +269,7 @@ func (s *Server) evaluate(ctx context.Context, req *rlsv3.RateLimitRequest, rule
 			continue
 		}
 		ds.match = m
-		ds.cost = hitsFor(req, d)
+		ds.cost, ds.probe = hitsFor(req, d)
 		if m.Rule.Unlimited || m.Rule.Policy == nil {
 			ds.kind = statusUnlimited
 		} else {
