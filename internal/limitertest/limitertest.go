@@ -84,7 +84,7 @@ var (
 // Cases is the batch-rule parity table.
 func Cases() []Case {
 	const user, tenant = 0, 1
-	o, s, q, c, pr := limiter.RoleOrdinary, limiter.RoleShadow, limiter.RoleQuota, limiter.RoleCheck, limiter.RoleProbe
+	o, s, q, c, pr, qp := limiter.RoleOrdinary, limiter.RoleShadow, limiter.RoleQuota, limiter.RoleCheck, limiter.RoleProbe, limiter.RoleQuotaProbe
 	return []Case{
 		{
 			// The case: the tenant denies, so the user's quota is
@@ -149,6 +149,19 @@ func Cases() []Case {
 				// A later request on the same state does not see a probe's cost.
 				{[]Req{{tenant, "t", 8, pr}, {tenant, "t", 8, o}}, []Want{allowedHeld(8), allowedConsumed(0)}},
 				{[]Req{{tenant, "t", 1, pr}}, []Want{denied(0)}},
+			},
+		},
+		{
+			// A quota probe takes part as a quota limit: the batch is
+			// blocked only when it and every other quota limit deny.
+			Name:     "quota probe: a quota limit that never consumes",
+			Policies: []limiter.PolicySpec{fw("qa", 1), fw("qb", 2), fw("user", 9)},
+			Steps: []Step{
+				{[]Req{{0, "q", 1, q}}, []Want{allowedConsumed(0)}},
+				{[]Req{{0, "q", 1, qp}, {1, "q", 1, q}}, []Want{denied(0), allowedConsumed(1)}},
+				{[]Req{{0, "q", 1, q}, {1, "q", 1, qp}, {2, "u", 1, o}}, []Want{denied(0), allowedHeld(1), allowedConsumed(8)}},
+				{[]Req{{1, "q", 1, q}}, []Want{allowedConsumed(0)}},
+				{[]Req{{0, "q", 1, qp}, {1, "q", 1, qp}, {2, "u", 1, o}}, []Want{denied(0), denied(0), allowedHeld(8)}},
 			},
 		},
 		{

@@ -67,7 +67,7 @@ func TestCommits(t *testing.T) {
 	allow := limiter.EvaluatedOutcome(limiter.Decision{Allowed: true})
 	deny := limiter.EvaluatedOutcome(limiter.Decision{})
 	fail := limiter.UnavailableOutcome(0, limiter.CategoryNotConnected, nil)
-	o, s, q, c, pr := limiter.RoleOrdinary, limiter.RoleShadow, limiter.RoleQuota, limiter.RoleCheck, limiter.RoleProbe
+	o, s, q, c, pr, qp := limiter.RoleOrdinary, limiter.RoleShadow, limiter.RoleQuota, limiter.RoleCheck, limiter.RoleProbe, limiter.RoleQuotaProbe
 	type in = batchIn
 	checkBatchRule(t, "Commits", limiter.Commits, []batchCase{
 		{"a probe that allows", []in{{closed, o, allow}, {closed, pr, allow}}, true},
@@ -77,6 +77,11 @@ func TestCommits(t *testing.T) {
 		{"a fail-open probe failure takes no part", []in{{closed, o, allow}, {open, pr, fail}}, true},
 		{"a probe of a shadow policy never blocks", []in{{closed, o, allow}, {shadowPolicy, pr, deny}}, true},
 		{"a probe is not a quota", []in{{closed, q, allow}, {closed, pr, deny}}, false},
+		{"a quota probe denies, another quota allows", []in{{closed, qp, deny}, {closed, q, allow}}, true},
+		{"a quota probe allows, every other quota denies", []in{{closed, q, deny}, {closed, qp, allow}}, true},
+		{"every quota denies, a probe among them", []in{{closed, o, allow}, {closed, q, deny}, {closed, qp, deny}}, false},
+		{"a quota probe alone denies", []in{{closed, qp, deny}}, false},
+		{"a quota probe of a shadow policy never blocks", []in{{shadowPolicy, qp, deny}}, true},
 		{"empty", nil, true},
 		{"all ordinary allow", []in{{closed, o, allow}, {closed, o, allow}}, true},
 		{"one ordinary denies", []in{{closed, o, allow}, {closed, o, deny}}, false},
@@ -130,9 +135,11 @@ func TestQuotaBlocks(t *testing.T) {
 	allow := limiter.EvaluatedOutcome(limiter.Decision{Allowed: true})
 	deny := limiter.EvaluatedOutcome(limiter.Decision{})
 	fail := limiter.UnavailableOutcome(0, limiter.CategoryNotConnected, nil)
-	o, q := limiter.RoleOrdinary, limiter.RoleQuota
+	o, q, qp := limiter.RoleOrdinary, limiter.RoleQuota, limiter.RoleQuotaProbe
 	type in = batchIn
 	checkBatchRule(t, "QuotaBlocks", limiter.QuotaBlocks, []batchCase{
+		{"a quota probe is a quota limit", []in{{closed, q, deny}, {closed, qp, deny}}, true},
+		{"an allowing quota probe", []in{{closed, q, deny}, {closed, qp, allow}}, false},
 		{"no quota", []in{{closed, o, deny}}, false},
 		{"every quota denies", []in{{closed, q, deny}, {closed, q, deny}}, true},
 		{"one quota allows", []in{{closed, q, deny}, {closed, q, allow}}, false},
@@ -204,6 +211,8 @@ func TestRequestRoleAndValidate(t *testing.T) {
 		{limiter.Request{Policy: sp, Role: limiter.RoleCheck}, limiter.RoleCheck},
 		{limiter.Request{Policy: p, Role: limiter.RoleProbe}, limiter.RoleProbe},
 		{limiter.Request{Policy: sp, Role: limiter.RoleProbe}, limiter.RoleCheck},
+		{limiter.Request{Policy: p, Role: limiter.RoleQuotaProbe}, limiter.RoleQuotaProbe},
+		{limiter.Request{Policy: sp, Role: limiter.RoleQuotaProbe}, limiter.RoleCheck},
 		{limiter.Request{Policy: p, Role: 9}, limiter.RoleOrdinary},
 		{limiter.Request{}, limiter.RoleOrdinary},
 	} {
@@ -214,8 +223,8 @@ func TestRequestRoleAndValidate(t *testing.T) {
 	if err := (limiter.Request{Policy: p, Cost: 1, Role: 9}).Validate(); err == nil {
 		t.Error("unknown mode validated")
 	}
-	if err := (limiter.Request{Policy: p, Cost: 1, Role: limiter.RoleProbe + 1}).Validate(); err == nil {
-		t.Error("mode 5 validated")
+	if err := (limiter.Request{Policy: p, Cost: 1, Role: limiter.RoleQuotaProbe + 1}).Validate(); err == nil {
+		t.Error("mode 6 validated")
 	}
 	if err := (limiter.Request{Policy: p, Cost: 1, Role: limiter.RoleProbe}).Validate(); err != nil {
 		t.Errorf("probe: %v", err)
@@ -224,20 +233,28 @@ func TestRequestRoleAndValidate(t *testing.T) {
 
 func TestRoleConsumesAndBlocks(t *testing.T) {
 	for _, tt := range []struct {
-		role             limiter.Role
-		consumes, blocks bool
+		role                    limiter.Role
+		consumes, blocks, quota bool
+		name                    string
 	}{
-		{limiter.RoleOrdinary, true, true},
-		{limiter.RoleShadow, true, false},
-		{limiter.RoleQuota, true, true},
-		{limiter.RoleCheck, false, false},
-		{limiter.RoleProbe, false, true},
+		{limiter.RoleOrdinary, true, true, false, "ordinary"},
+		{limiter.RoleShadow, true, false, false, "shadow"},
+		{limiter.RoleQuota, true, true, true, "quota"},
+		{limiter.RoleCheck, false, false, false, "check"},
+		{limiter.RoleProbe, false, true, false, "probe"},
+		{limiter.RoleQuotaProbe, false, true, true, "quota-probe"},
 	} {
 		if got := tt.role.Consumes(); got != tt.consumes {
 			t.Errorf("%v.Consumes() = %v, want %v", tt.role, got, tt.consumes)
 		}
 		if got := tt.role.Blocks(); got != tt.blocks {
 			t.Errorf("%v.Blocks() = %v, want %v", tt.role, got, tt.blocks)
+		}
+		if got := tt.role.Quota(); got != tt.quota {
+			t.Errorf("%v.Quota() = %v, want %v", tt.role, got, tt.quota)
+		}
+		if got := tt.role.String(); got != tt.name {
+			t.Errorf("String() = %q, want %q", got, tt.name)
 		}
 	}
 }

@@ -41,8 +41,8 @@ const (
 	RoleOrdinary Role = iota
 	// RoleShadow: checked, reported and (when the batch commits and it
 	// allows) consumed, but it never blocks the batch. A policy built with
-	// PolicySpec.Shadow has this role whatever the request says (unless
-	// RoleCheck or RoleProbe).
+	// PolicySpec.Shadow has this role whatever the request says (unless a
+	// check or a probe).
 	RoleShadow
 	// RoleQuota: the batch is blocked only when every quota-mode limit of
 	// the batch denies (the reference's quota_mode rule).
@@ -58,6 +58,11 @@ const (
 	// of the batch on the same state does not see a probe's cost. On a
 	// shadow policy a probe is RoleCheck (it never blocks).
 	RoleProbe
+	// RoleQuotaProbe: a probe of a quota-mode limit: checked and reported,
+	// never consumed, and it takes part in the batch rule as a quota-mode
+	// limit does (the batch is blocked only when every quota-mode limit,
+	// probes included, denies). On a shadow policy it is RoleCheck.
+	RoleQuotaProbe
 )
 
 func (r Role) String() string {
@@ -72,18 +77,26 @@ func (r Role) String() string {
 		return "check"
 	case RoleProbe:
 		return "probe"
+	case RoleQuotaProbe:
+		return "quota-probe"
 	}
 	return "unknown"
 }
 
 // Consumes reports whether an allowed request in this role spends its cost
-// when its batch commits: every role but RoleCheck and RoleProbe does.
-func (r Role) Consumes() bool { return r != RoleCheck && r != RoleProbe }
+// when its batch commits: every role but the check and probe ones does.
+func (r Role) Consumes() bool { return r != RoleCheck && r != RoleProbe && r != RoleQuotaProbe }
 
 // Blocks reports whether a denial in this role can stop its batch from
 // committing: ordinary, quota and probe limits can, shadow and check limits
 // never.
-func (r Role) Blocks() bool { return r == RoleOrdinary || r == RoleQuota || r == RoleProbe }
+func (r Role) Blocks() bool {
+	return r == RoleOrdinary || r == RoleQuota || r == RoleProbe || r == RoleQuotaProbe
+}
+
+// Quota reports whether the role takes part in the batch rule as a
+// quota-mode limit (RoleQuota, RoleQuotaProbe).
+func (r Role) Quota() bool { return r == RoleQuota || r == RoleQuotaProbe }
 
 // Request asks whether one subject may spend Cost units of one policy. The
 // caller's deadline travels in the context given to Store.Evaluate.
@@ -106,17 +119,17 @@ type Request struct {
 }
 
 // EffectiveRole returns the role the batch rule applies: for a shadow
-// policy RoleCheck when the request is RoleCheck or RoleProbe (a shadow
-// probe consumes nothing and never blocks), else RoleShadow; otherwise
-// r.Role. An unknown role, or a nil policy, is RoleOrdinary.
+// policy RoleCheck when the request is a check or a probe (a shadow probe
+// consumes nothing and never blocks), else RoleShadow; otherwise r.Role. An
+// unknown role, or a nil policy, is RoleOrdinary.
 func (r *Request) EffectiveRole() Role {
 	if r.Policy != nil && r.Policy.Shadow() {
-		if r.Role == RoleCheck || r.Role == RoleProbe {
+		if r.Role == RoleCheck || r.Role == RoleProbe || r.Role == RoleQuotaProbe {
 			return RoleCheck
 		}
 		return RoleShadow
 	}
-	if r.Role > RoleProbe {
+	if r.Role > RoleQuotaProbe {
 		return RoleOrdinary
 	}
 	return r.Role
@@ -131,7 +144,7 @@ func (r Request) Validate() error {
 		return &FieldError{Field: "cost", Reason: "must be at least 1"}
 	case r.Cost > r.Policy.MaxCost():
 		return &FieldError{Field: "cost", Reason: "exceeds the policy's max cost"}
-	case r.Role > RoleProbe:
+	case r.Role > RoleQuotaProbe:
 		return &FieldError{Field: "mode", Reason: "is not a known mode"}
 	case r.EvaluationID != "":
 		return &FieldError{Field: "evaluation_id", Reason: "de-duplicated evaluation is not supported"}
@@ -195,8 +208,8 @@ type Decision struct {
 	// Allowed: the limit alone admits the request's cost.
 	Allowed bool
 	// Consumed: the cost was taken from the limit. True exactly when Allowed
-	// and the batch committed (and the request was not RoleCheck or
-	// RoleProbe). An allowed limit of a batch that did not commit is
+	// and the batch committed (and the request was not a check or a
+	// probe). An allowed limit of a batch that did not commit is
 	// reported as it stands, its cost not taken.
 	Consumed bool
 	// Limit is the policy's limit (token bucket: capacity; GCRA: burst).
@@ -342,8 +355,8 @@ func Summarize(outs []Outcome) (outcome, failure string) {
 // earlier one of the same batch), consuming nothing; then the batch commits
 // iff Commits says so: every ordinary (and probe) request allows and, when
 // there are quota-mode requests, not all of them deny. On commit every
-// request that allowed consumes (shadow-mode ones too; RoleCheck and
-// RoleProbe ones never); otherwise nothing does, and allowed requests are
+// request that allowed consumes (shadow-mode ones too; checks and probes
+// never); otherwise nothing does, and allowed requests are
 // reported with Consumed false and their remaining before their cost.
 // Shadow-mode requests never block.
 // Where a store cannot make one atomic step (the Redis store with limits in

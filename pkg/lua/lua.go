@@ -212,7 +212,7 @@ const BatchPacked = 2 + 7*8
 // rate-batch-v1.lua reads them with bit.band.
 const (
 	// FlagRoleMask holds the key's role (limiter.Role: 0 ordinary, 1
-	// shadow, 2 quota, 3 check, 4 probe) in bits 0-2.
+	// shadow, 2 quota, 3 check, 4 probe, 5 quota probe) in bits 0-2.
 	FlagRoleMask = 7
 	// FlagFailOpen: the policy fails open (limiter.FailOpen).
 	FlagFailOpen = 8

@@ -142,6 +142,9 @@ func TestAppendBatchArgs(t *testing.T) {
 	if got := decode(AppendBatchArgs(nil, fw, 1, limiter.RoleProbe)); got != "api.users 1 12 1 10 60000 0 1000 2000 1" {
 		t.Errorf("fixed window probe: %q", got)
 	}
+	if got := decode(AppendBatchArgs(nil, tb, 1, limiter.RoleQuotaProbe)); got != "tb 3 5 3 100 1 400 1000 2000 1" {
+		t.Errorf("token bucket quota probe: %q", got)
+	}
 	if got := decode(AppendBatchArgs(nil, tb, 1, limiter.RoleCheck)); got != "tb 3 3 3 100 1 400 1000 2000 1" {
 		t.Errorf("token bucket: %q", got)
 	}

@@ -16,8 +16,9 @@
 --       algorithm            1 fixed_window, 2 sliding_window, 3 token_bucket,
 --                            4 gcra
 --       flags                bits 0-2 the role (limiter.Role): 0 ordinary,
---                            1 shadow, 2 quota, 3 check, 4 probe; 8
---                            failOpen (lua.FlagRoleMask, lua.FlagFailOpen)
+--                            1 shadow, 2 quota, 3 check, 4 probe, 5 quota
+--                            probe; 8 failOpen (lua.FlagRoleMask,
+--                            lua.FlagFailOpen)
 --       policy revision      1..2^32-1
 --       limit (capacity)     0..2^53-1 (sliding window: 0..(2^53-1)/10^6;
 --                            token bucket: capacity * period + amount
@@ -50,8 +51,8 @@
 -- of them is (limiter.Commits: a failure status — CLOCK_UNSAFE,
 -- STATE_INCOMPATIBLE, INVALID — counts as a denial, unless failOpen, when
 -- the key takes no part; shadow and check keys never block, probe keys
--- block as ordinary ones do). On commit every ALLOWED key but the check and
--- probe ones is written: one HSET (of every field for a
+-- block as ordinary ones do and quota probe keys as quota ones). On commit
+-- every ALLOWED key but the check and probe ones is written: one HSET (of every field for a
 -- new hash, otherwise of last, b and whichever of a and c changed) and one
 -- PEXPIRE per key (the last state of a key named twice).
 --
@@ -248,7 +249,8 @@ for i = 1, n do
         if not allowed then
           status = 'DENIED'
         elseif role >= 3 then
-          -- A check or probe key: its reply before the cost, never written.
+          -- A check or (quota) probe key: its reply before the cost, never
+          -- written.
           status, remaining, resetAt = 'ALLOWED', remainingBefore, resetBefore
         else
           status, write = 'ALLOWED', true
@@ -281,10 +283,10 @@ for i = 1, n do
       kind, stLast, stA, stB, stC, fresh, hashA, hashC, write, wTtl, wRemainingBefore, wResetBefore, wAlg, wRev
   end
   -- limiter.Commits
-  if role == 0 or role == 2 or role == 4 then
+  if role ~= 1 and role ~= 3 then
     if failOpen and status ~= 'ALLOWED' and status ~= 'DENIED' then
       -- A fail-open failure takes no part.
-    elseif role == 2 then
+    elseif role == 2 or role == 5 then
       quota = quota + 1
       if status == 'ALLOWED' then
         quotaAllows = true

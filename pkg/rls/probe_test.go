@@ -30,6 +30,9 @@ descriptors:
   - key: quota
     quota_mode: true
     rate_limit: {unit: year, requests_per_unit: 1}
+  - key: quota_b
+    quota_mode: true
+    rate_limit: {unit: year, requests_per_unit: 2}
   - key: bucket
     rate_limit: {unit: year, requests_per_unit: 1, algorithm: token_bucket, burst: 2}
 `
@@ -136,8 +139,16 @@ func TestCheckOnlyHits(t *testing.T) {
 					hitsReq(0, probe("quota", "q")), rlsv3.RateLimitResponse_OK, []uint32{1}},
 				{"quota-mode: take it",
 					hitsReq(0, plain("quota", "q")), rlsv3.RateLimitResponse_OK, []uint32{0}},
-				{"quota-mode probe at a full limit: OVER_LIMIT (a probe blocks alone)",
+				{"quota-mode probe at a full limit, alone: OVER_LIMIT",
 					hitsReq(0, probe("quota", "q")), rlsv3.RateLimitResponse_OVER_LIMIT, []uint32{0}},
+				{"quota-mode probe at a full limit, another quota-mode limit allows: OK, it consumes",
+					hitsReq(0, probe("quota", "q"), plain("quota_b", "q")), rlsv3.RateLimitResponse_OK, []uint32{0, 1}},
+				{"two quota-mode probes, one with room: OK, nothing taken",
+					hitsReq(0, probe("quota", "q"), probe("quota_b", "q")), rlsv3.RateLimitResponse_OK, []uint32{0, 1}},
+				{"take the last of quota_b",
+					hitsReq(0, plain("quota_b", "q")), rlsv3.RateLimitResponse_OK, []uint32{0}},
+				{"every quota-mode limit full, probes among them: OVER_LIMIT",
+					hitsReq(0, plain("quota", "q"), probe("quota_b", "q")), rlsv3.RateLimitResponse_OVER_LIMIT, []uint32{0, 0}},
 				{"token bucket probe: OK, nothing taken",
 					hitsReq(0, probe("bucket", "dee")), rlsv3.RateLimitResponse_OK, []uint32{2}},
 				{"token bucket: take both tokens",

@@ -20,9 +20,9 @@ const (
 )
 
 // add appends the limiter request of a matched limit to batch and records
-// its index and its role. The request is RoleProbe for a probe (an explicit
-// hits_addend of 0, quota_mode rules included: a probe blocks alone), else
-// RoleQuota for a quota_mode rule; the role, decided here once for the
+// its index and its role. The request is RoleQuota for a quota_mode rule,
+// and for a probe (an explicit hits_addend of 0) RoleProbe, or
+// RoleQuotaProbe for a quota_mode rule; the role, decided here once for the
 // whole call, is limiter.Request.EffectiveRole, which makes a shadow policy
 // (a shadow_mode rule) RoleShadow, and a probe of one RoleCheck. ds.role is
 // how the limit is reported, so a shadow probe is recorded as RoleShadow.
@@ -30,6 +30,8 @@ func (ds *descStatus) add(batch *[]limiter.Request) {
 	rule := ds.match.Rule
 	mode := limiter.RoleOrdinary
 	switch {
+	case ds.probe && rule.QuotaMode:
+		mode = limiter.RoleQuotaProbe
 	case ds.probe:
 		mode = limiter.RoleProbe
 	case rule.QuotaMode:

@@ -193,7 +193,7 @@ func TestBatchProgramAgainstApply(t *testing.T) {
 	e := newEnv(t)
 	rng, n := seededRand(t, 6, 300, 80, "batches")
 	windows := []time.Duration{7 * time.Millisecond, time.Second, time.Minute, time.Hour}
-	roles := []limiter.Role{limiter.RoleOrdinary, limiter.RoleOrdinary, limiter.RoleOrdinary, limiter.RoleShadow, limiter.RoleQuota, limiter.RoleQuota, limiter.RoleCheck, limiter.RoleProbe}
+	roles := []limiter.Role{limiter.RoleOrdinary, limiter.RoleOrdinary, limiter.RoleOrdinary, limiter.RoleShadow, limiter.RoleQuota, limiter.RoleQuota, limiter.RoleCheck, limiter.RoleProbe, limiter.RoleQuotaProbe}
 	for it := 0; it < n; it++ {
 		pols := randomPolicies(t, rng, "bp", 3, windows)
 		reqs := make([]batchReq, 1+rng.IntN(6))

@@ -386,6 +386,20 @@ func TestGroupNoPartialConsumption(t *testing.T) {
 			used: map[string]int64{"A": 5, "B": 3, "C": 5, "P": 0},
 		},
 		{
+			name: "quota probe keys take part as quota keys and take nothing",
+			reqs: []req{
+				{keys: []key{kr("Q1", 5, limiter.RoleQuota)}},
+				// Q1's probe denies, Q2 allows: commits, Q2 takes 1.
+				{keys: []key{k("A", 1), kr("Q1", 1, limiter.RoleQuotaProbe), kr("Q2", 1, limiter.RoleQuota)}},
+				// Every quota key denies, the probe among them: blocked.
+				{keys: []key{k("A", 1), kr("Q1", 1, limiter.RoleQuotaProbe), kr("Q1", 1, limiter.RoleQuota)}},
+				// Q2's probe allows (nothing taken), Q1 denies: commits.
+				{keys: []key{k("A", 1), kr("Q1", 1, limiter.RoleQuota), kr("Q2", 4, limiter.RoleQuotaProbe)}},
+			},
+			want: []int{committed, committed, denied, committed},
+			used: map[string]int64{"A": 2, "Q1": 5, "Q2": 1},
+		},
+		{
 			name: "a request past its deadline",
 			reqs: []req{
 				{keys: []key{k("A", 2)}},
@@ -534,7 +548,7 @@ func TestGroupDifferential(t *testing.T) {
 	// within an hour's window, after which every request is a denial).
 	subs := make([]limiter.SubjectDigest, 3)
 	roles := []limiter.Role{limiter.RoleOrdinary, limiter.RoleOrdinary, limiter.RoleOrdinary, limiter.RoleOrdinary,
-		limiter.RoleShadow, limiter.RoleQuota, limiter.RoleQuota, limiter.RoleCheck, limiter.RoleProbe}
+		limiter.RoleShadow, limiter.RoleQuota, limiter.RoleQuota, limiter.RoleCheck, limiter.RoleProbe, limiter.RoleQuotaProbe}
 	states := map[string]limiter.State{}
 	var all []gReq
 	var commits, refusals, expiries int
@@ -1143,7 +1157,7 @@ func TestGroupDifferentialSeeded(t *testing.T) {
 	e := newEnv(t)
 	rng, n := seededRand(t, 18, 200, 40, "seeded groups")
 	windows := []time.Duration{7 * time.Millisecond, time.Second, time.Minute, time.Hour}
-	roles := []limiter.Role{limiter.RoleOrdinary, limiter.RoleOrdinary, limiter.RoleOrdinary, limiter.RoleShadow, limiter.RoleQuota, limiter.RoleQuota, limiter.RoleCheck, limiter.RoleProbe}
+	roles := []limiter.Role{limiter.RoleOrdinary, limiter.RoleOrdinary, limiter.RoleOrdinary, limiter.RoleShadow, limiter.RoleQuota, limiter.RoleQuota, limiter.RoleCheck, limiter.RoleProbe, limiter.RoleQuotaProbe}
 	run := time.Now().UnixNano()
 	kinds := map[limiter.Status]int{}
 	for it := 0; it < n; it++ {

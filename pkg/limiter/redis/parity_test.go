@@ -419,7 +419,7 @@ func TestInvalidArguments(t *testing.T) {
 		"algorithm 0":             with(func(b *batchFields) { b.alg = 0 }),
 		"algorithm 4":             with(func(b *batchFields) { b.alg = 4 }),
 		"flags 16":                with(func(b *batchFields) { b.flags = 16 }),
-		"role 5":                  with(func(b *batchFields) { b.flags = 5 }),
+		"role 6":                  with(func(b *batchFields) { b.flags = 6 }),
 		"role 7, fail-open":       with(func(b *batchFields) { b.flags = 8 | 7 }),
 	}
 	valid := lua.AppendBatchArgs(nil, p, 1, limiter.RoleOrdinary)
