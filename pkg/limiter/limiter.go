@@ -356,9 +356,9 @@ func Summarize(outs []Outcome) (outcome, failure string) {
 // iff Commits says so: every ordinary (and probe) request allows and, when
 // there are quota-mode requests, not all of them deny. On commit every
 // request that allowed consumes (shadow-mode ones too; checks and probes
-// never); otherwise nothing does, and allowed requests are
-// reported with Consumed false and their remaining before their cost.
-// Shadow-mode requests never block.
+// never); otherwise nothing does, and allowed requests are reported with
+// Consumed false and their remaining before their cost. Shadow-mode
+// requests never block.
 // Where a store cannot make one atomic step (the Redis store with limits in
 // different Redis Cluster slots) it documents how it compensates. A caller
 // or store that knows some outcomes before asking (a cached denial, a limit

@@ -52,9 +52,9 @@
 -- STATE_INCOMPATIBLE, INVALID — counts as a denial, unless failOpen, when
 -- the key takes no part; shadow and check keys never block, probe keys
 -- block as ordinary ones do and quota probe keys as quota ones). On commit
--- every ALLOWED key but the check and probe ones is written: one HSET (of every field for a
--- new hash, otherwise of last, b and whichever of a and c changed) and one
--- PEXPIRE per key (the last state of a key named twice).
+-- every ALLOWED key but the check and probe ones is written: one HSET (of
+-- every field for a new hash, otherwise of last, b and whichever of a and c
+-- changed) and one PEXPIRE per key (the last state of a key named twice).
 --
 -- Redis CPU per call bounds the service's throughput, and the whole body of a
 -- script runs on every EVALSHA: this program defines one function (the
@@ -93,8 +93,9 @@
 --   integral and in range before it is returned, else the program raises.
 --   CLOCK_UNSAFE and STATE_INCOMPATIBLE reply (serverNow, serverNow, limit,
 --   0, 0, 0), INVALID (serverNow, serverNow, 0, 0, 0, 0). An ALLOWED key
---   that did not consume (the batch did not commit, or a check or probe key) replies
---   its remaining and reset-at before its cost (limiter.Check's uncommitted reply).
+--   that did not consume (the batch did not commit, or a check or probe
+--   key) replies its remaining and reset-at before its cost (limiter.Check's
+--   uncommitted reply).
 -- Runs on Redis 7.0+ and Valkey.
 
 -- #include prelude.lua
@@ -154,8 +155,8 @@ local write, status, eff, lim
 --   R_LAST, R_A, R_B, R_C   the tentative write, or the state key i saw
 --   R_FRESH     no hash before this call
 --   R_HASH_A, R_HASH_C      the hash's a and c
---   R_WRITE     ALLOWED and not a check or probe key; to write it or, when the
---               batch does not commit, to reply before the cost:
+--   R_WRITE     ALLOWED and not a check or probe key; to write it or, when
+--               the batch does not commit, to reply before the cost:
 --   R_TTL, R_REMAINING_BEFORE, R_RESET_BEFORE, R_ALG, R_REV
 -- All filled (no nil), so the table stays one array.
 local R_KIND, R_LAST, R_A, R_B, R_C, R_FRESH, R_HASH_A, R_HASH_C = 1, 2, 3, 4, 5, 6, 7, 8
