@@ -84,7 +84,7 @@ var (
 // Cases is the batch-rule parity table.
 func Cases() []Case {
 	const user, tenant = 0, 1
-	o, s, q, c := limiter.RoleOrdinary, limiter.RoleShadow, limiter.RoleQuota, limiter.RoleCheck
+	o, s, q, c, pr, qp := limiter.RoleOrdinary, limiter.RoleShadow, limiter.RoleQuota, limiter.RoleCheck, limiter.RoleProbe, limiter.RoleQuotaProbe
 	return []Case{
 		{
 			// The case: the tenant denies, so the user's quota is
@@ -132,6 +132,36 @@ func Cases() []Case {
 				{[]Req{{user, "u", 2, c}}, []Want{allowedHeld(3)}},
 				{[]Req{{user, "u", 2, o}}, []Want{allowedConsumed(1)}},
 				{[]Req{{user, "u", 2, c}}, []Want{denied(1)}},
+			},
+		},
+		{
+			// A probe never consumes and blocks as an ordinary limit does:
+			// below the limit it allows and the batch commits; at a full
+			// limit it denies and the batch consumes nothing.
+			Name:     "probe blocks and never consumes",
+			Policies: []limiter.PolicySpec{fw("user", 2), tb("tenant", 9)},
+			Steps: []Step{
+				{[]Req{{user, "u", 1, pr}}, []Want{allowedHeld(2)}},
+				{[]Req{{user, "u", 1, pr}, {tenant, "t", 1, o}}, []Want{allowedHeld(2), allowedConsumed(8)}},
+				{[]Req{{user, "u", 2, o}}, []Want{allowedConsumed(0)}},
+				{[]Req{{user, "u", 1, pr}, {tenant, "t", 1, o}}, []Want{denied(0), allowedHeld(8)}},
+				{[]Req{{tenant, "t", 1, pr}}, []Want{allowedHeld(8)}},
+				// A later request on the same state does not see a probe's cost.
+				{[]Req{{tenant, "t", 8, pr}, {tenant, "t", 8, o}}, []Want{allowedHeld(8), allowedConsumed(0)}},
+				{[]Req{{tenant, "t", 1, pr}}, []Want{denied(0)}},
+			},
+		},
+		{
+			// A quota probe takes part as a quota limit: the batch is
+			// blocked only when it and every other quota limit deny.
+			Name:     "quota probe: a quota limit that never consumes",
+			Policies: []limiter.PolicySpec{fw("qa", 1), fw("qb", 2), fw("user", 9)},
+			Steps: []Step{
+				{[]Req{{0, "q", 1, q}}, []Want{allowedConsumed(0)}},
+				{[]Req{{0, "q", 1, qp}, {1, "q", 1, q}}, []Want{denied(0), allowedConsumed(1)}},
+				{[]Req{{0, "q", 1, q}, {1, "q", 1, qp}, {2, "u", 1, o}}, []Want{denied(0), allowedHeld(1), allowedConsumed(8)}},
+				{[]Req{{1, "q", 1, q}}, []Want{allowedConsumed(0)}},
+				{[]Req{{0, "q", 1, qp}, {1, "q", 1, qp}, {2, "u", 1, o}}, []Want{denied(0), denied(0), allowedHeld(8)}},
 			},
 		},
 		{

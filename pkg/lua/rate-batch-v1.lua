@@ -15,8 +15,10 @@
 --     to intern and parse (each costs Redis CPU):
 --       algorithm            1 fixed_window, 2 sliding_window, 3 token_bucket,
 --                            4 gcra
---       flags                role + 4 * failOpen; role 0 ordinary, 1 shadow,
---                            2 quota, 3 check (limiter.Role)
+--       flags                bits 0-2 the role (limiter.Role): 0 ordinary,
+--                            1 shadow, 2 quota, 3 check, 4 probe, 5 quota
+--                            probe; 8 failOpen (lua.FlagRoleMask,
+--                            lua.FlagFailOpen)
 --       policy revision      1..2^32-1
 --       limit (capacity)     0..2^53-1 (sliding window: 0..(2^53-1)/10^6;
 --                            token bucket: capacity * period + amount
@@ -48,10 +50,11 @@
 -- every ordinary key is ALLOWED and, when there are quota keys, at least one
 -- of them is (limiter.Commits: a failure status — CLOCK_UNSAFE,
 -- STATE_INCOMPATIBLE, INVALID — counts as a denial, unless failOpen, when
--- the key takes no part; shadow and check keys never block). On commit every
--- ALLOWED key but the check ones is written: one HSET (of every field for a
--- new hash, otherwise of last, b and whichever of a and c changed) and one
--- PEXPIRE per key (the last state of a key named twice).
+-- the key takes no part; shadow and check keys never block, probe keys
+-- block as ordinary ones do and quota probe keys as quota ones). On commit
+-- every ALLOWED key but the check and probe ones is written: one HSET (of
+-- every field for a new hash, otherwise of last, b and whichever of a and c
+-- changed) and one PEXPIRE per key (the last state of a key named twice).
 --
 -- Redis CPU per call bounds the service's throughput, and the whole body of a
 -- script runs on every EVALSHA: this program defines one function (the
@@ -90,8 +93,9 @@
 --   integral and in range before it is returned, else the program raises.
 --   CLOCK_UNSAFE and STATE_INCOMPATIBLE reply (serverNow, serverNow, limit,
 --   0, 0, 0), INVALID (serverNow, serverNow, 0, 0, 0, 0). An ALLOWED key
---   that did not consume (the batch did not commit, or a check key) replies
---   its remaining and reset-at before its cost (limiter.Check's uncommitted reply).
+--   that did not consume (the batch did not commit, or a check or probe
+--   key) replies its remaining and reset-at before its cost (limiter.Check's
+--   uncommitted reply).
 -- Runs on Redis 7.0+ and Valkey.
 
 -- #include prelude.lua
@@ -151,8 +155,8 @@ local write, status, eff, lim
 --   R_LAST, R_A, R_B, R_C   the tentative write, or the state key i saw
 --   R_FRESH     no hash before this call
 --   R_HASH_A, R_HASH_C      the hash's a and c
---   R_WRITE     ALLOWED and not a check key; to write it or, when the
---               batch does not commit, to reply before the cost:
+--   R_WRITE     ALLOWED and not a check or probe key; to write it or, when
+--               the batch does not commit, to reply before the cost:
 --   R_TTL, R_REMAINING_BEFORE, R_RESET_BEFORE, R_ALG, R_REV
 -- All filled (no nil), so the table stays one array.
 local R_KIND, R_LAST, R_A, R_B, R_C, R_FRESH, R_HASH_A, R_HASH_C = 1, 2, 3, 4, 5, 6, 7, 8
@@ -189,8 +193,8 @@ for i = 1, n do
     valid = false
   end
   if valid then
-    role = flags % 4
-    failOpen = flags >= 4
+    role = bit.band(flags, 7)
+    failOpen = bit.band(flags, 8) ~= 0
   end
   -- A key that is not evaluated (INVALID, STATE_INCOMPATIBLE,
   -- CLOCK_UNSAFE) replies (serverNow, serverNow, limit or 0, 0, 0, 0).
@@ -245,7 +249,9 @@ for i = 1, n do
         end
         if not allowed then
           status = 'DENIED'
-        elseif role == 3 then
+        elseif role >= 3 then
+          -- A check or (quota) probe key: its reply before the cost, never
+          -- written.
           status, remaining, resetAt = 'ALLOWED', remainingBefore, resetBefore
         else
           status, write = 'ALLOWED', true
@@ -278,10 +284,10 @@ for i = 1, n do
       kind, stLast, stA, stB, stC, fresh, hashA, hashC, write, wTtl, wRemainingBefore, wResetBefore, wAlg, wRev
   end
   -- limiter.Commits
-  if role == 0 or role == 2 then
+  if role ~= 1 and role ~= 3 then
     if failOpen and status ~= 'ALLOWED' and status ~= 'DENIED' then
       -- A fail-open failure takes no part.
-    elseif role == 2 then
+    elseif role == 2 or role == 5 then
       quota = quota + 1
       if status == 'ALLOWED' then
         quotaAllows = true

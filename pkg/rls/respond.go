@@ -131,7 +131,7 @@ func (s *Server) respond(ctx context.Context, req *rlsv3.RateLimitRequest, known
 				pc.localShadowOver.Inc()
 			}
 			s.logDenial(ctx, msgShadowDenied, ds)
-		case ds.role == limiter.RoleQuota && !quotaDenies:
+		case ds.role.Quota() && !quotaDenies:
 			pc.ok.Inc()
 			if local {
 				pc.localOK.Inc()

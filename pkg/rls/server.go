@@ -272,7 +272,7 @@ func (s *Server) evaluate(ctx context.Context, req *rlsv3.RateLimitRequest, rule
 			sc.descs = append(sc.descs, ds)
 			continue
 		}
-		ds.cost = hitsFor(req, d)
+		ds.cost, ds.probe = hitsFor(req, d)
 		if m.Rule.Unlimited || m.Rule.Policy == nil {
 			ds.kind = statusUnlimited
 		} else {

@@ -20,18 +20,29 @@ const (
 )
 
 // add appends the limiter request of a matched limit to batch and records
-// its index and its role. The request is RoleQuota for a quota_mode rule;
-// the role, decided here once for the whole call, is limiter.Request.EffectiveRole,
-// which makes a shadow policy (a shadow_mode rule) RoleShadow.
+// its index and its role. The request is RoleQuota for a quota_mode rule,
+// and for a probe (an explicit hits_addend of 0) RoleProbe, or
+// RoleQuotaProbe for a quota_mode rule; the role, decided here once for the
+// whole call, is limiter.Request.EffectiveRole, which makes a shadow policy
+// (a shadow_mode rule) RoleShadow, and a probe of one RoleCheck. ds.role is
+// how the limit is reported, so a shadow probe is recorded as RoleShadow.
 func (ds *descStatus) add(batch *[]limiter.Request) {
 	rule := ds.match.Rule
 	mode := limiter.RoleOrdinary
-	if rule.QuotaMode {
+	switch {
+	case ds.probe && rule.QuotaMode:
+		mode = limiter.RoleQuotaProbe
+	case ds.probe:
+		mode = limiter.RoleProbe
+	case rule.QuotaMode:
 		mode = limiter.RoleQuota
 	}
 	ds.batch = len(*batch)
 	*batch = append(*batch, limiter.Request{Policy: rule.Policy, Subject: ds.match.Subject, Cost: ds.cost, Role: mode, Tag: ds.match.Tag})
 	ds.role = (*batch)[ds.batch].EffectiveRole()
+	if ds.probe && ds.role == limiter.RoleCheck {
+		ds.role = limiter.RoleShadow
+	}
 }
 
 // descStatus is the status of one limit of a descriptor while the call is
@@ -43,12 +54,13 @@ type descStatus struct {
 	override bool // matched through a request-supplied limit override
 	match    descriptors.Match
 	cost     int64
+	probe    bool // an explicit per-descriptor hits_addend of 0 (see hitsFor)
 	batch    int
 	// Filled while building statuses.
 	over      bool         // the limit (or the fail-closed fallback) denies
 	reported  bool         // reported OVER_LIMIT to Envoy
 	fellBack  bool         // the store failed and the failure mode answered
-	role      limiter.Role // the limit's role in the batch (statusStore and statusNeverFits)
+	role      limiter.Role // how the limit is reported (statusStore and statusNeverFits; see add)
 	remaining uint32
 	reset     time.Duration
 	retry     time.Duration

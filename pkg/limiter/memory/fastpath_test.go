@@ -81,6 +81,8 @@ func TestBatchOfOneMatchesGeneralPath(t *testing.T) {
 				req.Policy = nil
 			case r == 6:
 				req.Role = limiter.Role(9)
+			case r == 7:
+				req.Role = limiter.RoleProbe
 			}
 			one.Evaluate(ctx, []limiter.Request{req}, outOne)
 			gen.Evaluate(ctx, []limiter.Request{req, {Policy: never, Subject: req.Subject, Cost: 1, Role: limiter.RoleCheck}}, outGen)
@@ -148,7 +150,7 @@ func (m batchModel) evaluate(nowMs int64, batch []limiter.Request, out []limiter
 		}
 		next, reply, uncommitted, w := limiter.Check(st, nowMs, p, r.Cost)
 		tentative[k] = st
-		if r.EffectiveRole() == limiter.RoleCheck {
+		if !r.EffectiveRole().Consumes() {
 			out[i] = limiter.OutcomeFromReply(p, uncommitted, limiter.SourceMemory)
 			continue
 		}
@@ -213,6 +215,8 @@ func TestBatchMatchesModel(t *testing.T) {
 					batch[i].Role = limiter.RoleCheck
 				case 1, 2:
 					batch[i].Role = limiter.RoleQuota
+				case 3:
+					batch[i].Role = limiter.RoleProbe
 				}
 			}
 			got, want := make([]limiter.Outcome, n), make([]limiter.Outcome, n)

@@ -76,7 +76,7 @@ func modelBatch(states map[string]limiter.State, reqs []batchReq, now int64) (bo
 		k := keyOf(r.p, r.sub)
 		next, reply, uncommitted, write := limiter.Check(cur[k], now, r.p, r.cost)
 		batch[i] = limiter.Request{Policy: r.p, Subject: r.sub, Cost: r.cost, Role: r.role}
-		if r.role == limiter.RoleCheck {
+		if !r.role.Consumes() {
 			reply = uncommitted
 			write = false
 		}
@@ -193,7 +193,7 @@ func TestBatchProgramAgainstApply(t *testing.T) {
 	e := newEnv(t)
 	rng, n := seededRand(t, 6, 300, 80, "batches")
 	windows := []time.Duration{7 * time.Millisecond, time.Second, time.Minute, time.Hour}
-	roles := []limiter.Role{limiter.RoleOrdinary, limiter.RoleOrdinary, limiter.RoleOrdinary, limiter.RoleShadow, limiter.RoleQuota, limiter.RoleQuota, limiter.RoleCheck}
+	roles := []limiter.Role{limiter.RoleOrdinary, limiter.RoleOrdinary, limiter.RoleOrdinary, limiter.RoleShadow, limiter.RoleQuota, limiter.RoleQuota, limiter.RoleCheck, limiter.RoleProbe, limiter.RoleQuotaProbe}
 	for it := 0; it < n; it++ {
 		pols := randomPolicies(t, rng, "bp", 3, windows)
 		reqs := make([]batchReq, 1+rng.IntN(6))

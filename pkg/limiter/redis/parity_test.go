@@ -418,7 +418,9 @@ func TestInvalidArguments(t *testing.T) {
 		"infinite max regression": with(func(b *batchFields) { b.maxRegression = math.Inf(1) }),
 		"algorithm 0":             with(func(b *batchFields) { b.alg = 0 }),
 		"algorithm 4":             with(func(b *batchFields) { b.alg = 4 }),
-		"flags 8":                 with(func(b *batchFields) { b.flags = 8 }),
+		"flags 16":                with(func(b *batchFields) { b.flags = 16 }),
+		"role 6":                  with(func(b *batchFields) { b.flags = 6 }),
+		"role 7, fail-open":       with(func(b *batchFields) { b.flags = 8 | 7 }),
 	}
 	valid := lua.AppendBatchArgs(nil, p, 1, limiter.RoleOrdinary)
 	for name, args := range bad {
