@@ -189,8 +189,9 @@ func (e *env) checkWritten(states, final map[string]limiter.State, before map[st
 // unsafe-clock states) through rate-batch-v1.lua and through modelBatch:
 // the same commit flag, the same seven fields per key, the same hashes, and
 // no change at all to a key that is not written.
-func TestBatchProgramAgainstApply(t *testing.T) {
-	e := newEnv(t)
+func TestBatchProgramAgainstApply(t *testing.T) { batchProgramAgainstApply(t, newEnv(t)) }
+
+func batchProgramAgainstApply(t *testing.T, e *env) {
 	rng, n := seededRand(t, 6, 300, 80, "batches")
 	windows := []time.Duration{7 * time.Millisecond, time.Second, time.Minute, time.Hour}
 	roles := []limiter.Role{limiter.RoleOrdinary, limiter.RoleOrdinary, limiter.RoleOrdinary, limiter.RoleShadow, limiter.RoleQuota, limiter.RoleQuota, limiter.RoleCheck, limiter.RoleProbe, limiter.RoleQuotaProbe}

@@ -124,8 +124,11 @@ func randomState(rng *rand.Rand, p *limiter.Policy, now int64) limiter.State {
 	return st
 }
 
-func TestProgramsAgainstApply(t *testing.T) {
-	e := newEnv(t)
+func TestProgramsAgainstApply(t *testing.T) { programsAgainstApply(t, newEnv(t)) }
+
+// programsAgainstApply chains every algorithm's steps through the batch
+// program on e and through Apply.
+func programsAgainstApply(t *testing.T, e *env) {
 	fw := fixed(t, "fw", 5, time.Hour)
 	sw := sliding(t, "sw", 10, time.Minute)
 	tb := bucket(t, "tb", 10, 1, time.Second)
@@ -471,8 +474,9 @@ func TestScriptFlushMidRun(t *testing.T) {
 // TestRandomDifferential runs many random (policy, state, cost) triples,
 // including clamped and unsafe clocks, lowered limits, foreign revisions and
 // stale windows, through the batch program and Apply.
-func TestRandomDifferential(t *testing.T) {
-	e := newEnv(t)
+func TestRandomDifferential(t *testing.T) { randomDifferential(t, newEnv(t)) }
+
+func randomDifferential(t *testing.T, e *env) {
 	rng, n := seededRand(t, 5, 400, 100, "iterations (a failure prints the state, policy and cost)")
 	windows := []time.Duration{time.Millisecond, 7 * time.Millisecond, 100 * time.Millisecond, time.Second, time.Minute, time.Hour}
 	periods := []time.Duration{time.Millisecond, 3 * time.Millisecond, 7 * time.Millisecond, 100 * time.Millisecond, time.Second}
