@@ -47,7 +47,7 @@ func Apply(st State, serverNowMs int64, p *Policy, cost int64) (next State, repl
 func Check(st State, serverNowMs int64, p *Policy, cost int64) (next State, reply, uncommitted Reply, write bool) {
 	// 1. Compatibility: never a silent reset.
 	if st.Exists && (st.Schema != StateSchema || st.Algorithm != p.Algorithm() ||
-		st.PolicyID != p.ID() || st.Revision != p.Revision()) {
+		st.PolicyID != p.ID() || st.Revision != p.Revision() || !validLog(st)) {
 		r := refusal(StatusStateIncompatible, serverNowMs, p)
 		return st, r, r, false
 	}
@@ -89,6 +89,7 @@ func Check(st State, serverNowMs int64, p *Policy, cost int64) (next State, repl
 		Epoch:          s.epoch,
 		Level:          s.level,
 		Carry:          s.carry,
+		Log:            s.log,
 		ExpiresAtMs:    now + s.ttl,
 	}
 	return next, reply, uncommitted, true
@@ -106,6 +107,7 @@ type step struct {
 	epoch      int64
 	level      int64
 	carry      int64
+	log        string
 	remaining  int64
 	retryAfter int64
 	resetAt    int64

@@ -6,6 +6,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"reflect"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -117,6 +118,8 @@ func randomState(rng *rand.Rand, p *limiter.Policy, now int64) limiter.State {
 			tat = last + 1_000_000_000
 		}
 		st = stateOf(p, last, 0, tat, rng.Int64N(amount+2))
+	case limiter.SlidingLog:
+		st = randomLog(rng, p, last)
 	}
 	if rng.IntN(20) == 0 {
 		st.Revision = 2
@@ -130,7 +133,8 @@ func TestProgramsAgainstApply(t *testing.T) {
 	sw := sliding(t, "sw", 10, time.Minute)
 	tb := bucket(t, "tb", 10, 1, time.Second)
 	gc := cellRate(t, "gc", 10, 3, time.Second)
-	for _, p := range []*limiter.Policy{fw, sw, tb, gc} {
+	sl := slidingLog(t, "sl", 10, time.Minute)
+	for _, p := range []*limiter.Policy{fw, sw, tb, gc, sl} {
 		key := keyOf(p, subjectOf("all-programs"))
 		e.do("DEL", key)
 		var st limiter.State
@@ -153,7 +157,7 @@ func TestProgramsAgainstApply(t *testing.T) {
 
 func TestExactBoundaryAfterDeniedRequest(t *testing.T) {
 	e := newEnv(t)
-	for _, p := range []*limiter.Policy{fixed(t, "b.fw", 5, time.Hour), sliding(t, "b.sw", 5, time.Hour), bucket(t, "b.tb", 5, 1, time.Hour), cellRate(t, "b.gc", 5, 1, time.Hour)} {
+	for _, p := range []*limiter.Policy{fixed(t, "b.fw", 5, time.Hour), sliding(t, "b.sw", 5, time.Hour), bucket(t, "b.tb", 5, 1, time.Hour), cellRate(t, "b.gc", 5, 1, time.Hour), slidingLog(t, "b.sl", 5, time.Hour)} {
 		key := keyOf(p, subjectOf("boundary"))
 		e.do("DEL", key)
 		steps := []struct {
@@ -188,7 +192,7 @@ func TestExactBoundaryAfterDeniedRequest(t *testing.T) {
 func TestClockRegression(t *testing.T) {
 	e := newEnv(t)
 	for _, c := range []struct{ pos, n int }{{0, 1}, {1, 3}} {
-		for _, p := range []*limiter.Policy{fixed(t, "c.fw", 5, time.Hour), sliding(t, "c.sw", 5, time.Hour), bucket(t, "c.tb", 5, 1, time.Second), cellRate(t, "c.gc", 5, 3, time.Second)} {
+		for _, p := range []*limiter.Policy{fixed(t, "c.fw", 5, time.Hour), sliding(t, "c.sw", 5, time.Hour), bucket(t, "c.tb", 5, 1, time.Second), cellRate(t, "c.gc", 5, 3, time.Second), slidingLog(t, "c.sl", 5, time.Second)} {
 			clockRegression(t, e, p, c.pos, c.n)
 		}
 	}
@@ -208,6 +212,9 @@ func clockRegression(t *testing.T, e *env, p *limiter.Policy, pos, n int) {
 		st = stateOf(p, last, 2, last, 0)
 	case limiter.GCRA:
 		st = stateOf(p, last, 0, last+400, 1) // TAT ahead: 1 of 5 left
+	case limiter.SlidingLog:
+		st = stateOf(p, last, w, 0, 0)
+		st.Log = logOf(last-10, 1, last, 2)
 	}
 	// checkParity compares DUMP before and after and checks the TTL was
 	// not extended.
@@ -230,6 +237,8 @@ func clockRegression(t *testing.T, e *env, p *limiter.Policy, pos, n int) {
 		st.Epoch = last
 	case limiter.GCRA:
 		st.Epoch = last + 400
+	case limiter.SlidingLog:
+		st.Log = logOf(last-10, 1, last, 2)
 	}
 	r = checkParityAmong(t, e, p, key, st, 1, pos, n)
 	if r.Status != limiter.StatusAllowed || r.EffectiveNowMs != last {
@@ -511,4 +520,66 @@ func TestPrivacyAndTTL(t *testing.T) {
 		}
 	}
 	assertPrivateKeys(t, e.srv.Addr(), raw)
+}
+
+// logOf packs (time, cost) pairs as limiter.State.Log.
+func logOf(hits ...int64) string {
+	var b []byte
+	for i := 0; i < len(hits); i += 2 {
+		b = limiter.AppendSlidingLogEntry(b, hits[i], hits[i+1])
+	}
+	return string(b)
+}
+
+// randomLog is a random sliding-log state of p last observed at last: up
+// to limit + 3 hits over the two windows before last (some out of the
+// window, some in one ms), with counts in a and b as a write leaves them;
+// one in eight without a log (the memory store's estimated counts), one in
+// twelve with a log that cannot be ours (STATE_INCOMPATIBLE).
+func randomLog(rng *rand.Rand, p *limiter.Policy, last int64) limiter.State {
+	w := p.WindowMillis()
+	epoch := last / w
+	st := stateOf(p, last, epoch, 0, 0)
+	if rng.IntN(8) == 0 {
+		st.Epoch -= rng.Int64N(2)
+		st.Level, st.Carry = rng.Int64N(p.Limit()+2), rng.Int64N(p.Limit()+2)
+		return st
+	}
+	n := rng.Int64N(p.Limit() + 4)
+	times := make([]int64, n)
+	for i := range times {
+		times[i] = last - rng.Int64N(2*w+1)
+		if i > 0 && rng.IntN(4) == 0 {
+			times[i] = times[i-1]
+		}
+	}
+	slices.Sort(times)
+	var b []byte
+	for i, t := range times {
+		cost := 1 + rng.Int64N(3)
+		if i+1 < len(times) && times[i+1] == t {
+			continue // one entry per ms: the costs of a ms add up
+		}
+		for j := i - 1; j >= 0 && times[j] == t; j-- {
+			cost++
+		}
+		b = limiter.AppendSlidingLogEntry(b, t, cost)
+		if t >= epoch*w {
+			st.Level += cost
+		} else {
+			st.Carry += cost
+		}
+	}
+	st.Log = string(b)
+	if rng.IntN(12) == 0 && len(b) > 0 {
+		switch rng.IntN(3) {
+		case 0:
+			st.Log = st.Log[:len(b)-1] // a partial entry
+		case 1:
+			st.Log = string(limiter.AppendSlidingLogEntry(b, last+1, 1)) // after last
+		default:
+			st.Log = string(limiter.AppendSlidingLogEntry(b, 0, 1)) // out of order
+		}
+	}
+	return st
 }
