@@ -3,6 +3,9 @@ package descriptors
 import (
 	"path/filepath"
 	"testing"
+	"time"
+
+	"github.com/envoy-rls/envoy-rls/pkg/limiter"
 )
 
 // TestExamplesLoad loads every file of config/examples, alone and together
@@ -28,11 +31,19 @@ func TestExamplesLoad(t *testing.T) {
 		{"edge", e("path=/downloads/a.zip"), "edge/path=*.zip"},
 		{"api", e("route=/upload", "user=u1"), "api/route=/upload/user"},
 		{"algorithms", e("route=/bucket"), "algorithms/route=/bucket"},
+		{"login", e("user=u1"), "login/user"},
+		{"login", e("remote_address=203.0.113.7", "action=password_reset"), "login/remote_address/action=password_reset"},
 	}
 	for _, c := range checks {
 		m, ok := s.Match(c.domain, c.entries)
 		if !ok || m.Rule.Path != c.path {
 			t.Errorf("Match(%s, %v) = %v %v, want %s", c.domain, c.entries, ok, m.Rule, c.path)
 		}
+	}
+	// The sliding log's example: 5 per 15 minutes, exact.
+	m, ok := s.Match("login", e("user=u1"))
+	if prm, isLog := m.Rule.Policy.Params().(limiter.SlidingLogParams); !ok || !isLog || prm.Limit != 5 || prm.Window != 15*time.Minute ||
+		m.Rule.Policy.Certainty() != limiter.Certain {
+		t.Errorf("login/user: %+v, want a sliding log of 5 per 15 minutes", m.Rule)
 	}
 }
