@@ -47,7 +47,7 @@ func Apply(st State, serverNowMs int64, p *Policy, cost int64) (next State, repl
 func Check(st State, serverNowMs int64, p *Policy, cost int64) (next State, reply, uncommitted Reply, write bool) {
 	// 1. Compatibility: never a silent reset.
 	if st.Exists && (st.Schema != StateSchema || st.Algorithm != p.Algorithm() ||
-		st.PolicyID != p.ID() || st.Revision != p.Revision() || !validLog(st)) {
+		st.PolicyID != p.ID() || st.Revision != p.Revision()) {
 		r := refusal(StatusStateIncompatible, serverNowMs, p)
 		return st, r, r, false
 	}
@@ -59,6 +59,11 @@ func Check(st State, serverNowMs int64, p *Policy, cost int64) (next State, repl
 			return st, r, r, false
 		}
 		now = st.LastObservedMs
+	}
+	// A sliding log that cannot be ours (validLog).
+	if st.Exists && !validLog(st, p) {
+		r := refusal(StatusStateIncompatible, serverNowMs, p)
+		return st, r, r, false
 	}
 	// 3. The algorithm.
 	s := p.rules.step(st, now, p, cost)

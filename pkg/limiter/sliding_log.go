@@ -59,33 +59,46 @@ func AppendSlidingLogEntry(dst []byte, atMs, cost int64) []byte {
 	return binary.BigEndian.AppendUint16(dst, uint16(cost))
 }
 
-// logEntry returns hit i of a packed log.
-func logEntry(log string, i int) (atMs, cost int64) {
-	b := log[i*SlidingLogEntryBytes : (i+1)*SlidingLogEntryBytes]
-	bits := uint64(b[0])<<56 | uint64(b[1])<<48 | uint64(b[2])<<40 | uint64(b[3])<<32 |
-		uint64(b[4])<<24 | uint64(b[5])<<16 | uint64(b[6])<<8 | uint64(b[7])
-	return int64(math.Float64frombits(bits)), int64(b[8])<<8 | int64(b[9])
+// logTime returns the time of hit i of a packed log as stored.
+func logTime(log string, i int) float64 {
+	b := log[i*SlidingLogEntryBytes : i*SlidingLogEntryBytes+8]
+	return math.Float64frombits(uint64(b[0])<<56 | uint64(b[1])<<48 | uint64(b[2])<<40 | uint64(b[3])<<32 |
+		uint64(b[4])<<24 | uint64(b[5])<<16 | uint64(b[6])<<8 | uint64(b[7]))
 }
 
-// validLog reports whether st's log can be ours (Check refuses another as
-// STATE_INCOMPATIBLE, as load.lua does): whole entries, at most
-// MaxSlidingLogLimit of them, each a time that is an integer in [0, 2^53-1]
-// not before the previous one and not after the state's last-observed time
-// (a hit is logged at the effective time, which becomes the last-observed
-// time), and a cost of at least 1. Other algorithms' states hold no log.
-func validLog(st State) bool {
+// logEntry returns hit i of a packed log (validLog has checked its time is
+// an integer in range).
+func logEntry(log string, i int) (atMs, cost int64) {
+	b := log[i*SlidingLogEntryBytes : (i+1)*SlidingLogEntryBytes]
+	return int64(logTime(log, i)), int64(b[8])<<8 | int64(b[9])
+}
+
+// validLog reports whether st's log can be ours; Check refuses another as
+// STATE_INCOMPATIBLE after the clock rule (where the Lua step, which checks
+// the log as it reads it, finds it): whole entries, at most
+// MaxSlidingLogLimit of them, each a time that is an integer not before the
+// previous one (nor 0) and not after the state's last-observed time (a hit
+// is logged at the effective time, which becomes the last-observed time),
+// and a cost of at least 1; counts (Level, Carry) of at most
+// MaxSlidingLogLimit, and, without a log, a window (Epoch) that starts
+// below 2^53 ms. Other algorithms' states hold no log.
+func validLog(st State, p *Policy) bool {
 	if st.Algorithm != SlidingLog {
 		return st.Log == ""
 	}
 	n := len(st.Log) / SlidingLogEntryBytes
-	if len(st.Log)%SlidingLogEntryBytes != 0 || n > MaxSlidingLogLimit {
+	if len(st.Log)%SlidingLogEntryBytes != 0 || n > MaxSlidingLogLimit ||
+		st.Level < 0 || st.Level > MaxSlidingLogLimit || st.Carry < 0 || st.Carry > MaxSlidingLogLimit {
 		return false
+	}
+	if n == 0 {
+		return st.Epoch >= 0 && st.Epoch <= MaxSafeInteger/p.windowMs
 	}
 	prev := 0.0
 	for i := range n {
-		b := st.Log[i*SlidingLogEntryBytes:]
-		t := math.Float64frombits(binary.BigEndian.Uint64([]byte(b[:8])))
-		if !(t >= prev && t <= float64(st.LastObservedMs)) || t != math.Trunc(t) || b[8]|b[9] == 0 {
+		ti, c := logEntry(st.Log, i)
+		t := logTime(st.Log, i)
+		if !(t >= prev && t <= float64(st.LastObservedMs)) || float64(ti) != t || c == 0 {
 			return false
 		}
 		prev = t
@@ -93,31 +106,25 @@ func validLog(st State) bool {
 	return true
 }
 
-// slidingLogHits returns the hits st holds, oldest first, as (time, cost)
-// pairs: its log, or, for a state without one (the memory store's overflow
-// sketch, which keeps only counts per epoch-aligned window), State.Carry
-// units at the last ms of window Epoch-1 and State.Level units at the last
-// ms of window Epoch not after now: the latest each could have been taken,
-// so that they stay in the window at least as long as the real hits.
-func slidingLogHits(st State, now int64, p *Policy, buf []int64) []int64 {
-	if !st.Exists {
-		return buf
-	}
-	if st.Log != "" {
-		for i := range len(st.Log) / SlidingLogEntryBytes {
-			t, c := logEntry(st.Log, i)
-			buf = append(buf, t, c)
-		}
-		return buf
+// slidingLogOf returns the log st holds: its log, or, for a state without
+// one (the memory store's overflow sketch, which keeps only counts per
+// epoch-aligned window), State.Carry units at the last ms of window Epoch-1
+// and State.Level units at the last ms of window Epoch, neither after now:
+// the latest each could have been taken, so that they stay in the window
+// at least as long as the real hits.
+func slidingLogOf(st State, now int64, p *Policy) string {
+	if !st.Exists || st.Log != "" {
+		return st.Log
 	}
 	w := p.windowMs
+	var b []byte
 	if st.Carry > 0 {
-		buf = append(buf, st.Epoch*w-1, st.Carry)
+		b = AppendSlidingLogEntry(b, min(now, st.Epoch*w-1), st.Carry)
 	}
 	if st.Level > 0 {
-		buf = append(buf, min(now, (st.Epoch+1)*w-1), st.Level)
+		b = AppendSlidingLogEntry(b, min(now, (st.Epoch+1)*w-1), st.Level)
 	}
-	return buf
+	return string(b)
 }
 
 // slidingLog: the hits of State.Log in (now - window, now] count exactly;
@@ -127,24 +134,32 @@ func slidingLogHits(st State, now int64, p *Policy, buf []int64) []int64 {
 // now's window id, Level the units of the written log in that window,
 // Carry the rest (window Epoch-1: the window is one window long). Retry:
 // when the oldest hits have left so that c fits; reset: when the newest
-// hit leaves.
+// hit leaves. One pass over the log, as the Lua step.
 func slidingLog(st State, now int64, p *Policy, cost int64) step {
 	limit, w := p.limit, p.windowMs
-	var arr [64]int64
-	hits := slidingLogHits(st, now, p, arr[:0])
-	// first: the first hit still in the window; used: their units.
-	first, used := len(hits), int64(0)
-	for i := 0; i < len(hits); i += 2 {
-		if hits[i] > now-w {
-			if first == len(hits) {
-				first = i
-			}
-			used += hits[i+1]
+	log := slidingLogOf(st, now, p)
+	n := len(log) / SlidingLogEntryBytes
+	epochStart := now - now%w
+	// from: the first hit in the window; used: the units in the window,
+	// level those since epochStart; last: the newest hit.
+	from, used, level, lastT, lastC := n, int64(0), int64(0), int64(-1), int64(0)
+	for i := range n {
+		t, c := logEntry(log, i)
+		if t <= now-w {
+			continue
 		}
+		if used == 0 {
+			from = i
+		}
+		used += c
+		if t >= epochStart {
+			level += c
+		}
+		lastT, lastC = t, c
 	}
 	resetBefore := now
-	if first < len(hits) {
-		resetBefore = hits[len(hits)-2] + w
+	if from < n {
+		resetBefore = lastT + w
 	}
 	s := step{allowed: cost <= limit-used}
 	if !s.allowed {
@@ -152,36 +167,25 @@ func slidingLog(st State, now int64, p *Policy, cost int64) step {
 		// The hits leave oldest first: the first time the rest leave room.
 		s.retryAfter = max(1, resetBefore-now)
 		freed := int64(0)
-		for i := first; i < len(hits); i += 2 {
-			freed += hits[i+1]
+		for i := from; i < n; i++ {
+			t, c := logEntry(log, i)
+			freed += c
 			if used-freed <= limit-cost {
-				s.retryAfter = hits[i] + w - now
+				s.retryAfter = t + w - now
 				break
 			}
 		}
 		return s
 	}
 	s.remainingBefore, s.resetAtBefore = limit-used, resetBefore
-	epoch := now / w
-	log := make([]byte, 0, len(hits)/2*SlidingLogEntryBytes+SlidingLogEntryBytes)
-	var level, carry int64
+	kept := log[from*SlidingLogEntryBytes:]
 	newest := cost
-	for i := first; i < len(hits); i += 2 {
-		t, c := hits[i], hits[i+1]
-		if i == len(hits)-2 && t == now {
-			newest += c // the same ms: one entry
-			break
-		}
-		log = AppendSlidingLogEntry(log, t, c)
-		if t/w >= epoch {
-			level += c
-		} else {
-			carry += c
-		}
+	if lastT == now {
+		kept, newest = kept[:len(kept)-SlidingLogEntryBytes], lastC+cost // the same ms: one entry
 	}
-	log = AppendSlidingLogEntry(log, now, newest)
-	level += newest
-	s.epoch, s.level, s.carry, s.log = epoch, level, carry, string(log)
+	var entry [SlidingLogEntryBytes]byte
+	s.log = kept + string(AppendSlidingLogEntry(entry[:0], now, newest))
+	s.epoch, s.level, s.carry = now/w, level+cost, used-level
 	s.remaining, s.resetAt = limit-used-cost, now+w
 	s.ttl = w + p.CleanupGraceMillis()
 	return s

@@ -122,6 +122,22 @@ func TestSlidingLog(t *testing.T) {
 				t.Errorf("%s: %s, write %v", name, r.Status, write)
 			}
 		}
+		for name, st := range map[string]limiter.State{
+			"counts above the maximum": {Level: limiter.MaxSlidingLogLimit + 1, Epoch: t0 / 1000},
+			"a window beyond 2^53 ms":  {Level: 1, Epoch: limiter.MaxSafeInteger/1000 + 1},
+			"negative counts":          {Carry: -1, Epoch: t0 / 1000},
+		} {
+			st.Exists, st.Schema, st.Algorithm, st.PolicyID, st.Revision, st.LastObservedMs = true, limiter.StateSchema, limiter.SlidingLog, p.ID(), 1, t0
+			if _, r, write := limiter.Apply(st, t0+1, p, 1); r.Status != limiter.StatusStateIncompatible || write {
+				t.Errorf("%s: %s, write %v", name, r.Status, write)
+			}
+		}
+		// Checked after the clock rule (as the Lua step reads the log).
+		bad := base
+		bad.Log = logOf(t0, 0)
+		if _, r, _ := limiter.Apply(bad, t0-5000, p, 1); r.Status != limiter.StatusClockUnsafe {
+			t.Errorf("a foreign log behind an unsafe clock: %s, want CLOCK_UNSAFE", r.Status)
+		}
 		other := base
 		other.Algorithm, other.Log = limiter.FixedWindow, logOf(t0, 1)
 		fp := fixed(t, 5, time.Second)

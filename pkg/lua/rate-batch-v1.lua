@@ -251,7 +251,10 @@ for i = 1, n do
         elseif alg == 'sliding_log' then
 -- #include sliding-log.lua step
         end
-        if not allowed then
+        if st == false then
+          -- A stored log that cannot be ours (the sliding log's step).
+          status, eff, remaining, retry, resetAt = 'STATE_INCOMPATIBLE', serverNow, 0, 0, 0
+        elseif not allowed then
           status = 'DENIED'
         elseif role == 3 then
           status, remaining, resetAt = 'ALLOWED', remainingBefore, resetBefore

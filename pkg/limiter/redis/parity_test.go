@@ -535,7 +535,8 @@ func logOf(hits ...int64) string {
 // to limit + 3 hits over the two windows before last (some out of the
 // window, some in one ms), with counts in a and b as a write leaves them;
 // one in eight without a log (the memory store's estimated counts), one in
-// twelve with a log that cannot be ours (STATE_INCOMPATIBLE).
+// twelve of either with a log or counts that cannot be ours
+// (STATE_INCOMPATIBLE).
 func randomLog(rng *rand.Rand, p *limiter.Policy, last int64) limiter.State {
 	w := p.WindowMillis()
 	epoch := last / w
@@ -543,6 +544,12 @@ func randomLog(rng *rand.Rand, p *limiter.Policy, last int64) limiter.State {
 	if rng.IntN(8) == 0 {
 		st.Epoch -= rng.Int64N(2)
 		st.Level, st.Carry = rng.Int64N(p.Limit()+2), rng.Int64N(p.Limit()+2)
+		switch rng.IntN(12) {
+		case 0:
+			st.Level = limiter.MaxSlidingLogLimit + 1 // above any log's count
+		case 1:
+			st.Epoch = limiter.MaxSafeInteger/w + 1 // a window beyond 2^53 ms
+		}
 		return st
 	}
 	n := rng.Int64N(p.Limit() + 4)
@@ -582,4 +589,66 @@ func randomLog(rng *rand.Rand, p *limiter.Policy, last int64) limiter.State {
 		}
 	}
 	return st
+}
+
+// TestSlidingLogAgainstApply: the sliding log's cases one by one through
+// the program (alone and as the second of three keys), each compared with
+// Apply: logs that cannot be ours, estimated counts without a log, a hit
+// in the ms of the newest entry, and full logs of the maximum limit.
+func TestSlidingLogAgainstApply(t *testing.T) {
+	e := newEnv(t)
+	p := slidingLog(t, "sl.cases", 5, time.Minute)
+	full := slidingLog(t, "sl.full", limiter.MaxSlidingLogLimit, time.Hour)
+	key, fullKey := keyOf(p, subjectOf("sl-cases")), keyOf(full, subjectOf("sl-cases"))
+	for _, at := range []struct{ pos, n int }{{0, 1}, {1, 3}} {
+		now := e.serverNow()
+		last := now - 100
+		w := now / p.WindowMillis()
+		st := func(log string) limiter.State {
+			s := stateOf(p, last, w, 0, 0)
+			s.Log = log
+			return s
+		}
+		counts := func(epoch, level, carry int64) limiter.State {
+			return stateOf(p, last, epoch, level, carry)
+		}
+		for name, c := range map[string]struct {
+			st   limiter.State
+			want limiter.Status
+		}{
+			"partial entry":      {st(logOf(last, 1)[:9]), limiter.StatusStateIncompatible},
+			"cost 0":             {st(logOf(last, 0)), limiter.StatusStateIncompatible},
+			"out of order":       {st(logOf(last, 1, last-1, 1)), limiter.StatusStateIncompatible},
+			"after last":         {st(logOf(last+1, 1)), limiter.StatusStateIncompatible},
+			"fraction":           {st("\x42\x78\xbc\xfe\x56\x80\x00\x01\x00\x01"), limiter.StatusStateIncompatible},
+			"too long":           {st(strings.Repeat(logOf(last, 1), limiter.MaxSlidingLogLimit+1)), limiter.StatusStateIncompatible},
+			"counts above 1000":  {counts(w, limiter.MaxSlidingLogLimit+1, 0), limiter.StatusStateIncompatible},
+			"window beyond 2^53": {counts(limiter.MaxSafeInteger/p.WindowMillis()+1, 1, 0), limiter.StatusStateIncompatible},
+			// The rest depend on where now falls in its minute: parity
+			// only (checkParityAmong).
+			"estimated counts":    {counts(w, 2, 2), 0},
+			"estimated, full":     {counts(w, 0, 5), 0},
+			"estimated, older":    {counts(w-1, 3, 2), 0},
+			"same ms as the last": {st(logOf(last-5, 1, last, 2)), 0},
+			"out of the window":   {st(logOf(last-70_000, 5)), 0},
+			"one leaving":         {st(logOf(now-60_000, 1, last, 4)), 0},
+		} {
+			c.st.LastObservedMs = last
+			if r := checkParityAmong(t, e, p, key, c.st, 1, at.pos, at.n); c.want != 0 && r.Status != c.want {
+				t.Errorf("%s: %s, want %s", name, r.Status, c.want)
+			}
+		}
+		// The maximum limit: 999 hits leave room for one, 1000 none.
+		for _, n := range []int64{999, 1000} {
+			var log []byte
+			for i := range n {
+				log = limiter.AppendSlidingLogEntry(log, last-n+i, 1)
+			}
+			s := stateOf(full, last, now/full.WindowMillis(), n, 0)
+			s.Log = string(log)
+			if r := checkParityAmong(t, e, full, fullKey, s, 1, at.pos, at.n); (r.Status == limiter.StatusAllowed) != (n == 999) {
+				t.Errorf("a log of %d: %s", n, r.Status)
+			}
+		}
+	}
 }

@@ -1,8 +1,8 @@
 -- fragments/load.lua: read one state hash (docs/algorithms.md, "Lua hash
--- fields"). In: key, alg, policy, rev, p2 (a sliding log's window). Out:
--- st — nil (no hash), false (incompatible) or true — and stLast, stA, stB,
--- stC (the numbers; 0 when st is nil, unset when false) and, for a sliding
--- log, stL (its log, '' when it has none; unset for the others). One HMGET; EXISTS only when no field is
+-- fields"). In: key, alg, policy, rev. Out: st — nil (no hash), false
+-- (incompatible) or true — and stLast, stA, stB, stC (the numbers; 0 when
+-- st is nil, unset when false) and, for a sliding log, stL (its field l,
+-- '' when it has none, which its step checks; unset for the others). One HMGET; EXISTS only when no field is
 -- present (a hash of foreign fields is incompatible, not empty); a key of
 -- another type is incompatible. rev, last, a, b, c must be canonical
 -- decimal integers, rev the request's and the others below 2^53; a sliding
@@ -41,29 +41,8 @@ do
       if alg == 'sliding_window' and (stB > MAX_SLIDING or stC > MAX_SLIDING) then
         st = false
       elseif alg == 'sliding_log' then
-        -- limiter's validLog: whole entries, at most MAX_LOG, times
-        -- integral, in order, not after last, costs at least 1; counts
-        -- at most MAX_LOG; a log-less state's window not after last.
+        -- Its log, checked where the step reads it.
         stL = h[9] or ''
-        local n = #stL / 10
-        if n % 1 ~= 0 or n > MAX_LOG or stB > MAX_LOG or stC > MAX_LOG then
-          st = false
-        elseif n == 0 then
-          if (stB > 0 or stC > 0) and stA > (stLast - fmod(stLast, p2)) / p2 then
-            st = false
-          end
-        else
-          local up, pos, prev = struct.unpack, 1, 0
-          for _ = 1, n do
-            local t, k
-            t, k, pos = up('>dH', stL, pos)
-            if not (t >= prev and t <= stLast and t % 1 == 0 and k >= 1) then
-              st = false
-              break
-            end
-            prev = t
-          end
-        end
       end
     end
   elseif not (h[1] or h[2] or h[3] or h[4] or h[5] or h[6] or h[7] or h[8]) then
