@@ -160,7 +160,9 @@ func TestSlidingLog(t *testing.T) {
 // TestSlidingLogIsExact: against a plain list of every admitted hit, the
 // sliding log admits exactly when the hits of (now - window, now] leave
 // room, and its remaining, retry and reset are the list's (random times,
-// costs and limits; clock steps back within the allowed regression).
+// costs and limits; clock steps back within the allowed regression). A
+// denial holds until its retry time (Policy.DenialsHold): no request of at
+// least its cost is admitted before.
 func TestSlidingLogIsExact(t *testing.T) {
 	rng := rand.New(rand.NewPCG(18, 4))
 	for run := 0; run < 300; run++ {
@@ -169,6 +171,7 @@ func TestSlidingLogIsExact(t *testing.T) {
 		p := slidingLog(t, limit, time.Duration(w)*time.Millisecond)
 		var st limiter.State
 		var hits [][2]int64 // every admitted hit: time, cost
+		var holds [][2]int64 // every denial: until, cost
 		now, last := t0, int64(0)
 		for i := 0; i < 200; i++ {
 			now += rng.Int64N(w/3+2) - rng.Int64N(w/10+2)
@@ -185,6 +188,11 @@ func TestSlidingLogIsExact(t *testing.T) {
 				}
 			}
 			want := used+cost <= limit
+			for _, h := range holds {
+				if write && eff < h[0] && cost >= h[1] {
+					t.Fatalf("run %d step %d: cost %d admitted at %d, before a denial of cost %d held until %d", run, i, cost, eff, h[1], h[0])
+				}
+			}
 			if write != want || r.EffectiveNowMs != eff {
 				t.Fatalf("run %d step %d: now %d eff %d used %d cost %d limit %d: %+v", run, i, now, eff, used, cost, limit, r)
 			}
@@ -211,6 +219,7 @@ func TestSlidingLogIsExact(t *testing.T) {
 					break
 				}
 			}
+			holds = append(holds, [2]int64{eff + r.RetryAfterMs, cost})
 			reset := hits[len(hits)-1][0] + w
 			if r.RetryAfterMs != retry || r.Remaining != max(0, limit-used) || r.ResetAtMs != reset {
 				t.Fatalf("run %d step %d: %+v, want retry %d remaining %d reset %d", run, i, r, retry, max(0, limit-used), reset)
