@@ -119,7 +119,8 @@ func slidingLogOf(st State, now int64, p *Policy) string {
 	w := p.windowMs
 	var b []byte
 	if st.Carry > 0 {
-		b = AppendSlidingLogEntry(b, min(now, st.Epoch*w-1), st.Carry)
+		// (Not before 0: a log's times are not negative.)
+		b = AppendSlidingLogEntry(b, max(0, min(now, st.Epoch*w-1)), st.Carry)
 	}
 	if st.Level > 0 {
 		b = AppendSlidingLogEntry(b, min(now, (st.Epoch+1)*w-1), st.Level)

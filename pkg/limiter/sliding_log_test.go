@@ -105,6 +105,18 @@ func TestSlidingLog(t *testing.T) {
 			t.Fatalf("state %+v", st)
 		}
 	})
+	t.Run("estimated counts of the first window", func(t *testing.T) {
+		// Window 0's previous window ends at -1: its units are placed at 0,
+		// and the log written is one that can be read back.
+		p := slidingLog(t, 5, time.Second)
+		st := limiter.State{Exists: true, Schema: limiter.StateSchema, Algorithm: limiter.SlidingLog, PolicyID: p.ID(), Revision: 1,
+			LastObservedMs: 10, Epoch: 0, Carry: 2, Level: 1}
+		st = run(t, p, st, []step{{now: 20, cost: 1, status: allowed, remaining: 1, reset: 1020}})
+		if st.Log != logOf(0, 2, 20, 2) { // the 1 of window 0 at now, with the new hit
+			t.Fatalf("log %x", st.Log)
+		}
+		run(t, p, st, []step{{now: 1000, cost: 2, status: allowed, remaining: 1, reset: 2000}})
+	})
 	t.Run("foreign logs are incompatible", func(t *testing.T) {
 		p := slidingLog(t, 5, time.Second)
 		base := limiter.State{Exists: true, Schema: limiter.StateSchema, Algorithm: limiter.SlidingLog, PolicyID: p.ID(), Revision: 1, LastObservedMs: t0}
@@ -170,7 +182,7 @@ func TestSlidingLogIsExact(t *testing.T) {
 		w := 1 + rng.Int64N(3000)
 		p := slidingLog(t, limit, time.Duration(w)*time.Millisecond)
 		var st limiter.State
-		var hits [][2]int64 // every admitted hit: time, cost
+		var hits [][2]int64  // every admitted hit: time, cost
 		var holds [][2]int64 // every denial: until, cost
 		now, last := t0, int64(0)
 		for i := 0; i < 200; i++ {

@@ -629,6 +629,7 @@ func TestSlidingLogAgainstApply(t *testing.T) {
 			"estimated counts":    {counts(w, 2, 2), 0},
 			"estimated, full":     {counts(w, 0, 5), 0},
 			"estimated, older":    {counts(w-1, 3, 2), 0},
+			"estimated, window 0": {counts(0, 1, 2), 0},
 			"same ms as the last": {st(logOf(last-5, 1, last, 2)), 0},
 			"out of the window":   {st(logOf(last-70_000, 5)), 0},
 			"one leaving":         {st(logOf(now-60_000, 1, last, 4)), 0},

@@ -52,6 +52,8 @@ do
         local tc = stA * w - 1
         if tc > now then
           tc = now
+        elseif tc < 0 then
+          tc = 0
         end
         lg = pack('>dH', tc, stC)
       end
