@@ -75,6 +75,11 @@ func sw(id string, limit int64) limiter.PolicySpec {
 	return limiter.PolicySpec{ID: id, Algorithm: limiter.SlidingWindow, Params: limiter.SlidingWindowParams{Limit: limit, Window: 100 * 24 * time.Hour}}
 }
 
+func sl(id string, limit int64) limiter.PolicySpec {
+	// Hits leave after 100 days: none during a test.
+	return limiter.PolicySpec{ID: id, Algorithm: limiter.SlidingLog, Params: limiter.SlidingLogParams{Limit: limit, Window: 100 * 24 * time.Hour}}
+}
+
 var (
 	allowedConsumed = func(rem int64) Want { return Want{Allowed: true, Consumed: true, Remaining: rem} }
 	allowedHeld     = func(rem int64) Want { return Want{Allowed: true, Remaining: rem} }
@@ -173,6 +178,18 @@ func Cases() []Case {
 				{[]Req{{user, "u", 2, o}, {user, "u", 2, o}}, []Want{allowedHeld(3), denied(1)}},
 				{[]Req{{user, "u", 1, o}, {user, "u", 2, o}}, []Want{allowedConsumed(2), allowedConsumed(0)}},
 				{[]Req{{user, "u", 1, o}}, []Want{denied(0)}},
+			},
+		},
+		{
+			// A sliding log in a batch that another limit blocks: its hit
+			// is not logged; then two of its hits are, in one batch.
+			Name:     "sliding log: all or nothing",
+			Policies: []limiter.PolicySpec{sl("user", 4), fw("tenant", 2)},
+			Steps: []Step{
+				{[]Req{{user, "u", 2, o}, {tenant, "t", 3, o}}, []Want{allowedHeld(4), {Failed: true}}},
+				{[]Req{{user, "u", 2, o}, {user, "u", 1, o}, {tenant, "t", 2, o}}, []Want{allowedConsumed(2), allowedConsumed(1), allowedConsumed(0)}},
+				{[]Req{{user, "u", 2, o}}, []Want{denied(1)}},
+				{[]Req{{user, "u", 1, o}}, []Want{allowedConsumed(0)}},
 			},
 		},
 		{

@@ -3,6 +3,7 @@ package descriptors
 import (
 	"path/filepath"
 	"testing"
+	"time"
 
 	"github.com/envoy-rls/envoy-rls/pkg/limiter"
 )
@@ -31,6 +32,8 @@ func TestExamplesLoad(t *testing.T) {
 		{"api", e("route=/upload", "user=u1"), "api/route=/upload/user"},
 		{"algorithms", e("route=/bucket"), "algorithms/route=/bucket"},
 		{"several", e("api_key=k"), "several/api_key"},
+		{"login", e("user=u1"), "login/user"},
+		{"login", e("remote_address=203.0.113.7", "action=password_reset"), "login/remote_address/action=password_reset"},
 	}
 	for _, c := range checks {
 		m, ok := s.Match(c.domain, c.entries)
@@ -56,5 +59,11 @@ func TestExamplesLoad(t *testing.T) {
 				t.Errorf("several %v limit %d: %s %v, want %s %v", c.entries, i, r.Policy.ID(), r.Policy.Algorithm(), c.ids[i], c.algs[i])
 			}
 		}
+	}
+	// The sliding log's example: 5 per 15 minutes, exact.
+	m, ok := s.Match("login", e("user=u1"))
+	if prm, isLog := m.Rule.Policy.Params().(limiter.SlidingLogParams); !ok || !isLog || prm.Limit != 5 || prm.Window != 15*time.Minute ||
+		m.Rule.Policy.Certainty() != limiter.Certain {
+		t.Errorf("login/user: %+v, want a sliding log of 5 per 15 minutes", m.Rule)
 	}
 }

@@ -104,6 +104,8 @@ func policyReason(err error) string {
 			return "the window (unit x unit_multiplier) is out of range: it " + fe.Reason
 		case "capacity", "burst":
 			return "burst (or requests_per_unit) " + fe.Reason
+		case "limit":
+			return "requests_per_unit " + fe.Reason
 		}
 		return fe.Field + " " + fe.Reason
 	}

@@ -60,6 +60,11 @@ func Check(st State, serverNowMs int64, p *Policy, cost int64) (next State, repl
 		}
 		now = st.LastObservedMs
 	}
+	// A sliding log that cannot be ours (validLog).
+	if st.Exists && !validLog(st, p) {
+		r := refusal(StatusStateIncompatible, serverNowMs, p)
+		return st, r, r, false
+	}
 	// 3. The algorithm.
 	s := p.rules.step(st, now, p, cost)
 	reply = Reply{
@@ -89,6 +94,7 @@ func Check(st State, serverNowMs int64, p *Policy, cost int64) (next State, repl
 		Epoch:          s.epoch,
 		Level:          s.level,
 		Carry:          s.carry,
+		Log:            s.log,
 		ExpiresAtMs:    now + s.ttl,
 	}
 	return next, reply, uncommitted, true
@@ -106,6 +112,7 @@ type step struct {
 	epoch      int64
 	level      int64
 	carry      int64
+	log        string
 	remaining  int64
 	retryAfter int64
 	resetAt    int64

@@ -186,7 +186,8 @@ func (s Source) String() string {
 type Certainty uint8
 
 const (
-	// Certain: the decision is exact (fixed window, token bucket, GCRA).
+	// Certain: the decision is exact (fixed window, token bucket, GCRA,
+	// sliding log).
 	Certain Certainty = iota + 1
 	// Approximate: the algorithm estimates (sliding-window counter); the
 	// estimate is conservative, never admitting more than the limit.

@@ -38,6 +38,8 @@ func TestBatchOfOneMatchesGeneralPath(t *testing.T) {
 			Params: limiter.SlidingWindowParams{Limit: 4, Window: 500 * time.Millisecond}}),
 		limitertest.Policy(t, limiter.PolicySpec{ID: "bucket", Algorithm: limiter.TokenBucket, MaxCost: 3,
 			Params: limiter.TokenBucketParams{Capacity: 5, RefillAmount: 1, RefillPeriod: 100 * time.Millisecond}}),
+		limitertest.Policy(t, limiter.PolicySpec{ID: "log", Algorithm: limiter.SlidingLog, MaxCost: 3,
+			Params: limiter.SlidingLogParams{Limit: 5, Window: 700 * time.Millisecond}}),
 		limitertest.Policy(t, limiter.PolicySpec{ID: "shadow", Algorithm: limiter.FixedWindow, Shadow: true,
 			Params: limiter.FixedWindowParams{Limit: 2, Window: time.Second}}),
 		limitertest.Policy(t, limiter.PolicySpec{ID: "open", Algorithm: limiter.FixedWindow, FailureMode: limiter.FailOpen,
@@ -190,6 +192,8 @@ func TestBatchMatchesModel(t *testing.T) {
 			Params: limiter.TokenBucketParams{Capacity: 5, RefillAmount: 1, RefillPeriod: 50 * time.Millisecond}}),
 		limitertest.Policy(t, limiter.PolicySpec{ID: "shadow", Algorithm: limiter.FixedWindow, Shadow: true,
 			Params: limiter.FixedWindowParams{Limit: 3, Window: 100 * time.Millisecond}}),
+		limitertest.Policy(t, limiter.PolicySpec{ID: "log", Algorithm: limiter.SlidingLog, MaxCost: 3,
+			Params: limiter.SlidingLogParams{Limit: 7, Window: 400 * time.Millisecond}}),
 	}
 	for _, seed := range []uint64{1, 2, 3, 4} {
 		rng := rand.New(rand.NewPCG(seed, 7))

@@ -24,6 +24,8 @@ func algorithmPolicies(t testing.TB, prefix string, mode limiter.FailureMode, li
 			Params: limiter.TokenBucketParams{Capacity: limit, RefillAmount: limit, RefillPeriod: window}}),
 		limitertest.Policy(t, limiter.PolicySpec{ID: prefix + "-gcra", Algorithm: limiter.GCRA, FailureMode: mode,
 			Params: limiter.GCRAParams{Burst: limit, Limit: limit, Period: window}}),
+		limitertest.Policy(t, limiter.PolicySpec{ID: prefix + "-log", Algorithm: limiter.SlidingLog, FailureMode: mode,
+			Params: limiter.SlidingLogParams{Limit: limit, Window: window}}),
 	}
 }
 

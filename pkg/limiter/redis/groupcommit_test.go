@@ -451,6 +451,7 @@ func TestGroupNoPartialConsumption(t *testing.T) {
 		{"sliding", func(id string) *limiter.Policy { return sliding(t, id, 5, time.Hour) }},
 		{"bucket", func(id string) *limiter.Policy { return bucket(t, id, 5, 1, time.Hour) }},
 		{"gcra", func(id string) *limiter.Policy { return cellRate(t, id, 5, 1, time.Hour) }},
+		{"log", func(id string) *limiter.Policy { return slidingLog(t, id, 5, time.Hour) }},
 	}
 	for ci, tc := range cases {
 		for _, alg := range algs {
@@ -542,7 +543,8 @@ func TestGroupDifferential(t *testing.T) {
 			fixed(t, fmt.Sprintf("gd.fw%d", i), limit, time.Hour),
 			sliding(t, fmt.Sprintf("gd.sw%d", i), limit, time.Hour),
 			bucket(t, fmt.Sprintf("gd.tb%d", i), limit, 1, time.Minute),
-			cellRate(t, fmt.Sprintf("gd.gc%d", i), limit, 2, time.Minute))
+			cellRate(t, fmt.Sprintf("gd.gc%d", i), limit, 2, time.Minute),
+			slidingLog(t, fmt.Sprintf("gd.sl%d", i), limit, time.Minute))
 	}
 	// Three hot subjects, new ones every ten groups (the limits fill up
 	// within an hour's window, after which every request is a denial).
