@@ -127,13 +127,21 @@ func TestAlertRulesFile(t *testing.T) {
 		t.Errorf("prometheusRule.runbookBaseURL %q does not point at docs/operations.md", base)
 	}
 	seen := map[string]bool{}
+	defer func() {
+		// And no runbook section is left for an alert the file lost.
+		for a := range anchors {
+			if strings.HasPrefix(a, "envoyrls") && !seen[a] {
+				t.Errorf("docs/operations.md has a runbook section #%s for an alert the rule file does not have", a)
+			}
+		}
+	}()
 	for _, r := range rf.Groups[0].Rules {
 		name, _ := r["alert"].(string)
 		if name == "" || seen[name] {
 			t.Errorf("rule %v: no alert name, or a repeated one", r)
 			continue
 		}
-		seen[name] = true
+		seen[name], seen[strings.ToLower(name)] = true, true
 		if expr, _ := r["expr"].(string); strings.TrimSpace(expr) == "" {
 			t.Errorf("%s: no expr", name)
 		}
@@ -151,6 +159,28 @@ func TestAlertRulesFile(t *testing.T) {
 		}
 		if !anchors[anchor] {
 			t.Errorf("%s: docs/operations.md has no section #%s (its runbook)", name, anchor)
+		}
+	}
+}
+
+var selfLink = regexp.MustCompile(`\]\(#([^)]+)\)`)
+
+// TestOperationsAnchors: the links of docs/operations.md to its own
+// sections (the runbooks link to each other and to the failure modes) land
+// on a heading.
+func TestOperationsAnchors(t *testing.T) {
+	anchors := docAnchors(t, "docs/operations.md")
+	b, err := os.ReadFile(filepath.Join(deploytest.ModuleRoot(t), "docs", "operations.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	links := selfLink.FindAllStringSubmatch(string(b), -1)
+	if len(links) == 0 {
+		t.Fatal("no #links found; the pattern is broken")
+	}
+	for _, m := range links {
+		if !anchors[m[1]] {
+			t.Errorf("docs/operations.md links to #%s: no such heading", m[1])
 		}
 	}
 }
