@@ -131,6 +131,9 @@ func (s *Server) respond(ctx context.Context, req *rlsv3.RateLimitRequest, known
 				pc.localShadowOver.Inc()
 			}
 			s.logDenial(ctx, msgShadowDenied, ds)
+			if s.auditor != nil {
+				s.audit(ctx, req.Domain, now, sc, ds)
+			}
 		case ds.role.Quota() && !quotaDenies:
 			pc.ok.Inc()
 			if local {
@@ -145,6 +148,9 @@ func (s *Server) respond(ctx context.Context, req *rlsv3.RateLimitRequest, known
 				pc.localOver.Inc()
 			}
 			s.logDenial(ctx, msgDenied, ds)
+			if s.auditor != nil {
+				s.audit(ctx, req.Domain, now, sc, ds)
+			}
 		}
 		if s.observer != nil && !ds.override {
 			s.observeLimit(sc, ds)

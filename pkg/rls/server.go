@@ -96,6 +96,9 @@ type Config struct {
 	// Observer receives every call and every decided limit, besides
 	// Metrics. (Optional)
 	Observer Observer
+	// Auditor receives every denied limit, shadow denials included.
+	// (Optional, default nil: no audit work at all)
+	Auditor Auditor
 }
 
 // Server implements rlsv3.RateLimitServiceServer.
@@ -119,6 +122,7 @@ type Server struct {
 	// local decides failure_mode: local limits while the store fails.
 	local    *localFallback
 	observer Observer // nil: none
+	auditor  Auditor  // nil: none
 }
 
 var _ rlsv3.RateLimitServiceServer = (*Server)(nil)
@@ -176,6 +180,7 @@ func New(cfg Config) (*Server, error) {
 		deadlines:      deadline.New(0),
 		tracer:         tracer(cfg.TracerProvider),
 		observer:       cfg.Observer,
+		auditor:        cfg.Auditor,
 	}
 	if s.local, err = newLocalFallback(cfg.Local, cfg.Clock, log); err != nil {
 		return nil, err
