@@ -36,8 +36,9 @@ type Denial struct {
 	Limit, Remaining int64
 	// RetryAfter is the wait the answer announced.
 	RetryAfter time.Duration
-	// RequestID is the call's x-request-id gRPC metadata, bounded to 128
-	// bytes, or empty.
+	// RequestID is the value of the call's request id descriptor
+	// (Config.RequestIDKey), else its x-request-id gRPC metadata, bounded
+	// to 128 bytes, or empty.
 	RequestID string
 	// Shadow: the rule is in shadow mode, so the call was answered OK.
 	Shadow bool
@@ -59,9 +60,12 @@ func (s *Server) audit(ctx context.Context, domain string, now time.Time, sc *sc
 		Limit:       p.Limit(),
 		Remaining:   int64(ds.remaining),
 		RetryAfter:  ds.retry,
-		RequestID:   requestID(ctx),
+		RequestID:   sc.requestID,
 		Shadow:      ds.role == limiter.RoleShadow,
 		FailureMode: ds.fellBack,
+	}
+	if d.RequestID == "" {
+		d.RequestID = requestID(ctx)
 	}
 	if ds.kind == statusStore {
 		if out := &sc.outs[ds.batch]; out.Kind == limiter.Evaluated && out.Decision.Limit > 0 {
@@ -69,4 +73,12 @@ func (s *Server) audit(ctx context.Context, domain string, now time.Time, sc *sc
 		}
 	}
 	s.auditor.Denied(d)
+}
+
+// boundRequestID bounds a request id to 128 bytes.
+func boundRequestID(id string) string {
+	if len(id) > 128 {
+		id = id[:128]
+	}
+	return id
 }

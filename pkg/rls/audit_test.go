@@ -119,3 +119,38 @@ func TestAuditorRequestIDAndPrivacy(t *testing.T) {
 		t.Errorf("the denial carries the raw value: %s", all)
 	}
 }
+
+// TestRequestIDDescriptor: with RequestIDKey set, a descriptor of that one
+// key carries the request id: it is never matched (here a rule would limit
+// it), and its value wins over the x-request-id metadata.
+func TestRequestIDDescriptor(t *testing.T) {
+	rec := &recordingAuditor{}
+	e := newRealEnv(t, func(c *Config) { c.Auditor = rec; c.RequestIDKey = "user" })
+	ctx, cancel := context.WithTimeout(metadataContext("x-request-id", "from-metadata"), 5*time.Second)
+	defer cancel()
+	long := strings.Repeat("r", 200)
+	for i, id := range []string{"from-descriptor", "again", "and-again", "fourth", long} {
+		resp, err := e.client.ShouldRateLimit(ctx, request("rls", desc("user", id), desc("blocked", "x")))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st := resp.Statuses[0]; st.Code.String() != "OK" || st.CurrentLimit != nil {
+			t.Fatalf("call %d: the request id descriptor was answered %v", i, st)
+		}
+	}
+	got := rec.take()
+	if len(got) != 5 {
+		t.Fatalf("%d denials, want 5: %q", len(got), got)
+	}
+	if !strings.HasSuffix(got[0], `id="from-descriptor"`) || !strings.HasSuffix(got[4], `id="`+long[:128]+`"`) {
+		t.Errorf("denials %q", got)
+	}
+	// Without the descriptor, the metadata.
+	e.call(t, request("rls", desc("blocked", "x")))
+	if _, err := e.client.ShouldRateLimit(ctx, request("rls", desc("blocked", "x"))); err != nil {
+		t.Fatal(err)
+	}
+	if got := rec.take(); len(got) != 2 || !strings.HasSuffix(got[0], `id=""`) || !strings.HasSuffix(got[1], `id="from-metadata"`) {
+		t.Errorf("denials %q", got)
+	}
+}

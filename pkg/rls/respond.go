@@ -53,7 +53,7 @@ func (s *Server) respond(ctx context.Context, req *rlsv3.RateLimitRequest, known
 		case statusUnmatched, statusNegative:
 			s.metrics.unmatchedDescriptor(metricDomain)
 			continue
-		case statusReplaced:
+		case statusReplaced, statusRequestID:
 			continue
 		case statusUnlimited:
 			statuses[ds.desc].LimitRemaining = math.MaxUint32
@@ -272,11 +272,7 @@ func requestID(ctx context.Context) string {
 	if len(v) == 0 {
 		return ""
 	}
-	id := v[0]
-	if len(id) > 128 {
-		id = id[:128]
-	}
-	return id
+	return boundRequestID(v[0])
 }
 
 // policyLabel is the policy label of the descriptor's metrics: the configured
