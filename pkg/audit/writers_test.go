@@ -138,3 +138,44 @@ func TestRedisStreamRedials(t *testing.T) {
 		}
 	}
 }
+
+// TestRedisStreamModes: the stream writer works through a Redis Cluster
+// (the one key lives on one node) and through Sentinel.
+func TestRedisStreamModes(t *testing.T) {
+	cluster := redistest.StartCluster(t)
+	set := redistest.StartSentinel(t)
+	for _, tc := range []struct {
+		name string
+		cfg  redis.Config
+	}{
+		{"cluster", redis.Config{Addrs: cluster.Addrs(), Mode: redis.ModeCluster}},
+		{"sentinel", redis.Config{Addrs: set.SentinelAddrs(), Mode: redis.ModeSentinel, SentinelMaster: redistest.SentinelMasterName}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dial := func() (rueidis.Client, error) { return redis.NewClient(tc.cfg) }
+			const key = "audit:modes"
+			w, err := NewRedisStream(dial, key, 50, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer w.Close()
+			recs := make([]Record, 300)
+			for i := range recs {
+				e := event("p", i)
+				recs[i] = e.Record()
+			}
+			if n, err := w.Write(t.Context(), recs); n != len(recs) || err != nil {
+				t.Fatalf("Write: %d, %v", n, err)
+			}
+			c, err := dial()
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			n, err := c.Do(t.Context(), c.B().Xlen().Key(key).Build()).AsInt64()
+			if err != nil || n < 50 || n >= 150 {
+				t.Fatalf("XLEN %d, %v; want 50 ≤ n < 150", n, err)
+			}
+		})
+	}
+}
