@@ -117,6 +117,8 @@ type Options struct {
 	transportOptions
 	// The --statsd-* flags and --near-limit-ratio (statsd.go).
 	statsdOptions
+	// The --audit-* flags (audit.go).
+	auditOptions
 	// --config-source and the --xds-* flags (xds.go).
 	xdsOptions
 
@@ -165,6 +167,7 @@ func serveFlags(o *Options) *flag.FlagSet {
 	fallbackFlags(fs, o)
 	transportFlags(fs, &o.transportOptions)
 	statsdFlags(fs, &o.statsdOptions)
+	auditFlags(fs, &o.auditOptions)
 	xdsFlags(fs, &o.xdsOptions)
 	compatFlags(fs, &o.compatOptions)
 	return fs
@@ -266,6 +269,7 @@ func (o *Options) check() error {
 	}
 	errs = append(errs, o.transportOptions.check(o.given))
 	errs = append(errs, o.statsdOptions.check(o.given))
+	errs = append(errs, o.auditOptions.check(o.given, o.RedisAddr))
 	errs = append(errs, o.compatOptions.check(o.given)...)
 	var err error
 	if o.Store == "redis" {

@@ -131,6 +131,12 @@ func serve(ctx context.Context, o Options, getenv func(string) string, log *zap.
 		return err
 	}
 	defer stopStatsd()
+	// Stopped after the drain too: the last calls' denials are written.
+	auditor, stopAudit, err := s.startAudit(h.stdout)
+	if err != nil {
+		return err
+	}
+	defer stopAudit()
 	svc, err := rls.New(rls.Config{
 		Rules:          s.rules.rules,
 		Store:          s.store,
@@ -142,6 +148,8 @@ func serve(ctx context.Context, o Options, getenv func(string) string, log *zap.
 		Local:          s.localConfig(),
 		Received:       received,
 		Observer:       observer,
+		Auditor:        auditor,
+		RequestIDKey:   o.AuditRequestIDKey,
 	})
 	if err != nil {
 		return err

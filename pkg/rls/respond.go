@@ -53,7 +53,7 @@ func (s *Server) respond(ctx context.Context, req *rlsv3.RateLimitRequest, known
 		case statusUnmatched, statusNegative:
 			s.metrics.unmatchedDescriptor(metricDomain)
 			continue
-		case statusReplaced:
+		case statusReplaced, statusRequestID:
 			continue
 		case statusUnlimited:
 			statuses[ds.desc].LimitRemaining = math.MaxUint32
@@ -131,6 +131,9 @@ func (s *Server) respond(ctx context.Context, req *rlsv3.RateLimitRequest, known
 				pc.localShadowOver.Inc()
 			}
 			s.logDenial(ctx, msgShadowDenied, ds)
+			if s.auditor != nil {
+				s.audit(ctx, req.Domain, now, sc, ds)
+			}
 		case ds.role.Quota() && !quotaDenies:
 			pc.ok.Inc()
 			if local {
@@ -145,6 +148,9 @@ func (s *Server) respond(ctx context.Context, req *rlsv3.RateLimitRequest, known
 				pc.localOver.Inc()
 			}
 			s.logDenial(ctx, msgDenied, ds)
+			if s.auditor != nil {
+				s.audit(ctx, req.Domain, now, sc, ds)
+			}
 		}
 		if s.observer != nil && !ds.override {
 			s.observeLimit(sc, ds)
@@ -266,11 +272,7 @@ func requestID(ctx context.Context) string {
 	if len(v) == 0 {
 		return ""
 	}
-	id := v[0]
-	if len(id) > 128 {
-		id = id[:128]
-	}
-	return id
+	return boundRequestID(v[0])
 }
 
 // policyLabel is the policy label of the descriptor's metrics: the configured

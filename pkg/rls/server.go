@@ -96,6 +96,16 @@ type Config struct {
 	// Observer receives every call and every decided limit, besides
 	// Metrics. (Optional)
 	Observer Observer
+	// Auditor receives every denied limit, shadow denials included.
+	// (Optional, default nil: no audit work at all)
+	Auditor Auditor
+	// RequestIDKey, when set, names the descriptor key that carries the
+	// call's request id (Envoy's request_headers action on x-request-id):
+	// a descriptor made of that one entry is never matched against the
+	// rules, so its value is no subject, and the value becomes the
+	// Denial's RequestID. (Optional, default: only the x-request-id gRPC
+	// metadata)
+	RequestIDKey string
 }
 
 // Server implements rlsv3.RateLimitServiceServer.
@@ -119,6 +129,9 @@ type Server struct {
 	// local decides failure_mode: local limits while the store fails.
 	local    *localFallback
 	observer Observer // nil: none
+	auditor  Auditor  // nil: none
+	// requestIDKey names the request id descriptor's key ("": none).
+	requestIDKey string
 }
 
 var _ rlsv3.RateLimitServiceServer = (*Server)(nil)
@@ -176,6 +189,8 @@ func New(cfg Config) (*Server, error) {
 		deadlines:      deadline.New(0),
 		tracer:         tracer(cfg.TracerProvider),
 		observer:       cfg.Observer,
+		auditor:        cfg.Auditor,
+		requestIDKey:   cfg.RequestIDKey,
 	}
 	if s.local, err = newLocalFallback(cfg.Local, cfg.Clock, log); err != nil {
 		return nil, err
@@ -245,6 +260,12 @@ func (s *Server) evaluate(ctx context.Context, req *rlsv3.RateLimitRequest, rule
 	for i, d := range req.Descriptors {
 		ds := descStatus{desc: i}
 		if !known {
+			sc.descs = append(sc.descs, ds)
+			continue
+		}
+		if s.requestIDKey != "" && len(d.Entries) == 1 && d.Entries[0].Key == s.requestIDKey && d.Limit == nil {
+			ds.kind = statusRequestID
+			sc.requestID = boundRequestID(d.Entries[0].Value)
 			sc.descs = append(sc.descs, ds)
 			continue
 		}

@@ -17,6 +17,7 @@ const (
 	statusUnlimited                   // OK, limit_remaining at its maximum
 	statusNeverFits                   // zero limit or cost above max cost: OVER_LIMIT, store untouched
 	statusStore                       // evaluated by the store: outcome in outs[batch]
+	statusRequestID                   // carries the call's request id (Config.RequestIDKey): OK, never matched
 )
 
 // add appends the limiter request of a matched limit to batch and records
@@ -78,6 +79,9 @@ type scratch struct {
 	local   localBatch
 	// storeFailed: a limit of the call was answered by its failure mode.
 	storeFailed bool
+	// requestID is the value of the call's request id descriptor
+	// (Config.RequestIDKey), bounded, or empty.
+	requestID string
 }
 
 func (s *Server) getScratch() *scratch {
@@ -85,6 +89,7 @@ func (s *Server) getScratch() *scratch {
 	sc.descs = sc.descs[:0]
 	sc.batch = sc.batch[:0]
 	sc.storeFailed = false
+	sc.requestID = ""
 	return sc
 }
 
