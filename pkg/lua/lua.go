@@ -158,7 +158,10 @@ var fieldNames = [ReplyFields]string{"status", "serverNowMillis", "effectiveNowM
 // policy's.
 func check(p *limiter.Policy, r limiter.Reply) error {
 	switch r.Status {
-	case limiter.StatusAllowed, limiter.StatusDenied:
+	case limiter.StatusAllowed, limiter.StatusDenied, limiter.StatusBlocked:
+		if r.Status == limiter.StatusBlocked && (!p.Penalty().On() || r.Remaining != 0 || r.RetryAfterMs < 1) {
+			return malformed("BLOCKED with remaining %d, retryAfterMillis %d, for a policy with penalty %t", r.Remaining, r.RetryAfterMs, p.Penalty().On())
+		}
 		if r.EffectiveNowMs < r.ServerNowMs {
 			return malformed("effectiveNowMillis %d before serverNowMillis %d", r.EffectiveNowMs, r.ServerNowMs)
 		}
@@ -205,8 +208,28 @@ func truncate(s string) string {
 const BatchArgs = 2
 
 // BatchPacked is the length of the packed numbers of one key:
-// struct.pack('>BBddddddd').
+// struct.pack('>BBddddddd'), without extensions (see BatchPackedLen).
 const BatchPacked = 2 + 7*8
+
+// PenaltyPacked is the length of the penalty extension that follows the
+// packed numbers of a key whose policy has a penalty box:
+// struct.pack('>ddd'), duration, max duration and decay in ms.
+const PenaltyPacked = 3 * 8
+
+// The bits of the flags byte of a key's packed numbers, beside the role
+// (limiter.Role, the low bits).
+const (
+	FlagFailOpen = 4  // the policy fails open
+	FlagPenalty  = 16 // the penalty extension follows
+)
+
+// BatchPackedLen is the length AppendBatchPacked appends for a key of p.
+func BatchPackedLen(p *limiter.Policy) int {
+	if p.Penalty().On() {
+		return BatchPacked + PenaltyPacked
+	}
+	return BatchPacked
+}
 
 // AppendBatchArgs appends the two ARGV fields of one key of
 // rate-batch-v1.lua to dst: the policy ID, and the numbers packed
@@ -223,21 +246,30 @@ func AppendBatchArgs(dst []string, p *limiter.Policy, cost int64, role limiter.R
 }
 
 // AppendBatchPacked appends the packed numbers of one key of
-// rate-batch-v1.lua (the second ARGV field of AppendBatchArgs, BatchPacked
-// bytes) to dst, for callers that pool their argument buffers.
+// rate-batch-v1.lua (the second ARGV field of AppendBatchArgs,
+// BatchPackedLen bytes: the penalty extension follows when the policy has a
+// penalty box) to dst, for callers that pool their argument buffers.
 func AppendBatchPacked(dst []byte, p *limiter.Policy, cost int64, role limiter.Role) []byte {
-	dst = slices.Grow(dst, BatchPacked)
-	b := dst[len(dst) : len(dst)+BatchPacked]
+	n := BatchPackedLen(p)
+	dst = slices.Grow(dst, n)
+	b := dst[len(dst) : len(dst)+n]
 	b[0] = byte(p.Algorithm())
 	b[1] = byte(role)
 	if p.FailureMode() == limiter.FailOpen {
-		b[1] += 4
+		b[1] |= FlagFailOpen
 	}
 	arg1, arg2 := p.AlgorithmArgs()
 	for i, v := range [7]int64{int64(p.Revision()), p.Limit(), arg1, arg2, p.CleanupGraceMillis(), p.MaxClockRegressionMillis(), cost} {
 		binary.BigEndian.PutUint64(b[2+8*i:], math.Float64bits(float64(v)))
 	}
-	return dst[:len(dst)+BatchPacked]
+	if n > BatchPacked {
+		b[1] |= FlagPenalty
+		d, m, decay := p.PenaltyArgs()
+		for i, v := range [3]int64{d, m, decay} {
+			binary.BigEndian.PutUint64(b[BatchPacked+8*i:], math.Float64bits(float64(v)))
+		}
+	}
+	return dst[:len(dst)+n]
 }
 
 // RefundArgs is the number of ARGV fields per key of rate-refund-v1.lua.

@@ -15,7 +15,8 @@
 --     to intern and parse (each costs Redis CPU):
 --       algorithm            1 fixed_window, 2 sliding_window, 3 token_bucket,
 --                            4 gcra
---       flags                role + 4 * failOpen; role 0 ordinary, 1 shadow,
+--       flags                role | 4 failOpen | 16 penalty extension
+--                            follows; role (bits 0-2) 0 ordinary, 1 shadow,
 --                            2 quota, 3 check (limiter.Role)
 --       policy revision      1..2^32-1
 --       limit (capacity)     0..2^53-1 (sliding window: 0..(2^53-1)/10^6;
@@ -28,6 +29,11 @@
 --       cleanup grace ms     0..ten years
 --       max clock regression ms  0..ten years
 --       cost                 1..limit
+--     then, when the flags' bit 16 is set, the penalty extension
+--     (limiter.Penalty, penalty.lua), struct.pack('>ddd'):
+--       duration ms          1..30 days
+--       max duration ms      duration..30 days
+--       decay ms             0..30 days
 --     Doubles carry every integer below 2^53 exactly; each is checked
 --     integral and in range.
 -- ARGV[2N+1]  the group: per request struct.pack('>Hd'): its number of keys
@@ -51,7 +57,9 @@
 -- the key takes no part; shadow and check keys never block). On commit every
 -- ALLOWED key but the check ones is written: one HSET (of every field for a
 -- new hash, otherwise of last, b and whichever of a and c changed) and one
--- PEXPIRE per key (the last state of a key named twice).
+-- PEXPIRE per key (the last state of a key named twice). An offence against
+-- a penalty box is written when it is found, whatever the request commits
+-- (penalty.lua).
 --
 -- Redis CPU per call bounds the service's throughput, and the whole body of a
 -- script runs on every EVALSHA: this program defines one function (the
@@ -74,8 +82,9 @@
 -- otherwise an array of 1 + 7N values (N: the request's keys)
 --   1      committed: 1 or 0 (integer)
 --   then per key seven fields:
---     status               ALLOWED | DENIED | CLOCK_UNSAFE |
---                          STATE_INCOMPATIBLE | INVALID (bulk string)
+--     status               ALLOWED | DENIED | BLOCKED | CLOCK_UNSAFE |
+--                          STATE_INCOMPATIBLE | INVALID (bulk string);
+--                          BLOCKED: in the penalty box (penalty.lua)
 --     serverNowMillis      Redis TIME, read once for the batch
 --     effectiveNowMillis   serverNow, or the stored last-observed time when
 --                          the clock stepped back by at most the allowed
@@ -142,6 +151,9 @@ local key, alg, policy, rev, limit, p2, p3, grace, maxRegression, cost
 local st, stLast, stA, stB, stC, fresh, hashA, hashC
 local now, allowed, a, b, c, ttl, remaining, retry, resetAt, remainingBefore, resetBefore
 local write, status, eff, lim
+-- The penalty box (penalty.lua): the key's penalty arguments, the hash's
+-- penalty fields.
+local pen, penDur, penMax, penDecay, stPu, stPn
 
 -- rec: for a batch of several keys, R values per key i, at
 -- (i - 1) * R + one of these offsets:
@@ -154,10 +166,12 @@ local write, status, eff, lim
 --   R_WRITE     ALLOWED and not a check key; to write it or, when the
 --               batch does not commit, to reply before the cost:
 --   R_TTL, R_REMAINING_BEFORE, R_RESET_BEFORE, R_ALG, R_REV
+--   R_PU, R_PN  the hash's penalty fields as key i left them (penalty.lua)
 -- All filled (no nil), so the table stays one array.
 local R_KIND, R_LAST, R_A, R_B, R_C, R_FRESH, R_HASH_A, R_HASH_C = 1, 2, 3, 4, 5, 6, 7, 8
 local R_WRITE, R_TTL, R_REMAINING_BEFORE, R_RESET_BEFORE, R_ALG, R_REV = 9, 10, 11, 12, 13, 14
-local R = 14
+local R_PU, R_PN = 15, 16
+local R = 16
 local rec, out = false, false
 if n > 1 then
   rec, out = {}, { 0, false, false, false, false, false, false, false }
@@ -165,11 +179,13 @@ end
 
 for i = 1, n do
   key, policy = KEYS[kb + i], ARGV[(kb + i - 1) * NARG + 1]
-  local algorithm, flags
-  algorithm, flags, rev, limit, p2, p3, grace, maxRegression, cost = unpack('>BBddddddd', ARGV[(kb + i - 1) * NARG + 2])
+  local algorithm, flags, pos
+  local packed = ARGV[(kb + i - 1) * NARG + 2]
+  algorithm, flags, rev, limit, p2, p3, grace, maxRegression, cost, pos = unpack('>BBddddddd', packed)
   alg = false
   local role, failOpen = 0, false
-  local valid
+  local valid = true
+-- #include penalty.lua valid
 -- #include valid.lua
   -- The algorithm dispatch, by the algorithm byte (limiter.Algorithm): its
   -- name and its argument rules (its fragment's valid section).
@@ -189,8 +205,8 @@ for i = 1, n do
     valid = false
   end
   if valid then
-    role = flags % 4
-    failOpen = flags >= 4
+    role = bit.band(flags, ROLE_BITS)
+    failOpen = bit.band(flags, FAIL_OPEN) ~= 0
   end
   -- A key that is not evaluated (INVALID, STATE_INCOMPATIBLE,
   -- CLOCK_UNSAFE) replies (serverNow, serverNow, limit or 0, 0, 0, 0).
@@ -214,10 +230,15 @@ for i = 1, n do
     if j == 0 then
 -- #include load.lua
       fresh, hashA, hashC = st == nil, stA, stC
+      stPu, stPn = 0, 0
+      if pen then
+-- #include penalty.lua load
+      end
     else
       local o = (j - 1) * R
       kind, stLast, stA, stB, stC, fresh, hashA, hashC = rec[o + R_KIND], rec[o + R_LAST], rec[o + R_A],
         rec[o + R_B], rec[o + R_C], rec[o + R_FRESH], rec[o + R_HASH_A], rec[o + R_HASH_C]
+      stPu, stPn = rec[o + R_PU], rec[o + R_PN]
       st = nil
       if kind == 2 then
         st = false
@@ -243,7 +264,13 @@ for i = 1, n do
         elseif alg == 'gcra' then
 -- #include gcra.lua step
         end
-        if not allowed then
+        status = false
+        if pen and st then
+-- #include penalty.lua step
+        end
+        if status then
+          -- BLOCKED (penalty.lua): nothing written.
+        elseif not allowed then
           status = 'DENIED'
         elseif role == 3 then
           status, remaining, resetAt = 'ALLOWED', remainingBefore, resetBefore
@@ -262,10 +289,10 @@ for i = 1, n do
       elseif st == nil then
         kind = 1
       elseif st == false then
-        kind, stLast, stA, stB, stC, hashA, hashC = 2, 0, 0, 0, 0, 0, 0
+        kind, stLast, stA, stB, stC, hashA, hashC, stPu, stPn = 2, 0, 0, 0, 0, 0, 0, 0, 0
       end
     else
-      stLast, stA, stB, stC, fresh, hashA, hashC = 0, 0, 0, 0, false, 0, 0
+      stLast, stA, stB, stC, fresh, hashA, hashC, stPu, stPn = 0, 0, 0, 0, false, 0, 0, 0, 0
     end
     local wTtl, wRemainingBefore, wResetBefore, wAlg, wRev = 0, 0, 0, false, 0
     if write then
@@ -274,12 +301,13 @@ for i = 1, n do
     local o = (i - 1) * R
     rec[o + R_KIND], rec[o + R_LAST], rec[o + R_A], rec[o + R_B], rec[o + R_C], rec[o + R_FRESH],
       rec[o + R_HASH_A], rec[o + R_HASH_C], rec[o + R_WRITE], rec[o + R_TTL], rec[o + R_REMAINING_BEFORE],
-      rec[o + R_RESET_BEFORE], rec[o + R_ALG], rec[o + R_REV] =
-      kind, stLast, stA, stB, stC, fresh, hashA, hashC, write, wTtl, wRemainingBefore, wResetBefore, wAlg, wRev
+      rec[o + R_RESET_BEFORE], rec[o + R_ALG], rec[o + R_REV], rec[o + R_PU], rec[o + R_PN] =
+      kind, stLast, stA, stB, stC, fresh, hashA, hashC, write, wTtl, wRemainingBefore, wResetBefore, wAlg, wRev,
+      stPu or 0, stPn or 0
   end
   -- limiter.Commits
   if role == 0 or role == 2 then
-    if failOpen and status ~= 'ALLOWED' and status ~= 'DENIED' then
+    if failOpen and status ~= 'ALLOWED' and status ~= 'DENIED' and status ~= 'BLOCKED' then
       -- A fail-open failure takes no part.
     elseif role == 2 then
       quota = quota + 1

@@ -1,6 +1,9 @@
 // Package denycache is a local deny cache in front of a limiter.Store: once
 // the store has certainly denied a subject on a policy whose denials hold
-// (limiter.Policy.DenialsHold: fixed window, token bucket), requests for the same state are answered "denied" locally until the
+// (limiter.Policy.DenialsHold: fixed window, token bucket, GCRA), or has
+// answered that the subject is in its penalty box (limiter.Decision.Blocked,
+// any algorithm: a block ends only with time, and denies every cost),
+// requests for the same state are answered "denied" locally until the
 // moment the store said the subject could next be allowed. A subject hammered
 // far over its limit (a hot key) then costs one store call per
 // window instead of one per request.
@@ -160,9 +163,17 @@ func New(cfg Config) (*Cache, error) {
 	return c, nil
 }
 
-// cacheable reports whether a request's policy can have its denials cached.
+// cacheable reports whether a request's policy can have its denials cached:
+// those of an algorithm whose denials hold, and a penalty box's blocks.
 func cacheable(p *limiter.Policy) bool {
-	return p != nil && p.Certainty() == limiter.Certain && p.DenialsHold()
+	return p != nil && (p.Certainty() == limiter.Certain && p.DenialsHold() || p.Penalty().On())
+}
+
+// holds reports whether denial d of a request on p stays true until its
+// retry time: a block always does (nothing but time ends it, whatever the
+// cost), another denial when p's denials hold.
+func holds(p *limiter.Policy, d *limiter.Decision) bool {
+	return d.Blocked || p.Certainty() == limiter.Certain && p.DenialsHold()
 }
 
 func keyOf(r *limiter.Request) key {
@@ -211,11 +222,14 @@ func (c *Cache) record(batch []limiter.Request, out []limiter.Outcome, t0 time.T
 		r, o := &batch[i], &out[i]
 		if o.Kind != limiter.Evaluated || o.Decision.Allowed || o.Decision.Certainty != limiter.Certain ||
 			o.Decision.Source == limiter.SourceLocalCache || o.Decision.Source == limiter.SourceFallback ||
-			o.Decision.RetryAfter <= resolution || !cacheable(r.Policy) {
+			o.Decision.RetryAfter <= resolution || !cacheable(r.Policy) || !holds(r.Policy, &o.Decision) {
 			continue
 		}
 		k := keyOf(r)
 		e := entry{until: t0.Add(o.Decision.RetryAfter - resolution), cost: r.Cost, decision: o.Decision}
+		if o.Decision.Blocked {
+			e.cost = 1 // a block denies every cost
+		}
 		sh := c.shardOf(&k)
 		sh.mu.Lock()
 		if _, ok := sh.m[k]; !ok && len(sh.m) >= c.perShard {

@@ -4,7 +4,7 @@
 -- p2, p3, grace, maxRegression, cost (the unpacked numbers: doubles, any
 -- value). Out: valid, true when each is an integer in its range (NaN fails
 -- every comparison; flags is a byte).
-valid = flags <= 7 and #policy <= 128 and find(policy, POLICY_ID)
+valid = valid and flags <= 7 and #policy <= 128 and find(policy, POLICY_ID)
   and rev >= 1 and rev <= 4294967295 and rev % 1 == 0
   and limit >= 0 and limit <= MAX and limit % 1 == 0
   and p2 % 1 == 0 and p3 % 1 == 0
