@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/envoy-rls/envoy-rls/internal/limitertest"
 	"github.com/envoy-rls/envoy-rls/pkg/limiter"
 	"github.com/envoy-rls/envoy-rls/pkg/lua"
 )
@@ -47,6 +48,19 @@ func checkParityAmong(t *testing.T, e *env, p *limiter.Policy, key string, st li
 	next, want, write := limiter.Apply(st, got.ServerNowMs, p, cost)
 	if got != want {
 		t.Fatalf("%s cost %d state %+v:\n lua  %+v\n go   %+v", p.ID(), cost, st, got, want)
+	}
+	if !write && limiter.PenaltyRecorded(st, next) {
+		// An offence: the block is written, the expiry raised to cover it
+		// and its decay (never lowered).
+		if h, w := e.hash(key), stateHash(next); !reflect.DeepEqual(h, w) {
+			t.Fatalf("%s offence, state %+v:\n hash %v\n want %v", p.ID(), st, h, w)
+		}
+		pt := e.pttl(key)
+		ttl := max(beforeTTL, next.ExpiresAtMs-got.ServerNowMs)
+		if slack := time.Since(start).Milliseconds() + 2; pt > ttl+1 || pt < ttl-slack {
+			t.Fatalf("%s offence: PTTL %d, want within [%d, %d]", p.ID(), pt, ttl-slack, ttl+1)
+		}
+		return got
 	}
 	if !write {
 		if after := e.dump(key); !reflect.DeepEqual(after, before) {
@@ -118,10 +132,23 @@ func randomState(rng *rand.Rand, p *limiter.Policy, now int64) limiter.State {
 		}
 		st = stateOf(p, last, 0, tat, rng.Int64N(amount+2))
 	}
+	if p.Penalty().On() && rng.IntN(2) == 0 {
+		// A block ending up to 6 s ahead or 8 s ago, a level from 1 to 5
+		// (the penalties are randomPenalty's).
+		st.PenaltyUntilMs, st.PenaltyLevel = now-8000+rng.Int64N(14_000), 1+rng.Int64N(5)
+	}
 	if rng.IntN(20) == 0 {
 		st.Revision = 2
 	}
 	return st
+}
+
+// randomPenalty is a penalty box of 1 ms to 3 s, doubling up to 1 to 8
+// times that, remembered 0 to 5 s after a block.
+func randomPenalty(rng *rand.Rand) limiter.Penalty {
+	d := time.Duration(1+rng.Int64N(3000)) * time.Millisecond
+	return limiter.Penalty{Duration: d, MaxDuration: d * time.Duration(1+rng.Int64N(8)),
+		Decay: time.Duration(rng.Int64N(5000)) * time.Millisecond}
 }
 
 func TestProgramsAgainstApply(t *testing.T) {
@@ -477,13 +504,19 @@ func TestRandomDifferential(t *testing.T) {
 	for i := 0; i < n; i++ {
 		var p *limiter.Policy
 		limit := 1 + rng.Int64N(20)
-		switch i % 3 {
+		switch i % 4 {
 		case 0:
 			p = fixed(t, "r.fw", limit, windows[rng.IntN(len(windows))])
 		case 1:
 			p = sliding(t, "r.sw", limit, windows[rng.IntN(len(windows))])
 		case 2:
 			p = bucket(t, "r.tb", limit, 1+rng.Int64N(5), periods[rng.IntN(len(periods))])
+		case 3:
+			// Any algorithm with a penalty box.
+			p = randomPolicies(t, rng, "r.pn", 1, windows)[0]
+			spec := p.Spec()
+			spec.Penalty, spec.FailureMode = randomPenalty(rng), limiter.FailClosed
+			p = limitertest.Policy(t, spec)
 		}
 		key := keyOf(p, subjectOf("random"+strconv.Itoa(i%7)))
 		now := e.serverNow()
