@@ -23,8 +23,9 @@
 // failure or a failure-mode answer, never an allow.
 //
 // The cache key is the whole identity of the state and of the limit: policy
-// ID, revision, algorithm, limit, window or refill rate, subject and hash
-// tag. A reload that changes the limit or the revision misses the cache.
+// ID, revision, algorithm, limit, window or refill rate, penalty box,
+// subject and hash tag. A reload that changes the limit, the penalty or the
+// revision misses the cache.
 //
 // One case is conservative rather than exact: the Redis store's cross-slot
 // refund (see docs/consistency.md) gives units back; a denial cached just
@@ -116,6 +117,7 @@ type key struct {
 	windowMs  int64
 	refillAmt int64
 	refillMs  int64
+	penalty   limiter.Penalty
 }
 
 // entry is one cached denial: a cost of at least cost is denied until until.
@@ -182,7 +184,7 @@ func keyOf(r *limiter.Request) key {
 	return key{
 		subject: r.Subject, tag: r.Tag, policyID: p.ID(), revision: p.Revision(),
 		algorithm: p.Algorithm(), limit: p.Limit(), windowMs: p.WindowMillis(),
-		refillAmt: amt, refillMs: per,
+		refillAmt: amt, refillMs: per, penalty: p.Penalty(),
 	}
 }
 
