@@ -211,26 +211,6 @@ const BatchArgs = 2
 // struct.pack('>BBddddddd'), without extensions (see BatchPackedLen).
 const BatchPacked = 2 + 7*8
 
-// PenaltyPacked is the length of the penalty extension that follows the
-// packed numbers of a key whose policy has a penalty box:
-// struct.pack('>ddd'), duration, max duration and decay in ms.
-const PenaltyPacked = 3 * 8
-
-// The bits of the flags byte of a key's packed numbers, beside the role
-// (limiter.Role, the low bits).
-const (
-	FlagFailOpen = 4  // the policy fails open
-	FlagPenalty  = 16 // the penalty extension follows
-)
-
-// BatchPackedLen is the length AppendBatchPacked appends for a key of p.
-func BatchPackedLen(p *limiter.Policy) int {
-	if p.Penalty().On() {
-		return BatchPacked + PenaltyPacked
-	}
-	return BatchPacked
-}
-
 // AppendBatchArgs appends the two ARGV fields of one key of
 // rate-batch-v1.lua to dst: the policy ID, and the numbers packed
 // big-endian as struct.pack('>BBddddddd'): algorithm (limiter.Algorithm),
@@ -263,11 +243,7 @@ func AppendBatchPacked(dst []byte, p *limiter.Policy, cost int64, role limiter.R
 		binary.BigEndian.PutUint64(b[2+8*i:], math.Float64bits(float64(v)))
 	}
 	if n > BatchPacked {
-		b[1] |= FlagPenalty
-		d, m, decay := p.PenaltyArgs()
-		for i, v := range [3]int64{d, m, decay} {
-			binary.BigEndian.PutUint64(b[BatchPacked+8*i:], math.Float64bits(float64(v)))
-		}
+		packPenalty(b, p)
 	}
 	return dst[:len(dst)+n]
 }
