@@ -1,8 +1,9 @@
 // Package denycache is a local deny cache in front of a limiter.Store: once
 // the store has certainly denied a subject on a policy whose denials hold
-// (limiter.Policy.DenialsHold: fixed window, token bucket, GCRA), or has
-// answered that the subject is in its penalty box (limiter.Decision.Blocked,
-// any algorithm: a block ends only with time, and denies every cost),
+// (limiter.Policy.DenialsHold: fixed window, token bucket, GCRA; a policy
+// with a penalty box excepted), or has answered that the subject is in its
+// penalty box (limiter.Decision.Blocked, any algorithm: a block ends only
+// with time, and denies every cost),
 // requests for the same state are answered "denied" locally until the
 // moment the store said the subject could next be allowed. A subject hammered
 // far over its limit (a hot key) then costs one store call per
@@ -171,11 +172,29 @@ func cacheable(p *limiter.Policy) bool {
 	return p != nil && (p.Certainty() == limiter.Certain && p.DenialsHold() || p.Penalty().On())
 }
 
-// holds reports whether denial d of a request on p stays true until its
-// retry time: a block always does (nothing but time ends it, whatever the
-// cost), another denial when p's denials hold.
+// holds reports whether denial d of a request on p may be repeated until
+// its retry time: a block always (nothing but time ends it, whatever the
+// cost), another denial when p's denials hold and p has no penalty box —
+// there a request the store would deny is an offence the store must record
+// (the offence's own denial lasts beyond its block when the window's wait
+// is longer, and the next denial after the block doubles it).
 func holds(p *limiter.Policy, d *limiter.Decision) bool {
-	return d.Blocked || p.Certainty() == limiter.Certain && p.DenialsHold()
+	if p.Penalty().On() {
+		return d.Blocked
+	}
+	return p.Certainty() == limiter.Certain && p.DenialsHold()
+}
+
+// recordsOffences reports whether a request of batch that the cache did not
+// answer (hit false) could record a penalty-box offence: it must then reach
+// the store as it is, not as a check.
+func recordsOffences(batch []limiter.Request, hit []bool) bool {
+	for i := range batch {
+		if r := &batch[i]; !hit[i] && r.Policy != nil && r.Policy.Penalty().On() && r.EffectiveRole().RecordsOffence() {
+			return true
+		}
+	}
+	return false
 }
 
 func keyOf(r *limiter.Request) key {
@@ -302,9 +321,12 @@ func (c *Cache) Evaluate(ctx context.Context, batch []limiter.Request, out []lim
 		c.record(batch, out, t0)
 		return
 	}
-	if !limiter.CheckOnly(batch, out) {
+	if !limiter.CheckOnly(batch, out) || recordsOffences(batch, sc.hit) {
 		// The cached denials cannot block the batch (shadow, check, or
-		// quota limits with other quota limits): the store decides it all.
+		// quota limits with other quota limits), or a limit with a penalty
+		// box must be evaluated as it is (its denial is an offence to
+		// record; the store denies the cached limits again): the store
+		// decides it all.
 		c.store.Evaluate(ctx, batch, out)
 		c.record(batch, out, t0)
 		return
