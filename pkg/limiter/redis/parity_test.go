@@ -397,11 +397,14 @@ type batchFields struct {
 	policy                                         string
 	alg, flags                                     byte
 	rev, limit, p2, p3, grace, maxRegression, cost float64
+	// ext: the numbers appended after the fixed ones (the penalty
+	// extension: duration, max duration, decay in ms).
+	ext []float64
 }
 
 func (f batchFields) args() []string {
 	b := []byte{f.alg, f.flags}
-	for _, v := range []float64{f.rev, f.limit, f.p2, f.p3, f.grace, f.maxRegression, f.cost} {
+	for _, v := range append([]float64{f.rev, f.limit, f.p2, f.p3, f.grace, f.maxRegression, f.cost}, f.ext...) {
 		b = binary.BigEndian.AppendUint64(b, math.Float64bits(v))
 	}
 	return []string{f.policy, string(b)}
@@ -446,6 +449,15 @@ func TestInvalidArguments(t *testing.T) {
 		"algorithm 0":             with(func(b *batchFields) { b.alg = 0 }),
 		"algorithm 4":             with(func(b *batchFields) { b.alg = 4 }),
 		"flags 8":                 with(func(b *batchFields) { b.flags = 8 }),
+		// The penalty extension (flag 16).
+		"penalty flag, no extension":  with(func(b *batchFields) { b.flags = lua.FlagPenalty }),
+		"penalty extension short":     with(func(b *batchFields) { b.flags, b.ext = lua.FlagPenalty, []float64{1000, 1000} }),
+		"penalty duration 0":          with(func(b *batchFields) { b.flags, b.ext = lua.FlagPenalty, []float64{0, 1000, 0} }),
+		"penalty max below duration":  with(func(b *batchFields) { b.flags, b.ext = lua.FlagPenalty, []float64{2000, 1000, 0} }),
+		"penalty negative decay":      with(func(b *batchFields) { b.flags, b.ext = lua.FlagPenalty, []float64{1000, 1000, -1} }),
+		"penalty above 30 days":       with(func(b *batchFields) { b.flags, b.ext = lua.FlagPenalty, []float64{1000, 2592000001, 0} }),
+		"penalty fractional duration": with(func(b *batchFields) { b.flags, b.ext = lua.FlagPenalty, []float64{1.5, 1000, 0} }),
+		"penalty with flags 8":        with(func(b *batchFields) { b.flags, b.ext = lua.FlagPenalty|8, []float64{1000, 1000, 0} }),
 	}
 	valid := lua.AppendBatchArgs(nil, p, 1, limiter.RoleOrdinary)
 	for name, args := range bad {
@@ -544,4 +556,46 @@ func TestPrivacyAndTTL(t *testing.T) {
 		}
 	}
 	assertPrivateKeys(t, e.srv.Addr(), raw)
+}
+
+// TestMalformedPenaltyIsIncompatible: for a policy with a penalty box, a
+// hash whose pu or pn is missing alone or not a canonical decimal integer
+// is STATE_INCOMPATIBLE and unchanged; the same hash is read as it is by a
+// policy without a penalty (the fields are not read).
+func TestMalformedPenaltyIsIncompatible(t *testing.T) {
+	e := newEnv(t)
+	spec := fixed(t, "m.pen", 5, time.Hour).Spec()
+	spec.Penalty = limiter.Penalty{Duration: time.Minute}
+	p := limitertest.Policy(t, spec)
+	plain := fixed(t, "m.pen", 5, time.Hour)
+	sub := subjectOf("malformed penalty")
+	key := keyOf(p, sub)
+	good := map[string]string{"schema": "1", "alg": "fixed_window", "policy": "m.pen", "rev": "1", "last": "1000", "a": "1", "b": "1", "c": "0"}
+	for name, extra := range map[string]map[string]string{
+		"pu alone":      {"pu": "1000"},
+		"pn alone":      {"pn": "1"},
+		"pu not a num":  {"pu": "x", "pn": "1"},
+		"pn zero":       {"pu": "1000", "pn": "0"},
+		"pn of 3":       {"pu": "1000", "pn": "100"},
+		"pu above 2^53": {"pu": "9007199254740993", "pn": "1"},
+	} {
+		m := map[string]string{}
+		for k, v := range good {
+			m[k] = v
+		}
+		for k, v := range extra {
+			m[k] = v
+		}
+		e.seedRaw(key, m)
+		before := e.dump(key)
+		if o := e.evaluate(p, sub, 1); o.Kind != limiter.Incompatible || o.Category != limiter.CategoryStateIncompatible {
+			t.Errorf("%s: outcome %v/%s (%v), want incompatible/state_incompatible", name, o.Kind, o.Category, o.Err)
+		}
+		if after := e.dump(key); !reflect.DeepEqual(after, before) {
+			t.Errorf("%s: state changed", name)
+		}
+		if o := e.evaluate(plain, sub, 1); o.Kind != limiter.Evaluated {
+			t.Errorf("%s, policy without a penalty: %v (%v), want the fields ignored", name, o.Kind, o.Err)
+		}
+	}
 }
