@@ -146,8 +146,9 @@ type step struct {
 }
 
 // OutcomeFromReply turns a reply of Apply or of a Lua program into the
-// Outcome a Store returns: ALLOWED and DENIED become an Evaluated decision
-// from src; CLOCK_UNSAFE an Unavailable outcome (CategoryClockUnsafe, nothing
+// Outcome a Store returns: ALLOWED, DENIED and BLOCKED become an Evaluated
+// decision from src (BLOCKED: a Blocked, Certain denial, only for a policy
+// with a penalty box and with nothing remaining); CLOCK_UNSAFE an Unavailable outcome (CategoryClockUnsafe, nothing
 // was changed); STATE_INCOMPATIBLE and INVALID an Incompatible outcome. A
 // reply inconsistent with its status or with p (wrong limit, remaining out of
 // [0, limit], an allow with a retry, a denial without one) is Incompatible
