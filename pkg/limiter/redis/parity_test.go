@@ -599,3 +599,44 @@ func TestMalformedPenaltyIsIncompatible(t *testing.T) {
 		}
 	}
 }
+
+// TestPenaltyProgramAgainstCheck chains requests on one subject of each
+// algorithm with an hour-long penalty box through the batch program and
+// through limiter.Check, keeping the model's state as a store does (an
+// allowed request's state, an offence's block): every reply and every hash
+// equal, through the limit, the offence and the blocked requests after it.
+func TestPenaltyProgramAgainstCheck(t *testing.T) {
+	e := newEnv(t)
+	for _, p := range []*limiter.Policy{fixed(t, "pb.fw", 3, time.Hour), sliding(t, "pb.sw", 3, time.Hour),
+		bucket(t, "pb.tb", 3, 1, time.Hour), cellRate(t, "pb.gc", 3, 1, time.Hour)} {
+		spec := p.Spec()
+		spec.Penalty = limiter.Penalty{Duration: time.Hour, MaxDuration: 8 * time.Hour, Decay: time.Hour}
+		p = limitertest.Policy(t, spec)
+		key := keyOf(p, subjectOf("penalty chain"))
+		e.do("DEL", key)
+		var st limiter.State
+		var statuses []limiter.Status
+		for i := 0; i < int(p.Limit())+3; i++ {
+			got := e.run(p, key, 1)
+			next, want, _, write := limiter.Check(st, got.ServerNowMs, p, 1)
+			if got != want {
+				t.Fatalf("%s step %d: lua %+v, go %+v", p.ID(), i, got, want)
+			}
+			statuses = append(statuses, got.Status)
+			if write || limiter.PenaltyRecorded(st, next) {
+				st = next
+				if h := e.hash(key); !reflect.DeepEqual(h, stateHash(next)) {
+					t.Fatalf("%s step %d: hash %v, want %v", p.ID(), i, h, stateHash(next))
+				}
+			}
+		}
+		want := []limiter.Status{limiter.StatusAllowed, limiter.StatusAllowed, limiter.StatusAllowed,
+			limiter.StatusDenied, limiter.StatusBlocked, limiter.StatusBlocked}
+		if !reflect.DeepEqual(statuses, want) || st.PenaltyLevel != 1 {
+			t.Fatalf("%s: statuses %v (level %d), want %v with one offence", p.ID(), statuses, st.PenaltyLevel, want)
+		}
+		if pt := e.pttl(key); pt < time.Hour.Milliseconds()*2 {
+			t.Fatalf("%s: PTTL %d ms, want the block and its decay (2 h) covered", p.ID(), pt)
+		}
+	}
+}
