@@ -13,6 +13,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"syscall"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -46,6 +47,8 @@ type server struct {
 	// sharedSecret is the HMAC secret shared through Redis (compat.go),
 	// nil when the secret is configured or per process.
 	sharedSecret []byte
+	// adminAuth checks the admin API's tokens; nil: the API is off (404).
+	adminAuth *adminAuth
 }
 
 // serve runs the server until ctx is done or a server fails: it loads the
@@ -62,6 +65,9 @@ func serve(ctx context.Context, o Options, getenv func(string) string, log *zap.
 		return err
 	}
 	var err error
+	if s.adminAuth, err = newAdminAuth(o.AdminTokenFile, time.Now, log); err != nil {
+		return fmt.Errorf("--admin-token-file: %w", err)
+	}
 	if s.metrics, err = newMetrics(s.reg); err != nil {
 		return err
 	}

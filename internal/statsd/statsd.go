@@ -164,7 +164,8 @@ func New(cfg Config) (*Sink, error) {
 // (and shadow_mode for a shadow rule, over_limit_with_local_cache when the
 // local deny cache answered) when it denied; within_limit, and near_limit
 // for the hits above the near-limit threshold, when it allowed. A limit
-// whose store failed counts total_hits only.
+// whose store failed counts total_hits only. A probe (0 hits: an explicit
+// per-descriptor hits_addend of 0) adds nothing to any of them.
 func (s *Sink) ObserveLimit(o rls.LimitObservation) {
 	if o.Rule == nil || o.Rule.StatKey == "" || o.Hits <= 0 {
 		return

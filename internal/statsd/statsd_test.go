@@ -52,6 +52,10 @@ func TestCounters(t *testing.T) {
 			sh := rule("dom.shadow")
 			s.ObserveLimit(rls.LimitObservation{Rule: sh, Hits: 4, Over: true, Shadow: true, Decided: true, Limit: 1})
 			s.ObserveLimit(rls.LimitObservation{Rule: rule("dom.failing"), Hits: 1, Over: true, StoreFailed: true})
+			// Probes (an explicit hits_addend of 0) add 0 hits everywhere,
+			// as the reference counts them: no stat of their own either.
+			s.ObserveLimit(rls.LimitObservation{Rule: r, Hits: 0, Over: true, Decided: true, Limit: 10})
+			s.ObserveLimit(rls.LimitObservation{Rule: rule("dom.probed"), Hits: 0, Decided: true, Limit: 10, Remaining: 10})
 			s.ObserveCall(rls.CallObservation{Code: codes.OK, Duration: time.Millisecond})
 			s.ObserveCall(rls.CallObservation{Code: codes.OK, Duration: time.Millisecond, StoreFailed: true})
 			s.ObserveCall(rls.CallObservation{Code: codes.InvalidArgument, Duration: time.Millisecond})

@@ -67,6 +67,11 @@ func TestInvalidFiles(t *testing.T) {
 			{8, 71, "burst with requests_per_unit 0"},
 			{10, 78, "burst must be"},
 		},
+		"sliding_log_bad.yaml": {
+			{4, 17, "requests_per_unit must be at most 1000 for sliding_log"},
+			{6, 78, "burst is only valid with algorithm: token_bucket or gcra"},
+			{8, 17, "the window (unit x unit_multiplier) is out of range"},
+		},
 	}
 	ents, err := os.ReadDir("testdata/invalid")
 	if err != nil {

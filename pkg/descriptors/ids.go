@@ -14,6 +14,8 @@ import (
 //
 //	by rule path:  <domain>/<key>[:<value>]/<key>[:<value>]...
 //	by name:       <domain>:<rate_limit.name>   (when the name is unique in its domain)
+//	rate_limits:   the first limit of the list as by rule path, limit i >= 1
+//	               as <rule path>::<i> (a named limit as by name)
 //	override:      <domain>:override:<unit>/<key>/<key>...
 //
 // Each configured string is copied with A-Z lowered and every other byte
@@ -88,6 +90,10 @@ func (b *idBuilder) id() string {
 
 // pathID derives the ID of a rule from its domain and descriptor path.
 func pathID(domain string, path []pathSeg) string {
+	return pathBuilder(domain, path).id()
+}
+
+func pathBuilder(domain string, path []pathSeg) *idBuilder {
 	b := newIDBuilder(idKindPath)
 	b.str(domain)
 	for _, s := range path {
@@ -98,6 +104,22 @@ func pathID(domain string, path []pathSeg) string {
 			b.str(s.value)
 		}
 	}
+	return b
+}
+
+// limitPathID derives the ID of limit index of a descriptor's rate_limits
+// list from its domain and descriptor path: index 0 has the rule's path ID
+// (the ID a single rate_limit on that descriptor has), index i >= 1 the path
+// ID followed by "::" and i. No path, name or override ID holds "::" (':'
+// in a configured string is replaced, and the separators are single), so
+// these never collide with another kind.
+func limitPathID(domain string, path []pathSeg, index int) string {
+	if index == 0 {
+		return pathID(domain, path)
+	}
+	b := pathBuilder(domain, path)
+	b.sep("::")
+	b.str(strconv.Itoa(index))
 	return b.id()
 }
 

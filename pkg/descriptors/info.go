@@ -40,6 +40,11 @@ type RuleInfo struct {
 	DetailedMetric  bool           `json:"detailed_metric,omitempty"`
 	ValueToMetric   bool           `json:"value_to_metric,omitempty"`
 	Metadata        map[string]any `json:"metadata,omitempty"`
+	// LimitIndex and LimitCount place a limit of a descriptor's
+	// rate_limits list: its position (from 0) and the list's length
+	// (LimitCount is 0 for a descriptor with one rate_limit).
+	LimitIndex int `json:"limit_index,omitempty"`
+	LimitCount int `json:"limit_count,omitempty"`
 	// Penalty is the penalty box, durations as Go duration strings.
 	Penalty *PenaltyInfo `json:"penalty,omitempty"`
 }
@@ -87,6 +92,8 @@ func (r *Rule) info() RuleInfo {
 		DetailedMetric:  r.DetailedMetric,
 		ValueToMetric:   r.ValueToMetric,
 		Metadata:        r.Metadata,
+		LimitIndex:      r.LimitIndex,
+		LimitCount:      len(r.Limits),
 	}
 	if r.Policy != nil {
 		ri.PolicyID = r.Policy.ID()
@@ -182,6 +189,9 @@ func (r RuleInfo) flags() string {
 		if x.on {
 			f = append(f, x.name)
 		}
+	}
+	if r.LimitCount > 0 {
+		f = append(f, fmt.Sprintf("rate_limits[%d] of %d", r.LimitIndex, r.LimitCount))
 	}
 	if r.Name != "" {
 		f = append(f, "name="+r.Name)

@@ -117,6 +117,8 @@ func policyReason(err error) string {
 			return "burst (or requests_per_unit) " + fe.Reason
 		case "penalty", "penalty.duration", "penalty.max_duration", "penalty.decay":
 			return penaltyReason(fe)
+		case "limit":
+			return "requests_per_unit " + fe.Reason
 		}
 		return fe.Field + " " + fe.Reason
 	}

@@ -61,6 +61,11 @@ func Check(st State, serverNowMs int64, p *Policy, cost int64) (next State, repl
 		}
 		now = st.LastObservedMs
 	}
+	// A sliding log that cannot be ours (validLog).
+	if st.Exists && !validLog(st, p) {
+		r := refusal(StatusStateIncompatible, serverNowMs, p)
+		return st, r, r, false
+	}
 	// 3. The algorithm (a blocked subject's reset-at is read from it).
 	pn := p.spec.Penalty
 	s := p.rules.step(st, now, p, cost)
@@ -115,6 +120,7 @@ func Check(st State, serverNowMs int64, p *Policy, cost int64) (next State, repl
 		Epoch:          s.epoch,
 		Level:          s.level,
 		Carry:          s.carry,
+		Log:            s.log,
 		ExpiresAtMs:    now + s.ttl,
 		PenaltyUntilMs: st.PenaltyUntilMs,
 		PenaltyLevel:   st.PenaltyLevel,
@@ -137,6 +143,7 @@ type step struct {
 	epoch      int64
 	level      int64
 	carry      int64
+	log        string
 	remaining  int64
 	retryAfter int64
 	resetAt    int64

@@ -123,7 +123,10 @@ func PenaltyRecorded(st, next State) bool {
 }
 
 // RecordsOffence reports whether a denial of a limit in this role is an
-// offence that is written: every role but RoleCheck (a check reports a
-// block, never causes one). A shadow limit records its offences, so that it
-// reports the blocks it would enforce.
-func (r Role) RecordsOffence() bool { return r != RoleCheck }
+// offence that is written: the roles that consume (Consumes: ordinary,
+// shadow, quota). A check or a probe (RoleCheck, RoleProbe, RoleQuotaProbe)
+// reports a block, and a probe's BLOCKED blocks its batch as its denial
+// would, but neither ever causes one: asking whether there is room is not
+// an attempt. A shadow limit records its offences, so that it reports the
+// blocks it would enforce.
+func (r Role) RecordsOffence() bool { return r.Consumes() }

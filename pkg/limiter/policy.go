@@ -204,7 +204,7 @@ func (p *Policy) Algorithm() Algorithm { return p.spec.Algorithm }
 // Params returns the algorithm parameters as given.
 func (p *Policy) Params() Params { return p.spec.Params }
 
-// Limit returns the limit (fixed and sliding window), capacity (token
+// Limit returns the limit (fixed and sliding window, sliding log), capacity (token
 // bucket) or burst (GCRA).
 func (p *Policy) Limit() int64 { return p.limit }
 
@@ -239,7 +239,8 @@ func (p *Policy) Certainty() Certainty { return p.rules.certainty }
 // DenialsHold reports whether a denial of this policy stays true until its
 // retry time whatever other requests do (they can only consume more), so
 // that a cache may repeat it until then: true for the fixed window, the
-// token bucket and GCRA, false for the sliding-window estimate.
+// token bucket, GCRA and the sliding log, false for the sliding-window
+// estimate.
 func (p *Policy) DenialsHold() bool { return p.rules.denialsHold }
 
 // AlgorithmArgs returns the two numbers that, with Limit, are the

@@ -214,7 +214,7 @@ const BatchPacked = 2 + 7*8
 // AppendBatchArgs appends the two ARGV fields of one key of
 // rate-batch-v1.lua to dst: the policy ID, and the numbers packed
 // big-endian as struct.pack('>BBddddddd'): algorithm (limiter.Algorithm),
-// flags (role + 4 when the policy fails open), revision, limit, the two
+// flags (the role, FlagFailOpen when the policy fails open), revision, limit, the two
 // algorithm arguments (limiter.Policy.AlgorithmArgs), cleanup grace ms, max
 // clock regression ms, cost. Every number is an integer below
 // 2^53, which a float64 holds exactly. role is the mode the key plays in
@@ -234,7 +234,7 @@ func AppendBatchPacked(dst []byte, p *limiter.Policy, cost int64, role limiter.R
 	dst = slices.Grow(dst, n)
 	b := dst[len(dst) : len(dst)+n]
 	b[0] = byte(p.Algorithm())
-	b[1] = byte(role)
+	b[1] = byte(role) & FlagRoleMask
 	if p.FailureMode() == limiter.FailOpen {
 		b[1] |= FlagFailOpen
 	}

@@ -13,13 +13,6 @@ import (
 // (fragments/penalty.lua).
 const PenaltyPacked = 3 * 8
 
-// The bits of the flags byte of a key's packed numbers, beside the role
-// (limiter.Role, the low bits).
-const (
-	FlagFailOpen = 4  // the policy fails open
-	FlagPenalty  = 16 // the penalty extension follows
-)
-
 // BatchPackedLen is the length AppendBatchPacked appends for a key of p.
 func BatchPackedLen(p *limiter.Policy) int {
 	if p.Penalty().On() {

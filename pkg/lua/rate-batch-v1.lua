@@ -14,18 +14,21 @@
 --     string and one struct.unpack per key instead of nine decimal strings
 --     to intern and parse (each costs Redis CPU):
 --       algorithm            1 fixed_window, 2 sliding_window, 3 token_bucket,
---                            4 gcra
---       flags                role | 4 failOpen | 16 penalty extension
---                            follows; role (bits 0-2) 0 ordinary, 1 shadow,
---                            2 quota, 3 check (limiter.Role)
+--                            4 gcra, 5 sliding_log
+--       flags                bits 0-2 the role (limiter.Role): 0 ordinary,
+--                            1 shadow, 2 quota, 3 check, 4 probe, 5 quota
+--                            probe; 8 failOpen; 16 the penalty extension
+--                            follows (lua.FlagRoleMask, lua.FlagFailOpen,
+--                            lua.FlagPenalty)
 --       policy revision      1..2^32-1
 --       limit (capacity)     0..2^53-1 (sliding window: 0..(2^53-1)/10^6;
 --                            token bucket: capacity * period + amount
 --                            below 2^53; gcra: the burst, burst * period
---                            + amount below 2^53)
---       window ms (fixed, sliding) | refill amount (token bucket, reduced)
+--                            + amount below 2^53; sliding log:
+--                            0..1000, MAX_LOG)
+--       window ms (fixed, sliding, sliding log) | refill amount (token bucket, reduced)
 --         | limit (gcra, reduced: the interval is period/amount ms)
---       0 (fixed, sliding) | refill period ms (token bucket, gcra, reduced)
+--       0 (fixed, sliding, sliding log) | refill period ms (token bucket, gcra, reduced)
 --       cleanup grace ms     0..ten years
 --       max clock regression ms  0..ten years
 --       cost                 1..limit
@@ -54,11 +57,14 @@
 -- every ordinary key is ALLOWED and, when there are quota keys, at least one
 -- of them is (limiter.Commits: a failure status — CLOCK_UNSAFE,
 -- STATE_INCOMPATIBLE, INVALID — counts as a denial, unless failOpen, when
--- the key takes no part; shadow and check keys never block). On commit every
--- ALLOWED key but the check ones is written: one HSET (of every field for a
--- new hash, otherwise of last, b and whichever of a and c changed) and one
--- PEXPIRE per key (the last state of a key named twice). An offence against
--- a penalty box is written when it is found, whatever the request commits
+-- the key takes no part; shadow and check keys never block, probe keys
+-- block as ordinary ones do and quota probe keys as quota ones). On commit
+-- every ALLOWED key but the check and probe ones is written: one HSET (of
+-- every field for a new hash, otherwise of last, b and whichever of a and c
+-- changed; a sliding log's last, a, b, c and its log l) and one PEXPIRE per
+-- key (the last state of a key named twice). An offence against a penalty
+-- box (a denial of an ordinary, shadow or quota key; never of a check or
+-- probe key) is written when it is found, whatever the request commits
 -- (penalty.lua).
 --
 -- Redis CPU per call bounds the service's throughput, and the whole body of a
@@ -99,8 +105,9 @@
 --   integral and in range before it is returned, else the program raises.
 --   CLOCK_UNSAFE and STATE_INCOMPATIBLE reply (serverNow, serverNow, limit,
 --   0, 0, 0), INVALID (serverNow, serverNow, 0, 0, 0, 0). An ALLOWED key
---   that did not consume (the batch did not commit, or a check key) replies
---   its remaining and reset-at before its cost (limiter.Check's uncommitted reply).
+--   that did not consume (the batch did not commit, or a check or probe
+--   key) replies its remaining and reset-at before its cost (limiter.Check's
+--   uncommitted reply).
 -- Runs on Redis 7.0+ and Valkey.
 
 -- #include prelude.lua
@@ -148,8 +155,8 @@ local blocked, quota, quotaAllows = false, 0, false
 -- the loop, for a single key's commit and reply): its arguments, its
 -- state, the algorithm's result, whether it is to be written, its reply.
 local key, alg, policy, rev, limit, p2, p3, grace, maxRegression, cost
-local st, stLast, stA, stB, stC, fresh, hashA, hashC
-local now, allowed, a, b, c, ttl, remaining, retry, resetAt, remainingBefore, resetBefore
+local st, stLast, stA, stB, stC, stL, fresh, hashA, hashC
+local now, allowed, a, b, c, l, ttl, remaining, retry, resetAt, remainingBefore, resetBefore
 local write, status, eff, lim
 -- The penalty box (penalty.lua): the key's penalty arguments, the hash's
 -- penalty fields.
@@ -160,18 +167,19 @@ local pen, penDur, penMax, penDecay, stPu, stPn
 --   R_KIND      what a later key naming the same hash sees after key i:
 --               0 nothing (key i was INVALID: look further back), 1 no
 --               state, 2 incompatible, 3 the state R_LAST..R_C
---   R_LAST, R_A, R_B, R_C   the tentative write, or the state key i saw
+--   R_LAST, R_A, R_B, R_C, R_L   the tentative write, or the state key i
+--               saw (R_L: a sliding log's log, else '')
 --   R_FRESH     no hash before this call
 --   R_HASH_A, R_HASH_C      the hash's a and c
---   R_WRITE     ALLOWED and not a check key; to write it or, when the
---               batch does not commit, to reply before the cost:
+--   R_WRITE     ALLOWED and not a check or probe key; to write it or, when
+--               the batch does not commit, to reply before the cost:
 --   R_TTL, R_REMAINING_BEFORE, R_RESET_BEFORE, R_ALG, R_REV
 --   R_PU, R_PN  the hash's penalty fields as key i left them (penalty.lua)
 -- All filled (no nil), so the table stays one array.
 local R_KIND, R_LAST, R_A, R_B, R_C, R_FRESH, R_HASH_A, R_HASH_C = 1, 2, 3, 4, 5, 6, 7, 8
-local R_WRITE, R_TTL, R_REMAINING_BEFORE, R_RESET_BEFORE, R_ALG, R_REV = 9, 10, 11, 12, 13, 14
-local R_PU, R_PN = 15, 16
-local R = 16
+local R_WRITE, R_TTL, R_REMAINING_BEFORE, R_RESET_BEFORE, R_ALG, R_REV, R_L = 9, 10, 11, 12, 13, 14, 15
+local R_PU, R_PN = 16, 17
+local R = 17
 local rec, out = false, false
 if n > 1 then
   rec, out = {}, { 0, false, false, false, false, false, false, false }
@@ -201,6 +209,9 @@ for i = 1, n do
   elseif algorithm == 4 then
     alg = 'gcra'
 -- #include gcra.lua valid
+  elseif algorithm == 5 then
+    alg = 'sliding_log'
+-- #include sliding-log.lua valid
   else
     valid = false
   end
@@ -210,7 +221,7 @@ for i = 1, n do
   end
   -- A key that is not evaluated (INVALID, STATE_INCOMPATIBLE,
   -- CLOCK_UNSAFE) replies (serverNow, serverNow, limit or 0, 0, 0, 0).
-  write = false
+  write, stL, l = false, '', ''
   local kind = 0
   if not valid then
     status, eff, lim, remaining, retry, resetAt = 'INVALID', serverNow, 0, 0, 0, 0
@@ -236,8 +247,8 @@ for i = 1, n do
       end
     else
       local o = (j - 1) * R
-      kind, stLast, stA, stB, stC, fresh, hashA, hashC = rec[o + R_KIND], rec[o + R_LAST], rec[o + R_A],
-        rec[o + R_B], rec[o + R_C], rec[o + R_FRESH], rec[o + R_HASH_A], rec[o + R_HASH_C]
+      kind, stLast, stA, stB, stC, fresh, hashA, hashC, stL = rec[o + R_KIND], rec[o + R_LAST], rec[o + R_A],
+        rec[o + R_B], rec[o + R_C], rec[o + R_FRESH], rec[o + R_HASH_A], rec[o + R_HASH_C], rec[o + R_L]
       stPu, stPn = rec[o + R_PU], rec[o + R_PN]
       st = nil
       if kind == 2 then
@@ -263,16 +274,23 @@ for i = 1, n do
 -- #include token-bucket.lua step
         elseif alg == 'gcra' then
 -- #include gcra.lua step
+        elseif alg == 'sliding_log' then
+-- #include sliding-log.lua step
         end
         status = false
-        if pen and st then
+        if st == false then
+          -- A stored log that cannot be ours (the sliding log's step).
+          status, eff, remaining, retry, resetAt = 'STATE_INCOMPATIBLE', serverNow, 0, 0, 0
+        elseif pen and st then
 -- #include penalty.lua step
         end
         if status then
-          -- BLOCKED (penalty.lua): nothing written.
+          -- STATE_INCOMPATIBLE, or BLOCKED (penalty.lua): nothing written.
         elseif not allowed then
           status = 'DENIED'
-        elseif role == 3 then
+        elseif role >= 3 then
+          -- A check or (quota) probe key: its reply before the cost, never
+          -- written.
           status, remaining, resetAt = 'ALLOWED', remainingBefore, resetBefore
         else
           status, write = 'ALLOWED', true
@@ -285,14 +303,14 @@ for i = 1, n do
     if valid then
       kind = 3
       if write then
-        stLast, stA, stB, stC = now, a, b, c
+        stLast, stA, stB, stC, stL = now, a, b, c, l
       elseif st == nil then
         kind = 1
       elseif st == false then
-        kind, stLast, stA, stB, stC, hashA, hashC, stPu, stPn = 2, 0, 0, 0, 0, 0, 0, 0, 0
+        kind, stLast, stA, stB, stC, stL, hashA, hashC, stPu, stPn = 2, 0, 0, 0, 0, '', 0, 0, 0, 0
       end
     else
-      stLast, stA, stB, stC, fresh, hashA, hashC, stPu, stPn = 0, 0, 0, 0, false, 0, 0, 0, 0
+      stLast, stA, stB, stC, stL, fresh, hashA, hashC, stPu, stPn = 0, 0, 0, 0, '', false, 0, 0, 0, 0
     end
     local wTtl, wRemainingBefore, wResetBefore, wAlg, wRev = 0, 0, 0, false, 0
     if write then
@@ -301,15 +319,15 @@ for i = 1, n do
     local o = (i - 1) * R
     rec[o + R_KIND], rec[o + R_LAST], rec[o + R_A], rec[o + R_B], rec[o + R_C], rec[o + R_FRESH],
       rec[o + R_HASH_A], rec[o + R_HASH_C], rec[o + R_WRITE], rec[o + R_TTL], rec[o + R_REMAINING_BEFORE],
-      rec[o + R_RESET_BEFORE], rec[o + R_ALG], rec[o + R_REV], rec[o + R_PU], rec[o + R_PN] =
-      kind, stLast, stA, stB, stC, fresh, hashA, hashC, write, wTtl, wRemainingBefore, wResetBefore, wAlg, wRev,
+      rec[o + R_RESET_BEFORE], rec[o + R_ALG], rec[o + R_REV], rec[o + R_L], rec[o + R_PU], rec[o + R_PN] =
+      kind, stLast, stA, stB, stC, fresh, hashA, hashC, write, wTtl, wRemainingBefore, wResetBefore, wAlg, wRev, stL,
       stPu or 0, stPn or 0
   end
   -- limiter.Commits
-  if role == 0 or role == 2 then
+  if role ~= 1 and role ~= 3 then
     if failOpen and status ~= 'ALLOWED' and status ~= 'DENIED' and status ~= 'BLOCKED' then
       -- A fail-open failure takes no part.
-    elseif role == 2 then
+    elseif role == 2 or role == 5 then
       quota = quota + 1
       if status == 'ALLOWED' then
         quotaAllows = true
@@ -341,9 +359,9 @@ for i = 1, n do
         end
       end
       if write then
-        now, a, b, c, fresh, hashA, hashC, ttl, alg, rev, policy =
+        now, a, b, c, fresh, hashA, hashC, ttl, alg, rev, policy, l =
           rec[o + R_LAST], rec[o + R_A], rec[o + R_B], rec[o + R_C], rec[o + R_FRESH], rec[o + R_HASH_A],
-          rec[o + R_HASH_C], rec[o + R_TTL], rec[o + R_ALG], rec[o + R_REV], ARGV[(kb + i - 1) * NARG + 1]
+          rec[o + R_HASH_C], rec[o + R_TTL], rec[o + R_ALG], rec[o + R_REV], ARGV[(kb + i - 1) * NARG + 1], rec[o + R_L]
       end
     elseif write then
       remainingBefore, resetBefore = rec[o + R_REMAINING_BEFORE], rec[o + R_RESET_BEFORE]

@@ -53,6 +53,7 @@ func BenchmarkShouldRateLimit(b *testing.B) {
 		{"one_descriptor", request("bench", desc("remote_address", "10.1.2.3"))},
 		{"three_descriptors", request("bench", desc("remote_address", "10.1.2.3"), desc("tenant", "acme"), desc("tenant", "acme", "route", "/api"))},
 		{"over_limit", request("bench", desc("deny", "d"))},
+		{"two_limits_one_descriptor", request("bench", desc("api_key", "k1"))},
 	} {
 		b.Run(bc.name, func(b *testing.B) {
 			srv := benchServer(b)

@@ -15,7 +15,8 @@ import (
 // memory store. The offence is answered OVER_LIMIT with the block's wait;
 // a blocked call is OVER_LIMIT with the time left in Retry-After and
 // duration_until_reset, consumes nothing and is counted as a penalty
-// denial; a shadow rule records and reports its blocks and answers OK.
+// denial; a check-only descriptor reports a block but never causes one; a
+// shadow rule records and reports its blocks and answers OK.
 func TestPenaltyBox(t *testing.T) {
 	clock := limitertest.NewClock(t0)
 	mem, err := memory.New(memory.Config{Clock: clock, MaxEntries: 1000})
@@ -70,6 +71,36 @@ func TestPenaltyBox(t *testing.T) {
 		}
 	}
 	over("the second offence", login(), "1200", 20*time.Minute)
+
+	// A check-only descriptor (hits_addend 0) is never an offence: over the
+	// full limit it is the limit's own OVER_LIMIT (its wait within the
+	// minute) and the next real attempt is the first offence, not a block;
+	// during the block it reports the block, a penalty denial.
+	bob := func(hits uint64) *rlsv3.RateLimitResponse {
+		return h.call(t, request("penalty", withHits(desc("login_user", "bob"), hits)))
+	}
+	for i := range 5 {
+		if resp := bob(1); resp.OverallCode != rlsv3.RateLimitResponse_OK {
+			t.Fatalf("bob, attempt %d: %v", i+1, resp)
+		}
+	}
+	for i := range 3 {
+		resp := bob(0)
+		if st := resp.Statuses[0]; resp.OverallCode != rlsv3.RateLimitResponse_OVER_LIMIT || st.DurationUntilReset.AsDuration() > time.Minute {
+			t.Fatalf("bob's check %d of the full limit: %v, want OVER_LIMIT with the window's wait", i, resp)
+		}
+	}
+	penaltyDenials := func(want string) {
+		t.Helper()
+		if v := counterValue(h.metrics(t), `envoy_rls_penalty_denials_total{domain="penalty",policy="penalty/login_user",result="over_limit"}`); v != want {
+			t.Fatalf("penalty denials %q, want %s", v, want)
+		}
+	}
+	penaltyDenials("2")
+	over("bob's offence after the checks", bob(1), "600", 10*time.Minute)
+	penaltyDenials("2")
+	over("bob's check during the block", bob(0), "600", 10*time.Minute)
+	penaltyDenials("3")
 
 	// Shadow: reported OK, counted as shadow penalty denials.
 	scraper := desc("scraper", "bot")

@@ -24,7 +24,7 @@ const (
 
 // respond turns the descriptor statuses and outcomes of one call into the response.
 func (s *Server) respond(ctx context.Context, req *rlsv3.RateLimitRequest, known bool, sc *scratch) *rlsv3.RateLimitResponse {
-	n := len(sc.descs)
+	n := len(req.Descriptors)
 	now := s.clock.Now()
 	metricDomain := UnknownDomainLabel
 	if known {
@@ -42,11 +42,13 @@ func (s *Server) respond(ctx context.Context, req *rlsv3.RateLimitRequest, known
 	}
 
 	// Pass 1: what each limit decided.
+	for i := range statuses {
+		ptrs[i] = &statuses[i]
+		statuses[i].Code = rlsv3.RateLimitResponse_OK
+	}
 	for i := range sc.descs {
 		ds := &sc.descs[i]
-		st := &statuses[i]
-		ptrs[i] = st
-		st.Code = rlsv3.RateLimitResponse_OK
+		ds.current = -1
 		switch ds.kind {
 		case statusUnmatched, statusNegative:
 			s.metrics.unmatchedDescriptor(metricDomain)
@@ -54,7 +56,7 @@ func (s *Server) respond(ctx context.Context, req *rlsv3.RateLimitRequest, known
 		case statusReplaced:
 			continue
 		case statusUnlimited:
-			st.LimitRemaining = math.MaxUint32
+			statuses[ds.desc].LimitRemaining = math.MaxUint32
 			s.metrics.policy(metricDomain, UnlimitedPolicy).ok.Inc()
 			continue
 		}
@@ -93,14 +95,11 @@ func (s *Server) respond(ctx context.Context, req *rlsv3.RateLimitRequest, known
 			RequestsPerUnit: rule.RequestsPerUnit,
 			Unit:            responseUnit(rule.Unit),
 		})
-		cl := &limits[len(limits)-1]
+		ds.current = len(limits) - 1
 		if rule.UnitMultiplier > 1 {
-			cl.UnitMultiplier = wrapperspb.UInt32(rule.UnitMultiplier)
+			limits[ds.current].UnitMultiplier = wrapperspb.UInt32(rule.UnitMultiplier)
 		}
-		st.CurrentLimit = cl
-		st.LimitRemaining = ds.remaining
 		durations = append(durations, durationpb.Duration{Seconds: int64(ds.reset / time.Second), Nanos: int32(ds.reset % time.Second)})
-		st.DurationUntilReset = &durations[len(durations)-1]
 	}
 
 	// Pass 2: what is reported (the reference's rules). An ordinary
@@ -136,14 +135,14 @@ func (s *Server) respond(ctx context.Context, req *rlsv3.RateLimitRequest, known
 				pc.penaltyShadowOver.Inc()
 			}
 			s.logDenial(ctx, msgShadowDenied, ds)
-		case ds.role == limiter.RoleQuota && !quotaDenies:
+		case ds.role.Quota() && !quotaDenies:
 			pc.ok.Inc()
 			if local {
 				pc.localOK.Inc()
 			}
 		default:
 			ds.reported = true
-			statuses[i].Code = rlsv3.RateLimitResponse_OVER_LIMIT
+			statuses[ds.desc].Code = rlsv3.RateLimitResponse_OVER_LIMIT
 			overall = rlsv3.RateLimitResponse_OVER_LIMIT
 			pc.over.Inc()
 			if local {
@@ -159,9 +158,59 @@ func (s *Server) respond(ctx context.Context, req *rlsv3.RateLimitRequest, known
 		}
 	}
 
+	// Pass 3: each descriptor reports its binding limit.
+	for lo := 0; lo < len(sc.descs); {
+		hi := lo + 1
+		for hi < len(sc.descs) && sc.descs[hi].desc == sc.descs[lo].desc {
+			hi++
+		}
+		if b := bindingLimit(sc.descs[lo:hi]); b >= 0 {
+			ds := &sc.descs[lo+b]
+			st := &statuses[ds.desc]
+			st.CurrentLimit = &limits[ds.current]
+			st.LimitRemaining = ds.remaining
+			st.DurationUntilReset = &durations[ds.current]
+		}
+		lo = hi
+	}
+
 	resp := &rlsv3.RateLimitResponse{OverallCode: overall, Statuses: ptrs}
 	s.addHeadersAndBody(resp, sc)
 	return resp
+}
+
+// bindingLimit returns the index, in the statuses of one descriptor's
+// limits, of the limit its status reports, or -1 when none has a current
+// limit. Of the limits reported over the limit, it is the one with the
+// longest wait (then the latest reset); when none is, the one with the
+// fewest remaining (then the latest reset). A descriptor with one limit
+// reports that limit.
+func bindingLimit(limits []descStatus) int {
+	b := -1
+	for i := range limits {
+		ds := &limits[i]
+		if ds.current < 0 {
+			continue
+		}
+		if b < 0 {
+			b = i
+			continue
+		}
+		c := &limits[b]
+		switch {
+		case ds.reported != c.reported:
+			if ds.reported {
+				b = i
+			}
+		case ds.reported:
+			if ds.retry > c.retry || ds.retry == c.retry && ds.reset > c.reset {
+				b = i
+			}
+		case ds.remaining < c.remaining || ds.remaining == c.remaining && ds.reset > c.reset:
+			b = i
+		}
+	}
+	return b
 }
 
 // storeFailed applies the policy's failure mode to a failed outcome.

@@ -209,7 +209,7 @@ func (s *Server) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReques
 	if rules == nil {
 		return nil, status.Error(codes.Unavailable, "rls: no rules are loaded")
 	}
-	sc := s.getScratch(len(req.Descriptors))
+	sc := s.getScratch()
 	resp = s.evaluate(ctx, req, rules, sc)
 	if s.tracer != nil {
 		s.annotateCall(ctx, req, rules.HasDomain(req.Domain), sc, resp)
@@ -238,18 +238,21 @@ func (s *Server) evaluate(ctx context.Context, req *rlsv3.RateLimitRequest, rule
 	domain := req.Domain
 	known := rules.HasDomain(domain)
 
-	// 1. Match every descriptor.
+	// 1. Match every descriptor: one status per limit, in descriptor order
+	// (a descriptor with rate_limits has one per limit of its list, and
+	// its answer is the binding one, see bindingLimit).
 	anyReplaces := false
 	for i, d := range req.Descriptors {
-		ds := &sc.descs[i]
-		*ds = descStatus{}
+		ds := descStatus{desc: i}
 		if !known {
+			sc.descs = append(sc.descs, ds)
 			continue
 		}
 		if d.IsNegativeHits {
 			// A refund: this service does not give back consumed units, and a
 			// refund never needs a limit decision.
 			ds.kind = statusNegative
+			sc.descs = append(sc.descs, ds)
 			continue
 		}
 		sc.entries = sc.entries[:0]
@@ -266,17 +269,29 @@ func (s *Server) evaluate(ctx context.Context, req *rlsv3.RateLimitRequest, rule
 			m, ok = rules.Match(domain, sc.entries)
 		}
 		if !ok || m.Rule == nil {
+			sc.descs = append(sc.descs, ds)
 			continue
 		}
-		ds.match = m
-		ds.cost = hitsFor(req, d)
+		ds.cost, ds.probe = hitsFor(req, d)
 		if m.Rule.Unlimited || m.Rule.Policy == nil {
 			ds.kind = statusUnlimited
 		} else {
 			ds.kind = statusStore
 		}
-		if len(m.Rule.Replaces) > 0 {
-			anyReplaces = true
+		limits := m.Rule.Limits
+		if len(m.Subjects) != len(limits) || ds.kind != statusStore {
+			limits = nil
+		}
+		if limits == nil {
+			ds.match = m
+			sc.descs = append(sc.descs, ds)
+			anyReplaces = anyReplaces || len(m.Rule.Replaces) > 0
+			continue
+		}
+		for k, r := range limits {
+			ds.match = descriptors.Match{Rule: r, Subject: m.Subjects[k], Tag: m.Tag}
+			sc.descs = append(sc.descs, ds)
+			anyReplaces = anyReplaces || len(r.Replaces) > 0
 		}
 	}
 

@@ -36,14 +36,20 @@
 // # Batches
 //
 // limiter.Store evaluates a batch all or nothing. When a cached denial alone
-// makes the batch unable to commit (limiter.CheckOnly: an ordinary limit, or
-// every quota limit), the answer is known without consuming anything: the
+// makes the batch unable to commit (limiter.CheckOnly: an ordinary or probe
+// limit, or every quota limit), the answer is known without consuming anything: the
 // cached limits are answered from the cache and the rest are sent to the
 // store in limiter.RoleCheck (reported, never consumed), exactly what the
 // store would have answered for the whole batch; when every limit is cached
 // the store is not called at all. When the cached denials cannot block the batch (shadow
 // or check limits, or a quota limit with other quota limits), the whole batch
-// goes to the store unchanged.
+// goes to the store unchanged. A probe (limiter.RoleProbe) is answered from a
+// cached denial like any request of its cost; its own denial is cached like
+// any other, and since only denials are cached a probe never records a
+// consumption. A probe never records a penalty-box offence either, so on a
+// policy with a penalty box only its BLOCKED answer is cached (as any
+// block), and a batch sends an unanswered probe of such a policy as a
+// check.
 //
 // A Cache is safe for concurrent use; build it with New.
 package denycache

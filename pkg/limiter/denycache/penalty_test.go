@@ -101,3 +101,62 @@ func TestPenaltyOffencesReachTheStore(t *testing.T) {
 		t.Fatalf("second block: %+v, want 1 s (decay 0: no doubling)", d)
 	}
 }
+
+// TestPenaltyProbes: a probe of a penalty limit records no offence, so its
+// denial is not cached (an ordinary request after it must reach the store
+// and be the offence); a probe answered BLOCKED caches the block, which
+// then answers the ordinary requests; and a batch with a cached denial
+// sends an unanswered probe of a penalty limit as a check (it records
+// nothing either way).
+func TestPenaltyProbes(t *testing.T) {
+	e := newEnv(t, 1024)
+	pen, err := limiter.NewPolicy(limiter.PolicySpec{ID: "pen", Algorithm: limiter.FixedWindow,
+		Params:  limiter.FixedWindowParams{Limit: 1, Window: time.Hour},
+		Penalty: limiter.Penalty{Duration: time.Minute}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	subj := subject("probed")
+	req := func(role limiter.Role) limiter.Request {
+		return limiter.Request{Policy: pen, Subject: subj, Cost: 1, Role: role}
+	}
+	if d := e.eval(req(limiter.RoleOrdinary))[0].Decision; !d.Allowed || !d.Consumed {
+		t.Fatalf("first request: %+v", d)
+	}
+	for _, role := range []limiter.Role{limiter.RoleProbe, limiter.RoleQuotaProbe, limiter.RoleProbe} {
+		if d := e.eval(req(role))[0].Decision; d.Allowed || d.Blocked || d.Source != limiter.SourceMemory || d.RetryAfter <= time.Minute {
+			t.Fatalf("%s of the full limit: %+v, want the store's own denial (the window's wait)", role, d)
+		}
+	}
+	if n := e.cache.Len(); n != 0 {
+		t.Fatalf("a probe's denial of a penalty limit cached %d entries", n)
+	}
+	// The ordinary request reaches the store: the offence.
+	if d := e.eval(req(limiter.RoleOrdinary))[0].Decision; d.Allowed || d.Blocked || d.Source != limiter.SourceMemory || d.RetryAfter <= time.Minute {
+		t.Fatalf("ordinary request after the probes: %+v, want the store's offence", d)
+	}
+	// A probe now sees the block; it is cached and answers an ordinary
+	// request, a probe and a batch beside another limit.
+	if d := e.eval(req(limiter.RoleProbe))[0].Decision; !d.Blocked || d.Source != limiter.SourceMemory || d.RetryAfter != time.Minute {
+		t.Fatalf("probe of the boxed subject: %+v, want the store's block", d)
+	}
+	seen := e.back.reqs.Load()
+	for _, role := range []limiter.Role{limiter.RoleOrdinary, limiter.RoleQuotaProbe} {
+		if d := e.eval(req(role))[0].Decision; !d.Blocked || d.Source != limiter.SourceLocalCache {
+			t.Fatalf("%s after a probe's block: %+v, want the cached block", role, d)
+		}
+	}
+	if got := e.back.reqs.Load(); got != seen {
+		t.Fatalf("%d requests reached the store during the cached block", got-seen)
+	}
+	// A batch whose cached block makes it check-only: another subject's
+	// probe of the penalty limit goes to the store as a check.
+	other := limiter.Request{Policy: pen, Subject: subject("other"), Cost: 1, Role: limiter.RoleProbe}
+	out := e.eval(req(limiter.RoleOrdinary), other)
+	if !out[0].Decision.Blocked || out[0].Decision.Source != limiter.SourceLocalCache || len(e.back.modes) != 1 || e.back.modes[0] != limiter.RoleCheck {
+		t.Fatalf("batch beside a cached block: %+v, store modes %v", out[0].Decision, e.back.modes)
+	}
+	if d := out[1].Decision; !d.Allowed || d.Consumed {
+		t.Fatalf("the other subject's probe: %+v, want allowed, nothing taken", d)
+	}
+}

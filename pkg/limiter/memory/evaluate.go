@@ -216,6 +216,7 @@ func (s *Store) Evaluate(ctx context.Context, batch []limiter.Request, out []lim
 		} else {
 			sh.insertAt(-1, &wi.k, wi.h, e)
 		}
+		sh.keepLog(&wi.k, &wi.next)
 		sh.minExpiry = min(sh.minExpiry, wi.next.ExpiresAtMs)
 		out[i].Decision.Consumed = true
 	}

@@ -99,6 +99,7 @@ func (s *Store) evaluateOne(r *limiter.Request, o *limiter.Outcome, nowMs int64)
 		} else {
 			sh.insertAt(hint, &k, h, e)
 		}
+		sh.keepLog(&k, &next)
 		sh.minExpiry = min(sh.minExpiry, next.ExpiresAtMs)
 		o.Decision.Consumed = true
 	}

@@ -28,6 +28,8 @@ func algorithmPolicies(t testing.TB, prefix string, mode limiter.FailureMode, li
 		limitertest.Policy(t, limiter.PolicySpec{ID: prefix + "-penalty", Algorithm: limiter.FixedWindow, FailureMode: mode,
 			Params:  limiter.FixedWindowParams{Limit: limit, Window: window},
 			Penalty: limiter.Penalty{Duration: window, MaxDuration: 4 * window, Decay: window}}),
+		limitertest.Policy(t, limiter.PolicySpec{ID: prefix + "-log", Algorithm: limiter.SlidingLog, FailureMode: mode,
+			Params: limiter.SlidingLogParams{Limit: limit, Window: window}}),
 	}
 }
 

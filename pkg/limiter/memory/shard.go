@@ -25,6 +25,10 @@ type shardState struct {
 	capacity int
 	// own counts the entries of each policy ID (see room).
 	own map[string]int32
+	// logs holds the log (limiter.State.Log) of each sliding-log entry,
+	// beside the table so that the other algorithms' slots stay their
+	// size; an entry's log goes with it (remove).
+	logs map[key]string
 	// minExpiry is a lower bound of every entry's expiresAt (exact after a
 	// complete scan): while now <= minExpiry nothing can have expired.
 	minExpiry int64
@@ -78,7 +82,22 @@ func (sh *shard) load(k *key, h uint64, nowMs int64) (st limiter.State, live boo
 			st.PenaltyUntilMs, st.PenaltyLevel = pf.until, pf.level
 		}
 	}
+	if k.alg == limiter.SlidingLog {
+		st.Log = sh.logs[*k]
+	}
 	return st, true, 0, i
+}
+
+// keepLog records the log of st, the state just written for k (sliding
+// log only).
+func (sh *shard) keepLog(k *key, st *limiter.State) {
+	if k.alg != limiter.SlidingLog {
+		return
+	}
+	if sh.logs == nil {
+		sh.logs = make(map[key]string)
+	}
+	sh.logs[*k] = st.Log
 }
 
 func entryOf(st limiter.State) entry {
@@ -129,7 +148,11 @@ func (sh *shard) remove(i int) {
 	if len(sh.penalties) != 0 {
 		delete(sh.penalties, sh.t.slots[i].k)
 	}
-	p := sh.t.slots[i].k.policy
+	k := &sh.t.slots[i].k
+	if k.alg == limiter.SlidingLog {
+		delete(sh.logs, *k)
+	}
+	p := k.policy
 	if n := sh.own[p]; n > 1 {
 		sh.own[p] = n - 1
 	} else {

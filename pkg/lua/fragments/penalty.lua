@@ -15,8 +15,9 @@
 --           a blocked subject is BLOCKED (remaining 0, retry until the
 --           block ends, reset at the later of the block's end and the
 --           algorithm's reset) and writes nothing; a denial of a key that
---           records offences (not a check key, a hash that existed before
---           this program) is an offence: pu and pn are written now
+--           records offences (an ordinary, shadow or quota key, role < 3,
+--           never a check or probe key; a hash that existed before this
+--           program) is an offence: pu and pn are written now
 --           (whatever the batch decides), the hash's expiry raised to
 --           cover the block and its decay, and the reply waits for the
 --           block. An allowed key's ttl covers a remembered penalty.
@@ -37,7 +38,7 @@ if bit.band(flags, PENALTY) ~= 0 then
       and penMax >= penDur and penMax <= MAX_PENALTY and penMax % 1 == 0
       and penDecay >= 0 and penDecay <= MAX_PENALTY and penDecay % 1 == 0
   end
-  flags = flags - 16
+  flags = flags - PENALTY
 end
 -- #section load
 stPu, stPn = 0, 0
@@ -66,7 +67,7 @@ if stPu > now then
   end
   allowed = false
 elseif not allowed then
-  if role ~= 3 and not fresh then
+  if role < 3 and not fresh then
     local level, block = 1, penDur
     if stPn > 0 and now < stPu + penDecay then
       level = stPn + 1
