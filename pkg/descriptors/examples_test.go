@@ -31,6 +31,7 @@ func TestExamplesLoad(t *testing.T) {
 		{"edge", e("path=/downloads/a.zip"), "edge/path=*.zip"},
 		{"api", e("route=/upload", "user=u1"), "api/route=/upload/user"},
 		{"algorithms", e("route=/bucket"), "algorithms/route=/bucket"},
+		{"penalty", e("login_user=alice"), "penalty/login_user"},
 		{"several", e("api_key=k"), "several/api_key"},
 		{"login", e("user=u1"), "login/user"},
 		{"login", e("remote_address=203.0.113.7", "action=password_reset"), "login/remote_address/action=password_reset"},
@@ -39,6 +40,12 @@ func TestExamplesLoad(t *testing.T) {
 		m, ok := s.Match(c.domain, c.entries)
 		if !ok || m.Rule.Path != c.path {
 			t.Errorf("Match(%s, %v) = %v %v, want %s", c.domain, c.entries, ok, m.Rule, c.path)
+		}
+	}
+	// 11-penalty.yaml: the login rule's box as written.
+	if m, ok := s.Match("penalty", e("login_user=alice")); ok && m.Rule.Policy != nil {
+		if pn := m.Rule.Policy.Penalty(); pn.Duration != 10*time.Minute || pn.MaxDuration != 24*time.Hour || pn.Decay != time.Hour {
+			t.Errorf("penalty/login_user: penalty %+v", pn)
 		}
 	}
 	// 08-several-limits.yaml: every limit of a list, with its ID.

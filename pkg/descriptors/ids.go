@@ -23,9 +23,11 @@ import (
 // When that changed anything, or the result is longer than 128 bytes, the ID
 // becomes a readable prefix plus "--" and 12 hex digits of a SHA-256 over the
 // original strings, so that two different rules never share an ID. The limit
-// numbers (requests_per_unit, unit_multiplier, burst) are not part of the ID:
-// changing them keeps the counters; revision and algorithm roll the state
-// through the storage key instead.
+// numbers (requests_per_unit, unit_multiplier, burst) and the penalty box are
+// not part of the ID: changing them keeps the counters (and a block in force:
+// the penalty fields live beside the counters and are only read while the
+// rule has a penalty); revision and algorithm roll the state through the
+// storage key instead.
 
 const (
 	idKindPath     = 'p'

@@ -45,6 +45,15 @@ type RuleInfo struct {
 	// (LimitCount is 0 for a descriptor with one rate_limit).
 	LimitIndex int `json:"limit_index,omitempty"`
 	LimitCount int `json:"limit_count,omitempty"`
+	// Penalty is the penalty box, durations as Go duration strings.
+	Penalty *PenaltyInfo `json:"penalty,omitempty"`
+}
+
+// PenaltyInfo describes a rule's penalty box (limiter.Penalty).
+type PenaltyInfo struct {
+	Duration    string `json:"duration"`
+	MaxDuration string `json:"max_duration"`
+	Decay       string `json:"decay"`
 }
 
 // Domains describes every domain, sorted by name, rules in file order. The
@@ -94,6 +103,9 @@ func (r *Rule) info() RuleInfo {
 		ri.Window = r.Window().String()
 		ri.Revision = r.Policy.Revision()
 		ri.FailureMode = r.Policy.FailureMode().String()
+		if pn := r.Policy.Penalty(); pn.On() {
+			ri.Penalty = &PenaltyInfo{Duration: pn.Duration.String(), MaxDuration: pn.MaxDuration.String(), Decay: pn.Decay.String()}
+		}
 	}
 	return ri
 }
@@ -147,6 +159,12 @@ func (r RuleInfo) describe() string {
 	}
 	if r.Revision > 1 {
 		fmt.Fprintf(&b, ", revision %d", r.Revision)
+	}
+	if pn := r.Penalty; pn != nil {
+		fmt.Fprintf(&b, ", penalty %s", pn.Duration)
+		if pn.MaxDuration != pn.Duration {
+			fmt.Fprintf(&b, " doubling up to %s within %s of the last block", pn.MaxDuration, pn.Decay)
+		}
 	}
 	switch r.FailureMode {
 	case "open":

@@ -36,6 +36,8 @@ type rawLimit struct {
 	revisionPos        pos
 	headers            string
 	headersPos         pos
+	penalty            *rawPenalty
+	penaltyPos         pos
 	extensionPositions []pos
 }
 
@@ -104,8 +106,11 @@ func (p *parser) rateLimit(n *yaml.Node, what string) *rawLimit {
 		case "headers":
 			rl.headersPos = ext(k)
 			rl.headers, _ = p.str(v, "headers")
+		case "penalty":
+			rl.penaltyPos = ext(k)
+			rl.penalty = p.penalty(v)
 		default:
-			p.errorf(k, "unknown key %q in %s (expected unit, requests_per_unit, unlimited, name, replaces, unit_multiplier, algorithm, burst, failure_mode, revision, headers)", key, what)
+			p.errorf(k, "unknown key %q in %s (expected unit, requests_per_unit, unlimited, name, replaces, unit_multiplier, algorithm, burst, failure_mode, revision, headers, penalty)", key, what)
 		}
 	})
 	if !ok {

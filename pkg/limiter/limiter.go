@@ -228,6 +228,10 @@ type Decision struct {
 	PolicyRevision uint32
 	Source         Source
 	Certainty      Certainty
+	// Blocked: denied because the subject is in the policy's penalty box
+	// (Policy.Penalty) until RetryAfter from now; nothing was consumed or
+	// recorded. A blocked decision is Certain.
+	Blocked bool
 }
 
 // OutcomeKind tells the four outcomes apart.

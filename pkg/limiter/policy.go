@@ -77,6 +77,8 @@ type PolicySpec struct {
 	FailureMode FailureMode
 	// Shadow: evaluated and counted, but never denies. (Optional)
 	Shadow bool
+	// Penalty is the limit's penalty box. (Optional, default none)
+	Penalty Penalty
 }
 
 // Policy is a validated, immutable PolicySpec. Build it with NewPolicy. The
@@ -140,6 +142,11 @@ func NewPolicy(spec PolicySpec) (*Policy, error) {
 	if err := spec.Params.apply(p); err != nil {
 		return nil, err
 	}
+	pn, err := spec.Penalty.validate(p.limit)
+	if err != nil {
+		return nil, err
+	}
+	spec.Penalty = pn
 	switch {
 	case spec.MaxCost == 0:
 		spec.MaxCost = p.limit

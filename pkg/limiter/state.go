@@ -15,6 +15,9 @@ const (
 	StatusClockUnsafe                         // CLOCK_UNSAFE
 	StatusStateIncompatible                   // STATE_INCOMPATIBLE
 	StatusInvalid                             // INVALID
+	// StatusBlocked: the subject is in its penalty box (Policy.Penalty);
+	// a denial that consumed nothing and recorded nothing.
+	StatusBlocked // BLOCKED
 )
 
 func (s Status) String() string {
@@ -29,6 +32,8 @@ func (s Status) String() string {
 		return "STATE_INCOMPATIBLE"
 	case StatusInvalid:
 		return "INVALID"
+	case StatusBlocked:
+		return "BLOCKED"
 	}
 	return "UNKNOWN"
 }
@@ -74,4 +79,8 @@ type State struct {
 	Log string
 	// ExpiresAtMs is when the state may be dropped (effective now + TTL).
 	ExpiresAtMs int64
+	// PenaltyUntilMs is when the last penalty block ends (effective
+	// time), PenaltyLevel how many offences in a row it counts (0: none);
+	// only a policy with a Penalty reads or writes them.
+	PenaltyUntilMs, PenaltyLevel int64
 }

@@ -8,4 +8,7 @@ const (
 	FlagRoleMask = 7
 	// FlagFailOpen: the policy fails open (limiter.FailOpen).
 	FlagFailOpen = 8
+	// FlagPenalty: the penalty extension follows the packed numbers
+	// (limiter.Penalty, BatchPackedLen).
+	FlagPenalty = 16
 )

@@ -158,7 +158,10 @@ var fieldNames = [ReplyFields]string{"status", "serverNowMillis", "effectiveNowM
 // policy's.
 func check(p *limiter.Policy, r limiter.Reply) error {
 	switch r.Status {
-	case limiter.StatusAllowed, limiter.StatusDenied:
+	case limiter.StatusAllowed, limiter.StatusDenied, limiter.StatusBlocked:
+		if r.Status == limiter.StatusBlocked && (!p.Penalty().On() || r.Remaining != 0 || r.RetryAfterMs < 1) {
+			return malformed("BLOCKED with remaining %d, retryAfterMillis %d, for a policy with penalty %t", r.Remaining, r.RetryAfterMs, p.Penalty().On())
+		}
 		if r.EffectiveNowMs < r.ServerNowMs {
 			return malformed("effectiveNowMillis %d before serverNowMillis %d", r.EffectiveNowMs, r.ServerNowMs)
 		}
@@ -205,7 +208,7 @@ func truncate(s string) string {
 const BatchArgs = 2
 
 // BatchPacked is the length of the packed numbers of one key:
-// struct.pack('>BBddddddd').
+// struct.pack('>BBddddddd'), without extensions (see BatchPackedLen).
 const BatchPacked = 2 + 7*8
 
 // AppendBatchArgs appends the two ARGV fields of one key of
@@ -223,11 +226,13 @@ func AppendBatchArgs(dst []string, p *limiter.Policy, cost int64, role limiter.R
 }
 
 // AppendBatchPacked appends the packed numbers of one key of
-// rate-batch-v1.lua (the second ARGV field of AppendBatchArgs, BatchPacked
-// bytes) to dst, for callers that pool their argument buffers.
+// rate-batch-v1.lua (the second ARGV field of AppendBatchArgs,
+// BatchPackedLen bytes: the penalty extension follows when the policy has a
+// penalty box) to dst, for callers that pool their argument buffers.
 func AppendBatchPacked(dst []byte, p *limiter.Policy, cost int64, role limiter.Role) []byte {
-	dst = slices.Grow(dst, BatchPacked)
-	b := dst[len(dst) : len(dst)+BatchPacked]
+	n := BatchPackedLen(p)
+	dst = slices.Grow(dst, n)
+	b := dst[len(dst) : len(dst)+n]
 	b[0] = byte(p.Algorithm())
 	b[1] = byte(role) & FlagRoleMask
 	if p.FailureMode() == limiter.FailOpen {
@@ -237,7 +242,10 @@ func AppendBatchPacked(dst []byte, p *limiter.Policy, cost int64, role limiter.R
 	for i, v := range [7]int64{int64(p.Revision()), p.Limit(), arg1, arg2, p.CleanupGraceMillis(), p.MaxClockRegressionMillis(), cost} {
 		binary.BigEndian.PutUint64(b[2+8*i:], math.Float64bits(float64(v)))
 	}
-	return dst[:len(dst)+BatchPacked]
+	if n > BatchPacked {
+		packPenalty(b, p)
+	}
+	return dst[:len(dst)+n]
 }
 
 // RefundArgs is the number of ARGV fields per key of rate-refund-v1.lua.

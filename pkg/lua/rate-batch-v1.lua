@@ -17,8 +17,9 @@
 --                            4 gcra, 5 sliding_log
 --       flags                bits 0-2 the role (limiter.Role): 0 ordinary,
 --                            1 shadow, 2 quota, 3 check, 4 probe, 5 quota
---                            probe; 8 failOpen (lua.FlagRoleMask,
---                            lua.FlagFailOpen)
+--                            probe; 8 failOpen; 16 the penalty extension
+--                            follows (lua.FlagRoleMask, lua.FlagFailOpen,
+--                            lua.FlagPenalty)
 --       policy revision      1..2^32-1
 --       limit (capacity)     0..2^53-1 (sliding window: 0..(2^53-1)/10^6;
 --                            token bucket: capacity * period + amount
@@ -31,6 +32,11 @@
 --       cleanup grace ms     0..ten years
 --       max clock regression ms  0..ten years
 --       cost                 1..limit
+--     then, when the flags' bit 16 is set, the penalty extension
+--     (limiter.Penalty, penalty.lua), struct.pack('>ddd'):
+--       duration ms          1..30 days
+--       max duration ms      duration..30 days
+--       decay ms             0..30 days
 --     Doubles carry every integer below 2^53 exactly; each is checked
 --     integral and in range.
 -- ARGV[2N+1]  the group: per request struct.pack('>Hd'): its number of keys
@@ -56,7 +62,10 @@
 -- every ALLOWED key but the check and probe ones is written: one HSET (of
 -- every field for a new hash, otherwise of last, b and whichever of a and c
 -- changed; a sliding log's last, a, b, c and its log l) and one PEXPIRE per
--- key (the last state of a key named twice).
+-- key (the last state of a key named twice). An offence against a penalty
+-- box (a denial of an ordinary, shadow or quota key; never of a check or
+-- probe key) is written when it is found, whatever the request commits
+-- (penalty.lua).
 --
 -- Redis CPU per call bounds the service's throughput, and the whole body of a
 -- script runs on every EVALSHA: this program defines one function (the
@@ -79,8 +88,9 @@
 -- otherwise an array of 1 + 7N values (N: the request's keys)
 --   1      committed: 1 or 0 (integer)
 --   then per key seven fields:
---     status               ALLOWED | DENIED | CLOCK_UNSAFE |
---                          STATE_INCOMPATIBLE | INVALID (bulk string)
+--     status               ALLOWED | DENIED | BLOCKED | CLOCK_UNSAFE |
+--                          STATE_INCOMPATIBLE | INVALID (bulk string);
+--                          BLOCKED: in the penalty box (penalty.lua)
 --     serverNowMillis      Redis TIME, read once for the batch
 --     effectiveNowMillis   serverNow, or the stored last-observed time when
 --                          the clock stepped back by at most the allowed
@@ -148,6 +158,9 @@ local key, alg, policy, rev, limit, p2, p3, grace, maxRegression, cost
 local st, stLast, stA, stB, stC, stL, fresh, hashA, hashC
 local now, allowed, a, b, c, l, ttl, remaining, retry, resetAt, remainingBefore, resetBefore
 local write, status, eff, lim
+-- The penalty box (penalty.lua): the key's penalty arguments, the hash's
+-- penalty fields.
+local pen, penDur, penMax, penDecay, stPu, stPn
 
 -- rec: for a batch of several keys, R values per key i, at
 -- (i - 1) * R + one of these offsets:
@@ -161,10 +174,12 @@ local write, status, eff, lim
 --   R_WRITE     ALLOWED and not a check or probe key; to write it or, when
 --               the batch does not commit, to reply before the cost:
 --   R_TTL, R_REMAINING_BEFORE, R_RESET_BEFORE, R_ALG, R_REV
+--   R_PU, R_PN  the hash's penalty fields as key i left them (penalty.lua)
 -- All filled (no nil), so the table stays one array.
 local R_KIND, R_LAST, R_A, R_B, R_C, R_FRESH, R_HASH_A, R_HASH_C = 1, 2, 3, 4, 5, 6, 7, 8
 local R_WRITE, R_TTL, R_REMAINING_BEFORE, R_RESET_BEFORE, R_ALG, R_REV, R_L = 9, 10, 11, 12, 13, 14, 15
-local R = 15
+local R_PU, R_PN = 16, 17
+local R = 17
 local rec, out = false, false
 if n > 1 then
   rec, out = {}, { 0, false, false, false, false, false, false, false }
@@ -172,11 +187,13 @@ end
 
 for i = 1, n do
   key, policy = KEYS[kb + i], ARGV[(kb + i - 1) * NARG + 1]
-  local algorithm, flags
-  algorithm, flags, rev, limit, p2, p3, grace, maxRegression, cost = unpack('>BBddddddd', ARGV[(kb + i - 1) * NARG + 2])
+  local algorithm, flags, pos
+  local packed = ARGV[(kb + i - 1) * NARG + 2]
+  algorithm, flags, rev, limit, p2, p3, grace, maxRegression, cost, pos = unpack('>BBddddddd', packed)
   alg = false
   local role, failOpen = 0, false
-  local valid
+  local valid = true
+-- #include penalty.lua valid
 -- #include valid.lua
   -- The algorithm dispatch, by the algorithm byte (limiter.Algorithm): its
   -- name and its argument rules (its fragment's valid section).
@@ -199,8 +216,8 @@ for i = 1, n do
     valid = false
   end
   if valid then
-    role = bit.band(flags, 7)
-    failOpen = bit.band(flags, 8) ~= 0
+    role = bit.band(flags, ROLE_BITS)
+    failOpen = bit.band(flags, FAIL_OPEN) ~= 0
   end
   -- A key that is not evaluated (INVALID, STATE_INCOMPATIBLE,
   -- CLOCK_UNSAFE) replies (serverNow, serverNow, limit or 0, 0, 0, 0).
@@ -224,10 +241,15 @@ for i = 1, n do
     if j == 0 then
 -- #include load.lua
       fresh, hashA, hashC = st == nil, stA, stC
+      stPu, stPn = 0, 0
+      if pen then
+-- #include penalty.lua load
+      end
     else
       local o = (j - 1) * R
       kind, stLast, stA, stB, stC, fresh, hashA, hashC, stL = rec[o + R_KIND], rec[o + R_LAST], rec[o + R_A],
         rec[o + R_B], rec[o + R_C], rec[o + R_FRESH], rec[o + R_HASH_A], rec[o + R_HASH_C], rec[o + R_L]
+      stPu, stPn = rec[o + R_PU], rec[o + R_PN]
       st = nil
       if kind == 2 then
         st = false
@@ -255,9 +277,15 @@ for i = 1, n do
         elseif alg == 'sliding_log' then
 -- #include sliding-log.lua step
         end
+        status = false
         if st == false then
           -- A stored log that cannot be ours (the sliding log's step).
           status, eff, remaining, retry, resetAt = 'STATE_INCOMPATIBLE', serverNow, 0, 0, 0
+        elseif pen and st then
+-- #include penalty.lua step
+        end
+        if status then
+          -- STATE_INCOMPATIBLE, or BLOCKED (penalty.lua): nothing written.
         elseif not allowed then
           status = 'DENIED'
         elseif role >= 3 then
@@ -279,10 +307,10 @@ for i = 1, n do
       elseif st == nil then
         kind = 1
       elseif st == false then
-        kind, stLast, stA, stB, stC, stL, hashA, hashC = 2, 0, 0, 0, 0, '', 0, 0
+        kind, stLast, stA, stB, stC, stL, hashA, hashC, stPu, stPn = 2, 0, 0, 0, 0, '', 0, 0, 0, 0
       end
     else
-      stLast, stA, stB, stC, stL, fresh, hashA, hashC = 0, 0, 0, 0, '', false, 0, 0
+      stLast, stA, stB, stC, stL, fresh, hashA, hashC, stPu, stPn = 0, 0, 0, 0, '', false, 0, 0, 0, 0
     end
     local wTtl, wRemainingBefore, wResetBefore, wAlg, wRev = 0, 0, 0, false, 0
     if write then
@@ -291,12 +319,13 @@ for i = 1, n do
     local o = (i - 1) * R
     rec[o + R_KIND], rec[o + R_LAST], rec[o + R_A], rec[o + R_B], rec[o + R_C], rec[o + R_FRESH],
       rec[o + R_HASH_A], rec[o + R_HASH_C], rec[o + R_WRITE], rec[o + R_TTL], rec[o + R_REMAINING_BEFORE],
-      rec[o + R_RESET_BEFORE], rec[o + R_ALG], rec[o + R_REV], rec[o + R_L] =
-      kind, stLast, stA, stB, stC, fresh, hashA, hashC, write, wTtl, wRemainingBefore, wResetBefore, wAlg, wRev, stL
+      rec[o + R_RESET_BEFORE], rec[o + R_ALG], rec[o + R_REV], rec[o + R_L], rec[o + R_PU], rec[o + R_PN] =
+      kind, stLast, stA, stB, stC, fresh, hashA, hashC, write, wTtl, wRemainingBefore, wResetBefore, wAlg, wRev, stL,
+      stPu or 0, stPn or 0
   end
   -- limiter.Commits
   if role ~= 1 and role ~= 3 then
-    if failOpen and status ~= 'ALLOWED' and status ~= 'DENIED' then
+    if failOpen and status ~= 'ALLOWED' and status ~= 'DENIED' and status ~= 'BLOCKED' then
       -- A fail-open failure takes no part.
     elseif role == 2 or role == 5 then
       quota = quota + 1

@@ -38,6 +38,9 @@ type LimitObservation struct {
 	Shadow bool
 	// LocalCache: the local deny cache answered (Over is then true).
 	LocalCache bool
+	// Penalty: the subject is in the policy's penalty box (Over is then
+	// true); nothing was consumed.
+	Penalty bool
 	// StoreFailed: the store failed and the policy's failure mode answered;
 	// nothing is known of the limit's state (Over is the failure mode's
 	// answer).
@@ -86,6 +89,7 @@ func (s *Server) observeLimit(sc *scratch, ds *descStatus) {
 			o.Decided = true
 			o.Limit, o.Remaining, o.Consumed = d.Limit, d.Remaining, d.Consumed
 			o.LocalCache = d.Source == limiter.SourceLocalCache
+			o.Penalty = d.Blocked
 		}
 	}
 	s.observer.ObserveLimit(o)

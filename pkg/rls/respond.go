@@ -71,6 +71,7 @@ func (s *Server) respond(ctx context.Context, req *rlsv3.RateLimitRequest, known
 		} else if out := &sc.outs[ds.batch]; out.Kind == limiter.Evaluated {
 			d := &out.Decision
 			ds.over = !d.Allowed
+			ds.blocked = d.Blocked
 			ds.remaining = clampUint32(d.Remaining)
 			if !d.ResetAt.IsZero() {
 				// Stores keep milliseconds; so does the answer.
@@ -130,6 +131,9 @@ func (s *Server) respond(ctx context.Context, req *rlsv3.RateLimitRequest, known
 			if local {
 				pc.localShadowOver.Inc()
 			}
+			if ds.blocked {
+				pc.penaltyShadowOver.Inc()
+			}
 			s.logDenial(ctx, msgShadowDenied, ds)
 			if s.auditor != nil {
 				s.audit(ctx, req.Domain, now, sc, ds)
@@ -146,6 +150,9 @@ func (s *Server) respond(ctx context.Context, req *rlsv3.RateLimitRequest, known
 			pc.over.Inc()
 			if local {
 				pc.localOver.Inc()
+			}
+			if ds.blocked {
+				pc.penaltyOver.Inc()
 			}
 			s.logDenial(ctx, msgDenied, ds)
 			if s.auditor != nil {

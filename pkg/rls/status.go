@@ -59,6 +59,7 @@ type descStatus struct {
 	batch    int
 	// Filled while building statuses.
 	over      bool         // the limit (or the fail-closed fallback) denies
+	blocked   bool         // over because the subject is in the penalty box
 	reported  bool         // reported OVER_LIMIT to Envoy
 	fellBack  bool         // the store failed and the failure mode answered
 	role      limiter.Role // how the limit is reported (statusStore and statusNeverFits; see add)

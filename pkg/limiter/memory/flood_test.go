@@ -13,7 +13,8 @@ import (
 )
 
 // algorithmPolicies returns one policy per algorithm with the given ID
-// prefix, failure mode and a limit (capacity) of limit per window.
+// prefix, failure mode and a limit (capacity) of limit per window, and a
+// fixed window with a penalty box.
 func algorithmPolicies(t testing.TB, prefix string, mode limiter.FailureMode, limit int64, window time.Duration) []*limiter.Policy {
 	return []*limiter.Policy{
 		limitertest.Policy(t, limiter.PolicySpec{ID: prefix + "-fixed", Algorithm: limiter.FixedWindow, FailureMode: mode,
@@ -24,6 +25,9 @@ func algorithmPolicies(t testing.TB, prefix string, mode limiter.FailureMode, li
 			Params: limiter.TokenBucketParams{Capacity: limit, RefillAmount: limit, RefillPeriod: window}}),
 		limitertest.Policy(t, limiter.PolicySpec{ID: prefix + "-gcra", Algorithm: limiter.GCRA, FailureMode: mode,
 			Params: limiter.GCRAParams{Burst: limit, Limit: limit, Period: window}}),
+		limitertest.Policy(t, limiter.PolicySpec{ID: prefix + "-penalty", Algorithm: limiter.FixedWindow, FailureMode: mode,
+			Params:  limiter.FixedWindowParams{Limit: limit, Window: window},
+			Penalty: limiter.Penalty{Duration: window, MaxDuration: 4 * window, Decay: window}}),
 		limitertest.Policy(t, limiter.PolicySpec{ID: prefix + "-log", Algorithm: limiter.SlidingLog, FailureMode: mode,
 			Params: limiter.SlidingLogParams{Limit: limit, Window: window}}),
 	}

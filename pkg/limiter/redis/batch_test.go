@@ -72,6 +72,7 @@ func modelBatch(states map[string]limiter.State, reqs []batchReq, now int64) (bo
 	nexts := make([]limiter.State, len(reqs))
 	batch := make([]limiter.Request, len(reqs))
 	outs := make([]limiter.Outcome, len(reqs))
+	offences := map[string]limiter.State{}
 	for i, r := range reqs {
 		k := keyOf(r.p, r.sub)
 		next, reply, uncommitted, write := limiter.Check(cur[k], now, r.p, r.cost)
@@ -79,6 +80,9 @@ func modelBatch(states map[string]limiter.State, reqs []batchReq, now int64) (bo
 		if !r.role.Consumes() {
 			reply = uncommitted
 			write = false
+		}
+		if !write {
+			reply = recordOffence(cur, offences, states[k].Exists, k, r, next, reply, uncommitted)
 		}
 		replies[i], uncommitteds[i], writes[i], nexts[i] = reply, uncommitted, write, next
 		if write {
@@ -101,13 +105,13 @@ func modelBatch(states map[string]limiter.State, reqs []batchReq, now int64) (bo
 			replies[i] = uncommitteds[i]
 		}
 	}
-	return commit, replies, final
+	return commit, replies, withOffences(final, offences)
 }
 
 // randomPolicies makes n policies named prefix.0, prefix.1, ...: each a
 // fixed window, a sliding window, a token bucket (refilling 1 to 3 a
 // period), a GCRA (1 to 3 a period) or a sliding log of a limit (burst) from 1 to 8, its window or period one of windows, one
-// in four fail-open.
+// in four fail-open, one in three with a penalty box (randomPenalty).
 func randomPolicies(t *testing.T, rng *rand.Rand, prefix string, n int, windows []time.Duration) []*limiter.Policy {
 	t.Helper()
 	pols := make([]*limiter.Policy, n)
@@ -119,21 +123,25 @@ func randomPolicies(t *testing.T, rng *rand.Rand, prefix string, n int, windows 
 		}
 		id := fmt.Sprintf("%s.%d", prefix, j)
 		w := windows[rng.IntN(len(windows))]
+		var pn limiter.Penalty
+		if rng.IntN(3) == 0 {
+			pn = randomPenalty(rng)
+		}
 		switch rng.IntN(5) {
 		case 4:
-			pols[j] = limitertest.Policy(t, limiter.PolicySpec{ID: id, Algorithm: limiter.SlidingLog, FailureMode: fm,
+			pols[j] = limitertest.Policy(t, limiter.PolicySpec{ID: id, Algorithm: limiter.SlidingLog, FailureMode: fm, Penalty: pn,
 				Params: limiter.SlidingLogParams{Limit: limit, Window: w}})
 		case 0:
-			pols[j] = limitertest.Policy(t, limiter.PolicySpec{ID: id, Algorithm: limiter.FixedWindow, FailureMode: fm,
+			pols[j] = limitertest.Policy(t, limiter.PolicySpec{ID: id, Algorithm: limiter.FixedWindow, FailureMode: fm, Penalty: pn,
 				Params: limiter.FixedWindowParams{Limit: limit, Window: w}})
 		case 1:
-			pols[j] = limitertest.Policy(t, limiter.PolicySpec{ID: id, Algorithm: limiter.SlidingWindow, FailureMode: fm,
+			pols[j] = limitertest.Policy(t, limiter.PolicySpec{ID: id, Algorithm: limiter.SlidingWindow, FailureMode: fm, Penalty: pn,
 				Params: limiter.SlidingWindowParams{Limit: limit, Window: w}})
 		case 2:
-			pols[j] = limitertest.Policy(t, limiter.PolicySpec{ID: id, Algorithm: limiter.TokenBucket, FailureMode: fm,
+			pols[j] = limitertest.Policy(t, limiter.PolicySpec{ID: id, Algorithm: limiter.TokenBucket, FailureMode: fm, Penalty: pn,
 				Params: limiter.TokenBucketParams{Capacity: limit, RefillAmount: 1 + rng.Int64N(3), RefillPeriod: w}})
 		default:
-			pols[j] = limitertest.Policy(t, limiter.PolicySpec{ID: id, Algorithm: limiter.GCRA, FailureMode: fm,
+			pols[j] = limitertest.Policy(t, limiter.PolicySpec{ID: id, Algorithm: limiter.GCRA, FailureMode: fm, Penalty: pn,
 				Params: limiter.GCRAParams{Burst: limit, Limit: 1 + rng.Int64N(3), Period: w}})
 		}
 	}

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/envoy-rls/envoy-rls/internal/limitertest"
 	"github.com/envoy-rls/envoy-rls/internal/redistest"
 	"github.com/envoy-rls/envoy-rls/pkg/limiter"
 	"github.com/envoy-rls/envoy-rls/pkg/lua"
@@ -20,6 +21,13 @@ import (
 // latency) and from GOMAXPROCS*8 goroutines (auto-pipelined throughput), and
 // a four-request batch. Figures go to docs/performance.md; nothing here is
 // asserted.
+// withPenalty is p with a day-long penalty box.
+func withPenalty(b *testing.B, p *limiter.Policy) *limiter.Policy {
+	spec := p.Spec()
+	spec.Penalty = limiter.Penalty{Duration: 24 * time.Hour}
+	return limitertest.Policy(b, spec)
+}
+
 func BenchmarkEvaluate(b *testing.B) {
 	srv := redistest.Standalone(b)
 	s := newStore(b, Config{Addrs: []string{srv.Addr()}, Timeout: 5 * time.Second})
@@ -28,6 +36,11 @@ func BenchmarkEvaluate(b *testing.B) {
 		sliding(b, "bench.sw", 1_000_000_000, time.Hour),
 		bucket(b, "bench.tb", 1_000_000_000, 1_000_000, time.Millisecond),
 		cellRate(b, "bench.gc", 1_000_000_000, 1_000_000, time.Millisecond),
+		// A penalty box on a fixed window: never denied (the extra read of
+		// the penalty fields), and every subject blocked after its first
+		// request (BLOCKED answers).
+		withPenalty(b, fixed(b, "bench.fwp", 1_000_000_000_000, time.Hour)),
+		withPenalty(b, fixed(b, "bench.fwb", 1, time.Hour)),
 		// Each subject is hit every 1,024 calls: a log of a few dozen hits.
 		slidingLog(b, "bench.sl", 1000, time.Second),
 	}
@@ -36,7 +49,14 @@ func BenchmarkEvaluate(b *testing.B) {
 		subjects[i] = subjectOf(fmt.Sprintf("bench-%d", i))
 	}
 	for _, p := range policies {
-		b.Run(p.Algorithm().String()+"/single", func(b *testing.B) {
+		name := p.Algorithm().String()
+		switch {
+		case p.Penalty().On() && p.Limit() == 1:
+			name += "+penalty-blocked"
+		case p.Penalty().On():
+			name += "+penalty"
+		}
+		b.Run(name+"/single", func(b *testing.B) {
 			out := make([]limiter.Outcome, 1)
 			req := make([]limiter.Request, 1)
 			ctx := context.Background()
@@ -54,7 +74,7 @@ func BenchmarkEvaluate(b *testing.B) {
 				b.ReportMetric(evalUsec/float64(evalCalls), "µs/evalsha")
 			}
 		})
-		b.Run(p.Algorithm().String()+"/parallel", func(b *testing.B) {
+		b.Run(name+"/parallel", func(b *testing.B) {
 			var n atomic.Int64
 			b.SetParallelism(8)
 			b.ReportAllocs()

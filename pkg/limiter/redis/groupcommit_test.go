@@ -160,6 +160,7 @@ func modelCall(states map[string]limiter.State, keys []batchReq, bad int, now in
 		return modelBatch(states, keys, now)
 	}
 	cur := maps.Clone(states)
+	offences := map[string]limiter.State{}
 	replies := make([]limiter.Reply, len(keys))
 	for i, r := range keys {
 		if i == bad-1 {
@@ -168,6 +169,9 @@ func modelCall(states map[string]limiter.State, keys []batchReq, bad int, now in
 		}
 		k := keyOf(r.p, r.sub)
 		next, reply, uncommitted, write := limiter.Check(cur[k], now, r.p, r.cost)
+		if !write {
+			reply = recordOffence(cur, offences, states[k].Exists, k, r, next, reply, uncommitted)
+		}
 		if write && r.role.Consumes() {
 			// Tentative: a later key naming this hash sees it; the request
 			// does not commit, so the reply is the one before the cost.
@@ -178,7 +182,7 @@ func modelCall(states map[string]limiter.State, keys []batchReq, bad int, now in
 			replies[i] = uncommitted
 		}
 	}
-	return false, replies, maps.Clone(states)
+	return false, replies, withOffences(maps.Clone(states), offences)
 }
 
 // modelGroup is modelCall applied to each request of reqs in order, all at
@@ -1198,7 +1202,7 @@ func TestGroupDifferentialSeeded(t *testing.T) {
 		}
 	}
 	t.Logf("key statuses: %v", kinds)
-	for _, st := range []limiter.Status{limiter.StatusAllowed, limiter.StatusDenied, limiter.StatusStateIncompatible, limiter.StatusClockUnsafe} {
+	for _, st := range []limiter.Status{limiter.StatusAllowed, limiter.StatusDenied, limiter.StatusBlocked, limiter.StatusStateIncompatible, limiter.StatusClockUnsafe} {
 		if kinds[st] == 0 && !testing.Short() {
 			t.Errorf("no key answered %s: the sequence does not cover it", st)
 		}

@@ -96,6 +96,9 @@ func (e *env) seed(key string, st limiter.State) {
 		"policy", st.PolicyID, "rev", strconv.FormatUint(uint64(st.Revision), 10),
 		"last", strconv.FormatInt(st.LastObservedMs, 10), "a", strconv.FormatInt(a, 10),
 		"b", strconv.FormatInt(b, 10), "c", strconv.FormatInt(c, 10))
+	if st.PenaltyLevel > 0 {
+		e.do("HSET", key, "pu", strconv.FormatInt(st.PenaltyUntilMs, 10), "pn", strconv.FormatInt(st.PenaltyLevel, 10))
+	}
 	if st.Log != "" {
 		e.do("HSET", key, "l", st.Log)
 	}
@@ -197,15 +200,49 @@ func hashFields(st limiter.State) (a, b, c int64) {
 
 func stateHash(st limiter.State) map[string]string {
 	a, b, c := hashFields(st)
-	m := map[string]string{
+	h := map[string]string{
 		"schema": strconv.FormatInt(st.Schema, 10), "alg": st.Algorithm.String(), "policy": st.PolicyID,
 		"rev": strconv.FormatUint(uint64(st.Revision), 10), "last": strconv.FormatInt(st.LastObservedMs, 10),
 		"a": strconv.FormatInt(a, 10), "b": strconv.FormatInt(b, 10), "c": strconv.FormatInt(c, 10),
 	}
-	if st.Log != "" {
-		m["l"] = st.Log
+	if st.PenaltyLevel > 0 {
+		// The penalty box (docs/algorithms.md): pu, pn.
+		h["pu"], h["pn"] = strconv.FormatInt(st.PenaltyUntilMs, 10), strconv.FormatInt(st.PenaltyLevel, 10)
 	}
-	return m
+	if st.Log != "" {
+		h["l"] = st.Log
+	}
+	return h
+}
+
+// recordOffence is the penalty rule of rate-batch-v1.lua in the models: a
+// request denied with an offence (limiter.PenaltyRecorded) writes its block
+// whatever the batch decides when its key's role records offences (not a
+// check or probe) and its hash
+// existed before the program (stored); a later key naming the hash sees
+// the block (cur), and the hash keeps it (offences, laid over the final
+// states by withOffences). Otherwise the reply is the limit's own denial.
+// It returns the reply to give.
+func recordOffence(cur, offences map[string]limiter.State, stored bool, k string, r batchReq, next limiter.State, reply, uncommitted limiter.Reply) limiter.Reply {
+	if !limiter.PenaltyRecorded(cur[k], next) {
+		return reply
+	}
+	if !r.role.RecordsOffence() || !stored {
+		return uncommitted
+	}
+	cur[k] = next
+	offences[k] = next
+	return reply
+}
+
+// withOffences lays the blocks recorded in offences over final.
+func withOffences(final, offences map[string]limiter.State) map[string]limiter.State {
+	for k, o := range offences {
+		f := final[k]
+		f.PenaltyUntilMs, f.PenaltyLevel = o.PenaltyUntilMs, o.PenaltyLevel
+		final[k] = f
+	}
+	return final
 }
 
 func subjectOf(s string) limiter.SubjectDigest { return sha256.Sum256([]byte(s)) }

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/envoy-rls/envoy-rls/internal/limitertest"
 	"github.com/envoy-rls/envoy-rls/pkg/limiter"
 	"github.com/envoy-rls/envoy-rls/pkg/lua"
 )
@@ -48,6 +49,19 @@ func checkParityAmong(t *testing.T, e *env, p *limiter.Policy, key string, st li
 	next, want, write := limiter.Apply(st, got.ServerNowMs, p, cost)
 	if got != want {
 		t.Fatalf("%s cost %d state %+v:\n lua  %+v\n go   %+v", p.ID(), cost, st, got, want)
+	}
+	if !write && limiter.PenaltyRecorded(st, next) {
+		// An offence: the block is written, the expiry raised to cover it
+		// and its decay (never lowered).
+		if h, w := e.hash(key), stateHash(next); !reflect.DeepEqual(h, w) {
+			t.Fatalf("%s offence, state %+v:\n hash %v\n want %v", p.ID(), st, h, w)
+		}
+		pt := e.pttl(key)
+		ttl := max(beforeTTL, next.ExpiresAtMs-got.ServerNowMs)
+		if slack := time.Since(start).Milliseconds() + 2; pt > ttl+1 || pt < ttl-slack {
+			t.Fatalf("%s offence: PTTL %d, want within [%d, %d]", p.ID(), pt, ttl-slack, ttl+1)
+		}
+		return got
 	}
 	if !write {
 		if after := e.dump(key); !reflect.DeepEqual(after, before) {
@@ -121,10 +135,23 @@ func randomState(rng *rand.Rand, p *limiter.Policy, now int64) limiter.State {
 	case limiter.SlidingLog:
 		st = randomLog(rng, p, last)
 	}
+	if p.Penalty().On() && rng.IntN(2) == 0 {
+		// A block ending up to 6 s ahead or 8 s ago, a level from 1 to 5
+		// (the penalties are randomPenalty's).
+		st.PenaltyUntilMs, st.PenaltyLevel = now-8000+rng.Int64N(14_000), 1+rng.Int64N(5)
+	}
 	if rng.IntN(20) == 0 {
 		st.Revision = 2
 	}
 	return st
+}
+
+// randomPenalty is a penalty box of 1 ms to 3 s, doubling up to 1 to 8
+// times that, remembered 0 to 5 s after a block.
+func randomPenalty(rng *rand.Rand) limiter.Penalty {
+	d := time.Duration(1+rng.Int64N(3000)) * time.Millisecond
+	return limiter.Penalty{Duration: d, MaxDuration: d * time.Duration(1+rng.Int64N(8)),
+		Decay: time.Duration(rng.Int64N(5000)) * time.Millisecond}
 }
 
 func TestProgramsAgainstApply(t *testing.T) { programsAgainstApply(t, newEnv(t)) }
@@ -382,11 +409,14 @@ type batchFields struct {
 	policy                                         string
 	alg, flags                                     byte
 	rev, limit, p2, p3, grace, maxRegression, cost float64
+	// ext: the numbers appended after the fixed ones (the penalty
+	// extension: duration, max duration, decay in ms).
+	ext []float64
 }
 
 func (f batchFields) args() []string {
 	b := []byte{f.alg, f.flags}
-	for _, v := range []float64{f.rev, f.limit, f.p2, f.p3, f.grace, f.maxRegression, f.cost} {
+	for _, v := range append([]float64{f.rev, f.limit, f.p2, f.p3, f.grace, f.maxRegression, f.cost}, f.ext...) {
 		b = binary.BigEndian.AppendUint64(b, math.Float64bits(v))
 	}
 	return []string{f.policy, string(b)}
@@ -430,9 +460,19 @@ func TestInvalidArguments(t *testing.T) {
 		"infinite max regression": with(func(b *batchFields) { b.maxRegression = math.Inf(1) }),
 		"algorithm 0":             with(func(b *batchFields) { b.alg = 0 }),
 		"algorithm 4":             with(func(b *batchFields) { b.alg = 4 }),
-		"flags 16":                with(func(b *batchFields) { b.flags = 16 }),
 		"role 6":                  with(func(b *batchFields) { b.flags = 6 }),
 		"role 7, fail-open":       with(func(b *batchFields) { b.flags = 8 | 7 }),
+		"flags 32":                with(func(b *batchFields) { b.flags = 32 }),
+		// The penalty extension (flag 16).
+		"penalty flag, no extension":  with(func(b *batchFields) { b.flags = lua.FlagPenalty }),
+		"penalty extension short":     with(func(b *batchFields) { b.flags, b.ext = lua.FlagPenalty, []float64{1000, 1000} }),
+		"penalty duration 0":          with(func(b *batchFields) { b.flags, b.ext = lua.FlagPenalty, []float64{0, 1000, 0} }),
+		"penalty max below duration":  with(func(b *batchFields) { b.flags, b.ext = lua.FlagPenalty, []float64{2000, 1000, 0} }),
+		"penalty negative decay":      with(func(b *batchFields) { b.flags, b.ext = lua.FlagPenalty, []float64{1000, 1000, -1} }),
+		"penalty above 30 days":       with(func(b *batchFields) { b.flags, b.ext = lua.FlagPenalty, []float64{1000, 2592000001, 0} }),
+		"penalty fractional duration": with(func(b *batchFields) { b.flags, b.ext = lua.FlagPenalty, []float64{1.5, 1000, 0} }),
+		"penalty with flags 32":       with(func(b *batchFields) { b.flags, b.ext = lua.FlagPenalty|32, []float64{1000, 1000, 0} }),
+		"penalty with role 6":         with(func(b *batchFields) { b.flags, b.ext = lua.FlagPenalty|6, []float64{1000, 1000, 0} }),
 	}
 	valid := lua.AppendBatchArgs(nil, p, 1, limiter.RoleOrdinary)
 	for name, args := range bad {
@@ -492,13 +532,19 @@ func randomDifferential(t *testing.T, e *env) {
 	for i := 0; i < n; i++ {
 		var p *limiter.Policy
 		limit := 1 + rng.Int64N(20)
-		switch i % 3 {
+		switch i % 4 {
 		case 0:
 			p = fixed(t, "r.fw", limit, windows[rng.IntN(len(windows))])
 		case 1:
 			p = sliding(t, "r.sw", limit, windows[rng.IntN(len(windows))])
 		case 2:
 			p = bucket(t, "r.tb", limit, 1+rng.Int64N(5), periods[rng.IntN(len(periods))])
+		case 3:
+			// Any algorithm with a penalty box.
+			p = randomPolicies(t, rng, "r.pn", 1, windows)[0]
+			spec := p.Spec()
+			spec.Penalty, spec.FailureMode = randomPenalty(rng), limiter.FailClosed
+			p = limitertest.Policy(t, spec)
 		}
 		key := keyOf(p, subjectOf("random"+strconv.Itoa(i%7)))
 		now := e.serverNow()
@@ -526,6 +572,104 @@ func TestPrivacyAndTTL(t *testing.T) {
 		}
 	}
 	assertPrivateKeys(t, e.srv.Addr(), raw)
+}
+
+// TestMalformedPenaltyIsIncompatible: for a policy with a penalty box, a
+// hash whose pu or pn is missing alone or not a canonical decimal integer
+// is STATE_INCOMPATIBLE and unchanged; the same hash is read as it is by a
+// policy without a penalty (the fields are not read).
+func TestMalformedPenaltyIsIncompatible(t *testing.T) {
+	e := newEnv(t)
+	spec := fixed(t, "m.pen", 5, time.Hour).Spec()
+	spec.Penalty = limiter.Penalty{Duration: time.Minute}
+	p := limitertest.Policy(t, spec)
+	plain := fixed(t, "m.pen", 5, time.Hour)
+	sub := subjectOf("malformed penalty")
+	key := keyOf(p, sub)
+	good := map[string]string{"schema": "1", "alg": "fixed_window", "policy": "m.pen", "rev": "1", "last": "1000", "a": "1", "b": "1", "c": "0"}
+	for name, extra := range map[string]map[string]string{
+		"pu alone":      {"pu": "1000"},
+		"pn alone":      {"pn": "1"},
+		"pu not a num":  {"pu": "x", "pn": "1"},
+		"pn zero":       {"pu": "1000", "pn": "0"},
+		"pn of 3":       {"pu": "1000", "pn": "100"},
+		"pu above 2^53": {"pu": "9007199254740993", "pn": "1"},
+	} {
+		m := map[string]string{}
+		for k, v := range good {
+			m[k] = v
+		}
+		for k, v := range extra {
+			m[k] = v
+		}
+		e.seedRaw(key, m)
+		before := e.dump(key)
+		if o := e.evaluate(p, sub, 1); o.Kind != limiter.Incompatible || o.Category != limiter.CategoryStateIncompatible {
+			t.Errorf("%s: outcome %v/%s (%v), want incompatible/state_incompatible", name, o.Kind, o.Category, o.Err)
+		}
+		if after := e.dump(key); !reflect.DeepEqual(after, before) {
+			t.Errorf("%s: state changed", name)
+		}
+		if o := e.evaluate(plain, sub, 1); o.Kind != limiter.Evaluated {
+			t.Errorf("%s, policy without a penalty: %v (%v), want the fields ignored", name, o.Kind, o.Err)
+		}
+	}
+}
+
+// TestPenaltyProgramAgainstCheck chains requests on one subject of each
+// algorithm with an hour-long penalty box through the batch program and
+// through limiter.Check, keeping the model's state as a store does (an
+// allowed request's state, an offence's block): every reply and every hash
+// equal, through the limit, the offence and the blocked requests after it.
+// Before each request a probe of both kinds (RoleProbe, RoleQuotaProbe)
+// answers Check's uncommitted reply (a block as BLOCKED, a denial without
+// an offence) and leaves the hash as it was.
+func TestPenaltyProgramAgainstCheck(t *testing.T) {
+	e := newEnv(t)
+	for _, p := range []*limiter.Policy{fixed(t, "pb.fw", 3, time.Hour), sliding(t, "pb.sw", 3, time.Hour),
+		bucket(t, "pb.tb", 3, 1, time.Hour), cellRate(t, "pb.gc", 3, 1, time.Hour),
+		slidingLog(t, "pb.sl", 3, time.Hour)} {
+		spec := p.Spec()
+		spec.Penalty = limiter.Penalty{Duration: time.Hour, MaxDuration: 8 * time.Hour, Decay: time.Hour}
+		p = limitertest.Policy(t, spec)
+		key := keyOf(p, subjectOf("penalty chain"))
+		e.do("DEL", key)
+		var st limiter.State
+		var statuses []limiter.Status
+		sub := subjectOf("penalty chain")
+		for i := 0; i < int(p.Limit())+3; i++ {
+			for _, role := range []limiter.Role{limiter.RoleProbe, limiter.RoleQuotaProbe} {
+				before := e.dump(key)
+				_, pr := e.runBatch([]batchReq{{p: p, sub: sub, cost: 1, role: role}})
+				if _, _, want, _ := limiter.Check(st, pr[0].ServerNowMs, p, 1); pr[0] != want {
+					t.Fatalf("%s step %d %s: lua %+v, go %+v", p.ID(), i, role, pr[0], want)
+				}
+				if after := e.dump(key); !reflect.DeepEqual(after, before) {
+					t.Fatalf("%s step %d: a %s wrote the hash", p.ID(), i, role)
+				}
+			}
+			got := e.run(p, key, 1)
+			next, want, _, write := limiter.Check(st, got.ServerNowMs, p, 1)
+			if got != want {
+				t.Fatalf("%s step %d: lua %+v, go %+v", p.ID(), i, got, want)
+			}
+			statuses = append(statuses, got.Status)
+			if write || limiter.PenaltyRecorded(st, next) {
+				st = next
+				if h := e.hash(key); !reflect.DeepEqual(h, stateHash(next)) {
+					t.Fatalf("%s step %d: hash %v, want %v", p.ID(), i, h, stateHash(next))
+				}
+			}
+		}
+		want := []limiter.Status{limiter.StatusAllowed, limiter.StatusAllowed, limiter.StatusAllowed,
+			limiter.StatusDenied, limiter.StatusBlocked, limiter.StatusBlocked}
+		if !reflect.DeepEqual(statuses, want) || st.PenaltyLevel != 1 {
+			t.Fatalf("%s: statuses %v (level %d), want %v with one offence", p.ID(), statuses, st.PenaltyLevel, want)
+		}
+		if pt := e.pttl(key); pt < time.Hour.Milliseconds()*2 {
+			t.Fatalf("%s: PTTL %d ms, want the block and its decay (2 h) covered", p.ID(), pt)
+		}
+	}
 }
 
 // logOf packs (time, cost) pairs as limiter.State.Log.

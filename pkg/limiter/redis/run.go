@@ -79,9 +79,10 @@ func (s *Store) runProgram(first context.Context, gs []*group) {
 	pos := 0
 	for _, g := range gs {
 		for k := range g.idx {
-			p := abuf[pos : pos+lua.BatchPacked]
+			n := lua.BatchPackedLen(g.policies[k])
+			p := abuf[pos : pos+n]
 			args = append(args, g.policies[k].ID(), unsafe.String(&p[0], len(p)))
-			pos += lua.BatchPacked
+			pos += n
 		}
 	}
 	args = append(args, unsafe.String(&hdr[0], len(hdr)))
