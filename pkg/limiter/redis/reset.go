@@ -163,3 +163,23 @@ func (s *Store) unlinkMatching(ctx context.Context, node rueidis.Client, keys []
 	}
 	return nil
 }
+
+var _ limiter.Resetter = (*Connector)(nil)
+
+// Reset implements limiter.Resetter on the connected Store; before the
+// connection it fails with the connection's error.
+func (c *Connector) Reset(ctx context.Context, states []limiter.Request) (int, error) {
+	if st := c.store.Load(); st != nil {
+		return st.Reset(ctx, states)
+	}
+	return 0, fmt.Errorf("redis store not connected: %w", *c.cause.Load())
+}
+
+// ResetPolicy implements limiter.Resetter on the connected Store; before
+// the connection it fails with the connection's error.
+func (c *Connector) ResetPolicy(ctx context.Context, policyID string, revision uint32, b limiter.ResetBounds) (limiter.PolicyReset, error) {
+	if st := c.store.Load(); st != nil {
+		return st.ResetPolicy(ctx, policyID, revision, b)
+	}
+	return limiter.PolicyReset{}, fmt.Errorf("redis store not connected: %w", *c.cause.Load())
+}
