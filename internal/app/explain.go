@@ -74,7 +74,7 @@ type limitDoc struct {
 	Limit           int64  `json:"limit"`
 	ShadowMode      bool   `json:"shadow_mode,omitempty"`
 	QuotaMode       bool   `json:"quota_mode,omitempty"`
-	SubjectDigest   string `json:"subject_digest"`
+	SubjectDigest   string `json:"subject_digest,omitempty"`
 	// The state, read without consuming (absent when no store was asked or
 	// it did not answer: then StateError says why). Remaining is what is
 	// left before one more hit; Allowed says whether one more hit would be
