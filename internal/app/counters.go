@@ -76,7 +76,7 @@ func (s *server) handleCounters(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	readStates(r.Context(), s.store, time.Now(), []explainDesc{ans.explainDesc})
-	writeJSON(w, http.StatusOK, ans)
+	writeAPIJSON(w, http.StatusOK, ans)
 }
 
 // countersFor matches the query's descriptor; it answers the error itself.
@@ -84,12 +84,12 @@ func (s *server) countersFor(w http.ResponseWriter, r *http.Request) (countersAn
 	q := r.URL.Query()
 	domain := q.Get("domain")
 	if domain == "" {
-		writeError(w, http.StatusBadRequest, "domain= is required")
+		writeAPIError(w, http.StatusBadRequest, "domain= is required")
 		return countersAnswer{}, false
 	}
 	entries, err := parseDescriptor(q)
 	if err != nil {
-		writeError(w, http.StatusBadRequest, err.Error())
+		writeAPIError(w, http.StatusBadRequest, err.Error())
 		return countersAnswer{}, false
 	}
 	return countersAnswer{Domain: domain, explainDesc: explainDescriptor(s.rules.current(), domain, entries)}, true
@@ -101,7 +101,7 @@ func (s *server) countersFor(w http.ResponseWriter, r *http.Request) (countersAn
 func (s *server) handleReset(w http.ResponseWriter, r *http.Request) {
 	rs, ok := s.store.(limiter.Resetter)
 	if !ok {
-		writeError(w, http.StatusNotImplemented, "this store cannot reset states")
+		writeAPIError(w, http.StatusNotImplemented, "this store cannot reset states")
 		return
 	}
 	if r.URL.Query().Get("policy") != "" {
@@ -113,7 +113,7 @@ func (s *server) handleReset(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if !ans.Matched || len(ans.Limits) == 0 {
-		writeJSON(w, http.StatusOK, ans)
+		writeAPIJSON(w, http.StatusOK, ans)
 		return
 	}
 	states := make([]limiter.Request, len(ans.Limits))
@@ -124,12 +124,12 @@ func (s *server) handleReset(w http.ResponseWriter, r *http.Request) {
 	defer cancel()
 	n, err := rs.Reset(ctx, states)
 	if err != nil {
-		writeError(w, http.StatusServiceUnavailable, "reset: "+err.Error())
+		writeAPIError(w, http.StatusServiceUnavailable, "reset: "+err.Error())
 		return
 	}
 	ans.StatesDeleted = &n
 	readStates(r.Context(), s.store, time.Now(), []explainDesc{ans.explainDesc})
-	writeJSON(w, http.StatusOK, ans)
+	writeAPIJSON(w, http.StatusOK, ans)
 }
 
 // resetPolicy serves DELETE /v1/counters?policy=ID[&revision=N][&max_states=N][&timeout=D].
@@ -140,24 +140,24 @@ func (s *server) resetPolicy(w http.ResponseWriter, r *http.Request, rs limiter.
 	if v := q.Get("revision"); v != "" {
 		n, err := strconv.ParseUint(v, 10, 32)
 		if err != nil {
-			writeError(w, http.StatusBadRequest, "revision= must be an unsigned 32-bit integer")
+			writeAPIError(w, http.StatusBadRequest, "revision= must be an unsigned 32-bit integer")
 			return
 		}
 		rev, known = uint32(n), true
 	}
 	if !known {
-		writeError(w, http.StatusNotFound, fmt.Sprintf("no rule in service has policy %q: give revision= to reset the states of a removed policy", id))
+		writeAPIError(w, http.StatusNotFound, fmt.Sprintf("no rule in service has policy %q: give revision= to reset the states of a removed policy", id))
 		return
 	}
 	scan, err := boundedInt(q.Get("max_states"), defaultResetScan, maxResetScan)
 	if err != nil {
-		writeError(w, http.StatusBadRequest, "max_states= "+err.Error())
+		writeAPIError(w, http.StatusBadRequest, "max_states= "+err.Error())
 		return
 	}
 	timeout := defaultResetTimeout
 	if v := q.Get("timeout"); v != "" {
 		if timeout, err = time.ParseDuration(v); err != nil || timeout <= 0 || timeout > maxResetTimeout {
-			writeError(w, http.StatusBadRequest, fmt.Sprintf("timeout= must be a duration in (0, %s]", maxResetTimeout))
+			writeAPIError(w, http.StatusBadRequest, fmt.Sprintf("timeout= must be a duration in (0, %s]", maxResetTimeout))
 			return
 		}
 	}
@@ -165,10 +165,10 @@ func (s *server) resetPolicy(w http.ResponseWriter, r *http.Request, rs limiter.
 	defer cancel()
 	res, err := rs.ResetPolicy(ctx, id, rev, limiter.ResetBounds{MaxScanned: scan})
 	if err != nil {
-		writeError(w, http.StatusServiceUnavailable, "reset: "+err.Error())
+		writeAPIError(w, http.StatusServiceUnavailable, "reset: "+err.Error())
 		return
 	}
-	writeJSON(w, http.StatusOK, policyResetAnswer{PolicyID: id, Revision: rev, Scanned: res.Scanned, Deleted: res.Deleted, Complete: res.Complete})
+	writeAPIJSON(w, http.StatusOK, policyResetAnswer{PolicyID: id, Revision: rev, Scanned: res.Scanned, Deleted: res.Deleted, Complete: res.Complete})
 }
 
 // policyRevision returns the revision of policy id in the rules in service.

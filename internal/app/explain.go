@@ -191,19 +191,19 @@ func (s *server) handleExplain(w http.ResponseWriter, r *http.Request) {
 	if err != nil {
 		var tooLarge *http.MaxBytesError
 		if errors.As(err, &tooLarge) {
-			writeError(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("the body is larger than %d bytes", maxExplainBody))
+			writeAPIError(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("the body is larger than %d bytes", maxExplainBody))
 			return
 		}
-		writeError(w, http.StatusBadRequest, "reading the body: "+err.Error())
+		writeAPIError(w, http.StatusBadRequest, "reading the body: "+err.Error())
 		return
 	}
 	var req rlsv3.RateLimitRequest
 	if err := (protojson.UnmarshalOptions{}).Unmarshal(body, &req); err != nil {
-		writeError(w, http.StatusBadRequest, `the body must be a RateLimitRequest in protobuf JSON, e.g. {"domain":"edge","descriptors":[{"entries":[{"key":"remote_address","value":"…"}]}]}: `+err.Error())
+		writeAPIError(w, http.StatusBadRequest, `the body must be a RateLimitRequest in protobuf JSON, e.g. {"domain":"edge","descriptors":[{"entries":[{"key":"remote_address","value":"…"}]}]}: `+err.Error())
 		return
 	}
 	if err := checkExplainRequest(&req); err != nil {
-		writeError(w, http.StatusBadRequest, err.Error())
+		writeAPIError(w, http.StatusBadRequest, err.Error())
 		return
 	}
 	snap := s.rules.current()
@@ -216,7 +216,7 @@ func (s *server) handleExplain(w http.ResponseWriter, r *http.Request) {
 		ans.Descriptors = append(ans.Descriptors, explainDescriptor(snap, req.Domain, entries))
 	}
 	readStates(r.Context(), s.store, time.Now(), ans.Descriptors)
-	writeJSON(w, http.StatusOK, ans)
+	writeAPIJSON(w, http.StatusOK, ans)
 }
 
 // checkExplainRequest applies the bounds of a ShouldRateLimit request.
@@ -254,8 +254,8 @@ func checkEntries(n int) error {
 	return nil
 }
 
-// writeJSON writes v, indented, never cached.
-func writeJSON(w http.ResponseWriter, code int, v any) {
+// writeAPIJSON writes v, indented, never cached.
+func writeAPIJSON(w http.ResponseWriter, code int, v any) {
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("Cache-Control", "no-store")
 	w.WriteHeader(code)
@@ -264,7 +264,7 @@ func writeJSON(w http.ResponseWriter, code int, v any) {
 	_ = enc.Encode(v)
 }
 
-// writeError writes {"error": msg}.
-func writeError(w http.ResponseWriter, code int, msg string) {
-	writeJSON(w, code, map[string]string{"error": msg})
+// writeAPIError writes {"error": msg}.
+func writeAPIError(w http.ResponseWriter, code int, msg string) {
+	writeAPIJSON(w, code, map[string]string{"error": msg})
 }

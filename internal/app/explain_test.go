@@ -28,10 +28,10 @@ descriptors:
       - {unit: hour, requests_per_unit: 100}
 `
 
-const testToken = "explain-test-token-0123456789"
+const explainTestToken = "explain-test-token-0123456789"
 
-// adminClient calls the admin API of a running server.
-type adminClient struct {
+// explainClient calls the admin API of a running server.
+type explainClient struct {
 	t     *testing.T
 	r     *running
 	token string
@@ -39,7 +39,7 @@ type adminClient struct {
 	bodies []string
 }
 
-func (c *adminClient) do(method, path, body string) (int, string) {
+func (c *explainClient) do(method, path, body string) (int, string) {
 	c.t.Helper()
 	req, err := http.NewRequest(method, "http://"+c.r.adminAddr+path, strings.NewReader(body))
 	if err != nil {
@@ -59,7 +59,7 @@ func (c *adminClient) do(method, path, body string) (int, string) {
 }
 
 // decode calls the API, wants 200 and decodes the answer.
-func (c *adminClient) decode(method, path, body string, v any) {
+func (c *explainClient) decode(method, path, body string, v any) {
 	c.t.Helper()
 	code, text := c.do(method, path, body)
 	if code != http.StatusOK {
@@ -70,8 +70,8 @@ func (c *adminClient) decode(method, path, body string, v any) {
 	}
 }
 
-// hit sends one ShouldRateLimit of domain app with one entry.
-func hit(t *testing.T, r *running, key, value string) rlsv3.RateLimitResponse_Code {
+// rlsHit sends one ShouldRateLimit of domain app with one entry.
+func rlsHit(t *testing.T, r *running, key, value string) rlsv3.RateLimitResponse_Code {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
@@ -89,25 +89,25 @@ func explainBody(key, value string) string {
 	return fmt.Sprintf(`{"domain":"app","descriptors":[{"entries":[{"key":%q,"value":%q}]}]}`, key, value)
 }
 
-// startAdmin serves explainRules on store with a token file.
-func startAdmin(t *testing.T, store string, env map[string]string, extra ...string) (*running, *adminClient) {
+// startExplainServer serves explainRules on store with a token file.
+func startExplainServer(t *testing.T, store string, env map[string]string, extra ...string) (*running, *explainClient) {
 	dir := t.TempDir()
 	rules := writeRules(t, dir, explainRules)
 	tokens := filepath.Join(dir, "tokens")
-	if err := os.WriteFile(tokens, []byte("ops:"+testToken+"\n"), 0o600); err != nil {
+	if err := os.WriteFile(tokens, []byte("ops:"+explainTestToken+"\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	args := append([]string{"--config", rules, "--store", store, "--admin-token-file", tokens}, extra...)
 	r := startServe(t, args, env, hooks{})
-	return r, &adminClient{t: t, r: r, token: testToken}
+	return r, &explainClient{t: t, r: r, token: explainTestToken}
 }
 
 // checkExplainAndCounters is the suite of the explain and counters API on
 // a running server with explainRules.
-func checkExplainAndCounters(t *testing.T, r *running, c *adminClient) {
+func checkExplainAndCounters(t *testing.T, r *running, c *explainClient) {
 	const user = "rawval-user-7"
 	for range 3 {
-		if code := hit(t, r, "user", user); code != rlsv3.RateLimitResponse_OK {
+		if code := rlsHit(t, r, "user", user); code != rlsv3.RateLimitResponse_OK {
 			t.Fatalf("hit: %v", code)
 		}
 	}
@@ -136,7 +136,7 @@ func checkExplainAndCounters(t *testing.T, r *running, c *adminClient) {
 	}
 
 	// A descriptor with rate_limits: one entry per limit.
-	hit(t, r, "tenant", "rawval-tenant")
+	rlsHit(t, r, "tenant", "rawval-tenant")
 	c.decode("GET", "/v1/counters?domain=app&descriptor=tenant=rawval-tenant", "", &got)
 	if len(got.Limits) != 2 || len(got.PolicyIDs) != 2 || *got.Limits[0].Remaining != 9 || *got.Limits[1].Remaining != 99 ||
 		got.Limits[0].Unit != "minute" || got.Limits[1].Unit != "hour" {
@@ -148,7 +148,7 @@ func checkExplainAndCounters(t *testing.T, r *running, c *adminClient) {
 	if got.StatesDeleted == nil || *got.StatesDeleted != 1 || *got.Limits[0].Remaining != 5 {
 		t.Fatalf("DELETE counters: %+v", got)
 	}
-	hit(t, r, "user", user)
+	rlsHit(t, r, "user", user)
 	c.decode("GET", "/v1/counters?domain=app&descriptor=user="+user, "", &got)
 	if *got.Limits[0].Remaining != 4 {
 		t.Fatalf("after reset and one hit: %+v", got.Limits[0])
@@ -166,18 +166,18 @@ func checkExplainAndCounters(t *testing.T, r *running, c *adminClient) {
 		if i >= 5 {
 			want = rlsv3.RateLimitResponse_OVER_LIMIT
 		}
-		if code := hit(t, r, "user", hot); code != want {
+		if code := rlsHit(t, r, "user", hot); code != want {
 			t.Fatalf("hot hit %d: %v, want %v", i, code, want)
 		}
 	}
 	c.decode("DELETE", "/v1/counters?domain=app&descriptor=user="+hot, "", &got)
-	if code := hit(t, r, "user", hot); code != rlsv3.RateLimitResponse_OK {
+	if code := rlsHit(t, r, "user", hot); code != rlsv3.RateLimitResponse_OK {
 		t.Fatalf("after a reset the subject is still denied: %v", code)
 	}
 
 	// A policy-wide reset.
 	for i := range 4 {
-		hit(t, r, "user", fmt.Sprintf("rawval-many-%d", i))
+		rlsHit(t, r, "user", fmt.Sprintf("rawval-many-%d", i))
 	}
 	var pr policyResetAnswer
 	c.decode("DELETE", "/v1/counters?policy="+first.Descriptors[0].PolicyID, "", &pr)
@@ -222,7 +222,7 @@ func checkExplainAndCounters(t *testing.T, r *running, c *adminClient) {
 
 	// Auth: no token, a wrong one.
 	for _, tok := range []string{"", "wrong-token-0123456789"} {
-		anon := &adminClient{t: t, r: r, token: tok}
+		anon := &explainClient{t: t, r: r, token: tok}
 		if code, _ := anon.do("POST", "/v1/explain", explainBody("user", user)); code != http.StatusUnauthorized {
 			t.Fatalf("token %q: %d, want 401", tok, code)
 		}
@@ -243,7 +243,7 @@ func checkExplainAndCounters(t *testing.T, r *running, c *adminClient) {
 }
 
 func TestExplainAndCountersMemory(t *testing.T) {
-	r, c := startAdmin(t, "memory", nil)
+	r, c := startExplainServer(t, "memory", nil)
 	checkExplainAndCounters(t, r, c)
 }
 
@@ -253,7 +253,7 @@ func TestExplainAndCountersRedis(t *testing.T) {
 	}
 	srv := redistest.Standalone(t, redistest.Local())
 	env := map[string]string{SecretEnv: "a-shared-secret-of-32-bytes-----", "ENVOY_RLS_REDIS_ADDR": srv.Addr()}
-	r, c := startAdmin(t, "redis", env, "--redis-timeout", "2s")
+	r, c := startExplainServer(t, "redis", env, "--redis-timeout", "2s")
 	checkExplainAndCounters(t, r, c)
 }
 
@@ -262,7 +262,7 @@ func TestExplainAndCountersRedis(t *testing.T) {
 func TestAdminAPIOffWithoutTokens(t *testing.T) {
 	rules := writeRules(t, t.TempDir(), explainRules)
 	r := startServe(t, []string{"--config", rules}, nil, hooks{})
-	c := &adminClient{t: t, r: r, token: testToken}
+	c := &explainClient{t: t, r: r, token: explainTestToken}
 	for _, m := range []string{"POST /v1/explain", "GET /v1/counters?domain=app&descriptor=user=x", "DELETE /v1/counters?policy=x"} {
 		method, path, _ := strings.Cut(m, " ")
 		if code, _ := c.do(method, path, explainBody("user", "x")); code != http.StatusNotFound {
