@@ -199,7 +199,7 @@ func (s *server) handleExplain(w http.ResponseWriter, r *http.Request) {
 	}
 	var req rlsv3.RateLimitRequest
 	if err := (protojson.UnmarshalOptions{}).Unmarshal(body, &req); err != nil {
-		writeAPIError(w, http.StatusBadRequest, `the body must be a RateLimitRequest in protobuf JSON, e.g. {"domain":"edge","descriptors":[{"entries":[{"key":"remote_address","value":"…"}]}]}: `+err.Error())
+		writeAPIError(w, http.StatusBadRequest, `the body must be a RateLimitRequest in protobuf JSON, e.g. {"domain":"edge","descriptors":[{"entries":[{"key":"remote_address","value":"…"}]}]}: `+parseProblem(err))
 		return
 	}
 	if err := checkExplainRequest(&req); err != nil {
@@ -267,4 +267,14 @@ func writeAPIJSON(w http.ResponseWriter, code int, v any) {
 // writeAPIError writes {"error": msg}.
 func writeAPIError(w http.ResponseWriter, code int, msg string) {
 	writeAPIJSON(w, code, map[string]string{"error": msg})
+}
+
+// parseProblem is the parser's message up to its first quoted token, which
+// may be a request value: the kind of problem and its line and column.
+func parseProblem(err error) string {
+	msg := err.Error()
+	if i := strings.IndexAny(msg, "\"`"); i > 0 {
+		msg = strings.TrimRight(msg[:i], " :")
+	}
+	return strings.ReplaceAll(msg, "\u00a0", " ")
 }

@@ -205,6 +205,8 @@ func checkExplainAndCounters(t *testing.T, r *running, c *explainClient) {
 		{"POST", "/v1/explain", `{"domain":` + strings.Repeat(" ", maxExplainBody) + `"app"}`, http.StatusRequestEntityTooLarge, "larger than"},
 		{"POST", "/v1/explain", `{"domain":"app","descriptors":[`, http.StatusBadRequest, "protobuf JSON"},
 		{"POST", "/v1/explain", `{"domain":"app"}`, http.StatusBadRequest, "descriptors is empty"},
+		// A parser message would quote the value: cut before it.
+		{"POST", "/v1/explain", `{"domain":"app","descriptors":[{"entries":[{"key":"user","value":"rawval-x"}]}],"hits_addend":"rawval-y"}`, http.StatusBadRequest, "(line 1:"},
 		{"GET", "/v1/counters?descriptor=user=x", "", http.StatusBadRequest, "domain= is required"},
 		{"GET", "/v1/counters?domain=app&descriptor=user", "", http.StatusBadRequest, "want key=value"},
 		{"DELETE", "/v1/counters?policy=x&revision=1&max_states=0", "", http.StatusBadRequest, ""},
