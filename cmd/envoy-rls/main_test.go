@@ -86,7 +86,7 @@ func testStartErrors(t *testing.T, bin string) {
 			"envoy-rls: --store redis needs an HMAC secret shared by every replica: set --hmac-secret-file (or ENVOY_RLS_HMAC_SECRET_FILE) or ENVOY_RLS_HMAC_SECRET"},
 		{"rules", nil, []string{"serve", "--config", bad},
 			bad + ":4:51: requests_per_unit must be between 0 and 4294967295, got -1\n" + fmt.Sprintf("envoy-rls: --config=%q: 1 problem(s) in the rules; nothing served", bad)},
-		{"unknown command", nil, []string{"frobnicate"}, `envoy-rls: unknown command "frobnicate": must be serve, validate, version or help ("envoy-rls help" explains them)`},
+		{"unknown command", nil, []string{"frobnicate"}, `envoy-rls: unknown command "frobnicate": must be serve, validate, explain, digest, version or help ("envoy-rls help" explains them)`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			cmd := exec.Command(bin, tc.args...)

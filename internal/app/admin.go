@@ -62,6 +62,9 @@ func (s *server) adminHandler() http.Handler {
 		enc.SetIndent("", "  ")
 		_ = enc.Encode(s.configView())
 	})
+	s.handleAdmin(mux, "POST /v1/explain", "explain", s.handleExplain)
+	s.handleAdmin(mux, "GET /v1/counters", "counters-read", s.handleCounters)
+	s.handleAdmin(mux, "DELETE /v1/counters", "counters-reset", s.handleReset)
 	return mux
 }
 

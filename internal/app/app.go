@@ -34,6 +34,12 @@ const usage = `envoy-rls: a global rate-limit service for Envoy and Istio.
 Usage:
   envoy-rls serve --config PATH [flags]   serve RateLimitService over gRPC
   envoy-rls validate [--config] PATH      check rule files; exit 1 on problems
+  envoy-rls explain --admin URL --token-file F --domain D --descriptor k=v
+                                          why a descriptor is limited, its state (JSON)
+  envoy-rls explain --config PATH --domain D --descriptor k=v
+                                          the same from rule files (no state)
+  envoy-rls digest --config PATH --domain D --descriptor k=v
+                                          the subject digest and Redis key (HMAC secret)
   envoy-rls version [--output json]       print version, commit, Go version, build date
   envoy-rls help                          this text
 
@@ -53,7 +59,7 @@ flag or variable, the value and what it accepts, and exit status 1.
 `
 
 // commands is what run accepts, for the error on an unknown command.
-const commands = "serve, validate, version or help"
+const commands = "serve, validate, explain, digest, version or help"
 
 // Run runs one envoy-rls command. ctx ends the serve command (main cancels
 // it on SIGTERM/SIGINT); getenv reads the environment.
@@ -106,6 +112,10 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return serveCommand(ctx, args[1:], getenv, stdout, stderr, h)
 	case "validate":
 		return validateCommand(ctx, args[1:], getenv, stdout, stderr)
+	case "digest":
+		return digestCommand(args[1:], getenv, stdout)
+	case "explain":
+		return explainCommand(ctx, args[1:], getenv, stdout)
 	case "version", "--version":
 		return versionCommand(args[1:], stdout)
 	case "help", "-h", "-help", "--help":

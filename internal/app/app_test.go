@@ -464,8 +464,8 @@ func TestServeFlagErrors(t *testing.T) {
 		env  map[string]string
 		want string
 	}{
-		{"no command", nil, nil, `a command is required: serve, validate, version or help ("envoy-rls help" explains them)`},
-		{"unknown command", []string{"launch"}, nil, `unknown command "launch": must be serve, validate, version or help ("envoy-rls help" explains them)`},
+		{"no command", nil, nil, `a command is required: serve, validate, explain, digest, version or help ("envoy-rls help" explains them)`},
+		{"unknown command", []string{"launch"}, nil, `unknown command "launch": must be serve, validate, explain, digest, version or help ("envoy-rls help" explains them)`},
 		{"no config", []string{"serve"}, nil, "--config (or ENVOY_RLS_CONFIG) is not set: must be the rule file or directory to serve"},
 		{"argument", []string{"serve", "--config", rules, "extra"}, nil, `serve takes no arguments (got ["extra"]): the rules are --config PATH`},
 		{"unknown flag", []string{"serve", "--config", rules, "--colour"}, nil, `unknown flag --colour ("envoy-rls serve --help" lists the flags)`},

@@ -1,0 +1,280 @@
+package app
+
+import (
+	"context"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/protobuf/encoding/protojson"
+
+	"github.com/envoy-rls/envoy-rls/pkg/descriptors"
+	"github.com/envoy-rls/envoy-rls/pkg/limiter"
+	"github.com/envoy-rls/envoy-rls/pkg/rls"
+)
+
+// Bounds of the explain and counters endpoints.
+const (
+	// maxExplainBody bounds the body of POST /v1/explain.
+	maxExplainBody = 64 << 10
+	// stateReadTimeout bounds the store read of one explain or counters
+	// call.
+	stateReadTimeout = 2 * time.Second
+)
+
+// explainAnswer is the answer of POST /v1/explain: one entry per
+// descriptor of the request, in order.
+type explainAnswer struct {
+	Domain      string        `json:"domain"`
+	Descriptors []explainDesc `json:"descriptors"`
+}
+
+// explainDesc explains one descriptor. It never holds a request value:
+// subjects are HMAC digests, the rest is configuration.
+type explainDesc struct {
+	Matched bool `json:"matched"`
+	// Reason says why nothing matched.
+	Reason    string   `json:"reason,omitempty"`
+	PolicyID  string   `json:"policy_id,omitempty"`
+	PolicyIDs []string `json:"policy_ids,omitempty"`
+	Rule      *ruleRef `json:"rule,omitempty"`
+	// SubjectDigest is the first limit's subject (hex HMAC-SHA256); the
+	// denial logs show its first 8 hex digits.
+	SubjectDigest string             `json:"subject_digest,omitempty"`
+	Unlimited     bool               `json:"unlimited,omitempty"`
+	Steps         []descriptors.Step `json:"steps"`
+	Limits        []limitDoc         `json:"limits,omitempty"`
+}
+
+// ruleRef places a rule in its file.
+type ruleRef struct {
+	File string `json:"file"`
+	Line int    `json:"line"`
+	Path string `json:"path"`
+}
+
+// limitDoc is one limit of a matched descriptor and, when the store
+// answered, its current state read without consuming.
+type limitDoc struct {
+	PolicyID        string `json:"policy_id"`
+	Name            string `json:"name,omitempty"`
+	Revision        uint32 `json:"revision"`
+	Algorithm       string `json:"algorithm"`
+	RequestsPerUnit uint32 `json:"requests_per_unit"`
+	Unit            string `json:"unit"`
+	UnitMultiplier  uint32 `json:"unit_multiplier,omitempty"`
+	Window          string `json:"window"`
+	Limit           int64  `json:"limit"`
+	ShadowMode      bool   `json:"shadow_mode,omitempty"`
+	QuotaMode       bool   `json:"quota_mode,omitempty"`
+	SubjectDigest   string `json:"subject_digest,omitempty"`
+	// The state, read without consuming (absent when no store was asked or
+	// it did not answer: then StateError says why). Remaining is what is
+	// left before one more hit; Allowed says whether one more hit would be
+	// admitted now.
+	Remaining    *int64 `json:"remaining,omitempty"`
+	ResetMs      *int64 `json:"reset_ms,omitempty"`
+	RetryAfterMs *int64 `json:"retry_after_ms,omitempty"`
+	Allowed      *bool  `json:"allowed,omitempty"`
+	Source       string `json:"source,omitempty"`
+	// Blocked is reserved for a penalty box: the subject is blocked
+	// regardless of its count.
+	Blocked    *bool  `json:"blocked,omitempty"`
+	StateError string `json:"state_error,omitempty"`
+
+	req limiter.Request
+}
+
+// explainDescriptor matches one descriptor on snap and describes it.
+func explainDescriptor(snap *descriptors.Snapshot, domain string, entries []descriptors.Entry) explainDesc {
+	ex := snap.Explain(domain, entries)
+	d := explainDesc{Matched: ex.Matched, Reason: ex.Reason, Steps: ex.Steps}
+	if d.Steps == nil {
+		d.Steps = []descriptors.Step{}
+	}
+	if !ex.Matched {
+		return d
+	}
+	r := ex.Match.Rule
+	d.Rule = refOf(r)
+	if r.Unlimited || r.Policy == nil {
+		d.Unlimited = true
+		return d
+	}
+	d.PolicyID = r.Policy.ID()
+	d.SubjectDigest = hex.EncodeToString(ex.Match.Subject[:])
+	limits, subjects := []*descriptors.Rule{r}, []limiter.SubjectDigest{ex.Match.Subject}
+	if len(r.Limits) > 0 && len(ex.Match.Subjects) == len(r.Limits) {
+		limits, subjects = r.Limits, ex.Match.Subjects
+	}
+	for i, l := range limits {
+		if l.Policy == nil {
+			continue
+		}
+		if len(limits) > 1 {
+			d.PolicyIDs = append(d.PolicyIDs, l.Policy.ID())
+		}
+		d.Limits = append(d.Limits, limitDocOf(l, subjects[i], ex.Match.Tag))
+	}
+	return d
+}
+
+func refOf(r *descriptors.Rule) *ruleRef {
+	ref := &ruleRef{File: r.Source, Path: r.Path}
+	if i := strings.LastIndexByte(r.Source, ':'); i > 0 {
+		if n, err := strconv.Atoi(r.Source[i+1:]); err == nil {
+			ref.File, ref.Line = r.Source[:i], n
+		}
+	}
+	return ref
+}
+
+func limitDocOf(r *descriptors.Rule, subject limiter.SubjectDigest, tag limiter.Tag) limitDoc {
+	p := r.Policy
+	return limitDoc{
+		PolicyID: p.ID(), Name: r.Name, Revision: p.Revision(), Algorithm: p.Algorithm().String(),
+		RequestsPerUnit: r.RequestsPerUnit, Unit: r.Unit.String(), UnitMultiplier: r.UnitMultiplier,
+		Window: r.Window().String(), Limit: p.Limit(), ShadowMode: r.ShadowMode, QuotaMode: r.QuotaMode,
+		SubjectDigest: hex.EncodeToString(subject[:]),
+		req:           limiter.Request{Policy: p, Subject: subject, Cost: 1, Role: limiter.RoleCheck, Tag: tag},
+	}
+}
+
+// readStates asks store for the state of every limit of descs in one batch
+// of limiter.RoleCheck requests: reported, never consumed.
+func readStates(ctx context.Context, store limiter.Store, now time.Time, descs []explainDesc) {
+	var batch []limiter.Request
+	for i := range descs {
+		for j := range descs[i].Limits {
+			batch = append(batch, descs[i].Limits[j].req)
+		}
+	}
+	if len(batch) == 0 || store == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(ctx, stateReadTimeout)
+	defer cancel()
+	out := make([]limiter.Outcome, len(batch))
+	store.Evaluate(ctx, batch, out)
+	k := 0
+	for i := range descs {
+		for j := range descs[i].Limits {
+			setState(&descs[i].Limits[j], out[k], now)
+			k++
+		}
+	}
+}
+
+func setState(l *limitDoc, o limiter.Outcome, now time.Time) {
+	if o.Kind != limiter.Evaluated {
+		l.StateError = o.Kind.String()
+		if o.Category != "" {
+			l.StateError += ": " + o.Category
+		}
+		return
+	}
+	d := o.Decision
+	rem, reset, retry, allowed := d.Remaining, max(d.ResetAt.Sub(now).Milliseconds(), 0), d.RetryAfter.Milliseconds(), d.Allowed
+	l.Remaining, l.ResetMs, l.RetryAfterMs, l.Allowed, l.Source = &rem, &reset, &retry, &allowed, d.Source.String()
+}
+
+// handleExplain serves POST /v1/explain.
+func (s *server) handleExplain(w http.ResponseWriter, r *http.Request) {
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxExplainBody))
+	if err != nil {
+		var tooLarge *http.MaxBytesError
+		if errors.As(err, &tooLarge) {
+			writeAPIError(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("the body is larger than %d bytes", maxExplainBody))
+			return
+		}
+		writeAPIError(w, http.StatusBadRequest, "reading the body: "+err.Error())
+		return
+	}
+	var req rlsv3.RateLimitRequest
+	if err := (protojson.UnmarshalOptions{}).Unmarshal(body, &req); err != nil {
+		writeAPIError(w, http.StatusBadRequest, `the body must be a RateLimitRequest in protobuf JSON, e.g. {"domain":"edge","descriptors":[{"entries":[{"key":"remote_address","value":"…"}]}]}: `+parseProblem(err))
+		return
+	}
+	if err := checkExplainRequest(&req); err != nil {
+		writeAPIError(w, http.StatusBadRequest, err.Error())
+		return
+	}
+	snap := s.rules.current()
+	ans := explainAnswer{Domain: req.Domain, Descriptors: make([]explainDesc, 0, len(req.Descriptors))}
+	for _, d := range req.Descriptors {
+		entries := make([]descriptors.Entry, len(d.Entries))
+		for i, e := range d.Entries {
+			entries[i] = descriptors.Entry{Key: e.Key, Value: e.Value}
+		}
+		ans.Descriptors = append(ans.Descriptors, explainDescriptor(snap, req.Domain, entries))
+	}
+	readStates(r.Context(), s.store, time.Now(), ans.Descriptors)
+	writeAPIJSON(w, http.StatusOK, ans)
+}
+
+// checkExplainRequest applies the bounds of a ShouldRateLimit request.
+func checkExplainRequest(req *rlsv3.RateLimitRequest) error {
+	switch {
+	case req.Domain == "":
+		return errors.New("domain is empty")
+	case len(req.Domain) > rls.MaxDomainBytes:
+		return fmt.Errorf("domain is above %d bytes", rls.MaxDomainBytes)
+	case len(req.Descriptors) == 0:
+		return errors.New("descriptors is empty: at least one is required")
+	case len(req.Descriptors) > rls.MaxDescriptors:
+		return fmt.Errorf("%d descriptors, above the bound of %d", len(req.Descriptors), rls.MaxDescriptors)
+	}
+	for i, d := range req.Descriptors {
+		if err := checkEntries(len(d.GetEntries())); err != nil {
+			return fmt.Errorf("descriptor %d: %w", i, err)
+		}
+		for j, e := range d.Entries {
+			if e.Key == "" || len(e.Key) > rls.MaxKeyBytes || len(e.Value) > rls.MaxValueBytes {
+				return fmt.Errorf("descriptor %d entry %d: the key must be 1 to %d bytes and the value at most %d", i, j, rls.MaxKeyBytes, rls.MaxValueBytes)
+			}
+		}
+	}
+	return nil
+}
+
+func checkEntries(n int) error {
+	switch {
+	case n == 0:
+		return errors.New("no entries: at least one is required")
+	case n > rls.MaxEntries:
+		return fmt.Errorf("%d entries, above the bound of %d", n, rls.MaxEntries)
+	}
+	return nil
+}
+
+// writeAPIJSON writes v, indented, never cached.
+func writeAPIJSON(w http.ResponseWriter, code int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(code)
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	_ = enc.Encode(v)
+}
+
+// writeAPIError writes {"error": msg}.
+func writeAPIError(w http.ResponseWriter, code int, msg string) {
+	writeAPIJSON(w, code, map[string]string{"error": msg})
+}
+
+// parseProblem is the parser's message up to its first quoted token, which
+// may be a request value: the kind of problem and its line and column.
+func parseProblem(err error) string {
+	msg := err.Error()
+	if i := strings.IndexAny(msg, "\"`"); i > 0 {
+		msg = strings.TrimRight(msg[:i], " :")
+	}
+	return strings.ReplaceAll(msg, "\u00a0", " ")
+}

@@ -1,0 +1,237 @@
+package app
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"regexp"
+	"strings"
+	"time"
+
+	"google.golang.org/protobuf/encoding/protojson"
+
+	rlv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+
+	"github.com/envoy-rls/envoy-rls/pkg/descriptors"
+	"github.com/envoy-rls/envoy-rls/pkg/limiter/redis"
+)
+
+const digestUsage = `Usage: envoy-rls digest --config PATH --domain D --descriptor k=v[,k2=v2]
+
+Prints, for each limit the descriptor matches (one for a rate_limit, one per
+entry of rate_limits), a line "<subject digest> <policy ID> <Redis key>". The
+denial logs show the digest's first 8 hex digits. It needs the service's HMAC
+secret (--hmac-secret-file or ` + SecretEnv + `), as serve does.
+
+Flags:
+`
+
+const explainUsage = `Usage: envoy-rls explain --admin URL --token-file F --domain D --descriptor k=v[,k2=v2]
+       envoy-rls explain --config PATH --domain D --descriptor k=v[,k2=v2]
+
+Prints, as JSON, which rule the descriptor matches and why (POST /v1/explain).
+With --admin it asks a running instance, which also reads each limit's state
+without consuming; with --config it reads the rule files (no state; the
+subject digests only with the service's HMAC secret).
+
+Flags:
+`
+
+// explainClientTimeout bounds the call of `explain --admin`.
+const explainClientTimeout = 10 * time.Second
+
+// cliRules are the flags digest and explain share.
+type cliRules struct {
+	config, domain, descriptor, secretFile string
+	lim                                    ruleLimits
+}
+
+func (c *cliRules) add(fs *flag.FlagSet) {
+	fs.StringVar(&c.config, "config", "", "rule file or directory of rule files")
+	fs.StringVar(&c.domain, "domain", "", "the descriptor's domain")
+	fs.StringVar(&c.descriptor, "descriptor", "", "the descriptor's entries, k1=v1,k2=v2 in order")
+	fs.StringVar(&c.secretFile, "hmac-secret-file", "", "file holding the service's HMAC secret (else $"+SecretEnv+")")
+	addRuleLimitFlags(fs, &c.lim)
+}
+
+// entries checks --domain and --descriptor.
+func (c *cliRules) entries() ([]descriptors.Entry, error) {
+	if c.domain == "" {
+		return nil, errors.New("--domain is required")
+	}
+	q := map[string][]string{"descriptor": {c.descriptor}}
+	return parseDescriptor(q)
+}
+
+// load reads the rules; with needSecret, a configured secret is required.
+func (c *cliRules) load(getenv func(string) string, seen map[string]given, needSecret bool) (*descriptors.Snapshot, bool, error) {
+	if c.config == "" {
+		return nil, false, errors.New("--config is required")
+	}
+	o := &Options{HMACSecretFile: c.secretFile, given: seen}
+	configured := c.secretFile != "" || getenv(SecretEnv) != ""
+	if needSecret && !configured {
+		return nil, false, fmt.Errorf("the service's HMAC secret is required: --hmac-secret-file (or %s) or %s", envName("hmac-secret-file"), SecretEnv)
+	}
+	secret, _, err := readSecret(o, getenv)
+	if err != nil {
+		return nil, false, err
+	}
+	snap, err := descriptors.Load(c.config, descriptors.Options{Secret: secret, Limits: c.lim.limits()})
+	if err != nil {
+		return nil, false, fmt.Errorf("--config %s: %w", c.config, err)
+	}
+	return snap, configured, nil
+}
+
+// digestCommand prints the subject digests of a descriptor.
+func digestCommand(args []string, getenv func(string) string, stdout io.Writer) error {
+	fs := flag.NewFlagSet("envoy-rls digest", flag.ContinueOnError)
+	var c cliRules
+	c.add(fs)
+	seen, err := parseFlags(fs, args, getenv)
+	if errors.Is(err, flag.ErrHelp) {
+		printUsage(stdout, digestUsage, fs)
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	entries, err := c.entries()
+	if err != nil {
+		return err
+	}
+	snap, _, err := c.load(getenv, seen, true)
+	if err != nil {
+		return err
+	}
+	d := explainDescriptor(snap, c.domain, entries)
+	if !d.Matched {
+		return fmt.Errorf("no rule of domain %q matches the descriptor: %s", c.domain, d.Reason)
+	}
+	if len(d.Limits) == 0 {
+		return errors.New("the descriptor matches an unlimited rule: it has no subject")
+	}
+	for _, l := range d.Limits {
+		key := redis.StorageKey(nil, l.req.Policy, l.req.Subject, l.req.Tag)
+		fmt.Fprintf(stdout, "%s %s %s\n", hex.EncodeToString(l.req.Subject[:]), l.PolicyID, key)
+	}
+	return nil
+}
+
+// explainCommand prints the explain answer of a descriptor, from a running
+// instance (--admin) or from rule files (--config).
+func explainCommand(ctx context.Context, args []string, getenv func(string) string, stdout io.Writer) error {
+	fs := flag.NewFlagSet("envoy-rls explain", flag.ContinueOnError)
+	var c cliRules
+	var admin, tokenFile string
+	c.add(fs)
+	fs.StringVar(&admin, "admin", "", "the admin URL of a running instance, e.g. http://127.0.0.1:8080")
+	fs.StringVar(&tokenFile, "token-file", "", "file holding an admin token (the token alone, or a name:token line of --admin-token-file)")
+	seen, err := parseFlags(fs, args, getenv)
+	if errors.Is(err, flag.ErrHelp) {
+		printUsage(stdout, explainUsage, fs)
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	entries, err := c.entries()
+	if err != nil {
+		return err
+	}
+	// --admin wins over --config (which a pod's ENVOY_RLS_CONFIG may set).
+	switch {
+	case admin != "":
+		return explainRemote(ctx, admin, tokenFile, c.domain, entries, stdout)
+	case c.config == "":
+		return errors.New("--admin URL (a running instance) or --config PATH (rule files) is required")
+	}
+	snap, withSecret, err := c.load(getenv, seen, false)
+	if err != nil {
+		return err
+	}
+	d := explainDescriptor(snap, c.domain, entries)
+	if !withSecret {
+		d.SubjectDigest = ""
+		for i := range d.Limits {
+			d.Limits[i].SubjectDigest = ""
+		}
+	}
+	enc := json.NewEncoder(stdout)
+	enc.SetIndent("", "  ")
+	return enc.Encode(explainAnswer{Domain: c.domain, Descriptors: []explainDesc{d}})
+}
+
+// tokenLine is a name:token line of --admin-token-file.
+var tokenLine = regexp.MustCompile(`^[A-Za-z0-9._-]{1,64}:(.+)$`)
+
+// readClientToken reads the first token of a token file.
+func readClientToken(path string) (string, error) {
+	if path == "" {
+		return "", errors.New("--token-file is required with --admin")
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return "", fmt.Errorf("--token-file: %w", err)
+	}
+	sc := bufio.NewScanner(bytes.NewReader(b))
+	for sc.Scan() {
+		line := strings.TrimSpace(sc.Text())
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		if m := tokenLine.FindStringSubmatch(line); m != nil && len(m[1]) >= minTokenLen {
+			return m[1], nil
+		}
+		return line, nil
+	}
+	return "", fmt.Errorf("--token-file %s: no token", path)
+}
+
+func explainRemote(ctx context.Context, admin, tokenFile, domain string, entries []descriptors.Entry, stdout io.Writer) error {
+	token, err := readClientToken(tokenFile)
+	if err != nil {
+		return err
+	}
+	d := &rlv3.RateLimitDescriptor{}
+	for _, e := range entries {
+		d.Entries = append(d.Entries, &rlv3.RateLimitDescriptor_Entry{Key: e.Key, Value: e.Value})
+	}
+	body, err := protojson.Marshal(&rlsv3.RateLimitRequest{Domain: domain, Descriptors: []*rlv3.RateLimitDescriptor{d}})
+	if err != nil {
+		return fmt.Errorf("encoding the request: %w", err)
+	}
+	ctx, cancel := context.WithTimeout(ctx, explainClientTimeout)
+	defer cancel()
+	url := strings.TrimRight(admin, "/") + "/v1/explain"
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(body))
+	if err != nil {
+		return fmt.Errorf("--admin %q: %w", admin, err)
+	}
+	req.Header.Set("Authorization", "Bearer "+token)
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return fmt.Errorf("explain: %w", err)
+	}
+	defer resp.Body.Close()
+	out, err := io.ReadAll(io.LimitReader(resp.Body, 16<<20))
+	if err != nil {
+		return fmt.Errorf("explain: reading the answer: %w", err)
+	}
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("explain: %s answered %s: %s", url, resp.Status, strings.TrimSpace(string(out)))
+	}
+	_, err = stdout.Write(out)
+	return err
+}

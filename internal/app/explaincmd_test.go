@@ -1,0 +1,93 @@
+package app
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// TestDigestAndExplainCommands: the digest is the one the server computes
+// with the same secret; mistakes are one clear error each.
+func TestDigestAndExplainCommands(t *testing.T) {
+	dir := t.TempDir()
+	rules := writeRules(t, dir, explainRules)
+	secret := "a-shared-secret-of-32-bytes-----"
+	env := func(k string) string {
+		if k == SecretEnv {
+			return secret
+		}
+		return ""
+	}
+	var out bytes.Buffer
+	if err := Run(context.Background(), []string{"digest", "--config", rules, "--domain", "app", "--descriptor", "tenant=rawval-t"}, env, &out, &out); err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
+	if len(lines) != 2 || strings.Contains(out.String(), "rawval") {
+		t.Fatalf("digest of a descriptor with two limits:\n%s", out.String())
+	}
+	// The limits of one descriptor share a hash tag (one slot).
+	var tags []string
+	for _, l := range lines {
+		f := strings.Fields(l)
+		if len(f) != 3 || len(f[0]) != 64 || !strings.HasPrefix(f[2], "rate:{") || !strings.Contains(f[2], "}:state:") {
+			t.Fatalf("digest line %q", l)
+		}
+		tags = append(tags, f[2][:strings.Index(f[2], "}")])
+	}
+	if tags[0] != tags[1] {
+		t.Fatalf("the two limits' keys have tags %q", tags)
+	}
+
+	tokens := filepath.Join(dir, "client-token")
+	for _, tc := range []struct {
+		name string
+		args []string
+		env  func(string) string
+		want string
+	}{
+		{"no secret", []string{"digest", "--config", rules, "--domain", "app", "--descriptor", "user=x"}, noEnv, "HMAC secret is required"},
+		{"no domain", []string{"digest", "--config", rules, "--descriptor", "user=x"}, env, "--domain is required"},
+		{"bad descriptor", []string{"digest", "--config", rules, "--domain", "app", "--descriptor", "user"}, env, "want key=value"},
+		{"unmatched", []string{"digest", "--config", rules, "--domain", "app", "--descriptor", "other=x"}, env, "no rule of domain"},
+		{"explain without a source", []string{"explain", "--domain", "app", "--descriptor", "user=x"}, env, "--admin URL"},
+		{"explain without a token", []string{"explain", "--admin", "http://127.0.0.1:1", "--domain", "app", "--descriptor", "user=x"}, env, "--token-file is required"},
+		{"explain, token file missing", []string{"explain", "--admin", "http://127.0.0.1:1", "--token-file", tokens, "--domain", "app", "--descriptor", "user=x"}, env, "--token-file"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var b bytes.Buffer
+			err := Run(context.Background(), tc.args, tc.env, &b, &b)
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("error %v, want one with %q", err, tc.want)
+			}
+		})
+	}
+
+	// Offline explain without a secret: the rule, no digest.
+	out.Reset()
+	if err := Run(context.Background(), []string{"explain", "--config", rules, "--domain", "app", "--descriptor", "user=rawval-u"}, noEnv, &out, &out); err != nil {
+		t.Fatal(err)
+	}
+	if s := out.String(); !strings.Contains(s, `"matched": true`) || strings.Contains(s, "subject_digest") || strings.Contains(s, "rawval") {
+		t.Fatalf("offline explain:\n%s", s)
+	}
+}
+
+func TestReadClientToken(t *testing.T) {
+	dir := t.TempDir()
+	for _, tc := range []struct{ file, want string }{
+		{"# a comment\nbare-token-0123456789\n", "bare-token-0123456789"},
+		{"ops:named-token-0123456789\nother:x-0123456789abcdef\n", "named-token-0123456789"},
+	} {
+		p := filepath.Join(dir, "t")
+		if err := os.WriteFile(p, []byte(tc.file), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if got, err := readClientToken(p); err != nil || got != tc.want {
+			t.Fatalf("%q: %q, %v; want %q", tc.file, got, err, tc.want)
+		}
+	}
+}

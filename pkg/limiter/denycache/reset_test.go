@@ -1,0 +1,76 @@
+package denycache
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/envoy-rls/envoy-rls/pkg/limiter"
+)
+
+// TestResetForgetsCachedDenials: a subject denied and cached is answered
+// by the store again after a reset, which finds it fresh; another subject's
+// cached denial stays.
+func TestResetForgetsCachedDenials(t *testing.T) {
+	e := newEnv(t, 0)
+	p := policy(t, "fw", limiter.FixedWindow, 1, time.Minute)
+	a, b := subject("a"), subject("b")
+	for _, s := range []limiter.SubjectDigest{a, b} {
+		run(t, e, p, s, []step{viaStore(1, true), viaStore(1, false), viaCache(1)})
+	}
+	n, err := e.cache.Reset(context.Background(), []limiter.Request{{Policy: p, Subject: a}})
+	if err != nil || n != 1 {
+		t.Fatalf("Reset: %d, %v; want 1 state reset", n, err)
+	}
+	run(t, e, p, a, []step{viaStore(1, true), viaStore(1, false), viaCache(1)})
+	run(t, e, p, b, []step{viaCache(1)})
+}
+
+// TestResetPolicyForgetsCachedDenials: a policy-wide reset empties the
+// policy's cached denials and states, and no other policy's.
+func TestResetPolicyForgetsCachedDenials(t *testing.T) {
+	e := newEnv(t, 0)
+	p := policy(t, "fw", limiter.FixedWindow, 1, time.Minute)
+	other := policy(t, "other", limiter.FixedWindow, 1, time.Minute)
+	for _, s := range []limiter.SubjectDigest{subject("a"), subject("b")} {
+		run(t, e, p, s, []step{viaStore(1, true), viaStore(1, false), viaCache(1)})
+	}
+	run(t, e, other, subject("a"), []step{viaStore(1, true), viaStore(1, false), viaCache(1)})
+	res, err := e.cache.ResetPolicy(context.Background(), "fw", p.Revision(), limiter.ResetBounds{MaxScanned: 1000})
+	if err != nil || res.Deleted != 2 || !res.Complete {
+		t.Fatalf("ResetPolicy: %+v, %v; want 2 deleted, complete", res, err)
+	}
+	for _, s := range []limiter.SubjectDigest{subject("a"), subject("b")} {
+		run(t, e, p, s, []step{viaStore(1, true)})
+	}
+	run(t, e, other, subject("a"), []step{viaCache(1)})
+}
+
+// TestResetUnsupported: a store behind that cannot reset is said so.
+func TestResetUnsupported(t *testing.T) {
+	c, err := New(Config{Store: evalOnly{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Reset(context.Background(), nil); !errors.Is(err, limiter.ErrResetUnsupported) {
+		t.Fatalf("Reset over a store without Reset: %v", err)
+	}
+	if _, err := c.ResetPolicy(context.Background(), "p", 1, limiter.ResetBounds{MaxScanned: 1}); !errors.Is(err, limiter.ErrResetUnsupported) {
+		t.Fatalf("ResetPolicy over a store without Reset: %v", err)
+	}
+}
+
+// evalOnly is a store without Reset.
+type evalOnly struct{}
+
+func (evalOnly) Evaluate(context.Context, []limiter.Request, []limiter.Outcome) {}
+
+// Reset and ResetPolicy pass the test store's resets to the memory store.
+func (s *countingStore) Reset(ctx context.Context, states []limiter.Request) (int, error) {
+	return s.inner.(limiter.Resetter).Reset(ctx, states)
+}
+
+func (s *countingStore) ResetPolicy(ctx context.Context, id string, rev uint32, b limiter.ResetBounds) (limiter.PolicyReset, error) {
+	return s.inner.(limiter.Resetter).ResetPolicy(ctx, id, rev, b)
+}
