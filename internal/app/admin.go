@@ -62,6 +62,8 @@ func (s *server) adminHandler() http.Handler {
 		enc.SetIndent("", "  ")
 		_ = enc.Encode(s.configView())
 	})
+	s.handleAdmin(mux, "GET /v1/top", "top", s.handleTop)
+	s.handleAdmin(mux, "GET /v1/usage", "usage", s.handleUsage)
 	return mux
 }
 

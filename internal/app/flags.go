@@ -119,6 +119,8 @@ type Options struct {
 	statsdOptions
 	// --config-source and the --xds-* flags (xds.go).
 	xdsOptions
+	// The --top-* flags (topflags.go).
+	topOptions
 
 	// Compatibility with the reference service's deployments (compat.go).
 	compatOptions
@@ -166,6 +168,7 @@ func serveFlags(o *Options) *flag.FlagSet {
 	transportFlags(fs, &o.transportOptions)
 	statsdFlags(fs, &o.statsdOptions)
 	xdsFlags(fs, &o.xdsOptions)
+	topFlags(fs, &o.topOptions)
 	compatFlags(fs, &o.compatOptions)
 	return fs
 }
@@ -266,6 +269,7 @@ func (o *Options) check() error {
 	}
 	errs = append(errs, o.transportOptions.check(o.given))
 	errs = append(errs, o.statsdOptions.check(o.given))
+	errs = append(errs, o.topOptions.check(o.given))
 	errs = append(errs, o.compatOptions.check(o.given)...)
 	var err error
 	if o.Store == "redis" {

@@ -4,6 +4,8 @@ import (
 	"crypto/sha256"
 	"encoding/binary"
 	"math/rand/v2"
+	"runtime"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -271,4 +273,47 @@ func BenchmarkRecord(b *testing.B) {
 			tr.Record(Observation{Domain: "edge", Policy: "edge/user", Key: "user", Subject: subs[i], Hits: 1, Denied: i%16 == 0})
 		}
 	})
+}
+
+// BenchmarkRecordZipf records a skewed population (Zipf s=1.1 over 100,000
+// subjects), closer to real traffic: heavy subjects are found in the
+// sketch without taking over a counter.
+func BenchmarkRecordZipf(b *testing.B) {
+	tr := newTracker(b, Config{})
+	subs := make([]limiter.SubjectDigest, 100_000)
+	for i := range subs {
+		subs[i] = subject(i)
+	}
+	b.ReportAllocs()
+	b.RunParallel(func(pb *testing.PB) {
+		z := rand.NewZipf(rand.New(rand.NewPCG(rand.Uint64(), 1)), 1.1, 1, uint64(len(subs)-1))
+		for pb.Next() {
+			tr.Record(Observation{Domain: "edge", Policy: "edge/user", Key: "user", Subject: subs[z.Uint64()], Hits: 1})
+		}
+	})
+}
+
+// BenchmarkPolicyMemory reports the heap one policy holds with every
+// counter of both windows in use and its HyperLogLog dense.
+func BenchmarkPolicyMemory(b *testing.B) {
+	const policies = 64
+	for range b.N {
+		var before, after runtime.MemStats
+		runtime.GC()
+		runtime.ReadMemStats(&before)
+		clock := newClock()
+		tr := newTracker(b, Config{Clock: clock, MaxPolicies: policies})
+		for p := range policies {
+			for w := range 2 {
+				for i := range 20_000 {
+					tr.Record(Observation{Domain: "d", Policy: strconv.Itoa(p), Subject: subject(i + 20_000*w), Hits: 1, Denied: true})
+				}
+				clock.advance(DefaultWindow)
+			}
+		}
+		runtime.GC()
+		runtime.ReadMemStats(&after)
+		b.ReportMetric(float64(after.HeapAlloc-before.HeapAlloc)/policies, "B/policy")
+		runtime.KeepAlive(tr)
+	}
 }
