@@ -84,7 +84,7 @@ func (s *server) handleTop(w http.ResponseWriter, r *http.Request) {
 	}
 	ans := topAnswer{Top: s.topEntries(topFilter(q.Get), by, n), By: map[topk.By]string{topk.ByHits: "hits", topk.ByDenied: "denied"}[by],
 		WindowSeconds: s.top.Window().Seconds()}
-	writeJSON(w, ans)
+	writeTopJSON(w, ans)
 }
 
 // topFilter reads the policy selection of a query.
@@ -142,7 +142,7 @@ type usageRecent struct {
 
 // handleUsage answers GET /v1/usage?policy=P&domain=D&key=K.
 func (s *server) handleUsage(w http.ResponseWriter, r *http.Request) {
-	writeJSON(w, s.usageSnapshot(topFilter(r.URL.Query().Get)))
+	writeTopJSON(w, s.usageSnapshot(topFilter(r.URL.Query().Get)))
 }
 
 // usageSnapshot returns the usage of the policies f selects (every policy
@@ -158,7 +158,7 @@ func (s *server) usageSnapshot(f topk.Filter) usageAnswer {
 	return ans
 }
 
-func writeJSON(w http.ResponseWriter, v any) {
+func writeTopJSON(w http.ResponseWriter, v any) {
 	w.Header().Set("Content-Type", "application/json")
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")

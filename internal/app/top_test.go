@@ -13,8 +13,8 @@ import (
 	"github.com/envoy-rls/envoy-rls/internal/redistest"
 )
 
-// adminGet sends GET path to r's admin port with token ("" for none).
-func (r *running) adminGet(t *testing.T, path, token string) (int, string) {
+// topAdminGet sends GET path to r's admin port with token ("" for none).
+func (r *running) topAdminGet(t *testing.T, path, token string) (int, string) {
 	t.Helper()
 	req, err := http.NewRequest(http.MethodGet, "http://"+r.adminAddr+path, nil)
 	if err != nil {
@@ -64,21 +64,21 @@ func testTopAndUsage(t *testing.T, args []string, env map[string]string) {
 	}
 	r.check(t, "light-user-value")
 
-	if code, _ := r.adminGet(t, "/v1/top?domain=app&key=user", ""); code != http.StatusUnauthorized {
+	if code, _ := r.topAdminGet(t, "/v1/top?domain=app&key=user", ""); code != http.StatusUnauthorized {
 		t.Fatalf("/v1/top without a token: %d, want 401", code)
 	}
-	if code, _ := r.adminGet(t, "/v1/usage", "wrong"); code != http.StatusUnauthorized {
+	if code, _ := r.topAdminGet(t, "/v1/usage", "wrong"); code != http.StatusUnauthorized {
 		t.Fatalf("/v1/usage with a wrong token: %d, want 401", code)
 	}
 	const tok = "s3cret-token-of-some-length"
-	if code, body := r.adminGet(t, "/v1/top?n=0", tok); code != http.StatusBadRequest {
+	if code, body := r.topAdminGet(t, "/v1/top?n=0", tok); code != http.StatusBadRequest {
 		t.Fatalf("/v1/top?n=0: %d %s, want 400", code, body)
 	}
-	if code, body := r.adminGet(t, "/v1/top?by=size", tok); code != http.StatusBadRequest {
+	if code, body := r.topAdminGet(t, "/v1/top?by=size", tok); code != http.StatusBadRequest {
 		t.Fatalf("/v1/top?by=size: %d %s, want 400", code, body)
 	}
 
-	code, body := r.adminGet(t, "/v1/top?domain=app&key=user&n=10", tok)
+	code, body := r.topAdminGet(t, "/v1/top?domain=app&key=user&n=10", tok)
 	var top topAnswer
 	if err := json.Unmarshal([]byte(body), &top); err != nil || code != 200 {
 		t.Fatalf("/v1/top: %d %v\n%s", code, err, body)
@@ -87,15 +87,15 @@ func testTopAndUsage(t *testing.T, args []string, env map[string]string) {
 		top.Top[0].PolicyID == "" || top.Top[0].Key != "user" || len(top.Top[0].SubjectDigest) != 64 {
 		t.Fatalf("/v1/top:\n%s", body)
 	}
-	_, byDenied := r.adminGet(t, "/v1/top?policy="+top.Top[0].PolicyID+"&by=denied&n=1", tok)
+	_, byDenied := r.topAdminGet(t, "/v1/top?policy="+top.Top[0].PolicyID+"&by=denied&n=1", tok)
 	if !strings.Contains(byDenied, top.Top[0].SubjectDigest) || strings.Contains(byDenied, top.Top[1].SubjectDigest) {
 		t.Fatalf("/v1/top by denied, n=1:\n%s", byDenied)
 	}
-	if _, other := r.adminGet(t, "/v1/top?domain=app&key=other", tok); !strings.Contains(other, `"top": []`) {
+	if _, other := r.topAdminGet(t, "/v1/top?domain=app&key=other", tok); !strings.Contains(other, `"top": []`) {
 		t.Fatalf("/v1/top of a key with no rule:\n%s", other)
 	}
 
-	code, body = r.adminGet(t, "/v1/usage?policy="+top.Top[0].PolicyID, tok)
+	code, body = r.topAdminGet(t, "/v1/usage?policy="+top.Top[0].PolicyID, tok)
 	var usage usageAnswer
 	if err := json.Unmarshal([]byte(body), &usage); err != nil || code != 200 {
 		t.Fatalf("/v1/usage: %d %v\n%s", code, err, body)
