@@ -137,11 +137,6 @@ func serve(ctx context.Context, o Options, getenv func(string) string, log *zap.
 		return err
 	}
 	defer stopStatsd()
-	if observer == nil {
-		observer = topObserver{s.top}
-	} else {
-		observer = observers{observer, topObserver{s.top}}
-	}
 	svc, err := rls.New(rls.Config{
 		Rules:          s.rules.rules,
 		Store:          s.store,
@@ -152,7 +147,7 @@ func serve(ctx context.Context, o Options, getenv func(string) string, log *zap.
 		TracerProvider: s.tracing.provider(),
 		Local:          s.localConfig(),
 		Received:       received,
-		Observer:       observer,
+		Observer:       s.withTop(observer),
 	})
 	if err != nil {
 		return err

@@ -71,6 +71,14 @@ func (o topObserver) ObserveLimit(l rls.LimitObservation) {
 
 func (topObserver) ObserveCall(rls.CallObservation) {}
 
+// withTop returns o (nil: none) with the top consumers tracker added.
+func (s *server) withTop(o rls.Observer) rls.Observer {
+	if o == nil {
+		return topObserver{s.top}
+	}
+	return observers{o, topObserver{s.top}}
+}
+
 // observers sends every observation to each of its members.
 type observers []rls.Observer
 
