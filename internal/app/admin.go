@@ -65,6 +65,8 @@ func (s *server) adminHandler() http.Handler {
 	s.handleAdmin(mux, "POST /v1/explain", "explain", s.handleExplain)
 	s.handleAdmin(mux, "GET /v1/counters", "counters-read", s.handleCounters)
 	s.handleAdmin(mux, "DELETE /v1/counters", "counters-reset", s.handleReset)
+	s.handleAdmin(mux, "GET /v1/top", "top", s.handleTop)
+	s.handleAdmin(mux, "GET /v1/usage", "usage", s.handleUsage)
 	return mux
 }
 

@@ -121,6 +121,8 @@ type Options struct {
 	auditOptions
 	// --config-source and the --xds-* flags (xds.go).
 	xdsOptions
+	// The --top-* flags (topflags.go).
+	topOptions
 
 	// Compatibility with the reference service's deployments (compat.go).
 	compatOptions
@@ -169,6 +171,7 @@ func serveFlags(o *Options) *flag.FlagSet {
 	statsdFlags(fs, &o.statsdOptions)
 	auditFlags(fs, &o.auditOptions)
 	xdsFlags(fs, &o.xdsOptions)
+	topFlags(fs, &o.topOptions)
 	compatFlags(fs, &o.compatOptions)
 	return fs
 }
@@ -270,6 +273,7 @@ func (o *Options) check() error {
 	errs = append(errs, o.transportOptions.check(o.given))
 	errs = append(errs, o.statsdOptions.check(o.given))
 	errs = append(errs, o.auditOptions.check(o.given, o.RedisAddr))
+	errs = append(errs, o.topOptions.check(o.given))
 	errs = append(errs, o.compatOptions.check(o.given)...)
 	var err error
 	if o.Store == "redis" {

@@ -2,6 +2,7 @@ package app
 
 import (
 	"fmt"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -20,6 +21,9 @@ type metrics struct {
 	cache   *denycache.Metrics
 	redis   *redis.Metrics
 	reloads *prometheus.CounterVec
+	// lastReload is the Unix time of the last successful rule load (0
+	// before the first).
+	lastReload prometheus.Gauge
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -44,16 +48,24 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	if err := reg.Register(m.reloads); err != nil {
 		return nil, fmt.Errorf("registering %s_config_reloads_total: %w", rls.MetricsNamespace, err)
 	}
+	m.lastReload = prometheus.NewGauge(prometheus.GaugeOpts{
+		Namespace: rls.MetricsNamespace, Name: "config_last_reload_success_timestamp_seconds",
+		Help: "Unix time of the last successful rule load (the first load included; 0 before it).",
+	})
+	if err := reg.Register(m.lastReload); err != nil {
+		return nil, fmt.Errorf("registering %s_config_last_reload_success_timestamp_seconds: %w", rls.MetricsNamespace, err)
+	}
 	// Both series exist from the start.
 	m.reloads.WithLabelValues("success")
 	m.reloads.WithLabelValues("failure")
 	return &m, nil
 }
 
-// reload counts one rule load attempt.
-func (m *metrics) reload(ok bool) {
+// reload counts one rule load attempt, made at now.
+func (m *metrics) reload(ok bool, now time.Time) {
 	if ok {
 		m.reloads.WithLabelValues("success").Inc()
+		m.lastReload.Set(float64(now.UnixMilli()) / 1e3)
 		return
 	}
 	m.reloads.WithLabelValues("failure").Inc()

@@ -27,6 +27,7 @@ import (
 	"github.com/envoy-rls/envoy-rls/pkg/limiter"
 	"github.com/envoy-rls/envoy-rls/pkg/limiter/denycache"
 	"github.com/envoy-rls/envoy-rls/pkg/rls"
+	"github.com/envoy-rls/envoy-rls/pkg/topk"
 )
 
 // server is one running serve command.
@@ -49,6 +50,8 @@ type server struct {
 	sharedSecret []byte
 	// adminAuth checks the admin API's tokens; nil: the API is off (404).
 	adminAuth *adminAuth
+	// top tracks the top consumers and usage of each policy.
+	top *topk.Tracker
 }
 
 // serve runs the server until ctx is done or a server fails: it loads the
@@ -69,6 +72,9 @@ func serve(ctx context.Context, o Options, getenv func(string) string, log *zap.
 		return fmt.Errorf("--admin-token-file: %w", err)
 	}
 	if s.metrics, err = newMetrics(s.reg); err != nil {
+		return err
+	}
+	if err := s.startTop(); err != nil {
 		return err
 	}
 	if p, from := gcPercent(&o, getenv); p != 0 {
@@ -147,7 +153,7 @@ func serve(ctx context.Context, o Options, getenv func(string) string, log *zap.
 		TracerProvider: s.tracing.provider(),
 		Local:          s.localConfig(),
 		Received:       received,
-		Observer:       observer,
+		Observer:       s.withTop(observer),
 		Auditor:        auditor,
 		RequestIDKey:   o.AuditRequestIDKey,
 	})

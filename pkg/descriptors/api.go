@@ -69,6 +69,9 @@ type Rule struct {
 	// Path is the rule path used in logs and metric labels, e.g.
 	// "domain/key1=value/key2" (configured strings only, never request values).
 	Path string
+	// Key is the descriptor key of the rule's own level (the last key of
+	// Path; "" for a request-supplied limit override).
+	Key string
 
 	// Domain is the rule's domain.
 	Domain string

@@ -172,6 +172,7 @@ func (c *compiler) newRule(d *domain, n *node, rd *rawDesc, ls limitSpec, rl *ra
 		PolicyName:      rd.policy,
 		Metadata:        rd.metadata,
 		Path:            joinPath(d.name, path),
+		Key:             lastKey(path),
 		StatKey:         statKey(d.name, path),
 		Source:          c.file + ":" + strconv.Itoa(rd.pos.line),
 	}
@@ -223,6 +224,14 @@ func indexOf(list []string, s string) (int, bool) {
 		}
 	}
 	return -1, false
+}
+
+// lastKey is Rule.Key: the key of the path's last level.
+func lastKey(path []pathSeg) string {
+	if len(path) == 0 {
+		return ""
+	}
+	return path[len(path)-1].key
 }
 
 // joinPath is Rule.Path: the domain, then key or key=value per level,

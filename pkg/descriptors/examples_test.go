@@ -26,20 +26,21 @@ func TestExamplesLoad(t *testing.T) {
 		domain  string
 		entries []Entry
 		path    string
+		key     string
 	}{
-		{"edge", e("remote_address=203.0.113.7"), "edge/remote_address"},
-		{"edge", e("path=/downloads/a.zip"), "edge/path=*.zip"},
-		{"api", e("route=/upload", "user=u1"), "api/route=/upload/user"},
-		{"algorithms", e("route=/bucket"), "algorithms/route=/bucket"},
-		{"penalty", e("login_user=alice"), "penalty/login_user"},
-		{"several", e("api_key=k"), "several/api_key"},
-		{"login", e("user=u1"), "login/user"},
-		{"login", e("remote_address=203.0.113.7", "action=password_reset"), "login/remote_address/action=password_reset"},
+		{"edge", e("remote_address=203.0.113.7"), "edge/remote_address", "remote_address"},
+		{"edge", e("path=/downloads/a.zip"), "edge/path=*.zip", "path"},
+		{"api", e("route=/upload", "user=u1"), "api/route=/upload/user", "user"},
+		{"algorithms", e("route=/bucket"), "algorithms/route=/bucket", "route"},
+		{"penalty", e("login_user=alice"), "penalty/login_user", "login_user"},
+		{"several", e("api_key=k"), "several/api_key", "api_key"},
+		{"login", e("user=u1"), "login/user", "user"},
+		{"login", e("remote_address=203.0.113.7", "action=password_reset"), "login/remote_address/action=password_reset", "action"},
 	}
 	for _, c := range checks {
 		m, ok := s.Match(c.domain, c.entries)
-		if !ok || m.Rule.Path != c.path {
-			t.Errorf("Match(%s, %v) = %v %v, want %s", c.domain, c.entries, ok, m.Rule, c.path)
+		if !ok || m.Rule.Path != c.path || m.Rule.Key != c.key {
+			t.Errorf("Match(%s, %v) = %v %v, want %s (key %s)", c.domain, c.entries, ok, m.Rule, c.path, c.key)
 		}
 	}
 	// 11-penalty.yaml: the login rule's box as written.

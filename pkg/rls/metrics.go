@@ -40,12 +40,13 @@ type Metrics struct {
 	nearLimit    *prometheus.CounterVec
 	unmatched    *prometheus.CounterVec
 	storeErrors  *prometheus.CounterVec
-	storeLatency prometheus.Histogram
+	storeLatency *prometheus.HistogramVec
 	fallbacks    *prometheus.CounterVec
 	calls        *prometheus.CounterVec
-	callLatency  prometheus.Histogram
+	callLatency  *prometheus.HistogramVec
 	local        *prometheus.CounterVec
 	penalty      *prometheus.CounterVec
+	hits         *prometheus.CounterVec
 
 	// Children resolved once, so that the hot path does not hash label
 	// values on every call.
@@ -55,12 +56,20 @@ type Metrics struct {
 
 	mu       sync.RWMutex
 	byPolicy map[policyKey]*policyCounters
+	byDomain map[string]*domainHistograms
+}
+
+// domainHistograms are the latency histograms of one domain label.
+type domainHistograms struct {
+	call, store prometheus.Observer
 }
 
 type policyKey struct{ domain, policy string }
 
 type policyCounters struct {
 	ok, over, shadowOver, near prometheus.Counter
+	// hits adds each decision's cost.
+	hits prometheus.Counter
 	// Decisions of the local fallback (a subset of the above).
 	localOK, localOver, localShadowOver prometheus.Counter
 	// Denials by the penalty box (a subset of over and shadowOver).
@@ -88,16 +97,19 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 		storeErrors: newCounterVec("store_errors_total",
 			"Store failures by outcome kind (unavailable, indeterminate, incompatible).",
 			"outcome"),
-		storeLatency: newLatencyHistogram("store_latency_seconds",
-			"Duration of one Store.Evaluate batch."),
+		storeLatency: newLatencyHistogram("store_duration_seconds",
+			"Duration of one Store.Evaluate batch, by configured domain."),
 		fallbacks: newCounterVec("fallback_total",
 			"Decisions answered by a policy's failure mode (open, closed, local) because the store failed.",
 			"mode"),
 		calls: newCounterVec("calls_total",
 			"ShouldRateLimit calls by gRPC status code.",
 			"code"),
-		callLatency: newLatencyHistogram("call_latency_seconds",
-			"Duration of ShouldRateLimit calls, in the server."),
+		callLatency: newLatencyHistogram("call_duration_seconds",
+			"Duration of ShouldRateLimit calls, in the server, by configured domain (\"unknown\" when the domain is not configured or the request was not read)."),
+		hits: newCounterVec("hits_total",
+			"Hits (the sum of the descriptors' costs, hits_addend) of descriptor decisions by configured domain and policy ID; probes add 0.",
+			"domain", "policy"),
 		local: newCounterVec("local_fallback_decisions_total",
 			"Descriptor decisions of failure_mode local policies made by this replica's local limiter while the store failed, by domain, policy ID and result (as decisions_total, which counts them too).",
 			"domain", "policy", "result"),
@@ -105,10 +117,11 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			"Descriptor decisions denied because the subject is in the policy's penalty box (a block after an offence), by domain, policy ID and result (over_limit, shadow_over_limit; decisions_total counts them too).",
 			"domain", "policy", "result"),
 		byPolicy: make(map[policyKey]*policyCounters),
+		byDomain: make(map[string]*domainHistograms),
 	}
 	for _, c := range []prometheus.Collector{
 		m.decisions, m.nearLimit, m.unmatched, m.storeErrors, m.storeLatency,
-		m.fallbacks, m.calls, m.callLatency, m.local, m.penalty,
+		m.fallbacks, m.calls, m.callLatency, m.local, m.penalty, m.hits,
 	} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("rls: registering metrics: %w", err)
@@ -133,21 +146,47 @@ func newCounterVec(name, help string, labels ...string) *prometheus.CounterVec {
 }
 
 // newLatencyHistogram is a histogram of durations in seconds, of the
-// service's namespace, with latencyBuckets.
-func newLatencyHistogram(name, help string) prometheus.Histogram {
-	return prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: MetricsNamespace, Name: name, Help: help, Buckets: latencyBuckets})
+// service's namespace, with latencyBuckets, by domain.
+func newLatencyHistogram(name, help string) *prometheus.HistogramVec {
+	return prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: MetricsNamespace, Name: name, Help: help, Buckets: latencyBuckets}, []string{"domain"})
 }
 
-func (m *Metrics) observeCall(c codes.Code, d time.Duration) {
+// observeCall counts one call of domain (a configured domain or
+// UnknownDomainLabel).
+func (m *Metrics) observeCall(domain string, c codes.Code, d time.Duration) {
 	if int(c) < len(m.byCode) {
 		m.byCode[c].Inc()
 	} else {
 		m.calls.WithLabelValues(c.String()).Inc()
 	}
-	m.callLatency.Observe(d.Seconds())
+	m.domain(domain).call.Observe(d.Seconds())
 }
 
-func (m *Metrics) observeStore(d time.Duration) { m.storeLatency.Observe(d.Seconds()) }
+// observeStore times one store batch of a configured domain.
+func (m *Metrics) observeStore(domain string, d time.Duration) {
+	m.domain(domain).store.Observe(d.Seconds())
+}
+
+// domain returns the histograms of one domain label: a configured domain
+// or UnknownDomainLabel, so the set is bounded by the configuration.
+func (m *Metrics) domain(domain string) *domainHistograms {
+	m.mu.RLock()
+	h := m.byDomain[domain]
+	m.mu.RUnlock()
+	if h != nil {
+		return h
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if h = m.byDomain[domain]; h != nil {
+		return h
+	}
+	// Copy the string: domain may point into a request buffer.
+	domain = string([]byte(domain))
+	h = &domainHistograms{call: m.callLatency.WithLabelValues(domain), store: m.storeLatency.WithLabelValues(domain)}
+	m.byDomain[domain] = h
+	return h
+}
 
 func (m *Metrics) storeError(k limiter.OutcomeKind) {
 	if int(k) < len(m.storeErrByKey) && m.storeErrByKey[k] != nil {
@@ -187,6 +226,7 @@ func (m *Metrics) policy(domain, policy string) *policyCounters {
 		over:       m.decisions.WithLabelValues(k.domain, k.policy, ResultOverLimit),
 		shadowOver: m.decisions.WithLabelValues(k.domain, k.policy, ResultShadowOverLimit),
 		near:       m.nearLimit.WithLabelValues(k.domain, k.policy),
+		hits:       m.hits.WithLabelValues(k.domain, k.policy),
 
 		localOK:         m.local.WithLabelValues(k.domain, k.policy, ResultOK),
 		localOver:       m.local.WithLabelValues(k.domain, k.policy, ResultOverLimit),

@@ -27,6 +27,9 @@ type LimitObservation struct {
 	// Rule is the matched rule: its strings come from the configuration,
 	// never from the request.
 	Rule *descriptors.Rule
+	// Subject is the limit's subject digest (an HMAC of the policy ID and
+	// the matched entries, never a raw value).
+	Subject limiter.SubjectDigest
 	// Hits is the descriptor's cost (hits_addend, 1 when unset), and 0 for
 	// a probe (an explicit per-descriptor hits_addend of 0), which counts
 	// nothing.
@@ -78,6 +81,7 @@ func (s *Server) observeLimit(sc *scratch, ds *descStatus) {
 	}
 	o := LimitObservation{
 		Rule:        ds.match.Rule,
+		Subject:     ds.match.Subject,
 		Hits:        hits,
 		Over:        ds.over,
 		Shadow:      ds.role == limiter.RoleShadow,

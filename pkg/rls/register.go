@@ -11,7 +11,7 @@ import (
 
 // Register registers s as RateLimitService on r. Use it instead of
 // rlsv3.RegisterRateLimitServiceServer: its method handler also counts, in
-// calls_total and call_latency_seconds, the calls whose request never
+// calls_total and call_duration_seconds (domain "unknown"), the calls whose request never
 // reaches ShouldRateLimit (the stream failed or was cut while the request
 // was being read, the message was above the server's size limit, or it was
 // not protobuf), and tells Config.Received when a request has been read.
@@ -37,7 +37,7 @@ func shouldRateLimitHandler(srv any, ctx context.Context, dec func(any) error, i
 	in := new(rlsv3.RateLimitRequest)
 	if err := dec(in); err != nil {
 		// ShouldRateLimit counts every call it sees; this one it never will.
-		s.metrics.observeCall(status.Code(err), time.Since(start))
+		s.metrics.observeCall(UnknownDomainLabel, status.Code(err), time.Since(start))
 		return nil, err
 	}
 	if s.received != nil {

@@ -57,7 +57,11 @@ func (s *Server) respond(ctx context.Context, req *rlsv3.RateLimitRequest, known
 			continue
 		case statusUnlimited:
 			statuses[ds.desc].LimitRemaining = math.MaxUint32
-			s.metrics.policy(metricDomain, UnlimitedPolicy).ok.Inc()
+			pc := s.metrics.policy(metricDomain, UnlimitedPolicy)
+			pc.ok.Inc()
+			if !ds.probe {
+				pc.hits.Add(float64(ds.cost))
+			}
 			continue
 		}
 		rule := ds.match.Rule
@@ -114,6 +118,9 @@ func (s *Server) respond(ctx context.Context, req *rlsv3.RateLimitRequest, known
 			continue
 		}
 		pc := s.metrics.policy(metricDomain, ds.policyLabel())
+		if !ds.probe {
+			pc.hits.Add(float64(ds.cost))
+		}
 		local := ds.kind == statusStore && sc.outs[ds.batch].Kind == limiter.Evaluated &&
 			sc.outs[ds.batch].Decision.Source == limiter.SourceFallback
 		if local {

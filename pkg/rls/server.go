@@ -203,13 +203,14 @@ func New(cfg Config) (*Server, error) {
 func (s *Server) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRequest) (resp *rlsv3.RateLimitResponse, err error) {
 	start := time.Now()
 	storeFailed := false
+	metricDomain := UnknownDomainLabel
 	defer func() {
 		if r := recover(); r != nil {
 			s.logPanic(r)
 			resp, err = nil, status.Error(codes.Internal, "rls: internal error while evaluating the request")
 		}
 		d := time.Since(start)
-		s.metrics.observeCall(status.Code(err), d)
+		s.metrics.observeCall(metricDomain, status.Code(err), d)
 		if s.observer != nil {
 			s.observer.ObserveCall(CallObservation{Code: status.Code(err), Duration: d, StoreFailed: storeFailed})
 		}
@@ -223,6 +224,9 @@ func (s *Server) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReques
 	rules := s.rules()
 	if rules == nil {
 		return nil, status.Error(codes.Unavailable, "rls: no rules are loaded")
+	}
+	if rules.HasDomain(req.Domain) {
+		metricDomain = req.Domain
 	}
 	sc := s.getScratch()
 	resp = s.evaluate(ctx, req, rules, sc)
@@ -374,7 +378,7 @@ func (s *Server) evaluate(ctx context.Context, req *rlsv3.RateLimitRequest, rule
 		} else {
 			s.store.Evaluate(storeContext(ctx, s.deadlines, t0), send, sc.outs[:n])
 		}
-		s.metrics.observeStore(time.Since(t0))
+		s.metrics.observeStore(domain, time.Since(t0))
 		s.decideLocally(ctx, send, sc.outs[:n], sc.batch, sc.outs, &sc.local)
 	}
 

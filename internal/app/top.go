@@ -1,0 +1,207 @@
+package app
+
+import (
+	"cmp"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"slices"
+	"strconv"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/envoy-rls/envoy-rls/pkg/rls"
+	"github.com/envoy-rls/envoy-rls/pkg/topk"
+)
+
+// DefaultTopN is the number of subjects /v1/top answers without n.
+const DefaultTopN = 10
+
+// startTop builds the top consumers tracker and registers its metrics.
+func (s *server) startTop() error {
+	t, err := s.opts.topOptions.newTracker()
+	if err != nil {
+		return err
+	}
+	s.top = t
+	untracked := prometheus.NewCounterFunc(prometheus.CounterOpts{
+		Namespace: rls.MetricsNamespace, Name: "top_untracked_total",
+		Help: "Limit decisions left out of /v1/top and /v1/usage because --top-max-policies policies were already tracked.",
+	}, func() float64 { return float64(t.Untracked()) })
+	if err := s.reg.Register(untracked); err != nil {
+		return fmt.Errorf("registering %s_top_untracked_total: %w", rls.MetricsNamespace, err)
+	}
+	if n := s.opts.TopMetricSeries; n > 0 {
+		if err := s.reg.Register(&topCollector{t: t, n: n}); err != nil {
+			return fmt.Errorf("registering %s_top_subject_hits: %w", rls.MetricsNamespace, err)
+		}
+	}
+	return nil
+}
+
+// topEntry is one subject of /v1/top.
+type topEntry struct {
+	SubjectDigest string `json:"subject_digest"`
+	Hits          int64  `json:"hits"`
+	Denied        int64  `json:"denied"`
+	HitsError     int64  `json:"hits_error"`
+	DeniedError   int64  `json:"denied_error"`
+	Domain        string `json:"domain"`
+	PolicyID      string `json:"policy_id"`
+	Key           string `json:"key"`
+	// Since is the start of the period the counts cover.
+	Since time.Time `json:"since"`
+}
+
+// topAnswer is /v1/top's answer.
+type topAnswer struct {
+	Top           []topEntry `json:"top"`
+	By            string     `json:"by"`
+	WindowSeconds float64    `json:"window_seconds"`
+}
+
+// handleTop answers GET /v1/top?domain=D&key=K&policy=P&n=N&by=hits|denied.
+func (s *server) handleTop(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	n := DefaultTopN
+	if v := q.Get("n"); v != "" {
+		var err error
+		if n, err = strconv.Atoi(v); err != nil || n < 1 || n > s.top.Counters() {
+			writeText(w, http.StatusBadRequest, fmt.Sprintf("400: n must be an integer from 1 to %d", s.top.Counters()))
+			return
+		}
+	}
+	by := topk.ByHits
+	switch v := q.Get("by"); v {
+	case "", "hits":
+	case "denied":
+		by = topk.ByDenied
+	default:
+		writeText(w, http.StatusBadRequest, "400: by must be hits or denied")
+		return
+	}
+	ans := topAnswer{Top: s.topEntries(topFilter(q.Get), by, n), By: map[topk.By]string{topk.ByHits: "hits", topk.ByDenied: "denied"}[by],
+		WindowSeconds: s.top.Window().Seconds()}
+	writeTopJSON(w, ans)
+}
+
+// topFilter reads the policy selection of a query.
+func topFilter(get func(string) string) topk.Filter {
+	return topk.Filter{Domain: get("domain"), Key: get("key"), Policy: get("policy")}
+}
+
+// topEntries returns the n heaviest subjects by by over the policies f
+// selects.
+func (s *server) topEntries(f topk.Filter, by topk.By, n int) []topEntry {
+	out := []topEntry{}
+	for _, p := range s.top.Top(f, by, n) {
+		for _, e := range p.Entries {
+			out = append(out, topEntry{SubjectDigest: hex.EncodeToString(e.Subject[:]), Hits: e.Hits, Denied: e.Denied,
+				HitsError: e.HitsError, DeniedError: e.DeniedError, Domain: p.Domain, PolicyID: p.Policy, Key: p.Key, Since: p.From.UTC()})
+		}
+	}
+	slices.SortStableFunc(out, func(a, b topEntry) int {
+		if by == topk.ByDenied {
+			return cmp.Compare(b.Denied, a.Denied)
+		}
+		return cmp.Compare(b.Hits, a.Hits)
+	})
+	return out[:min(n, len(out))]
+}
+
+// usageAnswer is /v1/usage's answer, and the usage snapshot.
+type usageAnswer struct {
+	Time     time.Time    `json:"time"`
+	Policies []usageEntry `json:"policies"`
+	// Untracked counts decisions of policies beyond --top-max-policies.
+	Untracked uint64 `json:"untracked_decisions"`
+}
+
+type usageEntry struct {
+	Domain           string      `json:"domain"`
+	PolicyID         string      `json:"policy_id"`
+	Key              string      `json:"key"`
+	Since            time.Time   `json:"since"`
+	Hits             int64       `json:"hits"`
+	Decisions        int64       `json:"decisions"`
+	Denials          int64       `json:"denials"`
+	ShadowDenials    int64       `json:"shadow_denials"`
+	DistinctSubjects uint64      `json:"distinct_subjects"`
+	Recent           usageRecent `json:"recent"`
+}
+
+type usageRecent struct {
+	Since         time.Time `json:"since"`
+	Hits          int64     `json:"hits"`
+	Decisions     int64     `json:"decisions"`
+	Denials       int64     `json:"denials"`
+	ShadowDenials int64     `json:"shadow_denials"`
+}
+
+// handleUsage answers GET /v1/usage?policy=P&domain=D&key=K.
+func (s *server) handleUsage(w http.ResponseWriter, r *http.Request) {
+	writeTopJSON(w, s.usageSnapshot(topFilter(r.URL.Query().Get)))
+}
+
+// usageSnapshot returns the usage of the policies f selects (every policy
+// for the zero Filter): what /v1/usage answers, for a periodic writer too.
+func (s *server) usageSnapshot(f topk.Filter) usageAnswer {
+	ans := usageAnswer{Time: time.Now().UTC(), Policies: []usageEntry{}, Untracked: s.top.Untracked()}
+	for _, u := range s.top.Usage(f) {
+		ans.Policies = append(ans.Policies, usageEntry{Domain: u.Domain, PolicyID: u.Policy, Key: u.Key, Since: u.Since.UTC(),
+			Hits: u.Hits, Decisions: u.Decisions, Denials: u.Denials, ShadowDenials: u.ShadowDenials, DistinctSubjects: u.DistinctSubjects,
+			Recent: usageRecent{Since: u.Recent.From.UTC(), Hits: u.Recent.Hits, Decisions: u.Recent.Decisions,
+				Denials: u.Recent.Denials, ShadowDenials: u.Recent.ShadowDenials}})
+	}
+	return ans
+}
+
+func writeTopJSON(w http.ResponseWriter, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	_ = enc.Encode(v)
+}
+
+// topCollector exports the n heaviest subjects of all policies as gauges,
+// computed at each scrape: at most n series, labelled by domain, policy
+// and the digest's first 8 hex characters.
+type topCollector struct {
+	t *topk.Tracker
+	n int
+}
+
+var topSubjectDesc = prometheus.NewDesc(rls.MetricsNamespace+"_top_subject_hits",
+	"Hits (cost-weighted) of the heaviest subjects over the top window (--top-metric-series of them in all), by domain, policy ID and subject digest prefix.",
+	[]string{"domain", "policy", "subject"}, nil)
+
+func (c *topCollector) Describe(ch chan<- *prometheus.Desc) { ch <- topSubjectDesc }
+
+func (c *topCollector) Collect(ch chan<- prometheus.Metric) {
+	type series struct {
+		domain, policy, subject string
+		hits                    int64
+	}
+	var all []series
+	for _, p := range c.t.Top(topk.Filter{}, topk.ByHits, c.n) {
+		for _, e := range p.Entries {
+			all = append(all, series{p.Domain, p.Policy, hex.EncodeToString(e.Subject[:4]), e.Hits})
+		}
+	}
+	slices.SortStableFunc(all, func(a, b series) int { return cmp.Compare(b.hits, a.hits) })
+	seen := map[[3]string]bool{}
+	for _, x := range all {
+		if len(seen) == c.n {
+			break
+		}
+		// Two digests of one policy sharing a prefix: keep the heavier.
+		k := [3]string{x.domain, x.policy, x.subject}
+		if seen[k] {
+			continue
+		}
+		seen[k] = true
+		ch <- prometheus.MustNewConstMetric(topSubjectDesc, prometheus.GaugeValue, float64(x.hits), x.domain, x.policy, x.subject)
+	}
+}
