@@ -260,6 +260,9 @@ func (c *compiler) finishDomain(d *domain, pending []*pendingRule) {
 		} else {
 			id = pathID(d.name, pr.path)
 		}
+		if cal := pr.spec.calendar; cal != nil {
+			id = calendarID(id, cal.Unit.String(), pr.spec.zone)
+		}
 		if other, dup := c.ids[id]; dup {
 			c.ps.add(pr.file, pr.pos.line, pr.pos.col, "policy ID %q of rule %q collides with the rule at %s; rename one of them", id, truncate(r.Path, 200), other)
 			continue

@@ -2,7 +2,10 @@ package descriptors
 
 import (
 	"path/filepath"
+	"strings"
 	"testing"
+
+	"github.com/envoy-rls/envoy-rls/pkg/limiter"
 )
 
 // TestExamplesLoad loads every file of config/examples, alone and together
@@ -33,6 +36,34 @@ func TestExamplesLoad(t *testing.T) {
 		m, ok := s.Match(c.domain, c.entries)
 		if !ok || m.Rule.Path != c.path {
 			t.Errorf("Match(%s, %v) = %v %v, want %s", c.domain, c.entries, ok, m.Rule, c.path)
+		}
+	}
+}
+
+// TestCalendarExample: config/examples/09-calendar.yaml builds calendar
+// fixed windows in their zones, with IDs that name the calendar.
+func TestCalendarExample(t *testing.T) {
+	s := mustLoad(t, "../../config/examples/09-calendar.yaml")
+	for _, c := range []struct {
+		entry string
+		unit  limiter.CalendarUnit
+		zone  string
+	}{
+		{"api_key=k1", limiter.CalendarMonth, "Europe/Berlin"},
+		{"export_user=u1", limiter.CalendarDay, "America/New_York"},
+		{"partner=p1", limiter.CalendarWeek, "UTC"},
+	} {
+		m, ok := s.Match("quota", e(c.entry))
+		if !ok {
+			t.Fatalf("%s: no match", c.entry)
+		}
+		p := m.Rule.Policy
+		cal := p.Calendar()
+		if cal == nil || cal.Unit != c.unit || cal.Location.String() != c.zone || p.Algorithm() != limiter.FixedWindow {
+			t.Errorf("%s: policy %s calendar %+v", c.entry, p.ID(), cal)
+		}
+		if !strings.Contains(p.ID(), ":calendar:"+c.unit.String()+":") {
+			t.Errorf("%s: ID %q does not name the calendar", c.entry, p.ID())
 		}
 	}
 }

@@ -15,6 +15,7 @@ import (
 //	by rule path:  <domain>/<key>[:<value>]/<key>[:<value>]...
 //	by name:       <domain>:<rate_limit.name>   (when the name is unique in its domain)
 //	override:      <domain>:override:<unit>/<key>/<key>...
+//	calendar:      <one of the above>:calendar:<unit>:<time_zone>
 //
 // Each configured string is copied with A-Z lowered and every other byte
 // outside [a-z0-9._-] (including the separators ':' and '/') replaced by '_'.
@@ -23,12 +24,16 @@ import (
 // original strings, so that two different rules never share an ID. The limit
 // numbers (requests_per_unit, unit_multiplier, burst) are not part of the ID:
 // changing them keeps the counters; revision and algorithm roll the state
-// through the storage key instead.
+// through the storage key instead. A calendar window's unit and time zone
+// are part of its ID: its window id is its period's start, which another
+// unit or zone can share (a month and its first day), so a change must
+// start new counters; turning calendar on or off changes the ID too.
 
 const (
 	idKindPath     = 'p'
 	idKindName     = 'n'
 	idKindOverride = 'o'
+	idKindCalendar = 'c'
 	idHashHex      = 12
 	idSuffixLen    = 2 + idHashHex
 )
@@ -105,6 +110,18 @@ func nameID(domain, name string) string {
 	b.str(domain)
 	b.sep(":")
 	b.str(name)
+	return b.id()
+}
+
+// calendarID derives the ID of a calendar window's rule from the ID its
+// rule would have without a calendar, its unit and its time zone name.
+func calendarID(base, unit, zone string) string {
+	b := newIDBuilder(idKindCalendar)
+	b.sep(base) // already an ID: kept as it is
+	b.sep(":calendar:")
+	b.str(unit)
+	b.sep(":")
+	b.str(zone)
 	return b.id()
 }
 

@@ -19,6 +19,10 @@ type limitSpec struct {
 	failure   limiter.FailureMode
 	revision  uint32
 	headers   HeaderMode
+	// calendar makes a fixed window a calendar period (nil: epoch-aligned);
+	// zone is its time_zone as configured.
+	calendar *limiter.Calendar
+	zone     string
 }
 
 // checkLimit validates one rate_limit block on its own (the combinations
@@ -36,7 +40,7 @@ func (c *compiler) checkLimit(rl *rawLimit, what string) (limitSpec, bool) {
 			name string
 		}{{rl.unitPos, "unit"}, {rl.rpuPos, "requests_per_unit"}, {rl.unitMultiplierPos, "unit_multiplier"},
 			{rl.algorithmPos, "algorithm"}, {rl.burstPos, "burst"}, {rl.failureModePos, "failure_mode"},
-			{rl.revisionPos, "revision"}, {rl.headersPos, "headers"}} {
+			{rl.revisionPos, "revision"}, {rl.headersPos, "headers"}, {rl.calendarPos, "calendar"}, {rl.timeZonePos, "time_zone"}} {
 			if f.p.set() {
 				bad(f.p, "%s is not allowed with unlimited: true (an unlimited rule never limits)", f.name)
 			}
@@ -86,6 +90,9 @@ func (c *compiler) checkLimit(rl *rawLimit, what string) (limitSpec, bool) {
 		}
 		ls.headers = h
 	}
+	if !c.checkCalendar(rl, &ls, bad) {
+		ok = false
+	}
 	// Check the arithmetic now, with a placeholder ID, so that the problem
 	// points at this block (a named policy is then checked once).
 	if ok {
@@ -123,7 +130,7 @@ func (ls limitSpec) policy(id string, shadow bool) (*limiter.Policy, error) {
 		FailureMode: ls.failure,
 		Shadow:      shadow,
 	}
-	spec.Params = ls.algorithm.ParamsFor(limiter.Rate{Limit: int64(ls.rpu), Window: window, Burst: int64(ls.burst)})
+	spec.Params = ls.algorithm.ParamsFor(limiter.Rate{Limit: int64(ls.rpu), Window: window, Burst: int64(ls.burst), Calendar: ls.calendar})
 	return limiter.NewPolicy(spec)
 }
 

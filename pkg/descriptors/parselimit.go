@@ -36,6 +36,10 @@ type rawLimit struct {
 	revisionPos        pos
 	headers            string
 	headersPos         pos
+	calendar           bool
+	calendarPos        pos
+	timeZone           string
+	timeZonePos        pos
 	extensionPositions []pos
 }
 
@@ -104,8 +108,14 @@ func (p *parser) rateLimit(n *yaml.Node, what string) *rawLimit {
 		case "headers":
 			rl.headersPos = ext(k)
 			rl.headers, _ = p.str(v, "headers")
+		case "calendar":
+			rl.calendarPos = ext(k)
+			rl.calendar, _ = p.boolean(v, "calendar")
+		case "time_zone":
+			rl.timeZonePos = ext(k)
+			rl.timeZone, _ = p.str(v, "time_zone")
 		default:
-			p.errorf(k, "unknown key %q in %s (expected unit, requests_per_unit, unlimited, name, replaces, unit_multiplier, algorithm, burst, failure_mode, revision, headers)", key, what)
+			p.errorf(k, "unknown key %q in %s (expected unit, requests_per_unit, unlimited, name, replaces, unit_multiplier, algorithm, burst, failure_mode, revision, headers, calendar, time_zone)", key, what)
 		}
 	})
 	if !ok {

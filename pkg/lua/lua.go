@@ -28,6 +28,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/envoy-rls/envoy-rls/pkg/limiter"
 )
@@ -208,36 +209,94 @@ const BatchArgs = 2
 // struct.pack('>BBddddddd').
 const BatchPacked = 2 + 7*8
 
+// Bits of the flags byte of a key's packed numbers (rate-batch-v1.lua
+// reads each with bit.band): the role (limiter.Role) is the low bits.
+const (
+	// FlagFailOpen: the policy fails open.
+	FlagFailOpen = 4
+	// FlagCalendar: the calendar extension (CalendarPacked bytes) follows
+	// the fixed numbers.
+	FlagCalendar = 32
+)
+
+// CalendarPacked is the length of the calendar extension of a key's packed
+// numbers: struct.pack('>dddd'), the boundaries b0 < b1 < b2 < b3 (Unix
+// ms) of three consecutive calendar periods [b0, b1), [b1, b2), [b2, b3):
+// the one before the period holding the sender's estimate of Redis's
+// clock, that period, and the one after it (limiter.Calendar.Neighbours).
+const CalendarPacked = 4 * 8
+
+// PackedLen is the length of the packed numbers of one key of policy p:
+// BatchPacked, plus CalendarPacked for a calendar window.
+func PackedLen(p *limiter.Policy) int {
+	if p.Calendar() != nil {
+		return BatchPacked + CalendarPacked
+	}
+	return BatchPacked
+}
+
 // AppendBatchArgs appends the two ARGV fields of one key of
 // rate-batch-v1.lua to dst: the policy ID, and the numbers packed
 // big-endian as struct.pack('>BBddddddd'): algorithm (limiter.Algorithm),
-// flags (role + 4 when the policy fails open), revision, limit, the two
-// algorithm arguments (limiter.Policy.AlgorithmArgs), cleanup grace ms, max
-// clock regression ms, cost. Every number is an integer below
-// 2^53, which a float64 holds exactly. role is the mode the key plays in
-// this program (limiter.Request.Role, or another one when the caller splits
-// a batch).
+// flags (role + FlagFailOpen when the policy fails open + FlagCalendar for a
+// calendar window), revision, limit, the two algorithm arguments
+// (limiter.Policy.AlgorithmArgs), cleanup grace ms, max clock regression
+// ms, cost; then, for a calendar window, its extension (CalendarPacked).
+// Every number is an integer below 2^53, which a float64 holds exactly.
+// role is the mode the key plays in this program (limiter.Request.Role, or
+// another one when the caller splits a batch). A calendar window's
+// extension is computed at the wall clock's now; AppendBatchArgsAt takes
+// the time instead.
 func AppendBatchArgs(dst []string, p *limiter.Policy, cost int64, role limiter.Role) []string {
-	var b [BatchPacked]byte
-	return append(dst, p.ID(), string(AppendBatchPacked(b[:0], p, cost, role)))
+	return AppendBatchArgsAt(dst, p, cost, role, wallNow(p))
+}
+
+// AppendBatchArgsAt is AppendBatchArgs with the calendar periods around
+// nowMs, the caller's estimate of Redis's clock (Unix ms).
+func AppendBatchArgsAt(dst []string, p *limiter.Policy, cost int64, role limiter.Role, nowMs int64) []string {
+	var b [BatchPacked + CalendarPacked]byte
+	return append(dst, p.ID(), string(AppendBatchPackedAt(b[:0], p, cost, role, nowMs)))
 }
 
 // AppendBatchPacked appends the packed numbers of one key of
-// rate-batch-v1.lua (the second ARGV field of AppendBatchArgs, BatchPacked
-// bytes) to dst, for callers that pool their argument buffers.
+// rate-batch-v1.lua (the second ARGV field of AppendBatchArgs, PackedLen
+// bytes) to dst, for callers that pool their argument buffers. A calendar
+// window's extension is computed at the wall clock's now.
 func AppendBatchPacked(dst []byte, p *limiter.Policy, cost int64, role limiter.Role) []byte {
-	dst = slices.Grow(dst, BatchPacked)
-	b := dst[len(dst) : len(dst)+BatchPacked]
+	return AppendBatchPackedAt(dst, p, cost, role, wallNow(p))
+}
+
+// AppendBatchPackedAt is AppendBatchPacked with the calendar periods
+// around nowMs, the caller's estimate of Redis's clock (Unix ms).
+func AppendBatchPackedAt(dst []byte, p *limiter.Policy, cost int64, role limiter.Role, nowMs int64) []byte {
+	n := PackedLen(p)
+	dst = slices.Grow(dst, n)
+	b := dst[len(dst) : len(dst)+n]
 	b[0] = byte(p.Algorithm())
 	b[1] = byte(role)
 	if p.FailureMode() == limiter.FailOpen {
-		b[1] += 4
+		b[1] += FlagFailOpen
 	}
 	arg1, arg2 := p.AlgorithmArgs()
 	for i, v := range [7]int64{int64(p.Revision()), p.Limit(), arg1, arg2, p.CleanupGraceMillis(), p.MaxClockRegressionMillis(), cost} {
 		binary.BigEndian.PutUint64(b[2+8*i:], math.Float64bits(float64(v)))
 	}
-	return dst[:len(dst)+BatchPacked]
+	if c := p.Calendar(); c != nil {
+		b[1] += FlagCalendar
+		for i, v := range c.Neighbours(nowMs) {
+			binary.BigEndian.PutUint64(b[BatchPacked+8*i:], math.Float64bits(float64(v)))
+		}
+	}
+	return dst[:len(dst)+n]
+}
+
+// wallNow is the wall clock in Unix ms for a calendar policy (0, unread,
+// for any other).
+func wallNow(p *limiter.Policy) int64 {
+	if p.Calendar() == nil {
+		return 0
+	}
+	return time.Now().UnixMilli()
 }
 
 // RefundArgs is the number of ARGV fields per key of rate-refund-v1.lua.
@@ -245,11 +304,16 @@ const RefundArgs = 8
 
 // AppendRefundArgs appends the eight ARGV fields of one key of
 // rate-refund-v1.lua: algorithm, policy, revision, limit, the two algorithm
-// arguments (limiter.Policy.AlgorithmArgs), the cost taken and the
-// effectiveNowMillis the batch replied for the key.
+// arguments (limiter.Policy.AlgorithmArgs; for a calendar window, the end
+// and the length in ms of the period holding effectiveNowMs instead), the
+// cost taken and the effectiveNowMillis the batch replied for the key.
 func AppendRefundArgs(dst []string, p *limiter.Policy, cost, effectiveNowMs int64) []string {
 	i := strconv.FormatInt
 	arg1, arg2 := p.AlgorithmArgs()
+	if c := p.Calendar(); c != nil {
+		start, end := c.Period(effectiveNowMs)
+		arg1, arg2 = end, end-start
+	}
 	return append(dst, p.Algorithm().String(), p.ID(), strconv.FormatUint(uint64(p.Revision()), 10), i(p.Limit(), 10),
 		i(arg1, 10), i(arg2, 10), i(cost, 10), i(effectiveNowMs, 10))
 }

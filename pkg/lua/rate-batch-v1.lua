@@ -15,8 +15,10 @@
 --     to intern and parse (each costs Redis CPU):
 --       algorithm            1 fixed_window, 2 sliding_window, 3 token_bucket,
 --                            4 gcra
---       flags                role + 4 * failOpen; role 0 ordinary, 1 shadow,
---                            2 quota, 3 check (limiter.Role)
+--       flags                role + 4 * failOpen + 32 * calendar; role 0
+--                            ordinary, 1 shadow, 2 quota, 3 check
+--                            (limiter.Role); calendar: the calendar
+--                            extension follows (fixed_window only)
 --       policy revision      1..2^32-1
 --       limit (capacity)     0..2^53-1 (sliding window: 0..(2^53-1)/10^6;
 --                            token bucket: capacity * period + amount
@@ -28,6 +30,12 @@
 --       cleanup grace ms     0..ten years
 --       max clock regression ms  0..ten years
 --       cost                 1..limit
+--     then, when flags has 32, the calendar extension (fragments/
+--     calendar.lua), struct.pack('>dddd'): the boundaries b0 < b1 < b2 <
+--     b3, Unix ms, of three consecutive calendar periods (the one before
+--     the sender's estimate of TIME, the one holding it, the one after).
+--     The period holding the effective now is the window; a now outside
+--     [b0, b3) answers CLOCK_UNSAFE and writes nothing.
 --     Doubles carry every integer below 2^53 exactly; each is checked
 --     integral and in range.
 -- ARGV[2N+1]  the group: per request struct.pack('>Hd'): its number of keys
@@ -142,6 +150,7 @@ local key, alg, policy, rev, limit, p2, p3, grace, maxRegression, cost
 local st, stLast, stA, stB, stC, fresh, hashA, hashC
 local now, allowed, a, b, c, ttl, remaining, retry, resetAt, remainingBefore, resetBefore
 local write, status, eff, lim
+local cal, cb0, cb1, cb2, cb3
 
 -- rec: for a batch of several keys, R values per key i, at
 -- (i - 1) * R + one of these offsets:
@@ -165,9 +174,10 @@ end
 
 for i = 1, n do
   key, policy = KEYS[kb + i], ARGV[(kb + i - 1) * NARG + 1]
-  local algorithm, flags
-  algorithm, flags, rev, limit, p2, p3, grace, maxRegression, cost = unpack('>BBddddddd', ARGV[(kb + i - 1) * NARG + 2])
-  alg = false
+  local algorithm, flags, pos
+  local packed = ARGV[(kb + i - 1) * NARG + 2]
+  algorithm, flags, rev, limit, p2, p3, grace, maxRegression, cost, pos = unpack('>BBddddddd', packed)
+  alg, cal = false, false
   local role, failOpen = 0, false
   local valid
 -- #include valid.lua
@@ -188,9 +198,12 @@ for i = 1, n do
   else
     valid = false
   end
+  if valid and bit.band(flags, 32) ~= 0 then
+-- #include calendar.lua valid
+  end
   if valid then
     role = flags % 4
-    failOpen = flags >= 4
+    failOpen = bit.band(flags, 4) ~= 0
   end
   -- A key that is not evaluated (INVALID, STATE_INCOMPATIBLE,
   -- CLOCK_UNSAFE) replies (serverNow, serverNow, limit or 0, 0, 0, 0).
@@ -229,6 +242,7 @@ for i = 1, n do
       status, eff, remaining, retry, resetAt = 'STATE_INCOMPATIBLE', serverNow, 0, 0, 0
     else
 -- #include clock.lua
+-- #include calendar.lua clock
       if not now then
         status, eff, remaining, retry, resetAt = 'CLOCK_UNSAFE', serverNow, 0, 0, 0
       else

@@ -3,8 +3,9 @@
 -- rules are its fragment's valid section. In: flags, policy, rev, limit,
 -- p2, p3, grace, maxRegression, cost (the unpacked numbers: doubles, any
 -- value). Out: valid, true when each is an integer in its range (NaN fails
--- every comparison; flags is a byte).
-valid = flags <= 7 and #policy <= 128 and find(policy, POLICY_ID)
+-- every comparison; flags is a byte of the role, 4 fail open and 32
+-- calendar: 216 is every other bit).
+valid = bit.band(flags, 216) == 0 and #policy <= 128 and find(policy, POLICY_ID)
   and rev >= 1 and rev <= 4294967295 and rev % 1 == 0
   and limit >= 0 and limit <= MAX and limit % 1 == 0
   and p2 % 1 == 0 and p3 % 1 == 0
