@@ -13,9 +13,11 @@ import (
 )
 
 // algorithmPolicies returns one policy per algorithm with the given ID
-// prefix, failure mode and a limit (capacity) of limit per window.
+// prefix, failure mode and a limit (capacity) of limit per window; for a
+// window of a minute, also a calendar window of a minute of Asia/Kolkata's
+// clock.
 func algorithmPolicies(t testing.TB, prefix string, mode limiter.FailureMode, limit int64, window time.Duration) []*limiter.Policy {
-	return []*limiter.Policy{
+	pols := []*limiter.Policy{
 		limitertest.Policy(t, limiter.PolicySpec{ID: prefix + "-fixed", Algorithm: limiter.FixedWindow, FailureMode: mode,
 			Params: limiter.FixedWindowParams{Limit: limit, Window: window}}),
 		limitertest.Policy(t, limiter.PolicySpec{ID: prefix + "-sliding", Algorithm: limiter.SlidingWindow, FailureMode: mode,
@@ -25,6 +27,15 @@ func algorithmPolicies(t testing.TB, prefix string, mode limiter.FailureMode, li
 		limitertest.Policy(t, limiter.PolicySpec{ID: prefix + "-gcra", Algorithm: limiter.GCRA, FailureMode: mode,
 			Params: limiter.GCRAParams{Burst: limit, Limit: limit, Period: window}}),
 	}
+	if window == time.Minute {
+		loc, err := time.LoadLocation("Asia/Kolkata")
+		if err != nil {
+			t.Fatal(err)
+		}
+		pols = append(pols, limitertest.Policy(t, limiter.PolicySpec{ID: prefix + "-calendar", Algorithm: limiter.FixedWindow, FailureMode: mode,
+			Params: limiter.FixedWindowParams{Limit: limit, Window: window, Calendar: &limiter.Calendar{Unit: limiter.CalendarMinute, Location: loc}}}))
+	}
+	return pols
 }
 
 // TestFloodStaysInItsPolicy: a flood of distinct subjects on one policy

@@ -119,7 +119,9 @@ func randomPolicies(t *testing.T, rng *rand.Rand, prefix string, n int, windows 
 		}
 		id := fmt.Sprintf("%s.%d", prefix, j)
 		w := windows[rng.IntN(len(windows))]
-		switch rng.IntN(4) {
+		switch rng.IntN(5) {
+		case 4:
+			pols[j] = calendarRandom(t, rng, id, limit)
 		case 0:
 			pols[j] = limitertest.Policy(t, limiter.PolicySpec{ID: id, Algorithm: limiter.FixedWindow, FailureMode: fm,
 				Params: limiter.FixedWindowParams{Limit: limit, Window: w}})

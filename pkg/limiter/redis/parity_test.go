@@ -102,6 +102,12 @@ func randomState(rng *rand.Rand, p *limiter.Policy, now int64) limiter.State {
 	var st limiter.State
 	switch p.Algorithm() {
 	case limiter.FixedWindow:
+		if c := p.Calendar(); c != nil {
+			// The period before last's, last's or the one after.
+			b := c.Neighbours(last)
+			st = stateOf(p, last, b[rng.IntN(3)], rng.Int64N(limit+4), 0)
+			break
+		}
 		st = stateOf(p, last, w+rng.Int64N(3)-1, rng.Int64N(limit+4), 0)
 	case limiter.SlidingWindow:
 		st = stateOf(p, last, w-rng.Int64N(3), rng.Int64N(limit+3), rng.Int64N(limit+3))
@@ -477,7 +483,9 @@ func TestRandomDifferential(t *testing.T) {
 	for i := 0; i < n; i++ {
 		var p *limiter.Policy
 		limit := 1 + rng.Int64N(20)
-		switch i % 3 {
+		switch i % 4 {
+		case 3:
+			p = calendarRandom(t, rng, "r.cal", limit)
 		case 0:
 			p = fixed(t, "r.fw", limit, windows[rng.IntN(len(windows))])
 		case 1:
