@@ -46,6 +46,9 @@ type server struct {
 	// sharedSecret is the HMAC secret shared through Redis (compat.go),
 	// nil when the secret is configured or per process.
 	sharedSecret []byte
+	// clock is the memory store's and the responses' clock: nil (the
+	// system clock) except in a test build (testclock.go).
+	clock limiter.Clock
 }
 
 // serve runs the server until ctx is done or a server fails: it loads the
@@ -63,6 +66,9 @@ func serve(ctx context.Context, o Options, getenv func(string) string, log *zap.
 	}
 	var err error
 	if s.metrics, err = newMetrics(s.reg); err != nil {
+		return err
+	}
+	if s.clock, err = testClock(getenv); err != nil {
 		return err
 	}
 	if p, from := gcPercent(&o, getenv); p != 0 {
@@ -136,6 +142,7 @@ func serve(ctx context.Context, o Options, getenv func(string) string, log *zap.
 		Local:          s.localConfig(),
 		Received:       received,
 		Observer:       observer,
+		Clock:          s.clock,
 	})
 	if err != nil {
 		return err
@@ -246,7 +253,7 @@ func (s *server) frontStore(store limiter.Store, h hooks) error {
 	}
 	if s.opts.LocalCache {
 		var err error
-		if store, err = denycache.New(denycache.Config{Store: store, Size: s.opts.LocalCacheSize, Observer: s.metrics.cache}); err != nil {
+		if store, err = denycache.New(denycache.Config{Store: store, Size: s.opts.LocalCacheSize, Observer: s.metrics.cache, Clock: s.clock}); err != nil {
 			return err
 		}
 	}
