@@ -65,5 +65,8 @@ func TestCalendarExample(t *testing.T) {
 		if !strings.Contains(p.ID(), ":calendar:"+c.unit.String()+":") {
 			t.Errorf("%s: ID %q does not name the calendar", c.entry, p.ID())
 		}
+		if want := "per " + c.unit.String() + " (calendar, " + c.zone + ")"; !strings.Contains(s.Summary(), want) {
+			t.Errorf("summary does not say %q:\n%s", want, s.Summary())
+		}
 	}
 }
