@@ -53,7 +53,7 @@ func TestCalendarExample(t *testing.T) {
 		{"export_user=u1", limiter.CalendarDay, "America/New_York"},
 		{"partner=p1", limiter.CalendarWeek, "UTC"},
 	} {
-		m, ok := s.Match("quota", e(c.entry))
+		m, ok := s.Match("calendar", e(c.entry))
 		if !ok {
 			t.Fatalf("%s: no match", c.entry)
 		}
