@@ -28,7 +28,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"time"
 
 	"github.com/envoy-rls/envoy-rls/pkg/limiter"
 )
@@ -209,53 +208,19 @@ const BatchArgs = 2
 // struct.pack('>BBddddddd').
 const BatchPacked = 2 + 7*8
 
-// Bits of the flags byte of a key's packed numbers (rate-batch-v1.lua
-// reads each with bit.band): the role (limiter.Role) is the low bits.
-const (
-	// FlagFailOpen: the policy fails open.
-	FlagFailOpen = 4
-	// FlagCalendar: the calendar extension (CalendarPacked bytes) follows
-	// the fixed numbers.
-	FlagCalendar = 32
-)
-
-// CalendarPacked is the length of the calendar extension of a key's packed
-// numbers: struct.pack('>dddd'), the boundaries b0 < b1 < b2 < b3 (Unix
-// ms) of three consecutive calendar periods [b0, b1), [b1, b2), [b2, b3):
-// the one before the period holding the sender's estimate of Redis's
-// clock, that period, and the one after it (limiter.Calendar.Neighbours).
-const CalendarPacked = 4 * 8
-
-// PackedLen is the length of the packed numbers of one key of policy p:
-// BatchPacked, plus CalendarPacked for a calendar window.
-func PackedLen(p *limiter.Policy) int {
-	if p.Calendar() != nil {
-		return BatchPacked + CalendarPacked
-	}
-	return BatchPacked
-}
-
 // AppendBatchArgs appends the two ARGV fields of one key of
 // rate-batch-v1.lua to dst: the policy ID, and the numbers packed
 // big-endian as struct.pack('>BBddddddd'): algorithm (limiter.Algorithm),
 // flags (role + FlagFailOpen when the policy fails open + FlagCalendar for a
 // calendar window), revision, limit, the two algorithm arguments
 // (limiter.Policy.AlgorithmArgs), cleanup grace ms, max clock regression
-// ms, cost; then, for a calendar window, its extension (CalendarPacked).
+// ms, cost; then, for a calendar window, its extension (CalendarPacked,
+// computed at the wall clock's now: AppendBatchArgsAt takes the time).
 // Every number is an integer below 2^53, which a float64 holds exactly.
 // role is the mode the key plays in this program (limiter.Request.Role, or
-// another one when the caller splits a batch). A calendar window's
-// extension is computed at the wall clock's now; AppendBatchArgsAt takes
-// the time instead.
+// another one when the caller splits a batch).
 func AppendBatchArgs(dst []string, p *limiter.Policy, cost int64, role limiter.Role) []string {
 	return AppendBatchArgsAt(dst, p, cost, role, wallNow(p))
-}
-
-// AppendBatchArgsAt is AppendBatchArgs with the calendar periods around
-// nowMs, the caller's estimate of Redis's clock (Unix ms).
-func AppendBatchArgsAt(dst []string, p *limiter.Policy, cost int64, role limiter.Role, nowMs int64) []string {
-	var b [BatchPacked + CalendarPacked]byte
-	return append(dst, p.ID(), string(AppendBatchPackedAt(b[:0], p, cost, role, nowMs)))
 }
 
 // AppendBatchPacked appends the packed numbers of one key of
@@ -266,12 +231,11 @@ func AppendBatchPacked(dst []byte, p *limiter.Policy, cost int64, role limiter.R
 	return AppendBatchPackedAt(dst, p, cost, role, wallNow(p))
 }
 
-// AppendBatchPackedAt is AppendBatchPacked with the calendar periods
-// around nowMs, the caller's estimate of Redis's clock (Unix ms).
+// AppendBatchPackedAt is AppendBatchPacked with a calendar window's
+// periods around nowMs, the caller's estimate of Redis's clock (Unix ms).
 func AppendBatchPackedAt(dst []byte, p *limiter.Policy, cost int64, role limiter.Role, nowMs int64) []byte {
-	n := PackedLen(p)
-	dst = slices.Grow(dst, n)
-	b := dst[len(dst) : len(dst)+n]
+	dst = slices.Grow(dst, PackedLen(p))
+	b := dst[len(dst) : len(dst)+BatchPacked]
 	b[0] = byte(p.Algorithm())
 	b[1] = byte(role)
 	if p.FailureMode() == limiter.FailOpen {
@@ -281,22 +245,7 @@ func AppendBatchPackedAt(dst []byte, p *limiter.Policy, cost int64, role limiter
 	for i, v := range [7]int64{int64(p.Revision()), p.Limit(), arg1, arg2, p.CleanupGraceMillis(), p.MaxClockRegressionMillis(), cost} {
 		binary.BigEndian.PutUint64(b[2+8*i:], math.Float64bits(float64(v)))
 	}
-	if c := p.Calendar(); c != nil {
-		b[1] += FlagCalendar
-		for i, v := range c.Neighbours(nowMs) {
-			binary.BigEndian.PutUint64(b[BatchPacked+8*i:], math.Float64bits(float64(v)))
-		}
-	}
-	return dst[:len(dst)+n]
-}
-
-// wallNow is the wall clock in Unix ms for a calendar policy (0, unread,
-// for any other).
-func wallNow(p *limiter.Policy) int64 {
-	if p.Calendar() == nil {
-		return 0
-	}
-	return time.Now().UnixMilli()
+	return appendCalendar(dst[:len(dst)+BatchPacked], b, p, nowMs)
 }
 
 // RefundArgs is the number of ARGV fields per key of rate-refund-v1.lua.
@@ -309,11 +258,7 @@ const RefundArgs = 8
 // cost taken and the effectiveNowMillis the batch replied for the key.
 func AppendRefundArgs(dst []string, p *limiter.Policy, cost, effectiveNowMs int64) []string {
 	i := strconv.FormatInt
-	arg1, arg2 := p.AlgorithmArgs()
-	if c := p.Calendar(); c != nil {
-		start, end := c.Period(effectiveNowMs)
-		arg1, arg2 = end, end-start
-	}
+	arg1, arg2 := refundWindow(p, effectiveNowMs)
 	return append(dst, p.Algorithm().String(), p.ID(), strconv.FormatUint(uint64(p.Revision()), 10), i(p.Limit(), 10),
 		i(arg1, 10), i(arg2, 10), i(cost, 10), i(effectiveNowMs, 10))
 }
