@@ -2,6 +2,7 @@ package limiter
 
 import (
 	"fmt"
+	"sync/atomic"
 	"time"
 )
 
@@ -43,7 +44,15 @@ type Calendar struct {
 	Unit CalendarUnit
 	// Location is the time zone (time.LoadLocation). (Required)
 	Location *time.Location
+
+	// last holds the last three periods computed (Neighbours' boundaries):
+	// periods are a pure function of the calendar, so any of them stays
+	// true, and an instant in one of them needs no zone arithmetic.
+	last atomic.Pointer[[4]int64]
 }
+
+// clone is a calendar of the same unit and zone, with no memory of periods.
+func (c *Calendar) clone() *Calendar { return &Calendar{Unit: c.Unit, Location: c.Location} }
 
 func (c *Calendar) check() error {
 	if c.Unit < CalendarMinute || c.Unit > CalendarYear {
@@ -61,6 +70,19 @@ func (c *Calendar) check() error {
 // changes; the other units start at local midnight, or, when the local
 // clock skips midnight, at the first instant after the skip.
 func (c *Calendar) Period(nowMs int64) (start, end int64) {
+	if b := c.last.Load(); b != nil && b[0] <= nowMs && nowMs < b[3] {
+		i := 0
+		for i < 2 && nowMs >= b[i+1] {
+			i++
+		}
+		return b[i], b[i+1]
+	}
+	b := c.Neighbours(nowMs)
+	return b[1], b[2]
+}
+
+// period is Period without the memory of the last periods.
+func (c *Calendar) period(nowMs int64) (start, end int64) {
 	t := time.UnixMilli(nowMs).In(c.Location)
 	switch c.Unit {
 	case CalendarMinute, CalendarHour:
@@ -94,9 +116,13 @@ func (c *Calendar) Period(nowMs int64) (start, end int64) {
 // b[2] < b[3], the three periods being [b[0], b[1]), [b[1], b[2]) and
 // [b[2], b[3]).
 func (c *Calendar) Neighbours(nowMs int64) (b [4]int64) {
-	b[1], b[2] = c.Period(nowMs)
-	b[0], _ = c.Period(b[1] - 1)
-	_, b[3] = c.Period(b[2])
+	if l := c.last.Load(); l != nil && l[1] <= nowMs && nowMs < l[2] {
+		return *l
+	}
+	b[1], b[2] = c.period(nowMs)
+	b[0], _ = c.period(b[1] - 1)
+	_, b[3] = c.period(b[2])
+	c.last.Store(&b)
 	return b
 }
 

@@ -136,18 +136,22 @@ func TestCalendarPeriodsTile(t *testing.T) {
 		for unit := CalendarMinute; unit <= CalendarYear; unit++ {
 			cal := &Calendar{Unit: unit, Location: loc}
 			n := 0
-			for s, e := cal.Period(from); s < to && n < 2000; n++ {
+			// period, not Period: every period computed afresh.
+			for s, e := cal.period(from); s < to && n < 2000; n++ {
 				if l := time.Duration(e-s) * time.Millisecond; l < bounds[unit][0] || l > bounds[unit][1] {
 					t.Fatalf("%s %s: period [%s, %s) of %v", zone, unit, show(s, loc), show(e, loc), l)
 				}
-				ns, ne := cal.Period(e)
+				ns, ne := cal.period(e)
+				if ps, pe := cal.Period(e); ps != ns || pe != ne {
+					t.Fatalf("%s %s: Period(%d) = [%d, %d), period [%d, %d)", zone, unit, e, ps, pe, ns, ne)
+				}
 				if ns != e {
 					t.Fatalf("%s %s: period after [%s, %s) starts at %s", zone, unit, show(s, loc), show(e, loc), show(ns, loc))
 				}
 				if unit < CalendarDay {
 					// Jump to the next day: sub-day units are checked
 					// around the start of each day.
-					ns, ne = cal.Period(e + 24*3_600_000)
+					ns, ne = cal.period(e + 24*3_600_000)
 				}
 				s, e = ns, ne
 			}
@@ -211,17 +215,38 @@ func TestCalendarPolicy(t *testing.T) {
 	}
 	// Rules.
 	for _, c := range []struct {
-		cal   Calendar
+		cal   *Calendar
 		field string
 	}{
-		{Calendar{Unit: 0, Location: berlin}, "calendar"},
-		{Calendar{Unit: CalendarYear + 1, Location: berlin}, "calendar"},
-		{Calendar{Unit: CalendarDay}, "time_zone"},
+		{&Calendar{Unit: 0, Location: berlin}, "calendar"},
+		{&Calendar{Unit: CalendarYear + 1, Location: berlin}, "calendar"},
+		{&Calendar{Unit: CalendarDay}, "time_zone"},
 	} {
-		_, err := NewPolicy(PolicySpec{ID: "cal", Algorithm: FixedWindow, Params: FixedWindowParams{Limit: 1, Window: time.Hour, Calendar: &c.cal}})
+		_, err := NewPolicy(PolicySpec{ID: "cal", Algorithm: FixedWindow, Params: FixedWindowParams{Limit: 1, Window: time.Hour, Calendar: c.cal}})
 		var fe *FieldError
 		if !errors.As(err, &fe) || fe.Field != c.field {
-			t.Errorf("%+v: %v, want a %s field error", c.cal, err, c.field)
+			t.Errorf("unit %d: %v, want a %s field error", c.cal.Unit, err, c.field)
 		}
+	}
+}
+
+// BenchmarkCalendarPeriod: the cost a calendar window adds to a memory
+// store evaluation (one Period) and to a Redis program's arguments (one
+// Neighbours: three Periods).
+func BenchmarkCalendarPeriod(b *testing.B) {
+	berlin := mustZone(b, "Europe/Berlin")
+	now := time.Date(2026, 3, 29, 12, 0, 0, 0, berlin).UnixMilli()
+	for _, unit := range []CalendarUnit{CalendarHour, CalendarDay, CalendarMonth} {
+		c := &Calendar{Unit: unit, Location: berlin}
+		b.Run(unit.String()+"/period", func(b *testing.B) {
+			for i := range b.N {
+				c.Period(now + int64(i%1000))
+			}
+		})
+		b.Run(unit.String()+"/neighbours", func(b *testing.B) {
+			for i := range b.N {
+				c.Neighbours(now + int64(i%1000))
+			}
+		})
 	}
 }

@@ -37,8 +37,7 @@ func (prm FixedWindowParams) apply(p *Policy) error {
 		if err := prm.Calendar.check(); err != nil {
 			return err
 		}
-		c := *prm.Calendar
-		p.calendar = &c
+		p.calendar = prm.Calendar.clone()
 	}
 	return applyWindow(p, prm.Limit, prm.Window)
 }
