@@ -115,15 +115,16 @@ func (c *Calendar) period(nowMs int64) (start, end int64) {
 // nowMs, of that period and of the one after it: b[0] < b[1] <= nowMs <
 // b[2] < b[3], the three periods being [b[0], b[1]), [b[1], b[2]) and
 // [b[2], b[3]).
-func (c *Calendar) Neighbours(nowMs int64) (b [4]int64) {
+func (c *Calendar) Neighbours(nowMs int64) [4]int64 {
 	if l := c.last.Load(); l != nil && l[1] <= nowMs && nowMs < l[2] {
 		return *l
 	}
+	b := new([4]int64) // allocated on a miss only
 	b[1], b[2] = c.period(nowMs)
 	b[0], _ = c.period(b[1] - 1)
 	_, b[3] = c.period(b[2])
-	c.last.Store(&b)
-	return b
+	c.last.Store(b)
+	return *b
 }
 
 // midnight is the first instant of the local date (y, m, d) (normalised as

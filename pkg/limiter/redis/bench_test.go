@@ -28,13 +28,18 @@ func BenchmarkEvaluate(b *testing.B) {
 		sliding(b, "bench.sw", 1_000_000_000, time.Hour),
 		bucket(b, "bench.tb", 1_000_000_000, 1_000_000, time.Millisecond),
 		cellRate(b, "bench.gc", 1_000_000_000, 1_000_000, time.Millisecond),
+		calendarPolicy(b, "bench.cal", 1_000_000_000_000, limiter.CalendarMonth, "Europe/Berlin"),
 	}
 	subjects := make([]limiter.SubjectDigest, 1024)
 	for i := range subjects {
 		subjects[i] = subjectOf(fmt.Sprintf("bench-%d", i))
 	}
 	for _, p := range policies {
-		b.Run(p.Algorithm().String()+"/single", func(b *testing.B) {
+		name := p.Algorithm().String()
+		if p.Calendar() != nil {
+			name = "calendar_month"
+		}
+		b.Run(name+"/single", func(b *testing.B) {
 			out := make([]limiter.Outcome, 1)
 			req := make([]limiter.Request, 1)
 			ctx := context.Background()
@@ -52,7 +57,7 @@ func BenchmarkEvaluate(b *testing.B) {
 				b.ReportMetric(evalUsec/float64(evalCalls), "µs/evalsha")
 			}
 		})
-		b.Run(p.Algorithm().String()+"/parallel", func(b *testing.B) {
+		b.Run(name+"/parallel", func(b *testing.B) {
 			var n atomic.Int64
 			b.SetParallelism(8)
 			b.ReportAllocs()
@@ -79,7 +84,7 @@ func BenchmarkEvaluate(b *testing.B) {
 		b.ReportAllocs()
 		for i := 0; b.Loop(); i++ {
 			for j := range req {
-				req[j] = limiter.Request{Policy: policies[j%len(policies)], Subject: subjects[(i+j)%len(subjects)], Cost: 1}
+				req[j] = limiter.Request{Policy: policies[j%4], Subject: subjects[(i+j)%len(subjects)], Cost: 1}
 			}
 			s.Evaluate(ctx, req, out)
 			for j := range out {
