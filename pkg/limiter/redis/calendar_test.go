@@ -238,3 +238,35 @@ func TestCalendarRefund(t *testing.T) {
 }
 
 func binaryFloat(v float64) []byte { return binary.BigEndian.AppendUint64(nil, math.Float64bits(v)) }
+
+// TestCalendarStoreUsesRedisClockEstimate: the store computes the periods
+// it sends around its estimate of Redis's clock (clockOffset). An estimate
+// an hour ahead, for a calendar minute, sends periods that do not hold
+// Redis's TIME: CLOCK_UNSAFE, nothing written; with the estimate learnt
+// again from TIME the same request is decided.
+func TestCalendarStoreUsesRedisClockEstimate(t *testing.T) {
+	e := newEnv(t)
+	p := calendarPolicy(t, "cal.offset", 5, limiter.CalendarMinute, "UTC")
+	sub := subjectOf("calendar offset")
+	e.do("DEL", keyOf(p, sub))
+	off := &e.store.offsets[0]
+	cur, prev := off.cur.Load(), off.prev.Load()
+	off.cur.Store(0)
+	off.prev.Store(0)
+	now := e.store.local.ms(time.Now())
+	// Ahead, not behind: a deadline converted with an estimate behind
+	// Redis's clock would already be past.
+	off.sample(now, now+time.Hour.Milliseconds())
+	o := e.evaluate(p, sub, 1)
+	off.cur.Store(cur)
+	off.prev.Store(prev)
+	if o.Kind != limiter.Unavailable || o.Category != limiter.CategoryClockUnsafe {
+		t.Fatalf("periods around an estimate an hour ahead: %v/%s (%v), want unavailable/clock_unsafe", o.Kind, o.Category, o.Err)
+	}
+	if e.do("EXISTS", keyOf(p, sub)) != int64(0) {
+		t.Fatal("CLOCK_UNSAFE wrote state")
+	}
+	if o := e.evaluate(p, sub, 1); o.Kind != limiter.Evaluated || !o.Decision.Allowed || o.Decision.Remaining != 4 {
+		t.Fatalf("with the estimate restored: %+v", o)
+	}
+}
