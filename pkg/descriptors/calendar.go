@@ -68,9 +68,7 @@ func (c *compiler) checkCalendar(rl *rawLimit, ls *limitSpec, bad func(p pos, fo
 // differs between replicas) and "" are refused.
 func loadZone(name string) (*time.Location, error) {
 	if name == "" || name == "Local" || len(name) > maxZoneName {
-		return nil, errZoneName
+		return nil, &limiter.FieldError{Field: "time_zone", Reason: "must be an IANA zone name"}
 	}
 	return time.LoadLocation(name)
 }
-
-var errZoneName = &limiter.FieldError{Field: "time_zone", Reason: "must be an IANA zone name"}
