@@ -11,7 +11,7 @@ CONFIG ?= config/examples
 # Race tests need cgo; the machine's gcc provides it.
 TESTFLAGS ?= -race -count=1 -timeout 20m
 
-.PHONY: help build run test test-short lint vet fmt tidy filesize bench tools deps clean helm-check chart-docs release-check release-snapshot
+.PHONY: help build run test test-containers test-short lint vet fmt tidy filesize bench tools deps clean helm-check chart-docs release-check release-snapshot
 
 # What `envoy-rls version`, the start-up log line and envoy_rls_build_info
 # report for a `make build` binary (internal/buildinfo).
@@ -37,9 +37,20 @@ deps: ## install what the tests need (redis-server, helm, helm-docs) when missin
 	@scripts/ensure-tool.sh helm >/dev/null
 	@scripts/ensure-tool.sh helm-docs >/dev/null
 
-test: deps ## install test dependencies if missing, then run every test with -race (service and tools modules)
-	CI=$${CI:-} $(GO) test $(TESTFLAGS) $(PKGS)
+# -tags containers builds the tests that need testcontainers' compose module
+# (the compose demo), when a container engine answers; the Redis lanes pick
+# containers or local processes by themselves (docs/testing.md).
+CONTAINER_TAGS = $(shell docker info >/dev/null 2>&1 && echo -tags=containers)
+
+test: deps ## install test dependencies if missing, then run every test with -race (service and tools modules); ends with the Redis lane that ran
+	CI=$${CI:-} $(GO) test $(TESTFLAGS) $(CONTAINER_TAGS) $(PKGS)
 	CI=$${CI:-} $(GO) -C $(TOOLS) test $(TESTFLAGS) ./...
+	@$(GO) test -count=1 -run '^TestLane$$' -v ./internal/redistest | sed -n 's/.*\(redis lane: \)/\1/p'
+
+test-containers: ## the container lane's smoke test (needs a container engine): the image matrix, faults, Cluster, Sentinel and the compose demo
+	ENVOY_RLS_TEST_REDIS=containers $(GO) test -count=1 -tags=containers \
+		-run 'TestLane|TestStandaloneKillRestartPause|TestTLSServer|TestClusterAndSentinel|TestMatrixStart|TestVersionMatrix|TestComposeUp' -v \
+		./internal/redistest ./pkg/limiter/redis ./deploy/compose
 
 test-short: ## unit tests only (no Redis lanes)
 	$(GO) test -short -count=1 $(PKGS)

@@ -12,10 +12,12 @@ import (
 	"testing"
 	"time"
 
+	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/envoy-rls/envoy-rls/internal/redistest"
 	"github.com/envoy-rls/envoy-rls/internal/statsd/statsdtest"
@@ -111,10 +113,24 @@ func TestRatelimitEntryPoint(t *testing.T) {
 		}
 	}
 
+	// An explicit per-descriptor hits_addend of 0 checks without counting:
+	// OVER_LIMIT on the full limit; on a fresh subject more probes than the
+	// limit all answer OK, since none of them takes anything.
+	if res := probeCall(a, user); !res.over() {
+		t.Fatalf("probe of the full limit: %v, want OVER_LIMIT", res)
+	}
+	fresh := entry{"user", unique("u")}
+	for i, r := range []*replica{a, b, a, b} {
+		if res := probeCall(r, fresh); !res.ok() {
+			t.Fatalf("probe %d of a fresh subject on %s: %v, want OK", i+1, r.name, res)
+		}
+	}
+
 	// Both replicas' counters reach statsd under the reference's names: 4
 	// hits of one rule with limit 3 (near_limit from the 3rd hit on, as
-	// NEAR_LIMIT_RATIO 0.8 puts the threshold at 2).
-	want := map[string]int64{"ratelimit_server.ShouldRateLimit.total_requests": 4}
+	// NEAR_LIMIT_RATIO 0.8 puts the threshold at 2); the 5 probe calls add
+	// requests but no hits.
+	want := map[string]int64{"ratelimit_server.ShouldRateLimit.total_requests": 4 + 5}
 	statsdtest.AddRule(want, domain+".user", "", statsdtest.RuleCounts{Total: 4, Within: 3, Near: 1, Over: 1})
 	statsd.WaitCounters(t, want, 10*time.Second)
 	statsd.CheckOnlyCounters(t, want)
@@ -159,6 +175,16 @@ func TestRatelimitEntryPoint(t *testing.T) {
 	if res := b.mustCall(t, entry{"user", unique("u")}); !res.ok() {
 		t.Errorf("replica b after a stopped: %v", res)
 	}
+}
+
+// probeCall sends one call whose descriptor (entries) has an explicit
+// hits_addend of 0: check-only.
+func probeCall(r *replica, entries ...entry) result {
+	d := &ratelimitv3.RateLimitDescriptor{HitsAddend: wrapperspb.UInt64(0)}
+	for _, e := range entries {
+		d.Entries = append(d.Entries, &ratelimitv3.RateLimitDescriptor_Entry{Key: e.Key, Value: e.Value})
+	}
+	return r.send(callTimeout, &rlsv3.RateLimitRequest{Domain: domain, Descriptors: []*ratelimitv3.RateLimitDescriptor{d}})
 }
 
 // startClient is a replica handle for a client with other credentials,

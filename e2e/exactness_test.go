@@ -7,9 +7,10 @@ import (
 	"time"
 )
 
-// exactRules: a fixed window, a token bucket and a GCRA that do not roll or
-// refill noticeably during a test (per hour; the bucket refills 1 token an
-// hour, the GCRA's interval is an hour).
+// exactRules: a fixed window, a token bucket, a GCRA and a sliding log that
+// do not roll or refill noticeably during a test (per hour; the bucket
+// refills 1 token an hour, the GCRA's interval is an hour, the log's hits
+// leave an hour after they were admitted).
 const exactRules = `domain: e2e
 descriptors:
   - key: fixed
@@ -18,6 +19,8 @@ descriptors:
     rate_limit: {unit: hour, requests_per_unit: 1, algorithm: token_bucket, burst: 50}
   - key: gcra
     rate_limit: {unit: hour, requests_per_unit: 1, algorithm: gcra, burst: 50}
+  - key: log
+    rate_limit: {unit: hour, requests_per_unit: 60, algorithm: sliding_log}
 `
 
 // startReplicas starts n replicas sharing one Redis (standalone or cluster
@@ -53,6 +56,9 @@ func TestExactnessAcrossReplicas(t *testing.T) {
 		{"token bucket hits_addend 7", "bucket", 7, 7, 1},
 		{"gcra", "gcra", 1, 50, 0},
 		{"gcra hits_addend 7", "gcra", 7, 7, 1},
+		{"sliding log", "log", 1, 60, 0},
+		// 8 calls of 7 hits fit in 60.
+		{"sliding log hits_addend 7", "log", 7, 8, 4},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if tc.key == "fixed" {
@@ -104,8 +110,11 @@ func TestExactnessAcrossReplicas(t *testing.T) {
 }
 
 func limitOf(key string) int {
-	if key == "fixed" {
+	switch key {
+	case "fixed":
 		return 100
+	case "log":
+		return 60
 	}
 	return 1 // the token bucket's and the GCRA's requests_per_unit (their burst is 50)
 }

@@ -138,7 +138,7 @@ func testHelp(t *testing.T, bin string) {
 
 func testValidateExitCodes(t *testing.T, bin string) {
 	out, err := exec.Command(bin, "validate", "../../config/examples").Output()
-	if exitCode(err) != 0 || !strings.Contains(string(out), "domain edge") {
+	if exitCode(err) != 0 || !strings.Contains(string(out), "domain edge") || !strings.Contains(string(out), "policy several/api_key::1: fixed_window 1000 per day [rate_limits[1] of 2]") {
 		t.Fatalf("validate config/examples: exit %d\n%s", exitCode(err), out)
 	}
 	bad := filepath.Join(t.TempDir(), "bad.yaml")

@@ -4,6 +4,7 @@
 // of the README's Docker quick start against the Dockerfile and the chart's
 // image. (The docs' Kubernetes commands are deploy/helm's tests.) No Docker
 // engine is needed for them; the demo's decisions are replayed on the real
-// envoy-rls binary. TestComposeUp, which starts the demo itself, needs an
-// engine and is skipped without one.
+// envoy-rls binary. TestComposeUp, which starts the demo itself on
+// testcontainers' compose module, is built with -tags containers (make test
+// adds it when a container engine answers) and skips without an engine.
 package compose

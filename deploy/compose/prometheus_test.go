@@ -3,6 +3,7 @@ package compose_test
 import (
 	"net"
 	"net/http"
+	"path"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -24,6 +25,7 @@ type promConfig struct {
 		ScrapeInterval     string `yaml:"scrape_interval"`
 		EvaluationInterval string `yaml:"evaluation_interval"`
 	} `yaml:"global"`
+	RuleFiles     []string `yaml:"rule_files"`
 	ScrapeConfigs []struct {
 		JobName                string `yaml:"job_name"`
 		MetricsPath            string `yaml:"metrics_path"`
@@ -91,6 +93,18 @@ func TestPrometheusConfig(t *testing.T) {
 	}
 	if len(targets) != len(want) {
 		t.Errorf("jobs %v, want exactly %v", targets, want)
+	}
+
+	// The chart's alerts, mounted next to prometheus.yml (rule_files are
+	// relative to the configuration file's directory).
+	prom := c.Services["prometheus"]
+	cfgDir := path.Dir(flagValue(prom.Command, "config.file"))
+	if len(pc.RuleFiles) != 1 {
+		t.Fatalf("rule_files %v: want the chart's alerts file", pc.RuleFiles)
+	}
+	mount := "../helm/envoy-rls/alerts/envoy-rls.rules.yaml:" + path.Join(cfgDir, pc.RuleFiles[0]) + ":ro"
+	if !slices.Contains(prom.Volumes, mount) {
+		t.Errorf("prometheus volumes %v: want %s", prom.Volumes, mount)
 	}
 }
 

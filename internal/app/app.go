@@ -92,6 +92,9 @@ type hooks struct {
 	spanExporter sdktrace.SpanExporter
 	// secretRecheck, when positive, replaces sharedSecretRecheck.
 	secretRecheck time.Duration
+	// stdout replaces the serve command's standard output (the audit
+	// sink's stdout).
+	stdout io.Writer
 }
 
 func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer, h hooks) error {

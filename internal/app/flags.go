@@ -71,6 +71,7 @@ type Options struct {
 	Config           string
 	GRPCAddr         string
 	AdminAddr        string
+	AdminTokenFile   string
 	Store            string
 	HMACSecretFile   string
 	LogLevel         string
@@ -116,6 +117,8 @@ type Options struct {
 	transportOptions
 	// The --statsd-* flags and --near-limit-ratio (statsd.go).
 	statsdOptions
+	// The --audit-* flags (audit.go).
+	auditOptions
 	// --config-source and the --xds-* flags (xds.go).
 	xdsOptions
 
@@ -133,6 +136,7 @@ func serveFlags(o *Options) *flag.FlagSet {
 	fs.StringVar(&o.Config, "config", "", "rule file or directory of rule files (required)")
 	fs.StringVar(&o.GRPCAddr, "grpc-addr", DefaultGRPCAddr, "gRPC listen address (RateLimitService, health, reflection); unix:PATH listens on a unix socket")
 	fs.StringVar(&o.AdminAddr, "admin-addr", DefaultAdminAddr, "admin HTTP listen address (/healthz, /readyz, /metrics, /config)")
+	fs.StringVar(&o.AdminTokenFile, "admin-token-file", "", "file of admin API bearer tokens, one name:token per line (several for rotation; re-read when it changes); without it the admin API (/v1/...) is off")
 	fs.StringVar(&o.Store, "store", DefaultStore, "limit store: memory or redis")
 	fs.StringVar(&o.HMACSecretFile, "hmac-secret-file", "", "file holding the HMAC secret that pseudonymizes subjects (else $"+SecretEnv+"; required with --store redis)")
 	fs.StringVar(&o.LogLevel, "log-level", DefaultLogLevel, "log level: debug, info, warn, error")
@@ -163,6 +167,7 @@ func serveFlags(o *Options) *flag.FlagSet {
 	fallbackFlags(fs, o)
 	transportFlags(fs, &o.transportOptions)
 	statsdFlags(fs, &o.statsdOptions)
+	auditFlags(fs, &o.auditOptions)
 	xdsFlags(fs, &o.xdsOptions)
 	compatFlags(fs, &o.compatOptions)
 	return fs
@@ -264,6 +269,7 @@ func (o *Options) check() error {
 	}
 	errs = append(errs, o.transportOptions.check(o.given))
 	errs = append(errs, o.statsdOptions.check(o.given))
+	errs = append(errs, o.auditOptions.check(o.given, o.RedisAddr))
 	errs = append(errs, o.compatOptions.check(o.given)...)
 	var err error
 	if o.Store == "redis" {

@@ -13,6 +13,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"syscall"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -49,6 +50,8 @@ type server struct {
 	// clock is the memory store's and the responses' clock: nil (the
 	// system clock) except in a test build (testclock.go).
 	clock limiter.Clock
+	// adminAuth checks the admin API's tokens; nil: the API is off (404).
+	adminAuth *adminAuth
 }
 
 // serve runs the server until ctx is done or a server fails: it loads the
@@ -65,6 +68,9 @@ func serve(ctx context.Context, o Options, getenv func(string) string, log *zap.
 		return err
 	}
 	var err error
+	if s.adminAuth, err = newAdminAuth(o.AdminTokenFile, time.Now, log); err != nil {
+		return fmt.Errorf("--admin-token-file: %w", err)
+	}
 	if s.metrics, err = newMetrics(s.reg); err != nil {
 		return err
 	}
@@ -131,6 +137,12 @@ func serve(ctx context.Context, o Options, getenv func(string) string, log *zap.
 		return err
 	}
 	defer stopStatsd()
+	// Stopped after the drain too: the last calls' denials are written.
+	auditor, stopAudit, err := s.startAudit(h.stdout)
+	if err != nil {
+		return err
+	}
+	defer stopAudit()
 	svc, err := rls.New(rls.Config{
 		Rules:          s.rules.rules,
 		Store:          s.store,
@@ -143,6 +155,8 @@ func serve(ctx context.Context, o Options, getenv func(string) string, log *zap.
 		Received:       received,
 		Observer:       observer,
 		Clock:          s.clock,
+		Auditor:        auditor,
+		RequestIDKey:   o.AuditRequestIDKey,
 	})
 	if err != nil {
 		return err

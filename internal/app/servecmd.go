@@ -62,6 +62,9 @@ func serveCommand(ctx context.Context, args []string, getenv func(string) string
 		return err
 	}
 	defer func() { _ = log.Sync() }()
+	if h.stdout == nil {
+		h.stdout = stdout
+	}
 	// A start-up failure comes back as is, for main to print; a server
 	// that fails later has been logged and comes back as ErrFailed.
 	return serve(ctx, o, getenv, log, h)

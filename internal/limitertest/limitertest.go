@@ -37,6 +37,8 @@ type Want struct {
 	Remaining         int64
 	// Failed: the request fails (Unavailable) instead.
 	Failed bool
+	// Blocked: denied by the policy's penalty box (Decision.Blocked).
+	Blocked bool
 }
 
 // Req is one request of a step: the limit (an index into the case's
@@ -70,21 +72,40 @@ func tb(id string, capacity int64) limiter.PolicySpec {
 	return limiter.PolicySpec{ID: id, Algorithm: limiter.TokenBucket, Params: limiter.TokenBucketParams{Capacity: capacity, RefillAmount: 1, RefillPeriod: 365 * 24 * time.Hour}}
 }
 
+// penalized is fw with a penalty box of an hour.
+func penalized(id string, limit int64) limiter.PolicySpec {
+	spec := fw(id, limit)
+	spec.Penalty = limiter.Penalty{Duration: time.Hour, MaxDuration: 4 * time.Hour, Decay: time.Hour}
+	return spec
+}
+
+func slPenalized(id string, limit int64) limiter.PolicySpec {
+	spec := sl(id, limit)
+	spec.Penalty = limiter.Penalty{Duration: time.Hour, MaxDuration: 4 * time.Hour, Decay: time.Hour}
+	return spec
+}
+
 func sw(id string, limit int64) limiter.PolicySpec {
 	// The longest window a sliding counter takes is about 104 days.
 	return limiter.PolicySpec{ID: id, Algorithm: limiter.SlidingWindow, Params: limiter.SlidingWindowParams{Limit: limit, Window: 100 * 24 * time.Hour}}
+}
+
+func sl(id string, limit int64) limiter.PolicySpec {
+	// Hits leave after 100 days: none during a test.
+	return limiter.PolicySpec{ID: id, Algorithm: limiter.SlidingLog, Params: limiter.SlidingLogParams{Limit: limit, Window: 100 * 24 * time.Hour}}
 }
 
 var (
 	allowedConsumed = func(rem int64) Want { return Want{Allowed: true, Consumed: true, Remaining: rem} }
 	allowedHeld     = func(rem int64) Want { return Want{Allowed: true, Remaining: rem} }
 	denied          = func(rem int64) Want { return Want{Remaining: rem} }
+	blocked         = Want{Blocked: true}
 )
 
 // Cases is the batch-rule parity table.
 func Cases() []Case {
 	const user, tenant = 0, 1
-	o, s, q, c := limiter.RoleOrdinary, limiter.RoleShadow, limiter.RoleQuota, limiter.RoleCheck
+	o, s, q, c, pr, qp := limiter.RoleOrdinary, limiter.RoleShadow, limiter.RoleQuota, limiter.RoleCheck, limiter.RoleProbe, limiter.RoleQuotaProbe
 	return []Case{
 		{
 			// The case: the tenant denies, so the user's quota is
@@ -135,6 +156,36 @@ func Cases() []Case {
 			},
 		},
 		{
+			// A probe never consumes and blocks as an ordinary limit does:
+			// below the limit it allows and the batch commits; at a full
+			// limit it denies and the batch consumes nothing.
+			Name:     "probe blocks and never consumes",
+			Policies: []limiter.PolicySpec{fw("user", 2), tb("tenant", 9)},
+			Steps: []Step{
+				{[]Req{{user, "u", 1, pr}}, []Want{allowedHeld(2)}},
+				{[]Req{{user, "u", 1, pr}, {tenant, "t", 1, o}}, []Want{allowedHeld(2), allowedConsumed(8)}},
+				{[]Req{{user, "u", 2, o}}, []Want{allowedConsumed(0)}},
+				{[]Req{{user, "u", 1, pr}, {tenant, "t", 1, o}}, []Want{denied(0), allowedHeld(8)}},
+				{[]Req{{tenant, "t", 1, pr}}, []Want{allowedHeld(8)}},
+				// A later request on the same state does not see a probe's cost.
+				{[]Req{{tenant, "t", 8, pr}, {tenant, "t", 8, o}}, []Want{allowedHeld(8), allowedConsumed(0)}},
+				{[]Req{{tenant, "t", 1, pr}}, []Want{denied(0)}},
+			},
+		},
+		{
+			// A quota probe takes part as a quota limit: the batch is
+			// blocked only when it and every other quota limit deny.
+			Name:     "quota probe: a quota limit that never consumes",
+			Policies: []limiter.PolicySpec{fw("qa", 1), fw("qb", 2), fw("user", 9)},
+			Steps: []Step{
+				{[]Req{{0, "q", 1, q}}, []Want{allowedConsumed(0)}},
+				{[]Req{{0, "q", 1, qp}, {1, "q", 1, q}}, []Want{denied(0), allowedConsumed(1)}},
+				{[]Req{{0, "q", 1, q}, {1, "q", 1, qp}, {2, "u", 1, o}}, []Want{denied(0), allowedHeld(1), allowedConsumed(8)}},
+				{[]Req{{1, "q", 1, q}}, []Want{allowedConsumed(0)}},
+				{[]Req{{0, "q", 1, qp}, {1, "q", 1, qp}, {2, "u", 1, o}}, []Want{denied(0), denied(0), allowedHeld(8)}},
+			},
+		},
+		{
 			// The second request on one state sees the first's tentative
 			// cost; when the batch does not commit neither consumes.
 			Name:     "one state twice in a batch",
@@ -143,6 +194,49 @@ func Cases() []Case {
 				{[]Req{{user, "u", 2, o}, {user, "u", 2, o}}, []Want{allowedHeld(3), denied(1)}},
 				{[]Req{{user, "u", 1, o}, {user, "u", 2, o}}, []Want{allowedConsumed(2), allowedConsumed(0)}},
 				{[]Req{{user, "u", 1, o}}, []Want{denied(0)}},
+			},
+		},
+		{
+			// An offence is recorded whatever the batch commits (never by
+			// a check); a blocked request consumes nothing; a shadow limit
+			// records and reports its blocks without blocking.
+			Name:     "penalty box",
+			Policies: []limiter.PolicySpec{penalized("boxed", 2), fw("tenant", 5), slPenalized("logged", 1)},
+			Steps: []Step{
+				{[]Req{{user, "u", 2, o}}, []Want{allowedConsumed(0)}},
+				{[]Req{{user, "u", 1, c}}, []Want{denied(0)}},
+				{[]Req{{user, "u", 1, c}}, []Want{denied(0)}},
+				{[]Req{{tenant, "t", 1, o}, {user, "u", 1, o}}, []Want{allowedHeld(5), denied(0)}},
+				{[]Req{{tenant, "t", 1, o}}, []Want{allowedConsumed(4)}},
+				{[]Req{{user, "u", 1, c}, {user, "u", 1, o}}, []Want{blocked, blocked}},
+				{[]Req{{user, "v", 2, s}, {tenant, "t", 1, o}}, []Want{allowedConsumed(0), allowedConsumed(3)}},
+				{[]Req{{user, "v", 1, s}, {tenant, "t", 1, o}}, []Want{denied(0), allowedConsumed(2)}},
+				{[]Req{{user, "v", 1, s}, {tenant, "t", 1, o}}, []Want{blocked, allowedConsumed(1)}},
+				// A probe (of either kind) reports a denial and a block
+				// but never records an offence; its block blocks the batch.
+				{[]Req{{user, "w", 2, o}}, []Want{allowedConsumed(0)}},
+				{[]Req{{user, "w", 1, pr}}, []Want{denied(0)}},
+				{[]Req{{user, "w", 1, qp}}, []Want{denied(0)}},
+				{[]Req{{user, "w", 1, o}}, []Want{denied(0)}},
+				{[]Req{{user, "w", 1, pr}, {tenant, "t", 1, o}}, []Want{blocked, allowedHeld(1)}},
+				{[]Req{{user, "w", 1, qp}}, []Want{blocked}},
+				// A sliding log's offence blocks as a window's does.
+				{[]Req{{2, "x", 1, o}}, []Want{allowedConsumed(0)}},
+				{[]Req{{2, "x", 1, pr}}, []Want{denied(0)}},
+				{[]Req{{2, "x", 1, o}}, []Want{denied(0)}},
+				{[]Req{{2, "x", 1, o}, {tenant, "t", 1, o}}, []Want{blocked, allowedHeld(1)}},
+			},
+		},
+		{
+			// A sliding log in a batch that another limit blocks: its hit
+			// is not logged; then two of its hits are, in one batch.
+			Name:     "sliding log: all or nothing",
+			Policies: []limiter.PolicySpec{sl("user", 4), fw("tenant", 2)},
+			Steps: []Step{
+				{[]Req{{user, "u", 2, o}, {tenant, "t", 3, o}}, []Want{allowedHeld(4), {Failed: true}}},
+				{[]Req{{user, "u", 2, o}, {user, "u", 1, o}, {tenant, "t", 2, o}}, []Want{allowedConsumed(2), allowedConsumed(1), allowedConsumed(0)}},
+				{[]Req{{user, "u", 2, o}}, []Want{denied(1)}},
+				{[]Req{{user, "u", 1, o}}, []Want{allowedConsumed(0)}},
 			},
 		},
 		{
@@ -201,9 +295,9 @@ func RunCase(t *testing.T, store limiter.Store, cfg Config, tc Case) {
 				t.Fatalf("step %d request %d: %v %s: %v", si, i, o.Kind, o.Category, o.Err)
 			}
 			d := o.Decision
-			if d.Allowed != w.Allowed || d.Consumed != w.Consumed || d.Remaining != w.Remaining {
-				t.Errorf("step %d request %d (%s %s cost %d): allowed %v consumed %v remaining %d; want allowed %v consumed %v remaining %d",
-					si, i, batch[i].Policy.ID(), batch[i].Role, batch[i].Cost, d.Allowed, d.Consumed, d.Remaining, w.Allowed, w.Consumed, w.Remaining)
+			if d.Allowed != w.Allowed || d.Consumed != w.Consumed || d.Remaining != w.Remaining || d.Blocked != w.Blocked {
+				t.Errorf("step %d request %d (%s %s cost %d): allowed %v consumed %v remaining %d blocked %v; want allowed %v consumed %v remaining %d blocked %v",
+					si, i, batch[i].Policy.ID(), batch[i].Role, batch[i].Cost, d.Allowed, d.Consumed, d.Remaining, d.Blocked, w.Allowed, w.Consumed, w.Remaining, w.Blocked)
 			}
 		}
 	}

@@ -13,6 +13,9 @@ import (
 )
 
 func (s *Server) launch() error {
+	if s.image != "" {
+		return s.launchContainer()
+	}
 	s.mu.Lock()
 	cmd := exec.Command("redis-server", s.args...)
 	cmd.Dir = s.dir
@@ -92,6 +95,10 @@ func (s *Server) mustLocal(op string) {
 func (s *Server) Kill() {
 	s.t.Helper()
 	s.mustLocal("kill")
+	if s.image != "" {
+		s.killContainer()
+		return
+	}
 	s.mu.Lock()
 	cmd, done := s.cmd, s.done
 	s.mu.Unlock()
@@ -128,6 +135,11 @@ func (s *Server) Restart() {
 // It returns once the process is stopped (where /proc tells).
 func (s *Server) Pause() {
 	s.t.Helper()
+	if s.image != "" {
+		s.mustLocal("pause")
+		s.pauseContainer(true)
+		return
+	}
 	if pid := s.signal("pause", syscall.SIGSTOP, "SIGSTOP"); pid != 0 {
 		waitStopped(pid, StartTimeout)
 	}
@@ -168,11 +180,20 @@ func waitStopped(pid int, timeout time.Duration) {
 // Resume continues a paused process with SIGCONT.
 func (s *Server) Resume() {
 	s.t.Helper()
+	if s.image != "" {
+		s.mustLocal("resume")
+		s.pauseContainer(false)
+		return
+	}
 	s.signal("resume", syscall.SIGCONT, "SIGCONT")
 }
 
 // stop kills the process (if any) by PID; registered with t.Cleanup.
 func (s *Server) stop() {
+	if s.image != "" {
+		s.terminateContainer()
+		return
+	}
 	s.mu.Lock()
 	cmd, done := s.cmd, s.done
 	s.cmd, s.done = nil, nil

@@ -1,14 +1,15 @@
 // Package redistest gives tests a real Redis: the one named by REDIS_ADDR, or
-// redis-server processes started from PATH on free loopback ports (one
-// standalone server, a six-node Cluster, or a master with a replica and three
-// sentinels). Every process runs in t.TempDir() without persistence, listens on
-// 127.0.0.1 only and is stopped by its PID when the test ends. Tests can kill,
-// restart, pause (SIGSTOP) and resume single nodes.
+// servers started on free loopback ports (one standalone server, a six-node
+// Cluster, or a master with a replica and three sentinels) on one of two
+// lanes: redis-server processes from PATH, or containers of pinned images
+// (testcontainers-go) on the host's network, when a container engine answers
+// (ENVOY_RLS_TEST_REDIS=local|containers|auto chooses; lane.go). Every server
+// runs in t.TempDir() without persistence, listens on 127.0.0.1 only and is
+// stopped (by PID, or its container removed) when the test ends. Tests can
+// kill, restart, pause (SIGSTOP, or docker pause) and resume single nodes.
 //
-// When redis-server is not installed the test is skipped, except when CI=true,
-// where it fails: CI must exercise the Redis lanes. (testcontainers is not used:
-// the machines this project runs on have no container engine; REDIS_ADDR covers
-// an externally managed server.)
+// When the local lane has no redis-server the test is skipped, except when
+// CI=true, where it fails: CI must exercise the Redis lanes.
 package redistest
 
 import (
@@ -24,6 +25,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/testcontainers/testcontainers-go"
 )
 
 // Bounds for starting and stopping processes.
@@ -46,9 +49,14 @@ type Server struct {
 	tls  *tls.Config // client config for readiness pings, nil for plain TCP
 	ext  bool        // external: REDIS_ADDR, cannot be killed or restarted
 
+	// image is the container image on the container lane, "" for a local
+	// process.
+	image string
+
 	mu   sync.Mutex
 	cmd  *exec.Cmd
-	done chan struct{} // closed when cmd has been reaped
+	done chan struct{}            // closed when cmd has been reaped
+	ctr  testcontainers.Container // the server's container, nil for a process
 }
 
 // Addr is host:port of the server.
@@ -64,8 +72,15 @@ func (s *Server) Dir() string { return s.dir }
 // kill, restart or pause.
 func (s *Server) External() bool { return s.ext }
 
-// PID is the process ID of the running server, or 0.
+// Image is the container image the server runs, "" for a local process.
+func (s *Server) Image() string { return s.image }
+
+// PID is the process ID of the running server (on the container lane, the
+// host's PID of the container's server), or 0.
 func (s *Server) PID() int {
+	if s.image != "" {
+		return s.containerPID()
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.cmd == nil || s.cmd.Process == nil {
@@ -78,6 +93,7 @@ func (s *Server) PID() int {
 type Option func(*options)
 
 type options struct {
+	image      string // container image; "" is the lane's default
 	args       []string
 	local      bool
 	tlsFiles   *TLSFiles
@@ -105,10 +121,19 @@ func WithTLS(files TLSFiles, client *tls.Config) Option {
 	}
 }
 
+// WithImage runs the server in a container of image (the container lane
+// only; MatrixImages lists the lane's images). An empty image is the lane's
+// default.
+func WithImage(image string) Option { return func(o *options) { o.image = image } }
+
 // RequireServer skips the test when redis-server is missing (fails it when
-// CI=true) and returns the binary's path.
+// CI=true) and returns the binary's path; on the container lane, where the
+// images bring the server, it returns "".
 func RequireServer(t testing.TB) string {
 	t.Helper()
+	if lane(t).lane == LaneContainers {
+		return ""
+	}
 	p, err := exec.LookPath("redis-server")
 	if err != nil {
 		if os.Getenv("CI") == "true" {
@@ -147,6 +172,12 @@ func Standalone(t testing.TB, opts ...Option) *Server {
 // port) is retried a few times.
 func start(t testing.TB, o options, build func(port int, dir string) ([]string, error)) *Server {
 	t.Helper()
+	image := o.image
+	if sel := lane(t); sel.lane == LaneContainers && image == "" {
+		image = sel.images[0]
+	} else if sel.lane == LaneLocal && image != "" {
+		t.Fatalf("redistest: image %s asked for on the local lane (MatrixImages gives \"\" there)", image)
+	}
 	var lastErr error
 	for attempt := 0; attempt < 5; attempt++ {
 		port, err := FreePort()
@@ -161,7 +192,8 @@ func start(t testing.TB, o options, build func(port int, dir string) ([]string, 
 		if err != nil {
 			t.Fatalf("redistest: %v", err)
 		}
-		s := &Server{t: t, addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), port: port, dir: dir, args: args, tls: o.tlsClient}
+		s := &Server{t: t, addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), port: port, dir: dir, args: args, tls: o.tlsClient,
+			image: image}
 		t.Cleanup(s.stop)
 		if lastErr = s.launch(); lastErr == nil {
 			return s

@@ -61,6 +61,9 @@ const (
 	WithinLimit             = "within_limit"
 	ShadowMode              = "shadow_mode"
 	OverLimitWithLocalCache = "over_limit_with_local_cache"
+	// OverLimitWithPenalty counts the over_limit hits refused by the
+	// rule's penalty box (an envoy-rls stat).
+	OverLimitWithPenalty = "over_limit_with_penalty"
 
 	RedisErrorStat    = "ratelimit.service.call.should_rate_limit.redis_error"
 	ServiceErrorStat  = "ratelimit.service.call.should_rate_limit.service_error"
@@ -94,7 +97,7 @@ type Config struct {
 
 // ruleCounters are the counters of one stat key.
 type ruleCounters struct {
-	totalHits, overLimit, nearLimit, withinLimit, shadowMode, overLocal atomic.Uint64
+	totalHits, overLimit, nearLimit, withinLimit, shadowMode, overLocal, overPenalty atomic.Uint64
 }
 
 // Sink aggregates observations and sends them.
@@ -161,7 +164,8 @@ func New(cfg Config) (*Sink, error) {
 // (and shadow_mode for a shadow rule, over_limit_with_local_cache when the
 // local deny cache answered) when it denied; within_limit, and near_limit
 // for the hits above the near-limit threshold, when it allowed. A limit
-// whose store failed counts total_hits only.
+// whose store failed counts total_hits only. A probe (0 hits: an explicit
+// per-descriptor hits_addend of 0) adds nothing to any of them.
 func (s *Sink) ObserveLimit(o rls.LimitObservation) {
 	if o.Rule == nil || o.Rule.StatKey == "" || o.Hits <= 0 {
 		return
@@ -202,6 +206,9 @@ func (s *Sink) count(c *ruleCounters, o rls.LimitObservation, hits uint64) {
 		}
 		if o.LocalCache {
 			c.overLocal.Add(hits)
+		}
+		if o.Penalty {
+			c.overPenalty.Add(hits)
 		}
 	default:
 		c.withinLimit.Add(hits)
@@ -275,6 +282,7 @@ func (s *Sink) collect() (lines []line, timings []time.Duration) {
 		add(prefix+WithinLimit, c.withinLimit.Swap(0))
 		add(prefix+ShadowMode, c.shadowMode.Swap(0))
 		add(prefix+OverLimitWithLocalCache, c.overLocal.Swap(0))
+		add(prefix+OverLimitWithPenalty, c.overPenalty.Swap(0))
 	}
 	s.mu.Unlock()
 	add(OverflowStat, s.overflow.Swap(0))

@@ -48,19 +48,25 @@ func TestCounters(t *testing.T) {
 			s.ObserveLimit(rls.LimitObservation{Rule: r, Hits: 1, Decided: true, Consumed: true, Limit: 10, Remaining: 0}) // 9→10: 1 near
 			s.ObserveLimit(rls.LimitObservation{Rule: r, Hits: 2, Over: true, Decided: true, Limit: 10, Remaining: 0})
 			s.ObserveLimit(rls.LimitObservation{Rule: r, Hits: 1, Over: true, LocalCache: true, Decided: true, Limit: 10})
+			s.ObserveLimit(rls.LimitObservation{Rule: r, Hits: 2, Over: true, Penalty: true, Decided: true, Limit: 10})
 			sh := rule("dom.shadow")
 			s.ObserveLimit(rls.LimitObservation{Rule: sh, Hits: 4, Over: true, Shadow: true, Decided: true, Limit: 1})
 			s.ObserveLimit(rls.LimitObservation{Rule: rule("dom.failing"), Hits: 1, Over: true, StoreFailed: true})
+			// Probes (an explicit hits_addend of 0) add 0 hits everywhere,
+			// as the reference counts them: no stat of their own either.
+			s.ObserveLimit(rls.LimitObservation{Rule: r, Hits: 0, Over: true, Decided: true, Limit: 10})
+			s.ObserveLimit(rls.LimitObservation{Rule: rule("dom.probed"), Hits: 0, Decided: true, Limit: 10, Remaining: 10})
 			s.ObserveCall(rls.CallObservation{Code: codes.OK, Duration: time.Millisecond})
 			s.ObserveCall(rls.CallObservation{Code: codes.OK, Duration: time.Millisecond, StoreFailed: true})
 			s.ObserveCall(rls.CallObservation{Code: codes.InvalidArgument, Duration: time.Millisecond})
 			s.Flush()
 			want := map[string]int64{
-				"ratelimit.service.rate_limit.dom.key_value.user.total_hits":                  13,
+				"ratelimit.service.rate_limit.dom.key_value.user.total_hits":                  15,
 				"ratelimit.service.rate_limit.dom.key_value.user.within_limit":                10,
 				"ratelimit.service.rate_limit.dom.key_value.user.near_limit":                  2,
-				"ratelimit.service.rate_limit.dom.key_value.user.over_limit":                  3,
+				"ratelimit.service.rate_limit.dom.key_value.user.over_limit":                  5,
 				"ratelimit.service.rate_limit.dom.key_value.user.over_limit_with_local_cache": 1,
+				"ratelimit.service.rate_limit.dom.key_value.user.over_limit_with_penalty":     2,
 				"ratelimit.service.rate_limit.dom.shadow.total_hits":                          4,
 				"ratelimit.service.rate_limit.dom.shadow.over_limit":                          4,
 				"ratelimit.service.rate_limit.dom.shadow.shadow_mode":                         4,

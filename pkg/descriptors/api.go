@@ -97,6 +97,14 @@ type Rule struct {
 	Colocate string
 	// colocateAt is the index, in the matched entries, of the Colocate entry.
 	colocateAt int
+	// Limits lists every limit of a descriptor with rate_limits, in list
+	// order; nil for a descriptor with one rate_limit or a policy. Each
+	// limit is a Rule of its own (its own policy, numbers, name and
+	// replaces) sharing the descriptor's fields; Limits[0] is the rule the
+	// descriptor matches (Match.Rule), and every limit holds the same slice.
+	Limits []*Rule
+	// LimitIndex is the rule's position in Limits (0 when Limits is nil).
+	LimitIndex int
 	// StatKey is the reference service's stat key of the rule: the domain
 	// and, for each descriptor level down to the rule, its key, or
 	// key_value when the level names a value, joined by '.'; e.g.
@@ -115,6 +123,10 @@ type Match struct {
 	// an HMAC of the named entry's key and value, shared by every limit that
 	// co-locates on that entry.
 	Tag limiter.Tag
+	// Subjects, for a Rule with Limits, holds the subject digest of each
+	// limit: Subjects[i] is that of Rule.Limits[i] (Subjects[0] is
+	// Subject), and Tag is shared by all of them. Nil otherwise.
+	Subjects []limiter.SubjectDigest
 }
 
 // Window returns the window (fixed and sliding), refill period (token

@@ -107,7 +107,7 @@ func (c *compiler) level(d *domain, lv *level, rf *rawFile, named map[string]lim
 			}
 		}
 		childPath := append(path[:len(path):len(path)], seg)
-		if rd.limit != nil || rd.policy != "" {
+		if rd.limit != nil || rd.policy != "" || rd.limitsPos.set() {
 			c.rule(d, n, rd, named, childPath, pending)
 		}
 		if len(rd.children) > 0 {
@@ -118,6 +118,10 @@ func (c *compiler) level(d *domain, lv *level, rf *rawFile, named map[string]lim
 }
 
 func (c *compiler) rule(d *domain, n *node, rd *rawDesc, named map[string]limitSpec, path []pathSeg, pending *[]*pendingRule) {
+	if rd.limitsPos.set() {
+		c.ruleList(d, n, rd, path, pending)
+		return
+	}
 	var ls limitSpec
 	var rl *rawLimit
 	switch {
@@ -142,6 +146,16 @@ func (c *compiler) rule(d *domain, n *node, rd *rawDesc, named map[string]limitS
 		}
 		ls = spec
 	}
+	r := c.newRule(d, n, rd, ls, rl, path)
+	c.colocate(r, rd, path)
+	n.rule = r
+	c.addRule(d, r, ls, rl, rd.pos, path, pending)
+}
+
+// newRule builds the rule of descriptor rd (a match at node n along path)
+// that applies limit ls; rl is the rate_limit block ls came from (nil for a
+// named policy).
+func (c *compiler) newRule(d *domain, n *node, rd *rawDesc, ls limitSpec, rl *rawLimit, path []pathSeg) *Rule {
 	r := &Rule{
 		Domain:          d.name,
 		Unit:            ls.unit,
@@ -164,20 +178,6 @@ func (c *compiler) rule(d *domain, n *node, rd *rawDesc, named map[string]limitS
 	if ls.unlimited {
 		r.UnitMultiplier = 0
 	}
-	if rd.colocate != "" {
-		at := -1
-		for i, seg := range path {
-			if seg.key == rd.colocate {
-				at = i
-				break
-			}
-		}
-		if at < 0 {
-			c.ps.add(c.file, rd.colocatePos.line, rd.colocatePos.col, "colocate names %q, which is not the key of this descriptor or of an enclosing one", truncate(rd.colocate, 80))
-		} else {
-			r.Colocate, r.colocateAt = rd.colocate, at
-		}
-	}
 	if rl != nil {
 		r.Name = rl.name
 		for _, ref := range rl.replaces {
@@ -188,13 +188,31 @@ func (c *compiler) rule(d *domain, n *node, rd *rawDesc, named map[string]limitS
 			r.Replaces = append(r.Replaces, ref.name)
 		}
 	}
-	n.rule = r
-	d.rules = append(d.rules, r)
-	*pending = append(*pending, &pendingRule{rule: r, spec: ls, path: path, pos: rd.pos, file: c.file, shadow: rd.shadow || c.shadowAll})
-	if rl != nil {
-		for _, ref := range rl.replaces {
-			d.replaceRefs = append(d.replaceRefs, ref)
+	return r
+}
+
+// colocate sets r's Colocate from rd's colocate key, which must name an
+// entry of path.
+func (c *compiler) colocate(r *Rule, rd *rawDesc, path []pathSeg) {
+	if rd.colocate == "" {
+		return
+	}
+	for i, seg := range path {
+		if seg.key == rd.colocate {
+			r.Colocate, r.colocateAt = rd.colocate, i
+			return
 		}
+	}
+	c.ps.add(c.file, rd.colocatePos.line, rd.colocatePos.col, "colocate names %q, which is not the key of this descriptor or of an enclosing one", truncate(rd.colocate, 80))
+}
+
+// addRule records r in its domain and queues it for its policy ID; at is
+// where a problem with the policy is reported.
+func (c *compiler) addRule(d *domain, r *Rule, ls limitSpec, rl *rawLimit, at pos, path []pathSeg, pending *[]*pendingRule) {
+	d.rules = append(d.rules, r)
+	*pending = append(*pending, &pendingRule{rule: r, spec: ls, path: path, pos: at, file: c.file, shadow: r.ShadowMode})
+	if rl != nil {
+		d.replaceRefs = append(d.replaceRefs, rl.replaces...)
 	}
 }
 
@@ -258,7 +276,7 @@ func (c *compiler) finishDomain(d *domain, pending []*pendingRule) {
 		if r.Name != "" && names[r.Name] == 1 {
 			id = nameID(d.name, r.Name)
 		} else {
-			id = pathID(d.name, pr.path)
+			id = limitPathID(d.name, pr.path, r.LimitIndex)
 		}
 		if cal := pr.spec.calendar; cal != nil {
 			id = calendarID(id, cal.Unit.String(), pr.spec.zone)

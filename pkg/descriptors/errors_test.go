@@ -77,6 +77,11 @@ func TestInvalidFiles(t *testing.T) {
 			{16, 35, "calendar is not allowed with unlimited: true"},
 			{18, 61, "calendar must be true or false"},
 		},
+		"sliding_log_bad.yaml": {
+			{4, 17, "requests_per_unit must be at most 1000 for sliding_log"},
+			{6, 78, "burst is only valid with algorithm: token_bucket or gcra"},
+			{8, 17, "the window (unit x unit_multiplier) is out of range"},
+		},
 	}
 	ents, err := os.ReadDir("testdata/invalid")
 	if err != nil {

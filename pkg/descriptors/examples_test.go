@@ -4,6 +4,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/envoy-rls/envoy-rls/pkg/limiter"
 )
@@ -31,12 +32,47 @@ func TestExamplesLoad(t *testing.T) {
 		{"edge", e("path=/downloads/a.zip"), "edge/path=*.zip"},
 		{"api", e("route=/upload", "user=u1"), "api/route=/upload/user"},
 		{"algorithms", e("route=/bucket"), "algorithms/route=/bucket"},
+		{"penalty", e("login_user=alice"), "penalty/login_user"},
+		{"several", e("api_key=k"), "several/api_key"},
+		{"login", e("user=u1"), "login/user"},
+		{"login", e("remote_address=203.0.113.7", "action=password_reset"), "login/remote_address/action=password_reset"},
 	}
 	for _, c := range checks {
 		m, ok := s.Match(c.domain, c.entries)
 		if !ok || m.Rule.Path != c.path {
 			t.Errorf("Match(%s, %v) = %v %v, want %s", c.domain, c.entries, ok, m.Rule, c.path)
 		}
+	}
+	// 11-penalty.yaml: the login rule's box as written.
+	if m, ok := s.Match("penalty", e("login_user=alice")); ok && m.Rule.Policy != nil {
+		if pn := m.Rule.Policy.Penalty(); pn.Duration != 10*time.Minute || pn.MaxDuration != 24*time.Hour || pn.Decay != time.Hour {
+			t.Errorf("penalty/login_user: penalty %+v", pn)
+		}
+	}
+	// 08-several-limits.yaml: every limit of a list, with its ID.
+	for _, c := range []struct {
+		entries []Entry
+		ids     []string
+		algs    []limiter.Algorithm
+	}{
+		{e("api_key=k"), []string{"several/api_key", "several/api_key::1"}, []limiter.Algorithm{limiter.FixedWindow, limiter.FixedWindow}},
+		{e("tenant=t"), []string{"several:tenant_burst", "several:tenant_hourly"}, []limiter.Algorithm{limiter.TokenBucket, limiter.SlidingWindow}},
+	} {
+		m, ok := s.Match("several", c.entries)
+		if !ok || len(m.Rule.Limits) != len(c.ids) {
+			t.Fatalf("several %v: %v %+v", c.entries, ok, m.Rule)
+		}
+		for i, r := range m.Rule.Limits {
+			if r.Policy.ID() != c.ids[i] || r.Policy.Algorithm() != c.algs[i] {
+				t.Errorf("several %v limit %d: %s %v, want %s %v", c.entries, i, r.Policy.ID(), r.Policy.Algorithm(), c.ids[i], c.algs[i])
+			}
+		}
+	}
+	// The sliding log's example: 5 per 15 minutes, exact.
+	m, ok := s.Match("login", e("user=u1"))
+	if prm, isLog := m.Rule.Policy.Params().(limiter.SlidingLogParams); !ok || !isLog || prm.Limit != 5 || prm.Window != 15*time.Minute ||
+		m.Rule.Policy.Certainty() != limiter.Certain {
+		t.Errorf("login/user: %+v, want a sliding log of 5 per 15 minutes", m.Rule)
 	}
 }
 

@@ -20,6 +20,10 @@ func FuzzLoad(f *testing.F) {
 			}
 		}
 	}
+	f.Add([]byte(severalLimits))
+	if data, err := os.ReadFile("../../config/examples/08-several-limits.yaml"); err == nil {
+		f.Add(data)
+	}
 	f.Fuzz(func(t *testing.T, data []byte) {
 		if len(data) > 64<<10 {
 			return

@@ -14,6 +14,8 @@ import (
 //
 //	by rule path:  <domain>/<key>[:<value>]/<key>[:<value>]...
 //	by name:       <domain>:<rate_limit.name>   (when the name is unique in its domain)
+//	rate_limits:   the first limit of the list as by rule path, limit i >= 1
+//	               as <rule path>::<i> (a named limit as by name)
 //	override:      <domain>:override:<unit>/<key>/<key>...
 //	calendar:      <one of the above>:calendar:<unit>:<time_zone>
 //
@@ -22,12 +24,14 @@ import (
 // When that changed anything, or the result is longer than 128 bytes, the ID
 // becomes a readable prefix plus "--" and 12 hex digits of a SHA-256 over the
 // original strings, so that two different rules never share an ID. The limit
-// numbers (requests_per_unit, unit_multiplier, burst) are not part of the ID:
-// changing them keeps the counters; revision and algorithm roll the state
-// through the storage key instead. A calendar window's unit and time zone
-// are part of its ID: its window id is its period's start, which another
-// unit or zone can share (a month and its first day), so a change must
-// start new counters; turning calendar on or off changes the ID too.
+// numbers (requests_per_unit, unit_multiplier, burst) and the penalty box are
+// not part of the ID: changing them keeps the counters (and a block in force:
+// the penalty fields live beside the counters and are only read while the
+// rule has a penalty); revision and algorithm roll the state through the
+// storage key instead. A calendar window's unit and time zone are part of
+// its ID: its window id is its period's start, which another unit or zone
+// can share (a month and its first day), so a change must start new
+// counters; turning calendar on or off changes the ID too.
 
 const (
 	idKindPath     = 'p'
@@ -91,6 +95,10 @@ func (b *idBuilder) id() string {
 
 // pathID derives the ID of a rule from its domain and descriptor path.
 func pathID(domain string, path []pathSeg) string {
+	return pathBuilder(domain, path).id()
+}
+
+func pathBuilder(domain string, path []pathSeg) *idBuilder {
 	b := newIDBuilder(idKindPath)
 	b.str(domain)
 	for _, s := range path {
@@ -101,6 +109,22 @@ func pathID(domain string, path []pathSeg) string {
 			b.str(s.value)
 		}
 	}
+	return b
+}
+
+// limitPathID derives the ID of limit index of a descriptor's rate_limits
+// list from its domain and descriptor path: index 0 has the rule's path ID
+// (the ID a single rate_limit on that descriptor has), index i >= 1 the path
+// ID followed by "::" and i. No path, name or override ID holds "::" (':'
+// in a configured string is replaced, and the separators are single), so
+// these never collide with another kind.
+func limitPathID(domain string, path []pathSeg, index int) string {
+	if index == 0 {
+		return pathID(domain, path)
+	}
+	b := pathBuilder(domain, path)
+	b.sep("::")
+	b.str(strconv.Itoa(index))
 	return b.id()
 }
 

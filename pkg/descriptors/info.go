@@ -43,6 +43,20 @@ type RuleInfo struct {
 	DetailedMetric bool           `json:"detailed_metric,omitempty"`
 	ValueToMetric  bool           `json:"value_to_metric,omitempty"`
 	Metadata       map[string]any `json:"metadata,omitempty"`
+	// LimitIndex and LimitCount place a limit of a descriptor's
+	// rate_limits list: its position (from 0) and the list's length
+	// (LimitCount is 0 for a descriptor with one rate_limit).
+	LimitIndex int `json:"limit_index,omitempty"`
+	LimitCount int `json:"limit_count,omitempty"`
+	// Penalty is the penalty box, durations as Go duration strings.
+	Penalty *PenaltyInfo `json:"penalty,omitempty"`
+}
+
+// PenaltyInfo describes a rule's penalty box (limiter.Penalty).
+type PenaltyInfo struct {
+	Duration    string `json:"duration"`
+	MaxDuration string `json:"max_duration"`
+	Decay       string `json:"decay"`
 }
 
 // Domains describes every domain, sorted by name, rules in file order. The
@@ -81,6 +95,8 @@ func (r *Rule) info() RuleInfo {
 		DetailedMetric:  r.DetailedMetric,
 		ValueToMetric:   r.ValueToMetric,
 		Metadata:        r.Metadata,
+		LimitIndex:      r.LimitIndex,
+		LimitCount:      len(r.Limits),
 	}
 	if r.Policy != nil {
 		ri.PolicyID = r.Policy.ID()
@@ -92,6 +108,9 @@ func (r *Rule) info() RuleInfo {
 		ri.FailureMode = r.Policy.FailureMode().String()
 		if c := r.Policy.Calendar(); c != nil {
 			ri.Calendar, ri.TimeZone, ri.Window = true, c.Location.String(), "calendar "+c.Unit.String()
+		}
+		if pn := r.Policy.Penalty(); pn.On() {
+			ri.Penalty = &PenaltyInfo{Duration: pn.Duration.String(), MaxDuration: pn.MaxDuration.String(), Decay: pn.Decay.String()}
 		}
 	}
 	return ri
@@ -150,6 +169,12 @@ func (r RuleInfo) describe() string {
 	if r.Revision > 1 {
 		fmt.Fprintf(&b, ", revision %d", r.Revision)
 	}
+	if pn := r.Penalty; pn != nil {
+		fmt.Fprintf(&b, ", penalty %s", pn.Duration)
+		if pn.MaxDuration != pn.Duration {
+			fmt.Fprintf(&b, " doubling up to %s within %s of the last block", pn.MaxDuration, pn.Decay)
+		}
+	}
 	switch r.FailureMode {
 	case "open":
 		b.WriteString(", fails open")
@@ -173,6 +198,9 @@ func (r RuleInfo) flags() string {
 		if x.on {
 			f = append(f, x.name)
 		}
+	}
+	if r.LimitCount > 0 {
+		f = append(f, fmt.Sprintf("rate_limits[%d] of %d", r.LimitIndex, r.LimitCount))
 	}
 	if r.Name != "" {
 		f = append(f, "name="+r.Name)

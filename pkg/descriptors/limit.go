@@ -23,6 +23,7 @@ type limitSpec struct {
 	// zone is its time_zone as configured.
 	calendar *limiter.Calendar
 	zone     string
+	penalty  limiter.Penalty
 }
 
 // checkLimit validates one rate_limit block on its own (the combinations
@@ -40,7 +41,8 @@ func (c *compiler) checkLimit(rl *rawLimit, what string) (limitSpec, bool) {
 			name string
 		}{{rl.unitPos, "unit"}, {rl.rpuPos, "requests_per_unit"}, {rl.unitMultiplierPos, "unit_multiplier"},
 			{rl.algorithmPos, "algorithm"}, {rl.burstPos, "burst"}, {rl.failureModePos, "failure_mode"},
-			{rl.revisionPos, "revision"}, {rl.headersPos, "headers"}, {rl.calendarPos, "calendar"}, {rl.timeZonePos, "time_zone"}} {
+			{rl.revisionPos, "revision"}, {rl.headersPos, "headers"}, {rl.calendarPos, "calendar"}, {rl.timeZonePos, "time_zone"},
+			{rl.penaltyPos, "penalty"}} {
 			if f.p.set() {
 				bad(f.p, "%s is not allowed with unlimited: true (an unlimited rule never limits)", f.name)
 			}
@@ -93,11 +95,21 @@ func (c *compiler) checkLimit(rl *rawLimit, what string) (limitSpec, bool) {
 	if !c.checkCalendar(rl, &ls, bad) {
 		ok = false
 	}
+	if pn, valid := checkPenalty(rl.penalty, bad); valid {
+		ls.penalty = pn
+	} else {
+		ok = false
+	}
 	// Check the arithmetic now, with a placeholder ID, so that the problem
 	// points at this block (a named policy is then checked once).
 	if ok {
 		if _, err := ls.policy("x", false); err != nil {
-			bad(rl.pos, "%s", policyReason(err))
+			at := rl.pos
+			var fe *limiter.FieldError
+			if errors.As(err, &fe) && strings.HasPrefix(fe.Field, "penalty") {
+				at = rl.penaltyPos
+			}
+			bad(at, "%s", policyReason(err))
 		}
 	}
 	return ls, ok
@@ -111,6 +123,10 @@ func policyReason(err error) string {
 			return "the window (unit x unit_multiplier) is out of range: it " + fe.Reason
 		case "capacity", "burst":
 			return "burst (or requests_per_unit) " + fe.Reason
+		case "penalty", "penalty.duration", "penalty.max_duration", "penalty.decay":
+			return penaltyReason(fe)
+		case "limit":
+			return "requests_per_unit " + fe.Reason
 		}
 		return fe.Field + " " + fe.Reason
 	}
@@ -129,6 +145,7 @@ func (ls limitSpec) policy(id string, shadow bool) (*limiter.Policy, error) {
 		Algorithm:   ls.algorithm,
 		FailureMode: ls.failure,
 		Shadow:      shadow,
+		Penalty:     ls.penalty,
 	}
 	spec.Params = ls.algorithm.ParamsFor(limiter.Rate{Limit: int64(ls.rpu), Window: window, Burst: int64(ls.burst), Calendar: ls.calendar})
 	return limiter.NewPolicy(spec)

@@ -13,7 +13,9 @@ import (
 // matches: the descriptor then has no limit.
 //
 // The Subject digest is computed for limited rules (it is zero for an
-// unlimited rule, which never reaches a store).
+// unlimited rule, which never reaches a store). For a descriptor with
+// rate_limits, Rule is the first limit, Rule.Limits lists them all and
+// Subjects holds the subject of each.
 func (s *Snapshot) Match(domain string, entries []Entry) (Match, bool) {
 	if s == nil || len(entries) == 0 || len(entries) > MaxDepth {
 		return Match{}, false
@@ -44,6 +46,9 @@ func (s *Snapshot) Match(domain string, entries []Entry) (Match, bool) {
 		m.Subject = s.subject(r.Policy.ID(), entries, path[:len(entries)])
 		if r.Colocate != "" {
 			m.Tag = s.tag(entries[r.colocateAt], path[r.colocateAt])
+		}
+		if r.Limits != nil {
+			s.limitSubjects(&m, entries, path[:len(entries)])
 		}
 	}
 	return m, true

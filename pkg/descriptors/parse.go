@@ -50,6 +50,9 @@ type rawDesc struct {
 	value          string
 	valuePos       pos
 	limit          *rawLimit
+	limitPos       pos
+	limits         []*rawLimit // rate_limits (see ratelimits.go)
+	limitsPos      pos
 	policy         string
 	policyPos      pos
 	children       []*rawDesc
@@ -238,10 +241,14 @@ func (p *parser) descriptor(n *yaml.Node, depth int) *rawDesc {
 			d.valuePos = at(k)
 			d.value, _ = p.str(v, "value")
 		case "rate_limit":
+			d.limitPos = at(k)
 			// `rate_limit:` with no value is no limit, as in the reference.
 			if r := p.resolve(v); r != nil && !isNull(r) {
 				d.limit = p.rateLimit(r, "rate_limit")
 			}
+		case "rate_limits":
+			d.limitsPos = at(k)
+			d.limits = p.rateLimitList(v)
 		case "policy":
 			d.policyPos = at(k)
 			d.policy = p.nonEmptyStr(k, v, "policy", "policy must name an entry of the top-level policies map")
@@ -265,7 +272,7 @@ func (p *parser) descriptor(n *yaml.Node, depth int) *rawDesc {
 			d.colocatePos = at(k)
 			d.colocate = p.nonEmptyStr(k, v, "colocate", "colocate must name a descriptor key")
 		default:
-			p.errorf(k, "unknown key %q in a descriptor (expected key, value, rate_limit, policy, descriptors, shadow_mode, quota_mode, share_threshold, detailed_metric, value_to_metric, metadata, colocate)", key)
+			p.errorf(k, "unknown key %q in a descriptor (expected key, value, rate_limit, rate_limits, policy, descriptors, shadow_mode, quota_mode, share_threshold, detailed_metric, value_to_metric, metadata, colocate)", key)
 		}
 	})
 	if !ok {

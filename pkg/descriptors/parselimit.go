@@ -40,6 +40,8 @@ type rawLimit struct {
 	calendarPos        pos
 	timeZone           string
 	timeZonePos        pos
+	penalty            *rawPenalty
+	penaltyPos         pos
 	extensionPositions []pos
 }
 
@@ -114,8 +116,11 @@ func (p *parser) rateLimit(n *yaml.Node, what string) *rawLimit {
 		case "time_zone":
 			rl.timeZonePos = ext(k)
 			rl.timeZone, _ = p.str(v, "time_zone")
+		case "penalty":
+			rl.penaltyPos = ext(k)
+			rl.penalty = p.penalty(v)
 		default:
-			p.errorf(k, "unknown key %q in %s (expected unit, requests_per_unit, unlimited, name, replaces, unit_multiplier, algorithm, burst, failure_mode, revision, headers, calendar, time_zone)", key, what)
+			p.errorf(k, "unknown key %q in %s (expected unit, requests_per_unit, unlimited, name, replaces, unit_multiplier, algorithm, burst, failure_mode, revision, headers, calendar, time_zone, penalty)", key, what)
 		}
 	})
 	if !ok {

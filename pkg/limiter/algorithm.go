@@ -14,6 +14,7 @@ const (
 	SlidingWindow                      // sliding-window counter (two windows, weighted)
 	TokenBucket                        // scaled tokens refilled continuously
 	GCRA                               // generic cell rate algorithm: one theoretical arrival time
+	SlidingLog                         // exact count over the trailing window: a log of hits
 )
 
 // algorithms is the one dispatch point from an Algorithm to its rules: each
@@ -24,6 +25,7 @@ var algorithms = [...]*algorithmRules{
 	SlidingWindow: &slidingWindowRules,
 	TokenBucket:   &tokenBucketRules,
 	GCRA:          &gcraRules,
+	SlidingLog:    &slidingLogRules,
 }
 
 // algorithmRules is everything specific to one algorithm that is not its
@@ -76,7 +78,7 @@ func AlgorithmNames() string {
 }
 
 // String returns the configuration name: fixed_window, sliding_window,
-// token_bucket, gcra.
+// token_bucket, gcra, sliding_log.
 func (a Algorithm) String() string {
 	if r := a.rules(); r != nil {
 		return r.name
@@ -121,7 +123,8 @@ func (a Algorithm) ParamsFor(r Rate) Params {
 }
 
 // Params holds the parameters of exactly one algorithm: one of
-// FixedWindowParams, SlidingWindowParams, TokenBucketParams or GCRAParams.
+// FixedWindowParams, SlidingWindowParams, TokenBucketParams, GCRAParams or
+// SlidingLogParams.
 type Params interface {
 	algorithm() Algorithm
 	// apply checks the parameters (a *FieldError naming the first

@@ -11,7 +11,7 @@ import (
 // TestAlgorithmTable: every algorithm of the table answers by its name, builds
 // a policy from a rule's rate, and states its properties.
 func TestAlgorithmTable(t *testing.T) {
-	if got := limiter.AlgorithmNames(); got != "fixed_window, sliding_window, token_bucket, gcra" {
+	if got := limiter.AlgorithmNames(); got != "fixed_window, sliding_window, token_bucket, gcra, sliding_log" {
 		t.Fatalf("AlgorithmNames() = %q", got)
 	}
 	type want struct {
@@ -26,7 +26,8 @@ func TestAlgorithmTable(t *testing.T) {
 		// 10 per 1000 ms, reduced to 1 per 100 ms.
 		limiter.TokenBucket: {[2]int64{1, 100}, limiter.Certain, true, true},
 		// Emission interval 100 ms: one per 100 ms, as the token bucket.
-		limiter.GCRA: {[2]int64{1, 100}, limiter.Certain, true, true},
+		limiter.GCRA:       {[2]int64{1, 100}, limiter.Certain, true, true},
+		limiter.SlidingLog: {[2]int64{1000, 0}, limiter.Certain, true, false},
 	}
 	algs := limiter.Algorithms()
 	if len(algs) != len(wants) {

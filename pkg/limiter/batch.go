@@ -2,12 +2,14 @@ package limiter
 
 // Commits is the batch rule of Store: given the outcomes of checking every
 // request of batch at one instant (nothing consumed yet), it reports whether
-// the batch commits. It does iff every ordinary request allows and, when the
-// batch holds quota-mode requests, at least one of them allows. A request
-// allows when its outcome is an allowed decision; a failed request (any other
-// kind) counts as a denial, except that a fail-open policy's failure takes
-// no part (Envoy is answered OK for it, as pkg/rls does). Shadow and check
-// requests (by Request.EffectiveRole) never block.
+// the batch commits. It does iff every ordinary and probe request allows
+// and, when the batch holds quota-mode requests (quota probes included), at
+// least one of them allows. A request allows when its outcome is an allowed decision; a
+// failed request (any other kind) counts as a denial, except that a
+// fail-open policy's failure takes no part (Envoy is answered OK for it, as pkg/rls does). Shadow and check
+// requests (by Request.EffectiveRole) never block; a probe (RoleProbe,
+// RoleQuotaProbe) blocks as an ordinary (or quota-mode) request does, and
+// never consumes.
 //
 // These are the reference's OVER_LIMIT rules, so exactly the requests Envoy
 // lets through consume. The Lua batch program of pkg/lua applies the same
@@ -58,7 +60,7 @@ func decide(batch []Request, out []Outcome, undecidedAllows bool) (commit, quota
 		case r.Policy != nil && r.Policy.FailureMode() == FailOpen:
 			continue
 		}
-		if role == RoleQuota {
+		if role.Quota() {
 			quota++
 			quotaAllows = quotaAllows || allows
 			continue

@@ -67,9 +67,21 @@ func TestCommits(t *testing.T) {
 	allow := limiter.EvaluatedOutcome(limiter.Decision{Allowed: true})
 	deny := limiter.EvaluatedOutcome(limiter.Decision{})
 	fail := limiter.UnavailableOutcome(0, limiter.CategoryNotConnected, nil)
-	o, s, q, c := limiter.RoleOrdinary, limiter.RoleShadow, limiter.RoleQuota, limiter.RoleCheck
+	o, s, q, c, pr, qp := limiter.RoleOrdinary, limiter.RoleShadow, limiter.RoleQuota, limiter.RoleCheck, limiter.RoleProbe, limiter.RoleQuotaProbe
 	type in = batchIn
 	checkBatchRule(t, "Commits", limiter.Commits, []batchCase{
+		{"a probe that allows", []in{{closed, o, allow}, {closed, pr, allow}}, true},
+		{"a probe that denies blocks", []in{{closed, o, allow}, {closed, pr, deny}}, false},
+		{"a probe alone denies", []in{{closed, pr, deny}}, false},
+		{"a fail-closed probe failure blocks", []in{{closed, pr, fail}}, false},
+		{"a fail-open probe failure takes no part", []in{{closed, o, allow}, {open, pr, fail}}, true},
+		{"a probe of a shadow policy never blocks", []in{{closed, o, allow}, {shadowPolicy, pr, deny}}, true},
+		{"a probe is not a quota", []in{{closed, q, allow}, {closed, pr, deny}}, false},
+		{"a quota probe denies, another quota allows", []in{{closed, qp, deny}, {closed, q, allow}}, true},
+		{"a quota probe allows, every other quota denies", []in{{closed, q, deny}, {closed, qp, allow}}, true},
+		{"every quota denies, a probe among them", []in{{closed, o, allow}, {closed, q, deny}, {closed, qp, deny}}, false},
+		{"a quota probe alone denies", []in{{closed, qp, deny}}, false},
+		{"a quota probe of a shadow policy never blocks", []in{{shadowPolicy, qp, deny}}, true},
 		{"empty", nil, true},
 		{"all ordinary allow", []in{{closed, o, allow}, {closed, o, allow}}, true},
 		{"one ordinary denies", []in{{closed, o, allow}, {closed, o, deny}}, false},
@@ -96,9 +108,11 @@ func TestCheckOnly(t *testing.T) {
 	var undecided limiter.Outcome
 	deny := limiter.EvaluatedOutcome(limiter.Decision{})
 	invalid := limiter.UnavailableOutcome(0, limiter.CategoryInvalidRequest, nil)
-	o, s, q, c := limiter.RoleOrdinary, limiter.RoleShadow, limiter.RoleQuota, limiter.RoleCheck
+	o, s, q, c, pr := limiter.RoleOrdinary, limiter.RoleShadow, limiter.RoleQuota, limiter.RoleCheck, limiter.RoleProbe
 	type in = batchIn
 	checkBatchRule(t, "CheckOnly", limiter.CheckOnly, []batchCase{
+		{"a known probe denial", []in{{closed, o, undecided}, {closed, pr, deny}}, true},
+		{"an undecided probe", []in{{closed, pr, undecided}, {closed, o, undecided}}, false},
 		{"nothing known", []in{{closed, o, undecided}, {closed, q, undecided}}, false},
 		{"an ordinary denial is known", []in{{closed, o, undecided}, {closed, o, deny}}, true},
 		{"a known shadow denial", []in{{closed, o, undecided}, {closed, s, deny}}, false},
@@ -121,9 +135,11 @@ func TestQuotaBlocks(t *testing.T) {
 	allow := limiter.EvaluatedOutcome(limiter.Decision{Allowed: true})
 	deny := limiter.EvaluatedOutcome(limiter.Decision{})
 	fail := limiter.UnavailableOutcome(0, limiter.CategoryNotConnected, nil)
-	o, q := limiter.RoleOrdinary, limiter.RoleQuota
+	o, q, qp := limiter.RoleOrdinary, limiter.RoleQuota, limiter.RoleQuotaProbe
 	type in = batchIn
 	checkBatchRule(t, "QuotaBlocks", limiter.QuotaBlocks, []batchCase{
+		{"a quota probe is a quota limit", []in{{closed, q, deny}, {closed, qp, deny}}, true},
+		{"an allowing quota probe", []in{{closed, q, deny}, {closed, qp, allow}}, false},
 		{"no quota", []in{{closed, o, deny}}, false},
 		{"every quota denies", []in{{closed, q, deny}, {closed, q, deny}}, true},
 		{"one quota allows", []in{{closed, q, deny}, {closed, q, allow}}, false},
@@ -193,6 +209,11 @@ func TestRequestRoleAndValidate(t *testing.T) {
 		{limiter.Request{Policy: p, Role: limiter.RoleQuota}, limiter.RoleQuota},
 		{limiter.Request{Policy: sp, Role: limiter.RoleQuota}, limiter.RoleShadow},
 		{limiter.Request{Policy: sp, Role: limiter.RoleCheck}, limiter.RoleCheck},
+		{limiter.Request{Policy: p, Role: limiter.RoleProbe}, limiter.RoleProbe},
+		{limiter.Request{Policy: sp, Role: limiter.RoleProbe}, limiter.RoleCheck},
+		{limiter.Request{Policy: p, Role: limiter.RoleQuotaProbe}, limiter.RoleQuotaProbe},
+		{limiter.Request{Policy: sp, Role: limiter.RoleQuotaProbe}, limiter.RoleCheck},
+		{limiter.Request{Policy: p, Role: 9}, limiter.RoleOrdinary},
 		{limiter.Request{}, limiter.RoleOrdinary},
 	} {
 		if got := tc.r.EffectiveRole(); got != tc.want {
@@ -202,23 +223,38 @@ func TestRequestRoleAndValidate(t *testing.T) {
 	if err := (limiter.Request{Policy: p, Cost: 1, Role: 9}).Validate(); err == nil {
 		t.Error("unknown mode validated")
 	}
+	if err := (limiter.Request{Policy: p, Cost: 1, Role: limiter.RoleQuotaProbe + 1}).Validate(); err == nil {
+		t.Error("mode 6 validated")
+	}
+	if err := (limiter.Request{Policy: p, Cost: 1, Role: limiter.RoleProbe}).Validate(); err != nil {
+		t.Errorf("probe: %v", err)
+	}
 }
 
 func TestRoleConsumesAndBlocks(t *testing.T) {
 	for _, tt := range []struct {
-		role             limiter.Role
-		consumes, blocks bool
+		role                    limiter.Role
+		consumes, blocks, quota bool
+		name                    string
 	}{
-		{limiter.RoleOrdinary, true, true},
-		{limiter.RoleShadow, true, false},
-		{limiter.RoleQuota, true, true},
-		{limiter.RoleCheck, false, false},
+		{limiter.RoleOrdinary, true, true, false, "ordinary"},
+		{limiter.RoleShadow, true, false, false, "shadow"},
+		{limiter.RoleQuota, true, true, true, "quota"},
+		{limiter.RoleCheck, false, false, false, "check"},
+		{limiter.RoleProbe, false, true, false, "probe"},
+		{limiter.RoleQuotaProbe, false, true, true, "quota-probe"},
 	} {
 		if got := tt.role.Consumes(); got != tt.consumes {
 			t.Errorf("%v.Consumes() = %v, want %v", tt.role, got, tt.consumes)
 		}
 		if got := tt.role.Blocks(); got != tt.blocks {
 			t.Errorf("%v.Blocks() = %v, want %v", tt.role, got, tt.blocks)
+		}
+		if got := tt.role.Quota(); got != tt.quota {
+			t.Errorf("%v.Quota() = %v, want %v", tt.role, got, tt.quota)
+		}
+		if got := tt.role.String(); got != tt.name {
+			t.Errorf("String() = %q, want %q", got, tt.name)
 		}
 	}
 }

@@ -1,6 +1,7 @@
 package limiter_test
 
 import (
+	"fmt"
 	"testing"
 	"time"
 
@@ -26,6 +27,25 @@ func BenchmarkApply(b *testing.B) {
 				if write {
 					st = next
 				} else if r.Status != limiter.StatusDenied {
+					b.Fatalf("reply %+v", r)
+				}
+			}
+		})
+	}
+	// The sliding log's cost grows with its log: a state of n hits in the
+	// window (limit 1000: 999 leave room, 1000 deny), not written back.
+	p := slidingLog(b, 1000, time.Hour)
+	for _, n := range []int64{5, 100, 999, 1000} {
+		b.Run(fmt.Sprintf("sliding_log/log=%d", n), func(b *testing.B) {
+			b.ReportAllocs()
+			var log []byte
+			for i := range n {
+				log = limiter.AppendSlidingLogEntry(log, t0-n+i, 1)
+			}
+			st := limiter.State{Exists: true, Schema: limiter.StateSchema, Algorithm: limiter.SlidingLog, PolicyID: p.ID(),
+				Revision: p.Revision(), LastObservedMs: t0, Log: string(log)}
+			for b.Loop() {
+				if _, r, _ := limiter.Apply(st, t0, p, 1); (r.Status == limiter.StatusAllowed) != (n < 1000) {
 					b.Fatalf("reply %+v", r)
 				}
 			}

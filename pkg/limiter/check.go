@@ -31,8 +31,9 @@ var (
 // do. It is a pure function: it reads no clock and keeps no state.
 //
 // next is the state to store when write is true; when write is false (denied,
-// CLOCK_UNSAFE, STATE_INCOMPATIBLE) next equals st and nothing must be
-// written. reply holds the seven reply fields. p must come from NewPolicy and
+// BLOCKED, CLOCK_UNSAFE, STATE_INCOMPATIBLE) next equals st and nothing must
+// be written, except the offence of a policy with a Penalty
+// (PenaltyRecorded). reply holds the seven reply fields. p must come from NewPolicy and
 // cost must pass Request.Validate; Apply never returns StatusInvalid.
 func Apply(st State, serverNowMs int64, p *Policy, cost int64) (next State, reply Reply, write bool) {
 	next, reply, _, write = Check(st, serverNowMs, p, cost)
@@ -60,7 +61,13 @@ func Check(st State, serverNowMs int64, p *Policy, cost int64) (next State, repl
 		}
 		now = st.LastObservedMs
 	}
-	// 3. The algorithm.
+	// A sliding log that cannot be ours (validLog).
+	if st.Exists && !validLog(st, p) {
+		r := refusal(StatusStateIncompatible, serverNowMs, p)
+		return st, r, r, false
+	}
+	// 3. The algorithm (a blocked subject's reset-at is read from it).
+	pn := p.spec.Penalty
 	s := p.rules.step(st, now, p, cost)
 	reply = Reply{
 		Status:         StatusDenied,
@@ -71,11 +78,35 @@ func Check(st State, serverNowMs int64, p *Policy, cost int64) (next State, repl
 		RetryAfterMs:   s.retryAfter,
 		ResetAtMs:      s.resetAt,
 	}
-	// 4. A denial consumes nothing.
-	if !s.allowed {
-		return st, reply, reply, false
+	// 4. The penalty box: a blocked subject is denied until the block
+	// ends, consumes nothing and is no new offence.
+	if pn.blocked(st, now) {
+		resetAt := s.resetAt
+		if s.allowed {
+			resetAt = s.resetAtBefore
+		}
+		r := Reply{Status: StatusBlocked, ServerNowMs: serverNowMs, EffectiveNowMs: now, Limit: p.limit,
+			RetryAfterMs: st.PenaltyUntilMs - now, ResetAtMs: max(resetAt, st.PenaltyUntilMs)}
+		return st, r, r, false
 	}
-	// 5. Allowed: write the new state with a finite TTL.
+	// 5. A denial consumes nothing. With a penalty it is an offence: next
+	// holds the block (PenaltyRecorded) and reply waits for it; uncommitted
+	// is the limit's own denial, for a store that does not record it.
+	if !s.allowed {
+		if !pn.On() || !st.Exists {
+			return st, reply, reply, false
+		}
+		level, block := pn.offence(st, now)
+		next = st
+		next.PenaltyUntilMs, next.PenaltyLevel = now+block, level
+		next.ExpiresAtMs = max(st.ExpiresAtMs, next.PenaltyUntilMs+pn.Decay.Milliseconds()+p.CleanupGraceMillis())
+		uncommitted = reply
+		reply.RetryAfterMs = max(reply.RetryAfterMs, block)
+		reply.ResetAtMs = max(reply.ResetAtMs, next.PenaltyUntilMs)
+		return next, reply, uncommitted, false
+	}
+	// 6. Allowed: write the new state with a finite TTL, which covers the
+	// memory of a penalty.
 	reply.Status = StatusAllowed
 	uncommitted = reply
 	uncommitted.Remaining, uncommitted.ResetAtMs = s.remainingBefore, s.resetAtBefore
@@ -89,7 +120,13 @@ func Check(st State, serverNowMs int64, p *Policy, cost int64) (next State, repl
 		Epoch:          s.epoch,
 		Level:          s.level,
 		Carry:          s.carry,
+		Log:            s.log,
 		ExpiresAtMs:    now + s.ttl,
+		PenaltyUntilMs: st.PenaltyUntilMs,
+		PenaltyLevel:   st.PenaltyLevel,
+	}
+	if m := pn.memoryUntil(st); m != 0 {
+		next.ExpiresAtMs = max(next.ExpiresAtMs, m+p.CleanupGraceMillis())
 	}
 	return next, reply, uncommitted, true
 }
@@ -106,6 +143,7 @@ type step struct {
 	epoch      int64
 	level      int64
 	carry      int64
+	log        string
 	remaining  int64
 	retryAfter int64
 	resetAt    int64
@@ -115,16 +153,26 @@ type step struct {
 }
 
 // OutcomeFromReply turns a reply of Apply or of a Lua program into the
-// Outcome a Store returns: ALLOWED and DENIED become an Evaluated decision
-// from src; CLOCK_UNSAFE an Unavailable outcome (CategoryClockUnsafe, nothing
+// Outcome a Store returns: ALLOWED, DENIED and BLOCKED become an Evaluated
+// decision from src (BLOCKED: a Blocked, Certain denial, only for a policy
+// with a penalty box and with nothing remaining); CLOCK_UNSAFE an Unavailable outcome (CategoryClockUnsafe, nothing
 // was changed); STATE_INCOMPATIBLE and INVALID an Incompatible outcome. A
 // reply inconsistent with its status or with p (wrong limit, remaining out of
 // [0, limit], an allow with a retry, a denial without one) is Incompatible
 // with CategoryReplyMalformed: never an allow.
 func OutcomeFromReply(p *Policy, r Reply, src Source) Outcome {
 	switch r.Status {
-	case StatusAllowed, StatusDenied:
+	case StatusAllowed, StatusDenied, StatusBlocked:
 		allowed := r.Status == StatusAllowed
+		blocked := r.Status == StatusBlocked
+		if blocked && (!p.spec.Penalty.On() || r.Remaining != 0) {
+			return IncompatibleOutcome(CategoryReplyMalformed, fmt.Errorf("policy %s: BLOCKED reply (remaining %d) for a limit without a penalty or with units left: %w",
+				p.ID(), r.Remaining, ErrReplyMalformed))
+		}
+		certainty := p.Certainty()
+		if blocked {
+			certainty = Certain
+		}
 		if r.Limit != p.limit || r.Remaining < 0 || r.Remaining > r.Limit || r.ResetAtMs < 0 ||
 			(allowed && r.RetryAfterMs != 0) || (!allowed && r.RetryAfterMs <= 0) {
 			return IncompatibleOutcome(CategoryReplyMalformed, fmt.Errorf("policy %s: %s reply (limit %d, remaining %d, retry %dms, reset %d): %w",
@@ -139,7 +187,8 @@ func OutcomeFromReply(p *Policy, r Reply, src Source) Outcome {
 			PolicyID:       p.ID(),
 			PolicyRevision: p.Revision(),
 			Source:         src,
-			Certainty:      p.Certainty(),
+			Certainty:      certainty,
+			Blocked:        blocked,
 		})
 	case StatusClockUnsafe:
 		return UnavailableOutcome(ClockUnsafeRetryAfter, CategoryClockUnsafe, fmt.Errorf("policy %s: %w", p.ID(), ErrClockUnsafe))

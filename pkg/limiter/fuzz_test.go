@@ -197,3 +197,48 @@ func FuzzTokenBucket(f *testing.F) {
 		}
 	})
 }
+
+// FuzzSlidingLog: the sliding log is exact, so no trailing window (of
+// every admission's time) ever holds more than the limit.
+func FuzzSlidingLog(f *testing.F) {
+	fuzzWindowed(f, slidingLog, func(s *sim) {
+		W := s.p.WindowMillis()
+		for j, a := range s.admitted {
+			var sum int64
+			for _, b := range s.admitted[:j+1] {
+				if b.at > a.at-W {
+					sum += b.cost
+				}
+			}
+			if sum > s.p.Limit() {
+				s.t.Fatalf("admitted %d in the %dms up to %d, limit %d", sum, W, a.at, s.p.Limit())
+			}
+		}
+	})
+}
+
+// FuzzSlidingLogState: any stored state (log bytes, counts, times) is
+// decided without a panic, and a state Apply writes is one it reads back.
+func FuzzSlidingLogState(f *testing.F) {
+	f.Add([]byte(logOf(t0-5, 1, t0, 2)), int64(0), int64(0), int64(0), int64(t0), int64(t0+1), uint8(1))
+	f.Add([]byte{}, int64(3), int64(2), int64(t0/1000), int64(t0), int64(t0+1500), uint8(2))
+	f.Add([]byte{0x7f, 0xf0, 0, 0, 0, 0, 0, 0, 0, 1}, int64(0), int64(0), int64(0), int64(t0), int64(t0), uint8(1))
+	f.Fuzz(func(t *testing.T, log []byte, level, carry, epoch, last, now int64, cost uint8) {
+		p := slidingLog(t, 5, time.Second)
+		st := limiter.State{Exists: true, Schema: limiter.StateSchema, Algorithm: limiter.SlidingLog, PolicyID: p.ID(), Revision: 1,
+			LastObservedMs: min(max(last, 0), limiter.MaxSafeInteger), Epoch: epoch, Level: level, Carry: carry, Log: string(log)}
+		now = min(max(now, 0), limiter.MaxSafeInteger)
+		next, r, write := limiter.Apply(st, now, p, 1+int64(cost)%p.MaxCost())
+		if o := limiter.OutcomeFromReply(p, r, limiter.SourceMemory); r.Status == limiter.StatusAllowed || r.Status == limiter.StatusDenied {
+			if o.Kind != limiter.Evaluated {
+				t.Fatalf("reply %+v: %v", r, o.Err)
+			}
+		}
+		if !write {
+			return
+		}
+		if _, again, _ := limiter.Apply(next, next.LastObservedMs, p, 1); again.Status == limiter.StatusStateIncompatible {
+			t.Fatalf("state %+v written from %+v reads as incompatible", next, st)
+		}
+	})
+}

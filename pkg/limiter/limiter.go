@@ -41,8 +41,8 @@ const (
 	RoleOrdinary Role = iota
 	// RoleShadow: checked, reported and (when the batch commits and it
 	// allows) consumed, but it never blocks the batch. A policy built with
-	// PolicySpec.Shadow has this role whatever the request says (unless
-	// RoleCheck).
+	// PolicySpec.Shadow has this role whatever the request says (unless a
+	// check or a probe).
 	RoleShadow
 	// RoleQuota: the batch is blocked only when every quota-mode limit of
 	// the batch denies (the reference's quota_mode rule).
@@ -51,6 +51,18 @@ const (
 	// caller that already knows the answer is a denial (say, a limit of
 	// zero outside the batch) sends the whole batch in this role.
 	RoleCheck
+	// RoleProbe: checked and reported, never consumed, and it blocks the
+	// batch as an ordinary limit does when it denies. It asks "would Cost
+	// more be admitted now" without taking them: pkg/rls sends an explicit
+	// per-descriptor hits_addend of 0 as a probe of cost 1. A later request
+	// of the batch on the same state does not see a probe's cost. On a
+	// shadow policy a probe is RoleCheck (it never blocks).
+	RoleProbe
+	// RoleQuotaProbe: a probe of a quota-mode limit: checked and reported,
+	// never consumed, and it takes part in the batch rule as a quota-mode
+	// limit does (the batch is blocked only when every quota-mode limit,
+	// probes included, denies). On a shadow policy it is RoleCheck.
+	RoleQuotaProbe
 )
 
 func (r Role) String() string {
@@ -63,17 +75,28 @@ func (r Role) String() string {
 		return "quota"
 	case RoleCheck:
 		return "check"
+	case RoleProbe:
+		return "probe"
+	case RoleQuotaProbe:
+		return "quota-probe"
 	}
 	return "unknown"
 }
 
 // Consumes reports whether an allowed request in this role spends its cost
-// when its batch commits: every role but RoleCheck does.
-func (r Role) Consumes() bool { return r != RoleCheck }
+// when its batch commits: every role but the check and probe ones does.
+func (r Role) Consumes() bool { return r != RoleCheck && r != RoleProbe && r != RoleQuotaProbe }
 
 // Blocks reports whether a denial in this role can stop its batch from
-// committing: ordinary and quota limits can, shadow and check limits never.
-func (r Role) Blocks() bool { return r == RoleOrdinary || r == RoleQuota }
+// committing: ordinary, quota and probe limits can, shadow and check limits
+// never.
+func (r Role) Blocks() bool {
+	return r == RoleOrdinary || r == RoleQuota || r == RoleProbe || r == RoleQuotaProbe
+}
+
+// Quota reports whether the role takes part in the batch rule as a
+// quota-mode limit (RoleQuota, RoleQuotaProbe).
+func (r Role) Quota() bool { return r == RoleQuota || r == RoleQuotaProbe }
 
 // Request asks whether one subject may spend Cost units of one policy. The
 // caller's deadline travels in the context given to Store.Evaluate.
@@ -95,14 +118,18 @@ type Request struct {
 	EvaluationID string
 }
 
-// EffectiveRole returns the role the batch rule applies: RoleShadow for a
-// shadow policy (unless
-// the request is RoleCheck), else r.Role. A nil policy is RoleOrdinary.
+// EffectiveRole returns the role the batch rule applies: for a shadow
+// policy RoleCheck when the request is a check or a probe (a shadow probe
+// consumes nothing and never blocks), else RoleShadow; otherwise r.Role. An
+// unknown role, or a nil policy, is RoleOrdinary.
 func (r *Request) EffectiveRole() Role {
-	if r.Role != RoleCheck && r.Policy != nil && r.Policy.Shadow() {
+	if r.Policy != nil && r.Policy.Shadow() {
+		if r.Role == RoleCheck || r.Role == RoleProbe || r.Role == RoleQuotaProbe {
+			return RoleCheck
+		}
 		return RoleShadow
 	}
-	if r.Role > RoleCheck {
+	if r.Role > RoleQuotaProbe {
 		return RoleOrdinary
 	}
 	return r.Role
@@ -117,7 +144,7 @@ func (r Request) Validate() error {
 		return &FieldError{Field: "cost", Reason: "must be at least 1"}
 	case r.Cost > r.Policy.MaxCost():
 		return &FieldError{Field: "cost", Reason: "exceeds the policy's max cost"}
-	case r.Role > RoleCheck:
+	case r.Role > RoleQuotaProbe:
 		return &FieldError{Field: "mode", Reason: "is not a known mode"}
 	case r.EvaluationID != "":
 		return &FieldError{Field: "evaluation_id", Reason: "de-duplicated evaluation is not supported"}
@@ -159,7 +186,8 @@ func (s Source) String() string {
 type Certainty uint8
 
 const (
-	// Certain: the decision is exact (fixed window, token bucket, GCRA).
+	// Certain: the decision is exact (fixed window, token bucket, GCRA,
+	// sliding log).
 	Certain Certainty = iota + 1
 	// Approximate: the algorithm estimates (sliding-window counter); the
 	// estimate is conservative, never admitting more than the limit.
@@ -181,9 +209,9 @@ type Decision struct {
 	// Allowed: the limit alone admits the request's cost.
 	Allowed bool
 	// Consumed: the cost was taken from the limit. True exactly when Allowed
-	// and the batch committed (and the request was not RoleCheck). An allowed
-	// limit of a batch that did not commit is reported as it stands, its
-	// cost not taken.
+	// and the batch committed (and the request was not a check or a
+	// probe). An allowed limit of a batch that did not commit is
+	// reported as it stands, its cost not taken.
 	Consumed bool
 	// Limit is the policy's limit (token bucket: capacity; GCRA: burst).
 	Limit int64
@@ -200,6 +228,10 @@ type Decision struct {
 	PolicyRevision uint32
 	Source         Source
 	Certainty      Certainty
+	// Blocked: denied because the subject is in the policy's penalty box
+	// (Policy.Penalty) until RetryAfter from now; nothing was consumed or
+	// recorded. A blocked decision is Certain.
+	Blocked bool
 }
 
 // OutcomeKind tells the four outcomes apart.
@@ -326,11 +358,12 @@ func Summarize(outs []Outcome) (outcome, failure string) {
 // admits it or on none. A store first checks every request at ONE instant
 // (one clock reading; a later request on the same state sees the cost of an
 // earlier one of the same batch), consuming nothing; then the batch commits
-// iff Commits says so: every ordinary request allows and, when there are
-// quota-mode requests, not all of them deny. On commit every request that
-// allowed consumes (shadow-mode ones too; RoleCheck ones never); otherwise
-// nothing does, and allowed requests are reported with Consumed false and
-// their remaining before their cost. Shadow-mode requests never block.
+// iff Commits says so: every ordinary (and probe) request allows and, when
+// there are quota-mode requests, not all of them deny. On commit every
+// request that allowed consumes (shadow-mode ones too; checks and probes
+// never); otherwise nothing does, and allowed requests are reported with
+// Consumed false and their remaining before their cost. Shadow-mode
+// requests never block.
 // Where a store cannot make one atomic step (the Redis store with limits in
 // different Redis Cluster slots) it documents how it compensates. A caller
 // or store that knows some outcomes before asking (a cached denial, a limit

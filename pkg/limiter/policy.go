@@ -77,6 +77,8 @@ type PolicySpec struct {
 	FailureMode FailureMode
 	// Shadow: evaluated and counted, but never denies. (Optional)
 	Shadow bool
+	// Penalty is the limit's penalty box. (Optional, default none)
+	Penalty Penalty
 }
 
 // Policy is a validated, immutable PolicySpec. Build it with NewPolicy. The
@@ -142,6 +144,11 @@ func NewPolicy(spec PolicySpec) (*Policy, error) {
 	if err := spec.Params.apply(p); err != nil {
 		return nil, err
 	}
+	pn, err := spec.Penalty.validate(p.limit)
+	if err != nil {
+		return nil, err
+	}
+	spec.Penalty = pn
 	switch {
 	case spec.MaxCost == 0:
 		spec.MaxCost = p.limit
@@ -199,7 +206,7 @@ func (p *Policy) Algorithm() Algorithm { return p.spec.Algorithm }
 // Params returns the algorithm parameters as given.
 func (p *Policy) Params() Params { return p.spec.Params }
 
-// Limit returns the limit (fixed and sliding window), capacity (token
+// Limit returns the limit (fixed and sliding window, sliding log), capacity (token
 // bucket) or burst (GCRA).
 func (p *Policy) Limit() int64 { return p.limit }
 
@@ -234,7 +241,8 @@ func (p *Policy) Certainty() Certainty { return p.rules.certainty }
 // DenialsHold reports whether a denial of this policy stays true until its
 // retry time whatever other requests do (they can only consume more), so
 // that a cache may repeat it until then: true for the fixed window, the
-// token bucket and GCRA, false for the sliding-window estimate.
+// token bucket, GCRA and the sliding log, false for the sliding-window
+// estimate.
 func (p *Policy) DenialsHold() bool { return p.rules.denialsHold }
 
 // AlgorithmArgs returns the two numbers that, with Limit, are the

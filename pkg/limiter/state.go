@@ -15,6 +15,9 @@ const (
 	StatusClockUnsafe                         // CLOCK_UNSAFE
 	StatusStateIncompatible                   // STATE_INCOMPATIBLE
 	StatusInvalid                             // INVALID
+	// StatusBlocked: the subject is in its penalty box (Policy.Penalty);
+	// a denial that consumed nothing and recorded nothing.
+	StatusBlocked // BLOCKED
 )
 
 func (s Status) String() string {
@@ -29,6 +32,8 @@ func (s Status) String() string {
 		return "STATE_INCOMPATIBLE"
 	case StatusInvalid:
 		return "INVALID"
+	case StatusBlocked:
+		return "BLOCKED"
 	}
 	return "UNKNOWN"
 }
@@ -56,7 +61,7 @@ type State struct {
 	// LastObservedMs is the largest effective time that changed this state.
 	LastObservedMs int64
 	// Epoch is when the counts were taken: the window id (fixed and
-	// sliding window) or the last refill time in ms (token bucket); GCRA:
+	// sliding window, sliding log) or the last refill time in ms (token bucket); GCRA:
 	// the theoretical arrival time's whole ms.
 	Epoch int64
 	// Level is what the epoch holds: the units consumed in the window
@@ -67,6 +72,15 @@ type State struct {
 	// (sliding window), the sub-token refill remainder (token bucket) or
 	// the theoretical arrival time's fraction of a ms, in 1/amount ms (GCRA).
 	Carry int64
+	// Log is a sliding log's hits in its window, oldest first, packed as
+	// the Lua programs keep it in the hash field l: SlidingLogEntryBytes
+	// per hit (see AppendSlidingLogEntry); empty for the other algorithms.
+	// A string, so that State stays comparable.
+	Log string
 	// ExpiresAtMs is when the state may be dropped (effective now + TTL).
 	ExpiresAtMs int64
+	// PenaltyUntilMs is when the last penalty block ends (effective
+	// time), PenaltyLevel how many offences in a row it counts (0: none);
+	// only a policy with a Penalty reads or writes them.
+	PenaltyUntilMs, PenaltyLevel int64
 }

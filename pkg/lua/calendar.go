@@ -8,16 +8,6 @@ import (
 	"github.com/envoy-rls/envoy-rls/pkg/limiter"
 )
 
-// Bits of the flags byte of a key's packed numbers (rate-batch-v1.lua
-// reads each with bit.band); the role (limiter.Role) is the low bits.
-const (
-	// FlagFailOpen: the policy fails open.
-	FlagFailOpen = 4
-	// FlagCalendar: the calendar extension (CalendarPacked bytes) follows
-	// the fixed numbers.
-	FlagCalendar = 32
-)
-
 // CalendarPacked is the length of the calendar extension of a key's packed
 // numbers: struct.pack('>dddd'), the boundaries b0 < b1 < b2 < b3 (Unix
 // ms) of three consecutive calendar periods [b0, b1), [b1, b2), [b2, b3):
@@ -25,31 +15,30 @@ const (
 // clock, that period, and the one after it (limiter.Calendar.Neighbours).
 const CalendarPacked = 4 * 8
 
-// PackedLen is the length of the packed numbers of one key of policy p:
-// BatchPacked, plus CalendarPacked for a calendar window.
+// PackedLen is the length of the packed numbers of one key of policy p
+// (BatchPackedLen): BatchPacked, plus PenaltyPacked with a penalty box,
+// plus CalendarPacked for a calendar window.
 func PackedLen(p *limiter.Policy) int {
-	if p.Calendar() != nil {
-		return BatchPacked + CalendarPacked
-	}
-	return BatchPacked
+	return BatchPackedLen(p)
 }
 
 // AppendBatchArgsAt is AppendBatchArgs with a calendar window's periods
 // around nowMs, the caller's estimate of Redis's clock (Unix ms).
 func AppendBatchArgsAt(dst []string, p *limiter.Policy, cost int64, role limiter.Role, nowMs int64) []string {
-	var b [BatchPacked + CalendarPacked]byte
+	var b [BatchPacked + PenaltyPacked + CalendarPacked]byte
 	return append(dst, p.ID(), string(AppendBatchPackedAt(b[:0], p, cost, role, nowMs)))
 }
 
 // appendCalendar completes the packed numbers of p in dst, whose fixed
-// part is fixed: for a calendar window it sets fixed's calendar flag and
-// appends the extension around nowMs (dst has room for it: PackedLen).
+// part (with the penalty extension, if any) is fixed: for a calendar window
+// it sets fixed's calendar flag and appends the extension around nowMs
+// (dst has room for it: PackedLen).
 func appendCalendar(dst, fixed []byte, p *limiter.Policy, nowMs int64) []byte {
 	c := p.Calendar()
 	if c == nil {
 		return dst
 	}
-	fixed[1] += FlagCalendar
+	fixed[1] |= FlagCalendar
 	for _, v := range c.Neighbours(nowMs) {
 		dst = binary.BigEndian.AppendUint64(dst, math.Float64bits(float64(v)))
 	}

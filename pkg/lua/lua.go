@@ -25,7 +25,6 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"slices"
 	"strconv"
 	"strings"
 
@@ -158,7 +157,10 @@ var fieldNames = [ReplyFields]string{"status", "serverNowMillis", "effectiveNowM
 // policy's.
 func check(p *limiter.Policy, r limiter.Reply) error {
 	switch r.Status {
-	case limiter.StatusAllowed, limiter.StatusDenied:
+	case limiter.StatusAllowed, limiter.StatusDenied, limiter.StatusBlocked:
+		if r.Status == limiter.StatusBlocked && (!p.Penalty().On() || r.Remaining != 0 || r.RetryAfterMs < 1) {
+			return malformed("BLOCKED with remaining %d, retryAfterMillis %d, for a policy with penalty %t", r.Remaining, r.RetryAfterMs, p.Penalty().On())
+		}
 		if r.EffectiveNowMs < r.ServerNowMs {
 			return malformed("effectiveNowMillis %d before serverNowMillis %d", r.EffectiveNowMs, r.ServerNowMs)
 		}
@@ -199,53 +201,6 @@ func truncate(s string) string {
 		return s[:32] + "..."
 	}
 	return s
-}
-
-// BatchArgs is the number of ARGV fields per key of rate-batch-v1.lua.
-const BatchArgs = 2
-
-// BatchPacked is the length of the packed numbers of one key:
-// struct.pack('>BBddddddd').
-const BatchPacked = 2 + 7*8
-
-// AppendBatchArgs appends the two ARGV fields of one key of
-// rate-batch-v1.lua to dst: the policy ID, and the numbers packed
-// big-endian as struct.pack('>BBddddddd'): algorithm (limiter.Algorithm),
-// flags (role + FlagFailOpen when the policy fails open + FlagCalendar for a
-// calendar window), revision, limit, the two algorithm arguments
-// (limiter.Policy.AlgorithmArgs), cleanup grace ms, max clock regression
-// ms, cost; then, for a calendar window, its extension (CalendarPacked,
-// computed at the wall clock's now: AppendBatchArgsAt takes the time).
-// Every number is an integer below 2^53, which a float64 holds exactly.
-// role is the mode the key plays in this program (limiter.Request.Role, or
-// another one when the caller splits a batch).
-func AppendBatchArgs(dst []string, p *limiter.Policy, cost int64, role limiter.Role) []string {
-	return AppendBatchArgsAt(dst, p, cost, role, wallNow(p))
-}
-
-// AppendBatchPacked appends the packed numbers of one key of
-// rate-batch-v1.lua (the second ARGV field of AppendBatchArgs, PackedLen
-// bytes) to dst, for callers that pool their argument buffers. A calendar
-// window's extension is computed at the wall clock's now.
-func AppendBatchPacked(dst []byte, p *limiter.Policy, cost int64, role limiter.Role) []byte {
-	return AppendBatchPackedAt(dst, p, cost, role, wallNow(p))
-}
-
-// AppendBatchPackedAt is AppendBatchPacked with a calendar window's
-// periods around nowMs, the caller's estimate of Redis's clock (Unix ms).
-func AppendBatchPackedAt(dst []byte, p *limiter.Policy, cost int64, role limiter.Role, nowMs int64) []byte {
-	dst = slices.Grow(dst, PackedLen(p))
-	b := dst[len(dst) : len(dst)+BatchPacked]
-	b[0] = byte(p.Algorithm())
-	b[1] = byte(role)
-	if p.FailureMode() == limiter.FailOpen {
-		b[1] += FlagFailOpen
-	}
-	arg1, arg2 := p.AlgorithmArgs()
-	for i, v := range [7]int64{int64(p.Revision()), p.Limit(), arg1, arg2, p.CleanupGraceMillis(), p.MaxClockRegressionMillis(), cost} {
-		binary.BigEndian.PutUint64(b[2+8*i:], math.Float64bits(float64(v)))
-	}
-	return appendCalendar(dst[:len(dst)+BatchPacked], b, p, nowMs)
 }
 
 // RefundArgs is the number of ARGV fields per key of rate-refund-v1.lua.

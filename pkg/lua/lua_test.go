@@ -135,8 +135,15 @@ func TestAppendBatchArgs(t *testing.T) {
 		}
 		return out
 	}
-	if got := decode(AppendBatchArgs(nil, fw, 2, limiter.RoleQuota)); got != "api.users 1 6 1 10 60000 0 1000 2000 2" {
+	// Flags: the role in bits 0-2, FlagFailOpen (8) for a fail-open policy.
+	if got := decode(AppendBatchArgs(nil, fw, 2, limiter.RoleQuota)); got != "api.users 1 10 1 10 60000 0 1000 2000 2" {
 		t.Errorf("fixed window: %q", got)
+	}
+	if got := decode(AppendBatchArgs(nil, fw, 1, limiter.RoleProbe)); got != "api.users 1 12 1 10 60000 0 1000 2000 1" {
+		t.Errorf("fixed window probe: %q", got)
+	}
+	if got := decode(AppendBatchArgs(nil, tb, 1, limiter.RoleQuotaProbe)); got != "tb 3 5 3 100 1 400 1000 2000 1" {
+		t.Errorf("token bucket quota probe: %q", got)
 	}
 	if got := decode(AppendBatchArgs(nil, tb, 1, limiter.RoleCheck)); got != "tb 3 3 3 100 1 400 1000 2000 1" {
 		t.Errorf("token bucket: %q", got)

@@ -14,28 +14,38 @@
 --     string and one struct.unpack per key instead of nine decimal strings
 --     to intern and parse (each costs Redis CPU):
 --       algorithm            1 fixed_window, 2 sliding_window, 3 token_bucket,
---                            4 gcra
---       flags                role + 4 * failOpen + 32 * calendar; role 0
---                            ordinary, 1 shadow, 2 quota, 3 check
---                            (limiter.Role); calendar: the calendar
---                            extension follows (fixed_window only)
+--                            4 gcra, 5 sliding_log
+--       flags                bits 0-2 the role (limiter.Role): 0 ordinary,
+--                            1 shadow, 2 quota, 3 check, 4 probe, 5 quota
+--                            probe; 8 failOpen; 16 the penalty extension
+--                            follows; 32 the calendar extension follows
+--                            (fixed_window only) (lua.FlagRoleMask,
+--                            lua.FlagFailOpen, lua.FlagPenalty,
+--                            lua.FlagCalendar)
 --       policy revision      1..2^32-1
 --       limit (capacity)     0..2^53-1 (sliding window: 0..(2^53-1)/10^6;
 --                            token bucket: capacity * period + amount
 --                            below 2^53; gcra: the burst, burst * period
---                            + amount below 2^53)
---       window ms (fixed, sliding) | refill amount (token bucket, reduced)
+--                            + amount below 2^53; sliding log:
+--                            0..1000, MAX_LOG)
+--       window ms (fixed, sliding, sliding log) | refill amount (token bucket, reduced)
 --         | limit (gcra, reduced: the interval is period/amount ms)
---       0 (fixed, sliding) | refill period ms (token bucket, gcra, reduced)
+--       0 (fixed, sliding, sliding log) | refill period ms (token bucket, gcra, reduced)
 --       cleanup grace ms     0..ten years
 --       max clock regression ms  0..ten years
 --       cost                 1..limit
---     then, when flags has 32, the calendar extension (fragments/
---     calendar.lua), struct.pack('>dddd'): the boundaries b0 < b1 < b2 <
---     b3, Unix ms, of three consecutive calendar periods (the one before
---     the sender's estimate of TIME, the one holding it, the one after).
---     The period holding the effective now is the window; a now outside
---     [b0, b3) answers CLOCK_UNSAFE and writes nothing.
+--     then, when the flags' bit 16 is set, the penalty extension
+--     (limiter.Penalty, penalty.lua), struct.pack('>ddd'):
+--       duration ms          1..30 days
+--       max duration ms      duration..30 days
+--       decay ms             0..30 days
+--     then, when the flags' bit 32 is set, the calendar extension
+--     (fragments/calendar.lua), struct.pack('>dddd'): the boundaries b0 <
+--     b1 < b2 < b3, Unix ms, of three consecutive calendar periods (the one
+--     before the sender's estimate of TIME, the one holding it, the one
+--     after). The period holding the effective now is the window; a now
+--     outside [b0, b3) answers CLOCK_UNSAFE and writes nothing. The last
+--     extension present ends the argument.
 --     Doubles carry every integer below 2^53 exactly; each is checked
 --     integral and in range.
 -- ARGV[2N+1]  the group: per request struct.pack('>Hd'): its number of keys
@@ -56,10 +66,15 @@
 -- every ordinary key is ALLOWED and, when there are quota keys, at least one
 -- of them is (limiter.Commits: a failure status — CLOCK_UNSAFE,
 -- STATE_INCOMPATIBLE, INVALID — counts as a denial, unless failOpen, when
--- the key takes no part; shadow and check keys never block). On commit every
--- ALLOWED key but the check ones is written: one HSET (of every field for a
--- new hash, otherwise of last, b and whichever of a and c changed) and one
--- PEXPIRE per key (the last state of a key named twice).
+-- the key takes no part; shadow and check keys never block, probe keys
+-- block as ordinary ones do and quota probe keys as quota ones). On commit
+-- every ALLOWED key but the check and probe ones is written: one HSET (of
+-- every field for a new hash, otherwise of last, b and whichever of a and c
+-- changed; a sliding log's last, a, b, c and its log l) and one PEXPIRE per
+-- key (the last state of a key named twice). An offence against a penalty
+-- box (a denial of an ordinary, shadow or quota key; never of a check or
+-- probe key) is written when it is found, whatever the request commits
+-- (penalty.lua).
 --
 -- Redis CPU per call bounds the service's throughput, and the whole body of a
 -- script runs on every EVALSHA: this program defines one function (the
@@ -82,8 +97,9 @@
 -- otherwise an array of 1 + 7N values (N: the request's keys)
 --   1      committed: 1 or 0 (integer)
 --   then per key seven fields:
---     status               ALLOWED | DENIED | CLOCK_UNSAFE |
---                          STATE_INCOMPATIBLE | INVALID (bulk string)
+--     status               ALLOWED | DENIED | BLOCKED | CLOCK_UNSAFE |
+--                          STATE_INCOMPATIBLE | INVALID (bulk string);
+--                          BLOCKED: in the penalty box (penalty.lua)
 --     serverNowMillis      Redis TIME, read once for the batch
 --     effectiveNowMillis   serverNow, or the stored last-observed time when
 --                          the clock stepped back by at most the allowed
@@ -98,8 +114,9 @@
 --   integral and in range before it is returned, else the program raises.
 --   CLOCK_UNSAFE and STATE_INCOMPATIBLE reply (serverNow, serverNow, limit,
 --   0, 0, 0), INVALID (serverNow, serverNow, 0, 0, 0, 0). An ALLOWED key
---   that did not consume (the batch did not commit, or a check key) replies
---   its remaining and reset-at before its cost (limiter.Check's uncommitted reply).
+--   that did not consume (the batch did not commit, or a check or probe
+--   key) replies its remaining and reset-at before its cost (limiter.Check's
+--   uncommitted reply).
 -- Runs on Redis 7.0+ and Valkey.
 
 -- #include prelude.lua
@@ -147,26 +164,32 @@ local blocked, quota, quotaAllows = false, 0, false
 -- the loop, for a single key's commit and reply): its arguments, its
 -- state, the algorithm's result, whether it is to be written, its reply.
 local key, alg, policy, rev, limit, p2, p3, grace, maxRegression, cost
-local st, stLast, stA, stB, stC, fresh, hashA, hashC
-local now, allowed, a, b, c, ttl, remaining, retry, resetAt, remainingBefore, resetBefore
+local st, stLast, stA, stB, stC, stL, fresh, hashA, hashC
+local now, allowed, a, b, c, l, ttl, remaining, retry, resetAt, remainingBefore, resetBefore
 local write, status, eff, lim
 local cal, cb0, cb1, cb2, cb3
+-- The penalty box (penalty.lua): the key's penalty arguments, the hash's
+-- penalty fields.
+local pen, penDur, penMax, penDecay, stPu, stPn
 
 -- rec: for a batch of several keys, R values per key i, at
 -- (i - 1) * R + one of these offsets:
 --   R_KIND      what a later key naming the same hash sees after key i:
 --               0 nothing (key i was INVALID: look further back), 1 no
 --               state, 2 incompatible, 3 the state R_LAST..R_C
---   R_LAST, R_A, R_B, R_C   the tentative write, or the state key i saw
+--   R_LAST, R_A, R_B, R_C, R_L   the tentative write, or the state key i
+--               saw (R_L: a sliding log's log, else '')
 --   R_FRESH     no hash before this call
 --   R_HASH_A, R_HASH_C      the hash's a and c
---   R_WRITE     ALLOWED and not a check key; to write it or, when the
---               batch does not commit, to reply before the cost:
+--   R_WRITE     ALLOWED and not a check or probe key; to write it or, when
+--               the batch does not commit, to reply before the cost:
 --   R_TTL, R_REMAINING_BEFORE, R_RESET_BEFORE, R_ALG, R_REV
+--   R_PU, R_PN  the hash's penalty fields as key i left them (penalty.lua)
 -- All filled (no nil), so the table stays one array.
 local R_KIND, R_LAST, R_A, R_B, R_C, R_FRESH, R_HASH_A, R_HASH_C = 1, 2, 3, 4, 5, 6, 7, 8
-local R_WRITE, R_TTL, R_REMAINING_BEFORE, R_RESET_BEFORE, R_ALG, R_REV = 9, 10, 11, 12, 13, 14
-local R = 14
+local R_WRITE, R_TTL, R_REMAINING_BEFORE, R_RESET_BEFORE, R_ALG, R_REV, R_L = 9, 10, 11, 12, 13, 14, 15
+local R_PU, R_PN = 16, 17
+local R = 17
 local rec, out = false, false
 if n > 1 then
   rec, out = {}, { 0, false, false, false, false, false, false, false }
@@ -179,7 +202,8 @@ for i = 1, n do
   algorithm, flags, rev, limit, p2, p3, grace, maxRegression, cost, pos = unpack('>BBddddddd', packed)
   alg, cal = false, false
   local role, failOpen = 0, false
-  local valid
+  local valid = true
+-- #include penalty.lua valid
 -- #include valid.lua
   -- The algorithm dispatch, by the algorithm byte (limiter.Algorithm): its
   -- name and its argument rules (its fragment's valid section).
@@ -195,19 +219,22 @@ for i = 1, n do
   elseif algorithm == 4 then
     alg = 'gcra'
 -- #include gcra.lua valid
+  elseif algorithm == 5 then
+    alg = 'sliding_log'
+-- #include sliding-log.lua valid
   else
     valid = false
   end
-  if valid and bit.band(flags, 32) ~= 0 then
+  if valid and bit.band(flags, CALENDAR) ~= 0 then
 -- #include calendar.lua valid
   end
   if valid then
-    role = flags % 4
-    failOpen = bit.band(flags, 4) ~= 0
+    role = bit.band(flags, ROLE_BITS)
+    failOpen = bit.band(flags, FAIL_OPEN) ~= 0
   end
   -- A key that is not evaluated (INVALID, STATE_INCOMPATIBLE,
   -- CLOCK_UNSAFE) replies (serverNow, serverNow, limit or 0, 0, 0, 0).
-  write = false
+  write, stL, l = false, '', ''
   local kind = 0
   if not valid then
     status, eff, lim, remaining, retry, resetAt = 'INVALID', serverNow, 0, 0, 0, 0
@@ -227,10 +254,15 @@ for i = 1, n do
     if j == 0 then
 -- #include load.lua
       fresh, hashA, hashC = st == nil, stA, stC
+      stPu, stPn = 0, 0
+      if pen then
+-- #include penalty.lua load
+      end
     else
       local o = (j - 1) * R
-      kind, stLast, stA, stB, stC, fresh, hashA, hashC = rec[o + R_KIND], rec[o + R_LAST], rec[o + R_A],
-        rec[o + R_B], rec[o + R_C], rec[o + R_FRESH], rec[o + R_HASH_A], rec[o + R_HASH_C]
+      kind, stLast, stA, stB, stC, fresh, hashA, hashC, stL = rec[o + R_KIND], rec[o + R_LAST], rec[o + R_A],
+        rec[o + R_B], rec[o + R_C], rec[o + R_FRESH], rec[o + R_HASH_A], rec[o + R_HASH_C], rec[o + R_L]
+      stPu, stPn = rec[o + R_PU], rec[o + R_PN]
       st = nil
       if kind == 2 then
         st = false
@@ -256,10 +288,23 @@ for i = 1, n do
 -- #include token-bucket.lua step
         elseif alg == 'gcra' then
 -- #include gcra.lua step
+        elseif alg == 'sliding_log' then
+-- #include sliding-log.lua step
         end
-        if not allowed then
+        status = false
+        if st == false then
+          -- A stored log that cannot be ours (the sliding log's step).
+          status, eff, remaining, retry, resetAt = 'STATE_INCOMPATIBLE', serverNow, 0, 0, 0
+        elseif pen and st then
+-- #include penalty.lua step
+        end
+        if status then
+          -- STATE_INCOMPATIBLE, or BLOCKED (penalty.lua): nothing written.
+        elseif not allowed then
           status = 'DENIED'
-        elseif role == 3 then
+        elseif role >= 3 then
+          -- A check or (quota) probe key: its reply before the cost, never
+          -- written.
           status, remaining, resetAt = 'ALLOWED', remainingBefore, resetBefore
         else
           status, write = 'ALLOWED', true
@@ -272,14 +317,14 @@ for i = 1, n do
     if valid then
       kind = 3
       if write then
-        stLast, stA, stB, stC = now, a, b, c
+        stLast, stA, stB, stC, stL = now, a, b, c, l
       elseif st == nil then
         kind = 1
       elseif st == false then
-        kind, stLast, stA, stB, stC, hashA, hashC = 2, 0, 0, 0, 0, 0, 0
+        kind, stLast, stA, stB, stC, stL, hashA, hashC, stPu, stPn = 2, 0, 0, 0, 0, '', 0, 0, 0, 0
       end
     else
-      stLast, stA, stB, stC, fresh, hashA, hashC = 0, 0, 0, 0, false, 0, 0
+      stLast, stA, stB, stC, stL, fresh, hashA, hashC, stPu, stPn = 0, 0, 0, 0, '', false, 0, 0, 0, 0
     end
     local wTtl, wRemainingBefore, wResetBefore, wAlg, wRev = 0, 0, 0, false, 0
     if write then
@@ -288,14 +333,15 @@ for i = 1, n do
     local o = (i - 1) * R
     rec[o + R_KIND], rec[o + R_LAST], rec[o + R_A], rec[o + R_B], rec[o + R_C], rec[o + R_FRESH],
       rec[o + R_HASH_A], rec[o + R_HASH_C], rec[o + R_WRITE], rec[o + R_TTL], rec[o + R_REMAINING_BEFORE],
-      rec[o + R_RESET_BEFORE], rec[o + R_ALG], rec[o + R_REV] =
-      kind, stLast, stA, stB, stC, fresh, hashA, hashC, write, wTtl, wRemainingBefore, wResetBefore, wAlg, wRev
+      rec[o + R_RESET_BEFORE], rec[o + R_ALG], rec[o + R_REV], rec[o + R_L], rec[o + R_PU], rec[o + R_PN] =
+      kind, stLast, stA, stB, stC, fresh, hashA, hashC, write, wTtl, wRemainingBefore, wResetBefore, wAlg, wRev, stL,
+      stPu or 0, stPn or 0
   end
   -- limiter.Commits
-  if role == 0 or role == 2 then
-    if failOpen and status ~= 'ALLOWED' and status ~= 'DENIED' then
+  if role ~= 1 and role ~= 3 then
+    if failOpen and status ~= 'ALLOWED' and status ~= 'DENIED' and status ~= 'BLOCKED' then
       -- A fail-open failure takes no part.
-    elseif role == 2 then
+    elseif role == 2 or role == 5 then
       quota = quota + 1
       if status == 'ALLOWED' then
         quotaAllows = true
@@ -327,9 +373,9 @@ for i = 1, n do
         end
       end
       if write then
-        now, a, b, c, fresh, hashA, hashC, ttl, alg, rev, policy =
+        now, a, b, c, fresh, hashA, hashC, ttl, alg, rev, policy, l =
           rec[o + R_LAST], rec[o + R_A], rec[o + R_B], rec[o + R_C], rec[o + R_FRESH], rec[o + R_HASH_A],
-          rec[o + R_HASH_C], rec[o + R_TTL], rec[o + R_ALG], rec[o + R_REV], ARGV[(kb + i - 1) * NARG + 1]
+          rec[o + R_HASH_C], rec[o + R_TTL], rec[o + R_ALG], rec[o + R_REV], ARGV[(kb + i - 1) * NARG + 1], rec[o + R_L]
       end
     elseif write then
       remainingBefore, resetBefore = rec[o + R_REMAINING_BEFORE], rec[o + R_RESET_BEFORE]

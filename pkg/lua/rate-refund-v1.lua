@@ -15,9 +15,10 @@
 -- was taken went with it), the algorithm's refund section (its fragment)
 -- gives the cost back when the state is still the one the batch wrote to
 -- (fixed window: the same window, for a calendar window the same period;
--- sliding window: the same or the next;
--- token bucket and gcra: written at or after effectiveNow), never below zero
--- and never above the capacity (gcra: the TAT never before that write). One HSET of the changed fields; the TTL is
+-- sliding window: the same or the next; token bucket and gcra: written at
+-- or after effectiveNow; sliding log: its entry of effectiveNow still
+-- logged), never below zero and never above the capacity (gcra: the TAT
+-- never before that write). One HSET of the changed fields; the TTL is
 -- kept. It does not read TIME.
 --
 -- Reply: an array of N integers, 1 refunded, 0 nothing to refund.
@@ -81,7 +82,7 @@ for i = 1, n do
   local at = uint(ARGV[base + 8], 0, MAX)
   local done = 0
   if policy and rev and limit and p2 and p3 and cost and at then
-    local st, stLast, stA, stB, stC
+    local st, stLast, stA, stB, stC, stL = nil, 0, 0, 0, 0, ''
 -- #include load.lua
     -- The algorithm dispatch: its fragment's refund section.
     if not st then
@@ -94,6 +95,8 @@ for i = 1, n do
 -- #include token-bucket.lua refund
     elseif alg == 'gcra' then
 -- #include gcra.lua refund
+    elseif alg == 'sliding_log' then
+-- #include sliding-log.lua refund
     end
   end
   out[i] = done

@@ -11,10 +11,11 @@ var statusWire = [...]string{
 	limiter.StatusClockUnsafe:       "CLOCK_UNSAFE",
 	limiter.StatusStateIncompatible: "STATE_INCOMPATIBLE",
 	limiter.StatusInvalid:           "INVALID",
+	limiter.StatusBlocked:           "BLOCKED",
 }
 
 // parseStatus reads the status field of a program's reply; ok is false for
-// anything but the five statuses.
+// anything but the six statuses.
 func parseStatus(s string) (limiter.Status, bool) {
 	for st, w := range statusWire {
 		if w != "" && w == s {

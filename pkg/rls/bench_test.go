@@ -2,12 +2,15 @@ package rls
 
 import (
 	"context"
+	"io"
 	"testing"
+	"time"
 
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 
+	"github.com/envoy-rls/envoy-rls/pkg/audit"
 	"github.com/envoy-rls/envoy-rls/pkg/descriptors"
 	"github.com/envoy-rls/envoy-rls/pkg/limiter/memory"
 )
@@ -53,6 +56,7 @@ func BenchmarkShouldRateLimit(b *testing.B) {
 		{"one_descriptor", request("bench", desc("remote_address", "10.1.2.3"))},
 		{"three_descriptors", request("bench", desc("remote_address", "10.1.2.3"), desc("tenant", "acme"), desc("tenant", "acme", "route", "/api"))},
 		{"over_limit", request("bench", desc("deny", "d"))},
+		{"two_limits_one_descriptor", request("bench", desc("api_key", "k1"))},
 	} {
 		b.Run(bc.name, func(b *testing.B) {
 			srv := benchServer(b)
@@ -80,4 +84,51 @@ func BenchmarkShouldRateLimitParallel(b *testing.B) {
 			}
 		}
 	})
+}
+
+// BenchmarkOverLimitAudited: the over-limit call without an auditor, and
+// with the binary's audit sink (JSON lines to io.Discard, the queue's
+// default size; events dropped when the writer falls behind are counted),
+// in full and sampled to 1 %.
+func BenchmarkOverLimitAudited(b *testing.B) {
+	req := request("bench", desc("deny", "d"))
+	for _, bc := range []struct {
+		name   string
+		sample float64 // 0: no auditor
+	}{{"off", 0}, {"sink", 1}, {"sink_sampled_1pc", 0.01}} {
+		b.Run(bc.name, func(b *testing.B) {
+			cfg := benchConfig(b)
+			if bc.sample > 0 {
+				m, err := audit.NewMetrics(prometheus.NewRegistry())
+				if err != nil {
+					b.Fatal(err)
+				}
+				sink, err := audit.New(audit.Config{Writer: audit.NewJSONLines(io.Discard, false), Metrics: m, Sample: bc.sample})
+				if err != nil {
+					b.Fatal(err)
+				}
+				defer sink.Close(time.Second)
+				cfg.Auditor = benchAuditor{sink}
+			}
+			srv, err := New(cfg)
+			if err != nil {
+				b.Fatal(err)
+			}
+			ctx := context.Background()
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, err := srv.ShouldRateLimit(ctx, req); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
+// benchAuditor feeds denials to an audit sink, as the binary does.
+type benchAuditor struct{ sink *audit.Sink }
+
+func (a benchAuditor) Denied(d Denial) {
+	a.sink.Offer(audit.Event{Time: d.Time, Domain: d.Domain, PolicyID: d.PolicyID, Subject: d.Subject, Cost: d.Cost,
+		Limit: d.Limit, Remaining: d.Remaining, RetryAfter: d.RetryAfter, RequestID: d.RequestID, Shadow: d.Shadow, Outcome: audit.OutcomeOverLimit})
 }

@@ -128,7 +128,7 @@ func (f *fakeStore) Evaluate(ctx context.Context, batch []limiter.Request, out [
 		return
 	}
 	for i, r := range batch {
-		if d := &out[i].Decision; out[i].Kind == limiter.Evaluated && d.Allowed && r.EffectiveRole() != limiter.RoleCheck {
+		if d := &out[i].Decision; out[i].Kind == limiter.Evaluated && d.Allowed && r.EffectiveRole().Consumes() {
 			f.used[r.Policy.ID()+string(r.Subject[:])] += r.Cost
 			d.Remaining -= r.Cost
 			d.Consumed = true

@@ -45,6 +45,7 @@ type Metrics struct {
 	calls        *prometheus.CounterVec
 	callLatency  prometheus.Histogram
 	local        *prometheus.CounterVec
+	penalty      *prometheus.CounterVec
 
 	// Children resolved once, so that the hot path does not hash label
 	// values on every call.
@@ -62,6 +63,8 @@ type policyCounters struct {
 	ok, over, shadowOver, near prometheus.Counter
 	// Decisions of the local fallback (a subset of the above).
 	localOK, localOver, localShadowOver prometheus.Counter
+	// Denials by the penalty box (a subset of over and shadowOver).
+	penaltyOver, penaltyShadowOver prometheus.Counter
 }
 
 // latencyBuckets span 50µs to about 1.6s.
@@ -98,11 +101,14 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 		local: newCounterVec("local_fallback_decisions_total",
 			"Descriptor decisions of failure_mode local policies made by this replica's local limiter while the store failed, by domain, policy ID and result (as decisions_total, which counts them too).",
 			"domain", "policy", "result"),
+		penalty: newCounterVec("penalty_denials_total",
+			"Descriptor decisions denied because the subject is in the policy's penalty box (a block after an offence), by domain, policy ID and result (over_limit, shadow_over_limit; decisions_total counts them too).",
+			"domain", "policy", "result"),
 		byPolicy: make(map[policyKey]*policyCounters),
 	}
 	for _, c := range []prometheus.Collector{
 		m.decisions, m.nearLimit, m.unmatched, m.storeErrors, m.storeLatency,
-		m.fallbacks, m.calls, m.callLatency, m.local,
+		m.fallbacks, m.calls, m.callLatency, m.local, m.penalty,
 	} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("rls: registering metrics: %w", err)
@@ -185,6 +191,9 @@ func (m *Metrics) policy(domain, policy string) *policyCounters {
 		localOK:         m.local.WithLabelValues(k.domain, k.policy, ResultOK),
 		localOver:       m.local.WithLabelValues(k.domain, k.policy, ResultOverLimit),
 		localShadowOver: m.local.WithLabelValues(k.domain, k.policy, ResultShadowOverLimit),
+
+		penaltyOver:       m.penalty.WithLabelValues(k.domain, k.policy, ResultOverLimit),
+		penaltyShadowOver: m.penalty.WithLabelValues(k.domain, k.policy, ResultShadowOverLimit),
 	}
 	m.byPolicy[k] = pc
 	return pc

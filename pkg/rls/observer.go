@@ -27,7 +27,9 @@ type LimitObservation struct {
 	// Rule is the matched rule: its strings come from the configuration,
 	// never from the request.
 	Rule *descriptors.Rule
-	// Hits is the descriptor's cost (hits_addend, at least 1).
+	// Hits is the descriptor's cost (hits_addend, 1 when unset), and 0 for
+	// a probe (an explicit per-descriptor hits_addend of 0), which counts
+	// nothing.
 	Hits int64
 	// Over: the limit denied the hits (also in shadow mode, where the call
 	// is still answered OK, and for a limit that can never fit).
@@ -36,6 +38,9 @@ type LimitObservation struct {
 	Shadow bool
 	// LocalCache: the local deny cache answered (Over is then true).
 	LocalCache bool
+	// Penalty: the subject is in the policy's penalty box (Over is then
+	// true); nothing was consumed.
+	Penalty bool
 	// StoreFailed: the store failed and the policy's failure mode answered;
 	// nothing is known of the limit's state (Over is the failure mode's
 	// answer).
@@ -67,9 +72,13 @@ type CallObservation struct {
 // observeLimit reports one limit of a call (respond, pass 2) to the
 // observer.
 func (s *Server) observeLimit(sc *scratch, ds *descStatus) {
+	hits := ds.cost
+	if ds.probe {
+		hits = 0
+	}
 	o := LimitObservation{
 		Rule:        ds.match.Rule,
-		Hits:        ds.cost,
+		Hits:        hits,
 		Over:        ds.over,
 		Shadow:      ds.role == limiter.RoleShadow,
 		StoreFailed: ds.fellBack,
@@ -80,6 +89,7 @@ func (s *Server) observeLimit(sc *scratch, ds *descStatus) {
 			o.Decided = true
 			o.Limit, o.Remaining, o.Consumed = d.Limit, d.Remaining, d.Consumed
 			o.LocalCache = d.Source == limiter.SourceLocalCache
+			o.Penalty = d.Blocked
 		}
 	}
 	s.observer.ObserveLimit(o)

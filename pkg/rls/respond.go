@@ -24,7 +24,7 @@ const (
 
 // respond turns the descriptor statuses and outcomes of one call into the response.
 func (s *Server) respond(ctx context.Context, req *rlsv3.RateLimitRequest, known bool, sc *scratch) *rlsv3.RateLimitResponse {
-	n := len(sc.descs)
+	n := len(req.Descriptors)
 	now := s.clock.Now()
 	metricDomain := UnknownDomainLabel
 	if known {
@@ -42,19 +42,21 @@ func (s *Server) respond(ctx context.Context, req *rlsv3.RateLimitRequest, known
 	}
 
 	// Pass 1: what each limit decided.
+	for i := range statuses {
+		ptrs[i] = &statuses[i]
+		statuses[i].Code = rlsv3.RateLimitResponse_OK
+	}
 	for i := range sc.descs {
 		ds := &sc.descs[i]
-		st := &statuses[i]
-		ptrs[i] = st
-		st.Code = rlsv3.RateLimitResponse_OK
+		ds.current = -1
 		switch ds.kind {
 		case statusUnmatched, statusNegative:
 			s.metrics.unmatchedDescriptor(metricDomain)
 			continue
-		case statusReplaced:
+		case statusReplaced, statusRequestID:
 			continue
 		case statusUnlimited:
-			st.LimitRemaining = math.MaxUint32
+			statuses[ds.desc].LimitRemaining = math.MaxUint32
 			s.metrics.policy(metricDomain, UnlimitedPolicy).ok.Inc()
 			continue
 		}
@@ -72,6 +74,7 @@ func (s *Server) respond(ctx context.Context, req *rlsv3.RateLimitRequest, known
 		} else if out := &sc.outs[ds.batch]; out.Kind == limiter.Evaluated {
 			d := &out.Decision
 			ds.over = !d.Allowed
+			ds.blocked = d.Blocked
 			ds.remaining = clampUint32(d.Remaining)
 			if !d.ResetAt.IsZero() {
 				// Stores keep milliseconds; so does the answer.
@@ -95,14 +98,11 @@ func (s *Server) respond(ctx context.Context, req *rlsv3.RateLimitRequest, known
 			RequestsPerUnit: rule.RequestsPerUnit,
 			Unit:            responseUnit(rule.Unit),
 		})
-		cl := &limits[len(limits)-1]
+		ds.current = len(limits) - 1
 		if rule.UnitMultiplier > 1 {
-			cl.UnitMultiplier = wrapperspb.UInt32(rule.UnitMultiplier)
+			limits[ds.current].UnitMultiplier = wrapperspb.UInt32(rule.UnitMultiplier)
 		}
-		st.CurrentLimit = cl
-		st.LimitRemaining = ds.remaining
 		durations = append(durations, durationpb.Duration{Seconds: int64(ds.reset / time.Second), Nanos: int32(ds.reset % time.Second)})
-		st.DurationUntilReset = &durations[len(durations)-1]
 	}
 
 	// Pass 2: what is reported (the reference's rules). An ordinary
@@ -134,30 +134,92 @@ func (s *Server) respond(ctx context.Context, req *rlsv3.RateLimitRequest, known
 			if local {
 				pc.localShadowOver.Inc()
 			}
+			if ds.blocked {
+				pc.penaltyShadowOver.Inc()
+			}
 			s.logDenial(ctx, msgShadowDenied, ds)
-		case ds.role == limiter.RoleQuota && !quotaDenies:
+			if s.auditor != nil {
+				s.audit(ctx, req.Domain, now, sc, ds)
+			}
+		case ds.role.Quota() && !quotaDenies:
 			pc.ok.Inc()
 			if local {
 				pc.localOK.Inc()
 			}
 		default:
 			ds.reported = true
-			statuses[i].Code = rlsv3.RateLimitResponse_OVER_LIMIT
+			statuses[ds.desc].Code = rlsv3.RateLimitResponse_OVER_LIMIT
 			overall = rlsv3.RateLimitResponse_OVER_LIMIT
 			pc.over.Inc()
 			if local {
 				pc.localOver.Inc()
 			}
+			if ds.blocked {
+				pc.penaltyOver.Inc()
+			}
 			s.logDenial(ctx, msgDenied, ds)
+			if s.auditor != nil {
+				s.audit(ctx, req.Domain, now, sc, ds)
+			}
 		}
 		if s.observer != nil && !ds.override {
 			s.observeLimit(sc, ds)
 		}
 	}
 
+	// Pass 3: each descriptor reports its binding limit.
+	for lo := 0; lo < len(sc.descs); {
+		hi := lo + 1
+		for hi < len(sc.descs) && sc.descs[hi].desc == sc.descs[lo].desc {
+			hi++
+		}
+		if b := bindingLimit(sc.descs[lo:hi]); b >= 0 {
+			ds := &sc.descs[lo+b]
+			st := &statuses[ds.desc]
+			st.CurrentLimit = &limits[ds.current]
+			st.LimitRemaining = ds.remaining
+			st.DurationUntilReset = &durations[ds.current]
+		}
+		lo = hi
+	}
+
 	resp := &rlsv3.RateLimitResponse{OverallCode: overall, Statuses: ptrs}
 	s.addHeadersAndBody(resp, sc)
 	return resp
+}
+
+// bindingLimit returns the index, in the statuses of one descriptor's
+// limits, of the limit its status reports, or -1 when none has a current
+// limit. Of the limits reported over the limit, it is the one with the
+// longest wait (then the latest reset); when none is, the one with the
+// fewest remaining (then the latest reset). A descriptor with one limit
+// reports that limit.
+func bindingLimit(limits []descStatus) int {
+	b := -1
+	for i := range limits {
+		ds := &limits[i]
+		if ds.current < 0 {
+			continue
+		}
+		if b < 0 {
+			b = i
+			continue
+		}
+		c := &limits[b]
+		switch {
+		case ds.reported != c.reported:
+			if ds.reported {
+				b = i
+			}
+		case ds.reported:
+			if ds.retry > c.retry || ds.retry == c.retry && ds.reset > c.reset {
+				b = i
+			}
+		case ds.remaining < c.remaining || ds.remaining == c.remaining && ds.reset > c.reset:
+			b = i
+		}
+	}
+	return b
 }
 
 // storeFailed applies the policy's failure mode to a failed outcome.
@@ -220,11 +282,7 @@ func requestID(ctx context.Context) string {
 	if len(v) == 0 {
 		return ""
 	}
-	id := v[0]
-	if len(id) > 128 {
-		id = id[:128]
-	}
-	return id
+	return boundRequestID(v[0])
 }
 
 // policyLabel is the policy label of the descriptor's metrics: the configured

@@ -96,6 +96,16 @@ type Config struct {
 	// Observer receives every call and every decided limit, besides
 	// Metrics. (Optional)
 	Observer Observer
+	// Auditor receives every denied limit, shadow denials included.
+	// (Optional, default nil: no audit work at all)
+	Auditor Auditor
+	// RequestIDKey, when set, names the descriptor key that carries the
+	// call's request id (Envoy's request_headers action on x-request-id):
+	// a descriptor made of that one entry is never matched against the
+	// rules, so its value is no subject, and the value becomes the
+	// Denial's RequestID. (Optional, default: only the x-request-id gRPC
+	// metadata)
+	RequestIDKey string
 }
 
 // Server implements rlsv3.RateLimitServiceServer.
@@ -119,6 +129,9 @@ type Server struct {
 	// local decides failure_mode: local limits while the store fails.
 	local    *localFallback
 	observer Observer // nil: none
+	auditor  Auditor  // nil: none
+	// requestIDKey names the request id descriptor's key ("": none).
+	requestIDKey string
 }
 
 var _ rlsv3.RateLimitServiceServer = (*Server)(nil)
@@ -176,6 +189,8 @@ func New(cfg Config) (*Server, error) {
 		deadlines:      deadline.New(0),
 		tracer:         tracer(cfg.TracerProvider),
 		observer:       cfg.Observer,
+		auditor:        cfg.Auditor,
+		requestIDKey:   cfg.RequestIDKey,
 	}
 	if s.local, err = newLocalFallback(cfg.Local, cfg.Clock, log); err != nil {
 		return nil, err
@@ -209,7 +224,7 @@ func (s *Server) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReques
 	if rules == nil {
 		return nil, status.Error(codes.Unavailable, "rls: no rules are loaded")
 	}
-	sc := s.getScratch(len(req.Descriptors))
+	sc := s.getScratch()
 	resp = s.evaluate(ctx, req, rules, sc)
 	if s.tracer != nil {
 		s.annotateCall(ctx, req, rules.HasDomain(req.Domain), sc, resp)
@@ -238,18 +253,27 @@ func (s *Server) evaluate(ctx context.Context, req *rlsv3.RateLimitRequest, rule
 	domain := req.Domain
 	known := rules.HasDomain(domain)
 
-	// 1. Match every descriptor.
+	// 1. Match every descriptor: one status per limit, in descriptor order
+	// (a descriptor with rate_limits has one per limit of its list, and
+	// its answer is the binding one, see bindingLimit).
 	anyReplaces := false
 	for i, d := range req.Descriptors {
-		ds := &sc.descs[i]
-		*ds = descStatus{}
+		ds := descStatus{desc: i}
 		if !known {
+			sc.descs = append(sc.descs, ds)
+			continue
+		}
+		if s.requestIDKey != "" && len(d.Entries) == 1 && d.Entries[0].Key == s.requestIDKey && d.Limit == nil {
+			ds.kind = statusRequestID
+			sc.requestID = boundRequestID(d.Entries[0].Value)
+			sc.descs = append(sc.descs, ds)
 			continue
 		}
 		if d.IsNegativeHits {
 			// A refund: this service does not give back consumed units, and a
 			// refund never needs a limit decision.
 			ds.kind = statusNegative
+			sc.descs = append(sc.descs, ds)
 			continue
 		}
 		sc.entries = sc.entries[:0]
@@ -266,17 +290,29 @@ func (s *Server) evaluate(ctx context.Context, req *rlsv3.RateLimitRequest, rule
 			m, ok = rules.Match(domain, sc.entries)
 		}
 		if !ok || m.Rule == nil {
+			sc.descs = append(sc.descs, ds)
 			continue
 		}
-		ds.match = m
-		ds.cost = hitsFor(req, d)
+		ds.cost, ds.probe = hitsFor(req, d)
 		if m.Rule.Unlimited || m.Rule.Policy == nil {
 			ds.kind = statusUnlimited
 		} else {
 			ds.kind = statusStore
 		}
-		if len(m.Rule.Replaces) > 0 {
-			anyReplaces = true
+		limits := m.Rule.Limits
+		if len(m.Subjects) != len(limits) || ds.kind != statusStore {
+			limits = nil
+		}
+		if limits == nil {
+			ds.match = m
+			sc.descs = append(sc.descs, ds)
+			anyReplaces = anyReplaces || len(m.Rule.Replaces) > 0
+			continue
+		}
+		for k, r := range limits {
+			ds.match = descriptors.Match{Rule: r, Subject: m.Subjects[k], Tag: m.Tag}
+			sc.descs = append(sc.descs, ds)
+			anyReplaces = anyReplaces || len(r.Replaces) > 0
 		}
 	}
 

@@ -434,12 +434,13 @@ func TestHitsAddend(t *testing.T) {
 	if resp := e.call(t, req); resp.Statuses[0].LimitRemaining != 1 {
 		t.Fatalf("hits_addend 2: remaining %d", resp.Statuses[0].LimitRemaining)
 	}
-	// A descriptor's hits_addend overrides the request's; 0 means 1.
+	// A descriptor's hits_addend overrides the request's; an explicit 0
+	// checks without taking anything (probe_test.go has the rest).
 	req = request("rls", withHits(desc("user", "gus"), 3), withHits(desc("user", "hal"), 0), desc("user", "ida"))
 	req.HitsAddend = 2
 	resp := e.call(t, req)
-	if r := []uint32{resp.Statuses[0].LimitRemaining, resp.Statuses[1].LimitRemaining, resp.Statuses[2].LimitRemaining}; r[0] != 0 || r[1] != 2 || r[2] != 1 {
-		t.Fatalf("per-descriptor hits: remaining %v, want [0 2 1]", r)
+	if r := []uint32{resp.Statuses[0].LimitRemaining, resp.Statuses[1].LimitRemaining, resp.Statuses[2].LimitRemaining}; r[0] != 0 || r[1] != 3 || r[2] != 1 {
+		t.Fatalf("per-descriptor hits: remaining %v, want [0 3 1]", r)
 	}
 	// A cost above the limit can never fit: OVER_LIMIT, nothing consumed.
 	resp = e.call(t, request("rls", withHits(desc("user", "jan"), 4)))

@@ -17,44 +17,61 @@ const (
 	statusUnlimited                   // OK, limit_remaining at its maximum
 	statusNeverFits                   // zero limit or cost above max cost: OVER_LIMIT, store untouched
 	statusStore                       // evaluated by the store: outcome in outs[batch]
+	statusRequestID                   // carries the call's request id (Config.RequestIDKey): OK, never matched
 )
 
 // add appends the limiter request of a matched limit to batch and records
-// its index and its role. The request is RoleQuota for a quota_mode rule;
-// the role, decided here once for the whole call, is limiter.Request.EffectiveRole,
-// which makes a shadow policy (a shadow_mode rule) RoleShadow.
+// its index and its role. The request is RoleQuota for a quota_mode rule,
+// and for a probe (an explicit hits_addend of 0) RoleProbe, or
+// RoleQuotaProbe for a quota_mode rule; the role, decided here once for the
+// whole call, is limiter.Request.EffectiveRole, which makes a shadow policy
+// (a shadow_mode rule) RoleShadow, and a probe of one RoleCheck. ds.role is
+// how the limit is reported, so a shadow probe is recorded as RoleShadow.
 func (ds *descStatus) add(batch *[]limiter.Request) {
 	rule := ds.match.Rule
 	mode := limiter.RoleOrdinary
-	if rule.QuotaMode {
+	switch {
+	case ds.probe && rule.QuotaMode:
+		mode = limiter.RoleQuotaProbe
+	case ds.probe:
+		mode = limiter.RoleProbe
+	case rule.QuotaMode:
 		mode = limiter.RoleQuota
 	}
 	ds.batch = len(*batch)
 	*batch = append(*batch, limiter.Request{Policy: rule.Policy, Subject: ds.match.Subject, Cost: ds.cost, Role: mode, Tag: ds.match.Tag})
 	ds.role = (*batch)[ds.batch].EffectiveRole()
+	if ds.probe && ds.role == limiter.RoleCheck {
+		ds.role = limiter.RoleShadow
+	}
 }
 
-// descStatus is the status of one descriptor while the call is answered:
-// how it is answered (kind) and what the answer needs.
+// descStatus is the status of one limit of a descriptor while the call is
+// answered (one per descriptor, or one per limit of a descriptor with
+// rate_limits): how it is answered (kind) and what the answer needs.
 type descStatus struct {
+	desc     int // the descriptor's index in the request
 	kind     statusKind
 	override bool // matched through a request-supplied limit override
 	match    descriptors.Match
 	cost     int64
+	probe    bool // an explicit per-descriptor hits_addend of 0 (see hitsFor)
 	batch    int
 	// Filled while building statuses.
 	over      bool         // the limit (or the fail-closed fallback) denies
+	blocked   bool         // over because the subject is in the penalty box
 	reported  bool         // reported OVER_LIMIT to Envoy
 	fellBack  bool         // the store failed and the failure mode answered
-	role      limiter.Role // the limit's role in the batch (statusStore and statusNeverFits)
+	role      limiter.Role // how the limit is reported (statusStore and statusNeverFits; see add)
 	remaining uint32
 	reset     time.Duration
 	retry     time.Duration
+	current   int // index of its current_limit in the response's limits, -1 for none
 }
 
 // scratch holds the reusable buffers of one call.
 type scratch struct {
-	descs   []descStatus
+	descs   []descStatus      // descriptor order; several per descriptor with rate_limits
 	batch   []limiter.Request // the store's requests, then the never-fits ones
 	outs    []limiter.Outcome // one per batch element
 	checks  []limiter.Request // the store's requests resent as checks
@@ -63,16 +80,17 @@ type scratch struct {
 	local   localBatch
 	// storeFailed: a limit of the call was answered by its failure mode.
 	storeFailed bool
+	// requestID is the value of the call's request id descriptor
+	// (Config.RequestIDKey), bounded, or empty.
+	requestID string
 }
 
-func (s *Server) getScratch(n int) *scratch {
+func (s *Server) getScratch() *scratch {
 	sc := s.scratch.Get().(*scratch)
-	if cap(sc.descs) < n {
-		sc.descs = make([]descStatus, n)
-	}
-	sc.descs = sc.descs[:n]
+	sc.descs = sc.descs[:0]
 	sc.batch = sc.batch[:0]
 	sc.storeFailed = false
+	sc.requestID = ""
 	return sc
 }
 
@@ -88,7 +106,7 @@ func (s *Server) putScratch(sc *scratch) {
 }
 
 // markReplaced drops every matched rule whose name another matched rule
-// lists in its replaces. n <= MaxDescriptors, so the quadratic scan is cheap
+// lists in its replaces. n <= MaxDescriptors × MaxLimitsPerDescriptor, so the quadratic scan is cheap
 // and allocation-free.
 func markReplaced(descs []descStatus) {
 	for j := range descs {

@@ -84,21 +84,24 @@ func validateRequest(req *rlsv3.RateLimitRequest) error {
 }
 
 // hitsFor returns the cost of descriptor d: its own hits_addend when set,
-// else the request's; zero means one.
-func hitsFor(req *rlsv3.RateLimitRequest, d *rlv3.RateLimitDescriptor) int64 {
+// else the request's, where zero means one. An explicit per-descriptor zero
+// (the field is a wrapper, so zero differs from unset) is a probe: cost 1,
+// checked and never consumed (limiter.RoleProbe), asking whether one more
+// hit would be allowed now.
+func hitsFor(req *rlsv3.RateLimitRequest, d *rlv3.RateLimitDescriptor) (cost int64, probe bool) {
 	if h := d.HitsAddend; h != nil {
 		if h.Value == 0 {
-			return 1
+			return 1, true
 		}
 		if h.Value > maxSafeHitsCost {
-			return maxSafeHitsCost
+			return maxSafeHitsCost, false
 		}
-		return int64(h.Value)
+		return int64(h.Value), false
 	}
 	if req.HitsAddend == 0 {
-		return 1
+		return 1, false
 	}
-	return int64(req.HitsAddend)
+	return int64(req.HitsAddend), false
 }
 
 // overrideUnit maps the unit of a descriptor's limit override.

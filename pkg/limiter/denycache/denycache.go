@@ -1,6 +1,10 @@
 // Package denycache is a local deny cache in front of a limiter.Store: once
 // the store has certainly denied a subject on a policy whose denials hold
-// (limiter.Policy.DenialsHold: fixed window, token bucket), requests for the same state are answered "denied" locally until the
+// (limiter.Policy.DenialsHold: fixed window, token bucket, GCRA; a policy
+// with a penalty box excepted), or has answered that the subject is in its
+// penalty box (limiter.Decision.Blocked, any algorithm: a block ends only
+// with time, and denies every cost),
+// requests for the same state are answered "denied" locally until the
 // moment the store said the subject could next be allowed. A subject hammered
 // far over its limit (a hot key) then costs one store call per
 // window instead of one per request.
@@ -20,8 +24,9 @@
 // failure or a failure-mode answer, never an allow.
 //
 // The cache key is the whole identity of the state and of the limit: policy
-// ID, revision, algorithm, limit, window or refill rate, subject and hash
-// tag. A reload that changes the limit or the revision misses the cache.
+// ID, revision, algorithm, limit, window or refill rate, penalty box,
+// subject and hash tag. A reload that changes the limit, the penalty or the
+// revision misses the cache.
 //
 // One case is conservative rather than exact: the Redis store's cross-slot
 // refund (see docs/consistency.md) gives units back; a denial cached just
@@ -31,14 +36,20 @@
 // # Batches
 //
 // limiter.Store evaluates a batch all or nothing. When a cached denial alone
-// makes the batch unable to commit (limiter.CheckOnly: an ordinary limit, or
-// every quota limit), the answer is known without consuming anything: the
+// makes the batch unable to commit (limiter.CheckOnly: an ordinary or probe
+// limit, or every quota limit), the answer is known without consuming anything: the
 // cached limits are answered from the cache and the rest are sent to the
 // store in limiter.RoleCheck (reported, never consumed), exactly what the
 // store would have answered for the whole batch; when every limit is cached
 // the store is not called at all. When the cached denials cannot block the batch (shadow
 // or check limits, or a quota limit with other quota limits), the whole batch
-// goes to the store unchanged.
+// goes to the store unchanged. A probe (limiter.RoleProbe) is answered from a
+// cached denial like any request of its cost; its own denial is cached like
+// any other, and since only denials are cached a probe never records a
+// consumption. A probe never records a penalty-box offence either, so on a
+// policy with a penalty box only its BLOCKED answer is cached (as any
+// block), and a batch sends an unanswered probe of such a policy as a
+// check.
 //
 // A Cache is safe for concurrent use; build it with New.
 package denycache
@@ -113,6 +124,7 @@ type key struct {
 	windowMs  int64
 	refillAmt int64
 	refillMs  int64
+	penalty   limiter.Penalty
 }
 
 // entry is one cached denial: a cost of at least cost is denied until until.
@@ -160,9 +172,35 @@ func New(cfg Config) (*Cache, error) {
 	return c, nil
 }
 
-// cacheable reports whether a request's policy can have its denials cached.
+// cacheable reports whether a request's policy can have its denials cached:
+// those of an algorithm whose denials hold, and a penalty box's blocks.
 func cacheable(p *limiter.Policy) bool {
-	return p != nil && p.Certainty() == limiter.Certain && p.DenialsHold()
+	return p != nil && (p.Certainty() == limiter.Certain && p.DenialsHold() || p.Penalty().On())
+}
+
+// holds reports whether denial d of a request on p may be repeated until
+// its retry time: a block always (nothing but time ends it, whatever the
+// cost), another denial when p's denials hold and p has no penalty box —
+// there a request the store would deny is an offence the store must record
+// (the offence's own denial lasts beyond its block when the window's wait
+// is longer, and the next denial after the block doubles it).
+func holds(p *limiter.Policy, d *limiter.Decision) bool {
+	if p.Penalty().On() {
+		return d.Blocked
+	}
+	return p.Certainty() == limiter.Certain && p.DenialsHold()
+}
+
+// recordsOffences reports whether a request of batch that the cache did not
+// answer (hit false) could record a penalty-box offence: it must then reach
+// the store as it is, not as a check.
+func recordsOffences(batch []limiter.Request, hit []bool) bool {
+	for i := range batch {
+		if r := &batch[i]; !hit[i] && r.Policy != nil && r.Policy.Penalty().On() && r.EffectiveRole().RecordsOffence() {
+			return true
+		}
+	}
+	return false
 }
 
 func keyOf(r *limiter.Request) key {
@@ -171,7 +209,7 @@ func keyOf(r *limiter.Request) key {
 	return key{
 		subject: r.Subject, tag: r.Tag, policyID: p.ID(), revision: p.Revision(),
 		algorithm: p.Algorithm(), limit: p.Limit(), windowMs: p.WindowMillis(),
-		refillAmt: amt, refillMs: per,
+		refillAmt: amt, refillMs: per, penalty: p.Penalty(),
 	}
 }
 
@@ -211,11 +249,14 @@ func (c *Cache) record(batch []limiter.Request, out []limiter.Outcome, t0 time.T
 		r, o := &batch[i], &out[i]
 		if o.Kind != limiter.Evaluated || o.Decision.Allowed || o.Decision.Certainty != limiter.Certain ||
 			o.Decision.Source == limiter.SourceLocalCache || o.Decision.Source == limiter.SourceFallback ||
-			o.Decision.RetryAfter <= resolution || !cacheable(r.Policy) {
+			o.Decision.RetryAfter <= resolution || !cacheable(r.Policy) || !holds(r.Policy, &o.Decision) {
 			continue
 		}
 		k := keyOf(r)
 		e := entry{until: t0.Add(o.Decision.RetryAfter - resolution), cost: r.Cost, decision: o.Decision}
+		if o.Decision.Blocked {
+			e.cost = 1 // a block denies every cost
+		}
 		sh := c.shardOf(&k)
 		sh.mu.Lock()
 		if _, ok := sh.m[k]; !ok && len(sh.m) >= c.perShard {
@@ -286,9 +327,12 @@ func (c *Cache) Evaluate(ctx context.Context, batch []limiter.Request, out []lim
 		c.record(batch, out, t0)
 		return
 	}
-	if !limiter.CheckOnly(batch, out) {
+	if !limiter.CheckOnly(batch, out) || recordsOffences(batch, sc.hit) {
 		// The cached denials cannot block the batch (shadow, check, or
-		// quota limits with other quota limits): the store decides it all.
+		// quota limits with other quota limits), or a limit with a penalty
+		// box must be evaluated as it is (its denial is an offence to
+		// record; the store denies the cached limits again): the store
+		// decides it all.
 		c.store.Evaluate(ctx, batch, out)
 		c.record(batch, out, t0)
 		return

@@ -349,3 +349,56 @@ func hammer(t *testing.T, c *Cache, p *limiter.Policy, s limiter.SubjectDigest, 
 	wg.Wait()
 	return nAllowed.Load(), nDenied.Load()
 }
+
+// TestProbes: a probe (limiter.RoleProbe) is answered from a cached denial
+// and then blocks its batch as an ordinary denial does; a probe's own
+// denial is cached like any other; a probe that allows consumes nothing
+// and caches nothing.
+func TestProbes(t *testing.T) {
+	e := newEnv(t, 0)
+	hot := policy(t, "hot", limiter.FixedWindow, 2, time.Minute)
+	other := policy(t, "other", limiter.FixedWindow, 100, time.Minute)
+	hs, osub := subject("hot"), subject("o")
+	probe := limiter.Request{Policy: hot, Subject: hs, Cost: 1, Role: limiter.RoleProbe}
+
+	// Below the limit: allowed, nothing taken, nothing cached.
+	out := e.eval(probe, limiter.Request{Policy: other, Subject: osub, Cost: 1})
+	if d := out[0].Decision; !d.Allowed || d.Consumed || d.Remaining != 2 {
+		t.Fatalf("probe below the limit: %+v", d)
+	}
+	if d := out[1].Decision; !d.Consumed || d.Remaining != 99 {
+		t.Fatalf("other limit beside an allowing probe: %+v", d)
+	}
+	if e.cache.Len() != 0 {
+		t.Fatalf("an allowing probe cached %d entries", e.cache.Len())
+	}
+
+	// Fill the limit; the probe's denial comes from the store and is cached.
+	e.eval(limiter.Request{Policy: hot, Subject: hs, Cost: 2})
+	out = e.eval(probe)
+	if d := out[0].Decision; d.Allowed || d.Source != limiter.SourceMemory {
+		t.Fatalf("probe at a full limit: %+v, want a store denial", d)
+	}
+	if e.cache.Len() != 1 {
+		t.Fatalf("cached %d, want the probe's denial", e.cache.Len())
+	}
+
+	// Next: the probe is answered from the cache and blocks its batch; the
+	// other limit is only checked.
+	calls := e.back.calls.Load()
+	out = e.eval(probe, limiter.Request{Policy: other, Subject: osub, Cost: 1})
+	if d := out[0].Decision; d.Allowed || d.Source != limiter.SourceLocalCache || d.Consumed {
+		t.Fatalf("probe from the cache: %+v", d)
+	}
+	if d := out[1].Decision; !d.Allowed || d.Consumed || d.Remaining != 99 {
+		t.Fatalf("other limit beside a cached probe denial: %+v, want checked, 99 left", d)
+	}
+	if e.back.calls.Load() != calls+1 || len(e.back.modes) != 1 || e.back.modes[0] != limiter.RoleCheck {
+		t.Fatalf("the store saw modes %v", e.back.modes)
+	}
+	// An ordinary request of the same state is answered from the
+	// probe's denial too (a cost of 1 or more is denied until then).
+	if out := e.eval(limiter.Request{Policy: hot, Subject: hs, Cost: 1}); out[0].Decision.Source != limiter.SourceLocalCache {
+		t.Fatalf("ordinary request after a cached probe denial: %+v", out[0].Decision)
+	}
+}

@@ -164,9 +164,18 @@ func (s *Store) Evaluate(ctx context.Context, batch []limiter.Request, out []lim
 			out[i] = decided(r.Policy, uncommitted, src)
 			continue
 		}
-		if write {
+		switch {
+		case write:
 			wi.write, wi.next, wi.cur = true, next, next
 			wi.uncommitted = uncommitted
+		case wi.inTable && limiter.PenaltyRecorded(st, next) && r.EffectiveRole().RecordsOffence():
+			// An offence on a stored state: its block is written in
+			// phase 2 whatever the batch decides, and later requests on
+			// the state see it.
+			wi.penalty, wi.next, wi.cur = true, next, next
+		default:
+			// Denied: the limit's own denial unless an offence is recorded.
+			reply = uncommitted
 		}
 		out[i] = decided(r.Policy, reply, src)
 	}
@@ -174,6 +183,15 @@ func (s *Store) Evaluate(ctx context.Context, batch []limiter.Request, out []lim
 	commit := limiter.Commits(batch, out)
 	for i := range batch {
 		wi := &w[i]
+		if wi.penalty {
+			sh := &s.shards[wi.shard]
+			j := wi.idx
+			if wi.moves != sh.t.moves {
+				j, _ = sh.t.find(&wi.k, wi.h) // an inserted key grew the table: still present
+			}
+			sh.recordOffence(j, &wi.k, wi.next)
+			continue
+		}
 		if !wi.write {
 			continue
 		}
@@ -198,6 +216,7 @@ func (s *Store) Evaluate(ctx context.Context, batch []limiter.Request, out []lim
 		} else {
 			sh.insertAt(-1, &wi.k, wi.h, e)
 		}
+		sh.keepLog(&wi.k, &wi.next)
 		sh.minExpiry = min(sh.minExpiry, wi.next.ExpiresAtMs)
 		out[i].Decision.Consumed = true
 	}
@@ -259,8 +278,11 @@ type work struct {
 	prev int
 	// cur is the state after this request's tentative cost (the state it
 	// saw when it wrote nothing); next the state to write on commit.
-	cur, next   limiter.State
-	write       bool
+	cur, next limiter.State
+	write     bool
+	// penalty: an offence whose block (next's penalty fields and expiry)
+	// is written to the entry whatever the batch decides.
+	penalty     bool
 	uncommitted limiter.Reply
 	// inTable: the key has a live entry in the table, at idx when the
 	// table's moves count is still moves. reserved: this request reserved a

@@ -68,8 +68,14 @@ func (s *Store) evaluateOne(r *limiter.Request, o *limiter.Outcome, nowMs int64)
 		*o = sketchClockUnsafe(p)
 	case !r.EffectiveRole().Consumes():
 		*o = decided(p, uncommitted, wo.source())
-	case !write:
+	case !write && found && r.EffectiveRole().RecordsOffence() && limiter.PenaltyRecorded(st, next):
+		// An offence: its block is written whatever the batch decides.
+		sh.recordOffence(hint, &k, next)
 		*o = decided(p, reply, wo.source())
+	case !write:
+		// Denied (an offence with no stored state records nothing: the
+		// limit's own denial).
+		*o = decided(p, uncommitted, wo.source())
 	case wo.overflow:
 		*o = decided(p, reply, limiter.SourceMemoryOverflow)
 		if o.Kind != limiter.Evaluated {
@@ -93,6 +99,7 @@ func (s *Store) evaluateOne(r *limiter.Request, o *limiter.Outcome, nowMs int64)
 		} else {
 			sh.insertAt(hint, &k, h, e)
 		}
+		sh.keepLog(&k, &next)
 		sh.minExpiry = min(sh.minExpiry, next.ExpiresAtMs)
 		o.Decision.Consumed = true
 	}

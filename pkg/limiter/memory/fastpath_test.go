@@ -38,6 +38,8 @@ func TestBatchOfOneMatchesGeneralPath(t *testing.T) {
 			Params: limiter.SlidingWindowParams{Limit: 4, Window: 500 * time.Millisecond}}),
 		limitertest.Policy(t, limiter.PolicySpec{ID: "bucket", Algorithm: limiter.TokenBucket, MaxCost: 3,
 			Params: limiter.TokenBucketParams{Capacity: 5, RefillAmount: 1, RefillPeriod: 100 * time.Millisecond}}),
+		limitertest.Policy(t, limiter.PolicySpec{ID: "log", Algorithm: limiter.SlidingLog, MaxCost: 3,
+			Params: limiter.SlidingLogParams{Limit: 5, Window: 700 * time.Millisecond}}),
 		limitertest.Policy(t, limiter.PolicySpec{ID: "shadow", Algorithm: limiter.FixedWindow, Shadow: true,
 			Params: limiter.FixedWindowParams{Limit: 2, Window: time.Second}}),
 		limitertest.Policy(t, limiter.PolicySpec{ID: "open", Algorithm: limiter.FixedWindow, FailureMode: limiter.FailOpen,
@@ -81,6 +83,8 @@ func TestBatchOfOneMatchesGeneralPath(t *testing.T) {
 				req.Policy = nil
 			case r == 6:
 				req.Role = limiter.Role(9)
+			case r == 7:
+				req.Role = limiter.RoleProbe
 			}
 			one.Evaluate(ctx, []limiter.Request{req}, outOne)
 			gen.Evaluate(ctx, []limiter.Request{req, {Policy: never, Subject: req.Subject, Cost: 1, Role: limiter.RoleCheck}}, outGen)
@@ -148,7 +152,7 @@ func (m batchModel) evaluate(nowMs int64, batch []limiter.Request, out []limiter
 		}
 		next, reply, uncommitted, w := limiter.Check(st, nowMs, p, r.Cost)
 		tentative[k] = st
-		if r.EffectiveRole() == limiter.RoleCheck {
+		if !r.EffectiveRole().Consumes() {
 			out[i] = limiter.OutcomeFromReply(p, uncommitted, limiter.SourceMemory)
 			continue
 		}
@@ -188,6 +192,8 @@ func TestBatchMatchesModel(t *testing.T) {
 			Params: limiter.TokenBucketParams{Capacity: 5, RefillAmount: 1, RefillPeriod: 50 * time.Millisecond}}),
 		limitertest.Policy(t, limiter.PolicySpec{ID: "shadow", Algorithm: limiter.FixedWindow, Shadow: true,
 			Params: limiter.FixedWindowParams{Limit: 3, Window: 100 * time.Millisecond}}),
+		limitertest.Policy(t, limiter.PolicySpec{ID: "log", Algorithm: limiter.SlidingLog, MaxCost: 3,
+			Params: limiter.SlidingLogParams{Limit: 7, Window: 400 * time.Millisecond}}),
 	}
 	for _, seed := range []uint64{1, 2, 3, 4} {
 		rng := rand.New(rand.NewPCG(seed, 7))
@@ -213,6 +219,8 @@ func TestBatchMatchesModel(t *testing.T) {
 					batch[i].Role = limiter.RoleCheck
 				case 1, 2:
 					batch[i].Role = limiter.RoleQuota
+				case 3:
+					batch[i].Role = limiter.RoleProbe
 				}
 			}
 			got, want := make([]limiter.Outcome, n), make([]limiter.Outcome, n)

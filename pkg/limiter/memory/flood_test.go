@@ -13,9 +13,10 @@ import (
 )
 
 // algorithmPolicies returns one policy per algorithm with the given ID
-// prefix, failure mode and a limit (capacity) of limit per window; for a
-// window of a minute, also a calendar window of a minute of Asia/Kolkata's
-// clock.
+// prefix, failure mode and a limit (capacity) of limit per window, and a
+// fixed window with a penalty box; for a window of a minute, also a
+// calendar window of a minute of Asia/Kolkata's clock, alone and with a
+// penalty box.
 func algorithmPolicies(t testing.TB, prefix string, mode limiter.FailureMode, limit int64, window time.Duration) []*limiter.Policy {
 	pols := []*limiter.Policy{
 		limitertest.Policy(t, limiter.PolicySpec{ID: prefix + "-fixed", Algorithm: limiter.FixedWindow, FailureMode: mode,
@@ -26,6 +27,11 @@ func algorithmPolicies(t testing.TB, prefix string, mode limiter.FailureMode, li
 			Params: limiter.TokenBucketParams{Capacity: limit, RefillAmount: limit, RefillPeriod: window}}),
 		limitertest.Policy(t, limiter.PolicySpec{ID: prefix + "-gcra", Algorithm: limiter.GCRA, FailureMode: mode,
 			Params: limiter.GCRAParams{Burst: limit, Limit: limit, Period: window}}),
+		limitertest.Policy(t, limiter.PolicySpec{ID: prefix + "-penalty", Algorithm: limiter.FixedWindow, FailureMode: mode,
+			Params:  limiter.FixedWindowParams{Limit: limit, Window: window},
+			Penalty: limiter.Penalty{Duration: window, MaxDuration: 4 * window, Decay: window}}),
+		limitertest.Policy(t, limiter.PolicySpec{ID: prefix + "-log", Algorithm: limiter.SlidingLog, FailureMode: mode,
+			Params: limiter.SlidingLogParams{Limit: limit, Window: window}}),
 	}
 	if window == time.Minute {
 		loc, err := time.LoadLocation("Asia/Kolkata")
@@ -34,6 +40,9 @@ func algorithmPolicies(t testing.TB, prefix string, mode limiter.FailureMode, li
 		}
 		pols = append(pols, limitertest.Policy(t, limiter.PolicySpec{ID: prefix + "-calendar", Algorithm: limiter.FixedWindow, FailureMode: mode,
 			Params: limiter.FixedWindowParams{Limit: limit, Window: window, Calendar: &limiter.Calendar{Unit: limiter.CalendarMinute, Location: loc}}}))
+		pols = append(pols, limitertest.Policy(t, limiter.PolicySpec{ID: prefix + "-calendar-penalty", Algorithm: limiter.FixedWindow, FailureMode: mode,
+			Params:  limiter.FixedWindowParams{Limit: limit, Window: window, Calendar: &limiter.Calendar{Unit: limiter.CalendarMinute, Location: loc}},
+			Penalty: limiter.Penalty{Duration: window, MaxDuration: 4 * window, Decay: window}}))
 	}
 	return pols
 }

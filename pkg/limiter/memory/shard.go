@@ -25,9 +25,33 @@ type shardState struct {
 	capacity int
 	// own counts the entries of each policy ID (see room).
 	own map[string]int32
+	// logs holds the log (limiter.State.Log) of each sliding-log entry,
+	// beside the table so that the other algorithms' slots stay their
+	// size; an entry's log goes with it (remove).
+	logs map[key]string
 	// minExpiry is a lower bound of every entry's expiresAt (exact after a
 	// complete scan): while now <= minExpiry nothing can have expired.
 	minExpiry int64
+	// penalties holds the penalty fields (limiter.State.PenaltyUntilMs,
+	// PenaltyLevel) of the entries that recorded an offence: few subjects
+	// do, so the slots do not carry them. An entry's penalty goes with the
+	// entry (remove), so the map never outgrows the table.
+	penalties map[key]penaltyFields
+}
+
+// penaltyFields are an entry's penalty box fields.
+type penaltyFields struct{ until, level int64 }
+
+// recordOffence stores the penalty fields of next, an offence of the live
+// entry k at index i (limiter.PenaltyRecorded), and raises the entry's
+// expiry to next's.
+func (sh *shard) recordOffence(i int, k *key, next limiter.State) {
+	if sh.penalties == nil {
+		sh.penalties = make(map[key]penaltyFields)
+	}
+	sh.penalties[*k] = penaltyFields{until: next.PenaltyUntilMs, level: next.PenaltyLevel}
+	e := &sh.t.slots[i].e
+	e.expiresAt = max(e.expiresAt, next.ExpiresAtMs)
 }
 
 func (s *Store) shardIndex(d *limiter.SubjectDigest) int {
@@ -49,10 +73,31 @@ func (sh *shard) load(k *key, h uint64, nowMs int64) (st limiter.State, live boo
 		sh.remove(i)
 		return limiter.State{}, false, 1, -1
 	}
-	return limiter.State{
+	st = limiter.State{
 		Exists: true, Schema: limiter.StateSchema, Algorithm: k.alg, PolicyID: k.policy, Revision: k.revision,
 		LastObservedMs: e.lastObserved, Epoch: e.epoch, Level: e.level, Carry: e.carry, ExpiresAtMs: e.expiresAt,
-	}, true, 0, i
+	}
+	if len(sh.penalties) != 0 {
+		if pf, ok := sh.penalties[*k]; ok {
+			st.PenaltyUntilMs, st.PenaltyLevel = pf.until, pf.level
+		}
+	}
+	if k.alg == limiter.SlidingLog {
+		st.Log = sh.logs[*k]
+	}
+	return st, true, 0, i
+}
+
+// keepLog records the log of st, the state just written for k (sliding
+// log only).
+func (sh *shard) keepLog(k *key, st *limiter.State) {
+	if k.alg != limiter.SlidingLog {
+		return
+	}
+	if sh.logs == nil {
+		sh.logs = make(map[key]string)
+	}
+	sh.logs[*k] = st.Log
 }
 
 func entryOf(st limiter.State) entry {
@@ -100,7 +145,14 @@ func (sh *shard) dropExpired(nowMs int64, budget int) int {
 
 // remove drops the entry at index i of the table.
 func (sh *shard) remove(i int) {
-	p := sh.t.slots[i].k.policy
+	if len(sh.penalties) != 0 {
+		delete(sh.penalties, sh.t.slots[i].k)
+	}
+	k := &sh.t.slots[i].k
+	if k.alg == limiter.SlidingLog {
+		delete(sh.logs, *k)
+	}
+	p := k.policy
 	if n := sh.own[p]; n > 1 {
 		sh.own[p] = n - 1
 	} else {

@@ -61,3 +61,52 @@ func TestFullStoreHeap(t *testing.T) {
 		runtime.KeepAlive(s)
 	}
 }
+
+// A sliding-log entry holds its log beside the table: measured as the heap
+// of a store of sliding logs of n hits each minus that of the same store of
+// GCRA states (whose entries hold nothing beside the table), per entry, it
+// stays within MaxLogBytes(n).
+func TestSlidingLogHeap(t *testing.T) {
+	const subjects = 50_000
+	heap := func(p *limiter.Policy, hits int) float64 {
+		var before, after runtime.MemStats
+		runtime.GC()
+		runtime.ReadMemStats(&before)
+		clock := newClock(t0)
+		s := newStore(t, memory.Config{MaxEntries: 4 * subjects, Clock: clock})
+		ctx := context.Background()
+		out := make([]limiter.Outcome, 1)
+		for h := range hits {
+			for i := range subjects {
+				s.Evaluate(ctx, []limiter.Request{{Policy: p, Subject: subject(uint64(i)), Cost: 1}}, out)
+				if out[0].Kind != limiter.Evaluated || !out[0].Decision.Allowed {
+					t.Fatalf("hit %d of subject %d: %+v", h, i, out[0])
+				}
+			}
+			clock.Advance(time.Millisecond) // a hit per ms: one entry each
+		}
+		runtime.GC()
+		runtime.ReadMemStats(&after)
+		if s.Len() != subjects {
+			t.Fatalf("%d entries, want %d", s.Len(), subjects)
+		}
+		runtime.KeepAlive(s)
+		return float64(after.HeapInuse-before.HeapInuse) / subjects
+	}
+	gcra := limitertest.Policy(t, limiter.PolicySpec{ID: "heap-gcra", Algorithm: limiter.GCRA,
+		Params: limiter.GCRAParams{Burst: 1000, Limit: 1000, Period: time.Hour}})
+	base := heap(gcra, 1)
+	counts := []int{1, 5}
+	if !testing.Short() {
+		counts = append(counts, 20)
+	}
+	for _, hits := range counts {
+		p := limitertest.Policy(t, limiter.PolicySpec{ID: "heap-log", Algorithm: limiter.SlidingLog,
+			Params: limiter.SlidingLogParams{Limit: 1000, Window: time.Hour}})
+		extra := heap(p, hits) - base
+		t.Logf("sliding log of %d hits: %.0f bytes/entry beside the table (the table: %.0f)", hits, extra, base)
+		if extra > float64(memory.MaxLogBytes(hits)) {
+			t.Errorf("sliding log of %d hits: %.0f bytes/entry beside the table, above MaxLogBytes %d", hits, extra, memory.MaxLogBytes(hits))
+		}
+	}
+}

@@ -72,13 +72,17 @@ func modelBatch(states map[string]limiter.State, reqs []batchReq, now int64) (bo
 	nexts := make([]limiter.State, len(reqs))
 	batch := make([]limiter.Request, len(reqs))
 	outs := make([]limiter.Outcome, len(reqs))
+	offences := map[string]limiter.State{}
 	for i, r := range reqs {
 		k := keyOf(r.p, r.sub)
 		next, reply, uncommitted, write := limiter.Check(cur[k], now, r.p, r.cost)
 		batch[i] = limiter.Request{Policy: r.p, Subject: r.sub, Cost: r.cost, Role: r.role}
-		if r.role == limiter.RoleCheck {
+		if !r.role.Consumes() {
 			reply = uncommitted
 			write = false
+		}
+		if !write {
+			reply = recordOffence(cur, offences, states[k].Exists, k, r, next, reply, uncommitted)
 		}
 		replies[i], uncommitteds[i], writes[i], nexts[i] = reply, uncommitted, write, next
 		if write {
@@ -101,13 +105,13 @@ func modelBatch(states map[string]limiter.State, reqs []batchReq, now int64) (bo
 			replies[i] = uncommitteds[i]
 		}
 	}
-	return commit, replies, final
+	return commit, replies, withOffences(final, offences)
 }
 
 // randomPolicies makes n policies named prefix.0, prefix.1, ...: each a
 // fixed window, a sliding window, a token bucket (refilling 1 to 3 a
-// period) or a GCRA (1 to 3 a period) of a limit (burst) from 1 to 8, its window or period one of windows, one
-// in four fail-open.
+// period), a GCRA (1 to 3 a period) or a sliding log of a limit (burst) from 1 to 8, its window or period one of windows, one
+// in four fail-open, one in three with a penalty box (randomPenalty).
 func randomPolicies(t *testing.T, rng *rand.Rand, prefix string, n int, windows []time.Duration) []*limiter.Policy {
 	t.Helper()
 	pols := make([]*limiter.Policy, n)
@@ -119,20 +123,29 @@ func randomPolicies(t *testing.T, rng *rand.Rand, prefix string, n int, windows 
 		}
 		id := fmt.Sprintf("%s.%d", prefix, j)
 		w := windows[rng.IntN(len(windows))]
-		switch rng.IntN(5) {
+		var pn limiter.Penalty
+		if rng.IntN(3) == 0 {
+			pn = randomPenalty(rng)
+		}
+		switch rng.IntN(6) {
+		case 5:
+			spec := calendarRandom(t, rng, id, limit).Spec()
+			spec.FailureMode, spec.Penalty = fm, pn
+			pols[j] = limitertest.Policy(t, spec)
 		case 4:
-			pols[j] = calendarRandom(t, rng, id, limit)
+			pols[j] = limitertest.Policy(t, limiter.PolicySpec{ID: id, Algorithm: limiter.SlidingLog, FailureMode: fm, Penalty: pn,
+				Params: limiter.SlidingLogParams{Limit: limit, Window: w}})
 		case 0:
-			pols[j] = limitertest.Policy(t, limiter.PolicySpec{ID: id, Algorithm: limiter.FixedWindow, FailureMode: fm,
+			pols[j] = limitertest.Policy(t, limiter.PolicySpec{ID: id, Algorithm: limiter.FixedWindow, FailureMode: fm, Penalty: pn,
 				Params: limiter.FixedWindowParams{Limit: limit, Window: w}})
 		case 1:
-			pols[j] = limitertest.Policy(t, limiter.PolicySpec{ID: id, Algorithm: limiter.SlidingWindow, FailureMode: fm,
+			pols[j] = limitertest.Policy(t, limiter.PolicySpec{ID: id, Algorithm: limiter.SlidingWindow, FailureMode: fm, Penalty: pn,
 				Params: limiter.SlidingWindowParams{Limit: limit, Window: w}})
 		case 2:
-			pols[j] = limitertest.Policy(t, limiter.PolicySpec{ID: id, Algorithm: limiter.TokenBucket, FailureMode: fm,
+			pols[j] = limitertest.Policy(t, limiter.PolicySpec{ID: id, Algorithm: limiter.TokenBucket, FailureMode: fm, Penalty: pn,
 				Params: limiter.TokenBucketParams{Capacity: limit, RefillAmount: 1 + rng.Int64N(3), RefillPeriod: w}})
 		default:
-			pols[j] = limitertest.Policy(t, limiter.PolicySpec{ID: id, Algorithm: limiter.GCRA, FailureMode: fm,
+			pols[j] = limitertest.Policy(t, limiter.PolicySpec{ID: id, Algorithm: limiter.GCRA, FailureMode: fm, Penalty: pn,
 				Params: limiter.GCRAParams{Burst: limit, Limit: 1 + rng.Int64N(3), Period: w}})
 		}
 	}
@@ -191,11 +204,12 @@ func (e *env) checkWritten(states, final map[string]limiter.State, before map[st
 // unsafe-clock states) through rate-batch-v1.lua and through modelBatch:
 // the same commit flag, the same seven fields per key, the same hashes, and
 // no change at all to a key that is not written.
-func TestBatchProgramAgainstApply(t *testing.T) {
-	e := newEnv(t)
+func TestBatchProgramAgainstApply(t *testing.T) { batchProgramAgainstApply(t, newEnv(t)) }
+
+func batchProgramAgainstApply(t *testing.T, e *env) {
 	rng, n := seededRand(t, 6, 300, 80, "batches")
 	windows := []time.Duration{7 * time.Millisecond, time.Second, time.Minute, time.Hour}
-	roles := []limiter.Role{limiter.RoleOrdinary, limiter.RoleOrdinary, limiter.RoleOrdinary, limiter.RoleShadow, limiter.RoleQuota, limiter.RoleQuota, limiter.RoleCheck}
+	roles := []limiter.Role{limiter.RoleOrdinary, limiter.RoleOrdinary, limiter.RoleOrdinary, limiter.RoleShadow, limiter.RoleQuota, limiter.RoleQuota, limiter.RoleCheck, limiter.RoleProbe, limiter.RoleQuotaProbe}
 	for it := 0; it < n; it++ {
 		pols := randomPolicies(t, rng, "bp", 3, windows)
 		reqs := make([]batchReq, 1+rng.IntN(6))
@@ -409,7 +423,7 @@ func TestRefundProgram(t *testing.T) {
 		n, _ := msgs[0].ToInt64()
 		return n
 	}
-	for _, p := range []*limiter.Policy{fixed(t, "rf.fw", 5, time.Hour), sliding(t, "rf.sw", 5, time.Hour), bucket(t, "rf.tb", 5, 1, time.Hour), cellRate(t, "rf.gc", 5, 1, time.Hour)} {
+	for _, p := range []*limiter.Policy{fixed(t, "rf.fw", 5, time.Hour), sliding(t, "rf.sw", 5, time.Hour), bucket(t, "rf.tb", 5, 1, time.Hour), cellRate(t, "rf.gc", 5, 1, time.Hour), slidingLog(t, "rf.sl", 5, time.Hour)} {
 		sub := subjectOf("refund")
 		key := keyOf(p, sub)
 		e.do("DEL", key)
@@ -426,7 +440,7 @@ func TestRefundProgram(t *testing.T) {
 		// The counters are back to what the first batch left; last (and
 		// the token bucket's refill time and remainder, which carry the
 		// time that passed) stay as the second wrote them.
-		for _, f := range []string{"a", "b", "c"} {
+		for _, f := range []string{"a", "b", "c", "l"} {
 			if p.Algorithm() == limiter.TokenBucket && f != "a" {
 				continue // the refill time and sub-token remainder moved on
 			}
@@ -436,8 +450,16 @@ func TestRefundProgram(t *testing.T) {
 		}
 		// Never above the capacity, never below zero.
 		refund(p, key, 5, r2[0].EffectiveNowMs)
+		if p.Algorithm() == limiter.SlidingLog {
+			// The first batch's hit too (its own entry, or the same one).
+			refund(p, key, 5, r1[0].EffectiveNowMs)
+		}
 		h := e.hash(key)
 		switch p.Algorithm() {
+		case limiter.SlidingLog:
+			if h["b"] != "0" || h["c"] != "0" || h["l"] != "" {
+				t.Fatalf("%s: over-refunded log %v", p.ID(), h)
+			}
 		case limiter.TokenBucket:
 			if h["a"] != "5" || h["c"] != "0" {
 				t.Fatalf("%s: over-refunded bucket %v", p.ID(), h)

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/envoy-rls/envoy-rls/internal/limitertest"
 	"github.com/envoy-rls/envoy-rls/internal/redistest"
 	"github.com/envoy-rls/envoy-rls/pkg/limiter"
 	"github.com/envoy-rls/envoy-rls/pkg/lua"
@@ -20,6 +21,13 @@ import (
 // latency) and from GOMAXPROCS*8 goroutines (auto-pipelined throughput), and
 // a four-request batch. Figures go to docs/performance.md; nothing here is
 // asserted.
+// withPenalty is p with a day-long penalty box.
+func withPenalty(b *testing.B, p *limiter.Policy) *limiter.Policy {
+	spec := p.Spec()
+	spec.Penalty = limiter.Penalty{Duration: 24 * time.Hour}
+	return limitertest.Policy(b, spec)
+}
+
 func BenchmarkEvaluate(b *testing.B) {
 	srv := redistest.Standalone(b)
 	s := newStore(b, Config{Addrs: []string{srv.Addr()}, Timeout: 5 * time.Second})
@@ -29,6 +37,13 @@ func BenchmarkEvaluate(b *testing.B) {
 		bucket(b, "bench.tb", 1_000_000_000, 1_000_000, time.Millisecond),
 		cellRate(b, "bench.gc", 1_000_000_000, 1_000_000, time.Millisecond),
 		calendarPolicy(b, "bench.cal", 1_000_000_000_000, limiter.CalendarMonth, "Europe/Berlin"),
+		// A penalty box on a fixed window: never denied (the extra read of
+		// the penalty fields), and every subject blocked after its first
+		// request (BLOCKED answers).
+		withPenalty(b, fixed(b, "bench.fwp", 1_000_000_000_000, time.Hour)),
+		withPenalty(b, fixed(b, "bench.fwb", 1, time.Hour)),
+		// Each subject is hit every 1,024 calls: a log of a few dozen hits.
+		slidingLog(b, "bench.sl", 1000, time.Second),
 	}
 	subjects := make([]limiter.SubjectDigest, 1024)
 	for i := range subjects {
@@ -36,8 +51,13 @@ func BenchmarkEvaluate(b *testing.B) {
 	}
 	for _, p := range policies {
 		name := p.Algorithm().String()
-		if p.Calendar() != nil {
+		switch {
+		case p.Calendar() != nil:
 			name = "calendar_month"
+		case p.Penalty().On() && p.Limit() == 1:
+			name += "+penalty-blocked"
+		case p.Penalty().On():
+			name += "+penalty"
 		}
 		b.Run(name+"/single", func(b *testing.B) {
 			out := make([]limiter.Outcome, 1)
@@ -94,6 +114,52 @@ func BenchmarkEvaluate(b *testing.B) {
 			}
 		}
 	})
+}
+
+// BenchmarkSlidingLog measures the Redis time of rate-batch-v1.lua on a
+// sliding log of n hits in the window (limit 1000: with 999 the request is
+// admitted and writes a log of 1000, with 1000 it is denied), the log
+// written anew before each call (its HSET is not counted). It reports the
+// program's time per EVALSHA (INFO commandstats). Figures go to
+// docs/algorithms.md; nothing is asserted.
+func BenchmarkSlidingLog(b *testing.B) {
+	e := newEnv(b)
+	p := slidingLog(b, "bench.log", 1000, time.Hour)
+	sub := subjectOf("bench-log")
+	key := keyOf(p, sub)
+	for _, n := range []int64{5, 100, 999, 1000} {
+		b.Run(fmt.Sprintf("log=%d", n), func(b *testing.B) {
+			now := e.serverNow()
+			var log []byte
+			for i := range n {
+				log = limiter.AppendSlidingLogEntry(log, now-n+i, 1)
+			}
+			st := stateOf(p, now, now/p.WindowMillis(), n, 0)
+			st.Log = string(log)
+			out := make([]limiter.Outcome, 1)
+			req := []limiter.Request{{Policy: p, Subject: sub, Cost: 1}}
+			ctx := context.Background()
+			var evalCalls int64
+			var evalUsec float64
+			for b.Loop() {
+				b.StopTimer()
+				e.seed(key, st)
+				_, _, c0, u0 := commandStats(b, e.srv)
+				b.StartTimer()
+				e.store.Evaluate(ctx, req, out)
+				b.StopTimer()
+				if out[0].Kind != limiter.Evaluated || out[0].Decision.Allowed != (n < 1000) {
+					b.Fatalf("%+v", out[0])
+				}
+				_, _, c1, u1 := commandStats(b, e.srv)
+				evalCalls, evalUsec = evalCalls+c1-c0, evalUsec+u1-u0
+				b.StartTimer()
+			}
+			if evalCalls > 0 {
+				b.ReportMetric(evalUsec/float64(evalCalls), "µs/evalsha")
+			}
+		})
+	}
 }
 
 // BenchmarkDescriptors measures one Envoy request carrying n descriptors (n

@@ -183,6 +183,53 @@ func TestClusterBatch(t *testing.T) {
 		}
 	})
 
+	t.Run("cross-slot: probes block over every slot and are never taken or refunded", func(t *testing.T) {
+		lim := func(id string, n int64) *limiter.Policy {
+			return limitertest.Policy(t, limiter.PolicySpec{ID: prefix + "." + id, Algorithm: limiter.FixedWindow, Params: limiter.FixedWindowParams{Limit: n, Window: farWindow}})
+		}
+		pa, pb, qa, qb := lim("pa", 1), lim("pb", 5), lim("pqa", 1), lim("pqb", 5)
+		sub := subjectOf(prefix + "/probe")
+		full := limiter.Request{Policy: pa, Subject: sub, Cost: 1, Tag: tagA}
+		out := make([]limiter.Outcome, 2)
+		s.Evaluate(context.Background(), []limiter.Request{full}, out[:1])
+		// A probe of the full limit in one slot blocks the ordinary request
+		// in the other, which the store gives back.
+		probe := limiter.Request{Policy: pa, Subject: sub, Cost: 1, Role: limiter.RoleProbe, Tag: tagA}
+		other := limiter.Request{Policy: pb, Subject: sub, Cost: 1, Tag: tagB}
+		s.Evaluate(context.Background(), []limiter.Request{probe, other}, out)
+		if d := out[0].Decision; out[0].Kind != limiter.Evaluated || d.Allowed || d.Consumed {
+			t.Fatalf("probe of a full limit: %+v", out[0])
+		}
+		if d := out[1].Decision; !d.Allowed || d.Consumed || d.Remaining != 5 {
+			t.Fatalf("the other slot's request: %+v, want allowed, not consumed, 5 left", d)
+		}
+		if v := hget(string(requestKey(nil, &other)), "b"); v != "0" && v != "" {
+			t.Fatalf("the other slot's count is %s after the refund, want 0", v)
+		}
+		// Quota: a denying quota probe in one slot, a quota limit that
+		// allows in the other: commits; the probe's limit is not taken.
+		qfull := limiter.Request{Policy: qa, Subject: sub, Cost: 1, Role: limiter.RoleQuota, Tag: tagA}
+		s.Evaluate(context.Background(), []limiter.Request{qfull}, out[:1])
+		qprobe := limiter.Request{Policy: qa, Subject: sub, Cost: 1, Role: limiter.RoleQuotaProbe, Tag: tagA}
+		qother := limiter.Request{Policy: qb, Subject: sub, Cost: 1, Role: limiter.RoleQuota, Tag: tagB}
+		s.Evaluate(context.Background(), []limiter.Request{qprobe, qother}, out)
+		if d := out[0].Decision; d.Allowed || d.Consumed {
+			t.Fatalf("quota probe of a full limit: %+v", out[0])
+		}
+		if d := out[1].Decision; !d.Allowed || !d.Consumed || d.Remaining != 4 {
+			t.Fatalf("the other slot's quota request: %+v, want consumed, 4 left", d)
+		}
+		// An allowing quota probe takes nothing.
+		qprobe.Policy, qprobe.Tag = qb, tagB
+		s.Evaluate(context.Background(), []limiter.Request{qfull, qprobe}, out)
+		if d := out[1].Decision; !d.Allowed || d.Consumed || d.Remaining != 4 {
+			t.Fatalf("allowing quota probe: %+v, want allowed, not consumed, 4 left", d)
+		}
+		if v := hget(string(requestKey(nil, &qother)), "b"); v != "1" {
+			t.Fatalf("quota count %s, want 1", v)
+		}
+	})
+
 	t.Run("deadline: every slot has an estimate from connect; a slot past its deadline commits nothing, the other is refunded", func(t *testing.T) {
 		for slot := range s.offsets {
 			if _, ok := s.offsets[slot].estimate(); !ok {

@@ -160,6 +160,7 @@ func modelCall(states map[string]limiter.State, keys []batchReq, bad int, now in
 		return modelBatch(states, keys, now)
 	}
 	cur := maps.Clone(states)
+	offences := map[string]limiter.State{}
 	replies := make([]limiter.Reply, len(keys))
 	for i, r := range keys {
 		if i == bad-1 {
@@ -168,7 +169,10 @@ func modelCall(states map[string]limiter.State, keys []batchReq, bad int, now in
 		}
 		k := keyOf(r.p, r.sub)
 		next, reply, uncommitted, write := limiter.Check(cur[k], now, r.p, r.cost)
-		if write && r.role != limiter.RoleCheck {
+		if !write {
+			reply = recordOffence(cur, offences, states[k].Exists, k, r, next, reply, uncommitted)
+		}
+		if write && r.role.Consumes() {
 			// Tentative: a later key naming this hash sees it; the request
 			// does not commit, so the reply is the one before the cost.
 			cur[k] = next
@@ -178,7 +182,7 @@ func modelCall(states map[string]limiter.State, keys []batchReq, bad int, now in
 			replies[i] = uncommitted
 		}
 	}
-	return false, replies, maps.Clone(states)
+	return false, replies, withOffences(maps.Clone(states), offences)
 }
 
 // modelGroup is modelCall applied to each request of reqs in order, all at
@@ -368,6 +372,38 @@ func TestGroupNoPartialConsumption(t *testing.T) {
 			used: map[string]int64{"A": 5, "Q1": 5, "Q2": 5, "S": 5, "K": 0},
 		},
 		{
+			name: "probe keys block as ordinary ones and take nothing",
+			reqs: []req{
+				{keys: []key{k("A", 5)}},
+				// A is full: its probe denies and blocks the request; B untouched.
+				{keys: []key{k("B", 2), kr("A", 1, limiter.RoleProbe)}},
+				// A probe with room allows, takes nothing; B commits.
+				{keys: []key{kr("P", 1, limiter.RoleProbe), k("B", 2)}},
+				// A probe sees the tentative cost of an earlier key of its
+				// request: C would be full, so the request is blocked.
+				{keys: []key{k("C", 5), kr("C", 1, limiter.RoleProbe)}},
+				// A later key does not see a probe's cost.
+				{keys: []key{kr("C", 5, limiter.RoleProbe), k("C", 5)}},
+				{keys: []key{kr("P", 5, limiter.RoleProbe), k("B", 1)}},
+			},
+			want: []int{committed, denied, committed, denied, committed, committed},
+			used: map[string]int64{"A": 5, "B": 3, "C": 5, "P": 0},
+		},
+		{
+			name: "quota probe keys take part as quota keys and take nothing",
+			reqs: []req{
+				{keys: []key{kr("Q1", 5, limiter.RoleQuota)}},
+				// Q1's probe denies, Q2 allows: commits, Q2 takes 1.
+				{keys: []key{k("A", 1), kr("Q1", 1, limiter.RoleQuotaProbe), kr("Q2", 1, limiter.RoleQuota)}},
+				// Every quota key denies, the probe among them: blocked.
+				{keys: []key{k("A", 1), kr("Q1", 1, limiter.RoleQuotaProbe), kr("Q1", 1, limiter.RoleQuota)}},
+				// Q2's probe allows (nothing taken), Q1 denies: commits.
+				{keys: []key{k("A", 1), kr("Q1", 1, limiter.RoleQuota), kr("Q2", 4, limiter.RoleQuotaProbe)}},
+			},
+			want: []int{committed, committed, denied, committed},
+			used: map[string]int64{"A": 2, "Q1": 5, "Q2": 1},
+		},
+		{
 			name: "a request past its deadline",
 			reqs: []req{
 				{keys: []key{k("A", 2)}},
@@ -419,6 +455,7 @@ func TestGroupNoPartialConsumption(t *testing.T) {
 		{"sliding", func(id string) *limiter.Policy { return sliding(t, id, 5, time.Hour) }},
 		{"bucket", func(id string) *limiter.Policy { return bucket(t, id, 5, 1, time.Hour) }},
 		{"gcra", func(id string) *limiter.Policy { return cellRate(t, id, 5, 1, time.Hour) }},
+		{"log", func(id string) *limiter.Policy { return slidingLog(t, id, 5, time.Hour) }},
 	}
 	for ci, tc := range cases {
 		for _, alg := range algs {
@@ -510,13 +547,14 @@ func TestGroupDifferential(t *testing.T) {
 			fixed(t, fmt.Sprintf("gd.fw%d", i), limit, time.Hour),
 			sliding(t, fmt.Sprintf("gd.sw%d", i), limit, time.Hour),
 			bucket(t, fmt.Sprintf("gd.tb%d", i), limit, 1, time.Minute),
-			cellRate(t, fmt.Sprintf("gd.gc%d", i), limit, 2, time.Minute))
+			cellRate(t, fmt.Sprintf("gd.gc%d", i), limit, 2, time.Minute),
+			slidingLog(t, fmt.Sprintf("gd.sl%d", i), limit, time.Minute))
 	}
 	// Three hot subjects, new ones every ten groups (the limits fill up
 	// within an hour's window, after which every request is a denial).
 	subs := make([]limiter.SubjectDigest, 3)
 	roles := []limiter.Role{limiter.RoleOrdinary, limiter.RoleOrdinary, limiter.RoleOrdinary, limiter.RoleOrdinary,
-		limiter.RoleShadow, limiter.RoleQuota, limiter.RoleQuota, limiter.RoleCheck}
+		limiter.RoleShadow, limiter.RoleQuota, limiter.RoleQuota, limiter.RoleCheck, limiter.RoleProbe, limiter.RoleQuotaProbe}
 	states := map[string]limiter.State{}
 	var all []gReq
 	var commits, refusals, expiries int
@@ -1125,7 +1163,7 @@ func TestGroupDifferentialSeeded(t *testing.T) {
 	e := newEnv(t)
 	rng, n := seededRand(t, 18, 200, 40, "seeded groups")
 	windows := []time.Duration{7 * time.Millisecond, time.Second, time.Minute, time.Hour}
-	roles := []limiter.Role{limiter.RoleOrdinary, limiter.RoleOrdinary, limiter.RoleOrdinary, limiter.RoleShadow, limiter.RoleQuota, limiter.RoleQuota, limiter.RoleCheck}
+	roles := []limiter.Role{limiter.RoleOrdinary, limiter.RoleOrdinary, limiter.RoleOrdinary, limiter.RoleShadow, limiter.RoleQuota, limiter.RoleQuota, limiter.RoleCheck, limiter.RoleProbe, limiter.RoleQuotaProbe}
 	run := time.Now().UnixNano()
 	kinds := map[limiter.Status]int{}
 	for it := 0; it < n; it++ {
@@ -1164,7 +1202,7 @@ func TestGroupDifferentialSeeded(t *testing.T) {
 		}
 	}
 	t.Logf("key statuses: %v", kinds)
-	for _, st := range []limiter.Status{limiter.StatusAllowed, limiter.StatusDenied, limiter.StatusStateIncompatible, limiter.StatusClockUnsafe} {
+	for _, st := range []limiter.Status{limiter.StatusAllowed, limiter.StatusDenied, limiter.StatusBlocked, limiter.StatusStateIncompatible, limiter.StatusClockUnsafe} {
 		if kinds[st] == 0 && !testing.Short() {
 			t.Errorf("no key answered %s: the sequence does not cover it", st)
 		}

@@ -96,6 +96,12 @@ func (e *env) seed(key string, st limiter.State) {
 		"policy", st.PolicyID, "rev", strconv.FormatUint(uint64(st.Revision), 10),
 		"last", strconv.FormatInt(st.LastObservedMs, 10), "a", strconv.FormatInt(a, 10),
 		"b", strconv.FormatInt(b, 10), "c", strconv.FormatInt(c, 10))
+	if st.PenaltyLevel > 0 {
+		e.do("HSET", key, "pu", strconv.FormatInt(st.PenaltyUntilMs, 10), "pn", strconv.FormatInt(st.PenaltyLevel, 10))
+	}
+	if st.Log != "" {
+		e.do("HSET", key, "l", st.Log)
+	}
 	e.do("PEXPIRE", key, "600000")
 }
 
@@ -110,8 +116,16 @@ func (e *env) hash(key string) map[string]string {
 	return m
 }
 
+// dump is the key's serialized value, to tell whether it changed: its DUMP,
+// but a hash too large for the listpack encoding (a sliding log of more
+// than a few hits, its l field above hash-max-listpack-value) is a
+// hashtable, whose DUMP lists the fields in an order that reads can change
+// (each lookup moves an incremental rehash along); for it, its fields.
 func (e *env) dump(key string) any {
 	e.t.Helper()
+	if e.do("OBJECT", "ENCODING", key) == "hashtable" {
+		return e.hash(key)
+	}
 	return e.do("DUMP", key)
 }
 
@@ -174,7 +188,9 @@ func (e *env) evaluate(p *limiter.Policy, subject limiter.SubjectDigest, cost in
 // hashFields returns the a, b and c fields of the program's hash for st:
 // the window id, the count and the previous count for the windows; the
 // tokens, the refill time and the remainder for the token bucket; 0, the
-// TAT's whole ms and its fraction for GCRA.
+// TAT's whole ms and its fraction for GCRA; the window id and the units of
+// the log in it and in the window before for the sliding log (whose log is
+// the field l).
 func hashFields(st limiter.State) (a, b, c int64) {
 	if st.Algorithm == limiter.TokenBucket || st.Algorithm == limiter.GCRA {
 		return st.Level, st.Epoch, st.Carry
@@ -184,11 +200,49 @@ func hashFields(st limiter.State) (a, b, c int64) {
 
 func stateHash(st limiter.State) map[string]string {
 	a, b, c := hashFields(st)
-	return map[string]string{
+	h := map[string]string{
 		"schema": strconv.FormatInt(st.Schema, 10), "alg": st.Algorithm.String(), "policy": st.PolicyID,
 		"rev": strconv.FormatUint(uint64(st.Revision), 10), "last": strconv.FormatInt(st.LastObservedMs, 10),
 		"a": strconv.FormatInt(a, 10), "b": strconv.FormatInt(b, 10), "c": strconv.FormatInt(c, 10),
 	}
+	if st.PenaltyLevel > 0 {
+		// The penalty box (docs/algorithms.md): pu, pn.
+		h["pu"], h["pn"] = strconv.FormatInt(st.PenaltyUntilMs, 10), strconv.FormatInt(st.PenaltyLevel, 10)
+	}
+	if st.Log != "" {
+		h["l"] = st.Log
+	}
+	return h
+}
+
+// recordOffence is the penalty rule of rate-batch-v1.lua in the models: a
+// request denied with an offence (limiter.PenaltyRecorded) writes its block
+// whatever the batch decides when its key's role records offences (not a
+// check or probe) and its hash
+// existed before the program (stored); a later key naming the hash sees
+// the block (cur), and the hash keeps it (offences, laid over the final
+// states by withOffences). Otherwise the reply is the limit's own denial.
+// It returns the reply to give.
+func recordOffence(cur, offences map[string]limiter.State, stored bool, k string, r batchReq, next limiter.State, reply, uncommitted limiter.Reply) limiter.Reply {
+	if !limiter.PenaltyRecorded(cur[k], next) {
+		return reply
+	}
+	if !r.role.RecordsOffence() || !stored {
+		return uncommitted
+	}
+	cur[k] = next
+	offences[k] = next
+	return reply
+}
+
+// withOffences lays the blocks recorded in offences over final.
+func withOffences(final, offences map[string]limiter.State) map[string]limiter.State {
+	for k, o := range offences {
+		f := final[k]
+		f.PenaltyUntilMs, f.PenaltyLevel = o.PenaltyUntilMs, o.PenaltyLevel
+		final[k] = f
+	}
+	return final
 }
 
 func subjectOf(s string) limiter.SubjectDigest { return sha256.Sum256([]byte(s)) }
@@ -205,6 +259,12 @@ func fixed(t testing.TB, id string, limit int64, window time.Duration) *limiter.
 func sliding(t testing.TB, id string, limit int64, window time.Duration) *limiter.Policy {
 	return limitertest.Policy(t, limiter.PolicySpec{ID: id, Algorithm: limiter.SlidingWindow,
 		Params: limiter.SlidingWindowParams{Limit: limit, Window: window}})
+}
+
+// slidingLog is a sliding-log policy.
+func slidingLog(t testing.TB, id string, limit int64, window time.Duration) *limiter.Policy {
+	return limitertest.Policy(t, limiter.PolicySpec{ID: id, Algorithm: limiter.SlidingLog,
+		Params: limiter.SlidingLogParams{Limit: limit, Window: window}})
 }
 
 // cellRate is a GCRA policy: limit per period, a burst of burst.

@@ -6,11 +6,13 @@ import (
 	"math"
 	"math/rand/v2"
 	"reflect"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/envoy-rls/envoy-rls/internal/limitertest"
 	"github.com/envoy-rls/envoy-rls/pkg/limiter"
 	"github.com/envoy-rls/envoy-rls/pkg/lua"
 )
@@ -47,6 +49,19 @@ func checkParityAmong(t *testing.T, e *env, p *limiter.Policy, key string, st li
 	next, want, write := limiter.Apply(st, got.ServerNowMs, p, cost)
 	if got != want {
 		t.Fatalf("%s cost %d state %+v:\n lua  %+v\n go   %+v", p.ID(), cost, st, got, want)
+	}
+	if !write && limiter.PenaltyRecorded(st, next) {
+		// An offence: the block is written, the expiry raised to cover it
+		// and its decay (never lowered).
+		if h, w := e.hash(key), stateHash(next); !reflect.DeepEqual(h, w) {
+			t.Fatalf("%s offence, state %+v:\n hash %v\n want %v", p.ID(), st, h, w)
+		}
+		pt := e.pttl(key)
+		ttl := max(beforeTTL, next.ExpiresAtMs-got.ServerNowMs)
+		if slack := time.Since(start).Milliseconds() + 2; pt > ttl+1 || pt < ttl-slack {
+			t.Fatalf("%s offence: PTTL %d, want within [%d, %d]", p.ID(), pt, ttl-slack, ttl+1)
+		}
+		return got
 	}
 	if !write {
 		if after := e.dump(key); !reflect.DeepEqual(after, before) {
@@ -123,6 +138,13 @@ func randomState(rng *rand.Rand, p *limiter.Policy, now int64) limiter.State {
 			tat = last + 1_000_000_000
 		}
 		st = stateOf(p, last, 0, tat, rng.Int64N(amount+2))
+	case limiter.SlidingLog:
+		st = randomLog(rng, p, last)
+	}
+	if p.Penalty().On() && rng.IntN(2) == 0 {
+		// A block ending up to 6 s ahead or 8 s ago, a level from 1 to 5
+		// (the penalties are randomPenalty's).
+		st.PenaltyUntilMs, st.PenaltyLevel = now-8000+rng.Int64N(14_000), 1+rng.Int64N(5)
 	}
 	if rng.IntN(20) == 0 {
 		st.Revision = 2
@@ -130,13 +152,30 @@ func randomState(rng *rand.Rand, p *limiter.Policy, now int64) limiter.State {
 	return st
 }
 
-func TestProgramsAgainstApply(t *testing.T) {
-	e := newEnv(t)
+// randomPenalty is a penalty box of 1 ms to 3 s, doubling up to 1 to 8
+// times that, remembered 0 to 5 s after a block.
+func randomPenalty(rng *rand.Rand) limiter.Penalty {
+	d := time.Duration(1+rng.Int64N(3000)) * time.Millisecond
+	return limiter.Penalty{Duration: d, MaxDuration: d * time.Duration(1+rng.Int64N(8)),
+		Decay: time.Duration(rng.Int64N(5000)) * time.Millisecond}
+}
+
+func TestProgramsAgainstApply(t *testing.T) { programsAgainstApply(t, newEnv(t)) }
+
+// programsAgainstApply chains every algorithm's steps through the batch
+// program on e and through Apply.
+func programsAgainstApply(t *testing.T, e *env) {
 	fw := fixed(t, "fw", 5, time.Hour)
 	sw := sliding(t, "sw", 10, time.Minute)
 	tb := bucket(t, "tb", 10, 1, time.Second)
 	gc := cellRate(t, "gc", 10, 3, time.Second)
-	for _, p := range []*limiter.Policy{fw, sw, tb, gc} {
+	sl := slidingLog(t, "sl", 10, time.Minute)
+	cal := calendarPolicy(t, "cal", 5, limiter.CalendarDay, "Europe/Berlin")
+	spec := cal.Spec()
+	spec.ID = "cal.pen"
+	spec.Penalty = limiter.Penalty{Duration: time.Hour, MaxDuration: 4 * time.Hour, Decay: time.Hour}
+	calPen := limitertest.Policy(t, spec)
+	for _, p := range []*limiter.Policy{fw, sw, tb, gc, sl, cal, calPen} {
 		key := keyOf(p, subjectOf("all-programs"))
 		e.do("DEL", key)
 		var st limiter.State
@@ -147,7 +186,9 @@ func TestProgramsAgainstApply(t *testing.T) {
 			if got != want {
 				t.Fatalf("%s step %d: lua %+v, go %+v", p.ID(), i, got, want)
 			}
-			if write {
+			// An offence against the penalty box is written whatever the
+			// batch commits.
+			if write || limiter.PenaltyRecorded(st, next) {
 				st = next
 				if h := e.hash(key); !reflect.DeepEqual(h, stateHash(next)) {
 					t.Fatalf("%s step %d: hash %v, want %v", p.ID(), i, h, stateHash(next))
@@ -159,7 +200,7 @@ func TestProgramsAgainstApply(t *testing.T) {
 
 func TestExactBoundaryAfterDeniedRequest(t *testing.T) {
 	e := newEnv(t)
-	for _, p := range []*limiter.Policy{fixed(t, "b.fw", 5, time.Hour), sliding(t, "b.sw", 5, time.Hour), bucket(t, "b.tb", 5, 1, time.Hour), cellRate(t, "b.gc", 5, 1, time.Hour)} {
+	for _, p := range []*limiter.Policy{fixed(t, "b.fw", 5, time.Hour), sliding(t, "b.sw", 5, time.Hour), bucket(t, "b.tb", 5, 1, time.Hour), cellRate(t, "b.gc", 5, 1, time.Hour), slidingLog(t, "b.sl", 5, time.Hour)} {
 		key := keyOf(p, subjectOf("boundary"))
 		e.do("DEL", key)
 		steps := []struct {
@@ -194,7 +235,7 @@ func TestExactBoundaryAfterDeniedRequest(t *testing.T) {
 func TestClockRegression(t *testing.T) {
 	e := newEnv(t)
 	for _, c := range []struct{ pos, n int }{{0, 1}, {1, 3}} {
-		for _, p := range []*limiter.Policy{fixed(t, "c.fw", 5, time.Hour), sliding(t, "c.sw", 5, time.Hour), bucket(t, "c.tb", 5, 1, time.Second), cellRate(t, "c.gc", 5, 3, time.Second)} {
+		for _, p := range []*limiter.Policy{fixed(t, "c.fw", 5, time.Hour), sliding(t, "c.sw", 5, time.Hour), bucket(t, "c.tb", 5, 1, time.Second), cellRate(t, "c.gc", 5, 3, time.Second), slidingLog(t, "c.sl", 5, time.Second)} {
 			clockRegression(t, e, p, c.pos, c.n)
 		}
 	}
@@ -214,6 +255,9 @@ func clockRegression(t *testing.T, e *env, p *limiter.Policy, pos, n int) {
 		st = stateOf(p, last, 2, last, 0)
 	case limiter.GCRA:
 		st = stateOf(p, last, 0, last+400, 1) // TAT ahead: 1 of 5 left
+	case limiter.SlidingLog:
+		st = stateOf(p, last, w, 0, 0)
+		st.Log = logOf(last-10, 1, last, 2)
 	}
 	// checkParity compares DUMP before and after and checks the TTL was
 	// not extended.
@@ -236,6 +280,8 @@ func clockRegression(t *testing.T, e *env, p *limiter.Policy, pos, n int) {
 		st.Epoch = last
 	case limiter.GCRA:
 		st.Epoch = last + 400
+	case limiter.SlidingLog:
+		st.Log = logOf(last-10, 1, last, 2)
 	}
 	r = checkParityAmong(t, e, p, key, st, 1, pos, n)
 	if r.Status != limiter.StatusAllowed || r.EffectiveNowMs != last {
@@ -376,11 +422,14 @@ type batchFields struct {
 	policy                                         string
 	alg, flags                                     byte
 	rev, limit, p2, p3, grace, maxRegression, cost float64
+	// ext: the numbers appended after the fixed ones (the penalty
+	// extension: duration, max duration, decay in ms).
+	ext []float64
 }
 
 func (f batchFields) args() []string {
 	b := []byte{f.alg, f.flags}
-	for _, v := range []float64{f.rev, f.limit, f.p2, f.p3, f.grace, f.maxRegression, f.cost} {
+	for _, v := range append([]float64{f.rev, f.limit, f.p2, f.p3, f.grace, f.maxRegression, f.cost}, f.ext...) {
 		b = binary.BigEndian.AppendUint64(b, math.Float64bits(v))
 	}
 	return []string{f.policy, string(b)}
@@ -424,7 +473,30 @@ func TestInvalidArguments(t *testing.T) {
 		"infinite max regression": with(func(b *batchFields) { b.maxRegression = math.Inf(1) }),
 		"algorithm 0":             with(func(b *batchFields) { b.alg = 0 }),
 		"algorithm 4":             with(func(b *batchFields) { b.alg = 4 }),
-		"flags 8":                 with(func(b *batchFields) { b.flags = 8 }),
+		"role 6":                  with(func(b *batchFields) { b.flags = 6 }),
+		"role 7, fail-open":       with(func(b *batchFields) { b.flags = 8 | 7 }),
+		"flags 64":                with(func(b *batchFields) { b.flags = 64 }),
+		// The penalty extension (flag 16).
+		"penalty flag, no extension":  with(func(b *batchFields) { b.flags = lua.FlagPenalty }),
+		"penalty extension short":     with(func(b *batchFields) { b.flags, b.ext = lua.FlagPenalty, []float64{1000, 1000} }),
+		"penalty duration 0":          with(func(b *batchFields) { b.flags, b.ext = lua.FlagPenalty, []float64{0, 1000, 0} }),
+		"penalty max below duration":  with(func(b *batchFields) { b.flags, b.ext = lua.FlagPenalty, []float64{2000, 1000, 0} }),
+		"penalty negative decay":      with(func(b *batchFields) { b.flags, b.ext = lua.FlagPenalty, []float64{1000, 1000, -1} }),
+		"penalty above 30 days":       with(func(b *batchFields) { b.flags, b.ext = lua.FlagPenalty, []float64{1000, 2592000001, 0} }),
+		"penalty fractional duration": with(func(b *batchFields) { b.flags, b.ext = lua.FlagPenalty, []float64{1.5, 1000, 0} }),
+		"penalty with flags 64":       with(func(b *batchFields) { b.flags, b.ext = lua.FlagPenalty|64, []float64{1000, 1000, 0} }),
+		// The calendar extension after the penalty's: each checked where
+		// the other ends.
+		"penalty and calendar flags, no calendar extension": with(func(b *batchFields) {
+			b.flags, b.ext = lua.FlagPenalty|lua.FlagCalendar, []float64{1000, 1000, 0}
+		}),
+		"penalty flag, a calendar extension after it": with(func(b *batchFields) {
+			b.flags, b.ext = lua.FlagPenalty, []float64{1000, 1000, 0, 0, 1000, 2000, 3000}
+		}),
+		"penalty and calendar, penalty short": with(func(b *batchFields) {
+			b.flags, b.ext = lua.FlagPenalty|lua.FlagCalendar, []float64{1000, 1000, 0, 1000, 2000, 3000}
+		}),
+		"penalty with role 6": with(func(b *batchFields) { b.flags, b.ext = lua.FlagPenalty|6, []float64{1000, 1000, 0} }),
 	}
 	valid := lua.AppendBatchArgs(nil, p, 1, limiter.RoleOrdinary)
 	for name, args := range bad {
@@ -475,23 +547,36 @@ func TestScriptFlushMidRun(t *testing.T) {
 // TestRandomDifferential runs many random (policy, state, cost) triples,
 // including clamped and unsafe clocks, lowered limits, foreign revisions and
 // stale windows, through the batch program and Apply.
-func TestRandomDifferential(t *testing.T) {
-	e := newEnv(t)
+func TestRandomDifferential(t *testing.T) { randomDifferential(t, newEnv(t)) }
+
+func randomDifferential(t *testing.T, e *env) {
 	rng, n := seededRand(t, 5, 400, 100, "iterations (a failure prints the state, policy and cost)")
 	windows := []time.Duration{time.Millisecond, 7 * time.Millisecond, 100 * time.Millisecond, time.Second, time.Minute, time.Hour}
 	periods := []time.Duration{time.Millisecond, 3 * time.Millisecond, 7 * time.Millisecond, 100 * time.Millisecond, time.Second}
 	for i := 0; i < n; i++ {
 		var p *limiter.Policy
 		limit := 1 + rng.Int64N(20)
-		switch i % 4 {
-		case 3:
+		switch i % 5 {
+		case 4:
+			// A calendar window, with a penalty box one time in two.
 			p = calendarRandom(t, rng, "r.cal", limit)
+			if rng.IntN(2) == 0 {
+				spec := p.Spec()
+				spec.Penalty = randomPenalty(rng)
+				p = limitertest.Policy(t, spec)
+			}
 		case 0:
 			p = fixed(t, "r.fw", limit, windows[rng.IntN(len(windows))])
 		case 1:
 			p = sliding(t, "r.sw", limit, windows[rng.IntN(len(windows))])
 		case 2:
 			p = bucket(t, "r.tb", limit, 1+rng.Int64N(5), periods[rng.IntN(len(periods))])
+		case 3:
+			// Any algorithm with a penalty box.
+			p = randomPolicies(t, rng, "r.pn", 1, windows)[0]
+			spec := p.Spec()
+			spec.Penalty, spec.FailureMode = randomPenalty(rng), limiter.FailClosed
+			p = limitertest.Policy(t, spec)
 		}
 		key := keyOf(p, subjectOf("random"+strconv.Itoa(i%7)))
 		now := e.serverNow()
@@ -519,4 +604,234 @@ func TestPrivacyAndTTL(t *testing.T) {
 		}
 	}
 	assertPrivateKeys(t, e.srv.Addr(), raw)
+}
+
+// TestMalformedPenaltyIsIncompatible: for a policy with a penalty box, a
+// hash whose pu or pn is missing alone or not a canonical decimal integer
+// is STATE_INCOMPATIBLE and unchanged; the same hash is read as it is by a
+// policy without a penalty (the fields are not read).
+func TestMalformedPenaltyIsIncompatible(t *testing.T) {
+	e := newEnv(t)
+	spec := fixed(t, "m.pen", 5, time.Hour).Spec()
+	spec.Penalty = limiter.Penalty{Duration: time.Minute}
+	p := limitertest.Policy(t, spec)
+	plain := fixed(t, "m.pen", 5, time.Hour)
+	sub := subjectOf("malformed penalty")
+	key := keyOf(p, sub)
+	good := map[string]string{"schema": "1", "alg": "fixed_window", "policy": "m.pen", "rev": "1", "last": "1000", "a": "1", "b": "1", "c": "0"}
+	for name, extra := range map[string]map[string]string{
+		"pu alone":      {"pu": "1000"},
+		"pn alone":      {"pn": "1"},
+		"pu not a num":  {"pu": "x", "pn": "1"},
+		"pn zero":       {"pu": "1000", "pn": "0"},
+		"pn of 3":       {"pu": "1000", "pn": "100"},
+		"pu above 2^53": {"pu": "9007199254740993", "pn": "1"},
+	} {
+		m := map[string]string{}
+		for k, v := range good {
+			m[k] = v
+		}
+		for k, v := range extra {
+			m[k] = v
+		}
+		e.seedRaw(key, m)
+		before := e.dump(key)
+		if o := e.evaluate(p, sub, 1); o.Kind != limiter.Incompatible || o.Category != limiter.CategoryStateIncompatible {
+			t.Errorf("%s: outcome %v/%s (%v), want incompatible/state_incompatible", name, o.Kind, o.Category, o.Err)
+		}
+		if after := e.dump(key); !reflect.DeepEqual(after, before) {
+			t.Errorf("%s: state changed", name)
+		}
+		if o := e.evaluate(plain, sub, 1); o.Kind != limiter.Evaluated {
+			t.Errorf("%s, policy without a penalty: %v (%v), want the fields ignored", name, o.Kind, o.Err)
+		}
+	}
+}
+
+// TestPenaltyProgramAgainstCheck chains requests on one subject of each
+// algorithm with an hour-long penalty box through the batch program and
+// through limiter.Check, keeping the model's state as a store does (an
+// allowed request's state, an offence's block): every reply and every hash
+// equal, through the limit, the offence and the blocked requests after it.
+// Before each request a probe of both kinds (RoleProbe, RoleQuotaProbe)
+// answers Check's uncommitted reply (a block as BLOCKED, a denial without
+// an offence) and leaves the hash as it was.
+func TestPenaltyProgramAgainstCheck(t *testing.T) {
+	e := newEnv(t)
+	for _, p := range []*limiter.Policy{fixed(t, "pb.fw", 3, time.Hour), sliding(t, "pb.sw", 3, time.Hour),
+		bucket(t, "pb.tb", 3, 1, time.Hour), cellRate(t, "pb.gc", 3, 1, time.Hour),
+		slidingLog(t, "pb.sl", 3, time.Hour)} {
+		spec := p.Spec()
+		spec.Penalty = limiter.Penalty{Duration: time.Hour, MaxDuration: 8 * time.Hour, Decay: time.Hour}
+		p = limitertest.Policy(t, spec)
+		key := keyOf(p, subjectOf("penalty chain"))
+		e.do("DEL", key)
+		var st limiter.State
+		var statuses []limiter.Status
+		sub := subjectOf("penalty chain")
+		for i := 0; i < int(p.Limit())+3; i++ {
+			for _, role := range []limiter.Role{limiter.RoleProbe, limiter.RoleQuotaProbe} {
+				before := e.dump(key)
+				_, pr := e.runBatch([]batchReq{{p: p, sub: sub, cost: 1, role: role}})
+				if _, _, want, _ := limiter.Check(st, pr[0].ServerNowMs, p, 1); pr[0] != want {
+					t.Fatalf("%s step %d %s: lua %+v, go %+v", p.ID(), i, role, pr[0], want)
+				}
+				if after := e.dump(key); !reflect.DeepEqual(after, before) {
+					t.Fatalf("%s step %d: a %s wrote the hash", p.ID(), i, role)
+				}
+			}
+			got := e.run(p, key, 1)
+			next, want, _, write := limiter.Check(st, got.ServerNowMs, p, 1)
+			if got != want {
+				t.Fatalf("%s step %d: lua %+v, go %+v", p.ID(), i, got, want)
+			}
+			statuses = append(statuses, got.Status)
+			if write || limiter.PenaltyRecorded(st, next) {
+				st = next
+				if h := e.hash(key); !reflect.DeepEqual(h, stateHash(next)) {
+					t.Fatalf("%s step %d: hash %v, want %v", p.ID(), i, h, stateHash(next))
+				}
+			}
+		}
+		want := []limiter.Status{limiter.StatusAllowed, limiter.StatusAllowed, limiter.StatusAllowed,
+			limiter.StatusDenied, limiter.StatusBlocked, limiter.StatusBlocked}
+		if !reflect.DeepEqual(statuses, want) || st.PenaltyLevel != 1 {
+			t.Fatalf("%s: statuses %v (level %d), want %v with one offence", p.ID(), statuses, st.PenaltyLevel, want)
+		}
+		if pt := e.pttl(key); pt < time.Hour.Milliseconds()*2 {
+			t.Fatalf("%s: PTTL %d ms, want the block and its decay (2 h) covered", p.ID(), pt)
+		}
+	}
+}
+
+// logOf packs (time, cost) pairs as limiter.State.Log.
+func logOf(hits ...int64) string {
+	var b []byte
+	for i := 0; i < len(hits); i += 2 {
+		b = limiter.AppendSlidingLogEntry(b, hits[i], hits[i+1])
+	}
+	return string(b)
+}
+
+// randomLog is a random sliding-log state of p last observed at last: up
+// to limit + 3 hits over the two windows before last (some out of the
+// window, some in one ms), with counts in a and b as a write leaves them;
+// one in eight without a log (the memory store's estimated counts), one in
+// twelve of either with a log or counts that cannot be ours
+// (STATE_INCOMPATIBLE).
+func randomLog(rng *rand.Rand, p *limiter.Policy, last int64) limiter.State {
+	w := p.WindowMillis()
+	epoch := last / w
+	st := stateOf(p, last, epoch, 0, 0)
+	if rng.IntN(8) == 0 {
+		st.Epoch -= rng.Int64N(2)
+		st.Level, st.Carry = rng.Int64N(p.Limit()+2), rng.Int64N(p.Limit()+2)
+		switch rng.IntN(12) {
+		case 0:
+			st.Level = limiter.MaxSlidingLogLimit + 1 // above any log's count
+		case 1:
+			st.Epoch = limiter.MaxSafeInteger/w + 1 // a window beyond 2^53 ms
+		}
+		return st
+	}
+	n := rng.Int64N(p.Limit() + 4)
+	times := make([]int64, n)
+	for i := range times {
+		times[i] = last - rng.Int64N(2*w+1)
+		if i > 0 && rng.IntN(4) == 0 {
+			times[i] = times[i-1]
+		}
+	}
+	slices.Sort(times)
+	var b []byte
+	for i, t := range times {
+		cost := 1 + rng.Int64N(3)
+		if i+1 < len(times) && times[i+1] == t {
+			continue // one entry per ms: the costs of a ms add up
+		}
+		for j := i - 1; j >= 0 && times[j] == t; j-- {
+			cost++
+		}
+		b = limiter.AppendSlidingLogEntry(b, t, cost)
+		if t >= epoch*w {
+			st.Level += cost
+		} else {
+			st.Carry += cost
+		}
+	}
+	st.Log = string(b)
+	if rng.IntN(12) == 0 && len(b) > 0 {
+		switch rng.IntN(3) {
+		case 0:
+			st.Log = st.Log[:len(b)-1] // a partial entry
+		case 1:
+			st.Log = string(limiter.AppendSlidingLogEntry(b, last+1, 1)) // after last
+		default:
+			st.Log = string(limiter.AppendSlidingLogEntry(b, 0, 1)) // out of order
+		}
+	}
+	return st
+}
+
+// TestSlidingLogAgainstApply: the sliding log's cases one by one through
+// the program (alone and as the second of three keys), each compared with
+// Apply: logs that cannot be ours, estimated counts without a log, a hit
+// in the ms of the newest entry, and full logs of the maximum limit.
+func TestSlidingLogAgainstApply(t *testing.T) {
+	e := newEnv(t)
+	p := slidingLog(t, "sl.cases", 5, time.Minute)
+	full := slidingLog(t, "sl.full", limiter.MaxSlidingLogLimit, time.Hour)
+	key, fullKey := keyOf(p, subjectOf("sl-cases")), keyOf(full, subjectOf("sl-cases"))
+	for _, at := range []struct{ pos, n int }{{0, 1}, {1, 3}} {
+		now := e.serverNow()
+		last := now - 100
+		w := now / p.WindowMillis()
+		st := func(log string) limiter.State {
+			s := stateOf(p, last, w, 0, 0)
+			s.Log = log
+			return s
+		}
+		counts := func(epoch, level, carry int64) limiter.State {
+			return stateOf(p, last, epoch, level, carry)
+		}
+		for name, c := range map[string]struct {
+			st   limiter.State
+			want limiter.Status
+		}{
+			"partial entry":      {st(logOf(last, 1)[:9]), limiter.StatusStateIncompatible},
+			"cost 0":             {st(logOf(last, 0)), limiter.StatusStateIncompatible},
+			"out of order":       {st(logOf(last, 1, last-1, 1)), limiter.StatusStateIncompatible},
+			"after last":         {st(logOf(last+1, 1)), limiter.StatusStateIncompatible},
+			"fraction":           {st("\x42\x78\xbc\xfe\x56\x80\x00\x01\x00\x01"), limiter.StatusStateIncompatible},
+			"too long":           {st(strings.Repeat(logOf(last, 1), limiter.MaxSlidingLogLimit+1)), limiter.StatusStateIncompatible},
+			"counts above 1000":  {counts(w, limiter.MaxSlidingLogLimit+1, 0), limiter.StatusStateIncompatible},
+			"window beyond 2^53": {counts(limiter.MaxSafeInteger/p.WindowMillis()+1, 1, 0), limiter.StatusStateIncompatible},
+			// The rest depend on where now falls in its minute: parity
+			// only (checkParityAmong).
+			"estimated counts":    {counts(w, 2, 2), 0},
+			"estimated, full":     {counts(w, 0, 5), 0},
+			"estimated, older":    {counts(w-1, 3, 2), 0},
+			"estimated, window 0": {counts(0, 1, 2), 0},
+			"same ms as the last": {st(logOf(last-5, 1, last, 2)), 0},
+			"out of the window":   {st(logOf(last-70_000, 5)), 0},
+			"one leaving":         {st(logOf(now-60_000, 1, last, 4)), 0},
+		} {
+			c.st.LastObservedMs = last
+			if r := checkParityAmong(t, e, p, key, c.st, 1, at.pos, at.n); c.want != 0 && r.Status != c.want {
+				t.Errorf("%s: %s, want %s", name, r.Status, c.want)
+			}
+		}
+		// The maximum limit: 999 hits leave room for one, 1000 none.
+		for _, n := range []int64{999, 1000} {
+			var log []byte
+			for i := range n {
+				log = limiter.AppendSlidingLogEntry(log, last-n+i, 1)
+			}
+			s := stateOf(full, last, now/full.WindowMillis(), n, 0)
+			s.Log = string(log)
+			if r := checkParityAmong(t, e, full, fullKey, s, 1, at.pos, at.n); (r.Status == limiter.StatusAllowed) != (n == 999) {
+				t.Errorf("a log of %d: %s", n, r.Status)
+			}
+		}
+	}
 }

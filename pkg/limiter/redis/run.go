@@ -80,7 +80,7 @@ func (s *Store) runProgram(first context.Context, gs []*group) {
 	pos := 0
 	for _, g := range gs {
 		for k := range g.idx {
-			n := lua.PackedLen(g.policies[k])
+			n := lua.BatchPackedLen(g.policies[k])
 			p := abuf[pos : pos+n]
 			args = append(args, g.policies[k].ID(), unsafe.String(&p[0], len(p)))
 			pos += n

@@ -325,10 +325,14 @@ func (s *Store) Evaluate(ctx context.Context, batch []limiter.Request, out []lim
 	recycle = false
 	// Split over slots: quota requests cannot be decided inside one slot,
 	// so every call treats them as shadow ones (consumed when allowed, never
-	// blocking) and the batch rule is decided here.
+	// blocking), and quota probes as checks, and the batch rule is decided
+	// here.
 	for i := range roles {
-		if roles[i] == limiter.RoleQuota {
+		switch roles[i] {
+		case limiter.RoleQuota:
 			roles[i] = limiter.RoleShadow
+		case limiter.RoleQuotaProbe:
+			roles[i] = limiter.RoleCheck
 		}
 	}
 	var wg sync.WaitGroup

@@ -1,5 +1,6 @@
 -- fragments/store.lua: write one state hash. In: key, fresh (no hash before
--- this program), alg, policy, rev, now, a, b, c, ttl, and hashA, hashC (the
+-- this program), alg, policy, rev, now, a, b, c, l (a sliding log's log),
+-- ttl, and hashA, hashC (the
 -- a and c the hash holds, as load.lua read them); serverNow and nowS (false,
 -- or serverNow formatted: the last of every key written at serverNow, made
 -- once per program). One HSET, then the TTL
@@ -37,7 +38,15 @@ do
   elseif b ~= now then
     bs = format('%d', b)
   end
-  if fresh then
+  if alg == 'sliding_log' then
+    -- The log changes with every write: every field but the policy's.
+    if fresh then
+      redis.call('HSET', key, 'schema', SCHEMA, 'alg', alg, 'policy', policy, 'rev', format('%d', rev),
+        'last', ls, 'a', format('%d', a), 'b', bs, 'c', format('%d', c), 'l', l)
+    else
+      redis.call('HSET', key, 'last', ls, 'a', format('%d', a), 'b', bs, 'c', format('%d', c), 'l', l)
+    end
+  elseif fresh then
     -- c is often 0 (always for a fixed window), rev often 1.
     local cs, rs = '0', '1'
     if c ~= 0 then

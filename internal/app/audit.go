@@ -1,0 +1,205 @@
+package app
+
+import (
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/redis/rueidis"
+	"go.uber.org/zap"
+
+	"github.com/envoy-rls/envoy-rls/pkg/audit"
+	"github.com/envoy-rls/envoy-rls/pkg/limiter/redis"
+	"github.com/envoy-rls/envoy-rls/pkg/rls"
+)
+
+// Defaults of the audit flags.
+const (
+	DefaultAuditRedisStream = "envoy-rls:audit"
+	DefaultAuditRedisMaxLen = 100_000
+	DefaultAuditSample      = "1"
+	DefaultAuditQueueSize   = audit.DefaultQueueSize
+	// AuditDrainTimeout bounds writing the queued events on shutdown, after
+	// the in-flight calls have drained.
+	AuditDrainTimeout = 2 * time.Second
+	// maxAuditPolicySamples bounds --audit-sample-policy's list.
+	maxAuditPolicySamples = 1000
+)
+
+// auditOptions are the --audit-* flags (part of Options).
+type auditOptions struct {
+	AuditSink         string
+	AuditRedisStream  string
+	AuditRedisMaxLen  int64
+	AuditFile         string
+	AuditSample       string
+	AuditSamplePolicy string
+	AuditQueueSize    int
+	AuditRequestIDKey string
+}
+
+// auditFlags adds the audit flags to fs.
+func auditFlags(fs *flag.FlagSet, o *auditOptions) {
+	fs.StringVar(&o.AuditSink, "audit-sink", "", "write an event per denial (shadow ones included) to: redis (a Redis Stream, through the --redis-* connection settings), file (JSON lines, --audit-file) or stdout (JSON lines); empty: off (docs/operations.md, Audit stream)")
+	fs.StringVar(&o.AuditRedisStream, "audit-redis-stream", DefaultAuditRedisStream, "audit sink redis: the stream's key")
+	fs.Int64Var(&o.AuditRedisMaxLen, "audit-redis-maxlen", DefaultAuditRedisMaxLen, fmt.Sprintf("audit sink redis: the stream is trimmed to about this many events (XADD MAXLEN ~), 1–%d", audit.MaxStreamLen))
+	fs.StringVar(&o.AuditFile, "audit-file", "", "audit sink file: the file the JSON lines are appended to (created 0600 when missing)")
+	fs.StringVar(&o.AuditSample, "audit-sample", DefaultAuditSample, "the share of denial events written, 0 < share ≤ 1 (random sampling)")
+	fs.StringVar(&o.AuditSamplePolicy, "audit-sample-policy", "", "per-policy shares overriding --audit-sample: policy_id=share pairs, comma-separated")
+	fs.IntVar(&o.AuditQueueSize, "audit-queue-size", DefaultAuditQueueSize, fmt.Sprintf("audit events waiting to be written, 1–%d; when full, events are dropped (envoy_rls_audit_dropped_total{reason=\"queue_full\"}), never the decision delayed", audit.MaxQueueSize))
+	fs.StringVar(&o.AuditRequestIDKey, "audit-request-id-key", "", "descriptor key whose one-entry descriptor carries the request id (Envoy request_headers action on x-request-id): never matched against the rules, its value is the events' request_id (empty: only x-request-id gRPC metadata)")
+}
+
+// auditAccepts says what each audit flag takes, as errors put it after
+// "must be". Read only.
+var auditAccepts = map[string]string{
+	"audit-sink":           "redis, file, stdout, or empty for no audit sink",
+	"audit-redis-stream":   "a non-empty Redis key",
+	"audit-redis-maxlen":   fmt.Sprintf("an integer between 1 and %d", audit.MaxStreamLen),
+	"audit-file":           "the file to append to (required with --audit-sink file)",
+	"audit-sample":         "a number greater than 0 and at most 1, such as 0.1",
+	"audit-sample-policy":  fmt.Sprintf("at most %d policy_id=share pairs separated by commas, each share greater than 0 and at most 1", maxAuditPolicySamples),
+	"audit-queue-size":     fmt.Sprintf("an integer between 1 and %d", audit.MaxQueueSize),
+	"audit-request-id-key": "a descriptor key of at most 128 bytes",
+}
+
+// check validates the audit flags, one error per refused value; redisAddr
+// is --redis-addr, which the redis sink needs.
+func (o *auditOptions) check(given map[string]given, redisAddr string) error {
+	r := refusals{given: given, accepts: auditAccepts}
+	bad := r.check
+	bad("audit-sink", o.AuditSink == "" || o.AuditSink == "redis" || o.AuditSink == "file" || o.AuditSink == "stdout")
+	bad("audit-redis-stream", o.AuditRedisStream != "")
+	bad("audit-redis-maxlen", o.AuditRedisMaxLen >= 1 && o.AuditRedisMaxLen <= audit.MaxStreamLen)
+	bad("audit-file", o.AuditSink != "file" || o.AuditFile != "")
+	_, ok := o.sampleRate()
+	bad("audit-sample", ok)
+	_, ok = parsePolicySamples(o.AuditSamplePolicy)
+	bad("audit-sample-policy", ok)
+	bad("audit-queue-size", o.AuditQueueSize >= 1 && o.AuditQueueSize <= audit.MaxQueueSize)
+	bad("audit-request-id-key", len(o.AuditRequestIDKey) <= 128)
+	if o.AuditSink == "redis" && redisAddr == "" {
+		r.errs = append(r.errs, fmt.Errorf("%s: the redis audit sink needs --redis-addr", label("audit-sink", given)))
+	}
+	return r.err()
+}
+
+// sampleRate parses --audit-sample.
+func (o *auditOptions) sampleRate() (float64, bool) {
+	r, err := strconv.ParseFloat(o.AuditSample, 64)
+	return r, err == nil && r > 0 && r <= 1
+}
+
+// parsePolicySamples parses --audit-sample-policy.
+func parsePolicySamples(s string) (map[string]float64, bool) {
+	if strings.TrimSpace(s) == "" {
+		return nil, true
+	}
+	pairs := strings.Split(s, ",")
+	if len(pairs) > maxAuditPolicySamples {
+		return nil, false
+	}
+	m := make(map[string]float64, len(pairs))
+	for _, p := range pairs {
+		id, share, found := strings.Cut(strings.TrimSpace(p), "=")
+		r, err := strconv.ParseFloat(share, 64)
+		if !found || id == "" || err != nil || !(r > 0 && r <= 1) {
+			return nil, false
+		}
+		m[id] = r
+	}
+	return m, true
+}
+
+// startAudit starts the audit sink when --audit-sink is set: it returns
+// the auditor to give the rls server (nil when off) and the function that
+// writes what is queued (bounded by AuditDrainTimeout) and stops it. The
+// audit metrics are registered either way.
+func (s *server) startAudit(stdout io.Writer) (rls.Auditor, func(), error) {
+	o := &s.opts.auditOptions
+	m, err := audit.NewMetrics(s.reg)
+	if err != nil {
+		return nil, nil, err
+	}
+	if o.AuditSink == "" {
+		return nil, func() {}, nil
+	}
+	rate, _ := o.sampleRate()                             // checked by check
+	samples, _ := parsePolicySamples(o.AuditSamplePolicy) // checked by check
+	var w audit.Writer
+	where := ""
+	switch o.AuditSink {
+	case "stdout":
+		if stdout == nil {
+			stdout = os.Stdout
+		}
+		w, where = audit.NewJSONLines(stdout, false), "stdout"
+	case "file":
+		f, err := os.OpenFile(o.AuditFile, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600)
+		if err != nil {
+			return nil, nil, fmt.Errorf("%s: must be a file this process can append to: %w", label("audit-file", s.opts.given), err)
+		}
+		w, where = audit.NewJSONLines(f, true), o.AuditFile
+	case "redis":
+		cfg, err := s.opts.redisConfig()
+		if err != nil {
+			return nil, nil, fmt.Errorf("audit sink: %w", err)
+		}
+		dial := func() (rueidis.Client, error) { return redis.NewClient(cfg) }
+		if w, err = audit.NewRedisStream(dial, o.AuditRedisStream, o.AuditRedisMaxLen, nil); err != nil {
+			return nil, nil, err
+		}
+		where = o.AuditRedisStream
+	}
+	sink, err := audit.New(audit.Config{
+		Writer:       w,
+		Metrics:      m,
+		QueueSize:    o.AuditQueueSize,
+		Sample:       rate,
+		PolicySample: samples,
+		Logger:       s.log,
+	})
+	if err != nil {
+		_ = w.Close()
+		return nil, nil, err
+	}
+	s.log.Info("writing denial events to the audit sink",
+		zap.String("sink", o.AuditSink),
+		zap.String("to", where),
+		zap.Float64("sample", rate),
+		zap.Int("policy_samples", len(samples)),
+		zap.Int("queue_size", o.AuditQueueSize))
+	stop := func() {
+		if err := sink.Close(AuditDrainTimeout); err != nil {
+			s.log.Warn("audit sink: closing", zap.Error(err))
+		}
+	}
+	return auditor{sink}, stop, nil
+}
+
+// auditor feeds the rls server's denials to the sink.
+type auditor struct{ sink *audit.Sink }
+
+func (a auditor) Denied(d rls.Denial) {
+	outcome := audit.OutcomeOverLimit
+	if d.FailureMode {
+		outcome = audit.OutcomeFailureMode
+	}
+	a.sink.Offer(audit.Event{
+		Time:       d.Time,
+		Domain:     d.Domain,
+		PolicyID:   d.PolicyID,
+		Subject:    d.Subject,
+		Cost:       d.Cost,
+		Limit:      d.Limit,
+		Remaining:  d.Remaining,
+		RetryAfter: d.RetryAfter,
+		RequestID:  d.RequestID,
+		Shadow:     d.Shadow,
+		Outcome:    outcome,
+	})
+}

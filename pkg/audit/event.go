@@ -1,0 +1,105 @@
+// Package audit is the audit stream of denials: a Sink takes denial events
+// on the request path without ever blocking it (a bounded queue that drops,
+// counted, when full), samples them per policy, and a background writer
+// sends them in batches to a Writer: a Redis Stream trimmed with
+// XADD MAXLEN ~ (RedisStream) or JSON lines on a file or stdout
+// (JSONLines).
+//
+// Events carry no raw descriptor value: the subject is its HMAC digest.
+package audit
+
+import (
+	"encoding/hex"
+	"strconv"
+	"time"
+)
+
+// Outcomes of an event.
+const (
+	// OutcomeOverLimit: a limit decided the denial (the store, the local
+	// deny cache, the local fallback limiter, or a limit that can never
+	// fit).
+	OutcomeOverLimit = "over_limit"
+	// OutcomeFailureMode: the store failed and the policy's failure mode
+	// denied; nothing is known of the limit's state.
+	OutcomeFailureMode = "failure_mode"
+)
+
+// Event is one denied limit.
+type Event struct {
+	// Time is when the call was answered.
+	Time time.Time
+	// Domain and PolicyID name the limit (configured strings).
+	Domain, PolicyID string
+	// Subject is the subject's HMAC digest.
+	Subject [32]byte
+	// Cost is the descriptor's hits.
+	Cost int64
+	// Limit is the limit; Remaining what remained of it.
+	Limit, Remaining int64
+	// RetryAfter is the wait the answer announced.
+	RetryAfter time.Duration
+	// RequestID is the call's x-request-id, or empty.
+	RequestID string
+	// Shadow: the rule is in shadow mode (the call was answered OK).
+	Shadow bool
+	// Outcome is OutcomeOverLimit or OutcomeFailureMode.
+	Outcome string
+}
+
+// Record is an event as written: the JSON object of a JSON line, and the
+// field names and values of a stream entry.
+type Record struct {
+	Time          string `json:"time"`
+	Domain        string `json:"domain"`
+	PolicyID      string `json:"policy_id"`
+	SubjectDigest string `json:"subject_digest"`
+	Cost          int64  `json:"cost"`
+	Limit         int64  `json:"limit"`
+	Remaining     int64  `json:"remaining"`
+	RetryAfterMs  int64  `json:"retry_after_ms"`
+	RequestID     string `json:"request_id,omitempty"`
+	Shadow        bool   `json:"shadow"`
+	Outcome       string `json:"outcome"`
+}
+
+// TimeFormat is the format of Record.Time: UTC, milliseconds.
+const TimeFormat = "2006-01-02T15:04:05.000Z07:00"
+
+// Record is the event as written.
+func (e *Event) Record() Record {
+	return Record{
+		Time:          e.Time.UTC().Format(TimeFormat),
+		Domain:        e.Domain,
+		PolicyID:      e.PolicyID,
+		SubjectDigest: hex.EncodeToString(e.Subject[:]),
+		Cost:          e.Cost,
+		Limit:         e.Limit,
+		Remaining:     e.Remaining,
+		RetryAfterMs:  e.RetryAfter.Milliseconds(),
+		RequestID:     e.RequestID,
+		Shadow:        e.Shadow,
+		Outcome:       e.Outcome,
+	}
+}
+
+// fields are the record's stream fields, as name, value pairs in a fixed
+// order (request_id only when set).
+func (r *Record) fields() [][2]string {
+	f := [][2]string{
+		{"time", r.Time},
+		{"domain", r.Domain},
+		{"policy_id", r.PolicyID},
+		{"subject_digest", r.SubjectDigest},
+		{"cost", strconv.FormatInt(r.Cost, 10)},
+		{"limit", strconv.FormatInt(r.Limit, 10)},
+		{"remaining", strconv.FormatInt(r.Remaining, 10)},
+		{"retry_after_ms", strconv.FormatInt(r.RetryAfterMs, 10)},
+		{"shadow", strconv.FormatBool(r.Shadow)},
+		{"outcome", r.Outcome},
+	}
+	if r.RequestID != "" {
+		f = append(f, [2]string{"request_id", r.RequestID})
+	}
+	return f
+}

@@ -1,0 +1,162 @@
+package denycache
+
+import (
+	"testing"
+	"time"
+
+	"github.com/envoy-rls/envoy-rls/pkg/limiter"
+)
+
+// TestPenaltyBlockCached: a block is repeated locally until it ends, for
+// any cost (its wait counted down, 1 ms early: the cache's resolution) and
+// for an algorithm whose plain denials are never cached (the
+// sliding window); the offence itself (an approximate denial) is not.
+func TestPenaltyBlockCached(t *testing.T) {
+	e := newEnv(t, 1024)
+	p, err := limiter.NewPolicy(limiter.PolicySpec{ID: "pen", Algorithm: limiter.SlidingWindow,
+		Params:  limiter.SlidingWindowParams{Limit: 2, Window: time.Second},
+		Penalty: limiter.Penalty{Duration: 5 * time.Second}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	subj := subject("boxed")
+	req := func(cost int64) limiter.Request { return limiter.Request{Policy: p, Subject: subj, Cost: cost} }
+	for i := range 2 {
+		if o := e.eval(req(1))[0]; !o.Decision.Allowed {
+			t.Fatalf("call %d: %+v", i, o)
+		}
+	}
+	if o := e.eval(req(1))[0]; o.Decision.Allowed || o.Decision.Blocked || o.Decision.RetryAfter != 5*time.Second {
+		t.Fatalf("the offence: %+v", o.Decision)
+	}
+	seen := e.back.reqs.Load()
+	e.clock.Advance(time.Second)
+	if o := e.eval(req(1))[0]; !o.Decision.Blocked || o.Decision.Source != limiter.SourceMemory {
+		t.Fatalf("first blocked answer: %+v, want the store's", o.Decision)
+	}
+	for _, c := range []struct {
+		advance time.Duration
+		cost    int64
+		retry   time.Duration
+	}{{0, 1, 4*time.Second - time.Millisecond}, {time.Second, 2, 3*time.Second - time.Millisecond}, {3*time.Second - 2*time.Millisecond, 1, time.Millisecond}} {
+		e.clock.Advance(c.advance)
+		o := e.eval(req(c.cost))[0]
+		if !o.Decision.Blocked || o.Decision.Source != limiter.SourceLocalCache || o.Decision.RetryAfter != c.retry {
+			t.Fatalf("cost %d, %v on: %+v, want the cached block with %v left", c.cost, c.advance, o.Decision, c.retry)
+		}
+	}
+	if got := e.back.reqs.Load(); got != seen+1 {
+		t.Fatalf("%d requests reached the store during the block, want 1", got-seen)
+	}
+	// The block's end.
+	e.clock.Advance(2 * time.Millisecond)
+	if o := e.eval(req(1))[0]; !o.Decision.Allowed || o.Decision.Source != limiter.SourceMemory {
+		t.Fatalf("after the block: %+v, want the store's allow", o.Decision)
+	}
+}
+
+// TestPenaltyOffencesReachTheStore: a policy with a penalty box has only
+// its blocks cached, never its offences (the store must record each one),
+// and a batch whose cached denial would make it check-only still sends a
+// penalty limit as it is, so that its offence is recorded.
+func TestPenaltyOffencesReachTheStore(t *testing.T) {
+	e := newEnv(t, 1024)
+	pen, err := limiter.NewPolicy(limiter.PolicySpec{ID: "pen", Algorithm: limiter.FixedWindow,
+		Params:  limiter.FixedWindowParams{Limit: 1, Window: time.Hour},
+		Penalty: limiter.Penalty{Duration: time.Second}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	hot := policy(t, "hot", limiter.FixedWindow, 1, time.Hour)
+	subj := subject("mixed")
+	e.eval(limiter.Request{Policy: pen, Subject: subj, Cost: 1}, limiter.Request{Policy: hot, Subject: subj, Cost: 1})
+	// hot is now full and its next denial cached.
+	out := e.eval(limiter.Request{Policy: hot, Subject: subj, Cost: 1})
+	if out[0].Decision.Allowed {
+		t.Fatalf("hot: %+v", out[0])
+	}
+	// The cached hot denial blocks the batch; pen (full too) is an
+	// offence the store records: 1 s block.
+	seen := e.back.reqs.Load()
+	out = e.eval(limiter.Request{Policy: hot, Subject: subj, Cost: 1}, limiter.Request{Policy: pen, Subject: subj, Cost: 1})
+	if e.back.reqs.Load() != seen+2 || e.back.modes[1] != limiter.RoleOrdinary {
+		t.Fatalf("the batch reached the store as %v, want both requests as they are", e.back.modes)
+	}
+	if d := out[1].Decision; d.Allowed || d.Blocked {
+		t.Fatalf("pen: %+v, want the offence", d)
+	}
+	// The offence's denial (an hour: the window's wait) is not cached: the
+	// next request reaches the store and is blocked, the block cached.
+	out = e.eval(limiter.Request{Policy: pen, Subject: subj, Cost: 1})
+	if d := out[0].Decision; !d.Blocked || d.Source != limiter.SourceMemory {
+		t.Fatalf("after the offence: %+v, want the store's block", d)
+	}
+	// After the block (1 s), the window is still full: a new offence, which
+	// the store records (a cache repeating the hour-long denial would not).
+	e.clock.Advance(time.Second)
+	if d := e.eval(limiter.Request{Policy: pen, Subject: subj, Cost: 1})[0].Decision; d.Blocked || d.Source != limiter.SourceMemory {
+		t.Fatalf("after the block: %+v, want a new offence from the store", d)
+	}
+	if d := e.eval(limiter.Request{Policy: pen, Subject: subj, Cost: 1})[0].Decision; !d.Blocked || d.RetryAfter != time.Second {
+		t.Fatalf("second block: %+v, want 1 s (decay 0: no doubling)", d)
+	}
+}
+
+// TestPenaltyProbes: a probe of a penalty limit records no offence, so its
+// denial is not cached (an ordinary request after it must reach the store
+// and be the offence); a probe answered BLOCKED caches the block, which
+// then answers the ordinary requests; and a batch with a cached denial
+// sends an unanswered probe of a penalty limit as a check (it records
+// nothing either way).
+func TestPenaltyProbes(t *testing.T) {
+	e := newEnv(t, 1024)
+	pen, err := limiter.NewPolicy(limiter.PolicySpec{ID: "pen", Algorithm: limiter.FixedWindow,
+		Params:  limiter.FixedWindowParams{Limit: 1, Window: time.Hour},
+		Penalty: limiter.Penalty{Duration: time.Minute}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	subj := subject("probed")
+	req := func(role limiter.Role) limiter.Request {
+		return limiter.Request{Policy: pen, Subject: subj, Cost: 1, Role: role}
+	}
+	if d := e.eval(req(limiter.RoleOrdinary))[0].Decision; !d.Allowed || !d.Consumed {
+		t.Fatalf("first request: %+v", d)
+	}
+	for _, role := range []limiter.Role{limiter.RoleProbe, limiter.RoleQuotaProbe, limiter.RoleProbe} {
+		if d := e.eval(req(role))[0].Decision; d.Allowed || d.Blocked || d.Source != limiter.SourceMemory || d.RetryAfter <= time.Minute {
+			t.Fatalf("%s of the full limit: %+v, want the store's own denial (the window's wait)", role, d)
+		}
+	}
+	if n := e.cache.Len(); n != 0 {
+		t.Fatalf("a probe's denial of a penalty limit cached %d entries", n)
+	}
+	// The ordinary request reaches the store: the offence.
+	if d := e.eval(req(limiter.RoleOrdinary))[0].Decision; d.Allowed || d.Blocked || d.Source != limiter.SourceMemory || d.RetryAfter <= time.Minute {
+		t.Fatalf("ordinary request after the probes: %+v, want the store's offence", d)
+	}
+	// A probe now sees the block; it is cached and answers an ordinary
+	// request, a probe and a batch beside another limit.
+	if d := e.eval(req(limiter.RoleProbe))[0].Decision; !d.Blocked || d.Source != limiter.SourceMemory || d.RetryAfter != time.Minute {
+		t.Fatalf("probe of the boxed subject: %+v, want the store's block", d)
+	}
+	seen := e.back.reqs.Load()
+	for _, role := range []limiter.Role{limiter.RoleOrdinary, limiter.RoleQuotaProbe} {
+		if d := e.eval(req(role))[0].Decision; !d.Blocked || d.Source != limiter.SourceLocalCache {
+			t.Fatalf("%s after a probe's block: %+v, want the cached block", role, d)
+		}
+	}
+	if got := e.back.reqs.Load(); got != seen {
+		t.Fatalf("%d requests reached the store during the cached block", got-seen)
+	}
+	// A batch whose cached block makes it check-only: another subject's
+	// probe of the penalty limit goes to the store as a check.
+	other := limiter.Request{Policy: pen, Subject: subject("other"), Cost: 1, Role: limiter.RoleProbe}
+	out := e.eval(req(limiter.RoleOrdinary), other)
+	if !out[0].Decision.Blocked || out[0].Decision.Source != limiter.SourceLocalCache || len(e.back.modes) != 1 || e.back.modes[0] != limiter.RoleCheck {
+		t.Fatalf("batch beside a cached block: %+v, store modes %v", out[0].Decision, e.back.modes)
+	}
+	if d := out[1].Decision; !d.Allowed || d.Consumed {
+		t.Fatalf("the other subject's probe: %+v, want allowed, nothing taken", d)
+	}
+}

@@ -1,0 +1,30 @@
+package redis
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/redis/rueidis"
+)
+
+// NewClient opens a rueidis client of its own from cfg, for commands that
+// are not limit decisions (the audit stream's XADDs): the same addresses,
+// mode (standalone, Sentinel or cluster), credentials and TLS as the store,
+// on separate connections so that they never queue behind decisions, and
+// never retried behind the caller's back. It dials before returning,
+// bounded by cfg's dial timeout per connection. The caller closes it.
+func NewClient(cfg Config) (rueidis.Client, error) {
+	cfg, err := cfg.Validate()
+	if err != nil {
+		return nil, err
+	}
+	opt := clientOption(cfg)
+	opt.ClientName = "envoy-rls-audit"
+	// One connection per node is plenty for a background writer.
+	opt.PipelineMultiplex = 0
+	c, err := rueidis.NewClient(opt)
+	if err != nil {
+		return nil, fmt.Errorf("redis: connecting to %s (%s mode): %w", strings.Join(cfg.Addrs, ","), cfg.Mode, err)
+	}
+	return c, nil
+}
