@@ -63,6 +63,9 @@ type replicaConfig struct {
 	// Creds are the gRPC client's transport credentials (default
 	// plaintext).
 	Creds credentials.TransportCredentials
+	// Bin is the binary to start (default: binary(t), the production
+	// build).
+	Bin string
 }
 
 // replica is one running envoy-rls process and a gRPC client playing Envoy.
@@ -87,7 +90,10 @@ type replica struct {
 // stderr is printed into the test log when the test fails.
 func startReplica(t testing.TB, name string, cfg replicaConfig) *replica {
 	t.Helper()
-	bin := binary(t)
+	bin := cfg.Bin
+	if bin == "" {
+		bin = binary(t)
+	}
 	args := []string{"serve",
 		"--config", cfg.Rules,
 		"--grpc-addr", "127.0.0.1:0",

@@ -48,6 +48,9 @@ type server struct {
 	// sharedSecret is the HMAC secret shared through Redis (compat.go),
 	// nil when the secret is configured or per process.
 	sharedSecret []byte
+	// clock is the memory store's and the responses' clock: nil (the
+	// system clock) except in a test build (testclock.go).
+	clock limiter.Clock
 	// adminAuth checks the admin API's tokens; nil: the API is off (404).
 	adminAuth *adminAuth
 	// top tracks the top consumers and usage of each policy.
@@ -75,6 +78,9 @@ func serve(ctx context.Context, o Options, getenv func(string) string, log *zap.
 		return err
 	}
 	if err := s.startTop(); err != nil {
+		return err
+	}
+	if s.clock, err = testClock(getenv); err != nil {
 		return err
 	}
 	if p, from := gcPercent(&o, getenv); p != 0 {
@@ -154,6 +160,7 @@ func serve(ctx context.Context, o Options, getenv func(string) string, log *zap.
 		Local:          s.localConfig(),
 		Received:       received,
 		Observer:       s.withTop(observer),
+		Clock:          s.clock,
 		Auditor:        auditor,
 		RequestIDKey:   o.AuditRequestIDKey,
 	})
@@ -266,7 +273,7 @@ func (s *server) frontStore(store limiter.Store, h hooks) error {
 	}
 	if s.opts.LocalCache {
 		var err error
-		if store, err = denycache.New(denycache.Config{Store: store, Size: s.opts.LocalCacheSize, Observer: s.metrics.cache}); err != nil {
+		if store, err = denycache.New(denycache.Config{Store: store, Size: s.opts.LocalCacheSize, Observer: s.metrics.cache, Clock: s.clock}); err != nil {
 			return err
 		}
 	}

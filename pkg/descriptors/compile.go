@@ -287,6 +287,9 @@ func (c *compiler) finishDomain(d *domain, pending []*pendingRule) {
 		} else {
 			id = limitPathID(d.name, pr.path, r.LimitIndex)
 		}
+		if cal := pr.spec.calendar; cal != nil {
+			id = calendarID(id, cal.Unit.String(), pr.spec.zone)
+		}
 		if other, dup := c.ids[id]; dup {
 			c.ps.add(pr.file, pr.pos.line, pr.pos.col, "policy ID %q of rule %q collides with the rule at %s; rename one of them", id, truncate(r.Path, 200), other)
 			continue

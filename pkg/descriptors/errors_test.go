@@ -67,6 +67,16 @@ func TestInvalidFiles(t *testing.T) {
 			{8, 71, "burst with requests_per_unit 0"},
 			{10, 78, "burst must be"},
 		},
+		"calendar_bad.yaml": {
+			{4, 76, "calendar: true is only valid with algorithm: fixed_window (got token_bucket)"},
+			{6, 54, "calendar: true needs unit minute, hour, day, week, month or year (got second)"},
+			{8, 69, `time_zone "Europe/Nowhere" is not a known IANA time zone name`},
+			{10, 53, "time_zone needs calendar: true"},
+			{12, 29, "unit_multiplier must be 1 (got 2)"},
+			{14, 67, `time_zone "Local" is not a known IANA time zone name`},
+			{16, 35, "calendar is not allowed with unlimited: true"},
+			{18, 61, "calendar must be true or false"},
+		},
 		"sliding_log_bad.yaml": {
 			{4, 17, "requests_per_unit must be at most 1000 for sliding_log"},
 			{6, 78, "burst is only valid with algorithm: token_bucket or gcra"},

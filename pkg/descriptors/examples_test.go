@@ -2,6 +2,7 @@ package descriptors
 
 import (
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -73,5 +74,36 @@ func TestExamplesLoad(t *testing.T) {
 	if prm, isLog := m.Rule.Policy.Params().(limiter.SlidingLogParams); !ok || !isLog || prm.Limit != 5 || prm.Window != 15*time.Minute ||
 		m.Rule.Policy.Certainty() != limiter.Certain {
 		t.Errorf("login/user: %+v, want a sliding log of 5 per 15 minutes", m.Rule)
+	}
+}
+
+// TestCalendarExample: config/examples/09-calendar.yaml builds calendar
+// fixed windows in their zones, with IDs that name the calendar.
+func TestCalendarExample(t *testing.T) {
+	s := mustLoad(t, "../../config/examples/09-calendar.yaml")
+	for _, c := range []struct {
+		entry string
+		unit  limiter.CalendarUnit
+		zone  string
+	}{
+		{"api_key=k1", limiter.CalendarMonth, "Europe/Berlin"},
+		{"export_user=u1", limiter.CalendarDay, "America/New_York"},
+		{"partner=p1", limiter.CalendarWeek, "UTC"},
+	} {
+		m, ok := s.Match("calendar", e(c.entry))
+		if !ok {
+			t.Fatalf("%s: no match", c.entry)
+		}
+		p := m.Rule.Policy
+		cal := p.Calendar()
+		if cal == nil || cal.Unit != c.unit || cal.Location.String() != c.zone || p.Algorithm() != limiter.FixedWindow {
+			t.Errorf("%s: policy %s calendar %+v", c.entry, p.ID(), cal)
+		}
+		if !strings.Contains(p.ID(), ":calendar:"+c.unit.String()+":") {
+			t.Errorf("%s: ID %q does not name the calendar", c.entry, p.ID())
+		}
+		if want := "per " + c.unit.String() + " (calendar, " + c.zone + ")"; !strings.Contains(s.Summary(), want) {
+			t.Errorf("summary does not say %q:\n%s", want, s.Summary())
+		}
 	}
 }

@@ -17,6 +17,7 @@ import (
 //	rate_limits:   the first limit of the list as by rule path, limit i >= 1
 //	               as <rule path>::<i> (a named limit as by name)
 //	override:      <domain>:override:<unit>/<key>/<key>...
+//	calendar:      <one of the above>:calendar:<unit>:<time_zone>
 //
 // Each configured string is copied with A-Z lowered and every other byte
 // outside [a-z0-9._-] (including the separators ':' and '/') replaced by '_'.
@@ -27,12 +28,16 @@ import (
 // not part of the ID: changing them keeps the counters (and a block in force:
 // the penalty fields live beside the counters and are only read while the
 // rule has a penalty); revision and algorithm roll the state through the
-// storage key instead.
+// storage key instead. A calendar window's unit and time zone are part of
+// its ID: its window id is its period's start, which another unit or zone
+// can share (a month and its first day), so a change must start new
+// counters; turning calendar on or off changes the ID too.
 
 const (
 	idKindPath     = 'p'
 	idKindName     = 'n'
 	idKindOverride = 'o'
+	idKindCalendar = 'c'
 	idHashHex      = 12
 	idSuffixLen    = 2 + idHashHex
 )
@@ -129,6 +134,18 @@ func nameID(domain, name string) string {
 	b.str(domain)
 	b.sep(":")
 	b.str(name)
+	return b.id()
+}
+
+// calendarID derives the ID of a calendar window's rule from the ID its
+// rule would have without a calendar, its unit and its time zone name.
+func calendarID(base, unit, zone string) string {
+	b := newIDBuilder(idKindCalendar)
+	b.sep(base) // already an ID: kept as it is
+	b.sep(":calendar:")
+	b.str(unit)
+	b.sep(":")
+	b.str(zone)
 	return b.id()
 }
 

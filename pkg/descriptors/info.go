@@ -18,28 +18,31 @@ type DomainInfo struct {
 
 // RuleInfo describes one rule (a descriptor with a rate_limit or policy).
 type RuleInfo struct {
-	Path            string         `json:"path"`
-	Source          string         `json:"source"`
-	PolicyID        string         `json:"policy_id,omitempty"`
-	PolicyName      string         `json:"policy,omitempty"`
-	Name            string         `json:"name,omitempty"`
-	Replaces        []string       `json:"replaces,omitempty"`
-	Unlimited       bool           `json:"unlimited,omitempty"`
-	Algorithm       string         `json:"algorithm,omitempty"`
-	RequestsPerUnit uint32         `json:"requests_per_unit"`
-	Unit            string         `json:"unit,omitempty"`
-	UnitMultiplier  uint32         `json:"unit_multiplier,omitempty"`
-	Window          string         `json:"window,omitempty"`
-	Burst           uint32         `json:"burst,omitempty"`
-	Revision        uint32         `json:"revision,omitempty"`
-	FailureMode     string         `json:"failure_mode,omitempty"`
-	Headers         string         `json:"headers,omitempty"`
-	ShadowMode      bool           `json:"shadow_mode,omitempty"`
-	QuotaMode       bool           `json:"quota_mode,omitempty"`
-	ShareThreshold  bool           `json:"share_threshold,omitempty"`
-	DetailedMetric  bool           `json:"detailed_metric,omitempty"`
-	ValueToMetric   bool           `json:"value_to_metric,omitempty"`
-	Metadata        map[string]any `json:"metadata,omitempty"`
+	Path            string   `json:"path"`
+	Source          string   `json:"source"`
+	PolicyID        string   `json:"policy_id,omitempty"`
+	PolicyName      string   `json:"policy,omitempty"`
+	Name            string   `json:"name,omitempty"`
+	Replaces        []string `json:"replaces,omitempty"`
+	Unlimited       bool     `json:"unlimited,omitempty"`
+	Algorithm       string   `json:"algorithm,omitempty"`
+	RequestsPerUnit uint32   `json:"requests_per_unit"`
+	Unit            string   `json:"unit,omitempty"`
+	UnitMultiplier  uint32   `json:"unit_multiplier,omitempty"`
+	Window          string   `json:"window,omitempty"`
+	// Calendar: the window is the calendar period of TimeZone.
+	Calendar       bool           `json:"calendar,omitempty"`
+	TimeZone       string         `json:"time_zone,omitempty"`
+	Burst          uint32         `json:"burst,omitempty"`
+	Revision       uint32         `json:"revision,omitempty"`
+	FailureMode    string         `json:"failure_mode,omitempty"`
+	Headers        string         `json:"headers,omitempty"`
+	ShadowMode     bool           `json:"shadow_mode,omitempty"`
+	QuotaMode      bool           `json:"quota_mode,omitempty"`
+	ShareThreshold bool           `json:"share_threshold,omitempty"`
+	DetailedMetric bool           `json:"detailed_metric,omitempty"`
+	ValueToMetric  bool           `json:"value_to_metric,omitempty"`
+	Metadata       map[string]any `json:"metadata,omitempty"`
 	// LimitIndex and LimitCount place a limit of a descriptor's
 	// rate_limits list: its position (from 0) and the list's length
 	// (LimitCount is 0 for a descriptor with one rate_limit).
@@ -103,6 +106,9 @@ func (r *Rule) info() RuleInfo {
 		ri.Window = r.Window().String()
 		ri.Revision = r.Policy.Revision()
 		ri.FailureMode = r.Policy.FailureMode().String()
+		if c := r.Policy.Calendar(); c != nil {
+			ri.Calendar, ri.TimeZone, ri.Window = true, c.Location.String(), "calendar "+c.Unit.String()
+		}
 		if pn := r.Policy.Penalty(); pn.On() {
 			ri.Penalty = &PenaltyInfo{Duration: pn.Duration.String(), MaxDuration: pn.MaxDuration.String(), Decay: pn.Decay.String()}
 		}
@@ -153,6 +159,9 @@ func (r RuleInfo) describe() string {
 		fmt.Fprintf(&b, "%d %ss", r.UnitMultiplier, r.Unit)
 	} else {
 		b.WriteString(r.Unit)
+	}
+	if r.Calendar {
+		fmt.Fprintf(&b, " (calendar, %s)", r.TimeZone)
 	}
 	if r.Burst > 0 {
 		fmt.Fprintf(&b, ", burst %d", r.Burst)

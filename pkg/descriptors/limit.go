@@ -19,7 +19,11 @@ type limitSpec struct {
 	failure   limiter.FailureMode
 	revision  uint32
 	headers   HeaderMode
-	penalty   limiter.Penalty
+	// calendar makes a fixed window a calendar period (nil: epoch-aligned);
+	// zone is its time_zone as configured.
+	calendar *limiter.Calendar
+	zone     string
+	penalty  limiter.Penalty
 }
 
 // checkLimit validates one rate_limit block on its own (the combinations
@@ -37,7 +41,8 @@ func (c *compiler) checkLimit(rl *rawLimit, what string) (limitSpec, bool) {
 			name string
 		}{{rl.unitPos, "unit"}, {rl.rpuPos, "requests_per_unit"}, {rl.unitMultiplierPos, "unit_multiplier"},
 			{rl.algorithmPos, "algorithm"}, {rl.burstPos, "burst"}, {rl.failureModePos, "failure_mode"},
-			{rl.revisionPos, "revision"}, {rl.headersPos, "headers"}, {rl.penaltyPos, "penalty"}} {
+			{rl.revisionPos, "revision"}, {rl.headersPos, "headers"}, {rl.calendarPos, "calendar"}, {rl.timeZonePos, "time_zone"},
+			{rl.penaltyPos, "penalty"}} {
 			if f.p.set() {
 				bad(f.p, "%s is not allowed with unlimited: true (an unlimited rule never limits)", f.name)
 			}
@@ -86,6 +91,9 @@ func (c *compiler) checkLimit(rl *rawLimit, what string) (limitSpec, bool) {
 			bad(rl.headersPos, "headers %q is not one of full, retry_after, none", truncate(rl.headers, 40))
 		}
 		ls.headers = h
+	}
+	if !c.checkCalendar(rl, &ls, bad) {
+		ok = false
 	}
 	if pn, valid := checkPenalty(rl.penalty, bad); valid {
 		ls.penalty = pn
@@ -139,7 +147,7 @@ func (ls limitSpec) policy(id string, shadow bool) (*limiter.Policy, error) {
 		Shadow:      shadow,
 		Penalty:     ls.penalty,
 	}
-	spec.Params = ls.algorithm.ParamsFor(limiter.Rate{Limit: int64(ls.rpu), Window: window, Burst: int64(ls.burst)})
+	spec.Params = ls.algorithm.ParamsFor(limiter.Rate{Limit: int64(ls.rpu), Window: window, Burst: int64(ls.burst), Calendar: ls.calendar})
 	return limiter.NewPolicy(spec)
 }
 

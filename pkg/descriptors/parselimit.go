@@ -36,6 +36,10 @@ type rawLimit struct {
 	revisionPos        pos
 	headers            string
 	headersPos         pos
+	calendar           bool
+	calendarPos        pos
+	timeZone           string
+	timeZonePos        pos
 	penalty            *rawPenalty
 	penaltyPos         pos
 	extensionPositions []pos
@@ -106,11 +110,17 @@ func (p *parser) rateLimit(n *yaml.Node, what string) *rawLimit {
 		case "headers":
 			rl.headersPos = ext(k)
 			rl.headers, _ = p.str(v, "headers")
+		case "calendar":
+			rl.calendarPos = ext(k)
+			rl.calendar, _ = p.boolean(v, "calendar")
+		case "time_zone":
+			rl.timeZonePos = ext(k)
+			rl.timeZone, _ = p.str(v, "time_zone")
 		case "penalty":
 			rl.penaltyPos = ext(k)
 			rl.penalty = p.penalty(v)
 		default:
-			p.errorf(k, "unknown key %q in %s (expected unit, requests_per_unit, unlimited, name, replaces, unit_multiplier, algorithm, burst, failure_mode, revision, headers, penalty)", key, what)
+			p.errorf(k, "unknown key %q in %s (expected unit, requests_per_unit, unlimited, name, replaces, unit_multiplier, algorithm, burst, failure_mode, revision, headers, calendar, time_zone, penalty)", key, what)
 		}
 	})
 	if !ok {

@@ -108,6 +108,9 @@ type Rate struct {
 	Limit  int64
 	Window time.Duration
 	Burst  int64
+	// Calendar makes a fixed window a calendar period (nil: epoch-aligned
+	// windows); the other algorithms ignore it.
+	Calendar *Calendar
 }
 
 // ParamsFor returns the algorithm's parameters for r, to be validated by

@@ -2,10 +2,15 @@ package limiter
 
 import "time"
 
-// FixedWindowParams: at most Limit units per epoch-aligned Window.
+// FixedWindowParams: at most Limit units per epoch-aligned Window, or, with
+// a Calendar, per calendar period of a time zone.
 type FixedWindowParams struct {
 	Limit  int64
 	Window time.Duration // whole milliseconds, >= 1ms
+	// Calendar, when set, makes the windows calendar periods (Window is
+	// then only the unit's nominal length, as Policy.WindowMillis reports
+	// it). (Optional)
+	Calendar *Calendar
 }
 
 var fixedWindowRules = algorithmRules{
@@ -14,7 +19,7 @@ var fixedWindowRules = algorithmRules{
 	certainty:   Certain,
 	denialsHold: true,
 	params: func(r Rate) Params {
-		return FixedWindowParams{Limit: r.Limit, Window: r.Window}
+		return FixedWindowParams{Limit: r.Limit, Window: r.Window, Calendar: r.Calendar}
 	},
 	sketch: sketchRules{windows: 1},
 }
@@ -26,17 +31,22 @@ func (prm FixedWindowParams) divided(n int64) Params {
 	return prm
 }
 
-// apply: the window rule (applyWindow).
+// apply: the window rule (applyWindow), and a calendar's unit and zone.
 func (prm FixedWindowParams) apply(p *Policy) error {
+	if prm.Calendar != nil {
+		if err := prm.Calendar.check(); err != nil {
+			return err
+		}
+		p.calendar = prm.Calendar.clone()
+	}
 	return applyWindow(p, prm.Limit, prm.Window)
 }
 
-// fixedWindow: State.Epoch is the window id, State.Level the units consumed
-// in it.
+// fixedWindow: State.Epoch is the window id (a calendar period's start
+// ms), State.Level the units consumed in it.
 func fixedWindow(st State, now int64, p *Policy, cost int64) step {
-	limit, window := p.limit, p.windowMs
-	w := now / window
-	windowEnd := (w + 1) * window
+	limit := p.limit
+	w, windowEnd := p.WindowAt(now)
 	var consumed int64
 	if st.Exists && st.Epoch == w {
 		consumed = st.Level

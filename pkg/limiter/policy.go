@@ -94,8 +94,10 @@ type Policy struct {
 	refillAmount   int64
 	refillPeriodMs int64
 	// args are the two algorithm arguments (AlgorithmArgs).
-	args  [2]int64
-	rules *algorithmRules
+	args [2]int64
+	// calendar makes a fixed window's windows calendar periods.
+	calendar *Calendar
+	rules    *algorithmRules
 }
 
 // NewPolicy validates spec and fills its defaults. The error is a *FieldError

@@ -11,4 +11,7 @@ const (
 	// FlagPenalty: the penalty extension follows the packed numbers
 	// (limiter.Penalty, BatchPackedLen).
 	FlagPenalty = 16
+	// FlagCalendar: the calendar extension (CalendarPacked bytes) follows
+	// the packed numbers, after the penalty extension when both are set.
+	FlagCalendar = 32
 )

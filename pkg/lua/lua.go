@@ -25,7 +25,6 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"slices"
 	"strconv"
 	"strings"
 
@@ -204,60 +203,17 @@ func truncate(s string) string {
 	return s
 }
 
-// BatchArgs is the number of ARGV fields per key of rate-batch-v1.lua.
-const BatchArgs = 2
-
-// BatchPacked is the length of the packed numbers of one key:
-// struct.pack('>BBddddddd'), without extensions (see BatchPackedLen).
-const BatchPacked = 2 + 7*8
-
-// AppendBatchArgs appends the two ARGV fields of one key of
-// rate-batch-v1.lua to dst: the policy ID, and the numbers packed
-// big-endian as struct.pack('>BBddddddd'): algorithm (limiter.Algorithm),
-// flags (the role, FlagFailOpen when the policy fails open), revision, limit, the two
-// algorithm arguments (limiter.Policy.AlgorithmArgs), cleanup grace ms, max
-// clock regression ms, cost. Every number is an integer below
-// 2^53, which a float64 holds exactly. role is the mode the key plays in
-// this program (limiter.Request.Role, or another one when the caller splits
-// a batch).
-func AppendBatchArgs(dst []string, p *limiter.Policy, cost int64, role limiter.Role) []string {
-	var b [BatchPacked]byte
-	return append(dst, p.ID(), string(AppendBatchPacked(b[:0], p, cost, role)))
-}
-
-// AppendBatchPacked appends the packed numbers of one key of
-// rate-batch-v1.lua (the second ARGV field of AppendBatchArgs,
-// BatchPackedLen bytes: the penalty extension follows when the policy has a
-// penalty box) to dst, for callers that pool their argument buffers.
-func AppendBatchPacked(dst []byte, p *limiter.Policy, cost int64, role limiter.Role) []byte {
-	n := BatchPackedLen(p)
-	dst = slices.Grow(dst, n)
-	b := dst[len(dst) : len(dst)+n]
-	b[0] = byte(p.Algorithm())
-	b[1] = byte(role) & FlagRoleMask
-	if p.FailureMode() == limiter.FailOpen {
-		b[1] |= FlagFailOpen
-	}
-	arg1, arg2 := p.AlgorithmArgs()
-	for i, v := range [7]int64{int64(p.Revision()), p.Limit(), arg1, arg2, p.CleanupGraceMillis(), p.MaxClockRegressionMillis(), cost} {
-		binary.BigEndian.PutUint64(b[2+8*i:], math.Float64bits(float64(v)))
-	}
-	if n > BatchPacked {
-		packPenalty(b, p)
-	}
-	return dst[:len(dst)+n]
-}
-
 // RefundArgs is the number of ARGV fields per key of rate-refund-v1.lua.
 const RefundArgs = 8
 
 // AppendRefundArgs appends the eight ARGV fields of one key of
 // rate-refund-v1.lua: algorithm, policy, revision, limit, the two algorithm
-// arguments (limiter.Policy.AlgorithmArgs), the cost taken and the
-// effectiveNowMillis the batch replied for the key.
+// arguments (limiter.Policy.AlgorithmArgs; for a calendar window, the end
+// and the length in ms of the period holding effectiveNowMs instead), the
+// cost taken and the effectiveNowMillis the batch replied for the key.
 func AppendRefundArgs(dst []string, p *limiter.Policy, cost, effectiveNowMs int64) []string {
 	i := strconv.FormatInt
-	arg1, arg2 := p.AlgorithmArgs()
+	arg1, arg2 := refundWindow(p, effectiveNowMs)
 	return append(dst, p.Algorithm().String(), p.ID(), strconv.FormatUint(uint64(p.Revision()), 10), i(p.Limit(), 10),
 		i(arg1, 10), i(arg2, 10), i(cost, 10), i(effectiveNowMs, 10))
 }

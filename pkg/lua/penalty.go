@@ -13,12 +13,18 @@ import (
 // (fragments/penalty.lua).
 const PenaltyPacked = 3 * 8
 
-// BatchPackedLen is the length AppendBatchPacked appends for a key of p.
+// BatchPackedLen is the length AppendBatchPacked appends for a key of p:
+// BatchPacked, plus PenaltyPacked with a penalty box, plus CalendarPacked
+// for a calendar window.
 func BatchPackedLen(p *limiter.Policy) int {
+	n := BatchPacked
 	if p.Penalty().On() {
-		return BatchPacked + PenaltyPacked
+		n += PenaltyPacked
 	}
-	return BatchPacked
+	if p.Calendar() != nil {
+		n += CalendarPacked
+	}
+	return n
 }
 
 // packPenalty sets the penalty flag in b, a key's packed numbers of

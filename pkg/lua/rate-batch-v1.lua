@@ -18,8 +18,10 @@
 --       flags                bits 0-2 the role (limiter.Role): 0 ordinary,
 --                            1 shadow, 2 quota, 3 check, 4 probe, 5 quota
 --                            probe; 8 failOpen; 16 the penalty extension
---                            follows (lua.FlagRoleMask, lua.FlagFailOpen,
---                            lua.FlagPenalty)
+--                            follows; 32 the calendar extension follows
+--                            (fixed_window only) (lua.FlagRoleMask,
+--                            lua.FlagFailOpen, lua.FlagPenalty,
+--                            lua.FlagCalendar)
 --       policy revision      1..2^32-1
 --       limit (capacity)     0..2^53-1 (sliding window: 0..(2^53-1)/10^6;
 --                            token bucket: capacity * period + amount
@@ -37,6 +39,13 @@
 --       duration ms          1..30 days
 --       max duration ms      duration..30 days
 --       decay ms             0..30 days
+--     then, when the flags' bit 32 is set, the calendar extension
+--     (fragments/calendar.lua), struct.pack('>dddd'): the boundaries b0 <
+--     b1 < b2 < b3, Unix ms, of three consecutive calendar periods (the one
+--     before the sender's estimate of TIME, the one holding it, the one
+--     after). The period holding the effective now is the window; a now
+--     outside [b0, b3) answers CLOCK_UNSAFE and writes nothing. The last
+--     extension present ends the argument.
 --     Doubles carry every integer below 2^53 exactly; each is checked
 --     integral and in range.
 -- ARGV[2N+1]  the group: per request struct.pack('>Hd'): its number of keys
@@ -158,6 +167,7 @@ local key, alg, policy, rev, limit, p2, p3, grace, maxRegression, cost
 local st, stLast, stA, stB, stC, stL, fresh, hashA, hashC
 local now, allowed, a, b, c, l, ttl, remaining, retry, resetAt, remainingBefore, resetBefore
 local write, status, eff, lim
+local cal, cb0, cb1, cb2, cb3
 -- The penalty box (penalty.lua): the key's penalty arguments, the hash's
 -- penalty fields.
 local pen, penDur, penMax, penDecay, stPu, stPn
@@ -190,7 +200,7 @@ for i = 1, n do
   local algorithm, flags, pos
   local packed = ARGV[(kb + i - 1) * NARG + 2]
   algorithm, flags, rev, limit, p2, p3, grace, maxRegression, cost, pos = unpack('>BBddddddd', packed)
-  alg = false
+  alg, cal = false, false
   local role, failOpen = 0, false
   local valid = true
 -- #include penalty.lua valid
@@ -214,6 +224,9 @@ for i = 1, n do
 -- #include sliding-log.lua valid
   else
     valid = false
+  end
+  if valid and bit.band(flags, CALENDAR) ~= 0 then
+-- #include calendar.lua valid
   end
   if valid then
     role = bit.band(flags, ROLE_BITS)
@@ -261,6 +274,7 @@ for i = 1, n do
       status, eff, remaining, retry, resetAt = 'STATE_INCOMPATIBLE', serverNow, 0, 0, 0
     else
 -- #include clock.lua
+-- #include calendar.lua clock
       if not now then
         status, eff, remaining, retry, resetAt = 'CLOCK_UNSAFE', serverNow, 0, 0, 0
       else

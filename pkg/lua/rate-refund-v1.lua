@@ -6,17 +6,19 @@
 -- ARGV        eight fields per key, key i at ARGV[8*(i-1)+1 ..]:
 --   1 algorithm, 2 policy ID, 3 policy revision, 4 limit (capacity),
 --   5, 6 the two algorithm arguments (as rate-batch-v1; the algorithm's
---   fragment names them),
+--   fragment names them; a calendar fixed window: the end and the length
+--   in ms of the period holding 8),
 --   7 cost taken, 8 effectiveNowMillis of the batch's reply
 --
 -- Per key, only when the hash still holds this policy's state (same schema,
 -- algorithm, policy and revision: otherwise it rolled or expired, and what
 -- was taken went with it), the algorithm's refund section (its fragment)
 -- gives the cost back when the state is still the one the batch wrote to
--- (fixed window: the same window; sliding window: the same or the next;
--- token bucket and gcra: written at or after effectiveNow; sliding log: its
--- entry of effectiveNow still logged), never below zero and never above the
--- capacity (gcra: the TAT never before that write). One HSET of the changed fields; the TTL is
+-- (fixed window: the same window, for a calendar window the same period;
+-- sliding window: the same or the next; token bucket and gcra: written at
+-- or after effectiveNow; sliding log: its entry of effectiveNow still
+-- logged), never below zero and never above the capacity (gcra: the TAT
+-- never before that write). One HSET of the changed fields; the TTL is
 -- kept. It does not read TIME.
 --
 -- Reply: an array of N integers, 1 refunded, 0 nothing to refund.

@@ -257,6 +257,9 @@ func (s *Server) decideLocally(ctx context.Context, sent []limiter.Request, outs
 // neverFitsDecision is the local denial of a cost above the local share.
 func neverFitsDecision(p *limiter.Policy, now time.Time) limiter.Decision {
 	w := time.Duration(p.WindowMillis()) * time.Millisecond
+	if c := p.Calendar(); c != nil {
+		w = untilPeriodEnd(now, c)
+	}
 	return limiter.Decision{
 		Limit: p.Limit(), RetryAfter: w, ResetAt: now.Add(w),
 		PolicyID: p.ID(), PolicyRevision: p.Revision(), Source: limiter.SourceFallback, Certainty: p.Certainty(),

@@ -71,6 +71,9 @@ func (s *Server) respond(ctx context.Context, req *rlsv3.RateLimitRequest, known
 			// never fit, so the store is not asked and nothing is consumed.
 			ds.over = true
 			ds.reset = untilWindowEnd(now, rule.Window())
+			if c := p.Calendar(); c != nil {
+				ds.reset = untilPeriodEnd(now, c)
+			}
 			ds.retry = ds.reset
 		} else if out := &sc.outs[ds.batch]; out.Kind == limiter.Evaluated {
 			d := &out.Decision

@@ -14,9 +14,11 @@ import (
 
 // algorithmPolicies returns one policy per algorithm with the given ID
 // prefix, failure mode and a limit (capacity) of limit per window, and a
-// fixed window with a penalty box.
+// fixed window with a penalty box; for a window of a minute, also a
+// calendar window of a minute of Asia/Kolkata's clock, alone and with a
+// penalty box.
 func algorithmPolicies(t testing.TB, prefix string, mode limiter.FailureMode, limit int64, window time.Duration) []*limiter.Policy {
-	return []*limiter.Policy{
+	pols := []*limiter.Policy{
 		limitertest.Policy(t, limiter.PolicySpec{ID: prefix + "-fixed", Algorithm: limiter.FixedWindow, FailureMode: mode,
 			Params: limiter.FixedWindowParams{Limit: limit, Window: window}}),
 		limitertest.Policy(t, limiter.PolicySpec{ID: prefix + "-sliding", Algorithm: limiter.SlidingWindow, FailureMode: mode,
@@ -31,6 +33,18 @@ func algorithmPolicies(t testing.TB, prefix string, mode limiter.FailureMode, li
 		limitertest.Policy(t, limiter.PolicySpec{ID: prefix + "-log", Algorithm: limiter.SlidingLog, FailureMode: mode,
 			Params: limiter.SlidingLogParams{Limit: limit, Window: window}}),
 	}
+	if window == time.Minute {
+		loc, err := time.LoadLocation("Asia/Kolkata")
+		if err != nil {
+			t.Fatal(err)
+		}
+		pols = append(pols, limitertest.Policy(t, limiter.PolicySpec{ID: prefix + "-calendar", Algorithm: limiter.FixedWindow, FailureMode: mode,
+			Params: limiter.FixedWindowParams{Limit: limit, Window: window, Calendar: &limiter.Calendar{Unit: limiter.CalendarMinute, Location: loc}}}))
+		pols = append(pols, limitertest.Policy(t, limiter.PolicySpec{ID: prefix + "-calendar-penalty", Algorithm: limiter.FixedWindow, FailureMode: mode,
+			Params:  limiter.FixedWindowParams{Limit: limit, Window: window, Calendar: &limiter.Calendar{Unit: limiter.CalendarMinute, Location: loc}},
+			Penalty: limiter.Penalty{Duration: window, MaxDuration: 4 * window, Decay: window}}))
+	}
+	return pols
 }
 
 // TestFloodStaysInItsPolicy: a flood of distinct subjects on one policy

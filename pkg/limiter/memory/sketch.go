@@ -47,8 +47,9 @@ type cell struct{ a, b int64 }
 type sketch struct {
 	// The parameters the cells are in: a change restarts the sketch.
 	windowMs, limit, amount, period int64
-	// epoch is the window id the counts belong to (fixed and sliding).
-	epoch int64
+	// epoch is the window id the counts belong to (fixed and sliding),
+	// epochEnd that window's end (Policy.WindowAt).
+	epoch, epochEnd int64
 	// lastObserved is the latest effective time that changed the sketch,
 	// for the clock-regression rule; liveUntil is when every cell reads 0
 	// again (nothing left to remember).
@@ -99,12 +100,17 @@ func (sk *sketch) effectiveNow(nowMs int64, p *limiter.Policy) (int64, bool) {
 }
 
 // rotate moves the window counts to the window of effMs (window
-// algorithms; deficit cells decay lazily).
-func (sk *sketch) rotate(effMs int64, windows int64) {
+// algorithms; deficit cells decay lazily). A calendar window's id is its
+// period's start, which grows with its periods as an index does.
+func (sk *sketch) rotate(effMs int64, p *limiter.Policy) {
+	windows := p.SketchWindows()
 	if windows == 0 {
 		return
 	}
-	w := effMs / sk.windowMs
+	w, end := p.WindowAt(effMs)
+	if w >= sk.epoch {
+		sk.epochEnd = end
+	}
 	switch {
 	case w == sk.epoch:
 	case w == sk.epoch+1 && windows == 2:
@@ -178,7 +184,7 @@ func (sk *sketch) add(idx *[sketchRows]int, next limiter.State, effMs int64, p *
 		for _, i := range idx {
 			sk.cells[i].a = max(sk.cells[i].a, next.Level)
 		}
-		ends := (sk.epoch + windows) * sk.windowMs
+		ends := sk.epochEnd + (windows-1)*sk.windowMs
 		sk.liveUntil = max(sk.liveUntil, ends)
 	}
 }
@@ -230,7 +236,7 @@ func (s *Store) openSketch(sp *spill, p *limiter.Policy, d *limiter.SubjectDiges
 	if !ok {
 		return limiter.State{}, false
 	}
-	sk.rotate(eff, p.SketchWindows())
+	sk.rotate(eff, p)
 	sp.sk, sp.eff, sp.idx = sk, eff, sketchRowsOf(d)
 	return sk.state(&sp.idx, eff, p), true
 }
@@ -261,7 +267,7 @@ func (s *Store) dropIdleSketches(nowMs int64) int {
 // restart clears the sketch, keeping its parameters.
 func (sk *sketch) restart() {
 	clear(sk.cells[:])
-	sk.epoch, sk.lastObserved, sk.liveUntil = 0, 0, 0
+	sk.epoch, sk.epochEnd, sk.lastObserved, sk.liveUntil = 0, 0, 0, 0
 }
 
 // sketchClockUnsafe is the outcome of a sketch whose clock check failed.

@@ -127,7 +127,11 @@ func randomPolicies(t *testing.T, rng *rand.Rand, prefix string, n int, windows 
 		if rng.IntN(3) == 0 {
 			pn = randomPenalty(rng)
 		}
-		switch rng.IntN(5) {
+		switch rng.IntN(6) {
+		case 5:
+			spec := calendarRandom(t, rng, id, limit).Spec()
+			spec.FailureMode, spec.Penalty = fm, pn
+			pols[j] = limitertest.Policy(t, spec)
 		case 4:
 			pols[j] = limitertest.Policy(t, limiter.PolicySpec{ID: id, Algorithm: limiter.SlidingLog, FailureMode: fm, Penalty: pn,
 				Params: limiter.SlidingLogParams{Limit: limit, Window: w}})

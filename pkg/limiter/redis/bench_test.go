@@ -36,6 +36,7 @@ func BenchmarkEvaluate(b *testing.B) {
 		sliding(b, "bench.sw", 1_000_000_000, time.Hour),
 		bucket(b, "bench.tb", 1_000_000_000, 1_000_000, time.Millisecond),
 		cellRate(b, "bench.gc", 1_000_000_000, 1_000_000, time.Millisecond),
+		calendarPolicy(b, "bench.cal", 1_000_000_000_000, limiter.CalendarMonth, "Europe/Berlin"),
 		// A penalty box on a fixed window: never denied (the extra read of
 		// the penalty fields), and every subject blocked after its first
 		// request (BLOCKED answers).
@@ -51,6 +52,8 @@ func BenchmarkEvaluate(b *testing.B) {
 	for _, p := range policies {
 		name := p.Algorithm().String()
 		switch {
+		case p.Calendar() != nil:
+			name = "calendar_month"
 		case p.Penalty().On() && p.Limit() == 1:
 			name += "+penalty-blocked"
 		case p.Penalty().On():
@@ -101,7 +104,7 @@ func BenchmarkEvaluate(b *testing.B) {
 		b.ReportAllocs()
 		for i := 0; b.Loop(); i++ {
 			for j := range req {
-				req[j] = limiter.Request{Policy: policies[j%len(policies)], Subject: subjects[(i+j)%len(subjects)], Cost: 1}
+				req[j] = limiter.Request{Policy: policies[j%4], Subject: subjects[(i+j)%len(subjects)], Cost: 1}
 			}
 			s.Evaluate(ctx, req, out)
 			for j := range out {

@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/binary"
 	"fmt"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -159,6 +160,26 @@ func TestClusterBatch(t *testing.T) {
 		}
 		if v := hget(string(requestKey(nil, &b)), "b"); v != "2" {
 			t.Fatalf("qb consumed %s, want 2", v)
+		}
+	})
+
+	t.Run("cross-slot: a calendar window's cost is refunded into its period", func(t *testing.T) {
+		month := calendarPolicy(t, prefix+".month", 5, limiter.CalendarMonth, "Europe/Berlin")
+		creq := limiter.Request{Policy: month, Subject: subjectOf(prefix + "/calendar"), Cost: 2, Tag: tagA}
+		treq := limiter.Request{Policy: tenant, Subject: subjectOf(prefix + "/calendar-tenant"), Cost: 1, Tag: tagB}
+		ckey := string(requestKey(nil, &creq))
+		out := make([]limiter.Outcome, 2)
+		s.Evaluate(context.Background(), []limiter.Request{treq}, out[:1]) // exhaust the tenant
+		s.Evaluate(context.Background(), []limiter.Request{creq, treq}, out)
+		if d := out[0].Decision; out[0].Kind != limiter.Evaluated || !d.Allowed || d.Consumed || d.Remaining != 5 {
+			t.Fatalf("calendar: %+v, want allowed, not consumed, 5 left", out[0])
+		}
+		start, end := month.Calendar().Period(time.Now().UnixMilli())
+		if d := out[0].Decision; d.ResetAt.UnixMilli() != end {
+			t.Fatalf("calendar: reset at %v, the month ends at %v", d.ResetAt, time.UnixMilli(end))
+		}
+		if a, b := hget(ckey, "a"), hget(ckey, "b"); a != strconv.FormatInt(start, 10) || b != "0" {
+			t.Fatalf("after the refund: window %s count %s, want window %d count 0", a, b, start)
 		}
 	})
 

@@ -117,6 +117,12 @@ func randomState(rng *rand.Rand, p *limiter.Policy, now int64) limiter.State {
 	var st limiter.State
 	switch p.Algorithm() {
 	case limiter.FixedWindow:
+		if c := p.Calendar(); c != nil {
+			// The period before last's, last's or the one after.
+			b := c.Neighbours(last)
+			st = stateOf(p, last, b[rng.IntN(3)], rng.Int64N(limit+4), 0)
+			break
+		}
 		st = stateOf(p, last, w+rng.Int64N(3)-1, rng.Int64N(limit+4), 0)
 	case limiter.SlidingWindow:
 		st = stateOf(p, last, w-rng.Int64N(3), rng.Int64N(limit+3), rng.Int64N(limit+3))
@@ -164,7 +170,12 @@ func programsAgainstApply(t *testing.T, e *env) {
 	tb := bucket(t, "tb", 10, 1, time.Second)
 	gc := cellRate(t, "gc", 10, 3, time.Second)
 	sl := slidingLog(t, "sl", 10, time.Minute)
-	for _, p := range []*limiter.Policy{fw, sw, tb, gc, sl} {
+	cal := calendarPolicy(t, "cal", 5, limiter.CalendarDay, "Europe/Berlin")
+	spec := cal.Spec()
+	spec.ID = "cal.pen"
+	spec.Penalty = limiter.Penalty{Duration: time.Hour, MaxDuration: 4 * time.Hour, Decay: time.Hour}
+	calPen := limitertest.Policy(t, spec)
+	for _, p := range []*limiter.Policy{fw, sw, tb, gc, sl, cal, calPen} {
 		key := keyOf(p, subjectOf("all-programs"))
 		e.do("DEL", key)
 		var st limiter.State
@@ -175,7 +186,9 @@ func programsAgainstApply(t *testing.T, e *env) {
 			if got != want {
 				t.Fatalf("%s step %d: lua %+v, go %+v", p.ID(), i, got, want)
 			}
-			if write {
+			// An offence against the penalty box is written whatever the
+			// batch commits.
+			if write || limiter.PenaltyRecorded(st, next) {
 				st = next
 				if h := e.hash(key); !reflect.DeepEqual(h, stateHash(next)) {
 					t.Fatalf("%s step %d: hash %v, want %v", p.ID(), i, h, stateHash(next))
@@ -462,7 +475,7 @@ func TestInvalidArguments(t *testing.T) {
 		"algorithm 4":             with(func(b *batchFields) { b.alg = 4 }),
 		"role 6":                  with(func(b *batchFields) { b.flags = 6 }),
 		"role 7, fail-open":       with(func(b *batchFields) { b.flags = 8 | 7 }),
-		"flags 32":                with(func(b *batchFields) { b.flags = 32 }),
+		"flags 64":                with(func(b *batchFields) { b.flags = 64 }),
 		// The penalty extension (flag 16).
 		"penalty flag, no extension":  with(func(b *batchFields) { b.flags = lua.FlagPenalty }),
 		"penalty extension short":     with(func(b *batchFields) { b.flags, b.ext = lua.FlagPenalty, []float64{1000, 1000} }),
@@ -471,8 +484,19 @@ func TestInvalidArguments(t *testing.T) {
 		"penalty negative decay":      with(func(b *batchFields) { b.flags, b.ext = lua.FlagPenalty, []float64{1000, 1000, -1} }),
 		"penalty above 30 days":       with(func(b *batchFields) { b.flags, b.ext = lua.FlagPenalty, []float64{1000, 2592000001, 0} }),
 		"penalty fractional duration": with(func(b *batchFields) { b.flags, b.ext = lua.FlagPenalty, []float64{1.5, 1000, 0} }),
-		"penalty with flags 32":       with(func(b *batchFields) { b.flags, b.ext = lua.FlagPenalty|32, []float64{1000, 1000, 0} }),
-		"penalty with role 6":         with(func(b *batchFields) { b.flags, b.ext = lua.FlagPenalty|6, []float64{1000, 1000, 0} }),
+		"penalty with flags 64":       with(func(b *batchFields) { b.flags, b.ext = lua.FlagPenalty|64, []float64{1000, 1000, 0} }),
+		// The calendar extension after the penalty's: each checked where
+		// the other ends.
+		"penalty and calendar flags, no calendar extension": with(func(b *batchFields) {
+			b.flags, b.ext = lua.FlagPenalty|lua.FlagCalendar, []float64{1000, 1000, 0}
+		}),
+		"penalty flag, a calendar extension after it": with(func(b *batchFields) {
+			b.flags, b.ext = lua.FlagPenalty, []float64{1000, 1000, 0, 0, 1000, 2000, 3000}
+		}),
+		"penalty and calendar, penalty short": with(func(b *batchFields) {
+			b.flags, b.ext = lua.FlagPenalty|lua.FlagCalendar, []float64{1000, 1000, 0, 1000, 2000, 3000}
+		}),
+		"penalty with role 6": with(func(b *batchFields) { b.flags, b.ext = lua.FlagPenalty|6, []float64{1000, 1000, 0} }),
 	}
 	valid := lua.AppendBatchArgs(nil, p, 1, limiter.RoleOrdinary)
 	for name, args := range bad {
@@ -532,7 +556,15 @@ func randomDifferential(t *testing.T, e *env) {
 	for i := 0; i < n; i++ {
 		var p *limiter.Policy
 		limit := 1 + rng.Int64N(20)
-		switch i % 4 {
+		switch i % 5 {
+		case 4:
+			// A calendar window, with a penalty box one time in two.
+			p = calendarRandom(t, rng, "r.cal", limit)
+			if rng.IntN(2) == 0 {
+				spec := p.Spec()
+				spec.Penalty = randomPenalty(rng)
+				p = limitertest.Policy(t, spec)
+			}
 		case 0:
 			p = fixed(t, "r.fw", limit, windows[rng.IntN(len(windows))])
 		case 1:

@@ -55,13 +55,14 @@ func (s *Store) runProgram(first context.Context, gs []*group) {
 	}
 	keys, args, abuf, hdr := rs.keys[:0], rs.args[:0], rs.abuf[:0], rs.hdr[:0]
 	var latest time.Time
+	calNow := int64(-1)
 	for _, g := range gs {
 		n := len(g.idx)
 		g.outs = grow(g.outs, n)
 		g.replies = grow(g.replies, n)
 		for k, i := range g.idx {
 			keys = append(keys, g.keys[i])
-			abuf = lua.AppendBatchPacked(abuf, g.policies[k], g.costs[k], g.roles[i])
+			abuf = lua.AppendBatchPackedAt(abuf, g.policies[k], g.costs[k], g.roles[i], s.calendarNow(off, &calNow, g.policies[k]))
 		}
 		var dlMs int64
 		if dl, ok := g.ctx.Deadline(); ok {

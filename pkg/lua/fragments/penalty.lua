@@ -6,7 +6,8 @@
 --           struct: duration ms, max duration ms, decay ms.
 --           In: valid, packed (the key's packed argument), pos (where the
 --           fixed struct ended), flags, limit. Out: pen (true when the key
---           has a penalty), penDur, penMax, penDecay; valid.
+--           has a penalty), penDur, penMax, penDecay; valid; pos (after the
+--           extension, where the calendar extension starts).
 --   load    the hash's penalty fields, after load.lua.
 --           In: key, st. Out: stPu (when the last block ends, effective
 --           ms; 0 none), stPn (the offence level; 0 none); st false when
@@ -29,10 +30,12 @@
 pen = false
 if bit.band(flags, PENALTY) ~= 0 then
   pen = true
-  if #packed ~= pos + 23 then
+  -- The extension ends the argument, unless the calendar extension
+  -- follows it (calendar.lua checks that one's length from pos).
+  if #packed < pos + 23 or #packed ~= pos + 23 and bit.band(flags, CALENDAR) == 0 then
     valid = false
   else
-    penDur, penMax, penDecay = unpack('>ddd', packed, pos)
+    penDur, penMax, penDecay, pos = unpack('>ddd', packed, pos)
     valid = valid and limit >= 1
       and penDur >= 1 and penDur <= MAX_PENALTY and penDur % 1 == 0
       and penMax >= penDur and penMax <= MAX_PENALTY and penMax % 1 == 0

@@ -8,8 +8,9 @@ local MAX = 9007199254740991 -- 2^53-1: every number stays an exact integer
 local MAX_DURATION = 316224000000 -- ten years in ms, as limiter.NewPolicy
 local MAX_PENALTY = 2592000000 -- 30 days in ms, limiter.MaxPenalty
 -- The flags byte of a key's packed argument (pkg/lua Flag*): the role's
--- bits, fail open, a penalty extension follows.
-local ROLE_BITS, FAIL_OPEN, PENALTY = 7, 8, 16
+-- bits, fail open, a penalty extension follows, a calendar extension
+-- follows (after the penalty extension when both do).
+local ROLE_BITS, FAIL_OPEN, PENALTY, CALENDAR = 7, 8, 16, 32
 local SCHEMA = '1'
 local S = 1000000 -- sliding-window weight scale (limiter.SlidingScale)
 -- The largest sliding limit: (2^53-1) / S, exact (MAX / S is far from an

@@ -1,0 +1,53 @@
+package descriptors
+
+import (
+	"path/filepath"
+	"testing"
+)
+
+// TestCalendarIDs: a calendar window's ID is its rule's ID followed by its
+// unit and zone, so that turning calendar on, or changing its unit or zone,
+// starts new counters; a rule without calendar keeps its ID.
+func TestCalendarIDs(t *testing.T) {
+	dir := t.TempDir()
+	rule := func(extra string) string {
+		path := filepath.Join(dir, "r.yaml")
+		writeFile(t, path, "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: month, requests_per_unit: 5"+extra+"}\n  - key: n\n    rate_limit: {name: quota, unit: day, requests_per_unit: 5"+extra+"}\n")
+		s := mustLoad(t, path)
+		m, ok := s.Match("d", e("k=v"))
+		if !ok {
+			t.Fatal("no match")
+		}
+		n, ok := s.Match("d", e("n=v"))
+		if !ok {
+			t.Fatal("no match")
+		}
+		return m.Rule.Policy.ID() + " " + n.Rule.Policy.ID()
+	}
+	plain := rule("")
+	if plain != "d/k d:quota" {
+		t.Fatalf("IDs without calendar: %q", plain)
+	}
+	seen := map[string]string{plain: "plain"}
+	for _, extra := range []string{
+		", calendar: true",
+		", calendar: true, time_zone: UTC",
+		", calendar: true, time_zone: Europe/Berlin",
+		", calendar: true, time_zone: Europe/Paris",
+		", calendar: false",
+	} {
+		id := rule(extra)
+		if prev, dup := seen[id]; dup && !(extra == ", calendar: false" && prev == "plain") &&
+			!(extra == ", calendar: true, time_zone: UTC" && prev == ", calendar: true") {
+			t.Errorf("%q: IDs %q, the same as with %q", extra, id, prev)
+		}
+		if extra == ", calendar: false" && id != plain {
+			t.Errorf("calendar: false changed the IDs: %q", id)
+		}
+		seen[id] = extra
+	}
+	// Readable, and stable across releases (a change would reset counters).
+	if got := rule(", calendar: true, time_zone: Europe/Berlin"); got != "d/k:calendar:month:europe_berlin--231b4fc46aba d:quota:calendar:day:europe_berlin--edc43690db93" {
+		t.Errorf("calendar IDs: %q", got)
+	}
+}
