@@ -12,6 +12,8 @@ import (
 	"slices"
 	"time"
 
+	"go.uber.org/zap"
+
 	"github.com/envoy-rls/envoy-rls/pkg/rls"
 )
 
@@ -67,7 +69,7 @@ func (s *server) handleConsole(mux *http.ServeMux) {
 	}
 	assets, err := consoleAssets()
 	if err != nil {
-		s.log.Error("console: the embedded files do not load; /ui is off")
+		s.log.Error("console: the embedded files do not load; /ui is off", zap.Error(err))
 		return
 	}
 	serve := func(w http.ResponseWriter, r *http.Request, name string) {
