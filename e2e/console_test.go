@@ -2,6 +2,8 @@ package e2e_test
 
 import (
 	"context"
+	"encoding/json"
+	"fmt"
 	"net/http"
 	"os"
 	"os/exec"
@@ -24,7 +26,7 @@ const consoleToken = "e2e-console-token-0123456789"
 const consoleRules = `domain: e2e
 descriptors:
   - key: user
-    rate_limit: {unit: minute, requests_per_unit: 5}
+    rate_limit: {unit: hour, requests_per_unit: 5}
   - key: login
     rate_limit:
       unit: minute
@@ -60,15 +62,37 @@ func TestConsoleInABrowser(t *testing.T) {
 		t.Skip("e2e")
 	}
 	browser := chromium(t)
+	for _, store := range []string{"memory", "redis"} {
+		t.Run(store, func(t *testing.T) {
+			var cfg replicaConfig
+			if store == "redis" {
+				_, cfg = withStandaloneRedis(t)
+			}
+			checkConsole(t, browser, cfg, store == "memory")
+		})
+	}
+}
+
+// checkConsole runs the browser against a replica of cfg's store;
+// screenshot: the one to copy to docs/img with ENVOY_RLS_UPDATE_SCREENSHOT=1.
+func checkConsole(t *testing.T, browser string, cfg replicaConfig, screenshot bool) {
 	dir := t.TempDir()
 	tokens := writeFile(t, dir, "tokens", "ops:"+consoleToken+"\n")
-	r := startReplica(t, "console", replicaConfig{Rules: rulesDir(t, consoleRules), Secret: secretFile(t),
-		Args: []string{"--admin-token-file", tokens, "--audit-sink", "file", "--audit-file", filepath.Join(dir, "audit.jsonl")}})
-	user := unique("rawval-console")
+	cfg.Rules, cfg.Secret = rulesDir(t, consoleRules), secretFile(t)
+	cfg.Args = []string{"--admin-token-file", tokens, "--audit-sink", "file", "--audit-file", filepath.Join(dir, "audit.jsonl")}
+	awayFromHourBoundary(t)
+	r := startReplica(t, "console", cfg)
+	user, login := unique("rawval-console"), unique("rawval-login")
 	for i := range 7 {
 		res := r.mustCall(t, entry{"user", user})
 		if want := i < 5; res.ok() != want {
 			t.Fatalf("call %d: %v", i+1, res)
+		}
+	}
+	// The fourth login call of a limit of 3 puts the subject in the box.
+	for i := range 4 {
+		if res := r.mustCall(t, entry{"login", login}); res.ok() != (i < 3) {
+			t.Fatalf("login call %d: %v", i+1, res)
 		}
 	}
 	base := "http://" + r.adminAddr
@@ -122,16 +146,16 @@ func TestConsoleInABrowser(t *testing.T) {
 	)
 	rules, stats, top, denials := text("#rules"), text("#stats"), text("#top"), text("#denials")
 	do("explain",
-		chromedp.SetValue(chromedp.CSS("#explain-descriptors"), "user="+user),
+		chromedp.SetValue(chromedp.CSS("#explain-descriptors"), "user="+user+"\nlogin="+login),
 		chromedp.Click(chromedp.CSS("#explain-form button")),
 		chromedp.WaitVisible(chromedp.CSS("#explain-json")),
 	)
-	result, explainJSON := text("#explain-result table"), text("#explain-json")
+	result, explainJSON := text("#explain-result"), text("#explain-json")
 	png, err := chromedp.Run(ctx, chromedp.FullScreenshot(100))
 	if err != nil {
 		t.Fatalf("browser: screenshot: %v", err)
 	}
-	for _, want := range []string{"e2e/user", "e2e/login", "5 / minute", "penalty 10m", "rules.yaml:"} {
+	for _, want := range []string{"e2e/user", "e2e/login", "5 / hour", "penalty 10m", "rules.yaml:"} {
 		if !strings.Contains(rules, want) {
 			t.Errorf("the rules section lacks %q:\n%s", want, rules)
 		}
@@ -142,13 +166,39 @@ func TestConsoleInABrowser(t *testing.T) {
 	if !strings.Contains(denials, "over_limit") || strings.Count(denials, "e2e/user") != 2 {
 		t.Errorf("recent denials, want the 2 denials of e2e/user:\n%s", denials)
 	}
-	// 7 calls on a limit of 5: nothing remains; the answer names the rule.
-	if !strings.Contains(result, "e2e/user") || !strings.Contains(explainJSON, `"remaining": 0`) || !strings.Contains(explainJSON, `"line": 3`) {
-		t.Errorf("explain answer in the page:\n%s\n%s", result, explainJSON)
+	// 7 calls on a limit of 5: nothing remains; the login subject is in
+	// its penalty box. The page shows both, and the answer it received.
+	var ans struct {
+		Descriptors []struct {
+			PolicyID string `json:"policy_id"`
+			Rule     struct {
+				Line int `json:"line"`
+			} `json:"rule"`
+			Limits []struct {
+				Remaining *int64 `json:"remaining"`
+				Blocked   *bool  `json:"blocked"`
+				BlockedMs *int64 `json:"blocked_ms"`
+			} `json:"limits"`
+		} `json:"descriptors"`
+	}
+	if err := json.Unmarshal([]byte(explainJSON), &ans); err != nil || len(ans.Descriptors) != 2 ||
+		len(ans.Descriptors[0].Limits) != 1 || len(ans.Descriptors[1].Limits) != 1 {
+		t.Fatalf("the explain answer in the page: %v\n%s", err, explainJSON)
+	}
+	u, l := ans.Descriptors[0], ans.Descriptors[1]
+	if u.PolicyID != "e2e/user" || u.Rule.Line != 3 || u.Limits[0].Remaining == nil || *u.Limits[0].Remaining != 0 || u.Limits[0].Blocked != nil {
+		t.Errorf("the user descriptor, want e2e/user at line 3 with 0 remaining and no penalty: %s", explainJSON)
+	}
+	if b := l.Limits[0]; l.PolicyID != "e2e/login" || b.Blocked == nil || !*b.Blocked || b.BlockedMs == nil || *b.BlockedMs <= 0 {
+		t.Errorf("the login descriptor, want blocked: %s", explainJSON)
+	}
+	if !strings.Contains(result, "descriptor 1: matched e2e/user") || !strings.Contains(result, "descriptor 2: matched e2e/login") ||
+		!strings.Contains(result, fmt.Sprintf("yes, %d ms left", *l.Limits[0].BlockedMs)) {
+		t.Errorf("the explain section of the page:\n%s", result)
 	}
 	for _, text := range []string{rules, stats, top, denials, result, explainJSON} {
-		if strings.Contains(text, user) {
-			t.Errorf("the raw value %s in the page's answers:\n%s", user, text)
+		if strings.Contains(text, user) || strings.Contains(text, login) {
+			t.Errorf("a raw value in the page's answers:\n%s", text)
 		}
 	}
 	mu.Lock()
@@ -161,7 +211,7 @@ func TestConsoleInABrowser(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Logf("screenshot: %s (%d bytes)", shot, len(png))
-	if os.Getenv("ENVOY_RLS_UPDATE_SCREENSHOT") == "1" {
+	if screenshot && os.Getenv("ENVOY_RLS_UPDATE_SCREENSHOT") == "1" {
 		if err := os.WriteFile(filepath.Join("..", "docs", "img", "console.png"), png, 0o644); err != nil {
 			t.Fatal(err)
 		}

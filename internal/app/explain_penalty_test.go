@@ -13,7 +13,7 @@ const penaltyRules = `domain: app
 descriptors:
   - key: login
     rate_limit:
-      unit: minute
+      unit: hour
       requests_per_unit: 2
       penalty: {duration: 10m}
 `
