@@ -67,6 +67,9 @@ func (s *server) adminHandler() http.Handler {
 	s.handleAdmin(mux, "DELETE /v1/counters", "counters-reset", s.handleReset)
 	s.handleAdmin(mux, "GET /v1/top", "top", s.handleTop)
 	s.handleAdmin(mux, "GET /v1/usage", "usage", s.handleUsage)
+	s.handleAdmin(mux, "GET /v1/denials", "denials", s.handleDenials)
+	s.handleAdmin(mux, "GET /v1/stats", "stats", s.handleStats)
+	s.handleConsole(mux)
 	return mux
 }
 

@@ -28,6 +28,9 @@ const (
 	AuditDrainTimeout = 2 * time.Second
 	// maxAuditPolicySamples bounds --audit-sample-policy's list.
 	maxAuditPolicySamples = 1000
+	// Bounds of --audit-usage-interval.
+	minAuditUsageInterval = 100 * time.Millisecond
+	maxAuditUsageInterval = 24 * time.Hour
 )
 
 // auditOptions are the --audit-* flags (part of Options).
@@ -40,6 +43,8 @@ type auditOptions struct {
 	AuditSamplePolicy string
 	AuditQueueSize    int
 	AuditRequestIDKey string
+	// AuditUsageInterval is the period of the usage records; 0: none.
+	AuditUsageInterval time.Duration
 }
 
 // auditFlags adds the audit flags to fs.
@@ -51,6 +56,7 @@ func auditFlags(fs *flag.FlagSet, o *auditOptions) {
 	fs.StringVar(&o.AuditSample, "audit-sample", DefaultAuditSample, "the share of denial events written, 0 < share ≤ 1 (random sampling)")
 	fs.StringVar(&o.AuditSamplePolicy, "audit-sample-policy", "", "per-policy shares overriding --audit-sample: policy_id=share pairs, comma-separated")
 	fs.IntVar(&o.AuditQueueSize, "audit-queue-size", DefaultAuditQueueSize, fmt.Sprintf("audit events waiting to be written, 1–%d; when full, events are dropped (envoy_rls_audit_dropped_total{reason=\"queue_full\"}), never the decision delayed", audit.MaxQueueSize))
+	fs.DurationVar(&o.AuditUsageInterval, "audit-usage-interval", 0, fmt.Sprintf("write each tracked policy's usage totals (/v1/usage) to the audit sink as a \"kind\":\"usage\" record this often, %s–%s; 0: never", minAuditUsageInterval, maxAuditUsageInterval))
 	fs.StringVar(&o.AuditRequestIDKey, "audit-request-id-key", "", "descriptor key whose one-entry descriptor carries the request id (Envoy request_headers action on x-request-id): never matched against the rules, its value is the events' request_id (empty: only x-request-id gRPC metadata)")
 }
 
@@ -65,6 +71,7 @@ var auditAccepts = map[string]string{
 	"audit-sample-policy":  fmt.Sprintf("at most %d policy_id=share pairs separated by commas, each share greater than 0 and at most 1", maxAuditPolicySamples),
 	"audit-queue-size":     fmt.Sprintf("an integer between 1 and %d", audit.MaxQueueSize),
 	"audit-request-id-key": "a descriptor key of at most 128 bytes",
+	"audit-usage-interval": fmt.Sprintf("0 (no usage records) or a duration from %s to %s, such as 5m", minAuditUsageInterval, maxAuditUsageInterval),
 }
 
 // check validates the audit flags, one error per refused value; redisAddr
@@ -82,6 +89,7 @@ func (o *auditOptions) check(given map[string]given, redisAddr string) error {
 	bad("audit-sample-policy", ok)
 	bad("audit-queue-size", o.AuditQueueSize >= 1 && o.AuditQueueSize <= audit.MaxQueueSize)
 	bad("audit-request-id-key", len(o.AuditRequestIDKey) <= 128)
+	bad("audit-usage-interval", o.AuditUsageInterval == 0 || o.AuditUsageInterval >= minAuditUsageInterval && o.AuditUsageInterval <= maxAuditUsageInterval)
 	if o.AuditSink == "redis" && redisAddr == "" {
 		r.errs = append(r.errs, fmt.Errorf("%s: the redis audit sink needs --redis-addr", label("audit-sink", given)))
 	}
@@ -167,13 +175,17 @@ func (s *server) startAudit(stdout io.Writer) (rls.Auditor, func(), error) {
 		_ = w.Close()
 		return nil, nil, err
 	}
+	s.audit = sink
+	stopUsage := s.startUsageRecords(sink)
 	s.log.Info("writing denial events to the audit sink",
 		zap.String("sink", o.AuditSink),
 		zap.String("to", where),
 		zap.Float64("sample", rate),
 		zap.Int("policy_samples", len(samples)),
-		zap.Int("queue_size", o.AuditQueueSize))
+		zap.Int("queue_size", o.AuditQueueSize),
+		zap.Duration("usage_interval", o.AuditUsageInterval))
 	stop := func() {
+		stopUsage()
 		if err := sink.Close(AuditDrainTimeout); err != nil {
 			s.log.Warn("audit sink: closing", zap.Error(err))
 		}

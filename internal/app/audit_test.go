@@ -58,6 +58,7 @@ func TestServeAuditFlagErrors(t *testing.T) {
 		{"policy sample", []string{"--audit-sample-policy", "edge/user=2"}, `--audit-sample-policy="edge/user=2": must be at most 1000 policy_id=share pairs separated by commas, each share greater than 0 and at most 1`},
 		{"maxlen", []string{"--audit-redis-maxlen", "0"}, `--audit-redis-maxlen="0": must be an integer between 1 and 100000000`},
 		{"queue", []string{"--audit-queue-size", "0"}, `--audit-queue-size="0": must be an integer between 1 and 1000000`},
+		{"usage interval", []string{"--audit-usage-interval", "10ms"}, `--audit-usage-interval="10ms": must be 0 (no usage records) or a duration from 100ms to 24h0m0s, such as 5m`},
 		{"unwritable file", []string{"--audit-sink", "file", "--audit-file", "/nonexistent/dir/audit.jsonl", "--grpc-addr", "127.0.0.1:0", "--admin-addr", "127.0.0.1:0"},
 			`--audit-file="/nonexistent/dir/audit.jsonl": must be a file this process can append to: open /nonexistent/dir/audit.jsonl: no such file or directory`},
 	} {

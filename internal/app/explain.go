@@ -84,9 +84,11 @@ type limitDoc struct {
 	RetryAfterMs *int64 `json:"retry_after_ms,omitempty"`
 	Allowed      *bool  `json:"allowed,omitempty"`
 	Source       string `json:"source,omitempty"`
-	// Blocked is reserved for a penalty box: the subject is blocked
-	// regardless of its count.
+	// Blocked (a policy with a penalty box) says whether the subject is
+	// blocked regardless of its count; BlockedMs is how long the block
+	// still lasts.
 	Blocked    *bool  `json:"blocked,omitempty"`
+	BlockedMs  *int64 `json:"blocked_ms,omitempty"`
 	StateError string `json:"state_error,omitempty"`
 
 	req limiter.Request
@@ -183,6 +185,13 @@ func setState(l *limitDoc, o limiter.Outcome, now time.Time) {
 	d := o.Decision
 	rem, reset, retry, allowed := d.Remaining, max(d.ResetAt.Sub(now).Milliseconds(), 0), d.RetryAfter.Milliseconds(), d.Allowed
 	l.Remaining, l.ResetMs, l.RetryAfterMs, l.Allowed, l.Source = &rem, &reset, &retry, &allowed, d.Source.String()
+	if p := l.req.Policy; p != nil && p.Penalty().Duration > 0 || d.Blocked {
+		blocked := d.Blocked
+		l.Blocked = &blocked
+		if blocked {
+			l.BlockedMs = &retry
+		}
+	}
 }
 
 // handleExplain serves POST /v1/explain.

@@ -91,8 +91,13 @@ func explainBody(key, value string) string {
 
 // startExplainServer serves explainRules on store with a token file.
 func startExplainServer(t *testing.T, store string, env map[string]string, extra ...string) (*running, *explainClient) {
+	return startExplainServerWith(t, explainRules, store, env, extra...)
+}
+
+// startExplainServerWith serves ruleText on store with a token file.
+func startExplainServerWith(t *testing.T, ruleText, store string, env map[string]string, extra ...string) (*running, *explainClient) {
 	dir := t.TempDir()
-	rules := writeRules(t, dir, explainRules)
+	rules := writeRules(t, dir, ruleText)
 	tokens := filepath.Join(dir, "tokens")
 	if err := os.WriteFile(tokens, []byte("ops:"+explainTestToken+"\n"), 0o600); err != nil {
 		t.Fatal(err)

@@ -23,6 +23,7 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/reflection"
 
+	"github.com/envoy-rls/envoy-rls/pkg/audit"
 	"github.com/envoy-rls/envoy-rls/pkg/descriptors"
 	"github.com/envoy-rls/envoy-rls/pkg/limiter"
 	"github.com/envoy-rls/envoy-rls/pkg/limiter/denycache"
@@ -55,6 +56,8 @@ type server struct {
 	adminAuth *adminAuth
 	// top tracks the top consumers and usage of each policy.
 	top *topk.Tracker
+	// audit is the audit sink; nil when --audit-sink is not set.
+	audit *audit.Sink
 }
 
 // serve runs the server until ctx is done or a server fails: it loads the

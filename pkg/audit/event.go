@@ -45,11 +45,16 @@ type Event struct {
 	Shadow bool
 	// Outcome is OutcomeOverLimit or OutcomeFailureMode.
 	Outcome string
+	// Usage, when set, makes the event a usage record (KindUsage) of
+	// Domain and PolicyID at Time: the denial fields are not used.
+	Usage *Usage
 }
 
 // Record is an event as written: the JSON object of a JSON line, and the
 // field names and values of a stream entry.
 type Record struct {
+	// Kind is KindDenial or KindUsage.
+	Kind          string `json:"kind"`
 	Time          string `json:"time"`
 	Domain        string `json:"domain"`
 	PolicyID      string `json:"policy_id"`
@@ -61,6 +66,8 @@ type Record struct {
 	RequestID     string `json:"request_id,omitempty"`
 	Shadow        bool   `json:"shadow"`
 	Outcome       string `json:"outcome"`
+	// Usage is a usage record's totals (KindUsage only).
+	Usage *UsageRecord `json:"-"`
 }
 
 // TimeFormat is the format of Record.Time: UTC, milliseconds.
@@ -68,7 +75,11 @@ const TimeFormat = "2006-01-02T15:04:05.000Z07:00"
 
 // Record is the event as written.
 func (e *Event) Record() Record {
+	if e.Usage != nil {
+		return Record{Kind: KindUsage, Time: e.Time.UTC().Format(TimeFormat), Domain: e.Domain, PolicyID: e.PolicyID, Usage: e.Usage.record()}
+	}
 	return Record{
+		Kind:          KindDenial,
 		Time:          e.Time.UTC().Format(TimeFormat),
 		Domain:        e.Domain,
 		PolicyID:      e.PolicyID,
@@ -86,7 +97,11 @@ func (e *Event) Record() Record {
 // fields are the record's stream fields, as name, value pairs in a fixed
 // order (request_id only when set).
 func (r *Record) fields() [][2]string {
+	if r.Kind == KindUsage && r.Usage != nil {
+		return r.usageFields()
+	}
 	f := [][2]string{
+		{"kind", KindDenial},
 		{"time", r.Time},
 		{"domain", r.Domain},
 		{"policy_id", r.PolicyID},

@@ -62,6 +62,10 @@ type Config struct {
 	// Rand returns a number in [0, 1) for sampling. (Optional, default
 	// math/rand/v2's Float64)
 	Rand func() float64
+	// RecentSize is how many of the last denial events kept by sampling
+	// Recent returns. (Optional, default DefaultRecentSize, at most
+	// MaxRecentSize)
+	RecentSize int
 	// Logger receives write failures, sampled to one line per failure
 	// streak. (Optional)
 	Logger *zap.Logger
@@ -79,6 +83,7 @@ type Sink struct {
 	policy       map[string]float64
 	rand         func() float64
 	log          *zap.Logger
+	recent       *recent
 
 	closed atomic.Bool
 	stop   chan struct{} // closed by Close: drain and return
@@ -118,6 +123,12 @@ func New(cfg Config) (*Sink, error) {
 			return nil, fmt.Errorf("audit: sample of policy %q: %w", id, err)
 		}
 	}
+	if cfg.RecentSize == 0 {
+		cfg.RecentSize = DefaultRecentSize
+	}
+	if cfg.RecentSize < 1 || cfg.RecentSize > MaxRecentSize {
+		return nil, fmt.Errorf("audit: recent size %d is outside 1–%d", cfg.RecentSize, MaxRecentSize)
+	}
 	if cfg.Rand == nil {
 		cfg.Rand = rand.Float64
 	}
@@ -134,6 +145,7 @@ func New(cfg Config) (*Sink, error) {
 		policy:       cfg.PolicySample,
 		rand:         cfg.Rand,
 		log:          cfg.Logger.Named("audit"),
+		recent:       newRecent(cfg.RecentSize),
 		stop:         make(chan struct{}),
 		done:         make(chan struct{}),
 	}
@@ -159,6 +171,28 @@ func (s *Sink) Offer(e Event) {
 		s.m.sampledOut.Inc()
 		return
 	}
+	s.recent.add(e)
+	s.enqueue(e)
+}
+
+// OfferUsage queues a usage record (e.Usage set): never sampled, not
+// among Recent, dropped and counted like a denial when the queue is full.
+// It never blocks.
+func (s *Sink) OfferUsage(e Event) {
+	if e.Usage == nil {
+		return
+	}
+	s.enqueue(e)
+}
+
+// Recent returns up to n of the last denial events kept by sampling,
+// newest first: those the queue dropped too.
+func (s *Sink) Recent(n int) []Record { return s.recent.last(n) }
+
+// RecentSize is the most events Recent returns.
+func (s *Sink) RecentSize() int { return len(s.recent.ring) }
+
+func (s *Sink) enqueue(e Event) {
 	if s.closed.Load() {
 		s.m.dropped(DropShutdown, 1)
 		return

@@ -41,7 +41,7 @@ func TestJSONLinesParse(t *testing.T) {
 		t.Fatalf("%d lines, want 2", len(lines))
 	}
 	want := map[string]any{
-		"time": "2026-12-01T19:00:00.123Z", "domain": "edge", "policy_id": "edge:per-ip",
+		"kind": "denial", "time": "2026-12-01T19:00:00.123Z", "domain": "edge", "policy_id": "edge:per-ip",
 		"subject_digest": "02ab" + strings.Repeat("0", 60), "cost": 1.0, "limit": 10.0, "remaining": 0.0,
 		"retry_after_ms": 1500.0, "request_id": "req-9", "shadow": true, "outcome": "failure_mode",
 	}

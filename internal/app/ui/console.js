@@ -1,0 +1,242 @@
+// envoy-rls console: reads the admin API with the token kept in this
+// tab's sessionStorage. Every value is put in the page as text, never as
+// markup.
+"use strict";
+
+const tokenKey = "envoy-rls-admin-token";
+const refreshMs = 5000;
+let timer = null;
+let lastStats = null;
+
+const $ = (id) => document.getElementById(id);
+
+function el(tag, text, cls) {
+  const e = document.createElement(tag);
+  if (text !== undefined && text !== null) e.textContent = String(text);
+  if (cls) e.className = cls;
+  return e;
+}
+
+function row(cells, numeric) {
+  const tr = document.createElement("tr");
+  cells.forEach((c, i) => tr.appendChild(el("td", c, numeric && numeric.includes(i) ? "num" : "mono")));
+  return tr;
+}
+
+function fill(tbody, rows, emptyText, cols) {
+  tbody.replaceChildren();
+  if (rows.length === 0) {
+    const td = el("td", emptyText, "meta");
+    td.colSpan = cols;
+    const tr = document.createElement("tr");
+    tr.appendChild(td);
+    tbody.appendChild(tr);
+    return;
+  }
+  rows.forEach((r) => tbody.appendChild(r));
+}
+
+class Unauthorized extends Error {}
+
+async function api(method, path, body) {
+  const headers = { Authorization: "Bearer " + sessionStorage.getItem(tokenKey) };
+  if (body !== undefined) headers["Content-Type"] = "application/json";
+  const resp = await fetch(path, { method, headers, body, cache: "no-store", credentials: "omit" });
+  if (resp.status === 401) throw new Unauthorized("the token was refused");
+  const text = await resp.text();
+  let data = null;
+  try { data = JSON.parse(text); } catch (e) { data = null; }
+  if (!resp.ok) throw new Error((data && data.error) || text.trim() || resp.status + " " + resp.statusText);
+  return data;
+}
+
+function setStatus(text, cls) {
+  const s = $("status");
+  s.textContent = text;
+  s.className = cls || "meta";
+}
+
+function showLogin(message) {
+  clearInterval(timer);
+  timer = null;
+  $("console").hidden = true;
+  $("signout").hidden = true;
+  $("login").hidden = false;
+  $("login-error").textContent = message || "";
+  setStatus("");
+}
+
+async function showConsole() {
+  $("login").hidden = true;
+  $("console").hidden = false;
+  $("signout").hidden = false;
+  await refreshRules();
+  await refreshLive();
+  timer = setInterval(refreshLive, refreshMs);
+}
+
+function fmtLimit(r) {
+  if (r.unlimited) return "unlimited";
+  if (!r.requests_per_unit && !r.unit) return "";
+  const mult = r.unit_multiplier > 1 ? r.unit_multiplier + " " : "";
+  return r.requests_per_unit + " / " + mult + r.unit;
+}
+
+async function refreshRules() {
+  const cfg = await api("GET", "/config");
+  const meta = [];
+  if (cfg.source && cfg.source.type) meta.push("rules from " + cfg.source.type + (cfg.source.server ? " " + cfg.source.server : ""));
+  if (cfg.fingerprint) meta.push("fingerprint " + cfg.fingerprint);
+  if (cfg.last_reload && cfg.last_reload.time) meta.push("last reload " + cfg.last_reload.time);
+  meta.push("store: " + cfg.store);
+  $("rules-meta").textContent = meta.join(" · ");
+  const box = $("rules");
+  box.replaceChildren();
+  const select = $("explain-domain");
+  select.replaceChildren();
+  (cfg.domains || []).forEach((d) => {
+    box.appendChild(el("h3", "domain " + d.domain + (d.file ? " (" + d.file + ")" : "")));
+    const table = document.createElement("table");
+    table.className = "rules";
+    const head = document.createElement("tr");
+    ["descriptor path", "policy ID", "limit", "algorithm", "source"].forEach((h) => head.appendChild(el("th", h)));
+    const thead = document.createElement("thead");
+    thead.appendChild(head);
+    const tbody = document.createElement("tbody");
+    fill(tbody, (d.rules || []).map((r) => row([r.path, r.policy_id || "", fmtLimit(r) + (r.shadow_mode ? " (shadow)" : "") + (r.penalty ? ", penalty " + r.penalty.duration : ""), r.algorithm || "", r.source])), "no rules", 5);
+    table.append(thead, tbody);
+    box.appendChild(table);
+    select.appendChild(el("option", d.domain));
+  });
+  if ((cfg.domains || []).length === 0) box.appendChild(el("p", "No rules loaded.", "meta"));
+}
+
+async function refreshLive() {
+  try {
+    await Promise.all([refreshStats(), refreshTop(), refreshDenials()]);
+    setStatus("updated " + new Date().toLocaleTimeString(), "ok");
+  } catch (e) {
+    if (e instanceof Unauthorized) { signOut("The token was refused (rotated?): sign in again."); return; }
+    setStatus(e.message, "error");
+  }
+}
+
+async function refreshStats() {
+  const s = await api("GET", "/v1/stats");
+  const prev = lastStats;
+  const dt = prev ? (Date.parse(s.time) - Date.parse(prev.time)) / 1000 : 0;
+  const before = {};
+  if (prev) prev.policies.forEach((p) => { before[p.domain + "\u0000" + p.policy_id] = p; });
+  const rate = (p, f) => {
+    const b = before[p.domain + "\u0000" + p.policy_id];
+    if (!b || dt <= 0) return "…";
+    return ((p[f] - b[f]) / dt).toFixed(1);
+  };
+  fill($("stats").tBodies[0], s.policies.map((p) => row([p.domain, p.policy_id, rate(p, "decisions"), rate(p, "denials"),
+    p.decisions, p.denials, p.shadow_denials, p.hits], [2, 3, 4, 5, 6, 7])), "no decision yet", 8);
+  lastStats = s;
+}
+
+async function refreshTop() {
+  const t = await api("GET", "/v1/top?n=10");
+  $("top-meta").textContent = "The heaviest subjects by hits over the last " + Math.round(t.window_seconds) + " s, by subject digest (HMAC of the value).";
+  fill($("top").tBodies[0], t.top.map((e) => row([e.domain, e.policy_id, e.key, e.subject_digest.slice(0, 16) + "…", e.hits, e.denied], [4, 5])), "no traffic tracked yet", 6);
+}
+
+async function refreshDenials() {
+  const d = await api("GET", "/v1/denials?n=20");
+  if (d.sink === "off") {
+    $("denials-meta").textContent = "The audit sink is off (--audit-sink): no denial events are kept.";
+  } else {
+    $("denials-meta").textContent = "The last denial events written to the " + d.sink + " audit sink (after sampling), newest first; this process keeps " + d.kept + ".";
+  }
+  fill($("denials").tBodies[0], d.denials.map((e) => row([e.time, e.domain, e.policy_id, e.subject_digest.slice(0, 16) + "…", e.cost, e.limit,
+    e.retry_after_ms + " ms", e.shadow ? "yes" : "no", e.outcome], [4, 5])), d.sink === "off" ? "audit sink off" : "no denial yet", 9);
+}
+
+function parseDescriptors(text) {
+  const lines = text.split("\n").map((l) => l.trim()).filter((l) => l !== "");
+  return lines.map((line, i) => ({
+    entries: line.split(",").map((part) => {
+      const at = part.indexOf("=");
+      if (at <= 0) throw new Error("line " + (i + 1) + ": want key=value, key2=value2");
+      return { key: part.slice(0, at).trim(), value: part.slice(at + 1).trim() };
+    }),
+  }));
+}
+
+function showExplain(ans) {
+  const out = $("explain-result");
+  out.replaceChildren();
+  ans.descriptors.forEach((d, i) => {
+    const title = "descriptor " + (i + 1) + ": " + (d.matched ? (d.unlimited ? "matched, unlimited" : "matched " + (d.policy_id || "")) : "no match");
+    out.appendChild(el("h3", title, d.matched ? "explain-matched" : "explain-unmatched"));
+    if (d.rule) out.appendChild(el("p", "rule " + d.rule.path + " at " + d.rule.file + ":" + d.rule.line, "mono"));
+    if (d.reason) out.appendChild(el("p", d.reason, "meta"));
+    if (d.limits && d.limits.length > 0) {
+      const table = document.createElement("table");
+      table.className = "explain-limits";
+      const head = document.createElement("tr");
+      ["policy ID", "limit", "algorithm", "remaining", "reset", "allowed", "blocked"].forEach((h) => head.appendChild(el("th", h)));
+      const thead = document.createElement("thead");
+      thead.appendChild(head);
+      const tbody = document.createElement("tbody");
+      d.limits.forEach((l) => {
+        const known = (v, suffix) => (v === undefined || v === null ? (l.state_error ? "?" : "") : v + (suffix || ""));
+        const blocked = l.blocked === undefined ? "" : l.blocked ? "yes, " + l.blocked_ms + " ms left" : "no";
+        tbody.appendChild(row([l.policy_id, l.requests_per_unit + " / " + l.unit, l.algorithm, known(l.remaining), known(l.reset_ms, " ms"),
+          l.allowed === undefined ? known() : l.allowed ? "yes" : "no", blocked]));
+      });
+      table.append(thead, tbody);
+      out.appendChild(table);
+      d.limits.filter((l) => l.state_error).forEach((l) => out.appendChild(el("p", "state of " + l.policy_id + ": " + l.state_error, "error")));
+    }
+  });
+  const pre = el("pre", JSON.stringify(ans, null, 2));
+  pre.id = "explain-json";
+  out.appendChild(pre);
+}
+
+async function explain(ev) {
+  ev.preventDefault();
+  $("explain-error").textContent = "";
+  try {
+    const body = JSON.stringify({ domain: $("explain-domain").value, descriptors: parseDescriptors($("explain-descriptors").value) });
+    showExplain(await api("POST", "/v1/explain", body));
+  } catch (e) {
+    if (e instanceof Unauthorized) { signOut("The token was refused: sign in again."); return; }
+    $("explain-error").textContent = e.message;
+  }
+}
+
+async function signIn(ev) {
+  ev.preventDefault();
+  const input = $("token");
+  sessionStorage.setItem(tokenKey, input.value.trim());
+  input.value = "";
+  try {
+    await api("GET", "/v1/stats");
+  } catch (e) {
+    sessionStorage.removeItem(tokenKey);
+    showLogin(e instanceof Unauthorized ? "The token was refused." : e.message);
+    return;
+  }
+  try { await showConsole(); } catch (e) { setStatus(e.message, "error"); }
+}
+
+function signOut(message) {
+  sessionStorage.removeItem(tokenKey);
+  lastStats = null;
+  showLogin(typeof message === "string" ? message : "");
+}
+
+document.addEventListener("DOMContentLoaded", () => {
+  $("login-form").addEventListener("submit", signIn);
+  $("explain-form").addEventListener("submit", explain);
+  $("signout").addEventListener("click", () => signOut(""));
+  if (sessionStorage.getItem(tokenKey)) {
+    showConsole().catch((e) => (e instanceof Unauthorized ? signOut("The token was refused: sign in again.") : setStatus(e.message, "error")));
+  } else {
+    showLogin("");
+  }
+});

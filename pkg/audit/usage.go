@@ -1,0 +1,83 @@
+package audit
+
+import (
+	"encoding/json"
+	"strconv"
+	"time"
+)
+
+// Record kinds: the "kind" field of every record.
+const (
+	// KindDenial: one denied limit (Event without Usage).
+	KindDenial = "denial"
+	// KindUsage: one policy's usage totals at a periodic snapshot.
+	KindUsage = "usage"
+)
+
+// Usage is a policy's usage totals since Since, as /v1/usage reports them;
+// an Event carrying one is a usage record. It holds no subject.
+type Usage struct {
+	// Key is the descriptor key the policy limits.
+	Key string
+	// Since is the start of the period the totals cover.
+	Since time.Time
+	// Hits is cost-weighted; Decisions counts descriptor decisions.
+	Hits, Decisions, Denials, ShadowDenials int64
+	// DistinctSubjects is estimated (HyperLogLog).
+	DistinctSubjects uint64
+}
+
+// UsageRecord is a usage record's "usage" object.
+type UsageRecord struct {
+	Key              string `json:"key"`
+	Since            string `json:"since"`
+	Hits             int64  `json:"hits"`
+	Decisions        int64  `json:"decisions"`
+	Denials          int64  `json:"denials"`
+	ShadowDenials    int64  `json:"shadow_denials"`
+	DistinctSubjects uint64 `json:"distinct_subjects"`
+}
+
+func (u *Usage) record() *UsageRecord {
+	return &UsageRecord{Key: u.Key, Since: u.Since.UTC().Format(TimeFormat), Hits: u.Hits, Decisions: u.Decisions,
+		Denials: u.Denials, ShadowDenials: u.ShadowDenials, DistinctSubjects: u.DistinctSubjects}
+}
+
+// usageJSON is a usage record as a JSON line: no denial field.
+type usageJSON struct {
+	Kind     string       `json:"kind"`
+	Time     string       `json:"time"`
+	Domain   string       `json:"domain"`
+	PolicyID string       `json:"policy_id"`
+	Usage    *UsageRecord `json:"usage"`
+}
+
+// denialJSON is Record without its methods, to encode a denial.
+type denialJSON Record
+
+// MarshalJSON writes a denial with its fields and a usage record with
+// kind, time, domain, policy_id and usage only.
+func (r Record) MarshalJSON() ([]byte, error) {
+	if r.Kind == KindUsage && r.Usage != nil {
+		return json.Marshal(usageJSON{Kind: r.Kind, Time: r.Time, Domain: r.Domain, PolicyID: r.PolicyID, Usage: r.Usage})
+	}
+	return json.Marshal(denialJSON(r))
+}
+
+// usageFields are a usage record's stream fields.
+func (r *Record) usageFields() [][2]string {
+	u := r.Usage
+	return [][2]string{
+		{"kind", KindUsage},
+		{"time", r.Time},
+		{"domain", r.Domain},
+		{"policy_id", r.PolicyID},
+		{"key", u.Key},
+		{"since", u.Since},
+		{"hits", strconv.FormatInt(u.Hits, 10)},
+		{"decisions", strconv.FormatInt(u.Decisions, 10)},
+		{"denials", strconv.FormatInt(u.Denials, 10)},
+		{"shadow_denials", strconv.FormatInt(u.ShadowDenials, 10)},
+		{"distinct_subjects", strconv.FormatUint(u.DistinctSubjects, 10)},
+	}
+}
