@@ -123,6 +123,9 @@
 -- #include time.lua
 
 local NARG = 2
+-- WIDE: above this many keys a request finds the keys naming the same hash
+-- through two tables (seen, lastWrite) instead of scanning.
+local WIDE = 32
 local nkeys = #KEYS
 local unpack = struct.unpack
 if nkeys < 1 or #ARGV ~= nkeys * NARG + 1 then
@@ -194,6 +197,15 @@ local rec, out = false, false
 if n > 1 then
   rec, out = {}, { 0, false, false, false, false, false, false, false }
 end
+-- For a wide request, the keys a later key looks back to and forward to,
+-- by key name: seen[key] the last earlier key naming it whose record
+-- counts (R_KIND not 0), lastWrite[key] the last key naming it that writes.
+-- Scanning the keys instead is cheaper for a few keys and quadratic for
+-- many (a request of 64 descriptors with 16 limits each has 1,024).
+local seen, lastWrite = false, false
+if n > WIDE then
+  seen, lastWrite = {}, {}
+end
 
 for i = 1, n do
   key, policy = KEYS[kb + i], ARGV[(kb + i - 1) * NARG + 1]
@@ -243,7 +255,9 @@ for i = 1, n do
     -- The state: what the last earlier key naming this hash left, else
     -- the hash.
     local j = 0
-    if rec then
+    if seen then
+      j = seen[key] or 0
+    elseif rec then
       for k = i - 1, 1, -1 do
         if KEYS[kb + k] == key and rec[(k - 1) * R + R_KIND] ~= 0 then
           j = k
@@ -336,6 +350,14 @@ for i = 1, n do
       rec[o + R_RESET_BEFORE], rec[o + R_ALG], rec[o + R_REV], rec[o + R_L], rec[o + R_PU], rec[o + R_PN] =
       kind, stLast, stA, stB, stC, fresh, hashA, hashC, write, wTtl, wRemainingBefore, wResetBefore, wAlg, wRev, stL,
       stPu or 0, stPn or 0
+    if seen then
+      if kind ~= 0 then
+        seen[key] = i
+      end
+      if write then
+        lastWrite[key] = i
+      end
+    end
   end
   -- limiter.Commits
   if role ~= 1 and role ~= 3 then
@@ -366,10 +388,14 @@ for i = 1, n do
     write = rec[o + R_WRITE]
     if write and commit then
       key = KEYS[kb + i]
-      for k = i + 1, n do
-        if KEYS[kb + k] == key and rec[(k - 1) * R + R_WRITE] then
-          write = false
-          break
+      if lastWrite then
+        write = lastWrite[key] == i
+      else
+        for k = i + 1, n do
+          if KEYS[kb + k] == key and rec[(k - 1) * R + R_WRITE] then
+            write = false
+            break
+          end
         end
       end
       if write then

@@ -204,15 +204,21 @@ func (e *env) checkWritten(states, final map[string]limiter.State, before map[st
 // unsafe-clock states) through rate-batch-v1.lua and through modelBatch:
 // the same commit flag, the same seven fields per key, the same hashes, and
 // no change at all to a key that is not written.
-func TestBatchProgramAgainstApply(t *testing.T) { batchProgramAgainstApply(t, newEnv(t)) }
+func TestBatchProgramAgainstApply(t *testing.T) { batchProgramAgainstApply(t, newEnv(t), 1, 6) }
 
-func batchProgramAgainstApply(t *testing.T, e *env) {
+// TestWideBatchProgramAgainstApply: the same with requests of 33 to 64 keys,
+// above the program's WIDE bound, where it finds the keys naming the same
+// hash through tables instead of scanning.
+func TestWideBatchProgramAgainstApply(t *testing.T) { batchProgramAgainstApply(t, newEnv(t), 33, 64) }
+
+// batchProgramAgainstApply runs random batches of minKeys to maxKeys keys.
+func batchProgramAgainstApply(t *testing.T, e *env, minKeys, maxKeys int) {
 	rng, n := seededRand(t, 6, 300, 80, "batches")
 	windows := []time.Duration{7 * time.Millisecond, time.Second, time.Minute, time.Hour}
 	roles := []limiter.Role{limiter.RoleOrdinary, limiter.RoleOrdinary, limiter.RoleOrdinary, limiter.RoleShadow, limiter.RoleQuota, limiter.RoleQuota, limiter.RoleCheck, limiter.RoleProbe, limiter.RoleQuotaProbe}
 	for it := 0; it < n; it++ {
 		pols := randomPolicies(t, rng, "bp", 3, windows)
-		reqs := make([]batchReq, 1+rng.IntN(6))
+		reqs := make([]batchReq, minKeys+rng.IntN(maxKeys-minKeys+1))
 		for j := range reqs {
 			p := pols[rng.IntN(len(pols))]
 			reqs[j] = batchReq{p: p, sub: subjectOf("bp" + strconv.Itoa(rng.IntN(2))), cost: 1 + rng.Int64N(p.MaxCost()), role: roles[rng.IntN(len(roles))]}

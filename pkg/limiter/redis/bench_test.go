@@ -354,3 +354,34 @@ func BenchmarkGroupRun(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkWideCall: one call of n distinct limits (a request of 64
+// descriptors, each with a list of 16 limits, is 1,024), in one program run:
+// Redis CPU per call and per limit, which must grow linearly with n.
+func BenchmarkWideCall(b *testing.B) {
+	srv := redistest.Standalone(b)
+	s := newStore(b, Config{Addrs: []string{srv.Addr()}, Timeout: 5 * time.Second})
+	p := fixed(b, "bench.wide", 1_000_000_000_000, time.Hour)
+	for _, n := range []int{16, 64, 256, 1024} {
+		b.Run(fmt.Sprintf("limits=%d", n), func(b *testing.B) {
+			ctx := context.Background()
+			keys := make([]string, n)
+			args := make([]string, 0, 2*n+1)
+			for i := range n {
+				r := limiter.Request{Policy: p, Subject: subjectOf(fmt.Sprintf("wide-%d-%d", n, i)), Cost: 1}
+				keys[i] = string(requestKey(nil, &r))
+				args = append(args, p.ID(), lua.AppendBatchArgs(nil, p, 1, limiter.RoleOrdinary)[1])
+			}
+			args = append(args, string(lua.AppendGroupEntry(nil, n, 0)))
+			cpu0 := redisCPU(b, srv)
+			for b.Loop() {
+				if err := batchScript.Exec(ctx, s.client, keys, args).Error(); err != nil {
+					b.Fatal(err)
+				}
+			}
+			cpu := redisCPU(b, srv) - cpu0
+			b.ReportMetric(cpu.Seconds()*1e6/float64(b.N), "redis-cpu-µs/call")
+			b.ReportMetric(cpu.Seconds()*1e6/float64(b.N*n), "redis-cpu-µs/limit")
+		})
+	}
+}

@@ -21,7 +21,7 @@ func TestVersionMatrix(t *testing.T) {
 			e := newEnv(t, redistest.WithImage(image))
 			t.Run("programs", func(t *testing.T) { programsAgainstApply(t, e) })
 			t.Run("random", func(t *testing.T) { randomDifferential(t, e) })
-			t.Run("batches", func(t *testing.T) { batchProgramAgainstApply(t, e) })
+			t.Run("batches", func(t *testing.T) { batchProgramAgainstApply(t, e, 1, 6) })
 		})
 	}
 }
