@@ -7,6 +7,7 @@ import (
 	"crypto/subtle"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"regexp"
@@ -96,15 +97,14 @@ func readTokens(path string) ([]adminToken, os.FileInfo, error) {
 	if !fi.Mode().IsRegular() {
 		return nil, nil, fmt.Errorf("admin token file %s: not a regular file", path)
 	}
-	b := make([]byte, maxTokenFileBytes+1)
-	n, err := f.Read(b)
-	if err != nil && n == 0 {
+	b, err := io.ReadAll(io.LimitReader(f, maxTokenFileBytes+1))
+	if err != nil {
 		return nil, nil, fmt.Errorf("admin token file %s: %w", path, err)
 	}
-	if n > maxTokenFileBytes {
+	if len(b) > maxTokenFileBytes {
 		return nil, nil, fmt.Errorf("admin token file %s: larger than %d bytes", path, maxTokenFileBytes)
 	}
-	toks, err := parseTokens(path, b[:n])
+	toks, err := parseTokens(path, b)
 	return toks, fi, err
 }
 

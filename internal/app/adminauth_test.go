@@ -148,3 +148,40 @@ func toString(v any) string {
 	}
 	return ""
 }
+
+// TestReadTokens: the token file is read whole up to its bound, and a file
+// that is missing, too large or not a regular file is refused with its path.
+func TestReadTokens(t *testing.T) {
+	dir := t.TempDir()
+	big := filepath.Join(dir, "big")
+	var b strings.Builder
+	for i := 0; b.Len() <= maxTokenFileBytes; i++ {
+		b.WriteString("# padding line to make the file larger than its bound\n")
+	}
+	b.WriteString("ops:0123456789abcdef\n")
+	if err := os.WriteFile(big, []byte(b.String()), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	last := filepath.Join(dir, "last")
+	// A file just under the bound whose only token is on its last line.
+	content := strings.Repeat("#\n", (maxTokenFileBytes-64)/2) + "ops:0123456789abcdef\n"
+	if err := os.WriteFile(last, []byte(content), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct{ path, err string }{
+		{filepath.Join(dir, "missing"), "no such file"},
+		{big, "larger than"},
+		{dir, "not a regular file"},
+	} {
+		if _, _, err := readTokens(tc.path); err == nil || !strings.Contains(err.Error(), tc.err) {
+			t.Errorf("%s: error %v, want one containing %q", tc.path, err, tc.err)
+		}
+	}
+	toks, _, err := readTokens(last)
+	if err != nil || len(toks) != 1 || toks[0].name != "ops" {
+		t.Fatalf("a file near the bound: %+v, %v", toks, err)
+	}
+	if _, err := newAdminAuth(big, time.Now, zap.NewNop()); err == nil {
+		t.Fatal("a start with a token file that does not parse succeeded")
+	}
+}
