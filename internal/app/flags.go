@@ -138,7 +138,7 @@ func serveFlags(o *Options) *flag.FlagSet {
 	fs.StringVar(&o.Config, "config", "", "rule file or directory of rule files (required)")
 	fs.StringVar(&o.GRPCAddr, "grpc-addr", DefaultGRPCAddr, "gRPC listen address (RateLimitService, health, reflection); unix:PATH listens on a unix socket")
 	fs.StringVar(&o.AdminAddr, "admin-addr", DefaultAdminAddr, "admin HTTP listen address (/healthz, /readyz, /metrics, /config)")
-	fs.StringVar(&o.AdminTokenFile, "admin-token-file", "", "file of admin API bearer tokens, one name:token per line (several for rotation; re-read when it changes); without it the admin API (/v1/...) is off")
+	fs.StringVar(&o.AdminTokenFile, "admin-token-file", "", "file of admin API bearer tokens, one name:token per line (several for rotation; re-read when it changes); without it the admin API (/v1/...) and the console (/ui) are off")
 	fs.StringVar(&o.Store, "store", DefaultStore, "limit store: memory or redis")
 	fs.StringVar(&o.HMACSecretFile, "hmac-secret-file", "", "file holding the HMAC secret that pseudonymizes subjects (else $"+SecretEnv+"; required with --store redis)")
 	fs.StringVar(&o.LogLevel, "log-level", DefaultLogLevel, "log level: debug, info, warn, error")
