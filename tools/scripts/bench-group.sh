@@ -3,7 +3,9 @@
 # service (envoyproxy/ratelimit), envoy-rls with group commit off
 # (--redis-group-max-keys 1: one program run per call), envoy-rls as shipped
 # (group commit on; also with a token bucket, tb, or a sliding window, sw,
-# instead of the fixed window) and the do-nothing gRPC floor, in alternating
+# instead of the fixed window), the same rule on the memory store (memory),
+# the ceiling build (ceiling: group commit on, a batch program that reads and
+# writes no state; bench.sh --target ceiling) and the do-nothing gRPC floor, in alternating
 # rounds (this
 # machine's speed drifts: only runs made side by side compare). Each run has
 # its own redis-server; the rule is the same fixed window
@@ -39,6 +41,10 @@ for _ in $(seq 1 "$ROUNDS"); do
     case "$t" in
       reference) tools/scripts/bench.sh "${COMMON[@]}" --target reference --label reference --out "$DIR/reference.jsonl" ;;
       floor) tools/scripts/bench.sh "${COMMON[@]}" --target floor --label floor --out "$DIR/floor.jsonl" ;;
+      memory) tools/scripts/bench.sh "${COMMON[@]}" --target envoy-rls --store memory --config "$RULES" \
+        --label "envoy-rls, memory store" --out "$DIR/memory.jsonl" ;;
+      ceiling) tools/scripts/bench.sh "${COMMON[@]}" --target ceiling --config "$RULES" \
+        --label "ceiling, group commit on" --out "$DIR/ceiling.jsonl" ;;
       off) tools/scripts/bench.sh "${COMMON[@]}" --target envoy-rls --store redis --config "$RULES" \
         --server-args "--redis-group-max-keys 1" --label "envoy-rls, group commit off" --out "$DIR/off.jsonl" ;;
       on) tools/scripts/bench.sh "${COMMON[@]}" --target envoy-rls --store redis --config "$RULES" \
