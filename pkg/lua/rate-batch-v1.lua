@@ -73,8 +73,9 @@
 -- changed; a sliding log's last, a, b, c and its log l) and one PEXPIRE per
 -- key (the last state of a key named twice). An offence against a penalty
 -- box (a denial of an ordinary, shadow or quota key; never of a check or
--- probe key) is written when it is found, whatever the request commits
--- (penalty.lua).
+-- probe key) is written once every key of the request has been evaluated,
+-- before the commit's writes, whatever the request commits (penalty.lua):
+-- a request that raises writes nothing.
 --
 -- Redis CPU per call bounds the service's throughput, and the whole body of a
 -- script runs on every EVALSHA: this program defines one function (the
@@ -172,8 +173,9 @@ local now, allowed, a, b, c, l, ttl, remaining, retry, resetAt, remainingBefore,
 local write, status, eff, lim
 local cal, cb0, cb1, cb2, cb3
 -- The penalty box (penalty.lua): the key's penalty arguments, the hash's
--- penalty fields.
+-- penalty fields, the request's offences (false until one is found).
 local pen, penDur, penMax, penDecay, stPu, stPn
+local offences = false
 
 -- rec: for a batch of several keys, R values per key i, at
 -- (i - 1) * R + one of these offsets:
@@ -376,6 +378,17 @@ for i = 1, n do
     local o = (i - 1) * 7
     out[o + 2], out[o + 3], out[o + 4], out[o + 5], out[o + 6], out[o + 7], out[o + 8] =
       status, serverNow, eff, lim, remaining, retry, resetAt
+  end
+end
+
+-- The offences found (penalty.lua), now that no key of the request can
+-- raise any more: written whatever the request commits, in key order (a
+-- later offence against the same hash builds on an earlier one).
+if offences then
+  for j = 1, #offences, 4 do
+    local k = offences[j]
+    redis.call('HSET', k, 'pu', format('%d', offences[j + 1]), 'pn', format('%d', offences[j + 2]))
+    redis.call('PEXPIRE', k, format('%d', offences[j + 3]), 'GT')
   end
 end
 

@@ -1,7 +1,9 @@
 package redis
 
 import (
+	"errors"
 	"reflect"
+	"strconv"
 	"testing"
 	"time"
 
@@ -85,5 +87,60 @@ func TestCalendarWithPenalty(t *testing.T) {
 	}
 	if statuses[2] != limiter.StatusDenied || statuses[3] != limiter.StatusBlocked || st.PenaltyLevel != 1 {
 		t.Fatalf("statuses %v (level %d), want DENIED then BLOCKED after two allowed", statuses, st.PenaltyLevel)
+	}
+}
+
+// TestOffenceOfARequestThatRaises: an offence is written only once every
+// key of its request has been evaluated. A request whose first key is an
+// offence (a denial of a hash that exists) and whose second key raises in
+// the program fails alone and leaves the first key's hash as it was; the
+// same offence without the failing key is written.
+func TestOffenceOfARequestThatRaises(t *testing.T) {
+	e := newEnv(t)
+	spec := fixed(t, "pen.raise", 1, time.Hour).Spec()
+	spec.Penalty = limiter.Penalty{Duration: time.Minute, MaxDuration: time.Hour, Decay: time.Hour}
+	p := limitertest.Policy(t, spec)
+	key, other := keyOf(p, subjectOf("pen.raise")), keyOf(p, subjectOf("pen.raise.other"))
+	if got := e.run(p, key, 1); got.Status != limiter.StatusAllowed {
+		t.Fatalf("first hit: %+v", got)
+	}
+	before := e.hash(key)
+	pttl := e.pttl(key)
+
+	args := lua.AppendBatchArgs(nil, p, 1, limiter.RoleOrdinary)
+	short := lua.AppendBatchArgs(nil, p, 1, limiter.RoleOrdinary)
+	short[1] = short[1][:20] // cut short: the program raises on this key
+	grp, err := batchScript.Exec(t.Context(), e.store.client, []string{key, other},
+		oneCall(append(append([]string{}, args...), short...), 2, 0)).ToArray()
+	if err != nil || len(grp) != 1 {
+		t.Fatalf("request: %v %v", grp, err)
+	}
+	vals, _ := grp[0].ToArray()
+	policies := []*limiter.Policy{p, p}
+	if _, err := lua.ParseBatchReply(policies, replyValues(nil, vals), make([]limiter.Reply, 2)); !errors.Is(err, lua.ErrRequestFailed) {
+		t.Fatalf("the request: %v, want it failed", err)
+	}
+	if after := e.hash(key); !reflect.DeepEqual(after, before) {
+		t.Fatalf("a request that raised wrote its offence: %v, was %v", after, before)
+	}
+	if got := e.pttl(key); got > pttl {
+		t.Fatalf("a request that raised raised the expiry: %d ms, was %d ms", got, pttl)
+	}
+
+	// The same offence in a request that does not raise is written.
+	msgs, err := e.execOne(t.Context(), []string{key}, args, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	replies := make([]limiter.Reply, 1)
+	if _, err := lua.ParseBatchReply(policies[:1], replyValues(nil, msgs), replies); err != nil || replies[0].Status != limiter.StatusDenied {
+		t.Fatalf("offence: %+v, %v", replies[0], err)
+	}
+	pu, _ := e.do("HGET", key, "pu").(string)
+	if pu != strconv.FormatInt(replies[0].EffectiveNowMs+time.Minute.Milliseconds(), 10) || e.do("HGET", key, "pn") != "1" {
+		t.Fatalf("offence written as pu %q pn %v, want the block's end and level 1", pu, e.do("HGET", key, "pn"))
+	}
+	if got := e.pttl(key); got <= pttl {
+		t.Fatalf("the offence did not raise the expiry to cover its decay: %d ms, was %d ms", got, pttl)
 	}
 }

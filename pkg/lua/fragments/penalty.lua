@@ -18,14 +18,18 @@
 --           algorithm's reset) and writes nothing; a denial of a key that
 --           records offences (an ordinary, shadow or quota key, role < 3,
 --           never a check or probe key; a hash that existed before this
---           program) is an offence: pu and pn are written now
---           (whatever the batch decides), the hash's expiry raised to
---           cover the block and its decay, and the reply waits for the
---           block. An allowed key's ttl covers a remembered penalty.
+--           program) is an offence: its pu and pn, and the hash's expiry
+--           raised to cover the block and its decay, go to offences, which
+--           the program writes once every key of the request has been
+--           evaluated (whatever the request commits; nothing when the
+--           request raises), and the reply waits for the block. An allowed
+--           key's ttl covers a remembered penalty.
 --           In: pen, penDur, penMax, penDecay, st, stPu, stPn, fresh, role,
 --           key, now, serverNow, grace, allowed, retry, resetAt,
---           resetBefore, ttl. Out: status ('BLOCKED' or false), allowed,
---           remaining, retry, resetAt, ttl, stPu, stPn (after an offence).
+--           resetBefore, ttl, offences (false or the request's offences,
+--           four values each: key, pu, pn, expiry ms). Out: status
+--           ('BLOCKED' or false), allowed, remaining, retry, resetAt, ttl,
+--           stPu, stPn (after an offence), offences.
 -- #section valid
 pen = false
 if bit.band(flags, PENALTY) ~= 0 then
@@ -88,8 +92,17 @@ elseif not allowed then
       block = penMax
     end
     stPu, stPn = now + block, level
-    redis.call('HSET', key, 'pu', format('%d', stPu), 'pn', format('%d', level))
-    redis.call('PEXPIRE', key, format('%d', stPu + penDecay + grace - serverNow), 'GT')
+    -- Written once every key of the request has been evaluated (so that a
+    -- request that raises writes no offence): key, pu, pn, the expiry.
+    local px = stPu + penDecay + grace - serverNow
+    if not (stPu <= MAX and px <= MAX) then
+      error('envoy-rls: inexact value')
+    end
+    if not offences then
+      offences = {}
+    end
+    local o = #offences
+    offences[o + 1], offences[o + 2], offences[o + 3], offences[o + 4] = key, stPu, level, px
     if retry < block then
       retry = block
     end
