@@ -56,15 +56,13 @@ const (
 	// MaxTimeout bounds Timeout and DialTimeout.
 	MaxTimeout = time.Minute
 	// DefaultMaxFlushDelay is the MaxFlushDelay the envoy-rls binary uses
-	// unless told otherwise. rueidis delays a write only while other calls
-	// wait on the connection, and only until this long after its previous
-	// write, so a lone call is never held back. Measured under load
-	// (docs/performance.md), one connection with 500µs against four with
-	// 20µs: the server's write syscalls per decision 1.1 → 0.45 (gRPC's
-	// included) and Redis's reads 0.20 → 0.11, 5–6 % less server CPU and
-	// 3–8 % less Redis CPU per decision at 16 and 64 concurrent calls, p50
-	// unchanged within noise.
-	DefaultMaxFlushDelay = 500 * time.Microsecond
+	// unless told otherwise: none. Group commit already gathers concurrent
+	// calls into one command; a delay would only hold back the second run
+	// of a slot in flight (rueidis delays a write while another command
+	// waits on the connection, up to this long after its previous write),
+	// which at 4 concurrent calls cost a quarter of the throughput
+	// (docs/performance.md, "Redis pool size and flush delay").
+	DefaultMaxFlushDelay = 0
 	// FlushDelayLimit bounds MaxFlushDelay: it adds up to that much to
 	// every round trip.
 	FlushDelayLimit = time.Millisecond
