@@ -309,6 +309,23 @@ func (r *replica) metric(sample string) float64 {
 	return 0
 }
 
+// metricLines returns the /metrics samples whose names start with one of
+// prefixes, one per line, for failure messages.
+func (r *replica) metricLines(prefixes ...string) string {
+	r.t.Helper()
+	_, body := r.mustAdmin("/metrics")
+	var b strings.Builder
+	for _, line := range strings.Split(body, "\n") {
+		for _, p := range prefixes {
+			if strings.HasPrefix(line, p) {
+				b.WriteString("\n\t" + line)
+				break
+			}
+		}
+	}
+	return b.String()
+}
+
 // logBuffer keeps a process's output and calls onLine for each complete line.
 type logBuffer struct {
 	mu      sync.Mutex
