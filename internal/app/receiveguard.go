@@ -7,6 +7,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/tap"
@@ -36,9 +37,18 @@ import (
 // A stream that ends while queued (reset by its client, a health Check
 // that never calls received) stays queued until one of the two cuts it, at
 // no cost: its context is already cancelled.
+//
+// A ShouldRateLimit call is counted once (calls_total) by whichever sees it
+// first: its handler, which claims it when it starts (claim), or the guard
+// when it cuts a call no handler has claimed (countCut). gRPC aborts a
+// stream whose context is already done when its call would start, so a
+// call cut in that instant never reaches a handler.
 type receiveGuard struct {
 	d   time.Duration
 	max int
+	// countCut counts a ShouldRateLimit call cut before its handler started
+	// (rls.Server.CountCut), given the time since the stream arrived.
+	countCut func(time.Duration)
 
 	mu         sync.Mutex
 	head, tail *recvCtx // the queue, oldest first
@@ -47,9 +57,10 @@ type receiveGuard struct {
 	timeouts, evictions prometheus.Counter
 }
 
-// newReceiveGuard registers its collectors on reg.
-func newReceiveGuard(d time.Duration, max int, reg prometheus.Registerer) (*receiveGuard, error) {
-	g := &receiveGuard{d: d, max: max}
+// newReceiveGuard registers its collectors on reg; countCut counts the
+// ShouldRateLimit calls cut before their handler started (nil: none).
+func newReceiveGuard(d time.Duration, max int, countCut func(time.Duration), reg prometheus.Registerer) (*receiveGuard, error) {
+	g := &receiveGuard{d: d, max: max, countCut: countCut}
 	cut := prometheus.NewCounterVec(prometheus.CounterOpts{
 		Namespace: rls.MetricsNamespace, Name: "grpc_incomplete_requests_cut_total",
 		Help: "gRPC calls cut before their request had arrived, by reason: timeout (--grpc-receive-timeout) or evicted (the oldest of --grpc-max-incomplete-requests when another arrived).",
@@ -82,6 +93,10 @@ type recvCtx struct {
 	g               *receiveGuard
 	arrived         time.Time
 	expired         atomic.Bool // cut: Err is DeadlineExceeded
+	rls             bool        // a ShouldRateLimit call
+	// counter: who counts the call in calls_total, decided once: 0 not
+	// yet, counterGuard, counterHandler.
+	counter atomic.Int32
 	// Guarded by g.mu:
 	prev, next *recvCtx
 	queued     bool
@@ -103,10 +118,27 @@ func (c *recvCtx) Value(k any) any {
 	return c.Context.Value(k)
 }
 
-// cut ends a stream taken off the queue.
+// Who counts a ShouldRateLimit call (recvCtx.counter).
+const (
+	counterGuard int32 = 1 + iota
+	counterHandler
+)
+
+// cut ends a stream taken off the queue; a ShouldRateLimit call that no
+// handler has claimed is counted here, before its stream ends.
 func (c *recvCtx) cut() {
 	c.expired.Store(true)
+	if c.rls && c.counter.CompareAndSwap(0, counterGuard) && c.g.countCut != nil {
+		c.g.countCut(time.Since(c.arrived))
+	}
 	c.cancel()
+}
+
+// claim tells a ShouldRateLimit handler, as it starts, whether it counts
+// its call: false when the guard has already cut and counted it.
+func claim(ctx context.Context) bool {
+	c, ok := ctx.Value(recvKey{}).(*recvCtx)
+	return !ok || c.counter.CompareAndSwap(0, counterHandler)
 }
 
 // push appends c; g.mu is held.
@@ -152,8 +184,8 @@ func (g *receiveGuard) admit(c *recvCtx) (evicted *recvCtx) {
 
 // tap queues each new stream. It runs on the connection's reading
 // goroutine and does no more than that.
-func (g *receiveGuard) tap(ctx context.Context, _ *tap.Info) (context.Context, error) {
-	c := &recvCtx{g: g, arrived: time.Now()}
+func (g *receiveGuard) tap(ctx context.Context, info *tap.Info) (context.Context, error) {
+	c := &recvCtx{g: g, arrived: time.Now(), rls: info.FullMethodName == rlsv3.RateLimitService_ShouldRateLimit_FullMethodName}
 	// cancel also runs when the stream ends: the stream's own context, the
 	// parent, is cancelled then.
 	c.Context, c.cancel = context.WithCancel(ctx)

@@ -162,6 +162,7 @@ func serve(ctx context.Context, o Options, getenv func(string) string, log *zap.
 		TracerProvider: s.tracing.provider(),
 		Local:          s.localConfig(),
 		Received:       received,
+		Claim:          claim,
 		Observer:       s.withTop(observer),
 		Clock:          s.clock,
 		Auditor:        auditor,
@@ -186,7 +187,7 @@ func serve(ctx context.Context, o Options, getenv func(string) string, log *zap.
 		return err
 	}
 	grpcLis = limited
-	guard, err := newReceiveGuard(o.GRPCReceiveTimeout, o.GRPCMaxIncompleteRequests, s.reg)
+	guard, err := newReceiveGuard(o.GRPCReceiveTimeout, o.GRPCMaxIncompleteRequests, svc.CountCut, s.reg)
 	if err != nil {
 		_ = grpcLis.Close()
 		_ = adminLis.Close()

@@ -132,7 +132,7 @@ func value(c prometheus.Metric) float64 {
 // when its request is read, cuts the oldest when full and the overdue on a
 // sweep, and a cut stream's context reports DeadlineExceeded.
 func TestReceiveGuard(t *testing.T) {
-	g, err := newReceiveGuard(time.Minute, 3, prometheus.NewRegistry())
+	g, err := newReceiveGuard(time.Minute, 3, nil, prometheus.NewRegistry())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -195,5 +195,49 @@ func TestReceiveGuard(t *testing.T) {
 	<-f.Done()
 	if !errors.Is(f.Err(), context.Canceled) {
 		t.Errorf("stream ended by its parent: %v, want Canceled", f.Err())
+	}
+}
+
+// A ShouldRateLimit call is counted once: by the guard when it cuts a call
+// no handler has claimed (gRPC may abort such a stream before any handler
+// runs), by the handler otherwise; other methods' streams are never
+// counted.
+func TestReceiveGuardCountsACutCallOnce(t *testing.T) {
+	var counted []time.Duration
+	g, err := newReceiveGuard(time.Minute, 2, func(d time.Duration) { counted = append(counted, d) }, prometheus.NewRegistry())
+	if err != nil {
+		t.Fatal(err)
+	}
+	open := func(method string) context.Context {
+		t.Helper()
+		ctx, err := g.tap(context.Background(), &tap.Info{FullMethodName: method})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ctx
+	}
+	const rlsMethod = "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit"
+	a := open(rlsMethod) // never claimed: cut below, before its handler starts
+	b := open(rlsMethod)
+	if !claim(b) { // b's handler starts
+		t.Fatal("claim of a queued call refused")
+	}
+	open("/grpc.health.v1.Health/Watch") // full: a, the oldest, is cut
+	if len(counted) != 1 || counted[0] < 0 {
+		t.Fatalf("cut of an unclaimed call counted %d times, want once", len(counted))
+	}
+	if claim(a) {
+		t.Fatal("the handler of a call the guard cut and counted claimed it too")
+	}
+	// b (claimed: its handler counts it) and the health stream (not a
+	// ShouldRateLimit call) are cut by the sweep: neither is counted here.
+	if n := g.sweep(time.Now().Add(time.Minute)); n != 2 {
+		t.Fatalf("sweep cut %d, want 2", n)
+	}
+	if len(counted) != 1 {
+		t.Fatalf("guard counted %d calls, want 1", len(counted))
+	}
+	if !claim(context.Background()) {
+		t.Fatal("a call outside the guard is the handler's to count")
 	}
 }

@@ -3,6 +3,7 @@ package rls
 import (
 	"context"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -181,5 +182,40 @@ func TestFakeNoRulesIsUnavailable(t *testing.T) {
 	_, err := h.client.ShouldRateLimit(context.Background(), request("d", desc("user", "x")))
 	if status.Code(err) != codes.Unavailable {
 		t.Fatalf("err %v, want Unavailable", err)
+	}
+}
+
+// A call whose Claim is refused (cut, and counted by CountCut, before it
+// started) is answered DEADLINE_EXCEEDED and counted once; a claimed call
+// is counted by its handler as ever.
+func TestCallCutBeforeItStartedIsCountedOnce(t *testing.T) {
+	store := &fakeStore{now: fakeNow}
+	fr := &fakeRules{domain: "d", rules: map[string]*descriptors.Rule{
+		"user": fakeRule("per-user", 2, descriptors.UnitMinute),
+	}}
+	var refuse atomic.Bool
+	h := newHarness(t, func() Rules { return fr }, store, limitertest.NewClock(fakeNow), func(c *Config) {
+		c.Claim = func(context.Context) bool { return !refuse.Load() }
+	})
+	resp := h.call(t, request("d", desc("user", "alice")))
+	if resp.OverallCode != rlsv3.RateLimitResponse_OK {
+		t.Fatalf("claimed call: %v", resp.OverallCode)
+	}
+	refuse.Store(true)
+	h.srv.CountCut(time.Millisecond) // as the receive guard does when it cuts the call
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if _, err := h.client.ShouldRateLimit(ctx, request("d", desc("user", "alice"))); status.Code(err) != codes.DeadlineExceeded {
+		t.Fatalf("call cut before it started: %v, want DeadlineExceeded", err)
+	}
+	m := h.metrics(t)
+	if got := counterValue(m, `envoy_rls_calls_total{code="DeadlineExceeded"}`); got != "1" {
+		t.Errorf("calls_total{DeadlineExceeded} = %q, want 1 (counted by CountCut only)", got)
+	}
+	if got := counterValue(m, `envoy_rls_calls_total{code="OK"}`); got != "1" {
+		t.Errorf("calls_total{OK} = %q, want 1", got)
+	}
+	if store.batches != 1 {
+		t.Errorf("store evaluated %d batches, want 1 (the cut call is not evaluated)", store.batches)
 	}
 }

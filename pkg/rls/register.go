@@ -6,8 +6,16 @@ import (
 
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 )
+
+// CountCut counts a call cut before its handler started (see
+// Config.Claim): calls_total with DEADLINE_EXCEEDED and call_duration_seconds
+// (domain "unknown") over d, the time since its stream arrived.
+func (s *Server) CountCut(d time.Duration) {
+	s.metrics.observeCall(UnknownDomainLabel, codes.DeadlineExceeded, d)
+}
 
 // Register registers s as RateLimitService on r. Use it instead of
 // rlsv3.RegisterRateLimitServiceServer: its method handler also counts, in
@@ -34,11 +42,18 @@ func (s *Server) Register(r grpc.ServiceRegistrar) {
 func shouldRateLimitHandler(srv any, ctx context.Context, dec func(any) error, interceptor grpc.UnaryServerInterceptor) (any, error) {
 	s := srv.(*Server)
 	start := time.Now()
+	counts := s.claim == nil || s.claim(ctx)
 	in := new(rlsv3.RateLimitRequest)
 	if err := dec(in); err != nil {
 		// ShouldRateLimit counts every call it sees; this one it never will.
-		s.metrics.observeCall(UnknownDomainLabel, status.Code(err), time.Since(start))
+		if counts {
+			s.metrics.observeCall(UnknownDomainLabel, status.Code(err), time.Since(start))
+		}
 		return nil, err
+	}
+	if !counts {
+		// Cut, and counted, before it started; its request came all the same.
+		return nil, status.Error(codes.DeadlineExceeded, "envoy-rls: the call was cut before its request was read")
 	}
 	if s.received != nil {
 		s.received(ctx)

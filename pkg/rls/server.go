@@ -93,6 +93,12 @@ type Config struct {
 	// call served through Register has been read and decoded, before it is
 	// evaluated: the transport's receive deadline ends there. (Optional)
 	Received func(context.Context)
+	// Claim is called, with the call's context, when a call served through
+	// Register starts, before its request is read: false means the call was
+	// cut before it started and has been counted already (CountCut); it is
+	// answered DEADLINE_EXCEEDED and not counted again. (Optional, default
+	// nil: every call is counted by its handler)
+	Claim func(context.Context) bool
 	// Observer receives every call and every decided limit, besides
 	// Metrics. (Optional)
 	Observer Observer
@@ -121,6 +127,7 @@ type Server struct {
 	defaultHeaders descriptors.HeaderMode
 	headerNames    HeaderNames
 	received       func(context.Context)
+	claim          func(context.Context) bool
 	scratch        sync.Pool
 	// deadlines makes the store's contexts (storeContext): one timer per
 	// millisecond in use instead of one per call.
@@ -186,6 +193,7 @@ func New(cfg Config) (*Server, error) {
 		defaultHeaders: cfg.DefaultHeaders,
 		headerNames:    names,
 		received:       cfg.Received,
+		claim:          cfg.Claim,
 		deadlines:      deadline.New(0),
 		tracer:         tracer(cfg.TracerProvider),
 		observer:       cfg.Observer,
