@@ -23,7 +23,7 @@ import (
 // Every new stream joins a queue of incomplete requests, in arrival order,
 // with a context of its own; the reads of the request wait on that
 // context. A stream leaves the queue once its request is read: for
-// RateLimitService when its handler has decoded it (rls.Config.Received),
+// RateLimitService when its handler has decoded it (Received),
 // for streaming methods (health Watch, reflection) at their first message.
 // Two things cut a stream still in the queue, cancelling its context so
 // that the call ends with DEADLINE_EXCEEDED and its stream is reset:
@@ -38,17 +38,18 @@ import (
 // that never calls received) stays queued until one of the two cuts it, at
 // no cost: its context is already cancelled.
 //
-// A ShouldRateLimit call is counted once (calls_total) by whichever sees it
-// first: its handler, which claims it when it starts (claim), or the guard
-// when it cuts a call no handler has claimed (countCut). gRPC aborts a
+// It is the rls.Admission of the RateLimitService: a ShouldRateLimit call
+// is counted once (calls_total) by whichever sees it first: its handler,
+// which the guard admits as it starts (Admit), or the guard when it cuts a
+// call no handler has been admitted for (cuts.CountCut). gRPC aborts a
 // stream whose context is already done when its call would start, so a
 // call cut in that instant never reaches a handler.
 type receiveGuard struct {
 	d   time.Duration
 	max int
-	// countCut counts a ShouldRateLimit call cut before its handler started
-	// (rls.Server.CountCut), given the time since the stream arrived.
-	countCut func(time.Duration)
+	// cuts counts a ShouldRateLimit call cut before its handler started,
+	// given the time since the stream arrived (nil: none).
+	cuts cutCounter
 
 	mu         sync.Mutex
 	head, tail *recvCtx // the queue, oldest first
@@ -57,10 +58,18 @@ type receiveGuard struct {
 	timeouts, evictions prometheus.Counter
 }
 
-// newReceiveGuard registers its collectors on reg; countCut counts the
+var _ rls.Admission = (*receiveGuard)(nil)
+
+// cutCounter counts the ShouldRateLimit calls the guard cuts before their
+// handler started (*rls.Metrics).
+type cutCounter interface {
+	CountCut(sinceArrival time.Duration)
+}
+
+// newReceiveGuard registers its collectors on reg; cuts counts the
 // ShouldRateLimit calls cut before their handler started (nil: none).
-func newReceiveGuard(d time.Duration, max int, countCut func(time.Duration), reg prometheus.Registerer) (*receiveGuard, error) {
-	g := &receiveGuard{d: d, max: max, countCut: countCut}
+func newReceiveGuard(d time.Duration, max int, cuts cutCounter, reg prometheus.Registerer) (*receiveGuard, error) {
+	g := &receiveGuard{d: d, max: max, cuts: cuts}
 	cut := prometheus.NewCounterVec(prometheus.CounterOpts{
 		Namespace: rls.MetricsNamespace, Name: "grpc_incomplete_requests_cut_total",
 		Help: "gRPC calls cut before their request had arrived, by reason: timeout (--grpc-receive-timeout) or evicted (the oldest of --grpc-max-incomplete-requests when another arrived).",
@@ -125,18 +134,19 @@ const (
 )
 
 // cut ends a stream taken off the queue; a ShouldRateLimit call that no
-// handler has claimed is counted here, before its stream ends.
+// handler has been admitted for is counted here, before its stream ends.
 func (c *recvCtx) cut() {
 	c.expired.Store(true)
-	if c.rls && c.counter.CompareAndSwap(0, counterGuard) && c.g.countCut != nil {
-		c.g.countCut(time.Since(c.arrived))
+	if c.rls && c.counter.CompareAndSwap(0, counterGuard) && c.g.cuts != nil {
+		c.g.cuts.CountCut(time.Since(c.arrived))
 	}
 	c.cancel()
 }
 
-// claim tells a ShouldRateLimit handler, as it starts, whether it counts
-// its call: false when the guard has already cut and counted it.
-func claim(ctx context.Context) bool {
+// Admit tells a ShouldRateLimit handler, as it starts, whether it counts
+// its call: false when the guard has already cut and counted it. A call
+// outside the guard is its handler's to count.
+func (g *receiveGuard) Admit(ctx context.Context) bool {
 	c, ok := ctx.Value(recvKey{}).(*recvCtx)
 	return !ok || c.counter.CompareAndSwap(0, counterHandler)
 }
@@ -196,9 +206,9 @@ func (g *receiveGuard) tap(ctx context.Context, info *tap.Info) (context.Context
 	return c, nil
 }
 
-// received takes the stream whose context is ctx off the queue: its
+// Received takes the stream whose context is ctx off the queue: its
 // request has arrived.
-func received(ctx context.Context) {
+func (g *receiveGuard) Received(ctx context.Context) {
 	c, ok := ctx.Value(recvKey{}).(*recvCtx)
 	if !ok {
 		return
@@ -237,18 +247,19 @@ func (g *receiveGuard) run(ctx context.Context) {
 // streamInterceptor ends a streaming call's receive phase at its first
 // message.
 func (g *receiveGuard) streamInterceptor(srv any, ss grpc.ServerStream, _ *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
-	return handler(srv, &firstRecv{ServerStream: ss})
+	return handler(srv, &firstRecv{ServerStream: ss, g: g})
 }
 
 type firstRecv struct {
 	grpc.ServerStream
+	g    *receiveGuard
 	once sync.Once
 }
 
 func (s *firstRecv) RecvMsg(m any) error {
 	err := s.ServerStream.RecvMsg(m)
 	if err == nil {
-		s.once.Do(func() { received(s.Context()) })
+		s.once.Do(func() { s.g.Received(s.Context()) })
 	}
 	return err
 }

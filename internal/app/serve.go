@@ -152,6 +152,10 @@ func serve(ctx context.Context, o Options, getenv func(string) string, log *zap.
 		return err
 	}
 	defer stopAudit()
+	guard, err := newReceiveGuard(o.GRPCReceiveTimeout, o.GRPCMaxIncompleteRequests, s.metrics.rpc, s.reg)
+	if err != nil {
+		return err
+	}
 	svc, err := rls.New(rls.Config{
 		Rules:          s.rules.rules,
 		Store:          s.store,
@@ -161,8 +165,7 @@ func serve(ctx context.Context, o Options, getenv func(string) string, log *zap.
 		HeaderNames:    o.headerNames(),
 		TracerProvider: s.tracing.provider(),
 		Local:          s.localConfig(),
-		Received:       received,
-		Claim:          claim,
+		Admission:      guard,
 		Observer:       s.withTop(observer),
 		Clock:          s.clock,
 		Auditor:        auditor,
@@ -187,12 +190,6 @@ func serve(ctx context.Context, o Options, getenv func(string) string, log *zap.
 		return err
 	}
 	grpcLis = limited
-	guard, err := newReceiveGuard(o.GRPCReceiveTimeout, o.GRPCMaxIncompleteRequests, svc.CountCut, s.reg)
-	if err != nil {
-		_ = grpcLis.Close()
-		_ = adminLis.Close()
-		return err
-	}
 	wg.Add(1)
 	go func() {
 		defer wg.Done()

@@ -155,8 +155,8 @@ func TestReceiveGuard(t *testing.T) {
 		}
 	}
 	a, b, c := open(), open(), open()
-	received(b) // b's request arrived: it leaves the queue
-	received(b) // and leaving twice changes nothing
+	g.Received(b) // b's request arrived: it leaves the queue
+	g.Received(b) // and leaving twice changes nothing
 	if g.n != 2 {
 		t.Fatalf("queued = %d, want 2 (a, c)", g.n)
 	}
@@ -198,13 +198,18 @@ func TestReceiveGuard(t *testing.T) {
 	}
 }
 
+// cutsCounted records the calls the guard counts as cut.
+type cutsCounted []time.Duration
+
+func (c *cutsCounted) CountCut(d time.Duration) { *c = append(*c, d) }
+
 // A ShouldRateLimit call is counted once: by the guard when it cuts a call
-// no handler has claimed (gRPC may abort such a stream before any handler
+// no handler has been admitted for (gRPC may abort such a stream before any handler
 // runs), by the handler otherwise; other methods' streams are never
 // counted.
 func TestReceiveGuardCountsACutCallOnce(t *testing.T) {
-	var counted []time.Duration
-	g, err := newReceiveGuard(time.Minute, 2, func(d time.Duration) { counted = append(counted, d) }, prometheus.NewRegistry())
+	var counted cutsCounted
+	g, err := newReceiveGuard(time.Minute, 2, &counted, prometheus.NewRegistry())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -217,19 +222,19 @@ func TestReceiveGuardCountsACutCallOnce(t *testing.T) {
 		return ctx
 	}
 	const rlsMethod = "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit"
-	a := open(rlsMethod) // never claimed: cut below, before its handler starts
+	a := open(rlsMethod) // never admitted: cut below, before its handler starts
 	b := open(rlsMethod)
-	if !claim(b) { // b's handler starts
-		t.Fatal("claim of a queued call refused")
+	if !g.Admit(b) { // b's handler starts
+		t.Fatal("Admit of a queued call refused")
 	}
 	open("/grpc.health.v1.Health/Watch") // full: a, the oldest, is cut
 	if len(counted) != 1 || counted[0] < 0 {
-		t.Fatalf("cut of an unclaimed call counted %d times, want once", len(counted))
+		t.Fatalf("cut of a call never admitted counted %d times, want once", len(counted))
 	}
-	if claim(a) {
-		t.Fatal("the handler of a call the guard cut and counted claimed it too")
+	if g.Admit(a) {
+		t.Fatal("the handler of a call the guard cut and counted was admitted too")
 	}
-	// b (claimed: its handler counts it) and the health stream (not a
+	// b (admitted: its handler counts it) and the health stream (not a
 	// ShouldRateLimit call) are cut by the sweep: neither is counted here.
 	if n := g.sweep(time.Now().Add(time.Minute)); n != 2 {
 		t.Fatalf("sweep cut %d, want 2", n)
@@ -237,7 +242,7 @@ func TestReceiveGuardCountsACutCallOnce(t *testing.T) {
 	if len(counted) != 1 {
 		t.Fatalf("guard counted %d calls, want 1", len(counted))
 	}
-	if !claim(context.Background()) {
+	if !g.Admit(context.Background()) {
 		t.Fatal("a call outside the guard is the handler's to count")
 	}
 }

@@ -185,24 +185,33 @@ func TestFakeNoRulesIsUnavailable(t *testing.T) {
 	}
 }
 
-// A call whose Claim is refused (cut, and counted by CountCut, before it
-// started) is answered DEADLINE_EXCEEDED and counted once; a claimed call
-// is counted by its handler as ever.
+// cutAdmission admits every call until refuse is set: then the calls
+// starting are those it cut, and counted, before they started.
+type cutAdmission struct{ refuse atomic.Bool }
+
+func (a *cutAdmission) Admit(context.Context) bool { return !a.refuse.Load() }
+
+func (a *cutAdmission) Received(context.Context) {}
+
+// A call the Admission refuses (cut, and counted by Metrics.CountCut,
+// before it started) is answered DEADLINE_EXCEEDED and counted once; an
+// admitted call is counted by its handler as ever.
 func TestCallCutBeforeItStartedIsCountedOnce(t *testing.T) {
 	store := &fakeStore{now: fakeNow}
 	fr := &fakeRules{domain: "d", rules: map[string]*descriptors.Rule{
 		"user": fakeRule("per-user", 2, descriptors.UnitMinute),
 	}}
-	var refuse atomic.Bool
+	adm := &cutAdmission{}
+	var calls *Metrics
 	h := newHarness(t, func() Rules { return fr }, store, limitertest.NewClock(fakeNow), func(c *Config) {
-		c.Claim = func(context.Context) bool { return !refuse.Load() }
+		c.Admission, calls = adm, c.Metrics
 	})
 	resp := h.call(t, request("d", desc("user", "alice")))
 	if resp.OverallCode != rlsv3.RateLimitResponse_OK {
-		t.Fatalf("claimed call: %v", resp.OverallCode)
+		t.Fatalf("admitted call: %v", resp.OverallCode)
 	}
-	refuse.Store(true)
-	h.srv.CountCut(time.Millisecond) // as the receive guard does when it cuts the call
+	adm.refuse.Store(true)
+	calls.CountCut(time.Millisecond) // as the receive guard does when it cuts the call
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	if _, err := h.client.ShouldRateLimit(ctx, request("d", desc("user", "alice"))); status.Code(err) != codes.DeadlineExceeded {

@@ -89,16 +89,11 @@ type Config struct {
 	// Local configures the in-process limiter of failure_mode: local
 	// policies. (Optional, see LocalConfig for the defaults)
 	Local LocalConfig
-	// Received is called, with the call's context, once the request of a
-	// call served through Register has been read and decoded, before it is
-	// evaluated: the transport's receive deadline ends there. (Optional)
-	Received func(context.Context)
-	// Claim is called, with the call's context, when a call served through
-	// Register starts, before its request is read: false means the call was
-	// cut before it started and has been counted already (CountCut); it is
-	// answered DEADLINE_EXCEEDED and not counted again. (Optional, default
-	// nil: every call is counted by its handler)
-	Claim func(context.Context) bool
+	// Admission is told when a call served through Register starts and
+	// when its request has been read; it may have cut the call, and counted
+	// it, before it started (see Admission). (Optional, default nil: every
+	// call is counted by its handler)
+	Admission Admission
 	// Observer receives every call and every decided limit, besides
 	// Metrics. (Optional)
 	Observer Observer
@@ -126,8 +121,7 @@ type Server struct {
 	clock          limiter.Clock
 	defaultHeaders descriptors.HeaderMode
 	headerNames    HeaderNames
-	received       func(context.Context)
-	claim          func(context.Context) bool
+	admission      Admission // nil: none
 	scratch        sync.Pool
 	// deadlines makes the store's contexts (storeContext): one timer per
 	// millisecond in use instead of one per call.
@@ -192,8 +186,7 @@ func New(cfg Config) (*Server, error) {
 		clock:          cfg.Clock,
 		defaultHeaders: cfg.DefaultHeaders,
 		headerNames:    names,
-		received:       cfg.Received,
-		claim:          cfg.Claim,
+		admission:      cfg.Admission,
 		deadlines:      deadline.New(0),
 		tracer:         tracer(cfg.TracerProvider),
 		observer:       cfg.Observer,
