@@ -74,7 +74,7 @@ func TestCompatHonoured(t *testing.T) {
 		}, []any{"/srv/runtime_data/current/config", "redis", "standalone", "127.0.0.1:6379", "warn", "none", DefaultHMACSecretRedisKey, DefaultAdminAddr, DefaultGRPCAddr}},
 		{"listeners", map[string]string{"HOST": "127.0.0.1", "PORT": "9080", "GRPC_PORT": "9081"}, func(o Options) []any { return []any{o.AdminAddr, o.GRPCAddr} }, []any{"127.0.0.1:9080", "0.0.0.0:9081"}},
 		{"grpc unix socket", map[string]string{"GRPC_UDS": "/run/rl.sock", "GRPC_PORT": "9081"}, func(o Options) []any { return []any{o.GRPCAddr} }, []any{"unix:/run/rl.sock"}},
-		{"connection age", map[string]string{"GRPC_MAX_CONNECTION_AGE": "24h", "GRPC_MAX_CONNECTION_AGE_GRACE": "1h"}, func(o Options) []any { return []any{o.GRPCMaxConnectionAge, o.GRPCMaxConnectionAgeGrace} }, []any{24 * time.Hour, time.Hour}},
+		{"connection age", map[string]string{"GRPC_MAX_CONNECTION_AGE": "24h", "GRPC_MAX_CONNECTION_AGE_GRACE": "1h"}, func(o Options) []any { return []any{o.GRPC.MaxConnectionAge, o.GRPC.MaxConnectionAgeGrace} }, []any{24 * time.Hour, time.Hour}},
 		{"grpc mutual TLS", map[string]string{"GRPC_SERVER_USE_TLS": "true", "GRPC_SERVER_TLS_CERT": "/c/tls.crt", "GRPC_SERVER_TLS_KEY": "/c/tls.key",
 			"GRPC_CLIENT_TLS_CACERT": "/c/ca.crt", "GRPC_CLIENT_TLS_SAN": "envoy", "GRPC_SERVER_TLS_CA_CERT": "/c/other.crt"}, func(o Options) []any {
 			return []any{o.GRPCTLSCert, o.GRPCTLSKey, o.GRPCTLSClientCA, o.GRPCTLSClientSAN}

@@ -9,6 +9,7 @@ import (
 
 	"go.uber.org/zap/zapcore"
 
+	"github.com/envoy-rls/envoy-rls/internal/grpcserve"
 	"github.com/envoy-rls/envoy-rls/pkg/descriptors"
 	"github.com/envoy-rls/envoy-rls/pkg/limiter/denycache"
 	"github.com/envoy-rls/envoy-rls/pkg/limiter/memory"
@@ -112,9 +113,9 @@ type Options struct {
 	DefaultFailureMode      string
 	ReplicasHint            int
 	LocalFallbackMaxEntries int
-	// The --grpc-* limits on connections, streams and receive time
-	// (transport.go).
-	transportOptions
+	// GRPC holds the --grpc-* limits on connections, streams and receive
+	// time (transport.go).
+	GRPC grpcserve.Limits
 	// The --statsd-* flags and --near-limit-ratio (statsd.go).
 	statsdOptions
 	// The --audit-* flags (audit.go).
@@ -167,7 +168,7 @@ func serveFlags(o *Options) *flag.FlagSet {
 	fs.IntVar(&o.RedisGroupInFlight, "redis-group-in-flight", DefaultRedisInFlight, fmt.Sprintf("group commit: program runs of one Redis hash slot in progress at once, 1–%d", redis.MaxGroupInFlight))
 	fs.BoolVar(&o.Tracing, "tracing", false, "export OpenTelemetry traces by OTLP, configured by the OTEL_* variables (docs/operations.md, Tracing); also on when OTEL_EXPORTER_OTLP_ENDPOINT is set, off when OTEL_SDK_DISABLED=true")
 	fallbackFlags(fs, o)
-	transportFlags(fs, &o.transportOptions)
+	transportFlags(fs, &o.GRPC)
 	statsdFlags(fs, &o.statsdOptions)
 	auditFlags(fs, &o.auditOptions)
 	xdsFlags(fs, &o.xdsOptions)
@@ -270,7 +271,7 @@ func (o *Options) check() error {
 	for _, name := range o.fallbackCheck() {
 		bad(name)
 	}
-	errs = append(errs, o.transportOptions.check(o.given))
+	errs = append(errs, checkTransport(&o.GRPC, o.given))
 	errs = append(errs, o.statsdOptions.check(o.given))
 	errs = append(errs, o.auditOptions.check(o.given, o.RedisAddr))
 	errs = append(errs, o.topOptions.check(o.given))

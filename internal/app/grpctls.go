@@ -7,9 +7,6 @@ import (
 	"flag"
 	"fmt"
 	"slices"
-
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials"
 )
 
 // grpcTLSOptions are the --grpc-tls-* flags: TLS, and optionally mutual
@@ -51,7 +48,7 @@ func (o *grpcTLSOptions) check(given map[string]given) error {
 	return errors.Join(errs...)
 }
 
-// tlsConfig reads the files and returns the listener's TLS configuration,
+// tlsConfig reads the files and returns the gRPC listener's TLS configuration,
 // or nil when TLS is off. The certificate is read once, at start.
 func (o *grpcTLSOptions) tlsConfig() (*tls.Config, error) {
 	if o.GRPCTLSCert == "" {
@@ -100,13 +97,4 @@ func hasSAN(c *x509.Certificate, san string) bool {
 		}
 	}
 	return false
-}
-
-// grpcCredsOption is the server option of the listener's TLS, or nil.
-func (o *grpcTLSOptions) grpcCredsOption() (grpc.ServerOption, error) {
-	tc, err := o.tlsConfig()
-	if err != nil || tc == nil {
-		return nil, err
-	}
-	return grpc.Creds(credentials.NewTLS(tc)), nil
 }

@@ -18,11 +18,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"go.uber.org/zap"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/health"
-	healthpb "google.golang.org/grpc/health/grpc_health_v1"
-	"google.golang.org/grpc/reflection"
 
+	"github.com/envoy-rls/envoy-rls/internal/grpcserve"
 	"github.com/envoy-rls/envoy-rls/pkg/audit"
 	"github.com/envoy-rls/envoy-rls/pkg/descriptors"
 	"github.com/envoy-rls/envoy-rls/pkg/limiter"
@@ -41,7 +38,6 @@ type server struct {
 	store    limiter.Store
 	ping     pinger   // nil: always reachable
 	tracing  *tracing // nil: tracing off
-	health   *health.Server
 	draining atomic.Bool
 
 	// storeState is the store's last known state (/healthz, store_up).
@@ -152,7 +148,18 @@ func serve(ctx context.Context, o Options, getenv func(string) string, log *zap.
 		return err
 	}
 	defer stopAudit()
-	guard, err := newReceiveGuard(o.GRPCReceiveTimeout, o.GRPCMaxIncompleteRequests, s.metrics.rpc, s.reg)
+	tlsConfig, err := o.tlsConfig()
+	if err != nil {
+		return err
+	}
+	gsrv, err := grpcserve.New(grpcserve.Config{
+		Limits:     o.GRPC,
+		TLS:        tlsConfig,
+		Cuts:       s.metrics.rpc,
+		Options:    s.tracing.serverOptions(),
+		Registerer: s.reg,
+		Log:        log,
+	})
 	if err != nil {
 		return err
 	}
@@ -165,7 +172,7 @@ func serve(ctx context.Context, o Options, getenv func(string) string, log *zap.
 		HeaderNames:    o.headerNames(),
 		TracerProvider: s.tracing.provider(),
 		Local:          s.localConfig(),
-		Admission:      guard,
+		Admission:      gsrv.Admission(),
 		Observer:       s.withTop(observer),
 		Clock:          s.clock,
 		Auditor:        auditor,
@@ -174,30 +181,15 @@ func serve(ctx context.Context, o Options, getenv func(string) string, log *zap.
 	if err != nil {
 		return err
 	}
+	gsrv.Register(svc)
 
-	creds, err := o.grpcCredsOption()
-	if err != nil {
-		return err
-	}
 	grpcLis, adminLis, err := s.listen()
 	if err != nil {
 		return err
 	}
-	limited, err := limitConnections(grpcLis, o.GRPCMaxConnections, s.reg)
-	if err != nil {
-		_ = grpcLis.Close()
-		_ = adminLis.Close()
-		return err
-	}
-	grpcLis = limited
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		guard.run(ctx)
-	}()
-	gs := s.grpcServer(svc, guard, creds)
+	s.every(ctx, &wg, gsrv.SweepInterval(), gsrv.Sweep)
 	admin := s.adminServer()
-	errc := startServers(&wg, gs, grpcLis, admin, adminLis)
+	errc := startServers(&wg, gsrv, grpcLis, admin, adminLis)
 	defer s.startReloads(ctx, &wg, h)()
 
 	log.Info("serving",
@@ -218,7 +210,7 @@ func serve(ctx context.Context, o Options, getenv func(string) string, log *zap.
 	case runErr = <-errc:
 		log.Error("a server failed: stopping", zap.Error(runErr))
 	}
-	s.drain(gs, admin)
+	s.drain(gsrv, admin)
 	if runErr != nil {
 		return fmt.Errorf("%w: %v", ErrFailed, runErr)
 	}
@@ -300,34 +292,9 @@ func (s *server) listen() (grpcLis, adminLis net.Listener, err error) {
 	return grpcLis, adminLis, nil
 }
 
-// grpcServer builds the gRPC server with the rate-limit, health and
-// reflection services, and reports it serving.
-func (s *server) grpcServer(svc *rls.Server, guard *receiveGuard, creds grpc.ServerOption) *grpc.Server {
-	opts := append(s.opts.grpcServerOptions(guard),
-		// Calls run on reused goroutines (up to this many at once; gRPC
-		// starts a goroutine per call beyond): a fresh goroutine per call
-		// grows its stack on every call through the Redis client (copystack
-		// was 15 % of server CPU in a profile at 64 calls).
-		grpc.NumStreamWorkers(streamWorkers),
-	)
-	if o := s.tracing.serverOption(); o != nil {
-		opts = append(opts, o)
-	}
-	if creds != nil {
-		opts = append(opts, creds)
-	}
-	gs := grpc.NewServer(opts...)
-	svc.Register(gs)
-	s.health = health.NewServer()
-	healthpb.RegisterHealthServer(gs, s.health)
-	reflection.Register(gs)
-	s.setServing(true)
-	return gs
-}
-
 // startServers serves gRPC and admin on their listeners until they are
 // stopped; the channel receives the failure of either.
-func startServers(wg *sync.WaitGroup, gs *grpc.Server, grpcLis net.Listener, admin *http.Server, adminLis net.Listener) <-chan error {
+func startServers(wg *sync.WaitGroup, gs *grpcserve.Server, grpcLis net.Listener, admin *http.Server, adminLis net.Listener) <-chan error {
 	errc := make(chan error, 2)
 	wg.Add(2)
 	go func() {
@@ -378,4 +345,28 @@ func (s *server) startReloads(ctx context.Context, wg *sync.WaitGroup, h hooks) 
 		}
 	}()
 	return stop
+}
+
+// drain takes the process out of rotation and stops within the drain time:
+// readiness and gRPC health go false, the gRPC server stops accepting and
+// finishes in-flight calls (cut off at --drain-timeout), then the admin
+// server closes.
+func (s *server) drain(gsrv *grpcserve.Server, admin *http.Server) {
+	s.draining.Store(true)
+	gsrv.Drain(s.opts.DrainTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	if err := admin.Shutdown(ctx); err != nil {
+		_ = admin.Close()
+	}
+}
+
+// every calls fn with the tick's time every d until ctx is done, in the
+// background work that serve waits for (wg).
+func (s *server) every(ctx context.Context, wg *sync.WaitGroup, d time.Duration, fn func(now time.Time)) {
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		every(ctx, d, fn)
+	}()
 }

@@ -338,18 +338,18 @@ func (t *tracing) provider() trace.TracerProvider {
 	return t.tp
 }
 
-// serverOption is the gRPC stats handler that starts a server span per
-// ShouldRateLimit call, a child of the caller's trace context; nil when
+// serverOptions hold the gRPC stats handler that starts a server span per
+// ShouldRateLimit call, a child of the caller's trace context; none when
 // tracing is off.
-func (t *tracing) serverOption() grpc.ServerOption {
+func (t *tracing) serverOptions() []grpc.ServerOption {
 	if t == nil {
 		return nil
 	}
-	return grpc.StatsHandler(otelgrpc.NewServerHandler(
+	return []grpc.ServerOption{grpc.StatsHandler(otelgrpc.NewServerHandler(
 		otelgrpc.WithTracerProvider(t.tp),
 		otelgrpc.WithPropagators(propagator()),
 		// Metrics stay with Prometheus (/metrics).
 		otelgrpc.WithMeterProvider(noopmetric.NewMeterProvider()),
 		otelgrpc.WithFilter(func(info *stats.RPCTagInfo) bool { return info.FullMethodName == shouldRateLimitMethod }),
-	))
+	))}
 }

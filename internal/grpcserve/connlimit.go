@@ -1,4 +1,4 @@
-package app
+package grpcserve
 
 import (
 	"fmt"
@@ -10,23 +10,21 @@ import (
 	"github.com/envoy-rls/envoy-rls/pkg/rls"
 )
 
-// connLimit is a listener that holds at most max connections open: one
+// connLimit holds at most max connections of a listener open: one
 // accepted beyond it is closed at once (the client sees its connection
 // reset) and counted, so that the kernel's accept queue never fills with
 // connections nobody serves.
 type connLimit struct {
-	net.Listener
 	max     int64
 	open    atomic.Int64
 	gauge   prometheus.Gauge
 	refused prometheus.Counter
 }
 
-// limitConnections wraps l. The collectors are registered on reg.
-func limitConnections(l net.Listener, max int, reg prometheus.Registerer) (*connLimit, error) {
+// newConnLimit registers its collectors on reg.
+func newConnLimit(max int, reg prometheus.Registerer) (*connLimit, error) {
 	cl := &connLimit{
-		Listener: l,
-		max:      int64(max),
+		max: int64(max),
 		gauge: prometheus.NewGauge(prometheus.GaugeOpts{
 			Namespace: rls.MetricsNamespace, Name: "grpc_connections",
 			Help: "Open gRPC connections (at most --grpc-max-connections).",
@@ -44,23 +42,34 @@ func limitConnections(l net.Listener, max int, reg prometheus.Registerer) (*conn
 	return cl, nil
 }
 
-func (l *connLimit) Accept() (net.Conn, error) {
+// listener is l under the limit.
+func (cl *connLimit) listener(l net.Listener) net.Listener {
+	return &limitedListener{Listener: l, cl: cl}
+}
+
+// limitedListener accepts within its connLimit.
+type limitedListener struct {
+	net.Listener
+	cl *connLimit
+}
+
+func (l *limitedListener) Accept() (net.Conn, error) {
 	for {
 		c, err := l.Listener.Accept()
 		if err != nil {
 			return nil, err
 		}
-		if l.open.Add(1) > l.max {
-			l.open.Add(-1)
-			l.refused.Inc()
+		if l.cl.open.Add(1) > l.cl.max {
+			l.cl.open.Add(-1)
+			l.cl.refused.Inc()
 			if tc, ok := c.(*net.TCPConn); ok {
 				_ = tc.SetLinger(0) // reset: nothing is owed to this peer
 			}
 			_ = c.Close()
 			continue
 		}
-		l.gauge.Inc()
-		return &limitedConn{Conn: c, l: l}, nil
+		l.cl.gauge.Inc()
+		return &limitedConn{Conn: c, l: l.cl}, nil
 	}
 }
 

@@ -1,4 +1,4 @@
-package app
+package grpcserve
 
 import (
 	"context"
@@ -28,7 +28,7 @@ import (
 // Two things cut a stream still in the queue, cancelling its context so
 // that the call ends with DEADLINE_EXCEEDED and its stream is reset:
 //
-//   - its receive time d is over (sweep, every d/10);
+//   - its receive time d is over (Server.Sweep, every d/10);
 //   - max streams are queued when another arrives: the oldest is cut, not
 //     the newcomer. An Envoy request is read microseconds after it arrives,
 //     so the oldest in the queue is a slow one, and slow streams cannot
@@ -41,7 +41,7 @@ import (
 // It is the rls.Admission of the RateLimitService: a ShouldRateLimit call
 // is counted once (calls_total) by whichever sees it first: its handler,
 // which the guard admits as it starts (Admit), or the guard when it cuts a
-// call no handler has been admitted for (cuts.CountCut). gRPC aborts a
+// call no handler has been admitted for (Config.Cuts). gRPC aborts a
 // stream whose context is already done when its call would start, so a
 // call cut in that instant never reaches a handler.
 type receiveGuard struct {
@@ -49,7 +49,7 @@ type receiveGuard struct {
 	max int
 	// cuts counts a ShouldRateLimit call cut before its handler started,
 	// given the time since the stream arrived (nil: none).
-	cuts cutCounter
+	cuts CutCounter
 
 	mu         sync.Mutex
 	head, tail *recvCtx // the queue, oldest first
@@ -60,15 +60,15 @@ type receiveGuard struct {
 
 var _ rls.Admission = (*receiveGuard)(nil)
 
-// cutCounter counts the ShouldRateLimit calls the guard cuts before their
+// CutCounter counts the ShouldRateLimit calls the guard cuts before their
 // handler started (*rls.Metrics).
-type cutCounter interface {
+type CutCounter interface {
 	CountCut(sinceArrival time.Duration)
 }
 
 // newReceiveGuard registers its collectors on reg; cuts counts the
 // ShouldRateLimit calls cut before their handler started (nil: none).
-func newReceiveGuard(d time.Duration, max int, cuts cutCounter, reg prometheus.Registerer) (*receiveGuard, error) {
+func newReceiveGuard(d time.Duration, max int, cuts CutCounter, reg prometheus.Registerer) (*receiveGuard, error) {
 	g := &receiveGuard{d: d, max: max, cuts: cuts}
 	cut := prometheus.NewCounterVec(prometheus.CounterOpts{
 		Namespace: rls.MetricsNamespace, Name: "grpc_incomplete_requests_cut_total",
@@ -236,12 +236,6 @@ func (g *receiveGuard) sweep(now time.Time) int {
 	}
 	g.timeouts.Add(float64(len(due)))
 	return len(due)
-}
-
-// run sweeps every d/10 (at least every millisecond, at most every
-// second) until ctx is done.
-func (g *receiveGuard) run(ctx context.Context) {
-	every(ctx, min(max(g.d/10, time.Millisecond), time.Second), func(now time.Time) { g.sweep(now) })
 }
 
 // streamInterceptor ends a streaming call's receive phase at its first
