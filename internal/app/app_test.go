@@ -687,6 +687,7 @@ func TestCheckServeArgs(t *testing.T) {
 		{"drain timeout", append(base, "--drain-timeout", "-1s"), nil, `--drain-timeout="-1s": must be a positive duration such as 15s`},
 		{"memory entries", append(base, "--memory-max-entries", "-5"), nil, `--memory-max-entries="-5": must be 0 (automatic) or a positive integer`},
 		{"local cache size", append(base, "--local-cache-size", "3"), nil, `--local-cache-size="3": must be an integer of at least 64`},
+		{"tracing variable", base, map[string]string{"OTEL_TRACES_EXPORTER": "zipkin"}, `OTEL_TRACES_EXPORTER="zipkin": must be otlp or none (this binary exports traces by OTLP only)`},
 	})
 }
 

@@ -10,8 +10,8 @@ import (
 	"time"
 
 	"github.com/redis/rueidis"
-	"go.uber.org/zap"
 
+	"github.com/envoy-rls/envoy-rls/internal/observe"
 	"github.com/envoy-rls/envoy-rls/pkg/audit"
 	"github.com/envoy-rls/envoy-rls/pkg/limiter/redis"
 	"github.com/envoy-rls/envoy-rls/pkg/rls"
@@ -23,9 +23,6 @@ const (
 	DefaultAuditRedisMaxLen = 100_000
 	DefaultAuditSample      = "1"
 	DefaultAuditQueueSize   = audit.DefaultQueueSize
-	// AuditDrainTimeout bounds writing the queued events on shutdown, after
-	// the in-flight calls have drained.
-	AuditDrainTimeout = 2 * time.Second
 	// maxAuditPolicySamples bounds --audit-sample-policy's list.
 	maxAuditPolicySamples = 1000
 	// Bounds of --audit-usage-interval.
@@ -125,93 +122,59 @@ func parsePolicySamples(s string) (map[string]float64, bool) {
 
 // startAudit starts the audit sink when --audit-sink is set: it returns
 // the auditor to give the rls server (nil when off) and the function that
-// writes what is queued (bounded by AuditDrainTimeout) and stops it. The
-// audit metrics are registered either way.
+// writes what is queued (bounded by observe.AuditDrainTimeout) and stops it.
+// The audit metrics are registered either way.
 func (s *server) startAudit(stdout io.Writer) (rls.Auditor, func(), error) {
 	o := &s.opts.auditOptions
-	m, err := audit.NewMetrics(s.reg)
+	w, where, err := s.openAuditWriter(stdout)
 	if err != nil {
 		return nil, nil, err
 	}
-	if o.AuditSink == "" {
-		return nil, func() {}, nil
-	}
 	rate, _ := o.sampleRate()                             // checked by check
 	samples, _ := parsePolicySamples(o.AuditSamplePolicy) // checked by check
-	var w audit.Writer
-	where := ""
+	sink, err := observe.StartAudit(observe.AuditConfig{
+		Writer: w, Sink: o.AuditSink, Where: where,
+		Sample: rate, PolicySample: samples, QueueSize: o.AuditQueueSize,
+		UsageInterval: o.AuditUsageInterval,
+		Registerer:    s.reg,
+		Log:           s.log,
+	})
+	if err != nil || sink == nil {
+		return nil, func() {}, err
+	}
+	s.audit = sink
+	stopUsage := s.startUsageRecords(sink)
+	stop := func() {
+		stopUsage()
+		observe.CloseAudit(sink, s.log)
+	}
+	return observe.Auditor(sink), stop, nil
+}
+
+// openAuditWriter opens the writer of --audit-sink and says where it
+// writes; nil when the sink is off.
+func (s *server) openAuditWriter(stdout io.Writer) (audit.Writer, string, error) {
+	o := &s.opts.auditOptions
 	switch o.AuditSink {
 	case "stdout":
 		if stdout == nil {
 			stdout = os.Stdout
 		}
-		w, where = audit.NewJSONLines(stdout, false), "stdout"
+		return audit.NewJSONLines(stdout, false), "stdout", nil
 	case "file":
 		f, err := os.OpenFile(o.AuditFile, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600)
 		if err != nil {
-			return nil, nil, fmt.Errorf("%s: must be a file this process can append to: %w", label("audit-file", s.opts.given), err)
+			return nil, "", fmt.Errorf("%s: must be a file this process can append to: %w", label("audit-file", s.opts.given), err)
 		}
-		w, where = audit.NewJSONLines(f, true), o.AuditFile
+		return audit.NewJSONLines(f, true), o.AuditFile, nil
 	case "redis":
 		cfg, err := s.opts.redisConfig()
 		if err != nil {
-			return nil, nil, fmt.Errorf("audit sink: %w", err)
+			return nil, "", fmt.Errorf("audit sink: %w", err)
 		}
 		dial := func() (rueidis.Client, error) { return redis.NewClient(cfg) }
-		if w, err = audit.NewRedisStream(dial, o.AuditRedisStream, o.AuditRedisMaxLen, nil); err != nil {
-			return nil, nil, err
-		}
-		where = o.AuditRedisStream
+		w, err := audit.NewRedisStream(dial, o.AuditRedisStream, o.AuditRedisMaxLen, nil)
+		return w, o.AuditRedisStream, err
 	}
-	sink, err := audit.New(audit.Config{
-		Writer:       w,
-		Metrics:      m,
-		QueueSize:    o.AuditQueueSize,
-		Sample:       rate,
-		PolicySample: samples,
-		Logger:       s.log,
-	})
-	if err != nil {
-		_ = w.Close()
-		return nil, nil, err
-	}
-	s.audit = sink
-	stopUsage := s.startUsageRecords(sink)
-	s.log.Info("writing denial events to the audit sink",
-		zap.String("sink", o.AuditSink),
-		zap.String("to", where),
-		zap.Float64("sample", rate),
-		zap.Int("policy_samples", len(samples)),
-		zap.Int("queue_size", o.AuditQueueSize),
-		zap.Duration("usage_interval", o.AuditUsageInterval))
-	stop := func() {
-		stopUsage()
-		if err := sink.Close(AuditDrainTimeout); err != nil {
-			s.log.Warn("audit sink: closing", zap.Error(err))
-		}
-	}
-	return auditor{sink}, stop, nil
-}
-
-// auditor feeds the rls server's denials to the sink.
-type auditor struct{ sink *audit.Sink }
-
-func (a auditor) Denied(d rls.Denial) {
-	outcome := audit.OutcomeOverLimit
-	if d.FailureMode {
-		outcome = audit.OutcomeFailureMode
-	}
-	a.sink.Offer(audit.Event{
-		Time:       d.Time,
-		Domain:     d.Domain,
-		PolicyID:   d.PolicyID,
-		Subject:    d.Subject,
-		Cost:       d.Cost,
-		Limit:      d.Limit,
-		Remaining:  d.Remaining,
-		RetryAfter: d.RetryAfter,
-		RequestID:  d.RequestID,
-		Shadow:     d.Shadow,
-		Outcome:    outcome,
-	})
+	return nil, "", nil
 }

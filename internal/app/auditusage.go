@@ -7,8 +7,8 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/envoy-rls/envoy-rls/internal/observe"
 	"github.com/envoy-rls/envoy-rls/pkg/audit"
-	"github.com/envoy-rls/envoy-rls/pkg/topk"
 )
 
 // DefaultDenialsN is the number of denials /v1/denials answers without n.
@@ -27,22 +27,12 @@ func (s *server) startUsageRecords(sink *audit.Sink) func() {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		every(ctx, d, func(now time.Time) { s.offerUsage(sink, now) })
+		every(ctx, d, func(now time.Time) { observe.OfferUsage(sink, s.top, now) })
 	}()
 	return func() {
 		cancel()
 		<-done
-		s.offerUsage(sink, time.Now())
-	}
-}
-
-// offerUsage queues one usage record per tracked policy, stamped now.
-func (s *server) offerUsage(sink *audit.Sink, now time.Time) {
-	for _, u := range s.top.Usage(topk.Filter{}) {
-		sink.OfferUsage(audit.Event{Time: now, Domain: u.Domain, PolicyID: u.Policy, Usage: &audit.Usage{
-			Key: u.Key, Since: u.Since, Hits: u.Hits, Decisions: u.Decisions, Denials: u.Denials,
-			ShadowDenials: u.ShadowDenials, DistinctSubjects: u.DistinctSubjects,
-		}})
+		observe.OfferUsage(sink, s.top, time.Now())
 	}
 }
 

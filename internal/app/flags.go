@@ -10,6 +10,7 @@ import (
 	"go.uber.org/zap/zapcore"
 
 	"github.com/envoy-rls/envoy-rls/internal/grpcserve"
+	"github.com/envoy-rls/envoy-rls/internal/observe"
 	"github.com/envoy-rls/envoy-rls/pkg/descriptors"
 	"github.com/envoy-rls/envoy-rls/pkg/limiter/denycache"
 	"github.com/envoy-rls/envoy-rls/pkg/limiter/memory"
@@ -339,4 +340,10 @@ func gcPercent(o *Options, getenv func(string) string) (int, string) {
 	default:
 		return 0, "Go default"
 	}
+}
+
+// tracingFlag is --tracing as the user set it.
+func (o *Options) tracingFlag() observe.TracingFlag {
+	_, given := o.given["tracing"]
+	return observe.TracingFlag{On: o.Tracing, Given: given, Label: label("tracing", o.given)}
 }

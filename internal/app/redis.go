@@ -32,8 +32,8 @@ func (s *server) openRedis(ctx context.Context) (limiter.Store, func(), error) {
 	if err != nil {
 		return nil, nil, fmt.Errorf("redis store: %w", err)
 	}
-	cfg.TracerProvider = s.tracing.provider()
-	cfg.Metrics = s.metrics.redis
+	cfg.TracerProvider = s.tracing.Provider()
+	cfg.Metrics = s.metrics.Redis
 	log := s.log.With(zap.String("redis_addr", strings.Join(cfg.Addrs, ",")))
 	c, err := redis.Connect(cfg, redis.ConnectOptions{
 		OnFailure: func(a redis.Attempt) {

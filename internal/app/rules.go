@@ -137,7 +137,7 @@ func (rs *ruleSet) sourceDoc() xdsSourceDoc {
 
 // onReload counts and logs one load attempt.
 func (s *server) onReload(r descriptors.ReloadResult) {
-	s.metrics.reload(r.OK, time.Now())
+	s.metrics.Reload(r.OK, time.Now())
 	if r.OK {
 		s.log.Info("rules loaded", zap.String("config", s.ruleOrigin()), zap.String("trigger", r.Trigger),
 			zap.String("fingerprint", r.Fingerprint), zap.Int("domains", r.Domains), zap.Int("rules", r.Rules))

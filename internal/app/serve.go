@@ -16,10 +16,10 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/collectors"
 	"go.uber.org/zap"
 
 	"github.com/envoy-rls/envoy-rls/internal/grpcserve"
+	"github.com/envoy-rls/envoy-rls/internal/observe"
 	"github.com/envoy-rls/envoy-rls/pkg/audit"
 	"github.com/envoy-rls/envoy-rls/pkg/descriptors"
 	"github.com/envoy-rls/envoy-rls/pkg/limiter"
@@ -33,11 +33,11 @@ type server struct {
 	opts     Options
 	log      *zap.Logger
 	reg      *prometheus.Registry
-	metrics  *metrics
+	metrics  *observe.Metrics
 	rules    *ruleSet
 	store    limiter.Store
-	ping     pinger   // nil: always reachable
-	tracing  *tracing // nil: tracing off
+	ping     pinger           // nil: always reachable
+	tracing  *observe.Tracing // nil: tracing off
 	draining atomic.Bool
 
 	// storeState is the store's last known state (/healthz, store_up).
@@ -61,19 +61,18 @@ type server struct {
 // and file changes, then drains. Background work (sweeps, reloads, the
 // servers) ends with ctx; the store closes after all of it has returned.
 func serve(ctx context.Context, o Options, getenv func(string) string, log *zap.Logger, h hooks) error {
-	s := &server{opts: o, log: log, reg: prometheus.NewRegistry()}
+	s := &server{opts: o, log: log, reg: observe.NewRegistry()}
 	if err := s.startCompat(); err != nil {
 		return err
 	}
-	s.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	if err := announceBuild(log, s.reg); err != nil {
+	if err := observe.AnnounceBuild(log, s.reg); err != nil {
 		return err
 	}
 	var err error
 	if s.adminAuth, err = newAdminAuth(o.AdminTokenFile, time.Now, log); err != nil {
 		return fmt.Errorf("--admin-token-file: %w", err)
 	}
-	if s.metrics, err = newMetrics(s.reg); err != nil {
+	if s.metrics, err = observe.NewMetrics(s.reg); err != nil {
 		return err
 	}
 	if err := s.startTop(); err != nil {
@@ -98,7 +97,7 @@ func serve(ctx context.Context, o Options, getenv func(string) string, log *zap.
 	}
 	defer s.rules.stop()
 
-	tr, stopTracing, err := startTracing(ctx, &o, getenv, log, h.spanExporter)
+	tr, stopTracing, err := observe.StartTracing(ctx, o.tracingFlag(), getenv, log, h.spanExporter)
 	if err != nil {
 		return err
 	}
@@ -155,8 +154,8 @@ func serve(ctx context.Context, o Options, getenv func(string) string, log *zap.
 	gsrv, err := grpcserve.New(grpcserve.Config{
 		Limits:     o.GRPC,
 		TLS:        tlsConfig,
-		Cuts:       s.metrics.rpc,
-		Options:    s.tracing.serverOptions(),
+		Cuts:       s.metrics.RPC,
+		Options:    s.tracing.ServerOptions(),
 		Registerer: s.reg,
 		Log:        log,
 	})
@@ -166,14 +165,14 @@ func serve(ctx context.Context, o Options, getenv func(string) string, log *zap.
 	svc, err := rls.New(rls.Config{
 		Rules:          s.rules.rules,
 		Store:          s.store,
-		Metrics:        s.metrics.rpc,
+		Metrics:        s.metrics.RPC,
 		Logger:         log,
 		DefaultHeaders: headers,
 		HeaderNames:    o.headerNames(),
-		TracerProvider: s.tracing.provider(),
+		TracerProvider: s.tracing.Provider(),
 		Local:          s.localConfig(),
 		Admission:      gsrv.Admission(),
-		Observer:       s.withTop(observer),
+		Observer:       observe.WithTop(observer, s.top),
 		Clock:          s.clock,
 		Auditor:        auditor,
 		RequestIDKey:   o.AuditRequestIDKey,
@@ -266,7 +265,7 @@ func (s *server) frontStore(store limiter.Store, h hooks) error {
 	}
 	if s.opts.LocalCache {
 		var err error
-		if store, err = denycache.New(denycache.Config{Store: store, Size: s.opts.LocalCacheSize, Observer: s.metrics.cache, Clock: s.clock}); err != nil {
+		if store, err = denycache.New(denycache.Config{Store: store, Size: s.opts.LocalCacheSize, Observer: s.metrics.Cache, Clock: s.clock}); err != nil {
 			return err
 		}
 	}

@@ -6,6 +6,8 @@ import (
 	"flag"
 	"fmt"
 	"io"
+
+	"github.com/envoy-rls/envoy-rls/internal/observe"
 )
 
 // CheckServeArgs parses the arguments of `envoy-rls serve` (without the
@@ -45,7 +47,7 @@ func serveOptions(args []string, getenv func(string) string, help io.Writer) (Op
 	if fs.NArg() > 0 {
 		errs = append(errs, fmt.Errorf("serve takes no arguments (got %q): the rules are --config PATH", fs.Args()))
 	}
-	errs = append(errs, o.check(), checkSecretSource(&o, getenv), checkTracing(&o, getenv))
+	errs = append(errs, o.check(), checkSecretSource(&o, getenv), observe.CheckTracing(o.tracingFlag(), getenv))
 	return o, errors.Join(errs...)
 }
 

@@ -2,13 +2,11 @@ package app
 
 import (
 	"flag"
-	"fmt"
 	"net"
 	"strconv"
 	"time"
 
-	"go.uber.org/zap"
-
+	"github.com/envoy-rls/envoy-rls/internal/observe"
 	"github.com/envoy-rls/envoy-rls/internal/statsd"
 	"github.com/envoy-rls/envoy-rls/pkg/rls"
 )
@@ -78,12 +76,9 @@ func (o *statsdOptions) nearLimitRatio() (float64, bool) {
 // sends the last counts and stops it.
 func (s *server) startStatsd() (rls.Observer, func(), error) {
 	o := &s.opts.statsdOptions
-	if o.StatsdAddr == "" {
-		return nil, func() {}, nil
-	}
 	tags, _ := statsd.ParseTags(o.StatsdExtraTags) // checked by check
 	ratio, _ := o.nearLimitRatio()
-	sink, err := statsd.New(statsd.Config{
+	return observe.StartStatsd(statsd.Config{
 		Addr:           o.StatsdAddr,
 		Protocol:       o.StatsdProtocol,
 		Tags:           tags,
@@ -91,15 +86,4 @@ func (s *server) startStatsd() (rls.Observer, func(), error) {
 		NearLimitRatio: ratio,
 		Logger:         s.log,
 	})
-	if err != nil {
-		return nil, nil, fmt.Errorf("statsd: %w", err)
-	}
-	go sink.Run()
-	s.log.Info("sending stats to statsd",
-		zap.String("addr", o.StatsdAddr),
-		zap.String("protocol", o.StatsdProtocol),
-		zap.Duration("flush_interval", o.StatsdFlushInterval),
-		zap.Float64("near_limit_ratio", ratio),
-		zap.Int("extra_tags", len(tags)))
-	return sink, sink.Stop, nil
 }

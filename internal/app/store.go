@@ -33,7 +33,7 @@ func (s *server) openStore(ctx context.Context, wg *sync.WaitGroup) (limiter.Sto
 			fields = append(fields, zap.Int64("gomemlimit_bytes", limit))
 		}
 		s.log.Info("memory store bound", fields...)
-		st, err := memory.New(memory.Config{MaxEntries: entries, Observer: s.metrics.memory, Clock: s.clock})
+		st, err := memory.New(memory.Config{MaxEntries: entries, Observer: s.metrics.Memory, Clock: s.clock})
 		if err != nil {
 			return nil, nil, fmt.Errorf("memory store: %w", err)
 		}
@@ -45,8 +45,8 @@ func (s *server) openStore(ctx context.Context, wg *sync.WaitGroup) (limiter.Sto
 					now = s.clock.Now()
 				}
 				st.Sweep(now)
-				s.metrics.memory.Entries(st.Len())
-				s.metrics.memory.Sketches(st.Sketches())
+				s.metrics.Memory.Entries(st.Len())
+				s.metrics.Memory.Sketches(st.Sketches())
 			})
 		}()
 		return st, func() {}, nil

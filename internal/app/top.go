@@ -10,9 +10,7 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-
-	"github.com/envoy-rls/envoy-rls/pkg/rls"
+	"github.com/envoy-rls/envoy-rls/internal/observe"
 	"github.com/envoy-rls/envoy-rls/pkg/topk"
 )
 
@@ -21,23 +19,11 @@ const DefaultTopN = 10
 
 // startTop builds the top consumers tracker and registers its metrics.
 func (s *server) startTop() error {
-	t, err := s.opts.topOptions.newTracker()
+	t, err := observe.NewTop(s.opts.topOptions.topConfig(), s.opts.TopMetricSeries, s.reg)
 	if err != nil {
 		return err
 	}
 	s.top = t
-	untracked := prometheus.NewCounterFunc(prometheus.CounterOpts{
-		Namespace: rls.MetricsNamespace, Name: "top_untracked_total",
-		Help: "Limit decisions left out of /v1/top and /v1/usage because --top-max-policies policies were already tracked.",
-	}, func() float64 { return float64(t.Untracked()) })
-	if err := s.reg.Register(untracked); err != nil {
-		return fmt.Errorf("registering %s_top_untracked_total: %w", rls.MetricsNamespace, err)
-	}
-	if n := s.opts.TopMetricSeries; n > 0 {
-		if err := s.reg.Register(&topCollector{t: t, n: n}); err != nil {
-			return fmt.Errorf("registering %s_top_subject_hits: %w", rls.MetricsNamespace, err)
-		}
-	}
 	return nil
 }
 
@@ -163,45 +149,4 @@ func writeTopJSON(w http.ResponseWriter, v any) {
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
 	_ = enc.Encode(v)
-}
-
-// topCollector exports the n heaviest subjects of all policies as gauges,
-// computed at each scrape: at most n series, labelled by domain, policy
-// and the digest's first 8 hex characters.
-type topCollector struct {
-	t *topk.Tracker
-	n int
-}
-
-var topSubjectDesc = prometheus.NewDesc(rls.MetricsNamespace+"_top_subject_hits",
-	"Hits (cost-weighted) of the heaviest subjects over the top window (--top-metric-series of them in all), by domain, policy ID and subject digest prefix.",
-	[]string{"domain", "policy", "subject"}, nil)
-
-func (c *topCollector) Describe(ch chan<- *prometheus.Desc) { ch <- topSubjectDesc }
-
-func (c *topCollector) Collect(ch chan<- prometheus.Metric) {
-	type series struct {
-		domain, policy, subject string
-		hits                    int64
-	}
-	var all []series
-	for _, p := range c.t.Top(topk.Filter{}, topk.ByHits, c.n) {
-		for _, e := range p.Entries {
-			all = append(all, series{p.Domain, p.Policy, hex.EncodeToString(e.Subject[:4]), e.Hits})
-		}
-	}
-	slices.SortStableFunc(all, func(a, b series) int { return cmp.Compare(b.hits, a.hits) })
-	seen := map[[3]string]bool{}
-	for _, x := range all {
-		if len(seen) == c.n {
-			break
-		}
-		// Two digests of one policy sharing a prefix: keep the heavier.
-		k := [3]string{x.domain, x.policy, x.subject}
-		if seen[k] {
-			continue
-		}
-		seen[k] = true
-		ch <- prometheus.MustNewConstMetric(topSubjectDesc, prometheus.GaugeValue, float64(x.hits), x.domain, x.policy, x.subject)
-	}
 }

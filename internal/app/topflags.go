@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/envoy-rls/envoy-rls/pkg/rls"
 	"github.com/envoy-rls/envoy-rls/pkg/topk"
 )
 
@@ -47,49 +46,7 @@ func (o *topOptions) check(given map[string]given) error {
 	return r.err()
 }
 
-// newTopTracker builds the tracker of the --top-* flags.
-func (o *topOptions) newTracker() (*topk.Tracker, error) {
-	return topk.New(topk.Config{Counters: o.TopCounters, MaxPolicies: o.TopMaxPolicies, Window: o.TopWindow})
-}
-
-// topObserver feeds the tracker from the decision path.
-type topObserver struct{ t *topk.Tracker }
-
-var _ rls.Observer = topObserver{}
-
-func (o topObserver) ObserveLimit(l rls.LimitObservation) {
-	r := l.Rule
-	if r == nil || r.Policy == nil {
-		return
-	}
-	o.t.Record(topk.Observation{
-		Domain: r.Domain, Policy: r.Policy.ID(), Key: r.Key,
-		Subject: l.Subject, Hits: l.Hits,
-		Denied: l.Over && !l.Shadow, ShadowDenied: l.Over && l.Shadow,
-	})
-}
-
-func (topObserver) ObserveCall(rls.CallObservation) {}
-
-// withTop returns o (nil: none) with the top consumers tracker added.
-func (s *server) withTop(o rls.Observer) rls.Observer {
-	if o == nil {
-		return topObserver{s.top}
-	}
-	return observers{o, topObserver{s.top}}
-}
-
-// observers sends every observation to each of its members.
-type observers []rls.Observer
-
-func (os observers) ObserveLimit(l rls.LimitObservation) {
-	for _, o := range os {
-		o.ObserveLimit(l)
-	}
-}
-
-func (os observers) ObserveCall(c rls.CallObservation) {
-	for _, o := range os {
-		o.ObserveCall(c)
-	}
+// topConfig is the tracker's configuration of the --top-* flags.
+func (o *topOptions) topConfig() topk.Config {
+	return topk.Config{Counters: o.TopCounters, MaxPolicies: o.TopMaxPolicies, Window: o.TopWindow}
 }

@@ -21,77 +21,6 @@ import (
 	"github.com/envoy-rls/envoy-rls/pkg/rls"
 )
 
-func TestReadTracing(t *testing.T) {
-	for _, tc := range []struct {
-		name     string
-		args     []string
-		env      map[string]string
-		on       bool
-		protocol string
-		sampler  string
-		service  string
-		wantErr  string
-	}{
-		{name: "off by default", protocol: protocolHTTPProtobuf, sampler: "parentbased_always_on"},
-		{name: "endpoint turns it on", env: map[string]string{envEndpoint: "http://127.0.0.1:4318"}, on: true},
-		{name: "traces endpoint turns it on", env: map[string]string{envTracesEndpoint: "http://127.0.0.1:4318/v1/traces"}, on: true},
-		{name: "exporter otlp", env: map[string]string{envTracesExporter: "otlp"}, on: true},
-		{name: "exporter none wins over the endpoint", env: map[string]string{envTracesExporter: "none", envEndpoint: "http://x:4318"}},
-		{name: "flag", args: []string{"--tracing"}, on: true},
-		{name: "flag env", env: map[string]string{"ENVOY_RLS_TRACING": "true"}, on: true},
-		{name: "flag false wins over the endpoint", args: []string{"--tracing=false"}, env: map[string]string{envEndpoint: "http://x:4318"}},
-		{name: "sdk disabled wins over everything", args: []string{"--tracing"}, env: map[string]string{envSDKDisabled: "true", envRefEnabled: "true"}},
-		{name: "reference alias", env: map[string]string{envRefEnabled: "true", envRefProtocol: "grpc", envRefServiceName: "RateLimit", envRefSamplingRate: "0.25"},
-			on: true, protocol: protocolGRPC, sampler: "parentbased_traceidratio(0.25)", service: "RateLimit"},
-		{name: "reference alias off wins over the endpoint", env: map[string]string{envRefEnabled: "false", envEndpoint: "http://x:4318"}},
-		{name: "reference http protocol", env: map[string]string{envRefEnabled: "1", envRefProtocol: "http"}, on: true, protocol: protocolHTTPProtobuf},
-		{name: "OTEL protocol wins over the alias", env: map[string]string{envRefEnabled: "1", envRefProtocol: "http", envProtocol: "grpc"}, on: true, protocol: protocolGRPC},
-		{name: "traces protocol wins", env: map[string]string{envTracesProtocol: "http/protobuf", envProtocol: "grpc"}, protocol: protocolHTTPProtobuf},
-		{name: "OTEL sampler wins over the alias", env: map[string]string{envSampler: "traceidratio", envSamplerArg: "0.5", envRefSamplingRate: "0.1"}, sampler: "traceidratio(0.5)"},
-		{name: "service name default", env: map[string]string{envRefEnabled: "true"}, on: true, service: defaultServiceName},
-		{name: "bad exporter", env: map[string]string{envTracesExporter: "zipkin"}, wantErr: `OTEL_TRACES_EXPORTER="zipkin": must be otlp or none`},
-		{name: "bad protocol", env: map[string]string{envProtocol: "http/json"}, wantErr: `OTEL_EXPORTER_OTLP_PROTOCOL="http/json": must be grpc or http/protobuf`},
-		{name: "bad alias protocol", env: map[string]string{envRefProtocol: "thrift"}, wantErr: `TRACING_EXPORTER_PROTOCOL="thrift": must be http or grpc`},
-		{name: "bad enabled", env: map[string]string{envRefEnabled: "yes please"}, wantErr: `TRACING_ENABLED="yes please": must be true or false`},
-		{name: "bad rate", env: map[string]string{envRefSamplingRate: "2"}, wantErr: `TRACING_SAMPLING_RATE="2": must be a number between 0 and 1`},
-		{name: "bad sampler", env: map[string]string{envSampler: "sometimes"}, wantErr: `OTEL_TRACES_SAMPLER="sometimes": must be always_on`},
-		{name: "bad sampler arg", env: map[string]string{envSampler: "parentbased_traceidratio", envSamplerArg: "half"}, wantErr: `OTEL_TRACES_SAMPLER_ARG="half": must be a number between 0 and 1`},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			getenv := func(k string) string { return tc.env[k] }
-			o, err := serveOptions(append([]string{"--config", "x"}, tc.args...), getenv, nil)
-			if tc.wantErr != "" {
-				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
-					t.Fatalf("serveOptions error %v, want %q", err, tc.wantErr)
-				}
-				if err := CheckServeArgs(append([]string{"--config", "x"}, tc.args...), getenv); err == nil || !strings.Contains(err.Error(), tc.wantErr) {
-					t.Fatalf("CheckServeArgs error %v, want %q", err, tc.wantErr)
-				}
-				return
-			}
-			if err != nil {
-				t.Fatal(err)
-			}
-			ts, err := readTracing(&o, getenv)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if ts.on != tc.on {
-				t.Errorf("on = %v (because %s), want %v", ts.on, ts.why, tc.on)
-			}
-			if tc.protocol != "" && ts.protocol != tc.protocol {
-				t.Errorf("protocol = %q, want %q", ts.protocol, tc.protocol)
-			}
-			if tc.sampler != "" && ts.samplerName != tc.sampler {
-				t.Errorf("sampler = %q, want %q", ts.samplerName, tc.sampler)
-			}
-			if tc.service != "" && !slices.Contains(ts.attrs, attribute.String("service.name", tc.service)) {
-				t.Errorf("resource attributes %v: want service.name %q", ts.attrs, tc.service)
-			}
-		})
-	}
-}
-
 // Trace context a test sends as the caller's (Envoy's) span.
 var (
 	callerTrace = trace.TraceID{0x4b, 0xf9, 0x2f, 0x35, 0x77, 0xb3, 0x4d, 0xa6, 0xa3, 0xce, 0x92, 0x9d, 0x0e, 0x0e, 0x47, 0x36}
@@ -296,7 +225,7 @@ func TestTracingRedisSpans(t *testing.T) {
 	srv := redistest.Standalone(t, redistest.Local())
 	exp := newKeptSpans()
 	rules := writeRules(t, t.TempDir(), testRules)
-	env := map[string]string{SecretEnv: "a-shared-secret-of-32-bytes-----", "ENVOY_RLS_REDIS_ADDR": srv.Addr(), envRefEnabled: "true"}
+	env := map[string]string{SecretEnv: "a-shared-secret-of-32-bytes-----", "ENVOY_RLS_REDIS_ADDR": srv.Addr(), "TRACING_ENABLED": "true"}
 	r := startServe(t, []string{"--config", rules, "--store", "redis", "--redis-timeout", "300ms"}, env, hooks{spanExporter: exp})
 	const user = "redis-raw-subject-91c2"
 

@@ -8,11 +8,7 @@ import (
 	"io"
 	"strconv"
 
-	"github.com/prometheus/client_golang/prometheus"
-	"go.uber.org/zap"
-
 	"github.com/envoy-rls/envoy-rls/internal/buildinfo"
-	"github.com/envoy-rls/envoy-rls/pkg/rls"
 )
 
 // versionJSON is the shape of `envoy-rls version --output json`; the keys
@@ -72,36 +68,4 @@ func writeVersion(args []string, in buildinfo.Info, stdout io.Writer) error {
 		return err
 	}
 	return fmt.Errorf("--output=%q: must be text or json", output)
-}
-
-// announceBuild logs the running build once and exports it as the constant
-// gauge envoy_rls_build_info{version,revision,goversion} 1 on reg, so a
-// dashboard can tell which release each replica runs.
-func announceBuild(log *zap.Logger, reg prometheus.Registerer) error {
-	in := buildinfo.Get()
-	log.Info("envoy-rls build",
-		zap.String("version", in.Version),
-		zap.String("revision", in.Revision),
-		zap.String("go_version", in.GoVersion),
-		zap.String("build_date", in.Date),
-		zap.Bool("modified", in.Modified))
-	return registerBuildInfo(reg, in)
-}
-
-func registerBuildInfo(reg prometheus.Registerer, in buildinfo.Info) error {
-	g := prometheus.NewGauge(prometheus.GaugeOpts{
-		Namespace: rls.MetricsNamespace,
-		Name:      "build_info",
-		Help:      "Always 1; the labels say which build is running (version, VCS revision, Go toolchain).",
-		ConstLabels: prometheus.Labels{
-			"version":   in.Version,
-			"revision":  in.Revision,
-			"goversion": in.GoVersion,
-		},
-	})
-	g.Set(1)
-	if err := reg.Register(g); err != nil {
-		return fmt.Errorf("registering %s_build_info: %w", rls.MetricsNamespace, err)
-	}
-	return nil
 }

@@ -6,12 +6,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"net/http/httptest"
 	"strings"
 	"testing"
-
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/envoy-rls/envoy-rls/internal/buildinfo"
 )
@@ -87,25 +83,6 @@ func TestVersionCommand(t *testing.T) {
 	var stdout bytes.Buffer
 	if err := run(context.Background(), []string{"help"}, noEnv, &stdout, io.Discard, hooks{}); err != nil || !strings.Contains(stdout.String(), "envoy-rls version") {
 		t.Fatalf("help does not list the version command (%v):\n%s", err, stdout.String())
-	}
-}
-
-func TestRegisterBuildInfo(t *testing.T) {
-	reg := prometheus.NewRegistry()
-	if err := registerBuildInfo(reg, release); err != nil {
-		t.Fatal(err)
-	}
-	rec := httptest.NewRecorder()
-	promhttp.HandlerFor(reg, promhttp.HandlerOpts{}).ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
-	want := `# HELP envoy_rls_build_info Always 1; the labels say which build is running (version, VCS revision, Go toolchain).
-# TYPE envoy_rls_build_info gauge
-envoy_rls_build_info{goversion="go1.26.8",revision="0123456789abcdef",version="v1.2.3"} 1
-`
-	if got := rec.Body.String(); got != want {
-		t.Fatalf("/metrics\n%s\nwant\n%s", got, want)
-	}
-	if err := registerBuildInfo(reg, release); err == nil {
-		t.Fatal("registering twice on one registry: no error")
 	}
 }
 

@@ -1,4 +1,4 @@
-package app
+package observe
 
 import (
 	"context"
@@ -31,8 +31,8 @@ import (
 )
 
 // Tracing is configured by the OpenTelemetry SDK's standard variables, the
-// --tracing flag and the reference service's TRACING_* variables
-// (docs/operations.md, "Tracing"). The variables this file reads itself;
+// --tracing flag (TracingFlag) and the reference service's TRACING_*
+// variables (docs/operations.md, "Tracing"). The variables this file reads itself;
 // the OTLP exporters read the rest of OTEL_EXPORTER_OTLP_* (endpoint,
 // headers, timeout, TLS, compression) and the batch span processor reads
 // OTEL_BSP_*, both from the process environment.
@@ -73,6 +73,15 @@ type tracingSettings struct {
 	attrs       []attribute.KeyValue // resource attributes from the aliases
 }
 
+// TracingFlag is the --tracing flag as the user set it.
+type TracingFlag struct {
+	On bool
+	// Given: set on the command line or by its variable.
+	Given bool
+	// Label is how the user wrote it, for the start log.
+	Label string
+}
+
 // readTracing decides whether tracing is on and how, from --tracing and
 // the environment. The rule, first match wins:
 //
@@ -86,7 +95,7 @@ type tracingSettings struct {
 //
 // Every variable it reads is checked even when tracing stays off, so a
 // typo fails start instead of silently tracing nothing.
-func readTracing(o *Options, getenv func(string) string) (tracingSettings, error) {
+func readTracing(flag TracingFlag, getenv func(string) string) (tracingSettings, error) {
 	var ts tracingSettings
 	var errs []error
 	bad := func(name, value, want string) {
@@ -112,12 +121,11 @@ func readTracing(o *Options, getenv func(string) string) (tracingSettings, error
 	default:
 		bad(envTracesExporter, getenv(envTracesExporter), "otlp or none (this binary exports traces by OTLP only)")
 	}
-	_, flagGiven := o.given["tracing"]
 	switch {
 	case disabled:
 		ts.why = envSDKDisabled + "=true"
-	case flagGiven:
-		ts.on, ts.why = o.Tracing, label("tracing", o.given)
+	case flag.Given:
+		ts.on, ts.why = flag.On, flag.Label
 	case refSet:
 		ts.on, ts.why = refOn, envRefEnabled+"="+getenv(envRefEnabled)
 	case exporter != "":
@@ -222,23 +230,24 @@ func firstSet(getenv func(string) string, names ...string) (name, value string) 
 	return "", ""
 }
 
-// checkTracing is readTracing's verdict on the values, for serveOptions.
-func checkTracing(o *Options, getenv func(string) string) error {
-	_, err := readTracing(o, getenv)
+// CheckTracing refuses the tracing settings that would fail
+// StartTracing: every problem of the variables, one line each.
+func CheckTracing(flag TracingFlag, getenv func(string) string) error {
+	_, err := readTracing(flag, getenv)
 	return err
 }
 
-// tracing is the running tracer provider of a serve, nil when tracing is
+// Tracing is the running tracer provider of a serve, nil when tracing is
 // off.
-type tracing struct {
+type Tracing struct {
 	tp *sdktrace.TracerProvider
 }
 
-// startTracing builds the tracer provider when tracing is on and returns
+// StartTracing builds the tracer provider when tracing is on and returns
 // it with the function that flushes and stops it (at most
 // tracingShutdownTimeout). exporter replaces the OTLP exporter (tests).
-func startTracing(ctx context.Context, o *Options, getenv func(string) string, log *zap.Logger, exporter sdktrace.SpanExporter) (*tracing, func(), error) {
-	ts, err := readTracing(o, getenv)
+func StartTracing(ctx context.Context, flag TracingFlag, getenv func(string) string, log *zap.Logger, exporter sdktrace.SpanExporter) (*Tracing, func(), error) {
+	ts, err := readTracing(flag, getenv)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -293,7 +302,7 @@ func startTracing(ctx context.Context, o *Options, getenv func(string) string, l
 		}
 		otel.SetErrorHandler(prev)
 	}
-	return &tracing{tp: tp}, stop, nil
+	return &Tracing{tp: tp}, stop, nil
 }
 
 // newOTLPExporter is the OTLP exporter of protocol; it reads its endpoint,
@@ -328,20 +337,20 @@ func propagator() propagation.TextMapPropagator {
 // reflection are not.
 var shouldRateLimitMethod = "/" + rlsv3.RateLimitService_ServiceDesc.ServiceName + "/ShouldRateLimit"
 
-// provider is the tracer provider for the packages' options: nil (no
+// Provider is the tracer provider for the packages' options: nil (no
 // spans, no work) when tracing is off. (A nil *sdktrace.TracerProvider in
 // the interface would not be nil.)
-func (t *tracing) provider() trace.TracerProvider {
+func (t *Tracing) Provider() trace.TracerProvider {
 	if t == nil {
 		return nil
 	}
 	return t.tp
 }
 
-// serverOptions hold the gRPC stats handler that starts a server span per
+// ServerOptions hold the gRPC stats handler that starts a server span per
 // ShouldRateLimit call, a child of the caller's trace context; none when
 // tracing is off.
-func (t *tracing) serverOptions() []grpc.ServerOption {
+func (t *Tracing) ServerOptions() []grpc.ServerOption {
 	if t == nil {
 		return nil
 	}

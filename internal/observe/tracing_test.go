@@ -1,0 +1,78 @@
+package observe
+
+import (
+	"slices"
+	"strings"
+	"testing"
+
+	"go.opentelemetry.io/otel/attribute"
+)
+
+func TestReadTracing(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		flag     TracingFlag
+		env      map[string]string
+		on       bool
+		protocol string
+		sampler  string
+		service  string
+		wantErr  string
+	}{
+		{name: "off by default", protocol: protocolHTTPProtobuf, sampler: "parentbased_always_on"},
+		{name: "endpoint turns it on", env: map[string]string{envEndpoint: "http://127.0.0.1:4318"}, on: true},
+		{name: "traces endpoint turns it on", env: map[string]string{envTracesEndpoint: "http://127.0.0.1:4318/v1/traces"}, on: true},
+		{name: "exporter otlp", env: map[string]string{envTracesExporter: "otlp"}, on: true},
+		{name: "exporter none wins over the endpoint", env: map[string]string{envTracesExporter: "none", envEndpoint: "http://x:4318"}},
+		{name: "flag", flag: TracingFlag{On: true, Given: true, Label: `--tracing="true"`}, on: true},
+		{name: "flag false wins over the endpoint", flag: TracingFlag{Given: true, Label: `--tracing="false"`}, env: map[string]string{envEndpoint: "http://x:4318"}},
+		{name: "sdk disabled wins over everything", flag: TracingFlag{On: true, Given: true}, env: map[string]string{envSDKDisabled: "true", envRefEnabled: "true"}},
+		{name: "reference alias", env: map[string]string{envRefEnabled: "true", envRefProtocol: "grpc", envRefServiceName: "RateLimit", envRefSamplingRate: "0.25"},
+			on: true, protocol: protocolGRPC, sampler: "parentbased_traceidratio(0.25)", service: "RateLimit"},
+		{name: "reference alias off wins over the endpoint", env: map[string]string{envRefEnabled: "false", envEndpoint: "http://x:4318"}},
+		{name: "reference http protocol", env: map[string]string{envRefEnabled: "1", envRefProtocol: "http"}, on: true, protocol: protocolHTTPProtobuf},
+		{name: "OTEL protocol wins over the alias", env: map[string]string{envRefEnabled: "1", envRefProtocol: "http", envProtocol: "grpc"}, on: true, protocol: protocolGRPC},
+		{name: "traces protocol wins", env: map[string]string{envTracesProtocol: "http/protobuf", envProtocol: "grpc"}, protocol: protocolHTTPProtobuf},
+		{name: "OTEL sampler wins over the alias", env: map[string]string{envSampler: "traceidratio", envSamplerArg: "0.5", envRefSamplingRate: "0.1"}, sampler: "traceidratio(0.5)"},
+		{name: "service name default", env: map[string]string{envRefEnabled: "true"}, on: true, service: defaultServiceName},
+		{name: "bad exporter", env: map[string]string{envTracesExporter: "zipkin"}, wantErr: `OTEL_TRACES_EXPORTER="zipkin": must be otlp or none`},
+		{name: "bad protocol", env: map[string]string{envProtocol: "http/json"}, wantErr: `OTEL_EXPORTER_OTLP_PROTOCOL="http/json": must be grpc or http/protobuf`},
+		{name: "bad alias protocol", env: map[string]string{envRefProtocol: "thrift"}, wantErr: `TRACING_EXPORTER_PROTOCOL="thrift": must be http or grpc`},
+		{name: "bad enabled", env: map[string]string{envRefEnabled: "yes please"}, wantErr: `TRACING_ENABLED="yes please": must be true or false`},
+		{name: "bad rate", env: map[string]string{envRefSamplingRate: "2"}, wantErr: `TRACING_SAMPLING_RATE="2": must be a number between 0 and 1`},
+		{name: "bad sampler", env: map[string]string{envSampler: "sometimes"}, wantErr: `OTEL_TRACES_SAMPLER="sometimes": must be always_on`},
+		{name: "bad sampler arg", env: map[string]string{envSampler: "parentbased_traceidratio", envSamplerArg: "half"}, wantErr: `OTEL_TRACES_SAMPLER_ARG="half": must be a number between 0 and 1`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			getenv := func(k string) string { return tc.env[k] }
+			ts, err := readTracing(tc.flag, getenv)
+			if tc.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+					t.Fatalf("readTracing error %v, want %q", err, tc.wantErr)
+				}
+				if cerr := CheckTracing(tc.flag, getenv); cerr == nil || cerr.Error() != err.Error() {
+					t.Fatalf("CheckTracing error %v, want %v", cerr, err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if tc.flag.Given && ts.on && ts.why != tc.flag.Label {
+				t.Errorf("why = %q, want the flag as given, %q", ts.why, tc.flag.Label)
+			}
+			if ts.on != tc.on {
+				t.Errorf("on = %v (because %s), want %v", ts.on, ts.why, tc.on)
+			}
+			if tc.protocol != "" && ts.protocol != tc.protocol {
+				t.Errorf("protocol = %q, want %q", ts.protocol, tc.protocol)
+			}
+			if tc.sampler != "" && ts.samplerName != tc.sampler {
+				t.Errorf("sampler = %q, want %q", ts.samplerName, tc.sampler)
+			}
+			if tc.service != "" && !slices.Contains(ts.attrs, attribute.String("service.name", tc.service)) {
+				t.Errorf("resource attributes %v: want service.name %q", ts.attrs, tc.service)
+			}
+		})
+	}
+}
