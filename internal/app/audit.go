@@ -1,6 +1,7 @@
 package app
 
 import (
+	"context"
 	"flag"
 	"fmt"
 	"io"
@@ -177,4 +178,26 @@ func (s *server) openAuditWriter(stdout io.Writer) (audit.Writer, string, error)
 		return w, o.AuditRedisStream, err
 	}
 	return nil, "", nil
+}
+
+// startUsageRecords writes a usage record per tracked policy to sink every
+// --audit-usage-interval (nothing when 0); it returns the function that
+// stops the writer, waits for it and queues a last record per policy (the
+// totals up to the shutdown), to call before the sink closes.
+func (s *server) startUsageRecords(sink *audit.Sink) func() {
+	d := s.opts.AuditUsageInterval
+	if d <= 0 || s.top == nil {
+		return func() {}
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		every(ctx, d, func(now time.Time) { observe.OfferUsage(sink, s.top, now) })
+	}()
+	return func() {
+		cancel()
+		<-done
+		observe.OfferUsage(sink, s.top, time.Now())
+	}
 }

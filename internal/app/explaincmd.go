@@ -16,11 +16,11 @@ import (
 	"strings"
 	"time"
 
-	"google.golang.org/protobuf/encoding/protojson"
-
 	rlv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/protobuf/encoding/protojson"
 
+	"github.com/envoy-rls/envoy-rls/internal/admin"
 	"github.com/envoy-rls/envoy-rls/pkg/descriptors"
 	"github.com/envoy-rls/envoy-rls/pkg/limiter/redis"
 )
@@ -69,7 +69,7 @@ func (c *cliRules) entries() ([]descriptors.Entry, error) {
 		return nil, errors.New("--domain is required")
 	}
 	q := map[string][]string{"descriptor": {c.descriptor}}
-	return parseDescriptor(q)
+	return admin.ParseDescriptor(q)
 }
 
 // load reads the rules; with needSecret, a configured secret is required.
@@ -114,7 +114,7 @@ func digestCommand(args []string, getenv func(string) string, stdout io.Writer) 
 	if err != nil {
 		return err
 	}
-	d := explainDescriptor(snap, c.domain, entries)
+	d := admin.Explain(snap, c.domain, entries)
 	if !d.Matched {
 		return fmt.Errorf("no rule of domain %q matches the descriptor: %s", c.domain, d.Reason)
 	}
@@ -122,8 +122,9 @@ func digestCommand(args []string, getenv func(string) string, stdout io.Writer) 
 		return errors.New("the descriptor matches an unlimited rule: it has no subject")
 	}
 	for _, l := range d.Limits {
-		key := redis.StorageKey(nil, l.req.Policy, l.req.Subject, l.req.Tag)
-		fmt.Fprintf(stdout, "%s %s %s\n", hex.EncodeToString(l.req.Subject[:]), l.PolicyID, key)
+		req := l.Request()
+		key := redis.StorageKey(nil, req.Policy, req.Subject, req.Tag)
+		fmt.Fprintf(stdout, "%s %s %s\n", hex.EncodeToString(req.Subject[:]), l.PolicyID, key)
 	}
 	return nil
 }
@@ -133,9 +134,9 @@ func digestCommand(args []string, getenv func(string) string, stdout io.Writer) 
 func explainCommand(ctx context.Context, args []string, getenv func(string) string, stdout io.Writer) error {
 	fs := flag.NewFlagSet("envoy-rls explain", flag.ContinueOnError)
 	var c cliRules
-	var admin, tokenFile string
+	var adminURL, tokenFile string
 	c.add(fs)
-	fs.StringVar(&admin, "admin", "", "the admin URL of a running instance, e.g. http://127.0.0.1:8080")
+	fs.StringVar(&adminURL, "admin", "", "the admin URL of a running instance, e.g. http://127.0.0.1:8080")
 	fs.StringVar(&tokenFile, "token-file", "", "file holding an admin token (the token alone, or a name:token line of --admin-token-file)")
 	seen, err := parseFlags(fs, args, getenv)
 	if errors.Is(err, flag.ErrHelp) {
@@ -151,8 +152,8 @@ func explainCommand(ctx context.Context, args []string, getenv func(string) stri
 	}
 	// --admin wins over --config (which a pod's ENVOY_RLS_CONFIG may set).
 	switch {
-	case admin != "":
-		return explainRemote(ctx, admin, tokenFile, c.domain, entries, stdout)
+	case adminURL != "":
+		return explainRemote(ctx, adminURL, tokenFile, c.domain, entries, stdout)
 	case c.config == "":
 		return errors.New("--admin URL (a running instance) or --config PATH (rule files) is required")
 	}
@@ -160,7 +161,7 @@ func explainCommand(ctx context.Context, args []string, getenv func(string) stri
 	if err != nil {
 		return err
 	}
-	d := explainDescriptor(snap, c.domain, entries)
+	d := admin.Explain(snap, c.domain, entries)
 	if !withSecret {
 		d.SubjectDigest = ""
 		for i := range d.Limits {
@@ -169,7 +170,7 @@ func explainCommand(ctx context.Context, args []string, getenv func(string) stri
 	}
 	enc := json.NewEncoder(stdout)
 	enc.SetIndent("", "  ")
-	return enc.Encode(explainAnswer{Domain: c.domain, Descriptors: []explainDesc{d}})
+	return enc.Encode(admin.ExplainAnswer{Domain: c.domain, Descriptors: []admin.Explanation{d}})
 }
 
 // tokenLine is a name:token line of --admin-token-file.
@@ -190,7 +191,7 @@ func readClientToken(path string) (string, error) {
 		if line == "" || strings.HasPrefix(line, "#") {
 			continue
 		}
-		if m := tokenLine.FindStringSubmatch(line); m != nil && len(m[1]) >= minTokenLen {
+		if m := tokenLine.FindStringSubmatch(line); m != nil && len(m[1]) >= admin.MinTokenLen {
 			return m[1], nil
 		}
 		return line, nil
@@ -198,7 +199,7 @@ func readClientToken(path string) (string, error) {
 	return "", fmt.Errorf("--token-file %s: no token", path)
 }
 
-func explainRemote(ctx context.Context, admin, tokenFile, domain string, entries []descriptors.Entry, stdout io.Writer) error {
+func explainRemote(ctx context.Context, adminURL, tokenFile, domain string, entries []descriptors.Entry, stdout io.Writer) error {
 	token, err := readClientToken(tokenFile)
 	if err != nil {
 		return err
@@ -213,10 +214,10 @@ func explainRemote(ctx context.Context, admin, tokenFile, domain string, entries
 	}
 	ctx, cancel := context.WithTimeout(ctx, explainClientTimeout)
 	defer cancel()
-	url := strings.TrimRight(admin, "/") + "/v1/explain"
+	url := strings.TrimRight(adminURL, "/") + "/v1/explain"
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(body))
 	if err != nil {
-		return fmt.Errorf("--admin %q: %w", admin, err)
+		return fmt.Errorf("--admin %q: %w", adminURL, err)
 	}
 	req.Header.Set("Authorization", "Bearer "+token)
 	req.Header.Set("Content-Type", "application/json")

@@ -9,6 +9,17 @@ import (
 	"testing"
 )
 
+// explainRules hold a descriptor of one limit and one of two.
+const explainRules = `domain: app
+descriptors:
+  - key: user
+    rate_limit: {unit: minute, requests_per_unit: 5}
+  - key: tenant
+    rate_limits:
+      - {unit: minute, requests_per_unit: 10}
+      - {unit: hour, requests_per_unit: 100}
+`
+
 // TestDigestAndExplainCommands: the digest is the one the server computes
 // with the same secret; mistakes are one clear error each.
 func TestDigestAndExplainCommands(t *testing.T) {

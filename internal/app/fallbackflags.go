@@ -8,6 +8,17 @@ import (
 	"github.com/envoy-rls/envoy-rls/pkg/rls"
 )
 
+// Readiness modes (--readiness).
+const (
+	// ReadinessRules: ready once the rules are loaded and the listeners
+	// are up, whatever the store's state; a store outage is answered by
+	// each policy's failure mode.
+	ReadinessRules = "rules"
+	// ReadinessStore: also unready while the store does not answer its
+	// ping, so that Envoy's failure_mode_deny decides during an outage.
+	ReadinessStore = "store"
+)
+
 // Defaults of the readiness and local fallback flags.
 const (
 	DefaultReadiness               = ReadinessRules

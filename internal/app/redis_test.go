@@ -12,6 +12,7 @@ import (
 
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 
+	"github.com/envoy-rls/envoy-rls/internal/admin"
 	"github.com/envoy-rls/envoy-rls/internal/redistest"
 )
 
@@ -66,8 +67,8 @@ func TestServeWithRedis(t *testing.T) {
 	if !strings.Contains(m, "envoy_rls_store_up 1") {
 		t.Fatalf("store_up once Redis answers again:\n%s", m)
 	}
-	if strings.Count(r.logs.String(), msgStoreDown) != 1 || strings.Count(r.logs.String(), msgStoreUp) != 1 {
-		t.Fatalf("want one %q and one %q line:\n%s", msgStoreDown, msgStoreUp, r.logs)
+	if strings.Count(r.logs.String(), admin.MsgStoreDown) != 1 || strings.Count(r.logs.String(), admin.MsgStoreUp) != 1 {
+		t.Fatalf("want one %q and one %q line:\n%s", admin.MsgStoreDown, admin.MsgStoreUp, r.logs)
 	}
 	if !strings.Contains(m, `envoy_rls_fallback_total{mode="closed"}`) || strings.Contains(m, `envoy_rls_fallback_total{mode="closed"} 0`) {
 		t.Fatalf("fallbacks not counted:\n%s", m)

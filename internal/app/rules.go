@@ -41,6 +41,45 @@ func newReloadDoc(r descriptors.ReloadResult) reloadDoc {
 	return d
 }
 
+// configDoc is the /config document: configured strings only, no secret.
+type configDoc struct {
+	Config             string                   `json:"config"`
+	Store              string                   `json:"store"`
+	DefaultHeaders     string                   `json:"default_headers"`
+	DefaultFailureMode string                   `json:"default_failure_mode"`
+	Readiness          string                   `json:"readiness"`
+	ReplicasHint       int                      `json:"replicas_hint"`
+	Fingerprint        string                   `json:"fingerprint,omitempty"`
+	Files              []string                 `json:"files,omitempty"`
+	Domains            []descriptors.DomainInfo `json:"domains"`
+	LastReload         reloadDoc                `json:"last_reload"`
+	// Source is where the rules come from: a file, or an xDS server with
+	// its node and the version in service.
+	Source xdsSourceDoc `json:"source"`
+}
+
+func (s *server) configView() configDoc {
+	snap := s.rules.Current()
+	doc := configDoc{
+		Config:         s.opts.Config,
+		Store:          s.opts.Store,
+		DefaultHeaders: s.opts.DefaultHeaders,
+
+		DefaultFailureMode: s.opts.DefaultFailureMode,
+		Readiness:          s.opts.Readiness,
+		ReplicasHint:       s.opts.ReplicasHint,
+		Fingerprint:        snap.Fingerprint(),
+		Files:              snap.Files(),
+		Domains:            snap.Domains(),
+		LastReload:         s.rules.lastResult(),
+		Source:             s.rules.sourceDoc(),
+	}
+	if doc.Domains == nil {
+		doc.Domains = []descriptors.DomainInfo{}
+	}
+	return doc
+}
+
 // ruleSet is the rule source seen by the server: the descriptors.Watcher
 // of --config, or with --config-source xds the rules from the xDS server
 // (x, with w nil).
@@ -59,10 +98,10 @@ func newRuleSet(path string, opts descriptors.Options, onReload func(descriptors
 	return &ruleSet{w: w}, nil
 }
 
-// received reports whether rules from the source are in service: a rule
+// Received reports whether rules from the source are in service: a rule
 // file loaded, or a valid xDS version (not the empty set of
 // --force-start-without-initial-config).
-func (rs *ruleSet) received() bool {
+func (rs *ruleSet) Received() bool {
 	if rs.x != nil {
 		select {
 		case <-rs.x.first:
@@ -74,7 +113,8 @@ func (rs *ruleSet) received() bool {
 	return rs.w.Current() != nil
 }
 
-func (rs *ruleSet) current() *descriptors.Snapshot {
+// Current is the snapshot in service, nil before the first load.
+func (rs *ruleSet) Current() *descriptors.Snapshot {
 	if rs.x != nil {
 		return rs.x.cur.Load()
 	}
@@ -83,7 +123,7 @@ func (rs *ruleSet) current() *descriptors.Snapshot {
 
 // rules is the rls.Config.Rules function.
 func (rs *ruleSet) rules() rls.Rules {
-	if s := rs.current(); s != nil {
+	if s := rs.Current(); s != nil {
 		return s
 	}
 	return nil

@@ -11,13 +11,13 @@ import (
 	"runtime/debug"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"syscall"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 
+	"github.com/envoy-rls/envoy-rls/internal/admin"
 	"github.com/envoy-rls/envoy-rls/internal/grpcserve"
 	"github.com/envoy-rls/envoy-rls/internal/observe"
 	"github.com/envoy-rls/envoy-rls/pkg/audit"
@@ -30,18 +30,14 @@ import (
 
 // server is one running serve command.
 type server struct {
-	opts     Options
-	log      *zap.Logger
-	reg      *prometheus.Registry
-	metrics  *observe.Metrics
-	rules    *ruleSet
-	store    limiter.Store
-	ping     pinger           // nil: always reachable
-	tracing  *observe.Tracing // nil: tracing off
-	draining atomic.Bool
-
-	// storeState is the store's last known state (/healthz, store_up).
-	storeState *storeState
+	opts    Options
+	log     *zap.Logger
+	reg     *prometheus.Registry
+	metrics *observe.Metrics
+	rules   *ruleSet
+	store   limiter.Store
+	ping    admin.Pinger     // nil: always reachable
+	tracing *observe.Tracing // nil: tracing off
 	// sharedSecret is the HMAC secret shared through Redis (compat.go),
 	// nil when the secret is configured or per process.
 	sharedSecret []byte
@@ -49,7 +45,7 @@ type server struct {
 	// system clock) except in a test build (testclock.go).
 	clock limiter.Clock
 	// adminAuth checks the admin API's tokens; nil: the API is off (404).
-	adminAuth *adminAuth
+	adminAuth *admin.Auth
 	// top tracks the top consumers and usage of each policy.
 	top *topk.Tracker
 	// audit is the audit sink; nil when --audit-sink is not set.
@@ -69,7 +65,7 @@ func serve(ctx context.Context, o Options, getenv func(string) string, log *zap.
 		return err
 	}
 	var err error
-	if s.adminAuth, err = newAdminAuth(o.AdminTokenFile, time.Now, log); err != nil {
+	if s.adminAuth, err = admin.NewAuth(o.AdminTokenFile, time.Now, log); err != nil {
 		return fmt.Errorf("--admin-token-file: %w", err)
 	}
 	if s.metrics, err = observe.NewMetrics(s.reg); err != nil {
@@ -130,10 +126,18 @@ func serve(ctx context.Context, o Options, getenv func(string) string, log *zap.
 	if err := s.frontStore(store, h); err != nil {
 		return err
 	}
-	if s.storeState, err = newStoreState(o.Store, s.ping, s.reg, log); err != nil {
+	storeState, err := admin.NewStoreState(o.Store, s.ping, s.reg, log)
+	if err != nil {
 		return err
 	}
-	s.storeState.run(ctx, &wg)
+	if s.ping != nil {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			storeState.Probe(ctx)
+			every(ctx, admin.StoreProbeInterval, func(time.Time) { storeState.Probe(ctx) })
+		}()
+	}
 	headers, _ := headerMode(o.DefaultHeaders) // checked by o.check
 	// Stopped after the drain: the last calls are sent.
 	observer, stopStatsd, err := s.startStatsd()
@@ -187,8 +191,28 @@ func serve(ctx context.Context, o Options, getenv func(string) string, log *zap.
 		return err
 	}
 	s.every(ctx, &wg, gsrv.SweepInterval(), gsrv.Sweep)
-	admin := s.adminServer()
-	errc := startServers(&wg, gsrv, grpcLis, admin, adminLis)
+	adm, err := admin.New(admin.Config{
+		Rules:                    s.rules,
+		Store:                    s.store,
+		StoreState:               storeState,
+		Registry:                 s.reg,
+		ConfigView:               func() any { return s.configView() },
+		StoreReadiness:           o.Readiness == ReadinessStore,
+		HealthcheckRequiresRules: o.HealthcheckRequiresRules,
+		Pprof:                    o.Pprof,
+		Auth:                     s.adminAuth,
+		Top:                      s.top,
+		Audit:                    s.audit,
+		AuditSink:                o.AuditSink,
+		Log:                      log,
+	})
+	if err != nil {
+		_ = grpcLis.Close()
+		_ = adminLis.Close()
+		return err
+	}
+	adminSrv := adm.HTTPServer()
+	errc := startServers(&wg, gsrv, grpcLis, adminSrv, adminLis)
 	defer s.startReloads(ctx, &wg, h)()
 
 	log.Info("serving",
@@ -209,7 +233,7 @@ func serve(ctx context.Context, o Options, getenv func(string) string, log *zap.
 	case runErr = <-errc:
 		log.Error("a server failed: stopping", zap.Error(runErr))
 	}
-	s.drain(gsrv, admin)
+	s.drain(gsrv, adm, adminSrv)
 	if runErr != nil {
 		return fmt.Errorf("%w: %v", ErrFailed, runErr)
 	}
@@ -260,7 +284,7 @@ func (s *server) frontStore(store limiter.Store, h hooks) error {
 	if h.wrapStore != nil {
 		store = h.wrapStore(store)
 	}
-	if p, ok := store.(pinger); ok {
+	if p, ok := store.(admin.Pinger); ok {
 		s.ping = p
 	}
 	if s.opts.LocalCache {
@@ -350,8 +374,8 @@ func (s *server) startReloads(ctx context.Context, wg *sync.WaitGroup, h hooks) 
 // readiness and gRPC health go false, the gRPC server stops accepting and
 // finishes in-flight calls (cut off at --drain-timeout), then the admin
 // server closes.
-func (s *server) drain(gsrv *grpcserve.Server, admin *http.Server) {
-	s.draining.Store(true)
+func (s *server) drain(gsrv *grpcserve.Server, adm *admin.Server, admin *http.Server) {
+	adm.SetDraining()
 	gsrv.Drain(s.opts.DrainTimeout)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()

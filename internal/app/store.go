@@ -14,11 +14,6 @@ import (
 	"github.com/envoy-rls/envoy-rls/pkg/limiter/memory"
 )
 
-// pinger is a store that can say whether it is reachable (the Redis store).
-type pinger interface {
-	Ping(ctx context.Context) error
-}
-
 // memorySweepInterval is how often expired memory states are dropped.
 const memorySweepInterval = 10 * time.Second
 

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/envoy-rls/envoy-rls/internal/observe"
 	"github.com/envoy-rls/envoy-rls/pkg/topk"
 )
 
@@ -49,4 +50,14 @@ func (o *topOptions) check(given map[string]given) error {
 // topConfig is the tracker's configuration of the --top-* flags.
 func (o *topOptions) topConfig() topk.Config {
 	return topk.Config{Counters: o.TopCounters, MaxPolicies: o.TopMaxPolicies, Window: o.TopWindow}
+}
+
+// startTop builds the top consumers tracker and registers its metrics.
+func (s *server) startTop() error {
+	t, err := observe.NewTop(s.opts.topOptions.topConfig(), s.opts.TopMetricSeries, s.reg)
+	if err != nil {
+		return err
+	}
+	s.top = t
+	return nil
 }

@@ -1,31 +1,23 @@
-package app
+package admin
 
 import (
 	"cmp"
 	"encoding/hex"
-	"encoding/json"
 	"fmt"
 	"net/http"
 	"slices"
 	"strconv"
 	"time"
 
-	"github.com/envoy-rls/envoy-rls/internal/observe"
+	"github.com/envoy-rls/envoy-rls/pkg/audit"
 	"github.com/envoy-rls/envoy-rls/pkg/topk"
 )
 
 // DefaultTopN is the number of subjects /v1/top answers without n.
 const DefaultTopN = 10
 
-// startTop builds the top consumers tracker and registers its metrics.
-func (s *server) startTop() error {
-	t, err := observe.NewTop(s.opts.topOptions.topConfig(), s.opts.TopMetricSeries, s.reg)
-	if err != nil {
-		return err
-	}
-	s.top = t
-	return nil
-}
+// DefaultDenialsN is the number of denials /v1/denials answers without n.
+const DefaultDenialsN = 20
 
 // topEntry is one subject of /v1/top.
 type topEntry struct {
@@ -49,13 +41,13 @@ type topAnswer struct {
 }
 
 // handleTop answers GET /v1/top?domain=D&key=K&policy=P&n=N&by=hits|denied.
-func (s *server) handleTop(w http.ResponseWriter, r *http.Request) {
+func (s *Server) handleTop(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
 	n := DefaultTopN
 	if v := q.Get("n"); v != "" {
 		var err error
-		if n, err = strconv.Atoi(v); err != nil || n < 1 || n > s.top.Counters() {
-			writeText(w, http.StatusBadRequest, fmt.Sprintf("400: n must be an integer from 1 to %d", s.top.Counters()))
+		if n, err = strconv.Atoi(v); err != nil || n < 1 || n > s.cfg.Top.Counters() {
+			writeText(w, http.StatusBadRequest, fmt.Sprintf("400: n must be an integer from 1 to %d", s.cfg.Top.Counters()))
 			return
 		}
 	}
@@ -69,8 +61,8 @@ func (s *server) handleTop(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	ans := topAnswer{Top: s.topEntries(topFilter(q.Get), by, n), By: map[topk.By]string{topk.ByHits: "hits", topk.ByDenied: "denied"}[by],
-		WindowSeconds: s.top.Window().Seconds()}
-	writeTopJSON(w, ans)
+		WindowSeconds: s.cfg.Top.Window().Seconds()}
+	writeJSON(w, http.StatusOK, ans)
 }
 
 // topFilter reads the policy selection of a query.
@@ -80,9 +72,9 @@ func topFilter(get func(string) string) topk.Filter {
 
 // topEntries returns the n heaviest subjects by by over the policies f
 // selects.
-func (s *server) topEntries(f topk.Filter, by topk.By, n int) []topEntry {
+func (s *Server) topEntries(f topk.Filter, by topk.By, n int) []topEntry {
 	out := []topEntry{}
-	for _, p := range s.top.Top(f, by, n) {
+	for _, p := range s.cfg.Top.Top(f, by, n) {
 		for _, e := range p.Entries {
 			out = append(out, topEntry{SubjectDigest: hex.EncodeToString(e.Subject[:]), Hits: e.Hits, Denied: e.Denied,
 				HitsError: e.HitsError, DeniedError: e.DeniedError, Domain: p.Domain, PolicyID: p.Policy, Key: p.Key, Since: p.From.UTC()})
@@ -101,7 +93,7 @@ func (s *server) topEntries(f topk.Filter, by topk.By, n int) []topEntry {
 type usageAnswer struct {
 	Time     time.Time    `json:"time"`
 	Policies []usageEntry `json:"policies"`
-	// Untracked counts decisions of policies beyond --top-max-policies.
+	// Untracked counts decisions of policies beyond the tracker's bound.
 	Untracked uint64 `json:"untracked_decisions"`
 }
 
@@ -127,15 +119,15 @@ type usageRecent struct {
 }
 
 // handleUsage answers GET /v1/usage?policy=P&domain=D&key=K.
-func (s *server) handleUsage(w http.ResponseWriter, r *http.Request) {
-	writeTopJSON(w, s.usageSnapshot(topFilter(r.URL.Query().Get)))
+func (s *Server) handleUsage(w http.ResponseWriter, r *http.Request) {
+	writeJSON(w, http.StatusOK, s.usageSnapshot(topFilter(r.URL.Query().Get)))
 }
 
 // usageSnapshot returns the usage of the policies f selects (every policy
 // for the zero Filter): what /v1/usage answers, for a periodic writer too.
-func (s *server) usageSnapshot(f topk.Filter) usageAnswer {
-	ans := usageAnswer{Time: time.Now().UTC(), Policies: []usageEntry{}, Untracked: s.top.Untracked()}
-	for _, u := range s.top.Usage(f) {
+func (s *Server) usageSnapshot(f topk.Filter) usageAnswer {
+	ans := usageAnswer{Time: time.Now().UTC(), Policies: []usageEntry{}, Untracked: s.cfg.Top.Untracked()}
+	for _, u := range s.cfg.Top.Usage(f) {
 		ans.Policies = append(ans.Policies, usageEntry{Domain: u.Domain, PolicyID: u.Policy, Key: u.Key, Since: u.Since.UTC(),
 			Hits: u.Hits, Decisions: u.Decisions, Denials: u.Denials, ShadowDenials: u.ShadowDenials, DistinctSubjects: u.DistinctSubjects,
 			Recent: usageRecent{Since: u.Recent.From.UTC(), Hits: u.Recent.Hits, Decisions: u.Recent.Decisions,
@@ -144,9 +136,33 @@ func (s *server) usageSnapshot(f topk.Filter) usageAnswer {
 	return ans
 }
 
-func writeTopJSON(w http.ResponseWriter, v any) {
-	w.Header().Set("Content-Type", "application/json")
-	enc := json.NewEncoder(w)
-	enc.SetIndent("", "  ")
-	_ = enc.Encode(v)
+// denialsAnswer is /v1/denials' answer.
+type denialsAnswer struct {
+	// Sink is the audit sink in use (Config.AuditSink), or "off": then
+	// Denials is empty.
+	Sink    string         `json:"sink"`
+	Denials []audit.Record `json:"denials"`
+	// Kept is the most denials this process keeps for this view.
+	Kept int `json:"kept"`
+}
+
+// handleDenials answers GET /v1/denials?n=N: the last denial events kept
+// by the audit sink's sampling, newest first.
+func (s *Server) handleDenials(w http.ResponseWriter, r *http.Request) {
+	ans := denialsAnswer{Sink: "off", Denials: []audit.Record{}}
+	if s.cfg.Audit == nil {
+		writeAPIJSON(w, http.StatusOK, ans)
+		return
+	}
+	ans.Sink, ans.Kept = s.cfg.AuditSink, s.cfg.Audit.RecentSize()
+	n := DefaultDenialsN
+	if v := r.URL.Query().Get("n"); v != "" {
+		var err error
+		if n, err = strconv.Atoi(v); err != nil || n < 1 || n > ans.Kept {
+			writeAPIError(w, http.StatusBadRequest, fmt.Sprintf("n must be an integer from 1 to %d", ans.Kept))
+			return
+		}
+	}
+	ans.Denials = s.cfg.Audit.Recent(n)
+	writeAPIJSON(w, http.StatusOK, ans)
 }

@@ -1,4 +1,4 @@
-package app
+package admin
 
 import (
 	"net/http"
@@ -54,15 +54,15 @@ func TestAdminAuth(t *testing.T) {
 		h.ServeHTTP(w, r)
 		return w
 	}
-	mux := func(s *server) http.Handler {
+	mux := func(s *Server) http.Handler {
 		m := http.NewServeMux()
-		s.handleAdmin(m, "GET /v1/probe", "probe", func(w http.ResponseWriter, _ *http.Request) {
+		s.handleAPI(m, "GET /v1/probe", "probe", func(w http.ResponseWriter, _ *http.Request) {
 			writeText(w, http.StatusOK, "probed")
 		})
 		return m
 	}
 
-	off := &server{log: zap.NewNop()}
+	off := &Server{cfg: Config{Log: zap.NewNop()}}
 	if code := hit(mux(off), "anything-at-all-0123", "/v1/probe").Code; code != http.StatusNotFound {
 		t.Fatalf("without --admin-token-file: %d, want 404", code)
 	}
@@ -73,11 +73,11 @@ func TestAdminAuth(t *testing.T) {
 	}
 	now := time.Unix(1000, 0)
 	core, logs := observer.New(zapcore.InfoLevel)
-	auth, err := newAdminAuth(path, func() time.Time { return now }, zap.New(core))
+	auth, err := NewAuth(path, func() time.Time { return now }, zap.New(core))
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := &server{log: zap.New(core), adminAuth: auth}
+	s := &Server{cfg: Config{Log: zap.New(core), Auth: auth}}
 	h := mux(s)
 	for _, tc := range []struct {
 		token string
@@ -181,7 +181,7 @@ func TestReadTokens(t *testing.T) {
 	if err != nil || len(toks) != 1 || toks[0].name != "ops" {
 		t.Fatalf("a file near the bound: %+v, %v", toks, err)
 	}
-	if _, err := newAdminAuth(big, time.Now, zap.NewNop()); err == nil {
+	if _, err := NewAuth(big, time.Now, zap.NewNop()); err == nil {
 		t.Fatal("a start with a token file that does not parse succeeded")
 	}
 }

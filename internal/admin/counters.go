@@ -1,4 +1,4 @@
-package app
+package admin
 
 import (
 	"context"
@@ -28,7 +28,7 @@ const (
 // countersAnswer is the answer of GET and DELETE /v1/counters?descriptor=….
 type countersAnswer struct {
 	Domain string `json:"domain"`
-	explainDesc
+	Explanation
 	// StatesDeleted (DELETE) is how many stored states the reset removed;
 	// a limit whose subject had consumed nothing has none.
 	StatesDeleted *int `json:"states_deleted,omitempty"`
@@ -44,9 +44,9 @@ type policyResetAnswer struct {
 	Complete bool `json:"complete"`
 }
 
-// parseDescriptor reads the entries of a query: descriptor=k1=v1,k2=v2, or
+// ParseDescriptor reads the entries of a query: descriptor=k1=v1,k2=v2, or
 // (for values holding a comma) entry=k1=v1&entry=k2=v2.
-func parseDescriptor(q url.Values) ([]descriptors.Entry, error) {
+func ParseDescriptor(q url.Values) ([]descriptors.Entry, error) {
 	parts := q["entry"]
 	if d := q.Get("descriptor"); d != "" {
 		if len(parts) > 0 {
@@ -70,36 +70,36 @@ func parseDescriptor(q url.Values) ([]descriptors.Entry, error) {
 
 // handleCounters serves GET /v1/counters: the limits a descriptor matches
 // and their state, read without consuming.
-func (s *server) handleCounters(w http.ResponseWriter, r *http.Request) {
+func (s *Server) handleCounters(w http.ResponseWriter, r *http.Request) {
 	ans, ok := s.countersFor(w, r)
 	if !ok {
 		return
 	}
-	readStates(r.Context(), s.store, time.Now(), []explainDesc{ans.explainDesc})
+	readStates(r.Context(), s.cfg.Store, time.Now(), []Explanation{ans.Explanation})
 	writeAPIJSON(w, http.StatusOK, ans)
 }
 
 // countersFor matches the query's descriptor; it answers the error itself.
-func (s *server) countersFor(w http.ResponseWriter, r *http.Request) (countersAnswer, bool) {
+func (s *Server) countersFor(w http.ResponseWriter, r *http.Request) (countersAnswer, bool) {
 	q := r.URL.Query()
 	domain := q.Get("domain")
 	if domain == "" {
 		writeAPIError(w, http.StatusBadRequest, "domain= is required")
 		return countersAnswer{}, false
 	}
-	entries, err := parseDescriptor(q)
+	entries, err := ParseDescriptor(q)
 	if err != nil {
 		writeAPIError(w, http.StatusBadRequest, err.Error())
 		return countersAnswer{}, false
 	}
-	return countersAnswer{Domain: domain, explainDesc: explainDescriptor(s.rules.current(), domain, entries)}, true
+	return countersAnswer{Domain: domain, Explanation: Explain(s.cfg.Rules.Current(), domain, entries)}, true
 }
 
 // handleReset serves DELETE /v1/counters: with descriptor=, every limit of
 // that descriptor for its subject; with policy=, every subject of a policy
 // at a revision.
-func (s *server) handleReset(w http.ResponseWriter, r *http.Request) {
-	rs, ok := s.store.(limiter.Resetter)
+func (s *Server) handleReset(w http.ResponseWriter, r *http.Request) {
+	rs, ok := s.cfg.Store.(limiter.Resetter)
 	if !ok {
 		writeAPIError(w, http.StatusNotImplemented, "this store cannot reset states")
 		return
@@ -128,12 +128,12 @@ func (s *server) handleReset(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	ans.StatesDeleted = &n
-	readStates(r.Context(), s.store, time.Now(), []explainDesc{ans.explainDesc})
+	readStates(r.Context(), s.cfg.Store, time.Now(), []Explanation{ans.Explanation})
 	writeAPIJSON(w, http.StatusOK, ans)
 }
 
 // resetPolicy serves DELETE /v1/counters?policy=ID[&revision=N][&max_states=N][&timeout=D].
-func (s *server) resetPolicy(w http.ResponseWriter, r *http.Request, rs limiter.Resetter) {
+func (s *Server) resetPolicy(w http.ResponseWriter, r *http.Request, rs limiter.Resetter) {
 	q := r.URL.Query()
 	id := q.Get("policy")
 	rev, known := s.policyRevision(id)
@@ -172,8 +172,8 @@ func (s *server) resetPolicy(w http.ResponseWriter, r *http.Request, rs limiter.
 }
 
 // policyRevision returns the revision of policy id in the rules in service.
-func (s *server) policyRevision(id string) (uint32, bool) {
-	for _, d := range s.rules.current().Domains() {
+func (s *Server) policyRevision(id string) (uint32, bool) {
+	for _, d := range s.cfg.Rules.Current().Domains() {
 		for _, ri := range d.Rules {
 			if ri.PolicyID == id {
 				return ri.Revision, true

@@ -1,9 +1,8 @@
-package app
+package admin
 
 import (
 	"context"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -29,16 +28,16 @@ const (
 	stateReadTimeout = 2 * time.Second
 )
 
-// explainAnswer is the answer of POST /v1/explain: one entry per
-// descriptor of the request, in order.
-type explainAnswer struct {
+// ExplainAnswer is the answer of POST /v1/explain (and of `envoy-rls
+// explain`): one entry per descriptor of the request, in order.
+type ExplainAnswer struct {
 	Domain      string        `json:"domain"`
-	Descriptors []explainDesc `json:"descriptors"`
+	Descriptors []Explanation `json:"descriptors"`
 }
 
-// explainDesc explains one descriptor. It never holds a request value:
+// Explanation explains one descriptor. It never holds a request value:
 // subjects are HMAC digests, the rest is configuration.
-type explainDesc struct {
+type Explanation struct {
 	Matched bool `json:"matched"`
 	// Reason says why nothing matched.
 	Reason    string   `json:"reason,omitempty"`
@@ -50,7 +49,7 @@ type explainDesc struct {
 	SubjectDigest string             `json:"subject_digest,omitempty"`
 	Unlimited     bool               `json:"unlimited,omitempty"`
 	Steps         []descriptors.Step `json:"steps"`
-	Limits        []limitDoc         `json:"limits,omitempty"`
+	Limits        []LimitDoc         `json:"limits,omitempty"`
 }
 
 // ruleRef places a rule in its file.
@@ -60,9 +59,9 @@ type ruleRef struct {
 	Path string `json:"path"`
 }
 
-// limitDoc is one limit of a matched descriptor and, when the store
+// LimitDoc is one limit of a matched descriptor and, when the store
 // answered, its current state read without consuming.
-type limitDoc struct {
+type LimitDoc struct {
 	PolicyID        string `json:"policy_id"`
 	Name            string `json:"name,omitempty"`
 	Revision        uint32 `json:"revision"`
@@ -94,10 +93,14 @@ type limitDoc struct {
 	req limiter.Request
 }
 
-// explainDescriptor matches one descriptor on snap and describes it.
-func explainDescriptor(snap *descriptors.Snapshot, domain string, entries []descriptors.Entry) explainDesc {
+// Request is the limit's state read for its subject: a check of cost 1
+// that consumes nothing.
+func (l LimitDoc) Request() limiter.Request { return l.req }
+
+// Explain matches one descriptor of domain on snap and describes it.
+func Explain(snap *descriptors.Snapshot, domain string, entries []descriptors.Entry) Explanation {
 	ex := snap.Explain(domain, entries)
-	d := explainDesc{Matched: ex.Matched, Reason: ex.Reason, Steps: ex.Steps}
+	d := Explanation{Matched: ex.Matched, Reason: ex.Reason, Steps: ex.Steps}
 	if d.Steps == nil {
 		d.Steps = []descriptors.Step{}
 	}
@@ -138,9 +141,9 @@ func refOf(r *descriptors.Rule) *ruleRef {
 	return ref
 }
 
-func limitDocOf(r *descriptors.Rule, subject limiter.SubjectDigest, tag limiter.Tag) limitDoc {
+func limitDocOf(r *descriptors.Rule, subject limiter.SubjectDigest, tag limiter.Tag) LimitDoc {
 	p := r.Policy
-	return limitDoc{
+	return LimitDoc{
 		PolicyID: p.ID(), Name: r.Name, Revision: p.Revision(), Algorithm: p.Algorithm().String(),
 		RequestsPerUnit: r.RequestsPerUnit, Unit: r.Unit.String(), UnitMultiplier: r.UnitMultiplier,
 		Window: r.Window().String(), Limit: p.Limit(), ShadowMode: r.ShadowMode, QuotaMode: r.QuotaMode,
@@ -151,7 +154,7 @@ func limitDocOf(r *descriptors.Rule, subject limiter.SubjectDigest, tag limiter.
 
 // readStates asks store for the state of every limit of descs in one batch
 // of limiter.RoleCheck requests: reported, never consumed.
-func readStates(ctx context.Context, store limiter.Store, now time.Time, descs []explainDesc) {
+func readStates(ctx context.Context, store limiter.Store, now time.Time, descs []Explanation) {
 	var batch []limiter.Request
 	for i := range descs {
 		for j := range descs[i].Limits {
@@ -174,7 +177,7 @@ func readStates(ctx context.Context, store limiter.Store, now time.Time, descs [
 	}
 }
 
-func setState(l *limitDoc, o limiter.Outcome, now time.Time) {
+func setState(l *LimitDoc, o limiter.Outcome, now time.Time) {
 	if o.Kind != limiter.Evaluated {
 		l.StateError = o.Kind.String()
 		if o.Category != "" {
@@ -195,7 +198,7 @@ func setState(l *limitDoc, o limiter.Outcome, now time.Time) {
 }
 
 // handleExplain serves POST /v1/explain.
-func (s *server) handleExplain(w http.ResponseWriter, r *http.Request) {
+func (s *Server) handleExplain(w http.ResponseWriter, r *http.Request) {
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxExplainBody))
 	if err != nil {
 		var tooLarge *http.MaxBytesError
@@ -215,16 +218,16 @@ func (s *server) handleExplain(w http.ResponseWriter, r *http.Request) {
 		writeAPIError(w, http.StatusBadRequest, err.Error())
 		return
 	}
-	snap := s.rules.current()
-	ans := explainAnswer{Domain: req.Domain, Descriptors: make([]explainDesc, 0, len(req.Descriptors))}
+	snap := s.cfg.Rules.Current()
+	ans := ExplainAnswer{Domain: req.Domain, Descriptors: make([]Explanation, 0, len(req.Descriptors))}
 	for _, d := range req.Descriptors {
 		entries := make([]descriptors.Entry, len(d.Entries))
 		for i, e := range d.Entries {
 			entries[i] = descriptors.Entry{Key: e.Key, Value: e.Value}
 		}
-		ans.Descriptors = append(ans.Descriptors, explainDescriptor(snap, req.Domain, entries))
+		ans.Descriptors = append(ans.Descriptors, Explain(snap, req.Domain, entries))
 	}
-	readStates(r.Context(), s.store, time.Now(), ans.Descriptors)
+	readStates(r.Context(), s.cfg.Store, time.Now(), ans.Descriptors)
 	writeAPIJSON(w, http.StatusOK, ans)
 }
 
@@ -261,21 +264,6 @@ func checkEntries(n int) error {
 		return fmt.Errorf("%d entries, above the bound of %d", n, rls.MaxEntries)
 	}
 	return nil
-}
-
-// writeAPIJSON writes v, indented, never cached.
-func writeAPIJSON(w http.ResponseWriter, code int, v any) {
-	w.Header().Set("Content-Type", "application/json")
-	w.Header().Set("Cache-Control", "no-store")
-	w.WriteHeader(code)
-	enc := json.NewEncoder(w)
-	enc.SetIndent("", "  ")
-	_ = enc.Encode(v)
-}
-
-// writeAPIError writes {"error": msg}.
-func writeAPIError(w http.ResponseWriter, code int, msg string) {
-	writeAPIJSON(w, code, map[string]string{"error": msg})
 }
 
 // parseProblem is the parser's message up to its first quoted token, which

@@ -1,4 +1,4 @@
-package app
+package admin
 
 import (
 	"bufio"
@@ -18,14 +18,14 @@ import (
 	"go.uber.org/zap"
 )
 
-// Bounds of --admin-token-file.
+// Bounds of the token file.
 const (
 	// maxTokenFileBytes bounds the file read.
 	maxTokenFileBytes = 64 << 10
 	// maxAdminTokens bounds the tokens of one file (a few per rotation).
 	maxAdminTokens = 64
-	// minTokenLen refuses tokens short enough to guess.
-	minTokenLen = 16
+	// MinTokenLen refuses tokens short enough to guess.
+	MinTokenLen = 16
 	// tokenRecheck is how often the file's size and modification time are
 	// looked at to pick up a rotation.
 	tokenRecheck = time.Second
@@ -40,9 +40,9 @@ type adminToken struct {
 	sum  [sha256.Size]byte
 }
 
-// parseTokens reads an --admin-token-file: one `name:token` per line; blank
+// parseTokens reads a token file: one `name:token` per line; blank
 // lines and lines starting with # are ignored. Names and tokens are unique;
-// a token has at least minTokenLen characters and no spaces.
+// a token has at least MinTokenLen characters and no spaces.
 func parseTokens(path string, b []byte) ([]adminToken, error) {
 	var out []adminToken
 	names := map[string]bool{}
@@ -59,8 +59,8 @@ func parseTokens(path string, b []byte) ([]adminToken, error) {
 			return nil, fmt.Errorf("%s:%d: want name:token", path, line)
 		case !tokenName.MatchString(name):
 			return nil, fmt.Errorf("%s:%d: the name must be 1 to 64 of [A-Za-z0-9._-]", path, line)
-		case len(token) < minTokenLen || strings.ContainsAny(token, " \t"):
-			return nil, fmt.Errorf("%s:%d: token %q: at least %d characters, no spaces", path, line, name, minTokenLen)
+		case len(token) < MinTokenLen || strings.ContainsAny(token, " \t"):
+			return nil, fmt.Errorf("%s:%d: token %q: at least %d characters, no spaces", path, line, name, MinTokenLen)
 		case names[name]:
 			return nil, fmt.Errorf("%s:%d: the name %q is used twice", path, line, name)
 		}
@@ -108,12 +108,12 @@ func readTokens(path string) ([]adminToken, os.FileInfo, error) {
 	return toks, fi, err
 }
 
-// adminAuth checks the bearer tokens of the admin API. The file is read at
+// Auth checks the bearer tokens of the admin API. The file is read at
 // start (a bad file stops the start) and again when its size or
 // modification time changes: rotation is editing the file, with the old and
 // the new token side by side until every client has the new one. A changed
 // file that does not parse keeps the tokens in force and is logged.
-type adminAuth struct {
+type Auth struct {
 	path  string
 	now   func() time.Time
 	log   *zap.Logger
@@ -124,8 +124,8 @@ type adminAuth struct {
 	check time.Time
 }
 
-// newAdminAuth reads path; nil, nil when no file is configured.
-func newAdminAuth(path string, now func() time.Time, log *zap.Logger) (*adminAuth, error) {
+// NewAuth reads the token file at path; nil, nil when path is empty.
+func NewAuth(path string, now func() time.Time, log *zap.Logger) (*Auth, error) {
 	if path == "" {
 		return nil, nil
 	}
@@ -133,12 +133,12 @@ func newAdminAuth(path string, now func() time.Time, log *zap.Logger) (*adminAut
 	if err != nil {
 		return nil, err
 	}
-	return &adminAuth{path: path, now: now, log: log, toks: toks, mod: fi.ModTime(), size: fi.Size(), check: now()}, nil
+	return &Auth{path: path, now: now, log: log, toks: toks, mod: fi.ModTime(), size: fi.Size(), check: now()}, nil
 }
 
 // tokens returns the tokens in force, re-reading a changed file at most once
 // per tokenRecheck.
-func (a *adminAuth) tokens() []adminToken {
+func (a *Auth) tokens() []adminToken {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	now := a.now()
@@ -173,7 +173,7 @@ var (
 
 // who returns the name of the token r carries, or why it is refused. Every
 // token is compared, in constant time.
-func (a *adminAuth) who(r *http.Request) (string, error) {
+func (a *Auth) who(r *http.Request) (string, error) {
 	h := r.Header.Get("Authorization")
 	scheme, token, ok := strings.Cut(h, " ")
 	if !ok || !strings.EqualFold(scheme, "Bearer") || token == "" {
@@ -203,25 +203,25 @@ func (w *statusRecorder) WriteHeader(code int) {
 	w.ResponseWriter.WriteHeader(code)
 }
 
-// handleAdmin registers h at pattern behind the bearer token check, and logs
+// handleAPI registers h at pattern behind the bearer token check, and logs
 // each call: the token's name, the action and the status (never the query,
-// which may hold raw descriptor values). Without --admin-token-file the
-// pattern is not registered: the endpoint answers 404.
-func (s *server) handleAdmin(mux *http.ServeMux, pattern, action string, h http.HandlerFunc) {
-	a := s.adminAuth
+// which may hold raw descriptor values). Without Config.Auth the pattern is
+// not registered: the endpoint answers 404.
+func (s *Server) handleAPI(mux *http.ServeMux, pattern, action string, h http.HandlerFunc) {
+	a := s.cfg.Auth
 	if a == nil {
 		return
 	}
 	mux.HandleFunc(pattern, func(w http.ResponseWriter, r *http.Request) {
 		name, err := a.who(r)
 		if err != nil {
-			s.log.Warn("admin call refused", zap.String("action", action), zap.String("reason", err.Error()))
+			s.cfg.Log.Warn("admin call refused", zap.String("action", action), zap.String("reason", err.Error()))
 			w.Header().Set("WWW-Authenticate", `Bearer realm="envoy-rls admin"`)
 			writeText(w, http.StatusUnauthorized, "401: "+err.Error())
 			return
 		}
 		rec := &statusRecorder{ResponseWriter: w, code: http.StatusOK}
 		h(rec, r)
-		s.log.Info("admin call", zap.String("token", name), zap.String("action", action), zap.Int("status", rec.code))
+		s.cfg.Log.Info("admin call", zap.String("token", name), zap.String("action", action), zap.Int("status", rec.code))
 	})
 }

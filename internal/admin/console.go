@@ -1,4 +1,4 @@
-package app
+package admin
 
 import (
 	"cmp"
@@ -62,14 +62,14 @@ func consoleAssets() (map[string]consoleAsset, error) {
 }
 
 // handleConsole registers /ui (the page) and /ui/{file} when the admin API
-// is on; without --admin-token-file they are 404 like the API.
-func (s *server) handleConsole(mux *http.ServeMux) {
-	if s.adminAuth == nil {
+// is on; without Config.Auth they are 404 like the API.
+func (s *Server) handleConsole(mux *http.ServeMux) {
+	if s.cfg.Auth == nil {
 		return
 	}
 	assets, err := consoleAssets()
 	if err != nil {
-		s.log.Error("console: the embedded files do not load; /ui is off", zap.Error(err))
+		s.cfg.Log.Error("console: the embedded files do not load; /ui is off", zap.Error(err))
 		return
 	}
 	serve := func(w http.ResponseWriter, r *http.Request, name string) {
@@ -117,8 +117,8 @@ type statsEntry struct {
 
 // handleStats answers GET /v1/stats from envoy_rls_decisions_total and
 // envoy_rls_hits_total: the same series, no new ones.
-func (s *server) handleStats(w http.ResponseWriter, _ *http.Request) {
-	mfs, err := s.reg.Gather()
+func (s *Server) handleStats(w http.ResponseWriter, _ *http.Request) {
+	mfs, err := s.cfg.Registry.Gather()
 	if err != nil {
 		writeAPIError(w, http.StatusInternalServerError, "reading the metrics: "+err.Error())
 		return

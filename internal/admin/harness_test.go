@@ -1,0 +1,264 @@
+package admin
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	rlv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"github.com/prometheus/client_golang/prometheus"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+	"go.uber.org/zap/zaptest/observer"
+
+	"github.com/envoy-rls/envoy-rls/internal/observe"
+	"github.com/envoy-rls/envoy-rls/internal/redistest"
+	"github.com/envoy-rls/envoy-rls/pkg/audit"
+	"github.com/envoy-rls/envoy-rls/pkg/descriptors"
+	"github.com/envoy-rls/envoy-rls/pkg/limiter"
+	"github.com/envoy-rls/envoy-rls/pkg/limiter/denycache"
+	"github.com/envoy-rls/envoy-rls/pkg/limiter/memory"
+	"github.com/envoy-rls/envoy-rls/pkg/limiter/redis"
+	"github.com/envoy-rls/envoy-rls/pkg/rls"
+	"github.com/envoy-rls/envoy-rls/pkg/topk"
+)
+
+const testRules = `domain: app
+descriptors:
+  - key: user
+    rate_limit: {unit: minute, requests_per_unit: 5}
+  - key: tenant
+    rate_limits:
+      - {unit: minute, requests_per_unit: 10}
+      - {unit: hour, requests_per_unit: 100}
+`
+
+const testToken = "admin-test-token-0123456789"
+
+// setup is what a harness serves.
+type setup struct {
+	rules string
+	redis bool // the Redis store on a local redis-server, else memory
+	auth  bool // a token file with testToken
+	pprof bool
+	// audit, when set, is the audit sink of the rate-limit service.
+	audit *audit.Sink
+}
+
+// harness serves the admin surface over real rules, a real store behind
+// the local deny cache, a top tracker and a real rate-limit service that
+// sends the hits, as serve assembles them.
+type harness struct {
+	t    *testing.T
+	url  string
+	svc  *rls.Server
+	reg  *prometheus.Registry
+	logs *observer.ObservedLogs
+	// token is sent as the bearer token ("" for none).
+	token string
+	// bodies keeps every answer, for the privacy checks.
+	bodies []string
+}
+
+func newHarness(t *testing.T, opts ...func(*setup)) *harness {
+	t.Helper()
+	su := setup{rules: testRules, auth: true}
+	for _, o := range opts {
+		o(&su)
+	}
+	dir := t.TempDir()
+	path := filepath.Join(dir, "rules.yaml")
+	if err := os.WriteFile(path, []byte(su.rules), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	snap, err := descriptors.Load(path, descriptors.Options{Secret: []byte("a-shared-secret-of-32-bytes-----")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	core, logs := observer.New(zapcore.DebugLevel)
+	log := zap.New(core)
+	reg := prometheus.NewRegistry()
+	m, err := rls.NewMetrics(reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	store, kind := openStore(t, su.redis), "memory"
+	if su.redis {
+		kind = "redis"
+	}
+	cache, err := denycache.New(denycache.Config{Store: store})
+	if err != nil {
+		t.Fatal(err)
+	}
+	top, err := observe.NewTop(topk.Config{}, 0, reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := rls.Config{Rules: func() rls.Rules { return snap }, Store: cache, Metrics: m, Logger: log, Observer: observe.WithTop(nil, top)}
+	if su.audit != nil {
+		cfg.Auditor = observe.Auditor(su.audit)
+	}
+	svc, err := rls.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var auth *Auth
+	if su.auth {
+		tokens := filepath.Join(dir, "tokens")
+		if err := os.WriteFile(tokens, []byte("ops:"+testToken+"\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if auth, err = NewAuth(tokens, time.Now, log); err != nil {
+			t.Fatal(err)
+		}
+	}
+	state, err := NewStoreState(kind, nil, reg, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	acfg := Config{
+		Rules: staticRules{snap}, Store: cache, StoreState: state, Registry: reg,
+		ConfigView: func() any { return map[string]string{"store": kind} },
+		Pprof:      su.pprof, Auth: auth, Top: top, Log: log,
+	}
+	if su.audit != nil {
+		acfg.Audit, acfg.AuditSink = su.audit, "file"
+	}
+	adm, err := New(acfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(adm.Handler())
+	t.Cleanup(srv.Close)
+	return &harness{t: t, url: srv.URL, svc: svc, reg: reg, logs: logs, token: testToken}
+}
+
+// openStore is the store of a harness: memory, or Redis on a local
+// redis-server.
+func openStore(t *testing.T, withRedis bool) limiter.Store {
+	t.Helper()
+	if !withRedis {
+		st, err := memory.New(memory.Config{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return st
+	}
+	srv := redistest.Standalone(t, redistest.Local())
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	st, err := redis.New(ctx, redis.Config{Addrs: []string{srv.Addr()}, Timeout: 2 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(st.Close)
+	return st
+}
+
+// staticRules serves one snapshot.
+type staticRules struct{ snap *descriptors.Snapshot }
+
+func (r staticRules) Current() *descriptors.Snapshot { return r.snap }
+
+func (r staticRules) Received() bool { return r.snap != nil }
+
+// withRedis, withoutAuth, withPprof and withRules change a harness's setup.
+func withRedis(su *setup) {
+	su.redis = true
+}
+
+func withoutAuth(su *setup) { su.auth = false }
+
+func withPprof(su *setup) { su.pprof = true }
+
+func withRules(text string) func(*setup) {
+	return func(su *setup) { su.rules = text }
+}
+
+// do sends method path (with body) with the harness's token.
+func (h *harness) do(method, path, body string) (int, string) {
+	h.t.Helper()
+	req, err := http.NewRequest(method, h.url+path, strings.NewReader(body))
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	if h.token != "" {
+		req.Header.Set("Authorization", "Bearer "+h.token)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		h.t.Fatalf("%s %s: %v", method, path, err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	h.bodies = append(h.bodies, string(b))
+	return resp.StatusCode, string(b)
+}
+
+// decode sends method path, wants 200 and decodes the answer into v.
+func (h *harness) decode(method, path, body string, v any) {
+	h.t.Helper()
+	code, text := h.do(method, path, body)
+	if code != http.StatusOK {
+		h.t.Fatalf("%s %s: %d %s", method, path, code, text)
+	}
+	if err := json.Unmarshal([]byte(text), v); err != nil {
+		h.t.Fatalf("%s %s: %v in %s", method, path, err, text)
+	}
+}
+
+// hit sends one ShouldRateLimit of domain app with one entry.
+func (h *harness) hit(key, value string) rlsv3.RateLimitResponse_Code {
+	h.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	resp, err := h.svc.ShouldRateLimit(ctx, &rlsv3.RateLimitRequest{
+		Domain:      "app",
+		Descriptors: []*rlv3.RateLimitDescriptor{{Entries: []*rlv3.RateLimitDescriptor_Entry{{Key: key, Value: value}}}},
+	})
+	if err != nil {
+		h.t.Fatalf("ShouldRateLimit: %v", err)
+	}
+	return resp.OverallCode
+}
+
+// noRawValue fails the test if an answer, a log line or extra text holds
+// a value starting with prefix.
+func (h *harness) noRawValue(prefix string, extra ...string) {
+	h.t.Helper()
+	texts := append(append([]string(nil), h.bodies...), extra...)
+	for _, e := range h.logs.All() {
+		texts = append(texts, e.Message)
+		for k, v := range e.ContextMap() {
+			texts = append(texts, k+"="+fmt.Sprint(v))
+		}
+	}
+	for _, text := range texts {
+		if strings.Contains(text, prefix) {
+			h.t.Fatalf("a raw value (%s...) in:\n%s", prefix, text)
+		}
+	}
+}
+
+// logged reports whether an admin call with action was logged.
+func (h *harness) logged(action string) bool {
+	for _, e := range h.logs.FilterMessage("admin call").All() {
+		if e.ContextMap()["action"] == action {
+			return true
+		}
+	}
+	return false
+}
+
+func explainBody(key, value string) string {
+	return fmt.Sprintf(`{"domain":"app","descriptors":[{"entries":[{"key":%q,"value":%q}]}]}`, key, value)
+}
