@@ -5,20 +5,19 @@ package app
 
 import (
 	"context"
-	"crypto/rand"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"os"
 	"path/filepath"
-	"strings"
 	"time"
 
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 
+	"github.com/envoy-rls/envoy-rls/internal/options"
 	"github.com/envoy-rls/envoy-rls/pkg/descriptors"
 	"github.com/envoy-rls/envoy-rls/pkg/limiter"
 )
@@ -58,6 +57,14 @@ defaults. A bad value stops the binary at start with one line naming the
 flag or variable, the value and what it accepts, and exit status 1.
 `
 
+const validateUsage = `Usage: envoy-rls validate [--config] PATH
+
+Loads the rule file or directory PATH and prints the domains and policies
+found, or every problem as file:line:column: reason (exit status 1).
+
+Flags:
+`
+
 // commands is what run accepts, for the error on an unknown command.
 const commands = "serve, validate, explain, digest, version or help"
 
@@ -77,7 +84,7 @@ func RunAs(ctx context.Context, argv0 string, args []string, getenv func(string)
 
 // argsAs is the command line of RunAs.
 func argsAs(argv0 string, args []string) []string {
-	if filepath.Base(argv0) != CompatName {
+	if filepath.Base(argv0) != options.CompatName {
 		return args
 	}
 	return append([]string{"serve", "--env-compat"}, args...)
@@ -131,18 +138,18 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 func validateCommand(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("envoy-rls validate", flag.ContinueOnError)
 	var path string
-	var lim ruleLimits
+	var lim options.RuleLimits
 	fs.StringVar(&path, "config", "", "rule file or directory of rule files")
-	addRuleLimitFlags(fs, &lim)
-	seen, err := parseFlags(fs, args, getenv)
+	options.AddRuleLimitFlags(fs, &lim)
+	seen, err := options.Parse(fs, args, getenv)
 	if err != nil {
 		if errors.Is(err, flag.ErrHelp) {
-			printUsage(stdout, validateUsage, fs)
+			options.PrintUsage(stdout, validateUsage, fs)
 			return nil
 		}
 		return err
 	}
-	if errs := lim.check(seen); len(errs) > 0 {
+	if errs := lim.Check(seen); len(errs) > 0 {
 		return errors.Join(errs...)
 	}
 	if path == "" && fs.NArg() == 1 {
@@ -157,7 +164,7 @@ func validateCommand(ctx context.Context, args []string, getenv func(string) str
 	}
 	done := make(chan result, 1)
 	go func() {
-		summary, err := descriptors.Validate(path, lim.limits())
+		summary, err := descriptors.Validate(path, lim.Limits())
 		done <- result{summary, err}
 	}()
 	var res result
@@ -174,8 +181,8 @@ func validateCommand(ctx context.Context, args []string, getenv func(string) str
 				fmt.Fprintln(stdout, p.String())
 			}
 			fmt.Fprintf(stderr, "%d problem(s) in %s\n", len(ce.Problems), path)
-		case limitMessage(res.err) != "":
-			fmt.Fprintf(stdout, "%s: %s\n", path, limitMessage(res.err))
+		case options.LimitMessage(res.err) != "":
+			fmt.Fprintf(stdout, "%s: %s\n", path, options.LimitMessage(res.err))
 		default:
 			fmt.Fprintf(stdout, "%s: %v\n", path, res.err)
 		}
@@ -198,57 +205,11 @@ func newLogger(level string, w io.Writer) (*zap.Logger, error) {
 	return zap.New(core, zap.ErrorOutput(zapcore.Lock(zapcore.AddSync(w)))), nil
 }
 
-// readSecret returns the HMAC secret and where it came from. Errors never
-// quote the secret.
-func readSecret(o *Options, getenv func(string) string) ([]byte, string, error) {
-	if o.HMACSecretFile != "" {
-		b, err := os.ReadFile(o.HMACSecretFile)
-		if err != nil {
-			return nil, "", fmt.Errorf("%s: must be a readable file holding the secret: %w", label("hmac-secret-file", o.given), err)
-		}
-		b = []byte(strings.TrimRight(string(b), "\r\n"))
-		if len(b) < descriptors.MinSecretLength {
-			return nil, "", fmt.Errorf("%s: must hold a secret of at least %d bytes (it holds %d)", label("hmac-secret-file", o.given), descriptors.MinSecretLength, len(b))
-		}
-		return b, "file", nil
-	}
-	if err := checkSecretSource(o, getenv); err != nil {
-		return nil, "", err
-	}
-	if v := getenv(SecretEnv); v != "" {
-		return []byte(v), "environment", nil
-	}
-	b := make([]byte, 32)
-	if _, err := rand.Read(b); err != nil {
-		return nil, "", fmt.Errorf("generating a random HMAC secret: %w", err)
-	}
-	return b, "random", nil
-}
-
-// checkSecretSource refuses, without reading the secret file, a secret
-// that cannot do: none at all with the Redis store (every replica must
-// share one), or one too short in the environment.
-func checkSecretSource(o *Options, getenv func(string) string) error {
-	if o.HMACSecretFile != "" {
-		return nil
-	}
-	if v := getenv(SecretEnv); v != "" {
-		if len(v) < descriptors.MinSecretLength {
-			return fmt.Errorf("%s: must be at least %d bytes (it holds %d)", SecretEnv, descriptors.MinSecretLength, len(v))
-		}
-		return nil
-	}
-	if o.Store == "redis" && o.HMACSecretRedisKey == "" {
-		return fmt.Errorf("--store redis needs an HMAC secret shared by every replica: set --hmac-secret-file (or %s) or %s", envName("hmac-secret-file"), SecretEnv)
-	}
-	return nil
-}
-
 // rulesError reports rules that fail to load at start: every problem on a
 // line of its own (file:line:column: reason), or the one error naming the
 // --config value.
 func rulesError(config string, err error) error {
-	if msg := limitMessage(err); msg != "" {
+	if msg := options.LimitMessage(err); msg != "" {
 		return fmt.Errorf("%s: %s; nothing served", config, msg)
 	}
 	var ce *descriptors.ConfigError

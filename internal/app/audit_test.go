@@ -6,8 +6,13 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
+	"time"
+
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 )
 
 // TestServeAuditStdout: --audit-sink stdout writes one JSON line per
@@ -44,55 +49,89 @@ func TestServeAuditStdout(t *testing.T) {
 	}
 }
 
-func TestServeAuditFlagErrors(t *testing.T) {
+// An audit file that cannot be opened stops serve, naming the flag.
+func TestServeAuditFileError(t *testing.T) {
 	rules := writeRules(t, t.TempDir(), testRules)
-	for _, tc := range []struct {
-		name string
-		args []string
-		want string
-	}{
-		{"sink", []string{"--audit-sink", "kafka"}, `--audit-sink="kafka": must be redis, file, stdout, or empty for no audit sink`},
-		{"file without path", []string{"--audit-sink", "file"}, `--audit-file (or ENVOY_RLS_AUDIT_FILE) is not set: must be the file to append to (required with --audit-sink file)`},
-		{"redis without address", []string{"--audit-sink", "redis"}, `--audit-sink="redis": the redis audit sink needs --redis-addr`},
-		{"sample", []string{"--audit-sample", "0"}, `--audit-sample="0": must be a number greater than 0 and at most 1, such as 0.1`},
-		{"policy sample", []string{"--audit-sample-policy", "edge/user=2"}, `--audit-sample-policy="edge/user=2": must be at most 1000 policy_id=share pairs separated by commas, each share greater than 0 and at most 1`},
-		{"maxlen", []string{"--audit-redis-maxlen", "0"}, `--audit-redis-maxlen="0": must be an integer between 1 and 100000000`},
-		{"queue", []string{"--audit-queue-size", "0"}, `--audit-queue-size="0": must be an integer between 1 and 1000000`},
-		{"usage interval", []string{"--audit-usage-interval", "10ms"}, `--audit-usage-interval="10ms": must be 0 (no usage records) or a duration from 100ms to 24h0m0s, such as 5m`},
-		{"unwritable file", []string{"--audit-sink", "file", "--audit-file", "/nonexistent/dir/audit.jsonl", "--grpc-addr", "127.0.0.1:0", "--admin-addr", "127.0.0.1:0"},
-			`--audit-file="/nonexistent/dir/audit.jsonl": must be a file this process can append to: open /nonexistent/dir/audit.jsonl: no such file or directory`},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			err := Run(context.Background(), append([]string{"serve", "--config", rules}, tc.args...), noEnv, io.Discard, io.Discard)
-			if err == nil || errors.Is(err, ErrFailed) || err.Error() != tc.want {
-				t.Fatalf("err\n%v\nwant\n%s", err, tc.want)
-			}
-		})
+	err := Run(context.Background(), []string{"serve", "--config", rules, "--audit-sink", "file", "--audit-file", "/nonexistent/dir/audit.jsonl",
+		"--grpc-addr", "127.0.0.1:0", "--admin-addr", "127.0.0.1:0"}, noEnv, io.Discard, io.Discard)
+	want := `--audit-file="/nonexistent/dir/audit.jsonl": must be a file this process can append to: open /nonexistent/dir/audit.jsonl: no such file or directory`
+	if err == nil || errors.Is(err, ErrFailed) || err.Error() != want {
+		t.Fatalf("err\n%v\nwant\n%s", err, want)
 	}
 }
 
-func TestParsePolicySamples(t *testing.T) {
-	for _, tc := range []struct {
-		in   string
-		want map[string]float64
-		ok   bool
-	}{
-		{"", nil, true},
-		{"edge/user=0.1, edge/ip=1", map[string]float64{"edge/user": 0.1, "edge/ip": 1}, true},
-		{"edge/user", nil, false},
-		{"=0.5", nil, false},
-		{"a=0", nil, false},
-		{"a=x", nil, false},
-	} {
-		got, ok := parsePolicySamples(tc.in)
-		if ok != tc.ok || len(got) != len(tc.want) {
-			t.Errorf("%q: %v %v, want %v %v", tc.in, got, ok, tc.want, tc.ok)
-			continue
+// TestAuditUsageRecords: with --audit-sink file and --audit-usage-interval
+// the file gets usage records of the tracked policies next to the denial
+// records, the last one queued at shutdown, without any raw value.
+func TestAuditUsageRecords(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "audit.jsonl")
+	rules := writeRules(t, t.TempDir(), testRules) // app/user: 2 per minute
+	r := startServe(t, []string{"--config", rules, "--audit-sink", "file", "--audit-file", file, "--audit-usage-interval", "100ms"}, nil, hooks{})
+	const raw = "rawval-usage-5"
+	for i := range 7 {
+		want := rlsv3.RateLimitResponse_OK
+		if i >= 2 {
+			want = rlsv3.RateLimitResponse_OVER_LIMIT
 		}
-		for k, v := range tc.want {
-			if got[k] != v {
-				t.Errorf("%q: %s=%v, want %v", tc.in, k, got[k], v)
-			}
+		if code := r.check(t, raw).OverallCode; code != want {
+			t.Fatalf("hit %d: %v", i+1, code)
 		}
 	}
+	// The periodic records come; the last one, queued at shutdown, covers
+	// the 7 decisions.
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	for deadline := time.Now().Add(10 * time.Second); countUsage(t, file) == 0; <-tick.C {
+		if time.Now().After(deadline) {
+			t.Fatal("no usage record in the audit file within 10 s")
+		}
+	}
+	if err := r.stop(t); err != nil {
+		t.Fatal(err)
+	}
+	usage := lastUsage(t, file)
+	u := usage["usage"].(map[string]any)
+	if usage["policy_id"] != "app/user" || usage["domain"] != "app" || u["decisions"] != 7.0 || u["denials"] != 5.0 || u["distinct_subjects"] != 1.0 || u["key"] != "user" {
+		t.Fatalf("usage record %v", usage)
+	}
+	b, _ := os.ReadFile(file)
+	if !strings.Contains(string(b), `"kind":"denial"`) {
+		t.Fatalf("no denial record in the audit file:\n%s", b)
+	}
+	for _, text := range []string{string(b), r.logs.String()} {
+		if strings.Contains(text, raw) {
+			t.Fatalf("the raw value in %s", text)
+		}
+	}
+}
+
+// usageRecords returns the usage records of the file.
+func usageRecords(t *testing.T, file string) []map[string]any {
+	f, err := os.Open(file)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	} else if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	var out []map[string]any
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		var m map[string]any
+		if json.Unmarshal(sc.Bytes(), &m) == nil && m["kind"] == "usage" {
+			out = append(out, m)
+		}
+	}
+	return out
+}
+
+func countUsage(t *testing.T, file string) int { return len(usageRecords(t, file)) }
+
+// lastUsage returns the file's last usage record.
+func lastUsage(t *testing.T, file string) map[string]any {
+	recs := usageRecords(t, file)
+	if len(recs) == 0 {
+		t.Fatalf("no usage record in %s", file)
+	}
+	return recs[len(recs)-1]
 }

@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/envoy-rls/envoy-rls/internal/options"
 )
 
 // referenceSettings are the reference service's environment variables
@@ -47,7 +49,7 @@ func compatBase(extra map[string]string) map[string]string {
 	return m
 }
 
-func compatOptions_(t *testing.T, env map[string]string, args ...string) (Options, error) {
+func compatOptions_(t *testing.T, env map[string]string, args ...string) (serveOpts, error) {
 	t.Helper()
 	return serveOptions(append([]string{"--env-compat"}, args...), envOf(env), nil)
 }
@@ -66,28 +68,28 @@ func TestCompatHonoured(t *testing.T) {
 	for _, tc := range []struct {
 		name string
 		env  map[string]string
-		got  func(o Options) []any // the options the environment sets
+		got  func(o serveOpts) []any // the options the environment sets
 		want []any
 	}{
-		{"reference defaults", nil, func(o Options) []any {
+		{"reference defaults", nil, func(o serveOpts) []any {
 			return []any{o.Config, o.Store, o.RedisMode, o.RedisAddr, o.LogLevel, o.DefaultHeaders, o.HMACSecretRedisKey, o.AdminAddr, o.GRPCAddr}
 		}, []any{"/srv/runtime_data/current/config", "redis", "standalone", "127.0.0.1:6379", "warn", "none", DefaultHMACSecretRedisKey, DefaultAdminAddr, DefaultGRPCAddr}},
-		{"listeners", map[string]string{"HOST": "127.0.0.1", "PORT": "9080", "GRPC_PORT": "9081"}, func(o Options) []any { return []any{o.AdminAddr, o.GRPCAddr} }, []any{"127.0.0.1:9080", "0.0.0.0:9081"}},
-		{"grpc unix socket", map[string]string{"GRPC_UDS": "/run/rl.sock", "GRPC_PORT": "9081"}, func(o Options) []any { return []any{o.GRPCAddr} }, []any{"unix:/run/rl.sock"}},
-		{"connection age", map[string]string{"GRPC_MAX_CONNECTION_AGE": "24h", "GRPC_MAX_CONNECTION_AGE_GRACE": "1h"}, func(o Options) []any { return []any{o.GRPC.MaxConnectionAge, o.GRPC.MaxConnectionAgeGrace} }, []any{24 * time.Hour, time.Hour}},
+		{"listeners", map[string]string{"HOST": "127.0.0.1", "PORT": "9080", "GRPC_PORT": "9081"}, func(o serveOpts) []any { return []any{o.AdminAddr, o.GRPCAddr} }, []any{"127.0.0.1:9080", "0.0.0.0:9081"}},
+		{"grpc unix socket", map[string]string{"GRPC_UDS": "/run/rl.sock", "GRPC_PORT": "9081"}, func(o serveOpts) []any { return []any{o.GRPCAddr} }, []any{"unix:/run/rl.sock"}},
+		{"connection age", map[string]string{"GRPC_MAX_CONNECTION_AGE": "24h", "GRPC_MAX_CONNECTION_AGE_GRACE": "1h"}, func(o serveOpts) []any { return []any{o.GRPC.MaxConnectionAge, o.GRPC.MaxConnectionAgeGrace} }, []any{24 * time.Hour, time.Hour}},
 		{"grpc mutual TLS", map[string]string{"GRPC_SERVER_USE_TLS": "true", "GRPC_SERVER_TLS_CERT": "/c/tls.crt", "GRPC_SERVER_TLS_KEY": "/c/tls.key",
-			"GRPC_CLIENT_TLS_CACERT": "/c/ca.crt", "GRPC_CLIENT_TLS_SAN": "envoy", "GRPC_SERVER_TLS_CA_CERT": "/c/other.crt"}, func(o Options) []any {
+			"GRPC_CLIENT_TLS_CACERT": "/c/ca.crt", "GRPC_CLIENT_TLS_SAN": "envoy", "GRPC_SERVER_TLS_CA_CERT": "/c/other.crt"}, func(o serveOpts) []any {
 			return []any{o.GRPCTLSCert, o.GRPCTLSKey, o.GRPCTLSClientCA, o.GRPCTLSClientSAN}
 		}, []any{"/c/tls.crt", "/c/tls.key", "/c/ca.crt", "envoy"}},
-		{"grpc TLS files without TLS", map[string]string{"GRPC_SERVER_TLS_CERT": "/c/tls.crt"}, func(o Options) []any { return []any{o.GRPCTLSCert} }, []any{""}},
-		{"log level any case", map[string]string{"LOG_LEVEL": "Info"}, func(o Options) []any { return []any{o.LogLevel} }, []any{"info"}},
-		{"log level warning", map[string]string{"LOG_LEVEL": "WARNING"}, func(o Options) []any { return []any{o.LogLevel} }, []any{"warn"}},
-		{"runtime dirs", map[string]string{"RUNTIME_ROOT": "/data", "RUNTIME_SUBDIRECTORY": "ratelimit", "RUNTIME_IGNOREDOTFILES": "true", "RUNTIME_WATCH_ROOT": "false"}, func(o Options) []any { return []any{o.Config} }, []any{"/data/ratelimit/config"}},
+		{"grpc TLS files without TLS", map[string]string{"GRPC_SERVER_TLS_CERT": "/c/tls.crt"}, func(o serveOpts) []any { return []any{o.GRPCTLSCert} }, []any{""}},
+		{"log level any case", map[string]string{"LOG_LEVEL": "Info"}, func(o serveOpts) []any { return []any{o.LogLevel} }, []any{"info"}},
+		{"log level warning", map[string]string{"LOG_LEVEL": "WARNING"}, func(o serveOpts) []any { return []any{o.LogLevel} }, []any{"warn"}},
+		{"runtime dirs", map[string]string{"RUNTIME_ROOT": "/data", "RUNTIME_SUBDIRECTORY": "ratelimit", "RUNTIME_IGNOREDOTFILES": "true", "RUNTIME_WATCH_ROOT": "false"}, func(o serveOpts) []any { return []any{o.Config} }, []any{"/data/ratelimit/config"}},
 		{"xds", map[string]string{"CONFIG_TYPE": "grpc_xds_sotw", "CONFIG_GRPC_XDS_SERVER_URL": "eg:18001", "CONFIG_GRPC_XDS_NODE_ID": "envoy-ratelimit",
 			"CONFIG_GRPC_XDS_NODE_METADATA": "a:1,b=2", "CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS": "x-a:1,x-b:2",
 			"CONFIG_GRPC_XDS_SERVER_USE_TLS": "true", "CONFIG_GRPC_XDS_CLIENT_TLS_CERT": "/c/tls.crt", "CONFIG_GRPC_XDS_CLIENT_TLS_KEY": "/c/tls.key",
 			"CONFIG_GRPC_XDS_SERVER_TLS_CACERT": "/c/ca.crt", "CONFIG_GRPC_XDS_SERVER_TLS_SAN": "eg", "FORCE_START_WITHOUT_INITIAL_CONFIG": "true",
-			"CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL": "5s", "XDS_CLIENT_BACKOFF_INITIAL_INTERVAL": "1s", "XDS_CLIENT_BACKOFF_MAX_INTERVAL": "20s"}, func(o Options) []any {
+			"CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL": "5s", "XDS_CLIENT_BACKOFF_INITIAL_INTERVAL": "1s", "XDS_CLIENT_BACKOFF_MAX_INTERVAL": "20s"}, func(o serveOpts) []any {
 			x := o.xdsOptions
 			return []any{x.ConfigSource, x.XDSServer, x.XDSNodeID, x.XDSNodeMetadata.String(), x.XDSHeaders.String(),
 				x.XDSTLS, x.XDSTLSCert, x.XDSTLSKey, x.XDSTLSCA, x.XDSTLSSAN, x.ForceStart, x.XDSRetryInterval, x.XDSRetryMax}
@@ -96,35 +98,37 @@ func TestCompatHonoured(t *testing.T) {
 			// XDS_CLIENT_BACKOFF_INITIAL_INTERVAL, set after the connect
 			// retry interval, is the first wait.
 			time.Second, 20 * time.Second}},
-		{"cluster", map[string]string{"REDIS_TYPE": "cluster", "REDIS_URL": "a:7000,b:7001"}, func(o Options) []any { return []any{o.RedisMode, o.RedisAddr} }, []any{"cluster", "a:7000,b:7001"}},
-		{"sentinel", map[string]string{"REDIS_TYPE": "SENTINEL", "REDIS_URL": "mymaster,s1:26379,s2:26379"}, func(o Options) []any { return []any{o.RedisMode, o.RedisSentinelMaster, o.RedisAddr} }, []any{"sentinel", "mymaster", "s1:26379,s2:26379"}},
-		{"unix socket", map[string]string{"REDIS_SOCKET_TYPE": "unix", "REDIS_URL": "/var/run/nutcracker/ratelimit.sock"}, func(o Options) []any { return []any{o.RedisMode, o.RedisAddr} }, []any{"standalone", "/var/run/nutcracker/ratelimit.sock"}},
-		{"socket path without socket type", map[string]string{"REDIS_SOCKET_TYPE": "", "REDIS_URL": "/run/r.sock"}, func(o Options) []any { return []any{o.RedisAddr} }, []any{"/run/r.sock"}},
-		{"url without socket type", map[string]string{"REDIS_SOCKET_TYPE": "", "REDIS_URL": "redis.redis.svc:6379"}, func(o Options) []any { return []any{o.RedisAddr} }, []any{"redis.redis.svc:6379"}},
-		{"auth user:password", map[string]string{"REDIS_AUTH": "app:s3cr:et"}, func(o Options) []any { return []any{o.RedisUsername, o.redisPassword} }, []any{"app", "s3cr:et"}},
-		{"auth password", map[string]string{"REDIS_AUTH": "s3cret", "ENVOY_RLS_REDIS_PASSWORD_FILE": "/p"}, func(o Options) []any { return []any{o.RedisUsername, o.redisPassword, o.RedisPasswordFile} }, []any{"", "s3cret", ""}},
-		{"redis TLS", map[string]string{"REDIS_TLS": "true", "REDIS_TLS_CLIENT_CERT": "/c/r.crt", "REDIS_TLS_CLIENT_KEY": "/c/r.key", "REDIS_TLS_CACERT": "/c/ca.crt"}, func(o Options) []any { return []any{o.RedisTLS, o.RedisTLSCert, o.RedisTLSKey, o.RedisTLSCA} }, []any{true, "/c/r.crt", "/c/r.key", "/c/ca.crt"}},
-		{"redis TLS without the name check", map[string]string{"REDIS_TLS": "true", "REDIS_TLS_SKIP_HOSTNAME_VERIFICATION": "true"}, func(o Options) []any { return []any{o.RedisTLS, o.RedisTLSSkipHostname} }, []any{true, true}},
-		{"store readiness", map[string]string{"REDIS_HEALTH_CHECK_ACTIVE_CONNECTION": "true"}, func(o Options) []any { return []any{o.Readiness} }, []any{ReadinessStore}},
-		{"key prefix names the shared secret", map[string]string{"CACHE_KEY_PREFIX": "team-a:"}, func(o Options) []any { return []any{o.HMACSecretRedisKey} }, []any{"team-a:" + DefaultHMACSecretRedisKey}},
-		{"configured secret", map[string]string{SecretEnv: strings.Repeat("k", 32)}, func(o Options) []any { return []any{o.HMACSecretRedisKey} }, []any{""}},
-		{"local cache", map[string]string{"LOCAL_CACHE_SIZE_IN_BYTES": "1048576", "ENVOY_RLS_LOCAL_CACHE": "false"}, func(o Options) []any { return []any{o.LocalCache} }, []any{true}},
-		{"statsd", map[string]string{"USE_STATSD": "true", "STATSD_PORT": "9125", "EXTRA_TAGS": "a:1", "NEAR_LIMIT_RATIO": "0.9", "STATS_FLUSH_INTERVAL": "1s", "STATSD_PROTOCOL": "UDP"}, func(o Options) []any {
+		{"cluster", map[string]string{"REDIS_TYPE": "cluster", "REDIS_URL": "a:7000,b:7001"}, func(o serveOpts) []any { return []any{o.RedisMode, o.RedisAddr} }, []any{"cluster", "a:7000,b:7001"}},
+		{"sentinel", map[string]string{"REDIS_TYPE": "SENTINEL", "REDIS_URL": "mymaster,s1:26379,s2:26379"}, func(o serveOpts) []any { return []any{o.RedisMode, o.RedisSentinelMaster, o.RedisAddr} }, []any{"sentinel", "mymaster", "s1:26379,s2:26379"}},
+		{"unix socket", map[string]string{"REDIS_SOCKET_TYPE": "unix", "REDIS_URL": "/var/run/nutcracker/ratelimit.sock"}, func(o serveOpts) []any { return []any{o.RedisMode, o.RedisAddr} }, []any{"standalone", "/var/run/nutcracker/ratelimit.sock"}},
+		{"socket path without socket type", map[string]string{"REDIS_SOCKET_TYPE": "", "REDIS_URL": "/run/r.sock"}, func(o serveOpts) []any { return []any{o.RedisAddr} }, []any{"/run/r.sock"}},
+		{"url without socket type", map[string]string{"REDIS_SOCKET_TYPE": "", "REDIS_URL": "redis.redis.svc:6379"}, func(o serveOpts) []any { return []any{o.RedisAddr} }, []any{"redis.redis.svc:6379"}},
+		{"auth user:password", map[string]string{"REDIS_AUTH": "app:s3cr:et"}, func(o serveOpts) []any { return []any{o.RedisUsername, o.RedisPassword} }, []any{"app", "s3cr:et"}},
+		{"auth password", map[string]string{"REDIS_AUTH": "s3cret", "ENVOY_RLS_REDIS_PASSWORD_FILE": "/p"}, func(o serveOpts) []any { return []any{o.RedisUsername, o.RedisPassword, o.RedisPasswordFile} }, []any{"", "s3cret", ""}},
+		{"redis TLS", map[string]string{"REDIS_TLS": "true", "REDIS_TLS_CLIENT_CERT": "/c/r.crt", "REDIS_TLS_CLIENT_KEY": "/c/r.key", "REDIS_TLS_CACERT": "/c/ca.crt"}, func(o serveOpts) []any { return []any{o.RedisTLS, o.RedisTLSCert, o.RedisTLSKey, o.RedisTLSCA} }, []any{true, "/c/r.crt", "/c/r.key", "/c/ca.crt"}},
+		{"redis TLS without the name check", map[string]string{"REDIS_TLS": "true", "REDIS_TLS_SKIP_HOSTNAME_VERIFICATION": "true"}, func(o serveOpts) []any { return []any{o.RedisTLS, o.RedisTLSSkipHostname} }, []any{true, true}},
+		{"store readiness", map[string]string{"REDIS_HEALTH_CHECK_ACTIVE_CONNECTION": "true"}, func(o serveOpts) []any { return []any{o.Readiness} }, []any{options.ReadinessStore}},
+		{"key prefix names the shared secret", map[string]string{"CACHE_KEY_PREFIX": "team-a:"}, func(o serveOpts) []any { return []any{o.HMACSecretRedisKey} }, []any{"team-a:" + DefaultHMACSecretRedisKey}},
+		{"configured secret", map[string]string{options.SecretEnv: strings.Repeat("k", 32)}, func(o serveOpts) []any { return []any{o.HMACSecretRedisKey} }, []any{""}},
+		{"local cache", map[string]string{"LOCAL_CACHE_SIZE_IN_BYTES": "1048576", "ENVOY_RLS_LOCAL_CACHE": "false"}, func(o serveOpts) []any { return []any{o.LocalCache} }, []any{true}},
+		{"statsd", map[string]string{"USE_STATSD": "true", "STATSD_PORT": "9125", "EXTRA_TAGS": "a:1", "NEAR_LIMIT_RATIO": "0.9", "STATS_FLUSH_INTERVAL": "1s", "STATSD_PROTOCOL": "UDP"}, func(o serveOpts) []any {
 			return []any{o.StatsdAddr, o.StatsdExtraTags, o.NearLimitRatio, o.StatsdFlushInterval, o.StatsdProtocol}
 		}, []any{"localhost:9125", "a:1", "0.9", time.Second, "udp"}},
-		{"statsd by default", map[string]string{"USE_STATSD": ""}, func(o Options) []any { return []any{o.StatsdAddr} }, []any{"localhost:8125"}},
-		{"stats disabled", map[string]string{"USE_STATSD": "true", "DISABLE_STATS": "true"}, func(o Options) []any { return []any{o.StatsdAddr} }, []any{""}},
-		{"headers", map[string]string{"LIMIT_RESPONSE_HEADERS_ENABLED": "true", "LIMIT_REMAINING_HEADER": "X-Left"}, func(o Options) []any { return []any{o.DefaultHeaders, o.LimitHeader, o.RemainingHeader, o.ResetHeader} }, []any{"full", "RateLimit-Limit", "X-Left", "RateLimit-Reset"}},
-		{"header names without headers", map[string]string{"LIMIT_LIMIT_HEADER": "X-Limit"}, func(o Options) []any { return []any{o.DefaultHeaders, o.LimitHeader} }, []any{"none", "X-RateLimit-Limit"}},
-		{"our xDS server over the reference's default", map[string]string{"CONFIG_TYPE": "GRPC_XDS_SOTW", "ENVOY_RLS_XDS_SERVER": "xds.internal:18001"}, func(o Options) []any { return []any{o.XDSServer} }, []any{"xds.internal:18001"}},
-		{"the reference's xDS server default", map[string]string{"CONFIG_TYPE": "GRPC_XDS_SOTW"}, func(o Options) []any { return []any{o.XDSServer} }, []any{"localhost:18000"}},
-		{"statsd off over our address", map[string]string{"USE_STATSD": "false", "ENVOY_RLS_STATSD_ADDR": "statsd:8125"}, func(o Options) []any { return []any{o.StatsdAddr} }, []any{""}},
-		{"stats disabled over our address", map[string]string{"USE_STATSD": "", "DISABLE_STATS": "true", "ENVOY_RLS_STATSD_ADDR": "statsd:8125"}, func(o Options) []any { return []any{o.StatsdAddr} }, []any{""}},
-		{"global shadow mode", map[string]string{"SHADOW_MODE": "true"}, func(o Options) []any { return []any{o.ShadowAll} }, []any{true}},
-		{"healthcheck needs rules", map[string]string{"HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED": "true"}, func(o Options) []any { return []any{o.HealthcheckRequiresRules} }, []any{true}},
-		{"reference variable wins over ours", map[string]string{"LOG_LEVEL": "error", "ENVOY_RLS_LOG_LEVEL": "debug", "PORT": "9090", "ENVOY_RLS_ADMIN_ADDR": ":7070"}, func(o Options) []any { return []any{o.LogLevel, o.AdminAddr} }, []any{"error", "0.0.0.0:9090"}},
-		{"ours wins over a reference default", map[string]string{"ENVOY_RLS_LOG_LEVEL": "debug", "ENVOY_RLS_CONFIG": "/rules", "ENVOY_RLS_DEFAULT_HEADERS": "retry_after"}, func(o Options) []any { return []any{o.LogLevel, o.Config, o.DefaultHeaders} }, []any{"debug", "/rules", "retry_after"}},
-		{"memory store by our variable", map[string]string{"ENVOY_RLS_STORE": "memory", "REDIS_URL": ""}, func(o Options) []any { return []any{o.Store} }, []any{"memory"}},
+		{"statsd by default", map[string]string{"USE_STATSD": ""}, func(o serveOpts) []any { return []any{o.StatsdAddr} }, []any{"localhost:8125"}},
+		{"stats disabled", map[string]string{"USE_STATSD": "true", "DISABLE_STATS": "true"}, func(o serveOpts) []any { return []any{o.StatsdAddr} }, []any{""}},
+		{"headers", map[string]string{"LIMIT_RESPONSE_HEADERS_ENABLED": "true", "LIMIT_REMAINING_HEADER": "X-Left"}, func(o serveOpts) []any {
+			return []any{o.DefaultHeaders, o.LimitHeader, o.RemainingHeader, o.ResetHeader}
+		}, []any{"full", "RateLimit-Limit", "X-Left", "RateLimit-Reset"}},
+		{"header names without headers", map[string]string{"LIMIT_LIMIT_HEADER": "X-Limit"}, func(o serveOpts) []any { return []any{o.DefaultHeaders, o.LimitHeader} }, []any{"none", "X-RateLimit-Limit"}},
+		{"our xDS server over the reference's default", map[string]string{"CONFIG_TYPE": "GRPC_XDS_SOTW", "ENVOY_RLS_XDS_SERVER": "xds.internal:18001"}, func(o serveOpts) []any { return []any{o.XDSServer} }, []any{"xds.internal:18001"}},
+		{"the reference's xDS server default", map[string]string{"CONFIG_TYPE": "GRPC_XDS_SOTW"}, func(o serveOpts) []any { return []any{o.XDSServer} }, []any{"localhost:18000"}},
+		{"statsd off over our address", map[string]string{"USE_STATSD": "false", "ENVOY_RLS_STATSD_ADDR": "statsd:8125"}, func(o serveOpts) []any { return []any{o.StatsdAddr} }, []any{""}},
+		{"stats disabled over our address", map[string]string{"USE_STATSD": "", "DISABLE_STATS": "true", "ENVOY_RLS_STATSD_ADDR": "statsd:8125"}, func(o serveOpts) []any { return []any{o.StatsdAddr} }, []any{""}},
+		{"global shadow mode", map[string]string{"SHADOW_MODE": "true"}, func(o serveOpts) []any { return []any{o.ShadowAll} }, []any{true}},
+		{"healthcheck needs rules", map[string]string{"HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED": "true"}, func(o serveOpts) []any { return []any{o.HealthcheckRequiresRules} }, []any{true}},
+		{"reference variable wins over ours", map[string]string{"LOG_LEVEL": "error", "ENVOY_RLS_LOG_LEVEL": "debug", "PORT": "9090", "ENVOY_RLS_ADMIN_ADDR": ":7070"}, func(o serveOpts) []any { return []any{o.LogLevel, o.AdminAddr} }, []any{"error", "0.0.0.0:9090"}},
+		{"ours wins over a reference default", map[string]string{"ENVOY_RLS_LOG_LEVEL": "debug", "ENVOY_RLS_CONFIG": "/rules", "ENVOY_RLS_DEFAULT_HEADERS": "retry_after"}, func(o serveOpts) []any { return []any{o.LogLevel, o.Config, o.DefaultHeaders} }, []any{"debug", "/rules", "retry_after"}},
+		{"memory store by our variable", map[string]string{"ENVOY_RLS_STORE": "memory", "REDIS_URL": ""}, func(o serveOpts) []any { return []any{o.Store} }, []any{"memory"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			o, err := compatOptions_(t, compatBase(tc.env))
@@ -134,8 +138,8 @@ func TestCompatHonoured(t *testing.T) {
 			if got := tc.got(o); !reflect.DeepEqual(got, tc.want) {
 				t.Errorf("wrong mapping:\n got %#v\nwant %#v", got, tc.want)
 			}
-			if len(o.compatWarnings) != 0 {
-				t.Errorf("warnings %q, want none", o.compatWarnings)
+			if len(o.CompatWarnings) != 0 {
+				t.Errorf("warnings %q, want none", o.CompatWarnings)
 			}
 		})
 	}
@@ -227,7 +231,7 @@ func TestCompatWarned(t *testing.T) {
 		{map[string]string{"REDIS_POOL_SIZE": "10"}, `REDIS_POOL_SIZE="10": ignored: envoy-rls pipelines`},
 		{map[string]string{"REDIS_PIPELINE_WINDOW": "150us"}, `REDIS_PIPELINE_WINDOW="150us": ignored: envoy-rls pipelines automatically`},
 		{map[string]string{"REDIS_PIPELINE_LIMIT": "8"}, `REDIS_PIPELINE_LIMIT="8": ignored`},
-		{map[string]string{"CACHE_KEY_PREFIX": "a:", SecretEnv: strings.Repeat("k", 32)}, `CACHE_KEY_PREFIX="a:": ignored: envoy-rls keys are HMAC digests`},
+		{map[string]string{"CACHE_KEY_PREFIX": "a:", options.SecretEnv: strings.Repeat("k", 32)}, `CACHE_KEY_PREFIX="a:": ignored: envoy-rls keys are HMAC digests`},
 		{map[string]string{"USE_DOG_STATSD_MOGRIFIERS": "a"}, `USE_DOG_STATSD_MOGRIFIERS="a": ignored`},
 		{map[string]string{"USE_PROMETHEUS": "true", "PROMETHEUS_ADDR": ":9090"}, `USE_PROMETHEUS="true": ignored: envoy-rls serves its Prometheus metrics at /metrics on the admin port`},
 		{map[string]string{"STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT": "false"}, `STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT="false": ignored: a denied request never consumes quota`},
@@ -239,8 +243,8 @@ func TestCompatWarned(t *testing.T) {
 			t.Errorf("%v: refused: %v", tc.env, err)
 			continue
 		}
-		if len(o.compatWarnings) != 1 || !strings.Contains(o.compatWarnings[0], tc.want) {
-			t.Errorf("%v: warnings %q, want exactly one containing %q", tc.env, o.compatWarnings, tc.want)
+		if len(o.CompatWarnings) != 1 || !strings.Contains(o.CompatWarnings[0], tc.want) {
+			t.Errorf("%v: warnings %q, want exactly one containing %q", tc.env, o.CompatWarnings, tc.want)
 		}
 	}
 }
@@ -258,8 +262,8 @@ func TestCompatSilent(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(o.compatWarnings) != 0 {
-		t.Errorf("warnings %q, want none", o.compatWarnings)
+	if len(o.CompatWarnings) != 0 {
+		t.Errorf("warnings %q, want none", o.CompatWarnings)
 	}
 }
 
@@ -276,8 +280,8 @@ func TestCompatEnvoyGatewayEnvironment(t *testing.T) {
 		t.Fatal(err)
 	}
 	if o.Config != "/data/ratelimit/config" || o.LogLevel != "info" || o.StatsdAddr != "localhost:9125" || o.GRPCTLSCert != "/certs/tls.crt" ||
-		o.GRPCTLSClientCA != "" || o.RedisAddr != "redis.redis.svc:6379" || o.Store != "redis" || len(o.compatWarnings) != 0 {
-		t.Errorf("options %+v, warnings %q", o, o.compatWarnings)
+		o.GRPCTLSClientCA != "" || o.RedisAddr != "redis.redis.svc:6379" || o.Store != "redis" || len(o.CompatWarnings) != 0 {
+		t.Errorf("options %+v, warnings %q", o, o.CompatWarnings)
 	}
 	if err := CheckServeArgs([]string{"--env-compat"}, envOf(env)); err != nil {
 		t.Errorf("CheckServeArgs: %v", err)

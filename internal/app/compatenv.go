@@ -5,13 +5,15 @@ import (
 	"net"
 	"strconv"
 	"strings"
+
+	"github.com/envoy-rls/envoy-rls/internal/options"
 )
 
 // refEnv translates the reference service's environment into flag values.
 type refEnv struct {
 	getenv   func(string) string
-	o        *Options
-	presets  []preset
+	o        *options.Options
+	presets  []options.Preset
 	warnings []string
 	errs     []error
 }
@@ -52,13 +54,13 @@ func (r *refEnv) quote(names ...string) string {
 
 // set gives flag the value, translated from the named variables.
 func (r *refEnv) set(flag, value string, from ...string) {
-	r.presets = append(r.presets, preset{flag: flag, value: value, from: r.quote(from...)})
+	r.presets = append(r.presets, options.Preset{Flag: flag, Value: value, From: r.quote(from...)})
 }
 
 // def gives flag the reference's default value unless its ENVOY_RLS_*
 // variable is set; why says which reference setting it is the default of.
 func (r *refEnv) def(flag, value, why string) {
-	r.presets = append(r.presets, preset{flag: flag, value: value, from: why, fallback: true})
+	r.presets = append(r.presets, options.Preset{Flag: flag, Value: value, From: why, Fallback: true})
 }
 
 // warn records a setting accepted and ignored, with the reason it is
@@ -227,7 +229,7 @@ var refRules = []refRule{
 	}},
 	{[]string{"CACHE_KEY_PREFIX"}, func(r *refEnv) {
 		prefix, _ := r.get("CACHE_KEY_PREFIX")
-		if r.getenv(SecretEnv) != "" || r.getenv(envName("hmac-secret-file")) != "" {
+		if r.getenv(options.SecretEnv) != "" || r.getenv(options.EnvName("hmac-secret-file")) != "" {
 			if prefix != "" {
 				r.warn("CACHE_KEY_PREFIX", "envoy-rls keys are HMAC digests under the configured secret; deployments sharing one Redis stay apart when their secrets differ")
 			}

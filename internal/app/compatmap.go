@@ -5,6 +5,8 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+
+	"github.com/envoy-rls/envoy-rls/internal/options"
 )
 
 // configSource maps CONFIG_TYPE and the rule directory or the xDS client.
@@ -76,7 +78,7 @@ func backend(r *refEnv) {
 	switch strings.ToLower(bt) {
 	case "":
 		r.def("store", refBackendRedis, "BACKEND_TYPE unset (the reference's default redis)")
-		if s := r.getenv(envName("store")); s != "" && s != "redis" {
+		if s := r.getenv(options.EnvName("store")); s != "" && s != "redis" {
 			return
 		}
 	case "redis":
@@ -95,9 +97,9 @@ func backend(r *refEnv) {
 		r.set("redis-password-file", "", "REDIS_AUTH")
 		if user, pass, ok := strings.Cut(auth, ":"); ok {
 			r.set("redis-username", user, "REDIS_AUTH")
-			r.o.redisPassword = pass
+			r.o.RedisPassword = pass
 		} else {
-			r.o.redisPassword = auth
+			r.o.RedisPassword = auth
 		}
 	}
 	if r.boolean("REDIS_TLS", false) {
@@ -114,7 +116,7 @@ func backend(r *refEnv) {
 		}
 	}
 	if _, ok := r.get("REDIS_POOL_SIZE"); ok {
-		r.warn("REDIS_POOL_SIZE", "envoy-rls pipelines every call over a few connections per node (ENVOY_RLS_REDIS_POOL_SIZE, default "+strconv.Itoa(DefaultRedisPoolSize)+")")
+		r.warn("REDIS_POOL_SIZE", "envoy-rls pipelines every call over a few connections per node (ENVOY_RLS_REDIS_POOL_SIZE, default "+strconv.Itoa(options.DefaultRedisPoolSize)+")")
 	}
 	for _, n := range []string{"REDIS_PIPELINE_WINDOW", "REDIS_PIPELINE_LIMIT"} {
 		if v, ok := r.get(n); ok && v != "0" && v != "0s" {
@@ -122,7 +124,7 @@ func backend(r *refEnv) {
 		}
 	}
 	if r.boolean("REDIS_HEALTH_CHECK_ACTIVE_CONNECTION", false) {
-		r.set("readiness", ReadinessStore, "REDIS_HEALTH_CHECK_ACTIVE_CONNECTION")
+		r.set("readiness", options.ReadinessStore, "REDIS_HEALTH_CHECK_ACTIVE_CONNECTION")
 	}
 }
 
@@ -130,7 +132,7 @@ func backend(r *refEnv) {
 func redisAddress(r *refEnv) {
 	url, ok := r.get("REDIS_URL")
 	if !ok {
-		if r.getenv(envName("redis-addr")) == "" {
+		if r.getenv(options.EnvName("redis-addr")) == "" {
 			r.refuse("REDIS_URL", "envoy-rls needs the Redis address: host:port (REDIS_TYPE=SINGLE), seeds host:port,... (CLUSTER) or master,sentinel:port,... (SENTINEL)")
 		}
 		return

@@ -10,6 +10,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/envoy-rls/envoy-rls/internal/options"
 	"github.com/envoy-rls/envoy-rls/pkg/descriptors"
 	"github.com/envoy-rls/envoy-rls/pkg/limiter/redis"
 )
@@ -31,15 +32,15 @@ const msgSharedSecret = "no HMAC secret configured: the replicas share a random 
 
 // usesSharedSecret reports whether the HMAC secret is shared through
 // Redis: the Redis store, the key set and no secret configured.
-func usesSharedSecret(o *Options, getenv func(string) string) bool {
-	return o.Store == "redis" && o.HMACSecretRedisKey != "" && o.HMACSecretFile == "" && getenv(SecretEnv) == ""
+func usesSharedSecret(o *options.Options, getenv func(string) string) bool {
+	return o.Store == "redis" && o.HMACSecretRedisKey != "" && o.HMACSecretFile == "" && getenv(options.SecretEnv) == ""
 }
 
 // fetchSharedSecret returns the secret the replicas share under
 // --hmac-secret-redis-key, offering a fresh random one. It retries until
 // Redis answers or ctx ends: without the secret no key can be computed.
 func (s *server) fetchSharedSecret(ctx context.Context) ([]byte, error) {
-	cfg, err := s.opts.redisConfig()
+	cfg, err := s.opts.RedisConfig()
 	if err != nil {
 		return nil, fmt.Errorf("redis store: %w", err)
 	}
@@ -54,7 +55,7 @@ func (s *server) fetchSharedSecret(ctx context.Context) ([]byte, error) {
 		cancel()
 		if err == nil {
 			if len(secret) < descriptors.MinSecretLength {
-				return nil, fmt.Errorf("%s: the Redis key holds %d bytes, not a secret of at least %d: delete the key or configure a secret", label("hmac-secret-redis-key", s.opts.given), len(secret), descriptors.MinSecretLength)
+				return nil, fmt.Errorf("%s: the Redis key holds %d bytes, not a secret of at least %d: delete the key or configure a secret", options.Label("hmac-secret-redis-key", s.opts.Given), len(secret), descriptors.MinSecretLength)
 			}
 			return secret, nil
 		}
@@ -75,7 +76,7 @@ func (s *server) fetchSharedSecret(ctx context.Context) ([]byte, error) {
 // error if the key holds another secret (the replicas then disagree and
 // each keeps its own count until restarted).
 func (s *server) keepSharedSecret(ctx context.Context, wg *sync.WaitGroup, secret []byte, period time.Duration) {
-	cfg, err := s.opts.redisConfig()
+	cfg, err := s.opts.RedisConfig()
 	if err != nil {
 		return // checked at start
 	}

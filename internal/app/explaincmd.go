@@ -21,6 +21,7 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 
 	"github.com/envoy-rls/envoy-rls/internal/admin"
+	"github.com/envoy-rls/envoy-rls/internal/options"
 	"github.com/envoy-rls/envoy-rls/pkg/descriptors"
 	"github.com/envoy-rls/envoy-rls/pkg/limiter/redis"
 )
@@ -30,7 +31,7 @@ const digestUsage = `Usage: envoy-rls digest --config PATH --domain D --descript
 Prints, for each limit the descriptor matches (one for a rate_limit, one per
 entry of rate_limits), a line "<subject digest> <policy ID> <Redis key>". The
 denial logs show the digest's first 8 hex digits. It needs the service's HMAC
-secret (--hmac-secret-file or ` + SecretEnv + `), as serve does.
+secret (--hmac-secret-file or ` + options.SecretEnv + `), as serve does.
 
 Flags:
 `
@@ -52,15 +53,15 @@ const explainClientTimeout = 10 * time.Second
 // cliRules are the flags digest and explain share.
 type cliRules struct {
 	config, domain, descriptor, secretFile string
-	lim                                    ruleLimits
+	lim                                    options.RuleLimits
 }
 
 func (c *cliRules) add(fs *flag.FlagSet) {
 	fs.StringVar(&c.config, "config", "", "rule file or directory of rule files")
 	fs.StringVar(&c.domain, "domain", "", "the descriptor's domain")
 	fs.StringVar(&c.descriptor, "descriptor", "", "the descriptor's entries, k1=v1,k2=v2 in order")
-	fs.StringVar(&c.secretFile, "hmac-secret-file", "", "file holding the service's HMAC secret (else $"+SecretEnv+")")
-	addRuleLimitFlags(fs, &c.lim)
+	fs.StringVar(&c.secretFile, "hmac-secret-file", "", "file holding the service's HMAC secret (else $"+options.SecretEnv+")")
+	options.AddRuleLimitFlags(fs, &c.lim)
 }
 
 // entries checks --domain and --descriptor.
@@ -73,20 +74,20 @@ func (c *cliRules) entries() ([]descriptors.Entry, error) {
 }
 
 // load reads the rules; with needSecret, a configured secret is required.
-func (c *cliRules) load(getenv func(string) string, seen map[string]given, needSecret bool) (*descriptors.Snapshot, bool, error) {
+func (c *cliRules) load(getenv func(string) string, seen map[string]options.Given, needSecret bool) (*descriptors.Snapshot, bool, error) {
 	if c.config == "" {
 		return nil, false, errors.New("--config is required")
 	}
-	o := &Options{HMACSecretFile: c.secretFile, given: seen}
-	configured := c.secretFile != "" || getenv(SecretEnv) != ""
+	o := &options.Options{HMACSecretFile: c.secretFile, Given: seen}
+	configured := c.secretFile != "" || getenv(options.SecretEnv) != ""
 	if needSecret && !configured {
-		return nil, false, fmt.Errorf("the service's HMAC secret is required: --hmac-secret-file (or %s) or %s", envName("hmac-secret-file"), SecretEnv)
+		return nil, false, fmt.Errorf("the service's HMAC secret is required: --hmac-secret-file (or %s) or %s", options.EnvName("hmac-secret-file"), options.SecretEnv)
 	}
-	secret, _, err := readSecret(o, getenv)
+	secret, _, err := options.ReadSecret(o, getenv)
 	if err != nil {
 		return nil, false, err
 	}
-	snap, err := descriptors.Load(c.config, descriptors.Options{Secret: secret, Limits: c.lim.limits()})
+	snap, err := descriptors.Load(c.config, descriptors.Options{Secret: secret, Limits: c.lim.Limits()})
 	if err != nil {
 		return nil, false, fmt.Errorf("--config %s: %w", c.config, err)
 	}
@@ -98,9 +99,9 @@ func digestCommand(args []string, getenv func(string) string, stdout io.Writer) 
 	fs := flag.NewFlagSet("envoy-rls digest", flag.ContinueOnError)
 	var c cliRules
 	c.add(fs)
-	seen, err := parseFlags(fs, args, getenv)
+	seen, err := options.Parse(fs, args, getenv)
 	if errors.Is(err, flag.ErrHelp) {
-		printUsage(stdout, digestUsage, fs)
+		options.PrintUsage(stdout, digestUsage, fs)
 		return nil
 	}
 	if err != nil {
@@ -138,9 +139,9 @@ func explainCommand(ctx context.Context, args []string, getenv func(string) stri
 	c.add(fs)
 	fs.StringVar(&adminURL, "admin", "", "the admin URL of a running instance, e.g. http://127.0.0.1:8080")
 	fs.StringVar(&tokenFile, "token-file", "", "file holding an admin token (the token alone, or a name:token line of --admin-token-file)")
-	seen, err := parseFlags(fs, args, getenv)
+	seen, err := options.Parse(fs, args, getenv)
 	if errors.Is(err, flag.ErrHelp) {
-		printUsage(stdout, explainUsage, fs)
+		options.PrintUsage(stdout, explainUsage, fs)
 		return nil
 	}
 	if err != nil {

@@ -7,6 +7,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/envoy-rls/envoy-rls/internal/options"
 )
 
 // explainRules hold a descriptor of one limit and one of two.
@@ -27,7 +29,7 @@ func TestDigestAndExplainCommands(t *testing.T) {
 	rules := writeRules(t, dir, explainRules)
 	secret := "a-shared-secret-of-32-bytes-----"
 	env := func(k string) string {
-		if k == SecretEnv {
+		if k == options.SecretEnv {
 			return secret
 		}
 		return ""

@@ -28,7 +28,7 @@ import (
 // openRedis waits for the first attempt (at most redisFirstAttemptWait), so
 // that when Redis is up the first requests are decided by Redis.
 func (s *server) openRedis(ctx context.Context) (limiter.Store, func(), error) {
-	cfg, err := s.opts.redisConfig()
+	cfg, err := s.opts.RedisConfig()
 	if err != nil {
 		return nil, nil, fmt.Errorf("redis store: %w", err)
 	}

@@ -13,6 +13,7 @@ import (
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 
 	"github.com/envoy-rls/envoy-rls/internal/admin"
+	"github.com/envoy-rls/envoy-rls/internal/options"
 	"github.com/envoy-rls/envoy-rls/internal/redistest"
 )
 
@@ -22,7 +23,7 @@ func TestServeWithRedis(t *testing.T) {
 	}
 	srv := redistest.Standalone(t, redistest.Local())
 	rules := writeRules(t, t.TempDir(), testRules)
-	env := map[string]string{SecretEnv: "a-shared-secret-of-32-bytes-----", "ENVOY_RLS_REDIS_ADDR": srv.Addr()}
+	env := map[string]string{options.SecretEnv: "a-shared-secret-of-32-bytes-----", "ENVOY_RLS_REDIS_ADDR": srv.Addr()}
 	r := startServe(t, []string{"--config", rules, "--store", "redis", "--redis-timeout", "300ms"}, env, hooks{})
 
 	for i, want := range []rlsv3.RateLimitResponse_Code{rlsv3.RateLimitResponse_OK, rlsv3.RateLimitResponse_OK, rlsv3.RateLimitResponse_OVER_LIMIT} {
@@ -34,8 +35,8 @@ func TestServeWithRedis(t *testing.T) {
 		t.Fatalf("/readyz %d %q", code, body)
 	}
 	// The Redis store's automatic GC target is set while serving.
-	if got := debug.SetGCPercent(-1); got != RedisGCPercent {
-		t.Errorf("GC percent while serving on Redis = %d, want %d", got, RedisGCPercent)
+	if got := debug.SetGCPercent(-1); got != options.RedisGCPercent {
+		t.Errorf("GC percent while serving on Redis = %d, want %d", got, options.RedisGCPercent)
 	} else {
 		debug.SetGCPercent(got)
 	}
@@ -85,7 +86,7 @@ func TestServeRedisUnreachableAtStart(t *testing.T) {
 	srv := redistest.Standalone(t, redistest.Local())
 	srv.Kill()
 	rules := writeRules(t, t.TempDir(), testRules)
-	env := map[string]string{SecretEnv: "a-shared-secret-of-32-bytes-----"}
+	env := map[string]string{options.SecretEnv: "a-shared-secret-of-32-bytes-----"}
 	r := startServe(t, []string{"--config", rules, "--store", "redis", "--redis-addr", srv.Addr(), "--redis-timeout", "300ms"}, env, hooks{})
 
 	if got := r.check(t, "early-user").OverallCode; got != rlsv3.RateLimitResponse_OVER_LIMIT {
@@ -130,7 +131,7 @@ func TestServeRedisUnreachableAtStart(t *testing.T) {
 func TestServeRedisModeMismatchKeepsRunning(t *testing.T) {
 	srv := redistest.Standalone(t)
 	rules := writeRules(t, t.TempDir(), testRules)
-	env := map[string]string{SecretEnv: "a-shared-secret-of-32-bytes-----"}
+	env := map[string]string{options.SecretEnv: "a-shared-secret-of-32-bytes-----"}
 	r := startServe(t, []string{"--config", rules, "--store", "redis", "--redis-addr", srv.Addr(), "--redis-mode", "cluster"}, env, hooks{})
 	waitFor(t, func() bool { return strings.Count(r.logs.String(), msgRedisNotConnected) >= 2 })
 	for _, want := range []string{`"level":"error"`, `"needs_operator":true`, "not a Redis Cluster"} {
@@ -149,7 +150,7 @@ func TestServeRedisModeMismatchKeepsRunning(t *testing.T) {
 func TestServeRedisBadConfigFailsAtOnce(t *testing.T) {
 	rules := writeRules(t, t.TempDir(), testRules)
 	getenv := func(k string) string {
-		if k == SecretEnv {
+		if k == options.SecretEnv {
 			return "a-shared-secret-of-32-bytes-----"
 		}
 		return ""

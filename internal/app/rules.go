@@ -2,11 +2,14 @@ package app
 
 import (
 	"context"
+	"crypto/x509"
 	"errors"
+	"flag"
 	"time"
 
 	"go.uber.org/zap"
 
+	"github.com/envoy-rls/envoy-rls/internal/options"
 	"github.com/envoy-rls/envoy-rls/pkg/descriptors"
 	"github.com/envoy-rls/envoy-rls/pkg/rls"
 )
@@ -33,8 +36,8 @@ func newReloadDoc(r descriptors.ReloadResult) reloadDoc {
 	case r.Err == nil:
 	case errors.As(r.Err, &ce):
 		d.Error = "invalid configuration"
-	case limitMessage(r.Err) != "":
-		d.Error = limitMessage(r.Err)
+	case options.LimitMessage(r.Err) != "":
+		d.Error = options.LimitMessage(r.Err)
 	default:
 		d.Error = r.Err.Error()
 	}
@@ -191,7 +194,7 @@ func (s *server) onReload(r descriptors.ReloadResult) {
 		problems = append(problems, p.String())
 	}
 	errField := zap.Error(r.Err)
-	if msg := limitMessage(r.Err); msg != "" {
+	if msg := options.LimitMessage(r.Err); msg != "" {
 		errField = zap.String("error", msg)
 	}
 	s.log.Error("rules not reloaded; keeping the previous rules", zap.String("config", s.ruleOrigin()),
@@ -206,3 +209,29 @@ func (s *server) ruleOrigin() string {
 	}
 	return s.opts.Config
 }
+
+// The rule source's flags (xds.go) as the options take them.
+var _ options.RuleSource = (*xdsOptions)(nil)
+
+// AddFlags defines --config-source and the xDS flags.
+func (o *xdsOptions) AddFlags(fs *flag.FlagSet) { xdsFlags(fs, o) }
+
+// Accepts says what one of the xDS flags takes.
+func (o *xdsOptions) Accepts(name string) (string, bool) {
+	a, ok := xdsAccepts[name]
+	return a, ok
+}
+
+// Check returns the problems of the xDS flags, one error each.
+func (o *xdsOptions) Check(given map[string]options.Given) []error { return o.check(given) }
+
+// FromFile reports whether the rules come from --config.
+func (o *xdsOptions) FromFile() bool { return o.ConfigSource != SourceXDS }
+
+// given, label and readCAPool are the options package's, by the names
+// xds.go and xdssource.go use.
+type given = options.Given
+
+func label(name string, seen map[string]given) string { return options.Label(name, seen) }
+
+func readCAPool(flag, path string) (*x509.CertPool, error) { return options.ReadCAPool(flag, path) }

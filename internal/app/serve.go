@@ -20,6 +20,7 @@ import (
 	"github.com/envoy-rls/envoy-rls/internal/admin"
 	"github.com/envoy-rls/envoy-rls/internal/grpcserve"
 	"github.com/envoy-rls/envoy-rls/internal/observe"
+	"github.com/envoy-rls/envoy-rls/internal/options"
 	"github.com/envoy-rls/envoy-rls/pkg/audit"
 	"github.com/envoy-rls/envoy-rls/pkg/descriptors"
 	"github.com/envoy-rls/envoy-rls/pkg/limiter"
@@ -30,7 +31,7 @@ import (
 
 // server is one running serve command.
 type server struct {
-	opts    Options
+	opts    serveOpts
 	log     *zap.Logger
 	reg     *prometheus.Registry
 	metrics *observe.Metrics
@@ -56,7 +57,7 @@ type server struct {
 // rules, opens the store, listens, serves gRPC and admin, reloads on SIGHUP
 // and file changes, then drains. Background work (sweeps, reloads, the
 // servers) ends with ctx; the store closes after all of it has returned.
-func serve(ctx context.Context, o Options, getenv func(string) string, log *zap.Logger, h hooks) error {
+func serve(ctx context.Context, o serveOpts, getenv func(string) string, log *zap.Logger, h hooks) error {
 	s := &server{opts: o, log: log, reg: observe.NewRegistry()}
 	if err := s.startCompat(); err != nil {
 		return err
@@ -71,18 +72,18 @@ func serve(ctx context.Context, o Options, getenv func(string) string, log *zap.
 	if s.metrics, err = observe.NewMetrics(s.reg); err != nil {
 		return err
 	}
-	if err := s.startTop(); err != nil {
+	if s.top, err = observe.NewTop(o.TopConfig(), o.TopMetricSeries, s.reg); err != nil {
 		return err
 	}
 	if s.clock, err = testClock(getenv); err != nil {
 		return err
 	}
-	if p, from := gcPercent(&o, getenv); p != 0 {
+	if p, from := options.GCPercent(o.Options, getenv); p != 0 {
 		// Process-wide; put back on return for in-process callers (tests).
 		defer debug.SetGCPercent(debug.SetGCPercent(p))
 		log.Info("garbage collector target", zap.Int("gc_percent", p), zap.String("from", from))
 	}
-	if usesSharedSecret(&o, getenv) {
+	if usesSharedSecret(o.Options, getenv) {
 		if s.sharedSecret, err = s.fetchSharedSecret(ctx); err != nil {
 			return err
 		}
@@ -93,7 +94,7 @@ func serve(ctx context.Context, o Options, getenv func(string) string, log *zap.
 	}
 	defer s.rules.stop()
 
-	tr, stopTracing, err := observe.StartTracing(ctx, o.tracingFlag(), getenv, log, h.spanExporter)
+	tr, stopTracing, err := observe.StartTracing(ctx, o.TracingFlag(), getenv, log, h.spanExporter)
 	if err != nil {
 		return err
 	}
@@ -138,9 +139,11 @@ func serve(ctx context.Context, o Options, getenv func(string) string, log *zap.
 			every(ctx, admin.StoreProbeInterval, func(time.Time) { storeState.Probe(ctx) })
 		}()
 	}
-	headers, _ := headerMode(o.DefaultHeaders) // checked by o.check
+	headers, _ := options.HeaderMode(o.DefaultHeaders) // checked by options.Serve
 	// Stopped after the drain: the last calls are sent.
-	observer, stopStatsd, err := s.startStatsd()
+	statsdConfig := o.StatsdConfig()
+	statsdConfig.Logger = log
+	observer, stopStatsd, err := observe.StartStatsd(statsdConfig)
 	if err != nil {
 		return err
 	}
@@ -151,7 +154,7 @@ func serve(ctx context.Context, o Options, getenv func(string) string, log *zap.
 		return err
 	}
 	defer stopAudit()
-	tlsConfig, err := o.tlsConfig()
+	tlsConfig, err := o.GRPCTLSConfig()
 	if err != nil {
 		return err
 	}
@@ -172,9 +175,9 @@ func serve(ctx context.Context, o Options, getenv func(string) string, log *zap.
 		Metrics:        s.metrics.RPC,
 		Logger:         log,
 		DefaultHeaders: headers,
-		HeaderNames:    o.headerNames(),
+		HeaderNames:    o.HeaderNames(),
 		TracerProvider: s.tracing.Provider(),
-		Local:          s.localConfig(),
+		Local:          o.LocalConfig(),
 		Admission:      gsrv.Admission(),
 		Observer:       observe.WithTop(observer, s.top),
 		Clock:          s.clock,
@@ -197,7 +200,7 @@ func serve(ctx context.Context, o Options, getenv func(string) string, log *zap.
 		StoreState:               storeState,
 		Registry:                 s.reg,
 		ConfigView:               func() any { return s.configView() },
-		StoreReadiness:           o.Readiness == ReadinessStore,
+		StoreReadiness:           o.Readiness == options.ReadinessStore,
 		HealthcheckRequiresRules: o.HealthcheckRequiresRules,
 		Pprof:                    o.Pprof,
 		Auth:                     s.adminAuth,
@@ -243,18 +246,18 @@ func serve(ctx context.Context, o Options, getenv func(string) string, log *zap.
 // loadRules reads the HMAC secret and the rules; the first load counts as a
 // successful reload.
 func (s *server) loadRules(ctx context.Context, getenv func(string) string, h hooks) error {
-	secret, from, err := readSecret(&s.opts, getenv)
+	secret, from, err := options.ReadSecret(s.opts.Options, getenv)
 	if err != nil {
 		return err
 	}
 	if s.sharedSecret != nil {
 		secret, from = s.sharedSecret, "redis"
 	}
-	fm, _ := limiter.ParseFailureMode(s.opts.DefaultFailureMode) // checked by o.check
-	dopts := descriptors.Options{Secret: secret, DefaultFailureMode: fm, Limits: s.opts.ConfigLimits.limits(), ShadowAll: s.opts.ShadowAll}
+	fm, _ := limiter.ParseFailureMode(s.opts.DefaultFailureMode) // checked by options.Serve
+	dopts := descriptors.Options{Secret: secret, DefaultFailureMode: fm, Limits: s.opts.ConfigLimits.Limits(), ShadowAll: s.opts.ShadowAll}
 	if s.opts.ConfigSource == SourceXDS {
 		if from == "random" {
-			s.log.Warn("no HMAC secret given (--hmac-secret-file or " + SecretEnv + "): using a random per-process secret; fine for the memory store, but subjects change on restart")
+			s.log.Warn("no HMAC secret given (--hmac-secret-file or " + options.SecretEnv + "): using a random per-process secret; fine for the memory store, but subjects change on restart")
 		}
 		x, err := s.startXDS(ctx, dopts)
 		if err != nil {
@@ -265,10 +268,10 @@ func (s *server) loadRules(ctx context.Context, getenv func(string) string, h ho
 	}
 	s.rules, err = newRuleSet(s.opts.Config, dopts, s.onReload)
 	if err != nil {
-		return rulesError(label("config", s.opts.given), err)
+		return rulesError(options.Label("config", s.opts.Given), err)
 	}
 	if from == "random" {
-		s.log.Warn("no HMAC secret given (--hmac-secret-file or " + SecretEnv + "): using a random per-process secret; fine for the memory store, but subjects change on restart")
+		s.log.Warn("no HMAC secret given (--hmac-secret-file or " + options.SecretEnv + "): using a random per-process secret; fine for the memory store, but subjects change on restart")
 	}
 	s.onReload(s.rules.w.Last())
 	if h.watcher != nil {
@@ -305,12 +308,12 @@ func (s *server) listen() (grpcLis, adminLis net.Listener, err error) {
 	}
 	grpcLis, err = net.Listen(network, addr)
 	if err != nil {
-		return nil, nil, fmt.Errorf("%s: must be an address this process can listen on: %w", label("grpc-addr", s.opts.given), err)
+		return nil, nil, fmt.Errorf("%s: must be an address this process can listen on: %w", options.Label("grpc-addr", s.opts.Given), err)
 	}
 	adminLis, err = net.Listen("tcp", s.opts.AdminAddr)
 	if err != nil {
 		_ = grpcLis.Close()
-		return nil, nil, fmt.Errorf("%s: must be an address this process can listen on: %w", label("admin-addr", s.opts.given), err)
+		return nil, nil, fmt.Errorf("%s: must be an address this process can listen on: %w", options.Label("admin-addr", s.opts.Given), err)
 	}
 	return grpcLis, adminLis, nil
 }

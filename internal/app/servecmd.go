@@ -4,10 +4,9 @@ import (
 	"context"
 	"errors"
 	"flag"
-	"fmt"
 	"io"
 
-	"github.com/envoy-rls/envoy-rls/internal/observe"
+	"github.com/envoy-rls/envoy-rls/internal/options"
 )
 
 // CheckServeArgs parses the arguments of `envoy-rls serve` (without the
@@ -19,36 +18,27 @@ func CheckServeArgs(args []string, getenv func(string) string) error {
 	return err
 }
 
-// serveOptions parses and checks the serve flags. The error is
+// serveOpts are serve's settings: the options and the rule source's
+// (--config-source and the xDS flags, xds.go).
+type serveOpts struct {
+	*options.Options
+	xdsOptions
+	// given is Options.Given, by the name xds.go reads.
+	given map[string]given
+}
+
+// serveOptions parses and checks the serve flags, with the reference
+// service's environment when asked for (internal/compat). The error is
 // flag.ErrHelp after -h, after which help, when not nil, prints the help.
 // Otherwise it holds one line per problem found.
-func serveOptions(args []string, getenv func(string) string, help io.Writer) (Options, error) {
-	var o Options
-	fs := serveFlags(&o)
-	var err error
-	o.given, err = parseFlagsWith(fs, args, getenv, compatPresets(&o, getenv))
-	var envErrs envErrors
-	switch {
-	case errors.Is(err, flag.ErrHelp):
-		if help != nil {
-			printUsage(help, serveUsage, fs)
-		}
-		return o, err
-	case err != nil && !errors.As(err, &envErrs):
-		// The command line did not parse: the values after the fault are
-		// unknown, so nothing more can be checked.
-		return o, err
+func serveOptions(args []string, getenv func(string) string, help io.Writer) (serveOpts, error) {
+	var so serveOpts
+	o, fs, err := options.Serve(args, getenv, compatPresets(getenv), &so.xdsOptions)
+	so.Options, so.given = o, o.Given
+	if errors.Is(err, flag.ErrHelp) && help != nil {
+		options.PrintUsage(help, options.ServeUsage, fs)
 	}
-	var refused refusedError
-	if errors.As(err, &refused) {
-		return o, err
-	}
-	errs := []error{err}
-	if fs.NArg() > 0 {
-		errs = append(errs, fmt.Errorf("serve takes no arguments (got %q): the rules are --config PATH", fs.Args()))
-	}
-	errs = append(errs, o.check(), checkSecretSource(&o, getenv), observe.CheckTracing(o.tracingFlag(), getenv))
-	return o, errors.Join(errs...)
+	return so, err
 }
 
 func serveCommand(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer, h hooks) error {

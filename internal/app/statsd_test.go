@@ -1,10 +1,6 @@
 package app
 
 import (
-	"bytes"
-	"context"
-	"errors"
-	"io"
 	"strings"
 	"testing"
 	"time"
@@ -44,36 +40,5 @@ func TestStatsdServe(t *testing.T) {
 				t.Fatalf("the statsd sink was not logged:\n%s", r.logs)
 			}
 		})
-	}
-}
-
-// TestStatsdFlagErrors: every refused statsd value gives its one-line
-// start-up error naming the flag or variable, the value and what is
-// accepted.
-func TestStatsdFlagErrors(t *testing.T) {
-	rules := writeRules(t, t.TempDir(), testRules)
-	for _, tc := range []struct {
-		args []string
-		env  map[string]string
-		want string
-	}{
-		{[]string{"--statsd-addr", "statsd"}, nil, `--statsd-addr="statsd": must be host:port, or empty for no statsd`},
-		{nil, map[string]string{"ENVOY_RLS_STATSD_ADDR": "statsd:99999"}, `ENVOY_RLS_STATSD_ADDR="statsd:99999": must be host:port, or empty for no statsd`},
-		{[]string{"--statsd-protocol", "sctp"}, nil, `--statsd-protocol="sctp": must be tcp or udp`},
-		{nil, map[string]string{"ENVOY_RLS_STATSD_EXTRA_TAGS": "a:1,b"}, `ENVOY_RLS_STATSD_EXTRA_TAGS="a:1,b": must be key:value pairs separated by commas`},
-		{[]string{"--statsd-flush-interval", "0s"}, nil, `--statsd-flush-interval="0s": must be a positive duration such as 10s`},
-		{[]string{"--statsd-flush-interval", "often"}, nil, `--statsd-flush-interval="often": must be a duration such as 500ms or 2s`},
-		{[]string{"--near-limit-ratio", "1.5"}, nil, `--near-limit-ratio="1.5": must be a number greater than 0 and at most 1, such as 0.8`},
-		{nil, map[string]string{"ENVOY_RLS_NEAR_LIMIT_RATIO": "most"}, `ENVOY_RLS_NEAR_LIMIT_RATIO="most": must be a number greater than 0 and at most 1, such as 0.8`},
-	} {
-		var errOut bytes.Buffer
-		args := append([]string{"serve", "--config", rules}, tc.args...)
-		err := Run(context.Background(), args, func(k string) string { return tc.env[k] }, io.Discard, &errOut)
-		if err == nil || errors.Is(err, ErrFailed) || err.Error() != tc.want {
-			t.Errorf("%v %v: err\n%v\nwant\n%s", tc.args, tc.env, err, tc.want)
-		}
-		if err := CheckServeArgs(args[1:], func(k string) string { return tc.env[k] }); err == nil || err.Error() != tc.want {
-			t.Errorf("CheckServeArgs %v %v: %v", tc.args, tc.env, err)
-		}
 	}
 }

@@ -1,8 +1,6 @@
 package app
 
 import (
-	"context"
-	"io"
 	"regexp"
 	"strings"
 	"testing"
@@ -41,25 +39,6 @@ func TestServeVolumeMetrics(t *testing.T) {
 	for _, out := range []string{metrics, r.logs.String()} {
 		if strings.Contains(out, "heavy-user-value") || strings.Contains(out, "light-user-value") {
 			t.Fatalf("a raw value leaked:\n%s", out)
-		}
-	}
-}
-
-func TestTopFlagErrors(t *testing.T) {
-	rules := writeRules(t, t.TempDir(), testRules)
-	for _, tc := range []struct {
-		args []string
-		env  map[string]string
-		want string
-	}{
-		{[]string{"--top-counters", "0"}, nil, `--top-counters="0": must be an integer from 1 to 4096`},
-		{[]string{"--top-max-policies", "70000"}, nil, `--top-max-policies="70000": must be an integer from 1 to 65536`},
-		{[]string{"--top-window", "500ms"}, nil, `--top-window="500ms": must be a duration of at least 1s, such as 1m`},
-		{nil, map[string]string{"ENVOY_RLS_TOP_METRIC_SERIES": "-1"}, `ENVOY_RLS_TOP_METRIC_SERIES="-1": must be an integer from 0 to 1000`},
-	} {
-		err := Run(context.Background(), append([]string{"serve", "--config", rules}, tc.args...), func(k string) string { return tc.env[k] }, io.Discard, io.Discard)
-		if err == nil || err.Error() != tc.want {
-			t.Errorf("%v %v: err %v, want %s", tc.args, tc.env, err, tc.want)
 		}
 	}
 }

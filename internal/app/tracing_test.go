@@ -16,6 +16,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
+	"github.com/envoy-rls/envoy-rls/internal/options"
 	"github.com/envoy-rls/envoy-rls/internal/redistest"
 	"github.com/envoy-rls/envoy-rls/pkg/limiter/redis"
 	"github.com/envoy-rls/envoy-rls/pkg/rls"
@@ -225,7 +226,7 @@ func TestTracingRedisSpans(t *testing.T) {
 	srv := redistest.Standalone(t, redistest.Local())
 	exp := newKeptSpans()
 	rules := writeRules(t, t.TempDir(), testRules)
-	env := map[string]string{SecretEnv: "a-shared-secret-of-32-bytes-----", "ENVOY_RLS_REDIS_ADDR": srv.Addr(), "TRACING_ENABLED": "true"}
+	env := map[string]string{options.SecretEnv: "a-shared-secret-of-32-bytes-----", "ENVOY_RLS_REDIS_ADDR": srv.Addr(), "TRACING_ENABLED": "true"}
 	r := startServe(t, []string{"--config", rules, "--store", "redis", "--redis-timeout", "300ms"}, env, hooks{spanExporter: exp})
 	const user = "redis-raw-subject-91c2"
 

@@ -9,6 +9,7 @@ import (
 	"strconv"
 
 	"github.com/envoy-rls/envoy-rls/internal/buildinfo"
+	"github.com/envoy-rls/envoy-rls/internal/options"
 )
 
 // versionJSON is the shape of `envoy-rls version --output json`; the keys
@@ -41,7 +42,7 @@ func writeVersion(args []string, in buildinfo.Info, stdout io.Writer) error {
 	output := "text"
 	fs.StringVar(&output, "output", output, "output format: text or json")
 	// The version command reads no environment variables.
-	if _, err := parseFlags(fs, args, func(string) string { return "" }); err != nil {
+	if _, err := options.Parse(fs, args, func(string) string { return "" }); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			_, err = io.WriteString(stdout, versionUsage)
 			return err

@@ -1,4 +1,4 @@
-package app
+package options
 
 import (
 	"flag"
@@ -9,7 +9,8 @@ import (
 	"time"
 )
 
-const serveUsage = `Usage: envoy-rls serve --config PATH [flags]
+// ServeUsage heads the help of the serve flags.
+const ServeUsage = `Usage: envoy-rls serve --config PATH [flags]
 
 Serves Envoy's RateLimitService over gRPC (--grpc-addr) and the admin HTTP
 API (--admin-addr) until SIGTERM or SIGINT.
@@ -21,21 +22,13 @@ The HMAC secret itself can be given as ` + SecretEnv + `.
 Flags:
 `
 
-const validateUsage = `Usage: envoy-rls validate [--config] PATH
+// HelpWidth is the column help text wraps at.
+const HelpWidth = 80
 
-Loads the rule file or directory PATH and prints the domains and policies
-found, or every problem as file:line:column: reason (exit status 1).
-
-Flags:
-`
-
-// helpWidth is the column help text wraps at.
-const helpWidth = 80
-
-// printUsage writes header, then every flag of fs in name order: its
+// PrintUsage writes header, then every flag of fs in name order: its
 // double-dash spelling with a placeholder for its value, its environment
-// variable and default, and its description wrapped at helpWidth.
-func printUsage(w io.Writer, header string, fs *flag.FlagSet) {
+// variable and default, and its description wrapped at HelpWidth.
+func PrintUsage(w io.Writer, header string, fs *flag.FlagSet) {
 	var b strings.Builder
 	b.WriteString(header)
 	fs.VisitAll(func(f *flag.Flag) {
@@ -45,7 +38,7 @@ func printUsage(w io.Writer, header string, fs *flag.FlagSet) {
 		}
 		b.WriteString("\n")
 		wrap(&b, f.Usage, "      ")
-		meta := envName(f.Name)
+		meta := EnvName(f.Name)
 		if f.DefValue != "" {
 			d := f.DefValue
 			if p := placeholder(f); p != "" && p != "N" && p != "DURATION" {
@@ -91,11 +84,11 @@ func placeholder(f *flag.Flag) string {
 	return "VALUE"
 }
 
-// wrap writes text word-wrapped at helpWidth, each line indented.
+// wrap writes text word-wrapped at HelpWidth, each line indented.
 func wrap(b *strings.Builder, text, indent string) {
 	line := indent
 	for _, word := range strings.Fields(text) {
-		if len(line) > len(indent) && len(line)+1+len(word) > helpWidth {
+		if len(line) > len(indent) && len(line)+1+len(word) > HelpWidth {
 			b.WriteString(line + "\n")
 			line = indent
 		}

@@ -1,4 +1,4 @@
-package app
+package options
 
 import (
 	"flag"
@@ -54,7 +54,7 @@ func (o *Options) fallbackCheck() []string {
 	return bad
 }
 
-// localConfig is the rls.LocalConfig of the flags.
-func (s *server) localConfig() rls.LocalConfig {
-	return rls.LocalConfig{Replicas: s.opts.ReplicasHint, MaxEntries: s.opts.LocalFallbackMaxEntries}
+// LocalConfig is the rls.LocalConfig of the flags.
+func (o *Options) LocalConfig() rls.LocalConfig {
+	return rls.LocalConfig{Replicas: o.ReplicasHint, MaxEntries: o.LocalFallbackMaxEntries}
 }

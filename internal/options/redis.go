@@ -1,4 +1,4 @@
-package app
+package options
 
 import (
 	"crypto/tls"
@@ -59,7 +59,7 @@ func redisWant(c redis.Config) string {
 	return ""
 }
 
-// redisCheck returns what redisConfig would refuse without reading any
+// redisCheck returns what RedisConfig would refuse without reading any
 // file: a *flagError for a malformed, out-of-range or inconsistent --redis-*
 // value. The binary runs it before it starts.
 func (o *Options) redisCheck() error {
@@ -76,7 +76,7 @@ func (o *Options) redisCheckValues() error {
 
 // redisValues is the one conversion of the --redis-* options to a
 // redis.Config: the flag values alone, not validated, no file read,
-// defaults not filled. redisPlain validates it and redisConfig adds what
+// defaults not filled. redisPlain validates it and RedisConfig adds what
 // the named files hold.
 func (o *Options) redisValues() redis.Config {
 	var c redis.Config
@@ -108,11 +108,11 @@ func (o *Options) redisPlain() (redis.Config, error) {
 	return v, nil
 }
 
-// redisConfig reads the password and TLS files named by the options and
+// RedisConfig reads the password and TLS files named by the options and
 // returns the Config they describe. TLS is on when --redis-tls is set or
 // any TLS file is given. The error names the flag at fault; it never
 // contains the password.
-func (o *Options) redisConfig() (redis.Config, error) {
+func (o *Options) RedisConfig() (redis.Config, error) {
 	c, err := o.redisPlain()
 	if err != nil {
 		return c, err
@@ -127,13 +127,13 @@ func (o *Options) redisConfig() (redis.Config, error) {
 			return c, fmt.Errorf("--redis-password-file: %s is empty", o.RedisPasswordFile)
 		}
 	}
-	if o.RedisPasswordFile == "" && o.redisPassword != "" {
-		c.Password = o.redisPassword // REDIS_AUTH (compat.go)
+	if o.RedisPasswordFile == "" && o.RedisPassword != "" {
+		c.Password = o.RedisPassword
 	}
 	if o.RedisTLS || o.RedisTLSCA != "" || o.RedisTLSCert != "" || o.RedisTLSKey != "" {
 		tc := &tls.Config{MinVersion: tls.VersionTLS12}
 		if o.RedisTLSCA != "" {
-			pool, err := readCAPool("redis-tls-ca", o.RedisTLSCA)
+			pool, err := ReadCAPool("redis-tls-ca", o.RedisTLSCA)
 			if err != nil {
 				return c, err
 			}

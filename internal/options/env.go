@@ -1,4 +1,4 @@
-package app
+package options
 
 import (
 	"errors"
@@ -9,18 +9,18 @@ import (
 	"strings"
 )
 
-// given is one flag value as the user wrote it.
-type given struct {
+// Given is one flag value as the user wrote it.
+type Given struct {
 	raw string
 	env bool // from the flag's ENVOY_RLS_* variable
 	// from, when not empty, is how the user wrote the value in another
 	// form: the reference service's variables it was translated from
-	// (compat.go), e.g. `GRPC_PORT="x"`.
+	// (Presets), e.g. `GRPC_PORT="x"`.
 	from string
 }
 
-// envName is the environment variable of a flag.
-func envName(flagName string) string {
+// EnvName is the environment variable of a flag.
+func EnvName(flagName string) string {
 	return EnvPrefix + strings.ToUpper(strings.ReplaceAll(flagName, "-", "_"))
 }
 
@@ -29,14 +29,14 @@ func envName(flagName string) string {
 type recorded struct {
 	flag.Value
 	name   string
-	seen   map[string]given
+	seen   map[string]Given
 	env    bool    // the next Set comes from the environment
 	from   string  // the next Set translates these reference variables
 	failed *string // set to the flag's name when Set refuses a value
 }
 
 func (r *recorded) Set(s string) error {
-	r.seen[r.name] = given{raw: s, env: r.env, from: r.from}
+	r.seen[r.name] = Given{raw: s, env: r.env, from: r.from}
 	before := r.Value.String()
 	if err := r.Value.Set(s); err != nil {
 		// The flag package's values may change on a failed Set (a
@@ -55,49 +55,51 @@ func (r *recorded) IsBoolFlag() bool {
 	return ok && b.IsBoolFlag()
 }
 
-// label names a flag as the user set it: --name="value" on the command
-// line, ENVOY_RLS_NAME="value" from the environment, or both spellings
-// when it was not set.
-func label(name string, seen map[string]given) string {
+// Label names a flag as the user set it: --name="value" on the command
+// line, ENVOY_RLS_NAME="value" from the environment, how the user wrote it
+// in another form (a Preset's From), or both spellings when it was not set.
+func Label(name string, seen map[string]Given) string {
 	g, ok := seen[name]
 	switch {
 	case !ok:
-		return fmt.Sprintf("--%s (or %s) is not set", name, envName(name))
+		return fmt.Sprintf("--%s (or %s) is not set", name, EnvName(name))
 	case g.from != "":
 		return g.from
 	case g.env:
-		return fmt.Sprintf("%s=%q", envName(name), g.raw)
+		return fmt.Sprintf("%s=%q", EnvName(name), g.raw)
 	}
 	return fmt.Sprintf("--%s=%q", name, g.raw)
 }
 
-// parseFlags parses args, then fills every flag not given on the command
-// line from its ENVOY_RLS_* variable when that is set and not empty. It
-// returns the values given, by flag name. The flag package prints nothing:
-// a bad value is one error line (naming the flag or variable, the value and
-// what is accepted; one per variable), and -h/--help is flag.ErrHelp for
-// the caller to answer.
-func parseFlags(fs *flag.FlagSet, args []string, getenv func(string) string) (map[string]given, error) {
-	return parseFlagsWith(fs, args, getenv, nil)
+// Parse parses args, then fills every flag not given on the command line
+// from its ENVOY_RLS_* variable when that is set and not empty. It returns
+// the values given, by flag name. The flag package prints nothing: a bad
+// value is one error line (naming the flag or variable, the value and what
+// is accepted; one per variable), and -h/--help is flag.ErrHelp for the
+// caller to answer.
+func Parse(fs *flag.FlagSet, args []string, getenv func(string) string) (map[string]Given, error) {
+	return parse(fs, args, getenv, nil, nil)
 }
 
-// preset is a flag value that comes from elsewhere than the command line
+// Preset is a flag value that comes from elsewhere than the command line
 // or the flag's own variable: the reference service's environment
-// (compat.go). It wins over the flag's ENVOY_RLS_* variable, unless
-// fallback is set: then it applies only when that variable is unset (the
+// (Presets). It wins over the flag's ENVOY_RLS_* variable, unless Fallback
+// is set: then it applies only when that variable is unset (the
 // reference's default of a setting the user did not give).
-type preset struct {
-	flag, value string
-	from        string // how the user wrote it, for errors: `PORT="x"`
-	fallback    bool
+type Preset struct {
+	Flag, Value string
+	From        string // how the user wrote it, for errors: `PORT="x"`
+	Fallback    bool
 }
 
-// parseFlagsWith is parseFlags with presets: after the command line is
-// parsed, presets (when not nil) returns the values to set on the flags the
-// command line did not set (seen holds the command line's values), before the ENVOY_RLS_* variables fill the rest.
-// Its error joins those of the variables that did not parse.
-func parseFlagsWith(fs *flag.FlagSet, args []string, getenv func(string) string, presets func(seen map[string]given) ([]preset, error)) (map[string]given, error) {
-	seen := map[string]given{}
+// parse is Parse with presets and the rule source's flags (src, for what
+// they accept): after the command line is parsed, presets (when not nil)
+// returns the values to set on the flags the command line did not set
+// (seen holds the command line's values), before the ENVOY_RLS_* variables
+// fill the rest. Its error joins those of the variables that did not
+// parse.
+func parse(fs *flag.FlagSet, args []string, getenv func(string) string, presets func(seen map[string]Given) ([]Preset, error), src RuleSource) (map[string]Given, error) {
+	seen := map[string]Given{}
 	var failed string
 	fs.VisitAll(func(f *flag.Flag) {
 		f.Value = &recorded{Value: f.Value, name: f.Name, seen: seen, failed: &failed}
@@ -110,7 +112,7 @@ func parseFlagsWith(fs *flag.FlagSet, args []string, getenv func(string) string,
 		}
 		if failed != "" {
 			f := fs.Lookup(failed)
-			return seen, fmt.Errorf("%s: must be %s", label(failed, seen), acceptsOf(f))
+			return seen, fmt.Errorf("%s: must be %s", Label(failed, seen), acceptsOf(f, src))
 		}
 		return seen, commandLineError(fs, err)
 	}
@@ -124,17 +126,17 @@ func parseFlagsWith(fs *flag.FlagSet, args []string, getenv func(string) string,
 		}
 		cmd := maps.Clone(set)
 		for _, p := range ps {
-			f := fs.Lookup(p.flag)
-			if f == nil || cmd[p.flag] || p.fallback && getenv(envName(p.flag)) != "" {
+			f := fs.Lookup(p.Flag)
+			if f == nil || cmd[p.Flag] || p.Fallback && getenv(EnvName(p.Flag)) != "" {
 				continue
 			}
-			set[p.flag] = true
+			set[p.Flag] = true
 			r := f.Value.(*recorded)
-			r.from = p.from
-			err := r.Set(p.value)
+			r.from = p.From
+			err := r.Set(p.Value)
 			r.from = ""
 			if err != nil {
-				errs = append(errs, fmt.Errorf("%s: must be %s", label(p.flag, seen), acceptsOf(f)))
+				errs = append(errs, fmt.Errorf("%s: must be %s", Label(p.Flag, seen), acceptsOf(f, src)))
 			}
 		}
 	}
@@ -142,13 +144,13 @@ func parseFlagsWith(fs *flag.FlagSet, args []string, getenv func(string) string,
 		if set[f.Name] {
 			return
 		}
-		v := getenv(envName(f.Name))
+		v := getenv(EnvName(f.Name))
 		if v == "" {
 			return
 		}
 		f.Value.(*recorded).env = true
 		if err := f.Value.Set(v); err != nil {
-			errs = append(errs, fmt.Errorf("%s: must be %s", label(f.Name, seen), acceptsOf(f)))
+			errs = append(errs, fmt.Errorf("%s: must be %s", Label(f.Name, seen), acceptsOf(f, src)))
 		}
 	})
 	if len(errs) > 0 {

@@ -1,4 +1,4 @@
-package app
+package options
 
 import (
 	"context"
@@ -28,7 +28,7 @@ func TestRedisFlagsConfig(t *testing.T) {
 	if err := os.WriteFile(notPEM, []byte("not a certificate"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	c, err := (&Options{RedisAddr: " 10.0.0.1:6379, 10.0.0.2:6379 ,", RedisMode: "cluster", RedisUsername: "u", RedisPasswordFile: pw, RedisTLS: true, RedisTimeout: time.Second, RedisPoolSize: 8}).redisConfig()
+	c, err := (&Options{RedisAddr: " 10.0.0.1:6379, 10.0.0.2:6379 ,", RedisMode: "cluster", RedisUsername: "u", RedisPasswordFile: pw, RedisTLS: true, RedisTimeout: time.Second, RedisPoolSize: 8}).RedisConfig()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -49,7 +49,7 @@ func TestRedisFlagsConfig(t *testing.T) {
 		{Options{RedisAddr: "a:1", RedisMode: "sentinel"}, "--redis-sentinel-master"},
 	}
 	for _, b := range bad {
-		if _, err := b.f.redisConfig(); err == nil || !strings.Contains(err.Error(), b.want) {
+		if _, err := b.f.RedisConfig(); err == nil || !strings.Contains(err.Error(), b.want) {
 			t.Errorf("%+v: error %v, want one mentioning %q", b.f, err, b.want)
 		}
 	}
@@ -96,7 +96,7 @@ func TestRedisFlagsCheck(t *testing.T) {
 			if err := rf.redisCheck(); !errors.As(err, &fe) || fe.Flag != tt.flag || fe.Value != tt.value || fe.Want == "" {
 				t.Fatalf("check: %v (%+v), want a flagError for --%s %q", err, fe, tt.flag, tt.value)
 			}
-			if _, err := rf.redisConfig(); err == nil || err.Error() != fe.Error() {
+			if _, err := rf.RedisConfig(); err == nil || err.Error() != fe.Error() {
 				t.Errorf("config: %v, want check's %v", err, fe)
 			}
 			err := rf.redisCheckValues()
@@ -148,7 +148,7 @@ func TestRedisFlagsPasswordFile(t *testing.T) {
 			if err := os.WriteFile(pw, []byte(c.content), 0o600); err != nil {
 				t.Fatal(err)
 			}
-			cfg, err := (&Options{RedisAddr: srv.Addr(), RedisUsername: "envoy-rls", RedisPasswordFile: pw}).redisConfig()
+			cfg, err := (&Options{RedisAddr: srv.Addr(), RedisUsername: "envoy-rls", RedisPasswordFile: pw}).RedisConfig()
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -166,12 +166,12 @@ func TestRedisFlagsTLSFiles(t *testing.T) {
 	redistest.RequireTLS(t)
 	files := redistest.GenerateTLS(t)
 	srv := redistest.Standalone(t, redistest.WithTLS(files, files.ClientConfig(t)))
-	cfg, err := (&Options{RedisAddr: srv.Addr(), RedisMode: "standalone", RedisTLSCA: files.CA, RedisTLSCert: files.ClientCert, RedisTLSKey: files.ClientKey}).redisConfig()
+	cfg, err := (&Options{RedisAddr: srv.Addr(), RedisMode: "standalone", RedisTLSCA: files.CA, RedisTLSCert: files.ClientCert, RedisTLSKey: files.ClientKey}).RedisConfig()
 	if err != nil {
 		t.Fatal(err)
 	}
 	pingRedis(t, cfg, true)
-	noCA, err := (&Options{RedisAddr: srv.Addr(), RedisMode: "standalone", RedisTLS: true}).redisConfig()
+	noCA, err := (&Options{RedisAddr: srv.Addr(), RedisMode: "standalone", RedisTLS: true}).RedisConfig()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -181,20 +181,20 @@ func TestRedisFlagsTLSFiles(t *testing.T) {
 	// unless skipped; the chain is still verified.
 	_, port, _ := net.SplitHostPort(srv.Addr())
 	byName := Options{RedisAddr: "localhost:" + port, RedisMode: "standalone", RedisTLSCA: files.CA, RedisTLSCert: files.ClientCert, RedisTLSKey: files.ClientKey}
-	named, err := byName.redisConfig()
+	named, err := byName.RedisConfig()
 	if err != nil {
 		t.Fatal(err)
 	}
 	pingRedis(t, named, false)
 	byName.RedisTLSSkipHostname = true
-	skipped, err := byName.redisConfig()
+	skipped, err := byName.RedisConfig()
 	if err != nil {
 		t.Fatal(err)
 	}
 	pingRedis(t, skipped, true)
 	otherCA := redistest.GenerateTLS(t)
 	byName.RedisTLSCA = otherCA.CA
-	wrongCA, err := byName.redisConfig()
+	wrongCA, err := byName.RedisConfig()
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,4 +1,4 @@
-package app
+package options
 
 import (
 	"os"
@@ -11,8 +11,8 @@ import (
 
 func TestReadCAPool(t *testing.T) {
 	ca := testcerts.NewCA(t, "test CA")
-	if pool, err := readCAPool("x-ca", ca.File); err != nil || !pool.Equal(ca.Pool()) {
-		t.Fatalf("readCAPool(CA file): %v, %v", pool, err)
+	if pool, err := ReadCAPool("x-ca", ca.File); err != nil || !pool.Equal(ca.Pool()) {
+		t.Fatalf("ReadCAPool(CA file): %v, %v", pool, err)
 	}
 	notPEM := filepath.Join(t.TempDir(), "ca.txt")
 	if err := os.WriteFile(notPEM, []byte("not a certificate"), 0o600); err != nil {
@@ -22,8 +22,8 @@ func TestReadCAPool(t *testing.T) {
 		notPEM: `--x-ca="` + notPEM + `": holds no PEM certificate`,
 		filepath.Join(t.TempDir(), "missing.pem"): "--x-ca: must be a readable PEM CA bundle: ",
 	} {
-		if _, err := readCAPool("x-ca", path); err == nil || !strings.HasPrefix(err.Error(), want) {
-			t.Errorf("readCAPool(%s): %v, want %q", path, err, want)
+		if _, err := ReadCAPool("x-ca", path); err == nil || !strings.HasPrefix(err.Error(), want) {
+			t.Errorf("ReadCAPool(%s): %v, want %q", path, err, want)
 		}
 	}
 }

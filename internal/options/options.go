@@ -1,21 +1,21 @@
-package app
+// Package options is the serve command's settings: its flags, the
+// ENVOY_RLS_* variable of each, the checks that report every refused value
+// at once (naming the flag or variable as the user wrote it, the value and
+// what is accepted), the help text, and the conversion of the values to
+// the configurations of the packages that serve (reading the files the
+// flags name). It runs nothing.
+package options
 
 import (
-	"errors"
 	"flag"
 	"fmt"
-	"math"
 	"time"
-
-	"go.uber.org/zap/zapcore"
 
 	"github.com/envoy-rls/envoy-rls/internal/grpcserve"
 	"github.com/envoy-rls/envoy-rls/internal/observe"
-	"github.com/envoy-rls/envoy-rls/pkg/descriptors"
 	"github.com/envoy-rls/envoy-rls/pkg/limiter/denycache"
 	"github.com/envoy-rls/envoy-rls/pkg/limiter/memory"
 	"github.com/envoy-rls/envoy-rls/pkg/limiter/redis"
-	"github.com/envoy-rls/envoy-rls/pkg/rls"
 )
 
 // EnvPrefix prefixes the environment variable of every flag: --grpc-addr is
@@ -85,11 +85,11 @@ type Options struct {
 	LocalCacheSize   int
 	GCPercent        int
 	Tracing          bool
-	// ConfigLimits bound the whole rule set (rulelimits.go).
-	ConfigLimits ruleLimits
+	// ConfigLimits bound the whole rule set (rules.go).
+	ConfigLimits RuleLimits
 
 	// The --redis-* values as given (files not read): redisValues
-	// (redisflags.go) is their one conversion to a redis.Config.
+	// (redis.go) is their one conversion to a redis.Config.
 	RedisAddr           string
 	RedisMode           string
 	RedisSentinelMaster string
@@ -108,34 +108,56 @@ type Options struct {
 	// RedisTLSSkipHostname verifies the server's certificate chain but not
 	// the name in it.
 	RedisTLSSkipHostname bool
+	// RedisPassword is the Redis password given other than by a file (the
+	// reference's REDIS_AUTH); --redis-password-file wins.
+	RedisPassword string
 
-	// Readiness and the local fallback (fallbackflags.go).
+	// Readiness and the local fallback (fallback.go).
 	Readiness               string
 	DefaultFailureMode      string
 	ReplicasHint            int
 	LocalFallbackMaxEntries int
 	// GRPC holds the --grpc-* limits on connections, streams and receive
-	// time (transport.go).
+	// time (grpc.go).
 	GRPC grpcserve.Limits
-	// The --statsd-* flags and --near-limit-ratio (statsd.go).
+	// The --grpc-tls-* flags (grpc.go).
+	grpcTLSOptions
+	// The --statsd-* flags and --near-limit-ratio (observability.go).
 	statsdOptions
-	// The --audit-* flags (audit.go).
+	// The --audit-* flags (observability.go).
 	auditOptions
-	// --config-source and the --xds-* flags (xds.go).
-	xdsOptions
-	// The --top-* flags (topflags.go).
+	// The --top-* flags (observability.go).
 	topOptions
 
-	// Compatibility with the reference service's deployments (compat.go).
-	compatOptions
+	// The settings of the reference service's deployments (reference.go).
+	referenceOptions
+	// CompatWarnings are the reference settings accepted and ignored, to
+	// log at start.
+	CompatWarnings []string
 
-	// given records, by flag name, the text of each value set on the
-	// command line or from the environment, so errors quote what the user
-	// wrote and where.
-	given map[string]given
+	// Given records, by flag name, the text of each value set on the
+	// command line, from the environment or from presets, so errors quote
+	// what the user wrote and where.
+	Given map[string]Given
 }
 
-func serveFlags(o *Options) *flag.FlagSet {
+// RuleSource is where the rules come from besides --config: the rule
+// source's own flags (--config-source and the xDS client's), defined with
+// it and parsed and checked with the others.
+type RuleSource interface {
+	// AddFlags defines the source's flags on fs.
+	AddFlags(fs *flag.FlagSet)
+	// Accepts says what one of its flags takes, for errors.
+	Accepts(name string) (string, bool)
+	// Check returns one error per refused value.
+	Check(given map[string]Given) []error
+	// FromFile reports whether the rules come from --config.
+	FromFile() bool
+}
+
+// NewFlagSet defines the serve flags on o's fields, and src's (nil: the
+// rules come from --config only).
+func NewFlagSet(o *Options, src RuleSource) *flag.FlagSet {
 	fs := flag.NewFlagSet("envoy-rls serve", flag.ContinueOnError)
 	fs.StringVar(&o.Config, "config", "", "rule file or directory of rule files (required)")
 	fs.StringVar(&o.GRPCAddr, "grpc-addr", DefaultGRPCAddr, "gRPC listen address (RateLimitService, health, reflection); unix:PATH listens on a unix socket")
@@ -151,7 +173,7 @@ func serveFlags(o *Options) *flag.FlagSet {
 	fs.IntVar(&o.LocalCacheSize, "local-cache-size", DefaultLocalCacheSize, fmt.Sprintf("local deny cache: the most denials held at once (at least %d)", denycache.Shards))
 	fs.IntVar(&o.GCPercent, "gc-percent", DefaultGCPercent, "garbage collector target, as GOGC: 0 = automatic (200 with --store redis unless GOGC is set, else the Go runtime's), or 10–10000")
 	fs.BoolVar(&o.Pprof, "pprof", false, "serve net/http/pprof profiles under /debug/pprof/ on the admin address (CPU and heap profiles of live traffic; off by default)")
-	addRuleLimitFlags(fs, &o.ConfigLimits)
+	AddRuleLimitFlags(fs, &o.ConfigLimits)
 	fs.StringVar(&o.RedisAddr, "redis-addr", "", "Redis address(es), comma-separated (sentinels in sentinel mode, seeds in cluster mode), or the absolute path of a standalone server's Unix socket")
 	fs.StringVar(&o.RedisMode, "redis-mode", DefaultRedisMode, "Redis deployment: auto (asks the server), standalone, sentinel or cluster")
 	fs.StringVar(&o.RedisSentinelMaster, "redis-sentinel-master", "", "Redis Sentinel master name (sentinel mode)")
@@ -170,180 +192,19 @@ func serveFlags(o *Options) *flag.FlagSet {
 	fs.BoolVar(&o.Tracing, "tracing", false, "export OpenTelemetry traces by OTLP, configured by the OTEL_* variables (docs/operations.md, Tracing); also on when OTEL_EXPORTER_OTLP_ENDPOINT is set, off when OTEL_SDK_DISABLED=true")
 	fallbackFlags(fs, o)
 	transportFlags(fs, &o.GRPC)
+	grpcTLSFlags(fs, &o.grpcTLSOptions)
 	statsdFlags(fs, &o.statsdOptions)
 	auditFlags(fs, &o.auditOptions)
-	xdsFlags(fs, &o.xdsOptions)
 	topFlags(fs, &o.topOptions)
-	compatFlags(fs, &o.compatOptions)
+	referenceFlags(fs, &o.referenceOptions)
+	if src != nil {
+		src.AddFlags(fs)
+	}
 	return fs
 }
 
-// accepts says what a flag takes, as errors put it after "must be": for
-// the flags Options.check refuses by name, and for those whose type alone
-// does not say it when a value does not parse; acceptsOf falls back on the
-// type. (A --redis-* value that parses is checked by Options.redisCheck,
-// whose flagError says what the redis package accepts; the redis entries
-// here are the package's words too, see redisWant.) Read only.
-var accepts = map[string]string{
-	"store":                 "memory or redis",
-	"log-level":             "debug, info, warn or error",
-	"default-headers":       "full, retry_after or none",
-	"memory-max-entries":    "0 (automatic) or a positive integer",
-	"drain-timeout":         "a positive duration such as 15s",
-	"local-cache-size":      fmt.Sprintf("an integer of at least %d", denycache.Shards),
-	"gc-percent":            fmt.Sprintf("0 (automatic) or an integer between %d and %d", MinGCPercent, MaxGCPercent),
-	"redis-timeout":         redisWant(redis.Config{Timeout: -1}),
-	"redis-pool-size":       redisWant(redis.Config{PoolSize: -1}),
-	"redis-max-flush-delay": redisWant(redis.Config{MaxFlushDelay: -1}),
-	"redis-group-max-keys":  redisWant(redis.Config{GroupMaxKeys: -1}),
-	"redis-group-in-flight": redisWant(redis.Config{GroupInFlight: -1}),
-
-	"readiness":                  ReadinessRules + " or " + ReadinessStore,
-	"default-failure-mode":       "closed, open or local",
-	"replicas-hint":              fmt.Sprintf("an integer between 1 and %d", rls.MaxReplicas),
-	"local-fallback-max-entries": "a positive integer",
-	// rulelimits.go
-	"config-max-bytes":       "a positive number of bytes",
-	"config-max-descriptors": "a positive integer",
-}
-
-// acceptsOf is what f takes: its entry in accepts, else what its type
-// parses.
-func acceptsOf(f *flag.Flag) string {
-	if a, ok := accepts[f.Name]; ok {
-		return a
-	}
-	if a, ok := xdsAccepts[f.Name]; ok {
-		return a
-	}
-	if b, ok := f.Value.(interface{ IsBoolFlag() bool }); ok && b.IsBoolFlag() {
-		return "true or false"
-	}
-	if _, err := time.ParseDuration(f.DefValue); err == nil {
-		return "a duration such as 500ms or 2s"
-	}
-	return "an integer"
-}
-
-// check validates option values that the flag package cannot: every value
-// the binary would refuse at start that can be decided without reading a
-// file or dialling. It reports every problem found, one per line.
-func (o *Options) check() error {
-	var errs []error
-	bad := func(name string) {
-		errs = append(errs, fmt.Errorf("%s: must be %s", label(name, o.given), accepts[name]))
-	}
-	if o.Config == "" && o.ConfigSource != SourceXDS {
-		errs = append(errs, fmt.Errorf("%s: must be the rule file or directory to serve", label("config", o.given)))
-	}
-	switch o.Store {
-	case "memory", "redis":
-	default:
-		bad("store")
-	}
-	if _, err := zapcore.ParseLevel(o.LogLevel); err != nil {
-		bad("log-level")
-	}
-	if _, ok := headerMode(o.DefaultHeaders); !ok {
-		bad("default-headers")
-	}
-	if o.MemoryMaxEntries < 0 {
-		bad("memory-max-entries")
-	}
-	if o.LocalCacheSize < denycache.Shards {
-		bad("local-cache-size")
-	}
-	if o.DrainTimeout <= 0 {
-		bad("drain-timeout")
-	}
-	if o.GCPercent != 0 && (o.GCPercent < MinGCPercent || o.GCPercent > MaxGCPercent) {
-		bad("gc-percent")
-	}
-	errs = append(errs, o.ConfigLimits.check(o.given)...)
-	errs = append(errs, o.xdsOptions.check(o.given)...)
-	// The redis package takes zero as its default; the flags have defaults
-	// of their own, so a zero given here is a mistake.
-	if o.RedisTimeout == 0 {
-		bad("redis-timeout")
-	}
-	if o.RedisPoolSize == 0 {
-		bad("redis-pool-size")
-	}
-	for _, name := range o.fallbackCheck() {
-		bad(name)
-	}
-	errs = append(errs, checkTransport(&o.GRPC, o.given))
-	errs = append(errs, o.statsdOptions.check(o.given))
-	errs = append(errs, o.auditOptions.check(o.given, o.RedisAddr))
-	errs = append(errs, o.topOptions.check(o.given))
-	errs = append(errs, o.compatOptions.check(o.given)...)
-	var err error
-	if o.Store == "redis" {
-		err = o.redisCheck()
-	} else {
-		err = o.redisCheckValues()
-	}
-	var fe *flagError
-	switch {
-	case errors.As(err, &fe):
-		errs = append(errs, fmt.Errorf("%s: must be %s", label(fe.Flag, o.given), fe.Want))
-	case err != nil:
-		errs = append(errs, err)
-	}
-	return errors.Join(errs...)
-}
-
-// headerMode is the mode a --default-headers value names; false for a
-// value it does not know (Options.check reports it).
-func headerMode(s string) (descriptors.HeaderMode, bool) {
-	switch s {
-	case "full":
-		return descriptors.HeadersFull, true
-	case "retry_after":
-		return descriptors.HeadersRetryAfter, true
-	case "none":
-		return descriptors.HeadersNone, true
-	}
-	return 0, false
-}
-
-// memoryBound is the memory store's entry bound and where it comes from.
-// memLimit is the Go runtime's memory limit (debug.SetMemoryLimit(-1):
-// GOMEMLIMIT, math.MaxInt64 when unset). Automatic (--memory-max-entries
-// 0) is DefaultMemoryMaxEntries, lowered under a memory limit to
-// floor(memLimit x MemoryShare / memory.MaxBytesPerEntry), so that the
-// store refuses new subjects before the process reaches the limit.
-func memoryBound(o *Options, memLimit int64) (int, string) {
-	switch {
-	case o.MemoryMaxEntries > 0:
-		return o.MemoryMaxEntries, "--memory-max-entries"
-	case memLimit <= 0 || memLimit == math.MaxInt64:
-		return DefaultMemoryMaxEntries, "automatic (no GOMEMLIMIT)"
-	}
-	n := int64(float64(memLimit) * MemoryShare / memory.MaxBytesPerEntry)
-	if n >= DefaultMemoryMaxEntries {
-		return DefaultMemoryMaxEntries, "automatic (GOMEMLIMIT allows the default)"
-	}
-	return int(max(n, 1)), "automatic (GOMEMLIMIT)"
-}
-
-// gcPercent is the garbage collector target serve sets, and where it comes
-// from; 0 means leave the runtime's (GOGC's) alone.
-func gcPercent(o *Options, getenv func(string) string) (int, string) {
-	switch {
-	case o.GCPercent != 0:
-		return o.GCPercent, "--gc-percent"
-	case getenv("GOGC") != "":
-		return 0, "GOGC"
-	case o.Store == "redis":
-		return RedisGCPercent, "automatic (redis store)"
-	default:
-		return 0, "Go default"
-	}
-}
-
-// tracingFlag is --tracing as the user set it.
-func (o *Options) tracingFlag() observe.TracingFlag {
-	_, given := o.given["tracing"]
-	return observe.TracingFlag{On: o.Tracing, Given: given, Label: label("tracing", o.given)}
+// TracingFlag is --tracing as the user set it.
+func (o *Options) TracingFlag() observe.TracingFlag {
+	_, given := o.Given["tracing"]
+	return observe.TracingFlag{On: o.Tracing, Given: given, Label: Label("tracing", o.Given)}
 }

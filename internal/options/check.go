@@ -1,0 +1,234 @@
+package options
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"math"
+	"time"
+
+	"go.uber.org/zap/zapcore"
+
+	"github.com/envoy-rls/envoy-rls/internal/observe"
+	"github.com/envoy-rls/envoy-rls/pkg/descriptors"
+	"github.com/envoy-rls/envoy-rls/pkg/limiter/denycache"
+	"github.com/envoy-rls/envoy-rls/pkg/limiter/memory"
+	"github.com/envoy-rls/envoy-rls/pkg/limiter/redis"
+	"github.com/envoy-rls/envoy-rls/pkg/rls"
+)
+
+// Presets returns, once the command line is parsed, values for flags it
+// did not set, from another environment than ENVOY_RLS_* (the reference
+// service's, internal/compat); seen holds the command line's values. It
+// may set o's fields that no flag sets (RedisPassword, CompatWarnings). A
+// *RefusedError among its errors stops the checks.
+type Presets func(o *Options, seen map[string]Given) ([]Preset, error)
+
+// RefusedError holds the settings Presets refused outright. When there are
+// any, Serve reports them alone: the option checks would only repeat them
+// in this binary's terms (a missing address for a refused REDIS_URL).
+type RefusedError struct{ Err error }
+
+func (e *RefusedError) Error() string { return e.Err.Error() }
+
+func (e *RefusedError) Unwrap() error { return e.Err }
+
+// Serve parses the arguments of `envoy-rls serve` (without the word serve)
+// and the environment, with presets (nil: none) and the rule source's
+// flags (src, nil: none), and checks every value the binary would refuse at
+// start that can be decided without reading a file or dialling. The error
+// is flag.ErrHelp after -h (fs prints the help with PrintUsage);
+// otherwise it holds one line per problem found.
+func Serve(args []string, getenv func(string) string, presets Presets, src RuleSource) (o *Options, fs *flag.FlagSet, err error) {
+	o = &Options{}
+	fs = NewFlagSet(o, src)
+	var pre func(map[string]Given) ([]Preset, error)
+	if presets != nil {
+		pre = func(seen map[string]Given) ([]Preset, error) { return presets(o, seen) }
+	}
+	o.Given, err = parse(fs, args, getenv, pre, src)
+	var envErrs envErrors
+	switch {
+	case errors.Is(err, flag.ErrHelp):
+		return o, fs, err
+	case err != nil && !errors.As(err, &envErrs):
+		// The command line did not parse: the values after the fault are
+		// unknown, so nothing more can be checked.
+		return o, fs, err
+	}
+	var refused *RefusedError
+	if errors.As(err, &refused) {
+		return o, fs, err
+	}
+	errs := []error{err}
+	if fs.NArg() > 0 {
+		errs = append(errs, fmt.Errorf("serve takes no arguments (got %q): the rules are --config PATH", fs.Args()))
+	}
+	errs = append(errs, o.check(src), CheckSecretSource(o, getenv), observe.CheckTracing(o.TracingFlag(), getenv))
+	return o, fs, errors.Join(errs...)
+}
+
+// accepts says what a flag takes, as errors put it after "must be": for
+// the flags Options.check refuses by name, and for those whose type alone
+// does not say it when a value does not parse; acceptsOf falls back on the
+// type. (A --redis-* value that parses is checked by Options.redisCheck,
+// whose flagError says what the redis package accepts; the redis entries
+// here are the package's words too, see redisWant.) Read only.
+var accepts = map[string]string{
+	"store":                 "memory or redis",
+	"log-level":             "debug, info, warn or error",
+	"default-headers":       "full, retry_after or none",
+	"memory-max-entries":    "0 (automatic) or a positive integer",
+	"drain-timeout":         "a positive duration such as 15s",
+	"local-cache-size":      fmt.Sprintf("an integer of at least %d", denycache.Shards),
+	"gc-percent":            fmt.Sprintf("0 (automatic) or an integer between %d and %d", MinGCPercent, MaxGCPercent),
+	"redis-timeout":         redisWant(redis.Config{Timeout: -1}),
+	"redis-pool-size":       redisWant(redis.Config{PoolSize: -1}),
+	"redis-max-flush-delay": redisWant(redis.Config{MaxFlushDelay: -1}),
+	"redis-group-max-keys":  redisWant(redis.Config{GroupMaxKeys: -1}),
+	"redis-group-in-flight": redisWant(redis.Config{GroupInFlight: -1}),
+
+	"readiness":                  ReadinessRules + " or " + ReadinessStore,
+	"default-failure-mode":       "closed, open or local",
+	"replicas-hint":              fmt.Sprintf("an integer between 1 and %d", rls.MaxReplicas),
+	"local-fallback-max-entries": "a positive integer",
+	// rules.go
+	"config-max-bytes":       "a positive number of bytes",
+	"config-max-descriptors": "a positive integer",
+}
+
+// acceptsOf is what f takes: its entry in accepts or src's (nil: none),
+// else what its type parses.
+func acceptsOf(f *flag.Flag, src RuleSource) string {
+	if a, ok := accepts[f.Name]; ok {
+		return a
+	}
+	if src != nil {
+		if a, ok := src.Accepts(f.Name); ok {
+			return a
+		}
+	}
+	if b, ok := f.Value.(interface{ IsBoolFlag() bool }); ok && b.IsBoolFlag() {
+		return "true or false"
+	}
+	if _, err := time.ParseDuration(f.DefValue); err == nil {
+		return "a duration such as 500ms or 2s"
+	}
+	return "an integer"
+}
+
+// check validates option values that the flag package cannot: every value
+// the binary would refuse at start that can be decided without reading a
+// file or dialling. It reports every problem found, one per line.
+func (o *Options) check(src RuleSource) error {
+	r := refusals{given: o.Given, accepts: accepts}
+	if o.Config == "" && (src == nil || src.FromFile()) {
+		r.errs = append(r.errs, fmt.Errorf("%s: must be the rule file or directory to serve", Label("config", o.Given)))
+	}
+	r.check("store", o.Store == "memory" || o.Store == "redis")
+	_, err := zapcore.ParseLevel(o.LogLevel)
+	r.check("log-level", err == nil)
+	_, ok := HeaderMode(o.DefaultHeaders)
+	r.check("default-headers", ok)
+	r.check("memory-max-entries", o.MemoryMaxEntries >= 0)
+	r.check("local-cache-size", o.LocalCacheSize >= denycache.Shards)
+	r.check("drain-timeout", o.DrainTimeout > 0)
+	r.check("gc-percent", o.GCPercent == 0 || o.GCPercent >= MinGCPercent && o.GCPercent <= MaxGCPercent)
+	r.errs = append(r.errs, o.ConfigLimits.Check(o.Given)...)
+	if src != nil {
+		r.errs = append(r.errs, src.Check(o.Given)...)
+	}
+	// The redis package takes zero as its default; the flags have defaults
+	// of their own, so a zero given here is a mistake.
+	r.check("redis-timeout", o.RedisTimeout != 0)
+	r.check("redis-pool-size", o.RedisPoolSize != 0)
+	for _, name := range o.fallbackCheck() {
+		r.check(name, false)
+	}
+	r.errs = append(r.errs, checkTransport(&o.GRPC, o.Given), o.statsdOptions.check(o.Given),
+		o.auditOptions.check(o.Given, o.RedisAddr), o.topOptions.check(o.Given),
+		o.grpcTLSOptions.check(o.Given), o.referenceOptions.check(o.Given))
+	if o.Store == "redis" {
+		err = o.redisCheck()
+	} else {
+		err = o.redisCheckValues()
+	}
+	var fe *flagError
+	switch {
+	case errors.As(err, &fe):
+		r.errs = append(r.errs, fmt.Errorf("%s: must be %s", Label(fe.Flag, o.Given), fe.Want))
+	case err != nil:
+		r.errs = append(r.errs, err)
+	}
+	return r.err()
+}
+
+// refusals collects one start-up error per refused value, naming the flag
+// or variable as given and what it accepts (accepts: flag name → the text
+// after "must be").
+type refusals struct {
+	given   map[string]Given
+	accepts map[string]string
+	errs    []error
+}
+
+// check records the refusal of name's value unless ok.
+func (r *refusals) check(name string, ok bool) {
+	if !ok {
+		r.errs = append(r.errs, fmt.Errorf("%s: must be %s", Label(name, r.given), r.accepts[name]))
+	}
+}
+
+// err joins the refusals, nil when there are none.
+func (r *refusals) err() error {
+	return errors.Join(r.errs...)
+}
+
+// HeaderMode is the mode a --default-headers value names; false for a
+// value it does not know (Serve refuses it).
+func HeaderMode(s string) (descriptors.HeaderMode, bool) {
+	switch s {
+	case "full":
+		return descriptors.HeadersFull, true
+	case "retry_after":
+		return descriptors.HeadersRetryAfter, true
+	case "none":
+		return descriptors.HeadersNone, true
+	}
+	return 0, false
+}
+
+// MemoryBound is the memory store's entry bound and where it comes from.
+// memLimit is the Go runtime's memory limit (debug.SetMemoryLimit(-1):
+// GOMEMLIMIT, math.MaxInt64 when unset). Automatic (--memory-max-entries
+// 0) is DefaultMemoryMaxEntries, lowered under a memory limit to
+// floor(memLimit x MemoryShare / memory.MaxBytesPerEntry), so that the
+// store refuses new subjects before the process reaches the limit.
+func MemoryBound(o *Options, memLimit int64) (int, string) {
+	switch {
+	case o.MemoryMaxEntries > 0:
+		return o.MemoryMaxEntries, "--memory-max-entries"
+	case memLimit <= 0 || memLimit == math.MaxInt64:
+		return DefaultMemoryMaxEntries, "automatic (no GOMEMLIMIT)"
+	}
+	n := int64(float64(memLimit) * MemoryShare / memory.MaxBytesPerEntry)
+	if n >= DefaultMemoryMaxEntries {
+		return DefaultMemoryMaxEntries, "automatic (GOMEMLIMIT allows the default)"
+	}
+	return int(max(n, 1)), "automatic (GOMEMLIMIT)"
+}
+
+// GCPercent is the garbage collector target serve sets, and where it comes
+// from; 0 means leave the runtime's (GOGC's) alone.
+func GCPercent(o *Options, getenv func(string) string) (int, string) {
+	switch {
+	case o.GCPercent != 0:
+		return o.GCPercent, "--gc-percent"
+	case getenv("GOGC") != "":
+		return 0, "GOGC"
+	case o.Store == "redis":
+		return RedisGCPercent, "automatic (redis store)"
+	default:
+		return 0, "Go default"
+	}
+}

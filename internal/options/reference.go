@@ -1,0 +1,65 @@
+package options
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"strings"
+
+	"github.com/envoy-rls/envoy-rls/pkg/rls"
+)
+
+// CompatName is the name under which the binary reads the reference
+// service's (envoyproxy/ratelimit's) environment: started as ratelimit (a
+// link to the binary, as /bin/ratelimit in the image), it serves as
+// `envoy-rls serve --env-compat`.
+const CompatName = "ratelimit"
+
+// referenceOptions are the flags that carry the reference service's
+// settings (part of Options).
+type referenceOptions struct {
+	// EnvCompat reads the reference service's environment variables.
+	EnvCompat bool
+	// HMACSecretRedisKey, with the Redis store and no configured secret,
+	// shares one random secret between replicas under this key.
+	HMACSecretRedisKey string
+	// HealthcheckRequiresRules makes /healthcheck fail until rules are
+	// loaded.
+	HealthcheckRequiresRules bool
+	// ShadowAll puts every rule in shadow mode.
+	ShadowAll bool
+	// Names of the rate-limit headers (rls.HeaderNames).
+	LimitHeader, RemainingHeader, ResetHeader string
+}
+
+// referenceFlags adds the flags of the reference's settings to fs.
+func referenceFlags(fs *flag.FlagSet, o *referenceOptions) {
+	fs.BoolVar(&o.EnvCompat, "env-compat", false, "also read the environment variables of envoyproxy/ratelimit (docs/migration.md); on when the binary is started as "+CompatName)
+	fs.StringVar(&o.HMACSecretRedisKey, "hmac-secret-redis-key", "", "with --store redis and no HMAC secret given: share one random secret between the replicas under this Redis key (created once with SET NX); see docs/migration.md for the risk")
+	fs.BoolVar(&o.HealthcheckRequiresRules, "healthcheck-requires-rules", false, "GET /healthcheck answers 500 until rules are loaded (it always does while draining)")
+	fs.BoolVar(&o.ShadowAll, "shadow-mode", false, "every rule in shadow mode, as if each set shadow_mode: true: counted, logged and reported, never denying")
+	fs.StringVar(&o.LimitHeader, "limit-header", rls.HeaderLimit, "name of the response header that carries the limit")
+	fs.StringVar(&o.RemainingHeader, "remaining-header", rls.HeaderRemaining, "name of the response header that carries the remaining quota")
+	fs.StringVar(&o.ResetHeader, "reset-header", rls.HeaderReset, "name of the response header that carries the seconds until reset")
+}
+
+// check returns one error per refused value.
+func (o *referenceOptions) check(given map[string]Given) error {
+	var errs []error
+	names := map[string]string{}
+	for _, h := range []struct{ flag, value string }{{"limit-header", o.LimitHeader}, {"remaining-header", o.RemainingHeader}, {"reset-header", o.ResetHeader}} {
+		switch prev, dup := names[strings.ToLower(h.value)]; {
+		case !rls.ValidHeaderName(h.value):
+			errs = append(errs, fmt.Errorf("%s: must be an HTTP header name (letters, digits and !#$%%&'*+-.^_`|~, at most 128)", Label(h.flag, given)))
+		case dup:
+			errs = append(errs, fmt.Errorf("%s: must differ from --%s", Label(h.flag, given), prev))
+		}
+		names[strings.ToLower(h.value)] = h.flag
+	}
+	return errors.Join(errs...)
+}
+
+// HeaderNames are the rls.HeaderNames of the options.
+func (o *referenceOptions) HeaderNames() rls.HeaderNames {
+	return rls.HeaderNames{Limit: o.LimitHeader, Remaining: o.RemainingHeader, Reset: o.ResetHeader}
+}
