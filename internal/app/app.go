@@ -103,7 +103,7 @@ type hooks struct {
 	// spanExporter replaces the OTLP exporter when tracing is on; spans
 	// are exported as they end.
 	spanExporter sdktrace.SpanExporter
-	// secretRecheck, when positive, replaces sharedSecretRecheck.
+	// secretRecheck, when positive, replaces compat.SharedSecretRecheck.
 	secretRecheck time.Duration
 	// stdout replaces the serve command's standard output (the audit
 	// sink's stdout).

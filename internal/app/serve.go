@@ -18,6 +18,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/envoy-rls/envoy-rls/internal/admin"
+	"github.com/envoy-rls/envoy-rls/internal/compat"
 	"github.com/envoy-rls/envoy-rls/internal/grpcserve"
 	"github.com/envoy-rls/envoy-rls/internal/observe"
 	"github.com/envoy-rls/envoy-rls/internal/options"
@@ -39,7 +40,7 @@ type server struct {
 	store   limiter.Store
 	ping    admin.Pinger     // nil: always reachable
 	tracing *observe.Tracing // nil: tracing off
-	// sharedSecret is the HMAC secret shared through Redis (compat.go),
+	// sharedSecret is the HMAC secret shared through Redis (compat),
 	// nil when the secret is configured or per process.
 	sharedSecret []byte
 	// clock is the memory store's and the responses' clock: nil (the
@@ -59,8 +60,8 @@ type server struct {
 // servers) ends with ctx; the store closes after all of it has returned.
 func serve(ctx context.Context, o serveOpts, getenv func(string) string, log *zap.Logger, h hooks) error {
 	s := &server{opts: o, log: log, reg: observe.NewRegistry()}
-	if err := s.startCompat(); err != nil {
-		return err
+	for _, w := range o.CompatWarnings {
+		log.Warn("reference setting " + w)
 	}
 	if err := observe.AnnounceBuild(log, s.reg); err != nil {
 		return err
@@ -83,11 +84,11 @@ func serve(ctx context.Context, o serveOpts, getenv func(string) string, log *za
 		defer debug.SetGCPercent(debug.SetGCPercent(p))
 		log.Info("garbage collector target", zap.Int("gc_percent", p), zap.String("from", from))
 	}
-	if usesSharedSecret(o.Options, getenv) {
-		if s.sharedSecret, err = s.fetchSharedSecret(ctx); err != nil {
+	if compat.UsesSharedSecret(o.Options, getenv) {
+		if s.sharedSecret, err = compat.FetchSharedSecret(ctx, o.Options, log); err != nil {
 			return err
 		}
-		log.Warn(msgSharedSecret, zap.String("key", o.HMACSecretRedisKey))
+		log.Warn(compat.MsgSharedSecret, zap.String("key", o.HMACSecretRedisKey))
 	}
 	if err := s.loadRules(ctx, getenv, h); err != nil {
 		return err
@@ -117,12 +118,14 @@ func serve(ctx context.Context, o serveOpts, getenv func(string) string, log *za
 		return err
 	}
 	closeStore = closeFn
-	if s.sharedSecret != nil {
-		recheck := sharedSecretRecheck
+	if cfg, err := o.RedisConfig(); s.sharedSecret != nil && err == nil {
+		recheck := compat.SharedSecretRecheck
 		if h.secretRecheck > 0 {
 			recheck = h.secretRecheck
 		}
-		s.keepSharedSecret(ctx, &wg, s.sharedSecret, recheck)
+		s.every(ctx, &wg, recheck, func(time.Time) {
+			compat.KeepSharedSecret(ctx, cfg, o.HMACSecretRedisKey, s.sharedSecret, log)
+		})
 	}
 	if err := s.frontStore(store, h); err != nil {
 		return err

@@ -6,6 +6,7 @@ import (
 	"flag"
 	"io"
 
+	"github.com/envoy-rls/envoy-rls/internal/compat"
 	"github.com/envoy-rls/envoy-rls/internal/options"
 )
 
@@ -33,7 +34,7 @@ type serveOpts struct {
 // Otherwise it holds one line per problem found.
 func serveOptions(args []string, getenv func(string) string, help io.Writer) (serveOpts, error) {
 	var so serveOpts
-	o, fs, err := options.Serve(args, getenv, compatPresets(getenv), &so.xdsOptions)
+	o, fs, err := options.Serve(args, getenv, compat.Presets(getenv), &so.xdsOptions)
 	so.Options, so.given = o, o.Given
 	if errors.Is(err, flag.ErrHelp) && help != nil {
 		options.PrintUsage(help, options.ServeUsage, fs)
