@@ -1,6 +1,8 @@
-// Package app is the envoy-rls binary: flags, wiring, the gRPC and admin
-// HTTP servers, signals and graceful stop. cmd/envoy-rls only calls Run, so
-// that everything here runs in tests.
+// Package app is the envoy-rls command line (serve, validate, explain,
+// digest, version, help) and serve assembled from the packages that do the
+// work: its settings (options, compat), the rule source, the store, the
+// servers (grpcserve, admin) and their observability (observe); signals,
+// reloads and the graceful stop. cmd/envoy-rls only calls Run.
 package app
 
 import (
@@ -17,6 +19,7 @@ import (
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 
+	"github.com/envoy-rls/envoy-rls/internal/compat"
 	"github.com/envoy-rls/envoy-rls/internal/options"
 	"github.com/envoy-rls/envoy-rls/pkg/descriptors"
 	"github.com/envoy-rls/envoy-rls/pkg/limiter"
@@ -222,4 +225,57 @@ func rulesError(config string, err error) error {
 	}
 	errs = append(errs, fmt.Errorf("%s: %d problem(s) in the rules; nothing served", config, len(ce.Problems)))
 	return errors.Join(errs...)
+}
+
+// CheckServeArgs parses the arguments of `envoy-rls serve` (without the
+// word serve) and the environment exactly as serve does, and runs the same
+// option checks, without reading files or opening listeners. The chart tests
+// feed it the container args that the chart renders.
+func CheckServeArgs(args []string, getenv func(string) string) error {
+	_, err := serveOptions(args, getenv, nil)
+	return err
+}
+
+// serveOpts are serve's settings: the options and the rule source's
+// (--config-source and the xDS flags, xds.go).
+type serveOpts struct {
+	*options.Options
+	xdsOptions
+	// given is Options.Given, by the name xds.go reads.
+	given map[string]given
+}
+
+// serveOptions parses and checks the serve flags, with the reference
+// service's environment when asked for (internal/compat). The error is
+// flag.ErrHelp after -h, after which help, when not nil, prints the help.
+// Otherwise it holds one line per problem found.
+func serveOptions(args []string, getenv func(string) string, help io.Writer) (serveOpts, error) {
+	var so serveOpts
+	o, fs, err := options.Serve(args, getenv, compat.Presets(getenv), &so.xdsOptions)
+	so.Options, so.given = o, o.Given
+	if errors.Is(err, flag.ErrHelp) && help != nil {
+		options.PrintUsage(help, options.ServeUsage, fs)
+	}
+	return so, err
+}
+
+func serveCommand(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer, h hooks) error {
+	o, err := serveOptions(args, getenv, stdout)
+	if err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return nil
+		}
+		return err
+	}
+	log, err := newLogger(o.LogLevel, stderr)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = log.Sync() }()
+	if h.stdout == nil {
+		h.stdout = stdout
+	}
+	// A start-up failure comes back as is, for main to print; a server
+	// that fails later has been logged and comes back as ErrFailed.
+	return serve(ctx, o, getenv, log, h)
 }

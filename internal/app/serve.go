@@ -25,7 +25,6 @@ import (
 	"github.com/envoy-rls/envoy-rls/pkg/audit"
 	"github.com/envoy-rls/envoy-rls/pkg/descriptors"
 	"github.com/envoy-rls/envoy-rls/pkg/limiter"
-	"github.com/envoy-rls/envoy-rls/pkg/limiter/denycache"
 	"github.com/envoy-rls/envoy-rls/pkg/rls"
 	"github.com/envoy-rls/envoy-rls/pkg/topk"
 )
@@ -118,7 +117,8 @@ func serve(ctx context.Context, o serveOpts, getenv func(string) string, log *za
 		return err
 	}
 	closeStore = closeFn
-	if cfg, err := o.RedisConfig(); s.sharedSecret != nil && err == nil {
+	if s.sharedSecret != nil {
+		cfg, _ := o.RedisConfig() // read at start by FetchSharedSecret
 		recheck := compat.SharedSecretRecheck
 		if h.secretRecheck > 0 {
 			recheck = h.secretRecheck
@@ -258,10 +258,13 @@ func (s *server) loadRules(ctx context.Context, getenv func(string) string, h ho
 	}
 	fm, _ := limiter.ParseFailureMode(s.opts.DefaultFailureMode) // checked by options.Serve
 	dopts := descriptors.Options{Secret: secret, DefaultFailureMode: fm, Limits: s.opts.ConfigLimits.Limits(), ShadowAll: s.opts.ShadowAll}
-	if s.opts.ConfigSource == SourceXDS {
+	warnRandom := func() {
 		if from == "random" {
 			s.log.Warn("no HMAC secret given (--hmac-secret-file or " + options.SecretEnv + "): using a random per-process secret; fine for the memory store, but subjects change on restart")
 		}
+	}
+	if s.opts.ConfigSource == SourceXDS {
+		warnRandom()
 		x, err := s.startXDS(ctx, dopts)
 		if err != nil {
 			return err
@@ -273,33 +276,11 @@ func (s *server) loadRules(ctx context.Context, getenv func(string) string, h ho
 	if err != nil {
 		return rulesError(options.Label("config", s.opts.Given), err)
 	}
-	if from == "random" {
-		s.log.Warn("no HMAC secret given (--hmac-secret-file or " + options.SecretEnv + "): using a random per-process secret; fine for the memory store, but subjects change on restart")
-	}
+	warnRandom()
 	s.onReload(s.rules.w.Last())
 	if h.watcher != nil {
 		h.watcher(s.rules.w)
 	}
-	return nil
-}
-
-// frontStore sets s.store: store behind the test wrapper, if any, and the
-// local deny cache, if enabled. The deny cache sits in front of both: it
-// repeats the store's own denials.
-func (s *server) frontStore(store limiter.Store, h hooks) error {
-	if h.wrapStore != nil {
-		store = h.wrapStore(store)
-	}
-	if p, ok := store.(admin.Pinger); ok {
-		s.ping = p
-	}
-	if s.opts.LocalCache {
-		var err error
-		if store, err = denycache.New(denycache.Config{Store: store, Size: s.opts.LocalCacheSize, Observer: s.metrics.Cache, Clock: s.clock}); err != nil {
-			return err
-		}
-	}
-	s.store = store
 	return nil
 }
 
@@ -398,4 +379,18 @@ func (s *server) every(ctx context.Context, wg *sync.WaitGroup, d time.Duration,
 		defer wg.Done()
 		every(ctx, d, fn)
 	}()
+}
+
+// every calls fn with the tick's time every d until ctx is done.
+func every(ctx context.Context, d time.Duration, fn func(now time.Time)) {
+	t := time.NewTicker(d)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case now := <-t.C:
+			fn(now)
+		}
+	}
 }

@@ -5,14 +5,19 @@ import (
 	"fmt"
 	"math"
 	"runtime/debug"
+	"strings"
 	"sync"
 	"time"
 
 	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
 
+	"github.com/envoy-rls/envoy-rls/internal/admin"
 	"github.com/envoy-rls/envoy-rls/internal/options"
 	"github.com/envoy-rls/envoy-rls/pkg/limiter"
+	"github.com/envoy-rls/envoy-rls/pkg/limiter/denycache"
 	"github.com/envoy-rls/envoy-rls/pkg/limiter/memory"
+	"github.com/envoy-rls/envoy-rls/pkg/limiter/redis"
 )
 
 // memorySweepInterval is how often expired memory states are dropped.
@@ -51,3 +56,87 @@ func (s *server) openStore(ctx context.Context, wg *sync.WaitGroup) (limiter.Sto
 	}
 	return nil, nil, fmt.Errorf("--store %q: must be memory or redis", s.opts.Store)
 }
+
+// frontStore sets s.store: store behind the test wrapper, if any, and the
+// local deny cache, if enabled. The deny cache sits in front of both: it
+// repeats the store's own denials.
+func (s *server) frontStore(store limiter.Store, h hooks) error {
+	if h.wrapStore != nil {
+		store = h.wrapStore(store)
+	}
+	if p, ok := store.(admin.Pinger); ok {
+		s.ping = p
+	}
+	if s.opts.LocalCache {
+		var err error
+		if store, err = denycache.New(denycache.Config{Store: store, Size: s.opts.LocalCacheSize, Observer: s.metrics.Cache, Clock: s.clock}); err != nil {
+			return err
+		}
+	}
+	s.store = store
+	return nil
+}
+
+// openRedis builds the Redis store from the --redis-* flags. Configuration
+// that can never work (a bad flag value, an unreadable password or TLS
+// file) fails start. Redis not answering does not: in Kubernetes, Redis
+// and the service often start together, and exiting would only crash-loop.
+// The store connects in the background (redis.Connect: waits doubling from
+// 100–200 ms to 5–10 s, jittered) and, until it is connected, every request
+// is answered by its policy's failure mode and the store is reported down
+// (/healthz, store_up; /readyz too with --readiness store), as during any
+// Redis outage. Each failed attempt is logged once,
+// with its cause and the next wait: at error level when it needs an
+// operator (credentials, TLS, mode), else at warn.
+//
+// openRedis waits for the first attempt (at most redisFirstAttemptWait), so
+// that when Redis is up the first requests are decided by Redis.
+func (s *server) openRedis(ctx context.Context) (limiter.Store, func(), error) {
+	cfg, err := s.opts.RedisConfig()
+	if err != nil {
+		return nil, nil, fmt.Errorf("redis store: %w", err)
+	}
+	cfg.TracerProvider = s.tracing.Provider()
+	cfg.Metrics = s.metrics.Redis
+	log := s.log.With(zap.String("redis_addr", strings.Join(cfg.Addrs, ",")))
+	c, err := redis.Connect(cfg, redis.ConnectOptions{
+		OnFailure: func(a redis.Attempt) {
+			level := zapcore.WarnLevel
+			if a.Operator {
+				level = zapcore.ErrorLevel
+			}
+			log.Log(level, msgRedisNotConnected,
+				zap.Int("attempt", a.N),
+				zap.Duration("retry_in", a.Wait),
+				zap.Bool("needs_operator", a.Operator),
+				zap.Error(a.Err))
+		},
+		OnConnect: func(attempts int) {
+			log.Info(msgRedisConnected, zap.Int("attempts", attempts))
+		},
+	})
+	if err != nil {
+		return nil, nil, err
+	}
+	wait := time.NewTimer(redisFirstAttemptWait)
+	defer wait.Stop()
+	select {
+	case <-c.Tried():
+	case <-wait.C:
+		log.Warn("redis store: the first connection attempt is still running; serving meanwhile", zap.Duration("waited", redisFirstAttemptWait))
+	case <-ctx.Done():
+	}
+	return c, c.Close, nil
+}
+
+// redisFirstAttemptWait bounds waiting for the first connection attempt
+// before serving. One attempt is bounded by the dial timeout (2 s) per
+// connection it opens; with several seeds or a Sentinel set it can take
+// longer, and start should not wait for that.
+const redisFirstAttemptWait = 5 * time.Second
+
+// Log messages of the Redis connection, which docs/redis.md quotes.
+const (
+	msgRedisNotConnected = "redis store not connected: answering by each policy's failure mode; retrying"
+	msgRedisConnected    = "redis store connected"
+)
