@@ -36,10 +36,10 @@ const (
 	DefaultMemoryMaxEntries = memory.DefaultMaxEntries
 	// MemoryShare is the part of the Go runtime's memory limit (GOMEMLIMIT)
 	// that the automatic memory bound lets a full store take, at
-	// memory.MaxBytesPerEntry: the rest holds everything else (32-36 MiB
-	// RSS under load with the memory store, docs/performance.md), the
-	// garbage of a table that doubles, and the collector's headroom. With
-	// a 256 MiB limit: 493,447 entries, whose full tables take 100 MiB.
+	// memory.MaxBytesPerEntry: the rest holds everything else (the
+	// process's own memory under load, docs/performance.md), the garbage
+	// of a table that doubles, and the collector's headroom. With a 256 MiB
+	// limit: 493,447 entries, whose full tables take 100 MiB.
 	MemoryShare            = 0.5
 	DefaultDrainTimeout    = 15 * time.Second
 	DefaultRedisMode       = "auto"
@@ -55,13 +55,11 @@ const (
 	// Go runtime's own (GOGC, default 100) otherwise.
 	DefaultGCPercent = 0
 	// RedisGCPercent is the automatic target with the Redis store. Its heap
-	// holds no limit state (a few MiB live: rules, pools, buffers), so
-	// letting it grow to three times that before a cycle costs little
-	// memory. Measured under load (docs/performance.md): 400 against Go's
-	// 100 served 0–21 % more decisions/s with 5–18 µs less server CPU per
-	// decision; 200 did as well as 400 within noise, with peak RSS 37 /
-	// 45.5 MiB at 64 / 256 calls instead of 46 / 60. The memory store keeps
-	// Go's default: its live heap can be hundreds of MiB.
+	// holds no limit state (rules, pools, buffers), so letting it grow to
+	// three times that before a cycle costs little memory and saves server
+	// CPU per decision; a higher target saved no more and took more memory
+	// (docs/performance.md, --gc-percent). The memory store keeps Go's
+	// default: its live heap can be hundreds of MiB.
 	RedisGCPercent = 200
 	// MinGCPercent and MaxGCPercent bound an explicit --gc-percent.
 	MinGCPercent = 10
