@@ -18,7 +18,8 @@ const BatchPacked = 2 + 7*8
 // AppendBatchArgs appends the two ARGV fields of one key of
 // rate-batch-v1.lua to dst: the policy ID, and the numbers packed
 // big-endian as struct.pack('>BBddddddd'): algorithm (limiter.Algorithm),
-// flags (the role, FlagFailOpen when the policy fails open, FlagPenalty
+// flags (the role, FlagFailOpen when the key's failure takes no part in the
+// batch rule (limiter.Policy.AbstainsOnFailure), FlagPenalty
 // with a penalty box, FlagCalendar for a calendar window), revision, limit,
 // the two algorithm arguments (limiter.Policy.AlgorithmArgs), cleanup grace
 // ms, max clock regression ms, cost; then the extensions, in this order:
@@ -53,7 +54,7 @@ func AppendBatchPackedAt(dst []byte, p *limiter.Policy, cost int64, role limiter
 	b := dst[len(dst) : len(dst)+fixed]
 	b[0] = byte(p.Algorithm())
 	b[1] = byte(role) & FlagRoleMask
-	if p.FailureMode() == limiter.FailOpen {
+	if p.AbstainsOnFailure() {
 		b[1] |= FlagFailOpen
 	}
 	arg1, arg2 := p.AlgorithmArgs()

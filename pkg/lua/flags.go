@@ -6,7 +6,10 @@ const (
 	// FlagRoleMask holds the key's role (limiter.Role: 0 ordinary, 1
 	// shadow, 2 quota, 3 check, 4 probe, 5 quota probe) in bits 0-2.
 	FlagRoleMask = 7
-	// FlagFailOpen: the policy fails open (limiter.FailOpen).
+	// FlagFailOpen: the key's failure takes no part in the batch rule
+	// (limiter.Policy.AbstainsOnFailure: the policy fails open), as
+	// limiter.Commits says; the failure mode's answer itself is
+	// pkg/limiter/failover's.
 	FlagFailOpen = 8
 	// FlagPenalty: the penalty extension follows the packed numbers
 	// (limiter.Penalty, BatchPackedLen).

@@ -75,8 +75,14 @@ func (s *Server) respond(ctx context.Context, req *rlsv3.RateLimitRequest, known
 				ds.reset = untilPeriodEnd(now, c)
 			}
 			ds.retry = ds.reset
-		} else if out := &sc.outs[ds.batch]; out.Kind == limiter.Evaluated {
+		} else if out := &sc.outs[ds.batch]; out.Decision.Known() {
 			d := &out.Decision
+			if d.Source == limiter.SourceFallback {
+				// The store failed; the local limiter decided instead.
+				s.metrics.storeError(out.Failed)
+				s.metrics.fallback(p.FailureMode())
+				sc.storeFailed = true
+			}
 			ds.over = !d.Allowed
 			ds.blocked = d.Blocked
 			ds.remaining = clampUint32(d.Remaining)
@@ -124,12 +130,8 @@ func (s *Server) respond(ctx context.Context, req *rlsv3.RateLimitRequest, known
 		if !ds.probe {
 			pc.hits.Add(float64(ds.cost))
 		}
-		local := ds.kind == statusStore && sc.outs[ds.batch].Kind == limiter.Evaluated &&
-			sc.outs[ds.batch].Decision.Source == limiter.SourceFallback
-		if local {
-			// The store failed; the local limiter decided instead.
-			sc.storeFailed = true
-		}
+		local := ds.kind == statusStore && sc.outs[ds.batch].Decision.Source == limiter.SourceFallback &&
+			sc.outs[ds.batch].Decision.Fallback == limiter.FailLocal
 		switch {
 		case !ds.over:
 			pc.ok.Inc()
@@ -229,24 +231,25 @@ func bindingLimit(limits []descStatus) int {
 	return b
 }
 
-// storeFailed applies the policy's failure mode to a failed outcome.
+// storeFailed reports a failure mode's answer to a store failure (a
+// decision that knows nothing of the limit's state, see limiter.FailureAnswer):
+// fail open allows with no current_limit; fail closed, or local when the
+// local limiter could not decide either, denies until its RetryAfter.
 func (s *Server) storeFailed(ctx context.Context, sc *scratch, p *limiter.Policy, ds *descStatus, out *limiter.Outcome) {
 	mode := p.FailureMode()
-	s.metrics.storeError(out.Kind)
+	s.metrics.storeError(out.Failed)
 	s.metrics.fallback(mode)
 	ds.fellBack = true
 	sc.storeFailed = true
-	if mode != limiter.FailOpen {
-		// Closed, or local when the local limiter could not decide either
-		// (see LocalConfig).
+	if d := &out.Decision; !d.Allowed {
 		ds.over = true
-		ds.retry = max(out.RetryAfter, fallbackRetryAfter)
+		ds.retry = d.RetryAfter
 		ds.reset = ds.retry
 	}
 	if ce := s.sampled.Check(zapcore.WarnLevel, msgStoreFailure); ce != nil {
 		fields := []zap.Field{
 			zap.String("policy", p.ID()),
-			zap.String("outcome", out.Kind.String()),
+			zap.String("outcome", out.Failed.String()),
 			zap.String("category", out.Category),
 			zap.String("failure_mode", mode.String()),
 			zap.String("subject", subjectPrefix(&ds.match.Subject)),

@@ -141,10 +141,8 @@ type shard struct {
 
 // scratch is the per-call work of Evaluate.
 type scratch struct {
-	hit  []bool
-	sub  []limiter.Request
-	outs []limiter.Outcome
-	idx  []int
+	hit     []bool
+	pending limiter.Pending
 }
 
 // ErrNoStore is returned by New without a store.
@@ -319,7 +317,7 @@ func (c *Cache) Evaluate(ctx context.Context, batch []limiter.Request, out []lim
 			sc.hit[i] = true
 			hits++
 		} else {
-			out[i] = limiter.Outcome{} // undecided, see limiter.CheckOnly
+			out[i] = limiter.Outcome{} // undecided, see limiter.Pending
 		}
 	}
 	if hits == 0 {
@@ -327,7 +325,8 @@ func (c *Cache) Evaluate(ctx context.Context, batch []limiter.Request, out []lim
 		c.record(batch, out, t0)
 		return
 	}
-	if !limiter.CheckOnly(batch, out) || recordsOffences(batch, sc.hit) {
+	sub, subOuts := sc.pending.Split(batch, out)
+	if !sc.pending.Demoted() || recordsOffences(batch, sc.hit) {
 		// The cached denials cannot block the batch (shadow, check, or
 		// quota limits with other quota limits), or a limit with a penalty
 		// box must be evaluated as it is (its denial is an offence to
@@ -342,28 +341,15 @@ func (c *Cache) Evaluate(ctx context.Context, batch []limiter.Request, out []lim
 	if c.observer != nil {
 		c.observer.Hits(hits)
 	}
-	if hits == len(batch) {
+	if len(sub) == 0 {
 		return
 	}
-	sc.sub, sc.idx = sc.sub[:0], sc.idx[:0]
-	for i := range batch {
-		if !sc.hit[i] {
-			r := batch[i]
-			r.Role = limiter.RoleCheck
-			sc.sub = append(sc.sub, r)
-			sc.idx = append(sc.idx, i)
-		}
-	}
-	sc.outs = append(sc.outs[:0], make([]limiter.Outcome, len(sc.sub))...)
-	c.store.Evaluate(ctx, sc.sub, sc.outs)
-	for k, i := range sc.idx {
-		out[i] = sc.outs[k]
-	}
-	c.record(sc.sub, sc.outs, t0)
+	c.store.Evaluate(ctx, sub, subOuts)
+	sc.pending.Merge(out)
+	c.record(sub, subOuts, t0)
 }
 
 func (c *Cache) putScratch(sc *scratch) {
-	clear(sc.sub) // drop policy references
-	clear(sc.outs)
+	sc.pending.Release() // drop policy references
 	c.scratch.Put(sc)
 }
