@@ -58,7 +58,7 @@ func (s *Server) respond(ctx context.Context, req *rlsv3.RateLimitRequest, known
 		case statusUnlimited:
 			statuses[ds.desc].LimitRemaining = math.MaxUint32
 			pc := s.metrics.policy(metricDomain, UnlimitedPolicy)
-			pc.ok.Inc()
+			pc.count(resultOK, false, false)
 			if !ds.probe {
 				pc.hits.Add(float64(ds.cost))
 			}
@@ -132,41 +132,24 @@ func (s *Server) respond(ctx context.Context, req *rlsv3.RateLimitRequest, known
 		}
 		local := ds.kind == statusStore && sc.outs[ds.batch].Decision.Source == limiter.SourceFallback &&
 			sc.outs[ds.batch].Decision.Fallback == limiter.FailLocal
+		r := resultOver
 		switch {
-		case !ds.over:
-			pc.ok.Inc()
-			if local {
-				pc.localOK.Inc()
-			}
+		case !ds.over, ds.role.Quota() && !quotaDenies:
+			r = resultOK
 		case ds.role == limiter.RoleShadow:
-			pc.shadowOver.Inc()
-			if local {
-				pc.localShadowOver.Inc()
-			}
-			if ds.blocked {
-				pc.penaltyShadowOver.Inc()
-			}
-			s.logDenial(ctx, msgShadowDenied, ds)
-			if s.auditor != nil {
-				s.audit(ctx, req.Domain, now, sc, ds)
-			}
-		case ds.role.Quota() && !quotaDenies:
-			pc.ok.Inc()
-			if local {
-				pc.localOK.Inc()
-			}
+			r = resultShadowOver
 		default:
 			ds.reported = true
 			statuses[ds.desc].Code = rlsv3.RateLimitResponse_OVER_LIMIT
 			overall = rlsv3.RateLimitResponse_OVER_LIMIT
-			pc.over.Inc()
-			if local {
-				pc.localOver.Inc()
+		}
+		pc.count(r, local, ds.blocked)
+		if r != resultOK {
+			msg := msgDenied
+			if r == resultShadowOver {
+				msg = msgShadowDenied
 			}
-			if ds.blocked {
-				pc.penaltyOver.Inc()
-			}
-			s.logDenial(ctx, msgDenied, ds)
+			s.logDenial(ctx, msg, ds)
 			if s.auditor != nil {
 				s.audit(ctx, req.Domain, now, sc, ds)
 			}
