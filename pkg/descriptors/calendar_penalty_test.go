@@ -1,7 +1,6 @@
 package descriptors
 
 import (
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -14,8 +13,7 @@ import (
 // own calendar, zone and penalty, and only the calendar one's ID names the
 // calendar.
 func TestCalendarWithPenaltyAndSeveralLimits(t *testing.T) {
-	f := filepath.Join(t.TempDir(), "calendar-penalty.yaml")
-	writeFile(t, f, `domain: d
+	s := loadText(t, `domain: d
 descriptors:
   - key: user
     rate_limits:
@@ -26,10 +24,6 @@ descriptors:
         time_zone: Europe/Berlin
         penalty: {duration: 1h, max_duration: 24h, decay: 6h}
 `)
-	s, err := Load(f, Options{Secret: testSecret})
-	if err != nil {
-		t.Fatal(err)
-	}
 	m, ok := s.Match("d", []Entry{{Key: "user", Value: "u1"}})
 	if !ok || len(m.Rule.Limits) != 2 {
 		t.Fatalf("match %v, %+v: want two limits", ok, m.Rule)

@@ -1,19 +1,13 @@
 package descriptors
 
-import (
-	"path/filepath"
-	"testing"
-)
+import "testing"
 
 // TestCalendarIDs: a calendar window's ID is its rule's ID followed by its
 // unit and zone, so that turning calendar on, or changing its unit or zone,
 // starts new counters; a rule without calendar keeps its ID.
 func TestCalendarIDs(t *testing.T) {
-	dir := t.TempDir()
 	rule := func(extra string) string {
-		path := filepath.Join(dir, "r.yaml")
-		writeFile(t, path, "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: month, requests_per_unit: 5"+extra+"}\n  - key: n\n    rate_limit: {name: quota, unit: day, requests_per_unit: 5"+extra+"}\n")
-		s := mustLoad(t, path)
+		s := loadText(t, "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: month, requests_per_unit: 5"+extra+"}\n  - key: n\n    rate_limit: {name: quota, unit: day, requests_per_unit: 5"+extra+"}\n")
 		m, ok := s.Match("d", e("k=v"))
 		if !ok {
 			t.Fatal("no match")

@@ -184,8 +184,7 @@ func TestUnknownKeyListsTheValidKeys(t *testing.T) {
 			`4:66: unknown key "nmae" in a replaces entry (expected name)`},
 	} {
 		t.Run(name, func(t *testing.T) {
-			f := t.TempDir() + "/bad.yaml"
-			writeFile(t, f, tc.file)
+			f := ruleFile(t, tc.file)
 			_, err := Load(f, Options{Secret: testSecret})
 			if err == nil || !strings.Contains(err.Error(), f+":"+tc.want) {
 				t.Errorf("Load: %v\nwant a problem %s:%s", err, f, tc.want)
