@@ -137,9 +137,9 @@ func parseFile(name string, data []byte, ps *problems, budget int, count *descCo
 		p.ps.add(name, 0, 0, "file is larger than %d bytes", MaxFileSize)
 		return nil
 	}
-	// Count before parsing: the parser's tree costs tens of times the
-	// bytes of a file dense in tokens (about 190 bytes a token), and is
-	// built whole before any of it can be looked at.
+	// Count before parsing: the parser's tree costs many times the bytes
+	// of a file dense in tokens (docs/config.md gives the measured memory),
+	// and is built whole before any of it can be looked at.
 	if countTokens(data, MaxTokens) > MaxTokens {
 		p.ps.add(name, 0, 0, "file is too complex (more than %d YAML tokens: scalars, aliases and the indicators -, ?, :, [ and {)", MaxTokens)
 		return nil
