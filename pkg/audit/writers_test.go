@@ -1,7 +1,6 @@
 package audit
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -200,11 +199,10 @@ func BenchmarkRedisStreamWrite(b *testing.B) {
 func jsonLines(t *testing.T, b []byte) []map[string]any {
 	t.Helper()
 	var lines []map[string]any
-	sc := bufio.NewScanner(bytes.NewReader(b))
-	for sc.Scan() {
+	for line := range bytes.Lines(b) {
 		var m map[string]any
-		if err := json.Unmarshal(sc.Bytes(), &m); err != nil {
-			t.Fatalf("line %q: %v", sc.Text(), err)
+		if err := json.Unmarshal(line, &m); err != nil {
+			t.Fatalf("line %q: %v", line, err)
 		}
 		lines = append(lines, m)
 	}
