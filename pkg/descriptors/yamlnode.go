@@ -246,8 +246,9 @@ func (p *parser) mapping(n *yaml.Node, what string, fn func(key string, k, v *ya
 // A field is one key that a mapping of a rule file may hold, with how its
 // value is read into T, the raw model of that mapping. The fields of a
 // mapping are one table (rootFields, descriptorFields, limitFields,
-// penaltyFields, replacesFields): a key is added there and nowhere else, and
-// the keys an "unknown key" message lists come from it, in its order.
+// penaltyFields, replacesFields): the parser reads a key only through its
+// table, and the keys an "unknown key" message lists come from it, in its
+// order.
 type field[T any] struct {
 	key  string
 	read func(p *parser, t *T, k, v *yaml.Node)
