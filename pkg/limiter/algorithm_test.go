@@ -57,19 +57,30 @@ func TestAlgorithmTable(t *testing.T) {
 	}
 }
 
-// TestTokenBucketFromRate: a burst is the capacity; a zero limit holds
-// nothing (capacity 0) with a valid refill.
-func TestTokenBucketFromRate(t *testing.T) {
+// TestBucketParamsFromRate: the token bucket and GCRA take a rate alike
+// (bucketRate): a burst is the capacity; a zero limit holds nothing
+// (capacity 0) with a valid refill.
+func TestBucketParamsFromRate(t *testing.T) {
 	for _, tc := range []struct {
-		rate limiter.Rate
-		want limiter.TokenBucketParams
+		rate   limiter.Rate
+		bucket limiter.TokenBucketParams
+		gcra   limiter.GCRAParams
 	}{
-		{limiter.Rate{Limit: 10, Window: time.Second}, limiter.TokenBucketParams{Capacity: 10, RefillAmount: 10, RefillPeriod: time.Second}},
-		{limiter.Rate{Limit: 10, Window: time.Second, Burst: 30}, limiter.TokenBucketParams{Capacity: 30, RefillAmount: 10, RefillPeriod: time.Second}},
-		{limiter.Rate{Limit: 0, Window: time.Minute}, limiter.TokenBucketParams{Capacity: 0, RefillAmount: 1, RefillPeriod: time.Minute}},
+		{limiter.Rate{Limit: 10, Window: time.Second},
+			limiter.TokenBucketParams{Capacity: 10, RefillAmount: 10, RefillPeriod: time.Second},
+			limiter.GCRAParams{Burst: 10, Limit: 10, Period: time.Second}},
+		{limiter.Rate{Limit: 10, Window: time.Second, Burst: 30},
+			limiter.TokenBucketParams{Capacity: 30, RefillAmount: 10, RefillPeriod: time.Second},
+			limiter.GCRAParams{Burst: 30, Limit: 10, Period: time.Second}},
+		{limiter.Rate{Limit: 0, Window: time.Minute},
+			limiter.TokenBucketParams{Capacity: 0, RefillAmount: 1, RefillPeriod: time.Minute},
+			limiter.GCRAParams{Burst: 0, Limit: 1, Period: time.Minute}},
 	} {
-		if got := limiter.TokenBucket.ParamsFor(tc.rate); got != tc.want {
-			t.Errorf("ParamsFor(%+v) = %+v, want %+v", tc.rate, got, tc.want)
+		if got := limiter.TokenBucket.ParamsFor(tc.rate); got != tc.bucket {
+			t.Errorf("TokenBucket.ParamsFor(%+v) = %+v, want %+v", tc.rate, got, tc.bucket)
+		}
+		if got := limiter.GCRA.ParamsFor(tc.rate); got != tc.gcra {
+			t.Errorf("GCRA.ParamsFor(%+v) = %+v, want %+v", tc.rate, got, tc.gcra)
 		}
 	}
 }
