@@ -335,12 +335,6 @@ func TestBatchArity(t *testing.T) {
 	}
 }
 
-// TestBatchTableStandalone runs the store-independent batch table.
-func TestBatchTableStandalone(t *testing.T) {
-	e := newEnv(t)
-	limitertest.Run(t, e.store, limitertest.Config{Prefix: limitertest.Prefix()})
-}
-
 // TestOneCommandPerRequest counts what one Evaluate of n limits costs Redis:
 // one EVALSHA whatever n is.
 func TestOneCommandPerRequest(t *testing.T) {
