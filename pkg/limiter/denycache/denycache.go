@@ -21,7 +21,9 @@
 // earlier, the stores' resolution), so it never outlives the store's denial
 // whatever the store's clock. Only Evaluated, Certain denials from a store
 // are cached: never the sliding-window counter (approximate), never a
-// failure or a failure-mode answer, never an allow.
+// failure or a failure-mode answer, never an allow, and never a denial that
+// counted the cost of an earlier request of its batch on the same state
+// which was not taken (it holds for that batch, not for the state).
 //
 // The cache key is the whole identity of the state and of the limit: policy
 // ID, revision, algorithm, limit, window or refill rate, penalty box,
@@ -251,6 +253,9 @@ func (c *Cache) record(batch []limiter.Request, out []limiter.Outcome, t0 time.T
 			continue
 		}
 		k := keyOf(r)
+		if tentative(batch, out, i, &k) {
+			continue
+		}
 		e := entry{until: t0.Add(o.Decision.RetryAfter - resolution), cost: r.Cost, decision: o.Decision}
 		if o.Decision.Blocked {
 			e.cost = 1 // a block denies every cost
@@ -263,6 +268,20 @@ func (c *Cache) record(batch []limiter.Request, out []limiter.Outcome, t0 time.T
 		sh.m[k] = e
 		sh.mu.Unlock()
 	}
+}
+
+// tentative reports whether a request of batch before i, on the state k,
+// was allowed without its cost being taken: the store counted that cost in
+// the answer to batch[i], so a denial of batch[i] holds for its batch, not
+// for the state as stored.
+func tentative(batch []limiter.Request, out []limiter.Outcome, i int, k *key) bool {
+	for j := range i {
+		d := &out[j].Decision
+		if out[j].Kind == limiter.Evaluated && d.Allowed && !d.Consumed && batch[j].Policy != nil && keyOf(&batch[j]) == *k {
+			return true
+		}
+	}
+	return false
 }
 
 // evict drops an expired entry if one of the first few is, else an arbitrary
