@@ -19,13 +19,16 @@ import (
 
 // These tests run the real binary: exit codes and signals are main's job.
 
-func buildBinary(t *testing.T) string {
+// buildBinary builds the binary with go build's flags (such as -ldflags)
+// and returns its path; it skips the test with -short.
+func buildBinary(t *testing.T, flags ...string) string {
 	t.Helper()
 	if testing.Short() {
 		t.Skip("builds the binary")
 	}
 	bin := filepath.Join(t.TempDir(), "envoy-rls")
-	out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput()
+	args := append(append([]string{"build"}, flags...), "-o", bin, ".")
+	out, err := exec.Command("go", args...).CombinedOutput()
 	if err != nil {
 		t.Fatalf("go build: %v\n%s", err, out)
 	}

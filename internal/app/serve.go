@@ -25,6 +25,7 @@ import (
 	"github.com/envoy-rls/envoy-rls/pkg/audit"
 	"github.com/envoy-rls/envoy-rls/pkg/descriptors"
 	"github.com/envoy-rls/envoy-rls/pkg/limiter"
+	"github.com/envoy-rls/envoy-rls/pkg/limiter/failover"
 	"github.com/envoy-rls/envoy-rls/pkg/rls"
 	"github.com/envoy-rls/envoy-rls/pkg/topk"
 )
@@ -172,15 +173,22 @@ func serve(ctx context.Context, o serveOpts, getenv func(string) string, log *za
 	if err != nil {
 		return err
 	}
+	// The service's store answers failures by each policy's failure mode;
+	// the admin API reads s.store itself, failures included.
+	fcfg := o.FailoverConfig()
+	fcfg.Clock, fcfg.Observer = s.clock, observe.FailoverLog(log.Named("rls"))
+	answering, err := failover.New(s.store, fcfg)
+	if err != nil {
+		return err
+	}
 	svc, err := rls.New(rls.Config{
 		Rules:          s.rules.rules,
-		Store:          s.store,
+		Store:          answering,
 		Metrics:        s.metrics.RPC,
 		Logger:         log,
 		DefaultHeaders: headers,
 		HeaderNames:    o.HeaderNames(),
 		TracerProvider: s.tracing.Provider(),
-		Local:          o.LocalConfig(),
 		Admission:      gsrv.Admission(),
 		Observer:       observe.WithTop(observer, s.top),
 		Clock:          s.clock,

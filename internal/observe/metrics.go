@@ -15,8 +15,8 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/envoy-rls/envoy-rls/internal/buildinfo"
-
 	"github.com/envoy-rls/envoy-rls/pkg/limiter/denycache"
+	"github.com/envoy-rls/envoy-rls/pkg/limiter/failover"
 	"github.com/envoy-rls/envoy-rls/pkg/limiter/memory"
 	"github.com/envoy-rls/envoy-rls/pkg/limiter/redis"
 	"github.com/envoy-rls/envoy-rls/pkg/rls"
@@ -121,3 +121,22 @@ func registerBuildInfo(reg prometheus.Registerer, in buildinfo.Info) error {
 	}
 	return nil
 }
+
+// Log messages of the local fallback.
+const (
+	msgLocalStarted = "store failed: deciding failure_mode local limits with this replica's share"
+	msgLocalDropped = "store decides again: local fallback state dropped"
+)
+
+// FailoverLog is the failover store's observer: it logs when the local
+// limiter starts and stops deciding.
+func FailoverLog(log *zap.Logger) failover.Observer { return localLog{log} }
+
+type localLog struct{ log *zap.Logger }
+
+func (l localLog) LocalStarted(replicas int) {
+	l.log.Warn(msgLocalStarted, zap.Int("replicas_hint", replicas))
+}
+
+func (l localLog) LocalDropped() { l.log.Info(msgLocalDropped) }
+

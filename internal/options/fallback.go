@@ -5,7 +5,7 @@ import (
 	"fmt"
 
 	"github.com/envoy-rls/envoy-rls/pkg/limiter"
-	"github.com/envoy-rls/envoy-rls/pkg/rls"
+	"github.com/envoy-rls/envoy-rls/pkg/limiter/failover"
 )
 
 // Readiness modes (--readiness).
@@ -24,14 +24,14 @@ const (
 	DefaultReadiness               = ReadinessRules
 	DefaultFailureMode             = "closed"
 	DefaultReplicasHint            = 1
-	DefaultLocalFallbackMaxEntries = rls.DefaultLocalMaxEntries
+	DefaultLocalFallbackMaxEntries = failover.DefaultMaxEntries
 )
 
 // fallbackFlags adds the flags of readiness and of failure_mode: local.
 func fallbackFlags(fs *flag.FlagSet, o *Options) {
 	fs.StringVar(&o.Readiness, "readiness", DefaultReadiness, "what /readyz requires: rules (rules loaded and listeners up; a store outage is answered by each policy's failure mode) or store (also a store that answers, so that Envoy's failure_mode_deny decides during an outage)")
 	fs.StringVar(&o.DefaultFailureMode, "default-failure-mode", DefaultFailureMode, "failure mode of the rules that set no failure_mode: closed, open or local")
-	fs.IntVar(&o.ReplicasHint, "replicas-hint", DefaultReplicasHint, fmt.Sprintf("replicas sharing each limit: failure_mode local limits admit limit/replicas-hint (rounded down, at least 1) per replica while the store fails; 1–%d", rls.MaxReplicas))
+	fs.IntVar(&o.ReplicasHint, "replicas-hint", DefaultReplicasHint, fmt.Sprintf("replicas sharing each limit: failure_mode local limits admit limit/replicas-hint (rounded down, at least 1) per replica while the store fails; 1–%d", failover.MaxReplicas))
 	fs.IntVar(&o.LocalFallbackMaxEntries, "local-fallback-max-entries", DefaultLocalFallbackMaxEntries, "failure_mode local: the most subjects this replica's local limiter holds at once (new ones beyond are denied)")
 }
 
@@ -45,7 +45,7 @@ func (o *Options) fallbackCheck() []string {
 	if _, err := limiter.ParseFailureMode(o.DefaultFailureMode); err != nil {
 		bad = append(bad, "default-failure-mode")
 	}
-	if o.ReplicasHint < 1 || o.ReplicasHint > rls.MaxReplicas {
+	if o.ReplicasHint < 1 || o.ReplicasHint > failover.MaxReplicas {
 		bad = append(bad, "replicas-hint")
 	}
 	if o.LocalFallbackMaxEntries < 1 {
@@ -54,7 +54,8 @@ func (o *Options) fallbackCheck() []string {
 	return bad
 }
 
-// LocalConfig is the rls.LocalConfig of the flags.
-func (o *Options) LocalConfig() rls.LocalConfig {
-	return rls.LocalConfig{Replicas: o.ReplicasHint, MaxEntries: o.LocalFallbackMaxEntries}
+// FailoverConfig is the failover.Config of the flags; the caller sets the
+// clock and the observer.
+func (o *Options) FailoverConfig() failover.Config {
+	return failover.Config{Replicas: o.ReplicasHint, MaxEntries: o.LocalFallbackMaxEntries}
 }

@@ -8,6 +8,7 @@ import (
 	"google.golang.org/grpc/codes"
 
 	"github.com/envoy-rls/envoy-rls/pkg/limiter"
+	"github.com/envoy-rls/envoy-rls/pkg/limiter/failover"
 )
 
 // recordingObserver keeps every observation, as text.
@@ -109,7 +110,7 @@ func TestObserver(t *testing.T) {
 // store fails is a store failure for the call, and a decision for the limit.
 func TestObserverLocalFallback(t *testing.T) {
 	rec := &recordingObserver{}
-	e := newLocalEnv(t, LocalConfig{Replicas: 2})
+	e := newLocalEnv(t, failover.Config{Replicas: 2})
 	e.srv.observer = rec
 	e.setFail(limiter.Unavailable)
 	e.call(t, request("loc", desc("local", "a")))

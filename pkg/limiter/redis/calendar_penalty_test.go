@@ -15,10 +15,9 @@ import (
 // TestCalendarWithPenalty: a calendar window with a penalty box carries
 // both extensions (penalty first) and the program agrees with limiter.Apply
 // on a block that outlasts its period (the next period's first request is
-// BLOCKED until the block ends), on an ended block in a new period (allowed,
-// the period's count from zero) and on an offence in the current period
-// (the block written, BLOCKED after it). A probe of a calendar key with a
-// penalty answers as limiter.Check and writes nothing.
+// BLOCKED until the block ends) and on an ended block in a new period
+// (allowed, the period's count from zero). An offence within a period and
+// its probes are the store suite's "calendar year with a penalty box".
 func TestCalendarWithPenalty(t *testing.T) {
 	e := newEnv(t)
 	spec := calendarPolicy(t, "cal.pen", 2, limiter.CalendarMinute, "Asia/Kolkata").Spec()
@@ -55,38 +54,6 @@ func TestCalendarWithPenalty(t *testing.T) {
 		if c.status == limiter.StatusBlocked && got.ResetAtMs < now+2*60_000-1000 {
 			t.Fatalf("%s: reset at %d, before the block ends", c.name, got.ResetAtMs)
 		}
-	}
-	// An offence in the current period, then a block; probes write nothing.
-	// A calendar year, so that no period ends during the chain.
-	spec = calendarPolicy(t, "cal.pen.year", 2, limiter.CalendarYear, "Europe/Berlin").Spec()
-	spec.Penalty = limiter.Penalty{Duration: time.Hour, MaxDuration: 8 * time.Hour, Decay: time.Hour}
-	p = limitertest.Policy(t, spec)
-	sub := subjectOf("calendar penalty chain")
-	key = keyOf(p, sub)
-	e.do("DEL", key)
-	var st limiter.State
-	var statuses []limiter.Status
-	for i := range 4 {
-		before := e.dump(key)
-		_, pr := e.runBatch([]batchReq{{p: p, sub: sub, cost: 1, role: limiter.RoleProbe}})
-		if _, _, want, _ := limiter.Check(st, pr[0].ServerNowMs, p, 1); pr[0] != want {
-			t.Fatalf("probe step %d: lua %+v, go %+v", i, pr[0], want)
-		}
-		if after := e.dump(key); !reflect.DeepEqual(after, before) {
-			t.Fatalf("probe step %d wrote the hash", i)
-		}
-		got := e.run(p, key, 1)
-		next, want, _, write := limiter.Check(st, got.ServerNowMs, p, 1)
-		if got != want {
-			t.Fatalf("step %d: lua %+v, go %+v", i, got, want)
-		}
-		if write || limiter.PenaltyRecorded(st, next) {
-			st = next
-		}
-		statuses = append(statuses, got.Status)
-	}
-	if statuses[2] != limiter.StatusDenied || statuses[3] != limiter.StatusBlocked || st.PenaltyLevel != 1 {
-		t.Fatalf("statuses %v (level %d), want DENIED then BLOCKED after two allowed", statuses, st.PenaltyLevel)
 	}
 }
 

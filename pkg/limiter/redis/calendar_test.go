@@ -1,7 +1,6 @@
 package redis
 
 import (
-	"context"
 	"encoding/binary"
 	"math"
 	"math/rand/v2"
@@ -206,17 +205,6 @@ func TestCalendarRefund(t *testing.T) {
 	p := calendarPolicy(t, "cal.refund", 5, limiter.CalendarHour, "Asia/Kolkata")
 	sub := subjectOf("calendar refund")
 	key := keyOf(p, sub)
-	refund := func(cost, at int64) int64 {
-		t.Helper()
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		msgs, err := refundScript.Exec(ctx, e.store.client, []string{key}, lua.AppendRefundArgs(nil, p, cost, at)).ToArray()
-		if err != nil || len(msgs) != 1 {
-			t.Fatalf("refund: %v %v", msgs, err)
-		}
-		n, _ := msgs[0].ToInt64()
-		return n
-	}
 	e.do("DEL", key)
 	_, r := e.runBatch([]batchReq{{p: p, sub: sub, cost: 3}})
 	if r[0].Status != limiter.StatusAllowed {
@@ -225,14 +213,14 @@ func TestCalendarRefund(t *testing.T) {
 	at := r[0].EffectiveNowMs
 	start, end := p.Calendar().Period(at)
 	// Another period (the next one, the previous one): nothing.
-	if n := refund(3, end); n != 0 || e.hash(key)["b"] != "3" {
+	if n := e.refund(p, key, 3, end); n != 0 || e.hash(key)["b"] != "3" {
 		t.Fatalf("refund into the next period: %d, hash %v", n, e.hash(key))
 	}
-	if n := refund(3, start-1); n != 0 || e.hash(key)["b"] != "3" {
+	if n := e.refund(p, key, 3, start-1); n != 0 || e.hash(key)["b"] != "3" {
 		t.Fatalf("refund into the previous period: %d, hash %v", n, e.hash(key))
 	}
 	// The period the batch took it in: given back.
-	if n := refund(2, at); n != 1 || e.hash(key)["b"] != "1" || e.hash(key)["a"] != strconv.FormatInt(start, 10) {
+	if n := e.refund(p, key, 2, at); n != 1 || e.hash(key)["b"] != "1" || e.hash(key)["a"] != strconv.FormatInt(start, 10) {
 		t.Fatalf("refund: %d, hash %v", n, e.hash(key))
 	}
 }
