@@ -16,10 +16,10 @@ import (
 	"time"
 
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
-	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 
 	"github.com/envoy-rls/envoy-rls/internal/compat"
+	"github.com/envoy-rls/envoy-rls/internal/observe"
 	"github.com/envoy-rls/envoy-rls/internal/options"
 	"github.com/envoy-rls/envoy-rls/pkg/descriptors"
 	"github.com/envoy-rls/envoy-rls/pkg/limiter"
@@ -195,19 +195,6 @@ func validateCommand(ctx context.Context, args []string, getenv func(string) str
 	return nil
 }
 
-func newLogger(level string, w io.Writer) (*zap.Logger, error) {
-	lvl, err := zapcore.ParseLevel(level)
-	if err != nil {
-		return nil, fmt.Errorf("--log-level %q: must be debug, info, warn or error", level)
-	}
-	enc := zap.NewProductionEncoderConfig()
-	enc.TimeKey = "ts"
-	enc.EncodeTime = zapcore.RFC3339NanoTimeEncoder
-	enc.EncodeDuration = zapcore.StringDurationEncoder
-	core := zapcore.NewCore(zapcore.NewJSONEncoder(enc), zapcore.Lock(zapcore.AddSync(w)), lvl)
-	return zap.New(core, zap.ErrorOutput(zapcore.Lock(zapcore.AddSync(w)))), nil
-}
-
 // rulesError reports rules that fail to load at start: every problem on a
 // line of its own (file:line:column: reason), or the one error naming the
 // --config value.
@@ -267,10 +254,8 @@ func serveCommand(ctx context.Context, args []string, getenv func(string) string
 		}
 		return err
 	}
-	log, err := newLogger(o.LogLevel, stderr)
-	if err != nil {
-		return err
-	}
+	level, _ := zapcore.ParseLevel(o.LogLevel) // checked by options.Serve
+	log := observe.NewLogger(level, stderr)
 	defer func() { _ = log.Sync() }()
 	if h.stdout == nil {
 		h.stdout = stdout

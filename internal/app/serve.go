@@ -46,8 +46,6 @@ type server struct {
 	// clock is the memory store's and the responses' clock: nil (the
 	// system clock) except in a test build (testclock.go).
 	clock limiter.Clock
-	// adminAuth checks the admin API's tokens; nil: the API is off (404).
-	adminAuth *admin.Auth
 	// top tracks the top consumers and usage of each policy.
 	top *topk.Tracker
 	// audit is the audit sink; nil when --audit-sink is not set.
@@ -66,8 +64,8 @@ func serve(ctx context.Context, o serveOpts, getenv func(string) string, log *za
 	if err := observe.AnnounceBuild(log, s.reg); err != nil {
 		return err
 	}
-	var err error
-	if s.adminAuth, err = admin.NewAuth(o.AdminTokenFile, time.Now, log); err != nil {
+	adminAuth, err := admin.NewAuth(o.AdminTokenFile, time.Now, log)
+	if err != nil {
 		return fmt.Errorf("--admin-token-file: %w", err)
 	}
 	if s.metrics, err = observe.NewMetrics(s.reg); err != nil {
@@ -214,7 +212,7 @@ func serve(ctx context.Context, o serveOpts, getenv func(string) string, log *za
 		StoreReadiness:           o.Readiness == options.ReadinessStore,
 		HealthcheckRequiresRules: o.HealthcheckRequiresRules,
 		Pprof:                    o.Pprof,
-		Auth:                     s.adminAuth,
+		Auth:                     adminAuth,
 		Top:                      s.top,
 		Audit:                    s.audit,
 		AuditSink:                o.AuditSink,

@@ -8,11 +8,13 @@ package observe
 
 import (
 	"fmt"
+	"io"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
 
 	"github.com/envoy-rls/envoy-rls/internal/buildinfo"
 	"github.com/envoy-rls/envoy-rls/pkg/limiter/denycache"
@@ -140,3 +142,13 @@ func (l localLog) LocalStarted(replicas int) {
 
 func (l localLog) LocalDropped() { l.log.Info(msgLocalDropped) }
 
+// NewLogger is the service's logger: JSON lines on w from level up, with
+// RFC 3339 times and durations as text.
+func NewLogger(level zapcore.Level, w io.Writer) *zap.Logger {
+	enc := zap.NewProductionEncoderConfig()
+	enc.TimeKey = "ts"
+	enc.EncodeTime = zapcore.RFC3339NanoTimeEncoder
+	enc.EncodeDuration = zapcore.StringDurationEncoder
+	core := zapcore.NewCore(zapcore.NewJSONEncoder(enc), zapcore.Lock(zapcore.AddSync(w)), level)
+	return zap.New(core, zap.ErrorOutput(zapcore.Lock(zapcore.AddSync(w))))
+}
