@@ -64,6 +64,23 @@ func (c *cliRules) add(fs *flag.FlagSet) {
 	options.AddRuleLimitFlags(fs, &c.lim)
 }
 
+// parse adds the shared flags to fs (which may hold the command's own),
+// parses args and the environment, and checks --domain and --descriptor.
+// After -h it prints help and returns no values and no error.
+func (c *cliRules) parse(fs *flag.FlagSet, args []string, getenv func(string) string, help string, stdout io.Writer) (map[string]options.Given, []descriptors.Entry, error) {
+	c.add(fs)
+	seen, err := options.Parse(fs, args, getenv)
+	if errors.Is(err, flag.ErrHelp) {
+		options.PrintUsage(stdout, help, fs)
+		return nil, nil, nil
+	}
+	if err != nil {
+		return nil, nil, err
+	}
+	entries, err := c.entries()
+	return seen, entries, err
+}
+
 // entries checks --domain and --descriptor.
 func (c *cliRules) entries() ([]descriptors.Entry, error) {
 	if c.domain == "" {
@@ -96,19 +113,9 @@ func (c *cliRules) load(getenv func(string) string, seen map[string]options.Give
 
 // digestCommand prints the subject digests of a descriptor.
 func digestCommand(args []string, getenv func(string) string, stdout io.Writer) error {
-	fs := flag.NewFlagSet("envoy-rls digest", flag.ContinueOnError)
 	var c cliRules
-	c.add(fs)
-	seen, err := options.Parse(fs, args, getenv)
-	if errors.Is(err, flag.ErrHelp) {
-		options.PrintUsage(stdout, digestUsage, fs)
-		return nil
-	}
-	if err != nil {
-		return err
-	}
-	entries, err := c.entries()
-	if err != nil {
+	seen, entries, err := c.parse(flag.NewFlagSet("envoy-rls digest", flag.ContinueOnError), args, getenv, digestUsage, stdout)
+	if err != nil || seen == nil {
 		return err
 	}
 	snap, _, err := c.load(getenv, seen, true)
@@ -136,19 +143,10 @@ func explainCommand(ctx context.Context, args []string, getenv func(string) stri
 	fs := flag.NewFlagSet("envoy-rls explain", flag.ContinueOnError)
 	var c cliRules
 	var adminURL, tokenFile string
-	c.add(fs)
 	fs.StringVar(&adminURL, "admin", "", "the admin URL of a running instance, e.g. http://127.0.0.1:8080")
 	fs.StringVar(&tokenFile, "token-file", "", "file holding an admin token (the token alone, or a name:token line of --admin-token-file)")
-	seen, err := options.Parse(fs, args, getenv)
-	if errors.Is(err, flag.ErrHelp) {
-		options.PrintUsage(stdout, explainUsage, fs)
-		return nil
-	}
-	if err != nil {
-		return err
-	}
-	entries, err := c.entries()
-	if err != nil {
+	seen, entries, err := c.parse(fs, args, getenv, explainUsage, stdout)
+	if err != nil || seen == nil {
 		return err
 	}
 	// --admin wins over --config (which a pod's ENVOY_RLS_CONFIG may set).
