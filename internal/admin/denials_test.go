@@ -7,7 +7,6 @@ import (
 	"testing"
 	"time"
 
-	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 
@@ -28,15 +27,7 @@ func TestDenials(t *testing.T) {
 	t.Cleanup(func() { _ = sink.Close(time.Second) })
 	h := newHarness(t, func(su *setup) { su.audit = sink })
 	const raw = "rawval-denied-5"
-	for i := range 7 {
-		want := rlsv3.RateLimitResponse_OK
-		if i >= 5 {
-			want = rlsv3.RateLimitResponse_OVER_LIMIT
-		}
-		if code := h.hit("user", raw); code != want {
-			t.Fatalf("hit %d: %v", i+1, code)
-		}
-	}
+	h.hits("user", raw, 7, 5)
 	var ans denialsAnswer
 	h.decode("GET", "/v1/denials?n=5", "", &ans)
 	if ans.Sink != "file" || len(ans.Denials) != 2 || ans.Kept < 2 || ans.Denials[0].PolicyID != "app/user" || ans.Denials[0].Kind != "denial" || len(ans.Denials[0].SubjectDigest) != 64 {

@@ -13,11 +13,7 @@ import (
 // a running server with explainRules.
 func checkExplainAndCounters(t *testing.T, h *harness) {
 	const user = "rawval-user-7"
-	for range 3 {
-		if code := h.hit("user", user); code != rlsv3.RateLimitResponse_OK {
-			t.Fatalf("hit: %v", code)
-		}
-	}
+	h.hits("user", user, 3, 3)
 	var first, second ExplainAnswer
 	h.decode("POST", "/v1/explain", explainBody("user", user), &first)
 	h.decode("POST", "/v1/explain", explainBody("user", user), &second)
@@ -68,15 +64,7 @@ func checkExplainAndCounters(t *testing.T, h *harness) {
 	// A denied subject is answered from the local deny cache; a reset makes
 	// the cache forget it.
 	const hot = "rawval-hot-user"
-	for i := range 7 {
-		want := rlsv3.RateLimitResponse_OK
-		if i >= 5 {
-			want = rlsv3.RateLimitResponse_OVER_LIMIT
-		}
-		if code := h.hit("user", hot); code != want {
-			t.Fatalf("hot hit %d: %v, want %v", i, code, want)
-		}
-	}
+	h.hits("user", hot, 7, 5)
 	h.decode("DELETE", "/v1/counters?domain=app&descriptor=user="+hot, "", &got)
 	if code := h.hit("user", hot); code != rlsv3.RateLimitResponse_OK {
 		t.Fatalf("after a reset the subject is still denied: %v", code)
@@ -147,15 +135,8 @@ func checkExplainAndCounters(t *testing.T, h *harness) {
 	}
 }
 
-func TestExplainAndCountersMemory(t *testing.T) {
-	checkExplainAndCounters(t, newHarness(t))
-}
-
-func TestExplainAndCountersRedis(t *testing.T) {
-	if testing.Short() {
-		t.Skip("Redis lane")
-	}
-	checkExplainAndCounters(t, newHarness(t, withRedis))
+func TestExplainAndCounters(t *testing.T) {
+	onEveryStore(t, checkExplainAndCounters)
 }
 
 // TestAPIOffWithoutTokens: without a token file the /v1 endpoints and the
@@ -171,26 +152,10 @@ func TestAPIOffWithoutTokens(t *testing.T) {
 	}
 }
 
-const penaltyRules = `domain: app
-descriptors:
-  - key: login
-    rate_limit:
-      unit: hour
-      requests_per_unit: 2
-      penalty: {duration: 10m}
-`
-
 // TestExplainBlocked: a subject over a penalty policy's limit is blocked,
 // and explain says so with the block's remaining time, without consuming.
-func TestExplainBlockedMemory(t *testing.T) {
-	checkExplainBlocked(t, newHarness(t, withRules(penaltyRules)))
-}
-
-func TestExplainBlockedRedis(t *testing.T) {
-	if testing.Short() {
-		t.Skip("Redis lane")
-	}
-	checkExplainBlocked(t, newHarness(t, withRules(penaltyRules), withRedis))
+func TestExplainBlocked(t *testing.T) {
+	onEveryStore(t, checkExplainBlocked, withRules("testdata/penalty.yaml"))
 }
 
 func checkExplainBlocked(t *testing.T, h *harness) {
@@ -206,15 +171,7 @@ func checkExplainBlocked(t *testing.T, h *harness) {
 	if l := explain(); l.Blocked == nil || *l.Blocked || l.BlockedMs != nil {
 		t.Fatalf("before any hit: blocked %v %v, want false and no time", l.Blocked, l.BlockedMs)
 	}
-	for i := range 3 {
-		want := rlsv3.RateLimitResponse_OK
-		if i == 2 {
-			want = rlsv3.RateLimitResponse_OVER_LIMIT
-		}
-		if code := h.hit("login", raw); code != want {
-			t.Fatalf("hit %d: %v, want %v", i+1, code, want)
-		}
-	}
+	h.hits("login", raw, 3, 2)
 	for range 2 { // explain consumes nothing: the same answer twice
 		l := explain()
 		if l.Blocked == nil || !*l.Blocked || l.BlockedMs == nil || *l.BlockedMs <= 9*60*1000 || *l.BlockedMs > 10*60*1000 || *l.Allowed {

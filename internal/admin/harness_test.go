@@ -32,23 +32,13 @@ import (
 	"github.com/envoy-rls/envoy-rls/pkg/topk"
 )
 
-const testRules = `domain: app
-descriptors:
-  - key: user
-    rate_limit: {unit: minute, requests_per_unit: 5}
-  - key: tenant
-    rate_limits:
-      - {unit: minute, requests_per_unit: 10}
-      - {unit: hour, requests_per_unit: 100}
-`
-
 const testToken = "admin-test-token-0123456789"
 
 // setup is what a harness serves.
 type setup struct {
-	rules string
-	redis bool // the Redis store on a local redis-server, else memory
-	auth  bool // a token file with testToken
+	rules string // the rule file
+	redis bool   // the Redis store on a local redis-server, else memory
+	auth  bool   // a token file with testToken
 	pprof bool
 	// audit, when set, is the audit sink of the rate-limit service.
 	audit *audit.Sink
@@ -71,16 +61,11 @@ type harness struct {
 
 func newHarness(t *testing.T, opts ...func(*setup)) *harness {
 	t.Helper()
-	su := setup{rules: testRules, auth: true}
+	su := setup{rules: "testdata/rules.yaml", auth: true}
 	for _, o := range opts {
 		o(&su)
 	}
-	dir := t.TempDir()
-	path := filepath.Join(dir, "rules.yaml")
-	if err := os.WriteFile(path, []byte(su.rules), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	snap, err := descriptors.Load(path, descriptors.Options{Secret: []byte("a-shared-secret-of-32-bytes-----")})
+	snap, err := descriptors.Load(su.rules, descriptors.Options{Secret: []byte("a-shared-secret-of-32-bytes-----")})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -113,7 +98,7 @@ func newHarness(t *testing.T, opts ...func(*setup)) *harness {
 	}
 	var auth *Auth
 	if su.auth {
-		tokens := filepath.Join(dir, "tokens")
+		tokens := filepath.Join(t.TempDir(), "tokens")
 		if err := os.WriteFile(tokens, []byte("ops:"+testToken+"\n"), 0o600); err != nil {
 			t.Fatal(err)
 		}
@@ -180,8 +165,20 @@ func withoutAuth(su *setup) { su.auth = false }
 
 func withPprof(su *setup) { su.pprof = true }
 
-func withRules(text string) func(*setup) {
-	return func(su *setup) { su.rules = text }
+func withRules(path string) func(*setup) {
+	return func(su *setup) { su.rules = path }
+}
+
+// onEveryStore runs check on a harness over the memory store and, unless
+// -short, over Redis.
+func onEveryStore(t *testing.T, check func(*testing.T, *harness), opts ...func(*setup)) {
+	t.Run("memory", func(t *testing.T) { check(t, newHarness(t, opts...)) })
+	t.Run("redis", func(t *testing.T) {
+		if testing.Short() {
+			t.Skip("Redis lane")
+		}
+		check(t, newHarness(t, append(opts, withRedis)...))
+	})
 }
 
 // do sends method path (with body) with the harness's token.
@@ -229,6 +226,21 @@ func (h *harness) hit(key, value string) rlsv3.RateLimitResponse_Code {
 		h.t.Fatalf("ShouldRateLimit: %v", err)
 	}
 	return resp.OverallCode
+}
+
+// hits sends n hits of key=value: the first allowed must be OK, the rest
+// OVER_LIMIT.
+func (h *harness) hits(key, value string, n, allowed int) {
+	h.t.Helper()
+	for i := range n {
+		want := rlsv3.RateLimitResponse_OK
+		if i >= allowed {
+			want = rlsv3.RateLimitResponse_OVER_LIMIT
+		}
+		if code := h.hit(key, value); code != want {
+			h.t.Fatalf("hit %d of %s: %v, want %v", i+1, key, code, want)
+		}
+	}
 }
 
 // noRawValue fails the test if an answer, a log line or extra text holds

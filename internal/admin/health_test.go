@@ -138,21 +138,26 @@ func TestReadiness(t *testing.T) {
 	}
 	_, plain := newServer(false, false)
 	_, strict := newServer(true, true)
-	for _, step := range []struct {
+	type step struct {
 		name    string
 		h       http.Handler
 		path    string
 		code    int
 		content string
-	}{
+	}
+	check := func(steps []step) {
+		t.Helper()
+		for _, st := range steps {
+			if code, body := get(st.h, st.path); code != st.code || !strings.Contains(body, st.content) {
+				t.Fatalf("%s: %s %d %q, want %d %q", st.name, st.path, code, body, st.code, st.content)
+			}
+		}
+	}
+	check([]step{
 		{"no rules", plain, "/readyz", 503, "not ready: rules not loaded"},
 		{"no rules yet, not required", plain, "/healthcheck", 200, "OK"},
 		{"no rules yet, required", strict, "/healthcheck", 500, "no rules loaded"},
-	} {
-		if code, body := get(step.h, step.path); code != step.code || !strings.Contains(body, step.content) {
-			t.Fatalf("%s: %s %d %q, want %d %q", step.name, step.path, code, body, step.code, step.content)
-		}
-	}
+	})
 	snap, err := descriptors.Compile(nil, descriptors.Options{Secret: []byte("a-shared-secret-of-32-bytes-----")})
 	if err != nil {
 		t.Fatal(err)
@@ -160,23 +165,13 @@ func TestReadiness(t *testing.T) {
 	rules.snap, rules.received = snap, true
 	ping.set(errors.New("connection refused"))
 	st.Probe(context.Background())
-	for _, step := range []struct {
-		name    string
-		h       http.Handler
-		path    string
-		code    int
-		content string
-	}{
+	check([]step{
 		{"store down, by default", plain, "/readyz", 200, "down since"},
 		{"store down, by default", plain, "/healthcheck", 200, "OK"},
 		{"store down, liveness", plain, "/healthz", 200, "ok\nstore redis: down since"},
 		{"store down, store readiness", strict, "/readyz", 503, "not ready: store unreachable: connection refused"},
 		{"store down, store readiness", strict, "/healthcheck", 500, "store unreachable"},
-	} {
-		if code, body := get(step.h, step.path); code != step.code || !strings.Contains(body, step.content) {
-			t.Fatalf("%s: %s %d %q, want %d %q", step.name, step.path, code, body, step.code, step.content)
-		}
-	}
+	})
 	ping.set(nil)
 	st.Probe(context.Background())
 	s, h := newServer(true, true)

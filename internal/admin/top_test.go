@@ -7,15 +7,8 @@ import (
 	"testing"
 )
 
-func TestTopAndUsageMemory(t *testing.T) {
-	testTopAndUsage(t, newHarness(t))
-}
-
-func TestTopAndUsageRedis(t *testing.T) {
-	if testing.Short() {
-		t.Skip("Redis lane")
-	}
-	testTopAndUsage(t, newHarness(t, withRedis))
+func TestTopAndUsage(t *testing.T) {
+	onEveryStore(t, testTopAndUsage)
 }
 
 // testTopAndUsage sends known traffic and checks /v1/top and /v1/usage:
