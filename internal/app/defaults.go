@@ -1,9 +1,12 @@
 package app
 
-import "github.com/envoy-rls/envoy-rls/internal/options"
+import (
+	"github.com/envoy-rls/envoy-rls/internal/grpcserve"
+	"github.com/envoy-rls/envoy-rls/internal/options"
+)
 
-// Defaults of the serve flags (options'), by the names the deployment
-// tests hold the chart's and the compose file's values against.
+// Defaults of the serve flags (options' and grpcserve's), by the names the
+// deployment tests hold the chart's and the compose file's values against.
 const (
 	DefaultGRPCAddr                         = options.DefaultGRPCAddr
 	DefaultAdminAddr                        = options.DefaultAdminAddr
@@ -19,18 +22,18 @@ const (
 	DefaultRedisPoolSize                    = options.DefaultRedisPoolSize
 	DefaultRedisGroupKeys                   = options.DefaultRedisGroupKeys
 	DefaultRedisInFlight                    = options.DefaultRedisInFlight
-	DefaultGRPCMaxConcurrentStreams         = options.DefaultGRPCMaxConcurrentStreams
-	DefaultGRPCMaxConnections               = options.DefaultGRPCMaxConnections
-	DefaultGRPCReceiveTimeout               = options.DefaultGRPCReceiveTimeout
-	DefaultGRPCMaxIncompleteRequests        = options.DefaultGRPCMaxIncompleteRequests
-	DefaultGRPCMaxRecvMsgSize               = options.DefaultGRPCMaxRecvMsgSize
-	DefaultGRPCMaxConnectionIdle            = options.DefaultGRPCMaxConnectionIdle
-	DefaultGRPCMaxConnectionAge             = options.DefaultGRPCMaxConnectionAge
-	DefaultGRPCMaxConnectionAgeGrace        = options.DefaultGRPCMaxConnectionAgeGrace
-	DefaultGRPCKeepaliveTime                = options.DefaultGRPCKeepaliveTime
-	DefaultGRPCKeepaliveTimeout             = options.DefaultGRPCKeepaliveTimeout
-	DefaultGRPCKeepaliveMinTime             = options.DefaultGRPCKeepaliveMinTime
-	DefaultGRPCKeepalivePermitWithoutStream = options.DefaultGRPCKeepalivePermitWithoutStream
+	DefaultGRPCMaxConcurrentStreams         = grpcserve.DefaultMaxConcurrentStreams
+	DefaultGRPCMaxConnections               = grpcserve.DefaultMaxConnections
+	DefaultGRPCReceiveTimeout               = grpcserve.DefaultReceiveTimeout
+	DefaultGRPCMaxIncompleteRequests        = grpcserve.DefaultMaxIncompleteRequests
+	DefaultGRPCMaxRecvMsgSize               = grpcserve.DefaultMaxRecvMsgSize
+	DefaultGRPCMaxConnectionIdle            = grpcserve.DefaultMaxConnectionIdle
+	DefaultGRPCMaxConnectionAge             = grpcserve.DefaultMaxConnectionAge
+	DefaultGRPCMaxConnectionAgeGrace        = grpcserve.DefaultMaxConnectionAgeGrace
+	DefaultGRPCKeepaliveTime                = grpcserve.DefaultKeepaliveTime
+	DefaultGRPCKeepaliveTimeout             = grpcserve.DefaultKeepaliveTimeout
+	DefaultGRPCKeepaliveMinTime             = grpcserve.DefaultKeepaliveMinTime
+	DefaultGRPCKeepalivePermitWithoutStream = grpcserve.DefaultKeepalivePermitWithoutStream
 	DefaultStatsdProtocol                   = options.DefaultStatsdProtocol
 	DefaultStatsdFlushInterval              = options.DefaultStatsdFlushInterval
 	DefaultNearLimitRatio                   = options.DefaultNearLimitRatio

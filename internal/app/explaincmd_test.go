@@ -11,22 +11,12 @@ import (
 	"github.com/envoy-rls/envoy-rls/internal/options"
 )
 
-// explainRules hold a descriptor of one limit and one of two.
-const explainRules = `domain: app
-descriptors:
-  - key: user
-    rate_limit: {unit: minute, requests_per_unit: 5}
-  - key: tenant
-    rate_limits:
-      - {unit: minute, requests_per_unit: 10}
-      - {unit: hour, requests_per_unit: 100}
-`
-
 // TestDigestAndExplainCommands: the digest is the one the server computes
 // with the same secret; mistakes are one clear error each.
 func TestDigestAndExplainCommands(t *testing.T) {
 	dir := t.TempDir()
-	rules := writeRules(t, dir, explainRules)
+	// Its descriptors with several limits each (rate_limits).
+	const rules = "../../config/examples/08-several-limits.yaml"
 	secret := "a-shared-secret-of-32-bytes-----"
 	env := func(k string) string {
 		if k == options.SecretEnv {
@@ -35,7 +25,7 @@ func TestDigestAndExplainCommands(t *testing.T) {
 		return ""
 	}
 	var out bytes.Buffer
-	if err := Run(context.Background(), []string{"digest", "--config", rules, "--domain", "app", "--descriptor", "tenant=rawval-t"}, env, &out, &out); err != nil {
+	if err := Run(context.Background(), []string{"digest", "--config", rules, "--domain", "several", "--descriptor", "tenant=rawval-t"}, env, &out, &out); err != nil {
 		t.Fatal(err)
 	}
 	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
@@ -62,13 +52,13 @@ func TestDigestAndExplainCommands(t *testing.T) {
 		env  func(string) string
 		want string
 	}{
-		{"no secret", []string{"digest", "--config", rules, "--domain", "app", "--descriptor", "user=x"}, noEnv, "HMAC secret is required"},
-		{"no domain", []string{"digest", "--config", rules, "--descriptor", "user=x"}, env, "--domain is required"},
-		{"bad descriptor", []string{"digest", "--config", rules, "--domain", "app", "--descriptor", "user"}, env, "want key=value"},
-		{"unmatched", []string{"digest", "--config", rules, "--domain", "app", "--descriptor", "other=x"}, env, "no rule of domain"},
-		{"explain without a source", []string{"explain", "--domain", "app", "--descriptor", "user=x"}, env, "--admin URL"},
-		{"explain without a token", []string{"explain", "--admin", "http://127.0.0.1:1", "--domain", "app", "--descriptor", "user=x"}, env, "--token-file is required"},
-		{"explain, token file missing", []string{"explain", "--admin", "http://127.0.0.1:1", "--token-file", tokens, "--domain", "app", "--descriptor", "user=x"}, env, "--token-file"},
+		{"no secret", []string{"digest", "--config", rules, "--domain", "several", "--descriptor", "api_key=x"}, noEnv, "HMAC secret is required"},
+		{"no domain", []string{"digest", "--config", rules, "--descriptor", "api_key=x"}, env, "--domain is required"},
+		{"bad descriptor", []string{"digest", "--config", rules, "--domain", "several", "--descriptor", "api_key"}, env, "want key=value"},
+		{"unmatched", []string{"digest", "--config", rules, "--domain", "several", "--descriptor", "other=x"}, env, "no rule of domain"},
+		{"explain without a source", []string{"explain", "--domain", "several", "--descriptor", "api_key=x"}, env, "--admin URL"},
+		{"explain without a token", []string{"explain", "--admin", "http://127.0.0.1:1", "--domain", "several", "--descriptor", "api_key=x"}, env, "--token-file is required"},
+		{"explain, token file missing", []string{"explain", "--admin", "http://127.0.0.1:1", "--token-file", tokens, "--domain", "several", "--descriptor", "api_key=x"}, env, "--token-file"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var b bytes.Buffer
@@ -81,7 +71,7 @@ func TestDigestAndExplainCommands(t *testing.T) {
 
 	// Offline explain without a secret: the rule, no digest.
 	out.Reset()
-	if err := Run(context.Background(), []string{"explain", "--config", rules, "--domain", "app", "--descriptor", "user=rawval-u"}, noEnv, &out, &out); err != nil {
+	if err := Run(context.Background(), []string{"explain", "--config", rules, "--domain", "several", "--descriptor", "api_key=rawval-u"}, noEnv, &out, &out); err != nil {
 		t.Fatal(err)
 	}
 	if s := out.String(); !strings.Contains(s, `"matched": true`) || strings.Contains(s, "subject_digest") || strings.Contains(s, "rawval") {

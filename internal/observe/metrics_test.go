@@ -10,12 +10,8 @@ import (
 	"github.com/envoy-rls/envoy-rls/internal/buildinfo"
 )
 
-var release = buildinfo.Info{
-	Version: "v1.2.3", Revision: "0123456789abcdef", GoVersion: "go1.26.8",
-	Date: "2026-12-01T10:00:00Z", Modified: true,
-}
-
 func TestRegisterBuildInfo(t *testing.T) {
+	release := buildinfo.Info{Version: "v1.2.3", Revision: "0123456789abcdef", GoVersion: "go1.26.8", Date: "2026-12-01T10:00:00Z"}
 	reg := prometheus.NewRegistry()
 	if err := registerBuildInfo(reg, release); err != nil {
 		t.Fatal(err)

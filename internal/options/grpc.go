@@ -118,22 +118,6 @@ func ReadCAPool(flag, path string) (*x509.CertPool, error) {
 	return pool, nil
 }
 
-// Defaults of the --grpc-* limits (grpcserve's).
-const (
-	DefaultGRPCMaxConcurrentStreams         = grpcserve.DefaultMaxConcurrentStreams
-	DefaultGRPCMaxConnections               = grpcserve.DefaultMaxConnections
-	DefaultGRPCReceiveTimeout               = grpcserve.DefaultReceiveTimeout
-	DefaultGRPCMaxIncompleteRequests        = grpcserve.DefaultMaxIncompleteRequests
-	DefaultGRPCMaxRecvMsgSize               = grpcserve.DefaultMaxRecvMsgSize
-	DefaultGRPCMaxConnectionIdle            = grpcserve.DefaultMaxConnectionIdle
-	DefaultGRPCMaxConnectionAge             = grpcserve.DefaultMaxConnectionAge
-	DefaultGRPCMaxConnectionAgeGrace        = grpcserve.DefaultMaxConnectionAgeGrace
-	DefaultGRPCKeepaliveTime                = grpcserve.DefaultKeepaliveTime
-	DefaultGRPCKeepaliveTimeout             = grpcserve.DefaultKeepaliveTimeout
-	DefaultGRPCKeepaliveMinTime             = grpcserve.DefaultKeepaliveMinTime
-	DefaultGRPCKeepalivePermitWithoutStream = grpcserve.DefaultKeepalivePermitWithoutStream
-)
-
 // Bounds of the --grpc-* limits.
 const (
 	// maxGRPCMaxConnections bounds --grpc-max-connections: past a million
@@ -146,18 +130,18 @@ const (
 
 // transportFlags adds the --grpc-* limits to fs.
 func transportFlags(fs *flag.FlagSet, o *grpcserve.Limits) {
-	fs.IntVar(&o.MaxConcurrentStreams, "grpc-max-concurrent-streams", DefaultGRPCMaxConcurrentStreams, "calls one gRPC connection may have in flight; more are refused (REFUSED_STREAM) and Envoy opens another connection")
-	fs.IntVar(&o.MaxConnections, "grpc-max-connections", DefaultGRPCMaxConnections, "open gRPC connections; one more is closed as soon as it is accepted")
-	fs.DurationVar(&o.ReceiveTimeout, "grpc-receive-timeout", DefaultGRPCReceiveTimeout, "longest time from a call's headers to the end of its request; a call that has not sent its request by then is cut (DEADLINE_EXCEEDED)")
-	fs.IntVar(&o.MaxIncompleteRequests, "grpc-max-incomplete-requests", DefaultGRPCMaxIncompleteRequests, "calls, over all gRPC connections, whose request has not fully arrived; one more is refused (RESOURCE_EXHAUSTED)")
-	fs.IntVar(&o.MaxRecvMsgSize, "grpc-max-recv-msg-size", DefaultGRPCMaxRecvMsgSize, "largest request message in bytes; a larger one is refused (RESOURCE_EXHAUSTED)")
-	fs.DurationVar(&o.MaxConnectionIdle, "grpc-max-connection-idle", DefaultGRPCMaxConnectionIdle, "close a gRPC connection without calls for this long (GOAWAY; 0: never)")
-	fs.DurationVar(&o.MaxConnectionAge, "grpc-max-connection-age", DefaultGRPCMaxConnectionAge, "close every gRPC connection after this long, ±10 % (GOAWAY), so that clients spread over new replicas (0: never)")
-	fs.DurationVar(&o.MaxConnectionAgeGrace, "grpc-max-connection-age-grace", DefaultGRPCMaxConnectionAgeGrace, "how long calls in flight may still take on a connection closed for its age")
-	fs.DurationVar(&o.KeepaliveTime, "grpc-keepalive-time", DefaultGRPCKeepaliveTime, "ping a gRPC connection quiet for this long")
-	fs.DurationVar(&o.KeepaliveTimeout, "grpc-keepalive-timeout", DefaultGRPCKeepaliveTimeout, "close a connection whose ping is not answered within this")
-	fs.DurationVar(&o.KeepaliveMinTime, "grpc-keepalive-min-time", DefaultGRPCKeepaliveMinTime, "shortest interval between client pings; a client pinging more often is closed")
-	fs.BoolVar(&o.KeepalivePermitWithoutStream, "grpc-keepalive-permit-without-stream", DefaultGRPCKeepalivePermitWithoutStream, "accept client pings on connections without calls in flight")
+	fs.IntVar(&o.MaxConcurrentStreams, "grpc-max-concurrent-streams", grpcserve.DefaultMaxConcurrentStreams, "calls one gRPC connection may have in flight; more are refused (REFUSED_STREAM) and Envoy opens another connection")
+	fs.IntVar(&o.MaxConnections, "grpc-max-connections", grpcserve.DefaultMaxConnections, "open gRPC connections; one more is closed as soon as it is accepted")
+	fs.DurationVar(&o.ReceiveTimeout, "grpc-receive-timeout", grpcserve.DefaultReceiveTimeout, "longest time from a call's headers to the end of its request; a call that has not sent its request by then is cut (DEADLINE_EXCEEDED)")
+	fs.IntVar(&o.MaxIncompleteRequests, "grpc-max-incomplete-requests", grpcserve.DefaultMaxIncompleteRequests, "calls, over all gRPC connections, whose request has not fully arrived; one more is refused (RESOURCE_EXHAUSTED)")
+	fs.IntVar(&o.MaxRecvMsgSize, "grpc-max-recv-msg-size", grpcserve.DefaultMaxRecvMsgSize, "largest request message in bytes; a larger one is refused (RESOURCE_EXHAUSTED)")
+	fs.DurationVar(&o.MaxConnectionIdle, "grpc-max-connection-idle", grpcserve.DefaultMaxConnectionIdle, "close a gRPC connection without calls for this long (GOAWAY; 0: never)")
+	fs.DurationVar(&o.MaxConnectionAge, "grpc-max-connection-age", grpcserve.DefaultMaxConnectionAge, "close every gRPC connection after this long, ±10 % (GOAWAY), so that clients spread over new replicas (0: never)")
+	fs.DurationVar(&o.MaxConnectionAgeGrace, "grpc-max-connection-age-grace", grpcserve.DefaultMaxConnectionAgeGrace, "how long calls in flight may still take on a connection closed for its age")
+	fs.DurationVar(&o.KeepaliveTime, "grpc-keepalive-time", grpcserve.DefaultKeepaliveTime, "ping a gRPC connection quiet for this long")
+	fs.DurationVar(&o.KeepaliveTimeout, "grpc-keepalive-timeout", grpcserve.DefaultKeepaliveTimeout, "close a connection whose ping is not answered within this")
+	fs.DurationVar(&o.KeepaliveMinTime, "grpc-keepalive-min-time", grpcserve.DefaultKeepaliveMinTime, "shortest interval between client pings; a client pinging more often is closed")
+	fs.BoolVar(&o.KeepalivePermitWithoutStream, "grpc-keepalive-permit-without-stream", grpcserve.DefaultKeepalivePermitWithoutStream, "accept client pings on connections without calls in flight")
 }
 
 // transportAccepts says what each --grpc-* limit takes, as errors put it
