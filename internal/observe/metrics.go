@@ -1,9 +1,10 @@
-// Package observe wires the service's observability: the Prometheus
-// registry and the collectors serve registers, the build info, OpenTelemetry
-// tracing, the statsd and audit sinks and the top consumers tracker. Each
-// piece is built from values (no flags) and hands the rate-limit service
-// what it consumes (rls.Metrics, an Observer, an Auditor, a tracer
-// provider).
+// Package observe wires the service's observability: the logger, the
+// Prometheus registry and the collectors serve registers, the build info,
+// OpenTelemetry tracing, the statsd and audit sinks, the top consumers
+// tracker and the failover store's transition log. Each piece is built
+// from values (no flags) and hands the packages what they consume
+// (rls.Metrics, an Observer, an Auditor, a tracer provider, a
+// failover.Observer).
 package observe
 
 import (
