@@ -38,18 +38,14 @@ func (s *server) openStore(ctx context.Context, wg *sync.WaitGroup) (limiter.Sto
 		if err != nil {
 			return nil, nil, fmt.Errorf("memory store: %w", err)
 		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			every(ctx, memorySweepInterval, func(now time.Time) {
-				if s.clock != nil {
-					now = s.clock.Now()
-				}
-				st.Sweep(now)
-				s.metrics.Memory.Entries(st.Len())
-				s.metrics.Memory.Sketches(st.Sketches())
-			})
-		}()
+		s.every(ctx, wg, memorySweepInterval, func(now time.Time) {
+			if s.clock != nil {
+				now = s.clock.Now()
+			}
+			st.Sweep(now)
+			s.metrics.Memory.Entries(st.Len())
+			s.metrics.Memory.Sketches(st.Sketches())
+		})
 		return st, func() {}, nil
 	case "redis":
 		return s.openRedis(ctx)
