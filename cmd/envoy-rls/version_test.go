@@ -3,27 +3,21 @@ package main
 import (
 	"encoding/json"
 	"os/exec"
-	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/envoy-rls/envoy-rls/internal/binarytest"
 )
 
 // A release build stamps the version, commit and date with -ldflags -X (the
 // way goreleaser, the Dockerfile and make build do); `envoy-rls version`
 // must print those stamps.
 func TestVersionOfStampedBuild(t *testing.T) {
-	if testing.Short() {
-		t.Skip("builds the binary")
-	}
 	const pkg = "github.com/envoy-rls/envoy-rls/internal/buildinfo"
 	ldflags := "-X " + pkg + ".version=v9.9.9" +
 		" -X " + pkg + ".revision=feedc0ffee" +
 		" -X " + pkg + ".date=2026-12-01T12:00:00Z"
-	bin := filepath.Join(t.TempDir(), "envoy-rls")
-	build := exec.Command("go", "build", "-ldflags", ldflags, "-o", bin, ".")
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
+	bin := buildBinary(t, binarytest.LDFlags(ldflags))
 	goVersion, err := exec.Command("go", "env", "GOVERSION").Output()
 	if err != nil {
 		t.Fatal(err)

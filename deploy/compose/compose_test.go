@@ -33,9 +33,14 @@ import (
 
 	ratelimitcommonv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 
+	"github.com/envoy-rls/envoy-rls/internal/binarytest"
 	"github.com/envoy-rls/envoy-rls/internal/deploytest"
 	"github.com/envoy-rls/envoy-rls/pkg/descriptors"
 )
+
+// TestMain builds the binary the demo's decisions are replayed on once, and
+// removes it when they end.
+func TestMain(m *testing.M) { binarytest.Main(m) }
 
 // composeFile is the part of the compose specification the demo uses.
 // Decoding is strict, so a misspelt key fails the test instead of being
@@ -73,7 +78,7 @@ type build struct {
 }
 
 func dir(t *testing.T) string {
-	return filepath.Join(deploytest.ModuleRoot(t), "deploy", "compose")
+	return filepath.Join(binarytest.ModuleRoot(t), "deploy", "compose")
 }
 
 func loadCompose(t *testing.T) composeFile {
@@ -441,7 +446,7 @@ func TestDemo429(t *testing.T) {
 		t.Skip("starts the binary")
 	}
 	d := parseEnvoy(t)
-	bin := deploytest.Binary(t)
+	bin := binarytest.Build(t)
 	grpcAddr, adminAddr := freeAddr(t), freeAddr(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()

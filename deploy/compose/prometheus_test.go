@@ -14,6 +14,7 @@ import (
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 
+	"github.com/envoy-rls/envoy-rls/internal/binarytest"
 	"github.com/envoy-rls/envoy-rls/internal/deploytest"
 )
 
@@ -119,7 +120,7 @@ var (
 func docQueries(t *testing.T) []string {
 	t.Helper()
 	var out []string
-	for _, b := range deploytest.MarkdownBlocks(t, filepath.Join(deploytest.ModuleRoot(t), "docs", "demo.md"), "promql") {
+	for _, b := range deploytest.MarkdownBlocks(t, filepath.Join(binarytest.ModuleRoot(t), "docs", "demo.md"), "promql") {
 		for _, line := range b.Lines {
 			if line = strings.TrimSpace(line); line != "" && !strings.HasPrefix(line, "#") {
 				out = append(out, line)

@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/envoy-rls/envoy-rls/internal/app"
+	"github.com/envoy-rls/envoy-rls/internal/binarytest"
 	"github.com/envoy-rls/envoy-rls/internal/deploytest"
 	"github.com/envoy-rls/envoy-rls/pkg/descriptors"
 )
@@ -66,7 +67,7 @@ func chartImage(t *testing.T) (repository, appVersion string) {
 func docCommands(t *testing.T, file string, prefix ...string) []deploytest.DocCommand {
 	t.Helper()
 	var out []deploytest.DocCommand
-	for _, c := range deploytest.MarkdownCommands(t, filepath.Join(deploytest.ModuleRoot(t), file)) {
+	for _, c := range deploytest.MarkdownCommands(t, filepath.Join(binarytest.ModuleRoot(t), file)) {
 		if len(c.Words) >= len(prefix) && slices.Equal(c.Words[:len(prefix)], prefix) {
 			if c.Err != nil {
 				t.Fatalf("%s:%d: %s: %v", file, c.Line, c.Text, c.Err)
@@ -84,7 +85,7 @@ func docCommands(t *testing.T, file string, prefix ...string) []deploytest.DocCo
 // the Dockerfile's CMD, and the mounted directory is a rule directory the
 // loader accepts. The build line tags the same repository.
 func TestReadmeDocker(t *testing.T) {
-	root := deploytest.ModuleRoot(t)
+	root := binarytest.ModuleRoot(t)
 	repo, appVersion := chartImage(t)
 	df := readDockerfile(t)
 

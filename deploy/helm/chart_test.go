@@ -20,6 +20,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/envoy-rls/envoy-rls/internal/app"
+	"github.com/envoy-rls/envoy-rls/internal/binarytest"
 	"github.com/envoy-rls/envoy-rls/internal/deploytest"
 	"github.com/envoy-rls/envoy-rls/pkg/descriptors"
 )
@@ -858,7 +859,7 @@ func annotation(o obj, key string) string {
 // the release is about to install with the real `envoy-rls validate`, so a
 // broken rules edit fails helm instead of a pod.
 func TestRulesCheckHook(t *testing.T) {
-	bin := deploytest.Binary(t)
+	bin := binarytest.Build(t)
 	// validate runs the Job's command on the data of the ConfigMap it mounts,
 	// with the binary built from this tree; it reports whether it passed.
 	validate := func(t *testing.T, job obj, cm obj) (string, bool) {

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/envoy-rls/envoy-rls/internal/binarytest"
 	"github.com/envoy-rls/envoy-rls/internal/deploytest"
 	"github.com/envoy-rls/envoy-rls/pkg/descriptors"
 )
@@ -26,7 +27,7 @@ var substitute = deploytest.Substitute(substituted)
 // repository, expansions replaced by substitute.
 func docCommands(t *testing.T) []deploytest.DocCommand {
 	t.Helper()
-	return deploytest.DocsCommands(t, deploytest.ModuleRoot(t), substitute)
+	return deploytest.DocsCommands(t, binarytest.ModuleRoot(t), substitute)
 }
 
 // TestDocsHelmCommands: every helm install/upgrade command in the
@@ -37,7 +38,7 @@ func docCommands(t *testing.T) []deploytest.DocCommand {
 // upgrade with --reuse-values starts from the values of the file's latest
 // install of that release.
 func TestDocsHelmCommands(t *testing.T) {
-	root := deploytest.ModuleRoot(t)
+	root := binarytest.ModuleRoot(t)
 	var cmds []deploytest.DocCommand
 	seen := map[string]bool{}
 	for _, c := range docCommands(t) {
@@ -113,7 +114,7 @@ func kubectlNamespace(words []string) (string, []string) {
 // for that release, and the chart's ports. (TestDocsHelmCommands renders
 // each command with helm; this test needs no helm.)
 func TestDocsKubernetes(t *testing.T) {
-	root := deploytest.ModuleRoot(t)
+	root := binarytest.ModuleRoot(t)
 	values := readValues(t)
 	installs := 0 // in the README and docs/
 	var (

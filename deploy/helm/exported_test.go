@@ -20,7 +20,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
-	"github.com/envoy-rls/envoy-rls/internal/deploytest"
+	"github.com/envoy-rls/envoy-rls/internal/binarytest"
 )
 
 // exportRules is one domain whose single limit (1 a minute per subject)
@@ -70,7 +70,7 @@ func scrapeAfterCalls(t *testing.T, rulesDir string, store []string) map[string]
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	args := append([]string{"serve", "--config", rulesDir, "--grpc-addr", grpcAddr, "--admin-addr", adminAddr}, store...)
-	cmd := exec.CommandContext(ctx, deploytest.Binary(t), args...)
+	cmd := exec.CommandContext(ctx, binarytest.Build(t), args...)
 	var logs bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &logs, &logs
 	if err := cmd.Start(); err != nil {

@@ -5,8 +5,13 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/envoy-rls/envoy-rls/internal/binarytest"
 	"github.com/envoy-rls/envoy-rls/internal/deploytest"
 )
+
+// TestMain builds the binary the tests check the chart against once, and
+// removes it when they end.
+func TestMain(m *testing.M) { binarytest.Main(m) }
 
 // valueDefault is one chart value's default next to the binary's default
 // for the flag it sets.

@@ -12,6 +12,7 @@ import (
 
 	"gopkg.in/yaml.v3"
 
+	"github.com/envoy-rls/envoy-rls/internal/binarytest"
 	"github.com/envoy-rls/envoy-rls/internal/deploytest"
 )
 
@@ -87,7 +88,7 @@ var headingLine = regexp.MustCompile(`^#{1,6}\s+(.+?)\s*$`)
 // docAnchors returns the GitHub anchors of the headings of a Markdown file.
 func docAnchors(t *testing.T, rel string) map[string]bool {
 	t.Helper()
-	b, err := os.ReadFile(filepath.Join(deploytest.ModuleRoot(t), rel))
+	b, err := os.ReadFile(filepath.Join(binarytest.ModuleRoot(t), rel))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -170,7 +171,7 @@ var selfLink = regexp.MustCompile(`\]\(#([^)]+)\)`)
 // on a heading.
 func TestOperationsAnchors(t *testing.T) {
 	anchors := docAnchors(t, "docs/operations.md")
-	b, err := os.ReadFile(filepath.Join(deploytest.ModuleRoot(t), "docs", "operations.md"))
+	b, err := os.ReadFile(filepath.Join(binarytest.ModuleRoot(t), "docs", "operations.md"))
 	if err != nil {
 		t.Fatal(err)
 	}
