@@ -2,46 +2,11 @@ package e2e_test
 
 import (
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
-	"sync"
 	"testing"
 	"time"
 )
-
-var (
-	clockBuildOnce sync.Once
-	clockBinPath   string
-	clockBuildErr  error
-)
-
-// testclockBinary returns the binary built with `-tags testclock`: the
-// production binary plus ENVOY_RLS_TEST_CLOCK_FILE, a file its memory
-// store and its answers read the time from (internal/app/testclock.go;
-// docs/testing.md). It lives beside the production build and is removed
-// with it.
-func testclockBinary(t *testing.T) string {
-	t.Helper()
-	binary(t) // skips in -short mode; makes buildDir
-	clockBuildOnce.Do(func() {
-		clockBinPath = filepath.Join(buildDir, "envoy-rls-testclock")
-		args := []string{"build", "-tags", "testclock", "-o", clockBinPath}
-		if raceEnabled {
-			args = append(args, "-race")
-		}
-		args = append(args, "github.com/envoy-rls/envoy-rls/cmd/envoy-rls")
-		out, err := exec.Command(goTool(), args...).CombinedOutput()
-		if err != nil {
-			clockBuildErr = err
-			t.Logf("go %v:\n%s", args, out)
-		}
-	})
-	if clockBuildErr != nil {
-		t.Fatalf("e2e: building the testclock binary: %v", clockBuildErr)
-	}
-	return clockBinPath
-}
 
 // TestCalendarMonthE2E: a calendar month of Berlin on the real binary
 // (memory store) whose clock the test sets: the limit resets exactly at
