@@ -48,15 +48,16 @@ deps: ## install what the tests need (redis-server, helm, helm-docs) when missin
 CONTAINER_TAGS = $(shell docker info >/dev/null 2>&1 && echo -tags=containers)
 
 test: deps ## install test dependencies if missing, then run every test with -race (service, tools and e2e modules); ends with the Redis lane that ran
-	CI=$${CI:-} $(GO) test $(TESTFLAGS) $(CONTAINER_TAGS) $(PKGS)
+	CI=$${CI:-} $(GO) test $(TESTFLAGS) $(PKGS)
 	CI=$${CI:-} $(GO) -C $(TOOLS) test $(TESTFLAGS) ./...
-	CI=$${CI:-} $(GO) -C $(E2E) test $(TESTFLAGS) ./...
+	CI=$${CI:-} $(GO) -C $(E2E) test $(TESTFLAGS) $(CONTAINER_TAGS) ./...
 	@$(GO) test -count=1 -run '^TestLane$$' -v ./internal/redistest | sed -n 's/.*\(redis lane: \)/\1/p'
 
 test-containers: ## the container lane's smoke test (needs a container engine): the image matrix, faults, Cluster, Sentinel and the compose demo
 	ENVOY_RLS_TEST_REDIS=containers $(GO) test -count=1 -tags=containers \
 		-run 'TestLane|TestStandaloneKillRestartPause|TestTLSServer|TestClusterAndSentinel|TestMatrixStart|TestVersionMatrix|TestComposeUp' -v \
-		./internal/redistest ./pkg/limiter/redis ./deploy/compose
+		./internal/redistest ./pkg/limiter/redis
+	ENVOY_RLS_TEST_REDIS=containers $(GO) -C $(E2E) test -count=1 -tags=containers -run 'TestComposeUp' -v ./deploy/compose
 
 test-short: ## unit tests only (no Redis lanes), in every module
 	$(GO) test -short -count=1 $(PKGS)
@@ -72,6 +73,7 @@ vet: ## go vet (service, tools and e2e modules)
 	$(GO) vet $(PKGS)
 	$(GO) -C $(TOOLS) vet ./...
 	$(GO) -C $(E2E) vet ./...
+	$(GO) -C $(E2E) vet -tags containers ./deploy/compose
 
 fmt: ## gofmt check (fails on unformatted files)
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
@@ -94,7 +96,7 @@ helm-check: ## helm lint + template the chart, then its manifest tests (builds h
 	  $$helm template rls $(CHART) --set store=redis --set redis.addr=redis:6379 \
 	    --set-string hmac.secret=0123456789abcdef0123 --set autoscaling.enabled=true >/dev/null
 	@scripts/ensure-tool.sh helm-docs >/dev/null
-	CI=$${CI:-} $(GO) test -count=1 ./deploy/helm
+	CI=$${CI:-} $(GO) -C $(E2E) test -count=1 ./deploy/helm
 
 chart-docs: ## regenerate the chart README's values table from values.yaml (helm-docs; builds it once if missing)
 	@helmdocs=$$(scripts/ensure-tool.sh helm-docs) && $$helmdocs --chart-search-root $(CHART) --log-level warning
