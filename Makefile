@@ -42,22 +42,22 @@ deps: ## install what the tests need (redis-server, helm, helm-docs) when missin
 	@scripts/ensure-tool.sh helm >/dev/null
 	@scripts/ensure-tool.sh helm-docs >/dev/null
 
-# -tags containers builds the tests that need testcontainers' compose module
-# (the compose demo), when a container engine answers; the Redis lanes pick
-# containers or local processes by themselves (docs/testing.md).
+# -tags containers builds the e2e module's test that needs testcontainers'
+# compose module (the compose demo), when a container engine answers; the
+# container lane (e2e/containers) runs by itself where one answers
+# (docs/testing.md).
 CONTAINER_TAGS = $(shell docker info >/dev/null 2>&1 && echo -tags=containers)
 
-test: deps ## install test dependencies if missing, then run every test with -race (service, tools and e2e modules); ends with the Redis lane that ran
+test: deps ## install test dependencies if missing, then run every test with -race (service, tools and e2e modules); ends with the Redis and container lanes that ran
 	CI=$${CI:-} $(GO) test $(TESTFLAGS) $(PKGS)
 	CI=$${CI:-} $(GO) -C $(TOOLS) test $(TESTFLAGS) ./...
 	CI=$${CI:-} $(GO) -C $(E2E) test $(TESTFLAGS) $(CONTAINER_TAGS) ./...
 	@$(GO) test -count=1 -run '^TestLane$$' -v ./internal/redistest | sed -n 's/.*\(redis lane: \)/\1/p'
+	@$(GO) -C $(E2E) test -count=1 -run '^TestLane$$' -v ./containers | sed -n 's/.*\(container lane: \)/\1/p'
 
-test-containers: ## the container lane's smoke test (needs a container engine): the image matrix, faults, Cluster, Sentinel and the compose demo
-	ENVOY_RLS_TEST_REDIS=containers $(GO) test -count=1 -tags=containers \
-		-run 'TestLane|TestStandaloneKillRestartPause|TestTLSServer|TestClusterAndSentinel|TestMatrixStart|TestVersionMatrix|TestComposeUp' -v \
-		./internal/redistest ./pkg/limiter/redis
-	ENVOY_RLS_TEST_REDIS=containers $(GO) -C $(E2E) test -count=1 -tags=containers -run 'TestComposeUp' -v ./deploy/compose
+test-containers: ## the container lane alone (needs a container engine): the harness's suite, the image matrix and the compose demo
+	ENVOY_RLS_TEST_REDIS=containers $(GO) -C $(E2E) test -count=1 -tags=containers \
+		-run 'TestLane|TestServers|TestMatrixStart|TestVersionMatrix|TestComposeUp' -v ./containers ./deploy/compose
 
 test-short: ## unit tests only (no Redis lanes), in every module
 	$(GO) test -short -count=1 $(PKGS)

@@ -10,7 +10,7 @@ import (
 
 	"github.com/testcontainers/testcontainers-go/modules/compose"
 
-	"github.com/envoy-rls/envoy-rls/internal/redistest"
+	"github.com/envoy-rls/envoy-rls/e2e/containers"
 )
 
 // TestComposeUp brings the demo up with testcontainers' compose module as
@@ -22,7 +22,7 @@ func TestComposeUp(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds the image and starts the demo")
 	}
-	if err := redistest.EngineAnswers(); err != nil {
+	if err := containers.EngineAnswers(); err != nil {
 		t.Skipf("the compose demo needs a container engine: %v", err)
 	}
 	stack, err := compose.NewDockerComposeWith(compose.WithStackFiles(filepath.Join(dir(t), "docker-compose.yaml")))

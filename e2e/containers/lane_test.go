@@ -1,10 +1,12 @@
-package redistest
+package containers
 
 import (
 	"errors"
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/envoy-rls/envoy-rls/internal/redistest"
 )
 
 func TestSelectLane(t *testing.T) {
@@ -13,22 +15,21 @@ func TestSelectLane(t *testing.T) {
 	for _, tc := range []struct {
 		name, mode, images string
 		engine             func() error
-		lane               string
-		images_            []string
-		err                string
-		why                string
+		run                bool
+		want               []string
+		why, err           string
 	}{
-		{name: "auto, engine present", mode: "", engine: up, lane: LaneContainers, images_: DefaultImages, why: "a container engine answers"},
-		{name: "auto spelled out, engine absent", mode: "auto", engine: down, lane: LaneLocal,
+		{name: "auto, engine present", engine: up, run: true, want: DefaultImages, why: "a container engine answers"},
+		{name: "auto spelled out, engine absent", mode: "auto", engine: down,
 			why: "no container engine answers (Cannot connect to the Docker daemon)"},
-		{name: "local despite an engine", mode: "local", engine: up, lane: LaneLocal, why: LaneEnv + "=local"},
-		{name: "containers asked for, engine present", mode: "containers", engine: up, lane: LaneContainers, images_: DefaultImages},
-		{name: "containers asked for, engine absent", mode: "containers", engine: down, lane: LaneContainers,
-			images_: DefaultImages, err: "no container engine answers"},
+		{name: "local despite an engine", mode: "local", engine: up, why: LaneEnv + "=local"},
+		{name: "containers asked for, engine present", mode: "containers", engine: up, run: true, want: DefaultImages,
+			why: LaneEnv + "=containers"},
+		{name: "containers asked for, engine absent", mode: "containers", engine: down, err: "no container engine answers"},
 		{name: "images narrowed", mode: "auto", images: " redis:8.0.2 , valkey/valkey:8.0.2,", engine: up,
-			lane: LaneContainers, images_: []string{"redis:8.0.2", "valkey/valkey:8.0.2"}},
+			run: true, want: []string{"redis:8.0.2", "valkey/valkey:8.0.2"}, why: "a container engine answers"},
 		{name: "images empty list", mode: "auto", images: " , ", engine: up, err: "names no image"},
-		{name: "unknown mode", mode: "docker", engine: up, err: "want local, containers or auto"},
+		{name: "unknown mode", mode: "docker", engine: up, err: "want auto, containers or local"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			asked := false
@@ -43,17 +44,11 @@ func TestSelectLane(t *testing.T) {
 			if sel.err != nil {
 				t.Fatalf("unexpected error %v", sel.err)
 			}
-			if sel.lane != tc.lane {
-				t.Errorf("lane %q, want %q", sel.lane, tc.lane)
-			}
-			if tc.lane == LaneContainers && !slices.Equal(sel.images, tc.images_) {
-				t.Errorf("images %q, want %q", sel.images, tc.images_)
-			}
-			if tc.why != "" && sel.why != tc.why {
-				t.Errorf("why %q, want %q", sel.why, tc.why)
+			if sel.run != tc.run || !slices.Equal(sel.images, tc.want) || sel.why != tc.why {
+				t.Errorf("run %v on %q (%s), want %v on %q (%s)", sel.run, sel.images, sel.why, tc.run, tc.want, tc.why)
 			}
 			if tc.mode == "local" && asked {
-				t.Error("the engine was probed although the local lane was asked for")
+				t.Error("the engine was probed although the lane was turned off")
 			}
 		})
 	}
@@ -82,27 +77,29 @@ func TestContainerRequest(t *testing.T) {
 	}
 }
 
-// TestLane prints which lane this machine's Redis tests run on and against
-// which servers: `make test` ends with this line.
+// TestLane prints whether the container lane runs and on which images:
+// `make test` ends with this line.
 func TestLane(t *testing.T) {
-	d := Describe(t)
-	if !strings.HasPrefix(d, "redis lane: ") {
+	d := Describe()
+	if !strings.HasPrefix(d, "container lane: ") {
 		t.Fatalf("Describe = %q", d)
 	}
 	t.Log(d)
 }
 
-// TestMatrixStart starts a server of every image of the lane's matrix (the
-// installed redis-server on the local lane), runs a command on it and kills
-// and restarts it: each image works with the harness's arguments.
+// TestServers runs the harness's suite (kill, restart, pause, TLS, Cluster,
+// Sentinel) on containers of the lane's first image.
+func TestServers(t *testing.T) {
+	redistest.CheckServers(t, redistest.WithRunner(Runner(Images(t)[0])))
+}
+
+// TestMatrixStart starts a server of every image of the lane, runs a
+// command on it, and kills and restarts it: each image works with the
+// harness's arguments.
 func TestMatrixStart(t *testing.T) {
-	for _, image := range MatrixImages(t) {
-		name := image
-		if name == "" {
-			name = "installed"
-		}
-		t.Run(name, func(t *testing.T) {
-			s := Standalone(t, Local(), WithImage(image))
+	for _, image := range Images(t) {
+		t.Run(image, func(t *testing.T) {
+			s := redistest.Standalone(t, redistest.WithRunner(Runner(image)))
 			if got := s.MustDo("SET", "k", "v"); got != "OK" {
 				t.Fatalf("SET answered %v", got)
 			}
@@ -112,7 +109,7 @@ func TestMatrixStart(t *testing.T) {
 			}
 			for _, line := range strings.Split(info, "\r\n") {
 				if strings.HasPrefix(line, "redis_version:") || strings.HasPrefix(line, "valkey_version:") {
-					t.Log(name, line)
+					t.Log(image, line)
 				}
 			}
 			if s.PID() == 0 {
