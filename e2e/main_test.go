@@ -11,7 +11,11 @@
 package e2e_test
 
 import (
+	"os"
+	"path/filepath"
+	"strconv"
 	"testing"
+	"time"
 
 	"github.com/envoy-rls/envoy-rls/internal/binarytest"
 )
@@ -43,3 +47,38 @@ func testclockBinary(t testing.TB) string {
 	}
 	return binarytest.Build(t, binarytest.MatchRace(), binarytest.Tags("testclock"))
 }
+
+// testClock is the clock file of a testclock binary's replica: the time its
+// memory store, deny cache and answers read, set by the test.
+type testClock struct {
+	t    testing.TB
+	path string
+}
+
+// newTestClock returns a clock file reading at (RFC 3339).
+func newTestClock(t testing.TB, at string) *testClock {
+	t.Helper()
+	c := &testClock{t: t, path: filepath.Join(t.TempDir(), "clock")}
+	c.set(at)
+	return c
+}
+
+// set moves the clock to at (RFC 3339): the file is replaced by rename, so
+// the binary never reads half a write.
+func (c *testClock) set(at string) {
+	c.t.Helper()
+	tm, err := time.Parse(time.RFC3339Nano, at)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	tmp := c.path + ".tmp"
+	if err := os.WriteFile(tmp, []byte(strconv.FormatInt(tm.UnixMilli(), 10)), 0o644); err != nil {
+		c.t.Fatal(err)
+	}
+	if err := os.Rename(tmp, c.path); err != nil {
+		c.t.Fatal(err)
+	}
+}
+
+// env is the replica's environment variable naming the clock file.
+func (c *testClock) env() string { return "ENVOY_RLS_TEST_CLOCK_FILE=" + c.path }
