@@ -6,9 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net"
-	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -446,25 +444,7 @@ func TestDemo429(t *testing.T) {
 		t.Skip("starts the binary")
 	}
 	d := parseEnvoy(t)
-	bin := binarytest.Build(t)
-	grpcAddr, adminAddr := freeAddr(t), freeAddr(t)
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	cmd := exec.CommandContext(ctx, bin, "serve", "--config", filepath.Join(dir(t), "rules"),
-		"--grpc-addr", grpcAddr, "--admin-addr", adminAddr, "--store", "memory", "--default-headers", "retry_after")
-	var logs bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &logs, &logs
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		cancel()
-		_ = cmd.Wait()
-		if t.Failed() {
-			t.Logf("envoy-rls log:\n%s", logs.String())
-		}
-	}()
-	waitReady(t, "http://"+adminAddr+"/readyz")
+	grpcAddr, adminAddr := deploytest.Serve(t, "--config", filepath.Join(dir(t), "rules"), "--store", "memory", "--default-headers", "retry_after")
 
 	conn, err := grpc.NewClient(grpcAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
@@ -518,30 +498,4 @@ func TestDemo429(t *testing.T) {
 	// The calls above produced OK and OVER_LIMIT decisions in domain demo:
 	// the PromQL in docs/demo.md must find its metrics, labels and values.
 	checkDocQueries(t, "http://"+adminAddr+"/metrics")
-}
-
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
-}
-
-func waitReady(t *testing.T, url string) {
-	t.Helper()
-	deadline := time.Now().Add(15 * time.Second)
-	for time.Now().Before(deadline) {
-		resp, err := http.Get(url)
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return
-			}
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	t.Fatalf("%s not ready within 15s", url)
 }

@@ -3,6 +3,7 @@ package compose_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"net/url"
 	"slices"
@@ -12,6 +13,8 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+
+	"github.com/envoy-rls/envoy-rls/internal/polltest"
 )
 
 // checkDemo runs what docs/demo.md shows against the running demo: the
@@ -55,16 +58,12 @@ func checkDemo(t *testing.T, ctx context.Context) {
 	}
 
 	// Prometheus scrapes both jobs (every 5 s): poll its query API.
-	deadline := time.Now().Add(90 * time.Second)
-	var up map[string]string
-	for time.Now().Before(deadline) {
-		up = promUp(t, client)
-		if up["envoy-rls"] == "1" && up["envoy"] == "1" {
-			return
+	polltest.Eventually(t, 90*time.Second, time.Second, "Prometheus up{job} 1 for envoy-rls and envoy", func() error {
+		if up := promUp(t, client); up["envoy-rls"] != "1" || up["envoy"] != "1" {
+			return fmt.Errorf("up{job} %v", up)
 		}
-		time.Sleep(time.Second)
-	}
-	t.Errorf("Prometheus up{job} after 90s: %v, want envoy-rls and envoy at 1", up)
+		return nil
+	})
 }
 
 // promUp returns the value of `up` per job from the demo's Prometheus, or

@@ -1,13 +1,10 @@
 package helm_test
 
 import (
-	"bytes"
 	"context"
 	"fmt"
-	"net"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -20,7 +17,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
-	"github.com/envoy-rls/envoy-rls/internal/binarytest"
+	"github.com/envoy-rls/envoy-rls/internal/deploytest"
 )
 
 // exportRules is one domain whose single limit (1 a minute per subject)
@@ -49,7 +46,7 @@ func exportedMetrics(t *testing.T) map[string]bool {
 	if err := os.WriteFile(secret, []byte(substituted), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	closed := freeLoopbackAddr(t) // nothing listens there: the Redis store never connects
+	closed := deploytest.FreeAddr(t) // nothing listens there: the Redis store never connects
 	names := map[string]bool{}
 	for _, store := range [][]string{
 		{"--store", "memory", "--memory-max-entries", "2", "--local-cache"},
@@ -66,24 +63,7 @@ func exportedMetrics(t *testing.T) map[string]bool {
 // makes calls and returns the names /metrics shows.
 func scrapeAfterCalls(t *testing.T, rulesDir string, store []string) map[string]bool {
 	t.Helper()
-	grpcAddr, adminAddr := freeLoopbackAddr(t), freeLoopbackAddr(t)
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	args := append([]string{"serve", "--config", rulesDir, "--grpc-addr", grpcAddr, "--admin-addr", adminAddr}, store...)
-	cmd := exec.CommandContext(ctx, binarytest.Build(t), args...)
-	var logs bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &logs, &logs
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		cancel()
-		_ = cmd.Wait()
-		if t.Failed() {
-			t.Logf("envoy-rls %v log:\n%s", store, logs.String())
-		}
-	}()
-	awaitReady(t, "http://"+adminAddr+"/readyz")
+	grpcAddr, adminAddr := deploytest.Serve(t, append([]string{"--config", rulesDir}, store...)...)
 
 	conn, err := grpc.NewClient(grpcAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
@@ -93,7 +73,7 @@ func scrapeAfterCalls(t *testing.T, rulesDir string, store []string) map[string]
 	client := rlsv3.NewRateLimitServiceClient(conn)
 	call := func(domain, client0 string) {
 		t.Helper()
-		cctx, ccancel := context.WithTimeout(ctx, 5*time.Second)
+		cctx, ccancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer ccancel()
 		req := &rlsv3.RateLimitRequest{Domain: domain, Descriptors: []*ratelimitcommonv3.RateLimitDescriptor{{
 			Entries: []*ratelimitcommonv3.RateLimitDescriptor_Entry{{Key: "client", Value: client0}},
@@ -134,33 +114,4 @@ func scrapeAfterCalls(t *testing.T, rulesDir string, store []string) map[string]
 		}
 	}
 	return names
-}
-
-func freeLoopbackAddr(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
-}
-
-// awaitReady polls url until it answers 200, for at most 15 s.
-func awaitReady(t *testing.T, url string) {
-	t.Helper()
-	deadline := time.Now().Add(15 * time.Second)
-	tick := time.NewTicker(50 * time.Millisecond)
-	defer tick.Stop()
-	for time.Now().Before(deadline) {
-		resp, err := http.Get(url)
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return
-			}
-		}
-		<-tick.C
-	}
-	t.Fatalf("%s not ready within 15s", url)
 }
