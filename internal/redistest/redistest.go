@@ -136,8 +136,9 @@ func newOptions(opts []Option) options {
 	return o
 }
 
-// Standalone returns a Redis server: REDIS_ADDR when set (unless Local is
-// given), else a new redis-server process.
+// Standalone returns a Redis server: REDIS_ADDR when set (unless Local or
+// WithRunner is given), else a new one: a redis-server process, or the
+// runner's.
 func Standalone(t testing.TB, opts ...Option) *Server {
 	t.Helper()
 	o := newOptions(opts)
