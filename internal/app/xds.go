@@ -10,7 +10,7 @@ import (
 
 	"google.golang.org/grpc/credentials"
 
-	"github.com/envoy-rls/envoy-rls/pkg/xdsconfig"
+	"github.com/envoy-rls/envoy-rls/pkg/descriptors/xds"
 )
 
 // Config sources (--config-source).
@@ -22,9 +22,9 @@ const (
 // Defaults of the xDS flags.
 const (
 	DefaultConfigSource      = SourceFile
-	DefaultXDSNodeID         = xdsconfig.DefaultNodeID
-	DefaultXDSRetryInterval  = xdsconfig.DefaultRetryInterval
-	DefaultXDSRetryMax       = xdsconfig.DefaultMaxRetryInterval
+	DefaultXDSNodeID         = xds.DefaultNodeID
+	DefaultXDSRetryInterval  = xds.DefaultRetryInterval
+	DefaultXDSRetryMax       = xds.DefaultMaxRetryInterval
 	DefaultXDSInitialTimeout = time.Minute
 )
 

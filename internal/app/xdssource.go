@@ -14,8 +14,8 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/envoy-rls/envoy-rls/pkg/descriptors"
+	"github.com/envoy-rls/envoy-rls/pkg/descriptors/xds"
 	"github.com/envoy-rls/envoy-rls/pkg/rls"
-	"github.com/envoy-rls/envoy-rls/pkg/xdsconfig"
 )
 
 // TriggerXDS is the ReloadResult trigger of a version from the xDS server.
@@ -31,7 +31,7 @@ type xdsSource struct {
 	cur     atomic.Pointer[descriptors.Snapshot]
 	last    atomic.Pointer[descriptors.ReloadResult]
 	version atomic.Pointer[string] // the version in service
-	state   atomic.Int32           // xdsconfig.State
+	state   atomic.Int32           // xds.State
 
 	firstOnce sync.Once
 	first     chan struct{} // closed once a version is in service
@@ -45,7 +45,7 @@ type xdsSource struct {
 // apply is the client's Config.Apply: compile, swap on success.
 func (x *xdsSource) apply(version string, cs []*rlsconf.RateLimitConfig) error {
 	res := descriptors.ReloadResult{Time: time.Now(), Trigger: TriggerXDS}
-	s, err := xdsconfig.Compile(cs, x.opts)
+	s, err := xds.Compile(cs, x.opts)
 	if err != nil {
 		res.Err = err
 		var ce *descriptors.ConfigError
@@ -111,14 +111,14 @@ func (s *server) startXDS(ctx context.Context, opts descriptors.Options) (*xdsSo
 	if s.opts.Config != "" {
 		log.Warn("--config is not read with --config-source xds: the rules come from the xDS server", zap.String("config", s.opts.Config))
 	}
-	c, err := xdsconfig.New(xdsconfig.Config{
+	c, err := xds.New(xds.Config{
 		Server: o.XDSServer, NodeID: o.XDSNodeID, NodeMetadata: o.XDSNodeMetadata.m(),
 		Credentials: creds, Headers: o.XDSHeaders.m(),
 		RetryInterval: o.XDSRetryInterval, MaxRetryInterval: o.XDSRetryMax,
 		Apply: x.apply,
-		OnState: func(st xdsconfig.State, err error) {
+		OnState: func(st xds.State, err error) {
 			x.state.Store(int32(st))
-			if st == xdsconfig.Connected {
+			if st == xds.Connected {
 				x.connected.Set(1)
 				log.Info("xds stream open")
 				return
@@ -172,7 +172,7 @@ func (s *server) startXDS(ctx context.Context, opts descriptors.Options) (*xdsSo
 		why := "no valid version received"
 		if l := x.last.Load(); l != nil && !l.OK {
 			why = "the versions received were refused: " + truncateText(l.Err.Error(), 500)
-		} else if xdsconfig.State(x.state.Load()) != xdsconfig.Connected {
+		} else if xds.State(x.state.Load()) != xds.Connected {
 			why = "the server did not answer"
 		}
 		return nil, fmt.Errorf("%s: no rules from the xDS server %s (node %q) within %v (%s): %s; nothing served (--force-start-without-initial-config starts without rules)",
@@ -197,5 +197,5 @@ type xdsSourceDoc struct {
 }
 
 func (x *xdsSource) doc() xdsSourceDoc {
-	return xdsSourceDoc{Type: SourceXDS, Server: x.server, Node: x.node, Version: x.versionInService(), State: xdsconfig.State(x.state.Load()).String()}
+	return xdsSourceDoc{Type: SourceXDS, Server: x.server, Node: x.node, Version: x.versionInService(), State: xds.State(x.state.Load()).String()}
 }

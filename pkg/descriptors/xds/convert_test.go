@@ -1,4 +1,4 @@
-package xdsconfig
+package xds
 
 import (
 	"errors"

@@ -1,4 +1,4 @@
-package xdsconfig
+package xds
 
 import (
 	"errors"
@@ -39,7 +39,7 @@ type (
 )
 
 // ErrNil is returned for a nil resource.
-var ErrNil = errors.New("xdsconfig: nil RateLimitConfig")
+var ErrNil = errors.New("xds: nil RateLimitConfig")
 
 // Document turns one RateLimitConfig into the rule file it stands for: its
 // domain, and its descriptors with the same keys, values, rate limits
@@ -55,11 +55,11 @@ func Document(c *rlsconf.RateLimitConfig) ([]byte, error) {
 	doc := yamlConfig{Domain: c.GetDomain()}
 	var err error
 	if doc.Descriptors, err = descList(c.GetDescriptors(), 1); err != nil {
-		return nil, fmt.Errorf("xdsconfig: resource %q: %w", c.GetName(), err)
+		return nil, fmt.Errorf("xds: resource %q: %w", c.GetName(), err)
 	}
 	out, err := yaml.Marshal(&doc)
 	if err != nil {
-		return nil, fmt.Errorf("xdsconfig: resource %q: %w", c.GetName(), err)
+		return nil, fmt.Errorf("xds: resource %q: %w", c.GetName(), err)
 	}
 	return out, nil
 }
@@ -124,7 +124,7 @@ func Sources(cs []*rlsconf.RateLimitConfig) ([]descriptors.Source, error) {
 		}
 		name = "xds:" + name
 		if seen[name] {
-			return nil, fmt.Errorf("xdsconfig: two resources are named %q", strings.TrimPrefix(name, "xds:"))
+			return nil, fmt.Errorf("xds: two resources are named %q", strings.TrimPrefix(name, "xds:"))
 		}
 		seen[name] = true
 		out = append(out, descriptors.Source{Name: name, Data: data})

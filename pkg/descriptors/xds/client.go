@@ -1,4 +1,4 @@
-// Package xdsconfig receives rate-limit rules from an xDS management server
+// Package xds receives rate-limit rules from an xDS management server
 // (Envoy Gateway, or any go-control-plane server) as RateLimitConfig
 // resources over the aggregated discovery service, state of the world, and
 // turns them into rule documents for the file compiler.
@@ -9,7 +9,7 @@
 // the error detail, keeping the last accepted version) when it does not, and
 // reconnects with a jittered, growing wait when the stream or the server
 // fails. It holds no rules itself: Apply owns the snapshot.
-package xdsconfig
+package xds
 
 import (
 	"context"
@@ -126,10 +126,10 @@ type Client struct {
 // New checks cfg and prepares the connection; it does not dial (Run does).
 func New(cfg Config) (*Client, error) {
 	if cfg.Server == "" {
-		return nil, errors.New("xdsconfig: no server address")
+		return nil, errors.New("xds: no server address")
 	}
 	if cfg.Apply == nil {
-		return nil, errors.New("xdsconfig: no Apply function")
+		return nil, errors.New("xds: no Apply function")
 	}
 	if cfg.NodeID == "" {
 		cfg.NodeID = DefaultNodeID
@@ -152,7 +152,7 @@ func New(cfg Config) (*Client, error) {
 		}
 		md, err := structpb.NewStruct(fields)
 		if err != nil {
-			return nil, fmt.Errorf("xdsconfig: node metadata: %w", err)
+			return nil, fmt.Errorf("xds: node metadata: %w", err)
 		}
 		node.Metadata = md
 	}
@@ -170,7 +170,7 @@ func New(cfg Config) (*Client, error) {
 	}, cfg.DialOptions...)
 	conn, err := grpc.NewClient(cfg.Server, opts...)
 	if err != nil {
-		return nil, fmt.Errorf("xdsconfig: server %s: %w", cfg.Server, err)
+		return nil, fmt.Errorf("xds: server %s: %w", cfg.Server, err)
 	}
 	return &Client{cfg: cfg, node: node, conn: conn}, nil
 }
@@ -217,17 +217,17 @@ func (c *Client) stream(ctx context.Context) (received bool, err error) {
 	}
 	st, err := discoveryv3.NewAggregatedDiscoveryServiceClient(c.conn).StreamAggregatedResources(ctx, grpc.WaitForReady(false))
 	if err != nil {
-		return false, fmt.Errorf("xdsconfig: opening the stream to %s: %w", c.cfg.Server, err)
+		return false, fmt.Errorf("xds: opening the stream to %s: %w", c.cfg.Server, err)
 	}
 	// The first request subscribes; its version tells a server that
 	// restarted which version this client holds.
 	if err := st.Send(&discoveryv3.DiscoveryRequest{Node: c.node, TypeUrl: TypeURL, VersionInfo: c.lastGood}); err != nil {
-		return false, fmt.Errorf("xdsconfig: subscribing at %s: %w", c.cfg.Server, err)
+		return false, fmt.Errorf("xds: subscribing at %s: %w", c.cfg.Server, err)
 	}
 	for {
 		resp, err := st.Recv()
 		if err != nil {
-			return received, fmt.Errorf("xdsconfig: stream from %s: %w", c.cfg.Server, err)
+			return received, fmt.Errorf("xds: stream from %s: %w", c.cfg.Server, err)
 		}
 		if !received {
 			received = true
@@ -261,7 +261,7 @@ func (c *Client) stream(ctx context.Context) (received bool, err error) {
 		}
 		req.VersionInfo = c.lastGood
 		if err := st.Send(req); err != nil {
-			return received, fmt.Errorf("xdsconfig: answering %s: %w", c.cfg.Server, err)
+			return received, fmt.Errorf("xds: answering %s: %w", c.cfg.Server, err)
 		}
 		if c.cfg.OnResponse != nil {
 			c.cfg.OnResponse(resp.GetVersionInfo(), applyErr == nil)
