@@ -1,7 +1,8 @@
 // Package xds receives rate-limit rules from an xDS management server
 // (Envoy Gateway, or any go-control-plane server) as RateLimitConfig
 // resources over the aggregated discovery service, state of the world, and
-// turns them into rule documents for the file compiler.
+// compiles them: each resource becomes a descriptors.Document, validated
+// by the compiler of the rule files.
 //
 // A Client keeps one stream open to the server: it subscribes as its node to
 // TypeURL, hands every response's resources to Config.Apply, acknowledges
