@@ -15,6 +15,8 @@ package xds
 import (
 	"context"
 	"crypto/sha256"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -84,8 +86,8 @@ type Config struct {
 	NodeID string
 	// NodeMetadata is sent as the node's metadata (Optional).
 	NodeMetadata map[string]string
-	// Credentials secure the connection (Optional; plaintext when nil).
-	Credentials credentials.TransportCredentials
+	// TLS secures the connection (Optional; plaintext when nil).
+	TLS *TLS
 	// Headers are sent as gRPC metadata on the stream (Optional).
 	Headers map[string]string
 	// RetryInterval is the first wait before reconnecting
@@ -108,6 +110,40 @@ type Config struct {
 	After func(time.Duration) <-chan time.Time
 	// DialOptions are added to the client connection's options (Optional).
 	DialOptions []grpc.DialOption
+}
+
+// TLS configures TLS (1.2 or later) to the server, whose certificate is
+// always verified.
+type TLS struct {
+	// RootCAs verify the server's certificate (Optional; the system roots
+	// when nil).
+	RootCAs *x509.CertPool
+	// CertFile and KeyFile hold the PEM client certificate and key for
+	// mutual TLS (Optional; both or neither). They are read at New, to
+	// fail early, and again at each handshake, so that a rotated
+	// certificate is used from the next connection on.
+	CertFile, KeyFile string
+	// ServerName is the name the server's certificate must hold
+	// (Optional; the host of Config.Server when empty).
+	ServerName string
+}
+
+func (t *TLS) credentials() (credentials.TransportCredentials, error) {
+	cfg := &tls.Config{MinVersion: tls.VersionTLS12, ServerName: t.ServerName, RootCAs: t.RootCAs}
+	if t.CertFile != "" || t.KeyFile != "" {
+		cert, key := t.CertFile, t.KeyFile
+		if _, err := tls.LoadX509KeyPair(cert, key); err != nil {
+			return nil, fmt.Errorf("xds: client certificate %q, key %q: %w", cert, key, err)
+		}
+		cfg.GetClientCertificate = func(*tls.CertificateRequestInfo) (*tls.Certificate, error) {
+			c, err := tls.LoadX509KeyPair(cert, key)
+			if err != nil {
+				return nil, fmt.Errorf("xds: client certificate: %w", err)
+			}
+			return &c, nil
+		}
+	}
+	return credentials.NewTLS(cfg), nil
 }
 
 // Client is an ADS state-of-the-world subscriber of RateLimitConfig.
@@ -157,9 +193,12 @@ func New(cfg Config) (*Client, error) {
 		}
 		node.Metadata = md
 	}
-	creds := cfg.Credentials
-	if creds == nil {
-		creds = insecure.NewCredentials()
+	creds := insecure.NewCredentials()
+	if cfg.TLS != nil {
+		var err error
+		if creds, err = cfg.TLS.credentials(); err != nil {
+			return nil, err
+		}
 	}
 	opts := append([]grpc.DialOption{
 		grpc.WithTransportCredentials(creds),
