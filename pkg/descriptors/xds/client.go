@@ -1,7 +1,8 @@
-// Package xdsconfig receives rate-limit rules from an xDS management server
+// Package xds receives rate-limit rules from an xDS management server
 // (Envoy Gateway, or any go-control-plane server) as RateLimitConfig
 // resources over the aggregated discovery service, state of the world, and
-// turns them into rule documents for the file compiler.
+// compiles them: each resource becomes a descriptors.Document, validated
+// by the compiler of the rule files.
 //
 // A Client keeps one stream open to the server: it subscribes as its node to
 // TypeURL, hands every response's resources to Config.Apply, acknowledges
@@ -9,11 +10,13 @@
 // the error detail, keeping the last accepted version) when it does not, and
 // reconnects with a jittered, growing wait when the stream or the server
 // fails. It holds no rules itself: Apply owns the snapshot.
-package xdsconfig
+package xds
 
 import (
 	"context"
 	"crypto/sha256"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -83,8 +86,8 @@ type Config struct {
 	NodeID string
 	// NodeMetadata is sent as the node's metadata (Optional).
 	NodeMetadata map[string]string
-	// Credentials secure the connection (Optional; plaintext when nil).
-	Credentials credentials.TransportCredentials
+	// TLS secures the connection (Optional; plaintext when nil).
+	TLS *TLS
 	// Headers are sent as gRPC metadata on the stream (Optional).
 	Headers map[string]string
 	// RetryInterval is the first wait before reconnecting
@@ -109,6 +112,40 @@ type Config struct {
 	DialOptions []grpc.DialOption
 }
 
+// TLS configures TLS (1.2 or later) to the server, whose certificate is
+// always verified.
+type TLS struct {
+	// RootCAs verify the server's certificate (Optional; the system roots
+	// when nil).
+	RootCAs *x509.CertPool
+	// CertFile and KeyFile hold the PEM client certificate and key for
+	// mutual TLS (Optional; both or neither). They are read at New, to
+	// fail early, and again at each handshake, so that a rotated
+	// certificate is used from the next connection on.
+	CertFile, KeyFile string
+	// ServerName is the name the server's certificate must hold
+	// (Optional; the host of Config.Server when empty).
+	ServerName string
+}
+
+func (t *TLS) credentials() (credentials.TransportCredentials, error) {
+	cfg := &tls.Config{MinVersion: tls.VersionTLS12, ServerName: t.ServerName, RootCAs: t.RootCAs}
+	if t.CertFile != "" || t.KeyFile != "" {
+		cert, key := t.CertFile, t.KeyFile
+		if _, err := tls.LoadX509KeyPair(cert, key); err != nil {
+			return nil, fmt.Errorf("xds: client certificate %q, key %q: %w", cert, key, err)
+		}
+		cfg.GetClientCertificate = func(*tls.CertificateRequestInfo) (*tls.Certificate, error) {
+			c, err := tls.LoadX509KeyPair(cert, key)
+			if err != nil {
+				return nil, fmt.Errorf("xds: client certificate: %w", err)
+			}
+			return &c, nil
+		}
+	}
+	return credentials.NewTLS(cfg), nil
+}
+
 // Client is an ADS state-of-the-world subscriber of RateLimitConfig.
 type Client struct {
 	cfg  Config
@@ -126,10 +163,10 @@ type Client struct {
 // New checks cfg and prepares the connection; it does not dial (Run does).
 func New(cfg Config) (*Client, error) {
 	if cfg.Server == "" {
-		return nil, errors.New("xdsconfig: no server address")
+		return nil, errors.New("xds: no server address")
 	}
 	if cfg.Apply == nil {
-		return nil, errors.New("xdsconfig: no Apply function")
+		return nil, errors.New("xds: no Apply function")
 	}
 	if cfg.NodeID == "" {
 		cfg.NodeID = DefaultNodeID
@@ -152,13 +189,16 @@ func New(cfg Config) (*Client, error) {
 		}
 		md, err := structpb.NewStruct(fields)
 		if err != nil {
-			return nil, fmt.Errorf("xdsconfig: node metadata: %w", err)
+			return nil, fmt.Errorf("xds: node metadata: %w", err)
 		}
 		node.Metadata = md
 	}
-	creds := cfg.Credentials
-	if creds == nil {
-		creds = insecure.NewCredentials()
+	creds := insecure.NewCredentials()
+	if cfg.TLS != nil {
+		var err error
+		if creds, err = cfg.TLS.credentials(); err != nil {
+			return nil, err
+		}
 	}
 	opts := append([]grpc.DialOption{
 		grpc.WithTransportCredentials(creds),
@@ -170,7 +210,7 @@ func New(cfg Config) (*Client, error) {
 	}, cfg.DialOptions...)
 	conn, err := grpc.NewClient(cfg.Server, opts...)
 	if err != nil {
-		return nil, fmt.Errorf("xdsconfig: server %s: %w", cfg.Server, err)
+		return nil, fmt.Errorf("xds: server %s: %w", cfg.Server, err)
 	}
 	return &Client{cfg: cfg, node: node, conn: conn}, nil
 }
@@ -217,17 +257,17 @@ func (c *Client) stream(ctx context.Context) (received bool, err error) {
 	}
 	st, err := discoveryv3.NewAggregatedDiscoveryServiceClient(c.conn).StreamAggregatedResources(ctx, grpc.WaitForReady(false))
 	if err != nil {
-		return false, fmt.Errorf("xdsconfig: opening the stream to %s: %w", c.cfg.Server, err)
+		return false, fmt.Errorf("xds: opening the stream to %s: %w", c.cfg.Server, err)
 	}
 	// The first request subscribes; its version tells a server that
 	// restarted which version this client holds.
 	if err := st.Send(&discoveryv3.DiscoveryRequest{Node: c.node, TypeUrl: TypeURL, VersionInfo: c.lastGood}); err != nil {
-		return false, fmt.Errorf("xdsconfig: subscribing at %s: %w", c.cfg.Server, err)
+		return false, fmt.Errorf("xds: subscribing at %s: %w", c.cfg.Server, err)
 	}
 	for {
 		resp, err := st.Recv()
 		if err != nil {
-			return received, fmt.Errorf("xdsconfig: stream from %s: %w", c.cfg.Server, err)
+			return received, fmt.Errorf("xds: stream from %s: %w", c.cfg.Server, err)
 		}
 		if !received {
 			received = true
@@ -261,7 +301,7 @@ func (c *Client) stream(ctx context.Context) (received bool, err error) {
 		}
 		req.VersionInfo = c.lastGood
 		if err := st.Send(req); err != nil {
-			return received, fmt.Errorf("xdsconfig: answering %s: %w", c.cfg.Server, err)
+			return received, fmt.Errorf("xds: answering %s: %w", c.cfg.Server, err)
 		}
 		if c.cfg.OnResponse != nil {
 			c.cfg.OnResponse(resp.GetVersionInfo(), applyErr == nil)
