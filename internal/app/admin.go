@@ -105,7 +105,7 @@ type configDoc struct {
 	LastReload         reloadDoc                `json:"last_reload"`
 	// Source is where the rules come from: a file, or an xDS server with
 	// its node and the version in service.
-	Source xdsSourceDoc `json:"source"`
+	Source sourceDoc `json:"source"`
 }
 
 func (s *server) configView() configDoc {

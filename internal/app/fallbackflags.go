@@ -4,8 +4,10 @@ import (
 	"flag"
 	"fmt"
 
+	"go.uber.org/zap"
+
 	"github.com/envoy-rls/envoy-rls/pkg/limiter"
-	"github.com/envoy-rls/envoy-rls/pkg/rls"
+	"github.com/envoy-rls/envoy-rls/pkg/limiter/failover"
 )
 
 // Defaults of the readiness and local fallback flags.
@@ -13,14 +15,14 @@ const (
 	DefaultReadiness               = ReadinessRules
 	DefaultFailureMode             = "closed"
 	DefaultReplicasHint            = 1
-	DefaultLocalFallbackMaxEntries = rls.DefaultLocalMaxEntries
+	DefaultLocalFallbackMaxEntries = failover.DefaultMaxEntries
 )
 
 // fallbackFlags adds the flags of readiness and of failure_mode: local.
 func fallbackFlags(fs *flag.FlagSet, o *Options) {
 	fs.StringVar(&o.Readiness, "readiness", DefaultReadiness, "what /readyz requires: rules (rules loaded and listeners up; a store outage is answered by each policy's failure mode) or store (also a store that answers, so that Envoy's failure_mode_deny decides during an outage)")
 	fs.StringVar(&o.DefaultFailureMode, "default-failure-mode", DefaultFailureMode, "failure mode of the rules that set no failure_mode: closed, open or local")
-	fs.IntVar(&o.ReplicasHint, "replicas-hint", DefaultReplicasHint, fmt.Sprintf("replicas sharing each limit: failure_mode local limits admit limit/replicas-hint (rounded down, at least 1) per replica while the store fails; 1–%d", rls.MaxReplicas))
+	fs.IntVar(&o.ReplicasHint, "replicas-hint", DefaultReplicasHint, fmt.Sprintf("replicas sharing each limit: failure_mode local limits admit limit/replicas-hint (rounded down, at least 1) per replica while the store fails; 1–%d", failover.MaxReplicas))
 	fs.IntVar(&o.LocalFallbackMaxEntries, "local-fallback-max-entries", DefaultLocalFallbackMaxEntries, "failure_mode local: the most subjects this replica's local limiter holds at once (new ones beyond are denied)")
 }
 
@@ -34,7 +36,7 @@ func (o *Options) fallbackCheck() []string {
 	if _, err := limiter.ParseFailureMode(o.DefaultFailureMode); err != nil {
 		bad = append(bad, "default-failure-mode")
 	}
-	if o.ReplicasHint < 1 || o.ReplicasHint > rls.MaxReplicas {
+	if o.ReplicasHint < 1 || o.ReplicasHint > failover.MaxReplicas {
 		bad = append(bad, "replicas-hint")
 	}
 	if o.LocalFallbackMaxEntries < 1 {
@@ -43,7 +45,23 @@ func (o *Options) fallbackCheck() []string {
 	return bad
 }
 
-// localConfig is the rls.LocalConfig of the flags.
-func (s *server) localConfig() rls.LocalConfig {
-	return rls.LocalConfig{Replicas: s.opts.ReplicasHint, MaxEntries: s.opts.LocalFallbackMaxEntries}
+// failoverConfig is the failover.Config of the flags: the local limiter
+// runs on the store's clock and its transitions are logged.
+func (s *server) failoverConfig() failover.Config {
+	return failover.Config{Replicas: s.opts.ReplicasHint, MaxEntries: s.opts.LocalFallbackMaxEntries,
+		Clock: s.clock, Observer: localLog{s.log.Named("rls")}}
 }
+
+// Log messages of the local fallback.
+const (
+	msgLocalStarted = "store failed: deciding failure_mode local limits with this replica's share"
+	msgLocalDropped = "store decides again: local fallback state dropped"
+)
+
+// localLog logs the failover store's local limiter transitions.
+type localLog struct{ log *zap.Logger }
+
+func (l localLog) LocalStarted(replicas int) {
+	l.log.Warn(msgLocalStarted, zap.Int("replicas_hint", replicas))
+}
+func (l localLog) LocalDropped() { l.log.Info(msgLocalDropped) }

@@ -11,9 +11,9 @@ import (
 
 	"github.com/envoy-rls/envoy-rls/pkg/descriptors"
 	"github.com/envoy-rls/envoy-rls/pkg/limiter/denycache"
+	"github.com/envoy-rls/envoy-rls/pkg/limiter/failover"
 	"github.com/envoy-rls/envoy-rls/pkg/limiter/memory"
 	"github.com/envoy-rls/envoy-rls/pkg/limiter/redis"
-	"github.com/envoy-rls/envoy-rls/pkg/rls"
 )
 
 // EnvPrefix prefixes the environment variable of every flag: --grpc-addr is
@@ -198,7 +198,7 @@ var accepts = map[string]string{
 
 	"readiness":                  ReadinessRules + " or " + ReadinessStore,
 	"default-failure-mode":       "closed, open or local",
-	"replicas-hint":              fmt.Sprintf("an integer between 1 and %d", rls.MaxReplicas),
+	"replicas-hint":              fmt.Sprintf("an integer between 1 and %d", failover.MaxReplicas),
 	"local-fallback-max-entries": "a positive integer",
 	// rulelimits.go
 	"config-max-bytes":       "a positive number of bytes",

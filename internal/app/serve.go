@@ -27,6 +27,7 @@ import (
 	"github.com/envoy-rls/envoy-rls/pkg/descriptors"
 	"github.com/envoy-rls/envoy-rls/pkg/limiter"
 	"github.com/envoy-rls/envoy-rls/pkg/limiter/denycache"
+	"github.com/envoy-rls/envoy-rls/pkg/limiter/failover"
 	"github.com/envoy-rls/envoy-rls/pkg/rls"
 	"github.com/envoy-rls/envoy-rls/pkg/topk"
 )
@@ -152,15 +153,20 @@ func serve(ctx context.Context, o Options, getenv func(string) string, log *zap.
 		return err
 	}
 	defer stopAudit()
+	// The service's store answers failures by each policy's failure mode;
+	// the admin API reads s.store itself, failures included.
+	answering, err := failover.New(s.store, s.failoverConfig())
+	if err != nil {
+		return err
+	}
 	svc, err := rls.New(rls.Config{
 		Rules:          s.rules.rules,
-		Store:          s.store,
+		Store:          answering,
 		Metrics:        s.metrics.rpc,
 		Logger:         log,
 		DefaultHeaders: headers,
 		HeaderNames:    o.headerNames(),
 		TracerProvider: s.tracing.provider(),
-		Local:          s.localConfig(),
 		Received:       received,
 		Claim:          claim,
 		Observer:       s.withTop(observer),

@@ -1,14 +1,28 @@
-// Package limitertest holds the store-independent suites of the batch rule
-// (limiter.Store: a request consumes on every limit that admits it or on
-// none), run by the memory store's tests and by the Redis store's tests on
-// standalone Redis and on a Redis Cluster, so that every implementation
-// answers the same table.
+// Package limitertest holds the behavioural suite every limiter.Store
+// passes, written once and run by the tests of each store: the memory
+// store, the Redis store (standalone and Cluster) and the local deny cache
+// (over memory and over Redis). Its parts:
+//
+//   - Run: the batch rule (a request consumes on every limit that admits it
+//     or on none), roles, penalty boxes and calendar periods, on a clock the
+//     test need not set (Cases);
+//   - RunTimed: calendar boundaries, penalty blocks, their doubling and
+//     decay, and sliding logs over time, on a fresh store per case deciding
+//     by a Clock the suite sets (TimedCases); Redis decides with its own
+//     TIME, which no test sets, so it runs Run and RunReset and its side of
+//     time is the Go↔Lua parity of pkg/limiter/redis;
+//   - RunReset: limiter.Resetter, one state and a whole policy;
+//   - Exactness: concurrent batches on one or more stores.
+//
+// A store joins by calling these from its own tests with a Config (and, for
+// RunTimed, a NewStore that builds it on a given clock).
 package limitertest
 
 import (
 	"context"
 	"crypto/sha256"
 	"fmt"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -29,6 +43,9 @@ type Config struct {
 	// Tag returns the hash tag of a request of case c; nil leaves every
 	// tag zero (derived from the subject). (Optional)
 	Tag func(c string) limiter.Tag
+	// Clock is the clock the store decides by, which a timed case sets
+	// (Case.Start). (Required by timed cases; RunTimed sets it)
+	Clock *Clock
 }
 
 // Want is the expected outcome of one request.
@@ -39,6 +56,12 @@ type Want struct {
 	Failed bool
 	// Blocked: denied by the policy's penalty box (Decision.Blocked).
 	Blocked bool
+	// Retry is the decision's RetryAfter, and Reset its ResetAt unless
+	// zero: checked by timed cases only (on a running clock both move). A
+	// deny cache's answer (limiter.SourceLocalCache) may say up to 1 ms
+	// less than Retry: it expires that much early, the stores' resolution.
+	Retry time.Duration
+	Reset time.Time
 }
 
 // Req is one request of a step: the limit (an index into the case's
@@ -50,10 +73,12 @@ type Req struct {
 	Mode    limiter.Role
 }
 
-// Step is one batch and what each request must answer.
+// Step is one batch and what each request must answer. In a timed case
+// the clock is first set to At, unless zero.
 type Step struct {
 	Batch []Req
 	Want  []Want
+	At    time.Time
 }
 
 // Case is one named scenario: its limits and its steps, in order.
@@ -61,6 +86,13 @@ type Case struct {
 	Name     string
 	Policies []limiter.PolicySpec
 	Steps    []Step
+	// Start makes the case timed: it runs on a store deciding by
+	// Config.Clock, set to Start, and checks Want.Retry and Want.Reset.
+	Start time.Time
+	// Subjects, when above 1, runs every step for that many subjects in
+	// turn (each request's subject suffixed with the subject's number), so
+	// that a bounded store holds some of them in its overflow.
+	Subjects int
 }
 
 func fw(id string, limit int64) limiter.PolicySpec {
@@ -113,46 +145,46 @@ func Cases() []Case {
 			Name:     "tenant denies: user unchanged",
 			Policies: []limiter.PolicySpec{fw("user", 5), tb("tenant", 2)},
 			Steps: []Step{
-				{[]Req{{tenant, "acme", 2, o}}, []Want{allowedConsumed(0)}},
-				{[]Req{{user, "acme/bob", 1, o}, {tenant, "acme", 1, o}}, []Want{allowedHeld(5), denied(0)}},
-				{[]Req{{user, "acme/bob", 1, o}, {tenant, "acme", 1, o}}, []Want{allowedHeld(5), denied(0)}},
-				{[]Req{{user, "acme/bob", 1, o}}, []Want{allowedConsumed(4)}},
+				{Batch: []Req{{tenant, "acme", 2, o}}, Want: []Want{allowedConsumed(0)}},
+				{Batch: []Req{{user, "acme/bob", 1, o}, {tenant, "acme", 1, o}}, Want: []Want{allowedHeld(5), denied(0)}},
+				{Batch: []Req{{user, "acme/bob", 1, o}, {tenant, "acme", 1, o}}, Want: []Want{allowedHeld(5), denied(0)}},
+				{Batch: []Req{{user, "acme/bob", 1, o}}, Want: []Want{allowedConsumed(4)}},
 			},
 		},
 		{
 			Name:     "user denies: tenant unchanged",
 			Policies: []limiter.PolicySpec{sw("user", 1), fw("tenant", 10)},
 			Steps: []Step{
-				{[]Req{{user, "acme/bob", 1, o}, {tenant, "acme", 1, o}}, []Want{allowedConsumed(0), allowedConsumed(9)}},
-				{[]Req{{user, "acme/bob", 1, o}, {tenant, "acme", 1, o}}, []Want{denied(0), allowedHeld(9)}},
-				{[]Req{{user, "acme/eve", 1, o}, {tenant, "acme", 1, o}}, []Want{allowedConsumed(0), allowedConsumed(8)}},
+				{Batch: []Req{{user, "acme/bob", 1, o}, {tenant, "acme", 1, o}}, Want: []Want{allowedConsumed(0), allowedConsumed(9)}},
+				{Batch: []Req{{user, "acme/bob", 1, o}, {tenant, "acme", 1, o}}, Want: []Want{denied(0), allowedHeld(9)}},
+				{Batch: []Req{{user, "acme/eve", 1, o}, {tenant, "acme", 1, o}}, Want: []Want{allowedConsumed(0), allowedConsumed(8)}},
 			},
 		},
 		{
 			Name:     "shadow never blocks and consumes on commit",
 			Policies: []limiter.PolicySpec{fw("user", 5), fw("shadow", 1)},
 			Steps: []Step{
-				{[]Req{{user, "u", 1, o}, {tenant, "u", 1, s}}, []Want{allowedConsumed(4), allowedConsumed(0)}},
-				{[]Req{{user, "u", 1, o}, {tenant, "u", 1, s}}, []Want{allowedConsumed(3), denied(0)}},
+				{Batch: []Req{{user, "u", 1, o}, {tenant, "u", 1, s}}, Want: []Want{allowedConsumed(4), allowedConsumed(0)}},
+				{Batch: []Req{{user, "u", 1, o}, {tenant, "u", 1, s}}, Want: []Want{allowedConsumed(3), denied(0)}},
 			},
 		},
 		{
 			Name:     "quota: commits unless every quota limit denies",
 			Policies: []limiter.PolicySpec{fw("qa", 1), fw("qb", 2), fw("user", 9)},
 			Steps: []Step{
-				{[]Req{{0, "q", 1, q}, {1, "q", 1, q}}, []Want{allowedConsumed(0), allowedConsumed(1)}},
-				{[]Req{{0, "q", 1, q}, {1, "q", 1, q}}, []Want{denied(0), allowedConsumed(0)}},
-				{[]Req{{0, "q", 1, q}, {1, "q", 1, q}, {2, "u", 1, o}}, []Want{denied(0), denied(0), allowedHeld(9)}},
-				{[]Req{{2, "u", 1, o}}, []Want{allowedConsumed(8)}},
+				{Batch: []Req{{0, "q", 1, q}, {1, "q", 1, q}}, Want: []Want{allowedConsumed(0), allowedConsumed(1)}},
+				{Batch: []Req{{0, "q", 1, q}, {1, "q", 1, q}}, Want: []Want{denied(0), allowedConsumed(0)}},
+				{Batch: []Req{{0, "q", 1, q}, {1, "q", 1, q}, {2, "u", 1, o}}, Want: []Want{denied(0), denied(0), allowedHeld(9)}},
+				{Batch: []Req{{2, "u", 1, o}}, Want: []Want{allowedConsumed(8)}},
 			},
 		},
 		{
 			Name:     "check mode never consumes",
 			Policies: []limiter.PolicySpec{fw("user", 3)},
 			Steps: []Step{
-				{[]Req{{user, "u", 2, c}}, []Want{allowedHeld(3)}},
-				{[]Req{{user, "u", 2, o}}, []Want{allowedConsumed(1)}},
-				{[]Req{{user, "u", 2, c}}, []Want{denied(1)}},
+				{Batch: []Req{{user, "u", 2, c}}, Want: []Want{allowedHeld(3)}},
+				{Batch: []Req{{user, "u", 2, o}}, Want: []Want{allowedConsumed(1)}},
+				{Batch: []Req{{user, "u", 2, c}}, Want: []Want{denied(1)}},
 			},
 		},
 		{
@@ -162,14 +194,14 @@ func Cases() []Case {
 			Name:     "probe blocks and never consumes",
 			Policies: []limiter.PolicySpec{fw("user", 2), tb("tenant", 9)},
 			Steps: []Step{
-				{[]Req{{user, "u", 1, pr}}, []Want{allowedHeld(2)}},
-				{[]Req{{user, "u", 1, pr}, {tenant, "t", 1, o}}, []Want{allowedHeld(2), allowedConsumed(8)}},
-				{[]Req{{user, "u", 2, o}}, []Want{allowedConsumed(0)}},
-				{[]Req{{user, "u", 1, pr}, {tenant, "t", 1, o}}, []Want{denied(0), allowedHeld(8)}},
-				{[]Req{{tenant, "t", 1, pr}}, []Want{allowedHeld(8)}},
+				{Batch: []Req{{user, "u", 1, pr}}, Want: []Want{allowedHeld(2)}},
+				{Batch: []Req{{user, "u", 1, pr}, {tenant, "t", 1, o}}, Want: []Want{allowedHeld(2), allowedConsumed(8)}},
+				{Batch: []Req{{user, "u", 2, o}}, Want: []Want{allowedConsumed(0)}},
+				{Batch: []Req{{user, "u", 1, pr}, {tenant, "t", 1, o}}, Want: []Want{denied(0), allowedHeld(8)}},
+				{Batch: []Req{{tenant, "t", 1, pr}}, Want: []Want{allowedHeld(8)}},
 				// A later request on the same state does not see a probe's cost.
-				{[]Req{{tenant, "t", 8, pr}, {tenant, "t", 8, o}}, []Want{allowedHeld(8), allowedConsumed(0)}},
-				{[]Req{{tenant, "t", 1, pr}}, []Want{denied(0)}},
+				{Batch: []Req{{tenant, "t", 8, pr}, {tenant, "t", 8, o}}, Want: []Want{allowedHeld(8), allowedConsumed(0)}},
+				{Batch: []Req{{tenant, "t", 1, pr}}, Want: []Want{denied(0)}},
 			},
 		},
 		{
@@ -178,11 +210,11 @@ func Cases() []Case {
 			Name:     "quota probe: a quota limit that never consumes",
 			Policies: []limiter.PolicySpec{fw("qa", 1), fw("qb", 2), fw("user", 9)},
 			Steps: []Step{
-				{[]Req{{0, "q", 1, q}}, []Want{allowedConsumed(0)}},
-				{[]Req{{0, "q", 1, qp}, {1, "q", 1, q}}, []Want{denied(0), allowedConsumed(1)}},
-				{[]Req{{0, "q", 1, q}, {1, "q", 1, qp}, {2, "u", 1, o}}, []Want{denied(0), allowedHeld(1), allowedConsumed(8)}},
-				{[]Req{{1, "q", 1, q}}, []Want{allowedConsumed(0)}},
-				{[]Req{{0, "q", 1, qp}, {1, "q", 1, qp}, {2, "u", 1, o}}, []Want{denied(0), denied(0), allowedHeld(8)}},
+				{Batch: []Req{{0, "q", 1, q}}, Want: []Want{allowedConsumed(0)}},
+				{Batch: []Req{{0, "q", 1, qp}, {1, "q", 1, q}}, Want: []Want{denied(0), allowedConsumed(1)}},
+				{Batch: []Req{{0, "q", 1, q}, {1, "q", 1, qp}, {2, "u", 1, o}}, Want: []Want{denied(0), allowedHeld(1), allowedConsumed(8)}},
+				{Batch: []Req{{1, "q", 1, q}}, Want: []Want{allowedConsumed(0)}},
+				{Batch: []Req{{0, "q", 1, qp}, {1, "q", 1, qp}, {2, "u", 1, o}}, Want: []Want{denied(0), denied(0), allowedHeld(8)}},
 			},
 		},
 		{
@@ -191,9 +223,9 @@ func Cases() []Case {
 			Name:     "one state twice in a batch",
 			Policies: []limiter.PolicySpec{fw("user", 3)},
 			Steps: []Step{
-				{[]Req{{user, "u", 2, o}, {user, "u", 2, o}}, []Want{allowedHeld(3), denied(1)}},
-				{[]Req{{user, "u", 1, o}, {user, "u", 2, o}}, []Want{allowedConsumed(2), allowedConsumed(0)}},
-				{[]Req{{user, "u", 1, o}}, []Want{denied(0)}},
+				{Batch: []Req{{user, "u", 2, o}, {user, "u", 2, o}}, Want: []Want{allowedHeld(3), denied(1)}},
+				{Batch: []Req{{user, "u", 1, o}, {user, "u", 2, o}}, Want: []Want{allowedConsumed(2), allowedConsumed(0)}},
+				{Batch: []Req{{user, "u", 1, o}}, Want: []Want{denied(0)}},
 			},
 		},
 		{
@@ -203,28 +235,49 @@ func Cases() []Case {
 			Name:     "penalty box",
 			Policies: []limiter.PolicySpec{penalized("boxed", 2), fw("tenant", 5), slPenalized("logged", 1)},
 			Steps: []Step{
-				{[]Req{{user, "u", 2, o}}, []Want{allowedConsumed(0)}},
-				{[]Req{{user, "u", 1, c}}, []Want{denied(0)}},
-				{[]Req{{user, "u", 1, c}}, []Want{denied(0)}},
-				{[]Req{{tenant, "t", 1, o}, {user, "u", 1, o}}, []Want{allowedHeld(5), denied(0)}},
-				{[]Req{{tenant, "t", 1, o}}, []Want{allowedConsumed(4)}},
-				{[]Req{{user, "u", 1, c}, {user, "u", 1, o}}, []Want{blocked, blocked}},
-				{[]Req{{user, "v", 2, s}, {tenant, "t", 1, o}}, []Want{allowedConsumed(0), allowedConsumed(3)}},
-				{[]Req{{user, "v", 1, s}, {tenant, "t", 1, o}}, []Want{denied(0), allowedConsumed(2)}},
-				{[]Req{{user, "v", 1, s}, {tenant, "t", 1, o}}, []Want{blocked, allowedConsumed(1)}},
+				{Batch: []Req{{user, "u", 2, o}}, Want: []Want{allowedConsumed(0)}},
+				{Batch: []Req{{user, "u", 1, c}}, Want: []Want{denied(0)}},
+				{Batch: []Req{{user, "u", 1, c}}, Want: []Want{denied(0)}},
+				{Batch: []Req{{tenant, "t", 1, o}, {user, "u", 1, o}}, Want: []Want{allowedHeld(5), denied(0)}},
+				{Batch: []Req{{tenant, "t", 1, o}}, Want: []Want{allowedConsumed(4)}},
+				{Batch: []Req{{user, "u", 1, c}, {user, "u", 1, o}}, Want: []Want{blocked, blocked}},
+				{Batch: []Req{{user, "v", 2, s}, {tenant, "t", 1, o}}, Want: []Want{allowedConsumed(0), allowedConsumed(3)}},
+				{Batch: []Req{{user, "v", 1, s}, {tenant, "t", 1, o}}, Want: []Want{denied(0), allowedConsumed(2)}},
+				{Batch: []Req{{user, "v", 1, s}, {tenant, "t", 1, o}}, Want: []Want{blocked, allowedConsumed(1)}},
 				// A probe (of either kind) reports a denial and a block
 				// but never records an offence; its block blocks the batch.
-				{[]Req{{user, "w", 2, o}}, []Want{allowedConsumed(0)}},
-				{[]Req{{user, "w", 1, pr}}, []Want{denied(0)}},
-				{[]Req{{user, "w", 1, qp}}, []Want{denied(0)}},
-				{[]Req{{user, "w", 1, o}}, []Want{denied(0)}},
-				{[]Req{{user, "w", 1, pr}, {tenant, "t", 1, o}}, []Want{blocked, allowedHeld(1)}},
-				{[]Req{{user, "w", 1, qp}}, []Want{blocked}},
+				{Batch: []Req{{user, "w", 2, o}}, Want: []Want{allowedConsumed(0)}},
+				{Batch: []Req{{user, "w", 1, pr}}, Want: []Want{denied(0)}},
+				{Batch: []Req{{user, "w", 1, qp}}, Want: []Want{denied(0)}},
+				{Batch: []Req{{user, "w", 1, o}}, Want: []Want{denied(0)}},
+				{Batch: []Req{{user, "w", 1, pr}, {tenant, "t", 1, o}}, Want: []Want{blocked, allowedHeld(1)}},
+				{Batch: []Req{{user, "w", 1, qp}}, Want: []Want{blocked}},
 				// A sliding log's offence blocks as a window's does.
-				{[]Req{{2, "x", 1, o}}, []Want{allowedConsumed(0)}},
-				{[]Req{{2, "x", 1, pr}}, []Want{denied(0)}},
-				{[]Req{{2, "x", 1, o}}, []Want{denied(0)}},
-				{[]Req{{2, "x", 1, o}, {tenant, "t", 1, o}}, []Want{blocked, allowedHeld(1)}},
+				{Batch: []Req{{2, "x", 1, o}}, Want: []Want{allowedConsumed(0)}},
+				{Batch: []Req{{2, "x", 1, pr}}, Want: []Want{denied(0)}},
+				{Batch: []Req{{2, "x", 1, o}}, Want: []Want{denied(0)}},
+				{Batch: []Req{{2, "x", 1, o}, {tenant, "t", 1, o}}, Want: []Want{blocked, allowedHeld(1)}},
+			},
+		},
+		{
+			// A calendar period counts and boxes as a window does; a probe
+			// records neither a hit nor an offence. A calendar year (of a
+			// fixed offset), so that no period ends during the case.
+			Name: "calendar year with a penalty box",
+			Policies: []limiter.PolicySpec{func() limiter.PolicySpec {
+				spec := calendar("year-pen", 2, limiter.CalendarYear, time.FixedZone("+05:30", 5*3600+30*60))
+				spec.Penalty = limiter.Penalty{Duration: time.Hour, MaxDuration: 8 * time.Hour, Decay: time.Hour}
+				return spec
+			}()},
+			Steps: []Step{
+				{Batch: []Req{{user, "u", 1, pr}}, Want: []Want{allowedHeld(2)}},
+				{Batch: []Req{{user, "u", 1, o}}, Want: []Want{allowedConsumed(1)}},
+				{Batch: []Req{{user, "u", 1, pr}}, Want: []Want{allowedHeld(1)}},
+				{Batch: []Req{{user, "u", 1, o}}, Want: []Want{allowedConsumed(0)}},
+				{Batch: []Req{{user, "u", 1, pr}}, Want: []Want{denied(0)}},
+				{Batch: []Req{{user, "u", 1, o}}, Want: []Want{denied(0)}},
+				{Batch: []Req{{user, "u", 1, pr}}, Want: []Want{blocked}},
+				{Batch: []Req{{user, "u", 1, o}}, Want: []Want{blocked}},
 			},
 		},
 		{
@@ -233,10 +286,10 @@ func Cases() []Case {
 			Name:     "sliding log: all or nothing",
 			Policies: []limiter.PolicySpec{sl("user", 4), fw("tenant", 2)},
 			Steps: []Step{
-				{[]Req{{user, "u", 2, o}, {tenant, "t", 3, o}}, []Want{allowedHeld(4), {Failed: true}}},
-				{[]Req{{user, "u", 2, o}, {user, "u", 1, o}, {tenant, "t", 2, o}}, []Want{allowedConsumed(2), allowedConsumed(1), allowedConsumed(0)}},
-				{[]Req{{user, "u", 2, o}}, []Want{denied(1)}},
-				{[]Req{{user, "u", 1, o}}, []Want{allowedConsumed(0)}},
+				{Batch: []Req{{user, "u", 2, o}, {tenant, "t", 3, o}}, Want: []Want{allowedHeld(4), {Failed: true}}},
+				{Batch: []Req{{user, "u", 2, o}, {user, "u", 1, o}, {tenant, "t", 2, o}}, Want: []Want{allowedConsumed(2), allowedConsumed(1), allowedConsumed(0)}},
+				{Batch: []Req{{user, "u", 2, o}}, Want: []Want{denied(1)}},
+				{Batch: []Req{{user, "u", 1, o}}, Want: []Want{allowedConsumed(0)}},
 			},
 		},
 		{
@@ -245,8 +298,8 @@ func Cases() []Case {
 			Name:     "a failed fail-closed limit blocks",
 			Policies: []limiter.PolicySpec{fw("user", 5), fw("tenant", 2)},
 			Steps: []Step{
-				{[]Req{{user, "u", 1, o}, {tenant, "t", 3, o}}, []Want{allowedHeld(5), {Failed: true}}},
-				{[]Req{{user, "u", 1, o}}, []Want{allowedConsumed(4)}},
+				{Batch: []Req{{user, "u", 1, o}, {tenant, "t", 3, o}}, Want: []Want{allowedHeld(5), {Failed: true}}},
+				{Batch: []Req{{user, "u", 1, o}}, Want: []Want{allowedConsumed(4)}},
 			},
 		},
 	}
@@ -264,6 +317,10 @@ func Run(t *testing.T, store limiter.Store, cfg Config) {
 // RunCase runs one case.
 func RunCase(t *testing.T, store limiter.Store, cfg Config, tc Case) {
 	t.Helper()
+	timed := !tc.Start.IsZero()
+	if timed && cfg.Clock == nil {
+		t.Fatalf("case %q is timed: Config.Clock is required", tc.Name)
+	}
 	pols := make([]*limiter.Policy, len(tc.Policies))
 	for i, spec := range tc.Policies {
 		spec.ID = cfg.Prefix + "." + spec.ID
@@ -273,33 +330,71 @@ func RunCase(t *testing.T, store limiter.Store, cfg Config, tc Case) {
 	if cfg.Tag != nil {
 		tag = cfg.Tag(tc.Name)
 	}
+	subjects := max(tc.Subjects, 1)
 	for si, st := range tc.Steps {
-		batch := make([]limiter.Request, len(st.Batch))
-		for i, r := range st.Batch {
-			batch[i] = limiter.Request{Policy: pols[r.Limit], Subject: Subject(cfg.Prefix + "/" + tc.Name + "/" + r.Subject),
-				Cost: r.Cost, Role: r.Mode, Tag: tag}
+		if !st.At.IsZero() {
+			if !timed {
+				t.Fatalf("step %d sets the clock in an untimed case", si)
+			}
+			cfg.Clock.Set(st.At)
 		}
-		out := make([]limiter.Outcome, len(batch))
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		store.Evaluate(ctx, batch, out)
-		cancel()
-		for i, w := range st.Want {
-			o := out[i]
-			if w.Failed {
-				if o.Kind == limiter.Evaluated {
-					t.Errorf("step %d request %d: %+v, want a failure", si, i, o.Decision)
+		for n := range subjects {
+			batch := make([]limiter.Request, len(st.Batch))
+			for i, r := range st.Batch {
+				name := cfg.Prefix + "/" + tc.Name + "/" + r.Subject
+				if subjects > 1 {
+					name += "#" + strconv.Itoa(n)
 				}
-				continue
+				batch[i] = limiter.Request{Policy: pols[r.Limit], Subject: Subject(name), Cost: r.Cost, Role: r.Mode, Tag: tag}
 			}
-			if o.Kind != limiter.Evaluated {
-				t.Fatalf("step %d request %d: %v %s: %v", si, i, o.Kind, o.Category, o.Err)
-			}
-			d := o.Decision
-			if d.Allowed != w.Allowed || d.Consumed != w.Consumed || d.Remaining != w.Remaining || d.Blocked != w.Blocked {
-				t.Errorf("step %d request %d (%s %s cost %d): allowed %v consumed %v remaining %d blocked %v; want allowed %v consumed %v remaining %d blocked %v",
-					si, i, batch[i].Policy.ID(), batch[i].Role, batch[i].Cost, d.Allowed, d.Consumed, d.Remaining, d.Blocked, w.Allowed, w.Consumed, w.Remaining, w.Blocked)
+			out := make([]limiter.Outcome, len(batch))
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			store.Evaluate(ctx, batch, out)
+			cancel()
+			for i, w := range st.Want {
+				where := fmt.Sprintf("step %d request %d (%s %s cost %d", si, i, batch[i].Policy.ID(), batch[i].Role, batch[i].Cost)
+				if subjects > 1 {
+					where += fmt.Sprintf(", subject %d", n)
+				}
+				if timed {
+					where += " at " + cfg.Clock.Now().Format(time.RFC3339Nano)
+				}
+				checkOutcome(t, where+")", out[i], w, timed)
 			}
 		}
+	}
+}
+
+// checkOutcome fails t unless o answers w; timed checks the retry and reset
+// points too.
+func checkOutcome(t *testing.T, where string, o limiter.Outcome, w Want, timed bool) {
+	t.Helper()
+	if w.Failed {
+		if o.Kind == limiter.Evaluated {
+			t.Errorf("%s: %+v, want a failure", where, o.Decision)
+		}
+		return
+	}
+	if o.Kind != limiter.Evaluated {
+		t.Fatalf("%s: %v %s: %v", where, o.Kind, o.Category, o.Err)
+	}
+	d := o.Decision
+	if d.Allowed != w.Allowed || d.Consumed != w.Consumed || d.Remaining != w.Remaining || d.Blocked != w.Blocked {
+		t.Errorf("%s: allowed %v consumed %v remaining %d blocked %v; want allowed %v consumed %v remaining %d blocked %v",
+			where, d.Allowed, d.Consumed, d.Remaining, d.Blocked, w.Allowed, w.Consumed, w.Remaining, w.Blocked)
+	}
+	if !timed {
+		return
+	}
+	early := time.Duration(0)
+	if d.Source == limiter.SourceLocalCache {
+		early = time.Millisecond
+	}
+	if d.RetryAfter > w.Retry || d.RetryAfter < w.Retry-early {
+		t.Errorf("%s: retry after %v, want %v", where, d.RetryAfter, w.Retry)
+	}
+	if !w.Reset.IsZero() && !d.ResetAt.Equal(w.Reset) {
+		t.Errorf("%s: reset at %v, want %v", where, d.ResetAt.UTC(), w.Reset.UTC())
 	}
 }
 

@@ -1,8 +1,6 @@
 package audit
 
 import (
-	"bufio"
-	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -33,15 +31,7 @@ func TestUsageRecordsOnAFile(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var lines []map[string]any
-	sc := bufio.NewScanner(strings.NewReader(string(b)))
-	for sc.Scan() {
-		var m map[string]any
-		if err := json.Unmarshal(sc.Bytes(), &m); err != nil {
-			t.Fatalf("line %q: %v", sc.Text(), err)
-		}
-		lines = append(lines, m)
-	}
+	lines := jsonLines(t, b)
 	if len(lines) != 2 {
 		t.Fatalf("%d lines, want 2:\n%s", len(lines), b)
 	}

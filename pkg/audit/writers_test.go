@@ -1,7 +1,6 @@
 package audit
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -28,15 +27,7 @@ func TestJSONLinesParse(t *testing.T) {
 	if err := w.Close(); err != nil {
 		t.Fatal(err)
 	}
-	sc := bufio.NewScanner(&buf)
-	var lines []map[string]any
-	for sc.Scan() {
-		var m map[string]any
-		if err := json.Unmarshal(sc.Bytes(), &m); err != nil {
-			t.Fatalf("line %q: %v", sc.Text(), err)
-		}
-		lines = append(lines, m)
-	}
+	lines := jsonLines(t, buf.Bytes())
 	if len(lines) != 2 {
 		t.Fatalf("%d lines, want 2", len(lines))
 	}
@@ -202,4 +193,18 @@ func BenchmarkRedisStreamWrite(b *testing.B) {
 			b.Fatalf("Write: %d, %v", n, err)
 		}
 	}
+}
+
+// jsonLines decodes every line of a JSON lines stream as an object.
+func jsonLines(t *testing.T, b []byte) []map[string]any {
+	t.Helper()
+	var lines []map[string]any
+	for line := range bytes.Lines(b) {
+		var m map[string]any
+		if err := json.Unmarshal(line, &m); err != nil {
+			t.Fatalf("line %q: %v", line, err)
+		}
+		lines = append(lines, m)
+	}
+	return lines
 }

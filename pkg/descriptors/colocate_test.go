@@ -3,8 +3,6 @@ package descriptors
 import (
 	"bytes"
 	"encoding/hex"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 
@@ -69,9 +67,7 @@ func TestColocate(t *testing.T) {
 }
 
 func TestColocateErrors(t *testing.T) {
-	dir := t.TempDir()
-	f := filepath.Join(dir, "bad.yaml")
-	if err := os.WriteFile(f, []byte(`domain: d
+	_, err := Load(ruleFile(t, `domain: d
 descriptors:
   - key: tenant
     descriptors:
@@ -81,11 +77,8 @@ descriptors:
   - key: x
     colocate: ""
     rate_limit: {unit: second, requests_per_unit: 1}
-`), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	_, err := Load(f, Options{Secret: testSecret})
-	if err == nil || !strings.Contains(err.Error(), `bad.yaml:6`) || !strings.Contains(err.Error(), `colocate names "org"`) ||
+`), Options{Secret: testSecret})
+	if err == nil || !strings.Contains(err.Error(), `rules.yaml:6`) || !strings.Contains(err.Error(), `colocate names "org"`) ||
 		!strings.Contains(err.Error(), "colocate must name a descriptor key") {
 		t.Fatalf("error %v", err)
 	}

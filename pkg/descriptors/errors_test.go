@@ -165,6 +165,34 @@ func TestProblemsFromSeveralFilesAreCollected(t *testing.T) {
 	}
 }
 
+// TestUnknownKeyListsTheValidKeys: an unknown key is reported at its
+// position with every key the mapping takes, in the table's order.
+func TestUnknownKeyListsTheValidKeys(t *testing.T) {
+	limitKeys := "unit, requests_per_unit, unlimited, name, replaces, unit_multiplier, algorithm, burst, failure_mode, revision, headers, calendar, time_zone, penalty"
+	for name, tc := range map[string]struct{ file, want string }{
+		"top level": {"domain: d\ndescriptor: []\n",
+			`2:1: unknown key "descriptor" at the top level (expected domain, descriptors, policies)`},
+		"descriptor": {"domain: d\ndescriptors:\n  - key: k\n    vaule: v\n",
+			`4:5: unknown key "vaule" in a descriptor (expected key, value, rate_limit, rate_limits, policy, descriptors, shadow_mode, quota_mode, share_threshold, detailed_metric, value_to_metric, metadata, colocate)`},
+		"rate_limit": {"domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, request_per_unit: 1}\n",
+			`4:32: unknown key "request_per_unit" in rate_limit (expected ` + limitKeys + `)`},
+		"named policy": {"domain: d\npolicies:\n  p: {unit: second, burts: 1}\n",
+			`3:21: unknown key "burts" in policies.p (expected ` + limitKeys + `)`},
+		"penalty": {"domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1, penalty: {duration: 1s, lenght: 2s}}\n",
+			`4:78: unknown key "lenght" in penalty (expected duration, max_duration, decay)`},
+		"replaces entry": {"domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1, replaces: [{nmae: x}]}\n",
+			`4:66: unknown key "nmae" in a replaces entry (expected name)`},
+	} {
+		t.Run(name, func(t *testing.T) {
+			f := ruleFile(t, tc.file)
+			_, err := Load(f, Options{Secret: testSecret})
+			if err == nil || !strings.Contains(err.Error(), f+":"+tc.want) {
+				t.Errorf("Load: %v\nwant a problem %s:%s", err, f, tc.want)
+			}
+		})
+	}
+}
+
 func TestLoadPathErrors(t *testing.T) {
 	dir := t.TempDir()
 	_, err := Load(dir, Options{Secret: testSecret})

@@ -1,7 +1,6 @@
 package descriptors
 
 import (
-	"path/filepath"
 	"testing"
 
 	"github.com/envoy-rls/envoy-rls/pkg/limiter"
@@ -11,8 +10,7 @@ import (
 // limit and per named policy; a rule that sets none takes
 // Options.DefaultFailureMode.
 func TestFailureModes(t *testing.T) {
-	f := filepath.Join(t.TempDir(), "modes.yaml")
-	writeFile(t, f, `domain: d
+	f := ruleFile(t, `domain: d
 policies:
   shared: {unit: minute, requests_per_unit: 10, failure_mode: local}
   plain: {unit: minute, requests_per_unit: 10}

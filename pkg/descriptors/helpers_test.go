@@ -3,8 +3,11 @@ package descriptors
 import (
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 )
+
+var testSecret = []byte("0123456789abcdef-test-secret")
 
 func writeFile(t testing.TB, name, content string) {
 	t.Helper()
@@ -14,4 +17,45 @@ func writeFile(t testing.TB, name, content string) {
 	if err := os.WriteFile(name, []byte(content), 0o644); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// ruleFile writes text as rules.yaml in a new directory and returns its
+// path.
+func ruleFile(t testing.TB, text string) string {
+	t.Helper()
+	f := filepath.Join(t.TempDir(), "rules.yaml")
+	writeFile(t, f, text)
+	return f
+}
+
+// mustLoad loads the rules at path with testSecret, failing t on an error.
+func mustLoad(t testing.TB, path string) *Snapshot {
+	t.Helper()
+	s, err := Load(path, Options{Secret: testSecret})
+	if err != nil {
+		t.Fatalf("Load(%s): %v", path, err)
+	}
+	return s
+}
+
+// loadText loads text as a rule file (mustLoad).
+func loadText(t testing.TB, text string) *Snapshot {
+	t.Helper()
+	return mustLoad(t, ruleFile(t, text))
+}
+
+// loadRules loads testdata/rules.
+func loadRules(t testing.TB) *Snapshot {
+	t.Helper()
+	return mustLoad(t, "testdata/rules")
+}
+
+// e builds entries from "k=v" strings ("k=" is an empty value).
+func e(kv ...string) []Entry {
+	out := make([]Entry, len(kv))
+	for i, s := range kv {
+		k, v, _ := strings.Cut(s, "=")
+		out[i] = Entry{Key: k, Value: v}
+	}
+	return out
 }

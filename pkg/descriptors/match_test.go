@@ -8,33 +8,6 @@ import (
 	"github.com/envoy-rls/envoy-rls/pkg/limiter"
 )
 
-var testSecret = []byte("0123456789abcdef-test-secret")
-
-// mustLoad loads the rules at path with testSecret, failing t on an error.
-func mustLoad(t testing.TB, path string) *Snapshot {
-	t.Helper()
-	s, err := Load(path, Options{Secret: testSecret})
-	if err != nil {
-		t.Fatalf("Load(%s): %v", path, err)
-	}
-	return s
-}
-
-func loadRules(t testing.TB) *Snapshot {
-	t.Helper()
-	return mustLoad(t, "testdata/rules")
-}
-
-// e builds entries from "k=v" strings ("k=" is an empty value).
-func e(kv ...string) []Entry {
-	out := make([]Entry, len(kv))
-	for i, s := range kv {
-		k, v, _ := strings.Cut(s, "=")
-		out[i] = Entry{Key: k, Value: v}
-	}
-	return out
-}
-
 func TestMatchTable(t *testing.T) {
 	s := loadRules(t)
 	tests := []struct {

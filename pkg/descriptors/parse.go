@@ -11,9 +11,10 @@ import (
 // This file turns the YAML of one rule file into the raw model below. It
 // walks yaml.v3 nodes itself, rather than decoding into structs, so that every
 // problem carries a line and a column and so that all problems of a file are
-// reported together. Each mapping is read by one switch over its keys; a key
-// that no case names is an error (the KnownFields(true) behaviour), so there
-// is no second, hand-kept list of valid keys.
+// reported together. Each kind of mapping is read through one table of its
+// keys (see field); a key the table does not hold is an error (the
+// KnownFields(true) behaviour), and the valid keys a message lists are read
+// from the same table.
 
 // Limits that keep a hostile or broken file from costing unbounded time or
 // memory.
@@ -45,27 +46,64 @@ type rawFile struct {
 }
 
 type rawDesc struct {
-	pos            pos
-	key            string
-	value          string
-	valuePos       pos
-	limit          *rawLimit
-	limitPos       pos
-	limits         []*rawLimit // rate_limits (see ratelimits.go)
-	limitsPos      pos
-	policy         string
-	policyPos      pos
-	children       []*rawDesc
-	shadow         bool
-	quota          bool
-	share          bool
-	sharePos       pos
-	detailed       bool
-	valueToMetric  bool
-	metadata       map[string]any
-	hasDescriptors bool
-	colocate       string
-	colocatePos    pos
+	pos           pos
+	depth         int // 1 at the top of the file
+	key           string
+	keyPos        pos
+	value         string
+	valuePos      pos
+	limit         *rawLimit
+	limitPos      pos
+	limits        []*rawLimit // rate_limits (see ratelimits.go)
+	limitsPos     pos
+	policy        string
+	policyPos     pos
+	children      []*rawDesc
+	shadow        bool
+	quota         bool
+	share         bool
+	sharePos      pos
+	detailed      bool
+	valueToMetric bool
+	metadata      map[string]any
+	colocate      string
+	colocatePos   pos
+}
+
+// rootFields are the keys at the top of a rule file.
+var rootFields = fields[rawFile]{
+	nonEmptyField("domain", "domain must not be empty", func(f *rawFile) (*string, *pos) { return &f.domain, &f.domainPos }),
+	{"descriptors", func(p *parser, f *rawFile, _, v *yaml.Node) { f.descriptors = p.descriptorList(v, 1) }},
+	{"policies", func(p *parser, f *rawFile, _, v *yaml.Node) { p.policies(v, f) }},
+}
+
+// descriptorFields are the keys of a descriptor. It is a function, not a
+// variable, because its descriptors key reads descriptors again.
+func descriptorFields() fields[rawDesc] {
+	return fields[rawDesc]{
+		nonEmptyField("key", "descriptor key must not be empty", func(d *rawDesc) (*string, *pos) { return &d.key, &d.keyPos }),
+		strField("value", func(d *rawDesc) (*string, *pos) { return &d.value, &d.valuePos }),
+		{"rate_limit", func(p *parser, d *rawDesc, k, v *yaml.Node) {
+			d.limitPos = at(k)
+			// `rate_limit:` with no value is no limit, as in the reference.
+			if r := p.resolve(v); r != nil && !isNull(r) {
+				d.limit = p.rateLimit(r, "rate_limit")
+			}
+		}},
+		{"rate_limits", func(p *parser, d *rawDesc, k, v *yaml.Node) {
+			d.limitsPos = at(k)
+			d.limits = p.rateLimitList(v)
+		}},
+		nonEmptyField("policy", "policy must name an entry of the top-level policies map", func(d *rawDesc) (*string, *pos) { return &d.policy, &d.policyPos }),
+		{"descriptors", func(p *parser, d *rawDesc, _, v *yaml.Node) { d.children = p.descriptorList(v, d.depth+1) }},
+		boolField("shadow_mode", func(d *rawDesc) (*bool, *pos) { return &d.shadow, nil }),
+		boolField("quota_mode", func(d *rawDesc) (*bool, *pos) { return &d.quota, nil }),
+		boolField("share_threshold", func(d *rawDesc) (*bool, *pos) { return &d.share, &d.sharePos }),
+		boolField("detailed_metric", func(d *rawDesc) (*bool, *pos) { return &d.detailed, nil }),
+		boolField("value_to_metric", func(d *rawDesc) (*bool, *pos) { return &d.valueToMetric, nil }),
+		{"metadata", func(p *parser, d *rawDesc, _, v *yaml.Node) { d.metadata = p.metadata(v) }},
+		nonEmptyField("colocate", "colocate must name a descriptor key", func(d *rawDesc) (*string, *pos) { return &d.colocate, &d.colocatePos }),
+	}
 }
 
 func (p pos) set() bool { return p.line > 0 }
@@ -99,9 +137,9 @@ func parseFile(name string, data []byte, ps *problems, budget int, count *descCo
 		p.ps.add(name, 0, 0, "file is larger than %d bytes", MaxFileSize)
 		return nil
 	}
-	// Count before parsing: the parser's tree costs tens of times the
-	// bytes of a file dense in tokens (about 190 bytes a token), and is
-	// built whole before any of it can be looked at.
+	// Count before parsing: the parser's tree costs many times the bytes
+	// of a file dense in tokens (docs/config.md gives the measured memory),
+	// and is built whole before any of it can be looked at.
 	if countTokens(data, MaxTokens) > MaxTokens {
 		p.ps.add(name, 0, 0, "file is too complex (more than %d YAML tokens: scalars, aliases and the indicators -, ?, :, [ and {)", MaxTokens)
 		return nil
@@ -147,27 +185,11 @@ func parseFile(name string, data []byte, ps *problems, budget int, count *descCo
 
 func (p *parser) root(n *yaml.Node) *rawFile {
 	rf := &rawFile{name: p.file}
-	var domainSeen bool
-	ok := p.mapping(n, "the file", func(key string, k, v *yaml.Node) {
-		switch key {
-		case "domain":
-			domainSeen = true
-			rf.domainPos = at(k)
-			rf.domain = p.nonEmptyStr(k, v, "domain", "domain must not be empty")
-		case "descriptors":
-			rf.descriptors = p.descriptorList(v, 1)
-		case "policies":
-			p.policies(v, rf)
-		default:
-			p.errorf(k, "unknown key %q at the top level (expected domain, descriptors, policies)", key)
-		}
-	})
-	if !ok {
+	if !rootFields.read(p, n, "the file", "at the top level", rf) {
 		return nil
 	}
-	if !domainSeen {
-		r := p.resolve(n)
-		if r != nil {
+	if !rf.domainPos.set() {
+		if r := p.resolve(n); r != nil {
 			p.errorf(r, "the file has no domain")
 		}
 	}
@@ -230,55 +252,11 @@ func (p *parser) descriptor(n *yaml.Node, depth int) *rawDesc {
 		p.countNested(n, depth)
 		return nil
 	}
-	d := &rawDesc{pos: at(n)}
-	var keySeen bool
-	ok := p.mapping(n, "a descriptor", func(key string, k, v *yaml.Node) {
-		switch key {
-		case "key":
-			keySeen = true
-			d.key = p.nonEmptyStr(k, v, "key", "descriptor key must not be empty")
-		case "value":
-			d.valuePos = at(k)
-			d.value, _ = p.str(v, "value")
-		case "rate_limit":
-			d.limitPos = at(k)
-			// `rate_limit:` with no value is no limit, as in the reference.
-			if r := p.resolve(v); r != nil && !isNull(r) {
-				d.limit = p.rateLimit(r, "rate_limit")
-			}
-		case "rate_limits":
-			d.limitsPos = at(k)
-			d.limits = p.rateLimitList(v)
-		case "policy":
-			d.policyPos = at(k)
-			d.policy = p.nonEmptyStr(k, v, "policy", "policy must name an entry of the top-level policies map")
-		case "descriptors":
-			d.hasDescriptors = true
-			d.children = p.descriptorList(v, depth+1)
-		case "shadow_mode":
-			d.shadow, _ = p.boolean(v, "shadow_mode")
-		case "quota_mode":
-			d.quota, _ = p.boolean(v, "quota_mode")
-		case "share_threshold":
-			d.sharePos = at(k)
-			d.share, _ = p.boolean(v, "share_threshold")
-		case "detailed_metric":
-			d.detailed, _ = p.boolean(v, "detailed_metric")
-		case "value_to_metric":
-			d.valueToMetric, _ = p.boolean(v, "value_to_metric")
-		case "metadata":
-			d.metadata = p.metadata(v)
-		case "colocate":
-			d.colocatePos = at(k)
-			d.colocate = p.nonEmptyStr(k, v, "colocate", "colocate must name a descriptor key")
-		default:
-			p.errorf(k, "unknown key %q in a descriptor (expected key, value, rate_limit, rate_limits, policy, descriptors, shadow_mode, quota_mode, share_threshold, detailed_metric, value_to_metric, metadata, colocate)", key)
-		}
-	})
-	if !ok {
+	d := &rawDesc{pos: at(n), depth: depth}
+	if !descriptorFields().read(p, n, "a descriptor", "in a descriptor", d) {
 		return nil
 	}
-	if !keySeen {
+	if !d.keyPos.set() {
 		p.errorf(n, "descriptor has no key")
 	}
 	return d

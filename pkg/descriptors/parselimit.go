@@ -4,9 +4,12 @@ import (
 	"gopkg.in/yaml.v3"
 )
 
+// nameRef is one entry of a rate_limit's replaces list: the name of
+// another rule, at the entry's position.
 type nameRef struct {
-	name string
-	pos  pos
+	name    string
+	pos     pos
+	namePos pos
 }
 
 // rawLimit is one rate_limit block (or one entry of `policies:`). A field's
@@ -14,35 +17,67 @@ type nameRef struct {
 type rawLimit struct {
 	pos pos
 
-	unit               string
-	unitPos            pos
-	rpu                uint32
-	rpuPos             pos
-	unlimited          bool
-	unlimitedPos       pos
-	name               string
-	namePos            pos
-	replaces           []nameRef
-	replacesPos        pos
-	unitMultiplier     uint32
-	unitMultiplierPos  pos
-	algorithm          string
-	algorithmPos       pos
-	burst              uint32
-	burstPos           pos
-	failureMode        string
-	failureModePos     pos
-	revision           uint32
-	revisionPos        pos
-	headers            string
-	headersPos         pos
-	calendar           bool
-	calendarPos        pos
-	timeZone           string
-	timeZonePos        pos
-	penalty            *rawPenalty
-	penaltyPos         pos
-	extensionPositions []pos
+	unit              string
+	unitPos           pos
+	rpu               uint32
+	rpuPos            pos
+	unlimited         bool
+	unlimitedPos      pos
+	name              string
+	namePos           pos
+	replaces          []nameRef
+	replacesPos       pos
+	unitMultiplier    uint32
+	unitMultiplierPos pos
+	algorithm         string
+	algorithmPos      pos
+	burst             uint32
+	burstPos          pos
+	failureMode       string
+	failureModePos    pos
+	revision          uint32
+	revisionPos       pos
+	headers           string
+	headersPos        pos
+	calendar          bool
+	calendarPos       pos
+	timeZone          string
+	timeZonePos       pos
+	penalty           *rawPenalty
+	penaltyPos        pos
+}
+
+// limitFields are the keys of a rate_limit block: the reference's first,
+// then this project's extensions.
+var limitFields = fields[rawLimit]{
+	strField("unit", func(r *rawLimit) (*string, *pos) { return &r.unit, &r.unitPos }),
+	uint32Field("requests_per_unit", 0, func(r *rawLimit) (*uint32, *pos) { return &r.rpu, &r.rpuPos }),
+	boolField("unlimited", func(r *rawLimit) (*bool, *pos) { return &r.unlimited, &r.unlimitedPos }),
+	strField("name", func(r *rawLimit) (*string, *pos) { return &r.name, &r.namePos }),
+	{"replaces", func(p *parser, r *rawLimit, k, v *yaml.Node) {
+		r.replacesPos = at(k)
+		r.replaces = p.replaces(v)
+	}},
+	uint32Field("unit_multiplier", 1, func(r *rawLimit) (*uint32, *pos) { return &r.unitMultiplier, &r.unitMultiplierPos }),
+	strField("algorithm", func(r *rawLimit) (*string, *pos) { return &r.algorithm, &r.algorithmPos }),
+	uint32Field("burst", 1, func(r *rawLimit) (*uint32, *pos) { return &r.burst, &r.burstPos }),
+	strField("failure_mode", func(r *rawLimit) (*string, *pos) { return &r.failureMode, &r.failureModePos }),
+	uint32Field("revision", 1, func(r *rawLimit) (*uint32, *pos) { return &r.revision, &r.revisionPos }),
+	strField("headers", func(r *rawLimit) (*string, *pos) { return &r.headers, &r.headersPos }),
+	boolField("calendar", func(r *rawLimit) (*bool, *pos) { return &r.calendar, &r.calendarPos }),
+	strField("time_zone", func(r *rawLimit) (*string, *pos) { return &r.timeZone, &r.timeZonePos }),
+	{"penalty", func(p *parser, r *rawLimit, k, v *yaml.Node) {
+		r.penaltyPos = at(k)
+		r.penalty = p.penalty(v)
+	}},
+}
+
+// replacesFields are the keys of one entry of a replaces list.
+var replacesFields = fields[nameRef]{
+	{"name", func(p *parser, r *nameRef, k, v *yaml.Node) {
+		r.namePos = at(k)
+		r.name, _ = p.str(v, "replaces.name")
+	}},
 }
 
 // spend walks a subtree, charging the budget; it reports whether the budget
@@ -70,60 +105,7 @@ func (p *parser) rateLimit(n *yaml.Node, what string) *rawLimit {
 		return nil
 	}
 	rl := &rawLimit{pos: at(n)}
-	ext := func(k *yaml.Node) pos {
-		ps := at(k)
-		rl.extensionPositions = append(rl.extensionPositions, ps)
-		return ps
-	}
-	ok := p.mapping(n, what, func(key string, k, v *yaml.Node) {
-		switch key {
-		case "unit":
-			rl.unitPos = at(k)
-			rl.unit, _ = p.str(v, "unit")
-		case "requests_per_unit":
-			rl.rpuPos = at(k)
-			rl.rpu, _ = p.uint32(v, "requests_per_unit", 0)
-		case "unlimited":
-			rl.unlimitedPos = at(k)
-			rl.unlimited, _ = p.boolean(v, "unlimited")
-		case "name":
-			rl.namePos = at(k)
-			rl.name, _ = p.str(v, "name")
-		case "replaces":
-			rl.replacesPos = at(k)
-			rl.replaces = p.replaces(v)
-		case "unit_multiplier":
-			rl.unitMultiplierPos = ext(k)
-			rl.unitMultiplier, _ = p.uint32(v, "unit_multiplier", 1)
-		case "algorithm":
-			rl.algorithmPos = ext(k)
-			rl.algorithm, _ = p.str(v, "algorithm")
-		case "burst":
-			rl.burstPos = ext(k)
-			rl.burst, _ = p.uint32(v, "burst", 1)
-		case "failure_mode":
-			rl.failureModePos = ext(k)
-			rl.failureMode, _ = p.str(v, "failure_mode")
-		case "revision":
-			rl.revisionPos = ext(k)
-			rl.revision, _ = p.uint32(v, "revision", 1)
-		case "headers":
-			rl.headersPos = ext(k)
-			rl.headers, _ = p.str(v, "headers")
-		case "calendar":
-			rl.calendarPos = ext(k)
-			rl.calendar, _ = p.boolean(v, "calendar")
-		case "time_zone":
-			rl.timeZonePos = ext(k)
-			rl.timeZone, _ = p.str(v, "time_zone")
-		case "penalty":
-			rl.penaltyPos = ext(k)
-			rl.penalty = p.penalty(v)
-		default:
-			p.errorf(k, "unknown key %q in %s (expected unit, requests_per_unit, unlimited, name, replaces, unit_multiplier, algorithm, burst, failure_mode, revision, headers, calendar, time_zone, penalty)", key, what)
-		}
-	})
-	if !ok {
+	if !limitFields.read(p, n, what, "in "+what, rl) {
 		return nil
 	}
 	return rl
@@ -140,17 +122,8 @@ func (p *parser) replaces(n *yaml.Node) []nameRef {
 			return out
 		}
 		ref := nameRef{pos: at(c)}
-		var seen bool
-		p.mapping(c, "a replaces entry", func(key string, k, v *yaml.Node) {
-			switch key {
-			case "name":
-				seen = true
-				ref.name, _ = p.str(v, "replaces.name")
-			default:
-				p.errorf(k, "unknown key %q in a replaces entry (expected name)", key)
-			}
-		})
-		if c.Kind == yaml.MappingNode && !seen {
+		replacesFields.read(p, c, "a replaces entry", "in a replaces entry", &ref)
+		if c.Kind == yaml.MappingNode && !ref.namePos.set() {
 			p.errorf(c, "a replaces entry needs a name")
 			continue
 		}

@@ -10,11 +10,28 @@ import (
 )
 
 // rawPenalty is a rate_limit's `penalty:` block as written: each duration
-// as a Go duration string ("10m", "1h30m") and the position of its key.
+// as a Go duration string ("10m", "1h30m") and the position of its value.
 type rawPenalty struct {
 	pos                           pos
 	duration, maxDuration, decay  string
 	durationPos, maxPos, decayPos pos
+}
+
+// penaltyFields are the keys of a penalty block. Each duration keeps the
+// position of its value, where a mistake in it is reported.
+var penaltyFields = fields[rawPenalty]{
+	durationField("duration", func(r *rawPenalty) (*string, *pos) { return &r.duration, &r.durationPos }),
+	durationField("max_duration", func(r *rawPenalty) (*string, *pos) { return &r.maxDuration, &r.maxPos }),
+	durationField("decay", func(r *rawPenalty) (*string, *pos) { return &r.decay, &r.decayPos }),
+}
+
+// durationField reads the duration key of a penalty as written.
+func durationField(key string, get func(*rawPenalty) (*string, *pos)) field[rawPenalty] {
+	return field[rawPenalty]{key, func(p *parser, r *rawPenalty, _, v *yaml.Node) {
+		dst, valuePos := get(r)
+		*valuePos = at(v)
+		*dst, _ = p.str(v, "penalty."+key)
+	}}
 }
 
 // penalty parses a `penalty:` mapping.
@@ -23,27 +40,12 @@ func (p *parser) penalty(n *yaml.Node) *rawPenalty {
 	if n == nil {
 		return nil
 	}
-	rp := &rawPenalty{pos: at(n)}
 	if isNull(n) {
-		p.errorf(n, "penalty must be a mapping {duration, max_duration, decay}, got null")
+		p.errorf(n, "penalty must be a mapping {%s}, got null", penaltyFields.keys())
 		return nil
 	}
-	ok := p.mapping(n, "penalty", func(key string, k, v *yaml.Node) {
-		switch key {
-		case "duration":
-			rp.durationPos = at(v)
-			rp.duration, _ = p.str(v, "penalty.duration")
-		case "max_duration":
-			rp.maxPos = at(v)
-			rp.maxDuration, _ = p.str(v, "penalty.max_duration")
-		case "decay":
-			rp.decayPos = at(v)
-			rp.decay, _ = p.str(v, "penalty.decay")
-		default:
-			p.errorf(k, "unknown key %q in penalty (expected duration, max_duration, decay)", key)
-		}
-	})
-	if !ok {
+	rp := &rawPenalty{pos: at(n)}
+	if !penaltyFields.read(p, n, "penalty", "in penalty", rp) {
 		return nil
 	}
 	return rp

@@ -1,7 +1,6 @@
 package descriptors
 
 import (
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -12,8 +11,7 @@ import (
 // TestPenaltyParse: `penalty:` reaches the policy, with its defaults, on
 // an inline rate_limit and on a named policy.
 func TestPenaltyParse(t *testing.T) {
-	f := filepath.Join(t.TempDir(), "penalty.yaml")
-	writeFile(t, f, `domain: d
+	s := loadText(t, `domain: d
 policies:
   boxed: {unit: minute, requests_per_unit: 5, penalty: {duration: 10m, max_duration: 24h, decay: 1h}}
 descriptors:
@@ -30,10 +28,6 @@ descriptors:
   - key: none
     rate_limit: {unit: second, requests_per_unit: 1}
 `)
-	s, err := Load(f, Options{Secret: testSecret})
-	if err != nil {
-		t.Fatal(err)
-	}
 	for key, want := range map[string]limiter.Penalty{
 		"full":  {Duration: 1500 * time.Millisecond, MaxDuration: 3 * time.Second},
 		"short": {Duration: 30 * time.Second, MaxDuration: 30 * time.Second},
@@ -68,11 +62,9 @@ func TestPenaltyErrors(t *testing.T) {
 		{"unlimited", "{unlimited: true, penalty: {duration: 1s}}", "penalty is not allowed with unlimited: true"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			f := filepath.Join(t.TempDir(), "bad.yaml")
-			writeFile(t, f, "domain: d\ndescriptors:\n  - key: k\n    rate_limit: "+tc.rule+"\n")
-			_, err := Load(f, Options{Secret: testSecret})
-			if err == nil || !strings.Contains(err.Error(), tc.want) || !strings.Contains(err.Error(), "bad.yaml:4:") {
-				t.Fatalf("Load: %v, want an error at bad.yaml:4 containing %q", err, tc.want)
+			_, err := Load(ruleFile(t, "domain: d\ndescriptors:\n  - key: k\n    rate_limit: "+tc.rule+"\n"), Options{Secret: testSecret})
+			if err == nil || !strings.Contains(err.Error(), tc.want) || !strings.Contains(err.Error(), "rules.yaml:4:") {
+				t.Fatalf("Load: %v, want an error at rules.yaml:4 containing %q", err, tc.want)
 			}
 		})
 	}

@@ -1,7 +1,6 @@
 package descriptors
 
 import (
-	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -29,13 +28,6 @@ descriptors:
       - {unit: second, requests_per_unit: 100, name: tenant_burst}
       - {unit: hour, requests_per_unit: 5000, name: tenant_hourly, revision: 2}
 `
-
-func loadText(t *testing.T, text string) *Snapshot {
-	t.Helper()
-	f := filepath.Join(t.TempDir(), "rules.yaml")
-	writeFile(t, f, text)
-	return mustLoad(t, f)
-}
 
 func TestRateLimitsCompile(t *testing.T) {
 	s := loadText(t, severalLimits)
@@ -155,9 +147,7 @@ func TestRateLimitsInvalid(t *testing.T) {
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
-			f := filepath.Join(t.TempDir(), "rules.yaml")
-			writeFile(t, f, tc.text)
-			checkProblems(t, f, tc.wants)
+			checkProblems(t, ruleFile(t, tc.text), tc.wants)
 		})
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"regexp"
 	"sort"
 	"strconv"
+	"strings"
 
 	"gopkg.in/yaml.v3"
 )
@@ -240,6 +241,88 @@ func (p *parser) mapping(n *yaml.Node, what string, fn func(key string, k, v *ya
 		fn(k.Value, k, v)
 	}
 	return true
+}
+
+// A field is one key that a mapping of a rule file may hold, with how its
+// value is read into T, the raw model of that mapping. The fields of a
+// mapping are one table (rootFields, descriptorFields, limitFields,
+// penaltyFields, replacesFields): the parser reads a key only through its
+// table, and the keys an "unknown key" message lists come from it, in its
+// order.
+type field[T any] struct {
+	key  string
+	read func(p *parser, t *T, k, v *yaml.Node)
+}
+
+// fields is the table of one kind of mapping.
+type fields[T any] []field[T]
+
+// read reads mapping n into t, each key by its field; a key with no field is
+// an error. what names the mapping in messages ("rate_limit"), where says
+// where an unknown key stands ("in rate_limit"). It reports whether n was a
+// mapping (or null) that could be read.
+func (fs fields[T]) read(p *parser, n *yaml.Node, what, where string, t *T) bool {
+	return p.mapping(n, what, func(key string, k, v *yaml.Node) {
+		for _, f := range fs {
+			if f.key == key {
+				f.read(p, t, k, v)
+				return
+			}
+		}
+		p.errorf(k, "unknown key %q %s (expected %s)", key, where, fs.keys())
+	})
+}
+
+// keys lists the keys of the table, for messages.
+func (fs fields[T]) keys() string {
+	keys := make([]string, len(fs))
+	for i, f := range fs {
+		keys[i] = f.key
+	}
+	return strings.Join(keys, ", ")
+}
+
+// scalarField reads one scalar of key with read (a parser method, named by
+// key in its messages) into the place get returns, and the position of the
+// key into the pos get returns (nil: not kept).
+func scalarField[T, V any](key string, read func(p *parser, v *yaml.Node, key string) (V, bool), get func(*T) (*V, *pos)) field[T] {
+	return field[T]{key, func(p *parser, t *T, k, v *yaml.Node) {
+		dst, keyPos := get(t)
+		keepPos(keyPos, k)
+		*dst, _ = read(p, v, key)
+	}}
+}
+
+// strField reads a string (see parser.str).
+func strField[T any](key string, get func(*T) (*string, *pos)) field[T] {
+	return scalarField(key, (*parser).str, get)
+}
+
+// boolField reads true or false.
+func boolField[T any](key string, get func(*T) (*bool, *pos)) field[T] {
+	return scalarField(key, (*parser).boolean, get)
+}
+
+// uint32Field reads an integer from minimum to 2^32-1.
+func uint32Field[T any](key string, minimum uint32, get func(*T) (*uint32, *pos)) field[T] {
+	return scalarField(key, func(p *parser, v *yaml.Node, key string) (uint32, bool) { return p.uint32(v, key, minimum) }, get)
+}
+
+// nonEmptyField reads a string that must not be empty: an empty one is
+// reported at its key as ifEmpty.
+func nonEmptyField[T any](key, ifEmpty string, get func(*T) (*string, *pos)) field[T] {
+	return field[T]{key, func(p *parser, t *T, k, v *yaml.Node) {
+		dst, keyPos := get(t)
+		keepPos(keyPos, k)
+		*dst = p.nonEmptyStr(k, v, key, ifEmpty)
+	}}
+}
+
+// keepPos keeps the position of key node k in dst, unless dst is nil.
+func keepPos(dst *pos, k *yaml.Node) {
+	if dst != nil {
+		*dst = at(k)
+	}
 }
 
 // sequence returns the list node n resolves to, or nil: for null (no

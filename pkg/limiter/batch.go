@@ -6,7 +6,8 @@ package limiter
 // and, when the batch holds quota-mode requests (quota probes included), at
 // least one of them allows. A request allows when its outcome is an allowed decision; a
 // failed request (any other kind) counts as a denial, except that a
-// fail-open policy's failure takes no part (Envoy is answered OK for it, as pkg/rls does). Shadow and check
+// fail-open policy's failure takes no part, whether a store reports it or
+// its failure mode answered it (FailureAnswer). Shadow and check
 // requests (by Request.EffectiveRole) never block; a probe (RoleProbe,
 // RoleQuotaProbe) blocks as an ordinary (or quota-mode) request does, and
 // never consumes.
@@ -53,12 +54,12 @@ func decide(batch []Request, out []Outcome, undecidedAllows bool) (commit, quota
 		o := &out[i]
 		var allows bool
 		switch {
-		case o.Kind == Evaluated:
-			allows = o.Decision.Allowed
 		case o.Kind == 0 && undecidedAllows:
 			allows = true
-		case r.Policy != nil && r.Policy.FailureMode() == FailOpen:
+		case abstains(r, o):
 			continue
+		case o.Kind == Evaluated:
+			allows = o.Decision.Allowed
 		}
 		if role.Quota() {
 			quota++
@@ -71,4 +72,97 @@ func decide(batch []Request, out []Outcome, undecidedAllows bool) (commit, quota
 	}
 	quotaBlocks = quota > 0 && !quotaAllows
 	return commit && !quotaBlocks, quotaBlocks
+}
+
+// Pending is the part of a batch whose outcomes are still to be decided,
+// made ready to send to a store. It is the one place where outcomes known
+// before asking (a cached denial, a limit that can never fit, an invalid
+// request, the store's own answers for the other limits) demote the rest of
+// the batch to checks. The zero value is ready to use; a Pending reuses its
+// buffers between calls and is not safe for concurrent use.
+type Pending struct {
+	reqs    []Request
+	outs    []Outcome
+	idx     []int
+	demoted bool
+}
+
+// Split collects copies of the requests of batch whose outcome in out is
+// still the zero Outcome, in batch order. When the outcomes already known
+// block the batch whatever the undecided ones answer (CheckOnly), every copy
+// is RoleCheck: checked and reported, never consumed, which is what the
+// whole batch answers. It returns the requests and zeroed outcomes for them,
+// to give to Store.Evaluate and then to Merge. Both stay valid until the
+// next Split or Release.
+func (p *Pending) Split(batch []Request, out []Outcome) ([]Request, []Outcome) {
+	p.demoted = CheckOnly(batch, out)
+	p.reqs, p.idx = p.reqs[:0], p.idx[:0]
+	for i := range batch {
+		if out[i].Kind != 0 {
+			continue
+		}
+		r := batch[i]
+		if p.demoted {
+			r.Role = RoleCheck
+		}
+		p.reqs = append(p.reqs, r)
+		p.idx = append(p.idx, i)
+	}
+	if cap(p.outs) < len(p.reqs) {
+		p.outs = make([]Outcome, len(p.reqs))
+	}
+	p.outs = p.outs[:len(p.reqs)]
+	clear(p.outs)
+	return p.reqs, p.outs
+}
+
+// Demoted reports whether the last Split sent the undecided requests as
+// checks.
+func (p *Pending) Demoted() bool { return p.demoted }
+
+// Merge copies the outcomes of the last Split's requests to their places
+// in out.
+func (p *Pending) Merge(out []Outcome) {
+	for k, i := range p.idx {
+		out[i] = p.outs[k]
+	}
+}
+
+// Release drops what the buffers refer to (policies, errors), so that a
+// pooled Pending keeps no rule snapshot alive.
+func (p *Pending) Release() {
+	clear(p.reqs[:cap(p.reqs)])
+	clear(p.outs[:cap(p.outs)])
+}
+
+// RoleOf is the role a limit is asked in: RoleQuota for a quota-mode limit,
+// RoleProbe for a probe (a check that blocks: "would one more be admitted"),
+// RoleQuotaProbe for a probe of a quota-mode limit, else RoleOrdinary. A
+// shadow policy turns these into RoleShadow or RoleCheck by itself (see
+// Request.EffectiveRole).
+func RoleOf(quota, probe bool) Role {
+	switch {
+	case probe && quota:
+		return RoleQuotaProbe
+	case probe:
+		return RoleProbe
+	case quota:
+		return RoleQuota
+	}
+	return RoleOrdinary
+}
+
+// Alone is the role a request plays in a part of a batch evaluated apart
+// from the others (a Redis Cluster slot): a quota-mode limit cannot know
+// whether the other quota-mode limits allow, so it is evaluated as a shadow
+// one (consumed when allowed, never blocking) and a quota probe as a check,
+// and the batch rule is decided over all the parts' outcomes.
+func (r Role) Alone() Role {
+	switch r {
+	case RoleQuota:
+		return RoleShadow
+	case RoleQuotaProbe:
+		return RoleCheck
+	}
+	return r
 }

@@ -1,6 +1,8 @@
 package limiter_test
 
 import (
+	"errors"
+	"math/big"
 	"testing"
 	"time"
 
@@ -34,7 +36,7 @@ func decode(b0, b1 byte) int64 {
 func (s *sim) run(ops []byte) {
 	maxCost := s.p.MaxCost()
 	for i := 0; i+2 < len(ops); i += 3 {
-		s.now = max(0, s.now+decode(ops[i], ops[i+1]))
+		s.now = min(max(0, s.now+decode(ops[i], ops[i+1])), limiter.MaxSafeInteger)
 		s.step(i/3, s.now, 1+int64(ops[i+2])%maxCost)
 	}
 }
@@ -183,18 +185,87 @@ func FuzzTokenBucket(f *testing.F) {
 		p := bucket(t, 1+int64(capacity%1000), 1+int64(amount%100), time.Duration(1+int64(period%5000))*time.Millisecond)
 		s := &sim{t: t, p: p, now: t0}
 		s.run(ops)
-		a, per := p.Refill()
-		// Over any span of admissions: at most capacity + refill over the span.
-		for j := range s.admitted {
-			var sum int64
-			for i := j; i >= 0; i-- {
-				sum += s.admitted[i].cost
-				span := s.admitted[j].at - s.admitted[i].at
-				if bound := p.Limit() + a*span/per; sum > bound {
-					t.Fatalf("admitted %d between %d and %d, bound %d", sum, s.admitted[i].at, s.admitted[j].at, bound)
-				}
+		s.withinRate()
+	})
+}
+
+// withinRate fails the test if the requests admitted over any span cost
+// more than the policy's capacity (burst) plus its refill over the span.
+func (s *sim) withinRate() {
+	s.t.Helper()
+	a, per := s.p.Refill()
+	for j := range s.admitted {
+		var sum int64
+		for i := j; i >= 0; i-- {
+			sum += s.admitted[i].cost
+			span := s.admitted[j].at - s.admitted[i].at
+			if bound := s.p.Limit() + a*span/per; sum > bound {
+				s.t.Fatalf("admitted %d between %d and %d, bound %d", sum, s.admitted[i].at, s.admitted[j].at, bound)
 			}
 		}
+	}
+}
+
+// FuzzGCRA drives GCRA through the sim (retry-after and reset-at exact,
+// TTL, clock regression) from a clock anywhere in the range a store may
+// read (an exact integer, with room for the longest reset and grace), for
+// bursts, rates and periods up to what NewPolicy accepts, and checks: over
+// any span no more is admitted than the burst plus the rate over the span;
+// every reply and the token bucket of the same rate agree; the stored
+// theoretical arrival time is never further ahead than the burst's
+// tolerance, its fraction below the reduced amount, its level 0; and every
+// reply and state field stays within [0, 2^53-1].
+func FuzzGCRA(f *testing.F) {
+	fuzzSeeds(f, func(a, b uint16, ops []byte) { f.Add(a, b, uint32(a), uint64(t0), ops) })
+	f.Add(uint16(2), uint16(2), uint32(999), uint64(t0), []byte{0, 0, 1, 0, 0, 2, 0, 1, 1, 0x01, 0x4d, 1, 0x05, 0x35, 3, 0, 0, 1, 0, 0, 3})            // 3 a second, fractional interval
+	f.Add(uint16(4), uint16(1), uint32(999), uint64(t0), []byte{0, 0, 5, 0x01, 0xf3, 1, 0, 1, 1, 0x04, 0x4c, 4, 0x0d, 0xac, 2, 0xf8, 0x30, 1})         // burst 5, 2 a second, a clamped step back
+	f.Add(uint16(999), uint16(0), uint32(310_000_000), uint64(limiter.MaxSafeInteger-1<<40-1), []byte{0, 0, 255, 0, 0, 255, 0x7f, 0xff, 255, 0, 1, 1}) // a fill of ten years near the top of the clock's range
+	f.Add(uint16(0), uint16(65535), uint32(0), uint64(0), []byte{0, 0, 1, 0, 0, 1, 0, 1, 1, 0xff, 0xff, 1})                                            // 65,536 a millisecond from time 0
+	f.Fuzz(func(t *testing.T, burst, limit uint16, period uint32, start uint64, ops []byte) {
+		params := limiter.GCRAParams{Burst: 1 + int64(burst), Limit: 1 + int64(limit), Period: time.Duration(1+int64(period)) * time.Millisecond}
+		p, err := limiter.NewPolicy(limiter.PolicySpec{ID: "gcra", Algorithm: limiter.GCRA, Params: params})
+		if err != nil {
+			if !errors.Is(err, limiter.ErrInvalid) {
+				t.Fatalf("NewPolicy(%+v): %v, not ErrInvalid", params, err)
+			}
+			return
+		}
+		tb := bucket(t, params.Burst, params.Limit, params.Period)
+		s := &sim{t: t, p: p, now: int64(start % uint64(limiter.MaxSafeInteger-1<<40))}
+		var bst limiter.State
+		amount, per := p.Refill()
+		tolerance := new(big.Int).Mul(big.NewInt(p.Limit()), big.NewInt(per))
+		for i := 0; i+2 < len(ops); i += 3 {
+			s.now = min(max(0, s.now+decode(ops[i], ops[i+1])), limiter.MaxSafeInteger)
+			cost := 1 + int64(ops[i+2])%p.MaxCost()
+			before := s.st
+			s.step(i/3, s.now, cost)
+			next, r, write := limiter.Apply(before, s.now, p, cost)
+			bnext, br, bwrite := limiter.Apply(bst, s.now, tb, cost)
+			if r != br || write != bwrite || next.ExpiresAtMs != bnext.ExpiresAtMs {
+				t.Fatalf("step %d: gcra %+v (write %v, expires %d), token bucket %+v (write %v, expires %d)", i/3, r, write, next.ExpiresAtMs, br, bwrite, bnext.ExpiresAtMs)
+			}
+			if bwrite {
+				bst = bnext
+			}
+			for _, v := range []int64{r.EffectiveNowMs, r.Remaining, r.RetryAfterMs, r.ResetAtMs, next.LastObservedMs, next.Epoch, next.Carry, next.ExpiresAtMs} {
+				if v < 0 || v > limiter.MaxSafeInteger {
+					t.Fatalf("step %d: a field outside [0, 2^53-1]: reply %+v, state %+v", i/3, r, next)
+				}
+			}
+			if !write {
+				continue
+			}
+			// TAT - now = Epoch + Carry/amount - now, in units of 1/amount ms:
+			// above 0 (this request moved it), at most burst * I.
+			ahead := new(big.Int).Mul(big.NewInt(next.Epoch-r.EffectiveNowMs), big.NewInt(amount))
+			ahead.Add(ahead, big.NewInt(next.Carry))
+			if next.Level != 0 || next.Carry >= amount || ahead.Sign() <= 0 || ahead.Cmp(tolerance) > 0 {
+				t.Fatalf("step %d at %d: state %+v (amount %d, period %d, burst %d): the arrival time is not within (now, now + burst*I]",
+					i/3, r.EffectiveNowMs, next, amount, per, p.Limit())
+			}
+		}
+		s.withinRate()
 	})
 }
 

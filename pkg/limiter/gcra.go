@@ -21,22 +21,13 @@ var gcraRules = algorithmRules{
 	certainty:   Certain,
 	denialsHold: true,
 	burst:       true,
-	params:      gcraParams,
-	sketch:      sketchRules{deficit: gcraDeficit, state: gcraState},
-}
-
-// gcraParams: Limit per Window with a burst of Burst (default Limit), as
-// the token bucket takes a rate. A zero limit tolerates nothing, so it
-// never admits; its rate only has to be valid.
-func gcraParams(r Rate) Params {
-	burst, limit := r.Limit, r.Limit
-	if r.Burst > 0 {
-		burst = r.Burst
-	}
-	if limit == 0 {
-		burst, limit = 0, 1
-	}
-	return GCRAParams{Burst: burst, Limit: limit, Period: r.Window}
+	// The token bucket's rate (bucketRate): Limit per Window with a burst
+	// of Burst (default Limit).
+	params: func(r Rate) Params {
+		burst, limit := bucketRate(r)
+		return GCRAParams{Burst: burst, Limit: limit, Period: r.Window}
+	},
+	sketch: sketchRules{deficit: gcraDeficit, state: gcraState},
 }
 
 func (GCRAParams) algorithm() Algorithm { return GCRA }

@@ -143,19 +143,9 @@ func TestDeficitState(t *testing.T) {
 	}
 }
 
+// TestGCRAParams: a field error names GCRA's field (burst, limit, period),
+// not the token bucket's it is checked as.
 func TestGCRAParams(t *testing.T) {
-	for _, tc := range []struct {
-		rate limiter.Rate
-		want limiter.GCRAParams
-	}{
-		{limiter.Rate{Limit: 10, Window: time.Second}, limiter.GCRAParams{Burst: 10, Limit: 10, Period: time.Second}},
-		{limiter.Rate{Limit: 10, Window: time.Second, Burst: 30}, limiter.GCRAParams{Burst: 30, Limit: 10, Period: time.Second}},
-		{limiter.Rate{Limit: 0, Window: time.Minute}, limiter.GCRAParams{Burst: 0, Limit: 1, Period: time.Minute}},
-	} {
-		if got := limiter.GCRA.ParamsFor(tc.rate); got != tc.want {
-			t.Errorf("ParamsFor(%+v) = %+v, want %+v", tc.rate, got, tc.want)
-		}
-	}
 	for _, tc := range []struct {
 		prm   limiter.GCRAParams
 		field string

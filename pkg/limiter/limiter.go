@@ -159,7 +159,7 @@ const (
 	SourceMemory     Source = iota + 1 // the in-process memory store
 	SourceRedis                        // a Lua program in Redis
 	SourceLocalCache                   // the local deny cache, repeating a store denial
-	SourceFallback                     // the policy's failure mode, the store having failed
+	SourceFallback                     // the policy's failure mode, the store having failed (Decision.Fallback says how)
 	// SourceMemoryOverflow: the memory store's per-policy overflow sketch,
 	// which limits a new subject conservatively (it can only over-count)
 	// when the store cannot give it an exact entry.
@@ -232,7 +232,17 @@ type Decision struct {
 	// (Policy.Penalty) until RetryAfter from now; nothing was consumed or
 	// recorded. A blocked decision is Certain.
 	Blocked bool
+	// Fallback says, when Source is SourceFallback, how the policy's
+	// failure mode answered: FailOpen allowed and FailClosed denied
+	// without knowing the limit's state (FailureAnswer); FailLocal is the
+	// decision of the replica's local share (pkg/limiter/failover).
+	Fallback FailureMode
 }
+
+// Known reports whether the decision describes the limit's state (Limit,
+// Remaining, ResetAt): every decision but a fail-open or fail-closed answer
+// to a store failure.
+func (d *Decision) Known() bool { return d.Source != SourceFallback || d.Fallback == FailLocal }
 
 // OutcomeKind tells the four outcomes apart.
 type OutcomeKind uint8
@@ -292,6 +302,11 @@ type Outcome struct {
 	Category string
 	// Err is the underlying cause, for logs. It never contains subject data.
 	Err error
+	// Failed is, on an Evaluated outcome whose decision a failure mode made
+	// (Decision.Source SourceFallback), the kind of the store failure it
+	// answered; RetryAfter, Category and Err are that failure's. Zero
+	// otherwise.
+	Failed OutcomeKind
 }
 
 // EvaluatedOutcome wraps a decision.
@@ -330,20 +345,25 @@ func FailIfEnded(ctx context.Context, out []Outcome, who string) bool {
 
 // Summarize names the outcomes of a batch (or of part of one) for a span
 // attribute: outcome is "allowed" when every request allowed, "denied" when
-// one denied and none failed, else the kind of the first outcome that is
-// not Evaluated; failure is then that outcome's category (its kind when it
-// has none), and "" otherwise.
+// one denied and none failed, else the kind of the first failure (an
+// outcome that is not Evaluated, or a failure mode's answer to one, see
+// Outcome.Failed); failure is then that failure's category (its kind when
+// it has none), and "" otherwise.
 func Summarize(outs []Outcome) (outcome, failure string) {
 	outcome = "allowed"
 	for i := range outs {
 		o := &outs[i]
+		kind := o.Kind
+		if kind == Evaluated && o.Decision.Source == SourceFallback {
+			kind = o.Failed
+		}
 		switch {
-		case o.Kind != Evaluated:
+		case kind != Evaluated:
 			failure = o.Category
 			if failure == "" {
-				failure = o.Kind.String()
+				failure = kind.String()
 			}
-			return o.Kind.String(), failure
+			return kind.String(), failure
 		case !o.Decision.Allowed:
 			outcome = "denied"
 		}

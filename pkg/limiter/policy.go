@@ -6,40 +6,6 @@ import (
 	"time"
 )
 
-// FailureMode says what a policy answers when the store fails.
-type FailureMode uint8
-
-const (
-	// FailClosed (the default) answers OVER_LIMIT with a Retry-After.
-	FailClosed FailureMode = iota
-	// FailOpen answers OK.
-	FailOpen
-	// FailLocal decides with an in-process limiter holding a share of the
-	// limit while the store is unavailable (pkg/rls does it). Inside a
-	// store's batch it counts as FailClosed: a failure is a denial.
-	FailLocal
-)
-
-func (m FailureMode) String() string {
-	switch m {
-	case FailOpen:
-		return "open"
-	case FailLocal:
-		return "local"
-	}
-	return "closed"
-}
-
-// ParseFailureMode is the inverse of FailureMode.String.
-func ParseFailureMode(s string) (FailureMode, error) {
-	for m := FailClosed; m <= FailLocal; m++ {
-		if s == m.String() {
-			return m, nil
-		}
-	}
-	return 0, &FieldError{Field: "failure_mode", Reason: fmt.Sprintf("%q is not one of closed, open, local", s)}
-}
-
 // Defaults for PolicySpec fields left zero.
 const (
 	DefaultRevision           uint32 = 1

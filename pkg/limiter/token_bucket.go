@@ -19,22 +19,26 @@ var tokenBucketRules = algorithmRules{
 	certainty:   Certain,
 	denialsHold: true,
 	burst:       true,
-	params:      tokenBucketParams,
-	sketch:      sketchRules{deficit: tokenBucketDeficit, state: tokenBucketState},
+	params: func(r Rate) Params {
+		capacity, refill := bucketRate(r)
+		return TokenBucketParams{Capacity: capacity, RefillAmount: refill, RefillPeriod: r.Window}
+	},
+	sketch: sketchRules{deficit: tokenBucketDeficit, state: tokenBucketState},
 }
 
-// tokenBucketParams: Limit tokens refilled every Window, in a bucket of
-// Burst (default Limit). A zero limit holds nothing, so it never admits;
-// its refill amount only has to be valid.
-func tokenBucketParams(r Rate) Params {
-	capacity, refill := r.Limit, r.Limit
+// bucketRate is the bucket of a rate: Limit tokens refilled every Window, in
+// a bucket of Burst (default Limit). A zero limit holds nothing, so it never
+// admits; its refill amount only has to be valid. GCRA, which admits what
+// this bucket admits, takes the same pair as its burst and limit.
+func bucketRate(r Rate) (capacity, refill int64) {
+	capacity, refill = r.Limit, r.Limit
 	if r.Burst > 0 {
 		capacity = r.Burst
 	}
 	if refill == 0 {
 		capacity, refill = 0, 1
 	}
-	return TokenBucketParams{Capacity: capacity, RefillAmount: refill, RefillPeriod: r.Window}
+	return capacity, refill
 }
 
 func (TokenBucketParams) algorithm() Algorithm { return TokenBucket }

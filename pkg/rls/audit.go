@@ -68,7 +68,7 @@ func (s *Server) audit(ctx context.Context, domain string, now time.Time, sc *sc
 		d.RequestID = requestID(ctx)
 	}
 	if ds.kind == statusStore {
-		if out := &sc.outs[ds.batch]; out.Kind == limiter.Evaluated && out.Decision.Limit > 0 {
+		if out := &sc.outs[ds.batch]; out.Decision.Known() && out.Decision.Limit > 0 {
 			d.Limit = out.Decision.Limit
 		}
 	}

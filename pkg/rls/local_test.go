@@ -5,15 +5,16 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"sync"
 	"testing"
 	"time"
 
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
-	"go.uber.org/zap"
 
 	"github.com/envoy-rls/envoy-rls/internal/limitertest"
 	"github.com/envoy-rls/envoy-rls/pkg/descriptors"
 	"github.com/envoy-rls/envoy-rls/pkg/limiter"
+	"github.com/envoy-rls/envoy-rls/pkg/limiter/failover"
 	"github.com/envoy-rls/envoy-rls/pkg/limiter/memory"
 )
 
@@ -30,9 +31,31 @@ descriptors:
     rate_limit: {unit: minute, requests_per_unit: 10, algorithm: token_bucket, failure_mode: local}
 `
 
+// localEnv is a realEnv whose store is wrapped by the failover store, as
+// the binary wraps it, with its transitions recorded.
+type localEnv struct {
+	*realEnv
+	transitions *transitions
+}
+
+// transitions records the failover store's local limiter transitions.
+type transitions struct {
+	mu               sync.Mutex
+	started, dropped int
+}
+
+func (r *transitions) LocalStarted(int) { r.mu.Lock(); r.started++; r.mu.Unlock() }
+func (r *transitions) LocalDropped()    { r.mu.Lock(); r.dropped++; r.mu.Unlock() }
+
+func (r *transitions) counts() (started, dropped int) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.started, r.dropped
+}
+
 // newLocalEnv is a real rule snapshot and memory store behind a store that
-// can be made to fail, with the local fallback dividing by replicas.
-func newLocalEnv(t *testing.T, local LocalConfig) *realEnv {
+// can be made to fail, wrapped by the failover store dividing by replicas.
+func newLocalEnv(t *testing.T, local failover.Config) *localEnv {
 	t.Helper()
 	f := filepath.Join(t.TempDir(), "loc.yaml")
 	if err := os.WriteFile(f, []byte(localRules), 0o600); err != nil {
@@ -50,9 +73,15 @@ func newLocalEnv(t *testing.T, local LocalConfig) *realEnv {
 	if local.Clock == nil {
 		local.Clock = clock
 	}
+	tr := &transitions{}
+	local.Observer = tr
 	store := &countingStore{inner: mem}
-	h := newHarness(t, func() Rules { return snap }, store, clock, func(c *Config) { c.Local = local })
-	return &realEnv{harness: h, clock: clock, store: store, snap: snap}
+	fo, err := failover.New(store, local)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := newHarness(t, func() Rules { return snap }, fo, clock)
+	return &localEnv{realEnv: &realEnv{harness: h, clock: clock, store: store, snap: snap}, transitions: tr}
 }
 
 func (e *realEnv) setFail(k limiter.OutcomeKind) {
@@ -90,7 +119,7 @@ func (e *realEnv) admitted(t *testing.T, key, subject string, n int) int {
 func TestLocalFallbackDividesTheLimit(t *testing.T) {
 	for _, kind := range []limiter.OutcomeKind{limiter.Unavailable, limiter.Indeterminate} {
 		t.Run(kind.String(), func(t *testing.T) {
-			e := newLocalEnv(t, LocalConfig{Replicas: 2})
+			e := newLocalEnv(t, failover.Config{Replicas: 2})
 			e.setFail(kind)
 			for i := 0; i < 5; i++ {
 				resp := e.call(t, request("loc", desc("local", "a")))
@@ -130,13 +159,13 @@ func TestLocalFallbackDividesTheLimit(t *testing.T) {
 					t.Errorf("%s = %q, want %s", series, got, want)
 				}
 			}
-			if n := e.logs.FilterMessage(msgLocalStarted).Len(); n != 1 {
-				t.Errorf("%d %q lines, want 1 (transitions only)", n, msgLocalStarted)
+			if started, _ := e.transitions.counts(); started != 1 {
+				t.Errorf("local limiter started %d times, want 1 (transitions only)", started)
 			}
 		})
 	}
 	t.Run("incompatible", func(t *testing.T) {
-		e := newLocalEnv(t, LocalConfig{Replicas: 2})
+		e := newLocalEnv(t, failover.Config{Replicas: 2})
 		e.setFail(limiter.Incompatible)
 		if got := e.admitted(t, "local", "a", 3); got != 0 {
 			t.Fatalf("%d admitted on a store mismatch, want 0 (fail closed)", got)
@@ -148,7 +177,7 @@ func TestLocalFallbackDividesTheLimit(t *testing.T) {
 // call again, the local counts are dropped: a later outage starts from a
 // full local share.
 func TestLocalFallbackStateDroppedWhenStoreReturns(t *testing.T) {
-	e := newLocalEnv(t, LocalConfig{Replicas: 2})
+	e := newLocalEnv(t, failover.Config{Replicas: 2})
 	e.setFail(limiter.Unavailable)
 	if got := e.admitted(t, "local", "a", 6); got != 5 {
 		t.Fatalf("outage 1: %d admitted, want 5", got)
@@ -158,8 +187,8 @@ func TestLocalFallbackStateDroppedWhenStoreReturns(t *testing.T) {
 	if hd := headers(resp); resp.OverallCode != rlsv3.RateLimitResponse_OK || hd[HeaderRemaining] != "9" {
 		t.Fatalf("store back: %v %v, want OK from the shared store (remaining 9 of 10)", resp.OverallCode, hd)
 	}
-	if n := e.logs.FilterMessage(msgLocalDropped).Len(); n != 1 {
-		t.Fatalf("%d %q lines, want 1", n, msgLocalDropped)
+	if _, dropped := e.transitions.counts(); dropped != 1 {
+		t.Fatalf("local state dropped %d times, want 1", dropped)
 	}
 	if got := e.admitted(t, "local", "a", 3); got != 3 {
 		t.Fatalf("store back: %d of 3 admitted", got)
@@ -168,15 +197,15 @@ func TestLocalFallbackStateDroppedWhenStoreReturns(t *testing.T) {
 	if got := e.admitted(t, "local", "a", 6); got != 5 {
 		t.Fatalf("outage 2: %d admitted, want 5 (the local state of outage 1 dropped)", got)
 	}
-	if n := e.logs.FilterMessage(msgLocalStarted).Len(); n != 2 {
-		t.Fatalf("%d %q lines, want 2", n, msgLocalStarted)
+	if started, _ := e.transitions.counts(); started != 2 {
+		t.Fatalf("local limiter started %d times, want 2", started)
 	}
 }
 
 // TestLocalFallbackKeepsCountsDuringTheOutage: the contrast of the test above: with the
 // store failing throughout, the local count is kept.
 func TestLocalFallbackKeepsCountsDuringTheOutage(t *testing.T) {
-	e := newLocalEnv(t, LocalConfig{Replicas: 2})
+	e := newLocalEnv(t, failover.Config{Replicas: 2})
 	e.setFail(limiter.Unavailable)
 	if got := e.admitted(t, "local", "a", 5); got != 5 {
 		t.Fatalf("%d admitted, want 5", got)
@@ -195,7 +224,7 @@ func TestLocalFallbackKeepsCountsDuringTheOutage(t *testing.T) {
 // TestLocalFallbackBatchRule: a call whose other limit fails closed is
 // denied and consumes nothing of the local share.
 func TestLocalFallbackBatchRule(t *testing.T) {
-	e := newLocalEnv(t, LocalConfig{Replicas: 2})
+	e := newLocalEnv(t, failover.Config{Replicas: 2})
 	e.setFail(limiter.Unavailable)
 	for i := 0; i < 3; i++ {
 		resp := e.call(t, request("loc", desc("local", "a"), desc("closed", "a")))
@@ -212,7 +241,7 @@ func TestLocalFallbackBatchRule(t *testing.T) {
 // subjects; new subjects beyond are limited by the memory store's overflow
 // sketch, which never admits more than the share.
 func TestLocalFallbackBounded(t *testing.T) {
-	e := newLocalEnv(t, LocalConfig{Replicas: 2, MaxEntries: 1})
+	e := newLocalEnv(t, failover.Config{Replicas: 2, MaxEntries: 1})
 	e.setFail(limiter.Unavailable)
 	if got := e.admitted(t, "local", "a", 6); got != 5 {
 		t.Fatalf("first subject: %d admitted, want the share of 5", got)
@@ -233,63 +262,5 @@ func TestLocalFallbackBounded(t *testing.T) {
 	}
 	if got := counterValue(e.metrics(t), `envoy_rls_fallback_total{mode="local"}`); got != strconv.Itoa(calls) {
 		t.Fatalf(`fallback_total{mode="local"} %q, want %d`, got, calls)
-	}
-}
-
-// TestLocalShare: the local policy divides the limit (token bucket: the
-// capacity and the refill amount), rounds down, keeps at least 1, keeps a
-// zero limit at 0, caps the max cost, and fails closed.
-func TestLocalShare(t *testing.T) {
-	fixed := func(limit int64) limiter.PolicySpec {
-		return limiter.PolicySpec{ID: "p", Algorithm: limiter.FixedWindow, FailureMode: limiter.FailLocal,
-			Params: limiter.FixedWindowParams{Limit: limit, Window: time.Minute}}
-	}
-	for _, tc := range []struct {
-		name     string
-		spec     limiter.PolicySpec
-		replicas int64
-		limit    int64
-		refill   int64
-	}{
-		{"10/2", fixed(10), 2, 5, 0},
-		{"10/3 rounds down", fixed(10), 3, 3, 0},
-		{"1/4 keeps 1", fixed(1), 4, 1, 0},
-		{"0 stays 0", fixed(0), 4, 0, 0},
-		{"one replica", fixed(10), 1, 10, 0},
-		{"sliding", limiter.PolicySpec{ID: "p", Algorithm: limiter.SlidingWindow,
-			Params: limiter.SlidingWindowParams{Limit: 7, Window: time.Second}}, 2, 3, 0},
-		{"bucket", limiter.PolicySpec{ID: "p", Algorithm: limiter.TokenBucket,
-			Params: limiter.TokenBucketParams{Capacity: 20, RefillAmount: 10, RefillPeriod: time.Second}}, 4, 5, 2},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			p, err := limiter.NewPolicy(tc.spec)
-			if err != nil {
-				t.Fatal(err)
-			}
-			q, err := p.Share(tc.replicas)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if q.Limit() != tc.limit || q.MaxCost() != tc.limit || q.FailureMode() != limiter.FailClosed ||
-				q.ID() != p.ID() || q.Revision() != p.Revision() || q.WindowMillis() != p.WindowMillis() {
-				t.Fatalf("share: limit %d max cost %d mode %v id %s, want limit and max cost %d, closed, same id",
-					q.Limit(), q.MaxCost(), q.FailureMode(), q.ID(), tc.limit)
-			}
-			if tb, ok := tc.spec.Params.(limiter.TokenBucketParams); ok {
-				// Refill is reduced to lowest terms: compare the rates.
-				if amount, period := q.Refill(); amount*tb.RefillPeriod.Milliseconds() != tc.refill*period {
-					t.Fatalf("refill %d per %dms, want %d per %v", amount, period, tc.refill, tb.RefillPeriod)
-				}
-			}
-		})
-	}
-}
-
-// TestLocalConfigBounds: replicas outside [1, MaxReplicas] are refused.
-func TestLocalConfigBounds(t *testing.T) {
-	for _, n := range []int{-1, MaxReplicas + 1} {
-		if _, err := newLocalFallback(LocalConfig{Replicas: n}, limiter.SystemClock{}, zap.NewNop()); err == nil {
-			t.Errorf("Replicas %d accepted", n)
-		}
 	}
 }

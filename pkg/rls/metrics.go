@@ -66,14 +66,40 @@ type domainHistograms struct {
 
 type policyKey struct{ domain, policy string }
 
+// result is how a limit is reported: an index into policyCounters' arrays.
+type result uint8
+
+const (
+	resultOK         result = iota // ResultOK
+	resultOver                     // ResultOverLimit
+	resultShadowOver               // ResultShadowOverLimit
+	results
+)
+
+// resultLabels are the result labels of the decision counters.
+var resultLabels = [results]string{ResultOK, ResultOverLimit, ResultShadowOverLimit}
+
 type policyCounters struct {
-	ok, over, shadowOver, near prometheus.Counter
+	// decisions, and those of the local fallback (a subset), by result.
+	decisions, local [results]prometheus.Counter
+	// penalty counts the denials by the penalty box (a subset of the
+	// over_limit and shadow_over_limit decisions; nil for ok).
+	penalty [results]prometheus.Counter
+	near    prometheus.Counter
 	// hits adds each decision's cost.
 	hits prometheus.Counter
-	// Decisions of the local fallback (a subset of the above).
-	localOK, localOver, localShadowOver prometheus.Counter
-	// Denials by the penalty box (a subset of over and shadowOver).
-	penaltyOver, penaltyShadowOver prometheus.Counter
+}
+
+// count counts one decision: local when the local fallback made it,
+// blocked when the penalty box denied it.
+func (pc *policyCounters) count(r result, local, blocked bool) {
+	pc.decisions[r].Inc()
+	if local {
+		pc.local[r].Inc()
+	}
+	if blocked && pc.penalty[r] != nil {
+		pc.penalty[r].Inc()
+	}
 }
 
 // latencyBuckets span 50µs to about 1.6s.
@@ -222,18 +248,15 @@ func (m *Metrics) policy(domain, policy string) *policyCounters {
 	// Copy the strings: domain may point into a request buffer.
 	k = policyKey{string([]byte(domain)), string([]byte(policy))}
 	pc = &policyCounters{
-		ok:         m.decisions.WithLabelValues(k.domain, k.policy, ResultOK),
-		over:       m.decisions.WithLabelValues(k.domain, k.policy, ResultOverLimit),
-		shadowOver: m.decisions.WithLabelValues(k.domain, k.policy, ResultShadowOverLimit),
-		near:       m.nearLimit.WithLabelValues(k.domain, k.policy),
-		hits:       m.hits.WithLabelValues(k.domain, k.policy),
-
-		localOK:         m.local.WithLabelValues(k.domain, k.policy, ResultOK),
-		localOver:       m.local.WithLabelValues(k.domain, k.policy, ResultOverLimit),
-		localShadowOver: m.local.WithLabelValues(k.domain, k.policy, ResultShadowOverLimit),
-
-		penaltyOver:       m.penalty.WithLabelValues(k.domain, k.policy, ResultOverLimit),
-		penaltyShadowOver: m.penalty.WithLabelValues(k.domain, k.policy, ResultShadowOverLimit),
+		near: m.nearLimit.WithLabelValues(k.domain, k.policy),
+		hits: m.hits.WithLabelValues(k.domain, k.policy),
+	}
+	for r, label := range resultLabels {
+		pc.decisions[r] = m.decisions.WithLabelValues(k.domain, k.policy, label)
+		pc.local[r] = m.local.WithLabelValues(k.domain, k.policy, label)
+		if result(r) != resultOK {
+			pc.penalty[r] = m.penalty.WithLabelValues(k.domain, k.policy, label)
+		}
 	}
 	m.byPolicy[k] = pc
 	return pc

@@ -88,7 +88,7 @@ func (s *Server) observeLimit(sc *scratch, ds *descStatus) {
 		StoreFailed: ds.fellBack,
 	}
 	if ds.kind == statusStore {
-		if out := &sc.outs[ds.batch]; out.Kind == limiter.Evaluated {
+		if out := &sc.outs[ds.batch]; out.Decision.Known() {
 			d := &out.Decision
 			o.Decided = true
 			o.Limit, o.Remaining, o.Consumed = d.Limit, d.Remaining, d.Consumed

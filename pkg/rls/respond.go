@@ -58,7 +58,7 @@ func (s *Server) respond(ctx context.Context, req *rlsv3.RateLimitRequest, known
 		case statusUnlimited:
 			statuses[ds.desc].LimitRemaining = math.MaxUint32
 			pc := s.metrics.policy(metricDomain, UnlimitedPolicy)
-			pc.ok.Inc()
+			pc.count(resultOK, false, false)
 			if !ds.probe {
 				pc.hits.Add(float64(ds.cost))
 			}
@@ -75,8 +75,14 @@ func (s *Server) respond(ctx context.Context, req *rlsv3.RateLimitRequest, known
 				ds.reset = untilPeriodEnd(now, c)
 			}
 			ds.retry = ds.reset
-		} else if out := &sc.outs[ds.batch]; out.Kind == limiter.Evaluated {
+		} else if out := &sc.outs[ds.batch]; out.Decision.Known() {
 			d := &out.Decision
+			if d.Source == limiter.SourceFallback {
+				// The store failed; the local limiter decided instead.
+				s.metrics.storeError(out.Failed)
+				s.metrics.fallback(p.FailureMode())
+				sc.storeFailed = true
+			}
 			ds.over = !d.Allowed
 			ds.blocked = d.Blocked
 			ds.remaining = clampUint32(d.Remaining)
@@ -124,47 +130,26 @@ func (s *Server) respond(ctx context.Context, req *rlsv3.RateLimitRequest, known
 		if !ds.probe {
 			pc.hits.Add(float64(ds.cost))
 		}
-		local := ds.kind == statusStore && sc.outs[ds.batch].Kind == limiter.Evaluated &&
-			sc.outs[ds.batch].Decision.Source == limiter.SourceFallback
-		if local {
-			// The store failed; the local limiter decided instead.
-			sc.storeFailed = true
-		}
+		local := ds.kind == statusStore && sc.outs[ds.batch].Decision.Source == limiter.SourceFallback &&
+			sc.outs[ds.batch].Decision.Fallback == limiter.FailLocal
+		r := resultOver
 		switch {
-		case !ds.over:
-			pc.ok.Inc()
-			if local {
-				pc.localOK.Inc()
-			}
+		case !ds.over, ds.role.Quota() && !quotaDenies:
+			r = resultOK
 		case ds.role == limiter.RoleShadow:
-			pc.shadowOver.Inc()
-			if local {
-				pc.localShadowOver.Inc()
-			}
-			if ds.blocked {
-				pc.penaltyShadowOver.Inc()
-			}
-			s.logDenial(ctx, msgShadowDenied, ds)
-			if s.auditor != nil {
-				s.audit(ctx, req.Domain, now, sc, ds)
-			}
-		case ds.role.Quota() && !quotaDenies:
-			pc.ok.Inc()
-			if local {
-				pc.localOK.Inc()
-			}
+			r = resultShadowOver
 		default:
 			ds.reported = true
 			statuses[ds.desc].Code = rlsv3.RateLimitResponse_OVER_LIMIT
 			overall = rlsv3.RateLimitResponse_OVER_LIMIT
-			pc.over.Inc()
-			if local {
-				pc.localOver.Inc()
+		}
+		pc.count(r, local, ds.blocked)
+		if r != resultOK {
+			msg := msgDenied
+			if r == resultShadowOver {
+				msg = msgShadowDenied
 			}
-			if ds.blocked {
-				pc.penaltyOver.Inc()
-			}
-			s.logDenial(ctx, msgDenied, ds)
+			s.logDenial(ctx, msg, ds)
 			if s.auditor != nil {
 				s.audit(ctx, req.Domain, now, sc, ds)
 			}
@@ -229,24 +214,25 @@ func bindingLimit(limits []descStatus) int {
 	return b
 }
 
-// storeFailed applies the policy's failure mode to a failed outcome.
+// storeFailed reports a failure mode's answer to a store failure (a
+// decision that knows nothing of the limit's state, see limiter.FailureAnswer):
+// fail open allows with no current_limit; fail closed, or local when the
+// local limiter could not decide either, denies until its RetryAfter.
 func (s *Server) storeFailed(ctx context.Context, sc *scratch, p *limiter.Policy, ds *descStatus, out *limiter.Outcome) {
 	mode := p.FailureMode()
-	s.metrics.storeError(out.Kind)
+	s.metrics.storeError(out.Failed)
 	s.metrics.fallback(mode)
 	ds.fellBack = true
 	sc.storeFailed = true
-	if mode != limiter.FailOpen {
-		// Closed, or local when the local limiter could not decide either
-		// (see LocalConfig).
+	if d := &out.Decision; !d.Allowed {
 		ds.over = true
-		ds.retry = max(out.RetryAfter, fallbackRetryAfter)
+		ds.retry = d.RetryAfter
 		ds.reset = ds.retry
 	}
 	if ce := s.sampled.Check(zapcore.WarnLevel, msgStoreFailure); ce != nil {
 		fields := []zap.Field{
 			zap.String("policy", p.ID()),
-			zap.String("outcome", out.Kind.String()),
+			zap.String("outcome", out.Failed.String()),
 			zap.String("category", out.Category),
 			zap.String("failure_mode", mode.String()),
 			zap.String("subject", subjectPrefix(&ds.match.Subject)),

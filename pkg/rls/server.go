@@ -47,9 +47,6 @@ const (
 	DefaultDenialLogTick       = time.Second
 	DefaultDenialLogFirst      = 10
 	DefaultDenialLogThereafter = 1000
-	// fallbackRetryAfter is the Retry-After of a fail-closed answer when the
-	// store gave no hint.
-	fallbackRetryAfter = time.Second
 )
 
 // Config configures a Server.
@@ -58,7 +55,10 @@ type Config struct {
 	// (calls are then answered Unavailable). It is called once per call, so
 	// a reload takes effect at the next call. (Required)
 	Rules func() Rules
-	// Store evaluates the matched limits. (Required)
+	// Store evaluates the matched limits. It is expected to answer store
+	// failures by each policy's failure mode (pkg/limiter/failover); an
+	// outcome that is not a decision is answered by
+	// limiter.FailureAnswer (closed or open, never local). (Required)
 	Store limiter.Store
 	// Metrics receives the service's counters. (Required; see NewMetrics)
 	Metrics *Metrics
@@ -86,9 +86,6 @@ type Config struct {
 	// size, outcome) on the span in the call's context, the gRPC server
 	// span (see trace.go). (Optional, default nil: no tracing work at all)
 	TracerProvider trace.TracerProvider
-	// Local configures the in-process limiter of failure_mode: local
-	// policies. (Optional, see LocalConfig for the defaults)
-	Local LocalConfig
 	// Received is called, with the call's context, once the request of a
 	// call served through Register has been read and decoded, before it is
 	// evaluated: the transport's receive deadline ends there. (Optional)
@@ -133,10 +130,8 @@ type Server struct {
 	// millisecond in use instead of one per call.
 	deadlines *deadline.Wheel
 	tracer    trace.Tracer // nil: tracing off
-	// local decides failure_mode: local limits while the store fails.
-	local    *localFallback
-	observer Observer // nil: none
-	auditor  Auditor  // nil: none
+	observer  Observer     // nil: none
+	auditor   Auditor      // nil: none
 	// requestIDKey names the request id descriptor's key ("": none).
 	requestIDKey string
 }
@@ -199,9 +194,6 @@ func New(cfg Config) (*Server, error) {
 		observer:       cfg.Observer,
 		auditor:        cfg.Auditor,
 		requestIDKey:   cfg.RequestIDKey,
-	}
-	if s.local, err = newLocalFallback(cfg.Local, cfg.Clock, log); err != nil {
-		return nil, err
 	}
 	s.scratch.New = func() any { return new(scratch) }
 	return s, nil
@@ -336,10 +328,11 @@ func (s *Server) evaluate(ctx context.Context, req *rlsv3.RateLimitRequest, rule
 
 	// 3. One batch for every limit the store must decide, followed by the
 	// limits that can never fit (a zero limit, or a cost above the policy's
-	// max cost: denials known without asking the store). The store commits
-	// its part all or nothing by the rule of limiter.Commits, the answer is
-	// built by the same rule over the whole, so exactly the calls answered OK
-	// consume.
+	// max cost: denials known without asking the store, which demote the
+	// store's part to checks when they block the call, see
+	// limiter.Pending). The store commits its part all or nothing by the
+	// rule of limiter.Commits, the answer is built by the same rule over
+	// the whole, so exactly the calls answered OK consume.
 	neverFits := false
 	for i := range sc.descs {
 		ds := &sc.descs[i]
@@ -370,24 +363,21 @@ func (s *Server) evaluate(ctx context.Context, req *rlsv3.RateLimitRequest, rule
 		sc.outs[i] = limiter.EvaluatedOutcome(limiter.Decision{})
 	}
 	if n > 0 {
-		send := sc.batch[:n]
-		if n < len(sc.batch) && limiter.CheckOnly(sc.batch, sc.outs) {
-			// A limit outside the store's part already blocks the call:
-			// check the others for their statuses, consume nothing.
-			sc.checks = append(sc.checks[:0], send...)
-			for i := range sc.checks {
-				sc.checks[i].Role = limiter.RoleCheck
-			}
-			send = sc.checks
+		send, outs := sc.batch[:n], sc.outs[:n]
+		if n < len(sc.batch) {
+			send, outs = sc.pending.Split(sc.batch, sc.outs)
 		}
 		t0 := time.Now()
 		if s.tracer != nil {
-			s.evaluateTraced(storeContext(ctx, s.deadlines, t0), send, sc.outs[:n])
+			s.evaluateTraced(storeContext(ctx, s.deadlines, t0), send, outs)
 		} else {
-			s.store.Evaluate(storeContext(ctx, s.deadlines, t0), send, sc.outs[:n])
+			s.store.Evaluate(storeContext(ctx, s.deadlines, t0), send, outs)
 		}
 		s.metrics.observeStore(domain, time.Since(t0))
-		s.decideLocally(ctx, send, sc.outs[:n], sc.batch, sc.outs, &sc.local)
+		limiter.AnswerFailures(send, outs)
+		if n < len(sc.batch) {
+			sc.pending.Merge(sc.outs)
+		}
 	}
 
 	// 4. Statuses.

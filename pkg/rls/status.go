@@ -21,25 +21,16 @@ const (
 )
 
 // add appends the limiter request of a matched limit to batch and records
-// its index and its role. The request is RoleQuota for a quota_mode rule,
-// and for a probe (an explicit hits_addend of 0) RoleProbe, or
-// RoleQuotaProbe for a quota_mode rule; the role, decided here once for the
-// whole call, is limiter.Request.EffectiveRole, which makes a shadow policy
-// (a shadow_mode rule) RoleShadow, and a probe of one RoleCheck. ds.role is
+// its index and its role (limiter.RoleOf a quota_mode rule, or of a probe:
+// an explicit hits_addend of 0). The role the batch rule applies is
+// limiter.Request.EffectiveRole, which makes a shadow policy (a
+// shadow_mode rule) RoleShadow, and a probe of one RoleCheck. ds.role is
 // how the limit is reported, so a shadow probe is recorded as RoleShadow.
 func (ds *descStatus) add(batch *[]limiter.Request) {
 	rule := ds.match.Rule
-	mode := limiter.RoleOrdinary
-	switch {
-	case ds.probe && rule.QuotaMode:
-		mode = limiter.RoleQuotaProbe
-	case ds.probe:
-		mode = limiter.RoleProbe
-	case rule.QuotaMode:
-		mode = limiter.RoleQuota
-	}
 	ds.batch = len(*batch)
-	*batch = append(*batch, limiter.Request{Policy: rule.Policy, Subject: ds.match.Subject, Cost: ds.cost, Role: mode, Tag: ds.match.Tag})
+	*batch = append(*batch, limiter.Request{Policy: rule.Policy, Subject: ds.match.Subject, Cost: ds.cost,
+		Role: limiter.RoleOf(rule.QuotaMode, ds.probe), Tag: ds.match.Tag})
 	ds.role = (*batch)[ds.batch].EffectiveRole()
 	if ds.probe && ds.role == limiter.RoleCheck {
 		ds.role = limiter.RoleShadow
@@ -74,10 +65,9 @@ type scratch struct {
 	descs   []descStatus      // descriptor order; several per descriptor with rate_limits
 	batch   []limiter.Request // the store's requests, then the never-fits ones
 	outs    []limiter.Outcome // one per batch element
-	checks  []limiter.Request // the store's requests resent as checks
+	pending limiter.Pending   // the store's requests when never-fits ones follow
 	entries []descriptors.Entry
 	buf     []byte
-	local   localBatch
 	// storeFailed: a limit of the call was answered by its failure mode.
 	storeFailed bool
 	// requestID is the value of the call's request id descriptor
@@ -100,7 +90,7 @@ func (s *Server) putScratch(sc *scratch) {
 	clear(sc.descs)
 	clear(sc.batch)
 	clear(sc.outs)
-	clear(sc.checks)
+	sc.pending.Release()
 	clear(sc.entries)
 	s.scratch.Put(sc)
 }

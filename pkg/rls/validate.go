@@ -104,42 +104,36 @@ func hitsFor(req *rlsv3.RateLimitRequest, d *rlv3.RateLimitDescriptor) (cost int
 	return int64(req.HitsAddend), false
 }
 
+// units maps each configured unit (by its value, descriptors.UnitSecond
+// = 1 … UnitYear) to the unit of a descriptor's limit override (the request
+// enum, which has no week) and to the response enum.
+var units = [...]struct {
+	override typev3.RateLimitUnit
+	response rlsv3.RateLimitResponse_RateLimit_Unit
+}{
+	descriptors.UnitSecond: {typev3.RateLimitUnit_SECOND, rlsv3.RateLimitResponse_RateLimit_SECOND},
+	descriptors.UnitMinute: {typev3.RateLimitUnit_MINUTE, rlsv3.RateLimitResponse_RateLimit_MINUTE},
+	descriptors.UnitHour:   {typev3.RateLimitUnit_HOUR, rlsv3.RateLimitResponse_RateLimit_HOUR},
+	descriptors.UnitDay:    {typev3.RateLimitUnit_DAY, rlsv3.RateLimitResponse_RateLimit_DAY},
+	descriptors.UnitWeek:   {typev3.RateLimitUnit_UNKNOWN, rlsv3.RateLimitResponse_RateLimit_WEEK},
+	descriptors.UnitMonth:  {typev3.RateLimitUnit_MONTH, rlsv3.RateLimitResponse_RateLimit_MONTH},
+	descriptors.UnitYear:   {typev3.RateLimitUnit_YEAR, rlsv3.RateLimitResponse_RateLimit_YEAR},
+}
+
 // overrideUnit maps the unit of a descriptor's limit override.
 func overrideUnit(u typev3.RateLimitUnit) (descriptors.Unit, bool) {
-	switch u {
-	case typev3.RateLimitUnit_SECOND:
-		return descriptors.UnitSecond, true
-	case typev3.RateLimitUnit_MINUTE:
-		return descriptors.UnitMinute, true
-	case typev3.RateLimitUnit_HOUR:
-		return descriptors.UnitHour, true
-	case typev3.RateLimitUnit_DAY:
-		return descriptors.UnitDay, true
-	case typev3.RateLimitUnit_MONTH:
-		return descriptors.UnitMonth, true
-	case typev3.RateLimitUnit_YEAR:
-		return descriptors.UnitYear, true
+	for c := descriptors.UnitSecond; c <= descriptors.UnitYear; c++ {
+		if u != typev3.RateLimitUnit_UNKNOWN && units[c].override == u {
+			return c, true
+		}
 	}
 	return 0, false
 }
 
 // responseUnit maps a configured unit to the response enum.
 func responseUnit(u descriptors.Unit) rlsv3.RateLimitResponse_RateLimit_Unit {
-	switch u {
-	case descriptors.UnitSecond:
-		return rlsv3.RateLimitResponse_RateLimit_SECOND
-	case descriptors.UnitMinute:
-		return rlsv3.RateLimitResponse_RateLimit_MINUTE
-	case descriptors.UnitHour:
-		return rlsv3.RateLimitResponse_RateLimit_HOUR
-	case descriptors.UnitDay:
-		return rlsv3.RateLimitResponse_RateLimit_DAY
-	case descriptors.UnitWeek:
-		return rlsv3.RateLimitResponse_RateLimit_WEEK
-	case descriptors.UnitMonth:
-		return rlsv3.RateLimitResponse_RateLimit_MONTH
-	case descriptors.UnitYear:
-		return rlsv3.RateLimitResponse_RateLimit_YEAR
+	if u >= descriptors.UnitSecond && u <= descriptors.UnitYear {
+		return units[u].response
 	}
 	return rlsv3.RateLimitResponse_RateLimit_UNKNOWN
 }

@@ -58,15 +58,7 @@ func (t *Tracker) Top(f Filter, by By, n int) []Top {
 	var out []Top
 	for _, p := range t.selected(f) {
 		var entries []Entry
-		from := int64(-1)
-		for i := range p.shards {
-			sh := &p.shards[i]
-			sh.mu.Lock()
-			t.rotate(sh, now)
-			from = sh.old.index * t.windowMs
-			entries = appendMerged(entries, sh, by)
-			sh.mu.Unlock()
-		}
+		from := t.eachShard(p, now, func(sh *shard) { entries = appendMerged(entries, sh, by) })
 		slices.SortFunc(entries, func(a, b Entry) int {
 			x, y := a.Hits, b.Hits
 			if by == ByDenied {
@@ -80,8 +72,7 @@ func (t *Tracker) Top(f Filter, by By, n int) []Top {
 		if len(entries) > n {
 			entries = entries[:n]
 		}
-		out = append(out, Top{Domain: p.key.Domain, Policy: p.key.Policy, Key: p.dkey,
-			From: time.UnixMilli(max(from, p.since.UnixMilli())), Entries: entries})
+		out = append(out, Top{Domain: p.key.Domain, Policy: p.key.Policy, Key: p.dkey, From: from, Entries: entries})
 	}
 	return out
 }
@@ -155,12 +146,7 @@ func (t *Tracker) Usage(f Filter) []Usage {
 		u := Usage{Domain: p.key.Domain, Policy: p.key.Policy, Key: p.dkey, Since: p.since,
 			Hits: p.hits.Load(), Decisions: p.decisions.Load(), Denials: p.denials.Load(), ShadowDenials: p.shadowDenials.Load()}
 		distinct, _ := hyperloglog.NewSketch(HLLPrecision, true) // a valid precision
-		from := int64(-1)
-		for i := range p.shards {
-			sh := &p.shards[i]
-			sh.mu.Lock()
-			t.rotate(sh, now)
-			from = sh.old.index * t.windowMs
+		u.Recent.From = t.eachShard(p, now, func(sh *shard) {
 			for _, w := range []*window{&sh.cur, &sh.old} {
 				u.Recent.Hits += w.hits
 				u.Recent.Decisions += w.decisions
@@ -168,13 +154,27 @@ func (t *Tracker) Usage(f Filter) []Usage {
 				u.Recent.ShadowDenials += w.shadowDenials
 			}
 			_ = distinct.Merge(sh.distinct) // same precision
-			sh.mu.Unlock()
-		}
+		})
 		u.DistinctSubjects = distinct.Estimate()
-		u.Recent.From = time.UnixMilli(max(from, p.since.UnixMilli()))
 		out = append(out, u)
 	}
 	return out
+}
+
+// eachShard calls fn with every shard of p, rotated to now, under the
+// shard's lock, and returns when the period the shards' two windows cover
+// starts: the older window's start, not before p was first observed.
+func (t *Tracker) eachShard(p *policy, now int64, fn func(sh *shard)) time.Time {
+	from := int64(-1)
+	for i := range p.shards {
+		sh := &p.shards[i]
+		sh.mu.Lock()
+		t.rotate(sh, now)
+		from = sh.old.index * t.windowMs
+		fn(sh)
+		sh.mu.Unlock()
+	}
+	return time.UnixMilli(max(from, p.since.UnixMilli()))
 }
 
 // selected returns the policies f selects, ordered by domain then policy.

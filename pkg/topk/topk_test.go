@@ -32,6 +32,15 @@ func subject(i int) limiter.SubjectDigest {
 	return sha256.Sum256(b[:])
 }
 
+// subjects returns subject(0) to subject(n-1).
+func subjects(n int) []limiter.SubjectDigest {
+	subs := make([]limiter.SubjectDigest, n)
+	for i := range subs {
+		subs[i] = subject(i)
+	}
+	return subs
+}
+
 func newTracker(t testing.TB, cfg Config) *Tracker {
 	t.Helper()
 	tr, err := New(cfg)
@@ -258,10 +267,7 @@ func TestConcurrent(t *testing.T) {
 // subjects, every goroutine recording.
 func BenchmarkRecord(b *testing.B) {
 	tr := newTracker(b, Config{})
-	subs := make([]limiter.SubjectDigest, 100_000)
-	for i := range subs {
-		subs[i] = subject(i)
-	}
+	subs := subjects(100_000)
 	b.ReportAllocs()
 	b.RunParallel(func(pb *testing.PB) {
 		i := rand.IntN(len(subs))
@@ -280,10 +286,7 @@ func BenchmarkRecord(b *testing.B) {
 // sketch without taking over a counter.
 func BenchmarkRecordZipf(b *testing.B) {
 	tr := newTracker(b, Config{})
-	subs := make([]limiter.SubjectDigest, 100_000)
-	for i := range subs {
-		subs[i] = subject(i)
-	}
+	subs := subjects(100_000)
 	b.ReportAllocs()
 	b.RunParallel(func(pb *testing.PB) {
 		z := rand.NewZipf(rand.New(rand.NewPCG(rand.Uint64(), 1)), 1.1, 1, uint64(len(subs)-1))

@@ -2,11 +2,11 @@
 //
 // context.WithDeadline costs, on every call, a timer armed and stopped, four
 // allocations and a registration with (and removal from) the parent's set
-// of children: under load that was 7–8 % of the server's CPU (two of them
-// per Envoy request, docs/performance.md). A Wheel instead rounds each
-// deadline down to a tick (one millisecond by default) and closes one
-// channel per tick for every context due in it: one timer per tick in use,
-// not per call, and one allocation per context.
+// of children, and the request path makes two of them per Envoy request: a
+// visible share of the server's CPU under load (docs/performance.md). A
+// Wheel instead rounds each deadline down to a tick (one millisecond by
+// default) and closes one channel per tick for every context due in it: one
+// timer per tick in use, not per call, and one allocation per context.
 //
 // The price is documented on Context: the deadline fires up to one tick
 // early, and cancelling the parent does not close Done (Err reports it).

@@ -21,7 +21,9 @@
 // earlier, the stores' resolution), so it never outlives the store's denial
 // whatever the store's clock. Only Evaluated, Certain denials from a store
 // are cached: never the sliding-window counter (approximate), never a
-// failure or a failure-mode answer, never an allow.
+// failure or a failure-mode answer, never an allow, and never a denial that
+// counted the cost of an earlier request of its batch on the same state
+// which was not taken (it holds for that batch, not for the state).
 //
 // The cache key is the whole identity of the state and of the limit: policy
 // ID, revision, algorithm, limit, window or refill rate, penalty box,
@@ -141,10 +143,8 @@ type shard struct {
 
 // scratch is the per-call work of Evaluate.
 type scratch struct {
-	hit  []bool
-	sub  []limiter.Request
-	outs []limiter.Outcome
-	idx  []int
+	hit     []bool
+	pending limiter.Pending
 }
 
 // ErrNoStore is returned by New without a store.
@@ -253,6 +253,9 @@ func (c *Cache) record(batch []limiter.Request, out []limiter.Outcome, t0 time.T
 			continue
 		}
 		k := keyOf(r)
+		if tentative(batch, out, i, &k) {
+			continue
+		}
 		e := entry{until: t0.Add(o.Decision.RetryAfter - resolution), cost: r.Cost, decision: o.Decision}
 		if o.Decision.Blocked {
 			e.cost = 1 // a block denies every cost
@@ -265,6 +268,20 @@ func (c *Cache) record(batch []limiter.Request, out []limiter.Outcome, t0 time.T
 		sh.m[k] = e
 		sh.mu.Unlock()
 	}
+}
+
+// tentative reports whether a request of batch before i, on the state k,
+// was allowed without its cost being taken: the store counted that cost in
+// the answer to batch[i], so a denial of batch[i] holds for its batch, not
+// for the state as stored.
+func tentative(batch []limiter.Request, out []limiter.Outcome, i int, k *key) bool {
+	for j := range i {
+		d := &out[j].Decision
+		if out[j].Kind == limiter.Evaluated && d.Allowed && !d.Consumed && batch[j].Policy != nil && keyOf(&batch[j]) == *k {
+			return true
+		}
+	}
+	return false
 }
 
 // evict drops an expired entry if one of the first few is, else an arbitrary
@@ -319,7 +336,7 @@ func (c *Cache) Evaluate(ctx context.Context, batch []limiter.Request, out []lim
 			sc.hit[i] = true
 			hits++
 		} else {
-			out[i] = limiter.Outcome{} // undecided, see limiter.CheckOnly
+			out[i] = limiter.Outcome{} // undecided, see limiter.Pending
 		}
 	}
 	if hits == 0 {
@@ -327,7 +344,8 @@ func (c *Cache) Evaluate(ctx context.Context, batch []limiter.Request, out []lim
 		c.record(batch, out, t0)
 		return
 	}
-	if !limiter.CheckOnly(batch, out) || recordsOffences(batch, sc.hit) {
+	sub, subOuts := sc.pending.Split(batch, out)
+	if !sc.pending.Demoted() || recordsOffences(batch, sc.hit) {
 		// The cached denials cannot block the batch (shadow, check, or
 		// quota limits with other quota limits), or a limit with a penalty
 		// box must be evaluated as it is (its denial is an offence to
@@ -342,28 +360,15 @@ func (c *Cache) Evaluate(ctx context.Context, batch []limiter.Request, out []lim
 	if c.observer != nil {
 		c.observer.Hits(hits)
 	}
-	if hits == len(batch) {
+	if len(sub) == 0 {
 		return
 	}
-	sc.sub, sc.idx = sc.sub[:0], sc.idx[:0]
-	for i := range batch {
-		if !sc.hit[i] {
-			r := batch[i]
-			r.Role = limiter.RoleCheck
-			sc.sub = append(sc.sub, r)
-			sc.idx = append(sc.idx, i)
-		}
-	}
-	sc.outs = append(sc.outs[:0], make([]limiter.Outcome, len(sc.sub))...)
-	c.store.Evaluate(ctx, sc.sub, sc.outs)
-	for k, i := range sc.idx {
-		out[i] = sc.outs[k]
-	}
-	c.record(sc.sub, sc.outs, t0)
+	c.store.Evaluate(ctx, sub, subOuts)
+	sc.pending.Merge(out)
+	c.record(sub, subOuts, t0)
 }
 
 func (c *Cache) putScratch(sc *scratch) {
-	clear(sc.sub) // drop policy references
-	clear(sc.outs)
+	sc.pending.Release() // drop policy references
 	c.scratch.Put(sc)
 }

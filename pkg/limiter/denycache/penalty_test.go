@@ -61,12 +61,7 @@ func TestPenaltyBlockCached(t *testing.T) {
 // penalty limit as it is, so that its offence is recorded.
 func TestPenaltyOffencesReachTheStore(t *testing.T) {
 	e := newEnv(t, 1024)
-	pen, err := limiter.NewPolicy(limiter.PolicySpec{ID: "pen", Algorithm: limiter.FixedWindow,
-		Params:  limiter.FixedWindowParams{Limit: 1, Window: time.Hour},
-		Penalty: limiter.Penalty{Duration: time.Second}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	pen := boxedHourly(t, time.Second)
 	hot := policy(t, "hot", limiter.FixedWindow, 1, time.Hour)
 	subj := subject("mixed")
 	e.eval(limiter.Request{Policy: pen, Subject: subj, Cost: 1}, limiter.Request{Policy: hot, Subject: subj, Cost: 1})
@@ -110,12 +105,7 @@ func TestPenaltyOffencesReachTheStore(t *testing.T) {
 // nothing either way).
 func TestPenaltyProbes(t *testing.T) {
 	e := newEnv(t, 1024)
-	pen, err := limiter.NewPolicy(limiter.PolicySpec{ID: "pen", Algorithm: limiter.FixedWindow,
-		Params:  limiter.FixedWindowParams{Limit: 1, Window: time.Hour},
-		Penalty: limiter.Penalty{Duration: time.Minute}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	pen := boxedHourly(t, time.Minute)
 	subj := subject("probed")
 	req := func(role limiter.Role) limiter.Request {
 		return limiter.Request{Policy: pen, Subject: subj, Cost: 1, Role: role}
@@ -159,4 +149,16 @@ func TestPenaltyProbes(t *testing.T) {
 	if d := out[1].Decision; !d.Allowed || d.Consumed {
 		t.Fatalf("the other subject's probe: %+v, want allowed, nothing taken", d)
 	}
+}
+
+// boxedHourly is a limit of 1 an hour with a penalty box of block.
+func boxedHourly(t testing.TB, block time.Duration) *limiter.Policy {
+	t.Helper()
+	p, err := limiter.NewPolicy(limiter.PolicySpec{ID: "pen", Algorithm: limiter.FixedWindow,
+		Params:  limiter.FixedWindowParams{Limit: 1, Window: time.Hour},
+		Penalty: limiter.Penalty{Duration: block}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
 }

@@ -68,12 +68,10 @@ const (
 // MaxBytesPerEntry bounds the heap a full store keeps per entry, to size
 // MaxEntries from a memory budget. A slot is 96 bytes plus a 4-byte tag;
 // a shard's table doubles when it would pass three quarters full, so a full
-// shard is 3/8 to 3/4 full: 133 to 267 bytes per entry. Measured
-// (TestFullStoreHeap, heap in use after a collection, eight policies): 148
-// bytes at 88,992 entries, 267 at 786,720 (every table just doubled, the
-// worst case), 236 at 888,896. Overflow sketches (SketchBytes each) come on
-// top. The process needs about twice this at its peak: see
-// docs/operations.md.
+// shard is 3/8 to 3/4 full: 133 to 267 bytes per entry; TestFullStoreHeap
+// holds a full store to the bound (its measurements: docs/operations.md).
+// Overflow sketches (SketchBytes each) come on top. The process needs
+// about twice this at its peak: see docs/operations.md.
 const MaxBytesPerEntry = 272
 
 // Observer is told what the store drops and refuses, so that it can be
@@ -245,7 +243,7 @@ func (s *Store) Len() int {
 // entry in its shard's map of logs, a key and a string header (72 bytes) in
 // a map at least 7/16 full, at most 168 bytes; and the log itself,
 // limiter.SlidingLogEntryBytes a hit, which the allocator's size classes
-// round up by at most an eighth (16 bytes for the smallest). Measured
-// (TestSlidingLogHeap, 50,000 entries): 117 bytes for 1 hit, 166 for 5,
-// 316 for 20.
+// round up by at most an eighth (16 bytes for the smallest);
+// TestSlidingLogHeap holds logs to the bound (its measurements:
+// docs/algorithms.md).
 func MaxLogBytes(n int) int { return 168 + 16 + n*limiter.SlidingLogEntryBytes*9/8 }

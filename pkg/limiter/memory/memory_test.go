@@ -158,12 +158,6 @@ func TestEvaluateBatch(t *testing.T) {
 	}
 }
 
-// TestBatchParity runs the store-independent batch table (also run on
-// standalone Redis and on a Redis Cluster by pkg/limiter/redis).
-func TestBatchParity(t *testing.T) {
-	limitertest.Run(t, newStore(t, memory.Config{}), limitertest.Config{Prefix: "mem"})
-}
-
 // TestBatchExactness: 32 goroutines on one store, requests with a tight and
 // a loose limit: the loose limit consumes exactly once per admitted request.
 func TestBatchExactness(t *testing.T) {

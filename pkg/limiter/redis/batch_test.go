@@ -335,12 +335,6 @@ func TestBatchArity(t *testing.T) {
 	}
 }
 
-// TestBatchTableStandalone runs the store-independent batch table.
-func TestBatchTableStandalone(t *testing.T) {
-	e := newEnv(t)
-	limitertest.Run(t, e.store, limitertest.Config{Prefix: limitertest.Prefix()})
-}
-
 // TestOneCommandPerRequest counts what one Evaluate of n limits costs Redis:
 // one EVALSHA whatever n is.
 func TestOneCommandPerRequest(t *testing.T) {
@@ -418,17 +412,6 @@ func TestExpirySetOncePerWindow(t *testing.T) {
 // capacity, and reports 0 when there is nothing to give back.
 func TestRefundProgram(t *testing.T) {
 	e := newEnv(t)
-	refund := func(p *limiter.Policy, key string, cost, at int64) int64 {
-		t.Helper()
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		msgs, err := refundScript.Exec(ctx, e.store.client, []string{key}, lua.AppendRefundArgs(nil, p, cost, at)).ToArray()
-		if err != nil || len(msgs) != 1 {
-			t.Fatalf("refund: %v %v", msgs, err)
-		}
-		n, _ := msgs[0].ToInt64()
-		return n
-	}
 	for _, p := range []*limiter.Policy{fixed(t, "rf.fw", 5, time.Hour), sliding(t, "rf.sw", 5, time.Hour), bucket(t, "rf.tb", 5, 1, time.Hour), cellRate(t, "rf.gc", 5, 1, time.Hour), slidingLog(t, "rf.sl", 5, time.Hour)} {
 		sub := subjectOf("refund")
 		key := keyOf(p, sub)
@@ -439,7 +422,7 @@ func TestRefundProgram(t *testing.T) {
 		if r1[0].Status != limiter.StatusAllowed || r2[0].Status != limiter.StatusAllowed {
 			t.Fatalf("%s: %+v %+v", p.ID(), r1, r2)
 		}
-		if n := refund(p, key, 3, r2[0].EffectiveNowMs); n != 1 {
+		if n := e.refund(p, key, 3, r2[0].EffectiveNowMs); n != 1 {
 			t.Fatalf("%s: refund replied %d", p.ID(), n)
 		}
 		after := e.hash(key)
@@ -455,10 +438,10 @@ func TestRefundProgram(t *testing.T) {
 			}
 		}
 		// Never above the capacity, never below zero.
-		refund(p, key, 5, r2[0].EffectiveNowMs)
+		e.refund(p, key, 5, r2[0].EffectiveNowMs)
 		if p.Algorithm() == limiter.SlidingLog {
 			// The first batch's hit too (its own entry, or the same one).
-			refund(p, key, 5, r1[0].EffectiveNowMs)
+			e.refund(p, key, 5, r1[0].EffectiveNowMs)
 		}
 		h := e.hash(key)
 		switch p.Algorithm() {
@@ -482,14 +465,14 @@ func TestRefundProgram(t *testing.T) {
 		}
 		// Another window (or an older bucket state): nothing to give back.
 		if p.Algorithm() != limiter.TokenBucket && p.Algorithm() != limiter.GCRA {
-			if n := refund(p, key, 1, r2[0].EffectiveNowMs+2*p.WindowMillis()); n != 0 {
+			if n := e.refund(p, key, 1, r2[0].EffectiveNowMs+2*p.WindowMillis()); n != 0 {
 				t.Fatalf("%s: refunded into another window", p.ID())
 			}
-		} else if n := refund(p, key, 1, r2[0].EffectiveNowMs+1); n != 0 {
+		} else if n := e.refund(p, key, 1, r2[0].EffectiveNowMs+1); n != 0 {
 			t.Fatalf("%s: refunded a bucket written before the batch", p.ID())
 		}
 		e.do("DEL", key)
-		if n := refund(p, key, 1, r2[0].EffectiveNowMs); n != 0 || e.do("EXISTS", key) != int64(0) {
+		if n := e.refund(p, key, 1, r2[0].EffectiveNowMs); n != 0 || e.do("EXISTS", key) != int64(0) {
 			t.Fatalf("%s: refund of a missing key", p.ID())
 		}
 	}

@@ -19,11 +19,11 @@ import (
 	"github.com/envoy-rls/envoy-rls/pkg/limiter"
 )
 
-// TestClusterBatch runs the batch rule on a local six-node Redis Cluster:
-// the parity table and the exactness check with one shared hash tag (one
-// slot: one atomic program), and a batch split over two slots, whose refund
-// and best-effort window (docs/consistency.md) it observes through the
-// store's test hook.
+// TestClusterBatch runs the store suite on a local six-node Redis Cluster:
+// the batch table and the exactness check with one shared hash tag (one
+// slot: one atomic program), resets of states spread over every master,
+// and a batch split over two slots, whose refund and best-effort window
+// (docs/consistency.md) it observes through the store's test hook.
 func TestClusterBatch(t *testing.T) {
 	if testing.Short() {
 		t.Skip("cluster topology: skipped with -short")
@@ -41,6 +41,10 @@ func TestClusterBatch(t *testing.T) {
 
 	t.Run("table with a shared hash tag", func(t *testing.T) {
 		limitertest.Run(t, s, limitertest.Config{Prefix: limitertest.Prefix(), Tag: sharedTag})
+	})
+
+	t.Run("reset", func(t *testing.T) {
+		limitertest.RunReset(t, s, limitertest.Config{Prefix: limitertest.Prefix()})
 	})
 
 	t.Run("exactness with a shared hash tag, 3 stores x 32 goroutines", func(t *testing.T) {

@@ -60,8 +60,8 @@ const (
 	// calls into one command; a delay would only hold back the second run
 	// of a slot in flight (rueidis delays a write while another command
 	// waits on the connection, up to this long after its previous write),
-	// which at 4 concurrent calls cost a fifth to a quarter of the throughput
-	// (docs/performance.md, "Redis pool size and flush delay").
+	// which costs throughput at low concurrency (docs/performance.md,
+	// "Redis pool size and flush delay").
 	DefaultMaxFlushDelay = 0
 	// FlushDelayLimit bounds MaxFlushDelay: it adds up to that much to
 	// every round trip.

@@ -10,9 +10,6 @@ import (
 	"github.com/envoy-rls/envoy-rls/pkg/lua"
 )
 
-// invalidRole marks a request that is not sent.
-const invalidRole = limiter.Role(255)
-
 // group is the requests of one batch that share a slot (all of them outside
 // a Redis Cluster), and what their program run answered. It is one call of
 // a group commit (commit.go).
@@ -91,9 +88,6 @@ func (s *Store) group(sc *scratch, batch []limiter.Request, roles []limiter.Role
 	groups := sc.groups[:0]
 	slots := sc.slots[:0]
 	for i := range batch {
-		if roles[i] == invalidRole {
-			continue
-		}
 		var slot uint16
 		if s.cluster {
 			slot = KeySlot(keys[i])

@@ -175,6 +175,21 @@ func (e *env) runAmong(p *limiter.Policy, key string, cost int64, pos, n int) li
 	return r
 }
 
+// refund runs the refund program on key: cost given back to the state p
+// took it from at time at; it returns the program's reply (1 given back,
+// 0 nothing to give back).
+func (e *env) refund(p *limiter.Policy, key string, cost, at int64) int64 {
+	e.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	msgs, err := refundScript.Exec(ctx, e.store.client, []string{key}, lua.AppendRefundArgs(nil, p, cost, at)).ToArray()
+	if err != nil || len(msgs) != 1 {
+		e.t.Fatalf("refund: %v %v", msgs, err)
+	}
+	n, _ := msgs[0].ToInt64()
+	return n
+}
+
 // evaluate runs one request through the Store.
 func (e *env) evaluate(p *limiter.Policy, subject limiter.SubjectDigest, cost int64) limiter.Outcome {
 	e.t.Helper()

@@ -216,10 +216,10 @@ func (s *Store) Ping(ctx context.Context) error {
 // (clockOffset) and commits nothing when it runs later, as it does when
 // Redis stalls; such a reply, should it arrive in time, is Unavailable
 // (limiter.CategoryDeadline). A request that fails Validate is Unavailable
-// (limiter.CategoryInvalidRequest) and never sent, as are the requests of a
-// call with more than lua.MaxRequestKeys limits in one slot; when such a failure alone
-// blocks the batch (limiter.CheckOnly), the others are sent as
-// limiter.RoleCheck.
+// (limiter.CategoryInvalidRequest) and never sent; when such a failure
+// alone blocks the batch, the others are sent as limiter.RoleCheck
+// (limiter.Pending). The requests of a call with more than
+// lua.MaxRequestKeys limits in one slot are not sent either.
 //
 // On a Redis Cluster the batch is split by hash slot (requests share a slot
 // when they share a limiter.Tag, see pkg/descriptors' colocate): one call per
@@ -238,6 +238,31 @@ func (s *Store) Evaluate(ctx context.Context, batch []limiter.Request, out []lim
 	if limiter.FailIfEnded(ctx, out, "redis store: not sent") {
 		return
 	}
+	invalid := 0
+	for i := range batch {
+		if err := batch[i].Validate(); err != nil {
+			out[i] = limiter.UnavailableOutcome(0, limiter.CategoryInvalidRequest, fmt.Errorf("redis store: %w", err))
+			invalid++
+			continue
+		}
+		out[i] = limiter.Outcome{} // undecided, see limiter.Pending
+	}
+	switch invalid {
+	case 0:
+		s.evaluate(ctx, batch, out)
+	case len(batch):
+	default:
+		// Rare (a caller's bug): a Pending of its own, which a refund still
+		// running past ctx may keep using.
+		var p limiter.Pending
+		reqs, outs := p.Split(batch, out)
+		s.evaluate(ctx, reqs, outs)
+		p.Merge(out)
+	}
+}
+
+// evaluate is Evaluate for a batch of valid requests.
+func (s *Store) evaluate(ctx context.Context, batch []limiter.Request, out []limiter.Outcome) {
 	sc, _ := s.scratch.Get().(*scratch)
 	if sc == nil {
 		sc = new(scratch)
@@ -250,37 +275,15 @@ func (s *Store) Evaluate(ctx context.Context, batch []limiter.Request, out []lim
 			s.scratch.Put(sc)
 		}
 	}()
-	// Requests to send, and the role each plays in its program.
+	// The role each request plays in its program.
 	roles := grow(sc.roles, len(batch))
 	sc.roles = roles
-	sent := 0
 	for i := range batch {
-		r := &batch[i]
-		if err := r.Validate(); err != nil {
-			out[i] = limiter.UnavailableOutcome(0, limiter.CategoryInvalidRequest, fmt.Errorf("redis store: %w", err))
-			roles[i] = invalidRole
-			continue
-		}
-		roles[i] = r.EffectiveRole()
-		out[i] = limiter.Outcome{} // undecided, see limiter.CheckOnly
-		sent++
-	}
-	if sent == 0 {
-		return
-	}
-	if sent < len(batch) && limiter.CheckOnly(batch, out) {
-		// The invalid requests alone block the batch: check the others.
-		for i := range roles {
-			if roles[i] != invalidRole {
-				roles[i] = limiter.RoleCheck
-			}
-		}
+		roles[i] = batch[i].EffectiveRole()
 	}
 	if s.closed.Load() {
 		for i := range batch {
-			if roles[i] != invalidRole {
-				out[i] = limiter.UnavailableOutcome(0, limiter.CategoryNotConnected, fmt.Errorf("redis store: policy %s: not sent: %w", batch[i].Policy.ID(), errClosed))
-			}
+			out[i] = limiter.UnavailableOutcome(0, limiter.CategoryNotConnected, fmt.Errorf("redis store: policy %s: not sent: %w", batch[i].Policy.ID(), errClosed))
 		}
 		return
 	}
@@ -297,9 +300,7 @@ func (s *Store) Evaluate(ctx context.Context, batch []limiter.Request, out []lim
 	sc.ends = ends
 	kbuf := sc.kbuf[:0]
 	for i := range batch {
-		if roles[i] != invalidRole {
-			kbuf = requestKey(kbuf, &batch[i])
-		}
+		kbuf = requestKey(kbuf, &batch[i])
 		ends[i] = len(kbuf)
 	}
 	sc.kbuf = kbuf
@@ -323,17 +324,10 @@ func (s *Store) Evaluate(ctx context.Context, batch []limiter.Request, out []lim
 	}
 	// The goroutines below, and a refund left running past ctx, use keys.
 	recycle = false
-	// Split over slots: quota requests cannot be decided inside one slot,
-	// so every call treats them as shadow ones (consumed when allowed, never
-	// blocking), and quota probes as checks, and the batch rule is decided
-	// here.
+	// Split over slots: quota requests cannot be decided inside one slot
+	// (limiter.Role.Alone), and the batch rule is decided here.
 	for i := range roles {
-		switch roles[i] {
-		case limiter.RoleQuota:
-			roles[i] = limiter.RoleShadow
-		case limiter.RoleQuotaProbe:
-			roles[i] = limiter.RoleCheck
-		}
+		roles[i] = roles[i].Alone()
 	}
 	var wg sync.WaitGroup
 	// gctx, not ctx, goes to the goroutines: ctx is reassigned above, so

@@ -1,9 +1,9 @@
 -- fragments/prelude.lua: shared by every program (assembled in at init by
 -- pkg/lua; a test checks each program contains it verbatim): constants and
 -- library locals, and no function. The whole body of a script runs on every
--- EVALSHA, so a function defined here would be a closure created per call
--- (about 1k Redis instructions each): the fragments are blocks instead,
--- included where they run (see each one's In/Out names).
+-- EVALSHA, so a function defined here would be a closure created per call,
+-- a cost every decision pays (docs/performance.md): the fragments are
+-- blocks instead, included where they run (see each one's In/Out names).
 local MAX = 9007199254740991 -- 2^53-1: every number stays an exact integer
 local MAX_DURATION = 316224000000 -- ten years in ms, as limiter.NewPolicy
 local MAX_PENALTY = 2592000000 -- 30 days in ms, limiter.MaxPenalty

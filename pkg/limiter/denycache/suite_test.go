@@ -1,0 +1,70 @@
+package denycache
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/envoy-rls/envoy-rls/internal/limitertest"
+	"github.com/envoy-rls/envoy-rls/internal/redistest"
+	"github.com/envoy-rls/envoy-rls/pkg/limiter"
+	"github.com/envoy-rls/envoy-rls/pkg/limiter/memory"
+	"github.com/envoy-rls/envoy-rls/pkg/limiter/redis"
+)
+
+// newCache returns a Cache over store, reading clock.
+func newCache(t testing.TB, store limiter.Store, clock limiter.Clock) *Cache {
+	t.Helper()
+	c, err := New(Config{Store: store, Clock: clock})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// newMemory returns a memory store reading clock.
+func newMemory(t testing.TB, clock limiter.Clock) *memory.Store {
+	t.Helper()
+	s, err := memory.New(memory.Config{Clock: clock, MaxEntries: 1 << 16})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// TestSuiteOverMemory runs the store suite (internal/limitertest) on a
+// cache over the memory store: the batch table, the timed cases with the
+// cache and the store on one clock, and resets.
+func TestSuiteOverMemory(t *testing.T) {
+	cfg := limitertest.Config{Prefix: "cache"}
+	t.Run("batch", func(t *testing.T) {
+		limitertest.Run(t, newCache(t, newMemory(t, limiter.SystemClock{}), nil), cfg)
+	})
+	t.Run("timed", func(t *testing.T) {
+		limitertest.RunTimed(t, func(t *testing.T, clock *limitertest.Clock) limiter.Store {
+			return newCache(t, newMemory(t, clock), clock)
+		}, cfg)
+	})
+	t.Run("reset", func(t *testing.T) {
+		limitertest.RunReset(t, newCache(t, newMemory(t, limiter.SystemClock{}), nil), cfg)
+	})
+}
+
+// TestSuiteOverRedis runs the batch table and resets on a cache over the
+// Redis store (standalone).
+func TestSuiteOverRedis(t *testing.T) {
+	srv := redistest.Standalone(t, redistest.Local())
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	st, err := redis.New(ctx, redis.Config{Addrs: []string{srv.Addr()}, Timeout: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(st.Close)
+	t.Run("batch", func(t *testing.T) {
+		limitertest.Run(t, newCache(t, st, nil), limitertest.Config{Prefix: limitertest.Prefix()})
+	})
+	t.Run("reset", func(t *testing.T) {
+		limitertest.RunReset(t, newCache(t, st, nil), limitertest.Config{Prefix: limitertest.Prefix()})
+	})
+}

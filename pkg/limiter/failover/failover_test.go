@@ -1,0 +1,295 @@
+package failover_test
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/envoy-rls/envoy-rls/internal/limitertest"
+	"github.com/envoy-rls/envoy-rls/pkg/limiter"
+	"github.com/envoy-rls/envoy-rls/pkg/limiter/failover"
+	"github.com/envoy-rls/envoy-rls/pkg/limiter/memory"
+)
+
+var t0 = time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+
+// failingStore is a memory store that answers every request with one
+// failure kind while fail is set: the fault shapes of a shared store that
+// cannot be reached, does not answer, or holds an incompatible state.
+type failingStore struct {
+	inner limiter.Store
+	mu    sync.Mutex
+	fail  limiter.OutcomeKind
+}
+
+func (f *failingStore) set(k limiter.OutcomeKind) {
+	f.mu.Lock()
+	f.fail = k
+	f.mu.Unlock()
+}
+
+func (f *failingStore) Evaluate(ctx context.Context, batch []limiter.Request, out []limiter.Outcome) {
+	f.mu.Lock()
+	fail := f.fail
+	f.mu.Unlock()
+	for i := range batch {
+		switch fail {
+		case limiter.Unavailable:
+			out[i] = limiter.UnavailableOutcome(2500*time.Millisecond, limiter.CategoryNotConnected, errors.New("down"))
+		case limiter.Indeterminate:
+			out[i] = limiter.IndeterminateOutcome(0, errors.New("no reply"))
+		case limiter.Incompatible:
+			out[i] = limiter.IncompatibleOutcome(limiter.CategoryStateIncompatible, errors.New("mismatch"))
+		}
+	}
+	if fail == 0 {
+		f.inner.Evaluate(ctx, batch, out)
+	}
+}
+
+// transitions records the local limiter's transitions.
+type transitions struct {
+	mu               sync.Mutex
+	started, dropped int
+}
+
+func (r *transitions) LocalStarted(int) { r.mu.Lock(); r.started++; r.mu.Unlock() }
+func (r *transitions) LocalDropped()    { r.mu.Lock(); r.dropped++; r.mu.Unlock() }
+
+type env struct {
+	store  *failover.Store
+	inner  *failingStore
+	clock  *limitertest.Clock
+	trans  *transitions
+	byMode map[limiter.FailureMode]*limiter.Policy
+}
+
+// newEnv wraps a memory store, shared by "2 replicas", with one policy of
+// 10 a minute per failure mode.
+func newEnv(t *testing.T) *env {
+	t.Helper()
+	clock := limitertest.NewClock(t0)
+	mem, err := memory.New(memory.Config{Clock: clock, MaxEntries: 1000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := &env{inner: &failingStore{inner: mem}, clock: clock, trans: &transitions{}, byMode: map[limiter.FailureMode]*limiter.Policy{}}
+	if e.store, err = failover.New(e.inner, failover.Config{Replicas: 2, Clock: clock, Observer: e.trans}); err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range []limiter.FailureMode{limiter.FailClosed, limiter.FailOpen, limiter.FailLocal} {
+		e.byMode[m] = limitertest.Policy(t, limiter.PolicySpec{ID: "p/" + m.String(), Algorithm: limiter.FixedWindow,
+			FailureMode: m, Params: limiter.FixedWindowParams{Limit: 10, Window: time.Minute}})
+	}
+	return e
+}
+
+func (e *env) req(m limiter.FailureMode, subject string, cost int64) limiter.Request {
+	return limiter.Request{Policy: e.byMode[m], Subject: limitertest.Subject(subject), Cost: cost}
+}
+
+func (e *env) eval(reqs ...limiter.Request) []limiter.Outcome {
+	out := make([]limiter.Outcome, len(reqs))
+	e.store.Evaluate(context.Background(), reqs, out)
+	return out
+}
+
+// admitted sends n single-limit batches and counts the allowed ones.
+func (e *env) admitted(t *testing.T, r limiter.Request, n int) int {
+	t.Helper()
+	ok := 0
+	for range n {
+		o := e.eval(r)[0]
+		if o.Kind != limiter.Evaluated {
+			t.Fatalf("outcome %v, want a decision", o.Kind)
+		}
+		if o.Decision.Allowed {
+			ok++
+		}
+	}
+	return ok
+}
+
+// TestHealthyStoreUnchanged: while the store decides, the wrapper answers
+// exactly what it answers: the store suite's batch table, but for its cases
+// where the store fails (answered by the failure mode instead, see
+// TestAnswers), and its timed cases.
+func TestHealthyStoreUnchanged(t *testing.T) {
+	mem, err := memory.New(memory.Config{MaxEntries: 10_000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := failover.New(mem, failover.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := limitertest.Config{Prefix: limitertest.Prefix()}
+	ran := 0
+cases:
+	for _, tc := range limitertest.Cases() {
+		for _, step := range tc.Steps {
+			for _, w := range step.Want {
+				if w.Failed {
+					continue cases
+				}
+			}
+		}
+		t.Run(tc.Name, func(t *testing.T) { limitertest.RunCase(t, st, cfg, tc) })
+		ran++
+	}
+	if ran < 8 {
+		t.Fatalf("%d cases without failures, want the table's", ran)
+	}
+	t.Run("timed", func(t *testing.T) {
+		limitertest.RunTimed(t, func(t *testing.T, clock *limitertest.Clock) limiter.Store {
+			mem, err := memory.New(memory.Config{Clock: clock, MaxEntries: 10_000})
+			if err != nil {
+				t.Fatal(err)
+			}
+			st, err := failover.New(mem, failover.Config{Clock: clock})
+			if err != nil {
+				t.Fatal(err)
+			}
+			return st
+		}, cfg)
+	})
+}
+
+// TestAnswers: each failure kind is answered by the policy's failure mode,
+// with the failure kept for metrics and logs.
+func TestAnswers(t *testing.T) {
+	for _, kind := range []limiter.OutcomeKind{limiter.Unavailable, limiter.Indeterminate, limiter.Incompatible} {
+		t.Run(kind.String(), func(t *testing.T) {
+			e := newEnv(t)
+			e.inner.set(kind)
+			out := e.eval(e.req(limiter.FailClosed, "a", 1), e.req(limiter.FailOpen, "a", 1), e.req(limiter.FailLocal, "a", 1))
+			for i, o := range out {
+				if o.Kind != limiter.Evaluated || o.Decision.Source != limiter.SourceFallback || o.Failed != kind {
+					t.Fatalf("outcome %d: kind %v source %v failed %v, want a fallback decision answering %v", i, o.Kind, o.Decision.Source, o.Failed, kind)
+				}
+			}
+			closed, open, local := out[0].Decision, out[1].Decision, out[2].Decision
+			wantRetry := time.Second
+			if kind == limiter.Unavailable {
+				wantRetry = 2500 * time.Millisecond // the store's hint, longer than the floor
+			}
+			if closed.Allowed || closed.Fallback != limiter.FailClosed || closed.RetryAfter != wantRetry || closed.Known() {
+				t.Errorf("closed: %+v, want denied for %v, state unknown", closed, wantRetry)
+			}
+			if !open.Allowed || open.Fallback != limiter.FailOpen || open.Known() {
+				t.Errorf("open: %+v, want allowed, state unknown", open)
+			}
+			if kind == limiter.Incompatible {
+				// A mismatch is no outage: the local limiter does not decide.
+				if local.Allowed || local.Fallback != limiter.FailClosed {
+					t.Errorf("local on a mismatch: %+v, want answered closed", local)
+				}
+				return
+			}
+			// The closed limit denies, so the call consumes nothing: the
+			// local limit is only checked.
+			if !local.Allowed || local.Fallback != limiter.FailLocal || !local.Known() || local.Consumed || local.Limit != 5 || local.Remaining != 5 {
+				t.Errorf("local: %+v, want the share's check: allowed, not consumed, 5 of 5 left", local)
+			}
+		})
+	}
+}
+
+// TestLocalShare: a failure_mode local limit of 10 with 2 replicas admits 5
+// per subject while the store fails; the store's recovery drops the local
+// state, so the next outage starts from a full share.
+func TestLocalShare(t *testing.T) {
+	e := newEnv(t)
+	e.inner.set(limiter.Unavailable)
+	if got := e.admitted(t, e.req(limiter.FailLocal, "a", 1), 7); got != 5 {
+		t.Fatalf("outage 1: %d admitted, want the share of 5", got)
+	}
+	if got := e.admitted(t, e.req(limiter.FailLocal, "b", 1), 7); got != 5 {
+		t.Fatalf("another subject: %d admitted, want its own share of 5", got)
+	}
+	e.clock.Advance(time.Minute)
+	if got := e.admitted(t, e.req(limiter.FailLocal, "a", 1), 7); got != 5 {
+		t.Fatalf("next window: %d admitted, want 5", got)
+	}
+	e.inner.set(0)
+	if got := e.admitted(t, e.req(limiter.FailLocal, "a", 1), 1); got != 1 {
+		t.Fatalf("store back: %d admitted, want 1", got)
+	}
+	e.inner.set(limiter.Unavailable)
+	if got := e.admitted(t, e.req(limiter.FailLocal, "a", 1), 7); got != 5 {
+		t.Fatalf("outage 2: %d admitted, want 5 (the local state of outage 1 dropped)", got)
+	}
+	e.trans.mu.Lock()
+	defer e.trans.mu.Unlock()
+	if e.trans.started != 2 || e.trans.dropped != 1 {
+		t.Fatalf("transitions: %d started, %d dropped, want 2 and 1", e.trans.started, e.trans.dropped)
+	}
+}
+
+// TestLocalBatchRule: the local limits of a batch commit with the store's
+// other answers, all or nothing: a batch that another limit denies consumes
+// nothing of the share, and a cost above the share is denied without asking
+// and blocks the batch's other local limits.
+func TestLocalBatchRule(t *testing.T) {
+	e := newEnv(t)
+	e.inner.set(limiter.Unavailable)
+	for range 3 {
+		out := e.eval(e.req(limiter.FailLocal, "a", 1), e.req(limiter.FailClosed, "a", 1))
+		if d := out[0].Decision; !d.Allowed || d.Consumed {
+			t.Fatalf("local beside a closed denial: %+v, want allowed but not consumed", d)
+		}
+	}
+	for range 2 {
+		out := e.eval(e.req(limiter.FailLocal, "a", 1), e.req(limiter.FailLocal, "b", 6))
+		if a, b := out[0].Decision, out[1].Decision; !a.Allowed || a.Consumed || b.Allowed || b.RetryAfter != time.Minute {
+			t.Fatalf("beside a cost above the share: %+v / %+v, want a checked, b denied for a minute", a, b)
+		}
+	}
+	if got := e.admitted(t, e.req(limiter.FailLocal, "a", 1), 7); got != 5 {
+		t.Fatalf("%d admitted after the denied batches, want the whole share of 5", got)
+	}
+	// A fail-open failure takes no part: the local limit beside it consumes.
+	out := e.eval(e.req(limiter.FailLocal, "c", 1), e.req(limiter.FailOpen, "c", 1))
+	if d := out[0].Decision; !d.Consumed || d.Remaining != 4 {
+		t.Fatalf("local beside an open failure: %+v, want consumed, 4 left", d)
+	}
+}
+
+// TestLocalDeadline: a batch whose caller has gone is not decided locally
+// either: it is answered closed.
+func TestLocalDeadline(t *testing.T) {
+	e := newEnv(t)
+	e.inner.set(limiter.Indeterminate)
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	out := make([]limiter.Outcome, 1)
+	e.store.Evaluate(ctx, []limiter.Request{e.req(limiter.FailLocal, "a", 1)}, out)
+	if d := out[0].Decision; out[0].Kind != limiter.Evaluated || d.Allowed || d.Fallback != limiter.FailClosed || out[0].Failed != limiter.Unavailable {
+		t.Fatalf("%+v, want denied (closed), the local limiter's failure kept", out[0])
+	}
+}
+
+// TestConfigBounds: replicas outside [1, MaxReplicas], a negative bound and
+// a missing store are refused.
+func TestConfigBounds(t *testing.T) {
+	mem, err := memory.New(memory.Config{MaxEntries: 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name  string
+		store limiter.Store
+		cfg   failover.Config
+	}{
+		{"replicas below 1", mem, failover.Config{Replicas: -1}},
+		{"replicas above the bound", mem, failover.Config{Replicas: failover.MaxReplicas + 1}},
+		{"negative entries", mem, failover.Config{MaxEntries: -1}},
+		{"no store", nil, failover.Config{}},
+	} {
+		if _, err := failover.New(tc.store, tc.cfg); err == nil {
+			t.Errorf("%s: accepted", tc.name)
+		}
+	}
+}

@@ -1,0 +1,209 @@
+package lua
+
+import (
+	"encoding/binary"
+	"math"
+	"slices"
+	"strconv"
+	"time"
+
+	"github.com/envoy-rls/envoy-rls/pkg/limiter"
+)
+
+// This file encodes the arguments of the programs: rate-batch-v1.lua's two
+// ARGV fields per key (the policy ID and the key's packed numbers, with the
+// penalty and calendar extensions) and its group field, and
+// rate-refund-v1.lua's fields.
+
+// BatchArgs is the number of ARGV fields per key of rate-batch-v1.lua.
+const BatchArgs = 2
+
+// BatchPacked is the length of the packed numbers of one key:
+// struct.pack('>BBddddddd'), without extensions (see BatchPackedLen).
+const BatchPacked = 2 + 7*8
+
+// The bits of the flags byte of a key's packed numbers (AppendBatchPacked).
+// rate-batch-v1.lua reads them with bit.band.
+const (
+	// FlagRoleMask holds the key's role (limiter.Role: 0 ordinary, 1
+	// shadow, 2 quota, 3 check, 4 probe, 5 quota probe) in bits 0-2.
+	FlagRoleMask = 7
+	// FlagFailOpen: the key's failure takes no part in the batch rule
+	// (limiter.Policy.AbstainsOnFailure: the policy fails open), as
+	// limiter.Commits says; the failure mode's answer itself is
+	// pkg/limiter/failover's.
+	FlagFailOpen = 8
+	// FlagPenalty: the penalty extension follows the packed numbers
+	// (limiter.Penalty, BatchPackedLen).
+	FlagPenalty = 16
+	// FlagCalendar: the calendar extension (CalendarPacked bytes) follows
+	// the packed numbers, after the penalty extension when both are set.
+	FlagCalendar = 32
+)
+
+// PenaltyPacked is the length of the penalty extension that follows the
+// packed numbers of a key whose policy has a penalty box:
+// struct.pack('>ddd'), duration, max duration and decay in ms
+// (fragments/penalty.lua).
+const PenaltyPacked = 3 * 8
+
+// CalendarPacked is the length of the calendar extension of a key's packed
+// numbers: struct.pack('>dddd'), the boundaries b0 < b1 < b2 < b3 (Unix
+// ms) of three consecutive calendar periods [b0, b1), [b1, b2), [b2, b3):
+// the one before the period holding the sender's estimate of Redis's
+// clock, that period, and the one after it (limiter.Calendar.Neighbours).
+const CalendarPacked = 4 * 8
+
+// BatchPackedLen is the length AppendBatchPacked appends for a key of p:
+// BatchPacked, plus PenaltyPacked with a penalty box, plus CalendarPacked
+// for a calendar window.
+func BatchPackedLen(p *limiter.Policy) int {
+	n := BatchPacked
+	if p.Penalty().On() {
+		n += PenaltyPacked
+	}
+	if p.Calendar() != nil {
+		n += CalendarPacked
+	}
+	return n
+}
+
+// AppendBatchArgs appends the two ARGV fields of one key of
+// rate-batch-v1.lua to dst: the policy ID, and the numbers packed
+// big-endian as struct.pack('>BBddddddd'): algorithm (limiter.Algorithm),
+// flags (the role, FlagFailOpen when the key's failure takes no part in the
+// batch rule (limiter.Policy.AbstainsOnFailure), FlagPenalty
+// with a penalty box, FlagCalendar for a calendar window), revision, limit,
+// the two algorithm arguments (limiter.Policy.AlgorithmArgs), cleanup grace
+// ms, max clock regression ms, cost; then the extensions, in this order:
+// the penalty box's (PenaltyPacked) and a calendar window's
+// (CalendarPacked, computed at the wall clock's now: AppendBatchArgsAt
+// takes the time). Every number is an integer below 2^53, which a float64
+// holds exactly. role is the mode the key plays in this program
+// (limiter.Request.Role, or another one when the caller splits a batch).
+func AppendBatchArgs(dst []string, p *limiter.Policy, cost int64, role limiter.Role) []string {
+	return AppendBatchArgsAt(dst, p, cost, role, wallNow(p))
+}
+
+// AppendBatchArgsAt is AppendBatchArgs with a calendar window's periods
+// around nowMs, the caller's estimate of Redis's clock (Unix ms).
+func AppendBatchArgsAt(dst []string, p *limiter.Policy, cost int64, role limiter.Role, nowMs int64) []string {
+	var b [BatchPacked + PenaltyPacked + CalendarPacked]byte
+	return append(dst, p.ID(), string(AppendBatchPackedAt(b[:0], p, cost, role, nowMs)))
+}
+
+// AppendBatchPacked appends the packed numbers of one key of
+// rate-batch-v1.lua (the second ARGV field of AppendBatchArgs,
+// BatchPackedLen bytes: the penalty extension, then the calendar extension,
+// follow when the policy has them) to dst, for callers that pool their
+// argument buffers. A calendar window's extension is computed at the wall
+// clock's now.
+func AppendBatchPacked(dst []byte, p *limiter.Policy, cost int64, role limiter.Role) []byte {
+	return AppendBatchPackedAt(dst, p, cost, role, wallNow(p))
+}
+
+// AppendBatchPackedAt is AppendBatchPacked with a calendar window's
+// periods around nowMs, the caller's estimate of Redis's clock (Unix ms).
+func AppendBatchPackedAt(dst []byte, p *limiter.Policy, cost int64, role limiter.Role, nowMs int64) []byte {
+	n := BatchPackedLen(p)
+	dst = slices.Grow(dst, n)
+	fixed := BatchPacked
+	if p.Penalty().On() {
+		fixed += PenaltyPacked
+	}
+	b := dst[len(dst) : len(dst)+fixed]
+	b[0] = byte(p.Algorithm())
+	b[1] = byte(role) & FlagRoleMask
+	if p.AbstainsOnFailure() {
+		b[1] |= FlagFailOpen
+	}
+	arg1, arg2 := p.AlgorithmArgs()
+	for i, v := range [7]int64{int64(p.Revision()), p.Limit(), arg1, arg2, p.CleanupGraceMillis(), p.MaxClockRegressionMillis(), cost} {
+		binary.BigEndian.PutUint64(b[2+8*i:], math.Float64bits(float64(v)))
+	}
+	if fixed > BatchPacked {
+		packPenalty(b, p)
+	}
+	return appendCalendar(dst[:len(dst)+fixed], b, p, nowMs)
+}
+
+// packPenalty sets the penalty flag in b, a key's packed numbers of
+// BatchPacked + PenaltyPacked bytes, and writes p's penalty extension.
+func packPenalty(b []byte, p *limiter.Policy) {
+	b[1] |= FlagPenalty
+	d, m, decay := p.PenaltyArgs()
+	for i, v := range [3]int64{d, m, decay} {
+		binary.BigEndian.PutUint64(b[BatchPacked+8*i:], math.Float64bits(float64(v)))
+	}
+}
+
+// appendCalendar completes the packed numbers of p in dst, whose fixed
+// part (with the penalty extension, if any) is fixed: for a calendar window
+// it sets fixed's calendar flag and appends the extension around nowMs
+// (dst has room for it: BatchPackedLen).
+func appendCalendar(dst, fixed []byte, p *limiter.Policy, nowMs int64) []byte {
+	c := p.Calendar()
+	if c == nil {
+		return dst
+	}
+	fixed[1] |= FlagCalendar
+	for _, v := range c.Neighbours(nowMs) {
+		dst = binary.BigEndian.AppendUint64(dst, math.Float64bits(float64(v)))
+	}
+	return dst
+}
+
+// wallNow is the wall clock in Unix ms for a calendar policy (0, unread,
+// for any other).
+func wallNow(p *limiter.Policy) int64 {
+	if p.Calendar() == nil {
+		return 0
+	}
+	return time.Now().UnixMilli()
+}
+
+// GroupEntry is the length of one request's entry in the last ARGV field
+// of rate-batch-v1.lua: struct.pack('>Hd').
+const GroupEntry = 2 + 8
+
+// MaxRequestKeys is the most keys one request of a group may have (its
+// count is a 16-bit field).
+const MaxRequestKeys = 1<<16 - 1
+
+// AppendGroupEntry appends one request's entry of the last ARGV field of
+// rate-batch-v1.lua to dst: its number of keys (1..MaxRequestKeys; its keys
+// and their ARGV fields follow those of the requests before it) and its
+// deadline in ms of Redis's clock (TIME), in [1, 2^53-1], or 0 for none. A
+// request whose deadline the program's TIME is past is not evaluated,
+// commits nothing and replies ExpiredFlag (see ParseBatchReply).
+func AppendGroupEntry(dst []byte, keys int, deadlineMs int64) []byte {
+	dst = binary.BigEndian.AppendUint16(dst, uint16(keys))
+	return binary.BigEndian.AppendUint64(dst, math.Float64bits(float64(deadlineMs)))
+}
+
+// RefundArgs is the number of ARGV fields per key of rate-refund-v1.lua.
+const RefundArgs = 8
+
+// AppendRefundArgs appends the eight ARGV fields of one key of
+// rate-refund-v1.lua: algorithm, policy, revision, limit, the two algorithm
+// arguments (limiter.Policy.AlgorithmArgs; for a calendar window, the end
+// and the length in ms of the period holding effectiveNowMs instead), the
+// cost taken and the effectiveNowMillis the batch replied for the key.
+func AppendRefundArgs(dst []string, p *limiter.Policy, cost, effectiveNowMs int64) []string {
+	i := strconv.FormatInt
+	arg1, arg2 := refundWindow(p, effectiveNowMs)
+	return append(dst, p.Algorithm().String(), p.ID(), strconv.FormatUint(uint64(p.Revision()), 10), i(p.Limit(), 10),
+		i(arg1, 10), i(arg2, 10), i(cost, 10), i(effectiveNowMs, 10))
+}
+
+// refundWindow is the two window arguments of rate-refund-v1.lua for a
+// cost taken at effectiveNowMs: limiter.Policy.AlgorithmArgs, or for a
+// calendar window the end and the length in ms of the period holding
+// effectiveNowMs.
+func refundWindow(p *limiter.Policy, effectiveNowMs int64) (int64, int64) {
+	if c := p.Calendar(); c != nil {
+		start, end := c.Period(effectiveNowMs)
+		return end, end - start
+	}
+	return p.AlgorithmArgs()
+}
