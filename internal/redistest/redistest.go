@@ -24,8 +24,6 @@ import (
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/envoy-rls/envoy-rls/internal/polltest"
 )
 
 // Bounds for starting and stopping servers.
@@ -271,14 +269,6 @@ func FreePort() (int, error) {
 		return port, nil
 	}
 	return 0, errors.New("find a free port: no port with a free bus port after 50 tries")
-}
-
-// Eventually is polltest.Eventually, the repository's one poll helper.
-//
-// Deprecated: call polltest.Eventually.
-func Eventually(t testing.TB, timeout, interval time.Duration, what string, cond func() error) {
-	t.Helper()
-	polltest.Eventually(t, timeout, interval, what, cond)
 }
 
 // Describe says, in one line for the test log's summary, which servers the
