@@ -83,8 +83,8 @@ tidy: ## fail when go.mod/go.sum (service, tools or e2e) are not tidy
 	$(GO) -C $(TOOLS) mod tidy -diff
 	$(GO) -C $(E2E) mod tidy -diff
 
-filesize: ## fail when a non-test Go file is over 400 lines (split it by concern)
-	@out=$$(for f in $$(git ls-files '*.go' | grep -v '_test.go$$'); do n=$$(wc -l < $$f); [ $$n -gt 400 ] && echo "$$f: $$n lines"; done; true); if [ -n "$$out" ]; then echo "over 400 lines:"; echo "$$out"; exit 1; fi
+filesize: ## fail when a non-test Go file is over 500 lines (a ceiling: a file is one concept, reviewed by concern)
+	@out=$$(for f in $$(git ls-files '*.go' | grep -v '_test.go$$'); do n=$$(wc -l < $$f); [ $$n -gt 500 ] && echo "$$f: $$n lines"; done; true); if [ -n "$$out" ]; then echo "over 500 lines:"; echo "$$out"; exit 1; fi
 
 lint: fmt vet tidy filesize ## gofmt + go vet + go mod tidy check + file size
 
