@@ -7,6 +7,11 @@ PKGS  := ./...
 # bench scripts) are a module of their own, so the service's go.mod carries
 # none of their dependencies.
 TOOLS := tools
+# The end-to-end suite, the deployment tests and the container and browser
+# tests are a module of their own too (e2e/, which requires the service
+# module through a replace), so the service's go.mod carries none of their
+# dependencies (chromedp, testcontainers, compose).
+E2E   := e2e
 CONFIG ?= config/examples
 # Race tests need cgo; the machine's gcc provides it.
 TESTFLAGS ?= -race -count=1 -timeout 20m
@@ -37,40 +42,46 @@ deps: ## install what the tests need (redis-server, helm, helm-docs) when missin
 	@scripts/ensure-tool.sh helm >/dev/null
 	@scripts/ensure-tool.sh helm-docs >/dev/null
 
-# -tags containers builds the tests that need testcontainers' compose module
-# (the compose demo), when a container engine answers; the Redis lanes pick
-# containers or local processes by themselves (docs/testing.md).
+# -tags containers builds the e2e module's test that needs testcontainers'
+# compose module (the compose demo), when a container engine answers; the
+# container lane (e2e/containers) runs by itself where one answers
+# (docs/testing.md).
 CONTAINER_TAGS = $(shell docker info >/dev/null 2>&1 && echo -tags=containers)
 
-test: deps ## install test dependencies if missing, then run every test with -race (service and tools modules); ends with the Redis lane that ran
-	CI=$${CI:-} $(GO) test $(TESTFLAGS) $(CONTAINER_TAGS) $(PKGS)
+test: deps ## install test dependencies if missing, then run every test with -race (service, tools and e2e modules); ends with the Redis and container lanes that ran
+	CI=$${CI:-} $(GO) test $(TESTFLAGS) $(PKGS)
 	CI=$${CI:-} $(GO) -C $(TOOLS) test $(TESTFLAGS) ./...
+	CI=$${CI:-} $(GO) -C $(E2E) test $(TESTFLAGS) $(CONTAINER_TAGS) ./...
 	@$(GO) test -count=1 -run '^TestLane$$' -v ./internal/redistest | sed -n 's/.*\(redis lane: \)/\1/p'
+	@$(GO) -C $(E2E) test -count=1 -run '^TestLane$$' -v ./containers | sed -n 's/.*\(container lane: \)/\1/p'
 
-test-containers: ## the container lane's smoke test (needs a container engine): the image matrix, faults, Cluster, Sentinel and the compose demo
-	ENVOY_RLS_TEST_REDIS=containers $(GO) test -count=1 -tags=containers \
-		-run 'TestLane|TestStandaloneKillRestartPause|TestTLSServer|TestClusterAndSentinel|TestMatrixStart|TestVersionMatrix|TestComposeUp' -v \
-		./internal/redistest ./pkg/limiter/redis ./deploy/compose
+test-containers: ## the container lane alone (needs a container engine): the harness's suite, the image matrix and the compose demo
+	ENVOY_RLS_TEST_REDIS=containers $(GO) -C $(E2E) test -count=1 -tags=containers \
+		-run 'TestLane|TestServers|TestMatrixStart|TestVersionMatrix|TestComposeUp' -v ./containers ./deploy/compose
 
-test-short: ## unit tests only (no Redis lanes)
+test-short: ## unit tests only (no Redis lanes), in every module
 	$(GO) test -short -count=1 $(PKGS)
 	$(GO) -C $(TOOLS) test -short -count=1 ./...
+	$(GO) -C $(E2E) test -short -count=1 ./...
 
 .PHONY: e2e
-e2e: ## end-to-end suite only: the real binary, replicas on real Redis (installs redis-server if missing; also part of make test)
+e2e: ## end-to-end suite only (the e2e module's root package): the real binary, replicas on real Redis (installs redis-server if missing; also part of make test)
 	@scripts/ensure-deps.sh
-	CI=$${CI:-} $(GO) test -race -count=1 ./e2e/...
+	CI=$${CI:-} $(GO) -C $(E2E) test -race -count=1 .
 
-vet: ## go vet (service and tools modules)
+vet: ## go vet (service, tools and e2e modules)
 	$(GO) vet $(PKGS)
 	$(GO) -C $(TOOLS) vet ./...
+	$(GO) -C $(E2E) vet ./...
+	$(GO) -C $(E2E) vet -tags containers ./deploy/compose
 
 fmt: ## gofmt check (fails on unformatted files)
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 
-tidy: ## fail when go.mod/go.sum (service or tools) are not tidy
+tidy: ## fail when go.mod/go.sum (service, tools or e2e) are not tidy
 	$(GO) mod tidy -diff
 	$(GO) -C $(TOOLS) mod tidy -diff
+	$(GO) -C $(E2E) mod tidy -diff
 
 filesize: ## fail when a non-test Go file is over 500 lines (a ceiling: a file is one concept, reviewed by concern)
 	@out=$$(for f in $$(git ls-files '*.go' | grep -v '_test.go$$'); do n=$$(wc -l < $$f); [ $$n -gt 500 ] && echo "$$f: $$n lines"; done; true); if [ -n "$$out" ]; then echo "over 500 lines:"; echo "$$out"; exit 1; fi
@@ -85,7 +96,7 @@ helm-check: ## helm lint + template the chart, then its manifest tests (builds h
 	  $$helm template rls $(CHART) --set store=redis --set redis.addr=redis:6379 \
 	    --set-string hmac.secret=0123456789abcdef0123 --set autoscaling.enabled=true >/dev/null
 	@scripts/ensure-tool.sh helm-docs >/dev/null
-	CI=$${CI:-} $(GO) test -count=1 ./deploy/helm
+	CI=$${CI:-} $(GO) -C $(E2E) test -count=1 ./deploy/helm
 
 chart-docs: ## regenerate the chart README's values table from values.yaml (helm-docs; builds it once if missing)
 	@helmdocs=$$(scripts/ensure-tool.sh helm-docs) && $$helmdocs --chart-search-root $(CHART) --log-level warning
@@ -107,6 +118,7 @@ release-snapshot: ## the release build without publishing: binaries and archives
 bench: deps ## run the Go benchmarks (figures go to docs/performance.md)
 	$(GO) test -run '^$$' -bench . -benchmem $(PKGS)
 	$(GO) -C $(TOOLS) test -run '^$$' -bench . -benchmem ./...
+	$(GO) -C $(E2E) test -run '^$$' -bench . -benchmem ./...
 
 .PHONY: bench-load
 BENCH_ARGS ?=

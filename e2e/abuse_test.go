@@ -12,6 +12,9 @@ import (
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/envoy-rls/envoy-rls/internal/binarytest"
+	"github.com/envoy-rls/envoy-rls/internal/polltest"
 )
 
 // The serve defaults the abuse tests run against (internal/app).
@@ -32,7 +35,7 @@ const (
 )
 
 func rssCeiling() int64 {
-	if raceEnabled {
+	if binarytest.Race {
 		return abuseRSSCeilingRace
 	}
 	return abuseRSSCeiling
@@ -154,7 +157,7 @@ func mib(n int64) string { return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20)) }
 func TestSlowStreamsAreRefusedAndCut(t *testing.T) {
 	const conns = 20
 	perConn := 5_000
-	if raceEnabled {
+	if binarytest.Race {
 		perConn = 1_000 // the race detector writes and reads them 5 to 10 times slower
 	}
 	r, pid, before, peak := startWatched(t, "abuse")
@@ -194,7 +197,7 @@ func TestSlowStreamsAreRefusedAndCut(t *testing.T) {
 	// connection has more than its limit unanswered, nor all of them more
 	// than the incomplete-request limit.
 	unanswered := func(s h2state) int { return perConn - s.refused - len(s.ended) }
-	eventually(t, 60*time.Second, 20*time.Millisecond, "streams beyond the limits answered", func() error {
+	polltest.Eventually(t, 60*time.Second, 20*time.Millisecond, "streams beyond the limits answered", func() error {
 		total := 0
 		for i, h := range hs {
 			st := h.state()
@@ -250,7 +253,7 @@ func TestSlowStreamsAreRefusedAndCut(t *testing.T) {
 	// handler started (gRPC's transport aborts a stream whose context is
 	// already done, so that handler never runs: a stream evicted in the
 	// instant after its tap) is counted by the guard as it cuts it.
-	eventually(t, 10*time.Second, 20*time.Millisecond, "every stream cut is a call counted", func() error {
+	polltest.Eventually(t, 10*time.Second, 20*time.Millisecond, "every stream cut is a call counted", func() error {
 		if got := r.metric(`envoy_rls_calls_total{code="DeadlineExceeded"}`); got != float64(cut) {
 			return fmt.Errorf("calls_total{code=DeadlineExceeded} = %v, want %d; %s", got, cut,
 				r.metricLines("envoy_rls_calls_total", "envoy_rls_grpc_incomplete_requests"))
@@ -336,7 +339,7 @@ func TestIdleConnectionsBeyondTheLimitAreClosed(t *testing.T) {
 		h.close()
 	}
 	f := r.fresh(t)
-	eventually(t, 30*time.Second, 50*time.Millisecond, "a call on a new connection once the idle ones closed", func() error {
+	polltest.Eventually(t, 30*time.Second, 50*time.Millisecond, "a call on a new connection once the idle ones closed", func() error {
 		if res := f.call(callTimeout, 1, entry{"user", unique("u")}); !res.ok() {
 			return fmt.Errorf("%v", res)
 		}

@@ -1,47 +1,9 @@
 package e2e_test
 
 import (
-	"os"
-	"os/exec"
-	"path/filepath"
 	"strconv"
-	"sync"
 	"testing"
-	"time"
 )
-
-var (
-	clockBuildOnce sync.Once
-	clockBinPath   string
-	clockBuildErr  error
-)
-
-// testclockBinary returns the binary built with `-tags testclock`: the
-// production binary plus ENVOY_RLS_TEST_CLOCK_FILE, a file its memory
-// store and its answers read the time from (internal/app/testclock.go;
-// docs/testing.md). It lives beside the production build and is removed
-// with it.
-func testclockBinary(t *testing.T) string {
-	t.Helper()
-	binary(t) // skips in -short mode; makes buildDir
-	clockBuildOnce.Do(func() {
-		clockBinPath = filepath.Join(buildDir, "envoy-rls-testclock")
-		args := []string{"build", "-tags", "testclock", "-o", clockBinPath}
-		if raceEnabled {
-			args = append(args, "-race")
-		}
-		args = append(args, "github.com/envoy-rls/envoy-rls/cmd/envoy-rls")
-		out, err := exec.Command(goTool(), args...).CombinedOutput()
-		if err != nil {
-			clockBuildErr = err
-			t.Logf("go %v:\n%s", args, out)
-		}
-	})
-	if clockBuildErr != nil {
-		t.Fatalf("e2e: building the testclock binary: %v", clockBuildErr)
-	}
-	return clockBinPath
-}
 
 // TestCalendarMonthE2E: a calendar month of Berlin on the real binary
 // (memory store) whose clock the test sets: the limit resets exactly at
@@ -49,30 +11,13 @@ func testclockBinary(t *testing.T) string {
 // count to that boundary, in a February of 28 days and across the spring
 // clock change.
 func TestCalendarMonthE2E(t *testing.T) {
-	bin := testclockBinary(t)
-	dir := t.TempDir()
-	clockFile := filepath.Join(dir, "clock")
-	set := func(s string) {
-		t.Helper()
-		at, err := time.Parse(time.RFC3339Nano, s)
-		if err != nil {
-			t.Fatal(err)
-		}
-		tmp := clockFile + ".tmp"
-		if err := os.WriteFile(tmp, []byte(strconv.FormatInt(at.UnixMilli(), 10)), 0o644); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.Rename(tmp, clockFile); err != nil {
-			t.Fatal(err)
-		}
-	}
-	set("2026-02-28T23:59:00+01:00")
+	clock := newTestClock(t, "2026-02-28T23:59:00+01:00")
 	rules := rulesDir(t, `domain: e2e
 descriptors:
   - key: account
     rate_limit: {unit: month, requests_per_unit: 3, calendar: true, time_zone: Europe/Berlin}
 `)
-	r := startReplica(t, "calendar", replicaConfig{Rules: rules, Bin: bin, Env: []string{"ENVOY_RLS_TEST_CLOCK_FILE=" + clockFile}})
+	r := startReplica(t, "calendar", replicaConfig{Rules: rules, Bin: testclockBinary(t), Env: []string{clock.env()}})
 	acct := entry{"account", unique("a")}
 	check := func(step string, res result, ok bool, remaining, reset string, retry string) {
 		t.Helper()
@@ -91,14 +36,14 @@ descriptors:
 	check("february over", r.mustCall(t, acct), false, "0", "60", "60")
 	// 23:00 UTC on the 28th is March 1st, 00:00 in Berlin: a new month,
 	// 31 days long less the hour the clocks skip on March 29th.
-	set("2026-02-28T23:00:00Z")
+	clock.set("2026-02-28T23:00:00Z")
 	march := strconv.Itoa(31*24*3600 - 3600)
 	check("march 1", r.mustCall(t, acct), true, "2", march, "")
 	// A minute before April, local summer time.
-	set("2026-03-31T23:59:00+02:00")
+	clock.set("2026-03-31T23:59:00+02:00")
 	check("march 2", r.mustCall(t, acct), true, "1", "60", "")
 	check("march 3", r.mustCall(t, acct), true, "0", "60", "")
 	check("march over", r.mustCall(t, acct), false, "0", "60", "60")
-	set("2026-04-01T00:00:00+02:00")
+	clock.set("2026-04-01T00:00:00+02:00")
 	check("april 1", r.mustCall(t, acct), true, "2", strconv.Itoa(30*24*3600), "")
 }

@@ -181,24 +181,6 @@ func load(n, max int, stop <-chan struct{}, fn func(g, i int)) {
 	wg.Wait()
 }
 
-// eventually polls cond every interval until it returns nil or timeout
-// passes, then fails the test with the last error. It returns how long it
-// took.
-func eventually(t *testing.T, timeout, interval time.Duration, what string, cond func() error) time.Duration {
-	t.Helper()
-	start := time.Now()
-	for {
-		err := cond()
-		if err == nil {
-			return time.Since(start)
-		}
-		if time.Since(start) > timeout {
-			t.Fatalf("e2e: %s: not within %v: %v", what, timeout, err)
-		}
-		time.Sleep(interval)
-	}
-}
-
 // startLoad runs each fn on its own goroutine, handing it a channel that
 // closes when the returned stop is called. stop waits for every fn to
 // return; calling it again does nothing, so it can be both deferred and

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/envoy-rls/envoy-rls/internal/polltest"
 	"github.com/envoy-rls/envoy-rls/internal/redistest"
 )
 
@@ -48,7 +49,7 @@ func TestRedisClusterMasterKilled(t *testing.T) {
 	t.Logf("master %s killed", victim.Addr())
 
 	// Failure-mode answers while the slot range has no master.
-	eventually(t, failoverTimeout, 10*time.Millisecond, "closed-policy fallback answers during the failover", func() error {
+	polltest.Eventually(t, failoverTimeout, 10*time.Millisecond, "closed-policy fallback answers during the failover", func() error {
 		p.downClosed.mu.Lock()
 		defer p.downClosed.mu.Unlock()
 		if p.downClosed.over == 0 {

@@ -7,6 +7,7 @@ import (
 
 	"google.golang.org/grpc/credentials"
 
+	"github.com/envoy-rls/envoy-rls/internal/polltest"
 	"github.com/envoy-rls/envoy-rls/internal/redistest"
 	"github.com/envoy-rls/envoy-rls/internal/xdstest"
 )
@@ -46,7 +47,7 @@ func TestRatelimitEntryPointXDS(t *testing.T) {
 			return nil
 		}
 	}
-	eventually(t, reloadTimeout, 20*time.Millisecond, "the v1 rules in force", limitNow(2))
+	polltest.Eventually(t, reloadTimeout, 20*time.Millisecond, "the v1 rules in force", limitNow(2))
 	checkXDSLifecycle(t, r, srv)
 	if code, body := r.mustAdmin("/healthcheck"); code != 200 {
 		t.Fatalf("/healthcheck %d %q, want 200", code, body)

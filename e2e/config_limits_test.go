@@ -11,6 +11,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/envoy-rls/envoy-rls/internal/polltest"
 )
 
 // runTimeout bounds one run of a command that must exit by itself.
@@ -151,7 +153,7 @@ func TestRuleSetOverLimitOnReload(t *testing.T) {
 
 	big := writeFile(t, dir, "more.yaml", limitRules("more", 4))
 	const want = "the 2 rule file(s) hold 6 descriptors, more than the limit of 5: raise --config-max-descriptors (or ENVOY_RLS_CONFIG_MAX_DESCRIPTORS) to load them"
-	eventually(t, reloadTimeout, 20*time.Millisecond, "/config reports the reload over the limit", func() error {
+	polltest.Eventually(t, reloadTimeout, 20*time.Millisecond, "/config reports the reload over the limit", func() error {
 		if doc, body := readConfig(t, r); doc.LastReload.OK || doc.LastReload.Error != want {
 			return fmt.Errorf("last_reload: %s", body)
 		}
@@ -173,7 +175,7 @@ func TestRuleSetOverLimitOnReload(t *testing.T) {
 	if err := os.Remove(big); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, reloadTimeout, 20*time.Millisecond, "/config clears the failure once the files are back", func() error {
+	polltest.Eventually(t, reloadTimeout, 20*time.Millisecond, "/config clears the failure once the files are back", func() error {
 		if doc, body := readConfig(t, r); !doc.LastReload.OK || doc.LastReload.Error != "" || doc.LastReload.Fingerprint != good.LastReload.Fingerprint {
 			return fmt.Errorf("last_reload: %s", body)
 		}
@@ -213,7 +215,7 @@ func TestValidateStopsOnSIGTERM(t *testing.T) {
 	cmd, stdout, stderr, done := startCommand(t, nil, "validate", "--config-max-bytes", "100000000", "--config-max-descriptors", "10000000", dir)
 	// Wait until it is parsing (its heap has grown), so that its signal
 	// handling is in place.
-	eventually(t, runTimeout, 20*time.Millisecond, "validate parsing", func() error {
+	polltest.Eventually(t, runTimeout, 20*time.Millisecond, "validate parsing", func() error {
 		select {
 		case err := <-done:
 			t.Fatalf("validate exited (%v) before it was signalled:\n%s\n%s", err, stdout, stderr)

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/envoy-rls/envoy-rls/internal/polltest"
 	"github.com/envoy-rls/envoy-rls/internal/redistest"
 )
 
@@ -112,7 +113,7 @@ func TestExplainDigestAndReset(t *testing.T) {
 			for range 3 {
 				r.mustCall(t, entry{"user", user})
 			}
-			eventually(t, 5*time.Second, 50*time.Millisecond, "the denial log line", func() error {
+			polltest.Eventually(t, 5*time.Second, 50*time.Millisecond, "the denial log line", func() error {
 				if !r.log.contains(`"subject":"` + digest[:8] + `"`) {
 					return errors.New("not logged yet")
 				}

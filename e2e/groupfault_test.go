@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/envoy-rls/envoy-rls/internal/polltest"
 	"github.com/envoy-rls/envoy-rls/internal/redistest"
 )
 
@@ -49,7 +50,7 @@ func startGroupFaultReplica(t *testing.T) (*redistest.Server, *replica) {
 // (the default --redis-group-in-flight) sent.
 func waitHeadRuns(t *testing.T, runs func() float64, base float64) {
 	t.Helper()
-	eventually(t, 10*time.Second, 5*time.Millisecond, "the first two runs sent", func() error {
+	polltest.Eventually(t, 10*time.Second, 5*time.Millisecond, "the first two runs sent", func() error {
 		if got := runs() - base; got != 2 {
 			return fmt.Errorf("%v runs", got)
 		}
@@ -238,7 +239,7 @@ func TestRedisKilledGroupFailureModes(t *testing.T) {
 	// the lost connection (answered by the failure mode) leaves no doubt
 	// about the count of the attempt that passes.
 	attempt := 0
-	eventually(t, 20*time.Second, 20*time.Millisecond, "32 concurrent calls decided by Redis", func() error {
+	polltest.Eventually(t, 20*time.Second, 20*time.Millisecond, "32 concurrent calls decided by Redis", func() error {
 		attempt++
 		subject := entry{"closed", unique("after")}
 		got := make([]result, 32)

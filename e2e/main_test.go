@@ -11,85 +11,74 @@
 package e2e_test
 
 import (
-	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"sync"
+	"strconv"
 	"testing"
 	"time"
+
+	"github.com/envoy-rls/envoy-rls/internal/binarytest"
 )
 
-// buildTimeout bounds `go build` of the binary.
-const buildTimeout = 5 * time.Minute
+// TestMain removes the binaries the suite built when it ends.
+func TestMain(m *testing.M) { binarytest.Main(m) }
 
-var (
-	buildOnce sync.Once
-	binPath   string
-	buildErr  error
-	buildDir  string
-)
-
-func TestMain(m *testing.M) {
-	code := m.Run()
-	if buildDir != "" {
-		_ = os.RemoveAll(buildDir)
-	}
-	os.Exit(code)
-}
-
-// binary returns the path of cmd/envoy-rls built for this run (once per
-// test binary, so -run filters and -short build nothing they do not need).
-// It skips the test in -short mode. When the tests run with -race the binary
-// is built with -race as well, and a race it detects makes it exit non-zero,
-// which the replica's cleanup reports.
+// binary returns the production binary (internal/binarytest), built with
+// -race when the tests run with -race: the replicas then run with
+// GORACE=halt_on_error=1, so a data race in the binary makes it exit
+// non-zero, which the replica's cleanup reports. It skips the test in
+// -short mode.
 func binary(t testing.TB) string {
 	t.Helper()
 	if testing.Short() {
 		t.Skip("e2e: runs the real binary; skipped in -short mode")
 	}
-	buildOnce.Do(func() {
-		buildDir, buildErr = os.MkdirTemp("", "envoy-rls-e2e-")
-		if buildErr != nil {
-			return
-		}
-		binPath = filepath.Join(buildDir, "envoy-rls")
-		args := []string{"build", "-o", binPath}
-		if raceEnabled {
-			args = append(args, "-race")
-		}
-		args = append(args, "github.com/envoy-rls/envoy-rls/cmd/envoy-rls")
-		cmd := exec.Command(goTool(), args...)
-		done := make(chan struct{})
-		var out []byte
-		go func() {
-			out, buildErr = cmd.CombinedOutput()
-			close(done)
-		}()
-		select {
-		case <-done:
-			if buildErr != nil {
-				buildErr = fmt.Errorf("go %v: %v\n%s", args, buildErr, out)
-			}
-		case <-time.After(buildTimeout):
-			_ = cmd.Process.Kill()
-			<-done
-			buildErr = fmt.Errorf("go build did not finish within %v", buildTimeout)
-		}
-	})
-	if buildErr != nil {
-		t.Fatalf("e2e: building envoy-rls: %v", buildErr)
-	}
-	return binPath
+	return binarytest.Build(t, binarytest.MatchRace())
 }
 
-// goTool is the go command of the toolchain running the tests.
-func goTool() string {
-	if root := os.Getenv("GOROOT"); root != "" {
-		p := filepath.Join(root, "bin", "go")
-		if _, err := os.Stat(p); err == nil {
-			return p
-		}
+// testclockBinary returns the binary built with `-tags testclock`: the
+// production binary plus ENVOY_RLS_TEST_CLOCK_FILE, a file its memory store
+// and its answers read the time from (internal/app/testclock.go;
+// docs/testing.md). It skips the test in -short mode.
+func testclockBinary(t testing.TB) string {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("e2e: runs the real binary; skipped in -short mode")
 	}
-	return "go"
+	return binarytest.Build(t, binarytest.MatchRace(), binarytest.Tags("testclock"))
 }
+
+// testClock is the clock file of a testclock binary's replica: the time its
+// memory store, deny cache and answers read, set by the test.
+type testClock struct {
+	t    testing.TB
+	path string
+}
+
+// newTestClock returns a clock file reading at (RFC 3339).
+func newTestClock(t testing.TB, at string) *testClock {
+	t.Helper()
+	c := &testClock{t: t, path: filepath.Join(t.TempDir(), "clock")}
+	c.set(at)
+	return c
+}
+
+// set moves the clock to at (RFC 3339): the file is replaced by rename, so
+// the binary never reads half a write.
+func (c *testClock) set(at string) {
+	c.t.Helper()
+	tm, err := time.Parse(time.RFC3339Nano, at)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	tmp := c.path + ".tmp"
+	if err := os.WriteFile(tmp, []byte(strconv.FormatInt(tm.UnixMilli(), 10)), 0o644); err != nil {
+		c.t.Fatal(err)
+	}
+	if err := os.Rename(tmp, c.path); err != nil {
+		c.t.Fatal(err)
+	}
+}
+
+// env is the replica's environment variable naming the clock file.
+func (c *testClock) env() string { return "ENVOY_RLS_TEST_CLOCK_FILE=" + c.path }

@@ -10,6 +10,7 @@ import (
 
 	"google.golang.org/grpc/codes"
 
+	"github.com/envoy-rls/envoy-rls/internal/polltest"
 	"github.com/envoy-rls/envoy-rls/internal/redistest"
 )
 
@@ -124,7 +125,7 @@ func readyz(r *replica) int {
 // waitReadyz waits until every replica's /readyz answers want.
 func waitReadyz(t *testing.T, rs []*replica, want int, timeout time.Duration) time.Duration {
 	t.Helper()
-	return eventually(t, timeout, 20*time.Millisecond, fmt.Sprintf("/readyz %d on every replica", want), func() error {
+	return polltest.Eventually(t, timeout, 20*time.Millisecond, fmt.Sprintf("/readyz %d on every replica", want), func() error {
 		for _, r := range rs {
 			if got := readyz(r); got != want {
 				return fmt.Errorf("%s /readyz %d", r.name, got)
@@ -138,7 +139,7 @@ func waitReadyz(t *testing.T, rs []*replica, want int, timeout time.Duration) ti
 // fails) is answered OK on every replica: Redis decides again.
 func waitDecisions(t *testing.T, rs []*replica, subjects int, timeout time.Duration) time.Duration {
 	t.Helper()
-	return eventually(t, timeout, 20*time.Millisecond, "decisions from Redis on every replica", func() error {
+	return polltest.Eventually(t, timeout, 20*time.Millisecond, "decisions from Redis on every replica", func() error {
 		for _, r := range rs {
 			for s := 0; s < subjects; s++ {
 				if res := r.call(outageDeadline, 1, entry{"closed", fmt.Sprintf("s%d", s)}); !res.ok() {
@@ -155,7 +156,7 @@ func waitDecisions(t *testing.T, rs []*replica, subjects int, timeout time.Durat
 // again.
 func waitRedisDecides(t *testing.T, r *replica) time.Duration {
 	t.Helper()
-	return eventually(t, recoverTimeout, 20*time.Millisecond, "decisions from Redis on "+r.name, func() error {
+	return polltest.Eventually(t, recoverTimeout, 20*time.Millisecond, "decisions from Redis on "+r.name, func() error {
 		if res := r.call(outageDeadline, 1, entry{"closed", unique("probe")}); !res.ok() {
 			return fmt.Errorf("%v", res)
 		}
@@ -166,7 +167,7 @@ func waitRedisDecides(t *testing.T, r *replica) time.Duration {
 // waitCount waits until the tally holds at least n answered calls.
 func waitCount(t *testing.T, c *tally, n int, timeout time.Duration, what string) {
 	t.Helper()
-	eventually(t, timeout, 10*time.Millisecond, what, func() error {
+	polltest.Eventually(t, timeout, 10*time.Millisecond, what, func() error {
 		c.mu.Lock()
 		defer c.mu.Unlock()
 		if got := c.ok + c.over; got < n {
@@ -297,7 +298,7 @@ func waitStoreState(t *testing.T, rs []*replica, up bool, timeout time.Duration)
 	if up {
 		line, gauge = "store redis: up since", 1
 	}
-	took := eventually(t, timeout, 50*time.Millisecond, fmt.Sprintf("%q on every replica", line), func() error {
+	took := polltest.Eventually(t, timeout, 50*time.Millisecond, fmt.Sprintf("%q on every replica", line), func() error {
 		for _, r := range rs {
 			code, body, err := r.admin("/healthz")
 			if err != nil || code != http.StatusOK || !strings.Contains(body, line) {

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/envoy-rls/envoy-rls/internal/polltest"
 	"github.com/envoy-rls/envoy-rls/internal/redistest"
 )
 
@@ -34,7 +35,7 @@ func TestRedisDownAtStart(t *testing.T) {
 	r := startReplica(t, "early", cfg)
 
 	// Several attempts fail; the process is still there and serving.
-	eventually(t, 20*time.Second, 20*time.Millisecond, "three failed attempts logged", func() error {
+	polltest.Eventually(t, 20*time.Second, 20*time.Millisecond, "three failed attempts logged", func() error {
 		if n := strings.Count(r.log.tail(logTail), logNotConnected); n < 3 {
 			return fmt.Errorf("%d so far", n)
 		}
@@ -108,7 +109,7 @@ func TestRedisDownAtStartStops(t *testing.T) {
 		Rules: rulesDir(t, startRules), Store: "redis", RedisAddr: fmt.Sprintf("127.0.0.1:%d", port),
 		Secret: secretFile(t), Unready: true,
 	})
-	eventually(t, 20*time.Second, 20*time.Millisecond, "a failed attempt logged", func() error {
+	polltest.Eventually(t, 20*time.Second, 20*time.Millisecond, "a failed attempt logged", func() error {
 		if !r.log.contains(logNotConnected) {
 			return fmt.Errorf("none yet")
 		}

@@ -7,6 +7,8 @@ import (
 	"path/filepath"
 	"testing"
 	"time"
+
+	"github.com/envoy-rls/envoy-rls/internal/polltest"
 )
 
 // reloadTimeout bounds waiting for the watcher to apply an edit (it
@@ -166,7 +168,7 @@ func testReloadUnderLoad(t *testing.T, r *replica, ed ruleEditor) {
 	}
 	waitLimit := func(want uint32) {
 		t.Helper()
-		took := eventually(t, reloadTimeout, 20*time.Millisecond, fmt.Sprintf("current_limit %d", want), func() error {
+		took := polltest.Eventually(t, reloadTimeout, 20*time.Millisecond, fmt.Sprintf("current_limit %d", want), func() error {
 			if got := r.mustCall(t, entry{"load", unique("w")}).Limit; got != want {
 				return fmt.Errorf("current_limit %d", got)
 			}
@@ -187,7 +189,7 @@ func testReloadUnderLoad(t *testing.T, r *replica, ed ruleEditor) {
 
 	failures := r.metric(`envoy_rls_config_reloads_total{result="failure"}`)
 	ed.write(t, brokenRules)
-	eventually(t, reloadTimeout, 20*time.Millisecond, "/config reports the failed reload", func() error {
+	polltest.Eventually(t, reloadTimeout, 20*time.Millisecond, "/config reports the failed reload", func() error {
 		if doc, body := readConfig(t, r); doc.LastReload.OK {
 			return fmt.Errorf("last_reload still ok: %s", body)
 		}

@@ -11,6 +11,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/envoy-rls/envoy-rls/internal/polltest"
 	"github.com/envoy-rls/envoy-rls/internal/redistest"
 )
 
@@ -54,7 +55,7 @@ func TestSIGTERMDrainsInFlightCalls(t *testing.T) {
 	time.Sleep(500 * time.Millisecond)
 
 	r.terminate()
-	eventually(t, 5*time.Second, 20*time.Millisecond, "/readyz 503 draining", func() error {
+	polltest.Eventually(t, 5*time.Second, 20*time.Millisecond, "/readyz 503 draining", func() error {
 		code, body, err := r.admin("/readyz")
 		if err != nil || code != http.StatusServiceUnavailable || !strings.Contains(body, "draining") {
 			return fmt.Errorf("/readyz %d %q %v", code, body, err)

@@ -18,6 +18,8 @@ import (
 	tracepb "go.opentelemetry.io/proto/otlp/trace/v1"
 	"google.golang.org/grpc"
 	"google.golang.org/protobuf/proto"
+
+	"github.com/envoy-rls/envoy-rls/internal/polltest"
 )
 
 // otlpReceiver collects the trace export requests of a replica, over
@@ -177,7 +179,7 @@ descriptors:
 			}
 			var spans []exported
 			var raw []byte
-			eventually(t, 5*time.Second, 20*time.Millisecond, "spans at the receiver", func() error {
+			polltest.Eventually(t, 5*time.Second, 20*time.Millisecond, "spans at the receiver", func() error {
 				spans, raw = recv.spans()
 				if len(spans) < 4 {
 					return fmt.Errorf("%d spans received, want 4", len(spans))

@@ -8,6 +8,7 @@ import (
 
 	rlsconf "github.com/envoyproxy/go-control-plane/ratelimit/config/ratelimit/v3"
 
+	"github.com/envoy-rls/envoy-rls/internal/polltest"
 	"github.com/envoy-rls/envoy-rls/internal/xdstest"
 )
 
@@ -58,7 +59,7 @@ func checkXDSLifecycle(t *testing.T, r *replica, srv *xdstest.Server) {
 	all, calls := &ll.all, &ll.calls
 	atLeast := func(n int64) {
 		t.Helper()
-		eventually(t, reloadTimeout, 10*time.Millisecond, fmt.Sprintf("%d load calls", n), func() error {
+		polltest.Eventually(t, reloadTimeout, 10*time.Millisecond, fmt.Sprintf("%d load calls", n), func() error {
 			if got := calls.Load(); got < n {
 				return fmt.Errorf("%d load calls", got)
 			}
@@ -68,7 +69,7 @@ func checkXDSLifecycle(t *testing.T, r *replica, srv *xdstest.Server) {
 	atLeast(200)
 	srv.Set("v2", xdsRules(500))
 	_, acked := srv.Await(reloadTimeout, xdstest.Acked("v2"))
-	took := eventually(t, reloadTimeout, 20*time.Millisecond, "current_limit 500", func() error {
+	took := polltest.Eventually(t, reloadTimeout, 20*time.Millisecond, "current_limit 500", func() error {
 		if got := r.mustCall(t, entry{"user", unique("w")}).Limit; got != 500 {
 			return fmt.Errorf("current_limit %d", got)
 		}
@@ -108,7 +109,7 @@ func checkXDSLifecycle(t *testing.T, r *replica, srv *xdstest.Server) {
 	// The xDS server goes down: the service answers with v2; when the
 	// server is back with v4, v4 applies.
 	srv.Stop()
-	eventually(t, reloadTimeout, 20*time.Millisecond, "xds_connected 0", func() error {
+	polltest.Eventually(t, reloadTimeout, 20*time.Millisecond, "xds_connected 0", func() error {
 		if v := r.metric("envoy_rls_xds_connected"); v != 0 {
 			return fmt.Errorf("envoy_rls_xds_connected %v", v)
 		}
@@ -122,7 +123,7 @@ func checkXDSLifecycle(t *testing.T, r *replica, srv *xdstest.Server) {
 	}
 	srv.Set("v4", xdsRules(9))
 	srv.Restart()
-	took = eventually(t, reloadTimeout, 20*time.Millisecond, "current_limit 9", func() error {
+	took = polltest.Eventually(t, reloadTimeout, 20*time.Millisecond, "current_limit 9", func() error {
 		if got := r.mustCall(t, entry{"user", unique("r")}).Limit; got != 9 {
 			return fmt.Errorf("current_limit %d", got)
 		}

@@ -4,8 +4,8 @@ package tools_test
 // loader and PromQL parser. This test lives in the tools module because
 // github.com/prometheus/prometheus would otherwise raise the versions of
 // modules the service binary links (golang.org/x/net, genproto); the
-// service module's deploy/helm tests check the same files against the
-// metrics the real binary exports.
+// chart tests of the e2e module (e2e/deploy/helm) check the same files
+// against the metrics the real binary exports.
 
 import (
 	"encoding/json"
@@ -24,7 +24,7 @@ import (
 
 const chartDir = "../deploy/helm/envoy-rls/"
 
-// rlsName is how deploy/helm's tests find the metric names of a query; the
+// rlsName is how e2e/deploy/helm's tests find the metric names of a query; the
 // parser's selectors must be exactly those.
 var rlsName = regexp.MustCompile(`\benvoy_rls_[a-z_]+\b`)
 

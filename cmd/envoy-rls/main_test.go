@@ -15,24 +15,21 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/envoy-rls/envoy-rls/internal/binarytest"
 )
 
 // These tests run the real binary: exit codes and signals are main's job.
 
-// buildBinary builds the binary with go build's flags (such as -ldflags)
-// and returns its path; it skips the test with -short.
-func buildBinary(t *testing.T, flags ...string) string {
+func TestMain(m *testing.M) { binarytest.Main(m) }
+
+// buildBinary returns the production binary; it skips in -short mode.
+func buildBinary(t *testing.T, opts ...binarytest.Option) string {
 	t.Helper()
 	if testing.Short() {
 		t.Skip("builds the binary")
 	}
-	bin := filepath.Join(t.TempDir(), "envoy-rls")
-	args := append(append([]string{"build"}, flags...), "-o", bin, ".")
-	out, err := exec.Command("go", args...).CombinedOutput()
-	if err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
-	return bin
+	return binarytest.Build(t, opts...)
 }
 
 func exitCode(err error) int {

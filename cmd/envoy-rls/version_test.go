@@ -5,6 +5,8 @@ import (
 	"os/exec"
 	"strings"
 	"testing"
+
+	"github.com/envoy-rls/envoy-rls/internal/binarytest"
 )
 
 // A release build stamps the version, commit and date with -ldflags -X (the
@@ -15,7 +17,7 @@ func TestVersionOfStampedBuild(t *testing.T) {
 	ldflags := "-X " + pkg + ".version=v9.9.9" +
 		" -X " + pkg + ".revision=feedc0ffee" +
 		" -X " + pkg + ".date=2026-12-01T12:00:00Z"
-	bin := buildBinary(t, "-ldflags", ldflags)
+	bin := buildBinary(t, binarytest.LDFlags(ldflags))
 	goVersion, err := exec.Command("go", "env", "GOVERSION").Output()
 	if err != nil {
 		t.Fatal(err)

@@ -11,6 +11,7 @@ import (
 
 	"github.com/envoy-rls/envoy-rls/internal/options"
 	"github.com/envoy-rls/envoy-rls/pkg/descriptors"
+	"github.com/envoy-rls/envoy-rls/pkg/descriptors/xds"
 	"github.com/envoy-rls/envoy-rls/pkg/rls"
 )
 
@@ -58,7 +59,7 @@ type configDoc struct {
 	LastReload         reloadDoc                `json:"last_reload"`
 	// Source is where the rules come from: a file, or an xDS server with
 	// its node and the version in service.
-	Source xdsSourceDoc `json:"source"`
+	Source sourceDoc `json:"source"`
 }
 
 func (s *server) configView() configDoc {
@@ -88,7 +89,7 @@ func (s *server) configView() configDoc {
 // (x, with w nil).
 type ruleSet struct {
 	w *descriptors.Watcher
-	x *xdsSource
+	x *xds.Source
 }
 
 // newRuleSet loads path (the first load must succeed) and reports every
@@ -106,12 +107,7 @@ func newRuleSet(path string, opts descriptors.Options, onReload func(descriptors
 // --force-start-without-initial-config).
 func (rs *ruleSet) Received() bool {
 	if rs.x != nil {
-		select {
-		case <-rs.x.first:
-			return true
-		default:
-			return false
-		}
+		return rs.x.Received()
 	}
 	return rs.w.Current() != nil
 }
@@ -119,7 +115,7 @@ func (rs *ruleSet) Received() bool {
 // Current is the snapshot in service, nil before the first load.
 func (rs *ruleSet) Current() *descriptors.Snapshot {
 	if rs.x != nil {
-		return rs.x.cur.Load()
+		return rs.x.Current()
 	}
 	return rs.w.Current()
 }
@@ -143,10 +139,7 @@ func (rs *ruleSet) reload() descriptors.ReloadResult {
 
 func (rs *ruleSet) last() descriptors.ReloadResult {
 	if rs.x != nil {
-		if l := rs.x.last.Load(); l != nil {
-			return *l
-		}
-		return descriptors.ReloadResult{}
+		return rs.x.Last()
 	}
 	return rs.w.Last()
 }
@@ -166,16 +159,22 @@ func (rs *ruleSet) watch(ctx context.Context) error {
 // stop ends the xDS client, if any, and waits for it.
 func (rs *ruleSet) stop() {
 	if rs != nil && rs.x != nil {
-		rs.x.stop()
+		rs.x.Stop()
 	}
 }
 
-// sourceDoc is the /config description of where the rules come from.
-func (rs *ruleSet) sourceDoc() xdsSourceDoc {
+// sourceDoc is where the rules come from, on /config: a file, or an xDS
+// server with its node, the version in service and the connection state.
+type sourceDoc struct {
+	Type string `json:"type"`
+	xds.Status
+}
+
+func (rs *ruleSet) sourceDoc() sourceDoc {
 	if rs.x != nil {
-		return rs.x.doc()
+		return sourceDoc{Type: SourceXDS, Status: rs.x.Status()}
 	}
-	return xdsSourceDoc{Type: SourceFile}
+	return sourceDoc{Type: SourceFile}
 }
 
 // onReload counts and logs one load attempt.

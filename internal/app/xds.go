@@ -1,16 +1,13 @@
 package app
 
 import (
-	"crypto/tls"
 	"flag"
 	"fmt"
 	"net"
 	"strings"
 	"time"
 
-	"google.golang.org/grpc/credentials"
-
-	"github.com/envoy-rls/envoy-rls/pkg/xdsconfig"
+	"github.com/envoy-rls/envoy-rls/pkg/descriptors/xds"
 )
 
 // Config sources (--config-source).
@@ -22,9 +19,9 @@ const (
 // Defaults of the xDS flags.
 const (
 	DefaultConfigSource      = SourceFile
-	DefaultXDSNodeID         = xdsconfig.DefaultNodeID
-	DefaultXDSRetryInterval  = xdsconfig.DefaultRetryInterval
-	DefaultXDSRetryMax       = xdsconfig.DefaultMaxRetryInterval
+	DefaultXDSNodeID         = xds.DefaultNodeID
+	DefaultXDSRetryInterval  = xds.DefaultRetryInterval
+	DefaultXDSRetryMax       = xds.DefaultMaxRetryInterval
 	DefaultXDSInitialTimeout = time.Minute
 )
 
@@ -183,37 +180,19 @@ func validHeaderName(k string) bool {
 	return true
 }
 
-func (o *xdsOptions) useTLS() bool {
-	return o.XDSTLS || o.XDSTLSCA != "" || o.XDSTLSCert != "" || o.XDSTLSSAN != ""
-}
-
-// xdsCredentials builds the TLS credentials of the xDS connection (nil:
-// plaintext). The CA is read once; the client certificate at each
-// handshake, so a rotated certificate is used from the next connection on.
-func (o *xdsOptions) xdsCredentials() (credentials.TransportCredentials, error) {
-	if !o.useTLS() {
+// xdsTLS is the TLS of the xDS connection (nil: plaintext); the CA is
+// read here.
+func (o *xdsOptions) xdsTLS() (*xds.TLS, error) {
+	if !(o.XDSTLS || o.XDSTLSCA != "" || o.XDSTLSCert != "" || o.XDSTLSSAN != "") {
 		return nil, nil
 	}
-	cfg := &tls.Config{MinVersion: tls.VersionTLS12, ServerName: o.XDSTLSSAN}
+	t := &xds.TLS{CertFile: o.XDSTLSCert, KeyFile: o.XDSTLSKey, ServerName: o.XDSTLSSAN}
 	if o.XDSTLSCA != "" {
 		pool, err := readCAPool("xds-tls-ca", o.XDSTLSCA)
 		if err != nil {
 			return nil, err
 		}
-		cfg.RootCAs = pool
+		t.RootCAs = pool
 	}
-	if o.XDSTLSCert != "" {
-		cert, key := o.XDSTLSCert, o.XDSTLSKey
-		if _, err := tls.LoadX509KeyPair(cert, key); err != nil {
-			return nil, fmt.Errorf("--xds-tls-cert=%q, --xds-tls-key=%q: %w", cert, key, err)
-		}
-		cfg.GetClientCertificate = func(*tls.CertificateRequestInfo) (*tls.Certificate, error) {
-			c, err := tls.LoadX509KeyPair(cert, key)
-			if err != nil {
-				return nil, fmt.Errorf("xds client certificate: %w", err)
-			}
-			return &c, nil
-		}
-	}
-	return credentials.NewTLS(cfg), nil
+	return t, nil
 }

@@ -7,12 +7,14 @@ import (
 	"testing"
 
 	"gopkg.in/yaml.v3"
+
+	"github.com/envoy-rls/envoy-rls/internal/binarytest"
 )
 
 // ChartDir returns the directory of the envoy-rls Helm chart.
 func ChartDir(t testing.TB) string {
 	t.Helper()
-	return filepath.Join(ModuleRoot(t), "deploy", "helm", "envoy-rls")
+	return filepath.Join(binarytest.ModuleRoot(t), "deploy", "helm", "envoy-rls")
 }
 
 // readChartFile decodes the chart's file name into v.

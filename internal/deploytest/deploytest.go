@@ -1,11 +1,11 @@
 // Package deploytest holds what the deployment tests (the Helm chart, the
-// compose demo, the Istio example, the release files) share: the module
-// root, the envoy-rls binary built from this tree, the flag names its serve
-// command accepts (so that a manifest cannot pass a flag the binary does
-// not have), the pinned tools, the final stage of a Dockerfile, the chart's
-// values.yaml and Chart.yaml, the fenced blocks and shell commands of the
-// Markdown docs, and the documented helm install commands read flag by
-// flag.
+// compose demo, the Istio example, the release files) share: the flag names
+// the serve command of the binary (internal/binarytest) accepts (so that a
+// manifest cannot pass a flag the binary does not have), the pinned tools,
+// the final stage of a Dockerfile, the chart's values.yaml and Chart.yaml,
+// the fenced blocks and shell commands of the Markdown docs, and the
+// documented helm install commands read flag by flag. Paths are relative to
+// the repository root (binarytest.ModuleRoot).
 package deploytest
 
 import (
@@ -16,49 +16,10 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
-	"sync"
 	"testing"
+
+	"github.com/envoy-rls/envoy-rls/internal/binarytest"
 )
-
-// ModuleRoot returns the directory holding go.mod.
-func ModuleRoot(t testing.TB) string {
-	t.Helper()
-	out, err := exec.Command("go", "env", "GOMOD").Output()
-	if err != nil {
-		t.Fatalf("go env GOMOD: %v", err)
-	}
-	gomod := strings.TrimSpace(string(out))
-	if gomod == "" || gomod == os.DevNull {
-		t.Fatal("not inside the envoy-rls module")
-	}
-	return filepath.Dir(gomod)
-}
-
-var (
-	buildOnce sync.Once
-	buildDir  string
-	buildErr  error
-	buildOut  []byte
-)
-
-// Binary builds cmd/envoy-rls once per test process and returns its path.
-func Binary(t testing.TB) string {
-	t.Helper()
-	root := ModuleRoot(t)
-	buildOnce.Do(func() {
-		buildDir, buildErr = os.MkdirTemp("", "envoy-rls-deploytest-")
-		if buildErr != nil {
-			return
-		}
-		cmd := exec.Command("go", "build", "-o", filepath.Join(buildDir, "envoy-rls"), "./cmd/envoy-rls")
-		cmd.Dir = root
-		buildOut, buildErr = cmd.CombinedOutput()
-	})
-	if buildErr != nil {
-		t.Fatalf("building cmd/envoy-rls: %v\n%s", buildErr, buildOut)
-	}
-	return filepath.Join(buildDir, "envoy-rls")
-}
 
 // flagLine matches a flag in the serve help: "  --grpc-addr [HOST]:PORT".
 var flagLine = regexp.MustCompile(`^  --([a-z0-9][a-z0-9-]*)`)
@@ -67,7 +28,7 @@ var flagLine = regexp.MustCompile(`^  --([a-z0-9][a-z0-9-]*)`)
 // from the real binary's usage text.
 func ServeFlags(t testing.TB) map[string]bool {
 	t.Helper()
-	cmd := exec.Command(Binary(t), "serve", "-h")
+	cmd := exec.Command(binarytest.Build(t), "serve", "-h")
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
 	if err := cmd.Run(); err != nil {
@@ -112,7 +73,7 @@ func Tool(t testing.TB, name string) string {
 	if p := os.Getenv(strings.ToUpper(strings.ReplaceAll(name, "-", "_"))); p != "" {
 		return p
 	}
-	cmd := exec.Command(filepath.Join(ModuleRoot(t), "scripts", "ensure-tool.sh"), "--find", name)
+	cmd := exec.Command(filepath.Join(binarytest.ModuleRoot(t), "scripts", "ensure-tool.sh"), "--find", name)
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()

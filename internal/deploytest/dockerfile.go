@@ -5,6 +5,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/envoy-rls/envoy-rls/internal/binarytest"
 )
 
 // DockerfileFinalStage returns the instructions of the last stage of the
@@ -13,7 +15,7 @@ import (
 // blanks collapsed to one space.
 func DockerfileFinalStage(t testing.TB, name string) []string {
 	t.Helper()
-	b, err := os.ReadFile(filepath.Join(ModuleRoot(t), name))
+	b, err := os.ReadFile(filepath.Join(binarytest.ModuleRoot(t), name))
 	if err != nil {
 		t.Fatal(err)
 	}

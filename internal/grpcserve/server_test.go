@@ -3,6 +3,8 @@ package grpcserve
 import (
 	"context"
 	"net"
+	"os"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -39,8 +41,11 @@ func (s *stuckStore) Evaluate(ctx context.Context, batch []limiter.Request, out 
 // serves the rate-limit service; the drain cuts off a call still in flight
 // at its timeout, and Serve returns.
 func TestServeAndDrain(t *testing.T) {
-	snap, err := descriptors.Compile([]descriptors.Source{{Name: "rules.yaml", Data: []byte("domain: app\ndescriptors:\n  - key: user\n    rate_limit: {unit: minute, requests_per_unit: 5}\n")}},
-		descriptors.Options{Secret: []byte("a-shared-secret-of-32-bytes-----")})
+	rules := filepath.Join(t.TempDir(), "rules.yaml")
+	if err := os.WriteFile(rules, []byte("domain: app\ndescriptors:\n  - key: user\n    rate_limit: {unit: minute, requests_per_unit: 5}\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	snap, err := descriptors.Load(rules, descriptors.Options{Secret: []byte("a-shared-secret-of-32-bytes-----")})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/envoy-rls/envoy-rls/internal/polltest"
 )
 
 // ClusterNodeTimeoutMillis is the cluster-node-timeout of test clusters: small,
@@ -33,22 +35,25 @@ func addrs(servers []*Server) []string {
 	return out
 }
 
-// StartCluster starts six redis-server processes in cluster mode, joins them
-// with `redis-cli --cluster create --cluster-replicas 1` and waits until every
-// node reports cluster_state:ok and every master has a connected replica.
-func StartCluster(t testing.TB) *Cluster {
+// StartCluster starts six servers in cluster mode (redis-server processes,
+// or on the runner of opts: WithRunner), joins them with `redis-cli --cluster
+// create --cluster-replicas 1` and waits until every node reports
+// cluster_state:ok and every master has a connected replica.
+func StartCluster(t testing.TB, opts ...Option) *Cluster {
 	t.Helper()
-	RequireServer(t)
-	containers := lane(t).lane == LaneContainers
-	if _, err := exec.LookPath("redis-cli"); err != nil && !containers {
-		if os.Getenv("CI") == "true" {
-			t.Fatalf("redistest: redis-cli is not on PATH and CI=true")
+	o := newOptions(opts)
+	if o.runner == nil {
+		RequireServer(t)
+		if _, err := exec.LookPath("redis-cli"); err != nil {
+			if os.Getenv("CI") == "true" {
+				t.Fatalf("redistest: redis-cli is not on PATH and CI=true")
+			}
+			t.Skip("redistest: redis-cli is not on PATH (needed to create a cluster)")
 		}
-		t.Skip("redistest: redis-cli is not on PATH (needed to create a cluster)")
 	}
 	c := &Cluster{t: t}
 	for i := 0; i < 6; i++ {
-		c.Nodes = append(c.Nodes, start(t, options{}, func(port int, dir string) ([]string, error) {
+		c.Nodes = append(c.Nodes, start(t, options{runner: o.runner}, func(port int, dir string) ([]string, error) {
 			return append(baseArgs(port, dir, options{}),
 				"--cluster-enabled", "yes",
 				"--cluster-config-file", "nodes.conf",
@@ -64,18 +69,9 @@ func StartCluster(t testing.TB) *Cluster {
 	args := []string{"--cluster", "create"}
 	args = append(args, c.Addrs()...)
 	args = append(args, "--cluster-replicas", "1", "--cluster-yes")
-	// The cluster is created with the image's own client on the container
-	// lane: the host may have none.
-	var out []byte
-	var err error
-	if containers {
-		var o string
-		o, err = c.Nodes[0].execCLI(ctx, args...)
-		out = []byte(o)
-	} else {
-		out, err = exec.CommandContext(ctx, "redis-cli", args...).CombinedOutput()
-	}
-	if err != nil {
+	// The first node's client creates the cluster: a runner's image brings
+	// its own, the host may have none.
+	if out, err := c.Nodes[0].proc.CLI(ctx, args...); err != nil {
 		t.Fatalf("redistest: redis-cli --cluster create: %v\n%s", err, out)
 	}
 	c.WaitHealthy(TopologyTimeout)
@@ -87,7 +83,7 @@ func StartCluster(t testing.TB) *Cluster {
 // (when both are alive).
 func (c *Cluster) WaitHealthy(timeout time.Duration) {
 	c.t.Helper()
-	Eventually(c.t, timeout, 100*time.Millisecond, "cluster healthy", func() error {
+	polltest.Eventually(c.t, timeout, 100*time.Millisecond, "cluster healthy", func() error {
 		for _, n := range c.Nodes {
 			if n.PID() == 0 {
 				continue

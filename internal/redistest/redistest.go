@@ -1,15 +1,14 @@
 // Package redistest gives tests a real Redis: the one named by REDIS_ADDR, or
-// servers started on free loopback ports (one standalone server, a six-node
-// Cluster, or a master with a replica and three sentinels) on one of two
-// lanes: redis-server processes from PATH, or containers of pinned images
-// (testcontainers-go) on the host's network, when a container engine answers
-// (ENVOY_RLS_TEST_REDIS=local|containers|auto chooses; lane.go). Every server
-// runs in t.TempDir() without persistence, listens on 127.0.0.1 only and is
-// stopped (by PID, or its container removed) when the test ends. Tests can
-// kill, restart, pause (SIGSTOP, or docker pause) and resume single nodes.
+// servers started on free loopback ports: one standalone server, a six-node
+// Cluster, or a master with a replica and three sentinels. They are
+// redis-server processes from PATH, or, given WithRunner, whatever a Runner
+// runs (the e2e module's container lane runs them in containers of pinned
+// images). Every server runs in t.TempDir() without persistence, listens on
+// 127.0.0.1 only and is stopped (by PID) when the test ends. Tests can kill,
+// restart, pause (SIGSTOP) and resume single nodes.
 //
-// When the local lane has no redis-server the test is skipped, except when
-// CI=true, where it fails: CI must exercise the Redis lanes.
+// Without redis-server the test is skipped, except when CI=true, where it
+// fails: CI must exercise the Redis lanes.
 package redistest
 
 import (
@@ -22,41 +21,32 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
-	"sync"
+	"strings"
 	"testing"
 	"time"
-
-	"github.com/testcontainers/testcontainers-go"
 )
 
-// Bounds for starting and stopping processes.
+// Bounds for starting and stopping servers.
 const (
-	// StartTimeout bounds waiting for one process to answer PING.
+	// StartTimeout bounds waiting for one server to answer PING once it
+	// runs.
 	StartTimeout = 10 * time.Second
 	// TopologyTimeout bounds waiting for a Cluster or Sentinel set to settle.
 	TopologyTimeout = 60 * time.Second
+	// faultTimeout bounds killing, pausing or resuming one server.
+	faultTimeout = time.Minute
 	// pollInterval is how often readiness is polled.
 	pollInterval = 20 * time.Millisecond
 )
 
-// Server is one Redis process, or the external server of REDIS_ADDR.
+// Server is one Redis server, or the external server of REDIS_ADDR.
 type Server struct {
 	t    testing.TB
 	addr string
 	port int
 	dir  string
-	args []string
 	tls  *tls.Config // client config for readiness pings, nil for plain TCP
-	ext  bool        // external: REDIS_ADDR, cannot be killed or restarted
-
-	// image is the container image on the container lane, "" for a local
-	// process.
-	image string
-
-	mu   sync.Mutex
-	cmd  *exec.Cmd
-	done chan struct{}            // closed when cmd has been reaped
-	ctr  testcontainers.Container // the server's container, nil for a process
+	proc Process     // nil for the external server of REDIS_ADDR
 }
 
 // Addr is host:port of the server.
@@ -70,30 +60,21 @@ func (s *Server) Dir() string { return s.dir }
 
 // External reports whether the server is REDIS_ADDR's, which the test must not
 // kill, restart or pause.
-func (s *Server) External() bool { return s.ext }
+func (s *Server) External() bool { return s.proc == nil }
 
-// Image is the container image the server runs, "" for a local process.
-func (s *Server) Image() string { return s.image }
-
-// PID is the process ID of the running server (on the container lane, the
-// host's PID of the container's server), or 0.
+// PID is the host's process ID of the running server, or 0.
 func (s *Server) PID() int {
-	if s.image != "" {
-		return s.containerPID()
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.cmd == nil || s.cmd.Process == nil {
+	if s.proc == nil {
 		return 0
 	}
-	return s.cmd.Process.Pid
+	return s.proc.PID()
 }
 
 // Option changes how a server is started.
 type Option func(*options)
 
 type options struct {
-	image      string // container image; "" is the lane's default
+	runner     Runner // nil: redis-server processes from PATH
 	args       []string
 	local      bool
 	tlsFiles   *TLSFiles
@@ -121,19 +102,19 @@ func WithTLS(files TLSFiles, client *tls.Config) Option {
 	}
 }
 
-// WithImage runs the server in a container of image (the container lane
-// only; MatrixImages lists the lane's images). An empty image is the lane's
-// default.
-func WithImage(image string) Option { return func(o *options) { o.image = image } }
+// WithRunner starts the servers with r instead of as redis-server
+// processes from PATH; it implies Local (REDIS_ADDR is not used).
+func WithRunner(r Runner) Option {
+	return func(o *options) {
+		o.runner = r
+		o.local = true
+	}
+}
 
 // RequireServer skips the test when redis-server is missing (fails it when
-// CI=true) and returns the binary's path; on the container lane, where the
-// images bring the server, it returns "".
+// CI=true) and returns the binary's path.
 func RequireServer(t testing.TB) string {
 	t.Helper()
-	if lane(t).lane == LaneContainers {
-		return ""
-	}
 	p, err := exec.LookPath("redis-server")
 	if err != nil {
 		if os.Getenv("CI") == "true" {
@@ -144,16 +125,23 @@ func RequireServer(t testing.TB) string {
 	return p
 }
 
-// Standalone returns a Redis server: REDIS_ADDR when set (unless Local is
-// given), else a new redis-server process.
-func Standalone(t testing.TB, opts ...Option) *Server {
-	t.Helper()
+// newOptions applies opts.
+func newOptions(opts []Option) options {
 	var o options
 	for _, f := range opts {
 		f(&o)
 	}
+	return o
+}
+
+// Standalone returns a Redis server: REDIS_ADDR when set (unless Local or
+// WithRunner is given), else a new one: a redis-server process, or the
+// runner's.
+func Standalone(t testing.TB, opts ...Option) *Server {
+	t.Helper()
+	o := newOptions(opts)
 	if addr := os.Getenv("REDIS_ADDR"); addr != "" && !o.local {
-		s := &Server{t: t, addr: addr, ext: true}
+		s := &Server{t: t, addr: addr}
 		ctx, cancel := context.WithTimeout(context.Background(), StartTimeout)
 		defer cancel()
 		if err := s.waitReady(ctx); err != nil {
@@ -161,22 +149,22 @@ func Standalone(t testing.TB, opts ...Option) *Server {
 		}
 		return s
 	}
-	RequireServer(t)
+	if o.runner == nil {
+		RequireServer(t)
+	}
 	return start(t, o, func(port int, dir string) ([]string, error) {
 		return append(baseArgs(port, dir, o), o.args...), nil
 	})
 }
 
-// start launches one redis-server with the arguments build returns and waits
-// for it to answer PING. A port collision (another process grabbed the free
-// port) is retried a few times.
+// start launches one server with the arguments build returns, on o's
+// runner, and waits for it to answer PING. A port collision (another process
+// grabbed the free port) is retried a few times.
 func start(t testing.TB, o options, build func(port int, dir string) ([]string, error)) *Server {
 	t.Helper()
-	image := o.image
-	if sel := lane(t); sel.lane == LaneContainers && image == "" {
-		image = sel.images[0]
-	} else if sel.lane == LaneLocal && image != "" {
-		t.Fatalf("redistest: image %s asked for on the local lane (MatrixImages gives \"\" there)", image)
+	runner := o.runner
+	if runner == nil {
+		runner = localRunner{}
 	}
 	var lastErr error
 	for attempt := 0; attempt < 5; attempt++ {
@@ -192,15 +180,15 @@ func start(t testing.TB, o options, build func(port int, dir string) ([]string, 
 		if err != nil {
 			t.Fatalf("redistest: %v", err)
 		}
-		s := &Server{t: t, addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), port: port, dir: dir, args: args, tls: o.tlsClient,
-			image: image}
-		t.Cleanup(s.stop)
+		s := &Server{t: t, addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), port: port, dir: dir, tls: o.tlsClient,
+			proc: runner.Process(t, args, dir)}
+		t.Cleanup(s.proc.Remove)
 		if lastErr = s.launch(); lastErr == nil {
 			return s
 		}
-		s.stop()
+		s.proc.Remove()
 	}
-	t.Fatalf("redistest: starting redis-server: %v", lastErr)
+	t.Fatalf("redistest: starting a server: %v", lastErr)
 	return nil
 }
 
@@ -283,19 +271,23 @@ func FreePort() (int, error) {
 	return 0, errors.New("find a free port: no port with a free bus port after 50 tries")
 }
 
-// Eventually polls cond every interval until it returns nil or timeout passes,
-// then fails the test with the last error.
-func Eventually(t testing.TB, timeout, interval time.Duration, what string, cond func() error) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
-		err := cond()
-		if err == nil {
-			return
+// Describe says, in one line for the test log's summary, which servers the
+// Redis tests of this module run on.
+func Describe() string {
+	version := "redis-server not on PATH"
+	if _, err := exec.LookPath("redis-server"); err == nil {
+		ctx, cancel := context.WithTimeout(context.Background(), StartTimeout)
+		defer cancel()
+		out, err := exec.CommandContext(ctx, "redis-server", "--version").Output()
+		if err != nil {
+			version = "redis-server --version: " + err.Error()
+		} else {
+			version = strings.TrimSpace(string(out))
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("redistest: %s: not within %v: %v", what, timeout, err)
-		}
-		time.Sleep(interval)
 	}
+	line := "redis lane: local processes (" + version + ")"
+	if addr := os.Getenv("REDIS_ADDR"); addr != "" {
+		line += "; REDIS_ADDR=" + addr + " for the tests that need a Redis but not its process"
+	}
+	return line
 }

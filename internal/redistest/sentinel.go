@@ -6,6 +6,8 @@ import (
 	"strconv"
 	"testing"
 	"time"
+
+	"github.com/envoy-rls/envoy-rls/internal/polltest"
 )
 
 // SentinelMasterName is the master set name the test sentinels monitor.
@@ -26,22 +28,27 @@ type SentinelSet struct {
 // SentinelAddrs returns the sentinels' addresses.
 func (s *SentinelSet) SentinelAddrs() []string { return addrs(s.Sentinels) }
 
-// StartSentinel starts a master, a replica of it and three sentinels, and waits
+// StartSentinel starts a master, a replica of it and three sentinels
+// (redis-server processes, or on the runner of opts: WithRunner), and waits
 // until the replica is in sync and every sentinel knows the replica and the
 // two other sentinels.
-func StartSentinel(t testing.TB) *SentinelSet {
+func StartSentinel(t testing.TB, opts ...Option) *SentinelSet {
 	t.Helper()
-	RequireServer(t)
+	o := newOptions(opts)
+	if o.runner == nil {
+		RequireServer(t)
+	}
+	on := options{runner: o.runner}
 	set := &SentinelSet{t: t}
-	set.Master = start(t, options{}, func(port int, dir string) ([]string, error) {
+	set.Master = start(t, on, func(port int, dir string) ([]string, error) {
 		return baseArgs(port, dir, options{}), nil
 	})
-	set.Replica = start(t, options{}, func(port int, dir string) ([]string, error) {
+	set.Replica = start(t, on, func(port int, dir string) ([]string, error) {
 		return append(baseArgs(port, dir, options{}),
 			"--replicaof", "127.0.0.1", strconv.Itoa(set.Master.Port())), nil
 	})
 	for i := 0; i < 3; i++ {
-		set.Sentinels = append(set.Sentinels, start(t, options{}, func(port int, dir string) ([]string, error) {
+		set.Sentinels = append(set.Sentinels, start(t, on, func(port int, dir string) ([]string, error) {
 			// Sentinels rewrite their configuration file, so they need one.
 			conf, err := writeConfig(dir, "sentinel.conf", []string{
 				"port " + strconv.Itoa(port),
@@ -59,10 +66,10 @@ func StartSentinel(t testing.TB) *SentinelSet {
 			return []string{conf, "--sentinel"}, nil
 		}))
 	}
-	Eventually(t, TopologyTimeout, 100*time.Millisecond, "replica in sync", func() error {
+	polltest.Eventually(t, TopologyTimeout, 100*time.Millisecond, "replica in sync", func() error {
 		return replicaUp(set.Replica)
 	})
-	Eventually(t, TopologyTimeout, 100*time.Millisecond, "sentinels discovered", func() error {
+	polltest.Eventually(t, TopologyTimeout, 100*time.Millisecond, "sentinels discovered", func() error {
 		for _, s := range set.Sentinels {
 			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 			reps, err := s.Do(ctx, "SENTINEL", "REPLICAS", SentinelMasterName)

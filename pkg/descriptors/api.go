@@ -89,7 +89,8 @@ type Rule struct {
 	// Metadata is the descriptor's free-form metadata map (nil when absent).
 	// It is shared by all readers: do not modify it.
 	Metadata map[string]any
-	// Source is "file:line" of the descriptor that defines the rule.
+	// Source is "file:line" of the descriptor that defines the rule, or
+	// "name:field" for a rule of a Document (e.g. "xds:edge:descriptors[2]").
 	Source string
 	// Colocate is the `colocate` extension: the key of an entry of this
 	// descriptor or an enclosing one ("" when unset). The limit's Redis

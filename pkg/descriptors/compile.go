@@ -1,7 +1,6 @@
 package descriptors
 
 import (
-	"strconv"
 	"strings"
 
 	"github.com/envoy-rls/envoy-rls/pkg/limiter"
@@ -39,7 +38,7 @@ func (c *compiler) addFile(rf *rawFile) {
 		c.ps.add(rf.name, rf.domainPos.line, rf.domainPos.col, "duplicate domain %q: it is already defined in %s (one domain per file)", truncate(rf.domain, 80), prev.file)
 		return
 	}
-	d := &domain{name: rf.domain, file: rf.name, root: newLevel()}
+	d := &domain{name: rf.domain, file: rf.name, root: newLevel(), fields: c.ps.fields[rf.name]}
 	named := map[string]limitSpec{}
 	for _, name := range rf.policyOrder {
 		if ls, ok := c.checkLimit(rf.policies[name], "policies."+name); ok {
@@ -96,7 +95,7 @@ func (c *compiler) level(d *domain, lv *level, rf *rawFile, named map[string]lim
 			}
 		}
 		if first != nil {
-			c.ps.add(c.file, rd.pos.line, rd.pos.col, "duplicate descriptor composite key %q (first defined at line %d)", truncate(joinPath(d.name, path)+"/"+display, 200), first.src.line)
+			c.ps.add(c.file, rd.pos.line, rd.pos.col, "duplicate descriptor composite key %q (first defined at %s)", truncate(joinPath(d.name, path)+"/"+display, 200), d.within(first.src))
 			continue
 		}
 		if rd.share {
@@ -174,7 +173,7 @@ func (c *compiler) newRule(d *domain, n *node, rd *rawDesc, ls limitSpec, rl *ra
 		Path:            joinPath(d.name, path),
 		Key:             lastKey(path),
 		StatKey:         statKey(d.name, path),
-		Source:          c.file + ":" + strconv.Itoa(rd.pos.line),
+		Source:          d.where(rd.pos),
 	}
 	if ls.unlimited {
 		r.UnitMultiplier = 0

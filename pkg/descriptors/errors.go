@@ -8,19 +8,24 @@ import (
 	"strings"
 )
 
-// Problem is one reason a rule file was rejected. Line and Column are
-// 1-based; 0 means "unknown" (for example, a file that could not be read).
+// Problem is one reason a rule file or a Document was rejected. Line and
+// Column are 1-based; 0 means "unknown" (for example, a file that could not
+// be read). In a Document, Field is the path of the field at fault (for
+// example descriptors[1].rate_limit.unit) and Line and Column are 0.
 type Problem struct {
 	File   string `json:"file"`
 	Line   int    `json:"line,omitempty"`
 	Column int    `json:"column,omitempty"`
+	Field  string `json:"field,omitempty"`
 	Reason string `json:"reason"`
 }
 
 // String formats the problem as file:line:col: reason, leaving out unknown
-// positions.
+// positions, or as name:field: reason for a Document.
 func (p Problem) String() string {
 	switch {
+	case p.Field != "":
+		return fmt.Sprintf("%s:%s: %s", p.File, p.Field, p.Reason)
 	case p.Line > 0 && p.Column > 0:
 		return fmt.Sprintf("%s:%d:%d: %s", p.File, p.Line, p.Column, p.Reason)
 	case p.Line > 0:
@@ -62,6 +67,9 @@ type problems struct {
 	list    []Problem
 	seen    map[Problem]bool
 	dropped int
+	// fields holds, by Document name, the fields that the line of a
+	// position in that Document numbers (see docFields).
+	fields map[string]docFields
 }
 
 const maxProblems = 200
@@ -90,6 +98,11 @@ func (ps *problems) err() error {
 	slices.SortStableFunc(list, func(a, b Problem) int {
 		return cmp.Or(cmp.Compare(a.File, b.File), cmp.Compare(a.Line, b.Line), cmp.Compare(a.Column, b.Column))
 	})
+	for i, p := range list {
+		if f, ok := ps.fields[p.File].path(p.Line); ok {
+			list[i].Field, list[i].Line, list[i].Column = f, 0, 0
+		}
+	}
 	if ps.dropped > 0 {
 		list = append(list, Problem{File: list[len(list)-1].File, Reason: fmt.Sprintf("%d more problems not shown", ps.dropped)})
 	}

@@ -20,7 +20,8 @@ type Step struct {
 	How string `json:"how"`
 	// Pattern is the configured pattern of a wildcard match.
 	Pattern string `json:"pattern,omitempty"`
-	// Source is "file:line" of the descriptor the entry matched.
+	// Source is "file:line" of the descriptor the entry matched ("name:field"
+	// in a Document).
 	Source string `json:"source,omitempty"`
 	// Skipped says which descriptors of the level a more general match
 	// passed over, and why (precedence: exact, then wildcards in file
@@ -63,7 +64,7 @@ func (s *Snapshot) Explain(domain string, entries []Entry) Explanation {
 			ex.Reason = fmt.Sprintf("the rule matched by entry %d (%q) has no nested descriptors: the request has more entries than the rules", i, entries[i-1].Key)
 			return ex
 		}
-		st, n := lv.explain(d.file, e)
+		st, n := lv.explain(d, e)
 		ex.Steps = append(ex.Steps, st)
 		if n == nil {
 			ex.Reason = fmt.Sprintf("entry %d: no descriptor with key %q matches at this level", i+1, e.Key)
@@ -83,14 +84,14 @@ func (s *Snapshot) Explain(domain string, entries []Entry) Explanation {
 }
 
 // explain is lookup with its reasons.
-func (lv *level) explain(file string, e Entry) (Step, *node) {
+func (lv *level) explain(d *domain, e Entry) (Step, *node) {
 	st := Step{Key: e.Key, How: HowNone}
 	g := lv.byKey[e.Key]
 	if g == nil {
 		st.Skipped = append(st.Skipped, "no descriptor has this key at this level")
 		return st, nil
 	}
-	at := func(n *node) string { return fmt.Sprintf("%s:%d", file, n.src.line) }
+	at := func(n *node) string { return d.where(n.src) }
 	if n := g.exact[e.Value]; n != nil {
 		st.How, st.Source = HowExact, at(n)
 		if len(g.wildcards) > 0 || g.keyOnly != nil {

@@ -178,7 +178,6 @@ func build(srcs []source, opts Options, lim Limits) (*Snapshot, error) {
 
 // buildBudget is build with a per-file work budget (see maxNodes).
 func buildBudget(srcs []source, opts Options, lim Limits, budget int) (*Snapshot, error) {
-	secret := opts.Secret
 	var ps problems
 	files := make([]*rawFile, 0, len(srcs))
 	names := make([]string, 0, len(srcs))
@@ -197,11 +196,17 @@ func buildBudget(srcs []source, opts Options, lim Limits, budget int) (*Snapshot
 	if count.n > count.max {
 		return nil, &LimitError{Limit: LimitDescriptors, Max: int64(count.max), Total: int64(count.n), Files: len(srcs)}
 	}
-	domains := compile(files, &ps, opts.DefaultFailureMode, opts.ShadowAll)
+	return assemble(files, names, fingerprint(srcs), &ps, opts)
+}
+
+// assemble compiles parsed rule documents, in name order, into a Snapshot
+// of the given fingerprint; ps holds the problems found while parsing.
+func assemble(files []*rawFile, names []string, fp [32]byte, ps *problems, opts Options) (*Snapshot, error) {
+	domains := compile(files, ps, opts.DefaultFailureMode, opts.ShadowAll)
 	if err := ps.err(); err != nil {
 		return nil, err
 	}
-	s := &Snapshot{domains: domains, files: names, fingerprint: fingerprint(srcs)}
+	s := &Snapshot{domains: domains, files: names, fingerprint: fp}
 	for _, d := range domains {
 		s.order = append(s.order, d)
 		s.rules += len(d.rules)
@@ -212,7 +217,7 @@ func buildBudget(srcs []source, opts Options, lim Limits, budget int) (*Snapshot
 		}
 	}
 	slices.SortFunc(s.order, func(a, b *domain) int { return strings.Compare(a.name, b.name) })
-	key := slices.Clone(secret)
+	key := slices.Clone(opts.Secret)
 	s.macs.New = func() any { return &macState{mac: hmac.New(sha256.New, key)} }
 	s.overrides.m = map[string]*Rule{}
 	return s, nil

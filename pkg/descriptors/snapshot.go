@@ -54,8 +54,11 @@ type Snapshot struct {
 }
 
 type domain struct {
-	name        string
-	file        string
+	name string
+	file string
+	// fields are the field paths the positions of a Document number (nil
+	// for a rule file).
+	fields      docFields
 	root        *level
 	rules       []*Rule // configuration order
 	policyNames []string
@@ -92,8 +95,9 @@ func (s *Snapshot) HasDomain(domain string) bool {
 	return ok
 }
 
-// Fingerprint is a hex SHA-256 over the file names and contents the snapshot
-// was built from; equal fingerprints mean identical input.
+// Fingerprint is a hex SHA-256 over the file names and contents (or the
+// Documents) the snapshot was built from; equal fingerprints mean identical
+// input.
 func (s *Snapshot) Fingerprint() string {
 	if s == nil {
 		return ""
@@ -101,7 +105,13 @@ func (s *Snapshot) Fingerprint() string {
 	return hex.EncodeToString(s.fingerprint[:])
 }
 
-// Files lists the rule files the snapshot was built from.
+// Size returns the number of domains and of rules of the snapshot.
+func (s *Snapshot) Size() (domains, rules int) {
+	return len(s.order), s.rules
+}
+
+// Files lists the rule files (or Document names) the snapshot was built
+// from.
 func (s *Snapshot) Files() []string {
 	if s == nil {
 		return nil

@@ -3,16 +3,20 @@ package rls
 import (
 	"context"
 	"io"
+	"strconv"
 	"testing"
 	"time"
 
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"github.com/prometheus/client_golang/prometheus"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.uber.org/zap"
 
 	"github.com/envoy-rls/envoy-rls/pkg/audit"
 	"github.com/envoy-rls/envoy-rls/pkg/descriptors"
 	"github.com/envoy-rls/envoy-rls/pkg/limiter/memory"
+	"github.com/envoy-rls/envoy-rls/pkg/topk"
 )
 
 // benchServer is the real service (rules, memory store, metrics, a JSON
@@ -131,4 +135,78 @@ type benchAuditor struct{ sink *audit.Sink }
 func (a benchAuditor) Denied(d Denial) {
 	a.sink.Offer(audit.Event{Time: d.Time, Domain: d.Domain, PolicyID: d.PolicyID, Subject: d.Subject, Cost: d.Cost,
 		Limit: d.Limit, Remaining: d.Remaining, RetryAfter: d.RetryAfter, RequestID: d.RequestID, Shadow: d.Shadow, Outcome: audit.OutcomeOverLimit})
+}
+
+// topFeed is the binary's top consumers observer, reduced to what the
+// benchmark needs.
+type topFeed struct{ t *topk.Tracker }
+
+func (f topFeed) ObserveLimit(l LimitObservation) {
+	f.t.Record(topk.Observation{Domain: l.Rule.Domain, Policy: l.Rule.Policy.ID(), Key: l.Rule.Key, Subject: l.Subject,
+		Hits: l.Hits, Denied: l.Over && !l.Shadow, ShadowDenied: l.Over && l.Shadow})
+}
+
+func (topFeed) ObserveCall(CallObservation) {}
+
+// BenchmarkShouldRateLimitTop: the one-descriptor call over 4096 subjects,
+// without and with the top consumers tracker fed by the observer: the
+// difference is the tracker's cost on the decision path.
+func BenchmarkShouldRateLimitTop(b *testing.B) {
+	reqs := make([]*rlsv3.RateLimitRequest, 4096)
+	for i := range reqs {
+		reqs[i] = request("bench", desc("remote_address", "10.1."+strconv.Itoa(i/256)+"."+strconv.Itoa(i%256)))
+	}
+	for _, withTop := range []bool{false, true} {
+		b.Run(map[bool]string{false: "observer_off", true: "top_on"}[withTop], func(b *testing.B) {
+			cfg := benchConfig(b)
+			if withTop {
+				tr, err := topk.New(topk.Config{})
+				if err != nil {
+					b.Fatal(err)
+				}
+				cfg.Observer = topFeed{tr}
+			}
+			srv, err := New(cfg)
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.ReportAllocs()
+			b.RunParallel(func(pb *testing.PB) {
+				ctx := context.Background()
+				i := 0
+				for pb.Next() {
+					i = (i + 1) % len(reqs)
+					if _, err := srv.ShouldRateLimit(ctx, reqs[i]); err != nil {
+						b.Fatal(err)
+					}
+				}
+			})
+		})
+	}
+}
+
+// BenchmarkShouldRateLimitTraced is BenchmarkShouldRateLimit/one_descriptor
+// with tracing on and every call sampled: a parent span stands for the gRPC
+// server span (whose own cost, otelgrpc's, is not included), the call adds
+// its attributes and a store span, and the spans go through a batch span
+// processor to an exporter that drops them.
+func BenchmarkShouldRateLimitTraced(b *testing.B) {
+	cfg := benchConfig(b)
+	tp := sdktrace.NewTracerProvider(sdktrace.WithBatcher(tracetest.NewNoopExporter()), sdktrace.WithSampler(sdktrace.AlwaysSample()))
+	b.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
+	cfg.TracerProvider = tp
+	srv, err := New(cfg)
+	if err != nil {
+		b.Fatal(err)
+	}
+	req := request("bench", desc("remote_address", "10.1.2.3"))
+	tr := tp.Tracer("bench")
+	b.ReportAllocs()
+	for b.Loop() {
+		ctx, span := tr.Start(context.Background(), "server")
+		if _, err := srv.ShouldRateLimit(ctx, req); err != nil {
+			b.Fatal(err)
+		}
+		span.End()
+	}
 }

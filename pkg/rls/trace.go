@@ -2,14 +2,13 @@ package rls
 
 import (
 	"context"
-	"slices"
 
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"go.opentelemetry.io/otel/attribute"
-	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/envoy-rls/envoy-rls/pkg/limiter"
+	"github.com/envoy-rls/envoy-rls/pkg/limiter/spans"
 )
 
 // TracerName is the instrumentation scope of the spans this package starts.
@@ -28,17 +27,14 @@ const (
 	AttrDomain = attribute.Key("envoy_rls.domain")
 	// AttrDescriptors is the number of descriptors in the request.
 	AttrDescriptors = attribute.Key("envoy_rls.descriptors")
-	// AttrPolicies are the IDs of the policies of the limits evaluated,
-	// each once, in request order.
-	AttrPolicies = attribute.Key("envoy_rls.policies")
 	// AttrBatchSize is the number of limits evaluated in one batch.
 	AttrBatchSize = attribute.Key("envoy_rls.batch_size")
-	// AttrOutcome is the answer on the call's span (OK, OVER_LIMIT) and
-	// the store's summary on the store span (see limiter.Summarize).
-	AttrOutcome = attribute.Key("envoy_rls.outcome")
-	// AttrFailure is the failure category of the first failed outcome of
-	// a store evaluation (limiter.Category*), when one failed.
-	AttrFailure = attribute.Key("envoy_rls.failure")
+	// AttrPolicies, AttrOutcome (the answer on the call's span: OK,
+	// OVER_LIMIT; the store's summary on the store span) and AttrFailure
+	// are the request path's shared keys (pkg/limiter/spans).
+	AttrPolicies = spans.Policies
+	AttrOutcome  = spans.Outcome
+	AttrFailure  = spans.Failure
 )
 
 // tracer returns the package's tracer of tp, nil when tp is nil: nil
@@ -58,28 +54,12 @@ func (s *Server) evaluateTraced(storeCtx context.Context, send []limiter.Request
 	if !span.IsRecording() {
 		return
 	}
-	outcome, failure := limiter.Summarize(outs)
-	attrs := []attribute.KeyValue{
-		AttrBatchSize.Int(len(send)),
-		AttrPolicies.StringSlice(batchPolicies(send)),
-		AttrOutcome.String(outcome),
+	ids := make([]string, 0, len(send))
+	for i := range send {
+		ids = spans.AppendPolicy(ids, send[i].Policy.ID())
 	}
-	if failure != "" {
-		attrs = append(attrs, AttrFailure.String(failure))
-		span.SetStatus(codes.Error, outcome)
-	}
-	span.SetAttributes(attrs...)
-}
-
-// batchPolicies is the IDs of the batch's policies, each once.
-func batchPolicies(batch []limiter.Request) []string {
-	ids := make([]string, 0, len(batch))
-	for i := range batch {
-		if id := batch[i].Policy.ID(); !slices.Contains(ids, id) {
-			ids = append(ids, id)
-		}
-	}
-	return ids
+	span.SetAttributes(AttrBatchSize.Int(len(send)), AttrPolicies.StringSlice(ids))
+	spans.RecordOutcomes(span, outs)
 }
 
 // annotateCall sets the call's attributes on the span in ctx (the gRPC
@@ -99,9 +79,7 @@ func (s *Server) annotateCall(ctx context.Context, req *rlsv3.RateLimitRequest, 
 		if ds.kind != statusStore && ds.kind != statusNeverFits {
 			continue
 		}
-		if id := ds.match.Rule.Policy.ID(); !slices.Contains(ids, id) {
-			ids = append(ids, id)
-		}
+		ids = spans.AppendPolicy(ids, ds.match.Rule.Policy.ID())
 	}
 	span.SetAttributes(
 		AttrDomain.String(domain),

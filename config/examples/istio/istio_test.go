@@ -30,6 +30,7 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 	"gopkg.in/yaml.v3"
 
+	"github.com/envoy-rls/envoy-rls/internal/binarytest"
 	"github.com/envoy-rls/envoy-rls/internal/deploytest"
 	"github.com/envoy-rls/envoy-rls/pkg/descriptors"
 )
@@ -281,7 +282,7 @@ func checkVariant(t *testing.T, file, namespace string, selector map[string]stri
 // bound below the filter's timeout, and this example's rule file.
 func checkGuide(t *testing.T, rl *ratelimitv3.RateLimit) {
 	t.Helper()
-	root := deploytest.ModuleRoot(t)
+	root := binarytest.ModuleRoot(t)
 	const guide = "docs/istio.md"
 	var applied []string
 	var installs []deploytest.HelmCommand

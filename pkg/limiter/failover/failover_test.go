@@ -113,9 +113,9 @@ func (e *env) admitted(t *testing.T, r limiter.Request, n int) int {
 }
 
 // TestHealthyStoreUnchanged: while the store decides, the wrapper answers
-// exactly what it answers: the store-independent batch table, but for its
-// cases where the store fails (answered by the failure mode instead, see
-// TestAnswers).
+// exactly what it answers: the store suite's batch table, but for its cases
+// where the store fails (answered by the failure mode instead, see
+// TestAnswers), and its timed cases.
 func TestHealthyStoreUnchanged(t *testing.T) {
 	mem, err := memory.New(memory.Config{MaxEntries: 10_000})
 	if err != nil {
@@ -142,6 +142,19 @@ cases:
 	if ran < 8 {
 		t.Fatalf("%d cases without failures, want the table's", ran)
 	}
+	t.Run("timed", func(t *testing.T) {
+		limitertest.RunTimed(t, func(t *testing.T, clock *limitertest.Clock) limiter.Store {
+			mem, err := memory.New(memory.Config{Clock: clock, MaxEntries: 10_000})
+			if err != nil {
+				t.Fatal(err)
+			}
+			st, err := failover.New(mem, failover.Config{Clock: clock})
+			if err != nil {
+				t.Fatal(err)
+			}
+			return st
+		}, cfg)
+	})
 }
 
 // TestAnswers: each failure kind is answered by the policy's failure mode,

@@ -21,6 +21,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/envoy-rls/envoy-rls/internal/limitertest"
+	"github.com/envoy-rls/envoy-rls/internal/polltest"
 	"github.com/envoy-rls/envoy-rls/internal/redistest"
 	"github.com/envoy-rls/envoy-rls/pkg/limiter"
 	"github.com/envoy-rls/envoy-rls/pkg/limiter/memory"
@@ -873,7 +874,7 @@ func committerState(s *Store) (running, queued int) {
 // seconds.
 func waitCommitter(t *testing.T, s *Store, what string, cond func(running, queued int) bool) {
 	t.Helper()
-	redistest.Eventually(t, 10*time.Second, time.Millisecond, what, func() error {
+	polltest.Eventually(t, 10*time.Second, time.Millisecond, what, func() error {
 		if r, q := committerState(s); !cond(r, q) {
 			return fmt.Errorf("%d runs in progress, %d calls waiting", r, q)
 		}

@@ -14,6 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 
+	"github.com/envoy-rls/envoy-rls/internal/polltest"
 	"github.com/envoy-rls/envoy-rls/internal/redistest"
 	"github.com/envoy-rls/envoy-rls/pkg/limiter"
 )
@@ -89,7 +90,7 @@ func (fe *faultEnv) grouped() (runs, waited uint64) {
 // at most faultWait.
 func waitValue[T comparable](t *testing.T, what string, want T, get func() T) {
 	t.Helper()
-	redistest.Eventually(t, faultWait, time.Millisecond, fmt.Sprintf("%v %s", want, what), func() error {
+	polltest.Eventually(t, faultWait, time.Millisecond, fmt.Sprintf("%v %s", want, what), func() error {
 		if got := get(); got != want {
 			return fmt.Errorf("%v %s", got, what)
 		}
@@ -479,7 +480,7 @@ func TestGroupKilledThenRestarted(t *testing.T) {
 	t.Cleanup(func() { conn.Close() })
 	fe.conn = conn
 	probe := subjectOf("group kill probe")
-	redistest.Eventually(t, faultWait, 10*time.Millisecond, "the store evaluates after the restart", func() error {
+	polltest.Eventually(t, faultWait, 10*time.Millisecond, "the store evaluates after the restart", func() error {
 		if o := fe.evaluate(p, probe, 1); o.Kind != limiter.Evaluated {
 			return fmt.Errorf("%v/%s: %v", o.Kind, o.Category, o.Err)
 		}
@@ -491,7 +492,7 @@ func TestGroupKilledThenRestarted(t *testing.T) {
 	// subjects of its own, so that such a call leaves no doubt about the
 	// count of the attempt that passes.)
 	attempt := 0
-	redistest.Eventually(t, faultWait, 10*time.Millisecond, "32 concurrent calls evaluated after the restart", func() error {
+	polltest.Eventually(t, faultWait, 10*time.Millisecond, "32 concurrent calls evaluated after the restart", func() error {
 		attempt++
 		a, a2 := subjectOf(fmt.Sprint("group kill after ", attempt)), subjectOf(fmt.Sprint("group kill after 2 ", attempt))
 		var after faultCalls

@@ -1,14 +1,19 @@
 package redis
 
 import (
+	"bytes"
+	"context"
 	"crypto/sha256"
 	"encoding/binary"
 	"encoding/hex"
+	"fmt"
+	"net"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/envoy-rls/envoy-rls/internal/limitertest"
+	"github.com/envoy-rls/envoy-rls/internal/redistest"
 	"github.com/envoy-rls/envoy-rls/pkg/limiter"
 )
 
@@ -73,5 +78,138 @@ func BenchmarkStorageKey(b *testing.B) {
 	b.ReportAllocs()
 	for b.Loop() {
 		buf = StorageKey(buf[:0], p, sub, limiter.Tag{})
+	}
+}
+
+// assertPrivateKeys SCANs every key of the server at addr: none may contain
+// any of raw, and every key must have a TTL.
+func assertPrivateKeys(t *testing.T, addr string, raw []string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	c, err := redistest.Dial(addr, nil, 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	cursor, keys := "0", 0
+	for i := 0; i < 100_000; i++ {
+		v, err := c.Do(ctx, "SCAN", cursor, "COUNT", "1000")
+		if err != nil {
+			t.Fatalf("SCAN: %v", err)
+		}
+		a := v.([]any)
+		cursor = a[0].(string)
+		for _, k := range a[1].([]any) {
+			key := k.(string)
+			keys++
+			for _, r := range raw {
+				if strings.Contains(key, r) {
+					t.Errorf("key %q contains the raw value %q", key, r)
+				}
+			}
+			if !strings.HasPrefix(key, "rate:{") {
+				t.Errorf("key %q is not a rate key", key)
+			}
+			ttl, err := c.Do(ctx, "PTTL", key)
+			if err != nil {
+				t.Fatalf("PTTL: %v", err)
+			}
+			if n := ttl.(int64); n <= 0 {
+				t.Errorf("key %q has no TTL (PTTL %d)", key, n)
+			}
+			h, err := c.Do(ctx, "HGETALL", key)
+			if err == nil {
+				for _, f := range h.([]any) {
+					for _, r := range raw {
+						if strings.Contains(f.(string), r) {
+							t.Errorf("key %q holds the raw value %q", key, r)
+						}
+					}
+				}
+			}
+		}
+		if cursor == "0" {
+			break
+		}
+	}
+	if keys == 0 {
+		t.Fatal("no keys at all: nothing was checked")
+	}
+}
+
+func TestKeySlotKnownValues(t *testing.T) {
+	for key, want := range map[string]uint16{
+		// CRC-16/XMODEM check value of "123456789" is 0x31C3.
+		"123456789": 0x31C3 % SlotCount,
+		// redis-cli CLUSTER KEYSLOT <key> (Redis 7.0).
+		"foo":                  12182,
+		"bar":                  5061,
+		"{user1000}.following": 3443,
+		"{user1000}.followers": 3443,
+		"foo{}{bar}":           8363, // an empty tag: the whole key
+		"foo{{bar}}zap":        4015, // the tag is "{bar"
+		"":                     0,
+	} {
+		if got := KeySlot(key); got != want {
+			t.Errorf("KeySlot(%q) = %d, want %d", key, got, want)
+		}
+	}
+}
+
+// TestKeySlotAgainstServer compares KeySlot with CLUSTER KEYSLOT of a real
+// cluster-enabled server (CLUSTER KEYSLOT needs no cluster to be formed).
+func TestKeySlotAgainstServer(t *testing.T) {
+	srv := redistest.Standalone(t, redistest.Local(), redistest.WithArgs("--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf"))
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for i := range 300 {
+		key := fmt.Sprintf("rate:{%016x}:state:%d", uint64(i)*0x9E3779B97F4A7C15, i)
+		if i%3 == 0 {
+			key = fmt.Sprintf("k%d{}", i*7919)
+		}
+		v, err := srv.Do(ctx, "CLUSTER", "KEYSLOT", key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := KeySlot(key); int64(got) != v.(int64) {
+			t.Fatalf("KeySlot(%q) = %d, CLUSTER KEYSLOT = %d", key, got, v)
+		}
+	}
+}
+
+func TestSharedSecretFirstStoredWins(t *testing.T) {
+	srv := redistest.Standalone(t)
+	cfg := Config{Addrs: []string{srv.Addr()}}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	key := "test:shared-secret:" + t.Name() + time.Now().Format(time.RFC3339Nano)
+	a := bytes.Repeat([]byte{'a'}, 32)
+	b := bytes.Repeat([]byte{'b'}, 32)
+	got, err := SharedSecret(ctx, cfg, key, a)
+	if err != nil || !bytes.Equal(got, a) {
+		t.Fatalf("first call: %q, %v; want its own candidate", got, err)
+	}
+	got, err = SharedSecret(ctx, cfg, key, b)
+	if err != nil || !bytes.Equal(got, a) {
+		t.Fatalf("second call: %q, %v; want the first candidate", got, err)
+	}
+	if _, err := SharedSecret(ctx, cfg, key, nil); err == nil {
+		t.Error("empty candidate accepted")
+	}
+}
+
+func TestSharedSecretUnreachable(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	// A port nothing listens on: a closed listener's.
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	_ = l.Close()
+	if _, err := SharedSecret(ctx, Config{Addrs: []string{addr}}, "k", []byte("x")); err == nil {
+		t.Error("no error from an unreachable Redis")
 	}
 }

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/envoy-rls/envoy-rls/internal/limitertest"
+	"github.com/envoy-rls/envoy-rls/internal/polltest"
 	"github.com/envoy-rls/envoy-rls/internal/redistest"
 	"github.com/envoy-rls/envoy-rls/pkg/limiter"
 )
@@ -122,7 +123,7 @@ func TestDeadlines(t *testing.T) {
 		}
 	}
 	e.srv.Resume()
-	redistest.Eventually(t, 10*time.Second, 20*time.Millisecond, "decisions after resume", func() error {
+	polltest.Eventually(t, 10*time.Second, 20*time.Millisecond, "decisions after resume", func() error {
 		if o := e.evaluate(p, sub, 1); o.Kind != limiter.Evaluated {
 			return fmt.Errorf("%v: %v", o.Kind, o.Err)
 		}
@@ -201,7 +202,7 @@ func TestRedisKilledDuringLoad(t *testing.T) {
 	waitKinds := func(kind limiter.OutcomeKind, what string) {
 		t.Helper()
 		base := counts[kind].Load()
-		redistest.Eventually(t, 15*time.Second, 10*time.Millisecond, what, func() error {
+		polltest.Eventually(t, 15*time.Second, 10*time.Millisecond, what, func() error {
 			if counts[kind].Load() <= base+10 {
 				return errors.New("not yet")
 			}
@@ -211,7 +212,7 @@ func TestRedisKilledDuringLoad(t *testing.T) {
 	waitKinds(limiter.Evaluated, "decisions before the kill")
 	srv.Kill()
 	failedBefore := counts[limiter.Unavailable].Load() + counts[limiter.Indeterminate].Load()
-	redistest.Eventually(t, 15*time.Second, 10*time.Millisecond, "failures while down", func() error {
+	polltest.Eventually(t, 15*time.Second, 10*time.Millisecond, "failures while down", func() error {
 		if counts[limiter.Unavailable].Load()+counts[limiter.Indeterminate].Load() <= failedBefore+10 {
 			return errors.New("not yet")
 		}
@@ -416,7 +417,7 @@ func TestSentinelFailover(t *testing.T) {
 	if v := set.Replica.MustDo("ROLE").([]any); v[0] != "master" {
 		t.Fatalf("decisions resumed but the replica's ROLE is %v", v[0])
 	}
-	redistest.Eventually(t, 15*time.Second, 100*time.Millisecond, "sentinels agree on the new master", func() error {
+	polltest.Eventually(t, 15*time.Second, 100*time.Millisecond, "sentinels agree on the new master", func() error {
 		if addr, err := set.MasterAddr(); err != nil || addr != set.Replica.Addr() {
 			return fmt.Errorf("sentinels report master %q (%v), want the promoted replica %s", addr, err, set.Replica.Addr())
 		}
@@ -440,7 +441,7 @@ func awaitFailover(t *testing.T, s *Store, p *limiter.Policy, sub limiter.Subjec
 	t.Helper()
 	start := time.Now()
 	var kinds [5]int
-	redistest.Eventually(t, timeout, 50*time.Millisecond, "decisions after the "+what, func() error {
+	polltest.Eventually(t, timeout, 50*time.Millisecond, "decisions after the "+what, func() error {
 		o := evaluateOne(s, p, sub, 200*time.Millisecond)
 		kinds[o.Kind]++
 		if o.Kind == limiter.Incompatible {

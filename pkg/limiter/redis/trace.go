@@ -2,13 +2,13 @@ package redis
 
 import (
 	"context"
-	"slices"
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/envoy-rls/envoy-rls/pkg/limiter"
+	"github.com/envoy-rls/envoy-rls/pkg/limiter/spans"
 	"github.com/envoy-rls/envoy-rls/pkg/lua"
 )
 
@@ -34,9 +34,6 @@ var (
 const (
 	attrGroupSize     = attribute.Key("envoy_rls.group_size")
 	attrGroupRequests = attribute.Key("envoy_rls.group_requests")
-	attrPolicies      = attribute.Key("envoy_rls.policies")
-	attrOutcome       = attribute.Key("envoy_rls.outcome")
-	attrFailure       = attribute.Key("envoy_rls.failure")
 	attrCommitted     = attribute.Key("envoy_rls.committed")
 )
 
@@ -73,23 +70,16 @@ func (s *Store) runTraced(gs []*group) {
 		keys += len(g.idx)
 		committed = committed || g.committed
 		for k := range g.idx {
-			if id := g.policies[k].ID(); !slices.Contains(ids, id) {
-				ids = append(ids, id)
-			}
+			ids = spans.AppendPolicy(ids, g.policies[k].ID())
 		}
 	}
-	outcome, failure := limiter.Summarize(outs)
 	span.SetAttributes(
 		attrGroupSize.Int(keys),
 		attrGroupRequests.Int(len(gs)),
-		attrPolicies.StringSlice(ids),
-		attrOutcome.String(outcome),
+		spans.Policies.StringSlice(ids),
 		attrCommitted.Bool(committed),
 	)
-	if failure != "" {
-		span.SetAttributes(attrFailure.String(failure))
-		span.SetStatus(codes.Error, outcome)
-	}
+	spans.RecordOutcomes(span, outs)
 }
 
 // refundTraced runs one refund program of n requests inside a span.
