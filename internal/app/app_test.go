@@ -25,6 +25,7 @@ import (
 	reflectionpb "google.golang.org/grpc/reflection/grpc_reflection_v1"
 
 	"github.com/envoy-rls/envoy-rls/internal/admin"
+	"github.com/envoy-rls/envoy-rls/internal/polltest"
 	"github.com/envoy-rls/envoy-rls/pkg/descriptors"
 	"github.com/envoy-rls/envoy-rls/pkg/limiter"
 )
@@ -282,15 +283,15 @@ func TestReloadKeepsPreviousOnFailure(t *testing.T) {
 	}
 }
 
+// waitFor polls cond until it holds, for at most 10 s.
 func waitFor(t *testing.T, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatal("condition not met within 10s")
+	polltest.Eventually(t, 10*time.Second, 20*time.Millisecond, "condition", func() error {
+		if cond() {
+			return nil
 		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return errors.New("not met")
+	})
 }
 
 // blockingStore holds every Evaluate until released, and can fail Ping.

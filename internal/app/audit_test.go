@@ -10,7 +10,6 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 )
@@ -79,13 +78,7 @@ func TestAuditUsageRecords(t *testing.T) {
 	}
 	// The periodic records come; the last one, queued at shutdown, covers
 	// the 7 decisions.
-	tick := time.NewTicker(20 * time.Millisecond)
-	defer tick.Stop()
-	for deadline := time.Now().Add(10 * time.Second); countUsage(t, file) == 0; <-tick.C {
-		if time.Now().After(deadline) {
-			t.Fatal("no usage record in the audit file within 10 s")
-		}
-	}
+	waitFor(t, func() bool { return countUsage(t, file) > 0 })
 	if err := r.stop(t); err != nil {
 		t.Fatal(err)
 	}
