@@ -11,7 +11,7 @@ import (
 )
 
 // Admission holds the calls served through Register while their request is
-// received (internal/grpcserve's receive guard implements it). It may cut a
+// received (the binary's receive guard implements it). It may cut a
 // call whose request is late, also before the call's handler has started:
 // gRPC then aborts the call and no handler ever runs. So a ShouldRateLimit
 // call is counted once in calls_total by whichever sees it first: its
