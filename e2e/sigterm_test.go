@@ -22,16 +22,20 @@ import (
 func TestSIGTERMDrainsInFlightCalls(t *testing.T) {
 	redis, cfg := withStandaloneRedis(t, redistest.Local())
 	// The store waits up to 5s for Redis: the calls stay in flight while
-	// it is paused.
-	cfg.Args = []string{"--redis-timeout", "5s"}
+	// it is paused. With as many program runs in progress at once as
+	// there are calls, none waits in the group queue: each is sent to
+	// Redis as it arrives, and the group-size histogram counts it.
+	const inFlight = 20
+	cfg.Args = []string{"--redis-timeout", "5s", "--redis-group-in-flight", "32"}
 	rs := startReplicas(t, 1, failureRules, cfg)
 	r := rs[0]
 	subject := entry{"closed", unique("drain")}
 	if res := r.mustCall(t, subject); !res.ok() {
 		t.Fatalf("warm-up call: %v", res)
 	}
+	sent := func() float64 { return r.metric("envoy_rls_redis_group_requests_sum") }
+	base := sent()
 
-	const inFlight = 20
 	redis.Pause()
 	paused := true
 	defer func() {
@@ -48,11 +52,14 @@ func TestSIGTERMDrainsInFlightCalls(t *testing.T) {
 			results[i] = r.call(10*time.Second, 1, subject)
 		}()
 	}
-	// Let the calls reach the server (they then wait on the paused Redis).
-	// The binary shows no count of calls in its handlers to wait on, so this
-	// is a fixed wait, generous for 20 local calls; a call that arrived
-	// after SIGTERM would be refused and fail the checks below.
-	time.Sleep(500 * time.Millisecond)
+	// Every call has reached the store (and waits on the paused Redis)
+	// once the runs sent carry all of them.
+	polltest.Eventually(t, 10*time.Second, 10*time.Millisecond, "every call sent to Redis", func() error {
+		if n := sent() - base; n != inFlight {
+			return fmt.Errorf("%v of %d calls sent", n, inFlight)
+		}
+		return nil
+	})
 
 	r.terminate()
 	polltest.Eventually(t, 5*time.Second, 20*time.Millisecond, "/readyz 503 draining", func() error {
