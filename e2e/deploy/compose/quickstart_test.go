@@ -11,6 +11,7 @@ import (
 	"github.com/envoy-rls/envoy-rls/internal/app"
 	"github.com/envoy-rls/envoy-rls/internal/binarytest"
 	"github.com/envoy-rls/envoy-rls/internal/deploytest"
+	"github.com/envoy-rls/envoy-rls/internal/options"
 	"github.com/envoy-rls/envoy-rls/pkg/descriptors"
 )
 
@@ -115,7 +116,7 @@ func TestReadmeDocker(t *testing.T) {
 		t.Errorf("Dockerfile USER %q: want a numeric non-root user", df.user)
 	}
 	var defaultPorts []string
-	for _, addr := range []string{app.DefaultGRPCAddr, app.DefaultAdminAddr} {
+	for _, addr := range []string{options.DefaultGRPCAddr, options.DefaultAdminAddr} {
 		_, p, err := net.SplitHostPort(addr)
 		if err != nil {
 			t.Fatal(err)

@@ -6,8 +6,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/envoy-rls/envoy-rls/internal/app"
 	"github.com/envoy-rls/envoy-rls/internal/deploytest"
+	"github.com/envoy-rls/envoy-rls/internal/options"
 )
 
 // auditArgs are the rendered container's audit flags.
@@ -22,10 +22,10 @@ func TestAudit(t *testing.T) {
 	v := deploytest.ChartValues(t)
 	checkDefaults(t, "audit.", []valueDefault{
 		{"sink", get(v, "audit", "sink"), ""},
-		{"redisStream", get(v, "audit", "redisStream"), app.DefaultAuditRedisStream},
-		{"redisMaxLen", get(v, "audit", "redisMaxLen"), app.DefaultAuditRedisMaxLen},
-		{"sample", get(v, "audit", "sample"), app.DefaultAuditSample},
-		{"queueSize", get(v, "audit", "queueSize"), app.DefaultAuditQueueSize},
+		{"redisStream", get(v, "audit", "redisStream"), options.DefaultAuditRedisStream},
+		{"redisMaxLen", get(v, "audit", "redisMaxLen"), options.DefaultAuditRedisMaxLen},
+		{"sample", get(v, "audit", "sample"), options.DefaultAuditSample},
+		{"queueSize", get(v, "audit", "queueSize"), options.DefaultAuditQueueSize},
 		{"requestIdKey", get(v, "audit", "requestIdKey"), ""},
 	})
 	if got := auditArgs(t); len(got) != 0 {

@@ -22,6 +22,7 @@ import (
 	"github.com/envoy-rls/envoy-rls/internal/app"
 	"github.com/envoy-rls/envoy-rls/internal/binarytest"
 	"github.com/envoy-rls/envoy-rls/internal/deploytest"
+	"github.com/envoy-rls/envoy-rls/internal/options"
 	"github.com/envoy-rls/envoy-rls/pkg/descriptors"
 )
 
@@ -1373,21 +1374,21 @@ func TestDefaultsMatchBinary(t *testing.T) {
 	}
 	drain, _ := get(v, "drainTimeoutSeconds").(int)
 	checkDefaults(t, "", []valueDefault{
-		{"store", get(v, "store"), app.DefaultStore},
-		{"logLevel", get(v, "logLevel"), app.DefaultLogLevel},
-		{"defaultHeaders", get(v, "defaultHeaders"), app.DefaultHeaders},
-		{"readiness", get(v, "readiness"), app.DefaultReadiness},
-		{"defaultFailureMode", get(v, "defaultFailureMode"), app.DefaultFailureMode},
-		{"localFallback.maxEntries", get(v, "localFallback", "maxEntries"), app.DefaultLocalFallbackMaxEntries},
-		{"redis.mode", get(v, "redis", "mode"), app.DefaultRedisMode},
-		{"redis.poolSize", get(v, "redis", "poolSize"), app.DefaultRedisPoolSize},
-		{"redis.groupMaxKeys", get(v, "redis", "groupMaxKeys"), app.DefaultRedisGroupKeys},
-		{"redis.groupInFlight", get(v, "redis", "groupInFlight"), app.DefaultRedisInFlight},
-		{"redis.timeout", timeout, app.DefaultRedisTimeout},
-		{"drainTimeoutSeconds", time.Duration(drain) * time.Second, app.DefaultDrainTimeout},
+		{"store", get(v, "store"), options.DefaultStore},
+		{"logLevel", get(v, "logLevel"), options.DefaultLogLevel},
+		{"defaultHeaders", get(v, "defaultHeaders"), options.DefaultHeaders},
+		{"readiness", get(v, "readiness"), options.DefaultReadiness},
+		{"defaultFailureMode", get(v, "defaultFailureMode"), options.DefaultFailureMode},
+		{"localFallback.maxEntries", get(v, "localFallback", "maxEntries"), options.DefaultLocalFallbackMaxEntries},
+		{"redis.mode", get(v, "redis", "mode"), options.DefaultRedisMode},
+		{"redis.poolSize", get(v, "redis", "poolSize"), options.DefaultRedisPoolSize},
+		{"redis.groupMaxKeys", get(v, "redis", "groupMaxKeys"), options.DefaultRedisGroupKeys},
+		{"redis.groupInFlight", get(v, "redis", "groupInFlight"), options.DefaultRedisInFlight},
+		{"redis.timeout", timeout, options.DefaultRedisTimeout},
+		{"drainTimeoutSeconds", time.Duration(drain) * time.Second, options.DefaultDrainTimeout},
 		{"memory.maxEntries", get(v, "memory", "maxEntries"), 0}, // 0: the binary's automatic bound
-		{"grpc.port", fmt.Sprintf(":%v", get(v, "grpc", "port")), app.DefaultGRPCAddr},
-		{"admin.port", fmt.Sprintf(":%v", get(v, "admin", "port")), app.DefaultAdminAddr},
+		{"grpc.port", fmt.Sprintf(":%v", get(v, "grpc", "port")), options.DefaultGRPCAddr},
+		{"admin.port", fmt.Sprintf(":%v", get(v, "admin", "port")), options.DefaultAdminAddr},
 	})
 }
 

@@ -6,8 +6,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/envoy-rls/envoy-rls/internal/app"
 	"github.com/envoy-rls/envoy-rls/internal/deploytest"
+	"github.com/envoy-rls/envoy-rls/internal/grpcserve"
 )
 
 // grpcArgs are the rendered container's --grpc-* limit flags.
@@ -30,18 +30,18 @@ func TestGRPCLimits(t *testing.T) {
 		return d
 	}
 	checkDefaults(t, "grpc.limits.", []valueDefault{
-		{"maxConcurrentStreams", get(v, "grpc", "limits", "maxConcurrentStreams"), app.DefaultGRPCMaxConcurrentStreams},
-		{"maxConnections", get(v, "grpc", "limits", "maxConnections"), app.DefaultGRPCMaxConnections},
-		{"receiveTimeout", dur("receiveTimeout"), app.DefaultGRPCReceiveTimeout},
-		{"maxIncompleteRequests", get(v, "grpc", "limits", "maxIncompleteRequests"), app.DefaultGRPCMaxIncompleteRequests},
-		{"maxRecvMsgSize", get(v, "grpc", "limits", "maxRecvMsgSize"), app.DefaultGRPCMaxRecvMsgSize},
-		{"maxConnectionIdle", dur("maxConnectionIdle"), app.DefaultGRPCMaxConnectionIdle},
-		{"maxConnectionAge", dur("maxConnectionAge"), app.DefaultGRPCMaxConnectionAge},
-		{"maxConnectionAgeGrace", dur("maxConnectionAgeGrace"), app.DefaultGRPCMaxConnectionAgeGrace},
-		{"keepaliveTime", dur("keepaliveTime"), app.DefaultGRPCKeepaliveTime},
-		{"keepaliveTimeout", dur("keepaliveTimeout"), app.DefaultGRPCKeepaliveTimeout},
-		{"keepaliveMinTime", dur("keepaliveMinTime"), app.DefaultGRPCKeepaliveMinTime},
-		{"keepalivePermitWithoutStream", get(v, "grpc", "limits", "keepalivePermitWithoutStream"), app.DefaultGRPCKeepalivePermitWithoutStream},
+		{"maxConcurrentStreams", get(v, "grpc", "limits", "maxConcurrentStreams"), grpcserve.DefaultMaxConcurrentStreams},
+		{"maxConnections", get(v, "grpc", "limits", "maxConnections"), grpcserve.DefaultMaxConnections},
+		{"receiveTimeout", dur("receiveTimeout"), grpcserve.DefaultReceiveTimeout},
+		{"maxIncompleteRequests", get(v, "grpc", "limits", "maxIncompleteRequests"), grpcserve.DefaultMaxIncompleteRequests},
+		{"maxRecvMsgSize", get(v, "grpc", "limits", "maxRecvMsgSize"), grpcserve.DefaultMaxRecvMsgSize},
+		{"maxConnectionIdle", dur("maxConnectionIdle"), grpcserve.DefaultMaxConnectionIdle},
+		{"maxConnectionAge", dur("maxConnectionAge"), grpcserve.DefaultMaxConnectionAge},
+		{"maxConnectionAgeGrace", dur("maxConnectionAgeGrace"), grpcserve.DefaultMaxConnectionAgeGrace},
+		{"keepaliveTime", dur("keepaliveTime"), grpcserve.DefaultKeepaliveTime},
+		{"keepaliveTimeout", dur("keepaliveTimeout"), grpcserve.DefaultKeepaliveTimeout},
+		{"keepaliveMinTime", dur("keepaliveMinTime"), grpcserve.DefaultKeepaliveMinTime},
+		{"keepalivePermitWithoutStream", get(v, "grpc", "limits", "keepalivePermitWithoutStream"), grpcserve.DefaultKeepalivePermitWithoutStream},
 	})
 
 	got := grpcArgs(t,

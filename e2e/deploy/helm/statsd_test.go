@@ -7,8 +7,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/envoy-rls/envoy-rls/internal/app"
 	"github.com/envoy-rls/envoy-rls/internal/deploytest"
+	"github.com/envoy-rls/envoy-rls/internal/options"
 )
 
 // statsdArgs are the rendered container's statsd flags.
@@ -30,9 +30,9 @@ func TestStatsd(t *testing.T) {
 	}
 	checkDefaults(t, "statsd.", []valueDefault{
 		{"addr", get(v, "statsd", "addr"), ""},
-		{"protocol", get(v, "statsd", "protocol"), app.DefaultStatsdProtocol},
-		{"flushInterval", flush, app.DefaultStatsdFlushInterval},
-		{"nearLimitRatio", get(v, "statsd", "nearLimitRatio"), app.DefaultNearLimitRatio},
+		{"protocol", get(v, "statsd", "protocol"), options.DefaultStatsdProtocol},
+		{"flushInterval", flush, options.DefaultStatsdFlushInterval},
+		{"nearLimitRatio", get(v, "statsd", "nearLimitRatio"), options.DefaultNearLimitRatio},
 	})
 	if got := statsdArgs(t); len(got) != 0 {
 		t.Errorf("statsd flags rendered by default: %q", got)
