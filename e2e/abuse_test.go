@@ -1,7 +1,13 @@
 package e2e_test
 
 import (
+	"bytes"
+	"context"
+	binenc "encoding/binary"
+	"errors"
 	"fmt"
+	"io"
+	"net"
 	"os"
 	"strconv"
 	"strings"
@@ -10,11 +16,18 @@ import (
 	"time"
 
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"golang.org/x/net/http2"
+	"golang.org/x/net/http2/hpack"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/mem"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/envoy-rls/envoy-rls/internal/binarytest"
 	"github.com/envoy-rls/envoy-rls/internal/polltest"
+	"github.com/envoy-rls/envoy-rls/internal/rlswire"
 )
 
 // The serve defaults the abuse tests run against (internal/app).
@@ -345,4 +358,342 @@ func TestIdleConnectionsBeyondTheLimitAreClosed(t *testing.T) {
 		}
 		return nil
 	})
+}
+
+// rlsPath is the HTTP/2 :path of ShouldRateLimit.
+const rlsPath = "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit"
+
+// h2conn is a raw HTTP/2 client connection (h2c, prior knowledge) that
+// plays by none of the client rules it can break: it opens streams past
+// the server's SETTINGS_MAX_CONCURRENT_STREAMS and sends request bodies
+// shorter than they promise. A reader goroutine records what the server
+// sends back, per stream.
+type h2conn struct {
+	c    net.Conn
+	wmu  sync.Mutex // the framer's writes and the HPACK encoder
+	fr   *http2.Framer
+	enc  *hpack.Encoder
+	hbuf bytes.Buffer
+	next uint32 // next stream ID
+
+	mu       sync.Mutex
+	settings bool               // the server's SETTINGS arrived
+	refused  int                // RST_STREAM REFUSED_STREAM
+	ended    map[uint32]string  // streams the server ended, and how
+	goAway   *http2.GoAwayFrame // the first GOAWAY
+	readErr  error              // why the reader stopped
+	changed  chan struct{}      // closed and replaced on every change
+}
+
+// dialH2 connects to addr, sends the client preface and SETTINGS, and
+// starts the reader. The connection is closed by close.
+func dialH2(addr string) (*h2conn, error) {
+	c, err := net.DialTimeout("tcp", addr, 5*time.Second)
+	if err != nil {
+		return nil, err
+	}
+	h := &h2conn{c: c, next: 1, ended: map[uint32]string{}, changed: make(chan struct{})}
+	h.fr = http2.NewFramer(c, c)
+	h.fr.ReadMetaHeaders = hpack.NewDecoder(4096, nil)
+	h.enc = hpack.NewEncoder(&h.hbuf)
+	_ = c.SetWriteDeadline(time.Now().Add(10 * time.Second))
+	if _, err := io.WriteString(c, http2.ClientPreface); err != nil {
+		_ = c.Close()
+		return nil, err
+	}
+	if err := h.fr.WriteSettings(); err != nil {
+		_ = c.Close()
+		return nil, err
+	}
+	go h.read()
+	return h, nil
+}
+
+func (h *h2conn) close() { _ = h.c.Close() }
+
+// read records frames until the connection fails or closes.
+func (h *h2conn) read() {
+	for {
+		f, err := h.fr.ReadFrame()
+		h.mu.Lock()
+		if err != nil {
+			h.readErr = err
+			h.notify()
+			h.mu.Unlock()
+			return
+		}
+		var ack func() error
+		switch f := f.(type) {
+		case *http2.SettingsFrame:
+			if !f.IsAck() {
+				h.settings = true
+				ack = h.fr.WriteSettingsAck
+			}
+		case *http2.PingFrame:
+			if !f.IsAck() {
+				data := f.Data
+				ack = func() error { return h.fr.WritePing(true, data) }
+			}
+		case *http2.RSTStreamFrame:
+			if f.ErrCode == http2.ErrCodeRefusedStream {
+				h.refused++
+			} else if _, done := h.ended[f.StreamID]; !done {
+				h.ended[f.StreamID] = "RST_STREAM " + f.ErrCode.String()
+			}
+		case *http2.MetaHeadersFrame:
+			if f.StreamEnded() {
+				status := "trailers"
+				if v := f.PseudoValue("status"); v != "" {
+					status = "headers :status " + v
+				}
+				for _, hf := range f.Fields {
+					if hf.Name == "grpc-status" {
+						status += " grpc-status " + hf.Value
+					}
+				}
+				if _, done := h.ended[f.StreamID]; !done {
+					h.ended[f.StreamID] = status
+				}
+			}
+		case *http2.GoAwayFrame:
+			if h.goAway == nil {
+				h.goAway = f
+			}
+		}
+		h.notify()
+		h.mu.Unlock()
+		if ack != nil {
+			h.wmu.Lock()
+			_ = ack()
+			h.wmu.Unlock()
+		}
+	}
+}
+
+// notify wakes waiters; h.mu is held.
+func (h *h2conn) notify() {
+	close(h.changed)
+	h.changed = make(chan struct{})
+}
+
+// slowStream opens a ShouldRateLimit stream whose gRPC message header
+// promises promised bytes, of which it sends sent (within the stream's
+// initial flow-control window, 64 KiB less the 5-byte header), and never
+// ends it.
+func (h *h2conn) slowStream(promised, sent int) (uint32, error) {
+	h.wmu.Lock()
+	defer h.wmu.Unlock()
+	id := h.next
+	h.next += 2
+	h.hbuf.Reset()
+	for _, f := range [][2]string{
+		{":method", "POST"}, {":scheme", "http"}, {":path", rlsPath}, {":authority", "127.0.0.1"},
+		{"content-type", "application/grpc"}, {"te", "trailers"},
+	} {
+		if err := h.enc.WriteField(hpack.HeaderField{Name: f[0], Value: f[1]}); err != nil {
+			return id, err
+		}
+	}
+	_ = h.c.SetWriteDeadline(time.Now().Add(10 * time.Second))
+	if err := h.fr.WriteHeaders(http2.HeadersFrameParam{StreamID: id, BlockFragment: h.hbuf.Bytes(), EndHeaders: true}); err != nil {
+		return id, err
+	}
+	body := make([]byte, 5+sent)
+	binenc.BigEndian.PutUint32(body[1:5], uint32(promised))
+	for len(body) > 0 {
+		n := min(len(body), 16<<10) // the default SETTINGS_MAX_FRAME_SIZE
+		if err := h.fr.WriteData(id, false, body[:n]); err != nil {
+			return id, err
+		}
+		body = body[n:]
+	}
+	return id, nil
+}
+
+// state is a snapshot of what the server sent.
+type h2state struct {
+	settings bool
+	refused  int
+	ended    map[uint32]string
+	goAway   bool
+	readErr  error
+}
+
+func (h *h2conn) state() h2state {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	ended := make(map[uint32]string, len(h.ended))
+	for k, v := range h.ended {
+		ended[k] = v
+	}
+	return h2state{settings: h.settings, refused: h.refused, ended: ended, goAway: h.goAway != nil, readErr: h.readErr}
+}
+
+// waitFor waits until cond holds on the connection's state or timeout
+// passes, and returns the last state and whether cond held.
+func (h *h2conn) waitFor(timeout time.Duration, cond func(h2state) bool) (h2state, bool) {
+	deadline := time.NewTimer(timeout)
+	defer deadline.Stop()
+	for {
+		h.mu.Lock()
+		ch := h.changed
+		h.mu.Unlock()
+		st := h.state()
+		if cond(st) {
+			return st, true
+		}
+		select {
+		case <-ch:
+		case <-deadline.C:
+			st = h.state()
+			return st, cond(st)
+		}
+	}
+}
+
+// closedByServer reports a read error meaning the server closed or reset
+// the connection (not our own close).
+func closedByServer(err error) bool {
+	return err != nil && !errors.Is(err, net.ErrClosed)
+}
+
+func (s h2state) String() string {
+	return fmt.Sprintf("settings=%v refused=%d ended=%d goaway=%v read_err=%v", s.settings, s.refused, len(s.ended), s.goAway, s.readErr)
+}
+
+// BenchmarkSlowStreams measures one slow-stream pattern for
+// docs/operations.md (the figures are reported, nothing is checked):
+//
+//	E2E_SLOW_STREAMS=CONNS,STREAMS,PROMISED,SENT[,RECEIVE_TIMEOUT] go test -run x -bench BenchmarkSlowStreams -benchtime 1x ./e2e/
+//
+// (default 5,200,100,10)
+// opens CONNS raw HTTP/2 connections, each with STREAMS ShouldRateLimit
+// streams whose message promises PROMISED bytes of which SENT come
+// (SENT < 65531), against a replica with --grpc-receive-timeout
+// RECEIVE_TIMEOUT (default 30s, so that the streams stay held), logs the
+// replica's resident set every second for 8 s, its peak, and how a call on
+// a fresh connection fares.
+func BenchmarkSlowStreams(b *testing.B) {
+	t := b
+	spec := os.Getenv("E2E_SLOW_STREAMS")
+	if spec == "" {
+		spec = "5,200,100,10"
+	}
+	var conns, streams, promised, sent int
+	timeout := "30s"
+	if n, _ := fmt.Sscanf(spec, "%d,%d,%d,%d,%s", &conns, &streams, &promised, &sent, &timeout); n < 4 {
+		t.Fatalf("E2E_SLOW_STREAMS=%q: want CONNS,STREAMS,PROMISED,SENT[,RECEIVE_TIMEOUT]", spec)
+	}
+	r, pid, before, peak := startWatched(t, "measure", "--grpc-receive-timeout", timeout)
+	for i := range conns {
+		h, err := dialH2(r.grpcAddr)
+		if err != nil {
+			t.Fatalf("connection %d: %v", i, err)
+		}
+		t.Cleanup(h.close)
+		for range streams {
+			if _, err := h.slowStream(promised, sent); err != nil {
+				t.Fatalf("connection %d: %v", i, err)
+			}
+		}
+	}
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
+	for i := 1; i <= 8; i++ {
+		<-tick.C
+		n, _ := rss(pid)
+		t.Logf("after %ds: RSS %s", i, mib(n))
+	}
+	top, _ := peak.stop()
+	res := r.fresh(t).call(callTimeout, 1, entry{"user", unique("u")})
+	t.Logf("%d connections × %d streams promising %d bytes, sending %d (receive timeout %s): RSS before %s, peak %s; a call on a fresh connection: %v",
+		conns, streams, promised, sent, timeout, mib(before), mib(top), res)
+	b.ReportMetric(float64(top)/(1<<20), "peak-RSS-MiB")
+	b.ReportMetric(0, "ns/op")
+}
+
+// wireCodec sends a request as the bytes given (wireRequest) and reads the
+// response as protobuf: a client that, like Envoy, does not check that
+// header bytes copied into descriptor values are UTF-8 (gRPC's own codec
+// refuses to marshal such strings).
+type wireCodec struct{}
+
+// wireRequest is a request already in protobuf wire format.
+type wireRequest []byte
+
+func (wireCodec) Name() string { return "proto" }
+
+func (wireCodec) Marshal(v any) (mem.BufferSlice, error) {
+	return mem.BufferSlice{mem.SliceBuffer(v.(wireRequest))}, nil
+}
+
+func (wireCodec) Unmarshal(data mem.BufferSlice, v any) error {
+	return proto.Unmarshal(data.Materialize(), v.(proto.Message))
+}
+
+// encodeRequest writes a request for domain with one descriptor of the
+// given entries, field by field, so that keys and values may hold any
+// bytes.
+func encodeRequest(domain string, entries ...entry) wireRequest {
+	es := make([]rlswire.Entry, len(entries))
+	for i, e := range entries {
+		es[i] = rlswire.Entry(e)
+	}
+	return rlswire.Request(domain, es...)
+}
+
+// callWire sends req as it is and returns the overall code or the error.
+func (r *replica) callWire(req wireRequest) (rlsv3.RateLimitResponse_Code, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), callTimeout)
+	defer cancel()
+	resp := &rlsv3.RateLimitResponse{}
+	err := r.conn.Invoke(ctx, rlsPath, req, resp, grpc.ForceCodecV2(wireCodec{}))
+	return resp.GetOverallCode(), err
+}
+
+// TestInvalidUTF8IsDecided: a descriptor value holding bytes that are not
+// UTF-8 (0xff, as an API key header may carry) is a subject like any other:
+// limited after its 3 calls, apart from another value, and every call is
+// counted in calls_total. A request that is not protobuf at all is still
+// refused, and counted too.
+func TestInvalidUTF8IsDecided(t *testing.T) {
+	r := startReplica(t, "utf8", replicaConfig{Rules: rulesDir(t, `domain: e2e
+descriptors:
+  - key: api_key
+    rate_limit: {unit: hour, requests_per_unit: 3}
+`)})
+	okBefore := r.metric(`envoy_rls_calls_total{code="OK"}`)
+	key := unique("k") + "\xff\xfe"
+	for i := range 5 {
+		code, err := r.callWire(encodeRequest(domain, entry{"api_key", key}))
+		want := rlsv3.RateLimitResponse_OK
+		if i >= 3 {
+			want = rlsv3.RateLimitResponse_OVER_LIMIT
+		}
+		if err != nil || code != want {
+			t.Fatalf("e2e: call %d with value 0xff: %v %v, want %v", i, code, err, want)
+		}
+	}
+	// The same text with U+FFFD where the bytes were is another subject:
+	// values are compared as bytes, not after a lossy conversion.
+	other := key[:len(key)-2] + "\uFFFD\uFFFD"
+	if code, err := r.callWire(encodeRequest(domain, entry{"api_key", other})); err != nil || code != rlsv3.RateLimitResponse_OK {
+		t.Fatalf("e2e: another value: %v %v, want OK", code, err)
+	}
+	// A key that is not UTF-8 matches no rule: OK, unlimited.
+	if code, err := r.callWire(encodeRequest(domain, entry{"api\xff", "v"})); err != nil || code != rlsv3.RateLimitResponse_OK {
+		t.Fatalf("e2e: key 0xff: %v %v, want OK", code, err)
+	}
+	if got, want := r.metric(`envoy_rls_calls_total{code="OK"}`)-okBefore, 7.0; got != want {
+		t.Errorf("e2e: calls_total{code=OK} grew by %v, want %v", got, want)
+	}
+
+	internalBefore := r.metric(`envoy_rls_calls_total{code="Internal"}`)
+	_, err := r.callWire(wireRequest{0x0a, 0x05, 'e'}) // domain longer than the message
+	if status.Code(err) != codes.Internal {
+		t.Fatalf("e2e: truncated request: %v, want Internal", err)
+	}
+	if got := r.metric(`envoy_rls_calls_total{code="Internal"}`) - internalBefore; got != 1 {
+		t.Errorf("e2e: calls_total{code=Internal} grew by %v after one malformed request, want 1", got)
+	}
 }

@@ -314,3 +314,147 @@ func waitStoreState(t *testing.T, rs []*replica, up bool, timeout time.Duration)
 	}
 	return took
 }
+
+// failoverTimeout bounds waiting for a replica to be promoted and every
+// subject to be decided by Redis again (cluster-node-timeout is 1s).
+const failoverTimeout = 30 * time.Second
+
+// TestRedisClusterMasterKilled: three replicas on a local six-node Redis
+// Cluster (--redis-mode cluster); a master is killed under load. The keys it
+// served are answered by their policies' failure modes (closed: OVER_LIMIT
+// with Retry-After; open: OK) until its replica is promoted, no call outlives
+// its deadline or fails, and then Redis decides every subject again.
+func TestRedisClusterMasterKilled(t *testing.T) {
+	binary(t)
+	c := redistest.StartCluster(t)
+	rs := startReplicas(t, 3, failureRules, replicaConfig{
+		Store: "redis", RedisAddr: strings.Join(c.Addrs(), ","), RedisMode: "cluster",
+	})
+	// Enough subjects that every master serves some of them.
+	const subjects = 48
+
+	p := phased{partial: true}
+	stopLoad := startLoad(func(stop <-chan struct{}) { p.run(rs, 12, subjects, stop) })
+	defer stopLoad()
+
+	waitCount(t, &p.healthy, 200, 20*time.Second, "calls while the cluster is healthy")
+	var victim *redistest.Server
+	for _, n := range c.Nodes {
+		if role, err := c.Role(n); err == nil && role == "master" {
+			victim = n
+			break
+		}
+	}
+	if victim == nil {
+		t.Fatal("no master in the cluster")
+	}
+	p.phase.Store(phaseChanging)
+	victim.Kill()
+	p.phase.Store(phaseDown)
+	t.Logf("master %s killed", victim.Addr())
+
+	// Failure-mode answers while the slot range has no master.
+	polltest.Eventually(t, failoverTimeout, 10*time.Millisecond, "closed-policy fallback answers during the failover", func() error {
+		p.downClosed.mu.Lock()
+		defer p.downClosed.mu.Unlock()
+		if p.downClosed.over == 0 {
+			return fmt.Errorf("none yet (%d OK)", p.downClosed.ok)
+		}
+		return nil
+	})
+	took := waitDecisions(t, rs, subjects, failoverTimeout)
+	t.Logf("every subject decided by Redis on every replica %v after the kill was noticed", took)
+	p.phase.Store(phaseBack)
+	waitCount(t, &p.back, 200, 20*time.Second, "calls after the failover")
+	stopLoad()
+	checkPhased(t, &p)
+	if p.downOpen.ok == 0 {
+		t.Errorf("no open-policy call answered during the failover: %v", &p.downOpen)
+	}
+}
+
+// localRules: 10 an hour per subject, one policy per failure mode (an hour,
+// so that no window ends during the test).
+var localRules = failureModeRules(10, "local", "open", "closed")
+
+// TestLocalFallbackRedisKilled: with Redis killed, a replica started with
+// --replicas-hint 2 admits exactly 5 calls of one subject to a
+// failure_mode local policy of 10 an hour (with the usual headers), a
+// fail-open policy admits every call and a fail-closed one none, and it
+// stays ready. When Redis is back, Redis decides again and the local
+// counts are dropped: a second outage starts from a full local share.
+func TestLocalFallbackRedisKilled(t *testing.T) {
+	redis, cfg := withStandaloneRedis(t, redistest.Local())
+	cfg.Args = []string{"--replicas-hint", "2"}
+	rs := startReplicas(t, 1, localRules, cfg)
+	r := rs[0]
+	subject := unique("subject")
+	// While Redis is up, Redis decides: the whole limit of 10.
+	if res := r.mustCall(t, entry{"local", unique("up")}); !res.ok() || res.Headers["X-RateLimit-Remaining"] != "9" {
+		t.Fatalf("with Redis up: %v, want OK with 9 remaining", res)
+	}
+
+	redis.Kill()
+	waitStoreState(t, rs, false, recoverTimeout)
+	checkReadyz(t, rs, http.StatusOK, "with Redis killed")
+	admitted := func(key, subject string, n int) (ok int, last result) {
+		for i := 0; i < n; i++ {
+			last = r.call(outageDeadline, 1, entry{key, subject})
+			switch {
+			case last.ok():
+				if ok != i {
+					t.Errorf("%s call %d: OK after a denial", key, i)
+				}
+				if key == "local" && last.Headers["X-RateLimit-Remaining"] != fmt.Sprint(4-i) {
+					t.Errorf("%s call %d: headers %v, want X-RateLimit-Remaining %d of the local share", key, i, last.Headers, 4-i)
+				}
+				ok++
+			case last.over():
+			default:
+				t.Fatalf("%s call %d: %v", key, i, last)
+			}
+		}
+		return ok, last
+	}
+	if ok, last := admitted("local", subject, 8); ok != 5 || last.Headers["Retry-After"] == "" {
+		t.Errorf("failure_mode local, Redis down, --replicas-hint 2: %d of 8 admitted (last %v), want exactly 5 then OVER_LIMIT with Retry-After", ok, last)
+	}
+	if ok, _ := admitted("open", subject, 12); ok != 12 {
+		t.Errorf("failure_mode open, Redis down: %d of 12 admitted, want all", ok)
+	}
+	if ok, last := admitted("closed", subject, 3); ok != 0 || last.Headers["Retry-After"] == "" {
+		t.Errorf("failure_mode closed, Redis down: %d of 3 admitted (last %v), want none", ok, last)
+	}
+	for sample, want := range map[string]float64{
+		`envoy_rls_local_fallback_decisions_total{domain="e2e",policy="e2e/local",result="ok"}`:         5,
+		`envoy_rls_local_fallback_decisions_total{domain="e2e",policy="e2e/local",result="over_limit"}`: 3,
+		`envoy_rls_fallback_total{mode="local"}`:                                                        8,
+		`envoy_rls_fallback_total{mode="open"}`:                                                         12,
+		`envoy_rls_fallback_total{mode="closed"}`:                                                       3,
+	} {
+		if got := r.metric(sample); got != want {
+			t.Errorf("%s = %v, want %v", sample, got, want)
+		}
+	}
+
+	// Redis back: Redis decides (the subject has consumed nothing there).
+	redis.Restart()
+	took := waitRedisDecides(t, r)
+	t.Logf("decisions from Redis %v after the restart", took)
+	if res := r.mustCall(t, entry{"local", subject}); !res.ok() || res.Headers["X-RateLimit-Remaining"] != "9" {
+		t.Errorf("Redis back: %v, want OK from Redis with 9 remaining", res)
+	}
+	if !r.log.contains("store decides again: local fallback state dropped") {
+		t.Error("no log line for the dropped local state")
+	}
+
+	// A second outage: the local share is whole again.
+	redis.Kill()
+	waitStoreState(t, rs, false, recoverTimeout)
+	if ok, _ := admitted("local", subject, 7); ok != 5 {
+		t.Errorf("second outage: %d of 7 admitted, want 5 (the local counts of the first outage dropped)", ok)
+	}
+	if r.log.contains(subject) {
+		t.Error("a descriptor value reached the logs")
+	}
+}

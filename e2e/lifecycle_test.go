@@ -4,12 +4,145 @@ import (
 	"fmt"
 	"net/http"
 	"strings"
+	"sync"
 	"testing"
 	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/envoy-rls/envoy-rls/internal/polltest"
 	"github.com/envoy-rls/envoy-rls/internal/redistest"
 )
+
+// TestSIGTERMDrainsInFlightCalls: calls held in the server (Redis paused, so
+// they wait for the store) when SIGTERM arrives all complete with a decision
+// once Redis continues; /readyz says draining and /healthcheck answers 500
+// meanwhile; the process exits 0.
+func TestSIGTERMDrainsInFlightCalls(t *testing.T) {
+	redis, cfg := withStandaloneRedis(t, redistest.Local())
+	// The store waits up to 5s for Redis: the calls stay in flight while
+	// it is paused. With as many program runs in progress at once as
+	// there are calls, none waits in the group queue: each is sent to
+	// Redis as it arrives, and the group-size histogram counts it.
+	const inFlight = 20
+	cfg.Args = []string{"--redis-timeout", "5s", "--redis-group-in-flight", "32"}
+	rs := startReplicas(t, 1, failureRules, cfg)
+	r := rs[0]
+	subject := entry{"closed", unique("drain")}
+	if res := r.mustCall(t, subject); !res.ok() {
+		t.Fatalf("warm-up call: %v", res)
+	}
+	sent := func() float64 { return r.metric("envoy_rls_redis_group_requests_sum") }
+	base := sent()
+
+	redis.Pause()
+	paused := true
+	defer func() {
+		if paused {
+			redis.Resume()
+		}
+	}()
+	results := make([]result, inFlight)
+	var wg sync.WaitGroup
+	for i := range results {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			results[i] = r.call(10*time.Second, 1, subject)
+		}()
+	}
+	// Every call has reached the store (and waits on the paused Redis)
+	// once the runs sent carry all of them.
+	polltest.Eventually(t, 10*time.Second, 10*time.Millisecond, "every call sent to Redis", func() error {
+		if n := sent() - base; n != inFlight {
+			return fmt.Errorf("%v of %d calls sent", n, inFlight)
+		}
+		return nil
+	})
+
+	r.terminate()
+	polltest.Eventually(t, 5*time.Second, 20*time.Millisecond, "/readyz 503 draining", func() error {
+		code, body, err := r.admin("/readyz")
+		if err != nil || code != http.StatusServiceUnavailable || !strings.Contains(body, "draining") {
+			return fmt.Errorf("/readyz %d %q %v", code, body, err)
+		}
+		return nil
+	})
+	// The reference's probe path answers 500 while draining.
+	if code, body, err := r.admin("/healthcheck"); err != nil || code != http.StatusInternalServerError {
+		t.Errorf("/healthcheck while draining: %d %q %v, want 500", code, body, err)
+	}
+	select {
+	case <-r.done:
+		t.Fatalf("the process exited with calls in flight: %v", r.exitErr)
+	default:
+	}
+	redis.Resume()
+	paused = false
+	wg.Wait()
+
+	for i, res := range results {
+		if !res.ok() {
+			t.Errorf("in-flight call %d: %v, want OK", i, res)
+		}
+	}
+	code, err := r.wait(stopTimeout)
+	if err != nil || code != 0 {
+		t.Errorf("after SIGTERM: exit %d %v, want 0", code, err)
+	}
+	if !r.log.contains("drained: every in-flight call finished") {
+		t.Errorf("no drain line in the log")
+	}
+}
+
+// TestSIGTERMUnderBurst: SIGTERM lands in the middle of a burst of
+// concurrent calls. Every call is either answered (OK or OVER_LIMIT) or, if
+// the server had stopped accepting, refused with Unavailable, nothing else;
+// the process exits 0.
+func TestSIGTERMUnderBurst(t *testing.T) {
+	_, cfg := withStandaloneRedis(t)
+	r := startReplicas(t, 1, exactRules, cfg)[0]
+	subject := entry{"fixed", unique("burst")}
+
+	var all tally
+	start := make(chan struct{})
+	answered := make(chan struct{}) // closed by the first answer
+	var once sync.Once
+	var wg sync.WaitGroup
+	for g := 0; g < 16; g++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-start
+			for i := 0; i < 30; i++ {
+				res := r.call(callTimeout, 1, subject)
+				all.add(res)
+				once.Do(func() { close(answered) })
+				if c := status.Code(res.Err); res.Err != nil && c != codes.Unavailable {
+					all.note("%v", res)
+				}
+			}
+		}()
+	}
+	close(start)
+	// SIGTERM while the burst runs: once the first call is answered.
+	select {
+	case <-answered:
+	case <-time.After(callTimeout):
+		t.Fatalf("no answer to the burst within %v", callTimeout)
+	}
+	r.terminate()
+	wg.Wait()
+	t.Logf("burst: %v", &all)
+	if len(all.samples) != 0 || all.ok+all.over == 0 {
+		t.Errorf("want only answers and Unavailable refusals: %v", &all)
+	}
+	code, err := r.wait(stopTimeout)
+	if err != nil || code != 0 {
+		t.Errorf("after SIGTERM: exit %d %v, want 0", code, err)
+	}
+}
 
 // startRules: one small limit per failure mode, so that decisions made by
 // Redis are visible (the third call of a subject is denied).

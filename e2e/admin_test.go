@@ -1,0 +1,491 @@
+package e2e_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/chromedp/cdproto/cdp"
+	cdplog "github.com/chromedp/cdproto/log"
+	"github.com/chromedp/cdproto/runtime"
+	"github.com/chromedp/chromedp"
+
+	"github.com/envoy-rls/envoy-rls/internal/polltest"
+	"github.com/envoy-rls/envoy-rls/internal/redistest"
+)
+
+const explainToken = "e2e-explain-token-0123456789"
+
+// explainAnswer is the part of the explain answer the tests read.
+type explainAnswer struct {
+	Descriptors []struct {
+		Matched       bool   `json:"matched"`
+		PolicyID      string `json:"policy_id"`
+		SubjectDigest string `json:"subject_digest"`
+		Rule          struct {
+			File string `json:"file"`
+			Line int    `json:"line"`
+		} `json:"rule"`
+		Limits []struct {
+			Remaining *int64 `json:"remaining"`
+			ResetMs   *int64 `json:"reset_ms"`
+		} `json:"limits"`
+	} `json:"descriptors"`
+}
+
+// runCLI runs the binary with args and env; it must exit 0 within 20 s.
+func runCLI(t *testing.T, env []string, args ...string) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, binary(t), args...)
+	cmd.Env = env
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("envoy-rls %s: %v\nstderr:\n%s", strings.Join(args, " "), err, stderr.String())
+	}
+	return stdout.String()
+}
+
+// TestExplainDigestAndReset, on each store: `envoy-rls explain --admin`
+// shows the state left after N hits and consumes nothing; `envoy-rls
+// digest` prints the digest the explain answer, the denial log and (Redis)
+// the stored key carry; `explain --config` answers offline; DELETE
+// /v1/counters resets the subject.
+func TestExplainDigestAndReset(t *testing.T) {
+	for _, store := range []string{"memory", "redis"} {
+		t.Run(store, func(t *testing.T) {
+			rules := rulesDir(t, "domain: "+domain+"\ndescriptors:\n  - key: user\n    rate_limit: {unit: hour, requests_per_unit: 5}\n")
+			secret := secretFile(t)
+			dir := t.TempDir()
+			tokens := writeFile(t, dir, "tokens", "ops:"+explainToken+"\n")
+			cfg := replicaConfig{Rules: rules, Secret: secret, Args: []string{"--admin-token-file", tokens}}
+			var redis *redistest.Server
+			if store == "redis" {
+				redis, cfg = withStandaloneRedis(t)
+				cfg.Rules, cfg.Secret, cfg.Args = rules, secret, []string{"--admin-token-file", tokens}
+			}
+			r := startReplica(t, store, cfg)
+			user := unique("rawval")
+			for range 3 {
+				if res := r.mustCall(t, entry{"user", user}); !res.ok() {
+					t.Fatalf("hit: %v", res)
+				}
+			}
+			explain := func() explainAnswer {
+				out := runCLI(t, nil, "explain", "--admin", "http://"+r.adminAddr, "--token-file", tokens, "--domain", domain, "--descriptor", "user="+user)
+				var ans explainAnswer
+				if err := json.Unmarshal([]byte(out), &ans); err != nil || len(ans.Descriptors) != 1 || len(ans.Descriptors[0].Limits) != 1 {
+					t.Fatalf("explain: %v\n%s", err, out)
+				}
+				if strings.Contains(out, user) {
+					t.Fatalf("the raw value in the explain answer:\n%s", out)
+				}
+				return ans
+			}
+			for i := range 2 { // the second sees the same: nothing consumed
+				d := explain().Descriptors[0]
+				if l := d.Limits[0]; !d.Matched || d.Rule.Line != 3 || l.Remaining == nil || *l.Remaining != 2 || *l.ResetMs <= 0 {
+					t.Fatalf("explain %d after 3 hits of 5: %+v", i, d)
+				}
+			}
+			digest := explain().Descriptors[0].SubjectDigest
+
+			out := strings.Fields(runCLI(t, nil, "digest", "--config", rules, "--hmac-secret-file", secret, "--domain", domain, "--descriptor", "user="+user))
+			if len(out) != 3 || out[0] != digest || out[1] != explain().Descriptors[0].PolicyID || !strings.HasPrefix(out[2], "rate:{"+digest[:16]+"}:state:") {
+				t.Fatalf("digest printed %q, explain says %s", out, digest)
+			}
+			if redis != nil {
+				conn, err := redistest.Dial(redis.Addr(), nil, 5*time.Second)
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer conn.Close()
+				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+				defer cancel()
+				if n, err := conn.Do(ctx, "EXISTS", out[2]); err != nil || n != int64(1) {
+					t.Fatalf("EXISTS %s: %v %v, want the key digest printed", out[2], n, err)
+				}
+			}
+			// The denial log names the subject by the digest's first 8 hex digits.
+			for range 3 {
+				r.mustCall(t, entry{"user", user})
+			}
+			polltest.Eventually(t, 5*time.Second, 50*time.Millisecond, "the denial log line", func() error {
+				if !r.log.contains(`"subject":"` + digest[:8] + `"`) {
+					return errors.New("not logged yet")
+				}
+				return nil
+			})
+
+			// Offline: the rule without state, the digest with the secret.
+			off := runCLI(t, []string{"ENVOY_RLS_HMAC_SECRET_FILE=" + secret}, "explain", "--config", rules, "--domain", domain, "--descriptor", "user="+user)
+			var offAns explainAnswer
+			if err := json.Unmarshal([]byte(off), &offAns); err != nil || offAns.Descriptors[0].SubjectDigest != digest || offAns.Descriptors[0].Limits[0].Remaining != nil {
+				t.Fatalf("offline explain: %v\n%s", err, off)
+			}
+
+			// Reset: full again, and the next call is allowed (the local
+			// deny cache forgot the denial).
+			req, err := http.NewRequest(http.MethodDelete, "http://"+r.adminAddr+"/v1/counters?domain="+domain+"&descriptor=user="+user, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			req.Header.Set("Authorization", "Bearer "+explainToken)
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp.Body.Close()
+			if resp.StatusCode != http.StatusOK {
+				t.Fatalf("DELETE: %d", resp.StatusCode)
+			}
+			if d := explain().Descriptors[0]; *d.Limits[0].Remaining != 5 {
+				t.Fatalf("after the reset: remaining %d, want 5", *d.Limits[0].Remaining)
+			}
+			if res := r.mustCall(t, entry{"user", user}); !res.ok() {
+				t.Fatalf("after the reset: %v", res)
+			}
+			if r.log.contains(user) {
+				t.Fatal("the raw value in the log")
+			}
+		})
+	}
+}
+
+// TestTopAndUsage: the real binary, on each store, answers /v1/top and
+// /v1/usage behind a bearer token from known traffic, and exports the
+// volume metrics, with no raw descriptor value in any answer, metric or log
+// line.
+func TestTopAndUsage(t *testing.T) {
+	for _, store := range []string{"memory", "redis"} {
+		t.Run(store, func(t *testing.T) {
+			var cfg replicaConfig
+			if store == "redis" {
+				_, cfg = withStandaloneRedis(t)
+				cfg.Secret = secretFile(t)
+			}
+			cfg.Rules = rulesDir(t, `domain: e2e
+descriptors:
+  - key: user
+    rate_limit: {unit: hour, requests_per_unit: 3}
+`)
+			tokens := filepath.Join(t.TempDir(), "tokens")
+			const token = "e2e-token-0123456789abcdef"
+			if err := os.WriteFile(tokens, []byte("e2e:"+token+"\n"), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			cfg.Args = []string{"--admin-token-file", tokens, "--top-metric-series", "5"}
+			r := startReplica(t, store, cfg)
+
+			heavy, light := unique("heavy-user"), unique("light-user")
+			for range 5 {
+				r.mustCall(t, entry{"user", heavy}) // 3 allowed, 2 denied
+			}
+			r.mustCall(t, entry{"user", light})
+
+			get := func(path, tok string) (int, string) {
+				t.Helper()
+				ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+				defer cancel()
+				req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+r.adminAddr+path, nil)
+				if tok != "" {
+					req.Header.Set("Authorization", "Bearer "+tok)
+				}
+				resp, err := http.DefaultClient.Do(req)
+				if err != nil {
+					t.Fatalf("GET %s: %v", path, err)
+				}
+				defer resp.Body.Close()
+				b, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+				return resp.StatusCode, string(b)
+			}
+			for _, p := range []string{"/v1/top", "/v1/usage"} {
+				if code, _ := get(p, ""); code != http.StatusUnauthorized {
+					t.Errorf("%s without a token: %d, want 401", p, code)
+				}
+				if code, _ := get(p, "not-the-token-at-all"); code != http.StatusUnauthorized {
+					t.Errorf("%s with a wrong token: %d, want 401", p, code)
+				}
+			}
+
+			code, topBody := get("/v1/top?domain=e2e&key=user&n=10", token)
+			var top struct {
+				Top []struct {
+					SubjectDigest string `json:"subject_digest"`
+					Hits, Denied  int64
+					PolicyID      string `json:"policy_id"`
+				} `json:"top"`
+			}
+			if err := json.Unmarshal([]byte(topBody), &top); err != nil || code != http.StatusOK {
+				t.Fatalf("/v1/top: %d %v\n%s", code, err, topBody)
+			}
+			if len(top.Top) != 2 || top.Top[0].Hits != 5 || top.Top[0].Denied != 2 || top.Top[1].Hits != 1 || top.Top[1].Denied != 0 {
+				t.Fatalf("/v1/top:\n%s", topBody)
+			}
+			policy := top.Top[0].PolicyID
+
+			code, usageBody := get("/v1/usage?policy="+policy, token)
+			var usage struct {
+				Policies []struct {
+					Hits, Decisions, Denials int64
+					Distinct                 uint64 `json:"distinct_subjects"`
+				}
+			}
+			if err := json.Unmarshal([]byte(usageBody), &usage); err != nil || code != http.StatusOK {
+				t.Fatalf("/v1/usage: %d %v\n%s", code, err, usageBody)
+			}
+			if len(usage.Policies) != 1 || usage.Policies[0].Hits != 6 || usage.Policies[0].Decisions != 6 || usage.Policies[0].Denials != 2 || usage.Policies[0].Distinct != 2 {
+				t.Fatalf("/v1/usage:\n%s", usageBody)
+			}
+
+			for sample, want := range map[string]float64{
+				`envoy_rls_hits_total{domain="e2e",policy="` + policy + `"}`:                                                      6,
+				`envoy_rls_call_duration_seconds_count{domain="e2e"}`:                                                             6,
+				`envoy_rls_store_duration_seconds_count{domain="e2e"}`:                                                            6,
+				`envoy_rls_top_subject_hits{domain="e2e",policy="` + policy + `",subject="` + top.Top[0].SubjectDigest[:8] + `"}`: 5,
+			} {
+				if got := r.metric(sample); got != want {
+					t.Errorf("%s = %v, want %v", sample, got, want)
+				}
+			}
+			if r.metric("envoy_rls_config_last_reload_success_timestamp_seconds") < float64(time.Now().Add(-time.Hour).Unix()) {
+				t.Errorf("last reload timestamp is not recent")
+			}
+			_, metrics := r.mustAdmin("/metrics")
+			for _, raw := range []string{heavy, light, token} {
+				for _, out := range []string{topBody, usageBody, metrics} {
+					if strings.Contains(out, raw) {
+						t.Fatalf("%q leaked into an answer or a metric", raw)
+					}
+				}
+				if r.log.contains(raw) {
+					t.Fatalf("%q leaked into the log", raw)
+				}
+			}
+			if !r.log.contains(`"action":"top"`) || !r.log.contains(`"action":"usage"`) {
+				t.Errorf("the admin calls are not logged")
+			}
+		})
+	}
+}
+
+const consoleToken = "e2e-console-token-0123456789"
+
+// consoleRules has a plain limit and a penalty box, so that the page shows
+// both, and the explain answer a count.
+const consoleRules = `domain: e2e
+descriptors:
+  - key: user
+    rate_limit: {unit: hour, requests_per_unit: 5}
+  - key: login
+    rate_limit:
+      unit: minute
+      requests_per_unit: 3
+      penalty: {duration: 10m}
+`
+
+// chromium returns Debian's headless browser, skipping the test without
+// one, failing it with CI=true (scripts/ensure-deps.sh installs it).
+func chromium(t *testing.T) string {
+	t.Helper()
+	for _, name := range []string{"chromium", "chromium-browser"} {
+		if p, err := exec.LookPath(name); err == nil {
+			return p
+		}
+	}
+	if os.Getenv("CI") == "true" {
+		t.Fatal("chromium is not on PATH and CI=true: run scripts/ensure-deps.sh")
+	}
+	t.Skip("chromium is not on PATH (scripts/ensure-deps.sh installs it)")
+	return ""
+}
+
+// TestConsoleInABrowser: headless Chromium signs in to /ui of the real
+// binary with a token, sees the rules with their policy IDs, the decision
+// counters, the top consumers and the recent denials, submits an explain
+// request and reads the answer in the DOM, with no script error and no
+// raw value in the page's answers. The screenshot is saved in the test's
+// artifact directory (go test -artifacts), and into docs/img/console.png
+// with ENVOY_RLS_UPDATE_SCREENSHOT=1.
+func TestConsoleInABrowser(t *testing.T) {
+	if testing.Short() {
+		t.Skip("e2e")
+	}
+	browser := chromium(t)
+	for _, store := range []string{"memory", "redis"} {
+		t.Run(store, func(t *testing.T) {
+			var cfg replicaConfig
+			if store == "redis" {
+				_, cfg = withStandaloneRedis(t)
+			}
+			checkConsole(t, browser, cfg, store == "memory")
+		})
+	}
+}
+
+// checkConsole runs the browser against a replica of cfg's store;
+// screenshot: the one to copy to docs/img with ENVOY_RLS_UPDATE_SCREENSHOT=1.
+func checkConsole(t *testing.T, browser string, cfg replicaConfig, screenshot bool) {
+	dir := t.TempDir()
+	tokens := writeFile(t, dir, "tokens", "ops:"+consoleToken+"\n")
+	cfg.Rules, cfg.Secret = rulesDir(t, consoleRules), secretFile(t)
+	cfg.Args = []string{"--admin-token-file", tokens, "--audit-sink", "file", "--audit-file", filepath.Join(dir, "audit.jsonl")}
+	awayFromHourBoundary(t)
+	r := startReplica(t, "console", cfg)
+	user, login := unique("rawval-console"), unique("rawval-login")
+	for i := range 7 {
+		res := r.mustCall(t, entry{"user", user})
+		if want := i < 5; res.ok() != want {
+			t.Fatalf("call %d: %v", i+1, res)
+		}
+	}
+	// The fourth login call of a limit of 3 puts the subject in the box.
+	for i := range 4 {
+		if res := r.mustCall(t, entry{"login", login}); res.ok() != (i < 3) {
+			t.Fatalf("login call %d: %v", i+1, res)
+		}
+	}
+	base := "http://" + r.adminAddr
+
+	opts := append(chromedp.DefaultExecAllocatorOptions[:], chromedp.ExecPath(browser), chromedp.NoSandbox,
+		chromedp.WindowSize(1280, 1400), chromedp.Flag("disable-gpu", true))
+	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
+	defer cancelAlloc()
+	var mu sync.Mutex
+	var problems []string
+	listen := chromedp.WithListener(func(ev any) {
+		mu.Lock()
+		defer mu.Unlock()
+		switch ev := ev.(type) {
+		case *runtime.EventExceptionThrown:
+			problems = append(problems, "exception: "+ev.ExceptionDetails.Text)
+		case *cdplog.EventEntryAdded:
+			if ev.Entry.Level == cdplog.EntryLevelError {
+				problems = append(problems, "log: "+ev.Entry.Text)
+			}
+		}
+	})
+	ctx, cancelBrowser := chromedp.NewContext(actx, listen)
+	defer cancelBrowser()
+	ctx, cancel := context.WithTimeout(ctx, 60*time.Second)
+	defer cancel()
+
+	text := func(sel string) string {
+		s, err := chromedp.Run(ctx, chromedp.Text(chromedp.CSS(sel)))
+		if err != nil {
+			t.Fatalf("browser: the text of %s: %v\nreplica log:\n%s", sel, err, r.log.tail(40))
+		}
+		return s
+	}
+	do := func(what string, steps ...chromedp.Action[chromedp.Void]) {
+		if err := chromedp.Do(ctx, steps...); err != nil {
+			t.Fatalf("browser: %s: %v\nreplica log:\n%s", what, err, r.log.tail(40))
+		}
+	}
+	if _, err := chromedp.Call(ctx, cdplog.Enable, cdp.Empty{}); err != nil {
+		t.Fatalf("browser: Log.enable: %v", err)
+	}
+	do("sign in",
+		chromedp.Navigate(base+"/ui"),
+		chromedp.WaitVisible(chromedp.CSS("#token")),
+		chromedp.SendKeys(chromedp.CSS("#token"), consoleToken),
+		chromedp.Click(chromedp.CSS("#login-form button")),
+		chromedp.WaitVisible(chromedp.CSS("#rules table")),
+		// The first refresh has filled the tables.
+		chromedp.WaitVisible(chromedp.CSS("#denials tbody td.num")),
+	)
+	rules, stats, top, denials := text("#rules"), text("#stats"), text("#top"), text("#denials")
+	do("explain",
+		chromedp.SetValue(chromedp.CSS("#explain-descriptors"), "user="+user+"\nlogin="+login),
+		chromedp.Click(chromedp.CSS("#explain-form button")),
+		chromedp.WaitVisible(chromedp.CSS("#explain-json")),
+	)
+	result, explainJSON := text("#explain-result"), text("#explain-json")
+	png, err := chromedp.Run(ctx, chromedp.FullScreenshot(100))
+	if err != nil {
+		t.Fatalf("browser: screenshot: %v", err)
+	}
+	for _, want := range []string{"e2e/user", "e2e/login", "5 / hour", "penalty 10m", "rules.yaml:"} {
+		if !strings.Contains(rules, want) {
+			t.Errorf("the rules section lacks %q:\n%s", want, rules)
+		}
+	}
+	if !strings.Contains(stats, "e2e/user") || !strings.Contains(top, "e2e/user") {
+		t.Errorf("stats or top lack the policy:\n%s\n%s", stats, top)
+	}
+	if !strings.Contains(denials, "over_limit") || strings.Count(denials, "e2e/user") != 2 {
+		t.Errorf("recent denials, want the 2 denials of e2e/user:\n%s", denials)
+	}
+	// 7 calls on a limit of 5: nothing remains; the login subject is in
+	// its penalty box. The page shows both, and the answer it received.
+	var ans struct {
+		Descriptors []struct {
+			PolicyID string `json:"policy_id"`
+			Rule     struct {
+				Line int `json:"line"`
+			} `json:"rule"`
+			Limits []struct {
+				Remaining *int64 `json:"remaining"`
+				Blocked   *bool  `json:"blocked"`
+				BlockedMs *int64 `json:"blocked_ms"`
+			} `json:"limits"`
+		} `json:"descriptors"`
+	}
+	if err := json.Unmarshal([]byte(explainJSON), &ans); err != nil || len(ans.Descriptors) != 2 ||
+		len(ans.Descriptors[0].Limits) != 1 || len(ans.Descriptors[1].Limits) != 1 {
+		t.Fatalf("the explain answer in the page: %v\n%s", err, explainJSON)
+	}
+	u, l := ans.Descriptors[0], ans.Descriptors[1]
+	if u.PolicyID != "e2e/user" || u.Rule.Line != 3 || u.Limits[0].Remaining == nil || *u.Limits[0].Remaining != 0 || u.Limits[0].Blocked != nil {
+		t.Errorf("the user descriptor, want e2e/user at line 3 with 0 remaining and no penalty: %s", explainJSON)
+	}
+	if b := l.Limits[0]; l.PolicyID != "e2e/login" || b.Blocked == nil || !*b.Blocked || b.BlockedMs == nil || *b.BlockedMs <= 0 {
+		t.Errorf("the login descriptor, want blocked: %s", explainJSON)
+	}
+	if !strings.Contains(result, "descriptor 1: matched e2e/user") || !strings.Contains(result, "descriptor 2: matched e2e/login") ||
+		!strings.Contains(result, fmt.Sprintf("yes, %d ms left", *l.Limits[0].BlockedMs)) {
+		t.Errorf("the explain section of the page:\n%s", result)
+	}
+	for _, text := range []string{rules, stats, top, denials, result, explainJSON} {
+		if strings.Contains(text, user) || strings.Contains(text, login) {
+			t.Errorf("a raw value in the page's answers:\n%s", text)
+		}
+	}
+	mu.Lock()
+	if len(problems) > 0 {
+		t.Errorf("the page reported problems (a CSP violation is one):\n%s", strings.Join(problems, "\n"))
+	}
+	mu.Unlock()
+	shot := filepath.Join(t.ArtifactDir(), "console.png")
+	if err := os.WriteFile(shot, png, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("screenshot: %s (%d bytes)", shot, len(png))
+	if screenshot && os.Getenv("ENVOY_RLS_UPDATE_SCREENSHOT") == "1" {
+		if err := os.WriteFile(filepath.Join("..", "docs", "img", "console.png"), png, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Without the token the API refuses the page's calls.
+	resp, err := http.Get(base + "/v1/stats")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusUnauthorized {
+		t.Errorf("/v1/stats without a token: %d, want 401", resp.StatusCode)
+	}
+}
