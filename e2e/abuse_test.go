@@ -9,7 +9,6 @@ import (
 	"io"
 	"net"
 	"os"
-	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -20,7 +19,6 @@ import (
 	"golang.org/x/net/http2/hpack"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/mem"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
@@ -60,25 +58,6 @@ descriptors:
   - key: user
     rate_limit: {unit: hour, requests_per_unit: 3}
 `
-
-// rss is the resident set of process pid (VmRSS), in bytes.
-func rss(pid int) (int64, error) {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
-	if err != nil {
-		return 0, err
-	}
-	for _, line := range strings.Split(string(b), "\n") {
-		if rest, ok := strings.CutPrefix(line, "VmRSS:"); ok {
-			f := strings.Fields(rest)
-			if len(f) != 2 || f[1] != "kB" {
-				return 0, fmt.Errorf("VmRSS line %q", line)
-			}
-			kb, err := strconv.ParseInt(f[0], 10, 64)
-			return kb << 10, err
-		}
-	}
-	return 0, fmt.Errorf("no VmRSS in /proc/%d/status", pid)
-}
 
 // rssPeak samples a process's resident set every 20ms until stop.
 type rssPeak struct {
@@ -140,19 +119,6 @@ func (p *rssPeak) stop() (int64, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return p.peak, p.err
-}
-
-// fresh returns a copy of r that calls over a new gRPC connection.
-func (r *replica) fresh(t testing.TB) *replica {
-	t.Helper()
-	conn, err := grpc.NewClient("passthrough:///"+r.grpcAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatalf("e2e: new gRPC client for %s: %v", r.name, err)
-	}
-	t.Cleanup(func() { _ = conn.Close() })
-	f := *r
-	f.conn, f.rls = conn, rlsv3.NewRateLimitServiceClient(conn)
-	return &f
 }
 
 func mib(n int64) string { return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20)) }
@@ -230,7 +196,7 @@ func TestSlowStreamsAreRefusedAndCut(t *testing.T) {
 	held, _ := rss(pid)
 
 	// A call on a fresh connection is answered while the streams are held.
-	f := r.fresh(t)
+	f := r.fresh(t, nil)
 	res := f.call(callTimeout, 1, entry{"user", unique("u")})
 	if !res.ok() {
 		t.Fatalf("e2e: a call on a fresh connection during the abuse: %v, want OK", res)
@@ -351,7 +317,7 @@ func TestIdleConnectionsBeyondTheLimitAreClosed(t *testing.T) {
 	for _, h := range hs {
 		h.close()
 	}
-	f := r.fresh(t)
+	f := r.fresh(t, nil)
 	polltest.Eventually(t, 30*time.Second, 50*time.Millisecond, "a call on a new connection once the idle ones closed", func() error {
 		if res := f.call(callTimeout, 1, entry{"user", unique("u")}); !res.ok() {
 			return fmt.Errorf("%v", res)
@@ -605,7 +571,7 @@ func BenchmarkSlowStreams(b *testing.B) {
 		t.Logf("after %ds: RSS %s", i, mib(n))
 	}
 	top, _ := peak.stop()
-	res := r.fresh(t).call(callTimeout, 1, entry{"user", unique("u")})
+	res := r.fresh(t, nil).call(callTimeout, 1, entry{"user", unique("u")})
 	t.Logf("%d connections × %d streams promising %d bytes, sending %d (receive timeout %s): RSS before %s, peak %s; a call on a fresh connection: %v",
 		conns, streams, promised, sent, timeout, mib(before), mib(top), res)
 	b.ReportMetric(float64(top)/(1<<20), "peak-RSS-MiB")

@@ -1,12 +1,10 @@
 package e2e_test
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"os"
 	"os/exec"
@@ -44,21 +42,6 @@ type explainAnswer struct {
 	} `json:"descriptors"`
 }
 
-// runCLI runs the binary with args and env; it must exit 0 within 20 s.
-func runCLI(t *testing.T, env []string, args ...string) string {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, binary(t), args...)
-	cmd.Env = env
-	var stdout, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	if err := cmd.Run(); err != nil {
-		t.Fatalf("envoy-rls %s: %v\nstderr:\n%s", strings.Join(args, " "), err, stderr.String())
-	}
-	return stdout.String()
-}
-
 // TestExplainDigestAndReset, on each store: `envoy-rls explain --admin`
 // shows the state left after N hits and consumes nothing; `envoy-rls
 // digest` prints the digest the explain answer, the denial log and (Redis)
@@ -85,7 +68,7 @@ func TestExplainDigestAndReset(t *testing.T) {
 				}
 			}
 			explain := func() explainAnswer {
-				out := runCLI(t, nil, "explain", "--admin", "http://"+r.adminAddr, "--token-file", tokens, "--domain", domain, "--descriptor", "user="+user)
+				out := runOK(t, nil, "explain", "--admin", "http://"+r.adminAddr, "--token-file", tokens, "--domain", domain, "--descriptor", "user="+user)
 				var ans explainAnswer
 				if err := json.Unmarshal([]byte(out), &ans); err != nil || len(ans.Descriptors) != 1 || len(ans.Descriptors[0].Limits) != 1 {
 					t.Fatalf("explain: %v\n%s", err, out)
@@ -103,7 +86,7 @@ func TestExplainDigestAndReset(t *testing.T) {
 			}
 			digest := explain().Descriptors[0].SubjectDigest
 
-			out := strings.Fields(runCLI(t, nil, "digest", "--config", rules, "--hmac-secret-file", secret, "--domain", domain, "--descriptor", "user="+user))
+			out := strings.Fields(runOK(t, nil, "digest", "--config", rules, "--hmac-secret-file", secret, "--domain", domain, "--descriptor", "user="+user))
 			if len(out) != 3 || out[0] != digest || out[1] != explain().Descriptors[0].PolicyID || !strings.HasPrefix(out[2], "rate:{"+digest[:16]+"}:state:") {
 				t.Fatalf("digest printed %q, explain says %s", out, digest)
 			}
@@ -131,7 +114,7 @@ func TestExplainDigestAndReset(t *testing.T) {
 			})
 
 			// Offline: the rule without state, the digest with the secret.
-			off := runCLI(t, []string{"ENVOY_RLS_HMAC_SECRET_FILE=" + secret}, "explain", "--config", rules, "--domain", domain, "--descriptor", "user="+user)
+			off := runOK(t, []string{"ENVOY_RLS_HMAC_SECRET_FILE=" + secret}, "explain", "--config", rules, "--domain", domain, "--descriptor", "user="+user)
 			var offAns explainAnswer
 			if err := json.Unmarshal([]byte(off), &offAns); err != nil || offAns.Descriptors[0].SubjectDigest != digest || offAns.Descriptors[0].Limits[0].Remaining != nil {
 				t.Fatalf("offline explain: %v\n%s", err, off)
@@ -139,18 +122,9 @@ func TestExplainDigestAndReset(t *testing.T) {
 
 			// Reset: full again, and the next call is allowed (the local
 			// deny cache forgot the denial).
-			req, err := http.NewRequest(http.MethodDelete, "http://"+r.adminAddr+"/v1/counters?domain="+domain+"&descriptor=user="+user, nil)
-			if err != nil {
-				t.Fatal(err)
-			}
-			req.Header.Set("Authorization", "Bearer "+explainToken)
-			resp, err := http.DefaultClient.Do(req)
-			if err != nil {
-				t.Fatal(err)
-			}
-			resp.Body.Close()
-			if resp.StatusCode != http.StatusOK {
-				t.Fatalf("DELETE: %d", resp.StatusCode)
+			code, body, err := r.adminDo(http.MethodDelete, "/v1/counters?domain="+domain+"&descriptor=user="+user, explainToken)
+			if err != nil || code != http.StatusOK {
+				t.Fatalf("DELETE: %d %q %v", code, body, err)
 			}
 			if d := explain().Descriptors[0]; *d.Limits[0].Remaining != 5 {
 				t.Fatalf("after the reset: remaining %d, want 5", *d.Limits[0].Remaining)
@@ -198,19 +172,11 @@ descriptors:
 
 			get := func(path, tok string) (int, string) {
 				t.Helper()
-				ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-				defer cancel()
-				req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+r.adminAddr+path, nil)
-				if tok != "" {
-					req.Header.Set("Authorization", "Bearer "+tok)
-				}
-				resp, err := http.DefaultClient.Do(req)
+				code, body, err := r.adminDo(http.MethodGet, path, tok)
 				if err != nil {
 					t.Fatalf("GET %s: %v", path, err)
 				}
-				defer resp.Body.Close()
-				b, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
-				return resp.StatusCode, string(b)
+				return code, body
 			}
 			for _, p := range []string{"/v1/top", "/v1/usage"} {
 				if code, _ := get(p, ""); code != http.StatusUnauthorized {
@@ -480,12 +446,7 @@ func checkConsole(t *testing.T, browser string, cfg replicaConfig, screenshot bo
 		}
 	}
 	// Without the token the API refuses the page's calls.
-	resp, err := http.Get(base + "/v1/stats")
-	if err != nil {
-		t.Fatal(err)
-	}
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusUnauthorized {
-		t.Errorf("/v1/stats without a token: %d, want 401", resp.StatusCode)
+	if code, _, err := r.admin("/v1/stats"); err != nil || code != http.StatusUnauthorized {
+		t.Errorf("/v1/stats without a token: %d %v, want 401", code, err)
 	}
 }

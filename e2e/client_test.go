@@ -14,7 +14,10 @@ import (
 
 	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 )
 
@@ -48,6 +51,30 @@ func (r result) String() string {
 
 // entry is one descriptor entry (key, value).
 type entry struct{ Key, Value string }
+
+// dial connects a gRPC client to addr with creds (plaintext when nil); the
+// connection closes when the test ends.
+func dial(t testing.TB, addr string, creds credentials.TransportCredentials) (*grpc.ClientConn, rlsv3.RateLimitServiceClient) {
+	t.Helper()
+	if creds == nil {
+		creds = insecure.NewCredentials()
+	}
+	conn, err := grpc.NewClient("passthrough:///"+addr, grpc.WithTransportCredentials(creds))
+	if err != nil {
+		t.Fatalf("e2e: gRPC client for %s: %v", addr, err)
+	}
+	t.Cleanup(func() { _ = conn.Close() })
+	return conn, rlsv3.NewRateLimitServiceClient(conn)
+}
+
+// fresh returns a copy of r that calls over a new gRPC connection with
+// creds (plaintext when nil).
+func (r *replica) fresh(t testing.TB, creds credentials.TransportCredentials) *replica {
+	t.Helper()
+	f := *r
+	f.conn, f.rls = dial(t, r.grpcAddr, creds)
+	return &f
+}
 
 // call sends one ShouldRateLimit as Envoy does: the domain, one descriptor
 // with the given entries, hits_addend hits, and a deadline of timeout.

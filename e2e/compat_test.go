@@ -2,19 +2,15 @@ package e2e_test
 
 import (
 	"context"
-	"errors"
 	"net"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
 	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/protobuf/types/known/wrapperspb"
@@ -136,19 +132,19 @@ func TestRatelimitEntryPoint(t *testing.T) {
 	statsd.CheckOnlyCounters(t, want)
 
 	// Envoy's calls must present a client certificate.
-	plain := startClient(t, a.grpcAddr, insecure.NewCredentials())
+	plain := a.fresh(t, insecure.NewCredentials())
 	if res := plain.call(callTimeout, 1, user); res.Err == nil {
 		t.Errorf("plaintext call answered: %v", res)
 	}
 	noCert := tlsFiles.ClientConfig(t)
 	noCert.Certificates = nil
-	if res := startClient(t, a.grpcAddr, credentials.NewTLS(noCert)).call(callTimeout, 1, user); res.Err == nil {
+	if res := a.fresh(t, credentials.NewTLS(noCert)).call(callTimeout, 1, user); res.Err == nil {
 		t.Errorf("call without a client certificate answered: %v", res)
 	}
 
 	// SIGTERM: /healthcheck never answers 200 again (500 while draining,
 	// then the port closes), and the process exits 0.
-	a.terminate()
+	a.terminate(t)
 	saw500 := false
 	for {
 		code, _, err := a.admin("/healthcheck")
@@ -187,20 +183,6 @@ func probeCall(r *replica, entries ...entry) result {
 	return r.send(callTimeout, &rlsv3.RateLimitRequest{Domain: domain, Descriptors: []*ratelimitv3.RateLimitDescriptor{d}})
 }
 
-// startClient is a replica handle for a client with other credentials,
-// closed with the test.
-func startClient(t *testing.T, addr string, creds credentials.TransportCredentials) *replica {
-	t.Helper()
-	r := &replica{t: t, name: "client", grpcAddr: addr}
-	conn, err := grpc.NewClient("passthrough:///"+addr, grpc.WithTransportCredentials(creds))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = conn.Close() })
-	r.conn, r.rls = conn, rlsv3.NewRateLimitServiceClient(conn)
-	return r
-}
-
 // TestRatelimitEntryPointRefusals: a reference setting envoy-rls cannot
 // honour stops the start with one line naming it, and exit status 1.
 func TestRatelimitEntryPointRefusals(t *testing.T) {
@@ -213,33 +195,11 @@ func TestRatelimitEntryPointRefusals(t *testing.T) {
 		{[]string{"REDIS_SOCKET_TYPE=unix", "REDIS_URL=redis:6379"}, `envoy-rls: REDIS_URL="redis:6379": REDIS_SOCKET_TYPE=unix takes the absolute path of the socket`},
 		{[]string{"REDIS_SOCKET_TYPE=tcp", "REDIS_URL=127.0.0.1:6379", "LOG_LEVEL=loud"}, `envoy-rls: LOG_LEVEL="loud": must be trace, debug, info, warn, warning, error, fatal or panic (any case)`},
 	} {
-		cmd := exec.Command(link)
-		for _, kv := range os.Environ() {
-			if !strings.HasPrefix(kv, "ENVOY_RLS_") {
-				cmd.Env = append(cmd.Env, kv)
-			}
+		res := startCommand(t, link, tc.env).finish(t, runTimeout)
+		if res.code != 1 {
+			t.Errorf("%v: exit %d, want 1", tc.env, res.code)
 		}
-		cmd.Env = append(cmd.Env, tc.env...)
-		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-		var stderr strings.Builder
-		cmd.Stderr = &stderr
-		done := make(chan error, 1)
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		go func() { done <- cmd.Wait() }()
-		select {
-		case err := <-done:
-			var ee *exec.ExitError
-			if !errors.As(err, &ee) || ee.ExitCode() != 1 {
-				t.Errorf("%v: exit %v, want 1", tc.env, err)
-			}
-		case <-time.After(runTimeout):
-			_ = cmd.Process.Kill()
-			<-done
-			t.Fatalf("%v: did not exit within %v", tc.env, runTimeout)
-		}
-		if got := strings.TrimSpace(stderr.String()); !strings.HasPrefix(got, tc.want) || strings.Count(got, "\n") != 0 {
+		if got := strings.TrimSpace(res.stderr); !strings.HasPrefix(got, tc.want) || strings.Count(got, "\n") != 0 {
 			t.Errorf("%v: stderr\n%s\nwant the one line\n%s", tc.env, got, tc.want)
 		}
 	}

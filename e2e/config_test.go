@@ -1,11 +1,9 @@
 package e2e_test
 
 import (
-	"bytes"
 	"encoding/json"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -232,71 +230,6 @@ func testReloadUnderLoad(t *testing.T, r *replica, ed ruleEditor) {
 	}
 }
 
-// runTimeout bounds one run of a command that must exit by itself.
-const runTimeout = 30 * time.Second
-
-// run is one finished run of the binary.
-type run struct {
-	code           int
-	stdout, stderr string
-}
-
-// errorLines are the lines main printed for the error (the log lines,
-// JSON, left out).
-func (r run) errorLines() []string {
-	var out []string
-	for _, l := range strings.Split(strings.TrimSpace(r.stderr), "\n") {
-		if strings.HasPrefix(l, "envoy-rls: ") {
-			out = append(out, l)
-		}
-	}
-	return out
-}
-
-// startCommand starts the binary with args and env (added to the test's
-// environment less any ENVOY_RLS_* variable) in its own process group, and
-// registers a SIGKILL by PID for a test that ends before it exits.
-func startCommand(t *testing.T, env []string, args ...string) (*exec.Cmd, *bytes.Buffer, *bytes.Buffer, <-chan error) {
-	t.Helper()
-	cmd := exec.Command(binary(t), args...)
-	for _, kv := range os.Environ() {
-		if !strings.HasPrefix(kv, "ENVOY_RLS_") {
-			cmd.Env = append(cmd.Env, kv)
-		}
-	}
-	cmd.Env = append(cmd.Env, env...)
-	var stdout, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	if err := cmd.Start(); err != nil {
-		t.Fatalf("e2e: starting envoy-rls %v: %v", args, err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- cmd.Wait() }()
-	// Once reaped, Kill signals nothing (os.ErrProcessDone).
-	t.Cleanup(func() { _ = cmd.Process.Kill() })
-	return cmd, &stdout, &stderr, done
-}
-
-// runCommand runs the binary to its exit, within runTimeout.
-func runCommand(t *testing.T, env []string, args ...string) run {
-	t.Helper()
-	cmd, stdout, stderr, done := startCommand(t, env, args...)
-	return awaitExit(t, cmd, stdout, stderr, done, runTimeout)
-}
-
-func awaitExit(t *testing.T, cmd *exec.Cmd, stdout, stderr *bytes.Buffer, done <-chan error, timeout time.Duration) run {
-	t.Helper()
-	select {
-	case <-done:
-	case <-time.After(timeout):
-		_ = cmd.Process.Kill()
-		<-done
-		t.Fatalf("e2e: envoy-rls %v did not exit within %v\nstdout:\n%s\nstderr:\n%s", cmd.Args[1:], timeout, stdout, stderr)
-	}
-	return run{code: cmd.ProcessState.ExitCode(), stdout: stdout.String(), stderr: stderr.String()}
-}
-
 // limitRules is a rule file of domain with n descriptors.
 func limitRules(domain string, n int) string {
 	var b strings.Builder
@@ -429,40 +362,23 @@ func TestValidateStopsOnSIGTERM(t *testing.T) {
 		}
 		writeFile(t, dir, fmt.Sprintf("r%d.yaml", i), b.String())
 	}
-	cmd, stdout, stderr, done := startCommand(t, nil, "validate", "--config-max-bytes", "100000000", "--config-max-descriptors", "10000000", dir)
+	c := startCommand(t, "", nil, "validate", "--config-max-bytes", "100000000", "--config-max-descriptors", "10000000", dir)
 	// Wait until it is parsing (its heap has grown), so that its signal
 	// handling is in place.
 	polltest.Eventually(t, runTimeout, 20*time.Millisecond, "validate parsing", func() error {
 		select {
-		case err := <-done:
-			t.Fatalf("validate exited (%v) before it was signalled:\n%s\n%s", err, stdout, stderr)
+		case <-c.done:
+			t.Fatalf("validate exited (%v) before it was signalled:\n%s\n%s", c.exitErr, &c.stdout, &c.stderr)
 		default:
 		}
-		if rss := rssKB(cmd.Process.Pid); rss < 100<<10 {
-			return fmt.Errorf("RSS %d KB", rss)
+		if n, _ := rss(c.cmd.Process.Pid); n < 100<<20 {
+			return fmt.Errorf("RSS %d bytes", n)
 		}
 		return nil
 	})
-	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
-		t.Fatal(err)
-	}
-	r := awaitExit(t, cmd, stdout, stderr, done, 5*time.Second)
+	c.terminate(t)
+	r := c.finish(t, 5*time.Second)
 	if lines := r.errorLines(); r.code != 1 || len(lines) != 1 || !strings.Contains(lines[0], "stopped before the rules were read") {
 		t.Fatalf("validate after SIGTERM: exit %d, stderr:\n%s", r.code, r.stderr)
 	}
-}
-
-// rssKB is the resident set of pid, in KiB (0 when unknown).
-func rssKB(pid int) int {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
-	if err != nil {
-		return 0
-	}
-	for _, l := range strings.Split(string(b), "\n") {
-		if v, ok := strings.CutPrefix(l, "VmRSS:"); ok {
-			n, _ := strconv.Atoi(strings.TrimSuffix(strings.TrimSpace(v), " kB"))
-			return n
-		}
-	}
-	return 0
 }

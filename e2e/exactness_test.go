@@ -1,7 +1,6 @@
 package e2e_test
 
 import (
-	"fmt"
 	"strconv"
 	"testing"
 	"time"
@@ -27,19 +26,6 @@ descriptors:
   - key: log
     rate_limit: {unit: hour, requests_per_unit: 60, algorithm: sliding_log}
 `
-
-// startReplicas starts n replicas sharing one Redis (standalone or cluster
-// mode), one rule directory and one HMAC secret.
-func startReplicas(t *testing.T, n int, rules string, cfg replicaConfig) []*replica {
-	t.Helper()
-	cfg.Rules = rulesDir(t, rules)
-	cfg.Secret = secretFile(t)
-	rs := make([]*replica, n)
-	for i := range rs {
-		rs[i] = startReplica(t, fmt.Sprintf("replica-%d", i), cfg)
-	}
-	return rs
-}
 
 // TestExactnessAcrossReplicas: three replicas share one Redis; 24
 // concurrent clients spread over all three admit exactly the limit.

@@ -61,7 +61,7 @@ func TestSIGTERMDrainsInFlightCalls(t *testing.T) {
 		return nil
 	})
 
-	r.terminate()
+	r.terminate(t)
 	polltest.Eventually(t, 5*time.Second, 20*time.Millisecond, "/readyz 503 draining", func() error {
 		code, body, err := r.admin("/readyz")
 		if err != nil || code != http.StatusServiceUnavailable || !strings.Contains(body, "draining") {
@@ -132,7 +132,7 @@ func TestSIGTERMUnderBurst(t *testing.T) {
 	case <-time.After(callTimeout):
 		t.Fatalf("no answer to the burst within %v", callTimeout)
 	}
-	r.terminate()
+	r.terminate(t)
 	wg.Wait()
 	t.Logf("burst: %v", &all)
 	if len(all.samples) != 0 || all.ok+all.over == 0 {

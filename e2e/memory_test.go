@@ -122,7 +122,7 @@ descriptors:
 		}
 	}
 	// Only the flooded policy's new values were decided by a sketch.
-	overflow := metricSum(t, r, "envoy_rls_memory_overflow_decisions_total{")
+	overflow := r.metricSum("envoy_rls_memory_overflow_decisions_total{")
 	if overflow == 0 {
 		t.Fatal("envoy_rls_memory_overflow_decisions_total is 0 after the flood: the sketch never decided")
 	}
@@ -133,7 +133,7 @@ descriptors:
 	// user of another policy landing in a shard the flood half fills is
 	// decided by that policy's sketch (exactly, as the headers above show,
 	// unless cells collide). Those are a few of the 60 calls above.
-	if got := metricSum(t, r, "envoy_rls_memory_overflow_decisions_total{policy=\"e2e/flood\"}"); overflow-got > 30 {
+	if got := r.metricSum("envoy_rls_memory_overflow_decisions_total{policy=\"e2e/flood\"}"); overflow-got > 30 {
 		t.Errorf("%v of %v overflow decisions were not the flooded policy's", overflow-got, overflow)
 	}
 
@@ -158,27 +158,6 @@ descriptors:
 			t.Fatalf("flood value %s: %d calls admitted, above the limit 3", v, n)
 		}
 	}
-}
-
-// metricSum adds the samples of /metrics whose line starts with prefix.
-func metricSum(t *testing.T, r *replica, prefix string) float64 {
-	t.Helper()
-	code, body := r.mustAdmin("/metrics")
-	if code != http.StatusOK {
-		t.Fatalf("e2e: %s /metrics: %d", r.name, code)
-	}
-	var sum float64
-	for _, line := range strings.Split(body, "\n") {
-		if !strings.HasPrefix(line, prefix) {
-			continue
-		}
-		var v float64
-		if _, err := fmt.Sscan(line[strings.LastIndexByte(line, ' ')+1:], &v); err != nil {
-			t.Fatalf("e2e: %s /metrics: %q: %v", r.name, line, err)
-		}
-		sum += v
-	}
-	return sum
 }
 
 // TestSeveralLimitsPerDescriptor: "5 per second and 9 per minute" on one

@@ -31,7 +31,6 @@ import (
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
-	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/envoy-rls/envoy-rls/internal/binarytest"
 	"github.com/envoy-rls/envoy-rls/internal/redistest"
@@ -144,19 +143,176 @@ type replicaConfig struct {
 	Bin string
 }
 
-// replica is one running envoy-rls process and a gRPC client playing Envoy.
+// process is one run of the binary, in its own process group (a signal
+// meant for the test binary stays there), with the test's environment
+// less any setting of the binary's own (ENVOY_RLS_*, the race detector's
+// GORACE, tracing's OTEL_* and TRACING_*), so that only its arguments and
+// the env given configure it. A process still running when its test ends
+// is killed by PID.
+type process struct {
+	cmd     *exec.Cmd
+	done    chan struct{} // closed when the process has been reaped
+	exitErr error         // set before done is closed
+}
+
+// startProcess starts bin with args and env, its output going to stdout and
+// stderr.
+func startProcess(t testing.TB, bin string, env []string, stdout, stderr io.Writer, args ...string) *process {
+	t.Helper()
+	p := &process{cmd: exec.Command(bin, args...), done: make(chan struct{})}
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "ENVOY_RLS_") && !strings.HasPrefix(kv, "GORACE=") &&
+			!strings.HasPrefix(kv, "OTEL_") && !strings.HasPrefix(kv, "TRACING_") {
+			p.cmd.Env = append(p.cmd.Env, kv)
+		}
+	}
+	// A race the binary detects ends it with a non-zero exit at once.
+	p.cmd.Env = append(p.cmd.Env, "GORACE=halt_on_error=1")
+	p.cmd.Env = append(p.cmd.Env, env...)
+	p.cmd.Stdout, p.cmd.Stderr = stdout, stderr
+	p.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := p.cmd.Start(); err != nil {
+		t.Fatalf("e2e: starting %s %q: %v", bin, args, err)
+	}
+	go func() {
+		p.exitErr = p.cmd.Wait()
+		close(p.done)
+	}()
+	t.Cleanup(func() {
+		select {
+		case <-p.done:
+		default:
+			_ = p.cmd.Process.Kill()
+			<-p.done
+		}
+	})
+	return p
+}
+
+// terminate sends SIGTERM (the graceful stop Kubernetes and Envoy's operators
+// use).
+func (p *process) terminate(t testing.TB) {
+	t.Helper()
+	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatalf("e2e: SIGTERM pid %d: %v", p.cmd.Process.Pid, err)
+	}
+}
+
+// wait waits up to timeout for the process to exit and returns its exit code,
+// or an error when it is still running.
+func (p *process) wait(timeout time.Duration) (int, error) {
+	select {
+	case <-p.done:
+	case <-time.After(timeout):
+		return -1, fmt.Errorf("pid %d still running after %v", p.cmd.Process.Pid, timeout)
+	}
+	var ee *exec.ExitError
+	switch {
+	case p.exitErr == nil:
+		return 0, nil
+	case errors.As(p.exitErr, &ee):
+		return ee.ExitCode(), nil
+	}
+	return -1, p.exitErr
+}
+
+// stop sends SIGTERM, waits up to stopTimeout, then SIGKILLs. It returns an
+// error unless the process exited 0 on SIGTERM.
+func (p *process) stop() error {
+	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil && !errors.Is(err, os.ErrProcessDone) {
+		return fmt.Errorf("SIGTERM: %w", err)
+	}
+	code, err := p.wait(stopTimeout)
+	if err != nil {
+		_ = p.cmd.Process.Kill()
+		<-p.done
+		return fmt.Errorf("%w: killed", err)
+	}
+	if code != 0 {
+		return fmt.Errorf("exit %d after SIGTERM, want 0 (a race report, if any, is in the log)", code)
+	}
+	return nil
+}
+
+// runTimeout bounds one run of a command that must exit by itself.
+const runTimeout = 30 * time.Second
+
+// run is one finished run of the binary.
+type run struct {
+	code           int
+	stdout, stderr string
+}
+
+// errorLines are the lines main printed for the error (the log lines,
+// JSON, left out).
+func (r run) errorLines() []string {
+	var out []string
+	for _, l := range strings.Split(strings.TrimSpace(r.stderr), "\n") {
+		if strings.HasPrefix(l, "envoy-rls: ") {
+			out = append(out, l)
+		}
+	}
+	return out
+}
+
+// command is a run of the binary that ends by itself.
+type command struct {
+	*process
+	stdout, stderr bytes.Buffer
+}
+
+// startCommand starts bin (the production binary when "") with args and
+// env.
+func startCommand(t testing.TB, bin string, env []string, args ...string) *command {
+	t.Helper()
+	if bin == "" {
+		bin = binary(t)
+	}
+	c := &command{}
+	c.process = startProcess(t, bin, env, &c.stdout, &c.stderr, args...)
+	return c
+}
+
+// finish waits up to timeout for the command's exit and returns the run;
+// a command still running then is killed and fails the test.
+func (c *command) finish(t testing.TB, timeout time.Duration) run {
+	t.Helper()
+	code, err := c.wait(timeout)
+	if err != nil {
+		_ = c.cmd.Process.Kill()
+		<-c.done
+		t.Fatalf("e2e: %q: %v\nstdout:\n%s\nstderr:\n%s", c.cmd.Args, err, &c.stdout, &c.stderr)
+	}
+	return run{code: code, stdout: c.stdout.String(), stderr: c.stderr.String()}
+}
+
+// runCommand runs the production binary with args and env to its exit,
+// within runTimeout.
+func runCommand(t testing.TB, env []string, args ...string) run {
+	t.Helper()
+	return startCommand(t, "", env, args...).finish(t, runTimeout)
+}
+
+// runOK is runCommand for a command that must exit 0; it returns stdout.
+func runOK(t testing.TB, env []string, args ...string) string {
+	t.Helper()
+	r := runCommand(t, env, args...)
+	if r.code != 0 {
+		t.Fatalf("envoy-rls %s: exit %d\nstderr:\n%s", strings.Join(args, " "), r.code, r.stderr)
+	}
+	return r.stdout
+}
+
+// replica is one running envoy-rls serve and a gRPC client playing Envoy.
 type replica struct {
+	*process
 	t    testing.TB
 	name string
-	cmd  *exec.Cmd
 	log  *logBuffer
 
 	grpcAddr, adminAddr string
 	conn                *grpc.ClientConn
 	rls                 rlsv3.RateLimitServiceClient
-
-	done    chan struct{} // closed when the process has been reaped
-	exitErr error         // set before done is closed
 }
 
 // startReplica starts the binary with cfg on 127.0.0.1:0 ports, waits until
@@ -193,7 +349,7 @@ func startReplica(t testing.TB, name string, cfg replicaConfig) *replica {
 		bin, args = ratelimitLink(t), nil
 	}
 
-	r := &replica{t: t, name: name, done: make(chan struct{})}
+	r := &replica{t: t, name: name}
 	addrs := make(chan [2]string, 1)
 	r.log = &logBuffer{onLine: func(line []byte) {
 		var m struct {
@@ -208,30 +364,7 @@ func startReplica(t testing.TB, name string, cfg replicaConfig) *replica {
 			}
 		}
 	}}
-	r.cmd = exec.Command(bin, args...)
-	// The environment is the test's minus any ENVOY_RLS_* setting (and
-	// tracing's OTEL_* and TRACING_*), so that only the flags above and
-	// cfg.Env configure the replica.
-	for _, kv := range os.Environ() {
-		if !strings.HasPrefix(kv, "ENVOY_RLS_") && !strings.HasPrefix(kv, "GORACE=") &&
-			!strings.HasPrefix(kv, "OTEL_") && !strings.HasPrefix(kv, "TRACING_") {
-			r.cmd.Env = append(r.cmd.Env, kv)
-		}
-	}
-	// A race the binary detects ends it with a non-zero exit at once.
-	r.cmd.Env = append(r.cmd.Env, "GORACE=halt_on_error=1")
-	r.cmd.Env = append(r.cmd.Env, cfg.Env...)
-	r.cmd.Stdout = r.log
-	r.cmd.Stderr = r.log
-	// Own process group: a signal meant for the test binary stays there.
-	r.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	if err := r.cmd.Start(); err != nil {
-		t.Fatalf("e2e: starting %s: %v", name, err)
-	}
-	go func() {
-		r.exitErr = r.cmd.Wait()
-		close(r.done)
-	}()
+	r.process = startProcess(t, bin, cfg.Env, r.log, r.log, args...)
 	t.Logf("e2e: started %s (pid %d): %s", name, r.cmd.Process.Pid, strings.Join(r.cmd.Args, " "))
 	t.Cleanup(r.cleanup)
 
@@ -245,16 +378,7 @@ func startReplica(t testing.TB, name string, cfg replicaConfig) *replica {
 	case <-deadline.C:
 		t.Fatalf("e2e: %s logged no serving line within %v", name, startTimeout)
 	}
-	creds := cfg.Creds
-	if creds == nil {
-		creds = insecure.NewCredentials()
-	}
-	conn, err := grpc.NewClient("passthrough:///"+r.grpcAddr, grpc.WithTransportCredentials(creds))
-	if err != nil {
-		t.Fatalf("e2e: gRPC client for %s: %v", name, err)
-	}
-	r.conn = conn
-	r.rls = rlsv3.NewRateLimitServiceClient(conn)
+	r.conn, r.rls = dial(t, r.grpcAddr, cfg.Creds)
 	for !cfg.Unready {
 		code, _, err := r.admin("/readyz")
 		if err == nil && code == http.StatusOK {
@@ -271,12 +395,22 @@ func startReplica(t testing.TB, name string, cfg replicaConfig) *replica {
 	return r
 }
 
-// cleanup closes the client, stops the process by PID and prints its log
-// when the test failed.
-func (r *replica) cleanup() {
-	if r.conn != nil {
-		_ = r.conn.Close()
+// startReplicas starts n replicas sharing one Redis (standalone or cluster
+// mode), one rule directory and one HMAC secret.
+func startReplicas(t *testing.T, n int, rules string, cfg replicaConfig) []*replica {
+	t.Helper()
+	cfg.Rules = rulesDir(t, rules)
+	cfg.Secret = secretFile(t)
+	rs := make([]*replica, n)
+	for i := range rs {
+		rs[i] = startReplica(t, fmt.Sprintf("replica-%d", i), cfg)
 	}
+	return rs
+}
+
+// cleanup stops the process by PID and prints its log when the test
+// failed.
+func (r *replica) cleanup() {
 	select {
 	case <-r.done:
 	default:
@@ -289,59 +423,18 @@ func (r *replica) cleanup() {
 	}
 }
 
-// terminate sends SIGTERM (the graceful stop Kubernetes and Envoy's operators
-// use).
-func (r *replica) terminate() {
-	r.t.Helper()
-	if err := r.cmd.Process.Signal(syscall.SIGTERM); err != nil {
-		r.t.Fatalf("e2e: SIGTERM %s: %v", r.name, err)
-	}
-}
-
-// wait waits up to timeout for the process to exit and returns its exit code,
-// or an error when it is still running.
-func (r *replica) wait(timeout time.Duration) (int, error) {
-	select {
-	case <-r.done:
-	case <-time.After(timeout):
-		return -1, fmt.Errorf("%s (pid %d) still running after %v", r.name, r.cmd.Process.Pid, timeout)
-	}
-	var ee *exec.ExitError
-	switch {
-	case r.exitErr == nil:
-		return 0, nil
-	case errors.As(r.exitErr, &ee):
-		return ee.ExitCode(), nil
-	}
-	return -1, r.exitErr
-}
-
-// stop sends SIGTERM, waits up to stopTimeout, then SIGKILLs. It returns an
-// error unless the process exited 0 on SIGTERM.
-func (r *replica) stop() error {
-	if err := r.cmd.Process.Signal(syscall.SIGTERM); err != nil && !errors.Is(err, os.ErrProcessDone) {
-		return fmt.Errorf("SIGTERM: %w", err)
-	}
-	code, err := r.wait(stopTimeout)
-	if err != nil {
-		_ = r.cmd.Process.Kill()
-		<-r.done
-		return fmt.Errorf("%w: killed", err)
-	}
-	if code != 0 {
-		return fmt.Errorf("exit %d after SIGTERM, want 0 (a race report, if any, is in the log)", code)
-	}
-	return nil
-}
-
-// admin GETs path on the admin port (1 s bound) and returns the status code
-// and body.
-func (r *replica) admin(path string) (int, string, error) {
+// adminDo sends a request of method for path to the admin port (1 s
+// bound), with the bearer token unless it is empty, and returns the status
+// code and body.
+func (r *replica) adminDo(method, path, token string) (int, string, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+r.adminAddr+path, nil)
+	req, err := http.NewRequestWithContext(ctx, method, "http://"+r.adminAddr+path, nil)
 	if err != nil {
 		return 0, "", err
+	}
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
 	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
@@ -350,6 +443,11 @@ func (r *replica) admin(path string) (int, string, error) {
 	defer resp.Body.Close()
 	b, err := io.ReadAll(io.LimitReader(resp.Body, 4<<20))
 	return resp.StatusCode, string(b), err
+}
+
+// admin GETs path on the admin port without a token.
+func (r *replica) admin(path string) (int, string, error) {
+	return r.adminDo(http.MethodGet, path, "")
 }
 
 // mustAdmin is admin that fails the test on a transport error.
@@ -362,36 +460,48 @@ func (r *replica) mustAdmin(path string) (int, string) {
 	return code, body
 }
 
-// metric returns the value of one sample of /metrics, by its full name with
-// labels as exposed (e.g. `envoy_rls_config_reloads_total{result="failure"}`),
-// or 0 when the sample is absent.
-func (r *replica) metric(sample string) float64 {
+// metricsLines returns the lines of /metrics.
+func (r *replica) metricsLines() []string {
 	r.t.Helper()
 	code, body := r.mustAdmin("/metrics")
 	if code != http.StatusOK {
 		r.t.Fatalf("e2e: %s /metrics: %d", r.name, code)
 	}
-	for _, line := range strings.Split(body, "\n") {
-		rest, ok := strings.CutPrefix(line, sample+" ")
-		if !ok {
+	return strings.Split(body, "\n")
+}
+
+// metricSum adds the samples of /metrics whose line starts with prefix (0
+// when there are none).
+func (r *replica) metricSum(prefix string) float64 {
+	r.t.Helper()
+	var sum float64
+	for _, line := range r.metricsLines() {
+		if !strings.HasPrefix(line, prefix) {
 			continue
 		}
 		var v float64
-		if _, err := fmt.Sscan(rest, &v); err != nil {
+		if _, err := fmt.Sscan(line[strings.LastIndexByte(line, ' ')+1:], &v); err != nil {
 			r.t.Fatalf("e2e: %s /metrics: %q: %v", r.name, line, err)
 		}
-		return v
+		sum += v
 	}
-	return 0
+	return sum
+}
+
+// metric returns the value of one sample of /metrics, by its full name with
+// labels as exposed (e.g. `envoy_rls_config_reloads_total{result="failure"}`),
+// or 0 when the sample is absent.
+func (r *replica) metric(sample string) float64 {
+	r.t.Helper()
+	return r.metricSum(sample + " ")
 }
 
 // metricLines returns the /metrics samples whose names start with one of
 // prefixes, one per line, for failure messages.
 func (r *replica) metricLines(prefixes ...string) string {
 	r.t.Helper()
-	_, body := r.mustAdmin("/metrics")
 	var b strings.Builder
-	for _, line := range strings.Split(body, "\n") {
+	for _, line := range r.metricsLines() {
 		for _, p := range prefixes {
 			if strings.HasPrefix(line, p) {
 				b.WriteString("\n\t" + line)
@@ -400,6 +510,25 @@ func (r *replica) metricLines(prefixes ...string) string {
 		}
 	}
 	return b.String()
+}
+
+// rss is the resident set of process pid (VmRSS), in bytes.
+func rss(pid int) (int64, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0, err
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if rest, ok := strings.CutPrefix(line, "VmRSS:"); ok {
+			f := strings.Fields(rest)
+			if len(f) != 2 || f[1] != "kB" {
+				return 0, fmt.Errorf("VmRSS line %q", line)
+			}
+			kb, err := strconv.ParseInt(f[0], 10, 64)
+			return kb << 10, err
+		}
+	}
+	return 0, fmt.Errorf("no VmRSS in /proc/%d/status", pid)
 }
 
 // logBuffer keeps a process's output and calls onLine for each complete line.
