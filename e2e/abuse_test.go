@@ -53,11 +53,7 @@ func rssCeiling() int64 {
 }
 
 // abuseRules limit each user to 3 calls an hour.
-const abuseRules = `domain: e2e
-descriptors:
-  - key: user
-    rate_limit: {unit: hour, requests_per_unit: 3}
-`
+var abuseRules = hourlyRules(3, "user")
 
 // rssPeak samples a process's resident set every 20ms until stop.
 type rssPeak struct {
@@ -623,11 +619,7 @@ func (r *replica) callWire(req wireRequest) (rlsv3.RateLimitResponse_Code, error
 // counted in calls_total. A request that is not protobuf at all is still
 // refused, and counted too.
 func TestInvalidUTF8IsDecided(t *testing.T) {
-	r := startReplica(t, "utf8", replicaConfig{Rules: rulesDir(t, `domain: e2e
-descriptors:
-  - key: api_key
-    rate_limit: {unit: hour, requests_per_unit: 3}
-`)})
+	r := startReplica(t, "utf8", replicaConfig{Rules: rulesDir(t, hourlyRules(3, "api_key"))})
 	okBefore := r.metric(`envoy_rls_calls_total{code="OK"}`)
 	key := unique("k") + "\xff\xfe"
 	for i := range 5 {

@@ -50,7 +50,7 @@ type explainAnswer struct {
 func TestExplainDigestAndReset(t *testing.T) {
 	for _, store := range []string{"memory", "redis"} {
 		t.Run(store, func(t *testing.T) {
-			rules := rulesDir(t, "domain: "+domain+"\ndescriptors:\n  - key: user\n    rate_limit: {unit: hour, requests_per_unit: 5}\n")
+			rules := rulesDir(t, hourlyRules(5, "user"))
 			secret := secretFile(t)
 			dir := t.TempDir()
 			tokens := writeFile(t, dir, "tokens", "ops:"+explainToken+"\n")
@@ -62,11 +62,7 @@ func TestExplainDigestAndReset(t *testing.T) {
 			}
 			r := startReplica(t, store, cfg)
 			user := unique("rawval")
-			for range 3 {
-				if res := r.mustCall(t, entry{"user", user}); !res.ok() {
-					t.Fatalf("hit: %v", res)
-				}
-			}
+			r.checkAdmits(t, entry{"user", user}, 5, 3)
 			explain := func() explainAnswer {
 				out := runOK(t, nil, "explain", "--admin", "http://"+r.adminAddr, "--token-file", tokens, "--domain", domain, "--descriptor", "user="+user)
 				var ans explainAnswer
@@ -103,9 +99,7 @@ func TestExplainDigestAndReset(t *testing.T) {
 				}
 			}
 			// The denial log names the subject by the digest's first 8 hex digits.
-			for range 3 {
-				r.mustCall(t, entry{"user", user})
-			}
+			r.checkAdmits(t, entry{"user", user}, 2, 3)
 			polltest.Eventually(t, 5*time.Second, 50*time.Millisecond, "the denial log line", func() error {
 				if !r.log.contains(`"subject":"` + digest[:8] + `"`) {
 					return errors.New("not logged yet")
@@ -151,11 +145,7 @@ func TestTopAndUsage(t *testing.T) {
 				_, cfg = withStandaloneRedis(t)
 				cfg.Secret = secretFile(t)
 			}
-			cfg.Rules = rulesDir(t, `domain: e2e
-descriptors:
-  - key: user
-    rate_limit: {unit: hour, requests_per_unit: 3}
-`)
+			cfg.Rules = rulesDir(t, hourlyRules(3, "user"))
 			tokens := filepath.Join(t.TempDir(), "tokens")
 			const token = "e2e-token-0123456789abcdef"
 			if err := os.WriteFile(tokens, []byte("e2e:"+token+"\n"), 0o600); err != nil {
@@ -165,9 +155,7 @@ descriptors:
 			r := startReplica(t, store, cfg)
 
 			heavy, light := unique("heavy-user"), unique("light-user")
-			for range 5 {
-				r.mustCall(t, entry{"user", heavy}) // 3 allowed, 2 denied
-			}
+			r.checkAdmits(t, entry{"user", heavy}, 3, 5)
 			r.mustCall(t, entry{"user", light})
 
 			get := func(path, tok string) (int, string) {
@@ -312,18 +300,9 @@ func checkConsole(t *testing.T, browser string, cfg replicaConfig, screenshot bo
 	awayFromHourBoundary(t)
 	r := startReplica(t, "console", cfg)
 	user, login := unique("rawval-console"), unique("rawval-login")
-	for i := range 7 {
-		res := r.mustCall(t, entry{"user", user})
-		if want := i < 5; res.ok() != want {
-			t.Fatalf("call %d: %v", i+1, res)
-		}
-	}
+	r.checkAdmits(t, entry{"user", user}, 5, 7)
 	// The fourth login call of a limit of 3 puts the subject in the box.
-	for i := range 4 {
-		if res := r.mustCall(t, entry{"login", login}); res.ok() != (i < 3) {
-			t.Fatalf("login call %d: %v", i+1, res)
-		}
-	}
+	r.checkAdmits(t, entry{"login", login}, 3, 4)
 	base := "http://" + r.adminAddr
 
 	opts := append(chromedp.DefaultExecAllocatorOptions[:], chromedp.ExecPath(browser), chromedp.NoSandbox,

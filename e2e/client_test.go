@@ -86,6 +86,17 @@ func (r *replica) call(timeout time.Duration, hits uint32, entries ...entry) res
 	return r.send(timeout, &rlsv3.RateLimitRequest{Domain: domain, Descriptors: []*ratelimitv3.RateLimitDescriptor{d}, HitsAddend: hits})
 }
 
+// callMany is call with one descriptor per entry: every entry its own
+// limit of the one request.
+func (r *replica) callMany(timeout time.Duration, hits uint32, entries ...entry) result {
+	req := &rlsv3.RateLimitRequest{Domain: domain, HitsAddend: hits}
+	for _, e := range entries {
+		req.Descriptors = append(req.Descriptors, &ratelimitv3.RateLimitDescriptor{
+			Entries: []*ratelimitv3.RateLimitDescriptor_Entry{{Key: e.Key, Value: e.Value}}})
+	}
+	return r.send(timeout, req)
+}
+
 // send sends req with a deadline of timeout and returns what Envoy sees of
 // the answer.
 func (r *replica) send(timeout time.Duration, req *rlsv3.RateLimitRequest) result {
@@ -116,6 +127,20 @@ func (r *replica) mustCall(t *testing.T, entries ...entry) result {
 		t.Fatalf("e2e: %s: %v", r.name, res.Err)
 	}
 	return res
+}
+
+// checkAdmits makes calls calls of e on r: the first limit must be
+// answered OK, the others OVER_LIMIT. It returns the answers.
+func (r *replica) checkAdmits(t *testing.T, e entry, limit, calls int) []result {
+	t.Helper()
+	got := make([]result, calls)
+	for i := range got {
+		got[i] = r.mustCall(t, e)
+		if want := i < limit; got[i].ok() != want || !want && !got[i].over() {
+			t.Fatalf("%s: call %d of %s: %v, want ok=%v", r.name, i+1, e.Key, got[i], want)
+		}
+	}
+	return got
 }
 
 // unique returns prefix plus a random suffix: a subject no earlier run used,

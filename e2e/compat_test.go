@@ -33,7 +33,26 @@ func ratelimitLink(t testing.TB) string {
 
 // compatRules are the reference-format rules of the compatibility tests:
 // 3 calls an hour per user (a window no test outlives).
-const compatRules = "domain: " + domain + "\ndescriptors:\n  - key: user\n    rate_limit: {unit: hour, requests_per_unit: 3}\n"
+var compatRules = hourlyRules(3, "user")
+
+// referenceRuntime lays out a reference service's runtime directory:
+// RUNTIME_ROOT with compatRules in sub/config (sub may be ""). It returns
+// the environment that points the binary at it, with its listeners on free
+// loopback ports, and the rule directory.
+func referenceRuntime(t *testing.T, sub string) (env []string, dir string) {
+	t.Helper()
+	root := t.TempDir()
+	dir = filepath.Join(root, sub, "config")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	writeFile(t, dir, "rules.yaml", compatRules)
+	env = []string{"RUNTIME_ROOT=" + root, "HOST=127.0.0.1", "PORT=0", "GRPC_HOST=127.0.0.1", "GRPC_PORT=0"}
+	if sub != "" {
+		env = append(env, "RUNTIME_SUBDIRECTORY="+sub)
+	}
+	return env, dir
+}
 
 // envoyGatewayEnv is the environment Envoy Gateway gives the reference
 // service, adapted to loopback: rule files (CONFIG_TYPE=FILE) instead of
@@ -42,26 +61,20 @@ const compatRules = "domain: " + domain + "\ndescriptors:\n  - key: user\n    ra
 // protocol; Envoy Gateway sets none).
 func envoyGatewayEnv(t *testing.T, redisAddr string, tlsFiles redistest.TLSFiles, extra ...string) ([]string, *statsdtest.Server) {
 	t.Helper()
-	root := t.TempDir()
-	dir := filepath.Join(root, "ratelimit", "config")
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	writeFile(t, dir, "rules.yaml", compatRules)
+	env, dir := referenceRuntime(t, "ratelimit")
 	// A dot-file that would not load: RUNTIME_IGNOREDOTFILES=true skips it.
 	writeFile(t, dir, ".rules.yaml.swp", "domain: [broken")
 	writeFile(t, dir, ".editor.yaml", "domain: [broken")
 	statsd := statsdtest.Start(t, "tcp")
 	_, statsdPort, _ := net.SplitHostPort(statsd.Addr)
-	return append([]string{
-		"RUNTIME_ROOT=" + root, "RUNTIME_SUBDIRECTORY=ratelimit", "RUNTIME_IGNOREDOTFILES=true", "RUNTIME_WATCH_ROOT=false",
-		"LOG_LEVEL=info", "USE_STATSD=true", "STATSD_HOST=127.0.0.1", "STATSD_PORT=" + statsdPort,
+	return append(append(env,
+		"RUNTIME_IGNOREDOTFILES=true", "RUNTIME_WATCH_ROOT=false",
+		"LOG_LEVEL=info", "USE_STATSD=true", "STATSD_HOST=127.0.0.1", "STATSD_PORT="+statsdPort,
 		"CONFIG_TYPE=FILE",
-		"GRPC_SERVER_USE_TLS=true", "GRPC_SERVER_TLS_CERT=" + tlsFiles.ServerCert, "GRPC_SERVER_TLS_KEY=" + tlsFiles.ServerKey,
-		"GRPC_SERVER_TLS_CA_CERT=" + tlsFiles.CA, "GRPC_CLIENT_TLS_CACERT=" + tlsFiles.CA,
-		"FORCE_START_WITHOUT_INITIAL_CONFIG=true", "REDIS_SOCKET_TYPE=tcp", "REDIS_URL=" + redisAddr,
-		"HOST=127.0.0.1", "PORT=0", "GRPC_HOST=127.0.0.1", "GRPC_PORT=0",
-	}, extra...), statsd
+		"GRPC_SERVER_USE_TLS=true", "GRPC_SERVER_TLS_CERT="+tlsFiles.ServerCert, "GRPC_SERVER_TLS_KEY="+tlsFiles.ServerKey,
+		"GRPC_SERVER_TLS_CA_CERT="+tlsFiles.CA, "GRPC_CLIENT_TLS_CACERT="+tlsFiles.CA,
+		"FORCE_START_WITHOUT_INITIAL_CONFIG=true", "REDIS_SOCKET_TYPE=tcp", "REDIS_URL="+redisAddr,
+	), extra...), statsd
 }
 
 // TestRatelimitEntryPoint: the binary started as ratelimit with Envoy
@@ -211,22 +224,10 @@ func TestRatelimitEntryPointUnixSocket(t *testing.T) {
 	binary(t)
 	sock := filepath.Join(t.TempDir(), "redis.sock")
 	redistest.Standalone(t, redistest.Local(), redistest.WithArgs("--unixsocket", sock, "--unixsocketperm", "700"))
-	root := t.TempDir()
-	dir := filepath.Join(root, "config")
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	writeFile(t, dir, "rules.yaml", compatRules)
-	r := startReplica(t, "ratelimit-unix", replicaConfig{Compat: true, Env: []string{
-		"RUNTIME_ROOT=" + root, "LOG_LEVEL=info", "USE_STATSD=false", "REDIS_SOCKET_TYPE=unix", "REDIS_URL=" + sock,
-		"HOST=127.0.0.1", "PORT=0", "GRPC_HOST=127.0.0.1", "GRPC_PORT=0",
-	}})
-	user := entry{"user", unique("u")}
-	for i := range 4 {
-		if res := r.mustCall(t, user); res.ok() != (i < 3) {
-			t.Fatalf("call %d: %v, want ok=%v", i+1, res, i < 3)
-		}
-	}
+	env, _ := referenceRuntime(t, "")
+	r := startReplica(t, "ratelimit-unix", replicaConfig{Compat: true, Env: append(env,
+		"LOG_LEVEL=info", "USE_STATSD=false", "REDIS_SOCKET_TYPE=unix", "REDIS_URL="+sock)})
+	r.checkAdmits(t, entry{"user", unique("u")}, 3, 4)
 }
 
 // TestReferenceComposeEnvironments: the environments of the reference
@@ -248,14 +249,8 @@ func TestReferenceComposeEnvironments(t *testing.T) {
 		{"docker-compose-example.yml", []string{"USE_STATSD=true", "LOG_LEVEL=debug", "REDIS_SOCKET_TYPE=tcp", "RUNTIME_WATCH_ROOT=false"}, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			root := t.TempDir()
-			dir := filepath.Join(root, "ratelimit", "config")
-			if err := os.MkdirAll(dir, 0o755); err != nil {
-				t.Fatal(err)
-			}
-			writeFile(t, dir, "rules.yaml", compatRules)
-			env := append(tc.env, "REDIS_URL="+redis.Addr(), "RUNTIME_ROOT="+root, "RUNTIME_SUBDIRECTORY=ratelimit",
-				"HOST=127.0.0.1", "PORT=0", "GRPC_HOST=127.0.0.1", "GRPC_PORT=0",
+			env, _ := referenceRuntime(t, "ratelimit")
+			env = append(append(env, tc.env...), "REDIS_URL="+redis.Addr(),
 				// Not in the compose files: without a configured secret the
 				// replicas share one in Redis, under a key of this test's own.
 				"CACHE_KEY_PREFIX="+unique("compose")+":")
@@ -266,12 +261,7 @@ func TestReferenceComposeEnvironments(t *testing.T) {
 				env = append(env, "STATSD_HOST=127.0.0.1", "STATSD_PORT="+port, "STATS_FLUSH_INTERVAL=100ms")
 			}
 			r := startReplica(t, "ratelimit-compose", replicaConfig{Compat: true, Env: env})
-			user := entry{"user", unique("u")}
-			for i := range 4 {
-				if res := r.mustCall(t, user); res.ok() != (i < 3) {
-					t.Fatalf("call %d: %v, want ok=%v", i+1, res, i < 3)
-				}
-			}
+			r.checkAdmits(t, entry{"user", unique("u")}, 3, 4)
 			if r.log.contains("reference setting") {
 				t.Errorf("a reference setting was warned about:\n%s", r.log.tail(4000))
 			}

@@ -209,11 +209,7 @@ func stringAttr(kvs []*commonpb.KeyValue, key string) string {
 // variables over OTLP/HTTP, once with the reference service's TRACING_*
 // aliases over OTLP/gRPC.
 func TestTracingExportsOTLP(t *testing.T) {
-	rules := rulesDir(t, `domain: e2e
-descriptors:
-  - key: user
-    rate_limit: {unit: hour, requests_per_unit: 1}
-`)
+	rules := rulesDir(t, hourlyRules(1, "user"))
 	for _, tc := range []struct {
 		name    string
 		start   func(*testing.T) *otlpReceiver

@@ -600,14 +600,23 @@ func rulesDir(t testing.TB, rules string) string {
 	return dir
 }
 
-// failureModeRules is a rule file with one descriptor key per failure mode
-// in modes, named after the mode, each limited to perHour calls an hour (a
-// window no test outlives).
-func failureModeRules(perHour int, modes ...string) string {
+// hourlyRules is a rule file with one descriptor per key, each limited to
+// perHour calls an hour (a window no test outlives).
+func hourlyRules(perHour int, keys ...string) string { return ruleFile(perHour, keys, false) }
+
+// failureModeRules is hourlyRules with one key per failure mode in modes,
+// named after the mode, with that failure_mode.
+func failureModeRules(perHour int, modes ...string) string { return ruleFile(perHour, modes, true) }
+
+func ruleFile(perHour int, keys []string, failureModes bool) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "domain: %s\ndescriptors:\n", domain)
-	for _, mode := range modes {
-		fmt.Fprintf(&b, "  - key: %s\n    rate_limit: {unit: hour, requests_per_unit: %d, failure_mode: %s}\n", mode, perHour, mode)
+	for _, k := range keys {
+		fmt.Fprintf(&b, "  - key: %s\n    rate_limit: {unit: hour, requests_per_unit: %d", k, perHour)
+		if failureModes {
+			fmt.Fprintf(&b, ", failure_mode: %s", k)
+		}
+		b.WriteString("}\n")
 	}
 	return b.String()
 }
