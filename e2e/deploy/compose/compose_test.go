@@ -2,7 +2,6 @@ package compose_test
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"fmt"
 	"net"
@@ -21,16 +20,13 @@ import (
 	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
 	upstreamhttpv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/upstreams/http/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/protobuf/encoding/protojson"
 	"gopkg.in/yaml.v3"
 
 	// Registers the router filter so its typed_config Any resolves.
 	_ "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/router/v3"
 
-	ratelimitcommonv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
-
+	"github.com/envoy-rls/envoy-rls/e2e/deploy/internal/servetest"
 	"github.com/envoy-rls/envoy-rls/internal/binarytest"
 	"github.com/envoy-rls/envoy-rls/internal/deploytest"
 	"github.com/envoy-rls/envoy-rls/pkg/descriptors"
@@ -444,31 +440,10 @@ func TestDemo429(t *testing.T) {
 		t.Skip("starts the binary")
 	}
 	d := parseEnvoy(t)
-	grpcAddr, adminAddr := deploytest.Serve(t, "--config", filepath.Join(dir(t), "rules"), "--store", "memory", "--default-headers", "retry_after")
-
-	conn, err := grpc.NewClient(grpcAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	client := rlsv3.NewRateLimitServiceClient(conn)
+	srv := servetest.Start(t, "--config", filepath.Join(dir(t), "rules"), "--store", "memory", "--default-headers", "retry_after")
 	call := func(path, ip string) *rlsv3.RateLimitResponse {
 		t.Helper()
-		req := &rlsv3.RateLimitRequest{Domain: d.rl.GetDomain(), HitsAddend: 1}
-		for _, entries := range descriptorsFor(t, d, path, ip) {
-			rd := &ratelimitcommonv3.RateLimitDescriptor{}
-			for _, e := range entries {
-				rd.Entries = append(rd.Entries, &ratelimitcommonv3.RateLimitDescriptor_Entry{Key: e.Key, Value: e.Value})
-			}
-			req.Descriptors = append(req.Descriptors, rd)
-		}
-		cctx, ccancel := context.WithTimeout(context.Background(), 2*time.Second)
-		defer ccancel()
-		resp, err := client.ShouldRateLimit(cctx, req)
-		if err != nil {
-			t.Fatalf("ShouldRateLimit %s: %v", path, err)
-		}
-		return resp
+		return srv.Call(t, d.rl.GetDomain(), descriptorsFor(t, d, path, ip)...)
 	}
 	want := []rlsv3.RateLimitResponse_Code{
 		rlsv3.RateLimitResponse_OK, rlsv3.RateLimitResponse_OK, rlsv3.RateLimitResponse_OK,
@@ -497,5 +472,5 @@ func TestDemo429(t *testing.T) {
 	}
 	// The calls above produced OK and OVER_LIMIT decisions in domain demo:
 	// the PromQL in docs/demo.md must find its metrics, labels and values.
-	checkDocQueries(t, "http://"+adminAddr+"/metrics")
+	checkDocQueries(t, srv)
 }

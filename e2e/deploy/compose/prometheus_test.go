@@ -2,7 +2,6 @@ package compose_test
 
 import (
 	"net"
-	"net/http"
 	"path"
 	"path/filepath"
 	"regexp"
@@ -11,9 +10,9 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 
+	"github.com/envoy-rls/envoy-rls/e2e/deploy/internal/servetest"
 	"github.com/envoy-rls/envoy-rls/internal/binarytest"
 	"github.com/envoy-rls/envoy-rls/internal/deploytest"
 )
@@ -130,27 +129,18 @@ func docQueries(t *testing.T) []string {
 	return out
 }
 
-// checkDocQueries scrapes url (a running envoy-rls' /metrics) and fails t
-// for every envoy_rls_* metric, label or label value used by the PromQL in
+// checkDocQueries scrapes srv's /metrics and fails t for every
+// envoy_rls_* metric, label or label value used by the PromQL in
 // docs/demo.md that the scrape does not have. Label values are checked
 // against the samples present, so the caller must have made calls that
 // produce them first.
-func checkDocQueries(t *testing.T, url string) {
+func checkDocQueries(t *testing.T, srv *servetest.Server) {
 	t.Helper()
 	queries := docQueries(t)
 	if len(queries) == 0 {
 		t.Fatal("docs/demo.md has no ```promql block")
 	}
-	resp, err := http.Get(url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	parser := expfmt.NewTextParser(model.UTF8Validation)
-	families, err := parser.TextToMetricFamilies(resp.Body)
-	if err != nil {
-		t.Fatalf("%s: %v", url, err)
-	}
+	families := srv.Metrics(t)
 	checked := 0
 	for _, q := range queries {
 		names := rlsMetricName.FindAllString(q, -1)

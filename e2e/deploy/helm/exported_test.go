@@ -1,23 +1,15 @@
 package helm_test
 
 import (
-	"context"
 	"fmt"
-	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
-	ratelimitcommonv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
-	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
-	"github.com/prometheus/common/expfmt"
-	"github.com/prometheus/common/model"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
-
+	"github.com/envoy-rls/envoy-rls/e2e/deploy/internal/servetest"
 	"github.com/envoy-rls/envoy-rls/internal/deploytest"
+	"github.com/envoy-rls/envoy-rls/pkg/descriptors"
 )
 
 // exportRules is one domain whose single limit (1 a minute per subject)
@@ -63,24 +55,10 @@ func exportedMetrics(t *testing.T) map[string]bool {
 // makes calls and returns the names /metrics shows.
 func scrapeAfterCalls(t *testing.T, rulesDir string, store []string) map[string]bool {
 	t.Helper()
-	grpcAddr, adminAddr := deploytest.Serve(t, append([]string{"--config", rulesDir}, store...)...)
-
-	conn, err := grpc.NewClient(grpcAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	client := rlsv3.NewRateLimitServiceClient(conn)
-	call := func(domain, client0 string) {
+	srv := servetest.Start(t, append([]string{"--config", rulesDir}, store...)...)
+	call := func(domain, client string) {
 		t.Helper()
-		cctx, ccancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer ccancel()
-		req := &rlsv3.RateLimitRequest{Domain: domain, Descriptors: []*ratelimitcommonv3.RateLimitDescriptor{{
-			Entries: []*ratelimitcommonv3.RateLimitDescriptor_Entry{{Key: "client", Value: client0}},
-		}}}
-		if _, err := client.ShouldRateLimit(cctx, req); err != nil {
-			t.Fatalf("ShouldRateLimit %s %s: %v", domain, client0, err)
-		}
+		srv.Call(t, domain, []descriptors.Entry{{Key: "client", Value: client}})
 	}
 	// The same subject twice (allowed near the limit, then denied), more
 	// subjects than the memory store holds (overflow), and a domain no
@@ -91,18 +69,8 @@ func scrapeAfterCalls(t *testing.T, rulesDir string, store []string) map[string]
 	}
 	call("nowhere", "c0")
 
-	resp, err := http.Get("http://" + adminAddr + "/metrics")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	parser := expfmt.NewTextParser(model.UTF8Validation)
-	families, err := parser.TextToMetricFamilies(resp.Body)
-	if err != nil {
-		t.Fatalf("/metrics: %v", err)
-	}
 	names := map[string]bool{}
-	for name, f := range families {
+	for name, f := range srv.Metrics(t) {
 		if !strings.HasPrefix(name, "envoy_rls_") {
 			continue
 		}
