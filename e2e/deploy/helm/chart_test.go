@@ -64,6 +64,16 @@ func list(v any) []any {
 	return l
 }
 
+// chartFile reads the chart's file name.
+func chartFile(t *testing.T, name string) []byte {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(deploytest.ChartDir(t), name))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
 func runHelm(t *testing.T, args ...string) (string, error) {
 	t.Helper()
 	cmd := exec.Command(helmBin(t), args...)
@@ -718,10 +728,7 @@ func TestRulesDoNotRollPods(t *testing.T) {
 // TestValuesDocumented: every key in values.yaml has a comment (on its line
 // or the line above), as the issue asks, and no secret has a default.
 func TestValuesDocumented(t *testing.T) {
-	b, err := os.ReadFile(filepath.Join(deploytest.ChartDir(t), "values.yaml"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	b := chartFile(t, "values.yaml")
 	var doc yaml.Node
 	if err := yaml.Unmarshal(b, &doc); err != nil {
 		t.Fatal(err)
@@ -1239,10 +1246,7 @@ func TestChartReadmeCurrent(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	got, err := os.ReadFile(filepath.Join(deploytest.ChartDir(t), "README.md"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	got := chartFile(t, "README.md")
 	if !bytes.Equal(got, want) {
 		t.Errorf("deploy/helm/envoy-rls/README.md is not what helm-docs generates from values.yaml and README.md.gotmpl: run `make chart-docs`\n--- generated ---\n%s", want)
 	}

@@ -46,15 +46,6 @@ type dashboard struct {
 	} `json:"panels"`
 }
 
-func chartFile(t *testing.T, name string) []byte {
-	t.Helper()
-	b, err := os.ReadFile(filepath.Join(deploytest.ChartDir(t), name))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return b
-}
-
 func loadRules(t *testing.T) ruleFile {
 	t.Helper()
 	var rf ruleFile

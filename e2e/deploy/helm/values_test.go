@@ -3,8 +3,6 @@ package helm_test
 import (
 	"encoding/json"
 	"fmt"
-	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -168,12 +166,8 @@ func TestValueFlags(t *testing.T) {
 // values.yaml (and nothing else), so that with additionalProperties false a
 // typo is refused and no value escapes its type or range.
 func TestSchemaCoversValues(t *testing.T) {
-	b, err := os.ReadFile(filepath.Join(deploytest.ChartDir(t), "values.schema.json"))
-	if err != nil {
-		t.Fatal(err)
-	}
 	var schema map[string]any
-	if err := json.Unmarshal(b, &schema); err != nil {
+	if err := json.Unmarshal(chartFile(t, "values.schema.json"), &schema); err != nil {
 		t.Fatalf("values.schema.json: %v", err)
 	}
 	if schema["$schema"] != "http://json-schema.org/draft-07/schema#" {
