@@ -29,13 +29,12 @@ import (
 
 // Bounds of the engine's work.
 const (
-	// StartTimeout bounds creating and starting one container, an image
+	// startTimeout bounds creating and starting one container, an image
 	// pull included (the first run of an image on a machine pulls it).
-	StartTimeout = 5 * time.Minute
-	// engineProbeTimeout bounds asking the engine whether it answers.
-	engineProbeTimeout = 10 * time.Second
-	// inspectTimeout bounds reading a container's state or logs.
-	inspectTimeout = 10 * time.Second
+	startTimeout = 5 * time.Minute
+	// askTimeout bounds one question to the engine: whether it answers, a
+	// container's state, its logs.
+	askTimeout = 10 * time.Second
 )
 
 // EngineAnswers reports whether a Docker-compatible engine answers, through
@@ -52,7 +51,7 @@ func EngineAnswers() (err error) {
 		return fmt.Errorf("testcontainers provider: %w", err)
 	}
 	defer p.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), engineProbeTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), askTimeout)
 	defer cancel()
 	if err := p.Health(ctx); err != nil {
 		return fmt.Errorf("engine health: %w", err)
@@ -134,7 +133,7 @@ func (p *process) container() testcontainers.Container {
 }
 
 func (p *process) Start(context.Context) error {
-	ctx, cancel := context.WithTimeout(context.Background(), StartTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), startTimeout)
 	defer cancel()
 	if ctr := p.container(); ctr != nil {
 		if err := ctr.Start(ctx); err != nil {
@@ -163,7 +162,7 @@ func (p *process) PID() int {
 	if ctr == nil {
 		return 0
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), inspectTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), askTimeout)
 	defer cancel()
 	st, err := ctr.State(ctx)
 	if err != nil || !st.Running {
@@ -247,7 +246,7 @@ func (p *process) Output() string {
 	if ctr == nil {
 		return ""
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), inspectTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), askTimeout)
 	defer cancel()
 	r, err := ctr.Logs(ctx)
 	if err != nil {
