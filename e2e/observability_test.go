@@ -18,8 +18,6 @@ import (
 	"testing"
 	"time"
 
-	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
-	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	coltracepb "go.opentelemetry.io/proto/otlp/collector/trace/v1"
 	commonpb "go.opentelemetry.io/proto/otlp/common/v1"
 	tracepb "go.opentelemetry.io/proto/otlp/trace/v1"
@@ -304,11 +302,7 @@ func auditCalls(t *testing.T, r *replica) (user, trial string) {
 	t.Helper()
 	user, trial = unique("SECRET-user"), unique("SECRET-trial")
 	send := func(i int, key, value string, wantOK bool) {
-		req := &rlsv3.RateLimitRequest{Domain: domain, Descriptors: []*ratelimitv3.RateLimitDescriptor{
-			{Entries: []*ratelimitv3.RateLimitDescriptor_Entry{{Key: key, Value: value}}},
-			{Entries: []*ratelimitv3.RateLimitDescriptor_Entry{{Key: "request_id", Value: fmt.Sprintf("rid-%s-%d", key, i)}}},
-		}}
-		res := r.send(callTimeout, req)
+		res := r.callMany(callTimeout, 1, entry{key, value}, entry{"request_id", fmt.Sprintf("rid-%s-%d", key, i)})
 		if res.Err != nil || res.ok() != wantOK {
 			t.Fatalf("%s call %d: %v, want ok=%v", key, i, res, wantOK)
 		}
