@@ -54,27 +54,41 @@ func referenceRuntime(t *testing.T, sub string) (env []string, dir string) {
 	return env, dir
 }
 
-// envoyGatewayEnv is the environment Envoy Gateway gives the reference
-// service, adapted to loopback: rule files (CONFIG_TYPE=FILE) instead of
-// its xDS server, listeners on free ports, certificates made by the test,
-// and a statsd server that receives over TCP (the reference's default
-// protocol; Envoy Gateway sets none).
-func envoyGatewayEnv(t *testing.T, redisAddr string, tlsFiles redistest.TLSFiles, extra ...string) ([]string, *statsdtest.Server) {
+// envoyGateway is the reference service as Envoy Gateway deploys it,
+// adapted to loopback: rule files (CONFIG_TYPE=FILE) instead of its xDS
+// server, listeners on free ports, a Redis, certificates made by the test
+// for mutual TLS with Envoy, and a statsd server that receives over TCP
+// (the reference's default protocol; Envoy Gateway sets none).
+type envoyGateway struct {
+	env    []string // the reference's environment
+	redis  *redistest.Server
+	tls    redistest.TLSFiles
+	creds  credentials.TransportCredentials // Envoy's side of the mutual TLS
+	statsd *statsdtest.Server
+}
+
+// startEnvoyGateway starts the Redis and the statsd server (it builds the
+// binary first, skipping the test in -short mode) and returns the
+// environment with extra added.
+func startEnvoyGateway(t *testing.T, extra ...string) *envoyGateway {
 	t.Helper()
+	binary(t)
+	g := &envoyGateway{redis: redistest.Standalone(t), tls: redistest.GenerateTLS(t), statsd: statsdtest.Start(t, "tcp")}
+	g.creds = credentials.NewTLS(g.tls.ClientConfig(t))
 	env, dir := referenceRuntime(t, "ratelimit")
 	// A dot-file that would not load: RUNTIME_IGNOREDOTFILES=true skips it.
 	writeFile(t, dir, ".rules.yaml.swp", "domain: [broken")
 	writeFile(t, dir, ".editor.yaml", "domain: [broken")
-	statsd := statsdtest.Start(t, "tcp")
-	_, statsdPort, _ := net.SplitHostPort(statsd.Addr)
-	return append(append(env,
+	_, statsdPort, _ := net.SplitHostPort(g.statsd.Addr)
+	g.env = append(append(env,
 		"RUNTIME_IGNOREDOTFILES=true", "RUNTIME_WATCH_ROOT=false",
 		"LOG_LEVEL=info", "USE_STATSD=true", "STATSD_HOST=127.0.0.1", "STATSD_PORT="+statsdPort,
 		"CONFIG_TYPE=FILE",
-		"GRPC_SERVER_USE_TLS=true", "GRPC_SERVER_TLS_CERT="+tlsFiles.ServerCert, "GRPC_SERVER_TLS_KEY="+tlsFiles.ServerKey,
-		"GRPC_SERVER_TLS_CA_CERT="+tlsFiles.CA, "GRPC_CLIENT_TLS_CACERT="+tlsFiles.CA,
-		"FORCE_START_WITHOUT_INITIAL_CONFIG=true", "REDIS_SOCKET_TYPE=tcp", "REDIS_URL="+redisAddr,
-	), extra...), statsd
+		"GRPC_SERVER_USE_TLS=true", "GRPC_SERVER_TLS_CERT="+g.tls.ServerCert, "GRPC_SERVER_TLS_KEY="+g.tls.ServerKey,
+		"GRPC_SERVER_TLS_CA_CERT="+g.tls.CA, "GRPC_CLIENT_TLS_CACERT="+g.tls.CA,
+		"FORCE_START_WITHOUT_INITIAL_CONFIG=true", "REDIS_SOCKET_TYPE=tcp", "REDIS_URL="+g.redis.Addr(),
+	), extra...)
+	return g
 }
 
 // TestRatelimitEntryPoint: the binary started as ratelimit with Envoy
@@ -84,15 +98,11 @@ func envoyGatewayEnv(t *testing.T, redisAddr string, tlsFiles redistest.TLSFiles
 // USE_STATSD/STATSD_HOST/STATSD_PORT, answers the probes' /healthcheck, and
 // stops cleanly on SIGTERM.
 func TestRatelimitEntryPoint(t *testing.T) {
-	binary(t)
-	redis := redistest.Standalone(t)
-	tlsFiles := redistest.GenerateTLS(t)
-	mtls := credentials.NewTLS(tlsFiles.ClientConfig(t))
 	prefix := unique("compat") + ":"
-	env, statsd := envoyGatewayEnv(t, redis.Addr(), tlsFiles, "CACHE_KEY_PREFIX="+prefix, "LIMIT_RESPONSE_HEADERS_ENABLED=true",
+	g := startEnvoyGateway(t, "CACHE_KEY_PREFIX="+prefix, "LIMIT_RESPONSE_HEADERS_ENABLED=true",
 		"STATS_FLUSH_INTERVAL=100ms")
-	a := startReplica(t, "ratelimit-a", replicaConfig{Compat: true, Env: env, Creds: mtls})
-	b := startReplica(t, "ratelimit-b", replicaConfig{Compat: true, Env: env, Creds: mtls})
+	a := startReplica(t, "ratelimit-a", replicaConfig{Compat: true, Env: g.env, Creds: g.creds})
+	b := startReplica(t, "ratelimit-b", replicaConfig{Compat: true, Env: g.env, Creds: g.creds})
 
 	for _, r := range []*replica{a, b} {
 		if code, body := r.mustAdmin("/healthcheck"); code != 200 || strings.TrimSpace(body) != "OK" {
@@ -105,7 +115,7 @@ func TestRatelimitEntryPoint(t *testing.T) {
 	// One secret, stored once, under the prefixed key.
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	v, err := redistest.Do(ctx, redis.Addr(), nil, "STRLEN", prefix+"envoy-rls:hmac-secret")
+	v, err := redistest.Do(ctx, g.redis.Addr(), nil, "STRLEN", prefix+"envoy-rls:hmac-secret")
 	if err != nil || v != int64(32) {
 		t.Errorf("STRLEN of the shared secret's key: %v, %v; want 32", v, err)
 	}
@@ -141,15 +151,15 @@ func TestRatelimitEntryPoint(t *testing.T) {
 	// requests but no hits.
 	want := map[string]int64{"ratelimit_server.ShouldRateLimit.total_requests": 4 + 5}
 	statsdtest.AddRule(want, domain+".user", "", statsdtest.RuleCounts{Total: 4, Within: 3, Near: 1, Over: 1})
-	statsd.WaitCounters(t, want, 10*time.Second)
-	statsd.CheckOnlyCounters(t, want)
+	g.statsd.WaitCounters(t, want, 10*time.Second)
+	g.statsd.CheckOnlyCounters(t, want)
 
 	// Envoy's calls must present a client certificate.
 	plain := a.fresh(t, insecure.NewCredentials())
 	if res := plain.call(callTimeout, 1, user); res.Err == nil {
 		t.Errorf("plaintext call answered: %v", res)
 	}
-	noCert := tlsFiles.ClientConfig(t)
+	noCert := g.tls.ClientConfig(t)
 	noCert.Certificates = nil
 	if res := a.fresh(t, credentials.NewTLS(noCert)).call(callTimeout, 1, user); res.Err == nil {
 		t.Errorf("call without a client certificate answered: %v", res)

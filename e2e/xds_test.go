@@ -7,10 +7,8 @@ import (
 	"time"
 
 	rlsconf "github.com/envoyproxy/go-control-plane/ratelimit/config/ratelimit/v3"
-	"google.golang.org/grpc/credentials"
 
 	"github.com/envoy-rls/envoy-rls/internal/polltest"
-	"github.com/envoy-rls/envoy-rls/internal/redistest"
 	"github.com/envoy-rls/envoy-rls/internal/xdstest"
 )
 
@@ -139,20 +137,16 @@ func checkXDSLifecycle(t *testing.T, r *replica, srv *xdstest.Server) {
 // next version under load, refuses a bad one, and outlives the xDS server's
 // outage (checkXDSLifecycle).
 func TestRatelimitEntryPointXDS(t *testing.T) {
-	binary(t)
-	redis := redistest.Standalone(t)
-	tlsFiles := redistest.GenerateTLS(t)
-	mtls := credentials.NewTLS(tlsFiles.ClientConfig(t))
 	certs := xdstest.NewCerts(t)
 	srv := xdstest.Start(t, certs, "envoy-ratelimit")
 	srv.Set("v1", xdsRules(2))
-	env, _ := envoyGatewayEnv(t, redis.Addr(), tlsFiles,
+	g := startEnvoyGateway(t,
 		"CACHE_KEY_PREFIX="+unique("compat-xds")+":",
 		"CONFIG_TYPE=GRPC_XDS_SOTW", "CONFIG_GRPC_XDS_SERVER_URL="+srv.Addr(), "CONFIG_GRPC_XDS_NODE_ID=envoy-ratelimit",
 		"CONFIG_GRPC_XDS_SERVER_USE_TLS=true", "CONFIG_GRPC_XDS_CLIENT_TLS_CERT="+certs.ClientCert,
 		"CONFIG_GRPC_XDS_CLIENT_TLS_KEY="+certs.ClientKey, "CONFIG_GRPC_XDS_SERVER_TLS_CACERT="+certs.CA,
 		"XDS_CLIENT_BACKOFF_INITIAL_INTERVAL=100ms", "XDS_CLIENT_BACKOFF_MAX_INTERVAL=500ms")
-	r := startReplica(t, "ratelimit-xds", replicaConfig{Compat: true, Env: env, Creds: mtls})
+	r := startReplica(t, "ratelimit-xds", replicaConfig{Compat: true, Env: g.env, Creds: g.creds})
 
 	if _, ok := srv.Await(reloadTimeout, xdstest.Acked("v1")); !ok {
 		t.Fatalf("v1 was not acknowledged within %v; requests: %+v", reloadTimeout, srv.Requests())
