@@ -29,12 +29,10 @@ import (
 	"github.com/envoy-rls/envoy-rls/pkg/limiter/redis"
 )
 
-// TestStatsd: the binary started with --statsd-addr sends
-// envoyproxy/ratelimit's stat names and values for a scripted sequence of
-// calls to a statsd server on loopback, over TCP (the default, as the
-// reference) and UDP; no request value appears in a stat name.
-func TestStatsd(t *testing.T) {
-	rules := rulesDir(t, `domain: e2e
+// observabilityRules are the rules of the statsd and audit tests: a limit
+// of 5 an hour on one path, one of 2 an hour per user (with the reference's
+// detailed_metric), and a shadow rule of 1 an hour.
+const observabilityRules = `domain: e2e
 descriptors:
   - key: path
     value: /login
@@ -42,7 +40,17 @@ descriptors:
   - key: user
     detailed_metric: true
     rate_limit: {unit: hour, requests_per_unit: 2}
-`)
+  - key: trial
+    shadow_mode: true
+    rate_limit: {unit: hour, requests_per_unit: 1}
+`
+
+// TestStatsd: the binary started with --statsd-addr sends
+// envoyproxy/ratelimit's stat names and values for a scripted sequence of
+// calls to a statsd server on loopback, over TCP (the default, as the
+// reference) and UDP; no request value appears in a stat name.
+func TestStatsd(t *testing.T) {
+	rules := rulesDir(t, observabilityRules)
 	for _, proto := range []string{"tcp", "udp"} {
 		t.Run(proto, func(t *testing.T) {
 			srv := statsdtest.Start(t, proto)
@@ -285,15 +293,6 @@ func TestTracingExportsOTLP(t *testing.T) {
 	}
 }
 
-const auditRules = `domain: e2e
-descriptors:
-  - key: user
-    rate_limit: {unit: hour, requests_per_unit: 2}
-  - key: trial
-    shadow_mode: true
-    rate_limit: {unit: hour, requests_per_unit: 1}
-`
-
 // auditCalls sends, with a request id descriptor each: three calls for one
 // user (limit 2: the third is denied) and two for a shadow rule (limit 1:
 // the second is a shadow denial, answered OK). It returns the raw values
@@ -351,7 +350,7 @@ func checkAuditEvents(t *testing.T, events []map[string]string, raws ...string) 
 // what is queued.
 func TestAuditStreamRedis(t *testing.T) {
 	srv, redisCfg := withStandaloneRedis(t)
-	rules := rulesDir(t, auditRules)
+	rules := rulesDir(t, observabilityRules)
 	for _, store := range []string{"redis", "memory"} {
 		t.Run(store, func(t *testing.T) {
 			key := unique("e2e:audit:" + store)
@@ -390,7 +389,7 @@ func TestAuditStreamRedis(t *testing.T) {
 // denial, with no raw value.
 func TestAuditFile(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "audit.jsonl")
-	r := startReplica(t, "audit-file", replicaConfig{Rules: rulesDir(t, auditRules), Secret: secretFile(t),
+	r := startReplica(t, "audit-file", replicaConfig{Rules: rulesDir(t, observabilityRules), Secret: secretFile(t),
 		Args: []string{"--audit-sink", "file", "--audit-file", path, "--audit-request-id-key", "request_id"}})
 	user, trial := auditCalls(t, r)
 	if err := r.stop(); err != nil {
