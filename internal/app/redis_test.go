@@ -18,9 +18,7 @@ import (
 )
 
 func TestServeWithRedis(t *testing.T) {
-	if testing.Short() {
-		t.Skip("Redis lane")
-	}
+	redistest.RedisLane(t)
 	srv := redistest.Standalone(t, redistest.Local())
 	rules := writeRules(t, t.TempDir(), testRules)
 	env := map[string]string{options.SecretEnv: "a-shared-secret-of-32-bytes-----", "ENVOY_RLS_REDIS_ADDR": srv.Addr()}

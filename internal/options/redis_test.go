@@ -130,9 +130,7 @@ func TestRedisWant(t *testing.T) {
 // The password file's content, without its line end, is what
 // authenticates to Redis.
 func TestRedisFlagsPasswordFile(t *testing.T) {
-	if testing.Short() {
-		t.Skip("Redis lane")
-	}
+	redistest.RedisLane(t)
 	srv := redistest.Standalone(t, redistest.Local())
 	srv.MustDo("ACL", "SETUSER", "envoy-rls", "on", ">s3cret-pw", "~*", "+@all")
 	dir := t.TempDir()
@@ -160,9 +158,7 @@ func TestRedisFlagsPasswordFile(t *testing.T) {
 // The TLS flags' files verify the server and authenticate the client; TLS
 // without a CA uses the system roots, which do not know the test CA.
 func TestRedisFlagsTLSFiles(t *testing.T) {
-	if testing.Short() {
-		t.Skip("Redis lane")
-	}
+	redistest.RedisLane(t)
 	redistest.RequireTLS(t)
 	files := redistest.GenerateTLS(t)
 	srv := redistest.Standalone(t, redistest.WithTLS(files, files.ClientConfig(t)))
