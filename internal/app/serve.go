@@ -141,7 +141,7 @@ func serve(ctx context.Context, o *options.Options, getenv func(string) string, 
 			every(ctx, admin.StoreProbeInterval, func(time.Time) { storeState.Probe(ctx) })
 		}()
 	}
-	headers, _ := options.HeaderMode(o.DefaultHeaders) // checked by options.Serve
+	headers, _ := descriptors.ParseHeaderMode(o.DefaultHeaders) // checked by options.Serve
 	// Stopped after the drain: the last calls are sent.
 	statsdConfig := o.StatsdConfig()
 	statsdConfig.Logger = log

@@ -133,7 +133,7 @@ func (o *Options) check() error {
 	r.check("store", o.Store == "memory" || o.Store == "redis")
 	_, err := zapcore.ParseLevel(o.LogLevel)
 	r.check("log-level", err == nil)
-	_, ok := HeaderMode(o.DefaultHeaders)
+	_, ok := descriptors.ParseHeaderMode(o.DefaultHeaders)
 	r.check("default-headers", ok)
 	r.check("memory-max-entries", o.MemoryMaxEntries >= 0)
 	r.check("local-cache-size", o.LocalCacheSize >= denycache.Shards)
@@ -185,20 +185,6 @@ func (r *refusals) check(name string, ok bool) {
 // err joins the refusals, nil when there are none.
 func (r *refusals) err() error {
 	return errors.Join(r.errs...)
-}
-
-// HeaderMode is the mode a --default-headers value names; false for a
-// value it does not know (Serve refuses it).
-func HeaderMode(s string) (descriptors.HeaderMode, bool) {
-	switch s {
-	case "full":
-		return descriptors.HeadersFull, true
-	case "retry_after":
-		return descriptors.HeadersRetryAfter, true
-	case "none":
-		return descriptors.HeadersNone, true
-	}
-	return 0, false
 }
 
 // MemoryBound is the memory store's entry bound and where it comes from.
