@@ -10,8 +10,6 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
-
-	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 )
 
 // TestServeAuditStdout: --audit-sink stdout writes one JSON line per
@@ -67,15 +65,7 @@ func TestAuditUsageRecords(t *testing.T) {
 	rules := writeRules(t, t.TempDir(), testRules) // app/user: 2 per minute
 	r := startServe(t, []string{"--config", rules, "--audit-sink", "file", "--audit-file", file, "--audit-usage-interval", "100ms"}, nil, hooks{})
 	const raw = "rawval-usage-5"
-	for i := range 7 {
-		want := rlsv3.RateLimitResponse_OK
-		if i >= 2 {
-			want = rlsv3.RateLimitResponse_OVER_LIMIT
-		}
-		if code := r.check(t, raw).OverallCode; code != want {
-			t.Fatalf("hit %d: %v", i+1, code)
-		}
-	}
+	r.wantCodes(t, raw, allowed, allowed, denied, denied, denied, denied, denied)
 	// The periodic records come; the last one, queued at shutdown, covers
 	// the 7 decisions.
 	waitFor(t, func() bool { return countUsage(t, file) > 0 })

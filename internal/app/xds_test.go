@@ -2,14 +2,12 @@ package app
 
 import (
 	"context"
-	"encoding/json"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
-	rlv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	rlsconf "github.com/envoyproxy/go-control-plane/ratelimit/config/ratelimit/v3"
 
@@ -43,11 +41,7 @@ func TestXDSSource(t *testing.T) {
 	r := startServe(t, xdsArgs(srv, certs), nil, hooks{})
 
 	// v1 is enforced.
-	for i, want := range []rlsv3.RateLimitResponse_Code{rlsv3.RateLimitResponse_OK, rlsv3.RateLimitResponse_OK, rlsv3.RateLimitResponse_OVER_LIMIT} {
-		if got := r.check(t, "u1").OverallCode; got != want {
-			t.Fatalf("v1 call %d: %v, want %v", i, got, want)
-		}
-	}
+	r.wantCodes(t, "u1", allowed, allowed, denied)
 	if _, ok := srv.Await(5*time.Second, xdstest.Acked("v1")); !ok {
 		t.Fatalf("v1 not acknowledged; requests %+v", srv.Requests())
 	}
@@ -80,9 +74,7 @@ func TestXDSSource(t *testing.T) {
 				default:
 				}
 				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-				_, err := rlsv3.NewRateLimitServiceClient(r.conn).ShouldRateLimit(ctx, &rlsv3.RateLimitRequest{
-					Domain: "app", Descriptors: []*rlv3.RateLimitDescriptor{{Entries: []*rlv3.RateLimitDescriptor_Entry{{Key: "user", Value: "load"}}}},
-				})
+				_, err := rlsv3.NewRateLimitServiceClient(r.conn).ShouldRateLimit(ctx, userRequest("load"))
 				cancel()
 				if err != nil {
 					failed.Add(1)
@@ -125,12 +117,7 @@ func TestXDSSource(t *testing.T) {
 			t.Errorf("/metrics lacks %s:\n%s", want, m)
 		}
 	}
-	_, body := r.get(t, "/config")
-	var doc configDoc
-	if err := json.Unmarshal([]byte(body), &doc); err != nil {
-		t.Fatal(err)
-	}
-	if doc.Source.Type != "xds" || doc.Source.Version != "v2" || doc.Source.Node != "rls-node" || doc.Source.Server != srv.Addr() || doc.LastReload.OK {
+	if doc := r.config(t); doc.Source.Type != "xds" || doc.Source.Version != "v2" || doc.Source.Node != "rls-node" || doc.Source.Server != srv.Addr() || doc.LastReload.OK {
 		t.Errorf("/config source %+v, last reload ok=%v; want xds v2 rls-node %s, last reload failed", doc.Source, doc.LastReload.OK, srv.Addr())
 	}
 
