@@ -19,6 +19,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
 
+	"github.com/envoy-rls/envoy-rls/internal/limitertest"
 	"github.com/envoy-rls/envoy-rls/internal/polltest"
 	"github.com/envoy-rls/envoy-rls/pkg/descriptors"
 	"github.com/envoy-rls/envoy-rls/pkg/limiter"
@@ -206,32 +207,19 @@ func waitFor(t *testing.T, cond func() bool) {
 	})
 }
 
-// blockingStore holds every Evaluate until released, and can fail Ping.
+// blockingStore holds every Evaluate until released; its Ping answers what
+// the test sets.
 type blockingStore struct {
 	limiter.Store
+	limitertest.Pinger
 	entered chan struct{}
 	release chan struct{}
-	mu      sync.Mutex
-	pingErr error
 }
 
 func (b *blockingStore) Evaluate(ctx context.Context, batch []limiter.Request, out []limiter.Outcome) {
 	b.entered <- struct{}{}
 	<-b.release
 	b.Store.Evaluate(ctx, batch, out)
-}
-
-func (b *blockingStore) Ping(context.Context) error {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.pingErr
-}
-
-// setPing makes Ping return err from now on.
-func (b *blockingStore) setPing(err error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	b.pingErr = err
 }
 
 // startBlocked serves testRules with args, the store wrapped in a

@@ -169,7 +169,7 @@ func TestReadyzAndGracefulDrain(t *testing.T) {
 	if code, _ := r.get(t, "/readyz"); code != 200 {
 		t.Fatalf("/readyz %d, want 200", code)
 	}
-	bs.setPing(errors.New("connection refused"))
+	bs.SetPing(errors.New("connection refused"))
 	if code, body := r.get(t, "/readyz"); code != 503 || !strings.Contains(body, "store unreachable: connection refused") {
 		t.Fatalf("/readyz %d %q, want 503 store unreachable", code, body)
 	}
@@ -178,7 +178,7 @@ func TestReadyzAndGracefulDrain(t *testing.T) {
 	if code, body := r.get(t, "/healthcheck"); code != 500 || !strings.Contains(body, "store unreachable") {
 		t.Fatalf("/healthcheck %d %q, want 500 store unreachable", code, body)
 	}
-	bs.setPing(nil)
+	bs.SetPing(nil)
 	if code, _ := r.get(t, "/readyz"); code != 200 {
 		t.Fatalf("/readyz %d after the store came back", code)
 	}
@@ -244,7 +244,7 @@ func TestReadinessIgnoresTheStoreByDefault(t *testing.T) {
 	r, bs := startBlocked(t)
 	close(bs.release)
 	waitFor(t, func() bool { _, body := r.get(t, "/healthz"); return strings.Contains(body, "store memory: up since") })
-	bs.setPing(errors.New("connection refused"))
+	bs.SetPing(errors.New("connection refused"))
 	waitFor(t, func() bool {
 		_, body := r.get(t, "/healthz")
 		return strings.Contains(body, "store memory: down since") && strings.Contains(body, "connection refused")
@@ -258,7 +258,7 @@ func TestReadinessIgnoresTheStoreByDefault(t *testing.T) {
 	if _, m := r.get(t, "/metrics"); !strings.Contains(m, "envoy_rls_store_up 0") {
 		t.Fatalf("store_up while the ping fails:\n%s", m)
 	}
-	bs.setPing(nil)
+	bs.SetPing(nil)
 	waitFor(t, func() bool { _, m := r.get(t, "/metrics"); return strings.Contains(m, "envoy_rls_store_up 1") })
 	if code, body := r.get(t, "/readyz"); code != 200 || body != "ready\n" {
 		t.Fatalf("/readyz %d %q once the store answers", code, body)
