@@ -5,6 +5,8 @@ import (
 	"flag"
 	"fmt"
 	"math"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -201,6 +203,16 @@ func TestServeObservabilityChecks(t *testing.T) {
 }
 
 func noEnv(string) string { return "" }
+
+// writeFile writes content to the file name in dir and returns its path.
+func writeFile(t *testing.T, dir, name, content string) string {
+	t.Helper()
+	p := filepath.Join(dir, name)
+	if err := os.WriteFile(p, []byte(content), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
 
 // The serve help lists every flag as --name with its variable and default,
 // without the flag package's artefacts.
