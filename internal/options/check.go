@@ -34,10 +34,10 @@ func (e *RefusedError) Error() string { return e.Err.Error() }
 func (e *RefusedError) Unwrap() error { return e.Err }
 
 // Serve parses the arguments of `envoy-rls serve` (without the word serve)
-// and the environment, with presets (nil: none), and checks every value the binary would refuse at
-// start that can be decided without reading a file or dialling. The error
-// is flag.ErrHelp after -h (fs prints the help with PrintUsage);
-// otherwise it holds one line per problem found.
+// and the environment, with presets (nil: none), and checks every value
+// the binary would refuse at start that can be decided without reading a
+// file or dialling. The error is flag.ErrHelp after -h (fs prints the
+// help with PrintUsage); otherwise it holds one line per problem found.
 func Serve(args []string, getenv func(string) string, presets Presets) (o *Options, fs *flag.FlagSet, err error) {
 	o = &Options{}
 	fs = NewFlagSet(o)

@@ -95,8 +95,8 @@ type Preset struct {
 // parse is Parse with presets: after the command line is parsed, presets
 // (when not nil) returns the values to set on the flags the command line
 // did not set (seen holds the command line's values), before the
-// ENVOY_RLS_* variables fill the rest. Its error joins those of the variables that did not
-// parse.
+// ENVOY_RLS_* variables fill the rest. Its error joins those of the
+// variables that did not parse.
 func parse(fs *flag.FlagSet, args []string, getenv func(string) string, presets func(seen map[string]Given) ([]Preset, error)) (map[string]Given, error) {
 	seen := map[string]Given{}
 	var failed string
