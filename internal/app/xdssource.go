@@ -21,8 +21,8 @@ func (s *server) startXDS(ctx context.Context, opts descriptors.Options) (*xds.S
 		return nil, err
 	}
 	log := s.log.With(zap.String("xds_server", o.XDSServer), zap.String("xds_node", o.XDSNodeID))
-	if s.opts.Config != "" {
-		log.Warn("--config is not read with --config-source xds: the rules come from the xDS server", zap.String("config", s.opts.Config))
+	if o.Config != "" {
+		log.Warn("--config is not read with --config-source xds: the rules come from the xDS server", zap.String("config", o.Config))
 	}
 	var src *xds.Source
 	client.OnState = func(st xds.State, err error) {
