@@ -126,13 +126,17 @@ func (s *Source) apply(version string, cs []*rlsconf.RateLimitConfig) error {
 		s.cur.Store(snap)
 		s.version.Store(&version)
 		s.updates.WithLabelValues("ack").Inc()
-		s.firstOnce.Do(func() { close(s.first) })
 	}
 	if snap != nil {
 		res.Fingerprint = snap.Fingerprint()
 		res.Domains, res.Rules = snap.Size()
 	}
 	s.last.Store(&res)
+	if err == nil {
+		// Signalled after every record above is stored: a caller that
+		// WaitFirst released reads this version in Current, Version and Last.
+		s.firstOnce.Do(func() { close(s.first) })
+	}
 	if s.onReload != nil {
 		s.onReload(res)
 	}
