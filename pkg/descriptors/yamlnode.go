@@ -59,28 +59,28 @@ func (p *parser) yamlError(err error) {
 	}
 	m := yamlMsgRE.FindStringSubmatch(err.Error())
 	if m == nil {
-		p.ps.add(p.file, 0, 0, "invalid YAML: %s", err)
+		p.problem(pos{}, "invalid YAML: %s", err)
 		return
 	}
 	context, _ := strconv.Atoi(m[1])
 	line, col := syntaxPosition(p.data, p.read, m[2], context)
 	switch {
 	case line == 0:
-		p.ps.add(p.file, context, 0, "invalid YAML: %s", m[2])
+		p.problem(pos{context, 0}, "invalid YAML: %s", m[2])
 	case context > 0 && context < line:
-		p.ps.add(p.file, line, col, "invalid YAML: %s (in the block that starts at line %d)", m[2], context)
+		p.problem(pos{line, col}, "invalid YAML: %s (in the block that starts at line %d)", m[2], context)
 	default:
-		p.ps.add(p.file, line, col, "invalid YAML: %s", m[2])
+		p.problem(pos{line, col}, "invalid YAML: %s", m[2])
 	}
 }
 
 func (p *parser) lineError(msg string) {
 	if m := yamlMsgRE.FindStringSubmatch("yaml: " + msg); m != nil && m[1] != "" {
 		line, _ := strconv.Atoi(m[1])
-		p.ps.add(p.file, line, 0, "invalid YAML: %s", m[2])
+		p.problem(pos{line, 0}, "invalid YAML: %s", m[2])
 		return
 	}
-	p.ps.add(p.file, 0, 0, "invalid YAML: %s", msg)
+	p.problem(pos{}, "invalid YAML: %s", msg)
 }
 
 // positionWork bounds the bytes parsed again to place one syntax error, on
@@ -177,7 +177,7 @@ func (r *byteReader) Read(b []byte) (int, error) {
 }
 
 func (p *parser) errorf(n *yaml.Node, format string, args ...any) {
-	p.ps.add(p.file, n.Line, n.Column, format, args...)
+	p.problem(at(n), format, args...)
 }
 
 // resolve follows aliases and spends the node budget. It returns nil when
@@ -189,24 +189,10 @@ func (p *parser) resolve(n *yaml.Node) *yaml.Node {
 	if n == nil || n.Kind == yaml.AliasNode {
 		return nil
 	}
-	if !p.charge(n, 1) {
+	if !p.charge(at(n), 1) {
 		return nil
 	}
 	return n
-}
-
-// charge spends cost units of the budget; it reports (once) and returns
-// false when the budget is exhausted.
-func (p *parser) charge(n *yaml.Node, cost int) bool {
-	if p.budget <= 0 {
-		return false
-	}
-	p.budget -= cost
-	if p.budget <= 0 {
-		p.errorf(n, "file is too complex (more than %d YAML nodes, aliases expanded, and nesting levels)", p.limit)
-		return false
-	}
-	return true
 }
 
 // mapping calls fn for each key of a mapping node, reporting duplicate and
