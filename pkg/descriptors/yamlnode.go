@@ -49,14 +49,9 @@ func syntaxError(r io.Reader) error {
 	return nil
 }
 
+// yamlError reports a syntax error of the YAML parser at its line and
+// column (decoding into yaml.Node, it reports no type errors).
 func (p *parser) yamlError(err error) {
-	var te *yaml.TypeError
-	if errors.As(err, &te) {
-		for _, e := range te.Errors {
-			p.lineError(e)
-		}
-		return
-	}
 	m := yamlMsgRE.FindStringSubmatch(err.Error())
 	if m == nil {
 		p.problem(pos{}, "invalid YAML: %s", err)
@@ -72,15 +67,6 @@ func (p *parser) yamlError(err error) {
 	default:
 		p.problem(pos{line, col}, "invalid YAML: %s", m[2])
 	}
-}
-
-func (p *parser) lineError(msg string) {
-	if m := yamlMsgRE.FindStringSubmatch("yaml: " + msg); m != nil && m[1] != "" {
-		line, _ := strconv.Atoi(m[1])
-		p.problem(pos{line, 0}, "invalid YAML: %s", m[2])
-		return
-	}
-	p.problem(pos{}, "invalid YAML: %s", msg)
 }
 
 // positionWork bounds the bytes parsed again to place one syntax error, on
@@ -257,6 +243,25 @@ func (fs fields[T]) read(p *parser, n *yaml.Node, what, where string, t *T) bool
 		}
 		p.errorf(k, "unknown key %q %s (expected %s)", key, where, fs.keys())
 	})
+}
+
+// block reads n, a mapping that must not be null (ifNull is then the
+// problem), into the T that place returns for n's position, by the table
+// fs; what names the mapping in messages. It returns nil when n cannot be
+// read.
+func block[T any](p *parser, n *yaml.Node, fs fields[T], what, ifNull string, place func(pos) *T) *T {
+	if n = p.resolve(n); n == nil {
+		return nil
+	}
+	if isNull(n) {
+		p.errorf(n, "%s", ifNull)
+		return nil
+	}
+	t := place(at(n))
+	if !fs.read(p, n, what, "in "+what, t) {
+		return nil
+	}
+	return t
 }
 
 // keys lists the keys of the table, for messages.
