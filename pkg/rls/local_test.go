@@ -2,8 +2,6 @@ package rls
 
 import (
 	"fmt"
-	"os"
-	"path/filepath"
 	"strconv"
 	"sync"
 	"testing"
@@ -11,11 +9,8 @@ import (
 
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 
-	"github.com/envoy-rls/envoy-rls/internal/limitertest"
-	"github.com/envoy-rls/envoy-rls/pkg/descriptors"
 	"github.com/envoy-rls/envoy-rls/pkg/limiter"
 	"github.com/envoy-rls/envoy-rls/pkg/limiter/failover"
-	"github.com/envoy-rls/envoy-rls/pkg/limiter/memory"
 )
 
 // localRules: one policy per failure mode, all 10 a minute.
@@ -53,41 +48,24 @@ func (r *transitions) counts() (started, dropped int) {
 	return r.started, r.dropped
 }
 
-// newLocalEnv is a real rule snapshot and memory store behind a store that
-// can be made to fail, wrapped by the failover store dividing by replicas.
+// newLocalEnv is localRules served from a store that can be made to fail
+// (newEnv's countingStore), wrapped by the failover store dividing by
+// replicas.
 func newLocalEnv(t *testing.T, local failover.Config) *localEnv {
 	t.Helper()
-	f := filepath.Join(t.TempDir(), "loc.yaml")
-	if err := os.WriteFile(f, []byte(localRules), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	snap, err := descriptors.Load(f, descriptors.Options{Secret: []byte("0123456789abcdef-test-secret")})
-	if err != nil {
-		t.Fatal(err)
-	}
-	clock := limitertest.NewClock(t0)
-	mem, err := memory.New(memory.Config{Clock: clock, MaxEntries: 10_000})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if local.Clock == nil {
-		local.Clock = clock
-	}
 	tr := &transitions{}
 	local.Observer = tr
-	store := &countingStore{inner: mem}
-	fo, err := failover.New(store, local)
-	if err != nil {
-		t.Fatal(err)
-	}
-	h := newHarness(t, func() Rules { return snap }, fo, clock)
-	return &localEnv{realEnv: &realEnv{harness: h, clock: clock, store: store, snap: snap}, transitions: tr}
-}
-
-func (e *realEnv) setFail(k limiter.OutcomeKind) {
-	e.store.mu.Lock()
-	e.store.fail = k
-	e.store.mu.Unlock()
+	e := newEnv(t, rulesOf(t, localRules), func(c *Config) {
+		if local.Clock == nil {
+			local.Clock = c.Clock
+		}
+		fo, err := failover.New(c.Store, local)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.Store = fo
+	})
+	return &localEnv{realEnv: e, transitions: tr}
 }
 
 // admitted makes n calls for one subject of key and returns how many were
