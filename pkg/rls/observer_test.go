@@ -56,11 +56,10 @@ func TestObserver(t *testing.T) {
 	rec := &recordingObserver{}
 	e := newRealEnv(t, func(c *Config) { c.Observer = rec })
 	steps := []struct {
-		run        func()
-		limits     []string
-		calls      []string
-		fail       limiter.OutcomeKind // of every store outcome (0: none)
-		storeCalls bool
+		run    func()
+		limits []string
+		calls  []string
+		fail   limiter.OutcomeKind
 	}{
 		{run: func() { e.call(t, request("rls", withHits(desc("user", "alice"), 2))) },
 			limits: []string{"rls.user hits=2 over=false shadow=false failed=false decided=true limit=3 remaining=1 consumed=true"},
@@ -155,7 +154,7 @@ func TestAuditorHearsDenialsOnly(t *testing.T) {
 	steps := []struct {
 		run  func()
 		want []string
-		fail limiter.OutcomeKind // of every store outcome (0: none)
+		fail limiter.OutcomeKind
 	}{
 		{run: func() {
 			for range 3 {
