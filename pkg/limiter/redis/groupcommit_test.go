@@ -906,9 +906,7 @@ func TestGroupQueuedPastDeadline(t *testing.T) {
 	e := newEnvOn(t, srv, Config{Addrs: []string{srv.Addr()}, Timeout: 20 * time.Second, Metrics: m, GroupInFlight: 2})
 	p := fixed(t, "queued", 1000, farWindow)
 	sub := subjectOf(fmt.Sprintf("queued-%d", time.Now().UnixNano()))
-	if o := e.evaluate(p, subjectOf("queued warm-up"), 1); o.Kind != limiter.Evaluated {
-		t.Fatalf("warm-up: %+v", o)
-	}
+	e.mustDecide(p, subjectOf("queued warm-up"))
 	runs0, _, _ := groupSizes(t, reg)
 
 	srv.Pause()
@@ -1116,9 +1114,7 @@ func TestGroupRunAfterCallerLeft(t *testing.T) {
 	e := newEnvOn(t, srv, Config{Addrs: []string{srv.Addr()}, Timeout: 20 * time.Second, GroupInFlight: 1})
 	p := fixed(t, "left", 1000, farWindow)
 	sub := subjectOf(fmt.Sprintf("left-%d", time.Now().UnixNano()))
-	if o := e.evaluate(p, subjectOf("left warm-up"), 1); o.Kind != limiter.Evaluated {
-		t.Fatalf("warm-up: %+v", o)
-	}
+	e.mustDecide(p, subjectOf("left warm-up"))
 	srv.Pause()
 	defer srv.Resume()
 	call := func(d time.Duration, batch []limiter.Request, out []limiter.Outcome, done chan<- struct{}) {

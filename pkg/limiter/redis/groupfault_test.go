@@ -376,9 +376,7 @@ func TestGroupCancelledLeavesQueue(t *testing.T) {
 	fe := newFaultEnv(t)
 	p := fixed(t, "group-cancel", 1_000_000, farWindow)
 	sub, sub2 := subjectOf("group cancel"), subjectOf("group cancel 2")
-	if o := fe.evaluate(p, subjectOf("warm-up"), 1); o.Kind != limiter.Evaluated {
-		t.Fatalf("warm-up: %+v", o)
-	}
+	fe.mustDecide(p, subjectOf("warm-up"))
 	fe.do("CONFIG", "RESETSTAT")
 	base, baseCalls := fe.runs(), fe.runCalls()
 
@@ -438,9 +436,7 @@ func TestGroupKilledThenRestarted(t *testing.T) {
 	fe := newFaultEnv(t)
 	p := fixed(t, "group-kill", 1_000_000, farWindow)
 	sub, sub2 := subjectOf("group kill"), subjectOf("group kill 2")
-	if o := fe.evaluate(p, subjectOf("warm-up"), 1); o.Kind != limiter.Evaluated {
-		t.Fatalf("warm-up: %+v", o)
-	}
+	fe.mustDecide(p, subjectOf("warm-up"))
 
 	// Stopped first, so that the runs are certainly in flight (sent, not
 	// answered) and the queue full when the process dies; then killed

@@ -200,6 +200,16 @@ func (e *env) evaluate(p *limiter.Policy, subject limiter.SubjectDigest, cost in
 	return out[0]
 }
 
+// mustDecide evaluates one request of p for subject and fails the test unless
+// the store decided it: the connection is up and the program loaded before
+// a test stops or breaks the server.
+func (e *env) mustDecide(p *limiter.Policy, subject limiter.SubjectDigest) {
+	e.t.Helper()
+	if o := e.evaluate(p, subject, 1); o.Kind != limiter.Evaluated {
+		e.t.Fatalf("warm-up: %+v", o)
+	}
+}
+
 // hashFields returns the a, b and c fields of the program's hash for st:
 // the window id, the count and the previous count for the windows; the
 // tokens, the refill time and the remainder for the token bucket; 0, the

@@ -101,9 +101,7 @@ func TestDeadlines(t *testing.T) {
 	}
 
 	// A paused server: the call returns by the deadline, Indeterminate.
-	if o := e.evaluate(p, sub, 1); o.Kind != limiter.Evaluated {
-		t.Fatalf("warm-up: %+v", o)
-	}
+	e.mustDecide(p, sub)
 	e.srv.Pause()
 	defer e.srv.Resume()
 	for _, d := range []time.Duration{50 * time.Millisecond, 150 * time.Millisecond} {
