@@ -300,12 +300,16 @@ func uint32Field[T any](key string, minimum uint32, get func(*T) (*uint32, *pos)
 }
 
 // nonEmptyField reads a string that must not be empty: an empty one is
-// reported at its key as ifEmpty.
+// reported at its key as ifEmpty (a value that is not a string is reported
+// by parser.str and read as "").
 func nonEmptyField[T any](key, ifEmpty string, get func(*T) (*string, *pos)) field[T] {
 	return field[T]{key, func(p *parser, t *T, k, v *yaml.Node) {
 		dst, keyPos := get(t)
 		keepPos(keyPos, k)
-		*dst = p.nonEmptyStr(k, v, key, ifEmpty)
+		var ok bool
+		if *dst, ok = p.str(v, key); ok && *dst == "" {
+			p.errorf(k, "%s", ifEmpty)
+		}
 	}}
 }
 
@@ -371,17 +375,6 @@ func (p *parser) str(n *yaml.Node, field string) (string, bool) {
 		return "", true
 	}
 	return n.Value, true
-}
-
-// nonEmptyStr is str for a value that must not be empty: an empty one is
-// reported at its key k as ifEmpty. A value that is not a string is
-// reported by str and read as "".
-func (p *parser) nonEmptyStr(k, v *yaml.Node, field, ifEmpty string) string {
-	s, ok := p.str(v, field)
-	if ok && s == "" {
-		p.errorf(k, "%s", ifEmpty)
-	}
-	return s
 }
 
 func (p *parser) boolean(n *yaml.Node, field string) (bool, bool) {
