@@ -83,6 +83,24 @@ func parseTokens(path string, b []byte) ([]adminToken, error) {
 	return out, nil
 }
 
+// ClientToken is the token a client of the admin API sends, read from its
+// own token file b: the first line that is neither blank nor a comment,
+// either the token alone or a name:token line of an --admin-token-file.
+// ok is false when there is no such line.
+func ClientToken(b []byte) (token string, ok bool) {
+	for line := range strings.Lines(string(b)) {
+		text := strings.TrimSpace(line)
+		if text == "" || strings.HasPrefix(text, "#") {
+			continue
+		}
+		if name, tok, named := strings.Cut(text, ":"); named && tokenName.MatchString(name) && len(tok) >= MinTokenLen {
+			return tok, true
+		}
+		return text, true
+	}
+	return "", false
+}
+
 // readTokens reads and parses the token file, bounded in size.
 func readTokens(path string) ([]adminToken, os.FileInfo, error) {
 	f, err := os.Open(path)

@@ -40,6 +40,21 @@ func TestParseTokens(t *testing.T) {
 	}
 }
 
+func TestClientToken(t *testing.T) {
+	for _, tc := range []struct {
+		file, want string
+		ok         bool
+	}{
+		{"# a comment\nbare-token-0123456789\n", "bare-token-0123456789", true},
+		{"ops:named-token-0123456789\nother:x-0123456789abcdef\n", "named-token-0123456789", true},
+		{"# only a comment\n\n", "", false},
+	} {
+		if got, ok := ClientToken([]byte(tc.file)); got != tc.want || ok != tc.ok {
+			t.Errorf("%q: %q, %v; want %q, %v", tc.file, got, ok, tc.want, tc.ok)
+		}
+	}
+}
+
 // TestAdminAuth: without a token file an admin endpoint does not exist
 // (404); with one, a call without a token or with a wrong one is 401 and
 // logged as refused, a right one is served and logged with the token's name

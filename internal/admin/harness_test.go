@@ -174,9 +174,7 @@ func withRules(path string) func(*setup) {
 func onEveryStore(t *testing.T, check func(*testing.T, *harness), opts ...func(*setup)) {
 	t.Run("memory", func(t *testing.T) { check(t, newHarness(t, opts...)) })
 	t.Run("redis", func(t *testing.T) {
-		if testing.Short() {
-			t.Skip("Redis lane")
-		}
+		redistest.RedisLane(t)
 		check(t, newHarness(t, append(opts, withRedis)...))
 	})
 }

@@ -6,7 +6,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
-	"sync"
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -15,36 +14,18 @@ import (
 	"go.uber.org/zap/zapcore"
 	"go.uber.org/zap/zaptest/observer"
 
+	"github.com/envoy-rls/envoy-rls/internal/limitertest"
 	"github.com/envoy-rls/envoy-rls/pkg/descriptors"
 	"github.com/envoy-rls/envoy-rls/pkg/limiter/memory"
 	"github.com/envoy-rls/envoy-rls/pkg/topk"
 )
-
-// failingPing answers its ping with err (nil: reachable): a store outage
-// without a store to break.
-type failingPing struct {
-	mu  sync.Mutex
-	err error
-}
-
-func (p *failingPing) Ping(context.Context) error {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.err
-}
-
-func (p *failingPing) set(err error) {
-	p.mu.Lock()
-	p.err = err
-	p.mu.Unlock()
-}
 
 // TestStoreState: each probe records the store's state for /healthz and
 // store_up; only transitions are logged.
 func TestStoreState(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	core, logs := observer.New(zapcore.InfoLevel)
-	ping := &failingPing{}
+	ping := &limitertest.Pinger{}
 	st, err := NewStoreState("redis", ping, reg, zap.New(core))
 	if err != nil {
 		t.Fatal(err)
@@ -64,7 +45,7 @@ func TestStoreState(t *testing.T) {
 		{errors.New("connection refused"), false, "store redis: down since "},
 		{nil, true, "store redis: up since "},
 	} {
-		ping.set(step.err)
+		ping.SetPing(step.err)
 		st.Probe(ctx)
 		if st.IsUp() != step.up || !strings.HasPrefix(st.Describe(), step.describe) {
 			t.Fatalf("ping %v: up %v, %q", step.err, st.IsUp(), st.Describe())
@@ -88,7 +69,7 @@ func TestStoreState(t *testing.T) {
 	if got := st.Unreachable(ctx); got != "" {
 		t.Fatalf("Unreachable of an answering store: %q", got)
 	}
-	ping.set(errors.New("timeout"))
+	ping.SetPing(errors.New("timeout"))
 	if got := st.Unreachable(ctx); got != "store unreachable: timeout" {
 		t.Fatalf("Unreachable: %q", got)
 	}
@@ -108,7 +89,7 @@ func (r *rulesState) Received() bool { return r.received }
 // when asked for, the store; /healthz stays 200 and names the store's
 // state.
 func TestReadiness(t *testing.T) {
-	ping := &failingPing{}
+	ping := &limitertest.Pinger{}
 	reg := prometheus.NewRegistry()
 	st, err := NewStoreState("redis", ping, reg, zap.NewNop())
 	if err != nil {
@@ -163,7 +144,7 @@ func TestReadiness(t *testing.T) {
 		t.Fatal(err)
 	}
 	rules.snap, rules.received = snap, true
-	ping.set(errors.New("connection refused"))
+	ping.SetPing(errors.New("connection refused"))
 	st.Probe(context.Background())
 	check([]step{
 		{"store down, by default", plain, "/readyz", 200, "down since"},
@@ -172,7 +153,7 @@ func TestReadiness(t *testing.T) {
 		{"store down, store readiness", strict, "/readyz", 503, "not ready: store unreachable: connection refused"},
 		{"store down, store readiness", strict, "/healthcheck", 500, "store unreachable"},
 	})
-	ping.set(nil)
+	ping.SetPing(nil)
 	st.Probe(context.Background())
 	s, h := newServer(true, true)
 	if code, body := get(h, "/readyz"); code != 200 || body != "ready\n" {

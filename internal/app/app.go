@@ -223,27 +223,16 @@ func CheckServeArgs(args []string, getenv func(string) string) error {
 	return err
 }
 
-// serveOpts are serve's settings: the options and the rule source's
-// (--config-source and the xDS flags, xds.go).
-type serveOpts struct {
-	*options.Options
-	xdsOptions
-	// given is Options.Given, by the name xds.go reads.
-	given map[string]given
-}
-
 // serveOptions parses and checks the serve flags, with the reference
 // service's environment when asked for (internal/compat). The error is
 // flag.ErrHelp after -h, after which help, when not nil, prints the help.
 // Otherwise it holds one line per problem found.
-func serveOptions(args []string, getenv func(string) string, help io.Writer) (serveOpts, error) {
-	var so serveOpts
-	o, fs, err := options.Serve(args, getenv, compat.Presets(getenv), &so.xdsOptions)
-	so.Options, so.given = o, o.Given
+func serveOptions(args []string, getenv func(string) string, help io.Writer) (*options.Options, error) {
+	o, fs, err := options.Serve(args, getenv, compat.Presets(getenv))
 	if errors.Is(err, flag.ErrHelp) && help != nil {
 		options.PrintUsage(help, options.ServeUsage, fs)
 	}
-	return so, err
+	return o, err
 }
 
 func serveCommand(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer, h hooks) error {

@@ -21,7 +21,7 @@ import (
 // writes what is queued (bounded by observe.AuditDrainTimeout) and stops it.
 // The audit metrics are registered either way.
 func (s *server) startAudit(stdout io.Writer) (rls.Auditor, func(), error) {
-	o := s.opts.Options
+	o := s.opts
 	w, where, err := s.openAuditWriter(stdout)
 	if err != nil {
 		return nil, nil, err
@@ -49,7 +49,7 @@ func (s *server) startAudit(stdout io.Writer) (rls.Auditor, func(), error) {
 // openAuditWriter opens the writer of --audit-sink and says where it
 // writes; nil when the sink is off.
 func (s *server) openAuditWriter(stdout io.Writer) (audit.Writer, string, error) {
-	o := s.opts.Options
+	o := s.opts
 	switch o.AuditSink {
 	case "stdout":
 		if stdout == nil {

@@ -1,7 +1,6 @@
 package app
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
@@ -10,8 +9,6 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
-
-	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 )
 
 // TestServeAuditStdout: --audit-sink stdout writes one JSON line per
@@ -31,14 +28,9 @@ func TestServeAuditStdout(t *testing.T) {
 	if strings.Contains(text, raw) {
 		t.Fatalf("the audit stream carries the raw value:\n%s", text)
 	}
-	var events []map[string]any
-	sc := bufio.NewScanner(strings.NewReader(text))
-	for sc.Scan() {
-		var m map[string]any
-		if err := json.Unmarshal(sc.Bytes(), &m); err != nil {
-			t.Fatalf("line %q: %v", sc.Text(), err)
-		}
-		events = append(events, m)
+	events, bad := jsonLines(text)
+	if len(bad) != 0 {
+		t.Fatalf("lines that are not JSON objects: %q", bad)
 	}
 	if len(events) != 2 {
 		t.Fatalf("%d events, want 2 (calls 3 and 4):\n%s", len(events), text)
@@ -67,15 +59,7 @@ func TestAuditUsageRecords(t *testing.T) {
 	rules := writeRules(t, t.TempDir(), testRules) // app/user: 2 per minute
 	r := startServe(t, []string{"--config", rules, "--audit-sink", "file", "--audit-file", file, "--audit-usage-interval", "100ms"}, nil, hooks{})
 	const raw = "rawval-usage-5"
-	for i := range 7 {
-		want := rlsv3.RateLimitResponse_OK
-		if i >= 2 {
-			want = rlsv3.RateLimitResponse_OVER_LIMIT
-		}
-		if code := r.check(t, raw).OverallCode; code != want {
-			t.Fatalf("hit %d: %v", i+1, code)
-		}
-	}
+	r.wantCodes(t, raw, allowed, allowed, denied, denied, denied, denied, denied)
 	// The periodic records come; the last one, queued at shutdown, covers
 	// the 7 decisions.
 	waitFor(t, func() bool { return countUsage(t, file) > 0 })
@@ -98,20 +82,33 @@ func TestAuditUsageRecords(t *testing.T) {
 	}
 }
 
-// usageRecords returns the usage records of the file.
+// jsonLines decodes each line of text as a JSON object; the lines that are
+// not one are returned in bad.
+func jsonLines(text string) (records []map[string]any, bad []string) {
+	for line := range strings.Lines(text) {
+		var m map[string]any
+		if err := json.Unmarshal([]byte(line), &m); err != nil {
+			bad = append(bad, line)
+			continue
+		}
+		records = append(records, m)
+	}
+	return records, bad
+}
+
+// usageRecords returns the usage records of the file, which is being
+// written: an unfinished last line is left out.
 func usageRecords(t *testing.T, file string) []map[string]any {
-	f, err := os.Open(file)
+	b, err := os.ReadFile(file)
 	if errors.Is(err, os.ErrNotExist) {
 		return nil
 	} else if err != nil {
 		t.Fatal(err)
 	}
-	defer f.Close()
+	records, _ := jsonLines(string(b))
 	var out []map[string]any
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		var m map[string]any
-		if json.Unmarshal(sc.Bytes(), &m) == nil && m["kind"] == "usage" {
+	for _, m := range records {
+		if m["kind"] == "usage" {
 			out = append(out, m)
 		}
 	}

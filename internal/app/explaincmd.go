@@ -1,7 +1,6 @@
 package app
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/hex"
@@ -12,7 +11,6 @@ import (
 	"io"
 	"net/http"
 	"os"
-	"regexp"
 	"strings"
 	"time"
 
@@ -172,10 +170,7 @@ func explainCommand(ctx context.Context, args []string, getenv func(string) stri
 	return enc.Encode(admin.ExplainAnswer{Domain: c.domain, Descriptors: []admin.Explanation{d}})
 }
 
-// tokenLine is a name:token line of --admin-token-file.
-var tokenLine = regexp.MustCompile(`^[A-Za-z0-9._-]{1,64}:(.+)$`)
-
-// readClientToken reads the first token of a token file.
+// readClientToken reads the token of --token-file (admin.ClientToken).
 func readClientToken(path string) (string, error) {
 	if path == "" {
 		return "", errors.New("--token-file is required with --admin")
@@ -184,18 +179,11 @@ func readClientToken(path string) (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("--token-file: %w", err)
 	}
-	sc := bufio.NewScanner(bytes.NewReader(b))
-	for sc.Scan() {
-		line := strings.TrimSpace(sc.Text())
-		if line == "" || strings.HasPrefix(line, "#") {
-			continue
-		}
-		if m := tokenLine.FindStringSubmatch(line); m != nil && len(m[1]) >= admin.MinTokenLen {
-			return m[1], nil
-		}
-		return line, nil
+	token, ok := admin.ClientToken(b)
+	if !ok {
+		return "", fmt.Errorf("--token-file %s: no token", path)
 	}
-	return "", fmt.Errorf("--token-file %s: no token", path)
+	return token, nil
 }
 
 func explainRemote(ctx context.Context, adminURL, tokenFile, domain string, entries []descriptors.Entry, stdout io.Writer) error {

@@ -2,9 +2,7 @@ package app
 
 import (
 	"context"
-	"crypto/x509"
 	"errors"
-	"flag"
 	"time"
 
 	"go.uber.org/zap"
@@ -172,9 +170,9 @@ type sourceDoc struct {
 
 func (rs *ruleSet) sourceDoc() sourceDoc {
 	if rs.x != nil {
-		return sourceDoc{Type: SourceXDS, Status: rs.x.Status()}
+		return sourceDoc{Type: options.SourceXDS, Status: rs.x.Status()}
 	}
-	return sourceDoc{Type: SourceFile}
+	return sourceDoc{Type: options.SourceFile}
 }
 
 // onReload counts and logs one load attempt.
@@ -203,34 +201,8 @@ func (s *server) onReload(r descriptors.ReloadResult) {
 // ruleOrigin names where the rules come from, for logs: the --config path,
 // or xds:// and the xDS server.
 func (s *server) ruleOrigin() string {
-	if s.opts.ConfigSource == SourceXDS {
+	if s.opts.ConfigSource == options.SourceXDS {
 		return "xds://" + s.opts.XDSServer
 	}
 	return s.opts.Config
 }
-
-// The rule source's flags (xds.go) as the options take them.
-var _ options.RuleSource = (*xdsOptions)(nil)
-
-// AddFlags defines --config-source and the xDS flags.
-func (o *xdsOptions) AddFlags(fs *flag.FlagSet) { xdsFlags(fs, o) }
-
-// Accepts says what one of the xDS flags takes.
-func (o *xdsOptions) Accepts(name string) (string, bool) {
-	a, ok := xdsAccepts[name]
-	return a, ok
-}
-
-// Check returns the problems of the xDS flags, one error each.
-func (o *xdsOptions) Check(given map[string]options.Given) []error { return o.check(given) }
-
-// FromFile reports whether the rules come from --config.
-func (o *xdsOptions) FromFile() bool { return o.ConfigSource != SourceXDS }
-
-// given, label and readCAPool are the options package's, by the names
-// xds.go and xdssource.go use.
-type given = options.Given
-
-func label(name string, seen map[string]given) string { return options.Label(name, seen) }
-
-func readCAPool(flag, path string) (*x509.CertPool, error) { return options.ReadCAPool(flag, path) }

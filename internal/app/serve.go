@@ -32,7 +32,7 @@ import (
 
 // server is one running serve command.
 type server struct {
-	opts    serveOpts
+	opts    *options.Options
 	log     *zap.Logger
 	reg     *prometheus.Registry
 	metrics *observe.Metrics
@@ -56,7 +56,7 @@ type server struct {
 // rules, opens the store, listens, serves gRPC and admin, reloads on SIGHUP
 // and file changes, then drains. Background work (sweeps, reloads, the
 // servers) ends with ctx; the store closes after all of it has returned.
-func serve(ctx context.Context, o serveOpts, getenv func(string) string, log *zap.Logger, h hooks) error {
+func serve(ctx context.Context, o *options.Options, getenv func(string) string, log *zap.Logger, h hooks) error {
 	s := &server{opts: o, log: log, reg: observe.NewRegistry()}
 	for _, w := range o.CompatWarnings {
 		log.Warn("reference setting " + w)
@@ -77,13 +77,13 @@ func serve(ctx context.Context, o serveOpts, getenv func(string) string, log *za
 	if s.clock, err = testClock(getenv); err != nil {
 		return err
 	}
-	if p, from := options.GCPercent(o.Options, getenv); p != 0 {
+	if p, from := options.GCPercent(o, getenv); p != 0 {
 		// Process-wide; put back on return for in-process callers (tests).
 		defer debug.SetGCPercent(debug.SetGCPercent(p))
 		log.Info("garbage collector target", zap.Int("gc_percent", p), zap.String("from", from))
 	}
-	if compat.UsesSharedSecret(o.Options, getenv) {
-		if s.sharedSecret, err = compat.FetchSharedSecret(ctx, o.Options, log); err != nil {
+	if compat.UsesSharedSecret(o, getenv) {
+		if s.sharedSecret, err = compat.FetchSharedSecret(ctx, o, log); err != nil {
 			return err
 		}
 		log.Warn(compat.MsgSharedSecret, zap.String("key", o.HMACSecretRedisKey))
@@ -141,7 +141,7 @@ func serve(ctx context.Context, o serveOpts, getenv func(string) string, log *za
 			every(ctx, admin.StoreProbeInterval, func(time.Time) { storeState.Probe(ctx) })
 		}()
 	}
-	headers, _ := options.HeaderMode(o.DefaultHeaders) // checked by options.Serve
+	headers, _ := descriptors.ParseHeaderMode(o.DefaultHeaders) // checked by options.Serve
 	// Stopped after the drain: the last calls are sent.
 	statsdConfig := o.StatsdConfig()
 	statsdConfig.Logger = log
@@ -255,7 +255,7 @@ func serve(ctx context.Context, o serveOpts, getenv func(string) string, log *za
 // loadRules reads the HMAC secret and the rules; the first load counts as a
 // successful reload.
 func (s *server) loadRules(ctx context.Context, getenv func(string) string, h hooks) error {
-	secret, from, err := options.ReadSecret(s.opts.Options, getenv)
+	secret, from, err := options.ReadSecret(s.opts, getenv)
 	if err != nil {
 		return err
 	}
@@ -269,7 +269,7 @@ func (s *server) loadRules(ctx context.Context, getenv func(string) string, h ho
 			s.log.Warn("no HMAC secret given (--hmac-secret-file or " + options.SecretEnv + "): using a random per-process secret; fine for the memory store, but subjects change on restart")
 		}
 	}
-	if s.opts.ConfigSource == SourceXDS {
+	if s.opts.ConfigSource == options.SourceXDS {
 		warnRandom()
 		x, err := s.startXDS(ctx, dopts)
 		if err != nil {

@@ -220,9 +220,7 @@ func TestTracingOff(t *testing.T) {
 // TestTracingRedisSpans: with the Redis store each program run is a span,
 // the child of the store span, and records neither keys nor arguments.
 func TestTracingRedisSpans(t *testing.T) {
-	if testing.Short() {
-		t.Skip("Redis lane")
-	}
+	redistest.RedisLane(t)
 	srv := redistest.Standalone(t, redistest.Local())
 	exp := newKeptSpans()
 	rules := writeRules(t, t.TempDir(), testRules)

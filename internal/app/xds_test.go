@@ -2,14 +2,12 @@ package app
 
 import (
 	"context"
-	"encoding/json"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
-	rlv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	rlsconf "github.com/envoyproxy/go-control-plane/ratelimit/config/ratelimit/v3"
 
@@ -43,11 +41,7 @@ func TestXDSSource(t *testing.T) {
 	r := startServe(t, xdsArgs(srv, certs), nil, hooks{})
 
 	// v1 is enforced.
-	for i, want := range []rlsv3.RateLimitResponse_Code{rlsv3.RateLimitResponse_OK, rlsv3.RateLimitResponse_OK, rlsv3.RateLimitResponse_OVER_LIMIT} {
-		if got := r.check(t, "u1").OverallCode; got != want {
-			t.Fatalf("v1 call %d: %v, want %v", i, got, want)
-		}
-	}
+	r.wantCodes(t, "u1", allowed, allowed, denied)
 	if _, ok := srv.Await(5*time.Second, xdstest.Acked("v1")); !ok {
 		t.Fatalf("v1 not acknowledged; requests %+v", srv.Requests())
 	}
@@ -80,9 +74,7 @@ func TestXDSSource(t *testing.T) {
 				default:
 				}
 				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-				_, err := rlsv3.NewRateLimitServiceClient(r.conn).ShouldRateLimit(ctx, &rlsv3.RateLimitRequest{
-					Domain: "app", Descriptors: []*rlv3.RateLimitDescriptor{{Entries: []*rlv3.RateLimitDescriptor_Entry{{Key: "user", Value: "load"}}}},
-				})
+				_, err := rlsv3.NewRateLimitServiceClient(r.conn).ShouldRateLimit(ctx, userRequest("load"))
 				cancel()
 				if err != nil {
 					failed.Add(1)
@@ -125,12 +117,7 @@ func TestXDSSource(t *testing.T) {
 			t.Errorf("/metrics lacks %s:\n%s", want, m)
 		}
 	}
-	_, body := r.get(t, "/config")
-	var doc configDoc
-	if err := json.Unmarshal([]byte(body), &doc); err != nil {
-		t.Fatal(err)
-	}
-	if doc.Source.Type != "xds" || doc.Source.Version != "v2" || doc.Source.Node != "rls-node" || doc.Source.Server != srv.Addr() || doc.LastReload.OK {
+	if doc := r.config(t); doc.Source.Type != "xds" || doc.Source.Version != "v2" || doc.Source.Node != "rls-node" || doc.Source.Server != srv.Addr() || doc.LastReload.OK {
 		t.Errorf("/config source %+v, last reload ok=%v; want xds v2 rls-node %s, last reload failed", doc.Source, doc.LastReload.OK, srv.Addr())
 	}
 
@@ -191,60 +178,5 @@ func TestXDSForceStartAndInitialTimeout(t *testing.T) {
 		xdsArgs(srv2, certs, "--xds-initial-timeout", "300ms")...), noEnv, &syncBuffer{}, &syncBuffer{}, hooks{})
 	if err == nil || !strings.Contains(err.Error(), "no rules from the xDS server") || !strings.Contains(err.Error(), "--force-start-without-initial-config") {
 		t.Fatalf("serve without initial rules: %v", err)
-	}
-}
-
-func TestXDSFlagErrors(t *testing.T) {
-	for _, tc := range []struct {
-		args []string
-		want string
-	}{
-		{[]string{"--config-source", "consul"}, `--config-source="consul": must be file or xds`},
-		{[]string{"--config-source", "xds"}, `--xds-server (or ENVOY_RLS_XDS_SERVER) is not set: must be host:port`},
-		{[]string{"--config-source", "xds", "--xds-server", "a:1", "--xds-tls-cert", "c"}, `--xds-tls-key (or ENVOY_RLS_XDS_TLS_KEY) is not set: must be set together with --xds-tls-cert`},
-		{[]string{"--config-source", "xds", "--xds-server", "a:1", "--xds-header", "novalue"}, `--xds-header="novalue": must be key:value pairs`},
-		{[]string{"--config-source", "xds", "--xds-server", "a:1", "--xds-header", "X-Tenant:blue"}, `--xds-header="X-Tenant:blue": header name "X-Tenant" must be lower-case`},
-		{[]string{"--config-source", "xds", "--xds-server", "a:1", "--xds-header", ":authority:x"}, `--xds-header=":authority:x": must be key:value pairs`},
-		{[]string{"--config-source", "xds", "--xds-server", "a:1", "--xds-retry-interval", "0s"}, `--xds-retry-interval="0s": must be a positive duration`},
-	} {
-		err := CheckServeArgs(tc.args, noEnv)
-		if err == nil || !strings.Contains(err.Error(), tc.want) {
-			t.Errorf("%v: %v, want %q", tc.args, err, tc.want)
-		}
-	}
-	if err := CheckServeArgs([]string{"--config-source", "xds", "--xds-server", "a:1"}, noEnv); err != nil {
-		t.Errorf("xds without --config: %v", err)
-	}
-	if err := CheckServeArgs(nil, func(k string) string {
-		return map[string]string{"ENVOY_RLS_CONFIG_SOURCE": "xds", "ENVOY_RLS_XDS_SERVER": "a:1", "ENVOY_RLS_XDS_HEADER": "a:b,c=d"}[k]
-	}); err != nil {
-		t.Errorf("from the environment: %v", err)
-	}
-}
-
-func TestPairList(t *testing.T) {
-	for _, tc := range []struct {
-		in   []string
-		want string
-		bad  bool
-	}{
-		{in: []string{"a:1,b=2"}, want: "a:1,b:2"},
-		{in: []string{"url:http://x:1"}, want: "url:http://x:1"},
-		{in: []string{"a=b:c"}, want: "a:b:c"},
-		{in: []string{"a:1", "b:2"}, want: "a:1,b:2"},
-		{in: []string{" k : v "}, want: "k:v"},
-		{in: []string{"novalue"}, bad: true},
-		{in: []string{":x"}, bad: true},
-	} {
-		var p pairList
-		var err error
-		for _, s := range tc.in {
-			if err = p.Set(s); err != nil {
-				break
-			}
-		}
-		if (err != nil) != tc.bad || (!tc.bad && p.String() != tc.want) {
-			t.Errorf("%q: %q, %v; want %q (error: %v)", tc.in, p.String(), err, tc.want, tc.bad)
-		}
 	}
 }

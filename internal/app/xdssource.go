@@ -6,6 +6,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/envoy-rls/envoy-rls/internal/options"
 	"github.com/envoy-rls/envoy-rls/pkg/descriptors"
 	"github.com/envoy-rls/envoy-rls/pkg/descriptors/xds"
 )
@@ -14,35 +15,28 @@ import (
 // initial-config, waits for the first valid version (at most
 // --xds-initial-timeout). The source runs until s.rules.stop.
 func (s *server) startXDS(ctx context.Context, opts descriptors.Options) (*xds.Source, error) {
-	o := &s.opts.xdsOptions
-	tlsCfg, err := o.xdsTLS()
+	o := s.opts
+	client, err := o.XDSConfig()
 	if err != nil {
 		return nil, err
 	}
 	log := s.log.With(zap.String("xds_server", o.XDSServer), zap.String("xds_node", o.XDSNodeID))
-	if s.opts.Config != "" {
-		log.Warn("--config is not read with --config-source xds: the rules come from the xDS server", zap.String("config", s.opts.Config))
+	if o.Config != "" {
+		log.Warn("--config is not read with --config-source xds: the rules come from the xDS server", zap.String("config", o.Config))
 	}
 	var src *xds.Source
-	src, err = xds.NewSource(xds.SourceConfig{
-		Client: xds.Config{
-			Server: o.XDSServer, NodeID: o.XDSNodeID, NodeMetadata: o.XDSNodeMetadata.m(),
-			TLS: tlsCfg, Headers: o.XDSHeaders.m(),
-			RetryInterval: o.XDSRetryInterval, MaxRetryInterval: o.XDSRetryMax,
-			OnState: func(st xds.State, err error) {
-				switch v := src.Version(); {
-				case st == xds.Connected:
-					log.Info("xds stream open")
-				case err == nil:
-				case v == "":
-					log.Warn("xds stream failed; reconnecting", zap.Error(err))
-				default:
-					log.Warn("xds stream failed; serving the rules in service and reconnecting", zap.Error(err), zap.String("version", v))
-				}
-			},
-		},
-		Rules: opts, OnReload: s.onReload, Metrics: s.reg,
-	})
+	client.OnState = func(st xds.State, err error) {
+		switch v := src.Version(); {
+		case st == xds.Connected:
+			log.Info("xds stream open")
+		case err == nil:
+		case v == "":
+			log.Warn("xds stream failed; reconnecting", zap.Error(err))
+		default:
+			log.Warn("xds stream failed; serving the rules in service and reconnecting", zap.Error(err), zap.String("version", v))
+		}
+	}
+	src, err = xds.NewSource(xds.SourceConfig{Client: client, Rules: opts, OnReload: s.onReload, Metrics: s.reg})
 	if err != nil {
 		return nil, err
 	}
@@ -64,7 +58,7 @@ func (s *server) startXDS(ctx context.Context, opts descriptors.Options) (*xds.S
 			return nil, fmt.Errorf("stopped while waiting for the first rules from the xDS server %s: %w", o.XDSServer, ctx.Err())
 		}
 		return nil, fmt.Errorf("%s: no rules from the xDS server %s (node %q) within %v (%s): %v; nothing served (--force-start-without-initial-config starts without rules)",
-			label("config-source", s.opts.given), o.XDSServer, o.XDSNodeID, o.XDSInitialWait, label("xds-initial-timeout", s.opts.given), err)
+			options.Label("config-source", o.Given), o.XDSServer, o.XDSNodeID, o.XDSInitialWait, options.Label("xds-initial-timeout", o.Given), err)
 	}
 	return src, nil
 }

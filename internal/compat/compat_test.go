@@ -56,10 +56,9 @@ func parse(t *testing.T, env map[string]string, args ...string) (*options.Option
 	return serveOptions(append([]string{"--env-compat"}, args...), envOf(env))
 }
 
-// serveOptions is options.Serve with the translation, without a rule
-// source of flags of its own.
+// serveOptions is options.Serve with the translation.
 func serveOptions(args []string, getenv func(string) string) (*options.Options, error) {
-	o, _, err := options.Serve(args, getenv, Presets(getenv), nil)
+	o, _, err := options.Serve(args, getenv, Presets(getenv))
 	return o, err
 }
 
@@ -123,6 +122,20 @@ func TestCompatHonoured(t *testing.T) {
 		{"reference variable wins over ours", map[string]string{"LOG_LEVEL": "error", "ENVOY_RLS_LOG_LEVEL": "debug", "PORT": "9090", "ENVOY_RLS_ADMIN_ADDR": ":7070"}, func(o *options.Options) []any { return []any{o.LogLevel, o.AdminAddr} }, []any{"error", "0.0.0.0:9090"}},
 		{"ours wins over a reference default", map[string]string{"ENVOY_RLS_LOG_LEVEL": "debug", "ENVOY_RLS_CONFIG": "/rules", "ENVOY_RLS_DEFAULT_HEADERS": "retry_after"}, func(o *options.Options) []any { return []any{o.LogLevel, o.Config, o.DefaultHeaders} }, []any{"debug", "/rules", "retry_after"}},
 		{"memory store by our variable", map[string]string{"ENVOY_RLS_STORE": "memory", "REDIS_URL": ""}, func(o *options.Options) []any { return []any{o.Store} }, []any{"memory"}},
+		{"xds", map[string]string{"CONFIG_TYPE": "grpc_xds_sotw", "CONFIG_GRPC_XDS_SERVER_URL": "eg:18001", "CONFIG_GRPC_XDS_NODE_ID": "envoy-ratelimit",
+			"CONFIG_GRPC_XDS_NODE_METADATA": "a:1,b=2", "CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS": "x-a:1,x-b:2",
+			"CONFIG_GRPC_XDS_SERVER_USE_TLS": "true", "CONFIG_GRPC_XDS_CLIENT_TLS_CERT": "/c/tls.crt", "CONFIG_GRPC_XDS_CLIENT_TLS_KEY": "/c/tls.key",
+			"CONFIG_GRPC_XDS_SERVER_TLS_CACERT": "/c/ca.crt", "CONFIG_GRPC_XDS_SERVER_TLS_SAN": "eg", "FORCE_START_WITHOUT_INITIAL_CONFIG": "true",
+			"CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL": "5s", "XDS_CLIENT_BACKOFF_INITIAL_INTERVAL": "1s", "XDS_CLIENT_BACKOFF_MAX_INTERVAL": "20s"}, func(o *options.Options) []any {
+			return []any{o.ConfigSource, o.XDSServer, o.XDSNodeID, o.XDSNodeMetadata.String(), o.XDSHeaders.String(),
+				o.XDSTLS, o.XDSTLSCert, o.XDSTLSKey, o.XDSTLSCA, o.XDSTLSSAN, o.ForceStart, o.XDSRetryInterval, o.XDSRetryMax}
+		}, []any{options.SourceXDS, "eg:18001", "envoy-ratelimit", "a:1,b:2", "x-a:1,x-b:2",
+			true, "/c/tls.crt", "/c/tls.key", "/c/ca.crt", "eg", true,
+			// XDS_CLIENT_BACKOFF_INITIAL_INTERVAL, set after the connect
+			// retry interval, is the first wait.
+			time.Second, 20 * time.Second}},
+		{"our xDS server over the reference's default", map[string]string{"CONFIG_TYPE": "GRPC_XDS_SOTW", "ENVOY_RLS_XDS_SERVER": "xds.internal:18001"}, func(o *options.Options) []any { return []any{o.XDSServer} }, []any{"xds.internal:18001"}},
+		{"the reference's xDS server default", map[string]string{"CONFIG_TYPE": "GRPC_XDS_SOTW"}, func(o *options.Options) []any { return []any{o.XDSServer} }, []any{"localhost:18000"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			o, err := parse(t, compatBase(tc.env))
@@ -181,6 +194,9 @@ func TestCompatRefused(t *testing.T) {
 		{map[string]string{"LOG_LEVEL": "verbose"}, `LOG_LEVEL="verbose": must be trace, debug`},
 		{map[string]string{"LOG_FORMAT": "xml"}, `LOG_FORMAT="xml": must be text or json`},
 		{map[string]string{"CONFIG_TYPE": "CONSUL"}, `CONFIG_TYPE="CONSUL": must be FILE or GRPC_XDS_SOTW`},
+		{map[string]string{"CONFIG_TYPE": "GRPC_XDS_SOTW", "CONFIG_GRPC_XDS_SERVER_URL": "nohost"}, `CONFIG_GRPC_XDS_SERVER_URL="nohost": must be host:port of the xDS server`},
+		{map[string]string{"CONFIG_TYPE": "GRPC_XDS_SOTW", "CONFIG_GRPC_XDS_NODE_METADATA": "novalue"}, `CONFIG_GRPC_XDS_NODE_METADATA="novalue": must be key:value or key=value pairs`},
+		{map[string]string{"CONFIG_TYPE": "GRPC_XDS_SOTW", "CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS": "x-a"}, `CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS="x-a": must be`},
 		{map[string]string{"REDIS_SOCKET_TYPE": "unix", "REDIS_URL": "redis:6379"}, `REDIS_URL="redis:6379": REDIS_SOCKET_TYPE=unix takes the absolute path of the socket`},
 		{map[string]string{"REDIS_SOCKET_TYPE": "unix", "REDIS_TYPE": "cluster", "REDIS_URL": "/run/r.sock"}, `REDIS_TYPE="cluster": a Unix socket (REDIS_SOCKET_TYPE=unix) reaches one server`},
 		{map[string]string{"REDIS_SOCKET_TYPE": "udp"}, `REDIS_SOCKET_TYPE="udp": must be tcp or unix`},
@@ -227,6 +243,7 @@ func TestCompatWarned(t *testing.T) {
 		{map[string]string{"STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT": "false"}, `STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT="false": ignored: a denied request never consumes quota`},
 		{map[string]string{"EXPIRATION_JITTER_MAX_SECONDS": "300"}, `EXPIRATION_JITTER_MAX_SECONDS="300": ignored`},
 		{map[string]string{"MERGE_DOMAIN_CONFIG": "true"}, `MERGE_DOMAIN_CONFIG="true": ignored: envoy-rls does not merge`},
+		{map[string]string{"CONFIG_TYPE": "GRPC_XDS_SOTW", "XDS_CLIENT_BACKOFF_JITTER": "false"}, `XDS_CLIENT_BACKOFF_JITTER="false": ignored`},
 	} {
 		o, err := parse(t, compatBase(tc.env))
 		if err != nil {

@@ -12,19 +12,17 @@ import (
 // Reference defaults that envoy-rls applies in compatibility mode when the
 // setting is not given (else its own default holds).
 const (
-	refRuntimeRoot  = "/srv/runtime_data/current"
-	refAppDirectory = "config"
-	refStatsdHost   = "localhost"
-	refStatsdPort   = "8125"
-	refXDSServerURL = "localhost:18000"
-	refLogLevel     = "warn"
-	refHeadersNone  = "none"
-	refBackendRedis = "redis"
-	refHeaderLimit  = "RateLimit-Limit"
-	refHeaderRemain = "RateLimit-Remaining"
-	refHeaderReset  = "RateLimit-Reset"
-	// configSourceXDS is --config-source's value for an xDS server.
-	configSourceXDS  = "xds"
+	refRuntimeRoot   = "/srv/runtime_data/current"
+	refAppDirectory  = "config"
+	refStatsdHost    = "localhost"
+	refStatsdPort    = "8125"
+	refXDSServerURL  = "localhost:18000"
+	refLogLevel      = "warn"
+	refHeadersNone   = "none"
+	refBackendRedis  = "redis"
+	refHeaderLimit   = "RateLimit-Limit"
+	refHeaderRemain  = "RateLimit-Remaining"
+	refHeaderReset   = "RateLimit-Reset"
 	whyNoMetricsPort = "envoy-rls serves its Prometheus metrics at /metrics on the admin port (HOST:PORT), under its own metric names"
 )
 
@@ -207,7 +205,7 @@ func configSource(r *refEnv) {
 			r.warn("RUNTIME_IGNOREDOTFILES", "envoy-rls always skips files whose names start with a dot (editors' temporary files)")
 		}
 	case "GRPC_XDS_SOTW":
-		r.set("config-source", configSourceXDS, "CONFIG_TYPE")
+		r.set("config-source", options.SourceXDS, "CONFIG_TYPE")
 		if url, ok := r.get("CONFIG_GRPC_XDS_SERVER_URL"); ok {
 			r.set("xds-server", url, "CONFIG_GRPC_XDS_SERVER_URL")
 		} else {

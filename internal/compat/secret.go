@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/rand"
 	"fmt"
+	mrand "math/rand/v2"
 	"time"
 
 	"go.uber.org/zap"
@@ -14,13 +15,8 @@ import (
 	"github.com/envoy-rls/envoy-rls/pkg/limiter/redis"
 )
 
-// Waits between attempts to read the shared HMAC secret at start, and the
-// bound of one attempt.
-const (
-	sharedSecretFirstWait = 100 * time.Millisecond
-	sharedSecretMaxWait   = 5 * time.Second
-	sharedSecretTimeout   = 5 * time.Second
-)
+// sharedSecretTimeout bounds one attempt to read the shared HMAC secret.
+const sharedSecretTimeout = 5 * time.Second
 
 // SharedSecretRecheck is how often a running replica is to store the
 // shared secret again (KeepSharedSecret) should Redis have lost it (a
@@ -50,7 +46,9 @@ func FetchSharedSecret(ctx context.Context, o *options.Options, log *zap.Logger)
 	if _, err := rand.Read(candidate); err != nil {
 		return nil, fmt.Errorf("generating a random HMAC secret: %w", err)
 	}
-	wait := sharedSecretFirstWait
+	// The attempts are spaced as redis.Connect spaces its dials: waits
+	// doubling from 100ms up to 5s, each drawn between half and all of it.
+	backoff := redis.Backoff{Initial: 100 * time.Millisecond, Max: 5 * time.Second}
 	for attempt := 1; ; attempt++ {
 		actx, cancel := context.WithTimeout(ctx, sharedSecretTimeout)
 		secret, err := redis.SharedSecret(actx, cfg, o.HMACSecretRedisKey, candidate)
@@ -61,6 +59,7 @@ func FetchSharedSecret(ctx context.Context, o *options.Options, log *zap.Logger)
 			}
 			return secret, nil
 		}
+		wait := backoff.Wait(attempt, mrand.Float64())
 		log.Warn("cannot read the shared HMAC secret from Redis yet; retrying", zap.Int("attempt", attempt), zap.Duration("retry_in", wait), zap.Error(err))
 		t := time.NewTimer(wait)
 		select {
@@ -69,7 +68,6 @@ func FetchSharedSecret(ctx context.Context, o *options.Options, log *zap.Logger)
 			return nil, fmt.Errorf("stopped before the shared HMAC secret could be read from Redis: %w", context.Cause(ctx))
 		case <-t.C:
 		}
-		wait = min(2*wait, sharedSecretMaxWait)
 	}
 }
 

@@ -7,7 +7,6 @@ import (
 	"net"
 	"net/http"
 	"os/exec"
-	"sync"
 	"testing"
 	"time"
 
@@ -38,8 +37,9 @@ func Serve(t testing.TB, args ...string) (grpcAddr, adminAddr string) {
 	ctx, cancel := context.WithCancel(context.Background())
 	cmd := exec.CommandContext(ctx, binarytest.Build(t),
 		append([]string{"serve", "--grpc-addr", grpcAddr, "--admin-addr", adminAddr}, args...)...)
-	logs := &syncBuffer{}
-	cmd.Stdout, cmd.Stderr = logs, logs
+	// Read only after Wait, which returns once the output is copied.
+	var logs bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &logs, &logs
 	if err := cmd.Start(); err != nil {
 		cancel()
 		t.Fatal(err)
@@ -64,22 +64,4 @@ func Serve(t testing.TB, args ...string) (grpcAddr, adminAddr string) {
 		return nil
 	})
 	return grpcAddr, adminAddr
-}
-
-// syncBuffer is a bytes.Buffer the process writes while the test reads.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }

@@ -34,19 +34,18 @@ func (e *RefusedError) Error() string { return e.Err.Error() }
 func (e *RefusedError) Unwrap() error { return e.Err }
 
 // Serve parses the arguments of `envoy-rls serve` (without the word serve)
-// and the environment, with presets (nil: none) and the rule source's
-// flags (src, nil: none), and checks every value the binary would refuse at
-// start that can be decided without reading a file or dialling. The error
-// is flag.ErrHelp after -h (fs prints the help with PrintUsage);
-// otherwise it holds one line per problem found.
-func Serve(args []string, getenv func(string) string, presets Presets, src RuleSource) (o *Options, fs *flag.FlagSet, err error) {
+// and the environment, with presets (nil: none), and checks every value
+// the binary would refuse at start that can be decided without reading a
+// file or dialling. The error is flag.ErrHelp after -h (fs prints the
+// help with PrintUsage); otherwise it holds one line per problem found.
+func Serve(args []string, getenv func(string) string, presets Presets) (o *Options, fs *flag.FlagSet, err error) {
 	o = &Options{}
-	fs = NewFlagSet(o, src)
+	fs = NewFlagSet(o)
 	var pre func(map[string]Given) ([]Preset, error)
 	if presets != nil {
 		pre = func(seen map[string]Given) ([]Preset, error) { return presets(o, seen) }
 	}
-	o.Given, err = parse(fs, args, getenv, pre, src)
+	o.Given, err = parse(fs, args, getenv, pre)
 	var envErrs envErrors
 	switch {
 	case errors.Is(err, flag.ErrHelp):
@@ -64,7 +63,7 @@ func Serve(args []string, getenv func(string) string, presets Presets, src RuleS
 	if fs.NArg() > 0 {
 		errs = append(errs, fmt.Errorf("serve takes no arguments (got %q): the rules are --config PATH", fs.Args()))
 	}
-	errs = append(errs, o.check(src), CheckSecretSource(o, getenv), observe.CheckTracing(o.TracingFlag(), getenv))
+	errs = append(errs, o.check(), CheckSecretSource(o, getenv), observe.CheckTracing(o.TracingFlag(), getenv))
 	return o, fs, errors.Join(errs...)
 }
 
@@ -95,18 +94,24 @@ var accepts = map[string]string{
 	// rules.go
 	"config-max-bytes":       "a positive number of bytes",
 	"config-max-descriptors": "a positive integer",
+	// xds.go
+	"config-source":          SourceFile + " or " + SourceXDS,
+	"xds-server":             "host:port of the xDS server (required with --config-source xds)",
+	"xds-node-id":            "a non-empty node ID",
+	"xds-tls-cert":           "set together with --xds-tls-key",
+	"xds-tls-key":            "set together with --xds-tls-cert",
+	"xds-retry-interval":     "a positive duration such as 3s",
+	"xds-retry-max-interval": "a duration at least --xds-retry-interval",
+	"xds-initial-timeout":    "a positive duration such as 1m",
+	"xds-node-metadata":      "key:value or key=value pairs, comma-separated",
+	"xds-header":             "key:value pairs, comma-separated",
 }
 
-// acceptsOf is what f takes: its entry in accepts or src's (nil: none),
-// else what its type parses.
-func acceptsOf(f *flag.Flag, src RuleSource) string {
+// acceptsOf is what f takes: its entry in accepts, else what its type
+// parses.
+func acceptsOf(f *flag.Flag) string {
 	if a, ok := accepts[f.Name]; ok {
 		return a
-	}
-	if src != nil {
-		if a, ok := src.Accepts(f.Name); ok {
-			return a
-		}
 	}
 	if b, ok := f.Value.(interface{ IsBoolFlag() bool }); ok && b.IsBoolFlag() {
 		return "true or false"
@@ -120,24 +125,22 @@ func acceptsOf(f *flag.Flag, src RuleSource) string {
 // check validates option values that the flag package cannot: every value
 // the binary would refuse at start that can be decided without reading a
 // file or dialling. It reports every problem found, one per line.
-func (o *Options) check(src RuleSource) error {
+func (o *Options) check() error {
 	r := refusals{given: o.Given, accepts: accepts}
-	if o.Config == "" && (src == nil || src.FromFile()) {
+	if o.Config == "" && o.ConfigSource != SourceXDS {
 		r.errs = append(r.errs, fmt.Errorf("%s: must be the rule file or directory to serve", Label("config", o.Given)))
 	}
 	r.check("store", o.Store == "memory" || o.Store == "redis")
 	_, err := zapcore.ParseLevel(o.LogLevel)
 	r.check("log-level", err == nil)
-	_, ok := HeaderMode(o.DefaultHeaders)
+	_, ok := descriptors.ParseHeaderMode(o.DefaultHeaders)
 	r.check("default-headers", ok)
 	r.check("memory-max-entries", o.MemoryMaxEntries >= 0)
 	r.check("local-cache-size", o.LocalCacheSize >= denycache.Shards)
 	r.check("drain-timeout", o.DrainTimeout > 0)
 	r.check("gc-percent", o.GCPercent == 0 || o.GCPercent >= MinGCPercent && o.GCPercent <= MaxGCPercent)
 	r.errs = append(r.errs, o.ConfigLimits.Check(o.Given)...)
-	if src != nil {
-		r.errs = append(r.errs, src.Check(o.Given)...)
-	}
+	r.errs = append(r.errs, o.xdsOptions.check(o.Given)...)
 	// The redis package takes zero as its default; the flags have defaults
 	// of their own, so a zero given here is a mistake.
 	r.check("redis-timeout", o.RedisTimeout != 0)
@@ -182,20 +185,6 @@ func (r *refusals) check(name string, ok bool) {
 // err joins the refusals, nil when there are none.
 func (r *refusals) err() error {
 	return errors.Join(r.errs...)
-}
-
-// HeaderMode is the mode a --default-headers value names; false for a
-// value it does not know (Serve refuses it).
-func HeaderMode(s string) (descriptors.HeaderMode, bool) {
-	switch s {
-	case "full":
-		return descriptors.HeadersFull, true
-	case "retry_after":
-		return descriptors.HeadersRetryAfter, true
-	case "none":
-		return descriptors.HeadersNone, true
-	}
-	return 0, false
 }
 
 // MemoryBound is the memory store's entry bound and where it comes from.

@@ -78,7 +78,7 @@ func Label(name string, seen map[string]Given) string {
 // is accepted; one per variable), and -h/--help is flag.ErrHelp for the
 // caller to answer.
 func Parse(fs *flag.FlagSet, args []string, getenv func(string) string) (map[string]Given, error) {
-	return parse(fs, args, getenv, nil, nil)
+	return parse(fs, args, getenv, nil)
 }
 
 // Preset is a flag value that comes from elsewhere than the command line
@@ -92,13 +92,12 @@ type Preset struct {
 	Fallback    bool
 }
 
-// parse is Parse with presets and the rule source's flags (src, for what
-// they accept): after the command line is parsed, presets (when not nil)
-// returns the values to set on the flags the command line did not set
-// (seen holds the command line's values), before the ENVOY_RLS_* variables
-// fill the rest. Its error joins those of the variables that did not
-// parse.
-func parse(fs *flag.FlagSet, args []string, getenv func(string) string, presets func(seen map[string]Given) ([]Preset, error), src RuleSource) (map[string]Given, error) {
+// parse is Parse with presets: after the command line is parsed, presets
+// (when not nil) returns the values to set on the flags the command line
+// did not set (seen holds the command line's values), before the
+// ENVOY_RLS_* variables fill the rest. Its error joins those of the
+// variables that did not parse.
+func parse(fs *flag.FlagSet, args []string, getenv func(string) string, presets func(seen map[string]Given) ([]Preset, error)) (map[string]Given, error) {
 	seen := map[string]Given{}
 	var failed string
 	fs.VisitAll(func(f *flag.Flag) {
@@ -112,7 +111,7 @@ func parse(fs *flag.FlagSet, args []string, getenv func(string) string, presets 
 		}
 		if failed != "" {
 			f := fs.Lookup(failed)
-			return seen, fmt.Errorf("%s: must be %s", Label(failed, seen), acceptsOf(f, src))
+			return seen, fmt.Errorf("%s: must be %s", Label(failed, seen), acceptsOf(f))
 		}
 		return seen, commandLineError(fs, err)
 	}
@@ -136,7 +135,7 @@ func parse(fs *flag.FlagSet, args []string, getenv func(string) string, presets 
 			err := r.Set(p.Value)
 			r.from = ""
 			if err != nil {
-				errs = append(errs, fmt.Errorf("%s: must be %s", Label(p.Flag, seen), acceptsOf(f, src)))
+				errs = append(errs, fmt.Errorf("%s: must be %s", Label(p.Flag, seen), acceptsOf(f)))
 			}
 		}
 	}
@@ -150,7 +149,7 @@ func parse(fs *flag.FlagSet, args []string, getenv func(string) string, presets 
 		}
 		f.Value.(*recorded).env = true
 		if err := f.Value.Set(v); err != nil {
-			errs = append(errs, fmt.Errorf("%s: must be %s", Label(f.Name, seen), acceptsOf(f, src)))
+			errs = append(errs, fmt.Errorf("%s: must be %s", Label(f.Name, seen), acceptsOf(f)))
 		}
 	})
 	if len(errs) > 0 {

@@ -1,7 +1,6 @@
 package options
 
 import (
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -14,10 +13,7 @@ func TestReadCAPool(t *testing.T) {
 	if pool, err := ReadCAPool("x-ca", ca.File); err != nil || !pool.Equal(ca.Pool()) {
 		t.Fatalf("ReadCAPool(CA file): %v, %v", pool, err)
 	}
-	notPEM := filepath.Join(t.TempDir(), "ca.txt")
-	if err := os.WriteFile(notPEM, []byte("not a certificate"), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	notPEM := writeFile(t, t.TempDir(), "ca.txt", "not a certificate")
 	for path, want := range map[string]string{
 		notPEM: `--x-ca="` + notPEM + `": holds no PEM certificate`,
 		filepath.Join(t.TempDir(), "missing.pem"): "--x-ca: must be a readable PEM CA bundle: ",

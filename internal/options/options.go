@@ -127,6 +127,9 @@ type Options struct {
 	// The --top-* flags (observability.go).
 	topOptions
 
+	// --config-source and the xDS client's flags (xds.go).
+	xdsOptions
+
 	// The settings of the reference service's deployments (reference.go).
 	referenceOptions
 	// CompatWarnings are the reference settings accepted and ignored, to
@@ -139,23 +142,8 @@ type Options struct {
 	Given map[string]Given
 }
 
-// RuleSource is where the rules come from besides --config: the rule
-// source's own flags (--config-source and the xDS client's), defined with
-// it and parsed and checked with the others.
-type RuleSource interface {
-	// AddFlags defines the source's flags on fs.
-	AddFlags(fs *flag.FlagSet)
-	// Accepts says what one of its flags takes, for errors.
-	Accepts(name string) (string, bool)
-	// Check returns one error per refused value.
-	Check(given map[string]Given) []error
-	// FromFile reports whether the rules come from --config.
-	FromFile() bool
-}
-
-// NewFlagSet defines the serve flags on o's fields, and src's (nil: the
-// rules come from --config only).
-func NewFlagSet(o *Options, src RuleSource) *flag.FlagSet {
+// NewFlagSet defines the serve flags on o's fields.
+func NewFlagSet(o *Options) *flag.FlagSet {
 	fs := flag.NewFlagSet("envoy-rls serve", flag.ContinueOnError)
 	fs.StringVar(&o.Config, "config", "", "rule file or directory of rule files (required)")
 	fs.StringVar(&o.GRPCAddr, "grpc-addr", DefaultGRPCAddr, "gRPC listen address (RateLimitService, health, reflection); unix:PATH listens on a unix socket")
@@ -195,9 +183,7 @@ func NewFlagSet(o *Options, src RuleSource) *flag.FlagSet {
 	auditFlags(fs, &o.auditOptions)
 	topFlags(fs, &o.topOptions)
 	referenceFlags(fs, &o.referenceOptions)
-	if src != nil {
-		src.AddFlags(fs)
-	}
+	xdsFlags(fs, &o.xdsOptions)
 	return fs
 }
 

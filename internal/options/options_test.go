@@ -5,6 +5,8 @@ import (
 	"flag"
 	"fmt"
 	"math"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -26,7 +28,7 @@ func checkServe(t *testing.T, cases []serveCase) {
 	t.Helper()
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			_, _, err := Serve(tc.args, func(k string) string { return tc.env[k] }, nil, nil)
+			_, _, err := Serve(tc.args, func(k string) string { return tc.env[k] }, nil)
 			if got := fmt.Sprint(err); tc.want == "" && err != nil || tc.want != "" && got != tc.want {
 				t.Fatalf("Serve(%q) = %v, want %q", tc.args, err, tc.want)
 			}
@@ -147,7 +149,7 @@ func TestServeTLSChecks(t *testing.T) {
 		{[]string{"--grpc-tls-client-ca", "ca.pem"}, `--grpc-tls-cert (or ENVOY_RLS_GRPC_TLS_CERT) is not set: must be set when --grpc-tls-client-ca is`},
 		{[]string{"--grpc-tls-cert", "c", "--grpc-tls-key", "k", "--grpc-tls-client-san", "x"}, `--grpc-tls-client-ca (or ENVOY_RLS_GRPC_TLS_CLIENT_CA) is not set: must be set when --grpc-tls-client-san is`},
 	} {
-		_, _, err := Serve(append(base, tc.args...), noEnv, nil, nil)
+		_, _, err := Serve(append(base, tc.args...), noEnv, nil)
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%q: got %v, want %q", tc.args, err, tc.want)
 		}
@@ -174,7 +176,7 @@ func TestServeObservabilityChecks(t *testing.T) {
 		{[]string{"--top-window", "500ms"}, nil, `--top-window="500ms": must be a duration of at least 1s, such as 1m`},
 		{nil, map[string]string{"ENVOY_RLS_TOP_METRIC_SERIES": "-1"}, `ENVOY_RLS_TOP_METRIC_SERIES="-1": must be an integer from 0 to 1000`},
 	} {
-		_, _, err := Serve(append([]string{"--config", "rules"}, tc.args...), func(k string) string { return tc.env[k] }, nil, nil)
+		_, _, err := Serve(append([]string{"--config", "rules"}, tc.args...), func(k string) string { return tc.env[k] }, nil)
 		if err == nil || err.Error() != tc.want {
 			t.Errorf("%v %v: err\n%v\nwant\n%s", tc.args, tc.env, err, tc.want)
 		}
@@ -193,7 +195,7 @@ func TestServeObservabilityChecks(t *testing.T) {
 		{"queue", []string{"--audit-queue-size", "0"}, `--audit-queue-size="0": must be an integer between 1 and 1000000`},
 		{"usage interval", []string{"--audit-usage-interval", "10ms"}, `--audit-usage-interval="10ms": must be 0 (no usage records) or a duration from 100ms to 24h0m0s, such as 5m`},
 	} {
-		_, _, err := Serve(append([]string{"--config", "rules"}, tc.args...), noEnv, nil, nil)
+		_, _, err := Serve(append([]string{"--config", "rules"}, tc.args...), noEnv, nil)
 		if err == nil || err.Error() != tc.want {
 			t.Errorf("%s: err\n%v\nwant\n%s", tc.name, err, tc.want)
 		}
@@ -202,11 +204,21 @@ func TestServeObservabilityChecks(t *testing.T) {
 
 func noEnv(string) string { return "" }
 
+// writeFile writes content to the file name in dir and returns its path.
+func writeFile(t *testing.T, dir, name, content string) string {
+	t.Helper()
+	p := filepath.Join(dir, name)
+	if err := os.WriteFile(p, []byte(content), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
 // The serve help lists every flag as --name with its variable and default,
 // without the flag package's artefacts.
 func TestPrintUsage(t *testing.T) {
 	var o Options
-	fs := NewFlagSet(&o, nil)
+	fs := NewFlagSet(&o)
 	var out bytes.Buffer
 	PrintUsage(&out, ServeUsage, fs)
 	help := out.String()

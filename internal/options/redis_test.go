@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"net"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -16,18 +15,9 @@ import (
 
 func TestRedisFlagsConfig(t *testing.T) {
 	dir := t.TempDir()
-	pw := filepath.Join(dir, "pw")
-	if err := os.WriteFile(pw, []byte("hunter2\r\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	empty := filepath.Join(dir, "empty")
-	if err := os.WriteFile(empty, nil, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	notPEM := filepath.Join(dir, "ca.pem")
-	if err := os.WriteFile(notPEM, []byte("not a certificate"), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	pw := writeFile(t, dir, "pw", "hunter2\r\n")
+	empty := writeFile(t, dir, "empty", "")
+	notPEM := writeFile(t, dir, "ca.pem", "not a certificate")
 	c, err := (&Options{RedisAddr: " 10.0.0.1:6379, 10.0.0.2:6379 ,", RedisMode: "cluster", RedisUsername: "u", RedisPasswordFile: pw, RedisTLS: true, RedisTimeout: time.Second, RedisPoolSize: 8}).RedisConfig()
 	if err != nil {
 		t.Fatal(err)
@@ -130,9 +120,7 @@ func TestRedisWant(t *testing.T) {
 // The password file's content, without its line end, is what
 // authenticates to Redis.
 func TestRedisFlagsPasswordFile(t *testing.T) {
-	if testing.Short() {
-		t.Skip("Redis lane")
-	}
+	redistest.RedisLane(t)
 	srv := redistest.Standalone(t, redistest.Local())
 	srv.MustDo("ACL", "SETUSER", "envoy-rls", "on", ">s3cret-pw", "~*", "+@all")
 	dir := t.TempDir()
@@ -144,10 +132,7 @@ func TestRedisFlagsPasswordFile(t *testing.T) {
 		{"another password", "wrong-pw\n", false},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			pw := filepath.Join(dir, "pw")
-			if err := os.WriteFile(pw, []byte(c.content), 0o600); err != nil {
-				t.Fatal(err)
-			}
+			pw := writeFile(t, dir, "pw", c.content)
 			cfg, err := (&Options{RedisAddr: srv.Addr(), RedisUsername: "envoy-rls", RedisPasswordFile: pw}).RedisConfig()
 			if err != nil {
 				t.Fatal(err)
@@ -160,9 +145,7 @@ func TestRedisFlagsPasswordFile(t *testing.T) {
 // The TLS flags' files verify the server and authenticate the client; TLS
 // without a CA uses the system roots, which do not know the test CA.
 func TestRedisFlagsTLSFiles(t *testing.T) {
-	if testing.Short() {
-		t.Skip("Redis lane")
-	}
+	redistest.RedisLane(t)
 	redistest.RequireTLS(t)
 	files := redistest.GenerateTLS(t)
 	srv := redistest.Standalone(t, redistest.WithTLS(files, files.ClientConfig(t)))

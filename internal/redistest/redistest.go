@@ -125,6 +125,16 @@ func RequireServer(t testing.TB) string {
 	return p
 }
 
+// RedisLane skips t with -short (make test-short): the Redis lane is the
+// tests that run the service, or its settings, on Redis; tests of a store
+// on one local server run with -short too.
+func RedisLane(t testing.TB) {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("Redis lane")
+	}
+}
+
 // newOptions applies opts.
 func newOptions(opts []Option) options {
 	var o options

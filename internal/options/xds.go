@@ -1,4 +1,4 @@
-package app
+package options
 
 import (
 	"flag"
@@ -10,13 +10,13 @@ import (
 	"github.com/envoy-rls/envoy-rls/pkg/descriptors/xds"
 )
 
-// Config sources (--config-source).
+// Rule sources (--config-source).
 const (
 	SourceFile = "file"
 	SourceXDS  = "xds"
 )
 
-// Defaults of the xDS flags.
+// Defaults of the rule source's flags.
 const (
 	DefaultConfigSource      = SourceFile
 	DefaultXDSNodeID         = xds.DefaultNodeID
@@ -25,29 +25,29 @@ const (
 	DefaultXDSInitialTimeout = time.Minute
 )
 
-// xdsOptions are the --config-source and --xds-* flags.
+// xdsOptions are the --config-source and --xds-* flags (part of Options).
 type xdsOptions struct {
 	ConfigSource     string
 	XDSServer        string
 	XDSNodeID        string
-	XDSNodeMetadata  pairList
+	XDSNodeMetadata  PairList
 	XDSTLS           bool
 	XDSTLSCert       string
 	XDSTLSKey        string
 	XDSTLSCA         string
 	XDSTLSSAN        string
-	XDSHeaders       pairList
+	XDSHeaders       PairList
 	XDSRetryInterval time.Duration
 	XDSRetryMax      time.Duration
 	XDSInitialWait   time.Duration
 	ForceStart       bool
 }
 
-// pairList is a list of key:value (or key=value) pairs, comma-separated;
+// PairList is a list of key:value (or key=value) pairs, comma-separated;
 // each Set adds to it, so the flag can be repeated.
-type pairList struct{ pairs [][2]string }
+type PairList struct{ pairs [][2]string }
 
-func (p *pairList) String() string {
+func (p *PairList) String() string {
 	if p == nil {
 		return ""
 	}
@@ -58,7 +58,7 @@ func (p *pairList) String() string {
 	return strings.Join(parts, ",")
 }
 
-func (p *pairList) Set(s string) error {
+func (p *PairList) Set(s string) error {
 	if s == "" {
 		return nil
 	}
@@ -78,7 +78,9 @@ func (p *pairList) Set(s string) error {
 	return nil
 }
 
-func (p *pairList) m() map[string]string {
+// Map is the pairs by key (the last of a repeated key wins), nil when
+// there are none.
+func (p *PairList) Map() map[string]string {
 	if len(p.pairs) == 0 {
 		return nil
 	}
@@ -89,7 +91,7 @@ func (p *pairList) m() map[string]string {
 	return out
 }
 
-// xdsFlags adds the flags of the rule source.
+// xdsFlags adds the flags of the rule source to fs.
 func xdsFlags(fs *flag.FlagSet, o *xdsOptions) {
 	fs.StringVar(&o.ConfigSource, "config-source", DefaultConfigSource, "where the rules come from: file (--config) or xds (RateLimitConfig resources from --xds-server)")
 	fs.StringVar(&o.XDSServer, "xds-server", "", "xDS management server, host:port (--config-source xds)")
@@ -107,63 +109,37 @@ func xdsFlags(fs *flag.FlagSet, o *xdsOptions) {
 	fs.BoolVar(&o.ForceStart, "force-start-without-initial-config", false, "with --config-source xds: serve at once with no rules (every call answered OK) until the xDS server sends valid rules")
 }
 
-// xdsAccepts is what the xDS flags take, for errors.
-var xdsAccepts = map[string]string{
-	"config-source":          SourceFile + " or " + SourceXDS,
-	"xds-server":             "host:port of the xDS server (required with --config-source xds)",
-	"xds-node-id":            "a non-empty node ID",
-	"xds-tls-cert":           "set together with --xds-tls-key",
-	"xds-tls-key":            "set together with --xds-tls-cert",
-	"xds-retry-interval":     "a positive duration such as 3s",
-	"xds-retry-max-interval": "a duration at least --xds-retry-interval",
-	"xds-initial-timeout":    "a positive duration such as 1m",
-	"xds-node-metadata":      "key:value or key=value pairs, comma-separated",
-	"xds-header":             "key:value pairs, comma-separated",
-}
-
-// check returns the problems of the xDS flags, one error each.
-func (o *xdsOptions) check(seen map[string]given) []error {
-	var errs []error
-	bad := func(name string) {
-		errs = append(errs, fmt.Errorf("%s: must be %s", label(name, seen), xdsAccepts[name]))
-	}
+// check returns one error per refused value of the rule source's flags;
+// the --xds-* flags are checked only with --config-source xds.
+func (o *xdsOptions) check(given map[string]Given) []error {
+	r := refusals{given: given, accepts: accepts}
 	switch o.ConfigSource {
 	case SourceFile:
 		return nil
 	case SourceXDS:
 	default:
-		bad("config-source")
-		return errs
+		r.check("config-source", false)
+		return r.errs
 	}
-	if host, port, err := net.SplitHostPort(o.XDSServer); err != nil || host == "" || port == "" {
-		bad("xds-server")
-	}
-	if o.XDSNodeID == "" {
-		bad("xds-node-id")
-	}
-	if (o.XDSTLSCert == "") != (o.XDSTLSKey == "") {
-		if o.XDSTLSCert == "" {
-			bad("xds-tls-cert")
-		} else {
-			bad("xds-tls-key")
-		}
+	host, port, err := net.SplitHostPort(o.XDSServer)
+	r.check("xds-server", err == nil && host != "" && port != "")
+	r.check("xds-node-id", o.XDSNodeID != "")
+	switch {
+	case o.XDSTLSCert == "" && o.XDSTLSKey != "":
+		r.check("xds-tls-cert", false)
+	case o.XDSTLSCert != "" && o.XDSTLSKey == "":
+		r.check("xds-tls-key", false)
 	}
 	for _, kv := range o.XDSHeaders.pairs {
 		if !validHeaderName(kv[0]) {
-			errs = append(errs, fmt.Errorf("%s: header name %q must be lower-case letters, digits, '-', '_' or '.', and not start with grpc-", label("xds-header", seen), kv[0]))
+			r.errs = append(r.errs, fmt.Errorf("%s: header name %q must be lower-case letters, digits, '-', '_' or '.', and not start with grpc-", Label("xds-header", given), kv[0]))
 			break
 		}
 	}
-	if o.XDSRetryInterval <= 0 {
-		bad("xds-retry-interval")
-	}
-	if o.XDSRetryMax < o.XDSRetryInterval {
-		bad("xds-retry-max-interval")
-	}
-	if o.XDSInitialWait <= 0 {
-		bad("xds-initial-timeout")
-	}
-	return errs
+	r.check("xds-retry-interval", o.XDSRetryInterval > 0)
+	r.check("xds-retry-max-interval", o.XDSRetryMax >= o.XDSRetryInterval)
+	r.check("xds-initial-timeout", o.XDSInitialWait > 0)
+	return r.errs
 }
 
 // validHeaderName is a gRPC metadata key a client may send.
@@ -180,19 +156,23 @@ func validHeaderName(k string) bool {
 	return true
 }
 
-// xdsTLS is the TLS of the xDS connection (nil: plaintext); the CA is
-// read here.
-func (o *xdsOptions) xdsTLS() (*xds.TLS, error) {
+// XDSConfig is the xDS client's configuration from the flags, the CA
+// bundle read; the caller adds what is not a flag (Apply, OnState).
+func (o *xdsOptions) XDSConfig() (xds.Config, error) {
+	c := xds.Config{
+		Server: o.XDSServer, NodeID: o.XDSNodeID, NodeMetadata: o.XDSNodeMetadata.Map(), Headers: o.XDSHeaders.Map(),
+		RetryInterval: o.XDSRetryInterval, MaxRetryInterval: o.XDSRetryMax,
+	}
 	if !(o.XDSTLS || o.XDSTLSCA != "" || o.XDSTLSCert != "" || o.XDSTLSSAN != "") {
-		return nil, nil
+		return c, nil
 	}
-	t := &xds.TLS{CertFile: o.XDSTLSCert, KeyFile: o.XDSTLSKey, ServerName: o.XDSTLSSAN}
+	c.TLS = &xds.TLS{CertFile: o.XDSTLSCert, KeyFile: o.XDSTLSKey, ServerName: o.XDSTLSSAN}
 	if o.XDSTLSCA != "" {
-		pool, err := readCAPool("xds-tls-ca", o.XDSTLSCA)
+		pool, err := ReadCAPool("xds-tls-ca", o.XDSTLSCA)
 		if err != nil {
-			return nil, err
+			return xds.Config{}, err
 		}
-		t.RootCAs = pool
+		c.TLS.RootCAs = pool
 	}
-	return t, nil
+	return c, nil
 }

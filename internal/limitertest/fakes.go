@@ -1,6 +1,8 @@
 package limitertest
 
 import (
+	"context"
+	"sync"
 	"sync/atomic"
 	"time"
 )
@@ -26,4 +28,26 @@ func (c *Clock) Set(t time.Time) { c.ns.Store(t.UnixNano()) }
 // time.
 func (c *Clock) Advance(d time.Duration) time.Time {
 	return time.Unix(0, c.ns.Add(int64(d))).UTC()
+}
+
+// Pinger is a store's Ping whose answer tests set: a store outage without a
+// store to break. The zero value answers nil (reachable); it is safe for
+// concurrent use.
+type Pinger struct {
+	mu  sync.Mutex
+	err error
+}
+
+// Ping answers the error set last.
+func (p *Pinger) Ping(context.Context) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.err
+}
+
+// SetPing makes Ping answer err (nil: reachable) from now on.
+func (p *Pinger) SetPing(err error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.err = err
 }

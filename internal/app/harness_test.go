@@ -1,0 +1,268 @@
+package app
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	rlv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/metadata"
+
+	"github.com/envoy-rls/envoy-rls/internal/limitertest"
+	"github.com/envoy-rls/envoy-rls/internal/polltest"
+	"github.com/envoy-rls/envoy-rls/pkg/descriptors"
+	"github.com/envoy-rls/envoy-rls/pkg/limiter"
+)
+
+const testRules = `domain: app
+descriptors:
+  - key: user
+    rate_limit:
+      unit: minute
+      requests_per_unit: 2
+`
+
+func writeRules(t *testing.T, dir, content string) string {
+	t.Helper()
+	p := filepath.Join(dir, "rules.yaml")
+	if err := os.WriteFile(p, []byte(content), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func noEnv(string) string { return "" }
+
+// syncBuffer is a bytes.Buffer safe for the logger and the test to share.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// running is one serve command started by a test.
+type running struct {
+	grpcAddr, adminAddr string
+	cancel              context.CancelFunc
+	done                chan error
+	logs                *syncBuffer
+	conn                *grpc.ClientConn
+	reload              chan os.Signal
+	watcher             *descriptors.Watcher
+}
+
+func startServe(t *testing.T, args []string, env map[string]string, h hooks) *running {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	r := &running{cancel: cancel, done: make(chan error, 1), logs: &syncBuffer{}, reload: make(chan os.Signal)}
+	addrs := make(chan [2]string, 1)
+	h.listening = func(g, a string) { addrs <- [2]string{g, a} }
+	h.reloadSignals = r.reload
+	h.watcher = func(w *descriptors.Watcher) { r.watcher = w }
+	base := []string{"serve", "--grpc-addr", "127.0.0.1:0", "--admin-addr", "127.0.0.1:0", "--drain-timeout", "5s"}
+	go func() {
+		r.done <- run(ctx, append(base, args...), func(k string) string { return env[k] }, io.Discard, r.logs, h)
+	}()
+	select {
+	case a := <-addrs:
+		r.grpcAddr, r.adminAddr = a[0], a[1]
+	case err := <-r.done:
+		cancel()
+		t.Fatalf("serve exited early: %v\nlogs:\n%s", err, r.logs)
+	case <-time.After(10 * time.Second):
+		cancel()
+		t.Fatalf("serve did not start\nlogs:\n%s", r.logs)
+	}
+	conn, err := grpc.NewClient(r.grpcAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.conn = conn
+	t.Cleanup(func() {
+		_ = conn.Close()
+		r.stop(t)
+	})
+	return r
+}
+
+// stop cancels the serve command and waits for it to return.
+func (r *running) stop(t *testing.T) error {
+	t.Helper()
+	r.cancel()
+	select {
+	case err, ok := <-r.done:
+		if ok {
+			close(r.done)
+		}
+		return err
+	case <-time.After(15 * time.Second):
+		t.Fatalf("serve did not stop\nlogs:\n%s", r.logs)
+	}
+	return nil
+}
+
+func (r *running) get(t *testing.T, path string) (int, string) {
+	t.Helper()
+	resp, err := http.Get("http://" + r.adminAddr + path)
+	if err != nil {
+		t.Fatalf("GET %s: %v", path, err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
+// awaitAttempt waits, up to 10s, for the rule load attempt that next (from
+// r.watcher.NextAttempt) announces.
+func (r *running) awaitAttempt(t *testing.T, next <-chan struct{}) {
+	t.Helper()
+	select {
+	case <-next:
+	case <-time.After(10 * time.Second):
+		t.Fatalf("no rule load attempt within 10s\nlogs:\n%s", r.logs)
+	}
+}
+
+// userRequest is a ShouldRateLimit request of domain app for user=value,
+// the descriptor testRules limits.
+func userRequest(value string) *rlsv3.RateLimitRequest {
+	return &rlsv3.RateLimitRequest{
+		Domain:      "app",
+		Descriptors: []*rlv3.RateLimitDescriptor{{Entries: []*rlv3.RateLimitDescriptor_Entry{{Key: "user", Value: value}}}},
+	}
+}
+
+// check sends one ShouldRateLimit for user=value over the real gRPC client,
+// with md as outgoing metadata (key, value pairs: trace headers).
+func (r *running) check(t *testing.T, value string, md ...string) *rlsv3.RateLimitResponse {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	ctx = metadata.AppendToOutgoingContext(ctx, md...)
+	resp, err := rlsv3.NewRateLimitServiceClient(r.conn).ShouldRateLimit(ctx, userRequest(value))
+	if err != nil {
+		t.Fatalf("ShouldRateLimit: %v", err)
+	}
+	return resp
+}
+
+// Answers of wantCodes.
+const (
+	allowed = rlsv3.RateLimitResponse_OK
+	denied  = rlsv3.RateLimitResponse_OVER_LIMIT
+)
+
+// wantCodes sends one call for user=value per code of want, in order, and
+// fails at the first whose answer is not that code.
+func (r *running) wantCodes(t *testing.T, value string, want ...rlsv3.RateLimitResponse_Code) {
+	t.Helper()
+	for i, w := range want {
+		if got := r.check(t, value).OverallCode; got != w {
+			t.Fatalf("call %d of user=%s: %v, want %v", i+1, value, got, w)
+		}
+	}
+}
+
+// config is the /config document.
+func (r *running) config(t *testing.T) configDoc {
+	t.Helper()
+	code, body := r.get(t, "/config")
+	var doc configDoc
+	if err := json.Unmarshal([]byte(body), &doc); err != nil || code != http.StatusOK {
+		t.Fatalf("/config %d %v:\n%s", code, err, body)
+	}
+	return doc
+}
+
+// waitFor polls cond until it holds, for at most 10 s.
+func waitFor(t *testing.T, cond func() bool) {
+	t.Helper()
+	polltest.Eventually(t, 10*time.Second, 20*time.Millisecond, "condition", func() error {
+		if cond() {
+			return nil
+		}
+		return errors.New("not met")
+	})
+}
+
+// blockingStore holds every Evaluate until released; its Ping answers what
+// the test sets.
+type blockingStore struct {
+	limiter.Store
+	limitertest.Pinger
+	entered chan struct{}
+	release chan struct{}
+}
+
+func (b *blockingStore) Evaluate(ctx context.Context, batch []limiter.Request, out []limiter.Outcome) {
+	b.entered <- struct{}{}
+	<-b.release
+	b.Store.Evaluate(ctx, batch, out)
+}
+
+// startBlocked serves testRules with args, the store wrapped in a
+// blockingStore.
+func startBlocked(t *testing.T, args ...string) (*running, *blockingStore) {
+	t.Helper()
+	rules := writeRules(t, t.TempDir(), testRules)
+	bs := &blockingStore{entered: make(chan struct{}, 1), release: make(chan struct{})}
+	r := startServe(t, append([]string{"--config", rules}, args...), nil, hooks{wrapStore: func(s limiter.Store) limiter.Store {
+		bs.Store = s
+		return bs
+	}})
+	return r, bs
+}
+
+// startWatching serves testRules from the folder dir and returns once the
+// rule watcher watches it.
+func startWatching(t *testing.T, dir string) *running {
+	t.Helper()
+	writeRules(t, dir, testRules)
+	r := startServe(t, []string{"--config", dir}, nil, hooks{})
+	select {
+	case <-r.watcher.Ready():
+	case <-time.After(10 * time.Second):
+		t.Fatalf("the rule watcher did not start within 10s\nlogs:\n%s", r.logs)
+	}
+	return r
+}
+
+// awaitReload waits on the rule watcher's load attempts, up to 20s, until
+// cond holds.
+func (r *running) awaitReload(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.After(20 * time.Second)
+	for {
+		next := r.watcher.NextAttempt()
+		if cond() {
+			return
+		}
+		select {
+		case <-next:
+		case <-deadline:
+			t.Fatalf("%s: not within 20s of load attempts\nlogs:\n%s", what, r.logs)
+		}
+	}
+}
