@@ -44,9 +44,8 @@ type faultEnv struct {
 
 func newFaultEnv(t *testing.T) *faultEnv {
 	t.Helper()
-	srv := redistest.Standalone(t, redistest.Local())
 	reg, m := newMetrics(t)
-	e := newEnvOn(t, srv, Config{Addrs: []string{srv.Addr()}, Timeout: 10 * time.Second, Metrics: m})
+	e := newEnvWith(t, Config{Timeout: 10 * time.Second, Metrics: m}, redistest.Local())
 	return &faultEnv{env: e, reg: reg}
 }
 

@@ -27,12 +27,15 @@ type env struct {
 
 func newEnv(t testing.TB, opts ...redistest.Option) *env {
 	t.Helper()
-	srv := redistest.Standalone(t, opts...)
-	return newEnvOn(t, srv, Config{Addrs: []string{srv.Addr()}})
+	return newEnvWith(t, Config{}, opts...)
 }
 
-func newEnvOn(t testing.TB, srv *redistest.Server, cfg Config) *env {
+// newEnvWith is newEnv with a store of cfg on the server (its Addrs set to
+// the server's).
+func newEnvWith(t testing.TB, cfg Config, opts ...redistest.Option) *env {
 	t.Helper()
+	srv := redistest.Standalone(t, opts...)
+	cfg.Addrs = []string{srv.Addr()}
 	conn, err := redistest.Dial(srv.Addr(), nil, 5*time.Second)
 	if err != nil {
 		t.Fatal(err)

@@ -151,8 +151,8 @@ func TestDeadlines(t *testing.T) {
 }
 
 func TestRedisKilledDuringLoad(t *testing.T) {
-	srv := redistest.Standalone(t, redistest.Local())
-	s := newStore(t, Config{Addrs: []string{srv.Addr()}, Timeout: 200 * time.Millisecond})
+	e := newEnvWith(t, Config{Timeout: 200 * time.Millisecond}, redistest.Local())
+	srv, s := e.srv, e.store
 	p := fixed(t, "kill", 1_000_000, farWindow)
 	var counts [5]atomic.Int64 // by OutcomeKind
 	var slowest atomic.Int64
