@@ -97,14 +97,15 @@ func (e *Event) Record() Record {
 // fields are the record's stream fields, as name, value pairs in a fixed
 // order (request_id only when set).
 func (r *Record) fields() [][2]string {
+	kind := KindDenial
 	if r.Kind == KindUsage && r.Usage != nil {
-		return r.usageFields()
+		kind = KindUsage
 	}
-	f := [][2]string{
-		{"kind", KindDenial},
-		{"time", r.Time},
-		{"domain", r.Domain},
-		{"policy_id", r.PolicyID},
+	f := [][2]string{{"kind", kind}, {"time", r.Time}, {"domain", r.Domain}, {"policy_id", r.PolicyID}}
+	if kind == KindUsage {
+		return append(f, r.Usage.fields()...)
+	}
+	f = append(f, [][2]string{
 		{"subject_digest", r.SubjectDigest},
 		{"cost", strconv.FormatInt(r.Cost, 10)},
 		{"limit", strconv.FormatInt(r.Limit, 10)},
@@ -112,7 +113,7 @@ func (r *Record) fields() [][2]string {
 		{"retry_after_ms", strconv.FormatInt(r.RetryAfterMs, 10)},
 		{"shadow", strconv.FormatBool(r.Shadow)},
 		{"outcome", r.Outcome},
-	}
+	}...)
 	if r.RequestID != "" {
 		f = append(f, [2]string{"request_id", r.RequestID})
 	}

@@ -64,14 +64,10 @@ func (r Record) MarshalJSON() ([]byte, error) {
 	return json.Marshal(denialJSON(r))
 }
 
-// usageFields are a usage record's stream fields.
-func (r *Record) usageFields() [][2]string {
-	u := r.Usage
+// fields are a usage record's stream fields after those of every record
+// (Record.fields).
+func (u *UsageRecord) fields() [][2]string {
 	return [][2]string{
-		{"kind", KindUsage},
-		{"time", r.Time},
-		{"domain", r.Domain},
-		{"policy_id", r.PolicyID},
 		{"key", u.Key},
 		{"since", u.Since},
 		{"hits", strconv.FormatInt(u.Hits, 10)},

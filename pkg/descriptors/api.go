@@ -1,6 +1,7 @@
 package descriptors
 
 import (
+	"slices"
 	"strings"
 	"time"
 
@@ -139,47 +140,35 @@ func (r *Rule) Window() time.Duration {
 	return r.Unit.Duration() * time.Duration(max(r.UnitMultiplier, 1))
 }
 
-// Duration returns the length of one unit.
-func (u Unit) Duration() time.Duration {
-	switch u {
-	case UnitSecond:
-		return time.Second
-	case UnitMinute:
-		return time.Minute
-	case UnitHour:
-		return time.Hour
-	case UnitDay:
-		return 24 * time.Hour
-	case UnitWeek:
-		return 7 * 24 * time.Hour
-	case UnitMonth:
-		return 30 * 24 * time.Hour
-	case UnitYear:
-		return 365 * 24 * time.Hour
+// units are the units' configuration names and lengths; a Unit is its
+// index, and index 0 stands for any value that is not a Unit.
+var units = [...]struct {
+	name   string
+	length time.Duration
+}{
+	{"unknown", 0},
+	UnitSecond: {"second", time.Second},
+	UnitMinute: {"minute", time.Minute},
+	UnitHour:   {"hour", time.Hour},
+	UnitDay:    {"day", 24 * time.Hour},
+	UnitWeek:   {"week", 7 * 24 * time.Hour},
+	UnitMonth:  {"month", 30 * 24 * time.Hour},
+	UnitYear:   {"year", 365 * 24 * time.Hour},
+}
+
+func (u Unit) index() int {
+	if int(u) < len(units) {
+		return int(u)
 	}
 	return 0
 }
 
+// Duration returns the length of one unit (0 for a value that is not a
+// Unit).
+func (u Unit) Duration() time.Duration { return units[u.index()].length }
+
 // String returns the lower-case configuration name of the unit.
-func (u Unit) String() string {
-	switch u {
-	case UnitSecond:
-		return "second"
-	case UnitMinute:
-		return "minute"
-	case UnitHour:
-		return "hour"
-	case UnitDay:
-		return "day"
-	case UnitWeek:
-		return "week"
-	case UnitMonth:
-		return "month"
-	case UnitYear:
-		return "year"
-	}
-	return "unknown"
-}
+func (u Unit) String() string { return units[u.index()].name }
 
 // ParseUnit parses a rate_limit unit, case-insensitively: second, minute,
 // hour, day, and the extensions week, month, year.
@@ -192,26 +181,20 @@ func ParseUnit(s string) (Unit, bool) {
 	return 0, false
 }
 
+// headerModes are the header modes' configuration names, by HeaderMode.
+var headerModes = [...]string{HeadersDefault: "", HeadersFull: "full", HeadersRetryAfter: "retry_after", HeadersNone: "none"}
+
 // String returns the configuration name of the header mode ("" for
 // HeadersDefault).
 func (h HeaderMode) String() string {
-	switch h {
-	case HeadersFull:
-		return "full"
-	case HeadersRetryAfter:
-		return "retry_after"
-	case HeadersNone:
-		return "none"
+	if int(h) < len(headerModes) {
+		return headerModes[h]
 	}
 	return ""
 }
 
 // ParseHeaderMode parses full, retry_after or none.
 func ParseHeaderMode(s string) (HeaderMode, bool) {
-	for h := HeadersFull; h <= HeadersNone; h++ {
-		if s == h.String() {
-			return h, true
-		}
-	}
-	return HeadersDefault, false
+	i := slices.Index(headerModes[:], s)
+	return HeaderMode(max(i, 0)), i > 0
 }

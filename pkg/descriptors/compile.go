@@ -1,6 +1,7 @@
 package descriptors
 
 import (
+	"slices"
 	"strings"
 
 	"github.com/envoy-rls/envoy-rls/pkg/limiter"
@@ -130,7 +131,7 @@ func (c *compiler) rule(d *domain, n *node, rd *rawDesc, named map[string]limitS
 	case rd.policy != "":
 		spec, known := named[rd.policy]
 		if !known {
-			if _, defined := indexOf(d.policyNames, rd.policy); defined {
+			if slices.Contains(d.policyNames, rd.policy) {
 				return // the policy itself is invalid and was reported
 			}
 			c.ps.add(c.file, rd.policyPos.line, rd.policyPos.col, "unknown policy %q (not in the top-level policies map of this file)", truncate(rd.policy, 80))
@@ -214,15 +215,6 @@ func (c *compiler) addRule(d *domain, r *Rule, ls limitSpec, rl *rawLimit, at po
 	if rl != nil {
 		d.replaceRefs = append(d.replaceRefs, rl.replaces...)
 	}
-}
-
-func indexOf(list []string, s string) (int, bool) {
-	for i, v := range list {
-		if v == s {
-			return i, true
-		}
-	}
-	return -1, false
 }
 
 // lastKey is Rule.Key: the key of the path's last level.

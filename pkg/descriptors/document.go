@@ -80,11 +80,13 @@ func compileBudget(docs []Document, opts Options, budget int) (*Snapshot, error)
 		}
 	}
 	ps := problems{fields: make(map[string]docFields, len(docs))}
-	b := &docBuilder{ps: &ps, count: &descCount{max: lim.MaxDescriptors}, h: newFingerprint(), budget: budget}
+	count := &descCount{max: lim.MaxDescriptors}
+	b := &docBuilder{h: newFingerprint()}
 	files := make([]*rawFile, 0, len(sorted))
 	names := make([]string, 0, len(sorted))
 	for _, doc := range sorted {
-		if rf := b.document(doc); rf != nil {
+		b.reader = newReader(doc.Name, &ps, count, budget, "document is too complex (more than %d fields and nesting levels)")
+		if rf := b.document(doc); rf != nil && !count.over() {
 			files = append(files, rf)
 		}
 		names = append(names, doc.Name)
@@ -92,8 +94,8 @@ func compileBudget(docs []Document, opts Options, budget int) (*Snapshot, error)
 	if b.bytes > lim.MaxBytes {
 		return nil, &LimitError{Limit: LimitBytes, Max: lim.MaxBytes, Total: b.bytes, Files: len(docs)}
 	}
-	if b.count.over() {
-		return nil, &LimitError{Limit: LimitDescriptors, Max: int64(b.count.max), Total: int64(b.count.n), Files: len(docs)}
+	if count.over() {
+		return nil, &LimitError{Limit: LimitDescriptors, Max: int64(count.max), Total: int64(count.n), Files: len(docs)}
 	}
 	var fp [32]byte
 	b.h.Sum(fp[:0])
@@ -139,23 +141,18 @@ func (t docFields) path(line int) (string, bool) {
 }
 
 // docBuilder turns Documents into the parser's model, numbering their
-// fields (docFields). It weighs the strings, counts the descriptors,
-// spends the work budget and hashes every field (length-prefixed, lists
-// with their length) for the fingerprint.
+// fields (docFields); the reader of the Document charges one unit per
+// field. It weighs the strings and hashes every field (length-prefixed,
+// lists with their length) for the fingerprint.
 type docBuilder struct {
-	ps     *problems
-	count  *descCount
+	reader
 	h      hash.Hash
 	bytes  int64
-	budget int
-
-	name   string
 	fields docFields
-	left   int // budget left for the current Document; < 0 once spent
 }
 
 func (b *docBuilder) document(doc *Document) *rawFile {
-	b.name, b.fields, b.left = doc.Name, nil, b.budget
+	b.fields = nil
 	b.str(doc.Name)
 	rf := &rawFile{name: doc.Name, domain: b.str(doc.Domain), domainPos: b.at(0, "domain")}
 	if doc.Domain == "" {
@@ -163,7 +160,7 @@ func (b *docBuilder) document(doc *Document) *rawFile {
 	}
 	rf.descriptors = b.descriptors(doc.Descriptors, 0, 1)
 	b.ps.fields[doc.Name] = b.fields
-	if b.left < 0 {
+	if b.spent() {
 		return nil // too complex: do not compile what was converted
 	}
 	return rf
@@ -176,12 +173,11 @@ func (b *docBuilder) descriptors(ds []DocDescriptor, parent, depth int) []*rawDe
 		return nil
 	}
 	list := b.at(parent, "descriptors")
-	if depth > MaxDepth {
-		b.problem(list, "descriptors are nested more than %d levels deep", MaxDepth)
+	if !b.nest(list, depth) {
 		return nil
 	}
 	out := make([]*rawDesc, 0, len(ds))
-	for i := 0; i < len(ds) && b.left >= 0; i++ {
+	for i := 0; i < len(ds) && !b.spent(); i++ {
 		if rd := b.descriptor(&ds[i], b.elem(list, i), depth); rd != nil {
 			out = append(out, rd)
 		}
@@ -190,16 +186,10 @@ func (b *docBuilder) descriptors(ds []DocDescriptor, parent, depth int) []*rawDe
 }
 
 func (b *docBuilder) descriptor(d *DocDescriptor, at pos, depth int) *rawDesc {
-	b.count.n++
-	if b.count.over() {
-		// Past the limit descriptors are only counted, as in a file.
-		b.countNested(d.Descriptors, depth+1)
+	if !b.enter(at, depth) {
 		return nil
 	}
-	if !b.spend(at, depth) {
-		return nil
-	}
-	rd := &rawDesc{pos: at, key: b.str(d.Key), value: b.str(d.Value), shadow: b.flag(d.ShadowMode), detailed: b.flag(d.DetailedMetric)}
+	rd := &rawDesc{pos: at, depth: depth, key: b.str(d.Key), value: b.str(d.Value), shadow: b.flag(d.ShadowMode), detailed: b.flag(d.DetailedMetric)}
 	if d.Key == "" {
 		b.problem(b.at(at.line, "key"), "descriptor key must not be empty")
 	}
@@ -208,17 +198,7 @@ func (b *docBuilder) descriptor(d *DocDescriptor, at pos, depth int) *rawDesc {
 		rd.limit = b.limit(d.RateLimit, rd.limitPos)
 	}
 	rd.children = b.descriptors(d.Descriptors, at.line, depth+1)
-	return rd
-}
-
-func (b *docBuilder) countNested(ds []DocDescriptor, depth int) {
-	if depth > MaxDepth {
-		return
-	}
-	for i := range ds {
-		b.count.n++
-		b.countNested(ds[i].Descriptors, depth+1)
-	}
+	return b.keep(rd)
 }
 
 func (b *docBuilder) limit(l *DocLimit, at pos) *rawLimit {
@@ -239,7 +219,7 @@ func (b *docBuilder) limit(l *DocLimit, at pos) *rawLimit {
 	if len(l.Replaces) > 0 {
 		rl.replacesPos = b.at(at.line, "replaces")
 	}
-	for i := 0; i < len(l.Replaces) && b.left >= 0; i++ {
+	for i := 0; i < len(l.Replaces) && !b.spent(); i++ {
 		name := l.Replaces[i]
 		ref := nameRef{name: b.str(name), pos: b.elem(rl.replacesPos, i)}
 		if name == "" {
@@ -254,32 +234,15 @@ func (b *docBuilder) limit(l *DocLimit, at pos) *rawLimit {
 // at numbers the field name of the field at line parent.
 func (b *docBuilder) at(parent int, name string) pos {
 	b.fields = append(b.fields, docField{parent: int32(parent), index: -1, name: name})
-	b.spend(pos{line: len(b.fields)}, 1)
+	b.charge(pos{line: len(b.fields)}, 1)
 	return pos{line: len(b.fields)}
 }
 
 // elem numbers the element i of the list at p.
 func (b *docBuilder) elem(list pos, i int) pos {
 	b.fields = append(b.fields, docField{parent: int32(list.line), index: int32(i)})
-	b.spend(pos{line: len(b.fields)}, 1)
+	b.charge(pos{line: len(b.fields)}, 1)
 	return pos{line: len(b.fields)}
-}
-
-// spend charges the budget; it reports (once) and returns false when the
-// budget of the Document is spent.
-func (b *docBuilder) spend(at pos, cost int) bool {
-	if b.left < 0 {
-		return false
-	}
-	if b.left -= cost; b.left < 0 {
-		b.problem(at, "document is too complex (more than %d fields and nesting levels)", b.budget)
-		return false
-	}
-	return true
-}
-
-func (b *docBuilder) problem(at pos, format string, args ...any) {
-	b.ps.add(b.name, at.line, at.col, format, args...)
 }
 
 func (b *docBuilder) str(s string) string {

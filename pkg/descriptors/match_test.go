@@ -278,3 +278,27 @@ func TestIDDerivation(t *testing.T) {
 		}
 	}
 }
+
+// TestStatKey checks the reference service's stat key of matched rules:
+// key for a key-only level, key_value for a level with a configured value,
+// and never the request's value of a key-only level.
+func TestStatKey(t *testing.T) {
+	s := loadRules(t)
+	for _, tc := range []struct {
+		entries []Entry
+		want    string
+	}{
+		{e("database=users"), "ref.database_users"},
+		{e("message_type=marketing", "to_number=2061111111"), "ref.message_type_marketing.to_number"},
+		{e("remote_address=50.0.0.1"), "ref.remote_address"},
+		{e("remote_address=50.0.0.5"), "ref.remote_address_50.0.0.5"},
+	} {
+		m, ok := s.Match("ref", tc.entries)
+		if !ok || m.Rule == nil {
+			t.Fatalf("%v: no match", tc.entries)
+		}
+		if m.Rule.StatKey != tc.want {
+			t.Errorf("%v: StatKey = %q, want %q", tc.entries, m.Rule.StatKey, tc.want)
+		}
+	}
+}

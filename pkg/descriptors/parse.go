@@ -3,7 +3,6 @@ package descriptors
 import (
 	"errors"
 	"io"
-	"math"
 
 	"gopkg.in/yaml.v3"
 )
@@ -16,20 +15,9 @@ import (
 // KnownFields(true) behaviour), and the valid keys a message lists are read
 // from the same table.
 
-// Limits that keep a hostile or broken file from costing unbounded time or
-// memory.
-const (
-	// MaxFileSize bounds one rule file.
-	MaxFileSize = 8 << 20
-	// MaxDepth bounds the nesting of descriptors (and so the number of
-	// entries a request descriptor can usefully carry).
-	MaxDepth = 64
-	// maxNodes bounds the work of parsing and compiling one file: one unit
-	// per YAML node visited (an alias is walked each time it is used) plus,
-	// per descriptor, its nesting depth (the compiler's work per rule grows
-	// with it).
-	maxNodes = 1_000_000
-)
+// MaxFileSize bounds one rule file, so that a hostile or broken file
+// cannot cost unbounded memory (reader.go bounds the work of reading it).
+const MaxFileSize = 8 << 20
 
 type pos struct{ line, col int }
 
@@ -109,39 +97,25 @@ func descriptorFields() fields[rawDesc] {
 func (p pos) set() bool { return p.line > 0 }
 
 type parser struct {
-	file   string
-	data   []byte
-	ps     *problems
-	budget int
-	limit  int
-	count  *descCount
-	read   int // bytes of data the YAML parser read
+	reader
+	data []byte
+	read int // bytes of data the YAML parser read
 }
-
-// descCount counts the descriptors of a rule set across its files, against
-// Limits.MaxDescriptors. Past the limit, descriptors are counted but no
-// longer kept.
-type descCount struct{ n, max int }
-
-func (c *descCount) over() bool { return c.n > c.max }
 
 // parseFile parses data as one rule file. It returns nil when the file is
 // unusable; problems are added to ps either way. count, if not nil, counts
 // its descriptors.
 func parseFile(name string, data []byte, ps *problems, budget int, count *descCount) (rf *rawFile) {
-	if count == nil {
-		count = &descCount{max: math.MaxInt}
-	}
-	p := &parser{file: name, data: data, ps: ps, budget: budget, limit: budget, count: count}
+	p := &parser{reader: newReader(name, ps, count, budget, "file is too complex (more than %d YAML nodes, aliases expanded, and nesting levels)"), data: data}
 	if len(data) > MaxFileSize {
-		p.ps.add(name, 0, 0, "file is larger than %d bytes", MaxFileSize)
+		p.problem(pos{}, "file is larger than %d bytes", MaxFileSize)
 		return nil
 	}
 	// Count before parsing: the parser's tree costs many times the bytes
 	// of a file dense in tokens (docs/config.md gives the measured memory),
 	// and is built whole before any of it can be looked at.
 	if countTokens(data, MaxTokens) > MaxTokens {
-		p.ps.add(name, 0, 0, "file is too complex (more than %d YAML tokens: scalars, aliases and the indicators -, ?, :, [ and {)", MaxTokens)
+		p.problem(pos{}, "file is too complex (more than %d YAML tokens: scalars, aliases and the indicators -, ?, :, [ and {)", MaxTokens)
 		return nil
 	}
 	var doc yaml.Node
@@ -153,7 +127,7 @@ func parseFile(name string, data []byte, ps *problems, budget int, count *descCo
 	err, err2 := decodeDocs(r, &doc, &extra)
 	p.read = r.off
 	if errors.Is(err, io.EOF) {
-		p.ps.add(name, 0, 0, "file is empty: a rule file needs a domain")
+		p.problem(pos{}, "file is empty: a rule file needs a domain")
 		return nil
 	}
 	if err != nil {
@@ -161,7 +135,7 @@ func parseFile(name string, data []byte, ps *problems, budget int, count *descCo
 		return nil
 	}
 	if err2 == nil {
-		p.ps.add(name, extra.Line, extra.Column, "a rule file holds one YAML document; found a second one")
+		p.errorf(&extra, "a rule file holds one YAML document; found a second one")
 		return nil
 	}
 	if !errors.Is(err2, io.EOF) {
@@ -171,13 +145,13 @@ func parseFile(name string, data []byte, ps *problems, budget int, count *descCo
 	root := &doc
 	if root.Kind == yaml.DocumentNode {
 		if len(root.Content) == 0 {
-			p.ps.add(name, 0, 0, "file is empty: a rule file needs a domain")
+			p.problem(pos{}, "file is empty: a rule file needs a domain")
 			return nil
 		}
 		root = root.Content[0]
 	}
 	rf = p.root(root)
-	if p.budget <= 0 {
+	if p.spent() {
 		return nil // too complex: do not compile what was read
 	}
 	return rf
@@ -208,10 +182,10 @@ func (p *parser) policies(n *yaml.Node, rf *rawFile) {
 			return
 		}
 		if rl.namePos.set() {
-			p.ps.add(p.file, rl.namePos.line, rl.namePos.col, "policies.%s: name is not allowed in a named policy (name identifies a descriptor rule; set it in the descriptor's rate_limit)", name)
+			p.problem(rl.namePos, "policies.%s: name is not allowed in a named policy (name identifies a descriptor rule; set it in the descriptor's rate_limit)", name)
 		}
 		if rl.replacesPos.set() {
-			p.ps.add(p.file, rl.replacesPos.line, rl.replacesPos.col, "policies.%s: replaces is not allowed in a named policy (set it in the descriptor's rate_limit)", name)
+			p.problem(rl.replacesPos, "policies.%s: replaces is not allowed in a named policy (set it in the descriptor's rate_limit)", name)
 		}
 		rf.policies[name] = rl
 		rf.policyOrder = append(rf.policyOrder, name)
@@ -222,8 +196,7 @@ func (p *parser) descriptorList(n *yaml.Node, depth int) []*rawDesc {
 	if n = p.sequence(n, "descriptors must be a list"); n == nil {
 		return nil
 	}
-	if depth > MaxDepth {
-		p.errorf(n, "descriptors are nested more than %d levels deep", MaxDepth)
+	if !p.nest(at(n), depth) {
 		return nil
 	}
 	out := make([]*rawDesc, 0, len(n.Content))
@@ -244,12 +217,7 @@ func (p *parser) descriptor(n *yaml.Node, depth int) *rawDesc {
 		p.errorf(n, "a descriptor must be a mapping, got %s", describe(n))
 		return nil
 	}
-	if !p.charge(n, depth) {
-		return nil
-	}
-	p.count.n++
-	if p.count.over() {
-		p.countNested(n, depth)
+	if !p.enter(at(n), depth) {
 		return nil
 	}
 	d := &rawDesc{pos: at(n), depth: depth}
@@ -259,35 +227,7 @@ func (p *parser) descriptor(n *yaml.Node, depth int) *rawDesc {
 	if !d.keyPos.set() {
 		p.errorf(n, "descriptor has no key")
 	}
-	return d
-}
-
-// countNested counts the descriptors nested in descriptor n without
-// keeping them.
-func (p *parser) countNested(n *yaml.Node, depth int) {
-	if depth >= MaxDepth {
-		return
-	}
-	for i := 0; i+1 < len(n.Content); i += 2 {
-		k := p.resolve(n.Content[i])
-		if k == nil || k.Kind != yaml.ScalarNode || k.Value != "descriptors" {
-			continue
-		}
-		list := p.resolve(n.Content[i+1])
-		if list == nil || list.Kind != yaml.SequenceNode {
-			continue
-		}
-		for _, c := range list.Content {
-			c = p.resolve(c)
-			if c == nil {
-				return
-			}
-			if c.Kind == yaml.MappingNode {
-				p.count.n++
-				p.countNested(c, depth+1)
-			}
-		}
-	}
+	return p.keep(d)
 }
 
 func (p *parser) metadata(n *yaml.Node) map[string]any {

@@ -96,19 +96,7 @@ func (p *parser) spend(n *yaml.Node) bool {
 }
 
 func (p *parser) rateLimit(n *yaml.Node, what string) *rawLimit {
-	n = p.resolve(n)
-	if n == nil {
-		return nil
-	}
-	if isNull(n) {
-		p.errorf(n, "%s must be a mapping, got null", what)
-		return nil
-	}
-	rl := &rawLimit{pos: at(n)}
-	if !limitFields.read(p, n, what, "in "+what, rl) {
-		return nil
-	}
-	return rl
+	return block(p, n, limitFields, what, what+" must be a mapping, got null", func(at pos) *rawLimit { return &rawLimit{pos: at} })
 }
 
 func (p *parser) replaces(n *yaml.Node) []nameRef {

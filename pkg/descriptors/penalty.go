@@ -36,19 +36,7 @@ func durationField(key string, get func(*rawPenalty) (*string, *pos)) field[rawP
 
 // penalty parses a `penalty:` mapping.
 func (p *parser) penalty(n *yaml.Node) *rawPenalty {
-	n = p.resolve(n)
-	if n == nil {
-		return nil
-	}
-	if isNull(n) {
-		p.errorf(n, "penalty must be a mapping {%s}, got null", penaltyFields.keys())
-		return nil
-	}
-	rp := &rawPenalty{pos: at(n)}
-	if !penaltyFields.read(p, n, "penalty", "in penalty", rp) {
-		return nil
-	}
-	return rp
+	return block(p, n, penaltyFields, "penalty", "penalty must be a mapping {"+penaltyFields.keys()+"}, got null", func(at pos) *rawPenalty { return &rawPenalty{pos: at} })
 }
 
 // checkPenalty turns a parsed penalty into a limiter.Penalty, reporting each

@@ -41,16 +41,8 @@ func (p *parser) rateLimitList(n *yaml.Node) []*rawLimit {
 	out := make([]*rawLimit, 0, len(r.Content))
 	ok := true
 	for i, c := range r.Content {
-		what := "rate_limits[" + strconv.Itoa(i) + "]"
-		if c = p.resolve(c); c == nil {
-			return nil
-		}
-		if c.Kind != yaml.MappingNode {
-			p.errorf(c, "%s must be a mapping, got %s", what, describe(c))
-			ok = false
-			continue
-		}
-		rl := p.rateLimit(c, what)
+		// rateLimit refuses what is not a mapping, null included.
+		rl := p.rateLimit(c, "rate_limits["+strconv.Itoa(i)+"]")
 		if rl == nil {
 			ok = false
 			continue

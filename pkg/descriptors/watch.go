@@ -44,6 +44,22 @@ type ReloadResult struct {
 	Rules       int
 }
 
+// NewReloadResult is the ReloadResult of a load attempt of trigger that
+// ended with err (nil: it succeeded); s is the snapshot in service after it
+// (nil: none).
+func NewReloadResult(trigger string, s *Snapshot, err error) ReloadResult {
+	res := ReloadResult{Time: time.Now(), Trigger: trigger, OK: err == nil, Err: err}
+	var ce *ConfigError
+	if errors.As(err, &ce) {
+		res.Problems = slices.Clone(ce.Problems)
+	}
+	if s != nil {
+		res.Fingerprint = s.Fingerprint()
+		res.Domains, res.Rules = s.Size()
+	}
+	return res
+}
+
 // Result is ResultSuccess or ResultFailure.
 func (r ReloadResult) Result() string {
 	if r.OK {
@@ -95,7 +111,8 @@ func NewWatcher(path string, opts Options, log func(ReloadResult)) (*Watcher, er
 		w.debounce = DefaultDebounce
 	}
 	w.cur.Store(s)
-	w.last.Store(&ReloadResult{Time: time.Now(), Trigger: TriggerInitial, OK: true, Fingerprint: s.Fingerprint(), Domains: len(s.order), Rules: s.rules})
+	res := NewReloadResult(TriggerInitial, s, nil)
+	w.last.Store(&res)
 	return w, nil
 }
 
@@ -146,44 +163,28 @@ func (w *Watcher) reload(trigger string, onlyIfChanged bool) ReloadResult {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	defer w.endAttempt()
-	prev := w.cur.Load()
-	res := ReloadResult{Time: time.Now(), Trigger: trigger}
+	s := w.cur.Load()
 	lim := w.opts.Limits.withDefaults()
 	srcs, err := readSources(w.path, lim)
-	if err == nil && onlyIfChanged && fingerprint(srcs) == prev.fingerprint {
-		last := w.last.Load()
-		if last.OK {
+	if err == nil && onlyIfChanged && fingerprint(srcs) == s.fingerprint {
+		if last := w.last.Load(); last.OK {
 			return *last
 		}
 		// The files are back to the rules in service after a failed
 		// reload: nothing to swap, but the failure is over.
-		res.OK = true
-		res.Fingerprint, res.Domains, res.Rules = prev.Fingerprint(), len(prev.order), prev.rules
-		w.success.Add(1)
-		w.last.Store(&res)
-		if w.log != nil {
-			w.log(res)
+	} else if err == nil {
+		var next *Snapshot
+		if next, err = build(srcs, w.opts, lim); err == nil {
+			s = next
 		}
-		return res
 	}
-	var s *Snapshot
-	if err == nil {
-		s, err = build(srcs, w.opts, lim)
-	}
+	res := NewReloadResult(trigger, s, err)
 	if err != nil {
-		res.Err = err
-		var ce *ConfigError
-		if errors.As(err, &ce) {
-			res.Problems = slices.Clone(ce.Problems)
-		}
-		s = prev
 		w.failure.Add(1)
 	} else {
-		res.OK = true
 		w.cur.Store(s)
 		w.success.Add(1)
 	}
-	res.Fingerprint, res.Domains, res.Rules = s.Fingerprint(), len(s.order), s.rules
 	w.last.Store(&res)
 	if w.log != nil {
 		w.log(res)

@@ -49,38 +49,24 @@ func syntaxError(r io.Reader) error {
 	return nil
 }
 
+// yamlError reports a syntax error of the YAML parser at its line and
+// column (decoding into yaml.Node, it reports no type errors).
 func (p *parser) yamlError(err error) {
-	var te *yaml.TypeError
-	if errors.As(err, &te) {
-		for _, e := range te.Errors {
-			p.lineError(e)
-		}
-		return
-	}
 	m := yamlMsgRE.FindStringSubmatch(err.Error())
 	if m == nil {
-		p.ps.add(p.file, 0, 0, "invalid YAML: %s", err)
+		p.problem(pos{}, "invalid YAML: %s", err)
 		return
 	}
 	context, _ := strconv.Atoi(m[1])
 	line, col := syntaxPosition(p.data, p.read, m[2], context)
 	switch {
 	case line == 0:
-		p.ps.add(p.file, context, 0, "invalid YAML: %s", m[2])
+		p.problem(pos{context, 0}, "invalid YAML: %s", m[2])
 	case context > 0 && context < line:
-		p.ps.add(p.file, line, col, "invalid YAML: %s (in the block that starts at line %d)", m[2], context)
+		p.problem(pos{line, col}, "invalid YAML: %s (in the block that starts at line %d)", m[2], context)
 	default:
-		p.ps.add(p.file, line, col, "invalid YAML: %s", m[2])
+		p.problem(pos{line, col}, "invalid YAML: %s", m[2])
 	}
-}
-
-func (p *parser) lineError(msg string) {
-	if m := yamlMsgRE.FindStringSubmatch("yaml: " + msg); m != nil && m[1] != "" {
-		line, _ := strconv.Atoi(m[1])
-		p.ps.add(p.file, line, 0, "invalid YAML: %s", m[2])
-		return
-	}
-	p.ps.add(p.file, 0, 0, "invalid YAML: %s", msg)
 }
 
 // positionWork bounds the bytes parsed again to place one syntax error, on
@@ -177,7 +163,7 @@ func (r *byteReader) Read(b []byte) (int, error) {
 }
 
 func (p *parser) errorf(n *yaml.Node, format string, args ...any) {
-	p.ps.add(p.file, n.Line, n.Column, format, args...)
+	p.problem(at(n), format, args...)
 }
 
 // resolve follows aliases and spends the node budget. It returns nil when
@@ -189,24 +175,10 @@ func (p *parser) resolve(n *yaml.Node) *yaml.Node {
 	if n == nil || n.Kind == yaml.AliasNode {
 		return nil
 	}
-	if !p.charge(n, 1) {
+	if !p.charge(at(n), 1) {
 		return nil
 	}
 	return n
-}
-
-// charge spends cost units of the budget; it reports (once) and returns
-// false when the budget is exhausted.
-func (p *parser) charge(n *yaml.Node, cost int) bool {
-	if p.budget <= 0 {
-		return false
-	}
-	p.budget -= cost
-	if p.budget <= 0 {
-		p.errorf(n, "file is too complex (more than %d YAML nodes, aliases expanded, and nesting levels)", p.limit)
-		return false
-	}
-	return true
 }
 
 // mapping calls fn for each key of a mapping node, reporting duplicate and
@@ -273,6 +245,25 @@ func (fs fields[T]) read(p *parser, n *yaml.Node, what, where string, t *T) bool
 	})
 }
 
+// block reads n, a mapping that must not be null (ifNull is then the
+// problem), into the T that place returns for n's position, by the table
+// fs; what names the mapping in messages. It returns nil when n cannot be
+// read.
+func block[T any](p *parser, n *yaml.Node, fs fields[T], what, ifNull string, place func(pos) *T) *T {
+	if n = p.resolve(n); n == nil {
+		return nil
+	}
+	if isNull(n) {
+		p.errorf(n, "%s", ifNull)
+		return nil
+	}
+	t := place(at(n))
+	if !fs.read(p, n, what, "in "+what, t) {
+		return nil
+	}
+	return t
+}
+
 // keys lists the keys of the table, for messages.
 func (fs fields[T]) keys() string {
 	keys := make([]string, len(fs))
@@ -309,12 +300,16 @@ func uint32Field[T any](key string, minimum uint32, get func(*T) (*uint32, *pos)
 }
 
 // nonEmptyField reads a string that must not be empty: an empty one is
-// reported at its key as ifEmpty.
+// reported at its key as ifEmpty (a value that is not a string is reported
+// by parser.str and read as "").
 func nonEmptyField[T any](key, ifEmpty string, get func(*T) (*string, *pos)) field[T] {
 	return field[T]{key, func(p *parser, t *T, k, v *yaml.Node) {
 		dst, keyPos := get(t)
 		keepPos(keyPos, k)
-		*dst = p.nonEmptyStr(k, v, key, ifEmpty)
+		var ok bool
+		if *dst, ok = p.str(v, key); ok && *dst == "" {
+			p.errorf(k, "%s", ifEmpty)
+		}
 	}}
 }
 
@@ -380,17 +375,6 @@ func (p *parser) str(n *yaml.Node, field string) (string, bool) {
 		return "", true
 	}
 	return n.Value, true
-}
-
-// nonEmptyStr is str for a value that must not be empty: an empty one is
-// reported at its key k as ifEmpty. A value that is not a string is
-// reported by str and read as "".
-func (p *parser) nonEmptyStr(k, v *yaml.Node, field, ifEmpty string) string {
-	s, ok := p.str(v, field)
-	if ok && s == "" {
-		p.errorf(k, "%s", ifEmpty)
-	}
-	return s
 }
 
 func (p *parser) boolean(n *yaml.Node, field string) (bool, bool) {

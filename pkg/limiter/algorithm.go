@@ -210,8 +210,9 @@ func (p *Policy) Share(n int64) (*Policy, error) {
 	return NewPolicy(spec)
 }
 
-// ceilDiv is ceil(a / b) for a >= 0, b > 0, without the a+b-1 intermediate.
-func ceilDiv(a, b int64) int64 {
+// CeilDiv is ceil(a / b) for a >= 0, b > 0, without the a+b-1 intermediate:
+// the rounding of every wait and refill the algorithms compute.
+func CeilDiv(a, b int64) int64 {
 	q := a / b
 	if a%b != 0 {
 		q++

@@ -91,15 +91,15 @@ func gcra(st State, now int64, p *Policy, cost int64) step {
 	full := p.limit * period
 	d := gcraDeficit(st, now, p)
 	s := step{allowed: cost*period <= full-d}
-	before, resetBefore := (full-d)/period, now+ceilDiv(d, amount)
+	before, resetBefore := (full-d)/period, now+CeilDiv(d, amount)
 	if !s.allowed {
 		s.remaining, s.resetAt = before, resetBefore
-		s.retryAfter = ceilDiv(cost*period-(full-d), amount)
+		s.retryAfter = CeilDiv(cost*period-(full-d), amount)
 		return s
 	}
 	s.remainingBefore, s.resetAtBefore = before, resetBefore
 	d += cost * period
-	fullAfter := ceilDiv(d, amount)
+	fullAfter := CeilDiv(d, amount)
 	s.remaining, s.resetAt = (full-d)/period, now+fullAfter
 	s.epoch, s.level, s.carry = gcraState(d, now, p)
 	s.ttl = fullAfter + p.CleanupGraceMillis()

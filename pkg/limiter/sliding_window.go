@@ -62,8 +62,8 @@ func slidingWindow(st State, now int64, p *Policy, cost int64) step {
 			prev = st.Level
 		}
 	}
-	weight := ceilDiv((window-e)*SlidingScale, window)
-	prevPart := ceilDiv(prev*weight, SlidingScale)
+	weight := CeilDiv((window-e)*SlidingScale, window)
+	prevPart := CeilDiv(prev*weight, SlidingScale)
 	s := step{allowed: cost <= limit-(prevPart+cur)}
 	if s.allowed {
 		s.remainingBefore, s.resetAtBefore = limit-(prevPart+cur), slidingReset(now, w, window, prev, cur)

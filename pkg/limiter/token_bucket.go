@@ -99,7 +99,7 @@ func tokenBucket(st State, now int64, p *Policy, cost int64) step {
 		elapsed := max(0, now-st.Epoch)
 		var fullAfter int64
 		if missing := (capacity-tokens)*period - rem; missing > 0 {
-			fullAfter = ceilDiv(missing, amount)
+			fullAfter = CeilDiv(missing, amount)
 		}
 		// Compare before multiplying: a long idle time never overflows.
 		if elapsed >= fullAfter {
@@ -115,7 +115,7 @@ func tokenBucket(st State, now int64, p *Policy, cost int64) step {
 		s.remainingBefore, s.resetAtBefore = tokens, now+fullTime(capacity, tokens, rem, amount, period)
 		tokens -= cost
 	} else {
-		s.retryAfter = ceilDiv((cost-tokens)*period-rem, amount)
+		s.retryAfter = CeilDiv((cost-tokens)*period-rem, amount)
 	}
 	fullAfter := fullTime(capacity, tokens, rem, amount, period)
 	s.remaining = tokens
@@ -131,7 +131,7 @@ func tokenBucket(st State, now int64, p *Policy, cost int64) step {
 // fill up to capacity.
 func fullTime(capacity, tokens, rem, amount, period int64) int64 {
 	if missing := (capacity-tokens)*period - rem; missing > 0 {
-		return ceilDiv(missing, amount)
+		return CeilDiv(missing, amount)
 	}
 	return 0
 }
@@ -149,7 +149,7 @@ func tokenBucketDeficit(st State, now int64, p *Policy) int64 {
 	}
 	// Compare before multiplying: a long idle time never overflows.
 	elapsed := max(0, now-st.Epoch)
-	if elapsed >= ceilDiv(missing, p.refillAmount) {
+	if elapsed >= CeilDiv(missing, p.refillAmount) {
 		return 0
 	}
 	return missing - elapsed*p.refillAmount

@@ -14,8 +14,6 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/envoy-rls/envoy-rls/pkg/audit"
-	"github.com/envoy-rls/envoy-rls/pkg/descriptors"
-	"github.com/envoy-rls/envoy-rls/pkg/limiter/memory"
 	"github.com/envoy-rls/envoy-rls/pkg/topk"
 )
 
@@ -35,14 +33,8 @@ func benchServer(b *testing.B) *Server {
 // change one part of it.
 func benchConfig(b *testing.B) Config {
 	b.Helper()
-	snap, err := descriptors.Load("testdata/bench/bench.yaml", descriptors.Options{Secret: []byte("0123456789abcdef-bench")})
-	if err != nil {
-		b.Fatal(err)
-	}
-	mem, err := memory.New(memory.Config{MaxEntries: 1 << 16})
-	if err != nil {
-		b.Fatal(err)
-	}
+	snap := rulesAt(b, "testdata/bench/bench.yaml")
+	mem := memStore(b, nil, 1<<16)
 	m, err := NewMetrics(prometheus.NewRegistry())
 	if err != nil {
 		b.Fatal(err)

@@ -73,11 +73,7 @@ func DecodeRequest(b []byte, m *rlsv3.RateLimitRequest) error {
 		case num == 1 && typ == protowire.BytesType:
 			m.Domain = string(v)
 		case num == 2 && typ == protowire.BytesType:
-			d := &rlv3.RateLimitDescriptor{}
-			if err := decodeDescriptor(v, d); err != nil {
-				return true, err
-			}
-			m.Descriptors = append(m.Descriptors, d)
+			return true, appendDecoded(&m.Descriptors, v, decodeDescriptor)
 		case num == 3 && typ == protowire.VarintType:
 			m.HitsAddend = uint32(x)
 		default:
@@ -92,11 +88,7 @@ func decodeDescriptor(b []byte, d *rlv3.RateLimitDescriptor) error {
 	return decodeFields(b, d, func(num protowire.Number, typ protowire.Type, v []byte, x uint64) (bool, error) {
 		switch {
 		case num == 1 && typ == protowire.BytesType:
-			e := &rlv3.RateLimitDescriptor_Entry{}
-			if err := decodeEntry(v, e); err != nil {
-				return true, err
-			}
-			d.Entries = append(d.Entries, e)
+			return true, appendDecoded(&d.Entries, v, decodeEntry)
 		case num == 2 && typ == protowire.BytesType:
 			// No string inside: the standard parser, merging as it does.
 			if d.Limit == nil {
@@ -129,6 +121,17 @@ func decodeEntry(b []byte, e *rlv3.RateLimitDescriptor_Entry) error {
 		}
 		return true, nil
 	})
+}
+
+// appendDecoded decodes b into a new message with decode and appends it to
+// list: a repeated message field.
+func appendDecoded[T any](list *[]*T, b []byte, decode func([]byte, *T) error) error {
+	m := new(T)
+	if err := decode(b, m); err != nil {
+		return err
+	}
+	*list = append(*list, m)
+	return nil
 }
 
 // decodeFields walks the fields of one message. For each field, known is

@@ -1,8 +1,6 @@
 package rls
 
 import (
-	"os"
-	"path/filepath"
 	"strconv"
 	"testing"
 	"time"
@@ -10,8 +8,6 @@ import (
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 
 	"github.com/envoy-rls/envoy-rls/internal/limitertest"
-	"github.com/envoy-rls/envoy-rls/pkg/descriptors"
-	"github.com/envoy-rls/envoy-rls/pkg/limiter/memory"
 )
 
 // TestCalendarReset: a calendar month's duration_until_reset,
@@ -19,29 +15,19 @@ import (
 // zone, for a limit the store decides and for a zero limit that never
 // reaches it.
 func TestCalendarReset(t *testing.T) {
-	dir := t.TempDir()
-	path := filepath.Join(dir, "calendar.yaml")
-	writeRules(t, path, `domain: cal
+	snap := rulesOf(t, `domain: cal
 descriptors:
   - key: month
     rate_limit: {unit: month, requests_per_unit: 1, calendar: true, time_zone: Europe/Berlin}
   - key: blocked
     rate_limit: {unit: month, requests_per_unit: 0, calendar: true, time_zone: Europe/Berlin}
 `)
-	snap, err := descriptors.Load(path, descriptors.Options{Secret: []byte("0123456789abcdef-test-secret")})
-	if err != nil {
-		t.Fatal(err)
-	}
 	// 23:59 UTC on January 31st is 00:59 on February 1st in Berlin: the
 	// month (28 days in 2030) ends on March 1st 00:00 CET.
 	now := time.Date(2030, 1, 31, 23, 59, 0, 0, time.UTC)
 	end := time.Date(2030, 3, 1, 0, 0, 0, 0, mustLocation(t, "Europe/Berlin"))
 	clock := limitertest.NewClock(now)
-	mem, err := memory.New(memory.Config{Clock: clock, MaxEntries: 100})
-	if err != nil {
-		t.Fatal(err)
-	}
-	h := newHarness(t, func() Rules { return snap }, mem, clock)
+	h := newHarness(t, func() Rules { return snap }, memStore(t, clock, 100), clock)
 	want := end.Sub(now)
 	secs := strconv.FormatInt(int64(want/time.Second), 10)
 	for i, c := range []struct {
@@ -75,13 +61,6 @@ func mustLocation(t *testing.T, name string) *time.Location {
 	return loc
 }
 
-func writeRules(t *testing.T, path, rules string) {
-	t.Helper()
-	if err := os.WriteFile(path, []byte(rules), 0o600); err != nil {
-		t.Fatal(err)
-	}
-}
-
 // TestPenaltyBox: the rules of config/examples/11-penalty.yaml on the
 // memory store. The offence is answered OVER_LIMIT with the block's wait;
 // a blocked call is OVER_LIMIT with the time left in Retry-After and
@@ -90,15 +69,8 @@ func writeRules(t *testing.T, path, rules string) {
 // shadow rule records and reports its blocks and answers OK.
 func TestPenaltyBox(t *testing.T) {
 	clock := limitertest.NewClock(t0)
-	mem, err := memory.New(memory.Config{Clock: clock, MaxEntries: 1000})
-	if err != nil {
-		t.Fatal(err)
-	}
-	snap, err := descriptors.Load("../../config/examples/11-penalty.yaml", descriptors.Options{Secret: []byte("0123456789abcdef-test-secret")})
-	if err != nil {
-		t.Fatal(err)
-	}
-	h := newHarness(t, func() Rules { return snap }, mem, clock)
+	snap := rulesAt(t, "../../config/examples/11-penalty.yaml")
+	h := newHarness(t, func() Rules { return snap }, memStore(t, clock, 1000), clock)
 	login := func() *rlsv3.RateLimitResponse { return h.call(t, request("penalty", desc("login_user", "alice"))) }
 	for i := range 5 {
 		if resp := login(); resp.OverallCode != rlsv3.RateLimitResponse_OK {

@@ -3,7 +3,10 @@ package rls
 import (
 	"context"
 	"net"
+	"os"
+	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -19,7 +22,10 @@ import (
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/envoy-rls/envoy-rls/internal/limitertest"
+	"github.com/envoy-rls/envoy-rls/pkg/descriptors"
 	"github.com/envoy-rls/envoy-rls/pkg/limiter"
+	"github.com/envoy-rls/envoy-rls/pkg/limiter/memory"
+	"github.com/envoy-rls/envoy-rls/pkg/limiter/redis"
 )
 
 // harness is a Server behind a real gRPC server on an in-memory listener.
@@ -118,4 +124,134 @@ func headers(resp *rlsv3.RateLimitResponse) map[string]string {
 		m[h.Key] = h.Value
 	}
 	return m
+}
+
+const rulesPath = "testdata/rules/rls.yaml"
+
+// t0 is 10s past a minute boundary: a minute window resets in 50s.
+var t0 = time.Date(2030, 1, 1, 0, 0, 10, 0, time.UTC)
+
+// countingStore wraps a store, counts batches and requests, records
+// whether the call's deadline reached it, and can turn every outcome into a
+// failure of one kind.
+type countingStore struct {
+	inner       limiter.Store
+	mu          sync.Mutex
+	batches     int
+	requests    int
+	sawDeadline bool
+	fail        limiter.OutcomeKind
+}
+
+func (c *countingStore) Evaluate(ctx context.Context, batch []limiter.Request, out []limiter.Outcome) {
+	c.mu.Lock()
+	c.batches++
+	c.requests += len(batch)
+	_, c.sawDeadline = ctx.Deadline()
+	fail := c.fail
+	c.mu.Unlock()
+	switch fail {
+	case limiter.Unavailable:
+		for i := range batch {
+			out[i] = limiter.UnavailableOutcome(2500*time.Millisecond, limiter.CategoryNotConnected, nil)
+		}
+	case limiter.Indeterminate:
+		for i := range batch {
+			out[i] = limiter.IndeterminateOutcome(0, nil)
+		}
+	case limiter.Incompatible:
+		for i := range batch {
+			out[i] = limiter.IncompatibleOutcome(limiter.CategoryStateIncompatible, nil)
+		}
+	default:
+		c.inner.Evaluate(ctx, batch, out)
+	}
+}
+
+func (c *countingStore) counts() (batches, requests int) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.batches, c.requests
+}
+
+// testSecret keys the subjects of the tests' rules: a new one each run, so
+// that a Redis server kept between runs (REDIS_ADDR) holds no state of
+// theirs.
+var testSecret = []byte("0123456789abcdef-test-secret-" + limitertest.Prefix())
+
+// rulesAt loads the rule file at path.
+func rulesAt(t testing.TB, path string) *descriptors.Snapshot {
+	t.Helper()
+	snap, err := descriptors.Load(path, descriptors.Options{Secret: testSecret})
+	if err != nil {
+		t.Fatalf("loading %s: %v", path, err)
+	}
+	return snap
+}
+
+// rulesOf loads the rule file whose text is text.
+func rulesOf(t testing.TB, text string) *descriptors.Snapshot {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "rules.yaml")
+	if err := os.WriteFile(path, []byte(text), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return rulesAt(t, path)
+}
+
+// loadRules loads the rules of most tests, testdata/rules/rls.yaml.
+func loadRules(t testing.TB) *descriptors.Snapshot { return rulesAt(t, rulesPath) }
+
+// memStore is a memory store of maxEntries on clock (nil: the system's).
+func memStore(t testing.TB, clock limiter.Clock, maxEntries int) *memory.Store {
+	t.Helper()
+	s, err := memory.New(memory.Config{Clock: clock, MaxEntries: maxEntries})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// redisStore is a Redis store of cfg, closed when the test ends.
+func redisStore(t testing.TB, cfg redis.Config) *redis.Store {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	s, err := redis.New(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(s.Close)
+	return s
+}
+
+// realEnv is the real rule loader and the real memory store behind a real
+// gRPC server (bufconn), with a fake clock shared by store and server.
+type realEnv struct {
+	*harness
+	clock *limitertest.Clock
+	store *countingStore
+	snap  *descriptors.Snapshot
+}
+
+// newEnv serves snap from a memory store on a clock at t0, behind a
+// countingStore.
+func newEnv(t *testing.T, snap *descriptors.Snapshot, opts ...harnessOpt) *realEnv {
+	t.Helper()
+	clock := limitertest.NewClock(t0)
+	store := &countingStore{inner: memStore(t, clock, 10_000)}
+	h := newHarness(t, func() Rules { return snap }, store, clock, opts...)
+	return &realEnv{harness: h, clock: clock, store: store, snap: snap}
+}
+
+// newRealEnv serves loadRules.
+func newRealEnv(t *testing.T, opts ...harnessOpt) *realEnv {
+	t.Helper()
+	return newEnv(t, loadRules(t), opts...)
+}
+
+func (e *realEnv) setFail(k limiter.OutcomeKind) {
+	e.store.mu.Lock()
+	e.store.fail = k
+	e.store.mu.Unlock()
 }

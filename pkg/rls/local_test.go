@@ -2,8 +2,6 @@ package rls
 
 import (
 	"fmt"
-	"os"
-	"path/filepath"
 	"strconv"
 	"sync"
 	"testing"
@@ -11,11 +9,8 @@ import (
 
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 
-	"github.com/envoy-rls/envoy-rls/internal/limitertest"
-	"github.com/envoy-rls/envoy-rls/pkg/descriptors"
 	"github.com/envoy-rls/envoy-rls/pkg/limiter"
 	"github.com/envoy-rls/envoy-rls/pkg/limiter/failover"
-	"github.com/envoy-rls/envoy-rls/pkg/limiter/memory"
 )
 
 // localRules: one policy per failure mode, all 10 a minute.
@@ -53,41 +48,24 @@ func (r *transitions) counts() (started, dropped int) {
 	return r.started, r.dropped
 }
 
-// newLocalEnv is a real rule snapshot and memory store behind a store that
-// can be made to fail, wrapped by the failover store dividing by replicas.
+// newLocalEnv is localRules served from a store that can be made to fail
+// (newEnv's countingStore), wrapped by the failover store dividing by
+// replicas.
 func newLocalEnv(t *testing.T, local failover.Config) *localEnv {
 	t.Helper()
-	f := filepath.Join(t.TempDir(), "loc.yaml")
-	if err := os.WriteFile(f, []byte(localRules), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	snap, err := descriptors.Load(f, descriptors.Options{Secret: []byte("0123456789abcdef-test-secret")})
-	if err != nil {
-		t.Fatal(err)
-	}
-	clock := limitertest.NewClock(t0)
-	mem, err := memory.New(memory.Config{Clock: clock, MaxEntries: 10_000})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if local.Clock == nil {
-		local.Clock = clock
-	}
 	tr := &transitions{}
 	local.Observer = tr
-	store := &countingStore{inner: mem}
-	fo, err := failover.New(store, local)
-	if err != nil {
-		t.Fatal(err)
-	}
-	h := newHarness(t, func() Rules { return snap }, fo, clock)
-	return &localEnv{realEnv: &realEnv{harness: h, clock: clock, store: store, snap: snap}, transitions: tr}
-}
-
-func (e *realEnv) setFail(k limiter.OutcomeKind) {
-	e.store.mu.Lock()
-	e.store.fail = k
-	e.store.mu.Unlock()
+	e := newEnv(t, rulesOf(t, localRules), func(c *Config) {
+		if local.Clock == nil {
+			local.Clock = c.Clock
+		}
+		fo, err := failover.New(c.Store, local)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.Store = fo
+	})
+	return &localEnv{realEnv: e, transitions: tr}
 }
 
 // admitted makes n calls for one subject of key and returns how many were
@@ -109,6 +87,15 @@ func (e *realEnv) admitted(t *testing.T, key, subject string, n int) int {
 		}
 	}
 	return ok
+}
+
+// wantAdmitted fails the test (saying why the count is expected) unless
+// admitted makes want of n calls pass.
+func (e *realEnv) wantAdmitted(t *testing.T, why, key, subject string, n, want int) {
+	t.Helper()
+	if got := e.admitted(t, key, subject, n); got != want {
+		t.Fatalf("%s: %s/%s: %d of %d calls admitted, want %d", why, key, subject, got, n, want)
+	}
 }
 
 // TestLocalFallbackDividesTheLimit: while the store is unavailable or does
@@ -136,15 +123,9 @@ func TestLocalFallbackDividesTheLimit(t *testing.T) {
 				t.Fatalf("sixth call: %v %v, want OVER_LIMIT, Retry-After 50", resp.OverallCode, hd)
 			}
 			// Another subject has its own share.
-			if got := e.admitted(t, "local", "b", 7); got != 5 {
-				t.Fatalf("subject b: %d admitted, want 5", got)
-			}
-			if got := e.admitted(t, "open", "a", 12); got != 12 {
-				t.Fatalf("fail open: %d of 12 admitted", got)
-			}
-			if got := e.admitted(t, "closed", "a", 3); got != 0 {
-				t.Fatalf("fail closed: %d of 3 admitted", got)
-			}
+			e.wantAdmitted(t, "subject b", "local", "b", 7, 5)
+			e.wantAdmitted(t, "fail open", "open", "a", 12, 12)
+			e.wantAdmitted(t, "fail closed", "closed", "a", 3, 0)
 			m := e.metrics(t)
 			for series, want := range map[string]string{
 				`envoy_rls_local_fallback_decisions_total{domain="loc",policy="loc/local",result="ok"}`:         "10",
@@ -167,9 +148,7 @@ func TestLocalFallbackDividesTheLimit(t *testing.T) {
 	t.Run("incompatible", func(t *testing.T) {
 		e := newLocalEnv(t, failover.Config{Replicas: 2})
 		e.setFail(limiter.Incompatible)
-		if got := e.admitted(t, "local", "a", 3); got != 0 {
-			t.Fatalf("%d admitted on a store mismatch, want 0 (fail closed)", got)
-		}
+		e.wantAdmitted(t, "a store mismatch fails closed", "local", "a", 3, 0)
 	})
 }
 
@@ -179,9 +158,7 @@ func TestLocalFallbackDividesTheLimit(t *testing.T) {
 func TestLocalFallbackStateDroppedWhenStoreReturns(t *testing.T) {
 	e := newLocalEnv(t, failover.Config{Replicas: 2})
 	e.setFail(limiter.Unavailable)
-	if got := e.admitted(t, "local", "a", 6); got != 5 {
-		t.Fatalf("outage 1: %d admitted, want 5", got)
-	}
+	e.wantAdmitted(t, "outage 1", "local", "a", 6, 5)
 	e.setFail(0)
 	resp := e.call(t, request("loc", desc("local", "a")))
 	if hd := headers(resp); resp.OverallCode != rlsv3.RateLimitResponse_OK || hd[HeaderRemaining] != "9" {
@@ -190,13 +167,9 @@ func TestLocalFallbackStateDroppedWhenStoreReturns(t *testing.T) {
 	if _, dropped := e.transitions.counts(); dropped != 1 {
 		t.Fatalf("local state dropped %d times, want 1", dropped)
 	}
-	if got := e.admitted(t, "local", "a", 3); got != 3 {
-		t.Fatalf("store back: %d of 3 admitted", got)
-	}
+	e.wantAdmitted(t, "store back", "local", "a", 3, 3)
 	e.setFail(limiter.Unavailable)
-	if got := e.admitted(t, "local", "a", 6); got != 5 {
-		t.Fatalf("outage 2: %d admitted, want 5 (the local state of outage 1 dropped)", got)
-	}
+	e.wantAdmitted(t, "outage 2 (the local state of outage 1 dropped)", "local", "a", 6, 5)
 	if started, _ := e.transitions.counts(); started != 2 {
 		t.Fatalf("local limiter started %d times, want 2", started)
 	}
@@ -207,18 +180,12 @@ func TestLocalFallbackStateDroppedWhenStoreReturns(t *testing.T) {
 func TestLocalFallbackKeepsCountsDuringTheOutage(t *testing.T) {
 	e := newLocalEnv(t, failover.Config{Replicas: 2})
 	e.setFail(limiter.Unavailable)
-	if got := e.admitted(t, "local", "a", 5); got != 5 {
-		t.Fatalf("%d admitted, want 5", got)
-	}
-	if got := e.admitted(t, "local", "a", 2); got != 0 {
-		t.Fatalf("%d admitted after the share was used, want 0", got)
-	}
+	e.wantAdmitted(t, "the share", "local", "a", 5, 5)
+	e.wantAdmitted(t, "after the share was used", "local", "a", 2, 0)
 	// The local limiter runs on its own (injected) clock: the next window
 	// admits again.
 	e.clock.Advance(time.Minute)
-	if got := e.admitted(t, "local", "a", 6); got != 5 {
-		t.Fatalf("next window: %d admitted, want 5", got)
-	}
+	e.wantAdmitted(t, "next window", "local", "a", 6, 5)
 }
 
 // TestLocalFallbackBatchRule: a call whose other limit fails closed is
@@ -232,9 +199,7 @@ func TestLocalFallbackBatchRule(t *testing.T) {
 			t.Fatalf("call %d: %v", i, resp)
 		}
 	}
-	if got := e.admitted(t, "local", "a", 6); got != 5 {
-		t.Fatalf("%d admitted after the denied calls, want the whole share of 5", got)
-	}
+	e.wantAdmitted(t, "after the denied calls, the whole share", "local", "a", 6, 5)
 }
 
 // TestLocalFallbackBounded: the local limiter holds at most MaxEntries
@@ -243,9 +208,7 @@ func TestLocalFallbackBatchRule(t *testing.T) {
 func TestLocalFallbackBounded(t *testing.T) {
 	e := newLocalEnv(t, failover.Config{Replicas: 2, MaxEntries: 1})
 	e.setFail(limiter.Unavailable)
-	if got := e.admitted(t, "local", "a", 6); got != 5 {
-		t.Fatalf("first subject: %d admitted, want the share of 5", got)
-	}
+	e.wantAdmitted(t, "first subject", "local", "a", 6, 5)
 	const subjects = 300
 	calls, total := 6, 0
 	for i := range subjects {

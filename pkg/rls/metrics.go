@@ -196,22 +196,31 @@ func (m *Metrics) observeStore(domain string, d time.Duration) {
 // domain returns the histograms of one domain label: a configured domain
 // or UnknownDomainLabel, so the set is bounded by the configuration.
 func (m *Metrics) domain(domain string) *domainHistograms {
-	m.mu.RLock()
-	h := m.byDomain[domain]
-	m.mu.RUnlock()
-	if h != nil {
-		return h
+	return cached(&m.mu, m.byDomain, domain, func() (string, *domainHistograms) {
+		// Copy the string: domain may point into a request buffer.
+		domain = string([]byte(domain))
+		return domain, &domainHistograms{call: m.callLatency.WithLabelValues(domain), store: m.storeLatency.WithLabelValues(domain)}
+	})
+}
+
+// cached returns the value of k in byKey, guarded by mu; the first use of
+// k adds the key and value that add returns (the key a copy of k that
+// holds no request buffer).
+func cached[K comparable, V any](mu *sync.RWMutex, byKey map[K]V, k K, add func() (K, V)) V {
+	mu.RLock()
+	v, ok := byKey[k]
+	mu.RUnlock()
+	if ok {
+		return v
 	}
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if h = m.byDomain[domain]; h != nil {
-		return h
+	mu.Lock()
+	defer mu.Unlock()
+	if v, ok = byKey[k]; ok {
+		return v
 	}
-	// Copy the string: domain may point into a request buffer.
-	domain = string([]byte(domain))
-	h = &domainHistograms{call: m.callLatency.WithLabelValues(domain), store: m.storeLatency.WithLabelValues(domain)}
-	m.byDomain[domain] = h
-	return h
+	k, v = add()
+	byKey[k] = v
+	return v
 }
 
 func (m *Metrics) storeError(k limiter.OutcomeKind) {
@@ -233,31 +242,20 @@ func (m *Metrics) unmatchedDescriptor(domain string) {
 // policy returns the counters of one (domain, policy) pair. Both strings are
 // configured values; the set is bounded by the configuration.
 func (m *Metrics) policy(domain, policy string) *policyCounters {
-	k := policyKey{domain, policy}
-	m.mu.RLock()
-	pc := m.byPolicy[k]
-	m.mu.RUnlock()
-	if pc != nil {
-		return pc
-	}
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if pc = m.byPolicy[k]; pc != nil {
-		return pc
-	}
-	// Copy the strings: domain may point into a request buffer.
-	k = policyKey{string([]byte(domain)), string([]byte(policy))}
-	pc = &policyCounters{
-		near: m.nearLimit.WithLabelValues(k.domain, k.policy),
-		hits: m.hits.WithLabelValues(k.domain, k.policy),
-	}
-	for r, label := range resultLabels {
-		pc.decisions[r] = m.decisions.WithLabelValues(k.domain, k.policy, label)
-		pc.local[r] = m.local.WithLabelValues(k.domain, k.policy, label)
-		if result(r) != resultOK {
-			pc.penalty[r] = m.penalty.WithLabelValues(k.domain, k.policy, label)
+	return cached(&m.mu, m.byPolicy, policyKey{domain, policy}, func() (policyKey, *policyCounters) {
+		// Copy the strings: domain may point into a request buffer.
+		k := policyKey{string([]byte(domain)), string([]byte(policy))}
+		pc := &policyCounters{
+			near: m.nearLimit.WithLabelValues(k.domain, k.policy),
+			hits: m.hits.WithLabelValues(k.domain, k.policy),
 		}
-	}
-	m.byPolicy[k] = pc
-	return pc
+		for r, label := range resultLabels {
+			pc.decisions[r] = m.decisions.WithLabelValues(k.domain, k.policy, label)
+			pc.local[r] = m.local.WithLabelValues(k.domain, k.policy, label)
+			if result(r) != resultOK {
+				pc.penalty[r] = m.penalty.WithLabelValues(k.domain, k.policy, label)
+			}
+		}
+		return k, pc
+	})
 }

@@ -15,33 +15,40 @@ import (
 	"github.com/envoy-rls/envoy-rls/pkg/limiter/failover"
 )
 
-// recordingObserver keeps every observation, as text.
-type recordingObserver struct {
-	mu     sync.Mutex
-	limits []string
-	calls  []string
+// lines records text lines; safe for concurrent use.
+type lines struct {
+	mu    sync.Mutex
+	lines []string
 }
 
+func (l *lines) addf(format string, args ...any) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.lines = append(l.lines, fmt.Sprintf(format, args...))
+}
+
+// take returns the lines recorded since the last take.
+func (l *lines) take() []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	out := l.lines
+	l.lines = nil
+	return out
+}
+
+// recordingObserver keeps every observation, as text.
+type recordingObserver struct{ limits, calls lines }
+
 func (r *recordingObserver) ObserveLimit(o LimitObservation) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.limits = append(r.limits, fmt.Sprintf("%s hits=%d over=%v shadow=%v failed=%v decided=%v limit=%d remaining=%d consumed=%v",
-		o.Rule.StatKey, o.Hits, o.Over, o.Shadow, o.StoreFailed, o.Decided, o.Limit, o.Remaining, o.Consumed))
+	r.limits.addf("%s hits=%d over=%v shadow=%v failed=%v decided=%v limit=%d remaining=%d consumed=%v",
+		o.Rule.StatKey, o.Hits, o.Over, o.Shadow, o.StoreFailed, o.Decided, o.Limit, o.Remaining, o.Consumed)
 }
 
 func (r *recordingObserver) ObserveCall(o CallObservation) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.calls = append(r.calls, fmt.Sprintf("%v failed=%v", o.Code, o.StoreFailed))
+	r.calls.addf("%v failed=%v", o.Code, o.StoreFailed)
 }
 
-func (r *recordingObserver) take() (limits, calls []string) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	limits, calls = r.limits, r.calls
-	r.limits, r.calls = nil, nil
-	return limits, calls
-}
+func (r *recordingObserver) take() (limits, calls []string) { return r.limits.take(), r.calls.take() }
 
 // TestObserver scripts calls through every kind of limit the observer
 // hears about, and checks what it hears, step by step.
@@ -49,11 +56,10 @@ func TestObserver(t *testing.T) {
 	rec := &recordingObserver{}
 	e := newRealEnv(t, func(c *Config) { c.Observer = rec })
 	steps := []struct {
-		run        func()
-		limits     []string
-		calls      []string
-		failStore  bool
-		storeCalls bool
+		run    func()
+		limits []string
+		calls  []string
+		fail   limiter.OutcomeKind
 	}{
 		{run: func() { e.call(t, request("rls", withHits(desc("user", "alice"), 2))) },
 			limits: []string{"rls.user hits=2 over=false shadow=false failed=false decided=true limit=3 remaining=1 consumed=true"},
@@ -86,19 +92,14 @@ func TestObserver(t *testing.T) {
 		{run: func() { e.call(t, request("rls", desc("blocked", "x"), desc("internal", "y"), desc("nothing", "z"))) },
 			limits: []string{"rls.blocked hits=1 over=true shadow=false failed=false decided=false limit=0 remaining=0 consumed=false"},
 			calls:  []string{"OK failed=false"}},
-		{failStore: true, run: func() { e.call(t, request("rls", desc("fail_closed", "x"))) },
+		{fail: limiter.Unavailable, run: func() { e.call(t, request("rls", desc("fail_closed", "x"))) },
 			limits: []string{"rls.fail_closed hits=1 over=true shadow=false failed=true decided=false limit=0 remaining=0 consumed=false"},
 			calls:  []string{"OK failed=true"}},
 		{run: func() { _, _ = e.client.ShouldRateLimit(t.Context(), request("")) },
 			calls: []string{codes.InvalidArgument.String() + " failed=false"}},
 	}
 	for i, st := range steps {
-		e.store.mu.Lock()
-		e.store.fail = 0
-		if st.failStore {
-			e.store.fail = limiter.Unavailable
-		}
-		e.store.mu.Unlock()
+		e.setFail(st.fail)
 		st.run()
 		limits, calls := rec.take()
 		if fmt.Sprint(limits) != fmt.Sprint(st.limits) {
@@ -127,28 +128,22 @@ func TestObserverLocalFallback(t *testing.T) {
 	}
 }
 
-// recordingAuditor keeps every denial, as text.
+// recordingAuditor keeps every denial, as text and as given.
 type recordingAuditor struct {
+	denials lines
 	mu      sync.Mutex
-	denials []string
 	raw     []Denial
 }
 
 func (r *recordingAuditor) Denied(d Denial) {
+	r.denials.addf("%s %s cost=%d limit=%d remaining=%d retry=%v shadow=%v failure=%v id=%q",
+		d.Domain, d.PolicyID, d.Cost, d.Limit, d.Remaining, d.RetryAfter, d.Shadow, d.FailureMode, d.RequestID)
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.raw = append(r.raw, d)
-	r.denials = append(r.denials, fmt.Sprintf("%s %s cost=%d limit=%d remaining=%d retry=%v shadow=%v failure=%v id=%q",
-		d.Domain, d.PolicyID, d.Cost, d.Limit, d.Remaining, d.RetryAfter, d.Shadow, d.FailureMode, d.RequestID))
 }
 
-func (r *recordingAuditor) take() []string {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	out := r.denials
-	r.denials = nil
-	return out
-}
+func (r *recordingAuditor) take() []string { return r.denials.take() }
 
 // TestAuditorHearsDenialsOnly scripts calls through every kind of limit and
 // checks that the auditor hears exactly the denials (shadow ones flagged),
@@ -157,9 +152,9 @@ func TestAuditorHearsDenialsOnly(t *testing.T) {
 	rec := &recordingAuditor{}
 	e := newRealEnv(t, func(c *Config) { c.Auditor = rec })
 	steps := []struct {
-		run       func()
-		want      []string
-		failStore bool
+		run  func()
+		want []string
+		fail limiter.OutcomeKind
 	}{
 		{run: func() {
 			for range 3 {
@@ -184,16 +179,11 @@ func TestAuditorHearsDenialsOnly(t *testing.T) {
 		{run: func() { e.call(t, request("rls", desc("blocked", "x"), desc("internal", "y"), desc("nothing", "z"))) },
 			want: []string{`rls rls/blocked cost=1 limit=0 remaining=0 retry=59m50s shadow=false failure=false id=""`}},
 		// A failed store: fail open is no denial, fail closed is one.
-		{failStore: true, run: func() { e.call(t, request("rls", desc("fail_open", "x"), desc("fail_closed", "x"))) },
+		{fail: limiter.Unavailable, run: func() { e.call(t, request("rls", desc("fail_open", "x"), desc("fail_closed", "x"))) },
 			want: []string{`rls rls/fail_closed cost=1 limit=5 remaining=0 retry=2.5s shadow=false failure=true id=""`}},
 	}
 	for i, st := range steps {
-		e.store.mu.Lock()
-		e.store.fail = 0
-		if st.failStore {
-			e.store.fail = limiter.Unavailable
-		}
-		e.store.mu.Unlock()
+		e.setFail(st.fail)
 		st.run()
 		if got := rec.take(); fmt.Sprint(got) != fmt.Sprint(st.want) {
 			t.Errorf("step %d: denials\n got %q\nwant %q", i, got, st.want)
@@ -217,7 +207,7 @@ func TestAuditorRequestIDAndPrivacy(t *testing.T) {
 	rec.mu.Lock()
 	defer rec.mu.Unlock()
 	if len(rec.raw) != 1 {
-		t.Fatalf("%d denials, want 1: %q", len(rec.raw), rec.denials)
+		t.Fatalf("%d denials, want 1: %q", len(rec.raw), rec.take())
 	}
 	d := rec.raw[0]
 	if d.RequestID != "req-42" {

@@ -1,20 +1,14 @@
 package rls
 
 import (
-	"context"
-	"os"
-	"path/filepath"
 	"slices"
 	"testing"
-	"time"
 
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 
 	"github.com/envoy-rls/envoy-rls/internal/limitertest"
 	"github.com/envoy-rls/envoy-rls/internal/redistest"
-	"github.com/envoy-rls/envoy-rls/pkg/descriptors"
 	"github.com/envoy-rls/envoy-rls/pkg/limiter"
-	"github.com/envoy-rls/envoy-rls/pkg/limiter/memory"
 	"github.com/envoy-rls/envoy-rls/pkg/limiter/redis"
 )
 
@@ -41,39 +35,17 @@ descriptors:
 // Redis server (skipped without redis-server unless CI=true).
 func probeStores(t *testing.T) map[string]func(t *testing.T) limiter.Store {
 	return map[string]func(t *testing.T) limiter.Store{
-		"memory": func(t *testing.T) limiter.Store {
-			s, err := memory.New(memory.Config{Clock: limitertest.NewClock(t0), MaxEntries: 1000})
-			if err != nil {
-				t.Fatal(err)
-			}
-			return s
-		},
+		"memory": func(t *testing.T) limiter.Store { return memStore(t, limitertest.NewClock(t0), 1000) },
 		"redis": func(t *testing.T) limiter.Store {
-			srv := redistest.Standalone(t)
-			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-			defer cancel()
-			s, err := redis.New(ctx, redis.Config{Addrs: []string{srv.Addr()}})
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(s.Close)
-			return s
+			return redisStore(t, redis.Config{Addrs: []string{redistest.Standalone(t).Addr()}})
 		},
 	}
 }
 
-// newProbeHarness serves probeRules from store; subjects get a per-run
-// prefix (a REDIS_ADDR server keeps state between runs).
+// newProbeHarness serves probeRules from store.
 func newProbeHarness(t *testing.T, store limiter.Store, opts ...harnessOpt) *harness {
 	t.Helper()
-	path := filepath.Join(t.TempDir(), "probe.yaml")
-	if err := os.WriteFile(path, []byte(probeRules), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	snap, err := descriptors.Load(path, descriptors.Options{Secret: []byte("0123456789abcdef-probe-secret-" + limitertest.Prefix())})
-	if err != nil {
-		t.Fatal(err)
-	}
+	snap := rulesOf(t, probeRules)
 	return newHarness(t, func() Rules { return snap }, store, limitertest.NewClock(t0), opts...)
 }
 
@@ -186,11 +158,7 @@ func hits(k, v string, n uint64) *probeDesc {
 // fit, and shadow for a shadow rule.
 func TestCheckOnlyHitsObserved(t *testing.T) {
 	rec := &recordingObserver{}
-	s, err := memory.New(memory.Config{Clock: limitertest.NewClock(t0), MaxEntries: 1000})
-	if err != nil {
-		t.Fatal(err)
-	}
-	h := newProbeHarness(t, s, func(c *Config) { c.Observer = rec })
+	h := newProbeHarness(t, memStore(t, limitertest.NewClock(t0), 1000), func(c *Config) { c.Observer = rec })
 	h.call(t, request("probe", withHits(desc("user", "eve"), 0)))
 	h.call(t, request("probe", withHits(desc("user", "eve"), 2)))
 	h.call(t, request("probe", withHits(desc("user", "eve"), 0)))

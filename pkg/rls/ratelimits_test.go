@@ -1,9 +1,6 @@
 package rls
 
 import (
-	"context"
-	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -15,7 +12,6 @@ import (
 	"github.com/envoy-rls/envoy-rls/internal/redistest"
 	"github.com/envoy-rls/envoy-rls/pkg/descriptors"
 	"github.com/envoy-rls/envoy-rls/pkg/limiter"
-	"github.com/envoy-rls/envoy-rls/pkg/limiter/memory"
 	"github.com/envoy-rls/envoy-rls/pkg/limiter/redis"
 )
 
@@ -45,18 +41,7 @@ descriptors:
       - {unit: minute, requests_per_unit: 5}
 `
 
-func loadSeveral(t *testing.T) *descriptors.Snapshot {
-	t.Helper()
-	f := filepath.Join(t.TempDir(), "several.yaml")
-	if err := os.WriteFile(f, []byte(severalRules), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	snap, err := descriptors.Load(f, descriptors.Options{Secret: []byte("0123456789abcdef-test-secret")})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return snap
-}
+func loadSeveral(t *testing.T) *descriptors.Snapshot { return rulesOf(t, severalRules) }
 
 func TestBindingLimit(t *testing.T) {
 	const none = -1
@@ -208,23 +193,16 @@ func runSeveral(t *testing.T, h *harness, w windows, key string, exact bool, pha
 }
 
 func TestSeveralLimitsMemory(t *testing.T) {
-	clock := limitertest.NewClock(t0)
-	mem, err := memory.New(memory.Config{Clock: clock, MaxEntries: 10_000})
-	if err != nil {
-		t.Fatal(err)
-	}
-	snap := loadSeveral(t)
-	store := &countingStore{inner: mem}
-	h := newHarness(t, func() Rules { return snap }, store, clock)
-	if !runSeveral(t, h, fakeWindows{clock}, "k1", true, 3) {
+	e := newEnv(t, loadSeveral(t))
+	if !runSeveral(t, e.harness, fakeWindows{e.clock}, "k1", true, 3) {
 		t.Fatal("a fake clock does not move by itself")
 	}
 	// One batch per call, two limits in each.
-	if batches, requests := store.counts(); requests != 2*batches || batches != 11+11+2 {
+	if batches, requests := e.store.counts(); requests != 2*batches || batches != 11+11+2 {
 		t.Errorf("%d batches, %d requests", batches, requests)
 	}
 	// Each limit is counted under its own policy.
-	m := h.metrics(t)
+	m := e.metrics(t)
 	for series, want := range map[string]string{
 		`envoy_rls_decisions_total{domain="several",policy="several/api_key",result="over_limit"}`:    "2",
 		`envoy_rls_decisions_total{domain="several",policy="several/api_key::1",result="over_limit"}`: "3",
@@ -256,15 +234,8 @@ func TestSeveralLimitsRedisCluster(t *testing.T) {
 
 func runSeveralOnRedis(t *testing.T, cfg redis.Config) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	st, err := redis.New(ctx, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(st.Close)
 	snap := loadSeveral(t)
-	h := newHarness(t, func() Rules { return snap }, st, limiter.SystemClock{})
+	h := newHarness(t, func() Rules { return snap }, redisStore(t, cfg), limiter.SystemClock{})
 	// The first second only: the windows that follow are the memory store's
 	// test (a fake clock), and the Go and Lua steps are held equal by the
 	// parity tests.
@@ -282,14 +253,8 @@ func runSeveralOnRedis(t *testing.T, cfg redis.Config) {
 // TestSeveralLimitsFailureModes: each limit answers a store failure by its
 // own failure mode; the descriptor reports the closed one.
 func TestSeveralLimitsFailureModes(t *testing.T) {
-	clock := limitertest.NewClock(t0)
-	mem, err := memory.New(memory.Config{Clock: clock, MaxEntries: 100})
-	if err != nil {
-		t.Fatal(err)
-	}
-	snap := loadSeveral(t)
-	store := &countingStore{inner: mem, fail: limiter.Unavailable}
-	h := newHarness(t, func() Rules { return snap }, store, clock)
+	h := newEnv(t, loadSeveral(t))
+	h.setFail(limiter.Unavailable)
 	resp := h.call(t, request("several", desc("open_day", "x")))
 	st := resp.Statuses[0]
 	if resp.OverallCode != rlsv3.RateLimitResponse_OVER_LIMIT || st.CurrentLimit.GetUnit() != rlsv3.RateLimitResponse_RateLimit_SECOND || st.CurrentLimit.GetRequestsPerUnit() != 2 {
@@ -307,13 +272,7 @@ func TestSeveralLimitsFailureModes(t *testing.T) {
 // TestSeveralLimitsShadow: a shadow-mode descriptor's limits are counted and
 // reported OK.
 func TestSeveralLimitsShadow(t *testing.T) {
-	clock := limitertest.NewClock(t0)
-	mem, err := memory.New(memory.Config{Clock: clock, MaxEntries: 100})
-	if err != nil {
-		t.Fatal(err)
-	}
-	snap := loadSeveral(t)
-	h := newHarness(t, func() Rules { return snap }, mem, clock)
+	h := newEnv(t, loadSeveral(t))
 	h.call(t, request("several", desc("shadow", "x")))
 	resp := h.call(t, request("several", desc("shadow", "x")))
 	st := resp.Statuses[0]
@@ -342,14 +301,7 @@ func grepLines(s, sub string) string {
 // TestSeveralLimitsReplaces: replaces names one limit of a list; that limit
 // alone is dropped, the others of its descriptor still apply.
 func TestSeveralLimitsReplaces(t *testing.T) {
-	clock := limitertest.NewClock(t0)
-	mem, err := memory.New(memory.Config{Clock: clock, MaxEntries: 100})
-	if err != nil {
-		t.Fatal(err)
-	}
-	snap := loadSeveral(t)
-	store := &countingStore{inner: mem}
-	h := newHarness(t, func() Rules { return snap }, store, clock)
+	h := newEnv(t, loadSeveral(t))
 	for i := 0; i < 5; i++ {
 		resp := h.call(t, request("several", desc("global", "g"), desc("vip", "v")))
 		if resp.OverallCode != rlsv3.RateLimitResponse_OK {
@@ -359,7 +311,7 @@ func TestSeveralLimitsReplaces(t *testing.T) {
 			t.Fatalf("call %d: global status %v", i, st)
 		}
 	}
-	if _, requests := store.counts(); requests != 10 {
+	if _, requests := h.store.counts(); requests != 10 {
 		t.Errorf("store saw %d requests, want 10 (the replaced limit is not evaluated)", requests)
 	}
 	// Alone, the descriptor has both limits, and its minute is untouched.

@@ -5,7 +5,6 @@ import (
 	"math"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -17,91 +16,9 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
-	"github.com/envoy-rls/envoy-rls/internal/limitertest"
 	"github.com/envoy-rls/envoy-rls/pkg/descriptors"
 	"github.com/envoy-rls/envoy-rls/pkg/limiter"
-	"github.com/envoy-rls/envoy-rls/pkg/limiter/memory"
 )
-
-// These tests run the real rule loader and the real memory store behind a
-// real gRPC server (bufconn), with a fake clock shared by store and server.
-
-const rulesPath = "testdata/rules/rls.yaml"
-
-// t0 is 10s past a minute boundary: a minute window resets in 50s.
-var t0 = time.Date(2030, 1, 1, 0, 0, 10, 0, time.UTC)
-
-// countingStore wraps a store, counts batches and requests, records
-// whether the call's deadline reached it, and can turn every outcome into a
-// failure of one kind.
-type countingStore struct {
-	inner       limiter.Store
-	mu          sync.Mutex
-	batches     int
-	requests    int
-	sawDeadline bool
-	fail        limiter.OutcomeKind
-}
-
-func (c *countingStore) Evaluate(ctx context.Context, batch []limiter.Request, out []limiter.Outcome) {
-	c.mu.Lock()
-	c.batches++
-	c.requests += len(batch)
-	_, c.sawDeadline = ctx.Deadline()
-	fail := c.fail
-	c.mu.Unlock()
-	switch fail {
-	case limiter.Unavailable:
-		for i := range batch {
-			out[i] = limiter.UnavailableOutcome(2500*time.Millisecond, limiter.CategoryNotConnected, nil)
-		}
-	case limiter.Indeterminate:
-		for i := range batch {
-			out[i] = limiter.IndeterminateOutcome(0, nil)
-		}
-	case limiter.Incompatible:
-		for i := range batch {
-			out[i] = limiter.IncompatibleOutcome(limiter.CategoryStateIncompatible, nil)
-		}
-	default:
-		c.inner.Evaluate(ctx, batch, out)
-	}
-}
-
-func (c *countingStore) counts() (batches, requests int) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.batches, c.requests
-}
-
-type realEnv struct {
-	*harness
-	clock *limitertest.Clock
-	store *countingStore
-	snap  *descriptors.Snapshot
-}
-
-func loadRules(t testing.TB) *descriptors.Snapshot {
-	t.Helper()
-	snap, err := descriptors.Load(rulesPath, descriptors.Options{Secret: []byte("0123456789abcdef-test-secret")})
-	if err != nil {
-		t.Fatalf("loading %s: %v", rulesPath, err)
-	}
-	return snap
-}
-
-func newRealEnv(t *testing.T, opts ...harnessOpt) *realEnv {
-	t.Helper()
-	clock := limitertest.NewClock(t0)
-	mem, err := memory.New(memory.Config{Clock: clock, MaxEntries: 10_000})
-	if err != nil {
-		t.Fatal(err)
-	}
-	snap := loadRules(t)
-	store := &countingStore{inner: mem}
-	h := newHarness(t, func() Rules { return snap }, store, clock, opts...)
-	return &realEnv{harness: h, clock: clock, store: store, snap: snap}
-}
 
 func code(resp *rlsv3.RateLimitResponse) string { return resp.OverallCode.String() }
 

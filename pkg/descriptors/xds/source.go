@@ -7,7 +7,6 @@ import (
 	"slices"
 	"sync"
 	"sync/atomic"
-	"time"
 
 	rlsconf "github.com/envoyproxy/go-control-plane/ratelimit/config/ratelimit/v3"
 	"github.com/prometheus/client_golang/prometheus"
@@ -114,25 +113,21 @@ func NewSource(cfg SourceConfig) (*Source, error) {
 // apply is the client's Config.Apply: compile, swap on success.
 func (s *Source) apply(version string, cs []*rlsconf.RateLimitConfig) error {
 	snap, err := Compile(cs, s.rules)
-	res := descriptors.ReloadResult{Time: time.Now(), Trigger: Trigger, OK: err == nil, Err: err}
 	if err != nil {
-		var ce *descriptors.ConfigError
-		if errors.As(err, &ce) {
-			res.Problems = slices.Clone(ce.Problems)
-		}
 		s.updates.WithLabelValues("nack").Inc()
 		snap = s.cur.Load()
 	} else {
 		s.cur.Store(snap)
 		s.version.Store(&version)
 		s.updates.WithLabelValues("ack").Inc()
+	}
+	res := descriptors.NewReloadResult(Trigger, snap, err)
+	s.last.Store(&res)
+	if err == nil {
+		// Signalled after every record above is stored: a caller that
+		// WaitFirst released reads this version in Current, Version and Last.
 		s.firstOnce.Do(func() { close(s.first) })
 	}
-	if snap != nil {
-		res.Fingerprint = snap.Fingerprint()
-		res.Domains, res.Rules = snap.Size()
-	}
-	s.last.Store(&res)
 	if s.onReload != nil {
 		s.onReload(res)
 	}
@@ -179,7 +174,8 @@ func (s *Source) ServeEmpty() error {
 		return err
 	}
 	s.cur.CompareAndSwap(nil, empty)
-	s.last.CompareAndSwap(nil, &descriptors.ReloadResult{Time: time.Now(), Trigger: descriptors.TriggerInitial, OK: true, Fingerprint: empty.Fingerprint()})
+	res := descriptors.NewReloadResult(descriptors.TriggerInitial, empty, nil)
+	s.last.CompareAndSwap(nil, &res)
 	return nil
 }
 

@@ -194,6 +194,32 @@ func TestSourceServeEmpty(t *testing.T) {
 	}
 }
 
+// Once WaitFirst returns, Last already shows the version put in service:
+// the record is stored before the wait ends, so a caller that waits never
+// reads the empty set's record (or none) after it.
+func TestSourceLastBeforeFirst(t *testing.T) {
+	for i := range 300 {
+		src, err := NewSource(SourceConfig{Client: Config{Server: "127.0.0.1:1"}, Rules: testOpts})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := src.ServeEmpty(); err != nil {
+			t.Fatal(err)
+		}
+		applied := make(chan error, 1)
+		go func() { applied <- src.apply("v1", []*rlsconf.RateLimitConfig{appLimit(2)}) }()
+		if err := src.WaitFirst(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		if l := src.Last(); !l.OK || l.Trigger != Trigger || l.Domains != 1 {
+			t.Fatalf("run %d: Last right after WaitFirst is %+v, want the xds version", i, l)
+		}
+		if err := <-applied; err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
 func TestNewSourceRefuses(t *testing.T) {
 	for _, tc := range []struct {
 		cfg  SourceConfig

@@ -10,7 +10,6 @@ import (
 
 	"github.com/envoy-rls/envoy-rls/internal/limitertest"
 	"github.com/envoy-rls/envoy-rls/pkg/limiter"
-	"github.com/envoy-rls/envoy-rls/pkg/limiter/memory"
 )
 
 // countingStore counts the requests that reach the store behind the cache
@@ -75,11 +74,8 @@ func newEnv(t testing.TB, size int) *env {
 	t.Helper()
 	// An instant 100 ms into a second, so that a 1 s window has 900 ms left.
 	clk := limitertest.NewClock(time.UnixMilli(1_700_000_000_100))
-	mem, err := memory.New(memory.Config{Clock: clk})
-	if err != nil {
-		t.Fatal(err)
-	}
-	e := &env{clock: clk, back: &countingStore{inner: mem}, hits: &hitCounter{}}
+	e := &env{clock: clk, back: &countingStore{inner: newMemory(t, clk)}, hits: &hitCounter{}}
+	var err error
 	e.cache, err = New(Config{Store: e.back, Size: size, Clock: clk, Observer: e.hits})
 	if err != nil {
 		t.Fatal(err)

@@ -7,10 +7,38 @@ import (
 	"testing"
 	"time"
 
+	"github.com/envoy-rls/envoy-rls/internal/limitertest"
 	"github.com/envoy-rls/envoy-rls/internal/redistest"
 	"github.com/envoy-rls/envoy-rls/pkg/limiter"
 	"github.com/envoy-rls/envoy-rls/pkg/limiter/redis"
 )
+
+// newRedis starts a Redis server and returns it with a store on it, closed
+// when the test ends.
+func newRedis(t *testing.T) (*redistest.Server, *redis.Store) {
+	t.Helper()
+	srv := redistest.Standalone(t, redistest.Local())
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	st, err := redis.New(ctx, redis.Config{Addrs: []string{srv.Addr()}, Timeout: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(st.Close)
+	return srv, st
+}
+
+// TestSuiteOverRedis runs the batch table and resets on a cache over the
+// Redis store (standalone).
+func TestSuiteOverRedis(t *testing.T) {
+	_, st := newRedis(t)
+	t.Run("batch", func(t *testing.T) {
+		limitertest.Run(t, newCache(t, st, nil), limitertest.Config{Prefix: limitertest.Prefix()})
+	})
+	t.Run("reset", func(t *testing.T) {
+		limitertest.RunReset(t, newCache(t, st, nil), limitertest.Config{Prefix: limitertest.Prefix()})
+	})
+}
 
 // evalCalls is the number of EVALSHA and EVAL calls in INFO commandstats.
 func evalCalls(t *testing.T, srv *redistest.Server) int64 {
@@ -38,13 +66,7 @@ func TestHotKeyOnRedis(t *testing.T) {
 	if testing.Short() {
 		t.Skip("needs redis-server")
 	}
-	srv := redistest.Standalone(t, redistest.Local())
-	ctx := context.Background()
-	st, err := redis.New(ctx, redis.Config{Addrs: []string{srv.Addr()}, Timeout: 5 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(st.Close)
+	srv, st := newRedis(t)
 	hits := &hitCounter{}
 	c, err := New(Config{Store: st, Observer: hits})
 	if err != nil {

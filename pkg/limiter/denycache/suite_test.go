@@ -1,15 +1,11 @@
 package denycache
 
 import (
-	"context"
 	"testing"
-	"time"
 
 	"github.com/envoy-rls/envoy-rls/internal/limitertest"
-	"github.com/envoy-rls/envoy-rls/internal/redistest"
 	"github.com/envoy-rls/envoy-rls/pkg/limiter"
 	"github.com/envoy-rls/envoy-rls/pkg/limiter/memory"
-	"github.com/envoy-rls/envoy-rls/pkg/limiter/redis"
 )
 
 // newCache returns a Cache over store, reading clock.
@@ -47,24 +43,5 @@ func TestSuiteOverMemory(t *testing.T) {
 	})
 	t.Run("reset", func(t *testing.T) {
 		limitertest.RunReset(t, newCache(t, newMemory(t, limiter.SystemClock{}), nil), cfg)
-	})
-}
-
-// TestSuiteOverRedis runs the batch table and resets on a cache over the
-// Redis store (standalone).
-func TestSuiteOverRedis(t *testing.T) {
-	srv := redistest.Standalone(t, redistest.Local())
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	st, err := redis.New(ctx, redis.Config{Addrs: []string{srv.Addr()}, Timeout: 5 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(st.Close)
-	t.Run("batch", func(t *testing.T) {
-		limitertest.Run(t, newCache(t, st, nil), limitertest.Config{Prefix: limitertest.Prefix()})
-	})
-	t.Run("reset", func(t *testing.T) {
-		limitertest.RunReset(t, newCache(t, st, nil), limitertest.Config{Prefix: limitertest.Prefix()})
 	})
 }

@@ -2,6 +2,7 @@ package memory_test
 
 import (
 	"context"
+	"strconv"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -27,11 +28,8 @@ func BenchmarkMemoryStore(b *testing.B) {
 	}
 	for _, p := range policies {
 		for _, subjects := range []int{1, 100_000} {
-			b.Run(p.Algorithm().String()+"/subjects="+itoa(subjects), func(b *testing.B) {
-				s, err := memory.New(memory.Config{})
-				if err != nil {
-					b.Fatal(err)
-				}
+			b.Run(p.Algorithm().String()+"/subjects="+strconv.Itoa(subjects), func(b *testing.B) {
+				s := newStore(b, memory.Config{})
 				digests := make([]limiter.SubjectDigest, subjects)
 				for i := range digests {
 					digests[i] = subject(uint64(i))
@@ -84,13 +82,6 @@ func BenchmarkMemoryStore(b *testing.B) {
 	}
 }
 
-func itoa(n int) string {
-	if n == 1 {
-		return "1"
-	}
-	return "100000"
-}
-
 // BenchmarkMemoryStoreOverflow: one-request batches from parallel
 // goroutines, each for a subject never seen before, on a policy that has
 // already used its share of the store: every decision is made by the
@@ -98,10 +89,7 @@ func itoa(n int) string {
 func BenchmarkMemoryStoreOverflow(b *testing.B) {
 	p := limitertest.Policy(b, limiter.PolicySpec{ID: "flooded", Algorithm: limiter.FixedWindow,
 		Params: limiter.FixedWindowParams{Limit: 1_000_000_000, Window: time.Minute}})
-	s, err := memory.New(memory.Config{MaxEntries: 4096})
-	if err != nil {
-		b.Fatal(err)
-	}
+	s := newStore(b, memory.Config{MaxEntries: 4096})
 	ctx := context.Background()
 	var next atomic.Uint64
 	out := make([]limiter.Outcome, 1)

@@ -130,7 +130,7 @@ func (sk *sketch) deficit(c cell, effMs int64) int64 {
 	}
 	elapsed := max(0, effMs-c.b)
 	// Compare before multiplying: a long idle time never overflows.
-	if elapsed >= ceilDiv(c.a, sk.amount) {
+	if elapsed >= limiter.CeilDiv(c.a, sk.amount) {
 		return 0
 	}
 	return c.a - elapsed*sk.amount
@@ -178,7 +178,7 @@ func (sk *sketch) add(idx *[sketchRows]int, next limiter.State, effMs int64, p *
 			sk.cells[i] = cell{a: max(sk.deficit(sk.cells[i], effMs), d), b: effMs}
 		}
 		if d > 0 {
-			sk.liveUntil = max(sk.liveUntil, effMs+ceilDiv(d, sk.amount))
+			sk.liveUntil = max(sk.liveUntil, effMs+limiter.CeilDiv(d, sk.amount))
 		}
 	default:
 		for _, i := range idx {
@@ -274,13 +274,4 @@ func (sk *sketch) restart() {
 func sketchClockUnsafe(p *limiter.Policy) limiter.Outcome {
 	return limiter.UnavailableOutcome(limiter.ClockUnsafeRetryAfter, limiter.CategoryClockUnsafe,
 		fmt.Errorf("memory store: policy %s overflow sketch: %w", p.ID(), limiter.ErrClockUnsafe))
-}
-
-// ceilDiv is ceil(a / b) for a >= 0, b > 0, without the a+b-1 intermediate.
-func ceilDiv(a, b int64) int64 {
-	q := a / b
-	if a%b != 0 {
-		q++
-	}
-	return q
 }

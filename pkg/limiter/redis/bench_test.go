@@ -29,8 +29,8 @@ func withPenalty(b *testing.B, p *limiter.Policy) *limiter.Policy {
 }
 
 func BenchmarkEvaluate(b *testing.B) {
-	srv := redistest.Standalone(b)
-	s := newStore(b, Config{Addrs: []string{srv.Addr()}, Timeout: 5 * time.Second})
+	e := newEnvWith(b, Config{Timeout: 5 * time.Second})
+	srv, s := e.srv, e.store
 	policies := []*limiter.Policy{
 		fixed(b, "bench.fw", 1_000_000_000_000, time.Hour),
 		sliding(b, "bench.sw", 1_000_000_000, time.Hour),
@@ -174,8 +174,8 @@ func BenchmarkSlidingLog(b *testing.B) {
 // CPU per request (INFO cpu: also counts reading, parsing and answering the
 // commands). Figures go to docs/performance.md; nothing is asserted.
 func BenchmarkDescriptors(b *testing.B) {
-	srv := redistest.Standalone(b)
-	s := newStore(b, Config{Addrs: []string{srv.Addr()}, Timeout: 5 * time.Second})
+	e := newEnvWith(b, Config{Timeout: 5 * time.Second})
+	srv, s := e.srv, e.store
 	p := fixed(b, "bench.desc", 1_000_000_000_000, time.Hour)
 	subjects := make([]limiter.SubjectDigest, 4096)
 	for i := range subjects {
@@ -314,8 +314,8 @@ func commandCalls(info string) map[string]int64 {
 // writes), from one goroutine. redis-cpu-µs/req is Redis's main-thread CPU
 // per call.
 func BenchmarkGroupRun(b *testing.B) {
-	srv := redistest.Standalone(b)
-	s := newStore(b, Config{Addrs: []string{srv.Addr()}, Timeout: 5 * time.Second})
+	e := newEnvWith(b, Config{Timeout: 5 * time.Second})
+	srv, s := e.srv, e.store
 	p := fixed(b, "bench.group", 1_000_000_000_000, time.Hour)
 	const subjects = 4096
 	keys := make([]string, subjects)
@@ -359,8 +359,8 @@ func BenchmarkGroupRun(b *testing.B) {
 // descriptors, each with a list of 16 limits, is 1,024), in one program run:
 // Redis CPU per call and per limit, which must grow linearly with n.
 func BenchmarkWideCall(b *testing.B) {
-	srv := redistest.Standalone(b)
-	s := newStore(b, Config{Addrs: []string{srv.Addr()}, Timeout: 5 * time.Second})
+	e := newEnvWith(b, Config{Timeout: 5 * time.Second})
+	srv, s := e.srv, e.store
 	p := fixed(b, "bench.wide", 1_000_000_000_000, time.Hour)
 	for _, n := range []int{16, 64, 256, 1024} {
 		b.Run(fmt.Sprintf("limits=%d", n), func(b *testing.B) {

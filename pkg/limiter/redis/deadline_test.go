@@ -97,15 +97,13 @@ func TestProgramDeadline(t *testing.T) {
 // they carry, so none of them is counted. A call made after the resume
 // with an ordinary deadline commits, and is the only one counted.
 func TestHangChargesNoAnsweredCall(t *testing.T) {
-	srv := redistest.Standalone(t, redistest.Local())
 	// A Timeout long enough that the connection is not closed during the
 	// pause: the stalled programs stay queued on it and do run on resume.
-	e := newEnvOn(t, srv, Config{Addrs: []string{srv.Addr()}, Timeout: 10 * time.Second})
+	e := newEnvWith(t, Config{Timeout: 10 * time.Second}, redistest.Local())
+	srv := e.srv
 	p := fixed(t, "hang", 1000, farWindow)
 	sub, sub2 := subjectOf("hang"), subjectOf("hang 2")
-	if o := e.evaluate(p, subjectOf("warm-up"), 1); o.Kind != limiter.Evaluated {
-		t.Fatalf("warm-up: %+v", o)
-	}
+	e.mustDecide(p, subjectOf("warm-up"))
 
 	const calls = 20
 	srv.Pause()

@@ -741,9 +741,8 @@ func hammerEach(t *testing.T, s *Store, callers, perCaller int, batch func(g, i 
 // group-size histogram shows runs that evaluated several calls, the sizes
 // adding up to exactly the calls made (none sent twice, none lost).
 func TestGroupCommitExact(t *testing.T) {
-	srv := redistest.Standalone(t)
 	reg, m := newMetrics(t)
-	e := newEnvOn(t, srv, Config{Addrs: []string{srv.Addr()}, Timeout: 10 * time.Second, Metrics: m})
+	e := newEnvWith(t, Config{Timeout: 10 * time.Second, Metrics: m})
 	const callers, perCaller, hot = 64, 30, 4
 	run := time.Now().UnixNano()
 	fw := fixed(t, "gc.fw", 60, farWindow)
@@ -813,9 +812,8 @@ func TestGroupCommitExact(t *testing.T) {
 // program runs as calls, each of one call, and still exactly the limit
 // admitted.
 func TestGroupCommitOff(t *testing.T) {
-	srv := redistest.Standalone(t)
 	reg, m := newMetrics(t)
-	s := newStore(t, Config{Addrs: []string{srv.Addr()}, Timeout: 10 * time.Second, Metrics: m, GroupMaxKeys: 1})
+	s := newEnvWith(t, Config{Timeout: 10 * time.Second, Metrics: m, GroupMaxKeys: 1}).store
 	const callers, perCaller = 32, 10
 	p := fixed(t, "gc.off", 100, farWindow)
 	sub := subjectOf(fmt.Sprintf("gc-off-%d", time.Now().UnixNano()))
@@ -901,14 +899,12 @@ func evaluateAsync(wg *sync.WaitGroup, s *Store, d time.Duration, batch []limite
 // carries them, nothing counts them. The two in flight commit once Redis
 // resumes, and the slot is idle again (no run, no call left waiting).
 func TestGroupQueuedPastDeadline(t *testing.T) {
-	srv := redistest.Standalone(t, redistest.Local())
 	reg, m := newMetrics(t)
-	e := newEnvOn(t, srv, Config{Addrs: []string{srv.Addr()}, Timeout: 20 * time.Second, Metrics: m, GroupInFlight: 2})
+	e := newEnvWith(t, Config{Timeout: 20 * time.Second, Metrics: m, GroupInFlight: 2}, redistest.Local())
+	srv := e.srv
 	p := fixed(t, "queued", 1000, farWindow)
 	sub := subjectOf(fmt.Sprintf("queued-%d", time.Now().UnixNano()))
-	if o := e.evaluate(p, subjectOf("queued warm-up"), 1); o.Kind != limiter.Evaluated {
-		t.Fatalf("warm-up: %+v", o)
-	}
+	e.mustDecide(p, subjectOf("queued warm-up"))
 	runs0, _, _ := groupSizes(t, reg)
 
 	srv.Pause()
@@ -1027,10 +1023,9 @@ func TestGroupCommitCluster(t *testing.T) {
 // exactly one run (as parent or link), some runs carry several calls, and
 // a run's envoy_rls.group_requests is the calls it names.
 func TestGroupCommitSpans(t *testing.T) {
-	srv := redistest.Standalone(t)
 	exp := tracetest.NewInMemoryExporter()
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp))
-	s := newStore(t, Config{Addrs: []string{srv.Addr()}, Timeout: 10 * time.Second, TracerProvider: tp})
+	s := newEnvWith(t, Config{Timeout: 10 * time.Second, TracerProvider: tp}).store
 	p := fixed(t, "gspan", 100000, farWindow)
 	sub := subjectOf(fmt.Sprintf("gspan-%d", time.Now().UnixNano()))
 	const callers, perCaller = 32, 10
@@ -1112,13 +1107,11 @@ func TestGroupCommitSpans(t *testing.T) {
 // Indeterminate, the store does not crash, and after Redis resumes none
 // of them counted (each ran past the deadline it carried).
 func TestGroupRunAfterCallerLeft(t *testing.T) {
-	srv := redistest.Standalone(t, redistest.Local())
-	e := newEnvOn(t, srv, Config{Addrs: []string{srv.Addr()}, Timeout: 20 * time.Second, GroupInFlight: 1})
+	e := newEnvWith(t, Config{Timeout: 20 * time.Second, GroupInFlight: 1}, redistest.Local())
+	srv := e.srv
 	p := fixed(t, "left", 1000, farWindow)
 	sub := subjectOf(fmt.Sprintf("left-%d", time.Now().UnixNano()))
-	if o := e.evaluate(p, subjectOf("left warm-up"), 1); o.Kind != limiter.Evaluated {
-		t.Fatalf("warm-up: %+v", o)
-	}
+	e.mustDecide(p, subjectOf("left warm-up"))
 	srv.Pause()
 	defer srv.Resume()
 	call := func(d time.Duration, batch []limiter.Request, out []limiter.Outcome, done chan<- struct{}) {

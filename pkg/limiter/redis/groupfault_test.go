@@ -44,9 +44,8 @@ type faultEnv struct {
 
 func newFaultEnv(t *testing.T) *faultEnv {
 	t.Helper()
-	srv := redistest.Standalone(t, redistest.Local())
 	reg, m := newMetrics(t)
-	e := newEnvOn(t, srv, Config{Addrs: []string{srv.Addr()}, Timeout: 10 * time.Second, Metrics: m})
+	e := newEnvWith(t, Config{Timeout: 10 * time.Second, Metrics: m}, redistest.Local())
 	return &faultEnv{env: e, reg: reg}
 }
 
@@ -376,9 +375,7 @@ func TestGroupCancelledLeavesQueue(t *testing.T) {
 	fe := newFaultEnv(t)
 	p := fixed(t, "group-cancel", 1_000_000, farWindow)
 	sub, sub2 := subjectOf("group cancel"), subjectOf("group cancel 2")
-	if o := fe.evaluate(p, subjectOf("warm-up"), 1); o.Kind != limiter.Evaluated {
-		t.Fatalf("warm-up: %+v", o)
-	}
+	fe.mustDecide(p, subjectOf("warm-up"))
 	fe.do("CONFIG", "RESETSTAT")
 	base, baseCalls := fe.runs(), fe.runCalls()
 
@@ -438,9 +435,7 @@ func TestGroupKilledThenRestarted(t *testing.T) {
 	fe := newFaultEnv(t)
 	p := fixed(t, "group-kill", 1_000_000, farWindow)
 	sub, sub2 := subjectOf("group kill"), subjectOf("group kill 2")
-	if o := fe.evaluate(p, subjectOf("warm-up"), 1); o.Kind != limiter.Evaluated {
-		t.Fatalf("warm-up: %+v", o)
-	}
+	fe.mustDecide(p, subjectOf("warm-up"))
 
 	// Stopped first, so that the runs are certainly in flight (sent, not
 	// answered) and the queue full when the process dies; then killed

@@ -27,12 +27,15 @@ type env struct {
 
 func newEnv(t testing.TB, opts ...redistest.Option) *env {
 	t.Helper()
-	srv := redistest.Standalone(t, opts...)
-	return newEnvOn(t, srv, Config{Addrs: []string{srv.Addr()}})
+	return newEnvWith(t, Config{}, opts...)
 }
 
-func newEnvOn(t testing.TB, srv *redistest.Server, cfg Config) *env {
+// newEnvWith is newEnv with a store of cfg on the server (its Addrs set to
+// the server's).
+func newEnvWith(t testing.TB, cfg Config, opts ...redistest.Option) *env {
 	t.Helper()
+	srv := redistest.Standalone(t, opts...)
+	cfg.Addrs = []string{srv.Addr()}
 	conn, err := redistest.Dial(srv.Addr(), nil, 5*time.Second)
 	if err != nil {
 		t.Fatal(err)
@@ -198,6 +201,16 @@ func (e *env) evaluate(p *limiter.Policy, subject limiter.SubjectDigest, cost in
 	out := make([]limiter.Outcome, 1)
 	e.store.Evaluate(ctx, []limiter.Request{{Policy: p, Subject: subject, Cost: cost}}, out)
 	return out[0]
+}
+
+// mustDecide evaluates one request of p for subject and fails the test unless
+// the store decided it: the connection is up and the program loaded before
+// a test stops or breaks the server.
+func (e *env) mustDecide(p *limiter.Policy, subject limiter.SubjectDigest) {
+	e.t.Helper()
+	if o := e.evaluate(p, subject, 1); o.Kind != limiter.Evaluated {
+		e.t.Fatalf("warm-up: %+v", o)
+	}
 }
 
 // hashFields returns the a, b and c fields of the program's hash for st:

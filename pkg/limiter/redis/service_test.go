@@ -101,9 +101,7 @@ func TestDeadlines(t *testing.T) {
 	}
 
 	// A paused server: the call returns by the deadline, Indeterminate.
-	if o := e.evaluate(p, sub, 1); o.Kind != limiter.Evaluated {
-		t.Fatalf("warm-up: %+v", o)
-	}
+	e.mustDecide(p, sub)
 	e.srv.Pause()
 	defer e.srv.Resume()
 	for _, d := range []time.Duration{50 * time.Millisecond, 150 * time.Millisecond} {
@@ -153,8 +151,8 @@ func TestDeadlines(t *testing.T) {
 }
 
 func TestRedisKilledDuringLoad(t *testing.T) {
-	srv := redistest.Standalone(t, redistest.Local())
-	s := newStore(t, Config{Addrs: []string{srv.Addr()}, Timeout: 200 * time.Millisecond})
+	e := newEnvWith(t, Config{Timeout: 200 * time.Millisecond}, redistest.Local())
+	srv, s := e.srv, e.store
 	p := fixed(t, "kill", 1_000_000, farWindow)
 	var counts [5]atomic.Int64 // by OutcomeKind
 	var slowest atomic.Int64
