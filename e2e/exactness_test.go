@@ -1,6 +1,7 @@
 package e2e_test
 
 import (
+	_ "embed"
 	"fmt"
 	"strconv"
 	"testing"
@@ -18,26 +19,9 @@ import (
 // all-or-nothing evaluation); and a login limit of 3 an hour whose offence
 // blocks the subject for an hour (doubling up to a day while remembered
 // for an hour after a block).
-const exactRules = `domain: e2e
-descriptors:
-  - key: fixed
-    rate_limit: {unit: hour, requests_per_unit: 100, algorithm: fixed_window}
-  - key: bucket
-    rate_limit: {unit: hour, requests_per_unit: 1, algorithm: token_bucket, burst: 50}
-  - key: gcra
-    rate_limit: {unit: hour, requests_per_unit: 1, algorithm: gcra, burst: 50}
-  - key: log
-    rate_limit: {unit: hour, requests_per_unit: 60, algorithm: sliding_log}
-  - key: tight
-    rate_limit: {unit: hour, requests_per_unit: 40, algorithm: fixed_window}
-  - key: loose
-    rate_limit: {unit: hour, requests_per_unit: 1, algorithm: token_bucket, burst: 200}
-  - key: login
-    rate_limit:
-      unit: hour
-      requests_per_unit: 3
-      penalty: {duration: 1h, max_duration: 24h, decay: 1h}
-`
+//
+//go:embed testdata/rules/exact.yaml
+var exactRules string
 
 // requestsPerUnit is the requests_per_unit of exactRules' key (the
 // buckets' and the GCRA's is 1, their burst more).

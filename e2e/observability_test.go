@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"compress/gzip"
 	"context"
+	_ "embed"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -32,18 +33,9 @@ import (
 // observabilityRules are the rules of the statsd and audit tests: a limit
 // of 5 an hour on one path, one of 2 an hour per user (with the reference's
 // detailed_metric), and a shadow rule of 1 an hour.
-const observabilityRules = `domain: e2e
-descriptors:
-  - key: path
-    value: /login
-    rate_limit: {unit: hour, requests_per_unit: 5}
-  - key: user
-    detailed_metric: true
-    rate_limit: {unit: hour, requests_per_unit: 2}
-  - key: trial
-    shadow_mode: true
-    rate_limit: {unit: hour, requests_per_unit: 1}
-`
+//
+//go:embed testdata/rules/observability.yaml
+var observabilityRules string
 
 // TestStatsd: the binary started with --statsd-addr sends
 // envoyproxy/ratelimit's stat names and values for a scripted sequence of

@@ -1,6 +1,7 @@
 package rls
 
 import (
+	_ "embed"
 	"fmt"
 	"strconv"
 	"sync"
@@ -14,17 +15,9 @@ import (
 )
 
 // localRules: one policy per failure mode, all 10 a minute.
-const localRules = `domain: loc
-descriptors:
-  - key: local
-    rate_limit: {unit: minute, requests_per_unit: 10, failure_mode: local}
-  - key: closed
-    rate_limit: {unit: minute, requests_per_unit: 10, failure_mode: closed}
-  - key: open
-    rate_limit: {unit: minute, requests_per_unit: 10, failure_mode: open}
-  - key: bucket
-    rate_limit: {unit: minute, requests_per_unit: 10, algorithm: token_bucket, failure_mode: local}
-`
+//
+//go:embed testdata/rules/local.yaml
+var localRules string
 
 // localEnv is a realEnv whose store is wrapped by the failover store, as
 // the binary wraps it, with its transitions recorded.

@@ -1,6 +1,7 @@
 package rls
 
 import (
+	_ "embed"
 	"slices"
 	"testing"
 
@@ -14,22 +15,9 @@ import (
 
 // probeRules are the rules of the check-only tests: year-long windows, so
 // that a test on Redis's own clock never straddles a window end.
-const probeRules = `domain: probe
-descriptors:
-  - key: user
-    rate_limit: {unit: year, requests_per_unit: 2}
-  - key: shadow_user
-    shadow_mode: true
-    rate_limit: {unit: year, requests_per_unit: 1}
-  - key: quota
-    quota_mode: true
-    rate_limit: {unit: year, requests_per_unit: 1}
-  - key: quota_b
-    quota_mode: true
-    rate_limit: {unit: year, requests_per_unit: 2}
-  - key: bucket
-    rate_limit: {unit: year, requests_per_unit: 1, algorithm: token_bucket, burst: 2}
-`
+//
+//go:embed testdata/rules/probe.yaml
+var probeRules string
 
 // probeStores are the stores the check-only tests run on: memory, and a
 // Redis server (skipped without redis-server unless CI=true).
