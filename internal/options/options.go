@@ -39,7 +39,7 @@ const (
 	// memory.MaxBytesPerEntry: the rest holds everything else (the
 	// process's own memory under load, docs/performance.md), the garbage
 	// of a table that doubles, and the collector's headroom. With a 256 MiB
-	// limit: 493,447 entries, whose full tables take 100 MiB.
+	// limit: 256 MiB × 0.5 / 272 bytes = 493,447 entries.
 	MemoryShare            = 0.5
 	DefaultDrainTimeout    = 15 * time.Second
 	DefaultRedisMode       = "auto"
