@@ -245,6 +245,8 @@ func (c *Cache) lookup(r *limiter.Request, now time.Time) (limiter.Decision, boo
 // record caches the denials among out, measured from t0 (read before the
 // store was asked).
 func (c *Cache) record(batch []limiter.Request, out []limiter.Outcome, t0 time.Time) {
+	var pending map[key]int // built once, when a denial needs it
+	built := false
 	for i := range batch {
 		r, o := &batch[i], &out[i]
 		if o.Kind != limiter.Evaluated || o.Decision.Allowed || o.Decision.Certainty != limiter.Certain ||
@@ -253,7 +255,10 @@ func (c *Cache) record(batch []limiter.Request, out []limiter.Outcome, t0 time.T
 			continue
 		}
 		k := keyOf(r)
-		if tentative(batch, out, i, &k) {
+		if !built {
+			pending, built = tentative(batch, out), true
+		}
+		if j, ok := pending[k]; ok && j < i {
 			continue
 		}
 		e := entry{until: t0.Add(o.Decision.RetryAfter - resolution), cost: r.Cost, decision: o.Decision}
@@ -270,18 +275,29 @@ func (c *Cache) record(batch []limiter.Request, out []limiter.Outcome, t0 time.T
 	}
 }
 
-// tentative reports whether a request of batch before i, on the state k,
-// was allowed without its cost being taken: the store counted that cost in
-// the answer to batch[i], so a denial of batch[i] holds for its batch, not
-// for the state as stored.
-func tentative(batch []limiter.Request, out []limiter.Outcome, i int, k *key) bool {
-	for j := range i {
+// tentative maps each state on which a request of batch was allowed
+// without its cost being taken to the first such request's index: the store
+// counted that cost in its answers to the later requests of the batch on the
+// state, so a later denial there holds for its batch, not for the state as
+// stored. One pass over the batch, so a wide batch costs linear time; nil
+// (no allocation) when there is none, as in every batch that committed.
+func tentative(batch []limiter.Request, out []limiter.Outcome) map[key]int {
+	var m map[key]int
+	for j := range batch {
 		d := &out[j].Decision
-		if out[j].Kind == limiter.Evaluated && d.Allowed && !d.Consumed && batch[j].Policy != nil && keyOf(&batch[j]) == *k {
-			return true
+		if out[j].Kind != limiter.Evaluated || !d.Allowed || d.Consumed || batch[j].Policy == nil {
+			continue
 		}
+		k := keyOf(&batch[j])
+		if _, ok := m[k]; ok {
+			continue
+		}
+		if m == nil {
+			m = map[key]int{}
+		}
+		m[k] = j
 	}
-	return false
+	return m
 }
 
 // evict drops an expired entry if one of the first few is, else an arbitrary
