@@ -313,3 +313,66 @@ func TestRedisKilledGroupFailureModes(t *testing.T) {
 	})
 	t.Logf("32 concurrent calls all decided at attempt %d after the restart", attempt)
 }
+
+// hangSequentialDeadline is the deadline of each call of
+// TestRedisHangSequentialCalls: Envoy's default timeout for the rate-limit
+// filter's call is 20 ms; 100 ms is what deployments that raise it use.
+const hangSequentialDeadline = 100 * time.Millisecond
+
+// TestRedisHangSequentialCalls: Redis is stopped (SIGSTOP) as soon as the
+// replica is ready, then 40 calls are made one after the other, each with a
+// 100 ms deadline over a new gRPC connection, as Envoy instances that
+// connect afresh would. Every one is answered by its policy's failure mode
+// before its deadline, and after SIGCONT none of them was charged. Run
+// twice: with no call before the pause (the store's connection was never
+// used), with a warm connection, and with group commit off.
+func TestRedisHangSequentialCalls(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		warm bool
+		args []string
+	}{
+		{name: "cold"},
+		{name: "warm", warm: true},
+		{name: "warm, group commit off", warm: true, args: []string{"--redis-group-max-keys", "1"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			binary(t)
+			awayFromHourBoundary(t)
+			redis, cfg := withStandaloneRedis(t, redistest.Local())
+			cfg.Args = tc.args
+			r := startReplicas(t, 1, failureRules, cfg)[0]
+			if tc.warm {
+				if res := r.mustCall(t, entry{"closed", unique("warm-up")}); !res.ok() {
+					t.Fatalf("warm-up: %v", res)
+				}
+			}
+			closed, open := entry{"closed", unique("seq-hang")}, entry{"open", unique("seq-hang")}
+			redis.Pause()
+			defer redis.Resume()
+			answered := 0
+			for i := range hangCalls {
+				e := closed
+				if i%2 == 1 {
+					e = open
+				}
+				res := r.fresh(t, nil).call(hangSequentialDeadline, 1, e)
+				err := failureModeAnswer(e.Key, res)
+				if err == nil && res.Took > res.Deadline {
+					err = fmt.Errorf("%v: outlived its deadline", res)
+				}
+				if err != nil {
+					t.Errorf("call %d (%s): %v", i, e.Key, err)
+					continue
+				}
+				answered++
+			}
+			t.Logf("%d of %d calls answered by the failure mode while Redis was stopped", answered, hangCalls)
+			redis.Resume()
+			took := waitRedisDecides(t, r)
+			t.Logf("decisions %v after SIGCONT", took)
+			checkUncharged(t, r, closed)
+			checkUncharged(t, r, open)
+		})
+	}
+}

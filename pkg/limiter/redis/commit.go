@@ -20,15 +20,19 @@ import (
 // if it ran alone, so that grouping changes no decision.
 //
 // Natural batching, no timer: a call that finds fewer than GroupInFlight
-// runs of its slot in progress and nobody waiting is sent at once, by its
-// own goroutine. Otherwise it waits in the slot's queue; a run that ends
+// runs of its slot in progress and nobody waiting is sent at once, as a run
+// of its own. Otherwise it waits in the slot's queue; a run that ends
 // takes what has queued meanwhile (up to GroupMaxKeys keys and
 // groupMaxBytes of arguments) as the next group. Under load a group is as
 // large as what arrived during the previous run.
 //
-// A call whose deadline passes, or whose caller cancels it, while it waits
-// leaves the queue and is Unavailable (limiter.CategoryDeadline): never
-// sent. One whose deadline
+// Every run goes on in a goroutine of its own while its callers wait for it
+// or for their deadline, whichever comes first: the client may block past
+// a command's context (rueidis waits for a connection being redialled
+// without it), and a caller must still answer by its policy's failure mode
+// in time. A call whose deadline passes, or whose caller cancels it, while
+// it waits leaves the queue and is Unavailable (limiter.CategoryDeadline):
+// never sent. One whose deadline
 // passes after its group was taken is Indeterminate and its result, when it
 // comes, is ignored: it cannot be counted twice, because nothing is ever
 // resent, and the program, which gets each call's deadline in Redis's
@@ -109,16 +113,19 @@ func (s *Store) commit(ctx context.Context, batch []limiter.Request, roles []lim
 	}
 	if s.groupMaxKeys == 1 {
 		// Group commit off: every call runs alone, at once.
-		return s.runAlone(g)
+		g.state.Store(groupTaken)
+		go s.runAlone(nil, g)
+		return s.await(ctx, nil, batch, g)
 	}
 	c := s.committerOf(g.slot)
 	c.mu.Lock()
 	if c.running < s.inFlight && len(c.queue) == 0 {
-		// Nobody waits: run at once, in this goroutine.
+		// Nobody waits: run at once.
 		c.running++
 		c.mu.Unlock()
-		defer s.next(c)
-		return s.runAlone(g)
+		g.state.Store(groupTaken)
+		go s.runAlone(c, g)
+		return s.await(ctx, c, batch, g)
 	}
 	if len(c.queue) >= groupMaxQueue {
 		c.mu.Unlock()
@@ -137,6 +144,13 @@ func (s *Store) commit(ctx context.Context, batch []limiter.Request, roles []lim
 	if start {
 		go s.drain(c)
 	}
+	return s.await(ctx, c, batch, g)
+}
+
+// await waits until the run that takes g has answered, or ctx ends. A g
+// still in c's queue then leaves it, unsent; a g already taken gets a copy
+// that says Indeterminate (the run may still write into g).
+func (s *Store) await(ctx context.Context, c *committer, batch []limiter.Request, g *group) *group {
 	// ctx may be a deadline.Wheel's (the store's Timeout, pkg/rls's
 	// reserve), whose Done does not follow the caller's cancellation: a
 	// call cancelled while it waits leaves the queue at once all the same.
@@ -167,14 +181,15 @@ func (s *Store) commit(ctx context.Context, batch []limiter.Request, roles []lim
 	return late
 }
 
-// runAlone runs g's call by itself, at once, in the caller's goroutine.
-func (s *Store) runAlone(g *group) *group {
-	g.state.Store(groupTaken)
+// runAlone runs g's call by itself; then, when c is not nil (group commit
+// on), it hands what queued for c meanwhile to a drain, or ends the run.
+func (s *Store) runAlone(c *committer, g *group) {
 	g.queued = time.Time{}
 	one := [1]*group{g}
 	s.runGroup(one[:])
-	<-g.done
-	return g
+	if c != nil {
+		s.next(c)
+	}
 }
 
 // fail gives every request of g the outcome o; g was never sent.
@@ -227,8 +242,8 @@ func (s *Store) take(c *committer, dst []*group) []*group {
 	return dst
 }
 
-// next, after a run of c in a caller's goroutine, hands what queued
-// meanwhile to a drain goroutine, or ends the run.
+// next, after a run of c alone, drains what queued meanwhile, or ends the
+// run.
 func (s *Store) next(c *committer) {
 	c.mu.Lock()
 	if len(c.queue) == 0 {
@@ -237,5 +252,5 @@ func (s *Store) next(c *committer) {
 		return
 	}
 	c.mu.Unlock()
-	go s.drain(c)
+	s.drain(c)
 }
