@@ -7,8 +7,7 @@ package ceiling
 
 import _ "embed"
 
-// Source is rate-batch-v1.lua of this directory, before lua.Assemble
-// resolves its #include lines.
+// Source is rate-batch-v1.lua of this directory.
 //
 //go:embed rate-batch-v1.lua
 var Source string

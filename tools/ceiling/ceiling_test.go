@@ -12,16 +12,12 @@ import (
 )
 
 // TestStubKeepsTheBatchContract keeps the ceiling stub in step with the
-// real batch program's contract: it assembles with pkg/lua's fragments,
-// takes the arguments the Redis store sends, answers a reply
+// real batch program's contract: it takes the arguments the Redis store sends, answers a reply
 // lua.ParseBatchReply accepts (every key ALLOWED, at Redis's clock) and
 // stores nothing. If the contract changes and the stub does not, the
 // ceiling benchmark would measure errors.
 func TestStubKeepsTheBatchContract(t *testing.T) {
-	src, err := lua.Assemble(ceiling.Source, lua.Fragment)
-	if err != nil {
-		t.Fatalf("Assemble: %v", err)
-	}
+	src := ceiling.Source
 	srv := redistest.Standalone(t)
 	policies := []*limiter.Policy{
 		fixed(t, "bench.remote_address", 1000, time.Second),

@@ -1,9 +1,13 @@
--- fragments/prelude.lua: shared by every program (assembled in at init by
--- pkg/lua; a test checks each program contains it verbatim): constants and
--- library locals, and no function. The whole body of a script runs on every
--- EVALSHA, so a function defined here would be a closure created per call,
--- a cost every decision pays (docs/performance.md): the fragments are
--- blocks instead, included where they run (see each one's In/Out names).
+-- fragments/prelude.lua: shared by every program (a test checks each
+-- program contains it verbatim): constants and library locals.
+-- defines: MAX, MAX_DURATION, MAX_PENALTY, ROLE_BITS, FAIL_OPEN, PENALTY,
+-- defines: CALENDAR, S, MAX_SLIDING, MAX_LOG, POLICY_ID, DECIMAL, find,
+-- defines: fmod, format, band, unpack, pack, sub, max, ceilDiv
+--
+-- A script's whole body runs on every EVALSHA, so each function a program
+-- defines is a closure made on every call: the fragments are functions of
+-- explicit arguments and results, defined once per run and called per key
+-- (docs/performance.md measures what that costs).
 local MAX = 9007199254740991 -- 2^53-1: every number stays an exact integer
 local MAX_DURATION = 316224000000 -- ten years in ms, as limiter.NewPolicy
 local MAX_PENALTY = 2592000000 -- 30 days in ms, limiter.MaxPenalty
@@ -11,7 +15,6 @@ local MAX_PENALTY = 2592000000 -- 30 days in ms, limiter.MaxPenalty
 -- bits, fail open, a penalty extension follows, a calendar extension
 -- follows (after the penalty extension when both do).
 local ROLE_BITS, FAIL_OPEN, PENALTY, CALENDAR = 7, 8, 16, 32
-local SCHEMA = '1'
 local S = 1000000 -- sliding-window weight scale (limiter.SlidingScale)
 -- The largest sliding limit: (2^53-1) / S, exact (MAX / S is far from an
 -- integer, so the VM's floor cannot round up).
@@ -26,12 +29,22 @@ local DECIMAL = '^[1-9]%d*$'
 
 -- Library functions as locals: a global or field lookup per call is a
 -- measurable share of a program's Redis CPU.
-local find, fmod, format = string.find, math.fmod, string.format
+local find, fmod, format, band = string.find, math.fmod, string.format, bit.band
+local unpack, pack, sub, max = struct.unpack, struct.pack, string.sub, math.max
 -- Exact integer division of non-negative integers below 2^53, written out
 -- where it is needed: (a - fmod(a, b)) / b. C fmod is exact, so a - r is an
 -- exact multiple of b and the quotient an exact integer (math.floor(a / b)
--- can be off by one, and a % b is computed from it). ceil(a, b) adds 1 when
+-- can be off by one, and a % b is computed from it). A ceiling adds 1 when
 -- the remainder is not 0, without an a + b - 1 intermediate.
+
+-- ceilDiv is ceil(x / d) of non-negative integers below 2^53, exact.
+local function ceilDiv(x, d)
+  local r = fmod(x, d)
+  if r ~= 0 then
+    return (x - r) / d + 1
+  end
+  return x / d
+end
 -- Decimal strings become numbers by arithmetic coercion (s + 0), not
 -- tonumber (a C call that runs strtod twice), and only once they are known
 -- to be canonical decimal integers (a non-number would raise).

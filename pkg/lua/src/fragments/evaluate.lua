@@ -1,0 +1,283 @@
+-- fragments/evaluate.lua: the evaluation of one request of a group, all or
+-- nothing, for the rate programs: each key checked in order, writing
+-- nothing (the state a key would have after an allowed request is kept in
+-- the request's record, so a later key naming the same state sees it),
+-- then the batch rule (limiter.Commits), then the writes. A request of one
+-- key, the common one, keeps no record: its key writes as soon as it is
+-- checked, since a single key that writes is one that commits.
+-- uses: serverNow, keyArgs, loadState, storeState, writeOffence, newReply,
+-- uses: replyKey, replyBefore, penaltyStep, MAX, fixedWindowStep,
+-- uses: slidingWindowStep, tokenBucketStep, gcraStep, slidingLogStep
+-- defines: WIDE, priorState, writeRecord, recordKey, evalKey, commitKeys, evaluate
+--
+-- The program defines what differs between its versions: keyArgs(gi), the
+-- arguments of the group's key gi; loadState(key, gi, alg, policy, rev,
+-- penalty), the state as the store holds it; storeState(...), its write;
+-- writeOffence(...), a penalty box's offence; newReply(n), replyKey(...)
+-- and replyBefore(...), the reply.
+
+-- WIDE: above this many keys a request finds the keys naming the same
+-- state through two tables (seen, lastWrite) instead of scanning: cheaper
+-- for a few keys, quadratic for many (a request of 64 descriptors with 16
+-- limits each has 1,024).
+local WIDE = 32
+
+-- priorState, for key i of a request of several keys (starting after
+-- kb) naming key: whether a key before it names the same state with a
+-- record that counts, and then that record: st (nil none, false
+-- incompatible, true), the state, its penalty box, fresh and the state as
+-- stored.
+local function priorState(kb, i, key, rec, seen)
+  -- #include record.lua offsets
+  local j = 0
+  if seen then
+    j = seen[key] or 0
+  else
+    for k = i - 1, 1, -1 do
+      if KEYS[kb + k] == key and rec[(k - 1) * R + R_KIND] ~= 0 then
+        j = k
+        break
+      end
+    end
+  end
+  if j == 0 then
+    return false
+  end
+  local p = (j - 1) * R
+  local kind, st = rec[p + R_KIND], true
+  if kind == 1 then
+    st = nil
+  elseif kind == 2 then
+    st = false
+  end
+  return true, st, rec[p + R_LAST], rec[p + R_EPOCH], rec[p + R_LEVEL], rec[p + R_CARRY], rec[p + R_LOG],
+    rec[p + R_PENALTY_UNTIL], rec[p + R_PENALTY_LEVEL], rec[p + R_FRESH], rec[p + R_STORED_EPOCH],
+    rec[p + R_STORED_LEVEL], rec[p + R_STORED_CARRY]
+end
+
+-- writeRecord writes key i's record (a request of several keys): its kind
+-- (0 INVALID: nothing else), the state a later key naming it sees, and
+-- what its write needs.
+local function writeRecord(rec, i, kind, lastObservedMs, epoch, level, carry, log, penaltyUntilMs, penaltyLevel,
+                           fresh, storedEpoch, storedLevel, storedCarry, write, ttl, remainingBefore, resetBefore,
+                           alg, policy, rev)
+  -- #include record.lua offsets
+  local o = (i - 1) * R
+  rec[o + R_KIND], rec[o + R_WRITE] = kind, write
+  if kind == 0 then
+    return
+  end
+  rec[o + R_LAST], rec[o + R_EPOCH], rec[o + R_LEVEL], rec[o + R_CARRY], rec[o + R_LOG] =
+    lastObservedMs, epoch, level, carry, log
+  rec[o + R_PENALTY_UNTIL], rec[o + R_PENALTY_LEVEL], rec[o + R_FRESH] = penaltyUntilMs, penaltyLevel, fresh
+  rec[o + R_STORED_EPOCH], rec[o + R_STORED_LEVEL], rec[o + R_STORED_CARRY] = storedEpoch, storedLevel, storedCarry
+  rec[o + R_TTL], rec[o + R_REMAINING_BEFORE], rec[o + R_RESET_BEFORE] = ttl, remainingBefore, resetBefore
+  rec[o + R_ALG], rec[o + R_POLICY], rec[o + R_REV] = alg, policy, rev
+end
+
+-- recordKey records key i of a request of several keys, once checked:
+-- its offence (px: its expiry; false none) goes to offences, returned (five
+-- values per offence: key, gi, penaltyUntilMs, penaltyLevel, px); its
+-- record to rec (writeRecord) and, for a wide request, to seen and
+-- lastWrite. A later key naming the same state sees the state to write
+-- (nEpoch..nLog at now) when it writes, else the state it saw.
+local function recordKey(rec, i, key, gi, seen, lastWrite, offences, px, st, write, now, nEpoch, nLevel, nCarry, nLog,
+                         lastObservedMs, epoch, level, carry, log, penaltyUntilMs, penaltyLevel, fresh, storedEpoch,
+                         storedLevel, storedCarry, ttl, remainingBefore, resetBefore, alg, policy, rev)
+  if px then
+    if not offences then
+      offences = {}
+    end
+    local m = #offences
+    offences[m + 1], offences[m + 2], offences[m + 3], offences[m + 4], offences[m + 5] =
+      key, gi, penaltyUntilMs, penaltyLevel, px
+  end
+  local kind = 3
+  if write then
+    lastObservedMs, epoch, level, carry, log = now, nEpoch, nLevel, nCarry, nLog
+  elseif st == nil then
+    kind = 1
+  elseif st == false then
+    kind, lastObservedMs, epoch, level, carry, log, penaltyUntilMs, penaltyLevel = 2, 0, 0, 0, 0, '', 0, 0
+    storedEpoch, storedLevel, storedCarry = 0, 0, 0
+  end
+  writeRecord(rec, i, kind, lastObservedMs, epoch, level, carry, log, penaltyUntilMs, penaltyLevel, fresh,
+    storedEpoch, storedLevel, storedCarry, write, ttl, remainingBefore, resetBefore, alg, policy, rev)
+  if seen then
+    seen[key] = i
+    if write then
+      lastWrite[key] = i
+    end
+  end
+  return offences
+end
+
+-- evalKey evaluates key i of the request whose n keys start after the
+-- group's first kb. A key of a request of one is written at once (its
+-- offence, or its state); one of several is recorded (rec, seen,
+-- lastWrite, offences: false, or five values per offence: key, gi,
+-- penaltyUntilMs, penaltyLevel, expiry ms) for the commit. It returns the
+-- key's reply (status, effective now, limit, remaining, retry, resetAt),
+-- its role and failOpen, and offences.
+local function evalKey(kb, i, n, rec, seen, lastWrite, offences)
+  local gi = kb + i
+  local key = KEYS[gi]
+  local valid, alg, policy, role, failOpen, rev, limit, p2, p3, grace, maxRegression, cost,
+    penalty, duration, maxDuration, decay, cal, cb0, cb1, cb2, cb3 = keyArgs(gi)
+  if not valid then
+    if n > 1 then
+      writeRecord(rec, i, 0)
+    end
+    return 'INVALID', serverNow, 0, 0, 0, 0, role, failOpen, offences
+  end
+  -- The state: what the last earlier key naming it left, else the store's.
+  local prior, st, lastObservedMs, epoch, level, carry, log, penaltyUntilMs, penaltyLevel, fresh, storedEpoch,
+    storedLevel, storedCarry = false
+  if n > 1 then
+    prior, st, lastObservedMs, epoch, level, carry, log, penaltyUntilMs, penaltyLevel, fresh, storedEpoch,
+      storedLevel, storedCarry = priorState(kb, i, key, rec, seen)
+  end
+  if not prior then
+    st, lastObservedMs, epoch, level, carry, log, penaltyUntilMs, penaltyLevel = loadState(key, gi, alg, policy, rev,
+      penalty)
+    fresh, storedEpoch, storedLevel, storedCarry = st == nil, epoch, level, carry
+  end
+  -- A key that is not evaluated (STATE_INCOMPATIBLE, CLOCK_UNSAFE) replies
+  -- (serverNow, serverNow, limit, 0, 0, 0).
+  local status, eff, remaining, retry, resetAt = 'STATE_INCOMPATIBLE', serverNow, 0, 0, 0
+  local now, write, incompatible, allowed, blocked, px = false, false, false, false, false, false
+  local nLog, nEpoch, nLevel, nCarry, ttl, remainingBefore, resetBefore = '', 0, 0, 0, 0, 0, 0
+  if st ~= false then
+    -- #include clock.lua
+    if now and cal and (now < cb0 or now >= cb3) then
+      now = nil
+    end
+    if not now then
+      status = 'CLOCK_UNSAFE'
+    else
+      -- #include algorithms.lua step
+      if incompatible then
+        -- A stored log that cannot be ours.
+        st, remaining, retry, resetAt, ttl, remainingBefore, resetBefore = false, 0, 0, 0, 0, 0, 0
+      else
+        eff = now
+        if penalty and st then
+          blocked, allowed, retry, resetAt, ttl, penaltyUntilMs, penaltyLevel, px = penaltyStep(penaltyUntilMs,
+            penaltyLevel, duration, maxDuration, decay, fresh, role, now, serverNow, grace, allowed, retry,
+            resetAt, resetBefore, ttl)
+        end
+        if blocked then
+          status, remaining = 'BLOCKED', 0
+        elseif not allowed then
+          status = 'DENIED'
+        elseif role >= 3 then
+          -- A check or (quota) probe key: its reply before the cost, never
+          -- written.
+          status, remaining, resetAt = 'ALLOWED', remainingBefore, resetBefore
+        else
+          status, write = 'ALLOWED', true
+        end
+      end
+    end
+  end
+  -- #include exact.lua check
+  if n == 1 then
+    -- Checked: written at once (a single key that writes commits).
+    if px then
+      writeOffence(key, gi, penaltyUntilMs, penaltyLevel, px)
+    elseif write then
+      storeState(key, gi, fresh, alg, policy, rev, now, nEpoch, nLevel, nCarry, nLog, ttl, storedEpoch, storedLevel,
+        storedCarry, penaltyUntilMs, penaltyLevel)
+    end
+    return status, eff, limit, remaining, retry, resetAt, role, failOpen, offences
+  end
+  offences = recordKey(rec, i, key, gi, seen, lastWrite, offences, px, st, write, now, nEpoch, nLevel, nCarry, nLog,
+    lastObservedMs, epoch, level, carry, log, penaltyUntilMs, penaltyLevel, fresh, storedEpoch, storedLevel,
+    storedCarry, ttl, remainingBefore, resetBefore, alg, policy, rev)
+  return status, eff, limit, remaining, retry, resetAt, role, failOpen, offences
+end
+
+-- commitKeys, once every key of a request of n keys (starting after kb)
+-- has been evaluated: when it commits, each state to write is written
+-- (the last write of a state named twice, with the penalty box the last
+-- key naming it left); when it does not, an allowed key replies before its
+-- cost.
+local function commitKeys(kb, n, rec, out, seen, lastWrite, commit)
+  -- #include record.lua offsets
+  for i = 1, n do
+    local o = (i - 1) * R
+    if rec[o + R_WRITE] and not commit then
+      -- Not consumed: the reply before the cost (checked with the key).
+      replyBefore(out, i, rec[o + R_REMAINING_BEFORE], rec[o + R_RESET_BEFORE])
+    elseif rec[o + R_WRITE] then
+      local key, last, final = KEYS[kb + i], true, i
+      if lastWrite then
+        last, final = lastWrite[key] == i, seen[key]
+      else
+        for k = i + 1, n do
+          if KEYS[kb + k] == key then
+            if rec[(k - 1) * R + R_WRITE] then
+              last = false
+              break
+            elseif rec[(k - 1) * R + R_KIND] ~= 0 then
+              final = k
+            end
+          end
+        end
+      end
+      if last then
+        local f = (final - 1) * R
+        storeState(key, kb + i, rec[o + R_FRESH], rec[o + R_ALG], rec[o + R_POLICY], rec[o + R_REV],
+          rec[o + R_LAST], rec[o + R_EPOCH], rec[o + R_LEVEL], rec[o + R_CARRY], rec[o + R_LOG], rec[o + R_TTL],
+          rec[o + R_STORED_EPOCH], rec[o + R_STORED_LEVEL], rec[o + R_STORED_CARRY], rec[f + R_PENALTY_UNTIL],
+          rec[f + R_PENALTY_LEVEL])
+      end
+    end
+  end
+end
+
+-- evaluate is one request: its n keys start after the group's first kb;
+-- rec is the group's record array, reused by each of its requests (only
+-- the records of the request's own keys are read). It returns the
+-- request's reply.
+local function evaluate(kb, n, rec)
+  local out = newReply(n)
+  local seen, lastWrite = false, false
+  if n > WIDE then
+    seen, lastWrite = {}, {}
+  end
+  local offences, blocked, quota, quotaAllows = false, false, 0, false
+  for i = 1, n do
+    local status, eff, lim, remaining, retry, resetAt, role, failOpen
+    status, eff, lim, remaining, retry, resetAt, role, failOpen, offences = evalKey(kb, i, n, rec, seen, lastWrite,
+      offences)
+    replyKey(out, i, status, eff, lim, remaining, retry, resetAt)
+    -- limiter.Commits: shadow and check keys never block; a fail-open
+    -- failure takes no part.
+    if role == 1 or role == 3 then
+      -- (no part)
+    elseif failOpen and status ~= 'ALLOWED' and status ~= 'DENIED' and status ~= 'BLOCKED' then
+      -- (no part)
+    elseif role == 2 or role == 5 then
+      quota, quotaAllows = quota + 1, quotaAllows or status == 'ALLOWED'
+    elseif status ~= 'ALLOWED' then
+      blocked = true
+    end
+  end
+  local commit = not blocked and (quota == 0 or quotaAllows)
+  if n > 1 then
+    -- The offences found, now that no key of the request can raise any
+    -- more: written whatever the request commits, in key order (a later
+    -- offence against the same state builds on an earlier one).
+    if offences then
+      for m = 1, #offences, 5 do
+        writeOffence(offences[m], offences[m + 1], offences[m + 2], offences[m + 3], offences[m + 4])
+      end
+    end
+    commitKeys(kb, n, rec, out, seen, lastWrite, commit)
+  end
+  if commit then
+    out[1] = 1
+  end
+  return out
+end

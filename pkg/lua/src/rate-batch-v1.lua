@@ -1,0 +1,142 @@
+-- rate-batch-v1.lua: every limit of one Envoy request, all or nothing,
+-- version 1 (docs/algorithms.md, limiter.Store).
+--
+-- One run evaluates a group of Envoy requests (limiter.Store batches), in
+-- order, each all or nothing exactly as if it ran alone: a request sees
+-- what the requests before it in the group committed.
+--
+-- KEYS[1..N]  the state hashes (limiter.StorageKey) of every request of the
+--             group, request after request; on a Redis Cluster all in one
+--             slot (one hash tag)
+-- ARGV        two fields per key, key i at ARGV[2*(i-1)+1 ..]:
+--   1 policy ID            [a-z0-9._:/-]{1,128}
+--   2 the numbers, packed big-endian as struct.pack('>BBddddddd'): one
+--     string and one struct.unpack per key instead of nine decimal strings
+--     to intern and parse (each costs Redis CPU):
+--       algorithm            1 fixed_window, 2 sliding_window, 3 token_bucket,
+--                            4 gcra, 5 sliding_log
+--       flags                bits 0-2 the role (limiter.Role): 0 ordinary,
+--                            1 shadow, 2 quota, 3 check, 4 probe, 5 quota
+--                            probe; 8 failOpen; 16 the penalty extension
+--                            follows; 32 the calendar extension follows
+--                            (fixed_window only) (lua.FlagRoleMask,
+--                            lua.FlagFailOpen, lua.FlagPenalty,
+--                            lua.FlagCalendar)
+--       policy revision      1..2^32-1
+--       limit (capacity)     0..2^53-1 (sliding window: 0..(2^53-1)/10^6;
+--                            token bucket: capacity * period + amount
+--                            below 2^53; gcra: the burst, burst * period
+--                            + amount below 2^53; sliding log:
+--                            0..1000, MAX_LOG)
+--       window ms (fixed, sliding, sliding log) | refill amount (token bucket, reduced)
+--         | limit (gcra, reduced: the interval is period/amount ms)
+--       0 (fixed, sliding, sliding log) | refill period ms (token bucket, gcra, reduced)
+--       cleanup grace ms     0..ten years
+--       max clock regression ms  0..ten years
+--       cost                 1..limit
+--     then, when the flags' bit 16 is set, the penalty extension
+--     (limiter.Penalty, penalty.lua), struct.pack('>ddd'):
+--       duration ms          1..30 days
+--       max duration ms      duration..30 days
+--       decay ms             0..30 days
+--     then, when the flags' bit 32 is set, the calendar extension
+--     (fragments/calendar.lua), struct.pack('>dddd'): the boundaries b0 <
+--     b1 < b2 < b3, Unix ms, of three consecutive calendar periods (the one
+--     before the sender's estimate of TIME, the one holding it, the one
+--     after). The period holding the effective now is the window; a now
+--     outside [b0, b3) answers CLOCK_UNSAFE and writes nothing. The last
+--     extension present ends the argument.
+--     Doubles carry every integer below 2^53 exactly; each is checked
+--     integral and in range.
+-- ARGV[2N+1]  the group: per request struct.pack('>Hd'): its number of keys
+--             (1..N, the counts adding up to N) and its deadline, in ms of
+--             Redis's clock (TIME), an integer in [1, 2^53-1], or 0 for
+--             none. When TIME is past a request's deadline its caller has
+--             given up: the request is not evaluated, writes nothing and
+--             replies { 2, serverNow } (see Reply).
+-- A key whose fields are invalid answers INVALID (a failure, below). A
+-- wrong number of arguments, a packed field of the wrong length, or a group
+-- field out of range is an error reply for the whole group, found before
+-- anything is evaluated or written.
+--
+-- It reads TIME once for the group. For each request, it checks every key in
+-- order, writing nothing: the state a key would have after an allowed
+-- request is kept in the program, so a later key naming the same hash sees
+-- it. Then the request commits iff
+-- every ordinary key is ALLOWED and, when there are quota keys, at least one
+-- of them is (limiter.Commits: a failure status — CLOCK_UNSAFE,
+-- STATE_INCOMPATIBLE, INVALID — counts as a denial, unless failOpen, when
+-- the key takes no part; shadow and check keys never block, probe keys
+-- block as ordinary ones do and quota probe keys as quota ones). On commit
+-- every ALLOWED key but the check and probe ones is written: one HSET (of
+-- every field for a new hash, otherwise of last, b and whichever of a and c
+-- changed; a sliding log's last, a, b, c and its log l) and one PEXPIRE per
+-- key (the last state of a key named twice). An offence against a penalty
+-- box (a denial of an ordinary, shadow or quota key; never of a check or
+-- probe key) is written once every key of the request has been evaluated,
+-- before the commit's writes, whatever the request commits (penalty.lua):
+-- a request that raises writes nothing.
+--
+-- Redis CPU per call bounds the service's throughput, and the whole body of a
+-- script runs on every EVALSHA: each function below is a closure made once
+-- per run (docs/performance.md measures it), the state a later key or the
+-- commit needs of a key is kept in one flat array per request
+-- (evaluate.lua), and numbers are replied as integers, not formatted.
+--
+-- Reply: an array of one reply per request of the group, in order. A
+-- request's reply is an array of 2 values when past its deadline:
+--   1      2 (integer): expired, nothing evaluated or written
+--   2      serverNowMillis, Redis TIME
+-- or, when its evaluation raised (a program defect: a number out of range),
+-- an array of 2 values:
+--   1      3 (integer): failed; the other requests are unaffected
+--   2      the error text (bulk string)
+-- otherwise an array of 1 + 7N values (N: the request's keys)
+--   1      committed: 1 or 0 (integer)
+--   then per key seven fields:
+--     status               ALLOWED | DENIED | BLOCKED | CLOCK_UNSAFE |
+--                          STATE_INCOMPATIBLE | INVALID (bulk string);
+--                          BLOCKED: in the penalty box (penalty.lua)
+--     serverNowMillis      Redis TIME, read once for the batch
+--     effectiveNowMillis   serverNow, or the stored last-observed time when
+--                          the clock stepped back by at most the allowed
+--                          regression
+--     limit                the policy limit (0 for INVALID)
+--     remaining            after this request (0 for the failure statuses)
+--     retryAfterMillis     0 unless DENIED
+--     resetAtMillis        when the key is back to its full limit with no
+--                          traffic (docs/algorithms.md; 0 for the failure
+--                          statuses)
+--   The six numbers are integers, exact below 2^53: each is checked
+--   integral and in range before it is returned, else the program raises.
+--   CLOCK_UNSAFE and STATE_INCOMPATIBLE reply (serverNow, serverNow, limit,
+--   0, 0, 0), INVALID (serverNow, serverNow, 0, 0, 0, 0). An ALLOWED key
+--   that did not consume (the batch did not commit, or a check or probe
+--   key) replies its remaining and reset-at before its cost (limiter.Check's
+--   uncommitted reply).
+-- Runs on Redis 7.0+ and Valkey.
+
+-- #include prelude.lua
+-- #include time.lua
+-- #include penalty.lua
+-- #include calendar.lua
+-- #include fixed-window.lua step
+-- #include sliding-window.lua step
+-- #include token-bucket.lua step
+-- #include gcra.lua step
+-- #include sliding-log.lua step
+-- #include args-v1.lua
+-- #include hash-v1.lua load store
+-- #include reply-v1.lua
+-- #include evaluate.lua
+-- #include group.lua
+
+local nkeys = #KEYS
+if nkeys < 1 or #ARGV ~= nkeys * NARG + 1 then
+  return redis.error_reply('envoy-rls: rate-batch-v1 takes 2 arguments per key and the group')
+end
+local counts, deadlines, wrong = groupOf(ARGV[#ARGV], nkeys)
+if not counts then
+  return redis.error_reply('envoy-rls: rate-batch-v1: ' .. wrong)
+end
+return runGroup(counts, deadlines)
