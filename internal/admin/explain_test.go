@@ -76,8 +76,12 @@ func checkExplainAndCounters(t *testing.T, h *harness) {
 	}
 	var pr policyResetAnswer
 	h.decode("DELETE", "/v1/counters?policy="+first.Descriptors[0].PolicyID, "", &pr)
-	if !pr.Complete || pr.Deleted != 6 || pr.Scanned < 6 {
+	if !pr.Complete || pr.Deleted != 6 || pr.Scanned < 6 || pr.Skipped != 0 {
 		t.Fatalf("policy reset: %+v, want 6 states deleted (4 users, %q, %q)", pr, user, hot)
+	}
+	if l := h.logs.FilterMessage("policy reset").All(); len(l) != 1 || l[0].ContextMap()["deleted"] != int64(6) ||
+		l[0].ContextMap()["skipped"] != int64(0) || l[0].ContextMap()["policy_id"] != pr.PolicyID {
+		t.Fatalf("policy reset log: %+v", l)
 	}
 	h.decode("GET", "/v1/counters?domain=app&descriptor=user=rawval-many-0", "", &got)
 	if *got.Limits[0].Remaining != 5 {
