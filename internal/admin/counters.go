@@ -92,7 +92,15 @@ func (s *Server) countersFor(w http.ResponseWriter, r *http.Request) (countersAn
 		writeAPIError(w, http.StatusBadRequest, err.Error())
 		return countersAnswer{}, false
 	}
-	return countersAnswer{Domain: domain, Explanation: Explain(s.cfg.Rules.Current(), domain, entries)}, true
+	// One descriptor: one value looked up.
+	if !s.charge(w, r, 1) {
+		return countersAnswer{}, false
+	}
+	ex := Explain(s.cfg.Rules.Current(), domain, entries)
+	call := callOf(r)
+	call.domain, call.descriptors = domain, 1
+	call.note(ex)
+	return countersAnswer{Domain: domain, Explanation: ex}, true
 }
 
 // handleReset serves DELETE /v1/counters: with descriptor=, every limit of
@@ -128,6 +136,7 @@ func (s *Server) handleReset(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	ans.StatesDeleted = &n
+	callOf(r).deleted = n
 	readStates(r.Context(), s.cfg.Store, time.Now(), []Explanation{ans.Explanation})
 	writeAPIJSON(w, http.StatusOK, ans)
 }
@@ -168,6 +177,9 @@ func (s *Server) resetPolicy(w http.ResponseWriter, r *http.Request, rs limiter.
 		writeAPIError(w, http.StatusServiceUnavailable, "reset: "+err.Error())
 		return
 	}
+	call := callOf(r)
+	call.addPolicy(id)
+	call.scanned, call.deleted, call.complete = res.Scanned, res.Deleted, &res.Complete
 	writeAPIJSON(w, http.StatusOK, policyResetAnswer{PolicyID: id, Revision: rev, Scanned: res.Scanned, Deleted: res.Deleted, Complete: res.Complete})
 }
 

@@ -64,7 +64,7 @@ func serve(ctx context.Context, o *options.Options, getenv func(string) string, 
 	if err := observe.AnnounceBuild(log, s.reg); err != nil {
 		return err
 	}
-	adminAuth, err := admin.NewAuth(o.AdminTokenFile, time.Now, log)
+	adminAuth, err := admin.NewAuth(admin.AuthConfig{Path: o.AdminTokenFile, Log: log, Registerer: s.reg})
 	if err != nil {
 		return fmt.Errorf("--admin-token-file: %w", err)
 	}
@@ -207,7 +207,7 @@ func serve(ctx context.Context, o *options.Options, getenv func(string) string, 
 		Store:                    s.store,
 		StoreState:               storeState,
 		Registry:                 s.reg,
-		ConfigView:               func() any { return s.configView() },
+		ConfigView:               func(full bool) any { return s.configView(full) },
 		StoreReadiness:           o.Readiness == options.ReadinessStore,
 		HealthcheckRequiresRules: o.HealthcheckRequiresRules,
 		Pprof:                    o.Pprof,
@@ -222,6 +222,7 @@ func serve(ctx context.Context, o *options.Options, getenv func(string) string, 
 		_ = adminLis.Close()
 		return err
 	}
+	s.every(ctx, &wg, admin.TickInterval, adm.Tick)
 	adminSrv := adm.HTTPServer()
 	errc := startServers(&wg, gsrv, grpcLis, adminSrv, adminLis)
 	defer s.startReloads(ctx, &wg, h)()
