@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"io"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -68,9 +70,10 @@ func TestSharedSecretKeptInRedis(t *testing.T) {
 	}
 
 	srv.MustDo("DEL", sharedKey)
-	waitFor(t, func() bool { return srv.MustDo("GET", sharedKey) == first })
-	if !strings.Contains(r.logs.String(), compat.MsgSecretRestored) {
-		t.Errorf("no log of the restored secret:\n%s", r.logs)
+	// The log line follows the write: wait for it, then read the key.
+	waitFor(t, func() bool { return strings.Contains(r.logs.String(), compat.MsgSecretRestored) })
+	if got := srv.MustDo("GET", sharedKey); got != first {
+		t.Errorf("restored %v, want the replica's own value", got)
 	}
 
 	other := redis.EncodeSharedSecret(sharedKey, bytes.Repeat([]byte{'o'}, redis.SharedSecretBytes))
@@ -139,5 +142,25 @@ func TestSharedSecretRefusedAtStart(t *testing.T) {
 	// The running replica kept its secret and serves.
 	if resp := running.check(t, "bob"); resp.OverallCode != rlsv3.RateLimitResponse_OK {
 		t.Errorf("call: %v", resp.OverallCode)
+	}
+}
+
+// TestSharedSecretNoPermission: a Redis user the ACL does not let use the
+// shared secret's keys stops the start with an error that says so, at
+// once, instead of retrying.
+func TestSharedSecretNoPermission(t *testing.T) {
+	srv := redistest.Standalone(t, redistest.Local())
+	srv.MustDo("ACL", "SETUSER", "rls", "on", ">rls-password", "resetkeys", "~rate:*", "-@all", "+hello", "+ping", "+client|setname")
+	pw := filepath.Join(t.TempDir(), "pw")
+	if err := os.WriteFile(pw, []byte("rls-password"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	args := append([]string{"serve", "--grpc-addr", "127.0.0.1:0", "--admin-addr", "127.0.0.1:0", "--redis-username", "rls", "--redis-password-file", pw},
+		sharedSecretArgs(t, srv)...)
+	err := Run(ctx, args, noEnv, io.Discard, io.Discard)
+	if err == nil || ctx.Err() != nil || !strings.Contains(err.Error(), "the Redis user may not use the shared secret's keys") || !strings.Contains(err.Error(), "NOPERM") {
+		t.Fatalf("serve: %v, want the ACL named at once", err)
 	}
 }
