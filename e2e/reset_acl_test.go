@@ -7,7 +7,6 @@ import (
 	"encoding/json"
 	"io"
 	"net/http"
-	"os"
 	"strconv"
 	"strings"
 	"testing"
@@ -147,28 +146,9 @@ func TestPolicyResetSkipsForeignKey(t *testing.T) {
 // optional features need.
 func aclLines(t *testing.T, password string) [][]string {
 	t.Helper()
-	doc, err := os.ReadFile("../docs/redis.md")
+	lines, err := redistest.DocACL("../docs/redis.md", password)
 	if err != nil {
 		t.Fatal(err)
-	}
-	_, section, ok := strings.Cut(string(doc), "\n## Least privilege\n")
-	if !ok {
-		t.Fatal("docs/redis.md has no Least privilege section")
-	}
-	section, _, _ = strings.Cut(section, "\n## ")
-	var lines [][]string
-	for _, l := range strings.Split(section, "\n") {
-		if !strings.HasPrefix(l, "ACL SETUSER ") {
-			continue
-		}
-		f := strings.Fields(l)
-		for i := range f {
-			f[i] = strings.ReplaceAll(f[i], ">PASSWORD", ">"+password)
-		}
-		lines = append(lines, f)
-	}
-	if len(lines) < 2 || lines[0][2] != "envoy-rls" {
-		t.Fatalf("docs/redis.md: Least privilege: ACL lines %q", lines)
 	}
 	return lines
 }

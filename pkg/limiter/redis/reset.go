@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
-	"strings"
 
 	"github.com/redis/rueidis"
 
@@ -170,13 +169,6 @@ func (s *Store) unlinkMatching(ctx context.Context, node rueidis.Client, keys []
 		res.Deleted += int(n)
 	}
 	return nil
-}
-
-// isWrongType reports whether err is Redis's WRONGTYPE reply: the key
-// exists and holds another type than the command reads.
-func isWrongType(err error) bool {
-	re, ok := rueidis.IsRedisErr(err)
-	return ok && strings.HasPrefix(re.Error(), "WRONGTYPE")
 }
 
 var _ limiter.Resetter = (*Connector)(nil)

@@ -5,7 +5,6 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
-	"os"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -293,20 +292,9 @@ func TestExactBatchAcrossStores(t *testing.T) {
 // privilege" section, split into arguments, PASSWORD replaced by password.
 func docACL(t *testing.T, password string) [][]string {
 	t.Helper()
-	doc, err := os.ReadFile("../../../docs/redis.md")
+	lines, err := redistest.DocACL("../../../docs/redis.md", password)
 	if err != nil {
 		t.Fatal(err)
-	}
-	_, section, _ := strings.Cut(string(doc), "\n## Least privilege\n")
-	section, _, _ = strings.Cut(section, "\n## ")
-	var lines [][]string
-	for _, l := range strings.Split(section, "\n") {
-		if strings.HasPrefix(l, "ACL SETUSER envoy-rls ") {
-			lines = append(lines, strings.Fields(strings.ReplaceAll(l, ">PASSWORD", ">"+password)))
-		}
-	}
-	if len(lines) < 2 {
-		t.Fatalf("docs/redis.md: Least privilege: ACL lines %q", lines)
 	}
 	return lines
 }
@@ -355,15 +343,15 @@ func TestACLUser(t *testing.T) {
 	// The secret shared through Redis needs its own line.
 	user := Config{Addrs: []string{e.srv.Addr()}, Username: "envoy-rls", Password: "s3cret-pw"}
 	candidate := []byte(strings.Repeat("s", 32))
-	if _, err := SharedSecret(ctx, user, "envoy-rls:hmac-secret", candidate); err == nil || !strings.Contains(err.Error(), "NOPERM") {
+	if _, err := SharedSecret(ctx, user, "envoy-rls:hmac-secret", candidate, time.Minute); err == nil || !strings.Contains(err.Error(), "NOPERM") {
 		t.Fatalf("shared secret without the ACL's SET: %v, want NOPERM", err)
 	}
 	e.do("ACL", "LOG", "RESET")
 	for _, l := range acl[1:] {
 		e.do(l...)
 	}
-	if got, err := SharedSecret(ctx, user, "envoy-rls:hmac-secret", candidate); err != nil || string(got) != string(candidate) {
-		t.Fatalf("shared secret with SET on its key: %q, %v", got, err)
+	if got, err := SharedSecret(ctx, user, "envoy-rls:hmac-secret", candidate, time.Minute); err != nil || string(got.Secret) != string(candidate) || !got.Created {
+		t.Fatalf("shared secret with SET on its key: %+v, %v", got, err)
 	}
 	if l := e.do("ACL", "LOG").([]any); len(l) != 0 {
 		t.Fatalf("ACL LOG: %v, want no denial", l)
