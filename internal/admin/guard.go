@@ -49,6 +49,7 @@ type adminCall struct {
 	policies              []string
 	descriptors, matched  int
 	deleted, scanned      int
+	skipped               int
 	complete              *bool
 	// limited: the call was refused for its token's rate (logged as a
 	// refusal, not as a call).
@@ -173,7 +174,7 @@ func (s *Server) record(c *adminCall) {
 		fields = append(fields, zap.String("domain", c.domain), zap.Strings("policies", c.policies),
 			zap.Int("descriptors", c.descriptors), zap.Int("matched", c.matched), zap.Int("deleted", c.deleted))
 		if c.complete != nil {
-			fields = append(fields, zap.Int("scanned", c.scanned), zap.Bool("complete", *c.complete))
+			fields = append(fields, zap.Int("scanned", c.scanned), zap.Int("skipped", c.skipped), zap.Bool("complete", *c.complete))
 		}
 	}
 	s.cfg.Log.Info("admin call", fields...)
@@ -182,7 +183,7 @@ func (s *Server) record(c *adminCall) {
 	}
 	e := audit.Event{Time: s.now(), Domain: c.domain, Admin: &audit.Admin{
 		Action: c.action, Token: c.token, Client: c.client, Status: c.status, Descriptors: c.descriptors,
-		Matched: c.matched, Deleted: c.deleted, Scanned: c.scanned, Complete: c.complete,
+		Matched: c.matched, Deleted: c.deleted, Scanned: c.scanned, Skipped: c.skipped, Complete: c.complete,
 	}}
 	if len(c.policies) == 1 {
 		e.PolicyID = c.policies[0]

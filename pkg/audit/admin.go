@@ -29,9 +29,10 @@ type Admin struct {
 	// values it looked up); Matched how many matched a limited rule.
 	Descriptors, Matched int
 	// Deleted and Scanned are a reset's stored states deleted and looked
-	// at; Complete says whether a policy reset looked at every state.
-	Deleted, Scanned int
-	Complete         *bool
+	// at; Skipped the keys a policy reset found that are not states (left
+	// alone); Complete says whether a policy reset looked at every state.
+	Deleted, Scanned, Skipped int
+	Complete                  *bool
 }
 
 // AdminRecord is an admin record as written (JSON lines).
@@ -49,6 +50,7 @@ type AdminRecord struct {
 	Matched     int      `json:"matched"`
 	Deleted     int      `json:"deleted"`
 	Scanned     int      `json:"scanned,omitempty"`
+	Skipped     int      `json:"skipped,omitempty"`
 	Complete    *bool    `json:"complete,omitempty"`
 }
 
@@ -57,7 +59,7 @@ func (e *Event) adminRecord() *AdminRecord {
 	return &AdminRecord{
 		Kind: KindAdmin, Time: e.Time.UTC().Format(TimeFormat), Action: a.Action, Token: a.Token, Client: a.Client,
 		Status: a.Status, Domain: e.Domain, PolicyID: e.PolicyID, Policies: a.Policies, Descriptors: a.Descriptors,
-		Matched: a.Matched, Deleted: a.Deleted, Scanned: a.Scanned, Complete: a.Complete,
+		Matched: a.Matched, Deleted: a.Deleted, Scanned: a.Scanned, Skipped: a.Skipped, Complete: a.Complete,
 	}
 }
 
@@ -87,6 +89,9 @@ func (r *AdminRecord) fields() [][2]string {
 	}...)
 	if r.Scanned > 0 {
 		f = append(f, [2]string{"scanned", strconv.Itoa(r.Scanned)})
+	}
+	if r.Skipped > 0 {
+		f = append(f, [2]string{"skipped", strconv.Itoa(r.Skipped)})
 	}
 	if r.Complete != nil {
 		f = append(f, [2]string{"complete", strconv.FormatBool(*r.Complete)})

@@ -12,7 +12,7 @@ import (
 func TestAdminRecord(t *testing.T) {
 	done := true
 	e := Event{Time: time.Unix(0, 0), Domain: "edge", Admin: &Admin{Action: "counters-reset", Token: "ops", Client: "192.0.2.1:5000",
-		Status: 200, Policies: []string{"edge/a", "edge/b"}, Descriptors: 1, Matched: 1, Deleted: 2, Scanned: 9, Complete: &done}}
+		Status: 200, Policies: []string{"edge/a", "edge/b"}, Descriptors: 1, Matched: 1, Deleted: 2, Scanned: 9, Skipped: 1, Complete: &done}}
 	r := e.Record()
 	b, err := json.Marshal(r)
 	if err != nil {
@@ -23,7 +23,7 @@ func TestAdminRecord(t *testing.T) {
 		t.Fatal(err)
 	}
 	if back["kind"] != "admin" || back["action"] != "counters-reset" || back["token"] != "ops" || back["client"] != "192.0.2.1:5000" ||
-		back["deleted"] != 2.0 || back["complete"] != true || back["time"] != "1970-01-01T00:00:00.000Z" {
+		back["deleted"] != 2.0 || back["skipped"] != 1.0 || back["complete"] != true || back["time"] != "1970-01-01T00:00:00.000Z" {
 		t.Fatalf("JSON %s", b)
 	}
 	if _, ok := back["subject_digest"]; ok {
@@ -33,7 +33,8 @@ func TestAdminRecord(t *testing.T) {
 	for _, f := range r.fields() {
 		got[f[0]] = f[1]
 	}
-	if got["kind"] != "admin" || got["policies"] != "edge/a,edge/b" || got["status"] != "200" || got["scanned"] != "9" || got["complete"] != "true" {
+	if got["kind"] != "admin" || got["policies"] != "edge/a,edge/b" || got["status"] != "200" || got["scanned"] != "9" || got["skipped"] != "1" ||
+		got["complete"] != "true" {
 		t.Fatalf("fields %v", got)
 	}
 	w := &memWriter{}
