@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/envoy-rls/envoy-rls/internal/redistest"
+	"github.com/envoy-rls/envoy-rls/pkg/limiter/redis"
 )
 
 // resetAnswer is the answer of DELETE /v1/counters?policy=….
@@ -74,17 +75,16 @@ func (r *replica) spend(t *testing.T, key string, values []string) {
 	}
 }
 
-// stateKeys returns the state keys of policy on srv (read with the
-// default user: SCAN, then each key's policy field).
+// stateKeys returns the state keys of policy (at revision 1) on srv (read
+// with the default user: SCAN for the keys that name the policy,
+// redis.PolicyKeys).
 func stateKeys(t *testing.T, srv *redistest.Server, policy string) []string {
 	t.Helper()
 	var keys []string
 	for cursor := "0"; ; {
-		a := srv.MustDo("SCAN", cursor, "MATCH", "rate:{*}:state:*", "COUNT", "1000").([]any)
+		a := srv.MustDo("SCAN", cursor, "MATCH", redis.PolicyKeys(policy, 1), "COUNT", "1000").([]any)
 		for _, k := range a[1].([]any) {
-			if v, err := srv.Do(context.Background(), "HGET", k.(string), "policy"); err == nil && v == policy {
-				keys = append(keys, k.(string))
-			}
+			keys = append(keys, k.(string))
 		}
 		if cursor = a[0].(string); cursor == "0" {
 			return keys

@@ -242,7 +242,7 @@ func TestTracingRedisSpans(t *testing.T) {
 	}
 	wantAttrs(t, run,
 		attribute.String("db.system.name", "redis"),
-		attribute.String("envoy_rls.program", "rate-batch-v1.lua"),
+		attribute.String("envoy_rls.program", "rate-batch-v2.lua"),
 		attribute.Int("envoy_rls.group_size", 1),
 		attribute.StringSlice("envoy_rls.policies", []string{appPolicy}),
 		attribute.String("envoy_rls.outcome", "allowed"),

@@ -10,10 +10,11 @@ import (
 	"github.com/envoy-rls/envoy-rls/pkg/limiter"
 )
 
-// This file encodes the arguments of the programs: rate-batch-v1.lua's two
-// ARGV fields per key (the policy ID and the key's packed numbers, with the
-// penalty and calendar extensions) and its group field, and
-// rate-refund-v1.lua's fields.
+// This file encodes the arguments of the programs: a key's packed numbers,
+// with the penalty and calendar extensions (rate-batch-v2.lua's and
+// rate-refund-v2.lua's one ARGV field per key; rate-batch-v1.lua's second,
+// after the policy ID), the group field of the batch programs, and the
+// refund programs' fields.
 
 // BatchArgs is the number of ARGV fields per key of rate-batch-v1.lua.
 const BatchArgs = 2
@@ -206,4 +207,19 @@ func refundWindow(p *limiter.Policy, effectiveNowMs int64) (int64, int64) {
 		return end, end - start
 	}
 	return p.AlgorithmArgs()
+}
+
+// AppendRefundPacked appends the argument of one key of rate-refund-v2.lua
+// to dst: the packed numbers of the batch that took cost
+// (AppendBatchPacked), a calendar window's periods around effectiveNowMs,
+// the effectiveNowMillis the batch replied for the key.
+func AppendRefundPacked(dst []byte, p *limiter.Policy, cost, effectiveNowMs int64) []byte {
+	return AppendBatchPackedAt(dst, p, cost, limiter.RoleOrdinary, effectiveNowMs)
+}
+
+// AppendRefundTime appends one key's entry of the last ARGV field of
+// rate-refund-v2.lua to dst: struct.pack('>d') of the effectiveNowMillis
+// the batch replied for it.
+func AppendRefundTime(dst []byte, effectiveNowMs int64) []byte {
+	return binary.BigEndian.AppendUint64(dst, math.Float64bits(float64(effectiveNowMs)))
 }

@@ -2,10 +2,14 @@
 // argument encoding and the strict parser of their replies. It has no
 // network code: pkg/limiter/redis runs the programs.
 //
-// rate-batch-v1.lua is the one rate program: every limit of one Envoy
-// request, checked at one TIME and committed all or nothing (limiter.Store).
-// rate-refund-v1.lua gives back what a batch took when the request did not
-// commit in another Redis Cluster slot.
+// rate-batch-v2.lua is the rate program (Batch): every limit of one Envoy
+// request, checked at one TIME and committed all or nothing (limiter.Store),
+// each key's state one string (AppendState). rate-refund-v2.lua (Refund)
+// gives back what a batch took when the request did not commit in another
+// Redis Cluster slot. Both take one argument encoding (AppendBatchPacked).
+// rate-batch-v1.lua and rate-refund-v1.lua (BatchV1, RefundV1) are the
+// programs of the previous state layout, one hash per key under other key
+// names (docs/redis.md: the cutover from v1 to v2).
 //
 // The programs are generated: each is the template of the same name in
 // src/ with its "-- #include" lines replaced by fragments of src/fragments
@@ -28,6 +32,10 @@ var (
 	batchV1 string
 	//go:embed rate-refund-v1.lua
 	refundV1 string
+	//go:embed rate-batch-v2.lua
+	batchV2 string
+	//go:embed rate-refund-v2.lua
+	refundV2 string
 )
 
 // Program is one versioned Lua program.
@@ -39,10 +47,16 @@ type Program struct {
 }
 
 // Programs returns every program of the package.
-func Programs() []Program { return []Program{Batch(), Refund()} }
+func Programs() []Program { return []Program{BatchV1(), RefundV1(), Batch(), Refund()} }
 
-// Batch returns rate-batch-v1.lua, the rate program of every algorithm.
-func Batch() Program { return Program{Name: "rate-batch-v1.lua", Source: batchV1} }
+// Batch returns rate-batch-v2.lua, the rate program of every algorithm.
+func Batch() Program { return Program{Name: "rate-batch-v2.lua", Source: batchV2} }
 
-// Refund returns rate-refund-v1.lua.
-func Refund() Program { return Program{Name: "rate-refund-v1.lua", Source: refundV1} }
+// Refund returns rate-refund-v2.lua.
+func Refund() Program { return Program{Name: "rate-refund-v2.lua", Source: refundV2} }
+
+// BatchV1 returns rate-batch-v1.lua, the rate program of the hash layout.
+func BatchV1() Program { return Program{Name: "rate-batch-v1.lua", Source: batchV1} }
+
+// RefundV1 returns rate-refund-v1.lua.
+func RefundV1() Program { return Program{Name: "rate-refund-v1.lua", Source: refundV1} }

@@ -121,7 +121,7 @@
 -- program contains it verbatim): constants and library locals.
 -- defines: MAX, MAX_DURATION, MAX_PENALTY, ROLE_BITS, FAIL_OPEN, PENALTY,
 -- defines: CALENDAR, S, MAX_SLIDING, MAX_LOG, POLICY_ID, DECIMAL, find,
--- defines: fmod, format, band, unpack, pack, sub, max, ceilDiv
+-- defines: fmod, format, band, unpackList, unpack, pack, sub, max, ceilDiv
 --
 -- A script's whole body runs on every EVALSHA, so each function a program
 -- defines is a closure made on every call: the fragments are functions of
@@ -148,7 +148,9 @@ local DECIMAL = '^[1-9]%d*$'
 
 -- Library functions as locals: a global or field lookup per call is a
 -- measurable share of a program's Redis CPU.
+-- (unpackList is Lua's unpack of a list; unpack is struct.unpack.)
 local find, fmod, format, band = string.find, math.fmod, string.format, bit.band
+local unpackList = unpack
 local unpack, pack, sub, max = struct.unpack, struct.pack, string.sub, math.max
 -- Exact integer division of non-negative integers below 2^53, written out
 -- where it is needed: (a - fmod(a, b)) / b. C fmod is exact, so a - r is an
@@ -184,12 +186,8 @@ if not (serverNow >= 0 and serverNow <= MAX and serverNow % 1 == 0) then
   error('envoy-rls: inexact value')
 end
 -- End of time.lua.
--- fragments/penalty.lua: a limit's penalty box (limiter.Penalty,
--- docs/algorithms.md "Penalty box"), in two functions. Its state
--- (limiter.State): penaltyUntilMs, when the last block ends (effective
--- ms; 0 none), and penaltyLevel, the offence level (0 none).
--- uses: band, unpack, PENALTY, CALENDAR, MAX, MAX_PENALTY
--- defines: penaltyArgs, penaltyStep
+-- uses: band, unpack, PENALTY, CALENDAR, MAX_PENALTY
+-- defines: penaltyArgs
 
 -- penaltyArgs reads the penalty extension of a key's packed argument,
 -- when the flags' penalty bit (16) is set: struct.pack('>ddd') after the
@@ -214,6 +212,9 @@ local function penaltyArgs(packed, pos, flags, limit)
     and decay >= 0 and decay <= MAX_PENALTY and decay % 1 == 0
   return valid, true, duration, maxDuration, decay, pos, flags - PENALTY
 end
+
+-- uses: MAX
+-- defines: penaltyStep
 
 -- penaltyStep runs after the algorithm's step, for a compatible state, on
 -- its result (allowed, retry, resetAt, resetBefore, ttl) and the state's
@@ -628,8 +629,8 @@ end
 -- fragments/args-v1.lua: the arguments of one key of rate-batch-v1.lua:
 -- two ARGV fields, the policy ID and the packed numbers (see the program's
 -- header).
--- uses: unpack, band, find, POLICY_ID, ROLE_BITS, FAIL_OPEN, PENALTY, CALENDAR, MAX,
--- uses: MAX_DURATION, MAX_SLIDING, MAX_LOG, fmod, penaltyArgs, calendarArgs
+-- uses: find, POLICY_ID, unpack, band, ROLE_BITS, FAIL_OPEN, PENALTY, CALENDAR,
+-- uses: MAX, MAX_DURATION, MAX_SLIDING, MAX_LOG, fmod, penaltyArgs, calendarArgs
 -- defines: NARG, keyArgs
 
 local NARG = 2
@@ -643,12 +644,32 @@ local NARG = 2
 local function keyArgs(gi)
   local base = (gi - 1) * NARG
   local policy, packed = ARGV[base + 1], ARGV[base + 2]
-  local algorithm, flags, rev, limit, p2, p3, grace, maxRegression, cost, pos = unpack('>BBddddddd', packed)
-  local valid, penalty, duration, maxDuration, decay = true, false, 0, 0, 0
+  local valid = #policy <= 128 and find(policy, POLICY_ID) and true
+  local alg, role, failOpen, rev, limit, p2, p3, grace, maxRegression, cost
+  local penalty, duration, maxDuration, decay, cal, cb0, cb1, cb2, cb3
+  -- fragments/args.lua: a key's packed numbers (lua.AppendBatchPacked), read
+  -- and checked, as an inline block of a program's keyArgs: struct.pack(
+  -- '>BBddddddd') of algorithm, flags, revision, limit, the two algorithm
+  -- arguments, grace, max clock regression and cost, then the penalty
+  -- extension (flag 16) and the calendar extension (flag 32). It gives the
+  -- algorithm's name, the key's role and failOpen (0 and false when not
+  -- valid), the numbers, the penalty box (penalty, its duration, max
+  -- duration and decay) and a calendar window (cal and the boundaries of its
+  -- three periods).
+  -- uses: unpack, band, ROLE_BITS, FAIL_OPEN, PENALTY, CALENDAR, MAX,
+  -- uses: MAX_DURATION, MAX_SLIDING, MAX_LOG, fmod, penaltyArgs, calendarArgs
+  -- in: packed, valid
+  -- out: valid, alg, role, failOpen, rev, limit, p2, p3, grace, maxRegression,
+  -- out: cost, penalty, duration, maxDuration, decay, cal, cb0, cb1, cb2, cb3
+  -- defines: algorithm, flags, pos
+  local algorithm, flags, pos
+  algorithm, flags, rev, limit, p2, p3, grace, maxRegression, cost, pos = unpack('>BBddddddd', packed)
+  penalty, duration, maxDuration, decay = false, 0, 0, 0
   if band(flags, PENALTY) ~= 0 then
-    valid, penalty, duration, maxDuration, decay, pos, flags = penaltyArgs(packed, pos, flags, limit)
+    local ok
+    ok, penalty, duration, maxDuration, decay, pos, flags = penaltyArgs(packed, pos, flags, limit)
+    valid = valid and ok
   end
-  valid = valid and #policy <= 128 and find(policy, POLICY_ID)
   -- fragments/valid.lua: the rules of a key's arguments that every algorithm
   -- shares (limiter.NewPolicy, Request.Validate), once, as an inline block of
   -- a program's keyArgs (a call per key costs Redis CPU; docs/performance.md):
@@ -667,7 +688,6 @@ local function keyArgs(gi)
     and grace >= 0 and grace <= MAX_DURATION and grace % 1 == 0
     and maxRegression >= 0 and maxRegression <= MAX_DURATION and maxRegression % 1 == 0
     and cost >= 1 and cost <= MAX and cost % 1 == 0 and cost <= limit
-  local alg
   -- uses: MAX, MAX_DURATION, MAX_LOG, MAX_SLIDING, fmod
   -- in: algorithm, valid, limit, p2, p3
   -- out: alg, valid
@@ -719,12 +739,12 @@ local function keyArgs(gi)
   else
     alg, valid = false, false
   end
-  local cal, cb0, cb1, cb2, cb3 = false, 0, 0, 0, 0
+  cal, cb0, cb1, cb2, cb3 = false, 0, 0, 0, 0
   if valid and band(flags, CALENDAR) ~= 0 then
     valid, cb0, cb1, cb2, cb3 = calendarArgs(packed, pos, alg)
     cal = valid
   end
-  local role, failOpen = 0, false
+  role, failOpen = 0, false
   if valid then
     role, failOpen = band(flags, ROLE_BITS), band(flags, FAIL_OPEN) ~= 0
   end

@@ -31,7 +31,7 @@
 -- program contains it verbatim): constants and library locals.
 -- defines: MAX, MAX_DURATION, MAX_PENALTY, ROLE_BITS, FAIL_OPEN, PENALTY,
 -- defines: CALENDAR, S, MAX_SLIDING, MAX_LOG, POLICY_ID, DECIMAL, find,
--- defines: fmod, format, band, unpack, pack, sub, max, ceilDiv
+-- defines: fmod, format, band, unpackList, unpack, pack, sub, max, ceilDiv
 --
 -- A script's whole body runs on every EVALSHA, so each function a program
 -- defines is a closure made on every call: the fragments are functions of
@@ -58,7 +58,9 @@ local DECIMAL = '^[1-9]%d*$'
 
 -- Library functions as locals: a global or field lookup per call is a
 -- measurable share of a program's Redis CPU.
+-- (unpackList is Lua's unpack of a list; unpack is struct.unpack.)
 local find, fmod, format, band = string.find, math.fmod, string.format, bit.band
+local unpackList = unpack
 local unpack, pack, sub, max = struct.unpack, struct.pack, string.sub, math.max
 -- Exact integer division of non-negative integers below 2^53, written out
 -- where it is needed: (a - fmod(a, b)) / b. C fmod is exact, so a - r is an

@@ -7,7 +7,7 @@ package ceiling
 
 import _ "embed"
 
-// Source is rate-batch-v1.lua of this directory.
+// Source is rate-batch-v2.lua of this directory.
 //
-//go:embed rate-batch-v1.lua
+//go:embed rate-batch-v2.lua
 var Source string

@@ -28,7 +28,7 @@ func TestStubKeepsTheBatchContract(t *testing.T) {
 	keys := []string{"rate:{ceiling}:state:a", "rate:{ceiling}:state:b"}
 	var args []string
 	for _, p := range policies {
-		args = lua.AppendBatchArgs(args, p, 1, limiter.RoleOrdinary)
+		args = append(args, string(lua.AppendBatchPacked(nil, p, 1, limiter.RoleOrdinary)))
 	}
 	// One request of two keys, as the store sends a call alone.
 	args = append(args, string(lua.AppendGroupEntry(nil, len(keys), 0)))
@@ -54,9 +54,9 @@ func TestStubKeepsTheBatchContract(t *testing.T) {
 		}
 	}
 	out := make([]limiter.Reply, len(policies))
-	committed, err := lua.ParseBatchReply(policies, vals, out)
+	committed, err := lua.ParseBatchReplyV2(policies, vals, out)
 	if err != nil || !committed {
-		t.Fatalf("ParseBatchReply: committed %v, %v (reply %+v)", committed, err, vals)
+		t.Fatalf("ParseBatchReplyV2: committed %v, %v (reply %+v)", committed, err, vals)
 	}
 	for i, r := range out {
 		if r.Status != limiter.StatusAllowed || r.Remaining != policies[i].Limit()-1 || r.ServerNowMs < before {

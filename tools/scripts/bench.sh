@@ -26,7 +26,7 @@
 #                             settings at their defaults
 #                             ceiling: envoy-rls on Redis built from a
 #                             temporary copy of this tree whose batch program
-#                             is tools/ceiling/rate-batch-v1.lua (one TIME,
+#                             is tools/ceiling/rate-batch-v2.lua (one TIME,
 #                             every key ALLOWED, nothing stored) into
 #                             bin/envoy-rls-ceiling: the most any Lua program
 #                             could give here. Fixed-window rules only; never
@@ -120,7 +120,7 @@ if [ "$TARGET" = ceiling ]; then
   # The tree as it is (committed or not), but the stub for the batch program.
   CEILING_SRC=$(mktemp -d)
   tar -cf - --exclude=./bin --exclude=./bench --exclude=./tools --exclude=./.git . | tar -xf - -C "$CEILING_SRC"
-  cp tools/ceiling/rate-batch-v1.lua "$CEILING_SRC/pkg/lua/rate-batch-v1.lua"
+  cp tools/ceiling/rate-batch-v2.lua "$CEILING_SRC/pkg/lua/rate-batch-v2.lua"
   (cd "$CEILING_SRC" && $GO build -trimpath -o "$OLDPWD/bin/envoy-rls-ceiling" ./cmd/envoy-rls) ||
     { rm -rf "$CEILING_SRC"; die "bin/envoy-rls-ceiling does not build"; }
   rm -rf "$CEILING_SRC"

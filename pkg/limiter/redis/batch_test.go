@@ -9,6 +9,7 @@ import (
 	"math/rand/v2"
 	"reflect"
 	"strconv"
+	"sync"
 	"testing"
 	"time"
 
@@ -16,6 +17,7 @@ import (
 	"github.com/envoy-rls/envoy-rls/internal/redistest"
 	"github.com/envoy-rls/envoy-rls/pkg/limiter"
 	"github.com/envoy-rls/envoy-rls/pkg/lua"
+	"github.com/redis/rueidis"
 )
 
 // batchReq is one key of a direct rate-batch-v1.lua call.
@@ -34,7 +36,7 @@ func (e *env) runBatch(reqs []batchReq) (bool, []limiter.Reply) {
 	pols := make([]*limiter.Policy, len(reqs))
 	for i, r := range reqs {
 		keys[i] = keyOf(r.p, r.sub)
-		args = lua.AppendBatchArgs(args, r.p, r.cost, r.role)
+		args = batchArgs(args, r.p, r.cost, r.role)
 		pols[i] = r.p
 	}
 	return e.runBatchKeys(keys, args, pols)
@@ -49,13 +51,13 @@ func (e *env) runBatchKeys(keys, args []string, pols []*limiter.Policy) (bool, [
 	defer cancel()
 	msgs, err := e.execOne(ctx, keys, args, 0)
 	if err != nil {
-		e.t.Fatalf("rate-batch-v1: %v", err)
+		e.t.Fatalf("rate-batch-v2: %v", err)
 	}
 	vals := replyValues(nil, msgs)
 	replies := make([]limiter.Reply, len(keys))
-	committed, err := lua.ParseBatchReply(pols, vals, replies)
+	committed, err := lua.ParseBatchReplyV2(pols, vals, replies)
 	if err != nil {
-		e.t.Fatalf("rate-batch-v1 reply: %v (%+v)", err, vals)
+		e.t.Fatalf("rate-batch-v2 reply: %v (%+v)", err, vals)
 	}
 	return committed, replies
 }
@@ -233,7 +235,7 @@ func batchProgramAgainstApply(t *testing.T, e *env, minKeys, maxKeys int) {
 		bpols := make([]*limiter.Policy, len(reqs))
 		for j, r := range reqs {
 			keys = append(keys, keyOf(r.p, r.sub))
-			args = lua.AppendBatchArgs(args, r.p, r.cost, r.role)
+			args = batchArgs(args, r.p, r.cost, r.role)
 			bpols[j] = r.p
 		}
 		past := false
@@ -278,9 +280,9 @@ func TestBatchArity(t *testing.T) {
 	e := newEnv(t)
 	p := fixed(t, "arity", 5, time.Hour)
 	key := keyOf(p, subjectOf("arity"))
-	args := lua.AppendBatchArgs(nil, p, 1, limiter.RoleOrdinary)
+	args := batchArgs(nil, p, 1, limiter.RoleOrdinary)
 	group := string(lua.AppendGroupEntry(nil, 1, 0))
-	for _, a := range [][]string{args, {args[0], group}, append(append([]string{}, args...), "x", group), nil,
+	for _, a := range [][]string{args, {group}, append(append([]string{}, args...), "x", group), nil,
 		oneCall(args, 2, 0), oneCall(args, 0, 0), append(append([]string{}, args...), group[:9]), oneCall(args, 1, -1), oneCall(args, 1, 1<<53)} {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		err := batchScript.Exec(ctx, e.store.client, []string{key}, a).Error()
@@ -294,8 +296,8 @@ func TestBatchArity(t *testing.T) {
 	}
 	// Invalid fields: INVALID for that key, a failure that blocks the rest.
 	big := fixed(t, "arity", 5, time.Hour)
-	bad := lua.AppendBatchArgs(nil, big, 6, limiter.RoleOrdinary) // cost above the limit
-	good := lua.AppendBatchArgs(nil, p, 1, limiter.RoleOrdinary)
+	bad := batchArgs(nil, big, 6, limiter.RoleOrdinary) // cost above the limit
+	good := batchArgs(nil, p, 1, limiter.RoleOrdinary)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	other := keyOf(p, subjectOf("arity2"))
@@ -306,8 +308,8 @@ func TestBatchArity(t *testing.T) {
 	if c, _ := msgs[0].ToInt64(); c != 0 {
 		t.Fatal("committed with an INVALID key")
 	}
-	if s, _ := msgs[1].ToString(); s != "INVALID" {
-		t.Fatalf("status %q", s)
+	if c, _ := msgs[2].ToInt64(); c%lua.StatusCodes != int64(limiter.StatusInvalid) {
+		t.Fatalf("status %d", c%lua.StatusCodes)
 	}
 	if e.do("EXISTS", key, other) != int64(0) {
 		t.Fatal("wrote state")
@@ -316,19 +318,19 @@ func TestBatchArity(t *testing.T) {
 	// A request that raises in the program (here a packed field cut short)
 	// fails alone: the request after it in the group is evaluated and
 	// commits.
-	short := []string{args[0], args[1][:20]}
+	short := []string{args[0][:20]}
 	all := append(append(append([]string{}, short...), good...), string(lua.AppendGroupEntry(nil, 1, 0))+string(lua.AppendGroupEntry(nil, 1, 0)))
 	grp, err := batchScript.Exec(ctx, e.store.client, []string{key, other}, all).ToArray()
 	if err != nil || len(grp) != 2 {
 		t.Fatalf("group with a failing request: %v %v", grp, err)
 	}
 	first, _ := grp[0].ToArray()
-	_, ferr := lua.ParseBatchReply([]*limiter.Policy{p}, replyValues(nil, first), make([]limiter.Reply, 1))
+	_, ferr := lua.ParseBatchReplyV2([]*limiter.Policy{p}, replyValues(nil, first), make([]limiter.Reply, 1))
 	if !errors.Is(ferr, lua.ErrRequestFailed) || failedOutcome(p, ferr).Kind != limiter.Incompatible {
 		t.Fatalf("the failing request: %v, want a FailedError classified Incompatible", ferr)
 	}
 	second, _ := grp[1].ToArray()
-	committed, err := lua.ParseBatchReply([]*limiter.Policy{p}, replyValues(nil, second), make([]limiter.Reply, 1))
+	committed, err := lua.ParseBatchReplyV2([]*limiter.Policy{p}, replyValues(nil, second), make([]limiter.Reply, 1))
 	if err != nil || !committed {
 		t.Fatalf("the request after it: committed %v, %v", committed, err)
 	}
@@ -364,13 +366,17 @@ func TestOneCommandPerRequest(t *testing.T) {
 	}
 }
 
-// TestExpirySetOncePerWindow: a window's hash gets its expiry on the first
-// write of the window only (every later write would set the same instant);
-// a token bucket's moves with every write. Ten allowed requests on one
-// subject: one PEXPIRE for a fixed or sliding window, ten for a bucket, and
-// the key still expires at the window's end plus the grace.
+// TestExpirySetOncePerWindow: a window's state gets its expiry on the first
+// write of the window only (every later write would set the same instant:
+// it keeps its expiry); a token bucket's moves with every write. Ten
+// allowed requests on one subject: one expiry set (Redis's keyspace event
+// "expire", which SET with PX and PEXPIRE raise and SET with KEEPTTL does
+// not) for a fixed or sliding window, ten for a bucket, and the key still
+// expires at the window's end plus the grace.
 func TestExpirySetOncePerWindow(t *testing.T) {
 	e := newEnv(t, redistest.Local())
+	e.do("CONFIG", "SET", "notify-keyspace-events", "Eg")
+	expires := watchExpireEvents(t, e.srv.Addr())
 	for _, tc := range []struct {
 		p    *limiter.Policy
 		want int64
@@ -385,7 +391,6 @@ func TestExpirySetOncePerWindow(t *testing.T) {
 		batch := []limiter.Request{{Policy: tc.p, Subject: sub, Cost: 1}}
 		out := make([]limiter.Outcome, 1)
 		e.store.Evaluate(context.Background(), []limiter.Request{{Policy: tc.p, Subject: subjectOf("warm"), Cost: 1}}, out) // loads the script
-		e.do("CONFIG", "RESETSTAT")
 		var last limiter.Decision
 		for i := range 10 {
 			e.store.Evaluate(context.Background(), batch, out)
@@ -394,8 +399,8 @@ func TestExpirySetOncePerWindow(t *testing.T) {
 			}
 			last = out[0].Decision
 		}
-		if got := commandCalls(e.do("INFO", "commandstats").(string))["pexpire"]; got != tc.want {
-			t.Fatalf("%s: %d PEXPIRE for 10 requests in one window, want %d", tc.p.ID(), got, tc.want)
+		if got := expires(key, tc.want); got != tc.want {
+			t.Fatalf("%s: %d expiries set for 10 requests in one window, want %d", tc.p.ID(), got, tc.want)
 		}
 		if pt := e.pttl(key); pt <= 0 {
 			t.Fatalf("%s: PTTL %d after the writes: the key has no expiry", tc.p.ID(), pt)
@@ -405,6 +410,68 @@ func TestExpirySetOncePerWindow(t *testing.T) {
 			if pt > want+50 || pt < want-1000 {
 				t.Fatalf("%s: PTTL %d, want about %d", tc.p.ID(), pt, want)
 			}
+		}
+	}
+}
+
+// watchExpireEvents subscribes to the "expire" keyspace events of the
+// server at addr (notify-keyspace-events must hold "Eg") and returns a
+// function that reports how many a key has had, once at least want have
+// come or a second has passed, and 100 ms with no more.
+func watchExpireEvents(t *testing.T, addr string) func(key string, want int64) int64 {
+	t.Helper()
+	c, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{addr}, ForceSingleClient: true, DisableCache: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	var mu sync.Mutex
+	counts := map[string]int64{}
+	ready := make(chan struct{})
+	go func() {
+		err := c.Receive(ctx, c.B().Subscribe().Channel("__keyevent@0__:expire").Build(), func(m rueidis.PubSubMessage) {
+			mu.Lock()
+			counts[m.Message]++
+			mu.Unlock()
+		})
+		if ctx.Err() == nil {
+			t.Logf("subscribe: %v", err)
+		}
+	}()
+	// The subscription is in place once a key's expiry is seen.
+	go func() {
+		for ctx.Err() == nil {
+			c.Do(ctx, c.B().Arbitrary("SET").Keys("rate:{watch}:probe").Args("1", "PX", "60000").Build())
+			mu.Lock()
+			n := counts["rate:{watch}:probe"]
+			mu.Unlock()
+			if n > 0 {
+				close(ready)
+				return
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}()
+	t.Cleanup(func() { cancel(); c.Close() })
+	select {
+	case <-ready:
+	case <-time.After(5 * time.Second):
+		t.Fatal("no keyspace event within 5s")
+	}
+	return func(key string, want int64) int64 {
+		deadline := time.Now().Add(time.Second)
+		last, since := int64(-1), time.Now()
+		for {
+			mu.Lock()
+			n := counts[key]
+			mu.Unlock()
+			if n != last {
+				last, since = n, time.Now()
+			}
+			if (n >= want || time.Now().After(deadline)) && time.Since(since) >= 100*time.Millisecond {
+				return n
+			}
+			time.Sleep(5 * time.Millisecond)
 		}
 	}
 }
@@ -504,7 +571,7 @@ func calendarRandom(t testing.TB, rng *rand.Rand, id string, limit int64) *limit
 // (the Go side's estimate of Redis's clock) instead of the wall clock.
 func (e *env) runAt(p *limiter.Policy, key string, cost, nowMs int64) limiter.Reply {
 	e.t.Helper()
-	_, r := e.runBatchKeys([]string{key}, lua.AppendBatchArgsAt(nil, p, cost, limiter.RoleOrdinary, nowMs), []*limiter.Policy{p})
+	_, r := e.runBatchKeys([]string{key}, batchArgsAt(nil, p, cost, limiter.RoleOrdinary, nowMs), []*limiter.Policy{p})
 	return r[0]
 }
 
@@ -616,17 +683,17 @@ func TestCalendarInvalidExtension(t *testing.T) {
 	p := calendarPolicy(t, "cal.inv", 5, limiter.CalendarMinute, "UTC")
 	key := keyOf(p, subjectOf("calendar invalid"))
 	now := e.serverNow()
-	good := lua.AppendBatchArgsAt(nil, p, 1, limiter.RoleOrdinary, now)
-	if len(good[1]) != lua.BatchPacked+lua.CalendarPacked || good[1][1]&lua.FlagCalendar == 0 {
-		t.Fatalf("packed %q", good[1])
+	good := batchArgsAt(nil, p, 1, limiter.RoleOrdinary, now)
+	if len(good[0]) != lua.BatchPacked+lua.CalendarPacked || good[0][1]&lua.FlagCalendar == 0 {
+		t.Fatalf("packed %q", good[0])
 	}
 	b := p.Calendar().Neighbours(now)
 	ext := func(v [4]float64) []string {
-		f := batchFields{policy: p.ID(), alg: byte(limiter.FixedWindow), flags: lua.FlagCalendar, rev: 1, limit: 5,
+		f := batchFields{alg: byte(limiter.FixedWindow), flags: lua.FlagCalendar, rev: 1, limit: 5,
 			p2: float64(time.Hour.Milliseconds()), grace: float64(p.CleanupGraceMillis()), maxRegression: float64(p.MaxClockRegressionMillis()), cost: 1}
 		a := f.args()
 		for _, x := range v {
-			a[1] += string(binaryFloat(x))
+			a[0] += string(binaryFloat(x))
 		}
 		return a
 	}
@@ -635,12 +702,12 @@ func TestCalendarInvalidExtension(t *testing.T) {
 		t.Fatalf("the test's encoding %q, the store's %q", got, good)
 	}
 	tb := bucket(t, "cal.inv", 5, 1, time.Second)
-	tbArgs := lua.AppendBatchArgs(nil, tb, 1, limiter.RoleOrdinary)
-	tbArgs[1] = string([]byte{tbArgs[1][0], tbArgs[1][1] | lua.FlagCalendar}) + tbArgs[1][2:] + good[1][lua.BatchPacked:]
+	tbArgs := batchArgs(nil, tb, 1, limiter.RoleOrdinary)
+	tbArgs[0] = string([]byte{tbArgs[0][0], tbArgs[0][1] | lua.FlagCalendar}) + tbArgs[0][2:] + good[0][lua.BatchPacked:]
 	bad := map[string][]string{
-		"missing":           {good[0], good[1][:lua.BatchPacked]},
-		"short":             {good[0], good[1][:len(good[1])-1]},
-		"long":              {good[0], good[1] + "x"},
+		"missing":           {good[0][:lua.BatchPacked]},
+		"short":             {good[0][:len(good[0])-1]},
+		"long":              {good[0] + "x"},
 		"out of order":      ext([4]float64{fb[0], fb[2], fb[1], fb[3]}),
 		"empty period":      ext([4]float64{fb[0], fb[1], fb[1], fb[3]}),
 		"negative":          ext([4]float64{-1, fb[1], fb[2], fb[3]}),
@@ -736,7 +803,7 @@ func TestCalendarWithPenalty(t *testing.T) {
 	spec := calendarPolicy(t, "cal.pen", 2, limiter.CalendarMinute, "Asia/Kolkata").Spec()
 	spec.Penalty = limiter.Penalty{Duration: 3 * time.Minute, MaxDuration: time.Hour, Decay: time.Hour}
 	p := limitertest.Policy(t, spec)
-	packed := lua.AppendBatchArgs(nil, p, 1, limiter.RoleOrdinary)[1]
+	packed := batchArgs(nil, p, 1, limiter.RoleOrdinary)[0]
 	if len(packed) != lua.BatchPacked+lua.PenaltyPacked+lua.CalendarPacked || packed[1] != lua.FlagPenalty|lua.FlagCalendar {
 		t.Fatalf("packed %d bytes, flags %d: want both extensions", len(packed), packed[1])
 	}
@@ -787,9 +854,9 @@ func TestOffenceOfARequestThatRaises(t *testing.T) {
 	before := e.hash(key)
 	pttl := e.pttl(key)
 
-	args := lua.AppendBatchArgs(nil, p, 1, limiter.RoleOrdinary)
-	short := lua.AppendBatchArgs(nil, p, 1, limiter.RoleOrdinary)
-	short[1] = short[1][:20] // cut short: the program raises on this key
+	args := batchArgs(nil, p, 1, limiter.RoleOrdinary)
+	short := batchArgs(nil, p, 1, limiter.RoleOrdinary)
+	short[0] = short[0][:20] // cut short: the program raises on this key
 	grp, err := batchScript.Exec(t.Context(), e.store.client, []string{key, other},
 		oneCall(append(append([]string{}, args...), short...), 2, 0)).ToArray()
 	if err != nil || len(grp) != 1 {
@@ -797,7 +864,7 @@ func TestOffenceOfARequestThatRaises(t *testing.T) {
 	}
 	vals, _ := grp[0].ToArray()
 	policies := []*limiter.Policy{p, p}
-	if _, err := lua.ParseBatchReply(policies, replyValues(nil, vals), make([]limiter.Reply, 2)); !errors.Is(err, lua.ErrRequestFailed) {
+	if _, err := lua.ParseBatchReplyV2(policies, replyValues(nil, vals), make([]limiter.Reply, 2)); !errors.Is(err, lua.ErrRequestFailed) {
 		t.Fatalf("the request: %v, want it failed", err)
 	}
 	if after := e.hash(key); !reflect.DeepEqual(after, before) {
@@ -813,12 +880,12 @@ func TestOffenceOfARequestThatRaises(t *testing.T) {
 		t.Fatal(err)
 	}
 	replies := make([]limiter.Reply, 1)
-	if _, err := lua.ParseBatchReply(policies[:1], replyValues(nil, msgs), replies); err != nil || replies[0].Status != limiter.StatusDenied {
+	if _, err := lua.ParseBatchReplyV2(policies[:1], replyValues(nil, msgs), replies); err != nil || replies[0].Status != limiter.StatusDenied {
 		t.Fatalf("offence: %+v, %v", replies[0], err)
 	}
-	pu, _ := e.do("HGET", key, "pu").(string)
-	if pu != strconv.FormatInt(replies[0].EffectiveNowMs+time.Minute.Milliseconds(), 10) || e.do("HGET", key, "pn") != "1" {
-		t.Fatalf("offence written as pu %q pn %v, want the block's end and level 1", pu, e.do("HGET", key, "pn"))
+	pu, pn := e.hash(key)["pu"], e.hash(key)["pn"]
+	if pu != strconv.FormatInt(replies[0].EffectiveNowMs+time.Minute.Milliseconds(), 10) || pn != "1" {
+		t.Fatalf("offence written as pu %q pn %v, want the block's end and level 1", pu, pn)
 	}
 	if got := e.pttl(key); got <= pttl {
 		t.Fatalf("the offence did not raise the expiry to cover its decay: %d ms, was %d ms", got, pttl)

@@ -116,7 +116,7 @@ func BenchmarkEvaluate(b *testing.B) {
 	})
 }
 
-// BenchmarkSlidingLog measures the Redis time of rate-batch-v1.lua on a
+// BenchmarkSlidingLog measures the Redis time of rate-batch-v2.lua on a
 // sliding log of n hits in the window (limit 1000: with 999 the request is
 // admitted and writes a log of 1000, with 1000 it is denied), the log
 // written anew before each call (its HSET is not counted). It reports the
@@ -164,8 +164,8 @@ func BenchmarkSlidingLog(b *testing.B) {
 
 // BenchmarkDescriptors measures one Envoy request carrying n descriptors (n
 // fixed-window limits on distinct subjects, all allowed) from GOMAXPROCS*8
-// goroutines, two ways: "batch", the store (one rate-batch-v1.lua call per
-// request), and "per-descriptor" (one rate-batch-v1.lua call of one key
+// goroutines, two ways: "batch", the store (one rate-batch-v2.lua call per
+// request), and "per-descriptor" (one rate-batch-v2.lua call of one key
 // per limit, sent concurrently and auto-pipelined), a benchmark-only
 // helper that shows what batching saves. It reports, from
 // INFO, what Redis did per Envoy request: commands (calls of every command
@@ -189,7 +189,7 @@ func BenchmarkDescriptors(b *testing.B) {
 				defer wg.Done()
 				r := &req[j]
 				key := string(requestKey(nil, r))
-				res := batchScript.Exec(ctx, s.client, []string{key}, oneCall(lua.AppendBatchArgs(nil, r.Policy, r.Cost, limiter.RoleOrdinary), 1, 0))
+				res := batchScript.Exec(ctx, s.client, []string{key}, oneCall(batchArgs(nil, r.Policy, r.Cost, limiter.RoleOrdinary), 1, 0))
 				if res.Error() != nil {
 					out[j] = limiter.IndeterminateOutcome(0, res.Error())
 					return
@@ -282,7 +282,7 @@ func commandStats(b *testing.B, srv *redistest.Server) (calls int64, usec float6
 		if name == "cmdstat_evalsha" || name == "cmdstat_eval" {
 			evalCalls += c
 			evalUsec += u
-		} else if name == "cmdstat_time" || name == "cmdstat_hmget" || name == "cmdstat_hset" || name == "cmdstat_pexpire" || name == "cmdstat_exists" {
+		} else if name == "cmdstat_time" || name == "cmdstat_mget" || name == "cmdstat_set" || name == "cmdstat_pexpire" || name == "cmdstat_exists" {
 			// Called from inside the program: part of EVALSHA's usec.
 			continue
 		}
@@ -310,7 +310,7 @@ func commandCalls(info string) map[string]int64 {
 }
 
 // BenchmarkGroupRun measures what group commit saves inside Redis: one run
-// of rate-batch-v1.lua holding n one-limit calls (fixed window, allowed
+// of rate-batch-v2.lua holding n one-limit calls (fixed window, allowed
 // writes), from one goroutine. redis-cpu-µs/req is Redis's main-thread CPU
 // per call.
 func BenchmarkGroupRun(b *testing.B) {
@@ -323,7 +323,7 @@ func BenchmarkGroupRun(b *testing.B) {
 	for i := range keys {
 		r := limiter.Request{Policy: p, Subject: subjectOf(fmt.Sprintf("group-%d", i)), Cost: 1}
 		keys[i] = string(requestKey(nil, &r))
-		packed[i] = lua.AppendBatchArgs(nil, p, 1, limiter.RoleOrdinary)[1]
+		packed[i] = batchArgs(nil, p, 1, limiter.RoleOrdinary)[0]
 	}
 	for _, n := range []int{1, 4, 16, 64} {
 		b.Run(fmt.Sprintf("calls=%d", n), func(b *testing.B) {
@@ -333,14 +333,14 @@ func BenchmarkGroupRun(b *testing.B) {
 				groupField = lua.AppendGroupEntry(groupField, 1, 0)
 			}
 			k := make([]string, n)
-			args := make([]string, 0, 2*n+1)
+			args := make([]string, 0, n+1)
 			next := 0
 			cpu0 := redisCPU(b, srv)
 			for b.Loop() {
 				args = args[:0]
 				for j := range n {
 					k[j] = keys[next%subjects]
-					args = append(args, p.ID(), packed[next%subjects])
+					args = append(args, packed[next%subjects])
 					next++
 				}
 				args = append(args, string(groupField))
@@ -366,11 +366,11 @@ func BenchmarkWideCall(b *testing.B) {
 		b.Run(fmt.Sprintf("limits=%d", n), func(b *testing.B) {
 			ctx := context.Background()
 			keys := make([]string, n)
-			args := make([]string, 0, 2*n+1)
+			args := make([]string, 0, n+1)
 			for i := range n {
 				r := limiter.Request{Policy: p, Subject: subjectOf(fmt.Sprintf("wide-%d-%d", n, i)), Cost: 1}
 				keys[i] = string(requestKey(nil, &r))
-				args = append(args, p.ID(), lua.AppendBatchArgs(nil, p, 1, limiter.RoleOrdinary)[1])
+				args = batchArgs(args, p, 1, limiter.RoleOrdinary)
 			}
 			args = append(args, string(lua.AppendGroupEntry(nil, n, 0)))
 			cpu0 := redisCPU(b, srv)

@@ -12,7 +12,7 @@ import (
 )
 
 // DeadlineMargin is subtracted from a call's deadline, converted to Redis's
-// clock, before it is given to rate-batch-v1.lua: 2 ms for the millisecond
+// clock, before it is given to rate-batch-v2.lua: 2 ms for the millisecond
 // floors of the two clocks (the offset sample and the program's TIME), 1 ms
 // for the program's run after its TIME read. A program that reads TIME past
 // the converted deadline commits nothing (docs/redis.md).

@@ -68,8 +68,7 @@ func TestClusterBatch(t *testing.T) {
 	tenant := fixed(t, prefix+".tenant", 1, farWindow)
 	hget := func(key, field string) string {
 		t.Helper()
-		v, _ := c.MasterFor(key).MustDo("HGET", key, field).(string)
-		return v
+		return stateView(c.MasterFor(key).MustDo("GET", key))[field]
 	}
 
 	t.Run("cross-slot: the denying slot's refusal is refunded on the other", func(t *testing.T) {

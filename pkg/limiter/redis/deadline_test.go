@@ -26,13 +26,13 @@ func (e *env) execBatch(keys, args []string, pols []*limiter.Policy) (bool, []li
 		return false, nil, err
 	}
 	if len(msgs) != 1 {
-		e.t.Fatalf("rate-batch-v1: %d replies for one request", len(msgs))
+		e.t.Fatalf("rate-batch-v2: %d replies for one request", len(msgs))
 	}
 	if msgs, err = msgs[0].ToArray(); err != nil {
 		return false, nil, err
 	}
 	replies := make([]limiter.Reply, len(keys))
-	committed, err := lua.ParseBatchReply(pols, replyValues(nil, msgs), replies)
+	committed, err := lua.ParseBatchReplyV2(pols, replyValues(nil, msgs), replies)
 	return committed, replies, err
 }
 
@@ -46,7 +46,7 @@ func TestProgramDeadline(t *testing.T) {
 	key, other := keyOf(p, subjectOf("dl")), keyOf(p, subjectOf("dl2"))
 	keys := []string{key, other}
 	pols := []*limiter.Policy{p, p}
-	args := lua.AppendBatchArgs(lua.AppendBatchArgs(nil, p, 1, limiter.RoleOrdinary), p, 2, limiter.RoleOrdinary)
+	args := batchArgs(batchArgs(nil, p, 1, limiter.RoleOrdinary), p, 2, limiter.RoleOrdinary)
 	with := func(dl int64) []string {
 		return oneCall(args, 2, dl)
 	}
@@ -69,7 +69,7 @@ func TestProgramDeadline(t *testing.T) {
 	}
 	// Even a batch that would only be denied replies expired: nothing is
 	// evaluated.
-	_, _, err = e.execBatch([]string{key}, oneCall(lua.AppendBatchArgs(nil, p, 5, limiter.RoleOrdinary), 1, 1), pols[:1])
+	_, _, err = e.execBatch([]string{key}, oneCall(batchArgs(nil, p, 5, limiter.RoleOrdinary), 1, 1), pols[:1])
 	if !errors.Is(err, lua.ErrExpired) {
 		t.Fatalf("deadline 1: %v", err)
 	}

@@ -90,45 +90,64 @@ func (e *env) serverNow() int64 {
 	return sec*1000 + usec/1000
 }
 
-// seed writes st as the program's hash (all eight fields) with a TTL.
+// seed writes st as the program's state (lua.AppendState) with a TTL.
 func (e *env) seed(key string, st limiter.State) {
 	e.t.Helper()
 	e.do("DEL", key)
-	a, b, c := hashFields(st)
-	e.do("HSET", key, "schema", strconv.FormatInt(st.Schema, 10), "alg", st.Algorithm.String(),
-		"policy", st.PolicyID, "rev", strconv.FormatUint(uint64(st.Revision), 10),
-		"last", strconv.FormatInt(st.LastObservedMs, 10), "a", strconv.FormatInt(a, 10),
-		"b", strconv.FormatInt(b, 10), "c", strconv.FormatInt(c, 10))
-	if st.PenaltyLevel > 0 {
-		e.do("HSET", key, "pu", strconv.FormatInt(st.PenaltyUntilMs, 10), "pn", strconv.FormatInt(st.PenaltyLevel, 10))
-	}
-	if st.Log != "" {
-		e.do("HSET", key, "l", st.Log)
-	}
-	e.do("PEXPIRE", key, "600000")
+	e.do("SET", key, string(lua.AppendState(nil, st)), "PX", "600000")
 }
 
-// hash returns the key's hash fields.
+// hash returns the key's state as the tests read it: its fields by the
+// names of rate-batch-v1.lua's hash (stateHash), decoded from the string
+// rate-batch-v2.lua keeps (lua.ParseState); nil when there is none, and
+// {"undecodable": value} for a value no algorithm reads.
 func (e *env) hash(key string) map[string]string {
 	e.t.Helper()
-	a, _ := e.do("HGETALL", key).([]any)
-	m := make(map[string]string, len(a)/2)
-	for i := 0; i+1 < len(a); i += 2 {
-		m[a[i].(string)] = a[i+1].(string)
-	}
-	return m
+	return stateView(e.do("GET", key))
 }
 
-// dump is the key's serialized value, to tell whether it changed: its DUMP,
-// but a hash too large for the listpack encoding (a sliding log of more
-// than a few hits, its l field above hash-max-listpack-value) is a
-// hashtable, whose DUMP lists the fields in an order that reads can change
-// (each lookup moves an incremental rehash along); for it, its fields.
+// stateView is the tests' view (see hash) of a GET reply: nil for none.
+func stateView(reply any) map[string]string {
+	v, ok := reply.(string)
+	if !ok {
+		return nil
+	}
+	if len(v) == 0 || v[0]&^lua.StatePenalty < 1 || int(v[0]&^lua.StatePenalty) > len(limiter.Algorithms()) {
+		return map[string]string{"undecodable": v}
+	}
+	st, ok := lua.ParseState([]byte(v), decodePolicy(limiter.Algorithm(v[0]&^lua.StatePenalty)))
+	if !ok {
+		return map[string]string{"undecodable": v}
+	}
+	return stateHash(st)
+}
+
+// decodePolicy is a policy of alg, to decode a state of alg with
+// (lua.ParseState reads only its algorithm).
+func decodePolicy(alg limiter.Algorithm) *limiter.Policy {
+	spec := limiter.PolicySpec{ID: "decode", Algorithm: alg}
+	switch alg {
+	case limiter.FixedWindow:
+		spec.Params = limiter.FixedWindowParams{Limit: 1, Window: time.Second}
+	case limiter.SlidingWindow:
+		spec.Params = limiter.SlidingWindowParams{Limit: 1, Window: time.Second}
+	case limiter.TokenBucket:
+		spec.Params = limiter.TokenBucketParams{Capacity: 1, RefillAmount: 1, RefillPeriod: time.Second}
+	case limiter.GCRA:
+		spec.Params = limiter.GCRAParams{Burst: 1, Limit: 1, Period: time.Second}
+	case limiter.SlidingLog:
+		spec.Params = limiter.SlidingLogParams{Limit: 1, Window: time.Second}
+	}
+	p, err := limiter.NewPolicy(spec)
+	if err != nil {
+		panic(err)
+	}
+	return p
+}
+
+// dump is the key's serialized value (DUMP), to tell whether it changed.
 func (e *env) dump(key string) any {
 	e.t.Helper()
-	if e.do("OBJECT", "ENCODING", key) == "hashtable" {
-		return e.hash(key)
-	}
 	return e.do("DUMP", key)
 }
 
@@ -137,7 +156,7 @@ func (e *env) pttl(key string) int64 {
 	return e.do("PTTL", key).(int64)
 }
 
-// run evaluates one request of cost on key with rate-batch-v1.lua, the
+// run evaluates one request of cost on key with rate-batch-v2.lua, the
 // program the store sends, as the only key of the batch, and returns the
 // key's parsed reply. The batch commits exactly when the key is ALLOWED.
 func (e *env) run(p *limiter.Policy, key string, cost int64) limiter.Reply {
@@ -147,8 +166,8 @@ func (e *env) run(p *limiter.Policy, key string, cost int64) limiter.Reply {
 
 // runAmong is run with key at index pos of a batch of n keys: the others
 // are check-role keys of the same policy on subjects of their own (fresh
-// hashes), which never block the commit and never write, so key's reply,
-// hash and TTL are what they would be alone.
+// states), which never block the commit and never write, so key's reply,
+// state and TTL are what they would be alone.
 func (e *env) runAmong(p *limiter.Policy, key string, cost int64, pos, n int) limiter.Reply {
 	e.t.Helper()
 	keys := make([]string, n)
@@ -158,12 +177,12 @@ func (e *env) runAmong(p *limiter.Policy, key string, cost int64, pos, n int) li
 		pols[i] = p
 		if i == pos {
 			keys[i] = key
-			args = lua.AppendBatchArgs(args, p, cost, limiter.RoleOrdinary)
+			args = batchArgs(args, p, cost, limiter.RoleOrdinary)
 			continue
 		}
 		keys[i] = keyOf(p, subjectOf("companion "+strconv.Itoa(i)))
 		e.do("DEL", keys[i])
-		args = lua.AppendBatchArgs(args, p, 1, limiter.RoleCheck)
+		args = batchArgs(args, p, 1, limiter.RoleCheck)
 	}
 	committed, replies := e.runBatchKeys(keys, args, pols)
 	r := replies[pos]
@@ -185,12 +204,24 @@ func (e *env) refund(p *limiter.Policy, key string, cost, at int64) int64 {
 	e.t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	msgs, err := refundScript.Exec(ctx, e.store.client, []string{key}, lua.AppendRefundArgs(nil, p, cost, at)).ToArray()
+	args := []string{string(lua.AppendRefundPacked(nil, p, cost, at)), string(lua.AppendRefundTime(nil, at))}
+	msgs, err := refundScript.Exec(ctx, e.store.client, []string{key}, args).ToArray()
 	if err != nil || len(msgs) != 1 {
 		e.t.Fatalf("refund: %v %v", msgs, err)
 	}
 	n, _ := msgs[0].ToInt64()
 	return n
+}
+
+// batchArgs appends the ARGV field of one key of rate-batch-v2.lua to dst:
+// its packed numbers (lua.AppendBatchPacked).
+func batchArgs(dst []string, p *limiter.Policy, cost int64, role limiter.Role) []string {
+	return append(dst, string(lua.AppendBatchPacked(nil, p, cost, role)))
+}
+
+// batchArgsAt is batchArgs with a calendar window's periods around nowMs.
+func batchArgsAt(dst []string, p *limiter.Policy, cost int64, role limiter.Role, nowMs int64) []string {
+	return append(dst, string(lua.AppendBatchPackedAt(nil, p, cost, role, nowMs)))
 }
 
 // evaluate runs one request through the Store.
@@ -213,12 +244,12 @@ func (e *env) mustDecide(p *limiter.Policy, subject limiter.SubjectDigest) {
 	}
 }
 
-// hashFields returns the a, b and c fields of the program's hash for st:
-// the window id, the count and the previous count for the windows; the
-// tokens, the refill time and the remainder for the token bucket; 0, the
-// TAT's whole ms and its fraction for GCRA; the window id and the units of
-// the log in it and in the window before for the sliding log (whose log is
-// the field l).
+// hashFields returns the a, b and c fields of the tests' view of a state
+// (the names of rate-batch-v1.lua's hash): the window id, the count and the
+// previous count for the windows; the tokens, the refill time and the
+// remainder for the token bucket; 0, the TAT's whole ms and its fraction
+// for GCRA; the window id and the units of the log in it and in the window
+// before for the sliding log (whose log is the field l).
 func hashFields(st limiter.State) (a, b, c int64) {
 	if st.Algorithm == limiter.TokenBucket || st.Algorithm == limiter.GCRA {
 		return st.Level, st.Epoch, st.Carry
@@ -226,11 +257,12 @@ func hashFields(st limiter.State) (a, b, c int64) {
 	return st.Epoch, st.Level, st.Carry
 }
 
+// stateHash is the tests' view of st (see hash): what a state holds, its
+// schema, policy and revision told by its key.
 func stateHash(st limiter.State) map[string]string {
 	a, b, c := hashFields(st)
 	h := map[string]string{
-		"schema": strconv.FormatInt(st.Schema, 10), "alg": st.Algorithm.String(), "policy": st.PolicyID,
-		"rev": strconv.FormatUint(uint64(st.Revision), 10), "last": strconv.FormatInt(st.LastObservedMs, 10),
+		"alg": st.Algorithm.String(), "last": strconv.FormatInt(st.LastObservedMs, 10),
 		"a": strconv.FormatInt(a, 10), "b": strconv.FormatInt(b, 10), "c": strconv.FormatInt(c, 10),
 	}
 	if st.PenaltyLevel > 0 {
@@ -335,13 +367,13 @@ func seededRand(t testing.TB, stream uint64, full, short int, what string) (*ran
 }
 
 // oneCall appends to args (one request's ARGV fields for n keys) the group
-// field of rate-batch-v1.lua for that request alone, with deadline dl (0:
+// field of rate-batch-v2.lua for that request alone, with deadline dl (0:
 // none).
 func oneCall(args []string, n int, dl int64) []string {
 	return append(append([]string{}, args...), string(lua.AppendGroupEntry(nil, n, dl)))
 }
 
-// execOne runs rate-batch-v1.lua for one request and returns its reply
+// execOne runs rate-batch-v2.lua for one request and returns its reply
 // (the group's only element).
 func (e *env) execOne(ctx context.Context, keys, args []string, dl int64) ([]rueidis.RedisMessage, error) {
 	msgs, err := batchScript.Exec(ctx, e.store.client, keys, oneCall(args, len(keys), dl)).ToArray()
@@ -349,7 +381,7 @@ func (e *env) execOne(ctx context.Context, keys, args []string, dl int64) ([]rue
 		return nil, err
 	}
 	if len(msgs) != 1 {
-		e.t.Fatalf("rate-batch-v1: %d replies for one request", len(msgs))
+		e.t.Fatalf("rate-batch-v2: %d replies for one request", len(msgs))
 	}
 	return msgs[0].ToArray()
 }

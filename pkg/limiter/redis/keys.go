@@ -9,22 +9,69 @@ import (
 )
 
 // StorageKey appends the Redis key of the state of (policy, subject) to buf
-// and returns the extended slice. It is the one place that builds keys:
+// and returns the extended slice. It is the one place that builds the keys
+// the store uses (rate-batch-v2.lua's):
+//
+//	rate:{<tag>}:state:v2:<policy>:<digest>
+//
+// where <policy> is 16 hex digits of sha256(policyID, revision), which
+// ResetPolicy matches, and <digest> the first 16 bytes, in hex, of
+// sha256(policyID, revision, algorithm, subject). The key carries no raw
+// subject value: the subject is already an HMAC digest and the policy ID is
+// a configured, charset-limited name hashed into the digests. The Redis
+// Cluster hash tag is tag (16 hex digits) or, when tag is zero, the first 8
+// bytes of the subject digest, so that different subjects spread across
+// slots while requests given one tag (pkg/descriptors derives it from an
+// HMAC of a `colocate` entry, never from a raw value) share a slot. A new
+// revision, algorithm or tag yields a new key; the old state expires by its
+// TTL. The keys of the previous layout (StorageKeyV1) are other keys: a
+// store of one layout never reads the other's (docs/redis.md).
+func StorageKey(buf []byte, p *limiter.Policy, subject limiter.SubjectDigest, tag limiter.Tag) []byte {
+	d := stateDigest(p, subject)
+	buf = appendTag(buf, subject, tag)
+	buf = append(buf, ":state:v2:"...)
+	pd := policyDigest(p.ID(), p.Revision())
+	buf = hex.AppendEncode(buf, pd[:])
+	buf = append(buf, ':')
+	return hex.AppendEncode(buf, d[:16])
+}
+
+// PolicyKeys is the SCAN MATCH pattern of every key StorageKey builds for
+// policyID at revision (every subject and tag).
+func PolicyKeys(policyID string, revision uint32) string {
+	d := policyDigest(policyID, revision)
+	return "rate:{*}:state:v2:" + hex.EncodeToString(d[:]) + ":*"
+}
+
+// StorageKeyV1 appends the key of the state of (policy, subject) in the
+// layout of rate-batch-v1.lua to buf:
 //
 //	rate:{<tag>}:state:<hex(sha256(policyID, revision, algorithm, subject))>
 //
-// The key carries no raw subject value: the subject is already an HMAC digest
-// and the policy ID is a configured, charset-limited name hashed into the
-// digest. The Redis Cluster hash tag is tag (16 hex digits) or, when tag is
-// zero, the first 8 bytes of the subject digest, so that different subjects
-// spread across slots while requests given one tag (pkg/descriptors derives
-// it from an HMAC of a `colocate` entry, never from a raw value) share a slot.
-// A new revision, algorithm or tag yields a new key; the old state expires
-// by its TTL.
-func StorageKey(buf []byte, p *limiter.Policy, subject limiter.SubjectDigest, tag limiter.Tag) []byte {
-	// The digest input is built on the stack and hashed in one call: no
-	// hasher to allocate or pool. Length-prefixed fields: no two inputs
-	// share an encoding. The policy ID is at most MaxPolicyIDLength bytes.
+// with the tag of StorageKey.
+func StorageKeyV1(buf []byte, p *limiter.Policy, subject limiter.SubjectDigest, tag limiter.Tag) []byte {
+	d := stateDigest(p, subject)
+	buf = appendTag(buf, subject, tag)
+	buf = append(buf, ":state:"...)
+	return hex.AppendEncode(buf, d[:])
+}
+
+// appendTag appends "rate:{<tag>}" to buf: tag, or when it is zero the
+// first 8 bytes of the subject digest, in hex.
+func appendTag(buf []byte, subject limiter.SubjectDigest, tag limiter.Tag) []byte {
+	buf = append(buf, "rate:{"...)
+	if tag == (limiter.Tag{}) {
+		copy(tag[:], subject[:8])
+	}
+	buf = hex.AppendEncode(buf, tag[:])
+	return append(buf, '}')
+}
+
+// stateDigest is sha256(policyID, revision, algorithm, subject), the fields
+// length-prefixed where their length varies, so that no two inputs share
+// an encoding. The input is built on the stack and hashed in one call: no
+// hasher to allocate or pool.
+func stateDigest(p *limiter.Policy, subject limiter.SubjectDigest) [sha256.Size]byte {
 	var in [4 + limiter.MaxPolicyIDLength + 4 + 1 + len(limiter.SubjectDigest{})]byte
 	id := p.ID()
 	binary.BigEndian.PutUint32(in[0:], uint32(len(id)))
@@ -34,15 +81,20 @@ func StorageKey(buf []byte, p *limiter.Policy, subject limiter.SubjectDigest, ta
 	in[n] = byte(p.Algorithm())
 	n++
 	n += copy(in[n:], subject[:])
-	d := sha256.Sum256(in[:n])
-	buf = append(buf, "rate:{"...)
-	if tag == (limiter.Tag{}) {
-		copy(tag[:], subject[:8])
-	}
-	buf = hex.AppendEncode(buf, tag[:])
-	buf = append(buf, "}:state:"...)
-	buf = hex.AppendEncode(buf, d[:])
-	return buf
+	return sha256.Sum256(in[:n])
+}
+
+// policyDigest is the policy part of a StorageKey: the first 8 bytes of
+// sha256("policy", policyID, revision), the ID length-prefixed.
+func policyDigest(policyID string, revision uint32) [8]byte {
+	var in [6 + 4 + limiter.MaxPolicyIDLength + 4]byte
+	n := copy(in[:], "policy")
+	binary.BigEndian.PutUint32(in[n:], uint32(len(policyID)))
+	n += 4
+	n += copy(in[n:n+limiter.MaxPolicyIDLength], policyID)
+	binary.BigEndian.PutUint32(in[n:], revision)
+	d := sha256.Sum256(in[:n+4])
+	return [8]byte(d[:8])
 }
 
 // requestKey appends the Redis key of r's state to buf (StorageKey).

@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"encoding/hex"
 	"fmt"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -15,8 +16,9 @@ import (
 	"github.com/envoy-rls/envoy-rls/pkg/limiter"
 )
 
-// referenceKey states the key layout apart from StorageKey (with a streaming
-// hasher): keys already in Redis have this layout, so it must never change.
+// referenceKey states the key layout of rate-batch-v1.lua apart from
+// StorageKeyV1 (with a streaming hasher): keys already in Redis have this
+// layout, so it must never change.
 func referenceKey(p *limiter.Policy, subject limiter.SubjectDigest, tag limiter.Tag) string {
 	h := sha256.New()
 	var n [4]byte
@@ -43,11 +45,64 @@ func TestStorageKeyLayoutUnchanged(t *testing.T) {
 				sub[i] = byte(i * 7)
 			}
 			for _, tag := range []limiter.Tag{{}, {9, 8, 7, 6, 5, 4, 3, 2}} {
-				if got, want := string(StorageKey([]byte("pre:"), p, sub, tag)), "pre:"+referenceKey(p, sub, tag); got != want {
+				if got, want := string(StorageKeyV1([]byte("pre:"), p, sub, tag)), "pre:"+referenceKey(p, sub, tag); got != want {
 					t.Fatalf("%s rev %d tag %x:\n got %s\nwant %s", id, rev, tag, got, want)
 				}
 			}
 		}
+	}
+}
+
+// referenceKeyV2 states StorageKey's layout apart from it: the tag, the
+// policy's digest and the state's, each with a streaming hasher.
+func referenceKeyV2(p *limiter.Policy, subject limiter.SubjectDigest, tag limiter.Tag) string {
+	v1 := referenceKey(p, subject, tag)
+	h := sha256.New()
+	var n [4]byte
+	h.Write([]byte("policy"))
+	binary.BigEndian.PutUint32(n[:], uint32(len(p.ID())))
+	h.Write(n[:])
+	h.Write([]byte(p.ID()))
+	binary.BigEndian.PutUint32(n[:], p.Revision())
+	h.Write(n[:])
+	tagPart, digest, _ := strings.Cut(v1, ":state:")
+	return tagPart + ":state:v2:" + hex.EncodeToString(h.Sum(nil)[:8]) + ":" + digest[:32]
+}
+
+// TestStorageKeyLayoutV2: StorageKey, the layout of rate-batch-v2.lua,
+// as referenceKeyV2 states it; a key of one layout is never a key of the
+// other, and the policy's part is the same for every subject and tag of a
+// policy at a revision, and another for another policy or revision.
+func TestStorageKeyLayoutV2(t *testing.T) {
+	parts := map[string]string{}
+	for _, id := range []string{"a", "edge.remote_address", strings.Repeat("x", limiter.MaxPolicyIDLength)} {
+		for _, rev := range []uint32{1, 7} {
+			p := limitertest.Policy(t, limiter.PolicySpec{ID: id, Revision: rev, Algorithm: limiter.FixedWindow,
+				Params: limiter.FixedWindowParams{Limit: 5, Window: time.Second}})
+			for s := range 3 {
+				var sub limiter.SubjectDigest
+				for i := range sub {
+					sub[i] = byte(i*7 + s)
+				}
+				for _, tag := range []limiter.Tag{{}, {9, 8, 7, 6, 5, 4, 3, 2}} {
+					got := string(StorageKey([]byte("pre:"), p, sub, tag))
+					if want := "pre:" + referenceKeyV2(p, sub, tag); got != want {
+						t.Fatalf("%s rev %d tag %x:\n got %s\nwant %s", id, rev, tag, got, want)
+					}
+					if got[4:] == string(StorageKeyV1(nil, p, sub, tag)) {
+						t.Fatal("the two layouts build the same key")
+					}
+					part := strings.Split(got, ":")[5]
+					if other, ok := parts[part]; ok && other != id+"/"+strconv.Itoa(int(rev)) {
+						t.Fatalf("policy part %s of %s/%d and of %s", part, id, rev, other)
+					}
+					parts[part] = id + "/" + strconv.Itoa(int(rev))
+				}
+			}
+		}
+	}
+	if len(parts) != 6 {
+		t.Fatalf("%d policy parts for 6 policies", len(parts))
 	}
 }
 
@@ -116,13 +171,18 @@ func assertPrivateKeys(t *testing.T, addr string, raw []string) {
 			if n := ttl.(int64); n <= 0 {
 				t.Errorf("key %q has no TTL (PTTL %d)", key, n)
 			}
-			h, err := c.Do(ctx, "HGETALL", key)
-			if err == nil {
-				for _, f := range h.([]any) {
-					for _, r := range raw {
-						if strings.Contains(f.(string), r) {
-							t.Errorf("key %q holds the raw value %q", key, r)
-						}
+			// A state is a string (rate-batch-v2.lua), a hash of the
+			// previous layout: every value it holds.
+			var values []any
+			if v, err := c.Do(ctx, "GET", key); err == nil {
+				values = []any{v}
+			} else if h, err := c.Do(ctx, "HGETALL", key); err == nil {
+				values = h.([]any)
+			}
+			for _, f := range values {
+				for _, r := range raw {
+					if s, _ := f.(string); strings.Contains(s, r) {
+						t.Errorf("key %q holds the raw value %q", key, r)
 					}
 				}
 			}

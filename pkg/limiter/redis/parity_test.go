@@ -108,8 +108,10 @@ func stateOf(p *limiter.Policy, last, a, b, c int64) limiter.State {
 
 // randomState is a random stored state of p, observed up to 5 s before or
 // 4 s after now (some beyond the 2 s clock regression), with windows and
-// counts on both sides of the limit, and now and then a foreign revision
-// (STATE_INCOMPATIBLE).
+// counts on both sides of the limit, and now and then a state of another
+// algorithm at its key (STATE_INCOMPATIBLE: a key names its policy, its
+// revision and its algorithm, so a foreign state is one another program
+// wrote there).
 func randomState(rng *rand.Rand, p *limiter.Policy, now int64) limiter.State {
 	limit := p.Limit()
 	last := now + rng.Int64N(9000) - 5000
@@ -147,7 +149,11 @@ func randomState(rng *rand.Rand, p *limiter.Policy, now int64) limiter.State {
 		st.PenaltyUntilMs, st.PenaltyLevel = now-8000+rng.Int64N(14_000), 1+rng.Int64N(5)
 	}
 	if rng.IntN(20) == 0 {
-		st.Revision = 2
+		algs := limiter.Algorithms()
+		st.Algorithm = algs[(slices.Index(algs, p.Algorithm())+1+rng.IntN(len(algs)-1))%len(algs)]
+		if st.Algorithm != limiter.SlidingLog {
+			st.Log = ""
+		}
 	}
 	return st
 }
@@ -336,35 +342,30 @@ func TestMalformedStateIsIncompatible(t *testing.T) {
 	key := keyOf(p, sub)
 	okSub := subjectOf("malformed, valid")
 	okKey := keyOf(p, okSub)
-	good := map[string]string{"schema": "1", "alg": "fixed_window", "policy": "m.fw", "rev": "1", "last": "1000", "a": "1", "b": "1", "c": "0"}
-	with := func(k, v string) map[string]string {
-		m := make(map[string]string, len(good))
-		for a, b := range good {
-			m[a] = b
-		}
-		if v == "" {
-			delete(m, k)
-		} else {
-			m[k] = v
-		}
-		return m
+	// A fixed window's state (lua.AppendState): head, last, epoch, level,
+	// carry, then a penalty box's block and level.
+	good := rawState{head: byte(limiter.FixedWindow), nums: []float64{1000, 1, 1, 0}}
+	with := func(f func(*rawState)) rawState {
+		r := rawState{head: good.head, nums: slices.Clone(good.nums)}
+		f(&r)
+		return r
 	}
 	cases := map[string]func(){
-		"schema 2":         func() { e.seedRaw(key, with("schema", "2")) },
-		"other algorithm":  func() { e.seedRaw(key, with("alg", "token_bucket")) },
-		"other policy":     func() { e.seedRaw(key, with("policy", "other")) },
-		"other revision":   func() { e.seedRaw(key, with("rev", "2")) },
-		"missing c":        func() { e.seedRaw(key, with("c", "")) },
-		"missing last":     func() { e.seedRaw(key, with("last", "")) },
-		"non-integer":      func() { e.seedRaw(key, with("b", "x")) },
-		"float":            func() { e.seedRaw(key, with("b", "1.5")) },
-		"negative":         func() { e.seedRaw(key, with("b", "-1")) },
-		"leading zero":     func() { e.seedRaw(key, with("a", "01")) },
-		"above 2^53":       func() { e.seedRaw(key, with("b", "9007199254740993")) },
-		"foreign hash":     func() { e.seedRaw(key, map[string]string{"count": "3"}) },
-		"string key":       func() { e.do("DEL", key); e.do("SET", key, "3", "PX", "60000") },
-		"list key":         func() { e.do("DEL", key); e.do("RPUSH", key, "3"); e.do("PEXPIRE", key, "60000") },
-		"sliding overflow": nil, // below, on a sliding policy
+		"other algorithm":     func() { e.seedRawState(key, with(func(r *rawState) { r.head = byte(limiter.TokenBucket) })) },
+		"unknown head bit":    func() { e.seedRawState(key, with(func(r *rawState) { r.head |= 128 })) },
+		"penalty bit, short":  func() { e.seedRawState(key, with(func(r *rawState) { r.head |= lua.StatePenalty })) },
+		"short":               func() { e.seedRawState(key, with(func(r *rawState) { r.nums = r.nums[:3] })) },
+		"trailing bytes":      func() { e.seedRawState(key, with(func(r *rawState) { r.tail = "x" })) },
+		"NaN":                 func() { e.seedRawState(key, with(func(r *rawState) { r.nums[2] = math.NaN() })) },
+		"float":               func() { e.seedRawState(key, with(func(r *rawState) { r.nums[2] = 1.5 })) },
+		"negative":            func() { e.seedRawState(key, with(func(r *rawState) { r.nums[2] = -1 })) },
+		"infinite last":       func() { e.seedRawState(key, with(func(r *rawState) { r.nums[0] = math.Inf(1) })) },
+		"above 2^53":          func() { e.seedRawState(key, with(func(r *rawState) { r.nums[2] = 1<<53 + 2 })) },
+		"foreign hash":        func() { e.seedRaw(key, map[string]string{"count": "3"}) },
+		"a hash of version 1": func() { e.seedRaw(key, stateHashV1(stateOf(p, 1000, 1, 1, 0))) },
+		"string key":          func() { e.do("DEL", key); e.do("SET", key, "3", "PX", "60000") },
+		"list key":            func() { e.do("DEL", key); e.do("RPUSH", key, "3"); e.do("PEXPIRE", key, "60000") },
+		"sliding overflow":    nil, // below, on a sliding policy
 	}
 	for name, seed := range cases {
 		if seed == nil {
@@ -404,6 +405,35 @@ func TestMalformedStateIsIncompatible(t *testing.T) {
 	}
 }
 
+// rawState is a value of rate-batch-v2.lua's layout, field by field, so
+// that a test can put any value in any field: head, then the numbers as
+// doubles, then tail.
+type rawState struct {
+	head byte
+	nums []float64
+	tail string
+}
+
+// seedRawState writes r as key's value with a TTL.
+func (e *env) seedRawState(key string, r rawState) {
+	e.t.Helper()
+	b := []byte{r.head}
+	for _, v := range r.nums {
+		b = binary.BigEndian.AppendUint64(b, math.Float64bits(v))
+	}
+	e.do("DEL", key)
+	e.do("SET", key, string(b)+r.tail, "PX", "600000")
+}
+
+// stateHashV1 is st as rate-batch-v1.lua's hash holds it.
+func stateHashV1(st limiter.State) map[string]string {
+	h := stateHash(st)
+	h["schema"], h["policy"], h["rev"] = "1", st.PolicyID, strconv.FormatUint(uint64(st.Revision), 10)
+	return h
+}
+
+// seedRaw writes m as key's hash with a TTL (a key of another type than
+// rate-batch-v2.lua's states).
 func (e *env) seedRaw(key string, m map[string]string) {
 	e.t.Helper()
 	e.do("DEL", key)
@@ -415,11 +445,10 @@ func (e *env) seedRaw(key string, m map[string]string) {
 	e.do("PEXPIRE", key, "600000")
 }
 
-// batchFields are the fields of one key of rate-batch-v1.lua, as
-// lua.AppendBatchArgs packs them, so that a test can put any value in any
+// batchFields are the fields of one key of rate-batch-v2.lua, as
+// lua.AppendBatchPacked packs them, so that a test can put any value in any
 // field.
 type batchFields struct {
-	policy                                         string
 	alg, flags                                     byte
 	rev, limit, p2, p3, grace, maxRegression, cost float64
 	// ext: the numbers appended after the fixed ones (the penalty
@@ -432,7 +461,7 @@ func (f batchFields) args() []string {
 	for _, v := range append([]float64{f.rev, f.limit, f.p2, f.p3, f.grace, f.maxRegression, f.cost}, f.ext...) {
 		b = binary.BigEndian.AppendUint64(b, math.Float64bits(v))
 	}
-	return []string{f.policy, string(b)}
+	return []string{string(b)}
 }
 
 // TestInvalidArguments: every field of a key out of its range makes that
@@ -443,9 +472,9 @@ func TestInvalidArguments(t *testing.T) {
 	p := fixed(t, "inv", 5, time.Hour)
 	key := keyOf(p, subjectOf("invalid"))
 	other := keyOf(p, subjectOf("invalid, valid"))
-	good := batchFields{policy: "inv", alg: byte(limiter.FixedWindow), rev: 1, limit: 5, p2: float64(time.Hour.Milliseconds()),
+	good := batchFields{alg: byte(limiter.FixedWindow), rev: 1, limit: 5, p2: float64(time.Hour.Milliseconds()),
 		grace: float64(p.CleanupGraceMillis()), maxRegression: float64(p.MaxClockRegressionMillis()), cost: 1}
-	if got, want := good.args(), lua.AppendBatchArgs(nil, p, 1, limiter.RoleOrdinary); !reflect.DeepEqual(got, want) {
+	if got, want := good.args(), batchArgs(nil, p, 1, limiter.RoleOrdinary); !reflect.DeepEqual(got, want) {
 		t.Fatalf("the test's encoding %q, the store's %q", got, want)
 	}
 	with := func(f func(*batchFields)) []string {
@@ -463,9 +492,6 @@ func TestInvalidArguments(t *testing.T) {
 		"window 0":                with(func(b *batchFields) { b.p2 = 0 }),
 		"window above ten years":  with(func(b *batchFields) { b.p2 = 1 << 40 }),
 		"fixed window period":     with(func(b *batchFields) { b.p3 = 1 }),
-		"policy charset":          with(func(b *batchFields) { b.policy = "Policy!" }),
-		"policy empty":            with(func(b *batchFields) { b.policy = "" }),
-		"policy of 129":           with(func(b *batchFields) { b.policy = strings.Repeat("p", 129) }),
 		"revision 0":              with(func(b *batchFields) { b.rev = 0 }),
 		"revision 2^32":           with(func(b *batchFields) { b.rev = 1 << 32 }),
 		"negative grace":          with(func(b *batchFields) { b.grace = -1 }),
@@ -498,7 +524,7 @@ func TestInvalidArguments(t *testing.T) {
 		}),
 		"penalty with role 6": with(func(b *batchFields) { b.flags, b.ext = lua.FlagPenalty|6, []float64{1000, 1000, 0} }),
 	}
-	valid := lua.AppendBatchArgs(nil, p, 1, limiter.RoleOrdinary)
+	valid := batchArgs(nil, p, 1, limiter.RoleOrdinary)
 	for name, args := range bad {
 		for _, c := range []struct {
 			keys []string
@@ -525,7 +551,7 @@ func TestInvalidArguments(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	if err := batchScript.Exec(ctx, e.store.client, nil, nil).Error(); err == nil {
-		t.Error("rate-batch-v1 without keys or arguments replied")
+		t.Error("rate-batch-v2 without keys or arguments replied")
 	}
 }
 
@@ -607,9 +633,9 @@ func TestPrivacyAndTTL(t *testing.T) {
 }
 
 // TestMalformedPenaltyIsIncompatible: for a policy with a penalty box, a
-// hash whose pu or pn is missing alone or not a canonical decimal integer
-// is STATE_INCOMPATIBLE and unchanged; the same hash is read as it is by a
-// policy without a penalty (the fields are not read).
+// state whose block's end or level is not an integer in its range is
+// STATE_INCOMPATIBLE and unchanged; the same state is read by a policy
+// without a penalty (the block is not read).
 func TestMalformedPenaltyIsIncompatible(t *testing.T) {
 	e := newEnv(t)
 	spec := fixed(t, "m.pen", 5, time.Hour).Spec()
@@ -618,23 +644,20 @@ func TestMalformedPenaltyIsIncompatible(t *testing.T) {
 	plain := fixed(t, "m.pen", 5, time.Hour)
 	sub := subjectOf("malformed penalty")
 	key := keyOf(p, sub)
-	good := map[string]string{"schema": "1", "alg": "fixed_window", "policy": "m.pen", "rev": "1", "last": "1000", "a": "1", "b": "1", "c": "0"}
-	for name, extra := range map[string]map[string]string{
-		"pu alone":      {"pu": "1000"},
-		"pn alone":      {"pn": "1"},
-		"pu not a num":  {"pu": "x", "pn": "1"},
-		"pn zero":       {"pu": "1000", "pn": "0"},
-		"pn of 3":       {"pu": "1000", "pn": "100"},
-		"pu above 2^53": {"pu": "9007199254740993", "pn": "1"},
+	// A fixed window's state with a penalty box: head, last, epoch, level,
+	// carry, the block's end and its level.
+	good := []float64{1000, 1, 1, 0, 1000, 1}
+	for name, f := range map[string]func([]float64){
+		"pu zero":       func(n []float64) { n[4] = 0 },
+		"pu not a num":  func(n []float64) { n[4] = math.NaN() },
+		"pn zero":       func(n []float64) { n[5] = 0 },
+		"pn of 3":       func(n []float64) { n[5] = 100 },
+		"pn fraction":   func(n []float64) { n[5] = 1.5 },
+		"pu above 2^53": func(n []float64) { n[4] = 1<<53 + 2 },
 	} {
-		m := map[string]string{}
-		for k, v := range good {
-			m[k] = v
-		}
-		for k, v := range extra {
-			m[k] = v
-		}
-		e.seedRaw(key, m)
+		nums := slices.Clone(good)
+		f(nums)
+		e.seedRawState(key, rawState{head: byte(limiter.FixedWindow) | lua.StatePenalty, nums: nums})
 		before := e.dump(key)
 		if o := e.evaluate(p, sub, 1); o.Kind != limiter.Incompatible || o.Category != limiter.CategoryStateIncompatible {
 			t.Errorf("%s: outcome %v/%s (%v), want incompatible/state_incompatible", name, o.Kind, o.Category, o.Err)

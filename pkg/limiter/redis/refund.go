@@ -24,18 +24,28 @@ func (s *Store) refund(ctx context.Context, batch []limiter.Request, roles []lim
 		var wg sync.WaitGroup
 		for j, g := range groups {
 			var gk, args []string
+			var packed, times []byte
+			var ends []int
 			for k, i := range g.idx {
 				d := &g.outs[k].Decision
 				if g.outs[k].Kind != limiter.Evaluated || !d.Allowed || !roles[i].Consumes() {
 					continue
 				}
 				gk = append(gk, keys[i])
-				args = lua.AppendRefundArgs(args, batch[i].Policy, batch[i].Cost, g.replies[k].EffectiveNowMs)
+				packed = lua.AppendRefundPacked(packed, batch[i].Policy, batch[i].Cost, g.replies[k].EffectiveNowMs)
+				ends = append(ends, len(packed))
+				times = lua.AppendRefundTime(times, g.replies[k].EffectiveNowMs)
 			}
 			if len(gk) == 0 {
 				answered[j].Store(true)
 				continue
 			}
+			start := 0
+			for _, end := range ends {
+				args = append(args, string(packed[start:end]))
+				start = end
+			}
+			args = append(args, string(times))
 			wg.Add(1)
 			go func() {
 				defer wg.Done()

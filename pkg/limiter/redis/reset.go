@@ -2,9 +2,11 @@ package redis
 
 import (
 	"context"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 
 	"github.com/redis/rueidis"
 
@@ -16,7 +18,7 @@ var _ limiter.Resetter = (*Store)(nil)
 // scanCount is the COUNT hint of one SCAN step of ResetPolicy.
 const scanCount = 500
 
-// stateKeys matches every state key StorageKey builds.
+// stateKeys matches every state key StorageKey and StorageKeyV1 build.
 const stateKeys = "rate:{*}:state:*"
 
 // Reset implements limiter.Resetter: one UNLINK per state key (on a
@@ -48,16 +50,17 @@ func (s *Store) Reset(ctx context.Context, states []limiter.Request) (int, error
 	return n, nil
 }
 
-// ResetPolicy implements limiter.Resetter. State keys are digests, so the
-// policy is read from each state's own fields: it SCANs the state keys of
-// every master (a Cluster's replicas are skipped), reads the `policy` and
-// `rev` fields of each batch of keys in one round trip, and UNLINKs those of
-// policyID at revision. A key that matches the pattern but holds no hash is
-// not a state of this service: Redis answers its HMGET with WRONGTYPE, and
-// it is counted in Skipped and left alone. Its cost is one SCAN step per
-// scanCount keys and one HMGET per key, on every master: bound it with
-// b.MaxScanned and ctx's deadline, and ask again while the answer is not
-// Complete.
+// ResetPolicy implements limiter.Resetter. It SCANs the state keys of every
+// master (a Cluster's replicas are skipped) and UNLINKs those of policyID
+// at revision: a key of StorageKey's layout names its policy and revision
+// (its <policy> part); a key of StorageKeyV1's is a hash whose `policy` and
+// `rev` fields are read, one round trip for each batch of keys. A key that
+// matches the pattern but is neither a state of StorageKey's layout nor a
+// hash is not a state of this service: Redis answers its HMGET with
+// WRONGTYPE, and it is counted in Skipped and left alone. Its cost is one
+// SCAN step per scanCount keys and one HMGET per key of the previous
+// layout, on every master: bound it with b.MaxScanned and ctx's deadline,
+// and ask again while the answer is not Complete.
 func (s *Store) ResetPolicy(ctx context.Context, policyID string, revision uint32, b limiter.ResetBounds) (limiter.PolicyReset, error) {
 	var res limiter.PolicyReset
 	if b.MaxScanned <= 0 {
@@ -67,6 +70,8 @@ func (s *Store) ResetPolicy(ctx context.Context, policyID string, revision uint3
 		return res, errClosed
 	}
 	rev := strconv.FormatUint(uint64(revision), 10)
+	d := policyDigest(policyID, revision)
+	v2 := ":state:v2:" + hex.EncodeToString(d[:]) + ":"
 	complete := true
 	for addr, node := range s.client.Nodes() {
 		master, err := isMaster(ctx, node)
@@ -76,7 +81,7 @@ func (s *Store) ResetPolicy(ctx context.Context, policyID string, revision uint3
 		if !master {
 			continue
 		}
-		done, err := s.resetOnNode(ctx, node, policyID, rev, b.MaxScanned, &res)
+		done, err := s.resetOnNode(ctx, node, policyID, rev, v2, b.MaxScanned, &res)
 		if err != nil {
 			if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
 				return res, nil
@@ -104,7 +109,7 @@ func isMaster(ctx context.Context, node rueidis.Client) (bool, error) {
 
 // resetOnNode scans one master until its cursor returns to 0 (done) or the
 // bounds stop it.
-func (s *Store) resetOnNode(ctx context.Context, node rueidis.Client, policyID, rev string, maxScanned int, res *limiter.PolicyReset) (bool, error) {
+func (s *Store) resetOnNode(ctx context.Context, node rueidis.Client, policyID, rev, v2 string, maxScanned int, res *limiter.PolicyReset) (bool, error) {
 	var cursor uint64
 	for {
 		if res.Scanned >= maxScanned {
@@ -119,7 +124,7 @@ func (s *Store) resetOnNode(ctx context.Context, node rueidis.Client, policyID, 
 			return false, err
 		}
 		res.Scanned += len(e.Elements)
-		if err := s.unlinkMatching(ctx, node, e.Elements, policyID, rev, res); err != nil {
+		if err := s.unlinkMatching(ctx, node, e.Elements, policyID, rev, v2, res); err != nil {
 			return false, err
 		}
 		cursor = e.Cursor
@@ -129,18 +134,33 @@ func (s *Store) resetOnNode(ctx context.Context, node rueidis.Client, policyID, 
 	}
 }
 
-// unlinkMatching reads the policy and revision of keys and unlinks those
-// that match; a key that is not a hash is counted in res.Skipped.
-func (s *Store) unlinkMatching(ctx context.Context, node rueidis.Client, keys []string, policyID, rev string, res *limiter.PolicyReset) error {
+// unlinkMatching unlinks the keys of the policy: those of StorageKey's
+// layout whose name holds v2 (":state:v2:<policy>:"), and those of the
+// previous layout whose `policy` and `rev` fields are policyID and rev; a
+// key of neither layout that is not a hash is counted in res.Skipped.
+func (s *Store) unlinkMatching(ctx context.Context, node rueidis.Client, keys []string, policyID, rev, v2 string, res *limiter.PolicyReset) error {
 	if len(keys) == 0 {
 		return nil
 	}
-	cmds := make(rueidis.Commands, len(keys))
-	for i, k := range keys {
+	var del rueidis.Commands
+	var hashes []string
+	for _, k := range keys {
+		switch {
+		case strings.Contains(k, v2):
+			del = append(del, node.B().Unlink().Key(k).Build())
+		case !strings.Contains(k, ":state:v2:"):
+			hashes = append(hashes, k)
+		}
+	}
+	cmds := make(rueidis.Commands, len(hashes))
+	for i, k := range hashes {
 		cmds[i] = node.B().Hmget().Key(k).Field("policy", "rev").Build()
 	}
-	var del rueidis.Commands
-	for i, r := range node.DoMulti(ctx, cmds...) {
+	var replies []rueidis.RedisResult
+	if len(cmds) > 0 {
+		replies = node.DoMulti(ctx, cmds...)
+	}
+	for i, r := range replies {
 		f, err := r.ToArray()
 		if isWrongType(err) {
 			res.Skipped++
@@ -155,7 +175,7 @@ func (s *Store) unlinkMatching(ctx context.Context, node rueidis.Client, keys []
 		p, err1 := f[0].ToString()
 		v, err2 := f[1].ToString()
 		if err1 == nil && err2 == nil && p == policyID && v == rev {
-			del = append(del, node.B().Unlink().Key(keys[i]).Build())
+			del = append(del, node.B().Unlink().Key(hashes[i]).Build())
 		}
 	}
 	if len(del) == 0 {

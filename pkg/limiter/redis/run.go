@@ -82,7 +82,7 @@ func (s *Store) runProgram(first context.Context, gs []*group) {
 		for k := range g.idx {
 			n := lua.BatchPackedLen(g.policies[k])
 			p := abuf[pos : pos+n]
-			args = append(args, g.policies[k].ID(), unsafe.String(&p[0], len(p)))
+			args = append(args, unsafe.String(&p[0], len(p)))
 			pos += n
 		}
 	}
@@ -158,7 +158,7 @@ func (s *Store) parseCall(off *clockOffset, now int64, g *group, m *rueidis.Redi
 		err = fmt.Errorf("%w: a call's reply is not an array: %w", lua.ErrMalformedReply, err)
 	} else {
 		g.vals = replyValues(g.vals, vals)
-		g.committed, err = lua.ParseBatchReply(g.policies, g.vals, g.replies)
+		g.committed, err = lua.ParseBatchReplyV2(g.policies, g.vals, g.replies)
 		if err == nil {
 			off.sample(now, g.replies[0].ServerNowMs)
 		} else if expired, ok := err.(*lua.ExpiredError); ok {
@@ -195,7 +195,7 @@ func failedOutcome(p *limiter.Policy, err error) limiter.Outcome {
 }
 
 // replyValues converts the batch program's reply into the values
-// lua.ParseBatchReply reads, reusing vals.
+// lua.ParseBatchReplyV2 reads, reusing vals.
 func replyValues(vals []lua.Value, msgs []rueidis.RedisMessage) []lua.Value {
 	vals = grow(vals, len(msgs))
 	for j := range msgs {
@@ -207,7 +207,7 @@ func replyValues(vals []lua.Value, msgs []rueidis.RedisMessage) []lua.Value {
 		} else if v, err := m.ToString(); err == nil {
 			vals[j].Str = v
 		} else {
-			vals[j].Str = "\x00not a string" // ParseBatchReply refuses it
+			vals[j].Str = "\x00not a string" // ParseBatchReplyV2 refuses it
 		}
 	}
 	return vals

@@ -4,7 +4,7 @@
 // replica of the service shares one exact state.
 //
 // A batch (the limits of one Envoy request) is one atomic program,
-// rate-batch-v1.lua, run by EVALSHA (the full source is sent only when Redis
+// rate-batch-v2.lua, run by EVALSHA (the full source is sent only when Redis
 // answers NOSCRIPT): one round trip and one TIME, all or nothing (see
 // Store.Evaluate for Redis Cluster). Concurrent batches are auto-pipelined
 // by rueidis. Failures say what is known about
@@ -208,7 +208,7 @@ func (s *Store) Ping(ctx context.Context) error {
 	return nil
 }
 
-// Evaluate implements limiter.Store with rate-batch-v1.lua: one program
+// Evaluate implements limiter.Store with rate-batch-v2.lua: one program
 // run (one TIME, one atomic step) evaluates the whole batch and commits it
 // all or nothing; concurrent calls share runs (group commit, commit.go). It returns by the earlier of ctx's deadline
 // and the configured Timeout: requests still without an answer then are
@@ -226,7 +226,7 @@ func (s *Store) Ping(ctx context.Context) error {
 // slot, concurrently. Quota-mode requests then run as shadow ones inside each
 // call, and the batch rule is decided over all the replies; when it says no
 // while some slots committed, those slots' consumption is given back with
-// rate-refund-v1.lua. docs/consistency.md describes that window.
+// rate-refund-v2.lua. docs/consistency.md describes that window.
 func (s *Store) Evaluate(ctx context.Context, batch []limiter.Request, out []limiter.Outcome) {
 	if len(out) < len(batch) {
 		panic(fmt.Sprintf("redis store: Evaluate: out has %d elements for %d requests", len(out), len(batch)))

@@ -1,8 +1,8 @@
--- fragments/algorithms.lua: the dispatch on the algorithm, in three
+-- fragments/algorithms.lua: the dispatch on the algorithm, in four
 -- sections: dispatch (an inline block of a program's keyArgs: the byte
--- to the name and argument rules), step (an inline block of a key's
--- evaluation: the algorithm's step) and refund (a function of the refund
--- program).
+-- to the name and argument rules), byte (an inline block: the name to the
+-- byte), step (an inline block of a key's evaluation: the algorithm's
+-- step) and refund (a function of the refund programs).
 -- #section dispatch
 -- uses: MAX, MAX_DURATION, MAX_LOG, MAX_SLIDING, fmod
 -- in: algorithm, valid, limit, p2, p3
@@ -26,6 +26,21 @@ elseif algorithm == 5 then
   -- #include sliding-log.lua valid
 else
   alg, valid = false, false
+end
+-- #section byte
+-- in: alg
+-- out: algorithm
+-- The algorithm's name to its byte (limiter.Algorithm).
+if alg == 'fixed_window' then
+  algorithm = 1
+elseif alg == 'sliding_window' then
+  algorithm = 2
+elseif alg == 'token_bucket' then
+  algorithm = 3
+elseif alg == 'gcra' then
+  algorithm = 4
+else
+  algorithm = 5
 end
 -- #section step
 -- uses: fixedWindowStep, slidingWindowStep, tokenBucketStep, gcraStep,

@@ -2,8 +2,10 @@
 -- docs/algorithms.md "Penalty box"), in two functions. Its state
 -- (limiter.State): penaltyUntilMs, when the last block ends (effective
 -- ms; 0 none), and penaltyLevel, the offence level (0 none).
--- uses: band, unpack, PENALTY, CALENDAR, MAX, MAX_PENALTY
--- defines: penaltyArgs, penaltyStep
+-- Two sections: args (penaltyArgs) and step (penaltyStep).
+-- #section args
+-- uses: band, unpack, PENALTY, CALENDAR, MAX_PENALTY
+-- defines: penaltyArgs
 
 -- penaltyArgs reads the penalty extension of a key's packed argument,
 -- when the flags' penalty bit (16) is set: struct.pack('>ddd') after the
@@ -28,6 +30,10 @@ local function penaltyArgs(packed, pos, flags, limit)
     and decay >= 0 and decay <= MAX_PENALTY and decay % 1 == 0
   return valid, true, duration, maxDuration, decay, pos, flags - PENALTY
 end
+
+-- #section step
+-- uses: MAX
+-- defines: penaltyStep
 
 -- penaltyStep runs after the algorithm's step, for a compatible state, on
 -- its result (allowed, retry, resetAt, resetBefore, ttl) and the state's

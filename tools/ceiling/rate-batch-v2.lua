@@ -1,4 +1,4 @@
--- tools/ceiling/rate-batch-v1.lua: NOT a rate limiter. A measuring stub
+-- tools/ceiling/rate-batch-v2.lua: NOT a rate limiter. A measuring stub
 -- that tools/scripts/bench.sh --target ceiling builds into a throw-away copy of
 -- envoy-rls (bin/envoy-rls-ceiling) in place of pkg/lua's batch program, to
 -- measure the most any batch program could give on this machine: the same
@@ -13,23 +13,21 @@ do
   serverNow = t[1] * 1000 + (us - us % 1000) / 1000
 end
 -- The group field (ARGV's last) gives each request's number of keys; each
--- request replies committed and its keys, in one array per request.
+-- request replies committed, serverNow and four integers per key (the
+-- status ALLOWED is 1), in one array per request.
 local group = ARGV[#ARGV]
 local replies, kb, pos = {}, 0, 1
 for q = 1, #group / 10 do
   local n, _dl
   n, _dl, pos = struct.unpack('>Hd', group, pos)
-  local out = { 1 }
+  local out = { 1, serverNow }
   for i = 1, n do
-    local _, _, _, limit, window, _, _, _, cost = struct.unpack('>BBddddddd', ARGV[2 * (kb + i)])
-    local o = (i - 1) * 7 + 1
-    out[o + 1] = 'ALLOWED'
-    out[o + 2] = serverNow
-    out[o + 3] = serverNow
-    out[o + 4] = limit
-    out[o + 5] = limit - cost
-    out[o + 6] = 0
-    out[o + 7] = serverNow - serverNow % window + window
+    local _, _, _, limit, window, _, _, _, cost = struct.unpack('>BBddddddd', ARGV[kb + i])
+    local o = (i - 1) * 4 + 2
+    out[o + 1] = 1
+    out[o + 2] = limit - cost
+    out[o + 3] = 0
+    out[o + 4] = serverNow - serverNow % window + window
   end
   replies[q] = out
   kb = kb + n

@@ -1,0 +1,35 @@
+-- fragments/args-v2.lua: the argument of one key of rate-batch-v2.lua and
+-- rate-refund-v2.lua: one ARGV field, the packed numbers (see the
+-- programs' headers).
+-- uses: unpack, unpackList, band, ROLE_BITS, FAIL_OPEN, PENALTY, CALENDAR, MAX,
+-- uses: MAX_DURATION, MAX_SLIDING, MAX_LOG, fmod, penaltyArgs, calendarArgs
+-- defines: NARG, argsRead, keyArgs
+
+local NARG = 1
+-- argsRead: false, or, for a run of several keys, what keyArgs returned
+-- for each packed argument it read, by the argument: the keys of one
+-- policy, cost and role share one (a string, which Lua keeps once), read
+-- and checked once per run.
+local argsRead = false
+
+-- keyArgs reads and checks the argument of the group's key gi. It returns
+-- what args-v1.lua's keyArgs returns, with false for the policy ID (the
+-- key names the policy: its state holds none).
+local function keyArgs(gi)
+  local packed, valid = ARGV[gi], true
+  if argsRead then
+    local r = argsRead[packed]
+    if r then
+      return unpackList(r, 1, 21)
+    end
+  end
+  local alg, role, failOpen, rev, limit, p2, p3, grace, maxRegression, cost
+  local penalty, duration, maxDuration, decay, cal, cb0, cb1, cb2, cb3
+  -- #include args.lua
+  if argsRead then
+    argsRead[packed] = { valid, alg, false, role, failOpen, rev, limit, p2, p3, grace, maxRegression, cost,
+      penalty, duration, maxDuration, decay, cal, cb0, cb1, cb2, cb3 }
+  end
+  return valid, alg, false, role, failOpen, rev, limit, p2, p3, grace, maxRegression, cost,
+    penalty, duration, maxDuration, decay, cal, cb0, cb1, cb2, cb3
+end

@@ -1,0 +1,34 @@
+-- fragments/args.lua: a key's packed numbers (lua.AppendBatchPacked), read
+-- and checked, as an inline block of a program's keyArgs: struct.pack(
+-- '>BBddddddd') of algorithm, flags, revision, limit, the two algorithm
+-- arguments, grace, max clock regression and cost, then the penalty
+-- extension (flag 16) and the calendar extension (flag 32). It gives the
+-- algorithm's name, the key's role and failOpen (0 and false when not
+-- valid), the numbers, the penalty box (penalty, its duration, max
+-- duration and decay) and a calendar window (cal and the boundaries of its
+-- three periods).
+-- uses: unpack, band, ROLE_BITS, FAIL_OPEN, PENALTY, CALENDAR, MAX,
+-- uses: MAX_DURATION, MAX_SLIDING, MAX_LOG, fmod, penaltyArgs, calendarArgs
+-- in: packed, valid
+-- out: valid, alg, role, failOpen, rev, limit, p2, p3, grace, maxRegression,
+-- out: cost, penalty, duration, maxDuration, decay, cal, cb0, cb1, cb2, cb3
+-- defines: algorithm, flags, pos
+local algorithm, flags, pos
+algorithm, flags, rev, limit, p2, p3, grace, maxRegression, cost, pos = unpack('>BBddddddd', packed)
+penalty, duration, maxDuration, decay = false, 0, 0, 0
+if band(flags, PENALTY) ~= 0 then
+  local ok
+  ok, penalty, duration, maxDuration, decay, pos, flags = penaltyArgs(packed, pos, flags, limit)
+  valid = valid and ok
+end
+-- #include valid.lua
+-- #include algorithms.lua dispatch
+cal, cb0, cb1, cb2, cb3 = false, 0, 0, 0, 0
+if valid and band(flags, CALENDAR) ~= 0 then
+  valid, cb0, cb1, cb2, cb3 = calendarArgs(packed, pos, alg)
+  cal = valid
+end
+role, failOpen = 0, false
+if valid then
+  role, failOpen = band(flags, ROLE_BITS), band(flags, FAIL_OPEN) ~= 0
+end

@@ -1,0 +1,45 @@
+-- fragments/reply-v2.lua: the reply of one request of rate-batch-v2.lua:
+-- committed, serverNow, then four integers per key: code (the status,
+-- limiter.Status: 1 ALLOWED, 2 DENIED, 3 CLOCK_UNSAFE, 4
+-- STATE_INCOMPATIBLE, 5 INVALID, 6 BLOCKED; plus 8 times the ms the
+-- effective now is ahead of serverNow), remaining, retryAfterMillis,
+-- resetAtMillis. The limit is the policy's (0 for INVALID): the parser has
+-- it.
+-- uses: serverNow
+-- defines: newReply, replyKey, replyBefore
+
+-- newReply: a request's reply of n keys, not committed, before its keys'
+-- (made whole at once for one key).
+local function newReply(n)
+  if n == 1 then
+    return { 0, serverNow, 0, 0, 0, 0 }
+  end
+  return { 0, serverNow }
+end
+
+-- replyKey sets key i's fields in out.
+local function replyKey(out, i, status, eff, lim, remaining, retry, resetAt)
+  local code = 1
+  if status == 'ALLOWED' then
+    code = 1
+  elseif status == 'DENIED' then
+    code = 2
+  elseif status == 'CLOCK_UNSAFE' then
+    code = 3
+  elseif status == 'STATE_INCOMPATIBLE' then
+    code = 4
+  elseif status == 'INVALID' then
+    code = 5
+  else
+    code = 6
+  end
+  local o = (i - 1) * 4
+  out[o + 3], out[o + 4], out[o + 5], out[o + 6] = code + 8 * (eff - serverNow), remaining, retry, resetAt
+end
+
+-- replyBefore sets key i's remaining and reset-at in out to those before
+-- its cost (an allowed key whose request did not commit).
+local function replyBefore(out, i, remainingBefore, resetBefore)
+  local o = (i - 1) * 4
+  out[o + 4], out[o + 6] = remainingBefore, resetBefore
+end

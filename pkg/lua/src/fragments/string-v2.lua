@@ -1,0 +1,218 @@
+-- fragments/string-v2.lua: the state of rate-batch-v2.lua and
+-- rate-refund-v2.lua, one string per key with its expiry (SET PX), in the
+-- layout of lua.AppendState:
+--   struct.pack('>Bdddd', head, lastObservedMs, epoch, level, carry)
+--   head: the algorithm byte (limiter.Algorithm), plus STATE_PENALTY (64)
+--         when the penalty box follows:
+--   struct.pack('>dd', penaltyUntilMs, penaltyLevel)   (level 1..99)
+--   then a sliding log's log, 10 bytes per entry (sliding-log.lua)
+-- every number an integer in [0, 2^53-1]: 33 bytes, 49 with a penalty box,
+-- one string Redis keeps inline (embstr) up to 44. The key names the
+-- policy, its revision and the algorithm (redis.StorageKey); the value
+-- carries no schema, policy ID or revision. Three sections: load (both
+-- programs), encode (both) and store (the batch program).
+-- #section load
+-- uses: unpack, unpackList, sub, MAX, MAX_SLIDING
+-- defines: STATE_PENALTY, MGET_CHUNK, stored, written, mgetAll, prefetch,
+-- defines: decodeState, loadState
+
+local STATE_PENALTY = 64
+-- The most keys one MGET or EXISTS names (Lua's unpack of a list is
+-- bounded; a group holds up to 8,192 keys).
+local MGET_CHUNK = 1000
+-- stored: the values of the run's keys (MGET) by their index in KEYS:
+-- false none, '' a key of another type. written: false, or, when the run
+-- evaluates several requests, the values it wrote by key, so that a later
+-- request sees what an earlier one committed.
+local stored, written = false, false
+
+-- mgetAll runs cmd ('MGET' or 'EXISTS') over the keys list (of n), in
+-- chunks, and returns the MGET values in order, or the EXISTS count.
+local function mgetAll(cmd, list, n)
+  local out, count = {}, 0
+  for from = 1, n, MGET_CHUNK do
+    local to = from + MGET_CHUNK - 1
+    if to > n then
+      to = n
+    end
+    local r = redis.call(cmd, unpackList(list, from, to))
+    if cmd == 'EXISTS' then
+      count = count + r
+    else
+      for j = 1, #r do
+        out[from + j - 1] = r[j]
+      end
+    end
+  end
+  return out, count
+end
+
+-- prefetch reads the values of the run's n keys, with one MGET (and, when
+-- a key has none, one EXISTS of those keys: MGET reads a key of another
+-- type as none; such a key is marked '', incompatible).
+local function prefetch(n)
+  local vals = mgetAll('MGET', KEYS, n)
+  local absent = {}
+  for i = 1, n do
+    if not vals[i] then
+      absent[#absent + 1] = KEYS[i]
+    end
+  end
+  if #absent > 0 then
+    local _, found = mgetAll('EXISTS', absent, #absent)
+    if found > 0 then
+      for i = 1, n do
+        if not vals[i] and redis.call('EXISTS', KEYS[i]) == 1 then
+          vals[i] = ''
+        end
+      end
+    end
+  end
+  return vals
+end
+
+-- decodeState reads a value of alg's state. It returns st (false:
+-- incompatible, true), lastObservedMs, epoch, level, carry, the log (''
+-- but for a sliding log, checked where its step reads it), penaltyUntilMs
+-- and penaltyLevel (0, 0 without). A value of another algorithm, of
+-- another length, with a number that is not an integer in [0, 2^53-1] or
+-- a sliding window's count above any sliding limit cannot be ours; nor,
+-- for a policy with a penalty box (penalty), a block that ends at 0 or a
+-- level outside [1, 99]. A policy without one does not read its block: a
+-- block it cannot read is dropped, one it can kept.
+local function decodeState(v, alg, penalty)
+  local algorithm
+  -- #include algorithms.lua byte
+  local n = #v
+  if n < 33 then
+    return false, 0, 0, 0, 0, '', 0, 0
+  end
+  local head, lastObservedMs, epoch, level, carry, pos = unpack('>Bdddd', v)
+  local penaltyUntilMs, penaltyLevel = 0, 0
+  if head == algorithm + STATE_PENALTY and n >= 49 then
+    penaltyUntilMs, penaltyLevel, pos = unpack('>dd', v, pos)
+    if not (penaltyUntilMs >= 1 and penaltyUntilMs <= MAX and penaltyUntilMs % 1 == 0
+        and penaltyLevel >= 1 and penaltyLevel <= 99 and penaltyLevel % 1 == 0) then
+      if penalty then
+        return false, 0, 0, 0, 0, '', 0, 0
+      end
+      penaltyUntilMs, penaltyLevel = 0, 0
+    end
+  elseif head ~= algorithm then
+    return false, 0, 0, 0, 0, '', 0, 0
+  end
+  local log = ''
+  if algorithm == 5 then
+    log = sub(v, pos)
+  elseif pos <= n then
+    return false, 0, 0, 0, 0, '', 0, 0
+  end
+  if not (lastObservedMs >= 0 and lastObservedMs <= MAX and lastObservedMs % 1 == 0
+      and epoch >= 0 and epoch <= MAX and epoch % 1 == 0 and level >= 0 and level <= MAX and level % 1 == 0
+      and carry >= 0 and carry <= MAX and carry % 1 == 0)
+    or algorithm == 2 and (level > MAX_SLIDING or carry > MAX_SLIDING) then
+    return false, 0, 0, 0, 0, '', 0, 0
+  end
+  return true, lastObservedMs, epoch, level, carry, log, penaltyUntilMs, penaltyLevel
+end
+
+-- loadState: the state of the group's key gi (key) for alg, as this run
+-- sees it (what it wrote, else what it read), and its penalty box (kept
+-- whether or not the policy has one: penalty). It returns st (nil: none;
+-- false: incompatible; true) and what decodeState returns; policy and rev
+-- are unused (the key names them).
+local function loadState(key, gi, alg, policy, rev, penalty)
+  local v = false
+  if written then
+    v = written[key] or false
+  end
+  if not v then
+    v = stored[gi]
+  end
+  if not v then
+    return nil, 0, 0, 0, 0, '', 0, 0
+  end
+  return decodeState(v, alg, penalty)
+end
+-- #section encode
+-- uses: pack, STATE_PENALTY
+-- defines: encodeState
+
+-- encodeState is the value of alg's state (decodeState's inverse): the
+-- penalty box written when penaltyLevel is not 0.
+local function encodeState(alg, lastObservedMs, epoch, level, carry, penaltyUntilMs, penaltyLevel, log)
+  local algorithm
+  -- #include algorithms.lua byte
+  if penaltyLevel > 0 then
+    return pack('>Bdddddd', algorithm + STATE_PENALTY, lastObservedMs, epoch, level, carry, penaltyUntilMs,
+      penaltyLevel) .. log
+  end
+  return pack('>Bdddd', algorithm, lastObservedMs, epoch, level, carry) .. log
+end
+-- #section store
+-- uses: format, pack, sub, band, serverNow, stored, written, encodeState
+-- defines: offended, storeState, writeOffence
+
+-- offended: false, or the keys this run wrote an offence to (their expiry
+-- was raised to cover the block: a later write of their state only raises
+-- it).
+local offended = false
+
+-- storeState writes key's state (lastObservedMs, epoch, level, carry,
+-- log, the penalty box penaltyUntilMs and penaltyLevel) with an expiry ttl
+-- ms after lastObservedMs on the effective clock: one SET. A window's
+-- state already written in the same window (not fresh, its epoch
+-- unchanged) keeps its expiry (KEEPTTL), which is the same instant;
+-- storedLevel, storedCarry, policy and rev are unused. Numbers go to Redis
+-- as format('%d') strings.
+local function storeState(key, gi, fresh, alg, policy, rev, lastObservedMs, epoch, level, carry, log, ttl,
+                          storedEpoch, storedLevel, storedCarry, penaltyUntilMs, penaltyLevel)
+  local v = encodeState(alg, lastObservedMs, epoch, level, carry, penaltyUntilMs, penaltyLevel, log)
+  if not fresh and epoch == storedEpoch and (alg == 'fixed_window' or alg == 'sliding_window') then
+    redis.call('SET', key, v, 'KEEPTTL')
+  else
+    if ttl < 1 then
+      ttl = 1
+    end
+    -- (checkExact checked the expiry.)
+    local px = format('%d', ttl + lastObservedMs - serverNow)
+    if offended and offended[key] then
+      redis.call('SET', key, v, 'KEEPTTL')
+      redis.call('PEXPIRE', key, px, 'GT')
+    else
+      redis.call('SET', key, v, 'PX', px)
+    end
+  end
+  if written then
+    written[key] = v
+  end
+end
+
+-- writeOffence writes an offence against a penalty box (penaltyStep) to
+-- the state of the group's key gi (key), as stored: its penaltyUntilMs and
+-- penaltyLevel, and its expiry raised to px ms.
+local function writeOffence(key, gi, penaltyUntilMs, penaltyLevel, px)
+  local v = false
+  if written then
+    v = written[key] or false
+  end
+  if not v then
+    v = stored[gi]
+  end
+  -- (A compatible state: an offence needs one.)
+  local head = unpack('>B', v)
+  local rest = 34
+  if band(head, 64) ~= 0 then
+    rest = 50
+  end
+  v = pack('>B', band(head, 63) + 64) .. sub(v, 2, 33) .. pack('>dd', penaltyUntilMs, penaltyLevel) .. sub(v, rest)
+  redis.call('SET', key, v, 'KEEPTTL')
+  redis.call('PEXPIRE', key, format('%d', px), 'GT')
+  if written then
+    written[key] = v
+  end
+  if not offended then
+    offended = {}
+  end
+  offended[key] = true
+end

@@ -1,0 +1,107 @@
+-- rate-batch-v2.lua: every limit of one Envoy request, all or nothing,
+-- version 2 (docs/algorithms.md, limiter.Store): the state of a key is one
+-- string with its expiry (string-v2.lua), read for the whole run with one
+-- MGET and written with one SET.
+--
+-- One run evaluates a group of Envoy requests (limiter.Store batches), in
+-- order, each all or nothing exactly as if it ran alone: a request sees
+-- what the requests before it in the group committed.
+--
+-- KEYS[1..N]  the states (redis.StorageKey) of every request of the group,
+--             request after request; on a Redis Cluster all in one slot
+--             (one hash tag)
+-- ARGV        one field per key, key i at ARGV[i]: its numbers, packed
+--             big-endian as in rate-batch-v1.lua (lua.AppendBatchPacked):
+--             struct.pack('>BBddddddd') of algorithm, flags, policy
+--             revision, limit, the two algorithm arguments, cleanup grace
+--             ms, max clock regression ms and cost, then the penalty
+--             extension (flag 16) and the calendar extension (flag 32);
+--             the ranges are rate-batch-v1.lua's. No policy ID: the key
+--             names the policy, its revision and the algorithm.
+-- ARGV[N+1]   the group: per request struct.pack('>Hd'): its number of keys
+--             (1..N, the counts adding up to N) and its deadline, in ms of
+--             Redis's clock (TIME), an integer in [1, 2^53-1], or 0 for
+--             none. When TIME is past a request's deadline its caller has
+--             given up: the request is not evaluated, writes nothing and
+--             replies { 2, serverNow } (see Reply).
+-- A key whose fields are invalid answers INVALID (a failure, below). A
+-- wrong number of arguments or a group field out of range is an error
+-- reply for the whole group, found before anything is evaluated or
+-- written.
+--
+-- It reads TIME once for the group, and every key's state with one MGET
+-- (and, when one has none, one EXISTS of those: a key of another type is
+-- STATE_INCOMPATIBLE, never overwritten). For each request, it checks
+-- every key in order, writing nothing: the state a key would have after an
+-- allowed request is kept in the program, so a later key naming the same
+-- state sees it. Then the request commits iff every ordinary key is
+-- ALLOWED and, when there are quota keys, at least one of them is
+-- (limiter.Commits, as rate-batch-v1.lua). On commit every ALLOWED key but
+-- the check and probe ones is written: one SET of its whole state, with
+-- PX, or KEEPTTL for a window written before in the same window (the last
+-- state of a key named twice). An offence against a penalty box is
+-- written once every key of the request has been evaluated, before the
+-- commit's writes, whatever the request commits: the state as stored with
+-- the new block (SET KEEPTTL) and its expiry raised (PEXPIRE GT). A
+-- request that raises writes nothing.
+--
+-- Redis CPU per call bounds the service's throughput: a key costs one SET
+-- when it commits, and the run one TIME and one MGET. Each function below
+-- is a closure made once per run (docs/performance.md measures it); numbers
+-- are replied as integers, not formatted.
+--
+-- Reply: an array of one reply per request of the group, in order. A
+-- request's reply is { 2, serverNowMillis } when past its deadline
+-- (nothing evaluated or written); { 3, error text } when its evaluation
+-- raised (a program defect: a number out of range; the other requests are
+-- unaffected); otherwise an array of 2 + 4N integers (N: its keys):
+--   1      committed: 1 or 0
+--   2      serverNowMillis, Redis TIME, read once for the group
+--   then per key four integers (reply-v2.lua):
+--     code                 the status (limiter.Status: 1 ALLOWED, 2 DENIED,
+--                          3 CLOCK_UNSAFE, 4 STATE_INCOMPATIBLE, 5 INVALID,
+--                          6 BLOCKED) plus 8 times the ms the key's
+--                          effective now is ahead of serverNow (the clock
+--                          rule's clamp)
+--     remaining            after this request (0 for the failure statuses)
+--     retryAfterMillis     0 unless DENIED or BLOCKED
+--     resetAtMillis        when the key is back to its full limit with no
+--                          traffic (0 for the failure statuses)
+--   The limit is the policy's (the parser has it; 0 for INVALID). Every
+--   number is checked integral and below 2^53 before it is returned, else
+--   the program raises. An ALLOWED key that did not consume (the batch did
+--   not commit, or a check or probe key) replies its remaining and reset-at
+--   before its cost.
+-- Runs on Redis 7.0+ and Valkey.
+
+-- #include prelude.lua
+-- #include time.lua
+-- #include penalty.lua args step
+-- #include calendar.lua
+-- #include fixed-window.lua step
+-- #include sliding-window.lua step
+-- #include token-bucket.lua step
+-- #include gcra.lua step
+-- #include sliding-log.lua step
+-- #include args-v2.lua
+-- #include string-v2.lua load encode store
+-- #include reply-v2.lua
+-- #include evaluate.lua
+-- #include group.lua
+
+local nkeys = #KEYS
+if nkeys < 1 or #ARGV ~= nkeys * NARG + 1 then
+  return redis.error_reply('envoy-rls: rate-batch-v2 takes 1 argument per key and the group')
+end
+local counts, deadlines, wrong = groupOf(ARGV[#ARGV], nkeys)
+if not counts then
+  return redis.error_reply('envoy-rls: rate-batch-v2: ' .. wrong)
+end
+stored = prefetch(nkeys)
+if #counts > 1 then
+  written = {}
+end
+if nkeys > 1 then
+  argsRead = {}
+end
+return runGroup(counts, deadlines)

@@ -1,0 +1,98 @@
+package lua
+
+import (
+	"encoding/binary"
+	"math"
+
+	"github.com/envoy-rls/envoy-rls/pkg/limiter"
+)
+
+// The state of a key of rate-batch-v2.lua (src/fragments/string-v2.lua):
+// one string, big-endian as struct.pack('>Bdddd') of head,
+// LastObservedMs, Epoch, Level and Carry; head is the algorithm byte, plus
+// StatePenalty when struct.pack('>dd') of PenaltyUntilMs and PenaltyLevel
+// follows; then a sliding log's Log. Every number is an integer in [0,
+// 2^53-1], which a float64 holds exactly.
+const (
+	// StateLen is the length of a state without a penalty box or a log.
+	StateLen = 1 + 4*8
+	// StatePenaltyLen is the length of the penalty box that may follow.
+	StatePenaltyLen = 2 * 8
+	// StatePenalty is the bit of head that says a penalty box follows.
+	StatePenalty = 64
+	// MaxPenaltyLevel is the largest penalty level a state may hold.
+	MaxPenaltyLevel = 99
+)
+
+// AppendState appends st, a state of its algorithm, to dst in the layout
+// of rate-batch-v2.lua; its penalty box only when its PenaltyLevel is not
+// 0. Its Schema, PolicyID and Revision are not kept: the key names them.
+func AppendState(dst []byte, st limiter.State) []byte {
+	head := byte(st.Algorithm)
+	if st.PenaltyLevel > 0 {
+		head |= StatePenalty
+	}
+	dst = append(dst, head)
+	for _, v := range []int64{st.LastObservedMs, st.Epoch, st.Level, st.Carry} {
+		dst = binary.BigEndian.AppendUint64(dst, math.Float64bits(float64(v)))
+	}
+	if st.PenaltyLevel > 0 {
+		for _, v := range []int64{st.PenaltyUntilMs, st.PenaltyLevel} {
+			dst = binary.BigEndian.AppendUint64(dst, math.Float64bits(float64(v)))
+		}
+	}
+	return append(dst, st.Log...)
+}
+
+// ParseState reads a value of rate-batch-v2.lua's layout as a state of p
+// (its Schema, Algorithm, PolicyID and Revision p's): ok is false for a
+// value the program reads as STATE_INCOMPATIBLE (another algorithm,
+// another length, a number that is not an integer in [0, 2^53-1], a
+// sliding window's count above any sliding limit, a penalty level outside
+// [1, MaxPenaltyLevel] or a block ending at 0). A sliding log's Log is
+// returned as stored: the program checks it as it reads it.
+func ParseState(v []byte, p *limiter.Policy) (st limiter.State, ok bool) {
+	if len(v) < StateLen {
+		return st, false
+	}
+	alg := byte(p.Algorithm())
+	num := func(i int) (int64, bool) {
+		f := math.Float64frombits(binary.BigEndian.Uint64(v[i:]))
+		if !(f >= 0 && f <= float64(limiter.MaxSafeInteger)) || f != math.Trunc(f) {
+			return 0, false
+		}
+		return int64(f), true
+	}
+	st = limiter.State{Exists: true, Schema: limiter.StateSchema, Algorithm: p.Algorithm(), PolicyID: p.ID(), Revision: p.Revision()}
+	var fields [4]int64
+	for k := range fields {
+		n, ok := num(1 + 8*k)
+		if !ok {
+			return limiter.State{}, false
+		}
+		fields[k] = n
+	}
+	st.LastObservedMs, st.Epoch, st.Level, st.Carry = fields[0], fields[1], fields[2], fields[3]
+	rest := v[StateLen:]
+	switch {
+	case v[0] == alg|StatePenalty && len(rest) >= StatePenaltyLen:
+		until, ok1 := num(StateLen)
+		level, ok2 := num(StateLen + 8)
+		if !ok1 || !ok2 || until < 1 || level < 1 || level > MaxPenaltyLevel {
+			return limiter.State{}, false
+		}
+		st.PenaltyUntilMs, st.PenaltyLevel = until, level
+		rest = rest[StatePenaltyLen:]
+	case v[0] != alg:
+		return limiter.State{}, false
+	}
+	if p.Algorithm() == limiter.SlidingLog {
+		st.Log = string(rest)
+	} else if len(rest) > 0 {
+		return limiter.State{}, false
+	}
+	if p.Algorithm() == limiter.SlidingWindow && (st.Level > limiter.MaxSafeInteger/limiter.SlidingScale || st.Carry > limiter.MaxSafeInteger/limiter.SlidingScale) {
+		return limiter.State{}, false
+	}
+	return st, true
+}

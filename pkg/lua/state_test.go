@@ -1,0 +1,74 @@
+package lua
+
+import (
+	"encoding/binary"
+	"math"
+	"testing"
+
+	"github.com/envoy-rls/envoy-rls/pkg/limiter"
+)
+
+// TestStateLayout: AppendState and ParseState are each other's inverse for
+// a state of every algorithm, with and without a penalty box, a sliding
+// log's log after the numbers; a state without either is StateLen bytes
+// (Redis keeps a string of up to 44 bytes in the key's own allocation),
+// with a penalty box
+// StateLen+StatePenaltyLen; every malformed value is refused.
+func TestStateLayout(t *testing.T) {
+	for _, p := range fuzzPoliciesV2 {
+		st := limiter.State{Exists: true, Schema: limiter.StateSchema, Algorithm: p.Algorithm(), PolicyID: p.ID(),
+			Revision: p.Revision(), LastObservedMs: 1_700_000_000_123, Epoch: 28_333_333, Level: 3, Carry: 1}
+		if p.Algorithm() == limiter.SlidingLog {
+			st.Log = string(limiter.AppendSlidingLogEntry(nil, 1_700_000_000_100, 2))
+		}
+		for _, penalty := range []bool{false, true} {
+			s := st
+			want := StateLen + len(s.Log)
+			if penalty {
+				s.PenaltyUntilMs, s.PenaltyLevel = 1_700_000_060_000, 3
+				want += StatePenaltyLen
+			}
+			v := AppendState(nil, s)
+			if len(v) != want || !penalty && s.Log == "" && len(v) > 44 {
+				t.Fatalf("%s penalty %v: %d bytes, want %d", p.ID(), penalty, len(v), want)
+			}
+			got, ok := ParseState(v, p)
+			if !ok || got != s {
+				t.Fatalf("%s penalty %v: ParseState = %+v %v, want %+v", p.ID(), penalty, got, ok, s)
+			}
+		}
+	}
+	fw := fuzzPoliciesV2[0]
+	sw := fuzzPoliciesV2[1]
+	good := AppendState(nil, limiter.State{Algorithm: limiter.FixedWindow, LastObservedMs: 1000, Epoch: 1, Level: 1})
+	set := func(v []byte, field int, f float64) []byte {
+		c := append([]byte(nil), v...)
+		binary.BigEndian.PutUint64(c[1+8*field:], math.Float64bits(f))
+		return c
+	}
+	withPenalty := AppendState(nil, limiter.State{Algorithm: limiter.FixedWindow, LastObservedMs: 1000, Epoch: 1, Level: 1,
+		PenaltyUntilMs: 5000, PenaltyLevel: 2})
+	for name, v := range map[string][]byte{
+		"empty":              nil,
+		"short":              good[:StateLen-1],
+		"trailing":           append(append([]byte(nil), good...), 'x'),
+		"other algorithm":    append([]byte{byte(limiter.TokenBucket)}, good[1:]...),
+		"unknown bit":        append([]byte{good[0] | 128}, good[1:]...),
+		"penalty bit, short": append([]byte{good[0] | StatePenalty}, good[1:]...),
+		"NaN":                set(good, 2, math.NaN()),
+		"fraction":           set(good, 2, 1.5),
+		"negative":           set(good, 0, -1),
+		"2^53":               set(good, 1, 1<<53),
+		"penalty level 0":    set(withPenalty, 5, 0),
+		"penalty level 100":  set(withPenalty, 5, 100),
+		"penalty until 0":    set(withPenalty, 4, 0),
+	} {
+		if st, ok := ParseState(v, fw); ok {
+			t.Errorf("%s: ParseState = %+v, want refused", name, st)
+		}
+	}
+	over := AppendState(nil, limiter.State{Algorithm: limiter.SlidingWindow, Level: limiter.MaxSafeInteger/limiter.SlidingScale + 1})
+	if _, ok := ParseState(over, sw); ok {
+		t.Error("a sliding count above any sliding limit was read")
+	}
+}
