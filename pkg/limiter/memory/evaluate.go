@@ -49,9 +49,8 @@ func (s *Store) Evaluate(ctx context.Context, batch []limiter.Request, out []lim
 				fmt.Errorf("memory store: clock reads %dms since the epoch: %w", nowMs, limiter.ErrClockUnsafe))
 			continue
 		}
-		p := r.Policy
 		w[i].valid = true
-		w[i].k = key{subject: r.Subject, policy: p.ID(), revision: p.Revision(), alg: p.Algorithm()}
+		w[i].k = keyOf(r)
 		w[i].h = hashKey(&w[i].k)
 		w[i].shard = s.shardIndex(&r.Subject)
 		valid++
@@ -124,19 +123,22 @@ func (s *Store) Evaluate(ctx context.Context, batch []limiter.Request, out []lim
 		if write && r.EffectiveRole().Consumes() && !wi.inTable && !wi.hasRoom && !wi.overflow {
 			// A new entry: reserve room for it now, so that a full shard
 			// is known before the batch decides.
-			reserved, reservedOwn := 0, 0
+			var res reservation
 			for j := 0; j < i; j++ {
 				if w[j].valid && w[j].shard == wi.shard && w[j].reserved {
-					reserved++
+					res.all++
 					if w[j].k.policy == wi.k.policy {
-						reservedOwn++
+						res.own++
+					}
+					if w[j].k.made {
+						res.made++
 					}
 				}
 			}
-			room := sh.room(wi.k.policy, reserved, reservedOwn)
+			room := sh.room(&wi.k, res)
 			if !room {
 				dropped += sh.dropExpired(nowMs, fullScanBudget)
-				room = sh.room(wi.k.policy, reserved, reservedOwn)
+				room = sh.room(&wi.k, res)
 			}
 			if room {
 				wi.reserved, wi.hasRoom = true, true
@@ -262,7 +264,7 @@ func (s *Store) reportOverflow(batch []limiter.Request, out []limiter.Outcome) {
 	}
 	for i := range out {
 		if out[i].Kind == limiter.Evaluated && out[i].Decision.Source == limiter.SourceMemoryOverflow {
-			s.obs.Overflow(batch[i].Policy.ID())
+			s.obs.Overflow(batch[i].Policy.Label())
 		}
 	}
 }

@@ -24,7 +24,7 @@ func (s *Store) evaluateOne(r *limiter.Request, o *limiter.Outcome, nowMs int64)
 		return
 	}
 	p := r.Policy
-	k := key{subject: r.Subject, policy: p.ID(), revision: p.Revision(), alg: p.Algorithm()}
+	k := keyOf(r)
 	h := hashKey(&k)
 	sh := &s.shards[s.shardIndex(&r.Subject)]
 	t := &sh.t
@@ -45,9 +45,9 @@ func (s *Store) evaluateOne(r *limiter.Request, o *limiter.Outcome, nowMs int64)
 	next, reply, uncommitted, write := limiter.Check(st, wo.sp.now(nowMs), p, r.Cost)
 	room := true
 	if !failed && write && !found && r.EffectiveRole().Consumes() {
-		if room = sh.room(k.policy, 0, 0); !room {
+		if room = sh.room(&k, reservation{}); !room {
 			dropped += sh.dropExpired(nowMs, fullScanBudget)
-			room = sh.room(k.policy, 0, 0)
+			room = sh.room(&k, reservation{})
 		}
 		if dropped != 0 {
 			hint = -1 // a removal moved slots
@@ -109,7 +109,7 @@ func (s *Store) evaluateOne(r *limiter.Request, o *limiter.Outcome, nowMs int64)
 	sh.mu.Unlock()
 	s.report(dropped, refused)
 	if s.obs != nil && o.Kind == limiter.Evaluated && o.Decision.Source == limiter.SourceMemoryOverflow {
-		s.obs.Overflow(p.ID())
+		s.obs.Overflow(p.Label())
 	}
 }
 

@@ -15,11 +15,12 @@ const metricsNamespace = "envoy_rls"
 // Config.Observer and call Entries after each Sweep. Safe for concurrent
 // use.
 type Metrics struct {
-	refused  prometheus.Counter
-	expired  prometheus.Counter
-	entries  prometheus.Gauge
-	overflow *prometheus.CounterVec
-	sketches prometheus.Gauge
+	refused     prometheus.Counter
+	expired     prometheus.Counter
+	entries     prometheus.Gauge
+	overflow    *prometheus.CounterVec
+	sketches    prometheus.Gauge
+	sketchBytes prometheus.Gauge
 }
 
 var _ Observer = (*Metrics)(nil)
@@ -27,8 +28,10 @@ var _ Observer = (*Metrics)(nil)
 // NewMetrics creates the collectors and registers them on reg:
 // envoy_rls_memory_refused_total, envoy_rls_memory_expired_total,
 // envoy_rls_memory_entries, envoy_rls_memory_overflow_decisions_total{policy}
-// (policy IDs come from the rules, a bounded set) and
-// envoy_rls_memory_overflow_sketches.
+// (limiter.Policy.Label: the configured policy IDs, and for the policies made
+// at request time their group, a bounded set),
+// envoy_rls_memory_overflow_sketches and
+// envoy_rls_memory_overflow_sketch_bytes.
 func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 	if reg == nil {
 		return nil, fmt.Errorf("memory: metrics: a registerer is required")
@@ -46,8 +49,10 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 		}, []string{"policy"}),
 		sketches: newGauge("memory_overflow_sketches",
 			"Overflow sketches held by the memory store (one per policy in overflow)."),
+		sketchBytes: newGauge("memory_overflow_sketch_bytes",
+			"Memory held by the memory store's overflow sketches, in bytes."),
 	}
-	for _, c := range []prometheus.Collector{m.refused, m.expired, m.entries, m.overflow, m.sketches} {
+	for _, c := range []prometheus.Collector{m.refused, m.expired, m.entries, m.overflow, m.sketches, m.sketchBytes} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("memory: registering metrics: %w", err)
 		}
@@ -74,8 +79,13 @@ func (m *Metrics) Expired(n int) { m.expired.Add(float64(n)) }
 // Entries sets the number of states held (Store.Len).
 func (m *Metrics) Entries(n int) { m.entries.Set(float64(n)) }
 
-// Overflow counts one decision of policy's overflow sketch.
-func (m *Metrics) Overflow(policy string) { m.overflow.WithLabelValues(policy).Inc() }
+// Overflow counts one decision of an overflow sketch, by the policy's label
+// (limiter.Policy.Label).
+func (m *Metrics) Overflow(label string) { m.overflow.WithLabelValues(label).Inc() }
 
 // Sketches sets the number of overflow sketches held (Store.Sketches).
 func (m *Metrics) Sketches(n int) { m.sketches.Set(float64(n)) }
+
+// SketchBytes sets the memory the overflow sketches hold
+// (Store.SketchBytes).
+func (m *Metrics) SketchBytes(n int64) { m.sketchBytes.Set(float64(n)) }

@@ -33,6 +33,7 @@ func TestMetrics(t *testing.T) {
 	}
 	m.Entries(s.Len())
 	m.Sketches(s.Sketches())
+	m.SketchBytes(s.SketchBytes())
 	want := `
 # HELP envoy_rls_memory_entries Entries held by the memory store.
 # TYPE envoy_rls_memory_entries gauge
@@ -43,6 +44,9 @@ envoy_rls_memory_expired_total 0
 # HELP envoy_rls_memory_overflow_decisions_total Memory store decisions made by a policy's overflow sketch (a new subject without room for an exact entry).
 # TYPE envoy_rls_memory_overflow_decisions_total counter
 envoy_rls_memory_overflow_decisions_total{policy="test"} 1
+# HELP envoy_rls_memory_overflow_sketch_bytes Memory held by the memory store's overflow sketches, in bytes.
+# TYPE envoy_rls_memory_overflow_sketch_bytes gauge
+envoy_rls_memory_overflow_sketch_bytes 131072
 # HELP envoy_rls_memory_overflow_sketches Overflow sketches held by the memory store (one per policy in overflow).
 # TYPE envoy_rls_memory_overflow_sketches gauge
 envoy_rls_memory_overflow_sketches 1
@@ -57,7 +61,9 @@ envoy_rls_memory_refused_total 0
 	s.Sweep(clock.Now())
 	m.Entries(s.Len())
 	m.Sketches(s.Sketches())
-	want = strings.NewReplacer("entries 1", "entries 0", "expired_total 0", "expired_total 1", "sketches 1", "sketches 0").Replace(want)
+	m.SketchBytes(s.SketchBytes())
+	want = strings.NewReplacer("entries 1", "entries 0", "expired_total 0", "expired_total 1", "sketches 1", "sketches 0",
+		"sketch_bytes 131072", "sketch_bytes 0").Replace(want)
 	if got := limitertest.Exposition(t, reg); got != strings.TrimPrefix(want, "\n") {
 		t.Fatalf("exposed:\n%s\nwant:\n%s", got, want)
 	}
