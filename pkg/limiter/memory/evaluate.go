@@ -80,7 +80,7 @@ func (s *Store) Evaluate(ctx context.Context, batch []limiter.Request, out []lim
 			overflowLocked = true
 		}
 	}
-	dropped, refused := 0, 0
+	dropped, refused := 0, false
 	// Phase 1: check, consuming nothing.
 	for i := range batch {
 		wi := &w[i]
@@ -152,7 +152,7 @@ func (s *Store) Evaluate(ctx context.Context, batch []limiter.Request, out []lim
 				}
 				if wi.sp.sk == nil {
 					wi.failed = true
-					refused++
+					refused, wi.refused = true, true
 					out[i] = limiter.UnavailableOutcome(CapacityRetryAfter, limiter.CategoryCapacity, ErrFull)
 					continue
 				}
@@ -228,8 +228,15 @@ func (s *Store) Evaluate(ctx context.Context, batch []limiter.Request, out []lim
 	for k := len(order) - 1; k >= 0; k-- {
 		s.shards[order[k]].mu.Unlock()
 	}
-	s.report(dropped, refused)
+	s.report(dropped)
 	s.reportOverflow(batch, out)
+	if refused && s.obs != nil {
+		for i := range w {
+			if w[i].refused {
+				s.obs.Refused(batch[i].Policy)
+			}
+		}
+	}
 }
 
 // decided is limiter.OutcomeFromReply from src; a decision of the overflow
@@ -242,17 +249,11 @@ func decided(p *limiter.Policy, r limiter.Reply, src limiter.Source) limiter.Out
 	return o
 }
 
-// report tells the Observer what one Evaluate call dropped and refused. It
-// is called with no lock held.
-func (s *Store) report(dropped, refused int) {
-	if s.obs == nil {
-		return
-	}
-	if dropped > 0 {
+// report tells the Observer what one Evaluate call dropped. It is called
+// with no lock held.
+func (s *Store) report(dropped int) {
+	if s.obs != nil && dropped > 0 {
 		s.obs.Expired(dropped)
-	}
-	for range refused {
-		s.obs.Refused()
 	}
 }
 
@@ -299,6 +300,9 @@ type work struct {
 	// later requests on the same state repeat.
 	sp                          spill
 	overflow, estimated, failed bool
+	// refused: this request was refused for capacity (its later requests
+	// on the same state repeat the outcome and are not counted again).
+	refused bool
 }
 
 // source is where the decision of w comes from: the sketch when it decides

@@ -28,7 +28,7 @@ func (s *Store) evaluateOne(r *limiter.Request, o *limiter.Outcome, nowMs int64)
 	h := hashKey(&k)
 	sh := &s.shards[s.shardIndex(&r.Subject)]
 	t := &sh.t
-	refused := 0
+	refused := false
 	sh.mu.Lock()
 	// hint: where k is (found) or would be inserted (-1 once the table has
 	// changed since the lookup).
@@ -85,7 +85,7 @@ func (s *Store) evaluateOne(r *limiter.Request, o *limiter.Outcome, nowMs int64)
 		wo.sp.sk.add(&wo.sp.idx, next, wo.sp.eff, p)
 		o.Decision.Consumed = true
 	case !found && !room:
-		refused = 1
+		refused = true
 		*o = limiter.UnavailableOutcome(CapacityRetryAfter, limiter.CategoryCapacity, ErrFull)
 	default:
 		*o = limiter.OutcomeFromReply(p, reply, limiter.SourceMemory)
@@ -107,7 +107,10 @@ func (s *Store) evaluateOne(r *limiter.Request, o *limiter.Outcome, nowMs int64)
 		s.overflowMu.Unlock()
 	}
 	sh.mu.Unlock()
-	s.report(dropped, refused)
+	s.report(dropped)
+	if refused && s.obs != nil {
+		s.obs.Refused(p)
+	}
 	if s.obs != nil && o.Kind == limiter.Evaluated && o.Decision.Source == limiter.SourceMemoryOverflow {
 		s.obs.Overflow(p.Label())
 	}

@@ -49,7 +49,7 @@ func TestMadePoliciesKeepToTheirShare(t *testing.T) {
 	if held := s.Len(); held > 8 {
 		t.Fatalf("the made policies hold %d entries, above an eighth of 64", held)
 	}
-	if s.Sketches() != 8 || sketched != 8 || refused != 150-s.Len()-8 || obs.refused.Load() != int64(refused) {
+	if s.Sketches() != 8 || sketched != 8 || refused != 150-s.Len()-8 || obs.madeRefused.Load() != int64(refused) {
 		t.Fatalf("made policies: %d sketches, %d sketched, %d refused (observer %d), %d entries; want 8 sketches (64/8)",
 			s.Sketches(), sketched, refused, obs.refused.Load(), s.Len())
 	}

@@ -44,6 +44,10 @@
 // of them; beyond that a new subject without room is refused with an
 // Unavailable outcome of category limiter.CategoryCapacity, which the
 // policy's failure mode answers and Observer.Refused counts.
+//
+// The Observer is told of refusals and overflow decisions by the policy's
+// limiter.Policy.Label, or the policy itself, never by an ID made of request
+// data.
 package memory
 
 import (
@@ -85,9 +89,10 @@ const MaxBytesPerEntry = 272
 // and concurrently from many goroutines; they must be cheap and safe for
 // concurrent use.
 type Observer interface {
-	// Refused: a new subject found no room for an entry and no sketch for
-	// its policy (MaxSketches policies were already in overflow).
-	Refused()
+	// Refused: a new subject of policy found no room for an entry and no
+	// sketch for its policy (MaxSketches policies were already in overflow,
+	// or for a policy made at request time, its share of them).
+	Refused(policy *limiter.Policy)
 	// Expired: n expired states were dropped.
 	Expired(n int)
 	// Overflow: a decision for a policy was made by its overflow sketch;

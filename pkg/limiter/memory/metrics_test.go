@@ -57,6 +57,18 @@ envoy_rls_memory_refused_total 0
 	if got := limitertest.Exposition(t, reg); got != strings.TrimPrefix(want, "\n") {
 		t.Fatalf("exposed:\n%s\nwant:\n%s", got, want)
 	}
+	// A refusal of a configured policy and one of an override group.
+	m.Refused(p)
+	m.Refused(limitertest.Policy(t, limiter.PolicySpec{ID: "edge:override:hour/k", Group: "edge:override",
+		Algorithm: limiter.FixedWindow, Params: limiter.FixedWindowParams{Limit: 1, Window: time.Hour}}))
+	want = strings.Replace(want, "envoy_rls_memory_refused_total 0", "envoy_rls_memory_refused_total 1", 1)
+	want = strings.Replace(want, "# HELP envoy_rls_memory_refused_total", `# HELP envoy_rls_memory_override_refused_total Memory store evaluations of request-supplied limit overrides refused because the overrides' share of the store and of the overflow sketches was in use, by group (<domain>:override).
+# TYPE envoy_rls_memory_override_refused_total counter
+envoy_rls_memory_override_refused_total{policy="edge:override"} 1
+# HELP envoy_rls_memory_refused_total`, 1)
+	if got := limitertest.Exposition(t, reg); got != strings.TrimPrefix(want, "\n") {
+		t.Fatalf("exposed:\n%s\nwant:\n%s", got, want)
+	}
 	clock.Set(time.UnixMilli(t0 + 10_000))
 	s.Sweep(clock.Now())
 	m.Entries(s.Len())
