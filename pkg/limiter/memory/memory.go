@@ -35,7 +35,7 @@
 // rest. A new subject of a policy that has no room
 // left is decided by the policy's overflow sketch (sketch.go): a count-min
 // sketch, at least MinSketchBytes, wider from a pool sized to MaxEntries
-// (SketchPoolBytesPerEntry), that can only over-count, so that it
+// (sketch.go), that can only over-count, so that it
 // never admits more than the exact algorithm would for any subject. Its
 // decisions are ordinary Evaluated outcomes with Source
 // limiter.SourceMemoryOverflow and Certainty limiter.Approximate, counted by
@@ -113,9 +113,9 @@ type Config struct {
 	// (Optional, default DefaultShards)
 	Shards int
 	// MaxSketches bounds how many policies can hold an overflow sketch at
-	// once, each at least MinSketchBytes; together with the pool of
-	// SketchPoolBytesPerEntry × MaxEntries, it bounds their memory
-	// (Store.SketchBytes). (Optional, default DefaultMaxSketches)
+	// once, each at least MinSketchBytes; with the pool (sketch.go) it
+	// bounds their memory (Store.SketchBytes). (Optional, default
+	// DefaultMaxSketches)
 	MaxSketches int
 	// Observer counts refusals, expiries and overflow decisions. (Optional)
 	Observer Observer
@@ -151,6 +151,9 @@ type Store struct {
 	madeSketches               int
 	sketchPool, sketchPoolUsed int64
 	sketchBytes                atomic.Int64
+	// maxSketchBits is log2 of the widest row a sketch may have
+	// (sketchSizing).
+	maxSketchBits uint8
 }
 
 var _ limiter.Store = (*Store)(nil)
@@ -212,8 +215,8 @@ func New(cfg Config) (*Store, error) {
 		return nil, fmt.Errorf("%w: MaxEntries %d is above %d per shard", ErrInvalidConfig, cfg.MaxEntries, math.MaxInt32-1)
 	}
 	s := &Store{clock: cfg.Clock, obs: cfg.Observer, shards: make([]shard, cfg.Shards), mask: uint64(cfg.Shards - 1),
-		sketches: make(map[sketchKey]*sketch), maxSketches: cfg.MaxSketches,
-		sketchPool: int64(cfg.MaxEntries) * SketchPoolBytesPerEntry}
+		sketches: make(map[sketchKey]*sketch), maxSketches: cfg.MaxSketches}
+	s.sketchPool, s.maxSketchBits = sketchSizing(cfg.MaxEntries)
 	per, extra := cfg.MaxEntries/cfg.Shards, cfg.MaxEntries%cfg.Shards
 	for i := range s.shards {
 		sh := &s.shards[i]
@@ -259,7 +262,8 @@ func (s *Store) SweepExpired() int { return s.Sweep(s.clock.Now()) }
 func (s *Store) Sketches() int { return int(s.nSketches.Load()) }
 
 // SketchBytes returns the memory the overflow sketches held take: at most
-// MaxSketches × MinSketchBytes + SketchPoolBytesPerEntry × MaxEntries.
+// MaxSketches × MinSketchBytes plus the pool (the larger of
+// SketchPoolBytesPerEntry × MaxEntries and MinSketchPoolBytes).
 func (s *Store) SketchBytes() int64 { return s.sketchBytes.Load() }
 
 // Len returns the number of stored states, expired ones not yet dropped

@@ -18,11 +18,17 @@ import (
 // subject's own usage by more than e·N/w with probability at most e^-4
 // (under 2%); conservative updates only lower it. The width is therefore
 // what keeps a flooded policy limited rather than closed to its new
-// subjects, and it is sized to the store: beside its minimum (2,048 cells a
-// row) a sketch may take, when it is made, a width from a pool of
-// SketchPoolBytesPerEntry bytes per entry of MaxEntries, at most half of
-// what the pool has left (the fairness rule of the entries, applied to the
-// pool), so that a second flooded policy still gets a wide sketch.
+// subjects. Beside its minimum (2,048 cells a row), a sketch takes, when it
+// is made, the widest power of two that is at most maxSketchBits a row
+// (rows as wide as half of MaxEntries, rounded up: a flood that fills a
+// policy's share and as much again counts about one unit a cell) and whose
+// memory beyond the minimum is at most half of what the pool has left (the
+// fairness rule of the entries, applied to the pool, so that the next
+// flooded policy still gets a wide sketch). The pool is
+// SketchPoolBytesPerEntry bytes per entry of MaxEntries, at least
+// MinSketchPoolBytes; a sketch gives its part back when it is freed. All
+// the sketches together hold at most MaxSketches × MinSketchBytes plus the
+// pool.
 const (
 	sketchRows = 4
 	// minSketchBits and maxSketchBits bound a row's width: 2^11 to 2^20
@@ -33,10 +39,11 @@ const (
 	// MinSketchBytes is the memory of the narrowest sketch: 4 rows of
 	// 2,048 cells of 16 bytes. Every sketch takes at least this.
 	MinSketchBytes = sketchRows << minSketchBits * cellBytes
-	// SketchPoolBytesPerEntry sizes the pool of memory the sketches may
-	// take beyond MinSketchBytes each: this many bytes per entry of
-	// MaxEntries, a quarter of MaxBytesPerEntry.
-	SketchPoolBytesPerEntry = 64
+	// SketchPoolBytesPerEntry and MinSketchPoolBytes size the pool of
+	// memory the sketches may take beyond MinSketchBytes each: this many
+	// bytes per entry of MaxEntries, at least MinSketchPoolBytes.
+	SketchPoolBytesPerEntry = 8
+	MinSketchPoolBytes      = 4 << 20
 	// DefaultMaxSketches bounds how many policies can be in overflow at
 	// once (8 MiB of sketches at their minimum).
 	DefaultMaxSketches = 64
@@ -46,6 +53,18 @@ const (
 	// the whole pool.
 	madeSketchDivisor = 8
 )
+
+// sketchSizing derives, from the entry bound, the pool of sketch memory
+// beyond MinSketchBytes each and the widest row (log2 of its cells): half
+// of maxEntries rounded up to a power of two, within the bounds.
+func sketchSizing(maxEntries int) (pool int64, maxBits uint8) {
+	pool = max(int64(maxEntries)*SketchPoolBytesPerEntry, MinSketchPoolBytes)
+	maxBits = minSketchBits
+	for maxBits < maxSketchBits && 1<<maxBits < maxEntries/2 {
+		maxBits++
+	}
+	return pool, maxBits
+}
 
 // sketchBytes is the memory of a sketch of rows of 2^bits cells.
 func sketchBytes(bits uint8) int64 { return int64(sketchRows) << bits * cellBytes }
@@ -96,7 +115,7 @@ type sketch struct {
 func (s *Store) newSketch(made bool) *sketch {
 	bits := uint8(minSketchBits)
 	if !made {
-		for bits < maxSketchBits && s.sketchExtra(bits+1) <= (s.sketchPool-s.sketchPoolUsed)/2 {
+		for bits < s.maxSketchBits && s.sketchExtra(bits+1) <= (s.sketchPool-s.sketchPoolUsed)/2 {
 			bits++
 		}
 	}
