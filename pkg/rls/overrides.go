@@ -13,9 +13,9 @@ import (
 // (Config.MaxOverridePolicies): an override policy is one key list and
 // window of a descriptor that carries its own limit, so a deployment has as
 // many as its Envoy configuration has rate-limit actions with a limit
-// override, usually a handful; 256 leaves room for large configurations
-// while keeping what a client that names new keys at will can create to a
-// few tens of KiB a domain.
+// override, usually a handful; the default leaves room for large
+// configurations while keeping what a client that names new keys at will
+// can create small (docs/config.md, Overrides).
 const DefaultMaxOverridePolicies = 256
 
 // MaxOverridePoliciesBound is the largest Config.MaxOverridePolicies.

@@ -115,11 +115,11 @@ type sketch struct {
 func (s *Store) newSketch(made bool) *sketch {
 	bits := uint8(minSketchBits)
 	if !made {
-		for bits < s.maxSketchBits && s.sketchExtra(bits+1) <= (s.sketchPool-s.sketchPoolUsed)/2 {
+		for bits < s.maxSketchBits && sketchExtra(bits+1) <= (s.sketchPool-s.sketchPoolUsed)/2 {
 			bits++
 		}
 	}
-	s.sketchPoolUsed += s.sketchExtra(bits)
+	s.sketchPoolUsed += sketchExtra(bits)
 	s.sketchBytes.Add(sketchBytes(bits))
 	if made {
 		s.madeSketches++
@@ -129,11 +129,11 @@ func (s *Store) newSketch(made bool) *sketch {
 
 // sketchExtra is what a sketch of rows of 2^bits cells takes from the pool:
 // its memory beyond MinSketchBytes.
-func (s *Store) sketchExtra(bits uint8) int64 { return sketchBytes(bits) - MinSketchBytes }
+func sketchExtra(bits uint8) int64 { return sketchBytes(bits) - MinSketchBytes }
 
 // freeSketch uncounts sk, which is dropped. Called with overflowMu held.
 func (s *Store) freeSketch(sk *sketch) {
-	s.sketchPoolUsed -= s.sketchExtra(sk.bits)
+	s.sketchPoolUsed -= sketchExtra(sk.bits)
 	s.sketchBytes.Add(-sketchBytes(sk.bits))
 	if sk.made {
 		s.madeSketches--
