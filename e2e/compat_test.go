@@ -17,6 +17,7 @@ import (
 
 	"github.com/envoy-rls/envoy-rls/internal/redistest"
 	"github.com/envoy-rls/envoy-rls/internal/statsd/statsdtest"
+	"github.com/envoy-rls/envoy-rls/pkg/limiter/redis"
 )
 
 // ratelimitLink returns a link named ratelimit to the binary, in a
@@ -112,12 +113,15 @@ func TestRatelimitEntryPoint(t *testing.T) {
 			t.Errorf("%s: no start-up warning about the secret shared through Redis", r.name)
 		}
 	}
-	// One secret, stored once, under the prefixed key.
+	// One secret, stored once, under the prefixed key, in the checked form.
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	v, err := redistest.Do(ctx, g.redis.Addr(), nil, "STRLEN", prefix+"envoy-rls:hmac-secret")
-	if err != nil || v != int64(32) {
-		t.Errorf("STRLEN of the shared secret's key: %v, %v; want 32", v, err)
+	key := prefix + "envoy-rls:hmac-secret"
+	v, err := redistest.Do(ctx, g.redis.Addr(), nil, "GET", key)
+	if s, ok := v.(string); err != nil || !ok {
+		t.Errorf("GET %s: %v, %v", key, v, err)
+	} else if secret, legacy, err := redis.DecodeSharedSecret(key, []byte(s)); err != nil || legacy || len(secret) != redis.SharedSecretBytes {
+		t.Errorf("the shared secret's value %q: %v", s, err)
 	}
 
 	// The limit is shared: 3 calls an hour over both replicas.

@@ -42,8 +42,10 @@ type Config struct {
 	StoreState *StoreState
 	// Registry is served on /metrics and summed by /v1/stats. (Required)
 	Registry *prometheus.Registry
-	// ConfigView returns the /config document. (Required)
-	ConfigView func() any
+	// ConfigView returns the /config document: with full, every configured
+	// value; without, the rules' values as digests. Full is asked for
+	// only behind a token (with Auth). (Required)
+	ConfigView func(full bool) any
 	// StoreReadiness makes /readyz and /healthcheck also require a store
 	// that answers its ping. (Optional)
 	StoreReadiness bool
@@ -52,8 +54,9 @@ type Config struct {
 	HealthcheckRequiresRules bool
 	// Pprof serves the runtime profiles under /debug/pprof/. (Optional)
 	Pprof bool
-	// Auth checks the /v1 API's tokens; nil: the API and the console are
-	// off (404). (Optional)
+	// Auth checks the tokens of the /v1 API, /config and the profiles;
+	// nil: the API and the console are off (404), /config shows digests
+	// of the rules' values, the profiles are open. (Optional)
 	Auth *Auth
 	// Top tracks the top consumers and usage (/v1/top, /v1/usage).
 	// (Required)
@@ -65,11 +68,15 @@ type Config struct {
 	// Log receives the admin calls and the token file's changes.
 	// (Required)
 	Log *zap.Logger
+	// Now is the clock of the audit records, the refusal log and the
+	// per-token rate. (Optional, default time.Now)
+	Now func() time.Time
 }
 
 // Server is the admin HTTP surface of one serve.
 type Server struct {
 	cfg      Config
+	guards   *guardState
 	draining atomic.Bool
 }
 
@@ -79,8 +86,21 @@ func New(cfg Config) (*Server, error) {
 	case cfg.Rules == nil, cfg.Store == nil, cfg.StoreState == nil, cfg.Registry == nil, cfg.ConfigView == nil, cfg.Top == nil, cfg.Log == nil:
 		return nil, errors.New("admin: Config.Rules, Store, StoreState, Registry, ConfigView, Top and Log are required")
 	}
-	return &Server{cfg: cfg}, nil
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	s := &Server{cfg: cfg}
+	if cfg.Auth != nil {
+		g, err := newGuardState(cfg.Registry)
+		if err != nil {
+			return nil, err
+		}
+		s.guards = g
+	}
+	return s, nil
 }
+
+func (s *Server) now() time.Time { return s.cfg.Now() }
 
 // SetDraining makes /readyz and /healthcheck answer draining from now on.
 func (s *Server) SetDraining() { s.draining.Store(true) }
@@ -92,16 +112,21 @@ const readyTimeout = time.Second
 // /v1 API and the console, and with Config.Pprof the profiles under
 // /debug/pprof/. They are registered on this mux only (never on
 // http.DefaultServeMux: see registerPprof), so that profiles are off unless
-// asked for.
+// asked for. With Config.Auth, /config and the profiles need a token like
+// the API.
 func (s *Server) Handler() http.Handler {
 	mux := http.NewServeMux()
 	if s.cfg.Pprof {
-		registerPprof(mux)
+		registerPprof(mux, s.guard)
 	}
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		// Liveness: 200 whatever the store's state, which the second line
-		// reports.
-		writeText(w, http.StatusOK, "ok\n"+s.cfg.StoreState.Describe())
+		// reports, and the admin tokens' state, the third.
+		msg := "ok\n" + s.cfg.StoreState.Describe()
+		if s.cfg.Auth != nil {
+			msg += "\n" + s.cfg.Auth.Describe()
+		}
+		writeText(w, http.StatusOK, msg)
 	})
 	mux.HandleFunc("GET /healthcheck", func(w http.ResponseWriter, r *http.Request) {
 		// The reference service's probe: 200 OK while serving, 500 once
@@ -131,9 +156,9 @@ func (s *Server) Handler() http.Handler {
 		writeText(w, http.StatusOK, msg)
 	})
 	mux.Handle("GET /metrics", promhttp.HandlerFor(s.cfg.Registry, promhttp.HandlerOpts{Registry: s.cfg.Registry}))
-	mux.HandleFunc("GET /config", func(w http.ResponseWriter, _ *http.Request) {
-		writeJSON(w, http.StatusOK, s.cfg.ConfigView())
-	})
+	mux.HandleFunc("GET /config", s.guard("config", func(w http.ResponseWriter, _ *http.Request) {
+		writeJSON(w, http.StatusOK, s.cfg.ConfigView(s.cfg.Auth != nil))
+	}))
 	s.handleAPI(mux, "POST /v1/explain", "explain", s.handleExplain)
 	s.handleAPI(mux, "GET /v1/counters", "counters-read", s.handleCounters)
 	s.handleAPI(mux, "DELETE /v1/counters", "counters-reset", s.handleReset)
@@ -196,7 +221,7 @@ func writeAPIError(w http.ResponseWriter, code int, msg string) {
 const (
 	readHeaderTimeout = 5 * time.Second
 	readTimeout       = 10 * time.Second
-	// writeTimeout leaves room for a 60 s profile.
+	// writeTimeout leaves room for the longest profile (maxCPUProfile).
 	writeTimeout = 90 * time.Second
 	idleTimeout  = 2 * time.Minute
 	maxHeader    = 64 << 10

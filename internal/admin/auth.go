@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"net/http"
 	"os"
 	"regexp"
@@ -15,7 +16,10 @@ import (
 	"sync"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
+
+	"github.com/envoy-rls/envoy-rls/pkg/rls"
 )
 
 // Bounds of the token file.
@@ -26,9 +30,18 @@ const (
 	maxAdminTokens = 64
 	// MinTokenLen refuses tokens short enough to guess.
 	MinTokenLen = 16
-	// tokenRecheck is how often the file's size and modification time are
-	// looked at to pick up a rotation.
-	tokenRecheck = time.Second
+	// TickInterval is how often Server.Tick is to be called: the token
+	// file is read again (a call also reads it when the last read is
+	// older) and the count of refused calls not logged is written.
+	TickInterval = time.Second
+)
+
+// Log messages of the token file's changes: one line per change of its
+// state, never per read.
+const (
+	MsgTokenFileRefused = "admin token file refused: no admin token is in force; the admin API, /config and the profiles answer 401 until the file is fixed"
+	MsgTokenFileValid   = "admin token file valid again: its tokens are in force"
+	MsgTokenFileReread  = "admin token file read again"
 )
 
 // tokenName is what the admin log shows for a token.
@@ -42,7 +55,9 @@ type adminToken struct {
 
 // parseTokens reads a token file: one `name:token` per line; blank
 // lines and lines starting with # are ignored. Names and tokens are unique;
-// a token has at least MinTokenLen characters and no spaces.
+// a token has at least MinTokenLen characters and no spaces. An error
+// names the line and the rule it breaks, never the line's text (which may
+// be a token).
 func parseTokens(path string, b []byte) ([]adminToken, error) {
 	var out []adminToken
 	names := map[string]bool{}
@@ -78,7 +93,7 @@ func parseTokens(path string, b []byte) ([]adminToken, error) {
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
 	if len(out) == 0 {
-		return nil, fmt.Errorf("%s: no token (one name:token per line)", path)
+		return nil, fmt.Errorf("%s: no token: write one name:token line (a blank or commented-out file revokes every token)", path)
 	}
 	return out, nil
 }
@@ -101,145 +116,211 @@ func ClientToken(b []byte) (token string, ok bool) {
 	return "", false
 }
 
-// readTokens reads and parses the token file, bounded in size.
-func readTokens(path string) ([]adminToken, os.FileInfo, error) {
+// readTokens reads and parses the token file, bounded in size. A file that
+// is missing, unreadable, not a regular file, readable or writable by
+// group or others (any of the mode bits 077), too large, without a token
+// or malformed is refused; the error says what to fix.
+func readTokens(path string) ([]adminToken, error) {
 	f, err := os.Open(path)
-	if err != nil {
-		return nil, nil, fmt.Errorf("admin token file: %w", err)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return nil, fmt.Errorf("admin token file %s: does not exist: create it with one name:token line, mode 0600", path)
+	case err != nil:
+		return nil, fmt.Errorf("admin token file %s: cannot be read: %w", path, errors.Unwrap(err))
 	}
 	defer f.Close()
 	fi, err := f.Stat()
 	if err != nil {
-		return nil, nil, fmt.Errorf("admin token file: %w", err)
+		return nil, fmt.Errorf("admin token file %s: %w", path, err)
 	}
 	if !fi.Mode().IsRegular() {
-		return nil, nil, fmt.Errorf("admin token file %s: not a regular file", path)
+		return nil, fmt.Errorf("admin token file %s: not a regular file", path)
+	}
+	if perm := fi.Mode().Perm(); perm&0o077 != 0 {
+		return nil, fmt.Errorf("admin token file %s: mode %04o lets group or others use it: chmod 600 %s", path, perm, path)
 	}
 	b, err := io.ReadAll(io.LimitReader(f, maxTokenFileBytes+1))
 	if err != nil {
-		return nil, nil, fmt.Errorf("admin token file %s: %w", path, err)
+		return nil, fmt.Errorf("admin token file %s: %w", path, err)
 	}
 	if len(b) > maxTokenFileBytes {
-		return nil, nil, fmt.Errorf("admin token file %s: larger than %d bytes", path, maxTokenFileBytes)
+		return nil, fmt.Errorf("admin token file %s: larger than %d bytes", path, maxTokenFileBytes)
 	}
-	toks, err := parseTokens(path, b)
-	return toks, fi, err
+	return parseTokens("admin token file "+path, b)
+}
+
+// AuthConfig configures an Auth.
+type AuthConfig struct {
+	// Path is the token file; "" turns the admin API off. (Optional)
+	Path string
+	// Now is the clock of the rereads. (Optional, default time.Now)
+	Now func() time.Time
+	// Log receives the file's changes. (Required with Path)
+	Log *zap.Logger
+	// Registerer receives the token gauges. (Optional: none registered)
+	Registerer prometheus.Registerer
 }
 
 // Auth checks the bearer tokens of the admin API. The file is read at
-// start (a bad file stops the start) and again when its size or
-// modification time changes: rotation is editing the file, with the old and
-// the new token side by side until every client has the new one. A changed
-// file that does not parse keeps the tokens in force and is logged.
+// start (a bad file stops the start) and again at most once per
+// TickInterval: rotation is editing the file, with the old and the new
+// token side by side until every client has the new one. A file that
+// becomes bad (missing, unreadable, readable by group or others, empty,
+// only comments, malformed) leaves no token in force, so every guarded
+// call is refused until a valid file is read again: a control that fails
+// closed.
 type Auth struct {
 	path  string
 	now   func() time.Time
 	log   *zap.Logger
+	ok    prometheus.Gauge
+	count prometheus.Gauge
+
 	mu    sync.Mutex
 	toks  []adminToken
-	mod   time.Time
-	size  int64
+	why   string // why no token is in force; "" while the file is valid
 	check time.Time
 }
 
-// NewAuth reads the token file at path; nil, nil when path is empty.
-func NewAuth(path string, now func() time.Time, log *zap.Logger) (*Auth, error) {
-	if path == "" {
+// NewAuth reads the token file of cfg; nil, nil when cfg.Path is empty. A
+// file that is bad at start is an error: the start stops and says what to
+// fix.
+func NewAuth(cfg AuthConfig) (*Auth, error) {
+	if cfg.Path == "" {
 		return nil, nil
 	}
-	toks, fi, err := readTokens(path)
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	if cfg.Log == nil {
+		return nil, errors.New("admin: AuthConfig.Log is required")
+	}
+	toks, err := readTokens(cfg.Path)
 	if err != nil {
 		return nil, err
 	}
-	return &Auth{path: path, now: now, log: log, toks: toks, mod: fi.ModTime(), size: fi.Size(), check: now()}, nil
+	a := &Auth{
+		path: cfg.Path, now: cfg.Now, log: cfg.Log,
+		ok: prometheus.NewGauge(prometheus.GaugeOpts{
+			Namespace: rls.MetricsNamespace, Name: "admin_token_file_ok",
+			Help: "Whether the admin token file is valid (1) or refused (0: missing, unreadable, readable by group or others, without a token or malformed; no admin token is then in force).",
+		}),
+		count: prometheus.NewGauge(prometheus.GaugeOpts{
+			Namespace: rls.MetricsNamespace, Name: "admin_tokens",
+			Help: "Admin API tokens in force (0 while the token file is refused).",
+		}),
+		toks: toks, check: cfg.Now(),
+	}
+	if cfg.Registerer != nil {
+		for _, c := range []prometheus.Collector{a.ok, a.count} {
+			if err := cfg.Registerer.Register(c); err != nil {
+				return nil, fmt.Errorf("registering the admin token gauges: %w", err)
+			}
+		}
+	}
+	a.gauges()
+	return a, nil
 }
 
-// tokens returns the tokens in force, re-reading a changed file at most once
-// per tokenRecheck.
-func (a *Auth) tokens() []adminToken {
+func (a *Auth) gauges() {
+	if a.why == "" {
+		a.ok.Set(1)
+	} else {
+		a.ok.Set(0)
+	}
+	a.count.Set(float64(len(a.toks)))
+}
+
+// Refresh reads the token file again when the last read is at least
+// TickInterval before now.
+func (a *Auth) Refresh(now time.Time) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	now := a.now()
-	if now.Sub(a.check) < tokenRecheck {
-		return a.toks
-	}
-	a.check = now
-	fi, err := os.Stat(a.path)
-	if err != nil {
-		a.log.Error("admin token file unreadable; the tokens read before stay in force", zap.Error(err))
-		return a.toks
-	}
-	if fi.ModTime().Equal(a.mod) && fi.Size() == a.size {
-		return a.toks
-	}
-	a.mod, a.size = fi.ModTime(), fi.Size()
-	toks, _, err := readTokens(a.path)
-	if err != nil {
-		a.log.Error("admin token file changed but does not parse; the tokens read before stay in force", zap.Error(err))
-		return a.toks
-	}
-	a.toks = toks
-	a.log.Info("admin token file read again", zap.Int("tokens", len(toks)))
-	return a.toks
+	a.refresh(now)
 }
 
-// errNoToken and errWrongToken are the two reasons for a 401.
-var (
-	errNoToken    = errors.New("no bearer token")
-	errWrongToken = errors.New("wrong token")
+// refresh is Refresh with a.mu held. Only a change of state is logged:
+// a file refused (again for another reason), valid again, or valid with
+// other tokens.
+func (a *Auth) refresh(now time.Time) {
+	if now.Sub(a.check) < TickInterval {
+		return
+	}
+	a.check = now
+	toks, err := readTokens(a.path)
+	why := ""
+	if err != nil {
+		toks, why = nil, err.Error()
+	}
+	was, same := a.why, sameTokens(a.toks, toks)
+	a.toks, a.why = toks, why
+	a.gauges()
+	switch {
+	case why != "" && why != was:
+		a.log.Error(MsgTokenFileRefused, zap.String("problem", why))
+	case why == "" && was != "":
+		a.log.Info(MsgTokenFileValid, zap.Int("tokens", len(toks)))
+	case why == "" && !same:
+		a.log.Info(MsgTokenFileReread, zap.Int("tokens", len(toks)))
+	}
+}
+
+func sameTokens(a, b []adminToken) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}
+
+// Describe is the token line of /healthz: how many tokens are in force,
+// or why none is. It names the file and the problem, never a token.
+func (a *Auth) Describe() string {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.refresh(a.now())
+	if a.why != "" {
+		return "admin tokens: none in force: " + a.why
+	}
+	return fmt.Sprintf("admin tokens: %d in force", len(a.toks))
+}
+
+// Reasons a call is refused: the reason label of
+// envoy_rls_admin_refused_total and of the refusal log lines.
+const (
+	refusedNoToken     = "no_token"
+	refusedWrongToken  = "wrong_token"
+	refusedNoneInForce = "no_token_in_force"
+	refusedRateLimited = "rate_limited"
 )
 
-// who returns the name of the token r carries, or why it is refused. Every
-// token is compared, in constant time.
-func (a *Auth) who(r *http.Request) (string, error) {
+// who returns the name of the token r carries, or the reason it is
+// refused. Every token is compared, in constant time.
+func (a *Auth) who(r *http.Request) (name, refused string) {
 	h := r.Header.Get("Authorization")
 	scheme, token, ok := strings.Cut(h, " ")
 	if !ok || !strings.EqualFold(scheme, "Bearer") || token == "" {
-		return "", errNoToken
+		return "", refusedNoToken
 	}
 	sum := sha256.Sum256([]byte(strings.TrimSpace(token)))
-	name := ""
-	for _, t := range a.tokens() {
+	a.mu.Lock()
+	a.refresh(a.now())
+	toks := a.toks
+	a.mu.Unlock()
+	if len(toks) == 0 {
+		return "", refusedNoneInForce
+	}
+	for _, t := range toks {
 		if subtle.ConstantTimeCompare(sum[:], t.sum[:]) == 1 {
 			name = t.name
 		}
 	}
 	if name == "" {
-		return "", errWrongToken
+		return "", refusedWrongToken
 	}
-	return name, nil
-}
-
-// statusRecorder keeps the status code a handler wrote, for the admin log.
-type statusRecorder struct {
-	http.ResponseWriter
-	code int
-}
-
-func (w *statusRecorder) WriteHeader(code int) {
-	w.code = code
-	w.ResponseWriter.WriteHeader(code)
-}
-
-// handleAPI registers h at pattern behind the bearer token check, and logs
-// each call: the token's name, the action and the status (never the query,
-// which may hold raw descriptor values). Without Config.Auth the pattern is
-// not registered: the endpoint answers 404.
-func (s *Server) handleAPI(mux *http.ServeMux, pattern, action string, h http.HandlerFunc) {
-	a := s.cfg.Auth
-	if a == nil {
-		return
-	}
-	mux.HandleFunc(pattern, func(w http.ResponseWriter, r *http.Request) {
-		name, err := a.who(r)
-		if err != nil {
-			s.cfg.Log.Warn("admin call refused", zap.String("action", action), zap.String("reason", err.Error()))
-			w.Header().Set("WWW-Authenticate", `Bearer realm="envoy-rls admin"`)
-			writeText(w, http.StatusUnauthorized, "401: "+err.Error())
-			return
-		}
-		rec := &statusRecorder{ResponseWriter: w, code: http.StatusOK}
-		h(rec, r)
-		s.cfg.Log.Info("admin call", zap.String("token", name), zap.String("action", action), zap.Int("status", rec.code))
-	})
+	return name, ""
 }

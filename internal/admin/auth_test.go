@@ -6,12 +6,20 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 	"go.uber.org/zap/zaptest/observer"
+
+	"github.com/envoy-rls/envoy-rls/internal/observe"
+	"github.com/envoy-rls/envoy-rls/pkg/descriptors"
+	"github.com/envoy-rls/envoy-rls/pkg/limiter/memory"
+	"github.com/envoy-rls/envoy-rls/pkg/topk"
 )
 
 func TestParseTokens(t *testing.T) {
@@ -57,18 +65,10 @@ func TestClientToken(t *testing.T) {
 
 // TestAdminAuth: without a token file an admin endpoint does not exist
 // (404); with one, a call without a token or with a wrong one is 401 and
-// logged as refused, a right one is served and logged with the token's name
-// and never the query; rotation is editing the file.
+// logged as refused with the caller's address, a right one is served and
+// logged with the token's name and never the query; rotation is editing
+// the file.
 func TestAdminAuth(t *testing.T) {
-	hit := func(h http.Handler, token, target string) *httptest.ResponseRecorder {
-		r := httptest.NewRequest(http.MethodGet, target, nil)
-		if token != "" {
-			r.Header.Set("Authorization", "Bearer "+token)
-		}
-		w := httptest.NewRecorder()
-		h.ServeHTTP(w, r)
-		return w
-	}
 	mux := func(s *Server) http.Handler {
 		m := http.NewServeMux()
 		s.handleAPI(m, "GET /v1/probe", "probe", func(w http.ResponseWriter, _ *http.Request) {
@@ -78,21 +78,14 @@ func TestAdminAuth(t *testing.T) {
 	}
 
 	off := &Server{cfg: Config{Log: zap.NewNop()}}
-	if code := hit(mux(off), "anything-at-all-0123", "/v1/probe").Code; code != http.StatusNotFound {
+	if code := hitWith(mux(off), "anything-at-all-0123", "/v1/probe").Code; code != http.StatusNotFound {
 		t.Fatalf("without --admin-token-file: %d, want 404", code)
 	}
 
-	path := filepath.Join(t.TempDir(), "tokens")
-	if err := os.WriteFile(path, []byte("ops:old-token-0123456789\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	now := time.Unix(1000, 0)
+	path := writeTokens(t, "", "ops:old-token-0123456789\n", 0o600)
+	clock := &fakeClock{now: time.Unix(1000, 0)}
 	core, logs := observer.New(zapcore.InfoLevel)
-	auth, err := NewAuth(path, func() time.Time { return now }, zap.New(core))
-	if err != nil {
-		t.Fatal(err)
-	}
-	s := &Server{cfg: Config{Log: zap.New(core), Auth: auth}}
+	s, _ := authServer(t, path, clock, zap.New(core))
 	h := mux(s)
 	for _, tc := range []struct {
 		token string
@@ -102,7 +95,7 @@ func TestAdminAuth(t *testing.T) {
 		{"wrong-token-0123456789", http.StatusUnauthorized},
 		{"old-token-0123456789", http.StatusOK},
 	} {
-		w := hit(h, tc.token, "/v1/probe?descriptor=remote_address=192.0.2.7")
+		w := hitWith(h, tc.token, "/v1/probe?descriptor=remote_address=192.0.2.7")
 		if w.Code != tc.code {
 			t.Fatalf("token %q: %d, want %d", tc.token, w.Code, tc.code)
 		}
@@ -110,11 +103,12 @@ func TestAdminAuth(t *testing.T) {
 			t.Errorf("401 without a Bearer challenge: %v", w.Header())
 		}
 	}
-	if n := logs.FilterMessage("admin call refused").Len(); n != 2 {
-		t.Errorf("%d refusals logged, want 2", n)
+	refused := logs.FilterMessage(MsgRefused).All()
+	if len(refused) != 2 || refused[0].ContextMap()["client"] != "192.0.2.1:1234" || refused[1].ContextMap()["reason"] != refusedWrongToken {
+		t.Errorf("refusals logged: %+v", refused)
 	}
 	served := logs.FilterMessage("admin call").All()
-	if len(served) != 1 || served[0].ContextMap()["token"] != "ops" || served[0].ContextMap()["action"] != "probe" {
+	if len(served) != 1 || served[0].ContextMap()["token"] != "ops" || served[0].ContextMap()["action"] != "probe" || served[0].ContextMap()["client"] != "192.0.2.1:1234" {
 		t.Fatalf("served calls logged: %+v", served)
 	}
 	for _, e := range logs.All() {
@@ -126,35 +120,235 @@ func TestAdminAuth(t *testing.T) {
 	}
 
 	// Rotation: both tokens while clients move, then only the new one. The
-	// file is looked at again after tokenRecheck.
-	rotate := func(content string, mtime time.Time) {
+	// file is looked at again after TickInterval.
+	rotate := func(content string) {
 		t.Helper()
-		if err := os.WriteFile(path, []byte(content), 0o600); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.Chtimes(path, mtime, mtime); err != nil {
-			t.Fatal(err)
-		}
-		now = now.Add(tokenRecheck)
+		writeTokens(t, path, content, 0o600)
+		clock.advance(TickInterval)
 	}
-	rotate("ops:old-token-0123456789\nops2:new-token-0123456789\n", time.Unix(2000, 0))
+	rotate("ops:old-token-0123456789\nops2:new-token-0123456789\n")
 	for _, tok := range []string{"old-token-0123456789", "new-token-0123456789"} {
-		if code := hit(h, tok, "/v1/probe").Code; code != http.StatusOK {
+		if code := hitWith(h, tok, "/v1/probe").Code; code != http.StatusOK {
 			t.Errorf("during rotation, %s: %d", tok, code)
 		}
 	}
-	rotate("ops2:new-token-0123456789\n", time.Unix(3000, 0))
-	if code := hit(h, "old-token-0123456789", "/v1/probe").Code; code != http.StatusUnauthorized {
+	rotate("ops2:new-token-0123456789\n")
+	if code := hitWith(h, "old-token-0123456789", "/v1/probe").Code; code != http.StatusUnauthorized {
 		t.Errorf("after rotation the old token: %d, want 401", code)
 	}
-	// A file that stops parsing keeps the tokens in force.
-	rotate("ops2 new-token-0123456789\n", time.Unix(4000, 0))
-	if code := hit(h, "new-token-0123456789", "/v1/probe").Code; code != http.StatusOK {
-		t.Errorf("after a bad edit, the token in force: %d, want 200", code)
+	if n := logs.FilterMessage(MsgTokenFileReread).Len(); n != 2 {
+		t.Errorf("%d rereads logged, want 2 (one per change)", n)
 	}
-	if logs.FilterMessage("admin token file changed but does not parse; the tokens read before stay in force").Len() != 1 {
-		t.Error("the bad edit was not logged")
+}
+
+// TestTokenFileFailsClosed: each way of breaking the token file while
+// serving (emptied, the line commented out, deleted, a malformed line,
+// made readable by others, made a directory) leaves no token in force: 401
+// with the reason no_token_in_force, /healthz names the problem (never the
+// token), the gauges say 0, and exactly one error line is logged per
+// change however many rereads see it. A valid file restores the tokens.
+func TestTokenFileFailsClosed(t *testing.T) {
+	const good = "ops:right-token-0123456789\n"
+	path := writeTokens(t, "", good, 0o600)
+	clock := &fakeClock{now: time.Unix(1000, 0)}
+	core, logs := observer.New(zapcore.InfoLevel)
+	s, reg := authServer(t, path, clock, zap.New(core))
+	h := s.Handler()
+	for _, tc := range []struct {
+		name, problem string
+		breakIt       func()
+	}{
+		{"emptied", "no token", func() { writeTokens(t, path, "", 0o600) }},
+		{"commented out", "no token", func() { writeTokens(t, path, "# ops:right-token-0123456789\n", 0o600) }},
+		{"deleted", "does not exist", func() { must(t, os.Remove(path)) }},
+		{"malformed", ":1: want name:token", func() { writeTokens(t, path, "ops right-token-0123456789\n", 0o600) }},
+		{"readable by others", "mode 0644 lets group or others use it: chmod 600", func() { must(t, os.Chmod(path, 0o644)) }},
+		{"readable by the group", "mode 0640", func() { must(t, os.Chmod(path, 0o640)) }},
+		{"a directory", "not a regular file", func() { must(t, os.Remove(path)); must(t, os.Mkdir(path, 0o700)) }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			errorsBefore := logs.FilterMessage(MsgTokenFileRefused).Len()
+			tc.breakIt()
+			for range 3 { // three rereads of one bad state: one line
+				clock.advance(TickInterval)
+				s.Tick(clock.Now())
+				w := hitWith(h, "right-token-0123456789", "/v1/stats")
+				if w.Code != http.StatusUnauthorized || !strings.Contains(w.Body.String(), "no admin token in force") {
+					t.Fatalf("with the file %s: %d %q, want 401", tc.name, w.Code, w.Body)
+				}
+			}
+			body := hitWith(h, "", "/healthz").Body.String()
+			if !strings.Contains(body, "admin tokens: none in force: ") || !strings.Contains(body, tc.problem) || strings.Contains(body, "right-token") {
+				t.Fatalf("/healthz: %q, want the problem %q", body, tc.problem)
+			}
+			if ok, n := gaugeValue(t, reg, "envoy_rls_admin_token_file_ok"), gaugeValue(t, reg, "envoy_rls_admin_tokens"); ok != 0 || n != 0 {
+				t.Fatalf("token_file_ok %v, tokens %v; want 0, 0", ok, n)
+			}
+			if n := logs.FilterMessage(MsgTokenFileRefused).Len() - errorsBefore; n != 1 {
+				t.Fatalf("%d error lines for one change, want 1", n)
+			}
+			// A valid file again: the token is back.
+			if fi, err := os.Stat(path); err == nil && fi.IsDir() {
+				must(t, os.Remove(path))
+			}
+			writeTokens(t, path, good, 0o600)
+			clock.advance(TickInterval)
+			s.Tick(clock.Now())
+			if code := hitWith(h, "right-token-0123456789", "/v1/stats").Code; code != http.StatusOK {
+				t.Fatalf("after the fix: %d, want 200", code)
+			}
+			if body := hitWith(h, "", "/healthz").Body.String(); !strings.Contains(body, "admin tokens: 1 in force") {
+				t.Fatalf("/healthz after the fix: %q", body)
+			}
+			if ok := gaugeValue(t, reg, "envoy_rls_admin_token_file_ok"); ok != 1 {
+				t.Fatalf("token_file_ok %v after the fix", ok)
+			}
+		})
 	}
+	if n := logs.FilterMessage(MsgTokenFileValid).Len(); n != 7 {
+		t.Errorf("%d %q lines, want 7", n, MsgTokenFileValid)
+	}
+	if v := counterValue(t, reg, "envoy_rls_admin_refused_total", refusedNoneInForce); v != 21 {
+		t.Errorf("refused no_token_in_force %v, want 21", v)
+	}
+}
+
+// TestTokenFileBadAtStart: a file that is bad at start stops the start with
+// an error that says what to fix.
+func TestTokenFileBadAtStart(t *testing.T) {
+	dir := t.TempDir()
+	for _, tc := range []struct {
+		name, content string
+		mode          os.FileMode
+		want          string
+	}{
+		{"world-readable", "ops:right-token-0123456789\n", 0o644, "chmod 600"},
+		{"empty", "", 0o600, "write one name:token line"},
+		{"missing", "", 0, "does not exist: create it"},
+	} {
+		path := filepath.Join(dir, tc.name)
+		if tc.mode != 0 {
+			writeTokens(t, path, tc.content, tc.mode)
+		}
+		_, err := NewAuth(AuthConfig{Path: path, Log: zap.NewNop()})
+		if err == nil || !strings.Contains(err.Error(), tc.want) || !strings.Contains(err.Error(), path) {
+			t.Errorf("%s: %v, want an error naming %s and %q", tc.name, err, path, tc.want)
+		}
+	}
+}
+
+// fakeClock is a settable clock.
+type fakeClock struct {
+	mu  sync.Mutex
+	now time.Time
+}
+
+func (c *fakeClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+func (c *fakeClock) advance(d time.Duration) {
+	c.mu.Lock()
+	c.now = c.now.Add(d)
+	c.mu.Unlock()
+}
+
+// writeTokens writes content to path (a new file in a temporary directory
+// when ""), then sets mode, and returns the path.
+func writeTokens(t *testing.T, path, content string, mode os.FileMode) string {
+	t.Helper()
+	if path == "" {
+		path = filepath.Join(t.TempDir(), "tokens")
+	}
+	must(t, os.WriteFile(path, []byte(content), 0o600))
+	must(t, os.Chmod(path, mode))
+	return path
+}
+
+func must(t *testing.T, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// authServer is a Server with the token file at path on clock, over the
+// test rules and the memory store.
+func authServer(t *testing.T, path string, clock *fakeClock, log *zap.Logger) (*Server, *prometheus.Registry) {
+	t.Helper()
+	reg := prometheus.NewRegistry()
+	auth, err := NewAuth(AuthConfig{Path: path, Now: clock.Now, Log: log, Registerer: reg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	snap, err := descriptors.Load("testdata/rules.yaml", descriptors.Options{Secret: []byte("a-shared-secret-of-32-bytes-----")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := memory.New(memory.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	top, err := observe.NewTop(topk.Config{}, 0, reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	state, err := NewStoreState("memory", nil, reg, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := New(Config{Rules: staticRules{snap}, Store: st, StoreState: state, Registry: reg, Top: top, Log: log, Auth: auth, Now: clock.Now,
+		ConfigView: func(full bool) any { return map[string]bool{"full": full} }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s, reg
+}
+
+// hitWith serves a GET of target with the bearer token (none when "") from
+// 192.0.2.1:1234.
+func hitWith(h http.Handler, token, target string) *httptest.ResponseRecorder {
+	r := httptest.NewRequest(http.MethodGet, target, nil)
+	r.RemoteAddr = "192.0.2.1:1234"
+	if token != "" {
+		r.Header.Set("Authorization", "Bearer "+token)
+	}
+	w := httptest.NewRecorder()
+	h.ServeHTTP(w, r)
+	return w
+}
+
+// gaugeValue and counterValue read one sample of reg.
+func gaugeValue(t *testing.T, reg *prometheus.Registry, name string) float64 {
+	t.Helper()
+	return sample(t, reg, name, "").GetGauge().GetValue()
+}
+
+func counterValue(t *testing.T, reg *prometheus.Registry, name, reason string) float64 {
+	t.Helper()
+	return sample(t, reg, name, reason).GetCounter().GetValue()
+}
+
+func sample(t *testing.T, reg *prometheus.Registry, name, reason string) *dto.Metric {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			if reason == "" || len(m.GetLabel()) == 1 && m.GetLabel()[0].GetValue() == reason {
+				return m
+			}
+		}
+	}
+	t.Fatalf("no sample %s{%s}", name, reason)
+	return nil
 }
 
 func toString(v any) string {
@@ -184,19 +378,19 @@ func TestReadTokens(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, tc := range []struct{ path, err string }{
-		{filepath.Join(dir, "missing"), "no such file"},
+		{filepath.Join(dir, "missing"), "does not exist"},
 		{big, "larger than"},
 		{dir, "not a regular file"},
 	} {
-		if _, _, err := readTokens(tc.path); err == nil || !strings.Contains(err.Error(), tc.err) {
+		if _, err := readTokens(tc.path); err == nil || !strings.Contains(err.Error(), tc.err) {
 			t.Errorf("%s: error %v, want one containing %q", tc.path, err, tc.err)
 		}
 	}
-	toks, _, err := readTokens(last)
+	toks, err := readTokens(last)
 	if err != nil || len(toks) != 1 || toks[0].name != "ops" {
 		t.Fatalf("a file near the bound: %+v, %v", toks, err)
 	}
-	if _, err := NewAuth(big, time.Now, zap.NewNop()); err == nil {
+	if _, err := NewAuth(AuthConfig{Path: big, Log: zap.NewNop()}); err == nil {
 		t.Fatal("a start with a token file that does not parse succeeded")
 	}
 }

@@ -10,6 +10,8 @@ import (
 	"strings"
 	"time"
 
+	"go.uber.org/zap"
+
 	"github.com/envoy-rls/envoy-rls/pkg/descriptors"
 	"github.com/envoy-rls/envoy-rls/pkg/limiter"
 )
@@ -40,6 +42,9 @@ type policyResetAnswer struct {
 	Revision uint32 `json:"revision"`
 	Scanned  int    `json:"scanned"`
 	Deleted  int    `json:"deleted"`
+	// Skipped is how many keys named like states were not states of this
+	// service (left alone).
+	Skipped int `json:"skipped"`
 	// Complete: every state was looked at; else ask again.
 	Complete bool `json:"complete"`
 }
@@ -92,7 +97,15 @@ func (s *Server) countersFor(w http.ResponseWriter, r *http.Request) (countersAn
 		writeAPIError(w, http.StatusBadRequest, err.Error())
 		return countersAnswer{}, false
 	}
-	return countersAnswer{Domain: domain, Explanation: Explain(s.cfg.Rules.Current(), domain, entries)}, true
+	// One descriptor: one value looked up.
+	if !s.charge(w, r, 1) {
+		return countersAnswer{}, false
+	}
+	ex := Explain(s.cfg.Rules.Current(), domain, entries)
+	call := callOf(r)
+	call.domain, call.descriptors = domain, 1
+	call.note(ex)
+	return countersAnswer{Domain: domain, Explanation: ex}, true
 }
 
 // handleReset serves DELETE /v1/counters: with descriptor=, every limit of
@@ -128,6 +141,7 @@ func (s *Server) handleReset(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	ans.StatesDeleted = &n
+	callOf(r).deleted = n
 	readStates(r.Context(), s.cfg.Store, time.Now(), []Explanation{ans.Explanation})
 	writeAPIJSON(w, http.StatusOK, ans)
 }
@@ -168,7 +182,15 @@ func (s *Server) resetPolicy(w http.ResponseWriter, r *http.Request, rs limiter.
 		writeAPIError(w, http.StatusServiceUnavailable, "reset: "+err.Error())
 		return
 	}
-	writeAPIJSON(w, http.StatusOK, policyResetAnswer{PolicyID: id, Revision: rev, Scanned: res.Scanned, Deleted: res.Deleted, Complete: res.Complete})
+	call := callOf(r)
+	call.addPolicy(id)
+	call.scanned, call.deleted, call.skipped, call.complete = res.Scanned, res.Deleted, res.Skipped, &res.Complete
+	if res.Skipped > 0 {
+		s.cfg.Log.Warn("policy reset: keys named like states that are not states of envoy-rls were left alone",
+			zap.String("policy_id", id), zap.Uint32("revision", rev), zap.Int("skipped", res.Skipped))
+	}
+	writeAPIJSON(w, http.StatusOK, policyResetAnswer{PolicyID: id, Revision: rev, Scanned: res.Scanned, Deleted: res.Deleted,
+		Skipped: res.Skipped, Complete: res.Complete})
 }
 
 // policyRevision returns the revision of policy id in the rules in service.

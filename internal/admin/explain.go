@@ -218,14 +218,22 @@ func (s *Server) handleExplain(w http.ResponseWriter, r *http.Request) {
 		writeAPIError(w, http.StatusBadRequest, err.Error())
 		return
 	}
+	// Each descriptor is one value looked up: one guess at a digest.
+	if !s.charge(w, r, len(req.Descriptors)) {
+		return
+	}
 	snap := s.cfg.Rules.Current()
 	ans := ExplainAnswer{Domain: req.Domain, Descriptors: make([]Explanation, 0, len(req.Descriptors))}
+	call := callOf(r)
+	call.domain, call.descriptors = req.Domain, len(req.Descriptors)
 	for _, d := range req.Descriptors {
 		entries := make([]descriptors.Entry, len(d.Entries))
 		for i, e := range d.Entries {
 			entries[i] = descriptors.Entry{Key: e.Key, Value: e.Value}
 		}
-		ans.Descriptors = append(ans.Descriptors, Explain(snap, req.Domain, entries))
+		ex := Explain(snap, req.Domain, entries)
+		call.note(ex)
+		ans.Descriptors = append(ans.Descriptors, ex)
 	}
 	readStates(r.Context(), s.cfg.Store, time.Now(), ans.Descriptors)
 	writeAPIJSON(w, http.StatusOK, ans)

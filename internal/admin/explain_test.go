@@ -76,8 +76,17 @@ func checkExplainAndCounters(t *testing.T, h *harness) {
 	}
 	var pr policyResetAnswer
 	h.decode("DELETE", "/v1/counters?policy="+first.Descriptors[0].PolicyID, "", &pr)
-	if !pr.Complete || pr.Deleted != 6 || pr.Scanned < 6 {
+	if !pr.Complete || pr.Deleted != 6 || pr.Scanned < 6 || pr.Skipped != 0 {
 		t.Fatalf("policy reset: %+v, want 6 states deleted (4 users, %q, %q)", pr, user, hot)
+	}
+	var logged bool
+	for _, e := range h.logs.FilterMessage("admin call").All() {
+		if m := e.ContextMap(); m["action"] == "counters-reset" && m["complete"] != nil {
+			logged = m["deleted"] == int64(6) && m["skipped"] == int64(0)
+		}
+	}
+	if !logged {
+		t.Fatal("the policy reset's log line has not deleted 6, skipped 0")
 	}
 	h.decode("GET", "/v1/counters?domain=app&descriptor=user=rawval-many-0", "", &got)
 	if *got.Limits[0].Remaining != 5 {

@@ -40,8 +40,11 @@ type setup struct {
 	redis bool   // the Redis store on a local redis-server, else memory
 	auth  bool   // a token file with testToken
 	pprof bool
-	// audit, when set, is the audit sink of the rate-limit service.
+	// audit, when set, is the audit sink of the rate-limit service and of
+	// the admin calls.
 	audit *audit.Sink
+	// now, when set, is the admin server's clock.
+	now func() time.Time
 }
 
 // harness serves the admin surface over real rules, a real store behind
@@ -57,6 +60,7 @@ type harness struct {
 	token string
 	// bodies keeps every answer, for the privacy checks.
 	bodies []string
+	adm    *Server
 }
 
 func newHarness(t *testing.T, opts ...func(*setup)) *harness {
@@ -102,7 +106,7 @@ func newHarness(t *testing.T, opts ...func(*setup)) *harness {
 		if err := os.WriteFile(tokens, []byte("ops:"+testToken+"\n"), 0o600); err != nil {
 			t.Fatal(err)
 		}
-		if auth, err = NewAuth(tokens, time.Now, log); err != nil {
+		if auth, err = NewAuth(AuthConfig{Path: tokens, Log: log, Registerer: reg}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -112,8 +116,8 @@ func newHarness(t *testing.T, opts ...func(*setup)) *harness {
 	}
 	acfg := Config{
 		Rules: staticRules{snap}, Store: cache, StoreState: state, Registry: reg,
-		ConfigView: func() any { return map[string]string{"store": kind} },
-		Pprof:      su.pprof, Auth: auth, Top: top, Log: log,
+		ConfigView: func(full bool) any { return map[string]any{"store": kind, "full": full} },
+		Pprof:      su.pprof, Auth: auth, Top: top, Log: log, Now: su.now,
 	}
 	if su.audit != nil {
 		acfg.Audit, acfg.AuditSink = su.audit, "file"
@@ -124,7 +128,7 @@ func newHarness(t *testing.T, opts ...func(*setup)) *harness {
 	}
 	srv := httptest.NewServer(adm.Handler())
 	t.Cleanup(srv.Close)
-	return &harness{t: t, url: srv.URL, svc: svc, reg: reg, logs: logs, token: testToken}
+	return &harness{t: t, url: srv.URL, svc: svc, reg: reg, logs: logs, token: testToken, adm: adm}
 }
 
 // openStore is the store of a harness: memory, or Redis on a local
@@ -164,6 +168,14 @@ func withRedis(su *setup) {
 func withoutAuth(su *setup) { su.auth = false }
 
 func withPprof(su *setup) { su.pprof = true }
+
+func withClock(now func() time.Time) func(*setup) {
+	return func(su *setup) { su.now = now }
+}
+
+func withAudit(sink *audit.Sink) func(*setup) {
+	return func(su *setup) { su.audit = sink }
+}
 
 func withRules(path string) func(*setup) {
 	return func(su *setup) { su.rules = path }

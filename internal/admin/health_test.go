@@ -105,7 +105,7 @@ func TestReadiness(t *testing.T) {
 	}
 	rules := &rulesState{}
 	newServer := func(storeReadiness, requiresRules bool) (*Server, http.Handler) {
-		s, err := New(Config{Rules: rules, Store: store, StoreState: st, Registry: reg, ConfigView: func() any { return nil },
+		s, err := New(Config{Rules: rules, Store: store, StoreState: st, Registry: reg, ConfigView: func(bool) any { return nil },
 			StoreReadiness: storeReadiness, HealthcheckRequiresRules: requiresRules, Top: top, Log: zap.NewNop()})
 		if err != nil {
 			t.Fatal(err)

@@ -9,8 +9,10 @@ import (
 	"time"
 )
 
-// maxCPUProfile bounds /debug/pprof/profile?seconds=N.
-const maxCPUProfile = 120 * time.Second
+// maxCPUProfile bounds /debug/pprof/profile?seconds=N: a longer N is
+// refused (400), so that a profile always ends within the admin server's
+// writeTimeout.
+const maxCPUProfile = 60 * time.Second
 
 // registerPprof serves the runtime profiles on mux, in the formats of
 // net/http/pprof that `go tool pprof` reads:
@@ -21,18 +23,19 @@ const maxCPUProfile = 120 * time.Second
 //
 // It is written on runtime/pprof rather than imported from net/http/pprof
 // because that package's init registers its handlers on
-// http.DefaultServeMux for the whole process.
-func registerPprof(mux *http.ServeMux) {
-	mux.HandleFunc("GET /debug/pprof/profile", cpuProfile)
-	mux.HandleFunc("GET /debug/pprof/{name}", namedProfile)
-	mux.HandleFunc("GET /debug/pprof/{$}", func(w http.ResponseWriter, _ *http.Request) {
+// http.DefaultServeMux for the whole process. guard wraps each handler
+// (Server.guard: behind the admin token when there is one).
+func registerPprof(mux *http.ServeMux, guard func(string, http.HandlerFunc) http.HandlerFunc) {
+	mux.HandleFunc("GET /debug/pprof/profile", guard("pprof", cpuProfile))
+	mux.HandleFunc("GET /debug/pprof/{name}", guard("pprof", namedProfile))
+	mux.HandleFunc("GET /debug/pprof/{$}", guard("pprof", func(w http.ResponseWriter, _ *http.Request) {
 		var b strings.Builder
 		b.WriteString("profiles (add ?debug=1 for text):\nprofile?seconds=30\n")
 		for _, p := range pprof.Profiles() {
 			fmt.Fprintf(&b, "%s %d\n", p.Name(), p.Count())
 		}
 		writeText(w, http.StatusOK, b.String())
-	})
+	}))
 }
 
 func cpuProfile(w http.ResponseWriter, r *http.Request) {

@@ -20,6 +20,7 @@ import (
 
 	"github.com/envoy-rls/envoy-rls/internal/admin"
 	"github.com/envoy-rls/envoy-rls/internal/options"
+	"github.com/envoy-rls/envoy-rls/internal/redact"
 	"github.com/envoy-rls/envoy-rls/pkg/descriptors"
 	"github.com/envoy-rls/envoy-rls/pkg/limiter/redis"
 )
@@ -204,7 +205,8 @@ func explainRemote(ctx context.Context, adminURL, tokenFile, domain string, entr
 	url := strings.TrimRight(adminURL, "/") + "/v1/explain"
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(body))
 	if err != nil {
-		return fmt.Errorf("--admin %q: %w", adminURL, err)
+		// The parser's error quotes the URL whole, password included.
+		return fmt.Errorf("--admin %q: must be a URL such as http://127.0.0.1:8080", redact.URLs(adminURL))
 	}
 	req.Header.Set("Authorization", "Bearer "+token)
 	req.Header.Set("Content-Type", "application/json")
@@ -218,7 +220,7 @@ func explainRemote(ctx context.Context, adminURL, tokenFile, domain string, entr
 		return fmt.Errorf("explain: reading the answer: %w", err)
 	}
 	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("explain: %s answered %s: %s", url, resp.Status, strings.TrimSpace(string(out)))
+		return fmt.Errorf("explain: %s answered %s: %s", redact.URLs(url), resp.Status, strings.TrimSpace(string(out)))
 	}
 	_, err = stdout.Write(out)
 	return err

@@ -3,7 +3,6 @@ package app
 import (
 	"bytes"
 	"context"
-	"fmt"
 	"io"
 	"runtime/debug"
 	"strings"
@@ -165,47 +164,5 @@ func TestServeRedisBadConfigFailsAtOnce(t *testing.T) {
 				t.Fatalf("err %v, want one naming %q\n%s", err, c.want, errOut.String())
 			}
 		})
-	}
-}
-
-// TestSharedSecretKeptInRedis: with --hmac-secret-redis-key and no secret,
-// the replica stores its secret once, stores it again when Redis loses it,
-// and logs an error when the key holds another.
-func TestSharedSecretKeptInRedis(t *testing.T) {
-	srv := redistest.Standalone(t, redistest.Local())
-	rules := writeRules(t, t.TempDir(), testRules)
-	key := "test:shared-secret"
-	r := startServe(t, []string{"--config", rules, "--store", "redis", "--redis-addr", srv.Addr(), "--redis-mode", "standalone",
-		"--hmac-secret-redis-key", key}, nil, hooks{secretRecheck: 50 * time.Millisecond})
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	get := func() any {
-		v, err := redistest.Do(ctx, srv.Addr(), nil, "GET", key)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return v
-	}
-	first := get()
-	if b, ok := first.([]byte); !ok || len(b) != 32 {
-		if s, ok := first.(string); !ok || len(s) != 32 {
-			t.Fatalf("GET %s = %#v, want 32 bytes", key, first)
-		}
-	}
-	if !strings.Contains(r.logs.String(), "the replicas share a random secret stored in Redis") {
-		t.Errorf("no warning about the shared secret:\n%s", r.logs)
-	}
-	if _, err := redistest.Do(ctx, srv.Addr(), nil, "DEL", key); err != nil {
-		t.Fatal(err)
-	}
-	waitFor(t, func() bool { return fmt.Sprint(get()) == fmt.Sprint(first) })
-	if _, err := redistest.Do(ctx, srv.Addr(), nil, "SET", key, strings.Repeat("x", 32)); err != nil {
-		t.Fatal(err)
-	}
-	waitFor(t, func() bool {
-		return strings.Contains(r.logs.String(), "the shared HMAC secret in Redis is not this replica's")
-	})
-	if resp := r.check(t, "alice"); resp.OverallCode != rlsv3.RateLimitResponse_OK {
-		t.Errorf("call: %v", resp.OverallCode)
 	}
 }

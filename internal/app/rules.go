@@ -60,7 +60,11 @@ type configDoc struct {
 	Source sourceDoc `json:"source"`
 }
 
-func (s *server) configView() configDoc {
+// configView is the /config document. Without full (no admin token file:
+// /config is open), the rules' descriptor values are digests
+// (descriptors.Snapshot.DomainsDigested) and the last reload's problems
+// keep their positions without their reasons, which may quote a value.
+func (s *server) configView(full bool) configDoc {
 	snap := s.rules.Current()
 	doc := configDoc{
 		Config:         s.opts.Config,
@@ -76,11 +80,32 @@ func (s *server) configView() configDoc {
 		LastReload:         s.rules.lastResult(),
 		Source:             s.rules.sourceDoc(),
 	}
+	if !full {
+		doc.Domains = snap.DomainsDigested()
+		doc.LastReload.Problems = positionsOnly(doc.LastReload.Problems)
+	}
 	if doc.Domains == nil {
 		doc.Domains = []descriptors.DomainInfo{}
 	}
 	return doc
 }
+
+// positionsOnly is ps with each reason replaced by a pointer to where it is
+// shown in full.
+func positionsOnly(ps []descriptors.Problem) []descriptors.Problem {
+	if len(ps) == 0 {
+		return ps
+	}
+	out := make([]descriptors.Problem, len(ps))
+	for i, p := range ps {
+		p.Reason = problemHidden
+		out[i] = p
+	}
+	return out
+}
+
+// problemHidden replaces a problem's reason on /config without a token.
+const problemHidden = "(the reason is in the reload log line and in envoy-rls validate's output)"
 
 // ruleSet is the rule source seen by the server: the descriptors.Watcher
 // of --config, or with --config-source xds the rules from the xDS server

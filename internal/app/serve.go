@@ -64,7 +64,7 @@ func serve(ctx context.Context, o *options.Options, getenv func(string) string, 
 	if err := observe.AnnounceBuild(log, s.reg); err != nil {
 		return err
 	}
-	adminAuth, err := admin.NewAuth(o.AdminTokenFile, time.Now, log)
+	adminAuth, err := admin.NewAuth(admin.AuthConfig{Path: o.AdminTokenFile, Log: log, Registerer: s.reg})
 	if err != nil {
 		return fmt.Errorf("--admin-token-file: %w", err)
 	}
@@ -82,8 +82,12 @@ func serve(ctx context.Context, o *options.Options, getenv func(string) string, 
 		defer debug.SetGCPercent(debug.SetGCPercent(p))
 		log.Info("garbage collector target", zap.Int("gc_percent", p), zap.String("from", from))
 	}
+	secretRecheck := compat.SharedSecretRecheck
+	if h.secretRecheck > 0 {
+		secretRecheck = h.secretRecheck
+	}
 	if compat.UsesSharedSecret(o, getenv) {
-		if s.sharedSecret, err = compat.FetchSharedSecret(ctx, o, log); err != nil {
+		if s.sharedSecret, err = compat.FetchSharedSecret(ctx, o, secretRecheck, log); err != nil {
 			return err
 		}
 		log.Warn(compat.MsgSharedSecret, zap.String("key", o.HMACSecretRedisKey))
@@ -118,13 +122,8 @@ func serve(ctx context.Context, o *options.Options, getenv func(string) string, 
 	closeStore = closeFn
 	if s.sharedSecret != nil {
 		cfg, _ := o.RedisConfig() // read at start by FetchSharedSecret
-		recheck := compat.SharedSecretRecheck
-		if h.secretRecheck > 0 {
-			recheck = h.secretRecheck
-		}
-		s.every(ctx, &wg, recheck, func(time.Time) {
-			compat.KeepSharedSecret(ctx, cfg, o.HMACSecretRedisKey, s.sharedSecret, log)
-		})
+		keeper := compat.NewSecretKeeper(cfg, o.HMACSecretRedisKey, s.sharedSecret, secretRecheck, s.metrics.SecretMismatch, log)
+		s.every(ctx, &wg, secretRecheck, func(time.Time) { keeper.Check(ctx) })
 	}
 	if err := s.frontStore(store, h); err != nil {
 		return err
@@ -210,7 +209,7 @@ func serve(ctx context.Context, o *options.Options, getenv func(string) string, 
 		Store:                    s.store,
 		StoreState:               storeState,
 		Registry:                 s.reg,
-		ConfigView:               func() any { return s.configView() },
+		ConfigView:               func(full bool) any { return s.configView(full) },
 		StoreReadiness:           o.Readiness == options.ReadinessStore,
 		HealthcheckRequiresRules: o.HealthcheckRequiresRules,
 		Pprof:                    o.Pprof,
@@ -225,6 +224,7 @@ func serve(ctx context.Context, o *options.Options, getenv func(string) string, 
 		_ = adminLis.Close()
 		return err
 	}
+	s.every(ctx, &wg, admin.TickInterval, adm.Tick)
 	adminSrv := adm.HTTPServer()
 	errc := startServers(&wg, gsrv, grpcLis, adminSrv, adminLis)
 	defer s.startReloads(ctx, &wg, h)()

@@ -14,6 +14,7 @@ import (
 
 	"github.com/envoy-rls/envoy-rls/internal/admin"
 	"github.com/envoy-rls/envoy-rls/internal/options"
+	"github.com/envoy-rls/envoy-rls/internal/redact"
 	"github.com/envoy-rls/envoy-rls/pkg/limiter"
 	"github.com/envoy-rls/envoy-rls/pkg/limiter/denycache"
 	"github.com/envoy-rls/envoy-rls/pkg/limiter/memory"
@@ -95,7 +96,7 @@ func (s *server) openRedis(ctx context.Context) (limiter.Store, func(), error) {
 	}
 	cfg.TracerProvider = s.tracing.Provider()
 	cfg.Metrics = s.metrics.Redis
-	log := s.log.With(zap.String("redis_addr", strings.Join(cfg.Addrs, ",")))
+	log := s.log.With(zap.String("redis_addr", redact.URLs(strings.Join(cfg.Addrs, ","))))
 	c, err := redis.Connect(cfg, redis.ConnectOptions{
 		OnFailure: func(a redis.Attempt) {
 			level := zapcore.WarnLevel

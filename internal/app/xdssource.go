@@ -6,7 +6,9 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/envoy-rls/envoy-rls/internal/observe"
 	"github.com/envoy-rls/envoy-rls/internal/options"
+	"github.com/envoy-rls/envoy-rls/internal/redact"
 	"github.com/envoy-rls/envoy-rls/pkg/descriptors"
 	"github.com/envoy-rls/envoy-rls/pkg/descriptors/xds"
 )
@@ -20,7 +22,10 @@ func (s *server) startXDS(ctx context.Context, opts descriptors.Options) (*xds.S
 	if err != nil {
 		return nil, err
 	}
-	log := s.log.With(zap.String("xds_server", o.XDSServer), zap.String("xds_node", o.XDSNodeID))
+	log := s.log.With(zap.String("xds_server", redact.URLs(o.XDSServer)), zap.String("xds_node", o.XDSNodeID))
+	if names := redact.Credentials(client.Headers); client.TLS == nil && len(names) > 0 {
+		log.Warn(observe.MsgPlaintextCredentials, zap.String("to", "xds"), zap.Strings("headers", names))
+	}
 	if o.Config != "" {
 		log.Warn("--config is not read with --config-source xds: the rules come from the xDS server", zap.String("config", o.Config))
 	}
@@ -55,10 +60,10 @@ func (s *server) startXDS(ctx context.Context, opts descriptors.Options) (*xds.S
 	if err := src.WaitFirst(wait); err != nil {
 		src.Stop()
 		if ctx.Err() != nil {
-			return nil, fmt.Errorf("stopped while waiting for the first rules from the xDS server %s: %w", o.XDSServer, ctx.Err())
+			return nil, fmt.Errorf("stopped while waiting for the first rules from the xDS server %s: %w", redact.URLs(o.XDSServer), ctx.Err())
 		}
 		return nil, fmt.Errorf("%s: no rules from the xDS server %s (node %q) within %v (%s): %v; nothing served (--force-start-without-initial-config starts without rules)",
-			options.Label("config-source", o.Given), o.XDSServer, o.XDSNodeID, o.XDSInitialWait, options.Label("xds-initial-timeout", o.Given), err)
+			options.Label("config-source", o.Given), redact.URLs(o.XDSServer), o.XDSNodeID, o.XDSInitialWait, options.Label("xds-initial-timeout", o.Given), err)
 	}
 	return src, nil
 }

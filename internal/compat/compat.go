@@ -13,6 +13,7 @@ import (
 	"strings"
 
 	"github.com/envoy-rls/envoy-rls/internal/options"
+	"github.com/envoy-rls/envoy-rls/internal/redact"
 )
 
 // DefaultHMACSecretRedisKey is the Redis key under which, in compatibility
@@ -82,12 +83,13 @@ func (r *refEnv) getOr(name, def string) (v string, set bool) {
 	return v, set
 }
 
-// quote is how errors and warnings spell a variable as the user set it.
+// quote is how errors and warnings spell a variable as the user set it,
+// without the credentials it carries (redact.Setting).
 func (r *refEnv) quote(names ...string) string {
 	var parts []string
 	for _, n := range names {
 		if v, ok := r.get(n); ok {
-			parts = append(parts, fmt.Sprintf("%s=%q", n, v))
+			parts = append(parts, fmt.Sprintf("%s=%q", n, redact.Setting(n, v)))
 		}
 	}
 	return strings.Join(parts, " ")

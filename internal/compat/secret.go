@@ -1,32 +1,47 @@
 package compat
 
 import (
-	"bytes"
 	"context"
 	"crypto/rand"
+	"errors"
 	"fmt"
 	mrand "math/rand/v2"
+	"strings"
+	"sync"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 
 	"github.com/envoy-rls/envoy-rls/internal/options"
-	"github.com/envoy-rls/envoy-rls/pkg/descriptors"
 	"github.com/envoy-rls/envoy-rls/pkg/limiter/redis"
 )
 
 // sharedSecretTimeout bounds one attempt to read the shared HMAC secret.
 const sharedSecretTimeout = 5 * time.Second
 
-// SharedSecretRecheck is how often a running replica is to store the
-// shared secret again (KeepSharedSecret) should Redis have lost it (a
-// restart without persistence, a flush).
+// SharedSecretRecheck is how often a running replica checks the shared
+// secret's key (SecretKeeper.Check): it stores its secret again should
+// Redis have lost it, reports another one, and renews its announcement.
 const SharedSecretRecheck = 30 * time.Second
+
+// AnnouncePeriods is how many rechecks an announcement of the secret in
+// use outlives: a replica stopped (or cut off from Redis) stops vouching
+// for its secret that long after its last check.
+const AnnouncePeriods = 3
 
 // MsgSharedSecret is the start-up warning of a secret shared through Redis.
 const MsgSharedSecret = "no HMAC secret configured: the replicas share a random secret stored in Redis under --hmac-secret-redis-key; " +
 	"whoever can read that Redis can read the secret and test guesses of low-entropy descriptor values (IP addresses, user IDs) against the keys. " +
 	"Configure a secret (ENVOY_RLS_HMAC_SECRET or --hmac-secret-file) to keep it out of Redis"
+
+// Log messages of a running replica's checks, which docs/operations.md
+// quotes.
+const (
+	MsgSecretChanged  = "the shared HMAC secret in Redis is not this replica's: this replica keeps its own and goes on counting with the replicas that use it; replicas started now refuse the key's value while this one announces its own"
+	MsgSecretRestored = "the shared HMAC secret was missing from Redis: this replica stored its own again"
+	MsgSecretBack     = "the shared HMAC secret in Redis is this replica's again"
+)
 
 // UsesSharedSecret reports whether the HMAC secret is shared through
 // Redis: the Redis store, the key set and no secret configured.
@@ -35,14 +50,17 @@ func UsesSharedSecret(o *options.Options, getenv func(string) string) bool {
 }
 
 // FetchSharedSecret returns the secret the replicas share under
-// --hmac-secret-redis-key, offering a fresh random one. It retries until
-// Redis answers or ctx ends: without the secret no key can be computed.
-func FetchSharedSecret(ctx context.Context, o *options.Options, log *zap.Logger) ([]byte, error) {
+// --hmac-secret-redis-key, offering a fresh random one, and announces it
+// for AnnouncePeriods rechecks. Only Redis not answering is retried, until
+// it answers or ctx ends: without the secret no key can be computed. A key
+// whose value must not be adopted (redis.SharedSecretError) is a start-up
+// error naming the key and the fix.
+func FetchSharedSecret(ctx context.Context, o *options.Options, recheck time.Duration, log *zap.Logger) ([]byte, error) {
 	cfg, err := o.RedisConfig()
 	if err != nil {
 		return nil, fmt.Errorf("redis store: %w", err)
 	}
-	candidate := make([]byte, 32)
+	candidate := make([]byte, redis.SharedSecretBytes)
 	if _, err := rand.Read(candidate); err != nil {
 		return nil, fmt.Errorf("generating a random HMAC secret: %w", err)
 	}
@@ -51,13 +69,20 @@ func FetchSharedSecret(ctx context.Context, o *options.Options, log *zap.Logger)
 	backoff := redis.Backoff{Initial: 100 * time.Millisecond, Max: 5 * time.Second}
 	for attempt := 1; ; attempt++ {
 		actx, cancel := context.WithTimeout(ctx, sharedSecretTimeout)
-		secret, err := redis.SharedSecret(actx, cfg, o.HMACSecretRedisKey, candidate)
+		st, err := redis.SharedSecret(actx, cfg, o.HMACSecretRedisKey, candidate, AnnouncePeriods*recheck)
 		cancel()
-		if err == nil {
-			if len(secret) < descriptors.MinSecretLength {
-				return nil, fmt.Errorf("%s: the Redis key holds %d bytes, not a secret of at least %d: delete the key or configure a secret", options.Label("hmac-secret-redis-key", o.Given), len(secret), descriptors.MinSecretLength)
+		var se *redis.SharedSecretError
+		switch {
+		case err == nil:
+			if st.Legacy {
+				log.Warn("the shared HMAC secret in Redis is in the form of earlier versions (32 raw bytes, no check value): adopted as it is",
+					zap.String("key", o.HMACSecretRedisKey))
 			}
-			return secret, nil
+			return st.Secret, nil
+		case errors.As(err, &se):
+			return nil, sharedSecretRefusal(options.Label("hmac-secret-redis-key", o.Given), se, recheck)
+		case isNoPerm(err):
+			return nil, fmt.Errorf("%s: the Redis user may not use the shared secret's keys: %w (the ACL it needs: docs/redis.md, Least privilege)", options.Label("hmac-secret-redis-key", o.Given), err)
 		}
 		wait := backoff.Wait(attempt, mrand.Float64())
 		log.Warn("cannot read the shared HMAC secret from Redis yet; retrying", zap.Int("attempt", attempt), zap.Duration("retry_in", wait), zap.Error(err))
@@ -71,19 +96,82 @@ func FetchSharedSecret(ctx context.Context, o *options.Options, log *zap.Logger)
 	}
 }
 
-// KeepSharedSecret stores secret again under the key if Redis has lost it,
-// so that a replica starting later gets the same one; it logs an error if
-// the key holds another secret (the replicas then disagree and each keeps
-// its own count until restarted). Run it every SharedSecretRecheck.
-func KeepSharedSecret(ctx context.Context, cfg redis.Config, key string, secret []byte, log *zap.Logger) {
+// sharedSecretRefusal is the start-up error of a key whose value a
+// replica must not adopt: what the key holds and what to do.
+func sharedSecretRefusal(label string, se *redis.SharedSecretError, recheck time.Duration) error {
+	const configure = "; to keep the secret out of Redis altogether, configure one (ENVOY_RLS_HMAC_SECRET or --hmac-secret-file)"
+	var fix string
+	switch se.Kind {
+	case redis.SecretChanged:
+		fix = fmt.Sprintf("the secret under the key changed while replicas using another one (fingerprint %s, the key's is %s) run, and a replica adopting it would count apart from them: this replica does not start. "+
+			"If nobody changed it on purpose, delete the key (DEL %s): the running replicas store theirs again within %v, and this replica then starts with it. "+
+			"To change the secret on purpose, stop every replica first and wait %v (or delete %s too)",
+			se.InUse, se.Stored, se.Key, recheck, AnnouncePeriods*recheck, redis.InUseKey(se.Key))
+	case redis.SecretMissing:
+		fix = fmt.Sprintf("the running replicas store their secret again within %v; start this replica again then", recheck)
+	default:
+		fix = fmt.Sprintf("envoy-rls writes v1:<64 hex digits>:<16 hex digits> there; the value was written by something else or damaged. "+
+			"Delete the key (DEL %s) and start the replicas again (replicas still running with another secret count apart until restarted), or choose another key (--hmac-secret-redis-key, CACHE_KEY_PREFIX)", se.Key)
+	}
+	return fmt.Errorf("%s: the Redis key %q %s: %s%s", label, se.Key, se.Problem, fix, configure)
+}
+
+// isNoPerm reports a NOPERM reply: the ACL does not allow a command.
+func isNoPerm(err error) bool {
+	return err != nil && strings.Contains(err.Error(), "NOPERM")
+}
+
+// SecretKeeper is a running replica's watch on the secret it shares
+// through Redis; Check runs every SharedSecretRecheck.
+type SecretKeeper struct {
+	cfg      redis.Config
+	key      string
+	secret   []byte
+	announce time.Duration
+	log      *zap.Logger
+	mismatch prometheus.Gauge
+
+	mu sync.Mutex
+	// seen identifies the other value last reported; zero while the key
+	// holds this replica's secret.
+	seen     [32]byte
+	reported bool
+}
+
+// NewSecretKeeper watches secret under key, rechecked every recheck; the
+// gauge is 1 while the key holds another value.
+func NewSecretKeeper(cfg redis.Config, key string, secret []byte, recheck time.Duration, mismatch prometheus.Gauge, log *zap.Logger) *SecretKeeper {
+	return &SecretKeeper{cfg: cfg, key: key, secret: secret, announce: AnnouncePeriods * recheck, log: log, mismatch: mismatch}
+}
+
+// Check stores the secret again if Redis lost it, and reports, once per
+// change of the key's value, a value that is not this replica's secret:
+// an error log and the gauge at 1. The replica keeps its own secret, so it
+// goes on counting with the replicas that share it, and it keeps
+// announcing it, so that replicas started meanwhile refuse the key's value.
+func (k *SecretKeeper) Check(ctx context.Context) {
 	actx, cancel := context.WithTimeout(ctx, sharedSecretTimeout)
 	defer cancel()
-	got, err := redis.SharedSecret(actx, cfg, key, secret)
+	chk, err := redis.KeepSharedSecret(actx, k.cfg, k.key, k.secret, k.announce)
+	k.mu.Lock()
+	defer k.mu.Unlock()
 	switch {
 	case err != nil:
-		log.Warn("cannot check the shared HMAC secret in Redis", zap.Error(err))
-	case !bytes.Equal(got, secret):
-		log.Error("the shared HMAC secret in Redis is not this replica's: replicas started since Redis lost it count separately; restart the replicas (or configure a secret)",
-			zap.String("key", key))
+		k.log.Warn("cannot check the shared HMAC secret in Redis", zap.String("key", k.key), zap.Error(err))
+	case chk.Matches:
+		if chk.Restored {
+			k.log.Warn(MsgSecretRestored, zap.String("key", k.key))
+		} else if k.reported {
+			k.log.Info(MsgSecretBack, zap.String("key", k.key))
+		}
+		k.reported = false
+		k.mismatch.Set(0)
+	default:
+		if !k.reported || chk.Found != k.seen {
+			k.log.Error(MsgSecretChanged, zap.String("key", k.key),
+				zap.String("fingerprint", redis.Fingerprint(k.key, k.secret)))
+		}
+		k.reported, k.seen = true, chk.Found
+		k.mismatch.Set(1)
 	}
 }

@@ -37,6 +37,9 @@ type Metrics struct {
 	// lastReload is the Unix time of the last successful rule load (0
 	// before the first).
 	lastReload prometheus.Gauge
+	// SecretMismatch is 1 while the key of the HMAC secret shared through
+	// Redis holds another value than this replica's secret.
+	SecretMismatch prometheus.Gauge
 }
 
 // NewMetrics registers the collectors on reg.
@@ -68,6 +71,13 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 	})
 	if err := reg.Register(m.lastReload); err != nil {
 		return nil, fmt.Errorf("registering %s_config_last_reload_success_timestamp_seconds: %w", rls.MetricsNamespace, err)
+	}
+	m.SecretMismatch = prometheus.NewGauge(prometheus.GaugeOpts{
+		Namespace: rls.MetricsNamespace, Name: "shared_secret_mismatch",
+		Help: "1 while the Redis key of the HMAC secret shared through Redis (--hmac-secret-redis-key) holds another value than the secret this replica uses; 0 otherwise, and without a shared secret.",
+	})
+	if err := reg.Register(m.SecretMismatch); err != nil {
+		return nil, fmt.Errorf("registering %s_shared_secret_mismatch: %w", rls.MetricsNamespace, err)
 	}
 	// Both series exist from the start.
 	m.reloads.WithLabelValues("success")

@@ -28,6 +28,7 @@ import (
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 
 	"github.com/envoy-rls/envoy-rls/internal/buildinfo"
+	"github.com/envoy-rls/envoy-rls/internal/redact"
 )
 
 // Tracing is configured by the OpenTelemetry SDK's standard variables, the
@@ -99,7 +100,7 @@ func readTracing(flag TracingFlag, getenv func(string) string) (tracingSettings,
 	var ts tracingSettings
 	var errs []error
 	bad := func(name, value, want string) {
-		errs = append(errs, fmt.Errorf("%s=%q: must be %s", name, value, want))
+		errs = append(errs, fmt.Errorf("%s=%q: must be %s", name, redact.Setting(name, value), want))
 	}
 	parseBool := func(name string) (v, set bool) {
 		raw := getenv(name)
@@ -136,6 +137,9 @@ func readTracing(flag TracingFlag, getenv func(string) string) (tracingSettings,
 		ts.on, ts.why = true, envEndpoint+" is set"
 	default:
 		ts.why = "no tracing setting"
+	}
+	if ts.on {
+		checkOTLP(getenv, bad)
 	}
 
 	ts.protocol = protocolHTTPProtobuf
@@ -273,6 +277,7 @@ func StartTracing(ctx context.Context, flag TracingFlag, getenv func(string) str
 		if exporter, err = newOTLPExporter(ctx, ts.protocol); err != nil {
 			return nil, nil, err
 		}
+		warnOTLPCredentials(log, getenv)
 		opts = append(opts, sdktrace.WithBatcher(exporter))
 	}
 	opts = append(opts, sdktrace.WithResource(res))
@@ -286,7 +291,7 @@ func StartTracing(ctx context.Context, flag TracingFlag, getenv func(string) str
 		return zapcore.NewSamplerWithOptions(c, time.Minute, 5, 100)
 	}))
 	otel.SetErrorHandler(otel.ErrorHandlerFunc(func(err error) {
-		sampled.Warn("tracing: export failed; spans dropped", zap.Error(err))
+		sampled.Warn("tracing: export failed; spans dropped", zap.String("error", redact.URLs(err.Error())))
 	}))
 	tp := sdktrace.NewTracerProvider(opts...)
 	log.Info("tracing on",
@@ -316,7 +321,7 @@ func newOTLPExporter(ctx context.Context, protocol string) (sdktrace.SpanExporte
 		exp, err = otlptracehttp.New(ctx)
 	}
 	if err != nil {
-		return nil, fmt.Errorf("tracing: OTLP %s exporter (%s, %s): %w", protocol, envEndpoint, envTracesEndpoint, err)
+		return nil, fmt.Errorf("tracing: OTLP %s exporter (%s, %s): %s", protocol, envEndpoint, envTracesEndpoint, redact.URLs(err.Error()))
 	}
 	return exp, nil
 }

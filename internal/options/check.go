@@ -4,12 +4,15 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"maps"
 	"math"
+	"slices"
 	"time"
 
 	"go.uber.org/zap/zapcore"
 
 	"github.com/envoy-rls/envoy-rls/internal/observe"
+	"github.com/envoy-rls/envoy-rls/internal/redact"
 	"github.com/envoy-rls/envoy-rls/pkg/descriptors"
 	"github.com/envoy-rls/envoy-rls/pkg/limiter/denycache"
 	"github.com/envoy-rls/envoy-rls/pkg/limiter/failover"
@@ -62,10 +65,27 @@ func Serve(args []string, getenv func(string) string, presets Presets) (o *Optio
 	}
 	errs := []error{err}
 	if fs.NArg() > 0 {
-		errs = append(errs, fmt.Errorf("serve takes no arguments (got %q): the rules are --config PATH", fs.Args()))
+		errs = append(errs, extraArgs(fs.Args(), o.Given))
 	}
 	errs = append(errs, o.check(), CheckSecretSource(o, getenv), observe.CheckTracing(o.TracingFlag(), getenv))
 	return o, fs, errors.Join(errs...)
+}
+
+// extraArgs is the error of words left after the flags. A value cut at
+// a space leaves its rest here, so the words are not shown when the command
+// line sets a credential or a list of headers (redact.SecretSetting,
+// redact.PairSetting); otherwise they are, less URL passwords.
+func extraArgs(args []string, given map[string]Given) error {
+	for _, name := range slices.Sorted(maps.Keys(given)) {
+		if g := given[name]; !g.env && g.from == "" && (redact.SecretSetting(name) || redact.PairSetting(name)) {
+			return fmt.Errorf("serve takes no arguments (got %d, not shown: --%s is set on the command line and a value of it cut at a space would show here; quote it): the rules are --config PATH", len(args), name)
+		}
+	}
+	shown := make([]string, len(args))
+	for i, a := range args {
+		shown[i] = redact.URLs(a)
+	}
+	return fmt.Errorf("serve takes no arguments (got %q): the rules are --config PATH", shown)
 }
 
 // accepts says what a flag takes, as errors put it after "must be": for

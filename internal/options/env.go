@@ -7,6 +7,8 @@ import (
 	"io"
 	"maps"
 	"strings"
+
+	"github.com/envoy-rls/envoy-rls/internal/redact"
 )
 
 // Given is one flag value as the user wrote it.
@@ -58,17 +60,19 @@ func (r *recorded) IsBoolFlag() bool {
 // Label names a flag as the user set it: --name="value" on the command
 // line, ENVOY_RLS_NAME="value" from the environment, how the user wrote it
 // in another form (a Preset's From), or both spellings when it was not set.
+// The value is quoted without the credentials it carries (redact.Setting):
+// every start-up error that quotes a value goes through here.
 func Label(name string, seen map[string]Given) string {
 	g, ok := seen[name]
 	switch {
 	case !ok:
 		return fmt.Sprintf("--%s (or %s) is not set", name, EnvName(name))
 	case g.from != "":
-		return g.from
+		return redact.URLs(g.from)
 	case g.env:
-		return fmt.Sprintf("%s=%q", EnvName(name), g.raw)
+		return fmt.Sprintf("%s=%q", EnvName(name), redact.Setting(name, g.raw))
 	}
-	return fmt.Sprintf("--%s=%q", name, g.raw)
+	return fmt.Sprintf("--%s=%q", name, redact.Setting(name, g.raw))
 }
 
 // Parse parses args, then fills every flag not given on the command line

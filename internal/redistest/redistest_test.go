@@ -1,6 +1,7 @@
 package redistest
 
 import (
+	"slices"
 	"strings"
 	"testing"
 )
@@ -16,4 +17,15 @@ func TestLane(t *testing.T) {
 		t.Fatalf("Describe = %q", d)
 	}
 	t.Log(d)
+}
+
+func TestACLArgsSelectors(t *testing.T) {
+	got, err := aclArgs("ACL SETUSER envoy-rls  (~k +get +setnx) (~k:in-use +get +set) +ping")
+	want := []string{"ACL", "SETUSER", "envoy-rls", "(~k +get +setnx)", "(~k:in-use +get +set)", "+ping"}
+	if err != nil || !slices.Equal(got, want) {
+		t.Fatalf("aclArgs: %q, %v, want %q", got, err, want)
+	}
+	if _, err := aclArgs("ACL SETUSER envoy-rls (~k +get"); err == nil {
+		t.Fatal("aclArgs of an unbalanced selector: no error")
+	}
 }

@@ -48,6 +48,9 @@ type Event struct {
 	// Usage, when set, makes the event a usage record (KindUsage) of
 	// Domain and PolicyID at Time: the denial fields are not used.
 	Usage *Usage
+	// Admin, when set, makes the event an admin record (KindAdmin): the
+	// denial fields are not used.
+	Admin *Admin
 }
 
 // Record is an event as written: the JSON object of a JSON line, and the
@@ -68,6 +71,8 @@ type Record struct {
 	Outcome       string `json:"outcome"`
 	// Usage is a usage record's totals (KindUsage only).
 	Usage *UsageRecord `json:"-"`
+	// Admin is an admin record (KindAdmin only).
+	Admin *AdminRecord `json:"-"`
 }
 
 // TimeFormat is the format of Record.Time: UTC, milliseconds.
@@ -75,6 +80,9 @@ const TimeFormat = "2006-01-02T15:04:05.000Z07:00"
 
 // Record is the event as written.
 func (e *Event) Record() Record {
+	if e.Admin != nil {
+		return Record{Kind: KindAdmin, Time: e.Time.UTC().Format(TimeFormat), Domain: e.Domain, PolicyID: e.PolicyID, Admin: e.adminRecord()}
+	}
 	if e.Usage != nil {
 		return Record{Kind: KindUsage, Time: e.Time.UTC().Format(TimeFormat), Domain: e.Domain, PolicyID: e.PolicyID, Usage: e.Usage.record()}
 	}
@@ -97,6 +105,9 @@ func (e *Event) Record() Record {
 // fields are the record's stream fields, as name, value pairs in a fixed
 // order (request_id only when set).
 func (r *Record) fields() [][2]string {
+	if r.Kind == KindAdmin && r.Admin != nil {
+		return append([][2]string{{"kind", KindAdmin}, {"time", r.Time}}, r.Admin.fields()...)
+	}
 	kind := KindDenial
 	if r.Kind == KindUsage && r.Usage != nil {
 		kind = KindUsage

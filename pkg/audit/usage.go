@@ -55,9 +55,13 @@ type usageJSON struct {
 // denialJSON is Record without its methods, to encode a denial.
 type denialJSON Record
 
-// MarshalJSON writes a denial with its fields and a usage record with
-// kind, time, domain, policy_id and usage only.
+// MarshalJSON writes a denial with its fields, a usage record with
+// kind, time, domain, policy_id and usage only, and an admin record with
+// its own fields (AdminRecord).
 func (r Record) MarshalJSON() ([]byte, error) {
+	if r.Kind == KindAdmin && r.Admin != nil {
+		return marshalAdmin(r.Admin)
+	}
 	if r.Kind == KindUsage && r.Usage != nil {
 		return json.Marshal(usageJSON{Kind: r.Kind, Time: r.Time, Domain: r.Domain, PolicyID: r.PolicyID, Usage: r.Usage})
 	}

@@ -116,6 +116,10 @@ type Rule struct {
 	// "domain.path_/foo.user". Configured strings only, never request
 	// values ("" for a request-supplied limit override).
 	StatKey string
+	// segs are the levels of Path; idFromPath says the policy ID was
+	// derived from them (not from Name), so holds their values.
+	segs       []pathSeg
+	idFromPath bool
 }
 
 // Match is the result of matching one descriptor.

@@ -172,6 +172,7 @@ func (c *compiler) newRule(d *domain, n *node, rd *rawDesc, ls limitSpec, rl *ra
 		PolicyName:      rd.policy,
 		Metadata:        rd.metadata,
 		Path:            joinPath(d.name, path),
+		segs:            slices.Clone(path),
 		Key:             lastKey(path),
 		StatKey:         statKey(d.name, path),
 		Source:          d.where(rd.pos),
@@ -277,6 +278,7 @@ func (c *compiler) finishDomain(d *domain, pending []*pendingRule) {
 			id = nameID(d.name, r.Name)
 		} else {
 			id = limitPathID(d.name, pr.path, r.LimitIndex)
+			r.idFromPath = true
 		}
 		if cal := pr.spec.calendar; cal != nil {
 			id = calendarID(id, cal.Unit.String(), pr.spec.zone)

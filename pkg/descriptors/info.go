@@ -216,3 +216,34 @@ func (r RuleInfo) flags() string {
 	}
 	return " [" + strings.Join(f, ", ") + "]"
 }
+
+// DomainsDigested is Domains with every configured descriptor value
+// replaced by its digest (configDigest: "hmac:" and 16 hex digits): the
+// values of each rule's Path, and a policy ID derived from a path that
+// holds a value (a rule without a unique name) is replaced by the digest
+// of the ID. It is what /config shows without an admin token.
+func (s *Snapshot) DomainsDigested() []DomainInfo {
+	out := s.Domains()
+	for i, d := range s.order {
+		for j, r := range d.rules {
+			ri := &out[i].Rules[j]
+			valued := false
+			digested := make([]pathSeg, len(r.segs))
+			for k, seg := range r.segs {
+				digested[k] = seg
+				if seg.value != "" {
+					valued = true
+					digested[k].value = s.configDigest('v', seg.key, seg.value)
+				}
+			}
+			if !valued {
+				continue
+			}
+			ri.Path = joinPath(d.name, digested)
+			if r.idFromPath && ri.PolicyID != "" {
+				ri.PolicyID = s.configDigest('i', "", ri.PolicyID)
+			}
+		}
+	}
+	return out
+}

@@ -44,3 +44,65 @@ func TestDomainsAndSummary(t *testing.T) {
 		}
 	}
 }
+
+// TestDomainsDigested: every configured value of a rule path becomes its
+// digest, a policy ID made from such a path too, while a named rule keeps
+// its ID; one value has one digest under one secret, and another secret
+// gives another.
+func TestDomainsDigested(t *testing.T) {
+	const rules = `domain: d
+descriptors:
+  - key: api_key
+    value: sk_live_SECRET123
+    rate_limit: {unit: second, requests_per_unit: 1}
+  - key: remote_address
+    value: 10.1.2.3
+    rate_limit: {unit: second, requests_per_unit: 1, name: office}
+  - key: remote_address
+    value: 10.1.2.4
+    descriptors:
+      - key: path
+        rate_limit: {unit: second, requests_per_unit: 1}
+  - key: user
+    rate_limit: {unit: second, requests_per_unit: 1}
+`
+	s := loadText(t, rules)
+	ds := s.DomainsDigested()
+	js, err := json.Marshal(ds)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, raw := range []string{"SECRET123", "secret123", "10.1.2.3", "10.1.2.4", "10_1_2"} {
+		if strings.Contains(string(js), raw) {
+			t.Fatalf("%s in the digested view:\n%s", raw, js)
+		}
+	}
+	r := ds[0].Rules
+	dig := s.configDigest('v', "api_key", "sk_live_SECRET123")
+	if len(dig) != len("hmac:")+16 || r[0].Path != "d/api_key="+dig || !strings.HasPrefix(r[0].PolicyID, "hmac:") {
+		t.Fatalf("rule 0: %+v (digest %s)", r[0], dig)
+	}
+	if r[1].PolicyID != "d:office" || !strings.HasPrefix(r[1].Path, "d/remote_address=hmac:") {
+		t.Fatalf("a named rule: %+v", r[1])
+	}
+	if !strings.HasSuffix(r[2].Path, "/path") || r[2].Path == r[1].Path {
+		t.Fatalf("a nested rule: %+v", r[2])
+	}
+	if r[3].Path != "d/user" || r[3].PolicyID != "d/user" {
+		t.Fatalf("a rule without a value is as it is: %+v", r[3])
+	}
+	full := s.Domains()[0].Rules
+	if full[0].Path != "d/api_key=sk_live_SECRET123" {
+		t.Fatalf("Domains changed: %+v", full[0])
+	}
+	other, err := Load(ruleFile(t, rules), Options{Secret: []byte("another-secret-0123456789abcdef")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if again := loadText(t, rules).DomainsDigested()[0].Rules[0].Path; again != r[0].Path {
+		t.Fatalf("the same value and secret: %s, then %s", r[0].Path, again)
+	}
+	if o := other.DomainsDigested()[0].Rules[0].Path; o == r[0].Path {
+		t.Fatalf("another secret, the same digest %s", o)
+	}
+}

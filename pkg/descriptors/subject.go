@@ -3,6 +3,7 @@ package descriptors
 import (
 	"crypto/sha256"
 	"encoding/binary"
+	"encoding/hex"
 	"hash"
 
 	"github.com/envoy-rls/envoy-rls/pkg/limiter"
@@ -108,4 +109,29 @@ func (s *Snapshot) tag(e Entry, n *node) limiter.Tag {
 		out[7] = 1 // zero means "derive from the subject"
 	}
 	return out
+}
+
+// Configuration digest encoding (HMAC-SHA256 input), version 3:
+//
+//	0x03 'v' u32 len(key) key u32 len(value) value   a value of a rule path
+//	0x03 'i' u32 len(id) id                          a policy ID holding values
+//
+// 0x03 keeps these apart from subjects and tags. The first 8 bytes, as
+// "hmac:" and 16 hex digits, stand for the configured string where it is
+// shown without the admin token (DomainsDigested): one string, one digest
+// under one secret, and without the secret the string cannot be guessed
+// from it.
+const configDigestVersion = 3
+
+// configDigest returns the digest of a configured value of key (kind 'v')
+// or of a policy ID (kind 'i', key unused).
+func (s *Snapshot) configDigest(kind byte, key, value string) string {
+	st := s.macs.Get().(*macState)
+	b := append(st.buf[:0], configDigestVersion, kind)
+	if kind == 'v' {
+		b = appendField(b, key)
+	}
+	b = appendField(b, value)
+	sum := s.sum(st, b)
+	return "hmac:" + hex.EncodeToString(sum[:8])
 }

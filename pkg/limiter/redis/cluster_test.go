@@ -22,7 +22,8 @@ import (
 // TestClusterBatch runs the store suite on a local six-node Redis Cluster:
 // the batch table and the exactness check with one shared hash tag (one
 // slot: one atomic program), resets of states spread over every master,
-// and a batch split over two slots, whose refund and best-effort window
+// keys named like states that are not states left alone by a policy
+// reset, and a batch split over two slots, whose refund and best-effort window
 // (docs/consistency.md) it observes through the store's test hook.
 func TestClusterBatch(t *testing.T) {
 	if testing.Short() {
@@ -45,6 +46,10 @@ func TestClusterBatch(t *testing.T) {
 
 	t.Run("reset", func(t *testing.T) {
 		limitertest.RunReset(t, s, limitertest.Config{Prefix: limitertest.Prefix()})
+	})
+
+	t.Run("a policy reset skips keys that are not states, on every master", func(t *testing.T) {
+		checkResetSkipsForeignKeys(t, s, c.MasterFor)
 	})
 
 	t.Run("exactness with a shared hash tag, 3 stores x 32 goroutines", func(t *testing.T) {

@@ -1,6 +1,7 @@
 package redis
 
 import (
+	"bytes"
 	"context"
 	"crypto/tls"
 	"errors"
@@ -491,7 +492,7 @@ func TestUnixSocket(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	if _, err := SharedSecret(ctx, Config{Addrs: []string{sock}}, "k", []byte("0123456789abcdef")); err != nil {
+	if _, err := SharedSecret(ctx, Config{Addrs: []string{sock}}, "k", bytes.Repeat([]byte{'k'}, SharedSecretBytes), time.Minute); err != nil {
 		t.Errorf("SharedSecret over the socket: %v", err)
 	}
 }

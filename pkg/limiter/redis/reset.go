@@ -52,9 +52,12 @@ func (s *Store) Reset(ctx context.Context, states []limiter.Request) (int, error
 // policy is read from each state's own fields: it SCANs the state keys of
 // every master (a Cluster's replicas are skipped), reads the `policy` and
 // `rev` fields of each batch of keys in one round trip, and UNLINKs those of
-// policyID at revision. Its cost is one SCAN step per scanCount keys and one
-// HMGET per key, on every master: bound it with b.MaxScanned and ctx's
-// deadline, and ask again while the answer is not Complete.
+// policyID at revision. A key that matches the pattern but holds no hash is
+// not a state of this service: Redis answers its HMGET with WRONGTYPE, and
+// it is counted in Skipped and left alone. Its cost is one SCAN step per
+// scanCount keys and one HMGET per key, on every master: bound it with
+// b.MaxScanned and ctx's deadline, and ask again while the answer is not
+// Complete.
 func (s *Store) ResetPolicy(ctx context.Context, policyID string, revision uint32, b limiter.ResetBounds) (limiter.PolicyReset, error) {
 	var res limiter.PolicyReset
 	if b.MaxScanned <= 0 {
@@ -127,7 +130,7 @@ func (s *Store) resetOnNode(ctx context.Context, node rueidis.Client, policyID, 
 }
 
 // unlinkMatching reads the policy and revision of keys and unlinks those
-// that match.
+// that match; a key that is not a hash is counted in res.Skipped.
 func (s *Store) unlinkMatching(ctx context.Context, node rueidis.Client, keys []string, policyID, rev string, res *limiter.PolicyReset) error {
 	if len(keys) == 0 {
 		return nil
@@ -139,6 +142,10 @@ func (s *Store) unlinkMatching(ctx context.Context, node rueidis.Client, keys []
 	var del rueidis.Commands
 	for i, r := range node.DoMulti(ctx, cmds...) {
 		f, err := r.ToArray()
+		if isWrongType(err) {
+			res.Skipped++
+			continue
+		}
 		if err != nil {
 			return err
 		}

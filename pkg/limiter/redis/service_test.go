@@ -288,14 +288,26 @@ func TestExactBatchAcrossStores(t *testing.T) {
 	limitertest.Exactness(t, stores, limitertest.Config{Prefix: limitertest.Prefix()}, 32, 3, 100)
 }
 
+// docACL returns the ACL SETUSER lines of docs/redis.md's "Least
+// privilege" section, split into arguments, PASSWORD replaced by password.
+func docACL(t *testing.T, password string) [][]string {
+	t.Helper()
+	lines, err := redistest.DocACL("../../../docs/redis.md", password)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return lines
+}
+
+// TestACLUser: the store works as the user docs/redis.md documents, and
+// Redis denies it nothing (its ACL LOG stays empty): decisions, a subject
+// and a policy reset, and, with the line for it, the secret shared through
+// Redis.
 func TestACLUser(t *testing.T) {
 	e := newEnv(t, redistest.Local())
-	// The least a store needs: the connection handshake, the two script
-	// commands and what the programs call (ACLs apply inside scripts too),
-	// on rate keys only.
-	e.do("ACL", "SETUSER", "envoy-rls", "on", ">s3cret-pw", "resetkeys", "~rate:*", "-@all",
-		"+hello", "+ping", "+client|setname",
-		"+evalsha", "+eval", "+time", "+hmget", "+exists", "+hset", "+pexpire")
+	acl := docACL(t, "s3cret-pw")
+	e.do(acl[0]...)
+	e.do("ACL", "LOG", "RESET")
 	s := newStore(t, Config{Addrs: []string{e.srv.Addr()}, Username: "envoy-rls", Password: "s3cret-pw"})
 	if err := s.Ping(context.Background()); err != nil {
 		t.Fatalf("Ping as the ACL user: %v", err)
@@ -316,17 +328,33 @@ func TestACLUser(t *testing.T) {
 	if allowed != 2 {
 		t.Fatalf("%d allowed, want 2", allowed)
 	}
-	// The secret shared through Redis needs SET on its key, and only that.
-	user := Config{Addrs: []string{e.srv.Addr()}, Username: "envoy-rls", Password: "s3cret-pw"}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
+	// A batch commits all or nothing: the one above, with a denial, wrote
+	// nothing.
+	s.Evaluate(ctx, []limiter.Request{{Policy: p, Subject: sub, Cost: 1}}, out[:1])
+	if n, err := s.Reset(ctx, []limiter.Request{{Policy: p, Subject: sub}}); n != 1 || err != nil {
+		t.Fatalf("Reset as the ACL user: %d, %v", n, err)
+	}
+	s.Evaluate(ctx, []limiter.Request{{Policy: p, Subject: sub, Cost: 1}}, out[:1])
+	if res, err := s.ResetPolicy(ctx, p.ID(), p.Revision(), limiter.ResetBounds{MaxScanned: 100}); err != nil || res.Deleted != 1 || !res.Complete {
+		t.Fatalf("ResetPolicy as the ACL user: %+v, %v", res, err)
+	}
+	// The secret shared through Redis needs its own line.
+	user := Config{Addrs: []string{e.srv.Addr()}, Username: "envoy-rls", Password: "s3cret-pw"}
 	candidate := []byte(strings.Repeat("s", 32))
-	if _, err := SharedSecret(ctx, user, "envoy-rls:hmac-secret", candidate); err == nil || !strings.Contains(err.Error(), "NOPERM") {
+	if _, err := SharedSecret(ctx, user, "envoy-rls:hmac-secret", candidate, time.Minute); err == nil || !strings.Contains(err.Error(), "NOPERM") {
 		t.Fatalf("shared secret without the ACL's SET: %v, want NOPERM", err)
 	}
-	e.do("ACL", "SETUSER", "envoy-rls", "~envoy-rls:hmac-secret", "+set")
-	if got, err := SharedSecret(ctx, user, "envoy-rls:hmac-secret", candidate); err != nil || string(got) != string(candidate) {
-		t.Fatalf("shared secret with SET on its key: %q, %v", got, err)
+	e.do("ACL", "LOG", "RESET")
+	for _, l := range acl[1:] {
+		e.do(l...)
+	}
+	if got, err := SharedSecret(ctx, user, "envoy-rls:hmac-secret", candidate, time.Minute); err != nil || string(got.Secret) != string(candidate) || !got.Created {
+		t.Fatalf("shared secret with SET on its key: %+v, %v", got, err)
+	}
+	if l := e.do("ACL", "LOG").([]any); len(l) != 0 {
+		t.Fatalf("ACL LOG: %v, want no denial", l)
 	}
 	// Without the script commands: refused by Redis, known not run.
 	e.do("ACL", "SETUSER", "envoy-rls", "-evalsha", "-eval")
