@@ -51,7 +51,9 @@ CONTAINER_TAGS = $(shell docker info >/dev/null 2>&1 && echo -tags=containers)
 test: deps ## install test dependencies if missing, then run every test with -race (service, tools and e2e modules); ends with the Redis and container lanes that ran
 	CI=$${CI:-} $(GO) test $(TESTFLAGS) $(PKGS)
 	CI=$${CI:-} $(GO) -C $(TOOLS) test $(TESTFLAGS) ./...
-	CI=$${CI:-} $(GO) -C $(E2E) test $(TESTFLAGS) $(CONTAINER_TAGS) ./...
+	# -p 1: the e2e packages one after the other, so that no other package's
+	# binaries load the cores while the deadline tests time the binary's answers.
+	CI=$${CI:-} $(GO) -C $(E2E) test -p 1 $(TESTFLAGS) $(CONTAINER_TAGS) ./...
 	@$(GO) test -count=1 -run '^TestLane$$' -v ./internal/redistest | sed -n 's/.*\(redis lane: \)/\1/p'
 	@$(GO) -C $(E2E) test -count=1 -run '^TestLane$$' -v ./containers | sed -n 's/.*\(container lane: \)/\1/p'
 

@@ -191,6 +191,8 @@ func serve(ctx context.Context, o *options.Options, getenv func(string) string, 
 		Clock:          s.clock,
 		Auditor:        auditor,
 		RequestIDKey:   o.AuditRequestIDKey,
+		// Checked by options.Serve.
+		MaxOverridePolicies: o.OverrideMaxPolicies,
 	})
 	if err != nil {
 		return err

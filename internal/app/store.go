@@ -46,6 +46,7 @@ func (s *server) openStore(ctx context.Context, wg *sync.WaitGroup) (limiter.Sto
 			st.Sweep(now)
 			s.metrics.Memory.Entries(st.Len())
 			s.metrics.Memory.Sketches(st.Sketches())
+			s.metrics.Memory.SketchBytes(st.SketchBytes())
 		})
 		return st, func() {}, nil
 	case "redis":

@@ -18,6 +18,7 @@ import (
 	"github.com/envoy-rls/envoy-rls/pkg/limiter/failover"
 	"github.com/envoy-rls/envoy-rls/pkg/limiter/memory"
 	"github.com/envoy-rls/envoy-rls/pkg/limiter/redis"
+	"github.com/envoy-rls/envoy-rls/pkg/rls"
 )
 
 // Presets returns, once the command line is parsed, values for flags it
@@ -98,6 +99,7 @@ var accepts = map[string]string{
 	"log-level":             "debug, info, warn or error",
 	"default-headers":       "full, retry_after or none",
 	"memory-max-entries":    "0 (automatic) or a positive integer",
+	"override-max-policies": fmt.Sprintf("an integer from 1 to %d", rls.MaxOverridePoliciesBound),
 	"drain-timeout":         "a positive duration such as 15s",
 	"local-cache-size":      fmt.Sprintf("an integer of at least %d", denycache.Shards),
 	"gc-percent":            fmt.Sprintf("0 (automatic) or an integer between %d and %d", MinGCPercent, MaxGCPercent),
@@ -156,6 +158,7 @@ func (o *Options) check() error {
 	_, ok := descriptors.ParseHeaderMode(o.DefaultHeaders)
 	r.check("default-headers", ok)
 	r.check("memory-max-entries", o.MemoryMaxEntries >= 0)
+	r.check("override-max-policies", o.OverrideMaxPolicies >= 1 && o.OverrideMaxPolicies <= rls.MaxOverridePoliciesBound)
 	r.check("local-cache-size", o.LocalCacheSize >= denycache.Shards)
 	r.check("drain-timeout", o.DrainTimeout > 0)
 	r.check("gc-percent", o.GCPercent == 0 || o.GCPercent >= MinGCPercent && o.GCPercent <= MaxGCPercent)

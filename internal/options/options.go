@@ -16,6 +16,7 @@ import (
 	"github.com/envoy-rls/envoy-rls/pkg/limiter/denycache"
 	"github.com/envoy-rls/envoy-rls/pkg/limiter/memory"
 	"github.com/envoy-rls/envoy-rls/pkg/limiter/redis"
+	"github.com/envoy-rls/envoy-rls/pkg/rls"
 )
 
 // EnvPrefix prefixes the environment variable of every flag: --grpc-addr is
@@ -77,12 +78,14 @@ type Options struct {
 	LogLevel         string
 	DefaultHeaders   string
 	MemoryMaxEntries int
-	DrainTimeout     time.Duration
-	Pprof            bool
-	LocalCache       bool
-	LocalCacheSize   int
-	GCPercent        int
-	Tracing          bool
+	// OverrideMaxPolicies is rls.Config.MaxOverridePolicies.
+	OverrideMaxPolicies int
+	DrainTimeout        time.Duration
+	Pprof               bool
+	LocalCache          bool
+	LocalCacheSize      int
+	GCPercent           int
+	Tracing             bool
 	// ConfigLimits bound the whole rule set (rules.go).
 	ConfigLimits RuleLimits
 
@@ -154,6 +157,7 @@ func NewFlagSet(o *Options) *flag.FlagSet {
 	fs.StringVar(&o.LogLevel, "log-level", DefaultLogLevel, "log level: debug, info, warn, error")
 	fs.StringVar(&o.DefaultHeaders, "default-headers", DefaultHeaders, "response headers of the rules that set no headers field of their own: full, retry_after or none")
 	fs.IntVar(&o.MemoryMaxEntries, "memory-max-entries", 0, "memory store: the most subjects held at once; 0 = automatic: 1000000, or fewer when GOMEMLIMIT is set, so that a full store takes at most half of it (docs/operations.md)")
+	fs.IntVar(&o.OverrideMaxPolicies, "override-max-policies", rls.DefaultMaxOverridePolicies, fmt.Sprintf("the most override policies (key lists and windows of descriptors that carry their own limit) each domain tracks at once, 1–%d; a descriptor whose override would be one more is answered OVER_LIMIT (docs/config.md, Overrides)", rls.MaxOverridePoliciesBound))
 	fs.DurationVar(&o.DrainTimeout, "drain-timeout", DefaultDrainTimeout, "on SIGTERM/SIGINT, how long in-flight calls may take to finish")
 	fs.BoolVar(&o.LocalCache, "local-cache", DefaultLocalCache, "answer repeated store denials (fixed window, token bucket) locally until their retry time: a hot subject costs one store call per window instead of one per request; exact (see docs/performance.md)")
 	fs.IntVar(&o.LocalCacheSize, "local-cache-size", DefaultLocalCacheSize, fmt.Sprintf("local deny cache: the most denials held at once (at least %d)", denycache.Shards))

@@ -106,6 +106,9 @@ func TestServeChecks(t *testing.T) {
 		{"gc percent", append(base, "--gc-percent", "-1"), nil, `--gc-percent="-1": must be 0 (automatic) or an integer between 10 and 10000`},
 		{"drain timeout", append(base, "--drain-timeout", "-1s"), nil, `--drain-timeout="-1s": must be a positive duration such as 15s`},
 		{"memory entries", append(base, "--memory-max-entries", "-5"), nil, `--memory-max-entries="-5": must be 0 (automatic) or a positive integer`},
+		{"override policies zero", append(base, "--override-max-policies", "0"), nil, `--override-max-policies="0": must be an integer from 1 to 65536`},
+		{"override policies too many", base, map[string]string{"ENVOY_RLS_OVERRIDE_MAX_POLICIES": "65537"}, `ENVOY_RLS_OVERRIDE_MAX_POLICIES="65537": must be an integer from 1 to 65536`},
+		{"override policies at the bound", append(base, "--override-max-policies", "65536"), nil, ""},
 		{"local cache size", append(base, "--local-cache-size", "3"), nil, `--local-cache-size="3": must be an integer of at least 64`},
 		{"tracing variable", base, map[string]string{"OTEL_TRACES_EXPORTER": "zipkin"}, `OTEL_TRACES_EXPORTER="zipkin": must be otlp or none (this binary exports traces by OTLP only)`},
 	})

@@ -17,6 +17,8 @@ import (
 //	rate_limits:   the first limit of the list as by rule path, limit i >= 1
 //	               as <rule path>::<i> (a named limit as by name)
 //	override:      <domain>:override:<unit>/<key>/<key>...
+//	               (group, the name all of a domain's are reported under:
+//	               <domain>:override)
 //	calendar:      <one of the above>:calendar:<unit>:<time_zone>
 //
 // Each configured string is copied with A-Z lowered and every other byte
@@ -165,6 +167,16 @@ func overrideID(domain string, unit Unit, multiplier uint32, entries []Entry) st
 		b.sep("/")
 		b.str(e.Key)
 	}
+	return b.id()
+}
+
+// overrideGroup is the group (limiter.PolicySpec.Group) of every override
+// of a domain, "<domain>:override": the prefix of their IDs, the one name
+// they are reported under, made of the configured domain alone.
+func overrideGroup(domain string) string {
+	b := newIDBuilder(idKindOverride)
+	b.str(domain)
+	b.sep(":override")
 	return b.id()
 }
 

@@ -249,6 +249,8 @@ func TestIDDerivation(t *testing.T) {
 		{"colon in name is lossy", nameID("d", "n:x"), "d:n_x--"},
 		{"override", overrideID("d", UnitMinute, 1, e("a=secret", "b=x")), "d:override:minute/a/b"},
 		{"override with multiplier", overrideID("d", UnitSecond, 30, e("a=secret")), "d:override:secondx30/a"},
+		{"override group", overrideGroup("d"), "d:override"},
+		{"override group of a lossy domain", overrideGroup("D.x"), "d.x:override--"},
 		{"too long", pathID("d", []pathSeg{{long, ""}}), "d/" + long[:limiter.MaxPolicyIDLength-idSuffixLen-2] + "--"},
 	}
 	for _, tt := range tests {
@@ -300,5 +302,27 @@ func TestStatKey(t *testing.T) {
 		if m.Rule.StatKey != tc.want {
 			t.Errorf("%v: StatKey = %q, want %q", tc.entries, m.Rule.StatKey, tc.want)
 		}
+	}
+}
+
+// Every override of a domain is one group, named by the domain alone:
+// distinct keys make distinct policies (own counters) of that one group.
+func TestOverrideGroup(t *testing.T) {
+	s := loadRules(t)
+	a, okA := s.Override("ref", e("atk_key_1=x"), 5, UnitYear, 1)
+	b, okB := s.Override("ref", e("atk_key_2=x", "other=y"), 5, UnitSecond, 3)
+	if !okA || !okB {
+		t.Fatal("overrides of a known domain not answered")
+	}
+	if a.Rule.Policy.ID() == b.Rule.Policy.ID() {
+		t.Fatalf("two key lists share the ID %q", a.Rule.Policy.ID())
+	}
+	for _, m := range []Match{a, b} {
+		if p := m.Rule.Policy; p.Group() != "ref:override" || p.Label() != "ref:override" {
+			t.Errorf("%s: group %q, label %q; want ref:override", p.ID(), p.Group(), p.Label())
+		}
+	}
+	if m, ok := s.Match("ref", e("database=users")); !ok || m.Rule.Policy.Group() != "" {
+		t.Fatalf("a configured rule has a group: %+v", m.Rule)
 	}
 }

@@ -30,7 +30,9 @@ type overrideCache struct {
 //
 // The policy ID is derived from the domain, the unit and the entry keys
 // (never the values), so overrides of one descriptor with different numbers
-// share a counter, as in the reference.
+// share a counter, as in the reference. Every override policy of a domain
+// has the group (limiter.PolicySpec.Group) "<domain>:override": the keys are
+// request data, so stores and metrics see the class, not each policy.
 func (s *Snapshot) Override(domain string, entries []Entry, requestsPerUnit uint32, unit Unit, multiplier uint32) (Match, bool) {
 	multiplier = max(multiplier, 1)
 	if s == nil || len(entries) == 0 || unit.Duration() == 0 {
@@ -80,6 +82,7 @@ func overrideKey(b []byte, domain string, entries []Entry, rpu uint32, unit Unit
 func newOverrideRule(domain string, entries []Entry, rpu uint32, unit Unit, multiplier uint32) (*Rule, error) {
 	p, err := limiter.NewPolicy(limiter.PolicySpec{
 		ID:        overrideID(domain, unit, multiplier, entries),
+		Group:     overrideGroup(domain),
 		Algorithm: limiter.FixedWindow,
 		Params:    limiter.FixedWindowParams{Limit: int64(rpu), Window: unit.Duration() * time.Duration(multiplier)},
 	})

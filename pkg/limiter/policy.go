@@ -45,6 +45,13 @@ type PolicySpec struct {
 	Shadow bool
 	// Penalty is the limit's penalty box. (Optional, default none)
 	Penalty Penalty
+	// Group, when set, makes the policy one of a class of policies made at
+	// request time (a request-supplied limit override) rather than
+	// configured: the class shares one bounded part of a store (see
+	// pkg/limiter/memory) and is reported under this one name instead of
+	// the policy ID, which derives from request data. Same pattern as ID.
+	// (Optional, default none: a configured policy, reported by its ID)
+	Group string
 }
 
 // Policy is a validated, immutable PolicySpec. Build it with NewPolicy. The
@@ -77,6 +84,9 @@ func NewPolicy(spec PolicySpec) (*Policy, error) {
 	}
 	if !policyIDPattern.MatchString(spec.ID) {
 		return nil, &FieldError{Field: "id", Reason: "may only contain [a-z0-9._:/-]"}
+	}
+	if spec.Group != "" && !policyIDPattern.MatchString(spec.Group) {
+		return nil, &FieldError{Field: "group", Reason: "may only contain [a-z0-9._:/-], at most 128 bytes"}
 	}
 	if spec.Revision == 0 {
 		spec.Revision = DefaultRevision
@@ -162,6 +172,19 @@ func durationField(name string, d time.Duration, minMillis int64) error {
 
 // ID returns the policy ID.
 func (p *Policy) ID() string { return p.spec.ID }
+
+// Group returns the class of request-made policies the policy belongs to,
+// or "" for a configured policy (PolicySpec.Group).
+func (p *Policy) Group() string { return p.spec.Group }
+
+// Label names the policy where the number of names must stay bounded
+// (metric labels): its Group when it has one, else its ID.
+func (p *Policy) Label() string {
+	if p.spec.Group != "" {
+		return p.spec.Group
+	}
+	return p.spec.ID
+}
 
 // Revision returns the policy revision (>= 1).
 func (p *Policy) Revision() uint32 { return p.spec.Revision }

@@ -38,11 +38,14 @@ func TestNewPolicy(t *testing.T) {
 		{"valid bucket capacity*period at bound", tb(limiter.MaxSafeInteger-1_000_000, 1_000_000, time.Millisecond), ""},
 		{"valid window of ten years", with(func(s *limiter.PolicySpec) { s.Params = limiter.FixedWindowParams{Limit: 1, Window: tenYears} }), ""},
 		{"valid open, shadow", with(func(s *limiter.PolicySpec) { s.FailureMode, s.Shadow = limiter.FailOpen, true }), ""},
+		{"valid group", with(func(s *limiter.PolicySpec) { s.Group = "edge:override" }), ""},
 
 		{"empty id", with(func(s *limiter.PolicySpec) { s.ID = "" }), "id"},
 		{"long id", with(func(s *limiter.PolicySpec) { s.ID = strings.Repeat("a", 129) }), "id"},
 		{"upper-case id", with(func(s *limiter.PolicySpec) { s.ID = "API" }), "id"},
 		{"id with space", with(func(s *limiter.PolicySpec) { s.ID = "a b" }), "id"},
+		{"group with space", with(func(s *limiter.PolicySpec) { s.Group = "a b" }), "group"},
+		{"long group", with(func(s *limiter.PolicySpec) { s.Group = strings.Repeat("a", 129) }), "group"},
 		{"no params", with(func(s *limiter.PolicySpec) { s.Params = nil }), "params"},
 		{"params of another algorithm", with(func(s *limiter.PolicySpec) { s.Algorithm = limiter.TokenBucket }), "params"},
 		{"unknown algorithm", with(func(s *limiter.PolicySpec) { s.Algorithm = 0 }), "params"},
@@ -104,6 +107,20 @@ func TestPolicyDefaults(t *testing.T) {
 	}
 	if a, per := p.Refill(); a != 1 || per != 400 {
 		t.Fatalf("Refill() = %d per %dms, want 1 per 400ms", a, per)
+	}
+}
+
+// A configured policy is labelled by its ID; a policy of a group (made at
+// request time) by its group, whatever its ID.
+func TestPolicyLabel(t *testing.T) {
+	spec := limiter.PolicySpec{ID: "edge:override:second/atk_key_0", Algorithm: limiter.FixedWindow,
+		Params: limiter.FixedWindowParams{Limit: 1, Window: time.Second}}
+	if p := limitertest.Policy(t, spec); p.Label() != spec.ID || p.Group() != "" {
+		t.Fatalf("configured: Label %q, Group %q", p.Label(), p.Group())
+	}
+	spec.Group = "edge:override"
+	if p := limitertest.Policy(t, spec); p.Label() != "edge:override" || p.Group() != "edge:override" || p.ID() != spec.ID {
+		t.Fatalf("grouped: Label %q, Group %q, ID %q", p.Label(), p.Group(), p.ID())
 	}
 }
 

@@ -47,6 +47,8 @@ type Metrics struct {
 	local        *prometheus.CounterVec
 	penalty      *prometheus.CounterVec
 	hits         *prometheus.CounterVec
+	ovRefused    *prometheus.CounterVec
+	ovPolicies   *prometheus.GaugeVec
 
 	// Children resolved once, so that the hot path does not hash label
 	// values on every call.
@@ -142,12 +144,18 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 		penalty: newCounterVec("penalty_denials_total",
 			"Descriptor decisions denied because the subject is in the policy's penalty box (a block after an offence), by domain, policy ID and result (over_limit, shadow_over_limit; decisions_total counts them too).",
 			"domain", "policy", "result"),
+		ovRefused: newCounterVec("override_refused_total",
+			"Descriptors with a request-supplied limit (override) answered OVER_LIMIT because their domain already tracked --override-max-policies override policies, by configured domain.",
+			"domain"),
+		ovPolicies: prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: MetricsNamespace, Name: "override_policies",
+			Help: "Override policies (key lists and windows of request-supplied limits) tracked for a configured domain: at most --override-max-policies."},
+			[]string{"domain"}),
 		byPolicy: make(map[policyKey]*policyCounters),
 		byDomain: make(map[string]*domainHistograms),
 	}
 	for _, c := range []prometheus.Collector{
 		m.decisions, m.nearLimit, m.unmatched, m.storeErrors, m.storeLatency,
-		m.fallbacks, m.calls, m.callLatency, m.local, m.penalty, m.hits,
+		m.fallbacks, m.calls, m.callLatency, m.local, m.penalty, m.hits, m.ovRefused, m.ovPolicies,
 	} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("rls: registering metrics: %w", err)
@@ -233,6 +241,15 @@ func (m *Metrics) fallback(mode limiter.FailureMode) {
 	if int(mode) < len(m.fallbackBy) {
 		m.fallbackBy[mode].Inc()
 	}
+}
+
+// overrideRefused counts a refused override of a configured domain.
+func (m *Metrics) overrideRefused(domain string) { m.ovRefused.WithLabelValues(domain).Inc() }
+
+// overridePolicies sets the override policies tracked for a configured
+// domain.
+func (m *Metrics) overridePolicies(domain string, n int) {
+	m.ovPolicies.WithLabelValues(domain).Set(float64(n))
 }
 
 func (m *Metrics) unmatchedDescriptor(domain string) {

@@ -69,10 +69,15 @@ func (s *Server) respond(ctx context.Context, req *rlsv3.RateLimitRequest, known
 		if ds.kind == statusNeverFits {
 			// A zero limit, or a cost above the policy's max cost: it can
 			// never fit, so the store is not asked and nothing is consumed.
+			// So for an override refused beyond the domain's bound, until
+			// a tracked override policy's place frees.
 			ds.over = true
 			ds.reset = untilWindowEnd(now, rule.Window())
 			if c := p.Calendar(); c != nil {
 				ds.reset = untilPeriodEnd(now, c)
+			}
+			if ds.refusedWait != 0 {
+				ds.reset = ds.refusedWait
 			}
 			ds.retry = ds.reset
 		} else if out := &sc.outs[ds.batch]; out.Decision.Known() {

@@ -62,6 +62,15 @@ type Config struct {
 	Store limiter.Store
 	// Metrics receives the service's counters. (Required; see NewMetrics)
 	Metrics *Metrics
+	// MaxOverridePolicies bounds the override policies of each domain
+	// that may hold state at once: the key lists and windows of
+	// descriptors that carry their own limit (the reference's
+	// RateLimitOverride). A descriptor whose override policy would be one
+	// more is answered OVER_LIMIT, with a retry hint of the time until the
+	// earliest tracked one has no state left (at least a second), and
+	// counted in envoy_rls_override_refused_total{domain}. (Optional,
+	// default DefaultMaxOverridePolicies; at most MaxOverridePoliciesBound)
+	MaxOverridePolicies int
 	// Logger receives denial, failure and panic logs. Denials and store
 	// failures are sampled. (Optional, default: no logs)
 	Logger *zap.Logger
@@ -128,6 +137,7 @@ type Server struct {
 	auditor   Auditor      // nil: none
 	// requestIDKey names the request id descriptor's key ("": none).
 	requestIDKey string
+	overrides    *overrideCap
 }
 
 var _ rlsv3.RateLimitServiceServer = (*Server)(nil)
@@ -160,6 +170,12 @@ func New(cfg Config) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
+	switch {
+	case cfg.MaxOverridePolicies == 0:
+		cfg.MaxOverridePolicies = DefaultMaxOverridePolicies
+	case cfg.MaxOverridePolicies < 0 || cfg.MaxOverridePolicies > MaxOverridePoliciesBound:
+		return nil, fmt.Errorf("rls: Config.MaxOverridePolicies %d is not between 1 and %d", cfg.MaxOverridePolicies, MaxOverridePoliciesBound)
+	}
 	if cfg.DenialLogTick <= 0 {
 		cfg.DenialLogTick = DefaultDenialLogTick
 	}
@@ -187,6 +203,7 @@ func New(cfg Config) (*Server, error) {
 		observer:       cfg.Observer,
 		auditor:        cfg.Auditor,
 		requestIDKey:   cfg.RequestIDKey,
+		overrides:      newOverrideCap(cfg.MaxOverridePolicies, cfg.Metrics),
 	}
 	s.scratch.New = func() any { return new(scratch) }
 	return s, nil
@@ -254,6 +271,7 @@ func (s *Server) evaluate(ctx context.Context, req *rlsv3.RateLimitRequest, rule
 	// (a descriptor with rate_limits has one per limit of its list, and
 	// its answer is the binding one, see bindingLimit).
 	anyReplaces := false
+	var nowMs int64 // read at the first override
 	for i, d := range req.Descriptors {
 		ds := descStatus{desc: i}
 		if !known {
@@ -291,6 +309,18 @@ func (s *Server) evaluate(ctx context.Context, req *rlsv3.RateLimitRequest, rule
 			continue
 		}
 		ds.cost, ds.probe = hitsFor(req, d)
+		if ds.override {
+			if nowMs == 0 {
+				nowMs = s.clock.Now().UnixMilli()
+			}
+			if admitted, wait := s.overrides.admit(domain, m.Rule.Policy, nowMs); !admitted {
+				// Beyond the domain's override policies: denied without
+				// asking the store, as a limit that can never fit is.
+				ds.kind, ds.match, ds.refusedWait = statusNeverFits, m, wait
+				sc.descs = append(sc.descs, ds)
+				continue
+			}
+		}
 		if m.Rule.Unlimited || m.Rule.Policy == nil {
 			ds.kind = statusUnlimited
 		} else {
@@ -329,6 +359,10 @@ func (s *Server) evaluate(ctx context.Context, req *rlsv3.RateLimitRequest, rule
 	neverFits := false
 	for i := range sc.descs {
 		ds := &sc.descs[i]
+		if ds.kind == statusNeverFits { // a refused override
+			neverFits = true
+			continue
+		}
 		if ds.kind != statusStore {
 			continue
 		}

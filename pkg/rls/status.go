@@ -15,7 +15,7 @@ const (
 	statusReplaced                    // matched but replaced by another matched rule: OK, no current_limit
 	statusNegative                    // is_negative_hits: not evaluated, OK
 	statusUnlimited                   // OK, limit_remaining at its maximum
-	statusNeverFits                   // zero limit or cost above max cost: OVER_LIMIT, store untouched
+	statusNeverFits                   // zero limit, cost above max cost, or a refused override: OVER_LIMIT, store untouched
 	statusStore                       // evaluated by the store: outcome in outs[batch]
 	statusRequestID                   // carries the call's request id (Config.RequestIDKey): OK, never matched
 )
@@ -47,7 +47,10 @@ type descStatus struct {
 	match    descriptors.Match
 	cost     int64
 	probe    bool // an explicit per-descriptor hits_addend of 0 (see hitsFor)
-	batch    int
+	// refusedWait, when not 0, marks an override refused beyond
+	// Config.MaxOverridePolicies (statusNeverFits) and is its retry hint.
+	refusedWait time.Duration
+	batch       int
 	// Filled while building statuses.
 	over      bool         // the limit (or the fail-closed fallback) denies
 	blocked   bool         // over because the subject is in the penalty box

@@ -49,9 +49,8 @@ func (s *Store) Evaluate(ctx context.Context, batch []limiter.Request, out []lim
 				fmt.Errorf("memory store: clock reads %dms since the epoch: %w", nowMs, limiter.ErrClockUnsafe))
 			continue
 		}
-		p := r.Policy
 		w[i].valid = true
-		w[i].k = key{subject: r.Subject, policy: p.ID(), revision: p.Revision(), alg: p.Algorithm()}
+		w[i].k = keyOf(r)
 		w[i].h = hashKey(&w[i].k)
 		w[i].shard = s.shardIndex(&r.Subject)
 		valid++
@@ -81,7 +80,7 @@ func (s *Store) Evaluate(ctx context.Context, batch []limiter.Request, out []lim
 			overflowLocked = true
 		}
 	}
-	dropped, refused := 0, 0
+	dropped, refused := 0, false
 	// Phase 1: check, consuming nothing.
 	for i := range batch {
 		wi := &w[i]
@@ -124,19 +123,22 @@ func (s *Store) Evaluate(ctx context.Context, batch []limiter.Request, out []lim
 		if write && r.EffectiveRole().Consumes() && !wi.inTable && !wi.hasRoom && !wi.overflow {
 			// A new entry: reserve room for it now, so that a full shard
 			// is known before the batch decides.
-			reserved, reservedOwn := 0, 0
+			var res reservation
 			for j := 0; j < i; j++ {
 				if w[j].valid && w[j].shard == wi.shard && w[j].reserved {
-					reserved++
+					res.all++
 					if w[j].k.policy == wi.k.policy {
-						reservedOwn++
+						res.own++
+					}
+					if w[j].k.made {
+						res.made++
 					}
 				}
 			}
-			room := sh.room(wi.k.policy, reserved, reservedOwn)
+			room := sh.room(&wi.k, res)
 			if !room {
 				dropped += sh.dropExpired(nowMs, fullScanBudget)
-				room = sh.room(wi.k.policy, reserved, reservedOwn)
+				room = sh.room(&wi.k, res)
 			}
 			if room {
 				wi.reserved, wi.hasRoom = true, true
@@ -150,7 +152,7 @@ func (s *Store) Evaluate(ctx context.Context, batch []limiter.Request, out []lim
 				}
 				if wi.sp.sk == nil {
 					wi.failed = true
-					refused++
+					refused, wi.refused = true, true
 					out[i] = limiter.UnavailableOutcome(CapacityRetryAfter, limiter.CategoryCapacity, ErrFull)
 					continue
 				}
@@ -226,8 +228,15 @@ func (s *Store) Evaluate(ctx context.Context, batch []limiter.Request, out []lim
 	for k := len(order) - 1; k >= 0; k-- {
 		s.shards[order[k]].mu.Unlock()
 	}
-	s.report(dropped, refused)
+	s.report(dropped)
 	s.reportOverflow(batch, out)
+	if refused && s.obs != nil {
+		for i := range w {
+			if w[i].refused {
+				s.obs.Refused(batch[i].Policy)
+			}
+		}
+	}
 }
 
 // decided is limiter.OutcomeFromReply from src; a decision of the overflow
@@ -240,17 +249,11 @@ func decided(p *limiter.Policy, r limiter.Reply, src limiter.Source) limiter.Out
 	return o
 }
 
-// report tells the Observer what one Evaluate call dropped and refused. It
-// is called with no lock held.
-func (s *Store) report(dropped, refused int) {
-	if s.obs == nil {
-		return
-	}
-	if dropped > 0 {
+// report tells the Observer what one Evaluate call dropped. It is called
+// with no lock held.
+func (s *Store) report(dropped int) {
+	if s.obs != nil && dropped > 0 {
 		s.obs.Expired(dropped)
-	}
-	for range refused {
-		s.obs.Refused()
 	}
 }
 
@@ -262,7 +265,7 @@ func (s *Store) reportOverflow(batch []limiter.Request, out []limiter.Outcome) {
 	}
 	for i := range out {
 		if out[i].Kind == limiter.Evaluated && out[i].Decision.Source == limiter.SourceMemoryOverflow {
-			s.obs.Overflow(batch[i].Policy.ID())
+			s.obs.Overflow(batch[i].Policy.Label())
 		}
 	}
 }
@@ -297,6 +300,9 @@ type work struct {
 	// later requests on the same state repeat.
 	sp                          spill
 	overflow, estimated, failed bool
+	// refused: this request was refused for capacity (its later requests
+	// on the same state repeat the outcome and are not counted again).
+	refused bool
 }
 
 // source is where the decision of w comes from: the sketch when it decides

@@ -24,11 +24,11 @@ func (s *Store) evaluateOne(r *limiter.Request, o *limiter.Outcome, nowMs int64)
 		return
 	}
 	p := r.Policy
-	k := key{subject: r.Subject, policy: p.ID(), revision: p.Revision(), alg: p.Algorithm()}
+	k := keyOf(r)
 	h := hashKey(&k)
 	sh := &s.shards[s.shardIndex(&r.Subject)]
 	t := &sh.t
-	refused := 0
+	refused := false
 	sh.mu.Lock()
 	// hint: where k is (found) or would be inserted (-1 once the table has
 	// changed since the lookup).
@@ -45,9 +45,9 @@ func (s *Store) evaluateOne(r *limiter.Request, o *limiter.Outcome, nowMs int64)
 	next, reply, uncommitted, write := limiter.Check(st, wo.sp.now(nowMs), p, r.Cost)
 	room := true
 	if !failed && write && !found && r.EffectiveRole().Consumes() {
-		if room = sh.room(k.policy, 0, 0); !room {
+		if room = sh.room(&k, reservation{}); !room {
 			dropped += sh.dropExpired(nowMs, fullScanBudget)
-			room = sh.room(k.policy, 0, 0)
+			room = sh.room(&k, reservation{})
 		}
 		if dropped != 0 {
 			hint = -1 // a removal moved slots
@@ -85,7 +85,7 @@ func (s *Store) evaluateOne(r *limiter.Request, o *limiter.Outcome, nowMs int64)
 		wo.sp.sk.add(&wo.sp.idx, next, wo.sp.eff, p)
 		o.Decision.Consumed = true
 	case !found && !room:
-		refused = 1
+		refused = true
 		*o = limiter.UnavailableOutcome(CapacityRetryAfter, limiter.CategoryCapacity, ErrFull)
 	default:
 		*o = limiter.OutcomeFromReply(p, reply, limiter.SourceMemory)
@@ -107,9 +107,12 @@ func (s *Store) evaluateOne(r *limiter.Request, o *limiter.Outcome, nowMs int64)
 		s.overflowMu.Unlock()
 	}
 	sh.mu.Unlock()
-	s.report(dropped, refused)
+	s.report(dropped)
+	if refused && s.obs != nil {
+		s.obs.Refused(p)
+	}
 	if s.obs != nil && o.Kind == limiter.Evaluated && o.Decision.Source == limiter.SourceMemoryOverflow {
-		s.obs.Overflow(p.ID())
+		s.obs.Overflow(p.Label())
 	}
 }
 

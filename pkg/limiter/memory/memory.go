@@ -28,16 +28,26 @@
 // only while it holds fewer entries of that shard than are free (after the
 // shard has dropped up to a bounded number of expired entries), so one
 // policy holds at most half of the store and every flood leaves room for the
-// policies that come after it. A new subject of a policy that has no room
+// policies that come after it. Policies made at request time (a
+// limiter.Policy with a Group: request-supplied limit overrides) hold at
+// most an eighth of each shard between them, by the same rule within that
+// share, however many of them there are: the configured policies keep the
+// rest. A new subject of a policy that has no room
 // left is decided by the policy's overflow sketch (sketch.go): a count-min
-// sketch of fixed size (SketchBytes) that can only over-count, so that it
+// sketch, at least MinSketchBytes, wider from a pool sized to MaxEntries
+// (sketch.go), that can only over-count, so that it
 // never admits more than the exact algorithm would for any subject. Its
 // decisions are ordinary Evaluated outcomes with Source
 // limiter.SourceMemoryOverflow and Certainty limiter.Approximate, counted by
-// Observer.Overflow. At most Config.MaxSketches policies hold a sketch at
-// once; beyond that a new subject without room is refused with an
+// Observer.Overflow under the policy's Label. At most Config.MaxSketches
+// policies hold a sketch at once, policies made at request time an eighth
+// of them; beyond that a new subject without room is refused with an
 // Unavailable outcome of category limiter.CategoryCapacity, which the
 // policy's failure mode answers and Observer.Refused counts.
+//
+// The Observer is told of refusals and overflow decisions by the policy's
+// limiter.Policy.Label, or the policy itself, never by an ID made of request
+// data.
 package memory
 
 import (
@@ -70,7 +80,7 @@ const (
 // a shard's table doubles when it would pass three quarters full, so a full
 // shard is 3/8 to 3/4 full: 133 to 267 bytes per entry; TestFullStoreHeap
 // holds a full store to the bound (its measurements: docs/operations.md).
-// Overflow sketches (SketchBytes each) come on top. The process needs
+// Overflow sketches (Store.SketchBytes) come on top. The process needs
 // about twice this at its peak: see docs/operations.md.
 const MaxBytesPerEntry = 272
 
@@ -79,13 +89,16 @@ const MaxBytesPerEntry = 272
 // and concurrently from many goroutines; they must be cheap and safe for
 // concurrent use.
 type Observer interface {
-	// Refused: a new subject found no room for an entry and no sketch for
-	// its policy (MaxSketches policies were already in overflow).
-	Refused()
+	// Refused: a new subject of policy found no room for an entry and no
+	// sketch for its policy (MaxSketches policies were already in overflow,
+	// or for a policy made at request time, its share of them).
+	Refused(policy *limiter.Policy)
 	// Expired: n expired states were dropped.
 	Expired(n int)
-	// Overflow: a decision for policy was made by its overflow sketch.
-	Overflow(policy string)
+	// Overflow: a decision for a policy was made by its overflow sketch;
+	// label is the policy's limiter.Policy.Label (its ID, or for a policy
+	// made at request time its group: a bounded set of names).
+	Overflow(label string)
 }
 
 // Config configures New.
@@ -100,7 +113,9 @@ type Config struct {
 	// (Optional, default DefaultShards)
 	Shards int
 	// MaxSketches bounds how many policies can hold an overflow sketch at
-	// once, each SketchBytes. (Optional, default DefaultMaxSketches)
+	// once, each at least MinSketchBytes; with the pool (sketch.go) it
+	// bounds their memory (Store.SketchBytes). (Optional, default
+	// DefaultMaxSketches)
 	MaxSketches int
 	// Observer counts refusals, expiries and overflow decisions. (Optional)
 	Observer Observer
@@ -128,6 +143,17 @@ type Store struct {
 	sketches    map[sketchKey]*sketch
 	nSketches   atomic.Int32
 	maxSketches int
+	// madeSketches counts the sketches of policies made at request time;
+	// sketchPool is the memory the sketches may take beyond
+	// MinSketchBytes each, sketchPoolUsed what they take of it. Guarded by
+	// overflowMu. sketchBytes is the sketches' memory in all, written
+	// under overflowMu and read without it (SketchBytes).
+	madeSketches               int
+	sketchPool, sketchPoolUsed int64
+	sketchBytes                atomic.Int64
+	// maxSketchBits is log2 of the widest row a sketch may have
+	// (sketchSizing).
+	maxSketchBits uint8
 }
 
 var _ limiter.Store = (*Store)(nil)
@@ -140,6 +166,16 @@ type key struct {
 	policy   string
 	revision uint32
 	alg      limiter.Algorithm
+	// made: the policy was made at request time (limiter.Policy.Group is
+	// set), which a policy ID always is or is not: it is no part of the
+	// key's identity, only of where its entry may go (shard.room).
+	made bool
+}
+
+// keyOf is the key of r's state.
+func keyOf(r *limiter.Request) key {
+	p := r.Policy
+	return key{subject: r.Subject, policy: p.ID(), revision: p.Revision(), alg: p.Algorithm(), made: p.Group() != ""}
 }
 
 // entry is the part of a limiter.State the key does not already hold.
@@ -180,10 +216,11 @@ func New(cfg Config) (*Store, error) {
 	}
 	s := &Store{clock: cfg.Clock, obs: cfg.Observer, shards: make([]shard, cfg.Shards), mask: uint64(cfg.Shards - 1),
 		sketches: make(map[sketchKey]*sketch), maxSketches: cfg.MaxSketches}
+	s.sketchPool, s.maxSketchBits = sketchSizing(cfg.MaxEntries)
 	per, extra := cfg.MaxEntries/cfg.Shards, cfg.MaxEntries%cfg.Shards
 	for i := range s.shards {
 		sh := &s.shards[i]
-		sh.capacity = per
+		sh.capacity = int32(per)
 		if i < extra {
 			sh.capacity++
 		}
@@ -221,9 +258,13 @@ func (s *Store) Sweep(now time.Time) int {
 // SweepExpired is Sweep at the store clock's now.
 func (s *Store) SweepExpired() int { return s.Sweep(s.clock.Now()) }
 
-// Sketches returns the number of overflow sketches held (each
-// SketchBytes).
+// Sketches returns the number of overflow sketches held.
 func (s *Store) Sketches() int { return int(s.nSketches.Load()) }
+
+// SketchBytes returns the memory the overflow sketches held take: at most
+// MaxSketches × MinSketchBytes plus the pool (the larger of
+// SketchPoolBytesPerEntry × MaxEntries and MinSketchPoolBytes).
+func (s *Store) SketchBytes() int64 { return s.sketchBytes.Load() }
 
 // Len returns the number of stored states, expired ones not yet dropped
 // included.

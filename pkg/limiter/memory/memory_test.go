@@ -28,11 +28,17 @@ func subject(i uint64) limiter.SubjectDigest {
 // counter is an Observer.
 type counter struct {
 	refused, expired atomic.Int64
+	madeRefused      atomic.Int64 // of policies made at request time
 	mu               sync.Mutex
 	overflow         map[string]int
 }
 
-func (c *counter) Refused()      { c.refused.Add(1) }
+func (c *counter) Refused(p *limiter.Policy) {
+	c.refused.Add(1)
+	if p.Group() != "" {
+		c.madeRefused.Add(1)
+	}
+}
 func (c *counter) Expired(n int) { c.expired.Add(int64(n)) }
 func (c *counter) Overflow(p string) {
 	c.mu.Lock()

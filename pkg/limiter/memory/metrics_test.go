@@ -33,6 +33,7 @@ func TestMetrics(t *testing.T) {
 	}
 	m.Entries(s.Len())
 	m.Sketches(s.Sketches())
+	m.SketchBytes(s.SketchBytes())
 	want := `
 # HELP envoy_rls_memory_entries Entries held by the memory store.
 # TYPE envoy_rls_memory_entries gauge
@@ -43,6 +44,9 @@ envoy_rls_memory_expired_total 0
 # HELP envoy_rls_memory_overflow_decisions_total Memory store decisions made by a policy's overflow sketch (a new subject without room for an exact entry).
 # TYPE envoy_rls_memory_overflow_decisions_total counter
 envoy_rls_memory_overflow_decisions_total{policy="test"} 1
+# HELP envoy_rls_memory_overflow_sketch_bytes Memory held by the memory store's overflow sketches, in bytes.
+# TYPE envoy_rls_memory_overflow_sketch_bytes gauge
+envoy_rls_memory_overflow_sketch_bytes 131072
 # HELP envoy_rls_memory_overflow_sketches Overflow sketches held by the memory store (one per policy in overflow).
 # TYPE envoy_rls_memory_overflow_sketches gauge
 envoy_rls_memory_overflow_sketches 1
@@ -53,11 +57,25 @@ envoy_rls_memory_refused_total 0
 	if got := limitertest.Exposition(t, reg); got != strings.TrimPrefix(want, "\n") {
 		t.Fatalf("exposed:\n%s\nwant:\n%s", got, want)
 	}
+	// A refusal of a configured policy and one of an override group.
+	m.Refused(p)
+	m.Refused(limitertest.Policy(t, limiter.PolicySpec{ID: "edge:override:hour/k", Group: "edge:override",
+		Algorithm: limiter.FixedWindow, Params: limiter.FixedWindowParams{Limit: 1, Window: time.Hour}}))
+	want = strings.Replace(want, "envoy_rls_memory_refused_total 0", "envoy_rls_memory_refused_total 1", 1)
+	want = strings.Replace(want, "# HELP envoy_rls_memory_refused_total", `# HELP envoy_rls_memory_override_refused_total Memory store evaluations of request-supplied limit overrides refused because the overrides' share of the store and of the overflow sketches was in use, by group (<domain>:override).
+# TYPE envoy_rls_memory_override_refused_total counter
+envoy_rls_memory_override_refused_total{policy="edge:override"} 1
+# HELP envoy_rls_memory_refused_total`, 1)
+	if got := limitertest.Exposition(t, reg); got != strings.TrimPrefix(want, "\n") {
+		t.Fatalf("exposed:\n%s\nwant:\n%s", got, want)
+	}
 	clock.Set(time.UnixMilli(t0 + 10_000))
 	s.Sweep(clock.Now())
 	m.Entries(s.Len())
 	m.Sketches(s.Sketches())
-	want = strings.NewReplacer("entries 1", "entries 0", "expired_total 0", "expired_total 1", "sketches 1", "sketches 0").Replace(want)
+	m.SketchBytes(s.SketchBytes())
+	want = strings.NewReplacer("entries 1", "entries 0", "expired_total 0", "expired_total 1", "sketches 1", "sketches 0",
+		"sketch_bytes 131072", "sketch_bytes 0").Replace(want)
 	if got := limitertest.Exposition(t, reg); got != strings.TrimPrefix(want, "\n") {
 		t.Fatalf("exposed:\n%s\nwant:\n%s", got, want)
 	}

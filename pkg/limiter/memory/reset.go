@@ -22,7 +22,7 @@ func (s *Store) Reset(ctx context.Context, states []limiter.Request) (int, error
 		if r.Policy == nil {
 			continue
 		}
-		k := key{subject: r.Subject, policy: r.Policy.ID(), revision: r.Policy.Revision(), alg: r.Policy.Algorithm()}
+		k := keyOf(r)
 		sh := &s.shards[s.shardIndex(&r.Subject)]
 		sh.mu.Lock()
 		if at, found := sh.t.find(&k, hashKey(&k)); found {

@@ -20,9 +20,13 @@ type shard struct {
 const shardSize = 128
 
 type shardState struct {
-	mu       sync.Mutex
-	t        table
-	capacity int
+	mu sync.Mutex
+	t  table
+	// capacity is the shard's share of MaxEntries (New keeps it below
+	// 2^31); made counts the entries of policies made at request time
+	// (limiter.Policy.Group set: key.made), which together hold at most
+	// madeCap of it (see room).
+	capacity, made int32
 	// own counts the entries of each policy ID (see room).
 	own map[string]int32
 	// logs holds the log (limiter.State.Log) of each sliding-log entry,
@@ -152,6 +156,9 @@ func (sh *shard) remove(i int) {
 	if k.alg == limiter.SlidingLog {
 		delete(sh.logs, *k)
 	}
+	if k.made {
+		sh.made--
+	}
 	p := k.policy
 	if n := sh.own[p]; n > 1 {
 		sh.own[p] = n - 1
@@ -168,14 +175,38 @@ func (sh *shard) insertAt(hint int, k *key, h uint64, e entry) {
 		sh.own = make(map[string]int32)
 	}
 	sh.own[k.policy]++
+	if k.made {
+		sh.made++
+	}
 }
 
-// room is the fairness rule of the capacity bound: a new entry of policy
+// madeShareDivisor: the policies made at request time (request-supplied
+// limit overrides) hold at most 1/madeShareDivisor of each shard between
+// them, so that the configured policies always keep the rest.
+const madeShareDivisor = 8
+
+// madeCap is how many entries of policies made at request time the shard
+// holds at most: an eighth of it, at least one.
+func (sh *shard) madeCap() int { return max(1, int(sh.capacity)/madeShareDivisor) }
+
+// reservation counts the new entries an unfinished batch already claimed
+// in one shard: all of them, those of the same policy, and those of
+// policies made at request time.
+type reservation struct{ all, own, made int }
+
+// room is the fairness rule of the capacity bound: a new entry of k's policy
 // fits while the policy holds fewer entries of this shard than are free, so
 // that one policy holds at most half of the shard and every flood leaves
-// free room for the policies that arrive after it. reserved counts the new
-// entries an unfinished batch already claimed in this shard, reservedOwn
-// those of the same policy.
-func (sh *shard) room(policy string, reserved, reservedOwn int) bool {
-	return int(sh.own[policy])+reservedOwn < sh.capacity-sh.t.n-reserved
+// free room for the policies that arrive after it. For a policy made at
+// request time (k.made) the same rule applies within the share of those
+// policies (madeCap), so that together they never hold more than that
+// share, whatever the number of such policies: the configured policies
+// keep the rest of the shard. r counts the new entries an unfinished batch
+// already claimed in this shard.
+func (sh *shard) room(k *key, r reservation) bool {
+	free := int(sh.capacity) - sh.t.n - r.all
+	if k.made {
+		free = min(free, sh.madeCap()-int(sh.made)-r.made)
+	}
+	return int(sh.own[k.policy])+r.own < free
 }

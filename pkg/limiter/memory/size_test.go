@@ -15,7 +15,8 @@ import (
 // are the real Evaluate path, one new subject per request, from eight
 // policies in turn (one policy alone holds at most half of the store);
 // once a policy cannot take an entry its new subjects go to its overflow
-// sketch, whose fixed size (SketchBytes) is not an entry's and is left out.
+// sketch, whose memory (Store.SketchBytes) is not an entry's and is left
+// out.
 // The heap is read after a collection, so the figure is what the store
 // keeps, not the garbage its tables leave when they grow. The sizes include
 // one where every table has just doubled (3/8 full) at the end of the fill.
@@ -51,7 +52,7 @@ func TestFullStoreHeap(t *testing.T) {
 		if held < n*8/9-n/50 || held > n {
 			t.Fatalf("n=%d: %d entries held; want about 8/9 of the bound", n, held)
 		}
-		sketches := s.Sketches() * memory.SketchBytes
+		sketches := s.SketchBytes()
 		perEntry := (float64(after.HeapInuse-before.HeapInuse) - float64(sketches)) / float64(held)
 		t.Logf("n=%d: %d entries, heap in use %+.1f MiB (%d sketches), %.0f bytes/entry; runtime Sys %+.1f MiB", n, held,
 			float64(after.HeapInuse-before.HeapInuse)/(1<<20), s.Sketches(), perEntry, (float64(after.Sys)-float64(before.Sys))/(1<<20))

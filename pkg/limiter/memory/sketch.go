@@ -9,17 +9,65 @@ import (
 
 // Overflow sketches: how a policy's new subjects are limited when the store
 // cannot give them an exact entry (see the package comment).
+//
+// A sketch has 4 rows of 2^bits cells. Its over-count, for a subject, is at
+// most the units of the other subjects that share its cell in the row that
+// has the fewest: with N units counted in the sketch's window and w cells a
+// row, each cell holds N/w of other subjects' units on average, and the
+// rows hash independent words of the digest, so the estimate exceeds the
+// subject's own usage by more than e·N/w with probability at most e^-4
+// (under 2%); conservative updates only lower it. The width is therefore
+// what keeps a flooded policy limited rather than closed to its new
+// subjects. Beside its minimum (2,048 cells a row), a sketch takes, when it
+// is made, the widest power of two that is at most maxSketchBits a row
+// (rows as wide as half of MaxEntries, rounded up: a flood that fills a
+// policy's share and as much again counts about one unit a cell) and whose
+// memory beyond the minimum is at most half of what the pool has left (the
+// fairness rule of the entries, applied to the pool, so that the next
+// flooded policy still gets a wide sketch). The pool is
+// SketchPoolBytesPerEntry bytes per entry of MaxEntries, at least
+// MinSketchPoolBytes; a sketch gives its part back when it is freed. All
+// the sketches together hold at most MaxSketches × MinSketchBytes plus the
+// pool.
 const (
-	sketchRows      = 4
-	sketchWidthBits = 11
-	sketchWidth     = 1 << sketchWidthBits
-	// SketchBytes is the memory one overflow sketch holds: 4 rows of 2,048
-	// cells of 16 bytes.
-	SketchBytes = sketchRows * sketchWidth * 16
+	sketchRows = 4
+	// minSketchBits and maxSketchBits bound a row's width: 2^11 to 2^20
+	// cells.
+	minSketchBits = 11
+	maxSketchBits = 20
+	cellBytes     = 16
+	// MinSketchBytes is the memory of the narrowest sketch: 4 rows of
+	// 2,048 cells of 16 bytes. Every sketch takes at least this.
+	MinSketchBytes = sketchRows << minSketchBits * cellBytes
+	// SketchPoolBytesPerEntry and MinSketchPoolBytes size the pool of
+	// memory the sketches may take beyond MinSketchBytes each: this many
+	// bytes per entry of MaxEntries, at least MinSketchPoolBytes.
+	SketchPoolBytesPerEntry = 8
+	MinSketchPoolBytes      = 4 << 20
 	// DefaultMaxSketches bounds how many policies can be in overflow at
-	// once (8 MiB of sketches).
+	// once (8 MiB of sketches at their minimum).
 	DefaultMaxSketches = 64
+	// madeSketchDivisor: the policies made at request time (limiter.Policy.Group
+	// set) hold at most 1/madeSketchDivisor of MaxSketches, at least one,
+	// each at the minimum width: the configured policies keep the rest and
+	// the whole pool.
+	madeSketchDivisor = 8
 )
+
+// sketchSizing derives, from the entry bound, the pool of sketch memory
+// beyond MinSketchBytes each and the widest row (log2 of its cells): half
+// of maxEntries rounded up to a power of two, within the bounds.
+func sketchSizing(maxEntries int) (pool int64, maxBits uint8) {
+	pool = max(int64(maxEntries)*SketchPoolBytesPerEntry, MinSketchPoolBytes)
+	maxBits = minSketchBits
+	for maxBits < maxSketchBits && 1<<maxBits < maxEntries/2 {
+		maxBits++
+	}
+	return pool, maxBits
+}
+
+// sketchBytes is the memory of a sketch of rows of 2^bits cells.
+func sketchBytes(bits uint8) int64 { return int64(sketchRows) << bits * cellBytes }
 
 // sketchKey identifies a sketch: like an exact entry, a new revision or
 // algorithm starts fresh.
@@ -54,17 +102,52 @@ type sketch struct {
 	// for the clock-regression rule; liveUntil is when every cell reads 0
 	// again (nothing left to remember).
 	lastObserved, liveUntil int64
-	cells                   [sketchRows * sketchWidth]cell
+	// bits is log2 of a row's width; made: the sketch of a policy made at
+	// request time (it counts against madeSketchDivisor).
+	bits  uint8
+	made  bool
+	cells []cell // sketchRows rows of 2^bits cells
 }
 
-// sketchRowsOf returns the cell of each row for a subject: each row hashes
-// one 64-bit word of the digest (an HMAC, hence uniform and independent).
-func sketchRowsOf(d *limiter.SubjectDigest) [sketchRows]int {
+// newSketch makes a sketch for a policy (made at request time or not),
+// taking its width from the pool (see the constants), and counts it.
+// Called with overflowMu held.
+func (s *Store) newSketch(made bool) *sketch {
+	bits := uint8(minSketchBits)
+	if !made {
+		for bits < s.maxSketchBits && sketchExtra(bits+1) <= (s.sketchPool-s.sketchPoolUsed)/2 {
+			bits++
+		}
+	}
+	s.sketchPoolUsed += sketchExtra(bits)
+	s.sketchBytes.Add(sketchBytes(bits))
+	if made {
+		s.madeSketches++
+	}
+	return &sketch{bits: bits, made: made, cells: make([]cell, sketchRows<<bits)}
+}
+
+// sketchExtra is what a sketch of rows of 2^bits cells takes from the pool:
+// its memory beyond MinSketchBytes.
+func sketchExtra(bits uint8) int64 { return sketchBytes(bits) - MinSketchBytes }
+
+// freeSketch uncounts sk, which is dropped. Called with overflowMu held.
+func (s *Store) freeSketch(sk *sketch) {
+	s.sketchPoolUsed -= sketchExtra(sk.bits)
+	s.sketchBytes.Add(-sketchBytes(sk.bits))
+	if sk.made {
+		s.madeSketches--
+	}
+}
+
+// rowsOf returns the cell of each row for a subject: each row hashes one
+// 64-bit word of the digest (an HMAC, hence uniform and independent).
+func (sk *sketch) rowsOf(d *limiter.SubjectDigest) [sketchRows]int {
 	var idx [sketchRows]int
 	mult := [sketchRows]uint64{0x9E3779B97F4A7C15, 0xC2B2AE3D27D4EB4F, 0x165667B19E3779F9, 0xD6E8FEB86659FD93}
 	for r := range idx {
 		w := binary.LittleEndian.Uint64(d[r*8:])
-		idx[r] = r*sketchWidth + int((w*mult[r])>>(64-sketchWidthBits))
+		idx[r] = r<<sk.bits + int((w*mult[r])>>(64-sk.bits))
 	}
 	return idx
 }
@@ -118,7 +201,7 @@ func (sk *sketch) rotate(effMs int64, p *limiter.Policy) {
 			sk.cells[i] = cell{b: sk.cells[i].a}
 		}
 	case w > sk.epoch:
-		clear(sk.cells[:])
+		clear(sk.cells)
 	}
 	sk.epoch = max(sk.epoch, w)
 }
@@ -216,10 +299,11 @@ func (s *Store) openSketch(sp *spill, p *limiter.Policy, d *limiter.SubjectDiges
 	k := sketchKey{policy: p.ID(), revision: p.Revision(), alg: p.Algorithm()}
 	sk := s.sketches[k]
 	if sk == nil {
-		if !create || !s.roomForSketch(nowMs) {
+		made := p.Group() != ""
+		if !create || !s.roomForSketch(made, nowMs) {
 			return limiter.State{}, true
 		}
-		sk = new(sketch)
+		sk = s.newSketch(made)
 		s.sketches[k] = sk
 		s.nSketches.Store(int32(len(s.sketches)))
 	}
@@ -237,19 +321,23 @@ func (s *Store) openSketch(sp *spill, p *limiter.Policy, d *limiter.SubjectDiges
 		return limiter.State{}, false
 	}
 	sk.rotate(eff, p)
-	sp.sk, sp.eff, sp.idx = sk, eff, sketchRowsOf(d)
+	sp.sk, sp.eff, sp.idx = sk, eff, sk.rowsOf(d)
 	return sk.state(&sp.idx, eff, p), true
 }
 
-// roomForSketch reports whether one more sketch fits under the bound,
-// first dropping sketches that remember nothing at nowMs. Called with
-// overflowMu held.
-func (s *Store) roomForSketch(nowMs int64) bool {
-	if len(s.sketches) < s.maxSketches {
+// roomForSketch reports whether one more sketch, of a policy made at
+// request time or not, fits under the bounds (MaxSketches, and for the
+// first kind their share of it), first dropping sketches that remember
+// nothing at nowMs. Called with overflowMu held.
+func (s *Store) roomForSketch(made bool, nowMs int64) bool {
+	fits := func() bool {
+		return len(s.sketches) < s.maxSketches && (!made || s.madeSketches < max(1, s.maxSketches/madeSketchDivisor))
+	}
+	if fits() {
 		return true
 	}
 	s.dropIdleSketches(nowMs)
-	return len(s.sketches) < s.maxSketches
+	return fits()
 }
 
 // dropIdleSketches drops the sketches that read 0 everywhere at nowMs and
@@ -258,6 +346,7 @@ func (s *Store) dropIdleSketches(nowMs int64) int {
 	for k, sk := range s.sketches {
 		if !sk.live(max(nowMs, sk.lastObserved)) {
 			delete(s.sketches, k)
+			s.freeSketch(sk)
 		}
 	}
 	s.nSketches.Store(int32(len(s.sketches)))
@@ -266,7 +355,7 @@ func (s *Store) dropIdleSketches(nowMs int64) int {
 
 // restart clears the sketch, keeping its parameters.
 func (sk *sketch) restart() {
-	clear(sk.cells[:])
+	clear(sk.cells)
 	sk.epoch, sk.epochEnd, sk.lastObserved, sk.liveUntil = 0, 0, 0, 0
 }
 
