@@ -2,7 +2,7 @@
 -- rate-batch-v2.lua: every limit of one Envoy request, all or nothing,
 -- version 2 (docs/algorithms.md, limiter.Store): the state of a key is one
 -- string with its expiry (string-v2.lua), read for the whole run with one
--- MGET and written with one SET.
+-- MGET (GET for a run of one key) and written with one SET.
 --
 -- One run evaluates a group of Envoy requests (limiter.Store batches), in
 -- order, each all or nothing exactly as if it ran alone: a request sees
@@ -32,7 +32,8 @@
 --
 -- It reads TIME once for the group, and every key's state with one MGET
 -- (and, when one has none, one EXISTS of those: a key of another type is
--- STATE_INCOMPATIBLE, never overwritten). For each request, it checks
+-- STATE_INCOMPATIBLE, never overwritten); a run of one key with one GET
+-- (its WRONGTYPE error tells the other type). For each request, it checks
 -- every key in order, writing nothing: the state a key would have after an
 -- allowed request is kept in the program, so a later key naming the same
 -- state sees it. Then the request commits iff every ordinary key is
@@ -719,7 +720,7 @@ local function keyArgs(gi)
   return valid, alg, false, role, failOpen, rev, limit, p2, p3, grace, maxRegression, cost,
     penalty, duration, maxDuration, decay, cal, cb0, cb1, cb2, cb3
 end
--- uses: unpack, unpackList, sub, MAX, MAX_SLIDING
+-- uses: unpack, unpackList, sub, find, MAX, MAX_SLIDING
 -- defines: STATE_PENALTY, MGET_CHUNK, stored, written, mgetAll, prefetch,
 -- defines: decodeState, loadState
 
@@ -756,8 +757,20 @@ end
 
 -- prefetch reads the values of the run's n keys, with one MGET (and, when
 -- a key has none, one EXISTS of those keys: MGET reads a key of another
--- type as none; such a key is marked '', incompatible).
+-- type as none; such a key is marked '', incompatible). A run of one key
+-- reads it with GET, whose WRONGTYPE error tells a key of another type
+-- without an EXISTS; any other error is raised, as redis.call would.
 local function prefetch(n)
+  if n == 1 then
+    local v = redis.pcall('GET', KEYS[1])
+    if type(v) == 'table' then
+      if not find(tostring(v.err), '^WRONGTYPE') then
+        error(v)
+      end
+      v = ''
+    end
+    return { v }
+  end
   local vals = mgetAll('MGET', KEYS, n)
   local absent = {}
   for i = 1, n do

@@ -407,7 +407,7 @@ local function keyArgs(gi)
   return valid, alg, false, role, failOpen, rev, limit, p2, p3, grace, maxRegression, cost,
     penalty, duration, maxDuration, decay, cal, cb0, cb1, cb2, cb3
 end
--- uses: unpack, unpackList, sub, MAX, MAX_SLIDING
+-- uses: unpack, unpackList, sub, find, MAX, MAX_SLIDING
 -- defines: STATE_PENALTY, MGET_CHUNK, stored, written, mgetAll, prefetch,
 -- defines: decodeState, loadState
 
@@ -444,8 +444,20 @@ end
 
 -- prefetch reads the values of the run's n keys, with one MGET (and, when
 -- a key has none, one EXISTS of those keys: MGET reads a key of another
--- type as none; such a key is marked '', incompatible).
+-- type as none; such a key is marked '', incompatible). A run of one key
+-- reads it with GET, whose WRONGTYPE error tells a key of another type
+-- without an EXISTS; any other error is raised, as redis.call would.
 local function prefetch(n)
+  if n == 1 then
+    local v = redis.pcall('GET', KEYS[1])
+    if type(v) == 'table' then
+      if not find(tostring(v.err), '^WRONGTYPE') then
+        error(v)
+      end
+      v = ''
+    end
+    return { v }
+  end
   local vals = mgetAll('MGET', KEYS, n)
   local absent = {}
   for i = 1, n do

@@ -282,7 +282,7 @@ func commandStats(b *testing.B, srv *redistest.Server) (calls int64, usec float6
 		if name == "cmdstat_evalsha" || name == "cmdstat_eval" {
 			evalCalls += c
 			evalUsec += u
-		} else if name == "cmdstat_time" || name == "cmdstat_mget" || name == "cmdstat_set" || name == "cmdstat_pexpire" || name == "cmdstat_exists" {
+		} else if name == "cmdstat_time" || name == "cmdstat_mget" || name == "cmdstat_set" || name == "cmdstat_pexpire" || name == "cmdstat_exists" || name == "cmdstat_get" {
 			// Called from inside the program: part of EVALSHA's usec.
 			continue
 		}

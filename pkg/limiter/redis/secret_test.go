@@ -226,7 +226,7 @@ func TestSharedSecretACL(t *testing.T) {
 	// selectors of the shared secret.
 	e.do("ACL", "SETUSER", "envoy-rls", "on", ">s3cret-pw", "resetkeys", "~rate:*", "-@all",
 		"+hello", "+ping", "+client|setname",
-		"+evalsha", "+eval", "+time", "+mget", "+exists", "+set", "+pexpire", "+hmget",
+		"+evalsha", "+eval", "+time", "+mget", "+get", "+exists", "+set", "+pexpire", "+hmget",
 		"(~envoy-rls:hmac-secret +get +setnx)", "(~envoy-rls:hmac-secret:in-use +get +set)")
 	user := Config{Addrs: []string{e.srv.Addr()}, Username: "envoy-rls", Password: "s3cret-pw"}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)

@@ -1,7 +1,7 @@
 -- rate-batch-v2.lua: every limit of one Envoy request, all or nothing,
 -- version 2 (docs/algorithms.md, limiter.Store): the state of a key is one
 -- string with its expiry (string-v2.lua), read for the whole run with one
--- MGET and written with one SET.
+-- MGET (GET for a run of one key) and written with one SET.
 --
 -- One run evaluates a group of Envoy requests (limiter.Store batches), in
 -- order, each all or nothing exactly as if it ran alone: a request sees
@@ -31,7 +31,8 @@
 --
 -- It reads TIME once for the group, and every key's state with one MGET
 -- (and, when one has none, one EXISTS of those: a key of another type is
--- STATE_INCOMPATIBLE, never overwritten). For each request, it checks
+-- STATE_INCOMPATIBLE, never overwritten); a run of one key with one GET
+-- (its WRONGTYPE error tells the other type). For each request, it checks
 -- every key in order, writing nothing: the state a key would have after an
 -- allowed request is kept in the program, so a later key naming the same
 -- state sees it. Then the request commits iff every ordinary key is
