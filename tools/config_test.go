@@ -11,12 +11,16 @@ import (
 // TestBenchRulesLoad checks that every rule file the bench scripts pass to
 // envoy-rls compiles with the service's loader and holds what the scripts
 // assume: domain "bench", one limit of 1000/s per remote_address, with the
-// algorithm its file name says (the reference's file: the default).
+// algorithm its file name says (the reference's file: the default;
+// penalty.yaml: a fixed window with a penalty box).
 func TestBenchRulesLoad(t *testing.T) {
 	files := map[string]string{
 		"config/bench/fixed-window.yaml":    "fixed_window",
 		"config/bench/sliding-window.yaml":  "sliding_window",
 		"config/bench/token-bucket.yaml":    "token_bucket",
+		"config/bench/gcra.yaml":            "gcra",
+		"config/bench/sliding-log.yaml":     "sliding_log",
+		"config/bench/penalty.yaml":         "fixed_window",
 		"config/bench/reference/bench.yaml": "fixed_window",
 	}
 	matches, err := filepath.Glob("config/bench/*.yaml")
