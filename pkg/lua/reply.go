@@ -153,14 +153,8 @@ func (e *ExpiredError) Is(target error) bool { return target == ErrExpired }
 // ErrMalformedReply, for the whole request.
 func ParseBatchReply(policies []*limiter.Policy, values []Value, out []limiter.Reply) (committed bool, err error) {
 	n := len(policies)
-	if len(values) == 2 && values[0].IsInt && values[0].Int == ExpiredFlag {
-		if v := values[1]; !v.IsInt || v.Int < 0 || v.Int > limiter.MaxSafeInteger {
-			return false, malformed("expired reply with serverNowMillis %+v", v)
-		}
-		return false, &ExpiredError{ServerNowMs: values[1].Int}
-	}
-	if len(values) == 2 && values[0].IsInt && values[0].Int == FailedFlag && !values[1].IsInt {
-		return false, &FailedError{Msg: values[1].Str}
+	if err := notDecided(values); err != nil {
+		return false, err
 	}
 	if len(values) != 1+ReplyFields*n {
 		return false, malformed("%d values for %d keys, want %d", len(values), n, 1+ReplyFields*n)
@@ -218,4 +212,24 @@ func parseStatus(s string) (limiter.Status, bool) {
 		}
 	}
 	return 0, false
+}
+
+// notDecided is the error of a reply that decided nothing, the same in
+// every version of the rate program: { ExpiredFlag, serverNowMillis }, an
+// *ExpiredError, or { FailedFlag, text }, a *FailedError. It is nil for
+// any other reply.
+func notDecided(values []Value) error {
+	if len(values) != 2 || !values[0].IsInt {
+		return nil
+	}
+	switch {
+	case values[0].Int == ExpiredFlag:
+		if v := values[1]; !v.IsInt || v.Int < 0 || v.Int > limiter.MaxSafeInteger {
+			return malformed("expired reply with serverNowMillis %+v", v)
+		}
+		return &ExpiredError{ServerNowMs: values[1].Int}
+	case values[0].Int == FailedFlag && !values[1].IsInt:
+		return &FailedError{Msg: values[1].Str}
+	}
+	return nil
 }

@@ -32,14 +32,8 @@ var fieldNamesV2 = [ReplyFieldsV2]string{"code", "remaining", "retryAfterMillis"
 // for the whole request.
 func ParseBatchReplyV2(policies []*limiter.Policy, values []Value, out []limiter.Reply) (committed bool, err error) {
 	n := len(policies)
-	if len(values) == 2 && values[0].IsInt && values[0].Int == ExpiredFlag {
-		if v := values[1]; !v.IsInt || v.Int < 0 || v.Int > limiter.MaxSafeInteger {
-			return false, malformed("expired reply with serverNowMillis %+v", v)
-		}
-		return false, &ExpiredError{ServerNowMs: values[1].Int}
-	}
-	if len(values) == 2 && values[0].IsInt && values[0].Int == FailedFlag && !values[1].IsInt {
-		return false, &FailedError{Msg: values[1].Str}
+	if err := notDecided(values); err != nil {
+		return false, err
 	}
 	if len(values) != 2+ReplyFieldsV2*n {
 		return false, malformed("%d values for %d keys, want %d", len(values), n, 2+ReplyFieldsV2*n)
