@@ -209,6 +209,9 @@ func checkConsole(t *testing.T, browser string, cfg replicaConfig, screenshot bo
 			t.Errorf("the rules section lacks %q:\n%s", want, rules)
 		}
 	}
+	if strings.Contains(rules, "10m0s") {
+		t.Errorf("the rules section writes the penalty as Go does (10m0s), want 10m:\n%s", rules)
+	}
 	if !strings.Contains(stats, "e2e/user") || !strings.Contains(top, "e2e/user") {
 		t.Errorf("stats or top lack the policy:\n%s\n%s", stats, top)
 	}

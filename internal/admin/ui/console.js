@@ -114,6 +114,12 @@ function fmtMs(ms) {
   return out.join(" ");
 }
 
+// fmtGoDuration shortens a Go duration string of the configuration without
+// its zero tail: "10m0s" is "10m", "1h0m0s" is "1h", "1h30m0s" is "1h30m".
+function fmtGoDuration(d) {
+  return String(d).replace(/([hm])0s$/, "$1").replace(/h0m$/, "h");
+}
+
 // durationCell is a table cell holding fmtMs(ms), with the exact value as
 // its title.
 function durationCell(ms, prefix, suffix) {
@@ -143,7 +149,7 @@ async function refreshRules() {
     const thead = document.createElement("thead");
     thead.appendChild(head);
     const tbody = document.createElement("tbody");
-    fill(tbody, (d.rules || []).map((r) => row([r.path, r.policy_id || "", fmtLimit(r) + (r.shadow_mode ? " (shadow)" : "") + (r.penalty ? ", penalty " + r.penalty.duration : ""), r.algorithm || "", r.source])), "no rules", 5);
+    fill(tbody, (d.rules || []).map((r) => row([r.path, r.policy_id || "", fmtLimit(r) + (r.shadow_mode ? " (shadow)" : "") + (r.penalty ? ", penalty " + fmtGoDuration(r.penalty.duration) : ""), r.algorithm || "", r.source])), "no rules", 5);
     table.append(thead, tbody);
     box.appendChild(table);
     select.appendChild(el("option", d.domain));
