@@ -97,3 +97,17 @@ func TestPprofOnlyWhenAsked(t *testing.T) {
 		t.Fatalf("pprof registered on http.DefaultServeMux (pattern %q)", pattern)
 	}
 }
+
+// TestConsoleWritesText: the console's script puts answers in the page as
+// text: no API that parses a string as markup.
+func TestConsoleWritesText(t *testing.T) {
+	js, err := consoleFiles.ReadFile("ui/console.js")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, sink := range []string{"innerHTML", "outerHTML", "insertAdjacentHTML", "document.write", "DOMParser", "createContextualFragment", "eval("} {
+		if strings.Contains(string(js), sink) {
+			t.Errorf("console.js uses %s: put data in the page with textContent", sink)
+		}
+	}
+}

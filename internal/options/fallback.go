@@ -6,6 +6,7 @@ import (
 
 	"github.com/envoy-rls/envoy-rls/pkg/limiter"
 	"github.com/envoy-rls/envoy-rls/pkg/limiter/failover"
+	"github.com/envoy-rls/envoy-rls/pkg/limiter/memory"
 )
 
 // Readiness modes (--readiness).
@@ -32,7 +33,7 @@ func fallbackFlags(fs *flag.FlagSet, o *Options) {
 	fs.StringVar(&o.Readiness, "readiness", DefaultReadiness, "what /readyz requires: rules (rules loaded and listeners up; a store outage is answered by each policy's failure mode) or store (also a store that answers, so that Envoy's failure_mode_deny decides during an outage)")
 	fs.StringVar(&o.DefaultFailureMode, "default-failure-mode", DefaultFailureMode, "failure mode of the rules that set no failure_mode: closed, open or local")
 	fs.IntVar(&o.ReplicasHint, "replicas-hint", DefaultReplicasHint, fmt.Sprintf("replicas sharing each limit: failure_mode local limits admit limit/replicas-hint (rounded down, at least 1) per replica while the store fails; 1–%d", failover.MaxReplicas))
-	fs.IntVar(&o.LocalFallbackMaxEntries, "local-fallback-max-entries", DefaultLocalFallbackMaxEntries, "failure_mode local: the most subjects this replica's local limiter holds at once (new ones beyond are denied)")
+	fs.IntVar(&o.LocalFallbackMaxEntries, "local-fallback-max-entries", DefaultLocalFallbackMaxEntries, fmt.Sprintf("failure_mode local: the most subjects this replica's local limiter holds exactly; a policy's new subjects beyond are limited by an overflow sketch that never admits more than the share (answered closed when more than %d policies are in overflow at once)", memory.DefaultMaxSketches))
 }
 
 // fallbackCheck returns the names of the flags of fallbackFlags whose

@@ -17,9 +17,11 @@ function el(tag, text, cls) {
   return e;
 }
 
+// row makes a table row of cells: text (numeric ones right-aligned) or
+// ready-made td elements.
 function row(cells, numeric) {
   const tr = document.createElement("tr");
-  cells.forEach((c, i) => tr.appendChild(el("td", c, numeric && numeric.includes(i) ? "num" : "mono")));
+  cells.forEach((c, i) => tr.appendChild(c instanceof Node ? c : el("td", c, numeric && numeric.includes(i) ? "num" : "mono")));
   return tr;
 }
 
@@ -75,11 +77,55 @@ async function showConsole() {
   timer = setInterval(refreshLive, refreshMs);
 }
 
+// fmtRate writes a limit as its rule says it: "5 / minute", "5 / 15 minutes"
+// (requests_per_unit per unit_multiplier units).
+function fmtRate(perUnit, unit, multiplier) {
+  if (multiplier > 1) return perUnit + " / " + multiplier + " " + unit + "s";
+  return perUnit + " / " + unit;
+}
+
 function fmtLimit(r) {
   if (r.unlimited) return "unlimited";
   if (!r.requests_per_unit && !r.unit) return "";
-  const mult = r.unit_multiplier > 1 ? r.unit_multiplier + " " : "";
-  return r.requests_per_unit + " / " + mult + r.unit;
+  return fmtRate(r.requests_per_unit, r.unit, r.unit_multiplier);
+}
+
+// durationUnits are the units of fmtMs, largest first, in seconds.
+const durationUnits = [[86400, "d"], [3600, "h"], [60, "m"], [1, "s"]];
+
+// fmtMs writes a duration given in milliseconds as an operator reads it:
+// "850 ms", "4.2s", "13m 56s", "2h 5m", "3d 4h": at most two units, the
+// largest first, cut (not rounded) to the smaller; a trailing zero unit
+// is left out ("2m", "1h"). The exact milliseconds go in the cell's title.
+function fmtMs(ms) {
+  if (ms === undefined || ms === null || !Number.isFinite(Number(ms))) return "";
+  ms = Math.max(0, Math.floor(Number(ms)));
+  if (ms < 1000) return ms + " ms";
+  if (ms < 10000) return (Math.floor(ms / 100) / 10) + "s";
+  let s = Math.floor(ms / 1000);
+  const i = durationUnits.findIndex(([n]) => s >= n);
+  const [big, bigName] = durationUnits[i];
+  const out = [Math.floor(s / big) + bigName];
+  s %= big;
+  if (i + 1 < durationUnits.length) {
+    const [small, smallName] = durationUnits[i + 1];
+    if (Math.floor(s / small) > 0) out.push(Math.floor(s / small) + smallName);
+  }
+  return out.join(" ");
+}
+
+// fmtGoDuration shortens a Go duration string of the configuration without
+// its zero tail: "10m0s" is "10m", "1h0m0s" is "1h", "1h30m0s" is "1h30m".
+function fmtGoDuration(d) {
+  return String(d).replace(/([hm])0s$/, "$1").replace(/h0m$/, "h");
+}
+
+// durationCell is a table cell holding fmtMs(ms), with the exact value as
+// its title.
+function durationCell(ms, prefix, suffix) {
+  const td = el("td", (prefix || "") + fmtMs(ms) + (suffix || ""), "num");
+  td.title = ms + " ms";
+  return td;
 }
 
 async function refreshRules() {
@@ -103,7 +149,7 @@ async function refreshRules() {
     const thead = document.createElement("thead");
     thead.appendChild(head);
     const tbody = document.createElement("tbody");
-    fill(tbody, (d.rules || []).map((r) => row([r.path, r.policy_id || "", fmtLimit(r) + (r.shadow_mode ? " (shadow)" : "") + (r.penalty ? ", penalty " + r.penalty.duration : ""), r.algorithm || "", r.source])), "no rules", 5);
+    fill(tbody, (d.rules || []).map((r) => row([r.path, r.policy_id || "", fmtLimit(r) + (r.shadow_mode ? " (shadow)" : "") + (r.penalty ? ", penalty " + fmtGoDuration(r.penalty.duration) : ""), r.algorithm || "", r.source])), "no rules", 5);
     table.append(thead, tbody);
     box.appendChild(table);
     select.appendChild(el("option", d.domain));
@@ -151,7 +197,7 @@ async function refreshDenials() {
     $("denials-meta").textContent = "The last denial events written to the " + d.sink + " audit sink (after sampling), newest first; this process keeps " + d.kept + ".";
   }
   fill($("denials").tBodies[0], d.denials.map((e) => row([e.time, e.domain, e.policy_id, e.subject_digest.slice(0, 16) + "…", e.cost, e.limit,
-    e.retry_after_ms + " ms", e.shadow ? "yes" : "no", e.outcome], [4, 5])), d.sink === "off" ? "audit sink off" : "no denial yet", 9);
+    durationCell(e.retry_after_ms), e.shadow ? "yes" : "no", e.outcome], [4, 5])), d.sink === "off" ? "audit sink off" : "no denial yet", 9);
 }
 
 function parseDescriptors(text) {
@@ -182,9 +228,10 @@ function showExplain(ans) {
       thead.appendChild(head);
       const tbody = document.createElement("tbody");
       d.limits.forEach((l) => {
-        const known = (v, suffix) => (v === undefined || v === null ? (l.state_error ? "?" : "") : v + (suffix || ""));
-        const blocked = l.blocked === undefined ? "" : l.blocked ? "yes, " + l.blocked_ms + " ms left" : "no";
-        tbody.appendChild(row([l.policy_id, l.requests_per_unit + " / " + l.unit, l.algorithm, known(l.remaining), known(l.reset_ms, " ms"),
+        const known = (v) => (v === undefined || v === null ? (l.state_error ? "?" : "") : v);
+        const reset = l.reset_ms === undefined ? known() : durationCell(l.reset_ms);
+        const blocked = l.blocked === undefined ? "" : l.blocked ? durationCell(l.blocked_ms, "yes, ", " left") : "no";
+        tbody.appendChild(row([l.policy_id, fmtRate(l.requests_per_unit, l.unit, l.unit_multiplier), l.algorithm, known(l.remaining), reset,
           l.allowed === undefined ? known() : l.allowed ? "yes" : "no", blocked]));
       });
       table.append(thead, tbody);

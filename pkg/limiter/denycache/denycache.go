@@ -1,10 +1,10 @@
 // Package denycache is a local deny cache in front of a limiter.Store: once
 // the store has certainly denied a subject on a policy whose denials hold
-// (limiter.Policy.DenialsHold: fixed window, token bucket, GCRA; a policy
-// with a penalty box excepted), or has answered that the subject is in its
-// penalty box (limiter.Decision.Blocked, any algorithm: a block ends only
-// with time, and denies every cost),
-// requests for the same state are answered "denied" locally until the
+// (limiter.Policy.DenialsHold: fixed window, token bucket, GCRA, sliding
+// log; a policy with a penalty box excepted), or has answered that the
+// subject is in its penalty box (limiter.Decision.Blocked, any algorithm: a
+// block ends only with time, and denies every cost), requests for the same
+// state are answered "denied" locally until the
 // moment the store said the subject could next be allowed. A subject hammered
 // far over its limit (a hot key) then costs one store call per
 // window instead of one per request.

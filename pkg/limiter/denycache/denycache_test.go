@@ -48,6 +48,10 @@ func policy(t testing.TB, id string, alg limiter.Algorithm, limit int64, window 
 		spec.Params = limiter.SlidingWindowParams{Limit: limit, Window: window}
 	case limiter.TokenBucket:
 		spec.Params = limiter.TokenBucketParams{Capacity: limit, RefillAmount: limit, RefillPeriod: window}
+	case limiter.GCRA:
+		spec.Params = limiter.GCRAParams{Burst: limit, Limit: limit, Period: window}
+	case limiter.SlidingLog:
+		spec.Params = limiter.SlidingLogParams{Limit: limit, Window: window}
 	}
 	p, err := limiter.NewPolicy(spec)
 	if err != nil {
@@ -297,9 +301,10 @@ func TestConfig(t *testing.T) {
 }
 
 // TestExactUnderContention: many goroutines on one subject never get more
-// than the limit admitted with the cache in front (run with -race).
+// than the limit admitted with the cache in front (run with -race), on
+// every algorithm whose denials the cache holds (--local-cache lists them).
 func TestExactUnderContention(t *testing.T) {
-	for _, alg := range []limiter.Algorithm{limiter.FixedWindow, limiter.TokenBucket} {
+	for _, alg := range []limiter.Algorithm{limiter.FixedWindow, limiter.TokenBucket, limiter.GCRA, limiter.SlidingLog} {
 		t.Run(alg.String(), func(t *testing.T) {
 			e := newEnv(t, 0)
 			const limit, workers, calls = 50, 16, 200

@@ -3,6 +3,7 @@ package failover_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -291,5 +292,47 @@ func TestConfigBounds(t *testing.T) {
 		if _, err := failover.New(tc.store, tc.cfg); err == nil {
 			t.Errorf("%s: accepted", tc.name)
 		}
+	}
+}
+
+// TestLocalBeyondMaxEntries: with more subjects than MaxEntries during an
+// outage, the subjects beyond are neither denied outright nor admitted
+// beyond the share: the memory store's overflow sketch limits them.
+func TestLocalBeyondMaxEntries(t *testing.T) {
+	clock := limitertest.NewClock(t0)
+	mem, err := memory.New(memory.Config{Clock: clock, MaxEntries: 1000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	inner := &failingStore{inner: mem}
+	st, err := failover.New(inner, failover.Config{Replicas: 2, MaxEntries: 8, Clock: clock})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := limitertest.Policy(t, limiter.PolicySpec{ID: "p/local", Algorithm: limiter.FixedWindow,
+		FailureMode: limiter.FailLocal, Params: limiter.FixedWindowParams{Limit: 10, Window: time.Minute}})
+	inner.set(limiter.Unavailable)
+	sketched := 0
+	for i := range 40 {
+		admitted := 0
+		for range 7 {
+			out := make([]limiter.Outcome, 1)
+			st.Evaluate(context.Background(), []limiter.Request{{Policy: p, Subject: limitertest.Subject(fmt.Sprint("s", i)), Cost: 1}}, out)
+			if out[0].Kind != limiter.Evaluated {
+				t.Fatalf("subject %d: outcome %v, want a decision", i, out[0].Kind)
+			}
+			if out[0].Decision.Allowed {
+				admitted++
+			}
+			if out[0].Decision.Certainty == limiter.Approximate {
+				sketched++
+			}
+		}
+		if admitted < 1 || admitted > 5 {
+			t.Errorf("subject %d of 40 (8 held exactly): %d admitted, want 1 to the share of 5", i, admitted)
+		}
+	}
+	if sketched == 0 {
+		t.Error("no decision came from the overflow sketch")
 	}
 }
