@@ -238,3 +238,19 @@ next:
 		t.Errorf("%s: unexpected series %s", name, series)
 	}
 }
+
+// TestRatelimitVersionAndHelp: started as ratelimit, version and --help
+// are answered as such (no serve, no environment needed); the help names
+// the reference variables the binary reads.
+func TestRatelimitVersionAndHelp(t *testing.T) {
+	link := ratelimitLink(t)
+	res := startCommand(t, link, nil, "version").finish(t, runTimeout)
+	if res.code != 0 || !strings.HasPrefix(res.stdout, "version:") || !strings.Contains(res.stdout, "go version:") {
+		t.Errorf("ratelimit version: exit %d\nstdout %s\nstderr %s", res.code, res.stdout, res.stderr)
+	}
+	res = startCommand(t, link, nil, "--help").finish(t, runTimeout)
+	if res.code != 0 || !strings.Contains(res.stdout, "USE_PROMETHEUS PROMETHEUS_ADDR PROMETHEUS_PATH PROMETHEUS_MAPPER_YAML") ||
+		!strings.Contains(res.stdout, "REDIS_URL") || !strings.Contains(res.stdout, "envoy-rls serve --help") {
+		t.Errorf("ratelimit --help: exit %d\nstdout %s\nstderr %s", res.code, res.stdout, res.stderr)
+	}
+}
