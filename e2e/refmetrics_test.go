@@ -68,6 +68,10 @@ func TestRatelimitEnvoyGatewayPrometheus(t *testing.T) {
 		Env: append(append(g.env, prom...), "PROMETHEUS_MAPPER_YAML="+mapping)})
 	b := startReplica(t, "ratelimit-default", replicaConfig{Compat: true, Creds: g.creds,
 		Env: append(append(g.env, prom...), "PROMETHEUS_PATH=/stats")})
+	// LOG_LEVEL unset is the reference's warn, and the serving line shows.
+	if !a.log.contains(`{"level":"warn",`) || !a.log.contains(`"msg":"serving"`) || a.log.contains(`"level":"info"`) {
+		t.Errorf("%s: want the serving line at warn and no info line:\n%s", a.name, a.log.tail(4000))
+	}
 	if a.log.contains("reference setting") {
 		t.Errorf("a reference setting was warned about:\n%s", a.log.tail(4000))
 	}
