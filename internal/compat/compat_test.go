@@ -123,6 +123,15 @@ func TestCompatHonoured(t *testing.T) {
 		{"prometheus defaults", map[string]string{"USE_PROMETHEUS": "TRUE"}, func(o *options.Options) []any {
 			return []any{o.ReferenceMetricsAddr, o.ReferenceMetricsPath, o.ReferenceMetricsMapping}
 		}, []any{":9090", "/metrics", ""}},
+		{"prometheus without USE_STATSD", map[string]string{"USE_PROMETHEUS": "true", "USE_STATSD": "", "STATSD_HOST": "statsd"}, func(o *options.Options) []any {
+			return []any{o.ReferenceMetricsAddr, o.StatsdAddr}
+		}, []any{":9090", ""}},
+		{"prometheus and statsd", map[string]string{"USE_PROMETHEUS": "true", "USE_STATSD": "true"}, func(o *options.Options) []any {
+			return []any{o.ReferenceMetricsAddr, o.StatsdAddr}
+		}, []any{":9090", "localhost:8125"}},
+		{"prometheus under our statsd address", map[string]string{"USE_PROMETHEUS": "true", "USE_STATSD": "", "ENVOY_RLS_STATSD_ADDR": "statsd:8125"}, func(o *options.Options) []any {
+			return []any{o.ReferenceMetricsAddr, o.StatsdAddr}
+		}, []any{":9090", "statsd:8125"}},
 		{"prometheus off", map[string]string{"USE_PROMETHEUS": "false", "PROMETHEUS_ADDR": ":19001", "PROMETHEUS_MAPPER_YAML": "/m.yaml"}, func(o *options.Options) []any {
 			return []any{o.ReferenceMetricsAddr, o.ReferenceMetricsMapping}
 		}, []any{"", ""}},

@@ -429,6 +429,13 @@ func prometheusEnv(r *refEnv) {
 	if v, ok := r.get("PROMETHEUS_MAPPER_YAML"); ok {
 		r.set("reference-metrics-mapping", v, "PROMETHEUS_MAPPER_YAML")
 	}
+	// The reference takes one stats sink and refuses USE_STATSD=true with
+	// USE_PROMETHEUS=true, while its USE_STATSD defaults to true: its
+	// deployments with USE_PROMETHEUS set USE_STATSD=false. Left unset here,
+	// statsd stays off (read here as well as by statsdEnv, which runs first).
+	if _, set := r.get("USE_STATSD"); !set {
+		r.def("statsd-addr", "", "USE_STATSD unset with USE_PROMETHEUS=true (the reference sends to one stats sink)")
+	}
 }
 
 // responseHeaders maps LIMIT_RESPONSE_HEADERS_ENABLED and the header names.
