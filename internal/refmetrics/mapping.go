@@ -2,6 +2,7 @@ package refmetrics
 
 import (
 	"bytes"
+	_ "embed"
 	"errors"
 	"fmt"
 	"io"
@@ -9,8 +10,6 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
-
-	_ "embed"
 
 	"gopkg.in/yaml.v3"
 )

@@ -3,6 +3,7 @@ package refmetrics
 import (
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -177,4 +178,31 @@ func counterValue(t *testing.T, c prometheus.Counter) float64 {
 		return v
 	}
 	return 0
+}
+
+// TestSinkConcurrent: observations from many goroutines over rules seen
+// for the first time at once are all counted.
+func TestSinkConcurrent(t *testing.T) {
+	s, _ := newSink(t, nil)
+	const workers, perWorker, keys = 8, 500, 20
+	var wg sync.WaitGroup
+	for w := range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range perWorker {
+				s.ObserveLimit(allowed("d.k"+strconv.Itoa((w+i)%keys), 9))
+				s.ObserveCall(rls.CallObservation{Code: codes.OK})
+			}
+		}()
+	}
+	wg.Wait()
+	got := scrape(t, s.Gatherer())
+	total := 0.0
+	for k := range keys {
+		total += got[`ratelimit_service_rate_limit_total_hits{domain="d",key1="k`+strconv.Itoa(k)+`"}`]
+	}
+	if total != workers*perWorker || got[`ratelimit_service_total_requests{grpc_method="ShouldRateLimit"}`] != workers*perWorker {
+		t.Errorf("total_hits %v, total_requests %v; want %d each", total, got[`ratelimit_service_total_requests{grpc_method="ShouldRateLimit"}`], workers*perWorker)
+	}
 }
