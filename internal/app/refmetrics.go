@@ -61,9 +61,20 @@ func (s *server) serveRefMetrics(wg *sync.WaitGroup) (addr string, stop func(), 
 	if err != nil {
 		return "", nil, fmt.Errorf("%s: must be an address this process can listen on: %w", options.Label("reference-metrics-addr", s.opts.Given), err)
 	}
-	mux := http.NewServeMux()
-	mux.Handle("GET "+s.opts.ReferenceMetricsPath, s.refMetrics.Handler())
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 10 * time.Second, WriteTimeout: 30 * time.Second, MaxHeaderBytes: 16 << 10}
+	path, metrics := s.opts.ReferenceMetricsPath, s.refMetrics.Handler()
+	// The path is compared as given: it is the user's, not a mux pattern.
+	handler := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch {
+		case r.URL.Path != path:
+			http.NotFound(w, r)
+		case r.Method != http.MethodGet && r.Method != http.MethodHead:
+			w.Header().Set("Allow", "GET, HEAD")
+			http.Error(w, "method not allowed", http.StatusMethodNotAllowed)
+		default:
+			metrics.ServeHTTP(w, r)
+		}
+	})
+	srv := &http.Server{Handler: handler, ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 10 * time.Second, WriteTimeout: 30 * time.Second, MaxHeaderBytes: 16 << 10}
 	wg.Add(1)
 	go func() {
 		defer wg.Done()

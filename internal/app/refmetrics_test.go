@@ -26,7 +26,7 @@ func TestServeReferenceMetrics(t *testing.T) {
 	if err := os.Symlink(filepath.Join(dir, "rules.yaml"), rules); err != nil {
 		t.Fatal(err)
 	}
-	r := startServe(t, []string{"--config", rules, "--reference-metrics-addr", "127.0.0.1:0", "--reference-metrics-path", "/prom"}, nil, hooks{})
+	r := startServe(t, []string{"--config", rules, "--reference-metrics-addr", "127.0.0.1:0", "--reference-metrics-path", "/prom{x"}, nil, hooks{})
 	r.wantCodes(t, "alice-raw-value", rlsv3.RateLimitResponse_OK, rlsv3.RateLimitResponse_OK, rlsv3.RateLimitResponse_OVER_LIMIT)
 
 	writeRules(t, dir, "domain: app\ndescriptors:\n  - key: user\n    rate_limit: {unit: fortnight, requests_per_unit: 1}\n")
@@ -35,9 +35,10 @@ func TestServeReferenceMetrics(t *testing.T) {
 	r.awaitAttempt(t, next)
 
 	addr := servingField(t, r, "reference_metrics_addr")
-	code, body := httpGet(t, "http://"+addr+"/prom")
+	// The path is taken as written, braces included.
+	code, body := httpGet(t, "http://"+addr+"/prom%7Bx")
 	if code != http.StatusOK {
-		t.Fatalf("GET /prom: %d %s", code, body)
+		t.Fatalf("GET /prom{x: %d %s", code, body)
 	}
 	for _, want := range []string{
 		`ratelimit_service_rate_limit_total_hits{domain="app",key1="user"} 3`,
@@ -55,6 +56,11 @@ func TestServeReferenceMetrics(t *testing.T) {
 	}
 	if strings.Contains(body, "alice") || strings.Contains(body, "envoy_rls_") {
 		t.Errorf("reference metrics hold a request value or envoy-rls's own series:\n%s", body)
+	}
+	if resp, err := http.Post("http://"+addr+"/prom%7Bx", "text/plain", nil); err != nil || resp.StatusCode != http.StatusMethodNotAllowed {
+		t.Errorf("POST to the reference listener: %v %v, want 405", resp, err)
+	} else {
+		_ = resp.Body.Close()
 	}
 	if code, _ := httpGet(t, "http://"+addr+"/metrics"); code != http.StatusNotFound {
 		t.Errorf("GET /metrics on the reference listener: %d, want 404", code)

@@ -156,8 +156,8 @@ func (mp *mapping) compile() error {
 		return fmt.Errorf("action %q: must be map or drop", mp.Action)
 	}
 	for name := range mp.Labels {
-		if !labelName.MatchString(name) {
-			return fmt.Errorf("label name %q: must match %s", name, labelName)
+		if !labelName.MatchString(name) || strings.HasPrefix(name, "__") {
+			return fmt.Errorf("label name %q: must match %s and not start with __", name, labelName)
 		}
 	}
 	switch mp.MatchMetricType {

@@ -138,6 +138,7 @@ func TestParseMappingRefuses(t *testing.T) {
 		{"no name", "mappings:\n  - match: a.b\n", "name is empty"},
 		{"no match", "mappings:\n  - name: x\n", "match is empty"},
 		{"label name", "mappings:\n  - match: a.*\n    name: x\n    labels: {\"bad-name\": $1}\n", `label name "bad-name"`},
+		{"reserved label name", "mappings:\n  - match: a.*\n    name: x\n    labels: {__name__: $1}\n", `label name "__name__"`},
 		{"metric type", "mappings:\n  - match: a.*\n    name: x\n    match_metric_type: set\n", `match_metric_type "set"`},
 		{"timer type", "mappings:\n  - match: a.*\n    name: x\n    timer_type: gauge\n", `timer_type "gauge"`},
 		{"not yaml", "mappings: [", "yaml"},
