@@ -132,6 +132,9 @@ func TestCompatHonoured(t *testing.T) {
 		{"prometheus under our statsd address", map[string]string{"USE_PROMETHEUS": "true", "USE_STATSD": "", "ENVOY_RLS_STATSD_ADDR": "statsd:8125"}, func(o *options.Options) []any {
 			return []any{o.ReferenceMetricsAddr, o.StatsdAddr}
 		}, []any{":9090", "statsd:8125"}},
+		{"stats disabled with prometheus", map[string]string{"USE_PROMETHEUS": "true", "DISABLE_STATS": "true"}, func(o *options.Options) []any {
+			return []any{o.ReferenceMetricsAddr, o.StatsdAddr}
+		}, []any{"", ""}},
 		{"prometheus off", map[string]string{"USE_PROMETHEUS": "false", "PROMETHEUS_ADDR": ":19001", "PROMETHEUS_MAPPER_YAML": "/m.yaml"}, func(o *options.Options) []any {
 			return []any{o.ReferenceMetricsAddr, o.ReferenceMetricsMapping}
 		}, []any{"", ""}},

@@ -417,6 +417,11 @@ func prometheusEnv(r *refEnv) {
 	if !r.boolean("USE_PROMETHEUS", false) {
 		return // the reference reads the others only with it on
 	}
+	if v, _ := r.get("DISABLE_STATS"); v != "" {
+		if off, err := strconv.ParseBool(v); err == nil && off {
+			return // DISABLE_STATS=true turns every stats sink off (statsdEnv reads it too)
+		}
+	}
 	addr, set := r.getOr("PROMETHEUS_ADDR", refPrometheusAddr)
 	if set {
 		r.set("reference-metrics-addr", addr, "PROMETHEUS_ADDR")
