@@ -81,7 +81,12 @@ func Run(ctx context.Context, args []string, getenv func(string) string, stdout,
 // started as CompatName ("ratelimit", the reference service's binary), it
 // serves with the reference's environment, as `serve --env-compat` with
 // args as serve flags.
+// version and help (and their dashed forms) are answered as such.
 func RunAs(ctx context.Context, argv0 string, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	if filepath.Base(argv0) == options.CompatName && len(args) > 0 && isHelp(args[0]) {
+		fmt.Fprint(stdout, compat.Usage())
+		return nil
+	}
 	return Run(ctx, argsAs(argv0, args), getenv, stdout, stderr)
 }
 
@@ -90,7 +95,18 @@ func argsAs(argv0 string, args []string) []string {
 	if filepath.Base(argv0) != options.CompatName {
 		return args
 	}
+	if len(args) > 0 && isVersion(args[0]) {
+		return append([]string{"version"}, args[1:]...)
+	}
 	return append([]string{"serve", "--env-compat"}, args...)
+}
+
+func isHelp(arg string) bool {
+	return arg == "help" || arg == "-h" || arg == "-help" || arg == "--help"
+}
+
+func isVersion(arg string) bool {
+	return arg == "version" || arg == "-version" || arg == "--version"
 }
 
 // hooks let tests observe a running server.
@@ -126,9 +142,11 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return digestCommand(args[1:], getenv, stdout)
 	case "explain":
 		return explainCommand(ctx, args[1:], getenv, stdout)
-	case "version", "--version":
+	}
+	switch {
+	case isVersion(args[0]):
 		return versionCommand(args[1:], stdout)
-	case "help", "-h", "-help", "--help":
+	case isHelp(args[0]):
 		fmt.Fprint(stdout, usage)
 		return nil
 	}

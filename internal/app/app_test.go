@@ -13,6 +13,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/envoy-rls/envoy-rls/internal/options"
 )
 
 func TestValidate(t *testing.T) {
@@ -157,9 +159,33 @@ func TestArgsAs(t *testing.T) {
 		{"/bin/ratelimit", nil, []string{"serve", "--env-compat"}},
 		{"ratelimit", []string{"--log-level", "debug"}, []string{"serve", "--env-compat", "--log-level", "debug"}},
 		{"/usr/local/bin/envoy-rls", []string{"version"}, []string{"version"}},
+		{"/bin/ratelimit", []string{"version"}, []string{"version"}},
+		{"/bin/ratelimit", []string{"--version", "--output", "json"}, []string{"version", "--output", "json"}},
 	} {
 		if got := argsAs(tc.argv0, tc.args); !slices.Equal(got, tc.want) {
 			t.Errorf("argsAs(%q, %q) = %q, want %q", tc.argv0, tc.args, got, tc.want)
+		}
+	}
+}
+
+// TestRatelimitHelp: started as ratelimit, help names every reference
+// variable the translation reads, and points at the flags.
+func TestRatelimitHelp(t *testing.T) {
+	for _, arg := range []string{"help", "-h", "--help"} {
+		var out bytes.Buffer
+		if err := RunAs(context.Background(), "/bin/ratelimit", []string{arg}, noEnv, &out, io.Discard); err != nil {
+			t.Fatalf("%s: %v", arg, err)
+		}
+		for _, want := range []string{"Usage: ratelimit", "ratelimit version", "envoy-rls serve --help", "docs/migration.md",
+			"USE_PROMETHEUS PROMETHEUS_ADDR PROMETHEUS_PATH PROMETHEUS_MAPPER_YAML", "REDIS_URL", "LOG_LEVEL", "RUNTIME_ROOT"} {
+			if !strings.Contains(out.String(), want) {
+				t.Errorf("%s: lacks %q:\n%s", arg, want, out.String())
+			}
+		}
+		for i, line := range strings.Split(out.String(), "\n") {
+			if len(line) > options.HelpWidth {
+				t.Errorf("%s: line %d is %d wide: %q", arg, i+1, len(line), line)
+			}
 		}
 	}
 }

@@ -203,6 +203,9 @@ func (rs *ruleSet) sourceDoc() sourceDoc {
 // onReload counts and logs one load attempt.
 func (s *server) onReload(r descriptors.ReloadResult) {
 	s.metrics.Reload(r.OK, time.Now())
+	if s.refMetrics != nil {
+		s.refMetrics.ConfigLoad(r.OK)
+	}
 	if r.OK {
 		s.log.Info("rules loaded", zap.String("config", s.ruleOrigin()), zap.String("trigger", r.Trigger),
 			zap.String("fingerprint", r.Fingerprint), zap.Int("domains", r.Domains), zap.Int("rules", r.Rules))

@@ -9,7 +9,6 @@ import (
 	"os"
 	"os/signal"
 	"runtime/debug"
-	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -22,6 +21,7 @@ import (
 	"github.com/envoy-rls/envoy-rls/internal/grpcserve"
 	"github.com/envoy-rls/envoy-rls/internal/observe"
 	"github.com/envoy-rls/envoy-rls/internal/options"
+	"github.com/envoy-rls/envoy-rls/internal/refmetrics"
 	"github.com/envoy-rls/envoy-rls/pkg/audit"
 	"github.com/envoy-rls/envoy-rls/pkg/descriptors"
 	"github.com/envoy-rls/envoy-rls/pkg/limiter"
@@ -50,6 +50,9 @@ type server struct {
 	top *topk.Tracker
 	// audit is the audit sink; nil when --audit-sink is not set.
 	audit *audit.Sink
+	// refMetrics are the reference's Prometheus metrics; nil when
+	// --reference-metrics-addr is not set (refmetrics.go).
+	refMetrics *refmetrics.Sink
 }
 
 // serve runs the server until ctx is done or a server fails: it loads the
@@ -75,6 +78,9 @@ func serve(ctx context.Context, o *options.Options, getenv func(string) string, 
 		return err
 	}
 	if s.clock, err = testClock(getenv); err != nil {
+		return err
+	}
+	if err := s.newRefMetrics(); err != nil {
 		return err
 	}
 	if p, from := options.GCPercent(o, getenv); p != 0 {
@@ -187,7 +193,7 @@ func serve(ctx context.Context, o *options.Options, getenv func(string) string, 
 		HeaderNames:    o.HeaderNames(),
 		TracerProvider: s.tracing.Provider(),
 		Admission:      gsrv.Admission(),
-		Observer:       observe.WithTop(observer, s.top),
+		Observer:       observe.WithTop(observe.Join(observer, s.refObserver()), s.top),
 		Clock:          s.clock,
 		Auditor:        auditor,
 		RequestIDKey:   o.AuditRequestIDKey,
@@ -203,6 +209,13 @@ func serve(ctx context.Context, o *options.Options, getenv func(string) string, 
 	if err != nil {
 		return err
 	}
+	refAddr, stopRef, err := s.serveRefMetrics(&wg)
+	if err != nil {
+		_ = grpcLis.Close()
+		_ = adminLis.Close()
+		return err
+	}
+	defer stopRef()
 	s.every(ctx, &wg, gsrv.SweepInterval(), gsrv.Sweep)
 	adm, err := admin.New(admin.Config{
 		Rules:                    s.rules,
@@ -229,13 +242,7 @@ func serve(ctx context.Context, o *options.Options, getenv func(string) string, 
 	errc := startServers(&wg, gsrv, grpcLis, adminSrv, adminLis)
 	defer s.startReloads(ctx, &wg, h)()
 
-	log.Info("serving",
-		zap.String("grpc_addr", grpcLis.Addr().String()),
-		zap.String("admin_addr", adminLis.Addr().String()),
-		zap.String("store", o.Store),
-		zap.String("config", s.ruleOrigin()),
-		zap.String("default_headers", o.DefaultHeaders),
-		zap.String("readiness", o.Readiness))
+	s.logServing(grpcLis.Addr().String(), adminLis.Addr().String(), refAddr)
 	if h.listening != nil {
 		h.listening(grpcLis.Addr().String(), adminLis.Addr().String())
 	}
@@ -290,24 +297,6 @@ func (s *server) loadRules(ctx context.Context, getenv func(string) string, h ho
 		h.watcher(s.rules.w)
 	}
 	return nil
-}
-
-// listen opens the gRPC and admin listeners (both or neither).
-func (s *server) listen() (grpcLis, adminLis net.Listener, err error) {
-	network, addr := "tcp", s.opts.GRPCAddr
-	if p, ok := strings.CutPrefix(addr, "unix:"); ok {
-		network, addr = "unix", p
-	}
-	grpcLis, err = net.Listen(network, addr)
-	if err != nil {
-		return nil, nil, fmt.Errorf("%s: must be an address this process can listen on: %w", options.Label("grpc-addr", s.opts.Given), err)
-	}
-	adminLis, err = net.Listen("tcp", s.opts.AdminAddr)
-	if err != nil {
-		_ = grpcLis.Close()
-		return nil, nil, fmt.Errorf("%s: must be an address this process can listen on: %w", options.Label("admin-addr", s.opts.Given), err)
-	}
-	return grpcLis, adminLis, nil
 }
 
 // startServers serves gRPC and admin on their listeners until they are

@@ -117,6 +117,27 @@ func TestCompatHonoured(t *testing.T) {
 		{"header names without headers", map[string]string{"LIMIT_LIMIT_HEADER": "X-Limit"}, func(o *options.Options) []any { return []any{o.DefaultHeaders, o.LimitHeader} }, []any{"none", "X-RateLimit-Limit"}},
 		{"statsd off over our address", map[string]string{"USE_STATSD": "false", "ENVOY_RLS_STATSD_ADDR": "statsd:8125"}, func(o *options.Options) []any { return []any{o.StatsdAddr} }, []any{""}},
 		{"stats disabled over our address", map[string]string{"USE_STATSD": "", "DISABLE_STATS": "true", "ENVOY_RLS_STATSD_ADDR": "statsd:8125"}, func(o *options.Options) []any { return []any{o.StatsdAddr} }, []any{""}},
+		{"prometheus", map[string]string{"USE_PROMETHEUS": "true", "PROMETHEUS_ADDR": ":19001", "PROMETHEUS_PATH": "/stats", "PROMETHEUS_MAPPER_YAML": "/etc/statsd-exporter/conf.yaml"}, func(o *options.Options) []any {
+			return []any{o.ReferenceMetricsAddr, o.ReferenceMetricsPath, o.ReferenceMetricsMapping}
+		}, []any{":19001", "/stats", "/etc/statsd-exporter/conf.yaml"}},
+		{"prometheus defaults", map[string]string{"USE_PROMETHEUS": "TRUE"}, func(o *options.Options) []any {
+			return []any{o.ReferenceMetricsAddr, o.ReferenceMetricsPath, o.ReferenceMetricsMapping}
+		}, []any{":9090", "/metrics", ""}},
+		{"prometheus without USE_STATSD", map[string]string{"USE_PROMETHEUS": "true", "USE_STATSD": "", "STATSD_HOST": "statsd"}, func(o *options.Options) []any {
+			return []any{o.ReferenceMetricsAddr, o.StatsdAddr}
+		}, []any{":9090", ""}},
+		{"prometheus and statsd", map[string]string{"USE_PROMETHEUS": "true", "USE_STATSD": "true"}, func(o *options.Options) []any {
+			return []any{o.ReferenceMetricsAddr, o.StatsdAddr}
+		}, []any{":9090", "localhost:8125"}},
+		{"prometheus under our statsd address", map[string]string{"USE_PROMETHEUS": "true", "USE_STATSD": "", "ENVOY_RLS_STATSD_ADDR": "statsd:8125"}, func(o *options.Options) []any {
+			return []any{o.ReferenceMetricsAddr, o.StatsdAddr}
+		}, []any{":9090", "statsd:8125"}},
+		{"stats disabled with prometheus", map[string]string{"USE_PROMETHEUS": "true", "DISABLE_STATS": "true"}, func(o *options.Options) []any {
+			return []any{o.ReferenceMetricsAddr, o.StatsdAddr}
+		}, []any{"", ""}},
+		{"prometheus off", map[string]string{"USE_PROMETHEUS": "false", "PROMETHEUS_ADDR": ":19001", "PROMETHEUS_MAPPER_YAML": "/m.yaml"}, func(o *options.Options) []any {
+			return []any{o.ReferenceMetricsAddr, o.ReferenceMetricsMapping}
+		}, []any{"", ""}},
 		{"global shadow mode", map[string]string{"SHADOW_MODE": "true"}, func(o *options.Options) []any { return []any{o.ShadowAll} }, []any{true}},
 		{"healthcheck needs rules", map[string]string{"HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED": "true"}, func(o *options.Options) []any { return []any{o.HealthcheckRequiresRules} }, []any{true}},
 		{"reference variable wins over ours", map[string]string{"LOG_LEVEL": "error", "ENVOY_RLS_LOG_LEVEL": "debug", "PORT": "9090", "ENVOY_RLS_ADMIN_ADDR": ":7070"}, func(o *options.Options) []any { return []any{o.LogLevel, o.AdminAddr} }, []any{"error", "0.0.0.0:9090"}},
@@ -211,6 +232,9 @@ func TestCompatRefused(t *testing.T) {
 		{map[string]string{"NEAR_LIMIT_RATIO": "2"}, `NEAR_LIMIT_RATIO="2": must be a number greater than 0 and at most 1`},
 		{map[string]string{"USE_DOG_STATSD": "true"}, `USE_DOG_STATSD="true": envoy-rls sends plain statsd`},
 		{map[string]string{"USE_STATSD": "true", "STATSD_PORT": "0"}, `STATSD_PORT="0": must be a port number between 1 and 65535`},
+		{map[string]string{"USE_PROMETHEUS": "yes"}, `USE_PROMETHEUS="yes": must be true or false`},
+		{map[string]string{"USE_PROMETHEUS": "true", "PROMETHEUS_ADDR": "19001"}, `PROMETHEUS_ADDR="19001": must be [host]:port`},
+		{map[string]string{"USE_PROMETHEUS": "true", "PROMETHEUS_PATH": "metrics"}, `PROMETHEUS_PATH="metrics": must be an absolute URL path`},
 		{map[string]string{"USE_STATSD": "true", "EXTRA_TAGS": "novalue"}, `EXTRA_TAGS="novalue": must be key:value pairs`},
 		{map[string]string{"LIMIT_RESPONSE_HEADERS_ENABLED": "true", "LIMIT_REMAINING_HEADER": "X Left"}, `LIMIT_REMAINING_HEADER="X Left": must be an HTTP header name`},
 		{map[string]string{"LIMIT_RESPONSE_HEADERS_ENABLED": "true", "LIMIT_RESET_HEADER": "ratelimit-limit"}, `LIMIT_RESET_HEADER="ratelimit-limit": must differ from --limit-header`},
@@ -239,7 +263,6 @@ func TestCompatWarned(t *testing.T) {
 		{map[string]string{"REDIS_PIPELINE_LIMIT": "8"}, `REDIS_PIPELINE_LIMIT="8": ignored`},
 		{map[string]string{"CACHE_KEY_PREFIX": "a:", options.SecretEnv: strings.Repeat("k", 32)}, `CACHE_KEY_PREFIX="a:": ignored: envoy-rls keys are HMAC digests`},
 		{map[string]string{"USE_DOG_STATSD_MOGRIFIERS": "a"}, `USE_DOG_STATSD_MOGRIFIERS="a": ignored`},
-		{map[string]string{"USE_PROMETHEUS": "true", "PROMETHEUS_ADDR": ":9090"}, `USE_PROMETHEUS="true": ignored: envoy-rls serves its Prometheus metrics at /metrics on the admin port`},
 		{map[string]string{"STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT": "false"}, `STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT="false": ignored: a denied request never consumes quota`},
 		{map[string]string{"EXPIRATION_JITTER_MAX_SECONDS": "300"}, `EXPIRATION_JITTER_MAX_SECONDS="300": ignored`},
 		{map[string]string{"MERGE_DOMAIN_CONFIG": "true"}, `MERGE_DOMAIN_CONFIG="true": ignored: envoy-rls does not merge`},
@@ -292,6 +315,20 @@ func TestCompatEnvoyGatewayEnvironment(t *testing.T) {
 	}
 	if _, err := serveOptions([]string{"--env-compat"}, envOf(env)); err != nil {
 		t.Errorf("serve options: %v", err)
+	}
+	// Its current form: statsd off, the reference's Prometheus listener on
+	// with the mapping file Envoy Gateway mounts.
+	delete(env, "STATSD_PORT")
+	env["USE_STATSD"] = "false"
+	env["USE_PROMETHEUS"], env["PROMETHEUS_ADDR"], env["PROMETHEUS_MAPPER_YAML"] = "true", ":19001", "/etc/statsd-exporter/conf.yaml"
+	o, err = parse(t, env)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o.StatsdAddr != "" || o.ReferenceMetricsAddr != ":19001" || o.ReferenceMetricsPath != "/metrics" ||
+		o.ReferenceMetricsMapping != "/etc/statsd-exporter/conf.yaml" || len(o.CompatWarnings) != 0 {
+		t.Errorf("statsd %q, reference metrics %q %q %q, warnings %q", o.StatsdAddr, o.ReferenceMetricsAddr,
+			o.ReferenceMetricsPath, o.ReferenceMetricsMapping, o.CompatWarnings)
 	}
 }
 

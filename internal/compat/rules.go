@@ -12,18 +12,18 @@ import (
 // Reference defaults that envoy-rls applies in compatibility mode when the
 // setting is not given (else its own default holds).
 const (
-	refRuntimeRoot   = "/srv/runtime_data/current"
-	refAppDirectory  = "config"
-	refStatsdHost    = "localhost"
-	refStatsdPort    = "8125"
-	refXDSServerURL  = "localhost:18000"
-	refLogLevel      = "warn"
-	refHeadersNone   = "none"
-	refBackendRedis  = "redis"
-	refHeaderLimit   = "RateLimit-Limit"
-	refHeaderRemain  = "RateLimit-Remaining"
-	refHeaderReset   = "RateLimit-Reset"
-	whyNoMetricsPort = "envoy-rls serves its Prometheus metrics at /metrics on the admin port (HOST:PORT), under its own metric names"
+	refRuntimeRoot    = "/srv/runtime_data/current"
+	refAppDirectory   = "config"
+	refStatsdHost     = "localhost"
+	refStatsdPort     = "8125"
+	refXDSServerURL   = "localhost:18000"
+	refLogLevel       = "warn"
+	refHeadersNone    = "none"
+	refBackendRedis   = "redis"
+	refHeaderLimit    = "RateLimit-Limit"
+	refHeaderRemain   = "RateLimit-Remaining"
+	refHeaderReset    = "RateLimit-Reset"
+	refPrometheusAddr = ":9090"
 )
 
 // refRules is the whole translation, one entry per group of reference
@@ -154,11 +154,7 @@ var refRules = []refRule{
 	}},
 	{[]string{"USE_STATSD", "STATSD_HOST", "STATSD_PORT", "STATSD_PROTOCOL", "EXTRA_TAGS", "DISABLE_STATS", "STATS_FLUSH_INTERVAL", "NEAR_LIMIT_RATIO",
 		"USE_DOG_STATSD", "USE_DOG_STATSD_MOGRIFIERS"}, statsdEnv},
-	{[]string{"USE_PROMETHEUS", "PROMETHEUS_ADDR", "PROMETHEUS_PATH", "PROMETHEUS_MAPPER_YAML"}, func(r *refEnv) {
-		if r.boolean("USE_PROMETHEUS", false) {
-			r.warn("USE_PROMETHEUS", whyNoMetricsPort+"; PROMETHEUS_ADDR, PROMETHEUS_PATH and PROMETHEUS_MAPPER_YAML are not used")
-		}
-	}},
+	{[]string{"USE_PROMETHEUS", "PROMETHEUS_ADDR", "PROMETHEUS_PATH", "PROMETHEUS_MAPPER_YAML"}, prometheusEnv},
 	{[]string{"LIMIT_RESPONSE_HEADERS_ENABLED", "LIMIT_LIMIT_HEADER", "LIMIT_REMAINING_HEADER", "LIMIT_RESET_HEADER"}, responseHeaders},
 	{[]string{"STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT"}, func(r *refEnv) {
 		if r.explicitFalse("STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT") {
@@ -412,6 +408,38 @@ func statsdEnv(r *refEnv) {
 	}
 	if v, ok := r.get("STATS_FLUSH_INTERVAL"); ok {
 		r.set("statsd-flush-interval", v, "STATS_FLUSH_INTERVAL")
+	}
+}
+
+// prometheusEnv maps USE_PROMETHEUS and the settings the reference reads
+// with it: the listener of its Prometheus metrics, their path and mapping.
+func prometheusEnv(r *refEnv) {
+	if !r.boolean("USE_PROMETHEUS", false) {
+		return // the reference reads the others only with it on
+	}
+	if v, _ := r.get("DISABLE_STATS"); v != "" {
+		if off, err := strconv.ParseBool(v); err == nil && off {
+			return // DISABLE_STATS=true turns every stats sink off (statsdEnv reads it too)
+		}
+	}
+	addr, set := r.getOr("PROMETHEUS_ADDR", refPrometheusAddr)
+	if set {
+		r.set("reference-metrics-addr", addr, "PROMETHEUS_ADDR")
+	} else {
+		r.set("reference-metrics-addr", addr, "USE_PROMETHEUS")
+	}
+	if v, ok := r.get("PROMETHEUS_PATH"); ok {
+		r.set("reference-metrics-path", v, "PROMETHEUS_PATH")
+	}
+	if v, ok := r.get("PROMETHEUS_MAPPER_YAML"); ok {
+		r.set("reference-metrics-mapping", v, "PROMETHEUS_MAPPER_YAML")
+	}
+	// The reference takes one stats sink and refuses USE_STATSD=true with
+	// USE_PROMETHEUS=true, while its USE_STATSD defaults to true: its
+	// deployments with USE_PROMETHEUS set USE_STATSD=false. Left unset here,
+	// statsd stays off (read here as well as by statsdEnv, which runs first).
+	if _, set := r.get("USE_STATSD"); !set {
+		r.def("statsd-addr", "", "USE_STATSD unset with USE_PROMETHEUS=true (the reference sends to one stats sink)")
 	}
 }
 

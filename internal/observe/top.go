@@ -62,6 +62,23 @@ func WithTop(o rls.Observer, t *topk.Tracker) rls.Observer {
 	return observers{o, topObserver{t}}
 }
 
+// Join is one observer for all of os that are not nil: nil when none is.
+func Join(os ...rls.Observer) rls.Observer {
+	var out observers
+	for _, o := range os {
+		if o != nil {
+			out = append(out, o)
+		}
+	}
+	switch len(out) {
+	case 0:
+		return nil
+	case 1:
+		return out[0]
+	}
+	return out
+}
+
 // observers sends every observation to each of its members.
 type observers []rls.Observer
 

@@ -36,7 +36,7 @@ func statsdFlags(fs *flag.FlagSet, o *statsdOptions) {
 	fs.StringVar(&o.StatsdProtocol, "statsd-protocol", DefaultStatsdProtocol, "statsd transport: tcp (as envoyproxy/ratelimit) or udp")
 	fs.StringVar(&o.StatsdExtraTags, "statsd-extra-tags", "", "tags added to every stat name as .__key=value suffixes: key:value pairs, comma-separated (envoyproxy/ratelimit's EXTRA_TAGS)")
 	fs.DurationVar(&o.StatsdFlushInterval, "statsd-flush-interval", DefaultStatsdFlushInterval, "how often the counters are sent to statsd")
-	fs.StringVar(&o.NearLimitRatio, "near-limit-ratio", DefaultNearLimitRatio, "statsd near_limit: an allowed hit that takes a limit's usage above floor(limit × ratio) counts near_limit; 0 < ratio ≤ 1")
+	fs.StringVar(&o.NearLimitRatio, "near-limit-ratio", DefaultNearLimitRatio, "near_limit of statsd and --reference-metrics-addr: an allowed hit that takes a limit's usage above floor(limit × ratio) counts near_limit; 0 < ratio ≤ 1")
 }
 
 // statsdAccepts says what each statsd flag takes, as errors put it after

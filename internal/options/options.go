@@ -129,6 +129,8 @@ type Options struct {
 	auditOptions
 	// The --top-* flags (observability.go).
 	topOptions
+	// The --reference-metrics-* flags (refmetrics.go).
+	refMetricsOptions
 
 	// --config-source and the xDS client's flags (xds.go).
 	xdsOptions
@@ -186,6 +188,7 @@ func NewFlagSet(o *Options) *flag.FlagSet {
 	statsdFlags(fs, &o.statsdOptions)
 	auditFlags(fs, &o.auditOptions)
 	topFlags(fs, &o.topOptions)
+	refMetricsFlags(fs, &o.refMetricsOptions)
 	referenceFlags(fs, &o.referenceOptions)
 	xdsFlags(fs, &o.xdsOptions)
 	return fs

@@ -55,6 +55,7 @@ func PrintUsage(w io.Writer, header string, fs *flag.FlagSet) {
 var placeholders = map[string]string{
 	"store": "STORE", "log-level": "LEVEL", "default-headers": "MODE", "redis-mode": "MODE",
 	"redis-username": "NAME", "redis-sentinel-master": "NAME",
+	"reference-metrics-path": "PATH", "reference-metrics-mapping": "PATH",
 }
 
 // placeholder names a flag's value in help: none for a boolean flag.

@@ -95,10 +95,8 @@ type Config struct {
 	Logger *zap.Logger
 }
 
-// ruleCounters are the counters of one stat key.
-type ruleCounters struct {
-	totalHits, overLimit, nearLimit, withinLimit, shadowMode, overLocal, overPenalty atomic.Uint64
-}
+// ruleCounters are the counters of one stat key, indexed like RuleStats.
+type ruleCounters [len(RuleStats)]atomic.Uint64
 
 // Sink aggregates observations and sends them.
 type Sink struct {
@@ -160,23 +158,19 @@ func New(cfg Config) (*Sink, error) {
 	}, nil
 }
 
-// ObserveLimit counts one limit of a call: total_hits always; over_limit
-// (and shadow_mode for a shadow rule, over_limit_with_local_cache when the
-// local deny cache answered) when it denied; within_limit, and near_limit
-// for the hits above the near-limit threshold, when it allowed. A limit
-// whose store failed counts total_hits only. A probe (0 hits: an explicit
-// per-descriptor hits_addend of 0) adds nothing to any of them.
+// ObserveLimit counts one limit of a call (Count). A probe (0 hits: an
+// explicit per-descriptor hits_addend of 0) adds nothing.
 func (s *Sink) ObserveLimit(o rls.LimitObservation) {
 	if o.Rule == nil || o.Rule.StatKey == "" || o.Hits <= 0 {
 		return
 	}
-	hits := uint64(o.Hits)
+	counts := Count(o, s.cfg.NearLimitRatio)
 	key := o.Rule.StatKey
 	// Counters are added under the lock, so that a flush, which deletes
 	// idle entries under the write lock, never loses an add.
 	s.mu.RLock()
 	if c := s.rules[key]; c != nil {
-		s.count(c, o, hits)
+		c.add(&counts)
 		s.mu.RUnlock()
 		return
 	}
@@ -186,56 +180,22 @@ func (s *Sink) ObserveLimit(o rls.LimitObservation) {
 	c := s.rules[key]
 	if c == nil {
 		if len(s.rules) >= MaxRules {
-			s.overflow.Add(hits)
+			s.overflow.Add(counts[iTotalHits])
 			return
 		}
 		c = &ruleCounters{}
 		s.rules[key] = c
 	}
-	s.count(c, o, hits)
+	c.add(&counts)
 }
 
-func (s *Sink) count(c *ruleCounters, o rls.LimitObservation, hits uint64) {
-	c.totalHits.Add(hits)
-	switch {
-	case o.StoreFailed:
-	case o.Over:
-		c.overLimit.Add(hits)
-		if o.Shadow {
-			c.shadowMode.Add(hits)
-		}
-		if o.LocalCache {
-			c.overLocal.Add(hits)
-		}
-		if o.Penalty {
-			c.overPenalty.Add(hits)
-		}
-	default:
-		c.withinLimit.Add(hits)
-		if n := s.nearHits(o); n > 0 {
-			c.nearLimit.Add(n)
+// add adds one observation's counts.
+func (c *ruleCounters) add(counts *Counts) {
+	for i, v := range counts {
+		if v > 0 {
+			c[i].Add(v)
 		}
 	}
-}
-
-// nearHits is the part of an allowed limit's hits that lies above the
-// near-limit threshold floor(limit x ratio): the usage after the hits
-// (as if consumed) minus the larger of the threshold and the usage
-// before them.
-func (s *Sink) nearHits(o rls.LimitObservation) uint64 {
-	if !o.Decided || o.Limit <= 0 {
-		return 0
-	}
-	used := o.Limit - o.Remaining
-	if !o.Consumed {
-		used += o.Hits
-	}
-	threshold := int64(float64(o.Limit) * s.cfg.NearLimitRatio)
-	if used <= threshold {
-		return 0
-	}
-	before := max(used-o.Hits, threshold)
-	return uint64(used - before)
 }
 
 // ObserveCall counts one call: total_requests and a response_time sample
@@ -270,19 +230,16 @@ func (s *Sink) collect() (lines []line, timings []time.Duration) {
 	}
 	s.mu.Lock()
 	for key, c := range s.rules {
-		total := c.totalHits.Swap(0)
+		total := c[iTotalHits].Swap(0)
 		if total == 0 {
 			delete(s.rules, key)
 			continue
 		}
 		prefix := RulePrefix + SanitizeName(key) + "."
 		add(prefix+TotalHits, total)
-		add(prefix+OverLimit, c.overLimit.Swap(0))
-		add(prefix+NearLimit, c.nearLimit.Swap(0))
-		add(prefix+WithinLimit, c.withinLimit.Swap(0))
-		add(prefix+ShadowMode, c.shadowMode.Swap(0))
-		add(prefix+OverLimitWithLocalCache, c.overLocal.Swap(0))
-		add(prefix+OverLimitWithPenalty, c.overPenalty.Swap(0))
+		for i := iTotalHits + 1; i < len(c); i++ {
+			add(prefix+RuleStats[i], c[i].Swap(0))
+		}
 	}
 	s.mu.Unlock()
 	add(OverflowStat, s.overflow.Swap(0))

@@ -116,7 +116,7 @@ func TestNearHits(t *testing.T) {
 		{"ratio floors", 1, 3, 0, true, true, 1}, // threshold floor(2.4) = 2
 	}
 	for _, tc := range tests {
-		got := s.nearHits(rls.LimitObservation{Hits: tc.hits, Limit: tc.limit, Remaining: tc.remaining, Consumed: tc.consumed, Decided: tc.decided})
+		got := nearHits(rls.LimitObservation{Hits: tc.hits, Limit: tc.limit, Remaining: tc.remaining, Consumed: tc.consumed, Decided: tc.decided}, s.cfg.NearLimitRatio)
 		if got != tc.want {
 			t.Errorf("%s: near = %d, want %d", tc.name, got, tc.want)
 		}
