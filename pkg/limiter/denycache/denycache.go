@@ -5,7 +5,10 @@
 // penalty box (limiter.Decision.Blocked, any algorithm: a block ends only
 // with time, and denies every cost),
 // requests for the same state are answered "denied" locally until the
-// moment the store said the subject could next be allowed. A subject hammered
+// moment the store said the subject could next be allowed — a block until
+// it ends (Decision.BlockedFor), for a cost up to the blocked one (a larger
+// cost may wait longer for the limit itself, which the store's retry
+// counts: it goes to the store), its retry counted down. A subject hammered
 // far over its limit (a hot key) then costs one store call per
 // window instead of one per request.
 //
@@ -129,11 +132,25 @@ type key struct {
 	penalty   limiter.Penalty
 }
 
-// entry is one cached denial: a cost of at least cost is denied until until.
+// entry is one cached denial: a cost of at least cost is denied until
+// until; a block (decision.Blocked) denies a cost of at most cost until
+// until, the block's end. retryAt is when the store said the cost could
+// next be admitted: a block's retry may wait beyond the block for the
+// limit itself (limiter.Decision.BlockedFor), and a smaller cost is
+// admitted no later.
 type entry struct {
 	until    time.Time
+	retryAt  time.Time
 	cost     int64
 	decision limiter.Decision // the store's denial, Source rewritten on use
+}
+
+// answers reports whether e answers a request of cost.
+func (e *entry) answers(cost int64) bool {
+	if e.decision.Blocked {
+		return cost <= e.cost
+	}
+	return cost >= e.cost
 }
 
 type shard struct {
@@ -231,14 +248,17 @@ func (c *Cache) lookup(r *limiter.Request, now time.Time) (limiter.Decision, boo
 		ok = false
 	}
 	sh.mu.Unlock()
-	if !ok || r.Cost < e.cost {
+	if !ok || !e.answers(r.Cost) {
 		return limiter.Decision{}, false
 	}
 	d := e.decision
 	d.Source = limiter.SourceLocalCache
 	d.Consumed = false
-	// The store's wait, counted down; never less than the resolution.
-	d.RetryAfter = max(e.until.Sub(now), resolution).Round(resolution)
+	// The store's waits, counted down; never less than the resolution.
+	d.RetryAfter = max(e.retryAt.Sub(now), resolution).Round(resolution)
+	if d.Blocked {
+		d.BlockedFor = max(e.until.Sub(now), resolution).Round(resolution)
+	}
 	return d, true
 }
 
@@ -251,7 +271,8 @@ func (c *Cache) record(batch []limiter.Request, out []limiter.Outcome, t0 time.T
 		r, o := &batch[i], &out[i]
 		if o.Kind != limiter.Evaluated || o.Decision.Allowed || o.Decision.Certainty != limiter.Certain ||
 			o.Decision.Source == limiter.SourceLocalCache || o.Decision.Source == limiter.SourceFallback ||
-			o.Decision.RetryAfter <= resolution || !cacheable(r.Policy) || !holds(r.Policy, &o.Decision) {
+			o.Decision.RetryAfter <= resolution || o.Decision.Blocked && o.Decision.BlockedFor <= resolution ||
+			!cacheable(r.Policy) || !holds(r.Policy, &o.Decision) {
 			continue
 		}
 		k := keyOf(r)
@@ -261,9 +282,12 @@ func (c *Cache) record(batch []limiter.Request, out []limiter.Outcome, t0 time.T
 		if j, ok := pending[k]; ok && j < i {
 			continue
 		}
-		e := entry{until: t0.Add(o.Decision.RetryAfter - resolution), cost: r.Cost, decision: o.Decision}
+		e := entry{until: t0.Add(o.Decision.RetryAfter - resolution), retryAt: t0.Add(o.Decision.RetryAfter - resolution),
+			cost: r.Cost, decision: o.Decision}
 		if o.Decision.Blocked {
-			e.cost = 1 // a block denies every cost
+			// Only until the block ends: a request the limit denies
+			// after it is an offence the store must record.
+			e.until = t0.Add(o.Decision.BlockedFor - resolution)
 		}
 		sh := c.shardOf(&k)
 		sh.mu.Lock()
