@@ -134,7 +134,11 @@ func describeRequest(f map[string]*structpb.Value, d *rlv3.RateLimitDescriptor, 
 		f[mdHitsAddend] = structpb.NewNumberValue(float64(h.Value))
 	}
 	if l := d.Limit; l != nil {
-		f[mdLimit] = structpb.NewStringValue("requests_per_unit:" + strconv.FormatUint(uint64(l.RequestsPerUnit), 10) + " unit:" + l.Unit.String())
+		text := "requests_per_unit:" + strconv.FormatUint(uint64(l.RequestsPerUnit), 10) + " unit:" + l.Unit.String()
+		if m := l.GetUnitMultiplier().GetValue(); m > 1 {
+			text += " unit_multiplier:" + strconv.FormatUint(uint64(m), 10)
+		}
+		f[mdLimit] = structpb.NewStringValue(text)
 	}
 }
 

@@ -10,7 +10,11 @@ import (
 	"unicode/utf8"
 
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/wrapperspb"
+
+	"github.com/envoy-rls/envoy-rls/pkg/limiter"
 )
 
 const metadataRules = `
@@ -109,6 +113,33 @@ func TestDynamicMetadata(t *testing.T) {
 	wantUser["blocked"], wantUser["resetSeconds"], wantUser["retryAfterSeconds"] = true, 3580.0, 3580.0
 	if !reflect.DeepEqual(user, wantUser) {
 		t.Fatalf("blocked:\n got %s\nwant %s", jsonOf(user), jsonOf(wantUser))
+	}
+}
+
+// TestDynamicMetadataOverride: a descriptor's own limit is written as the
+// reference writes it, and its policy is reported as the metrics name it
+// (override: its ID derives from request keys).
+func TestDynamicMetadataOverride(t *testing.T) {
+	e := newRealEnv(t, withDynamicMetadata)
+	d := overrideDesc(5, typev3.RateLimitUnit_MINUTE, "route", "r1")
+	d.Limit.UnitMultiplier = wrapperspb.UInt32(15)
+	got := metadataOf(t, e.call(t, request("rls", d)))["descriptors"].([]any)[0].(map[string]any)
+	if got["limit"] != "requests_per_unit:5 unit:MINUTE unit_multiplier:15" || got["policy"] != OverridePolicy ||
+		got["result"] != "ok" || got["remaining"] != 4.0 {
+		t.Fatalf("override descriptor: %s", jsonOf(got))
+	}
+}
+
+// TestDynamicMetadataFailureMode: a store failure answered by the rule's
+// failure mode says so.
+func TestDynamicMetadataFailureMode(t *testing.T) {
+	e := newEnv(t, rulesOf(t, metadataRules), withDynamicMetadata)
+	e.setFail(limiter.Unavailable)
+	got := metadataOf(t, e.call(t, request("md", desc("user", "alice"))))["descriptors"].([]any)[0].(map[string]any)
+	want := map[string]any{"entries": []any{"user=alice"}, "code": "OVER_LIMIT", "limitName": "per-user", "policy": "md:per-user",
+		"result": "over_limit", "remaining": 0.0, "resetSeconds": 3.0, "retryAfterSeconds": 3.0, "failureMode": "closed"}
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("fail closed:\n got %s\nwant %s", jsonOf(got), jsonOf(want))
 	}
 }
 
