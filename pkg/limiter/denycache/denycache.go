@@ -6,9 +6,9 @@
 // with time, and denies every cost),
 // requests for the same state are answered "denied" locally until the
 // moment the store said the subject could next be allowed — a block until
-// it ends (Decision.BlockedFor), for a cost up to the blocked one (a larger
-// cost may wait longer for the limit itself, which the store's retry
-// counts: it goes to the store), its retry counted down. A subject hammered
+// it ends (Decision.BlockedFor), its retry counted down, for the costs
+// whose retry it knows (see entry.answers: a block's retry waits for the
+// limit itself when that is later). A subject hammered
 // far over its limit (a hot key) then costs one store call per
 // window instead of one per request.
 //
@@ -133,11 +133,10 @@ type key struct {
 }
 
 // entry is one cached denial: a cost of at least cost is denied until
-// until; a block (decision.Blocked) denies a cost of at most cost until
-// until, the block's end. retryAt is when the store said the cost could
-// next be admitted: a block's retry may wait beyond the block for the
-// limit itself (limiter.Decision.BlockedFor), and a smaller cost is
-// admitted no later.
+// until. A block (decision.Blocked) is cached until until, the block's
+// end, and retryAt is when the store said its cost could next be
+// admitted: later than the block's end when the limit itself denies that
+// cost beyond it (limiter.Decision.BlockedFor).
 type entry struct {
 	until    time.Time
 	retryAt  time.Time
@@ -145,12 +144,20 @@ type entry struct {
 	decision limiter.Decision // the store's denial, Source rewritten on use
 }
 
-// answers reports whether e answers a request of cost.
+// answers reports whether e answers a request of cost exactly as the store
+// would. A block denies every cost, but its retry depends on the cost
+// when the limit's own wait outlasts the block: then e answers its own
+// cost only; otherwise any cost up to its own (the limit admits a smaller
+// one no later). A larger cost may wait longer: the store answers it.
 func (e *entry) answers(cost int64) bool {
-	if e.decision.Blocked {
-		return cost <= e.cost
+	d := &e.decision
+	switch {
+	case !d.Blocked:
+		return cost >= e.cost
+	case d.RetryAfter > d.BlockedFor:
+		return cost == e.cost
 	}
-	return cost >= e.cost
+	return cost <= e.cost
 }
 
 type shard struct {

@@ -178,3 +178,36 @@ func boxedHourly(t testing.TB, block time.Duration) *limiter.Policy {
 	}
 	return p
 }
+
+// TestPenaltyBlockWaitingForTheLimit: a block whose retry waits for the
+// limit itself (its window is full beyond the block) is cached until the
+// block ends, for its own cost only: another cost's retry may differ, so
+// the store answers it.
+func TestPenaltyBlockWaitingForTheLimit(t *testing.T) {
+	e := newEnv(t, 1024)
+	p, err := limiter.NewPolicy(limiter.PolicySpec{ID: "pen", Algorithm: limiter.FixedWindow,
+		Params:  limiter.FixedWindowParams{Limit: 3, Window: time.Hour},
+		Penalty: limiter.Penalty{Duration: 10 * time.Second}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	req := func(cost int64) limiter.Request { return limiter.Request{Policy: p, Subject: subject("waits"), Cost: cost} }
+	e.eval(req(3))
+	if d := e.eval(req(1))[0].Decision; d.Allowed || d.Blocked {
+		t.Fatalf("the offence: %+v", d)
+	}
+	d := e.eval(req(2))[0].Decision
+	if !d.Blocked || d.Source != limiter.SourceMemory || d.BlockedFor != 10*time.Second || d.RetryAfter <= d.BlockedFor {
+		t.Fatalf("blocked: %+v, want the store's block of 10 s, its retry the window's", d)
+	}
+	seen := e.back.reqs.Load()
+	if c := e.eval(req(2))[0].Decision; c.Source != limiter.SourceLocalCache || c.RetryAfter != d.RetryAfter-time.Millisecond {
+		t.Fatalf("the same cost: %+v, want the cached block", c)
+	}
+	if c := e.eval(req(1))[0].Decision; !c.Blocked || c.Source != limiter.SourceMemory {
+		t.Fatalf("another cost: %+v, want the store's block", c)
+	}
+	if got := e.back.reqs.Load(); got != seen+1 {
+		t.Fatalf("%d requests reached the store, want 1", got-seen)
+	}
+}
