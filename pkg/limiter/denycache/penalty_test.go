@@ -191,7 +191,9 @@ func TestPenaltyBlockWaitingForTheLimit(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	req := func(cost int64) limiter.Request { return limiter.Request{Policy: p, Subject: subject("waits"), Cost: cost} }
+	req := func(cost int64) limiter.Request {
+		return limiter.Request{Policy: p, Subject: subject("waits"), Cost: cost}
+	}
 	e.eval(req(3))
 	if d := e.eval(req(1))[0].Decision; d.Allowed || d.Blocked {
 		t.Fatalf("the offence: %+v", d)
