@@ -34,6 +34,7 @@ type result struct {
 	Err      error                        // the gRPC error, if any
 	Headers  map[string]string            // response_headers_to_add
 	Limit    uint32                       // statuses[0].current_limit.requests_per_unit
+	Metadata map[string]any               // dynamic_metadata as JSON values (nil: none)
 	Took     time.Duration                // as the client measured it
 	Deadline time.Duration                // the deadline the client set
 }
@@ -115,6 +116,9 @@ func (r *replica) send(timeout time.Duration, req *rlsv3.RateLimitRequest) resul
 	}
 	if st := resp.GetStatuses(); len(st) > 0 {
 		res.Limit = st[0].GetCurrentLimit().GetRequestsPerUnit()
+	}
+	if md := resp.GetDynamicMetadata(); md != nil {
+		res.Metadata = md.AsMap()
 	}
 	return res
 }

@@ -3,6 +3,7 @@ package e2e_test
 import (
 	_ "embed"
 	"fmt"
+	"math"
 	"strconv"
 	"testing"
 	"time"
@@ -237,6 +238,42 @@ func TestPenaltyBoxAcrossReplicas(t *testing.T) {
 	}
 	if res := rs[0].mustCall(t, entry{"login", unique("other")}); !res.ok() {
 		t.Fatalf("another subject: %v, want OK", res)
+	}
+}
+
+// TestPenaltyBlockedRetryAfter: on a limit of 2 an hour with a 30 s
+// penalty box, the offence and every blocked answer after it say to come
+// back when the hour's window ends, not when the 30 s block does (the
+// window would deny, a new offence); on both replicas, one answering from
+// Redis, the other from its deny cache.
+func TestPenaltyBlockedRetryAfter(t *testing.T) {
+	_, cfg := withStandaloneRedis(t)
+	rs := startReplicas(t, 2, `domain: e2e
+descriptors:
+  - key: signin
+    rate_limit:
+      unit: hour
+      requests_per_unit: 2
+      penalty: {duration: 30s}
+`, cfg)
+	awayFromHourBoundary(t)
+	subject := entry{"signin", unique("user")}
+	for i := range 2 {
+		if res := rs[i].mustCall(t, subject); !res.ok() {
+			t.Fatalf("attempt %d: %v", i+1, res)
+		}
+	}
+	// The window's rest, read around each call (the wall clock moves on):
+	// Retry-After rounds it up to whole seconds.
+	untilHour := func() float64 { return time.Until(time.Now().Truncate(time.Hour).Add(time.Hour)).Seconds() }
+	for i, r := range []int{0, 1, 1, 0} {
+		before := untilHour()
+		res := rs[r].mustCall(t, subject)
+		lo, hi := int(math.Floor(untilHour())), int(math.Ceil(before))
+		ra, err := strconv.Atoi(res.Headers["Retry-After"])
+		if !res.over() || err != nil || ra < lo || ra > hi || ra <= 30 {
+			t.Fatalf("call %d on %s: %v, want OVER_LIMIT with Retry-After the window's rest (%d–%d s), not the 30 s block", i+3, rs[r].name, res, lo, hi)
+		}
 	}
 }
 

@@ -197,6 +197,9 @@ func serve(ctx context.Context, o *options.Options, getenv func(string) string, 
 		Clock:          s.clock,
 		Auditor:        auditor,
 		RequestIDKey:   o.AuditRequestIDKey,
+		// The entries the metadata repeats go back to the proxy that sent
+		// them, bounded (rls.MetadataEntriesBytes).
+		DynamicMetadata: o.ResponseDynamicMetadata,
 		// Checked by options.Serve.
 		MaxOverridePolicies: o.OverrideMaxPolicies,
 	})

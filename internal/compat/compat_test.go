@@ -31,7 +31,7 @@ REDIS_POOL_SIZE REDIS_AUTH REDIS_TLS REDIS_TLS_CLIENT_CERT REDIS_TLS_CLIENT_KEY 
 REDIS_TLS_SKIP_HOSTNAME_VERIFICATION REDIS_PIPELINE_WINDOW REDIS_PIPELINE_LIMIT REDIS_PERSECOND REDIS_PERSECOND_SOCKET_TYPE
 REDIS_PERSECOND_TYPE REDIS_PERSECOND_URL REDIS_PERSECOND_POOL_SIZE REDIS_PERSECOND_AUTH REDIS_PERSECOND_TLS
 REDIS_PERSECOND_PIPELINE_WINDOW REDIS_PERSECOND_PIPELINE_LIMIT REDIS_HEALTH_CHECK_ACTIVE_CONNECTION MEMCACHE_HOST_PORT
-MEMCACHE_MAX_IDLE_CONNS MEMCACHE_SRV MEMCACHE_SRV_REFRESH MEMCACHE_TLS SHADOW_MODE MERGE_DOMAIN_CONFIG TRACING_ENABLED
+MEMCACHE_MAX_IDLE_CONNS MEMCACHE_SRV MEMCACHE_SRV_REFRESH MEMCACHE_TLS SHADOW_MODE RESPONSE_DYNAMIC_METADATA MERGE_DOMAIN_CONFIG TRACING_ENABLED
 TRACING_SERVICE_NAME TRACING_SERVICE_NAMESPACE TRACING_SERVICE_INSTANCE_ID TRACING_EXPORTER_PROTOCOL TRACING_SAMPLING_RATE`)
 
 // envOf is a getenv over m.
@@ -139,6 +139,8 @@ func TestCompatHonoured(t *testing.T) {
 			return []any{o.ReferenceMetricsAddr, o.ReferenceMetricsMapping}
 		}, []any{"", ""}},
 		{"global shadow mode", map[string]string{"SHADOW_MODE": "true"}, func(o *options.Options) []any { return []any{o.ShadowAll} }, []any{true}},
+		{"response dynamic metadata", map[string]string{"RESPONSE_DYNAMIC_METADATA": "true"}, func(o *options.Options) []any { return []any{o.ResponseDynamicMetadata} }, []any{true}},
+		{"no response dynamic metadata", map[string]string{"RESPONSE_DYNAMIC_METADATA": "false"}, func(o *options.Options) []any { return []any{o.ResponseDynamicMetadata} }, []any{false}},
 		{"healthcheck needs rules", map[string]string{"HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED": "true"}, func(o *options.Options) []any { return []any{o.HealthcheckRequiresRules} }, []any{true}},
 		{"reference variable wins over ours", map[string]string{"LOG_LEVEL": "error", "ENVOY_RLS_LOG_LEVEL": "debug", "PORT": "9090", "ENVOY_RLS_ADMIN_ADDR": ":7070"}, func(o *options.Options) []any { return []any{o.LogLevel, o.AdminAddr} }, []any{"error", "0.0.0.0:9090"}},
 		{"ours wins over a reference default", map[string]string{"ENVOY_RLS_LOG_LEVEL": "debug", "ENVOY_RLS_CONFIG": "/rules", "ENVOY_RLS_DEFAULT_HEADERS": "retry_after"}, func(o *options.Options) []any { return []any{o.LogLevel, o.Config, o.DefaultHeaders} }, []any{"debug", "/rules", "retry_after"}},

@@ -152,6 +152,11 @@ var refRules = []refRule{
 			r.set("shadow-mode", "true", "SHADOW_MODE")
 		}
 	}},
+	{[]string{"RESPONSE_DYNAMIC_METADATA"}, func(r *refEnv) {
+		if r.boolean("RESPONSE_DYNAMIC_METADATA", false) {
+			r.set("response-dynamic-metadata", "true", "RESPONSE_DYNAMIC_METADATA")
+		}
+	}},
 	{[]string{"USE_STATSD", "STATSD_HOST", "STATSD_PORT", "STATSD_PROTOCOL", "EXTRA_TAGS", "DISABLE_STATS", "STATS_FLUSH_INTERVAL", "NEAR_LIMIT_RATIO",
 		"USE_DOG_STATSD", "USE_DOG_STATSD_MOGRIFIERS"}, statsdEnv},
 	{[]string{"USE_PROMETHEUS", "PROMETHEUS_ADDR", "PROMETHEUS_PATH", "PROMETHEUS_MAPPER_YAML"}, prometheusEnv},

@@ -133,6 +133,28 @@ func TimedCases(t testing.TB) []Case {
 			},
 		},
 		{
+			// A block shorter than the window's wait: the blocked answer
+			// says to come back when the window admits again, not when the
+			// block ends (the window would deny, a new offence).
+			Name:  "penalty box: a blocked retry waits for the window",
+			Start: t0,
+			Policies: []limiter.PolicySpec{{ID: "hourly", Algorithm: limiter.FixedWindow,
+				Params:  limiter.FixedWindowParams{Limit: 2, Window: time.Hour},
+				Penalty: limiter.Penalty{Duration: 30 * time.Second, MaxDuration: time.Hour, Decay: time.Hour}}},
+			Steps: []Step{
+				{Batch: one, Want: []Want{resetting(allowedConsumed(1), at(2800*time.Second))}},
+				{Batch: one, Want: []Want{resetting(allowedConsumed(0), at(2800*time.Second))}},
+				{Batch: one, Want: []Want{retrying(denied(0), 2800*time.Second, at(2800*time.Second))}},
+				{At: at(time.Second), Batch: one, Want: []Want{retrying(blocked, 2799*time.Second, at(2800*time.Second))}},
+				{At: at(30*time.Second - time.Millisecond), Batch: one, Want: []Want{retrying(blocked, 2770*time.Second+time.Millisecond, at(2800*time.Second))}},
+				// Back at the block's end: the window denies, a doubled block.
+				{At: at(30 * time.Second), Batch: one, Want: []Want{retrying(denied(0), 2770*time.Second, at(2800*time.Second))}},
+				{At: at(89 * time.Second), Batch: one, Want: []Want{retrying(blocked, 2711*time.Second, at(2800*time.Second))}},
+				// The next hour: the window admits.
+				{At: at(2800 * time.Second), Batch: one, Want: []Want{resetting(allowedConsumed(1), at(6400*time.Second))}},
+			},
+		},
+		{
 			// A check never records an offence; an offence is recorded
 			// although its batch does not commit (the other limit consumes
 			// nothing), and a later request of the batch sees its block.

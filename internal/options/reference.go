@@ -30,6 +30,9 @@ type referenceOptions struct {
 	ShadowAll bool
 	// Names of the rate-limit headers (rls.HeaderNames).
 	LimitHeader, RemainingHeader, ResetHeader string
+	// ResponseDynamicMetadata sets every response's dynamic metadata
+	// (rls.Config.DynamicMetadata).
+	ResponseDynamicMetadata bool
 }
 
 // referenceFlags adds the flags of the reference's settings to fs.
@@ -41,6 +44,7 @@ func referenceFlags(fs *flag.FlagSet, o *referenceOptions) {
 	fs.StringVar(&o.LimitHeader, "limit-header", rls.HeaderLimit, "name of the response header that carries the limit")
 	fs.StringVar(&o.RemainingHeader, "remaining-header", rls.HeaderRemaining, "name of the response header that carries the remaining quota")
 	fs.StringVar(&o.ResetHeader, "reset-header", rls.HeaderReset, "name of the response header that carries the seconds until reset")
+	fs.BoolVar(&o.ResponseDynamicMetadata, "response-dynamic-metadata", false, "return in every response's dynamic metadata the domain, each descriptor's entries (request values, which Envoy's access log may write) and what decided it: code, policy, limit name, remaining, reset (docs/operations.md, Which limit denied a request)")
 }
 
 // check returns one error per refused value.

@@ -79,14 +79,20 @@ func Check(st State, serverNowMs int64, p *Policy, cost int64) (next State, repl
 		ResetAtMs:      s.resetAt,
 	}
 	// 4. The penalty box: a blocked subject is denied until the block
-	// ends, consumes nothing and is no new offence.
+	// ends, consumes nothing and is no new offence. Its retry and reset
+	// are never before the limit itself admits the cost: a client that
+	// comes back when the block ends while the limit still denies would
+	// only earn a new offence.
 	if pn.blocked(st, now) {
-		resetAt := s.resetAt
+		left := st.PenaltyUntilMs - now
+		retry, resetAt := left, s.resetAt
 		if s.allowed {
 			resetAt = s.resetAtBefore
+		} else {
+			retry = max(retry, s.retryAfter)
 		}
 		r := Reply{Status: StatusBlocked, ServerNowMs: serverNowMs, EffectiveNowMs: now, Limit: p.limit,
-			RetryAfterMs: st.PenaltyUntilMs - now, ResetAtMs: max(resetAt, st.PenaltyUntilMs)}
+			RetryAfterMs: retry, ResetAtMs: max(resetAt, now+retry), BlockLeftMs: left}
 		return st, r, r, false
 	}
 	// 5. A denial consumes nothing. With a penalty it is an offence: next
@@ -178,6 +184,20 @@ func OutcomeFromReply(p *Policy, r Reply, src Source) Outcome {
 			return IncompatibleOutcome(CategoryReplyMalformed, fmt.Errorf("policy %s: %s reply (limit %d, remaining %d, retry %dms, reset %d): %w",
 				p.ID(), r.Status, r.Limit, r.Remaining, r.RetryAfterMs, r.ResetAtMs, ErrReplyMalformed))
 		}
+		var blockedFor time.Duration
+		if blocked {
+			// A reply without the block's end (rate-batch-v1.lua) waits
+			// for the block alone.
+			left := r.BlockLeftMs
+			if left == 0 {
+				left = r.RetryAfterMs
+			}
+			if left > r.RetryAfterMs {
+				return IncompatibleOutcome(CategoryReplyMalformed, fmt.Errorf("policy %s: BLOCKED reply whose block (%dms) outlasts its retry (%dms): %w",
+					p.ID(), left, r.RetryAfterMs, ErrReplyMalformed))
+			}
+			blockedFor = time.Duration(left) * time.Millisecond
+		}
 		return EvaluatedOutcome(Decision{
 			Allowed:        allowed,
 			Limit:          r.Limit,
@@ -189,6 +209,7 @@ func OutcomeFromReply(p *Policy, r Reply, src Source) Outcome {
 			Source:         src,
 			Certainty:      certainty,
 			Blocked:        blocked,
+			BlockedFor:     blockedFor,
 		})
 	case StatusClockUnsafe:
 		return UnavailableOutcome(ClockUnsafeRetryAfter, CategoryClockUnsafe, fmt.Errorf("policy %s: %w", p.ID(), ErrClockUnsafe))

@@ -229,9 +229,16 @@ type Decision struct {
 	Source         Source
 	Certainty      Certainty
 	// Blocked: denied because the subject is in the policy's penalty box
-	// (Policy.Penalty) until RetryAfter from now; nothing was consumed or
-	// recorded. A blocked decision is Certain.
+	// (Policy.Penalty) for BlockedFor from now; nothing was consumed or
+	// recorded. A blocked decision is Certain. Its RetryAfter and ResetAt
+	// are never before the limit itself admits the cost: RetryAfter is
+	// the longer of BlockedFor and the limit's own wait.
 	Blocked bool
+	// BlockedFor is, when Blocked, how long until the block ends (at most
+	// RetryAfter): until then every request of the subject is BLOCKED,
+	// whatever its cost; afterwards a request the limit denies is a new
+	// offence. Zero when not Blocked.
+	BlockedFor time.Duration
 	// Fallback says, when Source is SourceFallback, how the policy's
 	// failure mode answered: FailOpen allowed and FailClosed denied
 	// without knowing the limit's state (FailureAnswer); FailLocal is the

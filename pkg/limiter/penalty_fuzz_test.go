@@ -10,7 +10,8 @@ import (
 // FuzzPenalty drives Check on a fixed window with a penalty box through
 // random (advance, cost) steps (the sim encoding), keeping the state as a
 // store that records offences does, and checks the box's rules at every
-// step: a request before the block's end is BLOCKED and changes nothing; a
+// step: a request before the block's end is BLOCKED, changes nothing and
+// is told to come back when both the block and the limit admit it; a
 // denial is an offence whose level and block follow the doubling rule; an
 // allowed request keeps the penalty fields; every block lies in
 // [duration, max_duration].
@@ -33,8 +34,19 @@ func FuzzPenalty(f *testing.F) {
 			case r.Status == limiter.StatusClockUnsafe:
 				continue
 			case st.Exists && eff < st.PenaltyUntilMs:
-				if r.Status != blocked || r.RetryAfterMs != st.PenaltyUntilMs-eff || r.Remaining != 0 || write || next != st {
+				left := st.PenaltyUntilMs - eff
+				if r.Status != blocked || r.BlockLeftMs != left || r.RetryAfterMs < left || r.ResetAtMs < eff+r.RetryAfterMs ||
+					r.Remaining != 0 || write || next != st {
 					t.Fatalf("step %d: in a block until %d at %d: %+v write %v", i/3, st.PenaltyUntilMs, eff, r, write)
+				}
+				// The retry waits for the limit: at the block's end, the
+				// limit admits the cost or needs exactly the rest.
+				wait := int64(0)
+				if _, at, own, _ := limiter.Check(st, st.PenaltyUntilMs, p, cost); at.Status != allowed {
+					wait = own.RetryAfterMs
+				}
+				if r.RetryAfterMs != left+wait {
+					t.Fatalf("step %d: blocked until %d at %d with retry %d; the limit waits %d more after the block", i/3, st.PenaltyUntilMs, eff, r.RetryAfterMs, wait)
 				}
 			case r.Status == blocked:
 				t.Fatalf("step %d: BLOCKED outside a block: %+v, state %+v", i/3, r, st)

@@ -27,6 +27,9 @@ func runPenalty(t *testing.T, p *limiter.Policy, st limiter.State, steps []penal
 		next, r, uncommitted, write := limiter.Check(st, s.now, p, s.cost)
 		want := limiter.Reply{Status: s.status, ServerNowMs: s.now, EffectiveNowMs: s.now, Limit: p.Limit(),
 			Remaining: s.remaining, RetryAfterMs: s.retry, ResetAtMs: s.reset}
+		if s.status == blocked {
+			want.BlockLeftMs = st.PenaltyUntilMs - s.now
+		}
 		if r != want {
 			t.Fatalf("step %d: Check(now=%d, cost=%d)\n got %+v\nwant %+v", i, s.now, s.cost, r, want)
 		}
@@ -132,8 +135,27 @@ func TestPenaltyBox(t *testing.T) {
 		runPenalty(t, pd, limiter.State{}, []penaltyStep{
 			{step: s(t0, 1, allowed, 0, 0, day)},
 			{step: s(t0+1, 1, denied, 0, day-t0-1, day), level: 1, until: t0 + 1001},
-			{step: s(t0+1000, 1, blocked, 0, 1, day)},
+			// Blocked for 1ms more, but the window admits nothing before
+			// its end: the retry waits for it.
+			{step: s(t0+1000, 1, blocked, 0, day-t0-1000, day)},
 			{step: s(t0+1001, 1, denied, 0, day-t0-1001, day), level: 1, until: t0 + 2001},
+		})
+	})
+	t.Run("a blocked retry waits for the limit", func(t *testing.T) {
+		// 2 per hour, a 30s block: the block's end is no time to come
+		// back while the window still denies (a new offence, a doubled
+		// block); the window's end is.
+		ph := penaltyPolicy(t, limiter.FixedWindowParams{Limit: 2, Window: time.Hour}, limiter.FixedWindow,
+			limiter.Penalty{Duration: 30 * time.Second, MaxDuration: time.Hour, Decay: time.Hour})
+		hour := (t0/3600000 + 1) * 3600000
+		runPenalty(t, ph, limiter.State{}, []penaltyStep{
+			{step: s(t0, 1, allowed, 1, 0, hour)},
+			{step: s(t0+1, 1, allowed, 0, 0, hour)},
+			{step: s(t0+2, 1, denied, 0, hour-t0-2, hour), level: 1, until: t0 + 30002},
+			{step: s(t0+3, 1, blocked, 0, hour-t0-3, hour)},
+			{step: s(t0+30001, 1, blocked, 0, hour-t0-30001, hour)},
+			// Whoever came back at the block's end: a new offence.
+			{step: s(t0+30002, 1, denied, 0, hour-t0-30002, hour), level: 2, until: t0 + 90002},
 		})
 	})
 	t.Run("token bucket", func(t *testing.T) {

@@ -48,6 +48,12 @@ type Reply struct {
 	Remaining      int64
 	RetryAfterMs   int64
 	ResetAtMs      int64
+	// BlockLeftMs is, for BLOCKED, the ms from the effective now until the
+	// penalty box's block ends: at most RetryAfterMs, which also waits
+	// for the limit itself to admit the cost. 0 for every other status,
+	// and for a BLOCKED reply of rate-batch-v1.lua (which has no field
+	// for it: its retry is the block's end).
+	BlockLeftMs int64
 }
 
 // State is the stored state of one (policy, subject). The zero value (Exists

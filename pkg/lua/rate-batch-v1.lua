@@ -213,14 +213,26 @@ local function penaltyArgs(packed, pos, flags, limit)
   return valid, true, duration, maxDuration, decay, pos, flags - PENALTY
 end
 
--- uses: MAX
+-- defines: blockedRetry, blockedRemaining
+
+-- blockedRetry of rate-batch-v1.lua: until the block ends.
+local function blockedRetry(untilMs, now)
+  return untilMs - now
+end
+
+-- blockedRemaining of rate-batch-v1.lua: 0 (remaining).
+local function blockedRemaining()
+  return 0
+end
+
+-- uses: MAX, blockedRetry
 -- defines: penaltyStep
 
 -- penaltyStep runs after the algorithm's step, for a compatible state, on
 -- its result (allowed, retry, resetAt, resetBefore, ttl) and the state's
 -- penaltyUntilMs and penaltyLevel. A blocked subject is BLOCKED (remaining
--- 0, retry until the block ends, reset at the later of the block's end and
--- the algorithm's reset) and writes nothing. A denial of a key that
+-- 0, retry blockedRetry, reset at the later of the retry and the
+-- algorithm's reset) and writes nothing. A denial of a key that
 -- records offences (role < 3: an ordinary, shadow or quota key, never a
 -- check or probe key) of a state that existed before this request (not
 -- fresh) is an offence: a new block, its level, and offencePx, the expiry
@@ -234,10 +246,11 @@ local function penaltyStep(penaltyUntilMs, penaltyLevel, duration, maxDuration, 
     if allowed then
       resetAt = resetBefore
     end
-    if resetAt < penaltyUntilMs then
-      resetAt = penaltyUntilMs
+    retry = blockedRetry(penaltyUntilMs, now, allowed, retry)
+    if resetAt < now + retry then
+      resetAt = now + retry
     end
-    return true, false, penaltyUntilMs - now, resetAt, ttl, penaltyUntilMs, penaltyLevel, false
+    return true, false, retry, resetAt, ttl, penaltyUntilMs, penaltyLevel, false
   elseif allowed then
     if penaltyLevel > 0 and ttl < penaltyUntilMs + decay + grace - now then
       ttl = penaltyUntilMs + decay + grace - now
@@ -958,7 +971,7 @@ end
 -- key, the common one, keeps no record: its key writes as soon as it is
 -- checked, since a single key that writes is one that commits.
 -- uses: serverNow, keyArgs, loadState, storeState, writeOffence, newReply,
--- uses: replyKey, replyBefore, penaltyStep, MAX, fixedWindowStep,
+-- uses: replyKey, replyBefore, penaltyStep, blockedRemaining, MAX, fixedWindowStep,
 -- uses: slidingWindowStep, tokenBucketStep, gcraStep, slidingLogStep
 -- defines: WIDE, priorState, writeRecord, recordKey, evalKey, commitKeys, evaluate
 --
@@ -1178,7 +1191,7 @@ local function evalKey(kb, i, n, rec, seen, lastWrite, offences)
             resetAt, resetBefore, ttl)
         end
         if blocked then
-          status, remaining = 'BLOCKED', 0
+          status, remaining = 'BLOCKED', blockedRemaining(penaltyUntilMs, now)
         elseif not allowed then
           status = 'DENIED'
         elseif role >= 3 then

@@ -65,8 +65,11 @@
 --                          6 BLOCKED) plus 8 times the ms the key's
 --                          effective now is ahead of serverNow (the clock
 --                          rule's clamp)
---     remaining            after this request (0 for the failure statuses)
---     retryAfterMillis     0 unless DENIED or BLOCKED
+--     remaining            after this request (0 for the failure statuses;
+--                          BLOCKED: the ms until the block ends, its
+--                          remaining being 0)
+--     retryAfterMillis     0 unless DENIED or BLOCKED (BLOCKED: the later
+--                          of the block's end and the limit's own wait)
 --     resetAtMillis        when the key is back to its full limit with no
 --                          traffic (0 for the failure statuses)
 --   The limit is the policy's (the parser has it; 0 for INVALID). Every
@@ -172,14 +175,33 @@ local function penaltyArgs(packed, pos, flags, limit)
   return valid, true, duration, maxDuration, decay, pos, flags - PENALTY
 end
 
--- uses: MAX
+-- defines: blockedRetry, blockedRemaining
+
+-- blockedRetry is a blocked key's retry: until its block ends or, when the
+-- limit itself denies the cost (not allowed, its own retry), until the
+-- limit admits it, whichever is later. A client that came back at the
+-- block's end while the limit still denies would earn a new offence.
+local function blockedRetry(untilMs, now, allowed, retry)
+  if not allowed and retry > untilMs - now then
+    return retry
+  end
+  return untilMs - now
+end
+
+-- blockedRemaining is what a blocked key replies in its remaining field
+-- (its remaining is 0): the ms until its block ends.
+local function blockedRemaining(untilMs, now)
+  return untilMs - now
+end
+
+-- uses: MAX, blockedRetry
 -- defines: penaltyStep
 
 -- penaltyStep runs after the algorithm's step, for a compatible state, on
 -- its result (allowed, retry, resetAt, resetBefore, ttl) and the state's
 -- penaltyUntilMs and penaltyLevel. A blocked subject is BLOCKED (remaining
--- 0, retry until the block ends, reset at the later of the block's end and
--- the algorithm's reset) and writes nothing. A denial of a key that
+-- 0, retry blockedRetry, reset at the later of the retry and the
+-- algorithm's reset) and writes nothing. A denial of a key that
 -- records offences (role < 3: an ordinary, shadow or quota key, never a
 -- check or probe key) of a state that existed before this request (not
 -- fresh) is an offence: a new block, its level, and offencePx, the expiry
@@ -193,10 +215,11 @@ local function penaltyStep(penaltyUntilMs, penaltyLevel, duration, maxDuration, 
     if allowed then
       resetAt = resetBefore
     end
-    if resetAt < penaltyUntilMs then
-      resetAt = penaltyUntilMs
+    retry = blockedRetry(penaltyUntilMs, now, allowed, retry)
+    if resetAt < now + retry then
+      resetAt = now + retry
     end
-    return true, false, penaltyUntilMs - now, resetAt, ttl, penaltyUntilMs, penaltyLevel, false
+    return true, false, retry, resetAt, ttl, penaltyUntilMs, penaltyLevel, false
   elseif allowed then
     if penaltyLevel > 0 and ttl < penaltyUntilMs + decay + grace - now then
       ttl = penaltyUntilMs + decay + grace - now
@@ -964,7 +987,8 @@ end
 -- committed, serverNow, then four integers per key: code (the status,
 -- limiter.Status: 1 ALLOWED, 2 DENIED, 3 CLOCK_UNSAFE, 4
 -- STATE_INCOMPATIBLE, 5 INVALID, 6 BLOCKED; plus 8 times the ms the
--- effective now is ahead of serverNow), remaining, retryAfterMillis,
+-- effective now is ahead of serverNow), remaining (BLOCKED: the ms until
+-- its block ends, its remaining being 0), retryAfterMillis,
 -- resetAtMillis. The limit is the policy's (0 for INVALID): the parser has
 -- it.
 -- uses: serverNow
@@ -1013,7 +1037,7 @@ end
 -- key, the common one, keeps no record: its key writes as soon as it is
 -- checked, since a single key that writes is one that commits.
 -- uses: serverNow, keyArgs, loadState, storeState, writeOffence, newReply,
--- uses: replyKey, replyBefore, penaltyStep, MAX, fixedWindowStep,
+-- uses: replyKey, replyBefore, penaltyStep, blockedRemaining, MAX, fixedWindowStep,
 -- uses: slidingWindowStep, tokenBucketStep, gcraStep, slidingLogStep
 -- defines: WIDE, priorState, writeRecord, recordKey, evalKey, commitKeys, evaluate
 --
@@ -1233,7 +1257,7 @@ local function evalKey(kb, i, n, rec, seen, lastWrite, offences)
             resetAt, resetBefore, ttl)
         end
         if blocked then
-          status, remaining = 'BLOCKED', 0
+          status, remaining = 'BLOCKED', blockedRemaining(penaltyUntilMs, now)
         elseif not allowed then
           status = 'DENIED'
         elseif role >= 3 then

@@ -22,8 +22,10 @@ var fieldNamesV2 = [ReplyFieldsV2]string{"code", "remaining", "retryAfterMillis"
 // order) and writes one reply per key into out. The reply must be exactly
 // 2 + 4N integers: the committed flag (0 or 1), serverNowMillis, then per
 // key its code (a status of limiter.Status plus StatusCodes times the ms
-// its effective now is ahead of serverNowMillis), remaining,
-// retryAfterMillis and resetAtMillis, every one in [0, 2^53-1]; each key's
+// its effective now is ahead of serverNowMillis), remaining (for BLOCKED,
+// whose remaining is 0: the ms until its block ends, limiter.Reply's
+// BlockLeftMs, in [1, retryAfterMillis]), retryAfterMillis and
+// resetAtMillis, every one in [0, 2^53-1]; each key's
 // reply, with the policy's limit (0 for INVALID), must be consistent with
 // itself and with the policy as ParseBatchReply requires. Or exactly the
 // two integers { ExpiredFlag, serverNowMillis in [0, 2^53-1] }, an
@@ -64,8 +66,16 @@ func ParseBatchReplyV2(policies []*limiter.Policy, values []Value, out []limiter
 		}
 		r := limiter.Reply{Status: st, ServerNowMs: serverNow, EffectiveNowMs: serverNow + clamp,
 			Limit: policies[k].Limit(), Remaining: num[1], RetryAfterMs: num[2], ResetAtMs: num[3]}
-		if st == limiter.StatusInvalid {
+		switch st {
+		case limiter.StatusInvalid:
 			r.Limit = 0
+		case limiter.StatusBlocked:
+			// A blocked key has nothing remaining: the field holds the
+			// ms until its block ends, at most its retry.
+			r.Remaining, r.BlockLeftMs = 0, num[1]
+			if r.BlockLeftMs < 1 || r.BlockLeftMs > r.RetryAfterMs {
+				return false, malformed("key %d: BLOCKED with a block of %dms and a retry of %dms", k+1, r.BlockLeftMs, r.RetryAfterMs)
+			}
 		}
 		if err := check(policies[k], r); err != nil {
 			return false, fmt.Errorf("key %d: %w", k+1, err)
@@ -90,7 +100,11 @@ func AppendReplyV2(dst []Value, committed bool, replies []limiter.Reply) []Value
 	dst = append(dst, Value{Int: flag, IsInt: true}, Value{Int: serverNow, IsInt: true})
 	for _, r := range replies {
 		code := int64(r.Status) + StatusCodes*(r.EffectiveNowMs-r.ServerNowMs)
-		for _, v := range []int64{code, r.Remaining, r.RetryAfterMs, r.ResetAtMs} {
+		remaining := r.Remaining
+		if r.Status == limiter.StatusBlocked {
+			remaining = r.BlockLeftMs
+		}
+		for _, v := range []int64{code, remaining, r.RetryAfterMs, r.ResetAtMs} {
 			dst = append(dst, Value{Int: v, IsInt: true})
 		}
 	}

@@ -48,7 +48,11 @@ func TestParseBatchReplyV2OneKey(t *testing.T) {
 		{"clock unsafe", p, "0 1000 " + code(limiter.StatusClockUnsafe, 0) + " 0 0 0", limiter.Reply{Status: limiter.StatusClockUnsafe, ServerNowMs: 1000, EffectiveNowMs: 1000, Limit: 10}, true},
 		{"incompatible", p, "0 1000 " + code(limiter.StatusStateIncompatible, 0) + " 0 0 0", limiter.Reply{Status: limiter.StatusStateIncompatible, ServerNowMs: 1000, EffectiveNowMs: 1000, Limit: 10}, true},
 		{"invalid", p, "0 1000 " + code(limiter.StatusInvalid, 0) + " 0 0 0", limiter.Reply{Status: limiter.StatusInvalid, ServerNowMs: 1000, EffectiveNowMs: 1000}, true},
-		{"blocked", pen, "0 1000 " + code(limiter.StatusBlocked, 0) + " 0 60000 61000", limiter.Reply{Status: limiter.StatusBlocked, ServerNowMs: 1000, EffectiveNowMs: 1000, Limit: 10, RetryAfterMs: 60000, ResetAtMs: 61000}, true},
+		{"blocked", pen, "0 1000 " + code(limiter.StatusBlocked, 0) + " 60000 60000 61000", limiter.Reply{Status: limiter.StatusBlocked, ServerNowMs: 1000, EffectiveNowMs: 1000, Limit: 10, RetryAfterMs: 60000, ResetAtMs: 61000, BlockLeftMs: 60000}, true},
+		// The block ends before the limit admits: the retry waits for the limit.
+		{"blocked shorter than its retry", pen, "0 1000 " + code(limiter.StatusBlocked, 0) + " 30000 60000 61000", limiter.Reply{Status: limiter.StatusBlocked, ServerNowMs: 1000, EffectiveNowMs: 1000, Limit: 10, RetryAfterMs: 60000, ResetAtMs: 61000, BlockLeftMs: 30000}, true},
+		{"blocked longer than its retry", pen, "0 1000 " + code(limiter.StatusBlocked, 0) + " 60001 60000 61000", limiter.Reply{}, false},
+		{"blocked without its block", pen, "0 1000 " + code(limiter.StatusBlocked, 0) + " 0 60000 61000", limiter.Reply{}, false},
 		{"max safe", p, "1 9007199254740991 " + code(limiter.StatusAllowed, 0) + " 0 0 9007199254740991", limiter.Reply{Status: limiter.StatusAllowed, ServerNowMs: limiter.MaxSafeInteger, EffectiveNowMs: limiter.MaxSafeInteger, Limit: 10, ResetAtMs: limiter.MaxSafeInteger}, true},
 
 		{"five fields", p, "1 1000 1 9 0", limiter.Reply{}, false},
@@ -200,7 +204,8 @@ func FuzzParseBatchReplyV2(f *testing.F) {
 			case limiter.StatusAllowed, limiter.StatusDenied, limiter.StatusBlocked:
 				if r.Remaining > r.Limit || (r.Status == limiter.StatusAllowed) != (r.RetryAfterMs == 0) ||
 					r.EffectiveNowMs < r.ServerNowMs || r.EffectiveNowMs-r.ServerNowMs > pols[k].MaxClockRegressionMillis() ||
-					r.ResetAtMs < r.EffectiveNowMs || r.Status == limiter.StatusBlocked && (!pols[k].Penalty().On() || r.Remaining != 0) {
+					r.ResetAtMs < r.EffectiveNowMs || r.Status == limiter.StatusBlocked && (!pols[k].Penalty().On() || r.Remaining != 0 ||
+					r.BlockLeftMs < 1 || r.BlockLeftMs > r.RetryAfterMs) {
 					t.Fatalf("key %d: accepted inconsistent %+v for %s", k+1, r, pols[k].ID())
 				}
 			default:

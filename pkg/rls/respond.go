@@ -148,6 +148,7 @@ func (s *Server) respond(ctx context.Context, req *rlsv3.RateLimitRequest, known
 			statuses[ds.desc].Code = rlsv3.RateLimitResponse_OVER_LIMIT
 			overall = rlsv3.RateLimitResponse_OVER_LIMIT
 		}
+		ds.result = r
 		pc.count(r, local, ds.blocked)
 		if r != resultOK {
 			msg := msgDenied
@@ -165,11 +166,7 @@ func (s *Server) respond(ctx context.Context, req *rlsv3.RateLimitRequest, known
 	}
 
 	// Pass 3: each descriptor reports its binding limit.
-	for lo := 0; lo < len(sc.descs); {
-		hi := lo + 1
-		for hi < len(sc.descs) && sc.descs[hi].desc == sc.descs[lo].desc {
-			hi++
-		}
+	for lo, hi := range descGroups(sc.descs) {
 		if b := bindingLimit(sc.descs[lo:hi]); b >= 0 {
 			ds := &sc.descs[lo+b]
 			st := &statuses[ds.desc]
@@ -177,11 +174,13 @@ func (s *Server) respond(ctx context.Context, req *rlsv3.RateLimitRequest, known
 			st.LimitRemaining = ds.remaining
 			st.DurationUntilReset = &durations[ds.current]
 		}
-		lo = hi
 	}
 
 	resp := &rlsv3.RateLimitResponse{OverallCode: overall, Statuses: ptrs}
 	s.addHeadersAndBody(resp, sc)
+	if s.dynamicMetadata {
+		resp.DynamicMetadata = s.buildDynamicMetadata(req, statuses, sc)
+	}
 	return resp
 }
 

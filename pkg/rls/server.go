@@ -113,6 +113,16 @@ type Config struct {
 	// Denial's RequestID. (Optional, default: only the x-request-id gRPC
 	// metadata)
 	RequestIDKey string
+	// DynamicMetadata sets every response's dynamic_metadata, which
+	// Envoy's rate-limit filter stores under its own name
+	// (envoy.filters.http.ratelimit) and its access logs can write: the
+	// fields of envoyproxy/ratelimit's RESPONSE_DYNAMIC_METADATA (the
+	// domain, each descriptor's entries and hits_addend, the rules'
+	// metadata) and, per descriptor, what decided it (see
+	// buildDynamicMetadata). The entries are the request's values, sent
+	// back to the proxy that sent them. (Optional, default false: no
+	// metadata, no work)
+	DynamicMetadata bool
 }
 
 // Server implements rlsv3.RateLimitServiceServer.
@@ -138,6 +148,8 @@ type Server struct {
 	// requestIDKey names the request id descriptor's key ("": none).
 	requestIDKey string
 	overrides    *overrideCap
+	// dynamicMetadata: Config.DynamicMetadata.
+	dynamicMetadata bool
 }
 
 var _ rlsv3.RateLimitServiceServer = (*Server)(nil)
@@ -204,6 +216,8 @@ func New(cfg Config) (*Server, error) {
 		auditor:        cfg.Auditor,
 		requestIDKey:   cfg.RequestIDKey,
 		overrides:      newOverrideCap(cfg.MaxOverridePolicies, cfg.Metrics),
+
+		dynamicMetadata: cfg.DynamicMetadata,
 	}
 	s.scratch.New = func() any { return new(scratch) }
 	return s, nil

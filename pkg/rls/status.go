@@ -55,6 +55,7 @@ type descStatus struct {
 	over      bool         // the limit (or the fail-closed fallback) denies
 	blocked   bool         // over because the subject is in the penalty box
 	reported  bool         // reported OVER_LIMIT to Envoy
+	result    result       // how it is counted (statusStore and statusNeverFits)
 	fellBack  bool         // the store failed and the failure mode answered
 	role      limiter.Role // how the limit is reported (statusStore and statusNeverFits; see add)
 	remaining uint32

@@ -3,9 +3,12 @@
 // (limiter.Policy.DenialsHold: fixed window, token bucket, GCRA, sliding
 // log; a policy with a penalty box excepted), or has answered that the
 // subject is in its penalty box (limiter.Decision.Blocked, any algorithm: a
-// block ends only with time, and denies every cost), requests for the same
-// state are answered "denied" locally until the
-// moment the store said the subject could next be allowed. A subject hammered
+// block ends only with time, and denies every cost),
+// requests for the same state are answered "denied" locally until the
+// moment the store said the subject could next be allowed — a block until
+// it ends (Decision.BlockedFor), its retry counted down, for the costs
+// whose retry it knows (see entry.answers: a block's retry waits for the
+// limit itself when that is later). A subject hammered
 // far over its limit (a hot key) then costs one store call per
 // window instead of one per request.
 //
@@ -129,11 +132,32 @@ type key struct {
 	penalty   limiter.Penalty
 }
 
-// entry is one cached denial: a cost of at least cost is denied until until.
+// entry is one cached denial: a cost of at least cost is denied until
+// until. A block (decision.Blocked) is cached until until, the block's
+// end, and retryAt is when the store said its cost could next be
+// admitted: later than the block's end when the limit itself denies that
+// cost beyond it (limiter.Decision.BlockedFor).
 type entry struct {
 	until    time.Time
+	retryAt  time.Time
 	cost     int64
 	decision limiter.Decision // the store's denial, Source rewritten on use
+}
+
+// answers reports whether e answers a request of cost exactly as the store
+// would. A block denies every cost, but its retry depends on the cost
+// when the limit's own wait outlasts the block: then e answers its own
+// cost only; otherwise any cost up to its own (the limit admits a smaller
+// one no later). A larger cost may wait longer: the store answers it.
+func (e *entry) answers(cost int64) bool {
+	d := &e.decision
+	switch {
+	case !d.Blocked:
+		return cost >= e.cost
+	case d.RetryAfter > d.BlockedFor:
+		return cost == e.cost
+	}
+	return cost <= e.cost
 }
 
 type shard struct {
@@ -231,14 +255,17 @@ func (c *Cache) lookup(r *limiter.Request, now time.Time) (limiter.Decision, boo
 		ok = false
 	}
 	sh.mu.Unlock()
-	if !ok || r.Cost < e.cost {
+	if !ok || !e.answers(r.Cost) {
 		return limiter.Decision{}, false
 	}
 	d := e.decision
 	d.Source = limiter.SourceLocalCache
 	d.Consumed = false
-	// The store's wait, counted down; never less than the resolution.
-	d.RetryAfter = max(e.until.Sub(now), resolution).Round(resolution)
+	// The store's waits, counted down; never less than the resolution.
+	d.RetryAfter = max(e.retryAt.Sub(now), resolution).Round(resolution)
+	if d.Blocked {
+		d.BlockedFor = max(e.until.Sub(now), resolution).Round(resolution)
+	}
 	return d, true
 }
 
@@ -251,7 +278,8 @@ func (c *Cache) record(batch []limiter.Request, out []limiter.Outcome, t0 time.T
 		r, o := &batch[i], &out[i]
 		if o.Kind != limiter.Evaluated || o.Decision.Allowed || o.Decision.Certainty != limiter.Certain ||
 			o.Decision.Source == limiter.SourceLocalCache || o.Decision.Source == limiter.SourceFallback ||
-			o.Decision.RetryAfter <= resolution || !cacheable(r.Policy) || !holds(r.Policy, &o.Decision) {
+			o.Decision.RetryAfter <= resolution || o.Decision.Blocked && o.Decision.BlockedFor <= resolution ||
+			!cacheable(r.Policy) || !holds(r.Policy, &o.Decision) {
 			continue
 		}
 		k := keyOf(r)
@@ -261,9 +289,12 @@ func (c *Cache) record(batch []limiter.Request, out []limiter.Outcome, t0 time.T
 		if j, ok := pending[k]; ok && j < i {
 			continue
 		}
-		e := entry{until: t0.Add(o.Decision.RetryAfter - resolution), cost: r.Cost, decision: o.Decision}
+		e := entry{until: t0.Add(o.Decision.RetryAfter - resolution), retryAt: t0.Add(o.Decision.RetryAfter - resolution),
+			cost: r.Cost, decision: o.Decision}
 		if o.Decision.Blocked {
-			e.cost = 1 // a block denies every cost
+			// Only until the block ends: a request the limit denies
+			// after it is an offence the store must record.
+			e.until = t0.Add(o.Decision.BlockedFor - resolution)
 		}
 		sh := c.shardOf(&k)
 		sh.mu.Lock()

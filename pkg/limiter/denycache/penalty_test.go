@@ -8,9 +8,11 @@ import (
 )
 
 // TestPenaltyBlockCached: a block is repeated locally until it ends, for
-// any cost (its wait counted down, 1 ms early: the cache's resolution) and
-// for an algorithm whose plain denials are never cached (the
-// sliding window); the offence itself (an approximate denial) is not.
+// any cost up to the blocked one (its wait counted down, 1 ms early: the
+// cache's resolution) and for an algorithm whose plain denials are never
+// cached (the sliding window); the offence itself (an approximate denial)
+// is not, nor is a larger cost (the limit may make it wait longer than
+// the block).
 func TestPenaltyBlockCached(t *testing.T) {
 	e := newEnv(t, 1024)
 	p, err := limiter.NewPolicy(limiter.PolicySpec{ID: "pen", Algorithm: limiter.SlidingWindow,
@@ -34,6 +36,9 @@ func TestPenaltyBlockCached(t *testing.T) {
 	if o := e.eval(req(1))[0]; !o.Decision.Blocked || o.Decision.Source != limiter.SourceMemory {
 		t.Fatalf("first blocked answer: %+v, want the store's", o.Decision)
 	}
+	if o := e.eval(req(2))[0]; !o.Decision.Blocked || o.Decision.Source != limiter.SourceMemory {
+		t.Fatalf("a larger cost: %+v, want the store's block", o.Decision)
+	}
 	for _, c := range []struct {
 		advance time.Duration
 		cost    int64
@@ -45,8 +50,8 @@ func TestPenaltyBlockCached(t *testing.T) {
 			t.Fatalf("cost %d, %v on: %+v, want the cached block with %v left", c.cost, c.advance, o.Decision, c.retry)
 		}
 	}
-	if got := e.back.reqs.Load(); got != seen+1 {
-		t.Fatalf("%d requests reached the store during the block, want 1", got-seen)
+	if got := e.back.reqs.Load(); got != seen+2 {
+		t.Fatalf("%d requests reached the store during the block, want 2", got-seen)
 	}
 	// The block's end.
 	e.clock.Advance(2 * time.Millisecond)
@@ -92,8 +97,19 @@ func TestPenaltyOffencesReachTheStore(t *testing.T) {
 	if d := e.eval(limiter.Request{Policy: pen, Subject: subj, Cost: 1})[0].Decision; d.Blocked || d.Source != limiter.SourceMemory {
 		t.Fatalf("after the block: %+v, want a new offence from the store", d)
 	}
-	if d := e.eval(limiter.Request{Policy: pen, Subject: subj, Cost: 1})[0].Decision; !d.Blocked || d.RetryAfter != time.Second {
+	d := e.eval(limiter.Request{Policy: pen, Subject: subj, Cost: 1})[0].Decision
+	if !d.Blocked || d.BlockedFor != time.Second {
 		t.Fatalf("second block: %+v, want 1 s (decay 0: no doubling)", d)
+	}
+	// Its retry waits for the window, which admits nothing before its end.
+	if wait := d.ResetAt.Sub(e.clock.Now()); d.RetryAfter != wait {
+		t.Fatalf("second block: retry %v, want the window's end in %v", d.RetryAfter, wait)
+	}
+	// Cached until the block ends, the window's wait counted down.
+	e.clock.Advance(500 * time.Millisecond)
+	if c := e.eval(limiter.Request{Policy: pen, Subject: subj, Cost: 1})[0].Decision; c.Source != limiter.SourceLocalCache ||
+		!c.Blocked || c.RetryAfter != d.RetryAfter-501*time.Millisecond || c.BlockedFor != 499*time.Millisecond {
+		t.Fatalf("cached block: %+v", c)
 	}
 }
 
@@ -127,7 +143,7 @@ func TestPenaltyProbes(t *testing.T) {
 	}
 	// A probe now sees the block; it is cached and answers an ordinary
 	// request, a probe and a batch beside another limit.
-	if d := e.eval(req(limiter.RoleProbe))[0].Decision; !d.Blocked || d.Source != limiter.SourceMemory || d.RetryAfter != time.Minute {
+	if d := e.eval(req(limiter.RoleProbe))[0].Decision; !d.Blocked || d.Source != limiter.SourceMemory || d.BlockedFor != time.Minute || d.RetryAfter <= time.Minute {
 		t.Fatalf("probe of the boxed subject: %+v, want the store's block", d)
 	}
 	seen := e.back.reqs.Load()
@@ -161,4 +177,39 @@ func boxedHourly(t testing.TB, block time.Duration) *limiter.Policy {
 		t.Fatal(err)
 	}
 	return p
+}
+
+// TestPenaltyBlockWaitingForTheLimit: a block whose retry waits for the
+// limit itself (its window is full beyond the block) is cached until the
+// block ends, for its own cost only: another cost's retry may differ, so
+// the store answers it.
+func TestPenaltyBlockWaitingForTheLimit(t *testing.T) {
+	e := newEnv(t, 1024)
+	p, err := limiter.NewPolicy(limiter.PolicySpec{ID: "pen", Algorithm: limiter.FixedWindow,
+		Params:  limiter.FixedWindowParams{Limit: 3, Window: time.Hour},
+		Penalty: limiter.Penalty{Duration: 10 * time.Second}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	req := func(cost int64) limiter.Request {
+		return limiter.Request{Policy: p, Subject: subject("waits"), Cost: cost}
+	}
+	e.eval(req(3))
+	if d := e.eval(req(1))[0].Decision; d.Allowed || d.Blocked {
+		t.Fatalf("the offence: %+v", d)
+	}
+	d := e.eval(req(2))[0].Decision
+	if !d.Blocked || d.Source != limiter.SourceMemory || d.BlockedFor != 10*time.Second || d.RetryAfter <= d.BlockedFor {
+		t.Fatalf("blocked: %+v, want the store's block of 10 s, its retry the window's", d)
+	}
+	seen := e.back.reqs.Load()
+	if c := e.eval(req(2))[0].Decision; c.Source != limiter.SourceLocalCache || c.RetryAfter != d.RetryAfter-time.Millisecond {
+		t.Fatalf("the same cost: %+v, want the cached block", c)
+	}
+	if c := e.eval(req(1))[0].Decision; !c.Blocked || c.Source != limiter.SourceMemory {
+		t.Fatalf("another cost: %+v, want the store's block", c)
+	}
+	if got := e.back.reqs.Load(); got != seen+1 {
+		t.Fatalf("%d requests reached the store, want 1", got-seen)
+	}
 }

@@ -118,7 +118,7 @@
 
 -- #include prelude.lua
 -- #include time.lua
--- #include penalty.lua args step
+-- #include penalty.lua args blocked-v1 step
 -- #include calendar.lua
 -- #include fixed-window.lua step
 -- #include sliding-window.lua step

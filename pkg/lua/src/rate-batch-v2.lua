@@ -64,8 +64,11 @@
 --                          6 BLOCKED) plus 8 times the ms the key's
 --                          effective now is ahead of serverNow (the clock
 --                          rule's clamp)
---     remaining            after this request (0 for the failure statuses)
---     retryAfterMillis     0 unless DENIED or BLOCKED
+--     remaining            after this request (0 for the failure statuses;
+--                          BLOCKED: the ms until the block ends, its
+--                          remaining being 0)
+--     retryAfterMillis     0 unless DENIED or BLOCKED (BLOCKED: the later
+--                          of the block's end and the limit's own wait)
 --     resetAtMillis        when the key is back to its full limit with no
 --                          traffic (0 for the failure statuses)
 --   The limit is the policy's (the parser has it; 0 for INVALID). Every
@@ -77,7 +80,7 @@
 
 -- #include prelude.lua
 -- #include time.lua
--- #include penalty.lua args step
+-- #include penalty.lua args blocked step
 -- #include calendar.lua
 -- #include fixed-window.lua step
 -- #include sliding-window.lua step

@@ -6,7 +6,7 @@
 -- key, the common one, keeps no record: its key writes as soon as it is
 -- checked, since a single key that writes is one that commits.
 -- uses: serverNow, keyArgs, loadState, storeState, writeOffence, newReply,
--- uses: replyKey, replyBefore, penaltyStep, MAX, fixedWindowStep,
+-- uses: replyKey, replyBefore, penaltyStep, blockedRemaining, MAX, fixedWindowStep,
 -- uses: slidingWindowStep, tokenBucketStep, gcraStep, slidingLogStep
 -- defines: WIDE, priorState, writeRecord, recordKey, evalKey, commitKeys, evaluate
 --
@@ -167,7 +167,7 @@ local function evalKey(kb, i, n, rec, seen, lastWrite, offences)
             resetAt, resetBefore, ttl)
         end
         if blocked then
-          status, remaining = 'BLOCKED', 0
+          status, remaining = 'BLOCKED', blockedRemaining(penaltyUntilMs, now)
         elseif not allowed then
           status = 'DENIED'
         elseif role >= 3 then

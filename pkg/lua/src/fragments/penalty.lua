@@ -1,8 +1,9 @@
 -- fragments/penalty.lua: a limit's penalty box (limiter.Penalty,
--- docs/algorithms.md "Penalty box"), in two functions. Its state
+-- docs/algorithms.md "Penalty box"). Its state
 -- (limiter.State): penaltyUntilMs, when the last block ends (effective
 -- ms; 0 none), and penaltyLevel, the offence level (0 none).
--- Two sections: args (penaltyArgs) and step (penaltyStep).
+-- Sections: args (penaltyArgs); blocked, or blocked-v1 for
+-- rate-batch-v1.lua (what a blocked key replies); step (penaltyStep).
 -- #section args
 -- uses: band, unpack, PENALTY, CALENDAR, MAX_PENALTY
 -- defines: penaltyArgs
@@ -31,15 +32,48 @@ local function penaltyArgs(packed, pos, flags, limit)
   return valid, true, duration, maxDuration, decay, pos, flags - PENALTY
 end
 
+-- #section blocked
+-- defines: blockedRetry, blockedRemaining
+
+-- blockedRetry is a blocked key's retry: until its block ends or, when the
+-- limit itself denies the cost (not allowed, its own retry), until the
+-- limit admits it, whichever is later. A client that came back at the
+-- block's end while the limit still denies would earn a new offence.
+local function blockedRetry(untilMs, now, allowed, retry)
+  if not allowed and retry > untilMs - now then
+    return retry
+  end
+  return untilMs - now
+end
+
+-- blockedRemaining is what a blocked key replies in its remaining field
+-- (its remaining is 0): the ms until its block ends.
+local function blockedRemaining(untilMs, now)
+  return untilMs - now
+end
+
+-- #section blocked-v1
+-- defines: blockedRetry, blockedRemaining
+
+-- blockedRetry of rate-batch-v1.lua: until the block ends.
+local function blockedRetry(untilMs, now)
+  return untilMs - now
+end
+
+-- blockedRemaining of rate-batch-v1.lua: 0 (remaining).
+local function blockedRemaining()
+  return 0
+end
+
 -- #section step
--- uses: MAX
+-- uses: MAX, blockedRetry
 -- defines: penaltyStep
 
 -- penaltyStep runs after the algorithm's step, for a compatible state, on
 -- its result (allowed, retry, resetAt, resetBefore, ttl) and the state's
 -- penaltyUntilMs and penaltyLevel. A blocked subject is BLOCKED (remaining
--- 0, retry until the block ends, reset at the later of the block's end and
--- the algorithm's reset) and writes nothing. A denial of a key that
+-- 0, retry blockedRetry, reset at the later of the retry and the
+-- algorithm's reset) and writes nothing. A denial of a key that
 -- records offences (role < 3: an ordinary, shadow or quota key, never a
 -- check or probe key) of a state that existed before this request (not
 -- fresh) is an offence: a new block, its level, and offencePx, the expiry
@@ -53,10 +87,11 @@ local function penaltyStep(penaltyUntilMs, penaltyLevel, duration, maxDuration, 
     if allowed then
       resetAt = resetBefore
     end
-    if resetAt < penaltyUntilMs then
-      resetAt = penaltyUntilMs
+    retry = blockedRetry(penaltyUntilMs, now, allowed, retry)
+    if resetAt < now + retry then
+      resetAt = now + retry
     end
-    return true, false, penaltyUntilMs - now, resetAt, ttl, penaltyUntilMs, penaltyLevel, false
+    return true, false, retry, resetAt, ttl, penaltyUntilMs, penaltyLevel, false
   elseif allowed then
     if penaltyLevel > 0 and ttl < penaltyUntilMs + decay + grace - now then
       ttl = penaltyUntilMs + decay + grace - now

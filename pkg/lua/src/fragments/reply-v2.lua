@@ -2,7 +2,8 @@
 -- committed, serverNow, then four integers per key: code (the status,
 -- limiter.Status: 1 ALLOWED, 2 DENIED, 3 CLOCK_UNSAFE, 4
 -- STATE_INCOMPATIBLE, 5 INVALID, 6 BLOCKED; plus 8 times the ms the
--- effective now is ahead of serverNow), remaining, retryAfterMillis,
+-- effective now is ahead of serverNow), remaining (BLOCKED: the ms until
+-- its block ends, its remaining being 0), retryAfterMillis,
 -- resetAtMillis. The limit is the policy's (0 for INVALID): the parser has
 -- it.
 -- uses: serverNow
