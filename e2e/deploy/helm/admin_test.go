@@ -185,4 +185,3 @@ func get200(t *testing.T, url, token string) (int, string) {
 	}
 	return resp.StatusCode, string(b)
 }
-
