@@ -1191,7 +1191,7 @@ func TestNotes(t *testing.T) {
 			name: "memory defaults",
 			want: []string{"rls-envoy-rls.rl.svc.cluster.local:8081", "outbound|8081||rls-envoy-rls.rl.svc.cluster.local",
 				"port-forward svc/rls-envoy-rls 8080:8080", "WARNING: store: memory counts per pod", "logs job/rls-envoy-rls-rules-check"},
-			not: []string{"up to\n(pods x limit)", "no resources.limits.memory"},
+			not: []string{"up to\n(pods x limit)", "no resources.limits.memory", "is not the chart's appVersion"},
 		},
 		{
 			name: "memory with per-pod limits and no memory limit",
@@ -1208,6 +1208,11 @@ func TestNotes(t *testing.T) {
 			args: cat(redisBase, withHMAC, []string{"--set", "networkPolicy.enabled=true", "--set", "networkPolicy.egress.enabled=true", "--set", "rulesCheck.enabled=false"}),
 			want: []string{"store:    redis (redis auto at redis-0.redis:6379,redis-1.redis:6379)", "egress only to DNS and Redis (ports 6379)"},
 			not:  []string{"WARNING", "rules-check"},
+		},
+		{
+			name: "an image tag other than appVersion",
+			args: []string{"--set", "image.tag=0.0.1"},
+			want: []string{"WARNING: image.tag 0.0.1 is not the chart's appVersion " + deploytest.Chart(t).AppVersion, "restart in a loop"},
 		},
 		{
 			name: "admin API off",
