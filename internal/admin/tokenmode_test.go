@@ -2,6 +2,8 @@ package admin
 
 import (
 	"io/fs"
+	"os"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -43,5 +45,27 @@ func TestTokenFileMode(t *testing.T) {
 		if !tc.ok && !strings.Contains(problem, "chmod 600 /etc/envoy-rls/admin-token/tokens") {
 			t.Errorf("%s: %q does not say what to do", tc.name, problem)
 		}
+	}
+}
+
+// TestTokenFileOwnerRead: the owner and group read from a real file are
+// this process's (which created it), and an owner-only file of this
+// process is accepted by readTokens while a group-readable one it owns
+// (not root's, or of root's group) is refused.
+func TestTokenFileOwnerRead(t *testing.T) {
+	path := writeTokens(t, "", "ops:right-token-0123456789\n", 0o600)
+	fi, err := os.Stat(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o := fileOwner(fi); !o.known || o.uid != os.Geteuid() || !slices.Contains(processGroups(), o.gid) {
+		t.Fatalf("owner %+v, process uid %d groups %v", o, os.Geteuid(), processGroups())
+	}
+	if _, err := readTokens(path); err != nil {
+		t.Fatalf("0600: %v", err)
+	}
+	must(t, os.Chmod(path, 0o440))
+	if _, err := readTokens(path); err == nil || !strings.Contains(err.Error(), "mode 0440") {
+		t.Fatalf("0440 of uid %d, gid %d: %v, want refused", os.Geteuid(), os.Getegid(), err)
 	}
 }
