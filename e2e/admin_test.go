@@ -69,8 +69,13 @@ func TestExplainDigestAndReset(t *testing.T) {
 		r := startReplica(t, "explain", cfg)
 		user := unique("rawval")
 		r.checkAdmits(t, entry{"user", user}, 5, 3)
+		// --admin as a URL and as host:port (taken as http), as
+		// docs/operations.md says.
+		admins := []string{"http://" + r.adminAddr, r.adminAddr}
+		calls := 0
 		explain := func() explainAnswer {
-			out := runOK(t, nil, "explain", "--admin", "http://"+r.adminAddr, "--token-file", tokens, "--domain", domain, "--descriptor", "user="+user)
+			calls++
+			out := runOK(t, nil, "explain", "--admin", admins[calls%2], "--token-file", tokens, "--domain", domain, "--descriptor", "user="+user)
 			var ans explainAnswer
 			if err := json.Unmarshal([]byte(out), &ans); err != nil || len(ans.Descriptors) != 1 || len(ans.Descriptors[0].Limits) != 1 {
 				t.Fatalf("explain: %v\n%s", err, out)

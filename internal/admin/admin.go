@@ -167,6 +167,7 @@ func (s *Server) Handler() http.Handler {
 	s.handleAPI(mux, "GET /v1/denials", "denials", s.handleDenials)
 	s.handleAPI(mux, "GET /v1/stats", "stats", s.handleStats)
 	s.handleConsole(mux)
+	s.handleAdminOff(mux)
 	return mux
 }
 

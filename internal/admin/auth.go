@@ -136,8 +136,8 @@ func readTokens(path string) ([]adminToken, error) {
 	if !fi.Mode().IsRegular() {
 		return nil, fmt.Errorf("admin token file %s: not a regular file", path)
 	}
-	if perm := fi.Mode().Perm(); perm&0o077 != 0 {
-		return nil, fmt.Errorf("admin token file %s: mode %04o lets group or others use it: chmod 600 %s", path, perm, path)
+	if problem := modeProblem(path, fi.Mode().Perm(), fileOwner(fi), processGroups()); problem != "" {
+		return nil, fmt.Errorf("admin token file %s: %s", path, problem)
 	}
 	b, err := io.ReadAll(io.LimitReader(f, maxTokenFileBytes+1))
 	if err != nil {

@@ -53,3 +53,34 @@ func TestDenialsSinkOff(t *testing.T) {
 		t.Fatalf("without a token: %d, want 401", code)
 	}
 }
+
+// TestDenialsCountAndBound: after six denials kept, kept is six and
+// capacity the view's size; n beyond the capacity is 400 as the docs say
+// (docs/operations.md), with and without a sink.
+func TestDenialsCountAndBound(t *testing.T) {
+	m, err := audit.NewMetrics(prometheus.NewRegistry())
+	if err != nil {
+		t.Fatal(err)
+	}
+	sink, err := audit.New(audit.Config{Writer: audit.NewJSONLines(io.Discard, false), Metrics: m, Logger: zap.NewNop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = sink.Close(time.Second) })
+	h := newHarness(t, func(su *setup) { su.audit = sink })
+	h.hits("user", "rawval-count", 11, 5) // 5 allowed, 6 denied
+	var ans denialsAnswer
+	h.decode("GET", "/v1/denials", "", &ans)
+	if ans.Kept != 6 || ans.Capacity != audit.DefaultRecentSize || len(ans.Denials) != 6 {
+		t.Fatalf("after 6 denials: kept %d, capacity %d, %d denials; want 6, %d, 6", ans.Kept, ans.Capacity, len(ans.Denials), audit.DefaultRecentSize)
+	}
+	for _, q := range []string{"n=500", "n=0", "n=x"} {
+		if code, text := h.do("GET", "/v1/denials?"+q, ""); code != http.StatusBadRequest || !strings.Contains(text, "n must be an integer from 1 to 100") {
+			t.Fatalf("%s with a sink: %d %s", q, code, text)
+		}
+	}
+	off := newHarness(t)
+	if code, text := off.do("GET", "/v1/denials?n=500", ""); code != http.StatusBadRequest || !strings.Contains(text, "n must be an integer from 1 to 100") {
+		t.Fatalf("n=500 without a sink: %d %s", code, text)
+	}
+}

@@ -149,14 +149,16 @@ func TestExplainAndCounters(t *testing.T) {
 }
 
 // TestAPIOffWithoutTokens: without a token file the /v1 endpoints and the
-// console do not exist.
+// console do not exist: 404, with the hint of how to turn them on rather
+// than a bare "404 page not found".
 func TestAPIOffWithoutTokens(t *testing.T) {
 	h := newHarness(t, withoutAuth)
 	for _, m := range []string{"POST /v1/explain", "GET /v1/counters?domain=app&descriptor=user=x", "DELETE /v1/counters?policy=x",
-		"GET /v1/top", "GET /v1/usage", "GET /v1/stats", "GET /v1/denials", "GET /ui", "GET /ui/console.js"} {
+		"GET /v1/top", "GET /v1/usage", "GET /v1/stats", "GET /v1/denials", "GET /ui", "GET /ui/console.js", "GET /v1/nothing"} {
 		method, path, _ := strings.Cut(m, " ")
-		if code, _ := h.do(method, path, explainBody("user", "x")); code != http.StatusNotFound {
-			t.Fatalf("%s without a token file: %d, want 404", m, code)
+		code, body := h.do(method, path, explainBody("user", "x"))
+		if code != http.StatusNotFound || !strings.Contains(body, "are off: start envoy-rls with --admin-token-file FILE") || !strings.Contains(body, "admin.token.existingSecret") {
+			t.Fatalf("%s without a token file: %d %q, want 404 with the hint", m, code, body)
 		}
 	}
 }

@@ -142,27 +142,33 @@ type denialsAnswer struct {
 	// Denials is empty.
 	Sink    string         `json:"sink"`
 	Denials []audit.Record `json:"denials"`
-	// Kept is the most denials this process keeps for this view.
-	Kept int `json:"kept"`
+	// Kept is how many denial events this process holds now for this
+	// view; Capacity is the most it holds (the oldest are overwritten).
+	Kept     int `json:"kept"`
+	Capacity int `json:"capacity"`
 }
 
 // handleDenials answers GET /v1/denials?n=N: the last denial events kept
-// by the audit sink's sampling, newest first.
+// by the audit sink's sampling, newest first. n is checked whether or not
+// a sink is on, against the capacity a sink has (audit.DefaultRecentSize
+// when none is on), so a request that is wrong is refused alike.
 func (s *Server) handleDenials(w http.ResponseWriter, r *http.Request) {
 	ans := denialsAnswer{Sink: "off", Denials: []audit.Record{}}
-	if s.cfg.Audit == nil {
-		writeAPIJSON(w, http.StatusOK, ans)
-		return
+	bound := audit.DefaultRecentSize
+	if s.cfg.Audit != nil {
+		ans.Sink, ans.Kept, ans.Capacity = s.cfg.AuditSink, s.cfg.Audit.RecentLen(), s.cfg.Audit.RecentSize()
+		bound = ans.Capacity
 	}
-	ans.Sink, ans.Kept = s.cfg.AuditSink, s.cfg.Audit.RecentSize()
 	n := DefaultDenialsN
 	if v := r.URL.Query().Get("n"); v != "" {
 		var err error
-		if n, err = strconv.Atoi(v); err != nil || n < 1 || n > ans.Kept {
-			writeAPIError(w, http.StatusBadRequest, fmt.Sprintf("n must be an integer from 1 to %d", ans.Kept))
+		if n, err = strconv.Atoi(v); err != nil || n < 1 || n > bound {
+			writeAPIError(w, http.StatusBadRequest, fmt.Sprintf("n must be an integer from 1 to %d", bound))
 			return
 		}
 	}
-	ans.Denials = s.cfg.Audit.Recent(n)
+	if s.cfg.Audit != nil {
+		ans.Denials = s.cfg.Audit.Recent(n)
+	}
 	writeAPIJSON(w, http.StatusOK, ans)
 }

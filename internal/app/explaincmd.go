@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	neturl "net/url"
 	"os"
 	"strings"
 	"time"
@@ -142,7 +143,7 @@ func explainCommand(ctx context.Context, args []string, getenv func(string) stri
 	fs := flag.NewFlagSet("envoy-rls explain", flag.ContinueOnError)
 	var c cliRules
 	var adminURL, tokenFile string
-	fs.StringVar(&adminURL, "admin", "", "the admin URL of a running instance, e.g. http://127.0.0.1:8080")
+	fs.StringVar(&adminURL, "admin", "", "the admin address of a running instance: http://HOST:PORT, https://HOST:PORT or HOST:PORT (http), e.g. 127.0.0.1:8080")
 	fs.StringVar(&tokenFile, "token-file", "", "file holding an admin token (the token alone, or a name:token line of --admin-token-file)")
 	seen, entries, err := c.parse(fs, args, getenv, explainUsage, stdout)
 	if err != nil || seen == nil {
@@ -202,11 +203,14 @@ func explainRemote(ctx context.Context, adminURL, tokenFile, domain string, entr
 	}
 	ctx, cancel := context.WithTimeout(ctx, explainClientTimeout)
 	defer cancel()
-	url := strings.TrimRight(adminURL, "/") + "/v1/explain"
+	base, err := adminBase(adminURL)
+	if err != nil {
+		return err
+	}
+	url := base + "/v1/explain"
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(body))
 	if err != nil {
-		// The parser's error quotes the URL whole, password included.
-		return fmt.Errorf("--admin %q: must be a URL such as http://127.0.0.1:8080", redact.URLs(adminURL))
+		return adminURLError(adminURL)
 	}
 	req.Header.Set("Authorization", "Bearer "+token)
 	req.Header.Set("Content-Type", "application/json")
@@ -224,4 +228,25 @@ func explainRemote(ctx context.Context, adminURL, tokenFile, domain string, entr
 	}
 	_, err = stdout.Write(out)
 	return err
+}
+
+// adminBase is the admin URL of --admin without a trailing slash: an
+// http:// or https:// URL, or host:port, taken as http://host:port (what
+// --admin-addr and kubectl port-forward print).
+func adminBase(adminURL string) (string, error) {
+	s := adminURL
+	if !strings.Contains(s, "://") {
+		s = "http://" + s
+	}
+	u, err := neturl.Parse(s)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.Hostname() == "" {
+		return "", adminURLError(adminURL)
+	}
+	return strings.TrimRight(s, "/"), nil
+}
+
+// adminURLError says what --admin takes. The value is quoted without a URL
+// password (the parser's own error quotes the URL whole).
+func adminURLError(adminURL string) error {
+	return fmt.Errorf("--admin %q: must be the admin address as http://HOST:PORT (such as http://127.0.0.1:8080), https://HOST:PORT, or HOST:PORT (taken as http)", redact.URLs(adminURL))
 }

@@ -83,3 +83,25 @@ func TestDigestAndExplainCommands(t *testing.T) {
 		t.Fatalf("offline explain:\n%s", s)
 	}
 }
+
+// TestAdminBase: --admin takes a URL or host:port (http); anything else is
+// one line saying what to write, without a URL password.
+func TestAdminBase(t *testing.T) {
+	for in, want := range map[string]string{
+		"127.0.0.1:28180":          "http://127.0.0.1:28180",
+		"http://127.0.0.1:8080/":   "http://127.0.0.1:8080",
+		"https://rls.example:8443": "https://rls.example:8443",
+		"localhost:8080":           "http://localhost:8080",
+		"[::1]:8080":               "http://[::1]:8080",
+	} {
+		if got, err := adminBase(in); err != nil || got != want {
+			t.Errorf("adminBase(%q) = %q, %v; want %q", in, got, err, want)
+		}
+	}
+	for _, in := range []string{"ftp://127.0.0.1:21", "http://", ":8080", "http://u:rawval-pw@%zz"} {
+		_, err := adminBase(in)
+		if err == nil || !strings.Contains(err.Error(), "must be the admin address as http://HOST:PORT") || strings.Contains(err.Error(), "rawval-pw") {
+			t.Errorf("adminBase(%q): %v", in, err)
+		}
+	}
+}

@@ -7,9 +7,11 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/envoy-rls/envoy-rls/internal/compat"
 	"github.com/envoy-rls/envoy-rls/internal/options"
 	"github.com/envoy-rls/envoy-rls/pkg/descriptors"
 	"github.com/envoy-rls/envoy-rls/pkg/descriptors/xds"
+	"github.com/envoy-rls/envoy-rls/pkg/limiter"
 	"github.com/envoy-rls/envoy-rls/pkg/rls"
 )
 
@@ -233,4 +235,28 @@ func (s *server) ruleOrigin() string {
 		return "xds://" + s.opts.XDSServer
 	}
 	return s.opts.Config
+}
+
+// checkRuleFiles reads the HMAC secret and the rule files of a file source
+// as serve would, without watching or serving them, so that a start that
+// fails for another reason reports their problems too. Rules from xDS or a
+// secret shared through Redis need the network: nil, they are not checked.
+func checkRuleFiles(o *options.Options, getenv func(string) string) error {
+	if o.ConfigSource == options.SourceXDS || compat.UsesSharedSecret(o, getenv) {
+		return nil
+	}
+	secret, _, err := options.ReadSecret(o, getenv)
+	if err != nil {
+		return err
+	}
+	if _, err = descriptors.Load(o.Config, descriptorOptions(o, secret)); err != nil {
+		return rulesError(options.Label("config", o.Given), err)
+	}
+	return nil
+}
+
+// descriptorOptions is how the rules of o are compiled with secret.
+func descriptorOptions(o *options.Options, secret []byte) descriptors.Options {
+	fm, _ := limiter.ParseFailureMode(o.DefaultFailureMode) // checked by options.Serve
+	return descriptors.Options{Secret: secret, DefaultFailureMode: fm, Limits: o.ConfigLimits.Limits(), ShadowAll: o.ShadowAll}
 }

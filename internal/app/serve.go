@@ -69,7 +69,8 @@ func serve(ctx context.Context, o *options.Options, getenv func(string) string, 
 	}
 	adminAuth, err := admin.NewAuth(admin.AuthConfig{Path: o.AdminTokenFile, Log: log, Registerer: s.reg})
 	if err != nil {
-		return fmt.Errorf("--admin-token-file: %w", err)
+		// The rule files are read too, so that one start reports both.
+		return errors.Join(fmt.Errorf("--admin-token-file: %w", err), checkRuleFiles(o, getenv))
 	}
 	if s.metrics, err = observe.NewMetrics(s.reg); err != nil {
 		return err
@@ -274,8 +275,7 @@ func (s *server) loadRules(ctx context.Context, getenv func(string) string, h ho
 	if s.sharedSecret != nil {
 		secret, from = s.sharedSecret, "redis"
 	}
-	fm, _ := limiter.ParseFailureMode(s.opts.DefaultFailureMode) // checked by options.Serve
-	dopts := descriptors.Options{Secret: secret, DefaultFailureMode: fm, Limits: s.opts.ConfigLimits.Limits(), ShadowAll: s.opts.ShadowAll}
+	dopts := descriptorOptions(s.opts, secret)
 	warnRandom := func() {
 		if from == "random" {
 			s.log.Warn("no HMAC secret given (--hmac-secret-file or " + options.SecretEnv + "): using a random per-process secret; fine for the memory store, but subjects change on restart")

@@ -47,6 +47,8 @@ const (
 	dialTimeout  = time.Second
 	writeTimeout = time.Second
 	redialAfter  = time.Second
+	// resolveEvery is how often the UDP sender resolves the address again.
+	resolveEvery = 30 * time.Second
 )
 
 // Stat names: the reference service's.
@@ -113,6 +115,7 @@ type Sink struct {
 
 	sendMu sync.Mutex
 	client statsd.Statter // nil until a client could be made
+	failed failures       // sends that failed, since the last flush
 
 	stop chan struct{}
 	done chan struct{}
@@ -257,57 +260,31 @@ func (s *Sink) collect() (lines []line, timings []time.Duration) {
 }
 
 // Flush sends the counts gathered since the last flush. A send that fails
-// loses the interval's counts (statsd counters are deltas) and logs one
-// line.
+// loses its counts (statsd counters are deltas); the failures of an
+// interval — those of this flush, and those of the sends the buffered
+// sender made in the background since the last one — are logged in one
+// warning, which names the address, never a stat name or a value.
 func (s *Sink) Flush() {
 	lines, timings := s.collect()
-	if len(lines) == 0 && len(timings) == 0 {
-		return
-	}
 	s.sendMu.Lock()
 	defer s.sendMu.Unlock()
-	if s.client == nil {
-		c, err := s.newClient()
-		if err != nil {
-			s.log.Warn("statsd client could not be made; this interval's stats are dropped", zap.String("addr", s.cfg.Addr), zap.Error(err))
-			return
+	failed, first := s.failed.take()
+	if len(lines) > 0 || len(timings) > 0 {
+		if s.client == nil {
+			c, err := s.newClient()
+			if err != nil {
+				s.log.Warn("statsd client could not be made; this interval's stats are dropped", zap.String("addr", s.cfg.Addr), zap.Error(err))
+				return
+			}
+			s.client = c
 		}
-		s.client = c
-	}
-	var errs []error
-	for _, l := range lines {
-		if err := s.client.Inc(l.name, int64(l.value), 1); err != nil {
-			errs = append(errs, err)
+		n, err := s.send(lines, timings)
+		if failed == 0 {
+			first = err
 		}
+		failed += n
 	}
-	name := ResponseTimeStat + s.suffix
-	for _, d := range timings {
-		if err := s.client.TimingDuration(name, d, 1); err != nil {
-			errs = append(errs, err)
-		}
-	}
-	if len(errs) > 0 {
-		s.log.Warn("statsd send failed", zap.String("addr", s.cfg.Addr), zap.Int("failed", len(errs)), zap.Error(errs[0]))
-	}
-}
-
-// newClient makes the statsd client: the library's buffered UDP client, or
-// its buffered sender over a TCP connection.
-func (s *Sink) newClient() (statsd.Statter, error) {
-	if s.cfg.Protocol == "tcp" {
-		b, err := statsd.NewBufferedSenderWithSender(&tcpSender{addr: s.cfg.Addr}, senderFlush, packetBytes)
-		if err != nil {
-			return nil, err
-		}
-		return statsd.NewClientWithSender(b, "", 0)
-	}
-	return statsd.NewClientWithConfig(&statsd.ClientConfig{
-		Address:       s.cfg.Addr,
-		UseBuffered:   true,
-		FlushInterval: senderFlush,
-		FlushBytes:    packetBytes,
-		ResInterval:   30 * time.Second,
-	})
+	s.warnFailed(failed, first)
 }
 
 // Run flushes every flush interval until Stop, then flushes once more and
@@ -343,5 +320,7 @@ func (s *Sink) close() {
 			s.log.Warn("closing the statsd client", zap.Error(err))
 		}
 		s.client = nil
+		// The last sends, made by Close.
+		s.warnFailed(s.failed.take())
 	}
 }

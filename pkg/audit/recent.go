@@ -29,6 +29,16 @@ func (r *recent) add(e Event) {
 	r.mu.Unlock()
 }
 
+// len is how many events the ring holds now (at most its size).
+func (r *recent) len() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.full {
+		return len(r.ring)
+	}
+	return r.next
+}
+
 // last returns up to n events, newest first, as records.
 func (r *recent) last(n int) []Record {
 	r.mu.Lock()

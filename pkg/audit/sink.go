@@ -189,8 +189,13 @@ func (s *Sink) OfferUsage(e Event) {
 // newest first: those the queue dropped too.
 func (s *Sink) Recent(n int) []Record { return s.recent.last(n) }
 
-// RecentSize is the most events Recent returns.
+// RecentSize is the most events Recent returns: the capacity of the
+// recent view.
 func (s *Sink) RecentSize() int { return len(s.recent.ring) }
+
+// RecentLen is how many events the recent view holds now (at most
+// RecentSize).
+func (s *Sink) RecentLen() int { return s.recent.len() }
 
 func (s *Sink) enqueue(e Event) {
 	if s.closed.Load() {

@@ -84,7 +84,7 @@ func docCommands(t *testing.T, file string, prefix ...string) []deploytest.DocCo
 // published container ports are the Dockerfile's EXPOSE and the ports the
 // binary listens on by default, the mount target is the --config path of
 // the Dockerfile's CMD, and the mounted directory is a rule directory the
-// loader accepts. The build line tags the same repository.
+// loader accepts. The build line, before it, tags that same image.
 func TestReadmeDocker(t *testing.T) {
 	root := binarytest.ModuleRoot(t)
 	repo, appVersion := chartImage(t)
@@ -193,8 +193,13 @@ func TestReadmeDocker(t *testing.T) {
 	if len(b.Words) != 5 || b.Words[2] != "-t" || b.Words[4] != "." {
 		t.Fatalf("README.md:%d: %q: want docker build -t IMAGE .", b.Line, b.Words)
 	}
-	if name, _, _ := strings.Cut(b.Words[3], ":"); name != repo {
-		t.Errorf("README.md:%d: builds %s, want the chart's repository %s", b.Line, b.Words[3], repo)
+	// The build tags the image the run line starts and the chart deploys
+	// (a tree's release is published only once it is tagged), and comes first.
+	if want := repo + ":" + appVersion; b.Words[3] != want {
+		t.Errorf("README.md:%d: builds %s, want the chart's image %s (image.repository:appVersion)", b.Line, b.Words[3], want)
+	}
+	if b.Line > run.Line {
+		t.Errorf("README.md:%d: the docker build comes after the docker run (line %d) that needs its image", b.Line, run.Line)
 	}
 }
 

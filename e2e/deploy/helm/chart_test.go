@@ -685,6 +685,8 @@ func TestRenderFails(t *testing.T) {
 		{"audit to Redis on the memory store", []string{"--set", "audit.sink=redis"}, "set store: redis"},
 		{"a Redis-shared HMAC key and an HMAC secret", cat(redisBase, withHMAC, []string{"--set", "hmac.redisKey=k"}), "set one"},
 		{"a Redis-shared HMAC key on the memory store", []string{"--set", "hmac.redisKey=k"}, "hmac.redisKey needs store: redis"},
+		{"an admin token value that is not a token file", []string{"--set", "admin.token.value=just-a-token-0123456789"}, "one name:token line per token"},
+		{"an admin token without fsGroup", []string{"--set", "admin.token.existingSecret=t", "--set", "podSecurityContext.fsGroup=null"}, "admin.token needs podSecurityContext.fsGroup"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -1189,7 +1191,7 @@ func TestNotes(t *testing.T) {
 			name: "memory defaults",
 			want: []string{"rls-envoy-rls.rl.svc.cluster.local:8081", "outbound|8081||rls-envoy-rls.rl.svc.cluster.local",
 				"port-forward svc/rls-envoy-rls 8080:8080", "WARNING: store: memory counts per pod", "logs job/rls-envoy-rls-rules-check"},
-			not: []string{"up to\n(pods x limit)", "no resources.limits.memory"},
+			not: []string{"up to\n(pods x limit)", "no resources.limits.memory", "is not the chart's appVersion"},
 		},
 		{
 			name: "memory with per-pod limits and no memory limit",
@@ -1206,6 +1208,22 @@ func TestNotes(t *testing.T) {
 			args: cat(redisBase, withHMAC, []string{"--set", "networkPolicy.enabled=true", "--set", "networkPolicy.egress.enabled=true", "--set", "rulesCheck.enabled=false"}),
 			want: []string{"store:    redis (redis auto at redis-0.redis:6379,redis-1.redis:6379)", "egress only to DNS and Redis (ports 6379)"},
 			not:  []string{"WARNING", "rules-check"},
+		},
+		{
+			name: "an image tag other than appVersion",
+			args: []string{"--set", "image.tag=0.0.1"},
+			want: []string{"WARNING: image.tag 0.0.1 is not the chart's appVersion " + deploytest.Chart(t).AppVersion, "restart in a loop"},
+		},
+		{
+			name: "admin API off",
+			want: []string{"The admin API (/v1/...) and the console (/ui) are off (404): set\nadmin.token.existingSecret"},
+			not:  []string{"explain --admin"},
+		},
+		{
+			name: "admin API on",
+			args: []string{"--set", "admin.token.existingSecret=rls-admin-token"},
+			want: []string{"Secret\nrls-admin-token (key admin-tokens)", "port-forward deploy/rls-envoy-rls 8080:8080", "envoy-rls explain --admin http://127.0.0.1:8080 --token-file", "http://127.0.0.1:8080/ui"},
+			not:  []string{"are off"},
 		},
 	}
 	for _, tc := range cases {

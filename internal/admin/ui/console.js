@@ -194,7 +194,7 @@ async function refreshDenials() {
   if (d.sink === "off") {
     $("denials-meta").textContent = "The audit sink is off (--audit-sink): no denial events are kept.";
   } else {
-    $("denials-meta").textContent = "The last denial events written to the " + d.sink + " audit sink (after sampling), newest first; this process keeps " + d.kept + ".";
+    $("denials-meta").textContent = "The last denial events written to the " + d.sink + " audit sink (after sampling), newest first; this process holds " + d.kept + " of at most " + d.capacity + ".";
   }
   fill($("denials").tBodies[0], d.denials.map((e) => row([e.time, e.domain, e.policy_id, e.subject_digest.slice(0, 16) + "…", e.cost, e.limit,
     durationCell(e.retry_after_ms), e.shadow ? "yes" : "no", e.outcome], [4, 5])), d.sink === "off" ? "audit sink off" : "no denial yet", 9);

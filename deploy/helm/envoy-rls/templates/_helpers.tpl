@@ -77,6 +77,16 @@ resources.limits.memory is set and extraEnv does not set GOMEMLIMIT itself.
 {{- if or .Values.hmac.existingSecret .Values.hmac.secret }}true{{- end }}
 {{- end }}
 
+{{/* Whether the admin API and the console are on: a token file is given. */}}
+{{- define "envoy-rls.adminTokenEnabled" -}}
+{{- if or .Values.admin.token.existingSecret .Values.admin.token.value }}true{{- end }}
+{{- end }}
+
+{{/* The Secret holding the admin token file. */}}
+{{- define "envoy-rls.adminTokenSecretName" -}}
+{{- .Values.admin.token.existingSecret | default (printf "%s-admin-token" (include "envoy-rls.fullname" .)) }}
+{{- end }}
+
 {{/* The Secret holding the HMAC key. */}}
 {{- define "envoy-rls.hmacSecretName" -}}
 {{- .Values.hmac.existingSecret | default (printf "%s-hmac" (include "envoy-rls.fullname" .)) }}
@@ -134,6 +144,14 @@ runs it; each failure says what to set.
 {{- end }}
 {{- if le (int .Values.terminationGracePeriodSeconds) (add (int .Values.drainTimeoutSeconds) (int .Values.preStopSleepSeconds)) }}
 {{- fail (printf "terminationGracePeriodSeconds (%d) must exceed preStopSleepSeconds + drainTimeoutSeconds (%d + %d), or Kubernetes kills the pod mid-drain" (int .Values.terminationGracePeriodSeconds) (int .Values.preStopSleepSeconds) (int .Values.drainTimeoutSeconds)) }}
+{{- end }}
+{{- if include "envoy-rls.adminTokenEnabled" . }}
+{{- if and .Values.admin.token.value (not .Values.admin.token.existingSecret) (not (contains ":" .Values.admin.token.value)) }}
+{{- fail "admin.token.value is the token file: one name:token line per token (e.g. ops:<a token of 16 characters or more>)" }}
+{{- end }}
+{{- if not .Values.podSecurityContext.fsGroup }}
+{{- fail "admin.token needs podSecurityContext.fsGroup: a Secret volume's files are root's, and the non-root process reads the token file through the fsGroup (mode 0440, which envoy-rls accepts for a root-owned file of its own group)" }}
+{{- end }}
 {{- end }}
 {{- if eq (int .Values.grpc.port) (int .Values.admin.port) }}
 {{- fail (printf "grpc.port and admin.port are both %d: the two listeners need different ports" (int .Values.grpc.port)) }}
