@@ -192,7 +192,10 @@ func setState(l *LimitDoc, o limiter.Outcome, now time.Time) {
 		blocked := d.Blocked
 		l.Blocked = &blocked
 		if blocked {
-			l.BlockedMs = &retry
+			// How long the block itself lasts; the retry may be later,
+			// when the limit admits again only after the block.
+			left := d.BlockedFor.Milliseconds()
+			l.BlockedMs = &left
 		}
 	}
 }
