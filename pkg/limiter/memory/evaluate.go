@@ -28,6 +28,10 @@ func (s *Store) Evaluate(ctx context.Context, batch []limiter.Request, out []lim
 	if limiter.FailIfEnded(ctx, out, "memory store") {
 		return
 	}
+	if limiter.HasLeases(batch) {
+		limiter.EvaluateWithLeases(ctx, batch, out, s.Evaluate, s.evaluateLeases)
+		return
+	}
 	nowMs := s.clock.Now().UnixMilli()
 	if len(batch) == 1 {
 		s.evaluateOne(&batch[0], &out[0], nowMs)
