@@ -238,6 +238,10 @@ func (s *Store) Evaluate(ctx context.Context, batch []limiter.Request, out []lim
 	if limiter.FailIfEnded(ctx, out, "redis store: not sent") {
 		return
 	}
+	if limiter.HasLeases(batch) {
+		limiter.EvaluateWithLeases(ctx, batch, out, s.Evaluate, s.evaluateLeases)
+		return
+	}
 	invalid := 0
 	for i := range batch {
 		if err := batch[i].Validate(); err != nil {
