@@ -45,7 +45,6 @@ var (
 	rate    = leaseReq{rate: true, cost: 1}
 )
 
-
 // leaseCases are the lease scripts every store runs, on a concurrency
 // limit of 2 (lease TTL an hour) and a fixed window of 3.
 var leaseCases = []struct {
