@@ -1,6 +1,12 @@
 package rls
 
-import "github.com/envoy-rls/envoy-rls/pkg/descriptors"
+import (
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/protobuf/types/known/structpb"
+
+	"github.com/envoy-rls/envoy-rls/pkg/descriptors"
+	"github.com/envoy-rls/envoy-rls/pkg/limiter"
+)
 
 // matchRelease matches one descriptor. A descriptor that ends with the
 // release marker (descriptors.Release) and whose other entries match a
@@ -31,4 +37,34 @@ func leases(r *descriptors.Rule) bool {
 		}
 	}
 	return false
+}
+
+// markLeases tells Envoy, in the answer's dynamic_metadata, that the call
+// took a lease: the field descriptors.ReleaseKey holds
+// descriptors.ReleaseValue. Envoy keeps it under the namespace
+// envoy.filters.http.ratelimit, where the stream-done rate limit reads it
+// with a metadata action (docs/config.md, "Concurrency"): a call that took
+// no lease (denied, failed open, or not a concurrency limit) has no such
+// field, so its stream-done descriptor is not sent and releases nothing.
+func markLeases(resp *rlsv3.RateLimitResponse, sc *scratch) {
+	took := false
+	for i := range sc.descs {
+		ds := &sc.descs[i]
+		if ds.kind == statusStore && !ds.release && ds.match.Rule.Policy.Leases() {
+			if o := &sc.outs[ds.batch]; o.Kind == limiter.Evaluated && o.Decision.Consumed {
+				took = true
+				break
+			}
+		}
+	}
+	if !took {
+		return
+	}
+	if resp.DynamicMetadata == nil {
+		resp.DynamicMetadata = &structpb.Struct{}
+	}
+	if resp.DynamicMetadata.Fields == nil {
+		resp.DynamicMetadata.Fields = map[string]*structpb.Value{}
+	}
+	resp.DynamicMetadata.Fields[descriptors.ReleaseKey] = structpb.NewStringValue(descriptors.ReleaseValue)
 }

@@ -34,7 +34,8 @@ descriptors:
           requests_per_unit: 5
 `
 
-// TestLeaseRelease: a request-phase descriptor takes a lease, the same
+// TestLeaseRelease: a request-phase descriptor takes a lease (and its
+// answer carries the lease mark in its dynamic metadata), the same
 // descriptor with the marker entry gives one back (always OK), and the
 // marker after a rule that is not a concurrency limit is an ordinary entry.
 func TestLeaseRelease(t *testing.T) {
@@ -80,6 +81,14 @@ func TestLeaseRelease(t *testing.T) {
 				}
 				if resp.OverallCode != s.code || !slices.Equal(rem, s.remaining) {
 					t.Fatalf("step %d (%s): %s %v, want %s %v", i, s.name, resp.OverallCode, rem, s.code, s.remaining)
+				}
+				// A call that took a lease says so in its dynamic metadata,
+				// which the stream-done release reads; no other call does.
+				tookLease := s.req == takeT || s.req == takeTeam
+				tookLease = tookLease && s.code == rlsv3.RateLimitResponse_OK
+				mark := resp.GetDynamicMetadata().GetFields()["lease"].GetStringValue()
+				if (mark == "release") != tookLease || (mark != "" && mark != "release") {
+					t.Fatalf("step %d (%s): dynamic metadata %v, want the lease mark %t", i, s.name, resp.GetDynamicMetadata(), tookLease)
 				}
 			}
 		})

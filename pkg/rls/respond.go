@@ -182,6 +182,7 @@ func (s *Server) respond(ctx context.Context, req *rlsv3.RateLimitRequest, known
 
 	resp := &rlsv3.RateLimitResponse{OverallCode: overall, Statuses: ptrs}
 	s.addHeadersAndBody(resp, sc)
+	markLeases(resp, sc)
 	return resp
 }
 
