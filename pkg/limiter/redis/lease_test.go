@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/envoy-rls/envoy-rls/internal/limitertest"
+	"github.com/envoy-rls/envoy-rls/internal/redistest"
 	"github.com/envoy-rls/envoy-rls/pkg/limiter"
 	"github.com/envoy-rls/envoy-rls/pkg/lua"
 )
@@ -91,5 +92,34 @@ func TestLeaseIncompatible(t *testing.T) {
 	}
 	if got := e.do("HGET", key, "a"); got != "1" {
 		t.Errorf("the key was changed: %v", got)
+	}
+}
+
+// TestLeaseACLUser: takes, releases and returns work as the ACL user
+// docs/redis.md documents, and Redis denies it nothing.
+func TestLeaseACLUser(t *testing.T) {
+	e := newEnv(t, redistest.Local())
+	e.do(docACL(t, "s3cret-pw")[0]...)
+	e.do("ACL", "LOG", "RESET")
+	s := newStore(t, Config{Addrs: []string{e.srv.Addr()}, Username: "envoy-rls", Password: "s3cret-pw"})
+	p := limitertest.LeasePolicy(t, limitertest.Prefix()+".acl", 1, time.Minute)
+	rate := fixed(t, limitertest.Prefix()+".acl-rate", 1, farWindow)
+	sub := limitertest.Subject("acl")
+	out := make([]limiter.Outcome, 2)
+	for i, batch := range [][]limiter.Request{
+		{{Policy: p, Subject: sub, Cost: 1}, {Policy: rate, Subject: sub, Cost: 1}},
+		// The rate limit denies: the take is returned.
+		{{Policy: p, Subject: sub, Cost: 1}, {Policy: rate, Subject: sub, Cost: 1}},
+		{{Policy: p, Subject: sub, Cost: 1, Lease: limiter.LeaseRelease, Role: limiter.RoleCheck}},
+	} {
+		s.Evaluate(context.Background(), batch, out[:len(batch)])
+		for _, o := range out[:len(batch)] {
+			if o.Kind != limiter.Evaluated {
+				t.Fatalf("batch %d as the ACL user: %s %v", i, o.Kind, o.Err)
+			}
+		}
+	}
+	if l := e.do("ACL", "LOG").([]any); len(l) != 0 {
+		t.Fatalf("ACL LOG: %v, want no denial", l)
 	}
 }

@@ -16,7 +16,8 @@
 -- leases expiring at now + TTL, never before the latest held one; DENIED
 -- changes nothing. A release removes min(cost, held) leases,
 -- soonest-expiring first; a return the latest-expiring. One GET, then at
--- most one SET (PXAT: the latest expiry plus the grace) or DEL.
+-- most one SET (PXAT: the latest expiry plus the grace) or UNLINK, which
+-- the documented ACL user may run (docs/redis.md).
 --
 -- Reply: 7 integers: status (limiter.Status: 1 ALLOWED, 2 DENIED,
 -- 4 STATE_INCOMPATIBLE, 5 INVALID), serverNowMillis, effectiveNowMillis
@@ -158,7 +159,7 @@ else
 end
 local resetAt = last(nextSet, now)
 if nextSet == '' then
-  redis.call('DEL', KEYS[1])
+  redis.call('UNLINK', KEYS[1])
 else
   redis.call('SET', KEYS[1], nextSet, 'PXAT', resetAt + grace)
 end
