@@ -106,3 +106,27 @@ func (t *leaseTable) sweep(nowMs int64) {
 	t.dropExpired(nowMs)
 	t.mu.Unlock()
 }
+
+// reset removes the lease set of (policy, revision, *subject), or every set
+// of (policy, revision) when subject is nil, and returns how many it
+// removed.
+func (t *leaseTable) reset(policy string, revision uint32, subject *limiter.SubjectDigest) int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if subject != nil {
+		k := leaseKey{subject: *subject, policy: policy, revision: revision}
+		if _, ok := t.sets[k]; ok {
+			delete(t.sets, k)
+			return 1
+		}
+		return 0
+	}
+	n := 0
+	for k := range t.sets {
+		if k.policy == policy && k.revision == revision {
+			delete(t.sets, k)
+			n++
+		}
+	}
+	return n
+}

@@ -52,3 +52,30 @@ func TestLeaseCapacity(t *testing.T) {
 		t.Fatalf("after every lease expired: %s %v", out[0].Kind, out[0].Err)
 	}
 }
+
+// TestLeaseReset: a subject reset and a policy reset drop lease sets.
+func TestLeaseReset(t *testing.T) {
+	s := newStore(t, memory.Config{})
+	p := limitertest.LeasePolicy(t, "mem.reset", 1, time.Hour)
+	take := func(subject string) bool {
+		out := make([]limiter.Outcome, 1)
+		s.Evaluate(t.Context(), []limiter.Request{{Policy: p, Subject: limitertest.Subject(subject), Cost: 1}}, out)
+		return out[0].Decision.Consumed
+	}
+	if !take("a") || !take("b") || take("a") {
+		t.Fatal("one lease each, then full")
+	}
+	if n, err := s.Reset(t.Context(), []limiter.Request{{Policy: p, Subject: limitertest.Subject("a")}}); n != 1 || err != nil {
+		t.Fatalf("Reset: %d %v", n, err)
+	}
+	if !take("a") || take("b") {
+		t.Fatal("after the subject reset: a free, b still held")
+	}
+	res, err := s.ResetPolicy(t.Context(), p.ID(), p.Revision(), limiter.ResetBounds{MaxScanned: 100})
+	if err != nil || res.Deleted != 2 {
+		t.Fatalf("ResetPolicy: %+v %v", res, err)
+	}
+	if !take("b") {
+		t.Fatal("after the policy reset: b free")
+	}
+}
