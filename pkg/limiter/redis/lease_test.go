@@ -123,3 +123,19 @@ func TestLeaseACLUser(t *testing.T) {
 		t.Fatalf("ACL LOG: %v, want no denial", l)
 	}
 }
+
+// TestLeasesCluster: the lease scripts and three stores in flight on a
+// local six-node Redis Cluster. A lease set is one key, so each operation
+// is one atomic program on one slot; a call's lease and rate limits may
+// sit in different slots.
+func TestLeasesCluster(t *testing.T) {
+	if testing.Short() {
+		t.Skip("cluster topology: skipped with -short")
+	}
+	c := redistest.StartCluster(t)
+	cfg := Config{Addrs: c.Addrs(), Mode: ModeCluster, Timeout: 5 * time.Second}
+	s := newStore(t, cfg)
+	limitertest.RunLeases(t, s, limitertest.Config{Prefix: limitertest.Prefix()})
+	p := limitertest.LeasePolicy(t, limitertest.Prefix()+".inflight", 3, time.Hour)
+	limitertest.LeaseExactness(t, []limiter.Store{s, newStore(t, cfg), newStore(t, cfg)}, p, limitertest.Subject("inflight"), 4, 100)
+}
