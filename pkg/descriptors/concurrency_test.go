@@ -24,7 +24,7 @@ descriptors:
 	}
 	p := m.Rule.Policy
 	if !p.Leases() || p.Algorithm() != limiter.Concurrency || p.Limit() != 8 || p.LeaseTTLMillis() != (15*time.Minute).Milliseconds() ||
-		p.FailureMode() != limiter.FailOpen || m.Rule.RequestsPerUnit != 8 {
+		p.FailureMode() != limiter.FailOpen || m.Rule.RequestsPerUnit != 8 || m.Rule.Window() != 15*time.Minute {
 		t.Errorf("policy %s: %v limit %d ttl %d", p.ID(), p.Algorithm(), p.Limit(), p.LeaseTTLMillis())
 	}
 	if want := "concurrency 8 in flight, lease_ttl 15m0s"; !strings.Contains(s.Summary(), want) {
