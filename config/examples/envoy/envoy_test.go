@@ -8,6 +8,7 @@ import (
 	"context"
 	"encoding/json"
 	"os"
+	"strings"
 	"testing"
 	"time"
 
@@ -20,6 +21,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/structpb"
 	"gopkg.in/yaml.v3"
 
@@ -190,5 +192,50 @@ func TestConcurrencyExample(t *testing.T) {
 	}
 	if code, _ := stream(); code != rlsv3.RateLimitResponse_OK {
 		t.Fatalf("after a release: %s", code)
+	}
+}
+
+// TestConcurrencyDocs: the route configuration docs/config.md shows is the
+// example's, rate limit for rate limit (the tenant's take and release).
+func TestConcurrencyDocs(t *testing.T) {
+	doc, err := os.ReadFile("../../../docs/config.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var block string
+	for _, part := range strings.Split(string(doc), "```yaml\n")[1:] {
+		if body, _, _ := strings.Cut(part, "```"); strings.Contains(body, "apply_on_stream_done") {
+			block = body
+		}
+	}
+	if block == "" {
+		t.Fatal("docs/config.md shows no route configuration with apply_on_stream_done")
+	}
+	var v struct {
+		Route any `yaml:"route"`
+	}
+	if err := yaml.Unmarshal([]byte(block), &v); err != nil {
+		t.Fatal(err)
+	}
+	js, err := json.Marshal(v.Route)
+	if err != nil {
+		t.Fatal(err)
+	}
+	shown := &routev3.RouteAction{}
+	if err := protojson.Unmarshal(js, shown); err != nil {
+		t.Fatalf("docs/config.md: %v", err)
+	}
+	if err := shown.ValidateAll(); err != nil {
+		t.Fatalf("docs/config.md: %v", err)
+	}
+	example := loadHCM(t, "concurrency.yaml").GetRouteConfig().VirtualHosts[0].Routes[0].GetRoute()
+	want := []*routev3.RateLimit{example.RateLimits[0], example.RateLimits[2]}
+	if len(shown.RateLimits) != len(want) {
+		t.Fatalf("docs/config.md shows %d rate limits, want %d", len(shown.RateLimits), len(want))
+	}
+	for i := range want {
+		if !proto.Equal(shown.RateLimits[i], want[i]) {
+			t.Errorf("docs/config.md rate limit %d:\n%v\nthe example's:\n%v", i, shown.RateLimits[i], want[i])
+		}
 	}
 }
