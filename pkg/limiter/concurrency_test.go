@@ -1,6 +1,7 @@
 package limiter_test
 
 import (
+	"math/rand/v2"
 	"testing"
 	"time"
 
@@ -141,5 +142,59 @@ func TestConcurrencyPolicy(t *testing.T) {
 	rate, _ := limiter.NewPolicy(limiter.PolicySpec{ID: "r", Algorithm: limiter.FixedWindow, Params: limiter.FixedWindowParams{Limit: 1, Window: time.Second}})
 	if (limiter.Request{Policy: rate, Cost: 1, Lease: limiter.LeaseRelease}).Validate() == nil {
 		t.Error("a release of a rate limit validated")
+	}
+}
+
+// TestLeaseInvariants: over random operations, times and TTLs (a clock
+// that steps back is TestLeaseClockBack's), the held leases (counted independently, with their
+// expiries) never exceed the limit, never go negative, and every reply
+// says what is left.
+func TestLeaseInvariants(t *testing.T) {
+	rng := rand.New(rand.NewPCG(7, 30))
+	for round := range 50 {
+		limit := 1 + rng.Int64N(8)
+		ttl := time.Duration(1+rng.Int64N(50)) * time.Millisecond
+		p := concurrencyPolicy(t, limit, ttl)
+		set, now := "", int64(1_000_000)
+		var model []int64 // the expiry of each lease held, as Lease keeps them
+		for i := range 400 {
+			now += rng.Int64N(12)
+			op := limiter.LeaseOp(rng.IntN(3))
+			cost := 1 + rng.Int64N(limit)
+			next, r, _, write := limiter.Lease(set, now, p, op, cost, true)
+			live := model[:0:0]
+			for _, e := range model {
+				if e > now {
+					live = append(live, e)
+				}
+			}
+			held := int64(len(live))
+			switch op {
+			case limiter.LeaseTake:
+				if (r.Status == limiter.StatusAllowed) != (held+cost <= limit) {
+					t.Fatalf("round %d step %d: take %d with %d held of %d: %s", round, i, cost, held, limit, r.Status)
+				}
+				if r.Status == limiter.StatusAllowed {
+					at := now + ttl.Milliseconds()
+					if len(live) > 0 {
+						at = max(at, live[len(live)-1])
+					}
+					for range cost {
+						live = append(live, at)
+					}
+				}
+			case limiter.LeaseRelease:
+				live = live[min(cost, held):]
+			case limiter.LeaseReturn:
+				live = live[:held-min(cost, held)]
+			}
+			if r.Remaining != limit-int64(len(live)) || r.Remaining < 0 {
+				t.Fatalf("round %d step %d: %s %d: remaining %d, %d held of %d", round, i, op, cost, r.Remaining, len(live), limit)
+			}
+			if write {
+				set = next
+			}
+			model = live
+		}
 	}
 }
