@@ -1,9 +1,14 @@
 package e2e_test
 
 import (
+	"context"
+	"slices"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 
 	"github.com/envoy-rls/envoy-rls/internal/redistest"
 )
@@ -113,6 +118,13 @@ func TestLeaseReleases(t *testing.T) {
 		}
 		// Never negative: still exactly 3.
 		checkLeasesFree(t, rs, tenant, 3)
+		// The answer to a take that took a lease says so in its dynamic
+		// metadata (Envoy's stream-done release reads it); a denied one
+		// does not.
+		marks := leaseMarks(t, rs[0], unique("m"), 4)
+		if want := []string{"release", "release", "release", ""}; !slices.Equal(marks, want) {
+			t.Fatalf("lease marks of 4 takes: %q, want %q", marks, want)
+		}
 		for i := range 3 {
 			if res := take(rs[i%n], "tenant", tenant); !res.ok() {
 				t.Fatalf("take %d: %v", i+1, res)
@@ -152,4 +164,22 @@ func TestLeaseReleases(t *testing.T) {
 			}
 		}
 	})
+}
+
+// leaseMarks sends n takes of a tenant to r and returns, for each, the
+// value of the "lease" field of the answer's dynamic metadata.
+func leaseMarks(t *testing.T, r *replica, tenant string, n int) []string {
+	t.Helper()
+	var marks []string
+	for range n {
+		ctx, cancel := context.WithTimeout(context.Background(), callTimeout)
+		resp, err := r.rls.ShouldRateLimit(ctx, &rlsv3.RateLimitRequest{Domain: domain, Descriptors: []*ratelimitv3.RateLimitDescriptor{
+			{Entries: []*ratelimitv3.RateLimitDescriptor_Entry{{Key: "tenant", Value: tenant}}}}})
+		cancel()
+		if err != nil {
+			t.Fatal(err)
+		}
+		marks = append(marks, resp.GetDynamicMetadata().GetFields()["lease"].GetStringValue())
+	}
+	return marks
 }
