@@ -91,6 +91,10 @@ func TestLeaseRelease(t *testing.T) {
 					t.Fatalf("step %d (%s): dynamic metadata %v, want the lease mark %t", i, s.name, resp.GetDynamicMetadata(), tookLease)
 				}
 			}
+			// The policy's metrics count the four takes, not the releases.
+			if got := counterValue(h.metrics(t), `envoy_rls_hits_total{domain="ai",policy="ai/tenant"}`); got != "4" {
+				t.Errorf("hits of ai/tenant: %q, want 4 (the takes)", got)
+			}
 		})
 	}
 }
