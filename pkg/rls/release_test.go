@@ -7,6 +7,8 @@ import (
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 
 	"github.com/envoy-rls/envoy-rls/internal/limitertest"
+	"github.com/envoy-rls/envoy-rls/internal/redistest"
+	"github.com/envoy-rls/envoy-rls/pkg/limiter/redis"
 )
 
 // leaseRules: two requests of a tenant in flight; a descriptor with
@@ -96,5 +98,36 @@ func TestLeaseRelease(t *testing.T) {
 				t.Errorf("hits of ai/tenant: %q, want 4 (the takes)", got)
 			}
 		})
+	}
+}
+
+// TestLeaseStoreDown: with Redis gone, a take is answered by its rule's
+// failure_mode (open: OK, closed: OVER_LIMIT), and neither answer carries
+// the lease mark: no lease was taken, so Envoy sends no release for it.
+func TestLeaseStoreDown(t *testing.T) {
+	srv := redistest.Standalone(t)
+	snap := rulesOf(t, `
+domain: ai
+descriptors:
+  - key: open
+    rate_limit:
+      concurrency: 2
+      lease_ttl: 1h
+      failure_mode: open
+  - key: closed
+    rate_limit:
+      concurrency: 2
+      lease_ttl: 1h
+      failure_mode: closed
+`)
+	h := newHarness(t, func() Rules { return snap }, redisStore(t, redis.Config{Addrs: []string{srv.Addr()}}), limitertest.NewClock(t0))
+	srv.Kill()
+	for key, want := range map[string]rlsv3.RateLimitResponse_Code{"open": rlsv3.RateLimitResponse_OK, "closed": rlsv3.RateLimitResponse_OVER_LIMIT} {
+		req := request("ai")
+		req.Descriptors = append(req.Descriptors, desc(key, "t1"))
+		resp := h.call(t, req)
+		if resp.OverallCode != want || resp.GetDynamicMetadata().GetFields()["lease"] != nil {
+			t.Errorf("%s with Redis down: %s, metadata %v; want %s and no lease mark", key, resp.OverallCode, resp.GetDynamicMetadata(), want)
+		}
 	}
 }
