@@ -122,9 +122,16 @@ func (p *Policy) LeaseTTLMillis() int64 {
 // when the last held lease expires (nowMs when none is). A set that is not
 // a lease set (whole entries, expiries ascending and integral, counts at
 // least 1, at most MaxConcurrency entries) is STATE_INCOMPATIBLE and left
-// alone.
+// alone; a time too close to 2^53 ms for an expiry to stay exact is
+// INVALID.
 func Lease(set string, nowMs int64, p *Policy, op LeaseOp, cost int64, consumes bool) (next string, reply Reply, expiresAtMs int64, write bool) {
 	reply = Reply{ServerNowMs: nowMs, EffectiveNowMs: nowMs, Limit: p.limit}
+	if nowMs < 0 || nowMs > MaxSafeInteger-MaxLeaseTTL.Milliseconds()-maxDurationMillis {
+		// So far in the future that an expiry plus the grace could leave
+		// the exact integers: refused, as the Lua program refuses it.
+		reply.Status, reply.Limit = StatusInvalid, 0
+		return set, reply, 0, false
+	}
 	if !validLeaseSet(set) {
 		reply.Status = StatusStateIncompatible
 		return set, reply, 0, false

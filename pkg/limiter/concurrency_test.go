@@ -198,3 +198,10 @@ func TestLeaseInvariants(t *testing.T) {
 		}
 	}
 }
+
+func TestLeaseFarFuture(t *testing.T) {
+	p := concurrencyPolicy(t, 1, time.Second)
+	if _, r, _, write := limiter.Lease("", limiter.MaxSafeInteger-1000, p, limiter.LeaseTake, 1, true); r.Status != limiter.StatusInvalid || write {
+		t.Errorf("a take near 2^53 ms: %s", r.Status)
+	}
+}
