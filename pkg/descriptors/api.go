@@ -139,8 +139,11 @@ type Match struct {
 }
 
 // Window returns the window (fixed and sliding), refill period (token
-// bucket) or period (GCRA).
+// bucket), period (GCRA) or lease TTL (concurrency).
 func (r *Rule) Window() time.Duration {
+	if r.Policy != nil && r.Policy.Leases() {
+		return time.Duration(r.Policy.LeaseTTLMillis()) * time.Millisecond
+	}
 	return r.Unit.Duration() * time.Duration(max(r.UnitMultiplier, 1))
 }
 

@@ -37,6 +37,8 @@ func TestExamplesLoad(t *testing.T) {
 		{"several", e("api_key=k"), "several/api_key", "api_key"},
 		{"login", e("user=u1"), "login/user", "user"},
 		{"login", e("remote_address=203.0.113.7", "action=password_reset"), "login/remote_address/action=password_reset", "action"},
+		{"inflight", e("tenant=t"), "inflight/tenant", "tenant"},
+		{"inflight", e("tenant=t", "model=m"), "inflight/tenant/model", "model"},
 	}
 	for _, c := range checks {
 		m, ok := s.Match(c.domain, c.entries)
@@ -68,6 +70,11 @@ func TestExamplesLoad(t *testing.T) {
 				t.Errorf("several %v limit %d: %s %v, want %s %v", c.entries, i, r.Policy.ID(), r.Policy.Algorithm(), c.ids[i], c.algs[i])
 			}
 		}
+	}
+	// 12-concurrency.yaml: 20 streams of a tenant, leases of 10 minutes.
+	if m, ok := s.Match("inflight", e("tenant=t")); !ok || !m.Rule.Policy.Leases() || m.Rule.Policy.Limit() != 20 ||
+		m.Rule.Policy.LeaseTTLMillis() != (10*time.Minute).Milliseconds() {
+		t.Errorf("inflight/tenant: %+v, want a concurrency limit of 20 with 10m leases", m.Rule)
 	}
 	// The sliding log's example: 5 per 15 minutes, exact.
 	m, ok := s.Match("login", e("user=u1"))

@@ -4,6 +4,7 @@ import (
 	"crypto/rand"
 	"fmt"
 	"strings"
+	"time"
 )
 
 // DomainInfo describes one domain for the admin configuration page. It holds
@@ -50,6 +51,10 @@ type RuleInfo struct {
 	LimitCount int `json:"limit_count,omitempty"`
 	// Penalty is the penalty box, durations as Go duration strings.
 	Penalty *PenaltyInfo `json:"penalty,omitempty"`
+	// Concurrency and LeaseTTL describe a concurrency limit (then
+	// RequestsPerUnit is Concurrency, and Unit and Window are empty).
+	Concurrency uint32 `json:"concurrency,omitempty"`
+	LeaseTTL    string `json:"lease_ttl,omitempty"`
 }
 
 // PenaltyInfo describes a rule's penalty box (limiter.Penalty).
@@ -112,6 +117,10 @@ func (r *Rule) info() RuleInfo {
 		if pn := r.Policy.Penalty(); pn.On() {
 			ri.Penalty = &PenaltyInfo{Duration: pn.Duration.String(), MaxDuration: pn.MaxDuration.String(), Decay: pn.Decay.String()}
 		}
+		if r.Policy.Leases() {
+			ri.Concurrency, ri.Unit, ri.UnitMultiplier, ri.Window = r.RequestsPerUnit, "", 0, ""
+			ri.LeaseTTL = (time.Duration(r.Policy.LeaseTTLMillis()) * time.Millisecond).String()
+		}
 	}
 	return ri
 }
@@ -154,6 +163,10 @@ func (r RuleInfo) describe() string {
 		return "unlimited" + r.flags()
 	}
 	var b strings.Builder
+	if r.LeaseTTL != "" {
+		fmt.Fprintf(&b, "policy %s: concurrency %d in flight, lease_ttl %s", r.PolicyID, r.Concurrency, r.LeaseTTL)
+		return b.String() + r.flags()
+	}
 	fmt.Fprintf(&b, "policy %s: %s %d per ", r.PolicyID, r.Algorithm, r.RequestsPerUnit)
 	if r.UnitMultiplier > 1 {
 		fmt.Fprintf(&b, "%d %ss", r.UnitMultiplier, r.Unit)

@@ -24,6 +24,9 @@ type limitSpec struct {
 	calendar *limiter.Calendar
 	zone     string
 	penalty  limiter.Penalty
+	// leaseTTL is a concurrency limit's lease TTL (algorithm
+	// limiter.Concurrency, rpu its limit).
+	leaseTTL time.Duration
 }
 
 // checkLimit validates one rate_limit block on its own (the combinations
@@ -42,14 +45,16 @@ func (c *compiler) checkLimit(rl *rawLimit, what string) (limitSpec, bool) {
 		}{{rl.unitPos, "unit"}, {rl.rpuPos, "requests_per_unit"}, {rl.unitMultiplierPos, "unit_multiplier"},
 			{rl.algorithmPos, "algorithm"}, {rl.burstPos, "burst"}, {rl.failureModePos, "failure_mode"},
 			{rl.revisionPos, "revision"}, {rl.headersPos, "headers"}, {rl.calendarPos, "calendar"}, {rl.timeZonePos, "time_zone"},
-			{rl.penaltyPos, "penalty"}} {
+			{rl.penaltyPos, "penalty"}, {rl.concurrencyPos, "concurrency"}, {rl.leaseTTLPos, "lease_ttl"}} {
 			if f.p.set() {
 				bad(f.p, "%s is not allowed with unlimited: true (an unlimited rule never limits)", f.name)
 			}
 		}
 		return ls, ok
 	}
-	if !rl.unitPos.set() {
+	if rl.concurrencyPos.set() || rl.leaseTTLPos.set() {
+		c.checkConcurrency(rl, &ls, bad)
+	} else if !rl.unitPos.set() {
 		bad(rl.pos, "unit is required (second, minute, hour, day, week, month or year)")
 	} else if u, valid := ParseUnit(rl.unit); valid {
 		ls.unit = u
@@ -127,6 +132,8 @@ func policyReason(err error) string {
 			return penaltyReason(fe)
 		case "limit":
 			return "requests_per_unit " + fe.Reason
+		case "concurrency", "lease_ttl":
+			return fe.Field + " " + fe.Reason
 		}
 		return fe.Field + " " + fe.Reason
 	}
@@ -138,6 +145,9 @@ func (ls limitSpec) policy(id string, shadow bool) (*limiter.Policy, error) {
 	window := ls.unit.Duration() * time.Duration(ls.mult)
 	if ls.mult > 0 && window/time.Duration(ls.mult) != ls.unit.Duration() {
 		return nil, errors.New("unit_multiplier makes the window overflow")
+	}
+	if ls.algorithm == limiter.Concurrency {
+		window = ls.leaseTTL
 	}
 	spec := limiter.PolicySpec{
 		ID:          id,

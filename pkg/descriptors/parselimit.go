@@ -45,6 +45,12 @@ type rawLimit struct {
 	timeZonePos       pos
 	penalty           *rawPenalty
 	penaltyPos        pos
+	// concurrency and leaseTTL make the rule a concurrency limit
+	// (concurrency.go).
+	concurrency    uint32
+	concurrencyPos pos
+	leaseTTL       string
+	leaseTTLPos    pos
 }
 
 // limitFields are the keys of a rate_limit block: the reference's first,
@@ -70,6 +76,8 @@ var limitFields = fields[rawLimit]{
 		r.penaltyPos = at(k)
 		r.penalty = p.penalty(v)
 	}},
+	uint32Field("concurrency", 0, func(r *rawLimit) (*uint32, *pos) { return &r.concurrency, &r.concurrencyPos }),
+	strField("lease_ttl", func(r *rawLimit) (*string, *pos) { return &r.leaseTTL, &r.leaseTTLPos }),
 }
 
 // replacesFields are the keys of one entry of a replaces list.

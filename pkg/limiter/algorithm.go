@@ -15,6 +15,7 @@ const (
 	TokenBucket                        // scaled tokens refilled continuously
 	GCRA                               // generic cell rate algorithm: one theoretical arrival time
 	SlidingLog                         // exact count over the trailing window: a log of hits
+	Concurrency                        // requests in flight: leases taken and released (Lease)
 )
 
 // algorithms is the one dispatch point from an Algorithm to its rules: each
@@ -26,6 +27,7 @@ var algorithms = [...]*algorithmRules{
 	TokenBucket:   &tokenBucketRules,
 	GCRA:          &gcraRules,
 	SlidingLog:    &slidingLogRules,
+	Concurrency:   &concurrencyRules,
 }
 
 // algorithmRules is everything specific to one algorithm that is not its
@@ -48,6 +50,9 @@ type algorithmRules struct {
 	// sketch is how a conservative estimate of its state is kept
 	// (Policy.SketchWindows, Policy.Deficit).
 	sketch sketchRules
+	// lease: a concurrency limit, evaluated by Lease (step is nil); not
+	// one of Algorithms, the rate algorithms a rule's `algorithm` names.
+	lease bool
 }
 
 // sketchRules is how an estimator that may only over-count (the memory
@@ -106,11 +111,12 @@ func (a Algorithm) rules() *algorithmRules {
 	return nil
 }
 
-// Algorithms returns every algorithm, in the order of their constants.
+// Algorithms returns every rate algorithm, in the order of their
+// constants: all but Concurrency, whose requests are leases (Lease).
 func Algorithms() []Algorithm {
 	var out []Algorithm
 	for a, r := range algorithms {
-		if r != nil {
+		if r != nil && !r.lease {
 			out = append(out, Algorithm(a))
 		}
 	}

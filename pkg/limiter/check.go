@@ -46,6 +46,11 @@ func Apply(st State, serverNowMs int64, p *Policy, cost int64) (next State, repl
 // status uncommitted equals reply. The batch stores (memory and the batch Lua
 // program) check every request with it, then write next only on commit.
 func Check(st State, serverNowMs int64, p *Policy, cost int64) (next State, reply, uncommitted Reply, write bool) {
+	if p.rules.step == nil { // a concurrency policy: see Lease
+		r := refusal(StatusInvalid, serverNowMs, p)
+		r.Limit = 0
+		return st, r, r, false
+	}
 	// 1. Compatibility: never a silent reset.
 	if st.Exists && (st.Schema != StateSchema || st.Algorithm != p.Algorithm() ||
 		st.PolicyID != p.ID() || st.Revision != p.Revision()) {

@@ -116,6 +116,10 @@ type Request struct {
 	// EvaluationID is reserved for de-duplicated evaluation; this revision
 	// rejects a non-empty value. (Optional)
 	EvaluationID string
+	// Lease is what a request of a concurrency policy (Policy.Leases) does
+	// to its lease set; only such a policy takes one other than LeaseTake.
+	// (Optional, default LeaseTake)
+	Lease LeaseOp
 }
 
 // EffectiveRole returns the role the batch rule applies: for a shadow
@@ -148,6 +152,8 @@ func (r Request) Validate() error {
 		return &FieldError{Field: "mode", Reason: "is not a known mode"}
 	case r.EvaluationID != "":
 		return &FieldError{Field: "evaluation_id", Reason: "de-duplicated evaluation is not supported"}
+	case r.Lease > LeaseReturn || (r.Lease != LeaseTake && !r.Policy.Leases()):
+		return &FieldError{Field: "lease", Reason: "must be take, release or return, on a concurrency policy"}
 	}
 	return nil
 }

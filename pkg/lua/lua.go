@@ -7,6 +7,9 @@
 // each key's state one string (AppendState). rate-refund-v2.lua (Refund)
 // gives back what a batch took when the request did not commit in another
 // Redis Cluster slot. Both take one argument encoding (AppendBatchPacked).
+// lease-v1.lua (Lease) is the program of concurrency limits: one take,
+// release or return on one lease set (limiter.Lease), with arguments of
+// its own (LeaseArgs) and a seven-integer reply (ParseLeaseReply).
 // rate-batch-v1.lua and rate-refund-v1.lua (BatchV1, RefundV1) are the
 // programs of the previous state layout, one hash per key under other key
 // names (docs/redis.md: the cutover from v1 to v2).

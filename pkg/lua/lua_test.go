@@ -53,7 +53,7 @@ func TestProgramsGenerated(t *testing.T) {
 		}
 	}
 	var embedded []string
-	for _, p := range Programs() {
+	for _, p := range append(Programs(), Lease()) {
 		embedded = append(embedded, p.Name)
 		if p.Source != want[p.Name] {
 			t.Errorf("%s: the embedded source is not the generated one", p.Name)

@@ -128,8 +128,8 @@ func (s *Server) respond(ctx context.Context, req *rlsv3.RateLimitRequest, known
 	overall := rlsv3.RateLimitResponse_OK
 	for i := range sc.descs {
 		ds := &sc.descs[i]
-		if ds.kind != statusStore && ds.kind != statusNeverFits {
-			continue
+		if ds.kind != statusStore && ds.kind != statusNeverFits || ds.release {
+			continue // a release is no request of the limit: not counted
 		}
 		pc := s.metrics.policy(metricDomain, ds.policyLabel())
 		if !ds.probe {
@@ -181,6 +181,8 @@ func (s *Server) respond(ctx context.Context, req *rlsv3.RateLimitRequest, known
 	if s.dynamicMetadata {
 		resp.DynamicMetadata = s.buildDynamicMetadata(req, statuses, sc)
 	}
+	// After the dynamic metadata: the lease marker is added to it.
+	markLeases(resp, sc)
 	return resp
 }
 

@@ -316,7 +316,7 @@ func (s *Server) evaluate(ctx context.Context, req *rlsv3.RateLimitRequest, rule
 			m, ok = rules.Override(domain, sc.entries, d.Limit.RequestsPerUnit, unit, d.Limit.GetUnitMultiplier().GetValue())
 			ds.override = true
 		} else {
-			m, ok = rules.Match(domain, sc.entries)
+			m, ok, ds.release = matchRelease(rules, domain, sc.entries)
 		}
 		if !ok || m.Rule == nil {
 			sc.descs = append(sc.descs, ds)
@@ -351,6 +351,9 @@ func (s *Server) evaluate(ctx context.Context, req *rlsv3.RateLimitRequest, rule
 			continue
 		}
 		for k, r := range limits {
+			if ds.release && !r.Policy.Leases() {
+				continue // a release gives back leases, and nothing else
+			}
 			ds.match = descriptors.Match{Rule: r, Subject: m.Subjects[k], Tag: m.Tag}
 			sc.descs = append(sc.descs, ds)
 			anyReplaces = anyReplaces || len(r.Replaces) > 0
@@ -380,7 +383,9 @@ func (s *Server) evaluate(ctx context.Context, req *rlsv3.RateLimitRequest, rule
 		if ds.kind != statusStore {
 			continue
 		}
-		if p := ds.match.Rule.Policy; p.Limit() == 0 || ds.cost > p.MaxCost() {
+		if p := ds.match.Rule.Policy; ds.release && p.Limit() > 0 {
+			ds.cost = min(ds.cost, p.MaxCost()) // never more than a take could hold
+		} else if p.Limit() == 0 || ds.cost > p.MaxCost() {
 			ds.kind = statusNeverFits
 			neverFits = true
 			continue

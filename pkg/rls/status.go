@@ -31,6 +31,11 @@ func (ds *descStatus) add(batch *[]limiter.Request) {
 	ds.batch = len(*batch)
 	*batch = append(*batch, limiter.Request{Policy: rule.Policy, Subject: ds.match.Subject, Cost: ds.cost,
 		Role: limiter.RoleOf(rule.QuotaMode, ds.probe), Tag: ds.match.Tag})
+	if ds.release {
+		// A release never blocks and is always answered OK.
+		r := &(*batch)[ds.batch]
+		r.Lease, r.Role = limiter.LeaseRelease, limiter.RoleCheck
+	}
 	ds.role = (*batch)[ds.batch].EffectiveRole()
 	if ds.probe && ds.role == limiter.RoleCheck {
 		ds.role = limiter.RoleShadow
@@ -47,6 +52,7 @@ type descStatus struct {
 	match    descriptors.Match
 	cost     int64
 	probe    bool // an explicit per-descriptor hits_addend of 0 (see hitsFor)
+	release  bool // gives back leases of a concurrency limit (matchRelease)
 	// refusedWait, when not 0, marks an override refused beyond
 	// Config.MaxOverridePolicies (statusNeverFits) and is its retry hint.
 	refusedWait time.Duration

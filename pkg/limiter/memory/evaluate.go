@@ -20,12 +20,20 @@ import (
 // (limiter.CategoryDeadline) and changes nothing. A new subject refused for
 // capacity (see the package comment) is an Unavailable outcome found in the
 // check, so it blocks the batch as any failure of a fail-closed limit does.
+//
+// A batch with requests of concurrency policies is evaluated by
+// limiter.EvaluateWithLeases: the lease sets (lease.go), then the rest as
+// above.
 func (s *Store) Evaluate(ctx context.Context, batch []limiter.Request, out []limiter.Outcome) {
 	out = out[:len(batch)]
 	if len(batch) == 0 {
 		return
 	}
 	if limiter.FailIfEnded(ctx, out, "memory store") {
+		return
+	}
+	if limiter.HasLeases(batch) {
+		limiter.EvaluateWithLeases(ctx, batch, out, s.Evaluate, s.evaluateLeases)
 		return
 	}
 	nowMs := s.clock.Now().UnixMilli()

@@ -154,6 +154,8 @@ type Store struct {
 	// maxSketchBits is log2 of the widest row a sketch may have
 	// (sketchSizing).
 	maxSketchBits uint8
+	// leases holds the lease sets of concurrency limits (lease.go).
+	leases *leaseTable
 }
 
 var _ limiter.Store = (*Store)(nil)
@@ -215,7 +217,7 @@ func New(cfg Config) (*Store, error) {
 		return nil, fmt.Errorf("%w: MaxEntries %d is above %d per shard", ErrInvalidConfig, cfg.MaxEntries, math.MaxInt32-1)
 	}
 	s := &Store{clock: cfg.Clock, obs: cfg.Observer, shards: make([]shard, cfg.Shards), mask: uint64(cfg.Shards - 1),
-		sketches: make(map[sketchKey]*sketch), maxSketches: cfg.MaxSketches}
+		sketches: make(map[sketchKey]*sketch), maxSketches: cfg.MaxSketches, leases: newLeaseTable(cfg.MaxEntries)}
 	s.sketchPool, s.maxSketchBits = sketchSizing(cfg.MaxEntries)
 	per, extra := cfg.MaxEntries/cfg.Shards, cfg.MaxEntries%cfg.Shards
 	for i := range s.shards {
@@ -232,7 +234,8 @@ func New(cfg Config) (*Store, error) {
 
 // Sweep drops every state expired at now, one shard lock at a time, and
 // returns how many it dropped (also reported to Observer.Expired); then it
-// frees the overflow sketches that remember nothing any more. Call it
+// frees the overflow sketches that remember nothing any more and the lease
+// sets whose leases have all expired. Call it
 // periodically; a shard holds at most MaxEntries/Shards entries, which
 // bounds how long one sweep step holds a lock.
 func (s *Store) Sweep(now time.Time) int {
@@ -241,6 +244,7 @@ func (s *Store) Sweep(now time.Time) int {
 		s.overflowMu.Lock()
 		s.dropIdleSketches(nowMs)
 		s.overflowMu.Unlock()
+		s.leases.sweep(nowMs)
 	}()
 	total := 0
 	for i := range s.shards {

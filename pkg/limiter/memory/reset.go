@@ -9,7 +9,8 @@ import (
 var _ limiter.Resetter = (*Store)(nil)
 
 // Reset implements limiter.Resetter: it removes the states of the given
-// requests from their shards. A subject counted in an overflow sketch (a
+// requests from their shards (a concurrency policy's: its lease set). A
+// subject counted in an overflow sketch (a
 // flood beyond MaxEntries) has no state of its own and is not reset; its
 // sketch forgets it within the sketch's window.
 func (s *Store) Reset(ctx context.Context, states []limiter.Request) (int, error) {
@@ -20,6 +21,10 @@ func (s *Store) Reset(ctx context.Context, states []limiter.Request) (int, error
 		}
 		r := &states[i]
 		if r.Policy == nil {
+			continue
+		}
+		if r.Policy.Leases() {
+			n += s.leases.reset(r.Policy.ID(), r.Policy.Revision(), &r.Subject)
 			continue
 		}
 		k := keyOf(r)
@@ -35,7 +40,8 @@ func (s *Store) Reset(ctx context.Context, states []limiter.Request) (int, error
 }
 
 // ResetPolicy implements limiter.Resetter: it walks every shard, one lock at
-// a time, and removes the states of policyID at revision (any algorithm).
+// a time, and removes the states of policyID at revision (any algorithm),
+// then its lease sets.
 // Its cost is one pass over the table of every shard (MaxEntries slots at
 // most); b.MaxScanned bounds the entries looked at.
 func (s *Store) ResetPolicy(ctx context.Context, policyID string, revision uint32, b limiter.ResetBounds) (limiter.PolicyReset, error) {
@@ -65,6 +71,7 @@ func (s *Store) ResetPolicy(ctx context.Context, policyID string, revision uint3
 		}
 		sh.mu.Unlock()
 	}
+	res.Deleted += s.leases.reset(policyID, revision, nil)
 	res.Complete = true
 	return res, nil
 }

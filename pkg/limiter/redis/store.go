@@ -236,6 +236,10 @@ func (s *Store) Ping(ctx context.Context) error {
 // call, and the batch rule is decided over all the replies; when it says no
 // while some slots committed, those slots' consumption is given back with
 // rate-refund-v2.lua. docs/consistency.md describes that window.
+//
+// A batch with requests of concurrency policies is evaluated by
+// limiter.EvaluateWithLeases: each lease request by lease-v1.lua
+// (lease.go), then the rest as above.
 func (s *Store) Evaluate(ctx context.Context, batch []limiter.Request, out []limiter.Outcome) {
 	if len(out) < len(batch) {
 		panic(fmt.Sprintf("redis store: Evaluate: out has %d elements for %d requests", len(out), len(batch)))
@@ -245,6 +249,10 @@ func (s *Store) Evaluate(ctx context.Context, batch []limiter.Request, out []lim
 		return
 	}
 	if limiter.FailIfEnded(ctx, out, "redis store: not sent") {
+		return
+	}
+	if limiter.HasLeases(batch) {
+		limiter.EvaluateWithLeases(ctx, batch, out, s.Evaluate, s.evaluateLeases)
 		return
 	}
 	invalid := 0

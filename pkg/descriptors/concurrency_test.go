@@ -1,0 +1,76 @@
+package descriptors
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/envoy-rls/envoy-rls/pkg/limiter"
+)
+
+func TestConcurrencyRule(t *testing.T) {
+	s := loadText(t, `
+domain: ai
+descriptors:
+  - key: tenant
+    rate_limit:
+      concurrency: 8
+      lease_ttl: 15m
+      failure_mode: open
+`)
+	m, ok := s.Match("ai", e("tenant=t1"))
+	if !ok || m.Rule.Policy == nil {
+		t.Fatalf("no match: %v", ok)
+	}
+	p := m.Rule.Policy
+	if !p.Leases() || p.Algorithm() != limiter.Concurrency || p.Limit() != 8 || p.LeaseTTLMillis() != (15*time.Minute).Milliseconds() ||
+		p.FailureMode() != limiter.FailOpen || m.Rule.RequestsPerUnit != 8 || m.Rule.Window() != 15*time.Minute {
+		t.Errorf("policy %s: %v limit %d ttl %d", p.ID(), p.Algorithm(), p.Limit(), p.LeaseTTLMillis())
+	}
+	if want := "concurrency 8 in flight, lease_ttl 15m0s"; !strings.Contains(s.Summary(), want) {
+		t.Errorf("summary does not say %q:\n%s", want, s.Summary())
+	}
+}
+
+func TestConcurrencyRuleErrors(t *testing.T) {
+	for _, c := range []struct {
+		limit, want string
+	}{
+		{"concurrency: 2", "concurrency needs a lease_ttl"},
+		{"lease_ttl: 1m", "lease_ttl needs concurrency: N"},
+		{"concurrency: 2\n      lease_ttl: 1m\n      unit: second", "unit is not allowed with concurrency"},
+		{"concurrency: 2\n      lease_ttl: 1m\n      requests_per_unit: 3", "requests_per_unit is not allowed with concurrency"},
+		{"concurrency: 2\n      lease_ttl: 1m\n      algorithm: token_bucket", "algorithm is not allowed with concurrency"},
+		{"concurrency: 2\n      lease_ttl: 1m\n      penalty: {duration: 1m}", "penalty is not allowed with concurrency"},
+		{"concurrency: 2\n      lease_ttl: soon", `lease_ttl "soon" is not a duration`},
+		{"concurrency: 2\n      lease_ttl: 25h", "lease_ttl 25h0m0s must be whole milliseconds between 1ms and 24h0m0s"},
+		{"concurrency: 2\n      lease_ttl: 1500us", "must be whole milliseconds"},
+		{"concurrency: 20000\n      lease_ttl: 1m", "concurrency must be between 0 and 10000"},
+		{"unlimited: true\n      concurrency: 2", "concurrency is not allowed with unlimited"},
+	} {
+		text := "domain: ai\ndescriptors:\n  - key: tenant\n    rate_limit:\n      " + c.limit + "\n"
+		_, err := Load(ruleFile(t, text), Options{Secret: testSecret})
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%q: %v, want %q", c.limit, err, c.want)
+		}
+	}
+}
+
+func TestReleaseMarker(t *testing.T) {
+	for _, c := range []struct {
+		in     []Entry
+		rest   int
+		marked bool
+	}{
+		{e("tenant=t", "lease=release"), 1, true},
+		{e("lease=release"), 1, false},
+		{e("tenant=t", "lease=take"), 2, false},
+		{e("tenant=t", "release=lease"), 2, false},
+		{e("lease=release", "tenant=t"), 2, false},
+	} {
+		rest, marked := Release(c.in)
+		if len(rest) != c.rest || marked != c.marked {
+			t.Errorf("Release(%v) = %v %t", c.in, rest, marked)
+		}
+	}
+}

@@ -1,0 +1,274 @@
+package limiter
+
+import (
+	"fmt"
+	"time"
+)
+
+// ConcurrencyParams: at most Limit leases held at once, each returned by a
+// release or, at the latest, LeaseTTL after it was taken (so that a proxy
+// that dies never keeps capacity). A request takes Cost leases.
+type ConcurrencyParams struct {
+	Limit    int64         // 0..MaxConcurrency
+	LeaseTTL time.Duration // whole milliseconds, 1ms..MaxLeaseTTL
+}
+
+// MaxConcurrency bounds a concurrency limit, and so a lease set: every
+// operation reads and writes the whole set (at most one entry per distinct
+// expiry millisecond, SlidingLogEntryBytes each).
+const MaxConcurrency = 10_000
+
+// MaxLeaseTTL bounds a lease's time to live.
+const MaxLeaseTTL = 24 * time.Hour
+
+// LeaseOp is what a request does to a concurrency limit's lease set.
+type LeaseOp uint8
+
+const (
+	// LeaseTake (the zero value) takes Cost leases when fewer than
+	// Limit-Cost+1 are held; a check or a probe (Role.Consumes false) only
+	// asks whether it would.
+	LeaseTake LeaseOp = iota
+	// LeaseRelease returns Cost leases: the soonest-expiring ones (every
+	// lease lives LeaseTTL, so the oldest). Leases have no identity; a
+	// release never takes the set below zero, is always allowed and never
+	// blocks its batch.
+	LeaseRelease
+	// LeaseReturn gives back Cost leases that a take of the same batch
+	// took, when the batch did not commit: the latest-expiring ones.
+	LeaseReturn
+)
+
+func (o LeaseOp) String() string {
+	switch o {
+	case LeaseTake:
+		return "take"
+	case LeaseRelease:
+		return "release"
+	case LeaseReturn:
+		return "return"
+	}
+	return "unknown"
+}
+
+var concurrencyRules = algorithmRules{
+	name:      "concurrency",
+	certainty: Certain,
+	// A release frees capacity before any lease expires: a denial does not
+	// hold until its retry time.
+	denialsHold: false,
+	lease:       true,
+	params: func(r Rate) Params {
+		return ConcurrencyParams{Limit: r.Limit, LeaseTTL: r.Window}
+	},
+}
+
+func (ConcurrencyParams) algorithm() Algorithm { return Concurrency }
+
+func (prm ConcurrencyParams) divided(n int64) Params {
+	prm.Limit = share(prm.Limit, n)
+	return prm
+}
+
+// apply: limit in [0, MaxConcurrency], lease TTL in [1ms, MaxLeaseTTL];
+// the policy's window is the lease TTL and its algorithm arguments are
+// the TTL in ms and 0.
+func (prm ConcurrencyParams) apply(p *Policy) error {
+	if prm.Limit < 0 || prm.Limit > MaxConcurrency {
+		return &FieldError{Field: "concurrency", Reason: fmt.Sprintf("must be between 0 and %d", MaxConcurrency)}
+	}
+	if prm.LeaseTTL%time.Millisecond != 0 || prm.LeaseTTL < time.Millisecond || prm.LeaseTTL > MaxLeaseTTL {
+		return &FieldError{Field: "lease_ttl", Reason: fmt.Sprintf("must be whole milliseconds between 1ms and %s", MaxLeaseTTL)}
+	}
+	p.limit, p.windowMs = prm.Limit, prm.LeaseTTL.Milliseconds()
+	p.args = [2]int64{p.windowMs, 0}
+	return nil
+}
+
+// Leases reports whether the policy limits requests in flight with leases
+// (Concurrency): its requests are evaluated by Lease, not Check.
+func (p *Policy) Leases() bool { return p.rules.lease }
+
+// LeaseTTLMillis returns a concurrency policy's lease TTL in ms (0 for a
+// rate algorithm).
+func (p *Policy) LeaseTTLMillis() int64 {
+	if !p.rules.lease {
+		return 0
+	}
+	return p.windowMs
+}
+
+// Lease evaluates one lease operation of cost leases on a concurrency
+// policy's lease set at store time nowMs (Unix ms in [0, 2^53-1]), exactly
+// as the Lua lease program does (docs/algorithms.md). It is a pure
+// function.
+//
+// set is the stored lease set ("" when there is none): the expiry time and
+// count of the leases held, soonest first, packed as a sliding log is
+// (AppendSlidingLogEntry, one entry per distinct expiry ms). Leases whose
+// expiry is at or before nowMs are no longer held. next is the set to store
+// when write is true (next "" means delete it); expiresAtMs is when it may be
+// dropped (its latest expiry plus the cleanup grace).
+//
+// A take (LeaseTake) of a request that consumes (consumes true) is
+// ALLOWED and adds cost leases expiring at nowMs+TTL (never before the
+// latest held one: a clock that stepped back extends it) iff held + cost
+// <= limit; otherwise DENIED with nothing changed and RetryAfter until
+// enough leases expire. A take that does not consume (a check, a probe)
+// answers the same and writes nothing. A release (LeaseRelease) removes
+// min(cost, held) leases, soonest-expiring first; a return (LeaseReturn)
+// the latest-expiring; both are always ALLOWED. Remaining is limit - held
+// after the operation (0 when more are held than the limit); ResetAt is
+// when the last held lease expires (nowMs when none is). A set that is not
+// a lease set (whole entries, expiries ascending and integral, counts at
+// least 1, at most MaxConcurrency entries) is STATE_INCOMPATIBLE and left
+// alone; a time too close to 2^53 ms for an expiry to stay exact is
+// INVALID.
+func Lease(set string, nowMs int64, p *Policy, op LeaseOp, cost int64, consumes bool) (next string, reply Reply, expiresAtMs int64, write bool) {
+	reply = Reply{ServerNowMs: nowMs, EffectiveNowMs: nowMs, Limit: p.limit}
+	if nowMs < 0 || nowMs > MaxSafeInteger-MaxLeaseTTL.Milliseconds()-maxDurationMillis {
+		// So far in the future that an expiry plus the grace could leave
+		// the exact integers: refused, as the Lua program refuses it.
+		reply.Status, reply.Limit = StatusInvalid, 0
+		return set, reply, 0, false
+	}
+	if !validLeaseSet(set) {
+		reply.Status = StatusStateIncompatible
+		return set, reply, 0, false
+	}
+	// Drop the expired leases.
+	n := len(set) / SlidingLogEntryBytes
+	from, held := n, int64(0)
+	for i := range n {
+		t, c := logEntry(set, i)
+		if t > nowMs {
+			if from == n {
+				from = i
+			}
+			held += c
+		}
+	}
+	live := set[from*SlidingLogEntryBytes:]
+	pruned := len(live) != len(set)
+	switch op {
+	case LeaseTake:
+		if held+cost > p.limit {
+			reply.Status = StatusDenied
+			reply.Remaining = max(0, p.limit-held)
+			reply.ResetAtMs = leaseResetAt(live, nowMs)
+			reply.RetryAfterMs = leaseRetry(live, nowMs, held+cost-p.limit)
+			return set, reply, 0, false
+		}
+		reply.Status = StatusAllowed
+		if !consumes {
+			reply.Remaining, reply.ResetAtMs = p.limit-held, leaseResetAt(live, nowMs)
+			return set, reply, 0, false
+		}
+		next = appendLease(live, max(nowMs+p.windowMs, leaseResetAt(live, 0)), cost)
+		held += cost
+	case LeaseRelease, LeaseReturn:
+		reply.Status = StatusAllowed
+		take := min(cost, held)
+		if take == 0 && !pruned {
+			reply.Remaining, reply.ResetAtMs = max(0, p.limit-held), leaseResetAt(live, nowMs)
+			return set, reply, 0, false
+		}
+		next = removeLeases(live, take, op == LeaseReturn)
+		held -= take
+	default:
+		reply.Status = StatusInvalid
+		reply.Limit = 0
+		return set, reply, 0, false
+	}
+	reply.Remaining, reply.ResetAtMs = max(0, p.limit-held), leaseResetAt(next, nowMs)
+	if next != "" {
+		expiresAtMs = reply.ResetAtMs + p.CleanupGraceMillis()
+	}
+	return next, reply, expiresAtMs, true
+}
+
+// validLeaseSet: whole entries, at most MaxConcurrency of them, each an
+// integral expiry in [1, 2^53-1] not before the previous one (equal only
+// when a count overflowed an entry) and a count
+// of at least 1.
+func validLeaseSet(set string) bool {
+	n := len(set) / SlidingLogEntryBytes
+	if len(set)%SlidingLogEntryBytes != 0 || n > MaxConcurrency {
+		return false
+	}
+	prev := 1.0
+	for i := range n {
+		t := logTime(set, i)
+		at, c := logEntry(set, i)
+		if !(t >= prev && t <= float64(MaxSafeInteger)) || float64(at) != t || c == 0 {
+			return false
+		}
+		prev = t
+	}
+	return true
+}
+
+// leaseResetAt is the expiry of the last lease of a live set, or nowMs
+// when it is empty.
+func leaseResetAt(live string, nowMs int64) int64 {
+	if live == "" {
+		return nowMs
+	}
+	t, _ := logEntry(live, len(live)/SlidingLogEntryBytes-1)
+	return t
+}
+
+// leaseRetry is how long until need leases of a live set have expired
+// (soonest first): at least 1 ms.
+func leaseRetry(live string, nowMs, need int64) int64 {
+	freed := int64(0)
+	for i := range len(live) / SlidingLogEntryBytes {
+		t, c := logEntry(live, i)
+		if freed += c; freed >= need {
+			return max(1, t-nowMs)
+		}
+	}
+	// More than the limit can ever hold (the caller bounds cost by the
+	// limit): retry when every lease has expired.
+	return max(1, leaseResetAt(live, nowMs)-nowMs)
+}
+
+// appendLease adds count leases expiring at atMs (not before the last
+// entry) to a live set, merged into the last entry when it has the same
+// expiry and room for them.
+func appendLease(live string, atMs, count int64) string {
+	if live != "" {
+		t, c := logEntry(live, len(live)/SlidingLogEntryBytes-1)
+		if t == atMs && c+count <= 0xffff {
+			var e [SlidingLogEntryBytes]byte
+			return live[:len(live)-SlidingLogEntryBytes] + string(AppendSlidingLogEntry(e[:0], atMs, c+count))
+		}
+	}
+	var e [SlidingLogEntryBytes]byte
+	return live + string(AppendSlidingLogEntry(e[:0], atMs, count))
+}
+
+// removeLeases removes count leases (at most those held) from a live set:
+// the soonest-expiring first, or the latest-expiring first when latest.
+func removeLeases(live string, count int64, latest bool) string {
+	n := len(live) / SlidingLogEntryBytes
+	var e [SlidingLogEntryBytes]byte
+	if !latest {
+		for i := range n {
+			t, c := logEntry(live, i)
+			if count < c {
+				return string(AppendSlidingLogEntry(e[:0], t, c-count)) + live[(i+1)*SlidingLogEntryBytes:]
+			}
+			count -= c
+		}
+		return ""
+	}
+	for i := n - 1; i >= 0; i-- {
+		t, c := logEntry(live, i)
+		if count < c {
+			return live[:i*SlidingLogEntryBytes] + string(AppendSlidingLogEntry(e[:0], t, c-count))
+		}
+		count -= c
+	}
+	return ""
+}

@@ -1,0 +1,141 @@
+package redis
+
+import (
+	"context"
+	"math/rand/v2"
+	"testing"
+	"time"
+
+	"github.com/envoy-rls/envoy-rls/internal/limitertest"
+	"github.com/envoy-rls/envoy-rls/internal/redistest"
+	"github.com/envoy-rls/envoy-rls/pkg/limiter"
+	"github.com/envoy-rls/envoy-rls/pkg/lua"
+)
+
+// TestLeases runs the lease scripts (the memory store runs the same), a
+// crashed holder on a short TTL, and three stores (three replicas) on one
+// Redis: never more than the limit in flight.
+func TestLeases(t *testing.T) {
+	e := newEnv(t)
+	t.Run("scripts", func(t *testing.T) {
+		limitertest.RunLeases(t, e.store, limitertest.Config{Prefix: limitertest.Prefix()})
+	})
+	t.Run("crashed holder", func(t *testing.T) {
+		p := limitertest.LeasePolicy(t, limitertest.Prefix()+".crash", 1, 300*time.Millisecond)
+		now := func() time.Time { return time.UnixMilli(e.serverNow()) }
+		limitertest.LeaseExpiry(t, e.store, p, limitertest.Subject("crash"), now, time.Sleep)
+	})
+	t.Run("in flight across replicas", func(t *testing.T) {
+		stores := []limiter.Store{e.store, newStore(t, Config{Addrs: []string{e.srv.Addr()}}), newStore(t, Config{Addrs: []string{e.srv.Addr()}})}
+		p := limitertest.LeasePolicy(t, limitertest.Prefix()+".inflight", 3, time.Hour)
+		limitertest.LeaseExactness(t, stores, p, limitertest.Subject("inflight"), 4, 150)
+	})
+}
+
+// TestLeaseDifferential runs random lease operations through lease-v1.lua
+// and, from the set Redis held before each and at the TIME the program
+// read, through limiter.Lease: the same reply, field by field, and the
+// same set after. Short TTLs make leases expire during the run.
+func TestLeaseDifferential(t *testing.T) {
+	e := newEnv(t)
+	rng := rand.New(rand.NewPCG(30, 4))
+	for round := range 4 {
+		ttl := []time.Duration{2 * time.Millisecond, 5 * time.Millisecond, time.Hour, time.Second}[round]
+		limit := int64(1 + rng.IntN(6))
+		p := limitertest.LeasePolicy(t, limitertest.Prefix()+".diff", limit, ttl)
+		r := limiter.Request{Policy: p, Subject: limitertest.Subject("diff"), Cost: 1}
+		key := string(requestKey(nil, &r))
+		for i := range 300 {
+			r.Lease = limiter.LeaseOp(rng.IntN(3))
+			r.Cost = 1 + rng.Int64N(limit)
+			r.Role = []limiter.Role{limiter.RoleOrdinary, limiter.RoleProbe, limiter.RoleCheck}[rng.IntN(3)]
+			before, _ := e.do("GET", key).(string)
+			res := leaseScript.Exec(context.Background(), e.store.client, []string{key}, lua.LeaseArgs(&r))
+			msgs, err := res.ToArray()
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, err := lua.ParseLeaseReply(p, replyValues(nil, msgs))
+			if err != nil {
+				t.Fatal(err)
+			}
+			next, want, _, write := limiter.Lease(before, got.ServerNowMs, p, r.Lease, r.Cost, r.EffectiveRole().Consumes())
+			if got != want {
+				t.Fatalf("round %d step %d (%s %d, %s): Lua %+v, Go %+v", round, i, r.Lease, r.Cost, r.Role, got, want)
+			}
+			after, _ := e.do("GET", key).(string)
+			if !write {
+				next = before
+			}
+			if after != next {
+				t.Fatalf("round %d step %d (%s %d): Redis holds %x, Go %x", round, i, r.Lease, r.Cost, after, next)
+			}
+		}
+	}
+}
+
+// TestLeaseIncompatible: a key that does not hold a lease set is
+// Incompatible, never an allow, and is left alone.
+func TestLeaseIncompatible(t *testing.T) {
+	e := newEnv(t)
+	p := limitertest.LeasePolicy(t, limitertest.Prefix()+".bad", 2, time.Minute)
+	r := limiter.Request{Policy: p, Subject: limitertest.Subject("bad"), Cost: 1}
+	key := string(requestKey(nil, &r))
+	for _, seed := range [][]string{{"SET", key, "not a lease set"}, {"HSET", key, "a", "1"}} {
+		e.do("DEL", key)
+		e.do(seed...)
+		out := make([]limiter.Outcome, 1)
+		e.store.Evaluate(context.Background(), []limiter.Request{r}, out)
+		if out[0].Kind != limiter.Incompatible {
+			t.Errorf("%v: %s %+v", seed, out[0].Kind, out[0].Decision)
+		}
+	}
+	if got := e.do("HGET", key, "a"); got != "1" {
+		t.Errorf("the key was changed: %v", got)
+	}
+}
+
+// TestLeaseACLUser: takes, releases and returns work as the ACL user
+// docs/redis.md documents, and Redis denies it nothing.
+func TestLeaseACLUser(t *testing.T) {
+	e := newEnv(t, redistest.Local())
+	e.do(docACL(t, "s3cret-pw")[0]...)
+	e.do("ACL", "LOG", "RESET")
+	s := newStore(t, Config{Addrs: []string{e.srv.Addr()}, Username: "envoy-rls", Password: "s3cret-pw"})
+	p := limitertest.LeasePolicy(t, limitertest.Prefix()+".acl", 1, time.Minute)
+	rate := fixed(t, limitertest.Prefix()+".acl-rate", 1, farWindow)
+	sub := limitertest.Subject("acl")
+	out := make([]limiter.Outcome, 2)
+	for i, batch := range [][]limiter.Request{
+		{{Policy: p, Subject: sub, Cost: 1}, {Policy: rate, Subject: sub, Cost: 1}},
+		// The rate limit denies: the take is returned.
+		{{Policy: p, Subject: sub, Cost: 1}, {Policy: rate, Subject: sub, Cost: 1}},
+		{{Policy: p, Subject: sub, Cost: 1, Lease: limiter.LeaseRelease, Role: limiter.RoleCheck}},
+	} {
+		s.Evaluate(context.Background(), batch, out[:len(batch)])
+		for _, o := range out[:len(batch)] {
+			if o.Kind != limiter.Evaluated {
+				t.Fatalf("batch %d as the ACL user: %s %v", i, o.Kind, o.Err)
+			}
+		}
+	}
+	if l := e.do("ACL", "LOG").([]any); len(l) != 0 {
+		t.Fatalf("ACL LOG: %v, want no denial", l)
+	}
+}
+
+// TestLeasesCluster: the lease scripts and three stores in flight on a
+// local six-node Redis Cluster. A lease set is one key, so each operation
+// is one atomic program on one slot; a call's lease and rate limits may
+// sit in different slots.
+func TestLeasesCluster(t *testing.T) {
+	if testing.Short() {
+		t.Skip("cluster topology: skipped with -short")
+	}
+	c := redistest.StartCluster(t)
+	cfg := Config{Addrs: c.Addrs(), Mode: ModeCluster, Timeout: 5 * time.Second}
+	s := newStore(t, cfg)
+	limitertest.RunLeases(t, s, limitertest.Config{Prefix: limitertest.Prefix()})
+	p := limitertest.LeasePolicy(t, limitertest.Prefix()+".inflight", 3, time.Hour)
+	limitertest.LeaseExactness(t, []limiter.Store{s, newStore(t, cfg), newStore(t, cfg)}, p, limitertest.Subject("inflight"), 4, 100)
+}

@@ -1,0 +1,61 @@
+package lua
+
+import (
+	_ "embed"
+	"strconv"
+
+	"github.com/envoy-rls/envoy-rls/pkg/limiter"
+)
+
+//go:embed lease-v1.lua
+var leaseV1 string
+
+// Lease returns lease-v1.lua, the program of concurrency limits: one
+// operation (limiter.Lease) on one lease set. It is not one of Programs,
+// the rate programs.
+func Lease() Program { return Program{Name: "lease-v1.lua", Source: leaseV1} }
+
+// LeaseArgs returns the ARGV of lease-v1.lua for request r (of a
+// concurrency policy): the operation, whether a take consumes, the limit,
+// the lease TTL, the cost and the cleanup grace.
+func LeaseArgs(r *limiter.Request) []string {
+	consumes := "0"
+	if r.EffectiveRole().Consumes() {
+		consumes = "1"
+	}
+	p := r.Policy
+	return []string{strconv.Itoa(int(r.Lease)), consumes, strconv.FormatInt(p.Limit(), 10),
+		strconv.FormatInt(p.LeaseTTLMillis(), 10), strconv.FormatInt(r.Cost, 10), strconv.FormatInt(p.CleanupGraceMillis(), 10)}
+}
+
+// ParseLeaseReply validates a reply of lease-v1.lua for policy p: exactly
+// seven integers in [0, 2^53-1], status ALLOWED, DENIED,
+// STATE_INCOMPATIBLE or INVALID, consistent with itself and with p as
+// ParseBatchReply requires of a key's reply, with the effective now equal
+// to the server's. Anything else is an error matching ErrMalformedReply.
+func ParseLeaseReply(p *limiter.Policy, values []Value) (limiter.Reply, error) {
+	if len(values) != ReplyFields {
+		return limiter.Reply{}, malformed("lease reply of %d values, want %d", len(values), ReplyFields)
+	}
+	var num [ReplyFields]int64
+	for i, v := range values {
+		if !v.IsInt || v.Int < 0 || v.Int > limiter.MaxSafeInteger {
+			return limiter.Reply{}, malformed("lease reply field %s: %+v", fieldNames[i], v)
+		}
+		num[i] = v.Int
+	}
+	r := limiter.Reply{Status: limiter.Status(num[0]), ServerNowMs: num[1], EffectiveNowMs: num[2], Limit: num[3],
+		Remaining: num[4], RetryAfterMs: num[5], ResetAtMs: num[6]}
+	switch r.Status {
+	case limiter.StatusAllowed, limiter.StatusDenied, limiter.StatusStateIncompatible, limiter.StatusInvalid:
+	default:
+		return limiter.Reply{}, malformed("lease reply status %d", num[0])
+	}
+	if r.EffectiveNowMs != r.ServerNowMs {
+		return limiter.Reply{}, malformed("lease reply effectiveNowMillis %d is not serverNowMillis %d", r.EffectiveNowMs, r.ServerNowMs)
+	}
+	if err := check(p, r); err != nil {
+		return limiter.Reply{}, err
+	}
+	return r, nil
+}
