@@ -48,6 +48,14 @@ type algorithmRules struct {
 	// sketch is how a conservative estimate of its state is kept
 	// (Policy.SketchWindows, Policy.Deficit).
 	sketch sketchRules
+	// charge records cost on st at now whatever it exceeds (a ChargeAlways
+	// policy's denied request), up to Policy.Ceiling: the state fields
+	// and ttl of the step it returns, ok false when nothing fits. nil:
+	// chargeToCeiling.
+	charge func(st State, now int64, p *Policy, cost int64) (s step, ok bool)
+	// debtCheck, when set, checks that the algorithm's arithmetic stays
+	// exact with usage up to ceiling (Policy.Ceiling).
+	debtCheck func(p *Policy, ceiling int64) error
 }
 
 // sketchRules is how an estimator that may only over-count (the memory
@@ -202,11 +210,11 @@ func (p *Policy) Share(n int64) (*Policy, error) {
 	spec := p.Spec()
 	spec.FailureMode = FailClosed
 	spec.Params = spec.Params.divided(n)
-	q, err := NewPolicy(PolicySpec{ID: spec.ID, Algorithm: spec.Algorithm, Params: spec.Params})
+	q, err := NewPolicy(PolicySpec{ID: spec.ID, Algorithm: spec.Algorithm, Params: spec.Params, Charge: spec.Charge})
 	if err != nil {
 		return nil, err
 	}
-	spec.MaxCost = min(spec.MaxCost, q.Limit())
+	spec.MaxCost = min(spec.MaxCost, q.Ceiling())
 	return NewPolicy(spec)
 }
 

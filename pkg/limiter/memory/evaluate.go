@@ -14,7 +14,8 @@ import (
 // request in order against the stored state (a request on a state that an
 // earlier request of the batch already touched sees that request's tentative
 // cost), decides with limiter.Commits, writes the new states only when the
-// batch commits, and unlocks. Decision.Source is limiter.SourceMemory.
+// batch commits (a request that limiter.Request.Charges: whatever it
+// decides, its denial included), and unlocks. Decision.Source is limiter.SourceMemory.
 //
 // A batch evaluated after ctx is done gets Unavailable outcomes
 // (limiter.CategoryDeadline) and changes nothing. A new subject refused for
@@ -197,7 +198,8 @@ func (s *Store) Evaluate(ctx context.Context, batch []limiter.Request, out []lim
 		if !wi.write {
 			continue
 		}
-		if !commit || out[i].Kind != limiter.Evaluated {
+		// A charge is written whatever the batch decides.
+		if (!commit && !batch[i].Charges()) || out[i].Kind != limiter.Evaluated {
 			out[i] = decided(batch[i].Policy, wi.uncommitted, wi.source())
 			continue
 		}
