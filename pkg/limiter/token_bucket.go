@@ -123,7 +123,11 @@ func bucketAt(st State, now int64, p *Policy) (tokens, rem int64) {
 		return capacity, 0
 	}
 	tokens, rem = st.Level, st.Carry
-	if st.Epoch > now && tokens < capacity {
+	if tokens >= capacity {
+		// A lowered capacity can leave more stored tokens than it: full.
+		return capacity, 0
+	}
+	if st.Epoch > now {
 		// In debt until the stored refill time: the units it lacks now,
 		// at most a whole debt (a farther time is not ours to trust; nor
 		// is a debt of nothing: empty).
@@ -162,8 +166,11 @@ func tokenBucketCharge(st State, now int64, p *Policy, cost int64) (step, bool) 
 	units = max(units-cost*period, min(units, floor))
 	s := step{epoch: now}
 	if units < 0 {
+		// At most one unit short of full there: a refill faster than the
+		// capacity per ms is full at that time, which stored tokens at
+		// capacity would not say (bucketAt reads them as full now).
 		q := CeilDiv(-units, amount)
-		s.epoch, units = now+q, q*amount+units
+		s.epoch, units = now+q, min(q*amount+units, capacity*period-1)
 	}
 	s.level, s.carry = units/period, units%period
 	s.ttl = s.epoch - now + fullTime(capacity, s.level, s.carry, amount, period) + p.CleanupGraceMillis()

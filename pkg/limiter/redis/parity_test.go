@@ -483,25 +483,27 @@ func TestInvalidArguments(t *testing.T) {
 		return b.args()
 	}
 	bad := map[string][]string{
-		"cost 0":                  with(func(b *batchFields) { b.cost = 0 }),
-		"cost above limit":        with(func(b *batchFields) { b.cost = 6 }),
-		"float cost":              with(func(b *batchFields) { b.cost = 1.5 }),
-		"negative limit":          with(func(b *batchFields) { b.limit = -5 }),
-		"limit 2^53":              with(func(b *batchFields) { b.limit = 1 << 53 }),
-		"float window":            with(func(b *batchFields) { b.p2 = 1.5 }),
-		"window 0":                with(func(b *batchFields) { b.p2 = 0 }),
-		"window above ten years":  with(func(b *batchFields) { b.p2 = 1 << 40 }),
-		"fixed window period":     with(func(b *batchFields) { b.p3 = 1 }),
-		"revision 0":              with(func(b *batchFields) { b.rev = 0 }),
-		"revision 2^32":           with(func(b *batchFields) { b.rev = 1 << 32 }),
-		"negative grace":          with(func(b *batchFields) { b.grace = -1 }),
-		"NaN max regression":      with(func(b *batchFields) { b.maxRegression = math.NaN() }),
-		"infinite max regression": with(func(b *batchFields) { b.maxRegression = math.Inf(1) }),
-		"algorithm 0":             with(func(b *batchFields) { b.alg = 0 }),
-		"algorithm 4":             with(func(b *batchFields) { b.alg = 4 }),
-		"role 6":                  with(func(b *batchFields) { b.flags = 6 }),
-		"role 7, fail-open":       with(func(b *batchFields) { b.flags = 8 | 7 }),
-		"flags 64":                with(func(b *batchFields) { b.flags = 64 }),
+		"cost 0":                   with(func(b *batchFields) { b.cost = 0 }),
+		"cost above limit":         with(func(b *batchFields) { b.cost = 6 }),
+		"float cost":               with(func(b *batchFields) { b.cost = 1.5 }),
+		"negative limit":           with(func(b *batchFields) { b.limit = -5 }),
+		"limit 2^53":               with(func(b *batchFields) { b.limit = 1 << 53 }),
+		"float window":             with(func(b *batchFields) { b.p2 = 1.5 }),
+		"window 0":                 with(func(b *batchFields) { b.p2 = 0 }),
+		"window above ten years":   with(func(b *batchFields) { b.p2 = 1 << 40 }),
+		"fixed window period":      with(func(b *batchFields) { b.p3 = 1 }),
+		"revision 0":               with(func(b *batchFields) { b.rev = 0 }),
+		"revision 2^32":            with(func(b *batchFields) { b.rev = 1 << 32 }),
+		"negative grace":           with(func(b *batchFields) { b.grace = -1 }),
+		"NaN max regression":       with(func(b *batchFields) { b.maxRegression = math.NaN() }),
+		"infinite max regression":  with(func(b *batchFields) { b.maxRegression = math.Inf(1) }),
+		"algorithm 0":              with(func(b *batchFields) { b.alg = 0 }),
+		"algorithm 4":              with(func(b *batchFields) { b.alg = 4 }),
+		"role 6":                   with(func(b *batchFields) { b.flags = 6 }),
+		"role 7, fail-open":        with(func(b *batchFields) { b.flags = 8 | 7 }),
+		"flags 128":                with(func(b *batchFields) { b.flags = 128 }),
+		"charge above its ceiling": with(func(b *batchFields) { b.flags, b.cost = lua.FlagCharge, 11 }),
+		"charge, limit above half": with(func(b *batchFields) { b.flags, b.limit = lua.FlagCharge, 1<<52 }),
 		// The penalty extension (flag 16).
 		"penalty flag, no extension":  with(func(b *batchFields) { b.flags = lua.FlagPenalty }),
 		"penalty extension short":     with(func(b *batchFields) { b.flags, b.ext = lua.FlagPenalty, []float64{1000, 1000} }),
@@ -601,7 +603,7 @@ func randomDifferential(t *testing.T, e *env) {
 			// Any algorithm with a penalty box.
 			p = randomPolicies(t, rng, "r.pn", 1, windows)[0]
 			spec := p.Spec()
-			spec.Penalty, spec.FailureMode = randomPenalty(rng), limiter.FailClosed
+			spec.Penalty, spec.FailureMode, spec.Charge, spec.MaxCost = randomPenalty(rng), limiter.FailClosed, limiter.ChargeAllowed, 0
 			p = limitertest.Policy(t, spec)
 		}
 		key := keyOf(p, subjectOf("random"+strconv.Itoa(i%7)))
