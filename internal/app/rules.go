@@ -10,6 +10,7 @@ import (
 	"github.com/envoy-rls/envoy-rls/internal/options"
 	"github.com/envoy-rls/envoy-rls/pkg/descriptors"
 	"github.com/envoy-rls/envoy-rls/pkg/descriptors/xds"
+	"github.com/envoy-rls/envoy-rls/pkg/limiter"
 	"github.com/envoy-rls/envoy-rls/pkg/rls"
 )
 
@@ -49,6 +50,7 @@ type configDoc struct {
 	Store              string                   `json:"store"`
 	DefaultHeaders     string                   `json:"default_headers"`
 	DefaultFailureMode string                   `json:"default_failure_mode"`
+	DefaultCharge      string                   `json:"default_charge"`
 	Readiness          string                   `json:"readiness"`
 	ReplicasHint       int                      `json:"replicas_hint"`
 	Fingerprint        string                   `json:"fingerprint,omitempty"`
@@ -72,6 +74,7 @@ func (s *server) configView(full bool) configDoc {
 		DefaultHeaders: s.opts.DefaultHeaders,
 
 		DefaultFailureMode: s.opts.DefaultFailureMode,
+		DefaultCharge:      s.opts.DefaultCharge,
 		Readiness:          s.opts.Readiness,
 		ReplicasHint:       s.opts.ReplicasHint,
 		Fingerprint:        snap.Fingerprint(),
@@ -230,4 +233,12 @@ func (s *server) ruleOrigin() string {
 		return "xds://" + s.opts.XDSServer
 	}
 	return s.opts.Config
+}
+
+// chargeMeaning says in the start log what the default charge does.
+func chargeMeaning(c limiter.Charge) string {
+	if c == limiter.ChargeAlways {
+		return "the rules that set no charge record a denied request's hits (up to twice the limit), as envoyproxy/ratelimit does unless STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT=true"
+	}
+	return "the rules that set no charge record nothing for a denied request"
 }

@@ -265,7 +265,11 @@ func (s *server) loadRules(ctx context.Context, getenv func(string) string, h ho
 		secret, from = s.sharedSecret, "redis"
 	}
 	fm, _ := limiter.ParseFailureMode(s.opts.DefaultFailureMode) // checked by options.Serve
-	dopts := descriptors.Options{Secret: secret, DefaultFailureMode: fm, Limits: s.opts.ConfigLimits.Limits(), ShadowAll: s.opts.ShadowAll}
+	charge, _ := limiter.ParseCharge(s.opts.DefaultCharge) // checked by options.Serve
+	s.log.Info("counting of denied requests", zap.String("default_charge", charge.String()),
+		zap.String("meaning", chargeMeaning(charge)))
+	dopts := descriptors.Options{Secret: secret, DefaultFailureMode: fm, Limits: s.opts.ConfigLimits.Limits(), ShadowAll: s.opts.ShadowAll,
+		DefaultCharge: charge}
 	warnRandom := func() {
 		if from == "random" {
 			s.log.Warn("no HMAC secret given (--hmac-secret-file or " + options.SecretEnv + "): using a random per-process secret; fine for the memory store, but subjects change on restart")

@@ -45,6 +45,8 @@ type rawLimit struct {
 	timeZonePos       pos
 	penalty           *rawPenalty
 	penaltyPos        pos
+	charge            string
+	chargePos         pos
 }
 
 // limitFields are the keys of a rate_limit block: the reference's first,
@@ -70,6 +72,7 @@ var limitFields = fields[rawLimit]{
 		r.penaltyPos = at(k)
 		r.penalty = p.penalty(v)
 	}},
+	strField("charge", func(r *rawLimit) (*string, *pos) { return &r.charge, &r.chargePos }),
 }
 
 // replacesFields are the keys of one entry of a replaces list.
