@@ -265,7 +265,7 @@ func (s *server) loadRules(ctx context.Context, getenv func(string) string, h ho
 		secret, from = s.sharedSecret, "redis"
 	}
 	fm, _ := limiter.ParseFailureMode(s.opts.DefaultFailureMode) // checked by options.Serve
-	charge, _ := limiter.ParseCharge(s.opts.DefaultCharge) // checked by options.Serve
+	charge, _ := limiter.ParseCharge(s.opts.DefaultCharge)       // checked by options.Serve
 	s.log.Info("counting of denied requests", zap.String("default_charge", charge.String()),
 		zap.String("meaning", chargeMeaning(charge)))
 	dopts := descriptors.Options{Secret: secret, DefaultFailureMode: fm, Limits: s.opts.ConfigLimits.Limits(), ShadowAll: s.opts.ShadowAll,
