@@ -34,6 +34,8 @@ type result struct {
 	Err      error                        // the gRPC error, if any
 	Headers  map[string]string            // response_headers_to_add
 	Limit    uint32                       // statuses[0].current_limit.requests_per_unit
+	Remain   uint32                       // statuses[0].limit_remaining
+	Remains  []uint32                     // every status's limit_remaining
 	Took     time.Duration                // as the client measured it
 	Deadline time.Duration                // the deadline the client set
 }
@@ -115,6 +117,10 @@ func (r *replica) send(timeout time.Duration, req *rlsv3.RateLimitRequest) resul
 	}
 	if st := resp.GetStatuses(); len(st) > 0 {
 		res.Limit = st[0].GetCurrentLimit().GetRequestsPerUnit()
+		res.Remain = st[0].GetLimitRemaining()
+		for _, x := range st {
+			res.Remains = append(res.Remains, x.GetLimitRemaining())
+		}
 	}
 	return res
 }
