@@ -140,7 +140,16 @@ func clientOption(cfg Config) rueidis.ClientOption {
 		// spares ACL users the CLIENT TRACKING permission.
 		DisableCache: true,
 		// Programs write: they must never be retried behind our back.
-		DisableRetry:      true,
+		DisableRetry: true,
+		// Every command goes through the connection's pipeline, even one
+		// sent alone. Otherwise rueidis sends a lone command synchronously
+		// under the call's deadline and closes the connection when that
+		// deadline passes: one slow answer would then tear down the
+		// connection every other call shares, and the calls that reach it
+		// before the redial fail at once with the stale error, unsent but
+		// reported as unanswered. Pipelined, a deadline only abandons its
+		// own reply; ConnWriteTimeout alone closes a connection.
+		AlwaysPipelining:  true,
 		PipelineMultiplex: cfg.multiplex(),
 		BlockingPoolSize:  cfg.PoolSize,
 		MaxFlushDelay:     cfg.MaxFlushDelay,
