@@ -69,7 +69,8 @@ type sketchRules struct {
 	windows int64
 	// deficit: how far st at now is below a full allowance, in units of
 	// which Refill's period make one unit of cost and amount refill per ms;
-	// 0 when full, at most Limit * period. Deficit algorithms only.
+	// 0 when full, at most Ceiling * period (a debt included). Deficit
+	// algorithms only.
 	deficit func(st State, now int64, p *Policy) int64
 	// state: the state fields whose deficit at now is d (deficit's inverse).
 	state func(d, now int64, p *Policy) (epoch, level, carry int64)
@@ -84,7 +85,7 @@ func (p *Policy) SketchWindows() int64 { return p.rules.sketch.windows }
 
 // Deficit returns, for an algorithm SketchWindows reports 0 of (token
 // bucket, GCRA), how far st is below a full allowance at now: 0 when full,
-// at most Limit() * period, in units of which Refill's period make one unit
+// at most Ceiling() * period (Limit() * period but for a ChargeAlways debt), in units of which Refill's period make one unit
 // of cost and amount refill per millisecond. A larger deficit only ever
 // admits less, so an estimate that keeps at least each subject's deficit is
 // conservative. 0 for a window algorithm.
@@ -96,7 +97,7 @@ func (p *Policy) Deficit(st State, now int64) int64 {
 }
 
 // DeficitState is the state of p whose Deficit at now is d (0 <= d <=
-// Limit() * period), last observed at now: the state a step taken at now
+// Ceiling() * period), last observed at now: the state a step taken at now
 // decides with. No state for a window algorithm or a zero deficit.
 func (p *Policy) DeficitState(d, now int64) State {
 	if p.rules.sketch.state == nil || d <= 0 {

@@ -61,10 +61,10 @@ func (prm GCRAParams) apply(p *Policy) error {
 
 // gcraDeficit is how far the theoretical arrival time of st is ahead of now,
 // in the policy's scaled units (amount per ms, period per unit of cost):
-// 0 when it is not ahead, at most burst * period (a TAT further ahead, left
-// by a lowered burst or by a debt, counts as a full tolerance).
+// 0 when it is not ahead, at most Ceiling * period (burst * period but for
+// a debt; a TAT further ahead, left by a lowered burst, counts as that).
 func gcraDeficit(st State, now int64, p *Policy) int64 {
-	return gcraAhead(st, now, p, p.limit)
+	return gcraAhead(st, now, p, p.Ceiling())
 }
 
 // gcraAhead is gcraDeficit at most ceiling * period: State.Epoch is the

@@ -164,15 +164,8 @@ func tokenBucketCharge(st State, now int64, p *Policy, cost int64) (step, bool) 
 	units := tokens*period + rem
 	floor := -(p.Ceiling() - capacity) * period
 	units = max(units-cost*period, min(units, floor))
-	s := step{epoch: now}
-	if units < 0 {
-		// At most one unit short of full there: a refill faster than the
-		// capacity per ms is full at that time, which stored tokens at
-		// capacity would not say (bucketAt reads them as full now).
-		q := CeilDiv(-units, amount)
-		s.epoch, units = now+q, min(q*amount+units, capacity*period-1)
-	}
-	s.level, s.carry = units/period, units%period
+	var s step
+	s.epoch, s.level, s.carry = bucketState(units, now, p)
 	s.ttl = s.epoch - now + fullTime(capacity, s.level, s.carry, amount, period) + p.CleanupGraceMillis()
 	return s, true
 }
@@ -187,12 +180,11 @@ func fullTime(capacity, tokens, rem, amount, period int64) int64 {
 }
 
 // tokenBucketDeficit is the capacity minus the tokens of st at now (its
-// refill applied), in units of 1/period token, at most the capacity's (a
-// bucket in debt counts as empty); a lowered capacity can leave more tokens
-// than it: 0.
+// refill applied), in units of 1/period token, a debt included (at most
+// the Ceiling's); a lowered capacity can leave more tokens than it: 0.
 func tokenBucketDeficit(st State, now int64, p *Policy) int64 {
 	tokens, rem := bucketAt(st, now, p)
-	return min(max(0, (p.limit-tokens)*p.refillPeriodMs-rem), p.limit*p.refillPeriodMs)
+	return min(max(0, (p.limit-tokens)*p.refillPeriodMs-rem), p.Ceiling()*p.refillPeriodMs)
 }
 
 // bucketDebtCheck is the capacity rule of TokenBucketParams.apply for a
@@ -210,6 +202,20 @@ func bucketDebtCheck(p *Policy, ceiling int64) error {
 
 // tokenBucketState is the bucket refilled at now that misses d units.
 func tokenBucketState(d, now int64, p *Policy) (epoch, level, carry int64) {
-	units := p.limit*p.refillPeriodMs - d
-	return now, units / p.refillPeriodMs, units % p.refillPeriodMs
+	return bucketState(p.limit*p.refillPeriodMs-d, now, p)
+}
+
+// bucketState is the state of a bucket holding units (1/period tokens) at
+// now: below 0, a bucket in debt, stored as the bucket it is at the first
+// whole ms its refill brings it to 0 or more, at most one unit short of
+// full there (a refill faster than the capacity per ms is full at that
+// time, which stored tokens at capacity would not say: bucketAt reads them
+// as full now).
+func bucketState(units, now int64, p *Policy) (epoch, level, carry int64) {
+	epoch = now
+	if units < 0 {
+		q := CeilDiv(-units, p.refillAmount)
+		epoch, units = now+q, min(q*p.refillAmount+units, p.limit*p.refillPeriodMs-1)
+	}
+	return epoch, units / p.refillPeriodMs, units % p.refillPeriodMs
 }

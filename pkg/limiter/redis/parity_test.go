@@ -131,11 +131,16 @@ func randomState(rng *rand.Rand, p *limiter.Policy, now int64) limiter.State {
 	case limiter.TokenBucket:
 		_, period := p.Refill()
 		st = stateOf(p, last, rng.Int64N(limit+3), last-rng.Int64N(10_000), rng.Int64N(period+1))
+		if p.ChargeAlways() && rng.IntN(3) == 0 {
+			// In debt: a refill time ahead of now (now and then beyond any
+			// debt the policy can hold).
+			st.Epoch = last + rng.Int64N(20_000)
+		}
 	case limiter.GCRA:
 		// A TAT behind, within or (one in ten: a lowered burst) far beyond
 		// the tolerance; a fraction now and then of another rate.
 		amount, period := p.Refill()
-		tat := last - 5000 + rng.Int64N(limit*period/amount+10_000)
+		tat := last - 5000 + rng.Int64N(p.Ceiling()*period/amount+10_000)
 		if rng.IntN(10) == 0 {
 			tat = last + 1_000_000_000
 		}
@@ -600,10 +605,13 @@ func randomDifferential(t *testing.T, e *env) {
 		case 2:
 			p = bucket(t, "r.tb", limit, 1+rng.Int64N(5), periods[rng.IntN(len(periods))])
 		case 3:
-			// Any algorithm with a penalty box.
+			// Any algorithm with a penalty box, or charging always.
 			p = randomPolicies(t, rng, "r.pn", 1, windows)[0]
 			spec := p.Spec()
 			spec.Penalty, spec.FailureMode, spec.Charge, spec.MaxCost = randomPenalty(rng), limiter.FailClosed, limiter.ChargeAllowed, 0
+			if rng.IntN(2) == 0 {
+				spec.Penalty, spec.Charge = limiter.Penalty{}, limiter.ChargeAlways
+			}
 			p = limitertest.Policy(t, spec)
 		}
 		key := keyOf(p, subjectOf("random"+strconv.Itoa(i%7)))
