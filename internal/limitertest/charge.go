@@ -36,6 +36,8 @@ func chargeCases() []Case {
 				{Batch: []Req{{0, "t", 1, o}}, Want: []Want{charged(false, 0)}},
 				// Up to the ceiling of 10, then no further.
 				{Batch: []Req{{0, "t", 10, o}}, Want: []Want{charged(false, 0)}},
+				{Batch: []Req{{0, "t", 1, o}}, Want: []Want{charged(false, 0)}},
+				{Batch: []Req{{0, "t", 2, o}, {0, "t", 1, pr}}, Want: []Want{charged(false, 0), denied(0)}},
 			},
 		}, Case{
 			// A request mixing a charge and ordinary limits: the charge is

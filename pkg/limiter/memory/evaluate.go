@@ -176,11 +176,15 @@ func (s *Store) Evaluate(ctx context.Context, batch []limiter.Request, out []lim
 			// phase 2 whatever the batch decides, and later requests on
 			// the state see it.
 			wi.penalty, wi.next, wi.cur = true, next, next
+		case r.Charges():
+			// A charge on a state already at its ceiling: nothing more
+			// to record; the reply is what one more unit meets.
 		default:
 			// Denied: the limit's own denial unless an offence is recorded.
 			reply = uncommitted
 		}
 		out[i] = decided(r.Policy, reply, src)
+		out[i].Decision.Consumed = r.Charges() && out[i].Kind == limiter.Evaluated
 	}
 	// Phase 2: commit, or report the allowed ones as they stand.
 	commit := limiter.Commits(batch, out)
