@@ -10,7 +10,9 @@ func charging(spec limiter.PolicySpec) limiter.PolicySpec {
 
 // charged is a charge's decision: the cost recorded (Consumed), allowed or
 // not.
-func charged(allowed bool, rem int64) Want { return Want{Allowed: allowed, Consumed: true, Remaining: rem} }
+func charged(allowed bool, rem int64) Want {
+	return Want{Allowed: allowed, Consumed: true, Remaining: rem}
+}
 
 // chargeCases are the batch-rule cases of limits that charge always: a
 // charge is recorded past the limit up to twice it, whatever its batch
