@@ -35,6 +35,8 @@ type result struct {
 	Headers  map[string]string            // response_headers_to_add
 	Limit    uint32                       // statuses[0].current_limit.requests_per_unit
 	Metadata map[string]any               // dynamic_metadata as JSON values (nil: none)
+	Remain   uint32                       // statuses[0].limit_remaining
+	Remains  []uint32                     // every status's limit_remaining
 	Took     time.Duration                // as the client measured it
 	Deadline time.Duration                // the deadline the client set
 }
@@ -116,6 +118,10 @@ func (r *replica) send(timeout time.Duration, req *rlsv3.RateLimitRequest) resul
 	}
 	if st := resp.GetStatuses(); len(st) > 0 {
 		res.Limit = st[0].GetCurrentLimit().GetRequestsPerUnit()
+		res.Remain = st[0].GetLimitRemaining()
+		for _, x := range st {
+			res.Remains = append(res.Remains, x.GetLimitRemaining())
+		}
 	}
 	if md := resp.GetDynamicMetadata(); md != nil {
 		res.Metadata = md.AsMap()

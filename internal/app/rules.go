@@ -51,6 +51,7 @@ type configDoc struct {
 	Store              string                   `json:"store"`
 	DefaultHeaders     string                   `json:"default_headers"`
 	DefaultFailureMode string                   `json:"default_failure_mode"`
+	DefaultCharge      string                   `json:"default_charge"`
 	Readiness          string                   `json:"readiness"`
 	ReplicasHint       int                      `json:"replicas_hint"`
 	Fingerprint        string                   `json:"fingerprint,omitempty"`
@@ -74,6 +75,7 @@ func (s *server) configView(full bool) configDoc {
 		DefaultHeaders: s.opts.DefaultHeaders,
 
 		DefaultFailureMode: s.opts.DefaultFailureMode,
+		DefaultCharge:      s.opts.DefaultCharge,
 		Readiness:          s.opts.Readiness,
 		ReplicasHint:       s.opts.ReplicasHint,
 		Fingerprint:        snap.Fingerprint(),
@@ -258,5 +260,15 @@ func checkRuleFiles(o *options.Options, getenv func(string) string) error {
 // descriptorOptions is how the rules of o are compiled with secret.
 func descriptorOptions(o *options.Options, secret []byte) descriptors.Options {
 	fm, _ := limiter.ParseFailureMode(o.DefaultFailureMode) // checked by options.Serve
-	return descriptors.Options{Secret: secret, DefaultFailureMode: fm, Limits: o.ConfigLimits.Limits(), ShadowAll: o.ShadowAll}
+	charge, _ := limiter.ParseCharge(o.DefaultCharge)       // checked by options.Serve
+	return descriptors.Options{Secret: secret, DefaultFailureMode: fm, Limits: o.ConfigLimits.Limits(), ShadowAll: o.ShadowAll,
+		DefaultCharge: charge}
+}
+
+// chargeMeaning says in the start log what the default charge does.
+func chargeMeaning(c limiter.Charge) string {
+	if c == limiter.ChargeAlways {
+		return "the rules that set no charge record a denied request's hits (up to twice the limit), as envoyproxy/ratelimit does unless STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT=true"
+	}
+	return "the rules that set no charge record nothing for a denied request"
 }

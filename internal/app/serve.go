@@ -276,6 +276,8 @@ func (s *server) loadRules(ctx context.Context, getenv func(string) string, h ho
 		secret, from = s.sharedSecret, "redis"
 	}
 	dopts := descriptorOptions(s.opts, secret)
+	s.log.Info("counting of denied requests", zap.String("default_charge", dopts.DefaultCharge.String()),
+		zap.String("meaning", chargeMeaning(dopts.DefaultCharge)))
 	warnRandom := func() {
 		if from == "random" {
 			s.log.Warn("no HMAC secret given (--hmac-secret-file or " + options.SecretEnv + "): using a random per-process secret; fine for the memory store, but subjects change on restart")

@@ -265,7 +265,6 @@ func TestCompatWarned(t *testing.T) {
 		{map[string]string{"REDIS_PIPELINE_LIMIT": "8"}, `REDIS_PIPELINE_LIMIT="8": ignored`},
 		{map[string]string{"CACHE_KEY_PREFIX": "a:", options.SecretEnv: strings.Repeat("k", 32)}, `CACHE_KEY_PREFIX="a:": ignored: envoy-rls keys are HMAC digests`},
 		{map[string]string{"USE_DOG_STATSD_MOGRIFIERS": "a"}, `USE_DOG_STATSD_MOGRIFIERS="a": ignored`},
-		{map[string]string{"STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT": "false"}, `STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT="false": ignored: a denied request never consumes quota`},
 		{map[string]string{"EXPIRATION_JITTER_MAX_SECONDS": "300"}, `EXPIRATION_JITTER_MAX_SECONDS="300": ignored`},
 		{map[string]string{"MERGE_DOMAIN_CONFIG": "true"}, `MERGE_DOMAIN_CONFIG="true": ignored: envoy-rls does not merge`},
 		{map[string]string{"CONFIG_TYPE": "GRPC_XDS_SOTW", "XDS_CLIENT_BACKOFF_JITTER": "false"}, `XDS_CLIENT_BACKOFF_JITTER="false": ignored`},
@@ -377,5 +376,32 @@ func checkEachSettingOnce(t *testing.T, seen map[string]int, where string) {
 		if !slices.Contains(referenceSettings, v) {
 			t.Errorf("%s: in the %s but not a reference setting", v, where)
 		}
+	}
+}
+
+// TestCompatCharge: the reference counts the hits of a request over its
+// limit unless STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT is true, so
+// compatibility mode charges always unless it is; ENVOY_RLS_DEFAULT_CHARGE
+// wins over the unset variable.
+func TestCompatCharge(t *testing.T) {
+	for _, tc := range []struct {
+		env  map[string]string
+		want string
+	}{
+		{map[string]string{}, "always"},
+		{map[string]string{"STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT": "false"}, "always"},
+		{map[string]string{"STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT": "true"}, "allowed"},
+		{map[string]string{options.EnvName("default-charge"): "allowed"}, "allowed"},
+	} {
+		o, err := parse(t, compatBase(tc.env))
+		if err != nil {
+			t.Fatalf("%v: refused: %v", tc.env, err)
+		}
+		if o.DefaultCharge != tc.want || len(o.CompatWarnings) != 0 {
+			t.Errorf("%v: default charge %q (warnings %q), want %q", tc.env, o.DefaultCharge, o.CompatWarnings, tc.want)
+		}
+	}
+	if _, err := parse(t, compatBase(map[string]string{"STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT": "maybe"})); err == nil {
+		t.Error("STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT=maybe accepted")
 	}
 }

@@ -161,9 +161,18 @@ var refRules = []refRule{
 		"USE_DOG_STATSD", "USE_DOG_STATSD_MOGRIFIERS"}, statsdEnv},
 	{[]string{"USE_PROMETHEUS", "PROMETHEUS_ADDR", "PROMETHEUS_PATH", "PROMETHEUS_MAPPER_YAML"}, prometheusEnv},
 	{[]string{"LIMIT_RESPONSE_HEADERS_ENABLED", "LIMIT_LIMIT_HEADER", "LIMIT_REMAINING_HEADER", "LIMIT_RESET_HEADER"}, responseHeaders},
+	// The reference counts the hits of a request over its limit unless
+	// told to stop: charge: always for every rule (what post-paid budgets,
+	// such as LLM tokens charged at stream end, rely on), or today's
+	// counting with true.
 	{[]string{"STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT"}, func(r *refEnv) {
-		if r.explicitFalse("STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT") {
-			r.warn("STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT", "a denied request never consumes quota in envoy-rls (what true asks for)")
+		switch _, set := r.get("STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT"); {
+		case !set:
+			r.def("default-charge", "always", "STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT unset: the reference counts the hits of denied requests")
+		case r.boolean("STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT", false):
+			r.set("default-charge", "allowed", "STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT")
+		default:
+			r.set("default-charge", "always", "STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT")
 		}
 	}},
 	{[]string{"HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED"}, func(r *refEnv) {

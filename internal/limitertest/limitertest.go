@@ -134,11 +134,11 @@ var (
 	blocked         = Want{Blocked: true}
 )
 
-// Cases is the batch-rule parity table.
+// Cases is the batch-rule parity table (chargeCases included).
 func Cases() []Case {
 	const user, tenant = 0, 1
 	o, s, q, c, pr, qp := limiter.RoleOrdinary, limiter.RoleShadow, limiter.RoleQuota, limiter.RoleCheck, limiter.RoleProbe, limiter.RoleQuotaProbe
-	return []Case{
+	return append([]Case{
 		{
 			// The case: the tenant denies, so the user's quota is
 			// not spent.
@@ -302,7 +302,7 @@ func Cases() []Case {
 				{Batch: []Req{{user, "u", 1, o}}, Want: []Want{allowedConsumed(4)}},
 			},
 		},
-	}
+	}, chargeCases()...)
 }
 
 // Run runs every case of Cases against store.

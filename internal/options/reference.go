@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/envoy-rls/envoy-rls/pkg/limiter"
 	"github.com/envoy-rls/envoy-rls/pkg/rls"
 )
 
@@ -28,6 +29,9 @@ type referenceOptions struct {
 	HealthcheckRequiresRules bool
 	// ShadowAll puts every rule in shadow mode.
 	ShadowAll bool
+	// DefaultCharge is the charge of the rate limits that set none:
+	// allowed or always (limiter.ParseCharge).
+	DefaultCharge string
 	// Names of the rate-limit headers (rls.HeaderNames).
 	LimitHeader, RemainingHeader, ResetHeader string
 	// ResponseDynamicMetadata sets every response's dynamic metadata
@@ -40,6 +44,7 @@ func referenceFlags(fs *flag.FlagSet, o *referenceOptions) {
 	fs.BoolVar(&o.EnvCompat, "env-compat", false, "also read the environment variables of envoyproxy/ratelimit (docs/migration.md); on when the binary is started as "+CompatName)
 	fs.StringVar(&o.HMACSecretRedisKey, "hmac-secret-redis-key", "", "with --store redis and no HMAC secret given: share one random secret between the replicas under this Redis key (created once with SETNX, announced under KEY:in-use; docs/operations.md, The shared HMAC secret); see docs/migration.md for the risk")
 	fs.BoolVar(&o.HealthcheckRequiresRules, "healthcheck-requires-rules", false, "GET /healthcheck answers 500 until rules are loaded (it always does while draining)")
+	fs.StringVar(&o.DefaultCharge, "default-charge", limiter.ChargeAllowed.String(), "charge of the rate limits that set none: allowed (a denied request records nothing) or always (its hits are recorded past the limit, up to twice it: post-paid usage such as LLM tokens; the reference's counting, docs/migration.md)")
 	fs.BoolVar(&o.ShadowAll, "shadow-mode", false, "every rule in shadow mode, as if each set shadow_mode: true: counted, logged and reported, never denying")
 	fs.StringVar(&o.LimitHeader, "limit-header", rls.HeaderLimit, "name of the response header that carries the limit")
 	fs.StringVar(&o.RemainingHeader, "remaining-header", rls.HeaderRemaining, "name of the response header that carries the remaining quota")
@@ -50,6 +55,9 @@ func referenceFlags(fs *flag.FlagSet, o *referenceOptions) {
 // check returns one error per refused value.
 func (o *referenceOptions) check(given map[string]Given) error {
 	var errs []error
+	if _, err := limiter.ParseCharge(o.DefaultCharge); err != nil {
+		errs = append(errs, fmt.Errorf("%s: must be allowed or always", Label("default-charge", given)))
+	}
 	names := map[string]string{}
 	for _, h := range []struct{ flag, value string }{{"limit-header", o.LimitHeader}, {"remaining-header", o.RemainingHeader}, {"reset-header", o.ResetHeader}} {
 		switch prev, dup := names[strings.ToLower(h.value)]; {

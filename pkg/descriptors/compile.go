@@ -16,6 +16,9 @@ type compiler struct {
 	// defaultFailure is the failure mode of rules that set none
 	// (Options.DefaultFailureMode).
 	defaultFailure limiter.FailureMode
+	// defaultCharge is the charge of rules that set none and have no
+	// penalty box (Options.DefaultCharge).
+	defaultCharge limiter.Charge
 	// shadowAll puts every rule in shadow mode (Options.ShadowAll).
 	shadowAll bool
 }
@@ -298,8 +301,9 @@ func (c *compiler) finishDomain(d *domain, pending []*pendingRule) {
 }
 
 // compile builds a snapshot from parsed files; problems go to ps.
-func compile(files []*rawFile, ps *problems, defaultFailure limiter.FailureMode, shadowAll bool) map[string]*domain {
-	c := &compiler{ps: ps, domains: map[string]*domain{}, ids: map[string]string{}, defaultFailure: defaultFailure, shadowAll: shadowAll}
+func compile(files []*rawFile, ps *problems, opts Options) map[string]*domain {
+	c := &compiler{ps: ps, domains: map[string]*domain{}, ids: map[string]string{}, defaultFailure: opts.DefaultFailureMode,
+		defaultCharge: opts.DefaultCharge, shadowAll: opts.ShadowAll}
 	for _, rf := range files {
 		c.addFile(rf)
 	}

@@ -27,6 +27,7 @@ type limitSpec struct {
 	// leaseTTL is a concurrency limit's lease TTL (algorithm
 	// limiter.Concurrency, rpu its limit).
 	leaseTTL time.Duration
+	charge   limiter.Charge
 }
 
 // checkLimit validates one rate_limit block on its own (the combinations
@@ -45,7 +46,7 @@ func (c *compiler) checkLimit(rl *rawLimit, what string) (limitSpec, bool) {
 		}{{rl.unitPos, "unit"}, {rl.rpuPos, "requests_per_unit"}, {rl.unitMultiplierPos, "unit_multiplier"},
 			{rl.algorithmPos, "algorithm"}, {rl.burstPos, "burst"}, {rl.failureModePos, "failure_mode"},
 			{rl.revisionPos, "revision"}, {rl.headersPos, "headers"}, {rl.calendarPos, "calendar"}, {rl.timeZonePos, "time_zone"},
-			{rl.penaltyPos, "penalty"}, {rl.concurrencyPos, "concurrency"}, {rl.leaseTTLPos, "lease_ttl"}} {
+			{rl.penaltyPos, "penalty"}, {rl.concurrencyPos, "concurrency"}, {rl.leaseTTLPos, "lease_ttl"}, {rl.chargePos, "charge"}} {
 			if f.p.set() {
 				bad(f.p, "%s is not allowed with unlimited: true (an unlimited rule never limits)", f.name)
 			}
@@ -105,6 +106,7 @@ func (c *compiler) checkLimit(rl *rawLimit, what string) (limitSpec, bool) {
 	} else {
 		ok = false
 	}
+	c.checkCharge(rl, &ls, bad)
 	// Check the arithmetic now, with a placeholder ID, so that the problem
 	// points at this block (a named policy is then checked once).
 	if ok {
@@ -113,6 +115,9 @@ func (c *compiler) checkLimit(rl *rawLimit, what string) (limitSpec, bool) {
 			var fe *limiter.FieldError
 			if errors.As(err, &fe) && strings.HasPrefix(fe.Field, "penalty") {
 				at = rl.penaltyPos
+			}
+			if fe != nil && fe.Field == "charge" && rl.chargePos.set() {
+				at = rl.chargePos
 			}
 			bad(at, "%s", policyReason(err))
 		}
@@ -156,6 +161,7 @@ func (ls limitSpec) policy(id string, shadow bool) (*limiter.Policy, error) {
 		FailureMode: ls.failure,
 		Shadow:      shadow,
 		Penalty:     ls.penalty,
+		Charge:      ls.charge,
 	}
 	spec.Params = ls.algorithm.ParamsFor(limiter.Rate{Limit: int64(ls.rpu), Window: window, Burst: int64(ls.burst), Calendar: ls.calendar})
 	return limiter.NewPolicy(spec)
@@ -170,4 +176,23 @@ func burstAlgorithms() string {
 		}
 	}
 	return strings.Join(names, " or ")
+}
+
+// checkCharge reads a limit's charge: its own, else the compiler's default
+// (Options.DefaultCharge), which a limit with a penalty box does not take
+// (a penalty punishes requests; a charge is usage already spent).
+func (c *compiler) checkCharge(rl *rawLimit, ls *limitSpec, bad func(pos, string, ...any)) {
+	if !rl.chargePos.set() {
+		if ls.penalty.On() {
+			return
+		}
+		ls.charge = c.defaultCharge
+		return
+	}
+	ch, err := limiter.ParseCharge(rl.charge)
+	if err != nil || rl.charge == "" {
+		bad(rl.chargePos, "charge %q is not one of allowed, always", truncate(rl.charge, 40))
+		return
+	}
+	ls.charge = ch
 }

@@ -202,7 +202,7 @@ func buildBudget(srcs []source, opts Options, lim Limits, budget int) (*Snapshot
 // assemble compiles parsed rule documents, in name order, into a Snapshot
 // of the given fingerprint; ps holds the problems found while parsing.
 func assemble(files []*rawFile, names []string, fp [32]byte, ps *problems, opts Options) (*Snapshot, error) {
-	domains := compile(files, ps, opts.DefaultFailureMode, opts.ShadowAll)
+	domains := compile(files, ps, opts)
 	if err := ps.err(); err != nil {
 		return nil, err
 	}

@@ -51,6 +51,8 @@ type rawLimit struct {
 	concurrencyPos pos
 	leaseTTL       string
 	leaseTTLPos    pos
+	charge         string
+	chargePos      pos
 }
 
 // limitFields are the keys of a rate_limit block: the reference's first,
@@ -78,6 +80,7 @@ var limitFields = fields[rawLimit]{
 	}},
 	uint32Field("concurrency", 0, func(r *rawLimit) (*uint32, *pos) { return &r.concurrency, &r.concurrencyPos }),
 	strField("lease_ttl", func(r *rawLimit) (*string, *pos) { return &r.leaseTTL, &r.leaseTTLPos }),
+	strField("charge", func(r *rawLimit) (*string, *pos) { return &r.charge, &r.chargePos }),
 }
 
 // replacesFields are the keys of one entry of a replaces list.

@@ -31,6 +31,10 @@ type Options struct {
 	// ShadowAll puts every rule in shadow mode, as if each set
 	// shadow_mode: true: counted and reported, never denying. (Optional)
 	ShadowAll bool
+	// DefaultCharge is the charge of the rate limits and named policies
+	// that set none; a limit with a penalty box keeps
+	// limiter.ChargeAllowed. (Optional, default limiter.ChargeAllowed)
+	DefaultCharge limiter.Charge
 	// Limits bound the whole rule set. (Optional, the zero value means
 	// DefaultMaxBytes and DefaultMaxDescriptors)
 	Limits Limits

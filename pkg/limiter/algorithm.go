@@ -53,6 +53,14 @@ type algorithmRules struct {
 	// lease: a concurrency limit, evaluated by Lease (step is nil); not
 	// one of Algorithms, the rate algorithms a rule's `algorithm` names.
 	lease bool
+	// charge records cost on st at now whatever it exceeds (a ChargeAlways
+	// policy's denied request), up to Policy.Ceiling: the state fields
+	// and ttl of the step it returns, ok false when nothing fits. nil:
+	// chargeToCeiling.
+	charge func(st State, now int64, p *Policy, cost int64) (s step, ok bool)
+	// debtCheck, when set, checks that the algorithm's arithmetic stays
+	// exact with usage up to ceiling (Policy.Ceiling).
+	debtCheck func(p *Policy, ceiling int64) error
 }
 
 // sketchRules is how an estimator that may only over-count (the memory
@@ -66,7 +74,8 @@ type sketchRules struct {
 	windows int64
 	// deficit: how far st at now is below a full allowance, in units of
 	// which Refill's period make one unit of cost and amount refill per ms;
-	// 0 when full, at most Limit * period. Deficit algorithms only.
+	// 0 when full, at most Ceiling * period (a debt included). Deficit
+	// algorithms only.
 	deficit func(st State, now int64, p *Policy) int64
 	// state: the state fields whose deficit at now is d (deficit's inverse).
 	state func(d, now int64, p *Policy) (epoch, level, carry int64)
@@ -81,7 +90,7 @@ func (p *Policy) SketchWindows() int64 { return p.rules.sketch.windows }
 
 // Deficit returns, for an algorithm SketchWindows reports 0 of (token
 // bucket, GCRA), how far st is below a full allowance at now: 0 when full,
-// at most Limit() * period, in units of which Refill's period make one unit
+// at most Ceiling() * period (Limit() * period but for a ChargeAlways debt), in units of which Refill's period make one unit
 // of cost and amount refill per millisecond. A larger deficit only ever
 // admits less, so an estimate that keeps at least each subject's deficit is
 // conservative. 0 for a window algorithm.
@@ -93,7 +102,7 @@ func (p *Policy) Deficit(st State, now int64) int64 {
 }
 
 // DeficitState is the state of p whose Deficit at now is d (0 <= d <=
-// Limit() * period), last observed at now: the state a step taken at now
+// Ceiling() * period), last observed at now: the state a step taken at now
 // decides with. No state for a window algorithm or a zero deficit.
 func (p *Policy) DeficitState(d, now int64) State {
 	if p.rules.sketch.state == nil || d <= 0 {
@@ -208,11 +217,11 @@ func (p *Policy) Share(n int64) (*Policy, error) {
 	spec := p.Spec()
 	spec.FailureMode = FailClosed
 	spec.Params = spec.Params.divided(n)
-	q, err := NewPolicy(PolicySpec{ID: spec.ID, Algorithm: spec.Algorithm, Params: spec.Params})
+	q, err := NewPolicy(PolicySpec{ID: spec.ID, Algorithm: spec.Algorithm, Params: spec.Params, Charge: spec.Charge})
 	if err != nil {
 		return nil, err
 	}
-	spec.MaxCost = min(spec.MaxCost, q.Limit())
+	spec.MaxCost = min(spec.MaxCost, q.Ceiling())
 	return NewPolicy(spec)
 }
 

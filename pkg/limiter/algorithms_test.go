@@ -503,8 +503,8 @@ func TestDeficitState(t *testing.T) {
 		for i := 0; i < 500; i++ {
 			now += rng.Int64N(400)
 			d := p.Deficit(st, now)
-			if d < 0 || d > p.Limit()*period {
-				t.Fatalf("%v: deficit %d out of [0, %d]", p.Algorithm(), d, p.Limit()*period)
+			if d < 0 || d > p.Ceiling()*period {
+				t.Fatalf("%v: deficit %d out of [0, %d]", p.Algorithm(), d, p.Ceiling()*period)
 			}
 			est := p.DeficitState(d, now)
 			if est.Exists != (d > 0) {

@@ -91,9 +91,10 @@ type Pending struct {
 // still the zero Outcome, in batch order. When the outcomes already known
 // block the batch whatever the undecided ones answer (CheckOnly), every copy
 // is RoleCheck: checked and reported, never consumed, which is what the
-// whole batch answers. It returns the requests and zeroed outcomes for them,
-// to give to Store.Evaluate and then to Merge. Both stay valid until the
-// next Split or Release.
+// whole batch answers; but a request that Charges keeps its role, since it
+// records its cost whatever the batch answers. It returns the requests and
+// zeroed outcomes for them, to give to Store.Evaluate and then to Merge.
+// Both stay valid until the next Split or Release.
 func (p *Pending) Split(batch []Request, out []Outcome) ([]Request, []Outcome) {
 	p.demoted = CheckOnly(batch, out)
 	p.reqs, p.idx = p.reqs[:0], p.idx[:0]
@@ -102,7 +103,7 @@ func (p *Pending) Split(batch []Request, out []Outcome) ([]Request, []Outcome) {
 			continue
 		}
 		r := batch[i]
-		if p.demoted {
+		if p.demoted && !r.Charges() {
 			r.Role = RoleCheck
 		}
 		p.reqs = append(p.reqs, r)

@@ -33,7 +33,8 @@ var (
 // next is the state to store when write is true; when write is false (denied,
 // BLOCKED, CLOCK_UNSAFE, STATE_INCOMPATIBLE) next equals st and nothing must
 // be written, except the offence of a policy with a Penalty
-// (PenaltyRecorded). reply holds the seven reply fields. p must come from NewPolicy and
+// (PenaltyRecorded). A ChargeAlways policy's denial writes too: the charge,
+// a DENIED reply with the cost recorded (see Request.Charges). reply holds the seven reply fields. p must come from NewPolicy and
 // cost must pass Request.Validate; Apply never returns StatusInvalid.
 func Apply(st State, serverNowMs int64, p *Policy, cost int64) (next State, reply Reply, write bool) {
 	next, reply, _, write = Check(st, serverNowMs, p, cost)
@@ -42,9 +43,12 @@ func Apply(st State, serverNowMs int64, p *Policy, cost int64) (next State, repl
 
 // Check is Apply that also returns uncommitted: the reply as it reads when the
 // request is allowed but its cost is not taken (its batch did not commit):
-// ALLOWED, remaining and reset-at of st before the cost. For every other
-// status uncommitted equals reply. The batch stores (memory and the batch Lua
-// program) check every request with it, then write next only on commit.
+// ALLOWED, remaining and reset-at of st before the cost; for a charge
+// denied, the denial without the charge (what a check or probe answers).
+// For every other status uncommitted equals reply. The batch stores (memory
+// and the batch Lua program) check every request with it, then write next
+// only on commit, or whatever the batch decides for a request that
+// Charges.
 func Check(st State, serverNowMs int64, p *Policy, cost int64) (next State, reply, uncommitted Reply, write bool) {
 	if p.rules.step == nil { // a concurrency policy: see Lease
 		r := refusal(StatusInvalid, serverNowMs, p)
@@ -104,6 +108,10 @@ func Check(st State, serverNowMs int64, p *Policy, cost int64) (next State, repl
 	// holds the block (PenaltyRecorded) and reply waits for it; uncommitted
 	// is the limit's own denial, for a store that does not record it.
 	if !s.allowed {
+		if p.ChargeAlways() {
+			// Post-paid: recorded anyway (no penalty box, NewPolicy).
+			return charge(st, now, p, cost, reply)
+		}
 		if !pn.On() || !st.Exists {
 			return st, reply, reply, false
 		}

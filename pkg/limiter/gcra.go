@@ -27,7 +27,8 @@ var gcraRules = algorithmRules{
 		burst, limit := bucketRate(r)
 		return GCRAParams{Burst: burst, Limit: limit, Period: r.Window}
 	},
-	sketch: sketchRules{deficit: gcraDeficit, state: gcraState},
+	sketch:    sketchRules{deficit: gcraDeficit, state: gcraState},
+	debtCheck: bucketDebtCheck,
 }
 
 func (GCRAParams) algorithm() Algorithm { return GCRA }
@@ -60,15 +61,20 @@ func (prm GCRAParams) apply(p *Policy) error {
 
 // gcraDeficit is how far the theoretical arrival time of st is ahead of now,
 // in the policy's scaled units (amount per ms, period per unit of cost):
-// 0 when it is not ahead, at most burst * period (a TAT further ahead, left
-// by a lowered burst, counts as a full tolerance). State.Epoch is the TAT's
-// whole ms, State.Carry its fraction in units (below amount; a larger one,
-// left by another rate, counts as amount - 1).
+// 0 when it is not ahead, at most Ceiling * period (burst * period but for
+// a debt; a TAT further ahead, left by a lowered burst, counts as that).
 func gcraDeficit(st State, now int64, p *Policy) int64 {
+	return gcraAhead(st, now, p, p.Ceiling())
+}
+
+// gcraAhead is gcraDeficit at most ceiling * period: State.Epoch is the
+// TAT's whole ms, State.Carry its fraction in units (below amount; a larger
+// one, left by another rate, counts as amount - 1).
+func gcraAhead(st State, now int64, p *Policy, ceiling int64) int64 {
 	if !st.Exists || st.Epoch < now {
 		return 0
 	}
-	amount, full := p.refillAmount, p.limit*p.refillPeriodMs
+	amount, full := p.refillAmount, ceiling*p.refillPeriodMs
 	dms := st.Epoch - now
 	// Compare before multiplying: a far TAT never overflows.
 	if dms > full/amount {
@@ -89,9 +95,10 @@ func gcraState(deficit, now int64, p *Policy) (epoch, level, carry int64) {
 func gcra(st State, now int64, p *Policy, cost int64) step {
 	amount, period := p.refillAmount, p.refillPeriodMs
 	full := p.limit * period
-	d := gcraDeficit(st, now, p)
+	d := gcraAhead(st, now, p, p.Ceiling())
 	s := step{allowed: cost*period <= full-d}
-	before, resetBefore := (full-d)/period, now+CeilDiv(d, amount)
+	// max: a TAT in debt (ChargeAlways) leaves less than nothing.
+	before, resetBefore := max(0, full-d)/period, now+CeilDiv(d, amount)
 	if !s.allowed {
 		s.remaining, s.resetAt = before, resetBefore
 		s.retryAfter = CeilDiv(cost*period-(full-d), amount)

@@ -216,8 +216,9 @@ type Decision struct {
 	Allowed bool
 	// Consumed: the cost was taken from the limit. True exactly when Allowed
 	// and the batch committed (and the request was not a check or a
-	// probe). An allowed limit of a batch that did not commit is
-	// reported as it stands, its cost not taken.
+	// probe), or when the request Charges (recorded whatever it answered).
+	// An allowed limit of a batch that did not commit is reported as it
+	// stands, its cost not taken.
 	Consumed bool
 	// Limit is the policy's limit (token bucket: capacity; GCRA: burst).
 	Limit int64

@@ -30,8 +30,9 @@ type PolicySpec struct {
 	Algorithm Algorithm
 	// Params holds exactly one algorithm's parameters. (Required)
 	Params Params
-	// MaxCost bounds Request.Cost. (Optional, default: the limit or capacity;
-	// 0 is kept only for a zero limit, which denies every request.)
+	// MaxCost bounds Request.Cost. (Optional, default and at most: the
+	// limit or capacity, Policy.Ceiling for ChargeAlways; 0 is kept only
+	// for a zero limit, which denies every request.)
 	MaxCost int64
 	// CleanupGrace is added to every state TTL. (Optional, default 1s)
 	CleanupGrace time.Duration
@@ -45,6 +46,10 @@ type PolicySpec struct {
 	Shadow bool
 	// Penalty is the limit's penalty box. (Optional, default none)
 	Penalty Penalty
+	// Charge: whether a denied request's cost is recorded (ChargeAlways:
+	// post-paid usage, bounded by DebtFactor). (Optional, default
+	// ChargeAllowed)
+	Charge Charge
 	// Group, when set, makes the policy one of a class of policies made at
 	// request time (a request-supplied limit override) rather than
 	// configured: the class shares one bounded part of a store (see
@@ -125,13 +130,17 @@ func NewPolicy(spec PolicySpec) (*Policy, error) {
 		return nil, err
 	}
 	spec.Penalty = pn
-	switch {
+	p.spec.Charge = spec.Charge
+	if err := checkCharge(p, &spec); err != nil {
+		return nil, err
+	}
+	switch ceiling := p.Ceiling(); {
 	case spec.MaxCost == 0:
-		spec.MaxCost = p.limit
+		spec.MaxCost = ceiling
 	case spec.MaxCost < 0:
 		return nil, &FieldError{Field: "max_cost", Reason: "must not be negative"}
-	case spec.MaxCost > p.limit:
-		return nil, &FieldError{Field: "max_cost", Reason: fmt.Sprintf("%d is above the limit %d", spec.MaxCost, p.limit)}
+	case spec.MaxCost > ceiling:
+		return nil, &FieldError{Field: "max_cost", Reason: fmt.Sprintf("%d is above the limit %d", spec.MaxCost, ceiling)}
 	}
 	p.spec = spec
 	return p, nil

@@ -34,6 +34,13 @@ var slidingLogRules = algorithmRules{
 		return SlidingLogParams{Limit: r.Limit, Window: r.Window}
 	},
 	sketch: sketchRules{windows: 2},
+	// The log of a charge holds up to the ceiling's hits.
+	debtCheck: func(p *Policy, ceiling int64) error {
+		if ceiling > MaxSlidingLogLimit {
+			return &FieldError{Field: "limit", Reason: fmt.Sprintf("must be at most %d for sliding_log with charge always", MaxSlidingLogLimit/(1+DebtFactor))}
+		}
+		return nil
+	},
 }
 
 func (SlidingLogParams) algorithm() Algorithm { return SlidingLog }
@@ -138,35 +145,13 @@ func slidingLogOf(st State, now int64, p *Policy) string {
 // hit leaves. One pass over the log, as the Lua step.
 func slidingLog(st State, now int64, p *Policy, cost int64) step {
 	limit, w := p.limit, p.windowMs
-	log := slidingLogOf(st, now, p)
-	n := len(log) / SlidingLogEntryBytes
-	epochStart := now - now%w
-	// from: the first hit in the window; used: the units in the window,
-	// level those since epochStart; last: the newest hit.
-	from, used, level, lastT, lastC := n, int64(0), int64(0), int64(-1), int64(0)
-	for i := range n {
-		t, c := logEntry(log, i)
-		if t <= now-w {
-			continue
-		}
-		if used == 0 {
-			from = i
-		}
-		used += c
-		if t >= epochStart {
-			level += c
-		}
-		lastT, lastC = t, c
-	}
-	resetBefore := now
-	if from < n {
-		resetBefore = lastT + w
-	}
+	lw := windowOfLog(st, now, p)
+	log, n, from, used := lw.log, lw.n, lw.from, lw.used
 	s := step{allowed: cost <= limit-used}
 	if !s.allowed {
-		s.remaining, s.resetAt = max(0, limit-used), resetBefore
+		s.remaining, s.resetAt = max(0, limit-used), lw.resetBefore
 		// The hits leave oldest first: the first time the rest leave room.
-		s.retryAfter = max(1, resetBefore-now)
+		s.retryAfter = max(1, lw.resetBefore-now)
 		freed := int64(0)
 		for i := from; i < n; i++ {
 			t, c := logEntry(log, i)
@@ -178,16 +163,59 @@ func slidingLog(st State, now int64, p *Policy, cost int64) step {
 		}
 		return s
 	}
-	s.remainingBefore, s.resetAtBefore = limit-used, resetBefore
-	kept := log[from*SlidingLogEntryBytes:]
-	newest := cost
-	if lastT == now {
-		kept, newest = kept[:len(kept)-SlidingLogEntryBytes], lastC+cost // the same ms: one entry
-	}
-	var entry [SlidingLogEntryBytes]byte
-	s.log = kept + string(AppendSlidingLogEntry(entry[:0], now, newest))
-	s.epoch, s.level, s.carry = now/w, level+cost, used-level
+	s.remainingBefore, s.resetAtBefore = limit-used, lw.resetBefore
+	lw.appendHit(&s, now, w, cost)
 	s.remaining, s.resetAt = limit-used-cost, now+w
 	s.ttl = w + p.CleanupGraceMillis()
 	return s
+}
+
+// logWindow is a sliding log read at now: the hits from index from on are
+// in the window, used units in all, level of them since now's
+// epoch-aligned window began; the newest is lastC units at lastT.
+type logWindow struct {
+	log                       string
+	n, from                   int
+	used, level, lastT, lastC int64
+	resetBefore               int64
+}
+
+func windowOfLog(st State, now int64, p *Policy) logWindow {
+	w := p.windowMs
+	log := slidingLogOf(st, now, p)
+	n := len(log) / SlidingLogEntryBytes
+	epochStart := now - now%w
+	lw := logWindow{log: log, n: n, from: n, lastT: -1, resetBefore: now}
+	for i := range n {
+		t, c := logEntry(log, i)
+		if t <= now-w {
+			continue
+		}
+		if lw.used == 0 {
+			lw.from = i
+		}
+		lw.used += c
+		if t >= epochStart {
+			lw.level += c
+		}
+		lw.lastT, lw.lastC = t, c
+	}
+	if lw.from < n {
+		lw.resetBefore = lw.lastT + w
+	}
+	return lw
+}
+
+// appendHit sets s's state to the log pruned to the window with a hit of
+// cost at now appended (merged into the last entry when it has the same
+// ms).
+func (lw *logWindow) appendHit(s *step, now, w, cost int64) {
+	kept := lw.log[lw.from*SlidingLogEntryBytes:]
+	newest := cost
+	if lw.lastT == now {
+		kept, newest = kept[:len(kept)-SlidingLogEntryBytes], lw.lastC+cost // the same ms: one entry
+	}
+	var entry [SlidingLogEntryBytes]byte
+	s.log = kept + string(AppendSlidingLogEntry(entry[:0], now, newest))
+	s.epoch, s.level, s.carry = now/w, lw.level+cost, lw.used-lw.level
 }

@@ -23,6 +23,14 @@ var slidingWindowRules = algorithmRules{
 		return SlidingWindowParams{Limit: r.Limit, Window: r.Window}
 	},
 	sketch: sketchRules{windows: 2},
+	// The weighted estimate multiplies counts up to the ceiling by
+	// SlidingScale.
+	debtCheck: func(p *Policy, ceiling int64) error {
+		if ceiling > MaxSafeInteger/SlidingScale {
+			return &FieldError{Field: "limit", Reason: fmt.Sprintf("must be at most %d for a sliding window with charge always", MaxSafeInteger/SlidingScale/(1+DebtFactor))}
+		}
+		return nil
+	},
 }
 
 func (SlidingWindowParams) algorithm() Algorithm { return SlidingWindow }
@@ -53,15 +61,7 @@ func (prm SlidingWindowParams) apply(p *Policy) error {
 func slidingWindow(st State, now int64, p *Policy, cost int64) step {
 	limit, window := p.limit, p.windowMs
 	w, e := now/window, now%window
-	var cur, prev int64
-	if st.Exists {
-		switch st.Epoch {
-		case w:
-			cur, prev = st.Level, st.Carry
-		case w - 1:
-			prev = st.Level
-		}
-	}
+	cur, prev := slidingCounts(st, w)
 	weight := CeilDiv((window-e)*SlidingScale, window)
 	prevPart := CeilDiv(prev*weight, SlidingScale)
 	s := step{allowed: cost <= limit-(prevPart+cur)}
@@ -111,4 +111,17 @@ func slidingNeed(prev, cur, cost, limit, window int64) int64 {
 		return 0 // the full weight is admissible; also keeps wmax*window exact
 	}
 	return max(0, window-wmax*window/SlidingScale)
+}
+
+// slidingCounts are the current and previous counts of st in window w.
+func slidingCounts(st State, w int64) (cur, prev int64) {
+	if st.Exists {
+		switch st.Epoch {
+		case w:
+			return st.Level, st.Carry
+		case w - 1:
+			return 0, st.Level
+		}
+	}
+	return 0, 0
 }

@@ -23,7 +23,9 @@ var tokenBucketRules = algorithmRules{
 		capacity, refill := bucketRate(r)
 		return TokenBucketParams{Capacity: capacity, RefillAmount: refill, RefillPeriod: r.Window}
 	},
-	sketch: sketchRules{deficit: tokenBucketDeficit, state: tokenBucketState},
+	sketch:    sketchRules{deficit: tokenBucketDeficit, state: tokenBucketState},
+	charge:    tokenBucketCharge,
+	debtCheck: bucketDebtCheck,
 }
 
 // bucketRate is the bucket of a rate: Limit tokens refilled every Window, in
@@ -90,26 +92,12 @@ func gcd(a, b int64) int64 {
 }
 
 // tokenBucket: State.Epoch is the last refill time (ms), State.Level the
-// tokens left, State.Carry the sub-token refill remainder.
+// tokens left, State.Carry the sub-token refill remainder; a bucket in debt
+// (ChargeAlways) is stored as the tokens it holds at a refill time after
+// now (tokenBucketCharge).
 func tokenBucket(st State, now int64, p *Policy, cost int64) step {
 	capacity, amount, period := p.limit, p.refillAmount, p.refillPeriodMs
-	tokens, rem := capacity, int64(0)
-	if st.Exists {
-		tokens, rem = st.Level, st.Carry
-		elapsed := max(0, now-st.Epoch)
-		var fullAfter int64
-		if missing := (capacity-tokens)*period - rem; missing > 0 {
-			fullAfter = CeilDiv(missing, amount)
-		}
-		// Compare before multiplying: a long idle time never overflows.
-		if elapsed >= fullAfter {
-			tokens, rem = capacity, 0
-		} else {
-			units := elapsed*amount + rem
-			tokens += units / period
-			rem = units % period
-		}
-	}
+	tokens, rem := bucketAt(st, now, p)
 	s := step{allowed: cost <= tokens}
 	if s.allowed {
 		s.remainingBefore, s.resetAtBefore = tokens, now+fullTime(capacity, tokens, rem, amount, period)
@@ -118,13 +106,68 @@ func tokenBucket(st State, now int64, p *Policy, cost int64) step {
 		s.retryAfter = CeilDiv((cost-tokens)*period-rem, amount)
 	}
 	fullAfter := fullTime(capacity, tokens, rem, amount, period)
-	s.remaining = tokens
+	s.remaining = max(0, tokens)
 	s.resetAt = now + fullAfter
 	if s.allowed {
 		s.epoch, s.level, s.carry = now, tokens, rem
 		s.ttl = fullAfter + p.CleanupGraceMillis()
 	}
 	return s
+}
+
+// bucketAt is the bucket of st refilled up to now: its tokens (below 0 in
+// debt) and the sub-token remainder in [0, period).
+func bucketAt(st State, now int64, p *Policy) (tokens, rem int64) {
+	capacity, amount, period := p.limit, p.refillAmount, p.refillPeriodMs
+	if !st.Exists {
+		return capacity, 0
+	}
+	tokens, rem = st.Level, st.Carry
+	if tokens >= capacity {
+		// A lowered capacity can leave more stored tokens than it: full.
+		return capacity, 0
+	}
+	if st.Epoch > now {
+		// In debt until the stored refill time: the units it lacks now,
+		// at most a whole debt (a farther time is not ours to trust; nor
+		// is a debt of nothing: empty).
+		debt := min(st.Epoch-now, CeilDiv(p.Ceiling()*period, amount))*amount - (tokens*period + rem)
+		debt = min(debt, (p.Ceiling()-capacity)*period)
+		if debt <= 0 {
+			return 0, 0
+		}
+		if r := debt % period; r != 0 {
+			return -(debt/period + 1), period - r
+		}
+		return -(debt / period), 0
+	}
+	elapsed := now - st.Epoch
+	var fullAfter int64
+	if missing := (capacity-tokens)*period - rem; missing > 0 {
+		fullAfter = CeilDiv(missing, amount)
+	}
+	// Compare before multiplying: a long idle time never overflows.
+	if elapsed >= fullAfter {
+		return capacity, 0
+	}
+	units := elapsed*amount + rem
+	return tokens + units/period, units % period
+}
+
+// tokenBucketCharge takes cost tokens from the bucket at now, at most down
+// to the debt bound (capacity * DebtFactor below empty). A bucket in debt
+// is stored empty, or with the tokens of less than one refill step, at the
+// first whole ms its refill brings it there: the refill time after now.
+func tokenBucketCharge(st State, now int64, p *Policy, cost int64) (step, bool) {
+	capacity, amount, period := p.limit, p.refillAmount, p.refillPeriodMs
+	tokens, rem := bucketAt(st, now, p)
+	units := tokens*period + rem
+	floor := -(p.Ceiling() - capacity) * period
+	units = max(units-cost*period, min(units, floor))
+	var s step
+	s.epoch, s.level, s.carry = bucketState(units, now, p)
+	s.ttl = s.epoch - now + fullTime(capacity, s.level, s.carry, amount, period) + p.CleanupGraceMillis()
+	return s, true
 }
 
 // fullTime is how long a bucket of tokens (plus rem sub-token units) takes to
@@ -137,26 +180,42 @@ func fullTime(capacity, tokens, rem, amount, period int64) int64 {
 }
 
 // tokenBucketDeficit is the capacity minus the tokens of st at now (its
-// refill applied), in units of 1/period token; a lowered capacity can leave
-// more tokens than it: 0.
+// refill applied), in units of 1/period token, a debt included (at most
+// the Ceiling's); a lowered capacity can leave more tokens than it: 0.
 func tokenBucketDeficit(st State, now int64, p *Policy) int64 {
-	if !st.Exists || st.Level >= p.limit {
-		return 0
+	tokens, rem := bucketAt(st, now, p)
+	return min(max(0, (p.limit-tokens)*p.refillPeriodMs-rem), p.Ceiling()*p.refillPeriodMs)
+}
+
+// bucketDebtCheck is the capacity rule of TokenBucketParams.apply for a
+// bucket that may fall ceiling - capacity below empty: the whole range
+// times the period, and the time to refill it, stay exact.
+func bucketDebtCheck(p *Policy, ceiling int64) error {
+	if ceiling > (MaxSafeInteger-p.refillAmount)/p.refillPeriodMs {
+		return &FieldError{Field: "capacity", Reason: "times two (charge always) times the refill period (in ms, reduced by the refill rate) exceeds 2^53-1"}
 	}
-	missing := (p.limit-st.Level)*p.refillPeriodMs - st.Carry
-	if missing <= 0 {
-		return 0
+	if ceiling*p.refillPeriodMs/p.refillAmount >= maxDurationMillis {
+		return &FieldError{Field: "capacity", Reason: fmt.Sprintf("times two (charge always) takes longer than %dms to refill", maxDurationMillis)}
 	}
-	// Compare before multiplying: a long idle time never overflows.
-	elapsed := max(0, now-st.Epoch)
-	if elapsed >= CeilDiv(missing, p.refillAmount) {
-		return 0
-	}
-	return missing - elapsed*p.refillAmount
+	return nil
 }
 
 // tokenBucketState is the bucket refilled at now that misses d units.
 func tokenBucketState(d, now int64, p *Policy) (epoch, level, carry int64) {
-	units := p.limit*p.refillPeriodMs - d
-	return now, units / p.refillPeriodMs, units % p.refillPeriodMs
+	return bucketState(p.limit*p.refillPeriodMs-d, now, p)
+}
+
+// bucketState is the state of a bucket holding units (1/period tokens) at
+// now: below 0, a bucket in debt, stored as the bucket it is at the first
+// whole ms its refill brings it to 0 or more, at most one unit short of
+// full there (a refill faster than the capacity per ms is full at that
+// time, which stored tokens at capacity would not say: bucketAt reads them
+// as full now).
+func bucketState(units, now int64, p *Policy) (epoch, level, carry int64) {
+	epoch = now
+	if units < 0 {
+		q := CeilDiv(-units, p.refillAmount)
+		epoch, units = now+q, min(q*p.refillAmount+units, p.limit*p.refillPeriodMs-1)
+	}
+	return epoch, units / p.refillPeriodMs, units % p.refillPeriodMs
 }

@@ -40,6 +40,10 @@ const (
 	// FlagCalendar: the calendar extension (CalendarPacked bytes) follows
 	// the packed numbers, after the penalty extension when both are set.
 	FlagCalendar = 32
+	// FlagCharge: the key's policy records a denied cost
+	// (limiter.ChargeAlways), up to limiter.Policy.Ceiling; only
+	// rate-batch-v2.lua knows it (rate-batch-v1.lua refuses the key).
+	FlagCharge = 64
 )
 
 // PenaltyPacked is the length of the penalty extension that follows the
@@ -117,6 +121,9 @@ func AppendBatchPackedAt(dst []byte, p *limiter.Policy, cost int64, role limiter
 	b[1] = byte(role) & FlagRoleMask
 	if p.AbstainsOnFailure() {
 		b[1] |= FlagFailOpen
+	}
+	if p.ChargeAlways() {
+		b[1] |= FlagCharge
 	}
 	arg1, arg2 := p.AlgorithmArgs()
 	for i, v := range [7]int64{int64(p.Revision()), p.Limit(), arg1, arg2, p.CleanupGraceMillis(), p.MaxClockRegressionMillis(), cost} {

@@ -142,3 +142,17 @@ func TestCalendarArgs(t *testing.T) {
 }
 
 func itoa(v int64) string { return strconv.FormatInt(v, 10) }
+
+// TestAppendBatchArgsCharge: a policy that charges always sets FlagCharge,
+// with its cost up to the ceiling; no extension follows.
+func TestAppendBatchArgsCharge(t *testing.T) {
+	p := mustPolicy(t, limiter.PolicySpec{ID: "budget", Algorithm: limiter.TokenBucket, Charge: limiter.ChargeAlways,
+		Params: limiter.TokenBucketParams{Capacity: 10, RefillAmount: 10, RefillPeriod: time.Hour}})
+	a := AppendBatchArgs(nil, p, 20, limiter.RoleOrdinary)
+	if b := []byte(a[1]); len(b) != BatchPacked || b[1] != FlagCharge {
+		t.Fatalf("packed %d bytes, flags %d; want %d bytes, flags %d", len(b), b[1], BatchPacked, FlagCharge)
+	}
+	if got := math.Float64frombits(binary.BigEndian.Uint64([]byte(a[1])[BatchPacked-8:])); got != 20 {
+		t.Fatalf("cost %v, want 20", got)
+	}
+}

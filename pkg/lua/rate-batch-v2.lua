@@ -17,6 +17,8 @@
 --             revision, limit, the two algorithm arguments, cleanup grace
 --             ms, max clock regression ms and cost, then the penalty
 --             extension (flag 16) and the calendar extension (flag 32);
+--             flag 64: the key charges always (a cost up to twice the
+--             limit, no penalty box);
 --             the ranges are rate-batch-v1.lua's. No policy ID: the key
 --             names the policy, its revision and the algorithm.
 -- ARGV[N+1]   the group: per request struct.pack('>Hd'): its number of keys
@@ -41,7 +43,12 @@
 -- (limiter.Commits, as rate-batch-v1.lua). On commit every ALLOWED key but
 -- the check and probe ones is written: one SET of its whole state, with
 -- PX, or KEEPTTL for a window written before in the same window (the last
--- state of a key named twice). An offence against a penalty box is
+-- state of a key named twice). A key that charges always (flag 64,
+-- limiter.ChargeAlways; not a check or probe) is written whatever the
+-- request commits: its cost when allowed, and when DENIED the cost
+-- recorded anyway up to its ceiling, twice the limit (a token bucket in
+-- debt is stored with its refill time after now), replying what one more
+-- unit meets. An offence against a penalty box is
 -- written once every key of the request has been evaluated, before the
 -- commit's writes, whatever the request commits: the state as stored with
 -- the new block (SET KEEPTTL) and its expiry raised (PEXPIRE GT). A
@@ -82,7 +89,7 @@
 -- fragments/prelude.lua: shared by every program (a test checks each
 -- program contains it verbatim): constants and library locals.
 -- defines: MAX, MAX_DURATION, MAX_PENALTY, ROLE_BITS, FAIL_OPEN, PENALTY,
--- defines: CALENDAR, S, MAX_SLIDING, MAX_LOG, POLICY_ID, DECIMAL, find,
+-- defines: CALENDAR, CHARGE, S, MAX_SLIDING, MAX_LOG, POLICY_ID, DECIMAL, find,
 -- defines: fmod, format, band, unpackList, unpack, pack, sub, max, ceilDiv
 --
 -- A script's whole body runs on every EVALSHA, so each function a program
@@ -94,8 +101,9 @@ local MAX_DURATION = 316224000000 -- ten years in ms, as limiter.NewPolicy
 local MAX_PENALTY = 2592000000 -- 30 days in ms, limiter.MaxPenalty
 -- The flags byte of a key's packed argument (pkg/lua Flag*): the role's
 -- bits, fail open, a penalty extension follows, a calendar extension
--- follows (after the penalty extension when both do).
-local ROLE_BITS, FAIL_OPEN, PENALTY, CALENDAR = 7, 8, 16, 32
+-- follows (after the penalty extension when both do), the policy charges
+-- always (rate-batch-v2.lua; version 1 refuses it).
+local ROLE_BITS, FAIL_OPEN, PENALTY, CALENDAR, CHARGE = 7, 8, 16, 32, 64
 local S = 1000000 -- sliding-window weight scale (limiter.SlidingScale)
 -- The largest sliding limit: (2^53-1) / S, exact (MAX / S is far from an
 -- integer, so the VM's floor cannot round up).
@@ -406,35 +414,59 @@ local function slidingWindowStep(st, epoch, level, carry, now, limit, window, gr
   return false, 0, 0, 0, 0, remainingBefore, retry, resetBefore, remainingBefore, resetBefore
 end
 -- uses: fmod, ceilDiv
--- defines: tokenBucketStep
+-- defines: bucketAt, tokenBucketStep, tokenBucketCharge
+
+-- bucketAt is limiter's bucketAt: the bucket of a state (st true, with
+-- epoch, level, carry; nil none) refilled up to now, for a capacity of
+-- limit refilled by amount every period ms and its ceiling: the tokens
+-- (below 0 in debt: a charge stores a bucket in debt as the tokens it
+-- holds at a refill time after now) and the remainder in [0, period).
+local function bucketAt(st, epoch, level, carry, now, limit, amount, period, ceiling)
+  if not st or level >= limit then
+    -- (A lowered capacity can leave more stored tokens than it: full.)
+    return limit, 0
+  end
+  if epoch > now then
+    -- In debt: at most a whole debt (nor a debt of nothing: empty).
+    local dms, most = epoch - now, ceilDiv(ceiling * period, amount)
+    if dms > most then
+      dms = most
+    end
+    local debt = dms * amount - (level * period + carry)
+    if debt > (ceiling - limit) * period then
+      debt = (ceiling - limit) * period
+    end
+    if debt <= 0 then
+      return 0, 0
+    end
+    local r = fmod(debt, period)
+    if r ~= 0 then
+      return -((debt - r) / period + 1), period - r
+    end
+    return -(debt / period), 0
+  end
+  local tokens, rem = level, carry
+  local elapsed = now - epoch
+  local missing = (limit - tokens) * period - rem
+  local fullAfter = 0
+  if missing > 0 then
+    fullAfter = ceilDiv(missing, amount)
+  end
+  if elapsed >= fullAfter then
+    return limit, 0
+  end
+  -- elapsed * amount < missing: exact, and tokens stay below capacity.
+  local units = elapsed * amount + rem
+  rem = fmod(units, period)
+  return tokens + (units - rem) / period, rem
+end
 
 -- tokenBucketStep is limiter.Check of a token bucket: a state (st true,
 -- with level, epoch, carry; nil none) at now, for a capacity of limit
--- refilled by amount every period ms, the grace and the cost. It returns
--- what fixedWindowStep returns.
-local function tokenBucketStep(st, epoch, level, carry, now, limit, amount, period, grace, cost)
-  local tokens, rem = limit, 0
-  if st and level < limit then
-    -- (A lowered capacity can leave more stored tokens than it: full.)
-    tokens, rem = level, carry
-    local elapsed = now - epoch
-    if elapsed < 0 then
-      elapsed = 0
-    end
-    local missing = (limit - tokens) * period - rem
-    local fullAfter = 0
-    if missing > 0 then
-      fullAfter = ceilDiv(missing, amount)
-    end
-    if elapsed >= fullAfter then
-      tokens, rem = limit, 0
-    else
-      -- elapsed * amount < missing: exact, and tokens stay below capacity.
-      local units = elapsed * amount + rem
-      rem = fmod(units, period)
-      tokens = tokens + (units - rem) / period
-    end
-  end
+-- refilled by amount every period ms, the grace, the cost and the ceiling.
+-- It returns what fixedWindowStep returns.
+local function tokenBucketStep(st, epoch, level, carry, now, limit, amount, period, grace, cost, ceiling)
+  local tokens, rem = bucketAt(st, epoch, level, carry, now, limit, amount, period, ceiling)
   -- ms until the bucket is full, before the cost, then (allowed) after it.
   local full = 0
   if tokens < limit then
@@ -446,37 +478,79 @@ local function tokenBucketStep(st, epoch, level, carry, now, limit, amount, peri
     full = ceilDiv((limit - left) * period - rem, amount)
     return true, now, left, rem, full + grace, left, 0, now + full, tokens, resetBefore
   end
-  return false, 0, 0, 0, 0, tokens, ceilDiv((cost - tokens) * period - rem, amount), resetBefore, tokens, resetBefore
+  local remaining = tokens
+  if remaining < 0 then
+    remaining = 0
+  end
+  return false, 0, 0, 0, 0, remaining, ceilDiv((cost - tokens) * period - rem, amount), resetBefore, remaining,
+    resetBefore
+end
+
+-- tokenBucketCharge is limiter's tokenBucketCharge: cost taken from the
+-- bucket at now whatever it holds, down to the ceiling's debt at most. It
+-- returns the state to write (epoch, level, carry) and its ttl.
+local function tokenBucketCharge(st, epoch, level, carry, now, limit, amount, period, grace, cost, ceiling)
+  local tokens, rem = bucketAt(st, epoch, level, carry, now, limit, amount, period, ceiling)
+  local units = tokens * period + rem
+  local floor = -(ceiling - limit) * period
+  if units < floor then
+    floor = units
+  end
+  units = units - cost * period
+  if units < floor then
+    units = floor
+  end
+  local e = now
+  if units < 0 then
+    -- At most one unit short of full there (limiter's tokenBucketCharge).
+    local q = ceilDiv(-units, amount)
+    e, units = now + q, q * amount + units
+    if units > limit * period - 1 then
+      units = limit * period - 1
+    end
+  end
+  local c = fmod(units, period)
+  local l = (units - c) / period
+  local full = 0
+  if l < limit then
+    full = ceilDiv((limit - l) * period - c, amount)
+  end
+  return e, l, c, e - now + full + grace
 end
 -- uses: fmod, ceilDiv
 -- defines: gcraStep
 
 -- gcraStep is limiter.Check of GCRA: a state (st true, with epoch and
 -- carry; nil none) at now, for a burst of limit and amount per period ms,
--- the grace and the cost. It returns what fixedWindowStep returns.
-local function gcraStep(st, epoch, carry, now, limit, amount, period, grace, cost)
-  local full = limit * period
-  -- d: how far the TAT is ahead of now, in units, at most full (a TAT
-  -- further ahead, left by a lowered burst, is a full tolerance; a
+-- the grace, the cost and the ceiling (the burst, twice it for a charge).
+-- It returns what fixedWindowStep returns.
+local function gcraStep(st, epoch, carry, now, limit, amount, period, grace, cost, ceiling)
+  local full, most = limit * period, ceiling * period
+  -- d: how far the TAT is ahead of now, in units, at most the ceiling's
+  -- (a TAT further ahead, left by a lowered burst, is a full tolerance; a
   -- fraction of another rate counts as amount - 1).
   local d = 0
   if st and epoch >= now then
     local dms = epoch - now
-    if dms > (full - fmod(full, amount)) / amount then
-      d = full
+    if dms > (most - fmod(most, amount)) / amount then
+      d = most
     else
       local f = carry
       if f >= amount then
         f = amount - 1
       end
       d = dms * amount + f
-      if d > full then
-        d = full
+      if d > most then
+        d = most
       end
     end
   end
   local room = full - d
-  local remainingBefore = (room - fmod(room, period)) / period
+  -- A TAT in debt (a charge) leaves less than nothing.
+  local remainingBefore = 0
+  if room > 0 then
+    remainingBefore = (room - fmod(room, period)) / period
+  end
   local resetBefore = now + ceilDiv(d, amount)
   if cost * period <= room then
     d = d + cost * period
@@ -608,11 +682,76 @@ local function slidingLogStep(st, lastObservedMs, epoch, level, carry, log, now,
   local retry = slidingLogRetry(lg, from, used, limit, cost, now, w, resetBefore)
   return false, '', false, 0, 0, 0, 0, remainingBefore, retry, resetBefore, remainingBefore, resetBefore
 end
+-- uses: fixedWindowStep, slidingWindowStep, tokenBucketStep, gcraStep,
+-- uses: slidingLogStep, tokenBucketCharge
+-- defines: algStep, chargeKey
+
+-- algStep is alg's step on a compatible state (st true; nil none) at now:
+-- incompatible, a sliding log that cannot be ours (then nothing else);
+-- the log to write, allowed, the state to write (epoch, level, carry) and
+-- its ttl, the reply (remaining, retry, resetAt) and the reply before the
+-- cost (remainingBefore, resetBefore).
+local function algStep(alg, st, lastObservedMs, epoch, level, carry, log, now, limit, ceiling, p2, p3, grace, cost,
+                       cal, cb0, cb1, cb2, cb3)
+  if alg == 'fixed_window' then
+    return false, '', fixedWindowStep(st, epoch, level, now, limit, p2, grace, cost, cal, cb0, cb1, cb2, cb3)
+  elseif alg == 'sliding_window' then
+    return false, '', slidingWindowStep(st, epoch, level, carry, now, limit, p2, grace, cost)
+  elseif alg == 'token_bucket' then
+    return false, '', tokenBucketStep(st, epoch, level, carry, now, limit, p2, p3, grace, cost, ceiling)
+  elseif alg == 'gcra' then
+    return false, '', gcraStep(st, epoch, carry, now, limit, p2, p3, grace, cost, ceiling)
+  end
+  return slidingLogStep(st, lastObservedMs, epoch, level, carry, log, now, limit, p2, grace, cost)
+end
+
+-- chargeKey is limiter's charge of a key that charges always and whose
+-- step denied cost: the cost recorded anyway, up to the ceiling (a token
+-- bucket: tokenBucketCharge; the others: their step with the ceiling as
+-- the limit, of the cost or of the room left under the ceiling). It
+-- returns whether anything is recorded, the state to write (epoch, level,
+-- carry, log) and its ttl, and the reply of one more unit (remaining,
+-- retry, resetAt).
+local function chargeKey(alg, st, lastObservedMs, epoch, level, carry, log, now, limit, ceiling, p2, p3, grace, cost,
+                         cal, cb0, cb1, cb2, cb3)
+  local rec, e, l, c, lg, ttl = true, 0, 0, 0, '', 0
+  if alg == 'token_bucket' then
+    e, l, c, ttl = tokenBucketCharge(st, epoch, level, carry, now, limit, p2, p3, grace, cost, ceiling)
+  else
+    local _, fits, room
+    _, lg, fits, e, l, c, ttl, room = algStep(alg, st, lastObservedMs, epoch, level, carry, log, now, ceiling,
+      ceiling, p2, p3, grace, cost, cal, cb0, cb1, cb2, cb3)
+    if not fits then
+      if room <= 0 then
+        rec = false
+      else
+        _, lg, fits, e, l, c, ttl = algStep(alg, st, lastObservedMs, epoch, level, carry, log, now, ceiling,
+          ceiling, p2, p3, grace, room, cal, cb0, cb1, cb2, cb3)
+      end
+    end
+  end
+  if rec then
+    st, lastObservedMs, epoch, level, carry, log = true, now, e, l, c, lg
+  end
+  local _, _, fits, _, _, _, _, remaining, retry, resetAt, _, resetBefore = algStep(alg, st, lastObservedMs, epoch,
+    level, carry, log, now, limit, ceiling, p2, p3, grace, 1, cal, cb0, cb1, cb2, cb3)
+  if fits then
+    resetAt = resetBefore
+  end
+  if remaining < 0 then
+    remaining = 0
+  end
+  if retry < 1 then
+    retry = 1
+  end
+  return rec, e, l, c, lg, ttl, remaining, retry, resetAt
+end
 -- fragments/args-v2.lua: the argument of one key of rate-batch-v2.lua and
 -- rate-refund-v2.lua: one ARGV field, the packed numbers (see the
 -- programs' headers).
 -- uses: unpack, unpackList, band, ROLE_BITS, FAIL_OPEN, PENALTY, CALENDAR, MAX,
--- uses: MAX_DURATION, MAX_SLIDING, MAX_LOG, fmod, penaltyArgs, calendarArgs
+-- uses: MAX_DURATION, MAX_SLIDING, MAX_LOG, fmod, penaltyArgs, calendarArgs,
+-- uses: CHARGE
 -- defines: NARG, argsRead, keyArgs
 
 local NARG = 1
@@ -624,34 +763,45 @@ local argsRead = false
 
 -- keyArgs reads and checks the argument of the group's key gi. It returns
 -- what args-v1.lua's keyArgs returns, with false for the policy ID (the
--- key names the policy: its state holds none).
+-- key names the policy: its state holds none), then whether the key
+-- charges always and its ceiling.
 local function keyArgs(gi)
   local packed, valid = ARGV[gi], true
   if argsRead then
     local r = argsRead[packed]
     if r then
-      return unpackList(r, 1, 21)
+      return unpackList(r, 1, 23)
     end
   end
   local alg, role, failOpen, rev, limit, p2, p3, grace, maxRegression, cost
-  local penalty, duration, maxDuration, decay, cal, cb0, cb1, cb2, cb3
+  local penalty, duration, maxDuration, decay, cal, cb0, cb1, cb2, cb3, charge, ceiling
+  -- Every flag bit but 128 and the penalty's (taken off by penaltyArgs).
+  local unknownFlags = 144
   -- fragments/args.lua: a key's packed numbers (lua.AppendBatchPacked), read
-  -- and checked, as an inline block of a program's keyArgs: struct.pack(
+  -- and checked (unknownFlags: the flag bits the program does not know), as
+  -- an inline block of a program's keyArgs: struct.pack(
   -- '>BBddddddd') of algorithm, flags, revision, limit, the two algorithm
   -- arguments, grace, max clock regression and cost, then the penalty
   -- extension (flag 16) and the calendar extension (flag 32). It gives the
   -- algorithm's name, the key's role and failOpen (0 and false when not
   -- valid), the numbers, the penalty box (penalty, its duration, max
   -- duration and decay) and a calendar window (cal and the boundaries of its
-  -- three periods).
+  -- three periods), and whether it charges always with its ceiling.
   -- uses: unpack, band, ROLE_BITS, FAIL_OPEN, PENALTY, CALENDAR, MAX,
-  -- uses: MAX_DURATION, MAX_SLIDING, MAX_LOG, fmod, penaltyArgs, calendarArgs
-  -- in: packed, valid
+  -- uses: MAX_DURATION, MAX_SLIDING, MAX_LOG, fmod, penaltyArgs, calendarArgs,
+  -- uses: CHARGE
+  -- in: packed, valid, unknownFlags
   -- out: valid, alg, role, failOpen, rev, limit, p2, p3, grace, maxRegression,
-  -- out: cost, penalty, duration, maxDuration, decay, cal, cb0, cb1, cb2, cb3
+  -- out: cost, penalty, duration, maxDuration, decay, cal, cb0, cb1, cb2, cb3,
+  -- out: charge, ceiling
   -- defines: algorithm, flags, pos
   local algorithm, flags, pos
   algorithm, flags, rev, limit, p2, p3, grace, maxRegression, cost, pos = unpack('>BBddddddd', packed)
+  -- A charge (flag CHARGE) records usage up to its ceiling, twice the limit.
+  charge, ceiling = band(flags, CHARGE) ~= 0, limit
+  if charge then
+    ceiling = limit * 2
+  end
   penalty, duration, maxDuration, decay = false, 0, 0, 0
   if band(flags, PENALTY) ~= 0 then
     local ok
@@ -663,21 +813,25 @@ local function keyArgs(gi)
   -- a program's keyArgs (a call per key costs Redis CPU; docs/performance.md):
   -- whether the unpacked numbers (doubles, any value) are each an integer in
   -- its range (NaN fails every comparison). flags is a byte: the role in
-  -- bits 0-2, at most 5, failOpen at 8 and the calendar bit 32 (penaltyArgs
-  -- took off the penalty bit 16: 208 is every other bit). Each algorithm's
-  -- own rules are its fragment's valid section.
+  -- bits 0-2, at most 5, failOpen at 8, the calendar bit 32 and, where the
+  -- program knows it, the charge bit 64 (penaltyArgs took off the penalty
+  -- bit 16: unknownFlags is every other bit). A charge may cost up to its
+  -- ceiling (twice the limit, limiter.Policy.Ceiling) and has no penalty
+  -- box. Each algorithm's own rules are its fragment's valid section.
   -- uses: band, ROLE_BITS, MAX, MAX_DURATION
-  -- in: flags, rev, limit, p2, p3, grace, maxRegression, cost
+  -- in: flags, rev, limit, p2, p3, grace, maxRegression, cost, unknownFlags,
+  -- in: charge, ceiling, penalty
   -- out: valid
-  valid = valid and band(flags, 208) == 0 and band(flags, ROLE_BITS) <= 5
+  valid = valid and band(flags, unknownFlags) == 0 and band(flags, ROLE_BITS) <= 5
+    and not (charge and penalty) and ceiling <= MAX
     and rev >= 1 and rev <= 4294967295 and rev % 1 == 0
     and limit >= 0 and limit <= MAX and limit % 1 == 0
     and p2 % 1 == 0 and p3 % 1 == 0
     and grace >= 0 and grace <= MAX_DURATION and grace % 1 == 0
     and maxRegression >= 0 and maxRegression <= MAX_DURATION and maxRegression % 1 == 0
-    and cost >= 1 and cost <= MAX and cost % 1 == 0 and cost <= limit
+    and cost >= 1 and cost <= MAX and cost % 1 == 0 and cost <= ceiling
   -- uses: MAX, MAX_DURATION, MAX_LOG, MAX_SLIDING, fmod
-  -- in: algorithm, valid, limit, p2, p3
+  -- in: algorithm, valid, ceiling, p2, p3
   -- out: alg, valid
   -- The algorithm byte (limiter.Algorithm) to its name, and its argument
   -- rules; an unknown byte is not valid.
@@ -692,38 +846,39 @@ local function keyArgs(gi)
   elseif algorithm == 2 then
     alg = 'sliding_window'
     -- uses: MAX_SLIDING
-    -- in: valid, limit, p2, p3
+    -- in: valid, ceiling, p2, p3
     -- out: valid
-    -- Its argument rules (limiter.NewPolicy): limit and window (p2) times the
-    -- scale S stay below 2^53.
-    valid = valid and p3 == 0 and limit <= MAX_SLIDING and p2 >= 1 and p2 <= MAX_SLIDING
+    -- Its argument rules (limiter.NewPolicy): the ceiling (the limit, twice it
+    -- for a charge) and window (p2) times the scale S stay below 2^53.
+    valid = valid and p3 == 0 and ceiling <= MAX_SLIDING and p2 >= 1 and p2 <= MAX_SLIDING
   elseif algorithm == 3 then
     alg = 'token_bucket'
     -- uses: MAX, MAX_DURATION, fmod
-    -- in: valid, limit, p2, p3
+    -- in: valid, ceiling, p2, p3
     -- out: valid
     -- Its argument rules (limiter.NewPolicy): the capacity (limit), refill
-    -- amount (p2) and period ms (p3); capacity * period + amount stays below
-    -- 2^53.
+    -- amount (p2) and period ms (p3); the ceiling (the capacity, twice it for
+    -- a charge: a debt of one capacity) * period + amount stays below 2^53.
     valid = valid and p2 >= 1 and p2 <= MAX and p3 >= 1 and p3 <= MAX_DURATION
-      and limit <= (MAX - p2 - fmod(MAX - p2, p3)) / p3
+      and ceiling <= (MAX - p2 - fmod(MAX - p2, p3)) / p3
   elseif algorithm == 4 then
     alg = 'gcra'
     -- uses: MAX, MAX_DURATION, fmod
-    -- in: valid, limit, p2, p3
+    -- in: valid, ceiling, p2, p3
     -- out: valid
     -- Its argument rules (limiter.NewPolicy): the burst (limit), amount (p2)
-    -- and period ms (p3); burst * period + amount stays below 2^53.
+    -- and period ms (p3); the ceiling (the burst, twice it for a charge) *
+    -- period + amount stays below 2^53.
     valid = valid and p2 >= 1 and p2 <= MAX and p3 >= 1 and p3 <= MAX_DURATION
-      and limit <= (MAX - p2 - fmod(MAX - p2, p3)) / p3
+      and ceiling <= (MAX - p2 - fmod(MAX - p2, p3)) / p3
   elseif algorithm == 5 then
     alg = 'sliding_log'
     -- uses: MAX_DURATION, MAX_LOG
-    -- in: valid, limit, p2, p3
+    -- in: valid, ceiling, p2, p3
     -- out: valid
-    -- Its argument rules (limiter.NewPolicy): the limit at most MAX_LOG, the
-    -- window ms (p2).
-    valid = valid and p3 == 0 and p2 >= 1 and p2 <= MAX_DURATION and limit <= MAX_LOG
+    -- Its argument rules (limiter.NewPolicy): the ceiling (the limit, twice it
+    -- for a charge) at most MAX_LOG, the window ms (p2).
+    valid = valid and p3 == 0 and p2 >= 1 and p2 <= MAX_DURATION and ceiling <= MAX_LOG
   else
     alg, valid = false, false
   end
@@ -738,10 +893,10 @@ local function keyArgs(gi)
   end
   if argsRead then
     argsRead[packed] = { valid, alg, false, role, failOpen, rev, limit, p2, p3, grace, maxRegression, cost,
-      penalty, duration, maxDuration, decay, cal, cb0, cb1, cb2, cb3 }
+      penalty, duration, maxDuration, decay, cal, cb0, cb1, cb2, cb3, charge, ceiling }
   end
   return valid, alg, false, role, failOpen, rev, limit, p2, p3, grace, maxRegression, cost,
-    penalty, duration, maxDuration, decay, cal, cb0, cb1, cb2, cb3
+    penalty, duration, maxDuration, decay, cal, cb0, cb1, cb2, cb3, charge, ceiling
 end
 -- uses: unpack, unpackList, sub, find, MAX, MAX_SLIDING
 -- defines: STATE_PENALTY, MGET_CHUNK, stored, written, mgetAll, prefetch,
@@ -1037,8 +1192,7 @@ end
 -- key, the common one, keeps no record: its key writes as soon as it is
 -- checked, since a single key that writes is one that commits.
 -- uses: serverNow, keyArgs, loadState, storeState, writeOffence, newReply,
--- uses: replyKey, replyBefore, penaltyStep, blockedRemaining, MAX, fixedWindowStep,
--- uses: slidingWindowStep, tokenBucketStep, gcraStep, slidingLogStep
+-- uses: replyKey, replyBefore, penaltyStep, blockedRemaining, MAX, algStep, chargeKey
 -- defines: WIDE, priorState, writeRecord, recordKey, evalKey, commitKeys, evaluate
 --
 -- The program defines what differs between its versions: keyArgs(gi), the
@@ -1172,7 +1326,7 @@ local function evalKey(kb, i, n, rec, seen, lastWrite, offences)
   local gi = kb + i
   local key = KEYS[gi]
   local valid, alg, policy, role, failOpen, rev, limit, p2, p3, grace, maxRegression, cost,
-    penalty, duration, maxDuration, decay, cal, cb0, cb1, cb2, cb3 = keyArgs(gi)
+    penalty, duration, maxDuration, decay, cal, cb0, cb1, cb2, cb3, charge, ceiling = keyArgs(gi)
   if not valid then
     if n > 1 then
       writeRecord(rec, i, 0)
@@ -1218,34 +1372,15 @@ local function evalKey(kb, i, n, rec, seen, lastWrite, offences)
     if not now then
       status = 'CLOCK_UNSAFE'
     else
-      -- uses: fixedWindowStep, slidingWindowStep, tokenBucketStep, gcraStep,
-      -- uses: slidingLogStep
+      -- uses: algStep
       -- in: alg, st, lastObservedMs, epoch, level, carry, log, now, limit, p2, p3,
-      -- in: grace, cost, cal, cb0, cb1, cb2, cb3
+      -- in: grace, cost, cal, cb0, cb1, cb2, cb3, ceiling
       -- out: incompatible, nLog, allowed, nEpoch, nLevel, nCarry, ttl, remaining,
       -- out: retry, resetAt, remainingBefore, resetBefore
-      -- alg's step on a compatible state (st true; nil none) at now: allowed,
-      -- the state to write (nEpoch, nLevel, nCarry, nLog) and its ttl, the
-      -- reply (remaining, retry, resetAt) and the reply before the cost
-      -- (remainingBefore, resetBefore); incompatible, a sliding log that cannot
-      -- be ours (then nothing else).
-      incompatible, nLog = false, ''
-      if alg == 'fixed_window' then
-        allowed, nEpoch, nLevel, nCarry, ttl, remaining, retry, resetAt, remainingBefore, resetBefore =
-          fixedWindowStep(st, epoch, level, now, limit, p2, grace, cost, cal, cb0, cb1, cb2, cb3)
-      elseif alg == 'sliding_window' then
-        allowed, nEpoch, nLevel, nCarry, ttl, remaining, retry, resetAt, remainingBefore, resetBefore =
-          slidingWindowStep(st, epoch, level, carry, now, limit, p2, grace, cost)
-      elseif alg == 'token_bucket' then
-        allowed, nEpoch, nLevel, nCarry, ttl, remaining, retry, resetAt, remainingBefore, resetBefore =
-          tokenBucketStep(st, epoch, level, carry, now, limit, p2, p3, grace, cost)
-      elseif alg == 'gcra' then
-        allowed, nEpoch, nLevel, nCarry, ttl, remaining, retry, resetAt, remainingBefore, resetBefore =
-          gcraStep(st, epoch, carry, now, limit, p2, p3, grace, cost)
-      else
-        incompatible, nLog, allowed, nEpoch, nLevel, nCarry, ttl, remaining, retry, resetAt, remainingBefore,
-          resetBefore = slidingLogStep(st, lastObservedMs, epoch, level, carry, log, now, limit, p2, grace, cost)
-      end
+      -- alg's step (algStep) on a compatible state (st true; nil none) at now.
+      incompatible, nLog, allowed, nEpoch, nLevel, nCarry, ttl, remaining, retry, resetAt, remainingBefore, resetBefore =
+        algStep(alg, st, lastObservedMs, epoch, level, carry, log, now, limit, ceiling, p2, p3, grace, cost, cal, cb0, cb1,
+          cb2, cb3)
       if incompatible then
         -- A stored log that cannot be ours.
         st, remaining, retry, resetAt, ttl, remainingBefore, resetBefore = false, 0, 0, 0, 0, 0, 0
@@ -1260,10 +1395,22 @@ local function evalKey(kb, i, n, rec, seen, lastWrite, offences)
           status, remaining = 'BLOCKED', blockedRemaining(penaltyUntilMs, now)
         elseif not allowed then
           status = 'DENIED'
+          if charge and role < 3 then
+            -- A charge (limiter.Request.Charges): recorded anyway, up to
+            -- the ceiling, and written whatever the request commits
+            -- (write 2); the reply is what one more unit meets.
+            write, nEpoch, nLevel, nCarry, nLog, ttl, remaining, retry, resetAt = chargeKey(alg, st, lastObservedMs,
+              epoch, level, carry, log, now, limit, ceiling, p2, p3, grace, cost, cal, cb0, cb1, cb2, cb3)
+            if write then
+              write = 2
+            end
+          end
         elseif role >= 3 then
           -- A check or (quota) probe key: its reply before the cost, never
           -- written.
           status, remaining, resetAt = 'ALLOWED', remainingBefore, resetBefore
+        elseif charge then
+          status, write = 'ALLOWED', 2
         else
           status, write = 'ALLOWED', true
         end
@@ -1308,7 +1455,7 @@ end
 -- has been evaluated: when it commits, each state to write is written
 -- (the last write of a state named twice, with the penalty box the last
 -- key naming it left); when it does not, an allowed key replies before its
--- cost.
+-- cost, but a charge (write 2) is written all the same.
 local function commitKeys(kb, n, rec, out, seen, lastWrite, commit)
   -- defines: R_KIND, R_LAST, R_EPOCH, R_LEVEL, R_CARRY, R_LOG, R_PENALTY_UNTIL,
   -- defines: R_PENALTY_LEVEL, R_FRESH, R_STORED_EPOCH, R_STORED_LEVEL,
@@ -1322,7 +1469,7 @@ local function commitKeys(kb, n, rec, out, seen, lastWrite, commit)
   local R = 19
   for i = 1, n do
     local o = (i - 1) * R
-    if rec[o + R_WRITE] and not commit then
+    if rec[o + R_WRITE] == true and not commit then
       -- Not consumed: the reply before the cost (checked with the key).
       replyBefore(out, i, rec[o + R_REMAINING_BEFORE], rec[o + R_RESET_BEFORE])
     elseif rec[o + R_WRITE] then

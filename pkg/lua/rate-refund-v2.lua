@@ -28,7 +28,7 @@
 -- fragments/prelude.lua: shared by every program (a test checks each
 -- program contains it verbatim): constants and library locals.
 -- defines: MAX, MAX_DURATION, MAX_PENALTY, ROLE_BITS, FAIL_OPEN, PENALTY,
--- defines: CALENDAR, S, MAX_SLIDING, MAX_LOG, POLICY_ID, DECIMAL, find,
+-- defines: CALENDAR, CHARGE, S, MAX_SLIDING, MAX_LOG, POLICY_ID, DECIMAL, find,
 -- defines: fmod, format, band, unpackList, unpack, pack, sub, max, ceilDiv
 --
 -- A script's whole body runs on every EVALSHA, so each function a program
@@ -40,8 +40,9 @@ local MAX_DURATION = 316224000000 -- ten years in ms, as limiter.NewPolicy
 local MAX_PENALTY = 2592000000 -- 30 days in ms, limiter.MaxPenalty
 -- The flags byte of a key's packed argument (pkg/lua Flag*): the role's
 -- bits, fail open, a penalty extension follows, a calendar extension
--- follows (after the penalty extension when both do).
-local ROLE_BITS, FAIL_OPEN, PENALTY, CALENDAR = 7, 8, 16, 32
+-- follows (after the penalty extension when both do), the policy charges
+-- always (rate-batch-v2.lua; version 1 refuses it).
+local ROLE_BITS, FAIL_OPEN, PENALTY, CALENDAR, CHARGE = 7, 8, 16, 32, 64
 local S = 1000000 -- sliding-window weight scale (limiter.SlidingScale)
 -- The largest sliding limit: (2^53-1) / S, exact (MAX / S is far from an
 -- integer, so the VM's floor cannot round up).
@@ -276,7 +277,8 @@ end
 -- rate-refund-v2.lua: one ARGV field, the packed numbers (see the
 -- programs' headers).
 -- uses: unpack, unpackList, band, ROLE_BITS, FAIL_OPEN, PENALTY, CALENDAR, MAX,
--- uses: MAX_DURATION, MAX_SLIDING, MAX_LOG, fmod, penaltyArgs, calendarArgs
+-- uses: MAX_DURATION, MAX_SLIDING, MAX_LOG, fmod, penaltyArgs, calendarArgs,
+-- uses: CHARGE
 -- defines: NARG, argsRead, keyArgs
 
 local NARG = 1
@@ -288,34 +290,45 @@ local argsRead = false
 
 -- keyArgs reads and checks the argument of the group's key gi. It returns
 -- what args-v1.lua's keyArgs returns, with false for the policy ID (the
--- key names the policy: its state holds none).
+-- key names the policy: its state holds none), then whether the key
+-- charges always and its ceiling.
 local function keyArgs(gi)
   local packed, valid = ARGV[gi], true
   if argsRead then
     local r = argsRead[packed]
     if r then
-      return unpackList(r, 1, 21)
+      return unpackList(r, 1, 23)
     end
   end
   local alg, role, failOpen, rev, limit, p2, p3, grace, maxRegression, cost
-  local penalty, duration, maxDuration, decay, cal, cb0, cb1, cb2, cb3
+  local penalty, duration, maxDuration, decay, cal, cb0, cb1, cb2, cb3, charge, ceiling
+  -- Every flag bit but 128 and the penalty's (taken off by penaltyArgs).
+  local unknownFlags = 144
   -- fragments/args.lua: a key's packed numbers (lua.AppendBatchPacked), read
-  -- and checked, as an inline block of a program's keyArgs: struct.pack(
+  -- and checked (unknownFlags: the flag bits the program does not know), as
+  -- an inline block of a program's keyArgs: struct.pack(
   -- '>BBddddddd') of algorithm, flags, revision, limit, the two algorithm
   -- arguments, grace, max clock regression and cost, then the penalty
   -- extension (flag 16) and the calendar extension (flag 32). It gives the
   -- algorithm's name, the key's role and failOpen (0 and false when not
   -- valid), the numbers, the penalty box (penalty, its duration, max
   -- duration and decay) and a calendar window (cal and the boundaries of its
-  -- three periods).
+  -- three periods), and whether it charges always with its ceiling.
   -- uses: unpack, band, ROLE_BITS, FAIL_OPEN, PENALTY, CALENDAR, MAX,
-  -- uses: MAX_DURATION, MAX_SLIDING, MAX_LOG, fmod, penaltyArgs, calendarArgs
-  -- in: packed, valid
+  -- uses: MAX_DURATION, MAX_SLIDING, MAX_LOG, fmod, penaltyArgs, calendarArgs,
+  -- uses: CHARGE
+  -- in: packed, valid, unknownFlags
   -- out: valid, alg, role, failOpen, rev, limit, p2, p3, grace, maxRegression,
-  -- out: cost, penalty, duration, maxDuration, decay, cal, cb0, cb1, cb2, cb3
+  -- out: cost, penalty, duration, maxDuration, decay, cal, cb0, cb1, cb2, cb3,
+  -- out: charge, ceiling
   -- defines: algorithm, flags, pos
   local algorithm, flags, pos
   algorithm, flags, rev, limit, p2, p3, grace, maxRegression, cost, pos = unpack('>BBddddddd', packed)
+  -- A charge (flag CHARGE) records usage up to its ceiling, twice the limit.
+  charge, ceiling = band(flags, CHARGE) ~= 0, limit
+  if charge then
+    ceiling = limit * 2
+  end
   penalty, duration, maxDuration, decay = false, 0, 0, 0
   if band(flags, PENALTY) ~= 0 then
     local ok
@@ -327,21 +340,25 @@ local function keyArgs(gi)
   -- a program's keyArgs (a call per key costs Redis CPU; docs/performance.md):
   -- whether the unpacked numbers (doubles, any value) are each an integer in
   -- its range (NaN fails every comparison). flags is a byte: the role in
-  -- bits 0-2, at most 5, failOpen at 8 and the calendar bit 32 (penaltyArgs
-  -- took off the penalty bit 16: 208 is every other bit). Each algorithm's
-  -- own rules are its fragment's valid section.
+  -- bits 0-2, at most 5, failOpen at 8, the calendar bit 32 and, where the
+  -- program knows it, the charge bit 64 (penaltyArgs took off the penalty
+  -- bit 16: unknownFlags is every other bit). A charge may cost up to its
+  -- ceiling (twice the limit, limiter.Policy.Ceiling) and has no penalty
+  -- box. Each algorithm's own rules are its fragment's valid section.
   -- uses: band, ROLE_BITS, MAX, MAX_DURATION
-  -- in: flags, rev, limit, p2, p3, grace, maxRegression, cost
+  -- in: flags, rev, limit, p2, p3, grace, maxRegression, cost, unknownFlags,
+  -- in: charge, ceiling, penalty
   -- out: valid
-  valid = valid and band(flags, 208) == 0 and band(flags, ROLE_BITS) <= 5
+  valid = valid and band(flags, unknownFlags) == 0 and band(flags, ROLE_BITS) <= 5
+    and not (charge and penalty) and ceiling <= MAX
     and rev >= 1 and rev <= 4294967295 and rev % 1 == 0
     and limit >= 0 and limit <= MAX and limit % 1 == 0
     and p2 % 1 == 0 and p3 % 1 == 0
     and grace >= 0 and grace <= MAX_DURATION and grace % 1 == 0
     and maxRegression >= 0 and maxRegression <= MAX_DURATION and maxRegression % 1 == 0
-    and cost >= 1 and cost <= MAX and cost % 1 == 0 and cost <= limit
+    and cost >= 1 and cost <= MAX and cost % 1 == 0 and cost <= ceiling
   -- uses: MAX, MAX_DURATION, MAX_LOG, MAX_SLIDING, fmod
-  -- in: algorithm, valid, limit, p2, p3
+  -- in: algorithm, valid, ceiling, p2, p3
   -- out: alg, valid
   -- The algorithm byte (limiter.Algorithm) to its name, and its argument
   -- rules; an unknown byte is not valid.
@@ -356,38 +373,39 @@ local function keyArgs(gi)
   elseif algorithm == 2 then
     alg = 'sliding_window'
     -- uses: MAX_SLIDING
-    -- in: valid, limit, p2, p3
+    -- in: valid, ceiling, p2, p3
     -- out: valid
-    -- Its argument rules (limiter.NewPolicy): limit and window (p2) times the
-    -- scale S stay below 2^53.
-    valid = valid and p3 == 0 and limit <= MAX_SLIDING and p2 >= 1 and p2 <= MAX_SLIDING
+    -- Its argument rules (limiter.NewPolicy): the ceiling (the limit, twice it
+    -- for a charge) and window (p2) times the scale S stay below 2^53.
+    valid = valid and p3 == 0 and ceiling <= MAX_SLIDING and p2 >= 1 and p2 <= MAX_SLIDING
   elseif algorithm == 3 then
     alg = 'token_bucket'
     -- uses: MAX, MAX_DURATION, fmod
-    -- in: valid, limit, p2, p3
+    -- in: valid, ceiling, p2, p3
     -- out: valid
     -- Its argument rules (limiter.NewPolicy): the capacity (limit), refill
-    -- amount (p2) and period ms (p3); capacity * period + amount stays below
-    -- 2^53.
+    -- amount (p2) and period ms (p3); the ceiling (the capacity, twice it for
+    -- a charge: a debt of one capacity) * period + amount stays below 2^53.
     valid = valid and p2 >= 1 and p2 <= MAX and p3 >= 1 and p3 <= MAX_DURATION
-      and limit <= (MAX - p2 - fmod(MAX - p2, p3)) / p3
+      and ceiling <= (MAX - p2 - fmod(MAX - p2, p3)) / p3
   elseif algorithm == 4 then
     alg = 'gcra'
     -- uses: MAX, MAX_DURATION, fmod
-    -- in: valid, limit, p2, p3
+    -- in: valid, ceiling, p2, p3
     -- out: valid
     -- Its argument rules (limiter.NewPolicy): the burst (limit), amount (p2)
-    -- and period ms (p3); burst * period + amount stays below 2^53.
+    -- and period ms (p3); the ceiling (the burst, twice it for a charge) *
+    -- period + amount stays below 2^53.
     valid = valid and p2 >= 1 and p2 <= MAX and p3 >= 1 and p3 <= MAX_DURATION
-      and limit <= (MAX - p2 - fmod(MAX - p2, p3)) / p3
+      and ceiling <= (MAX - p2 - fmod(MAX - p2, p3)) / p3
   elseif algorithm == 5 then
     alg = 'sliding_log'
     -- uses: MAX_DURATION, MAX_LOG
-    -- in: valid, limit, p2, p3
+    -- in: valid, ceiling, p2, p3
     -- out: valid
-    -- Its argument rules (limiter.NewPolicy): the limit at most MAX_LOG, the
-    -- window ms (p2).
-    valid = valid and p3 == 0 and p2 >= 1 and p2 <= MAX_DURATION and limit <= MAX_LOG
+    -- Its argument rules (limiter.NewPolicy): the ceiling (the limit, twice it
+    -- for a charge) at most MAX_LOG, the window ms (p2).
+    valid = valid and p3 == 0 and p2 >= 1 and p2 <= MAX_DURATION and ceiling <= MAX_LOG
   else
     alg, valid = false, false
   end
@@ -402,10 +420,10 @@ local function keyArgs(gi)
   end
   if argsRead then
     argsRead[packed] = { valid, alg, false, role, failOpen, rev, limit, p2, p3, grace, maxRegression, cost,
-      penalty, duration, maxDuration, decay, cal, cb0, cb1, cb2, cb3 }
+      penalty, duration, maxDuration, decay, cal, cb0, cb1, cb2, cb3, charge, ceiling }
   end
   return valid, alg, false, role, failOpen, rev, limit, p2, p3, grace, maxRegression, cost,
-    penalty, duration, maxDuration, decay, cal, cb0, cb1, cb2, cb3
+    penalty, duration, maxDuration, decay, cal, cb0, cb1, cb2, cb3, charge, ceiling
 end
 -- uses: unpack, unpackList, sub, find, MAX, MAX_SLIDING
 -- defines: STATE_PENALTY, MGET_CHUNK, stored, written, mgetAll, prefetch,

@@ -383,9 +383,15 @@ func (s *Server) evaluate(ctx context.Context, req *rlsv3.RateLimitRequest, rule
 		if ds.kind != statusStore {
 			continue
 		}
-		if p := ds.match.Rule.Policy; ds.release && p.Limit() > 0 {
+		p := ds.match.Rule.Policy
+		if ds.release && p.Limit() > 0 {
 			ds.cost = min(ds.cost, p.MaxCost()) // never more than a take could hold
-		} else if p.Limit() == 0 || ds.cost > p.MaxCost() {
+		} else if p.ChargeAlways() && !ds.probe {
+			// A charge beyond the policy's ceiling records the ceiling
+			// (limiter.Policy.Ceiling): the usage already happened.
+			ds.cost = min(ds.cost, p.MaxCost())
+		}
+		if p.Limit() == 0 || ds.cost > p.MaxCost() {
 			ds.kind = statusNeverFits
 			neverFits = true
 			continue

@@ -11,6 +11,7 @@ import (
 	rlsconf "github.com/envoyproxy/go-control-plane/ratelimit/config/ratelimit/v3"
 
 	"github.com/envoy-rls/envoy-rls/pkg/descriptors"
+	"github.com/envoy-rls/envoy-rls/pkg/limiter"
 )
 
 var testOpts = descriptors.Options{Secret: []byte("0123456789abcdef0123456789abcdef")}
@@ -232,5 +233,23 @@ func TestRefusalsMatchFile(t *testing.T) {
 				t.Errorf("problems:\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(tc.want, "\n"))
 			}
 		})
+	}
+}
+
+// TestCompileDefaultCharge: rules over xDS take the default charge as rules
+// from files do (compatibility mode sets it from
+// STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT).
+func TestCompileDefaultCharge(t *testing.T) {
+	for _, def := range []limiter.Charge{limiter.ChargeAllowed, limiter.ChargeAlways} {
+		opts := testOpts
+		opts.DefaultCharge = def
+		s, err := Compile([]*rlsconf.RateLimitConfig{sameRulesProto()}, opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		m, ok := s.Match("Edge Proxy", []descriptors.Entry{{Key: "remote_address", Value: "203.0.113.7"}})
+		if !ok || m.Rule.Policy == nil || m.Rule.Policy.ChargeAlways() != (def == limiter.ChargeAlways) {
+			t.Errorf("default %v: %v", def, m.Rule)
+		}
 	}
 }

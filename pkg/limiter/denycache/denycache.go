@@ -241,9 +241,11 @@ func (c *Cache) shardOf(k *key) *shard {
 	return &c.shards[binary.LittleEndian.Uint64(k.subject[8:16])%Shards]
 }
 
-// lookup returns the cached denial answering r at now, if any.
+// lookup returns the cached denial answering r at now, if any. A charge
+// (limiter.Request.Charges) is never answered from the cache: the store
+// must record it.
 func (c *Cache) lookup(r *limiter.Request, now time.Time) (limiter.Decision, bool) {
-	if !cacheable(r.Policy) || r.Validate() != nil {
+	if !cacheable(r.Policy) || r.Charges() || r.Validate() != nil {
 		return limiter.Decision{}, false
 	}
 	k := keyOf(r)

@@ -14,7 +14,8 @@ import (
 // request in order against the stored state (a request on a state that an
 // earlier request of the batch already touched sees that request's tentative
 // cost), decides with limiter.Commits, writes the new states only when the
-// batch commits, and unlocks. Decision.Source is limiter.SourceMemory.
+// batch commits (a request that limiter.Request.Charges: whatever it
+// decides, its denial included), and unlocks. Decision.Source is limiter.SourceMemory.
 //
 // A batch evaluated after ctx is done gets Unavailable outcomes
 // (limiter.CategoryDeadline) and changes nothing. A new subject refused for
@@ -183,11 +184,15 @@ func (s *Store) Evaluate(ctx context.Context, batch []limiter.Request, out []lim
 			// phase 2 whatever the batch decides, and later requests on
 			// the state see it.
 			wi.penalty, wi.next, wi.cur = true, next, next
+		case r.Charges():
+			// A charge on a state already at its ceiling: nothing more
+			// to record; the reply is what one more unit meets.
 		default:
 			// Denied: the limit's own denial unless an offence is recorded.
 			reply = uncommitted
 		}
 		out[i] = decided(r.Policy, reply, src)
+		out[i].Decision.Consumed = r.Charges() && out[i].Kind == limiter.Evaluated
 	}
 	// Phase 2: commit, or report the allowed ones as they stand.
 	commit := limiter.Commits(batch, out)
@@ -205,7 +210,8 @@ func (s *Store) Evaluate(ctx context.Context, batch []limiter.Request, out []lim
 		if !wi.write {
 			continue
 		}
-		if !commit || out[i].Kind != limiter.Evaluated {
+		// A charge is written whatever the batch decides.
+		if (!commit && !batch[i].Charges()) || out[i].Kind != limiter.Evaluated {
 			out[i] = decided(batch[i].Policy, wi.uncommitted, wi.source())
 			continue
 		}

@@ -72,6 +72,11 @@ func (s *Store) evaluateOne(r *limiter.Request, o *limiter.Outcome, nowMs int64)
 		// An offence: its block is written whatever the batch decides.
 		sh.recordOffence(hint, &k, next)
 		*o = decided(p, reply, wo.source())
+	case !write && r.Charges():
+		// A charge on a state already at its ceiling: nothing more to
+		// record; the reply is what one more unit meets.
+		*o = decided(p, reply, wo.source())
+		o.Decision.Consumed = o.Kind == limiter.Evaluated
 	case !write:
 		// Denied (an offence with no stored state records nothing: the
 		// limit's own denial).

@@ -103,7 +103,8 @@ func modelBatch(states map[string]limiter.State, reqs []batchReq, now int64) (bo
 		if !writes[i] {
 			continue
 		}
-		if commit {
+		if commit || batch[i].Charges() {
+			// A charge is written whatever the batch decides.
 			final[keyOf(r.p, r.sub)] = nexts[i]
 		} else {
 			replies[i] = uncommitteds[i]
@@ -115,7 +116,8 @@ func modelBatch(states map[string]limiter.State, reqs []batchReq, now int64) (bo
 // randomPolicies makes n policies named prefix.0, prefix.1, ...: each a
 // fixed window, a sliding window, a token bucket (refilling 1 to 3 a
 // period), a GCRA (1 to 3 a period) or a sliding log of a limit (burst) from 1 to 8, its window or period one of windows, one
-// in four fail-open, one in three with a penalty box (randomPenalty).
+// in four fail-open, one in three with a penalty box (randomPenalty), one
+// in three charging always.
 func randomPolicies(t *testing.T, rng *rand.Rand, prefix string, n int, windows []time.Duration) []*limiter.Policy {
 	t.Helper()
 	pols := make([]*limiter.Policy, n)
@@ -128,28 +130,32 @@ func randomPolicies(t *testing.T, rng *rand.Rand, prefix string, n int, windows 
 		id := fmt.Sprintf("%s.%d", prefix, j)
 		w := windows[rng.IntN(len(windows))]
 		var pn limiter.Penalty
-		if rng.IntN(3) == 0 {
+		charge := limiter.ChargeAllowed
+		switch rng.IntN(3) {
+		case 0:
 			pn = randomPenalty(rng)
+		case 1:
+			charge = limiter.ChargeAlways
 		}
 		switch rng.IntN(6) {
 		case 5:
 			spec := calendarRandom(t, rng, id, limit).Spec()
-			spec.FailureMode, spec.Penalty = fm, pn
+			spec.FailureMode, spec.Penalty, spec.Charge = fm, pn, charge
 			pols[j] = limitertest.Policy(t, spec)
 		case 4:
-			pols[j] = limitertest.Policy(t, limiter.PolicySpec{ID: id, Algorithm: limiter.SlidingLog, FailureMode: fm, Penalty: pn,
+			pols[j] = limitertest.Policy(t, limiter.PolicySpec{ID: id, Algorithm: limiter.SlidingLog, FailureMode: fm, Penalty: pn, Charge: charge,
 				Params: limiter.SlidingLogParams{Limit: limit, Window: w}})
 		case 0:
-			pols[j] = limitertest.Policy(t, limiter.PolicySpec{ID: id, Algorithm: limiter.FixedWindow, FailureMode: fm, Penalty: pn,
+			pols[j] = limitertest.Policy(t, limiter.PolicySpec{ID: id, Algorithm: limiter.FixedWindow, FailureMode: fm, Penalty: pn, Charge: charge,
 				Params: limiter.FixedWindowParams{Limit: limit, Window: w}})
 		case 1:
-			pols[j] = limitertest.Policy(t, limiter.PolicySpec{ID: id, Algorithm: limiter.SlidingWindow, FailureMode: fm, Penalty: pn,
+			pols[j] = limitertest.Policy(t, limiter.PolicySpec{ID: id, Algorithm: limiter.SlidingWindow, FailureMode: fm, Penalty: pn, Charge: charge,
 				Params: limiter.SlidingWindowParams{Limit: limit, Window: w}})
 		case 2:
-			pols[j] = limitertest.Policy(t, limiter.PolicySpec{ID: id, Algorithm: limiter.TokenBucket, FailureMode: fm, Penalty: pn,
+			pols[j] = limitertest.Policy(t, limiter.PolicySpec{ID: id, Algorithm: limiter.TokenBucket, FailureMode: fm, Penalty: pn, Charge: charge,
 				Params: limiter.TokenBucketParams{Capacity: limit, RefillAmount: 1 + rng.Int64N(3), RefillPeriod: w}})
 		default:
-			pols[j] = limitertest.Policy(t, limiter.PolicySpec{ID: id, Algorithm: limiter.GCRA, FailureMode: fm, Penalty: pn,
+			pols[j] = limitertest.Policy(t, limiter.PolicySpec{ID: id, Algorithm: limiter.GCRA, FailureMode: fm, Penalty: pn, Charge: charge,
 				Params: limiter.GCRAParams{Burst: limit, Limit: 1 + rng.Int64N(3), Period: w}})
 		}
 	}

@@ -40,16 +40,19 @@ func TestClusterBatch(t *testing.T) {
 		return tag
 	}
 
+	// First, on an empty cluster: each step of a reset scans from the start
+	// of each master's keys, so the states the other subtests leave behind
+	// would only add steps.
+	t.Run("a policy reset skips keys that are not states, on every master", func(t *testing.T) {
+		checkResetSkipsForeignKeys(t, s, c.MasterFor)
+	})
+
 	t.Run("table with a shared hash tag", func(t *testing.T) {
 		limitertest.Run(t, s, limitertest.Config{Prefix: limitertest.Prefix(), Tag: sharedTag})
 	})
 
 	t.Run("reset", func(t *testing.T) {
 		limitertest.RunReset(t, s, limitertest.Config{Prefix: limitertest.Prefix()})
-	})
-
-	t.Run("a policy reset skips keys that are not states, on every master", func(t *testing.T) {
-		checkResetSkipsForeignKeys(t, s, c.MasterFor)
 	})
 
 	t.Run("exactness with a shared hash tag, 3 stores x 32 goroutines", func(t *testing.T) {

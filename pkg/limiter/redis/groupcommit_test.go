@@ -36,7 +36,7 @@ import (
 // gReq is one request of a group sent straight to the program.
 type gReq struct {
 	keys []batchReq
-	// bad is 1 + the index of a key sent with a cost above its limit (the
+	// bad is 1 + the index of a key sent with a cost above its ceiling (the
 	// program answers INVALID for it); 0 for none.
 	bad int
 	// expired: sent with a deadline (in Redis's clock) long past.
@@ -92,7 +92,7 @@ func (e *env) execGroup(reqs []gReq) ([]gResult, int64) {
 			keys = append(keys, keyOf(r.p, r.sub))
 			cost := r.cost
 			if q.bad == i+1 {
-				cost = r.p.Limit() + 1
+				cost = r.p.Ceiling() + 1
 			}
 			args = batchArgs(args, r.p, cost, r.role)
 			if q.corrupt && i == 0 {
@@ -161,7 +161,7 @@ func modelCall(states map[string]limiter.State, keys []batchReq, bad int, now in
 		return modelBatch(states, keys, now)
 	}
 	cur := maps.Clone(states)
-	offences := map[string]limiter.State{}
+	offences, charged := map[string]limiter.State{}, map[string]limiter.State{}
 	replies := make([]limiter.Reply, len(keys))
 	for i, r := range keys {
 		if i == bad-1 {
@@ -170,20 +170,31 @@ func modelCall(states map[string]limiter.State, keys []batchReq, bad int, now in
 		}
 		k := keyOf(r.p, r.sub)
 		next, reply, uncommitted, write := limiter.Check(cur[k], now, r.p, r.cost)
+		if !r.role.Consumes() && r.p.ChargeAlways() {
+			// A check or probe of a charge: never written, never charged.
+			reply, write = uncommitted, false
+		}
 		if !write {
 			reply = recordOffence(cur, offences, states[k].Exists, k, r, next, reply, uncommitted)
 		}
+		charges := (&limiter.Request{Policy: r.p, Role: r.role}).Charges()
 		if write && r.role.Consumes() {
 			// Tentative: a later key naming this hash sees it; the request
 			// does not commit, so the reply is the one before the cost.
 			cur[k] = next
 		}
 		replies[i] = reply
-		if reply.Status == limiter.StatusAllowed {
+		if reply.Status == limiter.StatusAllowed && !charges {
 			replies[i] = uncommitted
 		}
+		if write && charges {
+			// A charge is written whatever the request commits.
+			charged[k] = next
+		}
 	}
-	return false, replies, withOffences(maps.Clone(states), offences)
+	final := maps.Clone(states)
+	maps.Copy(final, charged)
+	return false, replies, withOffences(final, offences)
 }
 
 // modelGroup is modelCall applied to each request of reqs in order, all at

@@ -131,11 +131,16 @@ func randomState(rng *rand.Rand, p *limiter.Policy, now int64) limiter.State {
 	case limiter.TokenBucket:
 		_, period := p.Refill()
 		st = stateOf(p, last, rng.Int64N(limit+3), last-rng.Int64N(10_000), rng.Int64N(period+1))
+		if p.ChargeAlways() && rng.IntN(3) == 0 {
+			// In debt: a refill time ahead of now (now and then beyond any
+			// debt the policy can hold).
+			st.Epoch = last + rng.Int64N(20_000)
+		}
 	case limiter.GCRA:
 		// A TAT behind, within or (one in ten: a lowered burst) far beyond
 		// the tolerance; a fraction now and then of another rate.
 		amount, period := p.Refill()
-		tat := last - 5000 + rng.Int64N(limit*period/amount+10_000)
+		tat := last - 5000 + rng.Int64N(p.Ceiling()*period/amount+10_000)
 		if rng.IntN(10) == 0 {
 			tat = last + 1_000_000_000
 		}
@@ -483,25 +488,27 @@ func TestInvalidArguments(t *testing.T) {
 		return b.args()
 	}
 	bad := map[string][]string{
-		"cost 0":                  with(func(b *batchFields) { b.cost = 0 }),
-		"cost above limit":        with(func(b *batchFields) { b.cost = 6 }),
-		"float cost":              with(func(b *batchFields) { b.cost = 1.5 }),
-		"negative limit":          with(func(b *batchFields) { b.limit = -5 }),
-		"limit 2^53":              with(func(b *batchFields) { b.limit = 1 << 53 }),
-		"float window":            with(func(b *batchFields) { b.p2 = 1.5 }),
-		"window 0":                with(func(b *batchFields) { b.p2 = 0 }),
-		"window above ten years":  with(func(b *batchFields) { b.p2 = 1 << 40 }),
-		"fixed window period":     with(func(b *batchFields) { b.p3 = 1 }),
-		"revision 0":              with(func(b *batchFields) { b.rev = 0 }),
-		"revision 2^32":           with(func(b *batchFields) { b.rev = 1 << 32 }),
-		"negative grace":          with(func(b *batchFields) { b.grace = -1 }),
-		"NaN max regression":      with(func(b *batchFields) { b.maxRegression = math.NaN() }),
-		"infinite max regression": with(func(b *batchFields) { b.maxRegression = math.Inf(1) }),
-		"algorithm 0":             with(func(b *batchFields) { b.alg = 0 }),
-		"algorithm 4":             with(func(b *batchFields) { b.alg = 4 }),
-		"role 6":                  with(func(b *batchFields) { b.flags = 6 }),
-		"role 7, fail-open":       with(func(b *batchFields) { b.flags = 8 | 7 }),
-		"flags 64":                with(func(b *batchFields) { b.flags = 64 }),
+		"cost 0":                   with(func(b *batchFields) { b.cost = 0 }),
+		"cost above limit":         with(func(b *batchFields) { b.cost = 6 }),
+		"float cost":               with(func(b *batchFields) { b.cost = 1.5 }),
+		"negative limit":           with(func(b *batchFields) { b.limit = -5 }),
+		"limit 2^53":               with(func(b *batchFields) { b.limit = 1 << 53 }),
+		"float window":             with(func(b *batchFields) { b.p2 = 1.5 }),
+		"window 0":                 with(func(b *batchFields) { b.p2 = 0 }),
+		"window above ten years":   with(func(b *batchFields) { b.p2 = 1 << 40 }),
+		"fixed window period":      with(func(b *batchFields) { b.p3 = 1 }),
+		"revision 0":               with(func(b *batchFields) { b.rev = 0 }),
+		"revision 2^32":            with(func(b *batchFields) { b.rev = 1 << 32 }),
+		"negative grace":           with(func(b *batchFields) { b.grace = -1 }),
+		"NaN max regression":       with(func(b *batchFields) { b.maxRegression = math.NaN() }),
+		"infinite max regression":  with(func(b *batchFields) { b.maxRegression = math.Inf(1) }),
+		"algorithm 0":              with(func(b *batchFields) { b.alg = 0 }),
+		"algorithm 4":              with(func(b *batchFields) { b.alg = 4 }),
+		"role 6":                   with(func(b *batchFields) { b.flags = 6 }),
+		"role 7, fail-open":        with(func(b *batchFields) { b.flags = 8 | 7 }),
+		"flags 128":                with(func(b *batchFields) { b.flags = 128 }),
+		"charge above its ceiling": with(func(b *batchFields) { b.flags, b.cost = lua.FlagCharge, 11 }),
+		"charge, limit above half": with(func(b *batchFields) { b.flags, b.limit = lua.FlagCharge, 1<<52 }),
 		// The penalty extension (flag 16).
 		"penalty flag, no extension":  with(func(b *batchFields) { b.flags = lua.FlagPenalty }),
 		"penalty extension short":     with(func(b *batchFields) { b.flags, b.ext = lua.FlagPenalty, []float64{1000, 1000} }),
@@ -598,10 +605,13 @@ func randomDifferential(t *testing.T, e *env) {
 		case 2:
 			p = bucket(t, "r.tb", limit, 1+rng.Int64N(5), periods[rng.IntN(len(periods))])
 		case 3:
-			// Any algorithm with a penalty box.
+			// Any algorithm with a penalty box, or charging always.
 			p = randomPolicies(t, rng, "r.pn", 1, windows)[0]
 			spec := p.Spec()
-			spec.Penalty, spec.FailureMode = randomPenalty(rng), limiter.FailClosed
+			spec.Penalty, spec.FailureMode, spec.Charge, spec.MaxCost = randomPenalty(rng), limiter.FailClosed, limiter.ChargeAllowed, 0
+			if rng.IntN(2) == 0 {
+				spec.Penalty, spec.Charge = limiter.Penalty{}, limiter.ChargeAlways
+			}
 			p = limitertest.Policy(t, spec)
 		}
 		key := keyOf(p, subjectOf("random"+strconv.Itoa(i%7)))

@@ -10,7 +10,8 @@ import (
 )
 
 // refund gives back, per committed group, what its allowed requests took (a
-// check, by the role it was sent with, took nothing).
+// check, by the role it was sent with, took nothing; a charge keeps what it
+// took).
 // It runs detached from ctx (a refund is worth finishing after the caller
 // has gone), bounded by the store's Timeout, and waits for it at most until
 // ctx is done.
@@ -28,7 +29,8 @@ func (s *Store) refund(ctx context.Context, batch []limiter.Request, roles []lim
 			var ends []int
 			for k, i := range g.idx {
 				d := &g.outs[k].Decision
-				if g.outs[k].Kind != limiter.Evaluated || !d.Allowed || !roles[i].Consumes() {
+				// A charge stays recorded (limiter.Request.Charges).
+				if g.outs[k].Kind != limiter.Evaluated || !d.Allowed || !roles[i].Consumes() || batch[i].Charges() {
 					continue
 				}
 				gk = append(gk, keys[i])

@@ -215,11 +215,14 @@ func replyValues(vals []lua.Value, msgs []rueidis.RedisMessage) []lua.Value {
 
 // finish turns a group's outcomes into the batch's: an allowed request
 // consumed when consumed is true and it was not a check; otherwise it is
-// reported before its cost.
+// reported before its cost. A charge consumed whatever it answered.
 func (s *Store) finish(batch []limiter.Request, roles []limiter.Role, out []limiter.Outcome, g *group, consumed bool) {
 	for k, i := range g.idx {
 		o := g.outs[k]
-		if o.Kind == limiter.Evaluated && o.Decision.Allowed {
+		if o.Kind == limiter.Evaluated && batch[i].Charges() && roles[i].Consumes() {
+			// Recorded whatever the batch decided (the program writes it).
+			o.Decision.Consumed = true
+		} else if o.Kind == limiter.Evaluated && o.Decision.Allowed {
 			if consumed && roles[i].Consumes() {
 				o.Decision.Consumed = true
 			} else if g.committed && roles[i].Consumes() {

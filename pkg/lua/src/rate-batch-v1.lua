@@ -125,6 +125,7 @@
 -- #include token-bucket.lua step
 -- #include gcra.lua step
 -- #include sliding-log.lua step
+-- #include algorithms.lua run
 -- #include args-v1.lua
 -- #include hash-v1.lua load store
 -- #include reply-v1.lua

@@ -16,6 +16,8 @@
 --             revision, limit, the two algorithm arguments, cleanup grace
 --             ms, max clock regression ms and cost, then the penalty
 --             extension (flag 16) and the calendar extension (flag 32);
+--             flag 64: the key charges always (a cost up to twice the
+--             limit, no penalty box);
 --             the ranges are rate-batch-v1.lua's. No policy ID: the key
 --             names the policy, its revision and the algorithm.
 -- ARGV[N+1]   the group: per request struct.pack('>Hd'): its number of keys
@@ -40,7 +42,12 @@
 -- (limiter.Commits, as rate-batch-v1.lua). On commit every ALLOWED key but
 -- the check and probe ones is written: one SET of its whole state, with
 -- PX, or KEEPTTL for a window written before in the same window (the last
--- state of a key named twice). An offence against a penalty box is
+-- state of a key named twice). A key that charges always (flag 64,
+-- limiter.ChargeAlways; not a check or probe) is written whatever the
+-- request commits: its cost when allowed, and when DENIED the cost
+-- recorded anyway up to its ceiling, twice the limit (a token bucket in
+-- debt is stored with its refill time after now), replying what one more
+-- unit meets. An offence against a penalty box is
 -- written once every key of the request has been evaluated, before the
 -- commit's writes, whatever the request commits: the state as stored with
 -- the new block (SET KEEPTTL) and its expiry raised (PEXPIRE GT). A
@@ -87,6 +94,7 @@
 -- #include token-bucket.lua step
 -- #include gcra.lua step
 -- #include sliding-log.lua step
+-- #include algorithms.lua run
 -- #include args-v2.lua
 -- #include string-v2.lua load encode store
 -- #include reply-v2.lua

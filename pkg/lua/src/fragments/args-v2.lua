@@ -2,7 +2,8 @@
 -- rate-refund-v2.lua: one ARGV field, the packed numbers (see the
 -- programs' headers).
 -- uses: unpack, unpackList, band, ROLE_BITS, FAIL_OPEN, PENALTY, CALENDAR, MAX,
--- uses: MAX_DURATION, MAX_SLIDING, MAX_LOG, fmod, penaltyArgs, calendarArgs
+-- uses: MAX_DURATION, MAX_SLIDING, MAX_LOG, fmod, penaltyArgs, calendarArgs,
+-- uses: CHARGE
 -- defines: NARG, argsRead, keyArgs
 
 local NARG = 1
@@ -14,22 +15,25 @@ local argsRead = false
 
 -- keyArgs reads and checks the argument of the group's key gi. It returns
 -- what args-v1.lua's keyArgs returns, with false for the policy ID (the
--- key names the policy: its state holds none).
+-- key names the policy: its state holds none), then whether the key
+-- charges always and its ceiling.
 local function keyArgs(gi)
   local packed, valid = ARGV[gi], true
   if argsRead then
     local r = argsRead[packed]
     if r then
-      return unpackList(r, 1, 21)
+      return unpackList(r, 1, 23)
     end
   end
   local alg, role, failOpen, rev, limit, p2, p3, grace, maxRegression, cost
-  local penalty, duration, maxDuration, decay, cal, cb0, cb1, cb2, cb3
+  local penalty, duration, maxDuration, decay, cal, cb0, cb1, cb2, cb3, charge, ceiling
+  -- Every flag bit but 128 and the penalty's (taken off by penaltyArgs).
+  local unknownFlags = 144
   -- #include args.lua
   if argsRead then
     argsRead[packed] = { valid, alg, false, role, failOpen, rev, limit, p2, p3, grace, maxRegression, cost,
-      penalty, duration, maxDuration, decay, cal, cb0, cb1, cb2, cb3 }
+      penalty, duration, maxDuration, decay, cal, cb0, cb1, cb2, cb3, charge, ceiling }
   end
   return valid, alg, false, role, failOpen, rev, limit, p2, p3, grace, maxRegression, cost,
-    penalty, duration, maxDuration, decay, cal, cb0, cb1, cb2, cb3
+    penalty, duration, maxDuration, decay, cal, cb0, cb1, cb2, cb3, charge, ceiling
 end

@@ -1,20 +1,28 @@
 -- fragments/args.lua: a key's packed numbers (lua.AppendBatchPacked), read
--- and checked, as an inline block of a program's keyArgs: struct.pack(
+-- and checked (unknownFlags: the flag bits the program does not know), as
+-- an inline block of a program's keyArgs: struct.pack(
 -- '>BBddddddd') of algorithm, flags, revision, limit, the two algorithm
 -- arguments, grace, max clock regression and cost, then the penalty
 -- extension (flag 16) and the calendar extension (flag 32). It gives the
 -- algorithm's name, the key's role and failOpen (0 and false when not
 -- valid), the numbers, the penalty box (penalty, its duration, max
 -- duration and decay) and a calendar window (cal and the boundaries of its
--- three periods).
+-- three periods), and whether it charges always with its ceiling.
 -- uses: unpack, band, ROLE_BITS, FAIL_OPEN, PENALTY, CALENDAR, MAX,
--- uses: MAX_DURATION, MAX_SLIDING, MAX_LOG, fmod, penaltyArgs, calendarArgs
--- in: packed, valid
+-- uses: MAX_DURATION, MAX_SLIDING, MAX_LOG, fmod, penaltyArgs, calendarArgs,
+-- uses: CHARGE
+-- in: packed, valid, unknownFlags
 -- out: valid, alg, role, failOpen, rev, limit, p2, p3, grace, maxRegression,
--- out: cost, penalty, duration, maxDuration, decay, cal, cb0, cb1, cb2, cb3
+-- out: cost, penalty, duration, maxDuration, decay, cal, cb0, cb1, cb2, cb3,
+-- out: charge, ceiling
 -- defines: algorithm, flags, pos
 local algorithm, flags, pos
 algorithm, flags, rev, limit, p2, p3, grace, maxRegression, cost, pos = unpack('>BBddddddd', packed)
+-- A charge (flag CHARGE) records usage up to its ceiling, twice the limit.
+charge, ceiling = band(flags, CHARGE) ~= 0, limit
+if charge then
+  ceiling = limit * 2
+end
 penalty, duration, maxDuration, decay = false, 0, 0, 0
 if band(flags, PENALTY) ~= 0 then
   local ok

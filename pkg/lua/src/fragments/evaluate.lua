@@ -6,8 +6,7 @@
 -- key, the common one, keeps no record: its key writes as soon as it is
 -- checked, since a single key that writes is one that commits.
 -- uses: serverNow, keyArgs, loadState, storeState, writeOffence, newReply,
--- uses: replyKey, replyBefore, penaltyStep, blockedRemaining, MAX, fixedWindowStep,
--- uses: slidingWindowStep, tokenBucketStep, gcraStep, slidingLogStep
+-- uses: replyKey, replyBefore, penaltyStep, blockedRemaining, MAX, algStep, chargeKey
 -- defines: WIDE, priorState, writeRecord, recordKey, evalKey, commitKeys, evaluate
 --
 -- The program defines what differs between its versions: keyArgs(gi), the
@@ -123,7 +122,7 @@ local function evalKey(kb, i, n, rec, seen, lastWrite, offences)
   local gi = kb + i
   local key = KEYS[gi]
   local valid, alg, policy, role, failOpen, rev, limit, p2, p3, grace, maxRegression, cost,
-    penalty, duration, maxDuration, decay, cal, cb0, cb1, cb2, cb3 = keyArgs(gi)
+    penalty, duration, maxDuration, decay, cal, cb0, cb1, cb2, cb3, charge, ceiling = keyArgs(gi)
   if not valid then
     if n > 1 then
       writeRecord(rec, i, 0)
@@ -170,10 +169,22 @@ local function evalKey(kb, i, n, rec, seen, lastWrite, offences)
           status, remaining = 'BLOCKED', blockedRemaining(penaltyUntilMs, now)
         elseif not allowed then
           status = 'DENIED'
+          if charge and role < 3 then
+            -- A charge (limiter.Request.Charges): recorded anyway, up to
+            -- the ceiling, and written whatever the request commits
+            -- (write 2); the reply is what one more unit meets.
+            write, nEpoch, nLevel, nCarry, nLog, ttl, remaining, retry, resetAt = chargeKey(alg, st, lastObservedMs,
+              epoch, level, carry, log, now, limit, ceiling, p2, p3, grace, cost, cal, cb0, cb1, cb2, cb3)
+            if write then
+              write = 2
+            end
+          end
         elseif role >= 3 then
           -- A check or (quota) probe key: its reply before the cost, never
           -- written.
           status, remaining, resetAt = 'ALLOWED', remainingBefore, resetBefore
+        elseif charge then
+          status, write = 'ALLOWED', 2
         else
           status, write = 'ALLOWED', true
         end
@@ -201,12 +212,12 @@ end
 -- has been evaluated: when it commits, each state to write is written
 -- (the last write of a state named twice, with the penalty box the last
 -- key naming it left); when it does not, an allowed key replies before its
--- cost.
+-- cost, but a charge (write 2) is written all the same.
 local function commitKeys(kb, n, rec, out, seen, lastWrite, commit)
   -- #include record.lua offsets
   for i = 1, n do
     local o = (i - 1) * R
-    if rec[o + R_WRITE] and not commit then
+    if rec[o + R_WRITE] == true and not commit then
       -- Not consumed: the reply before the cost (checked with the key).
       replyBefore(out, i, rec[o + R_REMAINING_BEFORE], rec[o + R_RESET_BEFORE])
     elseif rec[o + R_WRITE] then

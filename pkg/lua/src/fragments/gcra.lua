@@ -7,42 +7,48 @@
 -- tolerance burst * period: every comparison is of exact integers.
 -- #section valid
 -- uses: MAX, MAX_DURATION, fmod
--- in: valid, limit, p2, p3
+-- in: valid, ceiling, p2, p3
 -- out: valid
 -- Its argument rules (limiter.NewPolicy): the burst (limit), amount (p2)
--- and period ms (p3); burst * period + amount stays below 2^53.
+-- and period ms (p3); the ceiling (the burst, twice it for a charge) *
+-- period + amount stays below 2^53.
 valid = valid and p2 >= 1 and p2 <= MAX and p3 >= 1 and p3 <= MAX_DURATION
-  and limit <= (MAX - p2 - fmod(MAX - p2, p3)) / p3
+  and ceiling <= (MAX - p2 - fmod(MAX - p2, p3)) / p3
 -- #section step
 -- uses: fmod, ceilDiv
 -- defines: gcraStep
 
 -- gcraStep is limiter.Check of GCRA: a state (st true, with epoch and
 -- carry; nil none) at now, for a burst of limit and amount per period ms,
--- the grace and the cost. It returns what fixedWindowStep returns.
-local function gcraStep(st, epoch, carry, now, limit, amount, period, grace, cost)
-  local full = limit * period
-  -- d: how far the TAT is ahead of now, in units, at most full (a TAT
-  -- further ahead, left by a lowered burst, is a full tolerance; a
+-- the grace, the cost and the ceiling (the burst, twice it for a charge).
+-- It returns what fixedWindowStep returns.
+local function gcraStep(st, epoch, carry, now, limit, amount, period, grace, cost, ceiling)
+  local full, most = limit * period, ceiling * period
+  -- d: how far the TAT is ahead of now, in units, at most the ceiling's
+  -- (a TAT further ahead, left by a lowered burst, is a full tolerance; a
   -- fraction of another rate counts as amount - 1).
   local d = 0
   if st and epoch >= now then
     local dms = epoch - now
-    if dms > (full - fmod(full, amount)) / amount then
-      d = full
+    if dms > (most - fmod(most, amount)) / amount then
+      d = most
     else
       local f = carry
       if f >= amount then
         f = amount - 1
       end
       d = dms * amount + f
-      if d > full then
-        d = full
+      if d > most then
+        d = most
       end
     end
   end
   local room = full - d
-  local remainingBefore = (room - fmod(room, period)) / period
+  -- A TAT in debt (a charge) leaves less than nothing.
+  local remainingBefore = 0
+  if room > 0 then
+    remainingBefore = (room - fmod(room, period)) / period
+  end
   local resetBefore = now + ceilDiv(d, amount)
   if cost * period <= room then
     d = d + cost * period

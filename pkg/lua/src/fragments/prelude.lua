@@ -1,7 +1,7 @@
 -- fragments/prelude.lua: shared by every program (a test checks each
 -- program contains it verbatim): constants and library locals.
 -- defines: MAX, MAX_DURATION, MAX_PENALTY, ROLE_BITS, FAIL_OPEN, PENALTY,
--- defines: CALENDAR, S, MAX_SLIDING, MAX_LOG, POLICY_ID, DECIMAL, find,
+-- defines: CALENDAR, CHARGE, S, MAX_SLIDING, MAX_LOG, POLICY_ID, DECIMAL, find,
 -- defines: fmod, format, band, unpackList, unpack, pack, sub, max, ceilDiv
 --
 -- A script's whole body runs on every EVALSHA, so each function a program
@@ -13,8 +13,9 @@ local MAX_DURATION = 316224000000 -- ten years in ms, as limiter.NewPolicy
 local MAX_PENALTY = 2592000000 -- 30 days in ms, limiter.MaxPenalty
 -- The flags byte of a key's packed argument (pkg/lua Flag*): the role's
 -- bits, fail open, a penalty extension follows, a calendar extension
--- follows (after the penalty extension when both do).
-local ROLE_BITS, FAIL_OPEN, PENALTY, CALENDAR = 7, 8, 16, 32
+-- follows (after the penalty extension when both do), the policy charges
+-- always (rate-batch-v2.lua; version 1 refuses it).
+local ROLE_BITS, FAIL_OPEN, PENALTY, CALENDAR, CHARGE = 7, 8, 16, 32, 64
 local S = 1000000 -- sliding-window weight scale (limiter.SlidingScale)
 -- The largest sliding limit: (2^53-1) / S, exact (MAX / S is far from an
 -- integer, so the VM's floor cannot round up).

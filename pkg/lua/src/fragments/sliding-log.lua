@@ -13,11 +13,11 @@
 -- estimates; never written here).
 -- #section valid
 -- uses: MAX_DURATION, MAX_LOG
--- in: valid, limit, p2, p3
+-- in: valid, ceiling, p2, p3
 -- out: valid
--- Its argument rules (limiter.NewPolicy): the limit at most MAX_LOG, the
--- window ms (p2).
-valid = valid and p3 == 0 and p2 >= 1 and p2 <= MAX_DURATION and limit <= MAX_LOG
+-- Its argument rules (limiter.NewPolicy): the ceiling (the limit, twice it
+-- for a charge) at most MAX_LOG, the window ms (p2).
+valid = valid and p3 == 0 and p2 >= 1 and p2 <= MAX_DURATION and ceiling <= MAX_LOG
 -- #section step
 -- uses: MAX, MAX_LOG, fmod, unpack, pack, sub
 -- defines: slidingLogOf, slidingLogRetry, slidingLogStep

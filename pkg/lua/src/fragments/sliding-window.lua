@@ -7,11 +7,11 @@
 -- read.)
 -- #section valid
 -- uses: MAX_SLIDING
--- in: valid, limit, p2, p3
+-- in: valid, ceiling, p2, p3
 -- out: valid
--- Its argument rules (limiter.NewPolicy): limit and window (p2) times the
--- scale S stay below 2^53.
-valid = valid and p3 == 0 and limit <= MAX_SLIDING and p2 >= 1 and p2 <= MAX_SLIDING
+-- Its argument rules (limiter.NewPolicy): the ceiling (the limit, twice it
+-- for a charge) and window (p2) times the scale S stay below 2^53.
+valid = valid and p3 == 0 and ceiling <= MAX_SLIDING and p2 >= 1 and p2 <= MAX_SLIDING
 -- #section step
 -- uses: S, fmod
 -- defines: slidingNeed, slidingWindowStep

@@ -3,16 +3,20 @@
 -- a program's keyArgs (a call per key costs Redis CPU; docs/performance.md):
 -- whether the unpacked numbers (doubles, any value) are each an integer in
 -- its range (NaN fails every comparison). flags is a byte: the role in
--- bits 0-2, at most 5, failOpen at 8 and the calendar bit 32 (penaltyArgs
--- took off the penalty bit 16: 208 is every other bit). Each algorithm's
--- own rules are its fragment's valid section.
+-- bits 0-2, at most 5, failOpen at 8, the calendar bit 32 and, where the
+-- program knows it, the charge bit 64 (penaltyArgs took off the penalty
+-- bit 16: unknownFlags is every other bit). A charge may cost up to its
+-- ceiling (twice the limit, limiter.Policy.Ceiling) and has no penalty
+-- box. Each algorithm's own rules are its fragment's valid section.
 -- uses: band, ROLE_BITS, MAX, MAX_DURATION
--- in: flags, rev, limit, p2, p3, grace, maxRegression, cost
+-- in: flags, rev, limit, p2, p3, grace, maxRegression, cost, unknownFlags,
+-- in: charge, ceiling, penalty
 -- out: valid
-valid = valid and band(flags, 208) == 0 and band(flags, ROLE_BITS) <= 5
+valid = valid and band(flags, unknownFlags) == 0 and band(flags, ROLE_BITS) <= 5
+  and not (charge and penalty) and ceiling <= MAX
   and rev >= 1 and rev <= 4294967295 and rev % 1 == 0
   and limit >= 0 and limit <= MAX and limit % 1 == 0
   and p2 % 1 == 0 and p3 % 1 == 0
   and grace >= 0 and grace <= MAX_DURATION and grace % 1 == 0
   and maxRegression >= 0 and maxRegression <= MAX_DURATION and maxRegression % 1 == 0
-  and cost >= 1 and cost <= MAX and cost % 1 == 0 and cost <= limit
+  and cost >= 1 and cost <= MAX and cost % 1 == 0 and cost <= ceiling

@@ -1,0 +1,87 @@
+// Package aigateway_test checks the AI-gateway example: the Envoy route
+// configuration is valid Envoy configuration (go-control-plane types and
+// validators), sends a request-phase check (hits_addend 0) and a charge at
+// stream end (hits_addend from dynamic metadata) for one descriptor, and
+// that descriptor meets the budget rule of 12-ai-token-budget.yaml, which
+// charges always.
+package aigateway_test
+
+import (
+	"encoding/json"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
+	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ratelimit/v3"
+	"google.golang.org/protobuf/encoding/protojson"
+	"gopkg.in/yaml.v3"
+
+	"github.com/envoy-rls/envoy-rls/pkg/descriptors"
+)
+
+func TestTokenBudgetRoute(t *testing.T) {
+	b, err := os.ReadFile("envoy-route.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var doc any
+	if err := yaml.Unmarshal(b, &doc); err != nil {
+		t.Fatal(err)
+	}
+	js, err := json.Marshal(doc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rc := &routev3.RouteConfiguration{}
+	if err := protojson.Unmarshal(js, rc); err != nil {
+		t.Fatalf("envoy-route.yaml: %v", err)
+	}
+	if err := rc.ValidateAll(); err != nil {
+		t.Fatalf("envoy-route.yaml: %v", err)
+	}
+	route := rc.GetVirtualHosts()[0].GetRoutes()[0]
+	per := &ratelimitv3.RateLimitPerRoute{}
+	if err := route.GetTypedPerFilterConfig()["envoy.filters.http.ratelimit"].UnmarshalTo(per); err != nil {
+		t.Fatalf("the route's rate limit filter config: %v", err)
+	}
+	if err := per.ValidateAll(); err != nil {
+		t.Fatal(err)
+	}
+	rls := per.GetRateLimits()
+	if len(rls) != 2 {
+		t.Fatalf("%d rate limits, want a check and a charge", len(rls))
+	}
+	check, charge := rls[0], rls[1]
+	if check.GetApplyOnStreamDone() || check.GetHitsAddend().GetNumber() == nil || check.GetHitsAddend().GetNumber().GetValue() != 0 {
+		t.Errorf("the check: %v, want hits_addend 0 in the request phase", check)
+	}
+	if !charge.GetApplyOnStreamDone() || !strings.HasPrefix(charge.GetHitsAddend().GetFormat(), "%DYNAMIC_METADATA(") {
+		t.Errorf("the charge: %v, want hits_addend from dynamic metadata at stream end", charge)
+	}
+	var keys []string
+	for _, r := range rls {
+		if len(r.GetActions()) != 1 || r.GetActions()[0].GetRequestHeaders() == nil {
+			t.Fatalf("rate limit %v: want one request_headers action", r)
+		}
+		keys = append(keys, r.GetActions()[0].GetRequestHeaders().GetDescriptorKey())
+	}
+	if keys[0] != keys[1] {
+		t.Fatalf("the check and the charge send %v: they must share one descriptor", keys)
+	}
+
+	// The descriptor Envoy builds meets the rule, which charges always.
+	snap, err := descriptors.Load("../12-ai-token-budget.yaml", descriptors.Options{Secret: []byte(strings.Repeat("s", 32))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, ok := snap.Match(per.GetDomain(), []descriptors.Entry{{Key: keys[0], Value: "acme"}})
+	if !ok || m.Rule.Policy == nil {
+		t.Fatalf("domain %s, %s=acme: no rule", per.GetDomain(), keys[0])
+	}
+	p := m.Rule.Policy
+	if !p.ChargeAlways() || p.Limit() != 100_000 || p.WindowMillis() != time.Hour.Milliseconds() {
+		t.Errorf("the budget: charge always %v, %d per %d ms", p.ChargeAlways(), p.Limit(), p.WindowMillis())
+	}
+}

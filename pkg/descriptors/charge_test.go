@@ -1,0 +1,52 @@
+package descriptors
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/envoy-rls/envoy-rls/pkg/limiter"
+)
+
+// TestChargeField: a rate limit's charge as written, else the default
+// (Options.DefaultCharge), which a limit with a penalty box does not take;
+// a bad value and charge: always with a penalty are refused at the key.
+func TestChargeField(t *testing.T) {
+	const rules = `domain: d
+descriptors:
+  - key: always
+    rate_limit: {unit: hour, requests_per_unit: 10, charge: always}
+  - key: allowed
+    rate_limit: {unit: hour, requests_per_unit: 10, charge: allowed}
+  - key: unset
+    rate_limit: {unit: hour, requests_per_unit: 10}
+  - key: boxed
+    rate_limit: {unit: hour, requests_per_unit: 10, penalty: {duration: 1m, max_duration: 1h, decay: 1h}}
+`
+	path := ruleFile(t, rules)
+	for _, def := range []limiter.Charge{limiter.ChargeAllowed, limiter.ChargeAlways} {
+		s, err := Load(path, Options{Secret: testSecret, DefaultCharge: def})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for key, want := range map[string]limiter.Charge{"always": limiter.ChargeAlways, "allowed": limiter.ChargeAllowed,
+			"unset": def, "boxed": limiter.ChargeAllowed} {
+			m, ok := s.Match("d", e(key+"=x"))
+			if !ok || m.Rule.Policy == nil || m.Rule.Policy.ChargeAlways() != (want == limiter.ChargeAlways) {
+				t.Errorf("default %v, %s: charge always %v, want %v", def, key, m.Rule.Policy.ChargeAlways(), want)
+			}
+		}
+		if p, _ := s.Match("d", e("always=x")); p.Rule.Policy.MaxCost() != 20 {
+			t.Errorf("charge always: max cost %d, want the ceiling 20", p.Rule.Policy.MaxCost())
+		}
+	}
+	for text, want := range map[string]string{
+		"rate_limit: {unit: hour, requests_per_unit: 10, charge: never}":                                                        `:4:53: rate_limit: charge "never" is not one of allowed, always`,
+		"rate_limit: {unit: hour, requests_per_unit: 10, charge: always, penalty: {duration: 1m, max_duration: 1h, decay: 1h}}": ":4:53: rate_limit: charge always cannot be combined with a penalty box",
+		"rate_limit: {unit: hour, requests_per_unit: 600, algorithm: sliding_log, charge: always}":                              "sliding_log with charge always",
+	} {
+		_, err := Load(ruleFile(t, "domain: d\ndescriptors:\n  - key: k\n    "+text+"\n"), Options{Secret: testSecret})
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%s: %v, want %q", text, err, want)
+		}
+	}
+}

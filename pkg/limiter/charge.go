@@ -1,0 +1,145 @@
+package limiter
+
+import "fmt"
+
+// Charge says whether a limit records the cost of a request it denies.
+type Charge uint8
+
+const (
+	// ChargeAllowed (the zero value): only an admitted request's cost is
+	// recorded; a denial consumes nothing. Right for request rates.
+	ChargeAllowed Charge = iota
+	// ChargeAlways: the cost is recorded whatever the request's answer
+	// (post-paid usage, such as the tokens of a response already sent),
+	// up to DebtFactor times the limit in debt; later requests are denied
+	// until the usage is back under the limit.
+	ChargeAlways
+)
+
+// DebtFactor bounds a ChargeAlways limit's debt: usage is recorded up to
+// the limit plus DebtFactor times the limit (a token bucket or GCRA: that
+// many tokens below empty), and a charge beyond that records only what
+// fits. One limit's worth: a tenant is never locked out longer than one
+// more full period (window, or refill of the whole capacity) than its
+// allowance takes, a single oversized charge cannot block it for many
+// periods, and every state number stays within twice the bounds NewPolicy
+// already checks.
+const DebtFactor = 1
+
+// String returns the configuration name: allowed, always.
+func (c Charge) String() string {
+	if c == ChargeAlways {
+		return "always"
+	}
+	return "allowed"
+}
+
+// ParseCharge is the inverse of Charge.String; "" is ChargeAllowed.
+func ParseCharge(s string) (Charge, error) {
+	switch s {
+	case "", "allowed":
+		return ChargeAllowed, nil
+	case "always":
+		return ChargeAlways, nil
+	}
+	return 0, &FieldError{Field: "charge", Reason: fmt.Sprintf("%q is not one of allowed, always", s)}
+}
+
+// ChargeAlways reports whether the policy records the cost of the
+// requests it denies (PolicySpec.Charge).
+func (p *Policy) ChargeAlways() bool { return p.spec.Charge == ChargeAlways }
+
+// Ceiling is the most usage the policy's state records: the limit, plus
+// DebtFactor times it for a ChargeAlways policy.
+func (p *Policy) Ceiling() int64 {
+	if p.ChargeAlways() {
+		return p.limit * (1 + DebtFactor)
+	}
+	return p.limit
+}
+
+// Charges reports whether r records its cost whatever r and its batch
+// decide: a request of a ChargeAlways policy in a role that consumes. Such
+// a request is never demoted to a check and is never refunded.
+func (r *Request) Charges() bool {
+	return r.Policy != nil && r.Policy.ChargeAlways() && r.EffectiveRole().Consumes()
+}
+
+// checkCharge is NewPolicy's rule for the charge mode: no penalty box (a
+// charge is usage already spent, not a request to punish), and every
+// amount doubled by the debt still within the algorithm's bounds.
+func checkCharge(p *Policy, spec *PolicySpec) error {
+	if spec.Charge > ChargeAlways {
+		return &FieldError{Field: "charge", Reason: "must be allowed or always"}
+	}
+	if spec.Charge != ChargeAlways {
+		return nil
+	}
+	if spec.Penalty.On() {
+		return &FieldError{Field: "charge", Reason: "always cannot be combined with a penalty box"}
+	}
+	if p.limit > MaxSafeInteger/(1+DebtFactor) {
+		return &FieldError{Field: "charge", Reason: "always needs the limit at most half of 2^53-1"}
+	}
+	if p.rules.debtCheck != nil {
+		if err := p.rules.debtCheck(p, p.Ceiling()); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// charge is Check of a ChargeAlways policy whose algorithm step denied
+// cost (denial is that reply): the cost is recorded anyway, up to the
+// Ceiling, and the reply tells what is left after it and when one unit
+// fits again. uncommitted is the denial as it reads without the charge
+// (what a check or probe of the limit answers).
+func charge(st State, now int64, p *Policy, cost int64, denial Reply) (next State, reply, uncommitted Reply, write bool) {
+	record := p.rules.charge
+	if record == nil {
+		record = chargeToCeiling
+	}
+	c, ok := record(st, now, p, cost)
+	next = st
+	if ok {
+		next = State{
+			Exists:         true,
+			Schema:         StateSchema,
+			Algorithm:      p.Algorithm(),
+			PolicyID:       p.ID(),
+			Revision:       p.Revision(),
+			LastObservedMs: max(st.LastObservedMs, now),
+			Epoch:          c.epoch,
+			Level:          c.level,
+			Carry:          c.carry,
+			Log:            c.log,
+			ExpiresAtMs:    now + c.ttl,
+		}
+	}
+	// The reply is what one more unit would meet.
+	after := p.rules.step(next, now, p, 1)
+	reply = denial
+	reply.Remaining = max(0, after.remaining)
+	reply.RetryAfterMs = max(1, after.retryAfter)
+	reply.ResetAtMs = after.resetAt
+	if after.allowed {
+		reply.ResetAtMs = after.resetAtBefore
+	}
+	return next, reply, denial, ok
+}
+
+// chargeToCeiling is the charge of an algorithm whose limit only bounds
+// the usage it compares (the windows, the sliding log, GCRA's tolerance):
+// its own step with the Ceiling as the limit, taking cost or, when that
+// does not fit, what room is left under the ceiling (nothing: ok false).
+func chargeToCeiling(st State, now int64, p *Policy, cost int64) (s step, ok bool) {
+	q := *p
+	q.limit, q.spec.Charge = p.Ceiling(), ChargeAllowed
+	if s = p.rules.step(st, now, &q, cost); s.allowed {
+		return s, true
+	}
+	if s.remaining <= 0 {
+		return s, false
+	}
+	return p.rules.step(st, now, &q, s.remaining), true
+}
