@@ -47,12 +47,32 @@ func TestConcurrencyRuleErrors(t *testing.T) {
 		{"concurrency: 2\n      lease_ttl: 1500us", "must be whole milliseconds"},
 		{"concurrency: 20000\n      lease_ttl: 1m", "concurrency must be between 0 and 10000"},
 		{"unlimited: true\n      concurrency: 2", "concurrency is not allowed with unlimited"},
+		{"concurrency: 2\n      lease_ttl: 1m\n      charge: always", "charge is not allowed with concurrency"},
 	} {
 		text := "domain: ai\ndescriptors:\n  - key: tenant\n    rate_limit:\n      " + c.limit + "\n"
 		_, err := Load(ruleFile(t, text), Options{Secret: testSecret})
 		if err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%q: %v, want %q", c.limit, err, c.want)
 		}
+	}
+}
+
+// TestConcurrencyTakesNoDefaultCharge: the service's default charge
+// (compatibility mode's `always`) applies to rate limits, never to a
+// concurrency limit, whose leases are held and given back.
+func TestConcurrencyTakesNoDefaultCharge(t *testing.T) {
+	text := "domain: ai\ndescriptors:\n  - key: tenant\n    rate_limit: {concurrency: 2, lease_ttl: 1m}\n  - key: user\n    rate_limit: {unit: hour, requests_per_unit: 5}\n"
+	s, err := Load(ruleFile(t, text), Options{Secret: testSecret, DefaultCharge: limiter.ChargeAlways})
+	if err != nil {
+		t.Fatal(err)
+	}
+	lease, ok := s.Match("ai", e("tenant=t1"))
+	if !ok || !lease.Rule.Policy.Leases() || lease.Rule.Policy.ChargeAlways() {
+		t.Errorf("concurrency limit: matched %v, charges %v; want a lease policy that does not charge", ok, ok && lease.Rule.Policy.ChargeAlways())
+	}
+	rate, ok := s.Match("ai", e("user=u1"))
+	if !ok || !rate.Rule.Policy.ChargeAlways() {
+		t.Errorf("rate limit beside it: matched %v, want the default charge always", ok)
 	}
 }
 

@@ -180,8 +180,15 @@ func burstAlgorithms() string {
 
 // checkCharge reads a limit's charge: its own, else the compiler's default
 // (Options.DefaultCharge), which a limit with a penalty box does not take
-// (a penalty punishes requests; a charge is usage already spent).
+// (a penalty punishes requests; a charge is usage already spent), nor a
+// concurrency limit (a lease is held, not spent; it refuses charge).
 func (c *compiler) checkCharge(rl *rawLimit, ls *limitSpec, bad func(pos, string, ...any)) {
+	if ls.algorithm == limiter.Concurrency {
+		if rl.chargePos.set() {
+			bad(rl.chargePos, "charge is not allowed with concurrency (a lease is held while the request runs, then returned)")
+		}
+		return
+	}
 	if !rl.chargePos.set() {
 		if ls.penalty.On() {
 			return
