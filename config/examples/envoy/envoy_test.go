@@ -204,12 +204,14 @@ func TestConcurrencyDocs(t *testing.T) {
 	}
 	var block string
 	for _, part := range strings.Split(string(doc), "```yaml\n")[1:] {
-		if body, _, _ := strings.Cut(part, "```"); strings.Contains(body, "apply_on_stream_done") {
+		// The concurrency section's block: the one whose stream-done action
+		// reads the lease marker (other sections show stream-done charges).
+		if body, _, _ := strings.Cut(part, "```"); strings.Contains(body, "apply_on_stream_done") && strings.Contains(body, "lease") {
 			block = body
 		}
 	}
 	if block == "" {
-		t.Fatal("docs/config.md shows no route configuration with apply_on_stream_done")
+		t.Fatal("docs/config.md shows no route configuration with apply_on_stream_done and the lease marker")
 	}
 	var v struct {
 		Route any `yaml:"route"`
