@@ -53,7 +53,8 @@ descriptors:
 // TestRatelimitEnvoyGatewayPrometheus: started as ratelimit with Envoy
 // Gateway's full environment (USE_STATSD=false, USE_PROMETHEUS=true,
 // PROMETHEUS_ADDR, PROMETHEUS_MAPPER_YAML, LOG_LEVEL left to the
-// reference's default), a replica prints its serving line and serves the
+// reference's default) and RESPONSE_DYNAMIC_METADATA=true, a replica
+// answers with dynamic metadata, prints its serving line and serves the
 // reference's metric names, labels and counts on PROMETHEUS_ADDR;
 // another, without PROMETHEUS_MAPPER_YAML, serves the reference's default
 // mapping at PROMETHEUS_PATH. Labels hold rule keys and configured values,
@@ -65,7 +66,7 @@ func TestRatelimitEnvoyGatewayPrometheus(t *testing.T) {
 	mapping := writeFile(t, t.TempDir(), "conf.yaml", gatewayMapping)
 	prom := []string{"USE_STATSD=false", "USE_PROMETHEUS=true", "PROMETHEUS_ADDR=127.0.0.1:0"}
 	a := startReplica(t, "ratelimit-eg", replicaConfig{Compat: true, Creds: g.creds,
-		Env: append(append(g.env, prom...), "PROMETHEUS_MAPPER_YAML="+mapping)})
+		Env: append(append(g.env, prom...), "PROMETHEUS_MAPPER_YAML="+mapping, "RESPONSE_DYNAMIC_METADATA=true")})
 	b := startReplica(t, "ratelimit-default", replicaConfig{Compat: true, Creds: g.creds,
 		Env: append(append(g.env, prom...), "PROMETHEUS_PATH=/stats")})
 	// LOG_LEVEL unset is the reference's warn, and the serving line shows.
@@ -84,6 +85,11 @@ func TestRatelimitEnvoyGatewayPrometheus(t *testing.T) {
 				Entries: []*ratelimitv3.RateLimitDescriptor_Entry{{Key: "route", Value: "r1"}, {Key: "client", Value: client + r.name}}}}})
 			if want := i == 0; res.Err != nil || res.ok() != want {
 				t.Fatalf("%s: eg call %d: %v, want ok=%v", r.name, i+1, res, want)
+			}
+			// RESPONSE_DYNAMIC_METADATA=true on a only: the domain and
+			// what decided, in every answer.
+			if withMeta := r == a; withMeta != (res.Metadata != nil) || withMeta && res.Metadata["domain"] != "eg" {
+				t.Errorf("%s: eg call %d: dynamic metadata %v, want it %v", r.name, i+1, res.Metadata, withMeta)
 			}
 		}
 	}
