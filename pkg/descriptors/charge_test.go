@@ -50,3 +50,25 @@ descriptors:
 		}
 	}
 }
+
+// TestOverrideCharge: the policies that request-supplied overrides make
+// take the default charge too (compatibility mode counts their denied hits
+// as the reference does), a limit of 0 included.
+func TestOverrideCharge(t *testing.T) {
+	path := ruleFile(t, "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: hour, requests_per_unit: 10}\n")
+	for _, def := range []limiter.Charge{limiter.ChargeAllowed, limiter.ChargeAlways} {
+		s, err := Load(path, Options{Secret: testSecret, DefaultCharge: def})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, rpu := range []uint32{0, 5} {
+			m, ok := s.Override("d", e("tenant=t1"), rpu, UnitHour, 1)
+			if !ok {
+				t.Fatalf("default %v, limit %d: no override", def, rpu)
+			}
+			if got := m.Rule.Policy.ChargeAlways(); got != (def == limiter.ChargeAlways) {
+				t.Errorf("default %v, limit %d: the override charges always: %v", def, rpu, got)
+			}
+		}
+	}
+}

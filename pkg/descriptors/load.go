@@ -220,6 +220,7 @@ func assemble(files []*rawFile, names []string, fp [32]byte, ps *problems, opts 
 	key := slices.Clone(opts.Secret)
 	s.macs.New = func() any { return &macState{mac: hmac.New(sha256.New, key)} }
 	s.overrides.m = map[string]*Rule{}
+	s.overrideCharge = opts.DefaultCharge
 	return s, nil
 }
 

@@ -51,7 +51,7 @@ func (s *Snapshot) Override(domain string, entries []Entry, requestsPerUnit uint
 	}
 	if r == nil {
 		var err error
-		r, err = newOverrideRule(domain, entries, requestsPerUnit, unit, multiplier)
+		r, err = newOverrideRule(domain, entries, requestsPerUnit, unit, multiplier, s.overrideCharge)
 		if err != nil {
 			return Match{}, false
 		}
@@ -79,12 +79,13 @@ func overrideKey(b []byte, domain string, entries []Entry, rpu uint32, unit Unit
 	return b
 }
 
-func newOverrideRule(domain string, entries []Entry, rpu uint32, unit Unit, multiplier uint32) (*Rule, error) {
+func newOverrideRule(domain string, entries []Entry, rpu uint32, unit Unit, multiplier uint32, charge limiter.Charge) (*Rule, error) {
 	p, err := limiter.NewPolicy(limiter.PolicySpec{
 		ID:        overrideID(domain, unit, multiplier, entries),
 		Group:     overrideGroup(domain),
 		Algorithm: limiter.FixedWindow,
 		Params:    limiter.FixedWindowParams{Limit: int64(rpu), Window: unit.Duration() * time.Duration(multiplier)},
+		Charge:    charge,
 	})
 	if err != nil {
 		return nil, err

@@ -55,6 +55,10 @@ type Snapshot struct {
 	// never prints it.
 	macs      sync.Pool
 	overrides overrideCache
+	// overrideCharge is the charge of the policies overrides make
+	// (Options.DefaultCharge): compatibility mode's reference counting
+	// covers them as it covers the configured rules.
+	overrideCharge limiter.Charge
 }
 
 type domain struct {
