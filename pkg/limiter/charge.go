@@ -102,19 +102,7 @@ func charge(st State, now int64, p *Policy, cost int64, denial Reply) (next Stat
 	c, ok := record(st, now, p, cost)
 	next = st
 	if ok {
-		next = State{
-			Exists:         true,
-			Schema:         StateSchema,
-			Algorithm:      p.Algorithm(),
-			PolicyID:       p.ID(),
-			Revision:       p.Revision(),
-			LastObservedMs: max(st.LastObservedMs, now),
-			Epoch:          c.epoch,
-			Level:          c.level,
-			Carry:          c.carry,
-			Log:            c.log,
-			ExpiresAtMs:    now + c.ttl,
-		}
+		next = c.stateAfter(st, now, p)
 	}
 	// The reply is what one more unit would meet.
 	after := p.rules.step(next, now, p, 1)

@@ -129,21 +129,8 @@ func Check(st State, serverNowMs int64, p *Policy, cost int64) (next State, repl
 	reply.Status = StatusAllowed
 	uncommitted = reply
 	uncommitted.Remaining, uncommitted.ResetAtMs = s.remainingBefore, s.resetAtBefore
-	next = State{
-		Exists:         true,
-		Schema:         StateSchema,
-		Algorithm:      p.Algorithm(),
-		PolicyID:       p.ID(),
-		Revision:       p.Revision(),
-		LastObservedMs: max(st.LastObservedMs, now),
-		Epoch:          s.epoch,
-		Level:          s.level,
-		Carry:          s.carry,
-		Log:            s.log,
-		ExpiresAtMs:    now + s.ttl,
-		PenaltyUntilMs: st.PenaltyUntilMs,
-		PenaltyLevel:   st.PenaltyLevel,
-	}
+	next = s.stateAfter(st, now, p)
+	next.PenaltyUntilMs, next.PenaltyLevel = st.PenaltyUntilMs, st.PenaltyLevel
 	if m := pn.memoryUntil(st); m != 0 {
 		next.ExpiresAtMs = max(next.ExpiresAtMs, m+p.CleanupGraceMillis())
 	}
@@ -169,6 +156,24 @@ type step struct {
 	ttl        int64
 	// When allowed: remaining and reset-at before the cost is taken.
 	remainingBefore, resetAtBefore int64
+}
+
+// stateAfter is the state s leaves for p at now, after st: s's fields, p's
+// identity and s's TTL from now (no penalty fields).
+func (s step) stateAfter(st State, now int64, p *Policy) State {
+	return State{
+		Exists:         true,
+		Schema:         StateSchema,
+		Algorithm:      p.Algorithm(),
+		PolicyID:       p.ID(),
+		Revision:       p.Revision(),
+		LastObservedMs: max(st.LastObservedMs, now),
+		Epoch:          s.epoch,
+		Level:          s.level,
+		Carry:          s.carry,
+		Log:            s.log,
+		ExpiresAtMs:    now + s.ttl,
+	}
 }
 
 // OutcomeFromReply turns a reply of Apply or of a Lua program into the

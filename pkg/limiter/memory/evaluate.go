@@ -49,13 +49,8 @@ func (s *Store) Evaluate(ctx context.Context, batch []limiter.Request, out []lim
 	for i := range batch {
 		r := &batch[i]
 		w[i] = work{prev: -1}
-		if err := r.Validate(); err != nil {
-			out[i] = limiter.UnavailableOutcome(0, limiter.CategoryInvalidRequest, fmt.Errorf("memory store: %w", err))
-			continue
-		}
-		if nowMs < 0 || nowMs > limiter.MaxSafeInteger {
-			out[i] = limiter.UnavailableOutcome(limiter.ClockUnsafeRetryAfter, limiter.CategoryClockUnsafe,
-				fmt.Errorf("memory store: clock reads %dms since the epoch: %w", nowMs, limiter.ErrClockUnsafe))
+		if o, bad := refused(r, nowMs); bad {
+			out[i] = o
 			continue
 		}
 		w[i].valid = true
@@ -251,6 +246,20 @@ func (s *Store) Evaluate(ctx context.Context, batch []limiter.Request, out []lim
 			}
 		}
 	}
+}
+
+// refused is the outcome of a request the store cannot evaluate at nowMs
+// (its clock reading, Unix ms): one that fails limiter.Request.Validate,
+// or any request while the clock reads outside [0, MaxSafeInteger].
+func refused(r *limiter.Request, nowMs int64) (limiter.Outcome, bool) {
+	if err := r.Validate(); err != nil {
+		return limiter.UnavailableOutcome(0, limiter.CategoryInvalidRequest, fmt.Errorf("memory store: %w", err)), true
+	}
+	if nowMs < 0 || nowMs > limiter.MaxSafeInteger {
+		return limiter.UnavailableOutcome(limiter.ClockUnsafeRetryAfter, limiter.CategoryClockUnsafe,
+			fmt.Errorf("memory store: clock reads %dms since the epoch: %w", nowMs, limiter.ErrClockUnsafe)), true
+	}
+	return limiter.Outcome{}, false
 }
 
 // decided is limiter.OutcomeFromReply from src; a decision of the overflow

@@ -2,7 +2,6 @@ package memory
 
 import (
 	"context"
-	"fmt"
 	"sync"
 
 	"github.com/envoy-rls/envoy-rls/pkg/limiter"
@@ -49,13 +48,8 @@ func (s *Store) evaluateLeases(ctx context.Context, batch []limiter.Request, out
 	defer t.mu.Unlock()
 	for i := range batch {
 		r := &batch[i]
-		if err := r.Validate(); err != nil {
-			out[i] = limiter.UnavailableOutcome(0, limiter.CategoryInvalidRequest, fmt.Errorf("memory store: %w", err))
-			continue
-		}
-		if nowMs < 0 || nowMs > limiter.MaxSafeInteger {
-			out[i] = limiter.UnavailableOutcome(limiter.ClockUnsafeRetryAfter, limiter.CategoryClockUnsafe,
-				fmt.Errorf("memory store: clock reads %dms since the epoch: %w", nowMs, limiter.ErrClockUnsafe))
+		if o, bad := refused(r, nowMs); bad {
+			out[i] = o
 			continue
 		}
 		k := leaseKey{subject: r.Subject, policy: r.Policy.ID(), revision: r.Policy.Revision()}
