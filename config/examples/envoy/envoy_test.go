@@ -33,26 +33,43 @@ import (
 // loadHCM reads an HttpConnectionManager written as YAML.
 func loadHCM(t *testing.T, path string) *hcmv3.HttpConnectionManager {
 	t.Helper()
+	hcm := &hcmv3.HttpConnectionManager{}
+	decodeYAML(t, path, readYAML(t, path), hcm)
+	return hcm
+}
+
+// readYAML is the YAML file at path as yaml.Unmarshal decodes it.
+func readYAML(t *testing.T, path string) any {
+	t.Helper()
 	raw, err := os.ReadFile(path)
 	if err != nil {
 		t.Fatal(err)
 	}
 	var v any
 	if err := yaml.Unmarshal(raw, &v); err != nil {
-		t.Fatal(err)
+		t.Fatalf("%s: %v", path, err)
 	}
+	return v
+}
+
+// decodeYAML fills the Envoy API message m from v, a YAML value as
+// yaml.Unmarshal gives it, through its JSON form, and runs m's
+// validators; what names v's source in failures.
+func decodeYAML(t *testing.T, what string, v any, m interface {
+	proto.Message
+	ValidateAll() error
+}) {
+	t.Helper()
 	js, err := json.Marshal(v)
 	if err != nil {
 		t.Fatal(err)
 	}
-	hcm := &hcmv3.HttpConnectionManager{}
-	if err := protojson.Unmarshal(js, hcm); err != nil {
-		t.Fatalf("%s: %v", path, err)
+	if err := protojson.Unmarshal(js, m); err != nil {
+		t.Fatalf("%s: %v", what, err)
 	}
-	if err := hcm.ValidateAll(); err != nil {
-		t.Fatalf("%s: %v", path, err)
+	if err := m.ValidateAll(); err != nil {
+		t.Fatalf("%s: %v", what, err)
 	}
-	return hcm
 }
 
 // descriptorOf is what Envoy sends for one rate limit of a route: the
@@ -219,17 +236,8 @@ func TestConcurrencyDocs(t *testing.T) {
 	if err := yaml.Unmarshal([]byte(block), &v); err != nil {
 		t.Fatal(err)
 	}
-	js, err := json.Marshal(v.Route)
-	if err != nil {
-		t.Fatal(err)
-	}
 	shown := &routev3.RouteAction{}
-	if err := protojson.Unmarshal(js, shown); err != nil {
-		t.Fatalf("docs/config.md: %v", err)
-	}
-	if err := shown.ValidateAll(); err != nil {
-		t.Fatalf("docs/config.md: %v", err)
-	}
+	decodeYAML(t, "docs/config.md", v.Route, shown)
 	example := loadHCM(t, "concurrency.yaml").GetRouteConfig().VirtualHosts[0].Routes[0].GetRoute()
 	want := []*routev3.RateLimit{example.RateLimits[0], example.RateLimits[2]}
 	if len(shown.RateLimits) != len(want) {

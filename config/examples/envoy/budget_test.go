@@ -1,46 +1,26 @@
-// Package aigateway_test checks the AI-gateway example: the Envoy route
-// configuration is valid Envoy configuration (go-control-plane types and
-// validators), sends a request-phase check (hits_addend 0) and a charge at
-// stream end (hits_addend from dynamic metadata) for one descriptor, and
-// that descriptor meets the budget rule of 12-ai-token-budget.yaml, which
-// charges always.
-package aigateway_test
+package envoy_test
 
 import (
-	"encoding/json"
-	"os"
 	"strings"
 	"testing"
 	"time"
 
 	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
 	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ratelimit/v3"
-	"google.golang.org/protobuf/encoding/protojson"
-	"gopkg.in/yaml.v3"
 
 	"github.com/envoy-rls/envoy-rls/pkg/descriptors"
 )
 
+// TestTokenBudgetRoute checks the AI-gateway example: its Envoy route
+// configuration (ai-gateway/envoy-route.yaml) is valid Envoy
+// configuration, sends a request-phase check (hits_addend 0) and a charge
+// at stream end (hits_addend from dynamic metadata) for one descriptor, and
+// that descriptor meets the budget rule of 12-ai-token-budget.yaml, which
+// charges always.
 func TestTokenBudgetRoute(t *testing.T) {
-	b, err := os.ReadFile("envoy-route.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var doc any
-	if err := yaml.Unmarshal(b, &doc); err != nil {
-		t.Fatal(err)
-	}
-	js, err := json.Marshal(doc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	const path = "../ai-gateway/envoy-route.yaml"
 	rc := &routev3.RouteConfiguration{}
-	if err := protojson.Unmarshal(js, rc); err != nil {
-		t.Fatalf("envoy-route.yaml: %v", err)
-	}
-	if err := rc.ValidateAll(); err != nil {
-		t.Fatalf("envoy-route.yaml: %v", err)
-	}
+	decodeYAML(t, path, readYAML(t, path), rc)
 	route := rc.GetVirtualHosts()[0].GetRoutes()[0]
 	per := &ratelimitv3.RateLimitPerRoute{}
 	if err := route.GetTypedPerFilterConfig()["envoy.filters.http.ratelimit"].UnmarshalTo(per); err != nil {
