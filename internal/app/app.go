@@ -22,6 +22,7 @@ import (
 	"github.com/envoy-rls/envoy-rls/internal/observe"
 	"github.com/envoy-rls/envoy-rls/internal/options"
 	"github.com/envoy-rls/envoy-rls/pkg/descriptors"
+	"github.com/envoy-rls/envoy-rls/pkg/descriptors/rulefile"
 	"github.com/envoy-rls/envoy-rls/pkg/limiter"
 )
 
@@ -118,7 +119,7 @@ type hooks struct {
 	// reloadSignals replaces SIGHUP delivery.
 	reloadSignals <-chan os.Signal
 	// watcher is called with the rule watcher once the rules are loaded.
-	watcher func(*descriptors.Watcher)
+	watcher func(*rulefile.Watcher)
 	// spanExporter replaces the OTLP exporter when tracing is on; spans
 	// are exported as they end.
 	spanExporter sdktrace.SpanExporter

@@ -21,7 +21,7 @@ import (
 
 	"github.com/envoy-rls/envoy-rls/internal/limitertest"
 	"github.com/envoy-rls/envoy-rls/internal/polltest"
-	"github.com/envoy-rls/envoy-rls/pkg/descriptors"
+	"github.com/envoy-rls/envoy-rls/pkg/descriptors/rulefile"
 	"github.com/envoy-rls/envoy-rls/pkg/limiter"
 )
 
@@ -70,7 +70,7 @@ type running struct {
 	logs                *syncBuffer
 	conn                *grpc.ClientConn
 	reload              chan os.Signal
-	watcher             *descriptors.Watcher
+	watcher             *rulefile.Watcher
 }
 
 func startServe(t *testing.T, args []string, env map[string]string, h hooks) *running {
@@ -80,7 +80,7 @@ func startServe(t *testing.T, args []string, env map[string]string, h hooks) *ru
 	addrs := make(chan [2]string, 1)
 	h.listening = func(g, a string) { addrs <- [2]string{g, a} }
 	h.reloadSignals = r.reload
-	h.watcher = func(w *descriptors.Watcher) { r.watcher = w }
+	h.watcher = func(w *rulefile.Watcher) { r.watcher = w }
 	base := []string{"serve", "--grpc-addr", "127.0.0.1:0", "--admin-addr", "127.0.0.1:0", "--drain-timeout", "5s"}
 	go func() {
 		r.done <- run(ctx, append(base, args...), func(k string) string { return env[k] }, io.Discard, r.logs, h)

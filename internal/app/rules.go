@@ -10,6 +10,7 @@ import (
 	"github.com/envoy-rls/envoy-rls/internal/compat"
 	"github.com/envoy-rls/envoy-rls/internal/options"
 	"github.com/envoy-rls/envoy-rls/pkg/descriptors"
+	"github.com/envoy-rls/envoy-rls/pkg/descriptors/rulefile"
 	"github.com/envoy-rls/envoy-rls/pkg/descriptors/xds"
 	"github.com/envoy-rls/envoy-rls/pkg/limiter"
 	"github.com/envoy-rls/envoy-rls/pkg/rls"
@@ -111,18 +112,18 @@ func positionsOnly(ps []descriptors.Problem) []descriptors.Problem {
 // problemHidden replaces a problem's reason on /config without a token.
 const problemHidden = "(the reason is in the reload log line and in envoy-rls validate's output)"
 
-// ruleSet is the rule source seen by the server: the descriptors.Watcher
+// ruleSet is the rule source seen by the server: the rulefile.Watcher
 // of --config, or with --config-source xds the rules from the xDS server
 // (x, with w nil).
 type ruleSet struct {
-	w *descriptors.Watcher
+	w *rulefile.Watcher
 	x *xds.Source
 }
 
 // newRuleSet loads path (the first load must succeed) and reports every
 // later reload to onReload.
 func newRuleSet(path string, opts descriptors.Options, onReload func(descriptors.ReloadResult)) (*ruleSet, error) {
-	w, err := descriptors.NewWatcher(path, opts, onReload)
+	w, err := rulefile.NewWatcher(path, opts, onReload)
 	if err != nil {
 		return nil, err
 	}

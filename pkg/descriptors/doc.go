@@ -4,11 +4,12 @@
 // Snapshot, matches request descriptors against it and pseudonymizes the
 // matched subjects.
 //
-// A Snapshot is safe for concurrent use; the Watcher swaps snapshots
-// atomically when the files change or Reload is called, and keeps the
-// previous snapshot when a reload fails. The package never logs: problems
-// are returned (as *ConfigError, with file, line and column, or a
-// Document's field) and reload results are handed to the caller's callback.
+// A Snapshot is immutable and safe for concurrent use; the rule sources
+// (package rulefile for files, package xds for an xDS server) swap
+// snapshots atomically and describe each load attempt with a ReloadResult.
+// LoadChanged lets a source skip compiling files that did not change. The
+// package never logs: problems are returned (as *ConfigError, with file,
+// line and column, or a Document's field).
 //
 // Subjects are HMAC-SHA256(secret, canonical encoding of the policy ID and
 // the matched entries); raw descriptor values never leave this package

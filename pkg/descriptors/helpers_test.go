@@ -19,6 +19,12 @@ func writeFile(t testing.TB, name, content string) {
 	}
 }
 
+// rules is a rule file of domain d with one limit, rpu a second, on the
+// key user.
+func rules(rpu string) string {
+	return "domain: d\ndescriptors:\n  - key: user\n    rate_limit: {unit: second, requests_per_unit: " + rpu + "}\n"
+}
+
 // ruleFile writes text as rules.yaml in a new directory and returns its
 // path.
 func ruleFile(t testing.TB, text string) string {

@@ -91,29 +91,6 @@ func TestTotalDescriptorsLimit(t *testing.T) {
 	}
 }
 
-// TestReloadOverLimitKeepsPreviousRules: a reload whose set is over a
-// limit is a failed reload.
-func TestReloadOverLimitKeepsPreviousRules(t *testing.T) {
-	dir := t.TempDir()
-	writeFile(t, dir+"/r.yaml", rules("5"))
-	w, err := NewWatcher(dir, Options{Secret: testSecret, Limits: Limits{MaxDescriptors: 4}}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	first := w.Current()
-	writeFile(t, dir+"/more.yaml", descriptorsFile("more", 2)) // 1 + 4 descriptors
-	res := w.Reload()
-	if res.OK || w.Current() != first || limitOf(t, w.Current()) != 5 {
-		t.Fatalf("reload over the limit: %+v; the previous rules must stay", res)
-	}
-	if le := limitError(t, res.Err); le.Total != 5 || le.Max != 4 {
-		t.Errorf("LimitError = %+v", le)
-	}
-	if c := w.Counts(); c.Failure != 1 || c.Success != 0 {
-		t.Errorf("Counts = %+v", c)
-	}
-}
-
 // TestTooManyTokensRejectedBeforeParsing: a file dense in YAML tokens is
 // refused from a lexical count, without the parser's tree (which costs
 // about 190 bytes a token).
@@ -285,30 +262,33 @@ func TestNonRegularFilesAreProblems(t *testing.T) {
 	}
 }
 
-// TestRevertAfterFailedReloadClearsTheFailure: files put back to the rules
-// in service after a failed reload end the failure (nothing to swap).
-func TestRevertAfterFailedReloadClearsTheFailure(t *testing.T) {
+// TestLoadChanged: identical rule files give back the snapshot in service,
+// uncompiled; changed ones (or no snapshot to compare with) are compiled.
+func TestLoadChanged(t *testing.T) {
 	dir := t.TempDir()
-	w, logged := loggingWatcher(t, dir, "5")
-	first := w.Current()
-	writeFile(t, dir+"/r.yaml", rules("5")+"    bogus: 1\n")
-	if res := w.reload(TriggerWatch, true); res.OK {
-		t.Fatalf("broken edit reloaded: %+v", res)
-	}
 	writeFile(t, dir+"/r.yaml", rules("5"))
-	res := w.reload(TriggerWatch, true)
-	if !res.OK || res.Err != nil || len(res.Problems) != 0 || res.Fingerprint != first.Fingerprint() || !w.Last().OK {
-		t.Errorf("revert: result %+v, Last %+v; want ok with the fingerprint in service", res, w.Last())
+	opts := Options{Secret: testSecret}
+	cur := mustLoad(t, dir)
+	if s, changed, err := LoadChanged(dir, opts, cur); err != nil || changed || s != cur {
+		t.Fatalf("unchanged files: %p, %v, %v; want the snapshot in service, unchanged", s, changed, err)
 	}
-	if w.Current() != first {
-		t.Errorf("revert swapped the snapshot")
+	s, changed, err := LoadChanged(dir, opts, nil)
+	if err != nil || !changed || s == cur || s.Fingerprint() != cur.Fingerprint() {
+		t.Fatalf("no snapshot to compare with: %v, %v; want a new snapshot of the same files", changed, err)
 	}
-	if c := w.Counts(); c.Success != 1 || c.Failure != 1 || len(*logged) != 2 || !(*logged)[1].OK {
-		t.Errorf("Counts = %+v, logged %d", c, len(*logged))
+	writeFile(t, dir+"/r.yaml", rules("6"))
+	s, changed, err = LoadChanged(dir, opts, cur)
+	if err != nil || !changed || s.Fingerprint() == cur.Fingerprint() {
+		t.Fatalf("changed files: %v, %v; want a new snapshot", changed, err)
 	}
-	// Unchanged content after a success is still neither counted nor logged.
-	w.reload(TriggerWatch, true)
-	if c := w.Counts(); c.Success != 1 || len(*logged) != 2 {
-		t.Errorf("an unchanged check was counted: %+v", c)
+	if m, ok := s.Match("d", e("user=alice")); !ok || m.Rule.RequestsPerUnit != 6 {
+		t.Errorf("changed files compiled to %+v", m)
+	}
+	writeFile(t, dir+"/r.yaml", rules("6")+"    bogus: 1\n")
+	if s, changed, err := LoadChanged(dir, opts, cur); !errors.Is(err, ErrInvalidConfig) || changed || s != nil {
+		t.Errorf("broken files: %p, %v, %v; want a configuration error", s, changed, err)
+	}
+	if _, _, err := LoadChanged(dir, Options{Secret: []byte("short")}, cur); !errors.Is(err, ErrSecret) {
+		t.Errorf("short secret: %v, want ErrSecret", err)
 	}
 }

@@ -30,15 +30,30 @@ type source struct {
 // over opts.Limits fails with a *LimitError before it is compiled (before
 // it is read, for its size).
 func Load(path string, opts Options) (*Snapshot, error) {
+	s, _, err := LoadChanged(path, opts, nil)
+	return s, err
+}
+
+// LoadChanged is Load, except that when the rule files read are identical
+// (names and contents) to those cur was built from it compiles nothing and
+// returns cur with changed false. cur must have been loaded with the same
+// opts; nil means none.
+func LoadChanged(path string, opts Options, cur *Snapshot) (s *Snapshot, changed bool, err error) {
 	if len(opts.Secret) < MinSecretLength {
-		return nil, ErrSecret
+		return nil, false, ErrSecret
 	}
 	lim := opts.Limits.withDefaults()
 	srcs, err := readSources(path, lim)
 	if err != nil {
-		return nil, err
+		return nil, false, err
 	}
-	return build(srcs, opts, lim)
+	if cur != nil && fingerprint(srcs) == cur.fingerprint {
+		return cur, false, nil
+	}
+	if s, err = build(srcs, opts, lim); err != nil {
+		return nil, false, err
+	}
+	return s, true, nil
 }
 
 // readSources reads the rule files of path. Sizes are checked from the
@@ -231,4 +246,16 @@ func writeField(h hash.Hash, b []byte) {
 	binary.BigEndian.PutUint64(n[:], uint64(len(b)))
 	h.Write(n[:])
 	h.Write(b)
+}
+
+// fingerprint hashes the names and contents of srcs.
+func fingerprint(srcs []source) [32]byte {
+	var out [32]byte
+	h := newFingerprint()
+	for _, s := range srcs {
+		writeField(h, []byte(s.name))
+		writeField(h, s.data)
+	}
+	h.Sum(out[:0])
+	return out
 }

@@ -4,7 +4,6 @@ import (
 	"encoding/hex"
 	"slices"
 	"sync"
-	"time"
 
 	"github.com/envoy-rls/envoy-rls/pkg/limiter"
 )
@@ -12,18 +11,11 @@ import (
 // MinSecretLength is the shortest HMAC secret Load accepts.
 const MinSecretLength = 16
 
-// DefaultDebounce is how long the Watcher waits after the last file event
-// before it reloads.
-const DefaultDebounce = 150 * time.Millisecond
-
-// Options configure Load and NewWatcher.
+// Options configure Load, LoadChanged and Compile.
 type Options struct {
 	// Secret keys the HMAC that pseudonymizes subjects; at least
 	// MinSecretLength bytes. Load keeps its own copy. (Required)
 	Secret []byte
-	// Debounce is the Watcher's quiet period after a file event.
-	// (Optional, default DefaultDebounce)
-	Debounce time.Duration
 	// DefaultFailureMode is the failure mode of the rate limits and named
 	// policies that set no failure_mode. (Optional, default
 	// limiter.FailClosed)

@@ -1,4 +1,8 @@
-package descriptors
+// Package rulefile serves the rules of a rule file or directory: it loads
+// them with package descriptors, watches the path and swaps in a newly
+// compiled Snapshot when the files change or when asked (SIGHUP), keeping
+// the previous one when a reload fails.
+package rulefile
 
 import (
 	"context"
@@ -11,65 +15,23 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/envoy-rls/envoy-rls/pkg/descriptors"
 	"github.com/fsnotify/fsnotify"
 )
 
-// Reload results, usable as the `result` label of a reload counter.
+// Reload triggers, besides descriptors.TriggerInitial (the first load, in
+// NewWatcher).
 const (
-	ResultSuccess = "success"
-	ResultFailure = "failure"
+	TriggerManual = "manual" // Reload (SIGHUP)
+	TriggerWatch  = "watch"  // a file-system change seen by Run
 )
 
-// Reload triggers.
-const (
-	TriggerInitial = "initial" // the first load, in NewWatcher
-	TriggerManual  = "manual"  // Reload (SIGHUP)
-	TriggerWatch   = "watch"   // a file-system change seen by Run
-)
+// quietPeriod is how long Run waits after the last file event before it
+// reloads.
+const quietPeriod = 150 * time.Millisecond
 
-// ReloadResult describes one load attempt.
-type ReloadResult struct {
-	Time    time.Time
-	Trigger string
-	OK      bool
-	// Err is nil when OK; otherwise a *ConfigError or a read error. The
-	// previous snapshot stays in service.
-	Err error
-	// Problems lists Err's problems when it is a *ConfigError.
-	Problems []Problem
-	// Fingerprint, Domains and Rules describe the snapshot in service after
-	// the attempt.
-	Fingerprint string
-	Domains     int
-	Rules       int
-}
-
-// NewReloadResult is the ReloadResult of a load attempt of trigger that
-// ended with err (nil: it succeeded); s is the snapshot in service after it
-// (nil: none).
-func NewReloadResult(trigger string, s *Snapshot, err error) ReloadResult {
-	res := ReloadResult{Time: time.Now(), Trigger: trigger, OK: err == nil, Err: err}
-	var ce *ConfigError
-	if errors.As(err, &ce) {
-		res.Problems = slices.Clone(ce.Problems)
-	}
-	if s != nil {
-		res.Fingerprint = s.Fingerprint()
-		res.Domains, res.Rules = s.Size()
-	}
-	return res
-}
-
-// Result is ResultSuccess or ResultFailure.
-func (r ReloadResult) Result() string {
-	if r.OK {
-		return ResultSuccess
-	}
-	return ResultFailure
-}
-
-// ReloadCounts counts reloads (the first load excluded) by result.
-type ReloadCounts struct {
+// Counts counts reloads (the first load excluded) by result.
+type Counts struct {
 	Success uint64
 	Failure uint64
 }
@@ -79,12 +41,12 @@ type ReloadCounts struct {
 // previous snapshot. All methods are safe for concurrent use.
 type Watcher struct {
 	path     string
-	opts     Options
-	log      func(ReloadResult)
-	debounce time.Duration
+	opts     descriptors.Options
+	log      func(descriptors.ReloadResult)
+	debounce time.Duration // quietPeriod; shorter in tests
 
-	cur  atomic.Pointer[Snapshot]
-	last atomic.Pointer[ReloadResult]
+	cur  atomic.Pointer[descriptors.Snapshot]
+	last atomic.Pointer[descriptors.ReloadResult]
 	mu   sync.Mutex // serializes loads
 
 	success atomic.Uint64
@@ -96,35 +58,32 @@ type Watcher struct {
 	attempt   chan struct{} // closed, then replaced, when a load attempt ends
 }
 
-// NewWatcher loads path (a file or a directory, as Load) and returns a
+// NewWatcher loads path (a file or a directory, as descriptors.Load) and returns a
 // Watcher serving it. The first load must succeed. log, if not nil, is
 // called after every later reload attempt (not for the first load), from the
 // goroutine that made it; it must not block for long.
-func NewWatcher(path string, opts Options, log func(ReloadResult)) (*Watcher, error) {
-	s, err := Load(path, opts)
+func NewWatcher(path string, opts descriptors.Options, log func(descriptors.ReloadResult)) (*Watcher, error) {
+	s, err := descriptors.Load(path, opts)
 	if err != nil {
 		return nil, err
 	}
-	w := &Watcher{path: path, opts: opts, log: log, debounce: opts.Debounce, ready: make(chan struct{}), attempt: make(chan struct{})}
+	w := &Watcher{path: path, opts: opts, log: log, debounce: quietPeriod, ready: make(chan struct{}), attempt: make(chan struct{})}
 	w.opts.Secret = slices.Clone(opts.Secret)
-	if w.debounce <= 0 {
-		w.debounce = DefaultDebounce
-	}
 	w.cur.Store(s)
-	res := NewReloadResult(TriggerInitial, s, nil)
+	res := descriptors.NewReloadResult(descriptors.TriggerInitial, s, nil)
 	w.last.Store(&res)
 	return w, nil
 }
 
 // Current returns the snapshot in service (never nil).
-func (w *Watcher) Current() *Snapshot { return w.cur.Load() }
+func (w *Watcher) Current() *descriptors.Snapshot { return w.cur.Load() }
 
 // Last returns the most recent load attempt.
-func (w *Watcher) Last() ReloadResult { return *w.last.Load() }
+func (w *Watcher) Last() descriptors.ReloadResult { return *w.last.Load() }
 
 // Counts returns the number of reloads by result since NewWatcher.
-func (w *Watcher) Counts() ReloadCounts {
-	return ReloadCounts{Success: w.success.Load(), Failure: w.failure.Load()}
+func (w *Watcher) Counts() Counts {
+	return Counts{Success: w.success.Load(), Failure: w.failure.Load()}
 }
 
 // Ready returns a channel that is closed once Run watches the rule path:
@@ -153,32 +112,32 @@ func (w *Watcher) endAttempt() {
 
 // Reload loads the rule files again and swaps the snapshot on success
 // (SIGHUP). It always counts and reports, even when nothing changed.
-func (w *Watcher) Reload() ReloadResult {
+func (w *Watcher) Reload() descriptors.ReloadResult {
 	return w.reload(TriggerManual, false)
 }
 
 // reload loads and swaps. With onlyIfChanged, input identical to the
 // snapshot in service is neither swapped, counted nor reported.
-func (w *Watcher) reload(trigger string, onlyIfChanged bool) ReloadResult {
+func (w *Watcher) reload(trigger string, onlyIfChanged bool) descriptors.ReloadResult {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	defer w.endAttempt()
 	s := w.cur.Load()
-	lim := w.opts.Limits.withDefaults()
-	srcs, err := readSources(w.path, lim)
-	if err == nil && onlyIfChanged && fingerprint(srcs) == s.fingerprint {
+	var base *descriptors.Snapshot // nil: compiled even when unchanged
+	if onlyIfChanged {
+		base = s
+	}
+	next, changed, err := descriptors.LoadChanged(w.path, w.opts, base)
+	if err == nil && !changed {
 		if last := w.last.Load(); last.OK {
 			return *last
 		}
 		// The files are back to the rules in service after a failed
 		// reload: nothing to swap, but the failure is over.
 	} else if err == nil {
-		var next *Snapshot
-		if next, err = build(srcs, w.opts, lim); err == nil {
-			s = next
-		}
+		s = next
 	}
-	res := NewReloadResult(trigger, s, err)
+	res := descriptors.NewReloadResult(trigger, s, err)
 	if err != nil {
 		w.failure.Add(1)
 	} else {
@@ -197,7 +156,7 @@ func (w *Watcher) reload(trigger string, onlyIfChanged bool) ReloadResult {
 const rewatchInterval = time.Second
 
 // Run watches the rule path until ctx is done and reloads, after a quiet
-// period of Options.Debounce, whenever something changes. It watches the
+// period (quietPeriod), whenever something changes. It watches the
 // directory (the file's directory when the path is a file), so Kubernetes
 // ConfigMap updates, which swap a `..data` symbolic link, are seen; when the
 // path is a directory its parent is watched too, so that replacing the
@@ -207,7 +166,7 @@ const rewatchInterval = time.Second
 func (w *Watcher) Run(ctx context.Context) error {
 	fw, err := fsnotify.NewWatcher()
 	if err != nil {
-		return fmt.Errorf("descriptors: watching %s: %w", w.path, err)
+		return fmt.Errorf("rulefile: watching %s: %w", w.path, err)
 	}
 	defer fw.Close()
 	dir, isDir := w.path, true
@@ -216,7 +175,7 @@ func (w *Watcher) Run(ctx context.Context) error {
 	}
 	dir = filepath.Clean(dir)
 	if err := fw.Add(dir); err != nil {
-		return fmt.Errorf("descriptors: watching %s: %w", dir, err)
+		return fmt.Errorf("rulefile: watching %s: %w", dir, err)
 	}
 	parent := filepath.Dir(dir)
 	if isDir && parent != dir {
@@ -236,7 +195,7 @@ func (w *Watcher) Run(ctx context.Context) error {
 			return nil
 		case ev, ok := <-fw.Events:
 			if !ok {
-				return errors.New("descriptors: file watcher closed")
+				return errors.New("rulefile: file watcher closed")
 			}
 			name := filepath.Clean(ev.Name)
 			if isDir && filepath.Dir(name) == parent && name != dir {
@@ -250,7 +209,7 @@ func (w *Watcher) Run(ctx context.Context) error {
 			debounce.Reset(w.debounce)
 		case _, ok := <-fw.Errors:
 			if !ok {
-				return errors.New("descriptors: file watcher closed")
+				return errors.New("rulefile: file watcher closed")
 			}
 			// An overflow loses events: reload to be safe.
 			debounce.Reset(w.debounce)
@@ -265,16 +224,4 @@ func (w *Watcher) Run(ctx context.Context) error {
 			w.reload(TriggerWatch, true)
 		}
 	}
-}
-
-// fingerprint hashes the names and contents of srcs as build does.
-func fingerprint(srcs []source) [32]byte {
-	var out [32]byte
-	h := newFingerprint()
-	for _, s := range srcs {
-		writeField(h, []byte(s.name))
-		writeField(h, s.data)
-	}
-	h.Sum(out[:0])
-	return out
 }

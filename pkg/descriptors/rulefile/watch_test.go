@@ -1,23 +1,36 @@
-package descriptors
+package rulefile
 
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/envoy-rls/envoy-rls/pkg/descriptors"
 )
+
+var testSecret = []byte("0123456789abcdef-test-secret")
+
+func writeFile(t *testing.T, name, content string) {
+	t.Helper()
+	must(t, os.MkdirAll(filepath.Dir(name), 0o755))
+	must(t, os.WriteFile(name, []byte(content), 0o644))
+}
 
 func rules(rpu string) string {
 	return "domain: d\ndescriptors:\n  - key: user\n    rate_limit: {unit: second, requests_per_unit: " + rpu + "}\n"
 }
 
-func limitOf(t testing.TB, s *Snapshot) uint32 {
+var alice = []descriptors.Entry{{Key: "user", Value: "alice"}}
+
+func limitOf(t testing.TB, s *descriptors.Snapshot) uint32 {
 	t.Helper()
-	m, ok := s.Match("d", e("user=alice"))
+	m, ok := s.Match("d", alice)
 	if !ok {
 		t.Fatalf("no match")
 	}
@@ -27,18 +40,18 @@ func limitOf(t testing.TB, s *Snapshot) uint32 {
 func TestNewWatcherNeedsAValidFirstLoad(t *testing.T) {
 	dir := t.TempDir()
 	writeFile(t, dir+"/r.yaml", "domain: d\ndescriptors: {}\n")
-	if _, err := NewWatcher(dir, Options{Secret: testSecret}, nil); !errors.Is(err, ErrInvalidConfig) {
+	if _, err := NewWatcher(dir, descriptors.Options{Secret: testSecret}, nil); !errors.Is(err, descriptors.ErrInvalidConfig) {
 		t.Fatalf("err = %v", err)
 	}
 }
 
 // loggingWatcher watches dir after writing rules(limit) into it, and keeps
 // the reload results its callback reports.
-func loggingWatcher(t *testing.T, dir, limit string) (*Watcher, *[]ReloadResult) {
+func loggingWatcher(t *testing.T, dir, limit string) (*Watcher, *[]descriptors.ReloadResult) {
 	t.Helper()
 	writeFile(t, dir+"/r.yaml", rules(limit))
-	logged := new([]ReloadResult)
-	w, err := NewWatcher(dir, Options{Secret: testSecret}, func(r ReloadResult) { *logged = append(*logged, r) })
+	logged := new([]descriptors.ReloadResult)
+	w, err := NewWatcher(dir, descriptors.Options{Secret: testSecret}, func(r descriptors.ReloadResult) { *logged = append(*logged, r) })
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -49,12 +62,12 @@ func TestFailedReloadKeepsPreviousSnapshot(t *testing.T) {
 	dir := t.TempDir()
 	w, logged := loggingWatcher(t, dir, "5")
 	first := w.Current()
-	if l := w.Last(); !l.OK || l.Trigger != TriggerInitial || l.Domains != 1 || l.Rules != 1 {
+	if l := w.Last(); !l.OK || l.Trigger != descriptors.TriggerInitial || l.Domains != 1 || l.Rules != 1 {
 		t.Errorf("Last after NewWatcher = %+v", l)
 	}
 	writeFile(t, dir+"/r.yaml", rules("5")+"    bogus: 1\n")
 	res := w.Reload()
-	if res.OK || res.Result() != ResultFailure || len(res.Problems) != 1 || res.Problems[0].Line != 5 {
+	if res.OK || res.Result() != descriptors.ResultFailure || len(res.Problems) != 1 || res.Problems[0].Line != 5 {
 		t.Errorf("failed reload = %+v", res)
 	}
 	if w.Current() != first || limitOf(t, w.Current()) != 5 {
@@ -65,7 +78,7 @@ func TestFailedReloadKeepsPreviousSnapshot(t *testing.T) {
 	}
 	writeFile(t, dir+"/r.yaml", rules("9"))
 	res = w.Reload()
-	if !res.OK || res.Result() != ResultSuccess || limitOf(t, w.Current()) != 9 {
+	if !res.OK || res.Result() != descriptors.ResultSuccess || limitOf(t, w.Current()) != 9 {
 		t.Errorf("good reload = %+v", res)
 	}
 	if c := w.Counts(); c.Success != 1 || c.Failure != 1 {
@@ -84,7 +97,7 @@ func TestFailedReloadKeepsPreviousSnapshot(t *testing.T) {
 func TestConcurrentMatchDuringSwaps(t *testing.T) {
 	dir := t.TempDir()
 	writeFile(t, dir+"/r.yaml", rules("1"))
-	w, err := NewWatcher(dir, Options{Secret: testSecret}, nil)
+	w, err := NewWatcher(dir, descriptors.Options{Secret: testSecret}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -95,7 +108,7 @@ func TestConcurrentMatchDuringSwaps(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			ents := e("user=alice")
+			ents := alice
 			for !stop.Load() {
 				s := w.Current()
 				m, ok := s.Match("d", ents)
@@ -103,7 +116,7 @@ func TestConcurrentMatchDuringSwaps(t *testing.T) {
 					errs <- "unexpected match"
 					return
 				}
-				if _, ok := s.Override("d", ents, 3, UnitMinute, 1); !ok {
+				if _, ok := s.Override("d", ents, 3, descriptors.UnitMinute, 1); !ok {
 					errs <- "override failed"
 					return
 				}
@@ -143,10 +156,11 @@ func waitFor(t *testing.T, w *Watcher, what string, cond func() bool) {
 	}
 }
 
-// runWatcher runs w until the test ends and returns once it watches the
-// rule path.
+// runWatcher runs w, with a quiet period of 20ms, until the test ends and
+// returns once it watches the rule path.
 func runWatcher(t *testing.T, w *Watcher) {
 	t.Helper()
+	w.debounce = 20 * time.Millisecond
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- w.Run(ctx) }()
@@ -175,8 +189,8 @@ func TestConfigMapSymlinkSwap(t *testing.T) {
 	must(t, os.Symlink("..2024_01_01_00_00_00.1", dir+"/..data"))
 	must(t, os.Symlink("..data/rules.yaml", dir+"/rules.yaml"))
 	var mu sync.Mutex
-	var logged []ReloadResult
-	w, err := NewWatcher(dir, Options{Secret: testSecret, Debounce: 20 * time.Millisecond}, func(r ReloadResult) {
+	var logged []descriptors.ReloadResult
+	w, err := NewWatcher(dir, descriptors.Options{Secret: testSecret}, func(r descriptors.ReloadResult) {
 		mu.Lock()
 		logged = append(logged, r)
 		mu.Unlock()
@@ -217,7 +231,7 @@ func TestWatchSingleFileEditedInPlace(t *testing.T) {
 	dir := t.TempDir()
 	file := dir + "/r.yaml"
 	writeFile(t, file, rules("5"))
-	w, err := NewWatcher(file, Options{Secret: testSecret, Debounce: 20 * time.Millisecond}, nil)
+	w, err := NewWatcher(file, descriptors.Options{Secret: testSecret}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -241,7 +255,7 @@ func TestWatchDirectoryReplaced(t *testing.T) {
 	root := t.TempDir()
 	dir := root + "/conf"
 	writeFile(t, dir+"/r.yaml", rules("5"))
-	w, err := NewWatcher(dir, Options{Secret: testSecret, Debounce: 20 * time.Millisecond}, nil)
+	w, err := NewWatcher(dir, descriptors.Options{Secret: testSecret}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -266,7 +280,7 @@ func TestNextAttemptClosesAfterEachAttempt(t *testing.T) {
 	dir := t.TempDir()
 	writeFile(t, dir+"/r.yaml", rules("5"))
 	var logged atomic.Int64
-	w, err := NewWatcher(dir, Options{Secret: testSecret}, func(ReloadResult) { logged.Add(1) })
+	w, err := NewWatcher(dir, descriptors.Options{Secret: testSecret}, func(descriptors.ReloadResult) { logged.Add(1) })
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -294,5 +308,61 @@ func TestNextAttemptClosesAfterEachAttempt(t *testing.T) {
 	case <-w.Ready():
 		t.Fatal("Ready closed without Run")
 	default:
+	}
+}
+
+// TestReloadOverLimitKeepsPreviousRules: a reload whose set is over a
+// limit is a failed reload.
+func TestReloadOverLimitKeepsPreviousRules(t *testing.T) {
+	dir := t.TempDir()
+	writeFile(t, dir+"/r.yaml", rules("5"))
+	w, err := NewWatcher(dir, descriptors.Options{Secret: testSecret, Limits: descriptors.Limits{MaxDescriptors: 4}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	first := w.Current()
+	more := "domain: more\ndescriptors:\n"
+	for i := range 4 {
+		more += fmt.Sprintf("  - key: k\n    value: v%d\n    rate_limit: {unit: second, requests_per_unit: 1}\n", i)
+	}
+	writeFile(t, dir+"/more.yaml", more) // 1 + 4 descriptors
+	res := w.Reload()
+	if res.OK || w.Current() != first || limitOf(t, w.Current()) != 5 {
+		t.Fatalf("reload over the limit: %+v; the previous rules must stay", res)
+	}
+	var le *descriptors.LimitError
+	if !errors.As(res.Err, &le) || !errors.Is(res.Err, descriptors.ErrTooLarge) || le.Total != 5 || le.Max != 4 {
+		t.Errorf("err = %v (%T), want a *LimitError of 5 descriptors over 4", res.Err, res.Err)
+	}
+	if c := w.Counts(); c.Failure != 1 || c.Success != 0 {
+		t.Errorf("Counts = %+v", c)
+	}
+}
+
+// TestRevertAfterFailedReloadClearsTheFailure: files put back to the rules
+// in service after a failed reload end the failure (nothing to swap).
+func TestRevertAfterFailedReloadClearsTheFailure(t *testing.T) {
+	dir := t.TempDir()
+	w, logged := loggingWatcher(t, dir, "5")
+	first := w.Current()
+	writeFile(t, dir+"/r.yaml", rules("5")+"    bogus: 1\n")
+	if res := w.reload(TriggerWatch, true); res.OK {
+		t.Fatalf("broken edit reloaded: %+v", res)
+	}
+	writeFile(t, dir+"/r.yaml", rules("5"))
+	res := w.reload(TriggerWatch, true)
+	if !res.OK || res.Err != nil || len(res.Problems) != 0 || res.Fingerprint != first.Fingerprint() || !w.Last().OK {
+		t.Errorf("revert: result %+v, Last %+v; want ok with the fingerprint in service", res, w.Last())
+	}
+	if w.Current() != first {
+		t.Errorf("revert swapped the snapshot")
+	}
+	if c := w.Counts(); c.Success != 1 || c.Failure != 1 || len(*logged) != 2 || !(*logged)[1].OK {
+		t.Errorf("Counts = %+v, logged %d", c, len(*logged))
+	}
+	// Unchanged content after a success is still neither counted nor logged.
+	w.reload(TriggerWatch, true)
+	if c := w.Counts(); c.Success != 1 || len(*logged) != 2 {
+		t.Errorf("an unchanged check was counted: %+v", c)
 	}
 }
