@@ -11,18 +11,8 @@ import (
 // (Options.DefaultCharge), which a limit with a penalty box does not take;
 // a bad value and charge: always with a penalty are refused at the key.
 func TestChargeField(t *testing.T) {
-	const rules = `domain: d
-descriptors:
-  - key: always
-    rate_limit: {unit: hour, requests_per_unit: 10, charge: always}
-  - key: allowed
-    rate_limit: {unit: hour, requests_per_unit: 10, charge: allowed}
-  - key: unset
-    rate_limit: {unit: hour, requests_per_unit: 10}
-  - key: boxed
-    rate_limit: {unit: hour, requests_per_unit: 10, penalty: {duration: 1m, max_duration: 1h, decay: 1h}}
-`
-	path := ruleFile(t, rules)
+	path := ruleFile(t, settingRules("charge", []string{"always", "allowed"},
+		"  - key: boxed\n    rate_limit: {unit: hour, requests_per_unit: 10, penalty: {duration: 1m, max_duration: 1h, decay: 1h}}\n"))
 	for _, def := range []limiter.Charge{limiter.ChargeAllowed, limiter.ChargeAlways} {
 		s, err := Load(path, Options{Secret: testSecret, DefaultCharge: def})
 		if err != nil {
@@ -30,13 +20,12 @@ descriptors:
 		}
 		for key, want := range map[string]limiter.Charge{"always": limiter.ChargeAlways, "allowed": limiter.ChargeAllowed,
 			"unset": def, "boxed": limiter.ChargeAllowed} {
-			m, ok := s.Match("d", e(key+"=x"))
-			if !ok || m.Rule.Policy == nil || m.Rule.Policy.ChargeAlways() != (want == limiter.ChargeAlways) {
-				t.Errorf("default %v, %s: charge always %v, want %v", def, key, m.Rule.Policy.ChargeAlways(), want)
+			if got := policyOf(t, s, key+"=x").ChargeAlways(); got != (want == limiter.ChargeAlways) {
+				t.Errorf("default %v, %s: charge always %v, want %v", def, key, got, want)
 			}
 		}
-		if p, _ := s.Match("d", e("always=x")); p.Rule.Policy.MaxCost() != 20 {
-			t.Errorf("charge always: max cost %d, want the ceiling 20", p.Rule.Policy.MaxCost())
+		if p := policyOf(t, s, "always=x"); p.MaxCost() != 20 {
+			t.Errorf("charge always: max cost %d, want the ceiling 20", p.MaxCost())
 		}
 	}
 	for text, want := range map[string]string{

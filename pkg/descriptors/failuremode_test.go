@@ -10,24 +10,14 @@ import (
 // limit and per named policy; a rule that sets none takes
 // Options.DefaultFailureMode.
 func TestFailureModes(t *testing.T) {
-	f := ruleFile(t, `domain: d
-policies:
-  shared: {unit: minute, requests_per_unit: 10, failure_mode: local}
-  plain: {unit: minute, requests_per_unit: 10}
-descriptors:
-  - key: closed
-    rate_limit: {unit: second, requests_per_unit: 1, failure_mode: closed}
-  - key: open
-    rate_limit: {unit: second, requests_per_unit: 1, failure_mode: open}
-  - key: local
-    rate_limit: {unit: second, requests_per_unit: 1, failure_mode: local}
-  - key: unset
-    rate_limit: {unit: second, requests_per_unit: 1}
-  - key: named_local
+	f := ruleFile(t, settingRules("failure_mode", []string{"closed", "open", "local"}, `  - key: named_local
     policy: shared
   - key: named_unset
     policy: plain
-`)
+policies:
+  shared: {unit: minute, requests_per_unit: 10, failure_mode: local}
+  plain: {unit: minute, requests_per_unit: 10}
+`))
 	for _, tc := range []struct {
 		def  limiter.FailureMode
 		want map[string]limiter.FailureMode
@@ -46,11 +36,7 @@ descriptors:
 			t.Fatalf("default %v: %v", tc.def, err)
 		}
 		for key, want := range tc.want {
-			m, ok := s.Match("d", []Entry{{Key: key, Value: "x"}})
-			if !ok || m.Rule == nil || m.Rule.Policy == nil {
-				t.Fatalf("default %v: %s matched no limited rule", tc.def, key)
-			}
-			if got := m.Rule.Policy.FailureMode(); got != want {
+			if got := policyOf(t, s, key+"=x").FailureMode(); got != want {
 				t.Errorf("default %v: %s fails %v, want %v", tc.def, key, got, want)
 			}
 		}

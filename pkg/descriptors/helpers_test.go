@@ -1,10 +1,13 @@
 package descriptors
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/envoy-rls/envoy-rls/pkg/limiter"
 )
 
 var testSecret = []byte("0123456789abcdef-test-secret")
@@ -64,4 +67,30 @@ func e(kv ...string) []Entry {
 		out[i] = Entry{Key: k, Value: v}
 	}
 	return out
+}
+
+// policyOf is the policy of the limited rule that entries ("k=v") match in
+// domain d of s, failing t when there is none.
+func policyOf(t testing.TB, s *Snapshot, entries ...string) *limiter.Policy {
+	t.Helper()
+	m, ok := s.Match("d", e(entries...))
+	if !ok || m.Rule == nil || m.Rule.Policy == nil {
+		t.Fatalf("%v matched no limited rule", entries)
+	}
+	return m.Rule.Policy
+}
+
+// settingRules is a rule file of domain d with, for each value, a
+// descriptor keyed by the value whose rate limit (10 an hour) sets setting
+// to it, then one keyed unset that sets nothing; more follows (descriptors,
+// then any other top-level key).
+func settingRules(setting string, values []string, more string) string {
+	var b strings.Builder
+	b.WriteString("domain: d\ndescriptors:\n")
+	for _, v := range values {
+		fmt.Fprintf(&b, "  - key: %s\n    rate_limit: {unit: hour, requests_per_unit: 10, %s: %s}\n", v, setting, v)
+	}
+	b.WriteString("  - key: unset\n    rate_limit: {unit: hour, requests_per_unit: 10}\n")
+	b.WriteString(more)
+	return b.String()
 }

@@ -34,11 +34,7 @@ descriptors:
 		"named": {Duration: 10 * time.Minute, MaxDuration: 24 * time.Hour, Decay: time.Hour},
 		"none":  {},
 	} {
-		m, ok := s.Match("d", []Entry{{Key: key, Value: "x"}})
-		if !ok || m.Rule.Policy == nil {
-			t.Fatalf("%s: no limited rule", key)
-		}
-		if got := m.Rule.Policy.Penalty(); got != want {
+		if got := policyOf(t, s, key+"=x").Penalty(); got != want {
 			t.Errorf("%s: penalty %+v, want %+v", key, got, want)
 		}
 	}
