@@ -78,10 +78,7 @@ func descriptorFields() fields[rawDesc] {
 				d.limit = p.rateLimit(r, "rate_limit")
 			}
 		}},
-		{"rate_limits", func(p *parser, d *rawDesc, k, v *yaml.Node) {
-			d.limitsPos = at(k)
-			d.limits = p.rateLimitList(v)
-		}},
+		nodeField("rate_limits", (*parser).rateLimitList, func(d *rawDesc) (*[]*rawLimit, *pos) { return &d.limits, &d.limitsPos }),
 		nonEmptyField("policy", "policy must name an entry of the top-level policies map", func(d *rawDesc) (*string, *pos) { return &d.policy, &d.policyPos }),
 		{"descriptors", func(p *parser, d *rawDesc, _, v *yaml.Node) { d.children = p.descriptorList(v, d.depth+1) }},
 		boolField("shadow_mode", func(d *rawDesc) (*bool, *pos) { return &d.shadow, nil }),
@@ -89,7 +86,7 @@ func descriptorFields() fields[rawDesc] {
 		boolField("share_threshold", func(d *rawDesc) (*bool, *pos) { return &d.share, &d.sharePos }),
 		boolField("detailed_metric", func(d *rawDesc) (*bool, *pos) { return &d.detailed, nil }),
 		boolField("value_to_metric", func(d *rawDesc) (*bool, *pos) { return &d.valueToMetric, nil }),
-		{"metadata", func(p *parser, d *rawDesc, _, v *yaml.Node) { d.metadata = p.metadata(v) }},
+		nodeField("metadata", (*parser).metadata, func(d *rawDesc) (*map[string]any, *pos) { return &d.metadata, nil }),
 		nonEmptyField("colocate", "colocate must name a descriptor key", func(d *rawDesc) (*string, *pos) { return &d.colocate, &d.colocatePos }),
 	}
 }

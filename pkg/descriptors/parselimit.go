@@ -62,10 +62,7 @@ var limitFields = fields[rawLimit]{
 	uint32Field("requests_per_unit", 0, func(r *rawLimit) (*uint32, *pos) { return &r.rpu, &r.rpuPos }),
 	boolField("unlimited", func(r *rawLimit) (*bool, *pos) { return &r.unlimited, &r.unlimitedPos }),
 	strField("name", func(r *rawLimit) (*string, *pos) { return &r.name, &r.namePos }),
-	{"replaces", func(p *parser, r *rawLimit, k, v *yaml.Node) {
-		r.replacesPos = at(k)
-		r.replaces = p.replaces(v)
-	}},
+	nodeField("replaces", (*parser).replaces, func(r *rawLimit) (*[]nameRef, *pos) { return &r.replaces, &r.replacesPos }),
 	uint32Field("unit_multiplier", 1, func(r *rawLimit) (*uint32, *pos) { return &r.unitMultiplier, &r.unitMultiplierPos }),
 	strField("algorithm", func(r *rawLimit) (*string, *pos) { return &r.algorithm, &r.algorithmPos }),
 	uint32Field("burst", 1, func(r *rawLimit) (*uint32, *pos) { return &r.burst, &r.burstPos }),
@@ -74,10 +71,7 @@ var limitFields = fields[rawLimit]{
 	strField("headers", func(r *rawLimit) (*string, *pos) { return &r.headers, &r.headersPos }),
 	boolField("calendar", func(r *rawLimit) (*bool, *pos) { return &r.calendar, &r.calendarPos }),
 	strField("time_zone", func(r *rawLimit) (*string, *pos) { return &r.timeZone, &r.timeZonePos }),
-	{"penalty", func(p *parser, r *rawLimit, k, v *yaml.Node) {
-		r.penaltyPos = at(k)
-		r.penalty = p.penalty(v)
-	}},
+	nodeField("penalty", (*parser).penalty, func(r *rawLimit) (**rawPenalty, *pos) { return &r.penalty, &r.penaltyPos }),
 	uint32Field("concurrency", 0, func(r *rawLimit) (*uint32, *pos) { return &r.concurrency, &r.concurrencyPos }),
 	strField("lease_ttl", func(r *rawLimit) (*string, *pos) { return &r.leaseTTL, &r.leaseTTLPos }),
 	strField("charge", func(r *rawLimit) (*string, *pos) { return &r.charge, &r.chargePos }),

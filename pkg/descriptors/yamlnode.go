@@ -273,15 +273,21 @@ func (fs fields[T]) keys() string {
 	return strings.Join(keys, ", ")
 }
 
-// scalarField reads one scalar of key with read (a parser method, named by
-// key in its messages) into the place get returns, and the position of the
-// key into the pos get returns (nil: not kept).
-func scalarField[T, V any](key string, read func(p *parser, v *yaml.Node, key string) (V, bool), get func(*T) (*V, *pos)) field[T] {
+// nodeField reads the value of key with read (a parser method) into the
+// place get returns, and the position of the key into the pos get returns
+// (nil: not kept).
+func nodeField[T, V any](key string, read func(p *parser, v *yaml.Node) V, get func(*T) (*V, *pos)) field[T] {
 	return field[T]{key, func(p *parser, t *T, k, v *yaml.Node) {
 		dst, keyPos := get(t)
 		keepPos(keyPos, k)
-		*dst, _ = read(p, v, key)
+		*dst = read(p, v)
 	}}
+}
+
+// scalarField is nodeField for a scalar read by a parser method that names
+// key in its messages.
+func scalarField[T, V any](key string, read func(p *parser, v *yaml.Node, key string) (V, bool), get func(*T) (*V, *pos)) field[T] {
+	return nodeField(key, func(p *parser, v *yaml.Node) V { x, _ := read(p, v, key); return x }, get)
 }
 
 // strField reads a string (see parser.str).
