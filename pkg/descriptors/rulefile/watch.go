@@ -58,10 +58,10 @@ type Watcher struct {
 	attempt   chan struct{} // closed, then replaced, when a load attempt ends
 }
 
-// NewWatcher loads path (a file or a directory, as descriptors.Load) and returns a
-// Watcher serving it. The first load must succeed. log, if not nil, is
-// called after every later reload attempt (not for the first load), from the
-// goroutine that made it; it must not block for long.
+// NewWatcher loads path (a file or a directory, as descriptors.Load) and
+// returns a Watcher serving it. The first load must succeed. log, if not
+// nil, is called after every later reload attempt (not for the first load),
+// from the goroutine that made it; it must not block for long.
 func NewWatcher(path string, opts descriptors.Options, log func(descriptors.ReloadResult)) (*Watcher, error) {
 	s, err := descriptors.Load(path, opts)
 	if err != nil {
