@@ -4,27 +4,22 @@ import (
 	"encoding/binary"
 	"math"
 	"slices"
-	"strconv"
 	"time"
 
 	"github.com/envoy-rls/envoy-rls/pkg/limiter"
 )
 
-// This file encodes the arguments of the programs: a key's packed numbers,
-// with the penalty and calendar extensions (rate-batch-v2.lua's and
-// rate-refund-v2.lua's one ARGV field per key; rate-batch-v1.lua's second,
-// after the policy ID), the group field of the batch programs, and the
-// refund programs' fields.
-
-// BatchArgs is the number of ARGV fields per key of rate-batch-v1.lua.
-const BatchArgs = 2
+// This file encodes the arguments of the rate programs: a key's packed
+// numbers, with the penalty and calendar extensions (rate-batch-v2.lua's
+// and rate-refund-v2.lua's one ARGV field per key), the group field of the
+// batch program, and the refund program's effective times.
 
 // BatchPacked is the length of the packed numbers of one key:
 // struct.pack('>BBddddddd'), without extensions (see BatchPackedLen).
 const BatchPacked = 2 + 7*8
 
 // The bits of the flags byte of a key's packed numbers (AppendBatchPacked).
-// rate-batch-v1.lua reads them with bit.band.
+// The programs read them with bit.band.
 const (
 	// FlagRoleMask holds the key's role (limiter.Role: 0 ordinary, 1
 	// shadow, 2 quota, 3 check, 4 probe, 5 quota probe) in bits 0-2.
@@ -41,8 +36,7 @@ const (
 	// the packed numbers, after the penalty extension when both are set.
 	FlagCalendar = 32
 	// FlagCharge: the key's policy records a denied cost
-	// (limiter.ChargeAlways), up to limiter.Policy.Ceiling; only
-	// rate-batch-v2.lua knows it (rate-batch-v1.lua refuses the key).
+	// (limiter.ChargeAlways), up to limiter.Policy.Ceiling.
 	FlagCharge = 64
 )
 
@@ -73,36 +67,20 @@ func BatchPackedLen(p *limiter.Policy) int {
 	return n
 }
 
-// AppendBatchArgs appends the two ARGV fields of one key of
-// rate-batch-v1.lua to dst: the policy ID, and the numbers packed
-// big-endian as struct.pack('>BBddddddd'): algorithm (limiter.Algorithm),
-// flags (the role, FlagFailOpen when the key's failure takes no part in the
-// batch rule (limiter.Policy.AbstainsOnFailure), FlagPenalty
-// with a penalty box, FlagCalendar for a calendar window), revision, limit,
-// the two algorithm arguments (limiter.Policy.AlgorithmArgs), cleanup grace
-// ms, max clock regression ms, cost; then the extensions, in this order:
-// the penalty box's (PenaltyPacked) and a calendar window's
-// (CalendarPacked, computed at the wall clock's now: AppendBatchArgsAt
-// takes the time). Every number is an integer below 2^53, which a float64
-// holds exactly. role is the mode the key plays in this program
-// (limiter.Request.Role, or another one when the caller splits a batch).
-func AppendBatchArgs(dst []string, p *limiter.Policy, cost int64, role limiter.Role) []string {
-	return AppendBatchArgsAt(dst, p, cost, role, wallNow(p))
-}
-
-// AppendBatchArgsAt is AppendBatchArgs with a calendar window's periods
-// around nowMs, the caller's estimate of Redis's clock (Unix ms).
-func AppendBatchArgsAt(dst []string, p *limiter.Policy, cost int64, role limiter.Role, nowMs int64) []string {
-	var b [BatchPacked + PenaltyPacked + CalendarPacked]byte
-	return append(dst, p.ID(), string(AppendBatchPackedAt(b[:0], p, cost, role, nowMs)))
-}
-
-// AppendBatchPacked appends the packed numbers of one key of
-// rate-batch-v1.lua (the second ARGV field of AppendBatchArgs,
-// BatchPackedLen bytes: the penalty extension, then the calendar extension,
-// follow when the policy has them) to dst, for callers that pool their
-// argument buffers. A calendar window's extension is computed at the wall
-// clock's now.
+// AppendBatchPacked appends the argument of one key of rate-batch-v2.lua
+// to dst, BatchPackedLen bytes: the numbers packed big-endian as
+// struct.pack('>BBddddddd'): algorithm (limiter.Algorithm), flags (the
+// role, FlagFailOpen when the key's failure takes no part in the batch
+// rule (limiter.Policy.AbstainsOnFailure), FlagPenalty with a penalty box,
+// FlagCalendar for a calendar window, FlagCharge when the policy charges
+// always), revision, limit, the two algorithm arguments
+// (limiter.Policy.AlgorithmArgs), cleanup grace ms, max clock regression
+// ms, cost; then the extensions, in this order: the penalty box's
+// (PenaltyPacked) and a calendar window's (CalendarPacked, computed at the
+// wall clock's now: AppendBatchPackedAt takes the time). Every number is
+// an integer below 2^53, which a float64 holds exactly. role is the mode
+// the key plays in this program (limiter.Request.Role, or another one when
+// the caller splits a batch). Callers may pool dst.
 func AppendBatchPacked(dst []byte, p *limiter.Policy, cost int64, role limiter.Role) []byte {
 	return AppendBatchPackedAt(dst, p, cost, role, wallNow(p))
 }
@@ -171,7 +149,7 @@ func wallNow(p *limiter.Policy) int64 {
 }
 
 // GroupEntry is the length of one request's entry in the last ARGV field
-// of rate-batch-v1.lua: struct.pack('>Hd').
+// of rate-batch-v2.lua: struct.pack('>Hd').
 const GroupEntry = 2 + 8
 
 // MaxRequestKeys is the most keys one request of a group may have (its
@@ -179,41 +157,14 @@ const GroupEntry = 2 + 8
 const MaxRequestKeys = 1<<16 - 1
 
 // AppendGroupEntry appends one request's entry of the last ARGV field of
-// rate-batch-v1.lua to dst: its number of keys (1..MaxRequestKeys; its keys
+// rate-batch-v2.lua to dst: its number of keys (1..MaxRequestKeys; its keys
 // and their ARGV fields follow those of the requests before it) and its
 // deadline in ms of Redis's clock (TIME), in [1, 2^53-1], or 0 for none. A
 // request whose deadline the program's TIME is past is not evaluated,
-// commits nothing and replies ExpiredFlag (see ParseBatchReply).
+// commits nothing and replies ExpiredFlag (see ParseBatchReplyV2).
 func AppendGroupEntry(dst []byte, keys int, deadlineMs int64) []byte {
 	dst = binary.BigEndian.AppendUint16(dst, uint16(keys))
 	return binary.BigEndian.AppendUint64(dst, math.Float64bits(float64(deadlineMs)))
-}
-
-// RefundArgs is the number of ARGV fields per key of rate-refund-v1.lua.
-const RefundArgs = 8
-
-// AppendRefundArgs appends the eight ARGV fields of one key of
-// rate-refund-v1.lua: algorithm, policy, revision, limit, the two algorithm
-// arguments (limiter.Policy.AlgorithmArgs; for a calendar window, the end
-// and the length in ms of the period holding effectiveNowMs instead), the
-// cost taken and the effectiveNowMillis the batch replied for the key.
-func AppendRefundArgs(dst []string, p *limiter.Policy, cost, effectiveNowMs int64) []string {
-	i := strconv.FormatInt
-	arg1, arg2 := refundWindow(p, effectiveNowMs)
-	return append(dst, p.Algorithm().String(), p.ID(), strconv.FormatUint(uint64(p.Revision()), 10), i(p.Limit(), 10),
-		i(arg1, 10), i(arg2, 10), i(cost, 10), i(effectiveNowMs, 10))
-}
-
-// refundWindow is the two window arguments of rate-refund-v1.lua for a
-// cost taken at effectiveNowMs: limiter.Policy.AlgorithmArgs, or for a
-// calendar window the end and the length in ms of the period holding
-// effectiveNowMs.
-func refundWindow(p *limiter.Policy, effectiveNowMs int64) (int64, int64) {
-	if c := p.Calendar(); c != nil {
-		start, end := c.Period(effectiveNowMs)
-		return end, end - start
-	}
-	return p.AlgorithmArgs()
 }
 
 // AppendRefundPacked appends the argument of one key of rate-refund-v2.lua

@@ -28,11 +28,19 @@ func LeaseArgs(r *limiter.Request) []string {
 		strconv.FormatInt(p.LeaseTTLMillis(), 10), strconv.FormatInt(r.Cost, 10), strconv.FormatInt(p.CleanupGraceMillis(), 10)}
 }
 
+// ReplyFields is the number of integers of a reply of lease-v1.lua:
+// status, serverNowMillis, effectiveNowMillis, limit, remaining,
+// retryAfterMillis, resetAtMillis.
+const ReplyFields = 7
+
+var fieldNames = [ReplyFields]string{"status", "serverNowMillis", "effectiveNowMillis", "limit", "remaining", "retryAfterMillis", "resetAtMillis"}
+
 // ParseLeaseReply validates a reply of lease-v1.lua for policy p: exactly
 // seven integers in [0, 2^53-1], status ALLOWED, DENIED,
 // STATE_INCOMPATIBLE or INVALID, consistent with itself and with p as
-// ParseBatchReply requires of a key's reply, with the effective now equal
-// to the server's. Anything else is an error matching ErrMalformedReply.
+// ParseBatchReplyV2 requires of a key's reply (check), with the effective
+// now equal to the server's. Anything else is an error matching
+// ErrMalformedReply.
 func ParseLeaseReply(p *limiter.Policy, values []Value) (limiter.Reply, error) {
 	if len(values) != ReplyFields {
 		return limiter.Reply{}, malformed("lease reply of %d values, want %d", len(values), ReplyFields)

@@ -35,6 +35,7 @@ func TestParseLeaseReply(t *testing.T) {
 		{"denied", ints(2, 1000, 1000, 5, 0, 30000, 61000), true},
 		{"incompatible", ints(4, 1000, 1000, 5, 0, 0, 0), true},
 		{"invalid", ints(5, 1000, 1000, 0, 0, 0, 0), true},
+		{"invalid with a limit", ints(5, 1000, 1000, 5, 0, 0, 0), false},
 		{"six values", ints(1, 1000, 1000, 5, 4, 0), false},
 		{"a string", append(ints(1, 1000, 1000, 5, 4, 0), Value{Str: "x"}), false},
 		{"blocked", ints(6, 1000, 1000, 5, 0, 10, 61000), false},

@@ -10,9 +10,6 @@
 // lease-v1.lua (Lease) is the program of concurrency limits: one take,
 // release or return on one lease set (limiter.Lease), with arguments of
 // its own (LeaseArgs) and a seven-integer reply (ParseLeaseReply).
-// rate-batch-v1.lua and rate-refund-v1.lua (BatchV1, RefundV1) are the
-// programs of the previous state layout, one hash per key under other key
-// names (docs/redis.md: the cutover from v1 to v2).
 //
 // The programs are generated: each is the template of the same name in
 // src/ with its "-- #include" lines replaced by fragments of src/fragments
@@ -20,8 +17,8 @@
 // explicit arguments and results (its argument rules, its step, its
 // refund), beside the shared steps (reading TIME, the common argument
 // rules, the clock rule, the range check of what was computed, the
-// evaluation of a request and its commit) and each version's own (its
-// arguments, its state's storage, its reply). `go generate ./pkg/lua`
+// evaluation of a request and its commit) and the layout's own
+// (src/fragments/*-v2.lua: its arguments, its state's storage, its reply). `go generate ./pkg/lua`
 // writes them next to this file, where they are checked in and embedded:
 // a diff shows the program Redis runs, and a test fails when one is stale.
 package lua
@@ -31,10 +28,6 @@ package lua
 import _ "embed"
 
 var (
-	//go:embed rate-batch-v1.lua
-	batchV1 string
-	//go:embed rate-refund-v1.lua
-	refundV1 string
 	//go:embed rate-batch-v2.lua
 	batchV2 string
 	//go:embed rate-refund-v2.lua
@@ -43,23 +36,17 @@ var (
 
 // Program is one versioned Lua program.
 type Program struct {
-	// Name is the file name, e.g. "rate-batch-v1.lua".
+	// Name is the file name, e.g. "rate-batch-v2.lua".
 	Name string
 	// Source is the generated source, sent on NOSCRIPT.
 	Source string
 }
 
-// Programs returns every program of the package.
-func Programs() []Program { return []Program{BatchV1(), RefundV1(), Batch(), Refund()} }
+// Programs returns the rate programs of the package (Lease is the other).
+func Programs() []Program { return []Program{Batch(), Refund()} }
 
 // Batch returns rate-batch-v2.lua, the rate program of every algorithm.
 func Batch() Program { return Program{Name: "rate-batch-v2.lua", Source: batchV2} }
 
 // Refund returns rate-refund-v2.lua.
 func Refund() Program { return Program{Name: "rate-refund-v2.lua", Source: refundV2} }
-
-// BatchV1 returns rate-batch-v1.lua, the rate program of the hash layout.
-func BatchV1() Program { return Program{Name: "rate-batch-v1.lua", Source: batchV1} }
-
-// RefundV1 returns rate-refund-v1.lua.
-func RefundV1() Program { return Program{Name: "rate-refund-v1.lua", Source: refundV1} }

@@ -79,7 +79,7 @@ func TestProgramsShape(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	batch, refund, batchV1, refundV1 := Batch(), Refund(), BatchV1(), RefundV1()
+	batch, refund := Batch(), Refund()
 	for _, p := range Programs() {
 		text := p.Source
 		for _, want := range []string{luagen.Header + p.Name, "-- KEYS[1", "-- ARGV", "-- Reply:"} {
@@ -100,12 +100,8 @@ func TestProgramsShape(t *testing.T) {
 		if n := strings.Count(text, "redis.call('TIME')"); n != wantTime {
 			t.Errorf("%s: TIME called %d times in the source, want %d", p.Name, n, wantTime)
 		}
-		// Version 1 writes hashes (HSET, PEXPIRE), version 2 strings (SET,
-		// PEXPIRE), nothing else.
-		other := `redis\.p?call\('(SET|DEL|UNLINK|INCR|EXPIRE|HINCRBY|GETSET|APPEND)'`
-		if strings.HasSuffix(p.Name, "-v2.lua") {
-			other = `redis\.p?call\('(HSET|HMGET|DEL|UNLINK|INCR|EXPIRE|HINCRBY|GETSET|APPEND)'`
-		}
+		// They write strings (SET, PEXPIRE), nothing else.
+		other := `redis\.p?call\('(HSET|HMGET|DEL|UNLINK|INCR|EXPIRE|HINCRBY|GETSET|APPEND)'`
 		if regexp.MustCompile(other).MatchString(text) {
 			t.Errorf("%s: writes outside its layout's commands", p.Name)
 		}
@@ -116,8 +112,7 @@ func TestProgramsShape(t *testing.T) {
 	// name.
 	for _, alg := range limiter.Algorithms() {
 		frag := strings.ReplaceAll(alg.String(), "_", "-") + ".lua"
-		for section, progs := range map[string][]Program{"valid": {batch, batchV1, refund}, "step": {batch, batchV1},
-			"refund": {refund, refundV1}} {
+		for section, progs := range map[string][]Program{"valid": {batch, refund}, "step": {batch}, "refund": {refund}} {
 			text, err := luagen.Fragment(src, frag+" "+section)
 			if err != nil {
 				t.Fatal(err)
@@ -131,7 +126,7 @@ func TestProgramsShape(t *testing.T) {
 				}
 			}
 		}
-		for _, p := range []Program{batch, batchV1} {
+		for _, p := range []Program{batch, refund} {
 			if byByte := fmt.Sprintf("algorithm == %d then\nalg = '%s'\n", alg, alg); !strings.Contains(unindent(p.Source), byByte) {
 				t.Errorf("%s: does not map byte %d to %s", p.Name, alg, alg)
 			}
@@ -143,12 +138,11 @@ func TestProgramsShape(t *testing.T) {
 	// The shared steps, verbatim; the refund program reads the state as
 	// the batch program does.
 	for name, progs := range map[string][]Program{
-		"time.lua": {batch, batchV1}, "valid.lua": {batch, batchV1, refund}, "clock.lua": {batch, batchV1},
-		"hash-v1.lua load": {batchV1, refundV1}, "hash-v1.lua store": {batchV1},
+		"time.lua": {batch}, "valid.lua": {batch, refund}, "clock.lua": {batch},
 		"string-v2.lua load": {batch, refund}, "string-v2.lua encode": {batch, refund}, "string-v2.lua store": {batch},
-		"exact.lua check": {batch, batchV1}, "exact.lua exact": {refund, refundV1},
-		"evaluate.lua": {batch, batchV1}, "record.lua offsets": {batch, batchV1}, "group.lua": {batch, batchV1},
-		"args.lua": {batch, batchV1, refund},
+		"exact.lua check": {batch}, "exact.lua exact": {refund},
+		"evaluate.lua": {batch}, "record.lua offsets": {batch}, "group.lua": {batch},
+		"args.lua": {batch, refund},
 	} {
 		text, err := luagen.Fragment(src, name)
 		if err != nil {

@@ -12,15 +12,48 @@
 --             request after request; on a Redis Cluster all in one slot
 --             (one hash tag)
 -- ARGV        one field per key, key i at ARGV[i]: its numbers, packed
---             big-endian as in rate-batch-v1.lua (lua.AppendBatchPacked):
---             struct.pack('>BBddddddd') of algorithm, flags, policy
---             revision, limit, the two algorithm arguments, cleanup grace
---             ms, max clock regression ms and cost, then the penalty
---             extension (flag 16) and the calendar extension (flag 32);
---             flag 64: the key charges always (a cost up to twice the
---             limit, no penalty box);
---             the ranges are rate-batch-v1.lua's. No policy ID: the key
---             names the policy, its revision and the algorithm.
+--             big-endian as struct.pack('>BBddddddd') (lua.AppendBatchPacked):
+--             one string and one struct.unpack per key instead of nine
+--             decimal strings to intern and parse (each costs Redis CPU):
+--       algorithm            1 fixed_window, 2 sliding_window, 3 token_bucket,
+--                            4 gcra, 5 sliding_log
+--       flags                bits 0-2 the role (limiter.Role): 0 ordinary,
+--                            1 shadow, 2 quota, 3 check, 4 probe, 5 quota
+--                            probe; 8 failOpen; 16 the penalty extension
+--                            follows; 32 the calendar extension follows
+--                            (fixed_window only); 64 the key charges always
+--                            (a cost up to twice the limit, no penalty box)
+--                            (lua.FlagRoleMask, lua.FlagFailOpen,
+--                            lua.FlagPenalty, lua.FlagCalendar,
+--                            lua.FlagCharge)
+--       policy revision      1..2^32-1
+--       limit (capacity)     0..2^53-1 (sliding window: 0..(2^53-1)/10^6;
+--                            token bucket: capacity * period + amount
+--                            below 2^53; gcra: the burst, burst * period
+--                            + amount below 2^53; sliding log:
+--                            0..1000, MAX_LOG)
+--       window ms (fixed, sliding, sliding log) | refill amount (token bucket, reduced)
+--         | limit (gcra, reduced: the interval is period/amount ms)
+--       0 (fixed, sliding, sliding log) | refill period ms (token bucket, gcra, reduced)
+--       cleanup grace ms     0..ten years
+--       max clock regression ms  0..ten years
+--       cost                 1..limit (a key that charges always: 1..twice
+--                            the limit)
+--     then, when the flags' bit 16 is set, the penalty extension
+--     (limiter.Penalty, penalty.lua), struct.pack('>ddd'):
+--       duration ms          1..30 days
+--       max duration ms      duration..30 days
+--       decay ms             0..30 days
+--     then, when the flags' bit 32 is set, the calendar extension
+--     (fragments/calendar.lua), struct.pack('>dddd'): the boundaries b0 <
+--     b1 < b2 < b3, Unix ms, of three consecutive calendar periods (the one
+--     before the sender's estimate of TIME, the one holding it, the one
+--     after). The period holding the effective now is the window; a now
+--     outside [b0, b3) answers CLOCK_UNSAFE and writes nothing. The last
+--     extension present ends the argument.
+--     Doubles carry every integer below 2^53 exactly; each is checked
+--     integral and in range. No policy ID: the key names the policy, its
+--     revision and the algorithm.
 -- ARGV[N+1]   the group: per request struct.pack('>Hd'): its number of keys
 --             (1..N, the counts adding up to N) and its deadline, in ms of
 --             Redis's clock (TIME), an integer in [1, 2^53-1], or 0 for
@@ -40,8 +73,11 @@
 -- allowed request is kept in the program, so a later key naming the same
 -- state sees it. Then the request commits iff every ordinary key is
 -- ALLOWED and, when there are quota keys, at least one of them is
--- (limiter.Commits, as rate-batch-v1.lua). On commit every ALLOWED key but
--- the check and probe ones is written: one SET of its whole state, with
+-- (limiter.Commits: a failure status — CLOCK_UNSAFE, STATE_INCOMPATIBLE,
+-- INVALID — counts as a denial, unless failOpen, when the key takes no
+-- part; shadow and check keys never block, probe keys block as ordinary
+-- ones do and quota probe keys as quota ones). On commit every ALLOWED
+-- key but the check and probe ones is written: one SET of its whole state, with
 -- PX, or KEEPTTL for a window written before in the same window (the last
 -- state of a key named twice). A key that charges always (flag 64,
 -- limiter.ChargeAlways; not a check or probe) is written whatever the
@@ -89,7 +125,7 @@
 -- fragments/prelude.lua: shared by every program (a test checks each
 -- program contains it verbatim): constants and library locals.
 -- defines: MAX, MAX_DURATION, MAX_PENALTY, ROLE_BITS, FAIL_OPEN, PENALTY,
--- defines: CALENDAR, CHARGE, S, MAX_SLIDING, MAX_LOG, POLICY_ID, DECIMAL, find,
+-- defines: CALENDAR, CHARGE, S, MAX_SLIDING, MAX_LOG, find,
 -- defines: fmod, format, band, unpackList, unpack, pack, sub, max, ceilDiv
 --
 -- A script's whole body runs on every EVALSHA, so each function a program
@@ -102,7 +138,7 @@ local MAX_PENALTY = 2592000000 -- 30 days in ms, limiter.MaxPenalty
 -- The flags byte of a key's packed argument (pkg/lua Flag*): the role's
 -- bits, fail open, a penalty extension follows, a calendar extension
 -- follows (after the penalty extension when both do), the policy charges
--- always (rate-batch-v2.lua; version 1 refuses it).
+-- always.
 local ROLE_BITS, FAIL_OPEN, PENALTY, CALENDAR, CHARGE = 7, 8, 16, 32, 64
 local S = 1000000 -- sliding-window weight scale (limiter.SlidingScale)
 -- The largest sliding limit: (2^53-1) / S, exact (MAX / S is far from an
@@ -111,10 +147,6 @@ local MAX_SLIDING = (MAX - MAX % S) / S
 -- The largest sliding-log limit, hence the most entries of a log
 -- (limiter.MaxSlidingLogLimit).
 local MAX_LOG = 1000
--- A policy ID, and a canonical decimal integer other than 0 (no sign, no
--- leading zero; the callers also bound its length to 16 digits).
-local POLICY_ID = '^[a-z0-9._:/%-]+$'
-local DECIMAL = '^[1-9]%d*$'
 
 -- Library functions as locals: a global or field lookup per call is a
 -- measurable share of a program's Redis CPU.
@@ -762,9 +794,12 @@ local NARG = 1
 local argsRead = false
 
 -- keyArgs reads and checks the argument of the group's key gi. It returns
--- what args-v1.lua's keyArgs returns, with false for the policy ID (the
--- key names the policy: its state holds none), then whether the key
--- charges always and its ceiling.
+-- valid; the algorithm's name, false (no policy ID: the key names the
+-- policy), the key's role and failOpen (0 and false when not valid); the
+-- revision, limit, the two algorithm arguments, grace, max clock
+-- regression and cost; the penalty box (penalty, its duration, max
+-- duration and decay); a calendar window (cal and the boundaries of its
+-- three periods); whether the key charges always and its ceiling.
 local function keyArgs(gi)
   local packed, valid = ARGV[gi], true
   if argsRead then
@@ -813,8 +848,8 @@ local function keyArgs(gi)
   -- a program's keyArgs (a call per key costs Redis CPU; docs/performance.md):
   -- whether the unpacked numbers (doubles, any value) are each an integer in
   -- its range (NaN fails every comparison). flags is a byte: the role in
-  -- bits 0-2, at most 5, failOpen at 8, the calendar bit 32 and, where the
-  -- program knows it, the charge bit 64 (penaltyArgs took off the penalty
+  -- bits 0-2, at most 5, failOpen at 8, the calendar bit 32 and the charge
+  -- bit 64 (penaltyArgs took off the penalty
   -- bit 16: unknownFlags is every other bit). A charge may cost up to its
   -- ceiling (twice the limit, limiter.Policy.Ceiling) and has no penalty
   -- box. Each algorithm's own rules are its fragment's valid section.
@@ -900,7 +935,7 @@ local function keyArgs(gi)
 end
 -- uses: unpack, unpackList, sub, find, MAX, MAX_SLIDING
 -- defines: STATE_PENALTY, MGET_CHUNK, stored, written, mgetAll, prefetch,
--- defines: decodeState, loadState
+-- defines: decodeState, stateValue
 
 local STATE_PENALTY = 64
 -- The most keys one MGET or EXISTS names (Lua's unpack of a list is
@@ -1027,12 +1062,10 @@ local function decodeState(v, alg, penalty)
   return true, lastObservedMs, epoch, level, carry, log, penaltyUntilMs, penaltyLevel
 end
 
--- loadState: the state of the group's key gi (key) for alg, as this run
--- sees it (what it wrote, else what it read), and its penalty box (kept
--- whether or not the policy has one: penalty). It returns st (nil: none;
--- false: incompatible; true) and what decodeState returns; policy and rev
--- are unused (the key names them).
-local function loadState(key, gi, alg, policy, rev, penalty)
+-- stateValue is the value of the group's key gi (key) as this run sees
+-- it: what it wrote, else what it read (false: none; '': a key of another
+-- type). Its state is decodeState's, but for none.
+local function stateValue(key, gi)
   local v = false
   if written then
     v = written[key] or false
@@ -1040,10 +1073,7 @@ local function loadState(key, gi, alg, policy, rev, penalty)
   if not v then
     v = stored[gi]
   end
-  if not v then
-    return nil, 0, 0, 0, 0, '', 0, 0
-  end
-  return decodeState(v, alg, penalty)
+  return v
 end
 -- uses: pack, STATE_PENALTY
 -- defines: encodeState
@@ -1072,7 +1102,7 @@ local function encodeState(alg, lastObservedMs, epoch, level, carry, penaltyUnti
   end
   return pack('>Bdddd', algorithm, lastObservedMs, epoch, level, carry) .. log
 end
--- uses: format, pack, sub, band, serverNow, stored, written, encodeState
+-- uses: format, pack, sub, band, serverNow, written, encodeState, stateValue
 -- defines: offended, storeState, writeOffence
 
 -- offended: false, or the keys this run wrote an offence to (their expiry
@@ -1114,13 +1144,7 @@ end
 -- the state of the group's key gi (key), as stored: its penaltyUntilMs and
 -- penaltyLevel, and its expiry raised to px ms.
 local function writeOffence(key, gi, penaltyUntilMs, penaltyLevel, px)
-  local v = false
-  if written then
-    v = written[key] or false
-  end
-  if not v then
-    v = stored[gi]
-  end
+  local v = stateValue(key, gi)
   -- (A compatible state: an offence needs one.)
   local head = unpack('>B', v)
   local rest = 34
@@ -1191,15 +1215,15 @@ end
 -- then the batch rule (limiter.Commits), then the writes. A request of one
 -- key, the common one, keeps no record: its key writes as soon as it is
 -- checked, since a single key that writes is one that commits.
--- uses: serverNow, keyArgs, loadState, storeState, writeOffence, newReply,
+-- uses: serverNow, keyArgs, stateValue, decodeState, storeState, writeOffence, newReply,
 -- uses: replyKey, replyBefore, penaltyStep, blockedRemaining, MAX, algStep, chargeKey
 -- defines: WIDE, priorState, writeRecord, recordKey, evalKey, commitKeys, evaluate
 --
--- The program defines what differs between its versions: keyArgs(gi), the
--- arguments of the group's key gi; loadState(key, gi, alg, policy, rev,
--- penalty), the state as the store holds it; storeState(...), its write;
--- writeOffence(...), a penalty box's offence; newReply(n), replyKey(...)
--- and replyBefore(...), the reply.
+-- The program defines its layout's parts: keyArgs(gi), the arguments of
+-- the group's key gi; stateValue(key, gi), the value of a key as the run
+-- sees it, and decodeState(v, alg, penalty), its state; storeState(...),
+-- its write; writeOffence(...), a penalty box's offence; newReply(n),
+-- replyKey(...) and replyBefore(...), the reply.
 
 -- WIDE: above this many keys a request finds the keys naming the same
 -- state through two tables (seen, lastWrite) instead of scanning: cheaper
@@ -1341,8 +1365,12 @@ local function evalKey(kb, i, n, rec, seen, lastWrite, offences)
       storedLevel, storedCarry = priorState(kb, i, key, rec, seen)
   end
   if not prior then
-    st, lastObservedMs, epoch, level, carry, log, penaltyUntilMs, penaltyLevel = loadState(key, gi, alg, policy, rev,
-      penalty)
+    -- (One call for a key without a state, two with one.)
+    local v = stateValue(key, gi)
+    st, lastObservedMs, epoch, level, carry, log, penaltyUntilMs, penaltyLevel = nil, 0, 0, 0, 0, '', 0, 0
+    if v then
+      st, lastObservedMs, epoch, level, carry, log, penaltyUntilMs, penaltyLevel = decodeState(v, alg, penalty)
+    end
     fresh, storedEpoch, storedLevel, storedCarry = st == nil, epoch, level, carry
   end
   -- A key that is not evaluated (STATE_INCOMPATIBLE, CLOCK_UNSAFE) replies

@@ -28,7 +28,7 @@
 -- fragments/prelude.lua: shared by every program (a test checks each
 -- program contains it verbatim): constants and library locals.
 -- defines: MAX, MAX_DURATION, MAX_PENALTY, ROLE_BITS, FAIL_OPEN, PENALTY,
--- defines: CALENDAR, CHARGE, S, MAX_SLIDING, MAX_LOG, POLICY_ID, DECIMAL, find,
+-- defines: CALENDAR, CHARGE, S, MAX_SLIDING, MAX_LOG, find,
 -- defines: fmod, format, band, unpackList, unpack, pack, sub, max, ceilDiv
 --
 -- A script's whole body runs on every EVALSHA, so each function a program
@@ -41,7 +41,7 @@ local MAX_PENALTY = 2592000000 -- 30 days in ms, limiter.MaxPenalty
 -- The flags byte of a key's packed argument (pkg/lua Flag*): the role's
 -- bits, fail open, a penalty extension follows, a calendar extension
 -- follows (after the penalty extension when both do), the policy charges
--- always (rate-batch-v2.lua; version 1 refuses it).
+-- always.
 local ROLE_BITS, FAIL_OPEN, PENALTY, CALENDAR, CHARGE = 7, 8, 16, 32, 64
 local S = 1000000 -- sliding-window weight scale (limiter.SlidingScale)
 -- The largest sliding limit: (2^53-1) / S, exact (MAX / S is far from an
@@ -50,10 +50,6 @@ local MAX_SLIDING = (MAX - MAX % S) / S
 -- The largest sliding-log limit, hence the most entries of a log
 -- (limiter.MaxSlidingLogLimit).
 local MAX_LOG = 1000
--- A policy ID, and a canonical decimal integer other than 0 (no sign, no
--- leading zero; the callers also bound its length to 16 digits).
-local POLICY_ID = '^[a-z0-9._:/%-]+$'
-local DECIMAL = '^[1-9]%d*$'
 
 -- Library functions as locals: a global or field lookup per call is a
 -- measurable share of a program's Redis CPU.
@@ -289,9 +285,12 @@ local NARG = 1
 local argsRead = false
 
 -- keyArgs reads and checks the argument of the group's key gi. It returns
--- what args-v1.lua's keyArgs returns, with false for the policy ID (the
--- key names the policy: its state holds none), then whether the key
--- charges always and its ceiling.
+-- valid; the algorithm's name, false (no policy ID: the key names the
+-- policy), the key's role and failOpen (0 and false when not valid); the
+-- revision, limit, the two algorithm arguments, grace, max clock
+-- regression and cost; the penalty box (penalty, its duration, max
+-- duration and decay); a calendar window (cal and the boundaries of its
+-- three periods); whether the key charges always and its ceiling.
 local function keyArgs(gi)
   local packed, valid = ARGV[gi], true
   if argsRead then
@@ -340,8 +339,8 @@ local function keyArgs(gi)
   -- a program's keyArgs (a call per key costs Redis CPU; docs/performance.md):
   -- whether the unpacked numbers (doubles, any value) are each an integer in
   -- its range (NaN fails every comparison). flags is a byte: the role in
-  -- bits 0-2, at most 5, failOpen at 8, the calendar bit 32 and, where the
-  -- program knows it, the charge bit 64 (penaltyArgs took off the penalty
+  -- bits 0-2, at most 5, failOpen at 8, the calendar bit 32 and the charge
+  -- bit 64 (penaltyArgs took off the penalty
   -- bit 16: unknownFlags is every other bit). A charge may cost up to its
   -- ceiling (twice the limit, limiter.Policy.Ceiling) and has no penalty
   -- box. Each algorithm's own rules are its fragment's valid section.
@@ -427,7 +426,7 @@ local function keyArgs(gi)
 end
 -- uses: unpack, unpackList, sub, find, MAX, MAX_SLIDING
 -- defines: STATE_PENALTY, MGET_CHUNK, stored, written, mgetAll, prefetch,
--- defines: decodeState, loadState
+-- defines: decodeState, stateValue
 
 local STATE_PENALTY = 64
 -- The most keys one MGET or EXISTS names (Lua's unpack of a list is
@@ -554,12 +553,10 @@ local function decodeState(v, alg, penalty)
   return true, lastObservedMs, epoch, level, carry, log, penaltyUntilMs, penaltyLevel
 end
 
--- loadState: the state of the group's key gi (key) for alg, as this run
--- sees it (what it wrote, else what it read), and its penalty box (kept
--- whether or not the policy has one: penalty). It returns st (nil: none;
--- false: incompatible; true) and what decodeState returns; policy and rev
--- are unused (the key names them).
-local function loadState(key, gi, alg, policy, rev, penalty)
+-- stateValue is the value of the group's key gi (key) as this run sees
+-- it: what it wrote, else what it read (false: none; '': a key of another
+-- type). Its state is decodeState's, but for none.
+local function stateValue(key, gi)
   local v = false
   if written then
     v = written[key] or false
@@ -567,10 +564,7 @@ local function loadState(key, gi, alg, policy, rev, penalty)
   if not v then
     v = stored[gi]
   end
-  if not v then
-    return nil, 0, 0, 0, 0, '', 0, 0
-  end
-  return decodeState(v, alg, penalty)
+  return v
 end
 -- uses: pack, STATE_PENALTY
 -- defines: encodeState
@@ -620,7 +614,11 @@ local function refundKey(i, at)
     end
   end
   local key = KEYS[i]
-  local st, lastObservedMs, epoch, level, carry, log, penaltyUntilMs, penaltyLevel = loadState(key, i, alg, false, 0, penalty)
+  local v = stateValue(key, i)
+  if not v then
+    return 0
+  end
+  local st, lastObservedMs, epoch, level, carry, log, penaltyUntilMs, penaltyLevel = decodeState(v, alg, penalty)
   if not st then
     -- Expired or foreign: what was taken went with it.
     return 0

@@ -7,12 +7,8 @@ import (
 	"github.com/envoy-rls/envoy-rls/pkg/limiter"
 )
 
-// ReplyFields is the number of fields of one key's reply of
-// rate-batch-v1.lua: status, serverNowMillis, effectiveNowMillis, limit,
-// remaining, retryAfterMillis, resetAtMillis.
-const ReplyFields = 7
-
-// ErrMalformedReply is matched (errors.Is) by every ParseBatchReply error.
+// ErrMalformedReply is matched (errors.Is) by every error of a reply that
+// is not what the program writes (ParseBatchReplyV2, ParseLeaseReply).
 var ErrMalformedReply = errors.New("lua: malformed program reply")
 
 type replyError struct{ msg string }
@@ -23,8 +19,6 @@ func (e *replyError) Is(target error) bool { return target == ErrMalformedReply 
 func malformed(format string, args ...any) error {
 	return &replyError{msg: fmt.Sprintf(format, args...)}
 }
-
-var fieldNames = [ReplyFields]string{"status", "serverNowMillis", "effectiveNowMillis", "limit", "remaining", "retryAfterMillis", "resetAtMillis"}
 
 // check is the consistency of one key's reply: effectiveNow >= serverNow,
 // by at most the policy's clock regression; ALLOWED has retryAfter 0,
@@ -73,13 +67,6 @@ func check(p *limiter.Policy, r limiter.Reply) error {
 	return nil
 }
 
-func truncate(s string) string {
-	if len(s) > 32 {
-		return s[:32] + "..."
-	}
-	return s
-}
-
 // Value is one element of a batch reply as the client decoded it: a bulk
 // string (IsInt false) or an integer.
 type Value struct {
@@ -89,17 +76,17 @@ type Value struct {
 }
 
 // ExpiredFlag is the first value of a request's reply of
-// rate-batch-v1.lua when the program ran past the deadline it was given:
+// rate-batch-v2.lua when the program ran past the deadline it was given:
 // { 2, serverNowMillis }.
 const ExpiredFlag = 2
 
-// FailedFlag is the first value of a request's reply of rate-batch-v1.lua
+// FailedFlag is the first value of a request's reply of rate-batch-v2.lua
 // when its evaluation raised an error: { 3, error text }. The other
 // requests of the group are unaffected.
 const FailedFlag = 3
 
 // ErrRequestFailed is matched (errors.Is) by the *FailedError
-// ParseBatchReply returns for a request whose evaluation raised.
+// ParseBatchReplyV2 returns for a request whose evaluation raised.
 var ErrRequestFailed = errors.New("lua: the program failed for this request")
 
 // FailedError is a request whose evaluation raised an error in the
@@ -121,7 +108,7 @@ func (e *FailedError) Error() string {
 // Is matches ErrRequestFailed.
 func (e *FailedError) Is(target error) bool { return target == ErrRequestFailed }
 
-// ErrExpired is matched (errors.Is) by the *ExpiredError ParseBatchReply
+// ErrExpired is matched (errors.Is) by the *ExpiredError ParseBatchReplyV2
 // returns for a program that ran past its deadline: nothing was evaluated
 // or written.
 var ErrExpired = errors.New("lua: program ran past the call's deadline, nothing committed")
@@ -139,80 +126,6 @@ func (e *ExpiredError) Error() string {
 
 // Is matches ErrExpired.
 func (e *ExpiredError) Is(target error) bool { return target == ErrExpired }
-
-// ParseBatchReply validates one request's reply of rate-batch-v1.lua (one
-// element of the group's reply) for the given policies (one per key, in
-// order) and writes one reply per key into out.
-// The reply must be exactly 1 + 7N values: the committed flag (integer 0 or
-// 1), then per key a known status (bulk string) and six integers in
-// [0, 2^53-1] consistent with each other and with the key's policy (see
-// check), every key with the same serverNowMillis (one TIME); or exactly
-// the two integers { ExpiredFlag, serverNowMillis in [0, 2^53-1] }, which
-// is an *ExpiredError (nothing committed, out untouched); or { FailedFlag,
-// text }, a *FailedError. Anything else is an error matching
-// ErrMalformedReply, for the whole request.
-func ParseBatchReply(policies []*limiter.Policy, values []Value, out []limiter.Reply) (committed bool, err error) {
-	n := len(policies)
-	if err := notDecided(values); err != nil {
-		return false, err
-	}
-	if len(values) != 1+ReplyFields*n {
-		return false, malformed("%d values for %d keys, want %d", len(values), n, 1+ReplyFields*n)
-	}
-	if v := values[0]; !v.IsInt || v.Int < 0 || v.Int > 1 {
-		return false, malformed("committed flag %+v", v)
-	}
-	committed = values[0].Int == 1
-	for k := range n {
-		f := values[1+k*ReplyFields : 1+(k+1)*ReplyFields]
-		if f[0].IsInt {
-			return false, malformed("key %d: status is an integer", k+1)
-		}
-		st, ok := parseStatus(f[0].Str)
-		if !ok {
-			return false, malformed("key %d: unknown status %q", k+1, truncate(f[0].Str))
-		}
-		var num [ReplyFields]int64
-		for i := 1; i < ReplyFields; i++ {
-			if !f[i].IsInt || f[i].Int < 0 || f[i].Int > limiter.MaxSafeInteger {
-				return false, malformed("key %d: %s is not an integer in [0, 2^53-1]: %+v", k+1, fieldNames[i], f[i])
-			}
-			num[i] = f[i].Int
-		}
-		r := limiter.Reply{Status: st, ServerNowMs: num[1], EffectiveNowMs: num[2], Limit: num[3], Remaining: num[4], RetryAfterMs: num[5], ResetAtMs: num[6]}
-		if err := check(policies[k], r); err != nil {
-			return false, fmt.Errorf("key %d: %w", k+1, err)
-		}
-		if k > 0 && r.ServerNowMs != out[0].ServerNowMs {
-			return false, malformed("key %d: serverNowMillis %d, key 1 read %d (TIME is read once)", k+1, r.ServerNowMs, out[0].ServerNowMs)
-		}
-		out[k] = r
-	}
-	return committed, nil
-}
-
-// statusWire is the first field of a per-key reply as the programs write it,
-// by limiter.Status. The names are those limiter.Status.String gives (the
-// names docs/algorithms.md uses), so that a reply and an error read alike.
-var statusWire = [...]string{
-	limiter.StatusAllowed:           "ALLOWED",
-	limiter.StatusDenied:            "DENIED",
-	limiter.StatusClockUnsafe:       "CLOCK_UNSAFE",
-	limiter.StatusStateIncompatible: "STATE_INCOMPATIBLE",
-	limiter.StatusInvalid:           "INVALID",
-	limiter.StatusBlocked:           "BLOCKED",
-}
-
-// parseStatus reads the status field of a program's reply; ok is false for
-// anything but the six statuses.
-func parseStatus(s string) (limiter.Status, bool) {
-	for st, w := range statusWire {
-		if w != "" && w == s {
-			return limiter.Status(st), true
-		}
-	}
-	return 0, false
-}
 
 // notDecided is the error of a reply that decided nothing, the same in
 // every version of the rate program: { ExpiredFlag, serverNowMillis }, an
@@ -232,4 +145,109 @@ func notDecided(values []Value) error {
 		return &FailedError{Msg: values[1].Str}
 	}
 	return nil
+}
+
+// ReplyFieldsV2 is the number of integers of one key's reply of
+// rate-batch-v2.lua: code, remaining, retryAfterMillis, resetAtMillis.
+const ReplyFieldsV2 = 4
+
+// StatusCodes is the number of the code of a key's reply of
+// rate-batch-v2.lua that is its status (limiter.Status); the rest, divided
+// by StatusCodes, is how far its effective now is ahead of serverNow.
+const StatusCodes = 8
+
+var fieldNamesV2 = [ReplyFieldsV2]string{"code", "remaining", "retryAfterMillis", "resetAtMillis"}
+
+// ParseBatchReplyV2 validates one request's reply of rate-batch-v2.lua (one
+// element of the group's reply) for the given policies (one per key, in
+// order) and writes one reply per key into out. The reply must be exactly
+// 2 + 4N integers: the committed flag (0 or 1), serverNowMillis, then per
+// key its code (a status of limiter.Status plus StatusCodes times the ms
+// its effective now is ahead of serverNowMillis), remaining (for BLOCKED,
+// whose remaining is 0: the ms until its block ends, limiter.Reply's
+// BlockLeftMs, in [1, retryAfterMillis]), retryAfterMillis and
+// resetAtMillis, every one in [0, 2^53-1]; each key's
+// reply, with the policy's limit (0 for INVALID), must be consistent with
+// itself and with the policy (check). Or exactly the
+// two integers { ExpiredFlag, serverNowMillis in [0, 2^53-1] }, an
+// *ExpiredError (nothing committed, out untouched); or { FailedFlag, text
+// }, a *FailedError. Anything else is an error matching ErrMalformedReply,
+// for the whole request.
+func ParseBatchReplyV2(policies []*limiter.Policy, values []Value, out []limiter.Reply) (committed bool, err error) {
+	n := len(policies)
+	if err := notDecided(values); err != nil {
+		return false, err
+	}
+	if len(values) != 2+ReplyFieldsV2*n {
+		return false, malformed("%d values for %d keys, want %d", len(values), n, 2+ReplyFieldsV2*n)
+	}
+	if v := values[0]; !v.IsInt || v.Int < 0 || v.Int > 1 {
+		return false, malformed("committed flag %+v", v)
+	}
+	if v := values[1]; !v.IsInt || v.Int < 0 || v.Int > limiter.MaxSafeInteger {
+		return false, malformed("serverNowMillis %+v", v)
+	}
+	committed, serverNow := values[0].Int == 1, values[1].Int
+	for k := range n {
+		f := values[2+k*ReplyFieldsV2 : 2+(k+1)*ReplyFieldsV2]
+		var num [ReplyFieldsV2]int64
+		for i, v := range f {
+			if !v.IsInt || v.Int < 0 || v.Int > limiter.MaxSafeInteger {
+				return false, malformed("key %d: %s is not an integer in [0, 2^53-1]: %+v", k+1, fieldNamesV2[i], v)
+			}
+			num[i] = v.Int
+		}
+		st := limiter.Status(num[0] % StatusCodes)
+		if st < limiter.StatusAllowed || st > limiter.StatusBlocked {
+			return false, malformed("key %d: unknown status %d", k+1, st)
+		}
+		clamp := num[0] / StatusCodes
+		if clamp > limiter.MaxSafeInteger-serverNow {
+			return false, malformed("key %d: effective now beyond 2^53-1", k+1)
+		}
+		r := limiter.Reply{Status: st, ServerNowMs: serverNow, EffectiveNowMs: serverNow + clamp,
+			Limit: policies[k].Limit(), Remaining: num[1], RetryAfterMs: num[2], ResetAtMs: num[3]}
+		switch st {
+		case limiter.StatusInvalid:
+			r.Limit = 0
+		case limiter.StatusBlocked:
+			// A blocked key has nothing remaining: the field holds the
+			// ms until its block ends, at most its retry.
+			r.Remaining, r.BlockLeftMs = 0, num[1]
+			if r.BlockLeftMs < 1 || r.BlockLeftMs > r.RetryAfterMs {
+				return false, malformed("key %d: BLOCKED with a block of %dms and a retry of %dms", k+1, r.BlockLeftMs, r.RetryAfterMs)
+			}
+		}
+		if err := check(policies[k], r); err != nil {
+			return false, fmt.Errorf("key %d: %w", k+1, err)
+		}
+		out[k] = r
+	}
+	return committed, nil
+}
+
+// AppendReplyV2 appends the values rate-batch-v2.lua replies for one
+// request that was evaluated (committed or not) to dst: the encoding
+// ParseBatchReplyV2 reads; replies share one ServerNowMs.
+func AppendReplyV2(dst []Value, committed bool, replies []limiter.Reply) []Value {
+	flag := int64(0)
+	if committed {
+		flag = 1
+	}
+	serverNow := int64(0)
+	if len(replies) > 0 {
+		serverNow = replies[0].ServerNowMs
+	}
+	dst = append(dst, Value{Int: flag, IsInt: true}, Value{Int: serverNow, IsInt: true})
+	for _, r := range replies {
+		code := int64(r.Status) + StatusCodes*(r.EffectiveNowMs-r.ServerNowMs)
+		remaining := r.Remaining
+		if r.Status == limiter.StatusBlocked {
+			remaining = r.BlockLeftMs
+		}
+		for _, v := range []int64{code, remaining, r.RetryAfterMs, r.ResetAtMs} {
+			dst = append(dst, Value{Int: v, IsInt: true})
+		}
+	}
+	return dst
 }

@@ -2,8 +2,10 @@ package lua
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -13,150 +15,131 @@ import (
 	"github.com/envoy-rls/envoy-rls/pkg/limiter"
 )
 
-func TestParseBatchReply(t *testing.T) {
+// TestParseBatchReplyV2OneKey: the rules one key's reply of
+// rate-batch-v2.lua must meet, as a batch of one key: the fields are
+// committed, serverNow, code, remaining, retry, resetAt.
+func TestParseBatchReplyV2OneKey(t *testing.T) {
 	p := mustPolicy(t, limiter.PolicySpec{ID: "p", Algorithm: limiter.FixedWindow,
 		Params: limiter.FixedWindowParams{Limit: 10, Window: time.Second}})
-	pols := []*limiter.Policy{p, p}
-	i := func(n int64) Value { return Value{Int: n, IsInt: true} }
-	s := func(v string) Value { return Value{Str: v} }
-	good := []Value{i(1), s("ALLOWED"), i(1000), i(1000), i(10), i(9), i(0), i(2000), s("DENIED"), i(1000), i(1000), i(10), i(0), i(500), i(2000)}
-	out := make([]limiter.Reply, 2)
-	committed, err := ParseBatchReply(pols, good, out)
-	if err != nil || !committed || out[0].Remaining != 9 || out[1].Status != limiter.StatusDenied || out[1].RetryAfterMs != 500 {
-		t.Fatalf("good: %v %v %+v", committed, err, out)
-	}
-	with := func(k int, v Value) []Value {
-		c := append([]Value(nil), good...)
-		c[k] = v
-		return c
-	}
-	for name, vals := range map[string][]Value{
-		"short":                 good[:14],
-		"long":                  append(append([]Value(nil), good...), i(0)),
-		"flag 2":                with(0, i(2)),
-		"flag string":           with(0, s("1")),
-		"status integer":        with(1, i(1)),
-		"unknown status":        with(1, s("OK")),
-		"number as string":      with(2, s("1000")),
-		"negative":              with(5, i(-1)),
-		"2^53":                  with(7, i(limiter.MaxSafeInteger+1)),
-		"allowed with retry":    with(6, i(5)),
-		"wrong limit":           with(4, i(11)),
-		"two clocks":            with(9, i(1001)),
-		"denied without retry":  with(13, i(0)),
-		"remaining above limit": with(5, i(11)),
-	} {
-		if _, err := ParseBatchReply(pols, vals, out); !errors.Is(err, ErrMalformedReply) {
-			t.Errorf("%s: error %v, want ErrMalformedReply", name, err)
-		}
-	}
-
-	// Past the deadline: { 2, serverNow }, nothing committed, out untouched.
-	out = make([]limiter.Reply, 2)
-	committed, err = ParseBatchReply(pols, []Value{i(ExpiredFlag), i(1234)}, out)
-	var expired *ExpiredError
-	if committed || !errors.Is(err, ErrExpired) || errors.Is(err, ErrMalformedReply) || !errors.As(err, &expired) ||
-		expired.ServerNowMs != 1234 || out[0] != (limiter.Reply{}) || out[1] != (limiter.Reply{}) {
-		t.Fatalf("expired: %v %v %+v", committed, err, out)
-	}
-	for name, vals := range map[string][]Value{
-		"expired alone":          {i(2)},
-		"expired with a field":   {i(2), i(1234), i(0)},
-		"expired negative time":  {i(2), i(-1)},
-		"expired time 2^53":      {i(2), i(limiter.MaxSafeInteger + 1)},
-		"expired time as string": {i(2), s("1234")},
-		"expired flag as string": {s("2"), i(1234)},
-		"flag 3":                 {i(3), i(1234)},
-		"expired and a key":      append([]Value{i(2), i(1234)}, good[1:8]...),
-	} {
-		if _, err := ParseBatchReply(pols, vals, out); !errors.Is(err, ErrMalformedReply) {
-			t.Errorf("%s: error %v, want ErrMalformedReply", name, err)
-		}
-	}
-}
-
-// TestParseBatchReplyOneKey: the rules one key's reply must meet, as a
-// batch of one key. A field given as canonical decimal text is an integer
-// value; any other text stays a bulk string, which no number may be.
-func TestParseBatchReplyOneKey(t *testing.T) {
-	p := mustPolicy(t, limiter.PolicySpec{ID: "p", Algorithm: limiter.FixedWindow,
+	pen := mustPolicy(t, limiter.PolicySpec{ID: "pen", Algorithm: limiter.FixedWindow, Penalty: limiter.Penalty{Duration: time.Minute},
 		Params: limiter.FixedWindowParams{Limit: 10, Window: time.Second}})
-	values := func(fields []string) []Value {
-		vals := []Value{{Int: 1, IsInt: true}}
-		for k, f := range fields {
-			if n, err := strconv.ParseInt(f, 10, 64); err == nil && k > 0 && strconv.FormatInt(n, 10) == f {
-				vals = append(vals, Value{Int: n, IsInt: true})
+	ints := func(s string) []Value {
+		var out []Value
+		for _, f := range strings.Fields(s) {
+			n, err := strconv.ParseInt(f, 10, 64)
+			if err != nil {
+				out = append(out, Value{Str: f})
 				continue
 			}
-			vals = append(vals, Value{Str: f})
+			out = append(out, Value{Int: n, IsInt: true})
 		}
-		return vals
+		return out
 	}
-	f := func(s string) []string { return strings.Split(s, " ") }
+	code := func(st limiter.Status, clamp int64) string { return strconv.FormatInt(int64(st)+StatusCodes*clamp, 10) }
 	tests := []struct {
 		name   string
-		fields []string
+		p      *limiter.Policy
+		values string
 		want   limiter.Reply
 		ok     bool
 	}{
-		{"allowed", f("ALLOWED 1000 1000 10 9 0 2000"), limiter.Reply{Status: limiter.StatusAllowed, ServerNowMs: 1000, EffectiveNowMs: 1000, Limit: 10, Remaining: 9, ResetAtMs: 2000}, true},
-		{"denied clamped", f("DENIED 1000 1500 10 0 500 2000"), limiter.Reply{Status: limiter.StatusDenied, ServerNowMs: 1000, EffectiveNowMs: 1500, Limit: 10, RetryAfterMs: 500, ResetAtMs: 2000}, true},
-		{"clock unsafe", f("CLOCK_UNSAFE 1000 1000 10 0 0 0"), limiter.Reply{Status: limiter.StatusClockUnsafe, ServerNowMs: 1000, EffectiveNowMs: 1000, Limit: 10}, true},
-		{"incompatible", f("STATE_INCOMPATIBLE 1000 1000 10 0 0 0"), limiter.Reply{Status: limiter.StatusStateIncompatible, ServerNowMs: 1000, EffectiveNowMs: 1000, Limit: 10}, true},
-		{"invalid", f("INVALID 1000 1000 0 0 0 0"), limiter.Reply{Status: limiter.StatusInvalid, ServerNowMs: 1000, EffectiveNowMs: 1000}, true},
-		{"max safe", f("ALLOWED 9007199254740991 9007199254740991 10 0 0 9007199254740991"), limiter.Reply{Status: limiter.StatusAllowed, ServerNowMs: limiter.MaxSafeInteger, EffectiveNowMs: limiter.MaxSafeInteger, Limit: 10, ResetAtMs: limiter.MaxSafeInteger}, true},
+		{"allowed", p, "1 1000 " + code(limiter.StatusAllowed, 0) + " 9 0 2000", limiter.Reply{Status: limiter.StatusAllowed, ServerNowMs: 1000, EffectiveNowMs: 1000, Limit: 10, Remaining: 9, ResetAtMs: 2000}, true},
+		{"denied clamped", p, "1 1000 " + code(limiter.StatusDenied, 500) + " 0 500 2000", limiter.Reply{Status: limiter.StatusDenied, ServerNowMs: 1000, EffectiveNowMs: 1500, Limit: 10, RetryAfterMs: 500, ResetAtMs: 2000}, true},
+		{"clock unsafe", p, "0 1000 " + code(limiter.StatusClockUnsafe, 0) + " 0 0 0", limiter.Reply{Status: limiter.StatusClockUnsafe, ServerNowMs: 1000, EffectiveNowMs: 1000, Limit: 10}, true},
+		{"incompatible", p, "0 1000 " + code(limiter.StatusStateIncompatible, 0) + " 0 0 0", limiter.Reply{Status: limiter.StatusStateIncompatible, ServerNowMs: 1000, EffectiveNowMs: 1000, Limit: 10}, true},
+		{"invalid", p, "0 1000 " + code(limiter.StatusInvalid, 0) + " 0 0 0", limiter.Reply{Status: limiter.StatusInvalid, ServerNowMs: 1000, EffectiveNowMs: 1000}, true},
+		{"blocked", pen, "0 1000 " + code(limiter.StatusBlocked, 0) + " 60000 60000 61000", limiter.Reply{Status: limiter.StatusBlocked, ServerNowMs: 1000, EffectiveNowMs: 1000, Limit: 10, RetryAfterMs: 60000, ResetAtMs: 61000, BlockLeftMs: 60000}, true},
+		// The block ends before the limit admits: the retry waits for the limit.
+		{"blocked shorter than its retry", pen, "0 1000 " + code(limiter.StatusBlocked, 0) + " 30000 60000 61000", limiter.Reply{Status: limiter.StatusBlocked, ServerNowMs: 1000, EffectiveNowMs: 1000, Limit: 10, RetryAfterMs: 60000, ResetAtMs: 61000, BlockLeftMs: 30000}, true},
+		{"blocked longer than its retry", pen, "0 1000 " + code(limiter.StatusBlocked, 0) + " 60001 60000 61000", limiter.Reply{}, false},
+		{"blocked without its block", pen, "0 1000 " + code(limiter.StatusBlocked, 0) + " 0 60000 61000", limiter.Reply{}, false},
+		{"max safe", p, "1 9007199254740991 " + code(limiter.StatusAllowed, 0) + " 0 0 9007199254740991", limiter.Reply{Status: limiter.StatusAllowed, ServerNowMs: limiter.MaxSafeInteger, EffectiveNowMs: limiter.MaxSafeInteger, Limit: 10, ResetAtMs: limiter.MaxSafeInteger}, true},
 
-		{"six fields", f("ALLOWED 1000 1000 10 9 0"), limiter.Reply{}, false},
-		{"eight fields", f("ALLOWED 1000 1000 10 9 0 2000 1"), limiter.Reply{}, false},
-		{"no fields", nil, limiter.Reply{}, false},
-		{"lower-case status", f("allowed 1000 1000 10 9 0 2000"), limiter.Reply{}, false},
-		{"unknown status", f("OK 1000 1000 10 9 0 2000"), limiter.Reply{}, false},
-		{"negative", f("DENIED 1000 1000 10 -1 5 2000"), limiter.Reply{}, false},
-		{"plus sign", f("ALLOWED +1000 1000 10 9 0 2000"), limiter.Reply{}, false},
-		{"float", f("ALLOWED 1000 1000 10 9.0 0 2000"), limiter.Reply{}, false},
-		{"exponent", f("ALLOWED 1e3 1000 10 9 0 2000"), limiter.Reply{}, false},
-		{"leading zero", f("ALLOWED 01000 1000 10 9 0 2000"), limiter.Reply{}, false},
-		{"empty number", []string{"ALLOWED", "1000", "", "10", "9", "0", "2000"}, limiter.Reply{}, false},
-		{"space", []string{"ALLOWED", "1000", "1000 ", "10", "9", "0", "2000"}, limiter.Reply{}, false},
-		{"2^53", f("ALLOWED 9007199254740992 9007199254740992 10 9 0 9007199254740992"), limiter.Reply{}, false},
-		{"17 digits", f("ALLOWED 10000000000000000 1000 10 9 0 2000"), limiter.Reply{}, false},
-		{"allowed with retry", f("ALLOWED 1000 1000 10 9 5 2000"), limiter.Reply{}, false},
-		{"denied without retry", f("DENIED 1000 1000 10 0 0 2000"), limiter.Reply{}, false},
-		{"remaining above limit", f("ALLOWED 1000 1000 10 11 0 2000"), limiter.Reply{}, false},
-		{"wrong limit", f("ALLOWED 1000 1000 11 9 0 2000"), limiter.Reply{}, false},
-		{"effective before server", f("ALLOWED 1000 999 10 9 0 2000"), limiter.Reply{}, false},
-		{"clamp beyond policy", f("ALLOWED 1000 3001 10 9 0 4000"), limiter.Reply{}, false},
-		{"reset in the past", f("ALLOWED 1000 1000 10 9 0 999"), limiter.Reply{}, false},
-		{"unsafe with fields", f("CLOCK_UNSAFE 1000 1000 10 1 0 0"), limiter.Reply{}, false},
-		{"incompatible with reset", f("STATE_INCOMPATIBLE 1000 1000 10 0 0 5"), limiter.Reply{}, false},
-		{"invalid with limit", f("INVALID 1000 1000 10 0 0 0"), limiter.Reply{}, false},
+		{"five fields", p, "1 1000 1 9 0", limiter.Reply{}, false},
+		{"seven fields", p, "1 1000 1 9 0 2000 1", limiter.Reply{}, false},
+		{"committed 2 with fields", p, "2 1000 1 9 0 2000", limiter.Reply{}, false},
+		{"server now a string", p, "1 x 1 9 0 2000", limiter.Reply{}, false},
+		{"code a string", p, "1 1000 ALLOWED 9 0 2000", limiter.Reply{}, false},
+		{"status 0", p, "1 1000 8 9 0 2000", limiter.Reply{}, false},
+		{"status 7", p, "1 1000 7 9 0 2000", limiter.Reply{}, false},
+		{"negative", p, "0 1000 2 -1 5 2000", limiter.Reply{}, false},
+		{"2^53", p, "1 9007199254740992 1 9 0 9007199254740992", limiter.Reply{}, false},
+		{"effective beyond 2^53", p, "1 9007199254740991 " + code(limiter.StatusAllowed, 1) + " 9 0 9007199254740991", limiter.Reply{}, false},
+		{"allowed with retry", p, "1 1000 1 9 5 2000", limiter.Reply{}, false},
+		{"denied without retry", p, "0 1000 2 0 0 2000", limiter.Reply{}, false},
+		{"remaining above limit", p, "1 1000 1 11 0 2000", limiter.Reply{}, false},
+		{"clamp beyond policy", p, "1 1000 " + code(limiter.StatusAllowed, 2001) + " 9 0 4000", limiter.Reply{}, false},
+		{"reset in the past", p, "1 1000 1 9 0 999", limiter.Reply{}, false},
+		{"unsafe with fields", p, "0 1000 3 1 0 0", limiter.Reply{}, false},
+		{"unsafe clamped", p, "0 1000 " + code(limiter.StatusClockUnsafe, 5) + " 0 0 0", limiter.Reply{}, false},
+		{"incompatible with reset", p, "0 1000 4 0 0 5", limiter.Reply{}, false},
+		{"blocked without a penalty", p, "0 1000 6 0 60000 61000", limiter.Reply{}, false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			out := make([]limiter.Reply, 1)
-			committed, err := ParseBatchReply([]*limiter.Policy{p}, values(tt.fields), out)
+			committed, err := ParseBatchReplyV2([]*limiter.Policy{tt.p}, ints(tt.values), out)
 			if tt.ok != (err == nil) {
-				t.Fatalf("ParseBatchReply(%q) error = %v, want ok=%v", tt.fields, err, tt.ok)
+				t.Fatalf("ParseBatchReplyV2(%s) error = %v, want ok=%v", tt.values, err, tt.ok)
 			}
 			if err != nil {
 				refused(t, err, committed)
 				return
 			}
-			if !committed || out[0] != tt.want {
-				t.Fatalf("ParseBatchReply = %v %+v, want true %+v", committed, out[0], tt.want)
+			if out[0] != tt.want {
+				t.Fatalf("ParseBatchReplyV2 = %v %+v, want %+v", committed, out[0], tt.want)
+			}
+			if enc := AppendReplyV2(nil, committed, out); !slices.Equal(enc, ints(tt.values)) {
+				t.Fatalf("AppendReplyV2 = %+v, the reply was %s", enc, tt.values)
 			}
 		})
 	}
+	// Past the deadline, and a request that raised.
+	out := make([]limiter.Reply, 1)
+	var expired *ExpiredError
+	if _, err := ParseBatchReplyV2([]*limiter.Policy{p}, ints("2 1234"), out); !errors.As(err, &expired) || expired.ServerNowMs != 1234 {
+		t.Fatalf("expired: %v", err)
+	}
+	if _, err := ParseBatchReplyV2([]*limiter.Policy{p}, ints("3 OOM"), out); !errors.Is(err, ErrRequestFailed) {
+		t.Fatalf("failed: %v", err)
+	}
+	for _, bad := range []string{"2", "2 1234 0", "2 -1", "3 1", "2 x"} {
+		if _, err := ParseBatchReplyV2([]*limiter.Policy{p}, ints(bad), out); !errors.Is(err, ErrMalformedReply) {
+			t.Errorf("%q: error %v, want ErrMalformedReply", bad, err)
+		}
+	}
 }
 
-// fuzzPolicies are the policies FuzzParseBatchReply checks a reply
-// against, key k against fuzzPolicies[k%4].
-var fuzzPolicies = func() []*limiter.Policy {
+// TestStatusCodesV2: the codes reply-v2.lua writes are limiter.Status's.
+func TestStatusCodesV2(t *testing.T) {
+	src := Batch().Source
+	for _, st := range []limiter.Status{limiter.StatusAllowed, limiter.StatusDenied, limiter.StatusClockUnsafe,
+		limiter.StatusStateIncompatible, limiter.StatusInvalid} {
+		re := regexp.MustCompile(fmt.Sprintf(`status == '%s' then\s+code = (\d+)`, st))
+		m := re.FindStringSubmatch(src)
+		if m == nil || m[1] != strconv.Itoa(int(st)) {
+			t.Errorf("%s: code %v in %s, want %d", st, m, Batch().Name, st)
+		}
+	}
+	if !regexp.MustCompile(`else\s+code = 6\s+end`).MatchString(src) || limiter.StatusBlocked != 6 {
+		t.Errorf("BLOCKED is not code 6 in %s", Batch().Name)
+	}
+}
+
+// fuzzPoliciesV2 are the policies FuzzParseBatchReplyV2 checks a reply
+// against, key k against fuzzPoliciesV2[k%len]: every algorithm, a penalty
+// box, a calendar window, the largest limit.
+var fuzzPoliciesV2 = func() []*limiter.Policy {
 	var out []*limiter.Policy
 	for _, spec := range []limiter.PolicySpec{
 		{ID: "fw", Algorithm: limiter.FixedWindow, Params: limiter.FixedWindowParams{Limit: 10, Window: time.Second}},
 		{ID: "sw", Algorithm: limiter.SlidingWindow, Params: limiter.SlidingWindowParams{Limit: 5, Window: time.Minute}},
 		{ID: "tb", Algorithm: limiter.TokenBucket, Params: limiter.TokenBucketParams{Capacity: 10, RefillAmount: 1, RefillPeriod: time.Second}},
+		{ID: "gc", Algorithm: limiter.GCRA, Params: limiter.GCRAParams{Burst: 4, Limit: 2, Period: time.Second}},
+		{ID: "sl", Algorithm: limiter.SlidingLog, Params: limiter.SlidingLogParams{Limit: 3, Window: time.Second}},
+		{ID: "pen", Algorithm: limiter.TokenBucket, Penalty: limiter.Penalty{Duration: time.Minute},
+			Params: limiter.TokenBucketParams{Capacity: 3, RefillAmount: 1, RefillPeriod: time.Second}},
+		{ID: "cal", Algorithm: limiter.FixedWindow, Params: limiter.FixedWindowParams{Limit: 7, Window: time.Hour, Calendar: &limiter.Calendar{Unit: limiter.CalendarDay, Location: time.UTC}}},
 		{ID: "big", Algorithm: limiter.FixedWindow, Params: limiter.FixedWindowParams{Limit: limiter.MaxSafeInteger, Window: time.Hour}},
 	} {
 		p, err := limiter.NewPolicy(spec)
@@ -167,6 +150,149 @@ var fuzzPolicies = func() []*limiter.Policy {
 	}
 	return out
 }()
+
+func fuzzPolicySetV2(keys uint8) []*limiter.Policy {
+	n := int(keys % 9)
+	pols := make([]*limiter.Policy, n)
+	for k := range pols {
+		pols[k] = fuzzPoliciesV2[(k+int(keys/9))%len(fuzzPoliciesV2)]
+	}
+	return pols
+}
+
+// FuzzParseBatchReplyV2 feeds ParseBatchReplyV2 any reply (any number of
+// values, integers or strings) for 0 to 8 keys of policies of every
+// algorithm (with a penalty box and a calendar window among them). It must
+// never panic; it refuses with ErrMalformedReply, or accepts a reply whose
+// values are exactly the canonical encoding of what it returned
+// (AppendReplyV2), every number in [0, 2^53-1], each key consistent with
+// its policy, one serverNowMillis for the request.
+func FuzzParseBatchReplyV2(f *testing.F) {
+	f.Fuzz(func(t *testing.T, data string, keys uint8) {
+		pols := fuzzPolicySetV2(keys)
+		vals := decodeFuzzValues(data)
+		out := make([]limiter.Reply, len(pols))
+		committed, err := ParseBatchReplyV2(pols, vals, out)
+		var expired *ExpiredError
+		var failed *FailedError
+		switch {
+		case errors.As(err, &expired):
+			want := []Value{{Int: ExpiredFlag, IsInt: true}, {Int: expired.ServerNowMs, IsInt: true}}
+			if committed || expired.ServerNowMs < 0 || expired.ServerNowMs > limiter.MaxSafeInteger || !slices.Equal(vals, want) {
+				t.Fatalf("expired %v from %+v (committed %v)", expired, vals, committed)
+			}
+			return
+		case errors.As(err, &failed):
+			if committed || len(vals) != 2 || vals[1].IsInt || vals[1].Str != failed.Msg {
+				t.Fatalf("failed %v from %+v", failed, vals)
+			}
+			return
+		case err != nil:
+			refused(t, err, committed)
+			return
+		}
+		for k, r := range out {
+			for _, v := range []int64{r.ServerNowMs, r.EffectiveNowMs, r.Limit, r.Remaining, r.RetryAfterMs, r.ResetAtMs} {
+				if v < 0 || v > limiter.MaxSafeInteger {
+					t.Fatalf("key %d: accepted out-of-range value %d", k+1, v)
+				}
+			}
+			if r.ServerNowMs != out[0].ServerNowMs {
+				t.Fatalf("key %d: accepted a second serverNowMillis", k+1)
+			}
+			switch r.Status {
+			case limiter.StatusAllowed, limiter.StatusDenied, limiter.StatusBlocked:
+				if r.Remaining > r.Limit || (r.Status == limiter.StatusAllowed) != (r.RetryAfterMs == 0) ||
+					r.EffectiveNowMs < r.ServerNowMs || r.EffectiveNowMs-r.ServerNowMs > pols[k].MaxClockRegressionMillis() ||
+					r.ResetAtMs < r.EffectiveNowMs || r.Status == limiter.StatusBlocked && (!pols[k].Penalty().On() || r.Remaining != 0 ||
+					r.BlockLeftMs < 1 || r.BlockLeftMs > r.RetryAfterMs) {
+					t.Fatalf("key %d: accepted inconsistent %+v for %s", k+1, r, pols[k].ID())
+				}
+			default:
+				if r.EffectiveNowMs != r.ServerNowMs || r.Remaining != 0 || r.RetryAfterMs != 0 || r.ResetAtMs != 0 {
+					t.Fatalf("key %d: accepted a failure with fields %+v", k+1, r)
+				}
+			}
+			if r.Status == limiter.StatusInvalid {
+				if r.Limit != 0 {
+					t.Fatalf("key %d: accepted INVALID with limit %d", k+1, r.Limit)
+				}
+			} else if r.Limit != pols[k].Limit() {
+				t.Fatalf("key %d: limit %d for a policy of %d", k+1, r.Limit, pols[k].Limit())
+			}
+		}
+		if enc := AppendReplyV2(nil, committed, out); len(pols) > 0 && !slices.Equal(enc, vals) {
+			t.Fatalf("accepted %+v, which is not the encoding %+v of what it returned", vals, enc)
+		}
+	})
+}
+
+// TestParseBatchReplyV2Corpus: the committed seeds of FuzzParseBatchReplyV2
+// mean what their names say (valid-*, expired-*, failed-*, malformed-*), and
+// the valid ones cover every algorithm, a penalty box's BLOCKED and a
+// calendar window.
+func TestParseBatchReplyV2Corpus(t *testing.T) {
+	dir := filepath.Join("testdata", "fuzz", "FuzzParseBatchReplyV2")
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := map[string]int{}
+	algs := map[string]bool{}
+	blocked := false
+	for _, ent := range entries {
+		b, err := os.ReadFile(filepath.Join(dir, ent.Name()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		lines := strings.Split(strings.TrimSpace(string(b)), "\n")
+		if len(lines) != 3 || lines[0] != "go test fuzz v1" {
+			t.Fatalf("%s: not a corpus file of (string, uint8): %q", ent.Name(), lines)
+		}
+		data, err1 := strconv.Unquote(strings.TrimSuffix(strings.TrimPrefix(lines[1], "string("), ")"))
+		keys, err2 := strconv.ParseUint(strings.TrimSuffix(strings.TrimPrefix(lines[2], "uint8("), ")"), 10, 8)
+		if err1 != nil || err2 != nil {
+			t.Fatalf("%s: %v %v", ent.Name(), err1, err2)
+		}
+		pols := fuzzPolicySetV2(uint8(keys))
+		out := make([]limiter.Reply, len(pols))
+		_, err = ParseBatchReplyV2(pols, decodeFuzzValues(data), out)
+		kind, _, _ := strings.Cut(ent.Name(), "-")
+		switch kind {
+		case "valid":
+			if err != nil {
+				t.Errorf("%s: error %v", ent.Name(), err)
+			}
+			for k, p := range pols {
+				algs[p.ID()] = true
+				blocked = blocked || out[k].Status == limiter.StatusBlocked
+			}
+		case "expired":
+			if !errors.Is(err, ErrExpired) || errors.Is(err, ErrMalformedReply) {
+				t.Errorf("%s: error %v, want ErrExpired", ent.Name(), err)
+			}
+		case "failed":
+			if !errors.Is(err, ErrRequestFailed) {
+				t.Errorf("%s: error %v, want ErrRequestFailed", ent.Name(), err)
+			}
+		case "malformed":
+			if !errors.Is(err, ErrMalformedReply) {
+				t.Errorf("%s: error %v, want ErrMalformedReply", ent.Name(), err)
+			}
+		default:
+			t.Errorf("%s: name neither valid-*, expired-*, failed-* nor malformed-*", ent.Name())
+		}
+		seen[kind]++
+	}
+	for _, p := range fuzzPoliciesV2 {
+		if !algs[p.ID()] {
+			t.Errorf("no valid seed replies for policy %s", p.ID())
+		}
+	}
+	if !blocked || seen["valid"] == 0 || seen["expired"] == 0 || seen["malformed"] == 0 || seen["failed"] == 0 {
+		t.Errorf("corpus %v, a BLOCKED reply %v", seen, blocked)
+	}
+}
 
 // decodeFuzzValues reads the reply a fuzz input stands for: values
 // separated by single spaces, "#" followed by a decimal int64 an integer,
@@ -183,132 +309,7 @@ func decodeFuzzValues(data string) []Value {
 	return vals
 }
 
-// FuzzParseBatchReply feeds ParseBatchReply any reply (any number of values,
-// integers or strings) for 0 to 4 keys. It must never panic; it refuses
-// with ErrMalformedReply, or accepts a reply whose values are exactly the
-// canonical encoding of what it returned, every number in [0, 2^53-1],
-// consistent with the key's policy, one serverNowMillis for the batch.
-func FuzzParseBatchReply(f *testing.F) {
-	f.Fuzz(func(t *testing.T, data string, keys uint8) {
-		n := int(keys % 5)
-		pols := make([]*limiter.Policy, n)
-		for k := range pols {
-			pols[k] = fuzzPolicies[k%len(fuzzPolicies)]
-		}
-		vals := decodeFuzzValues(data)
-		out := make([]limiter.Reply, n)
-		committed, err := ParseBatchReply(pols, vals, out)
-		var expired *ExpiredError
-		if errors.As(err, &expired) {
-			// Past the deadline: exactly { 2, serverNow }.
-			want := []Value{{Int: ExpiredFlag, IsInt: true}, {Int: expired.ServerNowMs, IsInt: true}}
-			if committed || expired.ServerNowMs < 0 || expired.ServerNowMs > limiter.MaxSafeInteger || !slices.Equal(vals, want) {
-				t.Fatalf("expired %v from %+v (committed %v)", expired, vals, committed)
-			}
-			return
-		}
-		if err != nil {
-			refused(t, err, committed)
-			return
-		}
-		flag := int64(0)
-		if committed {
-			flag = 1
-		}
-		enc := []Value{{Int: flag, IsInt: true}}
-		for k, r := range out {
-			enc = append(enc, Value{Str: r.Status.String()})
-			for _, v := range []int64{r.ServerNowMs, r.EffectiveNowMs, r.Limit, r.Remaining, r.RetryAfterMs, r.ResetAtMs} {
-				if v < 0 || v > limiter.MaxSafeInteger {
-					t.Fatalf("key %d: accepted out-of-range value %d", k+1, v)
-				}
-				enc = append(enc, Value{Int: v, IsInt: true})
-			}
-			if r.ServerNowMs != out[0].ServerNowMs {
-				t.Fatalf("key %d: accepted a second serverNowMillis", k+1)
-			}
-			switch r.Status {
-			case limiter.StatusAllowed, limiter.StatusDenied:
-				if r.Remaining > r.Limit || (r.Status == limiter.StatusAllowed) != (r.RetryAfterMs == 0) ||
-					r.EffectiveNowMs < r.ServerNowMs || r.EffectiveNowMs-r.ServerNowMs > pols[k].MaxClockRegressionMillis() ||
-					r.ResetAtMs < r.EffectiveNowMs {
-					t.Fatalf("key %d: accepted inconsistent %+v", k+1, r)
-				}
-			default:
-				if r.EffectiveNowMs != r.ServerNowMs || r.Remaining != 0 || r.RetryAfterMs != 0 || r.ResetAtMs != 0 {
-					t.Fatalf("key %d: accepted a failure with fields %+v", k+1, r)
-				}
-			}
-			if r.Status == limiter.StatusInvalid {
-				if r.Limit != 0 {
-					t.Fatalf("key %d: accepted INVALID with limit %d", k+1, r.Limit)
-				}
-			} else if r.Limit != pols[k].Limit() {
-				t.Fatalf("key %d: accepted limit %d for a policy of %d", k+1, r.Limit, pols[k].Limit())
-			}
-		}
-		if !slices.Equal(enc, vals) {
-			t.Fatalf("accepted %+v, which is not the encoding %+v of what it returned", vals, enc)
-		}
-	})
-}
-
-// TestParseBatchReplyCorpus: the committed seeds of FuzzParseBatchReply
-// mean what their names say: ParseBatchReply accepts every valid-* reply,
-// reports every expired-* one as ErrExpired and refuses every malformed-*
-// one.
-func TestParseBatchReplyCorpus(t *testing.T) {
-	dir := filepath.Join("testdata", "fuzz", "FuzzParseBatchReply")
-	entries, err := os.ReadDir(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	seen := map[string]int{}
-	for _, ent := range entries {
-		b, err := os.ReadFile(filepath.Join(dir, ent.Name()))
-		if err != nil {
-			t.Fatal(err)
-		}
-		lines := strings.Split(strings.TrimSpace(string(b)), "\n")
-		if len(lines) != 3 || lines[0] != "go test fuzz v1" {
-			t.Fatalf("%s: not a corpus file of (string, uint8): %q", ent.Name(), lines)
-		}
-		data, err1 := strconv.Unquote(strings.TrimSuffix(strings.TrimPrefix(lines[1], "string("), ")"))
-		keys, err2 := strconv.ParseUint(strings.TrimSuffix(strings.TrimPrefix(lines[2], "uint8("), ")"), 10, 8)
-		if err1 != nil || err2 != nil {
-			t.Fatalf("%s: %v %v", ent.Name(), err1, err2)
-		}
-		n := int(keys % 5)
-		pols := make([]*limiter.Policy, n)
-		for k := range pols {
-			pols[k] = fuzzPolicies[k%len(fuzzPolicies)]
-		}
-		_, err = ParseBatchReply(pols, decodeFuzzValues(data), make([]limiter.Reply, n))
-		kind, _, _ := strings.Cut(ent.Name(), "-")
-		switch kind {
-		case "valid":
-			if err != nil {
-				t.Errorf("%s: error %v", ent.Name(), err)
-			}
-		case "expired":
-			if !errors.Is(err, ErrExpired) || errors.Is(err, ErrMalformedReply) {
-				t.Errorf("%s: error %v, want ErrExpired", ent.Name(), err)
-			}
-		case "malformed":
-			if !errors.Is(err, ErrMalformedReply) {
-				t.Errorf("%s: error %v, want ErrMalformedReply", ent.Name(), err)
-			}
-		default:
-			t.Errorf("%s: name neither valid-*, expired-* nor malformed-*", ent.Name())
-		}
-		seen[kind]++
-	}
-	if seen["valid"] == 0 || seen["expired"] == 0 || seen["malformed"] == 0 {
-		t.Errorf("corpus of %d valid, %d expired and %d malformed replies", seen["valid"], seen["expired"], seen["malformed"])
-	}
-}
-
-// refused fails t unless a ParseBatchReply error is ErrMalformedReply and
+// refused fails t unless a parser's error is ErrMalformedReply and
 // the reply it refused is not reported as committed.
 func refused(t *testing.T, err error, committed bool) {
 	t.Helper()
@@ -317,25 +318,5 @@ func refused(t *testing.T, err error, committed bool) {
 	}
 	if committed {
 		t.Fatal("committed with an error")
-	}
-}
-
-// TestParseStatus: every status the programs write parses to its
-// limiter.Status and reads the same in errors; nothing else parses.
-func TestParseStatus(t *testing.T) {
-	for _, st := range []limiter.Status{limiter.StatusAllowed, limiter.StatusDenied, limiter.StatusClockUnsafe,
-		limiter.StatusStateIncompatible, limiter.StatusInvalid} {
-		w := statusWire[st]
-		if got, ok := parseStatus(w); !ok || got != st {
-			t.Errorf("parseStatus(%q) = %v, %v; want %v", w, got, ok, st)
-		}
-		if w != st.String() {
-			t.Errorf("status %d: wire %q, String %q", st, w, st.String())
-		}
-	}
-	for _, s := range []string{"", "allowed", "ALLOWED ", "UNKNOWN", "OK"} {
-		if st, ok := parseStatus(s); ok {
-			t.Errorf("parseStatus(%q) = %v, want not ok", s, st)
-		}
 	}
 }

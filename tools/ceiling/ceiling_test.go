@@ -13,7 +13,7 @@ import (
 
 // TestStubKeepsTheBatchContract keeps the ceiling stub in step with the
 // real batch program's contract: it takes the arguments the Redis store sends, answers a reply
-// lua.ParseBatchReply accepts (every key ALLOWED, at Redis's clock) and
+// lua.ParseBatchReplyV2 accepts (every key ALLOWED, at Redis's clock) and
 // stores nothing. If the contract changes and the stub does not, the
 // ceiling benchmark would measure errors.
 func TestStubKeepsTheBatchContract(t *testing.T) {

@@ -20,7 +20,7 @@ import (
 	"github.com/redis/rueidis"
 )
 
-// batchReq is one key of a direct rate-batch-v1.lua call.
+// batchReq is one key of a direct rate-batch-v2.lua call.
 type batchReq struct {
 	p    *limiter.Policy
 	sub  limiter.SubjectDigest
@@ -28,7 +28,7 @@ type batchReq struct {
 	role limiter.Role
 }
 
-// runBatch calls rate-batch-v1.lua directly and parses its reply.
+// runBatch calls rate-batch-v2.lua directly and parses its reply.
 func (e *env) runBatch(reqs []batchReq) (bool, []limiter.Reply) {
 	e.t.Helper()
 	keys := make([]string, len(reqs))
@@ -42,8 +42,8 @@ func (e *env) runBatch(reqs []batchReq) (bool, []limiter.Reply) {
 	return e.runBatchKeys(keys, args, pols)
 }
 
-// runBatchKeys calls rate-batch-v1.lua on keys with args and parses its
-// reply as the store does (replyValues, lua.ParseBatchReply for pols, one
+// runBatchKeys calls rate-batch-v2.lua on keys with args and parses its
+// reply as the store does (replyValues, lua.ParseBatchReplyV2 for pols, one
 // per key).
 func (e *env) runBatchKeys(keys, args []string, pols []*limiter.Policy) (bool, []limiter.Reply) {
 	e.t.Helper()
@@ -62,7 +62,7 @@ func (e *env) runBatchKeys(keys, args []string, pols []*limiter.Policy) (bool, [
 	return committed, replies
 }
 
-// modelBatch is what rate-batch-v1.lua must do, in Go: limiter.Check over
+// modelBatch is what rate-batch-v2.lua must do, in Go: limiter.Check over
 // the batch in order (a key named again sees the earlier tentative state),
 // limiter.Commits, then the writes. states holds each key's state before.
 func modelBatch(states map[string]limiter.State, reqs []batchReq, now int64) (bool, []limiter.Reply, map[string]limiter.State) {
@@ -211,8 +211,8 @@ func (e *env) checkWritten(states, final map[string]limiter.State, before map[st
 
 // TestBatchProgramAgainstApply: random batches (several algorithms, keys
 // named twice, every role, fail-open policies, stale, incompatible and
-// unsafe-clock states) through rate-batch-v1.lua and through modelBatch:
-// the same commit flag, the same seven fields per key, the same hashes, and
+// unsafe-clock states) through rate-batch-v2.lua and through modelBatch:
+// the same commit flag, the same reply per key, the same states, and
 // no change at all to a key that is not written.
 func TestBatchProgramAgainstApply(t *testing.T) { batchProgramAgainstApply(t, newEnv(t), 1, 6) }
 
@@ -482,7 +482,7 @@ func watchExpireEvents(t *testing.T, addr string) func(key string, want int64) i
 	}
 }
 
-// TestRefundProgram: rate-refund-v1.lua gives back exactly the cost a batch
+// TestRefundProgram: rate-refund-v2.lua gives back exactly the cost a batch
 // took, per algorithm, only to the state that took it, never above the
 // capacity, and reports 0 when there is nothing to give back.
 func TestRefundProgram(t *testing.T) {

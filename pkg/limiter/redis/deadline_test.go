@@ -15,7 +15,7 @@ import (
 	"github.com/envoy-rls/envoy-rls/pkg/lua"
 )
 
-// execBatch runs rate-batch-v1.lua on keys with args and parses the reply
+// execBatch runs rate-batch-v2.lua on keys with args and parses the reply
 // for pols as the store does.
 func (e *env) execBatch(keys, args []string, pols []*limiter.Policy) (bool, []limiter.Reply, error) {
 	e.t.Helper()
@@ -36,7 +36,7 @@ func (e *env) execBatch(keys, args []string, pols []*limiter.Policy) (bool, []li
 	return committed, replies, err
 }
 
-// TestProgramDeadline: rate-batch-v1.lua with a request's deadline in
+// TestProgramDeadline: rate-batch-v2.lua with a request's deadline in
 // Redis's clock (its group field). Up to it the batch runs as without it;
 // past it nothing is evaluated or written and the reply is { 2, TIME };
 // a deadline that is not 0 or an integer in [1, 2^53-1] is an error reply.

@@ -28,7 +28,7 @@ import (
 	"github.com/envoy-rls/envoy-rls/pkg/lua"
 )
 
-// The group-commit suite: rate-batch-v1.lua given several requests in one
+// The group-commit suite: rate-batch-v2.lua given several requests in one
 // run (a group) must answer each exactly as if the requests had run alone,
 // one after the other, in the group's order; and the Store must group
 // concurrent calls without changing any decision.

@@ -275,7 +275,7 @@ func stateHash(st limiter.State) map[string]string {
 	return h
 }
 
-// recordOffence is the penalty rule of rate-batch-v1.lua in the models: a
+// recordOffence is the penalty rule of rate-batch-v2.lua in the models: a
 // request denied with an offence (limiter.PenaltyRecorded) writes its block
 // whatever the batch decides when its key's role records offences (not a
 // check or probe) and its hash

@@ -17,7 +17,7 @@ import (
 	"github.com/envoy-rls/envoy-rls/pkg/lua"
 )
 
-// The parity suite runs rate-batch-v1.lua, the program the store sends, on
+// The parity suite runs rate-batch-v2.lua, the program the store sends, on
 // a real Redis, with one key and among several, and checks every reply
 // field and the resulting hash and TTL against limiter.Apply (the Go
 // rules the memory store uses) given the same state and the same server time

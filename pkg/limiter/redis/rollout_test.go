@@ -2,6 +2,7 @@ package redis
 
 import (
 	"context"
+	_ "embed"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -13,33 +14,46 @@ import (
 	"github.com/envoy-rls/envoy-rls/pkg/lua"
 )
 
-// batchV1Script is the batch program of releases before rate-batch-v2.lua,
-// as an old replica sends it.
-var batchV1Script = rueidis.NewLuaScript(lua.BatchV1().Source)
+// batchV1Source is the batch program of the previous release,
+// rate-batch-v1.lua (a hash per key), as it was generated.
+//
+//go:embed testdata/rate-batch-v1.lua
+var batchV1Source string
 
-// evaluateV1 evaluates one request of p for subject as an old replica does:
-// rate-batch-v1.lua on the key of StorageKeyV1, with its arguments (the
-// policy ID, then the packed numbers), its reply parsed by
-// lua.ParseBatchReply. It returns the key's reply.
-func (e *env) evaluateV1(p *limiter.Policy, subject limiter.SubjectDigest, cost int64) limiter.Reply {
+// batchV1Script is rate-batch-v1.lua as an old replica sends it.
+var batchV1Script = rueidis.NewLuaScript(batchV1Source)
+
+// execV1 runs rate-batch-v1.lua on key as an old replica does, for one
+// request of one key of p (charging no denied cost). Its arguments: the
+// policy ID, the numbers packed as rate-batch-v2.lua takes them
+// (lua.AppendBatchPacked), then the group field. Its reply: the committed
+// flag, then the key's status by name and six integers; execV1 returns
+// the flag and the status.
+func (e *env) execV1(key string, p *limiter.Policy, cost int64) (bool, limiter.Status) {
 	e.t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	key := string(StorageKeyV1(nil, p, subject, limiter.Tag{}))
-	args := oneCall(lua.AppendBatchArgs(nil, p, cost, limiter.RoleOrdinary), 1, 0)
+	args := oneCall([]string{p.ID(), string(lua.AppendBatchPacked(nil, p, cost, limiter.RoleOrdinary))}, 1, 0)
 	msgs, err := batchV1Script.Exec(ctx, e.store.client, []string{key}, args).ToArray()
 	if err != nil || len(msgs) != 1 {
 		e.t.Fatalf("rate-batch-v1: %v %v", msgs, err)
 	}
 	vals, err := msgs[0].ToArray()
-	if err != nil {
-		e.t.Fatalf("rate-batch-v1: %v", err)
+	if err != nil || len(vals) != 8 {
+		e.t.Fatalf("rate-batch-v1 reply: %v %v", vals, err)
 	}
-	out := make([]limiter.Reply, 1)
-	if _, err := lua.ParseBatchReply([]*limiter.Policy{p}, replyValues(nil, vals), out); err != nil {
-		e.t.Fatalf("rate-batch-v1 reply: %v", err)
+	committed, err := vals[0].ToInt64()
+	name, err2 := vals[1].ToString()
+	if err != nil || err2 != nil {
+		e.t.Fatalf("rate-batch-v1 reply: %v %v", err, err2)
 	}
-	return out[0]
+	for _, st := range []limiter.Status{limiter.StatusAllowed, limiter.StatusDenied, limiter.StatusStateIncompatible} {
+		if name == st.String() {
+			return committed == 1, st
+		}
+	}
+	e.t.Fatalf("rate-batch-v1 reply: status %q", name)
+	return false, 0
 }
 
 // TestV1AndV2SideBySide: old replicas (rate-batch-v1.lua, a hash per key)
@@ -72,10 +86,10 @@ func TestV1AndV2SideBySide(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			for range each {
-				if r := e.evaluateV1(p, sub, 1); r.Status == limiter.StatusAllowed {
+				if _, st := e.execV1(v1Key, p, 1); st == limiter.StatusAllowed {
 					v1OK.Add(1)
-				} else if r.Status != limiter.StatusDenied {
-					t.Errorf("old replica: %s", r.Status)
+				} else if st != limiter.StatusDenied {
+					t.Errorf("old replica: %s", st)
 				}
 			}
 		}()
@@ -119,14 +133,8 @@ func TestV1AndV2SideBySide(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	msgs, err := batchV1Script.Exec(ctx, e.store.client, []string{v2Key}, oneCall(lua.AppendBatchArgs(nil, p, 1, limiter.RoleOrdinary), 1, 0)).ToArray()
-	if err != nil {
-		t.Fatal(err)
-	}
-	vals, _ := msgs[0].ToArray()
-	out := make([]limiter.Reply, 1)
-	if c, err := lua.ParseBatchReply([]*limiter.Policy{p}, replyValues(nil, vals), out); err != nil || c || out[0].Status != limiter.StatusStateIncompatible {
-		t.Fatalf("v1 on a v2 string: committed %v, %+v, %v", c, out[0], err)
+	if c, st := e.execV1(v2Key, p, 1); c || st != limiter.StatusStateIncompatible {
+		t.Fatalf("v1 on a v2 string: committed %v, %s", c, st)
 	}
 	if after := []any{e.dump(v1Key), e.dump(v2Key)}; after[0] != before[0] || after[1] != before[1] {
 		t.Fatal("a program changed the other layout's state")

@@ -11,15 +11,48 @@
 --             request after request; on a Redis Cluster all in one slot
 --             (one hash tag)
 -- ARGV        one field per key, key i at ARGV[i]: its numbers, packed
---             big-endian as in rate-batch-v1.lua (lua.AppendBatchPacked):
---             struct.pack('>BBddddddd') of algorithm, flags, policy
---             revision, limit, the two algorithm arguments, cleanup grace
---             ms, max clock regression ms and cost, then the penalty
---             extension (flag 16) and the calendar extension (flag 32);
---             flag 64: the key charges always (a cost up to twice the
---             limit, no penalty box);
---             the ranges are rate-batch-v1.lua's. No policy ID: the key
---             names the policy, its revision and the algorithm.
+--             big-endian as struct.pack('>BBddddddd') (lua.AppendBatchPacked):
+--             one string and one struct.unpack per key instead of nine
+--             decimal strings to intern and parse (each costs Redis CPU):
+--       algorithm            1 fixed_window, 2 sliding_window, 3 token_bucket,
+--                            4 gcra, 5 sliding_log
+--       flags                bits 0-2 the role (limiter.Role): 0 ordinary,
+--                            1 shadow, 2 quota, 3 check, 4 probe, 5 quota
+--                            probe; 8 failOpen; 16 the penalty extension
+--                            follows; 32 the calendar extension follows
+--                            (fixed_window only); 64 the key charges always
+--                            (a cost up to twice the limit, no penalty box)
+--                            (lua.FlagRoleMask, lua.FlagFailOpen,
+--                            lua.FlagPenalty, lua.FlagCalendar,
+--                            lua.FlagCharge)
+--       policy revision      1..2^32-1
+--       limit (capacity)     0..2^53-1 (sliding window: 0..(2^53-1)/10^6;
+--                            token bucket: capacity * period + amount
+--                            below 2^53; gcra: the burst, burst * period
+--                            + amount below 2^53; sliding log:
+--                            0..1000, MAX_LOG)
+--       window ms (fixed, sliding, sliding log) | refill amount (token bucket, reduced)
+--         | limit (gcra, reduced: the interval is period/amount ms)
+--       0 (fixed, sliding, sliding log) | refill period ms (token bucket, gcra, reduced)
+--       cleanup grace ms     0..ten years
+--       max clock regression ms  0..ten years
+--       cost                 1..limit (a key that charges always: 1..twice
+--                            the limit)
+--     then, when the flags' bit 16 is set, the penalty extension
+--     (limiter.Penalty, penalty.lua), struct.pack('>ddd'):
+--       duration ms          1..30 days
+--       max duration ms      duration..30 days
+--       decay ms             0..30 days
+--     then, when the flags' bit 32 is set, the calendar extension
+--     (fragments/calendar.lua), struct.pack('>dddd'): the boundaries b0 <
+--     b1 < b2 < b3, Unix ms, of three consecutive calendar periods (the one
+--     before the sender's estimate of TIME, the one holding it, the one
+--     after). The period holding the effective now is the window; a now
+--     outside [b0, b3) answers CLOCK_UNSAFE and writes nothing. The last
+--     extension present ends the argument.
+--     Doubles carry every integer below 2^53 exactly; each is checked
+--     integral and in range. No policy ID: the key names the policy, its
+--     revision and the algorithm.
 -- ARGV[N+1]   the group: per request struct.pack('>Hd'): its number of keys
 --             (1..N, the counts adding up to N) and its deadline, in ms of
 --             Redis's clock (TIME), an integer in [1, 2^53-1], or 0 for
@@ -39,8 +72,11 @@
 -- allowed request is kept in the program, so a later key naming the same
 -- state sees it. Then the request commits iff every ordinary key is
 -- ALLOWED and, when there are quota keys, at least one of them is
--- (limiter.Commits, as rate-batch-v1.lua). On commit every ALLOWED key but
--- the check and probe ones is written: one SET of its whole state, with
+-- (limiter.Commits: a failure status — CLOCK_UNSAFE, STATE_INCOMPATIBLE,
+-- INVALID — counts as a denial, unless failOpen, when the key takes no
+-- part; shadow and check keys never block, probe keys block as ordinary
+-- ones do and quota probe keys as quota ones). On commit every ALLOWED
+-- key but the check and probe ones is written: one SET of its whole state, with
 -- PX, or KEEPTTL for a window written before in the same window (the last
 -- state of a key named twice). A key that charges always (flag 64,
 -- limiter.ChargeAlways; not a check or probe) is written whatever the

@@ -57,7 +57,11 @@ local function refundKey(i, at)
     end
   end
   local key = KEYS[i]
-  local st, lastObservedMs, epoch, level, carry, log, penaltyUntilMs, penaltyLevel = loadState(key, i, alg, false, 0, penalty)
+  local v = stateValue(key, i)
+  if not v then
+    return 0
+  end
+  local st, lastObservedMs, epoch, level, carry, log, penaltyUntilMs, penaltyLevel = decodeState(v, alg, penalty)
   if not st then
     -- Expired or foreign: what was taken went with it.
     return 0

@@ -14,9 +14,12 @@ local NARG = 1
 local argsRead = false
 
 -- keyArgs reads and checks the argument of the group's key gi. It returns
--- what args-v1.lua's keyArgs returns, with false for the policy ID (the
--- key names the policy: its state holds none), then whether the key
--- charges always and its ceiling.
+-- valid; the algorithm's name, false (no policy ID: the key names the
+-- policy), the key's role and failOpen (0 and false when not valid); the
+-- revision, limit, the two algorithm arguments, grace, max clock
+-- regression and cost; the penalty box (penalty, its duration, max
+-- duration and decay); a calendar window (cal and the boundaries of its
+-- three periods); whether the key charges always and its ceiling.
 local function keyArgs(gi)
   local packed, valid = ARGV[gi], true
   if argsRead then

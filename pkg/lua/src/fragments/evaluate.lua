@@ -5,15 +5,15 @@
 -- then the batch rule (limiter.Commits), then the writes. A request of one
 -- key, the common one, keeps no record: its key writes as soon as it is
 -- checked, since a single key that writes is one that commits.
--- uses: serverNow, keyArgs, loadState, storeState, writeOffence, newReply,
+-- uses: serverNow, keyArgs, stateValue, decodeState, storeState, writeOffence, newReply,
 -- uses: replyKey, replyBefore, penaltyStep, blockedRemaining, MAX, algStep, chargeKey
 -- defines: WIDE, priorState, writeRecord, recordKey, evalKey, commitKeys, evaluate
 --
--- The program defines what differs between its versions: keyArgs(gi), the
--- arguments of the group's key gi; loadState(key, gi, alg, policy, rev,
--- penalty), the state as the store holds it; storeState(...), its write;
--- writeOffence(...), a penalty box's offence; newReply(n), replyKey(...)
--- and replyBefore(...), the reply.
+-- The program defines its layout's parts: keyArgs(gi), the arguments of
+-- the group's key gi; stateValue(key, gi), the value of a key as the run
+-- sees it, and decodeState(v, alg, penalty), its state; storeState(...),
+-- its write; writeOffence(...), a penalty box's offence; newReply(n),
+-- replyKey(...) and replyBefore(...), the reply.
 
 -- WIDE: above this many keys a request finds the keys naming the same
 -- state through two tables (seen, lastWrite) instead of scanning: cheaper
@@ -137,8 +137,12 @@ local function evalKey(kb, i, n, rec, seen, lastWrite, offences)
       storedLevel, storedCarry = priorState(kb, i, key, rec, seen)
   end
   if not prior then
-    st, lastObservedMs, epoch, level, carry, log, penaltyUntilMs, penaltyLevel = loadState(key, gi, alg, policy, rev,
-      penalty)
+    -- (One call for a key without a state, two with one.)
+    local v = stateValue(key, gi)
+    st, lastObservedMs, epoch, level, carry, log, penaltyUntilMs, penaltyLevel = nil, 0, 0, 0, 0, '', 0, 0
+    if v then
+      st, lastObservedMs, epoch, level, carry, log, penaltyUntilMs, penaltyLevel = decodeState(v, alg, penalty)
+    end
     fresh, storedEpoch, storedLevel, storedCarry = st == nil, epoch, level, carry
   end
   -- A key that is not evaluated (STATE_INCOMPATIBLE, CLOCK_UNSAFE) replies

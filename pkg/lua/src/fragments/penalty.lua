@@ -2,8 +2,8 @@
 -- docs/algorithms.md "Penalty box"). Its state
 -- (limiter.State): penaltyUntilMs, when the last block ends (effective
 -- ms; 0 none), and penaltyLevel, the offence level (0 none).
--- Sections: args (penaltyArgs); blocked, or blocked-v1 for
--- rate-batch-v1.lua (what a blocked key replies); step (penaltyStep).
+-- Sections: args (penaltyArgs); blocked (what a blocked key replies); step
+-- (penaltyStep).
 -- #section args
 -- uses: band, unpack, PENALTY, CALENDAR, MAX_PENALTY
 -- defines: penaltyArgs
@@ -50,19 +50,6 @@ end
 -- (its remaining is 0): the ms until its block ends.
 local function blockedRemaining(untilMs, now)
   return untilMs - now
-end
-
--- #section blocked-v1
--- defines: blockedRetry, blockedRemaining
-
--- blockedRetry of rate-batch-v1.lua: until the block ends.
-local function blockedRetry(untilMs, now)
-  return untilMs - now
-end
-
--- blockedRemaining of rate-batch-v1.lua: 0 (remaining).
-local function blockedRemaining()
-  return 0
 end
 
 -- #section step

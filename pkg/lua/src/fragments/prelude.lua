@@ -1,7 +1,7 @@
 -- fragments/prelude.lua: shared by every program (a test checks each
 -- program contains it verbatim): constants and library locals.
 -- defines: MAX, MAX_DURATION, MAX_PENALTY, ROLE_BITS, FAIL_OPEN, PENALTY,
--- defines: CALENDAR, CHARGE, S, MAX_SLIDING, MAX_LOG, POLICY_ID, DECIMAL, find,
+-- defines: CALENDAR, CHARGE, S, MAX_SLIDING, MAX_LOG, find,
 -- defines: fmod, format, band, unpackList, unpack, pack, sub, max, ceilDiv
 --
 -- A script's whole body runs on every EVALSHA, so each function a program
@@ -14,7 +14,7 @@ local MAX_PENALTY = 2592000000 -- 30 days in ms, limiter.MaxPenalty
 -- The flags byte of a key's packed argument (pkg/lua Flag*): the role's
 -- bits, fail open, a penalty extension follows, a calendar extension
 -- follows (after the penalty extension when both do), the policy charges
--- always (rate-batch-v2.lua; version 1 refuses it).
+-- always.
 local ROLE_BITS, FAIL_OPEN, PENALTY, CALENDAR, CHARGE = 7, 8, 16, 32, 64
 local S = 1000000 -- sliding-window weight scale (limiter.SlidingScale)
 -- The largest sliding limit: (2^53-1) / S, exact (MAX / S is far from an
@@ -23,10 +23,6 @@ local MAX_SLIDING = (MAX - MAX % S) / S
 -- The largest sliding-log limit, hence the most entries of a log
 -- (limiter.MaxSlidingLogLimit).
 local MAX_LOG = 1000
--- A policy ID, and a canonical decimal integer other than 0 (no sign, no
--- leading zero; the callers also bound its length to 16 digits).
-local POLICY_ID = '^[a-z0-9._:/%-]+$'
-local DECIMAL = '^[1-9]%d*$'
 
 -- Library functions as locals: a global or field lookup per call is a
 -- measurable share of a program's Redis CPU.

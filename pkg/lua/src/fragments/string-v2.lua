@@ -14,7 +14,7 @@
 -- #section load
 -- uses: unpack, unpackList, sub, find, MAX, MAX_SLIDING
 -- defines: STATE_PENALTY, MGET_CHUNK, stored, written, mgetAll, prefetch,
--- defines: decodeState, loadState
+-- defines: decodeState, stateValue
 
 local STATE_PENALTY = 64
 -- The most keys one MGET or EXISTS names (Lua's unpack of a list is
@@ -128,12 +128,10 @@ local function decodeState(v, alg, penalty)
   return true, lastObservedMs, epoch, level, carry, log, penaltyUntilMs, penaltyLevel
 end
 
--- loadState: the state of the group's key gi (key) for alg, as this run
--- sees it (what it wrote, else what it read), and its penalty box (kept
--- whether or not the policy has one: penalty). It returns st (nil: none;
--- false: incompatible; true) and what decodeState returns; policy and rev
--- are unused (the key names them).
-local function loadState(key, gi, alg, policy, rev, penalty)
+-- stateValue is the value of the group's key gi (key) as this run sees
+-- it: what it wrote, else what it read (false: none; '': a key of another
+-- type). Its state is decodeState's, but for none.
+local function stateValue(key, gi)
   local v = false
   if written then
     v = written[key] or false
@@ -141,10 +139,7 @@ local function loadState(key, gi, alg, policy, rev, penalty)
   if not v then
     v = stored[gi]
   end
-  if not v then
-    return nil, 0, 0, 0, 0, '', 0, 0
-  end
-  return decodeState(v, alg, penalty)
+  return v
 end
 -- #section encode
 -- uses: pack, STATE_PENALTY
@@ -162,7 +157,7 @@ local function encodeState(alg, lastObservedMs, epoch, level, carry, penaltyUnti
   return pack('>Bdddd', algorithm, lastObservedMs, epoch, level, carry) .. log
 end
 -- #section store
--- uses: format, pack, sub, band, serverNow, stored, written, encodeState
+-- uses: format, pack, sub, band, serverNow, written, encodeState, stateValue
 -- defines: offended, storeState, writeOffence
 
 -- offended: false, or the keys this run wrote an offence to (their expiry
@@ -204,13 +199,7 @@ end
 -- the state of the group's key gi (key), as stored: its penaltyUntilMs and
 -- penaltyLevel, and its expiry raised to px ms.
 local function writeOffence(key, gi, penaltyUntilMs, penaltyLevel, px)
-  local v = false
-  if written then
-    v = written[key] or false
-  end
-  if not v then
-    v = stored[gi]
-  end
+  local v = stateValue(key, gi)
   -- (A compatible state: an offence needs one.)
   local head = unpack('>B', v)
   local rest = 34

@@ -3,8 +3,8 @@
 -- a program's keyArgs (a call per key costs Redis CPU; docs/performance.md):
 -- whether the unpacked numbers (doubles, any value) are each an integer in
 -- its range (NaN fails every comparison). flags is a byte: the role in
--- bits 0-2, at most 5, failOpen at 8, the calendar bit 32 and, where the
--- program knows it, the charge bit 64 (penaltyArgs took off the penalty
+-- bits 0-2, at most 5, failOpen at 8, the calendar bit 32 and the charge
+-- bit 64 (penaltyArgs took off the penalty
 -- bit 16: unknownFlags is every other bit). A charge may cost up to its
 -- ceiling (twice the limit, limiter.Policy.Ceiling) and has no penalty
 -- box. Each algorithm's own rules are its fragment's valid section.
