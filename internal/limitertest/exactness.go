@@ -1,0 +1,79 @@
+package limitertest
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/envoy-rls/envoy-rls/pkg/limiter"
+)
+
+// Exactness runs goroutines goroutines on each store, each sending perG
+// requests that carry two limits on shared subjects: a tight one (limit
+// tight) and a loose one that never denies. It checks that exactly tight
+// requests are admitted and that the loose limit consumed exactly what was
+// admitted: no request consumed on one limit but not the other.
+func Exactness(t *testing.T, stores []limiter.Store, cfg Config, goroutines, perG int, tight int64) {
+	t.Helper()
+	const loose = 1_000_000_000
+	tp, lp := Policy(t, fw(cfg.Prefix+".tight", tight)), Policy(t, fw(cfg.Prefix+".loose", loose))
+	var tag limiter.Tag
+	if cfg.Tag != nil {
+		tag = cfg.Tag("exactness")
+	}
+	ts, ls := Subject(cfg.Prefix+"/tight"), Subject(cfg.Prefix+"/loose")
+	var admitted, denied, failed atomic.Int64
+	var wg sync.WaitGroup
+	for _, s := range stores {
+		for range goroutines {
+			wg.Add(1)
+			go func(s limiter.Store) {
+				defer wg.Done()
+				out := make([]limiter.Outcome, 2)
+				for i := 0; i < perG; i++ {
+					// Alternate the order so that both orders race.
+					batch := []limiter.Request{{Policy: tp, Subject: ts, Cost: 1, Tag: tag}, {Policy: lp, Subject: ls, Cost: 1, Tag: tag}}
+					if i%2 == 1 {
+						batch[0], batch[1] = batch[1], batch[0]
+					}
+					ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+					s.Evaluate(ctx, batch, out)
+					cancel()
+					if out[0].Kind != limiter.Evaluated || out[1].Kind != limiter.Evaluated {
+						failed.Add(1)
+						continue
+					}
+					both := out[0].Decision.Allowed && out[1].Decision.Allowed
+					if out[0].Decision.Consumed != both || out[1].Decision.Consumed != both {
+						t.Errorf("consumed %v/%v with allowed %v/%v", out[0].Decision.Consumed, out[1].Decision.Consumed, out[0].Decision.Allowed, out[1].Decision.Allowed)
+					}
+					if both {
+						admitted.Add(1)
+					} else {
+						denied.Add(1)
+					}
+				}
+			}(s)
+		}
+	}
+	wg.Wait()
+	if failed.Load() > 0 {
+		t.Fatalf("%d batches failed", failed.Load())
+	}
+	total := int64(len(stores) * goroutines * perG)
+	if admitted.Load() != tight || admitted.Load()+denied.Load() != total {
+		t.Fatalf("admitted %d, denied %d of %d; want exactly %d admitted", admitted.Load(), denied.Load(), total, tight)
+	}
+	// Read the loose limit without consuming.
+	out := make([]limiter.Outcome, 1)
+	stores[0].Evaluate(context.Background(), []limiter.Request{{Policy: lp, Subject: ls, Cost: 1, Role: limiter.RoleCheck, Tag: tag}}, out)
+	if out[0].Kind != limiter.Evaluated {
+		t.Fatalf("reading the loose limit: %v: %v", out[0].Kind, out[0].Err)
+	}
+	if used := loose - out[0].Decision.Remaining; used != admitted.Load() {
+		t.Fatalf("loose limit consumed %d, admitted %d: a request consumed on one limit but not the other", used, admitted.Load())
+	}
+	t.Logf("%d stores x %d goroutines x %d: %d admitted, loose consumed %d", len(stores), goroutines, perG, admitted.Load(), admitted.Load())
+}
