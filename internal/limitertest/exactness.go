@@ -77,3 +77,48 @@ func Exactness(t *testing.T, stores []limiter.Store, cfg Config, goroutines, per
 	}
 	t.Logf("%d stores x %d goroutines x %d: %d admitted, loose consumed %d", len(stores), goroutines, perG, admitted.Load(), admitted.Load())
 }
+
+// Hammer runs callers goroutines on s, each making perCaller Evaluate
+// calls of batch(g, i) (g the caller, i the call), all released at once,
+// and returns how many calls committed (every request allowed) and how
+// many were denied; onAdmit(g, i), when it is not nil, is called for each
+// call that committed. Any other outcome fails t.
+func Hammer(t *testing.T, s limiter.Store, callers, perCaller int, batch func(g, i int) []limiter.Request, onAdmit func(g, i int)) (admitted, refused int64) {
+	t.Helper()
+	var ok, no atomic.Int64
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	for g := range callers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-start
+			for i := range perCaller {
+				b := batch(g, i)
+				out := make([]limiter.Outcome, len(b))
+				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+				s.Evaluate(ctx, b, out)
+				cancel()
+				all := true
+				for k := range out {
+					if out[k].Kind != limiter.Evaluated {
+						t.Errorf("caller %d call %d: %v: %v", g, i, out[k].Kind, out[k].Err)
+						return
+					}
+					all = all && out[k].Decision.Allowed
+				}
+				if all {
+					if onAdmit != nil {
+						onAdmit(g, i)
+					}
+					ok.Add(1)
+				} else {
+					no.Add(1)
+				}
+			}
+		}()
+	}
+	close(start)
+	wg.Wait()
+	return ok.Load(), no.Load()
+}

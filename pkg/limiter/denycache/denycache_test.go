@@ -344,33 +344,13 @@ func TestExactUnderContention(t *testing.T) {
 }
 
 // hammer sends calls one-request batches for subject s under p from each of
-// workers goroutines through c and counts the admitted and denied ones; any
-// other outcome fails the test.
+// workers goroutines through c (limitertest.Hammer) and counts the admitted
+// and denied ones; any other outcome fails the test.
 func hammer(t *testing.T, c *Cache, p *limiter.Policy, s limiter.SubjectDigest, workers, calls int) (allowed, denied int64) {
 	t.Helper()
-	var nAllowed, nDenied atomic.Int64
-	var wg sync.WaitGroup
-	for range workers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			out := make([]limiter.Outcome, 1)
-			for range calls {
-				c.Evaluate(context.Background(), []limiter.Request{{Policy: p, Subject: s, Cost: 1}}, out)
-				switch {
-				case out[0].Kind != limiter.Evaluated:
-					t.Errorf("outcome %v: %v", out[0].Kind, out[0].Err)
-					return
-				case out[0].Decision.Allowed:
-					nAllowed.Add(1)
-				default:
-					nDenied.Add(1)
-				}
-			}
-		}()
-	}
-	wg.Wait()
-	return nAllowed.Load(), nDenied.Load()
+	return limitertest.Hammer(t, c, workers, calls, func(int, int) []limiter.Request {
+		return []limiter.Request{{Policy: p, Subject: s, Cost: 1}}
+	}, nil)
 }
 
 // TestProbes: a probe (limiter.RoleProbe) is answered from a cached denial
