@@ -122,3 +122,47 @@ func Hammer(t *testing.T, s limiter.Store, callers, perCaller int, batch func(g,
 	wg.Wait()
 	return ok.Load(), no.Load()
 }
+
+// LeaseExactness runs workers goroutines on each store (replicas sharing
+// one state), each taking a lease of p, holding it while it counts itself
+// in flight, and releasing it, perW times (Hammer). It checks that no more
+// than p.Limit() were ever in flight at once and that every lease was
+// given back.
+func LeaseExactness(t *testing.T, stores []limiter.Store, p *limiter.Policy, subject limiter.SubjectDigest, workers, perW int) {
+	t.Helper()
+	var inFlight, most, admitted atomic.Int64
+	var wg sync.WaitGroup
+	for _, s := range stores {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			out := make([]limiter.Outcome, workers)
+			ok, _ := Hammer(t, s, workers, perW, func(int, int) []limiter.Request {
+				return []limiter.Request{{Policy: p, Subject: subject, Cost: 1}}
+			}, func(g, _ int) {
+				n := inFlight.Add(1)
+				for m := most.Load(); n > m && !most.CompareAndSwap(m, n); m = most.Load() {
+				}
+				// Hold the lease for one more round trip to the store.
+				s.Evaluate(context.Background(), []limiter.Request{{Policy: p, Subject: subject, Cost: 1, Role: limiter.RoleProbe}}, out[g:g+1])
+				inFlight.Add(-1)
+				s.Evaluate(context.Background(), []limiter.Request{{Policy: p, Subject: subject, Cost: 1,
+					Lease: limiter.LeaseRelease, Role: limiter.RoleCheck}}, out[g:g+1])
+			})
+			admitted.Add(ok)
+		}()
+	}
+	wg.Wait()
+	if t.Failed() {
+		t.FailNow()
+	}
+	if m := most.Load(); m > p.Limit() || m < 1 {
+		t.Fatalf("%d in flight at once, limit %d", m, p.Limit())
+	}
+	t.Logf("%d admitted, at most %d in flight (limit %d)", admitted.Load(), most.Load(), p.Limit())
+	out := make([]limiter.Outcome, 1)
+	stores[0].Evaluate(context.Background(), []limiter.Request{{Policy: p, Subject: subject, Cost: p.Limit(), Role: limiter.RoleProbe}}, out)
+	if d := out[0].Decision; out[0].Kind != limiter.Evaluated || !d.Allowed || d.Remaining != p.Limit() {
+		t.Fatalf("after every release: %s %+v, want the whole limit free", out[0].Kind, d)
+	}
+}

@@ -2,8 +2,6 @@ package limitertest
 
 import (
 	"context"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -164,58 +162,5 @@ func LeaseExpiry(t *testing.T, s limiter.Store, p *limiter.Policy, subject limit
 		if time.Now().After(deadline) {
 			t.Fatalf("the crashed holder's lease never returned (TTL %s)", ttl)
 		}
-	}
-}
-
-// LeaseExactness runs workers goroutines on each store (replicas sharing
-// one state), each taking a lease of p, holding it while it counts itself
-// in flight, and releasing it, perW times. It checks that no more than
-// p.Limit() were ever in flight at once and that every lease was given
-// back.
-func LeaseExactness(t *testing.T, stores []limiter.Store, p *limiter.Policy, subject limiter.SubjectDigest, workers, perW int) {
-	t.Helper()
-	var inFlight, most, admitted atomic.Int64
-	var wg sync.WaitGroup
-	var failed atomic.Value
-	for _, s := range stores {
-		for range workers {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				out := make([]limiter.Outcome, 1)
-				for range perW {
-					s.Evaluate(context.Background(), []limiter.Request{{Policy: p, Subject: subject, Cost: 1}}, out)
-					if out[0].Kind != limiter.Evaluated {
-						failed.Store(out[0].Err)
-						return
-					}
-					if !out[0].Decision.Consumed {
-						continue
-					}
-					admitted.Add(1)
-					n := inFlight.Add(1)
-					for m := most.Load(); n > m && !most.CompareAndSwap(m, n); m = most.Load() {
-					}
-					// Hold the lease for one more round trip to the store.
-					s.Evaluate(context.Background(), []limiter.Request{{Policy: p, Subject: subject, Cost: 1, Role: limiter.RoleProbe}}, out)
-					inFlight.Add(-1)
-					s.Evaluate(context.Background(), []limiter.Request{{Policy: p, Subject: subject, Cost: 1,
-						Lease: limiter.LeaseRelease, Role: limiter.RoleCheck}}, out)
-				}
-			}()
-		}
-	}
-	wg.Wait()
-	if err := failed.Load(); err != nil {
-		t.Fatalf("a store failed: %v", err)
-	}
-	if m := most.Load(); m > p.Limit() || m < 1 {
-		t.Fatalf("%d in flight at once, limit %d", m, p.Limit())
-	}
-	t.Logf("%d admitted, at most %d in flight (limit %d)", admitted.Load(), most.Load(), p.Limit())
-	out := make([]limiter.Outcome, 1)
-	stores[0].Evaluate(context.Background(), []limiter.Request{{Policy: p, Subject: subject, Cost: p.Limit(), Role: limiter.RoleProbe}}, out)
-	if d := out[0].Decision; out[0].Kind != limiter.Evaluated || !d.Allowed || d.Remaining != p.Limit() {
-		t.Fatalf("after every release: %s %+v, want the whole limit free", out[0].Kind, d)
 	}
 }

@@ -13,7 +13,8 @@
 //     time is the Go↔Lua parity of pkg/limiter/redis;
 //   - RunReset: limiter.Resetter, one state and a whole policy;
 //   - RunLeases: the lease scripts of concurrency limits;
-//   - Exactness: concurrent batches on one or more stores.
+//   - Exactness, LeaseExactness: concurrent callers (Hammer) on one or
+//     more stores.
 //
 // A store joins by calling RunSuite from its own tests with a Suite (its
 // stores: for RunTimed, a NewStore that builds one on a given clock) and a
