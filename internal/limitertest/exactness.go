@@ -28,9 +28,7 @@ func Exactness(t *testing.T, stores []limiter.Store, cfg Config, goroutines, per
 	var wg sync.WaitGroup
 	for _, s := range stores {
 		for range goroutines {
-			wg.Add(1)
-			go func(s limiter.Store) {
-				defer wg.Done()
+			wg.Go(func() {
 				out := make([]limiter.Outcome, 2)
 				for i := 0; i < perG; i++ {
 					// Alternate the order so that both orders race.
@@ -55,7 +53,7 @@ func Exactness(t *testing.T, stores []limiter.Store, cfg Config, goroutines, per
 						denied.Add(1)
 					}
 				}
-			}(s)
+			})
 		}
 	}
 	wg.Wait()
@@ -89,9 +87,7 @@ func Hammer(t *testing.T, s limiter.Store, callers, perCaller int, batch func(g,
 	var wg sync.WaitGroup
 	start := make(chan struct{})
 	for g := range callers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+		wg.Go(func() {
 			<-start
 			for i := range perCaller {
 				b := batch(g, i)
@@ -116,7 +112,7 @@ func Hammer(t *testing.T, s limiter.Store, callers, perCaller int, batch func(g,
 					no.Add(1)
 				}
 			}
-		}()
+		})
 	}
 	close(start)
 	wg.Wait()
@@ -133,9 +129,7 @@ func LeaseExactness(t *testing.T, stores []limiter.Store, p *limiter.Policy, sub
 	var inFlight, most, admitted atomic.Int64
 	var wg sync.WaitGroup
 	for _, s := range stores {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+		wg.Go(func() {
 			out := make([]limiter.Outcome, workers)
 			ok, _ := Hammer(t, s, workers, perW, func(int, int) []limiter.Request {
 				return []limiter.Request{{Policy: p, Subject: subject, Cost: 1}}
@@ -150,7 +144,7 @@ func LeaseExactness(t *testing.T, stores []limiter.Store, p *limiter.Policy, sub
 					Lease: limiter.LeaseRelease, Role: limiter.RoleCheck}}, out[g:g+1])
 			})
 			admitted.Add(ok)
-		}()
+		})
 	}
 	wg.Wait()
 	if t.Failed() {

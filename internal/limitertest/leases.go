@@ -12,12 +12,8 @@ import (
 // leases living ttl.
 func LeasePolicy(t testing.TB, id string, limit int64, ttl time.Duration) *limiter.Policy {
 	t.Helper()
-	p, err := limiter.NewPolicy(limiter.PolicySpec{ID: id, Algorithm: limiter.Concurrency,
+	return Policy(t, limiter.PolicySpec{ID: id, Algorithm: limiter.Concurrency,
 		Params: limiter.ConcurrencyParams{Limit: limit, LeaseTTL: ttl}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return p
 }
 
 // leaseReq is one request of a lease script: a lease operation on the
@@ -90,7 +86,7 @@ func RunLeases(t *testing.T, s limiter.Store, cfg Config) {
 	for _, c := range leaseCases {
 		t.Run(c.name, func(t *testing.T) {
 			lp := LeasePolicy(t, cfg.Prefix+".lease", 2, time.Hour)
-			rp := mustPolicy(t, fw(cfg.Prefix+".rate", 3))
+			rp := Policy(t, fw(cfg.Prefix+".rate", 3))
 			subject := Subject(cfg.Prefix + c.name)
 			for i, st := range c.steps {
 				batch := make([]limiter.Request, len(st.batch))
@@ -113,15 +109,6 @@ func RunLeases(t *testing.T, s limiter.Store, cfg Config) {
 			}
 		})
 	}
-}
-
-func mustPolicy(t testing.TB, spec limiter.PolicySpec) *limiter.Policy {
-	t.Helper()
-	p, err := limiter.NewPolicy(spec)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return p
 }
 
 // LeaseExpiry: a holder that never releases (a crashed proxy) keeps its
