@@ -2,8 +2,6 @@ package limitertest
 
 import (
 	"context"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -14,12 +12,8 @@ import (
 // leases living ttl.
 func LeasePolicy(t testing.TB, id string, limit int64, ttl time.Duration) *limiter.Policy {
 	t.Helper()
-	p, err := limiter.NewPolicy(limiter.PolicySpec{ID: id, Algorithm: limiter.Concurrency,
+	return Policy(t, limiter.PolicySpec{ID: id, Algorithm: limiter.Concurrency,
 		Params: limiter.ConcurrencyParams{Limit: limit, LeaseTTL: ttl}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return p
 }
 
 // leaseReq is one request of a lease script: a lease operation on the
@@ -92,7 +86,7 @@ func RunLeases(t *testing.T, s limiter.Store, cfg Config) {
 	for _, c := range leaseCases {
 		t.Run(c.name, func(t *testing.T) {
 			lp := LeasePolicy(t, cfg.Prefix+".lease", 2, time.Hour)
-			rp := mustPolicy(t, fw(cfg.Prefix+".rate", 3))
+			rp := Policy(t, fw(cfg.Prefix+".rate", 3))
 			subject := Subject(cfg.Prefix + c.name)
 			for i, st := range c.steps {
 				batch := make([]limiter.Request, len(st.batch))
@@ -115,15 +109,6 @@ func RunLeases(t *testing.T, s limiter.Store, cfg Config) {
 			}
 		})
 	}
-}
-
-func mustPolicy(t testing.TB, spec limiter.PolicySpec) *limiter.Policy {
-	t.Helper()
-	p, err := limiter.NewPolicy(spec)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return p
 }
 
 // LeaseExpiry: a holder that never releases (a crashed proxy) keeps its
@@ -164,58 +149,5 @@ func LeaseExpiry(t *testing.T, s limiter.Store, p *limiter.Policy, subject limit
 		if time.Now().After(deadline) {
 			t.Fatalf("the crashed holder's lease never returned (TTL %s)", ttl)
 		}
-	}
-}
-
-// LeaseExactness runs workers goroutines on each store (replicas sharing
-// one state), each taking a lease of p, holding it while it counts itself
-// in flight, and releasing it, perW times. It checks that no more than
-// p.Limit() were ever in flight at once and that every lease was given
-// back.
-func LeaseExactness(t *testing.T, stores []limiter.Store, p *limiter.Policy, subject limiter.SubjectDigest, workers, perW int) {
-	t.Helper()
-	var inFlight, most, admitted atomic.Int64
-	var wg sync.WaitGroup
-	var failed atomic.Value
-	for _, s := range stores {
-		for range workers {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				out := make([]limiter.Outcome, 1)
-				for range perW {
-					s.Evaluate(context.Background(), []limiter.Request{{Policy: p, Subject: subject, Cost: 1}}, out)
-					if out[0].Kind != limiter.Evaluated {
-						failed.Store(out[0].Err)
-						return
-					}
-					if !out[0].Decision.Consumed {
-						continue
-					}
-					admitted.Add(1)
-					n := inFlight.Add(1)
-					for m := most.Load(); n > m && !most.CompareAndSwap(m, n); m = most.Load() {
-					}
-					// Hold the lease for one more round trip to the store.
-					s.Evaluate(context.Background(), []limiter.Request{{Policy: p, Subject: subject, Cost: 1, Role: limiter.RoleProbe}}, out)
-					inFlight.Add(-1)
-					s.Evaluate(context.Background(), []limiter.Request{{Policy: p, Subject: subject, Cost: 1,
-						Lease: limiter.LeaseRelease, Role: limiter.RoleCheck}}, out)
-				}
-			}()
-		}
-	}
-	wg.Wait()
-	if err := failed.Load(); err != nil {
-		t.Fatalf("a store failed: %v", err)
-	}
-	if m := most.Load(); m > p.Limit() || m < 1 {
-		t.Fatalf("%d in flight at once, limit %d", m, p.Limit())
-	}
-	t.Logf("%d admitted, at most %d in flight (limit %d)", admitted.Load(), most.Load(), p.Limit())
-	out := make([]limiter.Outcome, 1)
-	stores[0].Evaluate(context.Background(), []limiter.Request{{Policy: p, Subject: subject, Cost: p.Limit(), Role: limiter.RoleProbe}}, out)
-	if d := out[0].Decision; out[0].Kind != limiter.Evaluated || !d.Allowed || d.Remaining != p.Limit() {
-		t.Fatalf("after every release: %s %+v, want the whole limit free", out[0].Kind, d)
 	}
 }

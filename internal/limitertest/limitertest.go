@@ -12,10 +12,13 @@
 //     TIME, which no test sets, so it runs Run and RunReset and its side of
 //     time is the Go↔Lua parity of pkg/limiter/redis;
 //   - RunReset: limiter.Resetter, one state and a whole policy;
-//   - Exactness: concurrent batches on one or more stores.
+//   - RunLeases: the lease scripts of concurrency limits;
+//   - Exactness, LeaseExactness: concurrent callers (Hammer) on one or
+//     more stores.
 //
-// A store joins by calling these from its own tests with a Config (and, for
-// RunTimed, a NewStore that builds it on a given clock).
+// A store joins by calling RunSuite from its own tests with a Suite (its
+// stores: for RunTimed, a NewStore that builds one on a given clock) and a
+// Config, or the parts on their own.
 package limitertest
 
 import (
@@ -23,8 +26,6 @@ import (
 	"crypto/sha256"
 	"fmt"
 	"strconv"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -305,6 +306,44 @@ func Cases() []Case {
 	}, chargeCases()...)
 }
 
+// Suite is what one kind of store runs the suite on.
+type Suite struct {
+	// Store returns the store of a part of the suite (the batch table,
+	// resets, the lease scripts). (Required)
+	Store func(t *testing.T) limiter.Store
+	// Timed builds the store of each timed case; nil for a store that
+	// decides by a clock no test sets (Redis's TIME). (Optional)
+	Timed NewStore
+	// Leases: the store holds concurrency limits (RunLeases). (Optional)
+	Leases bool
+}
+
+// RunSuite runs the parts of the suite s says on its stores, each a
+// subtest ("batch", "timed", "reset", "leases") with cfg's prefix followed
+// by the part's name: Run, RunTimed, RunReset and RunLeases.
+func RunSuite(t *testing.T, s Suite, cfg Config) {
+	parts := []struct {
+		name string
+		on   bool
+		run  func(t *testing.T, cfg Config)
+	}{
+		{"batch", true, func(t *testing.T, cfg Config) { Run(t, s.Store(t), cfg) }},
+		{"timed", s.Timed != nil, func(t *testing.T, cfg Config) { RunTimed(t, s.Timed, cfg) }},
+		{"reset", true, func(t *testing.T, cfg Config) { RunReset(t, s.Store(t), cfg) }},
+		{"leases", s.Leases, func(t *testing.T, cfg Config) { RunLeases(t, s.Store(t), cfg) }},
+	}
+	for _, part := range parts {
+		if !part.on {
+			continue
+		}
+		t.Run(part.name, func(t *testing.T) {
+			c := cfg
+			c.Prefix = cfg.Prefix + "." + part.name
+			part.run(t, c)
+		})
+	}
+}
+
 // Run runs every case of Cases against store.
 func Run(t *testing.T, store limiter.Store, cfg Config) {
 	for _, tc := range Cases() {
@@ -414,74 +453,6 @@ func Policy(t testing.TB, spec limiter.PolicySpec) *limiter.Policy {
 
 // Subject is a stand-in for the HMAC subject digest of pkg/descriptors.
 func Subject(s string) limiter.SubjectDigest { return sha256.Sum256([]byte(s)) }
-
-// Exactness runs goroutines goroutines on each store, each sending perG
-// requests that carry two limits on shared subjects: a tight one (limit
-// tight) and a loose one that never denies. It checks that exactly tight
-// requests are admitted and that the loose limit consumed exactly what was
-// admitted: no request consumed on one limit but not the other.
-func Exactness(t *testing.T, stores []limiter.Store, cfg Config, goroutines, perG int, tight int64) {
-	t.Helper()
-	const loose = 1_000_000_000
-	tp, lp := Policy(t, fw(cfg.Prefix+".tight", tight)), Policy(t, fw(cfg.Prefix+".loose", loose))
-	var tag limiter.Tag
-	if cfg.Tag != nil {
-		tag = cfg.Tag("exactness")
-	}
-	ts, ls := Subject(cfg.Prefix+"/tight"), Subject(cfg.Prefix+"/loose")
-	var admitted, denied, failed atomic.Int64
-	var wg sync.WaitGroup
-	for _, s := range stores {
-		for range goroutines {
-			wg.Add(1)
-			go func(s limiter.Store) {
-				defer wg.Done()
-				out := make([]limiter.Outcome, 2)
-				for i := 0; i < perG; i++ {
-					// Alternate the order so that both orders race.
-					batch := []limiter.Request{{Policy: tp, Subject: ts, Cost: 1, Tag: tag}, {Policy: lp, Subject: ls, Cost: 1, Tag: tag}}
-					if i%2 == 1 {
-						batch[0], batch[1] = batch[1], batch[0]
-					}
-					ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-					s.Evaluate(ctx, batch, out)
-					cancel()
-					if out[0].Kind != limiter.Evaluated || out[1].Kind != limiter.Evaluated {
-						failed.Add(1)
-						continue
-					}
-					both := out[0].Decision.Allowed && out[1].Decision.Allowed
-					if out[0].Decision.Consumed != both || out[1].Decision.Consumed != both {
-						t.Errorf("consumed %v/%v with allowed %v/%v", out[0].Decision.Consumed, out[1].Decision.Consumed, out[0].Decision.Allowed, out[1].Decision.Allowed)
-					}
-					if both {
-						admitted.Add(1)
-					} else {
-						denied.Add(1)
-					}
-				}
-			}(s)
-		}
-	}
-	wg.Wait()
-	if failed.Load() > 0 {
-		t.Fatalf("%d batches failed", failed.Load())
-	}
-	total := int64(len(stores) * goroutines * perG)
-	if admitted.Load() != tight || admitted.Load()+denied.Load() != total {
-		t.Fatalf("admitted %d, denied %d of %d; want exactly %d admitted", admitted.Load(), denied.Load(), total, tight)
-	}
-	// Read the loose limit without consuming.
-	out := make([]limiter.Outcome, 1)
-	stores[0].Evaluate(context.Background(), []limiter.Request{{Policy: lp, Subject: ls, Cost: 1, Role: limiter.RoleCheck, Tag: tag}}, out)
-	if out[0].Kind != limiter.Evaluated {
-		t.Fatalf("reading the loose limit: %v: %v", out[0].Kind, out[0].Err)
-	}
-	if used := loose - out[0].Decision.Remaining; used != admitted.Load() {
-		t.Fatalf("loose limit consumed %d, admitted %d: a request consumed on one limit but not the other", used, admitted.Load())
-	}
-	t.Logf("%d stores x %d goroutines x %d: %d admitted, loose consumed %d", len(stores), goroutines, perG, admitted.Load(), admitted.Load())
-}
 
 // Prefix returns a policy ID prefix unique to this run.
 func Prefix() string {

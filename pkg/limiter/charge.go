@@ -89,6 +89,18 @@ func checkCharge(p *Policy, spec *PolicySpec) error {
 	return nil
 }
 
+// ceilingAtMost is the debt check of an algorithm (named by what in its
+// error) whose usage must stay at most most: the limit of a ChargeAlways
+// policy at most most/(1+DebtFactor).
+func ceilingAtMost(most int64, what string) func(p *Policy, ceiling int64) error {
+	return func(_ *Policy, ceiling int64) error {
+		if ceiling > most {
+			return &FieldError{Field: "limit", Reason: fmt.Sprintf("must be at most %d for %s with charge always", most/(1+DebtFactor), what)}
+		}
+		return nil
+	}
+}
+
 // charge is Check of a ChargeAlways policy whose algorithm step denied
 // cost (denial is that reply): the cost is recorded anyway, up to the
 // Ceiling, and the reply tells what is left after it and when one unit

@@ -15,21 +15,13 @@ type GCRAParams struct {
 	Period time.Duration // whole milliseconds, >= 1ms
 }
 
-var gcraRules = algorithmRules{
-	name:        "gcra",
-	step:        gcra,
-	certainty:   Certain,
-	denialsHold: true,
-	burst:       true,
-	// The token bucket's rate (bucketRate): Limit per Window with a burst
-	// of Burst (default Limit).
-	params: func(r Rate) Params {
-		burst, limit := bucketRate(r)
-		return GCRAParams{Burst: burst, Limit: limit, Period: r.Window}
-	},
-	sketch:    sketchRules{deficit: gcraDeficit, state: gcraState},
-	debtCheck: bucketDebtCheck,
-}
+// Its burst and limit are the token bucket's capacity and refill amount
+// (bucketRate): Limit per Window with a burst of Burst (default Limit).
+var gcraRules = bucketRules("gcra", gcra, nil,
+	sketchRules{deficit: gcraDeficit, state: gcraState},
+	func(burst, limit int64, period time.Duration) Params {
+		return GCRAParams{Burst: burst, Limit: limit, Period: period}
+	})
 
 func (GCRAParams) algorithm() Algorithm { return GCRA }
 

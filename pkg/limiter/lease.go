@@ -20,6 +20,23 @@ func HasLeases(batch []Request) bool {
 	return false
 }
 
+// BeginEvaluate is how every store's Evaluate begins, out already cut to
+// the batch; it reports whether it answered the batch: an empty one, one
+// whose ctx has ended (FailIfEnded, errors as "who: err"), and one that
+// HasLeases, evaluated by EvaluateWithLeases with the store's rates and
+// leases. Otherwise the store evaluates the batch, which holds rate
+// requests only.
+func BeginEvaluate(ctx context.Context, batch []Request, out []Outcome, who string, rates, leases EvaluateFunc) bool {
+	if len(batch) == 0 || FailIfEnded(ctx, out, who) {
+		return true
+	}
+	if HasLeases(batch) {
+		EvaluateWithLeases(ctx, batch, out, rates, leases)
+		return true
+	}
+	return false
+}
+
 // LeaseDecision is the Outcome of one lease request from Lease's reply r
 // (OutcomeFromReply), its Decision.Consumed set when a take consumed
 // (write). A store's lease evaluation answers each request with it.

@@ -35,12 +35,7 @@ var slidingLogRules = algorithmRules{
 	},
 	sketch: sketchRules{windows: 2},
 	// The log of a charge holds up to the ceiling's hits.
-	debtCheck: func(p *Policy, ceiling int64) error {
-		if ceiling > MaxSlidingLogLimit {
-			return &FieldError{Field: "limit", Reason: fmt.Sprintf("must be at most %d for sliding_log with charge always", MaxSlidingLogLimit/(1+DebtFactor))}
-		}
-		return nil
-	},
+	debtCheck: ceilingAtMost(MaxSlidingLogLimit, "sliding_log"),
 }
 
 func (SlidingLogParams) algorithm() Algorithm { return SlidingLog }

@@ -25,12 +25,7 @@ var slidingWindowRules = algorithmRules{
 	sketch: sketchRules{windows: 2},
 	// The weighted estimate multiplies counts up to the ceiling by
 	// SlidingScale.
-	debtCheck: func(p *Policy, ceiling int64) error {
-		if ceiling > MaxSafeInteger/SlidingScale {
-			return &FieldError{Field: "limit", Reason: fmt.Sprintf("must be at most %d for a sliding window with charge always", MaxSafeInteger/SlidingScale/(1+DebtFactor))}
-		}
-		return nil
-	},
+	debtCheck: ceilingAtMost(MaxSafeInteger/SlidingScale, "a sliding window"),
 }
 
 func (SlidingWindowParams) algorithm() Algorithm { return SlidingWindow }

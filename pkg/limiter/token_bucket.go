@@ -13,19 +13,34 @@ type TokenBucketParams struct {
 	RefillPeriod time.Duration // whole milliseconds, >= 1ms
 }
 
-var tokenBucketRules = algorithmRules{
-	name:        "token_bucket",
-	step:        tokenBucket,
-	certainty:   Certain,
-	denialsHold: true,
-	burst:       true,
-	params: func(r Rate) Params {
-		capacity, refill := bucketRate(r)
-		return TokenBucketParams{Capacity: capacity, RefillAmount: refill, RefillPeriod: r.Window}
-	},
-	sketch:    sketchRules{deficit: tokenBucketDeficit, state: tokenBucketState},
-	charge:    tokenBucketCharge,
-	debtCheck: bucketDebtCheck,
+var tokenBucketRules = bucketRules("token_bucket", tokenBucket, tokenBucketCharge,
+	sketchRules{deficit: tokenBucketDeficit, state: tokenBucketState},
+	func(capacity, refill int64, period time.Duration) Params {
+		return TokenBucketParams{Capacity: capacity, RefillAmount: refill, RefillPeriod: period}
+	})
+
+// bucketRules are the rules of an algorithm that admits what a token
+// bucket admits (token bucket, GCRA): certain decisions, denials that hold
+// until their retry time, a burst, parameters (made by params) of the
+// rate's bucket (bucketRate) refilled every Window, and the bucket's debt
+// check.
+func bucketRules(name string, stepFn func(State, int64, *Policy, int64) step,
+	charge func(State, int64, *Policy, int64) (step, bool), sketch sketchRules,
+	params func(capacity, refill int64, period time.Duration) Params) algorithmRules {
+	return algorithmRules{
+		name:        name,
+		step:        stepFn,
+		certainty:   Certain,
+		denialsHold: true,
+		burst:       true,
+		params: func(r Rate) Params {
+			capacity, refill := bucketRate(r)
+			return params(capacity, refill, r.Window)
+		},
+		sketch:    sketch,
+		charge:    charge,
+		debtCheck: bucketDebtCheck,
+	}
 }
 
 // bucketRate is the bucket of a rate: Limit tokens refilled every Window, in

@@ -241,9 +241,7 @@ func TestConcurrent(t *testing.T) {
 	tr := newTracker(t, Config{Clock: newClock()})
 	var wg sync.WaitGroup
 	for g := range 8 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+		wg.Go(func() {
 			for i := range 2000 {
 				tr.Record(Observation{Domain: "d", Policy: []string{"p1", "p2"}[g%2], Subject: subject(i % 50), Hits: 1})
 				if i%500 == 0 {
@@ -251,7 +249,7 @@ func TestConcurrent(t *testing.T) {
 					tr.Usage(Filter{})
 				}
 			}
-		}()
+		})
 	}
 	wg.Wait()
 	var total int64

@@ -120,15 +120,13 @@ func TestConcurrentUse(t *testing.T) {
 	w := New(0)
 	var wg sync.WaitGroup
 	for g := range 8 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+		wg.Go(func() {
 			for i := range 200 {
 				now := time.Now()
 				c := w.Context(context.Background(), now, now.Add(time.Duration(1+(g+i)%5)*time.Millisecond))
 				<-c.Done()
 			}
-		}()
+		})
 	}
 	wg.Wait()
 	// Every timer fires once its tick starts; the last may still be running.

@@ -38,8 +38,22 @@ type hitCounter struct{ n atomic.Int64 }
 
 func (h *hitCounter) Hits(n int) { h.n.Add(int64(n)) }
 
+// policy is a limit of alg: limit units a window (a bucket of limit
+// refilled by limit every window).
 func policy(t testing.TB, id string, alg limiter.Algorithm, limit int64, window time.Duration) *limiter.Policy {
 	t.Helper()
+	return limitertest.Policy(t, specOf(id, alg, limit, window))
+}
+
+// boxed is policy "pen" with a penalty box of block.
+func boxed(t testing.TB, alg limiter.Algorithm, limit int64, window, block time.Duration) *limiter.Policy {
+	t.Helper()
+	spec := specOf("pen", alg, limit, window)
+	spec.Penalty = limiter.Penalty{Duration: block}
+	return limitertest.Policy(t, spec)
+}
+
+func specOf(id string, alg limiter.Algorithm, limit int64, window time.Duration) limiter.PolicySpec {
 	spec := limiter.PolicySpec{ID: id, Algorithm: alg}
 	switch alg {
 	case limiter.FixedWindow:
@@ -53,11 +67,7 @@ func policy(t testing.TB, id string, alg limiter.Algorithm, limit int64, window 
 	case limiter.SlidingLog:
 		spec.Params = limiter.SlidingLogParams{Limit: limit, Window: window}
 	}
-	p, err := limiter.NewPolicy(spec)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return p
+	return spec
 }
 
 func subject(s string) limiter.SubjectDigest {
@@ -142,35 +152,50 @@ func run(t *testing.T, e *env, p *limiter.Policy, subj limiter.SubjectDigest, st
 	}
 }
 
-func TestFixedWindowDenialCachedUntilWindowEnd(t *testing.T) {
-	e := newEnv(t, 0)
-	p := policy(t, "fw", limiter.FixedWindow, 2, time.Second)
-	run(t, e, p, subject("a"), []step{
-		viaStore(1, true),
-		viaStore(1, true),
-		viaStore(1, false), // cached from here
-		viaCache(1),
-		after(500*time.Millisecond, viaCache(2)),      // larger cost: still denied
-		after(398*time.Millisecond, viaCache(1)),      // 898 ms: before the end less 1 ms
-		after(1*time.Millisecond, viaStore(1, false)), // 899 ms: the store answers (re-cached)
-		after(1*time.Millisecond, viaStore(1, true)),  // the new window
-	})
-	if got := e.hits.n.Load(); got != 3 {
-		t.Fatalf("hits %d, want 3", got)
+// TestDenialCached: a denial is repeated locally, for its cost and more,
+// until a smaller cost could be admitted; then the store answers again. The
+// cache counts a hit for every request it answers.
+func TestDenialCached(t *testing.T) {
+	cases := []struct {
+		name  string
+		alg   limiter.Algorithm
+		limit int64
+		steps []step
+	}{
+		{"fixed window until the window's end", limiter.FixedWindow, 2, []step{
+			viaStore(1, true),
+			viaStore(1, true),
+			viaStore(1, false), // cached from here
+			viaCache(1),
+			after(500*time.Millisecond, viaCache(2)),      // larger cost: still denied
+			after(398*time.Millisecond, viaCache(1)),      // 898 ms: before the end less 1 ms
+			after(1*time.Millisecond, viaStore(1, false)), // 899 ms: the store answers (re-cached)
+			after(1*time.Millisecond, viaStore(1, true)),  // the new window
+		}},
+		// 10 tokens, refilled 10 per second: one token per 100 ms.
+		{"token bucket: a smaller cost asks the store", limiter.TokenBucket, 10, []step{
+			viaStore(8, true),
+			viaStore(5, false), // 2 left: 300 ms to 5
+			viaCache(5),
+			viaStore(2, true), // smaller cost: not covered
+			after(299*time.Millisecond, viaStore(5, false)),
+		}},
 	}
-}
-
-func TestTokenBucketSmallerCostAsksTheStore(t *testing.T) {
-	e := newEnv(t, 0)
-	// 10 tokens, refilled 10 per second: one token per 100 ms.
-	p := policy(t, "tb", limiter.TokenBucket, 10, time.Second)
-	run(t, e, p, subject("b"), []step{
-		viaStore(8, true),
-		viaStore(5, false), // 2 left: 300 ms to 5
-		viaCache(5),
-		viaStore(2, true), // smaller cost: not covered
-		after(299*time.Millisecond, viaStore(5, false)),
-	})
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			e := newEnv(t, 0)
+			run(t, e, policy(t, "p", c.alg, c.limit, time.Second), subject("a"), c.steps)
+			var cached int64
+			for _, s := range c.steps {
+				if !s.storeSeen {
+					cached++
+				}
+			}
+			if got := e.hits.n.Load(); got != cached {
+				t.Fatalf("hits %d, want %d", got, cached)
+			}
+		})
+	}
 }
 
 func TestNeverCached(t *testing.T) {
@@ -193,10 +218,7 @@ func TestNeverCached(t *testing.T) {
 	run(t, e, raised, subject("d"), []step{viaStore(1, true)})
 	spec := fw.Spec()
 	spec.Revision = 2
-	rev, err := limiter.NewPolicy(spec)
-	if err != nil {
-		t.Fatal(err)
-	}
+	rev := limitertest.Policy(t, spec)
 	run(t, e, rev, subject("d"), []step{viaStore(1, true)})
 	run(t, e, fw, subject("e"), []step{viaStore(1, true)})
 }
@@ -322,33 +344,13 @@ func TestExactUnderContention(t *testing.T) {
 }
 
 // hammer sends calls one-request batches for subject s under p from each of
-// workers goroutines through c and counts the admitted and denied ones; any
-// other outcome fails the test.
+// workers goroutines through c (limitertest.Hammer) and counts the admitted
+// and denied ones; any other outcome fails the test.
 func hammer(t *testing.T, c *Cache, p *limiter.Policy, s limiter.SubjectDigest, workers, calls int) (allowed, denied int64) {
 	t.Helper()
-	var nAllowed, nDenied atomic.Int64
-	var wg sync.WaitGroup
-	for range workers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			out := make([]limiter.Outcome, 1)
-			for range calls {
-				c.Evaluate(context.Background(), []limiter.Request{{Policy: p, Subject: s, Cost: 1}}, out)
-				switch {
-				case out[0].Kind != limiter.Evaluated:
-					t.Errorf("outcome %v: %v", out[0].Kind, out[0].Err)
-					return
-				case out[0].Decision.Allowed:
-					nAllowed.Add(1)
-				default:
-					nDenied.Add(1)
-				}
-			}
-		}()
-	}
-	wg.Wait()
-	return nAllowed.Load(), nDenied.Load()
+	return limitertest.Hammer(t, c, workers, calls, func(int, int) []limiter.Request {
+		return []limiter.Request{{Policy: p, Subject: s, Cost: 1}}
+	}, nil)
 }
 
 // TestProbes: a probe (limiter.RoleProbe) is answered from a cached denial

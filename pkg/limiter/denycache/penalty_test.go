@@ -15,12 +15,7 @@ import (
 // the block).
 func TestPenaltyBlockCached(t *testing.T) {
 	e := newEnv(t, 1024)
-	p, err := limiter.NewPolicy(limiter.PolicySpec{ID: "pen", Algorithm: limiter.SlidingWindow,
-		Params:  limiter.SlidingWindowParams{Limit: 2, Window: time.Second},
-		Penalty: limiter.Penalty{Duration: 5 * time.Second}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	p := boxed(t, limiter.SlidingWindow, 2, time.Second, 5*time.Second)
 	subj := subject("boxed")
 	req := func(cost int64) limiter.Request { return limiter.Request{Policy: p, Subject: subj, Cost: cost} }
 	for i := range 2 {
@@ -66,7 +61,7 @@ func TestPenaltyBlockCached(t *testing.T) {
 // penalty limit as it is, so that its offence is recorded.
 func TestPenaltyOffencesReachTheStore(t *testing.T) {
 	e := newEnv(t, 1024)
-	pen := boxedHourly(t, time.Second)
+	pen := boxed(t, limiter.FixedWindow, 1, time.Hour, time.Second)
 	hot := policy(t, "hot", limiter.FixedWindow, 1, time.Hour)
 	subj := subject("mixed")
 	e.eval(limiter.Request{Policy: pen, Subject: subj, Cost: 1}, limiter.Request{Policy: hot, Subject: subj, Cost: 1})
@@ -121,7 +116,7 @@ func TestPenaltyOffencesReachTheStore(t *testing.T) {
 // nothing either way).
 func TestPenaltyProbes(t *testing.T) {
 	e := newEnv(t, 1024)
-	pen := boxedHourly(t, time.Minute)
+	pen := boxed(t, limiter.FixedWindow, 1, time.Hour, time.Minute)
 	subj := subject("probed")
 	req := func(role limiter.Role) limiter.Request {
 		return limiter.Request{Policy: pen, Subject: subj, Cost: 1, Role: role}
@@ -167,30 +162,13 @@ func TestPenaltyProbes(t *testing.T) {
 	}
 }
 
-// boxedHourly is a limit of 1 an hour with a penalty box of block.
-func boxedHourly(t testing.TB, block time.Duration) *limiter.Policy {
-	t.Helper()
-	p, err := limiter.NewPolicy(limiter.PolicySpec{ID: "pen", Algorithm: limiter.FixedWindow,
-		Params:  limiter.FixedWindowParams{Limit: 1, Window: time.Hour},
-		Penalty: limiter.Penalty{Duration: block}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return p
-}
-
 // TestPenaltyBlockWaitingForTheLimit: a block whose retry waits for the
 // limit itself (its window is full beyond the block) is cached until the
 // block ends, for its own cost only: another cost's retry may differ, so
 // the store answers it.
 func TestPenaltyBlockWaitingForTheLimit(t *testing.T) {
 	e := newEnv(t, 1024)
-	p, err := limiter.NewPolicy(limiter.PolicySpec{ID: "pen", Algorithm: limiter.FixedWindow,
-		Params:  limiter.FixedWindowParams{Limit: 3, Window: time.Hour},
-		Penalty: limiter.Penalty{Duration: 10 * time.Second}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	p := boxed(t, limiter.FixedWindow, 3, time.Hour, 10*time.Second)
 	req := func(cost int64) limiter.Request {
 		return limiter.Request{Policy: p, Subject: subject("waits"), Cost: cost}
 	}

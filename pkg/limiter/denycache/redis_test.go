@@ -32,12 +32,9 @@ func newRedis(t *testing.T) (*redistest.Server, *redis.Store) {
 // Redis store (standalone).
 func TestSuiteOverRedis(t *testing.T) {
 	_, st := newRedis(t)
-	t.Run("batch", func(t *testing.T) {
-		limitertest.Run(t, newCache(t, st, nil), limitertest.Config{Prefix: limitertest.Prefix()})
-	})
-	t.Run("reset", func(t *testing.T) {
-		limitertest.RunReset(t, newCache(t, st, nil), limitertest.Config{Prefix: limitertest.Prefix()})
-	})
+	limitertest.RunSuite(t, limitertest.Suite{
+		Store: func(t *testing.T) limiter.Store { return newCache(t, st, nil) },
+	}, limitertest.Config{Prefix: limitertest.Prefix()})
 }
 
 // evalCalls is the number of EVALSHA and EVAL calls in INFO commandstats.

@@ -32,16 +32,10 @@ func newMemory(t testing.TB, clock limiter.Clock) *memory.Store {
 // cache over the memory store: the batch table, the timed cases with the
 // cache and the store on one clock, and resets.
 func TestSuiteOverMemory(t *testing.T) {
-	cfg := limitertest.Config{Prefix: "cache"}
-	t.Run("batch", func(t *testing.T) {
-		limitertest.Run(t, newCache(t, newMemory(t, limiter.SystemClock{}), nil), cfg)
-	})
-	t.Run("timed", func(t *testing.T) {
-		limitertest.RunTimed(t, func(t *testing.T, clock *limitertest.Clock) limiter.Store {
+	limitertest.RunSuite(t, limitertest.Suite{
+		Store: func(t *testing.T) limiter.Store { return newCache(t, newMemory(t, limiter.SystemClock{}), nil) },
+		Timed: func(t *testing.T, clock *limitertest.Clock) limiter.Store {
 			return newCache(t, newMemory(t, clock), clock)
-		}, cfg)
-	})
-	t.Run("reset", func(t *testing.T) {
-		limitertest.RunReset(t, newCache(t, newMemory(t, limiter.SystemClock{}), nil), cfg)
-	})
+		},
+	}, limitertest.Config{Prefix: "cache"})
 }

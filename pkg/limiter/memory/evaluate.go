@@ -27,14 +27,7 @@ import (
 // above.
 func (s *Store) Evaluate(ctx context.Context, batch []limiter.Request, out []limiter.Outcome) {
 	out = out[:len(batch)]
-	if len(batch) == 0 {
-		return
-	}
-	if limiter.FailIfEnded(ctx, out, "memory store") {
-		return
-	}
-	if limiter.HasLeases(batch) {
-		limiter.EvaluateWithLeases(ctx, batch, out, s.Evaluate, s.evaluateLeases)
+	if limiter.BeginEvaluate(ctx, batch, out, "memory store", s.Evaluate, s.evaluateLeases) {
 		return
 	}
 	nowMs := s.clock.Now().UnixMilli()

@@ -9,13 +9,10 @@ import (
 	"github.com/envoy-rls/envoy-rls/pkg/limiter/memory"
 )
 
-// TestLeases runs the lease scripts, a crashed holder on the injected
-// clock, and three "replicas" (goroutine groups) on one store: never more
-// than the limit in flight.
+// TestLeases runs a crashed holder on the injected clock, and three
+// "replicas" (goroutine groups) on one store: never more than the limit in
+// flight. TestSuite runs the lease scripts.
 func TestLeases(t *testing.T) {
-	t.Run("scripts", func(t *testing.T) {
-		limitertest.RunLeases(t, newStore(t, memory.Config{}), limitertest.Config{Prefix: "mem"})
-	})
 	t.Run("crashed holder", func(t *testing.T) {
 		clock := limitertest.NewClock(time.UnixMilli(1_700_000_000_000))
 		s := newStore(t, memory.Config{Clock: clock})

@@ -386,27 +386,11 @@ func TestHammerFixedWindow(t *testing.T) {
 	s := newStore(t, memory.Config{Clock: clock})
 	const limit = 1000
 	p := fixedPolicy(t, limit, time.Minute)
-	var admitted atomic.Int64
-	var wg sync.WaitGroup
-	for range 64 {
-		wg.Go(func() {
-			batch := []limiter.Request{{Policy: p, Subject: subject(1), Cost: 1}}
-			out := make([]limiter.Outcome, 1)
-			for range 100 {
-				s.Evaluate(context.Background(), batch, out)
-				if out[0].Kind != limiter.Evaluated {
-					t.Errorf("outcome %+v", out[0])
-					return
-				}
-				if out[0].Decision.Allowed {
-					admitted.Add(1)
-				}
-			}
-		})
-	}
-	wg.Wait()
-	if got := admitted.Load(); got != limit {
-		t.Fatalf("admitted %d in one window, want exactly %d", got, limit)
+	admitted, _ := limitertest.Hammer(t, s, 64, 100, func(int, int) []limiter.Request {
+		return []limiter.Request{{Policy: p, Subject: subject(1), Cost: 1}}
+	}, nil)
+	if admitted != limit {
+		t.Fatalf("admitted %d in one window, want exactly %d", admitted, limit)
 	}
 }
 
@@ -419,27 +403,13 @@ func TestHammerTokenBucket(t *testing.T) {
 	p := limitertest.Policy(t, limiter.PolicySpec{Algorithm: limiter.TokenBucket,
 		Params: limiter.TokenBucketParams{Capacity: capacity, RefillAmount: amount, RefillPeriod: periodMs * time.Millisecond}})
 	var admitted atomic.Int64
-	var wg sync.WaitGroup
-	for g := range 64 {
-		wg.Go(func() {
-			batch := []limiter.Request{{Policy: p, Subject: subject(1), Cost: int64(1 + g%3)}}
-			out := make([]limiter.Outcome, 1)
-			for i := range 200 {
-				if g == 0 && i%2 == 0 {
-					clock.Advance(time.Millisecond)
-				}
-				s.Evaluate(context.Background(), batch, out)
-				if out[0].Kind != limiter.Evaluated {
-					t.Errorf("outcome %+v", out[0])
-					return
-				}
-				if out[0].Decision.Allowed {
-					admitted.Add(batch[0].Cost)
-				}
-			}
-		})
-	}
-	wg.Wait()
+	cost := func(g int) int64 { return int64(1 + g%3) }
+	limitertest.Hammer(t, s, 64, 200, func(g, i int) []limiter.Request {
+		if g == 0 && i%2 == 0 {
+			clock.Advance(time.Millisecond)
+		}
+		return []limiter.Request{{Policy: p, Subject: subject(1), Cost: cost(g)}}
+	}, func(g, _ int) { admitted.Add(cost(g)) })
 	elapsed := clock.Now().UnixMilli() - t0
 	bound := capacity + amount*elapsed/periodMs
 	if got := admitted.Load(); got > bound || got < capacity {

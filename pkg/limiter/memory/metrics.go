@@ -44,18 +44,14 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 	m := &Metrics{
 		refused: newCounter("memory_refused_total",
 			"Memory store evaluations refused because there was no room for a new subject and every overflow sketch was in use."),
-		madeRefused: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: metricsNamespace, Name: "memory_override_refused_total",
-			Help: "Memory store evaluations of request-supplied limit overrides refused because the overrides' share of the store and of the overflow sketches was in use, by group (<domain>:override).",
-		}, []string{"policy"}),
+		madeRefused: newPolicyCounter("memory_override_refused_total",
+			"Memory store evaluations of request-supplied limit overrides refused because the overrides' share of the store and of the overflow sketches was in use, by group (<domain>:override)."),
 		expired: newCounter("memory_expired_total",
 			"Memory store entries removed after their TTL."),
 		entries: newGauge("memory_entries",
 			"Entries held by the memory store."),
-		overflow: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: metricsNamespace, Name: "memory_overflow_decisions_total",
-			Help: "Memory store decisions made by a policy's overflow sketch (a new subject without room for an exact entry).",
-		}, []string{"policy"}),
+		overflow: newPolicyCounter("memory_overflow_decisions_total",
+			"Memory store decisions made by a policy's overflow sketch (a new subject without room for an exact entry)."),
 		sketches: newGauge("memory_overflow_sketches",
 			"Overflow sketches held by the memory store (one per policy in overflow)."),
 		sketchBytes: newGauge("memory_overflow_sketch_bytes",
@@ -72,6 +68,12 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 // newCounter is a counter of the service's namespace.
 func newCounter(name, help string) prometheus.Counter {
 	return prometheus.NewCounter(prometheus.CounterOpts{Namespace: metricsNamespace, Name: name, Help: help})
+}
+
+// newPolicyCounter is a counter of the service's namespace by policy (a
+// limiter.Policy.Label or a group: a bounded set).
+func newPolicyCounter(name, help string) *prometheus.CounterVec {
+	return prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: metricsNamespace, Name: name, Help: help}, []string{"policy"})
 }
 
 // newGauge is a gauge of the service's namespace.

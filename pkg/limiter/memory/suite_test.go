@@ -12,20 +12,15 @@ import (
 
 // TestSuite runs the store suite (internal/limitertest) on the memory
 // store: the batch table, the timed cases on the store's injected clock,
-// and resets.
+// resets and the lease scripts, each part on a store of its own.
 func TestSuite(t *testing.T) {
-	cfg := limitertest.Config{Prefix: "mem"}
-	t.Run("batch", func(t *testing.T) {
-		limitertest.Run(t, newStore(t, memory.Config{}), cfg)
-	})
-	t.Run("timed", func(t *testing.T) {
-		limitertest.RunTimed(t, func(t *testing.T, clock *limitertest.Clock) limiter.Store {
+	limitertest.RunSuite(t, limitertest.Suite{
+		Store: func(t *testing.T) limiter.Store { return newStore(t, memory.Config{MaxEntries: 1 << 16}) },
+		Timed: func(t *testing.T, clock *limitertest.Clock) limiter.Store {
 			return newStore(t, memory.Config{Clock: clock})
-		}, cfg)
-	})
-	t.Run("reset", func(t *testing.T) {
-		limitertest.RunReset(t, newStore(t, memory.Config{MaxEntries: 1 << 16}), cfg)
-	})
+		},
+		Leases: true,
+	}, limitertest.Config{Prefix: "mem"})
 }
 
 // TestCalendarMonthOverflow: the calendar month case holds for subjects

@@ -694,57 +694,6 @@ func waitCount(t *testing.T, reg *prometheus.Registry) uint64 {
 	return histogramOf(t, reg, "envoy_rls_redis_group_wait_seconds").GetSampleCount()
 }
 
-// hammer runs callers goroutines, released together, each making perCaller
-// Evaluate calls of batch(g, i) on s, and returns how many calls committed
-// (every request allowed) and how many were denied. Any other outcome
-// fails t.
-func hammer(t *testing.T, s *Store, callers, perCaller int, batch func(g, i int) []limiter.Request) (admitted, refused int64) {
-	t.Helper()
-	return hammerEach(t, s, callers, perCaller, batch, nil)
-}
-
-// hammerEach is hammer that also calls onAdmit(g, i), when it is not nil,
-// for each call that committed.
-func hammerEach(t *testing.T, s *Store, callers, perCaller int, batch func(g, i int) []limiter.Request, onAdmit func(g, i int)) (admitted, refused int64) {
-	t.Helper()
-	var ok, no atomic.Int64
-	var wg sync.WaitGroup
-	start := make(chan struct{})
-	for g := range callers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			<-start
-			for i := range perCaller {
-				b := batch(g, i)
-				out := make([]limiter.Outcome, len(b))
-				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-				s.Evaluate(ctx, b, out)
-				cancel()
-				all := true
-				for k := range out {
-					if out[k].Kind != limiter.Evaluated {
-						t.Errorf("caller %d call %d: %v: %v", g, i, out[k].Kind, out[k].Err)
-						return
-					}
-					all = all && out[k].Decision.Allowed
-				}
-				if all {
-					if onAdmit != nil {
-						onAdmit(g, i)
-					}
-					ok.Add(1)
-				} else {
-					no.Add(1)
-				}
-			}
-		}()
-	}
-	close(start)
-	wg.Wait()
-	return ok.Load(), no.Load()
-}
-
 // TestGroupCommitExact: 64 goroutines call one Store concurrently on a few
 // hot subjects (a fixed window, a token bucket, and calls holding both on
 // one subject): exactly the limit is admitted for each subject, a call
@@ -769,7 +718,7 @@ func TestGroupCommitExact(t *testing.T) {
 	for i := range perSubject {
 		perSubject[i] = make([]atomic.Int64, hot)
 	}
-	ok, no := hammerEach(t, e.store, callers, perCaller, func(g, i int) []limiter.Request {
+	ok, no := limitertest.Hammer(t, e.store, callers, perCaller, func(g, i int) []limiter.Request {
 		kind, s := (g+i)%3, (g+i/3)%hot
 		switch kind {
 		case 0:
@@ -828,9 +777,9 @@ func TestGroupCommitOff(t *testing.T) {
 	const callers, perCaller = 32, 10
 	p := fixed(t, "gc.off", 100, farWindow)
 	sub := subjectOf(fmt.Sprintf("gc-off-%d", time.Now().UnixNano()))
-	ok, no := hammer(t, s, callers, perCaller, func(int, int) []limiter.Request {
+	ok, no := limitertest.Hammer(t, s, callers, perCaller, func(int, int) []limiter.Request {
 		return []limiter.Request{{Policy: p, Subject: sub, Cost: 1}}
-	})
+	}, nil)
 	if ok != 100 || ok+no != callers*perCaller {
 		t.Errorf("%d admitted of %d, want exactly 100", ok, ok+no)
 	}
@@ -1000,14 +949,14 @@ func TestGroupCommitCluster(t *testing.T) {
 	sreq := limiter.Request{Policy: single, Subject: subjectOf(fmt.Sprintf("gcc-single-%d", run)), Cost: 1, Tag: tagA}
 	const callers, perCaller = 64, 8
 	var split, alone atomic.Int64
-	ok, no := hammer(t, s, callers, perCaller, func(g, i int) []limiter.Request {
+	ok, no := limitertest.Hammer(t, s, callers, perCaller, func(g, i int) []limiter.Request {
 		if (g+i)%2 == 0 {
 			split.Add(1)
 			return []limiter.Request{ureq, treq}
 		}
 		alone.Add(1)
 		return []limiter.Request{sreq}
-	})
+	}, nil)
 	if t.Failed() {
 		return
 	}
@@ -1248,13 +1197,13 @@ func TestGroupMaxKeysCap(t *testing.T) {
 			}
 			sub := subjectOf(fmt.Sprintf("cap-%d-%d", tc.width, run))
 			const callers, perCaller = 48, 6
-			ok, no := hammer(t, s, callers, perCaller, func(int, int) []limiter.Request {
+			ok, no := limitertest.Hammer(t, s, callers, perCaller, func(int, int) []limiter.Request {
 				b := make([]limiter.Request, tc.width)
 				for i := range b {
 					b[i] = limiter.Request{Policy: ps[i], Subject: sub, Cost: 1}
 				}
 				return b
-			})
+			}, nil)
 			if ok != 80 || ok+no != callers*perCaller {
 				t.Errorf("%d admitted of %d, want exactly 80", ok, ok+no)
 			}

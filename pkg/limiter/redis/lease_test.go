@@ -12,14 +12,11 @@ import (
 	"github.com/envoy-rls/envoy-rls/pkg/lua"
 )
 
-// TestLeases runs the lease scripts (the memory store runs the same), a
-// crashed holder on a short TTL, and three stores (three replicas) on one
-// Redis: never more than the limit in flight.
+// TestLeases runs a crashed holder on a short TTL, and three stores (three
+// replicas) on one Redis: never more than the limit in flight. TestSuite
+// runs the lease scripts (the memory store runs the same).
 func TestLeases(t *testing.T) {
 	e := newEnv(t)
-	t.Run("scripts", func(t *testing.T) {
-		limitertest.RunLeases(t, e.store, limitertest.Config{Prefix: limitertest.Prefix()})
-	})
 	t.Run("crashed holder", func(t *testing.T) {
 		p := limitertest.LeasePolicy(t, limitertest.Prefix()+".crash", 1, 300*time.Millisecond)
 		now := func() time.Time { return time.UnixMilli(e.serverNow()) }

@@ -245,14 +245,7 @@ func (s *Store) Evaluate(ctx context.Context, batch []limiter.Request, out []lim
 		panic(fmt.Sprintf("redis store: Evaluate: out has %d elements for %d requests", len(out), len(batch)))
 	}
 	out = out[:len(batch)]
-	if len(batch) == 0 {
-		return
-	}
-	if limiter.FailIfEnded(ctx, out, "redis store: not sent") {
-		return
-	}
-	if limiter.HasLeases(batch) {
-		limiter.EvaluateWithLeases(ctx, batch, out, s.Evaluate, s.evaluateLeases)
+	if limiter.BeginEvaluate(ctx, batch, out, "redis store: not sent", s.Evaluate, s.evaluateLeases) {
 		return
 	}
 	invalid := 0
