@@ -11,11 +11,11 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	dto "github.com/prometheus/client_model/go"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 	"go.uber.org/zap/zaptest/observer"
 
+	"github.com/envoy-rls/envoy-rls/internal/metricstest"
 	"github.com/envoy-rls/envoy-rls/internal/observe"
 	"github.com/envoy-rls/envoy-rls/pkg/descriptors"
 	"github.com/envoy-rls/envoy-rls/pkg/limiter/memory"
@@ -181,7 +181,7 @@ func TestTokenFileFailsClosed(t *testing.T) {
 			if !strings.Contains(body, "admin tokens: none in force: ") || !strings.Contains(body, tc.problem) || strings.Contains(body, "right-token") {
 				t.Fatalf("/healthz: %q, want the problem %q", body, tc.problem)
 			}
-			if ok, n := gaugeValue(t, reg, "envoy_rls_admin_token_file_ok"), gaugeValue(t, reg, "envoy_rls_admin_tokens"); ok != 0 || n != 0 {
+			if ok, n := metricstest.Value(t, reg, "envoy_rls_admin_token_file_ok"), metricstest.Value(t, reg, "envoy_rls_admin_tokens"); ok != 0 || n != 0 {
 				t.Fatalf("token_file_ok %v, tokens %v; want 0, 0", ok, n)
 			}
 			if n := logs.FilterMessage(MsgTokenFileRefused).Len() - errorsBefore; n != 1 {
@@ -200,7 +200,7 @@ func TestTokenFileFailsClosed(t *testing.T) {
 			if body := hitWith(h, "", "/healthz").Body.String(); !strings.Contains(body, "admin tokens: 1 in force") {
 				t.Fatalf("/healthz after the fix: %q", body)
 			}
-			if ok := gaugeValue(t, reg, "envoy_rls_admin_token_file_ok"); ok != 1 {
+			if ok := metricstest.Value(t, reg, "envoy_rls_admin_token_file_ok"); ok != 1 {
 				t.Fatalf("token_file_ok %v after the fix", ok)
 			}
 		})
@@ -208,7 +208,7 @@ func TestTokenFileFailsClosed(t *testing.T) {
 	if n := logs.FilterMessage(MsgTokenFileValid).Len(); n != 7 {
 		t.Errorf("%d %q lines, want 7", n, MsgTokenFileValid)
 	}
-	if v := counterValue(t, reg, "envoy_rls_admin_refused_total", refusedNoneInForce); v != 21 {
+	if v := metricstest.Value(t, reg, "envoy_rls_admin_refused_total", "reason", refusedNoneInForce); v != 21 {
 		t.Errorf("refused no_token_in_force %v, want 21", v)
 	}
 }
@@ -318,37 +318,6 @@ func hitWith(h http.Handler, token, target string) *httptest.ResponseRecorder {
 	w := httptest.NewRecorder()
 	h.ServeHTTP(w, r)
 	return w
-}
-
-// gaugeValue and counterValue read one sample of reg.
-func gaugeValue(t *testing.T, reg *prometheus.Registry, name string) float64 {
-	t.Helper()
-	return sample(t, reg, name, "").GetGauge().GetValue()
-}
-
-func counterValue(t *testing.T, reg *prometheus.Registry, name, reason string) float64 {
-	t.Helper()
-	return sample(t, reg, name, reason).GetCounter().GetValue()
-}
-
-func sample(t *testing.T, reg *prometheus.Registry, name, reason string) *dto.Metric {
-	t.Helper()
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, mf := range mfs {
-		if mf.GetName() != name {
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			if reason == "" || len(m.GetLabel()) == 1 && m.GetLabel()[0].GetValue() == reason {
-				return m
-			}
-		}
-	}
-	t.Fatalf("no sample %s{%s}", name, reason)
-	return nil
 }
 
 func toString(v any) string {

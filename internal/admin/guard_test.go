@@ -6,13 +6,10 @@ import (
 	"fmt"
 	"net/http"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-	"go.uber.org/zap"
-
+	"github.com/envoy-rls/envoy-rls/internal/metricstest"
 	"github.com/envoy-rls/envoy-rls/pkg/audit"
 )
 
@@ -63,15 +60,8 @@ func TestConfigAndPprofBehindTheToken(t *testing.T) {
 // the audit sink and the log with the token's name, the action, the
 // policies, the counts and the caller's address, never the raw value.
 func TestAdminCallsAudited(t *testing.T) {
-	var buf syncBuffer
-	m, err := audit.NewMetrics(prometheus.NewRegistry())
-	if err != nil {
-		t.Fatal(err)
-	}
-	sink, err := audit.New(audit.Config{Writer: audit.NewJSONLines(&buf, false), Metrics: m, Logger: zap.NewNop()})
-	if err != nil {
-		t.Fatal(err)
-	}
+	var buf bytes.Buffer // read once the sink is closed
+	sink := auditSink(t, &buf)
 	h := newHarness(t, withAudit(sink))
 	const raw = "rawval-audited-7"
 	h.hits("user", raw, 3, 5)
@@ -142,7 +132,7 @@ func TestRefusalsSampled(t *testing.T) {
 	if len(sum) != 1 || sum[0].ContextMap()["refused"] != int64(300-refusalLogBurst) {
 		t.Fatalf("suppressed lines: %+v", sum)
 	}
-	if v := counterValue(t, h.reg, "envoy_rls_admin_refused_total", refusedWrongToken); v != 300 {
+	if v := metricstest.Value(t, h.reg, "envoy_rls_admin_refused_total", "reason", refusedWrongToken); v != 300 {
 		t.Fatalf("refused wrong_token %v, want 300", v)
 	}
 }
@@ -187,7 +177,7 @@ func TestLookupsRateLimited(t *testing.T) {
 	if code, _ := h.do("GET", "/v1/stats", ""); code != http.StatusOK {
 		t.Fatalf("/v1/stats: %d", code)
 	}
-	if v := counterValue(t, h.reg, "envoy_rls_admin_refused_total", refusedRateLimited); v != 3 {
+	if v := metricstest.Value(t, h.reg, "envoy_rls_admin_refused_total", "reason", refusedRateLimited); v != 3 {
 		t.Fatalf("refused rate_limited %v, want 3", v)
 	}
 	explains := 0
@@ -199,22 +189,4 @@ func TestLookupsRateLimited(t *testing.T) {
 	if explains != 2 {
 		t.Fatalf("%d explain calls logged, want the 2 served", explains)
 	}
-}
-
-// syncBuffer is a bytes.Buffer safe for the sink's writer and the test.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
