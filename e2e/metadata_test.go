@@ -5,8 +5,6 @@ import (
 	"fmt"
 	"reflect"
 	"testing"
-
-	"github.com/envoy-rls/envoy-rls/internal/redistest"
 )
 
 // TestRatelimitDynamicMetadata: started as ratelimit with
@@ -16,8 +14,7 @@ import (
 // decided each descriptor, so that Envoy's access log says which limit
 // denied a request.
 func TestRatelimitDynamicMetadata(t *testing.T) {
-	binary(t)
-	redis := redistest.Standalone(t)
+	redis, _ := withStandaloneRedis(t)
 	env, dir := redisRuntime(t, redis, "USE_STATSD=false", "RESPONSE_DYNAMIC_METADATA=true")
 	writeFile(t, dir, "rules.yaml", fmt.Sprintf(`domain: %s
 descriptors:

@@ -147,8 +147,7 @@ func sharedSecretRuntime(t *testing.T, srv *redistest.Server) (env []string, key
 // their secret and keep counting together: exactly the limit is admitted
 // across them.
 func TestSharedSecretOverwritten(t *testing.T) {
-	binary(t)
-	srv := redistest.Standalone(t)
+	srv, _ := withStandaloneRedis(t)
 	env, key := sharedSecretRuntime(t, srv)
 	a := startReplica(t, "ratelimit-a", replicaConfig{Compat: true, Env: env})
 	b := startReplica(t, "ratelimit-b", replicaConfig{Compat: true, Env: env})
@@ -189,8 +188,7 @@ func TestSharedSecretOverwritten(t *testing.T) {
 // stops the start within seconds with an error naming the key and the fix
 // (never a retry without end).
 func TestSharedSecretWrongType(t *testing.T) {
-	binary(t)
-	srv := redistest.Standalone(t)
+	srv, _ := withStandaloneRedis(t)
 	env, key := sharedSecretRuntime(t, srv)
 	srv.MustDo("RPUSH", key, "x")
 	start := time.Now()

@@ -8,7 +8,6 @@ import (
 
 	"github.com/envoy-rls/envoy-rls/internal/deploytest"
 	"github.com/envoy-rls/envoy-rls/internal/polltest"
-	"github.com/envoy-rls/envoy-rls/internal/redistest"
 )
 
 // TestStatsdTargetDownIsLogged: started as ratelimit, statsd is on by
@@ -17,8 +16,7 @@ import (
 // per interval) instead of dropping the stats without a sign, and the
 // warning holds no request value.
 func TestStatsdTargetDownIsLogged(t *testing.T) {
-	binary(t)
-	redis := redistest.Standalone(t)
+	redis, _ := withStandaloneRedis(t)
 	target := deploytest.FreeAddr(t)
 	host, port, _ := strings.Cut(target, ":")
 	env, _ := redisRuntime(t, redis, "CACHE_KEY_PREFIX="+unique("statsd")+":",
