@@ -6,7 +6,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -15,6 +14,7 @@ import (
 	"go.uber.org/zap/zapcore"
 	"go.uber.org/zap/zaptest/observer"
 
+	"github.com/envoy-rls/envoy-rls/internal/limitertest"
 	"github.com/envoy-rls/envoy-rls/internal/metricstest"
 	"github.com/envoy-rls/envoy-rls/internal/observe"
 	"github.com/envoy-rls/envoy-rls/pkg/descriptors"
@@ -83,7 +83,7 @@ func TestAdminAuth(t *testing.T) {
 	}
 
 	path := writeTokens(t, "", "ops:old-token-0123456789\n", 0o600)
-	clock := &fakeClock{now: time.Unix(1000, 0)}
+	clock := limitertest.NewClock(time.Unix(1000, 0))
 	core, logs := observer.New(zapcore.InfoLevel)
 	s, _ := authServer(t, path, clock, zap.New(core))
 	h := mux(s)
@@ -124,7 +124,7 @@ func TestAdminAuth(t *testing.T) {
 	rotate := func(content string) {
 		t.Helper()
 		writeTokens(t, path, content, 0o600)
-		clock.advance(TickInterval)
+		clock.Advance(TickInterval)
 	}
 	rotate("ops:old-token-0123456789\nops2:new-token-0123456789\n")
 	for _, tok := range []string{"old-token-0123456789", "new-token-0123456789"} {
@@ -150,7 +150,7 @@ func TestAdminAuth(t *testing.T) {
 func TestTokenFileFailsClosed(t *testing.T) {
 	const good = "ops:right-token-0123456789\n"
 	path := writeTokens(t, "", good, 0o600)
-	clock := &fakeClock{now: time.Unix(1000, 0)}
+	clock := limitertest.NewClock(time.Unix(1000, 0))
 	core, logs := observer.New(zapcore.InfoLevel)
 	s, reg := authServer(t, path, clock, zap.New(core))
 	h := s.Handler()
@@ -170,7 +170,7 @@ func TestTokenFileFailsClosed(t *testing.T) {
 			errorsBefore := logs.FilterMessage(MsgTokenFileRefused).Len()
 			tc.breakIt()
 			for range 3 { // three rereads of one bad state: one line
-				clock.advance(TickInterval)
+				clock.Advance(TickInterval)
 				s.Tick(clock.Now())
 				w := hitWith(h, "right-token-0123456789", "/v1/stats")
 				if w.Code != http.StatusUnauthorized || !strings.Contains(w.Body.String(), "no admin token in force") {
@@ -192,7 +192,7 @@ func TestTokenFileFailsClosed(t *testing.T) {
 				must(t, os.Remove(path))
 			}
 			writeTokens(t, path, good, 0o600)
-			clock.advance(TickInterval)
+			clock.Advance(TickInterval)
 			s.Tick(clock.Now())
 			if code := hitWith(h, "right-token-0123456789", "/v1/stats").Code; code != http.StatusOK {
 				t.Fatalf("after the fix: %d, want 200", code)
@@ -237,24 +237,6 @@ func TestTokenFileBadAtStart(t *testing.T) {
 	}
 }
 
-// fakeClock is a settable clock.
-type fakeClock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-func (c *fakeClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *fakeClock) advance(d time.Duration) {
-	c.mu.Lock()
-	c.now = c.now.Add(d)
-	c.mu.Unlock()
-}
-
 // writeTokens writes content to path (a new file in a temporary directory
 // when ""), then sets mode, and returns the path.
 func writeTokens(t *testing.T, path, content string, mode os.FileMode) string {
@@ -276,7 +258,7 @@ func must(t *testing.T, err error) {
 
 // authServer is a Server with the token file at path on clock, over the
 // test rules and the memory store.
-func authServer(t *testing.T, path string, clock *fakeClock, log *zap.Logger) (*Server, *prometheus.Registry) {
+func authServer(t *testing.T, path string, clock *limitertest.Clock, log *zap.Logger) (*Server, *prometheus.Registry) {
 	t.Helper()
 	reg := prometheus.NewRegistry()
 	auth, err := NewAuth(AuthConfig{Path: path, Now: clock.Now, Log: log, Registerer: reg})

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/envoy-rls/envoy-rls/internal/limitertest"
 	"github.com/envoy-rls/envoy-rls/internal/metricstest"
 	"github.com/envoy-rls/envoy-rls/pkg/audit"
 )
@@ -113,7 +114,7 @@ func TestAdminCallsAudited(t *testing.T) {
 // then one line with the number not logged once the interval ends; the
 // metric counts all of them.
 func TestRefusalsSampled(t *testing.T) {
-	clock := &fakeClock{now: time.Unix(1000, 0)}
+	clock := limitertest.NewClock(time.Unix(1000, 0))
 	h := newHarness(t, withClock(clock.Now))
 	h.token = "wrong-token-0123456789"
 	for range 300 {
@@ -125,7 +126,7 @@ func TestRefusalsSampled(t *testing.T) {
 		t.Fatalf("%d refusal lines, want %d", n, refusalLogBurst)
 	}
 	h.adm.Tick(clock.Now()) // within the interval: nothing yet
-	clock.advance(refusalLogInterval)
+	clock.Advance(refusalLogInterval)
 	h.adm.Tick(clock.Now())
 	h.adm.Tick(clock.Now())
 	sum := h.logs.FilterMessage(MsgRefusedSuppressed).All()
@@ -141,7 +142,7 @@ func TestRefusalsSampled(t *testing.T) {
 // GuessRate a second; beyond it explain and the counters read answer 429
 // with Retry-After, counted and not audited as calls.
 func TestLookupsRateLimited(t *testing.T) {
-	clock := &fakeClock{now: time.Unix(1000, 0)}
+	clock := limitertest.NewClock(time.Unix(1000, 0))
 	h := newHarness(t, withClock(clock.Now))
 	many := func(n int) string {
 		ds := make([]string, n)
@@ -166,7 +167,7 @@ func TestLookupsRateLimited(t *testing.T) {
 	if code, _ := h.do("GET", "/v1/counters?domain=app&descriptor=user=x", ""); code != http.StatusTooManyRequests {
 		t.Fatalf("a counters read beyond the burst: %d, want 429", code)
 	}
-	clock.advance(time.Second) // GuessRate values more
+	clock.Advance(time.Second) // GuessRate values more
 	if code, _ := h.do("POST", "/v1/explain", many(GuessRate)); code != http.StatusOK {
 		t.Fatalf("after a second, %d values: %d", GuessRate, code)
 	}
