@@ -177,14 +177,12 @@ func TestSinkConcurrent(t *testing.T) {
 	const workers, perWorker, keys = 8, 500, 20
 	var wg sync.WaitGroup
 	for w := range workers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+		wg.Go(func() {
 			for i := range perWorker {
 				s.ObserveLimit(allowed("d.k"+strconv.Itoa((w+i)%keys), 9))
 				s.ObserveCall(rls.CallObservation{Code: codes.OK})
 			}
-		}()
+		})
 	}
 	wg.Wait()
 	got := scrape(t, s.Gatherer())
