@@ -3,8 +3,6 @@ package e2e_test
 import (
 	"fmt"
 	"math/rand/v2"
-	"os"
-	"path/filepath"
 	"sync"
 	"testing"
 
@@ -110,15 +108,8 @@ func TestChargeTableCompat(t *testing.T) {
 		{"true", []string{"STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT=true"}, allowedColumn, `"default_charge":"allowed"`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			root := t.TempDir()
-			dir := filepath.Join(root, "config")
-			if err := os.MkdirAll(dir, 0o755); err != nil {
-				t.Fatal(err)
-			}
+			env, dir := redisRuntime(t, redis, append([]string{"USE_STATSD=false", "CACHE_KEY_PREFIX=" + unique("budget") + ":"}, tc.env...)...)
 			writeFile(t, dir, "rules.yaml", budgetRules(""))
-			env := append([]string{"RUNTIME_ROOT=" + root, "HOST=127.0.0.1", "PORT=0", "GRPC_HOST=127.0.0.1", "GRPC_PORT=0",
-				"USE_STATSD=false", "LOG_LEVEL=info", "REDIS_SOCKET_TYPE=tcp", "REDIS_URL=" + redis.Addr(),
-				"CACHE_KEY_PREFIX=" + unique("budget") + ":"}, tc.env...)
 			r := startReplica(t, "budget-compat", replicaConfig{Compat: true, Env: env})
 			if !r.log.contains(tc.log) {
 				t.Errorf("the start log does not say %s:\n%s", tc.log, r.log.tail(4000))

@@ -55,6 +55,16 @@ func referenceRuntime(t *testing.T, sub string) (env []string, dir string) {
 	return env, dir
 }
 
+// redisRuntime is referenceRuntime (no subdirectory) with a Redis at srv
+// over TCP and log level info, then more: the environment and the rule
+// directory.
+func redisRuntime(t *testing.T, srv *redistest.Server, more ...string) (env []string, dir string) {
+	t.Helper()
+	env, dir = referenceRuntime(t, "")
+	env = append(env, "LOG_LEVEL=info", "REDIS_SOCKET_TYPE=tcp", "REDIS_URL="+srv.Addr())
+	return append(env, more...), dir
+}
+
 // envoyGateway is the reference service as Envoy Gateway deploys it,
 // adapted to loopback: rule files (CONFIG_TYPE=FILE) instead of its xDS
 // server, listeners on free ports, a Redis, certificates made by the test

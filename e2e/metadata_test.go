@@ -5,8 +5,6 @@ import (
 	"fmt"
 	"reflect"
 	"testing"
-
-	"github.com/envoy-rls/envoy-rls/internal/redistest"
 )
 
 // TestRatelimitDynamicMetadata: started as ratelimit with
@@ -16,18 +14,15 @@ import (
 // decided each descriptor, so that Envoy's access log says which limit
 // denied a request.
 func TestRatelimitDynamicMetadata(t *testing.T) {
-	binary(t)
-	redis := redistest.Standalone(t)
-	env, dir := referenceRuntime(t, "")
+	redis, _ := withStandaloneRedis(t)
+	env, dir := redisRuntime(t, redis, "USE_STATSD=false", "RESPONSE_DYNAMIC_METADATA=true")
 	writeFile(t, dir, "rules.yaml", fmt.Sprintf(`domain: %s
 descriptors:
   - key: user
     metadata: {team: payments}
     rate_limit: {name: per-user, unit: hour, requests_per_unit: 2}
 `, domain))
-	r := startReplica(t, "ratelimit-metadata", replicaConfig{Compat: true, Env: append(env,
-		"LOG_LEVEL=info", "USE_STATSD=false", "REDIS_SOCKET_TYPE=tcp", "REDIS_URL="+redis.Addr(),
-		"RESPONSE_DYNAMIC_METADATA=true")})
+	r := startReplica(t, "ratelimit-metadata", replicaConfig{Compat: true, Env: env})
 
 	user := entry{"user", unique("u")}
 	for i, code := range []string{"OK", "OK", "OVER_LIMIT"} {

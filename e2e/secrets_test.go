@@ -4,11 +4,11 @@ import (
 	"bytes"
 	"context"
 	"errors"
-	"net"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/envoy-rls/envoy-rls/internal/deploytest"
 	"github.com/envoy-rls/envoy-rls/internal/polltest"
 	"github.com/envoy-rls/envoy-rls/internal/redistest"
 	"github.com/envoy-rls/envoy-rls/pkg/limiter/redis"
@@ -24,18 +24,6 @@ const (
 // msgPlaintext is the start-up warning of credential headers sent without
 // TLS (observe.MsgPlaintextCredentials).
 const msgPlaintext = "credential headers are sent without TLS"
-
-// closedPort is a loopback address nothing listens on.
-func closedPort(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := l.Addr().String()
-	_ = l.Close()
-	return addr
-}
 
 // with is base and more in a slice of their own.
 func with(base []string, more ...string) []string {
@@ -72,7 +60,7 @@ func TestNoSecretInOutput(t *testing.T) {
 	compatEnv = with(compatEnv, "USE_STATSD=false", "LOG_LEVEL=debug", "REDIS_SOCKET_TYPE=tcp", "CACHE_KEY_PREFIX="+unique("secrets")+":")
 	rules := rulesDir(t, hourlyRules(3, "user"))
 	serve := []string{"serve", "--config", rules, "--grpc-addr", "127.0.0.1:0", "--admin-addr", "127.0.0.1:0"}
-	xds := with(serve, "--config-source", "xds", "--xds-server", closedPort(t))
+	xds := with(serve, "--config-source", "xds", "--xds-server", deploytest.FreeAddr(t))
 	header := "authorization:Bearer " + bearerToken
 
 	// Starts that fail.
@@ -88,7 +76,7 @@ func TestNoSecretInOutput(t *testing.T) {
 		{"no rules from a plaintext xDS server", "", nil, with(xds, "--xds-header", header, "--xds-initial-timeout", "1s"), true},
 		{"xDS header name refused", "", nil, with(xds, "--xds-header", "Authorization:Bearer "+bearerToken), false},
 		{"xDS header cut at a space", "", nil, with(xds, "--xds-header", "authorization:Bearer", bearerToken), false},
-		{"OTLP header with ':'", "", []string{"OTEL_EXPORTER_OTLP_ENDPOINT=http://" + closedPort(t), "OTEL_EXPORTER_OTLP_HEADERS=" + header}, serve, false},
+		{"OTLP header with ':'", "", []string{"OTEL_EXPORTER_OTLP_ENDPOINT=http://" + deploytest.FreeAddr(t), "OTEL_EXPORTER_OTLP_HEADERS=" + header}, serve, false},
 	} {
 		res := startCommand(t, c.bin, c.env, c.args...).finish(t, runTimeout)
 		out := res.stdout + res.stderr
@@ -123,8 +111,8 @@ func TestNoSecretInOutput(t *testing.T) {
 					return nil
 				})
 			}, 0},
-		{"plaintext headers", replicaConfig{Rules: rules, Args: []string{"--config-source", "xds", "--xds-server", closedPort(t), "--xds-header", header,
-			"--force-start-without-initial-config", "--tracing"}, Env: []string{"OTEL_EXPORTER_OTLP_ENDPOINT=http://" + closedPort(t),
+		{"plaintext headers", replicaConfig{Rules: rules, Args: []string{"--config-source", "xds", "--xds-server", deploytest.FreeAddr(t), "--xds-header", header,
+			"--force-start-without-initial-config", "--tracing"}, Env: []string{"OTEL_EXPORTER_OTLP_ENDPOINT=http://" + deploytest.FreeAddr(t),
 			"OTEL_EXPORTER_OTLP_HEADERS=x-api-key=" + bearerToken}},
 			func(t *testing.T, r *replica) { r.mustCall(t, entry{"user", unique("u")}) }, 2},
 	} {
@@ -146,11 +134,10 @@ func TestNoSecretInOutput(t *testing.T) {
 // a limit of 2 calls an hour per user.
 func sharedSecretRuntime(t *testing.T, srv *redistest.Server) (env []string, key string) {
 	t.Helper()
-	env, dir := referenceRuntime(t, "")
-	writeFile(t, dir, "rules.yaml", hourlyRules(2, "user"))
 	prefix := unique("shared") + ":"
-	return append(env, "USE_STATSD=false", "LOG_LEVEL=info", "REDIS_SOCKET_TYPE=tcp", "REDIS_URL="+srv.Addr(), "CACHE_KEY_PREFIX="+prefix),
-		prefix + "envoy-rls:hmac-secret"
+	env, dir := redisRuntime(t, srv, "USE_STATSD=false", "CACHE_KEY_PREFIX="+prefix)
+	writeFile(t, dir, "rules.yaml", hourlyRules(2, "user"))
+	return env, prefix + "envoy-rls:hmac-secret"
 }
 
 // TestSharedSecretOverwritten: two replicas share a random secret through
@@ -160,8 +147,7 @@ func sharedSecretRuntime(t *testing.T, srv *redistest.Server) (env []string, key
 // their secret and keep counting together: exactly the limit is admitted
 // across them.
 func TestSharedSecretOverwritten(t *testing.T) {
-	binary(t)
-	srv := redistest.Standalone(t)
+	srv, _ := withStandaloneRedis(t)
 	env, key := sharedSecretRuntime(t, srv)
 	a := startReplica(t, "ratelimit-a", replicaConfig{Compat: true, Env: env})
 	b := startReplica(t, "ratelimit-b", replicaConfig{Compat: true, Env: env})
@@ -202,8 +188,7 @@ func TestSharedSecretOverwritten(t *testing.T) {
 // stops the start within seconds with an error naming the key and the fix
 // (never a retry without end).
 func TestSharedSecretWrongType(t *testing.T) {
-	binary(t)
-	srv := redistest.Standalone(t)
+	srv, _ := withStandaloneRedis(t)
 	env, key := sharedSecretRuntime(t, srv)
 	srv.MustDo("RPUSH", key, "x")
 	start := time.Now()

@@ -6,8 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/envoy-rls/envoy-rls/internal/deploytest"
 	"github.com/envoy-rls/envoy-rls/internal/polltest"
-	"github.com/envoy-rls/envoy-rls/internal/redistest"
 )
 
 // TestStatsdTargetDownIsLogged: started as ratelimit, statsd is on by
@@ -16,13 +16,10 @@ import (
 // per interval) instead of dropping the stats without a sign, and the
 // warning holds no request value.
 func TestStatsdTargetDownIsLogged(t *testing.T) {
-	binary(t)
-	redis := redistest.Standalone(t)
-	env, _ := referenceRuntime(t, "")
-	target := closedPort(t)
+	redis, _ := withStandaloneRedis(t)
+	target := deploytest.FreeAddr(t)
 	host, port, _ := strings.Cut(target, ":")
-	env = append(env, "LOG_LEVEL=info", "REDIS_SOCKET_TYPE=tcp", "REDIS_URL="+redis.Addr(),
-		"CACHE_KEY_PREFIX="+unique("statsd")+":",
+	env, _ := redisRuntime(t, redis, "CACHE_KEY_PREFIX="+unique("statsd")+":",
 		"STATSD_HOST="+host, "STATSD_PORT="+port, "STATS_FLUSH_INTERVAL=100ms")
 	r := startReplica(t, "ratelimit-statsd-down", replicaConfig{Compat: true, Env: env})
 	user := unique("rawval")

@@ -6,16 +6,16 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	dto "github.com/prometheus/client_model/go"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 	"go.uber.org/zap/zaptest/observer"
 
+	"github.com/envoy-rls/envoy-rls/internal/limitertest"
+	"github.com/envoy-rls/envoy-rls/internal/metricstest"
 	"github.com/envoy-rls/envoy-rls/internal/observe"
 	"github.com/envoy-rls/envoy-rls/pkg/descriptors"
 	"github.com/envoy-rls/envoy-rls/pkg/limiter/memory"
@@ -83,7 +83,7 @@ func TestAdminAuth(t *testing.T) {
 	}
 
 	path := writeTokens(t, "", "ops:old-token-0123456789\n", 0o600)
-	clock := &fakeClock{now: time.Unix(1000, 0)}
+	clock := limitertest.NewClock(time.Unix(1000, 0))
 	core, logs := observer.New(zapcore.InfoLevel)
 	s, _ := authServer(t, path, clock, zap.New(core))
 	h := mux(s)
@@ -124,7 +124,7 @@ func TestAdminAuth(t *testing.T) {
 	rotate := func(content string) {
 		t.Helper()
 		writeTokens(t, path, content, 0o600)
-		clock.advance(TickInterval)
+		clock.Advance(TickInterval)
 	}
 	rotate("ops:old-token-0123456789\nops2:new-token-0123456789\n")
 	for _, tok := range []string{"old-token-0123456789", "new-token-0123456789"} {
@@ -150,7 +150,7 @@ func TestAdminAuth(t *testing.T) {
 func TestTokenFileFailsClosed(t *testing.T) {
 	const good = "ops:right-token-0123456789\n"
 	path := writeTokens(t, "", good, 0o600)
-	clock := &fakeClock{now: time.Unix(1000, 0)}
+	clock := limitertest.NewClock(time.Unix(1000, 0))
 	core, logs := observer.New(zapcore.InfoLevel)
 	s, reg := authServer(t, path, clock, zap.New(core))
 	h := s.Handler()
@@ -170,7 +170,7 @@ func TestTokenFileFailsClosed(t *testing.T) {
 			errorsBefore := logs.FilterMessage(MsgTokenFileRefused).Len()
 			tc.breakIt()
 			for range 3 { // three rereads of one bad state: one line
-				clock.advance(TickInterval)
+				clock.Advance(TickInterval)
 				s.Tick(clock.Now())
 				w := hitWith(h, "right-token-0123456789", "/v1/stats")
 				if w.Code != http.StatusUnauthorized || !strings.Contains(w.Body.String(), "no admin token in force") {
@@ -181,7 +181,7 @@ func TestTokenFileFailsClosed(t *testing.T) {
 			if !strings.Contains(body, "admin tokens: none in force: ") || !strings.Contains(body, tc.problem) || strings.Contains(body, "right-token") {
 				t.Fatalf("/healthz: %q, want the problem %q", body, tc.problem)
 			}
-			if ok, n := gaugeValue(t, reg, "envoy_rls_admin_token_file_ok"), gaugeValue(t, reg, "envoy_rls_admin_tokens"); ok != 0 || n != 0 {
+			if ok, n := metricstest.Value(t, reg, "envoy_rls_admin_token_file_ok"), metricstest.Value(t, reg, "envoy_rls_admin_tokens"); ok != 0 || n != 0 {
 				t.Fatalf("token_file_ok %v, tokens %v; want 0, 0", ok, n)
 			}
 			if n := logs.FilterMessage(MsgTokenFileRefused).Len() - errorsBefore; n != 1 {
@@ -192,7 +192,7 @@ func TestTokenFileFailsClosed(t *testing.T) {
 				must(t, os.Remove(path))
 			}
 			writeTokens(t, path, good, 0o600)
-			clock.advance(TickInterval)
+			clock.Advance(TickInterval)
 			s.Tick(clock.Now())
 			if code := hitWith(h, "right-token-0123456789", "/v1/stats").Code; code != http.StatusOK {
 				t.Fatalf("after the fix: %d, want 200", code)
@@ -200,7 +200,7 @@ func TestTokenFileFailsClosed(t *testing.T) {
 			if body := hitWith(h, "", "/healthz").Body.String(); !strings.Contains(body, "admin tokens: 1 in force") {
 				t.Fatalf("/healthz after the fix: %q", body)
 			}
-			if ok := gaugeValue(t, reg, "envoy_rls_admin_token_file_ok"); ok != 1 {
+			if ok := metricstest.Value(t, reg, "envoy_rls_admin_token_file_ok"); ok != 1 {
 				t.Fatalf("token_file_ok %v after the fix", ok)
 			}
 		})
@@ -208,7 +208,7 @@ func TestTokenFileFailsClosed(t *testing.T) {
 	if n := logs.FilterMessage(MsgTokenFileValid).Len(); n != 7 {
 		t.Errorf("%d %q lines, want 7", n, MsgTokenFileValid)
 	}
-	if v := counterValue(t, reg, "envoy_rls_admin_refused_total", refusedNoneInForce); v != 21 {
+	if v := metricstest.Value(t, reg, "envoy_rls_admin_refused_total", "reason", refusedNoneInForce); v != 21 {
 		t.Errorf("refused no_token_in_force %v, want 21", v)
 	}
 }
@@ -237,24 +237,6 @@ func TestTokenFileBadAtStart(t *testing.T) {
 	}
 }
 
-// fakeClock is a settable clock.
-type fakeClock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-func (c *fakeClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *fakeClock) advance(d time.Duration) {
-	c.mu.Lock()
-	c.now = c.now.Add(d)
-	c.mu.Unlock()
-}
-
 // writeTokens writes content to path (a new file in a temporary directory
 // when ""), then sets mode, and returns the path.
 func writeTokens(t *testing.T, path, content string, mode os.FileMode) string {
@@ -276,7 +258,7 @@ func must(t *testing.T, err error) {
 
 // authServer is a Server with the token file at path on clock, over the
 // test rules and the memory store.
-func authServer(t *testing.T, path string, clock *fakeClock, log *zap.Logger) (*Server, *prometheus.Registry) {
+func authServer(t *testing.T, path string, clock *limitertest.Clock, log *zap.Logger) (*Server, *prometheus.Registry) {
 	t.Helper()
 	reg := prometheus.NewRegistry()
 	auth, err := NewAuth(AuthConfig{Path: path, Now: clock.Now, Log: log, Registerer: reg})
@@ -318,37 +300,6 @@ func hitWith(h http.Handler, token, target string) *httptest.ResponseRecorder {
 	w := httptest.NewRecorder()
 	h.ServeHTTP(w, r)
 	return w
-}
-
-// gaugeValue and counterValue read one sample of reg.
-func gaugeValue(t *testing.T, reg *prometheus.Registry, name string) float64 {
-	t.Helper()
-	return sample(t, reg, name, "").GetGauge().GetValue()
-}
-
-func counterValue(t *testing.T, reg *prometheus.Registry, name, reason string) float64 {
-	t.Helper()
-	return sample(t, reg, name, reason).GetCounter().GetValue()
-}
-
-func sample(t *testing.T, reg *prometheus.Registry, name, reason string) *dto.Metric {
-	t.Helper()
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, mf := range mfs {
-		if mf.GetName() != name {
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			if reason == "" || len(m.GetLabel()) == 1 && m.GetLabel()[0].GetValue() == reason {
-				return m
-			}
-		}
-	}
-	t.Fatalf("no sample %s{%s}", name, reason)
-	return nil
 }
 
 func toString(v any) string {

@@ -5,10 +5,6 @@ import (
 	"net/http"
 	"strings"
 	"testing"
-	"time"
-
-	"github.com/prometheus/client_golang/prometheus"
-	"go.uber.org/zap"
 
 	"github.com/envoy-rls/envoy-rls/pkg/audit"
 )
@@ -16,16 +12,7 @@ import (
 // TestDenials: /v1/denials answers the last denials the audit sink kept,
 // newest first, without any raw value, and bounds n.
 func TestDenials(t *testing.T) {
-	m, err := audit.NewMetrics(prometheus.NewRegistry())
-	if err != nil {
-		t.Fatal(err)
-	}
-	sink, err := audit.New(audit.Config{Writer: audit.NewJSONLines(io.Discard, false), Metrics: m, Logger: zap.NewNop()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = sink.Close(time.Second) })
-	h := newHarness(t, func(su *setup) { su.audit = sink })
+	h := newHarness(t, withAudit(auditSink(t, io.Discard)))
 	const raw = "rawval-denied-5"
 	h.hits("user", raw, 7, 5)
 	var ans denialsAnswer
@@ -58,16 +45,7 @@ func TestDenialsSinkOff(t *testing.T) {
 // capacity the view's size; n beyond the capacity is 400 as the docs say
 // (docs/operations.md), with and without a sink.
 func TestDenialsCountAndBound(t *testing.T) {
-	m, err := audit.NewMetrics(prometheus.NewRegistry())
-	if err != nil {
-		t.Fatal(err)
-	}
-	sink, err := audit.New(audit.Config{Writer: audit.NewJSONLines(io.Discard, false), Metrics: m, Logger: zap.NewNop()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = sink.Close(time.Second) })
-	h := newHarness(t, func(su *setup) { su.audit = sink })
+	h := newHarness(t, withAudit(auditSink(t, io.Discard)))
 	h.hits("user", "rawval-count", 11, 5) // 5 allowed, 6 denied
 	var ans denialsAnswer
 	h.decode("GET", "/v1/denials", "", &ans)

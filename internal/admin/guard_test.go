@@ -6,13 +6,11 @@ import (
 	"fmt"
 	"net/http"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-	"go.uber.org/zap"
-
+	"github.com/envoy-rls/envoy-rls/internal/limitertest"
+	"github.com/envoy-rls/envoy-rls/internal/metricstest"
 	"github.com/envoy-rls/envoy-rls/pkg/audit"
 )
 
@@ -63,15 +61,8 @@ func TestConfigAndPprofBehindTheToken(t *testing.T) {
 // the audit sink and the log with the token's name, the action, the
 // policies, the counts and the caller's address, never the raw value.
 func TestAdminCallsAudited(t *testing.T) {
-	var buf syncBuffer
-	m, err := audit.NewMetrics(prometheus.NewRegistry())
-	if err != nil {
-		t.Fatal(err)
-	}
-	sink, err := audit.New(audit.Config{Writer: audit.NewJSONLines(&buf, false), Metrics: m, Logger: zap.NewNop()})
-	if err != nil {
-		t.Fatal(err)
-	}
+	var buf bytes.Buffer // read once the sink is closed
+	sink := auditSink(t, &buf)
 	h := newHarness(t, withAudit(sink))
 	const raw = "rawval-audited-7"
 	h.hits("user", raw, 3, 5)
@@ -123,7 +114,7 @@ func TestAdminCallsAudited(t *testing.T) {
 // then one line with the number not logged once the interval ends; the
 // metric counts all of them.
 func TestRefusalsSampled(t *testing.T) {
-	clock := &fakeClock{now: time.Unix(1000, 0)}
+	clock := limitertest.NewClock(time.Unix(1000, 0))
 	h := newHarness(t, withClock(clock.Now))
 	h.token = "wrong-token-0123456789"
 	for range 300 {
@@ -135,14 +126,14 @@ func TestRefusalsSampled(t *testing.T) {
 		t.Fatalf("%d refusal lines, want %d", n, refusalLogBurst)
 	}
 	h.adm.Tick(clock.Now()) // within the interval: nothing yet
-	clock.advance(refusalLogInterval)
+	clock.Advance(refusalLogInterval)
 	h.adm.Tick(clock.Now())
 	h.adm.Tick(clock.Now())
 	sum := h.logs.FilterMessage(MsgRefusedSuppressed).All()
 	if len(sum) != 1 || sum[0].ContextMap()["refused"] != int64(300-refusalLogBurst) {
 		t.Fatalf("suppressed lines: %+v", sum)
 	}
-	if v := counterValue(t, h.reg, "envoy_rls_admin_refused_total", refusedWrongToken); v != 300 {
+	if v := metricstest.Value(t, h.reg, "envoy_rls_admin_refused_total", "reason", refusedWrongToken); v != 300 {
 		t.Fatalf("refused wrong_token %v, want 300", v)
 	}
 }
@@ -151,7 +142,7 @@ func TestRefusalsSampled(t *testing.T) {
 // GuessRate a second; beyond it explain and the counters read answer 429
 // with Retry-After, counted and not audited as calls.
 func TestLookupsRateLimited(t *testing.T) {
-	clock := &fakeClock{now: time.Unix(1000, 0)}
+	clock := limitertest.NewClock(time.Unix(1000, 0))
 	h := newHarness(t, withClock(clock.Now))
 	many := func(n int) string {
 		ds := make([]string, n)
@@ -176,7 +167,7 @@ func TestLookupsRateLimited(t *testing.T) {
 	if code, _ := h.do("GET", "/v1/counters?domain=app&descriptor=user=x", ""); code != http.StatusTooManyRequests {
 		t.Fatalf("a counters read beyond the burst: %d, want 429", code)
 	}
-	clock.advance(time.Second) // GuessRate values more
+	clock.Advance(time.Second) // GuessRate values more
 	if code, _ := h.do("POST", "/v1/explain", many(GuessRate)); code != http.StatusOK {
 		t.Fatalf("after a second, %d values: %d", GuessRate, code)
 	}
@@ -187,7 +178,7 @@ func TestLookupsRateLimited(t *testing.T) {
 	if code, _ := h.do("GET", "/v1/stats", ""); code != http.StatusOK {
 		t.Fatalf("/v1/stats: %d", code)
 	}
-	if v := counterValue(t, h.reg, "envoy_rls_admin_refused_total", refusedRateLimited); v != 3 {
+	if v := metricstest.Value(t, h.reg, "envoy_rls_admin_refused_total", "reason", refusedRateLimited); v != 3 {
 		t.Fatalf("refused rate_limited %v, want 3", v)
 	}
 	explains := 0
@@ -199,22 +190,4 @@ func TestLookupsRateLimited(t *testing.T) {
 	if explains != 2 {
 		t.Fatalf("%d explain calls logged, want the 2 served", explains)
 	}
-}
-
-// syncBuffer is a bytes.Buffer safe for the sink's writer and the test.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }

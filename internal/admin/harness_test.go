@@ -177,6 +177,23 @@ func withAudit(sink *audit.Sink) func(*setup) {
 	return func(su *setup) { su.audit = sink }
 }
 
+// auditSink is an audit sink that writes JSON lines to w, closed when the
+// test ends. Close waits for its writer: once it returned, w is the test's
+// to read.
+func auditSink(t *testing.T, w io.Writer) *audit.Sink {
+	t.Helper()
+	m, err := audit.NewMetrics(prometheus.NewRegistry())
+	if err != nil {
+		t.Fatal(err)
+	}
+	sink, err := audit.New(audit.Config{Writer: audit.NewJSONLines(w, false), Metrics: m, Logger: zap.NewNop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = sink.Close(time.Second) })
+	return sink
+}
+
 func withRules(path string) func(*setup) {
 	return func(su *setup) { su.rules = path }
 }

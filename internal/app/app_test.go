@@ -29,7 +29,7 @@ func TestValidate(t *testing.T) {
 	}
 
 	bad := filepath.Join(dir, "bad.yaml")
-	if err := os.WriteFile(bad, []byte("domain: app\ndescriptors:\n  - key: user\n    rate_limit: {unit: fortnight, requests_per_unit: 1}\n"), 0o600); err != nil {
+	if err := os.WriteFile(bad, []byte(badUnitRules), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	out.Reset()

@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -40,6 +41,23 @@ func writeRules(t *testing.T, dir, content string) string {
 		t.Fatal(err)
 	}
 	return p
+}
+
+// badUnitRules are testRules with a unit the parser refuses (line 4).
+const badUnitRules = "domain: app\ndescriptors:\n  - key: user\n    rate_limit: {unit: fortnight, requests_per_unit: 1}\n"
+
+// linkedRules writes testRules in a directory of their own (returned) and
+// returns the --config for them: a link to that file from a directory the
+// watcher does not watch, so that only SIGHUP reloads.
+func linkedRules(t *testing.T) (dir, config string) {
+	t.Helper()
+	dir = t.TempDir()
+	writeRules(t, dir, testRules)
+	config = filepath.Join(t.TempDir(), "rules.yaml")
+	if err := os.Symlink(filepath.Join(dir, "rules.yaml"), config); err != nil {
+		t.Fatal(err)
+	}
+	return dir, config
 }
 
 func noEnv(string) string { return "" }
@@ -143,6 +161,14 @@ func (r *running) awaitAttempt(t *testing.T, next <-chan struct{}) {
 	case <-time.After(10 * time.Second):
 		t.Fatalf("no rule load attempt within 10s\nlogs:\n%s", r.logs)
 	}
+}
+
+// sighup sends r SIGHUP and waits for the rule load attempt it starts.
+func (r *running) sighup(t *testing.T) {
+	t.Helper()
+	next := r.watcher.NextAttempt()
+	r.reload <- syscall.SIGHUP
+	r.awaitAttempt(t, next)
 }
 
 // userRequest is a ShouldRateLimit request of domain app for user=value,

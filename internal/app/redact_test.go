@@ -4,29 +4,17 @@ import (
 	"bytes"
 	"context"
 	"io"
-	"net"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/envoy-rls/envoy-rls/internal/deploytest"
 	"github.com/envoy-rls/envoy-rls/internal/observe"
 	"github.com/envoy-rls/envoy-rls/internal/xdstest"
 )
 
 // credential is the secret the tests of this file put in headers.
 const credential = "Bearer c0nfidential-t0ken"
-
-// closedAddr is a loopback address nothing listens on.
-func closedAddr(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := l.Addr().String()
-	_ = l.Close()
-	return addr
-}
 
 // TestCredentialHeadersInPlaintext: a credential header sent to an xDS
 // server or an OTLP endpoint without TLS is named (never its value) in
@@ -37,8 +25,8 @@ func TestCredentialHeadersInPlaintext(t *testing.T) {
 	certs := xdstest.NewCerts(t)
 	tlsServer := xdstest.Start(t, certs, "rls-node")
 	tlsServer.Set("v1", userLimit(2))
-	xdsPlain := []string{"--config-source", "xds", "--xds-server", closedAddr(t), "--force-start-without-initial-config"}
-	otlp := map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": "http://" + closedAddr(t), "OTEL_EXPORTER_OTLP_HEADERS": "authorization=" + strings.ReplaceAll(credential, " ", "%20") + ",x-tenant=a"}
+	xdsPlain := []string{"--config-source", "xds", "--xds-server", deploytest.FreeAddr(t), "--force-start-without-initial-config"}
+	otlp := map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": "http://" + deploytest.FreeAddr(t), "OTEL_EXPORTER_OTLP_HEADERS": "authorization=" + strings.ReplaceAll(credential, " ", "%20") + ",x-tenant=a"}
 	for _, c := range []struct {
 		name string
 		args []string
@@ -51,7 +39,7 @@ func TestCredentialHeadersInPlaintext(t *testing.T) {
 		{"otlp over http", []string{"--config", rules}, otlp, `"to":"otlp","headers":["authorization"]`},
 		{"otlp insecure", []string{"--config", rules}, map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": "collector:4317", "OTEL_EXPORTER_OTLP_PROTOCOL": "grpc",
 			"OTEL_EXPORTER_OTLP_INSECURE": "true", "OTEL_EXPORTER_OTLP_TRACES_HEADERS": "x-api-key=" + strings.ReplaceAll(credential, " ", "%20")}, `"to":"otlp","headers":["x-api-key"]`},
-		{"otlp over https", []string{"--config", rules}, map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": "https://" + closedAddr(t), "OTEL_EXPORTER_OTLP_HEADERS": otlp["OTEL_EXPORTER_OTLP_HEADERS"]}, ""},
+		{"otlp over https", []string{"--config", rules}, map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": "https://" + deploytest.FreeAddr(t), "OTEL_EXPORTER_OTLP_HEADERS": otlp["OTEL_EXPORTER_OTLP_HEADERS"]}, ""},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			r := startServe(t, c.args, c.env, hooks{})
@@ -80,7 +68,7 @@ func TestStartFailuresRedacted(t *testing.T) {
 		args []string
 		env  map[string]string
 	}{
-		{"no rules from xds", []string{"--config-source", "xds", "--xds-server", closedAddr(t), "--xds-initial-timeout", "300ms",
+		{"no rules from xds", []string{"--config-source", "xds", "--xds-server", deploytest.FreeAddr(t), "--xds-initial-timeout", "300ms",
 			"--xds-header", "authorization:" + credential, "--xds-node-metadata", "token:" + credential}, nil},
 		{"compat REDIS_URL", []string{"--env-compat"}, map[string]string{"REDIS_SOCKET_TYPE": "tcp", "REDIS_URL": "redis://u:c0nfidential@127.0.0.1:1"}},
 	} {

@@ -4,10 +4,7 @@ import (
 	"encoding/json"
 	"io"
 	"net/http"
-	"os"
-	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
 
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
@@ -18,21 +15,12 @@ import (
 // decisions' counts and every rule load; envoy-rls's own metrics stay on
 // the admin port.
 func TestServeReferenceMetrics(t *testing.T) {
-	// --config is a link to a file in a directory the watcher does not
-	// watch, so that SIGHUP alone reloads.
-	dir := t.TempDir()
-	writeRules(t, dir, testRules)
-	rules := filepath.Join(t.TempDir(), "rules.yaml")
-	if err := os.Symlink(filepath.Join(dir, "rules.yaml"), rules); err != nil {
-		t.Fatal(err)
-	}
+	dir, rules := linkedRules(t)
 	r := startServe(t, []string{"--config", rules, "--reference-metrics-addr", "127.0.0.1:0", "--reference-metrics-path", "/prom{x"}, nil, hooks{})
 	r.wantCodes(t, "alice-raw-value", rlsv3.RateLimitResponse_OK, rlsv3.RateLimitResponse_OK, rlsv3.RateLimitResponse_OVER_LIMIT)
 
-	writeRules(t, dir, "domain: app\ndescriptors:\n  - key: user\n    rate_limit: {unit: fortnight, requests_per_unit: 1}\n")
-	next := r.watcher.NextAttempt()
-	r.reload <- syscall.SIGHUP
-	r.awaitAttempt(t, next)
+	writeRules(t, dir, badUnitRules)
+	r.sighup(t)
 
 	addr := servingField(t, r, "reference_metrics_addr")
 	// The path is taken as written, braces included.

@@ -5,10 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"os"
-	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -79,21 +76,12 @@ func TestServeEndToEnd(t *testing.T) {
 }
 
 func TestReloadKeepsPreviousOnFailure(t *testing.T) {
-	// --config is a link to a file in a directory the watcher does not
-	// watch, so that SIGHUP alone reloads.
-	dir := t.TempDir()
-	writeRules(t, dir, testRules)
-	rules := filepath.Join(t.TempDir(), "rules.yaml")
-	if err := os.Symlink(filepath.Join(dir, "rules.yaml"), rules); err != nil {
-		t.Fatal(err)
-	}
+	dir, rules := linkedRules(t)
 	r := startServe(t, []string{"--config", rules}, nil, hooks{})
 	before := r.config(t)
 
-	writeRules(t, dir, "domain: app\ndescriptors:\n  - key: user\n    rate_limit: {unit: fortnight, requests_per_unit: 1}\n")
-	next := r.watcher.NextAttempt()
-	r.reload <- syscall.SIGHUP
-	r.awaitAttempt(t, next)
+	writeRules(t, dir, badUnitRules)
+	r.sighup(t)
 	if _, m := r.get(t, "/metrics"); !strings.Contains(m, `envoy_rls_config_reloads_total{result="failure"} 1`) {
 		t.Fatalf("failed reload not counted:\n%s", m)
 	}
@@ -107,9 +95,7 @@ func TestReloadKeepsPreviousOnFailure(t *testing.T) {
 	r.wantCodes(t, "u", allowed)
 
 	writeRules(t, dir, strings.Replace(testRules, "requests_per_unit: 2", "requests_per_unit: 1", 1))
-	next = r.watcher.NextAttempt()
-	r.reload <- syscall.SIGHUP
-	r.awaitAttempt(t, next)
+	r.sighup(t)
 	if _, m := r.get(t, "/metrics"); !strings.Contains(m, `envoy_rls_config_reloads_total{result="success"} 2`) {
 		t.Fatalf("successful reload not counted:\n%s", m)
 	}
@@ -151,7 +137,7 @@ func TestConfigClearsFailureOnRevert(t *testing.T) {
 		})
 		return l
 	}
-	writeRules(t, dir, "domain: app\ndescriptors:\n  - key: user\n    rate_limit: {unit: fortnight, requests_per_unit: 1}\n")
+	writeRules(t, dir, badUnitRules)
 	failed := lastReload(false)
 	writeRules(t, dir, testRules)
 	back := lastReload(true)

@@ -64,9 +64,7 @@ func TestXDSSource(t *testing.T) {
 	var wg sync.WaitGroup
 	stop := make(chan struct{})
 	for w := 0; w < 4; w++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+		wg.Go(func() {
 			for i := 0; i < 2000; i++ {
 				select {
 				case <-stop:
@@ -80,7 +78,7 @@ func TestXDSSource(t *testing.T) {
 					failed.Add(1)
 				}
 			}
-		}()
+		})
 	}
 	srv.Set("v2", userLimit(1000))
 	_, ok := srv.Await(5*time.Second, xdstest.Acked("v2"))

@@ -15,6 +15,28 @@ func mapped(m *Mapper, stat string, kind Kind) string {
 	return s.Name + labelText(s.Labels)
 }
 
+// mapCase is a stat of a kind and the series it maps to, as mapped
+// writes it.
+type mapCase struct {
+	stat string
+	kind Kind
+	want string
+}
+
+// checkMapping fails the test when m could not be made (err) and for every
+// case m maps otherwise.
+func checkMapping(t *testing.T, m *Mapper, err error, cases []mapCase) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range cases {
+		if got := mapped(m, tc.stat, tc.kind); got != tc.want {
+			t.Errorf("%s:\n got %s\nwant %s", tc.stat, got, tc.want)
+		}
+	}
+}
+
 func labelText(labels map[string]string) string {
 	if len(labels) == 0 {
 		return ""
@@ -32,14 +54,7 @@ func labelText(labels map[string]string) string {
 // service sends.
 func TestDefaultMapping(t *testing.T) {
 	m, err := DefaultMapper()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, tc := range []struct {
-		stat string
-		kind Kind
-		want string
-	}{
+	checkMapping(t, m, err, []mapCase{
 		{"ratelimit.service.rate_limit.ai.tenant.total_hits", Counter, `ratelimit_service_rate_limit_total_hits{domain="ai",key1="tenant"}`},
 		{"ratelimit.service.rate_limit.ai.tenant_acme.over_limit", Counter, `ratelimit_service_rate_limit_over_limit{domain="ai",key1="tenant_acme"}`},
 		{"ratelimit.service.rate_limit.ai.tenant.near_limit", Counter, `ratelimit_service_rate_limit_near_limit{domain="ai",key1="tenant"}`},
@@ -59,11 +74,7 @@ func TestDefaultMapping(t *testing.T) {
 		{"ratelimit.service.config_load_success", Counter, `ratelimit_service_config_load_success`},
 		{"ratelimit.service.config_load_error", Counter, `ratelimit_service_config_load_error`},
 		{"9lives.x", Counter, `_9lives_x`},
-	} {
-		if got := mapped(m, tc.stat, tc.kind); got != tc.want {
-			t.Errorf("%s:\n got %s\nwant %s", tc.stat, got, tc.want)
-		}
-	}
+	})
 }
 
 // envoyGatewayMapping is a mapping file of the shape Envoy Gateway mounts
@@ -104,14 +115,7 @@ const envoyGatewayMapping = `mappings:
 
 func TestEnvoyGatewayMapping(t *testing.T) {
 	m, err := ParseMapping(strings.NewReader(envoyGatewayMapping))
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, tc := range []struct {
-		stat string
-		kind Kind
-		want string
-	}{
+	checkMapping(t, m, err, []mapCase{
 		{"ratelimit.service.rate_limit.default/eg/http.httproute/default/r/rule/0.total_hits", Counter, `ratelimit_service_rate_limit_total_hits{domain="default/eg/http",key1="httproute/default/r/rule/0"}`},
 		{"ratelimit.service.rate_limit.ai.tenant.user.total_hits", Counter, `ratelimit_service_rate_limit_total_hits{domain="ai",key1="tenant",key2="user"}`},
 		{"ratelimit.service.rate_limit.ai.a.b.c.total_hits", Counter, "drop"},
@@ -121,11 +125,7 @@ func TestEnvoyGatewayMapping(t *testing.T) {
 		{"ratelimit_server.ShouldRateLimit.total_requests", Timer, "drop"},
 		{"ratelimit_server.ShouldRateLimit.response_time", Timer, `ratelimit_service_response_time_seconds{grpc_method="ShouldRateLimit"}`},
 		{"ratelimit.service.config_load_success", Counter, `ratelimit_service_config_load_success`},
-	} {
-		if got := mapped(m, tc.stat, tc.kind); got != tc.want {
-			t.Errorf("%s:\n got %s\nwant %s", tc.stat, got, tc.want)
-		}
-	}
+	})
 }
 
 func TestParseMappingRefuses(t *testing.T) {

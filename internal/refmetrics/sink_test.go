@@ -10,6 +10,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc/codes"
 
+	"github.com/envoy-rls/envoy-rls/internal/metricstest"
 	"github.com/envoy-rls/envoy-rls/pkg/descriptors"
 	"github.com/envoy-rls/envoy-rls/pkg/rls"
 )
@@ -73,21 +74,10 @@ func TestSinkSeries(t *testing.T) {
 		}
 	}
 	// The response time: a histogram of the three calls, in seconds.
-	mfs, err := s.Gatherer().Gather()
-	if err != nil {
-		t.Fatal(err)
+	h := metricstest.Sample(t, s.Gatherer(), "ratelimit_service_response_time_seconds").GetHistogram()
+	if h.GetSampleCount() != 3 || h.GetSampleSum() < 0.004 || h.GetSampleSum() > 0.006 {
+		t.Errorf("response time: %d samples, sum %v s; want 3 and 0.005", h.GetSampleCount(), h.GetSampleSum())
 	}
-	for _, mf := range mfs {
-		if mf.GetName() != "ratelimit_service_response_time_seconds" {
-			continue
-		}
-		h := mf.GetMetric()[0].GetHistogram()
-		if h.GetSampleCount() != 3 || h.GetSampleSum() < 0.004 || h.GetSampleSum() > 0.006 {
-			t.Errorf("response time: %d samples, sum %v s; want 3 and 0.005", h.GetSampleCount(), h.GetSampleSum())
-		}
-		return
-	}
-	t.Error("no ratelimit_service_response_time_seconds")
 }
 
 // TestSinkBounds: past MaxStatKeys rules the hits go to the overflow stat;
@@ -187,14 +177,12 @@ func TestSinkConcurrent(t *testing.T) {
 	const workers, perWorker, keys = 8, 500, 20
 	var wg sync.WaitGroup
 	for w := range workers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+		wg.Go(func() {
 			for i := range perWorker {
 				s.ObserveLimit(allowed("d.k"+strconv.Itoa((w+i)%keys), 9))
 				s.ObserveCall(rls.CallObservation{Code: codes.OK})
 			}
-		}()
+		})
 	}
 	wg.Wait()
 	got := scrape(t, s.Gatherer())

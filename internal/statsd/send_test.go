@@ -2,7 +2,6 @@ package statsd
 
 import (
 	"errors"
-	"net"
 	"strings"
 	"testing"
 	"time"
@@ -11,6 +10,7 @@ import (
 	"go.uber.org/zap/zapcore"
 	"go.uber.org/zap/zaptest/observer"
 
+	"github.com/envoy-rls/envoy-rls/internal/deploytest"
 	"github.com/envoy-rls/envoy-rls/internal/polltest"
 	"github.com/envoy-rls/envoy-rls/pkg/rls"
 )
@@ -21,12 +21,7 @@ import (
 // sends failed, no stat name or request value — although the buffered
 // sender makes its sends in the background.
 func TestTCPSendFailureLogged(t *testing.T) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := l.Addr().String()
-	_ = l.Close()
+	addr := deploytest.FreeAddr(t)
 	core, logs := observer.New(zapcore.WarnLevel)
 	sink := newSink(t, Config{Addr: addr, Protocol: "tcp", FlushInterval: time.Hour, Logger: zap.New(core)})
 

@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/envoy-rls/envoy-rls/internal/metricstest"
 )
 
 // memWriter keeps what it is given; when gate is not nil, each Write first
@@ -65,36 +67,6 @@ func newSink(t *testing.T, cfg Config) (*Sink, *prometheus.Registry) {
 	return s, reg
 }
 
-func count(t *testing.T, reg *prometheus.Registry, name string, labels ...string) float64 {
-	t.Helper()
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, mf := range mfs {
-		if mf.GetName() != name {
-			continue
-		}
-	metric:
-		for _, m := range mf.GetMetric() {
-			for i := 0; i+1 < len(labels); i += 2 {
-				found := false
-				for _, lp := range m.GetLabel() {
-					if lp.GetName() == labels[i] && lp.GetValue() == labels[i+1] {
-						found = true
-					}
-				}
-				if !found {
-					continue metric
-				}
-			}
-			return m.GetCounter().GetValue()
-		}
-	}
-	t.Fatalf("no metric %s%v", name, labels)
-	return 0
-}
-
 func event(policy string, n int) Event {
 	return Event{
 		Time:     time.Date(2026, 12, 1, 19, 0, 0, 123_000_000, time.UTC),
@@ -124,12 +96,12 @@ func TestSinkWritesEveryEventAndClosesTheWriter(t *testing.T) {
 			t.Errorf("record %d: subject %s, want it to start with %s", i, r.SubjectDigest, want)
 		}
 	}
-	if n := count(t, reg, "envoy_rls_audit_events_total"); n != 10 {
+	if n := metricstest.Value(t, reg, "envoy_rls_audit_events_total"); n != 10 {
 		t.Errorf("events_total %v, want 10", n)
 	}
 	// Closed: further events are dropped and counted.
 	s.Offer(event("p", 0))
-	if n := count(t, reg, "envoy_rls_audit_dropped_total", "reason", DropShutdown); n != 1 {
+	if n := metricstest.Value(t, reg, "envoy_rls_audit_dropped_total", "reason", DropShutdown); n != 1 {
 		t.Errorf("dropped{shutdown} %v, want 1", n)
 	}
 }
@@ -165,7 +137,7 @@ func TestSampling(t *testing.T) {
 	if per["half"] != 2 || per["all"] != 4 || per["rare"] != 1 {
 		t.Errorf("kept %v, want half:2 all:4 rare:1", per)
 	}
-	if n := count(t, reg, "envoy_rls_audit_sampled_out_total"); n != 5 {
+	if n := metricstest.Value(t, reg, "envoy_rls_audit_sampled_out_total"); n != 5 {
 		t.Errorf("sampled_out %v, want 5", n)
 	}
 }
@@ -180,7 +152,7 @@ func TestQueueFullNeverBlocks(t *testing.T) {
 	for i := 1; i <= 7; i++ {
 		s.Offer(event("p", i)) // returns: 2 queued, 5 dropped
 	}
-	if n := count(t, reg, "envoy_rls_audit_dropped_total", "reason", DropQueueFull); n != 5 {
+	if n := metricstest.Value(t, reg, "envoy_rls_audit_dropped_total", "reason", DropQueueFull); n != 5 {
 		t.Errorf("dropped{queue_full} %v, want 5", n)
 	}
 	go func() {
@@ -219,8 +191,8 @@ func TestShutdownDropsWhatTheDrainCannotWrite(t *testing.T) {
 		t.Fatal(err)
 	}
 	close(w.entered)
-	written := count(t, reg, "envoy_rls_audit_events_total")
-	dropped := count(t, reg, "envoy_rls_audit_dropped_total", "reason", DropShutdown)
+	written := metricstest.Value(t, reg, "envoy_rls_audit_events_total")
+	dropped := metricstest.Value(t, reg, "envoy_rls_audit_dropped_total", "reason", DropShutdown)
 	if written+dropped != 6 || written < 1 {
 		t.Errorf("written %v + dropped{shutdown} %v, want 6 with at least 1 written", written, dropped)
 	}
@@ -235,10 +207,10 @@ func TestWriteFailuresAreCounted(t *testing.T) {
 	if err := s.Close(5 * time.Second); err != nil {
 		t.Fatal(err)
 	}
-	if n := count(t, reg, "envoy_rls_audit_dropped_total", "reason", DropWriteFailed); n != 4 {
+	if n := metricstest.Value(t, reg, "envoy_rls_audit_dropped_total", "reason", DropWriteFailed); n != 4 {
 		t.Errorf("dropped{write_failed} %v, want 4", n)
 	}
-	if n := count(t, reg, "envoy_rls_audit_events_total"); n != 0 {
+	if n := metricstest.Value(t, reg, "envoy_rls_audit_events_total"); n != 0 {
 		t.Errorf("written %v, want 0", n)
 	}
 }

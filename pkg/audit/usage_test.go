@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/envoy-rls/envoy-rls/internal/metricstest"
 )
 
 // TestUsageRecordsOnAFile: usage records go through the same queue to a
@@ -44,7 +46,7 @@ func TestUsageRecordsOnAFile(t *testing.T) {
 	if lines[1]["kind"] != "denial" || lines[1]["usage"] != nil {
 		t.Errorf("denial line %v", lines[1])
 	}
-	if n := count(t, reg, "envoy_rls_audit_events_total"); n != 2 {
+	if n := metricstest.Value(t, reg, "envoy_rls_audit_events_total"); n != 2 {
 		t.Errorf("events_total %v, want 2", n)
 	}
 }

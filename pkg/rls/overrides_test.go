@@ -126,9 +126,7 @@ func TestOverrideCapConcurrent(t *testing.T) {
 	admitted := make([][]*limiter.Policy, workers)
 	var wg sync.WaitGroup
 	for g := range workers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+		wg.Go(func() {
 			for i := range each {
 				p := limitertest.Policy(t, limiter.PolicySpec{ID: fmt.Sprintf("d:override:hour/k%d_%d", g, i), Group: "d:override",
 					Algorithm: limiter.FixedWindow, Params: limiter.FixedWindowParams{Limit: 1, Window: time.Hour}})
@@ -141,7 +139,7 @@ func TestOverrideCapConcurrent(t *testing.T) {
 					t.Errorf("a tracked policy refused: %s", p.ID())
 				}
 			}
-		}()
+		})
 	}
 	wg.Wait()
 	n := 0

@@ -9,10 +9,7 @@
 package istio_test
 
 import (
-	"bytes"
 	"encoding/json"
-	"errors"
-	"io"
 	"maps"
 	"os"
 	"path/filepath"
@@ -28,7 +25,6 @@ import (
 	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ratelimit/v3"
 	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
 	"google.golang.org/protobuf/encoding/protojson"
-	"gopkg.in/yaml.v3"
 
 	"github.com/envoy-rls/envoy-rls/internal/binarytest"
 	"github.com/envoy-rls/envoy-rls/internal/deploytest"
@@ -102,19 +98,9 @@ func loadFilters(t *testing.T, file string) []envoyFilter {
 	if err != nil {
 		t.Fatal(err)
 	}
-	dec := yaml.NewDecoder(bytes.NewReader(b))
-	dec.KnownFields(true)
-	var out []envoyFilter
-	for {
-		var f envoyFilter
-		err := dec.Decode(&f)
-		if errors.Is(err, io.EOF) {
-			break
-		}
-		if err != nil {
-			t.Fatalf("%s: %v", file, err)
-		}
-		out = append(out, f)
+	out, err := deploytest.YAMLDocuments[envoyFilter](b)
+	if err != nil {
+		t.Fatalf("%s: %v", file, err)
 	}
 	return out
 }

@@ -3,9 +3,7 @@ package helm_test
 import (
 	"bytes"
 	"encoding/base64"
-	"errors"
 	"fmt"
-	"io"
 	"math"
 	"os"
 	"os/exec"
@@ -103,16 +101,11 @@ func render(t *testing.T, args ...string) map[string][]obj {
 func manifests(t *testing.T, args []string, out string) map[string][]obj {
 	t.Helper()
 	byKind := map[string][]obj{}
-	dec := yaml.NewDecoder(strings.NewReader(out))
-	for {
-		var o obj
-		err := dec.Decode(&o)
-		if errors.Is(err, io.EOF) {
-			break
-		}
-		if err != nil {
-			t.Fatalf("helm template %v: output is not YAML: %v\n%s", args, err, out)
-		}
+	docs, err := deploytest.YAMLDocuments[obj]([]byte(out))
+	if err != nil {
+		t.Fatalf("helm template %v: output is not YAML: %v\n%s", args, err, out)
+	}
+	for _, o := range docs {
 		if o == nil {
 			continue
 		}
