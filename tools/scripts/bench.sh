@@ -35,7 +35,8 @@
 #   --config DIR|FILE         [config/examples; reference: tools/config/bench/reference]
 #                             the rule files (the reference gets copies of
 #                             the *.yaml files under its runtime directory)
-#   --server-args "ARGS"      extra envoy-rls flags
+#   --server-args "ARGS"      extra envoy-rls flags (floor: rls-floor's tuning
+#                             flags, e.g. "-stream-workers 64")
 #   --concurrency "LIST"      [16 64 256]
 #   --connections N           [4]
 #   --duration D              [10s] measured phase per run
@@ -190,7 +191,8 @@ if [ "$STORE" = redis ] && [ "$TARGET" != floor ]; then
 fi
 case "$TARGET" in
 floor)
-  bin/rls-floor -addr "$ADDR" >"$WORK/server.log" 2>&1 &
+  # shellcheck disable=SC2086 # --server-args is a list of flags
+  bin/rls-floor -addr "$ADDR" $SERVER_ARGS >"$WORK/server.log" 2>&1 &
   SERVER_PID=$!
   ;;
 reference)
