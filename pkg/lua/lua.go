@@ -21,17 +21,24 @@
 // (src/fragments/*-v2.lua: its arguments, its state's storage, its reply). `go generate ./pkg/lua`
 // writes them next to this file, where they are checked in and embedded:
 // a diff shows the program Redis runs, and a test fails when one is stale.
+// rate-batch-v2.lua is generated a second time as a Redis function library
+// (BatchFunction), the same program run by FCALL.
 package lua
 
 //go:generate go run ./internal/gen
 
-import _ "embed"
+import (
+	_ "embed"
+	"strings"
+)
 
 var (
 	//go:embed rate-batch-v2.lua
 	batchV2 string
 	//go:embed rate-refund-v2.lua
 	refundV2 string
+	//go:embed rate-batch-v2-function.lua
+	batchV2Function string
 )
 
 // Program is one versioned Lua program.
@@ -50,3 +57,30 @@ func Batch() Program { return Program{Name: "rate-batch-v2.lua", Source: batchV2
 
 // Refund returns rate-refund-v2.lua.
 func Refund() Program { return Program{Name: "rate-refund-v2.lua", Source: refundV2} }
+
+// Function is a program as a Redis function library: loaded with FUNCTION
+// LOAD, run with FCALL of Function with the program's KEYS and ARGV.
+type Function struct {
+	// Name is the file name, e.g. "rate-batch-v2-function.lua".
+	Name string
+	// Library and Function are the names it registers, each ending with
+	// 12 hex digits of a SHA-256 of the library.
+	Library, Function string
+	// Source is the library, sent by FUNCTION LOAD.
+	Source string
+}
+
+// BatchFunction returns rate-batch-v2.lua as a function library
+// (rate-batch-v2-function.lua).
+func BatchFunction() Function {
+	return Function{Name: "rate-batch-v2-function.lua", Source: batchV2Function,
+		Library:  between(batchV2Function, "#!lua name=", "\n"),
+		Function: between(batchV2Function, "function_name='", "'")}
+}
+
+// between is the text of s after the first from, up to the next to.
+func between(s, from, to string) string {
+	_, after, _ := strings.Cut(s, from)
+	v, _, _ := strings.Cut(after, to)
+	return v
+}

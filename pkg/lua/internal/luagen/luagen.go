@@ -47,7 +47,7 @@ func Programs(src fs.FS) ([]string, error) {
 
 // Generate assembles every program template of src with the fragments of
 // src/fragments and returns the programs by name, each starting with
-// Header.
+// Header, and LibraryOf as a function library too (Library, LibraryFile).
 func Generate(src fs.FS) (map[string]string, error) {
 	names, err := Programs(src)
 	if err != nil {
@@ -64,6 +64,11 @@ func Generate(src fs.FS) (map[string]string, error) {
 			return nil, fmt.Errorf("luagen: %s: %w", name, err)
 		}
 		out[name] = Header + name + "; DO NOT EDIT.\n" + a
+		if name == LibraryOf {
+			if out[LibraryFile], err = Library(out[name]); err != nil {
+				return nil, fmt.Errorf("luagen: %w", err)
+			}
+		}
 	}
 	return out, nil
 }
