@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"strconv"
@@ -245,17 +246,51 @@ func exerciseACLUser(t *testing.T, r *replica, masters ...*redistest.Server) {
 	if res := r.mustCall(t, entry{"fixed", subject}); !res.ok() {
 		t.Fatalf("after the policy reset: %v", res)
 	}
-	if r.log.contains("NOPERM") {
-		t.Fatal("NOPERM in the binary's log")
+	for _, line := range strings.Split(r.log.tail(1<<30), "\n") {
+		if strings.Contains(line, "NOPERM") && !strings.Contains(line, msgFunctionsRefused) {
+			t.Fatalf("NOPERM in the binary's log: %s", line)
+		}
+	}
+}
+
+// msgFunctionsRefused starts the binary's log line when Redis refuses
+// FCALL or FUNCTION LOAD and the store runs the batch program by EVALSHA.
+const msgFunctionsRefused = "redis store: Redis functions refused"
+
+// fcallLine is the optional line of the section (aclLines) that allows
+// Redis functions.
+func fcallLine(t *testing.T, lines [][]string) []string {
+	t.Helper()
+	for _, l := range lines[1:] {
+		if strings.Contains(strings.Join(l, " "), "+fcall") {
+			return l
+		}
+	}
+	t.Fatal("docs/redis.md: no optional ACL line with +fcall")
+	return nil
+}
+
+// onlyFunctionLoadDenials fails t when a server's ACL log holds an entry
+// other than a refused FUNCTION LOAD (the store's fallback to EVALSHA).
+func onlyFunctionLoadDenials(t *testing.T, servers ...*redistest.Server) {
+	t.Helper()
+	for _, s := range servers {
+		for _, e := range s.MustDo("ACL", "LOG").([]any) {
+			if d := fmt.Sprint(e); !strings.Contains(d, "function|load") {
+				t.Errorf("ACL LOG of %s: %s, want only the refused FUNCTION LOAD", s.Addr(), d)
+			}
+		}
 	}
 }
 
 // TestLeastPrivilegeACL starts Redis with exactly the ACL user of
 // docs/redis.md ("Least privilege", read from the file) and runs the
 // binary as that user: decisions of every algorithm, explain, counters
-// read, subject and policy reset; then, with the section's other lines,
-// the HMAC secret shared through Redis and the audit stream. Redis denies
-// nothing: its ACL LOG stays empty.
+// read, subject and policy reset, by EVALSHA once FUNCTION LOAD is refused
+// (the only denial in ACL LOG, and one log line); then, with the section's
+// other lines, by FCALL, with the HMAC secret shared through Redis and the
+// audit stream, and on a Cluster with the base and FCALL lines. Redis
+// denies nothing there: its ACL LOG stays empty.
 func TestLeastPrivilegeACL(t *testing.T) {
 	pw := make([]byte, 16)
 	_, _ = rand.Read(pw)
@@ -269,15 +304,25 @@ func TestLeastPrivilegeACL(t *testing.T) {
 		aclUser(lines[:1], redis)
 		cfg.RedisMode = "" // auto: the default, which asks the server whether it is a Cluster
 		cfg.Rules, cfg.Secret, cfg.Args = rulesDir(t, aclRules), secretFile(t), userArgs
-		exerciseACLUser(t, startReplica(t, "acl", cfg), redis)
-		noACLDenials(t, redis)
+		base := startReplica(t, "acl", cfg)
+		exerciseACLUser(t, base, redis)
+		// Without the optional FCALL line: FUNCTION LOAD refused, the
+		// batch program by EVALSHA, one line in the log.
+		onlyFunctionLoadDenials(t, redis)
+		if !base.log.contains(msgFunctionsRefused) {
+			t.Error("no log line of the fallback to EVALSHA")
+		}
 
-		// The optional features, with the section's other lines.
+		// The optional features (Redis functions among them), with the
+		// section's other lines.
 		aclUser(lines[1:], redis)
 		cfg.Secret = ""
 		cfg.Args = append(cfg.Args, "--hmac-secret-redis-key", "envoy-rls:hmac-secret", "--audit-sink", "redis")
 		r := startReplica(t, "acl-optional", cfg)
 		exerciseACLUser(t, r, redis)
+		if r.log.contains(msgFunctionsRefused) {
+			t.Error("fell back to EVALSHA with the FCALL line")
+		}
 		if n := redis.MustDo("EXISTS", "envoy-rls:hmac-secret"); n != int64(1) {
 			t.Fatal("no shared secret in Redis")
 		}
@@ -293,7 +338,7 @@ func TestLeastPrivilegeACL(t *testing.T) {
 	t.Run("cluster", func(t *testing.T) {
 		binary(t)
 		c := redistest.StartCluster(t)
-		aclUser(lines[:1], c.Nodes...)
+		aclUser([][]string{lines[0], fcallLine(t, lines)}, c.Nodes...)
 		r := startReplica(t, "acl-cluster", replicaConfig{Store: "redis", RedisAddr: strings.Join(c.Addrs(), ","), RedisMode: "cluster",
 			Rules: rulesDir(t, aclRules), Secret: secretFile(t), Args: userArgs})
 		var masters []*redistest.Server
@@ -304,5 +349,8 @@ func TestLeastPrivilegeACL(t *testing.T) {
 		}
 		exerciseACLUser(t, r, masters...)
 		noACLDenials(t, c.Nodes...)
+		if r.log.contains(msgFunctionsRefused) {
+			t.Error("fell back to EVALSHA with the FCALL line")
+		}
 	})
 }

@@ -97,6 +97,9 @@ func (s *server) openRedis(ctx context.Context) (limiter.Store, func(), error) {
 	cfg.TracerProvider = s.tracing.Provider()
 	cfg.Metrics = s.metrics.Redis
 	log := s.log.With(zap.String("redis_addr", redact.URLs(strings.Join(cfg.Addrs, ","))))
+	cfg.OnFallback = func(reason string) {
+		log.Warn("redis store: Redis functions refused; the rate program runs by EVALSHA (docs/redis.md#least-privilege)", zap.String("reason", reason))
+	}
 	c, err := redis.Connect(cfg, redis.ConnectOptions{
 		OnFailure: func(a redis.Attempt) {
 			level := zapcore.WarnLevel

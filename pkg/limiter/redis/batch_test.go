@@ -291,7 +291,7 @@ func TestBatchArity(t *testing.T) {
 	for _, a := range [][]string{args, {group}, append(append([]string{}, args...), "x", group), nil,
 		oneCall(args, 2, 0), oneCall(args, 0, 0), append(append([]string{}, args...), group[:9]), oneCall(args, 1, -1), oneCall(args, 1, 1<<53)} {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		err := batchScript.Exec(ctx, e.store.client, []string{key}, a).Error()
+		err := e.store.execBatch(ctx, []string{key}, a).Error()
 		cancel()
 		if err == nil {
 			t.Fatalf("arguments %q accepted", a)
@@ -326,7 +326,7 @@ func TestBatchArity(t *testing.T) {
 	// commits.
 	short := []string{args[0][:20]}
 	all := append(append(append([]string{}, short...), good...), string(lua.AppendGroupEntry(nil, 1, 0))+string(lua.AppendGroupEntry(nil, 1, 0)))
-	grp, err := batchScript.Exec(ctx, e.store.client, []string{key, other}, all).ToArray()
+	grp, err := e.store.execBatch(ctx, []string{key, other}, all).ToArray()
 	if err != nil || len(grp) != 2 {
 		t.Fatalf("group with a failing request: %v %v", grp, err)
 	}
@@ -346,7 +346,7 @@ func TestBatchArity(t *testing.T) {
 }
 
 // TestOneCommandPerRequest counts what one Evaluate of n limits costs Redis:
-// one EVALSHA whatever n is.
+// one FCALL whatever n is.
 func TestOneCommandPerRequest(t *testing.T) {
 	e := newEnv(t, redistest.Local())
 	p := fixed(t, "onecmd", 1000, farWindow)
@@ -356,15 +356,15 @@ func TestOneCommandPerRequest(t *testing.T) {
 			batch[i] = limiter.Request{Policy: p, Subject: subjectOf(fmt.Sprintf("onecmd-%d-%d", n, i)), Cost: 1}
 		}
 		out := make([]limiter.Outcome, n)
-		e.store.Evaluate(context.Background(), batch, out) // loads the script
+		e.store.Evaluate(context.Background(), batch, out)
 		e.do("CONFIG", "RESETSTAT")
 		for range 10 {
 			e.store.Evaluate(context.Background(), batch, out)
 		}
 		v := e.do("INFO", "commandstats").(string)
 		calls := commandCalls(v)
-		if calls["evalsha"] != 10 || calls["eval"] != 0 {
-			t.Fatalf("%d limits: commandstats %v, want 10 EVALSHA for 10 requests", n, calls)
+		if calls["fcall"] != 10 || calls["evalsha"] != 0 || calls["eval"] != 0 || calls["function|load"] != 0 {
+			t.Fatalf("%d limits: commandstats %v, want 10 FCALL for 10 requests", n, calls)
 		}
 		if calls["time"] != 10 {
 			t.Fatalf("%d limits: TIME called %d times for 10 requests", n, calls["time"])
@@ -863,7 +863,7 @@ func TestOffenceOfARequestThatRaises(t *testing.T) {
 	args := batchArgs(nil, p, 1, limiter.RoleOrdinary)
 	short := batchArgs(nil, p, 1, limiter.RoleOrdinary)
 	short[0] = short[0][:20] // cut short: the program raises on this key
-	grp, err := batchScript.Exec(t.Context(), e.store.client, []string{key, other},
+	grp, err := e.store.execBatch(t.Context(), []string{key, other},
 		oneCall(append(append([]string{}, args...), short...), 2, 0)).ToArray()
 	if err != nil || len(grp) != 1 {
 		t.Fatalf("request: %v %v", grp, err)

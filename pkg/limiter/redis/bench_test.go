@@ -189,7 +189,7 @@ func BenchmarkDescriptors(b *testing.B) {
 				defer wg.Done()
 				r := &req[j]
 				key := string(requestKey(nil, r))
-				res := batchScript.Exec(ctx, s.client, []string{key}, oneCall(batchArgs(nil, r.Policy, r.Cost, limiter.RoleOrdinary), 1, 0))
+				res := s.execBatch(ctx, []string{key}, oneCall(batchArgs(nil, r.Policy, r.Cost, limiter.RoleOrdinary), 1, 0))
 				if res.Error() != nil {
 					out[j] = limiter.IndeterminateOutcome(0, res.Error())
 					return
@@ -279,7 +279,7 @@ func commandStats(b *testing.B, srv *redistest.Server) (calls int64, usec float6
 				u, _ = strconv.ParseFloat(val, 64)
 			}
 		}
-		if name == "cmdstat_evalsha" || name == "cmdstat_eval" {
+		if name == "cmdstat_evalsha" || name == "cmdstat_eval" || name == "cmdstat_fcall" {
 			evalCalls += c
 			evalUsec += u
 		} else if name == "cmdstat_time" || name == "cmdstat_mget" || name == "cmdstat_set" || name == "cmdstat_pexpire" || name == "cmdstat_exists" || name == "cmdstat_get" {
@@ -347,7 +347,7 @@ func BenchmarkGroupRun(b *testing.B) {
 						next++
 					}
 					args = append(args, string(groupField))
-					if err := batchScript.Exec(ctx, s.client, k, args).Error(); err != nil {
+					if err := s.execBatch(ctx, k, args).Error(); err != nil {
 						b.Fatal(err)
 					}
 				}
@@ -379,7 +379,7 @@ func BenchmarkWideCall(b *testing.B) {
 			args = append(args, string(lua.AppendGroupEntry(nil, n, 0)))
 			cpu0 := redisCPU(b, srv)
 			for b.Loop() {
-				if err := batchScript.Exec(ctx, s.client, keys, args).Error(); err != nil {
+				if err := s.execBatch(ctx, keys, args).Error(); err != nil {
 					b.Fatal(err)
 				}
 			}

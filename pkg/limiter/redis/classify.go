@@ -42,6 +42,10 @@ func classifyText(p *limiter.Policy, msg string, err error) limiter.Outcome {
 		"TRYAGAIN", "MOVED", "ASK", "CROSSSLOT", "NOREPLICAS", "MISCONF", "NOSCRIPT":
 		return limiter.UnavailableOutcome(DefaultRetryAfter, limiter.CategoryNotConnected, wrap("refused by Redis"))
 	}
+	if functionNotFound(msg) {
+		// FCALL ran nothing, like NOSCRIPT (function.go).
+		return limiter.UnavailableOutcome(DefaultRetryAfter, limiter.CategoryNotConnected, wrap("refused by Redis"))
+	}
 	return limiter.IncompatibleOutcome(limiter.CategoryProgramInvalid, wrap("program failed"))
 }
 

@@ -136,6 +136,12 @@ type Config struct {
 	// the policy IDs and the outcome, never a key or an argument.
 	// (Optional, default nil: no spans, no tracing work)
 	TracerProvider trace.TracerProvider
+	// OnFallback, when set, is called once when Redis refuses FCALL or
+	// FUNCTION LOAD (an ACL without them, a proxy or a service without
+	// Redis functions) and the store runs rate-batch-v2.lua by EVALSHA from
+	// then on (function.go), with the refusal's kind: no Redis error text,
+	// which may quote the command's arguments.
+	OnFallback func(reason string)
 }
 
 // FieldError is a Config value that Validate refuses. Field is the Config

@@ -21,7 +21,7 @@ func (e *env) execBatch(keys, args []string, pols []*limiter.Policy) (bool, []li
 	e.t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	msgs, err := batchScript.Exec(ctx, e.store.client, keys, args).ToArray()
+	msgs, err := e.store.execBatch(ctx, keys, args).ToArray()
 	if err != nil {
 		return false, nil, err
 	}

@@ -111,7 +111,7 @@ func (e *env) execGroup(reqs []gReq) ([]gResult, int64) {
 	args = append(args, string(hdr))
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	msgs, err := batchScript.Exec(ctx, e.store.client, keys, args).ToArray()
+	msgs, err := e.store.execBatch(ctx, keys, args).ToArray()
 	if err != nil {
 		e.t.Fatalf("rate-batch-v2, group of %d: %v", len(reqs), err)
 	}

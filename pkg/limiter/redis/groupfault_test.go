@@ -128,13 +128,13 @@ func (fe *faultEnv) waitQueued(t *testing.T, n int) {
 	waitValue(t, "calls queued", n, fe.queued)
 }
 
-// evalshaCalls is how many EVALSHA commands Redis has run since its
+// programCalls is how many FCALL commands Redis has run since its
 // statistics were last reset: group runs that reached the program.
-func (fe *faultEnv) evalshaCalls() int64 {
+func (fe *faultEnv) programCalls() int64 {
 	fe.t.Helper()
 	info, _ := fe.do("INFO", "commandstats").(string)
 	for _, line := range strings.Split(info, "\n") {
-		rest, ok := strings.CutPrefix(strings.TrimSpace(line), "cmdstat_evalsha:calls=")
+		rest, ok := strings.CutPrefix(strings.TrimSpace(line), "cmdstat_fcall:calls=")
 		if !ok {
 			continue
 		}
@@ -355,7 +355,7 @@ func TestGroupHangEachCallOwnOutcome(t *testing.T) {
 	// The calls that left the queue were never sent, and nothing is
 	// resent: Redis ran at most the three stalled programs and this call's
 	// (fewer when a stalled one was lost with its connection).
-	if n := fe.evalshaCalls(); n > DefaultGroupInFlight+2 || n < 1 {
+	if n := fe.programCalls(); n > DefaultGroupInFlight+2 || n < 1 {
 		t.Errorf("Redis ran %d programs, want 1 to %d: the two stalled runs, the stalled group, the call after the resume", n, DefaultGroupInFlight+2)
 	}
 	n, n2 := committedCounts(fc.calls, sub, sub2)
@@ -411,7 +411,7 @@ func TestGroupCancelledLeavesQueue(t *testing.T) {
 	if got := fe.runCalls() - baseCalls; got != uint64(len(heads)+len(waiting)) {
 		t.Errorf("the runs carried %d calls, want %d: a cancelled call was sent", got, len(heads)+len(waiting))
 	}
-	if n := fe.evalshaCalls(); n != DefaultGroupInFlight+1 {
+	if n := fe.programCalls(); n != DefaultGroupInFlight+1 {
 		t.Errorf("Redis ran %d programs, want %d", n, DefaultGroupInFlight+1)
 	}
 	if runs, waited := fe.grouped(); runs < 1 || waited < uint64(len(waiting)) {

@@ -376,7 +376,7 @@ func oneCall(args []string, n int, dl int64) []string {
 // execOne runs rate-batch-v2.lua for one request and returns its reply
 // (the group's only element).
 func (e *env) execOne(ctx context.Context, keys, args []string, dl int64) ([]rueidis.RedisMessage, error) {
-	msgs, err := batchScript.Exec(ctx, e.store.client, keys, oneCall(args, len(keys), dl)).ToArray()
+	msgs, err := e.store.execBatch(ctx, keys, oneCall(args, len(keys), dl)).ToArray()
 	if err != nil {
 		return nil, err
 	}

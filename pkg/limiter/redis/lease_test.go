@@ -93,10 +93,13 @@ func TestLeaseIncompatible(t *testing.T) {
 }
 
 // TestLeaseACLUser: takes, releases and returns work as the ACL user
-// docs/redis.md documents, and Redis denies it nothing.
+// docs/redis.md documents (with the optional FCALL line), and Redis denies
+// it nothing.
 func TestLeaseACLUser(t *testing.T) {
 	e := newEnv(t, redistest.Local())
-	e.do(docACL(t, "s3cret-pw")[0]...)
+	acl := docACL(t, "s3cret-pw")
+	e.do(acl[0]...)
+	e.do(docFcallLine(t, acl)...)
 	e.do("ACL", "LOG", "RESET")
 	s := newStore(t, Config{Addrs: []string{e.srv.Addr()}, Username: "envoy-rls", Password: "s3cret-pw"})
 	p := limitertest.LeasePolicy(t, limitertest.Prefix()+".acl", 1, time.Minute)

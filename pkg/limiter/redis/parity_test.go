@@ -558,7 +558,7 @@ func TestInvalidArguments(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	if err := batchScript.Exec(ctx, e.store.client, nil, nil).Error(); err == nil {
+	if err := e.store.execBatch(ctx, nil, nil).Error(); err == nil {
 		t.Error("rate-batch-v2 without keys or arguments replied")
 	}
 }

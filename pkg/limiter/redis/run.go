@@ -110,7 +110,7 @@ func (s *Store) runProgram(first context.Context, gs []*group) {
 		s.putRun(rs)
 		return
 	}
-	res := batchScript.Exec(ctx, s.client, keys, args)
+	res := s.execBatch(ctx, keys, args)
 	err := res.Error()
 	var msgs []rueidis.RedisMessage
 	if err == nil {

@@ -357,7 +357,7 @@ func TestACLUser(t *testing.T) {
 		t.Fatalf("ACL LOG: %v, want no denial", l)
 	}
 	// Without the script commands: refused by Redis, known not run.
-	e.do("ACL", "SETUSER", "envoy-rls", "-evalsha", "-eval")
+	e.do("ACL", "SETUSER", "envoy-rls", "-evalsha", "-eval", "-fcall")
 	s.Evaluate(context.Background(), []limiter.Request{{Policy: p, Subject: sub, Cost: 1}}, out[:1])
 	if out[0].Kind != limiter.Unavailable || !strings.Contains(out[0].Err.Error(), "NOPERM") {
 		t.Fatalf("without EVALSHA: %v (%v), want unavailable NOPERM", out[0].Kind, out[0].Err)

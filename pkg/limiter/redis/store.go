@@ -4,8 +4,8 @@
 // replica of the service shares one exact state.
 //
 // A batch (the limits of one Envoy request) is one atomic program,
-// rate-batch-v2.lua, run by EVALSHA (the full source is sent only when Redis
-// answers NOSCRIPT): one round trip and one TIME, all or nothing (see
+// rate-batch-v2.lua, run by FCALL of its function library (function.go;
+// by EVALSHA where Redis refuses functions): one round trip and one TIME, all or nothing (see
 // Store.Evaluate for Redis Cluster). Concurrent batches are auto-pipelined
 // by rueidis. Failures say what is known about
 // the state: Unavailable when the program certainly did not run (not
@@ -43,8 +43,9 @@ import (
 	"github.com/envoy-rls/envoy-rls/pkg/lua"
 )
 
-// batchScript and refundScript are built once from the embedded sources.
-// rueidis.Lua is safe for concurrent use.
+// batchScript and refundScript are built once from the embedded sources
+// (batchScript: the fallback of batchFunction, function.go). rueidis.Lua is
+// safe for concurrent use.
 var (
 	batchScript  = rueidis.NewLuaScript(lua.Batch().Source)
 	refundScript = rueidis.NewLuaScript(lua.Refund().Source)
@@ -82,6 +83,11 @@ type Store struct {
 	inFlight     int
 	runs         sync.Pool
 	metrics      *Metrics // nil: none
+
+	// evalsha is set for good once Redis has refused FCALL or FUNCTION
+	// LOAD (function.go); onFallback reports it (Config.OnFallback).
+	evalsha    atomic.Bool
+	onFallback func(reason string)
 }
 
 var _ limiter.Store = (*Store)(nil)
@@ -188,7 +194,7 @@ func open(cfg Config, opt rueidis.ClientOption) (*Store, error) {
 	}
 	s := &Store{client: c, timeout: cfg.Timeout, deadlines: deadline.New(0), cluster: c.Mode() == rueidis.ClientModeCluster,
 		local: newLocalClock(time.Now()), tracer: tracer(cfg.TracerProvider),
-		groupMaxKeys: cfg.GroupMaxKeys, inFlight: cfg.GroupInFlight, metrics: cfg.Metrics}
+		groupMaxKeys: cfg.GroupMaxKeys, inFlight: cfg.GroupInFlight, metrics: cfg.Metrics, onFallback: cfg.OnFallback}
 	if s.cluster {
 		s.offsets = make([]clockOffset, SlotCount)
 		s.committers = make([]atomic.Pointer[committer], SlotCount)
@@ -197,6 +203,7 @@ func open(cfg Config, opt rueidis.ClientOption) (*Store, error) {
 		s.committers = make([]atomic.Pointer[committer], 1)
 	}
 	s.seedOffsets(cfg.DialTimeout)
+	s.loadFunctions(cfg.DialTimeout)
 	return s, nil
 }
 

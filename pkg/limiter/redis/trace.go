@@ -25,10 +25,11 @@ const (
 // digests only, but they identify a subject for as long as the HMAC
 // secret lives); neither are error texts.
 var (
-	attrDBSystem = attribute.String("db.system.name", "redis")
-	attrDBOpName = attribute.String("db.operation.name", "EVALSHA")
-	attrBatch    = attribute.String("envoy_rls.program", lua.Batch().Name)
-	attrRefund   = attribute.String("envoy_rls.program", lua.Refund().Name)
+	attrDBSystem  = attribute.String("db.system.name", "redis")
+	attrDBOpName  = attribute.String("db.operation.name", "EVALSHA")
+	attrDBOpFcall = attribute.String("db.operation.name", "FCALL")
+	attrBatch     = attribute.String("envoy_rls.program", lua.Batch().Name)
+	attrRefund    = attribute.String("envoy_rls.program", lua.Refund().Name)
 )
 
 const (
@@ -55,8 +56,12 @@ func (s *Store) runTraced(gs []*group) {
 			links = append(links, trace.Link{SpanContext: sc})
 		}
 	}
+	op := attrDBOpFcall // the command the run starts with (function.go)
+	if s.evalsha.Load() {
+		op = attrDBOpName
+	}
 	ctx, span := s.tracer.Start(gs[0].ctx, BatchSpanName, trace.WithSpanKind(trace.SpanKindClient),
-		trace.WithAttributes(attrDBSystem, attrDBOpName, attrBatch), trace.WithLinks(links...))
+		trace.WithAttributes(attrDBSystem, op, attrBatch), trace.WithLinks(links...))
 	defer span.End()
 	s.runProgram(ctx, gs)
 	if !span.IsRecording() {
