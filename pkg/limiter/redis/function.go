@@ -36,23 +36,31 @@ func (s *Store) execBatch(ctx context.Context, keys, args []string) rueidis.Redi
 		return c.Do(ctx, c.B().Fcall().Function(batchFunction.Function).Numkeys(int64(len(keys))).Key(keys...).Arg(args...).Build())
 	}
 	res := fcall()
-	switch code, msg := redisErr(res.Error()); {
+	code, msg := redisErr(res.Error())
+	if functionNotFound(msg) && len(keys) > 0 {
+		load := c.B().FunctionLoad().FunctionCode(batchFunction.Source).Build().SetSlot(keys[0])
+		lerr := c.Do(ctx, load).Error()
+		lcode, lmsg := redisErr(lerr)
+		switch {
+		case lerr == nil || strings.Contains(lmsg, "already exists"):
+			res = fcall()
+			code, msg = redisErr(res.Error())
+		case lcode == "OOM":
+			return batchScript.Exec(ctx, s.client, keys, args)
+		case refusal(lcode, lmsg) != "":
+			s.fallBack("FUNCTION LOAD refused: " + refusal(lcode, lmsg))
+			return batchScript.Exec(ctx, s.client, keys, args)
+		default:
+			// Not loaded (no answer, READONLY, …): FCALL's answer stands.
+			return res
+		}
+	}
+	switch {
 	case code == "OOM":
 		return batchScript.Exec(ctx, s.client, keys, args)
 	case refusal(code, msg) != "":
 		s.fallBack("FCALL refused: " + refusal(code, msg))
 		return batchScript.Exec(ctx, s.client, keys, args)
-	case functionNotFound(msg) && len(keys) > 0:
-		load := c.B().FunctionLoad().FunctionCode(batchFunction.Source).Build().SetSlot(keys[0])
-		switch code, msg := redisErr(c.Do(ctx, load).Error()); {
-		case code == "" || strings.Contains(msg, "already exists"):
-			return fcall()
-		case code == "OOM":
-			return batchScript.Exec(ctx, s.client, keys, args)
-		case refusal(code, msg) != "":
-			s.fallBack("FUNCTION LOAD refused: " + refusal(code, msg))
-			return batchScript.Exec(ctx, s.client, keys, args)
-		}
 	}
 	return res
 }

@@ -2,6 +2,7 @@ package redis
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"sync"
@@ -20,7 +21,11 @@ type fallbacks struct {
 
 func (f *fallbacks) report(r string) { f.mu.Lock(); f.reasons = append(f.reasons, r); f.mu.Unlock() }
 
-func (f *fallbacks) got() []string { f.mu.Lock(); defer f.mu.Unlock(); return append([]string(nil), f.reasons...) }
+func (f *fallbacks) got() []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append([]string(nil), f.reasons...)
+}
 
 // TestFunctionNotFoundLoads: after FUNCTION FLUSH (as after a restart
 // without persistence) the next call loads the library and is decided by
@@ -166,4 +171,34 @@ func docFcallLine(t testing.TB, acl [][]string) []string {
 	}
 	t.Fatal("docs/redis.md has no optional ACL line with +fcall")
 	return nil
+}
+
+// TestFunctionNotFoundIsNotRun: FCALL's "Function not found", which stands
+// when the library could not be loaded, is a call that ran nothing:
+// Unavailable, like NOSCRIPT; a user no longer allowed FUNCTION LOAD meets
+// it after FUNCTION FLUSH and is decided by EVALSHA from then on.
+func TestFunctionNotFoundIsNotRun(t *testing.T) {
+	e := newEnv(t, redistest.Local())
+	p := fixed(t, "fn.notfound", 3, time.Hour)
+	for _, msg := range []string{"ERR Function not found", "NOSCRIPT No matching script."} {
+		if o := classifyText(p, msg, errors.New(msg)); o.Kind != limiter.Unavailable || o.Category != limiter.CategoryNotConnected {
+			t.Errorf("%q: %v/%s, want unavailable/not_connected", msg, o.Kind, o.Category)
+		}
+	}
+	e.do("ACL", "SETUSER", "envoy-rls", "on", ">s3cret-pw", "~*", "+@all")
+	var fb fallbacks
+	s := newStore(t, Config{Addrs: []string{e.srv.Addr()}, Username: "envoy-rls", Password: "s3cret-pw", OnFallback: fb.report})
+	if len(fb.got()) != 0 {
+		t.Fatalf("fell back at start: %v", fb.got())
+	}
+	e.do("ACL", "SETUSER", "envoy-rls", "-function|load")
+	e.do("FUNCTION", "FLUSH")
+	out := make([]limiter.Outcome, 1)
+	s.Evaluate(context.Background(), []limiter.Request{{Policy: p, Subject: subjectOf("fn notfound"), Cost: 1}}, out)
+	if o := out[0]; o.Kind != limiter.Evaluated || o.Decision.Remaining != 2 {
+		t.Fatalf("after FUNCTION FLUSH without FUNCTION LOAD: %v %+v (%v)", o.Kind, o.Decision, o.Err)
+	}
+	if r := fb.got(); len(r) != 1 || !strings.Contains(r[0], "FUNCTION LOAD refused: NOPERM") {
+		t.Fatalf("fallback reports %q", r)
+	}
 }
