@@ -261,13 +261,11 @@ const msgFunctionsRefused = "redis store: Redis functions refused"
 // Redis functions.
 func fcallLine(t *testing.T, lines [][]string) []string {
 	t.Helper()
-	for _, l := range lines[1:] {
-		if strings.Contains(strings.Join(l, " "), "+fcall") {
-			return l
-		}
+	l, err := redistest.OptionalACL(lines, "+fcall")
+	if err != nil {
+		t.Fatal(err)
 	}
-	t.Fatal("docs/redis.md: no optional ACL line with +fcall")
-	return nil
+	return l
 }
 
 // onlyFunctionLoadDenials fails t when a server's ACL log holds an entry

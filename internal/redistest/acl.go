@@ -3,6 +3,7 @@ package redistest
 import (
 	"fmt"
 	"os"
+	"slices"
 	"strings"
 )
 
@@ -37,6 +38,17 @@ func DocACL(path, password string) ([][]string, error) {
 		return nil, fmt.Errorf("redistest: %s: Least privilege: ACL lines %q, want the base line and the optional ones", path, lines)
 	}
 	return lines, nil
+}
+
+// OptionalACL returns the first optional line of lines (DocACL's: every
+// line after the base one) that holds grant, such as "+fcall".
+func OptionalACL(lines [][]string, grant string) ([]string, error) {
+	for _, l := range lines[min(1, len(lines)):] {
+		if slices.Contains(l, grant) {
+			return l, nil
+		}
+	}
+	return nil, fmt.Errorf("redistest: no optional ACL line grants %s", grant)
 }
 
 // aclArgs splits an ACL SETUSER line at spaces outside parentheses.

@@ -164,13 +164,11 @@ func TestFunctionOOM(t *testing.T) {
 // that allows Redis functions.
 func docFcallLine(t testing.TB, acl [][]string) []string {
 	t.Helper()
-	for _, l := range acl[1:] {
-		if strings.Contains(strings.Join(l, " "), "+fcall") {
-			return l
-		}
+	l, err := redistest.OptionalACL(acl, "+fcall")
+	if err != nil {
+		t.Fatal(err)
 	}
-	t.Fatal("docs/redis.md has no optional ACL line with +fcall")
-	return nil
+	return l
 }
 
 // TestFunctionNotFoundIsNotRun: FCALL's "Function not found", which stands
