@@ -1,0 +1,89 @@
+package rls
+
+import (
+	"context"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"go.uber.org/zap"
+
+	"github.com/envoy-rls/envoy-rls/pkg/limiter/denycache"
+	"github.com/envoy-rls/envoy-rls/pkg/limiter/failover"
+	"github.com/envoy-rls/envoy-rls/pkg/limiter/memory"
+	"github.com/envoy-rls/envoy-rls/pkg/topk"
+)
+
+// defaultServer is the service as the binary wires it with default flags
+// (internal/app serve): the memory store with its metrics, the local deny
+// cache in front of it with its metrics, the failure-mode wrapper, the
+// service's metrics and the top consumers tracker as observer, all on one
+// registry, and full headers.
+func defaultServer(b *testing.B) *Server {
+	b.Helper()
+	reg := prometheus.NewRegistry()
+	memMetrics, err := memory.NewMetrics(reg)
+	if err != nil {
+		b.Fatal(err)
+	}
+	mem, err := memory.New(memory.Config{MaxEntries: memory.DefaultMaxEntries, Observer: memMetrics})
+	if err != nil {
+		b.Fatal(err)
+	}
+	cacheMetrics, err := denycache.NewMetrics(reg)
+	if err != nil {
+		b.Fatal(err)
+	}
+	cache, err := denycache.New(denycache.Config{Store: mem, Observer: cacheMetrics})
+	if err != nil {
+		b.Fatal(err)
+	}
+	answering, err := failover.New(cache, failover.Config{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	m, err := NewMetrics(reg)
+	if err != nil {
+		b.Fatal(err)
+	}
+	top, err := topk.New(topk.Config{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	snap := rulesAt(b, "testdata/bench/bench.yaml")
+	srv, err := New(Config{Rules: func() Rules { return snap }, Store: answering, Metrics: m, Logger: zap.NewNop(), Observer: topFeed{top}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	return srv
+}
+
+// BenchmarkShouldRateLimitDefault: the one-descriptor call over 10,000
+// uniform subjects (fixed window, never denied) on the binary's default
+// wiring (defaultServer), from every P, each call with a deadline as
+// Envoy's gRPC calls carry one.
+func BenchmarkShouldRateLimitDefault(b *testing.B) {
+	values := make([]string, 10_000)
+	for i := range values {
+		values[i] = "10.0." + strconv.Itoa(i/256) + "." + strconv.Itoa(i%256)
+	}
+	srv := defaultServer(b)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Hour)
+	defer cancel()
+	b.ReportAllocs()
+	b.RunParallel(func(pb *testing.PB) {
+		// One request per goroutine, its value changed per call: a
+		// server reads a request it has just decoded, so the request is
+		// in cache and only the subjects' states are spread.
+		req := request("bench", desc("remote_address", ""))
+		i := 0
+		for pb.Next() {
+			i = (i + 7919) % len(values)
+			req.Descriptors[0].Entries[0].Value = values[i]
+			if _, err := srv.ShouldRateLimit(ctx, req); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}
