@@ -97,14 +97,14 @@ func appendMerged(dst []Entry, sh *shard, by By) []Entry {
 	for i := start; i < len(dst); i++ {
 		e := &dst[i]
 		for _, w := range []*window{&sh.cur, &sh.old} {
-			h, inHits := w.byHits.index[short(&e.Subject)]
+			h, inHits := w.byHits.index.get(short(&e.Subject))
 			if inHits {
 				e.Hits += w.byHits.heap[h].count
 				e.HitsError += w.byHits.heap[h].err
 			}
 			// The denial sketch counts every denial while it monitors
 			// the subject; the hit sketch only those while it does.
-			if d, ok := w.byDenied.index[short(&e.Subject)]; ok {
+			if d, ok := w.byDenied.index.get(short(&e.Subject)); ok {
 				e.Denied += w.byDenied.heap[d].count
 				e.DeniedError += w.byDenied.heap[d].err
 			} else if inHits {

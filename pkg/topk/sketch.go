@@ -29,7 +29,7 @@ type counter struct {
 type spaceSaving struct {
 	k     int
 	heap  []counter
-	index map[uint64]int
+	index index
 }
 
 // short is the index key of a subject: 64 bits of an HMAC output, which
@@ -39,73 +39,79 @@ func short(s *limiter.SubjectDigest) uint64 {
 }
 
 func newSpaceSaving(k int) spaceSaving {
-	return spaceSaving{k: k, heap: make([]counter, 0, k), index: make(map[uint64]int, k)}
+	return spaceSaving{k: k, heap: make([]counter, 0, k), index: newIndex(k)}
 }
 
 // add adds weight w (> 0) to subject; denied counts one denial.
-func (s *spaceSaving) add(subject limiter.SubjectDigest, w int64, denied bool) {
+func (s *spaceSaving) add(subject *limiter.SubjectDigest, w int64, denied bool) {
 	var d int64
 	if denied {
 		d = 1
 	}
-	if i, ok := s.index[short(&subject)]; ok {
-		s.heap[i].count += w
-		s.heap[i].denied += d
-		s.down(i)
+	key := short(subject)
+	if i, ok := s.index.get(key); ok {
+		c := s.heap[i]
+		c.count += w
+		c.denied += d
+		s.down(i, c)
 		return
 	}
 	if len(s.heap) < s.k {
-		s.heap = append(s.heap, counter{subject: subject, count: w, denied: d})
-		i := len(s.heap) - 1
-		s.index[short(&subject)] = i
-		s.up(i)
+		s.heap = append(s.heap, counter{})
+		s.up(len(s.heap)-1, counter{subject: *subject, count: w, denied: d})
 		return
 	}
-	lowest := s.heap[0]
-	delete(s.index, short(&lowest.subject))
-	s.heap[0] = counter{subject: subject, count: lowest.count + w, err: lowest.count, denied: d}
-	s.index[short(&subject)] = 0
-	s.down(0)
+	lowest := &s.heap[0]
+	s.index.del(short(&lowest.subject))
+	s.down(0, counter{subject: *subject, count: lowest.count + w, err: lowest.count, denied: d})
 }
 
 // reset empties the sketch, keeping its memory.
 func (s *spaceSaving) reset() {
 	s.heap = s.heap[:0]
-	clear(s.index)
+	s.index.reset()
 }
 
-func (s *spaceSaving) swap(i, j int) {
-	s.heap[i], s.heap[j] = s.heap[j], s.heap[i]
-	s.index[short(&s.heap[i].subject)] = i
-	s.index[short(&s.heap[j].subject)] = j
+// place puts c at heap position i and indexes it there.
+func (s *spaceSaving) place(i int, c counter) {
+	s.heap[i] = c
+	s.index.set(short(&c.subject), i)
 }
 
-func (s *spaceSaving) up(i int) {
+// up places c, whose count is no more than before, at or above position i:
+// it moves the parents of larger count down into the hole instead of
+// swapping, so each moved counter is written and indexed once.
+func (s *spaceSaving) up(i int, c counter) {
 	for i > 0 {
 		p := (i - 1) / 2
-		if s.heap[p].count <= s.heap[i].count {
-			return
+		if s.heap[p].count <= c.count {
+			break
 		}
-		s.swap(i, p)
+		s.place(i, s.heap[p])
 		i = p
 	}
+	s.place(i, c)
 }
 
-func (s *spaceSaving) down(i int) {
+// down places c, whose count is no less than before, at or below position
+// i, moving the smaller children up into the hole (the same comparisons,
+// and so the same heap, as swapping down).
+func (s *spaceSaving) down(i int, c counter) {
 	n := len(s.heap)
 	for {
 		l := 2*i + 1
 		if l >= n {
-			return
+			break
 		}
 		m := l
 		if r := l + 1; r < n && s.heap[r].count < s.heap[l].count {
 			m = r
 		}
-		if s.heap[i].count <= s.heap[m].count {
-			return
+		if c.count <= s.heap[m].count {
+			break
 		}
-		s.swap(i, m)
+		s.place(i, s.heap[m])
 		i = m
 	}
+	s.place(i, c)
 }

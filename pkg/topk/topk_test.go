@@ -117,8 +117,8 @@ func TestHeavyHitterAmongNoise(t *testing.T) {
 	for i := range p.shards {
 		sh := &p.shards[i]
 		for _, s := range []*spaceSaving{&sh.cur.byHits, &sh.cur.byDenied, &sh.old.byHits, &sh.old.byDenied} {
-			if len(s.heap) > tr.counters || len(s.index) != len(s.heap) || cap(s.heap) != tr.counters {
-				t.Fatalf("shard %d: %d counters, %d indexed, capacity %d; want at most %d", i, len(s.heap), len(s.index), cap(s.heap), tr.counters)
+			if len(s.heap) > tr.counters || s.index.len() != len(s.heap) || cap(s.heap) != tr.counters {
+				t.Fatalf("shard %d: %d counters, %d indexed, capacity %d; want at most %d", i, len(s.heap), s.index.len(), cap(s.heap), tr.counters)
 			}
 		}
 	}

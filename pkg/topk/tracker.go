@@ -192,11 +192,11 @@ func (t *Tracker) Record(o Observation) {
 	w.hits += o.Hits
 	w.decisions++
 	if o.Hits > 0 {
-		w.byHits.add(o.Subject, o.Hits, o.Denied)
+		w.byHits.add(&o.Subject, o.Hits, o.Denied)
 	}
 	if o.Denied {
 		w.denials++
-		w.byDenied.add(o.Subject, 1, true)
+		w.byDenied.add(&o.Subject, 1, true)
 	}
 	if o.ShadowDenied {
 		w.shadowDenials++
