@@ -3,6 +3,7 @@ package rls
 import (
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -56,17 +57,18 @@ type Metrics struct {
 	storeErrByKey [limiter.Incompatible + 1]prometheus.Counter
 	fallbackBy    [limiter.FailLocal + 1]prometheus.Counter
 
-	mu       sync.RWMutex
-	byPolicy map[policyKey]*policyCounters
-	byDomain map[string]*domainHistograms
+	// byDomain holds the children of each domain label, read without a
+	// lock on every call (see cowMap).
+	byDomain cowMap[string, *domainMetrics]
 }
 
-// domainHistograms are the latency histograms of one domain label.
-type domainHistograms struct {
+// domainMetrics are the children of one domain label: its latency
+// histograms and the counters of its policies.
+type domainMetrics struct {
+	label       string
 	call, store prometheus.Observer
+	byPolicy    cowMap[string, *policyCounters]
 }
-
-type policyKey struct{ domain, policy string }
 
 // result is how a limit is reported: an index into policyCounters' arrays.
 type result uint8
@@ -150,8 +152,6 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 		ovPolicies: prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: MetricsNamespace, Name: "override_policies",
 			Help: "Override policies (key lists and windows of request-supplied limits) tracked for a configured domain: at most --override-max-policies."},
 			[]string{"domain"}),
-		byPolicy: make(map[policyKey]*policyCounters),
-		byDomain: make(map[string]*domainHistograms),
 	}
 	for _, c := range []prometheus.Collector{
 		m.decisions, m.nearLimit, m.unmatched, m.storeErrors, m.storeLatency,
@@ -201,33 +201,51 @@ func (m *Metrics) observeStore(domain string, d time.Duration) {
 	m.domain(domain).store.Observe(d.Seconds())
 }
 
-// domain returns the histograms of one domain label: a configured domain
+// domain returns the children of one domain label: a configured domain
 // or UnknownDomainLabel, so the set is bounded by the configuration.
-func (m *Metrics) domain(domain string) *domainHistograms {
-	return cached(&m.mu, m.byDomain, domain, func() (string, *domainHistograms) {
+func (m *Metrics) domain(domain string) *domainMetrics {
+	return m.byDomain.get(domain, func() (string, *domainMetrics) {
 		// Copy the string: domain may point into a request buffer.
 		domain = string([]byte(domain))
-		return domain, &domainHistograms{call: m.callLatency.WithLabelValues(domain), store: m.storeLatency.WithLabelValues(domain)}
+		return domain, &domainMetrics{label: domain, call: m.callLatency.WithLabelValues(domain), store: m.storeLatency.WithLabelValues(domain)}
 	})
 }
 
-// cached returns the value of k in byKey, guarded by mu; the first use of
-// k adds the key and value that add returns (the key a copy of k that
-// holds no request buffer).
-func cached[K comparable, V any](mu *sync.RWMutex, byKey map[K]V, k K, add func() (K, V)) V {
-	mu.RLock()
-	v, ok := byKey[k]
-	mu.RUnlock()
-	if ok {
+// cowMap is a map read with one atomic load and no lock: a read shares no
+// written memory with other calls, where a read lock would (its reader
+// count), and the decision path reads it on every call. An addition
+// copies the map under mu, so the n keys of a map cost O(n²) copies in
+// all, once: its keys are configured values (domains, policy IDs), added
+// at their first use. The zero value is an empty map.
+type cowMap[K comparable, V any] struct {
+	m  atomic.Pointer[map[K]V]
+	mu sync.Mutex
+}
+
+// get returns the value of k; the first use of k adds the key and value
+// that add returns (the key a copy of k that holds no request buffer).
+func (c *cowMap[K, V]) get(k K, add func() (K, V)) V {
+	if m := c.m.Load(); m != nil {
+		if v, ok := (*m)[k]; ok {
+			return v
+		}
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var cur map[K]V
+	if m := c.m.Load(); m != nil {
+		cur = *m
+	}
+	if v, ok := cur[k]; ok {
 		return v
 	}
-	mu.Lock()
-	defer mu.Unlock()
-	if v, ok = byKey[k]; ok {
-		return v
+	next := make(map[K]V, len(cur)+1)
+	for kk, vv := range cur {
+		next[kk] = vv
 	}
-	k, v = add()
-	byKey[k] = v
+	k, v := add()
+	next[k] = v
+	c.m.Store(&next)
 	return v
 }
 
@@ -252,27 +270,31 @@ func (m *Metrics) overridePolicies(domain string, n int) {
 	m.ovPolicies.WithLabelValues(domain).Set(float64(n))
 }
 
+// unmatchedDescriptor counts a descriptor of domain that matched no rule.
+// Its series appears at the first one, so it is looked up then.
 func (m *Metrics) unmatchedDescriptor(domain string) {
 	m.unmatched.WithLabelValues(domain).Inc()
 }
 
-// policy returns the counters of one (domain, policy) pair. Both strings are
-// configured values; the set is bounded by the configuration.
-func (m *Metrics) policy(domain, policy string) *policyCounters {
-	return cached(&m.mu, m.byPolicy, policyKey{domain, policy}, func() (policyKey, *policyCounters) {
-		// Copy the strings: domain may point into a request buffer.
-		k := policyKey{string([]byte(domain)), string([]byte(policy))}
+// policy returns the counters of one policy label of the domain: policy
+// IDs are configured values (or UnlimitedPolicy, OverridePolicy), so the
+// set is bounded by the configuration.
+func (dm *domainMetrics) policy(m *Metrics, policy string) *policyCounters {
+	return dm.byPolicy.get(policy, func() (string, *policyCounters) {
+		// Copy the string: it may point into a request buffer.
+		policy = string([]byte(policy))
+		domain := dm.label
 		pc := &policyCounters{
-			near: m.nearLimit.WithLabelValues(k.domain, k.policy),
-			hits: m.hits.WithLabelValues(k.domain, k.policy),
+			near: m.nearLimit.WithLabelValues(domain, policy),
+			hits: m.hits.WithLabelValues(domain, policy),
 		}
 		for r, label := range resultLabels {
-			pc.decisions[r] = m.decisions.WithLabelValues(k.domain, k.policy, label)
-			pc.local[r] = m.local.WithLabelValues(k.domain, k.policy, label)
+			pc.decisions[r] = m.decisions.WithLabelValues(domain, policy, label)
+			pc.local[r] = m.local.WithLabelValues(domain, policy, label)
 			if result(r) != resultOK {
-				pc.penalty[r] = m.penalty.WithLabelValues(k.domain, k.policy, label)
+				pc.penalty[r] = m.penalty.WithLabelValues(domain, policy, label)
 			}
 		}
-		return k, pc
+		return policy, pc
 	})
 }

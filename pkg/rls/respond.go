@@ -30,6 +30,7 @@ func (s *Server) respond(ctx context.Context, req *rlsv3.RateLimitRequest, known
 	if known {
 		metricDomain = req.Domain
 	}
+	dm := s.metrics.domain(metricDomain)
 
 	// One allocation per message type for the whole response.
 	statuses := make([]rlsv3.RateLimitResponse_DescriptorStatus, n)
@@ -57,7 +58,7 @@ func (s *Server) respond(ctx context.Context, req *rlsv3.RateLimitRequest, known
 			continue
 		case statusUnlimited:
 			statuses[ds.desc].LimitRemaining = math.MaxUint32
-			pc := s.metrics.policy(metricDomain, UnlimitedPolicy)
+			pc := dm.policy(s.metrics, UnlimitedPolicy)
 			pc.count(resultOK, false, false)
 			if !ds.probe {
 				pc.hits.Add(float64(ds.cost))
@@ -97,7 +98,7 @@ func (s *Server) respond(ctx context.Context, req *rlsv3.RateLimitRequest, known
 			}
 			ds.retry = d.RetryAfter
 			if d.Allowed && ds.role != limiter.RoleShadow && nearLimit(d.Limit, d.Remaining) {
-				s.metrics.policy(metricDomain, ds.policyLabel()).near.Inc()
+				dm.policy(s.metrics, ds.policyLabel()).near.Inc()
 			}
 		} else {
 			s.storeFailed(ctx, sc, p, ds, out)
@@ -131,7 +132,7 @@ func (s *Server) respond(ctx context.Context, req *rlsv3.RateLimitRequest, known
 		if ds.kind != statusStore && ds.kind != statusNeverFits || ds.release {
 			continue // a release is no request of the limit: not counted
 		}
-		pc := s.metrics.policy(metricDomain, ds.policyLabel())
+		pc := dm.policy(s.metrics, ds.policyLabel())
 		if !ds.probe {
 			pc.hits.Add(float64(ds.cost))
 		}
