@@ -71,7 +71,7 @@ func ValidHeaderName(s string) bool {
 
 // addHeadersAndBody writes the rate-limit headers of the most restrictive
 // status and, on OVER_LIMIT, Retry-After and the JSON body.
-func (s *Server) addHeadersAndBody(resp *rlsv3.RateLimitResponse, sc *scratch) {
+func (s *Server) addHeadersAndBody(resp *rlsv3.RateLimitResponse, sc *scratch, space *answerSpace) {
 	mode := descriptors.HeadersFull
 	chosen := -1
 	var retry time.Duration
@@ -126,11 +126,17 @@ func (s *Server) addHeadersAndBody(resp *rlsv3.RateLimitResponse, sc *scratch) {
 				buf = strconv.AppendInt(buf, capacity, 10)
 			}
 		}
-		hv[nh] = corev3.HeaderValue{Key: s.headerNames.Limit, Value: string(buf)}
+		// The three values in one string.
+		limitEnd := len(buf)
+		buf = strconv.AppendUint(buf, uint64(c.remaining), 10)
+		remainingEnd := len(buf)
+		buf = strconv.AppendInt(buf, ceilSeconds(c.reset), 10)
+		values := string(buf)
+		hv[nh] = corev3.HeaderValue{Key: s.headerNames.Limit, Value: values[:limitEnd]}
 		nh++
-		hv[nh] = corev3.HeaderValue{Key: s.headerNames.Remaining, Value: strconv.FormatUint(uint64(c.remaining), 10)}
+		hv[nh] = corev3.HeaderValue{Key: s.headerNames.Remaining, Value: values[limitEnd:remainingEnd]}
 		nh++
-		hv[nh] = corev3.HeaderValue{Key: s.headerNames.Reset, Value: strconv.FormatInt(ceilSeconds(c.reset), 10)}
+		hv[nh] = corev3.HeaderValue{Key: s.headerNames.Reset, Value: values[remainingEnd:]}
 		nh++
 	}
 	if over && mode != descriptors.HeadersNone {
@@ -157,8 +163,7 @@ func (s *Server) addHeadersAndBody(resp *rlsv3.RateLimitResponse, sc *scratch) {
 	if nh == 0 {
 		return
 	}
-	backing := make([]corev3.HeaderValue, nh)
-	ptrs := make([]*corev3.HeaderValue, nh)
+	backing, ptrs := space.headers(nh)
 	for i := 0; i < nh; i++ {
 		backing[i].Key, backing[i].Value = hv[i].Key, hv[i].Value
 		ptrs[i] = &backing[i]

@@ -32,15 +32,10 @@ func (s *Server) respond(ctx context.Context, req *rlsv3.RateLimitRequest, known
 	}
 	dm := s.metrics.domain(metricDomain)
 
-	// One allocation per message type for the whole response.
-	statuses := make([]rlsv3.RateLimitResponse_DescriptorStatus, n)
-	ptrs := make([]*rlsv3.RateLimitResponse_DescriptorStatus, n)
-	var limits []rlsv3.RateLimitResponse_RateLimit
-	var durations []durationpb.Duration
-	if limited := len(sc.batch); limited > 0 {
-		limits = make([]rlsv3.RateLimitResponse_RateLimit, 0, limited)
-		durations = make([]durationpb.Duration, 0, limited)
-	}
+	// One allocation per message type for the whole response, or one in
+	// all for the answer to one descriptor.
+	space := newAnswerSpace(n, len(sc.batch))
+	statuses, ptrs, limits, durations := space.statuses, space.ptrs, space.limits, space.durations
 
 	// Pass 1: what each limit decided.
 	for i := range statuses {
@@ -177,8 +172,9 @@ func (s *Server) respond(ctx context.Context, req *rlsv3.RateLimitRequest, known
 		}
 	}
 
-	resp := &rlsv3.RateLimitResponse{OverallCode: overall, Statuses: ptrs}
-	s.addHeadersAndBody(resp, sc)
+	resp := space.resp
+	resp.OverallCode, resp.Statuses = overall, ptrs
+	s.addHeadersAndBody(resp, sc, &space)
 	if s.dynamicMetadata {
 		resp.DynamicMetadata = s.buildDynamicMetadata(req, statuses, sc)
 	}
