@@ -26,6 +26,7 @@ package deadline
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -49,6 +50,16 @@ type Wheel struct {
 	// when that tick starts. An entry is removed when its timer fires, so the
 	// map holds only ticks still ahead: at most (longest deadline / tick).
 	due map[int64]chan struct{}
+	// last is the tick most recently added to due: the calls of one
+	// moment share their tick, and find it here without taking mu.
+	// Cleared when that tick fires.
+	last atomic.Pointer[tickDone]
+}
+
+// tickDone is one entry of due.
+type tickDone struct {
+	n  int64
+	ch chan struct{}
 }
 
 // New returns a Wheel of the given resolution (DefaultTick when tick ≤ 0).
@@ -79,11 +90,15 @@ func (w *Wheel) Context(parent context.Context, now, d time.Time) context.Contex
 	if n <= now.UnixNano()/int64(w.tick) {
 		return &ctx{Context: parent, deadline: d, done: closed}
 	}
+	if t := w.last.Load(); t != nil && t.n == n {
+		return &ctx{Context: parent, deadline: d, done: t.ch}
+	}
 	w.mu.Lock()
 	ch := w.due[n]
 	if ch == nil {
 		ch = make(chan struct{})
 		w.due[n] = ch
+		w.last.Store(&tickDone{n: n, ch: ch})
 		time.AfterFunc(time.Duration(n*int64(w.tick)-now.UnixNano()), func() { w.fire(n) })
 	}
 	w.mu.Unlock()
@@ -95,6 +110,9 @@ func (w *Wheel) fire(n int64) {
 	w.mu.Lock()
 	ch := w.due[n]
 	delete(w.due, n)
+	if t := w.last.Load(); t != nil && t.n == n {
+		w.last.Store(nil)
+	}
 	w.mu.Unlock()
 	if ch != nil {
 		close(ch)

@@ -64,6 +64,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/envoy-rls/envoy-rls/pkg/limiter"
@@ -163,7 +164,14 @@ func (e *entry) answers(cost int64) bool {
 type shard struct {
 	mu sync.Mutex
 	m  map[key]entry
+	// held is len(m), written under mu after every change: a lookup in an
+	// empty shard (most of them, when few subjects are denied) reads it
+	// and neither builds the key nor takes the lock.
+	held atomic.Int32
 }
+
+// changed records the shard's size after a change. Called with sh.mu held.
+func (sh *shard) changed() { sh.held.Store(int32(len(sh.m))) }
 
 // scratch is the per-call work of Evaluate.
 type scratch struct {
@@ -237,8 +245,11 @@ func keyOf(r *limiter.Request) key {
 	}
 }
 
-func (c *Cache) shardOf(k *key) *shard {
-	return &c.shards[binary.LittleEndian.Uint64(k.subject[8:16])%Shards]
+func (c *Cache) shardOf(k *key) *shard { return c.subjectShard(&k.subject) }
+
+// subjectShard is the shard of every key of subject.
+func (c *Cache) subjectShard(subject *limiter.SubjectDigest) *shard {
+	return &c.shards[binary.LittleEndian.Uint64(subject[8:16])%Shards]
 }
 
 // lookup returns the cached denial answering r at now, if any. A charge
@@ -248,12 +259,16 @@ func (c *Cache) lookup(r *limiter.Request, now time.Time) (limiter.Decision, boo
 	if !cacheable(r.Policy) || r.Charges() || r.Validate() != nil {
 		return limiter.Decision{}, false
 	}
+	if c.subjectShard(&r.Subject).held.Load() == 0 {
+		return limiter.Decision{}, false
+	}
 	k := keyOf(r)
 	sh := c.shardOf(&k)
 	sh.mu.Lock()
 	e, ok := sh.m[k]
 	if ok && !now.Before(e.until) {
 		delete(sh.m, k)
+		sh.changed()
 		ok = false
 	}
 	sh.mu.Unlock()
@@ -304,6 +319,7 @@ func (c *Cache) record(batch []limiter.Request, out []limiter.Outcome, t0 time.T
 			sh.evict(t0)
 		}
 		sh.m[k] = e
+		sh.changed()
 		sh.mu.Unlock()
 	}
 }

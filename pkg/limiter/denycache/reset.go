@@ -58,4 +58,5 @@ func (sh *shard) drop(match func(*key) bool) {
 			delete(sh.m, k)
 		}
 	}
+	sh.changed()
 }
