@@ -22,10 +22,10 @@ const (
 	msgStoreFailure = "store failed; answered by the policy's failure mode"
 )
 
-// respond turns the descriptor statuses and outcomes of one call into the response.
-func (s *Server) respond(ctx context.Context, req *rlsv3.RateLimitRequest, known bool, sc *scratch) *rlsv3.RateLimitResponse {
+// respond turns the descriptor statuses and outcomes of one call into the
+// response; now is the clock's reading after the store answered.
+func (s *Server) respond(ctx context.Context, req *rlsv3.RateLimitRequest, known bool, sc *scratch, now time.Time) *rlsv3.RateLimitResponse {
 	n := len(req.Descriptors)
-	now := s.clock.Now()
 	metricDomain := UnknownDomainLabel
 	if known {
 		metricDomain = req.Domain

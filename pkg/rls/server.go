@@ -150,6 +150,13 @@ type Server struct {
 	overrides    *overrideCap
 	// dynamicMetadata: Config.DynamicMetadata.
 	dynamicMetadata bool
+	// epoch is a reading of the monotonic clock at New: a call's duration
+	// is the difference of two durations since it, each one clock read,
+	// where time.Now reads two clocks (wall and monotonic).
+	epoch time.Time
+	// systemClock: clock is the system clock, so the time at which the
+	// store returned is the clock's reading for the answer.
+	systemClock bool
 }
 
 var _ rlsv3.RateLimitServiceServer = (*Server)(nil)
@@ -218,14 +225,16 @@ func New(cfg Config) (*Server, error) {
 		overrides:      newOverrideCap(cfg.MaxOverridePolicies, cfg.Metrics),
 
 		dynamicMetadata: cfg.DynamicMetadata,
+		epoch:           time.Now(),
 	}
+	_, s.systemClock = cfg.Clock.(limiter.SystemClock)
 	s.scratch.New = func() any { return new(scratch) }
 	return s, nil
 }
 
 // ShouldRateLimit answers one Envoy rate-limit check.
 func (s *Server) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRequest) (resp *rlsv3.RateLimitResponse, err error) {
-	start := time.Now()
+	start := time.Since(s.epoch)
 	storeFailed := false
 	metricDomain := UnknownDomainLabel
 	defer func() {
@@ -233,7 +242,7 @@ func (s *Server) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReques
 			s.logPanic(r)
 			resp, err = nil, status.Error(codes.Internal, "rls: internal error while evaluating the request")
 		}
-		d := time.Since(start)
+		d := time.Since(s.epoch) - start
 		s.metrics.observeCall(metricDomain, status.Code(err), d)
 		if s.observer != nil {
 			s.observer.ObserveCall(CallObservation{Code: status.Code(err), Duration: d, StoreFailed: storeFailed})
@@ -414,6 +423,7 @@ func (s *Server) evaluate(ctx context.Context, req *rlsv3.RateLimitRequest, rule
 	for i := n; i < len(sc.outs); i++ {
 		sc.outs[i] = limiter.EvaluatedOutcome(limiter.Decision{})
 	}
+	var now time.Time // the answer's clock reading, when the store's end is it
 	if n > 0 {
 		send, outs := sc.batch[:n], sc.outs[:n]
 		if n < len(sc.batch) {
@@ -425,7 +435,11 @@ func (s *Server) evaluate(ctx context.Context, req *rlsv3.RateLimitRequest, rule
 		} else {
 			s.store.Evaluate(storeContext(ctx, s.deadlines, t0), send, outs)
 		}
-		s.metrics.observeStore(domain, time.Since(t0))
+		end := time.Now()
+		s.metrics.observeStore(domain, end.Sub(t0))
+		if s.systemClock {
+			now = end
+		}
 		limiter.AnswerFailures(send, outs)
 		if n < len(sc.batch) {
 			sc.pending.Merge(sc.outs)
@@ -433,5 +447,8 @@ func (s *Server) evaluate(ctx context.Context, req *rlsv3.RateLimitRequest, rule
 	}
 
 	// 4. Statuses.
-	return s.respond(ctx, req, known, sc)
+	if now.IsZero() {
+		now = s.clock.Now()
+	}
+	return s.respond(ctx, req, known, sc, now)
 }
