@@ -87,3 +87,34 @@ func BenchmarkShouldRateLimitDefault(b *testing.B) {
 		}
 	})
 }
+
+// BenchmarkShouldRateLimitDefaultGoroutine is BenchmarkShouldRateLimitDefault
+// with each call in a new goroutine, as gRPC serves each stream by default:
+// it adds the goroutine's start and the growth of its stack to the call's
+// depth.
+func BenchmarkShouldRateLimitDefaultGoroutine(b *testing.B) {
+	values := make([]string, 10_000)
+	for i := range values {
+		values[i] = "10.0." + strconv.Itoa(i/256) + "." + strconv.Itoa(i%256)
+	}
+	srv := defaultServer(b)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Hour)
+	defer cancel()
+	b.ReportAllocs()
+	b.RunParallel(func(pb *testing.PB) {
+		req := request("bench", desc("remote_address", ""))
+		done := make(chan error)
+		i := 0
+		for pb.Next() {
+			i = (i + 7919) % len(values)
+			req.Descriptors[0].Entries[0].Value = values[i]
+			go func() {
+				_, err := srv.ShouldRateLimit(ctx, req)
+				done <- err
+			}()
+			if err := <-done; err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}
