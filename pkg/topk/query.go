@@ -143,10 +143,13 @@ func (t *Tracker) Usage(f Filter) []Usage {
 	now := t.clock.Now().UnixMilli()
 	var out []Usage
 	for _, p := range t.selected(f) {
-		u := Usage{Domain: p.key.Domain, Policy: p.key.Policy, Key: p.dkey, Since: p.since,
-			Hits: p.hits.Load(), Decisions: p.decisions.Load(), Denials: p.denials.Load(), ShadowDenials: p.shadowDenials.Load()}
+		u := Usage{Domain: p.key.Domain, Policy: p.key.Policy, Key: p.dkey, Since: p.since}
 		distinct, _ := hyperloglog.NewSketch(HLLPrecision, true) // a valid precision
 		u.Recent.From = t.eachShard(p, now, func(sh *shard) {
+			u.Hits += sh.total.hits
+			u.Decisions += sh.total.decisions
+			u.Denials += sh.total.denials
+			u.ShadowDenials += sh.total.shadowDenials
 			for _, w := range []*window{&sh.cur, &sh.old} {
 				u.Recent.Hits += w.hits
 				u.Recent.Decisions += w.decisions

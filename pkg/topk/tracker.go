@@ -104,24 +104,43 @@ type policy struct {
 	dkey  string
 	since time.Time
 
-	hits, decisions, denials, shadowDenials atomic.Int64
-
 	shards [Shards]shard
 }
 
 // shard holds the subjects of one part of the digest space.
 type shard struct {
-	mu       sync.Mutex
+	mu sync.Mutex
+	// total counts the shard's subjects since the policy was first
+	// observed: kept here, under the lock Record takes anyway, rather
+	// than in atomics of the policy that every call would share.
+	total    counts
 	cur, old window
 	distinct *hyperloglog.Sketch
 	_        [64]byte // keep shards on separate cache lines
 }
 
+// counts are the traffic of a period.
+type counts struct {
+	hits, decisions, denials, shadowDenials int64
+}
+
+// add counts one observation.
+func (c *counts) add(o *Observation) {
+	c.hits += o.Hits
+	c.decisions++
+	if o.Denied {
+		c.denials++
+	}
+	if o.ShadowDenied {
+		c.shadowDenials++
+	}
+}
+
 // window is one period of Window.
 type window struct {
-	index                                   int64 // unix ms / Window
-	hits, decisions, denials, shadowDenials int64
-	byHits, byDenied                        spaceSaving
+	index int64 // unix ms / Window
+	counts
+	byHits, byDenied spaceSaving
 }
 
 // New validates cfg and returns a Tracker.
@@ -176,30 +195,18 @@ func (t *Tracker) Record(o Observation) {
 			return
 		}
 	}
-	p.hits.Add(o.Hits)
-	p.decisions.Add(1)
-	if o.Denied {
-		p.denials.Add(1)
-	}
-	if o.ShadowDenied {
-		p.shadowDenials.Add(1)
-	}
 	sh := &p.shards[shardOf(&o.Subject)]
 	now := t.clock.Now().UnixMilli()
 	sh.mu.Lock()
 	t.rotate(sh, now)
+	sh.total.add(&o)
 	w := &sh.cur
-	w.hits += o.Hits
-	w.decisions++
+	w.counts.add(&o)
 	if o.Hits > 0 {
 		w.byHits.add(&o.Subject, o.Hits, o.Denied)
 	}
 	if o.Denied {
-		w.denials++
 		w.byDenied.add(&o.Subject, 1, true)
-	}
-	if o.ShadowDenied {
-		w.shadowDenials++
 	}
 	sh.distinct.InsertHash(binary.LittleEndian.Uint64(o.Subject[8:16]))
 	sh.mu.Unlock()
@@ -256,7 +263,7 @@ func (t *Tracker) rotate(sh *shard, now int64) {
 
 func (w *window) clear(idx int64) {
 	w.index = idx
-	w.hits, w.decisions, w.denials, w.shadowDenials = 0, 0, 0, 0
+	w.counts = counts{}
 	w.byHits.reset()
 	w.byDenied.reset()
 }
