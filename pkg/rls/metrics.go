@@ -188,17 +188,17 @@ func newLatencyHistogram(name, help string) *prometheus.HistogramVec {
 // observeCall counts one call of domain (a configured domain or
 // UnknownDomainLabel).
 func (m *Metrics) observeCall(domain string, c codes.Code, d time.Duration) {
+	m.observeCallOf(m.domain(domain), c, d)
+}
+
+// observeCallOf counts one call of the domain label of dm.
+func (m *Metrics) observeCallOf(dm *domainMetrics, c codes.Code, d time.Duration) {
 	if int(c) < len(m.byCode) {
 		m.byCode[c].Inc()
 	} else {
 		m.calls.WithLabelValues(c.String()).Inc()
 	}
-	m.domain(domain).call.Observe(d.Seconds())
-}
-
-// observeStore times one store batch of a configured domain.
-func (m *Metrics) observeStore(domain string, d time.Duration) {
-	m.domain(domain).store.Observe(d.Seconds())
+	dm.call.Observe(d.Seconds())
 }
 
 // domain returns the children of one domain label: a configured domain

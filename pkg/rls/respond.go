@@ -30,7 +30,7 @@ func (s *Server) respond(ctx context.Context, req *rlsv3.RateLimitRequest, known
 	if known {
 		metricDomain = req.Domain
 	}
-	dm := s.metrics.domain(metricDomain)
+	dm := sc.metrics
 
 	// One allocation per message type for the whole response, or one in
 	// all for the answer to one descriptor.

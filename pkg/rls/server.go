@@ -237,13 +237,17 @@ func (s *Server) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReques
 	start := time.Since(s.epoch)
 	storeFailed := false
 	metricDomain := UnknownDomainLabel
+	var dm *domainMetrics // metricDomain's, once the domain is known
 	defer func() {
 		if r := recover(); r != nil {
 			s.logPanic(r)
 			resp, err = nil, status.Error(codes.Internal, "rls: internal error while evaluating the request")
 		}
 		d := time.Since(s.epoch) - start
-		s.metrics.observeCall(metricDomain, status.Code(err), d)
+		if dm == nil {
+			dm = s.metrics.domain(metricDomain)
+		}
+		s.metrics.observeCallOf(dm, status.Code(err), d)
 		if s.observer != nil {
 			s.observer.ObserveCall(CallObservation{Code: status.Code(err), Duration: d, StoreFailed: storeFailed})
 		}
@@ -261,7 +265,9 @@ func (s *Server) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReques
 	if rules.HasDomain(req.Domain) {
 		metricDomain = req.Domain
 	}
+	dm = s.metrics.domain(metricDomain)
 	sc := s.getScratch()
+	sc.metrics = dm
 	resp = s.evaluate(ctx, req, rules, sc)
 	if s.tracer != nil {
 		s.annotateCall(ctx, req, rules.HasDomain(req.Domain), sc, resp)
@@ -436,7 +442,7 @@ func (s *Server) evaluate(ctx context.Context, req *rlsv3.RateLimitRequest, rule
 			s.store.Evaluate(storeContext(ctx, s.deadlines, t0), send, outs)
 		}
 		end := time.Now()
-		s.metrics.observeStore(domain, end.Sub(t0))
+		sc.metrics.store.Observe(end.Sub(t0).Seconds())
 		if s.systemClock {
 			now = end
 		}

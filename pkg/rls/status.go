@@ -78,6 +78,8 @@ type scratch struct {
 	pending limiter.Pending   // the store's requests when never-fits ones follow
 	entries []descriptors.Entry
 	buf     []byte
+	// metrics are the children of the call's domain label.
+	metrics *domainMetrics
 	// storeFailed: a limit of the call was answered by its failure mode.
 	storeFailed bool
 	// requestID is the value of the call's request id descriptor
@@ -102,6 +104,7 @@ func (s *Server) putScratch(sc *scratch) {
 	clear(sc.outs)
 	sc.pending.Release()
 	clear(sc.entries)
+	sc.metrics = nil
 	s.scratch.Put(sc)
 }
 
