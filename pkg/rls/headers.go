@@ -7,7 +7,6 @@ import (
 	"strings"
 	"time"
 
-	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 
 	"github.com/envoy-rls/envoy-rls/pkg/descriptors"
@@ -106,7 +105,9 @@ func (s *Server) addHeadersAndBody(resp *rlsv3.RateLimitResponse, sc *scratch, s
 	c := &sc.descs[chosen]
 	retrySecs := max(ceilSeconds(retry), 1)
 
-	var hv [5]corev3.HeaderValue
+	// The headers' names and values, copied once into the response's
+	// header messages when their number is known.
+	var hv [5]struct{ key, value string }
 	nh := 0
 	buf := sc.buf[:0]
 	if mode == descriptors.HeadersFull {
@@ -132,15 +133,15 @@ func (s *Server) addHeadersAndBody(resp *rlsv3.RateLimitResponse, sc *scratch, s
 		remainingEnd := len(buf)
 		buf = strconv.AppendInt(buf, ceilSeconds(c.reset), 10)
 		values := string(buf)
-		hv[nh] = corev3.HeaderValue{Key: s.headerNames.Limit, Value: values[:limitEnd]}
+		hv[nh].key, hv[nh].value = s.headerNames.Limit, values[:limitEnd]
 		nh++
-		hv[nh] = corev3.HeaderValue{Key: s.headerNames.Remaining, Value: values[limitEnd:remainingEnd]}
+		hv[nh].key, hv[nh].value = s.headerNames.Remaining, values[limitEnd:remainingEnd]
 		nh++
-		hv[nh] = corev3.HeaderValue{Key: s.headerNames.Reset, Value: values[remainingEnd:]}
+		hv[nh].key, hv[nh].value = s.headerNames.Reset, values[remainingEnd:]
 		nh++
 	}
 	if over && mode != descriptors.HeadersNone {
-		hv[nh] = corev3.HeaderValue{Key: HeaderRetryAfter, Value: strconv.FormatInt(retrySecs, 10)}
+		hv[nh].key, hv[nh].value = HeaderRetryAfter, strconv.FormatInt(retrySecs, 10)
 		nh++
 	}
 	if over {
@@ -156,7 +157,7 @@ func (s *Server) addHeadersAndBody(resp *rlsv3.RateLimitResponse, sc *scratch, s
 		buf = append(buf, '}')
 		resp.RawBody = append([]byte(nil), buf...)
 		// Envoy lets the service's content-type replace the local reply's.
-		hv[nh] = corev3.HeaderValue{Key: HeaderContentType, Value: bodyContentType}
+		hv[nh].key, hv[nh].value = HeaderContentType, bodyContentType
 		nh++
 	}
 	sc.buf = buf
@@ -165,7 +166,7 @@ func (s *Server) addHeadersAndBody(resp *rlsv3.RateLimitResponse, sc *scratch, s
 	}
 	backing, ptrs := space.headers(nh)
 	for i := 0; i < nh; i++ {
-		backing[i].Key, backing[i].Value = hv[i].Key, hv[i].Value
+		backing[i].Key, backing[i].Value = hv[i].key, hv[i].value
 		ptrs[i] = &backing[i]
 	}
 	resp.ResponseHeadersToAdd = ptrs
