@@ -34,7 +34,11 @@ func (s *Server) respond(ctx context.Context, req *rlsv3.RateLimitRequest, known
 
 	// One allocation per message type for the whole response, or one in
 	// all for the answer to one descriptor.
-	space := newAnswerSpace(n, len(sc.batch))
+	denies := false
+	for i := range sc.outs {
+		denies = denies || !sc.outs[i].Decision.Allowed
+	}
+	space := newAnswerSpace(n, len(sc.batch), denies)
 	statuses, ptrs, limits, durations := space.statuses, space.ptrs, space.limits, space.durations
 
 	// Pass 1: what each limit decided.
