@@ -2,12 +2,17 @@ package rls
 
 import (
 	"context"
+	"net"
 	"strconv"
 	"testing"
 	"time"
 
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/test/bufconn"
 
 	"github.com/envoy-rls/envoy-rls/pkg/limiter/denycache"
 	"github.com/envoy-rls/envoy-rls/pkg/limiter/failover"
@@ -113,6 +118,46 @@ func BenchmarkShouldRateLimitDefaultGoroutine(b *testing.B) {
 				done <- err
 			}()
 			if err := <-done; err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}
+
+// BenchmarkShouldRateLimitGRPC is BenchmarkShouldRateLimitDefault through
+// grpc-go (the binary's codec and handler, over bufconn; the client runs
+// in the process too): the one benchmark whose calls run on the stacks
+// gRPC gives them, a new goroutine per call under gRPC's own frames, so
+// that the service's stack depth shows where it makes them grow.
+func BenchmarkShouldRateLimitGRPC(b *testing.B) {
+	srv := defaultServer(b)
+	lis := bufconn.Listen(1 << 20)
+	gs := grpc.NewServer(grpc.ForceServerCodecV2(Codec{}))
+	srv.Register(gs)
+	go func() { _ = gs.Serve(lis) }()
+	defer gs.Stop()
+	conn, err := grpc.NewClient("passthrough:///bufnet",
+		grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) { return lis.DialContext(ctx) }),
+		grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer func() { _ = conn.Close() }()
+	client := rlsv3.NewRateLimitServiceClient(conn)
+	values := make([]string, 10_000)
+	for i := range values {
+		values[i] = "10.0." + strconv.Itoa(i/256) + "." + strconv.Itoa(i%256)
+	}
+	b.SetParallelism(32) // 64 calls in flight on 2 Ps
+	b.ReportAllocs()
+	b.RunParallel(func(pb *testing.PB) {
+		i := 0
+		for pb.Next() {
+			i = (i + 7919) % len(values)
+			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+			_, err := client.ShouldRateLimit(ctx, request("bench", desc("remote_address", values[i])))
+			cancel()
+			if err != nil {
 				b.Fatal(err)
 			}
 		}

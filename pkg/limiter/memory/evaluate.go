@@ -117,7 +117,7 @@ func (s *Store) evaluateBatch(batch []limiter.Request, out []limiter.Outcome, no
 			dropped += d
 			if !wi.inTable && s.nSketches.Load() != 0 {
 				lockOverflow()
-				if st, wi.failed = s.openSketchFor(wi, r.Policy, &r.Subject, nowMs, false); wi.failed {
+				if st, wi.failed = s.openSketchFor(&wi.spilled, r.Policy, &r.Subject, nowMs, false); wi.failed {
 					out[i] = sketchClockUnsafe(r.Policy)
 					continue
 				}
@@ -151,7 +151,7 @@ func (s *Store) evaluateBatch(batch []limiter.Request, out []limiter.Outcome, no
 				// No room: the policy's sketch decides, from its own
 				// estimate of the subject.
 				lockOverflow()
-				if st, wi.failed = s.openSketchFor(wi, r.Policy, &r.Subject, nowMs, true); wi.failed {
+				if st, wi.failed = s.openSketchFor(&wi.spilled, r.Policy, &r.Subject, nowMs, true); wi.failed {
 					out[i] = sketchClockUnsafe(r.Policy)
 					continue
 				}
@@ -313,25 +313,35 @@ type work struct {
 	uncommitted limiter.Reply
 	// inTable: the key has a live entry in the table, at idx when the
 	// table's moves count is still moves. reserved: this request reserved a
-	// new entry; hasRoom: this or an earlier request on the same state did.
-	inTable, reserved, hasRoom bool
-	idx                        int
-	moves                      uint64
-	// sp is the policy's sketch when the key has no entry and the sketch
-	// remembers something (or must decide). overflow: the write goes to
-	// the sketch (no room for an entry). estimated: the state came from the
-	// sketch's estimate. failed: the request got a failure outcome, which
-	// later requests on the same state repeat.
-	sp                          spill
-	overflow, estimated, failed bool
+	// new entry.
+	inTable, reserved bool
+	idx               int
+	moves             uint64
+	spilled
+	// failed: the request got a failure outcome, which later requests on
+	// the same state repeat.
+	failed bool
 	// refused: this request was refused for capacity (its later requests
 	// on the same state repeat the outcome and are not counted again).
 	refused bool
 }
 
+// spilled is what a request knows of its policy's sketch: all that
+// evaluateOne needs of a work, in a tenth of its size (a smaller frame on
+// every call's stack).
+type spilled struct {
+	// sp is the policy's sketch when the key has no entry and the sketch
+	// remembers something (or must decide). overflow: the write goes to
+	// the sketch (no room for an entry). estimated: the state came from the
+	// sketch's estimate. hasRoom: this or an earlier request on the same
+	// state reserved a new entry.
+	sp                           spill
+	overflow, estimated, hasRoom bool
+}
+
 // source is where the decision of w comes from: the sketch when it decides
 // from the sketch's estimate and no exact entry takes over.
-func (w *work) source() limiter.Source {
+func (w *spilled) source() limiter.Source {
 	if w.overflow || (w.estimated && !w.hasRoom) {
 		return limiter.SourceMemoryOverflow
 	}

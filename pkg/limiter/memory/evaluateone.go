@@ -35,7 +35,7 @@ func (s *Store) evaluateOne(r *limiter.Request, o *limiter.Outcome, nowMs int64)
 	st, found, dropped, hint := sh.load(&k, h, nowMs)
 	// A subject without an entry may meet its policy's sketch: wo holds
 	// the sketch fields, and overflowMu is taken after the shard lock.
-	var wo work
+	var wo spilled
 	overflowLocked, failed := false, false
 	if !found && s.nSketches.Load() != 0 {
 		s.overflowMu.Lock()
@@ -124,7 +124,7 @@ func (s *Store) evaluateOne(r *limiter.Request, o *limiter.Outcome, nowMs int64)
 // openSketchFor is openSketch for w: it records in w whether the state came
 // from the sketch's estimate, and reports failed when the sketch's clock
 // check failed. Called with overflowMu held.
-func (s *Store) openSketchFor(w *work, p *limiter.Policy, d *limiter.SubjectDigest, nowMs int64, create bool) (st limiter.State, failed bool) {
+func (s *Store) openSketchFor(w *spilled, p *limiter.Policy, d *limiter.SubjectDigest, nowMs int64, create bool) (st limiter.State, failed bool) {
 	st, ok := s.openSketch(&w.sp, p, d, nowMs, create)
 	w.estimated = w.estimated || st.Exists
 	return st, !ok
