@@ -272,7 +272,7 @@ end
 -- fragments/args-v2.lua: the argument of one key of rate-batch-v2.lua and
 -- rate-refund-v2.lua: one ARGV field, the packed numbers (see the
 -- programs' headers).
--- uses: unpack, unpackList, band, ROLE_BITS, FAIL_OPEN, PENALTY, CALENDAR, MAX,
+-- uses: unpack, unpackList, FAIL_OPEN, PENALTY, CALENDAR, MAX,
 -- uses: MAX_DURATION, MAX_SLIDING, MAX_LOG, fmod, penaltyArgs, calendarArgs,
 -- uses: CHARGE
 -- defines: NARG, argsRead, keyArgs
@@ -301,11 +301,8 @@ local function keyArgs(gi)
   end
   local alg, role, failOpen, rev, limit, p2, p3, grace, maxRegression, cost
   local penalty, duration, maxDuration, decay, cal, cb0, cb1, cb2, cb3, charge, ceiling
-  -- Every flag bit but 128 and the penalty's (taken off by penaltyArgs).
-  local unknownFlags = 144
   -- fragments/args.lua: a key's packed numbers (lua.AppendBatchPacked), read
-  -- and checked (unknownFlags: the flag bits the program does not know), as
-  -- an inline block of a program's keyArgs: struct.pack(
+  -- and checked, as an inline block of a program's keyArgs: struct.pack(
   -- '>BBddddddd') of algorithm, flags, revision, limit, the two algorithm
   -- arguments, grace, max clock regression and cost, then the penalty
   -- extension (flag 16) and the calendar extension (flag 32). It gives the
@@ -313,23 +310,26 @@ local function keyArgs(gi)
   -- valid), the numbers, the penalty box (penalty, its duration, max
   -- duration and decay) and a calendar window (cal and the boundaries of its
   -- three periods), and whether it charges always with its ceiling.
-  -- uses: unpack, band, ROLE_BITS, FAIL_OPEN, PENALTY, CALENDAR, MAX,
+  -- uses: unpack, FAIL_OPEN, PENALTY, CALENDAR, MAX,
   -- uses: MAX_DURATION, MAX_SLIDING, MAX_LOG, fmod, penaltyArgs, calendarArgs,
   -- uses: CHARGE
-  -- in: packed, valid, unknownFlags
+  -- in: packed, valid
   -- out: valid, alg, role, failOpen, rev, limit, p2, p3, grace, maxRegression,
   -- out: cost, penalty, duration, maxDuration, decay, cal, cb0, cb1, cb2, cb3,
   -- out: charge, ceiling
   -- defines: algorithm, flags, pos
   local algorithm, flags, pos
   algorithm, flags, rev, limit, p2, p3, grace, maxRegression, cost, pos = unpack('>BBddddddd', packed)
+  -- The flags are a byte (0..255): bit b of it is set when flags % (2 * b)
+  -- >= b, exact arithmetic of the VM (a C call of bit.band per bit costs
+  -- Redis CPU on every key).
   -- A charge (flag CHARGE) records usage up to its ceiling, twice the limit.
-  charge, ceiling = band(flags, CHARGE) ~= 0, limit
+  charge, ceiling = flags % 128 >= CHARGE, limit
   if charge then
     ceiling = limit * 2
   end
   penalty, duration, maxDuration, decay = false, 0, 0, 0
-  if band(flags, PENALTY) ~= 0 then
+  if flags % 32 >= PENALTY then
     local ok
     ok, penalty, duration, maxDuration, decay, pos, flags = penaltyArgs(packed, pos, flags, limit)
     valid = valid and ok
@@ -340,15 +340,15 @@ local function keyArgs(gi)
   -- whether the unpacked numbers (doubles, any value) are each an integer in
   -- its range (NaN fails every comparison). flags is a byte: the role in
   -- bits 0-2, at most 5, failOpen at 8, the calendar bit 32 and the charge
-  -- bit 64 (penaltyArgs took off the penalty
-  -- bit 16: unknownFlags is every other bit). A charge may cost up to its
+  -- bit 64; penaltyArgs took off the penalty bit 16, and bit 128 is unknown
+  -- (its bits tested by arithmetic, as args.lua does). A charge may cost up to its
   -- ceiling (twice the limit, limiter.Policy.Ceiling) and has no penalty
   -- box. Each algorithm's own rules are its fragment's valid section.
-  -- uses: band, ROLE_BITS, MAX, MAX_DURATION
-  -- in: flags, rev, limit, p2, p3, grace, maxRegression, cost, unknownFlags,
+  -- uses: PENALTY, MAX, MAX_DURATION
+  -- in: flags, rev, limit, p2, p3, grace, maxRegression, cost,
   -- in: charge, ceiling, penalty
   -- out: valid
-  valid = valid and band(flags, unknownFlags) == 0 and band(flags, ROLE_BITS) <= 5
+  valid = valid and flags < 128 and flags % 32 < PENALTY and flags % 8 <= 5
     and not (charge and penalty) and ceiling <= MAX
     and rev >= 1 and rev <= 4294967295 and rev % 1 == 0
     and limit >= 0 and limit <= MAX and limit % 1 == 0
@@ -409,13 +409,13 @@ local function keyArgs(gi)
     alg, valid = false, false
   end
   cal, cb0, cb1, cb2, cb3 = false, 0, 0, 0, 0
-  if valid and band(flags, CALENDAR) ~= 0 then
+  if valid and flags % 64 >= CALENDAR then
     valid, cb0, cb1, cb2, cb3 = calendarArgs(packed, pos, alg)
     cal = valid
   end
   role, failOpen = 0, false
   if valid then
-    role, failOpen = band(flags, ROLE_BITS), band(flags, FAIL_OPEN) ~= 0
+    role, failOpen = flags % 8, flags % 16 >= FAIL_OPEN
   end
   if argsRead then
     argsRead[packed] = { valid, alg, false, role, failOpen, rev, limit, p2, p3, grace, maxRegression, cost,
