@@ -1216,7 +1216,8 @@ end
 -- key, the common one, keeps no record: its key writes as soon as it is
 -- checked, since a single key that writes is one that commits.
 -- uses: serverNow, keyArgs, stateValue, decodeState, storeState, writeOffence, newReply,
--- uses: replyKey, replyBefore, penaltyStep, blockedRemaining, MAX, algStep, chargeKey
+-- uses: replyKey, replyBefore, penaltyStep, blockedRemaining, MAX, algStep, chargeKey,
+-- uses: fixedWindowStep
 -- defines: WIDE, priorState, writeRecord, recordKey, evalKey, commitKeys, evaluate
 --
 -- The program defines its layout's parts: keyArgs(gi), the arguments of
@@ -1400,15 +1401,22 @@ local function evalKey(kb, i, n, rec, seen, lastWrite, offences)
     if not now then
       status = 'CLOCK_UNSAFE'
     else
-      -- uses: algStep
+      -- uses: algStep, fixedWindowStep
       -- in: alg, st, lastObservedMs, epoch, level, carry, log, now, limit, p2, p3,
       -- in: grace, cost, cal, cb0, cb1, cb2, cb3, ceiling
       -- out: incompatible, nLog, allowed, nEpoch, nLevel, nCarry, ttl, remaining,
       -- out: retry, resetAt, remainingBefore, resetBefore
-      -- alg's step (algStep) on a compatible state (st true; nil none) at now.
-      incompatible, nLog, allowed, nEpoch, nLevel, nCarry, ttl, remaining, retry, resetAt, remainingBefore, resetBefore =
-        algStep(alg, st, lastObservedMs, epoch, level, carry, log, now, limit, ceiling, p2, p3, grace, cost, cal, cb0, cb1,
-          cb2, cb3)
+      -- alg's step (algStep) on a compatible state (st true; nil none) at now;
+      -- a fixed window's, the common one, without algStep's call.
+      if alg == 'fixed_window' then
+        incompatible, nLog = false, ''
+        allowed, nEpoch, nLevel, nCarry, ttl, remaining, retry, resetAt, remainingBefore, resetBefore = fixedWindowStep(st,
+          epoch, level, now, limit, p2, grace, cost, cal, cb0, cb1, cb2, cb3)
+      else
+        incompatible, nLog, allowed, nEpoch, nLevel, nCarry, ttl, remaining, retry, resetAt, remainingBefore, resetBefore =
+          algStep(alg, st, lastObservedMs, epoch, level, carry, log, now, limit, ceiling, p2, p3, grace, cost, cal, cb0,
+            cb1, cb2, cb3)
+      end
       if incompatible then
         -- A stored log that cannot be ours.
         st, remaining, retry, resetAt, ttl, remainingBefore, resetBefore = false, 0, 0, 0, 0, 0, 0
@@ -1529,7 +1537,8 @@ end
 
 -- evaluate is one request: its n keys start after the group's first kb;
 -- rec is the group's record array, reused by each of its requests (only
--- the records of the request's own keys are read). It returns the
+-- the records of the request's own keys are read; false in a run of one
+-- key, whose request keeps no record). It returns the
 -- request's reply.
 local function evaluate(kb, n, rec)
   local out = newReply(n)
@@ -1576,7 +1585,7 @@ end
 -- field: per request struct.pack('>Hd'), its number of keys and its
 -- deadline in ms of Redis's clock (0: none).
 -- uses: MAX, unpack, serverNow, evaluate
--- defines: groupOf, runGroup
+-- defines: groupOf, oneDeadline, requestReply, runGroup
 
 -- groupOf reads the group field for nkeys keys, checked whole before
 -- anything is evaluated: the requests' key counts and deadlines, or false
@@ -1603,26 +1612,46 @@ local function groupOf(group, nkeys)
   return counts, deadlines
 end
 
--- runGroup evaluates the requests in order, each under pcall: one that
--- raises (before it writes: checkExact runs before any write) fails alone.
--- A request whose deadline serverNow is past is not evaluated. It returns
--- the replies, one per request.
+-- oneDeadline is, for the group field of a run of one key, the deadline
+-- of its one request when the field is one request of one key with a
+-- deadline in range (the common run: groupOf's tables are not made, a
+-- table per run costing Redis CPU to make and to collect); false
+-- otherwise, when groupOf tells what is wrong.
+local function oneDeadline(group)
+  if #group == 10 then
+    local kn, dl = unpack('>Hd', group)
+    if kn == 1 and (dl == 0 or dl >= 1 and dl <= MAX and dl % 1 == 0) then
+      return dl
+    end
+  end
+  return false
+end
+
+-- requestReply is the reply of the request whose n keys start after the
+-- group's first kb, with deadline dl (rec: evaluate's record array). A
+-- request whose deadline serverNow is past is not evaluated. It is
+-- evaluated under pcall: one that raises (before it writes: the exactness
+-- check runs before any write) fails alone.
+local function requestReply(kb, n, dl, rec)
+  if dl ~= 0 and serverNow > dl then
+    return { 2, serverNow }
+  end
+  local ok, r = pcall(evaluate, kb, n, rec)
+  if ok then
+    return r
+  elseif type(r) == 'table' then
+    -- A command's error reply (redis.call raises it as { err = text }).
+    return { 3, tostring(r.err) }
+  end
+  return { 3, tostring(r) }
+end
+
+-- runGroup evaluates the requests in order (requestReply) and returns the
+-- replies, one per request.
 local function runGroup(counts, deadlines)
   local replies, kb, rec = {}, 0, {}
   for q = 1, #counts do
-    if deadlines[q] ~= 0 and serverNow > deadlines[q] then
-      replies[q] = { 2, serverNow }
-    else
-      local ok, r = pcall(evaluate, kb, counts[q], rec)
-      if ok then
-        replies[q] = r
-      elseif type(r) == 'table' then
-        -- A command's error reply (redis.call raises it as { err = text }).
-        replies[q] = { 3, tostring(r.err) }
-      else
-        replies[q] = { 3, tostring(r) }
-      end
-    end
+    replies[q] = requestReply(kb, counts[q], deadlines[q], rec)
     kb = kb + counts[q]
   end
   return replies
@@ -1632,6 +1661,14 @@ end
 local nkeys = #KEYS
 if nkeys < 1 or #ARGV ~= nkeys * NARG + 1 then
   return redis.error_reply('envoy-rls: rate-batch-v2 takes 1 argument per key and the group')
+end
+if nkeys == 1 then
+  -- A run of one key: one request of it, without the group's tables.
+  local dl = oneDeadline(ARGV[2])
+  if dl then
+    stored = prefetch(1)
+    return { requestReply(0, 1, dl, false) }
+  end
 end
 local counts, deadlines, wrong = groupOf(ARGV[#ARGV], nkeys)
 if not counts then

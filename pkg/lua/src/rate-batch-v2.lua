@@ -141,6 +141,14 @@ local nkeys = #KEYS
 if nkeys < 1 or #ARGV ~= nkeys * NARG + 1 then
   return redis.error_reply('envoy-rls: rate-batch-v2 takes 1 argument per key and the group')
 end
+if nkeys == 1 then
+  -- A run of one key: one request of it, without the group's tables.
+  local dl = oneDeadline(ARGV[2])
+  if dl then
+    stored = prefetch(1)
+    return { requestReply(0, 1, dl, false) }
+  end
+end
 local counts, deadlines, wrong = groupOf(ARGV[#ARGV], nkeys)
 if not counts then
   return redis.error_reply('envoy-rls: rate-batch-v2: ' .. wrong)

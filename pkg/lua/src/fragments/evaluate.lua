@@ -6,7 +6,8 @@
 -- key, the common one, keeps no record: its key writes as soon as it is
 -- checked, since a single key that writes is one that commits.
 -- uses: serverNow, keyArgs, stateValue, decodeState, storeState, writeOffence, newReply,
--- uses: replyKey, replyBefore, penaltyStep, blockedRemaining, MAX, algStep, chargeKey
+-- uses: replyKey, replyBefore, penaltyStep, blockedRemaining, MAX, algStep, chargeKey,
+-- uses: fixedWindowStep
 -- defines: WIDE, priorState, writeRecord, recordKey, evalKey, commitKeys, evaluate
 --
 -- The program defines its layout's parts: keyArgs(gi), the arguments of
@@ -253,7 +254,8 @@ end
 
 -- evaluate is one request: its n keys start after the group's first kb;
 -- rec is the group's record array, reused by each of its requests (only
--- the records of the request's own keys are read). It returns the
+-- the records of the request's own keys are read; false in a run of one
+-- key, whose request keeps no record). It returns the
 -- request's reply.
 local function evaluate(kb, n, rec)
   local out = newReply(n)
