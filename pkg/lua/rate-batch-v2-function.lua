@@ -1,4 +1,4 @@
-#!lua name=envoy_rls_rate_v2_3cd0f2d8f6c1
+#!lua name=envoy_rls_rate_v2_e3aaf05deb7e
 -- rate-batch-v2-function.lua: rate-batch-v2.lua as a Redis function library
 -- (FUNCTION LOAD, then FCALL of the function below with the program's
 -- KEYS and ARGV).
@@ -792,10 +792,10 @@ local NARG = 1
 local argsRead = false
 
 -- keyArgs reads and checks the argument of the group's key gi. It returns
--- valid; the algorithm's name, false (no policy ID: the key names the
--- policy), the key's role and failOpen (0 and false when not valid); the
--- revision, limit, the two algorithm arguments, grace, max clock
--- regression and cost; the penalty box (penalty, its duration, max
+-- valid; the algorithm's name, the key's role and failOpen (0 and false
+-- when not valid); the limit, the two algorithm arguments, grace, max
+-- clock regression and cost (the revision is checked, not returned: the
+-- key names it); the penalty box (penalty, its duration, max
 -- duration and decay); a calendar window (cal and the boundaries of its
 -- three periods); whether the key charges always and its ceiling.
 local function keyArgs(gi)
@@ -803,7 +803,7 @@ local function keyArgs(gi)
   if argsRead then
     local r = argsRead[packed]
     if r then
-      return unpackList(r, 1, 23)
+      return unpackList(r, 1, 21)
     end
   end
   local alg, role, failOpen, rev, limit, p2, p3, grace, maxRegression, cost
@@ -925,14 +925,14 @@ local function keyArgs(gi)
     role, failOpen = flags % 8, flags % 16 >= FAIL_OPEN
   end
   if argsRead then
-    argsRead[packed] = { valid, alg, false, role, failOpen, rev, limit, p2, p3, grace, maxRegression, cost,
+    argsRead[packed] = { valid, alg, role, failOpen, limit, p2, p3, grace, maxRegression, cost,
       penalty, duration, maxDuration, decay, cal, cb0, cb1, cb2, cb3, charge, ceiling }
   end
-  return valid, alg, false, role, failOpen, rev, limit, p2, p3, grace, maxRegression, cost,
+  return valid, alg, role, failOpen, limit, p2, p3, grace, maxRegression, cost,
     penalty, duration, maxDuration, decay, cal, cb0, cb1, cb2, cb3, charge, ceiling
 end
 -- uses: unpack, unpackList, sub, find, MAX, MAX_SLIDING
--- defines: STATE_PENALTY, MGET_CHUNK, stored, written, mgetAll, prefetch,
+-- defines: STATE_PENALTY, MGET_CHUNK, stored, storedOne, written, mgetAll, prefetch,
 -- defines: decodeState, stateValue
 
 local STATE_PENALTY = 64
@@ -940,10 +940,11 @@ local STATE_PENALTY = 64
 -- bounded; a group holds up to 8,192 keys).
 local MGET_CHUNK = 1000
 -- stored: the values of the run's keys (MGET) by their index in KEYS:
--- false none, '' a key of another type. written: false, or, when the run
+-- false none, '' a key of another type; false in a run of one key, whose
+-- value is storedOne (no table made). written: false, or, when the run
 -- evaluates several requests, the values it wrote by key, so that a later
 -- request sees what an earlier one committed.
-local stored, written = false, false
+local stored, storedOne, written = false, false, false
 
 -- mgetAll runs cmd ('MGET' or 'EXISTS') over the keys list (of n), in
 -- chunks, and returns the MGET values in order, or the EXISTS count.
@@ -968,9 +969,11 @@ end
 
 -- prefetch reads the values of the run's n keys, with one MGET (and, when
 -- a key has none, one EXISTS of those keys: MGET reads a key of another
--- type as none; such a key is marked '', incompatible). A run of one key
--- reads it with GET, whose WRONGTYPE error tells a key of another type
--- without an EXISTS; any other error is raised, as redis.call would.
+-- type as none; such a key is marked '', incompatible), and returns them
+-- (stored) and false. A run of one key reads it with GET, whose WRONGTYPE
+-- error tells a key of another type without an EXISTS (any other error is
+-- raised, as redis.call would), and returns false and its value
+-- (storedOne).
 local function prefetch(n)
   if n == 1 then
     local v = redis.pcall('GET', KEYS[1])
@@ -980,7 +983,7 @@ local function prefetch(n)
       end
       v = ''
     end
-    return { v }
+    return false, v
   end
   local vals = mgetAll('MGET', KEYS, n)
   local absent = {}
@@ -999,7 +1002,7 @@ local function prefetch(n)
       end
     end
   end
-  return vals
+  return vals, false
 end
 
 -- decodeState reads a value of alg's state. It returns st (false:
@@ -1064,14 +1067,16 @@ end
 -- it: what it wrote, else what it read (false: none; '': a key of another
 -- type). Its state is decodeState's, but for none.
 local function stateValue(key, gi)
-  local v = false
   if written then
-    v = written[key] or false
+    local v = written[key]
+    if v then
+      return v
+    end
   end
-  if not v then
-    v = stored[gi]
+  if stored then
+    return stored[gi]
   end
-  return v
+  return storedOne
 end
 -- uses: pack, STATE_PENALTY
 -- defines: encodeState
@@ -1112,11 +1117,10 @@ local offended = false
 -- log, the penalty box penaltyUntilMs and penaltyLevel) with an expiry ttl
 -- ms after lastObservedMs on the effective clock: one SET. A window's
 -- state already written in the same window (not fresh, its epoch
--- unchanged) keeps its expiry (KEEPTTL), which is the same instant;
--- storedLevel, storedCarry, policy and rev are unused. Numbers go to Redis
--- as format('%d') strings.
-local function storeState(key, gi, fresh, alg, policy, rev, lastObservedMs, epoch, level, carry, log, ttl,
-                          storedEpoch, storedLevel, storedCarry, penaltyUntilMs, penaltyLevel)
+-- unchanged from storedEpoch, the stored one) keeps its expiry (KEEPTTL),
+-- which is the same instant. Numbers go to Redis as format('%d') strings.
+local function storeState(key, gi, fresh, alg, lastObservedMs, epoch, level, carry, log, ttl, storedEpoch,
+                          penaltyUntilMs, penaltyLevel)
   local v = encodeState(alg, lastObservedMs, epoch, level, carry, penaltyUntilMs, penaltyLevel, log)
   if not fresh and epoch == storedEpoch and (alg == 'fixed_window' or alg == 'sliding_window') then
     redis.call('SET', key, v, 'KEEPTTL')
@@ -1233,19 +1237,17 @@ local WIDE = 32
 -- priorState, for key i of a request of several keys (starting after
 -- kb) naming key: whether a key before it names the same state with a
 -- record that counts, and then that record: st (nil none, false
--- incompatible, true), the state, its penalty box, fresh and the state as
--- stored.
+-- incompatible, true), the state, its penalty box, fresh and the window
+-- as stored.
 local function priorState(kb, i, key, rec, seen)
   -- defines: R_KIND, R_LAST, R_EPOCH, R_LEVEL, R_CARRY, R_LOG, R_PENALTY_UNTIL,
-  -- defines: R_PENALTY_LEVEL, R_FRESH, R_STORED_EPOCH, R_STORED_LEVEL,
-  -- defines: R_STORED_CARRY, R_WRITE, R_TTL, R_REMAINING_BEFORE, R_RESET_BEFORE,
-  -- defines: R_ALG, R_POLICY, R_REV, R
+  -- defines: R_PENALTY_LEVEL, R_FRESH, R_STORED_EPOCH, R_WRITE, R_TTL,
+  -- defines: R_REMAINING_BEFORE, R_RESET_BEFORE, R_ALG, R
   -- in:
   local R_KIND, R_LAST, R_EPOCH, R_LEVEL, R_CARRY, R_LOG = 1, 2, 3, 4, 5, 6
-  local R_PENALTY_UNTIL, R_PENALTY_LEVEL, R_FRESH = 7, 8, 9
-  local R_STORED_EPOCH, R_STORED_LEVEL, R_STORED_CARRY = 10, 11, 12
-  local R_WRITE, R_TTL, R_REMAINING_BEFORE, R_RESET_BEFORE, R_ALG, R_POLICY, R_REV = 13, 14, 15, 16, 17, 18, 19
-  local R = 19
+  local R_PENALTY_UNTIL, R_PENALTY_LEVEL, R_FRESH, R_STORED_EPOCH = 7, 8, 9, 10
+  local R_WRITE, R_TTL, R_REMAINING_BEFORE, R_RESET_BEFORE, R_ALG = 11, 12, 13, 14, 15
+  local R = 15
   local j = 0
   if seen then
     j = seen[key] or 0
@@ -1268,26 +1270,22 @@ local function priorState(kb, i, key, rec, seen)
     st = false
   end
   return true, st, rec[p + R_LAST], rec[p + R_EPOCH], rec[p + R_LEVEL], rec[p + R_CARRY], rec[p + R_LOG],
-    rec[p + R_PENALTY_UNTIL], rec[p + R_PENALTY_LEVEL], rec[p + R_FRESH], rec[p + R_STORED_EPOCH],
-    rec[p + R_STORED_LEVEL], rec[p + R_STORED_CARRY]
+    rec[p + R_PENALTY_UNTIL], rec[p + R_PENALTY_LEVEL], rec[p + R_FRESH], rec[p + R_STORED_EPOCH]
 end
 
 -- writeRecord writes key i's record (a request of several keys): its kind
 -- (0 INVALID: nothing else), the state a later key naming it sees, and
 -- what its write needs.
 local function writeRecord(rec, i, kind, lastObservedMs, epoch, level, carry, log, penaltyUntilMs, penaltyLevel,
-                           fresh, storedEpoch, storedLevel, storedCarry, write, ttl, remainingBefore, resetBefore,
-                           alg, policy, rev)
+                           fresh, storedEpoch, write, ttl, remainingBefore, resetBefore, alg)
   -- defines: R_KIND, R_LAST, R_EPOCH, R_LEVEL, R_CARRY, R_LOG, R_PENALTY_UNTIL,
-  -- defines: R_PENALTY_LEVEL, R_FRESH, R_STORED_EPOCH, R_STORED_LEVEL,
-  -- defines: R_STORED_CARRY, R_WRITE, R_TTL, R_REMAINING_BEFORE, R_RESET_BEFORE,
-  -- defines: R_ALG, R_POLICY, R_REV, R
+  -- defines: R_PENALTY_LEVEL, R_FRESH, R_STORED_EPOCH, R_WRITE, R_TTL,
+  -- defines: R_REMAINING_BEFORE, R_RESET_BEFORE, R_ALG, R
   -- in:
   local R_KIND, R_LAST, R_EPOCH, R_LEVEL, R_CARRY, R_LOG = 1, 2, 3, 4, 5, 6
-  local R_PENALTY_UNTIL, R_PENALTY_LEVEL, R_FRESH = 7, 8, 9
-  local R_STORED_EPOCH, R_STORED_LEVEL, R_STORED_CARRY = 10, 11, 12
-  local R_WRITE, R_TTL, R_REMAINING_BEFORE, R_RESET_BEFORE, R_ALG, R_POLICY, R_REV = 13, 14, 15, 16, 17, 18, 19
-  local R = 19
+  local R_PENALTY_UNTIL, R_PENALTY_LEVEL, R_FRESH, R_STORED_EPOCH = 7, 8, 9, 10
+  local R_WRITE, R_TTL, R_REMAINING_BEFORE, R_RESET_BEFORE, R_ALG = 11, 12, 13, 14, 15
+  local R = 15
   local o = (i - 1) * R
   rec[o + R_KIND], rec[o + R_WRITE] = kind, write
   if kind == 0 then
@@ -1296,9 +1294,9 @@ local function writeRecord(rec, i, kind, lastObservedMs, epoch, level, carry, lo
   rec[o + R_LAST], rec[o + R_EPOCH], rec[o + R_LEVEL], rec[o + R_CARRY], rec[o + R_LOG] =
     lastObservedMs, epoch, level, carry, log
   rec[o + R_PENALTY_UNTIL], rec[o + R_PENALTY_LEVEL], rec[o + R_FRESH] = penaltyUntilMs, penaltyLevel, fresh
-  rec[o + R_STORED_EPOCH], rec[o + R_STORED_LEVEL], rec[o + R_STORED_CARRY] = storedEpoch, storedLevel, storedCarry
-  rec[o + R_TTL], rec[o + R_REMAINING_BEFORE], rec[o + R_RESET_BEFORE] = ttl, remainingBefore, resetBefore
-  rec[o + R_ALG], rec[o + R_POLICY], rec[o + R_REV] = alg, policy, rev
+  rec[o + R_STORED_EPOCH], rec[o + R_TTL], rec[o + R_REMAINING_BEFORE], rec[o + R_RESET_BEFORE] = storedEpoch, ttl,
+    remainingBefore, resetBefore
+  rec[o + R_ALG] = alg
 end
 
 -- recordKey records key i of a request of several keys, once checked:
@@ -1309,7 +1307,7 @@ end
 -- (nEpoch..nLog at now) when it writes, else the state it saw.
 local function recordKey(rec, i, key, gi, seen, lastWrite, offences, px, st, write, now, nEpoch, nLevel, nCarry, nLog,
                          lastObservedMs, epoch, level, carry, log, penaltyUntilMs, penaltyLevel, fresh, storedEpoch,
-                         storedLevel, storedCarry, ttl, remainingBefore, resetBefore, alg, policy, rev)
+                         ttl, remainingBefore, resetBefore, alg)
   if px then
     if not offences then
       offences = {}
@@ -1325,10 +1323,10 @@ local function recordKey(rec, i, key, gi, seen, lastWrite, offences, px, st, wri
     kind = 1
   elseif st == false then
     kind, lastObservedMs, epoch, level, carry, log, penaltyUntilMs, penaltyLevel = 2, 0, 0, 0, 0, '', 0, 0
-    storedEpoch, storedLevel, storedCarry = 0, 0, 0
+    storedEpoch = 0
   end
   writeRecord(rec, i, kind, lastObservedMs, epoch, level, carry, log, penaltyUntilMs, penaltyLevel, fresh,
-    storedEpoch, storedLevel, storedCarry, write, ttl, remainingBefore, resetBefore, alg, policy, rev)
+    storedEpoch, write, ttl, remainingBefore, resetBefore, alg)
   if seen then
     seen[key] = i
     if write then
@@ -1348,7 +1346,7 @@ end
 local function evalKey(kb, i, n, rec, seen, lastWrite, offences)
   local gi = kb + i
   local key = KEYS[gi]
-  local valid, alg, policy, role, failOpen, rev, limit, p2, p3, grace, maxRegression, cost,
+  local valid, alg, role, failOpen, limit, p2, p3, grace, maxRegression, cost,
     penalty, duration, maxDuration, decay, cal, cb0, cb1, cb2, cb3, charge, ceiling = keyArgs(gi)
   if not valid then
     if n > 1 then
@@ -1357,11 +1355,10 @@ local function evalKey(kb, i, n, rec, seen, lastWrite, offences)
     return 'INVALID', serverNow, 0, 0, 0, 0, role, failOpen, offences
   end
   -- The state: what the last earlier key naming it left, else the store's.
-  local prior, st, lastObservedMs, epoch, level, carry, log, penaltyUntilMs, penaltyLevel, fresh, storedEpoch,
-    storedLevel, storedCarry = false
+  local prior, st, lastObservedMs, epoch, level, carry, log, penaltyUntilMs, penaltyLevel, fresh, storedEpoch = false
   if n > 1 then
-    prior, st, lastObservedMs, epoch, level, carry, log, penaltyUntilMs, penaltyLevel, fresh, storedEpoch,
-      storedLevel, storedCarry = priorState(kb, i, key, rec, seen)
+    prior, st, lastObservedMs, epoch, level, carry, log, penaltyUntilMs, penaltyLevel, fresh, storedEpoch =
+      priorState(kb, i, key, rec, seen)
   end
   if not prior then
     -- (One call for a key without a state, two with one.)
@@ -1370,7 +1367,7 @@ local function evalKey(kb, i, n, rec, seen, lastWrite, offences)
     if v then
       st, lastObservedMs, epoch, level, carry, log, penaltyUntilMs, penaltyLevel = decodeState(v, alg, penalty)
     end
-    fresh, storedEpoch, storedLevel, storedCarry = st == nil, epoch, level, carry
+    fresh, storedEpoch = st == nil, epoch
   end
   -- A key that is not evaluated (STATE_INCOMPATIBLE, CLOCK_UNSAFE) replies
   -- (serverNow, serverNow, limit, 0, 0, 0).
@@ -1474,14 +1471,14 @@ local function evalKey(kb, i, n, rec, seen, lastWrite, offences)
     if px then
       writeOffence(key, gi, penaltyUntilMs, penaltyLevel, px)
     elseif write then
-      storeState(key, gi, fresh, alg, policy, rev, now, nEpoch, nLevel, nCarry, nLog, ttl, storedEpoch, storedLevel,
-        storedCarry, penaltyUntilMs, penaltyLevel)
+      storeState(key, gi, fresh, alg, now, nEpoch, nLevel, nCarry, nLog, ttl, storedEpoch, penaltyUntilMs,
+        penaltyLevel)
     end
     return status, eff, limit, remaining, retry, resetAt, role, failOpen, offences
   end
   offences = recordKey(rec, i, key, gi, seen, lastWrite, offences, px, st, write, now, nEpoch, nLevel, nCarry, nLog,
-    lastObservedMs, epoch, level, carry, log, penaltyUntilMs, penaltyLevel, fresh, storedEpoch, storedLevel,
-    storedCarry, ttl, remainingBefore, resetBefore, alg, policy, rev)
+    lastObservedMs, epoch, level, carry, log, penaltyUntilMs, penaltyLevel, fresh, storedEpoch, ttl, remainingBefore,
+    resetBefore, alg)
   return status, eff, limit, remaining, retry, resetAt, role, failOpen, offences
 end
 
@@ -1492,15 +1489,13 @@ end
 -- cost, but a charge (write 2) is written all the same.
 local function commitKeys(kb, n, rec, out, seen, lastWrite, commit)
   -- defines: R_KIND, R_LAST, R_EPOCH, R_LEVEL, R_CARRY, R_LOG, R_PENALTY_UNTIL,
-  -- defines: R_PENALTY_LEVEL, R_FRESH, R_STORED_EPOCH, R_STORED_LEVEL,
-  -- defines: R_STORED_CARRY, R_WRITE, R_TTL, R_REMAINING_BEFORE, R_RESET_BEFORE,
-  -- defines: R_ALG, R_POLICY, R_REV, R
+  -- defines: R_PENALTY_LEVEL, R_FRESH, R_STORED_EPOCH, R_WRITE, R_TTL,
+  -- defines: R_REMAINING_BEFORE, R_RESET_BEFORE, R_ALG, R
   -- in:
   local R_KIND, R_LAST, R_EPOCH, R_LEVEL, R_CARRY, R_LOG = 1, 2, 3, 4, 5, 6
-  local R_PENALTY_UNTIL, R_PENALTY_LEVEL, R_FRESH = 7, 8, 9
-  local R_STORED_EPOCH, R_STORED_LEVEL, R_STORED_CARRY = 10, 11, 12
-  local R_WRITE, R_TTL, R_REMAINING_BEFORE, R_RESET_BEFORE, R_ALG, R_POLICY, R_REV = 13, 14, 15, 16, 17, 18, 19
-  local R = 19
+  local R_PENALTY_UNTIL, R_PENALTY_LEVEL, R_FRESH, R_STORED_EPOCH = 7, 8, 9, 10
+  local R_WRITE, R_TTL, R_REMAINING_BEFORE, R_RESET_BEFORE, R_ALG = 11, 12, 13, 14, 15
+  local R = 15
   for i = 1, n do
     local o = (i - 1) * R
     if rec[o + R_WRITE] == true and not commit then
@@ -1524,10 +1519,9 @@ local function commitKeys(kb, n, rec, out, seen, lastWrite, commit)
       end
       if last then
         local f = (final - 1) * R
-        storeState(key, kb + i, rec[o + R_FRESH], rec[o + R_ALG], rec[o + R_POLICY], rec[o + R_REV],
-          rec[o + R_LAST], rec[o + R_EPOCH], rec[o + R_LEVEL], rec[o + R_CARRY], rec[o + R_LOG], rec[o + R_TTL],
-          rec[o + R_STORED_EPOCH], rec[o + R_STORED_LEVEL], rec[o + R_STORED_CARRY], rec[f + R_PENALTY_UNTIL],
-          rec[f + R_PENALTY_LEVEL])
+        storeState(key, kb + i, rec[o + R_FRESH], rec[o + R_ALG], rec[o + R_LAST], rec[o + R_EPOCH],
+          rec[o + R_LEVEL], rec[o + R_CARRY], rec[o + R_LOG], rec[o + R_TTL], rec[o + R_STORED_EPOCH],
+          rec[f + R_PENALTY_UNTIL], rec[f + R_PENALTY_LEVEL])
       end
     end
   end
@@ -1656,12 +1650,12 @@ local function runGroup(counts, deadlines)
 end
 -- End of group.lua.
 
-redis.register_function{function_name='envoy_rls_rate_batch_v2_3cd0f2d8f6c1', callback=function(keys, args)
+redis.register_function{function_name='envoy_rls_rate_batch_v2_e3aaf05deb7e', callback=function(keys, args)
 if not find then
   find, fmod, format, band, unpackList, unpack, pack, sub, max = libs()
 end
 KEYS, ARGV = keys, args
-argsRead, stored, written, offended = false, false, false, false
+argsRead, stored, storedOne, written, offended = false, false, false, false, false
 do
   local t = redis.call('TIME')
   local us = t[2] + 0
@@ -1679,7 +1673,7 @@ if nkeys == 1 then
   -- A run of one key: one request of it, without the group's tables.
   local dl = oneDeadline(ARGV[2])
   if dl then
-    stored = prefetch(1)
+    stored, storedOne = prefetch(1)
     return { requestReply(0, 1, dl, false) }
   end
 end
@@ -1687,7 +1681,7 @@ local counts, deadlines, wrong = groupOf(ARGV[#ARGV], nkeys)
 if not counts then
   return redis.error_reply('envoy-rls: rate-batch-v2: ' .. wrong)
 end
-stored = prefetch(nkeys)
+stored, storedOne = prefetch(nkeys)
 if #counts > 1 then
   written = {}
 end

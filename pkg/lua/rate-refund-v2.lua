@@ -285,10 +285,10 @@ local NARG = 1
 local argsRead = false
 
 -- keyArgs reads and checks the argument of the group's key gi. It returns
--- valid; the algorithm's name, false (no policy ID: the key names the
--- policy), the key's role and failOpen (0 and false when not valid); the
--- revision, limit, the two algorithm arguments, grace, max clock
--- regression and cost; the penalty box (penalty, its duration, max
+-- valid; the algorithm's name, the key's role and failOpen (0 and false
+-- when not valid); the limit, the two algorithm arguments, grace, max
+-- clock regression and cost (the revision is checked, not returned: the
+-- key names it); the penalty box (penalty, its duration, max
 -- duration and decay); a calendar window (cal and the boundaries of its
 -- three periods); whether the key charges always and its ceiling.
 local function keyArgs(gi)
@@ -296,7 +296,7 @@ local function keyArgs(gi)
   if argsRead then
     local r = argsRead[packed]
     if r then
-      return unpackList(r, 1, 23)
+      return unpackList(r, 1, 21)
     end
   end
   local alg, role, failOpen, rev, limit, p2, p3, grace, maxRegression, cost
@@ -418,14 +418,14 @@ local function keyArgs(gi)
     role, failOpen = flags % 8, flags % 16 >= FAIL_OPEN
   end
   if argsRead then
-    argsRead[packed] = { valid, alg, false, role, failOpen, rev, limit, p2, p3, grace, maxRegression, cost,
+    argsRead[packed] = { valid, alg, role, failOpen, limit, p2, p3, grace, maxRegression, cost,
       penalty, duration, maxDuration, decay, cal, cb0, cb1, cb2, cb3, charge, ceiling }
   end
-  return valid, alg, false, role, failOpen, rev, limit, p2, p3, grace, maxRegression, cost,
+  return valid, alg, role, failOpen, limit, p2, p3, grace, maxRegression, cost,
     penalty, duration, maxDuration, decay, cal, cb0, cb1, cb2, cb3, charge, ceiling
 end
 -- uses: unpack, unpackList, sub, find, MAX, MAX_SLIDING
--- defines: STATE_PENALTY, MGET_CHUNK, stored, written, mgetAll, prefetch,
+-- defines: STATE_PENALTY, MGET_CHUNK, stored, storedOne, written, mgetAll, prefetch,
 -- defines: decodeState, stateValue
 
 local STATE_PENALTY = 64
@@ -433,10 +433,11 @@ local STATE_PENALTY = 64
 -- bounded; a group holds up to 8,192 keys).
 local MGET_CHUNK = 1000
 -- stored: the values of the run's keys (MGET) by their index in KEYS:
--- false none, '' a key of another type. written: false, or, when the run
+-- false none, '' a key of another type; false in a run of one key, whose
+-- value is storedOne (no table made). written: false, or, when the run
 -- evaluates several requests, the values it wrote by key, so that a later
 -- request sees what an earlier one committed.
-local stored, written = false, false
+local stored, storedOne, written = false, false, false
 
 -- mgetAll runs cmd ('MGET' or 'EXISTS') over the keys list (of n), in
 -- chunks, and returns the MGET values in order, or the EXISTS count.
@@ -461,9 +462,11 @@ end
 
 -- prefetch reads the values of the run's n keys, with one MGET (and, when
 -- a key has none, one EXISTS of those keys: MGET reads a key of another
--- type as none; such a key is marked '', incompatible). A run of one key
--- reads it with GET, whose WRONGTYPE error tells a key of another type
--- without an EXISTS; any other error is raised, as redis.call would.
+-- type as none; such a key is marked '', incompatible), and returns them
+-- (stored) and false. A run of one key reads it with GET, whose WRONGTYPE
+-- error tells a key of another type without an EXISTS (any other error is
+-- raised, as redis.call would), and returns false and its value
+-- (storedOne).
 local function prefetch(n)
   if n == 1 then
     local v = redis.pcall('GET', KEYS[1])
@@ -473,7 +476,7 @@ local function prefetch(n)
       end
       v = ''
     end
-    return { v }
+    return false, v
   end
   local vals = mgetAll('MGET', KEYS, n)
   local absent = {}
@@ -492,7 +495,7 @@ local function prefetch(n)
       end
     end
   end
-  return vals
+  return vals, false
 end
 
 -- decodeState reads a value of alg's state. It returns st (false:
@@ -557,14 +560,16 @@ end
 -- it: what it wrote, else what it read (false: none; '': a key of another
 -- type). Its state is decodeState's, but for none.
 local function stateValue(key, gi)
-  local v = false
   if written then
-    v = written[key] or false
+    local v = written[key]
+    if v then
+      return v
+    end
   end
-  if not v then
-    v = stored[gi]
+  if stored then
+    return stored[gi]
   end
-  return v
+  return storedOne
 end
 -- uses: pack, STATE_PENALTY
 -- defines: encodeState
@@ -597,7 +602,7 @@ end
 -- refundKey gives back what the batch took from the group's key i at
 -- effective time at: 1 when it wrote, else 0.
 local function refundKey(i, at)
-  local valid, alg, _, _, _, _, limit, p2, p3, _, _, cost, penalty, _, _, _, cal, cb0, cb1, cb2, cb3 = keyArgs(i)
+  local valid, alg, _, _, limit, p2, p3, _, _, cost, penalty, _, _, _, cal, cb0, cb1, cb2, cb3 = keyArgs(i)
   if not (valid and at >= 0 and at <= MAX and at % 1 == 0) then
     return 0
   end
@@ -641,7 +646,7 @@ local n = #KEYS
 if n < 1 or #ARGV ~= n * NARG + 1 or #ARGV[n + 1] ~= 8 * n then
   return redis.error_reply('envoy-rls: rate-refund-v2 takes 1 argument per key and the effective times')
 end
-stored = prefetch(n)
+stored, storedOne = prefetch(n)
 local out, at, pos = {}, 0, 1
 for i = 1, n do
   at, pos = unpack('>d', ARGV[n + 1], pos)

@@ -145,7 +145,7 @@ if nkeys == 1 then
   -- A run of one key: one request of it, without the group's tables.
   local dl = oneDeadline(ARGV[2])
   if dl then
-    stored = prefetch(1)
+    stored, storedOne = prefetch(1)
     return { requestReply(0, 1, dl, false) }
   end
 end
@@ -153,7 +153,7 @@ local counts, deadlines, wrong = groupOf(ARGV[#ARGV], nkeys)
 if not counts then
   return redis.error_reply('envoy-rls: rate-batch-v2: ' .. wrong)
 end
-stored = prefetch(nkeys)
+stored, storedOne = prefetch(nkeys)
 if #counts > 1 then
   written = {}
 end

@@ -25,8 +25,8 @@ local WIDE = 32
 -- priorState, for key i of a request of several keys (starting after
 -- kb) naming key: whether a key before it names the same state with a
 -- record that counts, and then that record: st (nil none, false
--- incompatible, true), the state, its penalty box, fresh and the state as
--- stored.
+-- incompatible, true), the state, its penalty box, fresh and the window
+-- as stored.
 local function priorState(kb, i, key, rec, seen)
   -- #include record.lua offsets
   local j = 0
@@ -51,16 +51,14 @@ local function priorState(kb, i, key, rec, seen)
     st = false
   end
   return true, st, rec[p + R_LAST], rec[p + R_EPOCH], rec[p + R_LEVEL], rec[p + R_CARRY], rec[p + R_LOG],
-    rec[p + R_PENALTY_UNTIL], rec[p + R_PENALTY_LEVEL], rec[p + R_FRESH], rec[p + R_STORED_EPOCH],
-    rec[p + R_STORED_LEVEL], rec[p + R_STORED_CARRY]
+    rec[p + R_PENALTY_UNTIL], rec[p + R_PENALTY_LEVEL], rec[p + R_FRESH], rec[p + R_STORED_EPOCH]
 end
 
 -- writeRecord writes key i's record (a request of several keys): its kind
 -- (0 INVALID: nothing else), the state a later key naming it sees, and
 -- what its write needs.
 local function writeRecord(rec, i, kind, lastObservedMs, epoch, level, carry, log, penaltyUntilMs, penaltyLevel,
-                           fresh, storedEpoch, storedLevel, storedCarry, write, ttl, remainingBefore, resetBefore,
-                           alg, policy, rev)
+                           fresh, storedEpoch, write, ttl, remainingBefore, resetBefore, alg)
   -- #include record.lua offsets
   local o = (i - 1) * R
   rec[o + R_KIND], rec[o + R_WRITE] = kind, write
@@ -70,9 +68,9 @@ local function writeRecord(rec, i, kind, lastObservedMs, epoch, level, carry, lo
   rec[o + R_LAST], rec[o + R_EPOCH], rec[o + R_LEVEL], rec[o + R_CARRY], rec[o + R_LOG] =
     lastObservedMs, epoch, level, carry, log
   rec[o + R_PENALTY_UNTIL], rec[o + R_PENALTY_LEVEL], rec[o + R_FRESH] = penaltyUntilMs, penaltyLevel, fresh
-  rec[o + R_STORED_EPOCH], rec[o + R_STORED_LEVEL], rec[o + R_STORED_CARRY] = storedEpoch, storedLevel, storedCarry
-  rec[o + R_TTL], rec[o + R_REMAINING_BEFORE], rec[o + R_RESET_BEFORE] = ttl, remainingBefore, resetBefore
-  rec[o + R_ALG], rec[o + R_POLICY], rec[o + R_REV] = alg, policy, rev
+  rec[o + R_STORED_EPOCH], rec[o + R_TTL], rec[o + R_REMAINING_BEFORE], rec[o + R_RESET_BEFORE] = storedEpoch, ttl,
+    remainingBefore, resetBefore
+  rec[o + R_ALG] = alg
 end
 
 -- recordKey records key i of a request of several keys, once checked:
@@ -83,7 +81,7 @@ end
 -- (nEpoch..nLog at now) when it writes, else the state it saw.
 local function recordKey(rec, i, key, gi, seen, lastWrite, offences, px, st, write, now, nEpoch, nLevel, nCarry, nLog,
                          lastObservedMs, epoch, level, carry, log, penaltyUntilMs, penaltyLevel, fresh, storedEpoch,
-                         storedLevel, storedCarry, ttl, remainingBefore, resetBefore, alg, policy, rev)
+                         ttl, remainingBefore, resetBefore, alg)
   if px then
     if not offences then
       offences = {}
@@ -99,10 +97,10 @@ local function recordKey(rec, i, key, gi, seen, lastWrite, offences, px, st, wri
     kind = 1
   elseif st == false then
     kind, lastObservedMs, epoch, level, carry, log, penaltyUntilMs, penaltyLevel = 2, 0, 0, 0, 0, '', 0, 0
-    storedEpoch, storedLevel, storedCarry = 0, 0, 0
+    storedEpoch = 0
   end
   writeRecord(rec, i, kind, lastObservedMs, epoch, level, carry, log, penaltyUntilMs, penaltyLevel, fresh,
-    storedEpoch, storedLevel, storedCarry, write, ttl, remainingBefore, resetBefore, alg, policy, rev)
+    storedEpoch, write, ttl, remainingBefore, resetBefore, alg)
   if seen then
     seen[key] = i
     if write then
@@ -122,7 +120,7 @@ end
 local function evalKey(kb, i, n, rec, seen, lastWrite, offences)
   local gi = kb + i
   local key = KEYS[gi]
-  local valid, alg, policy, role, failOpen, rev, limit, p2, p3, grace, maxRegression, cost,
+  local valid, alg, role, failOpen, limit, p2, p3, grace, maxRegression, cost,
     penalty, duration, maxDuration, decay, cal, cb0, cb1, cb2, cb3, charge, ceiling = keyArgs(gi)
   if not valid then
     if n > 1 then
@@ -131,11 +129,10 @@ local function evalKey(kb, i, n, rec, seen, lastWrite, offences)
     return 'INVALID', serverNow, 0, 0, 0, 0, role, failOpen, offences
   end
   -- The state: what the last earlier key naming it left, else the store's.
-  local prior, st, lastObservedMs, epoch, level, carry, log, penaltyUntilMs, penaltyLevel, fresh, storedEpoch,
-    storedLevel, storedCarry = false
+  local prior, st, lastObservedMs, epoch, level, carry, log, penaltyUntilMs, penaltyLevel, fresh, storedEpoch = false
   if n > 1 then
-    prior, st, lastObservedMs, epoch, level, carry, log, penaltyUntilMs, penaltyLevel, fresh, storedEpoch,
-      storedLevel, storedCarry = priorState(kb, i, key, rec, seen)
+    prior, st, lastObservedMs, epoch, level, carry, log, penaltyUntilMs, penaltyLevel, fresh, storedEpoch =
+      priorState(kb, i, key, rec, seen)
   end
   if not prior then
     -- (One call for a key without a state, two with one.)
@@ -144,7 +141,7 @@ local function evalKey(kb, i, n, rec, seen, lastWrite, offences)
     if v then
       st, lastObservedMs, epoch, level, carry, log, penaltyUntilMs, penaltyLevel = decodeState(v, alg, penalty)
     end
-    fresh, storedEpoch, storedLevel, storedCarry = st == nil, epoch, level, carry
+    fresh, storedEpoch = st == nil, epoch
   end
   -- A key that is not evaluated (STATE_INCOMPATIBLE, CLOCK_UNSAFE) replies
   -- (serverNow, serverNow, limit, 0, 0, 0).
@@ -202,14 +199,14 @@ local function evalKey(kb, i, n, rec, seen, lastWrite, offences)
     if px then
       writeOffence(key, gi, penaltyUntilMs, penaltyLevel, px)
     elseif write then
-      storeState(key, gi, fresh, alg, policy, rev, now, nEpoch, nLevel, nCarry, nLog, ttl, storedEpoch, storedLevel,
-        storedCarry, penaltyUntilMs, penaltyLevel)
+      storeState(key, gi, fresh, alg, now, nEpoch, nLevel, nCarry, nLog, ttl, storedEpoch, penaltyUntilMs,
+        penaltyLevel)
     end
     return status, eff, limit, remaining, retry, resetAt, role, failOpen, offences
   end
   offences = recordKey(rec, i, key, gi, seen, lastWrite, offences, px, st, write, now, nEpoch, nLevel, nCarry, nLog,
-    lastObservedMs, epoch, level, carry, log, penaltyUntilMs, penaltyLevel, fresh, storedEpoch, storedLevel,
-    storedCarry, ttl, remainingBefore, resetBefore, alg, policy, rev)
+    lastObservedMs, epoch, level, carry, log, penaltyUntilMs, penaltyLevel, fresh, storedEpoch, ttl, remainingBefore,
+    resetBefore, alg)
   return status, eff, limit, remaining, retry, resetAt, role, failOpen, offences
 end
 
@@ -243,10 +240,9 @@ local function commitKeys(kb, n, rec, out, seen, lastWrite, commit)
       end
       if last then
         local f = (final - 1) * R
-        storeState(key, kb + i, rec[o + R_FRESH], rec[o + R_ALG], rec[o + R_POLICY], rec[o + R_REV],
-          rec[o + R_LAST], rec[o + R_EPOCH], rec[o + R_LEVEL], rec[o + R_CARRY], rec[o + R_LOG], rec[o + R_TTL],
-          rec[o + R_STORED_EPOCH], rec[o + R_STORED_LEVEL], rec[o + R_STORED_CARRY], rec[f + R_PENALTY_UNTIL],
-          rec[f + R_PENALTY_LEVEL])
+        storeState(key, kb + i, rec[o + R_FRESH], rec[o + R_ALG], rec[o + R_LAST], rec[o + R_EPOCH],
+          rec[o + R_LEVEL], rec[o + R_CARRY], rec[o + R_LOG], rec[o + R_TTL], rec[o + R_STORED_EPOCH],
+          rec[f + R_PENALTY_UNTIL], rec[f + R_PENALTY_LEVEL])
       end
     end
   end
