@@ -1,4 +1,4 @@
-#!lua name=envoy_rls_rate_v2_e3aaf05deb7e
+#!lua name=envoy_rls_rate_v2_e0b460c7bfc2
 -- rate-batch-v2-function.lua: rate-batch-v2.lua as a Redis function library
 -- (FUNCTION LOAD, then FCALL of the function below with the program's
 -- KEYS and ARGV).
@@ -1078,12 +1078,30 @@ local function stateValue(key, gi)
   end
   return storedOne
 end
--- uses: pack, STATE_PENALTY
--- defines: encodeState
+-- uses: format, pack, sub, band, serverNow, written, stateValue, STATE_PENALTY
+-- defines: offended, storeState, writeOffence
 
--- encodeState is the value of alg's state (decodeState's inverse): the
--- penalty box written when penaltyLevel is not 0.
-local function encodeState(alg, lastObservedMs, epoch, level, carry, penaltyUntilMs, penaltyLevel, log)
+-- offended: false, or the keys this run wrote an offence to (their expiry
+-- was raised to cover the block: a later write of their state only raises
+-- it).
+local offended = false
+
+-- storeState writes key's state (lastObservedMs, epoch, level, carry,
+-- log, the penalty box penaltyUntilMs and penaltyLevel) with an expiry ttl
+-- ms after lastObservedMs on the effective clock: one SET. A window's
+-- state already written in the same window (not fresh, its epoch
+-- unchanged from storedEpoch, the stored one) keeps its expiry (KEEPTTL),
+-- which is the same instant. Numbers go to Redis as format('%d') strings.
+local function storeState(key, gi, fresh, alg, lastObservedMs, epoch, level, carry, log, ttl, storedEpoch,
+                          penaltyUntilMs, penaltyLevel)
+  local v
+  -- uses: pack, STATE_PENALTY
+  -- in: alg, lastObservedMs, epoch, level, carry, penaltyUntilMs, penaltyLevel,
+  -- in: log
+  -- out: v
+  -- defines: algorithm
+  -- v, the value of alg's state (decodeState's inverse): the penalty box
+  -- written when penaltyLevel is not 0.
   local algorithm
   -- in: alg
   -- out: algorithm
@@ -1100,28 +1118,11 @@ local function encodeState(alg, lastObservedMs, epoch, level, carry, penaltyUnti
     algorithm = 5
   end
   if penaltyLevel > 0 then
-    return pack('>Bdddddd', algorithm + STATE_PENALTY, lastObservedMs, epoch, level, carry, penaltyUntilMs,
-      penaltyLevel) .. log
+    v = pack('>Bdddddd', algorithm + STATE_PENALTY, lastObservedMs, epoch, level, carry, penaltyUntilMs, penaltyLevel)
+      .. log
+  else
+    v = pack('>Bdddd', algorithm, lastObservedMs, epoch, level, carry) .. log
   end
-  return pack('>Bdddd', algorithm, lastObservedMs, epoch, level, carry) .. log
-end
--- uses: format, pack, sub, band, serverNow, written, encodeState, stateValue
--- defines: offended, storeState, writeOffence
-
--- offended: false, or the keys this run wrote an offence to (their expiry
--- was raised to cover the block: a later write of their state only raises
--- it).
-local offended = false
-
--- storeState writes key's state (lastObservedMs, epoch, level, carry,
--- log, the penalty box penaltyUntilMs and penaltyLevel) with an expiry ttl
--- ms after lastObservedMs on the effective clock: one SET. A window's
--- state already written in the same window (not fresh, its epoch
--- unchanged from storedEpoch, the stored one) keeps its expiry (KEEPTTL),
--- which is the same instant. Numbers go to Redis as format('%d') strings.
-local function storeState(key, gi, fresh, alg, lastObservedMs, epoch, level, carry, log, ttl, storedEpoch,
-                          penaltyUntilMs, penaltyLevel)
-  local v = encodeState(alg, lastObservedMs, epoch, level, carry, penaltyUntilMs, penaltyLevel, log)
   if not fresh and epoch == storedEpoch and (alg == 'fixed_window' or alg == 'sliding_window') then
     redis.call('SET', key, v, 'KEEPTTL')
   else
@@ -1164,16 +1165,8 @@ local function writeOffence(key, gi, penaltyUntilMs, penaltyLevel, px)
   end
   offended[key] = true
 end
--- fragments/reply-v2.lua: the reply of one request of rate-batch-v2.lua:
--- committed, serverNow, then four integers per key: code (the status,
--- limiter.Status: 1 ALLOWED, 2 DENIED, 3 CLOCK_UNSAFE, 4
--- STATE_INCOMPATIBLE, 5 INVALID, 6 BLOCKED; plus 8 times the ms the
--- effective now is ahead of serverNow), remaining (BLOCKED: the ms until
--- its block ends, its remaining being 0), retryAfterMillis,
--- resetAtMillis. The limit is the policy's (0 for INVALID): the parser has
--- it.
 -- uses: serverNow
--- defines: newReply, replyKey, replyBefore
+-- defines: newReply, replyBefore
 
 -- newReply: a request's reply of n keys, not committed, before its keys'
 -- (made whole at once for one key).
@@ -1182,26 +1175,6 @@ local function newReply(n)
     return { 0, serverNow, 0, 0, 0, 0 }
   end
   return { 0, serverNow }
-end
-
--- replyKey sets key i's fields in out.
-local function replyKey(out, i, status, eff, lim, remaining, retry, resetAt)
-  local code = 1
-  if status == 'ALLOWED' then
-    code = 1
-  elseif status == 'DENIED' then
-    code = 2
-  elseif status == 'CLOCK_UNSAFE' then
-    code = 3
-  elseif status == 'STATE_INCOMPATIBLE' then
-    code = 4
-  elseif status == 'INVALID' then
-    code = 5
-  else
-    code = 6
-  end
-  local o = (i - 1) * 4
-  out[o + 3], out[o + 4], out[o + 5], out[o + 6] = code + 8 * (eff - serverNow), remaining, retry, resetAt
 end
 
 -- replyBefore sets key i's remaining and reset-at in out to those before
@@ -1218,7 +1191,7 @@ end
 -- key, the common one, keeps no record: its key writes as soon as it is
 -- checked, since a single key that writes is one that commits.
 -- uses: serverNow, keyArgs, stateValue, decodeState, storeState, writeOffence, newReply,
--- uses: replyKey, replyBefore, penaltyStep, blockedRemaining, MAX, algStep, chargeKey,
+-- uses: replyBefore, penaltyStep, blockedRemaining, MAX, algStep, chargeKey,
 -- uses: fixedWindowStep
 -- defines: WIDE, priorState, writeRecord, recordKey, evalKey, commitKeys, evaluate
 --
@@ -1226,7 +1199,7 @@ end
 -- the group's key gi; stateValue(key, gi), the value of a key as the run
 -- sees it, and decodeState(v, alg, penalty), its state; storeState(...),
 -- its write; writeOffence(...), a penalty box's offence; newReply(n),
--- replyKey(...) and replyBefore(...), the reply.
+-- replyBefore(...) and the inline block reply-v2.lua key, the reply.
 
 -- WIDE: above this many keys a request finds the keys naming the same
 -- state through two tables (seen, lastWrite) instead of scanning: cheaper
@@ -1341,7 +1314,8 @@ end
 -- offence, or its state); one of several is recorded (rec, seen,
 -- lastWrite, offences: false, or five values per offence: key, gi,
 -- penaltyUntilMs, penaltyLevel, expiry ms) for the commit. It returns the
--- key's reply (status, effective now, limit, remaining, retry, resetAt),
+-- key's reply (status, effective now, remaining, retry, resetAt; the
+-- parser has the limit),
 -- its role and failOpen, and offences.
 local function evalKey(kb, i, n, rec, seen, lastWrite, offences)
   local gi = kb + i
@@ -1352,7 +1326,7 @@ local function evalKey(kb, i, n, rec, seen, lastWrite, offences)
     if n > 1 then
       writeRecord(rec, i, 0)
     end
-    return 'INVALID', serverNow, 0, 0, 0, 0, role, failOpen, offences
+    return 'INVALID', serverNow, 0, 0, 0, role, failOpen, offences
   end
   -- The state: what the last earlier key naming it left, else the store's.
   local prior, st, lastObservedMs, epoch, level, carry, log, penaltyUntilMs, penaltyLevel, fresh, storedEpoch = false
@@ -1474,12 +1448,12 @@ local function evalKey(kb, i, n, rec, seen, lastWrite, offences)
       storeState(key, gi, fresh, alg, now, nEpoch, nLevel, nCarry, nLog, ttl, storedEpoch, penaltyUntilMs,
         penaltyLevel)
     end
-    return status, eff, limit, remaining, retry, resetAt, role, failOpen, offences
+    return status, eff, remaining, retry, resetAt, role, failOpen, offences
   end
   offences = recordKey(rec, i, key, gi, seen, lastWrite, offences, px, st, write, now, nEpoch, nLevel, nCarry, nLog,
     lastObservedMs, epoch, level, carry, log, penaltyUntilMs, penaltyLevel, fresh, storedEpoch, ttl, remainingBefore,
     resetBefore, alg)
-  return status, eff, limit, remaining, retry, resetAt, role, failOpen, offences
+  return status, eff, remaining, retry, resetAt, role, failOpen, offences
 end
 
 -- commitKeys, once every key of a request of n keys (starting after kb)
@@ -1540,10 +1514,31 @@ local function evaluate(kb, n, rec)
   end
   local offences, blocked, quota, quotaAllows = false, false, 0, false
   for i = 1, n do
-    local status, eff, lim, remaining, retry, resetAt, role, failOpen
-    status, eff, lim, remaining, retry, resetAt, role, failOpen, offences = evalKey(kb, i, n, rec, seen, lastWrite,
+    local status, eff, remaining, retry, resetAt, role, failOpen
+    status, eff, remaining, retry, resetAt, role, failOpen, offences = evalKey(kb, i, n, rec, seen, lastWrite,
       offences)
-    replyKey(out, i, status, eff, lim, remaining, retry, resetAt)
+    -- uses: serverNow
+    -- in: out, i, status, eff, remaining, retry, resetAt
+    -- out:
+    -- defines: code, o
+    -- Key i's fields in out: its status's code (1 ALLOWED, the common one,
+    -- first) and the rest.
+    local code = 1
+    if status == 'ALLOWED' then
+      code = 1
+    elseif status == 'DENIED' then
+      code = 2
+    elseif status == 'CLOCK_UNSAFE' then
+      code = 3
+    elseif status == 'STATE_INCOMPATIBLE' then
+      code = 4
+    elseif status == 'INVALID' then
+      code = 5
+    else
+      code = 6
+    end
+    local o = (i - 1) * 4
+    out[o + 3], out[o + 4], out[o + 5], out[o + 6] = code + 8 * (eff - serverNow), remaining, retry, resetAt
     -- limiter.Commits: shadow and check keys never block; a fail-open
     -- failure takes no part.
     if role == 1 or role == 3 then
@@ -1650,7 +1645,7 @@ local function runGroup(counts, deadlines)
 end
 -- End of group.lua.
 
-redis.register_function{function_name='envoy_rls_rate_batch_v2_e3aaf05deb7e', callback=function(keys, args)
+redis.register_function{function_name='envoy_rls_rate_batch_v2_e0b460c7bfc2', callback=function(keys, args)
 if not find then
   find, fmod, format, band, unpackList, unpack, pack, sub, max = libs()
 end

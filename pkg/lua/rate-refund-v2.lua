@@ -574,9 +574,16 @@ end
 -- uses: pack, STATE_PENALTY
 -- defines: encodeState
 
--- encodeState is the value of alg's state (decodeState's inverse): the
--- penalty box written when penaltyLevel is not 0.
+-- encodeState is the value of alg's state (the value block).
 local function encodeState(alg, lastObservedMs, epoch, level, carry, penaltyUntilMs, penaltyLevel, log)
+  local v
+  -- uses: pack, STATE_PENALTY
+  -- in: alg, lastObservedMs, epoch, level, carry, penaltyUntilMs, penaltyLevel,
+  -- in: log
+  -- out: v
+  -- defines: algorithm
+  -- v, the value of alg's state (decodeState's inverse): the penalty box
+  -- written when penaltyLevel is not 0.
   local algorithm
   -- in: alg
   -- out: algorithm
@@ -593,10 +600,12 @@ local function encodeState(alg, lastObservedMs, epoch, level, carry, penaltyUnti
     algorithm = 5
   end
   if penaltyLevel > 0 then
-    return pack('>Bdddddd', algorithm + STATE_PENALTY, lastObservedMs, epoch, level, carry, penaltyUntilMs,
-      penaltyLevel) .. log
+    v = pack('>Bdddddd', algorithm + STATE_PENALTY, lastObservedMs, epoch, level, carry, penaltyUntilMs, penaltyLevel)
+      .. log
+  else
+    v = pack('>Bdddd', algorithm, lastObservedMs, epoch, level, carry) .. log
   end
-  return pack('>Bdddd', algorithm, lastObservedMs, epoch, level, carry) .. log
+  return v
 end
 
 -- refundKey gives back what the batch took from the group's key i at

@@ -132,8 +132,8 @@
 -- #include sliding-log.lua step
 -- #include algorithms.lua run
 -- #include args-v2.lua
--- #include string-v2.lua load encode store
--- #include reply-v2.lua
+-- #include string-v2.lua load store
+-- #include reply-v2.lua new
 -- #include evaluate.lua
 -- #include group.lua
 

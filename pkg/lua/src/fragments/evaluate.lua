@@ -6,7 +6,7 @@
 -- key, the common one, keeps no record: its key writes as soon as it is
 -- checked, since a single key that writes is one that commits.
 -- uses: serverNow, keyArgs, stateValue, decodeState, storeState, writeOffence, newReply,
--- uses: replyKey, replyBefore, penaltyStep, blockedRemaining, MAX, algStep, chargeKey,
+-- uses: replyBefore, penaltyStep, blockedRemaining, MAX, algStep, chargeKey,
 -- uses: fixedWindowStep
 -- defines: WIDE, priorState, writeRecord, recordKey, evalKey, commitKeys, evaluate
 --
@@ -14,7 +14,7 @@
 -- the group's key gi; stateValue(key, gi), the value of a key as the run
 -- sees it, and decodeState(v, alg, penalty), its state; storeState(...),
 -- its write; writeOffence(...), a penalty box's offence; newReply(n),
--- replyKey(...) and replyBefore(...), the reply.
+-- replyBefore(...) and the inline block reply-v2.lua key, the reply.
 
 -- WIDE: above this many keys a request finds the keys naming the same
 -- state through two tables (seen, lastWrite) instead of scanning: cheaper
@@ -115,7 +115,8 @@ end
 -- offence, or its state); one of several is recorded (rec, seen,
 -- lastWrite, offences: false, or five values per offence: key, gi,
 -- penaltyUntilMs, penaltyLevel, expiry ms) for the commit. It returns the
--- key's reply (status, effective now, limit, remaining, retry, resetAt),
+-- key's reply (status, effective now, remaining, retry, resetAt; the
+-- parser has the limit),
 -- its role and failOpen, and offences.
 local function evalKey(kb, i, n, rec, seen, lastWrite, offences)
   local gi = kb + i
@@ -126,7 +127,7 @@ local function evalKey(kb, i, n, rec, seen, lastWrite, offences)
     if n > 1 then
       writeRecord(rec, i, 0)
     end
-    return 'INVALID', serverNow, 0, 0, 0, 0, role, failOpen, offences
+    return 'INVALID', serverNow, 0, 0, 0, role, failOpen, offences
   end
   -- The state: what the last earlier key naming it left, else the store's.
   local prior, st, lastObservedMs, epoch, level, carry, log, penaltyUntilMs, penaltyLevel, fresh, storedEpoch = false
@@ -202,12 +203,12 @@ local function evalKey(kb, i, n, rec, seen, lastWrite, offences)
       storeState(key, gi, fresh, alg, now, nEpoch, nLevel, nCarry, nLog, ttl, storedEpoch, penaltyUntilMs,
         penaltyLevel)
     end
-    return status, eff, limit, remaining, retry, resetAt, role, failOpen, offences
+    return status, eff, remaining, retry, resetAt, role, failOpen, offences
   end
   offences = recordKey(rec, i, key, gi, seen, lastWrite, offences, px, st, write, now, nEpoch, nLevel, nCarry, nLog,
     lastObservedMs, epoch, level, carry, log, penaltyUntilMs, penaltyLevel, fresh, storedEpoch, ttl, remainingBefore,
     resetBefore, alg)
-  return status, eff, limit, remaining, retry, resetAt, role, failOpen, offences
+  return status, eff, remaining, retry, resetAt, role, failOpen, offences
 end
 
 -- commitKeys, once every key of a request of n keys (starting after kb)
@@ -261,10 +262,10 @@ local function evaluate(kb, n, rec)
   end
   local offences, blocked, quota, quotaAllows = false, false, 0, false
   for i = 1, n do
-    local status, eff, lim, remaining, retry, resetAt, role, failOpen
-    status, eff, lim, remaining, retry, resetAt, role, failOpen, offences = evalKey(kb, i, n, rec, seen, lastWrite,
+    local status, eff, remaining, retry, resetAt, role, failOpen
+    status, eff, remaining, retry, resetAt, role, failOpen, offences = evalKey(kb, i, n, rec, seen, lastWrite,
       offences)
-    replyKey(out, i, status, eff, lim, remaining, retry, resetAt)
+    -- #include reply-v2.lua key
     -- limiter.Commits: shadow and check keys never block; a fail-open
     -- failure takes no part.
     if role == 1 or role == 3 then

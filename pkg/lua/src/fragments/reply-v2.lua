@@ -5,9 +5,11 @@
 -- effective now is ahead of serverNow), remaining (BLOCKED: the ms until
 -- its block ends, its remaining being 0), retryAfterMillis,
 -- resetAtMillis. The limit is the policy's (0 for INVALID): the parser has
--- it.
+-- it. Two sections: new, its functions, and key, an inline block of a
+-- request's evaluation (a call per key costs Redis CPU).
+-- #section new
 -- uses: serverNow
--- defines: newReply, replyKey, replyBefore
+-- defines: newReply, replyBefore
 
 -- newReply: a request's reply of n keys, not committed, before its keys'
 -- (made whole at once for one key).
@@ -18,29 +20,32 @@ local function newReply(n)
   return { 0, serverNow }
 end
 
--- replyKey sets key i's fields in out.
-local function replyKey(out, i, status, eff, lim, remaining, retry, resetAt)
-  local code = 1
-  if status == 'ALLOWED' then
-    code = 1
-  elseif status == 'DENIED' then
-    code = 2
-  elseif status == 'CLOCK_UNSAFE' then
-    code = 3
-  elseif status == 'STATE_INCOMPATIBLE' then
-    code = 4
-  elseif status == 'INVALID' then
-    code = 5
-  else
-    code = 6
-  end
-  local o = (i - 1) * 4
-  out[o + 3], out[o + 4], out[o + 5], out[o + 6] = code + 8 * (eff - serverNow), remaining, retry, resetAt
-end
-
 -- replyBefore sets key i's remaining and reset-at in out to those before
 -- its cost (an allowed key whose request did not commit).
 local function replyBefore(out, i, remainingBefore, resetBefore)
   local o = (i - 1) * 4
   out[o + 4], out[o + 6] = remainingBefore, resetBefore
 end
+-- #section key
+-- uses: serverNow
+-- in: out, i, status, eff, remaining, retry, resetAt
+-- out:
+-- defines: code, o
+-- Key i's fields in out: its status's code (1 ALLOWED, the common one,
+-- first) and the rest.
+local code = 1
+if status == 'ALLOWED' then
+  code = 1
+elseif status == 'DENIED' then
+  code = 2
+elseif status == 'CLOCK_UNSAFE' then
+  code = 3
+elseif status == 'STATE_INCOMPATIBLE' then
+  code = 4
+elseif status == 'INVALID' then
+  code = 5
+else
+  code = 6
+end
+local o = (i - 1) * 4
+out[o + 3], out[o + 4], out[o + 5], out[o + 6] = code + 8 * (eff - serverNow), remaining, retry, resetAt

@@ -9,8 +9,10 @@
 -- every number an integer in [0, 2^53-1]: 33 bytes, 49 with a penalty box,
 -- one string Redis keeps inline (embstr) up to 44. The key names the
 -- policy, its revision and the algorithm (redis.StorageKey); the value
--- carries no schema, policy ID or revision. Three sections: load (both
--- programs), encode (both) and store (the batch program).
+-- carries no schema, policy ID or revision. Four sections: load (both
+-- programs), encode (the refund program), value (an inline block of both:
+-- encode's body, inline in the batch program's store, where a call per
+-- write costs Redis CPU) and store (the batch program).
 -- #section load
 -- uses: unpack, unpackList, sub, find, MAX, MAX_SLIDING
 -- defines: STATE_PENALTY, MGET_CHUNK, stored, storedOne, written, mgetAll, prefetch,
@@ -150,19 +152,30 @@ end
 -- uses: pack, STATE_PENALTY
 -- defines: encodeState
 
--- encodeState is the value of alg's state (decodeState's inverse): the
--- penalty box written when penaltyLevel is not 0.
+-- encodeState is the value of alg's state (the value block).
 local function encodeState(alg, lastObservedMs, epoch, level, carry, penaltyUntilMs, penaltyLevel, log)
-  local algorithm
-  -- #include algorithms.lua byte
-  if penaltyLevel > 0 then
-    return pack('>Bdddddd', algorithm + STATE_PENALTY, lastObservedMs, epoch, level, carry, penaltyUntilMs,
-      penaltyLevel) .. log
-  end
-  return pack('>Bdddd', algorithm, lastObservedMs, epoch, level, carry) .. log
+  local v
+  -- #include string-v2.lua value
+  return v
+end
+-- #section value
+-- uses: pack, STATE_PENALTY
+-- in: alg, lastObservedMs, epoch, level, carry, penaltyUntilMs, penaltyLevel,
+-- in: log
+-- out: v
+-- defines: algorithm
+-- v, the value of alg's state (decodeState's inverse): the penalty box
+-- written when penaltyLevel is not 0.
+local algorithm
+-- #include algorithms.lua byte
+if penaltyLevel > 0 then
+  v = pack('>Bdddddd', algorithm + STATE_PENALTY, lastObservedMs, epoch, level, carry, penaltyUntilMs, penaltyLevel)
+    .. log
+else
+  v = pack('>Bdddd', algorithm, lastObservedMs, epoch, level, carry) .. log
 end
 -- #section store
--- uses: format, pack, sub, band, serverNow, written, encodeState, stateValue
+-- uses: format, pack, sub, band, serverNow, written, stateValue, STATE_PENALTY
 -- defines: offended, storeState, writeOffence
 
 -- offended: false, or the keys this run wrote an offence to (their expiry
@@ -178,7 +191,8 @@ local offended = false
 -- which is the same instant. Numbers go to Redis as format('%d') strings.
 local function storeState(key, gi, fresh, alg, lastObservedMs, epoch, level, carry, log, ttl, storedEpoch,
                           penaltyUntilMs, penaltyLevel)
-  local v = encodeState(alg, lastObservedMs, epoch, level, carry, penaltyUntilMs, penaltyLevel, log)
+  local v
+  -- #include string-v2.lua value
   if not fresh and epoch == storedEpoch and (alg == 'fixed_window' or alg == 'sliding_window') then
     redis.call('SET', key, v, 'KEEPTTL')
   else
