@@ -1,4 +1,4 @@
-#!lua name=envoy_rls_rate_v2_e0b460c7bfc2
+#!lua name=envoy_rls_rate_v2_83820dcb4ba3
 -- rate-batch-v2-function.lua: rate-batch-v2.lua as a Redis function library
 -- (FUNCTION LOAD, then FCALL of the function below with the program's
 -- KEYS and ARGV).
@@ -1193,7 +1193,7 @@ end
 -- uses: serverNow, keyArgs, stateValue, decodeState, storeState, writeOffence, newReply,
 -- uses: replyBefore, penaltyStep, blockedRemaining, MAX, algStep, chargeKey,
 -- uses: fixedWindowStep
--- defines: WIDE, priorState, writeRecord, recordKey, evalKey, commitKeys, evaluate
+-- defines: WIDE, priorState, invalidRecord, recordKey, evalKey, commitKeys, evaluate
 --
 -- The program defines its layout's parts: keyArgs(gi), the arguments of
 -- the group's key gi; stateValue(key, gi), the value of a key as the run
@@ -1246,11 +1246,10 @@ local function priorState(kb, i, key, rec, seen)
     rec[p + R_PENALTY_UNTIL], rec[p + R_PENALTY_LEVEL], rec[p + R_FRESH], rec[p + R_STORED_EPOCH]
 end
 
--- writeRecord writes key i's record (a request of several keys): its kind
--- (0 INVALID: nothing else), the state a later key naming it sees, and
--- what its write needs.
-local function writeRecord(rec, i, kind, lastObservedMs, epoch, level, carry, log, penaltyUntilMs, penaltyLevel,
-                           fresh, storedEpoch, write, ttl, remainingBefore, resetBefore, alg)
+-- invalidRecord writes the record of key i (a request of several keys),
+-- INVALID: kind 0 (a later key naming its state looks further back) and
+-- nothing to write.
+local function invalidRecord(rec, i)
   -- defines: R_KIND, R_LAST, R_EPOCH, R_LEVEL, R_CARRY, R_LOG, R_PENALTY_UNTIL,
   -- defines: R_PENALTY_LEVEL, R_FRESH, R_STORED_EPOCH, R_WRITE, R_TTL,
   -- defines: R_REMAINING_BEFORE, R_RESET_BEFORE, R_ALG, R
@@ -1260,24 +1259,16 @@ local function writeRecord(rec, i, kind, lastObservedMs, epoch, level, carry, lo
   local R_WRITE, R_TTL, R_REMAINING_BEFORE, R_RESET_BEFORE, R_ALG = 11, 12, 13, 14, 15
   local R = 15
   local o = (i - 1) * R
-  rec[o + R_KIND], rec[o + R_WRITE] = kind, write
-  if kind == 0 then
-    return
-  end
-  rec[o + R_LAST], rec[o + R_EPOCH], rec[o + R_LEVEL], rec[o + R_CARRY], rec[o + R_LOG] =
-    lastObservedMs, epoch, level, carry, log
-  rec[o + R_PENALTY_UNTIL], rec[o + R_PENALTY_LEVEL], rec[o + R_FRESH] = penaltyUntilMs, penaltyLevel, fresh
-  rec[o + R_STORED_EPOCH], rec[o + R_TTL], rec[o + R_REMAINING_BEFORE], rec[o + R_RESET_BEFORE] = storedEpoch, ttl,
-    remainingBefore, resetBefore
-  rec[o + R_ALG] = alg
+  rec[o + R_KIND], rec[o + R_WRITE] = 0, false
 end
 
 -- recordKey records key i of a request of several keys, once checked:
 -- its offence (px: its expiry; false none) goes to offences, returned (five
 -- values per offence: key, gi, penaltyUntilMs, penaltyLevel, px); its
--- record to rec (writeRecord) and, for a wide request, to seen and
--- lastWrite. A later key naming the same state sees the state to write
--- (nEpoch..nLog at now) when it writes, else the state it saw.
+-- record to rec: its kind, the state a later key naming it sees and what
+-- its write needs; and, for a wide request, to seen and lastWrite. A
+-- later key naming the same state sees the state to write (nEpoch..nLog
+-- at now) when it writes, else the state it saw.
 local function recordKey(rec, i, key, gi, seen, lastWrite, offences, px, st, write, now, nEpoch, nLevel, nCarry, nLog,
                          lastObservedMs, epoch, level, carry, log, penaltyUntilMs, penaltyLevel, fresh, storedEpoch,
                          ttl, remainingBefore, resetBefore, alg)
@@ -1298,8 +1289,22 @@ local function recordKey(rec, i, key, gi, seen, lastWrite, offences, px, st, wri
     kind, lastObservedMs, epoch, level, carry, log, penaltyUntilMs, penaltyLevel = 2, 0, 0, 0, 0, '', 0, 0
     storedEpoch = 0
   end
-  writeRecord(rec, i, kind, lastObservedMs, epoch, level, carry, log, penaltyUntilMs, penaltyLevel, fresh,
-    storedEpoch, write, ttl, remainingBefore, resetBefore, alg)
+  -- defines: R_KIND, R_LAST, R_EPOCH, R_LEVEL, R_CARRY, R_LOG, R_PENALTY_UNTIL,
+  -- defines: R_PENALTY_LEVEL, R_FRESH, R_STORED_EPOCH, R_WRITE, R_TTL,
+  -- defines: R_REMAINING_BEFORE, R_RESET_BEFORE, R_ALG, R
+  -- in:
+  local R_KIND, R_LAST, R_EPOCH, R_LEVEL, R_CARRY, R_LOG = 1, 2, 3, 4, 5, 6
+  local R_PENALTY_UNTIL, R_PENALTY_LEVEL, R_FRESH, R_STORED_EPOCH = 7, 8, 9, 10
+  local R_WRITE, R_TTL, R_REMAINING_BEFORE, R_RESET_BEFORE, R_ALG = 11, 12, 13, 14, 15
+  local R = 15
+  local o = (i - 1) * R
+  rec[o + R_KIND], rec[o + R_WRITE] = kind, write
+  rec[o + R_LAST], rec[o + R_EPOCH], rec[o + R_LEVEL], rec[o + R_CARRY], rec[o + R_LOG] =
+    lastObservedMs, epoch, level, carry, log
+  rec[o + R_PENALTY_UNTIL], rec[o + R_PENALTY_LEVEL], rec[o + R_FRESH] = penaltyUntilMs, penaltyLevel, fresh
+  rec[o + R_STORED_EPOCH], rec[o + R_TTL], rec[o + R_REMAINING_BEFORE], rec[o + R_RESET_BEFORE] = storedEpoch, ttl,
+    remainingBefore, resetBefore
+  rec[o + R_ALG] = alg
   if seen then
     seen[key] = i
     if write then
@@ -1324,7 +1329,7 @@ local function evalKey(kb, i, n, rec, seen, lastWrite, offences)
     penalty, duration, maxDuration, decay, cal, cb0, cb1, cb2, cb3, charge, ceiling = keyArgs(gi)
   if not valid then
     if n > 1 then
-      writeRecord(rec, i, 0)
+      invalidRecord(rec, i)
     end
     return 'INVALID', serverNow, 0, 0, 0, role, failOpen, offences
   end
@@ -1645,7 +1650,7 @@ local function runGroup(counts, deadlines)
 end
 -- End of group.lua.
 
-redis.register_function{function_name='envoy_rls_rate_batch_v2_e0b460c7bfc2', callback=function(keys, args)
+redis.register_function{function_name='envoy_rls_rate_batch_v2_83820dcb4ba3', callback=function(keys, args)
 if not find then
   find, fmod, format, band, unpackList, unpack, pack, sub, max = libs()
 end
