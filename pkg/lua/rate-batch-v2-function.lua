@@ -1,4 +1,4 @@
-#!lua name=envoy_rls_rate_v2_83820dcb4ba3
+#!lua name=envoy_rls_rate_v2_d35d77e3644c
 -- rate-batch-v2-function.lua: rate-batch-v2.lua as a Redis function library
 -- (FUNCTION LOAD, then FCALL of the function below with the program's
 -- KEYS and ARGV).
@@ -1165,17 +1165,7 @@ local function writeOffence(key, gi, penaltyUntilMs, penaltyLevel, px)
   end
   offended[key] = true
 end
--- uses: serverNow
--- defines: newReply, replyBefore
-
--- newReply: a request's reply of n keys, not committed, before its keys'
--- (made whole at once for one key).
-local function newReply(n)
-  if n == 1 then
-    return { 0, serverNow, 0, 0, 0, 0 }
-  end
-  return { 0, serverNow }
-end
+-- defines: replyBefore
 
 -- replyBefore sets key i's remaining and reset-at in out to those before
 -- its cost (an allowed key whose request did not commit).
@@ -1190,7 +1180,7 @@ end
 -- then the batch rule (limiter.Commits), then the writes. A request of one
 -- key, the common one, keeps no record: its key writes as soon as it is
 -- checked, since a single key that writes is one that commits.
--- uses: serverNow, keyArgs, stateValue, decodeState, storeState, writeOffence, newReply,
+-- uses: serverNow, keyArgs, stateValue, decodeState, storeState, writeOffence,
 -- uses: replyBefore, penaltyStep, blockedRemaining, MAX, algStep, chargeKey,
 -- uses: fixedWindowStep
 -- defines: WIDE, priorState, invalidRecord, recordKey, evalKey, commitKeys, evaluate
@@ -1198,8 +1188,8 @@ end
 -- The program defines its layout's parts: keyArgs(gi), the arguments of
 -- the group's key gi; stateValue(key, gi), the value of a key as the run
 -- sees it, and decodeState(v, alg, penalty), its state; storeState(...),
--- its write; writeOffence(...), a penalty box's offence; newReply(n),
--- replyBefore(...) and the inline block reply-v2.lua key, the reply.
+-- its write; writeOffence(...), a penalty box's offence; replyBefore(...)
+-- and the inline blocks reply-v2.lua new and key, the reply.
 
 -- WIDE: above this many keys a request finds the keys naming the same
 -- state through two tables (seen, lastWrite) instead of scanning: cheaper
@@ -1512,7 +1502,17 @@ end
 -- key, whose request keeps no record). It returns the
 -- request's reply.
 local function evaluate(kb, n, rec)
-  local out = newReply(n)
+  local out
+  -- uses: serverNow
+  -- in: n
+  -- out: out
+  -- out, a request's reply of n keys, not committed, before its keys' (made
+  -- whole at once for one key).
+  if n == 1 then
+    out = { 0, serverNow, 0, 0, 0, 0 }
+  else
+    out = { 0, serverNow }
+  end
   local seen, lastWrite = false, false
   if n > WIDE then
     seen, lastWrite = {}, {}
@@ -1650,7 +1650,7 @@ local function runGroup(counts, deadlines)
 end
 -- End of group.lua.
 
-redis.register_function{function_name='envoy_rls_rate_batch_v2_83820dcb4ba3', callback=function(keys, args)
+redis.register_function{function_name='envoy_rls_rate_batch_v2_d35d77e3644c', callback=function(keys, args)
 if not find then
   find, fmod, format, band, unpackList, unpack, pack, sub, max = libs()
 end

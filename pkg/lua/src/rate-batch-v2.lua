@@ -133,7 +133,7 @@
 -- #include algorithms.lua run
 -- #include args-v2.lua
 -- #include string-v2.lua load store
--- #include reply-v2.lua new
+-- #include reply-v2.lua before
 -- #include evaluate.lua
 -- #include group.lua
 

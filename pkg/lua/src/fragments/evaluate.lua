@@ -5,7 +5,7 @@
 -- then the batch rule (limiter.Commits), then the writes. A request of one
 -- key, the common one, keeps no record: its key writes as soon as it is
 -- checked, since a single key that writes is one that commits.
--- uses: serverNow, keyArgs, stateValue, decodeState, storeState, writeOffence, newReply,
+-- uses: serverNow, keyArgs, stateValue, decodeState, storeState, writeOffence,
 -- uses: replyBefore, penaltyStep, blockedRemaining, MAX, algStep, chargeKey,
 -- uses: fixedWindowStep
 -- defines: WIDE, priorState, invalidRecord, recordKey, evalKey, commitKeys, evaluate
@@ -13,8 +13,8 @@
 -- The program defines its layout's parts: keyArgs(gi), the arguments of
 -- the group's key gi; stateValue(key, gi), the value of a key as the run
 -- sees it, and decodeState(v, alg, penalty), its state; storeState(...),
--- its write; writeOffence(...), a penalty box's offence; newReply(n),
--- replyBefore(...) and the inline block reply-v2.lua key, the reply.
+-- its write; writeOffence(...), a penalty box's offence; replyBefore(...)
+-- and the inline blocks reply-v2.lua new and key, the reply.
 
 -- WIDE: above this many keys a request finds the keys naming the same
 -- state through two tables (seen, lastWrite) instead of scanning: cheaper
@@ -253,7 +253,8 @@ end
 -- key, whose request keeps no record). It returns the
 -- request's reply.
 local function evaluate(kb, n, rec)
-  local out = newReply(n)
+  local out
+  -- #include reply-v2.lua new
   local seen, lastWrite = false, false
   if n > WIDE then
     seen, lastWrite = {}, {}

@@ -5,26 +5,28 @@
 -- effective now is ahead of serverNow), remaining (BLOCKED: the ms until
 -- its block ends, its remaining being 0), retryAfterMillis,
 -- resetAtMillis. The limit is the policy's (0 for INVALID): the parser has
--- it. Two sections: new, its functions, and key, an inline block of a
--- request's evaluation (a call per key costs Redis CPU).
--- #section new
--- uses: serverNow
--- defines: newReply, replyBefore
-
--- newReply: a request's reply of n keys, not committed, before its keys'
--- (made whole at once for one key).
-local function newReply(n)
-  if n == 1 then
-    return { 0, serverNow, 0, 0, 0, 0 }
-  end
-  return { 0, serverNow }
-end
+-- it. Three sections: before, a function; new and key, inline blocks of
+-- a request's evaluation (a call per request and per key costs Redis
+-- CPU).
+-- #section before
+-- defines: replyBefore
 
 -- replyBefore sets key i's remaining and reset-at in out to those before
 -- its cost (an allowed key whose request did not commit).
 local function replyBefore(out, i, remainingBefore, resetBefore)
   local o = (i - 1) * 4
   out[o + 4], out[o + 6] = remainingBefore, resetBefore
+end
+-- #section new
+-- uses: serverNow
+-- in: n
+-- out: out
+-- out, a request's reply of n keys, not committed, before its keys' (made
+-- whole at once for one key).
+if n == 1 then
+  out = { 0, serverNow, 0, 0, 0, 0 }
+else
+  out = { 0, serverNow }
 end
 -- #section key
 -- uses: serverNow
