@@ -250,8 +250,7 @@ end
 -- evaluate is one request: its n keys start after the group's first kb;
 -- rec is the group's record array, reused by each of its requests (only
 -- the records of the request's own keys are read; false in a run of one
--- key, whose request keeps no record). It returns the
--- request's reply.
+-- key, whose request keeps no record). It returns the request's reply.
 local function evaluate(kb, n, rec)
   local out
   -- #include reply-v2.lua new
