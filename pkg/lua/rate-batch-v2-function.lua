@@ -1,4 +1,4 @@
-#!lua name=envoy_rls_rate_v2_e34ea2659204
+#!lua name=envoy_rls_rate_v2_82bdfe7b2271
 -- rate-batch-v2-function.lua: rate-batch-v2.lua as a Redis function library
 -- (FUNCTION LOAD, then FCALL of the function below with the program's
 -- KEYS and ARGV).
@@ -947,9 +947,11 @@ local MGET_CHUNK = 1000
 local stored, storedOne, written = false, false, false
 
 -- mgetAll runs cmd ('MGET' or 'EXISTS') over the keys list (of n), in
--- chunks, and returns the MGET values in order, or the EXISTS count.
+-- chunks, and returns the MGET values in order (in the first chunk's reply
+-- table, which the later chunks extend: no table is copied for a run of
+-- one chunk), or false and the EXISTS count.
 local function mgetAll(cmd, list, n)
-  local out, count = {}, 0
+  local out, count = false, 0
   for from = 1, n, MGET_CHUNK do
     local to = from + MGET_CHUNK - 1
     if to > n then
@@ -958,6 +960,8 @@ local function mgetAll(cmd, list, n)
     local r = redis.call(cmd, unpackList(list, from, to))
     if cmd == 'EXISTS' then
       count = count + r
+    elseif not out then
+      out = r
     else
       for j = 1, #r do
         out[from + j - 1] = r[j]
@@ -1649,7 +1653,7 @@ local function runGroup(counts, deadlines)
 end
 -- End of group.lua.
 
-redis.register_function{function_name='envoy_rls_rate_batch_v2_e34ea2659204', callback=function(keys, args)
+redis.register_function{function_name='envoy_rls_rate_batch_v2_82bdfe7b2271', callback=function(keys, args)
 if not find then
   find, fmod, format, band, unpackList, unpack, pack, sub, max = libs()
 end

@@ -440,9 +440,11 @@ local MGET_CHUNK = 1000
 local stored, storedOne, written = false, false, false
 
 -- mgetAll runs cmd ('MGET' or 'EXISTS') over the keys list (of n), in
--- chunks, and returns the MGET values in order, or the EXISTS count.
+-- chunks, and returns the MGET values in order (in the first chunk's reply
+-- table, which the later chunks extend: no table is copied for a run of
+-- one chunk), or false and the EXISTS count.
 local function mgetAll(cmd, list, n)
-  local out, count = {}, 0
+  local out, count = false, 0
   for from = 1, n, MGET_CHUNK do
     local to = from + MGET_CHUNK - 1
     if to > n then
@@ -451,6 +453,8 @@ local function mgetAll(cmd, list, n)
     local r = redis.call(cmd, unpackList(list, from, to))
     if cmd == 'EXISTS' then
       count = count + r
+    elseif not out then
+      out = r
     else
       for j = 1, #r do
         out[from + j - 1] = r[j]
