@@ -139,8 +139,8 @@ func TestProgramsShape(t *testing.T) {
 	// the batch program does.
 	for name, progs := range map[string][]Program{
 		"time.lua": {batch}, "valid.lua": {batch, refund}, "clock.lua": {batch},
-		"string-v2.lua load": {batch, refund}, "string-v2.lua encode": {batch, refund}, "string-v2.lua store": {batch},
-		"exact.lua check": {batch}, "exact.lua exact": {refund},
+		"string-v2.lua load": {batch, refund}, "string-v2.lua encode": {refund}, "string-v2.lua value": {batch, refund},
+		"string-v2.lua store": {batch}, "exact.lua check": {batch}, "exact.lua exact": {refund},
 		"evaluate.lua": {batch}, "record.lua offsets": {batch}, "group.lua": {batch},
 		"args.lua": {batch, refund},
 	} {

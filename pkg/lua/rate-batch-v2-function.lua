@@ -1,4 +1,4 @@
-#!lua name=envoy_rls_rate_v2_7c433ac8cdd5
+#!lua name=envoy_rls_rate_v2_82bdfe7b2271
 -- rate-batch-v2-function.lua: rate-batch-v2.lua as a Redis function library
 -- (FUNCTION LOAD, then FCALL of the function below with the program's
 -- KEYS and ARGV).
@@ -129,7 +129,7 @@ local KEYS, ARGV
 
 -- fragments/prelude.lua: shared by every program (a test checks each
 -- program contains it verbatim): constants and library locals.
--- defines: MAX, MAX_DURATION, MAX_PENALTY, ROLE_BITS, FAIL_OPEN, PENALTY,
+-- defines: MAX, MAX_DURATION, MAX_PENALTY, FAIL_OPEN, PENALTY,
 -- defines: CALENDAR, CHARGE, S, MAX_SLIDING, MAX_LOG, find,
 -- defines: fmod, format, band, unpackList, unpack, pack, sub, max, ceilDiv
 --
@@ -140,11 +140,11 @@ local KEYS, ARGV
 local MAX = 9007199254740991 -- 2^53-1: every number stays an exact integer
 local MAX_DURATION = 316224000000 -- ten years in ms, as limiter.NewPolicy
 local MAX_PENALTY = 2592000000 -- 30 days in ms, limiter.MaxPenalty
--- The flags byte of a key's packed argument (pkg/lua Flag*): the role's
--- bits, fail open, a penalty extension follows, a calendar extension
--- follows (after the penalty extension when both do), the policy charges
--- always.
-local ROLE_BITS, FAIL_OPEN, PENALTY, CALENDAR, CHARGE = 7, 8, 16, 32, 64
+-- The flags byte of a key's packed argument (pkg/lua Flag*): its bits 0-2
+-- the role (flags % 8, lua.FlagRoleMask); fail open, a penalty extension
+-- follows, a calendar extension follows (after the penalty extension when
+-- both do), the policy charges always.
+local FAIL_OPEN, PENALTY, CALENDAR, CHARGE = 8, 16, 32, 64
 local S = 1000000 -- sliding-window weight scale (limiter.SlidingScale)
 -- The largest sliding limit: (2^53-1) / S, exact (MAX / S is far from an
 -- integer, so the VM's floor cannot round up).
@@ -779,7 +779,7 @@ end
 -- fragments/args-v2.lua: the argument of one key of rate-batch-v2.lua and
 -- rate-refund-v2.lua: one ARGV field, the packed numbers (see the
 -- programs' headers).
--- uses: unpack, unpackList, band, ROLE_BITS, FAIL_OPEN, PENALTY, CALENDAR, MAX,
+-- uses: unpack, unpackList, FAIL_OPEN, PENALTY, CALENDAR, MAX,
 -- uses: MAX_DURATION, MAX_SLIDING, MAX_LOG, fmod, penaltyArgs, calendarArgs,
 -- uses: CHARGE
 -- defines: NARG, argsRead, keyArgs
@@ -792,10 +792,10 @@ local NARG = 1
 local argsRead = false
 
 -- keyArgs reads and checks the argument of the group's key gi. It returns
--- valid; the algorithm's name, false (no policy ID: the key names the
--- policy), the key's role and failOpen (0 and false when not valid); the
--- revision, limit, the two algorithm arguments, grace, max clock
--- regression and cost; the penalty box (penalty, its duration, max
+-- valid; the algorithm's name, the key's role and failOpen (0 and false
+-- when not valid); the limit, the two algorithm arguments, grace, max
+-- clock regression and cost (the revision is checked, not returned: the
+-- key names it); the penalty box (penalty, its duration, max
 -- duration and decay); a calendar window (cal and the boundaries of its
 -- three periods); whether the key charges always and its ceiling.
 local function keyArgs(gi)
@@ -803,16 +803,13 @@ local function keyArgs(gi)
   if argsRead then
     local r = argsRead[packed]
     if r then
-      return unpackList(r, 1, 23)
+      return unpackList(r, 1, 21)
     end
   end
   local alg, role, failOpen, rev, limit, p2, p3, grace, maxRegression, cost
   local penalty, duration, maxDuration, decay, cal, cb0, cb1, cb2, cb3, charge, ceiling
-  -- Every flag bit but 128 and the penalty's (taken off by penaltyArgs).
-  local unknownFlags = 144
   -- fragments/args.lua: a key's packed numbers (lua.AppendBatchPacked), read
-  -- and checked (unknownFlags: the flag bits the program does not know), as
-  -- an inline block of a program's keyArgs: struct.pack(
+  -- and checked, as an inline block of a program's keyArgs: struct.pack(
   -- '>BBddddddd') of algorithm, flags, revision, limit, the two algorithm
   -- arguments, grace, max clock regression and cost, then the penalty
   -- extension (flag 16) and the calendar extension (flag 32). It gives the
@@ -820,23 +817,26 @@ local function keyArgs(gi)
   -- valid), the numbers, the penalty box (penalty, its duration, max
   -- duration and decay) and a calendar window (cal and the boundaries of its
   -- three periods), and whether it charges always with its ceiling.
-  -- uses: unpack, band, ROLE_BITS, FAIL_OPEN, PENALTY, CALENDAR, MAX,
+  -- uses: unpack, FAIL_OPEN, PENALTY, CALENDAR, MAX,
   -- uses: MAX_DURATION, MAX_SLIDING, MAX_LOG, fmod, penaltyArgs, calendarArgs,
   -- uses: CHARGE
-  -- in: packed, valid, unknownFlags
+  -- in: packed, valid
   -- out: valid, alg, role, failOpen, rev, limit, p2, p3, grace, maxRegression,
   -- out: cost, penalty, duration, maxDuration, decay, cal, cb0, cb1, cb2, cb3,
   -- out: charge, ceiling
   -- defines: algorithm, flags, pos
   local algorithm, flags, pos
   algorithm, flags, rev, limit, p2, p3, grace, maxRegression, cost, pos = unpack('>BBddddddd', packed)
+  -- The flags are a byte (0..255): bit b of it is set when flags % (2 * b)
+  -- >= b, exact arithmetic of the VM (a C call of bit.band per bit costs
+  -- Redis CPU on every key).
   -- A charge (flag CHARGE) records usage up to its ceiling, twice the limit.
-  charge, ceiling = band(flags, CHARGE) ~= 0, limit
+  charge, ceiling = flags % 128 >= CHARGE, limit
   if charge then
     ceiling = limit * 2
   end
   penalty, duration, maxDuration, decay = false, 0, 0, 0
-  if band(flags, PENALTY) ~= 0 then
+  if flags % 32 >= PENALTY then
     local ok
     ok, penalty, duration, maxDuration, decay, pos, flags = penaltyArgs(packed, pos, flags, limit)
     valid = valid and ok
@@ -847,15 +847,15 @@ local function keyArgs(gi)
   -- whether the unpacked numbers (doubles, any value) are each an integer in
   -- its range (NaN fails every comparison). flags is a byte: the role in
   -- bits 0-2, at most 5, failOpen at 8, the calendar bit 32 and the charge
-  -- bit 64 (penaltyArgs took off the penalty
-  -- bit 16: unknownFlags is every other bit). A charge may cost up to its
+  -- bit 64; penaltyArgs took off the penalty bit 16, and bit 128 is unknown
+  -- (its bits tested by arithmetic, as args.lua does). A charge may cost up to its
   -- ceiling (twice the limit, limiter.Policy.Ceiling) and has no penalty
   -- box. Each algorithm's own rules are its fragment's valid section.
-  -- uses: band, ROLE_BITS, MAX, MAX_DURATION
-  -- in: flags, rev, limit, p2, p3, grace, maxRegression, cost, unknownFlags,
+  -- uses: PENALTY, MAX, MAX_DURATION
+  -- in: flags, rev, limit, p2, p3, grace, maxRegression, cost,
   -- in: charge, ceiling, penalty
   -- out: valid
-  valid = valid and band(flags, unknownFlags) == 0 and band(flags, ROLE_BITS) <= 5
+  valid = valid and flags < 128 and flags % 32 < PENALTY and flags % 8 <= 5
     and not (charge and penalty) and ceiling <= MAX
     and rev >= 1 and rev <= 4294967295 and rev % 1 == 0
     and limit >= 0 and limit <= MAX and limit % 1 == 0
@@ -916,23 +916,23 @@ local function keyArgs(gi)
     alg, valid = false, false
   end
   cal, cb0, cb1, cb2, cb3 = false, 0, 0, 0, 0
-  if valid and band(flags, CALENDAR) ~= 0 then
+  if valid and flags % 64 >= CALENDAR then
     valid, cb0, cb1, cb2, cb3 = calendarArgs(packed, pos, alg)
     cal = valid
   end
   role, failOpen = 0, false
   if valid then
-    role, failOpen = band(flags, ROLE_BITS), band(flags, FAIL_OPEN) ~= 0
+    role, failOpen = flags % 8, flags % 16 >= FAIL_OPEN
   end
   if argsRead then
-    argsRead[packed] = { valid, alg, false, role, failOpen, rev, limit, p2, p3, grace, maxRegression, cost,
+    argsRead[packed] = { valid, alg, role, failOpen, limit, p2, p3, grace, maxRegression, cost,
       penalty, duration, maxDuration, decay, cal, cb0, cb1, cb2, cb3, charge, ceiling }
   end
-  return valid, alg, false, role, failOpen, rev, limit, p2, p3, grace, maxRegression, cost,
+  return valid, alg, role, failOpen, limit, p2, p3, grace, maxRegression, cost,
     penalty, duration, maxDuration, decay, cal, cb0, cb1, cb2, cb3, charge, ceiling
 end
 -- uses: unpack, unpackList, sub, find, MAX, MAX_SLIDING
--- defines: STATE_PENALTY, MGET_CHUNK, stored, written, mgetAll, prefetch,
+-- defines: STATE_PENALTY, MGET_CHUNK, stored, storedOne, written, mgetAll, prefetch,
 -- defines: decodeState, stateValue
 
 local STATE_PENALTY = 64
@@ -940,15 +940,18 @@ local STATE_PENALTY = 64
 -- bounded; a group holds up to 8,192 keys).
 local MGET_CHUNK = 1000
 -- stored: the values of the run's keys (MGET) by their index in KEYS:
--- false none, '' a key of another type. written: false, or, when the run
+-- false none, '' a key of another type; false in a run of one key, whose
+-- value is storedOne (no table made). written: false, or, when the run
 -- evaluates several requests, the values it wrote by key, so that a later
 -- request sees what an earlier one committed.
-local stored, written = false, false
+local stored, storedOne, written = false, false, false
 
 -- mgetAll runs cmd ('MGET' or 'EXISTS') over the keys list (of n), in
--- chunks, and returns the MGET values in order, or the EXISTS count.
+-- chunks, and returns the MGET values in order (in the first chunk's reply
+-- table, which the later chunks extend: no table is copied for a run of
+-- one chunk), or false and the EXISTS count.
 local function mgetAll(cmd, list, n)
-  local out, count = {}, 0
+  local out, count = false, 0
   for from = 1, n, MGET_CHUNK do
     local to = from + MGET_CHUNK - 1
     if to > n then
@@ -957,6 +960,8 @@ local function mgetAll(cmd, list, n)
     local r = redis.call(cmd, unpackList(list, from, to))
     if cmd == 'EXISTS' then
       count = count + r
+    elseif not out then
+      out = r
     else
       for j = 1, #r do
         out[from + j - 1] = r[j]
@@ -968,9 +973,11 @@ end
 
 -- prefetch reads the values of the run's n keys, with one MGET (and, when
 -- a key has none, one EXISTS of those keys: MGET reads a key of another
--- type as none; such a key is marked '', incompatible). A run of one key
--- reads it with GET, whose WRONGTYPE error tells a key of another type
--- without an EXISTS; any other error is raised, as redis.call would.
+-- type as none; such a key is marked '', incompatible), and returns them
+-- (stored) and false. A run of one key reads it with GET, whose WRONGTYPE
+-- error tells a key of another type without an EXISTS (any other error is
+-- raised, as redis.call would), and returns false and its value
+-- (storedOne).
 local function prefetch(n)
   if n == 1 then
     local v = redis.pcall('GET', KEYS[1])
@@ -980,7 +987,7 @@ local function prefetch(n)
       end
       v = ''
     end
-    return { v }
+    return false, v
   end
   local vals = mgetAll('MGET', KEYS, n)
   local absent = {}
@@ -999,7 +1006,7 @@ local function prefetch(n)
       end
     end
   end
-  return vals
+  return vals, false
 end
 
 -- decodeState reads a value of alg's state. It returns st (false:
@@ -1064,21 +1071,41 @@ end
 -- it: what it wrote, else what it read (false: none; '': a key of another
 -- type). Its state is decodeState's, but for none.
 local function stateValue(key, gi)
-  local v = false
   if written then
-    v = written[key] or false
+    local v = written[key]
+    if v then
+      return v
+    end
   end
-  if not v then
-    v = stored[gi]
+  if stored then
+    return stored[gi]
   end
-  return v
+  return storedOne
 end
--- uses: pack, STATE_PENALTY
--- defines: encodeState
+-- uses: format, pack, sub, band, serverNow, written, stateValue, STATE_PENALTY
+-- defines: offended, storeState, writeOffence
 
--- encodeState is the value of alg's state (decodeState's inverse): the
--- penalty box written when penaltyLevel is not 0.
-local function encodeState(alg, lastObservedMs, epoch, level, carry, penaltyUntilMs, penaltyLevel, log)
+-- offended: false, or the keys this run wrote an offence to (their expiry
+-- was raised to cover the block: a later write of their state only raises
+-- it).
+local offended = false
+
+-- storeState writes key's state (lastObservedMs, epoch, level, carry,
+-- log, the penalty box penaltyUntilMs and penaltyLevel) with an expiry ttl
+-- ms after lastObservedMs on the effective clock: one SET. A window's
+-- state already written in the same window (not fresh, its epoch
+-- unchanged from storedEpoch, the stored one) keeps its expiry (KEEPTTL),
+-- which is the same instant. Numbers go to Redis as format('%d') strings.
+local function storeState(key, gi, fresh, alg, lastObservedMs, epoch, level, carry, log, ttl, storedEpoch,
+                          penaltyUntilMs, penaltyLevel)
+  local v
+  -- uses: pack, STATE_PENALTY
+  -- in: alg, lastObservedMs, epoch, level, carry, penaltyUntilMs, penaltyLevel,
+  -- in: log
+  -- out: v
+  -- defines: algorithm
+  -- v, the value of alg's state (decodeState's inverse): the penalty box
+  -- written when penaltyLevel is not 0.
   local algorithm
   -- in: alg
   -- out: algorithm
@@ -1095,29 +1122,11 @@ local function encodeState(alg, lastObservedMs, epoch, level, carry, penaltyUnti
     algorithm = 5
   end
   if penaltyLevel > 0 then
-    return pack('>Bdddddd', algorithm + STATE_PENALTY, lastObservedMs, epoch, level, carry, penaltyUntilMs,
-      penaltyLevel) .. log
+    v = pack('>Bdddddd', algorithm + STATE_PENALTY, lastObservedMs, epoch, level, carry, penaltyUntilMs, penaltyLevel)
+      .. log
+  else
+    v = pack('>Bdddd', algorithm, lastObservedMs, epoch, level, carry) .. log
   end
-  return pack('>Bdddd', algorithm, lastObservedMs, epoch, level, carry) .. log
-end
--- uses: format, pack, sub, band, serverNow, written, encodeState, stateValue
--- defines: offended, storeState, writeOffence
-
--- offended: false, or the keys this run wrote an offence to (their expiry
--- was raised to cover the block: a later write of their state only raises
--- it).
-local offended = false
-
--- storeState writes key's state (lastObservedMs, epoch, level, carry,
--- log, the penalty box penaltyUntilMs and penaltyLevel) with an expiry ttl
--- ms after lastObservedMs on the effective clock: one SET. A window's
--- state already written in the same window (not fresh, its epoch
--- unchanged) keeps its expiry (KEEPTTL), which is the same instant;
--- storedLevel, storedCarry, policy and rev are unused. Numbers go to Redis
--- as format('%d') strings.
-local function storeState(key, gi, fresh, alg, policy, rev, lastObservedMs, epoch, level, carry, log, ttl,
-                          storedEpoch, storedLevel, storedCarry, penaltyUntilMs, penaltyLevel)
-  local v = encodeState(alg, lastObservedMs, epoch, level, carry, penaltyUntilMs, penaltyLevel, log)
   if not fresh and epoch == storedEpoch and (alg == 'fixed_window' or alg == 'sliding_window') then
     redis.call('SET', key, v, 'KEEPTTL')
   else
@@ -1160,45 +1169,7 @@ local function writeOffence(key, gi, penaltyUntilMs, penaltyLevel, px)
   end
   offended[key] = true
 end
--- fragments/reply-v2.lua: the reply of one request of rate-batch-v2.lua:
--- committed, serverNow, then four integers per key: code (the status,
--- limiter.Status: 1 ALLOWED, 2 DENIED, 3 CLOCK_UNSAFE, 4
--- STATE_INCOMPATIBLE, 5 INVALID, 6 BLOCKED; plus 8 times the ms the
--- effective now is ahead of serverNow), remaining (BLOCKED: the ms until
--- its block ends, its remaining being 0), retryAfterMillis,
--- resetAtMillis. The limit is the policy's (0 for INVALID): the parser has
--- it.
--- uses: serverNow
--- defines: newReply, replyKey, replyBefore
-
--- newReply: a request's reply of n keys, not committed, before its keys'
--- (made whole at once for one key).
-local function newReply(n)
-  if n == 1 then
-    return { 0, serverNow, 0, 0, 0, 0 }
-  end
-  return { 0, serverNow }
-end
-
--- replyKey sets key i's fields in out.
-local function replyKey(out, i, status, eff, lim, remaining, retry, resetAt)
-  local code = 1
-  if status == 'ALLOWED' then
-    code = 1
-  elseif status == 'DENIED' then
-    code = 2
-  elseif status == 'CLOCK_UNSAFE' then
-    code = 3
-  elseif status == 'STATE_INCOMPATIBLE' then
-    code = 4
-  elseif status == 'INVALID' then
-    code = 5
-  else
-    code = 6
-  end
-  local o = (i - 1) * 4
-  out[o + 3], out[o + 4], out[o + 5], out[o + 6] = code + 8 * (eff - serverNow), remaining, retry, resetAt
-end
+-- defines: replyBefore
 
 -- replyBefore sets key i's remaining and reset-at in out to those before
 -- its cost (an allowed key whose request did not commit).
@@ -1213,15 +1184,16 @@ end
 -- then the batch rule (limiter.Commits), then the writes. A request of one
 -- key, the common one, keeps no record: its key writes as soon as it is
 -- checked, since a single key that writes is one that commits.
--- uses: serverNow, keyArgs, stateValue, decodeState, storeState, writeOffence, newReply,
--- uses: replyKey, replyBefore, penaltyStep, blockedRemaining, MAX, algStep, chargeKey
--- defines: WIDE, priorState, writeRecord, recordKey, evalKey, commitKeys, evaluate
+-- uses: serverNow, keyArgs, stateValue, decodeState, storeState, writeOffence,
+-- uses: replyBefore, penaltyStep, blockedRemaining, MAX, algStep, chargeKey,
+-- uses: fixedWindowStep
+-- defines: WIDE, priorState, invalidRecord, recordKey, evalKey, commitKeys, evaluate
 --
 -- The program defines its layout's parts: keyArgs(gi), the arguments of
 -- the group's key gi; stateValue(key, gi), the value of a key as the run
 -- sees it, and decodeState(v, alg, penalty), its state; storeState(...),
--- its write; writeOffence(...), a penalty box's offence; newReply(n),
--- replyKey(...) and replyBefore(...), the reply.
+-- its write; writeOffence(...), a penalty box's offence; replyBefore(...)
+-- and the inline blocks reply-v2.lua new and key, the reply.
 
 -- WIDE: above this many keys a request finds the keys naming the same
 -- state through two tables (seen, lastWrite) instead of scanning: cheaper
@@ -1232,19 +1204,17 @@ local WIDE = 32
 -- priorState, for key i of a request of several keys (starting after
 -- kb) naming key: whether a key before it names the same state with a
 -- record that counts, and then that record: st (nil none, false
--- incompatible, true), the state, its penalty box, fresh and the state as
--- stored.
+-- incompatible, true), the state, its penalty box, fresh and the window
+-- as stored.
 local function priorState(kb, i, key, rec, seen)
   -- defines: R_KIND, R_LAST, R_EPOCH, R_LEVEL, R_CARRY, R_LOG, R_PENALTY_UNTIL,
-  -- defines: R_PENALTY_LEVEL, R_FRESH, R_STORED_EPOCH, R_STORED_LEVEL,
-  -- defines: R_STORED_CARRY, R_WRITE, R_TTL, R_REMAINING_BEFORE, R_RESET_BEFORE,
-  -- defines: R_ALG, R_POLICY, R_REV, R
+  -- defines: R_PENALTY_LEVEL, R_FRESH, R_STORED_EPOCH, R_WRITE, R_TTL,
+  -- defines: R_REMAINING_BEFORE, R_RESET_BEFORE, R_ALG, R
   -- in:
   local R_KIND, R_LAST, R_EPOCH, R_LEVEL, R_CARRY, R_LOG = 1, 2, 3, 4, 5, 6
-  local R_PENALTY_UNTIL, R_PENALTY_LEVEL, R_FRESH = 7, 8, 9
-  local R_STORED_EPOCH, R_STORED_LEVEL, R_STORED_CARRY = 10, 11, 12
-  local R_WRITE, R_TTL, R_REMAINING_BEFORE, R_RESET_BEFORE, R_ALG, R_POLICY, R_REV = 13, 14, 15, 16, 17, 18, 19
-  local R = 19
+  local R_PENALTY_UNTIL, R_PENALTY_LEVEL, R_FRESH, R_STORED_EPOCH = 7, 8, 9, 10
+  local R_WRITE, R_TTL, R_REMAINING_BEFORE, R_RESET_BEFORE, R_ALG = 11, 12, 13, 14, 15
+  local R = 15
   local j = 0
   if seen then
     j = seen[key] or 0
@@ -1267,48 +1237,35 @@ local function priorState(kb, i, key, rec, seen)
     st = false
   end
   return true, st, rec[p + R_LAST], rec[p + R_EPOCH], rec[p + R_LEVEL], rec[p + R_CARRY], rec[p + R_LOG],
-    rec[p + R_PENALTY_UNTIL], rec[p + R_PENALTY_LEVEL], rec[p + R_FRESH], rec[p + R_STORED_EPOCH],
-    rec[p + R_STORED_LEVEL], rec[p + R_STORED_CARRY]
+    rec[p + R_PENALTY_UNTIL], rec[p + R_PENALTY_LEVEL], rec[p + R_FRESH], rec[p + R_STORED_EPOCH]
 end
 
--- writeRecord writes key i's record (a request of several keys): its kind
--- (0 INVALID: nothing else), the state a later key naming it sees, and
--- what its write needs.
-local function writeRecord(rec, i, kind, lastObservedMs, epoch, level, carry, log, penaltyUntilMs, penaltyLevel,
-                           fresh, storedEpoch, storedLevel, storedCarry, write, ttl, remainingBefore, resetBefore,
-                           alg, policy, rev)
+-- invalidRecord writes the record of key i (a request of several keys),
+-- INVALID: kind 0 (a later key naming its state looks further back) and
+-- nothing to write.
+local function invalidRecord(rec, i)
   -- defines: R_KIND, R_LAST, R_EPOCH, R_LEVEL, R_CARRY, R_LOG, R_PENALTY_UNTIL,
-  -- defines: R_PENALTY_LEVEL, R_FRESH, R_STORED_EPOCH, R_STORED_LEVEL,
-  -- defines: R_STORED_CARRY, R_WRITE, R_TTL, R_REMAINING_BEFORE, R_RESET_BEFORE,
-  -- defines: R_ALG, R_POLICY, R_REV, R
+  -- defines: R_PENALTY_LEVEL, R_FRESH, R_STORED_EPOCH, R_WRITE, R_TTL,
+  -- defines: R_REMAINING_BEFORE, R_RESET_BEFORE, R_ALG, R
   -- in:
   local R_KIND, R_LAST, R_EPOCH, R_LEVEL, R_CARRY, R_LOG = 1, 2, 3, 4, 5, 6
-  local R_PENALTY_UNTIL, R_PENALTY_LEVEL, R_FRESH = 7, 8, 9
-  local R_STORED_EPOCH, R_STORED_LEVEL, R_STORED_CARRY = 10, 11, 12
-  local R_WRITE, R_TTL, R_REMAINING_BEFORE, R_RESET_BEFORE, R_ALG, R_POLICY, R_REV = 13, 14, 15, 16, 17, 18, 19
-  local R = 19
+  local R_PENALTY_UNTIL, R_PENALTY_LEVEL, R_FRESH, R_STORED_EPOCH = 7, 8, 9, 10
+  local R_WRITE, R_TTL, R_REMAINING_BEFORE, R_RESET_BEFORE, R_ALG = 11, 12, 13, 14, 15
+  local R = 15
   local o = (i - 1) * R
-  rec[o + R_KIND], rec[o + R_WRITE] = kind, write
-  if kind == 0 then
-    return
-  end
-  rec[o + R_LAST], rec[o + R_EPOCH], rec[o + R_LEVEL], rec[o + R_CARRY], rec[o + R_LOG] =
-    lastObservedMs, epoch, level, carry, log
-  rec[o + R_PENALTY_UNTIL], rec[o + R_PENALTY_LEVEL], rec[o + R_FRESH] = penaltyUntilMs, penaltyLevel, fresh
-  rec[o + R_STORED_EPOCH], rec[o + R_STORED_LEVEL], rec[o + R_STORED_CARRY] = storedEpoch, storedLevel, storedCarry
-  rec[o + R_TTL], rec[o + R_REMAINING_BEFORE], rec[o + R_RESET_BEFORE] = ttl, remainingBefore, resetBefore
-  rec[o + R_ALG], rec[o + R_POLICY], rec[o + R_REV] = alg, policy, rev
+  rec[o + R_KIND], rec[o + R_WRITE] = 0, false
 end
 
 -- recordKey records key i of a request of several keys, once checked:
 -- its offence (px: its expiry; false none) goes to offences, returned (five
 -- values per offence: key, gi, penaltyUntilMs, penaltyLevel, px); its
--- record to rec (writeRecord) and, for a wide request, to seen and
--- lastWrite. A later key naming the same state sees the state to write
--- (nEpoch..nLog at now) when it writes, else the state it saw.
+-- record to rec: its kind, the state a later key naming it sees and what
+-- its write needs; and, for a wide request, to seen and lastWrite. A
+-- later key naming the same state sees the state to write (nEpoch..nLog
+-- at now) when it writes, else the state it saw.
 local function recordKey(rec, i, key, gi, seen, lastWrite, offences, px, st, write, now, nEpoch, nLevel, nCarry, nLog,
                          lastObservedMs, epoch, level, carry, log, penaltyUntilMs, penaltyLevel, fresh, storedEpoch,
-                         storedLevel, storedCarry, ttl, remainingBefore, resetBefore, alg, policy, rev)
+                         ttl, remainingBefore, resetBefore, alg)
   if px then
     if not offences then
       offences = {}
@@ -1324,10 +1281,24 @@ local function recordKey(rec, i, key, gi, seen, lastWrite, offences, px, st, wri
     kind = 1
   elseif st == false then
     kind, lastObservedMs, epoch, level, carry, log, penaltyUntilMs, penaltyLevel = 2, 0, 0, 0, 0, '', 0, 0
-    storedEpoch, storedLevel, storedCarry = 0, 0, 0
+    storedEpoch = 0
   end
-  writeRecord(rec, i, kind, lastObservedMs, epoch, level, carry, log, penaltyUntilMs, penaltyLevel, fresh,
-    storedEpoch, storedLevel, storedCarry, write, ttl, remainingBefore, resetBefore, alg, policy, rev)
+  -- defines: R_KIND, R_LAST, R_EPOCH, R_LEVEL, R_CARRY, R_LOG, R_PENALTY_UNTIL,
+  -- defines: R_PENALTY_LEVEL, R_FRESH, R_STORED_EPOCH, R_WRITE, R_TTL,
+  -- defines: R_REMAINING_BEFORE, R_RESET_BEFORE, R_ALG, R
+  -- in:
+  local R_KIND, R_LAST, R_EPOCH, R_LEVEL, R_CARRY, R_LOG = 1, 2, 3, 4, 5, 6
+  local R_PENALTY_UNTIL, R_PENALTY_LEVEL, R_FRESH, R_STORED_EPOCH = 7, 8, 9, 10
+  local R_WRITE, R_TTL, R_REMAINING_BEFORE, R_RESET_BEFORE, R_ALG = 11, 12, 13, 14, 15
+  local R = 15
+  local o = (i - 1) * R
+  rec[o + R_KIND], rec[o + R_WRITE] = kind, write
+  rec[o + R_LAST], rec[o + R_EPOCH], rec[o + R_LEVEL], rec[o + R_CARRY], rec[o + R_LOG] =
+    lastObservedMs, epoch, level, carry, log
+  rec[o + R_PENALTY_UNTIL], rec[o + R_PENALTY_LEVEL], rec[o + R_FRESH] = penaltyUntilMs, penaltyLevel, fresh
+  rec[o + R_STORED_EPOCH], rec[o + R_TTL], rec[o + R_REMAINING_BEFORE], rec[o + R_RESET_BEFORE] = storedEpoch, ttl,
+    remainingBefore, resetBefore
+  rec[o + R_ALG] = alg
   if seen then
     seen[key] = i
     if write then
@@ -1342,25 +1313,25 @@ end
 -- offence, or its state); one of several is recorded (rec, seen,
 -- lastWrite, offences: false, or five values per offence: key, gi,
 -- penaltyUntilMs, penaltyLevel, expiry ms) for the commit. It returns the
--- key's reply (status, effective now, limit, remaining, retry, resetAt),
+-- key's reply (status, effective now, remaining, retry, resetAt; the
+-- parser has the limit),
 -- its role and failOpen, and offences.
 local function evalKey(kb, i, n, rec, seen, lastWrite, offences)
   local gi = kb + i
   local key = KEYS[gi]
-  local valid, alg, policy, role, failOpen, rev, limit, p2, p3, grace, maxRegression, cost,
+  local valid, alg, role, failOpen, limit, p2, p3, grace, maxRegression, cost,
     penalty, duration, maxDuration, decay, cal, cb0, cb1, cb2, cb3, charge, ceiling = keyArgs(gi)
   if not valid then
     if n > 1 then
-      writeRecord(rec, i, 0)
+      invalidRecord(rec, i)
     end
-    return 'INVALID', serverNow, 0, 0, 0, 0, role, failOpen, offences
+    return 'INVALID', serverNow, 0, 0, 0, role, failOpen, offences
   end
   -- The state: what the last earlier key naming it left, else the store's.
-  local prior, st, lastObservedMs, epoch, level, carry, log, penaltyUntilMs, penaltyLevel, fresh, storedEpoch,
-    storedLevel, storedCarry = false
+  local prior, st, lastObservedMs, epoch, level, carry, log, penaltyUntilMs, penaltyLevel, fresh, storedEpoch = false
   if n > 1 then
-    prior, st, lastObservedMs, epoch, level, carry, log, penaltyUntilMs, penaltyLevel, fresh, storedEpoch,
-      storedLevel, storedCarry = priorState(kb, i, key, rec, seen)
+    prior, st, lastObservedMs, epoch, level, carry, log, penaltyUntilMs, penaltyLevel, fresh, storedEpoch =
+      priorState(kb, i, key, rec, seen)
   end
   if not prior then
     -- (One call for a key without a state, two with one.)
@@ -1369,7 +1340,7 @@ local function evalKey(kb, i, n, rec, seen, lastWrite, offences)
     if v then
       st, lastObservedMs, epoch, level, carry, log, penaltyUntilMs, penaltyLevel = decodeState(v, alg, penalty)
     end
-    fresh, storedEpoch, storedLevel, storedCarry = st == nil, epoch, level, carry
+    fresh, storedEpoch = st == nil, epoch
   end
   -- A key that is not evaluated (STATE_INCOMPATIBLE, CLOCK_UNSAFE) replies
   -- (serverNow, serverNow, limit, 0, 0, 0).
@@ -1398,15 +1369,22 @@ local function evalKey(kb, i, n, rec, seen, lastWrite, offences)
     if not now then
       status = 'CLOCK_UNSAFE'
     else
-      -- uses: algStep
+      -- uses: algStep, fixedWindowStep
       -- in: alg, st, lastObservedMs, epoch, level, carry, log, now, limit, p2, p3,
       -- in: grace, cost, cal, cb0, cb1, cb2, cb3, ceiling
       -- out: incompatible, nLog, allowed, nEpoch, nLevel, nCarry, ttl, remaining,
       -- out: retry, resetAt, remainingBefore, resetBefore
-      -- alg's step (algStep) on a compatible state (st true; nil none) at now.
-      incompatible, nLog, allowed, nEpoch, nLevel, nCarry, ttl, remaining, retry, resetAt, remainingBefore, resetBefore =
-        algStep(alg, st, lastObservedMs, epoch, level, carry, log, now, limit, ceiling, p2, p3, grace, cost, cal, cb0, cb1,
-          cb2, cb3)
+      -- alg's step (algStep) on a compatible state (st true; nil none) at now;
+      -- a fixed window's, the common one, without algStep's call.
+      if alg == 'fixed_window' then
+        incompatible, nLog = false, ''
+        allowed, nEpoch, nLevel, nCarry, ttl, remaining, retry, resetAt, remainingBefore, resetBefore = fixedWindowStep(st,
+          epoch, level, now, limit, p2, grace, cost, cal, cb0, cb1, cb2, cb3)
+      else
+        incompatible, nLog, allowed, nEpoch, nLevel, nCarry, ttl, remaining, retry, resetAt, remainingBefore, resetBefore =
+          algStep(alg, st, lastObservedMs, epoch, level, carry, log, now, limit, ceiling, p2, p3, grace, cost, cal, cb0,
+            cb1, cb2, cb3)
+      end
       if incompatible then
         -- A stored log that cannot be ours.
         st, remaining, retry, resetAt, ttl, remainingBefore, resetBefore = false, 0, 0, 0, 0, 0, 0
@@ -1466,15 +1444,15 @@ local function evalKey(kb, i, n, rec, seen, lastWrite, offences)
     if px then
       writeOffence(key, gi, penaltyUntilMs, penaltyLevel, px)
     elseif write then
-      storeState(key, gi, fresh, alg, policy, rev, now, nEpoch, nLevel, nCarry, nLog, ttl, storedEpoch, storedLevel,
-        storedCarry, penaltyUntilMs, penaltyLevel)
+      storeState(key, gi, fresh, alg, now, nEpoch, nLevel, nCarry, nLog, ttl, storedEpoch, penaltyUntilMs,
+        penaltyLevel)
     end
-    return status, eff, limit, remaining, retry, resetAt, role, failOpen, offences
+    return status, eff, remaining, retry, resetAt, role, failOpen, offences
   end
   offences = recordKey(rec, i, key, gi, seen, lastWrite, offences, px, st, write, now, nEpoch, nLevel, nCarry, nLog,
-    lastObservedMs, epoch, level, carry, log, penaltyUntilMs, penaltyLevel, fresh, storedEpoch, storedLevel,
-    storedCarry, ttl, remainingBefore, resetBefore, alg, policy, rev)
-  return status, eff, limit, remaining, retry, resetAt, role, failOpen, offences
+    lastObservedMs, epoch, level, carry, log, penaltyUntilMs, penaltyLevel, fresh, storedEpoch, ttl, remainingBefore,
+    resetBefore, alg)
+  return status, eff, remaining, retry, resetAt, role, failOpen, offences
 end
 
 -- commitKeys, once every key of a request of n keys (starting after kb)
@@ -1484,15 +1462,13 @@ end
 -- cost, but a charge (write 2) is written all the same.
 local function commitKeys(kb, n, rec, out, seen, lastWrite, commit)
   -- defines: R_KIND, R_LAST, R_EPOCH, R_LEVEL, R_CARRY, R_LOG, R_PENALTY_UNTIL,
-  -- defines: R_PENALTY_LEVEL, R_FRESH, R_STORED_EPOCH, R_STORED_LEVEL,
-  -- defines: R_STORED_CARRY, R_WRITE, R_TTL, R_REMAINING_BEFORE, R_RESET_BEFORE,
-  -- defines: R_ALG, R_POLICY, R_REV, R
+  -- defines: R_PENALTY_LEVEL, R_FRESH, R_STORED_EPOCH, R_WRITE, R_TTL,
+  -- defines: R_REMAINING_BEFORE, R_RESET_BEFORE, R_ALG, R
   -- in:
   local R_KIND, R_LAST, R_EPOCH, R_LEVEL, R_CARRY, R_LOG = 1, 2, 3, 4, 5, 6
-  local R_PENALTY_UNTIL, R_PENALTY_LEVEL, R_FRESH = 7, 8, 9
-  local R_STORED_EPOCH, R_STORED_LEVEL, R_STORED_CARRY = 10, 11, 12
-  local R_WRITE, R_TTL, R_REMAINING_BEFORE, R_RESET_BEFORE, R_ALG, R_POLICY, R_REV = 13, 14, 15, 16, 17, 18, 19
-  local R = 19
+  local R_PENALTY_UNTIL, R_PENALTY_LEVEL, R_FRESH, R_STORED_EPOCH = 7, 8, 9, 10
+  local R_WRITE, R_TTL, R_REMAINING_BEFORE, R_RESET_BEFORE, R_ALG = 11, 12, 13, 14, 15
+  local R = 15
   for i = 1, n do
     local o = (i - 1) * R
     if rec[o + R_WRITE] == true and not commit then
@@ -1516,10 +1492,9 @@ local function commitKeys(kb, n, rec, out, seen, lastWrite, commit)
       end
       if last then
         local f = (final - 1) * R
-        storeState(key, kb + i, rec[o + R_FRESH], rec[o + R_ALG], rec[o + R_POLICY], rec[o + R_REV],
-          rec[o + R_LAST], rec[o + R_EPOCH], rec[o + R_LEVEL], rec[o + R_CARRY], rec[o + R_LOG], rec[o + R_TTL],
-          rec[o + R_STORED_EPOCH], rec[o + R_STORED_LEVEL], rec[o + R_STORED_CARRY], rec[f + R_PENALTY_UNTIL],
-          rec[f + R_PENALTY_LEVEL])
+        storeState(key, kb + i, rec[o + R_FRESH], rec[o + R_ALG], rec[o + R_LAST], rec[o + R_EPOCH],
+          rec[o + R_LEVEL], rec[o + R_CARRY], rec[o + R_LOG], rec[o + R_TTL], rec[o + R_STORED_EPOCH],
+          rec[f + R_PENALTY_UNTIL], rec[f + R_PENALTY_LEVEL])
       end
     end
   end
@@ -1527,20 +1502,51 @@ end
 
 -- evaluate is one request: its n keys start after the group's first kb;
 -- rec is the group's record array, reused by each of its requests (only
--- the records of the request's own keys are read). It returns the
--- request's reply.
+-- the records of the request's own keys are read; false in a run of one
+-- key, whose request keeps no record). It returns the request's reply.
 local function evaluate(kb, n, rec)
-  local out = newReply(n)
+  local out
+  -- uses: serverNow
+  -- in: n
+  -- out: out
+  -- out, a request's reply of n keys, not committed, before its keys' (made
+  -- whole at once for one key).
+  if n == 1 then
+    out = { 0, serverNow, 0, 0, 0, 0 }
+  else
+    out = { 0, serverNow }
+  end
   local seen, lastWrite = false, false
   if n > WIDE then
     seen, lastWrite = {}, {}
   end
   local offences, blocked, quota, quotaAllows = false, false, 0, false
   for i = 1, n do
-    local status, eff, lim, remaining, retry, resetAt, role, failOpen
-    status, eff, lim, remaining, retry, resetAt, role, failOpen, offences = evalKey(kb, i, n, rec, seen, lastWrite,
+    local status, eff, remaining, retry, resetAt, role, failOpen
+    status, eff, remaining, retry, resetAt, role, failOpen, offences = evalKey(kb, i, n, rec, seen, lastWrite,
       offences)
-    replyKey(out, i, status, eff, lim, remaining, retry, resetAt)
+    -- uses: serverNow
+    -- in: out, i, status, eff, remaining, retry, resetAt
+    -- out:
+    -- defines: code, o
+    -- Key i's fields in out: its status's code (1 ALLOWED, the common one,
+    -- first) and the rest.
+    local code = 1
+    if status == 'ALLOWED' then
+      code = 1
+    elseif status == 'DENIED' then
+      code = 2
+    elseif status == 'CLOCK_UNSAFE' then
+      code = 3
+    elseif status == 'STATE_INCOMPATIBLE' then
+      code = 4
+    elseif status == 'INVALID' then
+      code = 5
+    else
+      code = 6
+    end
+    local o = (i - 1) * 4
+    out[o + 3], out[o + 4], out[o + 5], out[o + 6] = code + 8 * (eff - serverNow), remaining, retry, resetAt
     -- limiter.Commits: shadow and check keys never block; a fail-open
     -- failure takes no part.
     if role == 1 or role == 3 then
@@ -1574,7 +1580,7 @@ end
 -- field: per request struct.pack('>Hd'), its number of keys and its
 -- deadline in ms of Redis's clock (0: none).
 -- uses: MAX, unpack, serverNow, evaluate
--- defines: groupOf, runGroup
+-- defines: groupOf, oneDeadline, requestReply, runGroup
 
 -- groupOf reads the group field for nkeys keys, checked whole before
 -- anything is evaluated: the requests' key counts and deadlines, or false
@@ -1601,38 +1607,58 @@ local function groupOf(group, nkeys)
   return counts, deadlines
 end
 
--- runGroup evaluates the requests in order, each under pcall: one that
--- raises (before it writes: checkExact runs before any write) fails alone.
--- A request whose deadline serverNow is past is not evaluated. It returns
--- the replies, one per request.
+-- oneDeadline is, for the group field of a run of one key, the deadline
+-- of its one request when the field is one request of one key with a
+-- deadline in range (the common run: groupOf's tables are not made, a
+-- table per run costing Redis CPU to make and to collect); false
+-- otherwise, when groupOf tells what is wrong.
+local function oneDeadline(group)
+  if #group == 10 then
+    local kn, dl = unpack('>Hd', group)
+    if kn == 1 and (dl == 0 or dl >= 1 and dl <= MAX and dl % 1 == 0) then
+      return dl
+    end
+  end
+  return false
+end
+
+-- requestReply is the reply of the request whose n keys start after the
+-- group's first kb, with deadline dl (rec: evaluate's record array). A
+-- request whose deadline serverNow is past is not evaluated. It is
+-- evaluated under pcall: one that raises (before it writes: the exactness
+-- check runs before any write) fails alone.
+local function requestReply(kb, n, dl, rec)
+  if dl ~= 0 and serverNow > dl then
+    return { 2, serverNow }
+  end
+  local ok, r = pcall(evaluate, kb, n, rec)
+  if ok then
+    return r
+  elseif type(r) == 'table' then
+    -- A command's error reply (redis.call raises it as { err = text }).
+    return { 3, tostring(r.err) }
+  end
+  return { 3, tostring(r) }
+end
+
+-- runGroup evaluates the requests in order (requestReply) and returns the
+-- replies, one per request.
 local function runGroup(counts, deadlines)
   local replies, kb, rec = {}, 0, {}
   for q = 1, #counts do
-    if deadlines[q] ~= 0 and serverNow > deadlines[q] then
-      replies[q] = { 2, serverNow }
-    else
-      local ok, r = pcall(evaluate, kb, counts[q], rec)
-      if ok then
-        replies[q] = r
-      elseif type(r) == 'table' then
-        -- A command's error reply (redis.call raises it as { err = text }).
-        replies[q] = { 3, tostring(r.err) }
-      else
-        replies[q] = { 3, tostring(r) }
-      end
-    end
+    replies[q] = requestReply(kb, counts[q], deadlines[q], rec)
     kb = kb + counts[q]
   end
   return replies
 end
 -- End of group.lua.
 
-redis.register_function{function_name='envoy_rls_rate_batch_v2_7c433ac8cdd5', callback=function(keys, args)
+redis.register_function{function_name='envoy_rls_rate_batch_v2_82bdfe7b2271', callback=function(keys, args)
 if not find then
   find, fmod, format, band, unpackList, unpack, pack, sub, max = libs()
 end
 KEYS, ARGV = keys, args
-argsRead, stored, written, offended = false, false, false, false
+argsRead, stored, storedOne, written, offended = false, false, false, false, false
 do
   local t = redis.call('TIME')
   local us = t[2] + 0
@@ -1646,11 +1672,19 @@ local nkeys = #KEYS
 if nkeys < 1 or #ARGV ~= nkeys * NARG + 1 then
   return redis.error_reply('envoy-rls: rate-batch-v2 takes 1 argument per key and the group')
 end
+if nkeys == 1 then
+  -- A run of one key: one request of it, without the group's tables.
+  local dl = oneDeadline(ARGV[2])
+  if dl then
+    stored, storedOne = prefetch(1)
+    return { requestReply(0, 1, dl, false) }
+  end
+end
 local counts, deadlines, wrong = groupOf(ARGV[#ARGV], nkeys)
 if not counts then
   return redis.error_reply('envoy-rls: rate-batch-v2: ' .. wrong)
 end
-stored = prefetch(nkeys)
+stored, storedOne = prefetch(nkeys)
 if #counts > 1 then
   written = {}
 end

@@ -27,7 +27,7 @@
 
 -- fragments/prelude.lua: shared by every program (a test checks each
 -- program contains it verbatim): constants and library locals.
--- defines: MAX, MAX_DURATION, MAX_PENALTY, ROLE_BITS, FAIL_OPEN, PENALTY,
+-- defines: MAX, MAX_DURATION, MAX_PENALTY, FAIL_OPEN, PENALTY,
 -- defines: CALENDAR, CHARGE, S, MAX_SLIDING, MAX_LOG, find,
 -- defines: fmod, format, band, unpackList, unpack, pack, sub, max, ceilDiv
 --
@@ -38,11 +38,11 @@
 local MAX = 9007199254740991 -- 2^53-1: every number stays an exact integer
 local MAX_DURATION = 316224000000 -- ten years in ms, as limiter.NewPolicy
 local MAX_PENALTY = 2592000000 -- 30 days in ms, limiter.MaxPenalty
--- The flags byte of a key's packed argument (pkg/lua Flag*): the role's
--- bits, fail open, a penalty extension follows, a calendar extension
--- follows (after the penalty extension when both do), the policy charges
--- always.
-local ROLE_BITS, FAIL_OPEN, PENALTY, CALENDAR, CHARGE = 7, 8, 16, 32, 64
+-- The flags byte of a key's packed argument (pkg/lua Flag*): its bits 0-2
+-- the role (flags % 8, lua.FlagRoleMask); fail open, a penalty extension
+-- follows, a calendar extension follows (after the penalty extension when
+-- both do), the policy charges always.
+local FAIL_OPEN, PENALTY, CALENDAR, CHARGE = 8, 16, 32, 64
 local S = 1000000 -- sliding-window weight scale (limiter.SlidingScale)
 -- The largest sliding limit: (2^53-1) / S, exact (MAX / S is far from an
 -- integer, so the VM's floor cannot round up).
@@ -272,7 +272,7 @@ end
 -- fragments/args-v2.lua: the argument of one key of rate-batch-v2.lua and
 -- rate-refund-v2.lua: one ARGV field, the packed numbers (see the
 -- programs' headers).
--- uses: unpack, unpackList, band, ROLE_BITS, FAIL_OPEN, PENALTY, CALENDAR, MAX,
+-- uses: unpack, unpackList, FAIL_OPEN, PENALTY, CALENDAR, MAX,
 -- uses: MAX_DURATION, MAX_SLIDING, MAX_LOG, fmod, penaltyArgs, calendarArgs,
 -- uses: CHARGE
 -- defines: NARG, argsRead, keyArgs
@@ -285,10 +285,10 @@ local NARG = 1
 local argsRead = false
 
 -- keyArgs reads and checks the argument of the group's key gi. It returns
--- valid; the algorithm's name, false (no policy ID: the key names the
--- policy), the key's role and failOpen (0 and false when not valid); the
--- revision, limit, the two algorithm arguments, grace, max clock
--- regression and cost; the penalty box (penalty, its duration, max
+-- valid; the algorithm's name, the key's role and failOpen (0 and false
+-- when not valid); the limit, the two algorithm arguments, grace, max
+-- clock regression and cost (the revision is checked, not returned: the
+-- key names it); the penalty box (penalty, its duration, max
 -- duration and decay); a calendar window (cal and the boundaries of its
 -- three periods); whether the key charges always and its ceiling.
 local function keyArgs(gi)
@@ -296,16 +296,13 @@ local function keyArgs(gi)
   if argsRead then
     local r = argsRead[packed]
     if r then
-      return unpackList(r, 1, 23)
+      return unpackList(r, 1, 21)
     end
   end
   local alg, role, failOpen, rev, limit, p2, p3, grace, maxRegression, cost
   local penalty, duration, maxDuration, decay, cal, cb0, cb1, cb2, cb3, charge, ceiling
-  -- Every flag bit but 128 and the penalty's (taken off by penaltyArgs).
-  local unknownFlags = 144
   -- fragments/args.lua: a key's packed numbers (lua.AppendBatchPacked), read
-  -- and checked (unknownFlags: the flag bits the program does not know), as
-  -- an inline block of a program's keyArgs: struct.pack(
+  -- and checked, as an inline block of a program's keyArgs: struct.pack(
   -- '>BBddddddd') of algorithm, flags, revision, limit, the two algorithm
   -- arguments, grace, max clock regression and cost, then the penalty
   -- extension (flag 16) and the calendar extension (flag 32). It gives the
@@ -313,23 +310,26 @@ local function keyArgs(gi)
   -- valid), the numbers, the penalty box (penalty, its duration, max
   -- duration and decay) and a calendar window (cal and the boundaries of its
   -- three periods), and whether it charges always with its ceiling.
-  -- uses: unpack, band, ROLE_BITS, FAIL_OPEN, PENALTY, CALENDAR, MAX,
+  -- uses: unpack, FAIL_OPEN, PENALTY, CALENDAR, MAX,
   -- uses: MAX_DURATION, MAX_SLIDING, MAX_LOG, fmod, penaltyArgs, calendarArgs,
   -- uses: CHARGE
-  -- in: packed, valid, unknownFlags
+  -- in: packed, valid
   -- out: valid, alg, role, failOpen, rev, limit, p2, p3, grace, maxRegression,
   -- out: cost, penalty, duration, maxDuration, decay, cal, cb0, cb1, cb2, cb3,
   -- out: charge, ceiling
   -- defines: algorithm, flags, pos
   local algorithm, flags, pos
   algorithm, flags, rev, limit, p2, p3, grace, maxRegression, cost, pos = unpack('>BBddddddd', packed)
+  -- The flags are a byte (0..255): bit b of it is set when flags % (2 * b)
+  -- >= b, exact arithmetic of the VM (a C call of bit.band per bit costs
+  -- Redis CPU on every key).
   -- A charge (flag CHARGE) records usage up to its ceiling, twice the limit.
-  charge, ceiling = band(flags, CHARGE) ~= 0, limit
+  charge, ceiling = flags % 128 >= CHARGE, limit
   if charge then
     ceiling = limit * 2
   end
   penalty, duration, maxDuration, decay = false, 0, 0, 0
-  if band(flags, PENALTY) ~= 0 then
+  if flags % 32 >= PENALTY then
     local ok
     ok, penalty, duration, maxDuration, decay, pos, flags = penaltyArgs(packed, pos, flags, limit)
     valid = valid and ok
@@ -340,15 +340,15 @@ local function keyArgs(gi)
   -- whether the unpacked numbers (doubles, any value) are each an integer in
   -- its range (NaN fails every comparison). flags is a byte: the role in
   -- bits 0-2, at most 5, failOpen at 8, the calendar bit 32 and the charge
-  -- bit 64 (penaltyArgs took off the penalty
-  -- bit 16: unknownFlags is every other bit). A charge may cost up to its
+  -- bit 64; penaltyArgs took off the penalty bit 16, and bit 128 is unknown
+  -- (its bits tested by arithmetic, as args.lua does). A charge may cost up to its
   -- ceiling (twice the limit, limiter.Policy.Ceiling) and has no penalty
   -- box. Each algorithm's own rules are its fragment's valid section.
-  -- uses: band, ROLE_BITS, MAX, MAX_DURATION
-  -- in: flags, rev, limit, p2, p3, grace, maxRegression, cost, unknownFlags,
+  -- uses: PENALTY, MAX, MAX_DURATION
+  -- in: flags, rev, limit, p2, p3, grace, maxRegression, cost,
   -- in: charge, ceiling, penalty
   -- out: valid
-  valid = valid and band(flags, unknownFlags) == 0 and band(flags, ROLE_BITS) <= 5
+  valid = valid and flags < 128 and flags % 32 < PENALTY and flags % 8 <= 5
     and not (charge and penalty) and ceiling <= MAX
     and rev >= 1 and rev <= 4294967295 and rev % 1 == 0
     and limit >= 0 and limit <= MAX and limit % 1 == 0
@@ -409,23 +409,23 @@ local function keyArgs(gi)
     alg, valid = false, false
   end
   cal, cb0, cb1, cb2, cb3 = false, 0, 0, 0, 0
-  if valid and band(flags, CALENDAR) ~= 0 then
+  if valid and flags % 64 >= CALENDAR then
     valid, cb0, cb1, cb2, cb3 = calendarArgs(packed, pos, alg)
     cal = valid
   end
   role, failOpen = 0, false
   if valid then
-    role, failOpen = band(flags, ROLE_BITS), band(flags, FAIL_OPEN) ~= 0
+    role, failOpen = flags % 8, flags % 16 >= FAIL_OPEN
   end
   if argsRead then
-    argsRead[packed] = { valid, alg, false, role, failOpen, rev, limit, p2, p3, grace, maxRegression, cost,
+    argsRead[packed] = { valid, alg, role, failOpen, limit, p2, p3, grace, maxRegression, cost,
       penalty, duration, maxDuration, decay, cal, cb0, cb1, cb2, cb3, charge, ceiling }
   end
-  return valid, alg, false, role, failOpen, rev, limit, p2, p3, grace, maxRegression, cost,
+  return valid, alg, role, failOpen, limit, p2, p3, grace, maxRegression, cost,
     penalty, duration, maxDuration, decay, cal, cb0, cb1, cb2, cb3, charge, ceiling
 end
 -- uses: unpack, unpackList, sub, find, MAX, MAX_SLIDING
--- defines: STATE_PENALTY, MGET_CHUNK, stored, written, mgetAll, prefetch,
+-- defines: STATE_PENALTY, MGET_CHUNK, stored, storedOne, written, mgetAll, prefetch,
 -- defines: decodeState, stateValue
 
 local STATE_PENALTY = 64
@@ -433,15 +433,18 @@ local STATE_PENALTY = 64
 -- bounded; a group holds up to 8,192 keys).
 local MGET_CHUNK = 1000
 -- stored: the values of the run's keys (MGET) by their index in KEYS:
--- false none, '' a key of another type. written: false, or, when the run
+-- false none, '' a key of another type; false in a run of one key, whose
+-- value is storedOne (no table made). written: false, or, when the run
 -- evaluates several requests, the values it wrote by key, so that a later
 -- request sees what an earlier one committed.
-local stored, written = false, false
+local stored, storedOne, written = false, false, false
 
 -- mgetAll runs cmd ('MGET' or 'EXISTS') over the keys list (of n), in
--- chunks, and returns the MGET values in order, or the EXISTS count.
+-- chunks, and returns the MGET values in order (in the first chunk's reply
+-- table, which the later chunks extend: no table is copied for a run of
+-- one chunk), or false and the EXISTS count.
 local function mgetAll(cmd, list, n)
-  local out, count = {}, 0
+  local out, count = false, 0
   for from = 1, n, MGET_CHUNK do
     local to = from + MGET_CHUNK - 1
     if to > n then
@@ -450,6 +453,8 @@ local function mgetAll(cmd, list, n)
     local r = redis.call(cmd, unpackList(list, from, to))
     if cmd == 'EXISTS' then
       count = count + r
+    elseif not out then
+      out = r
     else
       for j = 1, #r do
         out[from + j - 1] = r[j]
@@ -461,9 +466,11 @@ end
 
 -- prefetch reads the values of the run's n keys, with one MGET (and, when
 -- a key has none, one EXISTS of those keys: MGET reads a key of another
--- type as none; such a key is marked '', incompatible). A run of one key
--- reads it with GET, whose WRONGTYPE error tells a key of another type
--- without an EXISTS; any other error is raised, as redis.call would.
+-- type as none; such a key is marked '', incompatible), and returns them
+-- (stored) and false. A run of one key reads it with GET, whose WRONGTYPE
+-- error tells a key of another type without an EXISTS (any other error is
+-- raised, as redis.call would), and returns false and its value
+-- (storedOne).
 local function prefetch(n)
   if n == 1 then
     local v = redis.pcall('GET', KEYS[1])
@@ -473,7 +480,7 @@ local function prefetch(n)
       end
       v = ''
     end
-    return { v }
+    return false, v
   end
   local vals = mgetAll('MGET', KEYS, n)
   local absent = {}
@@ -492,7 +499,7 @@ local function prefetch(n)
       end
     end
   end
-  return vals
+  return vals, false
 end
 
 -- decodeState reads a value of alg's state. It returns st (false:
@@ -557,21 +564,30 @@ end
 -- it: what it wrote, else what it read (false: none; '': a key of another
 -- type). Its state is decodeState's, but for none.
 local function stateValue(key, gi)
-  local v = false
   if written then
-    v = written[key] or false
+    local v = written[key]
+    if v then
+      return v
+    end
   end
-  if not v then
-    v = stored[gi]
+  if stored then
+    return stored[gi]
   end
-  return v
+  return storedOne
 end
 -- uses: pack, STATE_PENALTY
 -- defines: encodeState
 
--- encodeState is the value of alg's state (decodeState's inverse): the
--- penalty box written when penaltyLevel is not 0.
+-- encodeState is the value of alg's state (the value block).
 local function encodeState(alg, lastObservedMs, epoch, level, carry, penaltyUntilMs, penaltyLevel, log)
+  local v
+  -- uses: pack, STATE_PENALTY
+  -- in: alg, lastObservedMs, epoch, level, carry, penaltyUntilMs, penaltyLevel,
+  -- in: log
+  -- out: v
+  -- defines: algorithm
+  -- v, the value of alg's state (decodeState's inverse): the penalty box
+  -- written when penaltyLevel is not 0.
   local algorithm
   -- in: alg
   -- out: algorithm
@@ -588,16 +604,18 @@ local function encodeState(alg, lastObservedMs, epoch, level, carry, penaltyUnti
     algorithm = 5
   end
   if penaltyLevel > 0 then
-    return pack('>Bdddddd', algorithm + STATE_PENALTY, lastObservedMs, epoch, level, carry, penaltyUntilMs,
-      penaltyLevel) .. log
+    v = pack('>Bdddddd', algorithm + STATE_PENALTY, lastObservedMs, epoch, level, carry, penaltyUntilMs, penaltyLevel)
+      .. log
+  else
+    v = pack('>Bdddd', algorithm, lastObservedMs, epoch, level, carry) .. log
   end
-  return pack('>Bdddd', algorithm, lastObservedMs, epoch, level, carry) .. log
+  return v
 end
 
 -- refundKey gives back what the batch took from the group's key i at
 -- effective time at: 1 when it wrote, else 0.
 local function refundKey(i, at)
-  local valid, alg, _, _, _, _, limit, p2, p3, _, _, cost, penalty, _, _, _, cal, cb0, cb1, cb2, cb3 = keyArgs(i)
+  local valid, alg, _, _, limit, p2, p3, _, _, cost, penalty, _, _, _, cal, cb0, cb1, cb2, cb3 = keyArgs(i)
   if not (valid and at >= 0 and at <= MAX and at % 1 == 0) then
     return 0
   end
@@ -641,7 +659,7 @@ local n = #KEYS
 if n < 1 or #ARGV ~= n * NARG + 1 or #ARGV[n + 1] ~= 8 * n then
   return redis.error_reply('envoy-rls: rate-refund-v2 takes 1 argument per key and the effective times')
 end
-stored = prefetch(n)
+stored, storedOne = prefetch(n)
 local out, at, pos = {}, 0, 1
 for i = 1, n do
   at, pos = unpack('>d', ARGV[n + 1], pos)

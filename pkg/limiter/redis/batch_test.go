@@ -897,3 +897,46 @@ func TestOffenceOfARequestThatRaises(t *testing.T) {
 		t.Fatalf("the offence did not raise the expiry to cover its decay: %d ms, was %d ms", got, pttl)
 	}
 }
+
+// TestRunOverMGETChunk: a run of more keys than one MGET names
+// (MGET_CHUNK, 1,000) reads every key's state, the later chunks' too. A
+// run of 1,200 one-key requests, twice: every key of the second run sees
+// the first run's count (remaining 998 of 1,000), and a key holding
+// another type among the later chunk is STATE_INCOMPATIBLE, never
+// overwritten, both times.
+func TestRunOverMGETChunk(t *testing.T) {
+	e := newEnv(t, redistest.Local())
+	p := fixed(t, "chunk", 1000, farWindow)
+	const n, foreign = 1200, 1100
+	keys, args := make([]string, n), make([]string, 0, n+1)
+	var groupField []byte
+	for i := range keys {
+		r := limiter.Request{Policy: p, Subject: subjectOf(fmt.Sprintf("chunk-%d", i)), Cost: 1}
+		keys[i] = string(requestKey(nil, &r))
+		args = append(args, batchArgs(nil, p, 1, limiter.RoleOrdinary)[0])
+		groupField = lua.AppendGroupEntry(groupField, 1, 0)
+	}
+	args = append(args, string(groupField))
+	e.do("RPUSH", keys[foreign], "not a state")
+	for run, want := range []int64{999, 998} {
+		replies, err := e.store.execBatch(context.Background(), keys, args).ToArray()
+		if err != nil || len(replies) != n {
+			t.Fatalf("run %d: %d replies, %v", run, len(replies), err)
+		}
+		for i, r := range replies {
+			v, err := r.AsIntSlice()
+			if err != nil || len(v) != 6 {
+				t.Fatalf("run %d, key %d: reply %v, %v", run, i, v, err)
+			}
+			switch {
+			case i == foreign && (v[0] != 0 || v[2] != int64(limiter.StatusStateIncompatible)):
+				t.Fatalf("run %d: the list's key replied %v, want STATE_INCOMPATIBLE, not committed", run, v)
+			case i != foreign && (v[0] != 1 || v[2] != int64(limiter.StatusAllowed) || v[3] != want):
+				t.Fatalf("run %d, key %d: reply %v, want committed, ALLOWED, remaining %d", run, i, v, want)
+			}
+		}
+	}
+	if typ := e.do("TYPE", keys[foreign]); typ != "list" {
+		t.Fatalf("the list's key is a %v now", typ)
+	}
+}

@@ -132,8 +132,8 @@
 -- #include sliding-log.lua step
 -- #include algorithms.lua run
 -- #include args-v2.lua
--- #include string-v2.lua load encode store
--- #include reply-v2.lua
+-- #include string-v2.lua load store
+-- #include reply-v2.lua before
 -- #include evaluate.lua
 -- #include group.lua
 
@@ -141,11 +141,19 @@ local nkeys = #KEYS
 if nkeys < 1 or #ARGV ~= nkeys * NARG + 1 then
   return redis.error_reply('envoy-rls: rate-batch-v2 takes 1 argument per key and the group')
 end
+if nkeys == 1 then
+  -- A run of one key: one request of it, without the group's tables.
+  local dl = oneDeadline(ARGV[2])
+  if dl then
+    stored, storedOne = prefetch(1)
+    return { requestReply(0, 1, dl, false) }
+  end
+end
 local counts, deadlines, wrong = groupOf(ARGV[#ARGV], nkeys)
 if not counts then
   return redis.error_reply('envoy-rls: rate-batch-v2: ' .. wrong)
 end
-stored = prefetch(nkeys)
+stored, storedOne = prefetch(nkeys)
 if #counts > 1 then
   written = {}
 end

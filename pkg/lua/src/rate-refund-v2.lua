@@ -40,7 +40,7 @@
 -- refundKey gives back what the batch took from the group's key i at
 -- effective time at: 1 when it wrote, else 0.
 local function refundKey(i, at)
-  local valid, alg, _, _, _, _, limit, p2, p3, _, _, cost, penalty, _, _, _, cal, cb0, cb1, cb2, cb3 = keyArgs(i)
+  local valid, alg, _, _, limit, p2, p3, _, _, cost, penalty, _, _, _, cal, cb0, cb1, cb2, cb3 = keyArgs(i)
   if not (valid and at >= 0 and at <= MAX and at % 1 == 0) then
     return 0
   end
@@ -84,7 +84,7 @@ local n = #KEYS
 if n < 1 or #ARGV ~= n * NARG + 1 or #ARGV[n + 1] ~= 8 * n then
   return redis.error_reply('envoy-rls: rate-refund-v2 takes 1 argument per key and the effective times')
 end
-stored = prefetch(n)
+stored, storedOne = prefetch(n)
 local out, at, pos = {}, 0, 1
 for i = 1, n do
   at, pos = unpack('>d', ARGV[n + 1], pos)

@@ -19,7 +19,7 @@ const (
 // them, to the values they are declared with (false), at the start of
 // every call; pkg/lua's tests fail when the program assigns another
 // top-level local outside the clock block, which every call runs.
-var RunState = []string{"argsRead", "stored", "written", "offended"}
+var RunState = []string{"argsRead", "stored", "storedOne", "written", "offended"}
 
 // The places where Library cuts the program: the prelude's library
 // locals, the clock block (time.lua) and the main body.

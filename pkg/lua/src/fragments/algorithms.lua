@@ -109,15 +109,22 @@ local function chargeKey(alg, st, lastObservedMs, epoch, level, carry, log, now,
   return rec, e, l, c, lg, ttl, remaining, retry, resetAt
 end
 -- #section step
--- uses: algStep
+-- uses: algStep, fixedWindowStep
 -- in: alg, st, lastObservedMs, epoch, level, carry, log, now, limit, p2, p3,
 -- in: grace, cost, cal, cb0, cb1, cb2, cb3, ceiling
 -- out: incompatible, nLog, allowed, nEpoch, nLevel, nCarry, ttl, remaining,
 -- out: retry, resetAt, remainingBefore, resetBefore
--- alg's step (algStep) on a compatible state (st true; nil none) at now.
-incompatible, nLog, allowed, nEpoch, nLevel, nCarry, ttl, remaining, retry, resetAt, remainingBefore, resetBefore =
-  algStep(alg, st, lastObservedMs, epoch, level, carry, log, now, limit, ceiling, p2, p3, grace, cost, cal, cb0, cb1,
-    cb2, cb3)
+-- alg's step (algStep) on a compatible state (st true; nil none) at now;
+-- a fixed window's, the common one, without algStep's call.
+if alg == 'fixed_window' then
+  incompatible, nLog = false, ''
+  allowed, nEpoch, nLevel, nCarry, ttl, remaining, retry, resetAt, remainingBefore, resetBefore = fixedWindowStep(st,
+    epoch, level, now, limit, p2, grace, cost, cal, cb0, cb1, cb2, cb3)
+else
+  incompatible, nLog, allowed, nEpoch, nLevel, nCarry, ttl, remaining, retry, resetAt, remainingBefore, resetBefore =
+    algStep(alg, st, lastObservedMs, epoch, level, carry, log, now, limit, ceiling, p2, p3, grace, cost, cal, cb0,
+      cb1, cb2, cb3)
+end
 -- #section refund
 -- uses: fixedWindowRefund, slidingWindowRefund, tokenBucketRefund, gcraRefund,
 -- uses: slidingLogRefund

@@ -1,7 +1,7 @@
 -- fragments/args-v2.lua: the argument of one key of rate-batch-v2.lua and
 -- rate-refund-v2.lua: one ARGV field, the packed numbers (see the
 -- programs' headers).
--- uses: unpack, unpackList, band, ROLE_BITS, FAIL_OPEN, PENALTY, CALENDAR, MAX,
+-- uses: unpack, unpackList, FAIL_OPEN, PENALTY, CALENDAR, MAX,
 -- uses: MAX_DURATION, MAX_SLIDING, MAX_LOG, fmod, penaltyArgs, calendarArgs,
 -- uses: CHARGE
 -- defines: NARG, argsRead, keyArgs
@@ -14,10 +14,10 @@ local NARG = 1
 local argsRead = false
 
 -- keyArgs reads and checks the argument of the group's key gi. It returns
--- valid; the algorithm's name, false (no policy ID: the key names the
--- policy), the key's role and failOpen (0 and false when not valid); the
--- revision, limit, the two algorithm arguments, grace, max clock
--- regression and cost; the penalty box (penalty, its duration, max
+-- valid; the algorithm's name, the key's role and failOpen (0 and false
+-- when not valid); the limit, the two algorithm arguments, grace, max
+-- clock regression and cost (the revision is checked, not returned: the
+-- key names it); the penalty box (penalty, its duration, max
 -- duration and decay); a calendar window (cal and the boundaries of its
 -- three periods); whether the key charges always and its ceiling.
 local function keyArgs(gi)
@@ -25,18 +25,16 @@ local function keyArgs(gi)
   if argsRead then
     local r = argsRead[packed]
     if r then
-      return unpackList(r, 1, 23)
+      return unpackList(r, 1, 21)
     end
   end
   local alg, role, failOpen, rev, limit, p2, p3, grace, maxRegression, cost
   local penalty, duration, maxDuration, decay, cal, cb0, cb1, cb2, cb3, charge, ceiling
-  -- Every flag bit but 128 and the penalty's (taken off by penaltyArgs).
-  local unknownFlags = 144
   -- #include args.lua
   if argsRead then
-    argsRead[packed] = { valid, alg, false, role, failOpen, rev, limit, p2, p3, grace, maxRegression, cost,
+    argsRead[packed] = { valid, alg, role, failOpen, limit, p2, p3, grace, maxRegression, cost,
       penalty, duration, maxDuration, decay, cal, cb0, cb1, cb2, cb3, charge, ceiling }
   end
-  return valid, alg, false, role, failOpen, rev, limit, p2, p3, grace, maxRegression, cost,
+  return valid, alg, role, failOpen, limit, p2, p3, grace, maxRegression, cost,
     penalty, duration, maxDuration, decay, cal, cb0, cb1, cb2, cb3, charge, ceiling
 end

@@ -1,6 +1,5 @@
 -- fragments/args.lua: a key's packed numbers (lua.AppendBatchPacked), read
--- and checked (unknownFlags: the flag bits the program does not know), as
--- an inline block of a program's keyArgs: struct.pack(
+-- and checked, as an inline block of a program's keyArgs: struct.pack(
 -- '>BBddddddd') of algorithm, flags, revision, limit, the two algorithm
 -- arguments, grace, max clock regression and cost, then the penalty
 -- extension (flag 16) and the calendar extension (flag 32). It gives the
@@ -8,23 +7,26 @@
 -- valid), the numbers, the penalty box (penalty, its duration, max
 -- duration and decay) and a calendar window (cal and the boundaries of its
 -- three periods), and whether it charges always with its ceiling.
--- uses: unpack, band, ROLE_BITS, FAIL_OPEN, PENALTY, CALENDAR, MAX,
+-- uses: unpack, FAIL_OPEN, PENALTY, CALENDAR, MAX,
 -- uses: MAX_DURATION, MAX_SLIDING, MAX_LOG, fmod, penaltyArgs, calendarArgs,
 -- uses: CHARGE
--- in: packed, valid, unknownFlags
+-- in: packed, valid
 -- out: valid, alg, role, failOpen, rev, limit, p2, p3, grace, maxRegression,
 -- out: cost, penalty, duration, maxDuration, decay, cal, cb0, cb1, cb2, cb3,
 -- out: charge, ceiling
 -- defines: algorithm, flags, pos
 local algorithm, flags, pos
 algorithm, flags, rev, limit, p2, p3, grace, maxRegression, cost, pos = unpack('>BBddddddd', packed)
+-- The flags are a byte (0..255): bit b of it is set when flags % (2 * b)
+-- >= b, exact arithmetic of the VM (a C call of bit.band per bit costs
+-- Redis CPU on every key).
 -- A charge (flag CHARGE) records usage up to its ceiling, twice the limit.
-charge, ceiling = band(flags, CHARGE) ~= 0, limit
+charge, ceiling = flags % 128 >= CHARGE, limit
 if charge then
   ceiling = limit * 2
 end
 penalty, duration, maxDuration, decay = false, 0, 0, 0
-if band(flags, PENALTY) ~= 0 then
+if flags % 32 >= PENALTY then
   local ok
   ok, penalty, duration, maxDuration, decay, pos, flags = penaltyArgs(packed, pos, flags, limit)
   valid = valid and ok
@@ -32,11 +34,11 @@ end
 -- #include valid.lua
 -- #include algorithms.lua dispatch
 cal, cb0, cb1, cb2, cb3 = false, 0, 0, 0, 0
-if valid and band(flags, CALENDAR) ~= 0 then
+if valid and flags % 64 >= CALENDAR then
   valid, cb0, cb1, cb2, cb3 = calendarArgs(packed, pos, alg)
   cal = valid
 end
 role, failOpen = 0, false
 if valid then
-  role, failOpen = band(flags, ROLE_BITS), band(flags, FAIL_OPEN) ~= 0
+  role, failOpen = flags % 8, flags % 16 >= FAIL_OPEN
 end

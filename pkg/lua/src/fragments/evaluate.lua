@@ -5,15 +5,16 @@
 -- then the batch rule (limiter.Commits), then the writes. A request of one
 -- key, the common one, keeps no record: its key writes as soon as it is
 -- checked, since a single key that writes is one that commits.
--- uses: serverNow, keyArgs, stateValue, decodeState, storeState, writeOffence, newReply,
--- uses: replyKey, replyBefore, penaltyStep, blockedRemaining, MAX, algStep, chargeKey
--- defines: WIDE, priorState, writeRecord, recordKey, evalKey, commitKeys, evaluate
+-- uses: serverNow, keyArgs, stateValue, decodeState, storeState, writeOffence,
+-- uses: replyBefore, penaltyStep, blockedRemaining, MAX, algStep, chargeKey,
+-- uses: fixedWindowStep
+-- defines: WIDE, priorState, invalidRecord, recordKey, evalKey, commitKeys, evaluate
 --
 -- The program defines its layout's parts: keyArgs(gi), the arguments of
 -- the group's key gi; stateValue(key, gi), the value of a key as the run
 -- sees it, and decodeState(v, alg, penalty), its state; storeState(...),
--- its write; writeOffence(...), a penalty box's offence; newReply(n),
--- replyKey(...) and replyBefore(...), the reply.
+-- its write; writeOffence(...), a penalty box's offence; replyBefore(...)
+-- and the inline blocks reply-v2.lua new and key, the reply.
 
 -- WIDE: above this many keys a request finds the keys naming the same
 -- state through two tables (seen, lastWrite) instead of scanning: cheaper
@@ -24,8 +25,8 @@ local WIDE = 32
 -- priorState, for key i of a request of several keys (starting after
 -- kb) naming key: whether a key before it names the same state with a
 -- record that counts, and then that record: st (nil none, false
--- incompatible, true), the state, its penalty box, fresh and the state as
--- stored.
+-- incompatible, true), the state, its penalty box, fresh and the window
+-- as stored.
 local function priorState(kb, i, key, rec, seen)
   -- #include record.lua offsets
   local j = 0
@@ -50,39 +51,28 @@ local function priorState(kb, i, key, rec, seen)
     st = false
   end
   return true, st, rec[p + R_LAST], rec[p + R_EPOCH], rec[p + R_LEVEL], rec[p + R_CARRY], rec[p + R_LOG],
-    rec[p + R_PENALTY_UNTIL], rec[p + R_PENALTY_LEVEL], rec[p + R_FRESH], rec[p + R_STORED_EPOCH],
-    rec[p + R_STORED_LEVEL], rec[p + R_STORED_CARRY]
+    rec[p + R_PENALTY_UNTIL], rec[p + R_PENALTY_LEVEL], rec[p + R_FRESH], rec[p + R_STORED_EPOCH]
 end
 
--- writeRecord writes key i's record (a request of several keys): its kind
--- (0 INVALID: nothing else), the state a later key naming it sees, and
--- what its write needs.
-local function writeRecord(rec, i, kind, lastObservedMs, epoch, level, carry, log, penaltyUntilMs, penaltyLevel,
-                           fresh, storedEpoch, storedLevel, storedCarry, write, ttl, remainingBefore, resetBefore,
-                           alg, policy, rev)
+-- invalidRecord writes the record of key i (a request of several keys),
+-- INVALID: kind 0 (a later key naming its state looks further back) and
+-- nothing to write.
+local function invalidRecord(rec, i)
   -- #include record.lua offsets
   local o = (i - 1) * R
-  rec[o + R_KIND], rec[o + R_WRITE] = kind, write
-  if kind == 0 then
-    return
-  end
-  rec[o + R_LAST], rec[o + R_EPOCH], rec[o + R_LEVEL], rec[o + R_CARRY], rec[o + R_LOG] =
-    lastObservedMs, epoch, level, carry, log
-  rec[o + R_PENALTY_UNTIL], rec[o + R_PENALTY_LEVEL], rec[o + R_FRESH] = penaltyUntilMs, penaltyLevel, fresh
-  rec[o + R_STORED_EPOCH], rec[o + R_STORED_LEVEL], rec[o + R_STORED_CARRY] = storedEpoch, storedLevel, storedCarry
-  rec[o + R_TTL], rec[o + R_REMAINING_BEFORE], rec[o + R_RESET_BEFORE] = ttl, remainingBefore, resetBefore
-  rec[o + R_ALG], rec[o + R_POLICY], rec[o + R_REV] = alg, policy, rev
+  rec[o + R_KIND], rec[o + R_WRITE] = 0, false
 end
 
 -- recordKey records key i of a request of several keys, once checked:
 -- its offence (px: its expiry; false none) goes to offences, returned (five
 -- values per offence: key, gi, penaltyUntilMs, penaltyLevel, px); its
--- record to rec (writeRecord) and, for a wide request, to seen and
--- lastWrite. A later key naming the same state sees the state to write
--- (nEpoch..nLog at now) when it writes, else the state it saw.
+-- record to rec: its kind, the state a later key naming it sees and what
+-- its write needs; and, for a wide request, to seen and lastWrite. A
+-- later key naming the same state sees the state to write (nEpoch..nLog
+-- at now) when it writes, else the state it saw.
 local function recordKey(rec, i, key, gi, seen, lastWrite, offences, px, st, write, now, nEpoch, nLevel, nCarry, nLog,
                          lastObservedMs, epoch, level, carry, log, penaltyUntilMs, penaltyLevel, fresh, storedEpoch,
-                         storedLevel, storedCarry, ttl, remainingBefore, resetBefore, alg, policy, rev)
+                         ttl, remainingBefore, resetBefore, alg)
   if px then
     if not offences then
       offences = {}
@@ -98,10 +88,17 @@ local function recordKey(rec, i, key, gi, seen, lastWrite, offences, px, st, wri
     kind = 1
   elseif st == false then
     kind, lastObservedMs, epoch, level, carry, log, penaltyUntilMs, penaltyLevel = 2, 0, 0, 0, 0, '', 0, 0
-    storedEpoch, storedLevel, storedCarry = 0, 0, 0
+    storedEpoch = 0
   end
-  writeRecord(rec, i, kind, lastObservedMs, epoch, level, carry, log, penaltyUntilMs, penaltyLevel, fresh,
-    storedEpoch, storedLevel, storedCarry, write, ttl, remainingBefore, resetBefore, alg, policy, rev)
+  -- #include record.lua offsets
+  local o = (i - 1) * R
+  rec[o + R_KIND], rec[o + R_WRITE] = kind, write
+  rec[o + R_LAST], rec[o + R_EPOCH], rec[o + R_LEVEL], rec[o + R_CARRY], rec[o + R_LOG] =
+    lastObservedMs, epoch, level, carry, log
+  rec[o + R_PENALTY_UNTIL], rec[o + R_PENALTY_LEVEL], rec[o + R_FRESH] = penaltyUntilMs, penaltyLevel, fresh
+  rec[o + R_STORED_EPOCH], rec[o + R_TTL], rec[o + R_REMAINING_BEFORE], rec[o + R_RESET_BEFORE] = storedEpoch, ttl,
+    remainingBefore, resetBefore
+  rec[o + R_ALG] = alg
   if seen then
     seen[key] = i
     if write then
@@ -116,25 +113,25 @@ end
 -- offence, or its state); one of several is recorded (rec, seen,
 -- lastWrite, offences: false, or five values per offence: key, gi,
 -- penaltyUntilMs, penaltyLevel, expiry ms) for the commit. It returns the
--- key's reply (status, effective now, limit, remaining, retry, resetAt),
+-- key's reply (status, effective now, remaining, retry, resetAt; the
+-- parser has the limit),
 -- its role and failOpen, and offences.
 local function evalKey(kb, i, n, rec, seen, lastWrite, offences)
   local gi = kb + i
   local key = KEYS[gi]
-  local valid, alg, policy, role, failOpen, rev, limit, p2, p3, grace, maxRegression, cost,
+  local valid, alg, role, failOpen, limit, p2, p3, grace, maxRegression, cost,
     penalty, duration, maxDuration, decay, cal, cb0, cb1, cb2, cb3, charge, ceiling = keyArgs(gi)
   if not valid then
     if n > 1 then
-      writeRecord(rec, i, 0)
+      invalidRecord(rec, i)
     end
-    return 'INVALID', serverNow, 0, 0, 0, 0, role, failOpen, offences
+    return 'INVALID', serverNow, 0, 0, 0, role, failOpen, offences
   end
   -- The state: what the last earlier key naming it left, else the store's.
-  local prior, st, lastObservedMs, epoch, level, carry, log, penaltyUntilMs, penaltyLevel, fresh, storedEpoch,
-    storedLevel, storedCarry = false
+  local prior, st, lastObservedMs, epoch, level, carry, log, penaltyUntilMs, penaltyLevel, fresh, storedEpoch = false
   if n > 1 then
-    prior, st, lastObservedMs, epoch, level, carry, log, penaltyUntilMs, penaltyLevel, fresh, storedEpoch,
-      storedLevel, storedCarry = priorState(kb, i, key, rec, seen)
+    prior, st, lastObservedMs, epoch, level, carry, log, penaltyUntilMs, penaltyLevel, fresh, storedEpoch =
+      priorState(kb, i, key, rec, seen)
   end
   if not prior then
     -- (One call for a key without a state, two with one.)
@@ -143,7 +140,7 @@ local function evalKey(kb, i, n, rec, seen, lastWrite, offences)
     if v then
       st, lastObservedMs, epoch, level, carry, log, penaltyUntilMs, penaltyLevel = decodeState(v, alg, penalty)
     end
-    fresh, storedEpoch, storedLevel, storedCarry = st == nil, epoch, level, carry
+    fresh, storedEpoch = st == nil, epoch
   end
   -- A key that is not evaluated (STATE_INCOMPATIBLE, CLOCK_UNSAFE) replies
   -- (serverNow, serverNow, limit, 0, 0, 0).
@@ -201,15 +198,15 @@ local function evalKey(kb, i, n, rec, seen, lastWrite, offences)
     if px then
       writeOffence(key, gi, penaltyUntilMs, penaltyLevel, px)
     elseif write then
-      storeState(key, gi, fresh, alg, policy, rev, now, nEpoch, nLevel, nCarry, nLog, ttl, storedEpoch, storedLevel,
-        storedCarry, penaltyUntilMs, penaltyLevel)
+      storeState(key, gi, fresh, alg, now, nEpoch, nLevel, nCarry, nLog, ttl, storedEpoch, penaltyUntilMs,
+        penaltyLevel)
     end
-    return status, eff, limit, remaining, retry, resetAt, role, failOpen, offences
+    return status, eff, remaining, retry, resetAt, role, failOpen, offences
   end
   offences = recordKey(rec, i, key, gi, seen, lastWrite, offences, px, st, write, now, nEpoch, nLevel, nCarry, nLog,
-    lastObservedMs, epoch, level, carry, log, penaltyUntilMs, penaltyLevel, fresh, storedEpoch, storedLevel,
-    storedCarry, ttl, remainingBefore, resetBefore, alg, policy, rev)
-  return status, eff, limit, remaining, retry, resetAt, role, failOpen, offences
+    lastObservedMs, epoch, level, carry, log, penaltyUntilMs, penaltyLevel, fresh, storedEpoch, ttl, remainingBefore,
+    resetBefore, alg)
+  return status, eff, remaining, retry, resetAt, role, failOpen, offences
 end
 
 -- commitKeys, once every key of a request of n keys (starting after kb)
@@ -242,10 +239,9 @@ local function commitKeys(kb, n, rec, out, seen, lastWrite, commit)
       end
       if last then
         local f = (final - 1) * R
-        storeState(key, kb + i, rec[o + R_FRESH], rec[o + R_ALG], rec[o + R_POLICY], rec[o + R_REV],
-          rec[o + R_LAST], rec[o + R_EPOCH], rec[o + R_LEVEL], rec[o + R_CARRY], rec[o + R_LOG], rec[o + R_TTL],
-          rec[o + R_STORED_EPOCH], rec[o + R_STORED_LEVEL], rec[o + R_STORED_CARRY], rec[f + R_PENALTY_UNTIL],
-          rec[f + R_PENALTY_LEVEL])
+        storeState(key, kb + i, rec[o + R_FRESH], rec[o + R_ALG], rec[o + R_LAST], rec[o + R_EPOCH],
+          rec[o + R_LEVEL], rec[o + R_CARRY], rec[o + R_LOG], rec[o + R_TTL], rec[o + R_STORED_EPOCH],
+          rec[f + R_PENALTY_UNTIL], rec[f + R_PENALTY_LEVEL])
       end
     end
   end
@@ -253,20 +249,21 @@ end
 
 -- evaluate is one request: its n keys start after the group's first kb;
 -- rec is the group's record array, reused by each of its requests (only
--- the records of the request's own keys are read). It returns the
--- request's reply.
+-- the records of the request's own keys are read; false in a run of one
+-- key, whose request keeps no record). It returns the request's reply.
 local function evaluate(kb, n, rec)
-  local out = newReply(n)
+  local out
+  -- #include reply-v2.lua new
   local seen, lastWrite = false, false
   if n > WIDE then
     seen, lastWrite = {}, {}
   end
   local offences, blocked, quota, quotaAllows = false, false, 0, false
   for i = 1, n do
-    local status, eff, lim, remaining, retry, resetAt, role, failOpen
-    status, eff, lim, remaining, retry, resetAt, role, failOpen, offences = evalKey(kb, i, n, rec, seen, lastWrite,
+    local status, eff, remaining, retry, resetAt, role, failOpen
+    status, eff, remaining, retry, resetAt, role, failOpen, offences = evalKey(kb, i, n, rec, seen, lastWrite,
       offences)
-    replyKey(out, i, status, eff, lim, remaining, retry, resetAt)
+    -- #include reply-v2.lua key
     -- limiter.Commits: shadow and check keys never block; a fail-open
     -- failure takes no part.
     if role == 1 or role == 3 then

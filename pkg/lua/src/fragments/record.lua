@@ -12,18 +12,16 @@
 --               Level, Carry, Log)
 --   R_PENALTY_UNTIL, R_PENALTY_LEVEL   its penalty box, as key i left it
 --   R_FRESH     no state before this request
---   R_STORED_EPOCH, R_STORED_LEVEL, R_STORED_CARRY   the state as stored
+--   R_STORED_EPOCH   the window of the state as stored (storeState)
 --   R_WRITE     ALLOWED and not a check or probe key; to write it or, when
 --               the batch does not commit, to reply before the cost:
---   R_TTL, R_REMAINING_BEFORE, R_RESET_BEFORE, R_ALG, R_POLICY, R_REV
+--   R_TTL, R_REMAINING_BEFORE, R_RESET_BEFORE, R_ALG
 -- #section offsets
 -- defines: R_KIND, R_LAST, R_EPOCH, R_LEVEL, R_CARRY, R_LOG, R_PENALTY_UNTIL,
--- defines: R_PENALTY_LEVEL, R_FRESH, R_STORED_EPOCH, R_STORED_LEVEL,
--- defines: R_STORED_CARRY, R_WRITE, R_TTL, R_REMAINING_BEFORE, R_RESET_BEFORE,
--- defines: R_ALG, R_POLICY, R_REV, R
+-- defines: R_PENALTY_LEVEL, R_FRESH, R_STORED_EPOCH, R_WRITE, R_TTL,
+-- defines: R_REMAINING_BEFORE, R_RESET_BEFORE, R_ALG, R
 -- in:
 local R_KIND, R_LAST, R_EPOCH, R_LEVEL, R_CARRY, R_LOG = 1, 2, 3, 4, 5, 6
-local R_PENALTY_UNTIL, R_PENALTY_LEVEL, R_FRESH = 7, 8, 9
-local R_STORED_EPOCH, R_STORED_LEVEL, R_STORED_CARRY = 10, 11, 12
-local R_WRITE, R_TTL, R_REMAINING_BEFORE, R_RESET_BEFORE, R_ALG, R_POLICY, R_REV = 13, 14, 15, 16, 17, 18, 19
-local R = 19
+local R_PENALTY_UNTIL, R_PENALTY_LEVEL, R_FRESH, R_STORED_EPOCH = 7, 8, 9, 10
+local R_WRITE, R_TTL, R_REMAINING_BEFORE, R_RESET_BEFORE, R_ALG = 11, 12, 13, 14, 15
+local R = 15

@@ -9,11 +9,13 @@
 -- every number an integer in [0, 2^53-1]: 33 bytes, 49 with a penalty box,
 -- one string Redis keeps inline (embstr) up to 44. The key names the
 -- policy, its revision and the algorithm (redis.StorageKey); the value
--- carries no schema, policy ID or revision. Three sections: load (both
--- programs), encode (both) and store (the batch program).
+-- carries no schema, policy ID or revision. Four sections: load (both
+-- programs), encode (the refund program), value (an inline block of both:
+-- encode's body, inline in the batch program's store, where a call per
+-- write costs Redis CPU) and store (the batch program).
 -- #section load
 -- uses: unpack, unpackList, sub, find, MAX, MAX_SLIDING
--- defines: STATE_PENALTY, MGET_CHUNK, stored, written, mgetAll, prefetch,
+-- defines: STATE_PENALTY, MGET_CHUNK, stored, storedOne, written, mgetAll, prefetch,
 -- defines: decodeState, stateValue
 
 local STATE_PENALTY = 64
@@ -21,15 +23,18 @@ local STATE_PENALTY = 64
 -- bounded; a group holds up to 8,192 keys).
 local MGET_CHUNK = 1000
 -- stored: the values of the run's keys (MGET) by their index in KEYS:
--- false none, '' a key of another type. written: false, or, when the run
+-- false none, '' a key of another type; false in a run of one key, whose
+-- value is storedOne (no table made). written: false, or, when the run
 -- evaluates several requests, the values it wrote by key, so that a later
 -- request sees what an earlier one committed.
-local stored, written = false, false
+local stored, storedOne, written = false, false, false
 
 -- mgetAll runs cmd ('MGET' or 'EXISTS') over the keys list (of n), in
--- chunks, and returns the MGET values in order, or the EXISTS count.
+-- chunks, and returns the MGET values in order (in the first chunk's reply
+-- table, which the later chunks extend: no table is copied for a run of
+-- one chunk), or false and the EXISTS count.
 local function mgetAll(cmd, list, n)
-  local out, count = {}, 0
+  local out, count = false, 0
   for from = 1, n, MGET_CHUNK do
     local to = from + MGET_CHUNK - 1
     if to > n then
@@ -38,6 +43,8 @@ local function mgetAll(cmd, list, n)
     local r = redis.call(cmd, unpackList(list, from, to))
     if cmd == 'EXISTS' then
       count = count + r
+    elseif not out then
+      out = r
     else
       for j = 1, #r do
         out[from + j - 1] = r[j]
@@ -49,9 +56,11 @@ end
 
 -- prefetch reads the values of the run's n keys, with one MGET (and, when
 -- a key has none, one EXISTS of those keys: MGET reads a key of another
--- type as none; such a key is marked '', incompatible). A run of one key
--- reads it with GET, whose WRONGTYPE error tells a key of another type
--- without an EXISTS; any other error is raised, as redis.call would.
+-- type as none; such a key is marked '', incompatible), and returns them
+-- (stored) and false. A run of one key reads it with GET, whose WRONGTYPE
+-- error tells a key of another type without an EXISTS (any other error is
+-- raised, as redis.call would), and returns false and its value
+-- (storedOne).
 local function prefetch(n)
   if n == 1 then
     local v = redis.pcall('GET', KEYS[1])
@@ -61,7 +70,7 @@ local function prefetch(n)
       end
       v = ''
     end
-    return { v }
+    return false, v
   end
   local vals = mgetAll('MGET', KEYS, n)
   local absent = {}
@@ -80,7 +89,7 @@ local function prefetch(n)
       end
     end
   end
-  return vals
+  return vals, false
 end
 
 -- decodeState reads a value of alg's state. It returns st (false:
@@ -132,32 +141,45 @@ end
 -- it: what it wrote, else what it read (false: none; '': a key of another
 -- type). Its state is decodeState's, but for none.
 local function stateValue(key, gi)
-  local v = false
   if written then
-    v = written[key] or false
+    local v = written[key]
+    if v then
+      return v
+    end
   end
-  if not v then
-    v = stored[gi]
+  if stored then
+    return stored[gi]
   end
-  return v
+  return storedOne
 end
 -- #section encode
 -- uses: pack, STATE_PENALTY
 -- defines: encodeState
 
--- encodeState is the value of alg's state (decodeState's inverse): the
--- penalty box written when penaltyLevel is not 0.
+-- encodeState is the value of alg's state (the value block).
 local function encodeState(alg, lastObservedMs, epoch, level, carry, penaltyUntilMs, penaltyLevel, log)
-  local algorithm
-  -- #include algorithms.lua byte
-  if penaltyLevel > 0 then
-    return pack('>Bdddddd', algorithm + STATE_PENALTY, lastObservedMs, epoch, level, carry, penaltyUntilMs,
-      penaltyLevel) .. log
-  end
-  return pack('>Bdddd', algorithm, lastObservedMs, epoch, level, carry) .. log
+  local v
+  -- #include string-v2.lua value
+  return v
+end
+-- #section value
+-- uses: pack, STATE_PENALTY
+-- in: alg, lastObservedMs, epoch, level, carry, penaltyUntilMs, penaltyLevel,
+-- in: log
+-- out: v
+-- defines: algorithm
+-- v, the value of alg's state (decodeState's inverse): the penalty box
+-- written when penaltyLevel is not 0.
+local algorithm
+-- #include algorithms.lua byte
+if penaltyLevel > 0 then
+  v = pack('>Bdddddd', algorithm + STATE_PENALTY, lastObservedMs, epoch, level, carry, penaltyUntilMs, penaltyLevel)
+    .. log
+else
+  v = pack('>Bdddd', algorithm, lastObservedMs, epoch, level, carry) .. log
 end
 -- #section store
--- uses: format, pack, sub, band, serverNow, written, encodeState, stateValue
+-- uses: format, pack, sub, band, serverNow, written, stateValue, STATE_PENALTY
 -- defines: offended, storeState, writeOffence
 
 -- offended: false, or the keys this run wrote an offence to (their expiry
@@ -169,12 +191,12 @@ local offended = false
 -- log, the penalty box penaltyUntilMs and penaltyLevel) with an expiry ttl
 -- ms after lastObservedMs on the effective clock: one SET. A window's
 -- state already written in the same window (not fresh, its epoch
--- unchanged) keeps its expiry (KEEPTTL), which is the same instant;
--- storedLevel, storedCarry, policy and rev are unused. Numbers go to Redis
--- as format('%d') strings.
-local function storeState(key, gi, fresh, alg, policy, rev, lastObservedMs, epoch, level, carry, log, ttl,
-                          storedEpoch, storedLevel, storedCarry, penaltyUntilMs, penaltyLevel)
-  local v = encodeState(alg, lastObservedMs, epoch, level, carry, penaltyUntilMs, penaltyLevel, log)
+-- unchanged from storedEpoch, the stored one) keeps its expiry (KEEPTTL),
+-- which is the same instant. Numbers go to Redis as format('%d') strings.
+local function storeState(key, gi, fresh, alg, lastObservedMs, epoch, level, carry, log, ttl, storedEpoch,
+                          penaltyUntilMs, penaltyLevel)
+  local v
+  -- #include string-v2.lua value
   if not fresh and epoch == storedEpoch and (alg == 'fixed_window' or alg == 'sliding_window') then
     redis.call('SET', key, v, 'KEEPTTL')
   else

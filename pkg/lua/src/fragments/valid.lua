@@ -4,15 +4,15 @@
 -- whether the unpacked numbers (doubles, any value) are each an integer in
 -- its range (NaN fails every comparison). flags is a byte: the role in
 -- bits 0-2, at most 5, failOpen at 8, the calendar bit 32 and the charge
--- bit 64 (penaltyArgs took off the penalty
--- bit 16: unknownFlags is every other bit). A charge may cost up to its
+-- bit 64; penaltyArgs took off the penalty bit 16, and bit 128 is unknown
+-- (its bits tested by arithmetic, as args.lua does). A charge may cost up to its
 -- ceiling (twice the limit, limiter.Policy.Ceiling) and has no penalty
 -- box. Each algorithm's own rules are its fragment's valid section.
--- uses: band, ROLE_BITS, MAX, MAX_DURATION
--- in: flags, rev, limit, p2, p3, grace, maxRegression, cost, unknownFlags,
+-- uses: PENALTY, MAX, MAX_DURATION
+-- in: flags, rev, limit, p2, p3, grace, maxRegression, cost,
 -- in: charge, ceiling, penalty
 -- out: valid
-valid = valid and band(flags, unknownFlags) == 0 and band(flags, ROLE_BITS) <= 5
+valid = valid and flags < 128 and flags % 32 < PENALTY and flags % 8 <= 5
   and not (charge and penalty) and ceiling <= MAX
   and rev >= 1 and rev <= 4294967295 and rev % 1 == 0
   and limit >= 0 and limit <= MAX and limit % 1 == 0
