@@ -1,4 +1,4 @@
-#!lua name=envoy_rls_rate_v2_82bdfe7b2271
+#!lua name=envoy_rls_rate_v2_e0f521102a27
 -- rate-batch-v2-function.lua: rate-batch-v2.lua as a Redis function library
 -- (FUNCTION LOAD, then FCALL of the function below with the program's
 -- KEYS and ARGV).
@@ -1182,8 +1182,9 @@ end
 -- nothing (the state a key would have after an allowed request is kept in
 -- the request's record, so a later key naming the same state sees it),
 -- then the batch rule (limiter.Commits), then the writes. A request of one
--- key, the common one, keeps no record: its key writes as soon as it is
--- checked, since a single key that writes is one that commits.
+-- key, the common one, is evaluateOne's (one.lua): evaluate and evalKey
+-- take requests of several keys. A key's evaluation is key.lua's inline
+-- blocks, which evaluateOne includes too.
 -- uses: serverNow, keyArgs, stateValue, decodeState, storeState, writeOffence,
 -- uses: replyBefore, penaltyStep, blockedRemaining, MAX, algStep, chargeKey,
 -- uses: fixedWindowStep
@@ -1308,9 +1309,8 @@ local function recordKey(rec, i, key, gi, seen, lastWrite, offences, px, st, wri
   return offences
 end
 
--- evalKey evaluates key i of the request whose n keys start after the
--- group's first kb. A key of a request of one is written at once (its
--- offence, or its state); one of several is recorded (rec, seen,
+-- evalKey evaluates key i of the request whose n keys (2 or more) start
+-- after the group's first kb. It is recorded (rec, seen,
 -- lastWrite, offences: false, or five values per offence: key, gi,
 -- penaltyUntilMs, penaltyLevel, expiry ms) for the commit. It returns the
 -- key's reply (status, effective now, remaining, retry, resetAt; the
@@ -1322,28 +1322,41 @@ local function evalKey(kb, i, n, rec, seen, lastWrite, offences)
   local valid, alg, role, failOpen, limit, p2, p3, grace, maxRegression, cost,
     penalty, duration, maxDuration, decay, cal, cb0, cb1, cb2, cb3, charge, ceiling = keyArgs(gi)
   if not valid then
-    if n > 1 then
-      invalidRecord(rec, i)
-    end
+    invalidRecord(rec, i)
     return 'INVALID', serverNow, 0, 0, 0, role, failOpen, offences
   end
   -- The state: what the last earlier key naming it left, else the store's.
-  local prior, st, lastObservedMs, epoch, level, carry, log, penaltyUntilMs, penaltyLevel, fresh, storedEpoch = false
-  if n > 1 then
-    prior, st, lastObservedMs, epoch, level, carry, log, penaltyUntilMs, penaltyLevel, fresh, storedEpoch =
-      priorState(kb, i, key, rec, seen)
-  end
+  local prior, st, lastObservedMs, epoch, level, carry, log, penaltyUntilMs, penaltyLevel, fresh, storedEpoch =
+    priorState(kb, i, key, rec, seen)
   if not prior then
-    -- (One call for a key without a state, two with one.)
     local v = stateValue(key, gi)
-    st, lastObservedMs, epoch, level, carry, log, penaltyUntilMs, penaltyLevel = nil, 0, 0, 0, 0, '', 0, 0
+    -- uses: decodeState
+    -- in: v, alg, penalty
+    -- out: st, lastObservedMs, epoch, level, carry, log, penaltyUntilMs,
+    -- out: penaltyLevel, fresh, storedEpoch
+    -- The state of a value as the run sees it (v: false none, '' a key of
+    -- another type), fresh when there is none, its window as stored.
     if v then
       st, lastObservedMs, epoch, level, carry, log, penaltyUntilMs, penaltyLevel = decodeState(v, alg, penalty)
+    else
+      st, lastObservedMs, epoch, level, carry, log, penaltyUntilMs, penaltyLevel = nil, 0, 0, 0, 0, '', 0, 0
     end
     fresh, storedEpoch = st == nil, epoch
   end
-  -- A key that is not evaluated (STATE_INCOMPATIBLE, CLOCK_UNSAFE) replies
-  -- (serverNow, serverNow, limit, 0, 0, 0).
+  -- uses: serverNow, penaltyStep, blockedRemaining, chargeKey, MAX, algStep,
+  -- uses: fixedWindowStep
+  -- in: st, lastObservedMs, epoch, level, carry, log, penaltyUntilMs,
+  -- in: penaltyLevel, fresh, alg, role, limit, p2, p3, grace, maxRegression,
+  -- in: cost, penalty, duration, maxDuration, decay, cal, cb0, cb1, cb2, cb3,
+  -- in: charge, ceiling
+  -- out: st, penaltyUntilMs, penaltyLevel
+  -- defines: status, eff, remaining, retry, resetAt, now, write, incompatible,
+  -- defines: allowed, blocked, px, nLog, nEpoch, nLevel, nCarry, ttl,
+  -- defines: remainingBefore, resetBefore
+  -- A valid key's status and reply (eff: its effective now), the state to
+  -- write (write: true, or 2 for a charge written whatever the request
+  -- commits) and its offence (px: its expiry, false none). A key that is not
+  -- evaluated (STATE_INCOMPATIBLE, CLOCK_UNSAFE) replies (serverNow, 0, 0, 0).
   local status, eff, remaining, retry, resetAt = 'STATE_INCOMPATIBLE', serverNow, 0, 0, 0
   local now, write, incompatible, allowed, blocked, px = false, false, false, false, false, false
   local nLog, nEpoch, nLevel, nCarry, ttl, remainingBefore, resetBefore = '', 0, 0, 0, 0, 0, 0
@@ -1439,16 +1452,6 @@ local function evalKey(kb, i, n, rec, seen, lastWrite, offences)
       and ttl + now - serverNow <= MAX) then
     error('envoy-rls: inexact value')
   end
-  if n == 1 then
-    -- Checked: written at once (a single key that writes commits).
-    if px then
-      writeOffence(key, gi, penaltyUntilMs, penaltyLevel, px)
-    elseif write then
-      storeState(key, gi, fresh, alg, now, nEpoch, nLevel, nCarry, nLog, ttl, storedEpoch, penaltyUntilMs,
-        penaltyLevel)
-    end
-    return status, eff, remaining, retry, resetAt, role, failOpen, offences
-  end
   offences = recordKey(rec, i, key, gi, seen, lastWrite, offences, px, st, write, now, nEpoch, nLevel, nCarry, nLog,
     lastObservedMs, epoch, level, carry, log, penaltyUntilMs, penaltyLevel, fresh, storedEpoch, ttl, remainingBefore,
     resetBefore, alg)
@@ -1500,10 +1503,10 @@ local function commitKeys(kb, n, rec, out, seen, lastWrite, commit)
   end
 end
 
--- evaluate is one request: its n keys start after the group's first kb;
--- rec is the group's record array, reused by each of its requests (only
--- the records of the request's own keys are read; false in a run of one
--- key, whose request keeps no record). It returns the request's reply.
+-- evaluate is one request of several keys: its n keys start after the
+-- group's first kb; rec is the group's record array, reused by each of
+-- its requests (only the records of the request's own keys are read). It
+-- returns the request's reply.
 local function evaluate(kb, n, rec)
   local out
   -- uses: serverNow
@@ -1520,7 +1523,7 @@ local function evaluate(kb, n, rec)
   if n > WIDE then
     seen, lastWrite = {}, {}
   end
-  local offences, blocked, quota, quotaAllows = false, false, 0, false
+  local offences, refused, quota, quotaAllows = false, false, 0, false
   for i = 1, n do
     local status, eff, remaining, retry, resetAt, role, failOpen
     status, eff, remaining, retry, resetAt, role, failOpen, offences = evalKey(kb, i, n, rec, seen, lastWrite,
@@ -1547,8 +1550,12 @@ local function evaluate(kb, n, rec)
     end
     local o = (i - 1) * 4
     out[o + 3], out[o + 4], out[o + 5], out[o + 6] = code + 8 * (eff - serverNow), remaining, retry, resetAt
-    -- limiter.Commits: shadow and check keys never block; a fail-open
-    -- failure takes no part.
+    -- in: role, failOpen, status, refused, quota, quotaAllows
+    -- out: refused, quota, quotaAllows
+    -- limiter.Commits, key by key: shadow and check keys never block; a
+    -- fail-open failure takes no part; quota keys (and quota probes) commit
+    -- when one of them is ALLOWED; any other key not ALLOWED refuses the
+    -- request.
     if role == 1 or role == 3 then
       -- (no part)
     elseif failOpen and status ~= 'ALLOWED' and status ~= 'DENIED' and status ~= 'BLOCKED' then
@@ -1556,30 +1563,253 @@ local function evaluate(kb, n, rec)
     elseif role == 2 or role == 5 then
       quota, quotaAllows = quota + 1, quotaAllows or status == 'ALLOWED'
     elseif status ~= 'ALLOWED' then
-      blocked = true
+      refused = true
     end
   end
-  local commit = not blocked and (quota == 0 or quotaAllows)
-  if n > 1 then
-    -- The offences found, now that no key of the request can raise any
-    -- more: written whatever the request commits, in key order (a later
-    -- offence against the same state builds on an earlier one).
-    if offences then
-      for m = 1, #offences, 5 do
-        writeOffence(offences[m], offences[m + 1], offences[m + 2], offences[m + 3], offences[m + 4])
-      end
+  local commit
+  -- in: refused, quota, quotaAllows
+  -- out: commit
+  -- Whether the request commits, once every key passed commits.
+  commit = not refused and (quota == 0 or quotaAllows)
+  -- The offences found, now that no key of the request can raise any
+  -- more: written whatever the request commits, in key order (a later
+  -- offence against the same state builds on an earlier one).
+  if offences then
+    for m = 1, #offences, 5 do
+      writeOffence(offences[m], offences[m + 1], offences[m + 2], offences[m + 3], offences[m + 4])
     end
-    commitKeys(kb, n, rec, out, seen, lastWrite, commit)
   end
+  commitKeys(kb, n, rec, out, seen, lastWrite, commit)
   if commit then
     out[1] = 1
   end
   return out
 end
+-- fragments/one.lua: a request of one key, the common request (every
+-- request of a run of one key, the run at low load), evaluated by one
+-- function instead of evaluate's loop over evalKey (evaluate.lua): the
+-- same inline blocks (key.lua, reply-v2.lua) without a call per key, a
+-- record or the commit of several keys (a single key that writes is one
+-- that commits, so it writes as soon as it is checked).
+-- uses: serverNow, keyArgs, stored, storedOne, stateValue, decodeState,
+-- uses: storeState, writeOffence, penaltyStep, blockedRemaining, MAX, algStep,
+-- uses: chargeKey, fixedWindowStep
+-- defines: oneReply, evaluateOne
+
+-- oneReply is the reply of a request of one key whose status, effective
+-- now, remaining, retry and reset-at are given, with its role and
+-- failOpen: committed by the batch rule.
+local function oneReply(status, eff, remaining, retry, resetAt, role, failOpen)
+  local out, n, i = false, 1, 1
+  -- uses: serverNow
+  -- in: n
+  -- out: out
+  -- out, a request's reply of n keys, not committed, before its keys' (made
+  -- whole at once for one key).
+  if n == 1 then
+    out = { 0, serverNow, 0, 0, 0, 0 }
+  else
+    out = { 0, serverNow }
+  end
+  -- uses: serverNow
+  -- in: out, i, status, eff, remaining, retry, resetAt
+  -- out:
+  -- defines: code, o
+  -- Key i's fields in out: its status's code (1 ALLOWED, the common one,
+  -- first) and the rest.
+  local code = 1
+  if status == 'ALLOWED' then
+    code = 1
+  elseif status == 'DENIED' then
+    code = 2
+  elseif status == 'CLOCK_UNSAFE' then
+    code = 3
+  elseif status == 'STATE_INCOMPATIBLE' then
+    code = 4
+  elseif status == 'INVALID' then
+    code = 5
+  else
+    code = 6
+  end
+  local o = (i - 1) * 4
+  out[o + 3], out[o + 4], out[o + 5], out[o + 6] = code + 8 * (eff - serverNow), remaining, retry, resetAt
+  local refused, quota, quotaAllows, commit = false, 0, false, false
+  -- in: role, failOpen, status, refused, quota, quotaAllows
+  -- out: refused, quota, quotaAllows
+  -- limiter.Commits, key by key: shadow and check keys never block; a
+  -- fail-open failure takes no part; quota keys (and quota probes) commit
+  -- when one of them is ALLOWED; any other key not ALLOWED refuses the
+  -- request.
+  if role == 1 or role == 3 then
+    -- (no part)
+  elseif failOpen and status ~= 'ALLOWED' and status ~= 'DENIED' and status ~= 'BLOCKED' then
+    -- (no part)
+  elseif role == 2 or role == 5 then
+    quota, quotaAllows = quota + 1, quotaAllows or status == 'ALLOWED'
+  elseif status ~= 'ALLOWED' then
+    refused = true
+  end
+  -- in: refused, quota, quotaAllows
+  -- out: commit
+  -- Whether the request commits, once every key passed commits.
+  commit = not refused and (quota == 0 or quotaAllows)
+  if commit then
+    out[1] = 1
+  end
+  return out
+end
+
+-- evaluateOne is the request of one key after the group's first kb,
+-- evaluated as evaluate would a request of several, and returns its
+-- reply. The key's value is stateValue's; in a run of one key (stored
+-- false, and so nothing written by an earlier request) storedOne, read
+-- without the call.
+local function evaluateOne(kb)
+  local gi = kb + 1
+  local key = KEYS[gi]
+  local valid, alg, role, failOpen, limit, p2, p3, grace, maxRegression, cost,
+    penalty, duration, maxDuration, decay, cal, cb0, cb1, cb2, cb3, charge, ceiling = keyArgs(gi)
+  if not valid then
+    return oneReply('INVALID', serverNow, 0, 0, 0, role, failOpen)
+  end
+  local v = storedOne
+  if stored then
+    v = stateValue(key, gi)
+  end
+  local st, lastObservedMs, epoch, level, carry, log, penaltyUntilMs, penaltyLevel, fresh, storedEpoch
+  -- uses: decodeState
+  -- in: v, alg, penalty
+  -- out: st, lastObservedMs, epoch, level, carry, log, penaltyUntilMs,
+  -- out: penaltyLevel, fresh, storedEpoch
+  -- The state of a value as the run sees it (v: false none, '' a key of
+  -- another type), fresh when there is none, its window as stored.
+  if v then
+    st, lastObservedMs, epoch, level, carry, log, penaltyUntilMs, penaltyLevel = decodeState(v, alg, penalty)
+  else
+    st, lastObservedMs, epoch, level, carry, log, penaltyUntilMs, penaltyLevel = nil, 0, 0, 0, 0, '', 0, 0
+  end
+  fresh, storedEpoch = st == nil, epoch
+  -- uses: serverNow, penaltyStep, blockedRemaining, chargeKey, MAX, algStep,
+  -- uses: fixedWindowStep
+  -- in: st, lastObservedMs, epoch, level, carry, log, penaltyUntilMs,
+  -- in: penaltyLevel, fresh, alg, role, limit, p2, p3, grace, maxRegression,
+  -- in: cost, penalty, duration, maxDuration, decay, cal, cb0, cb1, cb2, cb3,
+  -- in: charge, ceiling
+  -- out: st, penaltyUntilMs, penaltyLevel
+  -- defines: status, eff, remaining, retry, resetAt, now, write, incompatible,
+  -- defines: allowed, blocked, px, nLog, nEpoch, nLevel, nCarry, ttl,
+  -- defines: remainingBefore, resetBefore
+  -- A valid key's status and reply (eff: its effective now), the state to
+  -- write (write: true, or 2 for a charge written whatever the request
+  -- commits) and its offence (px: its expiry, false none). A key that is not
+  -- evaluated (STATE_INCOMPATIBLE, CLOCK_UNSAFE) replies (serverNow, 0, 0, 0).
+  local status, eff, remaining, retry, resetAt = 'STATE_INCOMPATIBLE', serverNow, 0, 0, 0
+  local now, write, incompatible, allowed, blocked, px = false, false, false, false, false, false
+  local nLog, nEpoch, nLevel, nCarry, ttl, remainingBefore, resetBefore = '', 0, 0, 0, 0, 0, 0
+  if st ~= false then
+    -- fragments/clock.lua: the common clock rule, an inline block of a key's
+    -- evaluation: the effective now for a state (st: nil none, true one) last
+    -- observed at lastObservedMs, when Redis's clock reads serverNow:
+    -- serverNow, or lastObservedMs when the clock is behind it by at most
+    -- maxRegression; nil when it is behind by more (CLOCK_UNSAFE).
+    -- uses: serverNow
+    -- in: st, lastObservedMs, maxRegression
+    -- out: now
+    now = serverNow
+    if st and serverNow < lastObservedMs then
+      now = lastObservedMs
+      if lastObservedMs - serverNow > maxRegression then
+        now = nil
+      end
+    end
+    if now and cal and (now < cb0 or now >= cb3) then
+      now = nil
+    end
+    if not now then
+      status = 'CLOCK_UNSAFE'
+    else
+      -- uses: algStep, fixedWindowStep
+      -- in: alg, st, lastObservedMs, epoch, level, carry, log, now, limit, p2, p3,
+      -- in: grace, cost, cal, cb0, cb1, cb2, cb3, ceiling
+      -- out: incompatible, nLog, allowed, nEpoch, nLevel, nCarry, ttl, remaining,
+      -- out: retry, resetAt, remainingBefore, resetBefore
+      -- alg's step (algStep) on a compatible state (st true; nil none) at now;
+      -- a fixed window's, the common one, without algStep's call.
+      if alg == 'fixed_window' then
+        incompatible, nLog = false, ''
+        allowed, nEpoch, nLevel, nCarry, ttl, remaining, retry, resetAt, remainingBefore, resetBefore = fixedWindowStep(st,
+          epoch, level, now, limit, p2, grace, cost, cal, cb0, cb1, cb2, cb3)
+      else
+        incompatible, nLog, allowed, nEpoch, nLevel, nCarry, ttl, remaining, retry, resetAt, remainingBefore, resetBefore =
+          algStep(alg, st, lastObservedMs, epoch, level, carry, log, now, limit, ceiling, p2, p3, grace, cost, cal, cb0,
+            cb1, cb2, cb3)
+      end
+      if incompatible then
+        -- A stored log that cannot be ours.
+        st, remaining, retry, resetAt, ttl, remainingBefore, resetBefore = false, 0, 0, 0, 0, 0, 0
+      else
+        eff = now
+        if penalty and st then
+          blocked, allowed, retry, resetAt, ttl, penaltyUntilMs, penaltyLevel, px = penaltyStep(penaltyUntilMs,
+            penaltyLevel, duration, maxDuration, decay, fresh, role, now, serverNow, grace, allowed, retry,
+            resetAt, resetBefore, ttl)
+        end
+        if blocked then
+          status, remaining = 'BLOCKED', blockedRemaining(penaltyUntilMs, now)
+        elseif not allowed then
+          status = 'DENIED'
+          if charge and role < 3 then
+            -- A charge (limiter.Request.Charges): recorded anyway, up to
+            -- the ceiling, and written whatever the request commits
+            -- (write 2); the reply is what one more unit meets.
+            write, nEpoch, nLevel, nCarry, nLog, ttl, remaining, retry, resetAt = chargeKey(alg, st, lastObservedMs,
+              epoch, level, carry, log, now, limit, ceiling, p2, p3, grace, cost, cal, cb0, cb1, cb2, cb3)
+            if write then
+              write = 2
+            end
+          end
+        elseif role >= 3 then
+          -- A check or (quota) probe key: its reply before the cost, never
+          -- written.
+          status, remaining, resetAt = 'ALLOWED', remainingBefore, resetBefore
+        elseif charge then
+          status, write = 'ALLOWED', 2
+        else
+          status, write = 'ALLOWED', true
+        end
+      end
+    end
+  end
+  -- uses: MAX, serverNow
+  -- in: remaining, retry, resetAt, write, remainingBefore, resetBefore, nEpoch,
+  -- in: nLevel, nCarry, ttl, now
+  -- out:
+  -- A key's reply (remaining, retry, resetAt) and, when it writes, the reply
+  -- before the cost and the state to write (nEpoch, nLevel, nCarry) with its
+  -- expiry, now + ttl on the effective clock (the store raises a ttl below 1
+  -- to 1).
+  if not (remaining >= 0 and remaining <= MAX and remaining % 1 == 0
+      and retry >= 0 and retry <= MAX and retry % 1 == 0
+      and resetAt >= 0 and resetAt <= MAX and resetAt % 1 == 0)
+    or write and not (remainingBefore >= 0 and remainingBefore <= MAX and remainingBefore % 1 == 0
+      and resetBefore >= 0 and resetBefore <= MAX and resetBefore % 1 == 0
+      and nEpoch >= 0 and nEpoch <= MAX and nEpoch % 1 == 0 and nLevel >= 0 and nLevel <= MAX and nLevel % 1 == 0
+      and nCarry >= 0 and nCarry <= MAX and nCarry % 1 == 0 and ttl <= MAX and ttl % 1 == 0
+      and ttl + now - serverNow <= MAX) then
+    error('envoy-rls: inexact value')
+  end
+  if px then
+    writeOffence(key, gi, penaltyUntilMs, penaltyLevel, px)
+  elseif write then
+    storeState(key, gi, fresh, alg, now, nEpoch, nLevel, nCarry, nLog, ttl, storedEpoch, penaltyUntilMs, penaltyLevel)
+  end
+  return oneReply(status, eff, remaining, retry, resetAt, role, failOpen)
+end
+-- End of one.lua.
 -- fragments/group.lua: the group of a rate program's run, its last ARGV
 -- field: per request struct.pack('>Hd'), its number of keys and its
 -- deadline in ms of Redis's clock (0: none).
--- uses: MAX, unpack, serverNow, evaluate
+-- uses: MAX, unpack, serverNow, evaluate, evaluateOne
 -- defines: groupOf, oneDeadline, requestReply, runGroup
 
 -- groupOf reads the group field for nkeys keys, checked whole before
@@ -1623,7 +1853,8 @@ local function oneDeadline(group)
 end
 
 -- requestReply is the reply of the request whose n keys start after the
--- group's first kb, with deadline dl (rec: evaluate's record array). A
+-- group's first kb, with deadline dl (rec: evaluate's record array),
+-- evaluated by evaluateOne when it has one key, else by evaluate. A
 -- request whose deadline serverNow is past is not evaluated. It is
 -- evaluated under pcall: one that raises (before it writes: the exactness
 -- check runs before any write) fails alone.
@@ -1631,7 +1862,12 @@ local function requestReply(kb, n, dl, rec)
   if dl ~= 0 and serverNow > dl then
     return { 2, serverNow }
   end
-  local ok, r = pcall(evaluate, kb, n, rec)
+  local ok, r
+  if n == 1 then
+    ok, r = pcall(evaluateOne, kb)
+  else
+    ok, r = pcall(evaluate, kb, n, rec)
+  end
   if ok then
     return r
   elseif type(r) == 'table' then
@@ -1653,7 +1889,7 @@ local function runGroup(counts, deadlines)
 end
 -- End of group.lua.
 
-redis.register_function{function_name='envoy_rls_rate_batch_v2_82bdfe7b2271', callback=function(keys, args)
+redis.register_function{function_name='envoy_rls_rate_batch_v2_e0f521102a27', callback=function(keys, args)
 if not find then
   find, fmod, format, band, unpackList, unpack, pack, sub, max = libs()
 end

@@ -135,6 +135,7 @@
 -- #include string-v2.lua load store
 -- #include reply-v2.lua before
 -- #include evaluate.lua
+-- #include one.lua
 -- #include group.lua
 
 local nkeys = #KEYS

@@ -3,8 +3,9 @@
 -- nothing (the state a key would have after an allowed request is kept in
 -- the request's record, so a later key naming the same state sees it),
 -- then the batch rule (limiter.Commits), then the writes. A request of one
--- key, the common one, keeps no record: its key writes as soon as it is
--- checked, since a single key that writes is one that commits.
+-- key, the common one, is evaluateOne's (one.lua): evaluate and evalKey
+-- take requests of several keys. A key's evaluation is key.lua's inline
+-- blocks, which evaluateOne includes too.
 -- uses: serverNow, keyArgs, stateValue, decodeState, storeState, writeOffence,
 -- uses: replyBefore, penaltyStep, blockedRemaining, MAX, algStep, chargeKey,
 -- uses: fixedWindowStep
@@ -108,9 +109,8 @@ local function recordKey(rec, i, key, gi, seen, lastWrite, offences, px, st, wri
   return offences
 end
 
--- evalKey evaluates key i of the request whose n keys start after the
--- group's first kb. A key of a request of one is written at once (its
--- offence, or its state); one of several is recorded (rec, seen,
+-- evalKey evaluates key i of the request whose n keys (2 or more) start
+-- after the group's first kb. It is recorded (rec, seen,
 -- lastWrite, offences: false, or five values per offence: key, gi,
 -- penaltyUntilMs, penaltyLevel, expiry ms) for the commit. It returns the
 -- key's reply (status, effective now, remaining, retry, resetAt; the
@@ -122,87 +122,17 @@ local function evalKey(kb, i, n, rec, seen, lastWrite, offences)
   local valid, alg, role, failOpen, limit, p2, p3, grace, maxRegression, cost,
     penalty, duration, maxDuration, decay, cal, cb0, cb1, cb2, cb3, charge, ceiling = keyArgs(gi)
   if not valid then
-    if n > 1 then
-      invalidRecord(rec, i)
-    end
+    invalidRecord(rec, i)
     return 'INVALID', serverNow, 0, 0, 0, role, failOpen, offences
   end
   -- The state: what the last earlier key naming it left, else the store's.
-  local prior, st, lastObservedMs, epoch, level, carry, log, penaltyUntilMs, penaltyLevel, fresh, storedEpoch = false
-  if n > 1 then
-    prior, st, lastObservedMs, epoch, level, carry, log, penaltyUntilMs, penaltyLevel, fresh, storedEpoch =
-      priorState(kb, i, key, rec, seen)
-  end
+  local prior, st, lastObservedMs, epoch, level, carry, log, penaltyUntilMs, penaltyLevel, fresh, storedEpoch =
+    priorState(kb, i, key, rec, seen)
   if not prior then
-    -- (One call for a key without a state, two with one.)
     local v = stateValue(key, gi)
-    st, lastObservedMs, epoch, level, carry, log, penaltyUntilMs, penaltyLevel = nil, 0, 0, 0, 0, '', 0, 0
-    if v then
-      st, lastObservedMs, epoch, level, carry, log, penaltyUntilMs, penaltyLevel = decodeState(v, alg, penalty)
-    end
-    fresh, storedEpoch = st == nil, epoch
+    -- #include key.lua state
   end
-  -- A key that is not evaluated (STATE_INCOMPATIBLE, CLOCK_UNSAFE) replies
-  -- (serverNow, serverNow, limit, 0, 0, 0).
-  local status, eff, remaining, retry, resetAt = 'STATE_INCOMPATIBLE', serverNow, 0, 0, 0
-  local now, write, incompatible, allowed, blocked, px = false, false, false, false, false, false
-  local nLog, nEpoch, nLevel, nCarry, ttl, remainingBefore, resetBefore = '', 0, 0, 0, 0, 0, 0
-  if st ~= false then
-    -- #include clock.lua
-    if now and cal and (now < cb0 or now >= cb3) then
-      now = nil
-    end
-    if not now then
-      status = 'CLOCK_UNSAFE'
-    else
-      -- #include algorithms.lua step
-      if incompatible then
-        -- A stored log that cannot be ours.
-        st, remaining, retry, resetAt, ttl, remainingBefore, resetBefore = false, 0, 0, 0, 0, 0, 0
-      else
-        eff = now
-        if penalty and st then
-          blocked, allowed, retry, resetAt, ttl, penaltyUntilMs, penaltyLevel, px = penaltyStep(penaltyUntilMs,
-            penaltyLevel, duration, maxDuration, decay, fresh, role, now, serverNow, grace, allowed, retry,
-            resetAt, resetBefore, ttl)
-        end
-        if blocked then
-          status, remaining = 'BLOCKED', blockedRemaining(penaltyUntilMs, now)
-        elseif not allowed then
-          status = 'DENIED'
-          if charge and role < 3 then
-            -- A charge (limiter.Request.Charges): recorded anyway, up to
-            -- the ceiling, and written whatever the request commits
-            -- (write 2); the reply is what one more unit meets.
-            write, nEpoch, nLevel, nCarry, nLog, ttl, remaining, retry, resetAt = chargeKey(alg, st, lastObservedMs,
-              epoch, level, carry, log, now, limit, ceiling, p2, p3, grace, cost, cal, cb0, cb1, cb2, cb3)
-            if write then
-              write = 2
-            end
-          end
-        elseif role >= 3 then
-          -- A check or (quota) probe key: its reply before the cost, never
-          -- written.
-          status, remaining, resetAt = 'ALLOWED', remainingBefore, resetBefore
-        elseif charge then
-          status, write = 'ALLOWED', 2
-        else
-          status, write = 'ALLOWED', true
-        end
-      end
-    end
-  end
-  -- #include exact.lua check
-  if n == 1 then
-    -- Checked: written at once (a single key that writes commits).
-    if px then
-      writeOffence(key, gi, penaltyUntilMs, penaltyLevel, px)
-    elseif write then
-      storeState(key, gi, fresh, alg, now, nEpoch, nLevel, nCarry, nLog, ttl, storedEpoch, penaltyUntilMs,
-        penaltyLevel)
-    end
-    return status, eff, remaining, retry, resetAt, role, failOpen, offences
-  end
+  -- #include key.lua check
   offences = recordKey(rec, i, key, gi, seen, lastWrite, offences, px, st, write, now, nEpoch, nLevel, nCarry, nLog,
     lastObservedMs, epoch, level, carry, log, penaltyUntilMs, penaltyLevel, fresh, storedEpoch, ttl, remainingBefore,
     resetBefore, alg)
@@ -247,10 +177,10 @@ local function commitKeys(kb, n, rec, out, seen, lastWrite, commit)
   end
 end
 
--- evaluate is one request: its n keys start after the group's first kb;
--- rec is the group's record array, reused by each of its requests (only
--- the records of the request's own keys are read; false in a run of one
--- key, whose request keeps no record). It returns the request's reply.
+-- evaluate is one request of several keys: its n keys start after the
+-- group's first kb; rec is the group's record array, reused by each of
+-- its requests (only the records of the request's own keys are read). It
+-- returns the request's reply.
 local function evaluate(kb, n, rec)
   local out
   -- #include reply-v2.lua new
@@ -258,36 +188,25 @@ local function evaluate(kb, n, rec)
   if n > WIDE then
     seen, lastWrite = {}, {}
   end
-  local offences, blocked, quota, quotaAllows = false, false, 0, false
+  local offences, refused, quota, quotaAllows = false, false, 0, false
   for i = 1, n do
     local status, eff, remaining, retry, resetAt, role, failOpen
     status, eff, remaining, retry, resetAt, role, failOpen, offences = evalKey(kb, i, n, rec, seen, lastWrite,
       offences)
     -- #include reply-v2.lua key
-    -- limiter.Commits: shadow and check keys never block; a fail-open
-    -- failure takes no part.
-    if role == 1 or role == 3 then
-      -- (no part)
-    elseif failOpen and status ~= 'ALLOWED' and status ~= 'DENIED' and status ~= 'BLOCKED' then
-      -- (no part)
-    elseif role == 2 or role == 5 then
-      quota, quotaAllows = quota + 1, quotaAllows or status == 'ALLOWED'
-    elseif status ~= 'ALLOWED' then
-      blocked = true
+    -- #include key.lua commits
+  end
+  local commit
+  -- #include key.lua commit
+  -- The offences found, now that no key of the request can raise any
+  -- more: written whatever the request commits, in key order (a later
+  -- offence against the same state builds on an earlier one).
+  if offences then
+    for m = 1, #offences, 5 do
+      writeOffence(offences[m], offences[m + 1], offences[m + 2], offences[m + 3], offences[m + 4])
     end
   end
-  local commit = not blocked and (quota == 0 or quotaAllows)
-  if n > 1 then
-    -- The offences found, now that no key of the request can raise any
-    -- more: written whatever the request commits, in key order (a later
-    -- offence against the same state builds on an earlier one).
-    if offences then
-      for m = 1, #offences, 5 do
-        writeOffence(offences[m], offences[m + 1], offences[m + 2], offences[m + 3], offences[m + 4])
-      end
-    end
-    commitKeys(kb, n, rec, out, seen, lastWrite, commit)
-  end
+  commitKeys(kb, n, rec, out, seen, lastWrite, commit)
   if commit then
     out[1] = 1
   end

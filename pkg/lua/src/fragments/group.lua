@@ -1,7 +1,7 @@
 -- fragments/group.lua: the group of a rate program's run, its last ARGV
 -- field: per request struct.pack('>Hd'), its number of keys and its
 -- deadline in ms of Redis's clock (0: none).
--- uses: MAX, unpack, serverNow, evaluate
+-- uses: MAX, unpack, serverNow, evaluate, evaluateOne
 -- defines: groupOf, oneDeadline, requestReply, runGroup
 
 -- groupOf reads the group field for nkeys keys, checked whole before
@@ -45,7 +45,8 @@ local function oneDeadline(group)
 end
 
 -- requestReply is the reply of the request whose n keys start after the
--- group's first kb, with deadline dl (rec: evaluate's record array). A
+-- group's first kb, with deadline dl (rec: evaluate's record array),
+-- evaluated by evaluateOne when it has one key, else by evaluate. A
 -- request whose deadline serverNow is past is not evaluated. It is
 -- evaluated under pcall: one that raises (before it writes: the exactness
 -- check runs before any write) fails alone.
@@ -53,7 +54,12 @@ local function requestReply(kb, n, dl, rec)
   if dl ~= 0 and serverNow > dl then
     return { 2, serverNow }
   end
-  local ok, r = pcall(evaluate, kb, n, rec)
+  local ok, r
+  if n == 1 then
+    ok, r = pcall(evaluateOne, kb)
+  else
+    ok, r = pcall(evaluate, kb, n, rec)
+  end
   if ok then
     return r
   elseif type(r) == 'table' then
