@@ -1359,9 +1359,12 @@ local function evalKey(kb, i, n, rec, seen, lastWrite, offences)
   -- write (write: true, or 2 for a charge written whatever the request
   -- commits) and its offence (px: its expiry, false none). A key that is not
   -- evaluated (STATE_INCOMPATIBLE, CLOCK_UNSAFE) replies (serverNow, 0, 0, 0).
-  local status, eff, remaining, retry, resetAt = 'STATE_INCOMPATIBLE', serverNow, 0, 0, 0
-  local now, write, incompatible, allowed, blocked, px = false, false, false, false, false, false
-  local nLog, nEpoch, nLevel, nCarry, ttl, remainingBefore, resetBefore = '', 0, 0, 0, 0, 0, 0
+  local status, eff, remaining, retry, resetAt, ttl, remainingBefore, resetBefore = 'STATE_INCOMPATIBLE', serverNow, 0,
+    0, 0, 0, 0, 0
+  local write, blocked, px = false, false, false
+  -- (Set by the clock rule and the step, read only after them or, the state
+  -- to write, when the key writes.)
+  local now, incompatible, allowed, nLog, nEpoch, nLevel, nCarry
   if st ~= false then
     -- fragments/clock.lua: the common clock rule, an inline block of a key's
     -- evaluation: the effective now for a state (st: nil none, true one) last
@@ -1512,15 +1515,11 @@ end
 local function evaluate(kb, n, rec)
   local out
   -- uses: serverNow
-  -- in: n
+  -- in:
   -- out: out
-  -- out, a request's reply of n keys, not committed, before its keys' (made
-  -- whole at once for one key).
-  if n == 1 then
-    out = { 0, serverNow, 0, 0, 0, 0 }
-  else
-    out = { 0, serverNow }
-  end
+  -- out, a request's reply of n keys (several), not committed, before its
+  -- keys'.
+  out = { 0, serverNow }
   local seen, lastWrite = false, false
   if n > WIDE then
     seen, lastWrite = {}, {}
@@ -1534,8 +1533,12 @@ local function evaluate(kb, n, rec)
     -- in: out, i, status, eff, remaining, retry, resetAt
     -- out:
     -- defines: code, o
-    -- Key i's fields in out: its status's code (1 ALLOWED, the common one,
-    -- first) and the rest.
+    -- Key i's fields in out: its status's code, its effective now's lead over
+    -- serverNow, and the rest.
+    -- in: status
+    -- out:
+    -- defines: code
+    -- The status's code (1 ALLOWED, the common one, first).
     local code = 1
     if status == 'ALLOWED' then
       code = 1
@@ -1602,23 +1605,17 @@ end
 -- now, remaining, retry and reset-at are given, with its role and
 -- failOpen: committed by the batch rule.
 local function oneReply(status, eff, remaining, retry, resetAt, role, failOpen)
-  local out, n, i = false, 1, 1
+  local out
   -- uses: serverNow
-  -- in: n
+  -- in: status, eff, remaining, retry, resetAt
   -- out: out
-  -- out, a request's reply of n keys, not committed, before its keys' (made
-  -- whole at once for one key).
-  if n == 1 then
-    out = { 0, serverNow, 0, 0, 0, 0 }
-  else
-    out = { 0, serverNow }
-  end
-  -- uses: serverNow
-  -- in: out, i, status, eff, remaining, retry, resetAt
+  -- defines: code
+  -- out, the reply of a request of one key, not committed, made whole at
+  -- once: its fields as the key block sets them.
+  -- in: status
   -- out:
-  -- defines: code, o
-  -- Key i's fields in out: its status's code (1 ALLOWED, the common one,
-  -- first) and the rest.
+  -- defines: code
+  -- The status's code (1 ALLOWED, the common one, first).
   local code = 1
   if status == 'ALLOWED' then
     code = 1
@@ -1633,8 +1630,7 @@ local function oneReply(status, eff, remaining, retry, resetAt, role, failOpen)
   else
     code = 6
   end
-  local o = (i - 1) * 4
-  out[o + 3], out[o + 4], out[o + 5], out[o + 6] = code + 8 * (eff - serverNow), remaining, retry, resetAt
+  out = { 0, serverNow, code + 8 * (eff - serverNow), remaining, retry, resetAt }
   local refused, quota, quotaAllows, commit = false, 0, false, false
   -- in: role, failOpen, status, refused, quota, quotaAllows
   -- out: refused, quota, quotaAllows
@@ -1705,9 +1701,12 @@ local function evaluateOne(kb)
   -- write (write: true, or 2 for a charge written whatever the request
   -- commits) and its offence (px: its expiry, false none). A key that is not
   -- evaluated (STATE_INCOMPATIBLE, CLOCK_UNSAFE) replies (serverNow, 0, 0, 0).
-  local status, eff, remaining, retry, resetAt = 'STATE_INCOMPATIBLE', serverNow, 0, 0, 0
-  local now, write, incompatible, allowed, blocked, px = false, false, false, false, false, false
-  local nLog, nEpoch, nLevel, nCarry, ttl, remainingBefore, resetBefore = '', 0, 0, 0, 0, 0, 0
+  local status, eff, remaining, retry, resetAt, ttl, remainingBefore, resetBefore = 'STATE_INCOMPATIBLE', serverNow, 0,
+    0, 0, 0, 0, 0
+  local write, blocked, px = false, false, false
+  -- (Set by the clock rule and the step, read only after them or, the state
+  -- to write, when the key writes.)
+  local now, incompatible, allowed, nLog, nEpoch, nLevel, nCarry
   if st ~= false then
     -- fragments/clock.lua: the common clock rule, an inline block of a key's
     -- evaluation: the effective now for a state (st: nil none, true one) last

@@ -34,9 +34,12 @@ fresh, storedEpoch = st == nil, epoch
 -- write (write: true, or 2 for a charge written whatever the request
 -- commits) and its offence (px: its expiry, false none). A key that is not
 -- evaluated (STATE_INCOMPATIBLE, CLOCK_UNSAFE) replies (serverNow, 0, 0, 0).
-local status, eff, remaining, retry, resetAt = 'STATE_INCOMPATIBLE', serverNow, 0, 0, 0
-local now, write, incompatible, allowed, blocked, px = false, false, false, false, false, false
-local nLog, nEpoch, nLevel, nCarry, ttl, remainingBefore, resetBefore = '', 0, 0, 0, 0, 0, 0
+local status, eff, remaining, retry, resetAt, ttl, remainingBefore, resetBefore = 'STATE_INCOMPATIBLE', serverNow, 0,
+  0, 0, 0, 0, 0
+local write, blocked, px = false, false, false
+-- (Set by the clock rule and the step, read only after them or, the state
+-- to write, when the key writes.)
+local now, incompatible, allowed, nLog, nEpoch, nLevel, nCarry
 if st ~= false then
   -- #include clock.lua
   if now and cal and (now < cb0 or now >= cb3) then

@@ -13,9 +13,8 @@
 -- now, remaining, retry and reset-at are given, with its role and
 -- failOpen: committed by the batch rule.
 local function oneReply(status, eff, remaining, retry, resetAt, role, failOpen)
-  local out, n, i = false, 1, 1
-  -- #include reply-v2.lua new
-  -- #include reply-v2.lua key
+  local out
+  -- #include reply-v2.lua one
   local refused, quota, quotaAllows, commit = false, 0, false, false
   -- #include key.lua commits
   -- #include key.lua commit

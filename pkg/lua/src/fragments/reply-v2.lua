@@ -5,9 +5,11 @@
 -- effective now is ahead of serverNow), remaining (BLOCKED: the ms until
 -- its block ends, its remaining being 0), retryAfterMillis,
 -- resetAtMillis. The limit is the policy's (0 for INVALID): the parser has
--- it. Three sections: before, a function; new and key, inline blocks of
--- a request's evaluation (a call per request and per key costs Redis
--- CPU).
+-- it. Sections: before, a function; new, one, key and code, inline
+-- blocks of a request's evaluation (a call per request and per key costs
+-- Redis CPU): new the reply of a request of several keys, key the fields
+-- of one of its keys, one the whole reply of a request of one key, code a
+-- status's code.
 -- #section before
 -- defines: replyBefore
 
@@ -19,22 +21,35 @@ local function replyBefore(out, i, remainingBefore, resetBefore)
 end
 -- #section new
 -- uses: serverNow
--- in: n
+-- in:
 -- out: out
--- out, a request's reply of n keys, not committed, before its keys' (made
--- whole at once for one key).
-if n == 1 then
-  out = { 0, serverNow, 0, 0, 0, 0 }
-else
-  out = { 0, serverNow }
-end
+-- out, a request's reply of n keys (several), not committed, before its
+-- keys'.
+out = { 0, serverNow }
+-- #section one
+-- uses: serverNow
+-- in: status, eff, remaining, retry, resetAt
+-- out: out
+-- defines: code
+-- out, the reply of a request of one key, not committed, made whole at
+-- once: its fields as the key block sets them.
+-- #include reply-v2.lua code
+out = { 0, serverNow, code + 8 * (eff - serverNow), remaining, retry, resetAt }
 -- #section key
 -- uses: serverNow
 -- in: out, i, status, eff, remaining, retry, resetAt
 -- out:
 -- defines: code, o
--- Key i's fields in out: its status's code (1 ALLOWED, the common one,
--- first) and the rest.
+-- Key i's fields in out: its status's code, its effective now's lead over
+-- serverNow, and the rest.
+-- #include reply-v2.lua code
+local o = (i - 1) * 4
+out[o + 3], out[o + 4], out[o + 5], out[o + 6] = code + 8 * (eff - serverNow), remaining, retry, resetAt
+-- #section code
+-- in: status
+-- out:
+-- defines: code
+-- The status's code (1 ALLOWED, the common one, first).
 local code = 1
 if status == 'ALLOWED' then
   code = 1
@@ -49,5 +64,3 @@ elseif status == 'INVALID' then
 else
   code = 6
 end
-local o = (i - 1) * 4
-out[o + 3], out[o + 4], out[o + 5], out[o + 6] = code + 8 * (eff - serverNow), remaining, retry, resetAt
