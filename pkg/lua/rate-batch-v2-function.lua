@@ -1,4 +1,4 @@
-#!lua name=envoy_rls_rate_v2_4502d10aa02a
+#!lua name=envoy_rls_rate_v2_685aa649b940
 -- rate-batch-v2-function.lua: rate-batch-v2.lua as a Redis function library
 -- (FUNCTION LOAD, then FCALL of the function below with the program's
 -- KEYS and ARGV).
@@ -98,7 +98,11 @@ local KEYS, ARGV
 -- Redis CPU per call bounds the service's throughput: a key costs one SET
 -- when it commits, and the run one TIME and one MGET. Each function below
 -- is a closure made once per run (docs/performance.md measures it); numbers
--- are replied as integers, not formatted.
+-- are replied as integers, not formatted. A request of one key, the common
+-- one (every request of a run of one key), is evaluated by evaluateOne
+-- (one.lua) in one function, a request of several by evaluate's loop over
+-- its keys (evaluate.lua): both of key.lua's inline blocks, one definition
+-- of each rule.
 --
 -- Reply: an array of one reply per request of the group, in order. A
 -- request's reply is { 2, serverNowMillis } when past its deadline
@@ -1888,7 +1892,7 @@ local function runGroup(counts, deadlines)
 end
 -- End of group.lua.
 
-redis.register_function{function_name='envoy_rls_rate_batch_v2_4502d10aa02a', callback=function(keys, args)
+redis.register_function{function_name='envoy_rls_rate_batch_v2_685aa649b940', callback=function(keys, args)
 if not find then
   find, fmod, format, band, unpackList, unpack, pack, sub, max = libs()
 end

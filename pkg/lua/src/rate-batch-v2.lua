@@ -92,7 +92,11 @@
 -- Redis CPU per call bounds the service's throughput: a key costs one SET
 -- when it commits, and the run one TIME and one MGET. Each function below
 -- is a closure made once per run (docs/performance.md measures it); numbers
--- are replied as integers, not formatted.
+-- are replied as integers, not formatted. A request of one key, the common
+-- one (every request of a run of one key), is evaluated by evaluateOne
+-- (one.lua) in one function, a request of several by evaluate's loop over
+-- its keys (evaluate.lua): both of key.lua's inline blocks, one definition
+-- of each rule.
 --
 -- Reply: an array of one reply per request of the group, in order. A
 -- request's reply is { 2, serverNowMillis } when past its deadline
