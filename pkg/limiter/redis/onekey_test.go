@@ -1,11 +1,14 @@
 package redis
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"testing"
 	"time"
 
 	"github.com/envoy-rls/envoy-rls/pkg/limiter"
+	"github.com/envoy-rls/envoy-rls/pkg/lua"
 )
 
 // TestOneKeyRunDifferential: runs of one request of one key (the program's
@@ -42,6 +45,16 @@ func TestOneKeyRunDifferential(t *testing.T) {
 			q.ahead = true
 		}
 		states, before := e.seedRandom(rng, q.keys, e.serverNow())
+		if q.corrupt {
+			// A run whose request raises replies { 3, error text } and writes
+			// nothing (execGroup needs a request that replies serverNow).
+			e.oneKeyRaises(r)
+			if err := e.checkWritten(states, states, before); err != nil {
+				t.Fatalf("run %d, raised: %v", it, err)
+			}
+			seen["raised"]++
+			continue
+		}
 		got, serverNow := e.execGroup([]gReq{q})
 		want, final := modelGroup(states, []gReq{q}, serverNow)
 		if err := sameResult(got[0], want[0]); err != nil {
@@ -67,8 +80,6 @@ func TestOneKeyRunDifferential(t *testing.T) {
 		switch {
 		case q.expired:
 			seen["expired"]++
-		case q.corrupt:
-			seen["raised"]++
 		case got[0].err == nil:
 			seen[got[0].replies[0].Status.String()]++
 		}
@@ -89,5 +100,35 @@ func TestOneKeyRunDifferential(t *testing.T) {
 		if seen[w] == 0 {
 			t.Errorf("no one-key run took %s: the sequence does not cover it", w)
 		}
+	}
+}
+
+// oneKeyRaises runs r alone with its packed numbers cut short, so that the
+// program raises reading them, and checks the reply: { 3, error text }, a
+// failed request.
+func (e *env) oneKeyRaises(r batchReq) {
+	e.t.Helper()
+	args := batchArgs(nil, r.p, r.cost, r.role)
+	args[0] = args[0][:20]
+	args = append(args, string(lua.AppendGroupEntry(nil, 1, 0)))
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	msgs, err := e.store.execBatch(ctx, []string{keyOf(r.p, r.sub)}, args).ToArray()
+	if err != nil || len(msgs) != 1 {
+		e.t.Fatalf("rate-batch-v2, one raising key: %v, %d replies", err, len(msgs))
+	}
+	vals, err := msgs[0].ToArray()
+	if err != nil || len(vals) != 2 {
+		e.t.Fatalf("one raising key: reply %v (%v), want { 3, error text }", vals, err)
+	}
+	if code, err := vals[0].AsInt64(); err != nil || code != 3 {
+		e.t.Fatalf("one raising key: reply code %d (%v), want 3", code, err)
+	}
+	if text, err := vals[1].ToString(); err != nil || text == "" {
+		e.t.Fatalf("one raising key: error text %q (%v)", text, err)
+	}
+	_, err = lua.ParseBatchReplyV2([]*limiter.Policy{r.p}, replyValues(nil, vals), make([]limiter.Reply, 1))
+	if !errors.Is(err, lua.ErrRequestFailed) {
+		e.t.Fatalf("one raising key: parsed %v, want a failed request", err)
 	}
 }
