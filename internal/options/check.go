@@ -240,7 +240,17 @@ func GCPercent(o *Options, getenv func(string) string) (int, string) {
 		return 0, "GOGC"
 	case o.Store == "redis":
 		return RedisGCPercent, "automatic (redis store)"
+	case o.Store == "memory":
+		return MemoryGCPercent, "automatic (memory store)"
 	default:
 		return 0, "Go default"
 	}
+}
+
+// MemoryHeapLimit is the soft memory limit serve sets with the memory
+// store's automatic GC target when GOMEMLIMIT is not set: the heap Go's
+// default target would reach with entries full entries, twice their bound
+// plus MemoryHeapBase.
+func MemoryHeapLimit(entries int) int64 {
+	return 2*int64(entries)*memory.MaxBytesPerEntry + MemoryHeapBase
 }
