@@ -248,9 +248,8 @@ func GCPercent(o *Options, getenv func(string) string) (int, string) {
 }
 
 // MemoryHeapLimit is the soft memory limit serve sets with the memory
-// store's automatic GC target when GOMEMLIMIT is not set: the heap Go's
-// default target would reach with entries full entries, twice their bound
-// plus MemoryHeapBase.
+// store's automatic GC target when GOMEMLIMIT is not set: what a store of
+// entries entries peaks at when full with Go's default target.
 func MemoryHeapLimit(entries int) int64 {
-	return 2*int64(entries)*memory.MaxBytesPerEntry + MemoryHeapBase
+	return MemoryHeapBase + int64(entries)*MemoryPeakBytesPerEntry
 }
