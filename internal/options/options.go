@@ -74,7 +74,7 @@ const (
 	// measured with Go's default target on a full store
 	// (docs/operations.md, the memory store's sizing).
 	MemoryHeapBase          = 64 << 20
-	MemoryPeakBytesPerEntry = 400
+	MemoryPeakBytesPerEntry = 360
 	// MinGCPercent and MaxGCPercent bound an explicit --gc-percent.
 	MinGCPercent = 10
 	MaxGCPercent = 10_000
@@ -176,7 +176,7 @@ func NewFlagSet(o *Options) *flag.FlagSet {
 	fs.DurationVar(&o.DrainTimeout, "drain-timeout", DefaultDrainTimeout, "on SIGTERM/SIGINT, how long in-flight calls may take to finish")
 	fs.BoolVar(&o.LocalCache, "local-cache", DefaultLocalCache, "answer repeated store denials (fixed window, token bucket, GCRA, sliding log; the blocks of a penalty box, any algorithm) locally until their retry time: a hot subject costs one store call per window instead of one per request; exact (see docs/performance.md)")
 	fs.IntVar(&o.LocalCacheSize, "local-cache-size", DefaultLocalCacheSize, fmt.Sprintf("local deny cache: the most denials held at once (at least %d)", denycache.Shards))
-	fs.IntVar(&o.GCPercent, "gc-percent", DefaultGCPercent, "garbage collector target, as GOGC: 0 = automatic (200 unless GOGC is set; with --store memory and no GOMEMLIMIT also a soft memory limit of 64 MiB + 400 bytes per entry of its bound), or 10–10000")
+	fs.IntVar(&o.GCPercent, "gc-percent", DefaultGCPercent, "garbage collector target, as GOGC: 0 = automatic (200 unless GOGC is set; with --store memory and no GOMEMLIMIT also a soft memory limit of 64 MiB + 360 bytes per entry of its bound), or 10–10000")
 	fs.BoolVar(&o.Pprof, "pprof", false, "serve net/http/pprof profiles under /debug/pprof/ on the admin address (CPU profiles of at most 60 s and heap profiles of live traffic; behind the token of --admin-token-file when set; off by default)")
 	AddRuleLimitFlags(fs, &o.ConfigLimits)
 	fs.StringVar(&o.RedisAddr, "redis-addr", "", "Redis address(es), comma-separated (sentinels in sentinel mode, seeds in cluster mode), or the absolute path of a standalone server's Unix socket")
