@@ -53,6 +53,9 @@ type server struct {
 	// refMetrics are the reference's Prometheus metrics; nil when
 	// --reference-metrics-addr is not set (refmetrics.go).
 	refMetrics *refmetrics.Sink
+	// gcAutomatic: serve chose the garbage collector's target (neither
+	// --gc-percent nor GOGC is set).
+	gcAutomatic bool
 }
 
 // serve runs the server until ctx is done or a server fails: it loads the
@@ -87,6 +90,7 @@ func serve(ctx context.Context, o *options.Options, getenv func(string) string, 
 	if p, from := options.GCPercent(o, getenv); p != 0 {
 		// Process-wide; put back on return for in-process callers (tests).
 		defer debug.SetGCPercent(debug.SetGCPercent(p))
+		s.gcAutomatic = o.GCPercent == 0
 		log.Info("garbage collector target", zap.Int("gc_percent", p), zap.String("from", from))
 	}
 	secretRecheck := compat.SharedSecretRecheck

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"runtime/debug"
 	"strings"
 	"testing"
 	"time"
@@ -15,6 +16,7 @@ import (
 	reflectionpb "google.golang.org/grpc/reflection/grpc_reflection_v1"
 
 	"github.com/envoy-rls/envoy-rls/internal/admin"
+	"github.com/envoy-rls/envoy-rls/internal/options"
 )
 
 func TestServeEndToEnd(t *testing.T) {
@@ -329,4 +331,64 @@ func TestShadowModeFlag(t *testing.T) {
 	if _, body := r.get(t, "/metrics"); !strings.Contains(body, `result="shadow_over_limit"} 1`) {
 		t.Errorf("no shadow_over_limit decision counted:\n%s", body)
 	}
+}
+
+// The memory store's automatic GC target comes with a soft memory limit
+// when GOMEMLIMIT is not set, and leaves the runtime's settings as they
+// were when serve returns; GOGC, --gc-percent or GOMEMLIMIT leave the limit
+// alone.
+func TestMemoryStoreGCTarget(t *testing.T) {
+	_, rules := linkedRules(t)
+	before := debug.SetMemoryLimit(-1)
+	gcBefore := debug.SetGCPercent(-1)
+	debug.SetGCPercent(gcBefore)
+	for _, tc := range []struct {
+		name      string
+		args      []string
+		env       map[string]string
+		wantLimit int64 // while serving; 0: unchanged
+		wantGC    int   // while serving; 0: unchanged
+	}{
+		{"automatic", nil, nil, options.MemoryHeapLimit(options.DefaultMemoryMaxEntries), options.MemoryGCPercent},
+		{"entry bound", []string{"--memory-max-entries", "1000"}, nil, options.MemoryHeapLimit(1000), options.MemoryGCPercent},
+		{"GOGC", nil, map[string]string{"GOGC": "100"}, 0, 0},
+		{"flag", []string{"--gc-percent", "150"}, nil, 0, 150},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := startServe(t, append([]string{"--config", rules}, tc.args...), tc.env, hooks{})
+			gc := debug.SetGCPercent(-1)
+			debug.SetGCPercent(gc)
+			limit := debug.SetMemoryLimit(-1)
+			want, wantGC := tc.wantLimit, tc.wantGC
+			if want == 0 {
+				want = before
+			}
+			if wantGC == 0 {
+				wantGC = gcBefore
+			}
+			if limit != want || gc != wantGC {
+				t.Errorf("while serving: memory limit %d, GC percent %d; want %d, %d\nlogs:\n%s", limit, gc, want, wantGC, r.logs)
+			}
+			if err := r.stop(t); err != nil {
+				t.Fatal(err)
+			}
+			gc = debug.SetGCPercent(-1)
+			debug.SetGCPercent(gc)
+			if got := debug.SetMemoryLimit(-1); got != before || gc != gcBefore {
+				t.Errorf("after serve: memory limit %d, GC percent %d; want %d, %d as before", got, gc, before, gcBefore)
+			}
+		})
+	}
+	t.Run("GOMEMLIMIT", func(t *testing.T) {
+		const set = 256 << 20 // as the chart sets it
+		debug.SetMemoryLimit(set)
+		defer debug.SetMemoryLimit(before)
+		r := startServe(t, []string{"--config", rules}, nil, hooks{})
+		if got := debug.SetMemoryLimit(-1); got != set {
+			t.Errorf("while serving under GOMEMLIMIT: memory limit %d, want %d", got, set)
+		}
+		if err := r.stop(t); err != nil {
+			t.Fatal(err)
+		}
+	})
 }

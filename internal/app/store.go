@@ -39,6 +39,17 @@ func (s *server) openStore(ctx context.Context, wg *sync.WaitGroup) (limiter.Sto
 		if err != nil {
 			return nil, nil, fmt.Errorf("memory store: %w", err)
 		}
+		closeStore := func() {}
+		if s.gcAutomatic && limit == math.MaxInt64 {
+			// The automatic GC target collects a small heap less often;
+			// this limit collects a heap near the entry bound as Go's
+			// default target would. Process-wide: put back on close for
+			// in-process callers (tests).
+			heap := options.MemoryHeapLimit(entries)
+			prev := debug.SetMemoryLimit(heap)
+			closeStore = func() { debug.SetMemoryLimit(prev) }
+			s.log.Info("memory limit", zap.Int64("bytes", heap), zap.String("from", "automatic (memory store)"))
+		}
 		s.every(ctx, wg, memorySweepInterval, func(now time.Time) {
 			if s.clock != nil {
 				now = s.clock.Now()
@@ -48,7 +59,7 @@ func (s *server) openStore(ctx context.Context, wg *sync.WaitGroup) (limiter.Sto
 			s.metrics.Memory.Sketches(st.Sketches())
 			s.metrics.Memory.SketchBytes(st.SketchBytes())
 		})
-		return st, func() {}, nil
+		return st, closeStore, nil
 	case "redis":
 		return s.openRedis(ctx)
 	}

@@ -240,7 +240,16 @@ func GCPercent(o *Options, getenv func(string) string) (int, string) {
 		return 0, "GOGC"
 	case o.Store == "redis":
 		return RedisGCPercent, "automatic (redis store)"
+	case o.Store == "memory":
+		return MemoryGCPercent, "automatic (memory store)"
 	default:
 		return 0, "Go default"
 	}
+}
+
+// MemoryHeapLimit is the soft memory limit serve sets with the memory
+// store's automatic GC target when GOMEMLIMIT is not set: what a store of
+// entries entries peaks at when full with Go's default target.
+func MemoryHeapLimit(entries int) int64 {
+	return MemoryHeapBase + int64(entries)*MemoryPeakBytesPerEntry
 }

@@ -52,16 +52,29 @@ const (
 	DefaultLocalCache      = true
 	DefaultLocalCacheSize  = denycache.DefaultSize
 	// DefaultGCPercent (0) lets the binary pick the garbage collector's
-	// target: RedisGCPercent with the Redis store unless GOGC is set, the
-	// Go runtime's own (GOGC, default 100) otherwise.
+	// target unless GOGC is set: RedisGCPercent with the Redis store,
+	// MemoryGCPercent with the memory store.
 	DefaultGCPercent = 0
 	// RedisGCPercent is the automatic target with the Redis store. Its heap
 	// holds no limit state (rules, pools, buffers), so letting it grow to
 	// three times that before a cycle costs little memory and saves server
 	// CPU per decision; a higher target saved no more and took more memory
-	// (docs/performance.md, --gc-percent). The memory store keeps Go's
-	// default: its live heap can be hundreds of MiB.
+	// (docs/performance.md, --gc-percent).
 	RedisGCPercent = 200
+	// MemoryGCPercent is the automatic target with the memory store, whose
+	// live heap grows with its entries (up to hundreds of MiB): without
+	// GOMEMLIMIT, serve also sets a soft memory limit (MemoryHeapLimit), so
+	// that a store near its entry bound peaks no higher than it does with
+	// Go's default target (100), while a small heap is collected less
+	// often.
+	MemoryGCPercent = 200
+	// MemoryHeapBase and MemoryPeakBytesPerEntry make MemoryHeapLimit: the
+	// process's memory beyond the store (rules, top-k sketches,
+	// connections and their buffers), and the peak per entry of the bound
+	// measured with Go's default target on a full store
+	// (docs/operations.md, the memory store's sizing).
+	MemoryHeapBase          = 64 << 20
+	MemoryPeakBytesPerEntry = 360
 	// MinGCPercent and MaxGCPercent bound an explicit --gc-percent.
 	MinGCPercent = 10
 	MaxGCPercent = 10_000
@@ -163,7 +176,7 @@ func NewFlagSet(o *Options) *flag.FlagSet {
 	fs.DurationVar(&o.DrainTimeout, "drain-timeout", DefaultDrainTimeout, "on SIGTERM/SIGINT, how long in-flight calls may take to finish")
 	fs.BoolVar(&o.LocalCache, "local-cache", DefaultLocalCache, "answer repeated store denials (fixed window, token bucket, GCRA, sliding log; the blocks of a penalty box, any algorithm) locally until their retry time: a hot subject costs one store call per window instead of one per request; exact (see docs/performance.md)")
 	fs.IntVar(&o.LocalCacheSize, "local-cache-size", DefaultLocalCacheSize, fmt.Sprintf("local deny cache: the most denials held at once (at least %d)", denycache.Shards))
-	fs.IntVar(&o.GCPercent, "gc-percent", DefaultGCPercent, "garbage collector target, as GOGC: 0 = automatic (200 with --store redis unless GOGC is set, else the Go runtime's), or 10–10000")
+	fs.IntVar(&o.GCPercent, "gc-percent", DefaultGCPercent, "garbage collector target, as GOGC: 0 = automatic (200 unless GOGC is set; with --store memory and no GOMEMLIMIT also a soft memory limit of 64 MiB + 360 bytes per entry of its bound), or 10–10000")
 	fs.BoolVar(&o.Pprof, "pprof", false, "serve net/http/pprof profiles under /debug/pprof/ on the admin address (CPU profiles of at most 60 s and heap profiles of live traffic; behind the token of --admin-token-file when set; off by default)")
 	AddRuleLimitFlags(fs, &o.ConfigLimits)
 	fs.StringVar(&o.RedisAddr, "redis-addr", "", "Redis address(es), comma-separated (sentinels in sentinel mode, seeds in cluster mode), or the absolute path of a standalone server's Unix socket")

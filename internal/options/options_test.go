@@ -262,7 +262,8 @@ func TestGCPercent(t *testing.T) {
 		want     int
 		wantFrom string
 	}{
-		{"memory store keeps the runtime's", Options{Store: "memory"}, "", 0, "Go default"},
+		{"memory store", Options{Store: "memory"}, "", MemoryGCPercent, "automatic (memory store)"},
+		{"GOGC wins over the memory store's", Options{Store: "memory"}, "100", 0, "GOGC"},
 		{"redis store", Options{Store: "redis"}, "", RedisGCPercent, "automatic (redis store)"},
 		{"GOGC wins over automatic", Options{Store: "redis"}, "150", 0, "GOGC"},
 		{"the flag wins over GOGC", Options{Store: "memory", GCPercent: 250}, "150", 250, "--gc-percent"},
