@@ -3,7 +3,6 @@ package rls
 import (
 	"fmt"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -58,8 +57,8 @@ type Metrics struct {
 	fallbackBy    [limiter.FailLocal + 1]prometheus.Counter
 
 	// byDomain holds the children of each domain label, read without a
-	// lock on every call (see cowMap).
-	byDomain cowMap[string, *domainMetrics]
+	// lock on every call (see lazyMap).
+	byDomain lazyMap[string, *domainMetrics]
 }
 
 // domainMetrics are the children of one domain label: its latency
@@ -67,7 +66,7 @@ type Metrics struct {
 type domainMetrics struct {
 	label       string
 	call, store prometheus.Observer
-	byPolicy    cowMap[string, *policyCounters]
+	byPolicy    lazyMap[string, *policyCounters]
 }
 
 // result is how a limit is reported: an index into policyCounters' arrays.
@@ -211,42 +210,26 @@ func (m *Metrics) domain(domain string) *domainMetrics {
 	})
 }
 
-// cowMap is a map read with one atomic load and no lock: a read shares no
-// written memory with other calls, where a read lock would (its reader
-// count), and the decision path reads it on every call. An addition
-// copies the map under mu, so the n keys of a map cost O(n²) copies in
-// all, once: its keys are configured values (domains, policy IDs), added
-// at their first use. The zero value is an empty map.
-type cowMap[K comparable, V any] struct {
-	m  atomic.Pointer[map[K]V]
-	mu sync.Mutex
+// lazyMap is a map of values made at a key's first use, read on every call
+// without a lock (sync.Map: a read of a key it holds writes no shared
+// memory, where a read lock would write its reader count, and an addition
+// costs amortized constant time however many keys it holds). Its keys are
+// configured values (domains, policy IDs), so the set is bounded by the
+// configuration. The zero value is an empty map.
+type lazyMap[K comparable, V any] struct {
+	m sync.Map
 }
 
 // get returns the value of k; the first use of k adds the key and value
 // that add returns (the key a copy of k that holds no request buffer).
-func (c *cowMap[K, V]) get(k K, add func() (K, V)) V {
-	if m := c.m.Load(); m != nil {
-		if v, ok := (*m)[k]; ok {
-			return v
-		}
+// Callers racing on a new key may each call add; one value is kept.
+func (c *lazyMap[K, V]) get(k K, add func() (K, V)) V {
+	if v, ok := c.m.Load(k); ok {
+		return v.(V)
 	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	var cur map[K]V
-	if m := c.m.Load(); m != nil {
-		cur = *m
-	}
-	if v, ok := cur[k]; ok {
-		return v
-	}
-	next := make(map[K]V, len(cur)+1)
-	for kk, vv := range cur {
-		next[kk] = vv
-	}
-	k, v := add()
-	next[k] = v
-	c.m.Store(&next)
-	return v
+	nk, nv := add()
+	v, _ := c.m.LoadOrStore(nk, nv)
+	return v.(V)
 }
 
 func (m *Metrics) storeError(k limiter.OutcomeKind) {
