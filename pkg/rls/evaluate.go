@@ -17,7 +17,7 @@ import (
 func (s *Server) evaluate(ctx context.Context, req *rlsv3.RateLimitRequest, rules Rules, sc *scratch) *rlsv3.RateLimitResponse {
 	known := rules.HasDomain(req.Domain)
 	s.matchAll(req, rules, known, sc)
-	now := s.decideAll(ctx, req.Domain, sc)
+	now := s.decideAll(ctx, sc)
 	// 4. Statuses.
 	return s.respond(ctx, req, known, sc, now)
 }
@@ -115,7 +115,7 @@ func (s *Server) matchAll(req *rlsv3.RateLimitRequest, rules Rules, known bool, 
 
 // decideAll asks the store for the limits of sc.descs (step 3 of
 // evaluate) and returns the clock's reading for the answer.
-func (s *Server) decideAll(ctx context.Context, domain string, sc *scratch) time.Time {
+func (s *Server) decideAll(ctx context.Context, sc *scratch) time.Time {
 	// 3. One batch for every limit the store must decide, followed by the
 	// limits that can never fit (a zero limit, or a cost above the policy's
 	// max cost: denials known without asking the store, which demote the
