@@ -2,7 +2,8 @@
 -- that tools/scripts/bench.sh --target ceiling builds into a throw-away copy of
 -- envoy-rls (bin/envoy-rls-ceiling) in place of pkg/lua's batch program, to
 -- measure the most any batch program could give on this machine: the same
--- EVALSHA, keys and arguments, one TIME, no state read or written, every key
+-- FCALL (bench.sh wraps it as a function library; EVALSHA where Redis has no
+-- functions), keys and arguments, one TIME, no state read or written, every key
 -- ALLOWED. It answers as a fixed window whose window is the packed
 -- argument's p2 (the bench rules are fixed windows). Self-contained: it
 -- reads TIME as pkg/lua's programs do, and nothing else.

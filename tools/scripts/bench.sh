@@ -26,7 +26,8 @@
 #                             settings at their defaults
 #                             ceiling: envoy-rls on Redis built from a
 #                             temporary copy of this tree whose batch program
-#                             is tools/ceiling/rate-batch-v2.lua (one TIME,
+#                             (script and function library) is
+#                             tools/ceiling/rate-batch-v2.lua (one TIME,
 #                             every key ALLOWED, nothing stored) into
 #                             bin/envoy-rls-ceiling: the most any Lua program
 #                             could give here. Fixed-window rules only; never
@@ -122,6 +123,15 @@ if [ "$TARGET" = ceiling ]; then
   CEILING_SRC=$(mktemp -d)
   tar -cf - --exclude=./bin --exclude=./bench --exclude=./tools --exclude=./.git . | tar -xf - -C "$CEILING_SRC"
   cp tools/ceiling/rate-batch-v2.lua "$CEILING_SRC/pkg/lua/rate-batch-v2.lua"
+  # The store runs the batch program by FCALL of its function library, so
+  # the stub replaces that library too (the same wrapping as pkg/lua's).
+  { echo '#!lua name=envoy_rls_ceiling'
+    echo 'local KEYS, ARGV'
+    echo "redis.register_function{function_name='envoy_rls_ceiling_batch', callback=function(keys, args)"
+    echo 'KEYS, ARGV = keys, args'
+    cat tools/ceiling/rate-batch-v2.lua
+    echo 'end}'
+  } >"$CEILING_SRC/pkg/lua/rate-batch-v2-function.lua"
   (cd "$CEILING_SRC" && $GO build -trimpath -o "$OLDPWD/bin/envoy-rls-ceiling" ./cmd/envoy-rls) ||
     { rm -rf "$CEILING_SRC"; die "bin/envoy-rls-ceiling does not build"; }
   rm -rf "$CEILING_SRC"
@@ -248,6 +258,13 @@ for c in $CONCURRENCY; do
     -domain "$DOMAIN" -descriptors "$DESCRIPTORS" -hits "$HITS" \
     -server-pid "$SERVER_PID" ${AUX[@]+"${AUX[@]}"} -label "$LABEL" | tee -a "$OUT"
 done
+
+# The ceiling's figures count only if Redis ran the stub: its library and
+# no other (a build that ran the real program would measure that).
+if [ "$TARGET" = ceiling ]; then
+  LIBS=$(redis-cli -h 127.0.0.1 -p "$REDIS_PORT" FUNCTION LIST | grep -A1 '^library_name$' | grep -v -e '^library_name$' -e '^--$' | tr '\n' ' ')
+  [ "$LIBS" = "envoy_rls_ceiling " ] || die "the ceiling run's Redis holds the libraries '$LIBS', not only envoy_rls_ceiling: its figures are not the stub's"
+fi
 
 if [ "$PLOT" = 1 ]; then
   bin/rls-plot -o "${OUT%.jsonl}.png" -title "$LABEL: throughput and p99 vs concurrency" "$OUT"
