@@ -11,20 +11,62 @@ import (
 	"github.com/envoy-rls/envoy-rls/tools/ceiling"
 )
 
-// TestStubKeepsTheBatchContract keeps the ceiling stub in step with the
-// real batch program's contract: it takes the arguments the Redis store sends, answers a reply
-// lua.ParseBatchReplyV2 accepts (every key ALLOWED, at Redis's clock) and
-// stores nothing. If the contract changes and the stub does not, the
-// ceiling benchmark would measure errors.
+// TestStubKeepsTheBatchContract keeps the ceiling stubs in step with the
+// real batch program's contract: each takes the arguments the Redis store
+// sends, run as a script (EVAL) and as the function library bench.sh
+// wraps it in (FCALL), and answers a reply lua.ParseBatchReplyV2 accepts
+// (every key ALLOWED, at Redis's clock). The TIME stub stores nothing;
+// the state stub leaves each key counted, with an expiry of its window. If
+// the contract changes and a stub does not, the ceiling benchmarks would
+// measure errors.
 func TestStubKeepsTheBatchContract(t *testing.T) {
-	src := ceiling.Source
-	srv := redistest.Standalone(t)
+	for _, stub := range []struct {
+		name, src string
+		state     bool
+	}{{"time", ceiling.Source, false}, {"state", ceiling.StateSource, true}} {
+		for _, how := range []string{"EVAL", "FCALL"} {
+			t.Run(stub.name+"/"+how, func(t *testing.T) {
+				srv := redistest.Standalone(t)
+				srv.MustDo("FLUSHALL")
+				srv.MustDo("FUNCTION", "FLUSH")
+				run := func(keys, args []string) []any {
+					var cmd []string
+					if how == "EVAL" {
+						cmd = []string{"EVAL", stub.src, strconv.Itoa(len(keys))}
+					} else {
+						srv.MustDo("FUNCTION", "LOAD", "REPLACE", library(stub.src))
+						cmd = []string{"FCALL", "envoy_rls_ceiling_batch", strconv.Itoa(len(keys))}
+					}
+					cmd = append(append(cmd, keys...), args...)
+					group, ok := srv.MustDo(cmd...).([]any)
+					if !ok || len(group) != 1 {
+						t.Fatalf("%s replied %T %v, want an array of one request's reply", how, group, group)
+					}
+					return group
+				}
+				checkStub(t, srv, run, stub.state)
+			})
+		}
+	}
+}
+
+// library wraps a stub as bench.sh does: a function library whose one
+// function runs the stub with the call's keys and arguments.
+func library(src string) string {
+	return "#!lua name=envoy_rls_ceiling\nlocal KEYS, ARGV\n" +
+		"redis.register_function{function_name='envoy_rls_ceiling_batch', callback=function(keys, args)\n" +
+		"KEYS, ARGV = keys, args\n" + src + "\nend}\n"
+}
+
+// checkStub runs one request of two keys twice through run and checks the
+// replies, and what the stub left in Redis.
+func checkStub(t *testing.T, srv *redistest.Server, run func(keys, args []string) []any, state bool) {
+	t.Helper()
 	policies := []*limiter.Policy{
 		fixed(t, "bench.remote_address", 1000, time.Second),
 		fixed(t, "bench.other", 50, time.Minute),
 	}
-	// The stub never reads its keys; they share one hash tag as the
-	// store's keys of one batch do.
+	// The keys share one hash tag as the store's keys of one batch do.
 	keys := []string{"rate:{ceiling}:state:a", "rate:{ceiling}:state:b"}
 	var args []string
 	for _, p := range policies {
@@ -32,39 +74,49 @@ func TestStubKeepsTheBatchContract(t *testing.T) {
 	}
 	// One request of two keys, as the store sends a call alone.
 	args = append(args, string(lua.AppendGroupEntry(nil, len(keys), 0)))
-	before := serverNowMs(t, srv)
-	cmd := append([]string{"EVAL", src, strconv.Itoa(len(keys))}, keys...)
-	group, ok := srv.MustDo(append(cmd, args...)...).([]any)
-	if !ok || len(group) != 1 {
-		t.Fatalf("EVAL replied %T %v, want an array of one request's reply", group, group)
-	}
-	raw, ok := group[0].([]any)
-	if !ok {
-		t.Fatalf("the request's reply is %T, want an array", group[0])
-	}
-	vals := make([]lua.Value, len(raw))
-	for i, v := range raw {
-		switch v := v.(type) {
-		case int64:
-			vals[i] = lua.Value{Int: v, IsInt: true}
-		case string:
-			vals[i] = lua.Value{Str: v}
-		default:
-			t.Fatalf("reply element %d is %T (%v), want an integer or a string", i, v, v)
+	for round := 1; round <= 2; round++ {
+		before := serverNowMs(t, srv)
+		group := run(keys, args)
+		raw, ok := group[0].([]any)
+		if !ok {
+			t.Fatalf("the request's reply is %T, want an array", group[0])
+		}
+		vals := make([]lua.Value, len(raw))
+		for i, v := range raw {
+			switch v := v.(type) {
+			case int64:
+				vals[i] = lua.Value{Int: v, IsInt: true}
+			case string:
+				vals[i] = lua.Value{Str: v}
+			default:
+				t.Fatalf("reply element %d is %T (%v), want an integer or a string", i, v, v)
+			}
+		}
+		out := make([]limiter.Reply, len(policies))
+		committed, err := lua.ParseBatchReplyV2(policies, vals, out)
+		if err != nil || !committed {
+			t.Fatalf("ParseBatchReplyV2: committed %v, %v (reply %+v)", committed, err, vals)
+		}
+		for i, r := range out {
+			if r.Status != limiter.StatusAllowed || r.Remaining != policies[i].Limit()-1 || r.ServerNowMs < before {
+				t.Errorf("key %d: %+v, want ALLOWED with %d remaining at or after %d", i, r, policies[i].Limit()-1, before)
+			}
 		}
 	}
-	out := make([]limiter.Reply, len(policies))
-	committed, err := lua.ParseBatchReplyV2(policies, vals, out)
-	if err != nil || !committed {
-		t.Fatalf("ParseBatchReplyV2: committed %v, %v (reply %+v)", committed, err, vals)
-	}
-	for i, r := range out {
-		if r.Status != limiter.StatusAllowed || r.Remaining != policies[i].Limit()-1 || r.ServerNowMs < before {
-			t.Errorf("key %d: %+v, want ALLOWED with %d remaining at or after %d", i, r, policies[i].Limit()-1, before)
+	if !state {
+		if n := srv.MustDo("DBSIZE"); n != int64(0) {
+			t.Errorf("DBSIZE = %v after the stub ran: it must store nothing", n)
 		}
+		return
 	}
-	if n := srv.MustDo("DBSIZE"); n != int64(0) {
-		t.Errorf("DBSIZE = %v after the stub ran: it must store nothing", n)
+	for i, key := range keys {
+		if v := srv.MustDo("GET", key); v != "2" {
+			t.Errorf("GET %s = %v after two runs, want 2", key, v)
+		}
+		window := policies[i].WindowMillis()
+		if ttl, ok := srv.MustDo("PTTL", key).(int64); !ok || ttl <= 0 || ttl > window {
+			t.Errorf("PTTL %s = %v, want in (0, %d]", key, ttl, window)
+		}
 	}
 }
 

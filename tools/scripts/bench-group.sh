@@ -5,7 +5,9 @@
 # (group commit on; also with a token bucket, tb, or a sliding window, sw,
 # instead of the fixed window), the same rule on the memory store (memory),
 # the ceiling build (ceiling: group commit on, a batch program that reads and
-# writes no state; bench.sh --target ceiling) and the do-nothing gRPC floor, in alternating
+# writes no state; bench.sh --target ceiling), the ceiling with state
+# (ceiling-state: one that reads its keys and writes each, bench.sh --target
+# ceiling-state) and the do-nothing gRPC floor, in alternating
 # rounds (this
 # machine's speed drifts: only runs made side by side compare). Each run has
 # its own redis-server; the rule is the same fixed window
@@ -45,6 +47,8 @@ for _ in $(seq 1 "$ROUNDS"); do
         --label "envoy-rls, memory store" --out "$DIR/memory.jsonl" ;;
       ceiling) tools/scripts/bench.sh "${COMMON[@]}" --target ceiling --config "$RULES" \
         --label "ceiling, group commit on" --out "$DIR/ceiling.jsonl" ;;
+      ceiling-state) tools/scripts/bench.sh "${COMMON[@]}" --target ceiling-state --config "$RULES" \
+        --label "ceiling with state, group commit on" --out "$DIR/ceiling-state.jsonl" ;;
       off) tools/scripts/bench.sh "${COMMON[@]}" --target envoy-rls --store redis --config "$RULES" \
         --server-args "--redis-group-max-keys 1" --label "envoy-rls, group commit off" --out "$DIR/off.jsonl" ;;
       on) tools/scripts/bench.sh "${COMMON[@]}" --target envoy-rls --store redis --config "$RULES" \

@@ -2,14 +2,15 @@
 # tools/scripts/bench-vs-reference.sh — envoy-rls on Redis against the reference
 # service (envoyproxy/ratelimit), or against the do-nothing gRPC floor
 # (--against floor), or against the ceiling of any Lua program (--against
-# ceiling: envoy-rls whose batch program only reads TIME, see bench.sh), in
+# ceiling: envoy-rls whose batch program only reads TIME; --against
+# ceiling-state: one that also MGETs and SETs each key, see bench.sh), in
 # alternating rounds: this machine's speed drifts by up
 # to 2x within minutes, so only runs made side by side compare. Both Redis
 # servers are local redis-server processes; the rule is the same fixed window
 # (tools/config/bench/reference/bench.yaml: 1000/s per remote_address); 10,000
 # uniform subjects, 4 connections. Prints each round's ratio and the median.
 #
-#   tools/scripts/bench-vs-reference.sh [--against reference|floor|ceiling] [--rounds 5]
+#   tools/scripts/bench-vs-reference.sh [--against reference|floor|ceiling|ceiling-state] [--rounds 5]
 #                                 [--concurrency 64] [--duration 8s] [--max-busy 0.6]
 #
 # JSON lines go to bench/results/vs-<against>-<UTC time>/{<against>,envoy-rls}.jsonl.
@@ -27,7 +28,7 @@ while [ $# -gt 0 ]; do
     *) echo "bench-vs-reference.sh: unknown argument $1" >&2; exit 1 ;;
   esac
 done
-case "$AGAINST" in reference|floor|ceiling) ;; *) echo "bench-vs-reference.sh: --against must be reference, floor or ceiling" >&2; exit 1 ;; esac
+case "$AGAINST" in reference|floor|ceiling|ceiling-state) ;; *) echo "bench-vs-reference.sh: --against must be reference, floor, ceiling or ceiling-state" >&2; exit 1 ;; esac
 DIR=bench/results/vs-$AGAINST-$(date -u +%Y%m%dT%H%M%SZ)
 mkdir -p "$DIR"
 COMMON=(--max-busy "$MAX_BUSY" --duration "$DURATION" --concurrency "$CONC" --no-plot)

@@ -15,9 +15,10 @@
 #   tools/scripts/bench.sh --target envoy-rls --store redis  # starts its own redis-server
 #   tools/scripts/bench.sh --target reference               # envoyproxy/ratelimit on its own redis-server
 #   tools/scripts/bench.sh --target ceiling                 # envoy-rls, Redis, a do-nothing Lua program
+#   tools/scripts/bench.sh --target ceiling-state           # the same, with an MGET and a SET PX per key
 #
 # Options (defaults in brackets):
-#   --target floor|envoy-rls|reference|ceiling  [floor]
+#   --target floor|envoy-rls|reference|ceiling|ceiling-state  [floor]
 #                             reference: the reference service
 #                             (envoyproxy/ratelimit, built once into
 #                             bin/ratelimit-reference by
@@ -32,6 +33,11 @@
 #                             bin/envoy-rls-ceiling: the most any Lua program
 #                             could give here. Fixed-window rules only; never
 #                             a rate limiter
+#                             ceiling-state: the same from
+#                             tools/ceiling/rate-batch-v2-state.lua, which
+#                             also MGETs its keys and SETs (PX) each, into
+#                             bin/envoy-rls-ceiling-state: the most a
+#                             program that keeps its state in Redis could give
 #   --store memory|redis      [memory]  envoy-rls only
 #   --config DIR|FILE         [config/examples; reference: tools/config/bench/reference]
 #                             the rule files (the reference gets copies of
@@ -89,8 +95,14 @@ while [ $# -gt 0 ]; do
     *) die "unknown argument $1 (try --help)" ;;
   esac
 done
-case "$TARGET" in floor|envoy-rls|reference|ceiling) ;; *) die "--target must be floor, envoy-rls, reference or ceiling" ;; esac
-if [ "$TARGET" = reference ] || [ "$TARGET" = ceiling ]; then
+case "$TARGET" in floor|envoy-rls|reference|ceiling|ceiling-state) ;; *) die "--target must be floor, envoy-rls, reference, ceiling or ceiling-state" ;; esac
+# The ceiling targets: the stub each builds in place of the batch program.
+STUB=""
+case "$TARGET" in
+  ceiling) STUB=tools/ceiling/rate-batch-v2.lua ;;
+  ceiling-state) STUB=tools/ceiling/rate-batch-v2-state.lua ;;
+esac
+if [ "$TARGET" = reference ] || [ -n "$STUB" ]; then
   STORE=redis
   [ "$CONFIG" != config/examples ] || CONFIG=tools/config/bench/reference
 fi
@@ -99,7 +111,7 @@ if [ -z "$LABEL" ]; then
   case "$TARGET" in
     floor) LABEL=floor ;;
     reference) LABEL=reference ;;
-    ceiling) LABEL=ceiling ;;
+    ceiling|ceiling-state) LABEL=$TARGET ;;
     *) LABEL="envoy-rls $STORE" ;;
   esac
 fi
@@ -118,22 +130,22 @@ if [ "$TARGET" = envoy-rls ]; then
   [ -d cmd/envoy-rls ] || die "cmd/envoy-rls does not exist yet"
   $GO build -trimpath -o bin/envoy-rls ./cmd/envoy-rls || die "bin/envoy-rls does not build yet"
 fi
-if [ "$TARGET" = ceiling ]; then
+if [ -n "$STUB" ]; then
   # The tree as it is (committed or not), but the stub for the batch program.
   CEILING_SRC=$(mktemp -d)
   tar -cf - --exclude=./bin --exclude=./bench --exclude=./tools --exclude=./.git . | tar -xf - -C "$CEILING_SRC"
-  cp tools/ceiling/rate-batch-v2.lua "$CEILING_SRC/pkg/lua/rate-batch-v2.lua"
+  cp "$STUB" "$CEILING_SRC/pkg/lua/rate-batch-v2.lua"
   # The store runs the batch program by FCALL of its function library, so
   # the stub replaces that library too (the same wrapping as pkg/lua's).
   { echo '#!lua name=envoy_rls_ceiling'
     echo 'local KEYS, ARGV'
     echo "redis.register_function{function_name='envoy_rls_ceiling_batch', callback=function(keys, args)"
     echo 'KEYS, ARGV = keys, args'
-    cat tools/ceiling/rate-batch-v2.lua
+    cat "$STUB"
     echo 'end}'
   } >"$CEILING_SRC/pkg/lua/rate-batch-v2-function.lua"
-  (cd "$CEILING_SRC" && $GO build -trimpath -o "$OLDPWD/bin/envoy-rls-ceiling" ./cmd/envoy-rls) ||
-    { rm -rf "$CEILING_SRC"; die "bin/envoy-rls-ceiling does not build"; }
+  (cd "$CEILING_SRC" && $GO build -trimpath -o "$OLDPWD/bin/envoy-rls-$TARGET" ./cmd/envoy-rls) ||
+    { rm -rf "$CEILING_SRC"; die "bin/envoy-rls-$TARGET does not build"; }
   rm -rf "$CEILING_SRC"
 fi
 if [ "$TARGET" = reference ]; then
@@ -228,7 +240,7 @@ reference)
   # shellcheck disable=SC2206 # word splitting of --server-args is intended
   ARGS+=($SERVER_ARGS)
   BIN=bin/envoy-rls
-  [ "$TARGET" != ceiling ] || BIN=bin/envoy-rls-ceiling
+  [ -z "$STUB" ] || BIN=bin/envoy-rls-$TARGET
   "$BIN" "${ARGS[@]}" >"$WORK/server.log" 2>&1 &
   SERVER_PID=$!
   ;;
@@ -261,7 +273,7 @@ done
 
 # The ceiling's figures count only if Redis ran the stub: its library and
 # no other (a build that ran the real program would measure that).
-if [ "$TARGET" = ceiling ]; then
+if [ -n "$STUB" ]; then
   LIBS=$(redis-cli -h 127.0.0.1 -p "$REDIS_PORT" FUNCTION LIST | grep -A1 '^library_name$' | grep -v -e '^library_name$' -e '^--$' | tr '\n' ' ')
   [ "$LIBS" = "envoy_rls_ceiling " ] || die "the ceiling run's Redis holds the libraries '$LIBS', not only envoy_rls_ceiling: its figures are not the stub's"
 fi
