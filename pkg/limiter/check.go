@@ -204,14 +204,10 @@ func OutcomeFromReply(p *Policy, r Reply, src Source) Outcome {
 		}
 		var blockedFor time.Duration
 		if blocked {
-			// A reply without the block's end (rate-batch-v1.lua) waits
-			// for the block alone.
+			// Every store gives the block's end, within the retry.
 			left := r.BlockLeftMs
-			if left == 0 {
-				left = r.RetryAfterMs
-			}
-			if left > r.RetryAfterMs {
-				return IncompatibleOutcome(CategoryReplyMalformed, fmt.Errorf("policy %s: BLOCKED reply whose block (%dms) outlasts its retry (%dms): %w",
+			if left < 1 || left > r.RetryAfterMs {
+				return IncompatibleOutcome(CategoryReplyMalformed, fmt.Errorf("policy %s: BLOCKED reply whose block (%dms) is not within its retry (%dms): %w",
 					p.ID(), left, r.RetryAfterMs, ErrReplyMalformed))
 			}
 			blockedFor = time.Duration(left) * time.Millisecond

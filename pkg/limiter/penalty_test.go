@@ -220,15 +220,19 @@ func TestPenaltyValidation(t *testing.T) {
 func TestBlockedOutcome(t *testing.T) {
 	pn := limiter.Penalty{Duration: time.Minute}
 	p := penaltyPolicy(t, limiter.SlidingWindowParams{Limit: 2, Window: time.Second}, limiter.SlidingWindow, pn)
-	r := limiter.Reply{Status: blocked, ServerNowMs: t0, EffectiveNowMs: t0, Limit: 2, RetryAfterMs: 500, ResetAtMs: t0 + 500}
+	r := limiter.Reply{Status: blocked, ServerNowMs: t0, EffectiveNowMs: t0, Limit: 2, RetryAfterMs: 500, ResetAtMs: t0 + 500,
+		BlockLeftMs: 400}
 	o := limiter.OutcomeFromReply(p, r, limiter.SourceRedis)
 	if o.Kind != limiter.Evaluated || o.Decision.Allowed || !o.Decision.Blocked || o.Decision.Certainty != limiter.Certain ||
-		o.Decision.RetryAfter != 500*time.Millisecond {
-		t.Fatalf("BLOCKED outcome %+v: want a certain, blocked denial", o)
+		o.Decision.RetryAfter != 500*time.Millisecond || o.Decision.BlockedFor != 400*time.Millisecond {
+		t.Fatalf("BLOCKED outcome %+v: want a certain, blocked denial of 400ms of block", o)
 	}
 	for _, bad := range []limiter.Reply{
-		{Status: blocked, Limit: 2, Remaining: 1, RetryAfterMs: 500},
+		{Status: blocked, Limit: 2, Remaining: 1, RetryAfterMs: 500, BlockLeftMs: 400},
 		{Status: blocked, Limit: 2},
+		// The block's end missing, or past the retry.
+		{Status: blocked, Limit: 2, RetryAfterMs: 500, ResetAtMs: t0 + 500},
+		{Status: blocked, Limit: 2, RetryAfterMs: 500, ResetAtMs: t0 + 500, BlockLeftMs: 501},
 	} {
 		if o := limiter.OutcomeFromReply(p, bad, limiter.SourceRedis); o.Kind != limiter.Incompatible {
 			t.Errorf("%+v: %v, want Incompatible", bad, o.Kind)

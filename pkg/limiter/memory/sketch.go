@@ -340,9 +340,9 @@ func (s *Store) roomForSketch(made bool, nowMs int64) bool {
 	return fits()
 }
 
-// dropIdleSketches drops the sketches that read 0 everywhere at nowMs and
-// returns how many remain. Called with overflowMu held.
-func (s *Store) dropIdleSketches(nowMs int64) int {
+// dropIdleSketches drops the sketches that read 0 everywhere at nowMs.
+// Called with overflowMu held.
+func (s *Store) dropIdleSketches(nowMs int64) {
 	for k, sk := range s.sketches {
 		if !sk.live(max(nowMs, sk.lastObserved)) {
 			delete(s.sketches, k)
@@ -350,7 +350,6 @@ func (s *Store) dropIdleSketches(nowMs int64) int {
 		}
 	}
 	s.nSketches.Store(int32(len(s.sketches)))
-	return len(s.sketches)
 }
 
 // restart clears the sketch, keeping its parameters.
