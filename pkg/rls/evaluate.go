@@ -19,7 +19,7 @@ func (s *Server) evaluate(ctx context.Context, req *rlsv3.RateLimitRequest, rule
 	s.matchAll(req, rules, known, sc)
 	now := s.decideAll(ctx, sc)
 	// 4. Statuses.
-	return s.respond(ctx, req, known, sc, now)
+	return s.respond(ctx, req, sc, now)
 }
 
 // matchAll matches every descriptor of a call into sc.descs (steps 1 and

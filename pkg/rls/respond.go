@@ -23,13 +23,10 @@ const (
 )
 
 // respond turns the descriptor statuses and outcomes of one call into the
-// response; now is the clock's reading after the store answered.
-func (s *Server) respond(ctx context.Context, req *rlsv3.RateLimitRequest, known bool, sc *scratch, now time.Time) *rlsv3.RateLimitResponse {
+// response; now is the clock's reading after the store answered. The
+// call's metrics are sc.metrics, of its domain label.
+func (s *Server) respond(ctx context.Context, req *rlsv3.RateLimitRequest, sc *scratch, now time.Time) *rlsv3.RateLimitResponse {
 	n := len(req.Descriptors)
-	metricDomain := UnknownDomainLabel
-	if known {
-		metricDomain = req.Domain
-	}
 	dm := sc.metrics
 
 	// One allocation per message type for the whole response, or one in
@@ -51,7 +48,7 @@ func (s *Server) respond(ctx context.Context, req *rlsv3.RateLimitRequest, known
 		ds.current = -1
 		switch ds.kind {
 		case statusUnmatched, statusNegative:
-			s.metrics.unmatchedDescriptor(metricDomain)
+			s.metrics.unmatchedDescriptor(dm.label)
 			continue
 		case statusReplaced, statusRequestID:
 			continue
