@@ -33,13 +33,22 @@ const leaseTTL = time.Second
 
 // take and release are the two calls Envoy makes for one request of a
 // subject: the request-phase descriptor, and at stream end the same
-// descriptor with the release marker (docs/config.md, "Concurrency").
+// descriptor with the release marker that the take's answer carried in its
+// dynamic metadata (marker; docs/config.md, "Concurrency"). A marker of
+// "release" is the value that gives back the store's soonest lease.
 func take(r *replica, key, value string) result {
 	return r.call(callTimeout, 0, entry{key, value})
 }
 
-func release(r *replica, key, value string) result {
-	return r.call(callTimeout, 0, entry{key, value}, entry{"lease", "release"})
+func release(r *replica, key, value, marker string) result {
+	return r.call(callTimeout, 0, entry{key, value}, entry{"lease", marker})
+}
+
+// marker is the release marker of a take's answer ("" when it took no
+// lease).
+func (r result) marker() string {
+	m, _ := r.Metadata["lease"].(string)
+	return m
 }
 
 // TestConcurrencyAcrossReplicas: three replicas of the binary on one
@@ -64,11 +73,11 @@ func TestConcurrencyAcrossReplicas(t *testing.T) {
 		n := inFlight.Add(1)
 		for m := most.Load(); n > m && !most.CompareAndSwap(m, n); m = most.Load() {
 		}
-		// Hold the lease for a round trip (another tenant's release: a
-		// no-op).
-		release(r, "tenant", "idle-"+tenant)
+		// Hold the lease for a round trip (another tenant's release of
+		// this lease's marker: a no-op).
+		release(r, "tenant", "idle-"+tenant, res.marker())
 		inFlight.Add(-1)
-		if rel := release(r, "tenant", tenant); !rel.ok() {
+		if rel := release(rs[(g+1)%len(rs)], "tenant", tenant, res.marker()); !rel.ok() {
 			total.note("%s: release answered %v", r.name, rel)
 		}
 	})
@@ -86,14 +95,17 @@ func TestConcurrencyAcrossReplicas(t *testing.T) {
 // the replicas in turn, and the next is denied; then they are released.
 func checkLeasesFree(t *testing.T, rs []*replica, value string, limit int) {
 	t.Helper()
+	var markers []string
 	for i := range limit + 1 {
 		r := rs[i%len(rs)]
-		if res := take(r, "tenant", value); res.ok() != (i < limit) || res.Err != nil {
+		res := take(r, "tenant", value)
+		if res.ok() != (i < limit) || res.Err != nil {
 			t.Fatalf("take %d on %s: %v, want ok=%t", i+1, r.name, res, i < limit)
 		}
+		markers = append(markers, res.marker())
 	}
 	for i := range limit {
-		if res := release(rs[i%len(rs)], "tenant", value); !res.ok() {
+		if res := release(rs[(i+1)%len(rs)], "tenant", value, markers[i]); !res.ok() {
 			t.Fatalf("release %d: %v", i+1, res)
 		}
 	}
@@ -112,7 +124,7 @@ func TestLeaseReleases(t *testing.T) {
 		rs := startReplicas(t, n, leaseRules, cfg)
 		tenant := unique("t")
 		for i := range 5 {
-			if res := release(rs[i%n], "tenant", tenant); !res.ok() {
+			if res := release(rs[i%n], "tenant", tenant, "release"); !res.ok() {
 				t.Fatalf("release %d with nothing held: %v", i+1, res)
 			}
 		}
@@ -122,18 +134,22 @@ func TestLeaseReleases(t *testing.T) {
 		// metadata (Envoy's stream-done release reads it); a denied one
 		// does not.
 		marks := leaseMarks(t, rs[0], unique("m"), 4)
-		if want := []string{"release", "release", "release", ""}; !slices.Equal(marks, want) {
-			t.Fatalf("lease marks of 4 takes: %q, want %q", marks, want)
+		if got := []bool{marks[0] != "", marks[1] != "", marks[2] != "", marks[3] != ""}; !slices.Equal(got, []bool{true, true, true, false}) ||
+			marks[0] == marks[1] || marks[1] == marks[2] {
+			t.Fatalf("lease marks of 4 takes: %q, want three markers of their own and none", marks)
 		}
+		var held []string
 		for i := range 3 {
-			if res := take(rs[i%n], "tenant", tenant); !res.ok() {
+			res := take(rs[i%n], "tenant", tenant)
+			if !res.ok() {
 				t.Fatalf("take %d: %v", i+1, res)
 			}
+			held = append(held, res.marker())
 		}
 		if res := take(rs[0], "tenant", tenant); !res.over() {
 			t.Fatalf("a fourth in flight: %v", res)
 		}
-		if res := release(rs[n-1], "tenant", tenant); !res.ok() {
+		if res := release(rs[n-1], "tenant", tenant, held[1]); !res.ok() {
 			t.Fatalf("release: %v", res)
 		}
 		if res := take(rs[0], "tenant", tenant); !res.ok() {

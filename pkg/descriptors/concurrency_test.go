@@ -80,17 +80,18 @@ func TestReleaseMarker(t *testing.T) {
 	for _, c := range []struct {
 		in     []Entry
 		rest   int
+		value  string
 		marked bool
 	}{
-		{e("tenant=t", "lease=release"), 1, true},
-		{e("lease=release"), 1, false},
-		{e("tenant=t", "lease=take"), 2, false},
-		{e("tenant=t", "release=lease"), 2, false},
-		{e("lease=release", "tenant=t"), 2, false},
+		{e("tenant=t", "lease=release"), 1, "release", true},
+		{e("tenant=t", "lease=s0mxbjt4hoyWGYtFAJ"), 1, "s0mxbjt4hoyWGYtFAJ", true},
+		{e("lease=release"), 1, "", false},
+		{e("tenant=t", "release=lease"), 2, "", false},
+		{e("lease=release", "tenant=t"), 2, "", false},
 	} {
-		rest, marked := Release(c.in)
-		if len(rest) != c.rest || marked != c.marked {
-			t.Errorf("Release(%v) = %v %t", c.in, rest, marked)
+		rest, value, marked := Release(c.in)
+		if len(rest) != c.rest || value != c.value || marked != c.marked {
+			t.Errorf("Release(%v) = %v %q %t", c.in, rest, value, marked)
 		}
 	}
 }

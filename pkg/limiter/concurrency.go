@@ -29,13 +29,15 @@ const (
 	// Limit-Cost+1 are held; a check or a probe (Role.Consumes false) only
 	// asks whether it would.
 	LeaseTake LeaseOp = iota
-	// LeaseRelease returns Cost leases: the soonest-expiring ones (every
-	// lease lives LeaseTTL, so the oldest). Leases have no identity; a
+	// LeaseRelease returns Cost leases: those of Request.LeaseAt, the
+	// expiry that identifies the leases of one take, or without it the
+	// soonest-expiring ones (every lease lives LeaseTTL, so the oldest). A
 	// release never takes the set below zero, is always allowed and never
 	// blocks its batch.
 	LeaseRelease
 	// LeaseReturn gives back Cost leases that a take of the same batch
-	// took, when the batch did not commit: the latest-expiring ones.
+	// took, when the batch did not commit: those of Request.LeaseAt, or
+	// without it the latest-expiring ones.
 	LeaseReturn
 )
 
@@ -105,26 +107,31 @@ func (p *Policy) LeaseTTLMillis() int64 {
 //
 // set is the stored lease set ("" when there is none): the expiry time and
 // count of the leases held, soonest first, packed as a sliding log is
-// (AppendSlidingLogEntry, one entry per distinct expiry ms). Leases whose
+// (AppendSlidingLogEntry, one entry per take). Leases whose
 // expiry is at or before nowMs are no longer held. next is the set to store
 // when write is true (next "" means delete it); expiresAtMs is when it may be
 // dropped (its latest expiry plus the cleanup grace).
 //
 // A take (LeaseTake) of a request that consumes (consumes true) is
-// ALLOWED and adds cost leases expiring at nowMs+TTL (never before the
-// latest held one: a clock that stepped back extends it) iff held + cost
-// <= limit; otherwise DENIED with nothing changed and RetryAfter until
-// enough leases expire. A take that does not consume (a check, a probe)
-// answers the same and writes nothing. A release (LeaseRelease) removes
-// min(cost, held) leases, soonest-expiring first; a return (LeaseReturn)
-// the latest-expiring; both are always ALLOWED. Remaining is limit - held
+// ALLOWED and adds an entry of cost leases expiring at nowMs+TTL, but at
+// least 1 ms after the latest held one (so each take's expiry is its own,
+// and a clock that stepped back extends it), iff held + cost <= limit; otherwise DENIED with nothing changed and RetryAfter until
+// enough leases expire. The ResetAtMs of a take that consumed is the
+// expiry of the leases it took: their identity, which a release gives as
+// at. A take that does not consume (a check, a probe) answers the same and
+// writes nothing. A release (LeaseRelease) or a return (LeaseReturn) with
+// at > 0 removes at most cost of the leases that expire at at, none when
+// none of them is held any more (they expired: the request outlived its
+// lease, and no other request's lease is freed for it); with at 0 a
+// release removes min(cost, held) leases, soonest-expiring first, and a
+// return the latest-expiring. Both are always ALLOWED. Remaining is limit - held
 // after the operation (0 when more are held than the limit); ResetAt is
 // when the last held lease expires (nowMs when none is). A set that is not
 // a lease set (whole entries, expiries ascending and integral, counts at
 // least 1, at most MaxConcurrency entries) is STATE_INCOMPATIBLE and left
 // alone; a time too close to 2^53 ms for an expiry to stay exact is
 // INVALID.
-func Lease(set string, nowMs int64, p *Policy, op LeaseOp, cost int64, consumes bool) (next string, reply Reply, expiresAtMs int64, write bool) {
+func Lease(set string, nowMs int64, p *Policy, op LeaseOp, at, cost int64, consumes bool) (next string, reply Reply, expiresAtMs int64, write bool) {
 	reply = Reply{ServerNowMs: nowMs, EffectiveNowMs: nowMs, Limit: p.limit}
 	if nowMs < 0 || nowMs > MaxSafeInteger-MaxLeaseTTL.Milliseconds()-maxDurationMillis {
 		// So far in the future that an expiry plus the grace could leave
@@ -164,16 +171,29 @@ func Lease(set string, nowMs int64, p *Policy, op LeaseOp, cost int64, consumes 
 			reply.Remaining, reply.ResetAtMs = p.limit-held, leaseResetAt(live, nowMs)
 			return set, reply, 0, false
 		}
-		next = appendLease(live, max(nowMs+p.windowMs, leaseResetAt(live, 0)), cost)
+		// After the latest held lease, by at least 1 ms: each take's
+		// leases have an expiry of their own, their identity.
+		var e [SlidingLogEntryBytes]byte
+		next = live + string(AppendSlidingLogEntry(e[:0], max(nowMs+p.windowMs, leaseResetAt(live, 0)+1), cost))
 		held += cost
 	case LeaseRelease, LeaseReturn:
 		reply.Status = StatusAllowed
-		take := min(cost, held)
+		var take int64
+		if at > 0 {
+			take = min(cost, leasesAt(live, at))
+		} else {
+			take = min(cost, held)
+		}
 		if take == 0 && !pruned {
 			reply.Remaining, reply.ResetAtMs = max(0, p.limit-held), leaseResetAt(live, nowMs)
 			return set, reply, 0, false
 		}
-		next = removeLeases(live, take, op == LeaseReturn)
+		switch {
+		case at > 0:
+			next = removeLeasesAt(live, at, take)
+		default:
+			next = removeLeases(live, take, op == LeaseReturn)
+		}
 		held -= take
 	default:
 		reply.Status = StatusInvalid
@@ -233,19 +253,36 @@ func leaseRetry(live string, nowMs, need int64) int64 {
 	return max(1, leaseResetAt(live, nowMs)-nowMs)
 }
 
-// appendLease adds count leases expiring at atMs (not before the last
-// entry) to a live set, merged into the last entry when it has the same
-// expiry and room for them.
-func appendLease(live string, atMs, count int64) string {
-	if live != "" {
-		t, c := logEntry(live, len(live)/SlidingLogEntryBytes-1)
-		if t == atMs && c+count <= 0xffff {
-			var e [SlidingLogEntryBytes]byte
-			return live[:len(live)-SlidingLogEntryBytes] + string(AppendSlidingLogEntry(e[:0], atMs, c+count))
+// leasesAt is the number of leases of a live set that expire at atMs.
+func leasesAt(live string, atMs int64) int64 {
+	n := int64(0)
+	for i := range len(live) / SlidingLogEntryBytes {
+		if t, c := logEntry(live, i); t == atMs {
+			n += c
+		} else if t > atMs {
+			break
 		}
 	}
+	return n
+}
+
+// removeLeasesAt removes count leases (at most leasesAt) expiring at atMs
+// from a live set: an entry left without leases is dropped.
+func removeLeasesAt(live string, atMs, count int64) string {
+	var b []byte
 	var e [SlidingLogEntryBytes]byte
-	return live + string(AppendSlidingLogEntry(e[:0], atMs, count))
+	for i := range len(live) / SlidingLogEntryBytes {
+		t, c := logEntry(live, i)
+		if t == atMs && count > 0 {
+			k := min(c, count)
+			count -= k
+			if c -= k; c == 0 {
+				continue
+			}
+		}
+		b = append(b, AppendSlidingLogEntry(e[:0], t, c)...)
+	}
+	return string(b)
 }
 
 // removeLeases removes count leases (at most those held) from a live set:

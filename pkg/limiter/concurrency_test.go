@@ -22,6 +22,7 @@ func concurrencyPolicy(t *testing.T, limit int64, ttl time.Duration) *limiter.Po
 type leaseStep struct {
 	at        int64
 	op        limiter.LeaseOp
+	leaseAt   int64 // a release's or return's identity: the take's expiry
 	cost      int64
 	check     bool // a check or probe: consumes nothing
 	status    limiter.Status
@@ -34,7 +35,7 @@ func runLeases(t *testing.T, p *limiter.Policy, steps []leaseStep) {
 	t.Helper()
 	set := ""
 	for i, s := range steps {
-		next, r, exp, write := limiter.Lease(set, s.at, p, s.op, s.cost, !s.check)
+		next, r, exp, write := limiter.Lease(set, s.at, p, s.op, s.leaseAt, s.cost, !s.check)
 		if r.Status != s.status || r.Remaining != s.remaining || r.RetryAfterMs != s.retry || r.ResetAtMs != s.resetAt {
 			t.Fatalf("step %d (%s %d at %d): %s remaining %d retry %d reset %d, want %s %d %d %d", i, s.op, s.cost, s.at,
 				r.Status, r.Remaining, r.RetryAfterMs, r.ResetAtMs, s.status, s.remaining, s.retry, s.resetAt)
@@ -80,15 +81,34 @@ func TestLeaseTakeReleaseExpire(t *testing.T) {
 }
 
 // TestLeaseClockBack: a clock that steps back never expires a new lease
-// before the latest held one (the set stays ordered).
+// before the latest held one (the set stays ordered), nor with it: each
+// take's leases keep an expiry of their own.
 func TestLeaseClockBack(t *testing.T) {
 	p := concurrencyPolicy(t, 3, time.Second)
-	A := limiter.StatusAllowed
+	A, D := limiter.StatusAllowed, limiter.StatusDenied
 	runLeases(t, p, []leaseStep{
 		{at: 5000, op: limiter.LeaseTake, cost: 1, status: A, remaining: 2, resetAt: 6000},
-		{at: 4000, op: limiter.LeaseTake, cost: 1, status: A, remaining: 1, resetAt: 6000},
-		{at: 5999, op: limiter.LeaseRelease, cost: 1, status: A, remaining: 2, resetAt: 6000},
-		{at: 6000, op: limiter.LeaseTake, cost: 3, status: A, remaining: 0, resetAt: 7000},
+		{at: 4000, op: limiter.LeaseTake, cost: 1, status: A, remaining: 1, resetAt: 6001},
+		{at: 5999, op: limiter.LeaseRelease, cost: 1, status: A, remaining: 2, resetAt: 6001},
+		{at: 6000, op: limiter.LeaseTake, cost: 3, status: D, remaining: 2, retry: 1, resetAt: 6001},
+		{at: 6001, op: limiter.LeaseTake, cost: 3, status: A, remaining: 0, resetAt: 7001},
+	})
+}
+
+// TestLeaseTakesInOneMillisecond: takes in one millisecond get expiries of
+// their own, so a release by identity gives back one take's leases only,
+// and a replayed release frees nothing more.
+func TestLeaseTakesInOneMillisecond(t *testing.T) {
+	p := concurrencyPolicy(t, 4, time.Second)
+	A := limiter.StatusAllowed
+	runLeases(t, p, []leaseStep{
+		{at: 5000, op: limiter.LeaseTake, cost: 1, status: A, remaining: 3, resetAt: 6000},
+		{at: 5000, op: limiter.LeaseTake, cost: 2, status: A, remaining: 1, resetAt: 6001},
+		{at: 5000, op: limiter.LeaseTake, cost: 1, status: A, remaining: 0, resetAt: 6002},
+		{at: 5000, op: limiter.LeaseRelease, leaseAt: 6000, cost: 1, status: A, remaining: 1, resetAt: 6002},
+		{at: 5000, op: limiter.LeaseRelease, leaseAt: 6000, cost: 1, status: A, remaining: 1, resetAt: 6002},
+		{at: 5000, op: limiter.LeaseRelease, leaseAt: 6001, cost: 2, status: A, remaining: 3, resetAt: 6002},
+		{at: 5000, op: limiter.LeaseRelease, leaseAt: 6001, cost: 2, status: A, remaining: 3, resetAt: 6002},
 	})
 }
 
@@ -101,7 +121,7 @@ func TestLeaseIncompatibleSet(t *testing.T) {
 		"descending": string(limiter.AppendSlidingLogEntry([]byte(good), 4000, 1)),
 		"zero time":  string(limiter.AppendSlidingLogEntry(nil, 0, 1)),
 	} {
-		_, r, _, write := limiter.Lease(set, 1000, p, limiter.LeaseTake, 1, true)
+		_, r, _, write := limiter.Lease(set, 1000, p, limiter.LeaseTake, 0, 1, true)
 		if r.Status != limiter.StatusStateIncompatible || write {
 			t.Errorf("%s: %s write %t", name, r.Status, write)
 		}
@@ -145,6 +165,35 @@ func TestConcurrencyPolicy(t *testing.T) {
 	}
 }
 
+// TestLeaseReleaseByIdentity: a release that names its take's leases (the
+// take's reset) gives back only those, and nothing once they expired: a
+// request that outlived its lease frees no other request's lease.
+func TestLeaseReleaseByIdentity(t *testing.T) {
+	p := concurrencyPolicy(t, 3, 10*time.Second)
+	A, D := limiter.StatusAllowed, limiter.StatusDenied
+	runLeases(t, p, []leaseStep{
+		{at: 1000, op: limiter.LeaseTake, cost: 1, status: A, remaining: 2, resetAt: 11000},
+		{at: 2000, op: limiter.LeaseTake, cost: 2, status: A, remaining: 0, resetAt: 12000},
+		{at: 2500, op: limiter.LeaseTake, cost: 1, status: D, remaining: 0, retry: 8500, resetAt: 12000},
+		// The second take's release gives back its own leases, not the
+		// soonest-expiring one; a second release of them frees nothing more.
+		{at: 3000, op: limiter.LeaseRelease, leaseAt: 12000, cost: 2, status: A, remaining: 2, resetAt: 11000},
+		{at: 3000, op: limiter.LeaseRelease, leaseAt: 12000, cost: 2, status: A, remaining: 2, resetAt: 11000},
+		// A release naming leases never taken frees nothing.
+		{at: 3000, op: limiter.LeaseRelease, leaseAt: 11001, cost: 1, status: A, remaining: 2, resetAt: 11000},
+		{at: 4000, op: limiter.LeaseTake, cost: 2, status: A, remaining: 0, resetAt: 14000},
+		// The first request outlived its lease (expired at 11000): its
+		// release at 12000 frees nothing of the take at 4000.
+		{at: 12000, op: limiter.LeaseRelease, leaseAt: 11000, cost: 1, status: A, remaining: 1, resetAt: 14000},
+		{at: 12000, op: limiter.LeaseTake, cost: 1, status: A, remaining: 0, resetAt: 22000},
+		// A return by identity gives back the named take's leases, even
+		// when a later take's expire after them.
+		{at: 12001, op: limiter.LeaseReturn, leaseAt: 14000, cost: 1, status: A, remaining: 1, resetAt: 22000},
+		// More than were taken at that expiry: only those held.
+		{at: 12002, op: limiter.LeaseRelease, leaseAt: 14000, cost: 5, status: A, remaining: 2, resetAt: 22000},
+	})
+}
+
 // TestLeaseInvariants: over random operations, times and TTLs (a clock
 // that steps back is TestLeaseClockBack's), the held leases (counted independently, with their
 // expiries) never exceed the limit, never go negative, and every reply
@@ -157,11 +206,16 @@ func TestLeaseInvariants(t *testing.T) {
 		p := concurrencyPolicy(t, limit, ttl)
 		set, now := "", int64(1_000_000)
 		var model []int64 // the expiry of each lease held, as Lease keeps them
+		var taken []int64 // expiries takes reported, some of them long expired
 		for i := range 400 {
 			now += rng.Int64N(12)
 			op := limiter.LeaseOp(rng.IntN(3))
 			cost := 1 + rng.Int64N(limit)
-			next, r, _, write := limiter.Lease(set, now, p, op, cost, true)
+			var at int64 // a release or return by identity, half the time
+			if op != limiter.LeaseTake && len(taken) > 0 && rng.IntN(2) == 0 {
+				at = taken[rng.IntN(len(taken))]
+			}
+			next, r, _, write := limiter.Lease(set, now, p, op, at, cost, true)
 			live := model[:0:0]
 			for _, e := range model {
 				if e > now {
@@ -169,23 +223,39 @@ func TestLeaseInvariants(t *testing.T) {
 				}
 			}
 			held := int64(len(live))
-			switch op {
-			case limiter.LeaseTake:
+			switch {
+			case op == limiter.LeaseTake:
 				if (r.Status == limiter.StatusAllowed) != (held+cost <= limit) {
 					t.Fatalf("round %d step %d: take %d with %d held of %d: %s", round, i, cost, held, limit, r.Status)
 				}
 				if r.Status == limiter.StatusAllowed {
 					at := now + ttl.Milliseconds()
 					if len(live) > 0 {
-						at = max(at, live[len(live)-1])
+						at = max(at, live[len(live)-1]+1)
+					}
+					if r.ResetAtMs != at {
+						t.Fatalf("round %d step %d: take's reset %d is not its leases' expiry %d", round, i, r.ResetAtMs, at)
 					}
 					for range cost {
 						live = append(live, at)
 					}
+					taken = append(taken, at)
 				}
-			case limiter.LeaseRelease:
+			case at > 0:
+				// Only the leases that expire at at, and only those still held.
+				kept := live[:0:0]
+				left := cost
+				for _, e := range live {
+					if e == at && left > 0 {
+						left--
+						continue
+					}
+					kept = append(kept, e)
+				}
+				live = kept
+			case op == limiter.LeaseRelease:
 				live = live[min(cost, held):]
-			case limiter.LeaseReturn:
+			case op == limiter.LeaseReturn:
 				live = live[:held-min(cost, held)]
 			}
 			if r.Remaining != limit-int64(len(live)) || r.Remaining < 0 {
@@ -201,7 +271,7 @@ func TestLeaseInvariants(t *testing.T) {
 
 func TestLeaseFarFuture(t *testing.T) {
 	p := concurrencyPolicy(t, 1, time.Second)
-	if _, r, _, write := limiter.Lease("", limiter.MaxSafeInteger-1000, p, limiter.LeaseTake, 1, true); r.Status != limiter.StatusInvalid || write {
+	if _, r, _, write := limiter.Lease("", limiter.MaxSafeInteger-1000, p, limiter.LeaseTake, 0, 1, true); r.Status != limiter.StatusInvalid || write {
 		t.Errorf("a take near 2^53 ms: %s", r.Status)
 	}
 }

@@ -61,9 +61,9 @@ func LeaseDecision(req *Request, r Reply, write bool, src Source) Outcome {
 //     block the batch (Pending), else evaluated as one batch of their own;
 //  3. the batch rule (Commits) over the whole batch, a release counting as
 //     a check (it never blocks). When the batch does not commit, every
-//     lease a take of it took is given back (LeaseReturn: the
-//     latest-expiring ones) and the take is reported with Consumed false
-//     and its remaining before it.
+//     lease a take of it took is given back (LeaseReturn of the leases
+//     that expire at the take's reset, its own) and the take is reported
+//     with Consumed false and its remaining before it.
 //
 // Between steps 1 and 3 the leases a non-committing batch took are held:
 // another request may be denied for them (a conservative error, never an
@@ -110,8 +110,10 @@ func EvaluateWithLeases(ctx context.Context, batch []Request, out []Outcome, rat
 		return
 	}
 	breq, bout := gather(batch, back)
-	for k := range breq {
-		breq[k].Lease = LeaseReturn
+	for k, i := range back {
+		// The take's reset is the expiry of the leases it took: the
+		// return gives back exactly those.
+		breq[k].Lease, breq[k].LeaseAt = LeaseReturn, out[i].Decision.ResetAt.UnixMilli()
 	}
 	// The caller may have gone: the return still runs, bounded by the
 	// store's own timeout.

@@ -120,6 +120,18 @@ type Request struct {
 	// to its lease set; only such a policy takes one other than LeaseTake.
 	// (Optional, default LeaseTake)
 	Lease LeaseOp
+	// LeaseAt identifies, for a release or a return, the leases it gives
+	// back: their expiry in Unix ms, which the take's Decision.ResetAt
+	// reported. 0 gives back the soonest-expiring leases (a release) or
+	// the latest-expiring (a return). (Optional; only with a release or a
+	// return)
+	LeaseAt int64
+	// LocalLease: the request is a release of leases that this replica's
+	// local fallback holds (a take that pkg/limiter/failover decided
+	// locally). Only that local limiter gives them back; the failover
+	// wrapper never sends such a request to its store. (Optional; only
+	// with a release)
+	LocalLease bool
 }
 
 // EffectiveRole returns the role the batch rule applies: for a shadow
@@ -154,6 +166,10 @@ func (r Request) Validate() error {
 		return &FieldError{Field: "evaluation_id", Reason: "de-duplicated evaluation is not supported"}
 	case r.Lease > LeaseReturn || (r.Lease != LeaseTake && !r.Policy.Leases()):
 		return &FieldError{Field: "lease", Reason: "must be take, release or return, on a concurrency policy"}
+	case r.LeaseAt < 0 || r.LeaseAt > MaxSafeInteger || (r.LeaseAt != 0 && r.Lease == LeaseTake):
+		return &FieldError{Field: "lease_at", Reason: "must be an expiry in [0, 2^53-1], on a release or a return"}
+	case r.LocalLease && r.Lease != LeaseRelease:
+		return &FieldError{Field: "local_lease", Reason: "is only for a release"}
 	}
 	return nil
 }

@@ -7,41 +7,51 @@ import (
 	"github.com/envoy-rls/envoy-rls/pkg/limiter"
 )
 
-//go:embed lease-v1.lua
-var leaseV1 string
+//go:embed lease-v2.lua
+var leaseV2 string
 
-// Lease returns lease-v1.lua, the program of concurrency limits: one
+// Lease returns lease-v2.lua, the program of concurrency limits: one
 // operation (limiter.Lease) on one lease set. It is not one of Programs,
 // the rate programs.
-func Lease() Program { return Program{Name: "lease-v1.lua", Source: leaseV1} }
+func Lease() Program { return Program{Name: "lease-v2.lua", Source: leaseV2} }
 
-// LeaseArgs returns the ARGV of lease-v1.lua for request r (of a
+// LeaseArgs returns the ARGV of lease-v2.lua for request r (of a
 // concurrency policy): the operation, whether a take consumes, the limit,
-// the lease TTL, the cost and the cleanup grace.
-func LeaseArgs(r *limiter.Request) []string {
+// the lease TTL, the cost, the cleanup grace, the identity of the leases
+// a release or a return gives back (Request.LeaseAt) and deadlineMs, the
+// caller's deadline in Redis's clock (0: none).
+func LeaseArgs(r *limiter.Request, deadlineMs int64) []string {
 	consumes := "0"
 	if r.EffectiveRole().Consumes() {
 		consumes = "1"
 	}
 	p := r.Policy
 	return []string{strconv.Itoa(int(r.Lease)), consumes, strconv.FormatInt(p.Limit(), 10),
-		strconv.FormatInt(p.LeaseTTLMillis(), 10), strconv.FormatInt(r.Cost, 10), strconv.FormatInt(p.CleanupGraceMillis(), 10)}
+		strconv.FormatInt(p.LeaseTTLMillis(), 10), strconv.FormatInt(r.Cost, 10), strconv.FormatInt(p.CleanupGraceMillis(), 10),
+		strconv.FormatInt(r.LeaseAt, 10), strconv.FormatInt(deadlineMs, 10)}
 }
 
-// ReplyFields is the number of integers of a reply of lease-v1.lua:
+// ReplyFields is the number of integers of a reply of lease-v2.lua:
 // status, serverNowMillis, effectiveNowMillis, limit, remaining,
 // retryAfterMillis, resetAtMillis.
 const ReplyFields = 7
 
 var fieldNames = [ReplyFields]string{"status", "serverNowMillis", "effectiveNowMillis", "limit", "remaining", "retryAfterMillis", "resetAtMillis"}
 
-// ParseLeaseReply validates a reply of lease-v1.lua for policy p: exactly
+// ParseLeaseReply validates a reply of lease-v2.lua for policy p: exactly
 // seven integers in [0, 2^53-1], status ALLOWED, DENIED,
 // STATE_INCOMPATIBLE or INVALID, consistent with itself and with p as
 // ParseBatchReplyV2 requires of a key's reply (check), with the effective
-// now equal to the server's. Anything else is an error matching
-// ErrMalformedReply.
+// now equal to the server's. A run past the caller's deadline, { 0,
+// serverNowMillis }, is an *ExpiredError (errors.Is ErrExpired): nothing
+// changed. Anything else is an error matching ErrMalformedReply.
 func ParseLeaseReply(p *limiter.Policy, values []Value) (limiter.Reply, error) {
+	if len(values) == 2 && values[0].IsInt && values[0].Int == 0 {
+		if v := values[1]; v.IsInt && v.Int >= 0 && v.Int <= limiter.MaxSafeInteger {
+			return limiter.Reply{}, &ExpiredError{ServerNowMs: v.Int}
+		}
+		return limiter.Reply{}, malformed("lease reply past its deadline with TIME %+v", values[1])
+	}
 	if len(values) != ReplyFields {
 		return limiter.Reply{}, malformed("lease reply of %d values, want %d", len(values), ReplyFields)
 	}

@@ -47,11 +47,21 @@ func TestParseLeaseReply(t *testing.T) {
 		{"effective now ahead", ints(1, 1000, 1001, 5, 4, 0, 61000), false},
 		{"reset before now", ints(1, 1000, 1000, 5, 4, 0, 999), false},
 		{"negative", ints(1, 1000, 1000, 5, -1, 0, 61000), false},
+		{"past the deadline without its time", ints(0), false},
+		{"past the deadline at a negative time", ints(0, -1), false},
+		{"status 0 with seven values", ints(0, 1000, 1000, 5, 4, 0, 61000), false},
 	} {
 		r, err := ParseLeaseReply(p, c.vals)
 		if (err == nil) != c.ok || (err != nil && !errors.Is(err, ErrMalformedReply)) {
 			t.Errorf("%s: %+v %v", c.name, r, err)
 		}
+	}
+	// A run past the caller's deadline changed nothing: an expiry, not a
+	// malformed reply.
+	_, err := ParseLeaseReply(p, ints(0, 1000))
+	var expired *ExpiredError
+	if !errors.As(err, &expired) || expired.ServerNowMs != 1000 || errors.Is(err, ErrMalformedReply) {
+		t.Errorf("past the deadline: %v", err)
 	}
 }
 
@@ -61,9 +71,13 @@ func FuzzParseLeaseReply(f *testing.F) {
 	f.Add("#1 #1000 #1000 #5 #4 #0 #61000")
 	f.Add("#2 #1000 #1000 #5 #0 #30000 #61000")
 	f.Add("#4 #7 #7 #5 #0 #0 #0")
+	f.Add("#0 #1000")
 	p := leasePolicy(f)
 	f.Fuzz(func(t *testing.T, data string) {
 		r, err := ParseLeaseReply(p, decodeFuzzValues(data))
+		if errors.Is(err, ErrExpired) {
+			return // a run past its deadline: nothing to decide
+		}
 		if err != nil {
 			refused(t, err, false)
 			return
@@ -78,15 +92,15 @@ func FuzzParseLeaseReply(f *testing.F) {
 	})
 }
 
-// TestLeaseArgs: the arguments lease-v1.lua reads, in its header's order.
+// TestLeaseArgs: the arguments lease-v2.lua reads, in its header's order.
 func TestLeaseArgs(t *testing.T) {
 	p := leasePolicy(t)
-	got := LeaseArgs(&limiter.Request{Policy: p, Cost: 2, Lease: limiter.LeaseRelease, Role: limiter.RoleCheck})
-	if want := "1 0 5 60000 2 1000"; strings.Join(got, " ") != want {
+	got := LeaseArgs(&limiter.Request{Policy: p, Cost: 2, Lease: limiter.LeaseRelease, Role: limiter.RoleCheck, LeaseAt: 61000}, 0)
+	if want := "1 0 5 60000 2 1000 61000 0"; strings.Join(got, " ") != want {
 		t.Errorf("args %v, want %s", got, want)
 	}
-	got = LeaseArgs(&limiter.Request{Policy: p, Cost: 1})
-	if want := "0 1 5 60000 1 1000"; strings.Join(got, " ") != want {
+	got = LeaseArgs(&limiter.Request{Policy: p, Cost: 1}, 5000)
+	if want := "0 1 5 60000 1 1000 0 5000"; strings.Join(got, " ") != want {
 		t.Errorf("args %v, want %s", got, want)
 	}
 }
@@ -96,9 +110,9 @@ func TestLeaseArgs(t *testing.T) {
 // UNLINK (commands of the ACL user docs/redis.md documents).
 func TestLeaseProgramShape(t *testing.T) {
 	src := Lease().Source
-	for _, want := range []string{"-- KEYS[1]", "-- ARGV[6]", "-- Reply:"} {
+	for _, want := range []string{"-- KEYS[1]", "-- ARGV[8]", "-- Reply:"} {
 		if !strings.Contains(src, want) {
-			t.Errorf("lease-v1.lua: missing %q", want)
+			t.Errorf("lease-v2.lua: missing %q", want)
 		}
 	}
 	if n := strings.Count(src, "redis.call('TIME')"); n != 1 {
@@ -111,7 +125,7 @@ func TestLeaseProgramShape(t *testing.T) {
 	}
 	for name := range calls {
 		if name != "TIME" && name != "GET" && name != "SET" && name != "UNLINK" {
-			t.Errorf("lease-v1.lua calls %s", name)
+			t.Errorf("lease-v2.lua calls %s", name)
 		}
 	}
 	doc, err := os.ReadFile("../../docs/redis.md")

@@ -7,7 +7,7 @@
 // each key's state one string (AppendState). rate-refund-v2.lua (Refund)
 // gives back what a batch took when the request did not commit in another
 // Redis Cluster slot. Both take one argument encoding (AppendBatchPacked).
-// lease-v1.lua (Lease) is the program of concurrency limits: one take,
+// lease-v2.lua (Lease) is the program of concurrency limits: one take,
 // release or return on one lease set (limiter.Lease), with arguments of
 // its own (LeaseArgs) and a seven-integer reply (ParseLeaseReply).
 //

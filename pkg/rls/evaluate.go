@@ -62,7 +62,7 @@ func (s *Server) matchAll(req *rlsv3.RateLimitRequest, rules Rules, known bool, 
 			m, ok = rules.Override(domain, sc.entries, d.Limit.RequestsPerUnit, unit, d.Limit.GetUnitMultiplier().GetValue())
 			ds.override = true
 		} else {
-			m, ok, ds.release = matchRelease(rules, domain, sc.entries)
+			m, ok, ds.release, ds.marker = matchRelease(rules, domain, sc.entries)
 		}
 		if !ok || m.Rule == nil {
 			sc.descs = append(sc.descs, ds)
@@ -124,6 +124,7 @@ func (s *Server) decideAll(ctx context.Context, sc *scratch) time.Time {
 	// rule of limiter.Commits, the answer is built by the same rule over
 	// the whole, so exactly the calls answered OK consume.
 	neverFits := false
+	takes, checks := 0, 0
 	for i := range sc.descs {
 		ds := &sc.descs[i]
 		if ds.kind == statusNeverFits { // a refused override
@@ -134,6 +135,13 @@ func (s *Server) decideAll(ctx context.Context, sc *scratch) time.Time {
 			continue
 		}
 		p := ds.match.Rule.Policy
+		if ds.release {
+			var named bool
+			if ds.leaseAt, ds.localLease, named = s.markers.leaseOf(ds.marker, p, &ds.match.Subject, &checks); !named {
+				ds.kind = statusNoLease
+				continue
+			}
+		}
 		if ds.release && p.Limit() > 0 {
 			ds.cost = min(ds.cost, p.MaxCost()) // never more than a take could hold
 		} else if p.ChargeAlways() && !ds.probe {
@@ -147,6 +155,15 @@ func (s *Server) decideAll(ctx context.Context, sc *scratch) time.Time {
 			continue
 		}
 		ds.add(&sc.batch)
+		if ds.takesLease(&sc.batch[ds.batch]) {
+			if takes++; takes > MaxLeasesPerCall {
+				// Its lease could not be named in the answer's marker, so
+				// it could never be released: refused.
+				sc.batch = sc.batch[:ds.batch]
+				ds.kind = statusNeverFits
+				neverFits = true
+			}
+		}
 	}
 	n := len(sc.batch)
 	if neverFits {
@@ -172,9 +189,9 @@ func (s *Server) decideAll(ctx context.Context, sc *scratch) time.Time {
 		}
 		t0 := time.Now()
 		if s.tracer != nil {
-			s.evaluateTraced(storeContext(ctx, s.deadlines, t0), send, outs)
+			s.evaluateTraced(ctx, send, outs)
 		} else {
-			s.store.Evaluate(storeContext(ctx, s.deadlines, t0), send, outs)
+			s.store.Evaluate(ctx, send, outs)
 		}
 		end := time.Now()
 		sc.metrics.store.Observe(end.Sub(t0).Seconds())

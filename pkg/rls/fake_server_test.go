@@ -14,7 +14,7 @@ import (
 	"github.com/envoy-rls/envoy-rls/internal/limitertest"
 	"github.com/envoy-rls/envoy-rls/pkg/descriptors"
 	"github.com/envoy-rls/envoy-rls/pkg/limiter"
-	"github.com/envoy-rls/envoy-rls/pkg/limiter/deadline"
+	"github.com/envoy-rls/envoy-rls/pkg/limiter/failover"
 )
 
 // These tests drive the server's own logic with fake rules and a fake store
@@ -114,7 +114,14 @@ func TestHungStoreStillAnswersByFailureModeBeforeTheDeadline(t *testing.T) {
 	// not a latency.
 	for _, deadline := range []time.Duration{500 * time.Millisecond} {
 		t.Run(deadline.String(), func(t *testing.T) {
-			h := fakeHarness(t, &fakeStore{hang: true}, nil)
+			// The failover wrapper keeps the answer reserve, as the binary
+			// wires it.
+			hung, err := failover.New(&fakeStore{hang: true, now: fakeNow}, failover.Config{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			fr := &fakeRules{domain: "d", rules: map[string]*descriptors.Rule{"user": fakeRule("per-user", 2, descriptors.UnitMinute)}}
+			h := newHarness(t, func() Rules { return fr }, hung, limitertest.NewClock(fakeNow))
 			ctx, cancel := context.WithTimeout(context.Background(), deadline)
 			defer cancel()
 			resp, err := h.client.ShouldRateLimit(ctx, request("d", desc("user", "bob")))
@@ -125,33 +132,6 @@ func TestHungStoreStillAnswersByFailureModeBeforeTheDeadline(t *testing.T) {
 				t.Fatalf("hung store: %v %v, want OVER_LIMIT with Retry-After", resp.OverallCode, headers(resp))
 			}
 		})
-	}
-}
-
-func TestStoreContextKeepsAReserve(t *testing.T) {
-	w := deadline.New(0)
-	now := time.Now()
-	for _, tc := range []struct {
-		left, reserve time.Duration
-	}{
-		{5 * time.Millisecond, MinAnswerReserve},
-		{100 * time.Millisecond, 20 * time.Millisecond},
-		{10 * time.Second, MaxAnswerReserve},
-		// Far deadlines are cut to MaxStoreWait (the reserve is moot then).
-		{time.Hour, time.Hour - MaxStoreWait},
-	} {
-		ctx, cancel := context.WithDeadline(context.Background(), now.Add(tc.left))
-		sctx := storeContext(ctx, w, now)
-		got, _ := sctx.Deadline()
-		if want := now.Add(tc.left - tc.reserve); !got.Equal(want) {
-			t.Errorf("%v left: store deadline %v, want %v", tc.left, got.Sub(now), want.Sub(now))
-		}
-		cancel()
-	}
-	// No deadline: the store gets the caller's context as it is.
-	bg := context.Background()
-	if sctx := storeContext(bg, w, now); sctx != bg {
-		t.Fatal("a context without deadline was replaced")
 	}
 }
 

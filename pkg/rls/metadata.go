@@ -182,7 +182,7 @@ func describeUndecided(f map[string]*structpb.Value, ds *descStatus) {
 		f[mdFailureMode] = structpb.NewStringValue(ds.match.Rule.Policy.FailureMode().String())
 	case ds.kind == statusReplaced:
 		f[mdResult] = structpb.NewStringValue(resultReplaced)
-	case ds.kind == statusNegative || ds.kind == statusRequestID:
+	case ds.kind == statusNegative || ds.kind == statusRequestID || ds.kind == statusNoLease:
 		f[mdResult] = structpb.NewStringValue(resultNotEvaluated)
 	default:
 		f[mdResult] = structpb.NewStringValue(resultUnmatched)

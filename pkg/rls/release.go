@@ -1,6 +1,12 @@
 package rls
 
 import (
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/binary"
+	"strconv"
+
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/protobuf/types/known/structpb"
 
@@ -8,18 +14,143 @@ import (
 	"github.com/envoy-rls/envoy-rls/pkg/limiter"
 )
 
-// matchRelease matches one descriptor. A descriptor that ends with the
-// release marker (descriptors.Release) and whose other entries match a
-// concurrency limit is a release of that limit (release true); any other
-// descriptor, the marker included, is matched as it is.
-func matchRelease(rules Rules, domain string, entries []descriptors.Entry) (m descriptors.Match, ok, release bool) {
-	if rest, marked := descriptors.Release(entries); marked {
+// The release marker is the value of the field descriptors.ReleaseKey that
+// a take's answer carries in its dynamic metadata, and that Envoy sends
+// back as the last entry of the stream-done release. It names every lease
+// the take took: per lease, markerEntryLen bytes of
+//
+//	holder   1 byte: markerStore (the store: Redis or the memory store) or
+//	         markerLocal (this replica's local fallback)
+//	expiry   markerExpiryLen base-36 digits: the leases' expiry in Unix ms,
+//	         their identity in the lease set (limiter.Request.LeaseAt)
+//	tag      markerTagLen base64url digits: the first 6 bytes of an HMAC
+//	         keyed with the limit's subject digest over the holder, the
+//	         policy's ID and revision, the expiry and, for a local lease,
+//	         this process's instance key
+//
+// A release gives back, of each concurrency limit it matches, the leases of
+// the entry whose tag is that limit's: the tag binds the entry to the take
+// (its limit, subject and expiry) and, for a local lease, to the replica
+// that holds it. A forged or altered entry frees nothing; a replayed one
+// frees only leases of the same expiry (taken in the same millisecond),
+// never more than the value descriptors.ReleaseValue frees, which stays a
+// release of the store's soonest-expiring leases.
+const (
+	markerStore     = 's'
+	markerLocal     = 'l'
+	markerExpiryLen = 9 // base 36: Unix ms up to year 5138
+	markerTagLen    = 8 // 6 bytes, base64url without padding
+	markerEntryLen  = 1 + markerExpiryLen + markerTagLen
+	// MaxLeasesPerCall bounds the leases one call may take: its marker
+	// must fit in an entry value of the release (MaxValueBytes). A call
+	// whose takes exceed it is refused for the takes beyond it.
+	MaxLeasesPerCall = MaxValueBytes / markerEntryLen
+	// maxMarkerChecks bounds the tags one call's releases compute: the
+	// entries of a marker times the limits it is checked against.
+	maxMarkerChecks = 4 * MaxLeasesPerCall
+)
+
+// markerKeys keys the tags of a Server's markers.
+type markerKeys struct {
+	// instance is this process's own key, random at start: a local lease's
+	// tag verifies only on the replica that took it.
+	instance [32]byte
+}
+
+// tag is the tag of one marker entry: holder, expiry, the limit's policy
+// and subject.
+func (k *markerKeys) tag(holder byte, expiry int64, p *limiter.Policy, subject *limiter.SubjectDigest) [markerTagLen]byte {
+	h := hmac.New(sha256.New, subject[:])
+	var b [1 + 4 + 8]byte
+	b[0] = holder
+	binary.BigEndian.PutUint32(b[1:5], p.Revision())
+	binary.BigEndian.PutUint64(b[5:], uint64(expiry))
+	h.Write(b[:])
+	h.Write([]byte(p.ID()))
+	if holder == markerLocal {
+		h.Write(k.instance[:])
+	}
+	var sum [sha256.Size]byte
+	var tag [markerTagLen]byte
+	base64.RawURLEncoding.Encode(tag[:], h.Sum(sum[:0])[:6])
+	return tag
+}
+
+// appendEntry appends the marker entry of leases expiring at expiry held
+// by holder.
+func (k *markerKeys) appendEntry(dst []byte, holder byte, expiry int64, p *limiter.Policy, subject *limiter.SubjectDigest) []byte {
+	dst = append(dst, holder)
+	var digits [16]byte
+	e := strconv.AppendInt(digits[:0], expiry, 36)
+	for range markerExpiryLen - len(e) {
+		dst = append(dst, '0')
+	}
+	dst = append(dst, e...)
+	tag := k.tag(holder, expiry, p, subject)
+	return append(dst, tag[:]...)
+}
+
+// isMarker reports whether v is a release marker: descriptors.ReleaseValue,
+// or whole entries of a known holder and a base-36 expiry.
+func isMarker(v string) bool {
+	if v == descriptors.ReleaseValue {
+		return true
+	}
+	if v == "" || len(v)%markerEntryLen != 0 {
+		return false
+	}
+	for i := 0; i < len(v); i += markerEntryLen {
+		if v[i] != markerStore && v[i] != markerLocal {
+			return false
+		}
+		if _, err := strconv.ParseInt(v[i+1:i+1+markerExpiryLen], 36, 64); err != nil {
+			return false
+		}
+	}
+	return true
+}
+
+// leaseOf finds, in release marker v (isMarker), the leases of the limit of
+// policy p and subject: their expiry and whether the local fallback holds
+// them. ok is false when v names none of them (nothing to give back);
+// v descriptors.ReleaseValue names the store's soonest-expiring leases
+// (expiry 0). *checks counts the tags computed for the call, and a call
+// past maxMarkerChecks finds nothing more.
+func (k *markerKeys) leaseOf(v string, p *limiter.Policy, subject *limiter.SubjectDigest, checks *int) (expiry int64, local, ok bool) {
+	if v == descriptors.ReleaseValue {
+		return 0, false, true
+	}
+	for i := 0; i+markerEntryLen <= len(v); i += markerEntryLen {
+		if *checks >= maxMarkerChecks {
+			return 0, false, false
+		}
+		*checks++
+		e := v[i : i+markerEntryLen]
+		at, err := strconv.ParseInt(e[1:1+markerExpiryLen], 36, 64)
+		if err != nil || at <= 0 || at > limiter.MaxSafeInteger {
+			continue
+		}
+		tag := k.tag(e[0], at, p, subject)
+		if hmac.Equal(tag[:], []byte(e[1+markerExpiryLen:])) {
+			return at, e[0] == markerLocal, true
+		}
+	}
+	return 0, false, false
+}
+
+// matchRelease matches one descriptor. A descriptor whose last entry is
+// the release marker's key with a release marker as its value (isMarker),
+// and whose other entries match a concurrency limit, is a release of that
+// limit (release true, marker the value); any other descriptor, the
+// marker's key included, is matched as it is.
+func matchRelease(rules Rules, domain string, entries []descriptors.Entry) (m descriptors.Match, ok, release bool, marker string) {
+	if rest, v, marked := descriptors.Release(entries); marked && isMarker(v) {
 		if m, ok = rules.Match(domain, rest); ok && leases(m.Rule) {
-			return m, true, true
+			return m, true, true, v
 		}
 	}
 	m, ok = rules.Match(domain, entries)
-	return m, ok, false
+	return m, ok, false, ""
 }
 
 // leases reports whether a matched rule holds a concurrency limit (itself
@@ -39,25 +170,40 @@ func leases(r *descriptors.Rule) bool {
 	return false
 }
 
-// markLeases tells Envoy, in the answer's dynamic_metadata, that the call
-// took a lease: the field descriptors.ReleaseKey holds
-// descriptors.ReleaseValue. Envoy keeps it under the namespace
-// envoy.filters.http.ratelimit, where the stream-done rate limit reads it
-// with a metadata action (docs/config.md, "Concurrency"): a call that took
-// no lease (denied, failed open, or not a concurrency limit) has no such
-// field, so its stream-done descriptor is not sent and releases nothing.
-func markLeases(resp *rlsv3.RateLimitResponse, sc *scratch) {
-	took := false
+// takesLease reports whether ds is a take of a concurrency limit that
+// takes leases when its call commits.
+func (ds *descStatus) takesLease(r *limiter.Request) bool {
+	return ds.kind == statusStore && !ds.release && ds.match.Rule.Policy.Leases() && r.EffectiveRole().Consumes()
+}
+
+// markLeases tells Envoy, in the answer's dynamic_metadata, which leases
+// the call took: the field descriptors.ReleaseKey holds their release
+// marker. Envoy keeps it under the namespace envoy.filters.http.ratelimit,
+// where the stream-done rate limit reads it with a metadata action
+// (docs/config.md, "Concurrency"): a call that took no lease (denied,
+// failed open, or not a concurrency limit) has no such field, so its
+// stream-done descriptor is not sent and releases nothing.
+func (s *Server) markLeases(resp *rlsv3.RateLimitResponse, sc *scratch) {
+	var marker []byte
 	for i := range sc.descs {
 		ds := &sc.descs[i]
-		if ds.kind == statusStore && !ds.release && ds.match.Rule.Policy.Leases() {
-			if o := &sc.outs[ds.batch]; o.Kind == limiter.Evaluated && o.Decision.Consumed {
-				took = true
-				break
-			}
+		if ds.kind != statusStore || ds.release || !ds.match.Rule.Policy.Leases() {
+			continue
 		}
+		o := &sc.outs[ds.batch]
+		if o.Kind != limiter.Evaluated || !o.Decision.Consumed {
+			continue
+		}
+		holder := byte(markerStore)
+		if o.Decision.Source == limiter.SourceFallback && o.Decision.Fallback == limiter.FailLocal {
+			holder = markerLocal
+		}
+		if marker == nil {
+			marker = make([]byte, 0, markerEntryLen)
+		}
+		marker = s.markers.appendEntry(marker, holder, o.Decision.ResetAt.UnixMilli(), ds.match.Rule.Policy, &ds.match.Subject)
 	}
-	if !took {
+	if marker == nil {
 		return
 	}
 	if resp.DynamicMetadata == nil {
@@ -66,5 +212,5 @@ func markLeases(resp *rlsv3.RateLimitResponse, sc *scratch) {
 	if resp.DynamicMetadata.Fields == nil {
 		resp.DynamicMetadata.Fields = map[string]*structpb.Value{}
 	}
-	resp.DynamicMetadata.Fields[descriptors.ReleaseKey] = structpb.NewStringValue(descriptors.ReleaseValue)
+	resp.DynamicMetadata.Fields[descriptors.ReleaseKey] = structpb.NewStringValue(string(marker))
 }

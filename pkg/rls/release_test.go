@@ -1,6 +1,7 @@
 package rls
 
 import (
+	"fmt"
 	"slices"
 	"testing"
 
@@ -37,9 +38,11 @@ descriptors:
 `
 
 // TestLeaseRelease: a request-phase descriptor takes a lease (and its
-// answer carries the lease mark in its dynamic metadata), the same
-// descriptor with the marker entry gives one back (always OK), and the
-// marker after a rule that is not a concurrency limit is an ordinary entry.
+// answer carries the release marker in its dynamic metadata), the same
+// descriptor with the marker as its last entry gives back that take's
+// leases (always OK), and the marker's key after a rule that is not a
+// concurrency limit is an ordinary entry. Each release below sends the
+// marker of the take it names, as Envoy's stream-done rate limit does.
 func TestLeaseRelease(t *testing.T) {
 	for name, mk := range probeStores(t) {
 		t.Run(name, func(t *testing.T) {
@@ -50,52 +53,73 @@ func TestLeaseRelease(t *testing.T) {
 				req.Descriptors = append(req.Descriptors, desc(kv...))
 				return req
 			}
-			takeT, releaseT := call("tenant", "t1"), call("tenant", "t1", "lease", "release")
-			takeTeam, releaseTeam := call("team", "a"), call("team", "a", "lease", "release")
+			markers := map[int]string{} // step → the marker its answer carried
 			for i, s := range []struct {
 				name      string
-				req       *rlsv3.RateLimitRequest
+				kv        []string
+				release   int    // >= 0: a release with the marker of that step's take
+				value     string // else the marker entry's value as written ("": a take)
 				code      rlsv3.RateLimitResponse_Code
 				remaining []uint32
 			}{
-				{"release with nothing held: OK, never below zero", releaseT, rlsv3.RateLimitResponse_OK, []uint32{2}},
-				{"take", takeT, rlsv3.RateLimitResponse_OK, []uint32{1}},
-				{"take", takeT, rlsv3.RateLimitResponse_OK, []uint32{0}},
-				{"a third in flight: OVER_LIMIT", takeT, rlsv3.RateLimitResponse_OVER_LIMIT, []uint32{0}},
-				{"release", releaseT, rlsv3.RateLimitResponse_OK, []uint32{1}},
-				{"take again", takeT, rlsv3.RateLimitResponse_OK, []uint32{0}},
+				{"release with nothing held: OK, never below zero", []string{"tenant", "t1"}, -1, "release", rlsv3.RateLimitResponse_OK, []uint32{2}},
+				{"take", []string{"tenant", "t1"}, -1, "", rlsv3.RateLimitResponse_OK, []uint32{1}},
+				{"take", []string{"tenant", "t1"}, -1, "", rlsv3.RateLimitResponse_OK, []uint32{0}},
+				{"a third in flight: OVER_LIMIT", []string{"tenant", "t1"}, -1, "", rlsv3.RateLimitResponse_OVER_LIMIT, []uint32{0}},
+				{"release of the second take", []string{"tenant", "t1"}, 2, "", rlsv3.RateLimitResponse_OK, []uint32{1}},
+				{"the same marker again frees nothing more", []string{"tenant", "t1"}, 2, "", rlsv3.RateLimitResponse_OK, []uint32{1}},
+				{"take again", []string{"tenant", "t1"}, -1, "", rlsv3.RateLimitResponse_OK, []uint32{0}},
+				{"a marker of another subject frees nothing", []string{"tenant", "t2"}, 1, "", rlsv3.RateLimitResponse_OK, nil},
+				{"a forged marker frees nothing", []string{"tenant", "t1"}, -1, "s0000000000AAAAAAAA", rlsv3.RateLimitResponse_OK, nil},
+				{"still full", []string{"tenant", "t1"}, -1, "", rlsv3.RateLimitResponse_OVER_LIMIT, []uint32{0}},
+				{"the first take's release", []string{"tenant", "t1"}, 1, "", rlsv3.RateLimitResponse_OK, []uint32{1}},
+				{"the value release still gives back the soonest lease", []string{"tenant", "t1"}, -1, "release", rlsv3.RateLimitResponse_OK, []uint32{2}},
 				// A descriptor with rate_limits answers with its binding limit.
-				{"team: a lease and an hourly request", takeTeam, rlsv3.RateLimitResponse_OK, []uint32{0}},
-				{"team: second in flight denied", takeTeam, rlsv3.RateLimitResponse_OVER_LIMIT, []uint32{0}},
-				{"team: the release gives back the lease only", releaseTeam, rlsv3.RateLimitResponse_OK, []uint32{1}},
-				{"team: take again", takeTeam, rlsv3.RateLimitResponse_OK, []uint32{0}},
-				{"team: release", releaseTeam, rlsv3.RateLimitResponse_OK, []uint32{1}},
-				{"team: the third hourly request: the denied take spent nothing", takeTeam, rlsv3.RateLimitResponse_OK, []uint32{0}},
-				{"team: release", releaseTeam, rlsv3.RateLimitResponse_OK, []uint32{1}},
-				{"team: the hour is spent: OVER_LIMIT, the lease given back", takeTeam, rlsv3.RateLimitResponse_OVER_LIMIT, []uint32{0}},
-				{"team: release with nothing held", releaseTeam, rlsv3.RateLimitResponse_OK, []uint32{1}},
-				{"the marker entry of an ordinary rule is matched as written", call("other", "x", "lease", "release"), rlsv3.RateLimitResponse_OK, []uint32{4}},
+				{"team: a lease and an hourly request", []string{"team", "a"}, -1, "", rlsv3.RateLimitResponse_OK, []uint32{0}},
+				{"team: second in flight denied", []string{"team", "a"}, -1, "", rlsv3.RateLimitResponse_OVER_LIMIT, []uint32{0}},
+				{"team: the release gives back the lease only", []string{"team", "a"}, 12, "", rlsv3.RateLimitResponse_OK, []uint32{1}},
+				{"team: take again", []string{"team", "a"}, -1, "", rlsv3.RateLimitResponse_OK, []uint32{0}},
+				{"team: release", []string{"team", "a"}, 15, "", rlsv3.RateLimitResponse_OK, []uint32{1}},
+				{"team: the third hourly request: the denied take spent nothing", []string{"team", "a"}, -1, "", rlsv3.RateLimitResponse_OK, []uint32{0}},
+				{"team: release", []string{"team", "a"}, 17, "", rlsv3.RateLimitResponse_OK, []uint32{1}},
+				{"team: the hour is spent: OVER_LIMIT, the lease given back", []string{"team", "a"}, -1, "", rlsv3.RateLimitResponse_OVER_LIMIT, []uint32{0}},
+				{"team: release with nothing held", []string{"team", "a"}, -1, "release", rlsv3.RateLimitResponse_OK, []uint32{1}},
+				{"the marker entry of an ordinary rule is matched as written", []string{"other", "x", "lease", "release"}, -1, "", rlsv3.RateLimitResponse_OK, []uint32{4}},
+				{"a value that is no marker is matched as written (no rule has it)", []string{"tenant", "t1", "lease", "x"}, -1, "", rlsv3.RateLimitResponse_OK, nil},
 			} {
-				resp := h.call(t, s.req)
+				kv := s.kv
+				switch {
+				case s.release >= 0:
+					if markers[s.release] == "" {
+						t.Fatalf("step %d (%s): step %d took no lease", i, s.name, s.release)
+					}
+					kv = append(slices.Clone(kv), "lease", markers[s.release])
+				case s.value != "":
+					kv = append(slices.Clone(kv), "lease", s.value)
+				}
+				req := call(kv...)
+				resp := h.call(t, req)
 				var rem []uint32
 				for _, st := range resp.Statuses {
-					rem = append(rem, st.LimitRemaining)
+					if st.CurrentLimit != nil {
+						rem = append(rem, st.LimitRemaining)
+					}
 				}
 				if resp.OverallCode != s.code || !slices.Equal(rem, s.remaining) {
 					t.Fatalf("step %d (%s): %s %v, want %s %v", i, s.name, resp.OverallCode, rem, s.code, s.remaining)
 				}
 				// A call that took a lease says so in its dynamic metadata,
 				// which the stream-done release reads; no other call does.
-				tookLease := s.req == takeT || s.req == takeTeam
-				tookLease = tookLease && s.code == rlsv3.RateLimitResponse_OK
+				tookLease := s.release < 0 && s.value == "" && len(kv) == 2 && s.code == rlsv3.RateLimitResponse_OK
 				mark := resp.GetDynamicMetadata().GetFields()["lease"].GetStringValue()
-				if (mark == "release") != tookLease || (mark != "" && mark != "release") {
-					t.Fatalf("step %d (%s): dynamic metadata %v, want the lease mark %t", i, s.name, resp.GetDynamicMetadata(), tookLease)
+				if (mark != "") != tookLease || (mark != "" && (len(mark) != markerEntryLen || !isMarker(mark))) {
+					t.Fatalf("step %d (%s): dynamic metadata %v, want a lease marker %t", i, s.name, resp.GetDynamicMetadata(), tookLease)
 				}
+				markers[i] = mark
 			}
-			// The policy's metrics count the four takes, not the releases.
-			if got := counterValue(h.metrics(t), `envoy_rls_hits_total{domain="ai",policy="ai/tenant"}`); got != "4" {
-				t.Errorf("hits of ai/tenant: %q, want 4 (the takes)", got)
+			// The policy's metrics count the takes, not the releases.
+			if got := counterValue(h.metrics(t), `envoy_rls_hits_total{domain="ai",policy="ai/tenant"}`); got != "5" {
+				t.Errorf("hits of ai/tenant: %q, want 5 (the takes)", got)
 			}
 		})
 	}
@@ -129,5 +153,34 @@ descriptors:
 		if resp.OverallCode != want || resp.GetDynamicMetadata().GetFields()["lease"] != nil {
 			t.Errorf("%s with Redis down: %s, metadata %v; want %s and no lease mark", key, resp.OverallCode, resp.GetDynamicMetadata(), want)
 		}
+	}
+}
+
+// TestLeasesPerCallBound: a call takes at most MaxLeasesPerCall leases,
+// since its marker must fit in the release's entry value: a take beyond
+// them is refused, and the call then takes none.
+func TestLeasesPerCallBound(t *testing.T) {
+	snap := rulesOf(t, leaseRules)
+	h := newHarness(t, func() Rules { return snap }, probeStores(t)["memory"](t), limitertest.NewClock(t0))
+	call := func(n int) *rlsv3.RateLimitRequest {
+		req := request("ai")
+		for i := range n {
+			req.Descriptors = append(req.Descriptors, desc("tenant", fmt.Sprintf("t%d", i)))
+		}
+		return req
+	}
+	resp := h.call(t, call(MaxLeasesPerCall))
+	mark := resp.GetDynamicMetadata().GetFields()["lease"].GetStringValue()
+	if resp.OverallCode != rlsv3.RateLimitResponse_OK || len(mark) != MaxLeasesPerCall*markerEntryLen || len(mark) > MaxValueBytes {
+		t.Fatalf("%d takes: %s, marker of %d bytes", MaxLeasesPerCall, resp.OverallCode, len(mark))
+	}
+	resp = h.call(t, call(MaxLeasesPerCall+1))
+	if resp.OverallCode != rlsv3.RateLimitResponse_OVER_LIMIT || resp.GetDynamicMetadata().GetFields()["lease"] != nil {
+		t.Fatalf("%d takes: %s, metadata %v; want OVER_LIMIT and no lease taken", MaxLeasesPerCall+1, resp.OverallCode, resp.GetDynamicMetadata())
+	}
+	// The refused call took nothing: each tenant holds the one lease of
+	// the first call, and has one left.
+	if r := resp.Statuses[0]; r.LimitRemaining != 1 {
+		t.Fatalf("first tenant after the refused call: %d left, want 1", r.LimitRemaining)
 	}
 }

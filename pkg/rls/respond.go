@@ -50,7 +50,7 @@ func (s *Server) respond(ctx context.Context, req *rlsv3.RateLimitRequest, sc *s
 		case statusUnmatched, statusNegative:
 			s.metrics.unmatchedDescriptor(dm.label)
 			continue
-		case statusReplaced, statusRequestID:
+		case statusReplaced, statusRequestID, statusNoLease:
 			continue
 		case statusUnlimited:
 			statuses[ds.desc].LimitRemaining = math.MaxUint32
@@ -180,7 +180,7 @@ func (s *Server) respond(ctx context.Context, req *rlsv3.RateLimitRequest, sc *s
 		resp.DynamicMetadata = s.buildDynamicMetadata(req, statuses, sc)
 	}
 	// After the dynamic metadata: the lease marker is added to it.
-	markLeases(resp, sc)
+	s.markLeases(resp, sc)
 	return resp
 }
 

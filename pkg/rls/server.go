@@ -15,6 +15,7 @@ package rls
 
 import (
 	"context"
+	"crypto/rand"
 	"errors"
 	"fmt"
 	"runtime"
@@ -30,7 +31,6 @@ import (
 
 	"github.com/envoy-rls/envoy-rls/pkg/descriptors"
 	"github.com/envoy-rls/envoy-rls/pkg/limiter"
-	"github.com/envoy-rls/envoy-rls/pkg/limiter/deadline"
 )
 
 // Rules is the part of a compiled rule snapshot the server consults. A
@@ -55,9 +55,10 @@ type Config struct {
 	// (calls are then answered Unavailable). It is called once per call, so
 	// a reload takes effect at the next call. (Required)
 	Rules func() Rules
-	// Store evaluates the matched limits. It is expected to answer store
-	// failures by each policy's failure mode (pkg/limiter/failover); an
-	// outcome that is not a decision is answered by
+	// Store evaluates the matched limits, given the caller's context. It
+	// is expected to answer store failures by each policy's failure mode
+	// within the caller's deadline (pkg/limiter/failover keeps an answer
+	// reserve of it); an outcome that is not a decision is answered by
 	// limiter.FailureAnswer (closed or open, never local). (Required)
 	Store limiter.Store
 	// Metrics receives the service's counters. (Required; see NewMetrics)
@@ -139,15 +140,13 @@ type Server struct {
 	headerNames    HeaderNames
 	admission      Admission // nil: none
 	scratch        sync.Pool
-	// deadlines makes the store's contexts (storeContext): one timer per
-	// millisecond in use instead of one per call.
-	deadlines *deadline.Wheel
-	tracer    trace.Tracer // nil: tracing off
-	observer  Observer     // nil: none
-	auditor   Auditor      // nil: none
+	tracer         trace.Tracer // nil: tracing off
+	observer       Observer     // nil: none
+	auditor        Auditor      // nil: none
 	// requestIDKey names the request id descriptor's key ("": none).
 	requestIDKey string
 	overrides    *overrideCap
+	markers      markerKeys
 	// dynamicMetadata: Config.DynamicMetadata.
 	dynamicMetadata bool
 	// epoch is a reading of the monotonic clock at New: a call's duration
@@ -217,7 +216,6 @@ func New(cfg Config) (*Server, error) {
 		defaultHeaders: cfg.DefaultHeaders,
 		headerNames:    names,
 		admission:      cfg.Admission,
-		deadlines:      deadline.New(0),
 		tracer:         tracer(cfg.TracerProvider),
 		observer:       cfg.Observer,
 		auditor:        cfg.Auditor,
@@ -228,6 +226,9 @@ func New(cfg Config) (*Server, error) {
 		epoch:           time.Now(),
 	}
 	_, s.systemClock = cfg.Clock.(limiter.SystemClock)
+	if _, err := rand.Read(s.markers.instance[:]); err != nil {
+		return nil, fmt.Errorf("rls: the release markers' instance key: %w", err)
+	}
 	s.scratch.New = func() any { return new(scratch) }
 	return s, nil
 }

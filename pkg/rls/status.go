@@ -18,6 +18,7 @@ const (
 	statusNeverFits                   // zero limit, cost above max cost, or a refused override: OVER_LIMIT, store untouched
 	statusStore                       // evaluated by the store: outcome in outs[batch]
 	statusRequestID                   // carries the call's request id (Config.RequestIDKey): OK, never matched
+	statusNoLease                     // a release whose marker names no lease of this limit: OK, nothing given back
 )
 
 // add appends the limiter request of a matched limit to batch and records
@@ -35,6 +36,7 @@ func (ds *descStatus) add(batch *[]limiter.Request) {
 		// A release never blocks and is always answered OK.
 		r := &(*batch)[ds.batch]
 		r.Lease, r.Role = limiter.LeaseRelease, limiter.RoleCheck
+		r.LeaseAt, r.LocalLease = ds.leaseAt, ds.localLease
 	}
 	ds.role = (*batch)[ds.batch].EffectiveRole()
 	if ds.probe && ds.role == limiter.RoleCheck {
@@ -53,6 +55,11 @@ type descStatus struct {
 	cost     int64
 	probe    bool // an explicit per-descriptor hits_addend of 0 (see hitsFor)
 	release  bool // gives back leases of a concurrency limit (matchRelease)
+	// marker is a release's marker (matchRelease), and leaseAt and
+	// localLease what it names for this limit (markerKeys.leaseOf).
+	marker     string
+	leaseAt    int64
+	localLease bool
 	// refusedWait, when not 0, marks an override refused beyond
 	// Config.MaxOverridePolicies (statusNeverFits) and is its retry hint.
 	refusedWait time.Duration

@@ -11,13 +11,27 @@
 //     deciding alone admit about the global limit. It is used when the store
 //     could not be reached or did not answer (Unavailable, Indeterminate); a
 //     mismatch of state or program (Incompatible) is answered closed, as is
-//     a limit the local limiter cannot decide either. The local state is
-//     dropped when the store decides a whole batch again, so a later outage
-//     starts from a full share.
+//     a limit the local limiter cannot decide either. The local rate state
+//     is dropped when the store decides a whole batch again, so a later
+//     outage starts from a full share.
+//
+// The store gets the caller's deadline less an answer reserve (AnswerReserve),
+// and the local limiter and the failure modes answer within that reserve:
+// a store that hangs still leaves time to decide locally before the caller
+// gives up.
 //
 // The local limits of a batch follow the batch rule with the store's other
 // outcomes (limiter.Pending): when those already block the batch, the local
 // limits are only checked, and consume nothing.
+//
+// Leases have an owner. A take the local limiter admits holds a lease of
+// the local share, in a lease table that outlives the store's return, so
+// that the leases of a past outage still count in the next one; only a
+// release marked limiter.Request.LocalLease gives such a lease back, and
+// such a release never reaches the store. A release or a return of the
+// store's leases is never decided locally: when the store fails it is
+// answered by the failure mode, and the store's lease expires by its TTL
+// (or a journal below this wrapper replays the release).
 //
 // A Store is safe for concurrent use.
 package failover
@@ -31,6 +45,7 @@ import (
 	"time"
 
 	"github.com/envoy-rls/envoy-rls/pkg/limiter"
+	"github.com/envoy-rls/envoy-rls/pkg/limiter/deadline"
 	"github.com/envoy-rls/envoy-rls/pkg/limiter/memory"
 )
 
@@ -44,6 +59,20 @@ const (
 	// maxShares bounds the cache of local shares; it is emptied when full
 	// (reloads make new policies).
 	maxShares = 4096
+)
+
+// Bounds of the answer reserve: the part of the caller's deadline kept back
+// from the store so that a slow store still leaves time to answer by the
+// policy's failure mode (the local limiter included) before the caller
+// gives up. The reserve is a fifth of the time left, within these bounds.
+const (
+	MinAnswerReserve = 2 * time.Millisecond
+	MaxAnswerReserve = 50 * time.Millisecond
+	// MaxStoreWait bounds the store's deadline however far the caller's is
+	// (the Redis store's own timeout is at most a minute too). It also
+	// bounds the memory of the deadline wheel: one entry per millisecond
+	// still ahead.
+	MaxStoreWait = time.Minute
 )
 
 // Config configures a Store.
@@ -82,10 +111,16 @@ type Store struct {
 	newLocal func() (*memory.Store, error)
 	observer Observer
 
-	local atomic.Pointer[memory.Store]
+	// local holds the local rate states of an outage; leases the local
+	// leases, which are kept until released or expired.
+	local  atomic.Pointer[memory.Store]
+	leases *memory.Store
 	// active: local decisions were made since the store last decided a
 	// whole batch; the first such batch drops the local state.
 	active atomic.Bool
+	// deadlines makes the store's contexts (storeContext): one timer per
+	// millisecond in use, not one per call.
+	deadlines *deadline.Wheel
 
 	mu     sync.Mutex
 	shares map[*limiter.Policy]*limiter.Policy
@@ -116,11 +151,12 @@ func New(inner limiter.Store, cfg Config) (*Store, error) {
 		cfg.Clock = limiter.SystemClock{}
 	}
 	s := &Store{
-		inner:    inner,
-		replicas: int64(cfg.Replicas),
-		clock:    cfg.Clock,
-		observer: cfg.Observer,
-		shares:   map[*limiter.Policy]*limiter.Policy{},
+		inner:     inner,
+		replicas:  int64(cfg.Replicas),
+		clock:     cfg.Clock,
+		observer:  cfg.Observer,
+		shares:    map[*limiter.Policy]*limiter.Policy{},
+		deadlines: deadline.New(0),
 		newLocal: func() (*memory.Store, error) {
 			st, err := memory.New(memory.Config{Clock: cfg.Clock, MaxEntries: cfg.MaxEntries})
 			if err != nil {
@@ -134,8 +170,32 @@ func New(inner limiter.Store, cfg Config) (*Store, error) {
 		return nil, err
 	}
 	s.local.Store(st)
+	if s.leases, err = s.newLocal(); err != nil {
+		return nil, err
+	}
 	s.scratch.New = func() any { return new(scratch) }
 	return s, nil
+}
+
+// storeContext gives the store the caller's deadline less the answer
+// reserve: a fifth of the time left, clamped to [MinAnswerReserve,
+// MaxAnswerReserve]. Without it a hung store would use the whole deadline,
+// the answer would arrive after the caller had given up (Envoy's own
+// failure_mode_deny would decide instead of the policy's failure mode),
+// and the local limiter would get an ended context. The deadline is at
+// most MaxStoreWait away and comes from w: it fires up to one tick (1 ms)
+// before the one reported, which only widens the reserve.
+func storeContext(ctx context.Context, w *deadline.Wheel, now time.Time) context.Context {
+	dl, ok := ctx.Deadline()
+	if !ok {
+		return ctx
+	}
+	reserve := min(max(dl.Sub(now)/5, MinAnswerReserve), MaxAnswerReserve)
+	sdl := dl.Add(-reserve)
+	if limit := now.Add(MaxStoreWait); sdl.After(limit) {
+		sdl = limit
+	}
+	return w.Context(ctx, now, sdl)
 }
 
 // scratch is the reusable state of one Evaluate with local limits.
@@ -147,12 +207,71 @@ type scratch struct {
 }
 
 // Evaluate implements limiter.Store: it evaluates batch with the store it
-// wraps and answers every outcome that store could not decide by the
-// policy's failure mode. Every outcome it returns is Evaluated: a failure
-// mode's answer has Source limiter.SourceFallback, Decision.Fallback saying
-// how it answered and Outcome.Failed the store's failure.
+// wraps, under the caller's deadline less the answer reserve, and answers
+// every outcome that store could not decide by the policy's failure mode,
+// within the caller's own deadline. Every outcome it returns is Evaluated:
+// a failure mode's answer has Source limiter.SourceFallback,
+// Decision.Fallback saying how it answered and Outcome.Failed the store's
+// failure. Releases of local leases (limiter.Request.LocalLease) are
+// given back to the local limiter alone.
 func (s *Store) Evaluate(ctx context.Context, batch []limiter.Request, out []limiter.Outcome) {
-	s.inner.Evaluate(ctx, batch, out)
+	for i := range batch {
+		if batch[i].LocalLease {
+			s.evaluateSplit(ctx, batch, out)
+			return
+		}
+	}
+	s.evaluate(ctx, batch, out)
+}
+
+// evaluateSplit evaluates a batch that holds releases of local leases:
+// those by the local lease table, the others as a batch of their own. A
+// release never blocks its batch, so the two parts decide apart as they
+// would together.
+func (s *Store) evaluateSplit(ctx context.Context, batch []limiter.Request, out []limiter.Outcome) {
+	var local, rest []int
+	for i := range batch {
+		if batch[i].LocalLease {
+			local = append(local, i)
+		} else {
+			rest = append(rest, i)
+		}
+	}
+	if len(rest) > 0 {
+		reqs, outs := gather(batch, rest)
+		s.evaluate(ctx, reqs, outs)
+		for k, i := range rest {
+			out[i] = outs[k]
+		}
+	}
+	reqs, outs := gather(batch, local)
+	for k := range reqs {
+		// The local leases are held by the policy's share, under its ID
+		// and revision; a release gives back at most what a take of the
+		// share could hold.
+		if q, err := s.share(reqs[k].Policy); err == nil {
+			reqs[k].Policy = q
+			reqs[k].Cost = min(reqs[k].Cost, q.MaxCost())
+		}
+	}
+	s.leases.Evaluate(ctx, reqs, outs)
+	for k, i := range local {
+		out[i] = outs[k]
+	}
+	limiter.AnswerFailures(batch, out)
+}
+
+// gather copies the requests of batch at idx, with an outcome each.
+func gather(batch []limiter.Request, idx []int) ([]limiter.Request, []limiter.Outcome) {
+	reqs := make([]limiter.Request, len(idx))
+	for k, i := range idx {
+		reqs[k] = batch[i]
+	}
+	return reqs, make([]limiter.Outcome, len(idx))
+}
+
+func (s *Store) evaluate(ctx context.Context, batch []limiter.Request, out []limiter.Outcome) {
+	s.inner.Evaluate(storeContext(ctx, s.deadlines, time.Now()), batch, out)
 	failed, decided := false, false
 	for i := range batch {
 		o := &out[i]
@@ -174,10 +293,11 @@ func (s *Store) Evaluate(ctx context.Context, batch []limiter.Request, out []lim
 
 // usesLocal reports whether the failed outcome of a request is decided
 // locally: a failure_mode local policy whose store could not be reached or
-// did not answer.
+// did not answer. A release or a return of the store's leases is not: the
+// local limiter does not hold them.
 func usesLocal(r *limiter.Request, o *limiter.Outcome) bool {
 	return (o.Kind == limiter.Unavailable || o.Kind == limiter.Indeterminate) &&
-		r.Policy != nil && r.Policy.FailureMode() == limiter.FailLocal
+		r.Policy != nil && r.Policy.FailureMode() == limiter.FailLocal && r.Lease == limiter.LeaseTake
 }
 
 // decideLocally replaces the store's failures of failure_mode local
@@ -225,7 +345,11 @@ func (s *Store) decideLocally(ctx context.Context, batch []limiter.Request, out 
 		}
 	}
 	sreqs, souts := sc.shares.Split(reqs, outs)
-	s.local.Load().Evaluate(ctx, sreqs, souts)
+	if local := s.local.Load(); limiter.HasLeases(sreqs) {
+		limiter.EvaluateWithLeases(ctx, sreqs, souts, local.Evaluate, s.leases.Evaluate)
+	} else {
+		local.Evaluate(ctx, sreqs, souts)
+	}
 	sc.shares.Merge(outs)
 	for k := range reqs {
 		o := &outs[k]
@@ -259,7 +383,8 @@ func (s *Store) share(p *limiter.Policy) (*limiter.Policy, error) {
 }
 
 // storeDecided is told that the store decided every limit of a batch: the
-// store is back, so the local state of an earlier outage is dropped.
+// store is back, so the local rate state of an earlier outage is dropped.
+// The local leases stay: the requests they admitted may still run.
 func (s *Store) storeDecided() {
 	if !s.active.Load() || !s.active.CompareAndSwap(true, false) {
 		return

@@ -23,6 +23,9 @@ type failingStore struct {
 	inner limiter.Store
 	mu    sync.Mutex
 	fail  limiter.OutcomeKind
+	// hang: Evaluate waits for its context to end, then answers
+	// Indeterminate, as a store whose server stopped answering does.
+	hang bool
 }
 
 func (f *failingStore) set(k limiter.OutcomeKind) {
@@ -33,8 +36,12 @@ func (f *failingStore) set(k limiter.OutcomeKind) {
 
 func (f *failingStore) Evaluate(ctx context.Context, batch []limiter.Request, out []limiter.Outcome) {
 	f.mu.Lock()
-	fail := f.fail
+	fail, hang := f.fail, f.hang
 	f.mu.Unlock()
+	if hang {
+		<-ctx.Done()
+		fail = limiter.Indeterminate
+	}
 	for i := range batch {
 		switch fail {
 		case limiter.Unavailable:
@@ -334,5 +341,104 @@ func TestLocalBeyondMaxEntries(t *testing.T) {
 	}
 	if sketched == 0 {
 		t.Error("no decision came from the overflow sketch")
+	}
+}
+
+// TestLocalDecidesWithinTheCallersDeadline: a store that hangs until its
+// deadline leaves the local limiter the answer reserve of the caller's
+// deadline: a failure_mode local limit is decided locally at every usual
+// Envoy timeout, not answered closed for want of time.
+func TestLocalDecidesWithinTheCallersDeadline(t *testing.T) {
+	e := newEnv(t)
+	e.inner.mu.Lock()
+	e.inner.hang = true
+	e.inner.mu.Unlock()
+	for _, d := range []time.Duration{20 * time.Millisecond, 50 * time.Millisecond, 100 * time.Millisecond, 250 * time.Millisecond} {
+		ctx, cancel := context.WithTimeout(context.Background(), d)
+		out := make([]limiter.Outcome, 1)
+		e.store.Evaluate(ctx, []limiter.Request{e.req(limiter.FailLocal, "deadline "+d.String(), 1)}, out)
+		err := ctx.Err()
+		cancel()
+		if o := out[0]; o.Kind != limiter.Evaluated || !o.Decision.Allowed || o.Decision.Fallback != limiter.FailLocal || o.Failed != limiter.Indeterminate {
+			t.Errorf("deadline %v: %v %+v (failed %v: %v), want the local share's decision", d, o.Kind, o.Decision, o.Failed, o.Err)
+		}
+		if err != nil {
+			t.Errorf("deadline %v: answered after the caller's deadline", d)
+		}
+	}
+}
+
+// leaseEnv is a failover store over a memory store, 2 replicas, with a
+// failure_mode local concurrency policy of 2: a local share of 1.
+func leaseEnv(t *testing.T) (*env, *limiter.Policy) {
+	t.Helper()
+	e := newEnv(t)
+	spec := limitertest.LeasePolicy(t, "inflight", 2, time.Hour).Spec()
+	spec.FailureMode = limiter.FailLocal
+	return e, limitertest.Policy(t, spec)
+}
+
+func take(p *limiter.Policy) limiter.Request {
+	return limiter.Request{Policy: p, Subject: limitertest.Subject("tenant"), Cost: 1}
+}
+
+// release gives back the leases of a take's decision d: the store's, or the
+// local limiter's when the local limiter decided the take.
+func release(p *limiter.Policy, d limiter.Decision) limiter.Request {
+	return limiter.Request{Policy: p, Subject: limitertest.Subject("tenant"), Cost: 1, Role: limiter.RoleCheck,
+		Lease: limiter.LeaseRelease, LeaseAt: d.ResetAt.UnixMilli(), LocalLease: d.Source == limiter.SourceFallback}
+}
+
+// TestLeasesHaveAnOwner: a lease the local fallback took is given back
+// only by a release marked local, which never reaches the store; a release
+// of the store's lease during an outage frees nothing locally; and local
+// leases outlive the store's return, so that they still count in the next
+// outage.
+func TestLeasesHaveAnOwner(t *testing.T) {
+	e, p := leaseEnv(t)
+	// The store holds one lease.
+	stored := e.eval(take(p))[0].Decision
+	if !stored.Consumed || stored.Source != limiter.SourceMemory {
+		t.Fatalf("store take: %+v", stored)
+	}
+	// Outage: the share (a limit of 2 over 2 replicas: 1) admits locally.
+	e.inner.set(limiter.Indeterminate)
+	local := e.eval(take(p))[0].Decision
+	if !local.Consumed || local.Source != limiter.SourceFallback || local.Fallback != limiter.FailLocal {
+		t.Fatalf("local take: %+v", local)
+	}
+	if d := e.eval(take(p))[0].Decision; d.Allowed {
+		t.Fatalf("second local take beyond the share of 1: %+v", d)
+	}
+	// The store's lease is released during the outage: nothing local is freed.
+	if o := e.eval(release(p, stored))[0]; o.Decision.Source != limiter.SourceFallback || o.Decision.Fallback == limiter.FailLocal {
+		t.Fatalf("release of the store's lease in an outage: %+v, want the failure mode's answer", o.Decision)
+	}
+	if d := e.eval(take(p))[0].Decision; d.Allowed {
+		t.Fatalf("a store release freed the local lease: %+v", d)
+	}
+	// The store answers again: the local lease stays held by the local
+	// limiter, and its release does not touch the store's lease.
+	e.inner.set(0)
+	if d := e.eval(release(p, local))[0].Decision; !d.Allowed || d.Remaining != 1 {
+		t.Fatalf("local release: %+v, want the share's lease given back", d)
+	}
+	if d := e.eval(take(p))[0].Decision; !d.Consumed || d.Remaining != 0 {
+		t.Fatalf("store take after the local release: %+v, want 1 lease left to take (the store's first still held)", d)
+	}
+	// A local lease taken in one outage still counts in the next.
+	e.inner.set(limiter.Unavailable)
+	held := e.eval(take(p))[0].Decision
+	e.inner.set(0)
+	e.eval(limiter.Request{Policy: e.byMode[limiter.FailLocal], Subject: limitertest.Subject("other"), Cost: 1})
+	e.inner.set(limiter.Unavailable)
+	if d := e.eval(take(p))[0].Decision; d.Allowed || d.Fallback != limiter.FailLocal {
+		t.Fatalf("next outage with the share held: %+v, want the share full", d)
+	}
+	e.inner.set(0)
+	e.eval(release(p, held))
+	e.inner.set(limiter.Unavailable)
+	if d := e.eval(take(p))[0].Decision; !d.Consumed {
+		t.Fatalf("after the local release: %+v, want a local lease", d)
 	}
 }

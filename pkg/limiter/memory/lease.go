@@ -58,7 +58,7 @@ func (s *Store) evaluateLeases(ctx context.Context, batch []limiter.Request, out
 			delete(t.sets, k)
 			cur, held = leaseSet{}, false
 		}
-		next, reply, expiresAt, write := limiter.Lease(cur.set, nowMs, r.Policy, r.Lease, r.Cost, r.EffectiveRole().Consumes())
+		next, reply, expiresAt, write := limiter.Lease(cur.set, nowMs, r.Policy, r.Lease, r.LeaseAt, r.Cost, r.EffectiveRole().Consumes())
 		if write && next != "" && !held && !t.room(nowMs) {
 			out[i] = limiter.UnavailableOutcome(CapacityRetryAfter, limiter.CategoryCapacity, ErrFull)
 			continue

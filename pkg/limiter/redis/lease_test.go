@@ -3,6 +3,7 @@ package redis
 import (
 	"context"
 	"math/rand/v2"
+	"sync"
 	"testing"
 	"time"
 
@@ -29,10 +30,12 @@ func TestLeases(t *testing.T) {
 	})
 }
 
-// TestLeaseDifferential runs random lease operations through lease-v1.lua
+// TestLeaseDifferential runs random lease operations through lease-v2.lua
 // and, from the set Redis held before each and at the TIME the program
 // read, through limiter.Lease: the same reply, field by field, and the
-// same set after. Short TTLs make leases expire during the run.
+// same set after. Short TTLs make leases expire during the run; half the
+// releases and returns name the leases of an earlier take (some expired
+// by then), as a release marker does.
 func TestLeaseDifferential(t *testing.T) {
 	e := newEnv(t)
 	rng := rand.New(rand.NewPCG(30, 4))
@@ -42,12 +45,17 @@ func TestLeaseDifferential(t *testing.T) {
 		p := limitertest.LeasePolicy(t, limitertest.Prefix()+".diff", limit, ttl)
 		r := limiter.Request{Policy: p, Subject: limitertest.Subject("diff"), Cost: 1}
 		key := string(requestKey(nil, &r))
+		var taken []int64
 		for i := range 300 {
 			r.Lease = limiter.LeaseOp(rng.IntN(3))
 			r.Cost = 1 + rng.Int64N(limit)
 			r.Role = []limiter.Role{limiter.RoleOrdinary, limiter.RoleProbe, limiter.RoleCheck}[rng.IntN(3)]
+			r.LeaseAt = 0
+			if r.Lease != limiter.LeaseTake && len(taken) > 0 && rng.IntN(2) == 0 {
+				r.LeaseAt = taken[rng.IntN(len(taken))]
+			}
 			before, _ := e.do("GET", key).(string)
-			res := leaseScript.Exec(context.Background(), e.store.client, []string{key}, lua.LeaseArgs(&r))
+			res := leaseScript.Exec(context.Background(), e.store.client, []string{key}, lua.LeaseArgs(&r, 0))
 			msgs, err := res.ToArray()
 			if err != nil {
 				t.Fatal(err)
@@ -56,9 +64,12 @@ func TestLeaseDifferential(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			next, want, _, write := limiter.Lease(before, got.ServerNowMs, p, r.Lease, r.Cost, r.EffectiveRole().Consumes())
+			next, want, _, write := limiter.Lease(before, got.ServerNowMs, p, r.Lease, r.LeaseAt, r.Cost, r.EffectiveRole().Consumes())
 			if got != want {
-				t.Fatalf("round %d step %d (%s %d, %s): Lua %+v, Go %+v", round, i, r.Lease, r.Cost, r.Role, got, want)
+				t.Fatalf("round %d step %d (%s %d at %d, %s): Lua %+v, Go %+v", round, i, r.Lease, r.Cost, r.LeaseAt, r.Role, got, want)
+			}
+			if write && r.Lease == limiter.LeaseTake {
+				taken = append(taken, got.ResetAtMs)
 			}
 			after, _ := e.do("GET", key).(string)
 			if !write {
@@ -138,4 +149,55 @@ func TestLeasesCluster(t *testing.T) {
 	limitertest.RunLeases(t, s, limitertest.Config{Prefix: limitertest.Prefix()})
 	p := limitertest.LeasePolicy(t, limitertest.Prefix()+".inflight", 3, time.Hour)
 	limitertest.LeaseExactness(t, []limiter.Store{s, newStore(t, cfg), newStore(t, cfg)}, p, limitertest.Subject("inflight"), 4, 100)
+}
+
+// TestLeaseHangTakesNothing: while Redis is stopped (SIGSTOP), takes with
+// short deadlines fail by their deadline; their lease programs wait in
+// Redis's socket and run after SIGCONT, past the deadline they carry, so
+// none of them holds a lease: after the resume the limit is whole. Before
+// the lease program had a deadline, the subject stayed full for the lease
+// TTL after such a pause.
+func TestLeaseHangTakesNothing(t *testing.T) {
+	// A Timeout long enough that the connection is not closed during the
+	// pause: the stalled programs stay queued on it and do run on resume.
+	e := newEnvWith(t, Config{Timeout: 10 * time.Second}, redistest.Local())
+	p := limitertest.LeasePolicy(t, limitertest.Prefix()+".hang", 5, time.Hour)
+	sub := limitertest.Subject("hang")
+	// The program is loaded, as on a replica that has served takes: the
+	// stalled runs are EVALSHAs that Redis runs on resume.
+	warm := make([]limiter.Outcome, 1)
+	e.store.Evaluate(context.Background(), []limiter.Request{{Policy: p, Subject: limitertest.Subject("warm-up"), Cost: 1}}, warm)
+	if warm[0].Kind != limiter.Evaluated {
+		t.Fatalf("warm-up take: %v %v", warm[0].Kind, warm[0].Err)
+	}
+
+	const takes = 20
+	e.srv.Pause()
+	defer e.srv.Resume()
+	var wg sync.WaitGroup
+	outs := make([]limiter.Outcome, takes)
+	for i := range takes {
+		wg.Go(func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+			defer cancel()
+			e.store.Evaluate(ctx, []limiter.Request{{Policy: p, Subject: sub, Cost: 1}}, outs[i:i+1])
+		})
+	}
+	wg.Wait()
+	for i, o := range outs {
+		if o.Kind == limiter.Evaluated {
+			t.Fatalf("take %d: evaluated on a stopped server", i)
+		}
+	}
+	e.srv.Resume()
+
+	// The same connection carries this take after the stalled ones, so
+	// Redis has run them all when it answers.
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	out := make([]limiter.Outcome, 1)
+	e.store.Evaluate(ctx, []limiter.Request{{Policy: p, Subject: sub, Cost: 1}}, out)
+	if o := out[0]; o.Kind != limiter.Evaluated || !o.Decision.Consumed || o.Decision.Remaining != 4 {
+		t.Fatalf("take after the resume: %v %+v (%v), want a lease with 4 left: the stalled takes hold leases", o.Kind, o.Decision, o.Err)
+	}
 }

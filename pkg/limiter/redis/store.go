@@ -245,7 +245,7 @@ func (s *Store) Ping(ctx context.Context) error {
 // rate-refund-v2.lua. docs/consistency.md describes that window.
 //
 // A batch with requests of concurrency policies is evaluated by
-// limiter.EvaluateWithLeases: each lease request by lease-v1.lua
+// limiter.EvaluateWithLeases: each lease request by lease-v2.lua
 // (lease.go), then the rest as above.
 func (s *Store) Evaluate(ctx context.Context, batch []limiter.Request, out []limiter.Outcome) {
 	if len(out) < len(batch) {

@@ -9,7 +9,7 @@ import (
 
 // TestSuite runs the store suite (internal/limitertest) on standalone
 // Redis: the batch table, resets (TestClusterBatch runs them on a Cluster)
-// and the lease scripts (lease-v1.lua). Redis decides with its own TIME,
+// and the lease scripts (lease-v2.lua). Redis decides with its own TIME,
 // which no test sets: the timed cases run on the stores with an injected
 // clock, and Redis's side of time is the program's parity with
 // limiter.Apply at TIME (parity_test.go, calendar_test.go,

@@ -1,5 +1,5 @@
--- lease-v1.lua: one operation on one concurrency limit's lease set, the
--- same step as limiter.Lease (docs/algorithms.md, "concurrency"). Version 1.
+-- lease-v2.lua: one operation on one concurrency limit's lease set, the
+-- same step as limiter.Lease (docs/algorithms.md, "concurrency"). Version 2.
 --
 -- KEYS[1]  the lease set: a string of 10-byte entries
 --          struct.pack('>dH', expiryMillis, count), soonest expiry first
@@ -10,16 +10,26 @@
 -- ARGV[4]  the lease TTL in ms, 1..86400000 (limiter.MaxLeaseTTL)
 -- ARGV[5]  the cost: the leases taken or given back, 1..10000
 -- ARGV[6]  the cleanup grace in ms, 0..MAX_DURATION
+-- ARGV[7]  a release's or return's identity: the expiry (ms) of the leases
+--          it gives back, as the take's reply reported it; 0 for none
+--          (a take; or the soonest-expiring, latest for a return)
+-- ARGV[8]  the caller's deadline in ms of Redis's clock, 0 for none: a run
+--          whose TIME is past it changes nothing and replies { 0, now }
 --
 -- Leases whose expiry is at or before TIME are no longer held. A take is
 -- ALLOWED iff held + cost <= limit and then (when it consumes) adds cost
--- leases expiring at now + TTL, never before the latest held one; DENIED
--- changes nothing. A release removes min(cost, held) leases,
--- soonest-expiring first; a return the latest-expiring. One GET, then at
+-- leases in an entry of their own, expiring at now + TTL but at least 1 ms
+-- after the latest held one (its resetAt: the leases' identity); DENIED
+-- changes nothing. A release or a
+-- return with an identity removes at most cost of the held leases that
+-- expire then (none once they expired); without one a release removes
+-- min(cost, held) leases, soonest-expiring first, and a return the
+-- latest-expiring. One GET, then at
 -- most one SET (PXAT: the latest expiry plus the grace) or UNLINK, which
 -- the documented ACL user may run (docs/redis.md).
 --
--- Reply: 7 integers: status (limiter.Status: 1 ALLOWED, 2 DENIED,
+-- Reply: { 0, serverNowMillis } when the deadline had passed; else
+-- 7 integers: status (limiter.Status: 1 ALLOWED, 2 DENIED,
 -- 4 STATE_INCOMPATIBLE, 5 INVALID), serverNowMillis, effectiveNowMillis
 -- (the same), limit (0 for INVALID), remaining (limit - held, not below 0),
 -- retryAfterMillis (DENIED: until enough leases expire), resetAtMillis (when
@@ -87,15 +97,26 @@ local function retry(set, now, need)
   return max(1, last(set, now) - now)
 end
 
--- add appends count leases expiring at at (merged into the last entry
--- when it has the same expiry and room).
-local function add(set, at, count)
-  if set ~= '' then
-    local t, c = unpack('>dH', set, #set - ENTRY + 1)
-    if t == at and c + count <= 65535 then
-      return sub(set, 1, #set - ENTRY) .. pack('>dH', at, c + count)
+-- removeAt takes count leases (at most those held) expiring at at off a
+-- live set; an entry left with none is dropped. It returns the set and how
+-- many it took.
+local function removeAt(set, at, count)
+  local out, took = {}, 0
+  for i = 1, #set / ENTRY do
+    local t, c = unpack('>dH', set, (i - 1) * ENTRY + 1)
+    if t == at and count > took then
+      local k = min(c, count - took)
+      took, c = took + k, c - k
+    end
+    if c > 0 then
+      out[#out + 1] = pack('>dH', t, c)
     end
   end
+  return table.concat(out), took
+end
+
+-- add appends count leases expiring at at, after the last entry.
+local function add(set, at, count)
   return set .. pack('>dH', at, count)
 end
 
@@ -131,8 +152,13 @@ do
 end
 local op, consumes, limit = arg(1, 0, 2), arg(2, 0, 1), arg(3, 0, MAX_LEASES)
 local ttl, cost, grace = arg(4, 1, MAX_TTL), arg(5, 1, MAX_LEASES), arg(6, 0, MAX_DURATION)
-if #KEYS ~= 1 or #ARGV ~= 6 or not (op and consumes and limit and ttl and cost and grace) or now > MAX - MAX_TTL - MAX_DURATION then
+local at, deadline = arg(7, 0, MAX), arg(8, 0, MAX)
+if #KEYS ~= 1 or #ARGV ~= 8 or not (op and consumes and limit and ttl and cost and grace and at and deadline)
+    or (op == 0 and at ~= 0) or now > MAX - MAX_TTL - MAX_DURATION then
   return { INVALID, now, now, 0, 0, 0, 0 }
+end
+if deadline ~= 0 and now > deadline then
+  return { 0, now }
 end
 local stored = redis.call('GET', KEYS[1]) or ''
 local set, held = live(stored, now)
@@ -147,8 +173,15 @@ if op == 0 then
   if consumes == 0 then
     return { ALLOWED, now, now, limit, limit - held, 0, last(set, now) }
   end
-  nextSet = add(set, max(now + ttl, last(set, 0)), cost)
+  nextSet = add(set, max(now + ttl, last(set, 0) + 1), cost)
   held = held + cost
+elseif at ~= 0 then
+  local took
+  nextSet, took = removeAt(set, at, cost)
+  if took == 0 and #set == #stored then
+    return { ALLOWED, now, now, limit, max(0, limit - held), 0, last(set, now) }
+  end
+  held = held - took
 else
   local take = min(cost, held)
   if take == 0 and #set == #stored then
