@@ -275,3 +275,78 @@ descriptors:
 	clock.set("2026-04-01T00:00:00+02:00")
 	check("april 1", r.mustCall(t, acct), true, "2", strconv.Itoa(30*24*3600), "")
 }
+
+// TestMemoryLeaseFloodStaysInItsPolicy: a flood of distinct values on one
+// concurrency limit of the memory store takes half of the lease table
+// (--memory-max-entries 64: 32 sets); its other values are refused for
+// capacity, answered by its failure mode (closed: OVER_LIMIT with
+// Retry-After) and counted in envoy_rls_memory_refused_total. Brand-new
+// users of a fail-closed and of a fail-open concurrency limit still take
+// real leases: OK with the release marker, and OVER_LIMIT at their limit
+// (neither denied for capacity nor admitted without a lease).
+func TestMemoryLeaseFloodStaysInItsPolicy(t *testing.T) {
+	rules := rulesDir(t, `domain: e2e
+descriptors:
+  - key: flood
+    rate_limit: {concurrency: 1, lease_ttl: 1h}
+  - key: closed
+    rate_limit: {concurrency: 2, lease_ttl: 1h}
+  - key: open
+    rate_limit: {concurrency: 2, lease_ttl: 1h, failure_mode: open}
+`)
+	r := startReplica(t, "leaseflood", replicaConfig{Rules: rules, Args: []string{"--memory-max-entries", "64"}})
+
+	// The flood: 4 goroutines, 200 distinct values, one take each.
+	const workers, perWorker = 4, 50
+	var mu sync.Mutex
+	var leased, refused int
+	var failures []string
+	load(workers, perWorker, nil, func(g, i int) {
+		res := take(r, "flood", fmt.Sprintf("f-%d-%d", g, i))
+		mu.Lock()
+		defer mu.Unlock()
+		switch {
+		case res.ok() && res.Metadata["lease"] == "release":
+			leased++
+		case res.over() && res.Headers["Retry-After"] == "1":
+			refused++
+		case len(failures) < 5:
+			failures = append(failures, res.String())
+		}
+	})
+	if len(failures) > 0 || leased+refused != workers*perWorker {
+		t.Fatalf("flood: %d leased, %d refused, unexpected answers %v", leased, refused, failures)
+	}
+	if leased != 32 {
+		t.Errorf("the flood took %d lease sets, want 32 (half of --memory-max-entries 64)", leased)
+	}
+	if n := r.metric("envoy_rls_memory_refused_total"); n != float64(refused) {
+		t.Errorf("envoy_rls_memory_refused_total %v, want the flood's %d refusals", n, refused)
+	}
+	// A flood value that holds its lease is still decided exactly.
+	if res := take(r, "flood", "f-0-0"); !res.over() || res.Limit != 1 {
+		t.Fatalf("a second take of a leased flood value: %v, want OVER_LIMIT at its limit 1", res)
+	}
+
+	// Brand-new users of the other limits: two leases each, then their limit.
+	for _, key := range []string{"closed", "open"} {
+		for u := range 10 {
+			user := unique("u")
+			for call := range 3 {
+				res := take(r, key, user)
+				if call < 2 && (!res.ok() || res.Limit != 2 || res.Metadata["lease"] != "release") {
+					t.Fatalf("%s user %d take %d after the flood: %v %v; want OK with a lease (limit 2)", key, u, call+1, res, res.Metadata)
+				}
+				if call == 2 && (!res.over() || res.Limit != 2) {
+					t.Fatalf("%s user %d take 3 after the flood: %v; want OVER_LIMIT at its limit 2", key, u, res)
+				}
+			}
+			if res := release(r, key, user); !res.ok() {
+				t.Fatalf("%s user %d release: %v", key, u, res)
+			}
+		}
+	}
+	if n := r.metric("envoy_rls_memory_refused_total"); n != float64(refused) {
+		t.Errorf("envoy_rls_memory_refused_total %v after the other limits' takes, want still %d", n, refused)
+	}
+}

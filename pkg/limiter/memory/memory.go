@@ -45,6 +45,11 @@
 // Unavailable outcome of category limiter.CategoryCapacity, which the
 // policy's failure mode answers and Observer.Refused counts.
 //
+// The lease sets of concurrency limits live in a table of their own
+// (lease.go), of at most MaxEntries sets, shared by the same rule over the
+// whole table: one concurrency policy holds at most half of it. They have
+// no sketch: a new set beyond its policy's share is refused the same way.
+//
 // The Observer is told of refusals and overflow decisions by the policy's
 // limiter.Policy.Label, or the policy itself, never by an ID made of request
 // data.
@@ -91,7 +96,9 @@ const MaxBytesPerEntry = 272
 type Observer interface {
 	// Refused: a new subject of policy found no room for an entry and no
 	// sketch for its policy (MaxSketches policies were already in overflow,
-	// or for a policy made at request time, its share of them).
+	// or for a policy made at request time, its share of them), or a new
+	// lease set of a concurrency policy found no room in the policy's share
+	// of the lease table.
 	Refused(policy *limiter.Policy)
 	// Expired: n expired states were dropped.
 	Expired(n int)

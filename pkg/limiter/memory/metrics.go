@@ -43,7 +43,7 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 	}
 	m := &Metrics{
 		refused: newCounter("memory_refused_total",
-			"Memory store evaluations refused because there was no room for a new subject and every overflow sketch was in use."),
+			"Memory store evaluations refused because there was no room for a new subject and every overflow sketch was in use, or no room for a new lease set in its concurrency policy's share."),
 		madeRefused: newPolicyCounter("memory_override_refused_total",
 			"Memory store evaluations of request-supplied limit overrides refused because the overrides' share of the store and of the overflow sketches was in use, by group (<domain>:override)."),
 		expired: newCounter("memory_expired_total",
@@ -81,9 +81,10 @@ func newGauge(name, help string) prometheus.Gauge {
 	return prometheus.NewGauge(prometheus.GaugeOpts{Namespace: metricsNamespace, Name: name, Help: help})
 }
 
-// Refused counts one new subject refused at the entry bound: of a
-// configured policy in memory_refused_total, of a policy made at request
-// time (an override) in memory_override_refused_total by its group.
+// Refused counts one new subject (or lease set) refused at the entry
+// bound: of a configured policy in memory_refused_total, of a policy made
+// at request time (an override) in memory_override_refused_total by its
+// group.
 func (m *Metrics) Refused(p *limiter.Policy) {
 	if g := p.Group(); g != "" {
 		m.madeRefused.WithLabelValues(g).Inc()

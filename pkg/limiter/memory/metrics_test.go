@@ -50,7 +50,7 @@ envoy_rls_memory_overflow_sketch_bytes 131072
 # HELP envoy_rls_memory_overflow_sketches Overflow sketches held by the memory store (one per policy in overflow).
 # TYPE envoy_rls_memory_overflow_sketches gauge
 envoy_rls_memory_overflow_sketches 1
-# HELP envoy_rls_memory_refused_total Memory store evaluations refused because there was no room for a new subject and every overflow sketch was in use.
+# HELP envoy_rls_memory_refused_total Memory store evaluations refused because there was no room for a new subject and every overflow sketch was in use, or no room for a new lease set in its concurrency policy's share.
 # TYPE envoy_rls_memory_refused_total counter
 envoy_rls_memory_refused_total 0
 `
