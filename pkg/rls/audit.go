@@ -42,10 +42,14 @@ type Denial struct {
 	RequestID string
 	// Shadow: the rule is in shadow mode, so the call was answered OK.
 	Shadow bool
-	// FailureMode: the store failed and the policy's failure mode denied
-	// (closed, or local when the local limiter could not decide); nothing
-	// is known of the limit's state.
-	FailureMode bool
+	// StoreFailed: the store failed and a failure mode denied without a
+	// decision (closed; also a local policy whose local limiter could not
+	// decide): nothing is known of the limit's state.
+	StoreFailed bool
+	// FailureMode is the failure mode that answered when the store failed:
+	// "local" (the local limiter decided: Limit and Remaining are its
+	// share's) or "closed" (StoreFailed); empty when the store decided.
+	FailureMode string
 }
 
 // audit reports one denied limit (respond, pass 2) to the auditor.
@@ -62,7 +66,10 @@ func (s *Server) audit(ctx context.Context, domain string, now time.Time, sc *sc
 		RetryAfter:  ds.retry,
 		RequestID:   sc.requestID,
 		Shadow:      ds.role == limiter.RoleShadow,
-		FailureMode: ds.fellBack,
+		StoreFailed: ds.fellBack(),
+	}
+	if ds.failedOver {
+		d.FailureMode = ds.fallback.String()
 	}
 	if d.RequestID == "" {
 		d.RequestID = requestID(ctx)

@@ -85,7 +85,7 @@ func (s *Server) observeLimit(sc *scratch, ds *descStatus) {
 		Hits:        hits,
 		Over:        ds.over,
 		Shadow:      ds.role == limiter.RoleShadow,
-		StoreFailed: ds.fellBack,
+		StoreFailed: ds.fellBack(),
 	}
 	if ds.kind == statusStore {
 		if out := &sc.outs[ds.batch]; out.Decision.Known() {

@@ -82,7 +82,8 @@ func (s *Server) respond(ctx context.Context, req *rlsv3.RateLimitRequest, sc *s
 			if d.Source == limiter.SourceFallback {
 				// The store failed; the local limiter decided instead.
 				s.metrics.storeError(out.Failed)
-				s.metrics.fallback(p.FailureMode())
+				s.metrics.fallback(d.Fallback)
+				ds.failedOver, ds.fallback = true, d.Fallback
 				sc.storeFailed = true
 			}
 			ds.over = !d.Allowed
@@ -132,8 +133,7 @@ func (s *Server) respond(ctx context.Context, req *rlsv3.RateLimitRequest, sc *s
 		if !ds.probe {
 			pc.hits.Add(float64(ds.cost))
 		}
-		local := ds.kind == statusStore && sc.outs[ds.batch].Decision.Source == limiter.SourceFallback &&
-			sc.outs[ds.batch].Decision.Fallback == limiter.FailLocal
+		local := ds.failedOver && ds.fallback == limiter.FailLocal
 		r := resultOver
 		switch {
 		case !ds.over, ds.role.Quota() && !quotaDenies:
@@ -221,12 +221,14 @@ func bindingLimit(limits []descStatus) int {
 // storeFailed reports a failure mode's answer to a store failure (a
 // decision that knows nothing of the limit's state, see limiter.FailureAnswer):
 // fail open allows with no current_limit; fail closed, or local when the
-// local limiter could not decide either, denies until its RetryAfter.
+// local limiter could not decide either, denies until its RetryAfter. It is
+// counted, logged and reported under the mode that answered
+// (Decision.Fallback: closed for such a local policy), not the policy's.
 func (s *Server) storeFailed(ctx context.Context, sc *scratch, p *limiter.Policy, ds *descStatus, out *limiter.Outcome) {
-	mode := p.FailureMode()
+	mode := out.Decision.Fallback
 	s.metrics.storeError(out.Failed)
 	s.metrics.fallback(mode)
-	ds.fellBack = true
+	ds.failedOver, ds.fallback = true, mode
 	sc.storeFailed = true
 	if d := &out.Decision; !d.Allowed {
 		ds.over = true
@@ -259,7 +261,7 @@ func (s *Server) logDenial(ctx context.Context, msg string, ds *descStatus) {
 		zap.String("subject", subjectPrefix(&ds.match.Subject)),
 		zap.Uint32("remaining", ds.remaining),
 		zap.Int64("retry_after_seconds", ceilSeconds(ds.retry)),
-		zap.Bool("fallback", ds.fellBack),
+		zap.Bool("fallback", ds.failedOver),
 	}
 	if id := requestID(ctx); id != "" {
 		fields = append(fields, zap.String("x_request_id", id))
@@ -300,7 +302,7 @@ func (ds *descStatus) eligible() bool {
 	if ds.kind != statusStore && ds.kind != statusNeverFits {
 		return false
 	}
-	if ds.role == limiter.RoleShadow || ds.fellBack && !ds.over {
+	if ds.role == limiter.RoleShadow || ds.fellBack() && !ds.over {
 		return false
 	}
 	return !ds.over || ds.reported
