@@ -33,8 +33,8 @@ type Event struct {
 	Domain, PolicyID string
 	// Subject is the subject's HMAC digest.
 	Subject [32]byte
-	// Cost is the descriptor's hits.
-	Cost int64
+	// Cost is the hits the descriptor asked for (hits_addend as sent).
+	Cost uint64
 	// Limit is the limit; Remaining what remained of it.
 	Limit, Remaining int64
 	// RetryAfter is the wait the answer announced.
@@ -66,7 +66,7 @@ type Record struct {
 	Domain        string `json:"domain"`
 	PolicyID      string `json:"policy_id"`
 	SubjectDigest string `json:"subject_digest"`
-	Cost          int64  `json:"cost"`
+	Cost          uint64 `json:"cost"`
 	Limit         int64  `json:"limit"`
 	Remaining     int64  `json:"remaining"`
 	RetryAfterMs  int64  `json:"retry_after_ms"`
@@ -124,7 +124,7 @@ func (r *Record) fields() [][2]string {
 	}
 	f = append(f, [][2]string{
 		{"subject_digest", r.SubjectDigest},
-		{"cost", strconv.FormatInt(r.Cost, 10)},
+		{"cost", strconv.FormatUint(r.Cost, 10)},
 		{"limit", strconv.FormatInt(r.Limit, 10)},
 		{"remaining", strconv.FormatInt(r.Remaining, 10)},
 		{"retry_after_ms", strconv.FormatInt(r.RetryAfterMs, 10)},

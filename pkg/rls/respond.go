@@ -56,9 +56,7 @@ func (s *Server) respond(ctx context.Context, req *rlsv3.RateLimitRequest, sc *s
 			statuses[ds.desc].LimitRemaining = math.MaxUint32
 			pc := dm.policy(s.metrics, UnlimitedPolicy)
 			pc.count(resultOK, false, false)
-			if !ds.probe {
-				pc.hits.Add(float64(ds.cost))
-			}
+			pc.hits.Add(float64(ds.countedHits()))
 			continue
 		}
 		rule := ds.match.Rule
@@ -130,9 +128,7 @@ func (s *Server) respond(ctx context.Context, req *rlsv3.RateLimitRequest, sc *s
 			continue // a release is no request of the limit: not counted
 		}
 		pc := dm.policy(s.metrics, ds.policyLabel())
-		if !ds.probe {
-			pc.hits.Add(float64(ds.cost))
-		}
+		pc.hits.Add(float64(ds.countedHits()))
 		local := ds.failedOver && ds.fallback == limiter.FailLocal
 		r := resultOver
 		switch {
@@ -154,7 +150,7 @@ func (s *Server) respond(ctx context.Context, req *rlsv3.RateLimitRequest, sc *s
 			}
 			s.logDenial(ctx, msg, ds)
 			if s.auditor != nil {
-				s.audit(ctx, req.Domain, now, sc, ds)
+				s.audit(ctx, req, now, sc, ds)
 			}
 		}
 		if s.observer != nil && !ds.override {
@@ -282,6 +278,30 @@ func requestID(ctx context.Context) string {
 		return ""
 	}
 	return boundRequestID(v[0])
+}
+
+// maxUnlimitedHits bounds what one descriptor of an unlimited rule adds
+// to the hit counters (countedHits): the largest hits_addend of a call.
+const maxUnlimitedHits = math.MaxUint32
+
+// countedHits is what a limit adds to the hit counters: hits_total and the
+// Observer's Hits (the reference's stats, statsd, top consumers). It is the
+// descriptor's hits bounded by the most one request can take of the limit,
+// the policy's max cost (the limit, or the debt ceiling of charge: always;
+// at least 1), or maxUnlimitedHits on an unlimited rule; 0 for a probe.
+// So one request moves a counter by at most what its limit could take
+// (hits beyond it are denied without asking the store, or recorded as the
+// ceiling by charge: always); the audit record keeps what was asked
+// (Denial.Cost).
+func (ds *descStatus) countedHits() int64 {
+	if ds.probe {
+		return 0
+	}
+	bound := int64(maxUnlimitedHits)
+	if p := ds.match.Rule.Policy; ds.kind != statusUnlimited && p != nil {
+		bound = max(p.MaxCost(), 1)
+	}
+	return min(ds.cost, bound)
 }
 
 // policyLabel is the policy label of the descriptor's metrics: the configured
