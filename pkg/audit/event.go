@@ -33,8 +33,8 @@ type Event struct {
 	Domain, PolicyID string
 	// Subject is the subject's HMAC digest.
 	Subject [32]byte
-	// Cost is the descriptor's hits.
-	Cost int64
+	// Cost is the hits the descriptor asked for (hits_addend as sent).
+	Cost uint64
 	// Limit is the limit; Remaining what remained of it.
 	Limit, Remaining int64
 	// RetryAfter is the wait the answer announced.
@@ -45,6 +45,10 @@ type Event struct {
 	Shadow bool
 	// Outcome is OutcomeOverLimit or OutcomeFailureMode.
 	Outcome string
+	// FailureMode is the failure mode that answered when the store failed
+	// ("local": the local limiter denied, OutcomeOverLimit; "closed":
+	// OutcomeFailureMode), or empty when the store decided.
+	FailureMode string
 	// Usage, when set, makes the event a usage record (KindUsage) of
 	// Domain and PolicyID at Time: the denial fields are not used.
 	Usage *Usage
@@ -62,13 +66,14 @@ type Record struct {
 	Domain        string `json:"domain"`
 	PolicyID      string `json:"policy_id"`
 	SubjectDigest string `json:"subject_digest"`
-	Cost          int64  `json:"cost"`
+	Cost          uint64 `json:"cost"`
 	Limit         int64  `json:"limit"`
 	Remaining     int64  `json:"remaining"`
 	RetryAfterMs  int64  `json:"retry_after_ms"`
 	RequestID     string `json:"request_id,omitempty"`
 	Shadow        bool   `json:"shadow"`
 	Outcome       string `json:"outcome"`
+	FailureMode   string `json:"failure_mode,omitempty"`
 	// Usage is a usage record's totals (KindUsage only).
 	Usage *UsageRecord `json:"-"`
 	// Admin is an admin record (KindAdmin only).
@@ -99,11 +104,12 @@ func (e *Event) Record() Record {
 		RequestID:     e.RequestID,
 		Shadow:        e.Shadow,
 		Outcome:       e.Outcome,
+		FailureMode:   e.FailureMode,
 	}
 }
 
 // fields are the record's stream fields, as name, value pairs in a fixed
-// order (request_id only when set).
+// order (request_id and failure_mode only when set).
 func (r *Record) fields() [][2]string {
 	if r.Kind == KindAdmin && r.Admin != nil {
 		return append([][2]string{{"kind", KindAdmin}, {"time", r.Time}}, r.Admin.fields()...)
@@ -118,7 +124,7 @@ func (r *Record) fields() [][2]string {
 	}
 	f = append(f, [][2]string{
 		{"subject_digest", r.SubjectDigest},
-		{"cost", strconv.FormatInt(r.Cost, 10)},
+		{"cost", strconv.FormatUint(r.Cost, 10)},
 		{"limit", strconv.FormatInt(r.Limit, 10)},
 		{"remaining", strconv.FormatInt(r.Remaining, 10)},
 		{"retry_after_ms", strconv.FormatInt(r.RetryAfterMs, 10)},
@@ -127,6 +133,9 @@ func (r *Record) fields() [][2]string {
 	}...)
 	if r.RequestID != "" {
 		f = append(f, [2]string{"request_id", r.RequestID})
+	}
+	if r.FailureMode != "" {
+		f = append(f, [2]string{"failure_mode", r.FailureMode})
 	}
 	return f
 }

@@ -44,6 +44,44 @@ func TestJSONLinesParse(t *testing.T) {
 	}
 }
 
+// TestRecordFailureModeAndCost: a record names the failure mode that
+// answered (absent when the store decided), in JSON and in the stream's
+// fields, and carries the hits_addend as sent, even above 2^63.
+func TestRecordFailureModeAndCost(t *testing.T) {
+	e := event("edge:per-user", 1)
+	e.Cost, e.FailureMode = 1<<63+5, "local"
+	var buf bytes.Buffer
+	w := NewJSONLines(&buf, false)
+	store := event("edge:per-user", 2)
+	if n, err := w.Write(context.Background(), []Record{e.Record(), store.Record()}); n != 2 || err != nil {
+		t.Fatalf("Write: %d, %v", n, err)
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	text := strings.Split(strings.TrimSpace(buf.String()), "\n")
+	if len(text) != 2 || !strings.Contains(text[0], `"cost":9223372036854775813,`) || !strings.Contains(text[0], `"failure_mode":"local"`) {
+		t.Fatalf("lines %q, want the exact cost and failure_mode local in the first", text)
+	}
+	if strings.Contains(text[1], "failure_mode") {
+		t.Errorf("a store decision names a failure mode: %s", text[1])
+	}
+	r := e.Record()
+	f := map[string]string{}
+	for _, kv := range r.fields() {
+		f[kv[0]] = kv[1]
+	}
+	if f["failure_mode"] != "local" || f["cost"] != "9223372036854775813" {
+		t.Errorf("stream fields %v", f)
+	}
+	r = store.Record()
+	for _, kv := range r.fields() {
+		if kv[0] == "failure_mode" {
+			t.Errorf("a store decision's stream fields name a failure mode: %v", r.fields())
+		}
+	}
+}
+
 func redisDial(t *testing.T, addr string) func() (rueidis.Client, error) {
 	return func() (rueidis.Client, error) {
 		return redis.NewClient(redis.Config{Addrs: []string{addr}, Mode: redis.ModeStandalone})

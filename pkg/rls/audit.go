@@ -4,6 +4,8 @@ import (
 	"context"
 	"time"
 
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+
 	"github.com/envoy-rls/envoy-rls/pkg/limiter"
 )
 
@@ -29,8 +31,10 @@ type Denial struct {
 	PolicyID string
 	// Subject is the subject's digest.
 	Subject limiter.SubjectDigest
-	// Cost is the descriptor's hits (hits_addend, 1 when unset).
-	Cost int64
+	// Cost is the hits the descriptor asked for (its hits_addend as sent,
+	// else the call's; 1 when unset), unbounded: the limit itself and the
+	// hit counters take at most the policy's max cost of it.
+	Cost uint64
 	// Limit is the policy's limit; Remaining what remained of it (0 when
 	// unknown: a store failure).
 	Limit, Remaining int64
@@ -42,27 +46,35 @@ type Denial struct {
 	RequestID string
 	// Shadow: the rule is in shadow mode, so the call was answered OK.
 	Shadow bool
-	// FailureMode: the store failed and the policy's failure mode denied
-	// (closed, or local when the local limiter could not decide); nothing
-	// is known of the limit's state.
-	FailureMode bool
+	// StoreFailed: the store failed and a failure mode denied without a
+	// decision (closed; also a local policy whose local limiter could not
+	// decide): nothing is known of the limit's state.
+	StoreFailed bool
+	// FailureMode is the failure mode that answered when the store failed:
+	// "local" (the local limiter decided: Limit and Remaining are its
+	// share's) or "closed" (StoreFailed); empty when the store decided.
+	FailureMode string
 }
 
 // audit reports one denied limit (respond, pass 2) to the auditor.
-func (s *Server) audit(ctx context.Context, domain string, now time.Time, sc *scratch, ds *descStatus) {
+func (s *Server) audit(ctx context.Context, req *rlsv3.RateLimitRequest, now time.Time, sc *scratch, ds *descStatus) {
 	p := ds.match.Rule.Policy
+	asked, _ := askedHits(req, req.Descriptors[ds.desc])
 	d := Denial{
 		Time:        now,
-		Domain:      domain,
+		Domain:      req.Domain,
 		PolicyID:    ds.policyLabel(),
 		Subject:     ds.match.Subject,
-		Cost:        ds.cost,
+		Cost:        asked,
 		Limit:       p.Limit(),
 		Remaining:   int64(ds.remaining),
 		RetryAfter:  ds.retry,
 		RequestID:   sc.requestID,
 		Shadow:      ds.role == limiter.RoleShadow,
-		FailureMode: ds.fellBack,
+		StoreFailed: ds.fellBack(),
+	}
+	if ds.failedOver {
+		d.FailureMode = ds.fallback.String()
 	}
 	if d.RequestID == "" {
 		d.RequestID = requestID(ctx)

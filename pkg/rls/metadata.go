@@ -163,8 +163,8 @@ func describeDecision(f map[string]*structpb.Value, ds *descStatus) {
 	if ds.blocked {
 		f[mdBlocked] = structpb.NewBoolValue(true)
 	}
-	if ds.fellBack {
-		f[mdFailureMode] = structpb.NewStringValue(rule.Policy.FailureMode().String())
+	if ds.failedOver {
+		f[mdFailureMode] = structpb.NewStringValue(ds.fallback.String())
 	}
 }
 
@@ -176,10 +176,10 @@ func describeUndecided(f map[string]*structpb.Value, ds *descStatus) {
 	switch {
 	case ds.kind == statusUnlimited:
 		describeDecision(f, ds)
-	case ds.fellBack:
+	case ds.failedOver:
 		f[mdPolicy] = structpb.NewStringValue(ds.policyLabel())
 		f[mdResult] = structpb.NewStringValue(ResultOK)
-		f[mdFailureMode] = structpb.NewStringValue(ds.match.Rule.Policy.FailureMode().String())
+		f[mdFailureMode] = structpb.NewStringValue(ds.fallback.String())
 	case ds.kind == statusReplaced:
 		f[mdResult] = structpb.NewStringValue(resultReplaced)
 	case ds.kind == statusNegative || ds.kind == statusRequestID || ds.kind == statusNoLease:

@@ -30,9 +30,10 @@ type LimitObservation struct {
 	// Subject is the limit's subject digest (an HMAC of the policy ID and
 	// the matched entries, never a raw value).
 	Subject limiter.SubjectDigest
-	// Hits is the descriptor's cost (hits_addend, 1 when unset), and 0 for
-	// a probe (an explicit per-descriptor hits_addend of 0), which counts
-	// nothing.
+	// Hits is the descriptor's cost (hits_addend, 1 when unset) bounded by
+	// the policy's max cost, so that one request adds at most its limit to
+	// a counter; 0 for a probe (an explicit per-descriptor hits_addend of
+	// 0), which counts nothing.
 	Hits int64
 	// Over: the limit denied the hits (also in shadow mode, where the call
 	// is still answered OK, and for a limit that can never fit).
@@ -75,17 +76,13 @@ type CallObservation struct {
 // observeLimit reports one limit of a call (respond, pass 2) to the
 // observer.
 func (s *Server) observeLimit(sc *scratch, ds *descStatus) {
-	hits := ds.cost
-	if ds.probe {
-		hits = 0
-	}
 	o := LimitObservation{
 		Rule:        ds.match.Rule,
 		Subject:     ds.match.Subject,
-		Hits:        hits,
+		Hits:        ds.countedHits(),
 		Over:        ds.over,
 		Shadow:      ds.role == limiter.RoleShadow,
-		StoreFailed: ds.fellBack,
+		StoreFailed: ds.fellBack(),
 	}
 	if ds.kind == statusStore {
 		if out := &sc.outs[ds.batch]; out.Decision.Known() {

@@ -136,8 +136,8 @@ type recordingAuditor struct {
 }
 
 func (r *recordingAuditor) Denied(d Denial) {
-	r.denials.addf("%s %s cost=%d limit=%d remaining=%d retry=%v shadow=%v failure=%v id=%q",
-		d.Domain, d.PolicyID, d.Cost, d.Limit, d.Remaining, d.RetryAfter, d.Shadow, d.FailureMode, d.RequestID)
+	r.denials.addf("%s %s cost=%d limit=%d remaining=%d retry=%v shadow=%v failure=%v mode=%q id=%q",
+		d.Domain, d.PolicyID, d.Cost, d.Limit, d.Remaining, d.RetryAfter, d.Shadow, d.StoreFailed, d.FailureMode, d.RequestID)
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.raw = append(r.raw, d)
@@ -162,13 +162,13 @@ func TestAuditorHearsDenialsOnly(t *testing.T) {
 			}
 		}},
 		{run: func() { e.call(t, request("rls", withHits(desc("user", "alice"), 2))) },
-			want: []string{`rls rls:per-user cost=2 limit=3 remaining=0 retry=50s shadow=false failure=false id=""`}},
+			want: []string{`rls rls:per-user cost=2 limit=3 remaining=0 retry=50s shadow=false failure=false mode="" id=""`}},
 		// Shadow: answered OK, audited as a shadow denial.
 		{run: func() {
 			e.call(t, request("rls", desc("shadow", "x")))
 			e.call(t, request("rls", desc("shadow", "x")))
 		},
-			want: []string{`rls rls/shadow cost=1 limit=1 remaining=0 retry=50s shadow=true failure=false id=""`}},
+			want: []string{`rls rls/shadow cost=1 limit=1 remaining=0 retry=50s shadow=true failure=false mode="" id=""`}},
 		// Quota mode: one descriptor over while the other allows is no
 		// denial.
 		{run: func() {
@@ -177,10 +177,10 @@ func TestAuditorHearsDenialsOnly(t *testing.T) {
 		}},
 		// Never fits; unlimited and unmatched say nothing.
 		{run: func() { e.call(t, request("rls", desc("blocked", "x"), desc("internal", "y"), desc("nothing", "z"))) },
-			want: []string{`rls rls/blocked cost=1 limit=0 remaining=0 retry=59m50s shadow=false failure=false id=""`}},
+			want: []string{`rls rls/blocked cost=1 limit=0 remaining=0 retry=59m50s shadow=false failure=false mode="" id=""`}},
 		// A failed store: fail open is no denial, fail closed is one.
 		{fail: limiter.Unavailable, run: func() { e.call(t, request("rls", desc("fail_open", "x"), desc("fail_closed", "x"))) },
-			want: []string{`rls rls/fail_closed cost=1 limit=5 remaining=0 retry=2.5s shadow=false failure=true id=""`}},
+			want: []string{`rls rls/fail_closed cost=1 limit=5 remaining=0 retry=2.5s shadow=false failure=true mode="closed" id=""`}},
 	}
 	for i, st := range steps {
 		e.setFail(st.fail)
@@ -260,18 +260,18 @@ func TestRequestIDDescriptor(t *testing.T) {
 	}
 }
 
-// hits_total adds each decision's cost whatever its result (a probe adds
-// 0), and the duration histograms carry the configured domain or
-// "unknown".
+// hits_total adds each decision's cost whatever its result, at most the
+// limit (a probe adds 0), and the duration histograms carry the configured
+// domain or "unknown".
 func TestHitsAndDurationMetrics(t *testing.T) {
 	e := newRealEnv(t)
 	e.call(t, request("rls", withHits(desc("user", "volume"), 2)))
-	e.call(t, request("rls", withHits(desc("user", "volume"), 5))) // above the limit of 3: denied without asking the store, still counted
+	e.call(t, request("rls", withHits(desc("user", "volume"), 5))) // above the limit of 3: denied without asking the store, counted as 3
 	e.call(t, request("rls", withHits(desc("user", "volume"), 0))) // a probe
 	e.call(t, request("not-configured", desc("user", "volume")))
 	m := e.metrics(t)
 	for series, want := range map[string]string{
-		`envoy_rls_hits_total{domain="rls",policy="rls:per-user"}`:                          "7",
+		`envoy_rls_hits_total{domain="rls",policy="rls:per-user"}`:                          "5",
 		`envoy_rls_decisions_total{domain="rls",policy="rls:per-user",result="ok"}`:         "2",
 		`envoy_rls_decisions_total{domain="rls",policy="rls:per-user",result="over_limit"}`: "1",
 		`envoy_rls_call_duration_seconds_count{domain="rls"}`:                               "3",

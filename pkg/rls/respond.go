@@ -56,9 +56,7 @@ func (s *Server) respond(ctx context.Context, req *rlsv3.RateLimitRequest, sc *s
 			statuses[ds.desc].LimitRemaining = math.MaxUint32
 			pc := dm.policy(s.metrics, UnlimitedPolicy)
 			pc.count(resultOK, false, false)
-			if !ds.probe {
-				pc.hits.Add(float64(ds.cost))
-			}
+			pc.hits.Add(float64(ds.countedHits()))
 			continue
 		}
 		rule := ds.match.Rule
@@ -82,7 +80,8 @@ func (s *Server) respond(ctx context.Context, req *rlsv3.RateLimitRequest, sc *s
 			if d.Source == limiter.SourceFallback {
 				// The store failed; the local limiter decided instead.
 				s.metrics.storeError(out.Failed)
-				s.metrics.fallback(p.FailureMode())
+				s.metrics.fallback(d.Fallback)
+				ds.failedOver, ds.fallback = true, d.Fallback
 				sc.storeFailed = true
 			}
 			ds.over = !d.Allowed
@@ -129,11 +128,8 @@ func (s *Server) respond(ctx context.Context, req *rlsv3.RateLimitRequest, sc *s
 			continue // a release is no request of the limit: not counted
 		}
 		pc := dm.policy(s.metrics, ds.policyLabel())
-		if !ds.probe {
-			pc.hits.Add(float64(ds.cost))
-		}
-		local := ds.kind == statusStore && sc.outs[ds.batch].Decision.Source == limiter.SourceFallback &&
-			sc.outs[ds.batch].Decision.Fallback == limiter.FailLocal
+		pc.hits.Add(float64(ds.countedHits()))
+		local := ds.failedOver && ds.fallback == limiter.FailLocal
 		r := resultOver
 		switch {
 		case !ds.over, ds.role.Quota() && !quotaDenies:
@@ -154,7 +150,7 @@ func (s *Server) respond(ctx context.Context, req *rlsv3.RateLimitRequest, sc *s
 			}
 			s.logDenial(ctx, msg, ds)
 			if s.auditor != nil {
-				s.audit(ctx, req.Domain, now, sc, ds)
+				s.audit(ctx, req, now, sc, ds)
 			}
 		}
 		if s.observer != nil && !ds.override {
@@ -221,12 +217,14 @@ func bindingLimit(limits []descStatus) int {
 // storeFailed reports a failure mode's answer to a store failure (a
 // decision that knows nothing of the limit's state, see limiter.FailureAnswer):
 // fail open allows with no current_limit; fail closed, or local when the
-// local limiter could not decide either, denies until its RetryAfter.
+// local limiter could not decide either, denies until its RetryAfter. It is
+// counted, logged and reported under the mode that answered
+// (Decision.Fallback: closed for such a local policy), not the policy's.
 func (s *Server) storeFailed(ctx context.Context, sc *scratch, p *limiter.Policy, ds *descStatus, out *limiter.Outcome) {
-	mode := p.FailureMode()
+	mode := out.Decision.Fallback
 	s.metrics.storeError(out.Failed)
 	s.metrics.fallback(mode)
-	ds.fellBack = true
+	ds.failedOver, ds.fallback = true, mode
 	sc.storeFailed = true
 	if d := &out.Decision; !d.Allowed {
 		ds.over = true
@@ -259,7 +257,7 @@ func (s *Server) logDenial(ctx context.Context, msg string, ds *descStatus) {
 		zap.String("subject", subjectPrefix(&ds.match.Subject)),
 		zap.Uint32("remaining", ds.remaining),
 		zap.Int64("retry_after_seconds", ceilSeconds(ds.retry)),
-		zap.Bool("fallback", ds.fellBack),
+		zap.Bool("fallback", ds.failedOver),
 	}
 	if id := requestID(ctx); id != "" {
 		fields = append(fields, zap.String("x_request_id", id))
@@ -282,6 +280,30 @@ func requestID(ctx context.Context) string {
 	return boundRequestID(v[0])
 }
 
+// maxUnlimitedHits bounds what one descriptor of an unlimited rule adds
+// to the hit counters (countedHits): the largest hits_addend of a call.
+const maxUnlimitedHits = math.MaxUint32
+
+// countedHits is what a limit adds to the hit counters: hits_total and the
+// Observer's Hits (the reference's stats, statsd, top consumers). It is the
+// descriptor's hits bounded by the most one request can take of the limit,
+// the policy's max cost (the limit, or the debt ceiling of charge: always;
+// at least 1), or maxUnlimitedHits on an unlimited rule; 0 for a probe.
+// So one request moves a counter by at most what its limit could take
+// (hits beyond it are denied without asking the store, or recorded as the
+// ceiling by charge: always); the audit record keeps what was asked
+// (Denial.Cost).
+func (ds *descStatus) countedHits() int64 {
+	if ds.probe {
+		return 0
+	}
+	bound := int64(maxUnlimitedHits)
+	if p := ds.match.Rule.Policy; ds.kind != statusUnlimited && p != nil {
+		bound = max(p.MaxCost(), 1)
+	}
+	return min(ds.cost, bound)
+}
+
 // policyLabel is the policy label of the descriptor's metrics: the configured
 // policy ID, or OverridePolicy for a request-supplied limit override (whose
 // ID derives from request-supplied keys and so must not become a label).
@@ -300,7 +322,7 @@ func (ds *descStatus) eligible() bool {
 	if ds.kind != statusStore && ds.kind != statusNeverFits {
 		return false
 	}
-	if ds.role == limiter.RoleShadow || ds.fellBack && !ds.over {
+	if ds.role == limiter.RoleShadow || ds.fellBack() && !ds.over {
 		return false
 	}
 	return !ds.over || ds.reported

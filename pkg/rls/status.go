@@ -69,13 +69,22 @@ type descStatus struct {
 	blocked   bool         // over because the subject is in the penalty box
 	reported  bool         // reported OVER_LIMIT to Envoy
 	result    result       // how it is counted (statusStore and statusNeverFits)
-	fellBack  bool         // the store failed and the failure mode answered
 	role      limiter.Role // how the limit is reported (statusStore and statusNeverFits; see add)
 	remaining uint32
 	reset     time.Duration
 	retry     time.Duration
 	current   int // index of its current_limit in the response's limits, -1 for none
+	// failedOver: the store failed and a failure mode answered; fallback
+	// is the mode that answered (limiter.Decision.Fallback): local when
+	// the local limiter decided, closed when a local policy's local
+	// limiter could not decide either.
+	failedOver bool
+	fallback   limiter.FailureMode
 }
+
+// fellBack reports whether a failure mode answered without knowing the
+// limit's state (open or closed): not a decision of the local limiter.
+func (ds *descStatus) fellBack() bool { return ds.failedOver && ds.fallback != limiter.FailLocal }
 
 // scratch holds the reusable buffers of one call.
 type scratch struct {

@@ -89,19 +89,23 @@ func validateRequest(req *rlsv3.RateLimitRequest) error {
 // checked and never consumed (limiter.RoleProbe), asking whether one more
 // hit would be allowed now.
 func hitsFor(req *rlsv3.RateLimitRequest, d *rlv3.RateLimitDescriptor) (cost int64, probe bool) {
+	asked, probe := askedHits(req, d)
+	return int64(min(asked, maxSafeHitsCost)), probe
+}
+
+// askedHits is hitsFor's cost before any bound: the hits_addend as sent
+// (the audit record carries it).
+func askedHits(req *rlsv3.RateLimitRequest, d *rlv3.RateLimitDescriptor) (hits uint64, probe bool) {
 	if h := d.HitsAddend; h != nil {
 		if h.Value == 0 {
 			return 1, true
 		}
-		if h.Value > maxSafeHitsCost {
-			return maxSafeHitsCost, false
-		}
-		return int64(h.Value), false
+		return h.Value, false
 	}
 	if req.HitsAddend == 0 {
 		return 1, false
 	}
-	return int64(req.HitsAddend), false
+	return uint64(req.HitsAddend), false
 }
 
 // units maps each configured unit (by its value, descriptors.UnitSecond

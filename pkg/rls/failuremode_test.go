@@ -1,0 +1,172 @@
+package rls
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+
+	"github.com/envoy-rls/envoy-rls/internal/limitertest"
+	"github.com/envoy-rls/envoy-rls/pkg/descriptors"
+	"github.com/envoy-rls/envoy-rls/pkg/limiter"
+)
+
+// outcomeStore answers every request with the outcome answer gives it: the
+// shapes the failover wrapper (pkg/limiter/failover) returns, or a bare
+// store failure.
+type outcomeStore struct {
+	answer func(r *limiter.Request) limiter.Outcome
+}
+
+func (s outcomeStore) Evaluate(_ context.Context, batch []limiter.Request, out []limiter.Outcome) {
+	for i := range batch {
+		out[i] = s.answer(&batch[i])
+	}
+}
+
+// The outcomes of a request of a limit of 10, as stores answer them.
+func storeDecides(allowed bool) func(*limiter.Request) limiter.Outcome {
+	return func(r *limiter.Request) limiter.Outcome {
+		d := limiter.Decision{Allowed: allowed, Limit: 10, Remaining: 4, ResetAt: fakeNow.Add(50 * time.Second),
+			PolicyID: r.Policy.ID(), Source: limiter.SourceMemory, Consumed: allowed}
+		if !allowed {
+			d.Remaining, d.RetryAfter = 0, 50*time.Second
+		}
+		return limiter.EvaluatedOutcome(d)
+	}
+}
+
+// localDecides is the local limiter's decision of the failover wrapper
+// (Source SourceFallback, Fallback FailLocal) within a share of 5.
+func localDecides(allowed bool) func(*limiter.Request) limiter.Outcome {
+	return func(r *limiter.Request) limiter.Outcome {
+		o := storeDecides(allowed)(r)
+		o.Decision.Limit, o.Decision.Source, o.Decision.Fallback = 5, limiter.SourceFallback, limiter.FailLocal
+		o.Failed, o.Category = limiter.Unavailable, limiter.CategoryNotConnected
+		return o
+	}
+}
+
+// storeFails is a bare store failure; the server answers it by the
+// policy's failure mode (limiter.AnswerFailures).
+func storeFails(*limiter.Request) limiter.Outcome {
+	return limiter.UnavailableOutcome(2*time.Second, limiter.CategoryNotConnected, nil)
+}
+
+// localFails is the failover wrapper's answer to a failure_mode local
+// limit its local limiter could not decide (full, or out of time): closed.
+func localFails(r *limiter.Request) limiter.Outcome {
+	return limiter.FailureAnswer(r, storeFails(r))
+}
+
+// recordingLimits keeps every LimitObservation as given.
+type recordingLimits struct{ limits []LimitObservation }
+
+func (r *recordingLimits) ObserveLimit(o LimitObservation) { r.limits = append(r.limits, o) }
+func (r *recordingLimits) ObserveCall(CallObservation)     {}
+
+// TestFailureModeAnswered: the dynamic metadata's failureMode, the audit
+// record's failure mode, envoy_rls_fallback_total{mode} and the store
+// failure log name the failure mode that answered a limit — local when the
+// local limiter decided (admitted or denied), closed when a local policy's
+// local limiter could not decide, open and closed for those policies — and
+// none of them when the store decided.
+func TestFailureModeAnswered(t *testing.T) {
+	cases := []struct {
+		name   string
+		policy limiter.FailureMode
+		answer func(*limiter.Request) limiter.Outcome
+		over   bool
+		// mode is the failure mode that answered ("": the store decided);
+		// unknown: it answered knowing nothing of the limit's state.
+		mode    string
+		unknown bool
+	}{
+		{name: "store allows", policy: limiter.FailLocal, answer: storeDecides(true)},
+		{name: "store denies", policy: limiter.FailLocal, answer: storeDecides(false), over: true},
+		{name: "local limiter admits", policy: limiter.FailLocal, answer: localDecides(true), mode: "local"},
+		{name: "local limiter denies", policy: limiter.FailLocal, answer: localDecides(false), over: true, mode: "local"},
+		{name: "local limiter could not decide", policy: limiter.FailLocal, answer: localFails, over: true, mode: "closed", unknown: true},
+		{name: "local policy without a local limiter", policy: limiter.FailLocal, answer: storeFails, over: true, mode: "closed", unknown: true},
+		{name: "open", policy: limiter.FailOpen, answer: storeFails, mode: "open", unknown: true},
+		{name: "closed", policy: limiter.FailClosed, answer: storeFails, over: true, mode: "closed", unknown: true},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			p, err := limiter.NewPolicy(limiter.PolicySpec{ID: "p", Algorithm: limiter.FixedWindow,
+				Params: limiter.FixedWindowParams{Limit: 10, Window: time.Minute}, FailureMode: c.policy})
+			if err != nil {
+				t.Fatal(err)
+			}
+			fr := &fakeRules{domain: "d", rules: map[string]*descriptors.Rule{
+				"user": {Policy: p, Unit: descriptors.UnitMinute, RequestsPerUnit: 10, StatKey: "d.user"},
+			}}
+			audited, observed := &recordingAuditor{}, &recordingLimits{}
+			h := newHarness(t, func() Rules { return fr }, outcomeStore{c.answer}, limitertest.NewClock(fakeNow),
+				withDynamicMetadata, func(cfg *Config) { cfg.Auditor, cfg.Observer = audited, observed })
+			resp := h.call(t, request("d", desc("user", "alice")))
+
+			if got := resp.OverallCode == rlsv3.RateLimitResponse_OVER_LIMIT; got != c.over {
+				t.Fatalf("answered %v, want over the limit %v", resp.OverallCode, c.over)
+			}
+			md := metadataOf(t, resp)["descriptors"].([]any)[0].(map[string]any)
+			if got, _ := md["failureMode"].(string); got != c.mode {
+				t.Errorf("dynamic metadata failureMode %q, want %q: %s", got, c.mode, jsonOf(md))
+			}
+
+			m := h.metrics(t)
+			count := func(series string) string {
+				if v := counterValue(m, series); v != "" {
+					return v
+				}
+				return "0"
+			}
+			for _, mode := range []string{"local", "open", "closed"} {
+				want := "0"
+				if mode == c.mode {
+					want = "1"
+				}
+				if got := count(`envoy_rls_fallback_total{mode="` + mode + `"}`); got != want {
+					t.Errorf(`fallback_total{mode=%q} = %s, want %s`, mode, got, want)
+				}
+			}
+			result, local := "ok", "0"
+			if c.over {
+				result = "over_limit"
+			}
+			if c.mode == "local" {
+				local = "1"
+			}
+			if got := count(`envoy_rls_local_fallback_decisions_total{domain="d",policy="p",result="` + result + `"}`); got != local {
+				t.Errorf("local_fallback_decisions_total{result=%q} = %s, want %s", result, got, local)
+			}
+
+			audited.mu.Lock()
+			denials := audited.raw
+			audited.mu.Unlock()
+			if !c.over {
+				if len(denials) != 0 {
+					t.Errorf("allowed, yet audited: %+v", denials)
+				}
+			} else if len(denials) != 1 || denials[0].FailureMode != c.mode || denials[0].StoreFailed != c.unknown {
+				t.Errorf("audited %+v, want one denial with FailureMode %q and StoreFailed %v", denials, c.mode, c.unknown)
+			}
+
+			if len(observed.limits) != 1 || observed.limits[0].StoreFailed != c.unknown {
+				t.Errorf("observed %+v, want StoreFailed %v", observed.limits, c.unknown)
+			}
+
+			logged := h.logs.FilterMessage(msgStoreFailure).All()
+			if c.unknown != (len(logged) == 1) {
+				t.Fatalf("store failure logged %d times, want it %v", len(logged), c.unknown)
+			}
+			if c.unknown {
+				if got := fmt.Sprint(logged[0].ContextMap()["failure_mode"]); got != c.mode {
+					t.Errorf("store failure log failure_mode %q, want %q", got, c.mode)
+				}
+			}
+		})
+	}
+}
