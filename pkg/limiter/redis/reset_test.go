@@ -350,3 +350,50 @@ func TestResetPolicyNoScript(t *testing.T) {
 		t.Fatalf("%v keys left", n)
 	}
 }
+
+// BenchmarkResetPolicy measures one policy reset against a local
+// redis-server: over 200,000 states, half of them the policy's, and over
+// 100,000 states of another policy (none the policy's: a scan that reads
+// nothing). Figures go to docs/operations.md; nothing here is asserted but
+// the counts.
+func BenchmarkResetPolicy(b *testing.B) {
+	e := newEnvWith(b, Config{Timeout: 10 * time.Second})
+	p, other := fixed(b, "bench.reset", 5, time.Hour), fixed(b, "bench.other", 5, time.Hour)
+	state := string(lua.AppendState(nil, limiter.State{Algorithm: limiter.FixedWindow, LastObservedMs: 1000, Epoch: 1, Level: 1}))
+	// seed writes n states of policy q (StorageKey's layout, hash tags and
+	// digests from the index) in one script run.
+	seed := func(q *limiter.Policy, from, n int) {
+		d := policyDigest(q.ID(), q.Revision())
+		const script = `for i = tonumber(ARGV[1]), tonumber(ARGV[2]) do
+  redis.call('SET', string.format('rate:{%016x}:state:v2:%s:%032x', i, ARGV[3], i), ARGV[4])
+end`
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		if _, err := e.conn.Do(ctx, "EVAL", script, "0", strconv.Itoa(from), strconv.Itoa(from+n-1), hex.EncodeToString(d[:]), state); err != nil {
+			b.Fatal(err)
+		}
+	}
+	for _, c := range []struct {
+		name         string
+		mine, others int
+	}{
+		{"keys=200000/policy=100000", 100_000, 100_000},
+		{"keys=100000/policy=0", 0, 100_000},
+	} {
+		b.Run(c.name, func(b *testing.B) {
+			for b.Loop() {
+				b.StopTimer()
+				e.do("FLUSHALL")
+				seed(p, 0, c.mine)
+				seed(other, c.mine, c.others)
+				b.StartTimer()
+				ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+				res, err := e.store.ResetPolicy(ctx, p.ID(), p.Revision(), limiter.ResetBounds{MaxScanned: 10_000_000})
+				cancel()
+				if err != nil || !res.Complete || res.Deleted != c.mine || res.Skipped != 0 {
+					b.Fatalf("ResetPolicy: %+v %v", res, err)
+				}
+			}
+		})
+	}
+}
