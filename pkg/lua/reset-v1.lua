@@ -8,7 +8,7 @@
 -- KEYS[1]  a key the scan found, whose name the caller matched to a layout
 -- ARGV[1]  the layout of that name: 2, redis.StorageKey's, named for the
 --          policy being reset: a state of rate-batch-v2.lua (decodeState's
---          layout, of any rate algorithm) or a lease set of lease-v1.lua
+--          layout, of any rate algorithm) or a lease set of the lease program
 --          (whole 10-byte entries struct.pack('>dH', expiryMillis, count),
 --          1 to 10,000 of them, expiries in order, counts at least 1);
 --          1, redis.StorageKeyV1's: a hash of rate-batch-v1.lua, whose
@@ -267,7 +267,7 @@ local function rateState(v)
   return true
 end
 
--- leaseSet reports whether v is a lease set lease-v1.lua writes (it
+-- leaseSet reports whether v is a lease set the lease program writes (it
 -- deletes a set whose last lease it removes: never an empty one).
 local function leaseSet(v)
   return #v > 0 and #v <= ENTRY * MAX_LEASES and entries(v, 1, MAX)

@@ -16,7 +16,7 @@ func Reset() Program { return Program{Name: "reset-v1.lua", Source: resetV1} }
 // ResetArgsV2 returns the ARGV of reset-v1.lua for a key of
 // redis.StorageKey's layout named for the policy being reset: it is
 // deleted when it holds a state of rate-batch-v2.lua or a lease set of
-// lease-v1.lua.
+// the lease program (Lease).
 func ResetArgsV2() []string { return []string{"2"} }
 
 // ResetArgsV1 returns the ARGV of reset-v1.lua for a key of
