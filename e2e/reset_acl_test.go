@@ -93,11 +93,14 @@ func stateKeys(t *testing.T, srv *redistest.Server, policy string) []string {
 	}
 }
 
-// TestPolicyResetSkipsForeignKey: a string key named like a state key
-// (another program's, in Redis's `rate:` namespace) among thousands of
-// states of a policy: the policy reset on the real binary answers 200,
-// deletes every state of the policy, leaves the foreign key, and says
-// skipped: 1, in its answer and its log.
+// TestPolicyResetSkipsForeignKey: keys named like state keys that are no
+// states (another program's, in Redis's `rate:` namespace: a string, a
+// list named exactly as the policy's states are, a string under the
+// policy's part with a suffix of no hex digits, a hash of the previous
+// layout's name without its fields) among thousands of states of a
+// policy: the policy reset on the real binary answers 200, deletes every
+// state of the policy, leaves the foreign keys as they were, and says
+// skipped: 4, in its answer and its log.
 func TestPolicyResetSkipsForeignKey(t *testing.T) {
 	redis, cfg := withStandaloneRedis(t, redistest.Local())
 	cfg.Rules, cfg.Secret = rulesDir(t, hourlyRules(100, "user", "other")), secretFile(t)
@@ -111,29 +114,42 @@ func TestPolicyResetSkipsForeignKey(t *testing.T) {
 	}
 	r.spend(t, "user", users)
 	r.spend(t, "other", []string{"a", "b"})
-	// The foreign key comes after some states in SCAN's order and before
-	// others: SCAN walks the table's buckets, and this key is one of 3,001.
-	const foreign = "rate:{0123456789abcdef}:state:not-a-state-of-envoy-rls"
-	redis.MustDo("SET", foreign, "another program's value")
-	if got := len(stateKeys(t, redis, domain+"/user")); got != states {
-		t.Fatalf("%d states of %s/user before the reset, want %d", got, domain, states)
+	found := stateKeys(t, redis, domain+"/user")
+	if len(found) != states {
+		t.Fatalf("%d states of %s/user before the reset, want %d", len(found), domain, states)
+	}
+	// The foreign keys come after some states in SCAN's order and before
+	// others: SCAN walks the table's buckets, and they are 4 of 3,006.
+	named := found[0][:len(found[0])-32] // rate:{<tag>}:state:v2:<policy>:
+	foreign := [][]string{
+		{"SET", "rate:{0123456789abcdef}:state:not-a-state-of-envoy-rls", "another program's value"},
+		{"RPUSH", named + strings.Repeat("0", 32), "another program's value"},
+		{"SET", named + strings.Repeat("z", 32), "another program's value"},
+		{"HSET", "rate:{0123456789abcdef}:state:" + strings.Repeat("0", 64), "field", "another program's value"},
+	}
+	before := make([]any, len(foreign))
+	for i, cmd := range foreign {
+		redis.MustDo(cmd...)
+		before[i] = redis.MustDo("DUMP", cmd[1])
 	}
 
 	ans := r.resetPolicy(t, domain+"/user")
-	if !ans.Complete || ans.Deleted != states || ans.Skipped != 1 || ans.Scanned != states+3 {
-		t.Fatalf("policy reset: %+v; want complete, %d deleted, 1 skipped of %d scanned", ans, states, states+3)
+	if want := states + 2 + len(foreign); !ans.Complete || ans.Deleted != states || ans.Skipped != len(foreign) || ans.Scanned != want {
+		t.Fatalf("policy reset: %+v; want complete, %d deleted, %d skipped of %d scanned", ans, states, len(foreign), want)
 	}
-	if left := stateKeys(t, redis, domain+"/user"); len(left) != 0 {
-		t.Fatalf("%d states of the policy left after the reset, e.g. %s", len(left), left[0])
+	if left := stateKeys(t, redis, domain+"/user"); len(left) != 2 {
+		t.Fatalf("%d keys named for the policy left after the reset, want the two foreign ones: %v", len(left), left[:min(len(left), 3)])
 	}
-	if v := redis.MustDo("GET", foreign); v != "another program's value" {
-		t.Fatalf("the foreign key after the reset: %v", v)
+	for i, cmd := range foreign {
+		if after := redis.MustDo("DUMP", cmd[1]); after != before[i] {
+			t.Fatalf("the foreign key %s after the reset: %q, was %q", cmd[1], after, before[i])
+		}
 	}
 	if got := len(stateKeys(t, redis, domain+"/other")); got != 2 {
 		t.Fatalf("another policy's states after the reset: %d, want 2", got)
 	}
-	if !r.log.contains(`"skipped":1`) {
-		t.Fatal("the skipped key is not in the log")
+	if !r.log.contains(`"skipped":4`) {
+		t.Fatal("the skipped keys are not in the log")
 	}
 	// The policy's subjects start afresh.
 	if res := r.mustCall(t, entry{"user", users[0]}); !res.ok() {
@@ -202,7 +218,8 @@ descriptors:
 // exerciseACLUser runs what the admin API and Envoy ask of the store on
 // r: three calls of each rule's subject (the third denied, but shadow's),
 // one request with every rule, explain, a counters read, a subject reset
-// and a policy reset that deletes its states (read on masters with the
+// and a policy reset of each rule's policy that deletes its states and
+// leaves a list named like them (read and planted on masters with the
 // default user).
 func exerciseACLUser(t *testing.T, r *replica, masters ...*redistest.Server) {
 	t.Helper()
@@ -231,16 +248,44 @@ func exerciseACLUser(t *testing.T, r *replica, masters ...*redistest.Server) {
 	if code != http.StatusOK || !strings.Contains(body, `"states_deleted": 1`) {
 		t.Fatalf("subject reset: %d %s", code, body)
 	}
-	var policyKeys int
-	for _, m := range masters {
-		policyKeys += len(stateKeys(t, m, "e2e/fixed"))
-	}
-	if ans := r.resetPolicy(t, "e2e/fixed"); !ans.Complete || ans.Deleted != policyKeys || ans.Deleted < 2 || ans.Skipped != 0 {
-		t.Fatalf("policy reset: %+v, want %d deleted", ans, policyKeys)
-	}
-	for _, m := range masters {
-		if left := stateKeys(t, m, "e2e/fixed"); len(left) != 0 {
-			t.Fatalf("%d states left after the policy reset", len(left))
+	// A policy reset of each rule: the reset program reads and deletes
+	// every kind of state (a penalty box, a log, a calendar window) as the
+	// user. Beside the fixed window's states, a list named as they are
+	// (another program's key, planted with the default user in a state's
+	// slot): read, refused as no state, left alone and counted.
+	for _, k := range keys {
+		if k == "calendar" {
+			continue // its policy ID names its calendar; its state is a fixed window's
+		}
+		policy := "e2e/" + k
+		var policyKeys int
+		var foreign string
+		var foreignAt *redistest.Server
+		for _, m := range masters {
+			found := stateKeys(t, m, policy)
+			policyKeys += len(found)
+			if k == "fixed" && foreign == "" && len(found) > 0 {
+				foreign, foreignAt = found[0][:len(found[0])-32]+strings.Repeat("0", 32), m
+				m.MustDo("RPUSH", foreign, "another program's value")
+			}
+		}
+		wantSkipped := 0
+		if foreign != "" {
+			wantSkipped = 1
+		}
+		if ans := r.resetPolicy(t, policy); !ans.Complete || ans.Deleted != policyKeys || ans.Deleted < 1 || ans.Skipped != wantSkipped {
+			t.Fatalf("policy reset of %s: %+v, want %d deleted, %d skipped", policy, ans, policyKeys, wantSkipped)
+		}
+		if foreign != "" {
+			if v := foreignAt.MustDo("LRANGE", foreign, "0", "-1").([]any); len(v) != 1 || v[0] != "another program's value" {
+				t.Fatalf("the list beside the states after the reset: %v", v)
+			}
+			foreignAt.MustDo("DEL", foreign)
+		}
+		for _, m := range masters {
+			if left := stateKeys(t, m, policy); len(left) != 0 {
+				t.Fatalf("%d states of %s left after the policy reset", len(left), policy)
+			}
 		}
 	}
 	if res := r.mustCall(t, entry{"fixed", subject}); !res.ok() {

@@ -40,8 +40,9 @@ type PolicyReset struct {
 	// Deleted is how many states of the policy at the revision were deleted.
 	Deleted int
 	// Skipped is how many keys the scan found that are not states of this
-	// service (Redis: a key named like a state key that does not hold a
-	// hash); they are left alone and do not stop the reset.
+	// service (Redis: a key named like a state key whose name is not
+	// exactly a state key's, or which does not hold what the programs
+	// write); they are left alone and do not stop the reset.
 	Skipped int
 	// Complete: every state was looked at (else the scan stopped at
 	// MaxScanned or at ctx's end).

@@ -53,7 +53,7 @@ func TestProgramsGenerated(t *testing.T) {
 		}
 	}
 	var embedded []string
-	for _, p := range append(Programs(), Lease(), Program{Name: BatchFunction().Name, Source: BatchFunction().Source}) {
+	for _, p := range append(Programs(), Lease(), Reset(), Program{Name: BatchFunction().Name, Source: BatchFunction().Source}) {
 		embedded = append(embedded, p.Name)
 		if p.Source != want[p.Name] {
 			t.Errorf("%s: the embedded source is not the generated one", p.Name)

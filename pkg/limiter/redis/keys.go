@@ -4,6 +4,7 @@ import (
 	"crypto/sha256"
 	"encoding/binary"
 	"encoding/hex"
+	"strings"
 
 	"github.com/envoy-rls/envoy-rls/pkg/limiter"
 )
@@ -100,4 +101,54 @@ func policyDigest(policyID string, revision uint32) [8]byte {
 // requestKey appends the Redis key of r's state to buf (StorageKey).
 func requestKey(buf []byte, r *limiter.Request) []byte {
 	return StorageKey(buf, r.Policy, r.Subject, r.Tag)
+}
+
+// keyLayout is the layout of a key's name: which of this package's key
+// builders can have made it.
+type keyLayout uint8
+
+const (
+	// layoutNone: no builder of this package makes such a name.
+	layoutNone keyLayout = iota
+	// layoutV2: StorageKey's.
+	layoutV2
+	// layoutV1: StorageKeyV1's.
+	layoutV1
+)
+
+// stateKeyLayout returns the layout of key's name and, for StorageKey's,
+// its <policy> part. A name is of a layout only when it is exactly that
+// layout: its constant parts, and lowercase hex digits of the right length
+// where a builder writes a digest.
+func stateKeyLayout(key string) (keyLayout, string) {
+	rest, ok := strings.CutPrefix(key, "rate:{")
+	if !ok || len(rest) < 2*len(limiter.Tag{})+1 || !isHex(rest[:2*len(limiter.Tag{})]) {
+		return layoutNone, ""
+	}
+	rest, ok = strings.CutPrefix(rest[2*len(limiter.Tag{}):], "}:state:")
+	if !ok {
+		return layoutNone, ""
+	}
+	if v2, ok := strings.CutPrefix(rest, "v2:"); ok {
+		const p, d = 2 * 8, 2 * 16 // policyDigest's bytes, StorageKey's digest bytes
+		if len(v2) == p+1+d && v2[p] == ':' && isHex(v2[:p]) && isHex(v2[p+1:]) {
+			return layoutV2, v2[:p]
+		}
+		return layoutNone, ""
+	}
+	if len(rest) == 2*sha256.Size && isHex(rest) {
+		return layoutV1, ""
+	}
+	return layoutNone, ""
+}
+
+// isHex reports whether s is lowercase hex digits only, as hex.Encode
+// writes them.
+func isHex(s string) bool {
+	for i := range len(s) {
+		if c := s[i]; (c < '0' || c > '9') && (c < 'a' || c > 'f') {
+			return false
+		}
+	}
+	return true
 }

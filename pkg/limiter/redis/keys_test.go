@@ -106,6 +106,33 @@ func TestStorageKeyLayoutV2(t *testing.T) {
 	}
 }
 
+// TestStateKeyLayout: the names the key builders make are told apart,
+// with StorageKey's policy part; a name that differs from a layout in any
+// part (a digit too many or too few, a capital, another separator) is of
+// none.
+func TestStateKeyLayout(t *testing.T) {
+	p := fixed(t, "layout", 5, time.Hour)
+	sub := subjectOf("layout")
+	pd := policyDigest(p.ID(), p.Revision())
+	v2, v1 := keyOf(p, sub), string(StorageKeyV1(nil, p, sub, limiter.Tag{}))
+	if l, policy := stateKeyLayout(v2); l != layoutV2 || policy != hex.EncodeToString(pd[:]) {
+		t.Errorf("%s: %v %q", v2, l, policy)
+	}
+	if l, _ := stateKeyLayout(v1); l != layoutV1 {
+		t.Errorf("%s: %v", v1, l)
+	}
+	for _, k := range []string{
+		v2[:len(v2)-1], v2 + "0", v2 + ":", strings.ToUpper(v2), v1[:len(v1)-1], v1 + "0",
+		strings.Replace(v2, "{", "{0", 1), strings.Replace(v2, "}", "0}", 1), strings.Replace(v2, ":state:", ":State:", 1),
+		strings.Replace(v2, ":v2:", ":v3:", 1), v2[:len(v2)-33] + "g" + v2[len(v2)-32:], v2[:len(v2)-32] + "g" + v2[len(v2)-31:],
+		strings.Replace(v1, ":state:", ":state:v2:", 1), "rate:{}:state:", "", "rate:{0123456789abcdef}:state:x",
+	} {
+		if l, _ := stateKeyLayout(k); l != layoutNone {
+			t.Errorf("%q: %v, want none", k, l)
+		}
+	}
+}
+
 func TestStorageKeyTag(t *testing.T) {
 	p := fixed(t, "f", 5, time.Second)
 	var sub limiter.SubjectDigest

@@ -2,15 +2,15 @@ package redis
 
 import (
 	"context"
+	"crypto/sha1"
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"strconv"
-	"strings"
 
 	"github.com/redis/rueidis"
 
 	"github.com/envoy-rls/envoy-rls/pkg/limiter"
+	"github.com/envoy-rls/envoy-rls/pkg/lua"
 )
 
 var _ limiter.Resetter = (*Store)(nil)
@@ -18,7 +18,8 @@ var _ limiter.Resetter = (*Store)(nil)
 // scanCount is the COUNT hint of one SCAN step of ResetPolicy.
 const scanCount = 500
 
-// stateKeys matches every state key StorageKey and StorageKeyV1 build.
+// stateKeys matches every state key StorageKey and StorageKeyV1 build
+// (and other names: stateKeyLayout tells them).
 const stateKeys = "rate:{*}:state:*"
 
 // Reset implements limiter.Resetter: one UNLINK per state key (on a
@@ -50,17 +51,17 @@ func (s *Store) Reset(ctx context.Context, states []limiter.Request) (int, error
 	return n, nil
 }
 
-// ResetPolicy implements limiter.Resetter. It SCANs the state keys of every
-// master (a Cluster's replicas are skipped) and UNLINKs those of policyID
-// at revision: a key of StorageKey's layout names its policy and revision
-// (its <policy> part); a key of StorageKeyV1's is a hash whose `policy` and
-// `rev` fields are read, one round trip for each batch of keys. A key that
-// matches the pattern but is neither a state of StorageKey's layout nor a
-// hash is not a state of this service: Redis answers its HMGET with
-// WRONGTYPE, and it is counted in Skipped and left alone. Its cost is one
-// SCAN step per scanCount keys and one HMGET per key of the previous
-// layout, on every master: bound it with b.MaxScanned and ctx's deadline,
-// and ask again while the answer is not Complete.
+// ResetPolicy implements limiter.Resetter. It SCANs the keys named like
+// states (stateKeys) on every master (a Cluster's replicas are skipped) and
+// deletes the policy's states at revision, each by one run of
+// reset-v1.lua, which deletes a key only when it holds a state this
+// version writes and checks that in the same atomic run as the delete
+// (resetPage). Every other key the scan finds is left alone, and counted
+// in Skipped unless it is another policy's state. Its cost is one SCAN
+// step per scanCount keys, and one pipelined round trip per step with a
+// run of the program for each key named for the policy or in
+// StorageKeyV1's layout, on every master: bound it with b.MaxScanned and
+// ctx's deadline, and ask again while the answer is not Complete.
 func (s *Store) ResetPolicy(ctx context.Context, policyID string, revision uint32, b limiter.ResetBounds) (limiter.PolicyReset, error) {
 	var res limiter.PolicyReset
 	if b.MaxScanned <= 0 {
@@ -69,9 +70,8 @@ func (s *Store) ResetPolicy(ctx context.Context, policyID string, revision uint3
 	if s.closed.Load() {
 		return res, errClosed
 	}
-	rev := strconv.FormatUint(uint64(revision), 10)
 	d := policyDigest(policyID, revision)
-	v2 := ":state:v2:" + hex.EncodeToString(d[:]) + ":"
+	target := resetTarget{policy: hex.EncodeToString(d[:]), v1Args: lua.ResetArgsV1(policyID, revision)}
 	complete := true
 	for addr, node := range s.client.Nodes() {
 		master, err := isMaster(ctx, node)
@@ -81,7 +81,7 @@ func (s *Store) ResetPolicy(ctx context.Context, policyID string, revision uint3
 		if !master {
 			continue
 		}
-		done, err := s.resetOnNode(ctx, node, policyID, rev, v2, b.MaxScanned, &res)
+		done, err := resetOnNode(ctx, node, target, b.MaxScanned, &res)
 		if err != nil {
 			if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
 				return res, nil
@@ -92,6 +92,14 @@ func (s *Store) ResetPolicy(ctx context.Context, policyID string, revision uint3
 	}
 	res.Complete = complete
 	return res, nil
+}
+
+// resetTarget is what a policy reset deletes: the keys of StorageKey's
+// layout whose <policy> part is policy, and of StorageKeyV1's whose hash
+// names the policy (reset-v1.lua's arguments v1Args).
+type resetTarget struct {
+	policy string
+	v1Args []string
 }
 
 // isMaster reports whether ROLE names node a master.
@@ -109,7 +117,7 @@ func isMaster(ctx context.Context, node rueidis.Client) (bool, error) {
 
 // resetOnNode scans one master until its cursor returns to 0 (done) or the
 // bounds stop it.
-func (s *Store) resetOnNode(ctx context.Context, node rueidis.Client, policyID, rev, v2 string, maxScanned int, res *limiter.PolicyReset) (bool, error) {
+func resetOnNode(ctx context.Context, node rueidis.Client, target resetTarget, maxScanned int, res *limiter.PolicyReset) (bool, error) {
 	var cursor uint64
 	for {
 		if res.Scanned >= maxScanned {
@@ -124,7 +132,7 @@ func (s *Store) resetOnNode(ctx context.Context, node rueidis.Client, policyID, 
 			return false, err
 		}
 		res.Scanned += len(e.Elements)
-		if err := s.unlinkMatching(ctx, node, e.Elements, policyID, rev, v2, res); err != nil {
+		if err := resetPage(ctx, node, e.Elements, target, res); err != nil {
 			return false, err
 		}
 		cursor = e.Cursor
@@ -134,61 +142,95 @@ func (s *Store) resetOnNode(ctx context.Context, node rueidis.Client, policyID, 
 	}
 }
 
-// unlinkMatching unlinks the keys of the policy: those of StorageKey's
-// layout whose name holds v2 (":state:v2:<policy>:"), and those of the
-// previous layout whose `policy` and `rev` fields are policyID and rev; a
-// key of neither layout that is not a hash is counted in res.Skipped.
-func (s *Store) unlinkMatching(ctx context.Context, node rueidis.Client, keys []string, policyID, rev, v2 string, res *limiter.PolicyReset) error {
-	if len(keys) == 0 {
-		return nil
-	}
-	var del rueidis.Commands
-	var hashes []string
+// resetPage deletes the states of target among keys, one page of a scan.
+// A key is read only when its name is exactly a state key's
+// (stateKeyLayout) and could be target's: StorageKey's with target's
+// <policy> part, or StorageKeyV1's (whose policy is in its hash).
+// reset-v1.lua reads such a key and deletes it in the same run when it
+// holds a state this version writes, so a key that changed after the scan
+// found it (another type, another value) is judged as it is when deleted,
+// never as it was. A key named in no layout, or holding no state, is
+// counted in res.Skipped; a key named for another policy is not read (its
+// name is the programs' layout: another policy's state).
+func resetPage(ctx context.Context, node rueidis.Client, keys []string, target resetTarget, res *limiter.PolicyReset) error {
+	var runs []resetRun
 	for _, k := range keys {
-		switch {
-		case strings.Contains(k, v2):
-			del = append(del, node.B().Unlink().Key(k).Build())
-		case !strings.Contains(k, ":state:v2:"):
-			hashes = append(hashes, k)
-		}
-	}
-	cmds := make(rueidis.Commands, len(hashes))
-	for i, k := range hashes {
-		cmds[i] = node.B().Hmget().Key(k).Field("policy", "rev").Build()
-	}
-	var replies []rueidis.RedisResult
-	if len(cmds) > 0 {
-		replies = node.DoMulti(ctx, cmds...)
-	}
-	for i, r := range replies {
-		f, err := r.ToArray()
-		if isWrongType(err) {
+		switch layout, policy := stateKeyLayout(k); {
+		case layout == layoutNone:
 			res.Skipped++
-			continue
+		case layout == layoutV2 && policy == target.policy:
+			runs = append(runs, resetRun{key: k, args: lua.ResetArgsV2()})
+		case layout == layoutV1:
+			runs = append(runs, resetRun{key: k, args: target.v1Args})
 		}
+	}
+	for _, r := range runResets(ctx, node, runs) {
+		v, err := r.AsInt64()
 		if err != nil {
 			return err
 		}
-		if len(f) != 2 {
-			continue
-		}
-		p, err1 := f[0].ToString()
-		v, err2 := f[1].ToString()
-		if err1 == nil && err2 == nil && p == policyID && v == rev {
-			del = append(del, node.B().Unlink().Key(hashes[i]).Build())
-		}
-	}
-	if len(del) == 0 {
-		return nil
-	}
-	for _, r := range node.DoMulti(ctx, del...) {
-		n, err := r.AsInt64()
-		if err != nil {
+		switch got, err := lua.ParseResetReply(v); {
+		case err != nil:
 			return err
+		case got == lua.ResetDeleted:
+			res.Deleted++
+		case got == lua.ResetForeign:
+			res.Skipped++
 		}
-		res.Deleted += int(n)
 	}
 	return nil
+}
+
+// resetRun is one run of reset-v1.lua: its key and arguments.
+type resetRun struct {
+	key  string
+	args []string
+}
+
+// resetProgram is reset-v1.lua; resetSHA the SHA-1 EVALSHA names it by.
+var (
+	resetProgram = lua.Reset().Source
+	resetSHA     = func() string { h := sha1.Sum([]byte(resetProgram)); return hex.EncodeToString(h[:]) }()
+)
+
+// runResets sends runs to node in one pipeline, by EVALSHA, and returns
+// their replies in order. When the server does not have the program
+// (NOSCRIPT: after a restart, a failover or SCRIPT FLUSH), the first of
+// the refused runs is sent again with the program's source (EVAL), then
+// the others by EVALSHA: the source crosses the network once.
+func runResets(ctx context.Context, node rueidis.Client, runs []resetRun) []rueidis.RedisResult {
+	if len(runs) == 0 {
+		return nil
+	}
+	evalsha := func(r resetRun) rueidis.Completed {
+		return node.B().Evalsha().Sha1(resetSHA).Numkeys(1).Key(r.key).Arg(r.args...).Build()
+	}
+	cmds := make(rueidis.Commands, len(runs))
+	for i, r := range runs {
+		cmds[i] = evalsha(r)
+	}
+	out := node.DoMulti(ctx, cmds...)
+	var refused []int
+	for i, r := range out {
+		if err, ok := rueidis.IsRedisErr(r.Error()); ok && err.IsNoScript() {
+			refused = append(refused, i)
+		}
+	}
+	if len(refused) == 0 {
+		return out
+	}
+	first := runs[refused[0]]
+	out[refused[0]] = node.Do(ctx, node.B().Eval().Script(resetProgram).Numkeys(1).Key(first.key).Arg(first.args...).Build())
+	if rest := refused[1:]; len(rest) > 0 {
+		cmds = cmds[:0]
+		for _, i := range rest {
+			cmds = append(cmds, evalsha(runs[i]))
+		}
+		for j, r := range node.DoMulti(ctx, cmds...) {
+			out[rest[j]] = r
+		}
+	}
+	return out
 }
 
 var _ limiter.Resetter = (*Connector)(nil)

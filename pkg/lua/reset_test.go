@@ -1,0 +1,43 @@
+package lua
+
+import (
+	"os"
+	"regexp"
+	"strings"
+	"testing"
+)
+
+// TestResetProgramShape: the reset program's header names its key,
+// arguments and reply; it does not read TIME and calls only commands of the
+// ACL user docs/redis.md documents, writing with UNLINK alone.
+func TestResetProgramShape(t *testing.T) {
+	src := Reset().Source
+	for _, want := range []string{"-- KEYS[1]", "-- ARGV[3]", "-- Reply:"} {
+		if !strings.Contains(src, want) {
+			t.Errorf("reset-v1.lua: missing %q", want)
+		}
+	}
+	calls := map[string]bool{}
+	for _, m := range regexp.MustCompile(`redis\.p?call\('([A-Z]+)'`).FindAllStringSubmatch(src, -1) {
+		calls[m[1]] = true
+	}
+	for name := range calls {
+		switch name {
+		case "GET", "EXISTS", "HMGET", "UNLINK":
+		default:
+			t.Errorf("reset-v1.lua calls %s", name)
+		}
+	}
+	if !calls["UNLINK"] || !calls["GET"] || !calls["HMGET"] {
+		t.Errorf("reset-v1.lua calls %v", calls)
+	}
+	doc, err := os.ReadFile("../../docs/redis.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name := range calls {
+		if !strings.Contains(string(doc), "+"+strings.ToLower(name)) {
+			t.Errorf("docs/redis.md's ACL user lacks +%s", strings.ToLower(name))
+		}
+	}
+}
