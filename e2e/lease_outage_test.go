@@ -93,7 +93,7 @@ func TestLeaseOutageKeepsOwners(t *testing.T) {
 	redis.Pause()
 	var local []string
 	for i := range 5 {
-		res := rs[0].call(250*time.Millisecond, 0, entry{"tenant", tenant})
+		res := rs[0].call(time.Second, 0, entry{"tenant", tenant})
 		switch {
 		case i < 4 && (!res.ok() || holder(res.marker()) != 'l'):
 			redis.Resume()
