@@ -7,9 +7,11 @@ import (
 	"fmt"
 	"math"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/envoy-rls/envoy-rls/internal/limitertest"
 	"github.com/envoy-rls/envoy-rls/internal/redistest"
 	"github.com/envoy-rls/envoy-rls/pkg/limiter"
 	"github.com/envoy-rls/envoy-rls/pkg/lua"
@@ -261,6 +263,69 @@ func TestLocalClock(t *testing.T) {
 	} {
 		if got := l.ms(base.Add(c.d)); got != c.want {
 			t.Errorf("base%+v: %d, want %d", c.d, got, c.want)
+		}
+	}
+}
+
+// TestHangEveryKindOfLimit: while Redis is stopped (SIGSTOP), calls of
+// every kind of limit — each rate algorithm, a penalty box, a calendar
+// window, a post-paid charge and a concurrency take — fail by their
+// deadline; their programs run after SIGCONT, past the deadline they
+// carry, and change nothing: each subject's first call after the resume
+// finds its whole limit but its own cost. (A charge missed this way is
+// the journal's to replay, above the store.)
+func TestHangEveryKindOfLimit(t *testing.T) {
+	e := newEnvWith(t, Config{Timeout: 10 * time.Second}, redistest.Local())
+	const limit = 6
+	spec := func(id string, alg limiter.Algorithm, prm limiter.Params) limiter.PolicySpec {
+		return limiter.PolicySpec{ID: id, Algorithm: alg, Params: prm}
+	}
+	penalty := spec("hang.penalty", limiter.FixedWindow, limiter.FixedWindowParams{Limit: limit, Window: farWindow})
+	penalty.Penalty = limiter.Penalty{Duration: time.Minute}
+	charge := spec("hang.charge", limiter.FixedWindow, limiter.FixedWindowParams{Limit: limit, Window: farWindow})
+	charge.Charge = limiter.ChargeAlways
+	pols := []*limiter.Policy{
+		fixed(t, "hang.fixed", limit, farWindow),
+		sliding(t, "hang.sliding", limit, time.Hour),
+		slidingLog(t, "hang.log", limit, farWindow),
+		bucket(t, "hang.bucket", limit, 1, time.Hour),
+		cellRate(t, "hang.gcra", limit, 1, time.Hour),
+		limitertest.Policy(t, penalty),
+		limitertest.Policy(t, charge),
+		calendarPolicy(t, "hang.calendar", limit, limiter.CalendarMonth, "UTC"),
+		limitertest.LeasePolicy(t, "hang.lease", limit, time.Hour),
+	}
+	// Every program is loaded, as on a replica that has served: the
+	// stalled runs are the ones Redis runs on resume.
+	for _, p := range pols {
+		e.mustDecide(p, subjectOf("warm-up"))
+	}
+	e.srv.Pause()
+	defer e.srv.Resume()
+	var wg sync.WaitGroup
+	var evaluated atomic.Int64
+	for _, p := range pols {
+		for range 3 {
+			wg.Go(func() {
+				ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+				defer cancel()
+				out := make([]limiter.Outcome, 1)
+				e.store.Evaluate(ctx, []limiter.Request{{Policy: p, Subject: subjectOf("hang"), Cost: 2}}, out)
+				if out[0].Kind == limiter.Evaluated {
+					evaluated.Add(1)
+				}
+			})
+		}
+	}
+	wg.Wait()
+	e.srv.Resume()
+	if n := evaluated.Load(); n > 0 {
+		t.Fatalf("%d calls evaluated on a stopped server", n)
+	}
+	for _, p := range pols {
+		o := e.evaluate(p, subjectOf("hang"), 1)
+		if o.Kind != limiter.Evaluated || !o.Decision.Consumed || o.Decision.Remaining != limit-1 {
+			t.Errorf("%s after the resume: %v %+v (%v), want %d left: a stalled call was counted", p.ID(), o.Kind, o.Decision, o.Err, limit-1)
 		}
 	}
 }
