@@ -84,7 +84,7 @@ func (l *limitedListener) Accept() (net.Conn, error) {
 		}
 		l.cl.gauge.Inc()
 		lc := &limitedConn{Conn: c, l: l.cl}
-		lc.addr = connAddr{Addr: c.RemoteAddr(), conn: lc}
+		lc.addr = connAddr{addr: c.RemoteAddr(), conn: lc}
 		if d := l.cl.firstCall; d > 0 {
 			lc.timer.Store(time.AfterFunc(d, lc.noCall))
 		}
@@ -114,10 +114,24 @@ type limitedConn struct {
 // call of the connection as its peer address (with TLS too: a TLS
 // connection's RemoteAddr is its underlying connection's): that is how a
 // call finds its connection (callOpened). It prints as the address it
-// wraps.
+// wraps (empty when there is none, as for some unix socket peers).
 type connAddr struct {
-	net.Addr
+	addr net.Addr
 	conn *limitedConn
+}
+
+func (a *connAddr) Network() string {
+	if a.addr == nil {
+		return ""
+	}
+	return a.addr.Network()
+}
+
+func (a *connAddr) String() string {
+	if a.addr == nil {
+		return ""
+	}
+	return a.addr.String()
 }
 
 func (c *limitedConn) RemoteAddr() net.Addr { return &c.addr }

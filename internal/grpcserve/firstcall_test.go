@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"path/filepath"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -25,11 +26,11 @@ import (
 // is a served connection that never calls.
 const h2Preface = "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + "\x00\x00\x00\x04\x00\x00\x00\x00\x00"
 
-// idleConn dials addr and, over TLS when tc is not nil (after the
+// idleConn dials addr on network and, over TLS when tc is not nil (after the
 // handshake), sends preface (nothing when empty).
-func idleConn(t *testing.T, addr string, tc *tls.Config, preface string) net.Conn {
+func idleConn(t *testing.T, network, addr string, tc *tls.Config, preface string) net.Conn {
 	t.Helper()
-	c, err := net.DialTimeout("tcp", addr, 5*time.Second)
+	c, err := net.DialTimeout(network, addr, 5*time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -61,9 +62,9 @@ func closedByServer(c net.Conn, d time.Duration) bool {
 	}
 }
 
-// countingClient is a gRPC client of addr, over TLS with tc when not nil,
+// countingClient is a gRPC client of addr on network, over TLS with tc when not nil,
 // that counts the connections it dials.
-func countingClient(t *testing.T, addr string, tc *tls.Config) (healthpb.HealthClient, *atomic.Int32) {
+func countingClient(t *testing.T, network, addr string, tc *tls.Config) (healthpb.HealthClient, *atomic.Int32) {
 	t.Helper()
 	dials := new(atomic.Int32)
 	creds := insecure.NewCredentials()
@@ -73,7 +74,7 @@ func countingClient(t *testing.T, addr string, tc *tls.Config) (healthpb.HealthC
 	conn, err := grpc.NewClient("passthrough:///"+addr, grpc.WithTransportCredentials(creds),
 		grpc.WithContextDialer(func(ctx context.Context, a string) (net.Conn, error) {
 			dials.Add(1)
-			return (&net.Dialer{}).DialContext(ctx, "tcp", a)
+			return (&net.Dialer{}).DialContext(ctx, network, addr)
 		}))
 	if err != nil {
 		t.Fatal(err)
@@ -99,16 +100,15 @@ func healthCheck(t *testing.T, c healthpb.HealthClient, timeout time.Duration) {
 // connection, idle longer than the timeout (Envoy's pooled connection).
 // Over TLS too: the server finds the connection of a call through TLS.
 func TestConnectionsWithoutCallsAreClosed(t *testing.T) {
-	for _, tlsOn := range []bool{false, true} {
-		name := "plaintext"
-		if tlsOn {
-			name = "TLS"
-		}
-		t.Run(name, func(t *testing.T) { testFirstCallTimeout(t, tlsOn) })
+	for _, c := range []struct {
+		name, network string
+		tls           bool
+	}{{"plaintext", "tcp", false}, {"TLS", "tcp", true}, {"unix socket", "unix", false}} {
+		t.Run(c.name, func(t *testing.T) { testFirstCallTimeout(t, c.network, c.tls) })
 	}
 }
 
-func testFirstCallTimeout(t *testing.T, tlsOn bool) {
+func testFirstCallTimeout(t *testing.T, network string, tlsOn bool) {
 	const (
 		places = 4
 		// Long enough that the late client's first attempt, made at once,
@@ -137,7 +137,11 @@ func testFirstCallTimeout(t *testing.T, tlsOn bool) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	addr := "127.0.0.1:0"
+	if network == "unix" {
+		addr = filepath.Join(t.TempDir(), "grpc.sock")
+	}
+	lis, err := net.Listen(network, addr)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -149,17 +153,17 @@ func testFirstCallTimeout(t *testing.T, tlsOn bool) {
 			t.Errorf("Serve: %v", err)
 		}
 	})
-	addr := lis.Addr().String()
+	addr = lis.Addr().String()
 
-	envoy, envoyDials := countingClient(t, addr, client)
+	envoy, envoyDials := countingClient(t, network, addr, client)
 	healthCheck(t, envoy, 10*time.Second)
 
 	// Connections that never call take the other places: one sends nothing
 	// (not even a TLS hello), the others the HTTP/2 preface (after the TLS
 	// handshake, over TLS).
-	idle := []net.Conn{idleConn(t, addr, client, "")}
+	idle := []net.Conn{idleConn(t, network, addr, client, "")}
 	for range places - 2 {
-		idle = append(idle, idleConn(t, addr, client, h2Preface))
+		idle = append(idle, idleConn(t, network, addr, client, h2Preface))
 	}
 	polltest.Eventually(t, 10*time.Second, 5*time.Millisecond, "every place taken", func() error {
 		if got := value(srv.conns.gauge); got != places {
@@ -171,7 +175,7 @@ func testFirstCallTimeout(t *testing.T, tlsOn bool) {
 	// A new client now is reset on accept; it retries and is served once
 	// the connections that never called are closed.
 	refusedBefore := value(srv.conns.refused)
-	late, _ := countingClient(t, addr, client)
+	late, _ := countingClient(t, network, addr, client)
 	healthCheck(t, late, 20*time.Second)
 	if got := value(srv.conns.refused); got <= refusedBefore {
 		t.Errorf("the late client was never refused (refused %v): the places were not full", got)
