@@ -250,10 +250,12 @@ func TestSlowStreamsAreRefusedAndCut(t *testing.T) {
 // --grpc-max-connections (counting the test client's own) and closes the
 // others as soon as it accepts them; the process stays under the memory
 // ceiling and the established client keeps getting decisions. Once the idle
-// connections are gone, a new connection is served again.
+// connections are gone, a new connection is served again. The connections
+// are held while measured: --grpc-first-call-timeout is longer than the
+// test (TestConnectionsWithoutCallsAreClosed runs the default's part).
 func TestIdleConnectionsBeyondTheLimitAreClosed(t *testing.T) {
 	const total = defaultMaxConnections + 100
-	r, pid, before, peak := startWatched(t, "idle")
+	r, pid, before, peak := startWatched(t, "idle", "--grpc-first-call-timeout", "10m")
 	r.mustCall(t, entry{"user", unique("u")}) // the client's connection is open
 
 	var hs []*h2conn
@@ -320,6 +322,82 @@ func TestIdleConnectionsBeyondTheLimitAreClosed(t *testing.T) {
 		}
 		return nil
 	})
+}
+
+// TestConnectionsWithoutCallsAreClosed: HTTP/2 connections that never call
+// take every place of --grpc-max-connections the test client's connection
+// leaves, and a new client is reset on accept. Each is closed at
+// --grpc-first-call-timeout; a new client is then served, and the test
+// client's connection, which called once and then stayed idle for longer
+// than that, still serves it (as Envoy's pooled connections).
+func TestConnectionsWithoutCallsAreClosed(t *testing.T) {
+	const (
+		places    = 50
+		firstCall = 8 * time.Second
+	)
+	r := startReplica(t, "first-call", replicaConfig{Rules: rulesDir(t, abuseRules),
+		Args: []string{"--grpc-max-connections", fmt.Sprint(places), "--grpc-first-call-timeout", firstCall.String()}})
+	r.mustCall(t, entry{"user", unique("u")}) // the client's connection has called
+
+	filled := time.Now()
+	var idle []*h2conn
+	for range places - 1 {
+		h, err := dialH2(r.grpcAddr)
+		if err != nil {
+			t.Fatalf("e2e: idle connection %d: %v", len(idle), err)
+		}
+		t.Cleanup(h.close)
+		idle = append(idle, h)
+	}
+	for i, h := range idle {
+		if st, ok := h.waitFor(10*time.Second, func(s h2state) bool { return s.settings || s.readErr != nil }); !ok || !st.settings {
+			t.Fatalf("e2e: idle connection %d not served: %v", i, st)
+		}
+	}
+	// Every place is taken (the first idle connection was accepted after
+	// filled): one more is reset on accept.
+	if c, err := net.DialTimeout("tcp", r.grpcAddr, 5*time.Second); err == nil {
+		_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
+		_, err = c.Read(make([]byte, 1))
+		_ = c.Close()
+		if !closedByServer(err) || isTimeout(err) {
+			t.Fatalf("e2e: a connection with every place taken: read %v, want it reset", err)
+		}
+	}
+	if took := time.Since(filled); took >= firstCall {
+		t.Fatalf("e2e: filling the places took %v, longer than the first-call timeout: the test proves nothing", took)
+	}
+	if got := r.metric("envoy_rls_grpc_connections_refused_total"); got < 1 {
+		t.Errorf("e2e: grpc_connections_refused_total = %v with every place taken, want at least 1", got)
+	}
+
+	// A new client is served once the connections that never called are
+	// closed.
+	f := r.fresh(t, nil)
+	polltest.Eventually(t, 30*time.Second, 50*time.Millisecond, "a call on a new connection", func() error {
+		if res := f.call(callTimeout, 1, entry{"user", unique("u")}); !res.ok() {
+			return fmt.Errorf("%v", res)
+		}
+		return nil
+	})
+	t.Logf("e2e: a new client was served %v after the places were filled (first-call timeout %v)", time.Since(filled).Round(time.Millisecond), firstCall)
+	for i, h := range idle {
+		if st, _ := h.waitFor(10*time.Second, func(s h2state) bool { return s.readErr != nil }); !closedByServer(st.readErr) {
+			t.Fatalf("e2e: idle connection %d not closed by the server: %v", i, st)
+		}
+	}
+	if got := r.metric("envoy_rls_grpc_connections_without_call_closed_total"); got != places-1 {
+		t.Errorf("e2e: grpc_connections_without_call_closed_total = %v, want %d: the connections that never called, and only them", got, places-1)
+	}
+	if res := r.call(callTimeout, 1, entry{"user", unique("u")}); !res.ok() {
+		t.Fatalf("e2e: a call on the connection that called first, idle since: %v, want OK", res)
+	}
+}
+
+// isTimeout reports a read that timed out: the connection was left open.
+func isTimeout(err error) bool {
+	var ne net.Error
+	return errors.As(err, &ne) && ne.Timeout()
 }
 
 // rlsPath is the HTTP/2 :path of ShouldRateLimit.

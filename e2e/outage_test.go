@@ -535,3 +535,49 @@ func TestLocalFallbackRedisKilled(t *testing.T) {
 		t.Error("a descriptor value reached the logs")
 	}
 }
+
+// TestHealthEndpointsDuringRedisOutage: Redis is killed under replicas with
+// each health setting. /healthz stays 200 on every one. --readiness store
+// turns /readyz 503 and leaves /healthcheck 200, so that a liveness probe
+// on it (as reference deployments have) does not restart the pods; the
+// binary started as ratelimit with REDIS_HEALTH_CHECK_ACTIVE_CONNECTION=true
+// answers /healthcheck 500 as the reference does, and /readyz 503; by
+// default both stay 200. Redis back, every endpoint answers 200.
+func TestHealthEndpointsDuringRedisOutage(t *testing.T) {
+	redis, cfg := withStandaloneRedis(t, redistest.Local())
+	cfg.Rules, cfg.Secret = rulesDir(t, startRules), secretFile(t)
+	def := startReplica(t, "default", cfg)
+	cfg.Args = []string{"--readiness", "store"}
+	storeReady := startReplica(t, "readiness-store", cfg)
+	env, _ := redisRuntime(t, redis, "USE_STATSD=false", "CACHE_KEY_PREFIX="+unique("health")+":", "REDIS_HEALTH_CHECK_ACTIVE_CONNECTION=true")
+	reference := startReplica(t, "reference-health", replicaConfig{Compat: true, Env: env})
+
+	type want struct{ readyz, healthcheck int }
+	check := func(when string, wants map[*replica]want) {
+		t.Helper()
+		polltest.Eventually(t, recoverTimeout, 20*time.Millisecond, "health endpoints "+when, func() error {
+			for r, w := range wants {
+				for path, code := range map[string]int{"/healthz": http.StatusOK, "/readyz": w.readyz, "/healthcheck": w.healthcheck} {
+					if got, body, err := r.admin(path); err != nil || got != code {
+						return fmt.Errorf("%s %s: %d %q %v, want %d", r.name, path, got, body, err, code)
+					}
+				}
+			}
+			return nil
+		})
+	}
+	up := want{http.StatusOK, http.StatusOK}
+	check("with Redis up", map[*replica]want{def: up, storeReady: up, reference: up})
+	redis.Kill()
+	waitStoreState(t, []*replica{def, storeReady, reference}, false, recoverTimeout)
+	check("with Redis down", map[*replica]want{
+		def:        up,
+		storeReady: {http.StatusServiceUnavailable, http.StatusOK},
+		reference:  {http.StatusServiceUnavailable, http.StatusInternalServerError},
+	})
+	if _, body, _ := reference.admin("/healthcheck"); !strings.Contains(body, "store unreachable") {
+		t.Errorf("/healthcheck with REDIS_HEALTH_CHECK_ACTIVE_CONNECTION=true while Redis is down: %q, want the reason", body)
+	}
+	redis.Restart()
+	check("with Redis back", map[*replica]want{def: up, storeReady: up, reference: up})
+}

@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
+	"net/http"
 	"strings"
 	"testing"
 	"time"
@@ -201,4 +203,86 @@ func TestSharedSecretWrongType(t *testing.T) {
 	if took > 10*time.Second {
 		t.Errorf("the refusal took %v, want seconds", took)
 	}
+}
+
+// TestSharedSecretRedisDownAtStart: the drop-in start — the binary started
+// as ratelimit with REDIS_URL and no HMAC secret — while nothing listens on
+// the Redis address. It serves at once and is ready (/readyz and
+// /healthcheck 200, /healthz 200 with the store down because the shared
+// secret is not read yet), answers each limit by its failure mode (closed:
+// OVER_LIMIT with Retry-After; open: OK) and logs each attempt. Once
+// redis-server starts on that port, it stores the shared secret and Redis
+// decides: a replica started then counts with it, exactly the limit
+// admitted across both.
+func TestSharedSecretRedisDownAtStart(t *testing.T) {
+	srv, _ := withStandaloneRedis(t, redistest.Local())
+	srv.Kill()
+	prefix := unique("early") + ":"
+	env, dir := redisRuntime(t, srv, "USE_STATSD=false", "CACHE_KEY_PREFIX="+prefix, "LIMIT_RESPONSE_HEADERS_ENABLED=true")
+	writeFile(t, dir, "rules.yaml", failureModeRules(2, "closed", "open"))
+	key := prefix + "envoy-rls:hmac-secret"
+
+	start := time.Now()
+	a := startReplica(t, "early", replicaConfig{Compat: true, Env: env})
+	t.Logf("serving and ready %v after the start, Redis down", time.Since(start).Round(time.Millisecond))
+	const notYet = "the shared HMAC secret is not read from Redis yet"
+	if code, body := a.mustAdmin("/healthz"); code != http.StatusOK || !strings.Contains(body, "store redis: down since") || !strings.Contains(body, notYet) {
+		t.Errorf("/healthz before the secret is read: %d %q, want 200 with the store down and why", code, body)
+	}
+	if code, body := a.mustAdmin("/readyz"); code != http.StatusOK || !strings.Contains(body, notYet) {
+		t.Errorf("/readyz before the secret is read: %d %q, want 200 with the store's state", code, body)
+	}
+	if code, body := a.mustAdmin("/healthcheck"); code != http.StatusOK || strings.TrimSpace(body) != "OK" {
+		t.Errorf("/healthcheck before the secret is read: %d %q, want 200 OK", code, body)
+	}
+	for i := range 3 {
+		if res := a.call(outageDeadline, 1, entry{"closed", "down"}); !res.over() || res.Headers["Retry-After"] == "" {
+			t.Errorf("closed policy before the secret is read, call %d: %v, want OVER_LIMIT with Retry-After", i, res)
+		}
+		if res := a.call(outageDeadline, 1, entry{"open", "down"}); !res.ok() {
+			t.Errorf("open policy before the secret is read, call %d: %v, want OK", i, res)
+		}
+	}
+	if got := a.metric(`envoy_rls_fallback_total{mode="closed"}`); got < 3 {
+		t.Errorf(`envoy_rls_fallback_total{mode="closed"} %v, want at least 3`, got)
+	}
+	polltest.Eventually(t, 20*time.Second, 20*time.Millisecond, "two failed attempts logged", func() error {
+		if n := strings.Count(a.log.tail(logTail), "cannot read the shared HMAC secret from Redis yet: answering by each policy's failure mode; retrying"); n < 2 {
+			return fmt.Errorf("%d so far", n)
+		}
+		return nil
+	})
+
+	awayFromHourBoundary(t)
+	srv.Restart()
+	user := entry{"closed", unique("u")}
+	start = time.Now()
+	polltest.Eventually(t, 30*time.Second, 20*time.Millisecond, "a call decided by Redis", func() error {
+		if res := a.call(outageDeadline, 1, user); !res.ok() {
+			return fmt.Errorf("%v", res)
+		}
+		return nil
+	})
+	t.Logf("decided by Redis %v after the restart began", time.Since(start).Round(time.Millisecond))
+	if !a.log.contains("the shared HMAC secret is read from Redis") {
+		t.Error("no log line of the secret read")
+	}
+	v, err := redistest.Do(context.Background(), srv.Addr(), nil, "GET", key)
+	if s, ok := v.(string); err != nil || !ok {
+		t.Fatalf("GET %s: %v %v", key, v, err)
+	} else if _, _, err := redis.DecodeSharedSecret(key, []byte(s)); err != nil {
+		t.Fatalf("GET %s: %v", key, err)
+	}
+	// The user has used 1 of 2 on a.
+	b := startReplica(t, "late", replicaConfig{Compat: true, Env: env})
+	for i, c := range []struct {
+		r    *replica
+		want bool
+	}{{b, true}, {a, false}, {b, false}} {
+		if res := c.r.mustCall(t, user); res.ok() != c.want || !c.want && !res.over() {
+			t.Fatalf("call %d after the first, on %s: %v, want ok=%v: the replicas do not count under one secret", i+2, c.r.name, res, c.want)
+		}
+	}
+	// /healthz follows the store's probe, once a second.
+	waitStoreState(t, []*replica{a}, true, 10*time.Second)
 }

@@ -46,12 +46,17 @@ type Config struct {
 	// value; without, the rules' values as digests. Full is asked for
 	// only behind a token (with Auth). (Required)
 	ConfigView func(full bool) any
-	// StoreReadiness makes /readyz and /healthcheck also require a store
-	// that answers its ping. (Optional)
+	// StoreReadiness makes /readyz also require a store that answers its
+	// ping. (Optional)
 	StoreReadiness bool
 	// HealthcheckRequiresRules makes /healthcheck fail until rules are
 	// received. (Optional)
 	HealthcheckRequiresRules bool
+	// HealthcheckRequiresStore makes /healthcheck fail while the store
+	// does not answer its ping; without it a store outage never fails
+	// /healthcheck, whatever StoreReadiness says, since probes written for
+	// the reference use it for liveness. (Optional)
+	HealthcheckRequiresStore bool
 	// Pprof serves the runtime profiles under /debug/pprof/. (Optional)
 	Pprof bool
 	// Auth checks the tokens of the /v1 API, /config and the profiles;
@@ -132,13 +137,16 @@ func (s *Server) Handler() http.Handler {
 		// The reference service's probe: 200 OK while serving, 500 once
 		// draining, with HealthcheckRequiresRules before the first rules
 		// are received (an xDS force start's empty set is not), and with
-		// StoreReadiness while the store does not answer.
+		// HealthcheckRequiresStore while the store does not answer. It is
+		// a liveness signal otherwise: reference deployments point their
+		// liveness probe here, and a store outage is answered by each
+		// policy's failure mode, which a restart would not improve.
 		switch {
 		case s.draining.Load():
 			writeText(w, http.StatusInternalServerError, "draining")
 		case s.cfg.HealthcheckRequiresRules && !s.cfg.Rules.Received():
 			writeText(w, http.StatusInternalServerError, "no rules loaded")
-		case s.cfg.StoreReadiness && s.cfg.StoreState.Unreachable(r.Context()) != "":
+		case s.cfg.HealthcheckRequiresStore && s.cfg.StoreState.Unreachable(r.Context()) != "":
 			writeText(w, http.StatusInternalServerError, "store unreachable")
 		default:
 			writeText(w, http.StatusOK, "OK")

@@ -86,8 +86,9 @@ func (r *rulesState) Current() *descriptors.Snapshot { return r.snap }
 func (r *rulesState) Received() bool { return r.received }
 
 // TestReadiness: /readyz and /healthcheck follow the rules, the drain and,
-// when asked for, the store; /healthz stays 200 and names the store's
-// state.
+// each when asked for, the store: --readiness store moves /readyz only,
+// --healthcheck-requires-store /healthcheck only; /healthz stays 200 and
+// names the store's state.
 func TestReadiness(t *testing.T) {
 	ping := &limitertest.Pinger{}
 	reg := prometheus.NewRegistry()
@@ -104,9 +105,10 @@ func TestReadiness(t *testing.T) {
 		t.Fatal(err)
 	}
 	rules := &rulesState{}
-	newServer := func(storeReadiness, requiresRules bool) (*Server, http.Handler) {
+	newServer := func(storeReadiness, requiresRules, requiresStore bool) (*Server, http.Handler) {
 		s, err := New(Config{Rules: rules, Store: store, StoreState: st, Registry: reg, ConfigView: func(bool) any { return nil },
-			StoreReadiness: storeReadiness, HealthcheckRequiresRules: requiresRules, Top: top, Log: zap.NewNop()})
+			StoreReadiness: storeReadiness, HealthcheckRequiresRules: requiresRules, HealthcheckRequiresStore: requiresStore,
+			Top: top, Log: zap.NewNop()})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -117,8 +119,9 @@ func TestReadiness(t *testing.T) {
 		h.ServeHTTP(w, httptest.NewRequest("GET", path, nil))
 		return w.Code, w.Body.String()
 	}
-	_, plain := newServer(false, false)
-	_, strict := newServer(true, true)
+	_, plain := newServer(false, false, false)
+	_, storeReady := newServer(true, false, false)
+	_, strict := newServer(true, true, true)
 	type step struct {
 		name    string
 		h       http.Handler
@@ -150,12 +153,15 @@ func TestReadiness(t *testing.T) {
 		{"store down, by default", plain, "/readyz", 200, "down since"},
 		{"store down, by default", plain, "/healthcheck", 200, "OK"},
 		{"store down, liveness", plain, "/healthz", 200, "ok\nstore redis: down since"},
-		{"store down, store readiness", strict, "/readyz", 503, "not ready: store unreachable: connection refused"},
-		{"store down, store readiness", strict, "/healthcheck", 500, "store unreachable"},
+		{"store down, store readiness", storeReady, "/readyz", 503, "not ready: store unreachable: connection refused"},
+		{"store down, store readiness", storeReady, "/healthcheck", 200, "OK"},
+		{"store down, store readiness", storeReady, "/healthz", 200, "ok\nstore redis: down since"},
+		{"store down, healthcheck requires the store", strict, "/readyz", 503, "not ready: store unreachable: connection refused"},
+		{"store down, healthcheck requires the store", strict, "/healthcheck", 500, "store unreachable"},
 	})
 	ping.SetPing(nil)
 	st.Probe(context.Background())
-	s, h := newServer(true, true)
+	s, h := newServer(true, true, true)
 	if code, body := get(h, "/readyz"); code != 200 || body != "ready\n" {
 		t.Fatalf("store back: /readyz %d %q", code, body)
 	}

@@ -156,6 +156,14 @@ func (rs *ruleSet) rules() rls.Rules {
 	return nil
 }
 
+// setSecret keys the rules in service, and every later load, with secret.
+func (rs *ruleSet) setSecret(secret []byte) error {
+	if rs.x != nil {
+		return rs.x.SetSecret(secret)
+	}
+	return rs.w.SetSecret(secret)
+}
+
 // reload reads the rule files again; rules from an xDS server change only
 // when the server sends a version.
 func (rs *ruleSet) reload() descriptors.ReloadResult {

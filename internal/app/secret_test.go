@@ -3,6 +3,7 @@ package app
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"io"
 	"os"
 	"path/filepath"
@@ -13,6 +14,7 @@ import (
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 
 	"github.com/envoy-rls/envoy-rls/internal/compat"
+	"github.com/envoy-rls/envoy-rls/internal/polltest"
 	"github.com/envoy-rls/envoy-rls/internal/redistest"
 	"github.com/envoy-rls/envoy-rls/pkg/limiter/redis"
 )
@@ -162,5 +164,94 @@ func TestSharedSecretNoPermission(t *testing.T) {
 	err := Run(ctx, args, noEnv, io.Discard, io.Discard)
 	if err == nil || ctx.Err() != nil || !strings.Contains(err.Error(), "the Redis user may not use the shared secret's keys") || !strings.Contains(err.Error(), "NOPERM") {
 		t.Fatalf("serve: %v, want the ACL named at once", err)
+	}
+}
+
+// TestSharedSecretRedisDownAtStart: with the secret shared through a Redis
+// that does not answer yet, serve listens at once and answers every call
+// by its policy's failure mode (closed here: OVER_LIMIT), reports the
+// store down and why on /healthz while /readyz and /healthcheck stay 200,
+// and keeps trying. Once Redis answers, the secret is stored and the calls
+// are decided by Redis under it: a replica started afterwards counts with
+// this one.
+func TestSharedSecretRedisDownAtStart(t *testing.T) {
+	srv := redistest.Standalone(t, redistest.Local())
+	srv.Kill()
+	args := sharedSecretArgs(t, srv)
+	// A day's window: the three counted calls fall in one window (the
+	// minute of testRules could roll over between them).
+	args[1] = writeRules(t, t.TempDir(), strings.Replace(testRules, "unit: minute", "unit: day", 1))
+	r := startServe(t, args, nil, hooks{secretRecheck: secretRecheck})
+
+	if resp := r.check(t, "alice"); resp.OverallCode != rlsv3.RateLimitResponse_OVER_LIMIT {
+		t.Fatalf("a call before the secret is read: %v, want OVER_LIMIT (failure mode closed)", resp.OverallCode)
+	}
+	waitFor(t, func() bool {
+		code, body := r.get(t, "/healthz")
+		return code == 200 && strings.Contains(body, "store redis: down since") && strings.Contains(body, compat.ErrSecretNotRead.Error())
+	})
+	if code, body := r.get(t, "/readyz"); code != 200 || !strings.Contains(body, compat.ErrSecretNotRead.Error()) {
+		t.Errorf("/readyz before the secret is read: %d %q, want 200 with the store's state", code, body)
+	}
+	if code, body := r.get(t, "/healthcheck"); code != 200 {
+		t.Errorf("/healthcheck before the secret is read: %d %q, want 200", code, body)
+	}
+	waitFor(t, func() bool { return strings.Contains(r.logs.String(), compat.MsgSecretNotYet) })
+
+	srv.Restart()
+	polltest.Eventually(t, 30*time.Second, 20*time.Millisecond, "a call decided by Redis", func() error {
+		if resp := r.check(t, "bob"); resp.OverallCode != rlsv3.RateLimitResponse_OK {
+			return fmt.Errorf("%v", resp.OverallCode)
+		}
+		return nil
+	})
+	if !strings.Contains(r.logs.String(), compat.MsgSecretRead) {
+		t.Errorf("no %q line", compat.MsgSecretRead)
+	}
+	stored, ok := srv.MustDo("GET", sharedKey).(string)
+	if _, _, err := redis.DecodeSharedSecret(sharedKey, []byte(stored)); !ok || err != nil {
+		t.Fatalf("GET %s = %q: %v", sharedKey, stored, err)
+	}
+	// bob has used 1 of 2: a replica started now shares the secret and the
+	// count.
+	other := startServe(t, args, nil, hooks{secretRecheck: secretRecheck})
+	if resp := other.check(t, "bob"); resp.OverallCode != rlsv3.RateLimitResponse_OK {
+		t.Fatalf("bob's second call, on another replica: %v, want OK", resp.OverallCode)
+	}
+	if resp := r.check(t, "bob"); resp.OverallCode != rlsv3.RateLimitResponse_OVER_LIMIT {
+		t.Fatalf("bob's third call: %v, want OVER_LIMIT: the first replica does not count under the shared secret", resp.OverallCode)
+	}
+	waitFor(t, func() bool {
+		_, body := r.get(t, "/healthz")
+		return strings.Contains(body, "store redis: up since")
+	})
+}
+
+// TestSharedSecretRefusedAfterStart: a replica serving before Redis
+// answered stops, with the error of a refused start, when Redis then holds
+// a key it must not adopt.
+func TestSharedSecretRefusedAfterStart(t *testing.T) {
+	srv := redistest.Standalone(t, redistest.Local())
+	// The user is off: its attempts fail as Redis not answering would.
+	srv.MustDo("ACL", "SETUSER", "rls", "off", ">rls-password", "~*", "+@all")
+	pw := filepath.Join(t.TempDir(), "pw")
+	if err := os.WriteFile(pw, []byte("rls-password"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	args := append([]string{"--redis-username", "rls", "--redis-password-file", pw}, sharedSecretArgs(t, srv)...)
+	r := startServe(t, args, nil, hooks{secretRecheck: secretRecheck})
+	if resp := r.check(t, "alice"); resp.OverallCode != rlsv3.RateLimitResponse_OVER_LIMIT {
+		t.Fatalf("a call before the secret is read: %v, want OVER_LIMIT", resp.OverallCode)
+	}
+	srv.MustDo("RPUSH", sharedKey, "x")
+	srv.MustDo("ACL", "SETUSER", "rls", "on")
+	select {
+	case err := <-r.done:
+		close(r.done)
+		if err == nil || !strings.Contains(err.Error(), `the Redis key "test:shared-secret" holds a list`) {
+			t.Fatalf("serve returned %v, want the refusal of the key", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatalf("serve still running 30s after the key became readable\nlogs:\n%s", r.logs)
 	}
 }

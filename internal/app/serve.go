@@ -41,8 +41,16 @@ type server struct {
 	ping    admin.Pinger     // nil: always reachable
 	tracing *observe.Tracing // nil: tracing off
 	// sharedSecret is the HMAC secret shared through Redis (compat),
-	// nil when the secret is configured or per process.
+	// read before serving; nil when the secret is configured or per
+	// process, or not read yet (secretWait).
 	sharedSecret []byte
+	// secretWait, when the shared secret could not be read before
+	// serving, goes on reading it while gate answers every call by its
+	// policy's failure mode (awaitSecret); nil otherwise.
+	secretWait *compat.SecretFetch
+	gate       *compat.SecretGate
+	// secretNotYet is why the first attempt did not read it.
+	secretNotYet error
 	// clock is the memory store's and the responses' clock: nil (the
 	// system clock) except in a test build (testclock.go).
 	clock limiter.Clock
@@ -98,10 +106,21 @@ func serve(ctx context.Context, o *options.Options, getenv func(string) string, 
 		secretRecheck = h.secretRecheck
 	}
 	if compat.UsesSharedSecret(o, getenv) {
-		if s.sharedSecret, err = compat.FetchSharedSecret(ctx, o, secretRecheck, log); err != nil {
+		// One attempt before serving: a key that must not be adopted stops
+		// the start at once. Redis not answering does not: the replica
+		// serves by failure mode meanwhile (awaitSecret).
+		fetch, err := compat.NewSecretFetch(o, secretRecheck, log)
+		if err != nil {
 			return err
 		}
-		log.Warn(compat.MsgSharedSecret, zap.String("key", o.HMACSecretRedisKey))
+		if s.sharedSecret, s.secretNotYet, err = fetch.First(ctx); err != nil {
+			return err
+		}
+		if s.sharedSecret != nil {
+			log.Warn(compat.MsgSharedSecret, zap.String("key", o.HMACSecretRedisKey))
+		} else {
+			s.secretWait = fetch
+		}
 	}
 	if err := s.loadRules(ctx, getenv, h); err != nil {
 		return err
@@ -132,9 +151,11 @@ func serve(ctx context.Context, o *options.Options, getenv func(string) string, 
 	}
 	closeStore = closeFn
 	if s.sharedSecret != nil {
-		cfg, _ := o.RedisConfig() // read at start by FetchSharedSecret
-		keeper := compat.NewSecretKeeper(cfg, o.HMACSecretRedisKey, s.sharedSecret, secretRecheck, s.metrics.SecretMismatch, log)
-		s.every(ctx, &wg, secretRecheck, func(time.Time) { keeper.Check(ctx) })
+		s.keepSecret(ctx, &wg, s.sharedSecret, secretRecheck)
+	}
+	if s.secretWait != nil {
+		s.gate = compat.NewSecretGate(store, s.secretNotYet)
+		store = s.gate
 	}
 	if err := s.frontStore(store, h); err != nil {
 		return err
@@ -233,6 +254,7 @@ func serve(ctx context.Context, o *options.Options, getenv func(string) string, 
 		ConfigView:               func(full bool) any { return s.configView(full) },
 		StoreReadiness:           o.Readiness == options.ReadinessStore,
 		HealthcheckRequiresRules: o.HealthcheckRequiresRules,
+		HealthcheckRequiresStore: o.HealthcheckRequiresStore,
 		Pprof:                    o.Pprof,
 		Auth:                     adminAuth,
 		Top:                      s.top,
@@ -249,24 +271,74 @@ func serve(ctx context.Context, o *options.Options, getenv func(string) string, 
 	adminSrv := adm.HTTPServer()
 	errc := startServers(&wg, gsrv, grpcLis, adminSrv, adminLis)
 	defer s.startReloads(ctx, &wg, h)()
+	secretErr := make(chan error, 1)
+	if s.secretWait != nil {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := s.awaitSecret(ctx, &wg, secretRecheck, storeState); err != nil && ctx.Err() == nil {
+				secretErr <- err
+			}
+		}()
+	}
 
 	s.logServing(grpcLis.Addr().String(), adminLis.Addr().String(), refAddr)
 	if h.listening != nil {
 		h.listening(grpcLis.Addr().String(), adminLis.Addr().String())
 	}
 
-	var runErr error
+	var runErr, refused error
 	select {
 	case <-ctx.Done():
 		log.Info("stop requested: draining", zap.Duration("drain_timeout", o.DrainTimeout))
 	case runErr = <-errc:
 		log.Error("a server failed: stopping", zap.Error(runErr))
+	case refused = <-secretErr:
+		log.Error("the shared HMAC secret in Redis cannot be used: stopping as a start refused for it would")
 	}
 	s.drain(gsrv, adm, adminSrv)
-	if runErr != nil {
+	switch {
+	case runErr != nil:
 		return fmt.Errorf("%w: %v", ErrFailed, runErr)
+	case refused != nil:
+		// The start-up error, for main to print as at a refused start.
+		return refused
 	}
 	return nil
+}
+
+// awaitSecret reads the shared HMAC secret that could not be read before
+// serving, then keys the rules with it and opens the gate: the calls that
+// were answered by their policies' failure mode are decided by Redis from
+// then on. It returns the error of a key that must not be adopted, or
+// ctx's when stopped first.
+//
+// A call that matched its rules just before they were keyed with the
+// secret and reaches the store just after the gate opened is counted under
+// the placeholder key once (a fresh state, which expires); every later
+// call uses the shared secret's keys.
+func (s *server) awaitSecret(ctx context.Context, wg *sync.WaitGroup, recheck time.Duration, st *admin.StoreState) error {
+	secret, err := s.secretWait.Wait(ctx, s.gate.Waiting)
+	if err != nil {
+		return err
+	}
+	if err := s.rules.setSecret(secret); err != nil {
+		return err
+	}
+	s.gate.Open()
+	s.log.Warn(compat.MsgSharedSecret, zap.String("key", s.opts.HMACSecretRedisKey))
+	s.log.Info(compat.MsgSecretRead, zap.String("key", s.opts.HMACSecretRedisKey))
+	st.Probe(ctx)
+	s.keepSecret(ctx, wg, secret, recheck)
+	return nil
+}
+
+// keepSecret checks the shared secret's key every recheck
+// (compat.SecretKeeper) until ctx ends.
+func (s *server) keepSecret(ctx context.Context, wg *sync.WaitGroup, secret []byte, recheck time.Duration) {
+	cfg, _ := s.opts.RedisConfig() // checked by compat.NewSecretFetch
+	keeper := compat.NewSecretKeeper(cfg, s.opts.HMACSecretRedisKey, secret, recheck, s.metrics.SecretMismatch, s.log)
+	s.every(ctx, wg, recheck, func(time.Time) { keeper.Check(ctx) })
 }
 
 // loadRules reads the HMAC secret and the rules; the first load counts as a
@@ -276,8 +348,14 @@ func (s *server) loadRules(ctx context.Context, getenv func(string) string, h ho
 	if err != nil {
 		return err
 	}
-	if s.sharedSecret != nil {
+	switch {
+	case s.sharedSecret != nil:
 		secret, from = s.sharedSecret, "redis"
+	case s.secretWait != nil:
+		// A per-process placeholder: nothing keyed with it reaches the
+		// store (the gate is closed) until awaitSecret keys the rules with
+		// the shared secret.
+		from = "redis, not read yet"
 	}
 	dopts := descriptorOptions(s.opts, secret)
 	s.log.Info("counting of denied requests", zap.String("default_charge", dopts.DefaultCharge.String()),

@@ -148,11 +148,21 @@ func TestConfigClearsFailureOnRevert(t *testing.T) {
 	}
 }
 
-// TestReadyzAndGracefulDrain: with --readiness store, /readyz and
-// /healthcheck follow the store's ping; a stop request makes it say draining while an in-flight
-// call finishes.
+// TestReadyzAndGracefulDrain: with --readiness store, /readyz follows the
+// store's ping and /healthcheck stays a liveness signal; with
+// --healthcheck-requires-store too, /healthcheck follows the store; a stop
+// request makes /readyz say draining while an in-flight call finishes.
 func TestReadyzAndGracefulDrain(t *testing.T) {
-	r, bs := startBlocked(t, "--readiness", "store")
+	other, obs := startBlocked(t, "--readiness", "store")
+	obs.SetPing(errors.New("connection refused"))
+	if code, body := other.get(t, "/readyz"); code != 503 || !strings.Contains(body, "store unreachable: connection refused") {
+		t.Fatalf("--readiness store alone: /readyz %d %q, want 503 store unreachable", code, body)
+	}
+	if code, body := other.get(t, "/healthcheck"); code != 200 || body != "OK\n" {
+		t.Fatalf("--readiness store alone: /healthcheck %d %q while the store is down, want 200 OK", code, body)
+	}
+
+	r, bs := startBlocked(t, "--readiness", "store", "--healthcheck-requires-store")
 
 	if code, _ := r.get(t, "/readyz"); code != 200 {
 		t.Fatalf("/readyz %d, want 200", code)
@@ -161,7 +171,7 @@ func TestReadyzAndGracefulDrain(t *testing.T) {
 	if code, body := r.get(t, "/readyz"); code != 503 || !strings.Contains(body, "store unreachable: connection refused") {
 		t.Fatalf("/readyz %d %q, want 503 store unreachable", code, body)
 	}
-	// The reference's probe follows the store too (its
+	// Asked for, the reference's probe follows the store too (its
 	// REDIS_HEALTH_CHECK_ACTIVE_CONNECTION).
 	if code, body := r.get(t, "/healthcheck"); code != 500 || !strings.Contains(body, "store unreachable") {
 		t.Fatalf("/healthcheck %d %q, want 500 store unreachable", code, body)

@@ -311,6 +311,11 @@ func backend(r *refEnv) {
 		}
 	}
 	if r.boolean("REDIS_HEALTH_CHECK_ACTIVE_CONNECTION", false) {
+		// The reference has one health state, which its HTTP probe and its
+		// gRPC health answer: with this setting it fails while Redis is
+		// down. Its probe here is /healthcheck; /readyz follows too, so
+		// that a deployment moved to the native probes keeps the meaning.
+		r.set("healthcheck-requires-store", "true", "REDIS_HEALTH_CHECK_ACTIVE_CONNECTION")
 		r.set("readiness", options.ReadinessStore, "REDIS_HEALTH_CHECK_ACTIVE_CONNECTION")
 	}
 }

@@ -35,6 +35,10 @@ const MsgSharedSecret = "no HMAC secret configured: the replicas share a random 
 	"whoever can read that Redis can read the secret and test guesses of low-entropy descriptor values (IP addresses, user IDs) against the keys. " +
 	"Configure a secret (ENVOY_RLS_HMAC_SECRET or --hmac-secret-file) to keep it out of Redis"
 
+// MsgSecretRead is logged when a replica serving by failure mode has read
+// the shared secret: Redis decides from then on.
+const MsgSecretRead = "the shared HMAC secret is read from Redis: the limits are decided by the store from now on"
+
 // Log messages of a running replica's checks, which docs/operations.md
 // quotes.
 const (
@@ -49,13 +53,31 @@ func UsesSharedSecret(o *options.Options, getenv func(string) string) bool {
 	return o.Store == "redis" && o.HMACSecretRedisKey != "" && o.HMACSecretFile == "" && getenv(options.SecretEnv) == ""
 }
 
-// FetchSharedSecret returns the secret the replicas share under
-// --hmac-secret-redis-key, offering a fresh random one, and announces it
-// for AnnouncePeriods rechecks. Only Redis not answering is retried, until
-// it answers or ctx ends: without the secret no key can be computed. A key
-// whose value must not be adopted (redis.SharedSecretError) is a start-up
-// error naming the key and the fix.
-func FetchSharedSecret(ctx context.Context, o *options.Options, recheck time.Duration, log *zap.Logger) ([]byte, error) {
+// MsgSecretNotYet is logged after each failed attempt to read the shared
+// secret (docs/operations.md quotes it).
+const MsgSecretNotYet = "cannot read the shared HMAC secret from Redis yet: answering by each policy's failure mode; retrying"
+
+// SecretFetch reads the secret the replicas share under
+// --hmac-secret-redis-key, offering a fresh random one, and announces it for
+// AnnouncePeriods rechecks. Only Redis not answering is retried: a key
+// whose value must not be adopted (redis.SharedSecretError) or a user the
+// ACL refuses is an error naming the key and the fix. Use it from one
+// goroutine.
+type SecretFetch struct {
+	cfg       redis.Config
+	key       string
+	label     string // the flag or variable that named the key
+	candidate []byte
+	recheck   time.Duration
+	log       *zap.Logger
+	attempts  int
+	notYet    error // why the last attempt did not read the secret
+}
+
+// NewSecretFetch reads the Redis settings of o and draws the secret offered
+// should the key be missing; recheck is the running replicas' recheck
+// (SharedSecretRecheck outside tests).
+func NewSecretFetch(o *options.Options, recheck time.Duration, log *zap.Logger) (*SecretFetch, error) {
 	cfg, err := o.RedisConfig()
 	if err != nil {
 		return nil, fmt.Errorf("redis store: %w", err)
@@ -64,36 +86,72 @@ func FetchSharedSecret(ctx context.Context, o *options.Options, recheck time.Dur
 	if _, err := rand.Read(candidate); err != nil {
 		return nil, fmt.Errorf("generating a random HMAC secret: %w", err)
 	}
-	// The attempts are spaced as redis.Connect spaces its dials: waits
-	// doubling from 100ms up to 5s, each drawn between half and all of it.
+	return &SecretFetch{cfg: cfg, key: o.HMACSecretRedisKey, label: options.Label("hmac-secret-redis-key", o.Given),
+		candidate: candidate, recheck: recheck, log: log}, nil
+}
+
+// First makes one attempt: the secret once read; or, while Redis does not
+// answer, a nil secret and why (notYet: Wait goes on trying); or the error
+// of a key that must not be adopted.
+func (f *SecretFetch) First(ctx context.Context) (secret []byte, notYet, err error) {
+	secret, err = f.attempt(ctx)
+	return secret, f.notYet, err
+}
+
+// Wait tries again, spaced as redis.Connect spaces its dials (waits
+// doubling from 100ms up to 5s, each drawn between half and all of it),
+// until the secret is read, a refusal (as First's), or ctx ends. Each
+// failed attempt, First's included, is logged (MsgSecretNotYet) and its
+// cause given to onFailure, if not nil.
+func (f *SecretFetch) Wait(ctx context.Context, onFailure func(cause error)) ([]byte, error) {
 	backoff := redis.Backoff{Initial: 100 * time.Millisecond, Max: 5 * time.Second}
-	for attempt := 1; ; attempt++ {
-		actx, cancel := context.WithTimeout(ctx, sharedSecretTimeout)
-		st, err := redis.SharedSecret(actx, cfg, o.HMACSecretRedisKey, candidate, AnnouncePeriods*recheck)
-		cancel()
-		var se *redis.SharedSecretError
-		switch {
-		case err == nil:
-			if st.Legacy {
-				log.Warn("the shared HMAC secret in Redis is in the form of earlier versions (32 raw bytes, no check value): adopted as it is",
-					zap.String("key", o.HMACSecretRedisKey))
+	for {
+		if f.notYet != nil {
+			if onFailure != nil {
+				onFailure(f.notYet)
 			}
-			return st.Secret, nil
-		case errors.As(err, &se):
-			return nil, sharedSecretRefusal(options.Label("hmac-secret-redis-key", o.Given), se, recheck)
-		case isNoPerm(err):
-			return nil, fmt.Errorf("%s: the Redis user may not use the shared secret's keys: %w (the ACL it needs: docs/redis.md, Least privilege)", options.Label("hmac-secret-redis-key", o.Given), err)
+			wait := backoff.Wait(f.attempts, mrand.Float64())
+			f.log.Warn(MsgSecretNotYet, zap.String("key", f.key), zap.Int("attempt", f.attempts), zap.Duration("retry_in", wait), zap.Error(f.notYet))
+			t := time.NewTimer(wait)
+			select {
+			case <-ctx.Done():
+				t.Stop()
+				return nil, fmt.Errorf("stopped before the shared HMAC secret could be read from Redis: %w", context.Cause(ctx))
+			case <-t.C:
+			}
 		}
-		wait := backoff.Wait(attempt, mrand.Float64())
-		log.Warn("cannot read the shared HMAC secret from Redis yet; retrying", zap.Int("attempt", attempt), zap.Duration("retry_in", wait), zap.Error(err))
-		t := time.NewTimer(wait)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return nil, fmt.Errorf("stopped before the shared HMAC secret could be read from Redis: %w", context.Cause(ctx))
-		case <-t.C:
+		if secret, err := f.attempt(ctx); err != nil || secret != nil {
+			return secret, err
 		}
 	}
+}
+
+// attempt reads (or stores) the secret once, bounded by
+// sharedSecretTimeout: the secret, or a refusal, or neither with f.notYet
+// saying why Redis did not answer.
+func (f *SecretFetch) attempt(ctx context.Context) ([]byte, error) {
+	f.attempts++
+	f.notYet = nil
+	actx, cancel := context.WithTimeout(ctx, sharedSecretTimeout)
+	st, err := redis.SharedSecret(actx, f.cfg, f.key, f.candidate, AnnouncePeriods*f.recheck)
+	cancel()
+	var se *redis.SharedSecretError
+	switch {
+	case err == nil:
+		if st.Legacy {
+			f.log.Warn("the shared HMAC secret in Redis is in the form of earlier versions (32 raw bytes, no check value): adopted as it is",
+				zap.String("key", f.key))
+		}
+		return st.Secret, nil
+	case errors.As(err, &se):
+		return nil, sharedSecretRefusal(f.label, se, f.recheck)
+	case isNoPerm(err):
+		return nil, fmt.Errorf("%s: the Redis user may not use the shared secret's keys: %w (the ACL it needs: docs/redis.md, Least privilege)", f.label, err)
+	case ctx.Err() != nil:
+		return nil, fmt.Errorf("stopped before the shared HMAC secret could be read from Redis: %w", context.Cause(ctx))
+	}
+	f.notYet = err
+	return nil, nil
 }
 
 // sharedSecretRefusal is the start-up error of a key whose value a

@@ -17,7 +17,7 @@ func TestConnLimit(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cl, err := newConnLimit(2, prometheus.NewRegistry())
+	cl, err := newConnLimit(2, 0, prometheus.NewRegistry())
 	if err != nil {
 		t.Fatal(err)
 	}

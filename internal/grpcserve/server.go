@@ -7,6 +7,7 @@
 package grpcserve
 
 import (
+	"context"
 	"crypto/tls"
 	"errors"
 	"math"
@@ -22,6 +23,7 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/reflection"
+	"google.golang.org/grpc/tap"
 
 	"github.com/envoy-rls/envoy-rls/pkg/rls"
 )
@@ -50,6 +52,12 @@ const (
 	// take a few hundred bytes to a few KiB. Every incomplete request may
 	// hold up to this much.
 	DefaultMaxRecvMsgSize = 256 << 10
+	// DefaultFirstCallTimeout closes a connection that has opened no call
+	// that long after it was accepted. Envoy and gRPC clients call as soon
+	// as their connection is up (a client that connects ahead and calls
+	// later reconnects then); a connection that never calls would
+	// otherwise hold its place under MaxConnections until the idle bound.
+	DefaultFirstCallTimeout = 5 * time.Second
 	// DefaultMaxConnectionIdle closes a connection without a call for that
 	// long (GOAWAY); the client reconnects when it needs to.
 	DefaultMaxConnectionIdle = 5 * time.Minute
@@ -81,10 +89,11 @@ const (
 )
 
 // Limits bound what the listener, its connections and their streams may
-// hold. A zero idle time or age means never.
+// hold. A zero first-call timeout, idle time or age means never.
 type Limits struct {
 	MaxConcurrentStreams         int
 	MaxConnections               int
+	FirstCallTimeout             time.Duration
 	ReceiveTimeout               time.Duration
 	MaxIncompleteRequests        int
 	MaxRecvMsgSize               int
@@ -135,7 +144,7 @@ func New(cfg Config) (*Server, error) {
 	if cfg.Log == nil {
 		cfg.Log = zap.NewNop()
 	}
-	conns, err := newConnLimit(cfg.Limits.MaxConnections, cfg.Registerer)
+	conns, err := newConnLimit(cfg.Limits.MaxConnections, cfg.Limits.FirstCallTimeout, cfg.Registerer)
 	if err != nil {
 		return nil, err
 	}
@@ -171,7 +180,8 @@ func (s *Server) Register(svc *rls.Server) {
 }
 
 // Serve accepts connections on lis, at most Limits.MaxConnections at once,
-// until the server is stopped.
+// each closed if it has opened no call Limits.FirstCallTimeout after it
+// was accepted, until the server is stopped.
 func (s *Server) Serve(lis net.Listener) error {
 	return s.gs.Serve(s.conns.listener(lis))
 }
@@ -241,7 +251,10 @@ func serverOptions(l Limits, g *receiveGuard) []grpc.ServerOption {
 			Time:                  l.KeepaliveTime,
 			Timeout:               l.KeepaliveTimeout,
 		}),
-		grpc.InTapHandle(g.tap),
+		grpc.InTapHandle(func(ctx context.Context, info *tap.Info) (context.Context, error) {
+			callOpened(ctx)
+			return g.tap(ctx, info)
+		}),
 		grpc.ChainStreamInterceptor(g.streamInterceptor),
 		grpc.ForceServerCodecV2(rls.Codec{}),
 	}

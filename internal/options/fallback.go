@@ -17,6 +17,7 @@ const (
 	ReadinessRules = "rules"
 	// ReadinessStore: also unready while the store does not answer its
 	// ping, so that Envoy's failure_mode_deny decides during an outage.
+	// Only /readyz follows it: the liveness endpoints never do.
 	ReadinessStore = "store"
 )
 
@@ -30,7 +31,7 @@ const (
 
 // fallbackFlags adds the flags of readiness and of failure_mode: local.
 func fallbackFlags(fs *flag.FlagSet, o *Options) {
-	fs.StringVar(&o.Readiness, "readiness", DefaultReadiness, "what /readyz requires: rules (rules loaded and listeners up; a store outage is answered by each policy's failure mode) or store (also a store that answers, so that Envoy's failure_mode_deny decides during an outage)")
+	fs.StringVar(&o.Readiness, "readiness", DefaultReadiness, "what /readyz requires: rules (rules loaded and listeners up; a store outage is answered by each policy's failure mode) or store (also a store that answers, so that Envoy's failure_mode_deny decides during an outage); /healthz and /healthcheck never follow it")
 	fs.StringVar(&o.DefaultFailureMode, "default-failure-mode", DefaultFailureMode, "failure mode of the rules that set no failure_mode: closed, open or local")
 	fs.IntVar(&o.ReplicasHint, "replicas-hint", DefaultReplicasHint, fmt.Sprintf("replicas sharing each limit: failure_mode local limits admit limit/replicas-hint (rounded down, at least 1) per replica while the store fails; 1–%d", failover.MaxReplicas))
 	fs.IntVar(&o.LocalFallbackMaxEntries, "local-fallback-max-entries", DefaultLocalFallbackMaxEntries, fmt.Sprintf("failure_mode local: the most subjects this replica's local limiter holds exactly; a policy's new subjects beyond are limited by an overflow sketch that never admits more than the share (answered closed when more than %d policies are in overflow at once)", memory.DefaultMaxSketches))

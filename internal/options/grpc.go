@@ -132,6 +132,7 @@ const (
 func transportFlags(fs *flag.FlagSet, o *grpcserve.Limits) {
 	fs.IntVar(&o.MaxConcurrentStreams, "grpc-max-concurrent-streams", grpcserve.DefaultMaxConcurrentStreams, "calls one gRPC connection may have in flight; more are refused (REFUSED_STREAM) and Envoy opens another connection")
 	fs.IntVar(&o.MaxConnections, "grpc-max-connections", grpcserve.DefaultMaxConnections, "open gRPC connections; one more is closed as soon as it is accepted")
+	fs.DurationVar(&o.FirstCallTimeout, "grpc-first-call-timeout", grpcserve.DefaultFirstCallTimeout, "close a gRPC connection that has opened no call this long after it was accepted, so that connections that never call cannot hold --grpc-max-connections (one that has called is kept while idle: --grpc-max-connection-idle; 0: never)")
 	fs.DurationVar(&o.ReceiveTimeout, "grpc-receive-timeout", grpcserve.DefaultReceiveTimeout, "longest time from a call's headers to the end of its request; a call that has not sent its request by then is cut (DEADLINE_EXCEEDED)")
 	fs.IntVar(&o.MaxIncompleteRequests, "grpc-max-incomplete-requests", grpcserve.DefaultMaxIncompleteRequests, "calls, over all gRPC connections, whose request has not fully arrived; one more is refused (RESOURCE_EXHAUSTED)")
 	fs.IntVar(&o.MaxRecvMsgSize, "grpc-max-recv-msg-size", grpcserve.DefaultMaxRecvMsgSize, "largest request message in bytes; a larger one is refused (RESOURCE_EXHAUSTED)")
@@ -149,6 +150,7 @@ func transportFlags(fs *flag.FlagSet, o *grpcserve.Limits) {
 var transportAccepts = map[string]string{
 	"grpc-max-concurrent-streams":   fmt.Sprintf("an integer between 1 and %d", math.MaxUint32),
 	"grpc-max-connections":          fmt.Sprintf("an integer between 1 and %d", maxGRPCMaxConnections),
+	"grpc-first-call-timeout":       "0 (never) or a positive duration such as 5s",
 	"grpc-receive-timeout":          "a positive duration such as 5s",
 	"grpc-max-incomplete-requests":  fmt.Sprintf("an integer between 1 and %d", maxGRPCMaxConnections),
 	"grpc-max-recv-msg-size":        fmt.Sprintf("a size in bytes between %d and %d", minGRPCMaxRecvMsgSize, math.MaxInt32),
@@ -166,6 +168,7 @@ func checkTransport(o *grpcserve.Limits, given map[string]Given) error {
 	bad := r.check
 	bad("grpc-max-concurrent-streams", o.MaxConcurrentStreams >= 1 && int64(o.MaxConcurrentStreams) <= math.MaxUint32)
 	bad("grpc-max-connections", o.MaxConnections >= 1 && o.MaxConnections <= maxGRPCMaxConnections)
+	bad("grpc-first-call-timeout", o.FirstCallTimeout >= 0)
 	bad("grpc-receive-timeout", o.ReceiveTimeout > 0)
 	bad("grpc-max-incomplete-requests", o.MaxIncompleteRequests >= 1 && o.MaxIncompleteRequests <= maxGRPCMaxConnections)
 	bad("grpc-max-recv-msg-size", o.MaxRecvMsgSize >= minGRPCMaxRecvMsgSize && o.MaxRecvMsgSize <= math.MaxInt32)

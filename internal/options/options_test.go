@@ -119,13 +119,14 @@ func TestServeTransportChecks(t *testing.T) {
 	base := []string{"--config", "rules"}
 	checkServe(t, []serveCase{
 		{"defaults", base, nil, ""},
-		{"all set", append(base, "--grpc-max-concurrent-streams", "1", "--grpc-max-connections", "1048576", "--grpc-receive-timeout", "1ms", "--grpc-max-incomplete-requests", "1",
+		{"all set", append(base, "--grpc-max-concurrent-streams", "1", "--grpc-max-connections", "1048576", "--grpc-first-call-timeout", "0", "--grpc-receive-timeout", "1ms", "--grpc-max-incomplete-requests", "1",
 			"--grpc-max-recv-msg-size", "4096", "--grpc-max-connection-idle", "0", "--grpc-max-connection-age", "0", "--grpc-max-connection-age-grace", "0",
 			"--grpc-keepalive-time", "1s", "--grpc-keepalive-timeout", "1s", "--grpc-keepalive-min-time", "0", "--grpc-keepalive-permit-without-stream=false"), nil, ""},
 		{"streams zero", append(base, "--grpc-max-concurrent-streams", "0"), nil, `--grpc-max-concurrent-streams="0": must be an integer between 1 and 4294967295`},
 		{"streams above uint32", base, map[string]string{"ENVOY_RLS_GRPC_MAX_CONCURRENT_STREAMS": "4294967296"}, `ENVOY_RLS_GRPC_MAX_CONCURRENT_STREAMS="4294967296": must be an integer between 1 and 4294967295`},
 		{"connections zero", append(base, "--grpc-max-connections", "0"), nil, `--grpc-max-connections="0": must be an integer between 1 and 1048576`},
 		{"connections not a number", append(base, "--grpc-max-connections", "many"), nil, `--grpc-max-connections="many": must be an integer`},
+		{"first call timeout negative", base, map[string]string{"ENVOY_RLS_GRPC_FIRST_CALL_TIMEOUT": "-1s"}, `ENVOY_RLS_GRPC_FIRST_CALL_TIMEOUT="-1s": must be 0 (never) or a positive duration such as 5s`},
 		{"receive timeout zero", base, map[string]string{"ENVOY_RLS_GRPC_RECEIVE_TIMEOUT": "0s"}, `ENVOY_RLS_GRPC_RECEIVE_TIMEOUT="0s": must be a positive duration such as 5s`},
 		{"incomplete requests zero", append(base, "--grpc-max-incomplete-requests", "0"), nil, `--grpc-max-incomplete-requests="0": must be an integer between 1 and 1048576`},
 		{"message size too small", append(base, "--grpc-max-recv-msg-size", "100"), nil, `--grpc-max-recv-msg-size="100": must be a size in bytes between 4096 and 2147483647`},

@@ -27,6 +27,9 @@ type referenceOptions struct {
 	// HealthcheckRequiresRules makes /healthcheck fail until rules are
 	// loaded.
 	HealthcheckRequiresRules bool
+	// HealthcheckRequiresStore makes /healthcheck fail while the store
+	// does not answer its ping.
+	HealthcheckRequiresStore bool
 	// ShadowAll puts every rule in shadow mode.
 	ShadowAll bool
 	// DefaultCharge is the charge of the rate limits that set none:
@@ -44,6 +47,7 @@ func referenceFlags(fs *flag.FlagSet, o *referenceOptions) {
 	fs.BoolVar(&o.EnvCompat, "env-compat", false, "also read the environment variables of envoyproxy/ratelimit (docs/migration.md); on when the binary is started as "+CompatName)
 	fs.StringVar(&o.HMACSecretRedisKey, "hmac-secret-redis-key", "", "with --store redis and no HMAC secret given: share one random secret between the replicas under this Redis key (created once with SETNX, announced under KEY:in-use; docs/operations.md, The shared HMAC secret); see docs/migration.md for the risk")
 	fs.BoolVar(&o.HealthcheckRequiresRules, "healthcheck-requires-rules", false, "GET /healthcheck answers 500 until rules are loaded (it always does while draining)")
+	fs.BoolVar(&o.HealthcheckRequiresStore, "healthcheck-requires-store", false, "GET /healthcheck answers 500 while the store does not answer its ping, as the reference's REDIS_HEALTH_CHECK_ACTIVE_CONNECTION; without it a store outage never fails /healthcheck, whatever --readiness says (a liveness probe on it then restarts every replica during a Redis outage)")
 	fs.StringVar(&o.DefaultCharge, "default-charge", limiter.ChargeAllowed.String(), "charge of the rate limits that set none: allowed (a denied request records nothing) or always (its hits are recorded past the limit, up to twice it: post-paid usage such as LLM tokens; the reference's counting, docs/migration.md)")
 	fs.BoolVar(&o.ShadowAll, "shadow-mode", false, "every rule in shadow mode, as if each set shadow_mode: true: counted, logged and reported, never denying")
 	fs.StringVar(&o.LimitHeader, "limit-header", rls.HeaderLimit, "name of the response header that carries the limit")

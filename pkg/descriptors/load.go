@@ -232,11 +232,35 @@ func assemble(files []*rawFile, names []string, fp [32]byte, ps *problems, opts 
 		}
 	}
 	slices.SortFunc(s.order, func(a, b *domain) int { return strings.Compare(a.name, b.name) })
-	key := slices.Clone(opts.Secret)
-	s.macs.New = func() any { return &macState{mac: hmac.New(sha256.New, key)} }
-	s.overrides.m = map[string]*Rule{}
+	s.keyWith(opts.Secret)
 	s.overrideCharge = opts.DefaultCharge
 	return s, nil
+}
+
+// keyWith keys the snapshot's digests with a copy of secret and gives it an
+// empty override cache.
+func (s *Snapshot) keyWith(secret []byte) {
+	key := slices.Clone(secret)
+	s.macs.New = func() any { return &macState{mac: hmac.New(sha256.New, key)} }
+	s.overrides.m = map[string]*Rule{}
+}
+
+// WithSecret returns a snapshot of the same rules whose subjects, tags and
+// configuration digests are keyed with secret: what compiling the same
+// input with Options.Secret set to secret would return, without reading or
+// compiling anything again, so it cannot fail on input that has changed
+// since. The compiled rules are shared; s is unchanged. A nil s gives nil.
+func (s *Snapshot) WithSecret(secret []byte) (*Snapshot, error) {
+	if len(secret) < MinSecretLength {
+		return nil, ErrSecret
+	}
+	if s == nil {
+		return nil, nil
+	}
+	out := &Snapshot{domains: s.domains, order: s.order, files: s.files, fingerprint: s.fingerprint,
+		rules: s.rules, limited: s.limited, overrideCharge: s.overrideCharge}
+	out.keyWith(secret)
+	return out, nil
 }
 
 func newFingerprint() hash.Hash { return sha256.New() }

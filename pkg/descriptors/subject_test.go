@@ -3,6 +3,7 @@ package descriptors
 import (
 	"bytes"
 	"encoding/hex"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -266,5 +267,54 @@ descriptors:
 	if err == nil || !strings.Contains(err.Error(), `rules.yaml:6`) || !strings.Contains(err.Error(), `colocate names "org"`) ||
 		!strings.Contains(err.Error(), "colocate must name a descriptor key") {
 		t.Fatalf("error %v", err)
+	}
+}
+
+// TestWithSecret: a snapshot keyed again with another secret matches as
+// one compiled with that secret — subjects, colocation tags, configuration
+// digests — and leaves the original as it was.
+func TestWithSecret(t *testing.T) {
+	const path = "../../config/examples/07-hierarchical.yaml"
+	other := []byte("another-secret-of-16+ bytes")
+	placeholder := mustLoad(t, path)
+	compiled, err := Load(path, Options{Secret: other})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rekeyed, err := placeholder.WithSecret(other)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, entries := range [][]string{{"tenant=acme"}, {"tenant=acme", "user=bob"}, {"org=o1", "project=p", "api_key=k"}} {
+		want, ok := compiled.Match("saas", e(entries...))
+		if !ok {
+			t.Fatalf("%v: no match", entries)
+		}
+		got, _ := rekeyed.Match("saas", e(entries...))
+		before, _ := placeholder.Match("saas", e(entries...))
+		if got.Subject != want.Subject || got.Tag != want.Tag {
+			t.Errorf("%v: rekeyed subject %x tag %x, want those of a compile with the secret: %x %x", entries, got.Subject, got.Tag, want.Subject, want.Tag)
+		}
+		if before.Subject == want.Subject {
+			t.Errorf("%v: the original snapshot's subject changed with the rekeyed one", entries)
+		}
+		if got.Rule.Policy != before.Rule.Policy {
+			t.Errorf("%v: the rekeyed snapshot compiled its rules again", entries)
+		}
+	}
+	// Configuration digests, on rules that hold values.
+	valued, err := subjectLoad(t, testSecret).WithSecret(other)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, want := fmt.Sprint(valued.DomainsDigested()), fmt.Sprint(subjectLoad(t, other).DomainsDigested())
+	if got != want || !strings.Contains(got, "hmac:") {
+		t.Errorf("configuration digests:\n got %v\nwant %v", got, want)
+	}
+	if rekeyed.Fingerprint() != placeholder.Fingerprint() {
+		t.Error("the rekeyed snapshot's fingerprint changed: its input did not")
+	}
+	if _, err := placeholder.WithSecret([]byte("short")); err != ErrSecret {
+		t.Errorf("short secret: %v, want ErrSecret", err)
 	}
 }

@@ -47,6 +47,7 @@ func TestDefaultsMatchBinary(t *testing.T) {
 		{"admin.port", options.DefaultAdminAddr},
 		{"grpc.limits.maxConcurrentStreams", grpcserve.DefaultMaxConcurrentStreams},
 		{"grpc.limits.maxConnections", grpcserve.DefaultMaxConnections},
+		{"grpc.limits.firstCallTimeout", grpcserve.DefaultFirstCallTimeout},
 		{"grpc.limits.receiveTimeout", grpcserve.DefaultReceiveTimeout},
 		{"grpc.limits.maxIncompleteRequests", grpcserve.DefaultMaxIncompleteRequests},
 		{"grpc.limits.maxRecvMsgSize", grpcserve.DefaultMaxRecvMsgSize},
@@ -105,7 +106,7 @@ func containerArgs(t *testing.T, prefixes []string, args ...string) []string {
 // runs the args through the binary's own checks, app.CheckServeArgs).
 func TestValueFlags(t *testing.T) {
 	statsd := []string{"--statsd-", "--near-limit-ratio"}
-	grpcLimits := []string{"--grpc-max-", "--grpc-receive-", "--grpc-keepalive-"}
+	grpcLimits := []string{"--grpc-max-", "--grpc-first-call-", "--grpc-receive-", "--grpc-keepalive-"}
 	audit := []string{"--audit-"}
 	// The reference's LIMIT_*_HEADER settings and its secret-less
 	// deployments.
@@ -126,6 +127,7 @@ func TestValueFlags(t *testing.T) {
 		{"gRPC limits", grpcLimits, []string{
 			"--set", "grpc.limits.maxConcurrentStreams=250",
 			"--set", "grpc.limits.maxConnections=5000",
+			"--set", "grpc.limits.firstCallTimeout=0",
 			"--set", "grpc.limits.receiveTimeout=2s",
 			"--set", "grpc.limits.maxIncompleteRequests=4096",
 			"--set", "grpc.limits.maxRecvMsgSize=1048576",
@@ -137,7 +139,7 @@ func TestValueFlags(t *testing.T) {
 			"--set", "grpc.limits.keepaliveMinTime=10s",
 			"--set", "grpc.limits.keepalivePermitWithoutStream=false",
 		}, []string{
-			"--grpc-max-concurrent-streams=250", "--grpc-max-connections=5000", "--grpc-receive-timeout=2s",
+			"--grpc-max-concurrent-streams=250", "--grpc-max-connections=5000", "--grpc-first-call-timeout=0", "--grpc-receive-timeout=2s",
 			"--grpc-max-incomplete-requests=4096", "--grpc-max-recv-msg-size=1048576", "--grpc-max-connection-idle=0",
 			"--grpc-max-connection-age=30m", "--grpc-max-connection-age-grace=1m", "--grpc-keepalive-time=1m",
 			"--grpc-keepalive-timeout=10s", "--grpc-keepalive-min-time=10s", "--grpc-keepalive-permit-without-stream=false",

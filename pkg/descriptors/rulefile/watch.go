@@ -110,6 +110,22 @@ func (w *Watcher) endAttempt() {
 	w.attempt = make(chan struct{})
 }
 
+// SetSecret keys the subjects with secret from now on: the snapshot in
+// service is replaced by the same rules keyed with it (no file is read, so
+// it cannot fail on files changed meanwhile), and every later load compiles
+// with it. It neither counts nor reports a reload.
+func (w *Watcher) SetSecret(secret []byte) error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	s, err := w.cur.Load().WithSecret(secret)
+	if err != nil {
+		return err
+	}
+	w.opts.Secret = slices.Clone(secret)
+	w.cur.Store(s)
+	return nil
+}
+
 // Reload loads the rule files again and swaps the snapshot on success
 // (SIGHUP). It always counts and reports, even when nothing changed.
 func (w *Watcher) Reload() descriptors.ReloadResult {

@@ -368,3 +368,44 @@ func TestRevertAfterFailedReloadClearsTheFailure(t *testing.T) {
 		t.Errorf("an unchanged check was counted: %+v", c)
 	}
 }
+
+// TestSetSecret: the rules in service are keyed with the new secret at
+// once, even when the files no longer load, and so is every later reload.
+func TestSetSecret(t *testing.T) {
+	dir := t.TempDir()
+	w, logged := loggingWatcher(t, dir, "5")
+	other := []byte("another-secret-of-16+ bytes")
+	subject := func(secret []byte, s *descriptors.Snapshot) (got, want [32]byte) {
+		t.Helper()
+		ref, err := descriptors.Load(dir, descriptors.Options{Secret: secret})
+		if err != nil {
+			t.Fatal(err)
+		}
+		m, _ := s.Match("d", alice)
+		r, _ := ref.Match("d", alice)
+		return m.Subject, r.Subject
+	}
+	before, _ := w.Current().Match("d", alice)
+	// The files are broken meanwhile: the new key does not depend on them.
+	writeFile(t, dir+"/r.yaml", "domain: [broken")
+	if err := w.SetSecret(other); err != nil {
+		t.Fatal(err)
+	}
+	writeFile(t, dir+"/r.yaml", rules("5"))
+	if got, want := subject(other, w.Current()); got != want || got == before.Subject {
+		t.Fatalf("after SetSecret: subject %x, want the new secret's %x (the old one was %x)", got, want, before.Subject)
+	}
+	if len(*logged) != 0 || w.Counts() != (Counts{}) {
+		t.Errorf("SetSecret counted or reported a reload: %+v %+v", *logged, w.Counts())
+	}
+	writeFile(t, dir+"/r.yaml", rules("7"))
+	if res := w.Reload(); !res.OK || limitOf(t, w.Current()) != 7 {
+		t.Fatalf("reload after SetSecret: %+v", res)
+	}
+	if got, want := subject(other, w.Current()); got != want {
+		t.Fatalf("a reload after SetSecret keyed the subjects with the old secret: %x, want %x", got, want)
+	}
+	if err := w.SetSecret([]byte("short")); !errors.Is(err, descriptors.ErrSecret) {
+		t.Errorf("short secret: %v", err)
+	}
+}

@@ -59,6 +59,10 @@ type Source struct {
 
 	mu   sync.Mutex
 	stop func() // ends the client started by Start and waits for it
+
+	// keyMu serializes what compiles with rules.Secret and swaps cur
+	// (apply, ServeEmpty) with SetSecret, which changes both.
+	keyMu sync.Mutex
 }
 
 // NewSource checks cfg, prepares the client and registers the metrics; it
@@ -112,6 +116,7 @@ func NewSource(cfg SourceConfig) (*Source, error) {
 
 // apply is the client's Config.Apply: compile, swap on success.
 func (s *Source) apply(version string, cs []*rlsconf.RateLimitConfig) error {
+	s.keyMu.Lock()
 	snap, err := Compile(cs, s.rules)
 	if err != nil {
 		s.updates.WithLabelValues("nack").Inc()
@@ -121,6 +126,7 @@ func (s *Source) apply(version string, cs []*rlsconf.RateLimitConfig) error {
 		s.version.Store(&version)
 		s.updates.WithLabelValues("ack").Inc()
 	}
+	s.keyMu.Unlock()
 	res := descriptors.NewReloadResult(Trigger, snap, err)
 	s.last.Store(&res)
 	if err == nil {
@@ -169,6 +175,8 @@ func (s *Source) Stop() {
 // already is, until the first version compiles: every descriptor is then
 // unmatched. Received stays false.
 func (s *Source) ServeEmpty() error {
+	s.keyMu.Lock()
+	defer s.keyMu.Unlock()
 	empty, err := descriptors.Compile(nil, s.rules)
 	if err != nil {
 		return err
@@ -176,6 +184,24 @@ func (s *Source) ServeEmpty() error {
 	s.cur.CompareAndSwap(nil, empty)
 	res := descriptors.NewReloadResult(descriptors.TriggerInitial, empty, nil)
 	s.last.CompareAndSwap(nil, &res)
+	return nil
+}
+
+// SetSecret keys the subjects with secret from now on: the rules in
+// service are replaced by the same rules keyed with it (nothing is asked of
+// the server or compiled again), and every later version compiles with it.
+// Received, Version and Last are unchanged.
+func (s *Source) SetSecret(secret []byte) error {
+	s.keyMu.Lock()
+	defer s.keyMu.Unlock()
+	snap, err := s.cur.Load().WithSecret(secret)
+	if err != nil {
+		return err
+	}
+	s.rules.Secret = slices.Clone(secret)
+	if snap != nil {
+		s.cur.Store(snap)
+	}
 	return nil
 }
 

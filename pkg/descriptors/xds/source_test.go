@@ -235,3 +235,52 @@ func TestNewSourceRefuses(t *testing.T) {
 		}
 	}
 }
+
+// TestSourceSetSecret: the version in service is keyed with the new secret
+// at once, without a new version, and so is the next version.
+func TestSourceSetSecret(t *testing.T) {
+	certs := xdstest.NewCerts(t)
+	srv := xdstest.Start(t, certs, "rls-node")
+	src, reloads := newSource(t, srv.Addr(), certs, prometheus.NewRegistry())
+	other := []byte("another-secret-of-16+ bytes")
+	if err := src.SetSecret(other); err != nil || src.Current() != nil {
+		t.Fatalf("SetSecret before any version: %v, rules %v", err, src.Current())
+	}
+	srv.Set("v1", appLimit(2))
+	src.Start(context.Background())
+	if err := src.WaitFirst(within(t, 5*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	<-reloads
+	user := []descriptors.Entry{{Key: "user", Value: "u"}}
+	subject := func(secret []byte, limit uint32) (got, want [32]byte) {
+		t.Helper()
+		ref, err := Compile([]*rlsconf.RateLimitConfig{appLimit(limit)}, descriptors.Options{Secret: secret})
+		if err != nil {
+			t.Fatal(err)
+		}
+		m, ok := src.Current().Match("app", user)
+		if !ok || m.Rule.RequestsPerUnit != limit {
+			t.Fatalf("match %v %+v, want the limit %d", ok, m.Rule, limit)
+		}
+		r, _ := ref.Match("app", user)
+		return m.Subject, r.Subject
+	}
+	if got, want := subject(other, 2); got != want {
+		t.Fatalf("v1 compiled before SetSecret's secret: %x, want %x", got, want)
+	}
+	third := []byte("a-third-secret-of-16+ bytes")
+	if err := src.SetSecret(third); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := subject(third, 2); got != want || src.Version() != "v1" || !src.Received() {
+		t.Fatalf("after SetSecret: subject %x, want %x; version %q received %v", got, want, src.Version(), src.Received())
+	}
+	srv.Set("v2", appLimit(3))
+	if r := <-reloads; !r.OK {
+		t.Fatalf("v2: %+v", r)
+	}
+	if got, want := subject(third, 3); got != want {
+		t.Fatalf("v2 keyed with another secret: %x, want %x", got, want)
+	}
+}
