@@ -2,11 +2,13 @@ package journal
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/envoy-rls/envoy-rls/internal/limitertest"
+	"github.com/envoy-rls/envoy-rls/internal/polltest"
 	"github.com/envoy-rls/envoy-rls/pkg/limiter"
 )
 
@@ -360,13 +362,12 @@ func TestConcurrentCharges(t *testing.T) {
 // waitFor polls cond every millisecond for up to 10 s.
 func waitFor(t testing.TB, cond func() bool, what string) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("no %s within 10s", what)
+	polltest.Eventually(t, 10*time.Second, time.Millisecond, what, func() error {
+		if !cond() {
+			return errors.New("not yet")
 		}
-		time.Sleep(time.Millisecond)
-	}
+		return nil
+	})
 }
 
 // TestSuiteOverMemory: with a store that answers, the journal is

@@ -91,3 +91,24 @@ func TestMetrics(t *testing.T) {
 		}
 	}
 }
+
+// BenchmarkEvaluate: what the journal adds to a call the store answers (a
+// charge and a rate limit in one batch), against the store alone.
+func BenchmarkEvaluate(b *testing.B) {
+	f := newFaulty(b, limitertest.NewClock(t0))
+	j := newJournal(b, f.inner, Config{})
+	batch := []limiter.Request{{Policy: meter(b, "m"), Subject: subject("s"), Cost: 1}, {Policy: rate(b, "r"), Subject: subject("s"), Cost: 1}}
+	for _, s := range []struct {
+		name  string
+		store limiter.Store
+	}{{"store", f.inner}, {"journal", j}} {
+		b.Run(s.name, func(b *testing.B) {
+			out := make([]limiter.Outcome, len(batch))
+			ctx := context.Background()
+			b.ReportAllocs()
+			for b.Loop() {
+				s.store.Evaluate(ctx, batch, out)
+			}
+		})
+	}
+}
