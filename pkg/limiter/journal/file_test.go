@@ -203,3 +203,28 @@ func TestUnwritableDirectory(t *testing.T) {
 		t.Fatal("New accepted a file in a read-only directory")
 	}
 }
+
+// TestStopAwaits: Stop waits, within its context, for the late answers
+// its entries await; what is still unanswered when it ends is left.
+func TestStopAwaits(t *testing.T) {
+	for _, answered := range []bool{true, false} {
+		f := newFaulty(t, limitertest.NewClock(t0))
+		j := newJournal(t, f, Config{})
+		late := limiter.NewLateAnswer()
+		f.set(limiter.IndeterminateOutcome(time.Second, late.Awaited(0, errDown)))
+		eval(j, limiter.Request{Policy: meter(t, "m"), Subject: subject("s"), Cost: 3})
+		f.set(limiter.Outcome{})
+		ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+		if answered {
+			go late.Resolve([]limiter.Outcome{limiter.UnavailableOutcome(0, limiter.CategoryDeadline, errDown)})
+		}
+		left, saved, err := j.Stop(ctx)
+		cancel()
+		switch {
+		case answered && (left != 0 || f.recorded(t, meter(t, "m"), subject("s")) != 3):
+			t.Errorf("answered: %d left, recorded %d", left, f.recorded(t, meter(t, "m"), subject("s")))
+		case !answered && (left != 1 || saved || err != nil):
+			t.Errorf("unanswered: %d left, saved %v, %v", left, saved, err)
+		}
+	}
+}

@@ -184,7 +184,7 @@ func eval(j *Journal, batch ...limiter.Request) []limiter.Outcome {
 func drain(t testing.TB, j *Journal) {
 	t.Helper()
 	for j.Len() > 0 {
-		if removed, _ := j.replayOnce(context.Background()); removed == 0 {
+		if removed, _, _ := j.replayOnce(context.Background()); removed == 0 {
 			t.Fatalf("a replay removed nothing; %d entries left", j.Len())
 		}
 	}

@@ -26,11 +26,13 @@
 // # Once
 //
 // An entry is removed when the store answered its replay, so a charge is
-// applied by the replay at most once. It can still count twice when its
-// first attempt did apply it and the answer was lost: an Indeterminate
-// outcome whose program ran before its deadline (the Redis programs commit
-// nothing for a call that reaches Redis after its deadline, so a stalled
-// Redis does not double count calls it runs late; see docs/consistency.md).
+// applied by the replay at most once. An Indeterminate outcome whose store
+// still awaits the answer (limiter.Awaited: the Redis store, when the
+// answer comes after the deadline) is not replayed until that answer
+// says: applied (the entry is done) or not (it is replayed); it is
+// replayed unseen only after AwaitMax. So a charge counts twice only when
+// its first attempt did apply it and the answer was lost (the connection
+// broke after the program ran; see docs/consistency.md).
 //
 // # Bounds
 //
@@ -74,8 +76,13 @@ const (
 	// the store answers cuts it short, but never below RetryMin.
 	RetryMin = 100 * time.Millisecond
 	RetryMax = 5 * time.Second
+	// AwaitMax bounds the wait for the late answer of an Indeterminate
+	// outcome (limiter.Awaited) before the entry is replayed unseen.
+	AwaitMax = 30 * time.Second
 	// MaxBytesPerEntry bounds the heap a full journal keeps per entry
-	// (the entry and its share of a chunk; the policy is the rules').
+	// (the entry and its share of a chunk; the policy is the rules', and
+	// a late answer awaited, held only while its store's call is in
+	// flight, the store's).
 	MaxBytesPerEntry = 88
 )
 
@@ -184,7 +191,20 @@ type entry struct {
 	tag     limiter.Tag
 	cost    int64
 	at      int64 // when it was journalled, Unix ms
-	kind    Kind
+	// awaited is, for an Indeterminate outcome, the store's late answer
+	// to wait for before a replay (nil: none to wait for), awaited since
+	// at + awaitedAfter ms.
+	awaited      *limiter.Awaited
+	awaitedAfter uint32
+	kind         Kind
+}
+
+// awaitedSince is when e began to await its late answer, Unix ms.
+func (e *entry) awaitedSince() int64 { return e.at + int64(e.awaitedAfter) }
+
+// await makes e await a, from now (Unix ms).
+func (e *entry) await(a *limiter.Awaited, now int64) {
+	e.awaited, e.awaitedAfter = a, uint32(min(max(now-e.at, 0), 1<<32-1))
 }
 
 // request is the replay of e, a request of its own: a charge in the
@@ -293,7 +313,11 @@ func (j *Journal) Evaluate(ctx context.Context, batch []limiter.Request, out []l
 			continue
 		}
 		if k, ok := settles(&batch[i]); ok && batch[i].Validate() == nil {
-			j.add(&batch[i], k)
+			var awaited *limiter.Awaited
+			if o.Kind == limiter.Indeterminate {
+				errors.As(o.Err, &awaited)
+			}
+			j.add(&batch[i], k, awaited)
 		}
 	}
 	if answered && j.held.Load() > 0 {
@@ -301,9 +325,11 @@ func (j *Journal) Evaluate(ctx context.Context, batch []limiter.Request, out []l
 	}
 }
 
-// add keeps a copy of r, or drops it when the journal is full.
-func (j *Journal) add(r *limiter.Request, k Kind) {
+// add keeps a copy of r (whose store's late answer is awaited, when not
+// nil), or drops it when the journal is full.
+func (j *Journal) add(r *limiter.Request, k Kind, awaited *limiter.Awaited) {
 	e := entry{policy: r.Policy, subject: r.Subject, tag: r.Tag, cost: r.Cost, at: j.clock.Now().UnixMilli(), kind: k}
+	e.await(awaited, e.at)
 	j.mu.Lock()
 	if j.q.len() >= j.max {
 		j.observer.Dropped(k, ReasonFull, 1)

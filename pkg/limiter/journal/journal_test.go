@@ -134,7 +134,7 @@ func TestReplayOrderAndOnce(t *testing.T) {
 		total += int64(i + 1)
 	}
 	// A replay the store still fails keeps everything, in order.
-	if removed, kept := j.replayOnce(context.Background()); removed != 0 || kept != ReplayBatch {
+	if removed, kept, _ := j.replayOnce(context.Background()); removed != 0 || kept != ReplayBatch {
 		t.Fatalf("replay against a failing store: removed %d kept %d", removed, kept)
 	}
 	f.set(limiter.Outcome{})
@@ -188,7 +188,7 @@ func TestPartialReplay(t *testing.T) {
 		}
 		return limiter.Outcome{}
 	})
-	if removed, kept := j.replayOnce(context.Background()); removed != 5 || kept != 2 {
+	if removed, kept, _ := j.replayOnce(context.Background()); removed != 5 || kept != 2 {
 		t.Fatalf("removed %d kept %d, want 5 and 2", removed, kept)
 	}
 	if got := f.recorded(t, p, ok); got != 1+4+7 {
@@ -264,6 +264,67 @@ func TestReleases(t *testing.T) {
 	j.replayOnce(context.Background())
 	if j.Len() != 0 || f.sentLen() != start || obs.dropped["release/expired"] != 1 {
 		t.Fatalf("a release past the lease TTL: held %d, sent %d; %s", j.Len(), f.sentLen()-start, obs)
+	}
+}
+
+// TestLateAnswers: a charge whose outcome is Indeterminate while its
+// store awaits the answer (limiter.Awaited) is not replayed before the
+// answer says: applied (removed, never sent again), not applied (replayed
+// once), or nothing by AwaitMax (replayed). A replay that is itself
+// Indeterminate awaits its own answer the same way.
+func TestLateAnswers(t *testing.T) {
+	clock := limitertest.NewClock(t0)
+	f := newFaulty(t, clock)
+	obs := newRecording()
+	j := newJournal(t, f, Config{Observer: obs, Clock: clock})
+	p := meter(t, "m")
+	ctx := context.Background()
+	pending := func(sub limiter.SubjectDigest) *limiter.LateAnswer {
+		t.Helper()
+		late := limiter.NewLateAnswer()
+		f.set(limiter.IndeterminateOutcome(time.Second, late.Awaited(0, errDown)))
+		eval(j, limiter.Request{Policy: p, Subject: sub, Cost: 10})
+		f.set(limiter.Outcome{})
+		return late
+	}
+	applied, notApplied, silent, replay := subject("applied"), subject("not applied"), subject("silent"), subject("replay")
+	lateApplied, lateNot, _ := pending(applied), pending(notApplied), pending(silent)
+
+	start := f.sentLen()
+	if removed, kept, awaiting := j.replayOnce(ctx); removed != 0 || kept != 3 || awaiting != 3 || f.sentLen() != start {
+		t.Fatalf("before any answer: removed %d kept %d awaiting %d, %d sent", removed, kept, awaiting, f.sentLen()-start)
+	}
+	lateApplied.Resolve([]limiter.Outcome{limiter.EvaluatedOutcome(limiter.Decision{Allowed: true, Consumed: true})})
+	lateNot.Resolve([]limiter.Outcome{limiter.UnavailableOutcome(0, limiter.CategoryDeadline, errDown)})
+	if removed, kept, awaiting := j.replayOnce(ctx); removed != 2 || kept != 1 || awaiting != 1 {
+		t.Fatalf("after two answers: removed %d kept %d awaiting %d", removed, kept, awaiting)
+	}
+	if sent := f.sentSince(start); len(sent) != 1 || sent[0].Subject != notApplied {
+		t.Fatalf("sent %+v, want the charge not applied alone", sent)
+	}
+	if f.recorded(t, p, applied) != 0 || f.recorded(t, p, notApplied) != 10 {
+		t.Fatalf("recorded %d and %d", f.recorded(t, p, applied), f.recorded(t, p, notApplied))
+	}
+	clock.Advance(AwaitMax + time.Millisecond)
+	drain(t, j)
+	if f.recorded(t, p, silent) != 10 || obs.replayed[KindCharge] != 3 {
+		t.Fatalf("no answer by AwaitMax: recorded %d; %s", f.recorded(t, p, silent), obs)
+	}
+
+	// A replay the store answers Indeterminate, awaiting its answer.
+	f.set(outUnavailable)
+	eval(j, limiter.Request{Policy: p, Subject: replay, Cost: 7})
+	late := limiter.NewLateAnswer()
+	f.set(limiter.IndeterminateOutcome(time.Second, late.Awaited(0, errDown)))
+	j.replayOnce(ctx)
+	f.set(limiter.Outcome{})
+	start = f.sentLen()
+	if removed, _, awaiting := j.replayOnce(ctx); removed != 0 || awaiting != 1 || f.sentLen() != start {
+		t.Fatalf("a replay awaiting its answer: removed %d awaiting %d, %d sent", removed, awaiting, f.sentLen()-start)
+	}
+	late.Resolve([]limiter.Outcome{limiter.EvaluatedOutcome(limiter.Decision{Allowed: true, Consumed: true})})
+	if removed, _, _ := j.replayOnce(ctx); removed != 1 || f.sentLen() != start || j.Len() != 0 {
+		t.Fatalf("a replay applied late: removed %d, %d sent, %d held", removed, f.sentLen()-start, j.Len())
 	}
 }
 

@@ -2,6 +2,7 @@ package journal
 
 import (
 	"context"
+	"errors"
 	"time"
 
 	"github.com/envoy-rls/envoy-rls/pkg/limiter"
@@ -27,13 +28,14 @@ func (j *Journal) Run(ctx context.Context) {
 			}
 			wait = j.retryMin
 		}
-		removed, kept := j.replayOnce(ctx)
+		removed, kept, awaiting := j.replayOnce(ctx)
 		switch {
 		case kept == 0:
 			wait = j.retryMin
 			continue
-		case removed > 0:
-			// The store answers some: try the rest soon.
+		case removed > 0 || kept == awaiting:
+			// The store answers some, or failed none (late answers are
+			// still to come): try the rest soon.
 			wait = j.retryMin
 		}
 		if !j.sleep(ctx, j.retryMin, false) || !j.sleep(ctx, wait-j.retryMin, true) {
@@ -63,6 +65,9 @@ func (j *Journal) sleep(ctx context.Context, d time.Duration, kickable bool) boo
 	}
 	return true
 }
+
+// stopPoll is how often Stop looks for the late answers it awaits.
+const stopPoll = 10 * time.Millisecond
 
 // verdict is what a replay made of one entry.
 type verdict uint8
@@ -102,9 +107,11 @@ func verdictOf(o *limiter.Outcome) verdict {
 
 // replayOnce sends the oldest entries, up to ReplayBatch, to the store in
 // one batch bounded by the replay timeout, and removes those it applied
-// or that cannot be applied. It returns how many it removed and how many
-// it kept.
-func (j *Journal) replayOnce(ctx context.Context) (removed, kept int) {
+// or that cannot be applied. An entry whose late answer is awaited is not
+// sent: it is removed when that answer says it was applied, sent when it
+// says it was not (or after AwaitMax), kept meanwhile. It returns how
+// many it removed and how many it kept, of which awaiting a late answer.
+func (j *Journal) replayOnce(ctx context.Context) (removed, kept, awaiting int) {
 	j.replaying.Lock()
 	defer j.replaying.Unlock()
 	j.mu.Lock()
@@ -115,7 +122,7 @@ func (j *Journal) replayOnce(ctx context.Context) (removed, kept int) {
 	}
 	j.mu.Unlock()
 	if n == 0 {
-		return 0, 0
+		return 0, 0, 0
 	}
 	verdicts := make([]verdict, n)
 	reqs := make([]limiter.Request, 0, n)
@@ -123,6 +130,20 @@ func (j *Journal) replayOnce(ctx context.Context) (removed, kept int) {
 	now := j.clock.Now().UnixMilli()
 	for k := range ents {
 		e := &ents[k]
+		if e.awaited != nil {
+			o, ok := e.awaited.Resolved()
+			switch {
+			case !ok && now-e.awaitedSince() <= AwaitMax.Milliseconds():
+				verdicts[k] = keep
+				awaiting++
+				continue
+			case ok && o.Kind != limiter.Indeterminate && !unapplied(&o):
+				// Applied (Evaluated) or never applicable.
+				verdicts[k] = verdictOf(&o)
+				continue
+			}
+			e.awaited = nil // not applied, or unknown: replayed
+		}
 		if e.kind == KindRelease && now-e.at > e.policy.LeaseTTLMillis() {
 			verdicts[k] = dropExpired
 			continue
@@ -136,7 +157,14 @@ func (j *Journal) replayOnce(ctx context.Context) (removed, kept int) {
 		j.store.Evaluate(rctx, reqs, outs)
 		cancel()
 		for m, k := range idx {
-			verdicts[k] = verdictOf(&outs[m])
+			o := &outs[m]
+			verdicts[k] = verdictOf(o)
+			var awaited *limiter.Awaited
+			if o.Kind == limiter.Indeterminate && errors.As(o.Err, &awaited) {
+				// Kept; the late answer tells whether this replay
+				// applied it.
+				ents[k].await(awaited, now)
+			}
 		}
 	}
 
@@ -171,7 +199,7 @@ func (j *Journal) replayOnce(ctx context.Context) (removed, kept int) {
 		}
 	}
 	j.observer.Entries(j.q.len())
-	return w, n - w
+	return w, n - w, awaiting
 }
 
 // Stop replays what the journal holds until the store fails a replay or
@@ -181,8 +209,12 @@ func (j *Journal) replayOnce(ctx context.Context) (removed, kept int) {
 // first: what a settlement adds after Stop stays in memory.
 func (j *Journal) Stop(ctx context.Context) (left int, saved bool, err error) {
 	for j.Len() > 0 && ctx.Err() == nil {
-		if removed, _ := j.replayOnce(ctx); removed == 0 {
-			break
+		removed, kept, awaiting := j.replayOnce(ctx)
+		if removed > 0 {
+			continue
+		}
+		if kept > awaiting || !j.sleep(ctx, stopPoll, false) {
+			break // the store fails, or ctx is done
 		}
 	}
 	if j.file == "" {
