@@ -316,7 +316,9 @@ func TestLateAnswers(t *testing.T) {
 	eval(j, limiter.Request{Policy: p, Subject: replay, Cost: 7})
 	late := limiter.NewLateAnswer()
 	f.set(limiter.IndeterminateOutcome(time.Second, late.Awaited(0, errDown)))
-	j.replayOnce(ctx)
+	if removed, kept, awaiting := j.replayOnce(ctx); removed != 0 || kept != 1 || awaiting != 1 {
+		t.Fatalf("a replay answered Indeterminate: removed %d kept %d awaiting %d", removed, kept, awaiting)
+	}
 	f.set(limiter.Outcome{})
 	start = f.sentLen()
 	if removed, _, awaiting := j.replayOnce(ctx); removed != 0 || awaiting != 1 || f.sentLen() != start {

@@ -109,8 +109,10 @@ func verdictOf(o *limiter.Outcome) verdict {
 // one batch bounded by the replay timeout, and removes those it applied
 // or that cannot be applied. An entry whose late answer is awaited is not
 // sent: it is removed when that answer says it was applied, sent when it
-// says it was not (or after AwaitMax), kept meanwhile. It returns how
-// many it removed and how many it kept, of which awaiting a late answer.
+// says it was not (or after AwaitMax), kept meanwhile; so is an entry
+// whose replay the store answers Indeterminate awaiting its answer. It
+// returns how many it removed and how many it kept, of which awaiting a
+// late answer.
 func (j *Journal) replayOnce(ctx context.Context) (removed, kept, awaiting int) {
 	j.replaying.Lock()
 	defer j.replaying.Unlock()
@@ -164,6 +166,7 @@ func (j *Journal) replayOnce(ctx context.Context) (removed, kept, awaiting int) 
 				// Kept; the late answer tells whether this replay
 				// applied it.
 				ents[k].await(awaited, now)
+				awaiting++
 			}
 		}
 	}
