@@ -25,7 +25,7 @@ func TestStopReplays(t *testing.T) {
 	j := newJournal(t, f, Config{File: file})
 	p, sub := meter(t, "m"), subject("s")
 	f.set(outUnavailable)
-	for range 2*ReplayBatch + 1 {
+	for range 2*replayBatch + 1 {
 		eval(j, limiter.Request{Policy: p, Subject: sub, Cost: 3})
 	}
 	f.set(limiter.Outcome{})
@@ -33,7 +33,7 @@ func TestStopReplays(t *testing.T) {
 	if left != 0 || !saved || err != nil {
 		t.Fatalf("Stop: %d left, saved %v, %v", left, saved, err)
 	}
-	if got := f.recorded(t, p, sub); got != 3*(2*ReplayBatch+1) {
+	if got := f.recorded(t, p, sub); got != 3*(2*replayBatch+1) {
 		t.Fatalf("recorded %d", got)
 	}
 	if _, err := os.Stat(file); !errors.Is(err, fs.ErrNotExist) {

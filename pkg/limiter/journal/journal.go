@@ -13,11 +13,11 @@
 // probes and lease returns are never kept: their caller was answered by the
 // failure mode, and nothing was spent.
 //
-// Run replays the entries, oldest first, in batches of ReplayBatch, each
+// Run replays the entries, oldest first, in batches of replayBatch, each
 // entry as a request of its own (a charge in limiter.RoleOrdinary: it
 // records its cost whatever the limit answers): an entry the store
 // evaluates is done, one it fails again is kept for the next attempt
-// (backing off from RetryMin to RetryMax while the store fails, at once
+// (backing off from minRetry to maxRetry while the store fails, at once
 // when a request through the Journal is answered by the store again), one
 // it finds incompatible or invalid is dropped. A release older than its
 // policy's lease TTL is dropped unsent: its lease has expired, and a release
@@ -30,7 +30,7 @@
 // still awaits the answer (limiter.Awaited: the Redis store, when the
 // answer comes after the deadline) is not replayed until that answer
 // says: applied (the entry is done) or not (it is replayed); it is
-// replayed unseen only after AwaitMax. So a charge counts twice only when
+// replayed unseen only after awaitMax. So a charge counts twice only when
 // its first attempt did apply it and the answer was lost (the connection
 // broke after the program ran; see docs/consistency.md).
 //
@@ -69,16 +69,16 @@ const (
 	// DefaultReplayTimeout bounds one replay batch (the store's own
 	// timeout may cut it shorter).
 	DefaultReplayTimeout = time.Second
-	// ReplayBatch is the most entries one replay sends.
-	ReplayBatch = 64
-	// RetryMin and RetryMax bound the wait between replays that the store
-	// failed: it starts at RetryMin and doubles up to RetryMax; a request
-	// the store answers cuts it short, but never below RetryMin.
-	RetryMin = 100 * time.Millisecond
-	RetryMax = 5 * time.Second
-	// AwaitMax bounds the wait for the late answer of an Indeterminate
+	// replayBatch is the most entries one replay sends.
+	replayBatch = 64
+	// minRetry and maxRetry bound the wait between replays that the store
+	// failed: it starts at minRetry and doubles up to maxRetry; a request
+	// the store answers cuts it short, but never below minRetry.
+	minRetry = 100 * time.Millisecond
+	maxRetry = 5 * time.Second
+	// awaitMax bounds the wait for the late answer of an Indeterminate
 	// outcome (limiter.Awaited) before the entry is replayed unseen.
-	AwaitMax = 30 * time.Second
+	awaitMax = 30 * time.Second
 	// MaxBytesPerEntry bounds the heap a full journal keeps per entry
 	// (the entry and its share of a chunk; the policy is the rules', and
 	// a late answer awaited, held only while its store's call is in
@@ -227,7 +227,7 @@ type Journal struct {
 	max      int
 	timeout  time.Duration
 	file     string
-	// retryMin and retryMax are RetryMin and RetryMax (tests shorten
+	// retryMin and retryMax are minRetry and maxRetry (tests shorten
 	// them).
 	retryMin, retryMax time.Duration
 
@@ -277,7 +277,7 @@ func New(cfg Config) (*Journal, error) {
 	return &Journal{
 		store: cfg.Store, clock: cfg.Clock, observer: cfg.Observer,
 		max: cfg.MaxEntries, timeout: cfg.ReplayTimeout, file: cfg.File,
-		retryMin: RetryMin, retryMax: RetryMax,
+		retryMin: minRetry, retryMax: maxRetry,
 		kick: make(chan struct{}, 1),
 	}, nil
 }

@@ -119,14 +119,14 @@ func TestChargeInABatch(t *testing.T) {
 }
 
 // TestReplayOrderAndOnce: entries are replayed oldest first, over several
-// batches of at most ReplayBatch, each sent until the store answers it and
+// batches of at most replayBatch, each sent until the store answers it and
 // never again after; charges on one subject add up exactly.
 func TestReplayOrderAndOnce(t *testing.T) {
 	f := newFaulty(t, limitertest.NewClock(t0))
 	obs := newRecording()
 	j := newJournal(t, f, Config{Observer: obs})
 	p, sub := meter(t, "m"), subject("s")
-	const n = 3*ReplayBatch + 5
+	const n = 3*replayBatch + 5
 	f.set(outUnavailable)
 	total := int64(0)
 	for i := range n {
@@ -134,7 +134,7 @@ func TestReplayOrderAndOnce(t *testing.T) {
 		total += int64(i + 1)
 	}
 	// A replay the store still fails keeps everything, in order.
-	if removed, kept, _ := j.replayOnce(context.Background()); removed != 0 || kept != ReplayBatch {
+	if removed, kept, _ := j.replayOnce(context.Background()); removed != 0 || kept != replayBatch {
 		t.Fatalf("replay against a failing store: removed %d kept %d", removed, kept)
 	}
 	f.set(limiter.Outcome{})
@@ -149,7 +149,7 @@ func TestReplayOrderAndOnce(t *testing.T) {
 			t.Fatalf("replay %d: %+v, want the charge of cost %d, ordinary", i, r, i+1)
 		}
 	}
-	if f.calls-1-n >= n/ReplayBatch+2 {
+	if f.calls-1-n >= n/replayBatch+2 {
 		t.Errorf("%d store calls for %d replays: not batched", f.calls, n)
 	}
 	if got := f.recorded(t, p, sub); got != total {
@@ -270,7 +270,7 @@ func TestReleases(t *testing.T) {
 // TestLateAnswers: a charge whose outcome is Indeterminate while its
 // store awaits the answer (limiter.Awaited) is not replayed before the
 // answer says: applied (removed, never sent again), not applied (replayed
-// once), or nothing by AwaitMax (replayed). A replay that is itself
+// once), or nothing by awaitMax (replayed). A replay that is itself
 // Indeterminate awaits its own answer the same way.
 func TestLateAnswers(t *testing.T) {
 	clock := limitertest.NewClock(t0)
@@ -305,10 +305,10 @@ func TestLateAnswers(t *testing.T) {
 	if f.recorded(t, p, applied) != 0 || f.recorded(t, p, notApplied) != 10 {
 		t.Fatalf("recorded %d and %d", f.recorded(t, p, applied), f.recorded(t, p, notApplied))
 	}
-	clock.Advance(AwaitMax + time.Millisecond)
+	clock.Advance(awaitMax + time.Millisecond)
 	drain(t, j)
 	if f.recorded(t, p, silent) != 10 || obs.replayed[KindCharge] != 3 {
-		t.Fatalf("no answer by AwaitMax: recorded %d; %s", f.recorded(t, p, silent), obs)
+		t.Fatalf("no answer by awaitMax: recorded %d; %s", f.recorded(t, p, silent), obs)
 	}
 
 	// A replay the store answers Indeterminate, awaiting its answer.

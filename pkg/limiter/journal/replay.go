@@ -105,11 +105,11 @@ func verdictOf(o *limiter.Outcome) verdict {
 	return keep
 }
 
-// replayOnce sends the oldest entries, up to ReplayBatch, to the store in
+// replayOnce sends the oldest entries, up to replayBatch, to the store in
 // one batch bounded by the replay timeout, and removes those it applied
 // or that cannot be applied. An entry whose late answer is awaited is not
 // sent: it is removed when that answer says it was applied, sent when it
-// says it was not (or after AwaitMax), kept meanwhile; so is an entry
+// says it was not (or after awaitMax), kept meanwhile; so is an entry
 // whose replay the store answers Indeterminate awaiting its answer. It
 // returns how many it removed and how many it kept, of which awaiting a
 // late answer.
@@ -117,7 +117,7 @@ func (j *Journal) replayOnce(ctx context.Context) (removed, kept, awaiting int) 
 	j.replaying.Lock()
 	defer j.replaying.Unlock()
 	j.mu.Lock()
-	n := min(j.q.len(), ReplayBatch)
+	n := min(j.q.len(), replayBatch)
 	ents := make([]entry, n)
 	for k := range ents {
 		ents[k] = *j.q.at(k)
@@ -135,7 +135,7 @@ func (j *Journal) replayOnce(ctx context.Context) (removed, kept, awaiting int) 
 		if e.awaited != nil {
 			o, ok := e.awaited.Resolved()
 			switch {
-			case !ok && now-e.awaitedSince() <= AwaitMax.Milliseconds():
+			case !ok && now-e.awaitedSince() <= awaitMax.Milliseconds():
 				verdicts[k] = keep
 				awaiting++
 				continue
