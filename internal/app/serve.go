@@ -202,11 +202,16 @@ func serve(ctx context.Context, o *options.Options, getenv func(string) string, 
 	if err != nil {
 		return err
 	}
-	// The service's store answers failures by each policy's failure mode;
-	// the admin API reads s.store itself, failures included.
+	// The service's store answers failures by each policy's failure mode,
+	// and keeps the charges the store could not record (journal.go); the
+	// admin API reads s.store itself, failures included.
+	settling, err := s.startJournal(ctx, &wg, &closeStore)
+	if err != nil {
+		return err
+	}
 	fcfg := o.FailoverConfig()
 	fcfg.Clock, fcfg.Observer = s.clock, observe.FailoverLog(log.Named("rls"))
-	answering, err := failover.New(s.store, fcfg)
+	answering, err := failover.New(settling, fcfg)
 	if err != nil {
 		return err
 	}

@@ -17,7 +17,7 @@ var ErrSecretNotRead = errors.New("the shared HMAC secret is not read from Redis
 // SecretGate is the store of a replica that serves before it could read the
 // HMAC secret it shares through Redis. Subjects are digests under that
 // secret, so until it is read no request may reach the store: each one is
-// Unavailable (limiter.CategoryNotConnected: nothing sent, nothing
+// Unavailable (limiter.CategoryUnkeyed: nothing sent, nothing
 // mutated), which the failover wrapper above answers by each policy's
 // failure mode, and Ping fails, so that the store is reported down
 // (/healthz, envoy_rls_store_up, /readyz with --readiness store). Open lets
@@ -72,7 +72,7 @@ func (g *SecretGate) Evaluate(ctx context.Context, batch []limiter.Request, out 
 		return
 	}
 	for i := range batch {
-		out[i] = limiter.UnavailableOutcome(redis.DefaultRetryAfter, limiter.CategoryNotConnected, err)
+		out[i] = limiter.UnavailableOutcome(redis.DefaultRetryAfter, limiter.CategoryUnkeyed, err)
 	}
 }
 

@@ -29,7 +29,7 @@ func TestSecretGate(t *testing.T) {
 	g.Waiting(errors.New("dial tcp: i/o timeout"))
 	for range 3 {
 		g.Evaluate(ctx, batch, out)
-		if o := out[0]; o.Kind != limiter.Unavailable || o.Category != limiter.CategoryNotConnected ||
+		if o := out[0]; o.Kind != limiter.Unavailable || o.Category != limiter.CategoryUnkeyed ||
 			!errors.Is(o.Err, ErrSecretNotRead) || o.Err.Error() != ErrSecretNotRead.Error()+": dial tcp: i/o timeout" || o.RetryAfter <= 0 {
 			t.Fatalf("closed: %+v, want Unavailable, not connected, with the last cause", o)
 		}

@@ -20,6 +20,7 @@ import (
 	"github.com/envoy-rls/envoy-rls/internal/buildinfo"
 	"github.com/envoy-rls/envoy-rls/pkg/limiter/denycache"
 	"github.com/envoy-rls/envoy-rls/pkg/limiter/failover"
+	"github.com/envoy-rls/envoy-rls/pkg/limiter/journal"
 	"github.com/envoy-rls/envoy-rls/pkg/limiter/memory"
 	"github.com/envoy-rls/envoy-rls/pkg/limiter/redis"
 	"github.com/envoy-rls/envoy-rls/pkg/rls"
@@ -33,6 +34,7 @@ type Metrics struct {
 	Memory  *memory.Metrics
 	Cache   *denycache.Metrics
 	Redis   *redis.Metrics
+	Journal *journal.Metrics
 	reloads *prometheus.CounterVec
 	// lastReload is the Unix time of the last successful rule load (0
 	// before the first).
@@ -56,6 +58,9 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 		return nil, err
 	}
 	if m.Redis, err = redis.NewMetrics(reg); err != nil {
+		return nil, err
+	}
+	if m.Journal, err = journal.NewMetrics(reg); err != nil {
 		return nil, err
 	}
 	m.reloads = prometheus.NewCounterVec(prometheus.CounterOpts{

@@ -131,6 +131,8 @@ type Options struct {
 	DefaultFailureMode      string
 	ReplicasHint            int
 	LocalFallbackMaxEntries int
+	// The charge journal's flags (journal.go).
+	journalOptions
 	// GRPC holds the --grpc-* limits on connections, streams and receive
 	// time (grpc.go).
 	GRPC grpcserve.Limits
@@ -196,6 +198,7 @@ func NewFlagSet(o *Options) *flag.FlagSet {
 	fs.IntVar(&o.RedisGroupInFlight, "redis-group-in-flight", DefaultRedisInFlight, fmt.Sprintf("group commit: program runs of one Redis hash slot in progress at once, 1–%d", redis.MaxGroupInFlight))
 	fs.BoolVar(&o.Tracing, "tracing", false, "export OpenTelemetry traces by OTLP, configured by the OTEL_* variables (docs/operations.md, Tracing); also on when OTEL_EXPORTER_OTLP_ENDPOINT is set, off when OTEL_SDK_DISABLED=true")
 	fallbackFlags(fs, o)
+	journalFlags(fs, &o.journalOptions)
 	transportFlags(fs, &o.GRPC)
 	grpcTLSFlags(fs, &o.grpcTLSOptions)
 	statsdFlags(fs, &o.statsdOptions)

@@ -60,6 +60,9 @@ func TestServeErrors(t *testing.T) {
 		{"replicas hint zero", []string{"--config", rules, "--replicas-hint", "0"}, nil, `--replicas-hint="0": must be an integer between 1 and 10000`},
 		{"replicas hint env", []string{"--config", rules}, map[string]string{"ENVOY_RLS_REPLICAS_HINT": "two"}, `ENVOY_RLS_REPLICAS_HINT="two": must be an integer between 1 and 10000`},
 		{"local fallback entries", []string{"--config", rules, "--local-fallback-max-entries", "0"}, nil, `--local-fallback-max-entries="0": must be a positive integer`},
+		{"journal entries zero", []string{"--config", rules, "--journal-max-entries", "0"}, nil, `--journal-max-entries="0": must be an integer between 1 and 10000000`},
+		{"journal entries env", []string{"--config", rules}, map[string]string{"ENVOY_RLS_JOURNAL_MAX_ENTRIES": "20000000"}, `ENVOY_RLS_JOURNAL_MAX_ENTRIES="20000000": must be an integer between 1 and 10000000`},
+		{"journal file memory", []string{"--config", rules, "--journal-file", "/var/lib/envoy-rls/journal"}, nil, `--journal-file="/var/lib/envoy-rls/journal": must be empty with --store memory (the journal holds what Redis could not record)`},
 		{"flag wins over env", []string{"--config", rules, "--redis-timeout", "2m"}, map[string]string{"ENVOY_RLS_REDIS_TIMEOUT": "1s"}, `--redis-timeout="2m": must be a duration between 1ms and 1m0s`},
 		{"several problems", []string{"--config", rules, "--store", "etcd"}, map[string]string{"ENVOY_RLS_LOG_LEVEL": "loud", "ENVOY_RLS_MEMORY_MAX_ENTRIES": "x"},
 			`ENVOY_RLS_MEMORY_MAX_ENTRIES="x": must be 0 (automatic) or a positive integer` + "\n" + `--store="etcd": must be memory or redis` + "\n" + `ENVOY_RLS_LOG_LEVEL="loud": must be debug, info, warn or error`},
@@ -76,6 +79,7 @@ func TestServeChecks(t *testing.T) {
 	checkServe(t, []serveCase{
 		{"defaults", base, nil, ""},
 		{"redis", redis, map[string]string{SecretEnv: "a-shared-secret-of-32-bytes-----"}, ""},
+		{"redis with a journal file", append(redis, "--journal-file", "/var/lib/envoy-rls/journal", "--journal-max-entries", "5"), map[string]string{SecretEnv: "a-shared-secret-of-32-bytes-----"}, ""},
 		{"redis without a secret", []string{"--config", "rules", "--store", "redis", "--redis-addr", "10.0.0.1:6379"}, nil, "--store redis needs an HMAC secret shared by every replica: set --hmac-secret-file (or ENVOY_RLS_HMAC_SECRET_FILE) or ENVOY_RLS_HMAC_SECRET"},
 		{"short secret", base, map[string]string{SecretEnv: "short"}, "ENVOY_RLS_HMAC_SECRET: must be at least 16 bytes (it holds 5)"},
 		{"files are not read", append(redis, "--hmac-secret-file", "/nonexistent", "--redis-password-file", "/nonexistent", "--redis-tls-ca", "/nonexistent"), nil, ""},

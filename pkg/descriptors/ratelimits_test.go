@@ -1,6 +1,8 @@
 package descriptors
 
 import (
+	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -194,5 +196,23 @@ func TestRateLimitsBound(t *testing.T) {
 	}
 	if len(seen) != MaxLimitsPerDescriptor {
 		t.Errorf("%d distinct IDs", len(seen))
+	}
+}
+
+// TestPolicies: Snapshot.Policies lists the policy of every limited rule,
+// each limit of a rate_limits list included, and nothing for an unlimited
+// one.
+func TestPolicies(t *testing.T) {
+	s := loadText(t, severalLimits+"  - key: free\n    rate_limit: {unlimited: true}\n")
+	var got []string
+	for _, p := range s.Policies() {
+		got = append(got, fmt.Sprintf("%s@%d", p.ID(), p.Revision()))
+	}
+	want := []string{"api/api_key@1", "api/api_key::1@1", "api/user@1", "api:tenant_burst@1", "api:tenant_hourly@2"}
+	if !slices.Equal(got, want) {
+		t.Errorf("Policies: %v, want %v", got, want)
+	}
+	if (*Snapshot)(nil).Policies() != nil {
+		t.Error("a nil snapshot has policies")
 	}
 }

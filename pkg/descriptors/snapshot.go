@@ -118,3 +118,21 @@ func (s *Snapshot) Files() []string {
 	}
 	return slices.Clone(s.files)
 }
+
+// Policies returns the policy of every limited rule, by domain name and
+// then in rule order; a policy that several rules share comes once per
+// rule. The policies of request-supplied overrides are not among them.
+func (s *Snapshot) Policies() []*limiter.Policy {
+	if s == nil {
+		return nil
+	}
+	ps := make([]*limiter.Policy, 0, s.limited)
+	for _, d := range s.order {
+		for _, r := range d.rules {
+			if r.Policy != nil {
+				ps = append(ps, r.Policy)
+			}
+		}
+	}
+	return ps
+}

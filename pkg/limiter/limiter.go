@@ -317,6 +317,10 @@ const (
 	CategoryStateIncompatible = "state_incompatible"
 	CategoryReplyMalformed    = "reply_malformed"
 	CategoryProgramInvalid    = "program_invalid"
+	// CategoryUnkeyed: the request was not sent because its subject
+	// digest is not yet the one every replica computes (the shared HMAC
+	// secret is not read yet), so it must not be sent later either.
+	CategoryUnkeyed = "unkeyed"
 )
 
 // Outcome is exactly one of the four kinds. Build it with EvaluatedOutcome,

@@ -306,6 +306,7 @@ func TestRender(t *testing.T) {
 				"--redis-password-file=/etc/envoy-rls/redis-password/password", "--redis-username=rls",
 				"--hmac-secret-file=/etc/envoy-rls/hmac/hmac-secret",
 				"--replicas-hint=3", // automatic: replicaCount
+				"--journal-max-entries=100000",
 			},
 			wantSecret:     true,
 			hmacSecretName: "rls-envoy-rls-hmac",

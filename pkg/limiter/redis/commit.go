@@ -59,11 +59,16 @@ const (
 	groupMaxQueue = 1 << 16
 )
 
-// Group states (group.state).
+// Group states (group.state): waiting in its slot's queue, then left
+// (its caller gone, never sent) or taken into a run, which ends it
+// finished (answered while its caller waited) or abandoned (its caller
+// gone first: the run resolves group.late).
 const (
 	groupWaiting int32 = iota
 	groupTaken
 	groupLeft
+	groupFinished
+	groupAbandoned
 )
 
 // committer is one slot's queue of waiting groups.
@@ -149,7 +154,9 @@ func (s *Store) commit(ctx context.Context, batch []limiter.Request, roles []lim
 
 // await waits until the run that takes g has answered, or ctx ends. A g
 // still in c's queue then leaves it, unsent; a g already taken gets a copy
-// that says Indeterminate (the run may still write into g).
+// that says Indeterminate (the run may still write into g), each error a
+// limiter.Awaited that the run resolves with what its answer says, when it
+// comes (the caller may act on it: see pkg/limiter/journal).
 func (s *Store) await(ctx context.Context, c *committer, batch []limiter.Request, g *group) *group {
 	// ctx may be a deadline.Wheel's (the store's Timeout, pkg/rls's
 	// reserve), whose Done does not follow the caller's cancellation: a
@@ -171,12 +178,20 @@ func (s *Store) await(ctx context.Context, c *committer, batch []limiter.Request
 			fmt.Errorf("redis store: not sent: waited for a group run past the deadline: %w", ctx.Err())))
 		return g
 	}
-	// Taken: sent, or about to be. The run may still write into g.
+	// Taken: sent, or about to be. The run may still write into g; it
+	// resolves g.late when it ends, unless it ended first.
+	answer := limiter.NewLateAnswer()
+	g.late = answer
+	if !g.state.CompareAndSwap(groupTaken, groupAbandoned) {
+		// groupFinished: the answer is in, its signal on its way.
+		<-g.done
+		return g
+	}
 	late := &group{idx: g.idx, slot: g.slot}
 	late.outs = make([]limiter.Outcome, len(g.idx))
 	for k, i := range g.idx {
-		late.outs[k] = limiter.IndeterminateOutcome(DefaultRetryAfter,
-			fmt.Errorf("redis store: policy %s: no answer within the deadline: %w", batch[i].Policy.ID(), ctx.Err()))
+		late.outs[k] = limiter.IndeterminateOutcome(DefaultRetryAfter, answer.Awaited(k,
+			fmt.Errorf("redis store: policy %s: no answer within the deadline: %w", batch[i].Policy.ID(), ctx.Err())))
 	}
 	return late
 }

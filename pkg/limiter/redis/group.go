@@ -34,11 +34,14 @@ type group struct {
 	keys  []string
 	costs []int64
 	bytes int // the keys and arguments of the call in a command (size)
-	// state is groupWaiting, groupTaken or groupLeft; queued is when it
+	// state is one of the group states (commit.go); queued is when it
 	// started waiting; the run that took it sends once on done (buffered).
 	state  atomic.Int32
 	queued time.Time
 	done   chan struct{}
+	// late is set by a caller that left before its run answered, before
+	// it marks g groupAbandoned; the run resolves it.
+	late *limiter.LateAnswer
 
 	// Working memory of the run, reused when the group comes from a scratch.
 	policies []*limiter.Policy // of g.idx's requests
@@ -71,7 +74,7 @@ func (sc *scratch) reset() {
 	clear(g.outs)
 	g.idx, g.outs, g.replies, g.policies, g.costs, g.vals = g.idx[:0], g.outs[:0], g.replies[:0], g.policies[:0], g.costs[:0], g.vals[:0]
 	g.slot, g.committed, g.answered, g.refunded, g.free = 0, false, false, false, false
-	g.ctx, g.roles, g.keys = nil, nil, nil
+	g.ctx, g.roles, g.keys, g.late = nil, nil, nil, nil
 }
 
 // grow returns s resized to n elements, reusing its array when it can.

@@ -24,7 +24,8 @@ type runScratch struct {
 
 // runGroup sends one run of the rate program for the groups gs (taken from
 // c's queue, in order) and gives each its outcomes, then signals it. A
-// group whose call has left gets them all the same: nobody reads them.
+// group whose call has left gets them all the same, and resolves its
+// late answer with them (see await).
 func (s *Store) runGroup(gs []*group) {
 	if s.metrics != nil {
 		s.metrics.observe(gs)
@@ -35,6 +36,10 @@ func (s *Store) runGroup(gs []*group) {
 		s.runProgram(gs[0].ctx, gs)
 	}
 	for _, g := range gs {
+		if !g.state.CompareAndSwap(groupTaken, groupFinished) {
+			// groupAbandoned: await set g.late before.
+			g.late.Resolve(g.outs)
+		}
 		g.done <- struct{}{}
 	}
 }
@@ -56,6 +61,7 @@ func (s *Store) runProgram(first context.Context, gs []*group) {
 	keys, args, abuf, hdr := rs.keys[:0], rs.args[:0], rs.abuf[:0], rs.hdr[:0]
 	var latest time.Time
 	calNow := int64(-1)
+	charges := false
 	for _, g := range gs {
 		n := len(g.idx)
 		g.outs = grow(g.outs, n)
@@ -63,6 +69,7 @@ func (s *Store) runProgram(first context.Context, gs []*group) {
 		for k, i := range g.idx {
 			keys = append(keys, g.keys[i])
 			abuf = lua.AppendBatchPackedAt(abuf, g.policies[k], g.costs[k], g.roles[i], s.calendarNow(off, &calNow, g.policies[k]))
+			charges = charges || g.policies[k].ChargeAlways() && g.roles[i].Consumes()
 		}
 		var dlMs int64
 		if dl, ok := g.ctx.Deadline(); ok {
@@ -89,15 +96,18 @@ func (s *Store) runProgram(first context.Context, gs []*group) {
 	args = append(args, unsafe.String(&hdr[0], len(hdr)))
 	rs.keys, rs.args, rs.abuf, rs.hdr = keys, args, abuf, hdr
 
-	// One call alone runs under its own context; a group under the latest
-	// of its calls' deadlines (each call also waits on its own).
+	// One call alone is sent under its own context; a group under the
+	// latest of its calls' deadlines (each call also waits on its own).
 	ctx := first
-	if len(gs) > 1 {
-		now := time.Now()
+	var now time.Time
+	if len(gs) > 1 || charges {
+		now = time.Now()
 		if latest.IsZero() {
 			// Evaluate gives every call a deadline; this is a bound all the same.
 			latest = now.Add(s.timeout)
 		}
+	}
+	if len(gs) > 1 {
 		ctx = s.deadlines.Context(context.Background(), now, latest)
 	}
 	if err := ctx.Err(); err != nil {
@@ -109,6 +119,20 @@ func (s *Store) runProgram(first context.Context, gs []*group) {
 		}
 		s.putRun(rs)
 		return
+	}
+	// A run that carries a charge (limiter.Request.Charges), once sent,
+	// waits for its answer past its calls' deadlines, as long as the
+	// connection waits for one (answerWait): its caller cannot send the
+	// charge again, and learns from the late answer whether its program
+	// applied it (await), so that an answer Redis was late to write is not
+	// taken for a lost one. Other runs end at their calls' deadline, so
+	// that the calls queued behind them are sent.
+	if charges {
+		wait := context.Background()
+		if s.tracer != nil {
+			wait = context.WithoutCancel(ctx) // the run's span
+		}
+		ctx = s.deadlines.Context(wait, now, latest.Add(s.answerWait))
 	}
 	res := s.execBatch(ctx, keys, args)
 	err := res.Error()
@@ -135,10 +159,10 @@ func (s *Store) runProgram(first context.Context, gs []*group) {
 		}
 		return
 	}
-	now := s.local.ms(time.Now())
+	answered := s.local.ms(time.Now())
 	for j, g := range gs {
 		g.free = true
-		s.parseCall(off, now, g, &msgs[j])
+		s.parseCall(off, answered, g, &msgs[j])
 	}
 	s.putRun(rs)
 }

@@ -58,6 +58,10 @@ var errClosed = errors.New("redis store: closed")
 type Store struct {
 	client  rueidis.Client
 	timeout time.Duration
+	// answerWait is how long a run waits for its answer past its calls'
+	// deadlines: the connection's ConnWriteTimeout, after which rueidis
+	// closes a connection that does not answer.
+	answerWait time.Duration
 	// deadlines bounds calls that come without a deadline sooner than
 	// timeout: one timer per millisecond in use instead of one per call.
 	deadlines *deadline.Wheel
@@ -125,6 +129,11 @@ func New(ctx context.Context, cfg Config) (*Store, error) {
 	}
 }
 
+// answerWait is how long a connection waits for an answer before it is
+// closed (rueidis' ConnWriteTimeout): four store timeouts, at least a
+// second.
+func answerWait(timeout time.Duration) time.Duration { return max(4*timeout, time.Second) }
+
 // clientOption is the rueidis configuration of a validated cfg.
 func clientOption(cfg Config) rueidis.ClientOption {
 	opt := rueidis.ClientOption{
@@ -141,7 +150,7 @@ func clientOption(cfg Config) rueidis.ClientOption {
 		// A connection that does not answer is closed after this, which
 		// fails its in-flight commands (Indeterminate) and makes the next
 		// ones redial.
-		ConnWriteTimeout: max(4*cfg.Timeout, time.Second),
+		ConnWriteTimeout: answerWait(cfg.Timeout),
 		// Rate decisions never use client-side caching; leaving it off also
 		// spares ACL users the CLIENT TRACKING permission.
 		DisableCache: true,
@@ -192,7 +201,7 @@ func open(cfg Config, opt rueidis.ClientOption) (*Store, error) {
 		c.Close()
 		return nil, fmt.Errorf("redis store: %w: cluster mode, but %s is not a Redis Cluster", ErrModeMismatch, strings.Join(cfg.Addrs, ","))
 	}
-	s := &Store{client: c, timeout: cfg.Timeout, deadlines: deadline.New(0), cluster: c.Mode() == rueidis.ClientModeCluster,
+	s := &Store{client: c, timeout: cfg.Timeout, answerWait: answerWait(cfg.Timeout), deadlines: deadline.New(0), cluster: c.Mode() == rueidis.ClientModeCluster,
 		local: newLocalClock(time.Now()), tracer: tracer(cfg.TracerProvider),
 		groupMaxKeys: cfg.GroupMaxKeys, inFlight: cfg.GroupInFlight, metrics: cfg.Metrics, onFallback: cfg.OnFallback}
 	if s.cluster {
