@@ -2,12 +2,14 @@ package redis
 
 import (
 	"context"
+	"fmt"
 	"math/rand/v2"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/envoy-rls/envoy-rls/internal/limitertest"
+	"github.com/envoy-rls/envoy-rls/internal/polltest"
 	"github.com/envoy-rls/envoy-rls/internal/redistest"
 	"github.com/envoy-rls/envoy-rls/pkg/limiter"
 	"github.com/envoy-rls/envoy-rls/pkg/lua"
@@ -200,4 +202,42 @@ func TestLeaseHangTakesNothing(t *testing.T) {
 	if o := out[0]; o.Kind != limiter.Evaluated || !o.Decision.Consumed || o.Decision.Remaining != 4 {
 		t.Fatalf("take after the resume: %v %+v (%v), want a lease with 4 left: the stalled takes hold leases", o.Kind, o.Decision, o.Err)
 	}
+}
+
+// TestLeaseLateAnswerGivesBack: a take whose caller left before Redis
+// answered, but which Redis ran in time (here: the store believes Redis an
+// hour ahead, so the program's deadline has not passed when Redis, stopped
+// while the take was sent, runs it on resume), took a lease that no release
+// will name: the run gives it back when its late answer comes.
+func TestLeaseLateAnswerGivesBack(t *testing.T) {
+	e := newEnvWith(t, Config{Timeout: 10 * time.Second}, redistest.Local())
+	p := limitertest.LeasePolicy(t, limitertest.Prefix()+".late", 3, time.Hour)
+	sub := limitertest.Subject("late")
+	check := func() limiter.Outcome {
+		out := make([]limiter.Outcome, 1)
+		e.store.Evaluate(context.Background(), []limiter.Request{{Policy: p, Subject: sub, Cost: 1, Role: limiter.RoleCheck}}, out)
+		return out[0]
+	}
+	if o := check(); o.Kind != limiter.Evaluated || o.Decision.Remaining != 3 {
+		t.Fatalf("warm-up check: %v %+v", o.Kind, o.Decision)
+	}
+	now := e.store.local.ms(time.Now())
+	e.store.offsets[0] = clockOffset{}
+	e.store.offsets[0].sample(now, now+time.Hour.Milliseconds())
+
+	e.srv.Pause()
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	out := make([]limiter.Outcome, 1)
+	e.store.Evaluate(ctx, []limiter.Request{{Policy: p, Subject: sub, Cost: 1}}, out)
+	cancel()
+	e.srv.Resume()
+	if out[0].Kind != limiter.Indeterminate {
+		t.Fatalf("take on a stopped server: %v, want indeterminate", out[0].Kind)
+	}
+	polltest.Eventually(t, 10*time.Second, 10*time.Millisecond, "the late take's lease given back", func() error {
+		if o := check(); o.Kind != limiter.Evaluated || o.Decision.Remaining != 3 {
+			return fmt.Errorf("%v %+v", o.Kind, o.Decision)
+		}
+		return nil
+	})
 }
