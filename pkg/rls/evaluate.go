@@ -156,7 +156,7 @@ func (s *Server) decideAll(ctx context.Context, sc *scratch) time.Time {
 		}
 		ds.add(&sc.batch)
 		if ds.takesLease(&sc.batch[ds.batch]) {
-			if takes++; takes > MaxLeasesPerCall {
+			if takes++; takes > maxLeasesPerCall {
 				// Its lease could not be named in the answer's marker, so
 				// it could never be released: refused.
 				sc.batch = sc.batch[:ds.batch]

@@ -41,13 +41,13 @@ const (
 	markerExpiryLen = 9 // base 36: Unix ms up to year 5138
 	markerTagLen    = 8 // 6 bytes, base64url without padding
 	markerEntryLen  = 1 + markerExpiryLen + markerTagLen
-	// MaxLeasesPerCall bounds the leases one call may take: its marker
+	// maxLeasesPerCall bounds the leases one call may take: its marker
 	// must fit in an entry value of the release (MaxValueBytes). A call
 	// whose takes exceed it is refused for the takes beyond it.
-	MaxLeasesPerCall = MaxValueBytes / markerEntryLen
+	maxLeasesPerCall = MaxValueBytes / markerEntryLen
 	// maxMarkerChecks bounds the tags one call's releases compute: the
 	// entries of a marker times the limits it is checked against.
-	maxMarkerChecks = 4 * MaxLeasesPerCall
+	maxMarkerChecks = 4 * maxLeasesPerCall
 )
 
 // markerKeys keys the tags of a Server's markers.

@@ -156,7 +156,7 @@ descriptors:
 	}
 }
 
-// TestLeasesPerCallBound: a call takes at most MaxLeasesPerCall leases,
+// TestLeasesPerCallBound: a call takes at most maxLeasesPerCall leases,
 // since its marker must fit in the release's entry value: a take beyond
 // them is refused, and the call then takes none.
 func TestLeasesPerCallBound(t *testing.T) {
@@ -169,14 +169,14 @@ func TestLeasesPerCallBound(t *testing.T) {
 		}
 		return req
 	}
-	resp := h.call(t, call(MaxLeasesPerCall))
+	resp := h.call(t, call(maxLeasesPerCall))
 	mark := resp.GetDynamicMetadata().GetFields()["lease"].GetStringValue()
-	if resp.OverallCode != rlsv3.RateLimitResponse_OK || len(mark) != MaxLeasesPerCall*markerEntryLen || len(mark) > MaxValueBytes {
-		t.Fatalf("%d takes: %s, marker of %d bytes", MaxLeasesPerCall, resp.OverallCode, len(mark))
+	if resp.OverallCode != rlsv3.RateLimitResponse_OK || len(mark) != maxLeasesPerCall*markerEntryLen || len(mark) > MaxValueBytes {
+		t.Fatalf("%d takes: %s, marker of %d bytes", maxLeasesPerCall, resp.OverallCode, len(mark))
 	}
-	resp = h.call(t, call(MaxLeasesPerCall+1))
+	resp = h.call(t, call(maxLeasesPerCall+1))
 	if resp.OverallCode != rlsv3.RateLimitResponse_OVER_LIMIT || resp.GetDynamicMetadata().GetFields()["lease"] != nil {
-		t.Fatalf("%d takes: %s, metadata %v; want OVER_LIMIT and no lease taken", MaxLeasesPerCall+1, resp.OverallCode, resp.GetDynamicMetadata())
+		t.Fatalf("%d takes: %s, metadata %v; want OVER_LIMIT and no lease taken", maxLeasesPerCall+1, resp.OverallCode, resp.GetDynamicMetadata())
 	}
 	// The refused call took nothing: each tenant holds the one lease of
 	// the first call, and has one left.
