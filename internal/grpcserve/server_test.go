@@ -114,7 +114,9 @@ func TestServeAndDrain(t *testing.T) {
 	// The drain logs its timeout before it returns: a drain seen finished
 	// without that line did not cut the call off. (A poll that comes late,
 	// on a loaded machine, may see both.)
-	cutOff := func() bool { return logs.FilterMessage("drain timeout: cancelling the calls still in flight").Len() > 0 }
+	cutOff := func() bool {
+		return logs.FilterMessage("drain timeout: cancelling the calls still in flight").Len() > 0
+	}
 	polltest.Eventually(t, 2*time.Second, 10*time.Millisecond, "drain timeout of a 200ms drain", func() error {
 		select {
 		case <-drained:
