@@ -1,5 +1,7 @@
 package limiter
 
+import "context"
+
 // Commits is the batch rule of Store: given the outcomes of checking every
 // request of batch at one instant (nothing consumed yet), it reports whether
 // the batch commits. It does iff every ordinary and probe request allows
@@ -74,36 +76,51 @@ func decide(batch []Request, out []Outcome, undecidedAllows bool) (commit, quota
 	return commit && !quotaBlocks, quotaBlocks
 }
 
-// Pending is the part of a batch whose outcomes are still to be decided,
-// made ready to send to a store. It is the one place where outcomes known
-// before asking (a cached denial, a limit that can never fit, an invalid
-// request, the store's own answers for the other limits) demote the rest of
-// the batch to checks. The zero value is ready to use; a Pending reuses its
-// buffers between calls and is not safe for concurrent use.
+// Pending sends the part of a batch whose outcomes are still to be decided
+// to a store. It is the one place where outcomes known before asking (a
+// cached denial, a limit that can never fit, an invalid request, the
+// store's own answers for the other limits) demote the rest of the batch
+// to checks. The zero value is ready to use; a Pending reuses its buffers
+// between calls and is not safe for concurrent use.
 type Pending struct {
-	reqs    []Request
-	outs    []Outcome
-	idx     []int
-	demoted bool
+	reqs []Request
+	outs []Outcome
+	idx  []int
 }
 
-// Split collects copies of the requests of batch whose outcome in out is
-// still the zero Outcome, in batch order. When the outcomes already known
-// block the batch whatever the undecided ones answer (CheckOnly), every copy
-// is RoleCheck: checked and reported, never consumed, which is what the
-// whole batch answers; but a request that Charges keeps its role, since it
-// records its cost whatever the batch answers. It returns the requests and
-// zeroed outcomes for them, to give to Store.Evaluate and then to Merge.
-// Both stay valid until the next Split or Release.
-func (p *Pending) Split(batch []Request, out []Outcome) ([]Request, []Outcome) {
-	p.demoted = CheckOnly(batch, out)
+// Evaluate decides, with eval (a Store's Evaluate), the requests of batch
+// whose outcome in out is still the zero Outcome, and writes their
+// outcomes into out. When no outcome is known yet, eval gets batch and out
+// as they are; when every one is, eval is not called. Otherwise eval gets
+// copies of the undecided requests, in batch order, with zeroed outcomes;
+// when the outcomes already known block the batch whatever the undecided
+// ones answer (CheckOnly), every copy is RoleCheck: checked and reported,
+// never consumed, which is what the whole batch answers; but a request
+// that Charges keeps its role, since it records its cost whatever the
+// batch answers. The copies stay valid until the next Evaluate or Release
+// (a store may keep using them after it returns).
+func (p *Pending) Evaluate(ctx context.Context, batch []Request, out []Outcome, eval func(context.Context, []Request, []Outcome)) {
+	known := 0
+	for i := range batch {
+		if out[i].Kind != 0 {
+			known++
+		}
+	}
+	switch known {
+	case 0:
+		eval(ctx, batch, out)
+		return
+	case len(batch):
+		return
+	}
+	demoted := CheckOnly(batch, out)
 	p.reqs, p.idx = p.reqs[:0], p.idx[:0]
 	for i := range batch {
 		if out[i].Kind != 0 {
 			continue
 		}
 		r := batch[i]
-		if p.demoted && !r.Charges() {
+		if demoted && !r.Charges() {
 			r.Role = RoleCheck
 		}
 		p.reqs = append(p.reqs, r)
@@ -114,16 +131,7 @@ func (p *Pending) Split(batch []Request, out []Outcome) ([]Request, []Outcome) {
 	}
 	p.outs = p.outs[:len(p.reqs)]
 	clear(p.outs)
-	return p.reqs, p.outs
-}
-
-// Demoted reports whether the last Split sent the undecided requests as
-// checks.
-func (p *Pending) Demoted() bool { return p.demoted }
-
-// Merge copies the outcomes of the last Split's requests to their places
-// in out.
-func (p *Pending) Merge(out []Outcome) {
+	eval(ctx, p.reqs, p.outs)
 	for k, i := range p.idx {
 		out[i] = p.outs[k]
 	}

@@ -310,3 +310,53 @@ func TestFailIfEnded(t *testing.T) {
 		}
 	}
 }
+
+// TestPendingEvaluate: the undecided requests reach the store, as checks
+// when the known outcomes block the batch (a charge keeps its role), their
+// outcomes land in their places; a batch with nothing known goes as it is,
+// one with everything known not at all.
+func TestPendingEvaluate(t *testing.T) {
+	closed, _, _ := batchPolicies(t)
+	charge := limitertest.Policy(t, limiter.PolicySpec{ID: "charge", Algorithm: limiter.FixedWindow, Charge: limiter.ChargeAlways,
+		Params: limiter.FixedWindowParams{Limit: 5, Window: time.Second}})
+	denied := limiter.EvaluatedOutcome(limiter.Decision{})
+	allowed := limiter.EvaluatedOutcome(limiter.Decision{Allowed: true})
+	cases := []struct {
+		name  string
+		reqs  []batchIn
+		roles []limiter.Role // of the requests the store gets; nil: not called
+		same  bool           // the store gets the caller's batch itself
+	}{
+		{"nothing known", []batchIn{{p: closed}, {p: closed}}, []limiter.Role{limiter.RoleOrdinary, limiter.RoleOrdinary}, true},
+		{"everything known", []batchIn{{p: closed, out: denied}}, nil, false},
+		{"an allow known", []batchIn{{p: closed, out: allowed}, {p: closed, mode: limiter.RoleQuota}}, []limiter.Role{limiter.RoleQuota}, false},
+		{"a denial known", []batchIn{{p: closed}, {p: closed, out: denied}, {p: charge}}, []limiter.Role{limiter.RoleCheck, limiter.RoleOrdinary}, false},
+	}
+	for _, tc := range cases {
+		batch, out := batchOf(tc.reqs)
+		var got []limiter.Request
+		var p limiter.Pending
+		p.Evaluate(context.Background(), batch, out, func(_ context.Context, reqs []limiter.Request, outs []limiter.Outcome) {
+			got = reqs
+			for k := range outs {
+				outs[k] = limiter.EvaluatedOutcome(limiter.Decision{Allowed: true, Remaining: int64(k + 1)})
+			}
+		})
+		if (got == nil) != (tc.roles == nil) || len(got) != len(tc.roles) || (len(got) > 0 && (&got[0] == &batch[0]) != tc.same) {
+			t.Fatalf("%s: the store got %d requests (the batch itself %t), want %d (%t)", tc.name, len(got), len(got) > 0 && &got[0] == &batch[0], len(tc.roles), tc.same)
+		}
+		k := 0
+		for i := range batch {
+			if tc.reqs[i].out.Kind != 0 {
+				if out[i] != tc.reqs[i].out {
+					t.Errorf("%s: request %d's known outcome changed: %+v", tc.name, i, out[i])
+				}
+				continue
+			}
+			if got[k].Role != tc.roles[k] || out[i].Decision.Remaining != int64(k+1) {
+				t.Errorf("%s: request %d sent as %s, outcome %+v; want %s and the store's %d-th outcome", tc.name, i, got[k].Role, out[i].Decision, tc.roles[k], k+1)
+			}
+			k++
+		}
+	}
+}

@@ -93,9 +93,7 @@ func EvaluateWithLeases(ctx context.Context, batch []Request, out []Outcome, rat
 			out[i] = Outcome{}
 		}
 		var p Pending
-		reqs, outs := p.Split(view, out)
-		rates(ctx, reqs, outs)
-		p.Merge(out)
+		p.Evaluate(ctx, view, out, rates)
 	}
 	if Commits(view, out) {
 		return

@@ -183,24 +183,19 @@ func (s *Server) decideAll(ctx context.Context, sc *scratch) time.Time {
 	}
 	var now time.Time // the answer's clock reading, when the store's end is it
 	if n > 0 {
-		send, outs := sc.batch[:n], sc.outs[:n]
-		if n < len(sc.batch) {
-			send, outs = sc.pending.Split(sc.batch, sc.outs)
+		eval := s.store.Evaluate
+		if s.tracer != nil {
+			eval = s.evaluateTraced
 		}
 		t0 := time.Now()
-		if s.tracer != nil {
-			s.evaluateTraced(ctx, send, outs)
-		} else {
-			s.store.Evaluate(ctx, send, outs)
-		}
+		sc.pending.Evaluate(ctx, sc.batch, sc.outs, func(ctx context.Context, send []limiter.Request, outs []limiter.Outcome) {
+			eval(ctx, send, outs)
+			limiter.AnswerFailures(send, outs)
+		})
 		end := time.Now()
 		sc.metrics.store.Observe(end.Sub(t0).Seconds())
 		if s.systemClock {
 			now = end
-		}
-		limiter.AnswerFailures(send, outs)
-		if n < len(sc.batch) {
-			sc.pending.Merge(sc.outs)
 		}
 	}
 	if now.IsZero() {

@@ -404,18 +404,12 @@ func (c *Cache) Evaluate(ctx context.Context, batch []limiter.Request, out []lim
 			out[i] = limiter.Outcome{} // undecided, see limiter.Pending
 		}
 	}
-	if hits == 0 {
-		c.store.Evaluate(ctx, batch, out)
-		c.record(batch, out, t0)
-		return
-	}
-	sub, subOuts := sc.pending.Split(batch, out)
-	if !sc.pending.Demoted() || recordsOffences(batch, sc.hit) {
-		// The cached denials cannot block the batch (shadow, check, or
-		// quota limits with other quota limits), or a limit with a penalty
-		// box must be evaluated as it is (its denial is an offence to
-		// record; the store denies the cached limits again): the store
-		// decides it all.
+	if hits == 0 || !limiter.CheckOnly(batch, out) || recordsOffences(batch, sc.hit) {
+		// No cached denial, or they cannot block the batch (shadow,
+		// check, or quota limits with other quota limits), or a limit
+		// with a penalty box must be evaluated as it is (its denial is an
+		// offence to record; the store denies the cached limits again):
+		// the store decides it all.
 		c.store.Evaluate(ctx, batch, out)
 		c.record(batch, out, t0)
 		return
@@ -425,12 +419,8 @@ func (c *Cache) Evaluate(ctx context.Context, batch []limiter.Request, out []lim
 	if c.observer != nil {
 		c.observer.Hits(hits)
 	}
-	if len(sub) == 0 {
-		return
-	}
-	c.store.Evaluate(ctx, sub, subOuts)
-	sc.pending.Merge(out)
-	c.record(sub, subOuts, t0)
+	sc.pending.Evaluate(ctx, batch, out, c.store.Evaluate)
+	c.record(batch, out, t0)
 }
 
 func (c *Cache) putScratch(sc *scratch) {

@@ -202,6 +202,7 @@ func storeContext(ctx context.Context, w *deadline.Wheel, now time.Time) context
 type scratch struct {
 	idx     []int             // the local limits' positions in the batch
 	fail    []limiter.Outcome // the store's failures of those limits
+	reqs    []limiter.Request // their requests, of the local shares
 	pending limiter.Pending
 	shares  limiter.Pending
 }
@@ -310,6 +311,7 @@ func (s *Store) decideLocally(ctx context.Context, batch []limiter.Request, out 
 		sc.pending.Release()
 		sc.shares.Release()
 		clear(sc.fail)
+		clear(sc.reqs)
 		s.scratch.Put(sc)
 	}()
 	sc.idx, sc.fail = sc.idx[:0], sc.fail[:0]
@@ -326,10 +328,20 @@ func (s *Store) decideLocally(ctx context.Context, batch []limiter.Request, out 
 	if !s.active.Load() && s.active.CompareAndSwap(false, true) && s.observer != nil {
 		s.observer.LocalStarted(int(s.replicas))
 	}
-	reqs, outs := sc.pending.Split(batch, out)
-	// Each request asks for the policy's local share. A cost above the
+	sc.pending.Evaluate(ctx, batch, out, func(ctx context.Context, reqs []limiter.Request, outs []limiter.Outcome) {
+		s.evaluateLocally(ctx, sc, reqs, outs)
+	})
+}
+
+// evaluateLocally decides the failure_mode local requests reqs (in the
+// order of sc.fail) with the local limiter, each of the policy's local
+// share.
+func (s *Store) evaluateLocally(ctx context.Context, sc *scratch, reqs []limiter.Request, outs []limiter.Outcome) {
+	// Copies, each asking for the policy's local share. A cost above the
 	// share never fits: it is denied without asking, and blocks the others
 	// as any denial does.
+	sc.reqs = append(sc.reqs[:0], reqs...)
+	reqs = sc.reqs
 	now := s.clock.Now()
 	for k := range reqs {
 		r := &reqs[k]
@@ -344,13 +356,13 @@ func (s *Store) decideLocally(ctx context.Context, batch []limiter.Request, out 
 			outs[k] = limiter.EvaluatedOutcome(neverFits(q, now))
 		}
 	}
-	sreqs, souts := sc.shares.Split(reqs, outs)
-	if local := s.local.Load(); limiter.HasLeases(sreqs) {
-		limiter.EvaluateWithLeases(ctx, sreqs, souts, local.Evaluate, s.leases.Evaluate)
+	if local := s.local.Load(); limiter.HasLeases(reqs) {
+		sc.shares.Evaluate(ctx, reqs, outs, func(ctx context.Context, reqs []limiter.Request, outs []limiter.Outcome) {
+			limiter.EvaluateWithLeases(ctx, reqs, outs, local.Evaluate, s.leases.Evaluate)
+		})
 	} else {
-		local.Evaluate(ctx, sreqs, souts)
+		sc.shares.Evaluate(ctx, reqs, outs, local.Evaluate)
 	}
-	sc.shares.Merge(outs)
 	for k := range reqs {
 		o := &outs[k]
 		if o.Kind != limiter.Evaluated {
@@ -361,7 +373,6 @@ func (s *Store) decideLocally(ctx context.Context, batch []limiter.Request, out 
 		o.Decision.Source, o.Decision.Fallback = limiter.SourceFallback, limiter.FailLocal
 		o.Failed, o.RetryAfter, o.Category, o.Err = sc.fail[k].Kind, sc.fail[k].RetryAfter, sc.fail[k].Category, sc.fail[k].Err
 	}
-	sc.pending.Merge(out)
 }
 
 // share returns the local share of p, cached.

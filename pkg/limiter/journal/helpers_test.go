@@ -59,9 +59,7 @@ func (f *faulty) Evaluate(ctx context.Context, batch []limiter.Request, out []li
 	for i := range batch {
 		out[i] = failIf(&batch[i])
 	}
-	reqs, outs := p.Split(batch, out)
-	f.inner.Evaluate(ctx, reqs, outs)
-	p.Merge(out)
+	p.Evaluate(ctx, batch, out, f.inner.Evaluate)
 }
 
 // set makes the store fail every request with o (the zero Outcome: heal).

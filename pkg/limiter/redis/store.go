@@ -264,27 +264,16 @@ func (s *Store) Evaluate(ctx context.Context, batch []limiter.Request, out []lim
 	if limiter.BeginEvaluate(ctx, batch, out, "redis store: not sent", s.Evaluate, s.evaluateLeases) {
 		return
 	}
-	invalid := 0
 	for i := range batch {
+		out[i] = limiter.Outcome{} // undecided, see limiter.Pending
 		if err := batch[i].Validate(); err != nil {
 			out[i] = limiter.UnavailableOutcome(0, limiter.CategoryInvalidRequest, fmt.Errorf("redis store: %w", err))
-			invalid++
-			continue
 		}
-		out[i] = limiter.Outcome{} // undecided, see limiter.Pending
 	}
-	switch invalid {
-	case 0:
-		s.evaluate(ctx, batch, out)
-	case len(batch):
-	default:
-		// Rare (a caller's bug): a Pending of its own, which a refund still
-		// running past ctx may keep using.
-		var p limiter.Pending
-		reqs, outs := p.Split(batch, out)
-		s.evaluate(ctx, reqs, outs)
-		p.Merge(out)
-	}
+	// A Pending of its own, which a refund still running past ctx may keep
+	// using (invalid requests are rare: a caller's bug).
+	var p limiter.Pending
+	p.Evaluate(ctx, batch, out, s.evaluate)
 }
 
 // evaluate is Evaluate for a batch of valid requests.
