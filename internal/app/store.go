@@ -17,6 +17,7 @@ import (
 	"github.com/envoy-rls/envoy-rls/internal/redact"
 	"github.com/envoy-rls/envoy-rls/pkg/limiter"
 	"github.com/envoy-rls/envoy-rls/pkg/limiter/denycache"
+	"github.com/envoy-rls/envoy-rls/pkg/limiter/leases"
 	"github.com/envoy-rls/envoy-rls/pkg/limiter/memory"
 	"github.com/envoy-rls/envoy-rls/pkg/limiter/redis"
 )
@@ -66,9 +67,9 @@ func (s *server) openStore(ctx context.Context, wg *sync.WaitGroup) (limiter.Sto
 	return nil, nil, fmt.Errorf("--store %q: must be memory or redis", s.opts.Store)
 }
 
-// frontStore sets s.store: store behind the test wrapper, if any, and the
-// local deny cache, if enabled. The deny cache sits in front of both: it
-// repeats the store's own denials.
+// frontStore sets s.store: store behind the test wrapper, if any, the
+// leases wrapper and the local deny cache, if enabled. The deny cache sits
+// in front of them all: it repeats the store's own denials.
 func (s *server) frontStore(store limiter.Store, h hooks) error {
 	if h.wrapStore != nil {
 		store = h.wrapStore(store)
@@ -76,6 +77,7 @@ func (s *server) frontStore(store limiter.Store, h hooks) error {
 	if p, ok := store.(admin.Pinger); ok {
 		s.ping = p
 	}
+	store = leases.New(store, store)
 	if s.opts.LocalCache {
 		var err error
 		if store, err = denycache.New(denycache.Config{Store: store, Size: s.opts.LocalCacheSize, Observer: s.metrics.Cache, Clock: s.clock}); err != nil {

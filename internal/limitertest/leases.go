@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/envoy-rls/envoy-rls/pkg/limiter"
+	"github.com/envoy-rls/envoy-rls/pkg/limiter/leases"
 )
 
 // LeasePolicy returns a concurrency policy (limiter.Concurrency) of limit
@@ -78,11 +79,13 @@ var leaseCases = []struct {
 	}},
 }
 
-// RunLeases runs the lease scripts (leaseCases) on s: takes up to the
-// limit, releases, releases without a lease, probes, and batches mixing a
-// concurrency limit with a rate limit (all or nothing).
+// RunLeases runs the lease scripts (leaseCases) on s behind the leases
+// wrapper (pkg/limiter/leases), as the service runs a store: takes up to
+// the limit, releases, releases without a lease, probes, and batches
+// mixing a concurrency limit with a rate limit (all or nothing).
 func RunLeases(t *testing.T, s limiter.Store, cfg Config) {
 	t.Helper()
+	s = leases.New(s, s)
 	for _, c := range leaseCases {
 		t.Run(c.name, func(t *testing.T) {
 			lp := LeasePolicy(t, cfg.Prefix+".lease", 2, time.Hour)

@@ -16,13 +16,14 @@ import (
 
 	"github.com/envoy-rls/envoy-rls/pkg/limiter/denycache"
 	"github.com/envoy-rls/envoy-rls/pkg/limiter/failover"
+	"github.com/envoy-rls/envoy-rls/pkg/limiter/leases"
 	"github.com/envoy-rls/envoy-rls/pkg/limiter/memory"
 	"github.com/envoy-rls/envoy-rls/pkg/topk"
 )
 
 // defaultServer is the service as the binary wires it with default flags
 // (internal/app serve): the memory store with its metrics, the local deny
-// cache in front of it with its metrics, the failure-mode wrapper, the
+// cache in front of it (and of the leases wrapper) with its metrics, the failure-mode wrapper, the
 // service's metrics and the top consumers tracker as observer, all on one
 // registry, and full headers.
 func defaultServer(b *testing.B) *Server {
@@ -40,7 +41,7 @@ func defaultServer(b *testing.B) *Server {
 	if err != nil {
 		b.Fatal(err)
 	}
-	cache, err := denycache.New(denycache.Config{Store: mem, Observer: cacheMetrics})
+	cache, err := denycache.New(denycache.Config{Store: leases.New(mem, mem), Observer: cacheMetrics})
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -24,6 +24,7 @@ import (
 	"github.com/envoy-rls/envoy-rls/internal/limitertest"
 	"github.com/envoy-rls/envoy-rls/pkg/descriptors"
 	"github.com/envoy-rls/envoy-rls/pkg/limiter"
+	"github.com/envoy-rls/envoy-rls/pkg/limiter/leases"
 	"github.com/envoy-rls/envoy-rls/pkg/limiter/memory"
 	"github.com/envoy-rls/envoy-rls/pkg/limiter/redis"
 )
@@ -202,18 +203,20 @@ func rulesOf(t testing.TB, text string) *descriptors.Snapshot {
 // loadRules loads the rules of most tests, testdata/rules/rls.yaml.
 func loadRules(t testing.TB) *descriptors.Snapshot { return rulesAt(t, rulesPath) }
 
-// memStore is a memory store of maxEntries on clock (nil: the system's).
-func memStore(t testing.TB, clock limiter.Clock, maxEntries int) *memory.Store {
+// memStore is a memory store of maxEntries on clock (nil: the system's),
+// behind the leases wrapper as the service runs it.
+func memStore(t testing.TB, clock limiter.Clock, maxEntries int) limiter.Store {
 	t.Helper()
 	s, err := memory.New(memory.Config{Clock: clock, MaxEntries: maxEntries})
 	if err != nil {
 		t.Fatal(err)
 	}
-	return s
+	return leases.New(s, s)
 }
 
-// redisStore is a Redis store of cfg, closed when the test ends.
-func redisStore(t testing.TB, cfg redis.Config) *redis.Store {
+// redisStore is a Redis store of cfg, closed when the test ends, behind
+// the leases wrapper.
+func redisStore(t testing.TB, cfg redis.Config) limiter.Store {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -222,7 +225,7 @@ func redisStore(t testing.TB, cfg redis.Config) *redis.Store {
 		t.Fatal(err)
 	}
 	t.Cleanup(s.Close)
-	return s
+	return leases.New(s, s)
 }
 
 // realEnv is the real rule loader and the real memory store behind a real

@@ -145,7 +145,7 @@ func (k *markerKeys) leaseOf(v string, p *limiter.Policy, subject *limiter.Subje
 // marker's key included, is matched as it is.
 func matchRelease(rules Rules, domain string, entries []descriptors.Entry) (m descriptors.Match, ok, release bool, marker string) {
 	if rest, v, marked := descriptors.Release(entries); marked && isMarker(v) {
-		if m, ok = rules.Match(domain, rest); ok && leases(m.Rule) {
+		if m, ok = rules.Match(domain, rest); ok && holdsLeases(m.Rule) {
 			return m, true, true, v
 		}
 	}
@@ -153,9 +153,9 @@ func matchRelease(rules Rules, domain string, entries []descriptors.Entry) (m de
 	return m, ok, false, ""
 }
 
-// leases reports whether a matched rule holds a concurrency limit (itself
+// holdsLeases reports whether a matched rule holds a concurrency limit (itself
 // or one of its rate_limits).
-func leases(r *descriptors.Rule) bool {
+func holdsLeases(r *descriptors.Rule) bool {
 	if r == nil {
 		return false
 	}

@@ -26,6 +26,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/envoy-rls/envoy-rls/pkg/descriptors"
+	"github.com/envoy-rls/envoy-rls/pkg/limiter/leases"
 	"github.com/envoy-rls/envoy-rls/pkg/limiter/memory"
 	"github.com/envoy-rls/envoy-rls/pkg/rls"
 )
@@ -145,7 +146,7 @@ func TestConcurrencyExample(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv, err := rls.New(rls.Config{Rules: func() rls.Rules { return snap }, Store: store, Metrics: metrics, Logger: zap.NewNop()})
+	srv, err := rls.New(rls.Config{Rules: func() rls.Rules { return snap }, Store: leases.New(store, store), Metrics: metrics, Logger: zap.NewNop()})
 	if err != nil {
 		t.Fatal(err)
 	}

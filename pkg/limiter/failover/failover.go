@@ -46,6 +46,7 @@ import (
 
 	"github.com/envoy-rls/envoy-rls/pkg/limiter"
 	"github.com/envoy-rls/envoy-rls/pkg/limiter/deadline"
+	"github.com/envoy-rls/envoy-rls/pkg/limiter/leases"
 	"github.com/envoy-rls/envoy-rls/pkg/limiter/memory"
 )
 
@@ -111,10 +112,10 @@ type Store struct {
 	newLocal func() (*memory.Store, error)
 	observer Observer
 
-	// local holds the local rate states of an outage; leases the local
-	// leases, which are kept until released or expired.
-	local  atomic.Pointer[memory.Store]
-	leases *memory.Store
+	// local decides with the local rate states of an outage and the local
+	// leases of held, which are kept until released or expired.
+	local atomic.Pointer[leases.Store]
+	held  *memory.Store
 	// active: local decisions were made since the store last decided a
 	// whole batch; the first such batch drops the local state.
 	active atomic.Bool
@@ -165,14 +166,15 @@ func New(inner limiter.Store, cfg Config) (*Store, error) {
 			return st, nil
 		},
 	}
+	var err error
+	if s.held, err = s.newLocal(); err != nil {
+		return nil, err
+	}
 	st, err := s.newLocal()
 	if err != nil {
 		return nil, err
 	}
-	s.local.Store(st)
-	if s.leases, err = s.newLocal(); err != nil {
-		return nil, err
-	}
+	s.local.Store(leases.New(st, s.held))
 	s.scratch.New = func() any { return new(scratch) }
 	return s, nil
 }
@@ -255,7 +257,7 @@ func (s *Store) evaluateSplit(ctx context.Context, batch []limiter.Request, out 
 			reqs[k].Cost = min(reqs[k].Cost, q.MaxCost())
 		}
 	}
-	s.leases.Evaluate(ctx, reqs, outs)
+	s.held.Evaluate(ctx, reqs, outs)
 	for k, i := range local {
 		out[i] = outs[k]
 	}
@@ -356,13 +358,7 @@ func (s *Store) evaluateLocally(ctx context.Context, sc *scratch, reqs []limiter
 			outs[k] = limiter.EvaluatedOutcome(neverFits(q, now))
 		}
 	}
-	if local := s.local.Load(); limiter.HasLeases(reqs) {
-		sc.shares.Evaluate(ctx, reqs, outs, func(ctx context.Context, reqs []limiter.Request, outs []limiter.Outcome) {
-			limiter.EvaluateWithLeases(ctx, reqs, outs, local.Evaluate, s.leases.Evaluate)
-		})
-	} else {
-		sc.shares.Evaluate(ctx, reqs, outs, local.Evaluate)
-	}
+	sc.shares.Evaluate(ctx, reqs, outs, s.local.Load().Evaluate)
 	for k := range reqs {
 		o := &outs[k]
 		if o.Kind != limiter.Evaluated {
@@ -406,7 +402,7 @@ func (s *Store) storeDecided() {
 		// state stays.
 		return
 	}
-	s.local.Store(st)
+	s.local.Store(leases.New(st, s.held))
 	if s.observer != nil {
 		s.observer.LocalDropped()
 	}

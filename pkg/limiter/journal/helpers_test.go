@@ -12,15 +12,17 @@ import (
 
 	"github.com/envoy-rls/envoy-rls/internal/limitertest"
 	"github.com/envoy-rls/envoy-rls/pkg/limiter"
+	"github.com/envoy-rls/envoy-rls/pkg/limiter/leases"
 	"github.com/envoy-rls/envoy-rls/pkg/limiter/memory"
 )
 
 var t0 = time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
 
 // faulty is a store that fails as a test says, in front of a memory store
-// that holds what was applied. It records every request it was sent.
+// (behind the leases wrapper, as the service runs it) that holds what was
+// applied. It records every request it was sent.
 type faulty struct {
-	inner *memory.Store
+	inner limiter.Store
 	mu    sync.Mutex
 	// fail, when not zero, answers every request sent (nothing applied);
 	// failIf, when set, decides per request (a zero Outcome: applied).
@@ -36,7 +38,7 @@ func newFaulty(t testing.TB, clock limiter.Clock) *faulty {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &faulty{inner: m}
+	return &faulty{inner: leases.New(m, m)}
 }
 
 func (f *faulty) Evaluate(ctx context.Context, batch []limiter.Request, out []limiter.Outcome) {

@@ -22,12 +22,16 @@ import (
 // capacity (see the package comment) is an Unavailable outcome found in the
 // check, so it blocks the batch as any failure of a fail-closed limit does.
 //
-// A batch with requests of concurrency policies is evaluated by
-// limiter.EvaluateWithLeases: the lease sets (lease.go), then the rest as
-// above.
+// A batch of requests of concurrency policies alone (limiter.LeasesOnly) is
+// evaluated on the lease sets (lease.go); pkg/limiter/leases sends them
+// apart from the rate requests of their batch.
 func (s *Store) Evaluate(ctx context.Context, batch []limiter.Request, out []limiter.Outcome) {
 	out = out[:len(batch)]
-	if limiter.BeginEvaluate(ctx, batch, out, "memory store", s.Evaluate, s.evaluateLeases) {
+	if len(batch) == 0 || limiter.FailIfEnded(ctx, out, "memory store") {
+		return
+	}
+	if limiter.LeasesOnly(batch) {
+		s.evaluateLeases(batch, out)
 		return
 	}
 	nowMs := s.clock.Now().UnixMilli()

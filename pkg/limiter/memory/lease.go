@@ -1,7 +1,6 @@
 package memory
 
 import (
-	"context"
 	"errors"
 	"math"
 	"sync"
@@ -46,13 +45,9 @@ func newLeaseTable(max int) *leaseTable {
 	return &leaseTable{sets: make(map[leaseKey]leaseSet), max: max, own: make(map[string]int), minExpiry: math.MaxInt64}
 }
 
-// evaluateLeases is the memory store's lease evaluation
-// (limiter.EvaluateWithLeases): each request on its own, in order, under
-// one lock, at one clock reading.
-func (s *Store) evaluateLeases(ctx context.Context, batch []limiter.Request, out []limiter.Outcome) {
-	if limiter.FailIfEnded(ctx, out, "memory store") {
-		return
-	}
+// evaluateLeases evaluates a batch of lease requests: each request on its
+// own, in order, under one lock, at one clock reading.
+func (s *Store) evaluateLeases(batch []limiter.Request, out []limiter.Outcome) {
 	nowMs := s.clock.Now().UnixMilli()
 	t := s.leases
 	// Deferred before the unlock, so run after it.

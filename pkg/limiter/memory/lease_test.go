@@ -167,3 +167,23 @@ func TestLeaseReset(t *testing.T) {
 		t.Fatal("after the policy reset: b free")
 	}
 }
+
+// TestMixedBatchWithoutLeasesWrapper: the store evaluates lease requests
+// only in a batch of their own (the leases wrapper sends them so); a lease
+// request in a batch of rate requests is refused as incompatible, never
+// allowed, and blocks the batch.
+func TestMixedBatchWithoutLeasesWrapper(t *testing.T) {
+	s := newStore(t, memory.Config{})
+	lease := limitertest.LeasePolicy(t, "mem.mixed", 1, time.Hour)
+	rate := limitertest.Policy(t, limiter.PolicySpec{ID: "mem.mixed-rate", Algorithm: limiter.FixedWindow,
+		Params: limiter.FixedWindowParams{Limit: 5, Window: time.Hour}})
+	sub := limitertest.Subject("mixed")
+	out := make([]limiter.Outcome, 2)
+	s.Evaluate(t.Context(), []limiter.Request{{Policy: lease, Subject: sub, Cost: 1}, {Policy: rate, Subject: sub, Cost: 1}}, out)
+	if out[0].Kind != limiter.Incompatible || out[1].Kind != limiter.Evaluated || out[1].Decision.Consumed {
+		t.Fatalf("mixed batch: %s %v, %s %+v", out[0].Kind, out[0].Err, out[1].Kind, out[1].Decision)
+	}
+	if o := eval1(s, t.Context(), limiter.Request{Policy: lease, Subject: sub, Cost: 1}); o.Kind != limiter.Evaluated || !o.Decision.Consumed {
+		t.Fatalf("a batch of the lease alone: %s %+v", o.Kind, o.Decision)
+	}
+}

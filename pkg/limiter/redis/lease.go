@@ -16,9 +16,8 @@ import (
 // leaseScript is lease-v2.lua, the program of concurrency limits.
 var leaseScript = rueidis.NewLuaScript(lua.Lease().Source)
 
-// evaluateLeases is the Redis store's lease evaluation
-// (limiter.EvaluateWithLeases): one run of lease-v2.lua per request, in
-// order, each atomic on its one key (a lease set is one key, so one slot).
+// evaluateLeases evaluates a batch of lease requests: one run of
+// lease-v2.lua per request, in order, each atomic on its one key (a lease set is one key, so one slot).
 // Each run carries the call's deadline in Redis's clock, as the batch
 // program's calls do: a run that Redis reaches only after it (a stalled
 // Redis) changes nothing and is Unavailable, so a take answered by its
@@ -28,9 +27,6 @@ var leaseScript = rueidis.NewLuaScript(lua.Lease().Source)
 // gives back what a late answer says the take took), Incompatible when
 // the set or the reply is not what this version expects.
 func (s *Store) evaluateLeases(ctx context.Context, batch []limiter.Request, out []limiter.Outcome) {
-	if limiter.FailIfEnded(ctx, out, "redis store: not sent") {
-		return
-	}
 	if dl, ok := ctx.Deadline(); !ok || time.Until(dl) > s.timeout {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, s.timeout)

@@ -12,6 +12,7 @@ import (
 	"github.com/envoy-rls/envoy-rls/internal/polltest"
 	"github.com/envoy-rls/envoy-rls/internal/redistest"
 	"github.com/envoy-rls/envoy-rls/pkg/limiter"
+	"github.com/envoy-rls/envoy-rls/pkg/limiter/leases"
 	"github.com/envoy-rls/envoy-rls/pkg/lua"
 )
 
@@ -114,7 +115,8 @@ func TestLeaseACLUser(t *testing.T) {
 	e.do(acl[0]...)
 	e.do(docFcallLine(t, acl)...)
 	e.do("ACL", "LOG", "RESET")
-	s := newStore(t, Config{Addrs: []string{e.srv.Addr()}, Username: "envoy-rls", Password: "s3cret-pw"})
+	rs := newStore(t, Config{Addrs: []string{e.srv.Addr()}, Username: "envoy-rls", Password: "s3cret-pw"})
+	s := leases.New(rs, rs)
 	p := limitertest.LeasePolicy(t, limitertest.Prefix()+".acl", 1, time.Minute)
 	rate := fixed(t, limitertest.Prefix()+".acl-rate", 1, farWindow)
 	sub := limitertest.Subject("acl")

@@ -253,15 +253,20 @@ func (s *Store) Ping(ctx context.Context) error {
 // while some slots committed, those slots' consumption is given back with
 // rate-refund-v2.lua. docs/consistency.md describes that window.
 //
-// A batch with requests of concurrency policies is evaluated by
-// limiter.EvaluateWithLeases: each lease request by lease-v2.lua
-// (lease.go), then the rest as above.
+// A batch of requests of concurrency policies alone (limiter.LeasesOnly) is
+// evaluated by lease-v2.lua, one run per request (lease.go);
+// pkg/limiter/leases sends them apart from the rate requests of their
+// batch.
 func (s *Store) Evaluate(ctx context.Context, batch []limiter.Request, out []limiter.Outcome) {
 	if len(out) < len(batch) {
 		panic(fmt.Sprintf("redis store: Evaluate: out has %d elements for %d requests", len(out), len(batch)))
 	}
 	out = out[:len(batch)]
-	if limiter.BeginEvaluate(ctx, batch, out, "redis store: not sent", s.Evaluate, s.evaluateLeases) {
+	if len(batch) == 0 || limiter.FailIfEnded(ctx, out, "redis store: not sent") {
+		return
+	}
+	if limiter.LeasesOnly(batch) {
+		s.evaluateLeases(ctx, batch, out)
 		return
 	}
 	for i := range batch {
