@@ -210,7 +210,7 @@ func serve(ctx context.Context, o *options.Options, getenv func(string) string, 
 		return err
 	}
 	fcfg := o.FailoverConfig()
-	fcfg.Clock, fcfg.Observer = s.clock, observe.FailoverLog(log.Named("rls"))
+	fcfg.Clock, fcfg.Observer, fcfg.Registerer = s.clock, observe.FailoverLog(log.Named("rls")), s.reg
 	answering, err := failover.New(settling, fcfg)
 	if err != nil {
 		return err

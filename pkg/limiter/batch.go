@@ -9,7 +9,7 @@ import "context"
 // least one of them allows. A request allows when its outcome is an allowed decision; a
 // failed request (any other kind) counts as a denial, except that a
 // fail-open policy's failure takes no part, whether a store reports it or
-// its failure mode answered it (FailureAnswer). Shadow and check
+// its failure mode answered it (pkg/limiter/failover). Shadow and check
 // requests (by Request.EffectiveRole) never block; a probe (RoleProbe,
 // RoleQuotaProbe) blocks as an ordinary (or quota-mode) request does, and
 // never consumes.

@@ -1,14 +1,10 @@
 package limiter
 
-import (
-	"fmt"
-	"time"
-)
+import "fmt"
 
 // FailureMode says what a policy answers when the store fails. The answer
-// is made by FailureAnswer, and by the failover wrapper of
-// pkg/limiter/failover for FailLocal; the batch rule (Commits) says how a
-// failure takes part in its batch.
+// is made by the failover wrapper of pkg/limiter/failover; the batch rule
+// (Commits) says how a failure takes part in its batch.
 type FailureMode uint8
 
 const (
@@ -41,39 +37,6 @@ func ParseFailureMode(s string) (FailureMode, error) {
 		}
 	}
 	return 0, &FieldError{Field: "failure_mode", Reason: fmt.Sprintf("%q is not one of closed, open, local", s)}
-}
-
-// FallbackRetryAfter is the shortest Retry-After of a fail-closed answer:
-// the store's hint when it gave a longer one.
-const FallbackRetryAfter = time.Second
-
-// FailureAnswer is the answer of r's failure mode to a failed outcome o
-// (any kind but Evaluated): an Evaluated outcome whose Decision has Source
-// SourceFallback and says how it answered (Decision.Fallback). FailOpen
-// allows; FailClosed, and FailLocal when no local limiter decided, deny
-// with RetryAfter max(o.RetryAfter, FallbackRetryAfter). Nothing is known
-// of the limit's state (Decision.Known is false). The outcome keeps o's
-// kind (Outcome.Failed), category, error and retry hint for metrics and
-// logs.
-func FailureAnswer(r *Request, o Outcome) Outcome {
-	d := Decision{Source: SourceFallback, Fallback: FailClosed, RetryAfter: max(o.RetryAfter, FallbackRetryAfter)}
-	if p := r.Policy; p != nil {
-		d.PolicyID, d.PolicyRevision = p.ID(), p.Revision()
-		if p.FailureMode() == FailOpen {
-			d.Allowed, d.Fallback, d.RetryAfter = true, FailOpen, 0
-		}
-	}
-	return Outcome{Kind: Evaluated, Decision: d, Failed: o.Kind, RetryAfter: o.RetryAfter, Category: o.Category, Err: o.Err}
-}
-
-// AnswerFailures replaces every outcome of batch that is not Evaluated by
-// its failure mode's answer (FailureAnswer).
-func AnswerFailures(batch []Request, out []Outcome) {
-	for i := range out {
-		if out[i].Kind != Evaluated {
-			out[i] = FailureAnswer(&batch[i], out[i])
-		}
-	}
 }
 
 // AbstainsOnFailure reports whether a failure of a request of p takes no

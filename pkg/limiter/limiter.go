@@ -263,9 +263,9 @@ type Decision struct {
 	// offence. Zero when not Blocked.
 	BlockedFor time.Duration
 	// Fallback says, when Source is SourceFallback, how the policy's
-	// failure mode answered: FailOpen allowed and FailClosed denied
-	// without knowing the limit's state (FailureAnswer); FailLocal is the
-	// decision of the replica's local share (pkg/limiter/failover).
+	// failure mode answered (pkg/limiter/failover): FailOpen allowed and
+	// FailClosed denied without knowing the limit's state; FailLocal is
+	// the decision of the replica's local share.
 	Fallback FailureMode
 }
 

@@ -188,10 +188,7 @@ func (s *Server) decideAll(ctx context.Context, sc *scratch) time.Time {
 			eval = s.evaluateTraced
 		}
 		t0 := time.Now()
-		sc.pending.Evaluate(ctx, sc.batch, sc.outs, func(ctx context.Context, send []limiter.Request, outs []limiter.Outcome) {
-			eval(ctx, send, outs)
-			limiter.AnswerFailures(send, outs)
-		})
+		sc.pending.Evaluate(ctx, sc.batch, sc.outs, eval)
 		end := time.Now()
 		sc.metrics.store.Observe(end.Sub(t0).Seconds())
 		if s.systemClock {

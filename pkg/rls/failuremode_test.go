@@ -11,11 +11,11 @@ import (
 	"github.com/envoy-rls/envoy-rls/internal/limitertest"
 	"github.com/envoy-rls/envoy-rls/pkg/descriptors"
 	"github.com/envoy-rls/envoy-rls/pkg/limiter"
+	"github.com/envoy-rls/envoy-rls/pkg/limiter/failover"
 )
 
-// outcomeStore answers every request with the outcome answer gives it: the
-// shapes the failover wrapper (pkg/limiter/failover) returns, or a bare
-// store failure.
+// outcomeStore answers every request with the outcome answer gives it: a
+// decision, or a store failure for the failover wrapper to answer.
 type outcomeStore struct {
 	answer func(r *limiter.Request) limiter.Outcome
 }
@@ -38,27 +38,15 @@ func storeDecides(allowed bool) func(*limiter.Request) limiter.Outcome {
 	}
 }
 
-// localDecides is the local limiter's decision of the failover wrapper
-// (Source SourceFallback, Fallback FailLocal) within a share of 5.
-func localDecides(allowed bool) func(*limiter.Request) limiter.Outcome {
-	return func(r *limiter.Request) limiter.Outcome {
-		o := storeDecides(allowed)(r)
-		o.Decision.Limit, o.Decision.Source, o.Decision.Fallback = 5, limiter.SourceFallback, limiter.FailLocal
-		o.Failed, o.Category = limiter.Unavailable, limiter.CategoryNotConnected
-		return o
-	}
-}
-
-// storeFails is a bare store failure; the server answers it by the
-// policy's failure mode (limiter.AnswerFailures).
+// storeFails is a bare store failure, which the failover wrapper answers
+// by the policy's failure mode.
 func storeFails(*limiter.Request) limiter.Outcome {
 	return limiter.UnavailableOutcome(2*time.Second, limiter.CategoryNotConnected, nil)
 }
 
-// localFails is the failover wrapper's answer to a failure_mode local
-// limit its local limiter could not decide (full, or out of time): closed.
-func localFails(r *limiter.Request) limiter.Outcome {
-	return limiter.FailureAnswer(r, storeFails(r))
+// storeIncompatible is a failure the local limiter does not decide.
+func storeIncompatible(*limiter.Request) limiter.Outcome {
+	return limiter.IncompatibleOutcome(limiter.CategoryStateIncompatible, nil)
 }
 
 // recordingLimits keeps every LimitObservation as given.
@@ -83,13 +71,16 @@ func TestFailureModeAnswered(t *testing.T) {
 		// unknown: it answered knowing nothing of the limit's state.
 		mode    string
 		unknown bool
+		// replicas share the limit (the local limiter's share), hits is
+		// the descriptor's cost.
+		replicas int
+		hits     uint64
 	}{
 		{name: "store allows", policy: limiter.FailLocal, answer: storeDecides(true)},
 		{name: "store denies", policy: limiter.FailLocal, answer: storeDecides(false), over: true},
-		{name: "local limiter admits", policy: limiter.FailLocal, answer: localDecides(true), mode: "local"},
-		{name: "local limiter denies", policy: limiter.FailLocal, answer: localDecides(false), over: true, mode: "local"},
-		{name: "local limiter could not decide", policy: limiter.FailLocal, answer: localFails, over: true, mode: "closed", unknown: true},
-		{name: "local policy without a local limiter", policy: limiter.FailLocal, answer: storeFails, over: true, mode: "closed", unknown: true},
+		{name: "local limiter admits", policy: limiter.FailLocal, answer: storeFails, mode: "local"},
+		{name: "local limiter denies", policy: limiter.FailLocal, answer: storeFails, over: true, mode: "local", replicas: 5, hits: 3},
+		{name: "local policy, incompatible store", policy: limiter.FailLocal, answer: storeIncompatible, over: true, mode: "closed", unknown: true},
 		{name: "open", policy: limiter.FailOpen, answer: storeFails, mode: "open", unknown: true},
 		{name: "closed", policy: limiter.FailClosed, answer: storeFails, over: true, mode: "closed", unknown: true},
 	}
@@ -104,9 +95,13 @@ func TestFailureModeAnswered(t *testing.T) {
 				"user": {Policy: p, Unit: descriptors.UnitMinute, RequestsPerUnit: 10, StatKey: "d.user"},
 			}}
 			audited, observed := &recordingAuditor{}, &recordingLimits{}
-			h := newHarness(t, func() Rules { return fr }, outcomeStore{c.answer}, limitertest.NewClock(fakeNow),
-				withDynamicMetadata, func(cfg *Config) { cfg.Auditor, cfg.Observer = audited, observed })
-			resp := h.call(t, request("d", desc("user", "alice")))
+			h := newHarness(t, func() Rules { return fr }, failoverOver{outcomeStore{c.answer}, failover.Config{Replicas: c.replicas}},
+				limitertest.NewClock(fakeNow), withDynamicMetadata, func(cfg *Config) { cfg.Auditor, cfg.Observer = audited, observed })
+			d := desc("user", "alice")
+			if c.hits > 0 {
+				d = withHits(d, c.hits)
+			}
+			resp := h.call(t, request("d", d))
 
 			if got := resp.OverallCode == rlsv3.RateLimitResponse_OVER_LIMIT; got != c.over {
 				t.Fatalf("answered %v, want over the limit %v", resp.OverallCode, c.over)

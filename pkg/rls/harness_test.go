@@ -24,6 +24,7 @@ import (
 	"github.com/envoy-rls/envoy-rls/internal/limitertest"
 	"github.com/envoy-rls/envoy-rls/pkg/descriptors"
 	"github.com/envoy-rls/envoy-rls/pkg/limiter"
+	"github.com/envoy-rls/envoy-rls/pkg/limiter/failover"
 	"github.com/envoy-rls/envoy-rls/pkg/limiter/leases"
 	"github.com/envoy-rls/envoy-rls/pkg/limiter/memory"
 	"github.com/envoy-rls/envoy-rls/pkg/limiter/redis"
@@ -39,6 +40,13 @@ type harness struct {
 
 type harnessOpt func(*Config)
 
+// failoverOver is a store that newHarness puts behind a failover wrapper
+// of cfg (its registry filled in) rather than of the defaults.
+type failoverOver struct {
+	limiter.Store
+	cfg failover.Config
+}
+
 func newHarness(t *testing.T, rules func() Rules, store limiter.Store, clock limiter.Clock, opts ...harnessOpt) *harness {
 	t.Helper()
 	reg := prometheus.NewRegistry()
@@ -50,6 +58,18 @@ func newHarness(t *testing.T, rules func() Rules, store limiter.Store, clock lim
 	cfg := Config{Rules: rules, Store: store, Metrics: m, Logger: zap.New(core), Clock: clock}
 	for _, o := range opts {
 		o(&cfg)
+	}
+	// The failover wrapper answers the store's failures, as the binary's
+	// does, and counts them on the harness's registry.
+	fc := failover.Config{Clock: cfg.Clock}
+	if f, ok := cfg.Store.(failoverOver); ok {
+		cfg.Store, fc = f.Store, f.cfg
+	}
+	if _, ok := cfg.Store.(*failover.Store); !ok {
+		fc.Registerer = reg
+		if cfg.Store, err = failover.New(cfg.Store, fc); err != nil {
+			t.Fatal(err)
+		}
 	}
 	srv, err := New(cfg)
 	if err != nil {

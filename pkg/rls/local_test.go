@@ -52,11 +52,7 @@ func newLocalEnv(t *testing.T, local failover.Config) *localEnv {
 		if local.Clock == nil {
 			local.Clock = c.Clock
 		}
-		fo, err := failover.New(c.Store, local)
-		if err != nil {
-			t.Fatal(err)
-		}
-		c.Store = fo
+		c.Store = failoverOver{c.Store, local}
 	})
 	return &localEnv{realEnv: e, transitions: tr}
 }

@@ -7,8 +7,6 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc/codes"
-
-	"github.com/envoy-rls/envoy-rls/pkg/limiter"
 )
 
 // MetricsNamespace prefixes every metric name: envoy_rls_*.
@@ -30,18 +28,17 @@ const (
 	ResultShadowOverLimit = "shadow_over_limit"
 )
 
-// Metrics holds the RPC metrics of the service: calls, decisions, store
-// latency, errors and fallbacks. The stores and the rule watcher count their
-// own (memory.NewMetrics, denycache.NewMetrics, the binary's reload
+// Metrics holds the RPC metrics of the service: calls, decisions and store
+// latency. The stores, the failover wrapper (store errors and fallbacks)
+// and the rule watcher count their own (memory.NewMetrics,
+// denycache.NewMetrics, failover.Config.Registerer, the binary's reload
 // counter). Build it with NewMetrics on a registry the caller owns; it is
 // safe for concurrent use.
 type Metrics struct {
 	decisions    *prometheus.CounterVec
 	nearLimit    *prometheus.CounterVec
 	unmatched    *prometheus.CounterVec
-	storeErrors  *prometheus.CounterVec
 	storeLatency *prometheus.HistogramVec
-	fallbacks    *prometheus.CounterVec
 	calls        *prometheus.CounterVec
 	callLatency  *prometheus.HistogramVec
 	local        *prometheus.CounterVec
@@ -52,9 +49,7 @@ type Metrics struct {
 
 	// Children resolved once, so that the hot path does not hash label
 	// values on every call.
-	byCode        [codes.Unauthenticated + 1]prometheus.Counter
-	storeErrByKey [limiter.Incompatible + 1]prometheus.Counter
-	fallbackBy    [limiter.FailLocal + 1]prometheus.Counter
+	byCode [codes.Unauthenticated + 1]prometheus.Counter
 
 	// byDomain holds the children of each domain label, read without a
 	// lock on every call (see lazyMap).
@@ -123,14 +118,8 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 		unmatched: newCounterVec("unmatched_total",
 			"Descriptors that matched no rule (domain is \"unknown\" when the domain is not configured).",
 			"domain"),
-		storeErrors: newCounterVec("store_errors_total",
-			"Store failures by outcome kind (unavailable, indeterminate, incompatible).",
-			"outcome"),
 		storeLatency: newLatencyHistogram("store_duration_seconds",
 			"Duration of one Store.Evaluate batch, by configured domain."),
-		fallbacks: newCounterVec("fallback_total",
-			"Decisions answered by a policy's failure mode (open, closed, local) because the store failed.",
-			"mode"),
 		calls: newCounterVec("calls_total",
 			"ShouldRateLimit calls by gRPC status code.",
 			"code"),
@@ -153,8 +142,7 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			[]string{"domain"}),
 	}
 	for _, c := range []prometheus.Collector{
-		m.decisions, m.nearLimit, m.unmatched, m.storeErrors, m.storeLatency,
-		m.fallbacks, m.calls, m.callLatency, m.local, m.penalty, m.hits, m.ovRefused, m.ovPolicies,
+		m.decisions, m.nearLimit, m.unmatched, m.storeLatency, m.calls, m.callLatency, m.local, m.penalty, m.hits, m.ovRefused, m.ovPolicies,
 	} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("rls: registering metrics: %w", err)
@@ -162,12 +150,6 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 	}
 	for c := range m.byCode {
 		m.byCode[c] = m.calls.WithLabelValues(codes.Code(c).String())
-	}
-	for _, k := range []limiter.OutcomeKind{limiter.Unavailable, limiter.Indeterminate, limiter.Incompatible} {
-		m.storeErrByKey[k] = m.storeErrors.WithLabelValues(k.String())
-	}
-	for _, mode := range []limiter.FailureMode{limiter.FailClosed, limiter.FailOpen, limiter.FailLocal} {
-		m.fallbackBy[mode] = m.fallbacks.WithLabelValues(mode.String())
 	}
 	return m, nil
 }
@@ -230,18 +212,6 @@ func (c *lazyMap[K, V]) get(k K, add func() (K, V)) V {
 	nk, nv := add()
 	v, _ := c.m.LoadOrStore(nk, nv)
 	return v.(V)
-}
-
-func (m *Metrics) storeError(k limiter.OutcomeKind) {
-	if int(k) < len(m.storeErrByKey) && m.storeErrByKey[k] != nil {
-		m.storeErrByKey[k].Inc()
-	}
-}
-
-func (m *Metrics) fallback(mode limiter.FailureMode) {
-	if int(mode) < len(m.fallbackBy) {
-		m.fallbackBy[mode].Inc()
-	}
 }
 
 // overrideRefused counts a refused override of a configured domain.

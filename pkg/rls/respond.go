@@ -75,12 +75,10 @@ func (s *Server) respond(ctx context.Context, req *rlsv3.RateLimitRequest, sc *s
 				ds.reset = ds.refusedWait
 			}
 			ds.retry = ds.reset
-		} else if out := &sc.outs[ds.batch]; out.Decision.Known() {
+		} else if out := &sc.outs[ds.batch]; out.Kind == limiter.Evaluated && out.Decision.Known() {
 			d := &out.Decision
 			if d.Source == limiter.SourceFallback {
 				// The store failed; the local limiter decided instead.
-				s.metrics.storeError(out.Failed)
-				s.metrics.fallback(d.Fallback)
 				ds.failedOver, ds.fallback = true, d.Fallback
 				sc.storeFailed = true
 			}
@@ -215,15 +213,14 @@ func bindingLimit(limits []descStatus) int {
 }
 
 // storeFailed reports a failure mode's answer to a store failure (a
-// decision that knows nothing of the limit's state, see limiter.FailureAnswer):
-// fail open allows with no current_limit; fail closed, or local when the
-// local limiter could not decide either, denies until its RetryAfter. It is
-// counted, logged and reported under the mode that answered
+// decision that knows nothing of the limit's state, see
+// pkg/limiter/failover): fail open allows with no current_limit; fail
+// closed, or local when the local limiter could not decide either, denies
+// until its RetryAfter (an outcome that is no decision at all reads as
+// such a denial). It is logged and reported under the mode that answered
 // (Decision.Fallback: closed for such a local policy), not the policy's.
 func (s *Server) storeFailed(ctx context.Context, sc *scratch, p *limiter.Policy, ds *descStatus, out *limiter.Outcome) {
 	mode := out.Decision.Fallback
-	s.metrics.storeError(out.Failed)
-	s.metrics.fallback(mode)
 	ds.failedOver, ds.fallback = true, mode
 	sc.storeFailed = true
 	if d := &out.Decision; !d.Allowed {

@@ -55,11 +55,11 @@ type Config struct {
 	// (calls are then answered Unavailable). It is called once per call, so
 	// a reload takes effect at the next call. (Required)
 	Rules func() Rules
-	// Store evaluates the matched limits, given the caller's context. It
-	// is expected to answer store failures by each policy's failure mode
-	// within the caller's deadline (pkg/limiter/failover keeps an answer
-	// reserve of it); an outcome that is not a decision is answered by
-	// limiter.FailureAnswer (closed or open, never local). (Required)
+	// Store decides the matched limits, given the caller's context: it
+	// answers store failures by each policy's failure mode within the
+	// caller's deadline, as pkg/limiter/failover does (keeping an answer
+	// reserve of it). An outcome that is not a decision reads as a
+	// fail-closed answer. (Required)
 	Store limiter.Store
 	// Metrics receives the service's counters. (Required; see NewMetrics)
 	Metrics *Metrics

@@ -4,7 +4,7 @@
 // decisions.
 //
 //   - failure_mode closed (the default) denies, with a Retry-After of at
-//     least limiter.FallbackRetryAfter, and open allows (limiter.FailureAnswer);
+//     least fallbackRetryAfter, and open allows (failureAnswer);
 //   - failure_mode local decides with an in-process limiter (a memory store)
 //     holding this replica's share of the limit: the policy's limit divided
 //     by Config.Replicas (limiter.Policy.Share), so that the replicas
@@ -33,6 +33,9 @@
 // answered by the failure mode, and the store's lease expires by its TTL
 // (or a journal below this wrapper replays the release).
 //
+// Every limit a failure mode answered is counted (Config.Registerer), by the
+// kind of the store's failure and by the mode that answered.
+//
 // A Store is safe for concurrent use.
 package failover
 
@@ -43,6 +46,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/envoy-rls/envoy-rls/pkg/limiter"
 	"github.com/envoy-rls/envoy-rls/pkg/limiter/deadline"
@@ -91,6 +96,11 @@ type Config struct {
 	// Observer is told when the local limiter starts and stops deciding.
 	// (Optional)
 	Observer Observer
+	// Registerer gets the counters of the limits a failure mode answered:
+	// envoy_rls_store_errors_total{outcome}, by the kind of the store's
+	// failure, and envoy_rls_fallback_total{mode}, by the mode that
+	// answered (closed, open, local). (Optional)
+	Registerer prometheus.Registerer
 }
 
 // Observer receives the local limiter's transitions. Its methods are called
@@ -111,6 +121,7 @@ type Store struct {
 	clock    limiter.Clock
 	newLocal func() (*memory.Store, error)
 	observer Observer
+	counts   *counters // nil: not counted
 
 	// local decides with the local rate states of an outage and the local
 	// leases of held, which are kept until released or expired.
@@ -175,6 +186,11 @@ func New(inner limiter.Store, cfg Config) (*Store, error) {
 		return nil, err
 	}
 	s.local.Store(leases.New(st, s.held))
+	if cfg.Registerer != nil {
+		if s.counts, err = newCounters(cfg.Registerer); err != nil {
+			return nil, err
+		}
+	}
 	s.scratch.New = func() any { return new(scratch) }
 	return s, nil
 }
@@ -260,8 +276,8 @@ func (s *Store) evaluateSplit(ctx context.Context, batch []limiter.Request, out 
 	s.held.Evaluate(ctx, reqs, outs)
 	for k, i := range local {
 		out[i] = outs[k]
+		s.answer(&batch[i], &out[i])
 	}
-	limiter.AnswerFailures(batch, out)
 }
 
 // gather copies the requests of batch at idx, with an outcome each.
@@ -291,7 +307,80 @@ func (s *Store) evaluate(ctx context.Context, batch []limiter.Request, out []lim
 		return
 	}
 	s.decideLocally(ctx, batch, out)
-	limiter.AnswerFailures(batch, out)
+	for i := range batch {
+		s.answer(&batch[i], &out[i])
+	}
+}
+
+// fallbackRetryAfter is the shortest Retry-After of a fail-closed answer:
+// the store's hint when it gave a longer one.
+const fallbackRetryAfter = time.Second
+
+// answer replaces o, the outcome of r, by its failure mode's answer
+// (failureAnswer) when it is a failure, and counts it when a failure mode
+// answered it (the local limiter's decisions included).
+func (s *Store) answer(r *limiter.Request, o *limiter.Outcome) {
+	if o.Kind != limiter.Evaluated {
+		*o = failureAnswer(r, *o)
+	}
+	if o.Decision.Source == limiter.SourceFallback && s.counts != nil {
+		s.counts.count(o)
+	}
+}
+
+// failureAnswer is the answer of r's failure mode to a failed outcome o
+// (any kind but Evaluated): an Evaluated outcome whose Decision has Source
+// SourceFallback and says how it answered (Decision.Fallback). FailOpen
+// allows; FailClosed, and FailLocal when no local limiter decided, deny
+// with RetryAfter max(o.RetryAfter, fallbackRetryAfter). Nothing is known
+// of the limit's state (Decision.Known is false). The outcome keeps o's
+// kind (Outcome.Failed), category, error and retry hint for metrics and
+// logs.
+func failureAnswer(r *limiter.Request, o limiter.Outcome) limiter.Outcome {
+	d := limiter.Decision{Source: limiter.SourceFallback, Fallback: limiter.FailClosed, RetryAfter: max(o.RetryAfter, fallbackRetryAfter)}
+	if p := r.Policy; p != nil {
+		d.PolicyID, d.PolicyRevision = p.ID(), p.Revision()
+		if p.FailureMode() == limiter.FailOpen {
+			d.Allowed, d.Fallback, d.RetryAfter = true, limiter.FailOpen, 0
+		}
+	}
+	return limiter.Outcome{Kind: limiter.Evaluated, Decision: d, Failed: o.Kind, RetryAfter: o.RetryAfter, Category: o.Category, Err: o.Err}
+}
+
+// counters count the limits a failure mode answered (Config.Registerer).
+type counters struct {
+	byKind [limiter.Incompatible + 1]prometheus.Counter
+	byMode [limiter.FailLocal + 1]prometheus.Counter
+}
+
+func newCounters(reg prometheus.Registerer) (*counters, error) {
+	errs := prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "envoy_rls", Name: "store_errors_total",
+		Help: "Store failures by outcome kind (unavailable, indeterminate, incompatible)."}, []string{"outcome"})
+	modes := prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "envoy_rls", Name: "fallback_total",
+		Help: "Decisions answered by a policy's failure mode (open, closed, local) because the store failed."}, []string{"mode"})
+	for _, c := range []prometheus.Collector{errs, modes} {
+		if err := reg.Register(c); err != nil {
+			return nil, fmt.Errorf("failover: registering metrics: %w", err)
+		}
+	}
+	c := &counters{}
+	for _, k := range []limiter.OutcomeKind{limiter.Unavailable, limiter.Indeterminate, limiter.Incompatible} {
+		c.byKind[k] = errs.WithLabelValues(k.String())
+	}
+	for _, m := range []limiter.FailureMode{limiter.FailClosed, limiter.FailOpen, limiter.FailLocal} {
+		c.byMode[m] = modes.WithLabelValues(m.String())
+	}
+	return c, nil
+}
+
+// count counts o, a failure mode's answer.
+func (c *counters) count(o *limiter.Outcome) {
+	if k := o.Failed; int(k) < len(c.byKind) && c.byKind[k] != nil {
+		c.byKind[k].Inc()
+	}
+	if m := o.Decision.Fallback; int(m) < len(c.byMode) {
+		c.byMode[m].Inc()
+	}
 }
 
 // usesLocal reports whether the failed outcome of a request is decided

@@ -4,9 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/envoy-rls/envoy-rls/internal/limitertest"
 	"github.com/envoy-rls/envoy-rls/pkg/limiter"
@@ -67,6 +70,7 @@ func (r *transitions) LocalStarted(int) { r.mu.Lock(); r.started++; r.mu.Unlock(
 func (r *transitions) LocalDropped()    { r.mu.Lock(); r.dropped++; r.mu.Unlock() }
 
 type env struct {
+	reg    *prometheus.Registry
 	store  *failover.Store
 	inner  *failingStore
 	clock  *limitertest.Clock
@@ -83,8 +87,8 @@ func newEnv(t *testing.T) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e := &env{inner: &failingStore{inner: mem}, clock: clock, trans: &transitions{}, byMode: map[limiter.FailureMode]*limiter.Policy{}}
-	if e.store, err = failover.New(e.inner, failover.Config{Replicas: 2, Clock: clock, Observer: e.trans}); err != nil {
+	e := &env{reg: prometheus.NewRegistry(), inner: &failingStore{inner: mem}, clock: clock, trans: &transitions{}, byMode: map[limiter.FailureMode]*limiter.Policy{}}
+	if e.store, err = failover.New(e.inner, failover.Config{Replicas: 2, Clock: clock, Observer: e.trans, Registerer: e.reg}); err != nil {
 		t.Fatal(err)
 	}
 	for _, m := range []limiter.FailureMode{limiter.FailClosed, limiter.FailOpen, limiter.FailLocal} {
@@ -166,7 +170,8 @@ cases:
 }
 
 // TestAnswers: each failure kind is answered by the policy's failure mode,
-// with the failure kept for metrics and logs.
+// with the failure kept for metrics and logs, and counted by its kind and
+// by the mode that answered.
 func TestAnswers(t *testing.T) {
 	for _, kind := range []limiter.OutcomeKind{limiter.Unavailable, limiter.Indeterminate, limiter.Incompatible} {
 		t.Run(kind.String(), func(t *testing.T) {
@@ -188,6 +193,19 @@ func TestAnswers(t *testing.T) {
 			}
 			if !open.Allowed || open.Fallback != limiter.FailOpen || open.Known() {
 				t.Errorf("open: %+v, want allowed, state unknown", open)
+			}
+			modes := map[string]int{"closed": 1, "open": 1, "local": 1}
+			if kind == limiter.Incompatible {
+				modes = map[string]int{"closed": 2, "open": 1, "local": 0}
+			}
+			m := limitertest.Exposition(t, e.reg)
+			for mode, n := range modes {
+				if want := fmt.Sprintf(`envoy_rls_fallback_total{mode="%s"} %d`, mode, n); !strings.Contains(m, want+"\n") {
+					t.Errorf("want %s in\n%s", want, m)
+				}
+			}
+			if want := fmt.Sprintf(`envoy_rls_store_errors_total{outcome="%s"} 3`, kind); !strings.Contains(m, want+"\n") {
+				t.Errorf("want %s in\n%s", want, m)
 			}
 			if kind == limiter.Incompatible {
 				// A mismatch is no outage: the local limiter does not decide.

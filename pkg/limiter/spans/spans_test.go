@@ -20,7 +20,9 @@ func TestRecordOutcomes(t *testing.T) {
 	allowed := limiter.EvaluatedOutcome(limiter.Decision{Allowed: true})
 	denied := limiter.EvaluatedOutcome(limiter.Decision{})
 	down := limiter.UnavailableOutcome(0, limiter.CategoryNotConnected, errors.New("down"))
-	answered := limiter.FailureAnswer(&limiter.Request{}, down)
+	// As pkg/limiter/failover answers it, fail closed.
+	answered := limiter.Outcome{Kind: limiter.Evaluated, Decision: limiter.Decision{Source: limiter.SourceFallback},
+		Failed: down.Kind, Category: down.Category, Err: down.Err}
 	for _, tc := range []struct {
 		name             string
 		outs             []limiter.Outcome
