@@ -16,7 +16,7 @@ import (
 )
 
 // differentialTests are the tests of pkg/limiter/redis that run the rate
-// program against the Go rules (limiter.Apply) on the Redis of REDIS_ADDR:
+// program against the Go rules (algorithm.Apply) on the Redis of REDIS_ADDR:
 // every algorithm's steps, random states and random batches of every role.
 // They reach into the store's unexported program runner and key layout, so
 // the matrix runs them where they live, once per image, rather than a copy.

@@ -30,6 +30,7 @@ import (
 	"time"
 
 	"github.com/envoy-rls/envoy-rls/pkg/limiter"
+	"github.com/envoy-rls/envoy-rls/pkg/limiter/calendar"
 )
 
 // FarWindow is an epoch-aligned window whose next boundary is years away, so
@@ -266,7 +267,7 @@ func Cases() []Case {
 			// fixed offset), so that no period ends during the case.
 			Name: "calendar year with a penalty box",
 			Policies: []limiter.PolicySpec{func() limiter.PolicySpec {
-				spec := calendar("year-pen", 2, limiter.CalendarYear, time.FixedZone("+05:30", 5*3600+30*60))
+				spec := calendarSpec("year-pen", 2, calendar.Year, time.FixedZone("+05:30", 5*3600+30*60))
 				spec.Penalty = limiter.Penalty{Duration: time.Hour, MaxDuration: 8 * time.Hour, Decay: time.Hour}
 				return spec
 			}()},

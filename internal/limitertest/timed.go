@@ -6,6 +6,7 @@ import (
 	_ "time/tzdata" // the calendar cases' zones, as the binary has them
 
 	"github.com/envoy-rls/envoy-rls/pkg/limiter"
+	"github.com/envoy-rls/envoy-rls/pkg/limiter/calendar"
 )
 
 // NewStore builds a fresh store that decides by clock, for one timed case;
@@ -36,9 +37,9 @@ func boxed(id string) limiter.PolicySpec {
 }
 
 // calendar is a fixed window of limit per calendar unit in zone.
-func calendar(id string, limit int64, unit limiter.CalendarUnit, zone *time.Location) limiter.PolicySpec {
+func calendarSpec(id string, limit int64, unit calendar.Unit, zone *time.Location) limiter.PolicySpec {
 	return limiter.PolicySpec{ID: id, Algorithm: limiter.FixedWindow,
-		Params: limiter.FixedWindowParams{Limit: limit, Window: time.Hour, Calendar: &limiter.Calendar{Unit: unit, Location: zone}}}
+		Params: limiter.FixedWindowParams{Limit: limit, Window: time.Hour, Calendar: &calendar.Calendar{Unit: unit, Location: zone}}}
 }
 
 // location loads a time zone of the tz database.
@@ -81,7 +82,7 @@ func CalendarMonth(t testing.TB) Case {
 		Name:     "calendar month in Berlin",
 		Start:    at("2028-02-01T00:00:00+01:00"),
 		Subjects: 40,
-		Policies: []limiter.PolicySpec{calendar("month", 2, limiter.CalendarMonth, berlin)},
+		Policies: []limiter.PolicySpec{calendarSpec("month", 2, calendar.Month, berlin)},
 		Steps: []Step{
 			{Batch: month, Want: []Want{resetting(allowedConsumed(1), march)}},
 			// The last millisecond of a leap February.
@@ -199,7 +200,7 @@ func TimedCases(t testing.TB) []Case {
 			Name:  "calendar day with a penalty box",
 			Start: nyAt(11, 23, 30),
 			Policies: []limiter.PolicySpec{func() limiter.PolicySpec {
-				spec := calendar("day-pen", 2, limiter.CalendarDay, ny)
+				spec := calendarSpec("day-pen", 2, calendar.Day, ny)
 				spec.Penalty = limiter.Penalty{Duration: time.Hour, MaxDuration: 4 * time.Hour, Decay: time.Hour}
 				return spec
 			}()},

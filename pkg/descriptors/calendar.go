@@ -4,19 +4,20 @@ import (
 	"time"
 
 	"github.com/envoy-rls/envoy-rls/pkg/limiter"
+	"github.com/envoy-rls/envoy-rls/pkg/limiter/calendar"
 )
 
 // maxZoneName bounds a time_zone value (the longest IANA name is 32 bytes).
 const maxZoneName = 64
 
 // calendarUnits maps the units a calendar window may have.
-var calendarUnits = map[Unit]limiter.CalendarUnit{
-	UnitMinute: limiter.CalendarMinute,
-	UnitHour:   limiter.CalendarHour,
-	UnitDay:    limiter.CalendarDay,
-	UnitWeek:   limiter.CalendarWeek,
-	UnitMonth:  limiter.CalendarMonth,
-	UnitYear:   limiter.CalendarYear,
+var calendarUnits = map[Unit]calendar.Unit{
+	UnitMinute: calendar.Minute,
+	UnitHour:   calendar.Hour,
+	UnitDay:    calendar.Day,
+	UnitWeek:   calendar.Week,
+	UnitMonth:  calendar.Month,
+	UnitYear:   calendar.Year,
 }
 
 // checkCalendar validates the calendar and time_zone keys of a rate_limit
@@ -58,7 +59,7 @@ func (c *compiler) checkCalendar(rl *rawLimit, ls *limitSpec, bad func(p pos, fo
 		ok = false
 	}
 	if ok {
-		ls.calendar = &limiter.Calendar{Unit: unit, Location: loc}
+		ls.calendar = &calendar.Calendar{Unit: unit, Location: loc}
 		ls.zone = name
 	}
 	return ok

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/envoy-rls/envoy-rls/pkg/limiter"
+	"github.com/envoy-rls/envoy-rls/pkg/limiter/calendar"
 )
 
 // TestCalendarIDs: a calendar window's ID is its rule's ID followed by its
@@ -77,7 +78,7 @@ descriptors:
 		t.Errorf("per-second limit %s: calendar %v penalty %+v", sec.ID(), sec.Calendar(), sec.Penalty())
 	}
 	cal := month.Calendar()
-	if cal == nil || cal.Unit != limiter.CalendarMonth || cal.Location.String() != "Europe/Berlin" || month.Algorithm() != limiter.FixedWindow {
+	if cal == nil || cal.Unit != calendar.Month || cal.Location.String() != "Europe/Berlin" || month.Algorithm() != limiter.FixedWindow {
 		t.Fatalf("monthly limit %s: calendar %+v", month.ID(), cal)
 	}
 	if want := (limiter.Penalty{Duration: time.Hour, MaxDuration: 24 * time.Hour, Decay: 6 * time.Hour}); month.Penalty() != want {

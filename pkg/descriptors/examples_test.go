@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/envoy-rls/envoy-rls/pkg/limiter"
+	"github.com/envoy-rls/envoy-rls/pkg/limiter/calendar"
 )
 
 // TestExamplesLoad loads every file of config/examples, alone and together
@@ -90,12 +91,12 @@ func TestCalendarExample(t *testing.T) {
 	s := mustLoad(t, "../../config/examples/09-calendar.yaml")
 	for _, c := range []struct {
 		entry string
-		unit  limiter.CalendarUnit
+		unit  calendar.Unit
 		zone  string
 	}{
-		{"api_key=k1", limiter.CalendarMonth, "Europe/Berlin"},
-		{"export_user=u1", limiter.CalendarDay, "America/New_York"},
-		{"partner=p1", limiter.CalendarWeek, "UTC"},
+		{"api_key=k1", calendar.Month, "Europe/Berlin"},
+		{"export_user=u1", calendar.Day, "America/New_York"},
+		{"partner=p1", calendar.Week, "UTC"},
 	} {
 		m, ok := s.Match("calendar", e(c.entry))
 		if !ok {

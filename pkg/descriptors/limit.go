@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/envoy-rls/envoy-rls/pkg/limiter"
+	"github.com/envoy-rls/envoy-rls/pkg/limiter/calendar"
 )
 
 // limitSpec is a validated rate_limit block, before the policy ID is known.
@@ -21,7 +22,7 @@ type limitSpec struct {
 	headers   HeaderMode
 	// calendar makes a fixed window a calendar period (nil: epoch-aligned);
 	// zone is its time_zone as configured.
-	calendar *limiter.Calendar
+	calendar *calendar.Calendar
 	zone     string
 	penalty  limiter.Penalty
 	// leaseTTL is a concurrency limit's lease TTL (algorithm

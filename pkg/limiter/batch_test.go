@@ -3,7 +3,6 @@ package limiter_test
 import (
 	"context"
 	"errors"
-	"math/rand/v2"
 	"strings"
 	"testing"
 	"time"
@@ -148,53 +147,6 @@ func TestQuotaBlocks(t *testing.T) {
 		{"fail-open failure takes no part", []in{{open, q, fail}, {closed, q, deny}}, true},
 		{"only a fail-open failure", []in{{open, q, fail}}, false},
 	})
-}
-
-// TestCheckUncommitted: for an allowed request, uncommitted is the reply of the same
-// state before the cost: remaining + cost, and the reset point a following
-// zero-cost look would see; for every other status it equals the reply.
-func TestCheckUncommitted(t *testing.T) {
-	rng := rand.New(rand.NewPCG(1, 2))
-	pols := []*limiter.Policy{fixed(t, 10, time.Second), sliding(t, 10, time.Second), bucket(t, 10, 3, 7*time.Millisecond)}
-	for i := 0; i < 3000; i++ {
-		p := pols[i%3]
-		var st limiter.State
-		now := t0 + rng.Int64N(5000)
-		if rng.IntN(4) > 0 {
-			// A state from an earlier allowed request.
-			st, _, _ = limiter.Apply(limiter.State{}, now-rng.Int64N(1500), p, 1+rng.Int64N(10))
-		}
-		cost := 1 + rng.Int64N(10)
-		next, reply, uncommitted, write := limiter.Check(st, now, p, cost)
-		n2, r2, w2 := limiter.Apply(st, now, p, cost)
-		if n2 != next || r2 != reply || w2 != write {
-			t.Fatalf("Apply and Check differ")
-		}
-		if reply.Status != limiter.StatusAllowed {
-			if uncommitted != reply {
-				t.Fatalf("%s: uncommitted %+v differs from %+v", reply.Status, uncommitted, reply)
-			}
-			continue
-		}
-		if uncommitted.Status != limiter.StatusAllowed || uncommitted.Remaining != reply.Remaining+cost || uncommitted.RetryAfterMs != 0 ||
-			uncommitted.ResetAtMs > reply.ResetAtMs || uncommitted.ResetAtMs < uncommitted.EffectiveNowMs || uncommitted.Limit != reply.Limit {
-			t.Fatalf("%s cost %d: reply %+v uncommitted %+v", p.Algorithm(), cost, reply, uncommitted)
-		}
-		if p.Algorithm() == limiter.FixedWindow && uncommitted.ResetAtMs != reply.ResetAtMs {
-			t.Fatalf("fixed window uncommitted reset %d, reply %d", uncommitted.ResetAtMs, reply.ResetAtMs)
-		}
-	}
-	// Exact uncommitted reset points.
-	tb := bucket(t, 10, 1, time.Second)
-	_, r, h, _ := limiter.Check(limiter.State{}, t0, tb, 3)
-	if r.ResetAtMs != t0+3000 || h.ResetAtMs != t0 || h.Remaining != 10 {
-		t.Fatalf("token bucket: reply %+v uncommitted %+v", r, h)
-	}
-	sw := sliding(t, 10, time.Second)
-	_, r, h, _ = limiter.Check(limiter.State{}, t0+100, sw, 3)
-	if r.ResetAtMs != t0+2000 || h.ResetAtMs != t0+100 || h.Remaining != 10 {
-		t.Fatalf("sliding window: reply %+v uncommitted %+v", r, h)
-	}
 }
 
 func TestRequestRoleAndValidate(t *testing.T) {
@@ -359,4 +311,10 @@ func TestPendingEvaluate(t *testing.T) {
 			k++
 		}
 	}
+}
+
+// fixed is a fixed window of limit per window.
+func fixed(t testing.TB, limit int64, window time.Duration) *limiter.Policy {
+	t.Helper()
+	return limitertest.Policy(t, limiter.PolicySpec{Algorithm: limiter.FixedWindow, Params: limiter.FixedWindowParams{Limit: limit, Window: window}})
 }

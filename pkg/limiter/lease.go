@@ -13,14 +13,3 @@ func LeasesOnly(batch []Request) bool {
 	}
 	return true
 }
-
-// LeaseDecision is the Outcome of one lease request from Lease's reply r
-// (OutcomeFromReply), its Decision.Consumed set when a take consumed
-// (write). A store's lease evaluation answers each request with it.
-func LeaseDecision(req *Request, r Reply, write bool, src Source) Outcome {
-	o := OutcomeFromReply(req.Policy, r, src)
-	if o.Kind == Evaluated && req.Lease == LeaseTake {
-		o.Decision.Consumed = write
-	}
-	return o
-}

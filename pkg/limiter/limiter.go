@@ -1,11 +1,12 @@
 // Package limiter is the provider-neutral rate-limit contract of envoy-rls: the
-// validated Policy, the Request a caller asks about, the Decision a store makes
-// and the four-way Outcome that also says how a store failed.
+// validated Policy, the Request a caller asks about, the Decision a store makes,
+// the four-way Outcome that also says how a store failed, the batch rule
+// (Commits, Pending) and the clock.
 //
 // The package knows nothing of Envoy or Redis. Stores (the in-memory store in
-// pkg/limiter/memory, the Redis store in pkg/limiter/redis) implement Store; the
-// algorithms are pure functions (see Apply) shared by the memory store and
-// mirrored by the Lua programs of pkg/lua.
+// pkg/limiter/memory, the Redis store in pkg/limiter/redis) implement Store;
+// the algorithms' steps are the pure functions of pkg/limiter/algorithm,
+// run by the memory store and mirrored by the Lua programs of pkg/lua.
 package limiter
 
 import (

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"regexp"
 	"time"
+
+	"github.com/envoy-rls/envoy-rls/pkg/limiter/calendar"
 )
 
 // Defaults for PolicySpec fields left zero.
@@ -13,9 +15,9 @@ const (
 	DefaultMaxClockRegression        = 2 * time.Second
 	// MaxPolicyIDLength bounds a policy ID.
 	MaxPolicyIDLength = 128
-	// maxDuration bounds windows, refill periods, grace and regression: ten
-	// years in milliseconds.
-	maxDurationMillis int64 = 10 * 366 * 24 * 3600 * 1000
+	// MaxDurationMillis bounds windows, refill periods, grace and
+	// regression: ten years in milliseconds.
+	MaxDurationMillis int64 = 10 * 366 * 24 * 3600 * 1000
 )
 
 var policyIDPattern = regexp.MustCompile(`^[a-z0-9._:/-]{1,128}$`)
@@ -71,10 +73,8 @@ type Policy struct {
 	// stays small.
 	refillAmount   int64
 	refillPeriodMs int64
-	// args are the two algorithm arguments (AlgorithmArgs).
-	args [2]int64
 	// calendar makes a fixed window's windows calendar periods.
-	calendar *Calendar
+	calendar *calendar.Calendar
 	rules    *algorithmRules
 }
 
@@ -157,7 +157,6 @@ func applyWindow(p *Policy, limit int64, window time.Duration) error {
 		return err
 	}
 	p.limit, p.windowMs = limit, window.Milliseconds()
-	p.args = [2]int64{p.windowMs, 0}
 	return nil
 }
 
@@ -173,8 +172,8 @@ func durationField(name string, d time.Duration, minMillis int64) error {
 		return &FieldError{Field: name, Reason: "must be whole milliseconds"}
 	}
 	ms := d.Milliseconds()
-	if ms < minMillis || ms > maxDurationMillis {
-		return &FieldError{Field: name, Reason: fmt.Sprintf("must be between %dms and %dms", minMillis, maxDurationMillis)}
+	if ms < minMillis || ms > MaxDurationMillis {
+		return &FieldError{Field: name, Reason: fmt.Sprintf("must be between %dms and %dms", minMillis, MaxDurationMillis)}
 	}
 	return nil
 }
@@ -247,7 +246,15 @@ func (p *Policy) DenialsHold() bool { return p.rules.denialsHold }
 // algorithm's arithmetic, as the Lua programs take them: the window in ms
 // and 0 (fixed and sliding window); the refill amount and period in ms,
 // reduced as Refill (token bucket, GCRA).
-func (p *Policy) AlgorithmArgs() (first, second int64) { return p.args[0], p.args[1] }
+func (p *Policy) AlgorithmArgs() (first, second int64) {
+	if p.refillAmount != 0 {
+		return p.refillAmount, p.refillPeriodMs
+	}
+	return p.windowMs, 0
+}
+
+// Calendar returns the calendar of a calendar fixed window, else nil.
+func (p *Policy) Calendar() *calendar.Calendar { return p.calendar }
 
 // Spec returns a copy of the validated spec, defaults filled.
 func (p *Policy) Spec() PolicySpec { return p.spec }

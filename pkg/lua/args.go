@@ -50,7 +50,7 @@ const PenaltyPacked = 3 * 8
 // numbers: struct.pack('>dddd'), the boundaries b0 < b1 < b2 < b3 (Unix
 // ms) of three consecutive calendar periods [b0, b1), [b1, b2), [b2, b3):
 // the one before the period holding the sender's estimate of Redis's
-// clock, that period, and the one after it (limiter.Calendar.Neighbours).
+// clock, that period, and the one after it (calendar.Calendar.Neighbours).
 const CalendarPacked = 4 * 8
 
 // BatchPackedLen is the length AppendBatchPacked appends for a key of p:

@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/envoy-rls/envoy-rls/pkg/limiter"
+	"github.com/envoy-rls/envoy-rls/pkg/limiter/algorithm"
+	"github.com/envoy-rls/envoy-rls/pkg/limiter/calendar"
 )
 
 func TestAppendBatchPacked(t *testing.T) {
@@ -75,7 +77,7 @@ func TestAppendBatchPackedPenalty(t *testing.T) {
 	}
 	plain := mustPolicy(t, limiter.PolicySpec{ID: "plain", Algorithm: limiter.FixedWindow,
 		Params: limiter.FixedWindowParams{Limit: 10, Window: time.Minute}})
-	blocked := limiter.Reply{Status: limiter.StatusBlocked, ServerNowMs: 1000, EffectiveNowMs: 1000, Limit: 10, RetryAfterMs: 5, ResetAtMs: 60000}
+	blocked := algorithm.Reply{Status: algorithm.StatusBlocked, ServerNowMs: 1000, EffectiveNowMs: 1000, Limit: 10, RetryAfterMs: 5, ResetAtMs: 60000}
 	if err := check(p, blocked); err != nil {
 		t.Errorf("BLOCKED: %v", err)
 	}
@@ -98,7 +100,7 @@ func TestCalendarArgs(t *testing.T) {
 		t.Fatal(err)
 	}
 	cal := mustPolicy(t, limiter.PolicySpec{ID: "cal", Algorithm: limiter.FixedWindow, FailureMode: limiter.FailOpen,
-		Params: limiter.FixedWindowParams{Limit: 10, Window: 24 * time.Hour, Calendar: &limiter.Calendar{Unit: limiter.CalendarDay, Location: berlin}}})
+		Params: limiter.FixedWindowParams{Limit: 10, Window: 24 * time.Hour, Calendar: &calendar.Calendar{Unit: calendar.Day, Location: berlin}}})
 	// 2026-03-29 is the 23-hour day of the spring change.
 	at := time.Date(2026, 3, 29, 12, 0, 0, 0, berlin).UnixMilli()
 	b := AppendBatchPackedAt(nil, cal, 1, limiter.RoleShadow, at)

@@ -5,13 +5,14 @@ import (
 	"strconv"
 
 	"github.com/envoy-rls/envoy-rls/pkg/limiter"
+	"github.com/envoy-rls/envoy-rls/pkg/limiter/algorithm"
 )
 
 //go:embed lease-v2.lua
 var leaseV2 string
 
 // Lease returns lease-v2.lua, the program of concurrency limits: one
-// operation (limiter.Lease) on one lease set. It is not one of Programs,
+// operation (algorithm.Lease) on one lease set. It is not one of Programs,
 // the rate programs.
 func Lease() Program { return Program{Name: "lease-v2.lua", Source: leaseV2} }
 
@@ -45,35 +46,35 @@ var fieldNames = [ReplyFields]string{"status", "serverNowMillis", "effectiveNowM
 // now equal to the server's. A run past the caller's deadline, { 0,
 // serverNowMillis }, is an *ExpiredError (errors.Is ErrExpired): nothing
 // changed. Anything else is an error matching ErrMalformedReply.
-func ParseLeaseReply(p *limiter.Policy, values []Value) (limiter.Reply, error) {
+func ParseLeaseReply(p *limiter.Policy, values []Value) (algorithm.Reply, error) {
 	if len(values) == 2 && values[0].IsInt && values[0].Int == 0 {
 		if v := values[1]; v.IsInt && v.Int >= 0 && v.Int <= limiter.MaxSafeInteger {
-			return limiter.Reply{}, &ExpiredError{ServerNowMs: v.Int}
+			return algorithm.Reply{}, &ExpiredError{ServerNowMs: v.Int}
 		}
-		return limiter.Reply{}, malformed("lease reply past its deadline with TIME %+v", values[1])
+		return algorithm.Reply{}, malformed("lease reply past its deadline with TIME %+v", values[1])
 	}
 	if len(values) != ReplyFields {
-		return limiter.Reply{}, malformed("lease reply of %d values, want %d", len(values), ReplyFields)
+		return algorithm.Reply{}, malformed("lease reply of %d values, want %d", len(values), ReplyFields)
 	}
 	var num [ReplyFields]int64
 	for i, v := range values {
 		if !v.IsInt || v.Int < 0 || v.Int > limiter.MaxSafeInteger {
-			return limiter.Reply{}, malformed("lease reply field %s: %+v", fieldNames[i], v)
+			return algorithm.Reply{}, malformed("lease reply field %s: %+v", fieldNames[i], v)
 		}
 		num[i] = v.Int
 	}
-	r := limiter.Reply{Status: limiter.Status(num[0]), ServerNowMs: num[1], EffectiveNowMs: num[2], Limit: num[3],
+	r := algorithm.Reply{Status: algorithm.Status(num[0]), ServerNowMs: num[1], EffectiveNowMs: num[2], Limit: num[3],
 		Remaining: num[4], RetryAfterMs: num[5], ResetAtMs: num[6]}
 	switch r.Status {
-	case limiter.StatusAllowed, limiter.StatusDenied, limiter.StatusStateIncompatible, limiter.StatusInvalid:
+	case algorithm.StatusAllowed, algorithm.StatusDenied, algorithm.StatusStateIncompatible, algorithm.StatusInvalid:
 	default:
-		return limiter.Reply{}, malformed("lease reply status %d", num[0])
+		return algorithm.Reply{}, malformed("lease reply status %d", num[0])
 	}
 	if r.EffectiveNowMs != r.ServerNowMs {
-		return limiter.Reply{}, malformed("lease reply effectiveNowMillis %d is not serverNowMillis %d", r.EffectiveNowMs, r.ServerNowMs)
+		return algorithm.Reply{}, malformed("lease reply effectiveNowMillis %d is not serverNowMillis %d", r.EffectiveNowMs, r.ServerNowMs)
 	}
 	if err := check(p, r); err != nil {
-		return limiter.Reply{}, err
+		return algorithm.Reply{}, err
 	}
 	return r, nil
 }

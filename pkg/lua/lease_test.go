@@ -9,6 +9,7 @@ import (
 
 	"github.com/envoy-rls/envoy-rls/internal/limitertest"
 	"github.com/envoy-rls/envoy-rls/pkg/limiter"
+	"github.com/envoy-rls/envoy-rls/pkg/limiter/algorithm"
 )
 
 func leasePolicy(t testing.TB) *limiter.Policy {
@@ -82,8 +83,8 @@ func FuzzParseLeaseReply(f *testing.F) {
 			refused(t, err, false)
 			return
 		}
-		o := limiter.OutcomeFromReply(p, r, limiter.SourceRedis)
-		if o.Kind == limiter.Evaluated && o.Decision.Allowed != (r.Status == limiter.StatusAllowed) {
+		o := algorithm.OutcomeFromReply(p, r, limiter.SourceRedis)
+		if o.Kind == limiter.Evaluated && o.Decision.Allowed != (r.Status == algorithm.StatusAllowed) {
 			t.Fatalf("%+v became %+v", r, o)
 		}
 		if o.Category == limiter.CategoryReplyMalformed {

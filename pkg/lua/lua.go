@@ -8,7 +8,7 @@
 // gives back what a batch took when the request did not commit in another
 // Redis Cluster slot. Both take one argument encoding (AppendBatchPacked).
 // lease-v2.lua (Lease) is the program of concurrency limits: one take,
-// release or return on one lease set (limiter.Lease), with arguments of
+// release or return on one lease set (algorithm.Lease), with arguments of
 // its own (LeaseArgs) and a seven-integer reply (ParseLeaseReply).
 //
 // The programs are generated: each is the template of the same name in

@@ -13,6 +13,7 @@ import (
 	"unicode"
 
 	"github.com/envoy-rls/envoy-rls/pkg/limiter"
+	"github.com/envoy-rls/envoy-rls/pkg/limiter/algorithm"
 	"github.com/envoy-rls/envoy-rls/pkg/lua/internal/luagen"
 )
 
@@ -389,12 +390,12 @@ func contract(text string) fragmentContract {
 	return c
 }
 
-// TestStateNames: the programs name the state's fields as limiter.State
+// TestStateNames: the programs name the state's fields as algorithm.State
 // does (lower camel case), in the one function that writes a state: the
 // parameters of storeState are the fields a store keeps.
 func TestStateNames(t *testing.T) {
 	var want []string
-	for f := range reflect.TypeFor[limiter.State]().Fields() {
+	for f := range reflect.TypeFor[algorithm.State]().Fields() {
 		switch f.Name {
 		case "Exists", "Schema", "Algorithm", "PolicyID", "Revision", "ExpiresAtMs":
 			// Told by the key and the program, not kept as state fields.
@@ -405,7 +406,7 @@ func TestStateNames(t *testing.T) {
 		want = append(want, string(r))
 	}
 	if len(want) != 7 {
-		t.Fatalf("limiter.State's fields: %v", want)
+		t.Fatalf("algorithm.State's fields: %v", want)
 	}
 	sig := regexp.MustCompile(`local function storeState\(([^)]*)\)`)
 	for _, p := range Programs() {
@@ -419,7 +420,7 @@ func TestStateNames(t *testing.T) {
 		params := strings.Fields(strings.NewReplacer(",", " ", "\n", " ").Replace(m[1]))
 		for _, w := range want {
 			if !slices.Contains(params, w) {
-				t.Errorf("%s: storeState(%s) has no parameter %s (limiter.State)", p.Name, strings.Join(params, ", "), w)
+				t.Errorf("%s: storeState(%s) has no parameter %s (algorithm.State)", p.Name, strings.Join(params, ", "), w)
 			}
 		}
 	}

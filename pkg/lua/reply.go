@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/envoy-rls/envoy-rls/pkg/limiter"
+	"github.com/envoy-rls/envoy-rls/pkg/limiter/algorithm"
 )
 
 // ErrMalformedReply is matched (errors.Is) by every error of a reply that
@@ -26,10 +27,10 @@ func malformed(format string, args ...any) error {
 // CLOCK_UNSAFE and STATE_INCOMPATIBLE carry (serverNow, serverNow, limit, 0,
 // 0, 0) and INVALID (serverNow, serverNow, 0, 0, 0, 0); the limit is the
 // policy's.
-func check(p *limiter.Policy, r limiter.Reply) error {
+func check(p *limiter.Policy, r algorithm.Reply) error {
 	switch r.Status {
-	case limiter.StatusAllowed, limiter.StatusDenied, limiter.StatusBlocked:
-		if r.Status == limiter.StatusBlocked && (!p.Penalty().On() || r.Remaining != 0 || r.RetryAfterMs < 1) {
+	case algorithm.StatusAllowed, algorithm.StatusDenied, algorithm.StatusBlocked:
+		if r.Status == algorithm.StatusBlocked && (!p.Penalty().On() || r.Remaining != 0 || r.RetryAfterMs < 1) {
 			return malformed("BLOCKED with remaining %d, retryAfterMillis %d, for a policy with penalty %t", r.Remaining, r.RetryAfterMs, p.Penalty().On())
 		}
 		if r.EffectiveNowMs < r.ServerNowMs {
@@ -41,20 +42,20 @@ func check(p *limiter.Policy, r limiter.Reply) error {
 		if r.Remaining > r.Limit {
 			return malformed("remaining %d above limit %d", r.Remaining, r.Limit)
 		}
-		if r.Status == limiter.StatusAllowed && r.RetryAfterMs != 0 {
+		if r.Status == algorithm.StatusAllowed && r.RetryAfterMs != 0 {
 			return malformed("ALLOWED with retryAfterMillis %d", r.RetryAfterMs)
 		}
-		if r.Status == limiter.StatusDenied && r.RetryAfterMs < 1 {
+		if r.Status == algorithm.StatusDenied && r.RetryAfterMs < 1 {
 			return malformed("DENIED with retryAfterMillis 0")
 		}
 		if r.ResetAtMs < r.EffectiveNowMs {
 			return malformed("resetAtMillis %d before effectiveNowMillis %d", r.ResetAtMs, r.EffectiveNowMs)
 		}
-	case limiter.StatusClockUnsafe, limiter.StatusStateIncompatible, limiter.StatusInvalid:
+	case algorithm.StatusClockUnsafe, algorithm.StatusStateIncompatible, algorithm.StatusInvalid:
 		if r.EffectiveNowMs != r.ServerNowMs || r.Remaining != 0 || r.RetryAfterMs != 0 || r.ResetAtMs != 0 {
 			return malformed("%s with non-zero fields", r.Status)
 		}
-		if r.Status == limiter.StatusInvalid {
+		if r.Status == algorithm.StatusInvalid {
 			if r.Limit != 0 {
 				return malformed("INVALID with limit %d", r.Limit)
 			}
@@ -152,7 +153,7 @@ func notDecided(values []Value) error {
 const ReplyFieldsV2 = 4
 
 // StatusCodes is the number of the code of a key's reply of
-// rate-batch-v2.lua that is its status (limiter.Status); the rest, divided
+// rate-batch-v2.lua that is its status (algorithm.Status); the rest, divided
 // by StatusCodes, is how far its effective now is ahead of serverNow.
 const StatusCodes = 8
 
@@ -162,9 +163,9 @@ var fieldNamesV2 = [ReplyFieldsV2]string{"code", "remaining", "retryAfterMillis"
 // element of the group's reply) for the given policies (one per key, in
 // order) and writes one reply per key into out. The reply must be exactly
 // 2 + 4N integers: the committed flag (0 or 1), serverNowMillis, then per
-// key its code (a status of limiter.Status plus StatusCodes times the ms
+// key its code (a status of algorithm.Status plus StatusCodes times the ms
 // its effective now is ahead of serverNowMillis), remaining (for BLOCKED,
-// whose remaining is 0: the ms until its block ends, limiter.Reply's
+// whose remaining is 0: the ms until its block ends, algorithm.Reply's
 // BlockLeftMs, in [1, retryAfterMillis]), retryAfterMillis and
 // resetAtMillis, every one in [0, 2^53-1]; each key's
 // reply, with the policy's limit (0 for INVALID), must be consistent with
@@ -173,7 +174,7 @@ var fieldNamesV2 = [ReplyFieldsV2]string{"code", "remaining", "retryAfterMillis"
 // *ExpiredError (nothing committed, out untouched); or { FailedFlag, text
 // }, a *FailedError. Anything else is an error matching ErrMalformedReply,
 // for the whole request.
-func ParseBatchReplyV2(policies []*limiter.Policy, values []Value, out []limiter.Reply) (committed bool, err error) {
+func ParseBatchReplyV2(policies []*limiter.Policy, values []Value, out []algorithm.Reply) (committed bool, err error) {
 	n := len(policies)
 	if err := notDecided(values); err != nil {
 		return false, err
@@ -197,20 +198,20 @@ func ParseBatchReplyV2(policies []*limiter.Policy, values []Value, out []limiter
 			}
 			num[i] = v.Int
 		}
-		st := limiter.Status(num[0] % StatusCodes)
-		if st < limiter.StatusAllowed || st > limiter.StatusBlocked {
+		st := algorithm.Status(num[0] % StatusCodes)
+		if st < algorithm.StatusAllowed || st > algorithm.StatusBlocked {
 			return false, malformed("key %d: unknown status %d", k+1, st)
 		}
 		clamp := num[0] / StatusCodes
 		if clamp > limiter.MaxSafeInteger-serverNow {
 			return false, malformed("key %d: effective now beyond 2^53-1", k+1)
 		}
-		r := limiter.Reply{Status: st, ServerNowMs: serverNow, EffectiveNowMs: serverNow + clamp,
+		r := algorithm.Reply{Status: st, ServerNowMs: serverNow, EffectiveNowMs: serverNow + clamp,
 			Limit: policies[k].Limit(), Remaining: num[1], RetryAfterMs: num[2], ResetAtMs: num[3]}
 		switch st {
-		case limiter.StatusInvalid:
+		case algorithm.StatusInvalid:
 			r.Limit = 0
-		case limiter.StatusBlocked:
+		case algorithm.StatusBlocked:
 			// A blocked key has nothing remaining: the field holds the
 			// ms until its block ends, at most its retry.
 			r.Remaining, r.BlockLeftMs = 0, num[1]
@@ -229,7 +230,7 @@ func ParseBatchReplyV2(policies []*limiter.Policy, values []Value, out []limiter
 // AppendReplyV2 appends the values rate-batch-v2.lua replies for one
 // request that was evaluated (committed or not) to dst: the encoding
 // ParseBatchReplyV2 reads; replies share one ServerNowMs.
-func AppendReplyV2(dst []Value, committed bool, replies []limiter.Reply) []Value {
+func AppendReplyV2(dst []Value, committed bool, replies []algorithm.Reply) []Value {
 	flag := int64(0)
 	if committed {
 		flag = 1
@@ -242,7 +243,7 @@ func AppendReplyV2(dst []Value, committed bool, replies []limiter.Reply) []Value
 	for _, r := range replies {
 		code := int64(r.Status) + StatusCodes*(r.EffectiveNowMs-r.ServerNowMs)
 		remaining := r.Remaining
-		if r.Status == limiter.StatusBlocked {
+		if r.Status == algorithm.StatusBlocked {
 			remaining = r.BlockLeftMs
 		}
 		for _, v := range []int64{code, remaining, r.RetryAfterMs, r.ResetAtMs} {

@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"github.com/envoy-rls/envoy-rls/pkg/limiter"
+	"github.com/envoy-rls/envoy-rls/pkg/limiter/algorithm"
+	"github.com/envoy-rls/envoy-rls/pkg/limiter/calendar"
 )
 
 // TestParseBatchReplyV2OneKey: the rules one key's reply of
@@ -35,49 +37,51 @@ func TestParseBatchReplyV2OneKey(t *testing.T) {
 		}
 		return out
 	}
-	code := func(st limiter.Status, clamp int64) string { return strconv.FormatInt(int64(st)+StatusCodes*clamp, 10) }
+	code := func(st algorithm.Status, clamp int64) string {
+		return strconv.FormatInt(int64(st)+StatusCodes*clamp, 10)
+	}
 	tests := []struct {
 		name   string
 		p      *limiter.Policy
 		values string
-		want   limiter.Reply
+		want   algorithm.Reply
 		ok     bool
 	}{
-		{"allowed", p, "1 1000 " + code(limiter.StatusAllowed, 0) + " 9 0 2000", limiter.Reply{Status: limiter.StatusAllowed, ServerNowMs: 1000, EffectiveNowMs: 1000, Limit: 10, Remaining: 9, ResetAtMs: 2000}, true},
-		{"denied clamped", p, "1 1000 " + code(limiter.StatusDenied, 500) + " 0 500 2000", limiter.Reply{Status: limiter.StatusDenied, ServerNowMs: 1000, EffectiveNowMs: 1500, Limit: 10, RetryAfterMs: 500, ResetAtMs: 2000}, true},
-		{"clock unsafe", p, "0 1000 " + code(limiter.StatusClockUnsafe, 0) + " 0 0 0", limiter.Reply{Status: limiter.StatusClockUnsafe, ServerNowMs: 1000, EffectiveNowMs: 1000, Limit: 10}, true},
-		{"incompatible", p, "0 1000 " + code(limiter.StatusStateIncompatible, 0) + " 0 0 0", limiter.Reply{Status: limiter.StatusStateIncompatible, ServerNowMs: 1000, EffectiveNowMs: 1000, Limit: 10}, true},
-		{"invalid", p, "0 1000 " + code(limiter.StatusInvalid, 0) + " 0 0 0", limiter.Reply{Status: limiter.StatusInvalid, ServerNowMs: 1000, EffectiveNowMs: 1000}, true},
-		{"blocked", pen, "0 1000 " + code(limiter.StatusBlocked, 0) + " 60000 60000 61000", limiter.Reply{Status: limiter.StatusBlocked, ServerNowMs: 1000, EffectiveNowMs: 1000, Limit: 10, RetryAfterMs: 60000, ResetAtMs: 61000, BlockLeftMs: 60000}, true},
+		{"allowed", p, "1 1000 " + code(algorithm.StatusAllowed, 0) + " 9 0 2000", algorithm.Reply{Status: algorithm.StatusAllowed, ServerNowMs: 1000, EffectiveNowMs: 1000, Limit: 10, Remaining: 9, ResetAtMs: 2000}, true},
+		{"denied clamped", p, "1 1000 " + code(algorithm.StatusDenied, 500) + " 0 500 2000", algorithm.Reply{Status: algorithm.StatusDenied, ServerNowMs: 1000, EffectiveNowMs: 1500, Limit: 10, RetryAfterMs: 500, ResetAtMs: 2000}, true},
+		{"clock unsafe", p, "0 1000 " + code(algorithm.StatusClockUnsafe, 0) + " 0 0 0", algorithm.Reply{Status: algorithm.StatusClockUnsafe, ServerNowMs: 1000, EffectiveNowMs: 1000, Limit: 10}, true},
+		{"incompatible", p, "0 1000 " + code(algorithm.StatusStateIncompatible, 0) + " 0 0 0", algorithm.Reply{Status: algorithm.StatusStateIncompatible, ServerNowMs: 1000, EffectiveNowMs: 1000, Limit: 10}, true},
+		{"invalid", p, "0 1000 " + code(algorithm.StatusInvalid, 0) + " 0 0 0", algorithm.Reply{Status: algorithm.StatusInvalid, ServerNowMs: 1000, EffectiveNowMs: 1000}, true},
+		{"blocked", pen, "0 1000 " + code(algorithm.StatusBlocked, 0) + " 60000 60000 61000", algorithm.Reply{Status: algorithm.StatusBlocked, ServerNowMs: 1000, EffectiveNowMs: 1000, Limit: 10, RetryAfterMs: 60000, ResetAtMs: 61000, BlockLeftMs: 60000}, true},
 		// The block ends before the limit admits: the retry waits for the limit.
-		{"blocked shorter than its retry", pen, "0 1000 " + code(limiter.StatusBlocked, 0) + " 30000 60000 61000", limiter.Reply{Status: limiter.StatusBlocked, ServerNowMs: 1000, EffectiveNowMs: 1000, Limit: 10, RetryAfterMs: 60000, ResetAtMs: 61000, BlockLeftMs: 30000}, true},
-		{"blocked longer than its retry", pen, "0 1000 " + code(limiter.StatusBlocked, 0) + " 60001 60000 61000", limiter.Reply{}, false},
-		{"blocked without its block", pen, "0 1000 " + code(limiter.StatusBlocked, 0) + " 0 60000 61000", limiter.Reply{}, false},
-		{"max safe", p, "1 9007199254740991 " + code(limiter.StatusAllowed, 0) + " 0 0 9007199254740991", limiter.Reply{Status: limiter.StatusAllowed, ServerNowMs: limiter.MaxSafeInteger, EffectiveNowMs: limiter.MaxSafeInteger, Limit: 10, ResetAtMs: limiter.MaxSafeInteger}, true},
+		{"blocked shorter than its retry", pen, "0 1000 " + code(algorithm.StatusBlocked, 0) + " 30000 60000 61000", algorithm.Reply{Status: algorithm.StatusBlocked, ServerNowMs: 1000, EffectiveNowMs: 1000, Limit: 10, RetryAfterMs: 60000, ResetAtMs: 61000, BlockLeftMs: 30000}, true},
+		{"blocked longer than its retry", pen, "0 1000 " + code(algorithm.StatusBlocked, 0) + " 60001 60000 61000", algorithm.Reply{}, false},
+		{"blocked without its block", pen, "0 1000 " + code(algorithm.StatusBlocked, 0) + " 0 60000 61000", algorithm.Reply{}, false},
+		{"max safe", p, "1 9007199254740991 " + code(algorithm.StatusAllowed, 0) + " 0 0 9007199254740991", algorithm.Reply{Status: algorithm.StatusAllowed, ServerNowMs: limiter.MaxSafeInteger, EffectiveNowMs: limiter.MaxSafeInteger, Limit: 10, ResetAtMs: limiter.MaxSafeInteger}, true},
 
-		{"five fields", p, "1 1000 1 9 0", limiter.Reply{}, false},
-		{"seven fields", p, "1 1000 1 9 0 2000 1", limiter.Reply{}, false},
-		{"committed 2 with fields", p, "2 1000 1 9 0 2000", limiter.Reply{}, false},
-		{"server now a string", p, "1 x 1 9 0 2000", limiter.Reply{}, false},
-		{"code a string", p, "1 1000 ALLOWED 9 0 2000", limiter.Reply{}, false},
-		{"status 0", p, "1 1000 8 9 0 2000", limiter.Reply{}, false},
-		{"status 7", p, "1 1000 7 9 0 2000", limiter.Reply{}, false},
-		{"negative", p, "0 1000 2 -1 5 2000", limiter.Reply{}, false},
-		{"2^53", p, "1 9007199254740992 1 9 0 9007199254740992", limiter.Reply{}, false},
-		{"effective beyond 2^53", p, "1 9007199254740991 " + code(limiter.StatusAllowed, 1) + " 9 0 9007199254740991", limiter.Reply{}, false},
-		{"allowed with retry", p, "1 1000 1 9 5 2000", limiter.Reply{}, false},
-		{"denied without retry", p, "0 1000 2 0 0 2000", limiter.Reply{}, false},
-		{"remaining above limit", p, "1 1000 1 11 0 2000", limiter.Reply{}, false},
-		{"clamp beyond policy", p, "1 1000 " + code(limiter.StatusAllowed, 2001) + " 9 0 4000", limiter.Reply{}, false},
-		{"reset in the past", p, "1 1000 1 9 0 999", limiter.Reply{}, false},
-		{"unsafe with fields", p, "0 1000 3 1 0 0", limiter.Reply{}, false},
-		{"unsafe clamped", p, "0 1000 " + code(limiter.StatusClockUnsafe, 5) + " 0 0 0", limiter.Reply{}, false},
-		{"incompatible with reset", p, "0 1000 4 0 0 5", limiter.Reply{}, false},
-		{"blocked without a penalty", p, "0 1000 6 0 60000 61000", limiter.Reply{}, false},
+		{"five fields", p, "1 1000 1 9 0", algorithm.Reply{}, false},
+		{"seven fields", p, "1 1000 1 9 0 2000 1", algorithm.Reply{}, false},
+		{"committed 2 with fields", p, "2 1000 1 9 0 2000", algorithm.Reply{}, false},
+		{"server now a string", p, "1 x 1 9 0 2000", algorithm.Reply{}, false},
+		{"code a string", p, "1 1000 ALLOWED 9 0 2000", algorithm.Reply{}, false},
+		{"status 0", p, "1 1000 8 9 0 2000", algorithm.Reply{}, false},
+		{"status 7", p, "1 1000 7 9 0 2000", algorithm.Reply{}, false},
+		{"negative", p, "0 1000 2 -1 5 2000", algorithm.Reply{}, false},
+		{"2^53", p, "1 9007199254740992 1 9 0 9007199254740992", algorithm.Reply{}, false},
+		{"effective beyond 2^53", p, "1 9007199254740991 " + code(algorithm.StatusAllowed, 1) + " 9 0 9007199254740991", algorithm.Reply{}, false},
+		{"allowed with retry", p, "1 1000 1 9 5 2000", algorithm.Reply{}, false},
+		{"denied without retry", p, "0 1000 2 0 0 2000", algorithm.Reply{}, false},
+		{"remaining above limit", p, "1 1000 1 11 0 2000", algorithm.Reply{}, false},
+		{"clamp beyond policy", p, "1 1000 " + code(algorithm.StatusAllowed, 2001) + " 9 0 4000", algorithm.Reply{}, false},
+		{"reset in the past", p, "1 1000 1 9 0 999", algorithm.Reply{}, false},
+		{"unsafe with fields", p, "0 1000 3 1 0 0", algorithm.Reply{}, false},
+		{"unsafe clamped", p, "0 1000 " + code(algorithm.StatusClockUnsafe, 5) + " 0 0 0", algorithm.Reply{}, false},
+		{"incompatible with reset", p, "0 1000 4 0 0 5", algorithm.Reply{}, false},
+		{"blocked without a penalty", p, "0 1000 6 0 60000 61000", algorithm.Reply{}, false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			out := make([]limiter.Reply, 1)
+			out := make([]algorithm.Reply, 1)
 			committed, err := ParseBatchReplyV2([]*limiter.Policy{tt.p}, ints(tt.values), out)
 			if tt.ok != (err == nil) {
 				t.Fatalf("ParseBatchReplyV2(%s) error = %v, want ok=%v", tt.values, err, tt.ok)
@@ -95,7 +99,7 @@ func TestParseBatchReplyV2OneKey(t *testing.T) {
 		})
 	}
 	// Past the deadline, and a request that raised.
-	out := make([]limiter.Reply, 1)
+	out := make([]algorithm.Reply, 1)
 	var expired *ExpiredError
 	if _, err := ParseBatchReplyV2([]*limiter.Policy{p}, ints("2 1234"), out); !errors.As(err, &expired) || expired.ServerNowMs != 1234 {
 		t.Fatalf("expired: %v", err)
@@ -110,18 +114,18 @@ func TestParseBatchReplyV2OneKey(t *testing.T) {
 	}
 }
 
-// TestStatusCodesV2: the codes reply-v2.lua writes are limiter.Status's.
+// TestStatusCodesV2: the codes reply-v2.lua writes are algorithm.Status's.
 func TestStatusCodesV2(t *testing.T) {
 	src := Batch().Source
-	for _, st := range []limiter.Status{limiter.StatusAllowed, limiter.StatusDenied, limiter.StatusClockUnsafe,
-		limiter.StatusStateIncompatible, limiter.StatusInvalid} {
+	for _, st := range []algorithm.Status{algorithm.StatusAllowed, algorithm.StatusDenied, algorithm.StatusClockUnsafe,
+		algorithm.StatusStateIncompatible, algorithm.StatusInvalid} {
 		re := regexp.MustCompile(fmt.Sprintf(`status == '%s' then\s+code = (\d+)`, st))
 		m := re.FindStringSubmatch(src)
 		if m == nil || m[1] != strconv.Itoa(int(st)) {
 			t.Errorf("%s: code %v in %s, want %d", st, m, Batch().Name, st)
 		}
 	}
-	if !regexp.MustCompile(`else\s+code = 6\s+end`).MatchString(src) || limiter.StatusBlocked != 6 {
+	if !regexp.MustCompile(`else\s+code = 6\s+end`).MatchString(src) || algorithm.StatusBlocked != 6 {
 		t.Errorf("BLOCKED is not code 6 in %s", Batch().Name)
 	}
 }
@@ -139,7 +143,7 @@ var fuzzPoliciesV2 = func() []*limiter.Policy {
 		{ID: "sl", Algorithm: limiter.SlidingLog, Params: limiter.SlidingLogParams{Limit: 3, Window: time.Second}},
 		{ID: "pen", Algorithm: limiter.TokenBucket, Penalty: limiter.Penalty{Duration: time.Minute},
 			Params: limiter.TokenBucketParams{Capacity: 3, RefillAmount: 1, RefillPeriod: time.Second}},
-		{ID: "cal", Algorithm: limiter.FixedWindow, Params: limiter.FixedWindowParams{Limit: 7, Window: time.Hour, Calendar: &limiter.Calendar{Unit: limiter.CalendarDay, Location: time.UTC}}},
+		{ID: "cal", Algorithm: limiter.FixedWindow, Params: limiter.FixedWindowParams{Limit: 7, Window: time.Hour, Calendar: &calendar.Calendar{Unit: calendar.Day, Location: time.UTC}}},
 		{ID: "big", Algorithm: limiter.FixedWindow, Params: limiter.FixedWindowParams{Limit: limiter.MaxSafeInteger, Window: time.Hour}},
 	} {
 		p, err := limiter.NewPolicy(spec)
@@ -171,7 +175,7 @@ func FuzzParseBatchReplyV2(f *testing.F) {
 	f.Fuzz(func(t *testing.T, data string, keys uint8) {
 		pols := fuzzPolicySetV2(keys)
 		vals := decodeFuzzValues(data)
-		out := make([]limiter.Reply, len(pols))
+		out := make([]algorithm.Reply, len(pols))
 		committed, err := ParseBatchReplyV2(pols, vals, out)
 		var expired *ExpiredError
 		var failed *FailedError
@@ -201,10 +205,10 @@ func FuzzParseBatchReplyV2(f *testing.F) {
 				t.Fatalf("key %d: accepted a second serverNowMillis", k+1)
 			}
 			switch r.Status {
-			case limiter.StatusAllowed, limiter.StatusDenied, limiter.StatusBlocked:
-				if r.Remaining > r.Limit || (r.Status == limiter.StatusAllowed) != (r.RetryAfterMs == 0) ||
+			case algorithm.StatusAllowed, algorithm.StatusDenied, algorithm.StatusBlocked:
+				if r.Remaining > r.Limit || (r.Status == algorithm.StatusAllowed) != (r.RetryAfterMs == 0) ||
 					r.EffectiveNowMs < r.ServerNowMs || r.EffectiveNowMs-r.ServerNowMs > pols[k].MaxClockRegressionMillis() ||
-					r.ResetAtMs < r.EffectiveNowMs || r.Status == limiter.StatusBlocked && (!pols[k].Penalty().On() || r.Remaining != 0 ||
+					r.ResetAtMs < r.EffectiveNowMs || r.Status == algorithm.StatusBlocked && (!pols[k].Penalty().On() || r.Remaining != 0 ||
 					r.BlockLeftMs < 1 || r.BlockLeftMs > r.RetryAfterMs) {
 					t.Fatalf("key %d: accepted inconsistent %+v for %s", k+1, r, pols[k].ID())
 				}
@@ -213,7 +217,7 @@ func FuzzParseBatchReplyV2(f *testing.F) {
 					t.Fatalf("key %d: accepted a failure with fields %+v", k+1, r)
 				}
 			}
-			if r.Status == limiter.StatusInvalid {
+			if r.Status == algorithm.StatusInvalid {
 				if r.Limit != 0 {
 					t.Fatalf("key %d: accepted INVALID with limit %d", k+1, r.Limit)
 				}
@@ -255,7 +259,7 @@ func TestParseBatchReplyV2Corpus(t *testing.T) {
 			t.Fatalf("%s: %v %v", ent.Name(), err1, err2)
 		}
 		pols := fuzzPolicySetV2(uint8(keys))
-		out := make([]limiter.Reply, len(pols))
+		out := make([]algorithm.Reply, len(pols))
 		_, err = ParseBatchReplyV2(pols, decodeFuzzValues(data), out)
 		kind, _, _ := strings.Cut(ent.Name(), "-")
 		switch kind {
@@ -265,7 +269,7 @@ func TestParseBatchReplyV2Corpus(t *testing.T) {
 			}
 			for k, p := range pols {
 				algs[p.ID()] = true
-				blocked = blocked || out[k].Status == limiter.StatusBlocked
+				blocked = blocked || out[k].Status == algorithm.StatusBlocked
 			}
 		case "expired":
 			if !errors.Is(err, ErrExpired) || errors.Is(err, ErrMalformedReply) {

@@ -5,6 +5,7 @@ import (
 	"math"
 
 	"github.com/envoy-rls/envoy-rls/pkg/limiter"
+	"github.com/envoy-rls/envoy-rls/pkg/limiter/algorithm"
 )
 
 // The state of a key of rate-batch-v2.lua (src/fragments/string-v2.lua):
@@ -27,7 +28,7 @@ const (
 // AppendState appends st, a state of its algorithm, to dst in the layout
 // of rate-batch-v2.lua; its penalty box only when its PenaltyLevel is not
 // 0. Its Schema, PolicyID and Revision are not kept: the key names them.
-func AppendState(dst []byte, st limiter.State) []byte {
+func AppendState(dst []byte, st algorithm.State) []byte {
 	head := byte(st.Algorithm)
 	if st.PenaltyLevel > 0 {
 		head |= StatePenalty
@@ -51,7 +52,7 @@ func AppendState(dst []byte, st limiter.State) []byte {
 // sliding window's count above any sliding limit, a penalty level outside
 // [1, MaxPenaltyLevel] or a block ending at 0). A sliding log's Log is
 // returned as stored: the program checks it as it reads it.
-func ParseState(v []byte, p *limiter.Policy) (st limiter.State, ok bool) {
+func ParseState(v []byte, p *limiter.Policy) (st algorithm.State, ok bool) {
 	if len(v) < StateLen {
 		return st, false
 	}
@@ -63,12 +64,12 @@ func ParseState(v []byte, p *limiter.Policy) (st limiter.State, ok bool) {
 		}
 		return int64(f), true
 	}
-	st = limiter.State{Exists: true, Schema: limiter.StateSchema, Algorithm: p.Algorithm(), PolicyID: p.ID(), Revision: p.Revision()}
+	st = algorithm.State{Exists: true, Schema: algorithm.StateSchema, Algorithm: p.Algorithm(), PolicyID: p.ID(), Revision: p.Revision()}
 	var fields [4]int64
 	for k := range fields {
 		n, ok := num(1 + 8*k)
 		if !ok {
-			return limiter.State{}, false
+			return algorithm.State{}, false
 		}
 		fields[k] = n
 	}
@@ -79,20 +80,20 @@ func ParseState(v []byte, p *limiter.Policy) (st limiter.State, ok bool) {
 		until, ok1 := num(StateLen)
 		level, ok2 := num(StateLen + 8)
 		if !ok1 || !ok2 || until < 1 || level < 1 || level > MaxPenaltyLevel {
-			return limiter.State{}, false
+			return algorithm.State{}, false
 		}
 		st.PenaltyUntilMs, st.PenaltyLevel = until, level
 		rest = rest[StatePenaltyLen:]
 	case v[0] != alg:
-		return limiter.State{}, false
+		return algorithm.State{}, false
 	}
 	if p.Algorithm() == limiter.SlidingLog {
 		st.Log = string(rest)
 	} else if len(rest) > 0 {
-		return limiter.State{}, false
+		return algorithm.State{}, false
 	}
 	if p.Algorithm() == limiter.SlidingWindow && (st.Level > limiter.MaxSafeInteger/limiter.SlidingScale || st.Carry > limiter.MaxSafeInteger/limiter.SlidingScale) {
-		return limiter.State{}, false
+		return algorithm.State{}, false
 	}
 	return st, true
 }

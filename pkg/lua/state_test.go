@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/envoy-rls/envoy-rls/pkg/limiter"
+	"github.com/envoy-rls/envoy-rls/pkg/limiter/algorithm"
 )
 
 // TestStateLayout: AppendState and ParseState are each other's inverse for
@@ -16,10 +17,10 @@ import (
 // StateLen+StatePenaltyLen; every malformed value is refused.
 func TestStateLayout(t *testing.T) {
 	for _, p := range fuzzPoliciesV2 {
-		st := limiter.State{Exists: true, Schema: limiter.StateSchema, Algorithm: p.Algorithm(), PolicyID: p.ID(),
+		st := algorithm.State{Exists: true, Schema: algorithm.StateSchema, Algorithm: p.Algorithm(), PolicyID: p.ID(),
 			Revision: p.Revision(), LastObservedMs: 1_700_000_000_123, Epoch: 28_333_333, Level: 3, Carry: 1}
 		if p.Algorithm() == limiter.SlidingLog {
-			st.Log = string(limiter.AppendSlidingLogEntry(nil, 1_700_000_000_100, 2))
+			st.Log = string(algorithm.AppendSlidingLogEntry(nil, 1_700_000_000_100, 2))
 		}
 		for _, penalty := range []bool{false, true} {
 			s := st
@@ -40,13 +41,13 @@ func TestStateLayout(t *testing.T) {
 	}
 	fw := fuzzPoliciesV2[0]
 	sw := fuzzPoliciesV2[1]
-	good := AppendState(nil, limiter.State{Algorithm: limiter.FixedWindow, LastObservedMs: 1000, Epoch: 1, Level: 1})
+	good := AppendState(nil, algorithm.State{Algorithm: limiter.FixedWindow, LastObservedMs: 1000, Epoch: 1, Level: 1})
 	set := func(v []byte, field int, f float64) []byte {
 		c := append([]byte(nil), v...)
 		binary.BigEndian.PutUint64(c[1+8*field:], math.Float64bits(f))
 		return c
 	}
-	withPenalty := AppendState(nil, limiter.State{Algorithm: limiter.FixedWindow, LastObservedMs: 1000, Epoch: 1, Level: 1,
+	withPenalty := AppendState(nil, algorithm.State{Algorithm: limiter.FixedWindow, LastObservedMs: 1000, Epoch: 1, Level: 1,
 		PenaltyUntilMs: 5000, PenaltyLevel: 2})
 	for name, v := range map[string][]byte{
 		"empty":              nil,
@@ -67,7 +68,7 @@ func TestStateLayout(t *testing.T) {
 			t.Errorf("%s: ParseState = %+v, want refused", name, st)
 		}
 	}
-	over := AppendState(nil, limiter.State{Algorithm: limiter.SlidingWindow, Level: limiter.MaxSafeInteger/limiter.SlidingScale + 1})
+	over := AppendState(nil, algorithm.State{Algorithm: limiter.SlidingWindow, Level: limiter.MaxSafeInteger/limiter.SlidingScale + 1})
 	if _, ok := ParseState(over, sw); ok {
 		t.Error("a sliding count above any sliding limit was read")
 	}

@@ -7,6 +7,7 @@ import (
 
 	"github.com/envoy-rls/envoy-rls/internal/redistest"
 	"github.com/envoy-rls/envoy-rls/pkg/limiter"
+	"github.com/envoy-rls/envoy-rls/pkg/limiter/algorithm"
 	"github.com/envoy-rls/envoy-rls/pkg/lua"
 	"github.com/envoy-rls/envoy-rls/tools/ceiling"
 )
@@ -92,13 +93,13 @@ func checkStub(t *testing.T, srv *redistest.Server, run func(keys, args []string
 				t.Fatalf("reply element %d is %T (%v), want an integer or a string", i, v, v)
 			}
 		}
-		out := make([]limiter.Reply, len(policies))
+		out := make([]algorithm.Reply, len(policies))
 		committed, err := lua.ParseBatchReplyV2(policies, vals, out)
 		if err != nil || !committed {
 			t.Fatalf("ParseBatchReplyV2: committed %v, %v (reply %+v)", committed, err, vals)
 		}
 		for i, r := range out {
-			if r.Status != limiter.StatusAllowed || r.Remaining != policies[i].Limit()-1 || r.ServerNowMs < before {
+			if r.Status != algorithm.StatusAllowed || r.Remaining != policies[i].Limit()-1 || r.ServerNowMs < before {
 				t.Errorf("key %d: %+v, want ALLOWED with %d remaining at or after %d", i, r, policies[i].Limit()-1, before)
 			}
 		}

@@ -6,6 +6,7 @@ import (
 	"slices"
 
 	"github.com/envoy-rls/envoy-rls/pkg/limiter"
+	"github.com/envoy-rls/envoy-rls/pkg/limiter/algorithm"
 )
 
 // Evaluate implements limiter.Store: the batch is all or nothing. It reads
@@ -104,7 +105,7 @@ func (s *Store) evaluateBatch(batch []limiter.Request, out []limiter.Outcome, no
 				break
 			}
 		}
-		var st limiter.State
+		var st algorithm.State
 		if pw := wi.prev; pw >= 0 {
 			if w[pw].failed {
 				wi.failed = true
@@ -127,7 +128,7 @@ func (s *Store) evaluateBatch(batch []limiter.Request, out []limiter.Outcome, no
 				}
 			}
 		}
-		next, reply, uncommitted, write := limiter.Check(st, wi.sp.now(nowMs), r.Policy, r.Cost)
+		next, reply, uncommitted, write := algorithm.Check(st, wi.sp.now(nowMs), r.Policy, r.Cost)
 		wi.cur = st
 		if write && r.EffectiveRole().Consumes() && !wi.inTable && !wi.hasRoom && !wi.overflow {
 			// A new entry: reserve room for it now, so that a full shard
@@ -166,7 +167,7 @@ func (s *Store) evaluateBatch(batch []limiter.Request, out []limiter.Outcome, no
 					continue
 				}
 				wi.overflow = true
-				next, reply, uncommitted, write = limiter.Check(st, wi.sp.now(nowMs), r.Policy, r.Cost)
+				next, reply, uncommitted, write = algorithm.Check(st, wi.sp.now(nowMs), r.Policy, r.Cost)
 				wi.cur = st
 			}
 		}
@@ -179,7 +180,7 @@ func (s *Store) evaluateBatch(batch []limiter.Request, out []limiter.Outcome, no
 		case write:
 			wi.write, wi.next, wi.cur = true, next, next
 			wi.uncommitted = uncommitted
-		case wi.inTable && limiter.PenaltyRecorded(st, next) && r.EffectiveRole().RecordsOffence():
+		case wi.inTable && algorithm.PenaltyRecorded(st, next) && r.EffectiveRole().RecordsOffence():
 			// An offence on a stored state: its block is written in
 			// phase 2 whatever the batch decides, and later requests on
 			// the state see it.
@@ -267,10 +268,10 @@ func refused(r *limiter.Request, nowMs int64) (limiter.Outcome, bool) {
 	return limiter.Outcome{}, false
 }
 
-// decided is limiter.OutcomeFromReply from src; a decision of the overflow
+// decided is algorithm.OutcomeFromReply from src; a decision of the overflow
 // sketch is an estimate (limiter.Approximate).
-func decided(p *limiter.Policy, r limiter.Reply, src limiter.Source) limiter.Outcome {
-	o := limiter.OutcomeFromReply(p, r, src)
+func decided(p *limiter.Policy, r algorithm.Reply, src limiter.Source) limiter.Outcome {
+	o := algorithm.OutcomeFromReply(p, r, src)
 	if src == limiter.SourceMemoryOverflow && o.Kind == limiter.Evaluated {
 		o.Decision.Certainty = limiter.Approximate
 	}
@@ -309,12 +310,12 @@ type work struct {
 	prev int
 	// cur is the state after this request's tentative cost (the state it
 	// saw when it wrote nothing); next the state to write on commit.
-	cur, next limiter.State
+	cur, next algorithm.State
 	write     bool
 	// penalty: an offence whose block (next's penalty fields and expiry)
 	// is written to the entry whatever the batch decides.
 	penalty     bool
-	uncommitted limiter.Reply
+	uncommitted algorithm.Reply
 	// inTable: the key has a live entry in the table, at idx when the
 	// table's moves count is still moves. reserved: this request reserved a
 	// new entry.

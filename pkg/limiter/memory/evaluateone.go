@@ -4,6 +4,7 @@ import (
 	"fmt"
 
 	"github.com/envoy-rls/envoy-rls/pkg/limiter"
+	"github.com/envoy-rls/envoy-rls/pkg/limiter/algorithm"
 )
 
 // evaluateOne is Evaluate for a batch of one request (one descriptor: the
@@ -42,7 +43,7 @@ func (s *Store) evaluateOne(r *limiter.Request, o *limiter.Outcome, nowMs int64)
 		overflowLocked = true
 		st, failed = s.openSketchFor(&wo, p, &r.Subject, nowMs, false)
 	}
-	next, reply, uncommitted, write := limiter.Check(st, wo.sp.now(nowMs), p, r.Cost)
+	next, reply, uncommitted, write := algorithm.Check(st, wo.sp.now(nowMs), p, r.Cost)
 	room := true
 	if !failed && write && !found && r.EffectiveRole().Consumes() {
 		if room = sh.room(&k, reservation{}); !room {
@@ -59,7 +60,7 @@ func (s *Store) evaluateOne(r *limiter.Request, o *limiter.Outcome, nowMs int64)
 			}
 			if st, failed = s.openSketchFor(&wo, p, &r.Subject, nowMs, true); !failed {
 				wo.overflow = wo.sp.sk != nil
-				next, reply, uncommitted, write = limiter.Check(st, wo.sp.now(nowMs), p, r.Cost)
+				next, reply, uncommitted, write = algorithm.Check(st, wo.sp.now(nowMs), p, r.Cost)
 			}
 		}
 	}
@@ -68,7 +69,7 @@ func (s *Store) evaluateOne(r *limiter.Request, o *limiter.Outcome, nowMs int64)
 		*o = sketchClockUnsafe(p)
 	case !r.EffectiveRole().Consumes():
 		*o = decided(p, uncommitted, wo.source())
-	case !write && found && r.EffectiveRole().RecordsOffence() && limiter.PenaltyRecorded(st, next):
+	case !write && found && r.EffectiveRole().RecordsOffence() && algorithm.PenaltyRecorded(st, next):
 		// An offence: its block is written whatever the batch decides.
 		sh.recordOffence(hint, &k, next)
 		*o = decided(p, reply, wo.source())
@@ -93,9 +94,9 @@ func (s *Store) evaluateOne(r *limiter.Request, o *limiter.Outcome, nowMs int64)
 		refused = true
 		*o = limiter.UnavailableOutcome(CapacityRetryAfter, limiter.CategoryCapacity, ErrFull)
 	default:
-		*o = limiter.OutcomeFromReply(p, reply, limiter.SourceMemory)
+		*o = algorithm.OutcomeFromReply(p, reply, limiter.SourceMemory)
 		if o.Kind != limiter.Evaluated {
-			*o = limiter.OutcomeFromReply(p, uncommitted, limiter.SourceMemory)
+			*o = algorithm.OutcomeFromReply(p, uncommitted, limiter.SourceMemory)
 			break
 		}
 		e := entryOf(next)
@@ -124,7 +125,7 @@ func (s *Store) evaluateOne(r *limiter.Request, o *limiter.Outcome, nowMs int64)
 // openSketchFor is openSketch for w: it records in w whether the state came
 // from the sketch's estimate, and reports failed when the sketch's clock
 // check failed. Called with overflowMu held.
-func (s *Store) openSketchFor(w *spilled, p *limiter.Policy, d *limiter.SubjectDigest, nowMs int64, create bool) (st limiter.State, failed bool) {
+func (s *Store) openSketchFor(w *spilled, p *limiter.Policy, d *limiter.SubjectDigest, nowMs int64, create bool) (st algorithm.State, failed bool) {
 	st, ok := s.openSketch(&w.sp, p, d, nowMs, create)
 	w.estimated = w.estimated || st.Exists
 	return st, !ok

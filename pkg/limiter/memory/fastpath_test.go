@@ -9,6 +9,7 @@ import (
 
 	"github.com/envoy-rls/envoy-rls/internal/limitertest"
 	"github.com/envoy-rls/envoy-rls/pkg/limiter"
+	"github.com/envoy-rls/envoy-rls/pkg/limiter/algorithm"
 	"github.com/envoy-rls/envoy-rls/pkg/limiter/memory"
 )
 
@@ -126,14 +127,14 @@ type modelKey struct {
 
 // batchModel is the batch rule of limiter.Store on a map, with no capacity
 // bound: the reference TestBatchMatchesModel holds the store to.
-type batchModel map[modelKey]limiter.State
+type batchModel map[modelKey]algorithm.State
 
 func (m batchModel) evaluate(nowMs int64, batch []limiter.Request, out []limiter.Outcome) {
-	tentative := map[modelKey]limiter.State{}
+	tentative := map[modelKey]algorithm.State{}
 	type write struct {
 		k           modelKey
-		next        limiter.State
-		uncommitted limiter.Reply
+		next        algorithm.State
+		uncommitted algorithm.Reply
 	}
 	writes := map[int]write{}
 	for i, r := range batch {
@@ -147,20 +148,20 @@ func (m batchModel) evaluate(nowMs int64, batch []limiter.Request, out []limiter
 		if !ok {
 			st = m[k]
 			if st.Exists && nowMs > st.ExpiresAtMs {
-				st = limiter.State{}
+				st = algorithm.State{}
 			}
 		}
-		next, reply, uncommitted, w := limiter.Check(st, nowMs, p, r.Cost)
+		next, reply, uncommitted, w := algorithm.Check(st, nowMs, p, r.Cost)
 		tentative[k] = st
 		if !r.EffectiveRole().Consumes() {
-			out[i] = limiter.OutcomeFromReply(p, uncommitted, limiter.SourceMemory)
+			out[i] = algorithm.OutcomeFromReply(p, uncommitted, limiter.SourceMemory)
 			continue
 		}
 		if w {
 			tentative[k] = next
 			writes[i] = write{k, next, uncommitted}
 		}
-		out[i] = limiter.OutcomeFromReply(p, reply, limiter.SourceMemory)
+		out[i] = algorithm.OutcomeFromReply(p, reply, limiter.SourceMemory)
 	}
 	commit := limiter.Commits(batch, out)
 	for i := range batch {
@@ -169,7 +170,7 @@ func (m batchModel) evaluate(nowMs int64, batch []limiter.Request, out []limiter
 			continue
 		}
 		if !commit || out[i].Kind != limiter.Evaluated {
-			out[i] = limiter.OutcomeFromReply(batch[i].Policy, w.uncommitted, limiter.SourceMemory)
+			out[i] = algorithm.OutcomeFromReply(batch[i].Policy, w.uncommitted, limiter.SourceMemory)
 			continue
 		}
 		m[w.k] = w.next

@@ -9,6 +9,8 @@ import (
 
 	"github.com/envoy-rls/envoy-rls/internal/limitertest"
 	"github.com/envoy-rls/envoy-rls/pkg/limiter"
+	"github.com/envoy-rls/envoy-rls/pkg/limiter/algorithm"
+	"github.com/envoy-rls/envoy-rls/pkg/limiter/calendar"
 	"github.com/envoy-rls/envoy-rls/pkg/limiter/memory"
 )
 
@@ -39,9 +41,9 @@ func algorithmPolicies(t testing.TB, prefix string, mode limiter.FailureMode, li
 			t.Fatal(err)
 		}
 		pols = append(pols, limitertest.Policy(t, limiter.PolicySpec{ID: prefix + "-calendar", Algorithm: limiter.FixedWindow, FailureMode: mode,
-			Params: limiter.FixedWindowParams{Limit: limit, Window: window, Calendar: &limiter.Calendar{Unit: limiter.CalendarMinute, Location: loc}}}))
+			Params: limiter.FixedWindowParams{Limit: limit, Window: window, Calendar: &calendar.Calendar{Unit: calendar.Minute, Location: loc}}}))
 		pols = append(pols, limitertest.Policy(t, limiter.PolicySpec{ID: prefix + "-calendar-penalty", Algorithm: limiter.FixedWindow, FailureMode: mode,
-			Params:  limiter.FixedWindowParams{Limit: limit, Window: window, Calendar: &limiter.Calendar{Unit: limiter.CalendarMinute, Location: loc}},
+			Params:  limiter.FixedWindowParams{Limit: limit, Window: window, Calendar: &calendar.Calendar{Unit: calendar.Minute, Location: loc}},
 			Penalty: limiter.Penalty{Duration: window, MaxDuration: 4 * window, Decay: window}}))
 	}
 	return pols
@@ -409,7 +411,7 @@ func TestOverflowSketchKeepsCharges(t *testing.T) {
 				}
 				// A bucket or GCRA, one unit's refill later (without its
 				// debt it would hold a token again): still denied.
-				if p.SketchWindows() == 0 {
+				if algorithm.SketchWindows(p) == 0 {
 					clock.Advance(200 * time.Millisecond)
 				}
 				probe := eval1(s, ctx, limiter.Request{Policy: p, Subject: subject(u), Cost: 1, Role: limiter.RoleProbe})

@@ -6,6 +6,7 @@ import (
 	"sync"
 
 	"github.com/envoy-rls/envoy-rls/pkg/limiter"
+	"github.com/envoy-rls/envoy-rls/pkg/limiter/algorithm"
 )
 
 // leaseKey identifies one lease set: a new revision starts a new set.
@@ -15,7 +16,7 @@ type leaseKey struct {
 	revision uint32
 }
 
-// leaseSet is one stored lease set (limiter.Lease's packed set) and when it
+// leaseSet is one stored lease set (algorithm.Lease's packed set) and when it
 // may be dropped.
 type leaseSet struct {
 	set       string
@@ -66,7 +67,7 @@ func (s *Store) evaluateLeases(batch []limiter.Request, out []limiter.Outcome) {
 			t.remove(k)
 			cur, held = leaseSet{}, false
 		}
-		next, reply, expiresAt, write := limiter.Lease(cur.set, nowMs, r.Policy, r.Lease, r.LeaseAt, r.Cost, r.EffectiveRole().Consumes())
+		next, reply, expiresAt, write := algorithm.Lease(cur.set, nowMs, r.Policy, r.Lease, r.LeaseAt, r.Cost, r.EffectiveRole().Consumes())
 		if write && next != "" && !held && !t.room(k.policy, nowMs) {
 			out[i] = limiter.UnavailableOutcome(CapacityRetryAfter, limiter.CategoryCapacity, errLeaseShare)
 			continue
@@ -78,7 +79,7 @@ func (s *Store) evaluateLeases(batch []limiter.Request, out []limiter.Outcome) {
 		default:
 			t.put(k, leaseSet{set: next, expiresAt: expiresAt})
 		}
-		out[i] = limiter.LeaseDecision(r, reply, write, limiter.SourceMemory)
+		out[i] = algorithm.LeaseDecision(r, reply, write, limiter.SourceMemory)
 	}
 }
 

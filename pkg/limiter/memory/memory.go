@@ -1,7 +1,7 @@
 // Package memory is the in-process limiter.Store of envoy-rls: the embedded
 // default that serves exact decisions on one machine without Redis.
 //
-// It runs the same pure algorithms as the Redis Lua programs (limiter.Check),
+// It runs the same pure algorithms as the Redis Lua programs (algorithm.Check),
 // reading its injected clock once per Evaluate call, and evaluates a batch all
 // or nothing (see limiter.Store and Store.Evaluate). State lives in a fixed
 // number of shards chosen by the subject digest (an HMAC, hence uniform),
@@ -64,6 +64,7 @@ import (
 	"time"
 
 	"github.com/envoy-rls/envoy-rls/pkg/limiter"
+	"github.com/envoy-rls/envoy-rls/pkg/limiter/algorithm"
 )
 
 // Defaults for Config fields left zero.
@@ -187,7 +188,7 @@ func keyOf(r *limiter.Request) key {
 	return key{subject: r.Subject, policy: p.ID(), revision: p.Revision(), alg: p.Algorithm(), made: p.Group() != ""}
 }
 
-// entry is the part of a limiter.State the key does not already hold.
+// entry is the part of a algorithm.State the key does not already hold.
 type entry struct {
 	lastObserved, epoch, level, carry, expiresAt int64
 }
@@ -294,8 +295,8 @@ func (s *Store) Len() int {
 // (MaxBytesPerEntry) for a log of n hits in distinct milliseconds: its
 // entry in its shard's map of logs, a key and a string header (72 bytes) in
 // a map at least 7/16 full, at most 168 bytes; and the log itself,
-// limiter.SlidingLogEntryBytes a hit, which the allocator's size classes
+// algorithm.SlidingLogEntryBytes a hit, which the allocator's size classes
 // round up by at most an eighth (16 bytes for the smallest);
 // TestSlidingLogHeap holds logs to the bound (its measurements:
 // docs/algorithms.md).
-func MaxLogBytes(n int) int { return 168 + 16 + n*limiter.SlidingLogEntryBytes*9/8 }
+func MaxLogBytes(n int) int { return 168 + 16 + n*algorithm.SlidingLogEntryBytes*9/8 }

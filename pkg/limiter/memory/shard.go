@@ -7,6 +7,7 @@ import (
 	"unsafe"
 
 	"github.com/envoy-rls/envoy-rls/pkg/limiter"
+	"github.com/envoy-rls/envoy-rls/pkg/limiter/algorithm"
 )
 
 // shard is padded to shardSize, two cache lines (one adjacent-line
@@ -29,14 +30,14 @@ type shardState struct {
 	capacity, made int32
 	// own counts the entries of each policy ID (see room).
 	own map[string]int32
-	// logs holds the log (limiter.State.Log) of each sliding-log entry,
+	// logs holds the log (algorithm.State.Log) of each sliding-log entry,
 	// beside the table so that the other algorithms' slots stay their
 	// size; an entry's log goes with it (remove).
 	logs map[key]string
 	// minExpiry is a lower bound of every entry's expiresAt (exact after a
 	// complete scan): while now <= minExpiry nothing can have expired.
 	minExpiry int64
-	// penalties holds the penalty fields (limiter.State.PenaltyUntilMs,
+	// penalties holds the penalty fields (algorithm.State.PenaltyUntilMs,
 	// PenaltyLevel) of the entries that recorded an offence: few subjects
 	// do, so the slots do not carry them. An entry's penalty goes with the
 	// entry (remove), so the map never outgrows the table.
@@ -47,9 +48,9 @@ type shardState struct {
 type penaltyFields struct{ until, level int64 }
 
 // recordOffence stores the penalty fields of next, an offence of the live
-// entry k at index i (limiter.PenaltyRecorded), and raises the entry's
+// entry k at index i (algorithm.PenaltyRecorded), and raises the entry's
 // expiry to next's.
-func (sh *shard) recordOffence(i int, k *key, next limiter.State) {
+func (sh *shard) recordOffence(i int, k *key, next algorithm.State) {
 	if sh.penalties == nil {
 		sh.penalties = make(map[key]penaltyFields)
 	}
@@ -67,18 +68,18 @@ func (s *Store) shardIndex(d *limiter.SubjectDigest) int {
 // (where the lookup stopped, or -1 when removing an expired entry moved
 // slots). An expired entry is removed (it reads as no state) and counted in
 // dropped.
-func (sh *shard) load(k *key, h uint64, nowMs int64) (st limiter.State, live bool, dropped, idx int) {
+func (sh *shard) load(k *key, h uint64, nowMs int64) (st algorithm.State, live bool, dropped, idx int) {
 	i, found := sh.t.find(k, h)
 	if !found {
-		return limiter.State{}, false, 0, i
+		return algorithm.State{}, false, 0, i
 	}
 	e := &sh.t.slots[i].e
 	if nowMs > e.expiresAt { // Redis semantics: a key lives through its expiry millisecond
 		sh.remove(i)
-		return limiter.State{}, false, 1, -1
+		return algorithm.State{}, false, 1, -1
 	}
-	st = limiter.State{
-		Exists: true, Schema: limiter.StateSchema, Algorithm: k.alg, PolicyID: k.policy, Revision: k.revision,
+	st = algorithm.State{
+		Exists: true, Schema: algorithm.StateSchema, Algorithm: k.alg, PolicyID: k.policy, Revision: k.revision,
 		LastObservedMs: e.lastObserved, Epoch: e.epoch, Level: e.level, Carry: e.carry, ExpiresAtMs: e.expiresAt,
 	}
 	if len(sh.penalties) != 0 {
@@ -94,7 +95,7 @@ func (sh *shard) load(k *key, h uint64, nowMs int64) (st limiter.State, live boo
 
 // keepLog records the log of st, the state just written for k (sliding
 // log only).
-func (sh *shard) keepLog(k *key, st *limiter.State) {
+func (sh *shard) keepLog(k *key, st *algorithm.State) {
 	if k.alg != limiter.SlidingLog {
 		return
 	}
@@ -104,7 +105,7 @@ func (sh *shard) keepLog(k *key, st *limiter.State) {
 	sh.logs[*k] = st.Log
 }
 
-func entryOf(st limiter.State) entry {
+func entryOf(st algorithm.State) entry {
 	return entry{lastObserved: st.LastObservedMs, epoch: st.Epoch, level: st.Level, carry: st.Carry, expiresAt: st.ExpiresAtMs}
 }
 

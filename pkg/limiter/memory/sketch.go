@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/envoy-rls/envoy-rls/pkg/limiter"
+	"github.com/envoy-rls/envoy-rls/pkg/limiter/algorithm"
 )
 
 // Overflow sketches: how a policy's new subjects are limited when the store
@@ -159,7 +160,7 @@ func (sk *sketch) rowsOf(d *limiter.SubjectDigest) [sketchRows]int {
 func (sk *sketch) fit(p *limiter.Policy) {
 	amount, period := p.Refill()
 	same := sk.windowMs == p.WindowMillis() && sk.amount == amount && sk.period == period
-	if same && (sk.limit == p.Limit() || p.SketchWindows() != 0) {
+	if same && (sk.limit == p.Limit() || algorithm.SketchWindows(p) != 0) {
 		sk.limit = p.Limit()
 		return
 	}
@@ -170,7 +171,7 @@ func (sk *sketch) fit(p *limiter.Policy) {
 // live reports whether any cell can read non-zero at nowMs.
 func (sk *sketch) live(nowMs int64) bool { return nowMs < sk.liveUntil }
 
-// effectiveNow applies the clock rule of limiter.Check to the sketch: a
+// effectiveNow applies the clock rule of algorithm.Check to the sketch: a
 // small backward step clamps to lastObserved, a larger one is unsafe.
 func (sk *sketch) effectiveNow(nowMs int64, p *limiter.Policy) (int64, bool) {
 	if nowMs >= sk.lastObserved {
@@ -186,11 +187,11 @@ func (sk *sketch) effectiveNow(nowMs int64, p *limiter.Policy) (int64, bool) {
 // algorithms; deficit cells decay lazily). A calendar window's id is its
 // period's start, which grows with its periods as an index does.
 func (sk *sketch) rotate(effMs int64, p *limiter.Policy) {
-	windows := p.SketchWindows()
+	windows := algorithm.SketchWindows(p)
 	if windows == 0 {
 		return
 	}
-	w, end := p.WindowAt(effMs)
+	w, end := algorithm.WindowAt(p, effMs)
 	if w >= sk.epoch {
 		sk.epochEnd = end
 	}
@@ -213,21 +214,21 @@ func (sk *sketch) deficit(c cell, effMs int64) int64 {
 	}
 	elapsed := max(0, effMs-c.b)
 	// Compare before multiplying: a long idle time never overflows.
-	if elapsed >= limiter.CeilDiv(c.a, sk.amount) {
+	if elapsed >= algorithm.CeilDiv(c.a, sk.amount) {
 		return 0
 	}
 	return c.a - elapsed*sk.amount
 }
 
 // state returns the state the subject whose cells are idx has at most: the
-// state limiter.Check decides with. It reads as no state when every
+// state algorithm.Check decides with. It reads as no state when every
 // estimate is 0. The sketch must have been rotated to effMs.
-func (sk *sketch) state(idx *[sketchRows]int, effMs int64, p *limiter.Policy) limiter.State {
+func (sk *sketch) state(idx *[sketchRows]int, effMs int64, p *limiter.Policy) algorithm.State {
 	var lo, lo2 int64 = -1, -1
 	for _, i := range idx {
 		c := sk.cells[i]
 		a, b := c.a, c.b
-		if p.SketchWindows() == 0 {
+		if algorithm.SketchWindows(p) == 0 {
 			a, b = sk.deficit(c, effMs), 0
 		}
 		if lo < 0 || a < lo {
@@ -238,30 +239,30 @@ func (sk *sketch) state(idx *[sketchRows]int, effMs int64, p *limiter.Policy) li
 		}
 	}
 	if lo == 0 && lo2 == 0 {
-		return limiter.State{}
+		return algorithm.State{}
 	}
-	if p.SketchWindows() == 0 {
-		return p.DeficitState(lo, effMs)
+	if algorithm.SketchWindows(p) == 0 {
+		return algorithm.DeficitState(p, lo, effMs)
 	}
-	return limiter.State{
-		Exists: true, Schema: limiter.StateSchema, Algorithm: p.Algorithm(), PolicyID: p.ID(), Revision: p.Revision(),
+	return algorithm.State{
+		Exists: true, Schema: algorithm.StateSchema, Algorithm: p.Algorithm(), PolicyID: p.ID(), Revision: p.Revision(),
 		LastObservedMs: effMs, Epoch: sk.epoch, Level: lo, Carry: lo2,
 	}
 }
 
-// add records next, the state limiter.Check computed for the subject of
+// add records next, the state algorithm.Check computed for the subject of
 // idx from state's answer, raising each of its cells to it at least.
-func (sk *sketch) add(idx *[sketchRows]int, next limiter.State, effMs int64, p *limiter.Policy) {
+func (sk *sketch) add(idx *[sketchRows]int, next algorithm.State, effMs int64, p *limiter.Policy) {
 	sk.lastObserved = max(sk.lastObserved, effMs)
-	windows := p.SketchWindows()
+	windows := algorithm.SketchWindows(p)
 	switch windows {
 	case 0:
-		d := p.Deficit(next, effMs)
+		d := algorithm.Deficit(p, next, effMs)
 		for _, i := range idx {
 			sk.cells[i] = cell{a: max(sk.deficit(sk.cells[i], effMs), d), b: effMs}
 		}
 		if d > 0 {
-			sk.liveUntil = max(sk.liveUntil, effMs+limiter.CeilDiv(d, sk.amount))
+			sk.liveUntil = max(sk.liveUntil, effMs+algorithm.CeilDiv(d, sk.amount))
 		}
 	default:
 		for _, i := range idx {
@@ -295,13 +296,13 @@ func (sp *spill) now(nowMs int64) int64 {
 // nil otherwise); without, a sketch that remembers nothing is left out.
 // ok is false when the clock stepped back beyond the policy's max clock
 // regression from the sketch's last change. Called with overflowMu held.
-func (s *Store) openSketch(sp *spill, p *limiter.Policy, d *limiter.SubjectDigest, nowMs int64, create bool) (st limiter.State, ok bool) {
+func (s *Store) openSketch(sp *spill, p *limiter.Policy, d *limiter.SubjectDigest, nowMs int64, create bool) (st algorithm.State, ok bool) {
 	k := sketchKey{policy: p.ID(), revision: p.Revision(), alg: p.Algorithm()}
 	sk := s.sketches[k]
 	if sk == nil {
 		made := p.Group() != ""
 		if !create || !s.roomForSketch(made, nowMs) {
-			return limiter.State{}, true
+			return algorithm.State{}, true
 		}
 		sk = s.newSketch(made)
 		s.sketches[k] = sk
@@ -310,7 +311,7 @@ func (s *Store) openSketch(sp *spill, p *limiter.Policy, d *limiter.SubjectDiges
 	sk.fit(p)
 	if !sk.live(max(nowMs, sk.lastObserved)) {
 		if !create {
-			return limiter.State{}, true
+			return algorithm.State{}, true
 		}
 		if nowMs < sk.lastObserved {
 			sk.restart() // nothing to remember: forget its clock too
@@ -318,7 +319,7 @@ func (s *Store) openSketch(sp *spill, p *limiter.Policy, d *limiter.SubjectDiges
 	}
 	eff, ok := sk.effectiveNow(nowMs, p)
 	if !ok {
-		return limiter.State{}, false
+		return algorithm.State{}, false
 	}
 	sk.rotate(eff, p)
 	sp.sk, sp.eff, sp.idx = sk, eff, sk.rowsOf(d)

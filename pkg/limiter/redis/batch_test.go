@@ -16,6 +16,8 @@ import (
 	"github.com/envoy-rls/envoy-rls/internal/limitertest"
 	"github.com/envoy-rls/envoy-rls/internal/redistest"
 	"github.com/envoy-rls/envoy-rls/pkg/limiter"
+	"github.com/envoy-rls/envoy-rls/pkg/limiter/algorithm"
+	"github.com/envoy-rls/envoy-rls/pkg/limiter/calendar"
 	"github.com/envoy-rls/envoy-rls/pkg/lua"
 	"github.com/redis/rueidis"
 )
@@ -29,7 +31,7 @@ type batchReq struct {
 }
 
 // runBatch calls rate-batch-v2.lua directly and parses its reply.
-func (e *env) runBatch(reqs []batchReq) (bool, []limiter.Reply) {
+func (e *env) runBatch(reqs []batchReq) (bool, []algorithm.Reply) {
 	e.t.Helper()
 	keys := make([]string, len(reqs))
 	var args []string
@@ -45,7 +47,7 @@ func (e *env) runBatch(reqs []batchReq) (bool, []limiter.Reply) {
 // runBatchKeys calls rate-batch-v2.lua on keys with args and parses its
 // reply as the store does (replyValues, lua.ParseBatchReplyV2 for pols, one
 // per key).
-func (e *env) runBatchKeys(keys, args []string, pols []*limiter.Policy) (bool, []limiter.Reply) {
+func (e *env) runBatchKeys(keys, args []string, pols []*limiter.Policy) (bool, []algorithm.Reply) {
 	e.t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
@@ -54,7 +56,7 @@ func (e *env) runBatchKeys(keys, args []string, pols []*limiter.Policy) (bool, [
 		e.t.Fatalf("rate-batch-v2: %v", err)
 	}
 	vals := replyValues(nil, msgs)
-	replies := make([]limiter.Reply, len(keys))
+	replies := make([]algorithm.Reply, len(keys))
 	committed, err := lua.ParseBatchReplyV2(pols, vals, replies)
 	if err != nil {
 		e.t.Fatalf("rate-batch-v2 reply: %v (%+v)", err, vals)
@@ -62,24 +64,24 @@ func (e *env) runBatchKeys(keys, args []string, pols []*limiter.Policy) (bool, [
 	return committed, replies
 }
 
-// modelBatch is what rate-batch-v2.lua must do, in Go: limiter.Check over
+// modelBatch is what rate-batch-v2.lua must do, in Go: algorithm.Check over
 // the batch in order (a key named again sees the earlier tentative state),
 // limiter.Commits, then the writes. states holds each key's state before.
-func modelBatch(states map[string]limiter.State, reqs []batchReq, now int64) (bool, []limiter.Reply, map[string]limiter.State) {
-	cur := make(map[string]limiter.State, len(states))
+func modelBatch(states map[string]algorithm.State, reqs []batchReq, now int64) (bool, []algorithm.Reply, map[string]algorithm.State) {
+	cur := make(map[string]algorithm.State, len(states))
 	for k, v := range states {
 		cur[k] = v
 	}
-	replies := make([]limiter.Reply, len(reqs))
-	uncommitteds := make([]limiter.Reply, len(reqs))
+	replies := make([]algorithm.Reply, len(reqs))
+	uncommitteds := make([]algorithm.Reply, len(reqs))
 	writes := make([]bool, len(reqs))
-	nexts := make([]limiter.State, len(reqs))
+	nexts := make([]algorithm.State, len(reqs))
 	batch := make([]limiter.Request, len(reqs))
 	outs := make([]limiter.Outcome, len(reqs))
-	offences := map[string]limiter.State{}
+	offences := map[string]algorithm.State{}
 	for i, r := range reqs {
 		k := keyOf(r.p, r.sub)
-		next, reply, uncommitted, write := limiter.Check(cur[k], now, r.p, r.cost)
+		next, reply, uncommitted, write := algorithm.Check(cur[k], now, r.p, r.cost)
 		batch[i] = limiter.Request{Policy: r.p, Subject: r.sub, Cost: r.cost, Role: r.role}
 		if !r.role.Consumes() {
 			reply = uncommitted
@@ -92,10 +94,10 @@ func modelBatch(states map[string]limiter.State, reqs []batchReq, now int64) (bo
 		if write {
 			cur[k] = next
 		}
-		outs[i] = limiter.OutcomeFromReply(r.p, reply, limiter.SourceRedis)
+		outs[i] = algorithm.OutcomeFromReply(r.p, reply, limiter.SourceRedis)
 	}
 	commit := limiter.Commits(batch, outs)
-	final := make(map[string]limiter.State, len(states))
+	final := make(map[string]algorithm.State, len(states))
 	for k, v := range states {
 		final[k] = v
 	}
@@ -165,15 +167,15 @@ func randomPolicies(t *testing.T, rng *rand.Rand, prefix string, n int, windows 
 // seedRandom stores for each distinct key of reqs either nothing (one in
 // four) or randomState's state around now, and returns the states stored
 // (the zero State for none) and each key's DUMP as stored.
-func (e *env) seedRandom(rng *rand.Rand, reqs []batchReq, now int64) (states map[string]limiter.State, before map[string]any) {
+func (e *env) seedRandom(rng *rand.Rand, reqs []batchReq, now int64) (states map[string]algorithm.State, before map[string]any) {
 	e.t.Helper()
-	states = map[string]limiter.State{}
+	states = map[string]algorithm.State{}
 	for _, r := range reqs {
 		key := keyOf(r.p, r.sub)
 		if _, done := states[key]; done {
 			continue
 		}
-		var st limiter.State
+		var st algorithm.State
 		if rng.IntN(4) > 0 {
 			st = randomState(rng, r.p, now)
 			e.seed(key, st)
@@ -193,7 +195,7 @@ func (e *env) seedRandom(rng *rand.Rand, reqs []batchReq, now int64) (states map
 // run) with Redis: a key whose state the model left as seeded (states) is
 // unchanged to the byte (its DUMP is before's), any other holds the
 // model's hash.
-func (e *env) checkWritten(states, final map[string]limiter.State, before map[string]any) error {
+func (e *env) checkWritten(states, final map[string]algorithm.State, before map[string]any) error {
 	e.t.Helper()
 	for key, st := range final {
 		if st == states[key] {
@@ -314,7 +316,7 @@ func TestBatchArity(t *testing.T) {
 	if c, _ := msgs[0].ToInt64(); c != 0 {
 		t.Fatal("committed with an INVALID key")
 	}
-	if c, _ := msgs[2].ToInt64(); c%lua.StatusCodes != int64(limiter.StatusInvalid) {
+	if c, _ := msgs[2].ToInt64(); c%lua.StatusCodes != int64(algorithm.StatusInvalid) {
 		t.Fatalf("status %d", c%lua.StatusCodes)
 	}
 	if e.do("EXISTS", key, other) != int64(0) {
@@ -331,12 +333,12 @@ func TestBatchArity(t *testing.T) {
 		t.Fatalf("group with a failing request: %v %v", grp, err)
 	}
 	first, _ := grp[0].ToArray()
-	_, ferr := lua.ParseBatchReplyV2([]*limiter.Policy{p}, replyValues(nil, first), make([]limiter.Reply, 1))
+	_, ferr := lua.ParseBatchReplyV2([]*limiter.Policy{p}, replyValues(nil, first), make([]algorithm.Reply, 1))
 	if !errors.Is(ferr, lua.ErrRequestFailed) || failedOutcome(p, ferr).Kind != limiter.Incompatible {
 		t.Fatalf("the failing request: %v, want a FailedError classified Incompatible", ferr)
 	}
 	second, _ := grp[1].ToArray()
-	committed, err := lua.ParseBatchReplyV2([]*limiter.Policy{p}, replyValues(nil, second), make([]limiter.Reply, 1))
+	committed, err := lua.ParseBatchReplyV2([]*limiter.Policy{p}, replyValues(nil, second), make([]algorithm.Reply, 1))
 	if err != nil || !committed {
 		t.Fatalf("the request after it: committed %v, %v", committed, err)
 	}
@@ -494,7 +496,7 @@ func TestRefundProgram(t *testing.T) {
 		_, r1 := e.runBatch([]batchReq{{p: p, sub: sub, cost: 2}})
 		before := e.hash(key)
 		_, r2 := e.runBatch([]batchReq{{p: p, sub: sub, cost: 3}})
-		if r1[0].Status != limiter.StatusAllowed || r2[0].Status != limiter.StatusAllowed {
+		if r1[0].Status != algorithm.StatusAllowed || r2[0].Status != algorithm.StatusAllowed {
 			t.Fatalf("%s: %+v %+v", p.ID(), r1, r2)
 		}
 		if n := e.refund(p, key, 3, r2[0].EffectiveNowMs); n != 1 {
@@ -554,28 +556,28 @@ func TestRefundProgram(t *testing.T) {
 }
 
 // calendarPolicy is a calendar fixed window of limit per unit in zone.
-func calendarPolicy(t testing.TB, id string, limit int64, unit limiter.CalendarUnit, zone string) *limiter.Policy {
+func calendarPolicy(t testing.TB, id string, limit int64, unit calendar.Unit, zone string) *limiter.Policy {
 	t.Helper()
 	loc, err := time.LoadLocation(zone)
 	if err != nil {
 		t.Fatal(err)
 	}
 	return limitertest.Policy(t, limiter.PolicySpec{ID: id, Algorithm: limiter.FixedWindow,
-		Params: limiter.FixedWindowParams{Limit: limit, Window: time.Hour, Calendar: &limiter.Calendar{Unit: unit, Location: loc}}})
+		Params: limiter.FixedWindowParams{Limit: limit, Window: time.Hour, Calendar: &calendar.Calendar{Unit: unit, Location: loc}}})
 }
 
 // calendarRandom is a calendar window of a random unit and zone, for the
 // random differential tests.
 func calendarRandom(t testing.TB, rng *rand.Rand, id string, limit int64) *limiter.Policy {
 	t.Helper()
-	units := []limiter.CalendarUnit{limiter.CalendarMinute, limiter.CalendarHour, limiter.CalendarDay, limiter.CalendarWeek, limiter.CalendarMonth, limiter.CalendarYear}
+	units := []calendar.Unit{calendar.Minute, calendar.Hour, calendar.Day, calendar.Week, calendar.Month, calendar.Year}
 	zones := []string{"UTC", "Europe/Berlin", "Asia/Kolkata", "America/New_York", "Australia/Lord_Howe"}
 	return calendarPolicy(t, id, limit, units[rng.IntN(len(units))], zones[rng.IntN(len(zones))])
 }
 
 // runAt runs one key of p with the calendar periods computed around nowMs
 // (the Go side's estimate of Redis's clock) instead of the wall clock.
-func (e *env) runAt(p *limiter.Policy, key string, cost, nowMs int64) limiter.Reply {
+func (e *env) runAt(p *limiter.Policy, key string, cost, nowMs int64) algorithm.Reply {
 	e.t.Helper()
 	_, r := e.runBatchKeys([]string{key}, batchArgsAt(nil, p, cost, limiter.RoleOrdinary, nowMs), []*limiter.Policy{p})
 	return r[0]
@@ -584,12 +586,12 @@ func (e *env) runAt(p *limiter.Policy, key string, cost, nowMs int64) limiter.Re
 // TestCalendarRedisClockElsewhere: Go computes the periods around its own
 // clock, Redis decides with TIME. A Redis clock one period ahead of Go's
 // (or behind it) counts into the period that holds Redis's clock, exactly
-// as limiter.Apply at Redis's time; two periods away is CLOCK_UNSAFE and
+// as algorithm.Apply at Redis's time; two periods away is CLOCK_UNSAFE and
 // writes nothing.
 func TestCalendarRedisClockElsewhere(t *testing.T) {
 	e := newEnv(t)
 	for _, zone := range []string{"UTC", "Asia/Kolkata"} {
-		p := calendarPolicy(t, "cal.clock", 3, limiter.CalendarMinute, zone)
+		p := calendarPolicy(t, "cal.clock", 3, calendar.Minute, zone)
 		key := keyOf(p, subjectOf("calendar clock "+zone))
 		for _, c := range []struct {
 			name   string
@@ -603,7 +605,7 @@ func TestCalendarRedisClockElsewhere(t *testing.T) {
 			{"Redis two periods behind", 120_000, true},
 		} {
 			e.do("DEL", key)
-			var st limiter.State
+			var st algorithm.State
 			for i := range 4 {
 				before := e.dump(key)
 				goNow := e.serverNow() + c.shift
@@ -611,7 +613,7 @@ func TestCalendarRedisClockElsewhere(t *testing.T) {
 				b := p.Calendar().Neighbours(goNow)
 				if got.ServerNowMs < b[0] || got.ServerNowMs >= b[3] {
 					// Redis's clock is outside the three periods sent.
-					if got.Status != limiter.StatusClockUnsafe {
+					if got.Status != algorithm.StatusClockUnsafe {
 						t.Fatalf("%s %s step %d: Redis at %d outside [%d, %d): %+v, want CLOCK_UNSAFE", zone, c.name, i, got.ServerNowMs, b[0], b[3], got)
 					}
 					if after := e.dump(key); !reflect.DeepEqual(after, before) {
@@ -622,7 +624,7 @@ func TestCalendarRedisClockElsewhere(t *testing.T) {
 				if c.unsafe {
 					t.Logf("%s %s step %d: a minute boundary passed during the call; checked as parity", zone, c.name, i)
 				}
-				next, want, write := limiter.Apply(st, got.ServerNowMs, p, 1)
+				next, want, write := algorithm.Apply(st, got.ServerNowMs, p, 1)
 				if got != want {
 					t.Fatalf("%s %s step %d:\n lua %+v\n go  %+v", zone, c.name, i, got, want)
 				}
@@ -642,7 +644,7 @@ func TestCalendarRedisClockElsewhere(t *testing.T) {
 	}
 }
 
-// TestCalendarParity: calendar windows of every unit against limiter.Apply,
+// TestCalendarParity: calendar windows of every unit against algorithm.Apply,
 // from random states in the periods around now, alone and among other
 // keys, through the store too: its decision resets at the period's end.
 func TestCalendarParity(t *testing.T) {
@@ -651,14 +653,14 @@ func TestCalendarParity(t *testing.T) {
 	for i := range n {
 		p := calendarRandom(t, rng, "cal.par", 1+rng.Int64N(6))
 		key := keyOf(p, subjectOf("calendar parity "+strconv.Itoa(i%5)))
-		var st limiter.State
+		var st algorithm.State
 		if rng.IntN(4) > 0 {
 			st = randomState(rng, p, e.serverNow())
 		}
 		k := 1 + rng.IntN(3)
 		checkParityAmong(t, e, p, key, st, 1+rng.Int64N(p.MaxCost()), rng.IntN(k), k)
 	}
-	p := calendarPolicy(t, "cal.store", 2, limiter.CalendarMonth, "Europe/Berlin")
+	p := calendarPolicy(t, "cal.store", 2, calendar.Month, "Europe/Berlin")
 	sub := subjectOf("calendar store")
 	e.do("DEL", keyOf(p, sub))
 	for i, want := range []bool{true, true, false} {
@@ -686,7 +688,7 @@ func TestCalendarParity(t *testing.T) {
 // key INVALID and writes nothing.
 func TestCalendarInvalidExtension(t *testing.T) {
 	e := newEnv(t)
-	p := calendarPolicy(t, "cal.inv", 5, limiter.CalendarMinute, "UTC")
+	p := calendarPolicy(t, "cal.inv", 5, calendar.Minute, "UTC")
 	key := keyOf(p, subjectOf("calendar invalid"))
 	now := e.serverNow()
 	good := batchArgsAt(nil, p, 1, limiter.RoleOrdinary, now)
@@ -728,7 +730,7 @@ func TestCalendarInvalidExtension(t *testing.T) {
 			pol = tb
 		}
 		committed, r := e.runBatchKeys([]string{key}, args, []*limiter.Policy{pol})
-		if committed || r[0].Status != limiter.StatusInvalid {
+		if committed || r[0].Status != algorithm.StatusInvalid {
 			t.Errorf("%s: committed %v, %+v, want INVALID", name, committed, r[0])
 		}
 		if e.do("EXISTS", key) != int64(0) {
@@ -741,12 +743,12 @@ func TestCalendarInvalidExtension(t *testing.T) {
 // the batch took it in, and to no other.
 func TestCalendarRefund(t *testing.T) {
 	e := newEnv(t)
-	p := calendarPolicy(t, "cal.refund", 5, limiter.CalendarHour, "Asia/Kolkata")
+	p := calendarPolicy(t, "cal.refund", 5, calendar.Hour, "Asia/Kolkata")
 	sub := subjectOf("calendar refund")
 	key := keyOf(p, sub)
 	e.do("DEL", key)
 	_, r := e.runBatch([]batchReq{{p: p, sub: sub, cost: 3}})
-	if r[0].Status != limiter.StatusAllowed {
+	if r[0].Status != algorithm.StatusAllowed {
 		t.Fatalf("%+v", r)
 	}
 	at := r[0].EffectiveNowMs
@@ -773,7 +775,7 @@ func binaryFloat(v float64) []byte { return binary.BigEndian.AppendUint64(nil, m
 // again from TIME the same request is decided.
 func TestCalendarStoreUsesRedisClockEstimate(t *testing.T) {
 	e := newEnv(t)
-	p := calendarPolicy(t, "cal.offset", 5, limiter.CalendarMinute, "UTC")
+	p := calendarPolicy(t, "cal.offset", 5, calendar.Minute, "UTC")
 	sub := subjectOf("calendar offset")
 	e.do("DEL", keyOf(p, sub))
 	off := &e.store.offsets[0]
@@ -799,14 +801,14 @@ func TestCalendarStoreUsesRedisClockEstimate(t *testing.T) {
 }
 
 // TestCalendarWithPenalty: a calendar window with a penalty box carries
-// both extensions (penalty first) and the program agrees with limiter.Apply
+// both extensions (penalty first) and the program agrees with algorithm.Apply
 // on a block that outlasts its period (the next period's first request is
 // BLOCKED until the block ends) and on an ended block in a new period
 // (allowed, the period's count from zero). An offence within a period and
 // its probes are the store suite's "calendar year with a penalty box".
 func TestCalendarWithPenalty(t *testing.T) {
 	e := newEnv(t)
-	spec := calendarPolicy(t, "cal.pen", 2, limiter.CalendarMinute, "Asia/Kolkata").Spec()
+	spec := calendarPolicy(t, "cal.pen", 2, calendar.Minute, "Asia/Kolkata").Spec()
 	spec.Penalty = limiter.Penalty{Duration: 3 * time.Minute, MaxDuration: time.Hour, Decay: time.Hour}
 	p := limitertest.Policy(t, spec)
 	packed := batchArgs(nil, p, 1, limiter.RoleOrdinary)[0]
@@ -816,19 +818,19 @@ func TestCalendarWithPenalty(t *testing.T) {
 	key := keyOf(p, subjectOf("calendar penalty"))
 	for _, c := range []struct {
 		name   string
-		state  func(now, prev int64) limiter.State
-		status limiter.Status
+		state  func(now, prev int64) algorithm.State
+		status algorithm.Status
 	}{
-		{"a block from the previous period", func(now, prev int64) limiter.State {
+		{"a block from the previous period", func(now, prev int64) algorithm.State {
 			st := stateOf(p, now-1000, prev, 2, 0)
 			st.PenaltyUntilMs, st.PenaltyLevel = now+2*60_000, 1
 			return st
-		}, limiter.StatusBlocked},
-		{"an ended block, a new period", func(now, prev int64) limiter.State {
+		}, algorithm.StatusBlocked},
+		{"an ended block, a new period", func(now, prev int64) algorithm.State {
 			st := stateOf(p, now-1000, prev, 2, 0)
 			st.PenaltyUntilMs, st.PenaltyLevel = now-500, 1
 			return st
-		}, limiter.StatusAllowed},
+		}, algorithm.StatusAllowed},
 	} {
 		now := e.serverNow()
 		start, _ := p.Calendar().Period(now)
@@ -837,7 +839,7 @@ func TestCalendarWithPenalty(t *testing.T) {
 		if got.Status != c.status {
 			t.Fatalf("%s: %+v, want %s", c.name, got, c.status)
 		}
-		if c.status == limiter.StatusBlocked && got.ResetAtMs < now+2*60_000-1000 {
+		if c.status == algorithm.StatusBlocked && got.ResetAtMs < now+2*60_000-1000 {
 			t.Fatalf("%s: reset at %d, before the block ends", c.name, got.ResetAtMs)
 		}
 	}
@@ -854,7 +856,7 @@ func TestOffenceOfARequestThatRaises(t *testing.T) {
 	spec.Penalty = limiter.Penalty{Duration: time.Minute, MaxDuration: time.Hour, Decay: time.Hour}
 	p := limitertest.Policy(t, spec)
 	key, other := keyOf(p, subjectOf("pen.raise")), keyOf(p, subjectOf("pen.raise.other"))
-	if got := e.run(p, key, 1); got.Status != limiter.StatusAllowed {
+	if got := e.run(p, key, 1); got.Status != algorithm.StatusAllowed {
 		t.Fatalf("first hit: %+v", got)
 	}
 	before := e.hash(key)
@@ -870,7 +872,7 @@ func TestOffenceOfARequestThatRaises(t *testing.T) {
 	}
 	vals, _ := grp[0].ToArray()
 	policies := []*limiter.Policy{p, p}
-	if _, err := lua.ParseBatchReplyV2(policies, replyValues(nil, vals), make([]limiter.Reply, 2)); !errors.Is(err, lua.ErrRequestFailed) {
+	if _, err := lua.ParseBatchReplyV2(policies, replyValues(nil, vals), make([]algorithm.Reply, 2)); !errors.Is(err, lua.ErrRequestFailed) {
 		t.Fatalf("the request: %v, want it failed", err)
 	}
 	if after := e.hash(key); !reflect.DeepEqual(after, before) {
@@ -885,8 +887,8 @@ func TestOffenceOfARequestThatRaises(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	replies := make([]limiter.Reply, 1)
-	if _, err := lua.ParseBatchReplyV2(policies[:1], replyValues(nil, msgs), replies); err != nil || replies[0].Status != limiter.StatusDenied {
+	replies := make([]algorithm.Reply, 1)
+	if _, err := lua.ParseBatchReplyV2(policies[:1], replyValues(nil, msgs), replies); err != nil || replies[0].Status != algorithm.StatusDenied {
 		t.Fatalf("offence: %+v, %v", replies[0], err)
 	}
 	pu, pn := e.hash(key)["pu"], e.hash(key)["pn"]
@@ -929,9 +931,9 @@ func TestRunOverMGETChunk(t *testing.T) {
 				t.Fatalf("run %d, key %d: reply %v, %v", run, i, v, err)
 			}
 			switch {
-			case i == foreign && (v[0] != 0 || v[2] != int64(limiter.StatusStateIncompatible)):
+			case i == foreign && (v[0] != 0 || v[2] != int64(algorithm.StatusStateIncompatible)):
 				t.Fatalf("run %d: the list's key replied %v, want STATE_INCOMPATIBLE, not committed", run, v)
-			case i != foreign && (v[0] != 1 || v[2] != int64(limiter.StatusAllowed) || v[3] != want):
+			case i != foreign && (v[0] != 1 || v[2] != int64(algorithm.StatusAllowed) || v[3] != want):
 				t.Fatalf("run %d, key %d: reply %v, want committed, ALLOWED, remaining %d", run, i, v, want)
 			}
 		}

@@ -13,6 +13,8 @@ import (
 	"github.com/envoy-rls/envoy-rls/internal/limitertest"
 	"github.com/envoy-rls/envoy-rls/internal/redistest"
 	"github.com/envoy-rls/envoy-rls/pkg/limiter"
+	"github.com/envoy-rls/envoy-rls/pkg/limiter/algorithm"
+	"github.com/envoy-rls/envoy-rls/pkg/limiter/calendar"
 	"github.com/envoy-rls/envoy-rls/pkg/lua"
 )
 
@@ -36,7 +38,7 @@ func BenchmarkEvaluate(b *testing.B) {
 		sliding(b, "bench.sw", 1_000_000_000, time.Hour),
 		bucket(b, "bench.tb", 1_000_000_000, 1_000_000, time.Millisecond),
 		cellRate(b, "bench.gc", 1_000_000_000, 1_000_000, time.Millisecond),
-		calendarPolicy(b, "bench.cal", 1_000_000_000_000, limiter.CalendarMonth, "Europe/Berlin"),
+		calendarPolicy(b, "bench.cal", 1_000_000_000_000, calendar.Month, "Europe/Berlin"),
 		// A penalty box on a fixed window: never denied (the extra read of
 		// the penalty fields), and every subject blocked after its first
 		// request (BLOCKED answers).
@@ -132,7 +134,7 @@ func BenchmarkSlidingLog(b *testing.B) {
 			now := e.serverNow()
 			var log []byte
 			for i := range n {
-				log = limiter.AppendSlidingLogEntry(log, now-n+i, 1)
+				log = algorithm.AppendSlidingLogEntry(log, now-n+i, 1)
 			}
 			st := stateOf(p, now, now/p.WindowMillis(), n, 0)
 			st.Log = string(log)

@@ -6,10 +6,11 @@ import (
 
 	"github.com/envoy-rls/envoy-rls/internal/limitertest"
 	"github.com/envoy-rls/envoy-rls/pkg/limiter"
+	"github.com/envoy-rls/envoy-rls/pkg/limiter/algorithm"
 )
 
 // TestBlockedRetryWaitsForTheLimit: rate-batch-v2.lua answers a blocked
-// subject as limiter.Check (the memory store) does. On a limit of 2 an
+// subject as algorithm.Check (the memory store) does. On a limit of 2 an
 // hour whose window is full, a block that ends before the window does
 // tells the client to come back when the window admits again (coming back
 // at the block's end would be a new offence), and carries the block's own
@@ -32,7 +33,7 @@ func TestBlockedRetryWaitsForTheLimit(t *testing.T) {
 	full.PenaltyUntilMs, full.PenaltyLevel, full.ExpiresAtMs = until, 1, until+time.Hour.Milliseconds()
 
 	r := checkParity(t, e, p, key, full, 1)
-	if r.Status != limiter.StatusBlocked || r.RetryAfterMs != end-r.EffectiveNowMs || r.ResetAtMs != end ||
+	if r.Status != algorithm.StatusBlocked || r.RetryAfterMs != end-r.EffectiveNowMs || r.ResetAtMs != end ||
 		r.BlockLeftMs != until-r.EffectiveNowMs || r.BlockLeftMs >= r.RetryAfterMs {
 		t.Fatalf("full window, shorter block: %+v, want BLOCKED until the window's end %d, the block's end %d", r, end, until)
 	}
@@ -46,7 +47,7 @@ func TestBlockedRetryWaitsForTheLimit(t *testing.T) {
 
 	room := full
 	room.Level = 0
-	if r := checkParity(t, e, p, key, room, 1); r.Status != limiter.StatusBlocked || r.RetryAfterMs != until-r.EffectiveNowMs ||
+	if r := checkParity(t, e, p, key, room, 1); r.Status != algorithm.StatusBlocked || r.RetryAfterMs != until-r.EffectiveNowMs ||
 		r.BlockLeftMs != r.RetryAfterMs {
 		t.Fatalf("window with room: %+v, want BLOCKED until the block's end %d", r, until)
 	}

@@ -7,6 +7,8 @@ import (
 
 	"github.com/envoy-rls/envoy-rls/internal/limitertest"
 	"github.com/envoy-rls/envoy-rls/pkg/limiter"
+	"github.com/envoy-rls/envoy-rls/pkg/limiter/algorithm"
+	"github.com/envoy-rls/envoy-rls/pkg/limiter/calendar"
 )
 
 // TestChargeProgramAgainstApply chains random charges (costs up to the
@@ -18,7 +20,7 @@ import (
 func TestChargeProgramAgainstApply(t *testing.T) {
 	e := newEnv(t)
 	rng, n := seededRand(t, 11, 40, 10, "chains")
-	cal := calendarPolicy(t, "ch.cal", 5, limiter.CalendarDay, "Europe/Berlin").Spec()
+	cal := calendarPolicy(t, "ch.cal", 5, calendar.Day, "Europe/Berlin").Spec()
 	cal.Charge = limiter.ChargeAlways
 	specs := []limiter.PolicySpec{
 		{ID: "ch.fw", Algorithm: limiter.FixedWindow, Params: limiter.FixedWindowParams{Limit: 10, Window: time.Hour}},
@@ -35,7 +37,7 @@ func TestChargeProgramAgainstApply(t *testing.T) {
 		for c := range n {
 			key := keyOf(p, subjectOf("charge"+strconv.Itoa(c)))
 			e.do("DEL", key)
-			var st limiter.State
+			var st algorithm.State
 			for range 12 {
 				cost := 1 + rng.Int64N(p.MaxCost())
 				pos, among := 0, 1
@@ -44,14 +46,14 @@ func TestChargeProgramAgainstApply(t *testing.T) {
 					pos = rng.IntN(among)
 				}
 				got := checkParityAmong(t, e, p, key, st, cost, pos, among)
-				next, want, write := limiter.Apply(st, got.ServerNowMs, p, cost)
+				next, want, write := algorithm.Apply(st, got.ServerNowMs, p, cost)
 				if got != want {
 					t.Fatalf("%s: lua %+v, go %+v", p.ID(), got, want)
 				}
 				if write {
 					st = next
 				}
-				if got.Status == limiter.StatusDenied && (got.Remaining != 0 || got.RetryAfterMs < 1) {
+				if got.Status == algorithm.StatusDenied && (got.Remaining != 0 || got.RetryAfterMs < 1) {
 					t.Fatalf("%s: a charge denied with %+v", p.ID(), got)
 				}
 			}

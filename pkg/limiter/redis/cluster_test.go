@@ -17,6 +17,7 @@ import (
 	"github.com/envoy-rls/envoy-rls/internal/limitertest"
 	"github.com/envoy-rls/envoy-rls/internal/redistest"
 	"github.com/envoy-rls/envoy-rls/pkg/limiter"
+	"github.com/envoy-rls/envoy-rls/pkg/limiter/calendar"
 )
 
 // TestClusterBatch runs the store suite on a local six-node Redis Cluster:
@@ -175,7 +176,7 @@ func TestClusterBatch(t *testing.T) {
 	})
 
 	t.Run("cross-slot: a calendar window's cost is refunded into its period", func(t *testing.T) {
-		month := calendarPolicy(t, prefix+".month", 5, limiter.CalendarMonth, "Europe/Berlin")
+		month := calendarPolicy(t, prefix+".month", 5, calendar.Month, "Europe/Berlin")
 		creq := limiter.Request{Policy: month, Subject: subjectOf(prefix + "/calendar"), Cost: 2, Tag: tagA}
 		treq := limiter.Request{Policy: tenant, Subject: subjectOf(prefix + "/calendar-tenant"), Cost: 1, Tag: tagB}
 		ckey := string(requestKey(nil, &creq))

@@ -14,12 +14,14 @@ import (
 	"github.com/envoy-rls/envoy-rls/internal/limitertest"
 	"github.com/envoy-rls/envoy-rls/internal/redistest"
 	"github.com/envoy-rls/envoy-rls/pkg/limiter"
+	"github.com/envoy-rls/envoy-rls/pkg/limiter/algorithm"
+	"github.com/envoy-rls/envoy-rls/pkg/limiter/calendar"
 	"github.com/envoy-rls/envoy-rls/pkg/lua"
 )
 
 // execBatch runs rate-batch-v2.lua on keys with args and parses the reply
 // for pols as the store does.
-func (e *env) execBatch(keys, args []string, pols []*limiter.Policy) (bool, []limiter.Reply, error) {
+func (e *env) execBatch(keys, args []string, pols []*limiter.Policy) (bool, []algorithm.Reply, error) {
 	e.t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
@@ -33,7 +35,7 @@ func (e *env) execBatch(keys, args []string, pols []*limiter.Policy) (bool, []li
 	if msgs, err = msgs[0].ToArray(); err != nil {
 		return false, nil, err
 	}
-	replies := make([]limiter.Reply, len(keys))
+	replies := make([]algorithm.Reply, len(keys))
 	committed, err := lua.ParseBatchReplyV2(pols, replyValues(nil, msgs), replies)
 	return committed, replies, err
 }
@@ -292,7 +294,7 @@ func TestHangEveryKindOfLimit(t *testing.T) {
 		cellRate(t, "hang.gcra", limit, 1, time.Hour),
 		limitertest.Policy(t, penalty),
 		limitertest.Policy(t, charge),
-		calendarPolicy(t, "hang.calendar", limit, limiter.CalendarMonth, "UTC"),
+		calendarPolicy(t, "hang.calendar", limit, calendar.Month, "UTC"),
 		limitertest.LeasePolicy(t, "hang.lease", limit, time.Hour),
 	}
 	// Every program is loaded, as on a replica that has served: the

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/envoy-rls/envoy-rls/pkg/limiter"
+	"github.com/envoy-rls/envoy-rls/pkg/limiter/algorithm"
 	"github.com/envoy-rls/envoy-rls/pkg/lua"
 )
 
@@ -17,7 +18,7 @@ type group struct {
 	idx       []int  // indices into the batch
 	slot      uint16 // the hash slot in cluster mode, else 0
 	outs      []limiter.Outcome
-	replies   []limiter.Reply
+	replies   []algorithm.Reply
 	committed bool
 	answered  bool // the program replied (outs hold decisions)
 	refunded  bool // the refund program replied (whatever it found)

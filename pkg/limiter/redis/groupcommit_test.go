@@ -24,6 +24,7 @@ import (
 	"github.com/envoy-rls/envoy-rls/internal/polltest"
 	"github.com/envoy-rls/envoy-rls/internal/redistest"
 	"github.com/envoy-rls/envoy-rls/pkg/limiter"
+	"github.com/envoy-rls/envoy-rls/pkg/limiter/algorithm"
 	"github.com/envoy-rls/envoy-rls/pkg/limiter/memory"
 	"github.com/envoy-rls/envoy-rls/pkg/lua"
 )
@@ -76,7 +77,7 @@ func (q gReq) String() string {
 // parses it.
 type gResult struct {
 	committed bool
-	replies   []limiter.Reply
+	replies   []algorithm.Reply
 	err       error
 }
 
@@ -129,7 +130,7 @@ func (e *env) execGroup(reqs []gReq) ([]gResult, int64) {
 		for i, r := range q.keys {
 			pols[i] = r.p
 		}
-		res := gResult{replies: make([]limiter.Reply, len(q.keys))}
+		res := gResult{replies: make([]algorithm.Reply, len(q.keys))}
 		res.committed, res.err = lua.ParseBatchReplyV2(pols, replyValues(nil, vals), res.replies)
 		var expired *lua.ExpiredError
 		switch {
@@ -156,20 +157,20 @@ func (e *env) execGroup(reqs []gReq) ([]gResult, int64) {
 // modelBatch, with an INVALID key blocking its request whatever its
 // policy's failure mode (its flags, which carry the role and the failure
 // mode, are not trusted).
-func modelCall(states map[string]limiter.State, keys []batchReq, bad int, now int64) (bool, []limiter.Reply, map[string]limiter.State) {
+func modelCall(states map[string]algorithm.State, keys []batchReq, bad int, now int64) (bool, []algorithm.Reply, map[string]algorithm.State) {
 	if bad == 0 {
 		return modelBatch(states, keys, now)
 	}
 	cur := maps.Clone(states)
-	offences, charged := map[string]limiter.State{}, map[string]limiter.State{}
-	replies := make([]limiter.Reply, len(keys))
+	offences, charged := map[string]algorithm.State{}, map[string]algorithm.State{}
+	replies := make([]algorithm.Reply, len(keys))
 	for i, r := range keys {
 		if i == bad-1 {
-			replies[i] = limiter.Reply{Status: limiter.StatusInvalid, ServerNowMs: now, EffectiveNowMs: now}
+			replies[i] = algorithm.Reply{Status: algorithm.StatusInvalid, ServerNowMs: now, EffectiveNowMs: now}
 			continue
 		}
 		k := keyOf(r.p, r.sub)
-		next, reply, uncommitted, write := limiter.Check(cur[k], now, r.p, r.cost)
+		next, reply, uncommitted, write := algorithm.Check(cur[k], now, r.p, r.cost)
 		if !r.role.Consumes() && r.p.ChargeAlways() {
 			// A check or probe of a charge: never written, never charged.
 			reply, write = uncommitted, false
@@ -184,7 +185,7 @@ func modelCall(states map[string]limiter.State, keys []batchReq, bad int, now in
 			cur[k] = next
 		}
 		replies[i] = reply
-		if reply.Status == limiter.StatusAllowed && !charges {
+		if reply.Status == algorithm.StatusAllowed && !charges {
 			replies[i] = uncommitted
 		}
 		if write && charges {
@@ -200,7 +201,7 @@ func modelCall(states map[string]limiter.State, keys []batchReq, bad int, now in
 // modelGroup is modelCall applied to each request of reqs in order, all at
 // now (one TIME per group): an expired request replies ErrExpired and a
 // corrupt one ErrRequestFailed, and neither changes a state.
-func modelGroup(states map[string]limiter.State, reqs []gReq, now int64) ([]gResult, map[string]limiter.State) {
+func modelGroup(states map[string]algorithm.State, reqs []gReq, now int64) ([]gResult, map[string]algorithm.State) {
 	out := make([]gResult, len(reqs))
 	for j, q := range reqs {
 		switch {
@@ -256,7 +257,7 @@ func groupKeys(reqs []gReq) []string {
 
 // checkStates compares every key's hash with the model's state: the hash
 // the state says, or no key at all for a state that does not exist.
-func (e *env) checkStates(keys []string, states map[string]limiter.State) error {
+func (e *env) checkStates(keys []string, states map[string]algorithm.State) error {
 	e.t.Helper()
 	for _, k := range keys {
 		st := states[k]
@@ -497,7 +498,7 @@ func TestGroupNoPartialConsumption(t *testing.T) {
 					e.do("DEL", key)
 				}
 				got, now := e.execGroup(reqs)
-				want, final := modelGroup(map[string]limiter.State{}, reqs, now)
+				want, final := modelGroup(map[string]algorithm.State{}, reqs, now)
 				for j := range reqs {
 					if err := sameResult(got[j], want[j]); err != nil {
 						t.Errorf("request %d of the group: %v", j, err)
@@ -567,7 +568,7 @@ func TestGroupDifferential(t *testing.T) {
 	subs := make([]limiter.SubjectDigest, 3)
 	roles := []limiter.Role{limiter.RoleOrdinary, limiter.RoleOrdinary, limiter.RoleOrdinary, limiter.RoleOrdinary,
 		limiter.RoleShadow, limiter.RoleQuota, limiter.RoleQuota, limiter.RoleCheck, limiter.RoleProbe, limiter.RoleQuotaProbe}
-	states := map[string]limiter.State{}
+	states := map[string]algorithm.State{}
 	var all []gReq
 	var commits, refusals, expiries int
 	for it := 0; it < n; it++ {
@@ -618,7 +619,7 @@ func TestGroupDifferential(t *testing.T) {
 			out := make([]limiter.Outcome, len(batch))
 			mem.Evaluate(context.Background(), batch, out)
 			for i, r := range q.keys {
-				w := limiter.OutcomeFromReply(r.p, got[j].replies[i], limiter.SourceMemory)
+				w := algorithm.OutcomeFromReply(r.p, got[j].replies[i], limiter.SourceMemory)
 				w.Decision.Consumed = got[j].committed && w.Decision.Allowed && r.role.Consumes()
 				if !sameOutcome(out[i], w) {
 					t.Fatalf("group %d, request %d, key %d (%s %s cost %d): memory %+v, program %+v", it, j, i, r.p.ID(), r.role, r.cost, out[i], w)
@@ -1119,7 +1120,7 @@ func TestGroupDifferentialSeeded(t *testing.T) {
 	windows := []time.Duration{7 * time.Millisecond, time.Second, time.Minute, time.Hour}
 	roles := []limiter.Role{limiter.RoleOrdinary, limiter.RoleOrdinary, limiter.RoleOrdinary, limiter.RoleShadow, limiter.RoleQuota, limiter.RoleQuota, limiter.RoleCheck, limiter.RoleProbe, limiter.RoleQuotaProbe}
 	run := time.Now().UnixNano()
-	kinds := map[limiter.Status]int{}
+	kinds := map[algorithm.Status]int{}
 	for it := 0; it < n; it++ {
 		pols := randomPolicies(t, rng, "gs", 4, windows)
 		reqs := make([]gReq, 1+rng.IntN(6))
@@ -1156,7 +1157,7 @@ func TestGroupDifferentialSeeded(t *testing.T) {
 		}
 	}
 	t.Logf("key statuses: %v", kinds)
-	for _, st := range []limiter.Status{limiter.StatusAllowed, limiter.StatusDenied, limiter.StatusBlocked, limiter.StatusStateIncompatible, limiter.StatusClockUnsafe} {
+	for _, st := range []algorithm.Status{algorithm.StatusAllowed, algorithm.StatusDenied, algorithm.StatusBlocked, algorithm.StatusStateIncompatible, algorithm.StatusClockUnsafe} {
 		if kinds[st] == 0 && !testing.Short() {
 			t.Errorf("no key answered %s: the sequence does not cover it", st)
 		}

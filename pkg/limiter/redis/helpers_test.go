@@ -12,6 +12,7 @@ import (
 	"github.com/envoy-rls/envoy-rls/internal/limitertest"
 	"github.com/envoy-rls/envoy-rls/internal/redistest"
 	"github.com/envoy-rls/envoy-rls/pkg/limiter"
+	"github.com/envoy-rls/envoy-rls/pkg/limiter/algorithm"
 	"github.com/envoy-rls/envoy-rls/pkg/lua"
 	"github.com/redis/rueidis"
 )
@@ -91,7 +92,7 @@ func (e *env) serverNow() int64 {
 }
 
 // seed writes st as the program's state (lua.AppendState) with a TTL.
-func (e *env) seed(key string, st limiter.State) {
+func (e *env) seed(key string, st algorithm.State) {
 	e.t.Helper()
 	e.do("DEL", key)
 	e.do("SET", key, string(lua.AppendState(nil, st)), "PX", "600000")
@@ -159,7 +160,7 @@ func (e *env) pttl(key string) int64 {
 // run evaluates one request of cost on key with rate-batch-v2.lua, the
 // program the store sends, as the only key of the batch, and returns the
 // key's parsed reply. The batch commits exactly when the key is ALLOWED.
-func (e *env) run(p *limiter.Policy, key string, cost int64) limiter.Reply {
+func (e *env) run(p *limiter.Policy, key string, cost int64) algorithm.Reply {
 	e.t.Helper()
 	return e.runAmong(p, key, cost, 0, 1)
 }
@@ -168,7 +169,7 @@ func (e *env) run(p *limiter.Policy, key string, cost int64) limiter.Reply {
 // are check-role keys of the same policy on subjects of their own (fresh
 // states), which never block the commit and never write, so key's reply,
 // state and TTL are what they would be alone.
-func (e *env) runAmong(p *limiter.Policy, key string, cost int64, pos, n int) limiter.Reply {
+func (e *env) runAmong(p *limiter.Policy, key string, cost int64, pos, n int) algorithm.Reply {
 	e.t.Helper()
 	keys := make([]string, n)
 	pols := make([]*limiter.Policy, n)
@@ -186,7 +187,7 @@ func (e *env) runAmong(p *limiter.Policy, key string, cost int64, pos, n int) li
 	}
 	committed, replies := e.runBatchKeys(keys, args, pols)
 	r := replies[pos]
-	if committed != (r.Status == limiter.StatusAllowed) {
+	if committed != (r.Status == algorithm.StatusAllowed) {
 		e.t.Fatalf("run %s: committed %v with %s", p.ID(), committed, r.Status)
 	}
 	for i := range keys {
@@ -250,7 +251,7 @@ func (e *env) mustDecide(p *limiter.Policy, subject limiter.SubjectDigest) {
 // remainder for the token bucket; 0, the TAT's whole ms and its fraction
 // for GCRA; the window id and the units of the log in it and in the window
 // before for the sliding log (whose log is the field l).
-func hashFields(st limiter.State) (a, b, c int64) {
+func hashFields(st algorithm.State) (a, b, c int64) {
 	if st.Algorithm == limiter.TokenBucket || st.Algorithm == limiter.GCRA {
 		return st.Level, st.Epoch, st.Carry
 	}
@@ -259,7 +260,7 @@ func hashFields(st limiter.State) (a, b, c int64) {
 
 // stateHash is the tests' view of st (see hash): what a state holds, its
 // schema, policy and revision told by its key.
-func stateHash(st limiter.State) map[string]string {
+func stateHash(st algorithm.State) map[string]string {
 	a, b, c := hashFields(st)
 	h := map[string]string{
 		"alg": st.Algorithm.String(), "last": strconv.FormatInt(st.LastObservedMs, 10),
@@ -276,15 +277,15 @@ func stateHash(st limiter.State) map[string]string {
 }
 
 // recordOffence is the penalty rule of rate-batch-v2.lua in the models: a
-// request denied with an offence (limiter.PenaltyRecorded) writes its block
+// request denied with an offence (algorithm.PenaltyRecorded) writes its block
 // whatever the batch decides when its key's role records offences (not a
 // check or probe) and its hash
 // existed before the program (stored); a later key naming the hash sees
 // the block (cur), and the hash keeps it (offences, laid over the final
 // states by withOffences). Otherwise the reply is the limit's own denial.
 // It returns the reply to give.
-func recordOffence(cur, offences map[string]limiter.State, stored bool, k string, r batchReq, next limiter.State, reply, uncommitted limiter.Reply) limiter.Reply {
-	if !limiter.PenaltyRecorded(cur[k], next) {
+func recordOffence(cur, offences map[string]algorithm.State, stored bool, k string, r batchReq, next algorithm.State, reply, uncommitted algorithm.Reply) algorithm.Reply {
+	if !algorithm.PenaltyRecorded(cur[k], next) {
 		return reply
 	}
 	if !r.role.RecordsOffence() || !stored {
@@ -296,7 +297,7 @@ func recordOffence(cur, offences map[string]limiter.State, stored bool, k string
 }
 
 // withOffences lays the blocks recorded in offences over final.
-func withOffences(final, offences map[string]limiter.State) map[string]limiter.State {
+func withOffences(final, offences map[string]algorithm.State) map[string]algorithm.State {
 	for k, o := range offences {
 		f := final[k]
 		f.PenaltyUntilMs, f.PenaltyLevel = o.PenaltyUntilMs, o.PenaltyLevel

@@ -9,6 +9,7 @@ import (
 	"github.com/redis/rueidis"
 
 	"github.com/envoy-rls/envoy-rls/pkg/limiter"
+	"github.com/envoy-rls/envoy-rls/pkg/limiter/algorithm"
 	"github.com/envoy-rls/envoy-rls/pkg/limiter/deadline"
 	"github.com/envoy-rls/envoy-rls/pkg/lua"
 )
@@ -52,7 +53,7 @@ func (s *Store) evaluateLeases(ctx context.Context, batch []limiter.Request, out
 type leaseRun struct {
 	done  chan struct{}
 	state atomic.Int32 // leaseRunning, then leaseAnswered or leaseAbandoned
-	reply limiter.Reply
+	reply algorithm.Reply
 	err   error
 }
 
@@ -100,24 +101,24 @@ func (s *Store) runLease(ctx context.Context, r *limiter.Request, dl time.Time) 
 	if run.err != nil {
 		return failedOutcome(r.Policy, run.err)
 	}
-	return limiter.LeaseDecision(r, run.reply, takes(r, run.reply), limiter.SourceRedis)
+	return algorithm.LeaseDecision(r, run.reply, takes(r, run.reply), limiter.SourceRedis)
 }
 
 // takes reports whether reply says r took leases.
-func takes(r *limiter.Request, reply limiter.Reply) bool {
-	return r.Lease == limiter.LeaseTake && reply.Status == limiter.StatusAllowed && r.EffectiveRole().Consumes()
+func takes(r *limiter.Request, reply algorithm.Reply) bool {
+	return r.Lease == limiter.LeaseTake && reply.Status == algorithm.StatusAllowed && r.EffectiveRole().Consumes()
 }
 
 // execLease sends one run of lease-v2.lua (deadline rdl in Redis's clock)
 // and parses its reply; a reply samples the clock offset off.
-func (s *Store) execLease(ctx context.Context, r *limiter.Request, key string, off *clockOffset, rdl int64) (limiter.Reply, error) {
+func (s *Store) execLease(ctx context.Context, r *limiter.Request, key string, off *clockOffset, rdl int64) (algorithm.Reply, error) {
 	res := leaseScript.Exec(ctx, s.client, []string{key}, lua.LeaseArgs(r, rdl))
 	if err := res.Error(); err != nil {
-		return limiter.Reply{}, err
+		return algorithm.Reply{}, err
 	}
 	msgs, err := res.ToArray()
 	if err != nil {
-		return limiter.Reply{}, fmt.Errorf("%w: reply is not an array: %w", lua.ErrMalformedReply, err)
+		return algorithm.Reply{}, fmt.Errorf("%w: reply is not an array: %w", lua.ErrMalformedReply, err)
 	}
 	reply, err := lua.ParseLeaseReply(r.Policy, replyValues(nil, msgs))
 	now := s.local.ms(time.Now())
@@ -132,7 +133,7 @@ func (s *Store) execLease(ctx context.Context, r *limiter.Request, key string, o
 // giveBackLate handles the answer of a run whose caller left: a take that
 // took leases gives them back, bounded by the store's timeout. A return
 // that fails leaves them to expire after the lease TTL.
-func (s *Store) giveBackLate(r *limiter.Request, key string, reply limiter.Reply, err error) {
+func (s *Store) giveBackLate(r *limiter.Request, key string, reply algorithm.Reply, err error) {
 	if err != nil || !takes(r, reply) || s.closed.Load() {
 		return
 	}

@@ -12,6 +12,7 @@ import (
 	"github.com/envoy-rls/envoy-rls/internal/polltest"
 	"github.com/envoy-rls/envoy-rls/internal/redistest"
 	"github.com/envoy-rls/envoy-rls/pkg/limiter"
+	"github.com/envoy-rls/envoy-rls/pkg/limiter/algorithm"
 	"github.com/envoy-rls/envoy-rls/pkg/limiter/leases"
 	"github.com/envoy-rls/envoy-rls/pkg/lua"
 )
@@ -35,7 +36,7 @@ func TestLeases(t *testing.T) {
 
 // TestLeaseDifferential runs random lease operations through lease-v2.lua
 // and, from the set Redis held before each and at the TIME the program
-// read, through limiter.Lease: the same reply, field by field, and the
+// read, through algorithm.Lease: the same reply, field by field, and the
 // same set after. Short TTLs make leases expire during the run; half the
 // releases and returns name the leases of an earlier take (some expired
 // by then), as a release marker does.
@@ -67,7 +68,7 @@ func TestLeaseDifferential(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			next, want, _, write := limiter.Lease(before, got.ServerNowMs, p, r.Lease, r.LeaseAt, r.Cost, r.EffectiveRole().Consumes())
+			next, want, _, write := algorithm.Lease(before, got.ServerNowMs, p, r.Lease, r.LeaseAt, r.Cost, r.EffectiveRole().Consumes())
 			if got != want {
 				t.Fatalf("round %d step %d (%s %d at %d, %s): Lua %+v, Go %+v", round, i, r.Lease, r.Cost, r.LeaseAt, r.Role, got, want)
 			}

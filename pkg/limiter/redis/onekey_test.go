@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/envoy-rls/envoy-rls/pkg/limiter"
+	"github.com/envoy-rls/envoy-rls/pkg/limiter/algorithm"
 	"github.com/envoy-rls/envoy-rls/pkg/lua"
 )
 
@@ -92,8 +93,8 @@ func TestOneKeyRunDifferential(t *testing.T) {
 	for _, r := range roles {
 		want = append(want, "role "+r.String())
 	}
-	for _, st := range []limiter.Status{limiter.StatusAllowed, limiter.StatusDenied, limiter.StatusBlocked,
-		limiter.StatusStateIncompatible, limiter.StatusClockUnsafe, limiter.StatusInvalid} {
+	for _, st := range []algorithm.Status{algorithm.StatusAllowed, algorithm.StatusDenied, algorithm.StatusBlocked,
+		algorithm.StatusStateIncompatible, algorithm.StatusClockUnsafe, algorithm.StatusInvalid} {
 		want = append(want, st.String())
 	}
 	for _, w := range want {
@@ -127,7 +128,7 @@ func (e *env) oneKeyRaises(r batchReq) {
 	if text, err := vals[1].ToString(); err != nil || text == "" {
 		e.t.Fatalf("one raising key: error text %q (%v)", text, err)
 	}
-	_, err = lua.ParseBatchReplyV2([]*limiter.Policy{r.p}, replyValues(nil, vals), make([]limiter.Reply, 1))
+	_, err = lua.ParseBatchReplyV2([]*limiter.Policy{r.p}, replyValues(nil, vals), make([]algorithm.Reply, 1))
 	if !errors.Is(err, lua.ErrRequestFailed) {
 		e.t.Fatalf("one raising key: parsed %v, want a failed request", err)
 	}

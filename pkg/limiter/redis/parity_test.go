@@ -14,27 +14,29 @@ import (
 
 	"github.com/envoy-rls/envoy-rls/internal/limitertest"
 	"github.com/envoy-rls/envoy-rls/pkg/limiter"
+	"github.com/envoy-rls/envoy-rls/pkg/limiter/algorithm"
+	"github.com/envoy-rls/envoy-rls/pkg/limiter/calendar"
 	"github.com/envoy-rls/envoy-rls/pkg/limiter/memory"
 	"github.com/envoy-rls/envoy-rls/pkg/lua"
 )
 
 // The parity suite runs rate-batch-v2.lua, the program the store sends, on
 // a real Redis, with one key and among several, and checks every reply
-// field and the resulting hash and TTL against limiter.Apply (the Go
+// field and the resulting hash and TTL against algorithm.Apply (the Go
 // rules the memory store uses) given the same state and the same server time
 // (the reply's serverNowMillis). Time-dependent cases are driven by writing
 // state relative to the server's TIME, never by setting a clock.
 
 // checkParity seeds st (or deletes the key when !st.Exists), runs the batch
 // program with key alone and compares with Apply. It returns the reply.
-func checkParity(t *testing.T, e *env, p *limiter.Policy, key string, st limiter.State, cost int64) limiter.Reply {
+func checkParity(t *testing.T, e *env, p *limiter.Policy, key string, st algorithm.State, cost int64) algorithm.Reply {
 	t.Helper()
 	return checkParityAmong(t, e, p, key, st, cost, 0, 1)
 }
 
 // checkParityAmong is checkParity with key at index pos of a batch of n
 // keys (env.runAmong).
-func checkParityAmong(t *testing.T, e *env, p *limiter.Policy, key string, st limiter.State, cost int64, pos, n int) limiter.Reply {
+func checkParityAmong(t *testing.T, e *env, p *limiter.Policy, key string, st algorithm.State, cost int64, pos, n int) algorithm.Reply {
 	t.Helper()
 	if st.Exists {
 		e.seed(key, st)
@@ -47,11 +49,11 @@ func checkParityAmong(t *testing.T, e *env, p *limiter.Policy, key string, st li
 	start := time.Now()
 	beforeTTL := e.pttl(key)
 	got := e.runAmong(p, key, cost, pos, n)
-	next, want, write := limiter.Apply(st, got.ServerNowMs, p, cost)
+	next, want, write := algorithm.Apply(st, got.ServerNowMs, p, cost)
 	if got != want {
 		t.Fatalf("%s cost %d state %+v:\n lua  %+v\n go   %+v", p.ID(), cost, st, got, want)
 	}
-	if !write && limiter.PenaltyRecorded(st, next) {
+	if !write && algorithm.PenaltyRecorded(st, next) {
 		// An offence: the block is written, the expiry raised to cover it
 		// and its decay (never lowered).
 		if h, w := e.hash(key), stateHash(next); !reflect.DeepEqual(h, w) {
@@ -98,8 +100,8 @@ func checkParityAmong(t *testing.T, e *env, p *limiter.Policy, key string, st li
 }
 
 // stateOf is the state of p whose hash fields are a, b and c (see hashFields).
-func stateOf(p *limiter.Policy, last, a, b, c int64) limiter.State {
-	st := limiter.State{Exists: true, Schema: limiter.StateSchema, Algorithm: p.Algorithm(), PolicyID: p.ID(),
+func stateOf(p *limiter.Policy, last, a, b, c int64) algorithm.State {
+	st := algorithm.State{Exists: true, Schema: algorithm.StateSchema, Algorithm: p.Algorithm(), PolicyID: p.ID(),
 		Revision: p.Revision(), LastObservedMs: last, Epoch: a, Level: b, Carry: c}
 	if p.Algorithm() == limiter.TokenBucket || p.Algorithm() == limiter.GCRA {
 		st.Epoch, st.Level = b, a
@@ -113,11 +115,11 @@ func stateOf(p *limiter.Policy, last, a, b, c int64) limiter.State {
 // algorithm at its key (STATE_INCOMPATIBLE: a key names its policy, its
 // revision and its algorithm, so a foreign state is one another program
 // wrote there).
-func randomState(rng *rand.Rand, p *limiter.Policy, now int64) limiter.State {
+func randomState(rng *rand.Rand, p *limiter.Policy, now int64) algorithm.State {
 	limit := p.Limit()
 	last := now + rng.Int64N(9000) - 5000
 	w := last / p.WindowMillis()
-	var st limiter.State
+	var st algorithm.State
 	switch p.Algorithm() {
 	case limiter.FixedWindow:
 		if c := p.Calendar(); c != nil {
@@ -182,7 +184,7 @@ func programsAgainstApply(t *testing.T, e *env) {
 	tb := bucket(t, "tb", 10, 1, time.Second)
 	gc := cellRate(t, "gc", 10, 3, time.Second)
 	sl := slidingLog(t, "sl", 10, time.Minute)
-	cal := calendarPolicy(t, "cal", 5, limiter.CalendarDay, "Europe/Berlin")
+	cal := calendarPolicy(t, "cal", 5, calendar.Day, "Europe/Berlin")
 	spec := cal.Spec()
 	spec.ID = "cal.pen"
 	spec.Penalty = limiter.Penalty{Duration: time.Hour, MaxDuration: 4 * time.Hour, Decay: time.Hour}
@@ -190,17 +192,17 @@ func programsAgainstApply(t *testing.T, e *env) {
 	for _, p := range []*limiter.Policy{fw, sw, tb, gc, sl, cal, calPen} {
 		key := keyOf(p, subjectOf("all-programs"))
 		e.do("DEL", key)
-		var st limiter.State
+		var st algorithm.State
 		for i := 0; i < int(p.Limit())+2; i++ {
 			// Chain: each step's expected state is what Apply wrote.
 			got := e.run(p, key, 1)
-			next, want, write := limiter.Apply(st, got.ServerNowMs, p, 1)
+			next, want, write := algorithm.Apply(st, got.ServerNowMs, p, 1)
 			if got != want {
 				t.Fatalf("%s step %d: lua %+v, go %+v", p.ID(), i, got, want)
 			}
 			// An offence against the penalty box is written whatever the
 			// batch commits.
-			if write || limiter.PenaltyRecorded(st, next) {
+			if write || algorithm.PenaltyRecorded(st, next) {
 				st = next
 				if h := e.hash(key); !reflect.DeepEqual(h, stateHash(next)) {
 					t.Fatalf("%s step %d: hash %v, want %v", p.ID(), i, h, stateHash(next))
@@ -217,13 +219,13 @@ func TestExactBoundaryAfterDeniedRequest(t *testing.T) {
 		e.do("DEL", key)
 		steps := []struct {
 			cost      int64
-			status    limiter.Status
+			status    algorithm.Status
 			remaining int64
 		}{
-			{3, limiter.StatusAllowed, 2},
-			{3, limiter.StatusDenied, 2},  // would cross the limit: denied, consumes nothing
-			{2, limiter.StatusAllowed, 0}, // exactly the rest still fits
-			{1, limiter.StatusDenied, 0},
+			{3, algorithm.StatusAllowed, 2},
+			{3, algorithm.StatusDenied, 2},  // would cross the limit: denied, consumes nothing
+			{2, algorithm.StatusAllowed, 0}, // exactly the rest still fits
+			{1, algorithm.StatusDenied, 0},
 		}
 		for i, s := range steps {
 			before := e.dump(key)
@@ -231,7 +233,7 @@ func TestExactBoundaryAfterDeniedRequest(t *testing.T) {
 			if r.Status != s.status || r.Remaining != s.remaining {
 				t.Fatalf("%s step %d: cost %d: %s remaining %d, want %s remaining %d", p.ID(), i, s.cost, r.Status, r.Remaining, s.status, s.remaining)
 			}
-			if r.Status == limiter.StatusDenied {
+			if r.Status == algorithm.StatusDenied {
 				if r.RetryAfterMs < 1 {
 					t.Fatalf("%s step %d: denied with retryAfter %d", p.ID(), i, r.RetryAfterMs)
 				}
@@ -274,7 +276,7 @@ func clockRegression(t *testing.T, e *env, p *limiter.Policy, pos, n int) {
 	// checkParity compares DUMP before and after and checks the TTL was
 	// not extended.
 	r := checkParityAmong(t, e, p, key, st, 1, pos, n)
-	if r.Status != limiter.StatusClockUnsafe {
+	if r.Status != algorithm.StatusClockUnsafe {
 		t.Fatalf("%s: %s, want CLOCK_UNSAFE", p.ID(), r.Status)
 	}
 	before := e.dump(key)
@@ -296,7 +298,7 @@ func clockRegression(t *testing.T, e *env, p *limiter.Policy, pos, n int) {
 		st.Log = logOf(last-10, 1, last, 2)
 	}
 	r = checkParityAmong(t, e, p, key, st, 1, pos, n)
-	if r.Status != limiter.StatusAllowed || r.EffectiveNowMs != last {
+	if r.Status != algorithm.StatusAllowed || r.EffectiveNowMs != last {
 		t.Fatalf("%s: clamped step: %+v, want ALLOWED at %d", p.ID(), r, last)
 	}
 }
@@ -312,7 +314,7 @@ func TestTokenRefillRemainderCarry(t *testing.T) {
 	// (or more, by the time the program runs).
 	st := stateOf(p, now-1, 0, now-1, 2)
 	r := checkParity(t, e, p, key, st, 1)
-	if r.Status != limiter.StatusAllowed {
+	if r.Status != algorithm.StatusAllowed {
 		t.Fatalf("carried remainder did not complete a token: %+v", r)
 	}
 	// Chain 50 evaluations, each seeded with the previous hash and a last
@@ -325,7 +327,7 @@ func TestTokenRefillRemainderCarry(t *testing.T) {
 		now := e.serverNow()
 		st := stateOf(p, now-1, tokens, now-1, rem)
 		r := checkParity(t, e, p, key, st, 1)
-		if r.Status != limiter.StatusAllowed {
+		if r.Status != algorithm.StatusAllowed {
 			t.Fatalf("step %d: %+v", i, r)
 		}
 		elapsed += r.EffectiveNowMs - (now - 1)
@@ -432,7 +434,7 @@ func (e *env) seedRawState(key string, r rawState) {
 }
 
 // stateHashV1 is st as rate-batch-v1.lua's hash holds it.
-func stateHashV1(st limiter.State) map[string]string {
+func stateHashV1(st algorithm.State) map[string]string {
 	h := stateHash(st)
 	h["schema"], h["policy"], h["rev"] = "1", st.PolicyID, strconv.FormatUint(uint64(st.Revision), 10)
 	return h
@@ -548,7 +550,7 @@ func TestInvalidArguments(t *testing.T) {
 				pols[i] = p
 			}
 			committed, r := e.runBatchKeys(c.keys, c.args, pols)
-			if committed || r[c.pos].Status != limiter.StatusInvalid || r[c.pos].Limit != 0 {
+			if committed || r[c.pos].Status != algorithm.StatusInvalid || r[c.pos].Limit != 0 {
 				t.Errorf("%s (%d keys): committed %v, reply %+v, want INVALID", name, len(c.keys), committed, r[c.pos])
 			}
 			if e.do("EXISTS", key, other) != int64(0) {
@@ -617,7 +619,7 @@ func randomDifferential(t *testing.T, e *env) {
 		}
 		key := keyOf(p, subjectOf("random"+strconv.Itoa(i%7)))
 		now := e.serverNow()
-		var st limiter.State
+		var st algorithm.State
 		if rng.IntN(5) > 0 {
 			st = randomState(rng, p, now)
 		}
@@ -684,7 +686,7 @@ func TestMalformedPenaltyIsIncompatible(t *testing.T) {
 
 // TestPenaltyProgramAgainstCheck chains requests on one subject of each
 // algorithm with an hour-long penalty box through the batch program and
-// through limiter.Check, keeping the model's state as a store does (an
+// through algorithm.Check, keeping the model's state as a store does (an
 // allowed request's state, an offence's block): every reply and every hash
 // equal, through the limit, the offence and the blocked requests after it.
 // Before each request a probe of both kinds (RoleProbe, RoleQuotaProbe)
@@ -700,14 +702,14 @@ func TestPenaltyProgramAgainstCheck(t *testing.T) {
 		p = limitertest.Policy(t, spec)
 		key := keyOf(p, subjectOf("penalty chain"))
 		e.do("DEL", key)
-		var st limiter.State
-		var statuses []limiter.Status
+		var st algorithm.State
+		var statuses []algorithm.Status
 		sub := subjectOf("penalty chain")
 		for i := 0; i < int(p.Limit())+3; i++ {
 			for _, role := range []limiter.Role{limiter.RoleProbe, limiter.RoleQuotaProbe} {
 				before := e.dump(key)
 				_, pr := e.runBatch([]batchReq{{p: p, sub: sub, cost: 1, role: role}})
-				if _, _, want, _ := limiter.Check(st, pr[0].ServerNowMs, p, 1); pr[0] != want {
+				if _, _, want, _ := algorithm.Check(st, pr[0].ServerNowMs, p, 1); pr[0] != want {
 					t.Fatalf("%s step %d %s: lua %+v, go %+v", p.ID(), i, role, pr[0], want)
 				}
 				if after := e.dump(key); !reflect.DeepEqual(after, before) {
@@ -715,20 +717,20 @@ func TestPenaltyProgramAgainstCheck(t *testing.T) {
 				}
 			}
 			got := e.run(p, key, 1)
-			next, want, _, write := limiter.Check(st, got.ServerNowMs, p, 1)
+			next, want, _, write := algorithm.Check(st, got.ServerNowMs, p, 1)
 			if got != want {
 				t.Fatalf("%s step %d: lua %+v, go %+v", p.ID(), i, got, want)
 			}
 			statuses = append(statuses, got.Status)
-			if write || limiter.PenaltyRecorded(st, next) {
+			if write || algorithm.PenaltyRecorded(st, next) {
 				st = next
 				if h := e.hash(key); !reflect.DeepEqual(h, stateHash(next)) {
 					t.Fatalf("%s step %d: hash %v, want %v", p.ID(), i, h, stateHash(next))
 				}
 			}
 		}
-		want := []limiter.Status{limiter.StatusAllowed, limiter.StatusAllowed, limiter.StatusAllowed,
-			limiter.StatusDenied, limiter.StatusBlocked, limiter.StatusBlocked}
+		want := []algorithm.Status{algorithm.StatusAllowed, algorithm.StatusAllowed, algorithm.StatusAllowed,
+			algorithm.StatusDenied, algorithm.StatusBlocked, algorithm.StatusBlocked}
 		if !reflect.DeepEqual(statuses, want) || st.PenaltyLevel != 1 {
 			t.Fatalf("%s: statuses %v (level %d), want %v with one offence", p.ID(), statuses, st.PenaltyLevel, want)
 		}
@@ -738,11 +740,11 @@ func TestPenaltyProgramAgainstCheck(t *testing.T) {
 	}
 }
 
-// logOf packs (time, cost) pairs as limiter.State.Log.
+// logOf packs (time, cost) pairs as algorithm.State.Log.
 func logOf(hits ...int64) string {
 	var b []byte
 	for i := 0; i < len(hits); i += 2 {
-		b = limiter.AppendSlidingLogEntry(b, hits[i], hits[i+1])
+		b = algorithm.AppendSlidingLogEntry(b, hits[i], hits[i+1])
 	}
 	return string(b)
 }
@@ -753,7 +755,7 @@ func logOf(hits ...int64) string {
 // one in eight without a log (the memory store's estimated counts), one in
 // twelve of either with a log or counts that cannot be ours
 // (STATE_INCOMPATIBLE).
-func randomLog(rng *rand.Rand, p *limiter.Policy, last int64) limiter.State {
+func randomLog(rng *rand.Rand, p *limiter.Policy, last int64) algorithm.State {
 	w := p.WindowMillis()
 	epoch := last / w
 	st := stateOf(p, last, epoch, 0, 0)
@@ -786,7 +788,7 @@ func randomLog(rng *rand.Rand, p *limiter.Policy, last int64) limiter.State {
 		for j := i - 1; j >= 0 && times[j] == t; j-- {
 			cost++
 		}
-		b = limiter.AppendSlidingLogEntry(b, t, cost)
+		b = algorithm.AppendSlidingLogEntry(b, t, cost)
 		if t >= epoch*w {
 			st.Level += cost
 		} else {
@@ -799,9 +801,9 @@ func randomLog(rng *rand.Rand, p *limiter.Policy, last int64) limiter.State {
 		case 0:
 			st.Log = st.Log[:len(b)-1] // a partial entry
 		case 1:
-			st.Log = string(limiter.AppendSlidingLogEntry(b, last+1, 1)) // after last
+			st.Log = string(algorithm.AppendSlidingLogEntry(b, last+1, 1)) // after last
 		default:
-			st.Log = string(limiter.AppendSlidingLogEntry(b, 0, 1)) // out of order
+			st.Log = string(algorithm.AppendSlidingLogEntry(b, 0, 1)) // out of order
 		}
 	}
 	return st
@@ -820,26 +822,26 @@ func TestSlidingLogAgainstApply(t *testing.T) {
 		now := e.serverNow()
 		last := now - 100
 		w := now / p.WindowMillis()
-		st := func(log string) limiter.State {
+		st := func(log string) algorithm.State {
 			s := stateOf(p, last, w, 0, 0)
 			s.Log = log
 			return s
 		}
-		counts := func(epoch, level, carry int64) limiter.State {
+		counts := func(epoch, level, carry int64) algorithm.State {
 			return stateOf(p, last, epoch, level, carry)
 		}
 		for name, c := range map[string]struct {
-			st   limiter.State
-			want limiter.Status
+			st   algorithm.State
+			want algorithm.Status
 		}{
-			"partial entry":      {st(logOf(last, 1)[:9]), limiter.StatusStateIncompatible},
-			"cost 0":             {st(logOf(last, 0)), limiter.StatusStateIncompatible},
-			"out of order":       {st(logOf(last, 1, last-1, 1)), limiter.StatusStateIncompatible},
-			"after last":         {st(logOf(last+1, 1)), limiter.StatusStateIncompatible},
-			"fraction":           {st("\x42\x78\xbc\xfe\x56\x80\x00\x01\x00\x01"), limiter.StatusStateIncompatible},
-			"too long":           {st(strings.Repeat(logOf(last, 1), limiter.MaxSlidingLogLimit+1)), limiter.StatusStateIncompatible},
-			"counts above 1000":  {counts(w, limiter.MaxSlidingLogLimit+1, 0), limiter.StatusStateIncompatible},
-			"window beyond 2^53": {counts(limiter.MaxSafeInteger/p.WindowMillis()+1, 1, 0), limiter.StatusStateIncompatible},
+			"partial entry":      {st(logOf(last, 1)[:9]), algorithm.StatusStateIncompatible},
+			"cost 0":             {st(logOf(last, 0)), algorithm.StatusStateIncompatible},
+			"out of order":       {st(logOf(last, 1, last-1, 1)), algorithm.StatusStateIncompatible},
+			"after last":         {st(logOf(last+1, 1)), algorithm.StatusStateIncompatible},
+			"fraction":           {st("\x42\x78\xbc\xfe\x56\x80\x00\x01\x00\x01"), algorithm.StatusStateIncompatible},
+			"too long":           {st(strings.Repeat(logOf(last, 1), limiter.MaxSlidingLogLimit+1)), algorithm.StatusStateIncompatible},
+			"counts above 1000":  {counts(w, limiter.MaxSlidingLogLimit+1, 0), algorithm.StatusStateIncompatible},
+			"window beyond 2^53": {counts(limiter.MaxSafeInteger/p.WindowMillis()+1, 1, 0), algorithm.StatusStateIncompatible},
 			// The rest depend on where now falls in its minute: parity
 			// only (checkParityAmong).
 			"estimated counts":    {counts(w, 2, 2), 0},
@@ -859,11 +861,11 @@ func TestSlidingLogAgainstApply(t *testing.T) {
 		for _, n := range []int64{999, 1000} {
 			var log []byte
 			for i := range n {
-				log = limiter.AppendSlidingLogEntry(log, last-n+i, 1)
+				log = algorithm.AppendSlidingLogEntry(log, last-n+i, 1)
 			}
 			s := stateOf(full, last, now/full.WindowMillis(), n, 0)
 			s.Log = string(log)
-			if r := checkParityAmong(t, e, full, fullKey, s, 1, at.pos, at.n); (r.Status == limiter.StatusAllowed) != (n == 999) {
+			if r := checkParityAmong(t, e, full, fullKey, s, 1, at.pos, at.n); (r.Status == algorithm.StatusAllowed) != (n == 999) {
 				t.Errorf("a log of %d: %s", n, r.Status)
 			}
 		}

@@ -11,6 +11,7 @@ import (
 	"github.com/redis/rueidis"
 
 	"github.com/envoy-rls/envoy-rls/pkg/limiter"
+	"github.com/envoy-rls/envoy-rls/pkg/limiter/algorithm"
 	"github.com/envoy-rls/envoy-rls/pkg/lua"
 )
 
@@ -29,7 +30,7 @@ var batchV1Script = rueidis.NewLuaScript(batchV1Source)
 // (lua.AppendBatchPacked), then the group field. Its reply: the committed
 // flag, then the key's status by name and six integers; execV1 returns
 // the flag and the status.
-func (e *env) execV1(key string, p *limiter.Policy, cost int64) (bool, limiter.Status) {
+func (e *env) execV1(key string, p *limiter.Policy, cost int64) (bool, algorithm.Status) {
 	e.t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
@@ -47,7 +48,7 @@ func (e *env) execV1(key string, p *limiter.Policy, cost int64) (bool, limiter.S
 	if err != nil || err2 != nil {
 		e.t.Fatalf("rate-batch-v1 reply: %v %v", err, err2)
 	}
-	for _, st := range []limiter.Status{limiter.StatusAllowed, limiter.StatusDenied, limiter.StatusStateIncompatible} {
+	for _, st := range []algorithm.Status{algorithm.StatusAllowed, algorithm.StatusDenied, algorithm.StatusStateIncompatible} {
 		if name == st.String() {
 			return committed == 1, st
 		}
@@ -86,9 +87,9 @@ func TestV1AndV2SideBySide(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			for range each {
-				if _, st := e.execV1(v1Key, p, 1); st == limiter.StatusAllowed {
+				if _, st := e.execV1(v1Key, p, 1); st == algorithm.StatusAllowed {
 					v1OK.Add(1)
-				} else if st != limiter.StatusDenied {
+				} else if st != algorithm.StatusDenied {
 					t.Errorf("old replica: %s", st)
 				}
 			}
@@ -128,12 +129,12 @@ func TestV1AndV2SideBySide(t *testing.T) {
 	// nothing.
 	before := []any{e.dump(v1Key), e.dump(v2Key)}
 	committed, r := e.runBatchKeys([]string{v1Key}, batchArgs(nil, p, 1, limiter.RoleOrdinary), []*limiter.Policy{p})
-	if committed || r[0].Status != limiter.StatusStateIncompatible {
+	if committed || r[0].Status != algorithm.StatusStateIncompatible {
 		t.Fatalf("v2 on a v1 hash: committed %v, %s", committed, r[0].Status)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	if c, st := e.execV1(v2Key, p, 1); c || st != limiter.StatusStateIncompatible {
+	if c, st := e.execV1(v2Key, p, 1); c || st != algorithm.StatusStateIncompatible {
 		t.Fatalf("v1 on a v2 string: committed %v, %s", c, st)
 	}
 	if after := []any{e.dump(v1Key), e.dump(v2Key)}; after[0] != before[0] || after[1] != before[1] {

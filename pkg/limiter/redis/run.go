@@ -10,6 +10,7 @@ import (
 	"github.com/redis/rueidis"
 
 	"github.com/envoy-rls/envoy-rls/pkg/limiter"
+	"github.com/envoy-rls/envoy-rls/pkg/limiter/algorithm"
 	"github.com/envoy-rls/envoy-rls/pkg/lua"
 )
 
@@ -198,7 +199,7 @@ func (s *Store) parseCall(off *clockOffset, now int64, g *group, m *rueidis.Redi
 	}
 	g.answered = true
 	for k := range g.idx {
-		g.outs[k] = limiter.OutcomeFromReply(g.policies[k], g.replies[k], limiter.SourceRedis)
+		g.outs[k] = algorithm.OutcomeFromReply(g.policies[k], g.replies[k], limiter.SourceRedis)
 	}
 }
 

@@ -12,7 +12,7 @@ import (
 // and the lease scripts (lease-v2.lua). Redis decides with its own TIME,
 // which no test sets: the timed cases run on the stores with an injected
 // clock, and Redis's side of time is the program's parity with
-// limiter.Apply at TIME (parity_test.go, calendar_test.go,
+// algorithm.Apply at TIME (parity_test.go, calendar_test.go,
 // calendar_penalty_test.go).
 func TestSuite(t *testing.T) {
 	e := newEnv(t)

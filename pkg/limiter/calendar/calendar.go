@@ -1,47 +1,48 @@
-package limiter
+// Package calendar holds the periods of calendar windows: the minute,
+// hour, day, ISO week, month or year of a time zone's local clock that
+// holds an instant (docs/algorithms.md, "Calendar windows").
+package calendar
 
 import (
-	"fmt"
 	"sync/atomic"
 	"time"
 )
 
-// CalendarUnit is the period of a calendar window.
-type CalendarUnit uint8
+// Unit is the period of a calendar window.
+type Unit uint8
 
 const (
-	CalendarMinute CalendarUnit = iota + 1 // a minute of the local clock
-	CalendarHour                           // an hour of the local clock
-	CalendarDay                            // a local day, midnight to midnight
-	CalendarWeek                           // an ISO week, Monday 00:00 to Monday 00:00
-	CalendarMonth                          // the 1st 00:00 to the next 1st 00:00
-	CalendarYear                           // January 1st 00:00 to the next
+	Minute Unit = iota + 1 // a minute of the local clock
+	Hour                   // an hour of the local clock
+	Day                    // a local day, midnight to midnight
+	Week                   // an ISO week, Monday 00:00 to Monday 00:00
+	Month                  // the 1st 00:00 to the next 1st 00:00
+	Year                   // January 1st 00:00 to the next
 )
 
-func (u CalendarUnit) String() string {
+func (u Unit) String() string {
 	switch u {
-	case CalendarMinute:
+	case Minute:
 		return "minute"
-	case CalendarHour:
+	case Hour:
 		return "hour"
-	case CalendarDay:
+	case Day:
 		return "day"
-	case CalendarWeek:
+	case Week:
 		return "week"
-	case CalendarMonth:
+	case Month:
 		return "month"
-	case CalendarYear:
+	case Year:
 		return "year"
 	}
 	return "unknown"
 }
 
-// Calendar makes a fixed window a calendar period of a time zone: the
-// window holding an instant is the minute, hour, day, ISO week, month or
-// year of the local clock of Location that holds it (docs/algorithms.md,
-// "Calendar windows"). Its window id is the period's start in Unix ms.
+// Calendar is a unit of the local clock of Location: a calendar fixed
+// window counts in its periods, its window id the period's start in Unix
+// ms. Safe for concurrent use.
 type Calendar struct {
-	Unit CalendarUnit
+	Unit Unit
 	// Location is the time zone (time.LoadLocation). (Required)
 	Location *time.Location
 
@@ -49,19 +50,6 @@ type Calendar struct {
 	// periods are a pure function of the calendar, so any of them stays
 	// true, and an instant in one of them needs no zone arithmetic.
 	last atomic.Pointer[[4]int64]
-}
-
-// clone is a calendar of the same unit and zone, with no memory of periods.
-func (c *Calendar) clone() *Calendar { return &Calendar{Unit: c.Unit, Location: c.Location} }
-
-func (c *Calendar) check() error {
-	if c.Unit < CalendarMinute || c.Unit > CalendarYear {
-		return &FieldError{Field: "calendar", Reason: fmt.Sprintf("unit %d is not minute, hour, day, week, month or year", c.Unit)}
-	}
-	if c.Location == nil {
-		return &FieldError{Field: "time_zone", Reason: "is required for a calendar window"}
-	}
-	return nil
 }
 
 // Period returns the calendar period holding the instant nowMs (Unix ms):
@@ -85,18 +73,18 @@ func (c *Calendar) Period(nowMs int64) (start, end int64) {
 func (c *Calendar) period(nowMs int64) (start, end int64) {
 	t := time.UnixMilli(nowMs).In(c.Location)
 	switch c.Unit {
-	case CalendarMinute, CalendarHour:
+	case Minute, Hour:
 		return c.subDay(t)
 	}
 	y, m, d := t.Date()
 	var s, e time.Time
 	switch c.Unit {
-	case CalendarDay:
+	case Day:
 		s, e = c.midnight(y, m, d), c.midnight(y, m, d+1)
-	case CalendarWeek:
+	case Week:
 		back := (int(t.Weekday()) + 6) % 7 // days since Monday
 		s, e = c.midnight(y, m, d-back), c.midnight(y, m, d-back+7)
-	case CalendarMonth:
+	case Month:
 		s, e = c.midnight(y, m, 1), c.midnight(y, m+1, 1)
 	default:
 		s, e = c.midnight(y, 1, 1), c.midnight(y+1, 1, 1)
@@ -149,10 +137,10 @@ func (c *Calendar) midnight(y int, m time.Month, d int) time.Time {
 // force at t, and cut at the offset's changes.
 func (c *Calendar) subDay(t time.Time) (start, end int64) {
 	unit := int64(60_000)
-	if c.Unit != CalendarMinute {
+	if c.Unit != Minute {
 		unit = 3_600_000
 	}
-	if c.Unit > CalendarHour {
+	if c.Unit > Hour {
 		// The fallback of a day-based unit: the day of the offset in force.
 		unit = 86_400_000
 	}
@@ -177,19 +165,4 @@ func mod(a, b int64) int64 {
 		r += b
 	}
 	return r
-}
-
-// Calendar returns the calendar of a calendar fixed window, else nil.
-func (p *Policy) Calendar() *Calendar { return p.calendar }
-
-// WindowAt returns the id and the end (Unix ms) of the window holding
-// nowMs, for the window algorithms: for an epoch-aligned window its index
-// nowMs / WindowMillis and its end; for a calendar window its period's
-// start and end (Calendar.Period).
-func (p *Policy) WindowAt(nowMs int64) (id, end int64) {
-	if p.calendar != nil {
-		return p.calendar.Period(nowMs)
-	}
-	id = nowMs / p.windowMs
-	return id, (id + 1) * p.windowMs
 }

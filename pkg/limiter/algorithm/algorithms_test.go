@@ -1,4 +1,4 @@
-package limiter_test
+package algorithm_test
 
 import (
 	"errors"
@@ -9,6 +9,7 @@ import (
 
 	"github.com/envoy-rls/envoy-rls/internal/limitertest"
 	"github.com/envoy-rls/envoy-rls/pkg/limiter"
+	"github.com/envoy-rls/envoy-rls/pkg/limiter/algorithm"
 )
 
 // t0 is an arbitrary epoch-aligned start (a multiple of every window used).
@@ -19,7 +20,7 @@ const t0 int64 = 1_700_000_000_000
 // when it differs from now (a clamped clock).
 type step struct {
 	now, cost int64
-	status    limiter.Status
+	status    algorithm.Status
 	remaining int64
 	retry     int64
 	reset     int64
@@ -28,23 +29,23 @@ type step struct {
 
 // run drives Apply through steps, keeping the state between them like a
 // store would, and checks every reply field and the write rules.
-func run(t *testing.T, p *limiter.Policy, st limiter.State, steps []step) limiter.State {
+func run(t *testing.T, p *limiter.Policy, st algorithm.State, steps []step) algorithm.State {
 	t.Helper()
 	for i, s := range steps {
-		next, r, write := limiter.Apply(st, s.now, p, s.cost)
+		next, r, write := algorithm.Apply(st, s.now, p, s.cost)
 		eff := s.now
 		if s.eff != 0 {
 			eff = s.eff
 		}
-		want := limiter.Reply{Status: s.status, ServerNowMs: s.now, EffectiveNowMs: eff, Limit: p.Limit(),
+		want := algorithm.Reply{Status: s.status, ServerNowMs: s.now, EffectiveNowMs: eff, Limit: p.Limit(),
 			Remaining: s.remaining, RetryAfterMs: s.retry, ResetAtMs: s.reset}
-		if s.status == limiter.StatusClockUnsafe || s.status == limiter.StatusStateIncompatible {
-			want = limiter.Reply{Status: s.status, ServerNowMs: s.now, EffectiveNowMs: s.now, Limit: p.Limit()}
+		if s.status == algorithm.StatusClockUnsafe || s.status == algorithm.StatusStateIncompatible {
+			want = algorithm.Reply{Status: s.status, ServerNowMs: s.now, EffectiveNowMs: s.now, Limit: p.Limit()}
 		}
 		if r != want {
 			t.Fatalf("step %d: Apply(now=%d, cost=%d)\n got %+v\nwant %+v", i, s.now, s.cost, r, want)
 		}
-		if write != (s.status == limiter.StatusAllowed) {
+		if write != (s.status == algorithm.StatusAllowed) {
 			t.Fatalf("step %d: write = %v for %s", i, write, r.Status)
 		}
 		if !write {
@@ -78,17 +79,17 @@ func bucket(t testing.TB, capacity, amount int64, period time.Duration) *limiter
 }
 
 const (
-	allowed = limiter.StatusAllowed
-	denied  = limiter.StatusDenied
-	unsafe  = limiter.StatusClockUnsafe
-	incompa = limiter.StatusStateIncompatible
+	allowed = algorithm.StatusAllowed
+	denied  = algorithm.StatusDenied
+	unsafe  = algorithm.StatusClockUnsafe
+	incompa = algorithm.StatusStateIncompatible
 )
 
 func TestFixedWindow(t *testing.T) {
 	p := fixed(t, 10, time.Second)
 	end := t0 + 1000
 	t.Run("boundary after denial", func(t *testing.T) {
-		run(t, p, limiter.State{}, []step{
+		run(t, p, algorithm.State{}, []step{
 			{now: t0, cost: 7, status: allowed, remaining: 3, reset: end},
 			{now: t0 + 1, cost: 4, status: denied, remaining: 3, retry: 999, reset: end}, // cost > remaining
 			{now: t0 + 2, cost: 3, status: allowed, remaining: 0, reset: end},            // the denial consumed nothing
@@ -97,7 +98,7 @@ func TestFixedWindow(t *testing.T) {
 		})
 	})
 	t.Run("window roll", func(t *testing.T) {
-		run(t, p, limiter.State{}, []step{
+		run(t, p, algorithm.State{}, []step{
 			{now: t0 + 500, cost: 10, status: allowed, remaining: 0, reset: end},
 			{now: t0 + 999, cost: 1, status: denied, remaining: 0, retry: 1, reset: end},
 			{now: t0 + 1000, cost: 10, status: allowed, remaining: 0, reset: t0 + 2000},
@@ -107,7 +108,7 @@ func TestFixedWindow(t *testing.T) {
 	})
 	t.Run("clock", func(t *testing.T) {
 		// Default max clock regression: 2s.
-		run(t, p, limiter.State{}, []step{
+		run(t, p, algorithm.State{}, []step{
 			{now: t0 + 900, cost: 1, status: allowed, remaining: 9, reset: end},
 			{now: t0 + 100, cost: 1, status: allowed, remaining: 8, reset: end, eff: t0 + 900},        // small step back: clamped
 			{now: t0 + 900 - 2000, cost: 1, status: allowed, remaining: 7, reset: end, eff: t0 + 900}, // exactly the threshold
@@ -117,7 +118,7 @@ func TestFixedWindow(t *testing.T) {
 		})
 	})
 	t.Run("ttl", func(t *testing.T) {
-		st := run(t, p, limiter.State{}, []step{{now: t0 + 300, cost: 1, status: allowed, remaining: 9, reset: end}})
+		st := run(t, p, algorithm.State{}, []step{{now: t0 + 300, cost: 1, status: allowed, remaining: 9, reset: end}})
 		if want := end + 1000; st.ExpiresAtMs != want { // window end + default cleanup grace 1s
 			t.Fatalf("ExpiresAtMs = %d, want %d", st.ExpiresAtMs, want)
 		}
@@ -129,7 +130,7 @@ func TestFixedWindow(t *testing.T) {
 		max := limiter.MaxSafeInteger
 		p := fixed(t, max, time.Hour)
 		wend := (t0/3_600_000 + 1) * 3_600_000
-		run(t, p, limiter.State{}, []step{
+		run(t, p, algorithm.State{}, []step{
 			{now: t0, cost: max - 1, status: allowed, remaining: 1, reset: wend},
 			{now: t0, cost: 2, status: denied, remaining: 1, retry: wend - t0, reset: wend},
 			{now: t0, cost: 1, status: allowed, remaining: 0, reset: wend},
@@ -139,7 +140,7 @@ func TestFixedWindow(t *testing.T) {
 	})
 	t.Run("lowered limit, same revision", func(t *testing.T) {
 		big := fixed(t, 100, time.Second)
-		st := run(t, big, limiter.State{}, []step{{now: t0, cost: 50, status: allowed, remaining: 50, reset: end}})
+		st := run(t, big, algorithm.State{}, []step{{now: t0, cost: 50, status: allowed, remaining: 50, reset: end}})
 		run(t, p, st, []step{{now: t0 + 1, cost: 1, status: denied, remaining: 0, retry: 999, reset: end}})
 	})
 }
@@ -147,7 +148,7 @@ func TestFixedWindow(t *testing.T) {
 func TestSlidingWindow(t *testing.T) {
 	p := sliding(t, 10, time.Second)
 	t.Run("boundary, roll and retry", func(t *testing.T) {
-		run(t, p, limiter.State{}, []step{
+		run(t, p, algorithm.State{}, []step{
 			{now: t0, cost: 10, status: allowed, remaining: 0, reset: t0 + 2000},
 			{now: t0 + 999, cost: 1, status: denied, remaining: 0, retry: 1 + 100, reset: t0 + 2000},
 			// 0% into the next window: the previous count weighs fully.
@@ -166,7 +167,7 @@ func TestSlidingWindow(t *testing.T) {
 		})
 	})
 	t.Run("cost needs the next window", func(t *testing.T) {
-		run(t, p, limiter.State{}, []step{
+		run(t, p, algorithm.State{}, []step{
 			{now: t0 + 200, cost: 8, status: allowed, remaining: 2, reset: t0 + 2000},
 			// cur 8 + 3 > 10: wait for the roll (800ms), then until
 			// ceil(8*w) + 3 <= 10, w <= 0.875: e' = 125.
@@ -178,7 +179,7 @@ func TestSlidingWindow(t *testing.T) {
 	t.Run("weight", func(t *testing.T) {
 		// previous window: 600 of 1000; one unit spent now shows the estimate.
 		p := sliding(t, 1000, time.Second)
-		prev := run(t, p, limiter.State{}, []step{{now: t0, cost: 600, status: allowed, remaining: 400, reset: t0 + 2000}})
+		prev := run(t, p, algorithm.State{}, []step{{now: t0, cost: 600, status: allowed, remaining: 400, reset: t0 + 2000}})
 		for _, tc := range []struct {
 			name     string
 			e        int64
@@ -196,7 +197,7 @@ func TestSlidingWindow(t *testing.T) {
 		}
 	})
 	t.Run("clock", func(t *testing.T) {
-		st := run(t, p, limiter.State{}, []step{
+		st := run(t, p, algorithm.State{}, []step{
 			{now: t0 + 1500, cost: 2, status: allowed, remaining: 8, reset: t0 + 3000},
 			{now: t0 + 1400, cost: 2, status: allowed, remaining: 6, reset: t0 + 3000, eff: t0 + 1500},
 		})
@@ -207,12 +208,12 @@ func TestSlidingWindow(t *testing.T) {
 		window := limit                                        // ms
 		p := sliding(t, limit, time.Duration(window)*time.Millisecond)
 		start := (t0/window + 1) * window
-		st := run(t, p, limiter.State{}, []step{{now: start, cost: limit, status: allowed, remaining: 0, reset: start + 2*window}})
+		st := run(t, p, algorithm.State{}, []step{{now: start, cost: limit, status: allowed, remaining: 0, reset: start + 2*window}})
 		for _, e := range []int64{0, 1, window / 3, window / 2, window - 1} {
 			// Exact reference with big integers: ceil(limit * ceil((window-e)*S / window) / S).
 			w := ceilBig(big.NewInt(0).Mul(big.NewInt(window-e), big.NewInt(limiter.SlidingScale)), big.NewInt(window))
 			part := ceilBig(w.Mul(w, big.NewInt(limit)), big.NewInt(limiter.SlidingScale)).Int64()
-			_, r, _ := limiter.Apply(st, start+window+e, p, 1)
+			_, r, _ := algorithm.Apply(st, start+window+e, p, 1)
 			if want := max(0, limit-part-1); r.Remaining != want && !(r.Status == denied && r.Remaining == limit-part) {
 				t.Fatalf("e=%d: reply %+v, want estimate %d", e, r, part)
 			}
@@ -231,7 +232,7 @@ func ceilBig(a, b *big.Int) *big.Int {
 func TestTokenBucket(t *testing.T) {
 	p := bucket(t, 10, 1, 100*time.Millisecond) // 10 tokens, one every 100ms
 	t.Run("boundary after denial", func(t *testing.T) {
-		run(t, p, limiter.State{}, []step{
+		run(t, p, algorithm.State{}, []step{
 			{now: t0, cost: 10, status: allowed, remaining: 0, reset: t0 + 1000},
 			{now: t0 + 50, cost: 1, status: denied, remaining: 0, retry: 50, reset: t0 + 1000},
 			{now: t0 + 100, cost: 1, status: allowed, remaining: 0, reset: t0 + 1100},
@@ -242,7 +243,7 @@ func TestTokenBucket(t *testing.T) {
 		})
 	})
 	t.Run("saturation", func(t *testing.T) {
-		st := run(t, p, limiter.State{}, []step{
+		st := run(t, p, algorithm.State{}, []step{
 			{now: t0, cost: 1, status: allowed, remaining: 9, reset: t0 + 100},
 			{now: t0 + 10_000_000, cost: 1, status: allowed, remaining: 9, reset: t0 + 10_000_100},
 		})
@@ -254,7 +255,7 @@ func TestTokenBucket(t *testing.T) {
 		}
 	})
 	t.Run("clock", func(t *testing.T) {
-		st := run(t, p, limiter.State{}, []step{
+		st := run(t, p, algorithm.State{}, []step{
 			{now: t0 + 1000, cost: 5, status: allowed, remaining: 5, reset: t0 + 1500},
 			{now: t0 + 500, cost: 5, status: allowed, remaining: 0, reset: t0 + 2000, eff: t0 + 1000},
 		})
@@ -268,7 +269,7 @@ func TestTokenBucket(t *testing.T) {
 		capacity := limiter.MaxSafeInteger - 1_000_000
 		p := bucket(t, capacity, 1_000_000, time.Millisecond)
 		full := ceilDivTest(capacity, 1_000_000)
-		run(t, p, limiter.State{}, []step{
+		run(t, p, algorithm.State{}, []step{
 			{now: t0, cost: capacity, status: allowed, remaining: 0, reset: t0 + full},
 			{now: t0 + 1, cost: 2_000_000, status: denied, remaining: 1_000_000, retry: 1, reset: t0 + full},
 			{now: t0 + 2, cost: capacity, status: denied, remaining: 2_000_000, retry: full - 2, reset: t0 + full},
@@ -303,16 +304,16 @@ func TestTokenBucketRemainderCarry(t *testing.T) {
 			p := bucket(t, 1_000_000, tc.amount, tc.period)
 			// Leave 1000 tokens, so that every step below is allowed (and
 			// written) and both paths end with the same consumption.
-			start, _, _ := limiter.Apply(limiter.State{}, t0, p, 999_000)
+			start, _, _ := algorithm.Apply(algorithm.State{}, t0, p, 999_000)
 			many := start
 			for i := int64(1); i <= 1000; i++ {
-				next, r, write := limiter.Apply(many, t0+i, p, 1)
+				next, r, write := algorithm.Apply(many, t0+i, p, 1)
 				if !write {
 					t.Fatalf("step %d: %+v", i, r)
 				}
 				many = next
 			}
-			once, r, write := limiter.Apply(start, t0+1000, p, 1000)
+			once, r, write := algorithm.Apply(start, t0+1000, p, 1000)
 			if !write {
 				t.Fatalf("one refill of 1s: %+v", r)
 			}
@@ -325,16 +326,16 @@ func TestTokenBucketRemainderCarry(t *testing.T) {
 
 func TestIncompatibleState(t *testing.T) {
 	p := fixed(t, 10, time.Second)
-	good, _, _ := limiter.Apply(limiter.State{}, t0, p, 1)
+	good, _, _ := algorithm.Apply(algorithm.State{}, t0, p, 1)
 	for _, tc := range []struct {
 		name   string
-		mutate func(*limiter.State)
+		mutate func(*algorithm.State)
 	}{
-		{"schema", func(s *limiter.State) { s.Schema = 2 }},
-		{"zero schema", func(s *limiter.State) { s.Schema = 0 }},
-		{"algorithm", func(s *limiter.State) { s.Algorithm = limiter.TokenBucket }},
-		{"policy", func(s *limiter.State) { s.PolicyID = "other" }},
-		{"revision", func(s *limiter.State) { s.Revision = 2 }},
+		{"schema", func(s *algorithm.State) { s.Schema = 2 }},
+		{"zero schema", func(s *algorithm.State) { s.Schema = 0 }},
+		{"algorithm", func(s *algorithm.State) { s.Algorithm = limiter.TokenBucket }},
+		{"policy", func(s *algorithm.State) { s.PolicyID = "other" }},
+		{"revision", func(s *algorithm.State) { s.Revision = 2 }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			st := good
@@ -353,8 +354,8 @@ func TestIncompatibleState(t *testing.T) {
 
 func TestOutcomeFromReply(t *testing.T) {
 	p := sliding(t, 10, time.Second)
-	ok := limiter.Reply{Status: allowed, ServerNowMs: t0, EffectiveNowMs: t0, Limit: 10, Remaining: 3, ResetAtMs: t0 + 2000}
-	o := limiter.OutcomeFromReply(p, ok, limiter.SourceMemory)
+	ok := algorithm.Reply{Status: allowed, ServerNowMs: t0, EffectiveNowMs: t0, Limit: 10, Remaining: 3, ResetAtMs: t0 + 2000}
+	o := algorithm.OutcomeFromReply(p, ok, limiter.SourceMemory)
 	want := limiter.Decision{Allowed: true, Limit: 10, Remaining: 3, ResetAt: time.UnixMilli(t0 + 2000),
 		PolicyID: "test", PolicyRevision: 1, Source: limiter.SourceMemory, Certainty: limiter.Approximate}
 	if o.Kind != limiter.Evaluated || o.Decision != want {
@@ -362,29 +363,29 @@ func TestOutcomeFromReply(t *testing.T) {
 	}
 	no := ok
 	no.Status, no.RetryAfterMs = denied, 250
-	if o := limiter.OutcomeFromReply(p, no, limiter.SourceRedis); o.Kind != limiter.Evaluated || o.Decision.Allowed ||
+	if o := algorithm.OutcomeFromReply(p, no, limiter.SourceRedis); o.Kind != limiter.Evaluated || o.Decision.Allowed ||
 		o.Decision.RetryAfter != 250*time.Millisecond || o.Decision.Source != limiter.SourceRedis {
 		t.Fatalf("denied: %+v", o)
 	}
 	for _, tc := range []struct {
 		name     string
-		r        limiter.Reply
+		r        algorithm.Reply
 		kind     limiter.OutcomeKind
 		category string
 		err      error
 	}{
-		{"clock unsafe", limiter.Reply{Status: unsafe, Limit: 10}, limiter.Unavailable, limiter.CategoryClockUnsafe, limiter.ErrClockUnsafe},
-		{"incompatible", limiter.Reply{Status: incompa, Limit: 10}, limiter.Incompatible, limiter.CategoryStateIncompatible, limiter.ErrStateIncompatible},
-		{"invalid", limiter.Reply{Status: limiter.StatusInvalid}, limiter.Incompatible, limiter.CategoryProgramInvalid, limiter.ErrProgramInvalid},
-		{"unknown status", limiter.Reply{Status: 99}, limiter.Incompatible, limiter.CategoryReplyMalformed, limiter.ErrReplyMalformed},
-		{"other limit", func() limiter.Reply { r := ok; r.Limit = 11; return r }(), limiter.Incompatible, limiter.CategoryReplyMalformed, limiter.ErrReplyMalformed},
-		{"remaining above limit", func() limiter.Reply { r := ok; r.Remaining = 11; return r }(), limiter.Incompatible, limiter.CategoryReplyMalformed, limiter.ErrReplyMalformed},
-		{"negative remaining", func() limiter.Reply { r := ok; r.Remaining = -1; return r }(), limiter.Incompatible, limiter.CategoryReplyMalformed, limiter.ErrReplyMalformed},
-		{"allowed with retry", func() limiter.Reply { r := ok; r.RetryAfterMs = 1; return r }(), limiter.Incompatible, limiter.CategoryReplyMalformed, limiter.ErrReplyMalformed},
-		{"denied without retry", func() limiter.Reply { r := no; r.RetryAfterMs = 0; return r }(), limiter.Incompatible, limiter.CategoryReplyMalformed, limiter.ErrReplyMalformed},
+		{"clock unsafe", algorithm.Reply{Status: unsafe, Limit: 10}, limiter.Unavailable, limiter.CategoryClockUnsafe, limiter.ErrClockUnsafe},
+		{"incompatible", algorithm.Reply{Status: incompa, Limit: 10}, limiter.Incompatible, limiter.CategoryStateIncompatible, limiter.ErrStateIncompatible},
+		{"invalid", algorithm.Reply{Status: algorithm.StatusInvalid}, limiter.Incompatible, limiter.CategoryProgramInvalid, limiter.ErrProgramInvalid},
+		{"unknown status", algorithm.Reply{Status: 99}, limiter.Incompatible, limiter.CategoryReplyMalformed, limiter.ErrReplyMalformed},
+		{"other limit", func() algorithm.Reply { r := ok; r.Limit = 11; return r }(), limiter.Incompatible, limiter.CategoryReplyMalformed, limiter.ErrReplyMalformed},
+		{"remaining above limit", func() algorithm.Reply { r := ok; r.Remaining = 11; return r }(), limiter.Incompatible, limiter.CategoryReplyMalformed, limiter.ErrReplyMalformed},
+		{"negative remaining", func() algorithm.Reply { r := ok; r.Remaining = -1; return r }(), limiter.Incompatible, limiter.CategoryReplyMalformed, limiter.ErrReplyMalformed},
+		{"allowed with retry", func() algorithm.Reply { r := ok; r.RetryAfterMs = 1; return r }(), limiter.Incompatible, limiter.CategoryReplyMalformed, limiter.ErrReplyMalformed},
+		{"denied without retry", func() algorithm.Reply { r := no; r.RetryAfterMs = 0; return r }(), limiter.Incompatible, limiter.CategoryReplyMalformed, limiter.ErrReplyMalformed},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			o := limiter.OutcomeFromReply(p, tc.r, limiter.SourceMemory)
+			o := algorithm.OutcomeFromReply(p, tc.r, limiter.SourceMemory)
 			if o.Kind != tc.kind || o.Category != tc.category || !errors.Is(o.Err, tc.err) {
 				t.Fatalf("got %v/%s (%v), want %v/%s (%v)", o.Kind, o.Category, o.Err, tc.kind, tc.category, tc.err)
 			}
@@ -405,7 +406,7 @@ func TestGCRA(t *testing.T) {
 	t.Run("fractional emission interval", func(t *testing.T) {
 		// 3 per second: I = 333 1/3 ms, kept exact (units of 1/3 ms).
 		p := gcraPolicy(t, 3, 3, time.Second)
-		st := run(t, p, limiter.State{}, []step{
+		st := run(t, p, algorithm.State{}, []step{
 			{now: t0, cost: 1, status: allowed, remaining: 2, reset: t0 + 334}, // TAT t0+333 1/3
 			{now: t0, cost: 2, status: allowed, remaining: 0, reset: t0 + 1000},
 			// TAT - now = 999 ms: 1 ms of tolerance left, 333 1/3 ms wanted.
@@ -428,7 +429,7 @@ func TestGCRA(t *testing.T) {
 		if p.Limit() != 5 || p.MaxCost() != 5 {
 			t.Fatalf("limit %d, max cost %d: want the burst, 5", p.Limit(), p.MaxCost())
 		}
-		st := run(t, p, limiter.State{}, []step{
+		st := run(t, p, algorithm.State{}, []step{
 			{now: t0, cost: 5, status: allowed, remaining: 0, reset: t0 + 2500},
 			{now: t0 + 499, cost: 1, status: denied, remaining: 0, retry: 1, reset: t0 + 2500},
 			{now: t0 + 500, cost: 1, status: allowed, remaining: 0, reset: t0 + 3000},
@@ -463,7 +464,7 @@ func TestGCRAIsTheTokenBucket(t *testing.T) {
 		period := time.Duration(1+rng.Int64N(5000)) * time.Millisecond
 		g := gcraPolicy(t, burst, limit, period)
 		b := bucket(t, burst, limit, period)
-		var sg, sb limiter.State
+		var sg, sb algorithm.State
 		now := t0
 		for i := 0; i < 200; i++ {
 			switch rng.IntN(4) {
@@ -475,8 +476,8 @@ func TestGCRAIsTheTokenBucket(t *testing.T) {
 				now += rng.Int64N(period.Milliseconds()/limit + 1)
 			}
 			cost := 1 + rng.Int64N(min(burst, 4))
-			ng, rg, wg := limiter.Apply(sg, now, g, cost)
-			nb, rb, wb := limiter.Apply(sb, now, b, cost)
+			ng, rg, wg := algorithm.Apply(sg, now, g, cost)
+			nb, rb, wb := algorithm.Apply(sb, now, b, cost)
 			if rg != rb || wg != wb {
 				t.Fatalf("run %d step %d (burst %d, %d per %v, now %d, cost %d):\n gcra   %+v\n bucket %+v", run, i, burst, limit, period, now, cost, rg, rb)
 			}
@@ -494,36 +495,36 @@ func TestGCRAIsTheTokenBucket(t *testing.T) {
 func TestDeficitState(t *testing.T) {
 	rng := rand.New(rand.NewPCG(18, 4))
 	for _, p := range []*limiter.Policy{gcraPolicy(t, 7, 3, time.Second), bucket(t, 7, 3, time.Second), gcraPolicy(t, 4, 4, 7*time.Millisecond)} {
-		if p.SketchWindows() != 0 {
-			t.Fatalf("%v: SketchWindows %d, want 0 (a deficit)", p.Algorithm(), p.SketchWindows())
+		if algorithm.SketchWindows(p) != 0 {
+			t.Fatalf("%v: SketchWindows %d, want 0 (a deficit)", p.Algorithm(), algorithm.SketchWindows(p))
 		}
 		amount, period := p.Refill()
-		var st limiter.State
+		var st algorithm.State
 		now := t0
 		for i := 0; i < 500; i++ {
 			now += rng.Int64N(400)
-			d := p.Deficit(st, now)
+			d := algorithm.Deficit(p, st, now)
 			if d < 0 || d > p.Ceiling()*period {
 				t.Fatalf("%v: deficit %d out of [0, %d]", p.Algorithm(), d, p.Ceiling()*period)
 			}
-			est := p.DeficitState(d, now)
+			est := algorithm.DeficitState(p, d, now)
 			if est.Exists != (d > 0) {
 				t.Fatalf("%v: DeficitState(%d) exists = %v", p.Algorithm(), d, est.Exists)
 			}
 			for cost := int64(1); cost <= p.Limit(); cost++ {
-				_, want, _ := limiter.Apply(st, now, p, cost)
-				_, got, _ := limiter.Apply(est, now, p, cost)
+				_, want, _ := algorithm.Apply(st, now, p, cost)
+				_, got, _ := algorithm.Apply(est, now, p, cost)
 				if got != want {
 					t.Fatalf("%v (amount %d, period %d): deficit %d, cost %d:\n estimate %+v\n state    %+v", p.Algorithm(), amount, period, d, cost, got, want)
 				}
 			}
-			st, _, _ = limiter.Apply(st, now, p, 1+rng.Int64N(p.Limit()))
+			st, _, _ = algorithm.Apply(st, now, p, 1+rng.Int64N(p.Limit()))
 		}
 	}
-	if w := fixed(t, 1, time.Second).SketchWindows(); w != 1 {
+	if w := algorithm.SketchWindows(fixed(t, 1, time.Second)); w != 1 {
 		t.Errorf("fixed window: SketchWindows %d, want 1", w)
 	}
-	if w := sliding(t, 1, time.Second).SketchWindows(); w != 2 {
+	if w := algorithm.SketchWindows(sliding(t, 1, time.Second)); w != 2 {
 		t.Errorf("sliding window: SketchWindows %d, want 2", w)
 	}
 }
@@ -559,7 +560,7 @@ func slidingLog(t testing.TB, limit int64, window time.Duration) *limiter.Policy
 func logOf(hits ...int64) string {
 	var b []byte
 	for i := 0; i < len(hits); i += 2 {
-		b = limiter.AppendSlidingLogEntry(b, hits[i], hits[i+1])
+		b = algorithm.AppendSlidingLogEntry(b, hits[i], hits[i+1])
 	}
 	return string(b)
 }
@@ -569,7 +570,7 @@ func TestSlidingLog(t *testing.T) {
 	t.Run("five logins per fifteen minutes", func(t *testing.T) {
 		p := slidingLog(t, 5, 15*time.Minute)
 		w := int64(15 * m)
-		st := run(t, p, limiter.State{}, []step{
+		st := run(t, p, algorithm.State{}, []step{
 			{now: t0, cost: 1, status: allowed, remaining: 4, reset: t0 + w},
 			{now: t0 + m, cost: 1, status: allowed, remaining: 3, reset: t0 + m + w},
 			{now: t0 + 2*m, cost: 2, status: allowed, remaining: 1, reset: t0 + 2*m + w},
@@ -597,7 +598,7 @@ func TestSlidingLog(t *testing.T) {
 	})
 	t.Run("one entry per millisecond", func(t *testing.T) {
 		p := slidingLog(t, 10, time.Second)
-		st := run(t, p, limiter.State{}, []step{
+		st := run(t, p, algorithm.State{}, []step{
 			{now: t0, cost: 2, status: allowed, remaining: 8, reset: t0 + 1000},
 			{now: t0, cost: 3, status: allowed, remaining: 5, reset: t0 + 1000},
 			{now: t0 + 5, cost: 5, status: allowed, remaining: 0, reset: t0 + 1005},
@@ -609,7 +610,7 @@ func TestSlidingLog(t *testing.T) {
 	})
 	t.Run("clock", func(t *testing.T) {
 		p := slidingLog(t, 2, time.Second)
-		st := run(t, p, limiter.State{}, []step{{now: t0 + 500, cost: 1, status: allowed, remaining: 1, reset: t0 + 1500}})
+		st := run(t, p, algorithm.State{}, []step{{now: t0 + 500, cost: 1, status: allowed, remaining: 1, reset: t0 + 1500}})
 		run(t, p, st, []step{
 			// Clamped to t0 + 500: logged there, in the same entry.
 			{now: t0 + 100, cost: 1, status: allowed, remaining: 0, reset: t0 + 1500, eff: t0 + 500},
@@ -618,7 +619,7 @@ func TestSlidingLog(t *testing.T) {
 	})
 	t.Run("lowered limit", func(t *testing.T) {
 		p := slidingLog(t, 2, time.Second)
-		st := limiter.State{Exists: true, Schema: limiter.StateSchema, Algorithm: limiter.SlidingLog, PolicyID: p.ID(), Revision: 1,
+		st := algorithm.State{Exists: true, Schema: algorithm.StateSchema, Algorithm: limiter.SlidingLog, PolicyID: p.ID(), Revision: 1,
 			LastObservedMs: t0 + 30, Log: logOf(t0+10, 1, t0+20, 1, t0+30, 1)}
 		// Three in the window, limit 2: two must leave for a cost of 1.
 		run(t, p, st, []step{
@@ -632,7 +633,7 @@ func TestSlidingLog(t *testing.T) {
 		// end of window Epoch-1, Level units at now or the end of window
 		// Epoch: the latest they can have been taken.
 		p := slidingLog(t, 5, time.Second)
-		st := limiter.State{Exists: true, Schema: limiter.StateSchema, Algorithm: limiter.SlidingLog, PolicyID: p.ID(), Revision: 1,
+		st := algorithm.State{Exists: true, Schema: algorithm.StateSchema, Algorithm: limiter.SlidingLog, PolicyID: p.ID(), Revision: 1,
 			LastObservedMs: t0 + 100, Epoch: t0/1000 + 1, Level: 2, Carry: 3}
 		st = run(t, p, st, []step{
 			// 3 at t0 + 999, 2 at t0 + 1100: full until t0 + 1999.
@@ -648,7 +649,7 @@ func TestSlidingLog(t *testing.T) {
 		// Window 0's previous window ends at -1: its units are placed at 0,
 		// and the log written is one that can be read back.
 		p := slidingLog(t, 5, time.Second)
-		st := limiter.State{Exists: true, Schema: limiter.StateSchema, Algorithm: limiter.SlidingLog, PolicyID: p.ID(), Revision: 1,
+		st := algorithm.State{Exists: true, Schema: algorithm.StateSchema, Algorithm: limiter.SlidingLog, PolicyID: p.ID(), Revision: 1,
 			LastObservedMs: 10, Epoch: 0, Carry: 2, Level: 1}
 		st = run(t, p, st, []step{{now: 20, cost: 1, status: allowed, remaining: 1, reset: 1020}})
 		if st.Log != logOf(0, 2, 20, 2) { // the 1 of window 0 at now, with the new hit
@@ -658,7 +659,7 @@ func TestSlidingLog(t *testing.T) {
 	})
 	t.Run("foreign logs are incompatible", func(t *testing.T) {
 		p := slidingLog(t, 5, time.Second)
-		base := limiter.State{Exists: true, Schema: limiter.StateSchema, Algorithm: limiter.SlidingLog, PolicyID: p.ID(), Revision: 1, LastObservedMs: t0}
+		base := algorithm.State{Exists: true, Schema: algorithm.StateSchema, Algorithm: limiter.SlidingLog, PolicyID: p.ID(), Revision: 1, LastObservedMs: t0}
 		for name, log := range map[string]string{
 			"partial entry": logOf(t0, 1)[:9],
 			"cost 0":        logOf(t0, 0),
@@ -669,31 +670,31 @@ func TestSlidingLog(t *testing.T) {
 		} {
 			st := base
 			st.Log = log
-			if _, r, write := limiter.Apply(st, t0+1, p, 1); r.Status != limiter.StatusStateIncompatible || write {
+			if _, r, write := algorithm.Apply(st, t0+1, p, 1); r.Status != algorithm.StatusStateIncompatible || write {
 				t.Errorf("%s: %s, write %v", name, r.Status, write)
 			}
 		}
-		for name, st := range map[string]limiter.State{
+		for name, st := range map[string]algorithm.State{
 			"counts above the maximum": {Level: limiter.MaxSlidingLogLimit + 1, Epoch: t0 / 1000},
 			"a window beyond 2^53 ms":  {Level: 1, Epoch: limiter.MaxSafeInteger/1000 + 1},
 			"negative counts":          {Carry: -1, Epoch: t0 / 1000},
 		} {
-			st.Exists, st.Schema, st.Algorithm, st.PolicyID, st.Revision, st.LastObservedMs = true, limiter.StateSchema, limiter.SlidingLog, p.ID(), 1, t0
-			if _, r, write := limiter.Apply(st, t0+1, p, 1); r.Status != limiter.StatusStateIncompatible || write {
+			st.Exists, st.Schema, st.Algorithm, st.PolicyID, st.Revision, st.LastObservedMs = true, algorithm.StateSchema, limiter.SlidingLog, p.ID(), 1, t0
+			if _, r, write := algorithm.Apply(st, t0+1, p, 1); r.Status != algorithm.StatusStateIncompatible || write {
 				t.Errorf("%s: %s, write %v", name, r.Status, write)
 			}
 		}
 		// Checked after the clock rule (as the Lua step reads the log).
 		bad := base
 		bad.Log = logOf(t0, 0)
-		if _, r, _ := limiter.Apply(bad, t0-5000, p, 1); r.Status != limiter.StatusClockUnsafe {
+		if _, r, _ := algorithm.Apply(bad, t0-5000, p, 1); r.Status != algorithm.StatusClockUnsafe {
 			t.Errorf("a foreign log behind an unsafe clock: %s, want CLOCK_UNSAFE", r.Status)
 		}
 		other := base
 		other.Algorithm, other.Log = limiter.FixedWindow, logOf(t0, 1)
 		fp := fixed(t, 5, time.Second)
 		other.PolicyID = fp.ID()
-		if _, r, _ := limiter.Apply(other, t0, fp, 1); r.Status != limiter.StatusStateIncompatible {
+		if _, r, _ := algorithm.Apply(other, t0, fp, 1); r.Status != algorithm.StatusStateIncompatible {
 			t.Errorf("a fixed window with a log: %s", r.Status)
 		}
 	})
@@ -720,15 +721,15 @@ func TestSlidingLogIsExact(t *testing.T) {
 		limit := 1 + rng.Int64N(20)
 		w := 1 + rng.Int64N(3000)
 		p := slidingLog(t, limit, time.Duration(w)*time.Millisecond)
-		var st limiter.State
+		var st algorithm.State
 		var hits [][2]int64  // every admitted hit: time, cost
 		var holds [][2]int64 // every denial: until, cost
 		now, last := t0, int64(0)
 		for i := 0; i < 200; i++ {
 			now += rng.Int64N(w/3+2) - rng.Int64N(w/10+2)
 			cost := 1 + rng.Int64N(limit)
-			next, r, write := limiter.Apply(st, now, p, cost)
-			if r.Status == limiter.StatusClockUnsafe {
+			next, r, write := algorithm.Apply(st, now, p, cost)
+			if r.Status == algorithm.StatusClockUnsafe {
 				continue
 			}
 			eff := max(now, last)
@@ -776,5 +777,52 @@ func TestSlidingLogIsExact(t *testing.T) {
 				t.Fatalf("run %d step %d: %+v, want retry %d remaining %d reset %d", run, i, r, retry, max(0, limit-used), reset)
 			}
 		}
+	}
+}
+
+// TestCheckUncommitted: for an allowed request, uncommitted is the reply of the same
+// state before the cost: remaining + cost, and the reset point a following
+// zero-cost look would see; for every other status it equals the reply.
+func TestCheckUncommitted(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	pols := []*limiter.Policy{fixed(t, 10, time.Second), sliding(t, 10, time.Second), bucket(t, 10, 3, 7*time.Millisecond)}
+	for i := 0; i < 3000; i++ {
+		p := pols[i%3]
+		var st algorithm.State
+		now := t0 + rng.Int64N(5000)
+		if rng.IntN(4) > 0 {
+			// A state from an earlier allowed request.
+			st, _, _ = algorithm.Apply(algorithm.State{}, now-rng.Int64N(1500), p, 1+rng.Int64N(10))
+		}
+		cost := 1 + rng.Int64N(10)
+		next, reply, uncommitted, write := algorithm.Check(st, now, p, cost)
+		n2, r2, w2 := algorithm.Apply(st, now, p, cost)
+		if n2 != next || r2 != reply || w2 != write {
+			t.Fatalf("Apply and Check differ")
+		}
+		if reply.Status != algorithm.StatusAllowed {
+			if uncommitted != reply {
+				t.Fatalf("%s: uncommitted %+v differs from %+v", reply.Status, uncommitted, reply)
+			}
+			continue
+		}
+		if uncommitted.Status != algorithm.StatusAllowed || uncommitted.Remaining != reply.Remaining+cost || uncommitted.RetryAfterMs != 0 ||
+			uncommitted.ResetAtMs > reply.ResetAtMs || uncommitted.ResetAtMs < uncommitted.EffectiveNowMs || uncommitted.Limit != reply.Limit {
+			t.Fatalf("%s cost %d: reply %+v uncommitted %+v", p.Algorithm(), cost, reply, uncommitted)
+		}
+		if p.Algorithm() == limiter.FixedWindow && uncommitted.ResetAtMs != reply.ResetAtMs {
+			t.Fatalf("fixed window uncommitted reset %d, reply %d", uncommitted.ResetAtMs, reply.ResetAtMs)
+		}
+	}
+	// Exact uncommitted reset points.
+	tb := bucket(t, 10, 1, time.Second)
+	_, r, h, _ := algorithm.Check(algorithm.State{}, t0, tb, 3)
+	if r.ResetAtMs != t0+3000 || h.ResetAtMs != t0 || h.Remaining != 10 {
+		t.Fatalf("token bucket: reply %+v uncommitted %+v", r, h)
+	}
+	sw := sliding(t, 10, time.Second)
+	_, r, h, _ = algorithm.Check(algorithm.State{}, t0+100, sw, 3)
+	if r.ResetAtMs != t0+2000 || h.ResetAtMs != t0+100 || h.Remaining != 10 {
+		t.Fatalf("sliding window: reply %+v uncommitted %+v", r, h)
 	}
 }

@@ -1,10 +1,11 @@
-package limiter_test
+package algorithm_test
 
 import (
 	"testing"
 	"time"
 
 	"github.com/envoy-rls/envoy-rls/pkg/limiter"
+	"github.com/envoy-rls/envoy-rls/pkg/limiter/algorithm"
 )
 
 // FuzzPenalty drives Check on a fixed window with a penalty box through
@@ -23,15 +24,15 @@ func FuzzPenalty(f *testing.F) {
 		pn := limiter.Penalty{Duration: dur, MaxDuration: dur << (shape % 5), Decay: time.Duration(shape%4) * dur}
 		p := penaltyPolicy(t, limiter.FixedWindowParams{Limit: 1 + int64(limit%10), Window: time.Duration(1+int64(window%5000)) * time.Millisecond},
 			limiter.FixedWindow, pn)
-		st, now := limiter.State{}, t0
+		st, now := algorithm.State{}, t0
 		d, m, y := pn.Duration.Milliseconds(), p.Penalty().MaxDuration.Milliseconds(), pn.Decay.Milliseconds()
 		for i := 0; i+2 < len(ops); i += 3 {
 			now = max(0, now+decode(ops[i], ops[i+1]))
 			cost := 1 + int64(ops[i+2])%p.MaxCost()
-			next, r, _, write := limiter.Check(st, now, p, cost)
+			next, r, _, write := algorithm.Check(st, now, p, cost)
 			eff := r.EffectiveNowMs
 			switch {
-			case r.Status == limiter.StatusClockUnsafe:
+			case r.Status == algorithm.StatusClockUnsafe:
 				continue
 			case st.Exists && eff < st.PenaltyUntilMs:
 				left := st.PenaltyUntilMs - eff
@@ -42,7 +43,7 @@ func FuzzPenalty(f *testing.F) {
 				// The retry waits for the limit: at the block's end, the
 				// limit admits the cost or needs exactly the rest.
 				wait := int64(0)
-				if _, at, own, _ := limiter.Check(st, st.PenaltyUntilMs, p, cost); at.Status != allowed {
+				if _, at, own, _ := algorithm.Check(st, st.PenaltyUntilMs, p, cost); at.Status != allowed {
 					wait = own.RetryAfterMs
 				}
 				if r.RetryAfterMs != left+wait {
@@ -56,7 +57,7 @@ func FuzzPenalty(f *testing.F) {
 					level = min(st.PenaltyLevel+1, 63)
 				}
 				block := next.PenaltyUntilMs - eff
-				if !limiter.PenaltyRecorded(st, next) || next.PenaltyLevel != level || block < d || block > m ||
+				if !algorithm.PenaltyRecorded(st, next) || next.PenaltyLevel != level || block < d || block > m ||
 					(block < m && block != d<<(level-1)) || r.RetryAfterMs < block {
 					t.Fatalf("step %d: offence at %d on %+v: level %d, block %d (duration %d, max %d), reply %+v",
 						i/3, eff, st, next.PenaltyLevel, block, d, m, r)

@@ -1,4 +1,4 @@
-package limiter_test
+package algorithm_test
 
 import (
 	"fmt"
@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/envoy-rls/envoy-rls/pkg/limiter"
+	"github.com/envoy-rls/envoy-rls/pkg/limiter/algorithm"
 )
 
 // BenchmarkApply is the pure algorithm cost, without a store: the state of
@@ -19,14 +20,14 @@ func BenchmarkApply(b *testing.B) {
 	} {
 		b.Run(p.Algorithm().String(), func(b *testing.B) {
 			b.ReportAllocs()
-			var st limiter.State
+			var st algorithm.State
 			now := t0
 			for b.Loop() {
 				now++
-				next, r, write := limiter.Apply(st, now, p, 1)
+				next, r, write := algorithm.Apply(st, now, p, 1)
 				if write {
 					st = next
-				} else if r.Status != limiter.StatusDenied {
+				} else if r.Status != algorithm.StatusDenied {
 					b.Fatalf("reply %+v", r)
 				}
 			}
@@ -40,12 +41,12 @@ func BenchmarkApply(b *testing.B) {
 			b.ReportAllocs()
 			var log []byte
 			for i := range n {
-				log = limiter.AppendSlidingLogEntry(log, t0-n+i, 1)
+				log = algorithm.AppendSlidingLogEntry(log, t0-n+i, 1)
 			}
-			st := limiter.State{Exists: true, Schema: limiter.StateSchema, Algorithm: limiter.SlidingLog, PolicyID: p.ID(),
+			st := algorithm.State{Exists: true, Schema: algorithm.StateSchema, Algorithm: limiter.SlidingLog, PolicyID: p.ID(),
 				Revision: p.Revision(), LastObservedMs: t0, Log: string(log)}
 			for b.Loop() {
-				if _, r, _ := limiter.Apply(st, t0, p, 1); (r.Status == limiter.StatusAllowed) != (n < 1000) {
+				if _, r, _ := algorithm.Apply(st, t0, p, 1); (r.Status == algorithm.StatusAllowed) != (n < 1000) {
 					b.Fatalf("reply %+v", r)
 				}
 			}

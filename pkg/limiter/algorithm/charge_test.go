@@ -1,4 +1,4 @@
-package limiter_test
+package algorithm_test
 
 import (
 	"errors"
@@ -7,6 +7,7 @@ import (
 
 	"github.com/envoy-rls/envoy-rls/internal/limitertest"
 	"github.com/envoy-rls/envoy-rls/pkg/limiter"
+	"github.com/envoy-rls/envoy-rls/pkg/limiter/algorithm"
 )
 
 func chargePolicy(t *testing.T, a limiter.Algorithm, limit int64, c limiter.Charge) *limiter.Policy {
@@ -30,18 +31,18 @@ func TestChargeTable(t *testing.T) {
 					limit = 500 // its charge-always bound; costs halved below
 				}
 				p := chargePolicy(t, a, limit, c)
-				var st limiter.State
+				var st algorithm.State
 				check := func(step int, wantOK bool) {
 					t.Helper()
-					_, r, _ := limiter.Apply(st, t0+int64(step), p, 1)
-					if (r.Status == limiter.StatusAllowed) != wantOK {
+					_, r, _ := algorithm.Apply(st, t0+int64(step), p, 1)
+					if (r.Status == algorithm.StatusAllowed) != wantOK {
 						t.Fatalf("%v step %d: check %v, want allowed %v", c, step, r, wantOK)
 					}
 				}
-				charge := func(step int, cost int64, wantOK bool) limiter.Reply {
+				charge := func(step int, cost int64, wantOK bool) algorithm.Reply {
 					t.Helper()
-					next, r, write := limiter.Apply(st, t0+int64(step), p, cost)
-					if (r.Status == limiter.StatusAllowed) != wantOK {
+					next, r, write := algorithm.Apply(st, t0+int64(step), p, cost)
+					if (r.Status == algorithm.StatusAllowed) != wantOK {
 						t.Fatalf("%v step %d: charge %d %v, want allowed %v", c, step, cost, r, wantOK)
 					}
 					if write {
@@ -66,7 +67,7 @@ func TestChargeTable(t *testing.T) {
 				r = charge(5, 1, false)
 				// Retry-After says when one unit fits again.
 				at := t0 + 5 + r.RetryAfterMs
-				if _, r2, _ := limiter.Apply(st, at, p, 1); r2.Status != limiter.StatusAllowed {
+				if _, r2, _ := algorithm.Apply(st, at, p, 1); r2.Status != algorithm.StatusAllowed {
 					t.Fatalf("one unit at the retry time (%d ms): %+v", r.RetryAfterMs, r2)
 				}
 			}
@@ -84,11 +85,11 @@ func TestChargeDebtBound(t *testing.T) {
 		if p.Ceiling() != 200 || p.MaxCost() != 200 {
 			t.Fatalf("%v: ceiling %d, max cost %d, want 200", a, p.Ceiling(), p.MaxCost())
 		}
-		var st limiter.State
-		var last limiter.Reply
+		var st algorithm.State
+		var last algorithm.Reply
 		for i := range 50 {
-			next, r, write := limiter.Apply(st, t0, p, 200)
-			if i > 0 && r.Status != limiter.StatusDenied {
+			next, r, write := algorithm.Apply(st, t0, p, 200)
+			if i > 0 && r.Status != algorithm.StatusDenied {
 				t.Fatalf("%v: charge %d: %+v", a, i, r)
 			}
 			if write {
@@ -100,7 +101,7 @@ func TestChargeDebtBound(t *testing.T) {
 		if last.RetryAfterMs > 2*3_600_000 {
 			t.Errorf("%v: retry after %d ms exceeds two windows", a, last.RetryAfterMs)
 		}
-		if _, again, _ := limiter.Apply(st, t0, p, 1); again != last {
+		if _, again, _ := algorithm.Apply(st, t0, p, 1); again != last {
 			t.Errorf("%v: the debt grew past its bound: %+v then %+v", a, last, again)
 		}
 	}

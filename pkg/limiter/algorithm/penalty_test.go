@@ -1,4 +1,4 @@
-package limiter_test
+package algorithm_test
 
 import (
 	"errors"
@@ -7,9 +7,10 @@ import (
 
 	"github.com/envoy-rls/envoy-rls/internal/limitertest"
 	"github.com/envoy-rls/envoy-rls/pkg/limiter"
+	"github.com/envoy-rls/envoy-rls/pkg/limiter/algorithm"
 )
 
-const blocked = limiter.StatusBlocked
+const blocked = algorithm.StatusBlocked
 
 // penaltyStep is one step of a penalty table: a step, and for a denial
 // whether it records an offence (level and block end).
@@ -21,11 +22,11 @@ type penaltyStep struct {
 // runPenalty drives Check as a store that records offences does: an allowed
 // request writes next, an offence writes its penalty fields (and nothing
 // else), anything else writes nothing.
-func runPenalty(t *testing.T, p *limiter.Policy, st limiter.State, steps []penaltyStep) limiter.State {
+func runPenalty(t *testing.T, p *limiter.Policy, st algorithm.State, steps []penaltyStep) algorithm.State {
 	t.Helper()
 	for i, s := range steps {
-		next, r, uncommitted, write := limiter.Check(st, s.now, p, s.cost)
-		want := limiter.Reply{Status: s.status, ServerNowMs: s.now, EffectiveNowMs: s.now, Limit: p.Limit(),
+		next, r, uncommitted, write := algorithm.Check(st, s.now, p, s.cost)
+		want := algorithm.Reply{Status: s.status, ServerNowMs: s.now, EffectiveNowMs: s.now, Limit: p.Limit(),
 			Remaining: s.remaining, RetryAfterMs: s.retry, ResetAtMs: s.reset}
 		if s.status == blocked {
 			want.BlockLeftMs = st.PenaltyUntilMs - s.now
@@ -33,7 +34,7 @@ func runPenalty(t *testing.T, p *limiter.Policy, st limiter.State, steps []penal
 		if r != want {
 			t.Fatalf("step %d: Check(now=%d, cost=%d)\n got %+v\nwant %+v", i, s.now, s.cost, r, want)
 		}
-		offence := limiter.PenaltyRecorded(st, next)
+		offence := algorithm.PenaltyRecorded(st, next)
 		switch {
 		case write:
 			if s.status != allowed || offence {
@@ -85,10 +86,10 @@ func TestPenaltyBox(t *testing.T) {
 	// block ended less than 60s ago.
 	pn := limiter.Penalty{Duration: 10 * time.Second, MaxDuration: 40 * time.Second, Decay: time.Minute}
 	p := penaltyPolicy(t, limiter.FixedWindowParams{Limit: 2, Window: time.Second}, limiter.FixedWindow, pn)
-	s := func(now, cost int64, status limiter.Status, remaining, retry, reset int64) step {
+	s := func(now, cost int64, status algorithm.Status, remaining, retry, reset int64) step {
 		return step{now: now, cost: cost, status: status, remaining: remaining, retry: retry, reset: reset}
 	}
-	runPenalty(t, p, limiter.State{}, []penaltyStep{
+	runPenalty(t, p, algorithm.State{}, []penaltyStep{
 		{step: s(t0, 1, allowed, 1, 0, t0+1000)},
 		{step: s(t0+1, 1, allowed, 0, 0, t0+1000)},
 		// The offence: blocked for 10s from now, whatever the window.
@@ -114,7 +115,7 @@ func TestPenaltyBox(t *testing.T) {
 	})
 	t.Run("decay boundary", func(t *testing.T) {
 		// Remembered strictly before the block's end plus the decay.
-		st := limiter.State{Exists: true, Schema: limiter.StateSchema, Algorithm: limiter.FixedWindow, PolicyID: p.ID(),
+		st := algorithm.State{Exists: true, Schema: algorithm.StateSchema, Algorithm: limiter.FixedWindow, PolicyID: p.ID(),
 			Revision: p.Revision(), LastObservedMs: t0, Epoch: (t0 + 59999) / 1000, Level: 2, ExpiresAtMs: t0 + 70000,
 			PenaltyUntilMs: t0, PenaltyLevel: 1}
 		runPenalty(t, p, st, []penaltyStep{{step: s(t0+59999, 1, denied, 0, 20000, t0+79999), level: 2, until: t0 + 79999}})
@@ -132,7 +133,7 @@ func TestPenaltyBox(t *testing.T) {
 		pd := penaltyPolicy(t, limiter.FixedWindowParams{Limit: 1, Window: 24 * time.Hour}, limiter.FixedWindow,
 			limiter.Penalty{Duration: time.Second})
 		day := (t0/86400000 + 1) * 86400000
-		runPenalty(t, pd, limiter.State{}, []penaltyStep{
+		runPenalty(t, pd, algorithm.State{}, []penaltyStep{
 			{step: s(t0, 1, allowed, 0, 0, day)},
 			{step: s(t0+1, 1, denied, 0, day-t0-1, day), level: 1, until: t0 + 1001},
 			// Blocked for 1ms more, but the window admits nothing before
@@ -148,7 +149,7 @@ func TestPenaltyBox(t *testing.T) {
 		ph := penaltyPolicy(t, limiter.FixedWindowParams{Limit: 2, Window: time.Hour}, limiter.FixedWindow,
 			limiter.Penalty{Duration: 30 * time.Second, MaxDuration: time.Hour, Decay: time.Hour})
 		hour := (t0/3600000 + 1) * 3600000
-		runPenalty(t, ph, limiter.State{}, []penaltyStep{
+		runPenalty(t, ph, algorithm.State{}, []penaltyStep{
 			{step: s(t0, 1, allowed, 1, 0, hour)},
 			{step: s(t0+1, 1, allowed, 0, 0, hour)},
 			{step: s(t0+2, 1, denied, 0, hour-t0-2, hour), level: 1, until: t0 + 30002},
@@ -161,7 +162,7 @@ func TestPenaltyBox(t *testing.T) {
 	t.Run("token bucket", func(t *testing.T) {
 		pt := penaltyPolicy(t, limiter.TokenBucketParams{Capacity: 2, RefillAmount: 1, RefillPeriod: time.Second},
 			limiter.TokenBucket, limiter.Penalty{Duration: 5 * time.Second, MaxDuration: 20 * time.Second, Decay: 10 * time.Second})
-		runPenalty(t, pt, limiter.State{}, []penaltyStep{
+		runPenalty(t, pt, algorithm.State{}, []penaltyStep{
 			{step: s(t0, 2, allowed, 0, 0, t0+2000)},
 			{step: s(t0+1, 1, denied, 0, 5000, t0+5001), level: 1, until: t0 + 5001},
 			// Full again, but blocked: the reset is the block's end.
@@ -174,7 +175,7 @@ func TestPenaltyBox(t *testing.T) {
 		// A fresh subject is never denied by a limit above 0 at its max
 		// cost; a stale penalty of a policy without one is ignored.
 		plain := fixed(t, 2, time.Second)
-		st := limiter.State{Exists: true, Schema: limiter.StateSchema, Algorithm: limiter.FixedWindow, PolicyID: plain.ID(),
+		st := algorithm.State{Exists: true, Schema: algorithm.StateSchema, Algorithm: limiter.FixedWindow, PolicyID: plain.ID(),
 			Revision: 1, LastObservedMs: t0, Epoch: t0 / 1000, Level: 2, ExpiresAtMs: t0 + 2000, PenaltyUntilMs: t0 + 5000, PenaltyLevel: 1}
 		runPenalty(t, plain, st, []penaltyStep{{step: s(t0+1, 1, denied, 0, 999, t0/1000*1000+1000)}})
 	})
@@ -220,25 +221,25 @@ func TestPenaltyValidation(t *testing.T) {
 func TestBlockedOutcome(t *testing.T) {
 	pn := limiter.Penalty{Duration: time.Minute}
 	p := penaltyPolicy(t, limiter.SlidingWindowParams{Limit: 2, Window: time.Second}, limiter.SlidingWindow, pn)
-	r := limiter.Reply{Status: blocked, ServerNowMs: t0, EffectiveNowMs: t0, Limit: 2, RetryAfterMs: 500, ResetAtMs: t0 + 500,
+	r := algorithm.Reply{Status: blocked, ServerNowMs: t0, EffectiveNowMs: t0, Limit: 2, RetryAfterMs: 500, ResetAtMs: t0 + 500,
 		BlockLeftMs: 400}
-	o := limiter.OutcomeFromReply(p, r, limiter.SourceRedis)
+	o := algorithm.OutcomeFromReply(p, r, limiter.SourceRedis)
 	if o.Kind != limiter.Evaluated || o.Decision.Allowed || !o.Decision.Blocked || o.Decision.Certainty != limiter.Certain ||
 		o.Decision.RetryAfter != 500*time.Millisecond || o.Decision.BlockedFor != 400*time.Millisecond {
 		t.Fatalf("BLOCKED outcome %+v: want a certain, blocked denial of 400ms of block", o)
 	}
-	for _, bad := range []limiter.Reply{
+	for _, bad := range []algorithm.Reply{
 		{Status: blocked, Limit: 2, Remaining: 1, RetryAfterMs: 500, BlockLeftMs: 400},
 		{Status: blocked, Limit: 2},
 		// The block's end missing, or past the retry.
 		{Status: blocked, Limit: 2, RetryAfterMs: 500, ResetAtMs: t0 + 500},
 		{Status: blocked, Limit: 2, RetryAfterMs: 500, ResetAtMs: t0 + 500, BlockLeftMs: 501},
 	} {
-		if o := limiter.OutcomeFromReply(p, bad, limiter.SourceRedis); o.Kind != limiter.Incompatible {
+		if o := algorithm.OutcomeFromReply(p, bad, limiter.SourceRedis); o.Kind != limiter.Incompatible {
 			t.Errorf("%+v: %v, want Incompatible", bad, o.Kind)
 		}
 	}
-	if o := limiter.OutcomeFromReply(fixed(t, 2, time.Second), r, limiter.SourceRedis); o.Kind != limiter.Incompatible {
+	if o := algorithm.OutcomeFromReply(fixed(t, 2, time.Second), r, limiter.SourceRedis); o.Kind != limiter.Incompatible {
 		t.Errorf("BLOCKED for a policy without a penalty: %v, want Incompatible", o.Kind)
 	}
 }

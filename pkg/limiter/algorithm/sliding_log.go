@@ -1,58 +1,18 @@
-package limiter
+package algorithm
 
 import (
 	"encoding/binary"
-	"fmt"
 	"math"
-	"time"
+
+	"github.com/envoy-rls/envoy-rls/pkg/limiter"
 )
 
-// SlidingLogParams: at most Limit units in the trailing Window, counted
-// exactly from a log of the admitted hits.
-type SlidingLogParams struct {
-	Limit  int64         // 0..MaxSlidingLogLimit
-	Window time.Duration // whole milliseconds, >= 1ms
-}
-
-// MaxSlidingLogLimit bounds a sliding log's limit, and so its log: a log
-// holds at most one entry per admitted unit in the window, and every
-// request reads the whole log (docs/algorithms.md gives the Redis time of a
-// full log).
-const MaxSlidingLogLimit = 1000
+var slidingLogRules = rules{step: slidingLog, sketch: sketchRules{windows: 2}}
 
 // SlidingLogEntryBytes is the size of one hit in State.Log: its effective
 // time in ms as a big-endian IEEE-754 double (exact below 2^53), then its
 // cost as a big-endian uint16 — the Lua programs' struct.pack('>dH').
 const SlidingLogEntryBytes = 10
-
-var slidingLogRules = algorithmRules{
-	name:        "sliding_log",
-	step:        slidingLog,
-	certainty:   Certain,
-	denialsHold: true,
-	params: func(r Rate) Params {
-		return SlidingLogParams{Limit: r.Limit, Window: r.Window}
-	},
-	sketch: sketchRules{windows: 2},
-	// The log of a charge holds up to the ceiling's hits.
-	debtCheck: ceilingAtMost(MaxSlidingLogLimit, "sliding_log"),
-}
-
-func (SlidingLogParams) algorithm() Algorithm { return SlidingLog }
-
-func (prm SlidingLogParams) divided(n int64) Params {
-	prm.Limit = share(prm.Limit, n)
-	return prm
-}
-
-// apply: the window rule (applyWindow) with the limit at most
-// MaxSlidingLogLimit.
-func (prm SlidingLogParams) apply(p *Policy) error {
-	if prm.Limit > MaxSlidingLogLimit {
-		return &FieldError{Field: "limit", Reason: fmt.Sprintf("must be at most %d for sliding_log (every request reads the whole log)", MaxSlidingLogLimit)}
-	}
-	return applyWindow(p, prm.Limit, prm.Window)
-}
 
 // AppendSlidingLogEntry appends one hit of cost units at atMs to a packed
 // log (State.Log). atMs must be in [0, 2^53-1], cost in [1, 65535].
@@ -78,23 +38,23 @@ func logEntry(log string, i int) (atMs, cost int64) {
 // validLog reports whether st's log can be ours; Check refuses another as
 // STATE_INCOMPATIBLE after the clock rule (where the Lua step, which checks
 // the log as it reads it, finds it): whole entries, at most
-// MaxSlidingLogLimit of them, each a time that is an integer not before the
+// limiter.MaxSlidingLogLimit of them, each a time that is an integer not before the
 // previous one (nor 0) and not after the state's last-observed time (a hit
 // is logged at the effective time, which becomes the last-observed time),
 // and a cost of at least 1; counts (Level, Carry) of at most
 // MaxSlidingLogLimit, and, without a log, a window (Epoch) that starts
 // below 2^53 ms. Other algorithms' states hold no log.
-func validLog(st State, p *Policy) bool {
-	if st.Algorithm != SlidingLog {
+func validLog(st State, p *limiter.Policy) bool {
+	if st.Algorithm != limiter.SlidingLog {
 		return st.Log == ""
 	}
 	n := len(st.Log) / SlidingLogEntryBytes
-	if len(st.Log)%SlidingLogEntryBytes != 0 || n > MaxSlidingLogLimit ||
-		st.Level < 0 || st.Level > MaxSlidingLogLimit || st.Carry < 0 || st.Carry > MaxSlidingLogLimit {
+	if len(st.Log)%SlidingLogEntryBytes != 0 || n > limiter.MaxSlidingLogLimit ||
+		st.Level < 0 || st.Level > limiter.MaxSlidingLogLimit || st.Carry < 0 || st.Carry > limiter.MaxSlidingLogLimit {
 		return false
 	}
 	if n == 0 {
-		return st.Epoch >= 0 && st.Epoch <= MaxSafeInteger/p.windowMs
+		return st.Epoch >= 0 && st.Epoch <= limiter.MaxSafeInteger/p.WindowMillis()
 	}
 	prev := 0.0
 	for i := range n {
@@ -114,11 +74,11 @@ func validLog(st State, p *Policy) bool {
 // and State.Level units at the last ms of window Epoch, neither after now:
 // the latest each could have been taken, so that they stay in the window
 // at least as long as the real hits.
-func slidingLogOf(st State, now int64, p *Policy) string {
+func slidingLogOf(st State, now int64, p *limiter.Policy) string {
 	if !st.Exists || st.Log != "" {
 		return st.Log
 	}
-	w := p.windowMs
+	w := p.WindowMillis()
 	var b []byte
 	if st.Carry > 0 {
 		// (Not before 0: a log's times are not negative.)
@@ -138,8 +98,8 @@ func slidingLogOf(st State, now int64, p *Policy) string {
 // Carry the rest (window Epoch-1: the window is one window long). Retry:
 // when the oldest hits have left so that c fits; reset: when the newest
 // hit leaves. One pass over the log, as the Lua step.
-func slidingLog(st State, now int64, p *Policy, cost int64) step {
-	limit, w := p.limit, p.windowMs
+func slidingLog(st State, now int64, p *limiter.Policy, limit, cost int64) step {
+	w := p.WindowMillis()
 	lw := windowOfLog(st, now, p)
 	log, n, from, used := lw.log, lw.n, lw.from, lw.used
 	s := step{allowed: cost <= limit-used}
@@ -175,8 +135,8 @@ type logWindow struct {
 	resetBefore               int64
 }
 
-func windowOfLog(st State, now int64, p *Policy) logWindow {
-	w := p.windowMs
+func windowOfLog(st State, now int64, p *limiter.Policy) logWindow {
+	w := p.WindowMillis()
 	log := slidingLogOf(st, now, p)
 	n := len(log) / SlidingLogEntryBytes
 	epochStart := now - now%w

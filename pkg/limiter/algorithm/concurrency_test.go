@@ -1,4 +1,4 @@
-package limiter_test
+package algorithm_test
 
 import (
 	"math/rand/v2"
@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/envoy-rls/envoy-rls/pkg/limiter"
+	"github.com/envoy-rls/envoy-rls/pkg/limiter/algorithm"
 )
 
 func concurrencyPolicy(t *testing.T, limit int64, ttl time.Duration) *limiter.Policy {
@@ -25,7 +26,7 @@ type leaseStep struct {
 	leaseAt   int64 // a release's or return's identity: the take's expiry
 	cost      int64
 	check     bool // a check or probe: consumes nothing
-	status    limiter.Status
+	status    algorithm.Status
 	remaining int64
 	retry     int64
 	resetAt   int64
@@ -35,12 +36,12 @@ func runLeases(t *testing.T, p *limiter.Policy, steps []leaseStep) {
 	t.Helper()
 	set := ""
 	for i, s := range steps {
-		next, r, exp, write := limiter.Lease(set, s.at, p, s.op, s.leaseAt, s.cost, !s.check)
+		next, r, exp, write := algorithm.Lease(set, s.at, p, s.op, s.leaseAt, s.cost, !s.check)
 		if r.Status != s.status || r.Remaining != s.remaining || r.RetryAfterMs != s.retry || r.ResetAtMs != s.resetAt {
 			t.Fatalf("step %d (%s %d at %d): %s remaining %d retry %d reset %d, want %s %d %d %d", i, s.op, s.cost, s.at,
 				r.Status, r.Remaining, r.RetryAfterMs, r.ResetAtMs, s.status, s.remaining, s.retry, s.resetAt)
 		}
-		if o := limiter.OutcomeFromReply(p, r, limiter.SourceMemory); o.Kind != limiter.Evaluated {
+		if o := algorithm.OutcomeFromReply(p, r, limiter.SourceMemory); o.Kind != limiter.Evaluated {
 			t.Fatalf("step %d: reply %+v is not a decision: %v", i, r, o.Err)
 		}
 		if write {
@@ -54,7 +55,7 @@ func runLeases(t *testing.T, p *limiter.Policy, steps []leaseStep) {
 
 func TestLeaseTakeReleaseExpire(t *testing.T) {
 	p := concurrencyPolicy(t, 2, 10*time.Second)
-	A, D := limiter.StatusAllowed, limiter.StatusDenied
+	A, D := algorithm.StatusAllowed, algorithm.StatusDenied
 	runLeases(t, p, []leaseStep{
 		{at: 1000, op: limiter.LeaseTake, cost: 1, status: A, remaining: 1, resetAt: 11000},
 		{at: 2000, op: limiter.LeaseTake, cost: 1, status: A, remaining: 0, resetAt: 12000},
@@ -85,7 +86,7 @@ func TestLeaseTakeReleaseExpire(t *testing.T) {
 // take's leases keep an expiry of their own.
 func TestLeaseClockBack(t *testing.T) {
 	p := concurrencyPolicy(t, 3, time.Second)
-	A, D := limiter.StatusAllowed, limiter.StatusDenied
+	A, D := algorithm.StatusAllowed, algorithm.StatusDenied
 	runLeases(t, p, []leaseStep{
 		{at: 5000, op: limiter.LeaseTake, cost: 1, status: A, remaining: 2, resetAt: 6000},
 		{at: 4000, op: limiter.LeaseTake, cost: 1, status: A, remaining: 1, resetAt: 6001},
@@ -100,7 +101,7 @@ func TestLeaseClockBack(t *testing.T) {
 // and a replayed release frees nothing more.
 func TestLeaseTakesInOneMillisecond(t *testing.T) {
 	p := concurrencyPolicy(t, 4, time.Second)
-	A := limiter.StatusAllowed
+	A := algorithm.StatusAllowed
 	runLeases(t, p, []leaseStep{
 		{at: 5000, op: limiter.LeaseTake, cost: 1, status: A, remaining: 3, resetAt: 6000},
 		{at: 5000, op: limiter.LeaseTake, cost: 2, status: A, remaining: 1, resetAt: 6001},
@@ -114,15 +115,15 @@ func TestLeaseTakesInOneMillisecond(t *testing.T) {
 
 func TestLeaseIncompatibleSet(t *testing.T) {
 	p := concurrencyPolicy(t, 3, time.Second)
-	good := string(limiter.AppendSlidingLogEntry(nil, 5000, 1))
+	good := string(algorithm.AppendSlidingLogEntry(nil, 5000, 1))
 	for name, set := range map[string]string{
 		"partial":    good[:7],
-		"zero count": string(limiter.AppendSlidingLogEntry(nil, 5000, 0)),
-		"descending": string(limiter.AppendSlidingLogEntry([]byte(good), 4000, 1)),
-		"zero time":  string(limiter.AppendSlidingLogEntry(nil, 0, 1)),
+		"zero count": string(algorithm.AppendSlidingLogEntry(nil, 5000, 0)),
+		"descending": string(algorithm.AppendSlidingLogEntry([]byte(good), 4000, 1)),
+		"zero time":  string(algorithm.AppendSlidingLogEntry(nil, 0, 1)),
 	} {
-		_, r, _, write := limiter.Lease(set, 1000, p, limiter.LeaseTake, 0, 1, true)
-		if r.Status != limiter.StatusStateIncompatible || write {
+		_, r, _, write := algorithm.Lease(set, 1000, p, limiter.LeaseTake, 0, 1, true)
+		if r.Status != algorithm.StatusStateIncompatible || write {
 			t.Errorf("%s: %s write %t", name, r.Status, write)
 		}
 	}
@@ -152,7 +153,7 @@ func TestConcurrencyPolicy(t *testing.T) {
 		t.Error("algorithm: concurrency parsed: a rule says concurrency: N")
 	}
 	// Check refuses a concurrency policy: its requests are leases.
-	if _, r, _, _ := limiter.Check(limiter.State{}, 1000, p, 1); r.Status != limiter.StatusInvalid {
+	if _, r, _, _ := algorithm.Check(algorithm.State{}, 1000, p, 1); r.Status != algorithm.StatusInvalid {
 		t.Errorf("Check on a concurrency policy: %s", r.Status)
 	}
 	bad := limiter.Request{Policy: concurrencyPolicy(t, 1, time.Second), Cost: 1, Lease: limiter.LeaseReturn + 1}
@@ -170,7 +171,7 @@ func TestConcurrencyPolicy(t *testing.T) {
 // request that outlived its lease frees no other request's lease.
 func TestLeaseReleaseByIdentity(t *testing.T) {
 	p := concurrencyPolicy(t, 3, 10*time.Second)
-	A, D := limiter.StatusAllowed, limiter.StatusDenied
+	A, D := algorithm.StatusAllowed, algorithm.StatusDenied
 	runLeases(t, p, []leaseStep{
 		{at: 1000, op: limiter.LeaseTake, cost: 1, status: A, remaining: 2, resetAt: 11000},
 		{at: 2000, op: limiter.LeaseTake, cost: 2, status: A, remaining: 0, resetAt: 12000},
@@ -215,7 +216,7 @@ func TestLeaseInvariants(t *testing.T) {
 			if op != limiter.LeaseTake && len(taken) > 0 && rng.IntN(2) == 0 {
 				at = taken[rng.IntN(len(taken))]
 			}
-			next, r, _, write := limiter.Lease(set, now, p, op, at, cost, true)
+			next, r, _, write := algorithm.Lease(set, now, p, op, at, cost, true)
 			live := model[:0:0]
 			for _, e := range model {
 				if e > now {
@@ -225,10 +226,10 @@ func TestLeaseInvariants(t *testing.T) {
 			held := int64(len(live))
 			switch {
 			case op == limiter.LeaseTake:
-				if (r.Status == limiter.StatusAllowed) != (held+cost <= limit) {
+				if (r.Status == algorithm.StatusAllowed) != (held+cost <= limit) {
 					t.Fatalf("round %d step %d: take %d with %d held of %d: %s", round, i, cost, held, limit, r.Status)
 				}
-				if r.Status == limiter.StatusAllowed {
+				if r.Status == algorithm.StatusAllowed {
 					at := now + ttl.Milliseconds()
 					if len(live) > 0 {
 						at = max(at, live[len(live)-1]+1)
@@ -271,7 +272,7 @@ func TestLeaseInvariants(t *testing.T) {
 
 func TestLeaseFarFuture(t *testing.T) {
 	p := concurrencyPolicy(t, 1, time.Second)
-	if _, r, _, write := limiter.Lease("", limiter.MaxSafeInteger-1000, p, limiter.LeaseTake, 0, 1, true); r.Status != limiter.StatusInvalid || write {
+	if _, r, _, write := algorithm.Lease("", limiter.MaxSafeInteger-1000, p, limiter.LeaseTake, 0, 1, true); r.Status != algorithm.StatusInvalid || write {
 		t.Errorf("a take near 2^53 ms: %s", r.Status)
 	}
 }

@@ -1,32 +1,14 @@
-package limiter
+package algorithm
 
 import (
-	"errors"
 	"fmt"
 	"time"
-)
 
-// ClockUnsafeRetryAfter is the retry hint of the Unavailable outcome that a
-// CLOCK_UNSAFE reply becomes: the store clock stepped back further than the
-// policy allows, and nothing can be decided until it catches up.
-const ClockUnsafeRetryAfter = time.Second
-
-// Sentinel causes carried in Outcome.Err; match them with errors.Is.
-var (
-	// ErrClockUnsafe: the store clock is behind the state's last-observed
-	// time by more than the policy's max clock regression.
-	ErrClockUnsafe = errors.New("limiter: store clock moved back beyond the policy's max clock regression")
-	// ErrStateIncompatible: the stored state belongs to another schema,
-	// algorithm, policy or revision.
-	ErrStateIncompatible = errors.New("limiter: stored state is incompatible with the policy")
-	// ErrProgramInvalid: the store program refused its arguments (INVALID).
-	ErrProgramInvalid = errors.New("limiter: store program rejected its arguments")
-	// ErrReplyMalformed: a reply is inconsistent with its status or policy.
-	ErrReplyMalformed = errors.New("limiter: malformed reply")
+	"github.com/envoy-rls/envoy-rls/pkg/limiter"
 )
 
 // Apply evaluates one request of cost units against the stored state st at
-// store time serverNowMs (Unix milliseconds, 0 <= serverNowMs <= MaxSafeInteger),
+// store time serverNowMs (Unix milliseconds, 0 <= serverNowMs <= 2^53-1),
 // exactly as docs/algorithms.md specifies and as the Lua programs of pkg/lua
 // do. It is a pure function: it reads no clock and keeps no state.
 //
@@ -34,9 +16,11 @@ var (
 // BLOCKED, CLOCK_UNSAFE, STATE_INCOMPATIBLE) next equals st and nothing must
 // be written, except the offence of a policy with a Penalty
 // (PenaltyRecorded). A ChargeAlways policy's denial writes too: the charge,
-// a DENIED reply with the cost recorded (see Request.Charges). reply holds the seven reply fields. p must come from NewPolicy and
-// cost must pass Request.Validate; Apply never returns StatusInvalid.
-func Apply(st State, serverNowMs int64, p *Policy, cost int64) (next State, reply Reply, write bool) {
+// a DENIED reply with the cost recorded (see limiter.Request.Charges).
+// reply holds the seven reply fields. cost must pass
+// limiter.Request.Validate; Apply never returns StatusInvalid for a rate
+// algorithm.
+func Apply(st State, serverNowMs int64, p *limiter.Policy, cost int64) (next State, reply Reply, write bool) {
 	next, reply, _, write = Check(st, serverNowMs, p, cost)
 	return next, reply, write
 }
@@ -49,8 +33,9 @@ func Apply(st State, serverNowMs int64, p *Policy, cost int64) (next State, repl
 // and the batch Lua program) check every request with it, then write next
 // only on commit, or whatever the batch decides for a request that
 // Charges.
-func Check(st State, serverNowMs int64, p *Policy, cost int64) (next State, reply, uncommitted Reply, write bool) {
-	if p.rules.step == nil { // a concurrency policy: see Lease
+func Check(st State, serverNowMs int64, p *limiter.Policy, cost int64) (next State, reply, uncommitted Reply, write bool) {
+	rules := rulesOf(p)
+	if rules == nil { // a concurrency policy: see Lease
 		r := refusal(StatusInvalid, serverNowMs, p)
 		r.Limit = 0
 		return st, r, r, false
@@ -76,13 +61,13 @@ func Check(st State, serverNowMs int64, p *Policy, cost int64) (next State, repl
 		return st, r, r, false
 	}
 	// 3. The algorithm (a blocked subject's reset-at is read from it).
-	pn := p.spec.Penalty
-	s := p.rules.step(st, now, p, cost)
+	pn := p.Penalty()
+	s := rules.step(st, now, p, p.Limit(), cost)
 	reply = Reply{
 		Status:         StatusDenied,
 		ServerNowMs:    serverNowMs,
 		EffectiveNowMs: now,
-		Limit:          p.limit,
+		Limit:          p.Limit(),
 		Remaining:      s.remaining,
 		RetryAfterMs:   s.retryAfter,
 		ResetAtMs:      s.resetAt,
@@ -92,7 +77,7 @@ func Check(st State, serverNowMs int64, p *Policy, cost int64) (next State, repl
 	// are never before the limit itself admits the cost: a client that
 	// comes back when the block ends while the limit still denies would
 	// only earn a new offence.
-	if pn.blocked(st, now) {
+	if blocked(pn, st, now) {
 		left := st.PenaltyUntilMs - now
 		retry, resetAt := left, s.resetAt
 		if s.allowed {
@@ -100,7 +85,7 @@ func Check(st State, serverNowMs int64, p *Policy, cost int64) (next State, repl
 		} else {
 			retry = max(retry, s.retryAfter)
 		}
-		r := Reply{Status: StatusBlocked, ServerNowMs: serverNowMs, EffectiveNowMs: now, Limit: p.limit,
+		r := Reply{Status: StatusBlocked, ServerNowMs: serverNowMs, EffectiveNowMs: now, Limit: p.Limit(),
 			RetryAfterMs: retry, ResetAtMs: max(resetAt, now+retry), BlockLeftMs: left}
 		return st, r, r, false
 	}
@@ -110,12 +95,12 @@ func Check(st State, serverNowMs int64, p *Policy, cost int64) (next State, repl
 	if !s.allowed {
 		if p.ChargeAlways() {
 			// Post-paid: recorded anyway (no penalty box, NewPolicy).
-			return charge(st, now, p, cost, reply)
+			return charge(rules, st, now, p, cost, reply)
 		}
 		if !pn.On() || !st.Exists {
 			return st, reply, reply, false
 		}
-		level, block := pn.offence(st, now)
+		level, block := offence(pn, st, now)
 		next = st
 		next.PenaltyUntilMs, next.PenaltyLevel = now+block, level
 		next.ExpiresAtMs = max(st.ExpiresAtMs, next.PenaltyUntilMs+pn.Decay.Milliseconds()+p.CleanupGraceMillis())
@@ -131,15 +116,15 @@ func Check(st State, serverNowMs int64, p *Policy, cost int64) (next State, repl
 	uncommitted.Remaining, uncommitted.ResetAtMs = s.remainingBefore, s.resetAtBefore
 	next = s.stateAfter(st, now, p)
 	next.PenaltyUntilMs, next.PenaltyLevel = st.PenaltyUntilMs, st.PenaltyLevel
-	if m := pn.memoryUntil(st); m != 0 {
+	if m := memoryUntil(pn, st); m != 0 {
 		next.ExpiresAtMs = max(next.ExpiresAtMs, m+p.CleanupGraceMillis())
 	}
 	return next, reply, uncommitted, true
 }
 
 // refusal is the reply of CLOCK_UNSAFE and STATE_INCOMPATIBLE.
-func refusal(status Status, serverNowMs int64, p *Policy) Reply {
-	return Reply{Status: status, ServerNowMs: serverNowMs, EffectiveNowMs: serverNowMs, Limit: p.limit}
+func refusal(status Status, serverNowMs int64, p *limiter.Policy) Reply {
+	return Reply{Status: status, ServerNowMs: serverNowMs, EffectiveNowMs: serverNowMs, Limit: p.Limit()}
 }
 
 // step is what one algorithm decided: the verdict, the new state fields (used
@@ -160,7 +145,7 @@ type step struct {
 
 // stateAfter is the state s leaves for p at now, after st: s's fields, p's
 // identity and s's TTL from now (no penalty fields).
-func (s step) stateAfter(st State, now int64, p *Policy) State {
+func (s step) stateAfter(st State, now int64, p *limiter.Policy) State {
 	return State{
 		Exists:         true,
 		Schema:         StateSchema,
@@ -184,35 +169,35 @@ func (s step) stateAfter(st State, now int64, p *Policy) State {
 // reply inconsistent with its status or with p (wrong limit, remaining out of
 // [0, limit], an allow with a retry, a denial without one) is Incompatible
 // with CategoryReplyMalformed: never an allow.
-func OutcomeFromReply(p *Policy, r Reply, src Source) Outcome {
+func OutcomeFromReply(p *limiter.Policy, r Reply, src limiter.Source) limiter.Outcome {
 	switch r.Status {
 	case StatusAllowed, StatusDenied, StatusBlocked:
 		allowed := r.Status == StatusAllowed
 		blocked := r.Status == StatusBlocked
-		if blocked && (!p.spec.Penalty.On() || r.Remaining != 0) {
-			return IncompatibleOutcome(CategoryReplyMalformed, fmt.Errorf("policy %s: BLOCKED reply (remaining %d) for a limit without a penalty or with units left: %w",
-				p.ID(), r.Remaining, ErrReplyMalformed))
+		if blocked && (!p.Penalty().On() || r.Remaining != 0) {
+			return limiter.IncompatibleOutcome(limiter.CategoryReplyMalformed, fmt.Errorf("policy %s: BLOCKED reply (remaining %d) for a limit without a penalty or with units left: %w",
+				p.ID(), r.Remaining, limiter.ErrReplyMalformed))
 		}
 		certainty := p.Certainty()
 		if blocked {
-			certainty = Certain
+			certainty = limiter.Certain
 		}
-		if r.Limit != p.limit || r.Remaining < 0 || r.Remaining > r.Limit || r.ResetAtMs < 0 ||
+		if r.Limit != p.Limit() || r.Remaining < 0 || r.Remaining > r.Limit || r.ResetAtMs < 0 ||
 			(allowed && r.RetryAfterMs != 0) || (!allowed && r.RetryAfterMs <= 0) {
-			return IncompatibleOutcome(CategoryReplyMalformed, fmt.Errorf("policy %s: %s reply (limit %d, remaining %d, retry %dms, reset %d): %w",
-				p.ID(), r.Status, r.Limit, r.Remaining, r.RetryAfterMs, r.ResetAtMs, ErrReplyMalformed))
+			return limiter.IncompatibleOutcome(limiter.CategoryReplyMalformed, fmt.Errorf("policy %s: %s reply (limit %d, remaining %d, retry %dms, reset %d): %w",
+				p.ID(), r.Status, r.Limit, r.Remaining, r.RetryAfterMs, r.ResetAtMs, limiter.ErrReplyMalformed))
 		}
 		var blockedFor time.Duration
 		if blocked {
 			// Every store gives the block's end, within the retry.
 			left := r.BlockLeftMs
 			if left < 1 || left > r.RetryAfterMs {
-				return IncompatibleOutcome(CategoryReplyMalformed, fmt.Errorf("policy %s: BLOCKED reply whose block (%dms) is not within its retry (%dms): %w",
-					p.ID(), left, r.RetryAfterMs, ErrReplyMalformed))
+				return limiter.IncompatibleOutcome(limiter.CategoryReplyMalformed, fmt.Errorf("policy %s: BLOCKED reply whose block (%dms) is not within its retry (%dms): %w",
+					p.ID(), left, r.RetryAfterMs, limiter.ErrReplyMalformed))
 			}
 			blockedFor = time.Duration(left) * time.Millisecond
 		}
-		return EvaluatedOutcome(Decision{
+		return limiter.EvaluatedOutcome(limiter.Decision{
 			Allowed:        allowed,
 			Limit:          r.Limit,
 			Remaining:      r.Remaining,
@@ -226,11 +211,22 @@ func OutcomeFromReply(p *Policy, r Reply, src Source) Outcome {
 			BlockedFor:     blockedFor,
 		})
 	case StatusClockUnsafe:
-		return UnavailableOutcome(ClockUnsafeRetryAfter, CategoryClockUnsafe, fmt.Errorf("policy %s: %w", p.ID(), ErrClockUnsafe))
+		return limiter.UnavailableOutcome(limiter.ClockUnsafeRetryAfter, limiter.CategoryClockUnsafe, fmt.Errorf("policy %s: %w", p.ID(), limiter.ErrClockUnsafe))
 	case StatusStateIncompatible:
-		return IncompatibleOutcome(CategoryStateIncompatible, fmt.Errorf("policy %s: %w", p.ID(), ErrStateIncompatible))
+		return limiter.IncompatibleOutcome(limiter.CategoryStateIncompatible, fmt.Errorf("policy %s: %w", p.ID(), limiter.ErrStateIncompatible))
 	case StatusInvalid:
-		return IncompatibleOutcome(CategoryProgramInvalid, fmt.Errorf("policy %s: %w", p.ID(), ErrProgramInvalid))
+		return limiter.IncompatibleOutcome(limiter.CategoryProgramInvalid, fmt.Errorf("policy %s: %w", p.ID(), limiter.ErrProgramInvalid))
 	}
-	return IncompatibleOutcome(CategoryReplyMalformed, fmt.Errorf("policy %s: status %d: %w", p.ID(), r.Status, ErrReplyMalformed))
+	return limiter.IncompatibleOutcome(limiter.CategoryReplyMalformed, fmt.Errorf("policy %s: status %d: %w", p.ID(), r.Status, limiter.ErrReplyMalformed))
+}
+
+// LeaseDecision is the Outcome of one lease request from Lease's reply r
+// (OutcomeFromReply), its Decision.Consumed set when a take consumed
+// (write). A store's lease evaluation answers each request with it.
+func LeaseDecision(req *limiter.Request, r Reply, write bool, src limiter.Source) limiter.Outcome {
+	o := OutcomeFromReply(req.Policy, r, src)
+	if o.Kind == limiter.Evaluated && req.Lease == limiter.LeaseTake {
+		o.Decision.Consumed = write
+	}
+	return o
 }

@@ -1,4 +1,4 @@
-package limiter_test
+package algorithm_test
 
 import (
 	"errors"
@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/envoy-rls/envoy-rls/pkg/limiter"
+	"github.com/envoy-rls/envoy-rls/pkg/limiter/algorithm"
 )
 
 // The fuzz targets drive Apply with random (advance, cost) sequences, three
@@ -19,7 +20,7 @@ type admit struct{ at, cost int64 }
 type sim struct {
 	t        *testing.T
 	p        *limiter.Policy
-	st       limiter.State
+	st       algorithm.State
 	now      int64
 	admitted []admit
 }
@@ -43,16 +44,16 @@ func (s *sim) run(ops []byte) {
 
 func (s *sim) step(i int, now, cost int64) {
 	t, p, st := s.t, s.p, s.st
-	next, r, write := limiter.Apply(st, now, p, cost)
+	next, r, write := algorithm.Apply(st, now, p, cost)
 	limit := p.Limit()
 	if r.ServerNowMs != now || r.Limit != limit {
 		t.Fatalf("step %d: reply %+v for now %d", i, r, now)
 	}
 	unsafe := st.Exists && st.LastObservedMs-now > p.MaxClockRegressionMillis()
-	if (r.Status == limiter.StatusClockUnsafe) != unsafe {
+	if (r.Status == algorithm.StatusClockUnsafe) != unsafe {
 		t.Fatalf("step %d: status %s, state last observed %d, now %d", i, r.Status, st.LastObservedMs, now)
 	}
-	if write != (r.Status == limiter.StatusAllowed) {
+	if write != (r.Status == algorithm.StatusAllowed) {
 		t.Fatalf("step %d: write %v with %s", i, write, r.Status)
 	}
 	if !write && next != st {
@@ -61,7 +62,7 @@ func (s *sim) step(i int, now, cost int64) {
 	if unsafe {
 		return
 	}
-	if r.Status != limiter.StatusAllowed && r.Status != limiter.StatusDenied {
+	if r.Status != algorithm.StatusAllowed && r.Status != algorithm.StatusDenied {
 		t.Fatalf("step %d: status %s", i, r.Status)
 	}
 	eff := now
@@ -74,7 +75,7 @@ func (s *sim) step(i int, now, cost int64) {
 	if r.Remaining < 0 || r.Remaining > limit {
 		t.Fatalf("step %d: remaining %d outside [0, %d]", i, r.Remaining, limit)
 	}
-	if (r.RetryAfterMs > 0) != (r.Status == limiter.StatusDenied) || r.RetryAfterMs < 0 {
+	if (r.RetryAfterMs > 0) != (r.Status == algorithm.StatusDenied) || r.RetryAfterMs < 0 {
 		t.Fatalf("step %d: %s with retry after %d", i, r.Status, r.RetryAfterMs)
 	}
 	if r.ResetAtMs < eff {
@@ -89,23 +90,23 @@ func (s *sim) step(i int, now, cost int64) {
 		s.admitted = append(s.admitted, admit{eff, cost})
 	}
 	// Retry-after is exact when nothing else happens: admitted then, not 1ms earlier.
-	if r.Status == limiter.StatusDenied {
-		if _, r2, _ := limiter.Apply(st, eff+r.RetryAfterMs, p, cost); r2.Status != limiter.StatusAllowed {
+	if r.Status == algorithm.StatusDenied {
+		if _, r2, _ := algorithm.Apply(st, eff+r.RetryAfterMs, p, cost); r2.Status != algorithm.StatusAllowed {
 			t.Fatalf("step %d: denied with retry %dms, but at that time: %+v", i, r.RetryAfterMs, r2)
 		}
 		if r.RetryAfterMs > 1 {
-			if _, r2, _ := limiter.Apply(st, eff+r.RetryAfterMs-1, p, cost); r2.Status != limiter.StatusDenied {
+			if _, r2, _ := algorithm.Apply(st, eff+r.RetryAfterMs-1, p, cost); r2.Status != algorithm.StatusDenied {
 				t.Fatalf("step %d: retry %dms is not the earliest: %+v", i, r.RetryAfterMs, r2)
 			}
 		}
 	}
 	// Reset-at is when the full allowance is back, and not earlier.
 	if limit > 0 {
-		if _, r2, _ := limiter.Apply(after, r.ResetAtMs, p, limit); r2.Status != limiter.StatusAllowed {
+		if _, r2, _ := algorithm.Apply(after, r.ResetAtMs, p, limit); r2.Status != algorithm.StatusAllowed {
 			t.Fatalf("step %d: reset at %d, but then the full limit is %+v", i, r.ResetAtMs, r2)
 		}
 		if r.ResetAtMs > eff {
-			if _, r2, _ := limiter.Apply(after, r.ResetAtMs-1, p, limit); r2.Status != limiter.StatusDenied {
+			if _, r2, _ := algorithm.Apply(after, r.ResetAtMs-1, p, limit); r2.Status != algorithm.StatusDenied {
 				t.Fatalf("step %d: reset at %d is not the earliest: %+v", i, r.ResetAtMs, r2)
 			}
 		}
@@ -113,8 +114,8 @@ func (s *sim) step(i int, now, cost int64) {
 	// After its TTL a state is indistinguishable from none.
 	if write {
 		at := next.ExpiresAtMs + 1
-		n1, r1, _ := limiter.Apply(next, at, p, limit)
-		n0, r0, _ := limiter.Apply(limiter.State{}, at, p, limit)
+		n1, r1, _ := algorithm.Apply(next, at, p, limit)
+		n0, r0, _ := algorithm.Apply(algorithm.State{}, at, p, limit)
 		if r1 != r0 || n1 != n0 {
 			t.Fatalf("step %d: state %+v after its TTL differs from no state:\n%+v %+v\n%+v %+v", i, next, r1, n1, r0, n0)
 		}
@@ -232,7 +233,7 @@ func FuzzGCRA(f *testing.F) {
 		}
 		tb := bucket(t, params.Burst, params.Limit, params.Period)
 		s := &sim{t: t, p: p, now: int64(start % uint64(limiter.MaxSafeInteger-1<<40))}
-		var bst limiter.State
+		var bst algorithm.State
 		amount, per := p.Refill()
 		tolerance := new(big.Int).Mul(big.NewInt(p.Limit()), big.NewInt(per))
 		for i := 0; i+2 < len(ops); i += 3 {
@@ -240,8 +241,8 @@ func FuzzGCRA(f *testing.F) {
 			cost := 1 + int64(ops[i+2])%p.MaxCost()
 			before := s.st
 			s.step(i/3, s.now, cost)
-			next, r, write := limiter.Apply(before, s.now, p, cost)
-			bnext, br, bwrite := limiter.Apply(bst, s.now, tb, cost)
+			next, r, write := algorithm.Apply(before, s.now, p, cost)
+			bnext, br, bwrite := algorithm.Apply(bst, s.now, tb, cost)
 			if r != br || write != bwrite || next.ExpiresAtMs != bnext.ExpiresAtMs {
 				t.Fatalf("step %d: gcra %+v (write %v, expires %d), token bucket %+v (write %v, expires %d)", i/3, r, write, next.ExpiresAtMs, br, bwrite, bnext.ExpiresAtMs)
 			}
@@ -296,11 +297,11 @@ func FuzzSlidingLogState(f *testing.F) {
 	f.Add([]byte{0x7f, 0xf0, 0, 0, 0, 0, 0, 0, 0, 1}, int64(0), int64(0), int64(0), int64(t0), int64(t0), uint8(1))
 	f.Fuzz(func(t *testing.T, log []byte, level, carry, epoch, last, now int64, cost uint8) {
 		p := slidingLog(t, 5, time.Second)
-		st := limiter.State{Exists: true, Schema: limiter.StateSchema, Algorithm: limiter.SlidingLog, PolicyID: p.ID(), Revision: 1,
+		st := algorithm.State{Exists: true, Schema: algorithm.StateSchema, Algorithm: limiter.SlidingLog, PolicyID: p.ID(), Revision: 1,
 			LastObservedMs: min(max(last, 0), limiter.MaxSafeInteger), Epoch: epoch, Level: level, Carry: carry, Log: string(log)}
 		now = min(max(now, 0), limiter.MaxSafeInteger)
-		next, r, write := limiter.Apply(st, now, p, 1+int64(cost)%p.MaxCost())
-		if o := limiter.OutcomeFromReply(p, r, limiter.SourceMemory); r.Status == limiter.StatusAllowed || r.Status == limiter.StatusDenied {
+		next, r, write := algorithm.Apply(st, now, p, 1+int64(cost)%p.MaxCost())
+		if o := algorithm.OutcomeFromReply(p, r, limiter.SourceMemory); r.Status == algorithm.StatusAllowed || r.Status == algorithm.StatusDenied {
 			if o.Kind != limiter.Evaluated {
 				t.Fatalf("reply %+v: %v", r, o.Err)
 			}
@@ -308,7 +309,7 @@ func FuzzSlidingLogState(f *testing.F) {
 		if !write {
 			return
 		}
-		if _, again, _ := limiter.Apply(next, next.LastObservedMs, p, 1); again.Status == limiter.StatusStateIncompatible {
+		if _, again, _ := algorithm.Apply(next, next.LastObservedMs, p, 1); again.Status == algorithm.StatusStateIncompatible {
 			t.Fatalf("state %+v written from %+v reads as incompatible", next, st)
 		}
 	})

@@ -1,12 +1,13 @@
-package limiter
+package algorithm
 
-// StateSchema is the version of the stored state layout. The Lua programs
-// store the same number in their hash.
+import "github.com/envoy-rls/envoy-rls/pkg/limiter"
+
+// StateSchema is the version of the stored state layout.
 const StateSchema = 1
 
 // Status is the first of the seven reply fields: how one evaluation ended.
 // String gives the names docs/algorithms.md uses; how a store encodes a
-// status (the Lua programs' reply strings) is that store's concern.
+// status (the Lua programs' codes) is that store's concern (pkg/lua).
 type Status uint8
 
 const (
@@ -15,7 +16,7 @@ const (
 	StatusClockUnsafe                         // CLOCK_UNSAFE
 	StatusStateIncompatible                   // STATE_INCOMPATIBLE
 	StatusInvalid                             // INVALID
-	// StatusBlocked: the subject is in its penalty box (Policy.Penalty);
+	// StatusBlocked: the subject is in its penalty box (limiter.Penalty);
 	// a denial that consumed nothing and recorded nothing.
 	StatusBlocked // BLOCKED
 )
@@ -39,7 +40,7 @@ func (s Status) String() string {
 }
 
 // Reply is the seven-field answer of one evaluation, identical for the Go
-// algorithms and the Lua programs. Times are Unix milliseconds.
+// steps and the Lua programs. Times are Unix milliseconds.
 type Reply struct {
 	Status         Status
 	ServerNowMs    int64 // the store clock as read
@@ -50,18 +51,17 @@ type Reply struct {
 	ResetAtMs      int64
 	// BlockLeftMs is, for BLOCKED, the ms from the effective now until the
 	// penalty box's block ends: at most RetryAfterMs, which also waits
-	// for the limit itself to admit the cost. 0 for every other status,
-	// and for a BLOCKED reply of rate-batch-v1.lua (which has no field
-	// for it: its retry is the block's end).
+	// for the limit itself to admit the cost. 0 for every other status.
 	BlockLeftMs int64
 }
 
 // State is the stored state of one (policy, subject). The zero value (Exists
-// false) is "no state yet". The Lua programs keep the same fields in a hash.
+// false) is "no state yet". The Lua programs keep the same fields in one
+// string (pkg/lua's AppendState).
 type State struct {
 	Exists    bool
 	Schema    int64
-	Algorithm Algorithm
+	Algorithm limiter.Algorithm
 	PolicyID  string
 	Revision  uint32
 	// LastObservedMs is the largest effective time that changed this state.
@@ -79,8 +79,8 @@ type State struct {
 	// the theoretical arrival time's fraction of a ms, in 1/amount ms (GCRA).
 	Carry int64
 	// Log is a sliding log's hits in its window, oldest first, packed as
-	// the Lua programs keep it in the hash field l: SlidingLogEntryBytes
-	// per hit (see AppendSlidingLogEntry); empty for the other algorithms.
+	// the Lua programs keep it: SlidingLogEntryBytes per hit (see
+	// AppendSlidingLogEntry); empty for the other algorithms.
 	// A string, so that State stays comparable.
 	Log string
 	// ExpiresAtMs is when the state may be dropped (effective now + TTL).
