@@ -42,8 +42,13 @@ func TestAlgorithmTable(t *testing.T) {
 			t.Errorf("ParseAlgorithm(%q) = %v, %v", a, got, err)
 		}
 		p := limitertest.Policy(t, limiter.PolicySpec{ID: "t", Algorithm: a, Params: a.ParamsFor(limiter.Rate{Limit: 10, Window: time.Second})})
-		if x, y := p.AlgorithmArgs(); p.Algorithm() != a || p.Limit() != 10 || [2]int64{x, y} != w.args {
-			t.Errorf("%v: algorithm %v, limit %d, args (%d, %d), want limit 10, args %v", a, p.Algorithm(), p.Limit(), x, y, w.args)
+		// The arithmetic: the refill reduced to lowest terms, else the window.
+		x, y := p.Refill()
+		if x == 0 {
+			x, y = p.WindowMillis(), 0
+		}
+		if p.Algorithm() != a || p.Limit() != 10 || [2]int64{x, y} != w.args {
+			t.Errorf("%v: algorithm %v, limit %d, refill or window (%d, %d), want limit 10, %v", a, p.Algorithm(), p.Limit(), x, y, w.args)
 		}
 		if p.Certainty() != w.certainty || p.DenialsHold() != w.denialsHold || a.TakesBurst() != w.burst {
 			t.Errorf("%v: certainty %v, denials hold %v, burst %v; want %+v", a, p.Certainty(), p.DenialsHold(), a.TakesBurst(), w)

@@ -69,13 +69,6 @@ func (pn Penalty) validate(limit int64) (Penalty, error) {
 // none), its defaults filled.
 func (p *Policy) Penalty() Penalty { return p.spec.Penalty }
 
-// PenaltyArgs returns the penalty in ms as the Lua batch program takes it:
-// duration, max duration, decay; all 0 without a penalty.
-func (p *Policy) PenaltyArgs() (durationMs, maxMs, decayMs int64) {
-	pn := p.spec.Penalty
-	return pn.Duration.Milliseconds(), pn.MaxDuration.Milliseconds(), pn.Decay.Milliseconds()
-}
-
 // RecordsOffence reports whether a denial of a limit in this role is an
 // offence that is written: the roles that consume (Consumes: ordinary,
 // shadow, quota). A check or a probe (RoleCheck, RoleProbe, RoleQuotaProbe)

@@ -242,17 +242,6 @@ func (p *Policy) Certainty() Certainty { return p.rules.certainty }
 // estimate.
 func (p *Policy) DenialsHold() bool { return p.rules.denialsHold }
 
-// AlgorithmArgs returns the two numbers that, with Limit, are the
-// algorithm's arithmetic, as the Lua programs take them: the window in ms
-// and 0 (fixed and sliding window); the refill amount and period in ms,
-// reduced as Refill (token bucket, GCRA).
-func (p *Policy) AlgorithmArgs() (first, second int64) {
-	if p.refillAmount != 0 {
-		return p.refillAmount, p.refillPeriodMs
-	}
-	return p.windowMs, 0
-}
-
 // Calendar returns the calendar of a calendar fixed window, else nil.
 func (p *Policy) Calendar() *calendar.Calendar { return p.calendar }
 

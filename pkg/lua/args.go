@@ -21,7 +21,7 @@ const BatchPacked = 2 + 7*8
 // The bits of the flags byte of a key's packed numbers (AppendBatchPacked).
 // The programs read them with bit.band.
 const (
-	// FlagRoleMask holds the key's role (limiter.Role: 0 ordinary, 1
+	// FlagRoleMask holds the key's role (roleCodes: 0 ordinary, 1
 	// shadow, 2 quota, 3 check, 4 probe, 5 quota probe) in bits 0-2.
 	FlagRoleMask = 7
 	// FlagFailOpen: the key's failure takes no part in the batch rule
@@ -69,12 +69,12 @@ func BatchPackedLen(p *limiter.Policy) int {
 
 // AppendBatchPacked appends the argument of one key of rate-batch-v2.lua
 // to dst, BatchPackedLen bytes: the numbers packed big-endian as
-// struct.pack('>BBddddddd'): algorithm (limiter.Algorithm), flags (the
-// role, FlagFailOpen when the key's failure takes no part in the batch
+// struct.pack('>BBddddddd'): algorithm (algorithmCodes), flags (the
+// role (roleCodes), FlagFailOpen when the key's failure takes no part in the batch
 // rule (limiter.Policy.AbstainsOnFailure), FlagPenalty with a penalty box,
 // FlagCalendar for a calendar window, FlagCharge when the policy charges
 // always), revision, limit, the two algorithm arguments
-// (limiter.Policy.AlgorithmArgs), cleanup grace ms, max clock regression
+// (algorithmArgs), cleanup grace ms, max clock regression
 // ms, cost; then the extensions, in this order: the penalty box's
 // (PenaltyPacked) and a calendar window's (CalendarPacked, computed at the
 // wall clock's now: AppendBatchPackedAt takes the time). Every number is
@@ -95,15 +95,15 @@ func AppendBatchPackedAt(dst []byte, p *limiter.Policy, cost int64, role limiter
 		fixed += PenaltyPacked
 	}
 	b := dst[len(dst) : len(dst)+fixed]
-	b[0] = byte(p.Algorithm())
-	b[1] = byte(role) & FlagRoleMask
+	b[0] = algorithmCodes[p.Algorithm()]
+	b[1] = roleCodes[role] & FlagRoleMask
 	if p.AbstainsOnFailure() {
 		b[1] |= FlagFailOpen
 	}
 	if p.ChargeAlways() {
 		b[1] |= FlagCharge
 	}
-	arg1, arg2 := p.AlgorithmArgs()
+	arg1, arg2 := algorithmArgs(p)
 	for i, v := range [7]int64{int64(p.Revision()), p.Limit(), arg1, arg2, p.CleanupGraceMillis(), p.MaxClockRegressionMillis(), cost} {
 		binary.BigEndian.PutUint64(b[2+8*i:], math.Float64bits(float64(v)))
 	}
@@ -117,8 +117,9 @@ func AppendBatchPackedAt(dst []byte, p *limiter.Policy, cost int64, role limiter
 // BatchPacked + PenaltyPacked bytes, and writes p's penalty extension.
 func packPenalty(b []byte, p *limiter.Policy) {
 	b[1] |= FlagPenalty
-	d, m, decay := p.PenaltyArgs()
-	for i, v := range [3]int64{d, m, decay} {
+	pn := p.Penalty()
+	for i, v := range [3]time.Duration{pn.Duration, pn.MaxDuration, pn.Decay} {
+		v := v.Milliseconds()
 		binary.BigEndian.PutUint64(b[BatchPacked+8*i:], math.Float64bits(float64(v)))
 	}
 }

@@ -27,7 +27,7 @@ func LeaseArgs(r *limiter.Request, deadlineMs int64) []string {
 		consumes = "1"
 	}
 	p := r.Policy
-	return []string{strconv.Itoa(int(r.Lease)), consumes, strconv.FormatInt(p.Limit(), 10),
+	return []string{leaseOpCodes[r.Lease], consumes, strconv.FormatInt(p.Limit(), 10),
 		strconv.FormatInt(p.LeaseTTLMillis(), 10), strconv.FormatInt(r.Cost, 10), strconv.FormatInt(p.CleanupGraceMillis(), 10),
 		strconv.FormatInt(r.LeaseAt, 10), strconv.FormatInt(deadlineMs, 10)}
 }
@@ -63,7 +63,7 @@ func ParseLeaseReply(p *limiter.Policy, values []Value) (algorithm.Reply, error)
 		}
 		num[i] = v.Int
 	}
-	r := algorithm.Reply{Status: algorithm.Status(num[0]), ServerNowMs: num[1], EffectiveNowMs: num[2], Limit: num[3],
+	r := algorithm.Reply{Status: statusOf(num[0]), ServerNowMs: num[1], EffectiveNowMs: num[2], Limit: num[3],
 		Remaining: num[4], RetryAfterMs: num[5], ResetAtMs: num[6]}
 	switch r.Status {
 	case algorithm.StatusAllowed, algorithm.StatusDenied, algorithm.StatusStateIncompatible, algorithm.StatusInvalid:

@@ -153,7 +153,7 @@ func notDecided(values []Value) error {
 const ReplyFieldsV2 = 4
 
 // StatusCodes is the number of the code of a key's reply of
-// rate-batch-v2.lua that is its status (algorithm.Status); the rest, divided
+// rate-batch-v2.lua that is its status (statusCodes); the rest, divided
 // by StatusCodes, is how far its effective now is ahead of serverNow.
 const StatusCodes = 8
 
@@ -163,7 +163,7 @@ var fieldNamesV2 = [ReplyFieldsV2]string{"code", "remaining", "retryAfterMillis"
 // element of the group's reply) for the given policies (one per key, in
 // order) and writes one reply per key into out. The reply must be exactly
 // 2 + 4N integers: the committed flag (0 or 1), serverNowMillis, then per
-// key its code (a status of algorithm.Status plus StatusCodes times the ms
+// key its code (a status code, statusCodes, plus StatusCodes times the ms
 // its effective now is ahead of serverNowMillis), remaining (for BLOCKED,
 // whose remaining is 0: the ms until its block ends, algorithm.Reply's
 // BlockLeftMs, in [1, retryAfterMillis]), retryAfterMillis and
@@ -198,9 +198,9 @@ func ParseBatchReplyV2(policies []*limiter.Policy, values []Value, out []algorit
 			}
 			num[i] = v.Int
 		}
-		st := algorithm.Status(num[0] % StatusCodes)
-		if st < algorithm.StatusAllowed || st > algorithm.StatusBlocked {
-			return false, malformed("key %d: unknown status %d", k+1, st)
+		st := statusOf(num[0] % StatusCodes)
+		if st == 0 {
+			return false, malformed("key %d: unknown status %d", k+1, num[0]%StatusCodes)
 		}
 		clamp := num[0] / StatusCodes
 		if clamp > limiter.MaxSafeInteger-serverNow {
@@ -241,7 +241,7 @@ func AppendReplyV2(dst []Value, committed bool, replies []algorithm.Reply) []Val
 	}
 	dst = append(dst, Value{Int: flag, IsInt: true}, Value{Int: serverNow, IsInt: true})
 	for _, r := range replies {
-		code := int64(r.Status) + StatusCodes*(r.EffectiveNowMs-r.ServerNowMs)
+		code := statusCodes[r.Status] + StatusCodes*(r.EffectiveNowMs-r.ServerNowMs)
 		remaining := r.Remaining
 		if r.Status == algorithm.StatusBlocked {
 			remaining = r.BlockLeftMs

@@ -29,7 +29,7 @@ const (
 // of rate-batch-v2.lua; its penalty box only when its PenaltyLevel is not
 // 0. Its Schema, PolicyID and Revision are not kept: the key names them.
 func AppendState(dst []byte, st algorithm.State) []byte {
-	head := byte(st.Algorithm)
+	head := algorithmCodes[st.Algorithm]
 	if st.PenaltyLevel > 0 {
 		head |= StatePenalty
 	}
@@ -56,7 +56,7 @@ func ParseState(v []byte, p *limiter.Policy) (st algorithm.State, ok bool) {
 	if len(v) < StateLen {
 		return st, false
 	}
-	alg := byte(p.Algorithm())
+	alg := algorithmCodes[p.Algorithm()]
 	num := func(i int) (int64, bool) {
 		f := math.Float64frombits(binary.BigEndian.Uint64(v[i:]))
 		if !(f >= 0 && f <= float64(limiter.MaxSafeInteger)) || f != math.Trunc(f) {

@@ -66,7 +66,7 @@ func TestOneKeyRunDifferential(t *testing.T) {
 		}
 		seen[p.Algorithm().String()]++
 		seen["role "+r.role.String()]++
-		if d, _, _ := p.PenaltyArgs(); d > 0 {
+		if p.Penalty().On() {
 			seen["penalty"]++
 		}
 		if p.ChargeAlways() {
