@@ -23,11 +23,11 @@ const (
 )
 
 // respond turns the descriptor statuses and outcomes of one call into the
-// response; now is the clock's reading after the store answered. The
-// call's metrics are sc.metrics, of its domain label.
+// response (decision, report, then each descriptor's binding limit); now
+// is the clock's reading after the store answered. The call's metrics are
+// sc.metrics, of its domain label.
 func (s *Server) respond(ctx context.Context, req *rlsv3.RateLimitRequest, sc *scratch, now time.Time) *rlsv3.RateLimitResponse {
 	n := len(req.Descriptors)
-	dm := sc.metrics
 
 	// One allocation per message type for the whole response, or one in
 	// all for the answer to one descriptor.
@@ -46,62 +46,10 @@ func (s *Server) respond(ctx context.Context, req *rlsv3.RateLimitRequest, sc *s
 	for i := range sc.descs {
 		ds := &sc.descs[i]
 		ds.current = -1
-		switch ds.kind {
-		case statusUnmatched, statusNegative:
-			s.metrics.unmatchedDescriptor(dm.label)
-			continue
-		case statusReplaced, statusRequestID, statusNoLease:
-			continue
-		case statusUnlimited:
-			statuses[ds.desc].LimitRemaining = math.MaxUint32
-			pc := dm.policy(s.metrics, UnlimitedPolicy)
-			pc.count(resultOK, false, false)
-			pc.hits.Add(float64(ds.countedHits()))
+		if !s.decision(ctx, sc, ds, statuses, now) {
 			continue
 		}
 		rule := ds.match.Rule
-		p := rule.Policy
-		if ds.kind == statusNeverFits {
-			// A zero limit, or a cost above the policy's max cost: it can
-			// never fit, so the store is not asked and nothing is consumed.
-			// So for an override refused beyond the domain's bound, until
-			// a tracked override policy's place frees.
-			ds.over = true
-			ds.reset = untilWindowEnd(now, rule.Window())
-			if c := p.Calendar(); c != nil {
-				ds.reset = untilPeriodEnd(now, c)
-			}
-			if ds.refusedWait != 0 {
-				ds.reset = ds.refusedWait
-			}
-			ds.retry = ds.reset
-		} else if out := &sc.outs[ds.batch]; out.Kind == limiter.Evaluated && out.Decision.Known() {
-			d := &out.Decision
-			if d.Source == limiter.SourceFallback {
-				// The store failed; the local limiter decided instead.
-				ds.failedOver, ds.fallback = true, d.Fallback
-				sc.storeFailed = true
-			}
-			ds.over = !d.Allowed
-			ds.blocked = d.Blocked
-			ds.remaining = clampUint32(d.Remaining)
-			if !d.ResetAt.IsZero() {
-				// Stores keep milliseconds; so does the answer.
-				ds.reset = max(d.ResetAt.Sub(now), 0).Round(time.Millisecond)
-			}
-			ds.retry = d.RetryAfter
-			if d.Allowed && ds.role != limiter.RoleShadow && nearLimit(d.Limit, d.Remaining) {
-				dm.policy(s.metrics, ds.policyLabel()).near.Inc()
-			}
-		} else {
-			s.storeFailed(ctx, sc, p, ds, out)
-			if !ds.over {
-				// Fail open: nothing is known about the limit's state, so
-				// the status carries no current_limit for Envoy to build
-				// headers from.
-				continue
-			}
-		}
 		limits = append(limits, rlsv3.RateLimitResponse_RateLimit{
 			Name:            rule.Name,
 			RequestsPerUnit: rule.RequestsPerUnit,
@@ -125,34 +73,9 @@ func (s *Server) respond(ctx context.Context, req *rlsv3.RateLimitRequest, sc *s
 		if ds.kind != statusStore && ds.kind != statusNeverFits || ds.release {
 			continue // a release is no request of the limit: not counted
 		}
-		pc := dm.policy(s.metrics, ds.policyLabel())
-		pc.hits.Add(float64(ds.countedHits()))
-		local := ds.failedOver && ds.fallback == limiter.FailLocal
-		r := resultOver
-		switch {
-		case !ds.over, ds.role.Quota() && !quotaDenies:
-			r = resultOK
-		case ds.role == limiter.RoleShadow:
-			r = resultShadowOver
-		default:
-			ds.reported = true
+		if s.report(ctx, req, sc, ds, quotaDenies, now) {
 			statuses[ds.desc].Code = rlsv3.RateLimitResponse_OVER_LIMIT
 			overall = rlsv3.RateLimitResponse_OVER_LIMIT
-		}
-		ds.result = r
-		pc.count(r, local, ds.blocked)
-		if r != resultOK {
-			msg := msgDenied
-			if r == resultShadowOver {
-				msg = msgShadowDenied
-			}
-			s.logDenial(ctx, msg, ds)
-			if s.auditor != nil {
-				s.audit(ctx, req, now, sc, ds)
-			}
-		}
-		if s.observer != nil && !ds.override {
-			s.observeLimit(sc, ds)
 		}
 	}
 
@@ -176,6 +99,103 @@ func (s *Server) respond(ctx context.Context, req *rlsv3.RateLimitRequest, sc *s
 	// After the dynamic metadata: the lease marker is added to it.
 	s.markLeases(resp, sc)
 	return resp
+}
+
+// decision reads what the limit of ds decided into ds (step 1 of
+// respond), counting the descriptors that need no decision, and reports
+// whether its status carries a current_limit.
+func (s *Server) decision(ctx context.Context, sc *scratch, ds *descStatus, statuses []rlsv3.RateLimitResponse_DescriptorStatus, now time.Time) bool {
+	dm := sc.metrics
+	switch ds.kind {
+	case statusUnmatched, statusNegative:
+		s.metrics.unmatchedDescriptor(dm.label)
+		return false
+	case statusReplaced, statusRequestID, statusNoLease:
+		return false
+	case statusUnlimited:
+		statuses[ds.desc].LimitRemaining = math.MaxUint32
+		pc := dm.policy(s.metrics, UnlimitedPolicy)
+		pc.count(resultOK, false, false)
+		pc.hits.Add(float64(ds.countedHits()))
+		return false
+	}
+	rule := ds.match.Rule
+	p := rule.Policy
+	if ds.kind == statusNeverFits {
+		// A zero limit, or a cost above the policy's max cost: it can
+		// never fit, so the store is not asked and nothing is consumed.
+		// So for an override refused beyond the domain's bound, until a
+		// tracked override policy's place frees.
+		ds.over = true
+		ds.reset = untilWindowEnd(now, rule.Window())
+		if c := p.Calendar(); c != nil {
+			ds.reset = untilPeriodEnd(now, c)
+		}
+		if ds.refusedWait != 0 {
+			ds.reset = ds.refusedWait
+		}
+		ds.retry = ds.reset
+		return true
+	}
+	out := &sc.outs[ds.batch]
+	if out.Kind != limiter.Evaluated || !out.Decision.Known() {
+		s.storeFailed(ctx, sc, p, ds, out)
+		// Fail open: nothing is known about the limit's state, so the
+		// status carries no current_limit for Envoy to build headers from.
+		return ds.over
+	}
+	d := &out.Decision
+	if d.Source == limiter.SourceFallback {
+		// The store failed; the local limiter decided instead.
+		ds.failedOver, ds.fallback = true, d.Fallback
+		sc.storeFailed = true
+	}
+	ds.over = !d.Allowed
+	ds.blocked = d.Blocked
+	ds.remaining = clampUint32(d.Remaining)
+	if !d.ResetAt.IsZero() {
+		// Stores keep milliseconds; so does the answer.
+		ds.reset = max(d.ResetAt.Sub(now), 0).Round(time.Millisecond)
+	}
+	ds.retry = d.RetryAfter
+	if d.Allowed && ds.role != limiter.RoleShadow && nearLimit(d.Limit, d.Remaining) {
+		dm.policy(s.metrics, ds.policyLabel()).near.Inc()
+	}
+	return true
+}
+
+// report counts, logs, audits and observes the limit of ds as the answer
+// reports it (step 2 of respond), and reports whether it makes the call
+// OVER_LIMIT.
+func (s *Server) report(ctx context.Context, req *rlsv3.RateLimitRequest, sc *scratch, ds *descStatus, quotaDenies bool, now time.Time) bool {
+	pc := sc.metrics.policy(s.metrics, ds.policyLabel())
+	pc.hits.Add(float64(ds.countedHits()))
+	local := ds.failedOver && ds.fallback == limiter.FailLocal
+	r := resultOver
+	switch {
+	case !ds.over, ds.role.Quota() && !quotaDenies:
+		r = resultOK
+	case ds.role == limiter.RoleShadow:
+		r = resultShadowOver
+	default:
+		ds.reported = true
+	}
+	ds.result = r
+	pc.count(r, local, ds.blocked)
+	if r != resultOK {
+		msg := msgDenied
+		if r == resultShadowOver {
+			msg = msgShadowDenied
+		}
+		s.logDenial(ctx, msg, ds)
+		if s.auditor != nil {
+			s.audit(ctx, req, now, sc, ds)
+		}
+	}
+	if s.observer != nil && !ds.override {
+		s.observeLimit(sc, ds)
+	}
+	return ds.reported
 }
 
 // bindingLimit returns the index, in the statuses of one descriptor's

@@ -50,19 +50,17 @@ func (s *Store) Evaluate(ctx context.Context, batch []limiter.Request, out []lim
 func (s *Store) evaluateBatch(batch []limiter.Request, out []limiter.Outcome, nowMs int64) {
 	sc := s.getScratch(len(batch))
 	defer s.putScratch(sc)
-	w := sc.work
+	b := run{s: s, batch: batch, out: out, w: sc.work, nowMs: nowMs}
 	valid := 0
 	for i := range batch {
-		r := &batch[i]
-		w[i] = work{prev: -1}
+		r, wi := &batch[i], &b.w[i]
+		*wi = work{prev: -1}
 		if o, bad := refused(r, nowMs); bad {
 			out[i] = o
 			continue
 		}
-		w[i].valid = true
-		w[i].k = keyOf(r)
-		w[i].h = hashKey(&w[i].k)
-		w[i].shard = s.shardIndex(&r.Subject)
+		wi.valid, wi.k = true, keyOf(r)
+		wi.h, wi.shard = hashKey(&wi.k), s.shardIndex(&r.Subject)
 		valid++
 	}
 	if valid == 0 {
@@ -70,9 +68,9 @@ func (s *Store) evaluateBatch(batch []limiter.Request, out []limiter.Outcome, no
 	}
 	// Lock every distinct shard, in ascending order.
 	order := sc.order[:0]
-	for i := range w {
-		if w[i].valid {
-			order = append(order, w[i].shard)
+	for i := range b.w {
+		if b.w[i].valid {
+			order = append(order, b.w[i].shard)
 		}
 	}
 	slices.Sort(order)
@@ -81,126 +79,173 @@ func (s *Store) evaluateBatch(batch []limiter.Request, out []limiter.Outcome, no
 	for _, si := range order {
 		s.shards[si].mu.Lock()
 	}
-	// overflowMu is taken after the shard locks, at most once, when a
-	// request without an entry meets a sketch.
-	overflowLocked := false
-	lockOverflow := func() {
-		if !overflowLocked {
-			s.overflowMu.Lock()
-			overflowLocked = true
-		}
-	}
-	dropped, refused := 0, false
 	// Phase 1: check, consuming nothing.
 	for i := range batch {
-		wi := &w[i]
-		if !wi.valid {
-			continue
+		if b.w[i].valid {
+			b.check(i)
 		}
-		r := &batch[i]
-		sh := &s.shards[wi.shard]
-		for j := i - 1; j >= 0; j-- {
-			if w[j].valid && w[j].h == wi.h && w[j].k == wi.k {
-				wi.prev = j
-				break
-			}
-		}
-		var st algorithm.State
-		if pw := wi.prev; pw >= 0 {
-			if w[pw].failed {
-				wi.failed = true
-				out[i] = out[pw]
-				continue
-			}
-			st, wi.inTable, wi.hasRoom = w[pw].cur, w[pw].inTable, w[pw].hasRoom
-			wi.idx, wi.moves = w[pw].idx, w[pw].moves
-			wi.sp, wi.overflow, wi.estimated = w[pw].sp, w[pw].overflow, w[pw].estimated
-		} else {
-			var d int
-			st, wi.inTable, d, wi.idx = sh.load(&wi.k, wi.h, nowMs)
-			wi.moves = sh.t.moves
-			dropped += d
-			if !wi.inTable && s.nSketches.Load() != 0 {
-				lockOverflow()
-				if st, wi.failed = s.openSketchFor(&wi.spilled, r.Policy, &r.Subject, nowMs, false); wi.failed {
-					out[i] = sketchClockUnsafe(r.Policy)
-					continue
-				}
-			}
-		}
-		next, reply, uncommitted, write := algorithm.Check(st, wi.sp.now(nowMs), r.Policy, r.Cost)
-		wi.cur = st
-		if write && r.EffectiveRole().Consumes() && !wi.inTable && !wi.hasRoom && !wi.overflow {
-			// A new entry: reserve room for it now, so that a full shard
-			// is known before the batch decides.
-			var res reservation
-			for j := 0; j < i; j++ {
-				if w[j].valid && w[j].shard == wi.shard && w[j].reserved {
-					res.all++
-					if w[j].k.policy == wi.k.policy {
-						res.own++
-					}
-					if w[j].k.made {
-						res.made++
-					}
-				}
-			}
-			room := sh.room(&wi.k, res)
-			if !room {
-				dropped += sh.dropExpired(nowMs, fullScanBudget)
-				room = sh.room(&wi.k, res)
-			}
-			if room {
-				wi.reserved, wi.hasRoom = true, true
-			} else {
-				// No room: the policy's sketch decides, from its own
-				// estimate of the subject.
-				lockOverflow()
-				if st, wi.failed = s.openSketchFor(&wi.spilled, r.Policy, &r.Subject, nowMs, true); wi.failed {
-					out[i] = sketchClockUnsafe(r.Policy)
-					continue
-				}
-				if wi.sp.sk == nil {
-					wi.failed = true
-					refused, wi.refused = true, true
-					out[i] = limiter.UnavailableOutcome(CapacityRetryAfter, limiter.CategoryCapacity, ErrFull)
-					continue
-				}
-				wi.overflow = true
-				next, reply, uncommitted, write = algorithm.Check(st, wi.sp.now(nowMs), r.Policy, r.Cost)
-				wi.cur = st
-			}
-		}
-		src := wi.source()
-		if !r.EffectiveRole().Consumes() {
-			out[i] = decided(r.Policy, uncommitted, src)
-			continue
-		}
-		switch {
-		case write:
-			wi.write, wi.next, wi.cur = true, next, next
-			wi.uncommitted = uncommitted
-		case wi.inTable && algorithm.PenaltyRecorded(st, next) && r.EffectiveRole().RecordsOffence():
-			// An offence on a stored state: its block is written in
-			// phase 2 whatever the batch decides, and later requests on
-			// the state see it.
-			wi.penalty, wi.next, wi.cur = true, next, next
-		case r.Charges():
-			// A charge on a state already at its ceiling: nothing more
-			// to record; the reply is what one more unit meets.
-		default:
-			// Denied: the limit's own denial unless an offence is recorded.
-			reply = uncommitted
-		}
-		out[i] = decided(r.Policy, reply, src)
-		out[i].Decision.Consumed = r.Charges() && out[i].Kind == limiter.Evaluated
 	}
 	// Phase 2: commit, or report the allowed ones as they stand.
-	commit := limiter.Commits(batch, out)
-	for i := range batch {
-		wi := &w[i]
+	b.commit(limiter.Commits(batch, out))
+	if b.overflowLocked {
+		s.overflowMu.Unlock()
+	}
+	for k := len(order) - 1; k >= 0; k-- {
+		s.shards[order[k]].mu.Unlock()
+	}
+	s.report(b.dropped)
+	s.reportOverflow(batch, out)
+	if b.refused && s.obs != nil {
+		for i := range b.w {
+			if b.w[i].refused {
+				s.obs.Refused(batch[i].Policy)
+			}
+		}
+	}
+}
+
+// run is one evaluateBatch call, its shards locked: the batch, its
+// outcomes, a work record per request and what the call found.
+type run struct {
+	s     *Store
+	batch []limiter.Request
+	out   []limiter.Outcome
+	w     []work
+	nowMs int64
+	// dropped counts the expired states dropped; refused, that a request
+	// was refused for capacity; overflowLocked, that overflowMu is held.
+	dropped                 int
+	refused, overflowLocked bool
+}
+
+// lockOverflow takes overflowMu, after the shard locks, at most once: when
+// a request without an entry meets a sketch.
+func (b *run) lockOverflow() {
+	if !b.overflowLocked {
+		b.s.overflowMu.Lock()
+		b.overflowLocked = true
+	}
+}
+
+// check checks request i of the batch, consuming nothing: against the
+// state an earlier request of the batch left, else the stored one (or the
+// policy's sketch); a new entry reserves its room now, so that a full
+// shard is known before the batch decides.
+func (b *run) check(i int) {
+	s, w, r, nowMs := b.s, b.w, &b.batch[i], b.nowMs
+	wi := &w[i]
+	sh := &s.shards[wi.shard]
+	for j := i - 1; j >= 0; j-- {
+		if w[j].valid && w[j].h == wi.h && w[j].k == wi.k {
+			wi.prev = j
+			break
+		}
+	}
+	var st algorithm.State
+	if pw := wi.prev; pw >= 0 {
+		if w[pw].failed {
+			wi.failed = true
+			b.out[i] = b.out[pw]
+			return
+		}
+		st, wi.inTable, wi.hasRoom = w[pw].cur, w[pw].inTable, w[pw].hasRoom
+		wi.idx, wi.moves = w[pw].idx, w[pw].moves
+		wi.sp, wi.overflow, wi.estimated = w[pw].sp, w[pw].overflow, w[pw].estimated
+	} else {
+		var d int
+		st, wi.inTable, d, wi.idx = sh.load(&wi.k, wi.h, nowMs)
+		wi.moves = sh.t.moves
+		b.dropped += d
+		if !wi.inTable && s.nSketches.Load() != 0 {
+			b.lockOverflow()
+			if st, wi.failed = s.openSketchFor(&wi.spilled, r.Policy, &r.Subject, nowMs, false); wi.failed {
+				b.out[i] = sketchClockUnsafe(r.Policy)
+				return
+			}
+		}
+	}
+	next, reply, uncommitted, write := algorithm.Check(st, wi.sp.now(nowMs), r.Policy, r.Cost)
+	wi.cur = st
+	if write && r.EffectiveRole().Consumes() && !wi.inTable && !wi.hasRoom && !wi.overflow {
+		if b.room(i) {
+			wi.reserved, wi.hasRoom = true, true
+		} else {
+			// No room: the policy's sketch decides, from its own
+			// estimate of the subject.
+			b.lockOverflow()
+			if st, wi.failed = s.openSketchFor(&wi.spilled, r.Policy, &r.Subject, nowMs, true); wi.failed {
+				b.out[i] = sketchClockUnsafe(r.Policy)
+				return
+			}
+			if wi.sp.sk == nil {
+				wi.failed = true
+				b.refused, wi.refused = true, true
+				b.out[i] = limiter.UnavailableOutcome(CapacityRetryAfter, limiter.CategoryCapacity, ErrFull)
+				return
+			}
+			wi.overflow = true
+			next, reply, uncommitted, write = algorithm.Check(st, wi.sp.now(nowMs), r.Policy, r.Cost)
+			wi.cur = st
+		}
+	}
+	src := wi.source()
+	if !r.EffectiveRole().Consumes() {
+		b.out[i] = decided(r.Policy, uncommitted, src)
+		return
+	}
+	switch {
+	case write:
+		wi.write, wi.next, wi.cur = true, next, next
+		wi.uncommitted = uncommitted
+	case wi.inTable && algorithm.PenaltyRecorded(st, next) && r.EffectiveRole().RecordsOffence():
+		// An offence on a stored state: its block is written in phase 2
+		// whatever the batch decides, and later requests on the state see
+		// it.
+		wi.penalty, wi.next, wi.cur = true, next, next
+	case r.Charges():
+		// A charge on a state already at its ceiling: nothing more to
+		// record; the reply is what one more unit meets.
+	default:
+		// Denied: the limit's own denial unless an offence is recorded.
+		reply = uncommitted
+	}
+	b.out[i] = decided(r.Policy, reply, src)
+	b.out[i].Decision.Consumed = r.Charges() && b.out[i].Kind == limiter.Evaluated
+}
+
+// room reports whether request i's new entry has room in its shard, with
+// the entries the requests before it reserved (shard.room), after dropping
+// a bounded number of expired entries when it has none.
+func (b *run) room(i int) bool {
+	wi := &b.w[i]
+	var res reservation
+	for j := range i {
+		if wj := &b.w[j]; wj.valid && wj.shard == wi.shard && wj.reserved {
+			res.all++
+			if wj.k.policy == wi.k.policy {
+				res.own++
+			}
+			if wj.k.made {
+				res.made++
+			}
+		}
+	}
+	sh := &b.s.shards[wi.shard]
+	if sh.room(&wi.k, res) {
+		return true
+	}
+	b.dropped += sh.dropExpired(b.nowMs, fullScanBudget)
+	return sh.room(&wi.k, res)
+}
+
+// commit writes what the batch's requests checked, when commit says the
+// batch commits (a charge and an offence whatever it says); the allowed
+// requests of a batch that does not are reported as they stand.
+func (b *run) commit(commit bool) {
+	for i := range b.batch {
+		wi, p := &b.w[i], b.batch[i].Policy
+		sh := &b.s.shards[wi.shard]
 		if wi.penalty {
-			sh := &s.shards[wi.shard]
 			j := wi.idx
 			if wi.moves != sh.t.moves {
 				j, _ = sh.t.find(&wi.k, wi.h) // an inserted key grew the table: still present
@@ -212,16 +257,15 @@ func (s *Store) evaluateBatch(batch []limiter.Request, out []limiter.Outcome, no
 			continue
 		}
 		// A charge is written whatever the batch decides.
-		if (!commit && !batch[i].Charges()) || out[i].Kind != limiter.Evaluated {
-			out[i] = decided(batch[i].Policy, wi.uncommitted, wi.source())
+		if (!commit && !b.batch[i].Charges()) || b.out[i].Kind != limiter.Evaluated {
+			b.out[i] = decided(p, wi.uncommitted, wi.source())
 			continue
 		}
+		b.out[i].Decision.Consumed = true
 		if wi.overflow {
-			wi.sp.sk.add(&wi.sp.idx, wi.next, wi.sp.eff, batch[i].Policy)
-			out[i].Decision.Consumed = true
+			wi.sp.sk.add(&wi.sp.idx, wi.next, wi.sp.eff, p)
 			continue
 		}
-		sh := &s.shards[wi.shard]
 		e := entryOf(wi.next)
 		// The index the load found is still the key's unless a growth or
 		// removal (an expiry, or an insert of this commit that grew the
@@ -235,22 +279,6 @@ func (s *Store) evaluateBatch(batch []limiter.Request, out []limiter.Outcome, no
 		}
 		sh.keepLog(&wi.k, &wi.next)
 		sh.minExpiry = min(sh.minExpiry, wi.next.ExpiresAtMs)
-		out[i].Decision.Consumed = true
-	}
-	if overflowLocked {
-		s.overflowMu.Unlock()
-	}
-	for k := len(order) - 1; k >= 0; k-- {
-		s.shards[order[k]].mu.Unlock()
-	}
-	s.report(dropped)
-	s.reportOverflow(batch, out)
-	if refused && s.obs != nil {
-		for i := range w {
-			if w[i].refused {
-				s.obs.Refused(batch[i].Policy)
-			}
-		}
 	}
 }
 
