@@ -69,25 +69,20 @@ func BatchPackedLen(p *limiter.Policy) int {
 
 // AppendBatchPacked appends the argument of one key of rate-batch-v2.lua
 // to dst, BatchPackedLen bytes: the numbers packed big-endian as
-// struct.pack('>BBddddddd'): algorithm (algorithmCodes), flags (the
-// role (roleCodes), FlagFailOpen when the key's failure takes no part in the batch
-// rule (limiter.Policy.AbstainsOnFailure), FlagPenalty with a penalty box,
-// FlagCalendar for a calendar window, FlagCharge when the policy charges
-// always), revision, limit, the two algorithm arguments
-// (algorithmArgs), cleanup grace ms, max clock regression
-// ms, cost; then the extensions, in this order: the penalty box's
-// (PenaltyPacked) and a calendar window's (CalendarPacked, computed at the
-// wall clock's now: AppendBatchPackedAt takes the time). Every number is
-// an integer below 2^53, which a float64 holds exactly. role is the mode
-// the key plays in this program (limiter.Request.Role, or another one when
-// the caller splits a batch). Callers may pool dst.
-func AppendBatchPacked(dst []byte, p *limiter.Policy, cost int64, role limiter.Role) []byte {
-	return AppendBatchPackedAt(dst, p, cost, role, wallNow(p))
-}
-
-// AppendBatchPackedAt is AppendBatchPacked with a calendar window's
-// periods around nowMs, the caller's estimate of Redis's clock (Unix ms).
-func AppendBatchPackedAt(dst []byte, p *limiter.Policy, cost int64, role limiter.Role, nowMs int64) []byte {
+// struct.pack('>BBddddddd'): algorithm (algorithmCodes), flags (the role
+// (roleCodes), FlagFailOpen when the key's failure takes no part in the
+// batch rule (limiter.Policy.AbstainsOnFailure), FlagPenalty with a
+// penalty box, FlagCalendar for a calendar window, FlagCharge when the
+// policy charges always), revision, limit, the two algorithm arguments
+// (algorithmArgs), cleanup grace ms, max clock regression ms, cost; then
+// the extensions, in this order: the penalty box's (PenaltyPacked) and a
+// calendar window's (CalendarPacked: the periods around nowMs, the
+// caller's estimate of Redis's clock in Unix ms, which nothing else
+// reads). Every number is an integer below 2^53, which a float64 holds
+// exactly. role is the mode the key plays in this program
+// (limiter.Request.Role, or another one when the caller splits a batch).
+// Callers may pool dst.
+func AppendBatchPacked(dst []byte, p *limiter.Policy, cost int64, role limiter.Role, nowMs int64) []byte {
 	n := BatchPackedLen(p)
 	dst = slices.Grow(dst, n)
 	fixed := BatchPacked
@@ -140,15 +135,6 @@ func appendCalendar(dst, fixed []byte, p *limiter.Policy, nowMs int64) []byte {
 	return dst
 }
 
-// wallNow is the wall clock in Unix ms for a calendar policy (0, unread,
-// for any other).
-func wallNow(p *limiter.Policy) int64 {
-	if p.Calendar() == nil {
-		return 0
-	}
-	return time.Now().UnixMilli()
-}
-
 // GroupEntry is the length of one request's entry in the last ARGV field
 // of rate-batch-v2.lua: struct.pack('>Hd').
 const GroupEntry = 2 + 8
@@ -173,7 +159,7 @@ func AppendGroupEntry(dst []byte, keys int, deadlineMs int64) []byte {
 // (AppendBatchPacked), a calendar window's periods around effectiveNowMs,
 // the effectiveNowMillis the batch replied for the key.
 func AppendRefundPacked(dst []byte, p *limiter.Policy, cost, effectiveNowMs int64) []byte {
-	return AppendBatchPackedAt(dst, p, cost, limiter.RoleOrdinary, effectiveNowMs)
+	return AppendBatchPacked(dst, p, cost, limiter.RoleOrdinary, effectiveNowMs)
 }
 
 // AppendRefundTime appends one key's entry of the last ARGV field of

@@ -28,16 +28,16 @@ func TestAppendBatchPacked(t *testing.T) {
 		return out
 	}
 	// Flags: the role in bits 0-2, FlagFailOpen (8) for a fail-open policy.
-	if got := decode(AppendBatchPacked(nil, fw, 2, limiter.RoleQuota)); got != "1 10 1 10 60000 0 1000 2000 2" {
+	if got := decode(AppendBatchPacked(nil, fw, 2, limiter.RoleQuota, time.Now().UnixMilli())); got != "1 10 1 10 60000 0 1000 2000 2" {
 		t.Errorf("fixed window: %q", got)
 	}
-	if got := decode(AppendBatchPacked(nil, fw, 1, limiter.RoleProbe)); got != "1 12 1 10 60000 0 1000 2000 1" {
+	if got := decode(AppendBatchPacked(nil, fw, 1, limiter.RoleProbe, time.Now().UnixMilli())); got != "1 12 1 10 60000 0 1000 2000 1" {
 		t.Errorf("fixed window probe: %q", got)
 	}
-	if got := decode(AppendBatchPacked(nil, tb, 1, limiter.RoleQuotaProbe)); got != "3 5 3 100 1 400 1000 2000 1" {
+	if got := decode(AppendBatchPacked(nil, tb, 1, limiter.RoleQuotaProbe, time.Now().UnixMilli())); got != "3 5 3 100 1 400 1000 2000 1" {
 		t.Errorf("token bucket quota probe: %q", got)
 	}
-	if got := decode(AppendBatchPacked(nil, tb, 1, limiter.RoleCheck)); got != "3 3 3 100 1 400 1000 2000 1" {
+	if got := decode(AppendBatchPacked(nil, tb, 1, limiter.RoleCheck, time.Now().UnixMilli())); got != "3 3 3 100 1 400 1000 2000 1" {
 		t.Errorf("token bucket: %q", got)
 	}
 	// A refund's argument: the batch's, as an ordinary key.
@@ -61,7 +61,7 @@ func TestAppendBatchPackedPenalty(t *testing.T) {
 	p := mustPolicy(t, limiter.PolicySpec{ID: "pen", Algorithm: limiter.FixedWindow, FailureMode: limiter.FailOpen,
 		Params:  limiter.FixedWindowParams{Limit: 10, Window: time.Minute},
 		Penalty: limiter.Penalty{Duration: 10 * time.Minute, MaxDuration: 24 * time.Hour, Decay: time.Hour}})
-	b := AppendBatchPacked(nil, p, 1, limiter.RoleShadow)
+	b := AppendBatchPacked(nil, p, 1, limiter.RoleShadow, time.Now().UnixMilli())
 	if len(b) != BatchPacked+PenaltyPacked || BatchPackedLen(p) != len(b) {
 		t.Fatalf("packed %d bytes, want %d", len(b), BatchPacked+PenaltyPacked)
 	}
@@ -103,7 +103,7 @@ func TestCalendarArgs(t *testing.T) {
 		Params: limiter.FixedWindowParams{Limit: 10, Window: 24 * time.Hour, Calendar: &calendar.Calendar{Unit: calendar.Day, Location: berlin}}})
 	// 2026-03-29 is the 23-hour day of the spring change.
 	at := time.Date(2026, 3, 29, 12, 0, 0, 0, berlin).UnixMilli()
-	b := AppendBatchPackedAt(nil, cal, 1, limiter.RoleShadow, at)
+	b := AppendBatchPacked(nil, cal, 1, limiter.RoleShadow, at)
 	if len(b) != BatchPackedLen(cal) || BatchPackedLen(cal) != BatchPacked+CalendarPacked {
 		t.Fatalf("packed %q", b)
 	}
@@ -124,15 +124,15 @@ func TestCalendarArgs(t *testing.T) {
 		t.Errorf("boundaries %v, want %v", got, want)
 	}
 	// Appended after what dst holds, the same bytes.
-	if p := AppendBatchPackedAt([]byte("xy"), cal, 1, limiter.RoleShadow, at); string(p[2:]) != string(b) {
-		t.Errorf("AppendBatchPackedAt after xy differs")
+	if p := AppendBatchPacked([]byte("xy"), cal, 1, limiter.RoleShadow, at); string(p[2:]) != string(b) {
+		t.Errorf("AppendBatchPacked after xy differs")
 	}
 	// A refund's argument: the periods around the batch's effective now.
 	if r := AppendRefundPacked(nil, cal, 1, at); string(r[2:]) != string(b[2:]) || r[1] != FlagFailOpen+FlagCalendar {
 		t.Errorf("refund argument %q", r)
 	}
 	plain := mustPolicy(t, limiter.PolicySpec{ID: "fw", Algorithm: limiter.FixedWindow, Params: limiter.FixedWindowParams{Limit: 1, Window: time.Second}})
-	if p := AppendBatchPackedAt(nil, plain, 1, limiter.RoleOrdinary, at); len(p) != BatchPacked || p[1] != 0 || BatchPackedLen(plain) != BatchPacked {
+	if p := AppendBatchPacked(nil, plain, 1, limiter.RoleOrdinary, at); len(p) != BatchPacked || p[1] != 0 || BatchPackedLen(plain) != BatchPacked {
 		t.Errorf("a plain window: %d bytes, flags %d", len(p), p[1])
 	}
 }
@@ -142,7 +142,7 @@ func TestCalendarArgs(t *testing.T) {
 func TestAppendBatchPackedCharge(t *testing.T) {
 	p := mustPolicy(t, limiter.PolicySpec{ID: "budget", Algorithm: limiter.TokenBucket, Charge: limiter.ChargeAlways,
 		Params: limiter.TokenBucketParams{Capacity: 10, RefillAmount: 10, RefillPeriod: time.Hour}})
-	b := AppendBatchPacked(nil, p, 20, limiter.RoleOrdinary)
+	b := AppendBatchPacked(nil, p, 20, limiter.RoleOrdinary, time.Now().UnixMilli())
 	if len(b) != BatchPacked || b[1] != FlagCharge {
 		t.Fatalf("packed %d bytes, flags %d; want %d bytes, flags %d", len(b), b[1], BatchPacked, FlagCharge)
 	}

@@ -49,9 +49,6 @@ type Program struct {
 	Source string
 }
 
-// Programs returns the rate programs of the package (Lease is the other).
-func Programs() []Program { return []Program{Batch(), Refund()} }
-
 // Batch returns rate-batch-v2.lua, the rate program of every algorithm.
 func Batch() Program { return Program{Name: "rate-batch-v2.lua", Source: batchV2} }
 

@@ -425,3 +425,6 @@ func TestStateNames(t *testing.T) {
 		}
 	}
 }
+
+// Programs returns the rate programs of the package (Lease is the other).
+func Programs() []Program { return []Program{Batch(), Refund()} }

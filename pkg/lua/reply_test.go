@@ -324,3 +324,29 @@ func refused(t *testing.T, err error, committed bool) {
 		t.Fatal("committed with an error")
 	}
 }
+
+// AppendReplyV2 appends the values rate-batch-v2.lua replies for one
+// request that was evaluated (committed or not) to dst: the encoding
+// ParseBatchReplyV2 reads; replies share one ServerNowMs.
+func AppendReplyV2(dst []Value, committed bool, replies []algorithm.Reply) []Value {
+	flag := int64(0)
+	if committed {
+		flag = 1
+	}
+	serverNow := int64(0)
+	if len(replies) > 0 {
+		serverNow = replies[0].ServerNowMs
+	}
+	dst = append(dst, Value{Int: flag, IsInt: true}, Value{Int: serverNow, IsInt: true})
+	for _, r := range replies {
+		code := statusCodes[r.Status] + StatusCodes*(r.EffectiveNowMs-r.ServerNowMs)
+		remaining := r.Remaining
+		if r.Status == algorithm.StatusBlocked {
+			remaining = r.BlockLeftMs
+		}
+		for _, v := range []int64{code, remaining, r.RetryAfterMs, r.ResetAtMs} {
+			dst = append(dst, Value{Int: v, IsInt: true})
+		}
+	}
+	return dst
+}

@@ -71,7 +71,7 @@ func checkStub(t *testing.T, srv *redistest.Server, run func(keys, args []string
 	keys := []string{"rate:{ceiling}:state:a", "rate:{ceiling}:state:b"}
 	var args []string
 	for _, p := range policies {
-		args = append(args, string(lua.AppendBatchPacked(nil, p, 1, limiter.RoleOrdinary)))
+		args = append(args, string(lua.AppendBatchPacked(nil, p, 1, limiter.RoleOrdinary, time.Now().UnixMilli())))
 	}
 	// One request of two keys, as the store sends a call alone.
 	args = append(args, string(lua.AppendGroupEntry(nil, len(keys), 0)))

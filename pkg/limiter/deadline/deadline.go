@@ -119,13 +119,6 @@ func (w *Wheel) fire(n int64) {
 	}
 }
 
-// pending reports how many ticks have contexts waiting (for tests).
-func (w *Wheel) pending() int {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return len(w.due)
-}
-
 // ctx is a context of a Wheel: parent's values and error, its own deadline
 // and Done.
 type ctx struct {

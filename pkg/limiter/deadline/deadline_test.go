@@ -138,3 +138,10 @@ func TestConcurrentUse(t *testing.T) {
 		time.Sleep(time.Millisecond)
 	}
 }
+
+// pending reports how many ticks have contexts waiting.
+func (w *Wheel) pending() int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return len(w.due)
+}

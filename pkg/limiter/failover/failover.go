@@ -347,40 +347,36 @@ func failureAnswer(r *limiter.Request, o limiter.Outcome) limiter.Outcome {
 	return limiter.Outcome{Kind: limiter.Evaluated, Decision: d, Failed: o.Kind, RetryAfter: o.RetryAfter, Category: o.Category, Err: o.Err}
 }
 
-// counters count the limits a failure mode answered (Config.Registerer).
-type counters struct {
-	byKind [limiter.Incompatible + 1]prometheus.Counter
-	byMode [limiter.FailLocal + 1]prometheus.Counter
-}
+// counters count the limits a failure mode answered (Config.Registerer):
+// by the kind of the store's failure, and by the mode that answered.
+type counters struct{ kinds, modes *prometheus.CounterVec }
 
 func newCounters(reg prometheus.Registerer) (*counters, error) {
-	errs := prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "envoy_rls", Name: "store_errors_total",
-		Help: "Store failures by outcome kind (unavailable, indeterminate, incompatible)."}, []string{"outcome"})
-	modes := prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "envoy_rls", Name: "fallback_total",
-		Help: "Decisions answered by a policy's failure mode (open, closed, local) because the store failed."}, []string{"mode"})
-	for _, c := range []prometheus.Collector{errs, modes} {
-		if err := reg.Register(c); err != nil {
+	c := &counters{
+		kinds: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "envoy_rls", Name: "store_errors_total",
+			Help: "Store failures by outcome kind (unavailable, indeterminate, incompatible)."}, []string{"outcome"}),
+		modes: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "envoy_rls", Name: "fallback_total",
+			Help: "Decisions answered by a policy's failure mode (open, closed, local) because the store failed."}, []string{"mode"}),
+	}
+	for _, v := range []*prometheus.CounterVec{c.kinds, c.modes} {
+		if err := reg.Register(v); err != nil {
 			return nil, fmt.Errorf("failover: registering metrics: %w", err)
 		}
 	}
-	c := &counters{}
+	// Every series from the start, at zero.
 	for _, k := range []limiter.OutcomeKind{limiter.Unavailable, limiter.Indeterminate, limiter.Incompatible} {
-		c.byKind[k] = errs.WithLabelValues(k.String())
+		c.kinds.WithLabelValues(k.String())
 	}
 	for _, m := range []limiter.FailureMode{limiter.FailClosed, limiter.FailOpen, limiter.FailLocal} {
-		c.byMode[m] = modes.WithLabelValues(m.String())
+		c.modes.WithLabelValues(m.String())
 	}
 	return c, nil
 }
 
 // count counts o, a failure mode's answer.
 func (c *counters) count(o *limiter.Outcome) {
-	if k := o.Failed; int(k) < len(c.byKind) && c.byKind[k] != nil {
-		c.byKind[k].Inc()
-	}
-	if m := o.Decision.Fallback; int(m) < len(c.byMode) {
-		c.byMode[m].Inc()
-	}
+	c.kinds.WithLabelValues(o.Failed.String()).Inc()
+	c.modes.WithLabelValues(o.Decision.Fallback.String()).Inc()
 }
 
 // usesLocal reports whether the failed outcome of a request is decided

@@ -1,8 +1,6 @@
 package memory
 
 import (
-	"fmt"
-
 	"github.com/envoy-rls/envoy-rls/pkg/limiter"
 	"github.com/envoy-rls/envoy-rls/pkg/limiter/algorithm"
 )
@@ -15,13 +13,8 @@ import (
 // request allows (see limiter.Commits), so an allowed request consumes unless
 // its reply is refused by OutcomeFromReply.
 func (s *Store) evaluateOne(r *limiter.Request, o *limiter.Outcome, nowMs int64) {
-	if err := r.Validate(); err != nil {
-		*o = limiter.UnavailableOutcome(0, limiter.CategoryInvalidRequest, fmt.Errorf("memory store: %w", err))
-		return
-	}
-	if nowMs < 0 || nowMs > limiter.MaxSafeInteger {
-		*o = limiter.UnavailableOutcome(limiter.ClockUnsafeRetryAfter, limiter.CategoryClockUnsafe,
-			fmt.Errorf("memory store: clock reads %dms since the epoch: %w", nowMs, limiter.ErrClockUnsafe))
+	if refusal, bad := refused(r, nowMs); bad {
+		*o = refusal
 		return
 	}
 	p := r.Policy

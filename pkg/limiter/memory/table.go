@@ -98,14 +98,10 @@ func sameSubject(a, b *limiter.SubjectDigest) bool {
 // used reports whether slot i holds a key.
 func (t *table) used(i int) bool { return t.tags[i] != 0 }
 
-// insert adds k, which must not be present, growing the table to keep it at
-// most three quarters full.
-func (t *table) insert(k *key, h uint64, e entry) {
-	t.insertAt(-1, k, h, e)
-}
-
-// insertAt is insert given hint, the index that find(k, h) returned (k not
-// found) with no insert, removal or growth since, or -1 when there is none.
+// insertAt adds k, which must not be present, growing the table to keep
+// it at most three quarters full; hint is the index that find(k, h)
+// returned (k not found) with no insert, removal or growth since, or -1
+// when there is none.
 func (t *table) insertAt(hint int, k *key, h uint64, e entry) {
 	if (t.n+1)*4 > len(t.slots)*3 {
 		t.grow()

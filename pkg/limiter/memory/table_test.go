@@ -37,7 +37,7 @@ func TestTableModel(t *testing.T) {
 				if found {
 					sh.t.slots[i].e = e
 				} else {
-					sh.t.insert(&k, h, e)
+					sh.t.insertAt(-1, &k, h, e)
 				}
 				sh.minExpiry = min(sh.minExpiry, e.expiresAt)
 				model[k] = e

@@ -7,7 +7,7 @@ import (
 )
 
 // calendarNow is the time a calendar window's neighbouring periods are
-// computed around (lua.AppendBatchPackedAt): this process's clock plus the
+// computed around (lua.AppendBatchPacked): this process's clock plus the
 // estimate of how far the node's clock is ahead (clockOffset; none before
 // the first reply), read once per program run into *memo (negative until
 // then). Redis then picks, with its own TIME, the period that holds it;

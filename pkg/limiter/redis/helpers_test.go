@@ -217,12 +217,12 @@ func (e *env) refund(p *limiter.Policy, key string, cost, at int64) int64 {
 // batchArgs appends the ARGV field of one key of rate-batch-v2.lua to dst:
 // its packed numbers (lua.AppendBatchPacked).
 func batchArgs(dst []string, p *limiter.Policy, cost int64, role limiter.Role) []string {
-	return append(dst, string(lua.AppendBatchPacked(nil, p, cost, role)))
+	return append(dst, string(lua.AppendBatchPacked(nil, p, cost, role, time.Now().UnixMilli())))
 }
 
 // batchArgsAt is batchArgs with a calendar window's periods around nowMs.
 func batchArgsAt(dst []string, p *limiter.Policy, cost int64, role limiter.Role, nowMs int64) []string {
-	return append(dst, string(lua.AppendBatchPackedAt(nil, p, cost, role, nowMs)))
+	return append(dst, string(lua.AppendBatchPacked(nil, p, cost, role, nowMs)))
 }
 
 // evaluate runs one request through the Store.

@@ -34,7 +34,7 @@ func (e *env) execV1(key string, p *limiter.Policy, cost int64) (bool, algorithm
 	e.t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	args := oneCall([]string{p.ID(), string(lua.AppendBatchPacked(nil, p, cost, limiter.RoleOrdinary))}, 1, 0)
+	args := oneCall([]string{p.ID(), string(lua.AppendBatchPacked(nil, p, cost, limiter.RoleOrdinary, time.Now().UnixMilli()))}, 1, 0)
 	msgs, err := batchV1Script.Exec(ctx, e.store.client, []string{key}, args).ToArray()
 	if err != nil || len(msgs) != 1 {
 		e.t.Fatalf("rate-batch-v1: %v %v", msgs, err)

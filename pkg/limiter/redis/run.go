@@ -69,7 +69,7 @@ func (s *Store) runProgram(first context.Context, gs []*group) {
 		g.replies = grow(g.replies, n)
 		for k, i := range g.idx {
 			keys = append(keys, g.keys[i])
-			abuf = lua.AppendBatchPackedAt(abuf, g.policies[k], g.costs[k], g.roles[i], s.calendarNow(off, &calNow, g.policies[k]))
+			abuf = lua.AppendBatchPacked(abuf, g.policies[k], g.costs[k], g.roles[i], s.calendarNow(off, &calNow, g.policies[k]))
 			charges = charges || g.policies[k].ChargeAlways() && g.roles[i].Consumes()
 		}
 		var dlMs int64
