@@ -4,9 +4,9 @@
 //
 // rate-batch-v2.lua is the rate program (Batch): every limit of one Envoy
 // request, checked at one TIME and committed all or nothing (limiter.Store),
-// each key's state one string (AppendState). rate-refund-v2.lua (Refund)
-// gives back what a batch took when the request did not commit in another
-// Redis Cluster slot. Both take one argument encoding (AppendBatchPacked).
+// each key's state one string (src/fragments/string-v2.lua).
+// rate-refund-v2.lua (Refund) gives back what a batch took when the
+// request did not commit in another Redis Cluster slot. Both take one argument encoding (AppendBatchPacked).
 // lease-v2.lua (Lease) is the program of concurrency limits: one take,
 // release or return on one lease set (algorithm.Lease), with arguments of
 // its own (LeaseArgs) and a seven-integer reply (ParseLeaseReply).

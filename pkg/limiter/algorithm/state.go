@@ -57,7 +57,7 @@ type Reply struct {
 
 // State is the stored state of one (policy, subject). The zero value (Exists
 // false) is "no state yet". The Lua programs keep the same fields in one
-// string (pkg/lua's AppendState).
+// string (pkg/lua/src/fragments/string-v2.lua).
 type State struct {
 	Exists    bool
 	Schema    int64

@@ -91,16 +91,16 @@ func (e *env) serverNow() int64 {
 	return sec*1000 + usec/1000
 }
 
-// seed writes st as the program's state (lua.AppendState) with a TTL.
+// seed writes st as the program's state (redistest.AppendState) with a TTL.
 func (e *env) seed(key string, st algorithm.State) {
 	e.t.Helper()
 	e.do("DEL", key)
-	e.do("SET", key, string(lua.AppendState(nil, st)), "PX", "600000")
+	e.do("SET", key, string(redistest.AppendState(nil, st)), "PX", "600000")
 }
 
 // hash returns the key's state as the tests read it: its fields by the
 // names of rate-batch-v1.lua's hash (stateHash), decoded from the string
-// rate-batch-v2.lua keeps (lua.ParseState); nil when there is none, and
+// rate-batch-v2.lua keeps (redistest.ParseState); nil when there is none, and
 // {"undecodable": value} for a value no algorithm reads.
 func (e *env) hash(key string) map[string]string {
 	e.t.Helper()
@@ -113,10 +113,10 @@ func stateView(reply any) map[string]string {
 	if !ok {
 		return nil
 	}
-	if len(v) == 0 || v[0]&^lua.StatePenalty < 1 || int(v[0]&^lua.StatePenalty) > len(limiter.Algorithms()) {
+	if len(v) == 0 || v[0]&^redistest.StatePenalty < 1 || int(v[0]&^redistest.StatePenalty) > len(limiter.Algorithms()) {
 		return map[string]string{"undecodable": v}
 	}
-	st, ok := lua.ParseState([]byte(v), decodePolicy(limiter.Algorithm(v[0]&^lua.StatePenalty)))
+	st, ok := redistest.ParseState([]byte(v), decodePolicy(limiter.Algorithm(v[0]&^redistest.StatePenalty)))
 	if !ok {
 		return map[string]string{"undecodable": v}
 	}
@@ -124,7 +124,7 @@ func stateView(reply any) map[string]string {
 }
 
 // decodePolicy is a policy of alg, to decode a state of alg with
-// (lua.ParseState reads only its algorithm).
+// (redistest.ParseState reads only its algorithm).
 func decodePolicy(alg limiter.Algorithm) *limiter.Policy {
 	spec := limiter.PolicySpec{ID: "decode", Algorithm: alg}
 	switch alg {

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/envoy-rls/envoy-rls/internal/limitertest"
+	"github.com/envoy-rls/envoy-rls/internal/redistest"
 	"github.com/envoy-rls/envoy-rls/pkg/limiter"
 	"github.com/envoy-rls/envoy-rls/pkg/limiter/algorithm"
 	"github.com/envoy-rls/envoy-rls/pkg/limiter/calendar"
@@ -350,7 +351,7 @@ func TestMalformedStateIsIncompatible(t *testing.T) {
 	key := keyOf(p, sub)
 	okSub := subjectOf("malformed, valid")
 	okKey := keyOf(p, okSub)
-	// A fixed window's state (lua.AppendState): head, last, epoch, level,
+	// A fixed window's state (redistest.AppendState): head, last, epoch, level,
 	// carry, then a penalty box's block and level.
 	good := rawState{head: byte(limiter.FixedWindow), nums: []float64{1000, 1, 1, 0}}
 	with := func(f func(*rawState)) rawState {
@@ -361,7 +362,7 @@ func TestMalformedStateIsIncompatible(t *testing.T) {
 	cases := map[string]func(){
 		"other algorithm":     func() { e.seedRawState(key, with(func(r *rawState) { r.head = byte(limiter.TokenBucket) })) },
 		"unknown head bit":    func() { e.seedRawState(key, with(func(r *rawState) { r.head |= 128 })) },
-		"penalty bit, short":  func() { e.seedRawState(key, with(func(r *rawState) { r.head |= lua.StatePenalty })) },
+		"penalty bit, short":  func() { e.seedRawState(key, with(func(r *rawState) { r.head |= redistest.StatePenalty })) },
 		"short":               func() { e.seedRawState(key, with(func(r *rawState) { r.nums = r.nums[:3] })) },
 		"trailing bytes":      func() { e.seedRawState(key, with(func(r *rawState) { r.tail = "x" })) },
 		"NaN":                 func() { e.seedRawState(key, with(func(r *rawState) { r.nums[2] = math.NaN() })) },
@@ -670,7 +671,7 @@ func TestMalformedPenaltyIsIncompatible(t *testing.T) {
 	} {
 		nums := slices.Clone(good)
 		f(nums)
-		e.seedRawState(key, rawState{head: byte(limiter.FixedWindow) | lua.StatePenalty, nums: nums})
+		e.seedRawState(key, rawState{head: byte(limiter.FixedWindow) | redistest.StatePenalty, nums: nums})
 		before := e.dump(key)
 		if o := e.evaluate(p, sub, 1); o.Kind != limiter.Incompatible || o.Category != limiter.CategoryStateIncompatible {
 			t.Errorf("%s: outcome %v/%s (%v), want incompatible/state_incompatible", name, o.Kind, o.Category, o.Err)

@@ -94,12 +94,12 @@ func checkResetSkipsForeignKeys(t *testing.T, s *Store, masterFor func(key strin
 		lease limiter.LeaseOp
 		len   int
 	}{
-		{sliding(t, id, 5, time.Hour), 1, 0, lua.StateLen},
-		{bucket(t, id, 5, 1, time.Hour), 1, 0, lua.StateLen},
-		{cellRate(t, id, 5, 5, time.Hour), 1, 0, lua.StateLen},
-		{slidingLog(t, id, 5, time.Hour), 1, 0, lua.StateLen + algorithm.SlidingLogEntryBytes},
+		{sliding(t, id, 5, time.Hour), 1, 0, redistest.StateLen},
+		{bucket(t, id, 5, 1, time.Hour), 1, 0, redistest.StateLen},
+		{cellRate(t, id, 5, 5, time.Hour), 1, 0, redistest.StateLen},
+		{slidingLog(t, id, 5, time.Hour), 1, 0, redistest.StateLen + algorithm.SlidingLogEntryBytes},
 		// The second call is an offence: its block follows the state.
-		{penalized, 2, 0, lua.StateLen + lua.StatePenaltyLen},
+		{penalized, 2, 0, redistest.StateLen + redistest.StatePenaltyLen},
 		{limitertest.LeasePolicy(t, id, 5, time.Hour), 1, limiter.LeaseTake, algorithm.SlidingLogEntryBytes},
 	} {
 		r := limiter.Request{Policy: c.p, Subject: subjectOf(prefix + "/" + c.p.Algorithm().String()), Cost: 1, Lease: c.lease}
@@ -129,7 +129,7 @@ func checkResetSkipsForeignKeys(t *testing.T, s *Store, masterFor func(key strin
 	v1 := func() string { return "rate:{" + tag() + "}:state:" + digest(64) }
 	set := func(k, v string) []string { return []string{"SET", k, v} }
 	hset := func(k string, fv ...string) []string { return append([]string{"HSET", k}, fv...) }
-	fw := lua.AppendState(nil, algorithm.State{Algorithm: limiter.FixedWindow, LastObservedMs: 1000, Epoch: 1, Level: 1})
+	fw := redistest.AppendState(nil, algorithm.State{Algorithm: limiter.FixedWindow, LastObservedMs: 1000, Epoch: 1, Level: 1})
 	with := func(v []byte, at int, f float64) string {
 		v = append([]byte(nil), v...)
 		binary.BigEndian.PutUint64(v[at:], math.Float64bits(f))
@@ -138,10 +138,10 @@ func checkResetSkipsForeignKeys(t *testing.T, s *Store, masterFor func(key strin
 	entry := func(at float64, count uint16) string {
 		return string(binary.BigEndian.AppendUint16(binary.BigEndian.AppendUint64(nil, math.Float64bits(at)), count))
 	}
-	penaltyBox := lua.AppendState(nil, algorithm.State{Algorithm: limiter.FixedWindow, LastObservedMs: 1000, Epoch: 1, Level: 1,
+	penaltyBox := redistest.AppendState(nil, algorithm.State{Algorithm: limiter.FixedWindow, LastObservedMs: 1000, Epoch: 1, Level: 1,
 		PenaltyUntilMs: 5000, PenaltyLevel: 1})
 	logState := func(log string) string {
-		return string(lua.AppendState(nil, algorithm.State{Algorithm: limiter.SlidingLog, LastObservedMs: 1000, Epoch: 1, Level: 3, Log: log}))
+		return string(redistest.AppendState(nil, algorithm.State{Algorithm: limiter.SlidingLog, LastObservedMs: 1000, Epoch: 1, Level: 3, Log: log}))
 	}
 	planted := []foreignKey{
 		// Named as the policy's states are, holding no state.
@@ -158,8 +158,8 @@ func checkResetSkipsForeignKeys(t *testing.T, s *Store, masterFor func(key strin
 		{what: "a negative number", cmd: set(v2(), with(fw, 9, -1)), skipped: true},
 		{what: "a fraction", cmd: set(v2(), with(fw, 17, 1.5)), skipped: true},
 		{what: "a number above 2^53-1", cmd: set(v2(), with(fw, 25, 1<<54)), skipped: true},
-		{what: "a penalty level of 0", cmd: set(v2(), with(penaltyBox, lua.StateLen+8, 0)), skipped: true},
-		{what: "a penalty flag without a box", cmd: set(v2(), string(append([]byte{byte(limiter.FixedWindow) | lua.StatePenalty}, fw[1:]...))), skipped: true},
+		{what: "a penalty level of 0", cmd: set(v2(), with(penaltyBox, redistest.StateLen+8, 0)), skipped: true},
+		{what: "a penalty flag without a box", cmd: set(v2(), string(append([]byte{byte(limiter.FixedWindow) | redistest.StatePenalty}, fw[1:]...))), skipped: true},
 		{what: "a log of part of an entry", cmd: set(v2(), logState(entry(900, 3)[:7])), skipped: true},
 		{what: "a log entry after the last observed time", cmd: set(v2(), logState(entry(1001, 3))), skipped: true},
 		{what: "a log entry of no hits", cmd: set(v2(), logState(entry(900, 0))), skipped: true},
@@ -270,7 +270,7 @@ func TestResetProgram(t *testing.T) {
 		defer cancel()
 		return e.conn.Do(ctx, append([]string{"EVAL", lua.Reset().Source, "1", key}, args...)...)
 	}
-	state := string(lua.AppendState(nil, algorithm.State{Algorithm: limiter.TokenBucket, LastObservedMs: 1000, Epoch: 1000, Level: 3}))
+	state := string(redistest.AppendState(nil, algorithm.State{Algorithm: limiter.TokenBucket, LastObservedMs: 1000, Epoch: 1000, Level: 3}))
 	v2Key := "rate:{0123456789abcdef}:state:v2:0123456789abcdef:" + strings.Repeat("0", 32)
 	v1Key := "rate:{0123456789abcdef}:state:" + strings.Repeat("0", 64)
 	for _, c := range []struct {
@@ -360,7 +360,7 @@ func TestResetPolicyNoScript(t *testing.T) {
 func BenchmarkResetPolicy(b *testing.B) {
 	e := newEnvWith(b, Config{Timeout: 10 * time.Second})
 	p, other := fixed(b, "bench.reset", 5, time.Hour), fixed(b, "bench.other", 5, time.Hour)
-	state := string(lua.AppendState(nil, algorithm.State{Algorithm: limiter.FixedWindow, LastObservedMs: 1000, Epoch: 1, Level: 1}))
+	state := string(redistest.AppendState(nil, algorithm.State{Algorithm: limiter.FixedWindow, LastObservedMs: 1000, Epoch: 1, Level: 1}))
 	// seed writes n states of policy q (StorageKey's layout, hash tags and
 	// digests from the index) in one script run.
 	seed := func(q *limiter.Policy, from, n int) {

@@ -1,9 +1,10 @@
-package lua
+package redistest
 
 import (
 	"encoding/binary"
 	"math"
 	"testing"
+	"time"
 
 	"github.com/envoy-rls/envoy-rls/pkg/limiter"
 	"github.com/envoy-rls/envoy-rls/pkg/limiter/algorithm"
@@ -16,7 +17,8 @@ import (
 // with a penalty box
 // StateLen+StatePenaltyLen; every malformed value is refused.
 func TestStateLayout(t *testing.T) {
-	for _, p := range fuzzPoliciesV2 {
+	policies := statePolicies(t)
+	for _, p := range policies {
 		st := algorithm.State{Exists: true, Schema: algorithm.StateSchema, Algorithm: p.Algorithm(), PolicyID: p.ID(),
 			Revision: p.Revision(), LastObservedMs: 1_700_000_000_123, Epoch: 28_333_333, Level: 3, Carry: 1}
 		if p.Algorithm() == limiter.SlidingLog {
@@ -39,8 +41,7 @@ func TestStateLayout(t *testing.T) {
 			}
 		}
 	}
-	fw := fuzzPoliciesV2[0]
-	sw := fuzzPoliciesV2[1]
+	fw, sw := policies[0], policies[1]
 	good := AppendState(nil, algorithm.State{Algorithm: limiter.FixedWindow, LastObservedMs: 1000, Epoch: 1, Level: 1})
 	set := func(v []byte, field int, f float64) []byte {
 		c := append([]byte(nil), v...)
@@ -72,4 +73,26 @@ func TestStateLayout(t *testing.T) {
 	if _, ok := ParseState(over, sw); ok {
 		t.Error("a sliding count above any sliding limit was read")
 	}
+}
+
+// statePolicies is a policy of each rate algorithm, and one with a penalty
+// box.
+func statePolicies(t *testing.T) []*limiter.Policy {
+	var out []*limiter.Policy
+	for _, spec := range []limiter.PolicySpec{
+		{ID: "fw", Algorithm: limiter.FixedWindow, Params: limiter.FixedWindowParams{Limit: 10, Window: time.Second}},
+		{ID: "sw", Algorithm: limiter.SlidingWindow, Params: limiter.SlidingWindowParams{Limit: 5, Window: time.Minute}},
+		{ID: "tb", Algorithm: limiter.TokenBucket, Params: limiter.TokenBucketParams{Capacity: 10, RefillAmount: 1, RefillPeriod: time.Second}},
+		{ID: "gc", Algorithm: limiter.GCRA, Params: limiter.GCRAParams{Burst: 4, Limit: 2, Period: time.Second}},
+		{ID: "sl", Algorithm: limiter.SlidingLog, Params: limiter.SlidingLogParams{Limit: 3, Window: time.Second}},
+		{ID: "pen", Algorithm: limiter.TokenBucket, Penalty: limiter.Penalty{Duration: time.Minute},
+			Params: limiter.TokenBucketParams{Capacity: 3, RefillAmount: 1, RefillPeriod: time.Second}},
+	} {
+		p, err := limiter.NewPolicy(spec)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, p)
+	}
+	return out
 }

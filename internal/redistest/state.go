@@ -1,4 +1,4 @@
-package lua
+package redistest
 
 import (
 	"encoding/binary"
@@ -8,7 +8,13 @@ import (
 	"github.com/envoy-rls/envoy-rls/pkg/limiter/algorithm"
 )
 
-// The state of a key of rate-batch-v2.lua (src/fragments/string-v2.lua):
+// stateAlgorithms are the algorithm bytes of the rate program's states
+// (pkg/lua's algorithm codes), as tests expect them.
+var stateAlgorithms = [...]byte{limiter.FixedWindow: 1, limiter.SlidingWindow: 2, limiter.TokenBucket: 3,
+	limiter.GCRA: 4, limiter.SlidingLog: 5, limiter.Concurrency: 0}
+
+// The state of a key of rate-batch-v2.lua (pkg/lua/src/fragments/string-v2.lua),
+// which tests write and read in Redis with AppendState and ParseState:
 // one string, big-endian as struct.pack('>Bdddd') of head,
 // LastObservedMs, Epoch, Level and Carry; head is the algorithm byte, plus
 // StatePenalty when struct.pack('>dd') of PenaltyUntilMs and PenaltyLevel
@@ -29,7 +35,7 @@ const (
 // of rate-batch-v2.lua; its penalty box only when its PenaltyLevel is not
 // 0. Its Schema, PolicyID and Revision are not kept: the key names them.
 func AppendState(dst []byte, st algorithm.State) []byte {
-	head := algorithmCodes[st.Algorithm]
+	head := stateAlgorithms[st.Algorithm]
 	if st.PenaltyLevel > 0 {
 		head |= StatePenalty
 	}
@@ -56,7 +62,7 @@ func ParseState(v []byte, p *limiter.Policy) (st algorithm.State, ok bool) {
 	if len(v) < StateLen {
 		return st, false
 	}
-	alg := algorithmCodes[p.Algorithm()]
+	alg := stateAlgorithms[p.Algorithm()]
 	num := func(i int) (int64, bool) {
 		f := math.Float64frombits(binary.BigEndian.Uint64(v[i:]))
 		if !(f >= 0 && f <= float64(limiter.MaxSafeInteger)) || f != math.Trunc(f) {
