@@ -5,12 +5,9 @@ import (
 	"github.com/envoy-rls/envoy-rls/pkg/limiter/algorithm"
 )
 
-// The programs' codes for the contract's enumerations, and for the
-// arithmetic of an algorithm: the wire format is this package's, whatever
-// values the Go constants have.
-
 // algorithmCodes are the algorithm bytes of the rate programs' arguments
-// and states (rate-batch-v2.lua's header); concurrency has none (0).
+// and states (rate-batch-v2.lua's header); concurrency has none (0). The
+// codes of this file are the wire's, whatever values the Go constants have.
 var algorithmCodes = [...]byte{limiter.FixedWindow: 1, limiter.SlidingWindow: 2, limiter.TokenBucket: 3,
 	limiter.GCRA: 4, limiter.SlidingLog: 5, limiter.Concurrency: 0}
 

@@ -11,36 +11,25 @@ import "github.com/envoy-rls/envoy-rls/pkg/limiter"
 
 // rules is the step of one rate algorithm and what goes with it.
 type rules struct {
-	// step evaluates one request (docs/algorithms.md): state, effective
-	// now, policy, the limit it counts against (the policy's, or its
-	// Ceiling for a charge), cost.
+	// step evaluates one request (docs/algorithms.md) on a state at the
+	// effective now, against limit (the policy's, or its Ceiling for a
+	// charge).
 	step func(st State, now int64, p *limiter.Policy, limit, cost int64) step
-	// charge records cost on st at now whatever it exceeds (a ChargeAlways
-	// policy's denied request), up to Policy.Ceiling: the state fields
-	// and ttl of the step it returns, ok false when nothing fits. nil:
-	// chargeToCeiling.
+	// charge records cost whatever it exceeds (a ChargeAlways policy's
+	// denied request), up to Policy.Ceiling: the step's state fields and
+	// ttl, ok false when nothing fits. nil: chargeToCeiling.
 	charge func(st State, now int64, p *limiter.Policy, cost int64) (s step, ok bool)
-	// sketch is how a conservative estimate of its state is kept
-	// (SketchWindows, Deficit).
 	sketch sketchRules
 }
 
-// sketchRules is how an estimator that may only over-count (the memory
-// store's overflow sketch) holds one subject's state of an algorithm: as
-// window counts, or as a deficit that refills.
+// sketchRules is how an estimate that may only over-count (the memory
+// store's overflow sketch) keeps a state: as counts of windows
+// (SketchWindows), or as a deficit and the state of a deficit (Deficit,
+// DeficitState).
 type sketchRules struct {
-	// windows: a window algorithm's counts (State.Level the window
-	// State.Epoch's, State.Carry the previous window's) matter for this many
-	// epoch-aligned windows of Policy.WindowMillis: 1 (fixed), 2 (sliding).
-	// 0 for a deficit algorithm.
 	windows int64
-	// deficit: how far st at now is below a full allowance, in units of
-	// which Refill's period make one unit of cost and amount refill per ms;
-	// 0 when full, at most Ceiling * period (a debt included). Deficit
-	// algorithms only.
 	deficit func(st State, now int64, p *limiter.Policy) int64
-	// state: the state fields whose deficit at now is d (deficit's inverse).
-	state func(d, now int64, p *limiter.Policy) (epoch, level, carry int64)
+	state   func(d, now int64, p *limiter.Policy) (epoch, level, carry int64)
 }
 
 // algorithms is the one dispatch point from a rate algorithm to its step:

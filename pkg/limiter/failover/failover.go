@@ -33,9 +33,6 @@
 // answered by the failure mode, and the store's lease expires by its TTL
 // (or a journal below this wrapper replays the release).
 //
-// Every limit a failure mode answered is counted (Config.Registerer), by the
-// kind of the store's failure and by the mode that answered.
-//
 // A Store is safe for concurrent use.
 package failover
 
@@ -416,44 +413,37 @@ func (s *Store) decideLocally(ctx context.Context, batch []limiter.Request, out 
 		s.observer.LocalStarted(int(s.replicas))
 	}
 	sc.pending.Evaluate(ctx, batch, out, func(ctx context.Context, reqs []limiter.Request, outs []limiter.Outcome) {
-		s.evaluateLocally(ctx, sc, reqs, outs)
+		// Copies, each asking for the policy's local share. A cost above the
+		// share never fits: it is denied without asking, and blocks the others
+		// as any denial does.
+		sc.reqs = append(sc.reqs[:0], reqs...)
+		reqs = sc.reqs
+		now := s.clock.Now()
+		for k := range reqs {
+			r := &reqs[k]
+			q, err := s.share(r.Policy)
+			if err != nil {
+				// Not for a valid policy: the store's failure stands.
+				outs[k] = sc.fail[k]
+				continue
+			}
+			r.Policy = q
+			if r.Cost > q.MaxCost() {
+				outs[k] = limiter.EvaluatedOutcome(neverFits(q, now))
+			}
+		}
+		sc.shares.Evaluate(ctx, reqs, outs, s.local.Load().Evaluate)
+		for k := range reqs {
+			o := &outs[k]
+			if o.Kind != limiter.Evaluated {
+				// No share, or the local limiter failed too (full, or the
+				// deadline passed): answered closed.
+				continue
+			}
+			o.Decision.Source, o.Decision.Fallback = limiter.SourceFallback, limiter.FailLocal
+			o.Failed, o.RetryAfter, o.Category, o.Err = sc.fail[k].Kind, sc.fail[k].RetryAfter, sc.fail[k].Category, sc.fail[k].Err
+		}
 	})
-}
-
-// evaluateLocally decides the failure_mode local requests reqs (in the
-// order of sc.fail) with the local limiter, each of the policy's local
-// share.
-func (s *Store) evaluateLocally(ctx context.Context, sc *scratch, reqs []limiter.Request, outs []limiter.Outcome) {
-	// Copies, each asking for the policy's local share. A cost above the
-	// share never fits: it is denied without asking, and blocks the others
-	// as any denial does.
-	sc.reqs = append(sc.reqs[:0], reqs...)
-	reqs = sc.reqs
-	now := s.clock.Now()
-	for k := range reqs {
-		r := &reqs[k]
-		q, err := s.share(r.Policy)
-		if err != nil {
-			// Not for a valid policy: the store's failure stands.
-			outs[k] = sc.fail[k]
-			continue
-		}
-		r.Policy = q
-		if r.Cost > q.MaxCost() {
-			outs[k] = limiter.EvaluatedOutcome(neverFits(q, now))
-		}
-	}
-	sc.shares.Evaluate(ctx, reqs, outs, s.local.Load().Evaluate)
-	for k := range reqs {
-		o := &outs[k]
-		if o.Kind != limiter.Evaluated {
-			// No share, or the local limiter failed too (full, or the
-			// deadline passed): answered closed.
-			continue
-		}
-		o.Decision.Source, o.Decision.Fallback = limiter.SourceFallback, limiter.FailLocal
-		o.Failed, o.RetryAfter, o.Category, o.Err = sc.fail[k].Kind, sc.fail[k].RetryAfter, sc.fail[k].Category, sc.fail[k].Err
-	}
 }
 
 // share returns the local share of p, cached.

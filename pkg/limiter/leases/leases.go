@@ -4,10 +4,8 @@
 // below it, each kind as a batch of its own, and gives back the leases a
 // batch took when it does not commit.
 //
-// The store below evaluates a batch of lease requests alone (every request
-// of a concurrency policy: each on its own, in order, on its lease set) and
-// a batch of rate requests; it never sees the two mixed. The wrapper calls
-// down, never back. A Store is safe for concurrent use.
+// The store below never sees the two kinds mixed (limiter.LeasesOnly); the
+// wrapper calls down, never back. A Store is safe for concurrent use.
 package leases
 
 import (
