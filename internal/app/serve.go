@@ -210,7 +210,10 @@ func serve(ctx context.Context, o *options.Options, getenv func(string) string, 
 		return err
 	}
 	fcfg := o.FailoverConfig()
-	fcfg.Clock, fcfg.Observer, fcfg.Registerer = s.clock, observe.FailoverLog(log.Named("rls")), s.reg
+	fcfg.Clock, fcfg.Observer = s.clock, observe.FailoverLog(log.Named("rls"))
+	if fcfg.Metrics, err = failover.NewMetrics(s.reg); err != nil {
+		return err
+	}
 	answering, err := failover.New(settling, fcfg)
 	if err != nil {
 		return err

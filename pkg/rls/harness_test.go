@@ -66,7 +66,9 @@ func newHarness(t *testing.T, rules func() Rules, store limiter.Store, clock lim
 		cfg.Store, fc = f.Store, f.cfg
 	}
 	if _, ok := cfg.Store.(*failover.Store); !ok {
-		fc.Registerer = reg
+		if fc.Metrics, err = failover.NewMetrics(reg); err != nil {
+			t.Fatal(err)
+		}
 		if cfg.Store, err = failover.New(cfg.Store, fc); err != nil {
 			t.Fatal(err)
 		}

@@ -31,7 +31,7 @@ const (
 // Metrics holds the RPC metrics of the service: calls, decisions and store
 // latency. The stores, the failover wrapper (store errors and fallbacks)
 // and the rule watcher count their own (memory.NewMetrics,
-// denycache.NewMetrics, failover.Config.Registerer, the binary's reload
+// denycache.NewMetrics, failover.NewMetrics, the binary's reload
 // counter). Build it with NewMetrics on a registry the caller owns; it is
 // safe for concurrent use.
 type Metrics struct {

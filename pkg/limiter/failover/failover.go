@@ -93,11 +93,8 @@ type Config struct {
 	// Observer is told when the local limiter starts and stops deciding.
 	// (Optional)
 	Observer Observer
-	// Registerer gets the counters of the limits a failure mode answered:
-	// envoy_rls_store_errors_total{outcome}, by the kind of the store's
-	// failure, and envoy_rls_fallback_total{mode}, by the mode that
-	// answered (closed, open, local). (Optional)
-	Registerer prometheus.Registerer
+	// Metrics counts the limits a failure mode answered. (Optional)
+	Metrics *Metrics
 }
 
 // Observer receives the local limiter's transitions. Its methods are called
@@ -118,7 +115,7 @@ type Store struct {
 	clock    limiter.Clock
 	newLocal func() (*memory.Store, error)
 	observer Observer
-	counts   *counters // nil: not counted
+	metrics  *Metrics // nil: not counted
 
 	// local decides with the local rate states of an outage and the local
 	// leases of held, which are kept until released or expired.
@@ -183,11 +180,7 @@ func New(inner limiter.Store, cfg Config) (*Store, error) {
 		return nil, err
 	}
 	s.local.Store(leases.New(st, s.held))
-	if cfg.Registerer != nil {
-		if s.counts, err = newCounters(cfg.Registerer); err != nil {
-			return nil, err
-		}
-	}
+	s.metrics = cfg.Metrics
 	s.scratch.New = func() any { return new(scratch) }
 	return s, nil
 }
@@ -320,8 +313,8 @@ func (s *Store) answer(r *limiter.Request, o *limiter.Outcome) {
 	if o.Kind != limiter.Evaluated {
 		*o = failureAnswer(r, *o)
 	}
-	if o.Decision.Source == limiter.SourceFallback && s.counts != nil {
-		s.counts.count(o)
+	if o.Decision.Source == limiter.SourceFallback && s.metrics != nil {
+		s.metrics.count(o)
 	}
 }
 
@@ -344,12 +337,15 @@ func failureAnswer(r *limiter.Request, o limiter.Outcome) limiter.Outcome {
 	return limiter.Outcome{Kind: limiter.Evaluated, Decision: d, Failed: o.Kind, RetryAfter: o.RetryAfter, Category: o.Category, Err: o.Err}
 }
 
-// counters count the limits a failure mode answered (Config.Registerer):
-// by the kind of the store's failure, and by the mode that answered.
-type counters struct{ kinds, modes *prometheus.CounterVec }
+// Metrics counts the limits a failure mode answered (Config.Metrics), as
+// Prometheus counters: envoy_rls_store_errors_total{outcome}, by the kind
+// of the store's failure, and envoy_rls_fallback_total{mode}, by the mode
+// that answered (closed, open, local). Safe for concurrent use.
+type Metrics struct{ kinds, modes *prometheus.CounterVec }
 
-func newCounters(reg prometheus.Registerer) (*counters, error) {
-	c := &counters{
+// NewMetrics creates the counters and registers them on reg.
+func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
+	c := &Metrics{
 		kinds: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "envoy_rls", Name: "store_errors_total",
 			Help: "Store failures by outcome kind (unavailable, indeterminate, incompatible)."}, []string{"outcome"}),
 		modes: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "envoy_rls", Name: "fallback_total",
@@ -371,7 +367,7 @@ func newCounters(reg prometheus.Registerer) (*counters, error) {
 }
 
 // count counts o, a failure mode's answer.
-func (c *counters) count(o *limiter.Outcome) {
+func (c *Metrics) count(o *limiter.Outcome) {
 	c.kinds.WithLabelValues(o.Failed.String()).Inc()
 	c.modes.WithLabelValues(o.Decision.Fallback.String()).Inc()
 }

@@ -88,7 +88,11 @@ func newEnv(t *testing.T) *env {
 		t.Fatal(err)
 	}
 	e := &env{reg: prometheus.NewRegistry(), inner: &failingStore{inner: mem}, clock: clock, trans: &transitions{}, byMode: map[limiter.FailureMode]*limiter.Policy{}}
-	if e.store, err = failover.New(e.inner, failover.Config{Replicas: 2, Clock: clock, Observer: e.trans, Registerer: e.reg}); err != nil {
+	m, err := failover.NewMetrics(e.reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if e.store, err = failover.New(e.inner, failover.Config{Replicas: 2, Clock: clock, Observer: e.trans, Metrics: m}); err != nil {
 		t.Fatal(err)
 	}
 	for _, m := range []limiter.FailureMode{limiter.FailClosed, limiter.FailOpen, limiter.FailLocal} {
