@@ -187,7 +187,7 @@ func TestReadyzAndGracefulDrain(t *testing.T) {
 	// An in-flight call survives the stop request.
 	result := make(chan *rlsv3.RateLimitResponse, 1)
 	go func() { result <- r.check(t, "inflight") }()
-	<-bs.entered
+	<-bs.Entered
 	r.cancel()
 	waitFor(t, func() bool {
 		code, body := r.get(t, "/readyz")
@@ -202,7 +202,7 @@ func TestReadyzAndGracefulDrain(t *testing.T) {
 		t.Fatalf("serve returned (%v) before the in-flight call finished", err)
 	case <-time.After(100 * time.Millisecond):
 	}
-	close(bs.release)
+	bs.Release()
 	if resp := <-result; resp.OverallCode != allowed {
 		t.Fatalf("in-flight call: %v", resp.OverallCode)
 	}
@@ -219,13 +219,13 @@ func TestReadyzAndGracefulDrain(t *testing.T) {
 
 func TestDrainTimeoutCutsOffStuckCalls(t *testing.T) {
 	r, bs := startBlocked(t, "--drain-timeout", "200ms")
-	defer close(bs.release)
+	defer bs.Release()
 	go func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
 		_, _ = rlsv3.NewRateLimitServiceClient(r.conn).ShouldRateLimit(ctx, userRequest("x"))
 	}()
-	<-bs.entered
+	<-bs.Entered
 	start := time.Now()
 	r.cancel()
 	waitFor(t, func() bool { return strings.Contains(r.logs.String(), "drain timeout") })
@@ -240,7 +240,7 @@ func TestDrainTimeoutCutsOffStuckCalls(t *testing.T) {
 // transition.
 func TestReadinessIgnoresTheStoreByDefault(t *testing.T) {
 	r, bs := startBlocked(t)
-	close(bs.release)
+	bs.Release()
 	waitFor(t, func() bool { _, body := r.get(t, "/healthz"); return strings.Contains(body, "store memory: up since") })
 	bs.SetPing(errors.New("connection refused"))
 	waitFor(t, func() bool {
@@ -320,13 +320,13 @@ func TestHealthcheck(t *testing.T) {
 	// Keep a call in flight so that the drain lasts until released.
 	result := make(chan error, 1)
 	go func() { result <- callWith(t, r.grpcAddr, insecure.NewCredentials()) }()
-	<-bs.entered
+	<-bs.Entered
 	r.cancel()
 	waitFor(t, func() bool {
 		code, body := r.get(t, "/healthcheck")
 		return code == 500 && strings.Contains(body, "draining")
 	})
-	close(bs.release)
+	bs.Release()
 	if err := <-result; err != nil {
 		t.Fatalf("in-flight call: %v", err)
 	}
