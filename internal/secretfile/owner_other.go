@@ -1,8 +1,8 @@
 //go:build !unix
 
-package admin
+package secretfile
 
 import "io/fs"
 
-// fileOwner is unknown here: a group-readable token file is refused.
-func fileOwner(fs.FileInfo) tokenFileOwner { return tokenFileOwner{} }
+// fileOwner is unknown here: a group-readable file is refused.
+func fileOwner(fs.FileInfo) owner { return owner{} }

@@ -1,6 +1,6 @@
 //go:build unix
 
-package admin
+package secretfile
 
 import (
 	"io/fs"
@@ -8,10 +8,10 @@ import (
 )
 
 // fileOwner is the owner of the file fi describes.
-func fileOwner(fi fs.FileInfo) tokenFileOwner {
+func fileOwner(fi fs.FileInfo) owner {
 	st, ok := fi.Sys().(*syscall.Stat_t)
 	if !ok {
-		return tokenFileOwner{}
+		return owner{}
 	}
-	return tokenFileOwner{uid: int(st.Uid), gid: int(st.Gid), known: true}
+	return owner{uid: int(st.Uid), gid: int(st.Gid), known: true}
 }

@@ -234,7 +234,7 @@ reference)
   ARGS=(serve --config "$CONFIG" --store "$STORE" --grpc-addr "$ADDR" --admin-addr "127.0.0.1:$(free_port)")
   if [ "$STORE" = redis ]; then
     # A synthetic secret for this run only.
-    head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n' >"$WORK/hmac-secret"
+    (umask 077 && head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n' >"$WORK/hmac-secret")
     ARGS+=(--redis-addr "127.0.0.1:$REDIS_PORT" --hmac-secret-file "$WORK/hmac-secret")
   fi
   # shellcheck disable=SC2206 # word splitting of --server-args is intended
