@@ -50,11 +50,11 @@ func Serve(args []string, getenv func(string) string, presets Presets) (o *Optio
 		pre = func(seen map[string]Given) ([]Preset, error) { return presets(o, seen) }
 	}
 	o.Given, err = parse(fs, args, getenv, pre)
-	var envErrs envErrors
+	var valueErrs valueErrors
 	switch {
 	case errors.Is(err, flag.ErrHelp):
 		return o, fs, err
-	case err != nil && !errors.As(err, &envErrs):
+	case err != nil && !errors.As(err, &valueErrs):
 		// The command line did not parse: the values after the fault are
 		// unknown, so nothing more can be checked.
 		return o, fs, err

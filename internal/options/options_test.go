@@ -66,6 +66,11 @@ func TestServeErrors(t *testing.T) {
 		{"flag wins over env", []string{"--config", rules, "--redis-timeout", "2m"}, map[string]string{"ENVOY_RLS_REDIS_TIMEOUT": "1s"}, `--redis-timeout="2m": must be a duration between 1ms and 1m0s`},
 		{"several problems", []string{"--config", rules, "--store", "etcd"}, map[string]string{"ENVOY_RLS_LOG_LEVEL": "loud", "ENVOY_RLS_MEMORY_MAX_ENTRIES": "x"},
 			`ENVOY_RLS_MEMORY_MAX_ENTRIES="x": must be 0 (automatic) or a positive integer` + "\n" + `--store="etcd": must be memory or redis` + "\n" + `ENVOY_RLS_LOG_LEVEL="loud": must be debug, info, warn or error`},
+		{"several bad flags", []string{"--redis-timeout", "5sec", "--drain-timeout=abc", "--local-cache=maybe", "--store", "etcd"}, map[string]string{"ENVOY_RLS_REDIS_POOL_SIZE": "x"},
+			`--redis-timeout="5sec": must be a duration between 1ms and 1m0s` + "\n" + `--drain-timeout="abc": must be a positive duration such as 15s` + "\n" + `--local-cache="maybe": must be true or false` + "\n" +
+				`ENVOY_RLS_REDIS_POOL_SIZE="x": must be an integer between 1 and 256` + "\n" + "--config (or ENVOY_RLS_CONFIG) is not set: must be the rule file or directory to serve" + "\n" + `--store="etcd": must be memory or redis`},
+		{"bad flags then an unknown one", []string{"--redis-timeout", "5sec", "--colour", "--drain-timeout=abc"}, nil,
+			`--redis-timeout="5sec": must be a duration between 1ms and 1m0s` + "\n" + `unknown flag --colour ("envoy-rls serve --help" lists the flags)`},
 		{"redis without address", []string{"--config", rules, "--store", "redis"}, map[string]string{SecretEnv: "a-shared-secret-of-32-bytes-----"}, "--redis-addr (or ENVOY_RLS_REDIS_ADDR) is not set: must be at least one host:port"},
 		{"redis without secret", append([]string{"--config", rules, "--store", "redis", "--redis-addr", "127.0.0.1:1"}, listen...), nil, "--store redis needs an HMAC secret shared by every replica: set --hmac-secret-file (or ENVOY_RLS_HMAC_SECRET_FILE) or ENVOY_RLS_HMAC_SECRET"},
 		{"short secret", append([]string{"--config", rules}, listen...), map[string]string{SecretEnv: "short"}, "ENVOY_RLS_HMAC_SECRET: must be at least 16 bytes (it holds 5)"},

@@ -5,9 +5,9 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"os"
 	"strings"
 
+	"github.com/envoy-rls/envoy-rls/internal/secretfile"
 	"github.com/envoy-rls/envoy-rls/pkg/descriptors"
 )
 
@@ -57,12 +57,16 @@ func LimitMessage(err error) string {
 	return fmt.Sprintf("the %d rule file(s) hold %d %s, more than the limit of %d: raise --%s (or %s) to load them", le.Files, le.Total, le.Limit, le.Max, name, EnvName(name))
 }
 
+// maxSecretFileBytes bounds the HMAC secret file read.
+const maxSecretFileBytes = 64 << 10
+
 // ReadSecret returns the HMAC secret and where it came from: "file",
 // "environment" or "random" (a per-process secret, when none is
-// configured). Errors never quote the secret.
+// configured). A secret file others can read is refused, as the admin
+// token file is (secretfile.Read). Errors never quote the secret.
 func ReadSecret(o *Options, getenv func(string) string) ([]byte, string, error) {
 	if o.HMACSecretFile != "" {
-		b, err := os.ReadFile(o.HMACSecretFile)
+		b, err := secretfile.Read(o.HMACSecretFile, maxSecretFileBytes)
 		if err != nil {
 			return nil, "", fmt.Errorf("%s: must be a readable file holding the secret: %w", Label("hmac-secret-file", o.Given), err)
 		}
