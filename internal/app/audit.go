@@ -67,7 +67,7 @@ func (s *server) openAuditWriter(stdout io.Writer) (audit.Writer, string, error)
 		if err != nil {
 			return nil, "", fmt.Errorf("audit sink: %w", err)
 		}
-		dial := func() (rueidis.Client, error) { return redis.NewClient(cfg) }
+		dial := func() (rueidis.Client, error) { return redis.NewClient(cfg, "envoy-rls-audit") }
 		w, err := audit.NewRedisStream(dial, o.AuditRedisStream, o.AuditRedisMaxLen, nil)
 		return w, o.AuditRedisStream, err
 	}

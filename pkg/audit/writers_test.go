@@ -84,7 +84,7 @@ func TestRecordFailureModeAndCost(t *testing.T) {
 
 func redisDial(t *testing.T, addr string) func() (rueidis.Client, error) {
 	return func() (rueidis.Client, error) {
-		return redis.NewClient(redis.Config{Addrs: []string{addr}, Mode: redis.ModeStandalone})
+		return redis.NewClient(redis.Config{Addrs: []string{addr}, Mode: redis.ModeStandalone}, "envoy-rls-audit")
 	}
 }
 
@@ -181,7 +181,7 @@ func TestRedisStreamModes(t *testing.T) {
 		{"sentinel", redis.Config{Addrs: set.SentinelAddrs(), Mode: redis.ModeSentinel, SentinelMaster: redistest.SentinelMasterName}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			dial := func() (rueidis.Client, error) { return redis.NewClient(tc.cfg) }
+			dial := func() (rueidis.Client, error) { return redis.NewClient(tc.cfg, "envoy-rls-audit") }
 			const key = "audit:modes"
 			w, err := NewRedisStream(dial, key, 50, nil)
 			if err != nil {
@@ -214,7 +214,7 @@ func TestRedisStreamModes(t *testing.T) {
 func BenchmarkRedisStreamWrite(b *testing.B) {
 	srv := redistest.Standalone(b, redistest.Local())
 	w, err := NewRedisStream(func() (rueidis.Client, error) {
-		return redis.NewClient(redis.Config{Addrs: []string{srv.Addr()}, Mode: redis.ModeStandalone})
+		return redis.NewClient(redis.Config{Addrs: []string{srv.Addr()}, Mode: redis.ModeStandalone}, "envoy-rls-audit")
 	}, "audit:bench", 100_000, nil)
 	if err != nil {
 		b.Fatal(err)
