@@ -21,6 +21,7 @@ import (
 	"github.com/envoy-rls/envoy-rls/internal/compat"
 	"github.com/envoy-rls/envoy-rls/internal/observe"
 	"github.com/envoy-rls/envoy-rls/internal/options"
+	"github.com/envoy-rls/envoy-rls/internal/tracing"
 	"github.com/envoy-rls/envoy-rls/pkg/descriptors"
 	"github.com/envoy-rls/envoy-rls/pkg/descriptors/rulefile"
 	"github.com/envoy-rls/envoy-rls/pkg/limiter"
@@ -242,16 +243,32 @@ func CheckServeArgs(args []string, getenv func(string) string) error {
 	return err
 }
 
+// settings are serve's: options' own, and the flags of the packages serve
+// assembles (options.Group), each read by its package.
+type settings struct {
+	*options.Options
+	tracing tracing.Flags
+}
+
+// groups are the option groups of st, in the order their problems are
+// reported.
+func (st *settings) groups() []options.Group {
+	return []options.Group{&st.tracing}
+}
+
 // serveOptions parses and checks the serve flags, with the reference
 // service's environment when asked for (internal/compat). The error is
 // flag.ErrHelp after -h, after which help, when not nil, prints the help.
 // Otherwise it holds one line per problem found.
-func serveOptions(args []string, getenv func(string) string, help io.Writer) (*options.Options, error) {
-	o, fs, err := options.Serve(args, getenv, compat.Presets(getenv))
+func serveOptions(args []string, getenv func(string) string, help io.Writer) (*settings, error) {
+	st := &settings{}
+	st.tracing.Getenv = getenv
+	o, fs, err := options.Serve(args, getenv, compat.Presets(getenv), st.groups()...)
 	if errors.Is(err, flag.ErrHelp) && help != nil {
 		options.PrintUsage(help, options.ServeUsage, fs)
 	}
-	return o, err
+	st.Options = o
+	return st, err
 }
 
 func serveCommand(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer, h hooks) error {

@@ -252,11 +252,11 @@ func (s *server) ruleOrigin() string {
 // as serve would, without watching or serving them, so that a start that
 // fails for another reason reports their problems too. Rules from xDS or a
 // secret shared through Redis need the network: nil, they are not checked.
-func checkRuleFiles(o *options.Options, getenv func(string) string) error {
-	if o.ConfigSource == options.SourceXDS || compat.UsesSharedSecret(o, getenv) {
+func checkRuleFiles(o *settings, getenv func(string) string) error {
+	if o.ConfigSource == options.SourceXDS || compat.UsesSharedSecret(o.Options, getenv) {
 		return nil
 	}
-	secret, _, err := options.ReadSecret(o, getenv)
+	secret, _, err := options.ReadSecret(o.Options, getenv)
 	if err != nil {
 		return err
 	}
@@ -267,7 +267,7 @@ func checkRuleFiles(o *options.Options, getenv func(string) string) error {
 }
 
 // descriptorOptions is how the rules of o are compiled with secret.
-func descriptorOptions(o *options.Options, secret []byte) descriptors.Options {
+func descriptorOptions(o *settings, secret []byte) descriptors.Options {
 	fm, _ := limiter.ParseFailureMode(o.DefaultFailureMode) // checked by options.Serve
 	charge, _ := limiter.ParseCharge(o.DefaultCharge)       // checked by options.Serve
 	return descriptors.Options{Secret: secret, DefaultFailureMode: fm, Limits: o.ConfigLimits.Limits(), ShadowAll: o.ShadowAll,

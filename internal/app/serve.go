@@ -22,6 +22,7 @@ import (
 	"github.com/envoy-rls/envoy-rls/internal/observe"
 	"github.com/envoy-rls/envoy-rls/internal/options"
 	"github.com/envoy-rls/envoy-rls/internal/refmetrics"
+	"github.com/envoy-rls/envoy-rls/internal/tracing"
 	"github.com/envoy-rls/envoy-rls/pkg/audit"
 	"github.com/envoy-rls/envoy-rls/pkg/descriptors"
 	"github.com/envoy-rls/envoy-rls/pkg/limiter"
@@ -32,14 +33,14 @@ import (
 
 // server is one running serve command.
 type server struct {
-	opts    *options.Options
+	opts    *settings
 	log     *zap.Logger
 	reg     *prometheus.Registry
 	metrics *observe.Metrics
 	rules   *ruleSet
 	store   limiter.Store
 	ping    admin.Pinger     // nil: always reachable
-	tracing *observe.Tracing // nil: tracing off
+	tracing *tracing.Tracing // nil: tracing off
 	// sharedSecret is the HMAC secret shared through Redis (compat),
 	// read before serving; nil when the secret is configured or per
 	// process, or not read yet (secretWait).
@@ -70,7 +71,7 @@ type server struct {
 // rules, opens the store, listens, serves gRPC and admin, reloads on SIGHUP
 // and file changes, then drains. Background work (sweeps, reloads, the
 // servers) ends with ctx; the store closes after all of it has returned.
-func serve(ctx context.Context, o *options.Options, getenv func(string) string, log *zap.Logger, h hooks) error {
+func serve(ctx context.Context, o *settings, getenv func(string) string, log *zap.Logger, h hooks) error {
 	s := &server{opts: o, log: log, reg: observe.NewRegistry()}
 	for _, w := range o.CompatWarnings {
 		log.Warn("reference setting " + w)
@@ -95,7 +96,7 @@ func serve(ctx context.Context, o *options.Options, getenv func(string) string, 
 	if err := s.newRefMetrics(); err != nil {
 		return err
 	}
-	if p, from := options.GCPercent(o, getenv); p != 0 {
+	if p, from := options.GCPercent(o.Options, getenv); p != 0 {
 		// Process-wide; put back on return for in-process callers (tests).
 		defer debug.SetGCPercent(debug.SetGCPercent(p))
 		s.gcAutomatic = o.GCPercent == 0
@@ -105,11 +106,11 @@ func serve(ctx context.Context, o *options.Options, getenv func(string) string, 
 	if h.secretRecheck > 0 {
 		secretRecheck = h.secretRecheck
 	}
-	if compat.UsesSharedSecret(o, getenv) {
+	if compat.UsesSharedSecret(o.Options, getenv) {
 		// One attempt before serving: a key that must not be adopted stops
 		// the start at once. Redis not answering does not: the replica
 		// serves by failure mode meanwhile (awaitSecret).
-		fetch, err := compat.NewSecretFetch(o, secretRecheck, log)
+		fetch, err := compat.NewSecretFetch(o.Options, secretRecheck, log)
 		if err != nil {
 			return err
 		}
@@ -127,7 +128,7 @@ func serve(ctx context.Context, o *options.Options, getenv func(string) string, 
 	}
 	defer s.rules.stop()
 
-	tr, stopTracing, err := observe.StartTracing(ctx, o.TracingFlag(), getenv, log, h.spanExporter)
+	tr, stopTracing, err := tracing.Start(ctx, &o.tracing, o.Label, log, h.spanExporter)
 	if err != nil {
 		return err
 	}
@@ -349,7 +350,7 @@ func (s *server) keepSecret(ctx context.Context, wg *sync.WaitGroup, secret []by
 // loadRules reads the HMAC secret and the rules; the first load counts as a
 // successful reload.
 func (s *server) loadRules(ctx context.Context, getenv func(string) string, h hooks) error {
-	secret, from, err := options.ReadSecret(s.opts, getenv)
+	secret, from, err := options.ReadSecret(s.opts.Options, getenv)
 	if err != nil {
 		return err
 	}

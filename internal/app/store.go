@@ -29,7 +29,7 @@ func (s *server) openStore(ctx context.Context, wg *sync.WaitGroup) (limiter.Sto
 	switch s.opts.Store {
 	case "memory":
 		limit := debug.SetMemoryLimit(-1)
-		entries, from := options.MemoryBound(s.opts, limit)
+		entries, from := options.MemoryBound(s.opts.Options, limit)
 		fields := []zap.Field{zap.Int("memory_max_entries", entries), zap.String("from", from)}
 		if limit != math.MaxInt64 {
 			fields = append(fields, zap.Int64("gomemlimit_bytes", limit))

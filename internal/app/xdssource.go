@@ -6,7 +6,6 @@ import (
 
 	"go.uber.org/zap"
 
-	"github.com/envoy-rls/envoy-rls/internal/observe"
 	"github.com/envoy-rls/envoy-rls/internal/options"
 	"github.com/envoy-rls/envoy-rls/internal/redact"
 	"github.com/envoy-rls/envoy-rls/pkg/descriptors"
@@ -24,7 +23,7 @@ func (s *server) startXDS(ctx context.Context, opts descriptors.Options) (*xds.S
 	}
 	log := s.log.With(zap.String("xds_server", redact.URLs(o.XDSServer)), zap.String("xds_node", o.XDSNodeID))
 	if names := redact.Credentials(client.Headers); client.TLS == nil && len(names) > 0 {
-		log.Warn(observe.MsgPlaintextCredentials, zap.String("to", "xds"), zap.Strings("headers", names))
+		log.Warn(redact.MsgPlaintextCredentials, zap.String("to", "xds"), zap.Strings("headers", names))
 	}
 	if o.Config != "" {
 		log.Warn("--config is not read with --config-source xds: the rules come from the xDS server", zap.String("config", o.Config))

@@ -190,7 +190,7 @@ var refRules = []refRule{
 			r.warn("MERGE_DOMAIN_CONFIG", "envoy-rls does not merge: a domain defined in two rule files is refused at load, naming both files")
 		}
 	}},
-	// Read by the tracing setup (internal/observe) from the environment
+	// Read by the tracing setup (internal/tracing) from the environment
 	// itself.
 	{[]string{"TRACING_ENABLED", "TRACING_SERVICE_NAME", "TRACING_SERVICE_NAMESPACE", "TRACING_SERVICE_INSTANCE_ID",
 		"TRACING_EXPORTER_PROTOCOL", "TRACING_SAMPLING_RATE"}, func(*refEnv) {}},

@@ -11,7 +11,6 @@ import (
 
 	"go.uber.org/zap/zapcore"
 
-	"github.com/envoy-rls/envoy-rls/internal/observe"
 	"github.com/envoy-rls/envoy-rls/internal/redact"
 	"github.com/envoy-rls/envoy-rls/pkg/descriptors"
 	"github.com/envoy-rls/envoy-rls/pkg/limiter/denycache"
@@ -37,14 +36,50 @@ func (e *RefusedError) Error() string { return e.Err.Error() }
 
 func (e *RefusedError) Unwrap() error { return e.Err }
 
+// A Group is flags that another package defines on the serve command and
+// checks: a feature's (tracing, statsd, audit…) or the store's. Serve
+// parses them with its own, from the command line, the presets and the
+// ENVOY_RLS_* variables, and reports their refusals with every other
+// problem. Declared here, where it is consumed, in the standard library's
+// types only: the packages that implement it import no options, and
+// options imports none of them.
+type Group interface {
+	// Define defines the group's flags on fs and returns, by flag name,
+	// what a flag accepts, worded to follow "must be", when its type does
+	// not say it for a value that does not parse.
+	Define(fs *flag.FlagSet) (accepts map[string]string)
+	// Check returns one error per refused value of the parsed flags:
+	// label names a flag as the user set it (Label), value is any flag's
+	// value as text.
+	Check(label, value func(flag string) string) error
+}
+
+// accepting is a flag of a Group with what it accepts (acceptsOf).
+type accepting struct {
+	flag.Value
+	accepts string
+}
+
+func (a accepting) IsBoolFlag() bool {
+	b, ok := a.Value.(interface{ IsBoolFlag() bool })
+	return ok && b.IsBoolFlag()
+}
+
 // Serve parses the arguments of `envoy-rls serve` (without the word serve)
 // and the environment, with presets (nil: none), and checks every value
 // the binary would refuse at start that can be decided without reading a
-// file or dialling. The error is flag.ErrHelp after -h (fs prints the
-// help with PrintUsage); otherwise it holds one line per problem found.
-func Serve(args []string, getenv func(string) string, presets Presets) (o *Options, fs *flag.FlagSet, err error) {
+// file or dialling: options' own flags, then those of groups. The error is
+// flag.ErrHelp after -h (fs prints the help with PrintUsage); otherwise it
+// holds one line per problem found.
+func Serve(args []string, getenv func(string) string, presets Presets, groups ...Group) (o *Options, fs *flag.FlagSet, err error) {
 	o = &Options{}
 	fs = NewFlagSet(o)
+	for _, g := range groups {
+		for name, want := range g.Define(fs) {
+			f := fs.Lookup(name)
+			f.Value = accepting{f.Value, want}
+		}
+	}
 	var pre func(map[string]Given) ([]Preset, error)
 	if presets != nil {
 		pre = func(seen map[string]Given) ([]Preset, error) { return presets(o, seen) }
@@ -67,7 +102,16 @@ func Serve(args []string, getenv func(string) string, presets Presets) (o *Optio
 	if fs.NArg() > 0 {
 		errs = append(errs, extraArgs(fs.Args(), o.Given))
 	}
-	errs = append(errs, o.check(), CheckSecretSource(o, getenv), observe.CheckTracing(o.TracingFlag(), getenv))
+	errs = append(errs, o.check(), CheckSecretSource(o, getenv))
+	value := func(name string) string {
+		if f := fs.Lookup(name); f != nil {
+			return f.Value.String()
+		}
+		return ""
+	}
+	for _, g := range groups {
+		errs = append(errs, g.Check(o.Label, value))
+	}
 	return o, fs, errors.Join(errs...)
 }
 
@@ -129,9 +173,16 @@ var accepts = map[string]string{
 	"xds-header":             "key:value pairs, comma-separated",
 }
 
-// acceptsOf is what f takes: its entry in accepts, else what its type
-// parses.
+// acceptsOf is what f takes: its group's word for it or its entry in
+// accepts, else what its type parses.
 func acceptsOf(f *flag.Flag) string {
+	v := f.Value
+	if r, ok := v.(*recorded); ok {
+		v = r.Value
+	}
+	if a, ok := v.(accepting); ok {
+		return a.accepts
+	}
 	if a, ok := accepts[f.Name]; ok {
 		return a
 	}

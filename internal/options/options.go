@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"github.com/envoy-rls/envoy-rls/internal/grpcserve"
-	"github.com/envoy-rls/envoy-rls/internal/observe"
 	"github.com/envoy-rls/envoy-rls/pkg/limiter/denycache"
 	"github.com/envoy-rls/envoy-rls/pkg/limiter/memory"
 	"github.com/envoy-rls/envoy-rls/pkg/limiter/redis"
@@ -98,7 +97,6 @@ type Options struct {
 	LocalCache          bool
 	LocalCacheSize      int
 	GCPercent           int
-	Tracing             bool
 	// ConfigLimits bound the whole rule set (rules.go).
 	ConfigLimits RuleLimits
 
@@ -196,7 +194,6 @@ func NewFlagSet(o *Options) *flag.FlagSet {
 	fs.DurationVar(&o.RedisMaxFlushDelay, "redis-max-flush-delay", DefaultRedisFlushDelay, "how long a Redis connection may wait to gather pipelined commands into one write (0: flush at once; at most 1ms)")
 	fs.IntVar(&o.RedisGroupMaxKeys, "redis-group-max-keys", DefaultRedisGroupKeys, fmt.Sprintf("group commit: the most limits one Redis program run evaluates for concurrent Envoy requests, 1–%d (1: every request runs alone)", redis.MaxGroupMaxKeys))
 	fs.IntVar(&o.RedisGroupInFlight, "redis-group-in-flight", DefaultRedisInFlight, fmt.Sprintf("group commit: program runs of one Redis hash slot in progress at once, 1–%d", redis.MaxGroupInFlight))
-	fs.BoolVar(&o.Tracing, "tracing", false, "export OpenTelemetry traces by OTLP, configured by the OTEL_* variables (docs/operations.md, Tracing); also on when OTEL_EXPORTER_OTLP_ENDPOINT is set, off when OTEL_SDK_DISABLED=true")
 	fallbackFlags(fs, o)
 	journalFlags(fs, &o.journalOptions)
 	transportFlags(fs, &o.GRPC)
@@ -210,8 +207,5 @@ func NewFlagSet(o *Options) *flag.FlagSet {
 	return fs
 }
 
-// TracingFlag is --tracing as the user set it.
-func (o *Options) TracingFlag() observe.TracingFlag {
-	_, given := o.Given["tracing"]
-	return observe.TracingFlag{On: o.Tracing, Given: given, Label: Label("tracing", o.Given)}
-}
+// Label names the flag name as the user set it (the package's Label).
+func (o *Options) Label(name string) string { return Label(name, o.Given) }

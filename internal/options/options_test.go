@@ -114,7 +114,6 @@ func TestServeChecks(t *testing.T) {
 		{"override policies too many", base, map[string]string{"ENVOY_RLS_OVERRIDE_MAX_POLICIES": "65537"}, `ENVOY_RLS_OVERRIDE_MAX_POLICIES="65537": must be an integer from 1 to 65536`},
 		{"override policies at the bound", append(base, "--override-max-policies", "65536"), nil, ""},
 		{"local cache size", append(base, "--local-cache-size", "3"), nil, `--local-cache-size="3": must be an integer of at least 64`},
-		{"tracing variable", base, map[string]string{"OTEL_TRACES_EXPORTER": "zipkin"}, `OTEL_TRACES_EXPORTER="zipkin": must be otlp or none (this binary exports traces by OTLP only)`},
 	})
 }
 
