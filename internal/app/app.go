@@ -21,6 +21,7 @@ import (
 	"github.com/envoy-rls/envoy-rls/internal/compat"
 	"github.com/envoy-rls/envoy-rls/internal/observe"
 	"github.com/envoy-rls/envoy-rls/internal/options"
+	"github.com/envoy-rls/envoy-rls/internal/statsd"
 	"github.com/envoy-rls/envoy-rls/internal/tracing"
 	"github.com/envoy-rls/envoy-rls/pkg/descriptors"
 	"github.com/envoy-rls/envoy-rls/pkg/descriptors/rulefile"
@@ -248,12 +249,13 @@ func CheckServeArgs(args []string, getenv func(string) string) error {
 type settings struct {
 	*options.Options
 	tracing tracing.Flags
+	statsd  statsd.Flags
 }
 
 // groups are the option groups of st, in the order their problems are
 // reported.
 func (st *settings) groups() []options.Group {
-	return []options.Group{&st.tracing}
+	return []options.Group{&st.statsd, &st.tracing}
 }
 
 // serveOptions parses and checks the serve flags, with the reference

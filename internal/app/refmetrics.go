@@ -25,6 +25,7 @@ func (s *server) newRefMetrics() error {
 	if o.ReferenceMetricsAddr == "" {
 		return nil
 	}
+	ratio, _ := o.statsd.Ratio() // checked by statsd.Flags.Check
 	mapper, err := o.ReferenceMapper()
 	if err != nil {
 		return err
@@ -36,7 +37,7 @@ func (s *server) newRefMetrics() error {
 	if err := s.reg.Register(dropped); err != nil {
 		return fmt.Errorf("registering %s_reference_metrics_dropped_total: %w", rls.MetricsNamespace, err)
 	}
-	s.refMetrics, err = refmetrics.New(refmetrics.Config{Mapper: mapper, NearLimitRatio: o.StatsdConfig().NearLimitRatio, Dropped: dropped})
+	s.refMetrics, err = refmetrics.New(refmetrics.Config{Mapper: mapper, NearLimitRatio: ratio, Dropped: dropped})
 	return err
 }
 

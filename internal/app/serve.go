@@ -22,6 +22,7 @@ import (
 	"github.com/envoy-rls/envoy-rls/internal/observe"
 	"github.com/envoy-rls/envoy-rls/internal/options"
 	"github.com/envoy-rls/envoy-rls/internal/refmetrics"
+	"github.com/envoy-rls/envoy-rls/internal/statsd"
 	"github.com/envoy-rls/envoy-rls/internal/tracing"
 	"github.com/envoy-rls/envoy-rls/pkg/audit"
 	"github.com/envoy-rls/envoy-rls/pkg/descriptors"
@@ -175,9 +176,7 @@ func serve(ctx context.Context, o *settings, getenv func(string) string, log *za
 	}
 	headers, _ := descriptors.ParseHeaderMode(o.DefaultHeaders) // checked by options.Serve
 	// Stopped after the drain: the last calls are sent.
-	statsdConfig := o.StatsdConfig()
-	statsdConfig.Logger = log
-	observer, stopStatsd, err := observe.StartStatsd(statsdConfig)
+	observer, stopStatsd, err := statsd.Start(&o.statsd, log)
 	if err != nil {
 		return err
 	}

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/envoy-rls/envoy-rls/internal/options"
+	"github.com/envoy-rls/envoy-rls/internal/statsd"
 	"github.com/envoy-rls/envoy-rls/internal/tracing"
 )
 
@@ -62,13 +63,14 @@ func parse(t *testing.T, env map[string]string, args ...string) (*settings, erro
 type settings struct {
 	*options.Options
 	tracing tracing.Flags
+	statsd  statsd.Flags
 }
 
 // serveOptions is options.Serve with the translation and every group.
 func serveOptions(args []string, getenv func(string) string) (*settings, error) {
 	st := &settings{}
 	st.tracing.Getenv = getenv
-	o, _, err := options.Serve(args, getenv, Presets(getenv), &st.tracing)
+	o, _, err := options.Serve(args, getenv, Presets(getenv), &st.statsd, &st.tracing)
 	st.Options = o
 	return st, err
 }
@@ -119,16 +121,16 @@ func TestCompatHonoured(t *testing.T) {
 		{"configured secret", map[string]string{options.SecretEnv: strings.Repeat("k", 32)}, func(o *settings) []any { return []any{o.HMACSecretRedisKey} }, []any{""}},
 		{"local cache", map[string]string{"LOCAL_CACHE_SIZE_IN_BYTES": "1048576", "ENVOY_RLS_LOCAL_CACHE": "false"}, func(o *settings) []any { return []any{o.LocalCache} }, []any{true}},
 		{"statsd", map[string]string{"USE_STATSD": "true", "STATSD_PORT": "9125", "EXTRA_TAGS": "a:1", "NEAR_LIMIT_RATIO": "0.9", "STATS_FLUSH_INTERVAL": "1s", "STATSD_PROTOCOL": "UDP"}, func(o *settings) []any {
-			return []any{o.StatsdAddr, o.StatsdExtraTags, o.NearLimitRatio, o.StatsdFlushInterval, o.StatsdProtocol}
+			return []any{o.statsd.Addr, o.statsd.ExtraTags, o.statsd.NearLimitRatio, o.statsd.FlushInterval, o.statsd.Protocol}
 		}, []any{"localhost:9125", "a:1", "0.9", time.Second, "udp"}},
-		{"statsd by default", map[string]string{"USE_STATSD": ""}, func(o *settings) []any { return []any{o.StatsdAddr} }, []any{"localhost:8125"}},
-		{"stats disabled", map[string]string{"USE_STATSD": "true", "DISABLE_STATS": "true"}, func(o *settings) []any { return []any{o.StatsdAddr} }, []any{""}},
+		{"statsd by default", map[string]string{"USE_STATSD": ""}, func(o *settings) []any { return []any{o.statsd.Addr} }, []any{"localhost:8125"}},
+		{"stats disabled", map[string]string{"USE_STATSD": "true", "DISABLE_STATS": "true"}, func(o *settings) []any { return []any{o.statsd.Addr} }, []any{""}},
 		{"headers", map[string]string{"LIMIT_RESPONSE_HEADERS_ENABLED": "true", "LIMIT_REMAINING_HEADER": "X-Left"}, func(o *settings) []any {
 			return []any{o.DefaultHeaders, o.LimitHeader, o.RemainingHeader, o.ResetHeader}
 		}, []any{"full", "RateLimit-Limit", "X-Left", "RateLimit-Reset"}},
 		{"header names without headers", map[string]string{"LIMIT_LIMIT_HEADER": "X-Limit"}, func(o *settings) []any { return []any{o.DefaultHeaders, o.LimitHeader} }, []any{"none", "X-RateLimit-Limit"}},
-		{"statsd off over our address", map[string]string{"USE_STATSD": "false", "ENVOY_RLS_STATSD_ADDR": "statsd:8125"}, func(o *settings) []any { return []any{o.StatsdAddr} }, []any{""}},
-		{"stats disabled over our address", map[string]string{"USE_STATSD": "", "DISABLE_STATS": "true", "ENVOY_RLS_STATSD_ADDR": "statsd:8125"}, func(o *settings) []any { return []any{o.StatsdAddr} }, []any{""}},
+		{"statsd off over our address", map[string]string{"USE_STATSD": "false", "ENVOY_RLS_STATSD_ADDR": "statsd:8125"}, func(o *settings) []any { return []any{o.statsd.Addr} }, []any{""}},
+		{"stats disabled over our address", map[string]string{"USE_STATSD": "", "DISABLE_STATS": "true", "ENVOY_RLS_STATSD_ADDR": "statsd:8125"}, func(o *settings) []any { return []any{o.statsd.Addr} }, []any{""}},
 		{"prometheus", map[string]string{"USE_PROMETHEUS": "true", "PROMETHEUS_ADDR": ":19001", "PROMETHEUS_PATH": "/stats", "PROMETHEUS_MAPPER_YAML": "/etc/statsd-exporter/conf.yaml"}, func(o *settings) []any {
 			return []any{o.ReferenceMetricsAddr, o.ReferenceMetricsPath, o.ReferenceMetricsMapping}
 		}, []any{":19001", "/stats", "/etc/statsd-exporter/conf.yaml"}},
@@ -136,16 +138,16 @@ func TestCompatHonoured(t *testing.T) {
 			return []any{o.ReferenceMetricsAddr, o.ReferenceMetricsPath, o.ReferenceMetricsMapping}
 		}, []any{":9090", "/metrics", ""}},
 		{"prometheus without USE_STATSD", map[string]string{"USE_PROMETHEUS": "true", "USE_STATSD": "", "STATSD_HOST": "statsd"}, func(o *settings) []any {
-			return []any{o.ReferenceMetricsAddr, o.StatsdAddr}
+			return []any{o.ReferenceMetricsAddr, o.statsd.Addr}
 		}, []any{":9090", ""}},
 		{"prometheus and statsd", map[string]string{"USE_PROMETHEUS": "true", "USE_STATSD": "true"}, func(o *settings) []any {
-			return []any{o.ReferenceMetricsAddr, o.StatsdAddr}
+			return []any{o.ReferenceMetricsAddr, o.statsd.Addr}
 		}, []any{":9090", "localhost:8125"}},
 		{"prometheus under our statsd address", map[string]string{"USE_PROMETHEUS": "true", "USE_STATSD": "", "ENVOY_RLS_STATSD_ADDR": "statsd:8125"}, func(o *settings) []any {
-			return []any{o.ReferenceMetricsAddr, o.StatsdAddr}
+			return []any{o.ReferenceMetricsAddr, o.statsd.Addr}
 		}, []any{":9090", "statsd:8125"}},
 		{"stats disabled with prometheus", map[string]string{"USE_PROMETHEUS": "true", "DISABLE_STATS": "true"}, func(o *settings) []any {
-			return []any{o.ReferenceMetricsAddr, o.StatsdAddr}
+			return []any{o.ReferenceMetricsAddr, o.statsd.Addr}
 		}, []any{"", ""}},
 		{"prometheus off", map[string]string{"USE_PROMETHEUS": "false", "PROMETHEUS_ADDR": ":19001", "PROMETHEUS_MAPPER_YAML": "/m.yaml"}, func(o *settings) []any {
 			return []any{o.ReferenceMetricsAddr, o.ReferenceMetricsMapping}
@@ -322,7 +324,7 @@ func TestCompatEnvoyGatewayEnvironment(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if o.Config != "/data/ratelimit/config" || o.LogLevel != "info" || o.StatsdAddr != "localhost:9125" || o.GRPCTLSCert != "/certs/tls.crt" ||
+	if o.Config != "/data/ratelimit/config" || o.LogLevel != "info" || o.statsd.Addr != "localhost:9125" || o.GRPCTLSCert != "/certs/tls.crt" ||
 		o.GRPCTLSClientCA != "" || o.RedisAddr != "redis.redis.svc:6379" || o.Store != "redis" || len(o.CompatWarnings) != 0 {
 		t.Errorf("options %+v, warnings %q", o, o.CompatWarnings)
 	}
@@ -338,9 +340,9 @@ func TestCompatEnvoyGatewayEnvironment(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if o.StatsdAddr != "" || o.ReferenceMetricsAddr != ":19001" || o.ReferenceMetricsPath != "/metrics" ||
+	if o.statsd.Addr != "" || o.ReferenceMetricsAddr != ":19001" || o.ReferenceMetricsPath != "/metrics" ||
 		o.ReferenceMetricsMapping != "/etc/statsd-exporter/conf.yaml" || len(o.CompatWarnings) != 0 {
-		t.Errorf("statsd %q, reference metrics %q %q %q, warnings %q", o.StatsdAddr, o.ReferenceMetricsAddr,
+		t.Errorf("statsd %q, reference metrics %q %q %q, warnings %q", o.statsd.Addr, o.ReferenceMetricsAddr,
 			o.ReferenceMetricsPath, o.ReferenceMetricsMapping, o.CompatWarnings)
 	}
 }

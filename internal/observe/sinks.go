@@ -1,13 +1,11 @@
 package observe
 
 import (
-	"fmt"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 
-	"github.com/envoy-rls/envoy-rls/internal/statsd"
 	"github.com/envoy-rls/envoy-rls/pkg/audit"
 	"github.com/envoy-rls/envoy-rls/pkg/rls"
 	"github.com/envoy-rls/envoy-rls/pkg/topk"
@@ -16,29 +14,6 @@ import (
 // AuditDrainTimeout bounds writing the queued audit events on shutdown,
 // after the in-flight calls have drained.
 const AuditDrainTimeout = 2 * time.Second
-
-// StartStatsd starts the statsd sink of cfg: it returns the observer to
-// give the rls server and the function that sends the last counts and
-// stops it; a nil observer and nothing to stop when cfg.Addr is empty.
-func StartStatsd(cfg statsd.Config) (rls.Observer, func(), error) {
-	if cfg.Addr == "" {
-		return nil, func() {}, nil
-	}
-	sink, err := statsd.New(cfg)
-	if err != nil {
-		return nil, nil, fmt.Errorf("statsd: %w", err)
-	}
-	go sink.Run()
-	if cfg.Logger != nil {
-		cfg.Logger.Info("sending stats to statsd",
-			zap.String("addr", cfg.Addr),
-			zap.String("protocol", cfg.Protocol),
-			zap.Duration("flush_interval", cfg.FlushInterval),
-			zap.Float64("near_limit_ratio", cfg.NearLimitRatio),
-			zap.Int("extra_tags", len(cfg.Tags)))
-	}
-	return sink, sink.Stop, nil
-}
 
 // AuditConfig configures the audit sink of StartAudit.
 type AuditConfig struct {

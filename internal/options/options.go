@@ -136,8 +136,6 @@ type Options struct {
 	GRPC grpcserve.Limits
 	// The --grpc-tls-* flags (grpc.go).
 	grpcTLSOptions
-	// The --statsd-* flags and --near-limit-ratio (observability.go).
-	statsdOptions
 	// The --audit-* flags (observability.go).
 	auditOptions
 	// The --top-* flags (observability.go).
@@ -198,7 +196,6 @@ func NewFlagSet(o *Options) *flag.FlagSet {
 	journalFlags(fs, &o.journalOptions)
 	transportFlags(fs, &o.GRPC)
 	grpcTLSFlags(fs, &o.grpcTLSOptions)
-	statsdFlags(fs, &o.statsdOptions)
 	auditFlags(fs, &o.auditOptions)
 	topFlags(fs, &o.topOptions)
 	refMetricsFlags(fs, &o.refMetricsOptions)

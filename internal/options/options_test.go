@@ -163,21 +163,13 @@ func TestServeTLSChecks(t *testing.T) {
 	}
 }
 
-// Every refused statsd, audit or top value gives its one-line error.
+// Every refused audit or top value gives its one-line error.
 func TestServeObservabilityChecks(t *testing.T) {
 	for _, tc := range []struct {
 		args []string
 		env  map[string]string
 		want string
 	}{
-		{[]string{"--statsd-addr", "statsd"}, nil, `--statsd-addr="statsd": must be host:port, or empty for no statsd`},
-		{nil, map[string]string{"ENVOY_RLS_STATSD_ADDR": "statsd:99999"}, `ENVOY_RLS_STATSD_ADDR="statsd:99999": must be host:port, or empty for no statsd`},
-		{[]string{"--statsd-protocol", "sctp"}, nil, `--statsd-protocol="sctp": must be tcp or udp`},
-		{nil, map[string]string{"ENVOY_RLS_STATSD_EXTRA_TAGS": "a:1,b"}, `ENVOY_RLS_STATSD_EXTRA_TAGS="a:1,b": must be key:value pairs separated by commas`},
-		{[]string{"--statsd-flush-interval", "0s"}, nil, `--statsd-flush-interval="0s": must be a positive duration such as 10s`},
-		{[]string{"--statsd-flush-interval", "often"}, nil, `--statsd-flush-interval="often": must be a duration such as 500ms or 2s`},
-		{[]string{"--near-limit-ratio", "1.5"}, nil, `--near-limit-ratio="1.5": must be a number greater than 0 and at most 1, such as 0.8`},
-		{nil, map[string]string{"ENVOY_RLS_NEAR_LIMIT_RATIO": "most"}, `ENVOY_RLS_NEAR_LIMIT_RATIO="most": must be a number greater than 0 and at most 1, such as 0.8`},
 		{[]string{"--top-counters", "0"}, nil, `--top-counters="0": must be an integer from 1 to 4096`},
 		{[]string{"--top-max-policies", "70000"}, nil, `--top-max-policies="70000": must be an integer from 1 to 65536`},
 		{[]string{"--top-window", "500ms"}, nil, `--top-window="500ms": must be a duration of at least 1s, such as 1m`},

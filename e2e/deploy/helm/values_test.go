@@ -11,6 +11,7 @@ import (
 	"github.com/envoy-rls/envoy-rls/internal/deploytest"
 	"github.com/envoy-rls/envoy-rls/internal/grpcserve"
 	"github.com/envoy-rls/envoy-rls/internal/options"
+	"github.com/envoy-rls/envoy-rls/internal/statsd"
 )
 
 // TestDefaultsMatchBinary: where the chart has a value for a serve flag,
@@ -59,9 +60,9 @@ func TestDefaultsMatchBinary(t *testing.T) {
 		{"grpc.limits.keepaliveMinTime", grpcserve.DefaultKeepaliveMinTime},
 		{"grpc.limits.keepalivePermitWithoutStream", grpcserve.DefaultKeepalivePermitWithoutStream},
 		{"statsd.addr", ""},
-		{"statsd.protocol", options.DefaultStatsdProtocol},
-		{"statsd.flushInterval", options.DefaultStatsdFlushInterval},
-		{"statsd.nearLimitRatio", options.DefaultNearLimitRatio},
+		{"statsd.protocol", statsd.DefaultProtocol},
+		{"statsd.flushInterval", statsd.DefaultFlushInterval},
+		{"statsd.nearLimitRatio", statsd.DefaultNearLimitRatio},
 		{"audit.sink", ""},
 		{"audit.redisStream", options.DefaultAuditRedisStream},
 		{"audit.redisMaxLen", options.DefaultAuditRedisMaxLen},
