@@ -21,6 +21,7 @@ import (
 	"github.com/envoy-rls/envoy-rls/internal/compat"
 	"github.com/envoy-rls/envoy-rls/internal/observe"
 	"github.com/envoy-rls/envoy-rls/internal/options"
+	"github.com/envoy-rls/envoy-rls/internal/refmetrics"
 	"github.com/envoy-rls/envoy-rls/internal/statsd"
 	"github.com/envoy-rls/envoy-rls/internal/tracing"
 	"github.com/envoy-rls/envoy-rls/pkg/descriptors"
@@ -248,14 +249,15 @@ func CheckServeArgs(args []string, getenv func(string) string) error {
 // assembles (options.Group), each read by its package.
 type settings struct {
 	*options.Options
-	tracing tracing.Flags
-	statsd  statsd.Flags
+	tracing    tracing.Flags
+	statsd     statsd.Flags
+	refmetrics refmetrics.Flags
 }
 
 // groups are the option groups of st, in the order their problems are
 // reported.
 func (st *settings) groups() []options.Group {
-	return []options.Group{&st.statsd, &st.tracing}
+	return []options.Group{&st.statsd, &st.refmetrics, &st.tracing}
 }
 
 // serveOptions parses and checks the serve flags, with the reference

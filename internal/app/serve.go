@@ -94,7 +94,8 @@ func serve(ctx context.Context, o *settings, getenv func(string) string, log *za
 	if s.clock, err = testClock(getenv); err != nil {
 		return err
 	}
-	if err := s.newRefMetrics(); err != nil {
+	ratio, _ := o.statsd.Ratio() // checked by statsd.Flags.Check
+	if s.refMetrics, err = refmetrics.Start(&o.refmetrics, ratio, s.reg, o.Label); err != nil {
 		return err
 	}
 	if p, from := options.GCPercent(o.Options, getenv); p != 0 {
@@ -243,7 +244,7 @@ func serve(ctx context.Context, o *settings, getenv func(string) string, log *za
 	if err != nil {
 		return err
 	}
-	refAddr, stopRef, err := s.serveRefMetrics(&wg)
+	refAddr, stopRef, err := s.refMetrics.Serve(&o.refmetrics, o.Label, log)
 	if err != nil {
 		_ = grpcLis.Close()
 		_ = adminLis.Close()
@@ -482,4 +483,13 @@ func every(ctx context.Context, d time.Duration, fn func(now time.Time)) {
 			fn(now)
 		}
 	}
+}
+
+// refObserver is the reference metrics' sink as an rls.Observer: nil when
+// it is off.
+func (s *server) refObserver() rls.Observer {
+	if s.refMetrics == nil {
+		return nil
+	}
+	return s.refMetrics
 }

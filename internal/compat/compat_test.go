@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/envoy-rls/envoy-rls/internal/options"
+	"github.com/envoy-rls/envoy-rls/internal/refmetrics"
 	"github.com/envoy-rls/envoy-rls/internal/statsd"
 	"github.com/envoy-rls/envoy-rls/internal/tracing"
 )
@@ -62,15 +63,16 @@ func parse(t *testing.T, env map[string]string, args ...string) (*settings, erro
 // assembles, as internal/app parses them.
 type settings struct {
 	*options.Options
-	tracing tracing.Flags
-	statsd  statsd.Flags
+	tracing    tracing.Flags
+	statsd     statsd.Flags
+	refmetrics refmetrics.Flags
 }
 
 // serveOptions is options.Serve with the translation and every group.
 func serveOptions(args []string, getenv func(string) string) (*settings, error) {
 	st := &settings{}
 	st.tracing.Getenv = getenv
-	o, _, err := options.Serve(args, getenv, Presets(getenv), &st.statsd, &st.tracing)
+	o, _, err := options.Serve(args, getenv, Presets(getenv), &st.statsd, &st.refmetrics, &st.tracing)
 	st.Options = o
 	return st, err
 }
@@ -132,25 +134,25 @@ func TestCompatHonoured(t *testing.T) {
 		{"statsd off over our address", map[string]string{"USE_STATSD": "false", "ENVOY_RLS_STATSD_ADDR": "statsd:8125"}, func(o *settings) []any { return []any{o.statsd.Addr} }, []any{""}},
 		{"stats disabled over our address", map[string]string{"USE_STATSD": "", "DISABLE_STATS": "true", "ENVOY_RLS_STATSD_ADDR": "statsd:8125"}, func(o *settings) []any { return []any{o.statsd.Addr} }, []any{""}},
 		{"prometheus", map[string]string{"USE_PROMETHEUS": "true", "PROMETHEUS_ADDR": ":19001", "PROMETHEUS_PATH": "/stats", "PROMETHEUS_MAPPER_YAML": "/etc/statsd-exporter/conf.yaml"}, func(o *settings) []any {
-			return []any{o.ReferenceMetricsAddr, o.ReferenceMetricsPath, o.ReferenceMetricsMapping}
+			return []any{o.refmetrics.Addr, o.refmetrics.Path, o.refmetrics.Mapping}
 		}, []any{":19001", "/stats", "/etc/statsd-exporter/conf.yaml"}},
 		{"prometheus defaults", map[string]string{"USE_PROMETHEUS": "TRUE"}, func(o *settings) []any {
-			return []any{o.ReferenceMetricsAddr, o.ReferenceMetricsPath, o.ReferenceMetricsMapping}
+			return []any{o.refmetrics.Addr, o.refmetrics.Path, o.refmetrics.Mapping}
 		}, []any{":9090", "/metrics", ""}},
 		{"prometheus without USE_STATSD", map[string]string{"USE_PROMETHEUS": "true", "USE_STATSD": "", "STATSD_HOST": "statsd"}, func(o *settings) []any {
-			return []any{o.ReferenceMetricsAddr, o.statsd.Addr}
+			return []any{o.refmetrics.Addr, o.statsd.Addr}
 		}, []any{":9090", ""}},
 		{"prometheus and statsd", map[string]string{"USE_PROMETHEUS": "true", "USE_STATSD": "true"}, func(o *settings) []any {
-			return []any{o.ReferenceMetricsAddr, o.statsd.Addr}
+			return []any{o.refmetrics.Addr, o.statsd.Addr}
 		}, []any{":9090", "localhost:8125"}},
 		{"prometheus under our statsd address", map[string]string{"USE_PROMETHEUS": "true", "USE_STATSD": "", "ENVOY_RLS_STATSD_ADDR": "statsd:8125"}, func(o *settings) []any {
-			return []any{o.ReferenceMetricsAddr, o.statsd.Addr}
+			return []any{o.refmetrics.Addr, o.statsd.Addr}
 		}, []any{":9090", "statsd:8125"}},
 		{"stats disabled with prometheus", map[string]string{"USE_PROMETHEUS": "true", "DISABLE_STATS": "true"}, func(o *settings) []any {
-			return []any{o.ReferenceMetricsAddr, o.statsd.Addr}
+			return []any{o.refmetrics.Addr, o.statsd.Addr}
 		}, []any{"", ""}},
 		{"prometheus off", map[string]string{"USE_PROMETHEUS": "false", "PROMETHEUS_ADDR": ":19001", "PROMETHEUS_MAPPER_YAML": "/m.yaml"}, func(o *settings) []any {
-			return []any{o.ReferenceMetricsAddr, o.ReferenceMetricsMapping}
+			return []any{o.refmetrics.Addr, o.refmetrics.Mapping}
 		}, []any{"", ""}},
 		{"global shadow mode", map[string]string{"SHADOW_MODE": "true"}, func(o *settings) []any { return []any{o.ShadowAll} }, []any{true}},
 		{"response dynamic metadata", map[string]string{"RESPONSE_DYNAMIC_METADATA": "true"}, func(o *settings) []any { return []any{o.ResponseDynamicMetadata} }, []any{true}},
@@ -340,10 +342,10 @@ func TestCompatEnvoyGatewayEnvironment(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if o.statsd.Addr != "" || o.ReferenceMetricsAddr != ":19001" || o.ReferenceMetricsPath != "/metrics" ||
-		o.ReferenceMetricsMapping != "/etc/statsd-exporter/conf.yaml" || len(o.CompatWarnings) != 0 {
-		t.Errorf("statsd %q, reference metrics %q %q %q, warnings %q", o.statsd.Addr, o.ReferenceMetricsAddr,
-			o.ReferenceMetricsPath, o.ReferenceMetricsMapping, o.CompatWarnings)
+	if o.statsd.Addr != "" || o.refmetrics.Addr != ":19001" || o.refmetrics.Path != "/metrics" ||
+		o.refmetrics.Mapping != "/etc/statsd-exporter/conf.yaml" || len(o.CompatWarnings) != 0 {
+		t.Errorf("statsd %q, reference metrics %q %q %q, warnings %q", o.statsd.Addr, o.refmetrics.Addr,
+			o.refmetrics.Path, o.refmetrics.Mapping, o.CompatWarnings)
 	}
 }
 

@@ -224,7 +224,7 @@ func (o *Options) check() error {
 	}
 	r.errs = append(r.errs, checkTransport(&o.GRPC, o.Given),
 		o.auditOptions.check(o.Given, o.RedisAddr), o.topOptions.check(o.Given),
-		o.grpcTLSOptions.check(o.Given), o.referenceOptions.check(o.Given), o.refMetricsOptions.check(o.Given),
+		o.grpcTLSOptions.check(o.Given), o.referenceOptions.check(o.Given),
 		o.journalOptions.check(o.Given, o.Store))
 	if o.Store == "redis" {
 		err = o.redisCheck()

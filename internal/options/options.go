@@ -140,8 +140,6 @@ type Options struct {
 	auditOptions
 	// The --top-* flags (observability.go).
 	topOptions
-	// The --reference-metrics-* flags (refmetrics.go).
-	refMetricsOptions
 
 	// --config-source and the xDS client's flags (xds.go).
 	xdsOptions
@@ -198,7 +196,6 @@ func NewFlagSet(o *Options) *flag.FlagSet {
 	grpcTLSFlags(fs, &o.grpcTLSOptions)
 	auditFlags(fs, &o.auditOptions)
 	topFlags(fs, &o.topOptions)
-	refMetricsFlags(fs, &o.refMetricsOptions)
 	referenceFlags(fs, &o.referenceOptions)
 	xdsFlags(fs, &o.xdsOptions)
 	return fs
