@@ -94,7 +94,7 @@ func newHarness(t *testing.T, opts ...func(*setup)) *harness {
 	}
 	cfg := rls.Config{Rules: func() rls.Rules { return snap }, Store: cache, Metrics: m, Logger: log, Observer: observe.WithTop(nil, top)}
 	if su.audit != nil {
-		cfg.Auditor = observe.Auditor(su.audit)
+		cfg.Auditor = auditFeed{su.audit}
 	}
 	svc, err := rls.New(cfg)
 	if err != nil {
@@ -300,4 +300,17 @@ func (h *harness) logged(action string) bool {
 
 func explainBody(key, value string) string {
 	return fmt.Sprintf(`{"domain":"app","descriptors":[{"entries":[{"key":%q,"value":%q}]}]}`, key, value)
+}
+
+// auditFeed offers the server's denials to the audit sink, as the binary
+// does.
+type auditFeed struct{ sink *audit.Sink }
+
+func (f auditFeed) Denied(d rls.Denial) {
+	outcome := audit.OutcomeOverLimit
+	if d.StoreFailed {
+		outcome = audit.OutcomeFailureMode
+	}
+	f.sink.Offer(audit.Event{Time: d.Time, Domain: d.Domain, PolicyID: d.PolicyID, Subject: d.Subject, Cost: d.Cost, Limit: d.Limit,
+		Remaining: d.Remaining, RetryAfter: d.RetryAfter, RequestID: d.RequestID, Shadow: d.Shadow, Outcome: outcome, FailureMode: d.FailureMode})
 }

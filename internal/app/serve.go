@@ -183,10 +183,14 @@ func serve(ctx context.Context, o *settings, getenv func(string) string, log *za
 	}
 	defer stopStatsd()
 	// Stopped after the drain too: the last calls' denials are written.
-	auditor, stopAudit, err := s.startAudit(h.stdout)
+	var stopAudit func()
+	s.audit, stopAudit, err = audit.Start(&o.audit, audit.StartConfig{
+		Registerer: s.reg, Log: log, Label: o.Label, Stdout: h.stdout, Redis: o.RedisConfig, Top: s.top,
+	})
 	if err != nil {
 		return err
 	}
+
 	defer stopAudit()
 	tlsConfig, err := o.GRPCTLSConfig()
 	if err != nil {
@@ -227,8 +231,8 @@ func serve(ctx context.Context, o *settings, getenv func(string) string, log *za
 		Admission:      gsrv.Admission(),
 		Observer:       observe.WithTop(observe.Join(observer, s.refObserver()), s.top),
 		Clock:          s.clock,
-		Auditor:        auditor,
-		RequestIDKey:   o.AuditRequestIDKey,
+		Auditor:        auditorOf(s.audit),
+		RequestIDKey:   o.audit.RequestIDKey,
 		// The entries the metadata repeats go back to the proxy that sent
 		// them, bounded (rls.MetadataEntriesBytes).
 		DynamicMetadata: o.ResponseDynamicMetadata,
@@ -265,7 +269,7 @@ func serve(ctx context.Context, o *settings, getenv func(string) string, log *za
 		Auth:                     adminAuth,
 		Top:                      s.top,
 		Audit:                    s.audit,
-		AuditSink:                o.AuditSink,
+		AuditSink:                o.audit.Sink,
 		Log:                      log,
 	})
 	if err != nil {

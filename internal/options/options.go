@@ -136,8 +136,6 @@ type Options struct {
 	GRPC grpcserve.Limits
 	// The --grpc-tls-* flags (grpc.go).
 	grpcTLSOptions
-	// The --audit-* flags (observability.go).
-	auditOptions
 	// The --top-* flags (observability.go).
 	topOptions
 
@@ -194,7 +192,6 @@ func NewFlagSet(o *Options) *flag.FlagSet {
 	journalFlags(fs, &o.journalOptions)
 	transportFlags(fs, &o.GRPC)
 	grpcTLSFlags(fs, &o.grpcTLSOptions)
-	auditFlags(fs, &o.auditOptions)
 	topFlags(fs, &o.topOptions)
 	referenceFlags(fs, &o.referenceOptions)
 	xdsFlags(fs, &o.xdsOptions)

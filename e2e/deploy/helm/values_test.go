@@ -12,6 +12,7 @@ import (
 	"github.com/envoy-rls/envoy-rls/internal/grpcserve"
 	"github.com/envoy-rls/envoy-rls/internal/options"
 	"github.com/envoy-rls/envoy-rls/internal/statsd"
+	"github.com/envoy-rls/envoy-rls/pkg/audit"
 )
 
 // TestDefaultsMatchBinary: where the chart has a value for a serve flag,
@@ -64,10 +65,10 @@ func TestDefaultsMatchBinary(t *testing.T) {
 		{"statsd.flushInterval", statsd.DefaultFlushInterval},
 		{"statsd.nearLimitRatio", statsd.DefaultNearLimitRatio},
 		{"audit.sink", ""},
-		{"audit.redisStream", options.DefaultAuditRedisStream},
-		{"audit.redisMaxLen", options.DefaultAuditRedisMaxLen},
-		{"audit.sample", options.DefaultAuditSample},
-		{"audit.queueSize", options.DefaultAuditQueueSize},
+		{"audit.redisStream", audit.DefaultRedisStream},
+		{"audit.redisMaxLen", audit.DefaultRedisMaxLen},
+		{"audit.sample", audit.DefaultSample},
+		{"audit.queueSize", audit.DefaultQueueSize},
 		{"audit.requestIdKey", ""},
 	} {
 		got := get(v, strings.Split(c.value, ".")...)
