@@ -28,6 +28,7 @@ import (
 	"github.com/envoy-rls/envoy-rls/pkg/descriptors"
 	"github.com/envoy-rls/envoy-rls/pkg/descriptors/rulefile"
 	"github.com/envoy-rls/envoy-rls/pkg/limiter"
+	"github.com/envoy-rls/envoy-rls/pkg/topk"
 )
 
 // ErrFailed is returned (wrapped or as is) once the failure has already been
@@ -254,12 +255,13 @@ type settings struct {
 	statsd     statsd.Flags
 	refmetrics refmetrics.Flags
 	audit      audit.Flags
+	top        topk.Flags
 }
 
 // groups are the option groups of st, in the order their problems are
 // reported.
 func (st *settings) groups() []options.Group {
-	return []options.Group{&st.statsd, &st.audit, &st.refmetrics, &st.tracing}
+	return []options.Group{&st.statsd, &st.audit, &st.top, &st.refmetrics, &st.tracing}
 }
 
 // serveOptions parses and checks the serve flags, with the reference

@@ -88,7 +88,7 @@ func serve(ctx context.Context, o *settings, getenv func(string) string, log *za
 	if s.metrics, err = observe.NewMetrics(s.reg); err != nil {
 		return err
 	}
-	if s.top, err = observe.NewTop(o.TopConfig(), o.TopMetricSeries, s.reg); err != nil {
+	if s.top, err = topk.Start(&o.top, s.reg); err != nil {
 		return err
 	}
 	if s.clock, err = testClock(getenv); err != nil {
@@ -229,7 +229,7 @@ func serve(ctx context.Context, o *settings, getenv func(string) string, log *za
 		HeaderNames:    o.HeaderNames(),
 		TracerProvider: s.tracing.Provider(),
 		Admission:      gsrv.Admission(),
-		Observer:       observe.WithTop(observe.Join(observer, s.refObserver()), s.top),
+		Observer:       observersOf(observer, s.refObserver(), topObserver{s.top}),
 		Clock:          s.clock,
 		Auditor:        auditorOf(s.audit),
 		RequestIDKey:   o.audit.RequestIDKey,

@@ -222,7 +222,7 @@ func (o *Options) check() error {
 	for _, name := range o.fallbackCheck() {
 		r.check(name, false)
 	}
-	r.errs = append(r.errs, checkTransport(&o.GRPC, o.Given), o.topOptions.check(o.Given),
+	r.errs = append(r.errs, checkTransport(&o.GRPC, o.Given),
 		o.grpcTLSOptions.check(o.Given), o.referenceOptions.check(o.Given),
 		o.journalOptions.check(o.Given, o.Store))
 	if o.Store == "redis" {

@@ -136,8 +136,6 @@ type Options struct {
 	GRPC grpcserve.Limits
 	// The --grpc-tls-* flags (grpc.go).
 	grpcTLSOptions
-	// The --top-* flags (observability.go).
-	topOptions
 
 	// --config-source and the xDS client's flags (xds.go).
 	xdsOptions
@@ -192,7 +190,6 @@ func NewFlagSet(o *Options) *flag.FlagSet {
 	journalFlags(fs, &o.journalOptions)
 	transportFlags(fs, &o.GRPC)
 	grpcTLSFlags(fs, &o.grpcTLSOptions)
-	topFlags(fs, &o.topOptions)
 	referenceFlags(fs, &o.referenceOptions)
 	xdsFlags(fs, &o.xdsOptions)
 	return fs

@@ -163,25 +163,6 @@ func TestServeTLSChecks(t *testing.T) {
 	}
 }
 
-// Every refused top value gives its one-line error.
-func TestServeObservabilityChecks(t *testing.T) {
-	for _, tc := range []struct {
-		args []string
-		env  map[string]string
-		want string
-	}{
-		{[]string{"--top-counters", "0"}, nil, `--top-counters="0": must be an integer from 1 to 4096`},
-		{[]string{"--top-max-policies", "70000"}, nil, `--top-max-policies="70000": must be an integer from 1 to 65536`},
-		{[]string{"--top-window", "500ms"}, nil, `--top-window="500ms": must be a duration of at least 1s, such as 1m`},
-		{nil, map[string]string{"ENVOY_RLS_TOP_METRIC_SERIES": "-1"}, `ENVOY_RLS_TOP_METRIC_SERIES="-1": must be an integer from 0 to 1000`},
-	} {
-		_, _, err := Serve(append([]string{"--config", "rules"}, tc.args...), func(k string) string { return tc.env[k] }, nil)
-		if err == nil || err.Error() != tc.want {
-			t.Errorf("%v %v: err\n%v\nwant\n%s", tc.args, tc.env, err, tc.want)
-		}
-	}
-}
-
 func noEnv(string) string { return "" }
 
 // writeFile writes content to the file name in dir and returns its path.
