@@ -24,7 +24,7 @@ const (
 )
 
 // msgPlaintext is the start-up warning of credential headers sent without
-// TLS (observe.MsgPlaintextCredentials).
+// TLS (redact.MsgPlaintextCredentials).
 const msgPlaintext = "credential headers are sent without TLS"
 
 // with is base and more in a slice of their own.

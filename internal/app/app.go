@@ -24,6 +24,7 @@ import (
 	"github.com/envoy-rls/envoy-rls/internal/refmetrics"
 	"github.com/envoy-rls/envoy-rls/internal/statsd"
 	"github.com/envoy-rls/envoy-rls/internal/tracing"
+	"github.com/envoy-rls/envoy-rls/internal/xdsrules"
 	"github.com/envoy-rls/envoy-rls/pkg/audit"
 	"github.com/envoy-rls/envoy-rls/pkg/descriptors"
 	"github.com/envoy-rls/envoy-rls/pkg/descriptors/rulefile"
@@ -256,12 +257,13 @@ type settings struct {
 	refmetrics refmetrics.Flags
 	audit      audit.Flags
 	top        topk.Flags
+	xds        xdsrules.Flags
 }
 
 // groups are the option groups of st, in the order their problems are
 // reported.
 func (st *settings) groups() []options.Group {
-	return []options.Group{&st.statsd, &st.audit, &st.top, &st.refmetrics, &st.tracing}
+	return []options.Group{&st.xds, &st.statsd, &st.audit, &st.top, &st.refmetrics, &st.tracing}
 }
 
 // serveOptions parses and checks the serve flags, with the reference

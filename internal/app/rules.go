@@ -243,7 +243,7 @@ func (s *server) onReload(r descriptors.ReloadResult) {
 // or xds:// and the xDS server.
 func (s *server) ruleOrigin() string {
 	if s.opts.ConfigSource == options.SourceXDS {
-		return "xds://" + s.opts.XDSServer
+		return "xds://" + s.opts.xds.Server
 	}
 	return s.opts.Config
 }

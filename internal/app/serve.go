@@ -24,6 +24,7 @@ import (
 	"github.com/envoy-rls/envoy-rls/internal/refmetrics"
 	"github.com/envoy-rls/envoy-rls/internal/statsd"
 	"github.com/envoy-rls/envoy-rls/internal/tracing"
+	"github.com/envoy-rls/envoy-rls/internal/xdsrules"
 	"github.com/envoy-rls/envoy-rls/pkg/audit"
 	"github.com/envoy-rls/envoy-rls/pkg/descriptors"
 	"github.com/envoy-rls/envoy-rls/pkg/limiter"
@@ -377,7 +378,9 @@ func (s *server) loadRules(ctx context.Context, getenv func(string) string, h ho
 	}
 	if s.opts.ConfigSource == options.SourceXDS {
 		warnRandom()
-		x, err := s.startXDS(ctx, dopts)
+		x, err := xdsrules.Start(ctx, &s.opts.xds, xdsrules.StartConfig{
+			Rules: dopts, OnReload: s.onReload, Registerer: s.reg, Log: s.log, Label: s.opts.Label, Config: s.opts.Config,
+		})
 		if err != nil {
 			return err
 		}

@@ -13,6 +13,7 @@ import (
 	"github.com/envoy-rls/envoy-rls/internal/refmetrics"
 	"github.com/envoy-rls/envoy-rls/internal/statsd"
 	"github.com/envoy-rls/envoy-rls/internal/tracing"
+	"github.com/envoy-rls/envoy-rls/internal/xdsrules"
 )
 
 // referenceSettings are the reference service's environment variables
@@ -66,13 +67,14 @@ type settings struct {
 	tracing    tracing.Flags
 	statsd     statsd.Flags
 	refmetrics refmetrics.Flags
+	xds        xdsrules.Flags
 }
 
 // serveOptions is options.Serve with the translation and every group.
 func serveOptions(args []string, getenv func(string) string) (*settings, error) {
 	st := &settings{}
 	st.tracing.Getenv = getenv
-	o, _, err := options.Serve(args, getenv, Presets(getenv), &st.statsd, &st.refmetrics, &st.tracing)
+	o, _, err := options.Serve(args, getenv, Presets(getenv), &st.xds, &st.statsd, &st.refmetrics, &st.tracing)
 	st.Options = o
 	return st, err
 }
@@ -166,15 +168,15 @@ func TestCompatHonoured(t *testing.T) {
 			"CONFIG_GRPC_XDS_SERVER_USE_TLS": "true", "CONFIG_GRPC_XDS_CLIENT_TLS_CERT": "/c/tls.crt", "CONFIG_GRPC_XDS_CLIENT_TLS_KEY": "/c/tls.key",
 			"CONFIG_GRPC_XDS_SERVER_TLS_CACERT": "/c/ca.crt", "CONFIG_GRPC_XDS_SERVER_TLS_SAN": "eg", "FORCE_START_WITHOUT_INITIAL_CONFIG": "true",
 			"CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL": "5s", "XDS_CLIENT_BACKOFF_INITIAL_INTERVAL": "1s", "XDS_CLIENT_BACKOFF_MAX_INTERVAL": "20s"}, func(o *settings) []any {
-			return []any{o.ConfigSource, o.XDSServer, o.XDSNodeID, o.XDSNodeMetadata.String(), o.XDSHeaders.String(),
-				o.XDSTLS, o.XDSTLSCert, o.XDSTLSKey, o.XDSTLSCA, o.XDSTLSSAN, o.ForceStart, o.XDSRetryInterval, o.XDSRetryMax}
+			return []any{o.ConfigSource, o.xds.Server, o.xds.NodeID, o.xds.NodeMetadata.String(), o.xds.Headers.String(),
+				o.xds.TLS, o.xds.TLSCert, o.xds.TLSKey, o.xds.TLSCA, o.xds.TLSSAN, o.xds.ForceStart, o.xds.RetryInterval, o.xds.RetryMax}
 		}, []any{options.SourceXDS, "eg:18001", "envoy-ratelimit", "a:1,b:2", "x-a:1,x-b:2",
 			true, "/c/tls.crt", "/c/tls.key", "/c/ca.crt", "eg", true,
 			// XDS_CLIENT_BACKOFF_INITIAL_INTERVAL, set after the connect
 			// retry interval, is the first wait.
 			time.Second, 20 * time.Second}},
-		{"our xDS server over the reference's default", map[string]string{"CONFIG_TYPE": "GRPC_XDS_SOTW", "ENVOY_RLS_XDS_SERVER": "xds.internal:18001"}, func(o *settings) []any { return []any{o.XDSServer} }, []any{"xds.internal:18001"}},
-		{"the reference's xDS server default", map[string]string{"CONFIG_TYPE": "GRPC_XDS_SOTW"}, func(o *settings) []any { return []any{o.XDSServer} }, []any{"localhost:18000"}},
+		{"our xDS server over the reference's default", map[string]string{"CONFIG_TYPE": "GRPC_XDS_SOTW", "ENVOY_RLS_XDS_SERVER": "xds.internal:18001"}, func(o *settings) []any { return []any{o.xds.Server} }, []any{"xds.internal:18001"}},
+		{"the reference's xDS server default", map[string]string{"CONFIG_TYPE": "GRPC_XDS_SOTW"}, func(o *settings) []any { return []any{o.xds.Server} }, []any{"localhost:18000"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			o, err := parse(t, compatBase(tc.env))

@@ -160,17 +160,7 @@ var accepts = map[string]string{
 	// rules.go
 	"config-max-bytes":       "a positive number of bytes",
 	"config-max-descriptors": "a positive integer",
-	// xds.go
 	"config-source":          SourceFile + " or " + SourceXDS,
-	"xds-server":             "host:port of the xDS server (required with --config-source xds)",
-	"xds-node-id":            "a non-empty node ID",
-	"xds-tls-cert":           "set together with --xds-tls-key",
-	"xds-tls-key":            "set together with --xds-tls-cert",
-	"xds-retry-interval":     "a positive duration such as 3s",
-	"xds-retry-max-interval": "a duration at least --xds-retry-interval",
-	"xds-initial-timeout":    "a positive duration such as 1m",
-	"xds-node-metadata":      "key:value or key=value pairs, comma-separated",
-	"xds-header":             "key:value pairs, comma-separated",
 }
 
 // acceptsOf is what f takes: its group's word for it or its entry in
@@ -214,7 +204,7 @@ func (o *Options) check() error {
 	r.check("drain-timeout", o.DrainTimeout > 0)
 	r.check("gc-percent", o.GCPercent == 0 || o.GCPercent >= MinGCPercent && o.GCPercent <= MaxGCPercent)
 	r.errs = append(r.errs, o.ConfigLimits.Check(o.Given)...)
-	r.errs = append(r.errs, o.xdsOptions.check(o.Given)...)
+	r.check("config-source", o.ConfigSource == SourceFile || o.ConfigSource == SourceXDS)
 	// The redis package takes zero as its default; the flags have defaults
 	// of their own, so a zero given here is a mistake.
 	r.check("redis-timeout", o.RedisTimeout != 0)

@@ -7,11 +7,11 @@ import (
 	"flag"
 	"fmt"
 	"math"
-	"os"
 	"slices"
 	"time"
 
 	"github.com/envoy-rls/envoy-rls/internal/grpcserve"
+	"github.com/envoy-rls/envoy-rls/internal/tlsfiles"
 )
 
 // grpcTLSOptions are the --grpc-tls-* flags: TLS, and optionally mutual
@@ -68,7 +68,7 @@ func (o *grpcTLSOptions) GRPCTLSConfig() (*tls.Config, error) {
 	if o.GRPCTLSClientCA == "" {
 		return tc, nil
 	}
-	pool, err := ReadCAPool("grpc-tls-client-ca", o.GRPCTLSClientCA)
+	pool, err := tlsfiles.ReadCAPool("grpc-tls-client-ca", o.GRPCTLSClientCA)
 	if err != nil {
 		return nil, err
 	}
@@ -103,19 +103,6 @@ func hasSAN(c *x509.Certificate, san string) bool {
 		}
 	}
 	return false
-}
-
-// ReadCAPool reads the PEM CA bundle at path, given with --flag.
-func ReadCAPool(flag, path string) (*x509.CertPool, error) {
-	pem, err := os.ReadFile(path)
-	if err != nil {
-		return nil, fmt.Errorf("--%s: must be a readable PEM CA bundle: %w", flag, err)
-	}
-	pool := x509.NewCertPool()
-	if !pool.AppendCertsFromPEM(pem) {
-		return nil, fmt.Errorf("--%s=%q: holds no PEM certificate", flag, path)
-	}
-	return pool, nil
 }
 
 // Bounds of the --grpc-* limits.

@@ -23,6 +23,12 @@ import (
 // variable.
 const EnvPrefix = "ENVOY_RLS_"
 
+// Rule sources (--config-source).
+const (
+	SourceFile = "file"
+	SourceXDS  = "xds"
+)
+
 // SecretEnv holds the HMAC secret itself when --hmac-secret-file is not set.
 const SecretEnv = "ENVOY_RLS_HMAC_SECRET"
 
@@ -137,8 +143,9 @@ type Options struct {
 	// The --grpc-tls-* flags (grpc.go).
 	grpcTLSOptions
 
-	// --config-source and the xDS client's flags (xds.go).
-	xdsOptions
+	// ConfigSource is where the rules come from: SourceFile (--config) or
+	// SourceXDS (internal/xdsrules).
+	ConfigSource string
 
 	// The settings of the reference service's deployments (reference.go).
 	referenceOptions
@@ -191,7 +198,7 @@ func NewFlagSet(o *Options) *flag.FlagSet {
 	transportFlags(fs, &o.GRPC)
 	grpcTLSFlags(fs, &o.grpcTLSOptions)
 	referenceFlags(fs, &o.referenceOptions)
-	xdsFlags(fs, &o.xdsOptions)
+	fs.StringVar(&o.ConfigSource, "config-source", SourceFile, "where the rules come from: file (--config) or xds (RateLimitConfig resources from --xds-server)")
 	return fs
 }
 

@@ -8,6 +8,7 @@ import (
 	"os"
 	"strings"
 
+	"github.com/envoy-rls/envoy-rls/internal/tlsfiles"
 	"github.com/envoy-rls/envoy-rls/pkg/limiter/redis"
 )
 
@@ -133,7 +134,7 @@ func (o *Options) RedisConfig() (redis.Config, error) {
 	if o.RedisTLS || o.RedisTLSCA != "" || o.RedisTLSCert != "" || o.RedisTLSKey != "" {
 		tc := &tls.Config{MinVersion: tls.VersionTLS12}
 		if o.RedisTLSCA != "" {
-			pool, err := ReadCAPool("redis-tls-ca", o.RedisTLSCA)
+			pool, err := tlsfiles.ReadCAPool("redis-tls-ca", o.RedisTLSCA)
 			if err != nil {
 				return c, err
 			}
