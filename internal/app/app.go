@@ -23,6 +23,7 @@ import (
 	"github.com/envoy-rls/envoy-rls/internal/options"
 	"github.com/envoy-rls/envoy-rls/internal/refmetrics"
 	"github.com/envoy-rls/envoy-rls/internal/statsd"
+	"github.com/envoy-rls/envoy-rls/internal/store"
 	"github.com/envoy-rls/envoy-rls/internal/tracing"
 	"github.com/envoy-rls/envoy-rls/internal/xdsrules"
 	"github.com/envoy-rls/envoy-rls/pkg/audit"
@@ -258,12 +259,13 @@ type settings struct {
 	audit      audit.Flags
 	top        topk.Flags
 	xds        xdsrules.Flags
+	store      store.Flags
 }
 
 // groups are the option groups of st, in the order their problems are
 // reported.
 func (st *settings) groups() []options.Group {
-	return []options.Group{&st.xds, &st.statsd, &st.audit, &st.top, &st.refmetrics, &st.tracing}
+	return []options.Group{&st.store, &st.xds, &st.statsd, &st.audit, &st.top, &st.refmetrics, &st.tracing}
 }
 
 // serveOptions parses and checks the serve flags, with the reference
@@ -278,6 +280,7 @@ func serveOptions(args []string, getenv func(string) string, help io.Writer) (*s
 		options.PrintUsage(help, options.ServeUsage, fs)
 	}
 	st.Options = o
+	st.store.RedisPassword = o.RedisPassword
 	return st, err
 }
 

@@ -78,7 +78,7 @@ func (s *server) configView(full bool) configDoc {
 		DefaultFailureMode: s.opts.DefaultFailureMode,
 		DefaultCharge:      s.opts.DefaultCharge,
 		Readiness:          s.opts.Readiness,
-		ReplicasHint:       s.opts.ReplicasHint,
+		ReplicasHint:       s.opts.store.ReplicasHint,
 		Fingerprint:        snap.Fingerprint(),
 		Files:              snap.Files(),
 		Domains:            snap.Domains(),

@@ -23,12 +23,12 @@ import (
 	"github.com/envoy-rls/envoy-rls/internal/options"
 	"github.com/envoy-rls/envoy-rls/internal/refmetrics"
 	"github.com/envoy-rls/envoy-rls/internal/statsd"
+	"github.com/envoy-rls/envoy-rls/internal/store"
 	"github.com/envoy-rls/envoy-rls/internal/tracing"
 	"github.com/envoy-rls/envoy-rls/internal/xdsrules"
 	"github.com/envoy-rls/envoy-rls/pkg/audit"
 	"github.com/envoy-rls/envoy-rls/pkg/descriptors"
 	"github.com/envoy-rls/envoy-rls/pkg/limiter"
-	"github.com/envoy-rls/envoy-rls/pkg/limiter/failover"
 	"github.com/envoy-rls/envoy-rls/pkg/rls"
 	"github.com/envoy-rls/envoy-rls/pkg/topk"
 )
@@ -39,10 +39,12 @@ type server struct {
 	log     *zap.Logger
 	reg     *prometheus.Registry
 	metrics *observe.Metrics
-	rules   *ruleSet
-	store   limiter.Store
-	ping    admin.Pinger     // nil: always reachable
-	tracing *tracing.Tracing // nil: tracing off
+	// storeMetrics are the stores' collectors.
+	storeMetrics *store.Metrics
+	rules        *ruleSet
+	store        limiter.Store
+	ping         admin.Pinger     // nil: always reachable
+	tracing      *tracing.Tracing // nil: tracing off
 	// sharedSecret is the HMAC secret shared through Redis (compat),
 	// read before serving; nil when the secret is configured or per
 	// process, or not read yet (secretWait).
@@ -89,6 +91,9 @@ func serve(ctx context.Context, o *settings, getenv func(string) string, log *za
 	if s.metrics, err = observe.NewMetrics(s.reg); err != nil {
 		return err
 	}
+	if s.storeMetrics, err = store.NewMetrics(s.reg); err != nil {
+		return err
+	}
 	if s.top, err = topk.Start(&o.top, s.reg); err != nil {
 		return err
 	}
@@ -99,10 +104,10 @@ func serve(ctx context.Context, o *settings, getenv func(string) string, log *za
 	if s.refMetrics, err = refmetrics.Start(&o.refmetrics, ratio, s.reg, o.Label); err != nil {
 		return err
 	}
-	if p, from := options.GCPercent(o.Options, getenv); p != 0 {
+	if p, from := o.store.GCTarget(o.Store, getenv); p != 0 {
 		// Process-wide; put back on return for in-process callers (tests).
 		defer debug.SetGCPercent(debug.SetGCPercent(p))
-		s.gcAutomatic = o.GCPercent == 0
+		s.gcAutomatic = o.store.GCPercent == 0
 		log.Info("garbage collector target", zap.Int("gc_percent", p), zap.String("from", from))
 	}
 	secretRecheck := compat.SharedSecretRecheck
@@ -113,7 +118,7 @@ func serve(ctx context.Context, o *settings, getenv func(string) string, log *za
 		// One attempt before serving: a key that must not be adopted stops
 		// the start at once. Redis not answering does not: the replica
 		// serves by failure mode meanwhile (awaitSecret).
-		fetch, err := compat.NewSecretFetch(o.Options, secretRecheck, log)
+		fetch, err := compat.NewSecretFetch(o.Options, o.store.RedisConfig, secretRecheck, log)
 		if err != nil {
 			return err
 		}
@@ -149,7 +154,8 @@ func serve(ctx context.Context, o *settings, getenv func(string) string, log *za
 		closeStore()
 	}()
 
-	store, closeFn, err := s.openStore(ctx, &wg)
+	storeConfig := store.Config{Kind: o.Store, Clock: s.clock, Metrics: s.storeMetrics, TracerProvider: s.tracing.Provider(), Log: log, GCAutomatic: s.gcAutomatic}
+	st, closeFn, err := store.Open(ctx, &o.store, storeConfig)
 	if err != nil {
 		return err
 	}
@@ -158,10 +164,16 @@ func serve(ctx context.Context, o *settings, getenv func(string) string, log *za
 		s.keepSecret(ctx, &wg, s.sharedSecret, secretRecheck)
 	}
 	if s.secretWait != nil {
-		s.gate = compat.NewSecretGate(store, s.secretNotYet)
-		store = s.gate
+		s.gate = compat.NewSecretGate(st, s.secretNotYet)
+		st = s.gate
 	}
-	if err := s.frontStore(store, h); err != nil {
+	if h.wrapStore != nil {
+		st = h.wrapStore(st)
+	}
+	if p, ok := st.(admin.Pinger); ok {
+		s.ping = p
+	}
+	if s.store, err = o.store.WithDenyCache(st, storeConfig); err != nil {
 		return err
 	}
 	storeState, err := admin.NewStoreState(o.Store, s.ping, s.reg, log)
@@ -186,7 +198,7 @@ func serve(ctx context.Context, o *settings, getenv func(string) string, log *za
 	// Stopped after the drain too: the last calls' denials are written.
 	var stopAudit func()
 	s.audit, stopAudit, err = audit.Start(&o.audit, audit.StartConfig{
-		Registerer: s.reg, Log: log, Label: o.Label, Stdout: h.stdout, Redis: o.RedisConfig, Top: s.top,
+		Registerer: s.reg, Log: log, Label: o.Label, Stdout: h.stdout, Redis: o.store.RedisConfig, Top: s.top,
 	})
 	if err != nil {
 		return err
@@ -209,18 +221,14 @@ func serve(ctx context.Context, o *settings, getenv func(string) string, log *za
 		return err
 	}
 	// The service's store answers failures by each policy's failure mode,
-	// and keeps the charges the store could not record (journal.go); the
-	// admin API reads s.store itself, failures included.
-	settling, err := s.startJournal(ctx, &wg, &closeStore)
+	// and keeps the charges the store could not record; the admin API
+	// reads s.store itself, failures included.
+	answering, stopAnswering, err := o.store.Answering(ctx, s.store, s.rules.Current().Policies(), storeConfig)
 	if err != nil {
 		return err
 	}
-	fcfg := o.FailoverConfig()
-	fcfg.Clock, fcfg.Observer = s.clock, observe.FailoverLog(log.Named("rls"))
-	answering, err := failover.New(settling, fcfg)
-	if err != nil {
-		return err
-	}
+	closeOpen := closeStore
+	closeStore = func() { stopAnswering(); closeOpen() }
 	svc, err := rls.New(rls.Config{
 		Rules:          s.rules.rules,
 		Store:          answering,
@@ -347,7 +355,7 @@ func (s *server) awaitSecret(ctx context.Context, wg *sync.WaitGroup, recheck ti
 // keepSecret checks the shared secret's key every recheck
 // (compat.SecretKeeper) until ctx ends.
 func (s *server) keepSecret(ctx context.Context, wg *sync.WaitGroup, secret []byte, recheck time.Duration) {
-	cfg, _ := s.opts.RedisConfig() // checked by compat.NewSecretFetch
+	cfg, _ := s.opts.store.RedisConfig() // checked by compat.NewSecretFetch
 	keeper := compat.NewSecretKeeper(cfg, s.opts.HMACSecretRedisKey, secret, recheck, s.metrics.SecretMismatch, s.log)
 	s.every(ctx, wg, recheck, func(time.Time) { keeper.Check(ctx) })
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/envoy-rls/envoy-rls/internal/options"
 	"github.com/envoy-rls/envoy-rls/internal/refmetrics"
 	"github.com/envoy-rls/envoy-rls/internal/statsd"
+	"github.com/envoy-rls/envoy-rls/internal/store"
 	"github.com/envoy-rls/envoy-rls/internal/tracing"
 	"github.com/envoy-rls/envoy-rls/internal/xdsrules"
 )
@@ -68,14 +69,16 @@ type settings struct {
 	statsd     statsd.Flags
 	refmetrics refmetrics.Flags
 	xds        xdsrules.Flags
+	store      store.Flags
 }
 
 // serveOptions is options.Serve with the translation and every group.
 func serveOptions(args []string, getenv func(string) string) (*settings, error) {
 	st := &settings{}
 	st.tracing.Getenv = getenv
-	o, _, err := options.Serve(args, getenv, Presets(getenv), &st.xds, &st.statsd, &st.refmetrics, &st.tracing)
+	o, _, err := options.Serve(args, getenv, Presets(getenv), &st.store, &st.xds, &st.statsd, &st.refmetrics, &st.tracing)
 	st.Options = o
+	st.store.RedisPassword = o.RedisPassword
 	return st, err
 }
 
@@ -97,7 +100,7 @@ func TestCompatHonoured(t *testing.T) {
 		want []any
 	}{
 		{"reference defaults", nil, func(o *settings) []any {
-			return []any{o.Config, o.Store, o.RedisMode, o.RedisAddr, o.LogLevel, o.DefaultHeaders, o.HMACSecretRedisKey, o.AdminAddr, o.GRPCAddr}
+			return []any{o.Config, o.Store, o.store.RedisMode, o.store.RedisAddr, o.LogLevel, o.DefaultHeaders, o.HMACSecretRedisKey, o.AdminAddr, o.GRPCAddr}
 		}, []any{"/srv/runtime_data/current/config", "redis", "standalone", "127.0.0.1:6379", "warn", "none", DefaultHMACSecretRedisKey, options.DefaultAdminAddr, options.DefaultGRPCAddr}},
 		{"listeners", map[string]string{"HOST": "127.0.0.1", "PORT": "9080", "GRPC_PORT": "9081"}, func(o *settings) []any { return []any{o.AdminAddr, o.GRPCAddr} }, []any{"127.0.0.1:9080", "0.0.0.0:9081"}},
 		{"grpc unix socket", map[string]string{"GRPC_UDS": "/run/rl.sock", "GRPC_PORT": "9081"}, func(o *settings) []any { return []any{o.GRPCAddr} }, []any{"unix:/run/rl.sock"}},
@@ -110,20 +113,26 @@ func TestCompatHonoured(t *testing.T) {
 		{"log level any case", map[string]string{"LOG_LEVEL": "Info"}, func(o *settings) []any { return []any{o.LogLevel} }, []any{"info"}},
 		{"log level warning", map[string]string{"LOG_LEVEL": "WARNING"}, func(o *settings) []any { return []any{o.LogLevel} }, []any{"warn"}},
 		{"runtime dirs", map[string]string{"RUNTIME_ROOT": "/data", "RUNTIME_SUBDIRECTORY": "ratelimit", "RUNTIME_IGNOREDOTFILES": "true", "RUNTIME_WATCH_ROOT": "false"}, func(o *settings) []any { return []any{o.Config} }, []any{"/data/ratelimit/config"}},
-		{"cluster", map[string]string{"REDIS_TYPE": "cluster", "REDIS_URL": "a:7000,b:7001"}, func(o *settings) []any { return []any{o.RedisMode, o.RedisAddr} }, []any{"cluster", "a:7000,b:7001"}},
-		{"sentinel", map[string]string{"REDIS_TYPE": "SENTINEL", "REDIS_URL": "mymaster,s1:26379,s2:26379"}, func(o *settings) []any { return []any{o.RedisMode, o.RedisSentinelMaster, o.RedisAddr} }, []any{"sentinel", "mymaster", "s1:26379,s2:26379"}},
-		{"unix socket", map[string]string{"REDIS_SOCKET_TYPE": "unix", "REDIS_URL": "/var/run/nutcracker/ratelimit.sock"}, func(o *settings) []any { return []any{o.RedisMode, o.RedisAddr} }, []any{"standalone", "/var/run/nutcracker/ratelimit.sock"}},
-		{"socket path without socket type", map[string]string{"REDIS_SOCKET_TYPE": "", "REDIS_URL": "/run/r.sock"}, func(o *settings) []any { return []any{o.RedisAddr} }, []any{"/run/r.sock"}},
-		{"url without socket type", map[string]string{"REDIS_SOCKET_TYPE": "", "REDIS_URL": "redis.redis.svc:6379"}, func(o *settings) []any { return []any{o.RedisAddr} }, []any{"redis.redis.svc:6379"}},
-		{"auth user:password", map[string]string{"REDIS_AUTH": "app:s3cr:et"}, func(o *settings) []any { return []any{o.RedisUsername, o.RedisPassword} }, []any{"app", "s3cr:et"}},
-		{"auth password", map[string]string{"REDIS_AUTH": "s3cret", "ENVOY_RLS_REDIS_PASSWORD_FILE": "/p"}, func(o *settings) []any { return []any{o.RedisUsername, o.RedisPassword, o.RedisPasswordFile} }, []any{"", "s3cret", ""}},
-		{"redis TLS", map[string]string{"REDIS_TLS": "true", "REDIS_TLS_CLIENT_CERT": "/c/r.crt", "REDIS_TLS_CLIENT_KEY": "/c/r.key", "REDIS_TLS_CACERT": "/c/ca.crt"}, func(o *settings) []any { return []any{o.RedisTLS, o.RedisTLSCert, o.RedisTLSKey, o.RedisTLSCA} }, []any{true, "/c/r.crt", "/c/r.key", "/c/ca.crt"}},
-		{"redis TLS without the name check", map[string]string{"REDIS_TLS": "true", "REDIS_TLS_SKIP_HOSTNAME_VERIFICATION": "true"}, func(o *settings) []any { return []any{o.RedisTLS, o.RedisTLSSkipHostname} }, []any{true, true}},
+		{"cluster", map[string]string{"REDIS_TYPE": "cluster", "REDIS_URL": "a:7000,b:7001"}, func(o *settings) []any { return []any{o.store.RedisMode, o.store.RedisAddr} }, []any{"cluster", "a:7000,b:7001"}},
+		{"sentinel", map[string]string{"REDIS_TYPE": "SENTINEL", "REDIS_URL": "mymaster,s1:26379,s2:26379"}, func(o *settings) []any {
+			return []any{o.store.RedisMode, o.store.RedisSentinelMaster, o.store.RedisAddr}
+		}, []any{"sentinel", "mymaster", "s1:26379,s2:26379"}},
+		{"unix socket", map[string]string{"REDIS_SOCKET_TYPE": "unix", "REDIS_URL": "/var/run/nutcracker/ratelimit.sock"}, func(o *settings) []any { return []any{o.store.RedisMode, o.store.RedisAddr} }, []any{"standalone", "/var/run/nutcracker/ratelimit.sock"}},
+		{"socket path without socket type", map[string]string{"REDIS_SOCKET_TYPE": "", "REDIS_URL": "/run/r.sock"}, func(o *settings) []any { return []any{o.store.RedisAddr} }, []any{"/run/r.sock"}},
+		{"url without socket type", map[string]string{"REDIS_SOCKET_TYPE": "", "REDIS_URL": "redis.redis.svc:6379"}, func(o *settings) []any { return []any{o.store.RedisAddr} }, []any{"redis.redis.svc:6379"}},
+		{"auth user:password", map[string]string{"REDIS_AUTH": "app:s3cr:et"}, func(o *settings) []any { return []any{o.store.RedisUsername, o.RedisPassword} }, []any{"app", "s3cr:et"}},
+		{"auth password", map[string]string{"REDIS_AUTH": "s3cret", "ENVOY_RLS_REDIS_PASSWORD_FILE": "/p"}, func(o *settings) []any {
+			return []any{o.store.RedisUsername, o.RedisPassword, o.store.RedisPasswordFile}
+		}, []any{"", "s3cret", ""}},
+		{"redis TLS", map[string]string{"REDIS_TLS": "true", "REDIS_TLS_CLIENT_CERT": "/c/r.crt", "REDIS_TLS_CLIENT_KEY": "/c/r.key", "REDIS_TLS_CACERT": "/c/ca.crt"}, func(o *settings) []any {
+			return []any{o.store.RedisTLS, o.store.RedisTLSCert, o.store.RedisTLSKey, o.store.RedisTLSCA}
+		}, []any{true, "/c/r.crt", "/c/r.key", "/c/ca.crt"}},
+		{"redis TLS without the name check", map[string]string{"REDIS_TLS": "true", "REDIS_TLS_SKIP_HOSTNAME_VERIFICATION": "true"}, func(o *settings) []any { return []any{o.store.RedisTLS, o.store.RedisTLSSkipHostname} }, []any{true, true}},
 		{"store health", map[string]string{"REDIS_HEALTH_CHECK_ACTIVE_CONNECTION": "true"}, func(o *settings) []any { return []any{o.Readiness, o.HealthcheckRequiresStore} }, []any{options.ReadinessStore, true}},
 		{"store health off", map[string]string{"REDIS_HEALTH_CHECK_ACTIVE_CONNECTION": "false"}, func(o *settings) []any { return []any{o.Readiness, o.HealthcheckRequiresStore} }, []any{options.ReadinessRules, false}},
 		{"key prefix names the shared secret", map[string]string{"CACHE_KEY_PREFIX": "team-a:"}, func(o *settings) []any { return []any{o.HMACSecretRedisKey} }, []any{"team-a:" + DefaultHMACSecretRedisKey}},
 		{"configured secret", map[string]string{options.SecretEnv: strings.Repeat("k", 32)}, func(o *settings) []any { return []any{o.HMACSecretRedisKey} }, []any{""}},
-		{"local cache", map[string]string{"LOCAL_CACHE_SIZE_IN_BYTES": "1048576", "ENVOY_RLS_LOCAL_CACHE": "false"}, func(o *settings) []any { return []any{o.LocalCache} }, []any{true}},
+		{"local cache", map[string]string{"LOCAL_CACHE_SIZE_IN_BYTES": "1048576", "ENVOY_RLS_LOCAL_CACHE": "false"}, func(o *settings) []any { return []any{o.store.LocalCache} }, []any{true}},
 		{"statsd", map[string]string{"USE_STATSD": "true", "STATSD_PORT": "9125", "EXTRA_TAGS": "a:1", "NEAR_LIMIT_RATIO": "0.9", "STATS_FLUSH_INTERVAL": "1s", "STATSD_PROTOCOL": "UDP"}, func(o *settings) []any {
 			return []any{o.statsd.Addr, o.statsd.ExtraTags, o.statsd.NearLimitRatio, o.statsd.FlushInterval, o.statsd.Protocol}
 		}, []any{"localhost:9125", "a:1", "0.9", time.Second, "udp"}},
@@ -329,7 +338,7 @@ func TestCompatEnvoyGatewayEnvironment(t *testing.T) {
 		t.Fatal(err)
 	}
 	if o.Config != "/data/ratelimit/config" || o.LogLevel != "info" || o.statsd.Addr != "localhost:9125" || o.GRPCTLSCert != "/certs/tls.crt" ||
-		o.GRPCTLSClientCA != "" || o.RedisAddr != "redis.redis.svc:6379" || o.Store != "redis" || len(o.CompatWarnings) != 0 {
+		o.GRPCTLSClientCA != "" || o.store.RedisAddr != "redis.redis.svc:6379" || o.Store != "redis" || len(o.CompatWarnings) != 0 {
 		t.Errorf("options %+v, warnings %q", o, o.CompatWarnings)
 	}
 	if _, err := serveOptions([]string{"--env-compat"}, envOf(env)); err != nil {

@@ -74,11 +74,12 @@ type SecretFetch struct {
 	notYet    error // why the last attempt did not read the secret
 }
 
-// NewSecretFetch reads the Redis settings of o and draws the secret offered
-// should the key be missing; recheck is the running replicas' recheck
-// (SharedSecretRecheck outside tests).
-func NewSecretFetch(o *options.Options, recheck time.Duration, log *zap.Logger) (*SecretFetch, error) {
-	cfg, err := o.RedisConfig()
+// NewSecretFetch reads the Redis settings (redisConfig: the store's
+// flags') and draws the secret offered should the key of o be missing;
+// recheck is the running replicas' recheck (SharedSecretRecheck outside
+// tests).
+func NewSecretFetch(o *options.Options, redisConfig func() (redis.Config, error), recheck time.Duration, log *zap.Logger) (*SecretFetch, error) {
+	cfg, err := redisConfig()
 	if err != nil {
 		return nil, fmt.Errorf("redis store: %w", err)
 	}

@@ -18,11 +18,6 @@ import (
 	"go.uber.org/zap/zapcore"
 
 	"github.com/envoy-rls/envoy-rls/internal/buildinfo"
-	"github.com/envoy-rls/envoy-rls/pkg/limiter/denycache"
-	"github.com/envoy-rls/envoy-rls/pkg/limiter/failover"
-	"github.com/envoy-rls/envoy-rls/pkg/limiter/journal"
-	"github.com/envoy-rls/envoy-rls/pkg/limiter/memory"
-	"github.com/envoy-rls/envoy-rls/pkg/limiter/redis"
 	"github.com/envoy-rls/envoy-rls/pkg/rls"
 )
 
@@ -31,10 +26,6 @@ import (
 // dashboards and alerts see a zero instead of a missing series.
 type Metrics struct {
 	RPC     *rls.Metrics
-	Memory  *memory.Metrics
-	Cache   *denycache.Metrics
-	Redis   *redis.Metrics
-	Journal *journal.Metrics
 	reloads *prometheus.CounterVec
 	// lastReload is the Unix time of the last successful rule load (0
 	// before the first).
@@ -49,18 +40,6 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 	var m Metrics
 	var err error
 	if m.RPC, err = rls.NewMetrics(reg); err != nil {
-		return nil, err
-	}
-	if m.Memory, err = memory.NewMetrics(reg); err != nil {
-		return nil, err
-	}
-	if m.Cache, err = denycache.NewMetrics(reg); err != nil {
-		return nil, err
-	}
-	if m.Redis, err = redis.NewMetrics(reg); err != nil {
-		return nil, err
-	}
-	if m.Journal, err = journal.NewMetrics(reg); err != nil {
 		return nil, err
 	}
 	m.reloads = prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -139,24 +118,6 @@ func registerBuildInfo(reg prometheus.Registerer, in buildinfo.Info) error {
 	}
 	return nil
 }
-
-// Log messages of the local fallback.
-const (
-	msgLocalStarted = "store failed: deciding failure_mode local limits with this replica's share"
-	msgLocalDropped = "store decides again: local fallback state dropped"
-)
-
-// FailoverLog is the failover store's observer: it logs when the local
-// limiter starts and stops deciding.
-func FailoverLog(log *zap.Logger) failover.Observer { return localLog{log} }
-
-type localLog struct{ log *zap.Logger }
-
-func (l localLog) LocalStarted(replicas int) {
-	l.log.Warn(msgLocalStarted, zap.Int("replicas_hint", replicas))
-}
-
-func (l localLog) LocalDropped() { l.log.Info(msgLocalDropped) }
 
 // NewLogger is the service's logger: JSON lines on w from level up, with
 // RFC 3339 times and durations as text.

@@ -5,7 +5,6 @@ import (
 	"flag"
 	"fmt"
 	"maps"
-	"math"
 	"slices"
 	"time"
 
@@ -13,10 +12,6 @@ import (
 
 	"github.com/envoy-rls/envoy-rls/internal/redact"
 	"github.com/envoy-rls/envoy-rls/pkg/descriptors"
-	"github.com/envoy-rls/envoy-rls/pkg/limiter/denycache"
-	"github.com/envoy-rls/envoy-rls/pkg/limiter/failover"
-	"github.com/envoy-rls/envoy-rls/pkg/limiter/memory"
-	"github.com/envoy-rls/envoy-rls/pkg/limiter/redis"
 	"github.com/envoy-rls/envoy-rls/pkg/rls"
 )
 
@@ -135,28 +130,16 @@ func extraArgs(args []string, given map[string]Given) error {
 // accepts says what a flag takes, as errors put it after "must be": for
 // the flags Options.check refuses by name, and for those whose type alone
 // does not say it when a value does not parse; acceptsOf falls back on the
-// type. (A --redis-* value that parses is checked by Options.redisCheck,
-// whose flagError says what the redis package accepts; the redis entries
-// here are the package's words too, see redisWant.) Read only.
+// type. Read only.
 var accepts = map[string]string{
 	"store":                 "memory or redis",
 	"log-level":             "debug, info, warn or error",
 	"default-headers":       "full, retry_after or none",
-	"memory-max-entries":    "0 (automatic) or a positive integer",
 	"override-max-policies": fmt.Sprintf("an integer from 1 to %d", rls.MaxOverridePoliciesBound),
 	"drain-timeout":         "a positive duration such as 15s",
-	"local-cache-size":      fmt.Sprintf("an integer of at least %d", denycache.Shards),
-	"gc-percent":            fmt.Sprintf("0 (automatic) or an integer between %d and %d", MinGCPercent, MaxGCPercent),
-	"redis-timeout":         redisWant(redis.Config{Timeout: -1}),
-	"redis-pool-size":       redisWant(redis.Config{PoolSize: -1}),
-	"redis-max-flush-delay": redisWant(redis.Config{MaxFlushDelay: -1}),
-	"redis-group-max-keys":  redisWant(redis.Config{GroupMaxKeys: -1}),
-	"redis-group-in-flight": redisWant(redis.Config{GroupInFlight: -1}),
 
-	"readiness":                  ReadinessRules + " or " + ReadinessStore,
-	"default-failure-mode":       "closed, open or local",
-	"replicas-hint":              fmt.Sprintf("an integer between 1 and %d", failover.MaxReplicas),
-	"local-fallback-max-entries": "a positive integer",
+	"readiness":            ReadinessRules + " or " + ReadinessStore,
+	"default-failure-mode": "closed, open or local",
 	// rules.go
 	"config-max-bytes":       "a positive number of bytes",
 	"config-max-descriptors": "a positive integer",
@@ -198,35 +181,14 @@ func (o *Options) check() error {
 	r.check("log-level", err == nil)
 	_, ok := descriptors.ParseHeaderMode(o.DefaultHeaders)
 	r.check("default-headers", ok)
-	r.check("memory-max-entries", o.MemoryMaxEntries >= 0)
 	r.check("override-max-policies", o.OverrideMaxPolicies >= 1 && o.OverrideMaxPolicies <= rls.MaxOverridePoliciesBound)
-	r.check("local-cache-size", o.LocalCacheSize >= denycache.Shards)
 	r.check("drain-timeout", o.DrainTimeout > 0)
-	r.check("gc-percent", o.GCPercent == 0 || o.GCPercent >= MinGCPercent && o.GCPercent <= MaxGCPercent)
 	r.errs = append(r.errs, o.ConfigLimits.Check(o.Given)...)
 	r.check("config-source", o.ConfigSource == SourceFile || o.ConfigSource == SourceXDS)
-	// The redis package takes zero as its default; the flags have defaults
-	// of their own, so a zero given here is a mistake.
-	r.check("redis-timeout", o.RedisTimeout != 0)
-	r.check("redis-pool-size", o.RedisPoolSize != 0)
 	for _, name := range o.fallbackCheck() {
 		r.check(name, false)
 	}
-	r.errs = append(r.errs, checkTransport(&o.GRPC, o.Given),
-		o.grpcTLSOptions.check(o.Given), o.referenceOptions.check(o.Given),
-		o.journalOptions.check(o.Given, o.Store))
-	if o.Store == "redis" {
-		err = o.redisCheck()
-	} else {
-		err = o.redisCheckValues()
-	}
-	var fe *flagError
-	switch {
-	case errors.As(err, &fe):
-		r.errs = append(r.errs, fmt.Errorf("%s: must be %s", Label(fe.Flag, o.Given), fe.Want))
-	case err != nil:
-		r.errs = append(r.errs, err)
-	}
+	r.errs = append(r.errs, checkTransport(&o.GRPC, o.Given), o.grpcTLSOptions.check(o.Given), o.referenceOptions.check(o.Given))
 	return r.err()
 }
 
@@ -249,48 +211,4 @@ func (r *refusals) check(name string, ok bool) {
 // err joins the refusals, nil when there are none.
 func (r *refusals) err() error {
 	return errors.Join(r.errs...)
-}
-
-// MemoryBound is the memory store's entry bound and where it comes from.
-// memLimit is the Go runtime's memory limit (debug.SetMemoryLimit(-1):
-// GOMEMLIMIT, math.MaxInt64 when unset). Automatic (--memory-max-entries
-// 0) is DefaultMemoryMaxEntries, lowered under a memory limit to
-// floor(memLimit x MemoryShare / memory.MaxBytesPerEntry), so that the
-// store refuses new subjects before the process reaches the limit.
-func MemoryBound(o *Options, memLimit int64) (int, string) {
-	switch {
-	case o.MemoryMaxEntries > 0:
-		return o.MemoryMaxEntries, "--memory-max-entries"
-	case memLimit <= 0 || memLimit == math.MaxInt64:
-		return DefaultMemoryMaxEntries, "automatic (no GOMEMLIMIT)"
-	}
-	n := int64(float64(memLimit) * MemoryShare / memory.MaxBytesPerEntry)
-	if n >= DefaultMemoryMaxEntries {
-		return DefaultMemoryMaxEntries, "automatic (GOMEMLIMIT allows the default)"
-	}
-	return int(max(n, 1)), "automatic (GOMEMLIMIT)"
-}
-
-// GCPercent is the garbage collector target serve sets, and where it comes
-// from; 0 means leave the runtime's (GOGC's) alone.
-func GCPercent(o *Options, getenv func(string) string) (int, string) {
-	switch {
-	case o.GCPercent != 0:
-		return o.GCPercent, "--gc-percent"
-	case getenv("GOGC") != "":
-		return 0, "GOGC"
-	case o.Store == "redis":
-		return RedisGCPercent, "automatic (redis store)"
-	case o.Store == "memory":
-		return MemoryGCPercent, "automatic (memory store)"
-	default:
-		return 0, "Go default"
-	}
-}
-
-// MemoryHeapLimit is the soft memory limit serve sets with the memory
-// store's automatic GC target when GOMEMLIMIT is not set: what a store of
-// entries entries peaks at when full with Go's default target.
-func MemoryHeapLimit(entries int) int64 {
-	return MemoryHeapBase + int64(entries)*MemoryPeakBytesPerEntry
 }

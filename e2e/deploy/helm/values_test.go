@@ -12,6 +12,7 @@ import (
 	"github.com/envoy-rls/envoy-rls/internal/grpcserve"
 	"github.com/envoy-rls/envoy-rls/internal/options"
 	"github.com/envoy-rls/envoy-rls/internal/statsd"
+	"github.com/envoy-rls/envoy-rls/internal/store"
 	"github.com/envoy-rls/envoy-rls/pkg/audit"
 )
 
@@ -37,12 +38,12 @@ func TestDefaultsMatchBinary(t *testing.T) {
 		{"defaultHeaders", options.DefaultHeaders},
 		{"readiness", options.DefaultReadiness},
 		{"defaultFailureMode", options.DefaultFailureMode},
-		{"localFallback.maxEntries", options.DefaultLocalFallbackMaxEntries},
-		{"redis.mode", options.DefaultRedisMode},
-		{"redis.poolSize", options.DefaultRedisPoolSize},
-		{"redis.groupMaxKeys", options.DefaultRedisGroupKeys},
-		{"redis.groupInFlight", options.DefaultRedisInFlight},
-		{"redis.timeout", options.DefaultRedisTimeout},
+		{"localFallback.maxEntries", store.DefaultLocalFallbackMaxEntries},
+		{"redis.mode", store.DefaultRedisMode},
+		{"redis.poolSize", store.DefaultRedisPoolSize},
+		{"redis.groupMaxKeys", store.DefaultRedisGroupKeys},
+		{"redis.groupInFlight", store.DefaultRedisInFlight},
+		{"redis.timeout", store.DefaultRedisTimeout},
 		{"drainTimeoutSeconds", options.DefaultDrainTimeout},
 		{"memory.maxEntries", 0}, // 0: the binary's automatic bound
 		{"grpc.port", options.DefaultGRPCAddr},
