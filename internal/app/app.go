@@ -16,10 +16,10 @@ import (
 	"time"
 
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 
 	"github.com/envoy-rls/envoy-rls/internal/compat"
-	"github.com/envoy-rls/envoy-rls/internal/observe"
 	"github.com/envoy-rls/envoy-rls/internal/options"
 	"github.com/envoy-rls/envoy-rls/internal/refmetrics"
 	"github.com/envoy-rls/envoy-rls/internal/statsd"
@@ -293,7 +293,7 @@ func serveCommand(ctx context.Context, args []string, getenv func(string) string
 		return err
 	}
 	level, _ := zapcore.ParseLevel(o.LogLevel) // checked by options.Serve
-	log := observe.NewLogger(level, stderr)
+	log := newLogger(level, stderr)
 	defer func() { _ = log.Sync() }()
 	if h.stdout == nil {
 		h.stdout = stdout
@@ -301,4 +301,15 @@ func serveCommand(ctx context.Context, args []string, getenv func(string) string
 	// A start-up failure comes back as is, for main to print; a server
 	// that fails later has been logged and comes back as ErrFailed.
 	return serve(ctx, o, getenv, log, h)
+}
+
+// newLogger is the service's logger: JSON lines on w from level up, with
+// RFC 3339 times and durations as text.
+func newLogger(level zapcore.Level, w io.Writer) *zap.Logger {
+	enc := zap.NewProductionEncoderConfig()
+	enc.TimeKey = "ts"
+	enc.EncodeTime = zapcore.RFC3339NanoTimeEncoder
+	enc.EncodeDuration = zapcore.StringDurationEncoder
+	core := zapcore.NewCore(zapcore.NewJSONEncoder(enc), zapcore.Lock(zapcore.AddSync(w)), level)
+	return zap.New(core, zap.ErrorOutput(zapcore.Lock(zapcore.AddSync(w))))
 }

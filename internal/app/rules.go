@@ -3,8 +3,10 @@ package app
 import (
 	"context"
 	"errors"
+	"fmt"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 
 	"github.com/envoy-rls/envoy-rls/internal/compat"
@@ -213,9 +215,50 @@ func (rs *ruleSet) sourceDoc() sourceDoc {
 	return sourceDoc{Type: options.SourceFile}
 }
 
+// reloadMetrics count the rule loads.
+type reloadMetrics struct {
+	reloads *prometheus.CounterVec
+	// last is the Unix time of the last successful rule load (0 before
+	// the first).
+	last prometheus.Gauge
+}
+
+// newReloadMetrics registers the rule loads' metrics on reg, both results
+// from the start.
+func newReloadMetrics(reg prometheus.Registerer) (*reloadMetrics, error) {
+	m := &reloadMetrics{
+		reloads: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "envoy_rls_config_reloads_total",
+			Help: "Rule reloads by result (success, failure).",
+		}, []string{"result"}),
+		last: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "envoy_rls_config_last_reload_success_timestamp_seconds",
+			Help: "Unix time of the last successful rule load (the first load included; 0 before it).",
+		}),
+	}
+	for _, c := range []prometheus.Collector{m.reloads, m.last} {
+		if err := reg.Register(c); err != nil {
+			return nil, fmt.Errorf("registering the rule loads' metrics: %w", err)
+		}
+	}
+	m.reloads.WithLabelValues("success")
+	m.reloads.WithLabelValues("failure")
+	return m, nil
+}
+
+// count counts one rule load attempt, made at now.
+func (m *reloadMetrics) count(ok bool, now time.Time) {
+	if ok {
+		m.reloads.WithLabelValues("success").Inc()
+		m.last.Set(float64(now.UnixMilli()) / 1e3)
+		return
+	}
+	m.reloads.WithLabelValues("failure").Inc()
+}
+
 // onReload counts and logs one load attempt.
 func (s *server) onReload(r descriptors.ReloadResult) {
-	s.metrics.Reload(r.OK, time.Now())
+	s.reloads.count(r.OK, time.Now())
 	if s.refMetrics != nil {
 		s.refMetrics.ConfigLoad(r.OK)
 	}

@@ -17,9 +17,9 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/envoy-rls/envoy-rls/internal/admin"
+	"github.com/envoy-rls/envoy-rls/internal/buildinfo"
 	"github.com/envoy-rls/envoy-rls/internal/compat"
 	"github.com/envoy-rls/envoy-rls/internal/grpcserve"
-	"github.com/envoy-rls/envoy-rls/internal/observe"
 	"github.com/envoy-rls/envoy-rls/internal/options"
 	"github.com/envoy-rls/envoy-rls/internal/refmetrics"
 	"github.com/envoy-rls/envoy-rls/internal/statsd"
@@ -35,10 +35,15 @@ import (
 
 // server is one running serve command.
 type server struct {
-	opts    *settings
-	log     *zap.Logger
-	reg     *prometheus.Registry
-	metrics *observe.Metrics
+	opts *settings
+	log  *zap.Logger
+	reg  *prometheus.Registry
+	// rpcMetrics are the service's; reloads count the rule loads.
+	rpcMetrics *rls.Metrics
+	reloads    *reloadMetrics
+	// secretMismatch is 1 while the shared secret's key holds another
+	// value than this replica's (compat.SecretKeeper).
+	secretMismatch prometheus.Gauge
 	// storeMetrics are the stores' collectors.
 	storeMetrics *store.Metrics
 	rules        *ruleSet
@@ -76,11 +81,11 @@ type server struct {
 // and file changes, then drains. Background work (sweeps, reloads, the
 // servers) ends with ctx; the store closes after all of it has returned.
 func serve(ctx context.Context, o *settings, getenv func(string) string, log *zap.Logger, h hooks) error {
-	s := &server{opts: o, log: log, reg: observe.NewRegistry()}
+	s := &server{opts: o, log: log, reg: admin.NewRegistry()}
 	for _, w := range o.CompatWarnings {
 		log.Warn("reference setting " + w)
 	}
-	if err := observe.AnnounceBuild(log, s.reg); err != nil {
+	if err := buildinfo.Announce(log, s.reg); err != nil {
 		return err
 	}
 	adminAuth, err := admin.NewAuth(admin.AuthConfig{Path: o.AdminTokenFile, Log: log, Registerer: s.reg})
@@ -88,7 +93,13 @@ func serve(ctx context.Context, o *settings, getenv func(string) string, log *za
 		// The rule files are read too, so that one start reports both.
 		return errors.Join(fmt.Errorf("--admin-token-file: %w", err), checkRuleFiles(o, getenv))
 	}
-	if s.metrics, err = observe.NewMetrics(s.reg); err != nil {
+	if s.rpcMetrics, err = rls.NewMetrics(s.reg); err != nil {
+		return err
+	}
+	if s.reloads, err = newReloadMetrics(s.reg); err != nil {
+		return err
+	}
+	if s.secretMismatch, err = compat.NewMismatchGauge(s.reg); err != nil {
 		return err
 	}
 	if s.storeMetrics, err = store.NewMetrics(s.reg); err != nil {
@@ -212,7 +223,7 @@ func serve(ctx context.Context, o *settings, getenv func(string) string, log *za
 	gsrv, err := grpcserve.New(grpcserve.Config{
 		Limits:     o.GRPC,
 		TLS:        tlsConfig,
-		Cuts:       s.metrics.RPC,
+		Cuts:       s.rpcMetrics,
 		Options:    s.tracing.ServerOptions(),
 		Registerer: s.reg,
 		Log:        log,
@@ -232,7 +243,7 @@ func serve(ctx context.Context, o *settings, getenv func(string) string, log *za
 	svc, err := rls.New(rls.Config{
 		Rules:          s.rules.rules,
 		Store:          answering,
-		Metrics:        s.metrics.RPC,
+		Metrics:        s.rpcMetrics,
 		Logger:         log,
 		DefaultHeaders: headers,
 		HeaderNames:    o.HeaderNames(),
@@ -356,7 +367,7 @@ func (s *server) awaitSecret(ctx context.Context, wg *sync.WaitGroup, recheck ti
 // (compat.SecretKeeper) until ctx ends.
 func (s *server) keepSecret(ctx context.Context, wg *sync.WaitGroup, secret []byte, recheck time.Duration) {
 	cfg, _ := s.opts.store.RedisConfig() // checked by compat.NewSecretFetch
-	keeper := compat.NewSecretKeeper(cfg, s.opts.HMACSecretRedisKey, secret, recheck, s.metrics.SecretMismatch, s.log)
+	keeper := compat.NewSecretKeeper(cfg, s.opts.HMACSecretRedisKey, secret, recheck, s.secretMismatch, s.log)
 	s.every(ctx, wg, recheck, func(time.Time) { keeper.Check(ctx) })
 }
 

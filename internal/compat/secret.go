@@ -180,6 +180,20 @@ func isNoPerm(err error) bool {
 	return err != nil && strings.Contains(err.Error(), "NOPERM")
 }
 
+// NewMismatchGauge registers on reg the gauge a SecretKeeper sets:
+// envoy_rls_shared_secret_mismatch, 0 until then (and without a shared
+// secret).
+func NewMismatchGauge(reg prometheus.Registerer) (prometheus.Gauge, error) {
+	g := prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "envoy_rls_shared_secret_mismatch",
+		Help: "1 while the Redis key of the HMAC secret shared through Redis (--hmac-secret-redis-key) holds another value than the secret this replica uses; 0 otherwise, and without a shared secret.",
+	})
+	if err := reg.Register(g); err != nil {
+		return nil, fmt.Errorf("registering envoy_rls_shared_secret_mismatch: %w", err)
+	}
+	return g, nil
+}
+
 // SecretKeeper is a running replica's watch on the secret it shares
 // through Redis; Check runs every SharedSecretRecheck.
 type SecretKeeper struct {
