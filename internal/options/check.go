@@ -12,6 +12,7 @@ import (
 
 	"github.com/envoy-rls/envoy-rls/internal/redact"
 	"github.com/envoy-rls/envoy-rls/pkg/descriptors"
+	"github.com/envoy-rls/envoy-rls/pkg/limiter"
 	"github.com/envoy-rls/envoy-rls/pkg/rls"
 )
 
@@ -43,10 +44,11 @@ type Group interface {
 	// what a flag accepts, worded to follow "must be", when its type does
 	// not say it for a value that does not parse.
 	Define(fs *flag.FlagSet) (accepts map[string]string)
-	// Check returns one error per refused value of the parsed flags:
-	// label names a flag as the user set it (Label), value is any flag's
-	// value as text.
-	Check(label, value func(flag string) string) error
+	// Check reports the values of the parsed flags it refuses, one
+	// check(flag, ok, reason) each: unless ok, the value of flag (as the
+	// user set it, Label) is refused for reason ("must be …"); with flag
+	// "", reason alone is reported. value is any flag's value as text.
+	Check(check func(flag string, ok bool, reason string), value func(flag string) string)
 }
 
 // accepting is a flag of a Group with what it accepts (acceptsOf).
@@ -93,11 +95,12 @@ func Serve(args []string, getenv func(string) string, presets Presets, groups ..
 	if errors.As(err, &refused) {
 		return o, fs, err
 	}
-	errs := []error{err}
+	r := refusals{given: o.Given, errs: []error{err}}
 	if fs.NArg() > 0 {
-		errs = append(errs, extraArgs(fs.Args(), o.Given))
+		r.errs = append(r.errs, extraArgs(fs.Args(), o.Given))
 	}
-	errs = append(errs, o.check(), CheckSecretSource(o, getenv))
+	o.check(&r)
+	r.errs = append(r.errs, CheckSecretSource(o, getenv))
 	value := func(name string) string {
 		if f := fs.Lookup(name); f != nil {
 			return f.Value.String()
@@ -105,9 +108,9 @@ func Serve(args []string, getenv func(string) string, presets Presets, groups ..
 		return ""
 	}
 	for _, g := range groups {
-		errs = append(errs, g.Check(o.Label, value))
+		g.Check(r.check, value)
 	}
-	return o, fs, errors.Join(errs...)
+	return o, fs, errors.Join(r.errs...)
 }
 
 // extraArgs is the error of words left after the flags. A value cut at
@@ -168,47 +171,47 @@ func acceptsOf(f *flag.Flag) string {
 	return "an integer"
 }
 
-// check validates option values that the flag package cannot: every value
-// the binary would refuse at start that can be decided without reading a
-// file or dialling. It reports every problem found, one per line.
-func (o *Options) check() error {
-	r := refusals{given: o.Given, accepts: accepts}
-	if o.Config == "" && o.ConfigSource != SourceXDS {
-		r.errs = append(r.errs, fmt.Errorf("%s: must be the rule file or directory to serve", Label("config", o.Given)))
-	}
-	r.check("store", o.Store == "memory" || o.Store == "redis")
+// check refuses the values of options' own flags that the flag package
+// cannot: every value the binary would refuse at start that can be decided
+// without reading a file or dialling.
+func (o *Options) check(r *refusals) {
+	r.check("config", o.Config != "" || o.ConfigSource == SourceXDS, "must be the rule file or directory to serve")
+	r.must("store", o.Store == "memory" || o.Store == "redis")
 	_, err := zapcore.ParseLevel(o.LogLevel)
-	r.check("log-level", err == nil)
+	r.must("log-level", err == nil)
 	_, ok := descriptors.ParseHeaderMode(o.DefaultHeaders)
-	r.check("default-headers", ok)
-	r.check("override-max-policies", o.OverrideMaxPolicies >= 1 && o.OverrideMaxPolicies <= rls.MaxOverridePoliciesBound)
-	r.check("drain-timeout", o.DrainTimeout > 0)
-	r.errs = append(r.errs, o.ConfigLimits.Check(o.Given)...)
-	r.check("config-source", o.ConfigSource == SourceFile || o.ConfigSource == SourceXDS)
-	for _, name := range o.fallbackCheck() {
-		r.check(name, false)
-	}
-	r.errs = append(r.errs, checkTransport(&o.GRPC, o.Given), o.grpcTLSOptions.check(o.Given), o.referenceOptions.check(o.Given))
-	return r.err()
+	r.must("default-headers", ok)
+	r.must("override-max-policies", o.OverrideMaxPolicies >= 1 && o.OverrideMaxPolicies <= rls.MaxOverridePoliciesBound)
+	r.must("drain-timeout", o.DrainTimeout > 0)
+	o.ConfigLimits.check(r)
+	r.must("config-source", o.ConfigSource == SourceFile || o.ConfigSource == SourceXDS)
+	r.must("readiness", o.Readiness == ReadinessRules || o.Readiness == ReadinessStore)
+	_, err = limiter.ParseFailureMode(o.DefaultFailureMode)
+	r.must("default-failure-mode", err == nil)
+	checkTransport(&o.GRPC, r)
+	o.grpcTLSOptions.check(r)
+	o.referenceOptions.check(r)
 }
 
 // refusals collects one start-up error per refused value, naming the flag
-// or variable as given and what it accepts (accepts: flag name → the text
-// after "must be").
+// or variable as the user set it.
 type refusals struct {
-	given   map[string]Given
-	accepts map[string]string
-	errs    []error
+	given map[string]Given
+	errs  []error
 }
 
-// check records the refusal of name's value unless ok.
-func (r *refusals) check(name string, ok bool) {
-	if !ok {
-		r.errs = append(r.errs, fmt.Errorf("%s: must be %s", Label(name, r.given), r.accepts[name]))
+// check records, unless ok, that the value of flag is refused for reason
+// (Group.Check's check).
+func (r *refusals) check(flag string, ok bool, reason string) {
+	switch {
+	case ok:
+	case flag == "":
+		r.errs = append(r.errs, errors.New(reason))
+	default:
+		r.errs = append(r.errs, fmt.Errorf("%s: %s", Label(flag, r.given), reason))
 	}
 }
 
-// err joins the refusals, nil when there are none.
-func (r *refusals) err() error {
-	return errors.Join(r.errs...)
-}
+// must records, unless ok, that the value of name must be what accepts
+// says.
+func (r *refusals) must(name string, ok bool) { r.check(name, ok, "must be "+accepts[name]) }

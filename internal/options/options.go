@@ -1,9 +1,11 @@
-// Package options is the serve command's settings: its flags, the
-// ENVOY_RLS_* variable of each, the checks that report every refused value
-// at once (naming the flag or variable as the user wrote it, the value and
-// what is accepted), the help text, and the conversion of the values to
-// the configurations of the packages that serve (reading the files the
-// flags name). It runs nothing.
+// Package options is the serve command's settings: its own flags and the
+// flag/environment machinery of every command — the ENVOY_RLS_* variable of
+// each flag, presets from another environment (internal/compat), the
+// checks that report every refused value at once (naming the flag or
+// variable as the user wrote it, the value and what is accepted), and the
+// help text. The flags of the packages serve assembles (its store, its
+// features) come in as Groups, which those packages define and check. It
+// runs nothing.
 package options
 
 import (
@@ -29,6 +31,18 @@ const (
 // SecretEnv holds the HMAC secret itself when --hmac-secret-file is not set.
 const SecretEnv = "ENVOY_RLS_HMAC_SECRET"
 
+// Readiness modes (--readiness).
+const (
+	// ReadinessRules: ready once the rules are loaded and the listeners
+	// are up, whatever the store's state; a store outage is answered by
+	// each policy's failure mode.
+	ReadinessRules = "rules"
+	// ReadinessStore: also unready while the store does not answer its
+	// ping, so that Envoy's failure_mode_deny decides during an outage.
+	// Only /readyz follows it: the liveness endpoints never do.
+	ReadinessStore = "store"
+)
+
 // Defaults of the serve flags.
 const (
 	DefaultGRPCAddr     = ":8081"
@@ -37,6 +51,8 @@ const (
 	DefaultLogLevel     = "info"
 	DefaultHeaders      = "full"
 	DefaultDrainTimeout = 15 * time.Second
+	DefaultReadiness    = ReadinessRules
+	DefaultFailureMode  = "closed"
 )
 
 // Options are the parsed serve flags.
@@ -61,7 +77,7 @@ type Options struct {
 	// (internal/store) take it; --redis-password-file wins.
 	RedisPassword string
 
-	// Readiness and the rules' default failure mode (fallback.go).
+	// Readiness and the rules' default failure mode.
 	Readiness          string
 	DefaultFailureMode string
 	// GRPC holds the --grpc-* limits on connections, streams and receive
@@ -101,7 +117,8 @@ func NewFlagSet(o *Options) *flag.FlagSet {
 	fs.DurationVar(&o.DrainTimeout, "drain-timeout", DefaultDrainTimeout, "on SIGTERM/SIGINT, how long in-flight calls may take to finish")
 	fs.BoolVar(&o.Pprof, "pprof", false, "serve net/http/pprof profiles under /debug/pprof/ on the admin address (CPU profiles of at most 60 s and heap profiles of live traffic; behind the token of --admin-token-file when set; off by default)")
 	AddRuleLimitFlags(fs, &o.ConfigLimits)
-	fallbackFlags(fs, o)
+	fs.StringVar(&o.Readiness, "readiness", DefaultReadiness, "what /readyz requires: rules (rules loaded and listeners up; a store outage is answered by each policy's failure mode) or store (also a store that answers, so that Envoy's failure_mode_deny decides during an outage); /healthz and /healthcheck never follow it")
+	fs.StringVar(&o.DefaultFailureMode, "default-failure-mode", DefaultFailureMode, "failure mode of the rules that set no failure_mode: closed, open or local")
 	transportFlags(fs, &o.GRPC)
 	grpcTLSFlags(fs, &o.grpcTLSOptions)
 	referenceFlags(fs, &o.referenceOptions)

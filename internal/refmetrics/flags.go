@@ -50,13 +50,8 @@ func (f *Flags) Define(fs *flag.FlagSet) map[string]string {
 
 // Check refuses, one error each, the values that cannot work, without
 // reading the mapping file.
-func (f *Flags) Check(label, _ func(string) string) error {
-	var errs []error
-	bad := func(name string, ok bool) {
-		if !ok {
-			errs = append(errs, fmt.Errorf("%s: must be %s", label(name), flagAccepts[name]))
-		}
-	}
+func (f *Flags) Check(check func(string, bool, string), _ func(string) string) {
+	bad := func(name string, ok bool) { check(name, ok, "must be "+flagAccepts[name]) }
 	if f.Addr != "" {
 		_, port, err := net.SplitHostPort(f.Addr)
 		p, perr := strconv.Atoi(port)
@@ -64,7 +59,6 @@ func (f *Flags) Check(label, _ func(string) string) error {
 	}
 	bad("reference-metrics-path", strings.HasPrefix(f.Path, "/") && len(f.Path) <= maxPath && !strings.ContainsAny(f.Path, " \t\r\n?#"))
 	bad("reference-metrics-mapping", f.Mapping == "" || f.Addr != "")
-	return errors.Join(errs...)
 }
 
 // mapper is the mapping of the metrics: the file of

@@ -1,7 +1,6 @@
 package statsd
 
 import (
-	"errors"
 	"flag"
 	"fmt"
 	"net"
@@ -48,13 +47,8 @@ func (f *Flags) Define(fs *flag.FlagSet) map[string]string {
 }
 
 // Check refuses the values New would, one error each.
-func (f *Flags) Check(label, _ func(string) string) error {
-	var errs []error
-	bad := func(name string, ok bool) {
-		if !ok {
-			errs = append(errs, fmt.Errorf("%s: must be %s", label(name), flagAccepts[name]))
-		}
-	}
+func (f *Flags) Check(check func(string, bool, string), _ func(string) string) {
+	bad := func(name string, ok bool) { check(name, ok, "must be "+flagAccepts[name]) }
 	if f.Addr != "" {
 		host, port, err := net.SplitHostPort(f.Addr)
 		p, perr := strconv.Atoi(port)
@@ -66,7 +60,6 @@ func (f *Flags) Check(label, _ func(string) string) error {
 	bad("statsd-flush-interval", f.FlushInterval > 0)
 	_, ok := f.Ratio()
 	bad("near-limit-ratio", ok)
-	return errors.Join(errs...)
 }
 
 // Ratio is --near-limit-ratio, and whether it is one.

@@ -163,17 +163,8 @@ func (f *Flags) Define(fs *flag.FlagSet) map[string]string {
 // Check refuses, one error each, the values the store would refuse at
 // start that can be decided without reading a file or dialling; --store
 // (value) says whether Redis is used.
-func (f *Flags) Check(label, value func(string) string) error {
-	var errs []error
-	bad := func(name string, ok bool) {
-		if !ok {
-			want, found := parseAccepts[name]
-			if !found {
-				want = journalAccepts[name]
-			}
-			errs = append(errs, fmt.Errorf("%s: must be %s", label(name), want))
-		}
-	}
+func (f *Flags) Check(check func(string, bool, string), value func(string) string) {
+	bad := func(name string, ok bool) { check(name, ok, "must be "+parseAccepts[name]+journalAccepts[name]) }
 	store := value("store")
 	bad("memory-max-entries", f.MemoryMaxEntries >= 0)
 	bad("local-cache-size", f.LocalCacheSize >= denycache.Shards)
@@ -193,11 +184,10 @@ func (f *Flags) Check(label, value func(string) string) error {
 	var fe *flagError
 	switch {
 	case errors.As(err, &fe):
-		errs = append(errs, fmt.Errorf("%s: must be %s", label(fe.Flag), fe.Want))
+		check(fe.Flag, false, "must be "+fe.Want)
 	case err != nil:
-		errs = append(errs, err)
+		check("", false, err.Error())
 	}
-	return errors.Join(errs...)
 }
 
 // MemoryBound is the memory store's entry bound and where it comes from.

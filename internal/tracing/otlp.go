@@ -9,7 +9,7 @@ import (
 	"github.com/envoy-rls/envoy-rls/internal/redact"
 )
 
-// The OTLP exporter's variables that readTracing checks before the
+// The OTLP exporter's variables that Flags.read checks before the
 // exporter reads them: the exporter would log a malformed one whole (a
 // header's credential or an endpoint's password included) on stderr and
 // go on without it.

@@ -115,27 +115,13 @@ func (tracingFlag) IsBoolFlag() bool { return true }
 
 // Check refuses the tracing settings that would fail Start: every problem
 // of the variables, one line each.
-func (f *Flags) Check(label, _ func(string) string) error {
-	_, err := f.read(label)
-	return err
+func (f *Flags) Check(check func(string, bool, string), _ func(string) string) {
+	_, err := f.read("")
+	check("", err == nil, fmt.Sprint(err))
 }
 
-// read is readTracing of f; label names --tracing as the user set it.
-func (f *Flags) read(label func(string) string) (tracingSettings, error) {
-	return readTracing(flagSetting{on: f.On, given: f.given, label: label("tracing")}, f.Getenv)
-}
-
-// flagSetting is the --tracing flag as the user set it.
-type flagSetting struct {
-	on bool
-	// given: set on the command line or by its variable.
-	given bool
-	// label is how the user wrote it, for the start log.
-	label string
-}
-
-// readTracing decides whether tracing is on and how, from --tracing and
-// the environment. The rule, first match wins:
+// read decides whether tracing is on and how, from --tracing (as the user
+// set it: label) and the environment. The rule, first match wins:
 //
 //  1. OTEL_SDK_DISABLED=true: off.
 //  2. --tracing (ENVOY_RLS_TRACING) when given: its value.
@@ -147,7 +133,8 @@ type flagSetting struct {
 //
 // Every variable it reads is checked even when tracing stays off, so a
 // typo fails start instead of silently tracing nothing.
-func readTracing(flag flagSetting, getenv func(string) string) (tracingSettings, error) {
+func (f *Flags) read(label string) (tracingSettings, error) {
+	getenv := f.Getenv
 	var ts tracingSettings
 	var errs []error
 	bad := func(name, value, want string) {
@@ -176,8 +163,8 @@ func readTracing(flag flagSetting, getenv func(string) string) (tracingSettings,
 	switch {
 	case disabled:
 		ts.why = envSDKDisabled + "=true"
-	case flag.given:
-		ts.on, ts.why = flag.on, flag.label
+	case f.given:
+		ts.on, ts.why = f.On, label
 	case refSet:
 		ts.on, ts.why = refOn, envRefEnabled+"="+getenv(envRefEnabled)
 	case exporter != "":
@@ -296,7 +283,7 @@ type Tracing struct {
 // label names a flag as the user set it; exporter replaces the OTLP
 // exporter (tests).
 func Start(ctx context.Context, f *Flags, label func(string) string, log *zap.Logger, exporter sdktrace.SpanExporter) (*Tracing, func(), error) {
-	ts, err := f.read(label)
+	ts, err := f.read(label("tracing"))
 	if err != nil {
 		return nil, nil, err
 	}

@@ -13,7 +13,8 @@ import (
 func TestReadTracing(t *testing.T) {
 	for _, tc := range []struct {
 		name     string
-		flag     flagSetting
+		flag     Flags // its On and given, with label
+		label    string
 		env      map[string]string
 		on       bool
 		protocol string
@@ -26,9 +27,9 @@ func TestReadTracing(t *testing.T) {
 		{name: "traces endpoint turns it on", env: map[string]string{envTracesEndpoint: "http://127.0.0.1:4318/v1/traces"}, on: true},
 		{name: "exporter otlp", env: map[string]string{envTracesExporter: "otlp"}, on: true},
 		{name: "exporter none wins over the endpoint", env: map[string]string{envTracesExporter: "none", envEndpoint: "http://x:4318"}},
-		{name: "flag", flag: flagSetting{on: true, given: true, label: `--tracing="true"`}, on: true},
-		{name: "flag false wins over the endpoint", flag: flagSetting{given: true, label: `--tracing="false"`}, env: map[string]string{envEndpoint: "http://x:4318"}},
-		{name: "sdk disabled wins over everything", flag: flagSetting{on: true, given: true}, env: map[string]string{envSDKDisabled: "true", envRefEnabled: "true"}},
+		{name: "flag", flag: Flags{On: true, given: true}, label: `--tracing="true"`, on: true},
+		{name: "flag false wins over the endpoint", flag: Flags{given: true}, label: `--tracing="false"`, env: map[string]string{envEndpoint: "http://x:4318"}},
+		{name: "sdk disabled wins over everything", flag: Flags{On: true, given: true}, env: map[string]string{envSDKDisabled: "true", envRefEnabled: "true"}},
 		{name: "reference alias", env: map[string]string{envRefEnabled: "true", envRefProtocol: "grpc", envRefServiceName: "RateLimit", envRefSamplingRate: "0.25"},
 			on: true, protocol: protocolGRPC, sampler: "parentbased_traceidratio(0.25)", service: "RateLimit"},
 		{name: "reference alias off wins over the endpoint", env: map[string]string{envRefEnabled: "false", envEndpoint: "http://x:4318"}},
@@ -47,22 +48,29 @@ func TestReadTracing(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			getenv := func(k string) string { return tc.env[k] }
-			ts, err := readTracing(tc.flag, getenv)
+			f := tc.flag
+			f.Getenv = getenv
+			ts, err := f.read(tc.label)
 			if tc.wantErr != "" {
 				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
-					t.Fatalf("readTracing error %v, want %q", err, tc.wantErr)
+					t.Fatalf("read error %v, want %q", err, tc.wantErr)
 				}
-				f := Flags{On: tc.flag.on, given: tc.flag.given, Getenv: getenv}
-				if cerr := f.Check(func(string) string { return tc.flag.label }, nil); cerr == nil || cerr.Error() != err.Error() {
-					t.Fatalf("Check error %v, want %v", cerr, err)
+				var refused string
+				f.Check(func(_ string, ok bool, reason string) {
+					if !ok {
+						refused = reason
+					}
+				}, nil)
+				if refused != err.Error() {
+					t.Fatalf("Check refused %q, want %v", refused, err)
 				}
 				return
 			}
 			if err != nil {
 				t.Fatal(err)
 			}
-			if tc.flag.given && ts.on && ts.why != tc.flag.label {
-				t.Errorf("why = %q, want the flag as given, %q", ts.why, tc.flag.label)
+			if tc.flag.given && ts.on && ts.why != tc.label {
+				t.Errorf("why = %q, want the flag as given, %q", ts.why, tc.label)
 			}
 			if ts.on != tc.on {
 				t.Errorf("on = %v (because %s), want %v", ts.on, ts.why, tc.on)
@@ -112,7 +120,7 @@ func TestFlagsWithServe(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			ts, err := f.read(o.Label)
+			ts, err := f.read(o.Label("tracing"))
 			if err != nil || ts.on != tc.on || ts.why != tc.why {
 				t.Fatalf("on %v because %q (%v), want %v because %q", ts.on, ts.why, err, tc.on, tc.why)
 			}

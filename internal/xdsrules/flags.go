@@ -5,7 +5,6 @@
 package xdsrules
 
 import (
-	"errors"
 	"flag"
 	"fmt"
 	"net"
@@ -119,16 +118,11 @@ func (f *Flags) Define(fs *flag.FlagSet) map[string]string {
 
 // Check returns one error per refused value, with --config-source xds
 // (value) only.
-func (f *Flags) Check(label, value func(string) string) error {
+func (f *Flags) Check(check func(string, bool, string), value func(string) string) {
 	if value("config-source") != "xds" {
-		return nil
+		return
 	}
-	var errs []error
-	bad := func(name string, ok bool) {
-		if !ok {
-			errs = append(errs, fmt.Errorf("%s: must be %s", label(name), flagAccepts[name]))
-		}
-	}
+	bad := func(name string, ok bool) { check(name, ok, "must be "+flagAccepts[name]) }
 	host, port, err := net.SplitHostPort(f.Server)
 	bad("xds-server", err == nil && host != "" && port != "")
 	bad("xds-node-id", f.NodeID != "")
@@ -140,14 +134,13 @@ func (f *Flags) Check(label, value func(string) string) error {
 	}
 	for _, kv := range f.Headers.pairs {
 		if !validHeaderName(kv[0]) {
-			errs = append(errs, fmt.Errorf("%s: header name %q must be lower-case letters, digits, '-', '_' or '.', and not start with grpc-", label("xds-header"), kv[0]))
+			check("xds-header", false, fmt.Sprintf("header name %q must be lower-case letters, digits, '-', '_' or '.', and not start with grpc-", kv[0]))
 			break
 		}
 	}
 	bad("xds-retry-interval", f.RetryInterval > 0)
 	bad("xds-retry-max-interval", f.RetryMax >= f.RetryInterval)
 	bad("xds-initial-timeout", f.InitialWait > 0)
-	return errors.Join(errs...)
 }
 
 // validHeaderName is a gRPC metadata key a client may send.

@@ -1,7 +1,6 @@
 package audit
 
 import (
-	"errors"
 	"flag"
 	"fmt"
 	"strconv"
@@ -71,13 +70,8 @@ func (f *Flags) Define(fs *flag.FlagSet) map[string]string {
 
 // Check refuses, one error each, the values Start would; the redis sink
 // needs --redis-addr (value).
-func (f *Flags) Check(label, value func(string) string) error {
-	var errs []error
-	bad := func(name string, ok bool) {
-		if !ok {
-			errs = append(errs, fmt.Errorf("%s: must be %s", label(name), flagAccepts[name]))
-		}
-	}
+func (f *Flags) Check(check func(string, bool, string), value func(string) string) {
+	bad := func(name string, ok bool) { check(name, ok, "must be "+flagAccepts[name]) }
 	bad("audit-sink", f.Sink == "" || f.Sink == "redis" || f.Sink == "file" || f.Sink == "stdout")
 	bad("audit-redis-stream", f.RedisStream != "")
 	bad("audit-redis-maxlen", f.RedisMaxLen >= 1 && f.RedisMaxLen <= MaxStreamLen)
@@ -89,10 +83,7 @@ func (f *Flags) Check(label, value func(string) string) error {
 	bad("audit-queue-size", f.QueueSize >= 1 && f.QueueSize <= MaxQueueSize)
 	bad("audit-request-id-key", len(f.RequestIDKey) <= 128)
 	bad("audit-usage-interval", f.UsageInterval == 0 || f.UsageInterval >= minUsageInterval && f.UsageInterval <= maxUsageInterval)
-	if f.Sink == "redis" && value("redis-addr") == "" {
-		errs = append(errs, fmt.Errorf("%s: the redis audit sink needs --redis-addr", label("audit-sink")))
-	}
-	return errors.Join(errs...)
+	check("audit-sink", f.Sink != "redis" || value("redis-addr") != "", "the redis audit sink needs --redis-addr")
 }
 
 // sampleRate parses --audit-sample.

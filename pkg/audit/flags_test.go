@@ -4,6 +4,7 @@ import (
 	"testing"
 
 	"github.com/envoy-rls/envoy-rls/internal/options"
+	"github.com/envoy-rls/envoy-rls/internal/store"
 )
 
 // TestFlagsCheck: as a group of serve's options, every refused audit value
@@ -25,8 +26,9 @@ func TestFlagsCheck(t *testing.T) {
 		{"queue", []string{"--audit-queue-size", "0"}, `--audit-queue-size="0": must be an integer between 1 and 1000000`},
 		{"usage interval", []string{"--audit-usage-interval", "10ms"}, `--audit-usage-interval="10ms": must be 0 (no usage records) or a duration from 100ms to 24h0m0s, such as 5m`},
 	} {
+		// The store's flags hold --redis-addr, which the redis sink needs.
 		var f Flags
-		_, _, err := options.Serve(append([]string{"--config", "rules"}, tc.args...), func(string) string { return "" }, nil, &f)
+		_, _, err := options.Serve(append([]string{"--config", "rules"}, tc.args...), func(string) string { return "" }, nil, &f, &store.Flags{})
 		if tc.want == "" && err != nil || tc.want != "" && (err == nil || err.Error() != tc.want) {
 			t.Errorf("%s: err\n%v\nwant\n%s", tc.name, err, tc.want)
 		}

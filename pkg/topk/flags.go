@@ -3,7 +3,6 @@ package topk
 import (
 	"cmp"
 	"encoding/hex"
-	"errors"
 	"flag"
 	"fmt"
 	"slices"
@@ -43,18 +42,12 @@ func (f *Flags) Define(fs *flag.FlagSet) map[string]string {
 }
 
 // Check refuses, one error each, the values Start would.
-func (f *Flags) Check(label, _ func(string) string) error {
-	var errs []error
-	bad := func(name string, ok bool) {
-		if !ok {
-			errs = append(errs, fmt.Errorf("%s: must be %s", label(name), flagAccepts[name]))
-		}
-	}
+func (f *Flags) Check(check func(string, bool, string), _ func(string) string) {
+	bad := func(name string, ok bool) { check(name, ok, "must be "+flagAccepts[name]) }
 	bad("top-counters", f.Counters >= 1 && f.Counters <= MaxCounters)
 	bad("top-max-policies", f.MaxPolicies >= 1 && f.MaxPolicies <= MaxPolicies)
 	bad("top-window", f.Window >= time.Second)
 	bad("top-metric-series", f.MetricSeries >= 0 && f.MetricSeries <= MaxMetricSeries)
-	return errors.Join(errs...)
 }
 
 // Start builds the tracker of the checked f and registers its metrics on
