@@ -262,12 +262,6 @@ type settings struct {
 	store      store.Flags
 }
 
-// groups are the option groups of st, in the order their problems are
-// reported.
-func (st *settings) groups() []options.Group {
-	return []options.Group{&st.store, &st.xds, &st.statsd, &st.audit, &st.top, &st.refmetrics, &st.tracing}
-}
-
 // serveOptions parses and checks the serve flags, with the reference
 // service's environment when asked for (internal/compat). The error is
 // flag.ErrHelp after -h, after which help, when not nil, prints the help.
@@ -275,7 +269,8 @@ func (st *settings) groups() []options.Group {
 func serveOptions(args []string, getenv func(string) string, help io.Writer) (*settings, error) {
 	st := &settings{}
 	st.tracing.Getenv = getenv
-	o, fs, err := options.Serve(args, getenv, compat.Presets(getenv), st.groups()...)
+	// The groups in the order their problems are reported.
+	o, fs, err := options.Serve(args, getenv, compat.Presets(getenv), &st.store, &st.xds, &st.statsd, &st.audit, &st.top, &st.refmetrics, &st.tracing)
 	if errors.Is(err, flag.ErrHelp) && help != nil {
 		options.PrintUsage(help, options.ServeUsage, fs)
 	}

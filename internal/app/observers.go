@@ -75,18 +75,7 @@ func (a auditor) Denied(d rls.Denial) {
 	if d.StoreFailed {
 		outcome = audit.OutcomeFailureMode
 	}
-	a.sink.Offer(audit.Event{
-		Time:        d.Time,
-		Domain:      d.Domain,
-		PolicyID:    d.PolicyID,
-		Subject:     d.Subject,
-		Cost:        d.Cost,
-		Limit:       d.Limit,
-		Remaining:   d.Remaining,
-		RetryAfter:  d.RetryAfter,
-		RequestID:   d.RequestID,
-		Shadow:      d.Shadow,
-		Outcome:     outcome,
-		FailureMode: d.FailureMode,
-	})
+	a.sink.Offer(audit.Event{Time: d.Time, Domain: d.Domain, PolicyID: d.PolicyID, Subject: d.Subject, Cost: d.Cost,
+		Limit: d.Limit, Remaining: d.Remaining, RetryAfter: d.RetryAfter, RequestID: d.RequestID, Shadow: d.Shadow,
+		Outcome: outcome, FailureMode: d.FailureMode})
 }

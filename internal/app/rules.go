@@ -4,6 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -11,6 +14,7 @@ import (
 
 	"github.com/envoy-rls/envoy-rls/internal/compat"
 	"github.com/envoy-rls/envoy-rls/internal/options"
+	"github.com/envoy-rls/envoy-rls/internal/xdsrules"
 	"github.com/envoy-rls/envoy-rls/pkg/descriptors"
 	"github.com/envoy-rls/envoy-rls/pkg/descriptors/rulefile"
 	"github.com/envoy-rls/envoy-rls/pkg/descriptors/xds"
@@ -118,8 +122,18 @@ const problemHidden = "(the reason is in the reload log line and in envoy-rls va
 // of --config, or with --config-source xds the rules from the xDS server
 // (x, with w nil).
 type ruleSet struct {
-	w *rulefile.Watcher
-	x *xds.Source
+	ruleSource // the one of w and x in use
+	w          *rulefile.Watcher
+	x          *xds.Source
+}
+
+// ruleSource is what both sources do: the snapshot in service (nil before
+// the first load), the last load attempt, and keying the rules in service
+// and every later load with a secret.
+type ruleSource interface {
+	Current() *descriptors.Snapshot
+	Last() descriptors.ReloadResult
+	SetSecret(secret []byte) error
 }
 
 // newRuleSet loads path (the first load must succeed) and reports every
@@ -129,7 +143,7 @@ func newRuleSet(path string, opts descriptors.Options, onReload func(descriptors
 	if err != nil {
 		return nil, err
 	}
-	return &ruleSet{w: w}, nil
+	return &ruleSet{ruleSource: w, w: w}, nil
 }
 
 // Received reports whether rules from the source are in service: a rule
@@ -142,14 +156,6 @@ func (rs *ruleSet) Received() bool {
 	return rs.w.Current() != nil
 }
 
-// Current is the snapshot in service, nil before the first load.
-func (rs *ruleSet) Current() *descriptors.Snapshot {
-	if rs.x != nil {
-		return rs.x.Current()
-	}
-	return rs.w.Current()
-}
-
 // rules is the rls.Config.Rules function.
 func (rs *ruleSet) rules() rls.Rules {
 	if s := rs.Current(); s != nil {
@@ -158,31 +164,16 @@ func (rs *ruleSet) rules() rls.Rules {
 	return nil
 }
 
-// setSecret keys the rules in service, and every later load, with secret.
-func (rs *ruleSet) setSecret(secret []byte) error {
-	if rs.x != nil {
-		return rs.x.SetSecret(secret)
-	}
-	return rs.w.SetSecret(secret)
-}
-
 // reload reads the rule files again; rules from an xDS server change only
 // when the server sends a version.
 func (rs *ruleSet) reload() descriptors.ReloadResult {
 	if rs.x != nil {
-		return rs.last()
+		return rs.Last()
 	}
 	return rs.w.Reload()
 }
 
-func (rs *ruleSet) last() descriptors.ReloadResult {
-	if rs.x != nil {
-		return rs.x.Last()
-	}
-	return rs.w.Last()
-}
-
-func (rs *ruleSet) lastResult() reloadDoc { return newReloadDoc(rs.last()) }
+func (rs *ruleSet) lastResult() reloadDoc { return newReloadDoc(rs.Last()) }
 
 // watch reloads when the rule files change, until ctx ends (with an xDS
 // source it only waits: the client pushes).
@@ -323,4 +314,82 @@ func chargeMeaning(c limiter.Charge) string {
 		return "the rules that set no charge record a denied request's hits (up to twice the limit), as envoyproxy/ratelimit does unless STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT=true"
 	}
 	return "the rules that set no charge record nothing for a denied request"
+}
+
+// loadRules reads the HMAC secret and the rules; the first load counts as a
+// successful reload.
+func (s *server) loadRules(ctx context.Context) error {
+	secret, from, err := options.ReadSecret(s.opts.Options, s.getenv)
+	if err != nil {
+		return err
+	}
+	switch {
+	case s.secret.read != nil:
+		secret, from = s.secret.read, "redis"
+	case s.secret.wait != nil:
+		// A per-process placeholder: nothing keyed with it reaches the
+		// store (the gate is closed) until awaitSecret keys the rules with
+		// the shared secret.
+		from = "redis, not read yet"
+	}
+	dopts := descriptorOptions(s.opts, secret)
+	s.log.Info("counting of denied requests", zap.String("default_charge", dopts.DefaultCharge.String()),
+		zap.String("meaning", chargeMeaning(dopts.DefaultCharge)))
+	warnRandom := func() {
+		if from == "random" {
+			s.log.Warn("no HMAC secret given (--hmac-secret-file or " + options.SecretEnv + "): using a random per-process secret; fine for the memory store, but subjects change on restart")
+		}
+	}
+	if s.opts.ConfigSource == options.SourceXDS {
+		warnRandom()
+		x, err := xdsrules.Start(ctx, &s.opts.xds, xdsrules.StartConfig{
+			Rules: dopts, OnReload: s.onReload, Registerer: s.reg, Log: s.log, Label: s.opts.Label, Config: s.opts.Config,
+		})
+		if err != nil {
+			return err
+		}
+		s.rules = &ruleSet{ruleSource: x, x: x}
+		return nil
+	}
+	s.rules, err = newRuleSet(s.opts.Config, dopts, s.onReload)
+	if err != nil {
+		return rulesError(s.opts.Label("config"), err)
+	}
+	warnRandom()
+	s.onReload(s.rules.w.Last())
+	if s.hooks.watcher != nil {
+		s.hooks.watcher(s.rules.w)
+	}
+	return nil
+}
+
+// startReloads reloads the rules on SIGHUP (or the test hook) and on file
+// changes until ctx is done. It returns the function that stops listening
+// for SIGHUP.
+func (s *server) startReloads(ctx context.Context) (stop func()) {
+	stop = func() {}
+	hup := s.hooks.reloadSignals
+	if hup == nil {
+		sig := make(chan os.Signal, 1)
+		signal.Notify(sig, syscall.SIGHUP)
+		stop = func() { signal.Stop(sig) }
+		hup = sig
+	}
+	s.background(func() {
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-hup:
+				s.log.Info("SIGHUP: reloading rules")
+				s.rules.reload()
+			}
+		}
+	})
+	s.background(func() {
+		if err := s.rules.watch(ctx); err != nil && ctx.Err() == nil {
+			s.log.Error("rule file watcher stopped; SIGHUP still reloads", zap.Error(err))
+		}
+	})
+	return stop
 }

@@ -39,11 +39,13 @@ type Config struct {
 	// memory store without GOMEMLIMIT also sets a soft memory limit
 	// (MemoryHeapLimit).
 	GCAutomatic bool
+	// Every runs fn with the tick's time every d, in the background work
+	// of the caller, until the context it gave Open ends. (Required)
+	Every func(d time.Duration, fn func(now time.Time))
 }
 
-// Open opens the store of c.Kind. Its background work (the memory store's
-// sweep) runs until ctx ends; closeStore, called once ctx has ended, waits
-// for it and closes the store.
+// Open opens the store of c.Kind; closeStore, called once the background
+// work has ended, closes it.
 func Open(ctx context.Context, f *Flags, c Config) (st limiter.Store, closeStore func(), err error) {
 	switch c.Kind {
 	case "memory":
@@ -78,27 +80,16 @@ func openMemory(ctx context.Context, f *Flags, c Config) (limiter.Store, func(),
 		restore = func() { debug.SetMemoryLimit(prev) }
 		c.Log.Info("memory limit", zap.Int64("bytes", heap), zap.String("from", "automatic (memory store)"))
 	}
-	swept := make(chan struct{})
-	go func() {
-		defer close(swept)
-		t := time.NewTicker(memorySweepInterval)
-		defer t.Stop()
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case now := <-t.C:
-				if c.Clock != nil {
-					now = c.Clock.Now()
-				}
-				st.Sweep(now)
-				c.Metrics.Memory.Entries(st.Len())
-				c.Metrics.Memory.Sketches(st.Sketches())
-				c.Metrics.Memory.SketchBytes(st.SketchBytes())
-			}
+	c.Every(memorySweepInterval, func(now time.Time) {
+		if c.Clock != nil {
+			now = c.Clock.Now()
 		}
-	}()
-	return st, func() { <-swept; restore() }, nil
+		st.Sweep(now)
+		c.Metrics.Memory.Entries(st.Len())
+		c.Metrics.Memory.Sketches(st.Sketches())
+		c.Metrics.Memory.SketchBytes(st.SketchBytes())
+	})
+	return st, restore, nil
 }
 
 // WithDenyCache is st behind the local deny cache when --local-cache is
