@@ -65,9 +65,9 @@ func (f *Flags) Check(check func(string, bool, string), _ func(string) string) {
 // --reference-metrics-mapping, read now, or the reference's default.
 func (f *Flags) mapper(label func(string) string) (*Mapper, error) {
 	if f.Mapping == "" {
-		return DefaultMapper()
+		return defaultMapper()
 	}
-	m, err := LoadMapping(f.Mapping)
+	m, err := loadMapping(f.Mapping)
 	if err != nil {
 		return nil, fmt.Errorf("%s: must be a statsd_exporter mapping file envoy-rls reads (docs/operations.md, Envoy Gateway's Prometheus metrics): %w", label("reference-metrics-mapping"), err)
 	}

@@ -55,7 +55,7 @@ func (f *Flags) Check(check func(string, bool, string), _ func(string) string) {
 		bad("statsd-addr", err == nil && host != "" && perr == nil && p > 0 && p < 65536)
 	}
 	bad("statsd-protocol", f.Protocol == "tcp" || f.Protocol == "udp")
-	_, err := ParseTags(f.ExtraTags)
+	_, err := parseTags(f.ExtraTags)
 	bad("statsd-extra-tags", err == nil)
 	bad("statsd-flush-interval", f.FlushInterval > 0)
 	_, ok := f.Ratio()
@@ -75,7 +75,7 @@ func Start(f *Flags, log *zap.Logger) (rls.Observer, func(), error) {
 	if f.Addr == "" {
 		return nil, func() {}, nil
 	}
-	tags, _ := ParseTags(f.ExtraTags) // checked by Check
+	tags, _ := parseTags(f.ExtraTags) // checked by Check
 	ratio, _ := f.Ratio()
 	sink, err := New(Config{Addr: f.Addr, Protocol: f.Protocol, Tags: tags, FlushInterval: f.FlushInterval, NearLimitRatio: ratio, Logger: log})
 	if err != nil {

@@ -15,8 +15,8 @@ import (
 	"github.com/envoy-rls/envoy-rls/pkg/descriptors/xds"
 )
 
-// DefaultInitialTimeout is --xds-initial-timeout's default.
-const DefaultInitialTimeout = time.Minute
+// defaultInitialTimeout is --xds-initial-timeout's default.
+const defaultInitialTimeout = time.Minute
 
 // Flags are the xDS client's flags of the serve command (a group of its
 // options, internal/options).
@@ -111,7 +111,7 @@ func (f *Flags) Define(fs *flag.FlagSet) map[string]string {
 	fs.Var(&f.Headers, "xds-header", "gRPC metadata sent on the xDS stream, key:value pairs, comma-separated (repeatable)")
 	fs.DurationVar(&f.RetryInterval, "xds-retry-interval", xds.DefaultRetryInterval, "first wait before reconnecting to the xDS server; it doubles after each failed attempt up to --xds-retry-max-interval, each wait drawn between half and all of it")
 	fs.DurationVar(&f.RetryMax, "xds-retry-max-interval", xds.DefaultMaxRetryInterval, "longest wait between reconnection attempts")
-	fs.DurationVar(&f.InitialWait, "xds-initial-timeout", DefaultInitialTimeout, "how long serve waits for the first valid rules from the xDS server before it gives up (not with --force-start-without-initial-config)")
+	fs.DurationVar(&f.InitialWait, "xds-initial-timeout", defaultInitialTimeout, "how long serve waits for the first valid rules from the xDS server before it gives up (not with --force-start-without-initial-config)")
 	fs.BoolVar(&f.ForceStart, "force-start-without-initial-config", false, "with --config-source xds: serve at once with no rules (every call answered OK) until the xDS server sends valid rules")
 	return flagAccepts
 }

@@ -45,7 +45,7 @@ type Flags struct {
 var flagAccepts = map[string]string{
 	"audit-sink":           "redis, file, stdout, or empty for no audit sink",
 	"audit-redis-stream":   "a non-empty Redis key",
-	"audit-redis-maxlen":   fmt.Sprintf("an integer between 1 and %d", MaxStreamLen),
+	"audit-redis-maxlen":   fmt.Sprintf("an integer between 1 and %d", maxStreamLen),
 	"audit-file":           "the file to append to (required with --audit-sink file)",
 	"audit-sample":         "a number greater than 0 and at most 1, such as 0.1",
 	"audit-sample-policy":  fmt.Sprintf("at most %d policy_id=share pairs separated by commas, each share greater than 0 and at most 1", maxPolicySamples),
@@ -58,7 +58,7 @@ var flagAccepts = map[string]string{
 func (f *Flags) Define(fs *flag.FlagSet) map[string]string {
 	fs.StringVar(&f.Sink, "audit-sink", "", "write an event per denial (shadow ones included) to: redis (a Redis Stream, through the --redis-* connection settings), file (JSON lines, --audit-file) or stdout (JSON lines); empty: off (docs/operations.md, Audit stream)")
 	fs.StringVar(&f.RedisStream, "audit-redis-stream", DefaultRedisStream, "audit sink redis: the stream's key")
-	fs.Int64Var(&f.RedisMaxLen, "audit-redis-maxlen", DefaultRedisMaxLen, fmt.Sprintf("audit sink redis: the stream is trimmed to about this many events (XADD MAXLEN ~), 1–%d", MaxStreamLen))
+	fs.Int64Var(&f.RedisMaxLen, "audit-redis-maxlen", DefaultRedisMaxLen, fmt.Sprintf("audit sink redis: the stream is trimmed to about this many events (XADD MAXLEN ~), 1–%d", maxStreamLen))
 	fs.StringVar(&f.File, "audit-file", "", "audit sink file: the file the JSON lines are appended to (created 0600 when missing)")
 	fs.StringVar(&f.Sample, "audit-sample", DefaultSample, "the share of denial events written, 0 < share ≤ 1 (random sampling)")
 	fs.StringVar(&f.SamplePolicy, "audit-sample-policy", "", "per-policy shares overriding --audit-sample: policy_id=share pairs, comma-separated")
@@ -74,7 +74,7 @@ func (f *Flags) Check(check func(string, bool, string), value func(string) strin
 	bad := func(name string, ok bool) { check(name, ok, "must be "+flagAccepts[name]) }
 	bad("audit-sink", f.Sink == "" || f.Sink == "redis" || f.Sink == "file" || f.Sink == "stdout")
 	bad("audit-redis-stream", f.RedisStream != "")
-	bad("audit-redis-maxlen", f.RedisMaxLen >= 1 && f.RedisMaxLen <= MaxStreamLen)
+	bad("audit-redis-maxlen", f.RedisMaxLen >= 1 && f.RedisMaxLen <= maxStreamLen)
 	bad("audit-file", f.Sink != "file" || f.File != "")
 	_, ok := f.sampleRate()
 	bad("audit-sample", ok)

@@ -99,7 +99,7 @@ func (f *Flags) openWriter(c StartConfig) (Writer, string, error) {
 			return nil, "", fmt.Errorf("audit sink: %w", err)
 		}
 		dial := func() (rueidis.Client, error) { return redis.NewClient(cfg, "envoy-rls-audit") }
-		w, err := NewRedisStream(dial, f.RedisStream, f.RedisMaxLen, nil)
+		w, err := newRedisStream(dial, f.RedisStream, f.RedisMaxLen, nil)
 		return w, f.RedisStream, err
 	}
 	return nil, "", nil
@@ -124,21 +124,21 @@ func (s *Sink) writeUsage(top *topk.Tracker, interval time.Duration) func() {
 			case <-ctx.Done():
 				return
 			case now := <-t.C:
-				s.offerUsage(top, now)
+				s.recordUsage(top, now)
 			}
 		}
 	}()
 	return func() {
 		cancel()
 		<-done
-		s.offerUsage(top, time.Now())
+		s.recordUsage(top, time.Now())
 	}
 }
 
-// offerUsage queues one usage record per policy top tracks, stamped now.
-func (s *Sink) offerUsage(top *topk.Tracker, now time.Time) {
+// recordUsage queues one usage record per policy top tracks, stamped now.
+func (s *Sink) recordUsage(top *topk.Tracker, now time.Time) {
 	for _, u := range top.Usage(topk.Filter{}) {
-		s.OfferUsage(Event{Time: now, Domain: u.Domain, PolicyID: u.Policy, Usage: &Usage{
+		s.offerUsage(Event{Time: now, Domain: u.Domain, PolicyID: u.Policy, Usage: &Usage{
 			Key: u.Key, Since: u.Since, Hits: u.Hits, Decisions: u.Decisions, Denials: u.Denials,
 			ShadowDenials: u.ShadowDenials, DistinctSubjects: u.DistinctSubjects,
 		}})

@@ -11,8 +11,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 )
 
-// MaxMetricSeries bounds --top-metric-series.
-const MaxMetricSeries = 1000
+// maxMetricSeries bounds --top-metric-series.
+const maxMetricSeries = 1000
 
 // Flags are the --top-* flags of the serve command (a group of its
 // options, internal/options): the tracker behind /v1/top and /v1/usage,
@@ -29,7 +29,7 @@ var flagAccepts = map[string]string{
 	"top-counters":      fmt.Sprintf("an integer from 1 to %d", MaxCounters),
 	"top-max-policies":  fmt.Sprintf("an integer from 1 to %d", MaxPolicies),
 	"top-window":        "a duration of at least 1s, such as 1m",
-	"top-metric-series": fmt.Sprintf("an integer from 0 to %d", MaxMetricSeries),
+	"top-metric-series": fmt.Sprintf("an integer from 0 to %d", maxMetricSeries),
 }
 
 // Define defines the flags on fs.
@@ -37,7 +37,7 @@ func (f *Flags) Define(fs *flag.FlagSet) map[string]string {
 	fs.IntVar(&f.Counters, "top-counters", DefaultCounters, fmt.Sprintf("top consumers: subjects monitored per policy, per ranking (hits, denials) and window, 1–%d (/v1/top answers at most this many)", MaxCounters))
 	fs.IntVar(&f.MaxPolicies, "top-max-policies", DefaultMaxPolicies, fmt.Sprintf("top consumers and usage: the most policies tracked, 1–%d; decisions of further policies are counted in envoy_rls_top_untracked_total only", MaxPolicies))
 	fs.DurationVar(&f.Window, "top-window", DefaultWindow, "top consumers: the length of each of the two rotating windows; /v1/top covers the current and the previous one (at least 1s)")
-	fs.IntVar(&f.MetricSeries, "top-metric-series", 0, fmt.Sprintf("export the heaviest subjects as envoy_rls_top_subject_hits, at most this many series in all, 0–%d (0: off); labels carry an 8-hex digest prefix, never a value", MaxMetricSeries))
+	fs.IntVar(&f.MetricSeries, "top-metric-series", 0, fmt.Sprintf("export the heaviest subjects as envoy_rls_top_subject_hits, at most this many series in all, 0–%d (0: off); labels carry an 8-hex digest prefix, never a value", maxMetricSeries))
 	return nil
 }
 
@@ -47,7 +47,7 @@ func (f *Flags) Check(check func(string, bool, string), _ func(string) string) {
 	bad("top-counters", f.Counters >= 1 && f.Counters <= MaxCounters)
 	bad("top-max-policies", f.MaxPolicies >= 1 && f.MaxPolicies <= MaxPolicies)
 	bad("top-window", f.Window >= time.Second)
-	bad("top-metric-series", f.MetricSeries >= 0 && f.MetricSeries <= MaxMetricSeries)
+	bad("top-metric-series", f.MetricSeries >= 0 && f.MetricSeries <= maxMetricSeries)
 }
 
 // Start builds the tracker of the checked f and registers its metrics on
