@@ -16,7 +16,7 @@ import (
 	reflectionpb "google.golang.org/grpc/reflection/grpc_reflection_v1"
 
 	"github.com/envoy-rls/envoy-rls/internal/admin"
-	"github.com/envoy-rls/envoy-rls/internal/options"
+	"github.com/envoy-rls/envoy-rls/internal/store"
 )
 
 func TestServeEndToEnd(t *testing.T) {
@@ -359,8 +359,8 @@ func TestMemoryStoreGCTarget(t *testing.T) {
 		wantLimit int64 // while serving; 0: unchanged
 		wantGC    int   // while serving; 0: unchanged
 	}{
-		{"automatic", nil, nil, options.MemoryHeapLimit(options.DefaultMemoryMaxEntries), options.MemoryGCPercent},
-		{"entry bound", []string{"--memory-max-entries", "1000"}, nil, options.MemoryHeapLimit(1000), options.MemoryGCPercent},
+		{"automatic", nil, nil, store.MemoryHeapLimit(store.DefaultMemoryMaxEntries), store.MemoryGCPercent},
+		{"entry bound", []string{"--memory-max-entries", "1000"}, nil, store.MemoryHeapLimit(1000), store.MemoryGCPercent},
 		{"GOGC", nil, map[string]string{"GOGC": "100"}, 0, 0},
 		{"flag", []string{"--gc-percent", "150"}, nil, 0, 150},
 	} {

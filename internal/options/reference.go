@@ -1,9 +1,7 @@
 package options
 
 import (
-	"errors"
 	"flag"
-	"fmt"
 	"strings"
 
 	"github.com/envoy-rls/envoy-rls/pkg/limiter"
@@ -56,23 +54,18 @@ func referenceFlags(fs *flag.FlagSet, o *referenceOptions) {
 	fs.BoolVar(&o.ResponseDynamicMetadata, "response-dynamic-metadata", false, "return in every response's dynamic metadata the domain, each descriptor's entries (request values, which Envoy's access log may write) and what decided it: code, policy, limit name, remaining, reset (docs/operations.md, Which limit denied a request)")
 }
 
-// check returns one error per refused value.
-func (o *referenceOptions) check(given map[string]Given) error {
-	var errs []error
-	if _, err := limiter.ParseCharge(o.DefaultCharge); err != nil {
-		errs = append(errs, fmt.Errorf("%s: must be allowed or always", Label("default-charge", given)))
-	}
+// check refuses every value that cannot do.
+func (o *referenceOptions) check(r *refusals) {
+	_, err := limiter.ParseCharge(o.DefaultCharge)
+	r.check("default-charge", err == nil, "must be allowed or always")
 	names := map[string]string{}
 	for _, h := range []struct{ flag, value string }{{"limit-header", o.LimitHeader}, {"remaining-header", o.RemainingHeader}, {"reset-header", o.ResetHeader}} {
-		switch prev, dup := names[strings.ToLower(h.value)]; {
-		case !rls.ValidHeaderName(h.value):
-			errs = append(errs, fmt.Errorf("%s: must be an HTTP header name (letters, digits and !#$%%&'*+-.^_`|~, at most 128)", Label(h.flag, given)))
-		case dup:
-			errs = append(errs, fmt.Errorf("%s: must differ from --%s", Label(h.flag, given), prev))
-		}
+		prev, dup := names[strings.ToLower(h.value)]
+		valid := rls.ValidHeaderName(h.value)
+		r.check(h.flag, valid, "must be an HTTP header name (letters, digits and !#$%&'*+-.^_`|~, at most 128)")
+		r.check(h.flag, !valid || !dup, "must differ from --"+prev)
 		names[strings.ToLower(h.value)] = h.flag
 	}
-	return errors.Join(errs...)
 }
 
 // HeaderNames are the rls.HeaderNames of the options.

@@ -32,10 +32,14 @@ func AddRuleLimitFlags(fs *flag.FlagSet, l *RuleLimits) {
 
 // Check reports the bounds that are not positive.
 func (l RuleLimits) Check(seen map[string]Given) []error {
-	r := refusals{given: seen, accepts: accepts}
-	r.check("config-max-bytes", l.MaxBytes > 0)
-	r.check("config-max-descriptors", l.MaxDescriptors > 0)
+	r := refusals{given: seen}
+	l.check(&r)
 	return r.errs
+}
+
+func (l RuleLimits) check(r *refusals) {
+	r.must("config-max-bytes", l.MaxBytes > 0)
+	r.must("config-max-descriptors", l.MaxDescriptors > 0)
 }
 
 // Limits are the bounds as the rules' loader takes them.

@@ -118,9 +118,9 @@ var (
 	labelName  = regexp.MustCompile(`^[a-zA-Z_][a-zA-Z0-9_]*$`)
 )
 
-// DefaultMapper is the reference service's default mapping. (An error is a
+// defaultMapper is the reference service's default mapping. (An error is a
 // defect of the build: TestDefaultMapping parses it.)
-func DefaultMapper() (*Mapper, error) {
+func defaultMapper() (*Mapper, error) {
 	m, err := ParseMapping(bytes.NewReader(defaultMapping))
 	if err != nil {
 		return nil, fmt.Errorf("refmetrics: the default mapping: %w", err)
@@ -128,8 +128,8 @@ func DefaultMapper() (*Mapper, error) {
 	return m, nil
 }
 
-// LoadMapping reads a mapping file.
-func LoadMapping(path string) (*Mapper, error) {
+// loadMapping reads a mapping file.
+func loadMapping(path string) (*Mapper, error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return nil, err

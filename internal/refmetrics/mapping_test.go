@@ -53,7 +53,7 @@ func labelText(labels map[string]string) string {
 // TestDefaultMapping: the reference's default mapping of every stat the
 // service sends.
 func TestDefaultMapping(t *testing.T) {
-	m, err := DefaultMapper()
+	m, err := defaultMapper()
 	checkMapping(t, m, err, []mapCase{
 		{"ratelimit.service.rate_limit.ai.tenant.total_hits", Counter, `ratelimit_service_rate_limit_total_hits{domain="ai",key1="tenant"}`},
 		{"ratelimit.service.rate_limit.ai.tenant_acme.over_limit", Counter, `ratelimit_service_rate_limit_over_limit{domain="ai",key1="tenant_acme"}`},

@@ -1,15 +1,17 @@
-package redis
+package compat
 
 import (
 	"bytes"
 	"context"
 	"errors"
 	"net"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/envoy-rls/envoy-rls/internal/redistest"
+	"github.com/envoy-rls/envoy-rls/pkg/limiter/redis"
 )
 
 // announceFor is the announcement period of the tests: longer than any
@@ -48,8 +50,8 @@ func TestSharedSecretFormat(t *testing.T) {
 		{"v1 of another key", EncodeSharedSecret("other:key", s), "whose check does not match"},
 	} {
 		_, _, err := DecodeSharedSecret(key, []byte(c.value))
-		var se *SharedSecretError
-		if !errors.As(err, &se) || se.Kind != SecretMalformed || se.Key != key || !strings.Contains(err.Error(), c.want) {
+		var se *secretError
+		if !errors.As(err, &se) || se.Kind != secretMalformed || se.Key != key || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%s: %v, want a malformed-secret error with %q", c.name, err, c.want)
 		}
 	}
@@ -59,17 +61,17 @@ func TestSharedSecretFormat(t *testing.T) {
 }
 
 // sharedSecretEnv is a Redis and a key of its own for one test.
-func sharedSecretEnv(t *testing.T) (srv *redistest.Server, cfg Config, key string, ctx context.Context) {
+func sharedSecretEnv(t *testing.T) (srv *redistest.Server, cfg redis.Config, key string, ctx context.Context) {
 	t.Helper()
 	srv = redistest.Standalone(t, redistest.Local())
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	t.Cleanup(cancel)
-	return srv, Config{Addrs: []string{srv.Addr()}}, "test:shared-secret", ctx
+	return srv, redis.Config{Addrs: []string{srv.Addr()}}, "test:shared-secret", ctx
 }
 
-func wantSecretError(t *testing.T, err error, kind SecretProblem, key string) *SharedSecretError {
+func wantSecretError(t *testing.T, err error, kind secretProblem, key string) *secretError {
 	t.Helper()
-	var se *SharedSecretError
+	var se *secretError
 	if !errors.As(err, &se) || se.Kind != kind || se.Key != key {
 		t.Fatalf("%v, want a shared-secret error of kind %d on %q", err, kind, key)
 	}
@@ -79,12 +81,12 @@ func wantSecretError(t *testing.T, err error, kind SecretProblem, key string) *S
 func TestSharedSecretFirstStoredWins(t *testing.T) {
 	srv, cfg, key, ctx := sharedSecretEnv(t)
 	a, b := secretOf('a'), secretOf('b')
-	st, err := SharedSecret(ctx, cfg, key, a, announceFor)
-	if err != nil || !st.Created || st.Legacy || !bytes.Equal(st.Secret, a) {
+	st, err := adoptSecret(ctx, cfg, key, a, announceFor)
+	if err != nil || !st.created || st.legacy || !bytes.Equal(st.secret, a) {
 		t.Fatalf("first call: %+v, %v; want its own candidate, created", st, err)
 	}
-	st, err = SharedSecret(ctx, cfg, key, b, announceFor)
-	if err != nil || st.Created || !bytes.Equal(st.Secret, a) {
+	st, err = adoptSecret(ctx, cfg, key, b, announceFor)
+	if err != nil || st.created || !bytes.Equal(st.secret, a) {
 		t.Fatalf("second call: %+v, %v; want the first candidate", st, err)
 	}
 	if v := srv.MustDo("GET", key); v != EncodeSharedSecret(key, a) {
@@ -96,7 +98,7 @@ func TestSharedSecretFirstStoredWins(t *testing.T) {
 	if ttl, _ := srv.MustDo("PTTL", InUseKey(key)).(int64); ttl <= 0 || ttl > announceFor.Milliseconds() {
 		t.Errorf("PTTL %s = %d, want at most %v", InUseKey(key), ttl, announceFor)
 	}
-	if _, err := SharedSecret(ctx, cfg, key, nil, announceFor); err == nil {
+	if _, err := adoptSecret(ctx, cfg, key, nil, announceFor); err == nil {
 		t.Error("empty candidate accepted")
 	}
 }
@@ -109,45 +111,45 @@ func TestSharedSecretRefused(t *testing.T) {
 	a, b := secretOf('a'), secretOf('b')
 
 	srv.MustDo("SET", key, "x")
-	_, err := SharedSecret(ctx, cfg, key, a, announceFor)
-	wantSecretError(t, err, SecretMalformed, key)
+	_, err := adoptSecret(ctx, cfg, key, a, announceFor)
+	wantSecretError(t, err, secretMalformed, key)
 
 	srv.MustDo("DEL", key)
 	srv.MustDo("RPUSH", key, "x")
-	_, err = SharedSecret(ctx, cfg, key, a, announceFor)
-	wantSecretError(t, err, SecretWrongType, key)
+	_, err = adoptSecret(ctx, cfg, key, a, announceFor)
+	wantSecretError(t, err, secretWrongType, key)
 
 	// A deployment runs with a; the key is overwritten with b, well formed.
 	srv.MustDo("DEL", key)
-	if _, err := SharedSecret(ctx, cfg, key, a, announceFor); err != nil {
+	if _, err := adoptSecret(ctx, cfg, key, a, announceFor); err != nil {
 		t.Fatal(err)
 	}
 	srv.MustDo("SET", key, EncodeSharedSecret(key, b))
-	se := wantSecretError(t, func() error { _, err := SharedSecret(ctx, cfg, key, a, announceFor); return err }(), SecretChanged, key)
+	se := wantSecretError(t, func() error { _, err := adoptSecret(ctx, cfg, key, a, announceFor); return err }(), secretChanged, key)
 	if se.InUse != Fingerprint(key, a) || se.Stored != Fingerprint(key, b) {
 		t.Errorf("fingerprints %s (in use), %s (stored); want a's, b's", se.InUse, se.Stored)
 	}
 	// Raw bytes of the legacy length do not pass either.
 	srv.MustDo("SET", key, string(b))
-	_, err = SharedSecret(ctx, cfg, key, a, announceFor)
-	wantSecretError(t, err, SecretChanged, key)
+	_, err = adoptSecret(ctx, cfg, key, a, announceFor)
+	wantSecretError(t, err, secretChanged, key)
 	// Lost while announced: nothing stored.
 	srv.MustDo("DEL", key)
-	_, err = SharedSecret(ctx, cfg, key, b, announceFor)
-	wantSecretError(t, err, SecretMissing, key)
+	_, err = adoptSecret(ctx, cfg, key, b, announceFor)
+	wantSecretError(t, err, secretMissing, key)
 	if n := srv.MustDo("EXISTS", key); n != int64(0) {
 		t.Errorf("EXISTS %s = %v: a refused replica stored its candidate", key, n)
 	}
 	// A damaged announcement.
 	srv.MustDo("SET", InUseKey(key), "nonsense")
-	_, err = SharedSecret(ctx, cfg, key, b, announceFor)
-	wantSecretError(t, err, SecretMalformed, InUseKey(key))
+	_, err = adoptSecret(ctx, cfg, key, b, announceFor)
+	wantSecretError(t, err, secretMalformed, InUseKey(key))
 	// Once the announcement is gone (every replica stopped), a legacy
 	// value is adopted as it is.
 	srv.MustDo("DEL", InUseKey(key))
 	srv.MustDo("SET", key, string(b))
-	st, err := SharedSecret(ctx, cfg, key, a, announceFor)
-	if err != nil || !st.Legacy || !bytes.Equal(st.Secret, b) {
+	st, err := adoptSecret(ctx, cfg, key, a, announceFor)
+	if err != nil || !st.legacy || !bytes.Equal(st.secret, b) {
 		t.Fatalf("legacy value: %+v, %v", st, err)
 	}
 }
@@ -158,9 +160,9 @@ func TestSharedSecretRefused(t *testing.T) {
 func TestKeepSharedSecret(t *testing.T) {
 	srv, cfg, key, ctx := sharedSecretEnv(t)
 	a, b := secretOf('a'), secretOf('b')
-	keep := func() SecretCheck {
+	keep := func() secretCheck {
 		t.Helper()
-		chk, err := KeepSharedSecret(ctx, cfg, key, a, announceFor)
+		chk, err := keepSecret(ctx, cfg, key, a, announceFor)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -169,18 +171,18 @@ func TestKeepSharedSecret(t *testing.T) {
 		}
 		return chk
 	}
-	if chk := keep(); !chk.Restored || !chk.Matches {
+	if chk := keep(); !chk.restored || !chk.matches {
 		t.Fatalf("on a missing key: %+v, want restored", chk)
 	}
-	if chk := keep(); chk.Restored || !chk.Matches {
+	if chk := keep(); chk.restored || !chk.matches {
 		t.Fatalf("on its own key: %+v", chk)
 	}
 	srv.MustDo("SET", key, EncodeSharedSecret(key, b))
 	first := keep()
-	if first.Matches || first.Restored {
+	if first.matches || first.restored {
 		t.Fatalf("on another secret: %+v", first)
 	}
-	if again := keep(); again.Found != first.Found {
+	if again := keep(); again.found != first.found {
 		t.Error("the same value found twice has two digests")
 	}
 	if v := srv.MustDo("GET", key); v != EncodeSharedSecret(key, b) {
@@ -188,13 +190,13 @@ func TestKeepSharedSecret(t *testing.T) {
 	}
 	srv.MustDo("DEL", key)
 	srv.MustDo("RPUSH", key, "x")
-	if list := keep(); list.Matches || list.Found == first.Found {
+	if list := keep(); list.matches || list.found == first.found {
 		t.Fatalf("on a list: %+v", list)
 	}
 	// A legacy value holding its own secret matches.
 	srv.MustDo("DEL", key)
 	srv.MustDo("SET", key, string(a))
-	if chk := keep(); !chk.Matches {
+	if chk := keep(); !chk.matches {
 		t.Fatalf("on its own secret in the legacy form: %+v", chk)
 	}
 }
@@ -209,8 +211,8 @@ func TestSharedSecretUnreachable(t *testing.T) {
 	}
 	addr := l.Addr().String()
 	_ = l.Close()
-	_, err = SharedSecret(ctx, Config{Addrs: []string{addr}}, "k", secretOf('a'), announceFor)
-	var se *SharedSecretError
+	_, err = adoptSecret(ctx, redis.Config{Addrs: []string{addr}}, "k", secretOf('a'), announceFor)
+	var se *secretError
 	if err == nil || errors.As(err, &se) {
 		t.Errorf("%v, want a connection error", err)
 	}
@@ -220,29 +222,29 @@ func TestSharedSecretUnreachable(t *testing.T) {
 // secret once and read it, announce its fingerprint, and nothing else on
 // those keys: no overwrite, no delete, no expiry, not even from a script.
 func TestSharedSecretACL(t *testing.T) {
-	e := newEnv(t, redistest.Local())
+	srv := redistest.Standalone(t, redistest.Local())
 	const key = "envoy-rls:hmac-secret"
 	// docs/redis.md, Least privilege: the store's rules, then the two
 	// selectors of the shared secret.
-	e.do("ACL", "SETUSER", "envoy-rls", "on", ">s3cret-pw", "resetkeys", "~rate:*", "-@all",
+	srv.MustDo("ACL", "SETUSER", "envoy-rls", "on", ">s3cret-pw", "resetkeys", "~rate:*", "-@all",
 		"+hello", "+ping", "+client|setname",
 		"+evalsha", "+eval", "+time", "+mget", "+get", "+exists", "+set", "+pexpire", "+hmget",
 		"(~envoy-rls:hmac-secret +get +setnx)", "(~envoy-rls:hmac-secret:in-use +get +set)")
-	user := Config{Addrs: []string{e.srv.Addr()}, Username: "envoy-rls", Password: "s3cret-pw"}
+	user := redis.Config{Addrs: []string{srv.Addr()}, Username: "envoy-rls", Password: "s3cret-pw"}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	a := secretOf('a')
-	st, err := SharedSecret(ctx, user, key, a, announceFor)
-	if err != nil || !st.Created {
+	st, err := adoptSecret(ctx, user, key, a, announceFor)
+	if err != nil || !st.created {
 		t.Fatalf("creating the secret as the ACL user: %+v, %v", st, err)
 	}
-	if st, err := SharedSecret(ctx, user, key, secretOf('b'), announceFor); err != nil || !bytes.Equal(st.Secret, a) {
+	if st, err := adoptSecret(ctx, user, key, secretOf('b'), announceFor); err != nil || !bytes.Equal(st.secret, a) {
 		t.Fatalf("reading it: %+v, %v", st, err)
 	}
-	if chk, err := KeepSharedSecret(ctx, user, key, a, announceFor); err != nil || !chk.Matches {
+	if chk, err := keepSecret(ctx, user, key, a, announceFor); err != nil || !chk.matches {
 		t.Fatalf("checking it: %+v, %v", chk, err)
 	}
-	conn, err := redistest.Dial(e.srv.Addr(), nil, 5*time.Second)
+	conn, err := redistest.Dial(srv.Addr(), nil, 5*time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -264,7 +266,49 @@ func TestSharedSecretACL(t *testing.T) {
 			t.Errorf("%q as the ACL user: %v, want NOPERM", cmd, err)
 		}
 	}
-	if v := e.do("GET", key); v != EncodeSharedSecret(key, a) {
+	if v := srv.MustDo("GET", key); v != EncodeSharedSecret(key, a) {
 		t.Errorf("the secret changed: %v", v)
+	}
+}
+
+// TestSharedSecretUnixSocket: the secret is shared over a standalone
+// server's Unix socket, as the reference's default (REDIS_SOCKET_TYPE=unix)
+// reaches Redis.
+func TestSharedSecretUnixSocket(t *testing.T) {
+	sock := filepath.Join(t.TempDir(), "redis.sock")
+	redistest.Standalone(t, redistest.Local(), redistest.WithArgs("--unixsocket", sock, "--unixsocketperm", "700"))
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := adoptSecret(ctx, redis.Config{Addrs: []string{sock}}, "k", secretOf('k'), announceFor); err != nil {
+		t.Errorf("adoptSecret over the socket: %v", err)
+	}
+}
+
+// TestSharedSecretDocACL: the user of docs/redis.md's first ACL line may
+// not share a secret; with the optional lines it may, and Redis denies it
+// nothing (its ACL LOG stays empty).
+func TestSharedSecretDocACL(t *testing.T) {
+	srv := redistest.Standalone(t, redistest.Local())
+	acl, err := redistest.DocACL("../../docs/redis.md", "s3cret-pw")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv.MustDo(acl[0]...)
+	user := redis.Config{Addrs: []string{srv.Addr()}, Username: "envoy-rls", Password: "s3cret-pw"}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	candidate := secretOf('s')
+	if _, err := adoptSecret(ctx, user, DefaultHMACSecretRedisKey, candidate, announceFor); err == nil || !strings.Contains(err.Error(), "NOPERM") {
+		t.Fatalf("shared secret without the ACL's secret line: %v, want NOPERM", err)
+	}
+	srv.MustDo("ACL", "LOG", "RESET")
+	for _, l := range acl[1:] {
+		srv.MustDo(l...)
+	}
+	if got, err := adoptSecret(ctx, user, DefaultHMACSecretRedisKey, candidate, announceFor); err != nil || !bytes.Equal(got.secret, candidate) || !got.created {
+		t.Fatalf("shared secret with the ACL's secret line: %+v, %v", got, err)
+	}
+	if l := srv.MustDo("ACL", "LOG").([]any); len(l) != 0 {
+		t.Fatalf("ACL LOG: %v, want no denial", l)
 	}
 }

@@ -1,4 +1,4 @@
-package observe
+package tracing
 
 import (
 	"slices"
@@ -6,12 +6,15 @@ import (
 	"testing"
 
 	"go.opentelemetry.io/otel/attribute"
+
+	"github.com/envoy-rls/envoy-rls/internal/options"
 )
 
 func TestReadTracing(t *testing.T) {
 	for _, tc := range []struct {
 		name     string
-		flag     TracingFlag
+		flag     Flags // its On and given, with label
+		label    string
 		env      map[string]string
 		on       bool
 		protocol string
@@ -24,9 +27,9 @@ func TestReadTracing(t *testing.T) {
 		{name: "traces endpoint turns it on", env: map[string]string{envTracesEndpoint: "http://127.0.0.1:4318/v1/traces"}, on: true},
 		{name: "exporter otlp", env: map[string]string{envTracesExporter: "otlp"}, on: true},
 		{name: "exporter none wins over the endpoint", env: map[string]string{envTracesExporter: "none", envEndpoint: "http://x:4318"}},
-		{name: "flag", flag: TracingFlag{On: true, Given: true, Label: `--tracing="true"`}, on: true},
-		{name: "flag false wins over the endpoint", flag: TracingFlag{Given: true, Label: `--tracing="false"`}, env: map[string]string{envEndpoint: "http://x:4318"}},
-		{name: "sdk disabled wins over everything", flag: TracingFlag{On: true, Given: true}, env: map[string]string{envSDKDisabled: "true", envRefEnabled: "true"}},
+		{name: "flag", flag: Flags{On: true, given: true}, label: `--tracing="true"`, on: true},
+		{name: "flag false wins over the endpoint", flag: Flags{given: true}, label: `--tracing="false"`, env: map[string]string{envEndpoint: "http://x:4318"}},
+		{name: "sdk disabled wins over everything", flag: Flags{On: true, given: true}, env: map[string]string{envSDKDisabled: "true", envRefEnabled: "true"}},
 		{name: "reference alias", env: map[string]string{envRefEnabled: "true", envRefProtocol: "grpc", envRefServiceName: "RateLimit", envRefSamplingRate: "0.25"},
 			on: true, protocol: protocolGRPC, sampler: "parentbased_traceidratio(0.25)", service: "RateLimit"},
 		{name: "reference alias off wins over the endpoint", env: map[string]string{envRefEnabled: "false", envEndpoint: "http://x:4318"}},
@@ -45,21 +48,29 @@ func TestReadTracing(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			getenv := func(k string) string { return tc.env[k] }
-			ts, err := readTracing(tc.flag, getenv)
+			f := tc.flag
+			f.Getenv = getenv
+			ts, err := f.read(tc.label)
 			if tc.wantErr != "" {
 				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
-					t.Fatalf("readTracing error %v, want %q", err, tc.wantErr)
+					t.Fatalf("read error %v, want %q", err, tc.wantErr)
 				}
-				if cerr := CheckTracing(tc.flag, getenv); cerr == nil || cerr.Error() != err.Error() {
-					t.Fatalf("CheckTracing error %v, want %v", cerr, err)
+				var refused string
+				f.Check(func(_ string, ok bool, reason string) {
+					if !ok {
+						refused = reason
+					}
+				}, nil)
+				if refused != err.Error() {
+					t.Fatalf("Check refused %q, want %v", refused, err)
 				}
 				return
 			}
 			if err != nil {
 				t.Fatal(err)
 			}
-			if tc.flag.Given && ts.on && ts.why != tc.flag.Label {
-				t.Errorf("why = %q, want the flag as given, %q", ts.why, tc.flag.Label)
+			if tc.flag.given && ts.on && ts.why != tc.label {
+				t.Errorf("why = %q, want the flag as given, %q", ts.why, tc.label)
 			}
 			if ts.on != tc.on {
 				t.Errorf("on = %v (because %s), want %v", ts.on, ts.why, tc.on)
@@ -72,6 +83,46 @@ func TestReadTracing(t *testing.T) {
 			}
 			if tc.service != "" && !slices.Contains(ts.attrs, attribute.String("service.name", tc.service)) {
 				t.Errorf("resource attributes %v: want service.name %q", ts.attrs, tc.service)
+			}
+		})
+	}
+}
+
+// TestFlagsWithServe: as a group of serve's options, --tracing is given on
+// the command line or by its variable, and every refused variable is one
+// line of serve's check.
+func TestFlagsWithServe(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		args    []string
+		env     map[string]string
+		on      bool
+		why     string
+		wantErr string
+	}{
+		{name: "not given", env: map[string]string{envEndpoint: "http://127.0.0.1:4318"}, on: true, why: envEndpoint + " is set"},
+		{name: "command line", args: []string{"--tracing=false"}, env: map[string]string{envEndpoint: "http://127.0.0.1:4318"}, why: `--tracing="false"`},
+		{name: "variable", env: map[string]string{"ENVOY_RLS_TRACING": "true"}, on: true, why: `ENVOY_RLS_TRACING="true"`},
+		{name: "bare flag", args: []string{"--tracing"}, on: true, why: `--tracing="true"`},
+		{name: "variable not a boolean", env: map[string]string{"ENVOY_RLS_TRACING": "yes"}, wantErr: `ENVOY_RLS_TRACING="yes": must be true or false`},
+		{name: "refused variable", env: map[string]string{envTracesExporter: "zipkin"}, wantErr: `OTEL_TRACES_EXPORTER="zipkin": must be otlp or none (this binary exports traces by OTLP only)`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			getenv := func(k string) string { return tc.env[k] }
+			f := Flags{Getenv: getenv}
+			o, _, err := options.Serve(append([]string{"--config", "rules"}, tc.args...), getenv, nil, &f)
+			if tc.wantErr != "" {
+				if err == nil || err.Error() != tc.wantErr {
+					t.Fatalf("error %v, want %q", err, tc.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			ts, err := f.read(o.Label("tracing"))
+			if err != nil || ts.on != tc.on || ts.why != tc.why {
+				t.Fatalf("on %v because %q (%v), want %v because %q", ts.on, ts.why, err, tc.on, tc.why)
 			}
 		})
 	}

@@ -1,4 +1,4 @@
-package observe
+package tracing
 
 import (
 	"net/url"
@@ -9,7 +9,7 @@ import (
 	"github.com/envoy-rls/envoy-rls/internal/redact"
 )
 
-// The OTLP exporter's variables that readTracing checks before the
+// The OTLP exporter's variables that Flags.read checks before the
 // exporter reads them: the exporter would log a malformed one whole (a
 // header's credential or an endpoint's password included) on stderr and
 // go on without it.
@@ -93,11 +93,7 @@ func otlpPlaintext(getenv func(string) string) bool {
 	return false
 }
 
-// MsgPlaintextCredentials is the start-up warning of credential headers
-// sent without TLS (to the OTLP endpoint or the xDS server).
-const MsgPlaintextCredentials = "credential headers are sent without TLS: anyone on the path can read them; use TLS to that endpoint"
-
-// warnOTLPCredentials logs MsgPlaintextCredentials once when the OTLP
+// warnOTLPCredentials logs redact.MsgPlaintextCredentials once when the OTLP
 // exporter sends credential headers (redact.Credentials) in plaintext.
 func warnOTLPCredentials(log *zap.Logger, getenv func(string) string) {
 	if !otlpPlaintext(getenv) {
@@ -109,6 +105,6 @@ func warnOTLPCredentials(log *zap.Logger, getenv func(string) string) {
 		names = append(names, redact.Credentials(h)...)
 	}
 	if len(names) > 0 {
-		log.Warn(MsgPlaintextCredentials, zap.String("to", "otlp"), zap.Strings("headers", names))
+		log.Warn(redact.MsgPlaintextCredentials, zap.String("to", "otlp"), zap.Strings("headers", names))
 	}
 }

@@ -1,4 +1,4 @@
-package options
+package store
 
 import (
 	"crypto/tls"
@@ -8,6 +8,7 @@ import (
 	"os"
 	"strings"
 
+	"github.com/envoy-rls/envoy-rls/internal/tlsfiles"
 	"github.com/envoy-rls/envoy-rls/pkg/limiter/redis"
 )
 
@@ -62,43 +63,43 @@ func redisWant(c redis.Config) string {
 // redisCheck returns what RedisConfig would refuse without reading any
 // file: a *flagError for a malformed, out-of-range or inconsistent --redis-*
 // value. The binary runs it before it starts.
-func (o *Options) redisCheck() error {
-	_, err := o.redisPlain()
+func (f *Flags) redisCheck() error {
+	_, err := f.redisPlain()
 	return err
 }
 
 // redisCheckValues is redisCheck for a binary that does not use Redis: it
 // refuses malformed or out-of-range values but requires no address.
-func (o *Options) redisCheckValues() error {
-	_, err := o.redisValues().ValidateValues()
+func (f *Flags) redisCheckValues() error {
+	_, err := f.redisValues().ValidateValues()
 	return asFlagError(err)
 }
 
-// redisValues is the one conversion of the --redis-* options to a
+// redisValues is the one conversion of the --redis-* flags to a
 // redis.Config: the flag values alone, not validated, no file read,
 // defaults not filled. redisPlain validates it and RedisConfig adds what
 // the named files hold.
-func (o *Options) redisValues() redis.Config {
+func (f *Flags) redisValues() redis.Config {
 	var c redis.Config
-	for _, a := range strings.Split(o.RedisAddr, ",") {
+	for _, a := range strings.Split(f.RedisAddr, ",") {
 		if a = strings.TrimSpace(a); a != "" {
 			c.Addrs = append(c.Addrs, a)
 		}
 	}
-	c.Mode, c.SentinelMaster, c.Username = redis.Mode(o.RedisMode), o.RedisSentinelMaster, o.RedisUsername
-	c.Timeout, c.PoolSize, c.MaxFlushDelay = o.RedisTimeout, o.RedisPoolSize, o.RedisMaxFlushDelay
-	c.GroupMaxKeys, c.GroupInFlight = o.RedisGroupMaxKeys, o.RedisGroupInFlight
+	c.Mode, c.SentinelMaster, c.Username = redis.Mode(f.RedisMode), f.RedisSentinelMaster, f.RedisUsername
+	c.Timeout, c.PoolSize, c.MaxFlushDelay = f.RedisTimeout, f.RedisPoolSize, f.RedisMaxFlushDelay
+	c.GroupMaxKeys, c.GroupInFlight = f.RedisGroupMaxKeys, f.RedisGroupInFlight
 	return c
 }
 
 // redisPlain is the Config the options describe before any file is read,
 // validated.
-func (o *Options) redisPlain() (redis.Config, error) {
-	c := o.redisValues()
+func (f *Flags) redisPlain() (redis.Config, error) {
+	c := f.redisValues()
 	switch {
-	case o.RedisTLSCert != "" && o.RedisTLSKey == "":
+	case f.RedisTLSCert != "" && f.RedisTLSKey == "":
 		return c, &flagError{Flag: "redis-tls-key", Want: "given together with --redis-tls-cert (mutual TLS needs both)"}
-	case o.RedisTLSKey != "" && o.RedisTLSCert == "":
+	case f.RedisTLSKey != "" && f.RedisTLSCert == "":
 		return c, &flagError{Flag: "redis-tls-cert", Want: "given together with --redis-tls-key (mutual TLS needs both)"}
 	}
 	v, err := c.Validate()
@@ -108,42 +109,42 @@ func (o *Options) redisPlain() (redis.Config, error) {
 	return v, nil
 }
 
-// RedisConfig reads the password and TLS files named by the options and
+// RedisConfig reads the password and TLS files named by the flags and
 // returns the Config they describe. TLS is on when --redis-tls is set or
 // any TLS file is given. The error names the flag at fault; it never
 // contains the password.
-func (o *Options) RedisConfig() (redis.Config, error) {
-	c, err := o.redisPlain()
+func (f *Flags) RedisConfig() (redis.Config, error) {
+	c, err := f.redisPlain()
 	if err != nil {
 		return c, err
 	}
-	if o.RedisPasswordFile != "" {
-		b, err := os.ReadFile(o.RedisPasswordFile)
+	if f.RedisPasswordFile != "" {
+		b, err := os.ReadFile(f.RedisPasswordFile)
 		if err != nil {
 			return c, fmt.Errorf("--redis-password-file: %w", err)
 		}
 		c.Password = strings.TrimRight(string(b), "\r\n")
 		if c.Password == "" {
-			return c, fmt.Errorf("--redis-password-file: %s is empty", o.RedisPasswordFile)
+			return c, fmt.Errorf("--redis-password-file: %s is empty", f.RedisPasswordFile)
 		}
 	}
-	if o.RedisPasswordFile == "" && o.RedisPassword != "" {
-		c.Password = o.RedisPassword
+	if f.RedisPasswordFile == "" && f.RedisPassword != "" {
+		c.Password = f.RedisPassword
 	}
-	if o.RedisTLS || o.RedisTLSCA != "" || o.RedisTLSCert != "" || o.RedisTLSKey != "" {
+	if f.RedisTLS || f.RedisTLSCA != "" || f.RedisTLSCert != "" || f.RedisTLSKey != "" {
 		tc := &tls.Config{MinVersion: tls.VersionTLS12}
-		if o.RedisTLSCA != "" {
-			pool, err := ReadCAPool("redis-tls-ca", o.RedisTLSCA)
+		if f.RedisTLSCA != "" {
+			pool, err := tlsfiles.ReadCAPool("redis-tls-ca", f.RedisTLSCA)
 			if err != nil {
 				return c, err
 			}
 			tc.RootCAs = pool
 		}
-		if o.RedisTLSSkipHostname {
+		if f.RedisTLSSkipHostname {
 			skipHostnameVerification(tc)
 		}
-		if o.RedisTLSCert != "" {
-			cert, err := tls.LoadX509KeyPair(o.RedisTLSCert, o.RedisTLSKey)
+		if f.RedisTLSCert != "" {
+			cert, err := tls.LoadX509KeyPair(f.RedisTLSCert, f.RedisTLSKey)
 			if err != nil {
 				return c, fmt.Errorf("--redis-tls-cert/--redis-tls-key: %w", err)
 			}

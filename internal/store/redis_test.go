@@ -1,9 +1,10 @@
-package options
+package store
 
 import (
 	"context"
 	"errors"
 	"net"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -18,7 +19,7 @@ func TestRedisFlagsConfig(t *testing.T) {
 	pw := writeFile(t, dir, "pw", "hunter2\r\n")
 	empty := writeFile(t, dir, "empty", "")
 	notPEM := writeFile(t, dir, "ca.pem", "not a certificate")
-	c, err := (&Options{RedisAddr: " 10.0.0.1:6379, 10.0.0.2:6379 ,", RedisMode: "cluster", RedisUsername: "u", RedisPasswordFile: pw, RedisTLS: true, RedisTimeout: time.Second, RedisPoolSize: 8}).RedisConfig()
+	c, err := (&Flags{RedisAddr: " 10.0.0.1:6379, 10.0.0.2:6379 ,", RedisMode: "cluster", RedisUsername: "u", RedisPasswordFile: pw, RedisTLS: true, RedisTimeout: time.Second, RedisPoolSize: 8}).RedisConfig()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -26,17 +27,17 @@ func TestRedisFlagsConfig(t *testing.T) {
 		t.Fatalf("config = %+v", c)
 	}
 	bad := []struct {
-		f    Options
+		f    Flags
 		want string
 	}{
-		{Options{}, "--redis-addr"},
-		{Options{RedisAddr: "a:1", RedisMode: "x"}, "--redis-mode"},
-		{Options{RedisAddr: "a:1", RedisPasswordFile: filepath.Join(dir, "missing")}, "--redis-password-file"},
-		{Options{RedisAddr: "a:1", RedisPasswordFile: empty}, "empty"},
-		{Options{RedisAddr: "a:1", RedisTLSCA: notPEM}, "--redis-tls-ca"},
-		{Options{RedisAddr: "a:1", RedisTLSCert: notPEM}, "together"},
-		{Options{RedisAddr: "a:1", RedisTLSCert: notPEM, RedisTLSKey: notPEM}, "--redis-tls-cert"},
-		{Options{RedisAddr: "a:1", RedisMode: "sentinel"}, "--redis-sentinel-master"},
+		{Flags{}, "--redis-addr"},
+		{Flags{RedisAddr: "a:1", RedisMode: "x"}, "--redis-mode"},
+		{Flags{RedisAddr: "a:1", RedisPasswordFile: filepath.Join(dir, "missing")}, "--redis-password-file"},
+		{Flags{RedisAddr: "a:1", RedisPasswordFile: empty}, "empty"},
+		{Flags{RedisAddr: "a:1", RedisTLSCA: notPEM}, "--redis-tls-ca"},
+		{Flags{RedisAddr: "a:1", RedisTLSCert: notPEM}, "together"},
+		{Flags{RedisAddr: "a:1", RedisTLSCert: notPEM, RedisTLSKey: notPEM}, "--redis-tls-cert"},
+		{Flags{RedisAddr: "a:1", RedisMode: "sentinel"}, "--redis-sentinel-master"},
 	}
 	for _, b := range bad {
 		if _, err := b.f.RedisConfig(); err == nil || !strings.Contains(err.Error(), b.want) {
@@ -48,35 +49,35 @@ func TestRedisFlagsConfig(t *testing.T) {
 // check refuses what config would, without reading files, naming the flag
 // and saying what the redis package accepts.
 func TestRedisFlagsCheck(t *testing.T) {
-	ok := Options{RedisAddr: "a:1", RedisMode: "auto", RedisTimeout: redis.DefaultTimeout, RedisPoolSize: redis.DefaultPoolSize, RedisMaxFlushDelay: redis.DefaultMaxFlushDelay,
+	ok := Flags{RedisAddr: "a:1", RedisMode: "auto", RedisTimeout: redis.DefaultTimeout, RedisPoolSize: redis.DefaultPoolSize, RedisMaxFlushDelay: redis.DefaultMaxFlushDelay,
 		RedisPasswordFile: "/nonexistent/pw", RedisTLSCA: "/nonexistent/ca", RedisTLSCert: "/nonexistent/c", RedisTLSKey: "/nonexistent/k"}
 	if err := ok.redisCheck(); err != nil {
 		t.Fatalf("check read files or refused good flags: %v", err)
 	}
 	// Zero is the default, as in a Config.
-	if err := (&Options{RedisAddr: "a:1"}).redisCheck(); err != nil {
+	if err := (&Flags{RedisAddr: "a:1"}).redisCheck(); err != nil {
 		t.Fatalf("check of zero values: %v", err)
 	}
 	tests := []struct {
 		name        string
-		edit        func(*Options)
+		edit        func(*Flags)
 		flag, value string
 		valuesToo   bool // checkValues refuses it as well
 	}{
-		{"no address", func(f *Options) { f.RedisAddr = " , " }, "redis-addr", "", false},
-		{"no port", func(f *Options) { f.RedisAddr = "a:1,b" }, "redis-addr", "b", false},
-		{"bad mode", func(f *Options) { f.RedisMode = "ring" }, "redis-mode", "ring", true},
-		{"sentinel without master", func(f *Options) { f.RedisMode = "sentinel" }, "redis-sentinel-master", "", false},
-		{"master in cluster mode", func(f *Options) { f.RedisMode, f.RedisSentinelMaster = "cluster", "m" }, "redis-sentinel-master", "m", false},
-		{"standalone, two addresses", func(f *Options) { f.RedisMode, f.RedisAddr = "standalone", "a:1,b:2" }, "redis-addr", "a:1,b:2", false},
-		{"timeout too small", func(f *Options) { f.RedisTimeout = time.Microsecond }, "redis-timeout", "1µs", true},
-		{"timeout too large", func(f *Options) { f.RedisTimeout = 2 * time.Minute }, "redis-timeout", "2m0s", true},
-		{"flush delay negative", func(f *Options) { f.RedisMaxFlushDelay = -time.Millisecond }, "redis-max-flush-delay", "-1ms", true},
-		{"flush delay too large", func(f *Options) { f.RedisMaxFlushDelay = 2 * time.Millisecond }, "redis-max-flush-delay", "2ms", true},
-		{"pool size negative", func(f *Options) { f.RedisPoolSize = -1 }, "redis-pool-size", "-1", true},
-		{"pool size too large", func(f *Options) { f.RedisPoolSize = redis.MaxPoolSize + 1 }, "redis-pool-size", "257", true},
-		{"cert without key", func(f *Options) { f.RedisTLSKey = "" }, "redis-tls-key", "", false},
-		{"key without cert", func(f *Options) { f.RedisTLSCert = "" }, "redis-tls-cert", "", false},
+		{"no address", func(f *Flags) { f.RedisAddr = " , " }, "redis-addr", "", false},
+		{"no port", func(f *Flags) { f.RedisAddr = "a:1,b" }, "redis-addr", "b", false},
+		{"bad mode", func(f *Flags) { f.RedisMode = "ring" }, "redis-mode", "ring", true},
+		{"sentinel without master", func(f *Flags) { f.RedisMode = "sentinel" }, "redis-sentinel-master", "", false},
+		{"master in cluster mode", func(f *Flags) { f.RedisMode, f.RedisSentinelMaster = "cluster", "m" }, "redis-sentinel-master", "m", false},
+		{"standalone, two addresses", func(f *Flags) { f.RedisMode, f.RedisAddr = "standalone", "a:1,b:2" }, "redis-addr", "a:1,b:2", false},
+		{"timeout too small", func(f *Flags) { f.RedisTimeout = time.Microsecond }, "redis-timeout", "1µs", true},
+		{"timeout too large", func(f *Flags) { f.RedisTimeout = 2 * time.Minute }, "redis-timeout", "2m0s", true},
+		{"flush delay negative", func(f *Flags) { f.RedisMaxFlushDelay = -time.Millisecond }, "redis-max-flush-delay", "-1ms", true},
+		{"flush delay too large", func(f *Flags) { f.RedisMaxFlushDelay = 2 * time.Millisecond }, "redis-max-flush-delay", "2ms", true},
+		{"pool size negative", func(f *Flags) { f.RedisPoolSize = -1 }, "redis-pool-size", "-1", true},
+		{"pool size too large", func(f *Flags) { f.RedisPoolSize = redis.MaxPoolSize + 1 }, "redis-pool-size", "257", true},
+		{"cert without key", func(f *Flags) { f.RedisTLSKey = "" }, "redis-tls-key", "", false},
+		{"key without cert", func(f *Flags) { f.RedisTLSCert = "" }, "redis-tls-cert", "", false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -111,8 +112,8 @@ func TestRedisWant(t *testing.T) {
 		"redis-pool-size":       "an integer between 1 and 256",
 		"redis-max-flush-delay": "a duration between 0 and 1ms",
 	} {
-		if got := accepts[flag]; got != want {
-			t.Errorf("accepts[%q] = %q, want %q", flag, got, want)
+		if got := parseAccepts[flag]; got != want {
+			t.Errorf("parseAccepts[%q] = %q, want %q", flag, got, want)
 		}
 	}
 }
@@ -133,7 +134,7 @@ func TestRedisFlagsPasswordFile(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			pw := writeFile(t, dir, "pw", c.content)
-			cfg, err := (&Options{RedisAddr: srv.Addr(), RedisUsername: "envoy-rls", RedisPasswordFile: pw}).RedisConfig()
+			cfg, err := (&Flags{RedisAddr: srv.Addr(), RedisUsername: "envoy-rls", RedisPasswordFile: pw}).RedisConfig()
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -149,12 +150,12 @@ func TestRedisFlagsTLSFiles(t *testing.T) {
 	redistest.RequireTLS(t)
 	files := redistest.GenerateTLS(t)
 	srv := redistest.Standalone(t, redistest.WithTLS(files, files.ClientConfig(t)))
-	cfg, err := (&Options{RedisAddr: srv.Addr(), RedisMode: "standalone", RedisTLSCA: files.CA, RedisTLSCert: files.ClientCert, RedisTLSKey: files.ClientKey}).RedisConfig()
+	cfg, err := (&Flags{RedisAddr: srv.Addr(), RedisMode: "standalone", RedisTLSCA: files.CA, RedisTLSCert: files.ClientCert, RedisTLSKey: files.ClientKey}).RedisConfig()
 	if err != nil {
 		t.Fatal(err)
 	}
 	pingRedis(t, cfg, true)
-	noCA, err := (&Options{RedisAddr: srv.Addr(), RedisMode: "standalone", RedisTLS: true}).RedisConfig()
+	noCA, err := (&Flags{RedisAddr: srv.Addr(), RedisMode: "standalone", RedisTLS: true}).RedisConfig()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -163,7 +164,7 @@ func TestRedisFlagsTLSFiles(t *testing.T) {
 	// The certificate names 127.0.0.1, not localhost: the name check fails
 	// unless skipped; the chain is still verified.
 	_, port, _ := net.SplitHostPort(srv.Addr())
-	byName := Options{RedisAddr: "localhost:" + port, RedisMode: "standalone", RedisTLSCA: files.CA, RedisTLSCert: files.ClientCert, RedisTLSKey: files.ClientKey}
+	byName := Flags{RedisAddr: "localhost:" + port, RedisMode: "standalone", RedisTLSCA: files.CA, RedisTLSCert: files.ClientCert, RedisTLSKey: files.ClientKey}
 	named, err := byName.RedisConfig()
 	if err != nil {
 		t.Fatal(err)
@@ -198,4 +199,14 @@ func pingRedis(t *testing.T, cfg redis.Config, ok bool) {
 	if ok != (err == nil) {
 		t.Fatalf("connect and ping: %v, success wanted: %v", err, ok)
 	}
+}
+
+// writeFile writes content to the file name in dir and returns its path.
+func writeFile(t *testing.T, dir, name, content string) string {
+	t.Helper()
+	p := filepath.Join(dir, name)
+	if err := os.WriteFile(p, []byte(content), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return p
 }

@@ -1,8 +1,14 @@
-package observe
+// Package tracing exports OpenTelemetry traces of the ShouldRateLimit calls
+// by OTLP: its settings (--tracing, the OTEL_* variables and the reference
+// service's TRACING_* ones), their check, and Start, which builds the tracer
+// provider the packages take and the gRPC stats handler that starts a span
+// per call.
+package tracing
 
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"os"
 	"strconv"
@@ -32,8 +38,8 @@ import (
 )
 
 // Tracing is configured by the OpenTelemetry SDK's standard variables, the
-// --tracing flag (TracingFlag) and the reference service's TRACING_*
-// variables (docs/operations.md, "Tracing"). The variables this file reads itself;
+// --tracing flag (Flags) and the reference service's TRACING_* variables
+// (docs/operations.md, "Tracing"). The variables this file reads itself;
 // the OTLP exporters read the rest of OTEL_EXPORTER_OTLP_* (endpoint,
 // headers, timeout, TLS, compression) and the batch span processor reads
 // OTEL_BSP_*, both from the process environment.
@@ -74,17 +80,48 @@ type tracingSettings struct {
 	attrs       []attribute.KeyValue // resource attributes from the aliases
 }
 
-// TracingFlag is the --tracing flag as the user set it.
-type TracingFlag struct {
-	On bool
-	// Given: set on the command line or by its variable.
-	Given bool
-	// Label is how the user wrote it, for the start log.
-	Label string
+// Flags are tracing's settings: --tracing, which Define puts on the serve
+// command (options.Group), and the process environment.
+type Flags struct {
+	// On is --tracing; given says whether the user set it (on the command
+	// line, by its variable or a preset).
+	On    bool
+	given bool
+	// Getenv reads the OTEL_* and TRACING_* variables. (Required)
+	Getenv func(string) string
 }
 
-// readTracing decides whether tracing is on and how, from --tracing and
-// the environment. The rule, first match wins:
+// Define defines --tracing on fs.
+func (f *Flags) Define(fs *flag.FlagSet) map[string]string {
+	fs.Var(tracingFlag{f}, "tracing", "export OpenTelemetry traces by OTLP, configured by the OTEL_* variables (docs/operations.md, Tracing); also on when OTEL_EXPORTER_OTLP_ENDPOINT is set, off when OTEL_SDK_DISABLED=true")
+	return nil
+}
+
+// tracingFlag is --tracing: a boolean that records that it was set.
+type tracingFlag struct{ f *Flags }
+
+func (t tracingFlag) String() string { return strconv.FormatBool(t.f != nil && t.f.On) }
+
+func (t tracingFlag) Set(s string) error {
+	b, err := strconv.ParseBool(s)
+	if err != nil {
+		return err
+	}
+	t.f.On, t.f.given = b, true
+	return nil
+}
+
+func (tracingFlag) IsBoolFlag() bool { return true }
+
+// Check refuses the tracing settings that would fail Start: every problem
+// of the variables, one line each.
+func (f *Flags) Check(check func(string, bool, string), _ func(string) string) {
+	_, err := f.read("")
+	check("", err == nil, fmt.Sprint(err))
+}
+
+// read decides whether tracing is on and how, from --tracing (as the user
+// set it: label) and the environment. The rule, first match wins:
 //
 //  1. OTEL_SDK_DISABLED=true: off.
 //  2. --tracing (ENVOY_RLS_TRACING) when given: its value.
@@ -96,7 +133,8 @@ type TracingFlag struct {
 //
 // Every variable it reads is checked even when tracing stays off, so a
 // typo fails start instead of silently tracing nothing.
-func readTracing(flag TracingFlag, getenv func(string) string) (tracingSettings, error) {
+func (f *Flags) read(label string) (tracingSettings, error) {
+	getenv := f.Getenv
 	var ts tracingSettings
 	var errs []error
 	bad := func(name, value, want string) {
@@ -125,8 +163,8 @@ func readTracing(flag TracingFlag, getenv func(string) string) (tracingSettings,
 	switch {
 	case disabled:
 		ts.why = envSDKDisabled + "=true"
-	case flag.Given:
-		ts.on, ts.why = flag.On, flag.Label
+	case f.given:
+		ts.on, ts.why = f.On, label
 	case refSet:
 		ts.on, ts.why = refOn, envRefEnabled+"="+getenv(envRefEnabled)
 	case exporter != "":
@@ -234,24 +272,18 @@ func firstSet(getenv func(string) string, names ...string) (name, value string) 
 	return "", ""
 }
 
-// CheckTracing refuses the tracing settings that would fail
-// StartTracing: every problem of the variables, one line each.
-func CheckTracing(flag TracingFlag, getenv func(string) string) error {
-	_, err := readTracing(flag, getenv)
-	return err
-}
-
 // Tracing is the running tracer provider of a serve, nil when tracing is
 // off.
 type Tracing struct {
 	tp *sdktrace.TracerProvider
 }
 
-// StartTracing builds the tracer provider when tracing is on and returns
-// it with the function that flushes and stops it (at most
-// tracingShutdownTimeout). exporter replaces the OTLP exporter (tests).
-func StartTracing(ctx context.Context, flag TracingFlag, getenv func(string) string, log *zap.Logger, exporter sdktrace.SpanExporter) (*Tracing, func(), error) {
-	ts, err := readTracing(flag, getenv)
+// Start builds the tracer provider when tracing is on and returns it with
+// the function that flushes and stops it (at most tracingShutdownTimeout).
+// label names a flag as the user set it; exporter replaces the OTLP
+// exporter (tests).
+func Start(ctx context.Context, f *Flags, label func(string) string, log *zap.Logger, exporter sdktrace.SpanExporter) (*Tracing, func(), error) {
+	ts, err := f.read(label("tracing"))
 	if err != nil {
 		return nil, nil, err
 	}
@@ -277,7 +309,7 @@ func StartTracing(ctx context.Context, flag TracingFlag, getenv func(string) str
 		if exporter, err = newOTLPExporter(ctx, ts.protocol); err != nil {
 			return nil, nil, err
 		}
-		warnOTLPCredentials(log, getenv)
+		warnOTLPCredentials(log, f.Getenv)
 		opts = append(opts, sdktrace.WithBatcher(exporter))
 	}
 	opts = append(opts, sdktrace.WithResource(res))

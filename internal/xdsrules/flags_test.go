@@ -1,9 +1,18 @@
-package options
+package xdsrules
 
 import (
 	"strings"
 	"testing"
+
+	"github.com/envoy-rls/envoy-rls/internal/options"
 )
+
+// serve parses serve's options with the xDS flags.
+func serve(args []string, env map[string]string) error {
+	var f Flags
+	_, _, err := options.Serve(args, func(k string) string { return env[k] }, nil, &f)
+	return err
+}
 
 func TestXDSFlagErrors(t *testing.T) {
 	for _, tc := range []struct {
@@ -18,15 +27,20 @@ func TestXDSFlagErrors(t *testing.T) {
 		{[]string{"--config-source", "xds", "--xds-server", "a:1", "--xds-header", ":authority:x"}, `--xds-header=":authority:x": must be key:value pairs`},
 		{[]string{"--config-source", "xds", "--xds-server", "a:1", "--xds-retry-interval", "0s"}, `--xds-retry-interval="0s": must be a positive duration`},
 	} {
-		_, _, err := Serve(tc.args, noEnv, nil)
+		err := serve(tc.args, nil)
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%v: %v, want %q", tc.args, err, tc.want)
 		}
 	}
-	checkServe(t, []serveCase{
-		{"xds without --config", []string{"--config-source", "xds", "--xds-server", "a:1"}, nil, ""},
-		{"from the environment", nil, map[string]string{"ENVOY_RLS_CONFIG_SOURCE": "xds", "ENVOY_RLS_XDS_SERVER": "a:1", "ENVOY_RLS_XDS_HEADER": "a:b,c=d"}, ""},
-	})
+	for name, env := range map[string]map[string]string{
+		"xds without --config":                     {"ENVOY_RLS_CONFIG_SOURCE": "xds", "ENVOY_RLS_XDS_SERVER": "a:1"},
+		"from the environment":                     {"ENVOY_RLS_CONFIG_SOURCE": "xds", "ENVOY_RLS_XDS_SERVER": "a:1", "ENVOY_RLS_XDS_HEADER": "a:b,c=d"},
+		"xds flags unchecked with the file source": {"ENVOY_RLS_CONFIG": "rules", "ENVOY_RLS_XDS_RETRY_INTERVAL": "0s"},
+	} {
+		if err := serve(nil, env); err != nil {
+			t.Errorf("%s: %v", name, err)
+		}
+	}
 }
 
 func TestPairList(t *testing.T) {

@@ -1,4 +1,4 @@
-package observe
+package buildinfo
 
 import (
 	"net/http/httptest"
@@ -6,14 +6,12 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
-
-	"github.com/envoy-rls/envoy-rls/internal/buildinfo"
 )
 
 func TestRegisterBuildInfo(t *testing.T) {
-	release := buildinfo.Info{Version: "v1.2.3", Revision: "0123456789abcdef", GoVersion: "go1.26.8", Date: "2026-12-01T10:00:00Z"}
+	release := Info{Version: "v1.2.3", Revision: "0123456789abcdef", GoVersion: "go1.26.8", Date: "2026-12-01T10:00:00Z"}
 	reg := prometheus.NewRegistry()
-	if err := registerBuildInfo(reg, release); err != nil {
+	if err := register(reg, release); err != nil {
 		t.Fatal(err)
 	}
 	rec := httptest.NewRecorder()
@@ -25,7 +23,7 @@ envoy_rls_build_info{goversion="go1.26.8",revision="0123456789abcdef",version="v
 	if got := rec.Body.String(); got != want {
 		t.Fatalf("/metrics\n%s\nwant\n%s", got, want)
 	}
-	if err := registerBuildInfo(reg, release); err == nil {
+	if err := register(reg, release); err == nil {
 		t.Fatal("registering twice on one registry: no error")
 	}
 }

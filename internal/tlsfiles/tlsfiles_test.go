@@ -1,6 +1,7 @@
-package options
+package tlsfiles
 
 import (
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -22,4 +23,14 @@ func TestReadCAPool(t *testing.T) {
 			t.Errorf("ReadCAPool(%s): %v, want %q", path, err, want)
 		}
 	}
+}
+
+// writeFile writes content to the file name in dir and returns its path.
+func writeFile(t *testing.T, dir, name, content string) string {
+	t.Helper()
+	p := filepath.Join(dir, name)
+	if err := os.WriteFile(p, []byte(content), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return p
 }
