@@ -17,7 +17,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 
-	"github.com/envoy-rls/envoy-rls/internal/secretfile"
+	"github.com/envoy-rls/envoy-rls/internal/credfiles"
 	"github.com/envoy-rls/envoy-rls/pkg/rls"
 )
 
@@ -117,10 +117,10 @@ func ClientToken(b []byte) (token string, ok bool) {
 
 // readTokens reads and parses the token file, bounded in size. A file that
 // is missing, unreadable, not a regular file, readable or writable by
-// group or others (secretfile.Read), too large, without a token or
+// group or others (credfiles.Read), too large, without a token or
 // malformed is refused; the error says what to fix.
 func readTokens(path string) ([]adminToken, error) {
-	b, err := secretfile.Read(path, maxTokenFileBytes)
+	b, err := credfiles.Read(path, maxTokenFileBytes)
 	var pe *fs.PathError
 	switch {
 	case errors.Is(err, fs.ErrNotExist):

@@ -9,8 +9,8 @@ import (
 	"slices"
 	"time"
 
+	"github.com/envoy-rls/envoy-rls/internal/credfiles"
 	"github.com/envoy-rls/envoy-rls/internal/grpcserve"
-	"github.com/envoy-rls/envoy-rls/internal/tlsfiles"
 )
 
 // grpcTLSOptions are the --grpc-tls-* flags: TLS, and optionally mutual
@@ -63,7 +63,7 @@ func (o *grpcTLSOptions) GRPCTLSConfig() (*tls.Config, error) {
 	if o.GRPCTLSClientCA == "" {
 		return tc, nil
 	}
-	pool, err := tlsfiles.ReadCAPool("grpc-tls-client-ca", o.GRPCTLSClientCA)
+	pool, err := credfiles.ReadCAPool("grpc-tls-client-ca", o.GRPCTLSClientCA)
 	if err != nil {
 		return nil, err
 	}

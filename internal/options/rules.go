@@ -7,7 +7,7 @@ import (
 	"fmt"
 	"strings"
 
-	"github.com/envoy-rls/envoy-rls/internal/secretfile"
+	"github.com/envoy-rls/envoy-rls/internal/credfiles"
 	"github.com/envoy-rls/envoy-rls/pkg/descriptors"
 )
 
@@ -67,10 +67,10 @@ const maxSecretFileBytes = 64 << 10
 // ReadSecret returns the HMAC secret and where it came from: "file",
 // "environment" or "random" (a per-process secret, when none is
 // configured). A secret file others can read is refused, as the admin
-// token file is (secretfile.Read). Errors never quote the secret.
+// token file is (credfiles.Read). Errors never quote the secret.
 func ReadSecret(o *Options, getenv func(string) string) ([]byte, string, error) {
 	if o.HMACSecretFile != "" {
-		b, err := secretfile.Read(o.HMACSecretFile, maxSecretFileBytes)
+		b, err := credfiles.Read(o.HMACSecretFile, maxSecretFileBytes)
 		if err != nil {
 			return nil, "", fmt.Errorf("%s: must be a readable file holding the secret: %w", Label("hmac-secret-file", o.Given), err)
 		}

@@ -8,7 +8,7 @@ import (
 	"os"
 	"strings"
 
-	"github.com/envoy-rls/envoy-rls/internal/tlsfiles"
+	"github.com/envoy-rls/envoy-rls/internal/credfiles"
 	"github.com/envoy-rls/envoy-rls/pkg/limiter/redis"
 )
 
@@ -134,7 +134,7 @@ func (f *Flags) RedisConfig() (redis.Config, error) {
 	if f.RedisTLS || f.RedisTLSCA != "" || f.RedisTLSCert != "" || f.RedisTLSKey != "" {
 		tc := &tls.Config{MinVersion: tls.VersionTLS12}
 		if f.RedisTLSCA != "" {
-			pool, err := tlsfiles.ReadCAPool("redis-tls-ca", f.RedisTLSCA)
+			pool, err := credfiles.ReadCAPool("redis-tls-ca", f.RedisTLSCA)
 			if err != nil {
 				return c, err
 			}

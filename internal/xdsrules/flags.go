@@ -11,7 +11,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/envoy-rls/envoy-rls/internal/tlsfiles"
+	"github.com/envoy-rls/envoy-rls/internal/credfiles"
 	"github.com/envoy-rls/envoy-rls/pkg/descriptors/xds"
 )
 
@@ -169,7 +169,7 @@ func (f *Flags) clientConfig() (xds.Config, error) {
 	}
 	c.TLS = &xds.TLS{CertFile: f.TLSCert, KeyFile: f.TLSKey, ServerName: f.TLSSAN}
 	if f.TLSCA != "" {
-		pool, err := tlsfiles.ReadCAPool("xds-tls-ca", f.TLSCA)
+		pool, err := credfiles.ReadCAPool("xds-tls-ca", f.TLSCA)
 		if err != nil {
 			return xds.Config{}, err
 		}

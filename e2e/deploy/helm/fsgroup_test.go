@@ -28,11 +28,11 @@ import (
 // user and group with fsGroup among its groups. envoy-rls accepts both
 // files and answers the admin API with its token (the Redis store, its
 // server not reachable, answers by the failure modes). Elsewhere
-// TestModeProblem (internal/secretfile) covers the same decision without
+// TestModeProblem (internal/credfiles) covers the same decision without
 // the file system.
 func TestSecretsFsGroup(t *testing.T) {
 	if os.Geteuid() != 0 {
-		t.Skip("making a file root's and running a process as another user needs root; internal/secretfile's TestModeProblem covers the decision")
+		t.Skip("making a file root's and running a process as another user needs root; internal/credfiles's TestModeProblem covers the decision")
 	}
 	m := render(t, "--set", "admin.token.existingSecret=rls-admin-token", "--set", "store=redis",
 		"--set", "redis.addr="+deploytest.FreeAddr(t), "--set", "hmac.existingSecret=rls-hmac")

@@ -1,6 +1,4 @@
-// Package tlsfiles reads the PEM files that the TLS flags of the serve
-// command name, with errors that name the flag.
-package tlsfiles
+package credfiles
 
 import (
 	"crypto/x509"

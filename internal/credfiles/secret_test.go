@@ -1,4 +1,4 @@
-package secretfile
+package credfiles
 
 import (
 	"io/fs"

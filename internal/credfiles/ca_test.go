@@ -1,4 +1,4 @@
-package tlsfiles
+package credfiles
 
 import (
 	"os"

@@ -1,6 +1,6 @@
 //go:build unix
 
-package secretfile
+package credfiles
 
 import (
 	"io/fs"

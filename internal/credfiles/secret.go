@@ -1,8 +1,9 @@
-// Package secretfile reads the files that hold the service's secrets (the
-// admin tokens, the HMAC secret) under one rule: a file that lets others
-// than its owner use it is refused, as ssh refuses such a key, with what
-// to do about it.
-package secretfile
+// Package credfiles reads the files serve's flags name that hold
+// credentials: the service's secrets (the admin tokens, the HMAC secret),
+// under one rule — a file that lets others than its owner use it is
+// refused, as ssh refuses such a key, with what to do about it — and the
+// PEM CA bundles of the TLS flags, with errors that name the flag.
+package credfiles
 
 import (
 	"errors"
