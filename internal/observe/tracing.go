@@ -33,7 +33,7 @@ import (
 
 // Tracing is configured by the OpenTelemetry SDK's standard variables, the
 // --tracing flag (TracingFlag) and the reference service's TRACING_*
-// variables (docs/operations.md, "Tracing"). The variables this file reads itself;
+// variables (docs/observe.md, "Tracing"). The variables this file reads itself;
 // the OTLP exporters read the rest of OTEL_EXPORTER_OTLP_* (endpoint,
 // headers, timeout, TLS, compression) and the batch span processor reads
 // OTEL_BSP_*, both from the process environment.

@@ -32,7 +32,7 @@ type statsdOptions struct {
 
 // statsdFlags adds the statsd flags to fs.
 func statsdFlags(fs *flag.FlagSet, o *statsdOptions) {
-	fs.StringVar(&o.StatsdAddr, "statsd-addr", "", "send envoyproxy/ratelimit's stats (ratelimit.service.rate_limit.<domain>.<key…>.total_hits and others, docs/operations.md) to this statsd server, host:port (empty: off)")
+	fs.StringVar(&o.StatsdAddr, "statsd-addr", "", "send envoyproxy/ratelimit's stats (ratelimit.service.rate_limit.<domain>.<key…>.total_hits and others, docs/observe.md) to this statsd server, host:port (empty: off)")
 	fs.StringVar(&o.StatsdProtocol, "statsd-protocol", DefaultStatsdProtocol, "statsd transport: tcp (as envoyproxy/ratelimit) or udp")
 	fs.StringVar(&o.StatsdExtraTags, "statsd-extra-tags", "", "tags added to every stat name as .__key=value suffixes: key:value pairs, comma-separated (envoyproxy/ratelimit's EXTRA_TAGS)")
 	fs.DurationVar(&o.StatsdFlushInterval, "statsd-flush-interval", DefaultStatsdFlushInterval, "how often the counters are sent to statsd")
@@ -116,7 +116,7 @@ type auditOptions struct {
 
 // auditFlags adds the audit flags to fs.
 func auditFlags(fs *flag.FlagSet, o *auditOptions) {
-	fs.StringVar(&o.AuditSink, "audit-sink", "", "write an event per denial (shadow ones included) to: redis (a Redis Stream, through the --redis-* connection settings), file (JSON lines, --audit-file) or stdout (JSON lines); empty: off (docs/operations.md, Audit stream)")
+	fs.StringVar(&o.AuditSink, "audit-sink", "", "write an event per denial (shadow ones included) to: redis (a Redis Stream, through the --redis-* connection settings), file (JSON lines, --audit-file) or stdout (JSON lines); empty: off (docs/observe.md, Audit stream)")
 	fs.StringVar(&o.AuditRedisStream, "audit-redis-stream", DefaultAuditRedisStream, "audit sink redis: the stream's key")
 	fs.Int64Var(&o.AuditRedisMaxLen, "audit-redis-maxlen", DefaultAuditRedisMaxLen, fmt.Sprintf("audit sink redis: the stream is trimmed to about this many events (XADD MAXLEN ~), 1–%d", audit.MaxStreamLen))
 	fs.StringVar(&o.AuditFile, "audit-file", "", "audit sink file: the file the JSON lines are appended to (created 0600 when missing)")

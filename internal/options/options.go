@@ -72,7 +72,7 @@ const (
 	// process's memory beyond the store (rules, top-k sketches,
 	// connections and their buffers), and the peak per entry of the bound
 	// measured with Go's default target on a full store
-	// (docs/operations.md, the memory store's sizing).
+	// (docs/deploy.md, the memory store's sizing).
 	MemoryHeapBase          = 64 << 20
 	MemoryPeakBytesPerEntry = 360
 	// MinGCPercent and MaxGCPercent bound an explicit --gc-percent.
@@ -173,7 +173,7 @@ func NewFlagSet(o *Options) *flag.FlagSet {
 	fs.StringVar(&o.HMACSecretFile, "hmac-secret-file", "", "file holding the HMAC secret that pseudonymizes subjects (else $"+SecretEnv+"; required with --store redis)")
 	fs.StringVar(&o.LogLevel, "log-level", DefaultLogLevel, "log level: debug, info, warn, error")
 	fs.StringVar(&o.DefaultHeaders, "default-headers", DefaultHeaders, "response headers of the rules that set no headers field of their own: full, retry_after or none")
-	fs.IntVar(&o.MemoryMaxEntries, "memory-max-entries", 0, "memory store: the most subjects held at once; 0 = automatic: 1000000, or fewer when GOMEMLIMIT is set, so that a full store takes at most half of it (docs/operations.md)")
+	fs.IntVar(&o.MemoryMaxEntries, "memory-max-entries", 0, "memory store: the most subjects held at once; 0 = automatic: 1000000, or fewer when GOMEMLIMIT is set, so that a full store takes at most half of it (docs/deploy.md)")
 	fs.IntVar(&o.OverrideMaxPolicies, "override-max-policies", rls.DefaultMaxOverridePolicies, fmt.Sprintf("the most override policies (key lists and windows of descriptors that carry their own limit) each domain tracks at once, 1–%d; a descriptor whose override would be one more is answered OVER_LIMIT (docs/config.md, Overrides)", rls.MaxOverridePoliciesBound))
 	fs.DurationVar(&o.DrainTimeout, "drain-timeout", DefaultDrainTimeout, "on SIGTERM/SIGINT, how long in-flight calls may take to finish")
 	fs.BoolVar(&o.LocalCache, "local-cache", DefaultLocalCache, "answer repeated store denials (fixed window, token bucket, GCRA, sliding log; the blocks of a penalty box, any algorithm) locally until their retry time: a hot subject costs one store call per window instead of one per request; exact (see docs/performance.md)")
@@ -196,7 +196,7 @@ func NewFlagSet(o *Options) *flag.FlagSet {
 	fs.DurationVar(&o.RedisMaxFlushDelay, "redis-max-flush-delay", DefaultRedisFlushDelay, "how long a Redis connection may wait to gather pipelined commands into one write (0: flush at once; at most 1ms)")
 	fs.IntVar(&o.RedisGroupMaxKeys, "redis-group-max-keys", DefaultRedisGroupKeys, fmt.Sprintf("group commit: the most limits one Redis program run evaluates for concurrent Envoy requests, 1–%d (1: every request runs alone)", redis.MaxGroupMaxKeys))
 	fs.IntVar(&o.RedisGroupInFlight, "redis-group-in-flight", DefaultRedisInFlight, fmt.Sprintf("group commit: program runs of one Redis hash slot in progress at once, 1–%d", redis.MaxGroupInFlight))
-	fs.BoolVar(&o.Tracing, "tracing", false, "export OpenTelemetry traces by OTLP, configured by the OTEL_* variables (docs/operations.md, Tracing); also on when OTEL_EXPORTER_OTLP_ENDPOINT is set, off when OTEL_SDK_DISABLED=true")
+	fs.BoolVar(&o.Tracing, "tracing", false, "export OpenTelemetry traces by OTLP, configured by the OTEL_* variables (docs/observe.md, Tracing); also on when OTEL_EXPORTER_OTLP_ENDPOINT is set, off when OTEL_SDK_DISABLED=true")
 	fallbackFlags(fs, o)
 	journalFlags(fs, &o.journalOptions)
 	transportFlags(fs, &o.GRPC)

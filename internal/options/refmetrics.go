@@ -28,7 +28,7 @@ type refMetricsOptions struct {
 
 // refMetricsFlags adds the --reference-metrics-* flags to fs.
 func refMetricsFlags(fs *flag.FlagSet, o *refMetricsOptions) {
-	fs.StringVar(&o.ReferenceMetricsAddr, "reference-metrics-addr", "", "serve envoyproxy/ratelimit's Prometheus metrics (ratelimit_service_rate_limit_total_hits{domain,key1} and the others of its statsd_exporter mapping, docs/operations.md) on this listen address, beside envoy-rls's own /metrics on the admin port (empty: off; the reference's USE_PROMETHEUS and PROMETHEUS_ADDR)")
+	fs.StringVar(&o.ReferenceMetricsAddr, "reference-metrics-addr", "", "serve envoyproxy/ratelimit's Prometheus metrics (ratelimit_service_rate_limit_total_hits{domain,key1} and the others of its statsd_exporter mapping, docs/observe.md) on this listen address, beside envoy-rls's own /metrics on the admin port (empty: off; the reference's USE_PROMETHEUS and PROMETHEUS_ADDR)")
 	fs.StringVar(&o.ReferenceMetricsPath, "reference-metrics-path", DefaultReferenceMetricsPath, "the path of those metrics on --reference-metrics-addr (the reference's PROMETHEUS_PATH)")
 	fs.StringVar(&o.ReferenceMetricsMapping, "reference-metrics-mapping", "", "statsd_exporter mapping file that names those metrics (the reference's PROMETHEUS_MAPPER_YAML; empty: the reference's default mapping); read at start, a file that does not load stops it")
 }
@@ -63,7 +63,7 @@ func (o *Options) ReferenceMapper() (*refmetrics.Mapper, error) {
 	}
 	m, err := refmetrics.LoadMapping(o.ReferenceMetricsMapping)
 	if err != nil {
-		return nil, fmt.Errorf("%s: must be a statsd_exporter mapping file envoy-rls reads (docs/operations.md, Envoy Gateway's Prometheus metrics): %w", Label("reference-metrics-mapping", o.Given), err)
+		return nil, fmt.Errorf("%s: must be a statsd_exporter mapping file envoy-rls reads (docs/observe.md, Envoy Gateway's Prometheus metrics): %w", Label("reference-metrics-mapping", o.Given), err)
 	}
 	return m, nil
 }
