@@ -147,7 +147,7 @@ func bash(t *testing.T, script string) string {
 // with its TTL, its algorithm byte and numbers as the runbook explains
 // them), and the sizing's measurement, whose figures must be within 20 %
 // of those the sizing states (MEMORY USAGE per key, and used_memory per
-// key over 5,000 keys).
+// key over 5,000 keys), and INFO keyspace counts every key with its TTL.
 func TestOperationsRedisRecipes(t *testing.T) {
 	docTool(t, "redis-cli")
 	redis, cfg := withStandaloneRedis(t, redistest.Local()) // its keys are the test's alone
@@ -238,7 +238,15 @@ func TestOperationsRedisRecipes(t *testing.T) {
 		h, _ := strconv.ParseFloat(string(hi), 64)
 		return v >= 0.8*l && v <= 1.2*h
 	}
-	measure := bash(t, strings.ReplaceAll(strings.Join(docBlock(t, "deploy.md", "MEMORY USAGE")[:2], "\n"), "redis-cli", strings.TrimSpace(cli)))
+	sizing := docBlock(t, "deploy.md", "MEMORY USAGE")
+	if len(sizing) != 3 || !strings.HasPrefix(sizing[2], "redis-cli INFO keyspace") {
+		t.Fatalf("docs/deploy.md's sizing block: %q: want the MEMORY USAGE pipe and INFO keyspace", sizing)
+	}
+	measure := bash(t, strings.ReplaceAll(strings.Join(sizing[:2], "\n"), "redis-cli", strings.TrimSpace(cli)))
+	keyspace := bash(t, strings.ReplaceAll(sizing[2], "redis-cli", strings.TrimSpace(cli)))
+	if want := fmt.Sprintf("db0:keys=%d,expires=%d,avg_ttl=", keys, keys); !strings.Contains(keyspace, want) {
+		t.Errorf("INFO keyspace: %q, want %s… (every key with a TTL)", keyspace, want)
+	}
 	for _, l := range strings.Split(measure, "\n") {
 		f := strings.Fields(l)
 		if len(f) != 2 || !within(mustFloat(t, f[1]), usage[1], usage[1]) {
