@@ -25,20 +25,20 @@ import (
 	"github.com/envoy-rls/envoy-rls/internal/redistest"
 )
 
-// TestReadmeSecretRecipe runs the README's recipe for replicas sharing one
+// TestSecretRecipe runs docs/cli.md's recipe for replicas sharing one
 // Redis, /etc/envoy-rls/ moved to a temporary directory and redis:6379 to a
 // real Redis: the secret command, run by bash under the usual umask 022,
 // writes a file only its owner can read, and serve starts with the
 // command's flags on it. The same file made readable by others (0644)
 // stops serve with one line saying to chmod it.
-func TestReadmeSecretRecipe(t *testing.T) {
+func TestSecretRecipe(t *testing.T) {
 	binary(t)
-	cmds := deploytest.MarkdownCommands(t, filepath.Join(binarytest.ModuleRoot(t), "README.md"))
+	cmds := deploytest.MarkdownCommands(t, filepath.Join(binarytest.ModuleRoot(t), "docs", "cli.md"))
 	i := slices.IndexFunc(cmds, func(c deploytest.DocCommand) bool {
 		return strings.Contains(c.Text, "/dev/urandom") && strings.Contains(c.Text, "/etc/envoy-rls/hmac-secret")
 	})
 	if i < 0 || i+1 == len(cmds) || !slices.Equal(cmds[i+1].Words[:2], []string{"envoy-rls", "serve"}) {
-		t.Fatal("README.md: no secret recipe followed by an envoy-rls serve command")
+		t.Fatal("docs/cli.md: no secret recipe followed by an envoy-rls serve command")
 	}
 	dir := t.TempDir()
 	local := func(s string) string { return strings.ReplaceAll(s, "/etc/envoy-rls/", dir+"/") }
@@ -81,7 +81,7 @@ func TestReadmeSecretRecipe(t *testing.T) {
 	if cfg.Store != "redis" || cfg.RedisAddr == "" || cfg.Secret != secret {
 		t.Fatalf("%s: want --store redis, --redis-addr and --hmac-secret-file %s", serve, secret)
 	}
-	startReplica(t, "readme", cfg).cleanup()
+	startReplica(t, "secret-recipe", cfg).cleanup()
 
 	if err := os.Chmod(secret, 0o644); err != nil {
 		t.Fatal(err)
@@ -141,13 +141,13 @@ func bash(t *testing.T, script string) string {
 	return strings.TrimSpace(string(out))
 }
 
-// TestOperationsRedisRecipes runs the Redis recipes of docs/operations.md
-// on a state the binary wrote on a real Redis: the runbook's reading of a
+// TestOperationsRedisRecipes runs the Redis recipes of docs/runbook.md and
+// docs/deploy.md on a state the binary wrote on a real Redis: the runbook's reading of a
 // subject's state (found by the log's 8 hex digits: a string of 33 bytes,
 // with its TTL, its algorithm byte and numbers as the runbook explains
 // them), and the sizing's measurement, whose figures must be within 20 %
 // of those the sizing states (MEMORY USAGE per key, and used_memory per
-// key over 5,000 keys).
+// key over 5,000 keys), and INFO keyspace counts every key with its TTL.
 func TestOperationsRedisRecipes(t *testing.T) {
 	docTool(t, "redis-cli")
 	redis, cfg := withStandaloneRedis(t, redistest.Local()) // its keys are the test's alone
@@ -170,7 +170,7 @@ func TestOperationsRedisRecipes(t *testing.T) {
 	subject, key := out[0][:8], out[2]
 
 	var got []string
-	for _, l := range docBlock(t, "operations.md", "redis-cli --scan --pattern 'rate:{9df14658*'") {
+	for _, l := range docBlock(t, "runbook.md", "redis-cli --scan --pattern 'rate:{9df14658*'") {
 		l = strings.NewReplacer("9df14658", subject, "KEY", key, "redis-cli ", cli).Replace(strings.TrimSpace(l))
 		got = append(got, bash(t, l))
 	}
@@ -224,21 +224,29 @@ func TestOperationsRedisRecipes(t *testing.T) {
 	}
 	perKey := float64(usedMemory()-mem0) / subjects
 
-	doc, err := os.ReadFile(filepath.Join(binarytest.ModuleRoot(t), "docs", "operations.md"))
+	doc, err := os.ReadFile(filepath.Join(binarytest.ModuleRoot(t), "docs", "deploy.md"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	usage := regexp.MustCompile(`\*\*(\d+)\s+bytes\*\* per key for every algorithm`).FindSubmatch(doc)
 	amortised := regexp.MustCompile(`\*\*(\d+)–(\d+)\s+bytes\s+per\s+key\*\*`).FindSubmatch(doc)
 	if usage == nil || amortised == nil {
-		t.Fatal("docs/operations.md: the sizing states no MEMORY USAGE per key or no used_memory per key")
+		t.Fatal("docs/deploy.md: the sizing states no MEMORY USAGE per key or no used_memory per key")
 	}
 	within := func(v float64, lo, hi []byte) bool {
 		l, _ := strconv.ParseFloat(string(lo), 64)
 		h, _ := strconv.ParseFloat(string(hi), 64)
 		return v >= 0.8*l && v <= 1.2*h
 	}
-	measure := bash(t, strings.ReplaceAll(strings.Join(docBlock(t, "operations.md", "MEMORY USAGE")[:2], "\n"), "redis-cli", strings.TrimSpace(cli)))
+	sizing := docBlock(t, "deploy.md", "MEMORY USAGE")
+	if len(sizing) != 3 || !strings.HasPrefix(sizing[2], "redis-cli INFO keyspace") {
+		t.Fatalf("docs/deploy.md's sizing block: %q: want the MEMORY USAGE pipe and INFO keyspace", sizing)
+	}
+	measure := bash(t, strings.ReplaceAll(strings.Join(sizing[:2], "\n"), "redis-cli", strings.TrimSpace(cli)))
+	keyspace := bash(t, strings.ReplaceAll(sizing[2], "redis-cli", strings.TrimSpace(cli)))
+	if want := fmt.Sprintf("db0:keys=%d,expires=%d,avg_ttl=", keys, keys); !strings.Contains(keyspace, want) {
+		t.Errorf("INFO keyspace: %q, want %s… (every key with a TTL)", keyspace, want)
+	}
 	for _, l := range strings.Split(measure, "\n") {
 		f := strings.Fields(l)
 		if len(f) != 2 || !within(mustFloat(t, f[1]), usage[1], usage[1]) {
@@ -260,8 +268,7 @@ func mustFloat(t *testing.T, s string) float64 {
 	return v
 }
 
-// TestRunbookConfigQuery runs the runbook's /config query of
-// docs/operations.md against the real binary, with the policy ID a 429's
+// TestRunbookConfigQuery runs the /config query of docs/runbook.md against the real binary, with the policy ID a 429's
 // body names for a rule with a value (no name): with the admin token the
 // query finds that rule, its file and line. Without --admin-token-file
 // /config lists that policy as hmac:…, and `envoy-rls validate`, which the
@@ -271,7 +278,7 @@ func TestRunbookConfigQuery(t *testing.T) {
 	docTool(t, "jq")
 	rules := rulesDir(t, "domain: "+domain+"\ndescriptors:\n  - key: remote_address\n    rate_limit: {unit: hour, requests_per_unit: 5}\n"+
 		"  - key: remote_address\n    value: 198.51.100.66\n    rate_limit: {unit: second, requests_per_unit: 0}\n")
-	query := strings.Join(docBlock(t, "operations.md", "/config |"), "\n")
+	query := strings.Join(docBlock(t, "runbook.md", "/config |"), "\n")
 	for _, tokens := range []bool{true, false} {
 		cfg := replicaConfig{Rules: rules}
 		if tokens {

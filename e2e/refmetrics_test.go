@@ -153,7 +153,7 @@ func TestRatelimitPrometheusMapperRefused(t *testing.T) {
 		t.Errorf("exit %d, want 1", res.code)
 	}
 	want := `envoy-rls: PROMETHEUS_MAPPER_YAML="` + bad + `": must be a statsd_exporter mapping file envoy-rls reads ` +
-		`(docs/operations.md, Envoy Gateway's Prometheus metrics): line 4: labels: must be a map of label names to values`
+		`(docs/observe.md, Envoy Gateway's Prometheus metrics): line 4: labels: must be a map of label names to values`
 	var refused []string
 	for _, l := range strings.Split(res.stderr, "\n") {
 		if strings.HasPrefix(l, "envoy-rls:") {

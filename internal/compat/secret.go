@@ -39,7 +39,7 @@ const MsgSharedSecret = "no HMAC secret configured: the replicas share a random 
 // the shared secret: Redis decides from then on.
 const MsgSecretRead = "the shared HMAC secret is read from Redis: the limits are decided by the store from now on"
 
-// Log messages of a running replica's checks, which docs/operations.md
+// Log messages of a running replica's checks, which docs/deploy.md
 // quotes.
 const (
 	MsgSecretChanged  = "the shared HMAC secret in Redis is not this replica's: this replica keeps its own and goes on counting with the replicas that use it; replicas started now refuse the key's value while this one announces its own"
@@ -54,7 +54,7 @@ func UsesSharedSecret(o *options.Options, getenv func(string) string) bool {
 }
 
 // MsgSecretNotYet is logged after each failed attempt to read the shared
-// secret (docs/operations.md quotes it).
+// secret (docs/deploy.md quotes it).
 const MsgSecretNotYet = "cannot read the shared HMAC secret from Redis yet: answering by each policy's failure mode; retrying"
 
 // SecretFetch reads the secret the replicas share under

@@ -43,7 +43,7 @@ type referenceOptions struct {
 // referenceFlags adds the flags of the reference's settings to fs.
 func referenceFlags(fs *flag.FlagSet, o *referenceOptions) {
 	fs.BoolVar(&o.EnvCompat, "env-compat", false, "also read the environment variables of envoyproxy/ratelimit (docs/migration.md); on when the binary is started as "+CompatName)
-	fs.StringVar(&o.HMACSecretRedisKey, "hmac-secret-redis-key", "", "with --store redis and no HMAC secret given: share one random secret between the replicas under this Redis key (created once with SETNX, announced under KEY:in-use; docs/operations.md, The shared HMAC secret); see docs/migration.md for the risk")
+	fs.StringVar(&o.HMACSecretRedisKey, "hmac-secret-redis-key", "", "with --store redis and no HMAC secret given: share one random secret between the replicas under this Redis key (created once with SETNX, announced under KEY:in-use; docs/deploy.md, The shared HMAC secret); see docs/migration.md for the risk")
 	fs.BoolVar(&o.HealthcheckRequiresRules, "healthcheck-requires-rules", false, "GET /healthcheck answers 500 until rules are loaded (it always does while draining)")
 	fs.BoolVar(&o.HealthcheckRequiresStore, "healthcheck-requires-store", false, "GET /healthcheck answers 500 while the store does not answer its ping, as the reference's REDIS_HEALTH_CHECK_ACTIVE_CONNECTION; without it a store outage never fails /healthcheck, whatever --readiness says (a liveness probe on it then restarts every replica during a Redis outage)")
 	fs.StringVar(&o.DefaultCharge, "default-charge", limiter.ChargeAllowed.String(), "charge of the rate limits that set none: allowed (a denied request records nothing) or always (its hits are recorded past the limit, up to twice it: post-paid usage such as LLM tokens; the reference's counting, docs/migration.md)")
@@ -51,7 +51,7 @@ func referenceFlags(fs *flag.FlagSet, o *referenceOptions) {
 	fs.StringVar(&o.LimitHeader, "limit-header", rls.HeaderLimit, "name of the response header that carries the limit")
 	fs.StringVar(&o.RemainingHeader, "remaining-header", rls.HeaderRemaining, "name of the response header that carries the remaining quota")
 	fs.StringVar(&o.ResetHeader, "reset-header", rls.HeaderReset, "name of the response header that carries the seconds until reset")
-	fs.BoolVar(&o.ResponseDynamicMetadata, "response-dynamic-metadata", false, "return in every response's dynamic metadata the domain, each descriptor's entries (request values, which Envoy's access log may write) and what decided it: code, policy, limit name, remaining, reset (docs/operations.md, Which limit denied a request)")
+	fs.BoolVar(&o.ResponseDynamicMetadata, "response-dynamic-metadata", false, "return in every response's dynamic metadata the domain, each descriptor's entries (request values, which Envoy's access log may write) and what decided it: code, policy, limit name, remaining, reset (docs/envoy.md, Which limit denied a request)")
 }
 
 // check refuses every value that cannot do.

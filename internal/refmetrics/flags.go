@@ -42,7 +42,7 @@ var flagAccepts = map[string]string{
 
 // Define defines the flags on fs.
 func (f *Flags) Define(fs *flag.FlagSet) map[string]string {
-	fs.StringVar(&f.Addr, "reference-metrics-addr", "", "serve envoyproxy/ratelimit's Prometheus metrics (ratelimit_service_rate_limit_total_hits{domain,key1} and the others of its statsd_exporter mapping, docs/operations.md) on this listen address, beside envoy-rls's own /metrics on the admin port (empty: off; the reference's USE_PROMETHEUS and PROMETHEUS_ADDR)")
+	fs.StringVar(&f.Addr, "reference-metrics-addr", "", "serve envoyproxy/ratelimit's Prometheus metrics (ratelimit_service_rate_limit_total_hits{domain,key1} and the others of its statsd_exporter mapping, docs/observe.md) on this listen address, beside envoy-rls's own /metrics on the admin port (empty: off; the reference's USE_PROMETHEUS and PROMETHEUS_ADDR)")
 	fs.StringVar(&f.Path, "reference-metrics-path", DefaultPath, "the path of those metrics on --reference-metrics-addr (the reference's PROMETHEUS_PATH)")
 	fs.StringVar(&f.Mapping, "reference-metrics-mapping", "", "statsd_exporter mapping file that names those metrics (the reference's PROMETHEUS_MAPPER_YAML; empty: the reference's default mapping); read at start, a file that does not load stops it")
 	return nil
@@ -69,7 +69,7 @@ func (f *Flags) mapper(label func(string) string) (*Mapper, error) {
 	}
 	m, err := loadMapping(f.Mapping)
 	if err != nil {
-		return nil, fmt.Errorf("%s: must be a statsd_exporter mapping file envoy-rls reads (docs/operations.md, Envoy Gateway's Prometheus metrics): %w", label("reference-metrics-mapping"), err)
+		return nil, fmt.Errorf("%s: must be a statsd_exporter mapping file envoy-rls reads (docs/observe.md, Envoy Gateway's Prometheus metrics): %w", label("reference-metrics-mapping"), err)
 	}
 	return m, nil
 }

@@ -61,7 +61,7 @@ func TestStartMapping(t *testing.T) {
 		t.Fatal(err)
 	}
 	for file, want := range map[string]string{
-		bad:                                `--reference-metrics-mapping="` + bad + `": must be a statsd_exporter mapping file envoy-rls reads (docs/operations.md, Envoy Gateway's Prometheus metrics): line 1: unknown field "defaults" (the fields are mappings)`,
+		bad:                                `--reference-metrics-mapping="` + bad + `": must be a statsd_exporter mapping file envoy-rls reads (docs/observe.md, Envoy Gateway's Prometheus metrics): line 1: unknown field "defaults" (the fields are mappings)`,
 		filepath.Join(t.TempDir(), "none"): "no such file or directory",
 	} {
 		o, f, err := serve([]string{"--reference-metrics-addr", ":0", "--reference-metrics-mapping", file}, nil)

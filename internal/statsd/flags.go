@@ -38,7 +38,7 @@ var flagAccepts = map[string]string{
 
 // Define defines the flags on fs.
 func (f *Flags) Define(fs *flag.FlagSet) map[string]string {
-	fs.StringVar(&f.Addr, "statsd-addr", "", "send envoyproxy/ratelimit's stats (ratelimit.service.rate_limit.<domain>.<key…>.total_hits and others, docs/operations.md) to this statsd server, host:port (empty: off)")
+	fs.StringVar(&f.Addr, "statsd-addr", "", "send envoyproxy/ratelimit's stats (ratelimit.service.rate_limit.<domain>.<key…>.total_hits and others, docs/observe.md) to this statsd server, host:port (empty: off)")
 	fs.StringVar(&f.Protocol, "statsd-protocol", DefaultProtocol, "statsd transport: tcp (as envoyproxy/ratelimit) or udp")
 	fs.StringVar(&f.ExtraTags, "statsd-extra-tags", "", "tags added to every stat name as .__key=value suffixes: key:value pairs, comma-separated (envoyproxy/ratelimit's EXTRA_TAGS)")
 	fs.DurationVar(&f.FlushInterval, "statsd-flush-interval", DefaultFlushInterval, "how often the counters are sent to statsd")

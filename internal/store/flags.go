@@ -62,7 +62,7 @@ const (
 	// process's memory beyond the store (rules, top-k sketches,
 	// connections and their buffers), and the peak per entry of the bound
 	// measured with Go's default target on a full store
-	// (docs/operations.md, the memory store's sizing).
+	// (docs/deploy.md, the memory store's sizing).
 	MemoryHeapBase          = 64 << 20
 	MemoryPeakBytesPerEntry = 360
 	// MinGCPercent and MaxGCPercent bound an explicit --gc-percent.
@@ -134,7 +134,7 @@ var journalAccepts = map[string]string{
 
 // Define defines the flags on fs.
 func (f *Flags) Define(fs *flag.FlagSet) map[string]string {
-	fs.IntVar(&f.MemoryMaxEntries, "memory-max-entries", 0, "memory store: the most subjects held at once; 0 = automatic: 1000000, or fewer when GOMEMLIMIT is set, so that a full store takes at most half of it (docs/operations.md)")
+	fs.IntVar(&f.MemoryMaxEntries, "memory-max-entries", 0, "memory store: the most subjects held at once; 0 = automatic: 1000000, or fewer when GOMEMLIMIT is set, so that a full store takes at most half of it (docs/deploy.md)")
 	fs.BoolVar(&f.LocalCache, "local-cache", DefaultLocalCache, "answer repeated store denials (fixed window, token bucket, GCRA, sliding log; the blocks of a penalty box, any algorithm) locally until their retry time: a hot subject costs one store call per window instead of one per request; exact (see docs/performance.md)")
 	fs.IntVar(&f.LocalCacheSize, "local-cache-size", DefaultLocalCacheSize, fmt.Sprintf("local deny cache: the most denials held at once (at least %d)", denycache.Shards))
 	fs.IntVar(&f.GCPercent, "gc-percent", DefaultGCPercent, "garbage collector target, as GOGC: 0 = automatic (200 unless GOGC is set; with --store memory and no GOMEMLIMIT also a soft memory limit of 64 MiB + 360 bytes per entry of its bound), or 10–10000")

@@ -39,7 +39,7 @@ import (
 
 // Tracing is configured by the OpenTelemetry SDK's standard variables, the
 // --tracing flag (Flags) and the reference service's TRACING_* variables
-// (docs/operations.md, "Tracing"). The variables this file reads itself;
+// (docs/observe.md, "Tracing"). The variables this file reads itself;
 // the OTLP exporters read the rest of OTEL_EXPORTER_OTLP_* (endpoint,
 // headers, timeout, TLS, compression) and the batch span processor reads
 // OTEL_BSP_*, both from the process environment.
@@ -93,7 +93,7 @@ type Flags struct {
 
 // Define defines --tracing on fs.
 func (f *Flags) Define(fs *flag.FlagSet) map[string]string {
-	fs.Var(tracingFlag{f}, "tracing", "export OpenTelemetry traces by OTLP, configured by the OTEL_* variables (docs/operations.md, Tracing); also on when OTEL_EXPORTER_OTLP_ENDPOINT is set, off when OTEL_SDK_DISABLED=true")
+	fs.Var(tracingFlag{f}, "tracing", "export OpenTelemetry traces by OTLP, configured by the OTEL_* variables (docs/observe.md, Tracing); also on when OTEL_EXPORTER_OTLP_ENDPOINT is set, off when OTEL_SDK_DISABLED=true")
 	return nil
 }
 

@@ -56,7 +56,7 @@ var flagAccepts = map[string]string{
 
 // Define defines the flags on fs.
 func (f *Flags) Define(fs *flag.FlagSet) map[string]string {
-	fs.StringVar(&f.Sink, "audit-sink", "", "write an event per denial (shadow ones included) to: redis (a Redis Stream, through the --redis-* connection settings), file (JSON lines, --audit-file) or stdout (JSON lines); empty: off (docs/operations.md, Audit stream)")
+	fs.StringVar(&f.Sink, "audit-sink", "", "write an event per denial (shadow ones included) to: redis (a Redis Stream, through the --redis-* connection settings), file (JSON lines, --audit-file) or stdout (JSON lines); empty: off (docs/observe.md, Audit stream)")
 	fs.StringVar(&f.RedisStream, "audit-redis-stream", DefaultRedisStream, "audit sink redis: the stream's key")
 	fs.Int64Var(&f.RedisMaxLen, "audit-redis-maxlen", DefaultRedisMaxLen, fmt.Sprintf("audit sink redis: the stream is trimmed to about this many events (XADD MAXLEN ~), 1–%d", maxStreamLen))
 	fs.StringVar(&f.File, "audit-file", "", "audit sink file: the file the JSON lines are appended to (created 0600 when missing)")

@@ -278,7 +278,7 @@ func TestSchema(t *testing.T) {
 		{[]string{"--set", "audit.queueSize=0"}, "queueSize"},
 		{[]string{"--set", "headerNames.limit=X Limit"}, "limit"},
 		{[]string{"--set", "headerNames.reset=X:Reset"}, "reset"},
-		{[]string{"--set", "prometheusRule.runbookBaseURL=docs/operations.md"}, "runbookBaseURL"},
+		{[]string{"--set", "prometheusRule.runbookBaseURL=docs/runbook.md"}, "runbookBaseURL"},
 		{[]string{"--set", "prometheusRule.runbookBaseURL=https://x/ops.md#top"}, "runbookBaseURL"},
 		{[]string{"--set", "grafanaDashboard.label="}, "label"},
 		{[]string{"--set", "grafanaDashboard.namespace=Monitoring"}, "namespace"},
