@@ -16,7 +16,7 @@ CONFIG ?= config/examples
 # Race tests need cgo; the machine's gcc provides it.
 TESTFLAGS ?= -race -count=1 -timeout 20m
 
-.PHONY: help build run test test-containers test-short lint vet fmt tidy filesize bench tools deps clean helm-check chart-docs release-check release-snapshot
+.PHONY: help build run test test-containers test-short lint vet fmt tidy filesize bench deps clean helm-check chart-docs release-check release-snapshot
 
 # What `envoy-rls version`, the start-up log line and envoy_rls_build_info
 # report for a `make build` binary (internal/buildinfo).
@@ -27,7 +27,9 @@ BUILDINFO := github.com/envoy-rls/envoy-rls/internal/buildinfo
 LDFLAGS   := -X $(BUILDINFO).version=$(VERSION) -X $(BUILDINFO).revision=$(REVISION) -X $(BUILDINFO).date=$(DATE)
 
 help: ## list targets
-	@grep -hE '^[a-zA-Z0-9_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN{FS=":.*?## "}{printf "  %-12s %s\n", $$1, $$2}'
+	@grep -hE '^[a-zA-Z0-9_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN{FS=":.*?## "} \
+	  {name[NR] = $$1; text[NR] = $$2; if (length($$1) > w) w = length($$1)} \
+	  END{for (i = 1; i <= NR; i++) printf "  %-" w "s  %s\n", name[i], text[i]}'
 
 build: ## build bin/envoy-rls (and bin/ratelimit, a link: the reference's entry point), stamped with git describe, the commit and the date
 	@mkdir -p $(BIN)

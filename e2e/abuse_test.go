@@ -36,7 +36,7 @@ const (
 	defaultMaxIncomplete  = 1024
 )
 
-// Memory ceilings of the abuse patterns (docs/operations.md, "Limits on
+// Memory ceilings of the abuse patterns (docs/deploy.md, "Limits on
 // connections and streams"): the replica's resident set may not exceed
 // them while a pattern runs. A binary built with -race needs several times
 // the memory.
@@ -602,7 +602,7 @@ func (s h2state) String() string {
 }
 
 // BenchmarkSlowStreams measures one slow-stream pattern for
-// docs/operations.md (the figures are reported, nothing is checked):
+// docs/deploy.md (the figures are reported, nothing is checked):
 //
 //	E2E_SLOW_STREAMS=CONNS,STREAMS,PROMISED,SENT[,RECEIVE_TIMEOUT] go test -run x -bench BenchmarkSlowStreams -benchtime 1x ./e2e/
 //

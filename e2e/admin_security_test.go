@@ -21,7 +21,7 @@ import (
 // The admin surface's security on the real binary: the token file fails
 // closed, /config and the profiles are behind the token, admin calls are
 // audited, refusals are sampled and lookups are rate-limited per token
-// (docs/operations.md, "Security").
+// (docs/admin-api.md, "Security").
 
 // Log messages of the admin surface (internal/admin).
 const (

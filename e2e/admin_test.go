@@ -70,7 +70,7 @@ func TestExplainDigestAndReset(t *testing.T) {
 		user := unique("rawval")
 		r.checkAdmits(t, entry{"user", user}, 5, 3)
 		// --admin as a URL and as host:port (taken as http), as
-		// docs/operations.md says.
+		// docs/admin-api.md says.
 		admins := []string{"http://" + r.adminAddr, r.adminAddr}
 		calls := 0
 		explain := func() explainAnswer {

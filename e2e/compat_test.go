@@ -15,9 +15,9 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
+	"github.com/envoy-rls/envoy-rls/internal/compat"
 	"github.com/envoy-rls/envoy-rls/internal/redistest"
 	"github.com/envoy-rls/envoy-rls/internal/statsd/statsdtest"
-	"github.com/envoy-rls/envoy-rls/pkg/limiter/redis"
 )
 
 // ratelimitLink returns a link named ratelimit to the binary, in a
@@ -130,7 +130,7 @@ func TestRatelimitEntryPoint(t *testing.T) {
 	v, err := redistest.Do(ctx, g.redis.Addr(), nil, "GET", key)
 	if s, ok := v.(string); err != nil || !ok {
 		t.Errorf("GET %s: %v, %v", key, v, err)
-	} else if secret, legacy, err := redis.DecodeSharedSecret(key, []byte(s)); err != nil || legacy || len(secret) != redis.SharedSecretBytes {
+	} else if secret, legacy, err := compat.DecodeSharedSecret(key, []byte(s)); err != nil || legacy || len(secret) != compat.SharedSecretBytes {
 		t.Errorf("the shared secret's value %q: %v", s, err)
 	}
 

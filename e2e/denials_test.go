@@ -12,7 +12,7 @@ import (
 )
 
 // TestDenialsCountAndBound: the binary's GET /v1/denials, as
-// docs/operations.md describes it: after 6 denials "kept" is 6 (the count
+// docs/admin-api.md describes it: after 6 denials "kept" is 6 (the count
 // held) and "capacity" 100 (the most held); n=500 is 400 with the range,
 // with the audit sink on and off.
 func TestDenialsCountAndBound(t *testing.T) {

@@ -357,7 +357,7 @@ func TestAuditStreamRedis(t *testing.T) {
 			if err := r.stop(); err != nil {
 				t.Fatal(err)
 			}
-			c, err := redis.NewClient(redis.Config{Addrs: []string{srv.Addr()}, Mode: redis.ModeStandalone})
+			c, err := redis.NewClient(redis.Config{Addrs: []string{srv.Addr()}, Mode: redis.ModeStandalone}, "envoy-rls-audit")
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -143,18 +143,25 @@ func TestRatelimitEnvoyGatewayPrometheus(t *testing.T) {
 }
 
 // TestRatelimitPrometheusMapperRefused: a PROMETHEUS_MAPPER_YAML that does
-// not load stops the start with one line naming it and the problem.
+// not load stops the start with one line naming it, the field and why.
 func TestRatelimitPrometheusMapperRefused(t *testing.T) {
 	g := startEnvoyGateway(t)
-	bad := writeFile(t, t.TempDir(), "conf.yaml", "defaults:\n  observer_type: histogram\nmappings: []\n")
+	bad := writeFile(t, t.TempDir(), "conf.yaml", "mappings:\n  - match: ratelimit.*\n    name: x\n    labels: [domain]\n")
 	res := startCommand(t, ratelimitLink(t), append(g.env, "USE_STATSD=false", "USE_PROMETHEUS=true",
 		"PROMETHEUS_ADDR=127.0.0.1:0", "PROMETHEUS_MAPPER_YAML="+bad)).finish(t, runTimeout)
 	if res.code != 1 {
 		t.Errorf("exit %d, want 1", res.code)
 	}
-	want := `envoy-rls: PROMETHEUS_MAPPER_YAML="` + bad + `": must be a statsd_exporter mapping file envoy-rls reads`
-	if got := strings.TrimSpace(res.stderr); !strings.Contains(got, want) || !strings.Contains(got, "field defaults not found") {
-		t.Errorf("stderr\n%s\nwant a line with\n%s", got, want)
+	want := `envoy-rls: PROMETHEUS_MAPPER_YAML="` + bad + `": must be a statsd_exporter mapping file envoy-rls reads ` +
+		`(docs/observe.md, Envoy Gateway's Prometheus metrics): line 4: labels: must be a map of label names to values`
+	var refused []string
+	for _, l := range strings.Split(res.stderr, "\n") {
+		if strings.HasPrefix(l, "envoy-rls:") {
+			refused = append(refused, l)
+		}
+	}
+	if len(refused) != 1 || refused[0] != want {
+		t.Errorf("stderr\n%s\nwant one line\n%s", res.stderr, want)
 	}
 }
 

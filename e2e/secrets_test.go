@@ -10,10 +10,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/envoy-rls/envoy-rls/internal/compat"
 	"github.com/envoy-rls/envoy-rls/internal/deploytest"
 	"github.com/envoy-rls/envoy-rls/internal/polltest"
 	"github.com/envoy-rls/envoy-rls/internal/redistest"
-	"github.com/envoy-rls/envoy-rls/pkg/limiter/redis"
 )
 
 // Credentials of the output tests: each must appear nowhere in what the
@@ -24,7 +24,7 @@ const (
 )
 
 // msgPlaintext is the start-up warning of credential headers sent without
-// TLS (observe.MsgPlaintextCredentials).
+// TLS (redact.MsgPlaintextCredentials).
 const msgPlaintext = "credential headers are sent without TLS"
 
 // with is base and more in a slice of their own.
@@ -156,8 +156,8 @@ func TestSharedSecretOverwritten(t *testing.T) {
 	link := ratelimitLink(t)
 
 	for _, value := range []string{
-		redis.EncodeSharedSecret(key, bytes.Repeat([]byte{'x'}, redis.SharedSecretBytes)),
-		strings.Repeat("y", redis.SharedSecretBytes),
+		compat.EncodeSharedSecret(key, bytes.Repeat([]byte{'x'}, compat.SharedSecretBytes)),
+		strings.Repeat("y", compat.SharedSecretBytes),
 	} {
 		srv.MustDo("SET", key, value)
 		start := time.Now()
@@ -270,7 +270,7 @@ func TestSharedSecretRedisDownAtStart(t *testing.T) {
 	v, err := redistest.Do(context.Background(), srv.Addr(), nil, "GET", key)
 	if s, ok := v.(string); err != nil || !ok {
 		t.Fatalf("GET %s: %v %v", key, v, err)
-	} else if _, _, err := redis.DecodeSharedSecret(key, []byte(s)); err != nil {
+	} else if _, _, err := compat.DecodeSharedSecret(key, []byte(s)); err != nil {
 		t.Fatalf("GET %s: %v", key, err)
 	}
 	// The user has used 1 of 2 on a.

@@ -8,9 +8,10 @@ import (
 
 // TestStartupReportsEveryProblem: a start the binary refuses reports every
 // problem it can find in one run, one "envoy-rls:" line each — the option
-// checks together (the issue's `serve --config config/examples --store
-// redis`: the Redis address and the HMAC secret), and a refused admin token
-// file together with the rule files' problems.
+// checks together (`serve --config config/examples --store redis`: the
+// Redis address and the HMAC secret), every command-line value that does
+// not parse, and a refused admin token file together with the rule files'
+// problems.
 func TestStartupReportsEveryProblem(t *testing.T) {
 	dir := t.TempDir()
 	badRules := rulesDir(t, "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: fortnight, requests_per_unit: 1}\n")
@@ -22,6 +23,10 @@ func TestStartupReportsEveryProblem(t *testing.T) {
 		{"options", []string{"serve", "--config", filepath.Join("..", "config", "examples"), "--store", "redis"}, []string{
 			"envoy-rls: --redis-addr (or ENVOY_RLS_REDIS_ADDR) is not set",
 			"envoy-rls: --store redis needs an HMAC secret",
+		}},
+		{"command line", []string{"serve", "--config", filepath.Join("..", "config", "examples"), "--redis-timeout", "5sec", "--drain-timeout=abc"}, []string{
+			`envoy-rls: --redis-timeout="5sec": must be`,
+			`envoy-rls: --drain-timeout="abc": must be`,
 		}},
 		{"token file and rules", []string{"serve", "--config", badRules, "--admin-token-file", filepath.Join(dir, "missing"),
 			"--grpc-addr", "127.0.0.1:0", "--admin-addr", "127.0.0.1:0"}, []string{

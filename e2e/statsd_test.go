@@ -12,7 +12,7 @@ import (
 
 // TestStatsdTargetDownIsLogged: started as ratelimit, statsd is on by
 // default over TCP; with nothing listening at STATSD_HOST:STATSD_PORT the
-// binary logs a warning naming the target (docs/operations.md: one warning
+// binary logs a warning naming the target (docs/observe.md: one warning
 // per interval) instead of dropping the stats without a sign, and the
 // warning holds no request value.
 func TestStatsdTargetDownIsLogged(t *testing.T) {

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs what the test suite needs when it is missing: redis-server and
-# redis-cli (Debian's redis-server package, Redis 7.0 on bookworm), and
-# Debian's chromium, the headless browser of the console's test. The tests
+# redis-cli (Debian's redis-server package, Redis 7.0 on bookworm), curl and
+# jq (the docs' recipes, run by their tests), and Debian's chromium, the
+# headless browser of the console's test. The tests
 # start their own redis-server processes on free loopback ports and their own
 # browser.
 set -euo pipefail
@@ -9,6 +10,9 @@ missing=()
 if ! command -v redis-server >/dev/null 2>&1 || ! command -v redis-cli >/dev/null 2>&1; then
   missing+=(redis-server redis-tools)
 fi
+for tool in curl jq; do
+  command -v "$tool" >/dev/null 2>&1 || missing+=("$tool")
+done
 if ! command -v chromium >/dev/null 2>&1 && ! command -v chromium-browser >/dev/null 2>&1; then
   missing+=(chromium)
 fi
@@ -28,4 +32,5 @@ $SUDO apt-get update -qq
 $SUDO apt-get install -y -qq "${missing[@]}" >/dev/null
 # Debian starts a system redis on :6379; the tests do not use it.
 command -v redis-server >/dev/null
+command -v jq >/dev/null
 command -v chromium >/dev/null || command -v chromium-browser >/dev/null

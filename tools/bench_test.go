@@ -7,6 +7,7 @@ import (
 	"context"
 	"encoding/json"
 	"image/png"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -75,5 +76,47 @@ func TestBenchScriptFloor(t *testing.T) {
 	}
 	if !bytes.Contains(stderr.Bytes(), []byte("bench.sh: stopped pid")) {
 		t.Errorf("bench.sh did not report stopping the server:\n%s", stderr.String())
+	}
+}
+
+// TestBenchLoadRedis runs `make bench-load BENCH_ARGS="--target envoy-rls
+// --store redis"` with short runs: the default rules match the load, so
+// every answer carries a limit (no run is unmatched, and rls-load warns of
+// nothing): the runs measure decisions made in Redis.
+func TestBenchLoadRedis(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds the tools and envoy-rls and runs load: not in -short")
+	}
+	out := filepath.Join(t.TempDir(), "redis.jsonl")
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "make", "-C", "..", "bench-load", "BENCH_ARGS=--target envoy-rls --store redis "+
+		"--duration 1s --warmup 100ms --concurrency 2 --subjects 100 --no-plot --out "+out)
+	var stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = io.Discard, &stderr
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("make bench-load: %v\n%s", err, stderr.String())
+	}
+	if bytes.Contains(stderr.Bytes(), []byte("warning")) {
+		t.Errorf("make bench-load warned:\n%s", stderr.String())
+	}
+	b, err := os.ReadFile(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var r struct {
+		Label     string             `json:"label"`
+		Requests  uint64             `json:"requests"`
+		OK        uint64             `json:"ok"`
+		Unmatched *uint64            `json:"unmatched"`
+		Warning   string             `json:"warning"`
+		Aux       map[string]float64 `json:"aux_cpu_us_per_decision"`
+	}
+	if err := json.Unmarshal(bytes.TrimSpace(b), &r); err != nil {
+		t.Fatalf("%s: %v: %s", out, err, b)
+	}
+	if r.Label != "envoy-rls redis" || r.Requests == 0 || r.OK != r.Requests || r.Unmatched == nil || *r.Unmatched != 0 ||
+		r.Warning != "" || r.Aux["redis"] <= 0 {
+		t.Errorf("run: %s\nwant every call answered OK under a limit, none unmatched, Redis busy", b)
 	}
 }

@@ -1,5 +1,5 @@
 // Command envoy-rls is a global rate-limit service for Envoy and Istio. See
-// internal/app for the commands and flags, and README.md.
+// internal/app for the commands and flags, and docs/cli.md.
 package main
 
 import (

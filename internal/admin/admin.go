@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"go.uber.org/zap"
 
@@ -30,6 +31,14 @@ type Rules interface {
 	// Received reports whether rules from the source are in service (the
 	// empty set an xDS source may start with is not).
 	Received() bool
+}
+
+// NewRegistry is the registry a serve registers its metrics on and
+// /metrics serves, with the Go runtime's and the process's collectors.
+func NewRegistry() *prometheus.Registry {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	return reg
 }
 
 // Config configures a Server.

@@ -7,10 +7,8 @@ import (
 	"crypto/subtle"
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
 	"net/http"
-	"os"
 	"regexp"
 	"strings"
 	"sync"
@@ -19,6 +17,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 
+	"github.com/envoy-rls/envoy-rls/internal/credfiles"
 	"github.com/envoy-rls/envoy-rls/pkg/rls"
 )
 
@@ -118,33 +117,18 @@ func ClientToken(b []byte) (token string, ok bool) {
 
 // readTokens reads and parses the token file, bounded in size. A file that
 // is missing, unreadable, not a regular file, readable or writable by
-// group or others (any of the mode bits 077), too large, without a token
-// or malformed is refused; the error says what to fix.
+// group or others (credfiles.Read), too large, without a token or
+// malformed is refused; the error says what to fix.
 func readTokens(path string) ([]adminToken, error) {
-	f, err := os.Open(path)
+	b, err := credfiles.Read(path, maxTokenFileBytes)
+	var pe *fs.PathError
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
 		return nil, fmt.Errorf("admin token file %s: does not exist: create it with one name:token line, mode 0600", path)
+	case errors.As(err, &pe):
+		return nil, fmt.Errorf("admin token file %s: cannot be read: %w", path, pe.Err)
 	case err != nil:
-		return nil, fmt.Errorf("admin token file %s: cannot be read: %w", path, errors.Unwrap(err))
-	}
-	defer f.Close()
-	fi, err := f.Stat()
-	if err != nil {
 		return nil, fmt.Errorf("admin token file %s: %w", path, err)
-	}
-	if !fi.Mode().IsRegular() {
-		return nil, fmt.Errorf("admin token file %s: not a regular file", path)
-	}
-	if problem := modeProblem(path, fi.Mode().Perm(), fileOwner(fi), processGroups()); problem != "" {
-		return nil, fmt.Errorf("admin token file %s: %s", path, problem)
-	}
-	b, err := io.ReadAll(io.LimitReader(f, maxTokenFileBytes+1))
-	if err != nil {
-		return nil, fmt.Errorf("admin token file %s: %w", path, err)
-	}
-	if len(b) > maxTokenFileBytes {
-		return nil, fmt.Errorf("admin token file %s: larger than %d bytes", path, maxTokenFileBytes)
 	}
 	return parseTokens("admin token file "+path, b)
 }

@@ -16,7 +16,6 @@ import (
 
 	"github.com/envoy-rls/envoy-rls/internal/limitertest"
 	"github.com/envoy-rls/envoy-rls/internal/metricstest"
-	"github.com/envoy-rls/envoy-rls/internal/observe"
 	"github.com/envoy-rls/envoy-rls/pkg/descriptors"
 	"github.com/envoy-rls/envoy-rls/pkg/limiter/memory"
 	"github.com/envoy-rls/envoy-rls/pkg/topk"
@@ -273,7 +272,7 @@ func authServer(t *testing.T, path string, clock *limitertest.Clock, log *zap.Lo
 	if err != nil {
 		t.Fatal(err)
 	}
-	top, err := observe.NewTop(topk.Config{}, 0, reg)
+	top, err := topk.Start(&topk.Flags{}, reg)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -43,7 +43,7 @@ func TestDenialsSinkOff(t *testing.T) {
 
 // TestDenialsCountAndBound: after six denials kept, kept is six and
 // capacity the view's size; n beyond the capacity is 400 as the docs say
-// (docs/operations.md), with and without a sink.
+// (docs/admin-api.md), with and without a sink.
 func TestDenialsCountAndBound(t *testing.T) {
 	h := newHarness(t, withAudit(auditSink(t, io.Discard)))
 	h.hits("user", "rawval-count", 11, 5) // 5 allowed, 6 denied

@@ -132,7 +132,7 @@ func (s *Server) handleAPI(mux *http.ServeMux, pattern, action string, h http.Ha
 // MsgAdminOff is what the paths of the admin API and the console answer
 // (404) when no token file is given, so that "off" is not mistaken for a
 // wrong path.
-const MsgAdminOff = "the admin API (/v1/...) and the console (/ui) are off: start envoy-rls with --admin-token-file FILE (or ENVOY_RLS_ADMIN_TOKEN_FILE), a file of name:token lines readable by its owner only; with the Helm chart, set admin.token.existingSecret or admin.token.value (docs/operations.md, The admin API and its tokens)"
+const MsgAdminOff = "the admin API (/v1/...) and the console (/ui) are off: start envoy-rls with --admin-token-file FILE (or ENVOY_RLS_ADMIN_TOKEN_FILE), a file of name:token lines readable by its owner only; with the Helm chart, set admin.token.existingSecret or admin.token.value (docs/admin-api.md, The admin API and its tokens)"
 
 // handleAdminOff answers the API's and the console's paths with
 // MsgAdminOff when they are off (no Config.Auth).

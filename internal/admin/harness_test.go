@@ -20,7 +20,6 @@ import (
 	"go.uber.org/zap/zapcore"
 	"go.uber.org/zap/zaptest/observer"
 
-	"github.com/envoy-rls/envoy-rls/internal/observe"
 	"github.com/envoy-rls/envoy-rls/internal/redistest"
 	"github.com/envoy-rls/envoy-rls/pkg/audit"
 	"github.com/envoy-rls/envoy-rls/pkg/descriptors"
@@ -88,13 +87,13 @@ func newHarness(t *testing.T, opts ...func(*setup)) *harness {
 	if err != nil {
 		t.Fatal(err)
 	}
-	top, err := observe.NewTop(topk.Config{}, 0, reg)
+	top, err := topk.Start(&topk.Flags{}, reg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg := rls.Config{Rules: func() rls.Rules { return snap }, Store: cache, Metrics: m, Logger: log, Observer: observe.WithTop(nil, top)}
+	cfg := rls.Config{Rules: func() rls.Rules { return snap }, Store: cache, Metrics: m, Logger: log, Observer: topFeed{top}}
 	if su.audit != nil {
-		cfg.Auditor = observe.Auditor(su.audit)
+		cfg.Auditor = auditFeed{su.audit}
 	}
 	svc, err := rls.New(cfg)
 	if err != nil {
@@ -300,4 +299,30 @@ func (h *harness) logged(action string) bool {
 
 func explainBody(key, value string) string {
 	return fmt.Sprintf(`{"domain":"app","descriptors":[{"entries":[{"key":%q,"value":%q}]}]}`, key, value)
+}
+
+// topFeed feeds the tracker with every decided limit, as the binary does.
+type topFeed struct{ t *topk.Tracker }
+
+func (f topFeed) ObserveLimit(l rls.LimitObservation) {
+	if l.Rule == nil || l.Rule.Policy == nil {
+		return
+	}
+	f.t.Record(topk.Observation{Domain: l.Rule.Domain, Policy: l.Rule.Policy.ID(), Key: l.Rule.Key, Subject: l.Subject,
+		Hits: l.Hits, Denied: l.Over && !l.Shadow, ShadowDenied: l.Over && l.Shadow})
+}
+
+func (topFeed) ObserveCall(rls.CallObservation) {}
+
+// auditFeed offers the server's denials to the audit sink, as the binary
+// does.
+type auditFeed struct{ sink *audit.Sink }
+
+func (f auditFeed) Denied(d rls.Denial) {
+	outcome := audit.OutcomeOverLimit
+	if d.StoreFailed {
+		outcome = audit.OutcomeFailureMode
+	}
+	f.sink.Offer(audit.Event{Time: d.Time, Domain: d.Domain, PolicyID: d.PolicyID, Subject: d.Subject, Cost: d.Cost, Limit: d.Limit,
+		Remaining: d.Remaining, RetryAfter: d.RetryAfter, RequestID: d.RequestID, Shadow: d.Shadow, Outcome: outcome, FailureMode: d.FailureMode})
 }

@@ -16,14 +16,21 @@ import (
 	"time"
 
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 
 	"github.com/envoy-rls/envoy-rls/internal/compat"
-	"github.com/envoy-rls/envoy-rls/internal/observe"
 	"github.com/envoy-rls/envoy-rls/internal/options"
+	"github.com/envoy-rls/envoy-rls/internal/refmetrics"
+	"github.com/envoy-rls/envoy-rls/internal/statsd"
+	"github.com/envoy-rls/envoy-rls/internal/store"
+	"github.com/envoy-rls/envoy-rls/internal/tracing"
+	"github.com/envoy-rls/envoy-rls/internal/xdsrules"
+	"github.com/envoy-rls/envoy-rls/pkg/audit"
 	"github.com/envoy-rls/envoy-rls/pkg/descriptors"
 	"github.com/envoy-rls/envoy-rls/pkg/descriptors/rulefile"
 	"github.com/envoy-rls/envoy-rls/pkg/limiter"
+	"github.com/envoy-rls/envoy-rls/pkg/topk"
 )
 
 // ErrFailed is returned (wrapped or as is) once the failure has already been
@@ -242,16 +249,34 @@ func CheckServeArgs(args []string, getenv func(string) string) error {
 	return err
 }
 
+// settings are serve's: options' own, and the flags of the packages serve
+// assembles (options.Group), each read by its package.
+type settings struct {
+	*options.Options
+	tracing    tracing.Flags
+	statsd     statsd.Flags
+	refmetrics refmetrics.Flags
+	audit      audit.Flags
+	top        topk.Flags
+	xds        xdsrules.Flags
+	store      store.Flags
+}
+
 // serveOptions parses and checks the serve flags, with the reference
 // service's environment when asked for (internal/compat). The error is
 // flag.ErrHelp after -h, after which help, when not nil, prints the help.
 // Otherwise it holds one line per problem found.
-func serveOptions(args []string, getenv func(string) string, help io.Writer) (*options.Options, error) {
-	o, fs, err := options.Serve(args, getenv, compat.Presets(getenv))
+func serveOptions(args []string, getenv func(string) string, help io.Writer) (*settings, error) {
+	st := &settings{}
+	st.tracing.Getenv = getenv
+	// The groups in the order their problems are reported.
+	o, fs, err := options.Serve(args, getenv, compat.Presets(getenv), &st.store, &st.xds, &st.statsd, &st.audit, &st.top, &st.refmetrics, &st.tracing)
 	if errors.Is(err, flag.ErrHelp) && help != nil {
 		options.PrintUsage(help, options.ServeUsage, fs)
 	}
-	return o, err
+	st.Options = o
+	st.store.RedisPassword = o.RedisPassword
+	return st, err
 }
 
 func serveCommand(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer, h hooks) error {
@@ -263,7 +288,7 @@ func serveCommand(ctx context.Context, args []string, getenv func(string) string
 		return err
 	}
 	level, _ := zapcore.ParseLevel(o.LogLevel) // checked by options.Serve
-	log := observe.NewLogger(level, stderr)
+	log := newLogger(level, stderr)
 	defer func() { _ = log.Sync() }()
 	if h.stdout == nil {
 		h.stdout = stdout
@@ -271,4 +296,15 @@ func serveCommand(ctx context.Context, args []string, getenv func(string) string
 	// A start-up failure comes back as is, for main to print; a server
 	// that fails later has been logged and comes back as ErrFailed.
 	return serve(ctx, o, getenv, log, h)
+}
+
+// newLogger is the service's logger: JSON lines on w from level up, with
+// RFC 3339 times and durations as text.
+func newLogger(level zapcore.Level, w io.Writer) *zap.Logger {
+	enc := zap.NewProductionEncoderConfig()
+	enc.TimeKey = "ts"
+	enc.EncodeTime = zapcore.RFC3339NanoTimeEncoder
+	enc.EncodeDuration = zapcore.StringDurationEncoder
+	core := zapcore.NewCore(zapcore.NewJSONEncoder(enc), zapcore.Lock(zapcore.AddSync(w)), level)
+	return zap.New(core, zap.ErrorOutput(zapcore.Lock(zapcore.AddSync(w))))
 }

@@ -68,6 +68,13 @@ func TestValidate(t *testing.T) {
 func TestServeFlagErrors(t *testing.T) {
 	rules := writeRules(t, t.TempDir(), testRules)
 	listen := []string{"--grpc-addr", "127.0.0.1:0", "--admin-addr", "127.0.0.1:0"}
+	shared := filepath.Join(t.TempDir(), "hmac-secret")
+	if err := os.WriteFile(shared, []byte("a-secret-of-more-than-16-bytes\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(shared, 0o644); err != nil {
+		t.Fatal(err)
+	}
 	for _, tc := range []struct {
 		name string
 		args []string
@@ -79,6 +86,8 @@ func TestServeFlagErrors(t *testing.T) {
 		{"several problems", []string{"serve", "--config", rules, "--store", "etcd"}, map[string]string{"ENVOY_RLS_LOG_LEVEL": "loud", "ENVOY_RLS_MEMORY_MAX_ENTRIES": "x"},
 			`ENVOY_RLS_MEMORY_MAX_ENTRIES="x": must be 0 (automatic) or a positive integer` + "\n" + `--store="etcd": must be memory or redis` + "\n" + `ENVOY_RLS_LOG_LEVEL="loud": must be debug, info, warn or error`},
 		{"unreadable secret file", append([]string{"serve", "--config", rules}, listen...), map[string]string{"ENVOY_RLS_HMAC_SECRET_FILE": "/nonexistent/secret"}, `ENVOY_RLS_HMAC_SECRET_FILE="/nonexistent/secret": must be a readable file holding the secret: open /nonexistent/secret: no such file or directory`},
+		{"secret file others can read", append([]string{"serve", "--config", rules, "--hmac-secret-file", shared}, listen...), nil,
+			`--hmac-secret-file="` + shared + `": must be a readable file holding the secret: mode 0644 lets group or others use it: chmod 600 ` + shared},
 		{"listen failure", []string{"serve", "--config", rules, "--grpc-addr", "127.0.0.1:0", "--admin-addr", "127.0.0.1:99999"}, nil, `--admin-addr="127.0.0.1:99999": must be an address this process can listen on: listen tcp: address 99999: invalid port`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

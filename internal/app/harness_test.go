@@ -233,32 +233,18 @@ func waitFor(t *testing.T, cond func() bool) {
 	})
 }
 
-// blockingStore holds every Evaluate until released; its Ping answers what
-// the test sets.
-type blockingStore struct {
-	limiter.Store
-	limitertest.Pinger
-	entered chan struct{}
-	release chan struct{}
-}
-
-func (b *blockingStore) Evaluate(ctx context.Context, batch []limiter.Request, out []limiter.Outcome) {
-	b.entered <- struct{}{}
-	<-b.release
-	b.Store.Evaluate(ctx, batch, out)
-}
-
 // startBlocked serves testRules with args, the store wrapped in a
-// blockingStore.
-func startBlocked(t *testing.T, args ...string) (*running, *blockingStore) {
+// limitertest.Double that holds every call until Release.
+func startBlocked(t *testing.T, args ...string) (*running, *limitertest.Double) {
 	t.Helper()
 	rules := writeRules(t, t.TempDir(), testRules)
-	bs := &blockingStore{entered: make(chan struct{}, 1), release: make(chan struct{})}
+	var d *limitertest.Double
 	r := startServe(t, append([]string{"--config", rules}, args...), nil, hooks{wrapStore: func(s limiter.Store) limiter.Store {
-		bs.Store = s
-		return bs
+		d = limitertest.NewDouble(t, s, nil)
+		d.Set(limitertest.Fault{Hold: true})
+		return d
 	}})
-	return r, bs
+	return r, d
 }
 
 // startWatching serves testRules from the folder dir and returns once the

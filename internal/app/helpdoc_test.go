@@ -47,29 +47,32 @@ func serveHelpFlags(t *testing.T) map[string]helpFlag {
 	return flags
 }
 
-// readmeRow is one row of the README's table of serve flags.
-type readmeRow struct {
+// flagDoc holds the table of serve flags.
+const flagDoc = "docs/cli.md"
+
+// flagRow is one row of the table of serve flags in docs/cli.md.
+type flagRow struct {
 	line  int
 	flags []string
 	def   string
 }
 
-// readmeServeFlags reads the README's table of serve flags: the table
+// docServeFlags reads the table of serve flags of docs/cli.md: the table
 // whose header is "| flag | default | |".
-func readmeServeFlags(t *testing.T) []readmeRow {
+func docServeFlags(t *testing.T) []flagRow {
 	t.Helper()
-	b, err := os.ReadFile("../../README.md")
+	b, err := os.ReadFile("../../" + flagDoc)
 	if err != nil {
 		t.Fatal(err)
 	}
 	flagRE := regexp.MustCompile("`--([a-z0-9-]+)`")
-	var rows []readmeRow
+	var rows []flagRow
 	in := false
 	for i, line := range strings.Split(string(b), "\n") {
 		switch {
 		case strings.HasPrefix(line, "| flag | default |"):
 			if in || rows != nil {
-				t.Fatalf("README.md:%d: a second table of serve flags", i+1)
+				t.Fatalf(flagDoc+":%d: a second table of serve flags", i+1)
 			}
 			in = true
 		case in && strings.HasPrefix(line, "|---"):
@@ -77,14 +80,14 @@ func readmeServeFlags(t *testing.T) []readmeRow {
 			// The cells, between unescaped pipes.
 			cells := strings.Split(strings.ReplaceAll(line, `\|`, "\x00"), "|")[1:]
 			if len(cells) < 3 {
-				t.Fatalf("README.md:%d: want | flags | default | text |: %s", i+1, line)
+				t.Fatalf(flagDoc+":%d: want | flags | default | text |: %s", i+1, line)
 			}
-			row := readmeRow{line: i + 1, def: strings.TrimSpace(cells[1])}
+			row := flagRow{line: i + 1, def: strings.TrimSpace(cells[1])}
 			for _, m := range flagRE.FindAllStringSubmatch(cells[0], -1) {
 				row.flags = append(row.flags, m[1])
 			}
 			if len(row.flags) == 0 {
-				t.Fatalf("README.md:%d: a row without a flag: %s", i+1, line)
+				t.Fatalf(flagDoc+":%d: a row without a flag: %s", i+1, line)
 			}
 			rows = append(rows, row)
 		default:
@@ -92,32 +95,32 @@ func readmeServeFlags(t *testing.T) []readmeRow {
 		}
 	}
 	if len(rows) == 0 {
-		t.Fatal(`README.md: no "| flag | default | |" table`)
+		t.Fatal(flagDoc + `: no "| flag | default | |" table`)
 	}
 	return rows
 }
 
-// TestServeHelpMatchesREADME: every flag of `envoy-rls serve --help` has a
-// row in the README's table of serve flags and every flag there is one of
+// TestServeHelpMatchesCLIDoc: every flag of `envoy-rls serve --help` has a
+// row in docs/cli.md's table of serve flags and every flag there is one of
 // serve's, once; where the row gives a default, it is the help's.
-func TestServeHelpMatchesREADME(t *testing.T) {
+func TestServeHelpMatchesCLIDoc(t *testing.T) {
 	help := serveHelpFlags(t)
-	rows := readmeServeFlags(t)
+	rows := docServeFlags(t)
 	seen := map[string]int{}
 	for _, row := range rows {
 		defs := splitDefaults(row.def, len(row.flags))
 		for k, name := range row.flags {
 			if at, ok := seen[name]; ok {
-				t.Errorf("README.md:%d: --%s is already in the row of line %d", row.line, name, at)
+				t.Errorf(flagDoc+":%d: --%s is already in the row of line %d", row.line, name, at)
 			}
 			seen[name] = row.line
 			h, ok := help[name]
 			if !ok {
-				t.Errorf("README.md:%d: --%s is not a flag of envoy-rls serve --help", row.line, name)
+				t.Errorf(flagDoc+":%d: --%s is not a flag of envoy-rls serve --help", row.line, name)
 				continue
 			}
 			if defs != nil && !sameDefault(defs[k], h.def) {
-				t.Errorf("README.md:%d: --%s: the README's default is %q, serve --help's %q", row.line, name, defs[k], h.def)
+				t.Errorf(flagDoc+":%d: --%s: the doc's default is %q, serve --help's %q", row.line, name, defs[k], h.def)
 			}
 		}
 	}
@@ -129,7 +132,7 @@ func TestServeHelpMatchesREADME(t *testing.T) {
 	}
 	slices.Sort(missing)
 	if len(missing) > 0 {
-		t.Errorf("README.md's table of serve flags lacks %s (from envoy-rls serve --help): add a row each", strings.Join(missing, ", "))
+		t.Errorf(flagDoc+"'s table of serve flags lacks %s (from envoy-rls serve --help): add a row each", strings.Join(missing, ", "))
 	}
 }
 
@@ -168,12 +171,12 @@ func splitDefaults(cell string, n int) []string {
 // codeRE is a default written as code, before any remark in parentheses.
 var codeRE = regexp.MustCompile("^`([^`]*)`(?: \\(.*\\))?$")
 
-// sameDefault says whether a README default says the help's: code is the
+// sameDefault says whether a documented default says the help's: code is the
 // value itself (durations compared as durations); "off", "none", "—" or
 // nothing is a default that is unset, false or zero; a remark alone in
 // parentheses (e.g. "(required …)") states no value.
-func sameDefault(readme, help string) bool {
-	if m := codeRE.FindStringSubmatch(readme); m != nil {
+func sameDefault(doc, help string) bool {
+	if m := codeRE.FindStringSubmatch(doc); m != nil {
 		if m[1] == help {
 			return true
 		}
@@ -181,10 +184,10 @@ func sameDefault(readme, help string) bool {
 		b, errB := time.ParseDuration(help)
 		return errA == nil && errB == nil && a == b
 	}
-	word, _, _ := strings.Cut(readme, " (")
+	word, _, _ := strings.Cut(doc, " (")
 	switch word {
 	case "off", "none", "—", "":
 		return help == "" || help == "false" || help == "0" || help == "0s" || help == "off"
 	}
-	return strings.HasPrefix(readme, "(")
+	return strings.HasPrefix(doc, "(")
 }

@@ -37,7 +37,7 @@ func (s *server) logServing(grpcAddr, adminAddr, refAddr string) {
 	fields := []zap.Field{zap.String("grpc_addr", grpcAddr), zap.String("admin_addr", adminAddr), zap.String("store", o.Store),
 		zap.String("config", s.ruleOrigin()), zap.String("default_headers", o.DefaultHeaders), zap.String("readiness", o.Readiness)}
 	if refAddr != "" {
-		fields = append(fields, zap.String("reference_metrics_addr", refAddr), zap.String("reference_metrics_path", o.ReferenceMetricsPath))
+		fields = append(fields, zap.String("reference_metrics_addr", refAddr), zap.String("reference_metrics_path", o.refmetrics.Path))
 	}
 	level := zap.InfoLevel
 	if o.EnvCompat && !s.log.Core().Enabled(zap.InfoLevel) {

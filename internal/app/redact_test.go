@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/envoy-rls/envoy-rls/internal/deploytest"
-	"github.com/envoy-rls/envoy-rls/internal/observe"
+	"github.com/envoy-rls/envoy-rls/internal/redact"
 	"github.com/envoy-rls/envoy-rls/internal/xdstest"
 )
 
@@ -48,7 +48,7 @@ func TestCredentialHeadersInPlaintext(t *testing.T) {
 			if strings.Contains(logs, "c0nfidential") {
 				t.Errorf("the logs show the credential:\n%s", logs)
 			}
-			n := strings.Count(logs, observe.MsgPlaintextCredentials)
+			n := strings.Count(logs, redact.MsgPlaintextCredentials)
 			switch {
 			case c.want == "" && n != 0:
 				t.Errorf("a plaintext warning without cause:\n%s", logs)

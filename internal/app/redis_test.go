@@ -14,6 +14,7 @@ import (
 	"github.com/envoy-rls/envoy-rls/internal/admin"
 	"github.com/envoy-rls/envoy-rls/internal/options"
 	"github.com/envoy-rls/envoy-rls/internal/redistest"
+	"github.com/envoy-rls/envoy-rls/internal/store"
 )
 
 func TestServeWithRedis(t *testing.T) {
@@ -28,8 +29,8 @@ func TestServeWithRedis(t *testing.T) {
 		t.Fatalf("/readyz %d %q", code, body)
 	}
 	// The Redis store's automatic GC target is set while serving.
-	if got := debug.SetGCPercent(-1); got != options.RedisGCPercent {
-		t.Errorf("GC percent while serving on Redis = %d, want %d", got, options.RedisGCPercent)
+	if got := debug.SetGCPercent(-1); got != store.RedisGCPercent {
+		t.Errorf("GC percent while serving on Redis = %d, want %d", got, store.RedisGCPercent)
 	} else {
 		debug.SetGCPercent(got)
 	}
@@ -90,7 +91,7 @@ func TestServeRedisUnreachableAtStart(t *testing.T) {
 	}
 	waitFor(t, func() bool { _, body := r.get(t, "/healthz"); return strings.Contains(body, "not connected") })
 	// At least two attempts logged, each with its cause and next wait.
-	waitFor(t, func() bool { return strings.Count(r.logs.String(), msgRedisNotConnected) >= 2 })
+	waitFor(t, func() bool { return strings.Count(r.logs.String(), store.MsgRedisNotConnected) >= 2 })
 	for _, want := range []string{`"level":"warn"`, `"attempt":2`, `"retry_in"`, "connection refused", `"redis_addr":"` + srv.Addr() + `"`} {
 		if !strings.Contains(r.logs.String(), want) {
 			t.Fatalf("logs lack %s:\n%s", want, r.logs)
@@ -102,15 +103,15 @@ func TestServeRedisUnreachableAtStart(t *testing.T) {
 	// Once connected, Redis decides.
 	r.wantCodes(t, "late-user", allowed, allowed, denied)
 	logs := r.logs.String()
-	if strings.Count(logs, msgRedisConnected) != 1 {
-		t.Fatalf("want one %q line:\n%s", msgRedisConnected, logs)
+	if strings.Count(logs, store.MsgRedisConnected) != 1 {
+		t.Fatalf("want one %q line:\n%s", store.MsgRedisConnected, logs)
 	}
 	if strings.Contains(logs, "early-user") || strings.Contains(logs, "late-user") {
 		t.Fatal("a descriptor value reached the logs")
 	}
 	// Connected: no more attempts are logged.
-	n := strings.Count(logs, msgRedisNotConnected)
-	if r.stop(t) != nil || strings.Count(r.logs.String(), msgRedisNotConnected) != n {
+	n := strings.Count(logs, store.MsgRedisNotConnected)
+	if r.stop(t) != nil || strings.Count(r.logs.String(), store.MsgRedisNotConnected) != n {
 		t.Fatalf("attempts after connecting, or stop failed:\n%s", r.logs)
 	}
 }
@@ -123,7 +124,7 @@ func TestServeRedisModeMismatchKeepsRunning(t *testing.T) {
 	rules := writeRules(t, t.TempDir(), testRules)
 	env := map[string]string{options.SecretEnv: "a-shared-secret-of-32-bytes-----"}
 	r := startServe(t, []string{"--config", rules, "--store", "redis", "--redis-addr", srv.Addr(), "--redis-mode", "cluster"}, env, hooks{})
-	waitFor(t, func() bool { return strings.Count(r.logs.String(), msgRedisNotConnected) >= 2 })
+	waitFor(t, func() bool { return strings.Count(r.logs.String(), store.MsgRedisNotConnected) >= 2 })
 	for _, want := range []string{`"level":"error"`, `"needs_operator":true`, "not a Redis Cluster"} {
 		if !strings.Contains(r.logs.String(), want) {
 			t.Fatalf("logs lack %s:\n%s", want, r.logs)

@@ -3,12 +3,18 @@ package app
 import (
 	"context"
 	"errors"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 
 	"github.com/envoy-rls/envoy-rls/internal/compat"
 	"github.com/envoy-rls/envoy-rls/internal/options"
+	"github.com/envoy-rls/envoy-rls/internal/xdsrules"
 	"github.com/envoy-rls/envoy-rls/pkg/descriptors"
 	"github.com/envoy-rls/envoy-rls/pkg/descriptors/rulefile"
 	"github.com/envoy-rls/envoy-rls/pkg/descriptors/xds"
@@ -78,7 +84,7 @@ func (s *server) configView(full bool) configDoc {
 		DefaultFailureMode: s.opts.DefaultFailureMode,
 		DefaultCharge:      s.opts.DefaultCharge,
 		Readiness:          s.opts.Readiness,
-		ReplicasHint:       s.opts.ReplicasHint,
+		ReplicasHint:       s.opts.store.ReplicasHint,
 		Fingerprint:        snap.Fingerprint(),
 		Files:              snap.Files(),
 		Domains:            snap.Domains(),
@@ -116,8 +122,18 @@ const problemHidden = "(the reason is in the reload log line and in envoy-rls va
 // of --config, or with --config-source xds the rules from the xDS server
 // (x, with w nil).
 type ruleSet struct {
-	w *rulefile.Watcher
-	x *xds.Source
+	ruleSource // the one of w and x in use
+	w          *rulefile.Watcher
+	x          *xds.Source
+}
+
+// ruleSource is what both sources do: the snapshot in service (nil before
+// the first load), the last load attempt, and keying the rules in service
+// and every later load with a secret.
+type ruleSource interface {
+	Current() *descriptors.Snapshot
+	Last() descriptors.ReloadResult
+	SetSecret(secret []byte) error
 }
 
 // newRuleSet loads path (the first load must succeed) and reports every
@@ -127,7 +143,7 @@ func newRuleSet(path string, opts descriptors.Options, onReload func(descriptors
 	if err != nil {
 		return nil, err
 	}
-	return &ruleSet{w: w}, nil
+	return &ruleSet{ruleSource: w, w: w}, nil
 }
 
 // Received reports whether rules from the source are in service: a rule
@@ -140,14 +156,6 @@ func (rs *ruleSet) Received() bool {
 	return rs.w.Current() != nil
 }
 
-// Current is the snapshot in service, nil before the first load.
-func (rs *ruleSet) Current() *descriptors.Snapshot {
-	if rs.x != nil {
-		return rs.x.Current()
-	}
-	return rs.w.Current()
-}
-
 // rules is the rls.Config.Rules function.
 func (rs *ruleSet) rules() rls.Rules {
 	if s := rs.Current(); s != nil {
@@ -156,31 +164,16 @@ func (rs *ruleSet) rules() rls.Rules {
 	return nil
 }
 
-// setSecret keys the rules in service, and every later load, with secret.
-func (rs *ruleSet) setSecret(secret []byte) error {
-	if rs.x != nil {
-		return rs.x.SetSecret(secret)
-	}
-	return rs.w.SetSecret(secret)
-}
-
 // reload reads the rule files again; rules from an xDS server change only
 // when the server sends a version.
 func (rs *ruleSet) reload() descriptors.ReloadResult {
 	if rs.x != nil {
-		return rs.last()
+		return rs.Last()
 	}
 	return rs.w.Reload()
 }
 
-func (rs *ruleSet) last() descriptors.ReloadResult {
-	if rs.x != nil {
-		return rs.x.Last()
-	}
-	return rs.w.Last()
-}
-
-func (rs *ruleSet) lastResult() reloadDoc { return newReloadDoc(rs.last()) }
+func (rs *ruleSet) lastResult() reloadDoc { return newReloadDoc(rs.Last()) }
 
 // watch reloads when the rule files change, until ctx ends (with an xDS
 // source it only waits: the client pushes).
@@ -213,9 +206,50 @@ func (rs *ruleSet) sourceDoc() sourceDoc {
 	return sourceDoc{Type: options.SourceFile}
 }
 
+// reloadMetrics count the rule loads.
+type reloadMetrics struct {
+	reloads *prometheus.CounterVec
+	// last is the Unix time of the last successful rule load (0 before
+	// the first).
+	last prometheus.Gauge
+}
+
+// newReloadMetrics registers the rule loads' metrics on reg, both results
+// from the start.
+func newReloadMetrics(reg prometheus.Registerer) (*reloadMetrics, error) {
+	m := &reloadMetrics{
+		reloads: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "envoy_rls_config_reloads_total",
+			Help: "Rule reloads by result (success, failure).",
+		}, []string{"result"}),
+		last: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "envoy_rls_config_last_reload_success_timestamp_seconds",
+			Help: "Unix time of the last successful rule load (the first load included; 0 before it).",
+		}),
+	}
+	for _, c := range []prometheus.Collector{m.reloads, m.last} {
+		if err := reg.Register(c); err != nil {
+			return nil, fmt.Errorf("registering the rule loads' metrics: %w", err)
+		}
+	}
+	m.reloads.WithLabelValues("success")
+	m.reloads.WithLabelValues("failure")
+	return m, nil
+}
+
+// count counts one rule load attempt, made at now.
+func (m *reloadMetrics) count(ok bool, now time.Time) {
+	if ok {
+		m.reloads.WithLabelValues("success").Inc()
+		m.last.Set(float64(now.UnixMilli()) / 1e3)
+		return
+	}
+	m.reloads.WithLabelValues("failure").Inc()
+}
+
 // onReload counts and logs one load attempt.
 func (s *server) onReload(r descriptors.ReloadResult) {
-	s.metrics.Reload(r.OK, time.Now())
+	s.reloads.count(r.OK, time.Now())
 	if s.refMetrics != nil {
 		s.refMetrics.ConfigLoad(r.OK)
 	}
@@ -243,7 +277,7 @@ func (s *server) onReload(r descriptors.ReloadResult) {
 // or xds:// and the xDS server.
 func (s *server) ruleOrigin() string {
 	if s.opts.ConfigSource == options.SourceXDS {
-		return "xds://" + s.opts.XDSServer
+		return "xds://" + s.opts.xds.Server
 	}
 	return s.opts.Config
 }
@@ -252,11 +286,11 @@ func (s *server) ruleOrigin() string {
 // as serve would, without watching or serving them, so that a start that
 // fails for another reason reports their problems too. Rules from xDS or a
 // secret shared through Redis need the network: nil, they are not checked.
-func checkRuleFiles(o *options.Options, getenv func(string) string) error {
-	if o.ConfigSource == options.SourceXDS || compat.UsesSharedSecret(o, getenv) {
+func checkRuleFiles(o *settings, getenv func(string) string) error {
+	if o.ConfigSource == options.SourceXDS || compat.UsesSharedSecret(o.Options, getenv) {
 		return nil
 	}
-	secret, _, err := options.ReadSecret(o, getenv)
+	secret, _, err := options.ReadSecret(o.Options, getenv)
 	if err != nil {
 		return err
 	}
@@ -267,7 +301,7 @@ func checkRuleFiles(o *options.Options, getenv func(string) string) error {
 }
 
 // descriptorOptions is how the rules of o are compiled with secret.
-func descriptorOptions(o *options.Options, secret []byte) descriptors.Options {
+func descriptorOptions(o *settings, secret []byte) descriptors.Options {
 	fm, _ := limiter.ParseFailureMode(o.DefaultFailureMode) // checked by options.Serve
 	charge, _ := limiter.ParseCharge(o.DefaultCharge)       // checked by options.Serve
 	return descriptors.Options{Secret: secret, DefaultFailureMode: fm, Limits: o.ConfigLimits.Limits(), ShadowAll: o.ShadowAll,
@@ -280,4 +314,82 @@ func chargeMeaning(c limiter.Charge) string {
 		return "the rules that set no charge record a denied request's hits (up to twice the limit), as envoyproxy/ratelimit does unless STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT=true"
 	}
 	return "the rules that set no charge record nothing for a denied request"
+}
+
+// loadRules reads the HMAC secret and the rules; the first load counts as a
+// successful reload.
+func (s *server) loadRules(ctx context.Context) error {
+	secret, from, err := options.ReadSecret(s.opts.Options, s.getenv)
+	if err != nil {
+		return err
+	}
+	switch {
+	case s.secret.read != nil:
+		secret, from = s.secret.read, "redis"
+	case s.secret.wait != nil:
+		// A per-process placeholder: nothing keyed with it reaches the
+		// store (the gate is closed) until awaitSecret keys the rules with
+		// the shared secret.
+		from = "redis, not read yet"
+	}
+	dopts := descriptorOptions(s.opts, secret)
+	s.log.Info("counting of denied requests", zap.String("default_charge", dopts.DefaultCharge.String()),
+		zap.String("meaning", chargeMeaning(dopts.DefaultCharge)))
+	warnRandom := func() {
+		if from == "random" {
+			s.log.Warn("no HMAC secret given (--hmac-secret-file or " + options.SecretEnv + "): using a random per-process secret; fine for the memory store, but subjects change on restart")
+		}
+	}
+	if s.opts.ConfigSource == options.SourceXDS {
+		warnRandom()
+		x, err := xdsrules.Start(ctx, &s.opts.xds, xdsrules.StartConfig{
+			Rules: dopts, OnReload: s.onReload, Registerer: s.reg, Log: s.log, Label: s.opts.Label, Config: s.opts.Config,
+		})
+		if err != nil {
+			return err
+		}
+		s.rules = &ruleSet{ruleSource: x, x: x}
+		return nil
+	}
+	s.rules, err = newRuleSet(s.opts.Config, dopts, s.onReload)
+	if err != nil {
+		return rulesError(s.opts.Label("config"), err)
+	}
+	warnRandom()
+	s.onReload(s.rules.w.Last())
+	if s.hooks.watcher != nil {
+		s.hooks.watcher(s.rules.w)
+	}
+	return nil
+}
+
+// startReloads reloads the rules on SIGHUP (or the test hook) and on file
+// changes until ctx is done. It returns the function that stops listening
+// for SIGHUP.
+func (s *server) startReloads(ctx context.Context) (stop func()) {
+	stop = func() {}
+	hup := s.hooks.reloadSignals
+	if hup == nil {
+		sig := make(chan os.Signal, 1)
+		signal.Notify(sig, syscall.SIGHUP)
+		stop = func() { signal.Stop(sig) }
+		hup = sig
+	}
+	s.background(func() {
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-hup:
+				s.log.Info("SIGHUP: reloading rules")
+				s.rules.reload()
+			}
+		}
+	})
+	s.background(func() {
+		if err := s.rules.watch(ctx); err != nil && ctx.Err() == nil {
+			s.log.Error("rule file watcher stopped; SIGHUP still reloads", zap.Error(err))
+		}
+	})
+	return stop
 }

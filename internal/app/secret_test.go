@@ -16,7 +16,6 @@ import (
 	"github.com/envoy-rls/envoy-rls/internal/compat"
 	"github.com/envoy-rls/envoy-rls/internal/polltest"
 	"github.com/envoy-rls/envoy-rls/internal/redistest"
-	"github.com/envoy-rls/envoy-rls/pkg/limiter/redis"
 )
 
 const (
@@ -37,8 +36,8 @@ func sharedSecretArgs(t *testing.T, srv *redistest.Server) []string {
 func awaitChecks(t *testing.T, srv *redistest.Server, n int) {
 	t.Helper()
 	for range n {
-		srv.MustDo("DEL", redis.InUseKey(sharedKey))
-		waitFor(t, func() bool { return srv.MustDo("EXISTS", redis.InUseKey(sharedKey)) == int64(1) })
+		srv.MustDo("DEL", compat.InUseKey(sharedKey))
+		waitFor(t, func() bool { return srv.MustDo("EXISTS", compat.InUseKey(sharedKey)) == int64(1) })
 	}
 }
 
@@ -51,7 +50,7 @@ func TestSharedSecretKeptInRedis(t *testing.T) {
 	srv := redistest.Standalone(t, redistest.Local())
 	r := startServe(t, sharedSecretArgs(t, srv), nil, hooks{secretRecheck: secretRecheck})
 	first, ok := srv.MustDo("GET", sharedKey).(string)
-	own, legacy, err := redis.DecodeSharedSecret(sharedKey, []byte(first))
+	own, legacy, err := compat.DecodeSharedSecret(sharedKey, []byte(first))
 	if !ok || err != nil || legacy {
 		t.Fatalf("GET %s = %q: %v", sharedKey, first, err)
 	}
@@ -78,14 +77,14 @@ func TestSharedSecretKeptInRedis(t *testing.T) {
 		t.Errorf("restored %v, want the replica's own value", got)
 	}
 
-	other := redis.EncodeSharedSecret(sharedKey, bytes.Repeat([]byte{'o'}, redis.SharedSecretBytes))
+	other := compat.EncodeSharedSecret(sharedKey, bytes.Repeat([]byte{'o'}, compat.SharedSecretBytes))
 	srv.MustDo("SET", sharedKey, other)
 	waitFor(t, func() bool { return mismatch() == "1" })
 	awaitChecks(t, srv, 3)
 	if n := strings.Count(r.logs.String(), compat.MsgSecretChanged); n != 1 {
 		t.Errorf("%d change reports over 4 checks of one change, want 1:\n%s", n, r.logs)
 	}
-	if got := srv.MustDo("GET", redis.InUseKey(sharedKey)); got != redis.Fingerprint(sharedKey, own) {
+	if got := srv.MustDo("GET", compat.InUseKey(sharedKey)); got != compat.Fingerprint(sharedKey, own) {
 		t.Errorf("announced %v, want this replica's fingerprint", got)
 	}
 	if srv.MustDo("GET", sharedKey) != other {
@@ -112,7 +111,7 @@ func TestSharedSecretRefusedAtStart(t *testing.T) {
 	srv := redistest.Standalone(t, redistest.Local())
 	args := sharedSecretArgs(t, srv)
 	running := startServe(t, args, nil, hooks{secretRecheck: secretRecheck})
-	other := redis.EncodeSharedSecret(sharedKey, bytes.Repeat([]byte{'o'}, redis.SharedSecretBytes))
+	other := compat.EncodeSharedSecret(sharedKey, bytes.Repeat([]byte{'o'}, compat.SharedSecretBytes))
 	for _, c := range []struct {
 		name  string
 		set   func()
@@ -209,7 +208,7 @@ func TestSharedSecretRedisDownAtStart(t *testing.T) {
 		t.Errorf("no %q line", compat.MsgSecretRead)
 	}
 	stored, ok := srv.MustDo("GET", sharedKey).(string)
-	if _, _, err := redis.DecodeSharedSecret(sharedKey, []byte(stored)); !ok || err != nil {
+	if _, _, err := compat.DecodeSharedSecret(sharedKey, []byte(stored)); !ok || err != nil {
 		t.Fatalf("GET %s = %q: %v", sharedKey, stored, err)
 	}
 	// bob has used 1 of 2: a replica started now shares the secret and the

@@ -6,475 +6,372 @@ import (
 	"fmt"
 	"net"
 	"net/http"
-	"os"
-	"os/signal"
 	"runtime/debug"
 	"sync"
-	"syscall"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 
 	"github.com/envoy-rls/envoy-rls/internal/admin"
+	"github.com/envoy-rls/envoy-rls/internal/buildinfo"
 	"github.com/envoy-rls/envoy-rls/internal/compat"
 	"github.com/envoy-rls/envoy-rls/internal/grpcserve"
-	"github.com/envoy-rls/envoy-rls/internal/observe"
 	"github.com/envoy-rls/envoy-rls/internal/options"
 	"github.com/envoy-rls/envoy-rls/internal/refmetrics"
+	"github.com/envoy-rls/envoy-rls/internal/statsd"
+	"github.com/envoy-rls/envoy-rls/internal/store"
+	"github.com/envoy-rls/envoy-rls/internal/tracing"
 	"github.com/envoy-rls/envoy-rls/pkg/audit"
 	"github.com/envoy-rls/envoy-rls/pkg/descriptors"
 	"github.com/envoy-rls/envoy-rls/pkg/limiter"
-	"github.com/envoy-rls/envoy-rls/pkg/limiter/failover"
+	"github.com/envoy-rls/envoy-rls/pkg/limiter/leases"
 	"github.com/envoy-rls/envoy-rls/pkg/rls"
 	"github.com/envoy-rls/envoy-rls/pkg/topk"
 )
 
-// server is one running serve command.
+// server is one running serve command, assembled step by step by serve.
 type server struct {
-	opts    *options.Options
-	log     *zap.Logger
-	reg     *prometheus.Registry
-	metrics *observe.Metrics
-	rules   *ruleSet
-	store   limiter.Store
-	ping    admin.Pinger     // nil: always reachable
-	tracing *observe.Tracing // nil: tracing off
-	// sharedSecret is the HMAC secret shared through Redis (compat),
-	// read before serving; nil when the secret is configured or per
-	// process, or not read yet (secretWait).
-	sharedSecret []byte
-	// secretWait, when the shared secret could not be read before
-	// serving, goes on reading it while gate answers every call by its
-	// policy's failure mode (awaitSecret); nil otherwise.
-	secretWait *compat.SecretFetch
-	gate       *compat.SecretGate
-	// secretNotYet is why the first attempt did not read it.
-	secretNotYet error
-	// clock is the memory store's and the responses' clock: nil (the
-	// system clock) except in a test build (testclock.go).
-	clock limiter.Clock
-	// top tracks the top consumers and usage of each policy.
-	top *topk.Tracker
-	// audit is the audit sink; nil when --audit-sink is not set.
-	audit *audit.Sink
-	// refMetrics are the reference's Prometheus metrics; nil when
-	// --reference-metrics-addr is not set (refmetrics.go).
+	opts   *settings
+	getenv func(string) string
+	log    *zap.Logger
+	hooks  hooks
+	reg    *prometheus.Registry
+	// bg is the background work (sweeps, probes, reloads, the servers),
+	// which ends with the context serve gives it.
+	bg sync.WaitGroup
+	// stops run when serve returns, the last added first.
+	stops []func()
+
+	adminAuth      *admin.Auth
+	rpcMetrics     *rls.Metrics
+	reloads        *reloadMetrics
+	secretMismatch prometheus.Gauge // compat.SecretKeeper's
+	storeConfig    store.Config
+	top            *topk.Tracker
+	// refMetrics are the reference's Prometheus metrics; audit is the
+	// audit sink; nil when off.
 	refMetrics *refmetrics.Sink
-	// gcAutomatic: serve chose the garbage collector's target (neither
-	// --gc-percent nor GOGC is set).
-	gcAutomatic bool
+	audit      *audit.Sink
+	tracing    *tracing.Tracing // nil: tracing off
+	rules      *ruleSet
+	secret     sharedSecret
+	// store is the store behind the deny cache, which the admin API reads
+	// (failures included); the service's answers its failures (Answering).
+	store      limiter.Store
+	storeState *admin.StoreState
+	grpc       *grpcserve.Server
 }
 
 // serve runs the server until ctx is done or a server fails: it loads the
 // rules, opens the store, listens, serves gRPC and admin, reloads on SIGHUP
 // and file changes, then drains. Background work (sweeps, reloads, the
 // servers) ends with ctx; the store closes after all of it has returned.
-func serve(ctx context.Context, o *options.Options, getenv func(string) string, log *zap.Logger, h hooks) error {
-	s := &server{opts: o, log: log, reg: observe.NewRegistry()}
-	for _, w := range o.CompatWarnings {
-		log.Warn("reference setting " + w)
-	}
-	if err := observe.AnnounceBuild(log, s.reg); err != nil {
+func serve(ctx context.Context, o *settings, getenv func(string) string, log *zap.Logger, h hooks) error {
+	s := &server{opts: o, getenv: getenv, log: log, hooks: h, reg: admin.NewRegistry()}
+	defer s.stop()
+	if err := s.prepare(); err != nil {
 		return err
 	}
-	adminAuth, err := admin.NewAuth(admin.AuthConfig{Path: o.AdminTokenFile, Log: log, Registerer: s.reg})
-	if err != nil {
-		// The rule files are read too, so that one start reports both.
-		return errors.Join(fmt.Errorf("--admin-token-file: %w", err), checkRuleFiles(o, getenv))
-	}
-	if s.metrics, err = observe.NewMetrics(s.reg); err != nil {
+	if err := s.readSharedSecret(ctx); err != nil {
 		return err
 	}
-	if s.top, err = observe.NewTop(o.TopConfig(), o.TopMetricSeries, s.reg); err != nil {
+	if err := s.loadRules(ctx); err != nil {
 		return err
 	}
-	if s.clock, err = testClock(getenv); err != nil {
-		return err
-	}
-	if err := s.newRefMetrics(); err != nil {
-		return err
-	}
-	if p, from := options.GCPercent(o, getenv); p != 0 {
-		// Process-wide; put back on return for in-process callers (tests).
-		defer debug.SetGCPercent(debug.SetGCPercent(p))
-		s.gcAutomatic = o.GCPercent == 0
-		log.Info("garbage collector target", zap.Int("gc_percent", p), zap.String("from", from))
-	}
-	secretRecheck := compat.SharedSecretRecheck
-	if h.secretRecheck > 0 {
-		secretRecheck = h.secretRecheck
-	}
-	if compat.UsesSharedSecret(o, getenv) {
-		// One attempt before serving: a key that must not be adopted stops
-		// the start at once. Redis not answering does not: the replica
-		// serves by failure mode meanwhile (awaitSecret).
-		fetch, err := compat.NewSecretFetch(o, secretRecheck, log)
-		if err != nil {
-			return err
-		}
-		if s.sharedSecret, s.secretNotYet, err = fetch.First(ctx); err != nil {
-			return err
-		}
-		if s.sharedSecret != nil {
-			log.Warn(compat.MsgSharedSecret, zap.String("key", o.HMACSecretRedisKey))
-		} else {
-			s.secretWait = fetch
-		}
-	}
-	if err := s.loadRules(ctx, getenv, h); err != nil {
-		return err
-	}
-	defer s.rules.stop()
-
-	tr, stopTracing, err := observe.StartTracing(ctx, o.TracingFlag(), getenv, log, h.spanExporter)
+	s.atStop(s.rules.stop)
+	tr, stopTracing, err := tracing.Start(ctx, &o.tracing, o.Label, log, h.spanExporter)
 	if err != nil {
 		return err
 	}
 	// Runs last: the spans of the drain and of the store's last calls are
 	// flushed.
-	defer stopTracing()
+	s.atStop(stopTracing)
 	s.tracing = tr
 
 	ctx, cancel := context.WithCancel(ctx)
-	var wg sync.WaitGroup
-	closeStore := func() {}
-	defer func() {
+	var closeStore []func() // after the background work, the last added first
+	s.atStop(func() {
 		cancel()
-		wg.Wait()
-		closeStore()
-	}()
+		s.bg.Wait()
+		runLastFirst(closeStore)
+	})
+	if err := s.openStore(ctx, &closeStore); err != nil {
+		return err
+	}
+	if err := s.newService(ctx, &closeStore); err != nil {
+		return err
+	}
+	adm, adminSrv, errc, err := s.startServing(ctx)
+	if err != nil {
+		return err
+	}
+	return s.wait(ctx, adm, adminSrv, errc)
+}
 
-	store, closeFn, err := s.openStore(ctx, &wg)
+// atStop runs fn when serve returns, before what was added earlier.
+func (s *server) atStop(fn func()) { s.stops = append(s.stops, fn) }
+
+// stop runs the functions of atStop, the last added first.
+func (s *server) stop() { runLastFirst(s.stops) }
+
+func runLastFirst(fns []func()) {
+	for i := len(fns) - 1; i >= 0; i-- {
+		fns[i]()
+	}
+}
+
+// prepare does what needs neither rules nor store: the reference
+// settings' warnings, the build, the admin tokens, the metrics, the top
+// consumers, the clock, the reference metrics' mapping and the garbage
+// collector's target.
+func (s *server) prepare() error {
+	o := s.opts
+	for _, w := range o.CompatWarnings {
+		s.log.Warn("reference setting " + w)
+	}
+	if err := buildinfo.Announce(s.log, s.reg); err != nil {
+		return err
+	}
+	var err error
+	if s.adminAuth, err = admin.NewAuth(admin.AuthConfig{Path: o.AdminTokenFile, Log: s.log, Registerer: s.reg}); err != nil {
+		// The rule files are read too, so that one start reports both.
+		return errors.Join(fmt.Errorf("--admin-token-file: %w", err), checkRuleFiles(o, s.getenv))
+	}
+	s.storeConfig = store.Config{Kind: o.Store, Log: s.log}
+	if s.rpcMetrics, err = rls.NewMetrics(s.reg); err != nil {
+		return err
+	}
+	if s.reloads, err = newReloadMetrics(s.reg); err != nil {
+		return err
+	}
+	if s.secretMismatch, err = compat.NewMismatchGauge(s.reg); err != nil {
+		return err
+	}
+	if s.storeConfig.Metrics, err = store.NewMetrics(s.reg); err != nil {
+		return err
+	}
+	if s.top, err = topk.Start(&o.top, s.reg); err != nil {
+		return err
+	}
+	// The clock of the stores and the responses: nil (the system clock)
+	// except in a test build (testclock.go).
+	if s.storeConfig.Clock, err = testClock(s.getenv); err != nil {
+		return err
+	}
+	ratio, _ := o.statsd.Ratio() // checked by statsd.Flags.Check
+	if s.refMetrics, err = refmetrics.Start(&o.refmetrics, ratio, s.reg, o.Label); err != nil {
+		return err
+	}
+	if p, from := o.store.GCTarget(o.Store, s.getenv); p != 0 {
+		// Process-wide; put back on return for in-process callers (tests).
+		prev := debug.SetGCPercent(p)
+		s.atStop(func() { debug.SetGCPercent(prev) })
+		s.storeConfig.GCAutomatic = o.store.GCPercent == 0
+		s.log.Info("garbage collector target", zap.Int("gc_percent", p), zap.String("from", from))
+	}
+	return nil
+}
+
+// openStore opens the store, behind the shared secret's gate while it is
+// not read, the test wrapper, the leases wrapper and the deny cache, and
+// probes its health.
+// Its closers join closeStore.
+func (s *server) openStore(ctx context.Context, closeStore *[]func()) error {
+	o := s.opts
+	s.storeConfig.TracerProvider = s.tracing.Provider()
+	s.storeConfig.Every = func(d time.Duration, fn func(time.Time)) { s.every(ctx, d, fn) }
+	st, closeFn, err := store.Open(ctx, &o.store, s.storeConfig)
 	if err != nil {
 		return err
 	}
-	closeStore = closeFn
-	if s.sharedSecret != nil {
-		s.keepSecret(ctx, &wg, s.sharedSecret, secretRecheck)
+	*closeStore = append(*closeStore, closeFn)
+	st = s.guardStore(ctx, st)
+	if s.hooks.wrapStore != nil {
+		st = s.hooks.wrapStore(st)
 	}
-	if s.secretWait != nil {
-		s.gate = compat.NewSecretGate(store, s.secretNotYet)
-		store = s.gate
-	}
-	if err := s.frontStore(store, h); err != nil {
+	ping, _ := st.(admin.Pinger) // nil: always reachable
+	// The leases wrapper keeps a batch with leases all or nothing, below the
+	// deny cache (which sees whole batches).
+	if s.store, err = o.store.WithDenyCache(leases.New(st, st), s.storeConfig); err != nil {
 		return err
 	}
-	storeState, err := admin.NewStoreState(o.Store, s.ping, s.reg, log)
-	if err != nil {
+	if s.storeState, err = admin.NewStoreState(o.Store, ping, s.reg, s.log); err != nil {
 		return err
 	}
-	if s.ping != nil {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			storeState.Probe(ctx)
-			every(ctx, admin.StoreProbeInterval, func(time.Time) { storeState.Probe(ctx) })
-		}()
+	if ping != nil {
+		s.background(func() {
+			s.storeState.Probe(ctx)
+			tick(ctx, admin.StoreProbeInterval, func(time.Time) { s.storeState.Probe(ctx) })
+		})
 	}
-	headers, _ := descriptors.ParseHeaderMode(o.DefaultHeaders) // checked by options.Serve
+	return nil
+}
+
+// newService builds the gRPC server and the RateLimitService on it: the
+// statsd and audit sinks, the store that answers failures (whose closer
+// joins closeStore) and the observers.
+func (s *server) newService(ctx context.Context, closeStore *[]func()) error {
+	o := s.opts
 	// Stopped after the drain: the last calls are sent.
-	statsdConfig := o.StatsdConfig()
-	statsdConfig.Logger = log
-	observer, stopStatsd, err := observe.StartStatsd(statsdConfig)
+	observer, stopStatsd, err := statsd.Start(&o.statsd, s.log)
 	if err != nil {
 		return err
 	}
-	defer stopStatsd()
+	s.atStop(stopStatsd)
 	// Stopped after the drain too: the last calls' denials are written.
-	auditor, stopAudit, err := s.startAudit(h.stdout)
-	if err != nil {
-		return err
-	}
-	defer stopAudit()
-	tlsConfig, err := o.GRPCTLSConfig()
-	if err != nil {
-		return err
-	}
-	gsrv, err := grpcserve.New(grpcserve.Config{
-		Limits:     o.GRPC,
-		TLS:        tlsConfig,
-		Cuts:       s.metrics.RPC,
-		Options:    s.tracing.ServerOptions(),
-		Registerer: s.reg,
-		Log:        log,
+	var stopAudit func()
+	s.audit, stopAudit, err = audit.Start(&o.audit, audit.StartConfig{
+		Registerer: s.reg, Log: s.log, Label: o.Label, Stdout: s.hooks.stdout, Redis: o.store.RedisConfig, Top: s.top,
 	})
 	if err != nil {
 		return err
 	}
-	// The service's store answers failures by each policy's failure mode,
-	// and keeps the charges the store could not record (journal.go); the
-	// admin API reads s.store itself, failures included.
-	settling, err := s.startJournal(ctx, &wg, &closeStore)
+	s.atStop(stopAudit)
+	tlsConfig, err := o.GRPCTLSConfig()
 	if err != nil {
 		return err
 	}
-	fcfg := o.FailoverConfig()
-	fcfg.Clock, fcfg.Observer = s.clock, observe.FailoverLog(log.Named("rls"))
-	if fcfg.Metrics, err = failover.NewMetrics(s.reg); err != nil {
-		return err
-	}
-	answering, err := failover.New(settling, fcfg)
+	s.grpc, err = grpcserve.New(grpcserve.Config{Limits: o.GRPC, TLS: tlsConfig, Cuts: s.rpcMetrics,
+		Options: s.tracing.ServerOptions(), Registerer: s.reg, Log: s.log})
 	if err != nil {
 		return err
 	}
+	answering, stopAnswering, err := o.store.Answering(ctx, s.store, s.rules.Current().Policies(), s.storeConfig)
+	if err != nil {
+		return err
+	}
+	*closeStore = append(*closeStore, stopAnswering)
+	headers, _ := descriptors.ParseHeaderMode(o.DefaultHeaders) // checked by options.Serve
 	svc, err := rls.New(rls.Config{
-		Rules:          s.rules.rules,
-		Store:          answering,
-		Metrics:        s.metrics.RPC,
-		Logger:         log,
-		DefaultHeaders: headers,
-		HeaderNames:    o.HeaderNames(),
-		TracerProvider: s.tracing.Provider(),
-		Admission:      gsrv.Admission(),
-		Observer:       observe.WithTop(observe.Join(observer, s.refObserver()), s.top),
-		Clock:          s.clock,
-		Auditor:        auditor,
-		RequestIDKey:   o.AuditRequestIDKey,
+		Rules: s.rules.rules, Store: answering, Metrics: s.rpcMetrics, Logger: s.log,
+		DefaultHeaders: headers, HeaderNames: o.HeaderNames(), TracerProvider: s.tracing.Provider(),
+		Admission: s.grpc.Admission(), Clock: s.storeConfig.Clock,
+		Observer: observersOf(observer, s.refObserver(), topObserver{s.top}),
+		Auditor:  auditorOf(s.audit), RequestIDKey: o.audit.RequestIDKey,
 		// The entries the metadata repeats go back to the proxy that sent
 		// them, bounded (rls.MetadataEntriesBytes).
-		DynamicMetadata: o.ResponseDynamicMetadata,
-		// Checked by options.Serve.
+		DynamicMetadata:     o.ResponseDynamicMetadata,
 		MaxOverridePolicies: o.OverrideMaxPolicies,
 	})
 	if err != nil {
 		return err
 	}
-	gsrv.Register(svc)
+	s.grpc.Register(svc)
+	return nil
+}
 
+// startServing listens, serves gRPC, admin and the reference metrics in
+// the background, starts the reloads and the shared secret's wait, and
+// logs that it serves. errc receives the failure of a server, or the
+// refusal of the shared secret read meanwhile.
+func (s *server) startServing(ctx context.Context) (*admin.Server, *http.Server, <-chan error, error) {
+	o := s.opts
 	grpcLis, adminLis, err := s.listen()
 	if err != nil {
-		return err
+		return nil, nil, nil, err
 	}
-	refAddr, stopRef, err := s.serveRefMetrics(&wg)
+	refAddr, stopRef, err := s.refMetrics.Serve(&o.refmetrics, o.Label, s.log)
 	if err != nil {
 		_ = grpcLis.Close()
 		_ = adminLis.Close()
-		return err
+		return nil, nil, nil, err
 	}
-	defer stopRef()
-	s.every(ctx, &wg, gsrv.SweepInterval(), gsrv.Sweep)
+	s.atStop(stopRef)
+	s.every(ctx, s.grpc.SweepInterval(), s.grpc.Sweep)
 	adm, err := admin.New(admin.Config{
-		Rules:                    s.rules,
-		Store:                    s.store,
-		StoreState:               storeState,
-		Registry:                 s.reg,
+		Rules: s.rules, Store: s.store, StoreState: s.storeState, Registry: s.reg,
 		ConfigView:               func(full bool) any { return s.configView(full) },
 		StoreReadiness:           o.Readiness == options.ReadinessStore,
 		HealthcheckRequiresRules: o.HealthcheckRequiresRules,
 		HealthcheckRequiresStore: o.HealthcheckRequiresStore,
-		Pprof:                    o.Pprof,
-		Auth:                     adminAuth,
-		Top:                      s.top,
-		Audit:                    s.audit,
-		AuditSink:                o.AuditSink,
-		Log:                      log,
+		Pprof:                    o.Pprof, Auth: s.adminAuth, Top: s.top, Audit: s.audit, AuditSink: o.audit.Sink, Log: s.log,
 	})
 	if err != nil {
 		_ = grpcLis.Close()
 		_ = adminLis.Close()
-		return err
+		return nil, nil, nil, err
 	}
-	s.every(ctx, &wg, admin.TickInterval, adm.Tick)
+	s.every(ctx, admin.TickInterval, adm.Tick)
 	adminSrv := adm.HTTPServer()
-	errc := startServers(&wg, gsrv, grpcLis, adminSrv, adminLis)
-	defer s.startReloads(ctx, &wg, h)()
-	secretErr := make(chan error, 1)
-	if s.secretWait != nil {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			if err := s.awaitSecret(ctx, &wg, secretRecheck, storeState); err != nil && ctx.Err() == nil {
-				secretErr <- err
-			}
-		}()
-	}
-
+	errc := make(chan error, 3)
+	s.serveOn(grpcLis, "gRPC server", errc, func(l net.Listener) error { return s.grpc.Serve(l) })
+	s.serveOn(adminLis, "admin server", errc, adminSrv.Serve)
+	s.atStop(s.startReloads(ctx))
+	s.awaitSecret(ctx, errc)
 	s.logServing(grpcLis.Addr().String(), adminLis.Addr().String(), refAddr)
-	if h.listening != nil {
-		h.listening(grpcLis.Addr().String(), adminLis.Addr().String())
+	if s.hooks.listening != nil {
+		s.hooks.listening(grpcLis.Addr().String(), adminLis.Addr().String())
 	}
+	return adm, adminSrv, errc, nil
+}
 
-	var runErr, refused error
+// serveOn serves on lis in the background until the server is stopped;
+// errc receives its failure, named.
+func (s *server) serveOn(lis net.Listener, name string, errc chan<- error, serve func(net.Listener) error) {
+	s.background(func() {
+		if err := serve(lis); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			errc <- fmt.Errorf("%s: %w", name, err)
+		}
+	})
+}
+
+// wait serves until ctx ends or errc receives, then drains.
+func (s *server) wait(ctx context.Context, adm *admin.Server, adminSrv *http.Server, errc <-chan error) error {
+	var runErr error
+	var refused secretRefusal
 	select {
 	case <-ctx.Done():
-		log.Info("stop requested: draining", zap.Duration("drain_timeout", o.DrainTimeout))
+		s.log.Info("stop requested: draining", zap.Duration("drain_timeout", s.opts.DrainTimeout))
 	case runErr = <-errc:
-		log.Error("a server failed: stopping", zap.Error(runErr))
-	case refused = <-secretErr:
-		log.Error("the shared HMAC secret in Redis cannot be used: stopping as a start refused for it would")
+		if errors.As(runErr, &refused) {
+			s.log.Error("the shared HMAC secret in Redis cannot be used: stopping as a start refused for it would")
+		} else {
+			s.log.Error("a server failed: stopping", zap.Error(runErr))
+		}
 	}
-	s.drain(gsrv, adm, adminSrv)
+	s.drain(adm, adminSrv)
 	switch {
+	case refused.error != nil:
+		// The start-up error, for main to print as at a refused start.
+		return refused.error
 	case runErr != nil:
 		return fmt.Errorf("%w: %v", ErrFailed, runErr)
-	case refused != nil:
-		// The start-up error, for main to print as at a refused start.
-		return refused
 	}
 	return nil
-}
-
-// awaitSecret reads the shared HMAC secret that could not be read before
-// serving, then keys the rules with it and opens the gate: the calls that
-// were answered by their policies' failure mode are decided by Redis from
-// then on. It returns the error of a key that must not be adopted, or
-// ctx's when stopped first.
-//
-// A call that matched its rules just before they were keyed with the
-// secret and reaches the store just after the gate opened is counted under
-// the placeholder key once (a fresh state, which expires); every later
-// call uses the shared secret's keys.
-func (s *server) awaitSecret(ctx context.Context, wg *sync.WaitGroup, recheck time.Duration, st *admin.StoreState) error {
-	secret, err := s.secretWait.Wait(ctx, s.gate.Waiting)
-	if err != nil {
-		return err
-	}
-	if err := s.rules.setSecret(secret); err != nil {
-		return err
-	}
-	s.gate.Open()
-	s.log.Warn(compat.MsgSharedSecret, zap.String("key", s.opts.HMACSecretRedisKey))
-	s.log.Info(compat.MsgSecretRead, zap.String("key", s.opts.HMACSecretRedisKey))
-	st.Probe(ctx)
-	s.keepSecret(ctx, wg, secret, recheck)
-	return nil
-}
-
-// keepSecret checks the shared secret's key every recheck
-// (compat.SecretKeeper) until ctx ends.
-func (s *server) keepSecret(ctx context.Context, wg *sync.WaitGroup, secret []byte, recheck time.Duration) {
-	cfg, _ := s.opts.RedisConfig() // checked by compat.NewSecretFetch
-	keeper := compat.NewSecretKeeper(cfg, s.opts.HMACSecretRedisKey, secret, recheck, s.metrics.SecretMismatch, s.log)
-	s.every(ctx, wg, recheck, func(time.Time) { keeper.Check(ctx) })
-}
-
-// loadRules reads the HMAC secret and the rules; the first load counts as a
-// successful reload.
-func (s *server) loadRules(ctx context.Context, getenv func(string) string, h hooks) error {
-	secret, from, err := options.ReadSecret(s.opts, getenv)
-	if err != nil {
-		return err
-	}
-	switch {
-	case s.sharedSecret != nil:
-		secret, from = s.sharedSecret, "redis"
-	case s.secretWait != nil:
-		// A per-process placeholder: nothing keyed with it reaches the
-		// store (the gate is closed) until awaitSecret keys the rules with
-		// the shared secret.
-		from = "redis, not read yet"
-	}
-	dopts := descriptorOptions(s.opts, secret)
-	s.log.Info("counting of denied requests", zap.String("default_charge", dopts.DefaultCharge.String()),
-		zap.String("meaning", chargeMeaning(dopts.DefaultCharge)))
-	warnRandom := func() {
-		if from == "random" {
-			s.log.Warn("no HMAC secret given (--hmac-secret-file or " + options.SecretEnv + "): using a random per-process secret; fine for the memory store, but subjects change on restart")
-		}
-	}
-	if s.opts.ConfigSource == options.SourceXDS {
-		warnRandom()
-		x, err := s.startXDS(ctx, dopts)
-		if err != nil {
-			return err
-		}
-		s.rules = &ruleSet{x: x}
-		return nil
-	}
-	s.rules, err = newRuleSet(s.opts.Config, dopts, s.onReload)
-	if err != nil {
-		return rulesError(options.Label("config", s.opts.Given), err)
-	}
-	warnRandom()
-	s.onReload(s.rules.w.Last())
-	if h.watcher != nil {
-		h.watcher(s.rules.w)
-	}
-	return nil
-}
-
-// startServers serves gRPC and admin on their listeners until they are
-// stopped; the channel receives the failure of either.
-func startServers(wg *sync.WaitGroup, gs *grpcserve.Server, grpcLis net.Listener, admin *http.Server, adminLis net.Listener) <-chan error {
-	errc := make(chan error, 2)
-	wg.Add(2)
-	go func() {
-		defer wg.Done()
-		if err := gs.Serve(grpcLis); err != nil {
-			errc <- fmt.Errorf("gRPC server: %w", err)
-		}
-	}()
-	go func() {
-		defer wg.Done()
-		if err := admin.Serve(adminLis); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			errc <- fmt.Errorf("admin server: %w", err)
-		}
-	}()
-	return errc
-}
-
-// startReloads reloads the rules on SIGHUP (or the test hook) and on file
-// changes until ctx is done. It returns the function that stops listening
-// for SIGHUP.
-func (s *server) startReloads(ctx context.Context, wg *sync.WaitGroup, h hooks) (stop func()) {
-	stop = func() {}
-	hup := h.reloadSignals
-	if hup == nil {
-		sig := make(chan os.Signal, 1)
-		signal.Notify(sig, syscall.SIGHUP)
-		stop = func() { signal.Stop(sig) }
-		hup = sig
-	}
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-hup:
-				s.log.Info("SIGHUP: reloading rules")
-				s.rules.reload()
-			}
-		}
-	}()
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		if err := s.rules.watch(ctx); err != nil && ctx.Err() == nil {
-			s.log.Error("rule file watcher stopped; SIGHUP still reloads", zap.Error(err))
-		}
-	}()
-	return stop
 }
 
 // drain takes the process out of rotation and stops within the drain time:
 // readiness and gRPC health go false, the gRPC server stops accepting and
 // finishes in-flight calls (cut off at --drain-timeout), then the admin
 // server closes.
-func (s *server) drain(gsrv *grpcserve.Server, adm *admin.Server, admin *http.Server) {
+func (s *server) drain(adm *admin.Server, adminSrv *http.Server) {
 	adm.SetDraining()
-	gsrv.Drain(s.opts.DrainTimeout)
+	s.grpc.Drain(s.opts.DrainTimeout)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
-	if err := admin.Shutdown(ctx); err != nil {
-		_ = admin.Close()
+	if err := adminSrv.Shutdown(ctx); err != nil {
+		_ = adminSrv.Close()
 	}
 }
 
-// every calls fn with the tick's time every d until ctx is done, in the
-// background work that serve waits for (wg).
-func (s *server) every(ctx context.Context, wg *sync.WaitGroup, d time.Duration, fn func(now time.Time)) {
-	wg.Add(1)
+// background runs fn in the background work that serve waits for.
+func (s *server) background(fn func()) {
+	s.bg.Add(1)
 	go func() {
-		defer wg.Done()
-		every(ctx, d, fn)
+		defer s.bg.Done()
+		fn()
 	}()
 }
 
-// every calls fn with the tick's time every d until ctx is done.
-func every(ctx context.Context, d time.Duration, fn func(now time.Time)) {
+// every calls fn with the tick's time every d until ctx is done, in the
+// background work.
+func (s *server) every(ctx context.Context, d time.Duration, fn func(now time.Time)) {
+	s.background(func() { tick(ctx, d, fn) })
+}
+
+// tick calls fn with the tick's time every d until ctx is done.
+func tick(ctx context.Context, d time.Duration, fn func(now time.Time)) {
 	t := time.NewTicker(d)
 	defer t.Stop()
 	for {
@@ -485,4 +382,13 @@ func every(ctx context.Context, d time.Duration, fn func(now time.Time)) {
 			fn(now)
 		}
 	}
+}
+
+// refObserver is the reference metrics' sink as an rls.Observer: nil when
+// it is off.
+func (s *server) refObserver() rls.Observer {
+	if s.refMetrics == nil {
+		return nil
+	}
+	return s.refMetrics
 }

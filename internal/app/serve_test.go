@@ -16,7 +16,7 @@ import (
 	reflectionpb "google.golang.org/grpc/reflection/grpc_reflection_v1"
 
 	"github.com/envoy-rls/envoy-rls/internal/admin"
-	"github.com/envoy-rls/envoy-rls/internal/options"
+	"github.com/envoy-rls/envoy-rls/internal/store"
 )
 
 func TestServeEndToEnd(t *testing.T) {
@@ -187,7 +187,7 @@ func TestReadyzAndGracefulDrain(t *testing.T) {
 	// An in-flight call survives the stop request.
 	result := make(chan *rlsv3.RateLimitResponse, 1)
 	go func() { result <- r.check(t, "inflight") }()
-	<-bs.entered
+	<-bs.Entered
 	r.cancel()
 	waitFor(t, func() bool {
 		code, body := r.get(t, "/readyz")
@@ -202,7 +202,7 @@ func TestReadyzAndGracefulDrain(t *testing.T) {
 		t.Fatalf("serve returned (%v) before the in-flight call finished", err)
 	case <-time.After(100 * time.Millisecond):
 	}
-	close(bs.release)
+	bs.Release()
 	if resp := <-result; resp.OverallCode != allowed {
 		t.Fatalf("in-flight call: %v", resp.OverallCode)
 	}
@@ -219,13 +219,13 @@ func TestReadyzAndGracefulDrain(t *testing.T) {
 
 func TestDrainTimeoutCutsOffStuckCalls(t *testing.T) {
 	r, bs := startBlocked(t, "--drain-timeout", "200ms")
-	defer close(bs.release)
+	defer bs.Release()
 	go func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
 		_, _ = rlsv3.NewRateLimitServiceClient(r.conn).ShouldRateLimit(ctx, userRequest("x"))
 	}()
-	<-bs.entered
+	<-bs.Entered
 	start := time.Now()
 	r.cancel()
 	waitFor(t, func() bool { return strings.Contains(r.logs.String(), "drain timeout") })
@@ -240,7 +240,7 @@ func TestDrainTimeoutCutsOffStuckCalls(t *testing.T) {
 // transition.
 func TestReadinessIgnoresTheStoreByDefault(t *testing.T) {
 	r, bs := startBlocked(t)
-	close(bs.release)
+	bs.Release()
 	waitFor(t, func() bool { _, body := r.get(t, "/healthz"); return strings.Contains(body, "store memory: up since") })
 	bs.SetPing(errors.New("connection refused"))
 	waitFor(t, func() bool {
@@ -320,13 +320,13 @@ func TestHealthcheck(t *testing.T) {
 	// Keep a call in flight so that the drain lasts until released.
 	result := make(chan error, 1)
 	go func() { result <- callWith(t, r.grpcAddr, insecure.NewCredentials()) }()
-	<-bs.entered
+	<-bs.Entered
 	r.cancel()
 	waitFor(t, func() bool {
 		code, body := r.get(t, "/healthcheck")
 		return code == 500 && strings.Contains(body, "draining")
 	})
-	close(bs.release)
+	bs.Release()
 	if err := <-result; err != nil {
 		t.Fatalf("in-flight call: %v", err)
 	}
@@ -359,8 +359,8 @@ func TestMemoryStoreGCTarget(t *testing.T) {
 		wantLimit int64 // while serving; 0: unchanged
 		wantGC    int   // while serving; 0: unchanged
 	}{
-		{"automatic", nil, nil, options.MemoryHeapLimit(options.DefaultMemoryMaxEntries), options.MemoryGCPercent},
-		{"entry bound", []string{"--memory-max-entries", "1000"}, nil, options.MemoryHeapLimit(1000), options.MemoryGCPercent},
+		{"automatic", nil, nil, store.MemoryHeapLimit(store.DefaultMemoryMaxEntries), store.MemoryGCPercent},
+		{"entry bound", []string{"--memory-max-entries", "1000"}, nil, store.MemoryHeapLimit(1000), store.MemoryGCPercent},
 		{"GOGC", nil, map[string]string{"GOGC": "100"}, 0, 0},
 		{"flag", []string{"--gc-percent", "150"}, nil, 0, 150},
 	} {

@@ -10,6 +10,11 @@ import (
 	"time"
 
 	"github.com/envoy-rls/envoy-rls/internal/options"
+	"github.com/envoy-rls/envoy-rls/internal/refmetrics"
+	"github.com/envoy-rls/envoy-rls/internal/statsd"
+	"github.com/envoy-rls/envoy-rls/internal/store"
+	"github.com/envoy-rls/envoy-rls/internal/tracing"
+	"github.com/envoy-rls/envoy-rls/internal/xdsrules"
 )
 
 // referenceSettings are the reference service's environment variables
@@ -51,15 +56,30 @@ func compatBase(extra map[string]string) map[string]string {
 
 // parse parses and checks serve's options with the reference environment
 // env, as `serve --env-compat args...`.
-func parse(t *testing.T, env map[string]string, args ...string) (*options.Options, error) {
+func parse(t *testing.T, env map[string]string, args ...string) (*settings, error) {
 	t.Helper()
 	return serveOptions(append([]string{"--env-compat"}, args...), envOf(env))
 }
 
-// serveOptions is options.Serve with the translation.
-func serveOptions(args []string, getenv func(string) string) (*options.Options, error) {
-	o, _, err := options.Serve(args, getenv, Presets(getenv))
-	return o, err
+// settings are serve's options with the groups of flags of the packages it
+// assembles, as internal/app parses them.
+type settings struct {
+	*options.Options
+	tracing    tracing.Flags
+	statsd     statsd.Flags
+	refmetrics refmetrics.Flags
+	xds        xdsrules.Flags
+	store      store.Flags
+}
+
+// serveOptions is options.Serve with the translation and every group.
+func serveOptions(args []string, getenv func(string) string) (*settings, error) {
+	st := &settings{}
+	st.tracing.Getenv = getenv
+	o, _, err := options.Serve(args, getenv, Presets(getenv), &st.store, &st.xds, &st.statsd, &st.refmetrics, &st.tracing)
+	st.Options = o
+	st.store.RedisPassword = o.RedisPassword
+	return st, err
 }
 
 func TestCompatCoversEveryReferenceSetting(t *testing.T) {
@@ -76,90 +96,96 @@ func TestCompatHonoured(t *testing.T) {
 	for _, tc := range []struct {
 		name string
 		env  map[string]string
-		got  func(o *options.Options) []any // the options the environment sets
+		got  func(o *settings) []any // the options the environment sets
 		want []any
 	}{
-		{"reference defaults", nil, func(o *options.Options) []any {
-			return []any{o.Config, o.Store, o.RedisMode, o.RedisAddr, o.LogLevel, o.DefaultHeaders, o.HMACSecretRedisKey, o.AdminAddr, o.GRPCAddr}
+		{"reference defaults", nil, func(o *settings) []any {
+			return []any{o.Config, o.Store, o.store.RedisMode, o.store.RedisAddr, o.LogLevel, o.DefaultHeaders, o.HMACSecretRedisKey, o.AdminAddr, o.GRPCAddr}
 		}, []any{"/srv/runtime_data/current/config", "redis", "standalone", "127.0.0.1:6379", "warn", "none", DefaultHMACSecretRedisKey, options.DefaultAdminAddr, options.DefaultGRPCAddr}},
-		{"listeners", map[string]string{"HOST": "127.0.0.1", "PORT": "9080", "GRPC_PORT": "9081"}, func(o *options.Options) []any { return []any{o.AdminAddr, o.GRPCAddr} }, []any{"127.0.0.1:9080", "0.0.0.0:9081"}},
-		{"grpc unix socket", map[string]string{"GRPC_UDS": "/run/rl.sock", "GRPC_PORT": "9081"}, func(o *options.Options) []any { return []any{o.GRPCAddr} }, []any{"unix:/run/rl.sock"}},
-		{"connection age", map[string]string{"GRPC_MAX_CONNECTION_AGE": "24h", "GRPC_MAX_CONNECTION_AGE_GRACE": "1h"}, func(o *options.Options) []any { return []any{o.GRPC.MaxConnectionAge, o.GRPC.MaxConnectionAgeGrace} }, []any{24 * time.Hour, time.Hour}},
+		{"listeners", map[string]string{"HOST": "127.0.0.1", "PORT": "9080", "GRPC_PORT": "9081"}, func(o *settings) []any { return []any{o.AdminAddr, o.GRPCAddr} }, []any{"127.0.0.1:9080", "0.0.0.0:9081"}},
+		{"grpc unix socket", map[string]string{"GRPC_UDS": "/run/rl.sock", "GRPC_PORT": "9081"}, func(o *settings) []any { return []any{o.GRPCAddr} }, []any{"unix:/run/rl.sock"}},
+		{"connection age", map[string]string{"GRPC_MAX_CONNECTION_AGE": "24h", "GRPC_MAX_CONNECTION_AGE_GRACE": "1h"}, func(o *settings) []any { return []any{o.GRPC.MaxConnectionAge, o.GRPC.MaxConnectionAgeGrace} }, []any{24 * time.Hour, time.Hour}},
 		{"grpc mutual TLS", map[string]string{"GRPC_SERVER_USE_TLS": "true", "GRPC_SERVER_TLS_CERT": "/c/tls.crt", "GRPC_SERVER_TLS_KEY": "/c/tls.key",
-			"GRPC_CLIENT_TLS_CACERT": "/c/ca.crt", "GRPC_CLIENT_TLS_SAN": "envoy", "GRPC_SERVER_TLS_CA_CERT": "/c/other.crt"}, func(o *options.Options) []any {
+			"GRPC_CLIENT_TLS_CACERT": "/c/ca.crt", "GRPC_CLIENT_TLS_SAN": "envoy", "GRPC_SERVER_TLS_CA_CERT": "/c/other.crt"}, func(o *settings) []any {
 			return []any{o.GRPCTLSCert, o.GRPCTLSKey, o.GRPCTLSClientCA, o.GRPCTLSClientSAN}
 		}, []any{"/c/tls.crt", "/c/tls.key", "/c/ca.crt", "envoy"}},
-		{"grpc TLS files without TLS", map[string]string{"GRPC_SERVER_TLS_CERT": "/c/tls.crt"}, func(o *options.Options) []any { return []any{o.GRPCTLSCert} }, []any{""}},
-		{"log level any case", map[string]string{"LOG_LEVEL": "Info"}, func(o *options.Options) []any { return []any{o.LogLevel} }, []any{"info"}},
-		{"log level warning", map[string]string{"LOG_LEVEL": "WARNING"}, func(o *options.Options) []any { return []any{o.LogLevel} }, []any{"warn"}},
-		{"runtime dirs", map[string]string{"RUNTIME_ROOT": "/data", "RUNTIME_SUBDIRECTORY": "ratelimit", "RUNTIME_IGNOREDOTFILES": "true", "RUNTIME_WATCH_ROOT": "false"}, func(o *options.Options) []any { return []any{o.Config} }, []any{"/data/ratelimit/config"}},
-		{"cluster", map[string]string{"REDIS_TYPE": "cluster", "REDIS_URL": "a:7000,b:7001"}, func(o *options.Options) []any { return []any{o.RedisMode, o.RedisAddr} }, []any{"cluster", "a:7000,b:7001"}},
-		{"sentinel", map[string]string{"REDIS_TYPE": "SENTINEL", "REDIS_URL": "mymaster,s1:26379,s2:26379"}, func(o *options.Options) []any { return []any{o.RedisMode, o.RedisSentinelMaster, o.RedisAddr} }, []any{"sentinel", "mymaster", "s1:26379,s2:26379"}},
-		{"unix socket", map[string]string{"REDIS_SOCKET_TYPE": "unix", "REDIS_URL": "/var/run/nutcracker/ratelimit.sock"}, func(o *options.Options) []any { return []any{o.RedisMode, o.RedisAddr} }, []any{"standalone", "/var/run/nutcracker/ratelimit.sock"}},
-		{"socket path without socket type", map[string]string{"REDIS_SOCKET_TYPE": "", "REDIS_URL": "/run/r.sock"}, func(o *options.Options) []any { return []any{o.RedisAddr} }, []any{"/run/r.sock"}},
-		{"url without socket type", map[string]string{"REDIS_SOCKET_TYPE": "", "REDIS_URL": "redis.redis.svc:6379"}, func(o *options.Options) []any { return []any{o.RedisAddr} }, []any{"redis.redis.svc:6379"}},
-		{"auth user:password", map[string]string{"REDIS_AUTH": "app:s3cr:et"}, func(o *options.Options) []any { return []any{o.RedisUsername, o.RedisPassword} }, []any{"app", "s3cr:et"}},
-		{"auth password", map[string]string{"REDIS_AUTH": "s3cret", "ENVOY_RLS_REDIS_PASSWORD_FILE": "/p"}, func(o *options.Options) []any { return []any{o.RedisUsername, o.RedisPassword, o.RedisPasswordFile} }, []any{"", "s3cret", ""}},
-		{"redis TLS", map[string]string{"REDIS_TLS": "true", "REDIS_TLS_CLIENT_CERT": "/c/r.crt", "REDIS_TLS_CLIENT_KEY": "/c/r.key", "REDIS_TLS_CACERT": "/c/ca.crt"}, func(o *options.Options) []any { return []any{o.RedisTLS, o.RedisTLSCert, o.RedisTLSKey, o.RedisTLSCA} }, []any{true, "/c/r.crt", "/c/r.key", "/c/ca.crt"}},
-		{"redis TLS without the name check", map[string]string{"REDIS_TLS": "true", "REDIS_TLS_SKIP_HOSTNAME_VERIFICATION": "true"}, func(o *options.Options) []any { return []any{o.RedisTLS, o.RedisTLSSkipHostname} }, []any{true, true}},
-		{"store health", map[string]string{"REDIS_HEALTH_CHECK_ACTIVE_CONNECTION": "true"}, func(o *options.Options) []any { return []any{o.Readiness, o.HealthcheckRequiresStore} }, []any{options.ReadinessStore, true}},
-		{"store health off", map[string]string{"REDIS_HEALTH_CHECK_ACTIVE_CONNECTION": "false"}, func(o *options.Options) []any { return []any{o.Readiness, o.HealthcheckRequiresStore} }, []any{options.ReadinessRules, false}},
-		{"key prefix names the shared secret", map[string]string{"CACHE_KEY_PREFIX": "team-a:"}, func(o *options.Options) []any { return []any{o.HMACSecretRedisKey} }, []any{"team-a:" + DefaultHMACSecretRedisKey}},
-		{"configured secret", map[string]string{options.SecretEnv: strings.Repeat("k", 32)}, func(o *options.Options) []any { return []any{o.HMACSecretRedisKey} }, []any{""}},
-		{"local cache", map[string]string{"LOCAL_CACHE_SIZE_IN_BYTES": "1048576", "ENVOY_RLS_LOCAL_CACHE": "false"}, func(o *options.Options) []any { return []any{o.LocalCache} }, []any{true}},
-		{"statsd", map[string]string{"USE_STATSD": "true", "STATSD_PORT": "9125", "EXTRA_TAGS": "a:1", "NEAR_LIMIT_RATIO": "0.9", "STATS_FLUSH_INTERVAL": "1s", "STATSD_PROTOCOL": "UDP"}, func(o *options.Options) []any {
-			return []any{o.StatsdAddr, o.StatsdExtraTags, o.NearLimitRatio, o.StatsdFlushInterval, o.StatsdProtocol}
+		{"grpc TLS files without TLS", map[string]string{"GRPC_SERVER_TLS_CERT": "/c/tls.crt"}, func(o *settings) []any { return []any{o.GRPCTLSCert} }, []any{""}},
+		{"log level any case", map[string]string{"LOG_LEVEL": "Info"}, func(o *settings) []any { return []any{o.LogLevel} }, []any{"info"}},
+		{"log level warning", map[string]string{"LOG_LEVEL": "WARNING"}, func(o *settings) []any { return []any{o.LogLevel} }, []any{"warn"}},
+		{"runtime dirs", map[string]string{"RUNTIME_ROOT": "/data", "RUNTIME_SUBDIRECTORY": "ratelimit", "RUNTIME_IGNOREDOTFILES": "true", "RUNTIME_WATCH_ROOT": "false"}, func(o *settings) []any { return []any{o.Config} }, []any{"/data/ratelimit/config"}},
+		{"cluster", map[string]string{"REDIS_TYPE": "cluster", "REDIS_URL": "a:7000,b:7001"}, func(o *settings) []any { return []any{o.store.RedisMode, o.store.RedisAddr} }, []any{"cluster", "a:7000,b:7001"}},
+		{"sentinel", map[string]string{"REDIS_TYPE": "SENTINEL", "REDIS_URL": "mymaster,s1:26379,s2:26379"}, func(o *settings) []any {
+			return []any{o.store.RedisMode, o.store.RedisSentinelMaster, o.store.RedisAddr}
+		}, []any{"sentinel", "mymaster", "s1:26379,s2:26379"}},
+		{"unix socket", map[string]string{"REDIS_SOCKET_TYPE": "unix", "REDIS_URL": "/var/run/nutcracker/ratelimit.sock"}, func(o *settings) []any { return []any{o.store.RedisMode, o.store.RedisAddr} }, []any{"standalone", "/var/run/nutcracker/ratelimit.sock"}},
+		{"socket path without socket type", map[string]string{"REDIS_SOCKET_TYPE": "", "REDIS_URL": "/run/r.sock"}, func(o *settings) []any { return []any{o.store.RedisAddr} }, []any{"/run/r.sock"}},
+		{"url without socket type", map[string]string{"REDIS_SOCKET_TYPE": "", "REDIS_URL": "redis.redis.svc:6379"}, func(o *settings) []any { return []any{o.store.RedisAddr} }, []any{"redis.redis.svc:6379"}},
+		{"auth user:password", map[string]string{"REDIS_AUTH": "app:s3cr:et"}, func(o *settings) []any { return []any{o.store.RedisUsername, o.RedisPassword} }, []any{"app", "s3cr:et"}},
+		{"auth password", map[string]string{"REDIS_AUTH": "s3cret", "ENVOY_RLS_REDIS_PASSWORD_FILE": "/p"}, func(o *settings) []any {
+			return []any{o.store.RedisUsername, o.RedisPassword, o.store.RedisPasswordFile}
+		}, []any{"", "s3cret", ""}},
+		{"redis TLS", map[string]string{"REDIS_TLS": "true", "REDIS_TLS_CLIENT_CERT": "/c/r.crt", "REDIS_TLS_CLIENT_KEY": "/c/r.key", "REDIS_TLS_CACERT": "/c/ca.crt"}, func(o *settings) []any {
+			return []any{o.store.RedisTLS, o.store.RedisTLSCert, o.store.RedisTLSKey, o.store.RedisTLSCA}
+		}, []any{true, "/c/r.crt", "/c/r.key", "/c/ca.crt"}},
+		{"redis TLS without the name check", map[string]string{"REDIS_TLS": "true", "REDIS_TLS_SKIP_HOSTNAME_VERIFICATION": "true"}, func(o *settings) []any { return []any{o.store.RedisTLS, o.store.RedisTLSSkipHostname} }, []any{true, true}},
+		{"store health", map[string]string{"REDIS_HEALTH_CHECK_ACTIVE_CONNECTION": "true"}, func(o *settings) []any { return []any{o.Readiness, o.HealthcheckRequiresStore} }, []any{options.ReadinessStore, true}},
+		{"store health off", map[string]string{"REDIS_HEALTH_CHECK_ACTIVE_CONNECTION": "false"}, func(o *settings) []any { return []any{o.Readiness, o.HealthcheckRequiresStore} }, []any{options.ReadinessRules, false}},
+		{"key prefix names the shared secret", map[string]string{"CACHE_KEY_PREFIX": "team-a:"}, func(o *settings) []any { return []any{o.HMACSecretRedisKey} }, []any{"team-a:" + DefaultHMACSecretRedisKey}},
+		{"configured secret", map[string]string{options.SecretEnv: strings.Repeat("k", 32)}, func(o *settings) []any { return []any{o.HMACSecretRedisKey} }, []any{""}},
+		{"local cache", map[string]string{"LOCAL_CACHE_SIZE_IN_BYTES": "1048576", "ENVOY_RLS_LOCAL_CACHE": "false"}, func(o *settings) []any { return []any{o.store.LocalCache} }, []any{true}},
+		{"statsd", map[string]string{"USE_STATSD": "true", "STATSD_PORT": "9125", "EXTRA_TAGS": "a:1", "NEAR_LIMIT_RATIO": "0.9", "STATS_FLUSH_INTERVAL": "1s", "STATSD_PROTOCOL": "UDP"}, func(o *settings) []any {
+			return []any{o.statsd.Addr, o.statsd.ExtraTags, o.statsd.NearLimitRatio, o.statsd.FlushInterval, o.statsd.Protocol}
 		}, []any{"localhost:9125", "a:1", "0.9", time.Second, "udp"}},
-		{"statsd by default", map[string]string{"USE_STATSD": ""}, func(o *options.Options) []any { return []any{o.StatsdAddr} }, []any{"localhost:8125"}},
-		{"stats disabled", map[string]string{"USE_STATSD": "true", "DISABLE_STATS": "true"}, func(o *options.Options) []any { return []any{o.StatsdAddr} }, []any{""}},
-		{"headers", map[string]string{"LIMIT_RESPONSE_HEADERS_ENABLED": "true", "LIMIT_REMAINING_HEADER": "X-Left"}, func(o *options.Options) []any {
+		{"statsd by default", map[string]string{"USE_STATSD": ""}, func(o *settings) []any { return []any{o.statsd.Addr} }, []any{"localhost:8125"}},
+		{"stats disabled", map[string]string{"USE_STATSD": "true", "DISABLE_STATS": "true"}, func(o *settings) []any { return []any{o.statsd.Addr} }, []any{""}},
+		{"headers", map[string]string{"LIMIT_RESPONSE_HEADERS_ENABLED": "true", "LIMIT_REMAINING_HEADER": "X-Left"}, func(o *settings) []any {
 			return []any{o.DefaultHeaders, o.LimitHeader, o.RemainingHeader, o.ResetHeader}
 		}, []any{"full", "RateLimit-Limit", "X-Left", "RateLimit-Reset"}},
-		{"header names without headers", map[string]string{"LIMIT_LIMIT_HEADER": "X-Limit"}, func(o *options.Options) []any { return []any{o.DefaultHeaders, o.LimitHeader} }, []any{"none", "X-RateLimit-Limit"}},
-		{"statsd off over our address", map[string]string{"USE_STATSD": "false", "ENVOY_RLS_STATSD_ADDR": "statsd:8125"}, func(o *options.Options) []any { return []any{o.StatsdAddr} }, []any{""}},
-		{"stats disabled over our address", map[string]string{"USE_STATSD": "", "DISABLE_STATS": "true", "ENVOY_RLS_STATSD_ADDR": "statsd:8125"}, func(o *options.Options) []any { return []any{o.StatsdAddr} }, []any{""}},
-		{"prometheus", map[string]string{"USE_PROMETHEUS": "true", "PROMETHEUS_ADDR": ":19001", "PROMETHEUS_PATH": "/stats", "PROMETHEUS_MAPPER_YAML": "/etc/statsd-exporter/conf.yaml"}, func(o *options.Options) []any {
-			return []any{o.ReferenceMetricsAddr, o.ReferenceMetricsPath, o.ReferenceMetricsMapping}
+		{"header names without headers", map[string]string{"LIMIT_LIMIT_HEADER": "X-Limit"}, func(o *settings) []any { return []any{o.DefaultHeaders, o.LimitHeader} }, []any{"none", "X-RateLimit-Limit"}},
+		{"statsd off over our address", map[string]string{"USE_STATSD": "false", "ENVOY_RLS_STATSD_ADDR": "statsd:8125"}, func(o *settings) []any { return []any{o.statsd.Addr} }, []any{""}},
+		{"stats disabled over our address", map[string]string{"USE_STATSD": "", "DISABLE_STATS": "true", "ENVOY_RLS_STATSD_ADDR": "statsd:8125"}, func(o *settings) []any { return []any{o.statsd.Addr} }, []any{""}},
+		{"prometheus", map[string]string{"USE_PROMETHEUS": "true", "PROMETHEUS_ADDR": ":19001", "PROMETHEUS_PATH": "/stats", "PROMETHEUS_MAPPER_YAML": "/etc/statsd-exporter/conf.yaml"}, func(o *settings) []any {
+			return []any{o.refmetrics.Addr, o.refmetrics.Path, o.refmetrics.Mapping}
 		}, []any{":19001", "/stats", "/etc/statsd-exporter/conf.yaml"}},
-		{"prometheus defaults", map[string]string{"USE_PROMETHEUS": "TRUE"}, func(o *options.Options) []any {
-			return []any{o.ReferenceMetricsAddr, o.ReferenceMetricsPath, o.ReferenceMetricsMapping}
+		{"prometheus defaults", map[string]string{"USE_PROMETHEUS": "TRUE"}, func(o *settings) []any {
+			return []any{o.refmetrics.Addr, o.refmetrics.Path, o.refmetrics.Mapping}
 		}, []any{":9090", "/metrics", ""}},
-		{"prometheus without USE_STATSD", map[string]string{"USE_PROMETHEUS": "true", "USE_STATSD": "", "STATSD_HOST": "statsd"}, func(o *options.Options) []any {
-			return []any{o.ReferenceMetricsAddr, o.StatsdAddr}
+		{"prometheus without USE_STATSD", map[string]string{"USE_PROMETHEUS": "true", "USE_STATSD": "", "STATSD_HOST": "statsd"}, func(o *settings) []any {
+			return []any{o.refmetrics.Addr, o.statsd.Addr}
 		}, []any{":9090", ""}},
-		{"prometheus and statsd", map[string]string{"USE_PROMETHEUS": "true", "USE_STATSD": "true"}, func(o *options.Options) []any {
-			return []any{o.ReferenceMetricsAddr, o.StatsdAddr}
+		{"prometheus and statsd", map[string]string{"USE_PROMETHEUS": "true", "USE_STATSD": "true"}, func(o *settings) []any {
+			return []any{o.refmetrics.Addr, o.statsd.Addr}
 		}, []any{":9090", "localhost:8125"}},
-		{"prometheus under our statsd address", map[string]string{"USE_PROMETHEUS": "true", "USE_STATSD": "", "ENVOY_RLS_STATSD_ADDR": "statsd:8125"}, func(o *options.Options) []any {
-			return []any{o.ReferenceMetricsAddr, o.StatsdAddr}
+		{"prometheus under our statsd address", map[string]string{"USE_PROMETHEUS": "true", "USE_STATSD": "", "ENVOY_RLS_STATSD_ADDR": "statsd:8125"}, func(o *settings) []any {
+			return []any{o.refmetrics.Addr, o.statsd.Addr}
 		}, []any{":9090", "statsd:8125"}},
-		{"stats disabled with prometheus", map[string]string{"USE_PROMETHEUS": "true", "DISABLE_STATS": "true"}, func(o *options.Options) []any {
-			return []any{o.ReferenceMetricsAddr, o.StatsdAddr}
+		{"stats disabled with prometheus", map[string]string{"USE_PROMETHEUS": "true", "DISABLE_STATS": "true"}, func(o *settings) []any {
+			return []any{o.refmetrics.Addr, o.statsd.Addr}
 		}, []any{"", ""}},
-		{"prometheus off", map[string]string{"USE_PROMETHEUS": "false", "PROMETHEUS_ADDR": ":19001", "PROMETHEUS_MAPPER_YAML": "/m.yaml"}, func(o *options.Options) []any {
-			return []any{o.ReferenceMetricsAddr, o.ReferenceMetricsMapping}
+		{"prometheus off", map[string]string{"USE_PROMETHEUS": "false", "PROMETHEUS_ADDR": ":19001", "PROMETHEUS_MAPPER_YAML": "/m.yaml"}, func(o *settings) []any {
+			return []any{o.refmetrics.Addr, o.refmetrics.Mapping}
 		}, []any{"", ""}},
-		{"global shadow mode", map[string]string{"SHADOW_MODE": "true"}, func(o *options.Options) []any { return []any{o.ShadowAll} }, []any{true}},
-		{"response dynamic metadata", map[string]string{"RESPONSE_DYNAMIC_METADATA": "true"}, func(o *options.Options) []any { return []any{o.ResponseDynamicMetadata} }, []any{true}},
-		{"no response dynamic metadata", map[string]string{"RESPONSE_DYNAMIC_METADATA": "false"}, func(o *options.Options) []any { return []any{o.ResponseDynamicMetadata} }, []any{false}},
-		{"healthcheck needs rules", map[string]string{"HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED": "true"}, func(o *options.Options) []any { return []any{o.HealthcheckRequiresRules} }, []any{true}},
-		{"reference variable wins over ours", map[string]string{"LOG_LEVEL": "error", "ENVOY_RLS_LOG_LEVEL": "debug", "PORT": "9090", "ENVOY_RLS_ADMIN_ADDR": ":7070"}, func(o *options.Options) []any { return []any{o.LogLevel, o.AdminAddr} }, []any{"error", "0.0.0.0:9090"}},
-		{"ours wins over a reference default", map[string]string{"ENVOY_RLS_LOG_LEVEL": "debug", "ENVOY_RLS_CONFIG": "/rules", "ENVOY_RLS_DEFAULT_HEADERS": "retry_after"}, func(o *options.Options) []any { return []any{o.LogLevel, o.Config, o.DefaultHeaders} }, []any{"debug", "/rules", "retry_after"}},
-		{"memory store by our variable", map[string]string{"ENVOY_RLS_STORE": "memory", "REDIS_URL": ""}, func(o *options.Options) []any { return []any{o.Store} }, []any{"memory"}},
+		{"global shadow mode", map[string]string{"SHADOW_MODE": "true"}, func(o *settings) []any { return []any{o.ShadowAll} }, []any{true}},
+		{"response dynamic metadata", map[string]string{"RESPONSE_DYNAMIC_METADATA": "true"}, func(o *settings) []any { return []any{o.ResponseDynamicMetadata} }, []any{true}},
+		{"no response dynamic metadata", map[string]string{"RESPONSE_DYNAMIC_METADATA": "false"}, func(o *settings) []any { return []any{o.ResponseDynamicMetadata} }, []any{false}},
+		{"healthcheck needs rules", map[string]string{"HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED": "true"}, func(o *settings) []any { return []any{o.HealthcheckRequiresRules} }, []any{true}},
+		{"reference variable wins over ours", map[string]string{"LOG_LEVEL": "error", "ENVOY_RLS_LOG_LEVEL": "debug", "PORT": "9090", "ENVOY_RLS_ADMIN_ADDR": ":7070"}, func(o *settings) []any { return []any{o.LogLevel, o.AdminAddr} }, []any{"error", "0.0.0.0:9090"}},
+		{"ours wins over a reference default", map[string]string{"ENVOY_RLS_LOG_LEVEL": "debug", "ENVOY_RLS_CONFIG": "/rules", "ENVOY_RLS_DEFAULT_HEADERS": "retry_after"}, func(o *settings) []any { return []any{o.LogLevel, o.Config, o.DefaultHeaders} }, []any{"debug", "/rules", "retry_after"}},
+		{"memory store by our variable", map[string]string{"ENVOY_RLS_STORE": "memory", "REDIS_URL": ""}, func(o *settings) []any { return []any{o.Store} }, []any{"memory"}},
 		{"xds", map[string]string{"CONFIG_TYPE": "grpc_xds_sotw", "CONFIG_GRPC_XDS_SERVER_URL": "eg:18001", "CONFIG_GRPC_XDS_NODE_ID": "envoy-ratelimit",
 			"CONFIG_GRPC_XDS_NODE_METADATA": "a:1,b=2", "CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS": "x-a:1,x-b:2",
 			"CONFIG_GRPC_XDS_SERVER_USE_TLS": "true", "CONFIG_GRPC_XDS_CLIENT_TLS_CERT": "/c/tls.crt", "CONFIG_GRPC_XDS_CLIENT_TLS_KEY": "/c/tls.key",
 			"CONFIG_GRPC_XDS_SERVER_TLS_CACERT": "/c/ca.crt", "CONFIG_GRPC_XDS_SERVER_TLS_SAN": "eg", "FORCE_START_WITHOUT_INITIAL_CONFIG": "true",
-			"CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL": "5s", "XDS_CLIENT_BACKOFF_INITIAL_INTERVAL": "1s", "XDS_CLIENT_BACKOFF_MAX_INTERVAL": "20s"}, func(o *options.Options) []any {
-			return []any{o.ConfigSource, o.XDSServer, o.XDSNodeID, o.XDSNodeMetadata.String(), o.XDSHeaders.String(),
-				o.XDSTLS, o.XDSTLSCert, o.XDSTLSKey, o.XDSTLSCA, o.XDSTLSSAN, o.ForceStart, o.XDSRetryInterval, o.XDSRetryMax}
+			"CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL": "5s", "XDS_CLIENT_BACKOFF_INITIAL_INTERVAL": "1s", "XDS_CLIENT_BACKOFF_MAX_INTERVAL": "20s"}, func(o *settings) []any {
+			return []any{o.ConfigSource, o.xds.Server, o.xds.NodeID, o.xds.NodeMetadata.String(), o.xds.Headers.String(),
+				o.xds.TLS, o.xds.TLSCert, o.xds.TLSKey, o.xds.TLSCA, o.xds.TLSSAN, o.xds.ForceStart, o.xds.RetryInterval, o.xds.RetryMax}
 		}, []any{options.SourceXDS, "eg:18001", "envoy-ratelimit", "a:1,b:2", "x-a:1,x-b:2",
 			true, "/c/tls.crt", "/c/tls.key", "/c/ca.crt", "eg", true,
 			// XDS_CLIENT_BACKOFF_INITIAL_INTERVAL, set after the connect
 			// retry interval, is the first wait.
 			time.Second, 20 * time.Second}},
-		{"our xDS server over the reference's default", map[string]string{"CONFIG_TYPE": "GRPC_XDS_SOTW", "ENVOY_RLS_XDS_SERVER": "xds.internal:18001"}, func(o *options.Options) []any { return []any{o.XDSServer} }, []any{"xds.internal:18001"}},
-		{"the reference's xDS server default", map[string]string{"CONFIG_TYPE": "GRPC_XDS_SOTW"}, func(o *options.Options) []any { return []any{o.XDSServer} }, []any{"localhost:18000"}},
+		{"our xDS server over the reference's default", map[string]string{"CONFIG_TYPE": "GRPC_XDS_SOTW", "ENVOY_RLS_XDS_SERVER": "xds.internal:18001"}, func(o *settings) []any { return []any{o.xds.Server} }, []any{"xds.internal:18001"}},
+		{"the reference's xDS server default", map[string]string{"CONFIG_TYPE": "GRPC_XDS_SOTW"}, func(o *settings) []any { return []any{o.xds.Server} }, []any{"localhost:18000"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			o, err := parse(t, compatBase(tc.env))
@@ -311,8 +337,8 @@ func TestCompatEnvoyGatewayEnvironment(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if o.Config != "/data/ratelimit/config" || o.LogLevel != "info" || o.StatsdAddr != "localhost:9125" || o.GRPCTLSCert != "/certs/tls.crt" ||
-		o.GRPCTLSClientCA != "" || o.RedisAddr != "redis.redis.svc:6379" || o.Store != "redis" || len(o.CompatWarnings) != 0 {
+	if o.Config != "/data/ratelimit/config" || o.LogLevel != "info" || o.statsd.Addr != "localhost:9125" || o.GRPCTLSCert != "/certs/tls.crt" ||
+		o.GRPCTLSClientCA != "" || o.store.RedisAddr != "redis.redis.svc:6379" || o.Store != "redis" || len(o.CompatWarnings) != 0 {
 		t.Errorf("options %+v, warnings %q", o, o.CompatWarnings)
 	}
 	if _, err := serveOptions([]string{"--env-compat"}, envOf(env)); err != nil {
@@ -327,10 +353,10 @@ func TestCompatEnvoyGatewayEnvironment(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if o.StatsdAddr != "" || o.ReferenceMetricsAddr != ":19001" || o.ReferenceMetricsPath != "/metrics" ||
-		o.ReferenceMetricsMapping != "/etc/statsd-exporter/conf.yaml" || len(o.CompatWarnings) != 0 {
-		t.Errorf("statsd %q, reference metrics %q %q %q, warnings %q", o.StatsdAddr, o.ReferenceMetricsAddr,
-			o.ReferenceMetricsPath, o.ReferenceMetricsMapping, o.CompatWarnings)
+	if o.statsd.Addr != "" || o.refmetrics.Addr != ":19001" || o.refmetrics.Path != "/metrics" ||
+		o.refmetrics.Mapping != "/etc/statsd-exporter/conf.yaml" || len(o.CompatWarnings) != 0 {
+		t.Errorf("statsd %q, reference metrics %q %q %q, warnings %q", o.statsd.Addr, o.refmetrics.Addr,
+			o.refmetrics.Path, o.refmetrics.Mapping, o.CompatWarnings)
 	}
 }
 

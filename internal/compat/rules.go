@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/envoy-rls/envoy-rls/internal/options"
+	"github.com/envoy-rls/envoy-rls/pkg/limiter/redis"
 )
 
 // Reference defaults that envoy-rls applies in compatibility mode when the
@@ -190,7 +191,7 @@ var refRules = []refRule{
 			r.warn("MERGE_DOMAIN_CONFIG", "envoy-rls does not merge: a domain defined in two rule files is refused at load, naming both files")
 		}
 	}},
-	// Read by the tracing setup (internal/observe) from the environment
+	// Read by the tracing setup (internal/tracing) from the environment
 	// itself.
 	{[]string{"TRACING_ENABLED", "TRACING_SERVICE_NAME", "TRACING_SERVICE_NAMESPACE", "TRACING_SERVICE_INSTANCE_ID",
 		"TRACING_EXPORTER_PROTOCOL", "TRACING_SAMPLING_RATE"}, func(*refEnv) {}},
@@ -303,7 +304,7 @@ func backend(r *refEnv) {
 		}
 	}
 	if _, ok := r.get("REDIS_POOL_SIZE"); ok {
-		r.warn("REDIS_POOL_SIZE", "envoy-rls pipelines every call over a few connections per node (ENVOY_RLS_REDIS_POOL_SIZE, default "+strconv.Itoa(options.DefaultRedisPoolSize)+")")
+		r.warn("REDIS_POOL_SIZE", "envoy-rls pipelines every call over a few connections per node (ENVOY_RLS_REDIS_POOL_SIZE, default "+strconv.Itoa(redis.DefaultPoolSize)+")")
 	}
 	for _, n := range []string{"REDIS_PIPELINE_WINDOW", "REDIS_PIPELINE_LIMIT"} {
 		if v, ok := r.get(n); ok && v != "0" && v != "0s" {

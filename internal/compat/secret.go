@@ -39,7 +39,7 @@ const MsgSharedSecret = "no HMAC secret configured: the replicas share a random 
 // the shared secret: Redis decides from then on.
 const MsgSecretRead = "the shared HMAC secret is read from Redis: the limits are decided by the store from now on"
 
-// Log messages of a running replica's checks, which docs/operations.md
+// Log messages of a running replica's checks, which docs/deploy.md
 // quotes.
 const (
 	MsgSecretChanged  = "the shared HMAC secret in Redis is not this replica's: this replica keeps its own and goes on counting with the replicas that use it; replicas started now refuse the key's value while this one announces its own"
@@ -54,13 +54,13 @@ func UsesSharedSecret(o *options.Options, getenv func(string) string) bool {
 }
 
 // MsgSecretNotYet is logged after each failed attempt to read the shared
-// secret (docs/operations.md quotes it).
+// secret (docs/deploy.md quotes it).
 const MsgSecretNotYet = "cannot read the shared HMAC secret from Redis yet: answering by each policy's failure mode; retrying"
 
 // SecretFetch reads the secret the replicas share under
 // --hmac-secret-redis-key, offering a fresh random one, and announces it for
 // AnnouncePeriods rechecks. Only Redis not answering is retried: a key
-// whose value must not be adopted (redis.SharedSecretError) or a user the
+// whose value must not be adopted (secretError) or a user the
 // ACL refuses is an error naming the key and the fix. Use it from one
 // goroutine.
 type SecretFetch struct {
@@ -74,15 +74,16 @@ type SecretFetch struct {
 	notYet    error // why the last attempt did not read the secret
 }
 
-// NewSecretFetch reads the Redis settings of o and draws the secret offered
-// should the key be missing; recheck is the running replicas' recheck
-// (SharedSecretRecheck outside tests).
-func NewSecretFetch(o *options.Options, recheck time.Duration, log *zap.Logger) (*SecretFetch, error) {
-	cfg, err := o.RedisConfig()
+// NewSecretFetch reads the Redis settings (redisConfig: the store's
+// flags') and draws the secret offered should the key of o be missing;
+// recheck is the running replicas' recheck (SharedSecretRecheck outside
+// tests).
+func NewSecretFetch(o *options.Options, redisConfig func() (redis.Config, error), recheck time.Duration, log *zap.Logger) (*SecretFetch, error) {
+	cfg, err := redisConfig()
 	if err != nil {
 		return nil, fmt.Errorf("redis store: %w", err)
 	}
-	candidate := make([]byte, redis.SharedSecretBytes)
+	candidate := make([]byte, SharedSecretBytes)
 	if _, err := rand.Read(candidate); err != nil {
 		return nil, fmt.Errorf("generating a random HMAC secret: %w", err)
 	}
@@ -133,16 +134,16 @@ func (f *SecretFetch) attempt(ctx context.Context) ([]byte, error) {
 	f.attempts++
 	f.notYet = nil
 	actx, cancel := context.WithTimeout(ctx, sharedSecretTimeout)
-	st, err := redis.SharedSecret(actx, f.cfg, f.key, f.candidate, AnnouncePeriods*f.recheck)
+	st, err := adoptSecret(actx, f.cfg, f.key, f.candidate, AnnouncePeriods*f.recheck)
 	cancel()
-	var se *redis.SharedSecretError
+	var se *secretError
 	switch {
 	case err == nil:
-		if st.Legacy {
+		if st.legacy {
 			f.log.Warn("the shared HMAC secret in Redis is in the form of earlier versions (32 raw bytes, no check value): adopted as it is",
 				zap.String("key", f.key))
 		}
-		return st.Secret, nil
+		return st.secret, nil
 	case errors.As(err, &se):
 		return nil, sharedSecretRefusal(f.label, se, f.recheck)
 	case isNoPerm(err):
@@ -156,16 +157,16 @@ func (f *SecretFetch) attempt(ctx context.Context) ([]byte, error) {
 
 // sharedSecretRefusal is the start-up error of a key whose value a
 // replica must not adopt: what the key holds and what to do.
-func sharedSecretRefusal(label string, se *redis.SharedSecretError, recheck time.Duration) error {
+func sharedSecretRefusal(label string, se *secretError, recheck time.Duration) error {
 	const configure = "; to keep the secret out of Redis altogether, configure one (ENVOY_RLS_HMAC_SECRET or --hmac-secret-file)"
 	var fix string
 	switch se.Kind {
-	case redis.SecretChanged:
+	case secretChanged:
 		fix = fmt.Sprintf("the secret under the key changed while replicas using another one (fingerprint %s, the key's is %s) run, and a replica adopting it would count apart from them: this replica does not start. "+
 			"If nobody changed it on purpose, delete the key (DEL %s): the running replicas store theirs again within %v, and this replica then starts with it. "+
 			"To change the secret on purpose, stop every replica first and wait %v (or delete %s too)",
-			se.InUse, se.Stored, se.Key, recheck, AnnouncePeriods*recheck, redis.InUseKey(se.Key))
-	case redis.SecretMissing:
+			se.InUse, se.Stored, se.Key, recheck, AnnouncePeriods*recheck, InUseKey(se.Key))
+	case secretMissing:
 		fix = fmt.Sprintf("the running replicas store their secret again within %v; start this replica again then", recheck)
 	default:
 		fix = fmt.Sprintf("envoy-rls writes v1:<64 hex digits>:<16 hex digits> there; the value was written by something else or damaged. "+
@@ -177,6 +178,20 @@ func sharedSecretRefusal(label string, se *redis.SharedSecretError, recheck time
 // isNoPerm reports a NOPERM reply: the ACL does not allow a command.
 func isNoPerm(err error) bool {
 	return err != nil && strings.Contains(err.Error(), "NOPERM")
+}
+
+// NewMismatchGauge registers on reg the gauge a SecretKeeper sets:
+// envoy_rls_shared_secret_mismatch, 0 until then (and without a shared
+// secret).
+func NewMismatchGauge(reg prometheus.Registerer) (prometheus.Gauge, error) {
+	g := prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "envoy_rls_shared_secret_mismatch",
+		Help: "1 while the Redis key of the HMAC secret shared through Redis (--hmac-secret-redis-key) holds another value than the secret this replica uses; 0 otherwise, and without a shared secret.",
+	})
+	if err := reg.Register(g); err != nil {
+		return nil, fmt.Errorf("registering envoy_rls_shared_secret_mismatch: %w", err)
+	}
+	return g, nil
 }
 
 // SecretKeeper is a running replica's watch on the secret it shares
@@ -210,14 +225,14 @@ func NewSecretKeeper(cfg redis.Config, key string, secret []byte, recheck time.D
 func (k *SecretKeeper) Check(ctx context.Context) {
 	actx, cancel := context.WithTimeout(ctx, sharedSecretTimeout)
 	defer cancel()
-	chk, err := redis.KeepSharedSecret(actx, k.cfg, k.key, k.secret, k.announce)
+	chk, err := keepSecret(actx, k.cfg, k.key, k.secret, k.announce)
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	switch {
 	case err != nil:
 		k.log.Warn("cannot check the shared HMAC secret in Redis", zap.String("key", k.key), zap.Error(err))
-	case chk.Matches:
-		if chk.Restored {
+	case chk.matches:
+		if chk.restored {
 			k.log.Warn(MsgSecretRestored, zap.String("key", k.key))
 		} else if k.reported {
 			k.log.Info(MsgSecretBack, zap.String("key", k.key))
@@ -225,11 +240,11 @@ func (k *SecretKeeper) Check(ctx context.Context) {
 		k.reported = false
 		k.mismatch.Set(0)
 	default:
-		if !k.reported || chk.Found != k.seen {
+		if !k.reported || chk.found != k.seen {
 			k.log.Error(MsgSecretChanged, zap.String("key", k.key),
-				zap.String("fingerprint", redis.Fingerprint(k.key, k.secret)))
+				zap.String("fingerprint", Fingerprint(k.key, k.secret)))
 		}
-		k.reported, k.seen = true, chk.Found
+		k.reported, k.seen = true, chk.found
 		k.mismatch.Set(1)
 	}
 }

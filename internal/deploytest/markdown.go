@@ -191,7 +191,7 @@ func blockCommands(file string, bl Block, expand Expander) ([]DocCommand, error)
 			return fmt.Errorf("%s:%d: %w", file, start, err)
 		}
 		if len(words) > 0 || err != nil {
-			out = append(out, DocCommand{File: file, Line: start, Text: text, Words: words, Err: err})
+			out = append(out, DocCommand{File: file, Line: start, Lang: bl.Lang, Text: text, Words: words, Err: err})
 		}
 		return nil
 	}

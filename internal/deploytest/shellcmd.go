@@ -11,6 +11,7 @@ import (
 type DocCommand struct {
 	File string // the file, as the caller named it or relative to the walked root
 	Line int    // line of the file where the command starts
+	Lang string // the language of its block ("" when it names none)
 	// Text is the command on one line: the "$ " prompt dropped,
 	// backslash-newline continuations joined.
 	Text string

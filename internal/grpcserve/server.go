@@ -29,7 +29,7 @@ import (
 )
 
 // Defaults of the Limits: what one connection, one stream and the whole
-// listener may hold (docs/operations.md, "Limits on connections and
+// listener may hold (docs/deploy.md, "Limits on connections and
 // streams", gives the memory they bound).
 const (
 	// DefaultMaxConcurrentStreams is the SETTINGS_MAX_CONCURRENT_STREAMS

@@ -19,25 +19,12 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
+	"github.com/envoy-rls/envoy-rls/internal/limitertest"
 	"github.com/envoy-rls/envoy-rls/internal/polltest"
 	"github.com/envoy-rls/envoy-rls/pkg/descriptors"
-	"github.com/envoy-rls/envoy-rls/pkg/limiter"
 	"github.com/envoy-rls/envoy-rls/pkg/limiter/memory"
 	"github.com/envoy-rls/envoy-rls/pkg/rls"
 )
-
-// stuckStore holds every batch until its context ends: a call in flight
-// that the drain has to cut off.
-type stuckStore struct {
-	limiter.Store
-	entered chan struct{}
-}
-
-func (s *stuckStore) Evaluate(ctx context.Context, batch []limiter.Request, out []limiter.Outcome) {
-	s.entered <- struct{}{}
-	<-ctx.Done()
-	s.Store.Evaluate(ctx, batch, out)
-}
 
 // TestServeAndDrain: the server answers health over a real connection and
 // serves the rate-limit service; the drain cuts off a call still in flight
@@ -55,7 +42,10 @@ func TestServeAndDrain(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	store := &stuckStore{Store: mem, entered: make(chan struct{}, 1)}
+	// Every call is held until its context ends: a call in flight that
+	// the drain has to cut off.
+	store := limitertest.NewDouble(t, mem, nil)
+	store.Set(limitertest.Fault{Hang: true})
 	reg := prometheus.NewRegistry()
 	m, err := rls.NewMetrics(reg)
 	if err != nil {
@@ -103,7 +93,7 @@ func TestServeAndDrain(t *testing.T) {
 		})
 		called <- err
 	}()
-	<-store.entered
+	<-store.Entered
 	drained := make(chan struct{})
 	go func() {
 		srv.Drain(200 * time.Millisecond)

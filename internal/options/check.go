@@ -5,19 +5,14 @@ import (
 	"flag"
 	"fmt"
 	"maps"
-	"math"
 	"slices"
 	"time"
 
 	"go.uber.org/zap/zapcore"
 
-	"github.com/envoy-rls/envoy-rls/internal/observe"
 	"github.com/envoy-rls/envoy-rls/internal/redact"
 	"github.com/envoy-rls/envoy-rls/pkg/descriptors"
-	"github.com/envoy-rls/envoy-rls/pkg/limiter/denycache"
-	"github.com/envoy-rls/envoy-rls/pkg/limiter/failover"
-	"github.com/envoy-rls/envoy-rls/pkg/limiter/memory"
-	"github.com/envoy-rls/envoy-rls/pkg/limiter/redis"
+	"github.com/envoy-rls/envoy-rls/pkg/limiter"
 	"github.com/envoy-rls/envoy-rls/pkg/rls"
 )
 
@@ -37,24 +32,61 @@ func (e *RefusedError) Error() string { return e.Err.Error() }
 
 func (e *RefusedError) Unwrap() error { return e.Err }
 
+// A Group is flags that another package defines on the serve command and
+// checks: a feature's (tracing, statsd, audit…) or the store's. Serve
+// parses them with its own, from the command line, the presets and the
+// ENVOY_RLS_* variables, and reports their refusals with every other
+// problem. Declared here, where it is consumed, in the standard library's
+// types only: the packages that implement it import no options, and
+// options imports none of them.
+type Group interface {
+	// Define defines the group's flags on fs and returns, by flag name,
+	// what a flag accepts, worded to follow "must be", when its type does
+	// not say it for a value that does not parse.
+	Define(fs *flag.FlagSet) (accepts map[string]string)
+	// Check reports the values of the parsed flags it refuses, one
+	// check(flag, ok, reason) each: unless ok, the value of flag (as the
+	// user set it, Label) is refused for reason ("must be …"); with flag
+	// "", reason alone is reported. value is any flag's value as text.
+	Check(check func(flag string, ok bool, reason string), value func(flag string) string)
+}
+
+// accepting is a flag of a Group with what it accepts (acceptsOf).
+type accepting struct {
+	flag.Value
+	accepts string
+}
+
+func (a accepting) IsBoolFlag() bool {
+	b, ok := a.Value.(interface{ IsBoolFlag() bool })
+	return ok && b.IsBoolFlag()
+}
+
 // Serve parses the arguments of `envoy-rls serve` (without the word serve)
 // and the environment, with presets (nil: none), and checks every value
 // the binary would refuse at start that can be decided without reading a
-// file or dialling. The error is flag.ErrHelp after -h (fs prints the
-// help with PrintUsage); otherwise it holds one line per problem found.
-func Serve(args []string, getenv func(string) string, presets Presets) (o *Options, fs *flag.FlagSet, err error) {
+// file or dialling: options' own flags, then those of groups. The error is
+// flag.ErrHelp after -h (fs prints the help with PrintUsage); otherwise it
+// holds one line per problem found.
+func Serve(args []string, getenv func(string) string, presets Presets, groups ...Group) (o *Options, fs *flag.FlagSet, err error) {
 	o = &Options{}
 	fs = NewFlagSet(o)
+	for _, g := range groups {
+		for name, want := range g.Define(fs) {
+			f := fs.Lookup(name)
+			f.Value = accepting{f.Value, want}
+		}
+	}
 	var pre func(map[string]Given) ([]Preset, error)
 	if presets != nil {
 		pre = func(seen map[string]Given) ([]Preset, error) { return presets(o, seen) }
 	}
 	o.Given, err = parse(fs, args, getenv, pre)
-	var envErrs envErrors
+	var valueErrs valueErrors
 	switch {
 	case errors.Is(err, flag.ErrHelp):
 		return o, fs, err
-	case err != nil && !errors.As(err, &envErrs):
+	case err != nil && !errors.As(err, &valueErrs):
 		// The command line did not parse: the values after the fault are
 		// unknown, so nothing more can be checked.
 		return o, fs, err
@@ -63,12 +95,22 @@ func Serve(args []string, getenv func(string) string, presets Presets) (o *Optio
 	if errors.As(err, &refused) {
 		return o, fs, err
 	}
-	errs := []error{err}
+	r := refusals{given: o.Given, errs: []error{err}}
 	if fs.NArg() > 0 {
-		errs = append(errs, extraArgs(fs.Args(), o.Given))
+		r.errs = append(r.errs, extraArgs(fs.Args(), o.Given))
 	}
-	errs = append(errs, o.check(), CheckSecretSource(o, getenv), observe.CheckTracing(o.TracingFlag(), getenv))
-	return o, fs, errors.Join(errs...)
+	o.check(&r)
+	r.errs = append(r.errs, CheckSecretSource(o, getenv))
+	value := func(name string) string {
+		if f := fs.Lookup(name); f != nil {
+			return f.Value.String()
+		}
+		return ""
+	}
+	for _, g := range groups {
+		g.Check(r.check, value)
+	}
+	return o, fs, errors.Join(r.errs...)
 }
 
 // extraArgs is the error of words left after the flags. A value cut at
@@ -91,47 +133,32 @@ func extraArgs(args []string, given map[string]Given) error {
 // accepts says what a flag takes, as errors put it after "must be": for
 // the flags Options.check refuses by name, and for those whose type alone
 // does not say it when a value does not parse; acceptsOf falls back on the
-// type. (A --redis-* value that parses is checked by Options.redisCheck,
-// whose flagError says what the redis package accepts; the redis entries
-// here are the package's words too, see redisWant.) Read only.
+// type. Read only.
 var accepts = map[string]string{
 	"store":                 "memory or redis",
 	"log-level":             "debug, info, warn or error",
 	"default-headers":       "full, retry_after or none",
-	"memory-max-entries":    "0 (automatic) or a positive integer",
 	"override-max-policies": fmt.Sprintf("an integer from 1 to %d", rls.MaxOverridePoliciesBound),
 	"drain-timeout":         "a positive duration such as 15s",
-	"local-cache-size":      fmt.Sprintf("an integer of at least %d", denycache.Shards),
-	"gc-percent":            fmt.Sprintf("0 (automatic) or an integer between %d and %d", MinGCPercent, MaxGCPercent),
-	"redis-timeout":         redisWant(redis.Config{Timeout: -1}),
-	"redis-pool-size":       redisWant(redis.Config{PoolSize: -1}),
-	"redis-max-flush-delay": redisWant(redis.Config{MaxFlushDelay: -1}),
-	"redis-group-max-keys":  redisWant(redis.Config{GroupMaxKeys: -1}),
-	"redis-group-in-flight": redisWant(redis.Config{GroupInFlight: -1}),
 
-	"readiness":                  ReadinessRules + " or " + ReadinessStore,
-	"default-failure-mode":       "closed, open or local",
-	"replicas-hint":              fmt.Sprintf("an integer between 1 and %d", failover.MaxReplicas),
-	"local-fallback-max-entries": "a positive integer",
+	"readiness":            ReadinessRules + " or " + ReadinessStore,
+	"default-failure-mode": "closed, open or local",
 	// rules.go
 	"config-max-bytes":       "a positive number of bytes",
 	"config-max-descriptors": "a positive integer",
-	// xds.go
 	"config-source":          SourceFile + " or " + SourceXDS,
-	"xds-server":             "host:port of the xDS server (required with --config-source xds)",
-	"xds-node-id":            "a non-empty node ID",
-	"xds-tls-cert":           "set together with --xds-tls-key",
-	"xds-tls-key":            "set together with --xds-tls-cert",
-	"xds-retry-interval":     "a positive duration such as 3s",
-	"xds-retry-max-interval": "a duration at least --xds-retry-interval",
-	"xds-initial-timeout":    "a positive duration such as 1m",
-	"xds-node-metadata":      "key:value or key=value pairs, comma-separated",
-	"xds-header":             "key:value pairs, comma-separated",
 }
 
-// acceptsOf is what f takes: its entry in accepts, else what its type
-// parses.
+// acceptsOf is what f takes: its group's word for it or its entry in
+// accepts, else what its type parses.
 func acceptsOf(f *flag.Flag) string {
+	v := f.Value
+	if r, ok := v.(*recorded); ok {
+		v = r.Value
+	}
+	if a, ok := v.(accepting); ok {
+		return a.accepts
+	}
 	if a, ok := accepts[f.Name]; ok {
 		return a
 	}
@@ -144,113 +171,47 @@ func acceptsOf(f *flag.Flag) string {
 	return "an integer"
 }
 
-// check validates option values that the flag package cannot: every value
-// the binary would refuse at start that can be decided without reading a
-// file or dialling. It reports every problem found, one per line.
-func (o *Options) check() error {
-	r := refusals{given: o.Given, accepts: accepts}
-	if o.Config == "" && o.ConfigSource != SourceXDS {
-		r.errs = append(r.errs, fmt.Errorf("%s: must be the rule file or directory to serve", Label("config", o.Given)))
-	}
-	r.check("store", o.Store == "memory" || o.Store == "redis")
+// check refuses the values of options' own flags that the flag package
+// cannot: every value the binary would refuse at start that can be decided
+// without reading a file or dialling.
+func (o *Options) check(r *refusals) {
+	r.check("config", o.Config != "" || o.ConfigSource == SourceXDS, "must be the rule file or directory to serve")
+	r.must("store", o.Store == "memory" || o.Store == "redis")
 	_, err := zapcore.ParseLevel(o.LogLevel)
-	r.check("log-level", err == nil)
+	r.must("log-level", err == nil)
 	_, ok := descriptors.ParseHeaderMode(o.DefaultHeaders)
-	r.check("default-headers", ok)
-	r.check("memory-max-entries", o.MemoryMaxEntries >= 0)
-	r.check("override-max-policies", o.OverrideMaxPolicies >= 1 && o.OverrideMaxPolicies <= rls.MaxOverridePoliciesBound)
-	r.check("local-cache-size", o.LocalCacheSize >= denycache.Shards)
-	r.check("drain-timeout", o.DrainTimeout > 0)
-	r.check("gc-percent", o.GCPercent == 0 || o.GCPercent >= MinGCPercent && o.GCPercent <= MaxGCPercent)
-	r.errs = append(r.errs, o.ConfigLimits.Check(o.Given)...)
-	r.errs = append(r.errs, o.xdsOptions.check(o.Given)...)
-	// The redis package takes zero as its default; the flags have defaults
-	// of their own, so a zero given here is a mistake.
-	r.check("redis-timeout", o.RedisTimeout != 0)
-	r.check("redis-pool-size", o.RedisPoolSize != 0)
-	for _, name := range o.fallbackCheck() {
-		r.check(name, false)
-	}
-	r.errs = append(r.errs, checkTransport(&o.GRPC, o.Given), o.statsdOptions.check(o.Given),
-		o.auditOptions.check(o.Given, o.RedisAddr), o.topOptions.check(o.Given),
-		o.grpcTLSOptions.check(o.Given), o.referenceOptions.check(o.Given), o.refMetricsOptions.check(o.Given),
-		o.journalOptions.check(o.Given, o.Store))
-	if o.Store == "redis" {
-		err = o.redisCheck()
-	} else {
-		err = o.redisCheckValues()
-	}
-	var fe *flagError
-	switch {
-	case errors.As(err, &fe):
-		r.errs = append(r.errs, fmt.Errorf("%s: must be %s", Label(fe.Flag, o.Given), fe.Want))
-	case err != nil:
-		r.errs = append(r.errs, err)
-	}
-	return r.err()
+	r.must("default-headers", ok)
+	r.must("override-max-policies", o.OverrideMaxPolicies >= 1 && o.OverrideMaxPolicies <= rls.MaxOverridePoliciesBound)
+	r.must("drain-timeout", o.DrainTimeout > 0)
+	o.ConfigLimits.check(r)
+	r.must("config-source", o.ConfigSource == SourceFile || o.ConfigSource == SourceXDS)
+	r.must("readiness", o.Readiness == ReadinessRules || o.Readiness == ReadinessStore)
+	_, err = limiter.ParseFailureMode(o.DefaultFailureMode)
+	r.must("default-failure-mode", err == nil)
+	checkTransport(&o.GRPC, r)
+	o.grpcTLSOptions.check(r)
+	o.referenceOptions.check(r)
 }
 
 // refusals collects one start-up error per refused value, naming the flag
-// or variable as given and what it accepts (accepts: flag name → the text
-// after "must be").
+// or variable as the user set it.
 type refusals struct {
-	given   map[string]Given
-	accepts map[string]string
-	errs    []error
+	given map[string]Given
+	errs  []error
 }
 
-// check records the refusal of name's value unless ok.
-func (r *refusals) check(name string, ok bool) {
-	if !ok {
-		r.errs = append(r.errs, fmt.Errorf("%s: must be %s", Label(name, r.given), r.accepts[name]))
-	}
-}
-
-// err joins the refusals, nil when there are none.
-func (r *refusals) err() error {
-	return errors.Join(r.errs...)
-}
-
-// MemoryBound is the memory store's entry bound and where it comes from.
-// memLimit is the Go runtime's memory limit (debug.SetMemoryLimit(-1):
-// GOMEMLIMIT, math.MaxInt64 when unset). Automatic (--memory-max-entries
-// 0) is DefaultMemoryMaxEntries, lowered under a memory limit to
-// floor(memLimit x MemoryShare / memory.MaxBytesPerEntry), so that the
-// store refuses new subjects before the process reaches the limit.
-func MemoryBound(o *Options, memLimit int64) (int, string) {
+// check records, unless ok, that the value of flag is refused for reason
+// (Group.Check's check).
+func (r *refusals) check(flag string, ok bool, reason string) {
 	switch {
-	case o.MemoryMaxEntries > 0:
-		return o.MemoryMaxEntries, "--memory-max-entries"
-	case memLimit <= 0 || memLimit == math.MaxInt64:
-		return DefaultMemoryMaxEntries, "automatic (no GOMEMLIMIT)"
-	}
-	n := int64(float64(memLimit) * MemoryShare / memory.MaxBytesPerEntry)
-	if n >= DefaultMemoryMaxEntries {
-		return DefaultMemoryMaxEntries, "automatic (GOMEMLIMIT allows the default)"
-	}
-	return int(max(n, 1)), "automatic (GOMEMLIMIT)"
-}
-
-// GCPercent is the garbage collector target serve sets, and where it comes
-// from; 0 means leave the runtime's (GOGC's) alone.
-func GCPercent(o *Options, getenv func(string) string) (int, string) {
-	switch {
-	case o.GCPercent != 0:
-		return o.GCPercent, "--gc-percent"
-	case getenv("GOGC") != "":
-		return 0, "GOGC"
-	case o.Store == "redis":
-		return RedisGCPercent, "automatic (redis store)"
-	case o.Store == "memory":
-		return MemoryGCPercent, "automatic (memory store)"
+	case ok:
+	case flag == "":
+		r.errs = append(r.errs, errors.New(reason))
 	default:
-		return 0, "Go default"
+		r.errs = append(r.errs, fmt.Errorf("%s: %s", Label(flag, r.given), reason))
 	}
 }
 
-// MemoryHeapLimit is the soft memory limit serve sets with the memory
-// store's automatic GC target when GOMEMLIMIT is not set: what a store of
-// entries entries peaks at when full with Go's default target.
-func MemoryHeapLimit(entries int) int64 {
-	return MemoryHeapBase + int64(entries)*MemoryPeakBytesPerEntry
-}
+// must records, unless ok, that the value of name must be what accepts
+// says.
+func (r *refusals) must(name string, ok bool) { r.check(name, ok, "must be "+accepts[name]) }

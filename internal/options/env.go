@@ -30,11 +30,15 @@ func EnvName(flagName string) string {
 // it parsed.
 type recorded struct {
 	flag.Value
-	name   string
-	seen   map[string]Given
-	env    bool    // the next Set comes from the environment
-	from   string  // the next Set translates these reference variables
-	failed *string // set to the flag's name when Set refuses a value
+	name    string
+	seen    map[string]Given
+	env     bool   // the next Set comes from the environment
+	from    string // the next Set translates these reference variables
+	accepts string // what the flag takes, for errors (acceptsOf)
+	// refused collects the values that do not parse, and Set reports
+	// none to its caller: the flag package stops at the first error, and
+	// one run reports every bad value.
+	refused *valueErrors
 }
 
 func (r *recorded) Set(s string) error {
@@ -45,8 +49,7 @@ func (r *recorded) Set(s string) error {
 		// duration becomes 0); keep the one before, so the option checks
 		// do not report the same value again.
 		_ = r.Value.Set(before)
-		*r.failed = r.name
-		return err
+		*r.refused = append(*r.refused, fmt.Errorf("%s: must be %s", Label(r.name, r.seen), r.accepts))
 	}
 	return nil
 }
@@ -79,7 +82,7 @@ func Label(name string, seen map[string]Given) string {
 // from its ENVOY_RLS_* variable when that is set and not empty. It returns
 // the values given, by flag name. The flag package prints nothing: a bad
 // value is one error line (naming the flag or variable, the value and what
-// is accepted; one per variable), and -h/--help is flag.ErrHelp for the
+// is accepted; one per value, all of them), and -h/--help is flag.ErrHelp for the
 // caller to answer.
 func Parse(fs *flag.FlagSet, args []string, getenv func(string) string) (map[string]Given, error) {
 	return parse(fs, args, getenv, nil)
@@ -100,12 +103,14 @@ type Preset struct {
 // (when not nil) returns the values to set on the flags the command line
 // did not set (seen holds the command line's values), before the
 // ENVOY_RLS_* variables fill the rest. Its error joins those of the
-// variables that did not parse.
+// values that did not parse (valueErrors), or ends with the command line's
+// syntax error (an unknown flag, a missing value): what follows it is not
+// read.
 func parse(fs *flag.FlagSet, args []string, getenv func(string) string, presets func(seen map[string]Given) ([]Preset, error)) (map[string]Given, error) {
 	seen := map[string]Given{}
-	var failed string
+	var errs valueErrors
 	fs.VisitAll(func(f *flag.Flag) {
-		f.Value = &recorded{Value: f.Value, name: f.Name, seen: seen, failed: &failed}
+		f.Value = &recorded{Value: f.Value, name: f.Name, seen: seen, accepts: acceptsOf(f), refused: &errs}
 	})
 	fs.SetOutput(io.Discard)
 	fs.Usage = func() {}
@@ -113,15 +118,10 @@ func parse(fs *flag.FlagSet, args []string, getenv func(string) string, presets 
 		if errors.Is(err, flag.ErrHelp) {
 			return seen, err
 		}
-		if failed != "" {
-			f := fs.Lookup(failed)
-			return seen, fmt.Errorf("%s: must be %s", Label(failed, seen), acceptsOf(f))
-		}
-		return seen, commandLineError(fs, err)
+		return seen, errors.Join(append(errs, commandLineError(fs, err))...)
 	}
 	set := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
-	var errs envErrors
 	if presets != nil {
 		ps, err := presets(seen)
 		if err != nil {
@@ -136,11 +136,8 @@ func parse(fs *flag.FlagSet, args []string, getenv func(string) string, presets 
 			set[p.Flag] = true
 			r := f.Value.(*recorded)
 			r.from = p.From
-			err := r.Set(p.Value)
+			_ = r.Set(p.Value) // a refused value joins errs
 			r.from = ""
-			if err != nil {
-				errs = append(errs, fmt.Errorf("%s: must be %s", Label(p.Flag, seen), acceptsOf(f)))
-			}
 		}
 	}
 	fs.VisitAll(func(f *flag.Flag) {
@@ -152,9 +149,7 @@ func parse(fs *flag.FlagSet, args []string, getenv func(string) string, presets 
 			return
 		}
 		f.Value.(*recorded).env = true
-		if err := f.Value.Set(v); err != nil {
-			errs = append(errs, fmt.Errorf("%s: must be %s", Label(f.Name, seen), acceptsOf(f)))
-		}
+		_ = f.Value.Set(v) // a refused value joins errs
 	})
 	if len(errs) > 0 {
 		return seen, errs
@@ -162,13 +157,13 @@ func parse(fs *flag.FlagSet, args []string, getenv func(string) string, presets 
 	return seen, nil
 }
 
-// envErrors are the environment variables whose values did not parse, one
-// line each; every other flag is set.
-type envErrors []error
+// valueErrors are the values, from the command line, presets or the
+// environment, that did not parse, one line each; every other flag is set.
+type valueErrors []error
 
-func (e envErrors) Error() string { return errors.Join(e...).Error() }
+func (e valueErrors) Error() string { return errors.Join(e...).Error() }
 
-func (e envErrors) Unwrap() []error { return e }
+func (e valueErrors) Unwrap() []error { return e }
 
 // commandLineError rewords the flag package's errors with the double-dash
 // spelling.

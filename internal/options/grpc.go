@@ -3,14 +3,13 @@ package options
 import (
 	"crypto/tls"
 	"crypto/x509"
-	"errors"
 	"flag"
 	"fmt"
 	"math"
-	"os"
 	"slices"
 	"time"
 
+	"github.com/envoy-rls/envoy-rls/internal/credfiles"
 	"github.com/envoy-rls/envoy-rls/internal/grpcserve"
 )
 
@@ -33,11 +32,8 @@ func grpcTLSFlags(fs *flag.FlagSet, o *grpcTLSOptions) {
 
 // check refuses TLS flags that cannot work together, without reading the
 // files.
-func (o *grpcTLSOptions) check(given map[string]Given) error {
-	var errs []error
-	need := func(name, want string) {
-		errs = append(errs, fmt.Errorf("%s: must be %s", Label(name, given), want))
-	}
+func (o *grpcTLSOptions) check(r *refusals) {
+	need := func(name, want string) { r.check(name, false, "must be "+want) }
 	switch {
 	case o.GRPCTLSCert != "" && o.GRPCTLSKey == "":
 		need("grpc-tls-key", "given together with --grpc-tls-cert (TLS needs both)")
@@ -50,7 +46,6 @@ func (o *grpcTLSOptions) check(given map[string]Given) error {
 	if o.GRPCTLSClientSAN != "" && o.GRPCTLSClientCA == "" {
 		need("grpc-tls-client-ca", "set when --grpc-tls-client-san is (the name is checked on verified client certificates)")
 	}
-	return errors.Join(errs...)
 }
 
 // GRPCTLSConfig reads the files and returns the gRPC listener's TLS
@@ -68,7 +63,7 @@ func (o *grpcTLSOptions) GRPCTLSConfig() (*tls.Config, error) {
 	if o.GRPCTLSClientCA == "" {
 		return tc, nil
 	}
-	pool, err := ReadCAPool("grpc-tls-client-ca", o.GRPCTLSClientCA)
+	pool, err := credfiles.ReadCAPool("grpc-tls-client-ca", o.GRPCTLSClientCA)
 	if err != nil {
 		return nil, err
 	}
@@ -103,19 +98,6 @@ func hasSAN(c *x509.Certificate, san string) bool {
 		}
 	}
 	return false
-}
-
-// ReadCAPool reads the PEM CA bundle at path, given with --flag.
-func ReadCAPool(flag, path string) (*x509.CertPool, error) {
-	pem, err := os.ReadFile(path)
-	if err != nil {
-		return nil, fmt.Errorf("--%s: must be a readable PEM CA bundle: %w", flag, err)
-	}
-	pool := x509.NewCertPool()
-	if !pool.AppendCertsFromPEM(pem) {
-		return nil, fmt.Errorf("--%s=%q: holds no PEM certificate", flag, path)
-	}
-	return pool, nil
 }
 
 // Bounds of the --grpc-* limits.
@@ -162,10 +144,9 @@ var transportAccepts = map[string]string{
 	"grpc-keepalive-min-time":       "0 or a positive duration such as 5s",
 }
 
-// checkTransport returns one error per --grpc-* value out of range.
-func checkTransport(o *grpcserve.Limits, given map[string]Given) error {
-	r := refusals{given: given, accepts: transportAccepts}
-	bad := r.check
+// checkTransport refuses every --grpc-* value out of range.
+func checkTransport(o *grpcserve.Limits, r *refusals) {
+	bad := func(name string, ok bool) { r.check(name, ok, "must be "+transportAccepts[name]) }
 	bad("grpc-max-concurrent-streams", o.MaxConcurrentStreams >= 1 && int64(o.MaxConcurrentStreams) <= math.MaxUint32)
 	bad("grpc-max-connections", o.MaxConnections >= 1 && o.MaxConnections <= maxGRPCMaxConnections)
 	bad("grpc-first-call-timeout", o.FirstCallTimeout >= 0)
@@ -179,5 +160,4 @@ func checkTransport(o *grpcserve.Limits, given map[string]Given) error {
 	bad("grpc-keepalive-time", o.KeepaliveTime >= time.Second)
 	bad("grpc-keepalive-timeout", o.KeepaliveTimeout >= time.Second)
 	bad("grpc-keepalive-min-time", o.KeepaliveMinTime >= 0)
-	return r.err()
 }

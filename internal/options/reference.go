@@ -1,9 +1,7 @@
 package options
 
 import (
-	"errors"
 	"flag"
-	"fmt"
 	"strings"
 
 	"github.com/envoy-rls/envoy-rls/pkg/limiter"
@@ -45,7 +43,7 @@ type referenceOptions struct {
 // referenceFlags adds the flags of the reference's settings to fs.
 func referenceFlags(fs *flag.FlagSet, o *referenceOptions) {
 	fs.BoolVar(&o.EnvCompat, "env-compat", false, "also read the environment variables of envoyproxy/ratelimit (docs/migration.md); on when the binary is started as "+CompatName)
-	fs.StringVar(&o.HMACSecretRedisKey, "hmac-secret-redis-key", "", "with --store redis and no HMAC secret given: share one random secret between the replicas under this Redis key (created once with SETNX, announced under KEY:in-use; docs/operations.md, The shared HMAC secret); see docs/migration.md for the risk")
+	fs.StringVar(&o.HMACSecretRedisKey, "hmac-secret-redis-key", "", "with --store redis and no HMAC secret given: share one random secret between the replicas under this Redis key (created once with SETNX, announced under KEY:in-use; docs/deploy.md, The shared HMAC secret); see docs/migration.md for the risk")
 	fs.BoolVar(&o.HealthcheckRequiresRules, "healthcheck-requires-rules", false, "GET /healthcheck answers 500 until rules are loaded (it always does while draining)")
 	fs.BoolVar(&o.HealthcheckRequiresStore, "healthcheck-requires-store", false, "GET /healthcheck answers 500 while the store does not answer its ping, as the reference's REDIS_HEALTH_CHECK_ACTIVE_CONNECTION; without it a store outage never fails /healthcheck, whatever --readiness says (a liveness probe on it then restarts every replica during a Redis outage)")
 	fs.StringVar(&o.DefaultCharge, "default-charge", limiter.ChargeAllowed.String(), "charge of the rate limits that set none: allowed (a denied request records nothing) or always (its hits are recorded past the limit, up to twice it: post-paid usage such as LLM tokens; the reference's counting, docs/migration.md)")
@@ -53,26 +51,21 @@ func referenceFlags(fs *flag.FlagSet, o *referenceOptions) {
 	fs.StringVar(&o.LimitHeader, "limit-header", rls.HeaderLimit, "name of the response header that carries the limit")
 	fs.StringVar(&o.RemainingHeader, "remaining-header", rls.HeaderRemaining, "name of the response header that carries the remaining quota")
 	fs.StringVar(&o.ResetHeader, "reset-header", rls.HeaderReset, "name of the response header that carries the seconds until reset")
-	fs.BoolVar(&o.ResponseDynamicMetadata, "response-dynamic-metadata", false, "return in every response's dynamic metadata the domain, each descriptor's entries (request values, which Envoy's access log may write) and what decided it: code, policy, limit name, remaining, reset (docs/operations.md, Which limit denied a request)")
+	fs.BoolVar(&o.ResponseDynamicMetadata, "response-dynamic-metadata", false, "return in every response's dynamic metadata the domain, each descriptor's entries (request values, which Envoy's access log may write) and what decided it: code, policy, limit name, remaining, reset (docs/envoy.md, Which limit denied a request)")
 }
 
-// check returns one error per refused value.
-func (o *referenceOptions) check(given map[string]Given) error {
-	var errs []error
-	if _, err := limiter.ParseCharge(o.DefaultCharge); err != nil {
-		errs = append(errs, fmt.Errorf("%s: must be allowed or always", Label("default-charge", given)))
-	}
+// check refuses every value that cannot do.
+func (o *referenceOptions) check(r *refusals) {
+	_, err := limiter.ParseCharge(o.DefaultCharge)
+	r.check("default-charge", err == nil, "must be allowed or always")
 	names := map[string]string{}
 	for _, h := range []struct{ flag, value string }{{"limit-header", o.LimitHeader}, {"remaining-header", o.RemainingHeader}, {"reset-header", o.ResetHeader}} {
-		switch prev, dup := names[strings.ToLower(h.value)]; {
-		case !rls.ValidHeaderName(h.value):
-			errs = append(errs, fmt.Errorf("%s: must be an HTTP header name (letters, digits and !#$%%&'*+-.^_`|~, at most 128)", Label(h.flag, given)))
-		case dup:
-			errs = append(errs, fmt.Errorf("%s: must differ from --%s", Label(h.flag, given), prev))
-		}
+		prev, dup := names[strings.ToLower(h.value)]
+		valid := rls.ValidHeaderName(h.value)
+		r.check(h.flag, valid, "must be an HTTP header name (letters, digits and !#$%&'*+-.^_`|~, at most 128)")
+		r.check(h.flag, !valid || !dup, "must differ from --"+prev)
 		names[strings.ToLower(h.value)] = h.flag
 	}
-	return errors.Join(errs...)
 }
 
 // HeaderNames are the rls.HeaderNames of the options.

@@ -5,9 +5,9 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"os"
 	"strings"
 
+	"github.com/envoy-rls/envoy-rls/internal/credfiles"
 	"github.com/envoy-rls/envoy-rls/pkg/descriptors"
 )
 
@@ -32,10 +32,14 @@ func AddRuleLimitFlags(fs *flag.FlagSet, l *RuleLimits) {
 
 // Check reports the bounds that are not positive.
 func (l RuleLimits) Check(seen map[string]Given) []error {
-	r := refusals{given: seen, accepts: accepts}
-	r.check("config-max-bytes", l.MaxBytes > 0)
-	r.check("config-max-descriptors", l.MaxDescriptors > 0)
+	r := refusals{given: seen}
+	l.check(&r)
 	return r.errs
+}
+
+func (l RuleLimits) check(r *refusals) {
+	r.must("config-max-bytes", l.MaxBytes > 0)
+	r.must("config-max-descriptors", l.MaxDescriptors > 0)
 }
 
 // Limits are the bounds as the rules' loader takes them.
@@ -57,12 +61,16 @@ func LimitMessage(err error) string {
 	return fmt.Sprintf("the %d rule file(s) hold %d %s, more than the limit of %d: raise --%s (or %s) to load them", le.Files, le.Total, le.Limit, le.Max, name, EnvName(name))
 }
 
+// maxSecretFileBytes bounds the HMAC secret file read.
+const maxSecretFileBytes = 64 << 10
+
 // ReadSecret returns the HMAC secret and where it came from: "file",
 // "environment" or "random" (a per-process secret, when none is
-// configured). Errors never quote the secret.
+// configured). A secret file others can read is refused, as the admin
+// token file is (credfiles.Read). Errors never quote the secret.
 func ReadSecret(o *Options, getenv func(string) string) ([]byte, string, error) {
 	if o.HMACSecretFile != "" {
-		b, err := os.ReadFile(o.HMACSecretFile)
+		b, err := credfiles.Read(o.HMACSecretFile, maxSecretFileBytes)
 		if err != nil {
 			return nil, "", fmt.Errorf("%s: must be a readable file holding the secret: %w", Label("hmac-secret-file", o.Given), err)
 		}

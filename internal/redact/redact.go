@@ -187,6 +187,10 @@ func query(seg string) string {
 	}
 }
 
+// MsgPlaintextCredentials is the start-up warning of credential headers
+// (Credentials) sent without TLS (to the OTLP endpoint or the xDS server).
+const MsgPlaintextCredentials = "credential headers are sent without TLS: anyone on the path can read them; use TLS to that endpoint"
+
 // Credentials are the names of the credential headers (CredentialHeader)
 // among those of headers, sorted: what a warning may name.
 func Credentials(headers map[string]string) []string {

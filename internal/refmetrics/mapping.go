@@ -6,8 +6,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -40,18 +42,65 @@ var defaultMapping []byte
 
 // mapping is one entry of a mapping file.
 type mapping struct {
-	Match           string            `yaml:"match"`
-	MatchType       string            `yaml:"match_type"`
-	Name            string            `yaml:"name"`
-	Help            string            `yaml:"help"`
-	Labels          map[string]string `yaml:"labels"`
-	Action          string            `yaml:"action"`
-	MatchMetricType string            `yaml:"match_metric_type"`
-	TimerType       string            `yaml:"timer_type"`
-	ObserverType    string            `yaml:"observer_type"`
+	Match, MatchType, Name, Help string
+	Labels                       map[string]string
+	Action, MatchMetricType      string
+	TimerType, ObserverType      string
 
 	re   *regexp.Regexp
 	kind *Kind // nil: any kind
+}
+
+// UnmarshalYAML decodes a mapping's fields (decodeFields).
+func (mp *mapping) UnmarshalYAML(n *yaml.Node) error {
+	const text = "a string"
+	return decodeFields(n, map[string]field{
+		"match": {&mp.Match, text}, "match_type": {&mp.MatchType, text}, "name": {&mp.Name, text}, "help": {&mp.Help, text},
+		"labels": {&mp.Labels, "a map of label names to values"}, "action": {&mp.Action, text},
+		"match_metric_type": {&mp.MatchMetricType, text}, "timer_type": {&mp.TimerType, text}, "observer_type": {&mp.ObserverType, text},
+	})
+}
+
+// mappingFile is a mapping file: its list of mappings.
+type mappingFile struct{ mappings []*mapping }
+
+// UnmarshalYAML decodes the file's fields (decodeFields).
+func (f *mappingFile) UnmarshalYAML(n *yaml.Node) error {
+	return decodeFields(n, map[string]field{"mappings": {&f.mappings, "a list of mappings"}})
+}
+
+// field is where a YAML field is decoded to, and what it takes.
+type field struct {
+	to   any
+	want string
+}
+
+// decodeFields decodes the map n field by field, so that a refusal is one
+// line naming the line, the field and why, not the decoder's Go types.
+func decodeFields(n *yaml.Node, fields map[string]field) error {
+	names := strings.Join(slices.Sorted(maps.Keys(fields)), ", ")
+	if n.Kind != yaml.MappingNode {
+		return fmt.Errorf("line %d: must be a map of the fields %s", n.Line, names)
+	}
+	seen := map[string]bool{}
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		k, v := n.Content[i], n.Content[i+1]
+		f, ok := fields[k.Value]
+		switch {
+		case !ok:
+			return fmt.Errorf("line %d: unknown field %q (the fields are %s)", k.Line, k.Value, names)
+		case seen[k.Value]:
+			return fmt.Errorf("line %d: field %s given twice", k.Line, k.Value)
+		}
+		seen[k.Value] = true
+		var te *yaml.TypeError
+		if err := v.Decode(f.to); errors.As(err, &te) {
+			return fmt.Errorf("line %d: %s: must be %s", v.Line, k.Value, f.want)
+		} else if err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // Mapper turns the reference's statsd stat names into Prometheus names and
@@ -69,9 +118,9 @@ var (
 	labelName  = regexp.MustCompile(`^[a-zA-Z_][a-zA-Z0-9_]*$`)
 )
 
-// DefaultMapper is the reference service's default mapping. (An error is a
+// defaultMapper is the reference service's default mapping. (An error is a
 // defect of the build: TestDefaultMapping parses it.)
-func DefaultMapper() (*Mapper, error) {
+func defaultMapper() (*Mapper, error) {
 	m, err := ParseMapping(bytes.NewReader(defaultMapping))
 	if err != nil {
 		return nil, fmt.Errorf("refmetrics: the default mapping: %w", err)
@@ -79,8 +128,8 @@ func DefaultMapper() (*Mapper, error) {
 	return m, nil
 }
 
-// LoadMapping reads a mapping file.
-func LoadMapping(path string) (*Mapper, error) {
+// loadMapping reads a mapping file.
+func loadMapping(path string) (*Mapper, error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return nil, err
@@ -103,19 +152,15 @@ func ParseMapping(r io.Reader) (*Mapper, error) {
 	if len(data) > MaxMappingBytes {
 		return nil, fmt.Errorf("larger than %d bytes", MaxMappingBytes)
 	}
-	var doc struct {
-		Mappings []*mapping `yaml:"mappings"`
-	}
-	dec := yaml.NewDecoder(bytes.NewReader(data))
-	dec.KnownFields(true)
-	if err := dec.Decode(&doc); err != nil && !errors.Is(err, io.EOF) {
+	var doc mappingFile
+	if err := yaml.Unmarshal(data, &doc); err != nil {
 		return nil, err
 	}
-	if len(doc.Mappings) > MaxMappings {
-		return nil, fmt.Errorf("%d mappings: at most %d", len(doc.Mappings), MaxMappings)
+	if len(doc.mappings) > MaxMappings {
+		return nil, fmt.Errorf("%d mappings: at most %d", len(doc.mappings), MaxMappings)
 	}
 	m := &Mapper{}
-	for i, mp := range doc.Mappings {
+	for i, mp := range doc.mappings {
 		if err := mp.compile(); err != nil {
 			return nil, fmt.Errorf("mapping %d (match %q): %w", i+1, mp.Match, err)
 		}

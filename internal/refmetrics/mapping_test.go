@@ -53,7 +53,7 @@ func labelText(labels map[string]string) string {
 // TestDefaultMapping: the reference's default mapping of every stat the
 // service sends.
 func TestDefaultMapping(t *testing.T) {
-	m, err := DefaultMapper()
+	m, err := defaultMapper()
 	checkMapping(t, m, err, []mapCase{
 		{"ratelimit.service.rate_limit.ai.tenant.total_hits", Counter, `ratelimit_service_rate_limit_total_hits{domain="ai",key1="tenant"}`},
 		{"ratelimit.service.rate_limit.ai.tenant_acme.over_limit", Counter, `ratelimit_service_rate_limit_over_limit{domain="ai",key1="tenant_acme"}`},
@@ -128,24 +128,34 @@ func TestEnvoyGatewayMapping(t *testing.T) {
 	})
 }
 
+// TestParseMappingRefuses: a mapping file that does not load is refused in
+// one line naming the line, the field and why (never a Go type).
 func TestParseMappingRefuses(t *testing.T) {
+	const fields = "action, help, labels, match, match_metric_type, match_type, name, observer_type, timer_type"
 	for _, tc := range []struct{ name, yaml, want string }{
-		{"unknown field", "defaults:\n  observer_type: histogram\n", "field defaults not found"},
-		{"unknown mapping field", "mappings:\n  - match: a.b\n    name: x\n    ttl: 1m\n", "field ttl not found"},
-		{"match type", "mappings:\n  - match: a.b\n    name: x\n    match_type: exact\n", `match_type "exact": must be glob or regex`},
-		{"action", "mappings:\n  - match: a.b\n    name: x\n    action: keep\n", `action "keep": must be map or drop`},
-		{"regex", "mappings:\n  - match: 'a(b'\n    match_type: regex\n    name: x\n", "missing closing )"},
-		{"no name", "mappings:\n  - match: a.b\n", "name is empty"},
-		{"no match", "mappings:\n  - name: x\n", "match is empty"},
-		{"label name", "mappings:\n  - match: a.*\n    name: x\n    labels: {\"bad-name\": $1}\n", `label name "bad-name"`},
-		{"reserved label name", "mappings:\n  - match: a.*\n    name: x\n    labels: {__name__: $1}\n", `label name "__name__"`},
-		{"metric type", "mappings:\n  - match: a.*\n    name: x\n    match_metric_type: set\n", `match_metric_type "set"`},
-		{"timer type", "mappings:\n  - match: a.*\n    name: x\n    timer_type: gauge\n", `timer_type "gauge"`},
-		{"not yaml", "mappings: [", "yaml"},
+		{"unknown field", "defaults:\n  observer_type: histogram\n", `line 1: unknown field "defaults" (the fields are mappings)`},
+		{"unknown mapping field", "mappings:\n  - match: a.b\n    name: x\n    ttl: 1m\n", `line 4: unknown field "ttl" (the fields are ` + fields + ")"},
+		{"field twice", "mappings:\n  - match: a.b\n    name: x\n    name: y\n", "line 4: field name given twice"},
+		{"labels a list", "mappings:\n  - match: a.*\n    name: x\n    labels: [a, b]\n", "line 4: labels: must be a map of label names to values"},
+		{"label value a list", "mappings:\n  - match: a.*\n    name: x\n    labels:\n      a: [1]\n", "line 5: labels: must be a map of label names to values"},
+		{"name a map", "mappings:\n  - match: a.*\n    name: {a: 1}\n", "line 3: name: must be a string"},
+		{"mappings a map", "mappings: {a: 1}\n", "line 1: mappings: must be a list of mappings"},
+		{"mapping a string", "mappings:\n  - a.b\n", "line 2: must be a map of the fields " + fields},
+		{"file a list", "- a\n", "line 1: must be a map of the fields mappings"},
+		{"match type", "mappings:\n  - match: a.b\n    name: x\n    match_type: exact\n", `mapping 1 (match "a.b"): match_type "exact": must be glob or regex`},
+		{"action", "mappings:\n  - match: a.b\n    name: x\n    action: keep\n", `mapping 1 (match "a.b"): action "keep": must be map or drop`},
+		{"regex", "mappings:\n  - match: 'a(b'\n    match_type: regex\n    name: x\n", "mapping 1 (match \"a(b\"): match: error parsing regexp: missing closing ): `a(b`"},
+		{"no name", "mappings:\n  - match: a.b\n", `mapping 1 (match "a.b"): name is empty`},
+		{"no match", "mappings:\n  - name: x\n", `mapping 1 (match ""): match is empty`},
+		{"label name", "mappings:\n  - match: a.*\n    name: x\n    labels: {\"bad-name\": $1}\n", `mapping 1 (match "a.*"): label name "bad-name": must match ^[a-zA-Z_][a-zA-Z0-9_]*$ and not start with __`},
+		{"reserved label name", "mappings:\n  - match: a.*\n    name: x\n    labels: {__name__: $1}\n", `mapping 1 (match "a.*"): label name "__name__": must match ^[a-zA-Z_][a-zA-Z0-9_]*$ and not start with __`},
+		{"metric type", "mappings:\n  - match: a.*\n    name: x\n    match_metric_type: set\n", `mapping 1 (match "a.*"): match_metric_type "set": must be counter, gauge, observer or timer`},
+		{"timer type", "mappings:\n  - match: a.*\n    name: x\n    timer_type: gauge\n", `mapping 1 (match "a.*"): timer_type "gauge": must be histogram, summary or default`},
+		{"not yaml", "mappings: [", "yaml: line 1: did not find expected node content"},
 	} {
 		_, err := ParseMapping(strings.NewReader(tc.yaml))
-		if err == nil || !strings.Contains(err.Error(), tc.want) {
-			t.Errorf("%s: error %v, want one containing %q", tc.name, err, tc.want)
+		if fmt.Sprint(err) != tc.want {
+			t.Errorf("%s: error %v, want %s", tc.name, err, tc.want)
 		}
 	}
 	big := "mappings:\n" + strings.Repeat("  - {match: a.b, name: x}\n", MaxMappings+1)

@@ -19,7 +19,7 @@ func newSink(t *testing.T, m *Mapper) (*Sink, *prometheus.CounterVec) {
 	t.Helper()
 	if m == nil {
 		var err error
-		if m, err = DefaultMapper(); err != nil {
+		if m, err = defaultMapper(); err != nil {
 			t.Fatal(err)
 		}
 	}

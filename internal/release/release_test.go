@@ -5,6 +5,7 @@ import (
 	"go/parser"
 	"go/token"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -239,5 +240,56 @@ func TestRatelimitEntryPoint(t *testing.T) {
 	}
 	if mk := read(t, "Makefile"); !strings.Contains(mk, "ln -sf envoy-rls $(BIN)/ratelimit") {
 		t.Error("Makefile: build does not link bin/ratelimit to bin/envoy-rls")
+	}
+}
+
+// The Makefile, the front door: every .PHONY name has a rule (a phony name
+// without one does nothing), so has every target .ci/run calls, and `make
+// help` lists the targets in two aligned columns, each description
+// starting at the same column however long the target's name.
+func TestMakefile(t *testing.T) {
+	mk := read(t, "Makefile")
+	rules := map[string]bool{}
+	for _, m := range regexp.MustCompile(`(?m)^([a-zA-Z0-9_-]+):([^=]|$)`).FindAllStringSubmatch(mk, -1) {
+		rules[m[1]] = true
+	}
+	var phony []string
+	for _, m := range regexp.MustCompile(`(?m)^\.PHONY:(.*)$`).FindAllStringSubmatch(mk, -1) {
+		phony = append(phony, strings.Fields(m[1])...)
+	}
+	for _, m := range regexp.MustCompile(`(?m)^make ([a-z-]+)$`).FindAllStringSubmatch(read(t, ".ci/run"), -1) {
+		phony = append(phony, m[1])
+	}
+	if len(phony) < 20 {
+		t.Fatalf("found %d phony and CI targets; the Makefile's .PHONY lines or .ci/run changed shape", len(phony))
+	}
+	for _, p := range phony {
+		if !rules[p] {
+			t.Errorf("Makefile: %s is phony or run by .ci/run but has no rule", p)
+		}
+	}
+
+	cmd := exec.Command("make", "-s", "help")
+	cmd.Dir = root
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("make help: %v", err)
+	}
+	lines := strings.Split(strings.TrimRight(string(out), "\n"), "\n")
+	col := -1
+	for _, l := range lines {
+		m := regexp.MustCompile(`^  ([a-zA-Z0-9_-]+) +()\S`).FindStringSubmatchIndex(l)
+		if m == nil || !rules[l[m[2]:m[3]]] {
+			t.Fatalf("make help: %q is not a target and its description", l)
+		}
+		if col < 0 {
+			col = m[4]
+		}
+		if m[4] != col || l[m[4]-2:m[4]] != "  " {
+			t.Errorf("make help: %q: the description starts at column %d, want %d after two spaces at least", l, m[4], col)
+		}
+	}
+	if len(lines) < 20 {
+		t.Errorf("make help lists %d targets", len(lines))
 	}
 }

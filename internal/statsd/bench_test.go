@@ -10,7 +10,7 @@ import (
 )
 
 // BenchmarkObserve is the request path's cost of the sink: one limit and
-// one call observed, from parallel goroutines (docs/operations.md,
+// one call observed, from parallel goroutines (docs/observe.md,
 // Statsd).
 func BenchmarkObserve(b *testing.B) {
 	s, err := New(Config{Addr: "127.0.0.1:1"})

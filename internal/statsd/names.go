@@ -51,12 +51,12 @@ func SanitizeName(s string) string {
 	return string(b)
 }
 
-// ParseTags parses the reference's EXTRA_TAGS format: comma-separated
+// parseTags parses the reference's EXTRA_TAGS format: comma-separated
 // key:value pairs ("" is none). As there, a later pair wins over an
 // earlier one of the same key, and a pair whose key or value is empty is
 // accepted and sends nothing (SerializeTags drops it); a pair without ':'
 // is an error.
-func ParseTags(s string) (map[string]string, error) {
+func parseTags(s string) (map[string]string, error) {
 	tags := map[string]string{}
 	if strings.TrimSpace(s) == "" {
 		return tags, nil

@@ -150,7 +150,7 @@ func TestRuleBound(t *testing.T) {
 }
 
 func TestTags(t *testing.T) {
-	tags, err := ParseTags("zone:eu-1, app:rate.limit ,x|y:a:b")
+	tags, err := parseTags("zone:eu-1, app:rate.limit ,x|y:a:b")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -158,21 +158,21 @@ func TestTags(t *testing.T) {
 		t.Fatalf("SerializeTags = %q, want %q", got, want)
 	}
 	for _, bad := range []string{"novalue", "a:1,", "a:1,b"} {
-		if _, err := ParseTags(bad); err == nil {
-			t.Errorf("ParseTags(%q): no error", bad)
+		if _, err := parseTags(bad); err == nil {
+			t.Errorf("parseTags(%q): no error", bad)
 		}
 	}
 	// As the reference: the last of a key wins; empty keys or values send
 	// nothing.
-	tags, err = ParseTags("a:1,a:2,k:,:v")
+	tags, err = parseTags("a:1,a:2,k:,:v")
 	if err != nil {
 		t.Fatal(err)
 	}
 	if got, want := SerializeTags(tags), ".__a=2"; got != want {
 		t.Fatalf("SerializeTags = %q, want %q", got, want)
 	}
-	if tags, err := ParseTags(""); err != nil || len(tags) != 0 {
-		t.Fatalf("ParseTags(\"\") = %v, %v", tags, err)
+	if tags, err := parseTags(""); err != nil || len(tags) != 0 {
+		t.Fatalf("parseTags(\"\") = %v, %v", tags, err)
 	}
 	srv := statsdtest.Start(t, "udp")
 	s := newSink(t, Config{Addr: srv.Addr, Tags: map[string]string{"zone": "eu"}, FlushInterval: time.Hour})

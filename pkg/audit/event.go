@@ -2,7 +2,7 @@
 // on the request path without ever blocking it (a bounded queue that drops,
 // counted, when full), samples them per policy, and a background writer
 // sends them in batches to a Writer: a Redis Stream trimmed with
-// XADD MAXLEN ~ (RedisStream) or JSON lines on a file or stdout
+// XADD MAXLEN ~ (redisStream) or JSON lines on a file or stdout
 // (JSONLines).
 //
 // Events carry no raw descriptor value: the subject is its HMAC digest.

@@ -175,10 +175,10 @@ func (s *Sink) Offer(e Event) {
 	s.enqueue(e)
 }
 
-// OfferUsage queues a usage record (e.Usage set): never sampled, not
+// offerUsage queues a usage record (e.Usage set): never sampled, not
 // among Recent, dropped and counted like a denial when the queue is full.
 // It never blocks.
-func (s *Sink) OfferUsage(e Event) {
+func (s *Sink) offerUsage(e Event) {
 	if e.Usage == nil {
 		return
 	}

@@ -22,10 +22,10 @@ func TestUsageRecordsOnAFile(t *testing.T) {
 	}
 	s, reg := newSink(t, Config{Writer: NewJSONLines(f, true)})
 	at := time.Date(2026, 12, 1, 19, 5, 0, 0, time.UTC)
-	s.OfferUsage(Event{Time: at, Domain: "edge", PolicyID: "edge/user", Usage: &Usage{Key: "user", Since: at.Add(-5 * time.Minute),
+	s.offerUsage(Event{Time: at, Domain: "edge", PolicyID: "edge/user", Usage: &Usage{Key: "user", Since: at.Add(-5 * time.Minute),
 		Hits: 12, Decisions: 10, Denials: 3, ShadowDenials: 1, DistinctSubjects: 4}})
 	s.Offer(event("edge/user", 1))
-	s.OfferUsage(Event{Time: at}) // no Usage: ignored
+	s.offerUsage(Event{Time: at}) // no Usage: ignored
 	if err := s.Close(5 * time.Second); err != nil {
 		t.Fatal(err)
 	}
@@ -86,7 +86,7 @@ func TestRecentDenials(t *testing.T) {
 		s.Offer(event("p", i))
 	}
 	s.Offer(event("never", 9)) // sampled out
-	s.OfferUsage(Event{Domain: "edge", PolicyID: "p", Usage: &Usage{}})
+	s.offerUsage(Event{Domain: "edge", PolicyID: "p", Usage: &Usage{}})
 	got := s.Recent(10)
 	if len(got) != 3 || s.RecentSize() != 3 {
 		t.Fatalf("%d records (size %d), want 3", len(got), s.RecentSize())

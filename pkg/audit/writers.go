@@ -55,11 +55,11 @@ func (j *JSONLines) Close() error {
 	return err
 }
 
-// RedisStream appends events to a Redis Stream with XADD key MAXLEN ~ n *,
+// redisStream appends events to a Redis Stream with XADD key MAXLEN ~ n *,
 // one pipelined round trip per batch. It connects lazily through dial and,
 // after a failed dial, tries again at most once per RedisRedialWait: the
 // events of the batches meanwhile are dropped (DropWriteFailed).
-type RedisStream struct {
+type redisStream struct {
 	dial     func() (rueidis.Client, error)
 	key      string
 	maxLen   string
@@ -69,33 +69,33 @@ type RedisStream struct {
 }
 
 // RedisRedialWait is the least time between two connection attempts of a
-// RedisStream.
+// redisStream.
 const RedisRedialWait = time.Second
 
-// MaxStreamLen bounds a RedisStream's MAXLEN.
-const MaxStreamLen = 100_000_000
+// maxStreamLen bounds a redisStream's MAXLEN.
+const maxStreamLen = 100_000_000
 
-// NewRedisStream appends to the stream key, trimmed to about maxLen
+// newRedisStream appends to the stream key, trimmed to about maxLen
 // entries (MAXLEN ~: Redis trims whole macro nodes, so the stream may hold
 // somewhat more). now is the clock of the redial wait (nil: time.Now).
-func NewRedisStream(dial func() (rueidis.Client, error), key string, maxLen int64, now func() time.Time) (*RedisStream, error) {
+func newRedisStream(dial func() (rueidis.Client, error), key string, maxLen int64, now func() time.Time) (*redisStream, error) {
 	if dial == nil {
 		return nil, errors.New("audit: redis stream: no dial function")
 	}
 	if key == "" {
 		return nil, errors.New("audit: redis stream: the key is empty")
 	}
-	if maxLen < 1 || maxLen > MaxStreamLen {
-		return nil, fmt.Errorf("audit: redis stream: MAXLEN %d is outside 1–%d", maxLen, MaxStreamLen)
+	if maxLen < 1 || maxLen > maxStreamLen {
+		return nil, fmt.Errorf("audit: redis stream: MAXLEN %d is outside 1–%d", maxLen, maxStreamLen)
 	}
 	if now == nil {
 		now = time.Now
 	}
-	return &RedisStream{dial: dial, key: key, maxLen: strconv.FormatInt(maxLen, 10), now: now}, nil
+	return &redisStream{dial: dial, key: key, maxLen: strconv.FormatInt(maxLen, 10), now: now}, nil
 }
 
 // Write implements Writer.
-func (r *RedisStream) Write(ctx context.Context, records []Record) (int, error) {
+func (r *redisStream) Write(ctx context.Context, records []Record) (int, error) {
 	if r.client == nil {
 		if t := r.now(); t.Before(r.nextDial) {
 			return 0, errors.New("audit: redis stream: not connected")
@@ -136,7 +136,7 @@ func (r *RedisStream) Write(ctx context.Context, records []Record) (int, error) 
 }
 
 // Close implements Writer.
-func (r *RedisStream) Close() error {
+func (r *redisStream) Close() error {
 	if r.client != nil {
 		r.client.Close()
 		r.client = nil

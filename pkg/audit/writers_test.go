@@ -84,7 +84,7 @@ func TestRecordFailureModeAndCost(t *testing.T) {
 
 func redisDial(t *testing.T, addr string) func() (rueidis.Client, error) {
 	return func() (rueidis.Client, error) {
-		return redis.NewClient(redis.Config{Addrs: []string{addr}, Mode: redis.ModeStandalone})
+		return redis.NewClient(redis.Config{Addrs: []string{addr}, Mode: redis.ModeStandalone}, "envoy-rls-audit")
 	}
 }
 
@@ -94,7 +94,7 @@ func redisDial(t *testing.T, addr string) func() (rueidis.Client, error) {
 func TestRedisStreamMaxLenBounded(t *testing.T) {
 	srv := redistest.Standalone(t, redistest.Local())
 	const key, maxLen, total = "audit:test", 500, 5000
-	w, err := NewRedisStream(redisDial(t, srv.Addr()), key, maxLen, nil)
+	w, err := newRedisStream(redisDial(t, srv.Addr()), key, maxLen, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -140,7 +140,7 @@ func TestRedisStreamMaxLenBounded(t *testing.T) {
 func TestRedisStreamRedials(t *testing.T) {
 	now := time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)
 	dials := 0
-	w, err := NewRedisStream(func() (rueidis.Client, error) {
+	w, err := newRedisStream(func() (rueidis.Client, error) {
 		dials++
 		return nil, errors.New("connection refused")
 	}, "k", 10, func() time.Time { return now })
@@ -161,8 +161,8 @@ func TestRedisStreamRedials(t *testing.T) {
 	for _, tc := range []struct {
 		key    string
 		maxLen int64
-	}{{"", 10}, {"k", 0}, {"k", MaxStreamLen + 1}} {
-		if _, err := NewRedisStream(func() (rueidis.Client, error) { return nil, nil }, tc.key, tc.maxLen, nil); err == nil {
+	}{{"", 10}, {"k", 0}, {"k", maxStreamLen + 1}} {
+		if _, err := newRedisStream(func() (rueidis.Client, error) { return nil, nil }, tc.key, tc.maxLen, nil); err == nil {
 			t.Errorf("key %q maxLen %d accepted", tc.key, tc.maxLen)
 		}
 	}
@@ -181,9 +181,9 @@ func TestRedisStreamModes(t *testing.T) {
 		{"sentinel", redis.Config{Addrs: set.SentinelAddrs(), Mode: redis.ModeSentinel, SentinelMaster: redistest.SentinelMasterName}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			dial := func() (rueidis.Client, error) { return redis.NewClient(tc.cfg) }
+			dial := func() (rueidis.Client, error) { return redis.NewClient(tc.cfg, "envoy-rls-audit") }
 			const key = "audit:modes"
-			w, err := NewRedisStream(dial, key, 50, nil)
+			w, err := newRedisStream(dial, key, 50, nil)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -213,8 +213,8 @@ func TestRedisStreamModes(t *testing.T) {
 // batch) to a local redis-server; ns/op ÷ 256 is the writer's cost per event.
 func BenchmarkRedisStreamWrite(b *testing.B) {
 	srv := redistest.Standalone(b, redistest.Local())
-	w, err := NewRedisStream(func() (rueidis.Client, error) {
-		return redis.NewClient(redis.Config{Addrs: []string{srv.Addr()}, Mode: redis.ModeStandalone})
+	w, err := newRedisStream(func() (rueidis.Client, error) {
+		return redis.NewClient(redis.Config{Addrs: []string{srv.Addr()}, Mode: redis.ModeStandalone}, "envoy-rls-audit")
 	}, "audit:bench", 100_000, nil)
 	if err != nil {
 		b.Fatal(err)

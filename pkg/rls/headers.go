@@ -119,8 +119,12 @@ func (s *Server) addHeadersAndBody(resp *rlsv3.RateLimitResponse, sc *scratch, s
 			}
 			buf = append(buf, ", "...)
 			buf = strconv.AppendUint(buf, uint64(ds.match.Rule.RequestsPerUnit), 10)
-			buf = append(buf, ";w="...)
-			buf = strconv.AppendInt(buf, ceilSeconds(ds.match.Rule.Window()), 10)
+			if !ds.match.Rule.Policy.Leases() {
+				// A concurrency limit has no window (its lease TTL is
+				// none): the quota policy is the limit alone.
+				buf = append(buf, ";w="...)
+				buf = strconv.AppendInt(buf, ceilSeconds(ds.match.Rule.Window()), 10)
+			}
 			if capacity := ds.match.Rule.Policy.Limit(); capacity > int64(ds.match.Rule.RequestsPerUnit) {
 				// A token bucket with a burst above its rate.
 				buf = append(buf, ";burst="...)
@@ -173,11 +177,11 @@ func (s *Server) addHeadersAndBody(resp *rlsv3.RateLimitResponse, sc *scratch, s
 }
 
 // duplicatePolicy reports whether an earlier eligible descriptor already listed the
-// same (limit, window) quota policy.
+// same (limit, window or concurrency) quota policy.
 func duplicatePolicy(earlier []descStatus, ds *descStatus) bool {
 	for i := range earlier {
-		e := &earlier[i]
-		if e.eligible() && e.match.Rule.RequestsPerUnit == ds.match.Rule.RequestsPerUnit && e.match.Rule.Window() == ds.match.Rule.Window() {
+		e, r := earlier[i].match.Rule, ds.match.Rule
+		if earlier[i].eligible() && e.RequestsPerUnit == r.RequestsPerUnit && e.Window() == r.Window() && e.Policy.Leases() == r.Policy.Leases() {
 			return true
 		}
 	}

@@ -16,6 +16,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
+	"github.com/envoy-rls/envoy-rls/internal/limitertest"
 	"github.com/envoy-rls/envoy-rls/pkg/descriptors"
 	"github.com/envoy-rls/envoy-rls/pkg/limiter"
 )
@@ -585,5 +586,41 @@ func TestOverrideMetricsUseAFixedLabel(t *testing.T) {
 	m := e.metrics(t)
 	if strings.Contains(m, "request-chosen-key") || counterValue(m, `envoy_rls_decisions_total{domain="rls",policy="override",result="ok"}`) != "1" {
 		t.Fatalf("override metrics:\n%s", m)
+	}
+}
+
+// TestConcurrencyHeaders: a concurrency limit is listed in X-RateLimit-Limit
+// without a window (its lease_ttl is no window: a lease is held until its
+// release), so "3 in flight" beside "3 an hour" (lease_ttl 1h) are two
+// quota policies; the rate limit keeps its w. X-RateLimit-Reset of a
+// binding concurrency limit is when its last lease expires.
+func TestConcurrencyHeaders(t *testing.T) {
+	snap := rulesOf(t, `
+domain: ai
+descriptors:
+  - key: team
+    rate_limits:
+      - concurrency: 3
+        lease_ttl: 1h
+      - unit: hour
+        requests_per_unit: 3
+  - key: tenant
+    rate_limit:
+      concurrency: 4
+      lease_ttl: 10m
+`)
+	clock := limitertest.NewClock(t0)
+	h := newHarness(t, func() Rules { return snap }, memStore(t, clock, 1000), clock)
+	for _, s := range []struct {
+		desc                    *rlv3.RateLimitDescriptor
+		limit, remaining, reset string
+	}{
+		{desc("tenant", "t"), "4, 4", "3", "600"},
+		{desc("team", "a"), "3, 3, 3;w=3600", "2", "3600"},
+	} {
+		hd := headers(h.call(t, request("ai", s.desc)))
+		if hd[HeaderLimit] != s.limit || hd[HeaderRemaining] != s.remaining || hd[HeaderReset] != s.reset {
+			t.Errorf("%v: headers %v, want limit %q, remaining %s, reset %s", s.desc.GetEntries(), hd, s.limit, s.remaining, s.reset)
+		}
 	}
 }

@@ -11,7 +11,7 @@
 # service module.
 #
 #   tools/scripts/bench.sh                                   # the do-nothing gRPC floor
-#   tools/scripts/bench.sh --target envoy-rls --store memory --config config/examples
+#   tools/scripts/bench.sh --target envoy-rls --store memory
 #   tools/scripts/bench.sh --target envoy-rls --store redis  # starts its own redis-server
 #   tools/scripts/bench.sh --target reference               # envoyproxy/ratelimit on its own redis-server
 #   tools/scripts/bench.sh --target ceiling                 # envoy-rls, Redis, a do-nothing Lua program
@@ -39,9 +39,13 @@
 #                             bin/envoy-rls-ceiling-state: the most a
 #                             program that keeps its state in Redis could give
 #   --store memory|redis      [memory]  envoy-rls only
-#   --config DIR|FILE         [config/examples; reference: tools/config/bench/reference]
-#                             the rule files (the reference gets copies of
-#                             the *.yaml files under its runtime directory)
+#   --config DIR|FILE         [tools/config/bench/fixed-window.yaml; reference
+#                             and ceiling: tools/config/bench/reference]
+#                             the rule files, which must match the load's
+#                             --domain and --descriptors (rls-load warns
+#                             when no answer carried a limit); the reference
+#                             gets copies of the *.yaml files under its
+#                             runtime directory
 #   --server-args "ARGS"      extra envoy-rls flags (floor: rls-floor's tuning
 #                             flags, e.g. "-stream-workers 64")
 #   --concurrency "LIST"      [16 64 256]
@@ -66,7 +70,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 
-TARGET=floor STORE=memory CONFIG=config/examples SERVER_ARGS=""
+TARGET=floor STORE=memory CONFIG="" SERVER_ARGS=""
 CONCURRENCY="16 64 256" CONNECTIONS=4 DURATION=10s WARMUP=2s
 SUBJECTS=10000 DIST=uniform DOMAIN=bench DESCRIPTORS=remote_address HITS=0
 LABEL="" OUT="" PLOT=1 MAX_BUSY=""
@@ -104,8 +108,9 @@ case "$TARGET" in
 esac
 if [ "$TARGET" = reference ] || [ -n "$STUB" ]; then
   STORE=redis
-  [ "$CONFIG" != config/examples ] || CONFIG=tools/config/bench/reference
+  [ -n "$CONFIG" ] || CONFIG=tools/config/bench/reference
 fi
+[ -n "$CONFIG" ] || CONFIG=tools/config/bench/fixed-window.yaml
 case "$STORE" in memory|redis) ;; *) die "--store must be memory or redis" ;; esac
 if [ -z "$LABEL" ]; then
   case "$TARGET" in
@@ -234,7 +239,7 @@ reference)
   ARGS=(serve --config "$CONFIG" --store "$STORE" --grpc-addr "$ADDR" --admin-addr "127.0.0.1:$(free_port)")
   if [ "$STORE" = redis ]; then
     # A synthetic secret for this run only.
-    head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n' >"$WORK/hmac-secret"
+    (umask 077 && head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n' >"$WORK/hmac-secret")
     ARGS+=(--redis-addr "127.0.0.1:$REDIS_PORT" --hmac-secret-file "$WORK/hmac-secret")
   fi
   # shellcheck disable=SC2206 # word splitting of --server-args is intended

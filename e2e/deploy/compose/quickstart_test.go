@@ -79,13 +79,16 @@ func docCommands(t *testing.T, file string, prefix ...string) []deploytest.DocCo
 	return out
 }
 
-// TestReadmeDocker checks the README's Docker quick start against what it
+// quickstartDoc holds the Docker quick start.
+const quickstartDoc = "docs/deploy.md"
+
+// TestDockerQuickstart checks the Docker quick start of docs/deploy.md against what it
 // runs: the image name is the chart's image at the chart's appVersion, the
 // published container ports are the Dockerfile's EXPOSE and the ports the
 // binary listens on by default, the mount target is the --config path of
 // the Dockerfile's CMD, and the mounted directory is a rule directory the
 // loader accepts. The build line, before it, tags that same image.
-func TestReadmeDocker(t *testing.T) {
+func TestDockerQuickstart(t *testing.T) {
 	root := binarytest.ModuleRoot(t)
 	repo, appVersion := chartImage(t)
 	df := readDockerfile(t)
@@ -127,9 +130,9 @@ func TestReadmeDocker(t *testing.T) {
 		t.Errorf("Dockerfile EXPOSE %v, but serve listens on %v by default", df.expose, defaultPorts)
 	}
 
-	runs := docCommands(t, "README.md", "docker", "run")
+	runs := docCommands(t, quickstartDoc, "docker", "run")
 	if len(runs) != 1 {
-		t.Fatalf("README.md: %d docker run commands, want 1", len(runs))
+		t.Fatalf(quickstartDoc+": %d docker run commands, want 1", len(runs))
 	}
 	run := runs[0]
 	var ports, mounts []string
@@ -140,7 +143,7 @@ func TestReadmeDocker(t *testing.T) {
 		case "--rm", "-it", "-d":
 		case "-p", "-v", "-e":
 			if i+1 >= len(words) {
-				t.Fatalf("README.md:%d: %s without a value", run.Line, w)
+				t.Fatalf(quickstartDoc+":%d: %s without a value", run.Line, w)
 			}
 			i++
 			if w == "-p" {
@@ -150,56 +153,56 @@ func TestReadmeDocker(t *testing.T) {
 			}
 		default:
 			if strings.HasPrefix(w, "-") {
-				t.Fatalf("README.md:%d: docker run option %s is not understood by this test; teach it", run.Line, w)
+				t.Fatalf(quickstartDoc+":%d: docker run option %s is not understood by this test; teach it", run.Line, w)
 			}
 			image = w
 		}
 	}
 
 	if want := repo + ":" + appVersion; image != want {
-		t.Errorf("README.md:%d: image %q, want the chart's %q (image.repository:appVersion)", run.Line, image, want)
+		t.Errorf(quickstartDoc+":%d: image %q, want the chart's %q (image.repository:appVersion)", run.Line, image, want)
 	}
 	var published []string
 	for _, p := range ports {
 		parts := strings.Split(p, ":")
 		published = append(published, parts[len(parts)-1])
 		if len(parts) < 2 || parts[len(parts)-2] != parts[len(parts)-1] {
-			t.Errorf("README.md:%d: -p %s: publish on the same host port, so the docs' localhost:PORT calls work", run.Line, p)
+			t.Errorf(quickstartDoc+":%d: -p %s: publish on the same host port, so the docs' localhost:PORT calls work", run.Line, p)
 		}
 	}
 	if !sameSet(published, df.expose) {
-		t.Errorf("README.md:%d: publishes container ports %v, the Dockerfile exposes %v", run.Line, published, df.expose)
+		t.Errorf(quickstartDoc+":%d: publishes container ports %v, the Dockerfile exposes %v", run.Line, published, df.expose)
 	}
 	if len(mounts) != 1 {
-		t.Fatalf("README.md:%d: mounts %v, want the rules directory only", run.Line, mounts)
+		t.Fatalf(quickstartDoc+":%d: mounts %v, want the rules directory only", run.Line, mounts)
 	}
 	parts := strings.Split(mounts[0], ":")
 	if len(parts) != 3 || parts[1] != configDir || parts[2] != "ro" {
-		t.Errorf("README.md:%d: -v %s: want SRC:%s:ro (the Dockerfile's --config)", run.Line, mounts[0], configDir)
+		t.Errorf(quickstartDoc+":%d: -v %s: want SRC:%s:ro (the Dockerfile's --config)", run.Line, mounts[0], configDir)
 	}
 	src, ok := strings.CutPrefix(parts[0], "$PWD/")
 	if !ok {
-		t.Fatalf("README.md:%d: mount source %s is not under $PWD (the repository root)", run.Line, parts[0])
+		t.Fatalf(quickstartDoc+":%d: mount source %s is not under $PWD (the repository root)", run.Line, parts[0])
 	}
 	if _, err := descriptors.Load(filepath.Join(root, src), descriptors.Options{Secret: make([]byte, 32)}); err != nil {
-		t.Errorf("README.md:%d: the mounted %s does not load: %v", run.Line, src, err)
+		t.Errorf(quickstartDoc+":%d: the mounted %s does not load: %v", run.Line, src, err)
 	}
 
-	builds := docCommands(t, "README.md", "docker", "build")
+	builds := docCommands(t, quickstartDoc, "docker", "build")
 	if len(builds) != 1 {
-		t.Fatalf("README.md: %d docker build commands, want 1", len(builds))
+		t.Fatalf(quickstartDoc+": %d docker build commands, want 1", len(builds))
 	}
 	b := builds[0]
 	if len(b.Words) != 5 || b.Words[2] != "-t" || b.Words[4] != "." {
-		t.Fatalf("README.md:%d: %q: want docker build -t IMAGE .", b.Line, b.Words)
+		t.Fatalf(quickstartDoc+":%d: %q: want docker build -t IMAGE .", b.Line, b.Words)
 	}
 	// The build tags the image the run line starts and the chart deploys
 	// (a tree's release is published only once it is tagged), and comes first.
 	if want := repo + ":" + appVersion; b.Words[3] != want {
-		t.Errorf("README.md:%d: builds %s, want the chart's image %s (image.repository:appVersion)", b.Line, b.Words[3], want)
+		t.Errorf(quickstartDoc+":%d: builds %s, want the chart's image %s (image.repository:appVersion)", b.Line, b.Words[3], want)
 	}
 	if b.Line > run.Line {
-		t.Errorf("README.md:%d: the docker build comes after the docker run (line %d) that needs its image", b.Line, run.Line)
+		t.Errorf(quickstartDoc+":%d: the docker build comes after the docker run (line %d) that needs its image", b.Line, run.Line)
 	}
 }
 

@@ -79,8 +79,8 @@ func TestAdminTokenValues(t *testing.T) {
 // `kubectl create secret generic --from-file=admin-tokens=...`): the
 // rendered args, with the ConfigMap's rules and the Secret's file where the
 // pod mounts them (the token file owner-only, as defaultMode 0400 makes it
-// without an fsGroup; the fsGroup case, root-owned 0440, is the admin
-// package's TestTokenFileMode). Then the runbook of docs/operations.md:
+// without an fsGroup; the fsGroup case, root-owned 0440, is TestSecretsFsGroup
+// and credfiles' TestModeProblem). Then the runbook of docs/runbook.md:
 // `envoy-rls explain --admin http://POD:8080 --token-file F ...` answers
 // the rule, and /ui serves the console. With the chart's defaults the same
 // paths answer 404 with how to turn them on.

@@ -21,18 +21,21 @@ import (
 	"github.com/envoy-rls/envoy-rls/internal/polltest"
 )
 
-// TestAdminTokenFsGroup is the pod as the kubelet makes it, where this
-// test may do so (as root): the token file from the Secret root's, of group
-// fsGroup, mode 0440 (what fsGroup makes of defaultMode 0400), and the
-// binary run as the rendered securityContext's user and group with fsGroup
-// among its groups. envoy-rls accepts the file and answers the admin API
-// with its token. Elsewhere TestTokenFileMode (internal/admin) covers the
-// same decision without the file system.
-func TestAdminTokenFsGroup(t *testing.T) {
+// TestSecretsFsGroup is the pod as the kubelet makes it, where this test
+// may do so (as root): the admin token file and the HMAC secret file from
+// their Secrets root's, of group fsGroup, mode 0440 (what fsGroup makes of
+// defaultMode 0400), and the binary run as the rendered securityContext's
+// user and group with fsGroup among its groups. envoy-rls accepts both
+// files and answers the admin API with its token (the Redis store, its
+// server not reachable, answers by the failure modes). Elsewhere
+// TestModeProblem (internal/credfiles) covers the same decision without
+// the file system.
+func TestSecretsFsGroup(t *testing.T) {
 	if os.Geteuid() != 0 {
-		t.Skip("making a file root's and running a process as another user needs root; internal/admin's TestTokenFileMode covers the decision")
+		t.Skip("making a file root's and running a process as another user needs root; internal/credfiles's TestModeProblem covers the decision")
 	}
-	m := render(t, "--set", "admin.token.existingSecret=rls-admin-token")
+	m := render(t, "--set", "admin.token.existingSecret=rls-admin-token", "--set", "store=redis",
+		"--set", "redis.addr="+deploytest.FreeAddr(t), "--set", "hmac.existingSecret=rls-hmac")
 	pod := get(one(t, m, "Deployment"), "spec", "template", "spec")
 	c := list(get(pod, "containers"))[0]
 	uid, gid, fsGroup := toUint(get(c, "securityContext", "runAsUser")), toUint(get(c, "securityContext", "runAsGroup")), toUint(get(pod, "securityContext", "fsGroup"))
@@ -62,12 +65,14 @@ func TestAdminTokenFsGroup(t *testing.T) {
 	for name, content := range get(one(t, m, "ConfigMap"), "data").(map[string]any) {
 		must(os.WriteFile(filepath.Join(rules, name), []byte(str(content)), 0o644))
 	}
-	tokenFile := local("/etc/envoy-rls/admin-token/admin-tokens")
-	must(os.MkdirAll(filepath.Dir(tokenFile), 0o755))
-	must(os.WriteFile(tokenFile, []byte("ops:"+adminToken+"\n"), 0o400))
-	// What the kubelet does with fsGroup: the group, and read for it.
-	must(os.Chown(tokenFile, 0, int(fsGroup)))
-	must(os.Chmod(tokenFile, 0o440))
+	for file, content := range map[string]string{"admin-token/admin-tokens": "ops:" + adminToken + "\n", "hmac/hmac-secret": substituted} {
+		p := local("/etc/envoy-rls/" + file)
+		must(os.MkdirAll(filepath.Dir(p), 0o755))
+		must(os.WriteFile(p, []byte(content), 0o400))
+		// What the kubelet does with fsGroup: the group, and read for it.
+		must(os.Chown(p, 0, int(fsGroup)))
+		must(os.Chmod(p, 0o440))
+	}
 
 	adminAddr := deploytest.FreeAddr(t)
 	args := []string{"serve", "--grpc-addr", deploytest.FreeAddr(t), "--admin-addr", adminAddr}

@@ -73,3 +73,51 @@ func TestDocLinks(t *testing.T) {
 		t.Fatal("no links found; the pattern is broken")
 	}
 }
+
+// codeDocRef is a doc the code names in a comment, a help text or an error.
+var codeDocRef = regexp.MustCompile(`docs/([a-z0-9-]+\.md)`)
+
+// TestCodeNamesExistingDocs: every docs/*.md file that the Go code (tests
+// aside), the chart or the scripts name exists, so that a help text or an error never
+// sends a user to a doc that has moved.
+func TestCodeNamesExistingDocs(t *testing.T) {
+	root := binarytest.ModuleRoot(t)
+	named := 0
+	err := filepath.WalkDir(root, func(path string, d os.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() {
+			if name := d.Name(); name == ".git" || name == "bench" || name == "dist" || name == "node_modules" {
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		switch filepath.Ext(path) {
+		case ".go", ".yaml", ".yml", ".tpl", ".json", ".sh":
+		default:
+			return nil
+		}
+		if strings.HasSuffix(path, "_test.go") {
+			return nil // a test that reads a doc fails by itself when it is gone
+		}
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(root, path)
+		for _, m := range codeDocRef.FindAllStringSubmatch(string(b), -1) {
+			named++
+			if _, err := os.Stat(filepath.Join(root, "docs", m[1])); err != nil {
+				t.Errorf("%s names docs/%s: no such file", rel, m[1])
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if named == 0 {
+		t.Fatal("no doc named in the code; the pattern is broken")
+	}
+}

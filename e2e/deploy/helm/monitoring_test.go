@@ -107,23 +107,26 @@ func docAnchors(t *testing.T, rel string) map[string]bool {
 	return anchors
 }
 
+// runbookDoc holds a section per alert, the target of its runbook_url.
+const runbookDoc = "docs/runbook.md"
+
 // TestAlertRulesFile: every alert of the chart's rule file has an
 // expression, a severity of critical or warning, a summary, and a
 // runbook_url that is the default base followed by the anchor of a section
-// of docs/operations.md named after the alert.
+// of docs/runbook.md named after the alert.
 func TestAlertRulesFile(t *testing.T) {
 	rf := loadRules(t)
-	anchors := docAnchors(t, "docs/operations.md")
+	anchors := docAnchors(t, runbookDoc)
 	base := defaultRunbook(t)
-	if !strings.HasSuffix(base, "/docs/operations.md") {
-		t.Errorf("prometheusRule.runbookBaseURL %q does not point at docs/operations.md", base)
+	if !strings.HasSuffix(base, "/"+runbookDoc) {
+		t.Errorf("prometheusRule.runbookBaseURL %q does not point at %s", base, runbookDoc)
 	}
 	seen := map[string]bool{}
 	defer func() {
 		// And no runbook section is left for an alert the file lost.
 		for a := range anchors {
 			if strings.HasPrefix(a, "envoyrls") && !seen[a] {
-				t.Errorf("docs/operations.md has a runbook section #%s for an alert the rule file does not have", a)
+				t.Errorf("%s has a runbook section #%s for an alert the rule file does not have", runbookDoc, a)
 			}
 		}
 	}()
@@ -150,29 +153,7 @@ func TestAlertRulesFile(t *testing.T) {
 			t.Errorf("%s: runbook_url %v, want %s", name, got, want)
 		}
 		if !anchors[anchor] {
-			t.Errorf("%s: docs/operations.md has no section #%s (its runbook)", name, anchor)
-		}
-	}
-}
-
-var selfLink = regexp.MustCompile(`\]\(#([^)]+)\)`)
-
-// TestOperationsAnchors: the links of docs/operations.md to its own
-// sections (the runbooks link to each other and to the failure modes) land
-// on a heading.
-func TestOperationsAnchors(t *testing.T) {
-	anchors := docAnchors(t, "docs/operations.md")
-	b, err := os.ReadFile(filepath.Join(binarytest.ModuleRoot(t), "docs", "operations.md"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	links := selfLink.FindAllStringSubmatch(string(b), -1)
-	if len(links) == 0 {
-		t.Fatal("no #links found; the pattern is broken")
-	}
-	for _, m := range links {
-		if !anchors[m[1]] {
-			t.Errorf("docs/operations.md links to #%s: no such heading", m[1])
+			t.Errorf("%s: %s has no section #%s (its runbook)", name, runbookDoc, anchor)
 		}
 	}
 }

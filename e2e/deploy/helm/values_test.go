@@ -11,6 +11,9 @@ import (
 	"github.com/envoy-rls/envoy-rls/internal/deploytest"
 	"github.com/envoy-rls/envoy-rls/internal/grpcserve"
 	"github.com/envoy-rls/envoy-rls/internal/options"
+	"github.com/envoy-rls/envoy-rls/internal/statsd"
+	"github.com/envoy-rls/envoy-rls/internal/store"
+	"github.com/envoy-rls/envoy-rls/pkg/audit"
 )
 
 // TestDefaultsMatchBinary: where the chart has a value for a serve flag,
@@ -35,12 +38,12 @@ func TestDefaultsMatchBinary(t *testing.T) {
 		{"defaultHeaders", options.DefaultHeaders},
 		{"readiness", options.DefaultReadiness},
 		{"defaultFailureMode", options.DefaultFailureMode},
-		{"localFallback.maxEntries", options.DefaultLocalFallbackMaxEntries},
-		{"redis.mode", options.DefaultRedisMode},
-		{"redis.poolSize", options.DefaultRedisPoolSize},
-		{"redis.groupMaxKeys", options.DefaultRedisGroupKeys},
-		{"redis.groupInFlight", options.DefaultRedisInFlight},
-		{"redis.timeout", options.DefaultRedisTimeout},
+		{"localFallback.maxEntries", store.DefaultLocalFallbackMaxEntries},
+		{"redis.mode", store.DefaultRedisMode},
+		{"redis.poolSize", store.DefaultRedisPoolSize},
+		{"redis.groupMaxKeys", store.DefaultRedisGroupKeys},
+		{"redis.groupInFlight", store.DefaultRedisInFlight},
+		{"redis.timeout", store.DefaultRedisTimeout},
 		{"drainTimeoutSeconds", options.DefaultDrainTimeout},
 		{"memory.maxEntries", 0}, // 0: the binary's automatic bound
 		{"grpc.port", options.DefaultGRPCAddr},
@@ -59,14 +62,14 @@ func TestDefaultsMatchBinary(t *testing.T) {
 		{"grpc.limits.keepaliveMinTime", grpcserve.DefaultKeepaliveMinTime},
 		{"grpc.limits.keepalivePermitWithoutStream", grpcserve.DefaultKeepalivePermitWithoutStream},
 		{"statsd.addr", ""},
-		{"statsd.protocol", options.DefaultStatsdProtocol},
-		{"statsd.flushInterval", options.DefaultStatsdFlushInterval},
-		{"statsd.nearLimitRatio", options.DefaultNearLimitRatio},
+		{"statsd.protocol", statsd.DefaultProtocol},
+		{"statsd.flushInterval", statsd.DefaultFlushInterval},
+		{"statsd.nearLimitRatio", statsd.DefaultNearLimitRatio},
 		{"audit.sink", ""},
-		{"audit.redisStream", options.DefaultAuditRedisStream},
-		{"audit.redisMaxLen", options.DefaultAuditRedisMaxLen},
-		{"audit.sample", options.DefaultAuditSample},
-		{"audit.queueSize", options.DefaultAuditQueueSize},
+		{"audit.redisStream", audit.DefaultRedisStream},
+		{"audit.redisMaxLen", audit.DefaultRedisMaxLen},
+		{"audit.sample", audit.DefaultSample},
+		{"audit.queueSize", audit.DefaultQueueSize},
 		{"audit.requestIdKey", ""},
 	} {
 		got := get(v, strings.Split(c.value, ".")...)
@@ -275,7 +278,7 @@ func TestSchema(t *testing.T) {
 		{[]string{"--set", "audit.queueSize=0"}, "queueSize"},
 		{[]string{"--set", "headerNames.limit=X Limit"}, "limit"},
 		{[]string{"--set", "headerNames.reset=X:Reset"}, "reset"},
-		{[]string{"--set", "prometheusRule.runbookBaseURL=docs/operations.md"}, "runbookBaseURL"},
+		{[]string{"--set", "prometheusRule.runbookBaseURL=docs/runbook.md"}, "runbookBaseURL"},
 		{[]string{"--set", "prometheusRule.runbookBaseURL=https://x/ops.md#top"}, "runbookBaseURL"},
 		{[]string{"--set", "grafanaDashboard.label="}, "label"},
 		{[]string{"--set", "grafanaDashboard.namespace=Monitoring"}, "namespace"},

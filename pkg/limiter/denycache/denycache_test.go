@@ -3,7 +3,6 @@ package denycache
 import (
 	"context"
 	"fmt"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -11,28 +10,6 @@ import (
 	"github.com/envoy-rls/envoy-rls/internal/limitertest"
 	"github.com/envoy-rls/envoy-rls/pkg/limiter"
 )
-
-// countingStore counts the requests that reach the store behind the cache
-// and records the modes they carried.
-type countingStore struct {
-	inner limiter.Store
-	calls atomic.Int64
-	reqs  atomic.Int64
-	mu    sync.Mutex
-	modes []limiter.Role
-}
-
-func (s *countingStore) Evaluate(ctx context.Context, batch []limiter.Request, out []limiter.Outcome) {
-	s.calls.Add(1)
-	s.reqs.Add(int64(len(batch)))
-	s.mu.Lock()
-	s.modes = s.modes[:0]
-	for i := range batch {
-		s.modes = append(s.modes, batch[i].Role)
-	}
-	s.mu.Unlock()
-	s.inner.Evaluate(ctx, batch, out)
-}
 
 type hitCounter struct{ n atomic.Int64 }
 
@@ -79,7 +56,7 @@ func subject(s string) limiter.SubjectDigest {
 
 type env struct {
 	clock *limitertest.Clock
-	back  *countingStore
+	back  *limitertest.Double // the store behind the cache
 	hits  *hitCounter
 	cache *Cache
 }
@@ -88,13 +65,26 @@ func newEnv(t testing.TB, size int) *env {
 	t.Helper()
 	// An instant 100 ms into a second, so that a 1 s window has 900 ms left.
 	clk := limitertest.NewClock(time.UnixMilli(1_700_000_000_100))
-	e := &env{clock: clk, back: &countingStore{inner: newMemory(t, clk)}, hits: &hitCounter{}}
+	e := &env{clock: clk, back: limitertest.NewDouble(t, newMemory(t, clk), nil), hits: &hitCounter{}}
 	var err error
 	e.cache, err = New(Config{Store: e.back, Size: size, Clock: clk, Observer: e.hits})
 	if err != nil {
 		t.Fatal(err)
 	}
 	return e
+}
+
+// storeCalls and storeReqs count the batches and requests that reached the
+// store behind the cache; storeModes are the roles of the last batch.
+func (e *env) storeCalls() int64 { b, _ := e.back.Counts(); return int64(b) }
+func (e *env) storeReqs() int64  { _, r := e.back.Counts(); return int64(r) }
+func (e *env) storeModes() []limiter.Role {
+	last, _ := e.back.Last()
+	roles := make([]limiter.Role, len(last))
+	for i := range last {
+		roles[i] = last[i].Role
+	}
+	return roles
 }
 
 func (e *env) eval(batch ...limiter.Request) []limiter.Outcome {
@@ -134,7 +124,7 @@ func run(t *testing.T, e *env, p *limiter.Policy, subj limiter.SubjectDigest, st
 	t.Helper()
 	for i, s := range steps {
 		e.clock.Advance(s.advance)
-		before := e.back.reqs.Load()
+		before := e.storeReqs()
 		out := e.eval(limiter.Request{Policy: p, Subject: subj, Cost: s.cost})
 		o := out[0]
 		if o.Kind != limiter.Evaluated {
@@ -143,7 +133,7 @@ func run(t *testing.T, e *env, p *limiter.Policy, subj limiter.SubjectDigest, st
 		if o.Decision.Allowed != s.allowed || o.Decision.Source != s.source {
 			t.Fatalf("step %d: allowed %v source %v, want %v %v", i, o.Decision.Allowed, o.Decision.Source, s.allowed, s.source)
 		}
-		if seen := e.back.reqs.Load() > before; seen != s.storeSeen {
+		if seen := e.storeReqs() > before; seen != s.storeSeen {
 			t.Fatalf("step %d: store asked %v, want %v", i, seen, s.storeSeen)
 		}
 		if !o.Decision.Allowed && o.Decision.RetryAfter <= 0 {
@@ -223,18 +213,10 @@ func TestNeverCached(t *testing.T) {
 	run(t, e, fw, subject("e"), []step{viaStore(1, true)})
 }
 
-// failingStore denies through a failure outcome, which must never be cached.
-type failingStore struct{ calls atomic.Int64 }
-
-func (s *failingStore) Evaluate(_ context.Context, batch []limiter.Request, out []limiter.Outcome) {
-	s.calls.Add(1)
-	for i := range batch {
-		out[i] = limiter.UnavailableOutcome(time.Second, limiter.CategoryNotConnected, nil)
-	}
-}
-
 func TestFailuresNotCached(t *testing.T) {
-	fs := &failingStore{}
+	// Denials through a failure outcome must never be cached.
+	fs := limitertest.NewDouble(t, nil, nil)
+	fs.Set(limitertest.Fault{Kind: limiter.Unavailable, RetryAfter: time.Second})
 	c, err := New(Config{Store: fs})
 	if err != nil {
 		t.Fatal(err)
@@ -244,8 +226,8 @@ func TestFailuresNotCached(t *testing.T) {
 	for range 3 {
 		c.Evaluate(context.Background(), []limiter.Request{{Policy: p, Subject: subject("f"), Cost: 1}}, out)
 	}
-	if fs.calls.Load() != 3 || c.Len() != 0 {
-		t.Fatalf("store calls %d, cached %d: failures must reach the store every time", fs.calls.Load(), c.Len())
+	if calls, _ := fs.Counts(); calls != 3 || c.Len() != 0 {
+		t.Fatalf("store calls %d, cached %d: failures must reach the store every time", calls, c.Len())
 	}
 }
 
@@ -267,14 +249,14 @@ func TestBatches(t *testing.T) {
 	if d := out[1].Decision; !d.Allowed || d.Consumed || d.Remaining != 100 {
 		t.Fatalf("other limit: %+v, want allowed, not consumed, 100 left", d)
 	}
-	if e.back.modes[0] != limiter.RoleCheck || len(e.back.modes) != 1 {
-		t.Fatalf("the store saw modes %v, want [check]", e.back.modes)
+	if e.storeModes()[0] != limiter.RoleCheck || len(e.storeModes()) != 1 {
+		t.Fatalf("the store saw modes %v, want [check]", e.storeModes())
 	}
 
 	// Every limit cached: the store is not asked.
-	before := e.back.calls.Load()
+	before := e.storeCalls()
 	e.eval(limiter.Request{Policy: hot, Subject: hs, Cost: 1}, limiter.Request{Policy: hot, Subject: hs, Cost: 1, Role: limiter.RoleQuota})
-	if e.back.calls.Load() != before {
+	if e.storeCalls() != before {
 		t.Fatal("a fully cached batch reached the store")
 	}
 
@@ -284,8 +266,8 @@ func TestBatches(t *testing.T) {
 	if d := out[1].Decision; !d.Allowed || !d.Consumed || d.Remaining != 99 {
 		t.Fatalf("other limit beside a shadow denial: %+v, want consumed, 99 left", d)
 	}
-	if e.back.modes[0] != limiter.RoleShadow || e.back.modes[1] != limiter.RoleOrdinary {
-		t.Fatalf("the store saw modes %v", e.back.modes)
+	if e.storeModes()[0] != limiter.RoleShadow || e.storeModes()[1] != limiter.RoleOrdinary {
+		t.Fatalf("the store saw modes %v", e.storeModes())
 	}
 
 	// A quota denial with another quota limit that allows does not block.
@@ -314,7 +296,7 @@ func TestConfig(t *testing.T) {
 		cfg  Config
 	}{
 		{"no store", Config{}},
-		{"too small", Config{Store: &failingStore{}, Size: Shards - 1}},
+		{"too small", Config{Store: limitertest.NewDouble(t, nil, nil), Size: Shards - 1}},
 	} {
 		if _, err := New(tc.cfg); err == nil {
 			t.Errorf("%s: no error", tc.name)
@@ -336,8 +318,8 @@ func TestExactUnderContention(t *testing.T) {
 			if allowed != limit {
 				t.Fatalf("admitted %d, limit %d", allowed, limit)
 			}
-			if hits := e.hits.n.Load(); hits == 0 || hits+e.back.reqs.Load() != workers*calls {
-				t.Fatalf("hits %d + store requests %d != %d", hits, e.back.reqs.Load(), workers*calls)
+			if hits := e.hits.n.Load(); hits == 0 || hits+e.storeReqs() != workers*calls {
+				t.Fatalf("hits %d + store requests %d != %d", hits, e.storeReqs(), workers*calls)
 			}
 		})
 	}
@@ -388,7 +370,7 @@ func TestProbes(t *testing.T) {
 
 	// Next: the probe is answered from the cache and blocks its batch; the
 	// other limit is only checked.
-	calls := e.back.calls.Load()
+	calls := e.storeCalls()
 	out = e.eval(probe, limiter.Request{Policy: other, Subject: osub, Cost: 1})
 	if d := out[0].Decision; d.Allowed || d.Source != limiter.SourceLocalCache || d.Consumed {
 		t.Fatalf("probe from the cache: %+v", d)
@@ -396,8 +378,8 @@ func TestProbes(t *testing.T) {
 	if d := out[1].Decision; !d.Allowed || d.Consumed || d.Remaining != 99 {
 		t.Fatalf("other limit beside a cached probe denial: %+v, want checked, 99 left", d)
 	}
-	if e.back.calls.Load() != calls+1 || len(e.back.modes) != 1 || e.back.modes[0] != limiter.RoleCheck {
-		t.Fatalf("the store saw modes %v", e.back.modes)
+	if e.storeCalls() != calls+1 || len(e.storeModes()) != 1 || e.storeModes()[0] != limiter.RoleCheck {
+		t.Fatalf("the store saw modes %v", e.storeModes())
 	}
 	// An ordinary request of the same state is answered from the
 	// probe's denial too (a cost of 1 or more is denied until then).

@@ -8,7 +8,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 )
 
-// TestMetrics: Metrics counts hits under the name docs/operations.md lists.
+// TestMetrics: Metrics counts hits under the name docs/observe.md lists.
 func TestMetrics(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	m, err := NewMetrics(reg)

@@ -26,7 +26,7 @@ func TestPenaltyBlockCached(t *testing.T) {
 	if o := e.eval(req(1))[0]; o.Decision.Allowed || o.Decision.Blocked || o.Decision.RetryAfter != 5*time.Second {
 		t.Fatalf("the offence: %+v", o.Decision)
 	}
-	seen := e.back.reqs.Load()
+	seen := e.storeReqs()
 	e.clock.Advance(time.Second)
 	if o := e.eval(req(1))[0]; !o.Decision.Blocked || o.Decision.Source != limiter.SourceMemory {
 		t.Fatalf("first blocked answer: %+v, want the store's", o.Decision)
@@ -45,7 +45,7 @@ func TestPenaltyBlockCached(t *testing.T) {
 			t.Fatalf("cost %d, %v on: %+v, want the cached block with %v left", c.cost, c.advance, o.Decision, c.retry)
 		}
 	}
-	if got := e.back.reqs.Load(); got != seen+2 {
+	if got := e.storeReqs(); got != seen+2 {
 		t.Fatalf("%d requests reached the store during the block, want 2", got-seen)
 	}
 	// The block's end.
@@ -72,10 +72,10 @@ func TestPenaltyOffencesReachTheStore(t *testing.T) {
 	}
 	// The cached hot denial blocks the batch; pen (full too) is an
 	// offence the store records: 1 s block.
-	seen := e.back.reqs.Load()
+	seen := e.storeReqs()
 	out = e.eval(limiter.Request{Policy: hot, Subject: subj, Cost: 1}, limiter.Request{Policy: pen, Subject: subj, Cost: 1})
-	if e.back.reqs.Load() != seen+2 || e.back.modes[1] != limiter.RoleOrdinary {
-		t.Fatalf("the batch reached the store as %v, want both requests as they are", e.back.modes)
+	if e.storeReqs() != seen+2 || e.storeModes()[1] != limiter.RoleOrdinary {
+		t.Fatalf("the batch reached the store as %v, want both requests as they are", e.storeModes())
 	}
 	if d := out[1].Decision; d.Allowed || d.Blocked {
 		t.Fatalf("pen: %+v, want the offence", d)
@@ -141,21 +141,21 @@ func TestPenaltyProbes(t *testing.T) {
 	if d := e.eval(req(limiter.RoleProbe))[0].Decision; !d.Blocked || d.Source != limiter.SourceMemory || d.BlockedFor != time.Minute || d.RetryAfter <= time.Minute {
 		t.Fatalf("probe of the boxed subject: %+v, want the store's block", d)
 	}
-	seen := e.back.reqs.Load()
+	seen := e.storeReqs()
 	for _, role := range []limiter.Role{limiter.RoleOrdinary, limiter.RoleQuotaProbe} {
 		if d := e.eval(req(role))[0].Decision; !d.Blocked || d.Source != limiter.SourceLocalCache {
 			t.Fatalf("%s after a probe's block: %+v, want the cached block", role, d)
 		}
 	}
-	if got := e.back.reqs.Load(); got != seen {
+	if got := e.storeReqs(); got != seen {
 		t.Fatalf("%d requests reached the store during the cached block", got-seen)
 	}
 	// A batch whose cached block makes it check-only: another subject's
 	// probe of the penalty limit goes to the store as a check.
 	other := limiter.Request{Policy: pen, Subject: subject("other"), Cost: 1, Role: limiter.RoleProbe}
 	out := e.eval(req(limiter.RoleOrdinary), other)
-	if !out[0].Decision.Blocked || out[0].Decision.Source != limiter.SourceLocalCache || len(e.back.modes) != 1 || e.back.modes[0] != limiter.RoleCheck {
-		t.Fatalf("batch beside a cached block: %+v, store modes %v", out[0].Decision, e.back.modes)
+	if !out[0].Decision.Blocked || out[0].Decision.Source != limiter.SourceLocalCache || len(e.storeModes()) != 1 || e.storeModes()[0] != limiter.RoleCheck {
+		t.Fatalf("batch beside a cached block: %+v, store modes %v", out[0].Decision, e.storeModes())
 	}
 	if d := out[1].Decision; !d.Allowed || d.Consumed {
 		t.Fatalf("the other subject's probe: %+v, want allowed, nothing taken", d)
@@ -180,14 +180,14 @@ func TestPenaltyBlockWaitingForTheLimit(t *testing.T) {
 	if !d.Blocked || d.Source != limiter.SourceMemory || d.BlockedFor != 10*time.Second || d.RetryAfter <= d.BlockedFor {
 		t.Fatalf("blocked: %+v, want the store's block of 10 s, its retry the window's", d)
 	}
-	seen := e.back.reqs.Load()
+	seen := e.storeReqs()
 	if c := e.eval(req(2))[0].Decision; c.Source != limiter.SourceLocalCache || c.RetryAfter != d.RetryAfter-time.Millisecond {
 		t.Fatalf("the same cost: %+v, want the cached block", c)
 	}
 	if c := e.eval(req(1))[0].Decision; !c.Blocked || c.Source != limiter.SourceMemory {
 		t.Fatalf("another cost: %+v, want the store's block", c)
 	}
-	if got := e.back.reqs.Load(); got != seen+1 {
+	if got := e.storeReqs(); got != seen+1 {
 		t.Fatalf("%d requests reached the store, want 1", got-seen)
 	}
 }

@@ -52,12 +52,3 @@ func TestResetUnsupported(t *testing.T) {
 type evalOnly struct{}
 
 func (evalOnly) Evaluate(context.Context, []limiter.Request, []limiter.Outcome) {}
-
-// Reset and ResetPolicy pass the test store's resets to the memory store.
-func (s *countingStore) Reset(ctx context.Context, states []limiter.Request) (int, error) {
-	return s.inner.(limiter.Resetter).Reset(ctx, states)
-}
-
-func (s *countingStore) ResetPolicy(ctx context.Context, id string, rev uint32, b limiter.ResetBounds) (limiter.PolicyReset, error) {
-	return s.inner.(limiter.Resetter).ResetPolicy(ctx, id, rev, b)
-}

@@ -85,9 +85,9 @@ const (
 // MaxEntries from a memory budget. A slot is 96 bytes plus a 4-byte tag;
 // a shard's table doubles when it would pass three quarters full, so a full
 // shard is 3/8 to 3/4 full: 133 to 267 bytes per entry; TestFullStoreHeap
-// holds a full store to the bound (its measurements: docs/operations.md).
+// holds a full store to the bound (its measurements: docs/deploy.md).
 // Overflow sketches (Store.SketchBytes) come on top. The process needs
-// about twice this at its peak: see docs/operations.md.
+// about twice this at its peak: see docs/deploy.md.
 const MaxBytesPerEntry = 272
 
 // Observer is told what the store drops and refuses, so that it can be

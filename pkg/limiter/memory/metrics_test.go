@@ -15,7 +15,7 @@ import (
 
 // TestMetrics: as a store's Observer, Metrics counts refusals, expiries
 // and overflow decisions
-// under the names docs/operations.md lists.
+// under the names docs/observe.md lists.
 func TestMetrics(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	m, err := memory.NewMetrics(reg)

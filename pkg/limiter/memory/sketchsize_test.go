@@ -157,7 +157,7 @@ func TestSketchOverCountBound(t *testing.T) {
 // gets from a sketch of the minimum width (2,048 cells a row) that counted
 // 2, 4, 7 and 12 single-unit subjects per cell: 4, 3 and 2 of it on
 // average at least up to 7 a cell; at 12 a cell the sketch is saturated,
-// under 1 on average (docs/operations.md states both).
+// under 1 on average (docs/deploy.md states both).
 func TestSketchNewcomersByLoad(t *testing.T) {
 	ctx := context.Background()
 	for _, tc := range []struct {

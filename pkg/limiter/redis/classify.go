@@ -60,10 +60,3 @@ func notSent(err error) bool {
 	var op *net.OpError
 	return errors.As(err, &op) && op.Op == "dial"
 }
-
-// isWrongType reports whether err is Redis's WRONGTYPE reply: the key
-// exists and holds another type than the command reads.
-func isWrongType(err error) bool {
-	re, ok := rueidis.IsRedisErr(err)
-	return ok && strings.HasPrefix(re.Error(), "WRONGTYPE")
-}

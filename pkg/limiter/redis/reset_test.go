@@ -355,7 +355,7 @@ func TestResetPolicyNoScript(t *testing.T) {
 // BenchmarkResetPolicy measures one policy reset against a local
 // redis-server: over 200,000 states, half of them the policy's, and over
 // 100,000 states of another policy (none the policy's: a scan that reads
-// nothing). Figures go to docs/operations.md; nothing here is asserted but
+// nothing). Figures go to docs/admin-api.md; nothing here is asserted but
 // the counts.
 func BenchmarkResetPolicy(b *testing.B) {
 	e := newEnvWith(b, Config{Timeout: 10 * time.Second})

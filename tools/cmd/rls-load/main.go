@@ -57,6 +57,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
+	if res.Warning != "" {
+		fmt.Fprintln(stderr, "rls-load: warning:", res.Warning)
+	}
 	return res.WriteJSONLine(stdout)
 }
 

@@ -25,6 +25,12 @@ type Result struct {
 	Unknown     uint64            `json:"unknown"`      // responses with overall_code UNKNOWN
 	Errors      map[string]uint64 `json:"errors"`       // failed calls by gRPC code name
 	ErrorsTotal uint64            `json:"errors_total"` // sum of Errors
+	// Unmatched are the responses whose statuses carry no current limit:
+	// the server matched no rule to the call (see Warning).
+	Unmatched uint64 `json:"unmatched"`
+	// Warning, when set, says why the run's figures do not measure what
+	// they seem to: every response was unmatched.
+	Warning string `json:"warning,omitempty"`
 
 	P50Ms  float64 `json:"p50_ms"`
 	P90Ms  float64 `json:"p90_ms"`

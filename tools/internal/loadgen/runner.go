@@ -23,6 +23,7 @@ type workerStats struct {
 	ok        uint64
 	overLimit uint64
 	unknown   uint64
+	unmatched uint64
 	errs      map[string]uint64
 }
 
@@ -202,6 +203,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 		res.OK += st.ok
 		res.OverLimit += st.overLimit
 		res.Unknown += st.unknown
+		res.Unmatched += st.unmatched
 		for code, n := range st.errs {
 			res.Errors[code] += n
 			res.ErrorsTotal += n
@@ -214,6 +216,10 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	res.P99Ms, res.P999Ms = ms(h.Quantile(0.99)), ms(h.Quantile(0.999))
 	res.MaxMs, res.MeanMs = ms(h.Max()), ms(h.Mean())
 	res.ClientCPUUsPerDecision = perDecisionUs(self1-self0, decisions)
+	if decisions > 0 && res.Unmatched == decisions {
+		res.Warning = fmt.Sprintf("no answer carried a limit: the server matched no rule of domain %q to descriptors %q, so the run measured no limiter work (load rules with that domain and keys, e.g. tools/config/bench)",
+			cfg.Domain, res.Descriptors)
+	}
 	var known time.Duration // CPU of the processes this run knows about
 	if cfg.ServerPID > 0 {
 		srv1, err := proc.ProcessCPU(cfg.ServerPID)
@@ -278,6 +284,9 @@ func runWorker(ctx context.Context, conn *grpc.ClientConn, tmpl *requestTemplate
 			continue
 		}
 		st.hist.Record(lat)
+		if unmatched(resp) {
+			st.unmatched++
+		}
 		switch resp.GetOverallCode() {
 		case rlsv3.RateLimitResponse_OK:
 			st.ok++
@@ -287,6 +296,18 @@ func runWorker(ctx context.Context, conn *grpc.ClientConn, tmpl *requestTemplate
 			st.unknown++
 		}
 	}
+}
+
+// unmatched reports whether an answer has statuses and none carries a
+// current limit: the server matched no rule to the call's descriptors. An
+// answer without statuses (the do-nothing floor's) is not a rule's answer.
+func unmatched(resp *rlsv3.RateLimitResponse) bool {
+	for _, s := range resp.GetStatuses() {
+		if s.GetCurrentLimit() != nil {
+			return false
+		}
+	}
+	return len(resp.GetStatuses()) > 0
 }
 
 // dialAll opens cfg.Connections client connections and waits until each is

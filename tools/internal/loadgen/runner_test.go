@@ -186,3 +186,50 @@ func TestRunStopsOnCancel(t *testing.T) {
 		t.Fatalf("cancel took %v to stop the run", took)
 	}
 }
+
+// statusServer answers OK with one status per descriptor, carrying a
+// current limit when limited.
+type statusServer struct {
+	rlsv3.UnimplementedRateLimitServiceServer
+	limited bool
+}
+
+func (s *statusServer) ShouldRateLimit(_ context.Context, r *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
+	resp := &rlsv3.RateLimitResponse{OverallCode: rlsv3.RateLimitResponse_OK}
+	for range r.GetDescriptors() {
+		st := &rlsv3.RateLimitResponse_DescriptorStatus{Code: rlsv3.RateLimitResponse_OK}
+		if s.limited {
+			st.CurrentLimit = &rlsv3.RateLimitResponse_RateLimit{RequestsPerUnit: 1000, Unit: rlsv3.RateLimitResponse_RateLimit_SECOND}
+		}
+		resp.Statuses = append(resp.Statuses, st)
+	}
+	return resp, nil
+}
+
+// TestRunWarnsWhenUnmatched: a run whose every answer carries statuses
+// without a current limit (no rule matched) counts them as unmatched and
+// says so in a warning; answers with a limit, and the floor's answers
+// without statuses, are not unmatched.
+func TestRunWarnsWhenUnmatched(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		srv  rlsv3.RateLimitServiceServer
+		warn bool
+	}{
+		{"no rule matched", &statusServer{}, true},
+		{"a rule matched", &statusServer{limited: true}, false},
+		{"floor", &FloorServer{}, false},
+	} {
+		cfg := validConfig(startServer(t, tc.srv))
+		cfg.Warmup, cfg.MaxRequests, cfg.Duration, cfg.Timeout = 0, 50, 20*time.Second, 10*time.Second
+		res, err := Run(context.Background(), cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := `no answer carried a limit: the server matched no rule of domain "bench" to descriptors "remote_address"`
+		if tc.warn && (res.Unmatched != res.Decisions() || !strings.HasPrefix(res.Warning, want)) ||
+			!tc.warn && (res.Unmatched != 0 || res.Warning != "") {
+			t.Errorf("%s: %d unmatched of %d, warning %q", tc.name, res.Unmatched, res.Decisions(), res.Warning)
+		}
+	}
+}
