@@ -57,7 +57,7 @@ type AdminRecord struct {
 func (e *Event) adminRecord() *AdminRecord {
 	a := e.Admin
 	return &AdminRecord{
-		Kind: KindAdmin, Time: e.Time.UTC().Format(TimeFormat), Action: a.Action, Token: a.Token, Client: a.Client,
+		Kind: KindAdmin, Time: e.Time.UTC().Format(timeFormat), Action: a.Action, Token: a.Token, Client: a.Client,
 		Status: a.Status, Domain: e.Domain, PolicyID: e.PolicyID, Policies: a.Policies, Descriptors: a.Descriptors,
 		Matched: a.Matched, Deleted: a.Deleted, Scanned: a.Scanned, Skipped: a.Skipped, Complete: a.Complete,
 	}

@@ -51,7 +51,7 @@ type Event struct {
 	FailureMode string
 	// Usage, when set, makes the event a usage record (KindUsage) of
 	// Domain and PolicyID at Time: the denial fields are not used.
-	Usage *Usage
+	Usage *usage
 	// Admin, when set, makes the event an admin record (KindAdmin): the
 	// denial fields are not used.
 	Admin *Admin
@@ -75,25 +75,25 @@ type Record struct {
 	Outcome       string `json:"outcome"`
 	FailureMode   string `json:"failure_mode,omitempty"`
 	// Usage is a usage record's totals (KindUsage only).
-	Usage *UsageRecord `json:"-"`
+	Usage *usageRecord `json:"-"`
 	// Admin is an admin record (KindAdmin only).
 	Admin *AdminRecord `json:"-"`
 }
 
-// TimeFormat is the format of Record.Time: UTC, milliseconds.
-const TimeFormat = "2006-01-02T15:04:05.000Z07:00"
+// timeFormat is the format of Record.Time: UTC, milliseconds.
+const timeFormat = "2006-01-02T15:04:05.000Z07:00"
 
 // Record is the event as written.
 func (e *Event) Record() Record {
 	if e.Admin != nil {
-		return Record{Kind: KindAdmin, Time: e.Time.UTC().Format(TimeFormat), Domain: e.Domain, PolicyID: e.PolicyID, Admin: e.adminRecord()}
+		return Record{Kind: KindAdmin, Time: e.Time.UTC().Format(timeFormat), Domain: e.Domain, PolicyID: e.PolicyID, Admin: e.adminRecord()}
 	}
 	if e.Usage != nil {
-		return Record{Kind: KindUsage, Time: e.Time.UTC().Format(TimeFormat), Domain: e.Domain, PolicyID: e.PolicyID, Usage: e.Usage.record()}
+		return Record{Kind: kindUsage, Time: e.Time.UTC().Format(timeFormat), Domain: e.Domain, PolicyID: e.PolicyID, Usage: e.Usage.record()}
 	}
 	return Record{
-		Kind:          KindDenial,
-		Time:          e.Time.UTC().Format(TimeFormat),
+		Kind:          kindDenial,
+		Time:          e.Time.UTC().Format(timeFormat),
 		Domain:        e.Domain,
 		PolicyID:      e.PolicyID,
 		SubjectDigest: hex.EncodeToString(e.Subject[:]),
@@ -114,12 +114,12 @@ func (r *Record) fields() [][2]string {
 	if r.Kind == KindAdmin && r.Admin != nil {
 		return append([][2]string{{"kind", KindAdmin}, {"time", r.Time}}, r.Admin.fields()...)
 	}
-	kind := KindDenial
-	if r.Kind == KindUsage && r.Usage != nil {
-		kind = KindUsage
+	kind := kindDenial
+	if r.Kind == kindUsage && r.Usage != nil {
+		kind = kindUsage
 	}
 	f := [][2]string{{"kind", kind}, {"time", r.Time}, {"domain", r.Domain}, {"policy_id", r.PolicyID}}
-	if kind == KindUsage {
+	if kind == kindUsage {
 		return append(f, r.Usage.fields()...)
 	}
 	f = append(f, [][2]string{

@@ -49,7 +49,7 @@ var flagAccepts = map[string]string{
 	"audit-file":           "the file to append to (required with --audit-sink file)",
 	"audit-sample":         "a number greater than 0 and at most 1, such as 0.1",
 	"audit-sample-policy":  fmt.Sprintf("at most %d policy_id=share pairs separated by commas, each share greater than 0 and at most 1", maxPolicySamples),
-	"audit-queue-size":     fmt.Sprintf("an integer between 1 and %d", MaxQueueSize),
+	"audit-queue-size":     fmt.Sprintf("an integer between 1 and %d", maxQueueSize),
 	"audit-request-id-key": "a descriptor key of at most 128 bytes",
 	"audit-usage-interval": fmt.Sprintf("0 (no usage records) or a duration from %s to %s, such as 5m", minUsageInterval, maxUsageInterval),
 }
@@ -62,7 +62,7 @@ func (f *Flags) Define(fs *flag.FlagSet) map[string]string {
 	fs.StringVar(&f.File, "audit-file", "", "audit sink file: the file the JSON lines are appended to (created 0600 when missing)")
 	fs.StringVar(&f.Sample, "audit-sample", DefaultSample, "the share of denial events written, 0 < share ≤ 1 (random sampling)")
 	fs.StringVar(&f.SamplePolicy, "audit-sample-policy", "", "per-policy shares overriding --audit-sample: policy_id=share pairs, comma-separated")
-	fs.IntVar(&f.QueueSize, "audit-queue-size", DefaultQueueSize, fmt.Sprintf("audit events waiting to be written, 1–%d; when full, events are dropped (envoy_rls_audit_dropped_total{reason=\"queue_full\"}), never the decision delayed", MaxQueueSize))
+	fs.IntVar(&f.QueueSize, "audit-queue-size", DefaultQueueSize, fmt.Sprintf("audit events waiting to be written, 1–%d; when full, events are dropped (envoy_rls_audit_dropped_total{reason=\"queue_full\"}), never the decision delayed", maxQueueSize))
 	fs.DurationVar(&f.UsageInterval, "audit-usage-interval", 0, fmt.Sprintf("write each tracked policy's usage totals (/v1/usage) to the audit sink as a \"kind\":\"usage\" record this often, %s–%s; 0: never", minUsageInterval, maxUsageInterval))
 	fs.StringVar(&f.RequestIDKey, "audit-request-id-key", "", "descriptor key whose one-entry descriptor carries the request id (Envoy request_headers action on x-request-id): never matched against the rules, its value is the events' request_id (empty: only x-request-id gRPC metadata)")
 	return nil
@@ -80,7 +80,7 @@ func (f *Flags) Check(check func(string, bool, string), value func(string) strin
 	bad("audit-sample", ok)
 	_, ok = parsePolicySamples(f.SamplePolicy)
 	bad("audit-sample-policy", ok)
-	bad("audit-queue-size", f.QueueSize >= 1 && f.QueueSize <= MaxQueueSize)
+	bad("audit-queue-size", f.QueueSize >= 1 && f.QueueSize <= maxQueueSize)
 	bad("audit-request-id-key", len(f.RequestIDKey) <= 128)
 	bad("audit-usage-interval", f.UsageInterval == 0 || f.UsageInterval >= minUsageInterval && f.UsageInterval <= maxUsageInterval)
 	check("audit-sink", f.Sink != "redis" || value("redis-addr") != "", "the redis audit sink needs --redis-addr")

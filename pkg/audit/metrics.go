@@ -6,8 +6,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 )
 
-// Metrics are the audit sink's counters.
-type Metrics struct {
+// metrics are the audit sink's counters.
+type metrics struct {
 	written    prometheus.Counter
 	sampledOut prometheus.Counter
 	drops      *prometheus.CounterVec
@@ -16,8 +16,8 @@ type Metrics struct {
 // NewMetrics registers the audit sink's metrics on reg:
 // envoy_rls_audit_events_total (written), envoy_rls_audit_dropped_total
 // {reason} and envoy_rls_audit_sampled_out_total.
-func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
-	m := &Metrics{
+func NewMetrics(reg prometheus.Registerer) (*metrics, error) {
+	m := &metrics{
 		written: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "envoy_rls_audit_events_total",
 			Help: "Denial events written to the audit sink.",
@@ -36,13 +36,13 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			return nil, fmt.Errorf("audit: registering metrics: %w", err)
 		}
 	}
-	for _, r := range []string{DropQueueFull, DropWriteFailed, DropShutdown} {
+	for _, r := range []string{dropQueueFull, dropWriteFailed, dropShutdown} {
 		m.drops.WithLabelValues(r)
 	}
 	return m, nil
 }
 
-func (m *Metrics) dropped(reason string, n int) {
+func (m *metrics) dropped(reason string, n int) {
 	if n > 0 {
 		m.drops.WithLabelValues(reason).Add(float64(n))
 	}

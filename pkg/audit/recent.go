@@ -5,7 +5,7 @@ import "sync"
 // Bounds of the recent denials ring.
 const (
 	DefaultRecentSize = 100
-	MaxRecentSize     = 10_000
+	maxRecentSize     = 10_000
 )
 
 // recent keeps the last denial events offered and kept by sampling (queued

@@ -15,25 +15,25 @@ import (
 // Defaults and bounds of Config.
 const (
 	DefaultQueueSize    = 10_000
-	MaxQueueSize        = 1_000_000
-	DefaultBatchSize    = 256
-	DefaultWriteTimeout = 2 * time.Second
+	maxQueueSize        = 1_000_000
+	defaultBatchSize    = 256
+	defaultWriteTimeout = 2 * time.Second
 )
 
 // Drop reasons, the reason label of envoy_rls_audit_dropped_total.
 const (
 	// DropQueueFull: the queue was full when the event was offered.
-	DropQueueFull = "queue_full"
+	dropQueueFull = "queue_full"
 	// DropWriteFailed: the writer failed to write the event.
-	DropWriteFailed = "write_failed"
+	dropWriteFailed = "write_failed"
 	// DropShutdown: the sink closed before the event was written.
-	DropShutdown = "shutdown"
+	dropShutdown = "shutdown"
 )
 
-// Writer writes a batch of records. Write is called from one goroutine
+// writer writes a batch of records. Write is called from one goroutine
 // only; it returns how many of the records it wrote and why it did not
 // write the others.
-type Writer interface {
+type writer interface {
 	Write(ctx context.Context, records []Record) (n int, err error)
 	Close() error
 }
@@ -41,10 +41,10 @@ type Writer interface {
 // Config configures a Sink.
 type Config struct {
 	// Writer receives the events. (Required)
-	Writer Writer
+	Writer writer
 	// Metrics counts written, dropped and sampled-out events. (Required; see
 	// NewMetrics)
-	Metrics *Metrics
+	Metrics *metrics
 	// QueueSize bounds the events waiting to be written; an event offered
 	// to a full queue is dropped (DropQueueFull). (Optional, default
 	// DefaultQueueSize, at most MaxQueueSize)
@@ -74,8 +74,8 @@ type Config struct {
 // Sink is the audit stream's queue and background writer. Offer is safe
 // for concurrent use and never blocks.
 type Sink struct {
-	w            Writer
-	m            *Metrics
+	w            writer
+	m            *metrics
 	queue        chan Event
 	batch        int
 	writeTimeout time.Duration
@@ -103,14 +103,14 @@ func New(cfg Config) (*Sink, error) {
 	if cfg.QueueSize == 0 {
 		cfg.QueueSize = DefaultQueueSize
 	}
-	if cfg.QueueSize < 1 || cfg.QueueSize > MaxQueueSize {
-		return nil, fmt.Errorf("audit: queue size %d is outside 1–%d", cfg.QueueSize, MaxQueueSize)
+	if cfg.QueueSize < 1 || cfg.QueueSize > maxQueueSize {
+		return nil, fmt.Errorf("audit: queue size %d is outside 1–%d", cfg.QueueSize, maxQueueSize)
 	}
 	if cfg.BatchSize <= 0 {
-		cfg.BatchSize = DefaultBatchSize
+		cfg.BatchSize = defaultBatchSize
 	}
 	if cfg.WriteTimeout <= 0 {
-		cfg.WriteTimeout = DefaultWriteTimeout
+		cfg.WriteTimeout = defaultWriteTimeout
 	}
 	if cfg.Sample == 0 {
 		cfg.Sample = 1
@@ -126,8 +126,8 @@ func New(cfg Config) (*Sink, error) {
 	if cfg.RecentSize == 0 {
 		cfg.RecentSize = DefaultRecentSize
 	}
-	if cfg.RecentSize < 1 || cfg.RecentSize > MaxRecentSize {
-		return nil, fmt.Errorf("audit: recent size %d is outside 1–%d", cfg.RecentSize, MaxRecentSize)
+	if cfg.RecentSize < 1 || cfg.RecentSize > maxRecentSize {
+		return nil, fmt.Errorf("audit: recent size %d is outside 1–%d", cfg.RecentSize, maxRecentSize)
 	}
 	if cfg.Rand == nil {
 		cfg.Rand = rand.Float64
@@ -199,13 +199,13 @@ func (s *Sink) RecentLen() int { return s.recent.len() }
 
 func (s *Sink) enqueue(e Event) {
 	if s.closed.Load() {
-		s.m.dropped(DropShutdown, 1)
+		s.m.dropped(dropShutdown, 1)
 		return
 	}
 	select {
 	case s.queue <- e:
 	default:
-		s.m.dropped(DropQueueFull, 1)
+		s.m.dropped(dropQueueFull, 1)
 	}
 }
 
@@ -282,7 +282,7 @@ func (s *Sink) drainQueue(buf []Record) {
 		s.write(ctx, buf, true)
 	}
 	if n := len(s.queue); n > 0 {
-		s.m.dropped(DropShutdown, n)
+		s.m.dropped(dropShutdown, n)
 	}
 }
 
@@ -300,7 +300,7 @@ func (s *Sink) write(parent context.Context, buf []Record, failing bool) bool {
 		}
 		return false
 	}
-	s.m.dropped(DropWriteFailed, len(buf)-n)
+	s.m.dropped(dropWriteFailed, len(buf)-n)
 	if !failing {
 		s.log.Warn("audit sink failed to write; dropping events until it writes again", zap.Int("dropped", len(buf)-n), zap.Error(err))
 	}

@@ -101,7 +101,7 @@ func TestSinkWritesEveryEventAndClosesTheWriter(t *testing.T) {
 	}
 	// Closed: further events are dropped and counted.
 	s.Offer(event("p", 0))
-	if n := metricstest.Value(t, reg, "envoy_rls_audit_dropped_total", "reason", DropShutdown); n != 1 {
+	if n := metricstest.Value(t, reg, "envoy_rls_audit_dropped_total", "reason", dropShutdown); n != 1 {
 		t.Errorf("dropped{shutdown} %v, want 1", n)
 	}
 }
@@ -152,7 +152,7 @@ func TestQueueFullNeverBlocks(t *testing.T) {
 	for i := 1; i <= 7; i++ {
 		s.Offer(event("p", i)) // returns: 2 queued, 5 dropped
 	}
-	if n := metricstest.Value(t, reg, "envoy_rls_audit_dropped_total", "reason", DropQueueFull); n != 5 {
+	if n := metricstest.Value(t, reg, "envoy_rls_audit_dropped_total", "reason", dropQueueFull); n != 5 {
 		t.Errorf("dropped{queue_full} %v, want 5", n)
 	}
 	go func() {
@@ -192,7 +192,7 @@ func TestShutdownDropsWhatTheDrainCannotWrite(t *testing.T) {
 	}
 	close(w.entered)
 	written := metricstest.Value(t, reg, "envoy_rls_audit_events_total")
-	dropped := metricstest.Value(t, reg, "envoy_rls_audit_dropped_total", "reason", DropShutdown)
+	dropped := metricstest.Value(t, reg, "envoy_rls_audit_dropped_total", "reason", dropShutdown)
 	if written+dropped != 6 || written < 1 {
 		t.Errorf("written %v + dropped{shutdown} %v, want 6 with at least 1 written", written, dropped)
 	}
@@ -207,7 +207,7 @@ func TestWriteFailuresAreCounted(t *testing.T) {
 	if err := s.Close(5 * time.Second); err != nil {
 		t.Fatal(err)
 	}
-	if n := metricstest.Value(t, reg, "envoy_rls_audit_dropped_total", "reason", DropWriteFailed); n != 4 {
+	if n := metricstest.Value(t, reg, "envoy_rls_audit_dropped_total", "reason", dropWriteFailed); n != 4 {
 		t.Errorf("dropped{write_failed} %v, want 4", n)
 	}
 	if n := metricstest.Value(t, reg, "envoy_rls_audit_events_total"); n != 0 {
@@ -228,7 +228,7 @@ func TestConfigRefusals(t *testing.T) {
 	}{
 		{"no writer", Config{Metrics: m}, "Writer is required"},
 		{"no metrics", Config{Writer: &memWriter{}}, "Metrics is required"},
-		{"queue", Config{Writer: &memWriter{}, Metrics: m, QueueSize: MaxQueueSize + 1}, "queue size"},
+		{"queue", Config{Writer: &memWriter{}, Metrics: m, QueueSize: maxQueueSize + 1}, "queue size"},
 		{"sample", Config{Writer: &memWriter{}, Metrics: m, Sample: 1.5}, "sample"},
 		{"policy sample", Config{Writer: &memWriter{}, Metrics: m, PolicySample: map[string]float64{"p": -1}}, `policy "p"`},
 	} {

@@ -15,9 +15,9 @@ import (
 	"github.com/envoy-rls/envoy-rls/pkg/topk"
 )
 
-// DrainTimeout bounds writing the queued events when the binary stops,
+// drainTimeout bounds writing the queued events when the binary stops,
 // after the in-flight calls have drained.
-const DrainTimeout = 2 * time.Second
+const drainTimeout = 2 * time.Second
 
 // StartConfig is what Start takes besides the flags.
 type StartConfig struct {
@@ -71,7 +71,7 @@ func Start(f *Flags, c StartConfig) (*Sink, func(), error) {
 	stopUsage := sink.writeUsage(c.Top, f.UsageInterval)
 	return sink, func() {
 		stopUsage()
-		if err := sink.Close(DrainTimeout); err != nil {
+		if err := sink.Close(drainTimeout); err != nil {
 			c.Log.Warn("audit sink: closing", zap.Error(err))
 		}
 	}, nil
@@ -79,7 +79,7 @@ func Start(f *Flags, c StartConfig) (*Sink, func(), error) {
 
 // openWriter opens the writer of --audit-sink and says where it writes;
 // nil when the sink is off.
-func (f *Flags) openWriter(c StartConfig) (Writer, string, error) {
+func (f *Flags) openWriter(c StartConfig) (writer, string, error) {
 	switch f.Sink {
 	case "stdout":
 		out := c.Stdout
@@ -138,7 +138,7 @@ func (s *Sink) writeUsage(top *topk.Tracker, interval time.Duration) func() {
 // recordUsage queues one usage record per policy top tracks, stamped now.
 func (s *Sink) recordUsage(top *topk.Tracker, now time.Time) {
 	for _, u := range top.Usage(topk.Filter{}) {
-		s.offerUsage(Event{Time: now, Domain: u.Domain, PolicyID: u.Policy, Usage: &Usage{
+		s.offerUsage(Event{Time: now, Domain: u.Domain, PolicyID: u.Policy, Usage: &usage{
 			Key: u.Key, Since: u.Since, Hits: u.Hits, Decisions: u.Decisions, Denials: u.Denials,
 			ShadowDenials: u.ShadowDenials, DistinctSubjects: u.DistinctSubjects,
 		}})

@@ -9,14 +9,14 @@ import (
 // Record kinds: the "kind" field of every record.
 const (
 	// KindDenial: one denied limit (Event without Usage).
-	KindDenial = "denial"
+	kindDenial = "denial"
 	// KindUsage: one policy's usage totals at a periodic snapshot.
-	KindUsage = "usage"
+	kindUsage = "usage"
 )
 
-// Usage is a policy's usage totals since Since, as /v1/usage reports them;
+// usage is a policy's usage totals since Since, as /v1/usage reports them;
 // an Event carrying one is a usage record. It holds no subject.
-type Usage struct {
+type usage struct {
 	// Key is the descriptor key the policy limits.
 	Key string
 	// Since is the start of the period the totals cover.
@@ -27,8 +27,8 @@ type Usage struct {
 	DistinctSubjects uint64
 }
 
-// UsageRecord is a usage record's "usage" object.
-type UsageRecord struct {
+// usageRecord is a usage record's "usage" object.
+type usageRecord struct {
 	Key              string `json:"key"`
 	Since            string `json:"since"`
 	Hits             int64  `json:"hits"`
@@ -38,8 +38,8 @@ type UsageRecord struct {
 	DistinctSubjects uint64 `json:"distinct_subjects"`
 }
 
-func (u *Usage) record() *UsageRecord {
-	return &UsageRecord{Key: u.Key, Since: u.Since.UTC().Format(TimeFormat), Hits: u.Hits, Decisions: u.Decisions,
+func (u *usage) record() *usageRecord {
+	return &usageRecord{Key: u.Key, Since: u.Since.UTC().Format(timeFormat), Hits: u.Hits, Decisions: u.Decisions,
 		Denials: u.Denials, ShadowDenials: u.ShadowDenials, DistinctSubjects: u.DistinctSubjects}
 }
 
@@ -49,7 +49,7 @@ type usageJSON struct {
 	Time     string       `json:"time"`
 	Domain   string       `json:"domain"`
 	PolicyID string       `json:"policy_id"`
-	Usage    *UsageRecord `json:"usage"`
+	Usage    *usageRecord `json:"usage"`
 }
 
 // denialJSON is Record without its methods, to encode a denial.
@@ -62,7 +62,7 @@ func (r Record) MarshalJSON() ([]byte, error) {
 	if r.Kind == KindAdmin && r.Admin != nil {
 		return marshalAdmin(r.Admin)
 	}
-	if r.Kind == KindUsage && r.Usage != nil {
+	if r.Kind == kindUsage && r.Usage != nil {
 		return json.Marshal(usageJSON{Kind: r.Kind, Time: r.Time, Domain: r.Domain, PolicyID: r.PolicyID, Usage: r.Usage})
 	}
 	return json.Marshal(denialJSON(r))
@@ -70,7 +70,7 @@ func (r Record) MarshalJSON() ([]byte, error) {
 
 // fields are a usage record's stream fields after those of every record
 // (Record.fields).
-func (u *UsageRecord) fields() [][2]string {
+func (u *usageRecord) fields() [][2]string {
 	return [][2]string{
 		{"key", u.Key},
 		{"since", u.Since},

@@ -22,7 +22,7 @@ func TestUsageRecordsOnAFile(t *testing.T) {
 	}
 	s, reg := newSink(t, Config{Writer: NewJSONLines(f, true)})
 	at := time.Date(2026, 12, 1, 19, 5, 0, 0, time.UTC)
-	s.offerUsage(Event{Time: at, Domain: "edge", PolicyID: "edge/user", Usage: &Usage{Key: "user", Since: at.Add(-5 * time.Minute),
+	s.offerUsage(Event{Time: at, Domain: "edge", PolicyID: "edge/user", Usage: &usage{Key: "user", Since: at.Add(-5 * time.Minute),
 		Hits: 12, Decisions: 10, Denials: 3, ShadowDenials: 1, DistinctSubjects: 4}})
 	s.Offer(event("edge/user", 1))
 	s.offerUsage(Event{Time: at}) // no Usage: ignored
@@ -33,7 +33,7 @@ func TestUsageRecordsOnAFile(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	lines := jsonLines(t, b)
+	lines := decodeLines(t, b)
 	if len(lines) != 2 {
 		t.Fatalf("%d lines, want 2:\n%s", len(lines), b)
 	}
@@ -54,7 +54,7 @@ func TestUsageRecordsOnAFile(t *testing.T) {
 // TestUsageStreamFields: a usage record's stream fields carry the kind
 // and the totals, not the denial fields.
 func TestUsageStreamFields(t *testing.T) {
-	e := Event{Time: time.Unix(0, 0), Domain: "d", PolicyID: "d/k", Usage: &Usage{Key: "k", Hits: 7, DistinctSubjects: 2}}
+	e := Event{Time: time.Unix(0, 0), Domain: "d", PolicyID: "d/k", Usage: &usage{Key: "k", Hits: 7, DistinctSubjects: 2}}
 	r := e.Record()
 	got := map[string]string{}
 	for _, f := range r.fields() {
@@ -86,13 +86,13 @@ func TestRecentDenials(t *testing.T) {
 		s.Offer(event("p", i))
 	}
 	s.Offer(event("never", 9)) // sampled out
-	s.offerUsage(Event{Domain: "edge", PolicyID: "p", Usage: &Usage{}})
+	s.offerUsage(Event{Domain: "edge", PolicyID: "p", Usage: &usage{}})
 	got := s.Recent(10)
 	if len(got) != 3 || s.RecentSize() != 3 {
 		t.Fatalf("%d records (size %d), want 3", len(got), s.RecentSize())
 	}
 	for i, r := range got {
-		if want := fmt.Sprintf("%02xab", 4-i); !strings.HasPrefix(r.SubjectDigest, want) || r.Kind != KindDenial {
+		if want := fmt.Sprintf("%02xab", 4-i); !strings.HasPrefix(r.SubjectDigest, want) || r.Kind != kindDenial {
 			t.Errorf("record %d: %s %s, want subject %s…", i, r.Kind, r.SubjectDigest, want)
 		}
 	}

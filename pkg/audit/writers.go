@@ -13,17 +13,17 @@ import (
 	"github.com/redis/rueidis"
 )
 
-// JSONLines writes one JSON object per line to w, flushing after each
+// jsonLines writes one JSON object per line to w, flushing after each
 // batch.
-type JSONLines struct {
+type jsonLines struct {
 	bw     *bufio.Writer
 	closer io.Closer // nil: not closed (stdout)
 }
 
 // NewJSONLines writes to w; Close closes w when it is an io.Closer and
 // closeIt is true.
-func NewJSONLines(w io.Writer, closeIt bool) *JSONLines {
-	j := &JSONLines{bw: bufio.NewWriter(w)}
+func NewJSONLines(w io.Writer, closeIt bool) *jsonLines {
+	j := &jsonLines{bw: bufio.NewWriter(w)}
 	if c, ok := w.(io.Closer); ok && closeIt {
 		j.closer = c
 	}
@@ -31,7 +31,7 @@ func NewJSONLines(w io.Writer, closeIt bool) *JSONLines {
 }
 
 // Write implements Writer.
-func (j *JSONLines) Write(_ context.Context, records []Record) (int, error) {
+func (j *jsonLines) Write(_ context.Context, records []Record) (int, error) {
 	for i := range records {
 		b, err := json.Marshal(&records[i])
 		if err != nil {
@@ -47,7 +47,7 @@ func (j *JSONLines) Write(_ context.Context, records []Record) (int, error) {
 }
 
 // Close implements Writer.
-func (j *JSONLines) Close() error {
+func (j *jsonLines) Close() error {
 	err := j.bw.Flush()
 	if j.closer != nil {
 		err = errors.Join(err, j.closer.Close())
@@ -68,9 +68,9 @@ type redisStream struct {
 	nextDial time.Time
 }
 
-// RedisRedialWait is the least time between two connection attempts of a
+// redisRedialWait is the least time between two connection attempts of a
 // redisStream.
-const RedisRedialWait = time.Second
+const redisRedialWait = time.Second
 
 // maxStreamLen bounds a redisStream's MAXLEN.
 const maxStreamLen = 100_000_000
@@ -102,7 +102,7 @@ func (r *redisStream) Write(ctx context.Context, records []Record) (int, error) 
 		}
 		c, err := r.dial()
 		if err != nil {
-			r.nextDial = r.now().Add(RedisRedialWait)
+			r.nextDial = r.now().Add(redisRedialWait)
 			return 0, fmt.Errorf("audit: redis stream: connecting: %w", err)
 		}
 		r.client = c

@@ -27,7 +27,7 @@ func TestJSONLinesParse(t *testing.T) {
 	if err := w.Close(); err != nil {
 		t.Fatal(err)
 	}
-	lines := jsonLines(t, buf.Bytes())
+	lines := decodeLines(t, buf.Bytes())
 	if len(lines) != 2 {
 		t.Fatalf("%d lines, want 2", len(lines))
 	}
@@ -149,7 +149,7 @@ func TestRedisStreamRedials(t *testing.T) {
 	}
 	e := event("p", 0)
 	recs := []Record{e.Record()}
-	for step, adv := range []time.Duration{0, RedisRedialWait / 2, RedisRedialWait / 2} {
+	for step, adv := range []time.Duration{0, redisRedialWait / 2, redisRedialWait / 2} {
 		now = now.Add(adv)
 		if n, err := w.Write(t.Context(), recs); n != 0 || err == nil {
 			t.Fatalf("step %d: Write %d, %v; want 0 and an error", step, n, err)
@@ -220,7 +220,7 @@ func BenchmarkRedisStreamWrite(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer w.Close()
-	recs := make([]Record, DefaultBatchSize)
+	recs := make([]Record, defaultBatchSize)
 	for i := range recs {
 		e := event("edge/remote_address", i)
 		e.RequestID = fmt.Sprintf("%032x", i)
@@ -233,8 +233,8 @@ func BenchmarkRedisStreamWrite(b *testing.B) {
 	}
 }
 
-// jsonLines decodes every line of a JSON lines stream as an object.
-func jsonLines(t *testing.T, b []byte) []map[string]any {
+// decodeLines decodes every line of a JSON lines stream as an object.
+func decodeLines(t *testing.T, b []byte) []map[string]any {
 	t.Helper()
 	var lines []map[string]any
 	for line := range bytes.Lines(b) {

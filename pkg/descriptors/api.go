@@ -177,9 +177,9 @@ func (u Unit) Duration() time.Duration { return units[u.index()].length }
 // String returns the lower-case configuration name of the unit.
 func (u Unit) String() string { return units[u.index()].name }
 
-// ParseUnit parses a rate_limit unit, case-insensitively: second, minute,
+// parseUnit parses a rate_limit unit, case-insensitively: second, minute,
 // hour, day, and the extensions week, month, year.
-func ParseUnit(s string) (Unit, bool) {
+func parseUnit(s string) (Unit, bool) {
 	for u := UnitSecond; u <= UnitYear; u++ {
 		if strings.EqualFold(s, u.String()) {
 			return u, true

@@ -92,7 +92,7 @@ func compileBudget(docs []Document, opts Options, budget int) (*Snapshot, error)
 		names = append(names, doc.Name)
 	}
 	if b.bytes > lim.MaxBytes {
-		return nil, &LimitError{Limit: LimitBytes, Max: lim.MaxBytes, Total: b.bytes, Files: len(docs)}
+		return nil, &LimitError{Limit: limitBytes, Max: lim.MaxBytes, Total: b.bytes, Files: len(docs)}
 	}
 	if count.over() {
 		return nil, &LimitError{Limit: LimitDescriptors, Max: int64(count.max), Total: int64(count.n), Files: len(docs)}

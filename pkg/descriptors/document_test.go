@@ -67,7 +67,7 @@ func TestCompileDocumentLimits(t *testing.T) {
 		t.Fatalf("at the byte limit: %v", err)
 	}
 	_, err = Compile(docs, Options{Secret: testSecret, Limits: Limits{MaxBytes: size - 1}})
-	if le := limitError(t, err); *le != (LimitError{Limit: LimitBytes, Max: size - 1, Total: size, Files: 2}) {
+	if le := limitError(t, err); *le != (LimitError{Limit: limitBytes, Max: size - 1, Total: size, Files: 2}) {
 		t.Errorf("%+v", *le)
 	}
 	if _, err := Compile([]Document{{Name: "a", Domain: "a"}, {Name: "a", Domain: "b"}}, Options{Secret: testSecret}); err == nil {

@@ -206,7 +206,7 @@ func TestLoadPathErrors(t *testing.T) {
 	if _, err := Load(dir, Options{}); !errors.Is(err, ErrSecret) {
 		t.Errorf("no secret: %v", err)
 	}
-	writeFile(t, dir+"/big.yaml", "domain: d\n"+strings.Repeat("#", MaxFileSize))
+	writeFile(t, dir+"/big.yaml", "domain: d\n"+strings.Repeat("#", maxFileSize))
 	if _, err := Load(dir, Options{Secret: testSecret}); err == nil || !strings.Contains(err.Error(), "larger than") {
 		t.Errorf("big file: %v", err)
 	}

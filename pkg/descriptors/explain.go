@@ -6,10 +6,10 @@ import (
 
 // How a descriptor entry found its rule node (Step.How).
 const (
-	HowExact    = "exact"    // a descriptor names the request's value
-	HowWildcard = "wildcard" // a descriptor's `*` pattern matches it
-	HowKeyOnly  = "key_only" // a descriptor with the key and no value
-	HowNone     = "none"     // nothing at this level matches
+	howExact    = "exact"    // a descriptor names the request's value
+	howWildcard = "wildcard" // a descriptor's `*` pattern matches it
+	howKeyOnly  = "key_only" // a descriptor with the key and no value
+	howNone     = "none"     // nothing at this level matches
 )
 
 // Step is how one entry of a descriptor was matched, level by level. It
@@ -29,10 +29,10 @@ type Step struct {
 	Skipped []string `json:"skipped,omitempty"`
 }
 
-// Explanation is the matcher's account of one descriptor: every level
+// explanation is the matcher's account of one descriptor: every level
 // walked and, when no rule applies, why. Match and Matched are what Match
 // returns.
-type Explanation struct {
+type explanation struct {
 	Steps   []Step
 	Match   Match
 	Matched bool
@@ -42,8 +42,8 @@ type Explanation struct {
 
 // Explain matches entries as Match does and says how each level was
 // decided. It never puts a request value in its answer.
-func (s *Snapshot) Explain(domain string, entries []Entry) Explanation {
-	var ex Explanation
+func (s *Snapshot) Explain(domain string, entries []Entry) explanation {
+	var ex explanation
 	ex.Match, ex.Matched = s.Match(domain, entries)
 	switch {
 	case s == nil || s.domains[domain] == nil:
@@ -85,7 +85,7 @@ func (s *Snapshot) Explain(domain string, entries []Entry) Explanation {
 
 // explain is lookup with its reasons.
 func (lv *level) explain(d *domain, e Entry) (Step, *node) {
-	st := Step{Key: e.Key, How: HowNone}
+	st := Step{Key: e.Key, How: howNone}
 	g := lv.byKey[e.Key]
 	if g == nil {
 		st.Skipped = append(st.Skipped, "no descriptor has this key at this level")
@@ -93,7 +93,7 @@ func (lv *level) explain(d *domain, e Entry) (Step, *node) {
 	}
 	at := func(n *node) string { return d.where(n.src) }
 	if n := g.exact[e.Value]; n != nil {
-		st.How, st.Source = HowExact, at(n)
+		st.How, st.Source = howExact, at(n)
 		if len(g.wildcards) > 0 || g.keyOnly != nil {
 			st.Skipped = append(st.Skipped, "wildcard and key-only descriptors: an exact value wins")
 		}
@@ -104,7 +104,7 @@ func (lv *level) explain(d *domain, e Entry) (Step, *node) {
 	}
 	for _, w := range g.wildcards {
 		if globMatch(w.parts, e.Value) {
-			st.How, st.Pattern, st.Source = HowWildcard, w.pattern, at(w)
+			st.How, st.Pattern, st.Source = howWildcard, w.pattern, at(w)
 			if g.keyOnly != nil {
 				st.Skipped = append(st.Skipped, "the key-only descriptor: a matching wildcard wins")
 			}
@@ -113,7 +113,7 @@ func (lv *level) explain(d *domain, e Entry) (Step, *node) {
 		st.Skipped = append(st.Skipped, fmt.Sprintf("wildcard %q at %s does not match", w.pattern, at(w)))
 	}
 	if g.keyOnly != nil {
-		st.How, st.Source = HowKeyOnly, at(g.keyOnly)
+		st.How, st.Source = howKeyOnly, at(g.keyOnly)
 		return st, g.keyOnly
 	}
 	return st, nil

@@ -33,12 +33,12 @@ func TestExplain(t *testing.T) {
 		how     []string
 		want    string // in the steps' Skipped or the Reason
 	}{
-		{"exact wins", e("path=/admin"), true, []string{HowExact}, "an exact value wins"},
-		{"wildcard then key-only", e("path=/api/secret-v", "user=secret-u"), true, []string{HowWildcard, HowKeyOnly}, "none equals the request's"},
-		{"key-only", e("path=/secret-other"), true, []string{HowKeyOnly}, `wildcard "/api/*"`},
-		{"no such key", e("nokey=secret-v"), false, []string{HowNone}, "no descriptor has this key"},
-		{"rule not at the last depth", e("path=/api/secret-v"), false, []string{HowWildcard}, "has no rate_limit"},
-		{"too deep", e("path=/admin", "user=secret-u"), false, []string{HowExact}, "no nested descriptors"},
+		{"exact wins", e("path=/admin"), true, []string{howExact}, "an exact value wins"},
+		{"wildcard then key-only", e("path=/api/secret-v", "user=secret-u"), true, []string{howWildcard, howKeyOnly}, "none equals the request's"},
+		{"key-only", e("path=/secret-other"), true, []string{howKeyOnly}, `wildcard "/api/*"`},
+		{"no such key", e("nokey=secret-v"), false, []string{howNone}, "no descriptor has this key"},
+		{"rule not at the last depth", e("path=/api/secret-v"), false, []string{howWildcard}, "has no rate_limit"},
+		{"too deep", e("path=/admin", "user=secret-u"), false, []string{howExact}, "no nested descriptors"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ex := s.Explain("ex", tc.entries)
@@ -54,7 +54,7 @@ func TestExplain(t *testing.T) {
 				if st.How != tc.how[i] {
 					t.Fatalf("step %d: %+v, want %s", i, st, tc.how[i])
 				}
-				if st.How != HowNone && !strings.HasPrefix(st.Source, filepath.Join(dir, "ex.yaml")+":") {
+				if st.How != howNone && !strings.HasPrefix(st.Source, filepath.Join(dir, "ex.yaml")+":") {
 					t.Fatalf("step %d source %q", i, st.Source)
 				}
 				text.WriteString(strings.Join(st.Skipped, ";") + st.Pattern + st.Key + st.Source)

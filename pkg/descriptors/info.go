@@ -12,13 +12,13 @@ import (
 type DomainInfo struct {
 	Domain string     `json:"domain"`
 	File   string     `json:"file"`
-	Rules  []RuleInfo `json:"rules"`
+	Rules  []ruleInfo `json:"rules"`
 	// Policies lists the named policies defined in the domain's file.
 	Policies []string `json:"policies,omitempty"`
 }
 
-// RuleInfo describes one rule (a descriptor with a rate_limit or policy).
-type RuleInfo struct {
+// ruleInfo describes one rule (a descriptor with a rate_limit or policy).
+type ruleInfo struct {
 	Path            string   `json:"path"`
 	Source          string   `json:"source"`
 	PolicyID        string   `json:"policy_id,omitempty"`
@@ -50,15 +50,15 @@ type RuleInfo struct {
 	LimitIndex int `json:"limit_index,omitempty"`
 	LimitCount int `json:"limit_count,omitempty"`
 	// Penalty is the penalty box, durations as Go duration strings.
-	Penalty *PenaltyInfo `json:"penalty,omitempty"`
+	Penalty *penaltyInfo `json:"penalty,omitempty"`
 	// Concurrency and LeaseTTL describe a concurrency limit (then
 	// RequestsPerUnit is Concurrency, and Unit and Window are empty).
 	Concurrency uint32 `json:"concurrency,omitempty"`
 	LeaseTTL    string `json:"lease_ttl,omitempty"`
 }
 
-// PenaltyInfo describes a rule's penalty box (limiter.Penalty).
-type PenaltyInfo struct {
+// penaltyInfo describes a rule's penalty box (limiter.Penalty).
+type penaltyInfo struct {
 	Duration    string `json:"duration"`
 	MaxDuration string `json:"max_duration"`
 	Decay       string `json:"decay"`
@@ -73,7 +73,7 @@ func (s *Snapshot) Domains() []DomainInfo {
 	}
 	out := make([]DomainInfo, 0, len(s.order))
 	for _, d := range s.order {
-		di := DomainInfo{Domain: d.name, File: d.file, Rules: make([]RuleInfo, 0, len(d.rules))}
+		di := DomainInfo{Domain: d.name, File: d.file, Rules: make([]ruleInfo, 0, len(d.rules))}
 		di.Policies = append(di.Policies, d.policyNames...)
 		for _, r := range d.rules {
 			di.Rules = append(di.Rules, r.info())
@@ -83,8 +83,8 @@ func (s *Snapshot) Domains() []DomainInfo {
 	return out
 }
 
-func (r *Rule) info() RuleInfo {
-	ri := RuleInfo{
+func (r *Rule) info() ruleInfo {
+	ri := ruleInfo{
 		Path:            r.Path,
 		Source:          r.Source,
 		PolicyName:      r.PolicyName,
@@ -115,7 +115,7 @@ func (r *Rule) info() RuleInfo {
 			ri.Calendar, ri.TimeZone, ri.Window = true, c.Location.String(), "calendar "+c.Unit.String()
 		}
 		if pn := r.Policy.Penalty(); pn.On() {
-			ri.Penalty = &PenaltyInfo{Duration: pn.Duration.String(), MaxDuration: pn.MaxDuration.String(), Decay: pn.Decay.String()}
+			ri.Penalty = &penaltyInfo{Duration: pn.Duration.String(), MaxDuration: pn.MaxDuration.String(), Decay: pn.Decay.String()}
 		}
 		if r.Policy.Leases() {
 			ri.Concurrency, ri.Unit, ri.UnitMultiplier, ri.Window = r.RequestsPerUnit, "", 0, ""
@@ -158,7 +158,7 @@ func (s *Snapshot) Summary() string {
 	return b.String()
 }
 
-func (r RuleInfo) describe() string {
+func (r ruleInfo) describe() string {
 	if r.Unlimited {
 		return "unlimited" + r.flags()
 	}
@@ -201,7 +201,7 @@ func (r RuleInfo) describe() string {
 	return b.String()
 }
 
-func (r RuleInfo) flags() string {
+func (r ruleInfo) flags() string {
 	var f []string
 	for _, x := range []struct {
 		on   bool

@@ -58,7 +58,7 @@ func (c *compiler) checkLimit(rl *rawLimit, what string) (limitSpec, bool) {
 		c.checkConcurrency(rl, &ls, bad)
 	} else if !rl.unitPos.set() {
 		bad(rl.pos, "unit is required (second, minute, hour, day, week, month or year)")
-	} else if u, valid := ParseUnit(rl.unit); valid {
+	} else if u, valid := parseUnit(rl.unit); valid {
 		ls.unit = u
 	} else {
 		bad(rl.unitPos, "invalid rate limit unit %q (expected second, minute, hour, day, week, month or year)", truncate(rl.unit, 40))

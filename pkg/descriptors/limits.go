@@ -17,11 +17,11 @@ const (
 	// DefaultMaxDescriptors bounds the number of descriptors of all files,
 	// nested ones included.
 	DefaultMaxDescriptors = 100_000
-	// MaxTokens bounds the YAML tokens of one file (scalars, aliases, and
+	// maxTokens bounds the YAML tokens of one file (scalars, aliases, and
 	// the indicators -, ?, :, [ and {), counted before the file is parsed:
 	// the parser's tree holds at most about one node per token, so a file
 	// rejected for this costs its bytes and one pass over them, not a tree.
-	MaxTokens = 1_000_000
+	maxTokens = 1_000_000
 )
 
 // Limits bound a whole rule set. The zero value means the defaults.
@@ -47,7 +47,7 @@ func (l Limits) withDefaults() Limits {
 
 // What a LimitError bounds.
 const (
-	LimitBytes       = "bytes"
+	limitBytes       = "bytes"
 	LimitDescriptors = "descriptors"
 )
 

@@ -55,7 +55,7 @@ func TestTotalBytesLimit(t *testing.T) {
 	}
 	_, err := Load(dir, Options{Secret: testSecret, Limits: Limits{MaxBytes: total - 1}})
 	le := limitError(t, err)
-	if *le != (LimitError{Limit: LimitBytes, Max: total - 1, Total: total, Files: 3}) {
+	if *le != (LimitError{Limit: limitBytes, Max: total - 1, Total: total, Files: 3}) {
 		t.Errorf("LimitError = %+v, want bytes %d over %d in 3 files", *le, total, total-1)
 	}
 	if !strings.Contains(err.Error(), fmt.Sprintf("hold %d bytes, more than the limit of %d", total, total-1)) {
@@ -95,14 +95,14 @@ func TestTotalDescriptorsLimit(t *testing.T) {
 // refused from a lexical count, without the parser's tree (which costs
 // about 190 bytes a token).
 func TestTooManyTokensRejectedBeforeParsing(t *testing.T) {
-	data := []byte("domain: d\ndescriptors: [" + strings.Repeat("a,", MaxTokens) + "a]\n")
+	data := []byte("domain: d\ndescriptors: [" + strings.Repeat("a,", maxTokens) + "a]\n")
 	var ps problems
 	var before, after runtime.MemStats
 	runtime.GC()
 	runtime.ReadMemStats(&before)
 	rf := parseFile("dense.yaml", data, &ps, maxNodes, nil)
 	runtime.ReadMemStats(&after)
-	if rf != nil || len(ps.list) != 1 || !strings.Contains(ps.list[0].Reason, fmt.Sprintf("more than %d YAML tokens", MaxTokens)) {
+	if rf != nil || len(ps.list) != 1 || !strings.Contains(ps.list[0].Reason, fmt.Sprintf("more than %d YAML tokens", maxTokens)) {
 		t.Fatalf("problems = %v", ps.list)
 	}
 	// A generous bound: the tree of this file would take hundreds of MiB.
@@ -139,7 +139,7 @@ func TestCountTokens(t *testing.T) {
 		t.Errorf("countTokens past a limit of 10 = %d, want 11 (it stops there)", got)
 	}
 	data := []byte(descriptorsFile("d", 10))
-	if a := testing.AllocsPerRun(10, func() { countTokens(data, MaxTokens) }); a != 0 {
+	if a := testing.AllocsPerRun(10, func() { countTokens(data, maxTokens) }); a != 0 {
 		t.Errorf("countTokens allocates %v times", a)
 	}
 }

@@ -107,8 +107,8 @@ func readSources(path string, lim Limits) ([]source, error) {
 	}
 	var total int64
 	for _, f := range files {
-		if f.size > MaxFileSize {
-			ps.add(f.name, 0, 0, "file is larger than %d bytes", MaxFileSize)
+		if f.size > maxFileSize {
+			ps.add(f.name, 0, 0, "file is larger than %d bytes", maxFileSize)
 		}
 		total += f.size
 	}
@@ -116,7 +116,7 @@ func readSources(path string, lim Limits) ([]source, error) {
 		return nil, err
 	}
 	if total > lim.MaxBytes {
-		return nil, &LimitError{Limit: LimitBytes, Max: lim.MaxBytes, Total: total, Files: len(files)}
+		return nil, &LimitError{Limit: limitBytes, Max: lim.MaxBytes, Total: total, Files: len(files)}
 	}
 	srcs := make([]source, 0, len(files))
 	total = 0
@@ -133,7 +133,7 @@ func readSources(path string, lim Limits) ([]source, error) {
 		return nil, err
 	}
 	if total > lim.MaxBytes { // the files grew after they were listed
-		return nil, &LimitError{Limit: LimitBytes, Max: lim.MaxBytes, Total: total, Files: len(files)}
+		return nil, &LimitError{Limit: limitBytes, Max: lim.MaxBytes, Total: total, Files: len(files)}
 	}
 	return srcs, nil
 }
@@ -176,12 +176,12 @@ func readLimited(name string) ([]byte, error) {
 	if !st.Mode().IsRegular() {
 		return nil, fmt.Errorf("not a regular file (%s)", fileKind(st.Mode()))
 	}
-	data, err := io.ReadAll(io.LimitReader(f, MaxFileSize+1))
+	data, err := io.ReadAll(io.LimitReader(f, maxFileSize+1))
 	if err != nil {
 		return nil, fmt.Errorf("cannot read the file: %v", unwrapPath(err))
 	}
-	if len(data) > MaxFileSize {
-		return nil, fmt.Errorf("file is larger than %d bytes", MaxFileSize)
+	if len(data) > maxFileSize {
+		return nil, fmt.Errorf("file is larger than %d bytes", maxFileSize)
 	}
 	return data, nil
 }

@@ -9,9 +9,9 @@ import (
 	"github.com/envoy-rls/envoy-rls/pkg/limiter"
 )
 
-// OverrideCacheSize bounds the override rules a snapshot keeps. Past it,
+// overrideCacheSize bounds the override rules a snapshot keeps. Past it,
 // Override still answers, building the rule for each call.
-const OverrideCacheSize = 1024
+const overrideCacheSize = 1024
 
 // maxOverrideKey bounds the cache key of one override; longer descriptors
 // are answered without caching.
@@ -59,7 +59,7 @@ func (s *Snapshot) Override(domain string, entries []Entry, requestsPerUnit uint
 			s.overrides.mu.Lock()
 			if prev := s.overrides.m[string(key)]; prev != nil {
 				r = prev
-			} else if len(s.overrides.m) < OverrideCacheSize {
+			} else if len(s.overrides.m) < overrideCacheSize {
 				s.overrides.m[string(key)] = r
 			}
 			s.overrides.mu.Unlock()

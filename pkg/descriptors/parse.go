@@ -15,9 +15,9 @@ import (
 // KnownFields(true) behaviour), and the valid keys a message lists are read
 // from the same table.
 
-// MaxFileSize bounds one rule file, so that a hostile or broken file
+// maxFileSize bounds one rule file, so that a hostile or broken file
 // cannot cost unbounded memory (reader.go bounds the work of reading it).
-const MaxFileSize = 8 << 20
+const maxFileSize = 8 << 20
 
 type pos struct{ line, col int }
 
@@ -104,15 +104,15 @@ type parser struct {
 // its descriptors.
 func parseFile(name string, data []byte, ps *problems, budget int, count *descCount) (rf *rawFile) {
 	p := &parser{reader: newReader(name, ps, count, budget, "file is too complex (more than %d YAML nodes, aliases expanded, and nesting levels)"), data: data}
-	if len(data) > MaxFileSize {
-		p.problem(pos{}, "file is larger than %d bytes", MaxFileSize)
+	if len(data) > maxFileSize {
+		p.problem(pos{}, "file is larger than %d bytes", maxFileSize)
 		return nil
 	}
 	// Count before parsing: the parser's tree costs many times the bytes
 	// of a file dense in tokens (docs/config.md gives the measured memory),
 	// and is built whole before any of it can be looked at.
-	if countTokens(data, MaxTokens) > MaxTokens {
-		p.problem(pos{}, "file is too complex (more than %d YAML tokens: scalars, aliases and the indicators -, ?, :, [ and {)", MaxTokens)
+	if countTokens(data, maxTokens) > maxTokens {
+		p.problem(pos{}, "file is too complex (more than %d YAML tokens: scalars, aliases and the indicators -, ?, :, [ and {)", maxTokens)
 		return nil
 	}
 	var doc yaml.Node

@@ -7,12 +7,12 @@ func TestParseUnitAndHeaderMode(t *testing.T) {
 		"second": UnitSecond, "MINUTE": UnitMinute, "Hour": UnitHour, "day": UnitDay,
 		"week": UnitWeek, "month": UnitMonth, "year": UnitYear,
 	} {
-		if got, ok := ParseUnit(name); !ok || got != want {
+		if got, ok := parseUnit(name); !ok || got != want {
 			t.Errorf("ParseUnit(%q) = %v, %v; want %v", name, got, ok, want)
 		}
 	}
 	for _, bad := range []string{"", "unknown", "seconds", "fortnight"} {
-		if got, ok := ParseUnit(bad); ok {
+		if got, ok := parseUnit(bad); ok {
 			t.Errorf("ParseUnit(%q) = %v; want refused", bad, got)
 		}
 	}

@@ -15,8 +15,8 @@ import (
 // lists all of them in Rule.Limits. A match returns every limit, and pkg/rls
 // evaluates them all in the call's one all-or-nothing batch.
 
-// MaxLimitsPerDescriptor bounds the rate_limits list of one descriptor.
-const MaxLimitsPerDescriptor = 16
+// maxLimitsPerDescriptor bounds the rate_limits list of one descriptor.
+const maxLimitsPerDescriptor = 16
 
 // rateLimitList parses a descriptor's rate_limits: a non-empty list of at
 // most MaxLimitsPerDescriptor rate_limit mappings. It returns nil when the
@@ -34,8 +34,8 @@ func (p *parser) rateLimitList(n *yaml.Node) []*rawLimit {
 		p.errorf(r, "rate_limits must not be empty: list at least one limit")
 		return nil
 	}
-	if len(r.Content) > MaxLimitsPerDescriptor {
-		p.errorf(r, "rate_limits lists %d limits; a descriptor takes at most %d", len(r.Content), MaxLimitsPerDescriptor)
+	if len(r.Content) > maxLimitsPerDescriptor {
+		p.errorf(r, "rate_limits lists %d limits; a descriptor takes at most %d", len(r.Content), maxLimitsPerDescriptor)
 		return nil
 	}
 	out := make([]*rawLimit, 0, len(r.Content))

@@ -113,7 +113,7 @@ func TestRateLimitsIDsAreStable(t *testing.T) {
 }
 
 func TestRateLimitsInvalid(t *testing.T) {
-	many := "domain: d\ndescriptors:\n  - key: k\n    rate_limits:\n" + strings.Repeat("      - {unit: second, requests_per_unit: 1}\n", MaxLimitsPerDescriptor+1)
+	many := "domain: d\ndescriptors:\n  - key: k\n    rate_limits:\n" + strings.Repeat("      - {unit: second, requests_per_unit: 1}\n", maxLimitsPerDescriptor+1)
 	tests := map[string]struct {
 		text  string
 		wants []want
@@ -185,7 +185,7 @@ func TestRateLimitsInfoAndSummary(t *testing.T) {
 func TestRateLimitsBound(t *testing.T) {
 	var b strings.Builder
 	b.WriteString("domain: d\ndescriptors:\n  - key: k\n    rate_limits:\n")
-	for i := 0; i < MaxLimitsPerDescriptor; i++ {
+	for i := 0; i < maxLimitsPerDescriptor; i++ {
 		b.WriteString("      - {unit: second, requests_per_unit: " + strconv.Itoa(i+1) + "}\n")
 	}
 	s := loadText(t, b.String())
@@ -194,7 +194,7 @@ func TestRateLimitsBound(t *testing.T) {
 	for _, r := range m.Rule.Limits {
 		seen[r.Policy.ID()] = true
 	}
-	if len(seen) != MaxLimitsPerDescriptor {
+	if len(seen) != maxLimitsPerDescriptor {
 		t.Errorf("%d distinct IDs", len(seen))
 	}
 }

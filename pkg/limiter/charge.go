@@ -16,7 +16,7 @@ const (
 	ChargeAlways
 )
 
-// DebtFactor bounds a ChargeAlways limit's debt: usage is recorded up to
+// debtFactor bounds a ChargeAlways limit's debt: usage is recorded up to
 // the limit plus DebtFactor times the limit (a token bucket or GCRA: that
 // many tokens below empty), and a charge beyond that records only what
 // fits. One limit's worth: a tenant is never locked out longer than one
@@ -24,7 +24,7 @@ const (
 // allowance takes, a single oversized charge cannot block it for many
 // periods, and every state number stays within twice the bounds NewPolicy
 // already checks.
-const DebtFactor = 1
+const debtFactor = 1
 
 // String returns the configuration name: allowed, always.
 func (c Charge) String() string {
@@ -53,7 +53,7 @@ func (p *Policy) ChargeAlways() bool { return p.spec.Charge == ChargeAlways }
 // DebtFactor times it for a ChargeAlways policy.
 func (p *Policy) Ceiling() int64 {
 	if p.ChargeAlways() {
-		return p.limit * (1 + DebtFactor)
+		return p.limit * (1 + debtFactor)
 	}
 	return p.limit
 }
@@ -78,7 +78,7 @@ func checkCharge(p *Policy, spec *PolicySpec) error {
 	if spec.Penalty.On() {
 		return &FieldError{Field: "charge", Reason: "always cannot be combined with a penalty box"}
 	}
-	if p.limit > MaxSafeInteger/(1+DebtFactor) {
+	if p.limit > MaxSafeInteger/(1+debtFactor) {
 		return &FieldError{Field: "charge", Reason: "always needs the limit at most half of 2^53-1"}
 	}
 	if p.rules.debtCheck != nil {
@@ -95,7 +95,7 @@ func checkCharge(p *Policy, spec *PolicySpec) error {
 func ceilingAtMost(most int64, what string) func(p *Policy, ceiling int64) error {
 	return func(_ *Policy, ceiling int64) error {
 		if ceiling > most {
-			return &FieldError{Field: "limit", Reason: fmt.Sprintf("must be at most %d for %s with charge always", most/(1+DebtFactor), what)}
+			return &FieldError{Field: "limit", Reason: fmt.Sprintf("must be at most %d for %s with charge always", most/(1+debtFactor), what)}
 		}
 		return nil
 	}

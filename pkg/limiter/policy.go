@@ -11,8 +11,8 @@ import (
 // Defaults for PolicySpec fields left zero.
 const (
 	DefaultRevision           uint32 = 1
-	DefaultCleanupGrace              = 1 * time.Second
-	DefaultMaxClockRegression        = 2 * time.Second
+	defaultCleanupGrace              = 1 * time.Second
+	defaultMaxClockRegression        = 2 * time.Second
 	// MaxPolicyIDLength bounds a policy ID.
 	MaxPolicyIDLength = 128
 	// MaxDurationMillis bounds windows, refill periods, grace and
@@ -103,10 +103,10 @@ func NewPolicy(spec PolicySpec) (*Policy, error) {
 		return nil, &FieldError{Field: "params", Reason: fmt.Sprintf("are %s parameters but algorithm is %s", spec.Params.algorithm(), spec.Algorithm)}
 	}
 	if spec.CleanupGrace == 0 {
-		spec.CleanupGrace = DefaultCleanupGrace
+		spec.CleanupGrace = defaultCleanupGrace
 	}
 	if spec.MaxClockRegression == 0 {
-		spec.MaxClockRegression = DefaultMaxClockRegression
+		spec.MaxClockRegression = defaultMaxClockRegression
 	}
 	if err := durationField("cleanup_grace", spec.CleanupGrace, 0); err != nil {
 		return nil, err

@@ -21,14 +21,14 @@ const BatchPacked = 2 + 7*8
 // The bits of the flags byte of a key's packed numbers (AppendBatchPacked).
 // The programs read them with bit.band.
 const (
-	// FlagRoleMask holds the key's role (roleCodes: 0 ordinary, 1
+	// flagRoleMask holds the key's role (roleCodes: 0 ordinary, 1
 	// shadow, 2 quota, 3 check, 4 probe, 5 quota probe) in bits 0-2.
-	FlagRoleMask = 7
+	flagRoleMask = 7
 	// FlagFailOpen: the key's failure takes no part in the batch rule
 	// (limiter.Policy.AbstainsOnFailure: the policy fails open), as
 	// limiter.Commits says; the failure mode's answer itself is
 	// pkg/limiter/failover's.
-	FlagFailOpen = 8
+	flagFailOpen = 8
 	// FlagPenalty: the penalty extension follows the packed numbers
 	// (limiter.Penalty, BatchPackedLen).
 	FlagPenalty = 16
@@ -91,9 +91,9 @@ func AppendBatchPacked(dst []byte, p *limiter.Policy, cost int64, role limiter.R
 	}
 	b := dst[len(dst) : len(dst)+fixed]
 	b[0] = algorithmCodes[p.Algorithm()]
-	b[1] = roleCodes[role] & FlagRoleMask
+	b[1] = roleCodes[role] & flagRoleMask
 	if p.AbstainsOnFailure() {
-		b[1] |= FlagFailOpen
+		b[1] |= flagFailOpen
 	}
 	if p.ChargeAlways() {
 		b[1] |= FlagCharge
@@ -135,9 +135,9 @@ func appendCalendar(dst, fixed []byte, p *limiter.Policy, nowMs int64) []byte {
 	return dst
 }
 
-// GroupEntry is the length of one request's entry in the last ARGV field
+// groupEntry is the length of one request's entry in the last ARGV field
 // of rate-batch-v2.lua: struct.pack('>Hd').
-const GroupEntry = 2 + 8
+const groupEntry = 2 + 8
 
 // MaxRequestKeys is the most keys one request of a group may have (its
 // count is a 16-bit field).

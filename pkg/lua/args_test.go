@@ -48,7 +48,7 @@ func TestAppendBatchPacked(t *testing.T) {
 		t.Errorf("refund time: %q", r)
 	}
 	g := AppendGroupEntry([]byte("x"), 3, limiter.MaxSafeInteger)
-	if len(g) != 1+GroupEntry || binary.BigEndian.Uint16(g[1:]) != 3 || math.Float64frombits(binary.BigEndian.Uint64(g[3:])) != float64(limiter.MaxSafeInteger) {
+	if len(g) != 1+groupEntry || binary.BigEndian.Uint16(g[1:]) != 3 || math.Float64frombits(binary.BigEndian.Uint64(g[3:])) != float64(limiter.MaxSafeInteger) {
 		t.Errorf("group entry: %q", g)
 	}
 }
@@ -65,7 +65,7 @@ func TestAppendBatchPackedPenalty(t *testing.T) {
 	if len(b) != BatchPacked+PenaltyPacked || BatchPackedLen(p) != len(b) {
 		t.Fatalf("packed %d bytes, want %d", len(b), BatchPacked+PenaltyPacked)
 	}
-	if b[1] != byte(limiter.RoleShadow)|FlagFailOpen|FlagPenalty {
+	if b[1] != byte(limiter.RoleShadow)|flagFailOpen|FlagPenalty {
 		t.Fatalf("flags %d, want shadow | fail open | penalty", b[1])
 	}
 	var got string
@@ -107,7 +107,7 @@ func TestCalendarArgs(t *testing.T) {
 	if len(b) != BatchPackedLen(cal) || BatchPackedLen(cal) != BatchPacked+CalendarPacked {
 		t.Fatalf("packed %q", b)
 	}
-	if b[1] != byte(limiter.RoleShadow)+FlagFailOpen+FlagCalendar {
+	if b[1] != byte(limiter.RoleShadow)+flagFailOpen+FlagCalendar {
 		t.Errorf("flags %d", b[1])
 	}
 	var got [4]int64
@@ -128,7 +128,7 @@ func TestCalendarArgs(t *testing.T) {
 		t.Errorf("AppendBatchPacked after xy differs")
 	}
 	// A refund's argument: the periods around the batch's effective now.
-	if r := AppendRefundPacked(nil, cal, 1, at); string(r[2:]) != string(b[2:]) || r[1] != FlagFailOpen+FlagCalendar {
+	if r := AppendRefundPacked(nil, cal, 1, at); string(r[2:]) != string(b[2:]) || r[1] != flagFailOpen+FlagCalendar {
 		t.Errorf("refund argument %q", r)
 	}
 	plain := mustPolicy(t, limiter.PolicySpec{ID: "fw", Algorithm: limiter.FixedWindow, Params: limiter.FixedWindowParams{Limit: 1, Window: time.Second}})

@@ -14,7 +14,7 @@ var leaseV2 string
 // Lease returns lease-v2.lua, the program of concurrency limits: one
 // operation (algorithm.Lease) on one lease set. It is not one of Programs,
 // the rate programs.
-func Lease() Program { return Program{Name: "lease-v2.lua", Source: leaseV2} }
+func Lease() program { return program{Name: "lease-v2.lua", Source: leaseV2} }
 
 // LeaseArgs returns the ARGV of lease-v2.lua for request r (of a
 // concurrency policy): the operation, whether a take consumes, the limit,
@@ -32,12 +32,12 @@ func LeaseArgs(r *limiter.Request, deadlineMs int64) []string {
 		strconv.FormatInt(r.LeaseAt, 10), strconv.FormatInt(deadlineMs, 10)}
 }
 
-// ReplyFields is the number of integers of a reply of lease-v2.lua:
+// replyFields is the number of integers of a reply of lease-v2.lua:
 // status, serverNowMillis, effectiveNowMillis, limit, remaining,
 // retryAfterMillis, resetAtMillis.
-const ReplyFields = 7
+const replyFields = 7
 
-var fieldNames = [ReplyFields]string{"status", "serverNowMillis", "effectiveNowMillis", "limit", "remaining", "retryAfterMillis", "resetAtMillis"}
+var fieldNames = [replyFields]string{"status", "serverNowMillis", "effectiveNowMillis", "limit", "remaining", "retryAfterMillis", "resetAtMillis"}
 
 // ParseLeaseReply validates a reply of lease-v2.lua for policy p: exactly
 // seven integers in [0, 2^53-1], status ALLOWED, DENIED,
@@ -53,10 +53,10 @@ func ParseLeaseReply(p *limiter.Policy, values []Value) (algorithm.Reply, error)
 		}
 		return algorithm.Reply{}, malformed("lease reply past its deadline with TIME %+v", values[1])
 	}
-	if len(values) != ReplyFields {
-		return algorithm.Reply{}, malformed("lease reply of %d values, want %d", len(values), ReplyFields)
+	if len(values) != replyFields {
+		return algorithm.Reply{}, malformed("lease reply of %d values, want %d", len(values), replyFields)
 	}
-	var num [ReplyFields]int64
+	var num [replyFields]int64
 	for i, v := range values {
 		if !v.IsInt || v.Int < 0 || v.Int > limiter.MaxSafeInteger {
 			return algorithm.Reply{}, malformed("lease reply field %s: %+v", fieldNames[i], v)

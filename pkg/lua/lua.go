@@ -41,8 +41,8 @@ var (
 	batchV2Function string
 )
 
-// Program is one versioned Lua program.
-type Program struct {
+// program is one versioned Lua program.
+type program struct {
 	// Name is the file name, e.g. "rate-batch-v2.lua".
 	Name string
 	// Source is the generated source, sent on NOSCRIPT.
@@ -50,14 +50,14 @@ type Program struct {
 }
 
 // Batch returns rate-batch-v2.lua, the rate program of every algorithm.
-func Batch() Program { return Program{Name: "rate-batch-v2.lua", Source: batchV2} }
+func Batch() program { return program{Name: "rate-batch-v2.lua", Source: batchV2} }
 
 // Refund returns rate-refund-v2.lua.
-func Refund() Program { return Program{Name: "rate-refund-v2.lua", Source: refundV2} }
+func Refund() program { return program{Name: "rate-refund-v2.lua", Source: refundV2} }
 
-// Function is a program as a Redis function library: loaded with FUNCTION
+// function is a program as a Redis function library: loaded with FUNCTION
 // LOAD, run with FCALL of Function with the program's KEYS and ARGV.
-type Function struct {
+type function struct {
 	// Name is the file name, e.g. "rate-batch-v2-function.lua".
 	Name string
 	// Library and Function are the names it registers, each ending with
@@ -69,8 +69,8 @@ type Function struct {
 
 // BatchFunction returns rate-batch-v2.lua as a function library
 // (rate-batch-v2-function.lua).
-func BatchFunction() Function {
-	return Function{Name: "rate-batch-v2-function.lua", Source: batchV2Function,
+func BatchFunction() function {
+	return function{Name: "rate-batch-v2-function.lua", Source: batchV2Function,
 		Library:  between(batchV2Function, "#!lua name=", "\n"),
 		Function: between(batchV2Function, "function_name='", "'")}
 }

@@ -54,7 +54,7 @@ func TestProgramsGenerated(t *testing.T) {
 		}
 	}
 	var embedded []string
-	for _, p := range append(Programs(), Lease(), Reset(), Program{Name: BatchFunction().Name, Source: BatchFunction().Source}) {
+	for _, p := range append(Programs(), Lease(), Reset(), program{Name: BatchFunction().Name, Source: BatchFunction().Source}) {
 		embedded = append(embedded, p.Name)
 		if p.Source != want[p.Name] {
 			t.Errorf("%s: the embedded source is not the generated one", p.Name)
@@ -113,7 +113,7 @@ func TestProgramsShape(t *testing.T) {
 	// name.
 	for _, alg := range limiter.Algorithms() {
 		frag := strings.ReplaceAll(alg.String(), "_", "-") + ".lua"
-		for section, progs := range map[string][]Program{"valid": {batch, refund}, "step": {batch}, "refund": {refund}} {
+		for section, progs := range map[string][]program{"valid": {batch, refund}, "step": {batch}, "refund": {refund}} {
 			text, err := luagen.Fragment(src, frag+" "+section)
 			if err != nil {
 				t.Fatal(err)
@@ -127,7 +127,7 @@ func TestProgramsShape(t *testing.T) {
 				}
 			}
 		}
-		for _, p := range []Program{batch, refund} {
+		for _, p := range []program{batch, refund} {
 			if byByte := fmt.Sprintf("algorithm == %d then\nalg = '%s'\n", alg, alg); !strings.Contains(unindent(p.Source), byByte) {
 				t.Errorf("%s: does not map byte %d to %s", p.Name, alg, alg)
 			}
@@ -138,7 +138,7 @@ func TestProgramsShape(t *testing.T) {
 	}
 	// The shared steps, verbatim; the refund program reads the state as
 	// the batch program does.
-	for name, progs := range map[string][]Program{
+	for name, progs := range map[string][]program{
 		"time.lua": {batch}, "valid.lua": {batch, refund}, "clock.lua": {batch},
 		"string-v2.lua load": {batch, refund}, "string-v2.lua encode": {refund}, "string-v2.lua value": {batch, refund},
 		"string-v2.lua store": {batch}, "exact.lua check": {batch}, "exact.lua exact": {refund},
@@ -427,4 +427,4 @@ func TestStateNames(t *testing.T) {
 }
 
 // Programs returns the rate programs of the package (Lease is the other).
-func Programs() []Program { return []Program{Batch(), Refund()} }
+func Programs() []program { return []program{Batch(), Refund()} }

@@ -76,15 +76,15 @@ type Value struct {
 	IsInt bool
 }
 
-// ExpiredFlag is the first value of a request's reply of
+// expiredFlag is the first value of a request's reply of
 // rate-batch-v2.lua when the program ran past the deadline it was given:
 // { 2, serverNowMillis }.
-const ExpiredFlag = 2
+const expiredFlag = 2
 
-// FailedFlag is the first value of a request's reply of rate-batch-v2.lua
+// failedFlag is the first value of a request's reply of rate-batch-v2.lua
 // when its evaluation raised an error: { 3, error text }. The other
 // requests of the group are unaffected.
-const FailedFlag = 3
+const failedFlag = 3
 
 // ErrRequestFailed is matched (errors.Is) by the *FailedError
 // ParseBatchReplyV2 returns for a request whose evaluation raised.
@@ -137,27 +137,27 @@ func notDecided(values []Value) error {
 		return nil
 	}
 	switch {
-	case values[0].Int == ExpiredFlag:
+	case values[0].Int == expiredFlag:
 		if v := values[1]; !v.IsInt || v.Int < 0 || v.Int > limiter.MaxSafeInteger {
 			return malformed("expired reply with serverNowMillis %+v", v)
 		}
 		return &ExpiredError{ServerNowMs: values[1].Int}
-	case values[0].Int == FailedFlag && !values[1].IsInt:
+	case values[0].Int == failedFlag && !values[1].IsInt:
 		return &FailedError{Msg: values[1].Str}
 	}
 	return nil
 }
 
-// ReplyFieldsV2 is the number of integers of one key's reply of
+// replyFieldsV2 is the number of integers of one key's reply of
 // rate-batch-v2.lua: code, remaining, retryAfterMillis, resetAtMillis.
-const ReplyFieldsV2 = 4
+const replyFieldsV2 = 4
 
 // StatusCodes is the number of the code of a key's reply of
 // rate-batch-v2.lua that is its status (statusCodes); the rest, divided
 // by StatusCodes, is how far its effective now is ahead of serverNow.
 const StatusCodes = 8
 
-var fieldNamesV2 = [ReplyFieldsV2]string{"code", "remaining", "retryAfterMillis", "resetAtMillis"}
+var fieldNamesV2 = [replyFieldsV2]string{"code", "remaining", "retryAfterMillis", "resetAtMillis"}
 
 // ParseBatchReplyV2 validates one request's reply of rate-batch-v2.lua (one
 // element of the group's reply) for the given policies (one per key, in
@@ -179,8 +179,8 @@ func ParseBatchReplyV2(policies []*limiter.Policy, values []Value, out []algorit
 	if err := notDecided(values); err != nil {
 		return false, err
 	}
-	if len(values) != 2+ReplyFieldsV2*n {
-		return false, malformed("%d values for %d keys, want %d", len(values), n, 2+ReplyFieldsV2*n)
+	if len(values) != 2+replyFieldsV2*n {
+		return false, malformed("%d values for %d keys, want %d", len(values), n, 2+replyFieldsV2*n)
 	}
 	if v := values[0]; !v.IsInt || v.Int < 0 || v.Int > 1 {
 		return false, malformed("committed flag %+v", v)
@@ -190,8 +190,8 @@ func ParseBatchReplyV2(policies []*limiter.Policy, values []Value, out []algorit
 	}
 	committed, serverNow := values[0].Int == 1, values[1].Int
 	for k := range n {
-		f := values[2+k*ReplyFieldsV2 : 2+(k+1)*ReplyFieldsV2]
-		var num [ReplyFieldsV2]int64
+		f := values[2+k*replyFieldsV2 : 2+(k+1)*replyFieldsV2]
+		var num [replyFieldsV2]int64
 		for i, v := range f {
 			if !v.IsInt || v.Int < 0 || v.Int > limiter.MaxSafeInteger {
 				return false, malformed("key %d: %s is not an integer in [0, 2^53-1]: %+v", k+1, fieldNamesV2[i], v)

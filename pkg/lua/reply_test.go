@@ -181,7 +181,7 @@ func FuzzParseBatchReplyV2(f *testing.F) {
 		var failed *FailedError
 		switch {
 		case errors.As(err, &expired):
-			want := []Value{{Int: ExpiredFlag, IsInt: true}, {Int: expired.ServerNowMs, IsInt: true}}
+			want := []Value{{Int: expiredFlag, IsInt: true}, {Int: expired.ServerNowMs, IsInt: true}}
 			if committed || expired.ServerNowMs < 0 || expired.ServerNowMs > limiter.MaxSafeInteger || !slices.Equal(vals, want) {
 				t.Fatalf("expired %v from %+v (committed %v)", expired, vals, committed)
 			}

@@ -11,7 +11,7 @@ var resetV1 string
 // Reset returns reset-v1.lua, the program of a policy reset: one key,
 // deleted only when it holds a state this version writes, checked and
 // deleted in one atomic run. It is not one of Programs, the rate programs.
-func Reset() Program { return Program{Name: "reset-v1.lua", Source: resetV1} }
+func Reset() program { return program{Name: "reset-v1.lua", Source: resetV1} }
 
 // ResetArgsV2 returns the ARGV of reset-v1.lua for a key of
 // redis.StorageKey's layout named for the policy being reset: it is

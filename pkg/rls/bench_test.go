@@ -225,7 +225,7 @@ func BenchmarkCodec(b *testing.B) {
 	b.Run("decode_request", func(b *testing.B) {
 		b.ReportAllocs()
 		for b.Loop() {
-			if err := DecodeRequest(raw, &rlsv3.RateLimitRequest{}); err != nil {
+			if err := decodeRequest(raw, &rlsv3.RateLimitRequest{}); err != nil {
 				b.Fatal(err)
 			}
 		}

@@ -50,7 +50,7 @@ func (Codec) Unmarshal(data mem.BufferSlice, v any) error {
 	buf := data.MaterializeToBuffer(mem.DefaultBufferPool())
 	defer buf.Free()
 	proto.Reset(req)
-	if derr := DecodeRequest(buf.ReadOnlyData(), req); derr != nil {
+	if derr := decodeRequest(buf.ReadOnlyData(), req); derr != nil {
 		return derr
 	}
 	return nil
@@ -60,14 +60,14 @@ func (Codec) Unmarshal(data mem.BufferSlice, v any) error {
 // protobuf.
 var errDecode = errors.New("rls: request is not a well-formed RateLimitRequest")
 
-// DecodeRequest parses the protobuf wire format b into m exactly as
+// decodeRequest parses the protobuf wire format b into m exactly as
 // proto.Unmarshal does (unknown fields kept, repeated occurrences of a
 // message field merged, the last occurrence of a scalar winning, a known
 // field of the wrong wire type kept as unknown) except for one thing: the
 // strings of RateLimitRequest and its descriptor entries are not required to
 // be valid UTF-8. Go strings hold any bytes; the matcher and the subject
 // digest read them as bytes. m should be empty (proto.Reset).
-func DecodeRequest(b []byte, m *rlsv3.RateLimitRequest) error {
+func decodeRequest(b []byte, m *rlsv3.RateLimitRequest) error {
 	return decodeFields(b, m, func(num protowire.Number, typ protowire.Type, v []byte, x uint64) (bool, error) {
 		switch {
 		case num == 1 && typ == protowire.BytesType:

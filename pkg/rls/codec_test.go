@@ -81,7 +81,7 @@ func TestDecodeRequestMatchesProtoUnmarshal(t *testing.T) {
 			t.Fatalf("input %d: proto.Unmarshal: %v", i, err)
 		}
 		got := &rlsv3.RateLimitRequest{}
-		if err := DecodeRequest(b, got); err != nil {
+		if err := decodeRequest(b, got); err != nil {
 			t.Fatalf("input %d: DecodeRequest: %v", i, err)
 		}
 		if !proto.Equal(got, want) {
@@ -105,7 +105,7 @@ func TestDecodeRequestTakesStringsAsBytes(t *testing.T) {
 				t.Fatalf("proto.Unmarshal accepted the input: the test no longer covers invalid UTF-8")
 			}
 			got := &rlsv3.RateLimitRequest{}
-			if err := DecodeRequest(b, got); err != nil {
+			if err := decodeRequest(b, got); err != nil {
 				t.Fatalf("DecodeRequest: %v", err)
 			}
 			e := got.GetDescriptors()[0].GetEntries()[0]
@@ -128,7 +128,7 @@ func TestDecodeRequestRefusesMalformedInput(t *testing.T) {
 		"end group":         {0x0c},
 		"bad limit":         {0x12, 0x04, 0x12, 0x02, 0x08, 0x80},
 	} {
-		if err := DecodeRequest(b, &rlsv3.RateLimitRequest{}); err == nil {
+		if err := decodeRequest(b, &rlsv3.RateLimitRequest{}); err == nil {
 			t.Errorf("%s: DecodeRequest accepted % x", name, b)
 		}
 	}
@@ -183,7 +183,7 @@ func FuzzDecodeRequest(f *testing.F) {
 	f.Add(rawRequest("envoy", "api_key", "k\xffey"))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		got := &rlsv3.RateLimitRequest{}
-		err := DecodeRequest(b, got)
+		err := decodeRequest(b, got)
 		want := &rlsv3.RateLimitRequest{}
 		perr := proto.Unmarshal(b, want)
 		switch {

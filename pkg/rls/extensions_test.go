@@ -46,8 +46,8 @@ descriptors:
 		if headers[HeaderReset] != secs {
 			t.Fatalf("step %d: %s %q, want %s", i, HeaderReset, headers[HeaderReset], secs)
 		}
-		if c.code == rlsv3.RateLimitResponse_OVER_LIMIT && headers[HeaderRetryAfter] != secs {
-			t.Fatalf("step %d: %s %q, want %s", i, HeaderRetryAfter, headers[HeaderRetryAfter], secs)
+		if c.code == rlsv3.RateLimitResponse_OVER_LIMIT && headers[headerRetryAfter] != secs {
+			t.Fatalf("step %d: %s %q, want %s", i, headerRetryAfter, headers[headerRetryAfter], secs)
 		}
 	}
 }
@@ -82,7 +82,7 @@ func TestPenaltyBox(t *testing.T) {
 		st := resp.Statuses[0]
 		hd := headers(resp)
 		if resp.OverallCode != rlsv3.RateLimitResponse_OVER_LIMIT || st.Code != rlsv3.RateLimitResponse_OVER_LIMIT ||
-			st.LimitRemaining != 0 || hd[HeaderRetryAfter] != retry || st.DurationUntilReset.AsDuration() != reset {
+			st.LimitRemaining != 0 || hd[headerRetryAfter] != retry || st.DurationUntilReset.AsDuration() != reset {
 			t.Fatalf("%s: %v %v (reset %v), want OVER_LIMIT, Retry-After %s, reset %v", what, resp.OverallCode, hd, st.DurationUntilReset.AsDuration(), retry, reset)
 		}
 	}

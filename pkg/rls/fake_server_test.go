@@ -54,13 +54,13 @@ func TestFakeOKThenOverLimit(t *testing.T) {
 			t.Fatalf("step %d: headers %v", i, hd)
 		}
 		if i == 2 {
-			if hd[HeaderRetryAfter] != "50" || hd[HeaderRemaining] != "0" {
+			if hd[headerRetryAfter] != "50" || hd[HeaderRemaining] != "0" {
 				t.Fatalf("over: headers %v", hd)
 			}
 			if string(resp.RawBody) != `{"error":"rate_limited","policy":"per-user","retry_after_seconds":50}` {
 				t.Fatalf("body %s", resp.RawBody)
 			}
-		} else if _, ok := hd[HeaderRetryAfter]; ok || resp.RawBody != nil {
+		} else if _, ok := hd[headerRetryAfter]; ok || resp.RawBody != nil {
 			t.Fatalf("step %d: Retry-After or body on OK", i)
 		}
 	}
@@ -82,11 +82,11 @@ func TestFakeFailureModes(t *testing.T) {
 				resp := h.call(t, request("d", desc("user", "bob")))
 				hd := headers(resp)
 				if mode == limiter.FailClosed {
-					if resp.OverallCode != rlsv3.RateLimitResponse_OVER_LIMIT || hd[HeaderRetryAfter] == "" {
+					if resp.OverallCode != rlsv3.RateLimitResponse_OVER_LIMIT || hd[headerRetryAfter] == "" {
 						t.Fatalf("closed: %v %v", resp.OverallCode, hd)
 					}
-					if kind == limiter.Unavailable && hd[HeaderRetryAfter] != "3" {
-						t.Fatalf("Retry-After %q, want the store's hint 3", hd[HeaderRetryAfter])
+					if kind == limiter.Unavailable && hd[headerRetryAfter] != "3" {
+						t.Fatalf("Retry-After %q, want the store's hint 3", hd[headerRetryAfter])
 					}
 				} else if resp.OverallCode != rlsv3.RateLimitResponse_OK || len(hd) != 0 {
 					t.Fatalf("open: %v %v", resp.OverallCode, hd)
@@ -128,7 +128,7 @@ func TestHungStoreStillAnswersByFailureModeBeforeTheDeadline(t *testing.T) {
 			if err != nil {
 				t.Fatalf("hung store: %v, want the closed policy's OVER_LIMIT", err)
 			}
-			if resp.OverallCode != rlsv3.RateLimitResponse_OVER_LIMIT || headers(resp)[HeaderRetryAfter] == "" {
+			if resp.OverallCode != rlsv3.RateLimitResponse_OVER_LIMIT || headers(resp)[headerRetryAfter] == "" {
 				t.Fatalf("hung store: %v %v, want OVER_LIMIT with Retry-After", resp.OverallCode, headers(resp))
 			}
 		})

@@ -18,8 +18,8 @@ const (
 	HeaderLimit       = "X-RateLimit-Limit"
 	HeaderRemaining   = "X-RateLimit-Remaining"
 	HeaderReset       = "X-RateLimit-Reset"
-	HeaderRetryAfter  = "Retry-After"
-	HeaderContentType = "Content-Type"
+	headerRetryAfter  = "Retry-After"
+	headerContentType = "Content-Type"
 	bodyContentType   = "application/json"
 )
 
@@ -145,7 +145,7 @@ func (s *Server) addHeadersAndBody(resp *rlsv3.RateLimitResponse, sc *scratch, s
 		nh++
 	}
 	if over && mode != descriptors.HeadersNone {
-		hv[nh].key, hv[nh].value = HeaderRetryAfter, strconv.FormatInt(retrySecs, 10)
+		hv[nh].key, hv[nh].value = headerRetryAfter, strconv.FormatInt(retrySecs, 10)
 		nh++
 	}
 	if over {
@@ -161,7 +161,7 @@ func (s *Server) addHeadersAndBody(resp *rlsv3.RateLimitResponse, sc *scratch, s
 		buf = append(buf, '}')
 		resp.RawBody = append([]byte(nil), buf...)
 		// Envoy lets the service's content-type replace the local reply's.
-		hv[nh].key, hv[nh].value = HeaderContentType, bodyContentType
+		hv[nh].key, hv[nh].value = headerContentType, bodyContentType
 		nh++
 	}
 	sc.buf = buf

@@ -47,7 +47,7 @@ func TestHitCountersBounded(t *testing.T) {
 		{key: "user", policy: "hits/user", hits: 1 << 63, over: true, counted: 5},
 		{key: "user", policy: "hits/user", hits: 1<<53 - 1, over: true, counted: 5},
 		{key: "user", policy: "hits/user", hits: 6, over: true, counted: 5},
-		{key: "free", policy: UnlimitedPolicy, hits: 1 << 63, counted: math.MaxUint32},
+		{key: "free", policy: unlimitedPolicy, hits: 1 << 63, counted: math.MaxUint32},
 		{key: "tokens", policy: "hits/tokens", hits: 1 << 63, over: true, counted: 200},
 		{key: "tokens", policy: "hits/tokens", hits: 1<<53 - 1, over: true, counted: 200},
 	}

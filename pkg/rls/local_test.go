@@ -108,7 +108,7 @@ func TestLocalFallbackDividesTheLimit(t *testing.T) {
 				}
 			}
 			resp := e.call(t, request("loc", desc("local", "a")))
-			if hd := headers(resp); resp.OverallCode != rlsv3.RateLimitResponse_OVER_LIMIT || hd[HeaderRetryAfter] != "50" || hd[HeaderRemaining] != "0" {
+			if hd := headers(resp); resp.OverallCode != rlsv3.RateLimitResponse_OVER_LIMIT || hd[headerRetryAfter] != "50" || hd[HeaderRemaining] != "0" {
 				t.Fatalf("sixth call: %v %v, want OVER_LIMIT, Retry-After 50", resp.OverallCode, hd)
 			}
 			// Another subject has its own share.

@@ -13,13 +13,13 @@ import (
 
 // Bounds on the request text the dynamic metadata repeats (Config.DynamicMetadata).
 const (
-	// MetadataEntryBytes bounds one entry's "key=value" text: a longer one
+	// metadataEntryBytes bounds one entry's "key=value" text: a longer one
 	// is cut to this many bytes (at a UTF-8 boundary).
-	MetadataEntryBytes = 256
-	// MetadataEntriesBytes bounds the entries' text of one response: the
+	metadataEntryBytes = 256
+	// metadataEntriesBytes bounds the entries' text of one response: the
 	// entries past it are left out, and each descriptor that lost some
 	// says how many in "entriesDropped".
-	MetadataEntriesBytes = 4096
+	metadataEntriesBytes = 4096
 )
 
 // Field names of the dynamic metadata. The first ones are those of
@@ -43,7 +43,7 @@ const (
 	mdFailureMode    = "failureMode"
 	mdEntriesDropped = "entriesDropped"
 	// Results of a descriptor without a decided limit, beside the
-	// decision results (ResultOK, ResultOverLimit, ResultShadowOverLimit).
+	// decision results (resultLabelOK, ResultOverLimit, ResultShadowOverLimit).
 	resultUnmatched    = "unmatched"
 	resultReplaced     = "replaced"
 	resultNotEvaluated = "not_evaluated"
@@ -77,7 +77,7 @@ func descGroups(descs []descStatus) iter.Seq2[int, int] {
 // MetadataEntryBytes and MetadataEntriesBytes. Strings are made valid
 // UTF-8 (a protobuf string must be).
 func (s *Server) buildDynamicMetadata(req *rlsv3.RateLimitRequest, statuses []rlsv3.RateLimitResponse_DescriptorStatus, sc *scratch) *structpb.Struct {
-	budget := MetadataEntriesBytes
+	budget := metadataEntriesBytes
 	list := make([]*structpb.Value, 0, len(req.Descriptors))
 	var merged *structpb.Struct
 	// Every descriptor has at least one status, in descriptor order.
@@ -117,7 +117,7 @@ func describeRequest(f map[string]*structpb.Value, d *rlv3.RateLimitDescriptor, 
 	entries := make([]*structpb.Value, 0, len(d.Entries))
 	dropped := 0
 	for _, e := range d.Entries {
-		text := truncateUTF8(validUTF8(e.Key+"="+e.Value), MetadataEntryBytes)
+		text := truncateUTF8(validUTF8(e.Key+"="+e.Value), metadataEntryBytes)
 		if len(text) > *budget {
 			dropped++
 			*budget = 0
@@ -149,8 +149,8 @@ func describeDecision(f map[string]*structpb.Value, ds *descStatus) {
 		f[mdLimitName] = structpb.NewStringValue(rule.Name)
 	}
 	if ds.kind == statusUnlimited {
-		f[mdPolicy] = structpb.NewStringValue(UnlimitedPolicy)
-		f[mdResult] = structpb.NewStringValue(ResultOK)
+		f[mdPolicy] = structpb.NewStringValue(unlimitedPolicy)
+		f[mdResult] = structpb.NewStringValue(resultLabelOK)
 		return
 	}
 	f[mdPolicy] = structpb.NewStringValue(ds.policyLabel())
@@ -178,7 +178,7 @@ func describeUndecided(f map[string]*structpb.Value, ds *descStatus) {
 		describeDecision(f, ds)
 	case ds.failedOver:
 		f[mdPolicy] = structpb.NewStringValue(ds.policyLabel())
-		f[mdResult] = structpb.NewStringValue(ResultOK)
+		f[mdResult] = structpb.NewStringValue(resultLabelOK)
 		f[mdFailureMode] = structpb.NewStringValue(ds.fallback.String())
 	case ds.kind == statusReplaced:
 		f[mdResult] = structpb.NewStringValue(resultReplaced)

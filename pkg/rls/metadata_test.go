@@ -124,7 +124,7 @@ func TestDynamicMetadataOverride(t *testing.T) {
 	d := overrideDesc(5, typev3.RateLimitUnit_MINUTE, "route", "r1")
 	d.Limit.UnitMultiplier = wrapperspb.UInt32(15)
 	got := metadataOf(t, e.call(t, request("rls", d)))["descriptors"].([]any)[0].(map[string]any)
-	if got["limit"] != "requests_per_unit:5 unit:MINUTE unit_multiplier:15" || got["policy"] != OverridePolicy ||
+	if got["limit"] != "requests_per_unit:5 unit:MINUTE unit_multiplier:15" || got["policy"] != overridePolicy ||
 		got["result"] != "ok" || got["remaining"] != 4.0 {
 		t.Fatalf("override descriptor: %s", jsonOf(got))
 	}
@@ -172,7 +172,7 @@ func TestDynamicMetadataBounded(t *testing.T) {
 		m := d.(map[string]any)
 		for _, v := range m["entries"].([]any) {
 			s := v.(string)
-			if len(s) > MetadataEntryBytes || !utf8.ValidString(s) {
+			if len(s) > metadataEntryBytes || !utf8.ValidString(s) {
 				t.Fatalf("descriptor %d: entry of %d bytes (valid UTF-8 %t)", i, len(s), utf8.ValidString(s))
 			}
 			total += len(s)
@@ -183,8 +183,8 @@ func TestDynamicMetadataBounded(t *testing.T) {
 	}
 	// 16 entries of 256 bytes fill the 4096 bytes: the next 32 and the
 	// user's are dropped.
-	if total != MetadataEntriesBytes || dropped != 2*MaxEntries+1 {
-		t.Fatalf("%d entry bytes, %v dropped; want %d and %d", total, dropped, MetadataEntriesBytes, 2*MaxEntries+1)
+	if total != metadataEntriesBytes || dropped != 2*MaxEntries+1 {
+		t.Fatalf("%d entry bytes, %v dropped; want %d and %d", total, dropped, metadataEntriesBytes, 2*MaxEntries+1)
 	}
 	// Alone, the user's entry is kept, its byte replaced.
 	resp, err = e.srv.ShouldRateLimit(context.Background(), request("md", desc("user", "bad\xffbyte")))

@@ -16,14 +16,14 @@ const MetricsNamespace = "envoy_rls"
 // descriptor value: domains come from the loaded configuration (or are
 // UnknownDomainLabel) and policies are configured policy IDs.
 const (
-	UnknownDomainLabel = "unknown"
-	UnlimitedPolicy    = "unlimited"
-	OverridePolicy     = "override"
+	unknownDomainLabel = "unknown"
+	unlimitedPolicy    = "unlimited"
+	overridePolicy     = "override"
 )
 
 // Decision results, the values of the result label of decisions_total.
 const (
-	ResultOK              = "ok"
+	resultLabelOK         = "ok"
 	ResultOverLimit       = "over_limit"
 	ResultShadowOverLimit = "shadow_over_limit"
 )
@@ -68,14 +68,14 @@ type domainMetrics struct {
 type result uint8
 
 const (
-	resultOK         result = iota // ResultOK
+	resultOK         result = iota // resultLabelOK
 	resultOver                     // ResultOverLimit
 	resultShadowOver               // ResultShadowOverLimit
 	results
 )
 
 // resultLabels are the result labels of the decision counters.
-var resultLabels = [results]string{ResultOK, ResultOverLimit, ResultShadowOverLimit}
+var resultLabels = [results]string{resultLabelOK, ResultOverLimit, ResultShadowOverLimit}
 
 type policyCounters struct {
 	// decisions, and those of the local fallback (a subset), by result.

@@ -175,7 +175,7 @@ func runSeveral(t *testing.T, h *harness, w windows, key string, exact bool, pha
 			if want.unit == sec && reset > time.Second || want.unit == min && reset <= time.Second {
 				t.Fatalf("phase %d step %d: duration_until_reset %v for the %v limit", p, i, reset, want.unit)
 			}
-			retry, hasRetry := hd[HeaderRetryAfter]
+			retry, hasRetry := hd[headerRetryAfter]
 			if hasRetry != (want.code == over) {
 				t.Fatalf("phase %d step %d: Retry-After %q", p, i, retry)
 			}
@@ -260,7 +260,7 @@ func TestSeveralLimitsFailureModes(t *testing.T) {
 	if resp.OverallCode != rlsv3.RateLimitResponse_OVER_LIMIT || st.CurrentLimit.GetUnit() != rlsv3.RateLimitResponse_RateLimit_SECOND || st.CurrentLimit.GetRequestsPerUnit() != 2 {
 		t.Fatalf("store down: %v", resp)
 	}
-	if hd := headers(resp); hd[HeaderLimit] != "2, 2;w=1" || hd[HeaderRetryAfter] != "3" {
+	if hd := headers(resp); hd[HeaderLimit] != "2, 2;w=1" || hd[headerRetryAfter] != "3" {
 		t.Errorf("store down: headers %v (the failed-open limit is not listed)", hd)
 	}
 	m := h.metrics(t)

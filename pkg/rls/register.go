@@ -33,7 +33,7 @@ type Admission interface {
 // it: calls_total with DEADLINE_EXCEEDED and call_duration_seconds (domain
 // "unknown") over d, the time since the call arrived.
 func (m *Metrics) CountCut(d time.Duration) {
-	m.observeCall(UnknownDomainLabel, codes.DeadlineExceeded, d)
+	m.observeCall(unknownDomainLabel, codes.DeadlineExceeded, d)
 }
 
 // Register registers s as RateLimitService on r. Use it instead of
@@ -67,7 +67,7 @@ func shouldRateLimitHandler(srv any, ctx context.Context, dec func(any) error, i
 	if err := dec(in); err != nil {
 		// ShouldRateLimit counts every call it sees; this one it never will.
 		if counts {
-			s.metrics.observeCall(UnknownDomainLabel, status.Code(err), time.Since(s.epoch)-start)
+			s.metrics.observeCall(unknownDomainLabel, status.Code(err), time.Since(s.epoch)-start)
 		}
 		return nil, err
 	}

@@ -114,7 +114,7 @@ func (s *Server) decision(ctx context.Context, sc *scratch, ds *descStatus, stat
 		return false
 	case statusUnlimited:
 		statuses[ds.desc].LimitRemaining = math.MaxUint32
-		pc := dm.policy(s.metrics, UnlimitedPolicy)
+		pc := dm.policy(s.metrics, unlimitedPolicy)
 		pc.count(resultOK, false, false)
 		pc.hits.Add(float64(ds.countedHits()))
 		return false
@@ -326,7 +326,7 @@ func (ds *descStatus) countedHits() int64 {
 // ID derives from request-supplied keys and so must not become a label).
 func (ds *descStatus) policyLabel() string {
 	if ds.override {
-		return OverridePolicy
+		return overridePolicy
 	}
 	return ds.match.Rule.Policy.ID()
 }

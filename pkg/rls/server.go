@@ -44,9 +44,9 @@ type Rules interface {
 
 // Defaults for Config fields left zero.
 const (
-	DefaultDenialLogTick       = time.Second
-	DefaultDenialLogFirst      = 10
-	DefaultDenialLogThereafter = 1000
+	defaultDenialLogTick       = time.Second
+	defaultDenialLogFirst      = 10
+	defaultDenialLogThereafter = 1000
 )
 
 // Config configures a Server.
@@ -195,13 +195,13 @@ func New(cfg Config) (*Server, error) {
 		return nil, fmt.Errorf("rls: Config.MaxOverridePolicies %d is not between 1 and %d", cfg.MaxOverridePolicies, MaxOverridePoliciesBound)
 	}
 	if cfg.DenialLogTick <= 0 {
-		cfg.DenialLogTick = DefaultDenialLogTick
+		cfg.DenialLogTick = defaultDenialLogTick
 	}
 	if cfg.DenialLogFirst <= 0 {
-		cfg.DenialLogFirst = DefaultDenialLogFirst
+		cfg.DenialLogFirst = defaultDenialLogFirst
 	}
 	if cfg.DenialLogThereafter <= 0 {
-		cfg.DenialLogThereafter = DefaultDenialLogThereafter
+		cfg.DenialLogThereafter = defaultDenialLogThereafter
 	}
 	log := cfg.Logger.Named("rls")
 	s := &Server{
@@ -237,7 +237,7 @@ func New(cfg Config) (*Server, error) {
 func (s *Server) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRequest) (resp *rlsv3.RateLimitResponse, err error) {
 	start := time.Since(s.epoch)
 	storeFailed := false
-	metricDomain := UnknownDomainLabel
+	metricDomain := unknownDomainLabel
 	var dm *domainMetrics // metricDomain's, once the domain is known
 	defer func() {
 		if r := recover(); r != nil {

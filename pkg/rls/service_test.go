@@ -48,12 +48,12 @@ func TestFieldsAndFullHeaders(t *testing.T) {
 		if hd[HeaderLimit] != "3, 3;w=60" || hd[HeaderRemaining] != itoa(int(want.remaining)) || hd[HeaderReset] != "50" {
 			t.Fatalf("step %d: headers %v", i, hd)
 		}
-		_, hasRetry := hd[HeaderRetryAfter]
+		_, hasRetry := hd[headerRetryAfter]
 		if over := want.code == rlsv3.RateLimitResponse_OVER_LIMIT; hasRetry != over || (resp.RawBody != nil) != over {
 			t.Fatalf("step %d: Retry-After present %v, body %q", i, hasRetry, resp.RawBody)
 		}
 		if want.code == rlsv3.RateLimitResponse_OVER_LIMIT {
-			if hd[HeaderRetryAfter] != "50" || hd[HeaderContentType] != "application/json" {
+			if hd[headerRetryAfter] != "50" || hd[headerContentType] != "application/json" {
 				t.Fatalf("over: headers %v", hd)
 			}
 			if got := string(resp.RawBody); got != `{"error":"rate_limited","policy":"rls:per-user","retry_after_seconds":50}` {
@@ -64,7 +64,7 @@ func TestFieldsAndFullHeaders(t *testing.T) {
 	// Retry-After rounds up: 49.5s left is 50.
 	e.clock.Advance(500 * time.Millisecond)
 	resp := e.call(t, request("rls", desc("user", "alice")))
-	if hd := headers(resp); hd[HeaderRetryAfter] != "50" || hd[HeaderReset] != "50" {
+	if hd := headers(resp); hd[headerRetryAfter] != "50" || hd[HeaderReset] != "50" {
 		t.Fatalf("rounding: %v", hd)
 	}
 	// A new window admits again.
@@ -112,7 +112,7 @@ func TestMostRestrictiveStatusDrivesHeaders(t *testing.T) {
 		t.Fatalf("statuses %v", resp.Statuses)
 	}
 	hd = headers(resp)
-	if hd[HeaderRetryAfter] != "1" || !strings.Contains(string(resp.RawBody), `"policy":"rls/route:_tight`) {
+	if hd[headerRetryAfter] != "1" || !strings.Contains(string(resp.RawBody), `"policy":"rls/route:_tight`) {
 		t.Fatalf("over: %v %s", hd, resp.RawBody)
 	}
 	// The call was denied, so nothing consumed: the user still has the 2
@@ -275,7 +275,7 @@ func TestZeroLimitNeverTouchesStore(t *testing.T) {
 	if d := resp.Statuses[0].DurationUntilReset.AsDuration(); d != 59*time.Minute+50*time.Second {
 		t.Fatalf("duration_until_reset %v", d)
 	}
-	if hd := headers(resp); hd[HeaderRetryAfter] != "3590" {
+	if hd := headers(resp); hd[headerRetryAfter] != "3590" {
 		t.Fatalf("headers %v", hd)
 	}
 	if batches, _ := e.store.counts(); batches != 0 {
@@ -382,14 +382,14 @@ func TestHeaderModes(t *testing.T) {
 	}
 	resp := e.call(t, request("rls", desc("login", "l")))
 	hd := headers(resp)
-	if len(hd) != 2 || hd[HeaderRetryAfter] != "50" || hd[HeaderContentType] != "application/json" {
+	if len(hd) != 2 || hd[headerRetryAfter] != "50" || hd[headerContentType] != "application/json" {
 		t.Fatalf("retry_after mode, over: %v", hd)
 	}
 	// none: no rate-limit headers, and a body that names nothing.
 	e.call(t, request("rls", desc("secret_route", "s")))
 	resp = e.call(t, request("rls", desc("secret_route", "s")))
 	hd = headers(resp)
-	if resp.OverallCode != rlsv3.RateLimitResponse_OVER_LIMIT || len(hd) != 1 || hd[HeaderContentType] == "" {
+	if resp.OverallCode != rlsv3.RateLimitResponse_OVER_LIMIT || len(hd) != 1 || hd[headerContentType] == "" {
 		t.Fatalf("none mode: %v", hd)
 	}
 	if string(resp.RawBody) != `{"error":"rate_limited"}` {
@@ -429,7 +429,7 @@ func TestFailureModesWithRealRules(t *testing.T) {
 			if kind == limiter.Unavailable {
 				want = "3" // the store's 2.5s hint, rounded up
 			}
-			if resp.OverallCode != rlsv3.RateLimitResponse_OVER_LIMIT || hd[HeaderRetryAfter] != want || hd[HeaderRemaining] != "0" {
+			if resp.OverallCode != rlsv3.RateLimitResponse_OVER_LIMIT || hd[headerRetryAfter] != want || hd[HeaderRemaining] != "0" {
 				t.Fatalf("fail closed: %v %v", resp.OverallCode, hd)
 			}
 			m := e.metrics(t)

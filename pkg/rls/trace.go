@@ -11,8 +11,8 @@ import (
 	"github.com/envoy-rls/envoy-rls/pkg/limiter/spans"
 )
 
-// TracerName is the instrumentation scope of the spans this package starts.
-const TracerName = "github.com/envoy-rls/envoy-rls/pkg/rls"
+// tracerName is the instrumentation scope of the spans this package starts.
+const tracerName = "github.com/envoy-rls/envoy-rls/pkg/rls"
 
 // StoreSpanName is the span around one store evaluation (one batch: the
 // limits of one call).
@@ -34,7 +34,7 @@ const (
 	// are the request path's shared keys (pkg/limiter/spans).
 	AttrPolicies = spans.Policies
 	AttrOutcome  = spans.Outcome
-	AttrFailure  = spans.Failure
+	attrFailure  = spans.Failure
 )
 
 // tracer returns the package's tracer of tp, nil when tp is nil: nil
@@ -43,7 +43,7 @@ func tracer(tp trace.TracerProvider) trace.Tracer {
 	if tp == nil {
 		return nil
 	}
-	return tp.Tracer(TracerName)
+	return tp.Tracer(tracerName)
 }
 
 // evaluateTraced is store.Evaluate inside a child span of the call's span.
@@ -69,7 +69,7 @@ func (s *Server) annotateCall(ctx context.Context, req *rlsv3.RateLimitRequest, 
 	if !span.IsRecording() {
 		return
 	}
-	domain := UnknownDomainLabel
+	domain := unknownDomainLabel
 	if known {
 		domain = req.Domain
 	}

@@ -20,9 +20,9 @@ const (
 	MaxKeyBytes     = 1024
 	MaxValueBytes   = 1024
 	maxSafeHitsCost = 1<<53 - 1
-	// MaxOverrideWindow bounds the window of a request-supplied limit
+	// maxOverrideWindow bounds the window of a request-supplied limit
 	// override (unit × unit_multiplier).
-	MaxOverrideWindow = 10 * 365 * 24 * time.Hour
+	maxOverrideWindow = 10 * 365 * 24 * time.Hour
 )
 
 // boundError is a request that violates a bound; the message is safe to
@@ -75,8 +75,8 @@ func validateRequest(req *rlsv3.RateLimitRequest) error {
 			if !ok {
 				return boundf("descriptor %d: limit override unit %d is not one of SECOND, MINUTE, HOUR, DAY, MONTH, YEAR", i, int32(d.Limit.Unit))
 			}
-			if m := d.Limit.GetUnitMultiplier().GetValue(); m > 1 && unit.Duration()*time.Duration(m) > MaxOverrideWindow {
-				return boundf("descriptor %d: limit override window (unit × unit_multiplier %d) is above the bound of %s", i, m, MaxOverrideWindow)
+			if m := d.Limit.GetUnitMultiplier().GetValue(); m > 1 && unit.Duration()*time.Duration(m) > maxOverrideWindow {
+				return boundf("descriptor %d: limit override window (unit × unit_multiplier %d) is above the bound of %s", i, m, maxOverrideWindow)
 			}
 		}
 	}

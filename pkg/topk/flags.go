@@ -26,17 +26,17 @@ type Flags struct {
 
 // flagAccepts says what each flag takes. Read only.
 var flagAccepts = map[string]string{
-	"top-counters":      fmt.Sprintf("an integer from 1 to %d", MaxCounters),
-	"top-max-policies":  fmt.Sprintf("an integer from 1 to %d", MaxPolicies),
+	"top-counters":      fmt.Sprintf("an integer from 1 to %d", maxCounters),
+	"top-max-policies":  fmt.Sprintf("an integer from 1 to %d", maxPolicies),
 	"top-window":        "a duration of at least 1s, such as 1m",
 	"top-metric-series": fmt.Sprintf("an integer from 0 to %d", maxMetricSeries),
 }
 
 // Define defines the flags on fs.
 func (f *Flags) Define(fs *flag.FlagSet) map[string]string {
-	fs.IntVar(&f.Counters, "top-counters", DefaultCounters, fmt.Sprintf("top consumers: subjects monitored per policy, per ranking (hits, denials) and window, 1–%d (/v1/top answers at most this many)", MaxCounters))
-	fs.IntVar(&f.MaxPolicies, "top-max-policies", DefaultMaxPolicies, fmt.Sprintf("top consumers and usage: the most policies tracked, 1–%d; decisions of further policies are counted in envoy_rls_top_untracked_total only", MaxPolicies))
-	fs.DurationVar(&f.Window, "top-window", DefaultWindow, "top consumers: the length of each of the two rotating windows; /v1/top covers the current and the previous one (at least 1s)")
+	fs.IntVar(&f.Counters, "top-counters", defaultCounters, fmt.Sprintf("top consumers: subjects monitored per policy, per ranking (hits, denials) and window, 1–%d (/v1/top answers at most this many)", maxCounters))
+	fs.IntVar(&f.MaxPolicies, "top-max-policies", defaultMaxPolicies, fmt.Sprintf("top consumers and usage: the most policies tracked, 1–%d; decisions of further policies are counted in envoy_rls_top_untracked_total only", maxPolicies))
+	fs.DurationVar(&f.Window, "top-window", defaultWindow, "top consumers: the length of each of the two rotating windows; /v1/top covers the current and the previous one (at least 1s)")
 	fs.IntVar(&f.MetricSeries, "top-metric-series", 0, fmt.Sprintf("export the heaviest subjects as envoy_rls_top_subject_hits, at most this many series in all, 0–%d (0: off); labels carry an 8-hex digest prefix, never a value", maxMetricSeries))
 	return nil
 }
@@ -44,8 +44,8 @@ func (f *Flags) Define(fs *flag.FlagSet) map[string]string {
 // Check refuses, one error each, the values Start would.
 func (f *Flags) Check(check func(string, bool, string), _ func(string) string) {
 	bad := func(name string, ok bool) { check(name, ok, "must be "+flagAccepts[name]) }
-	bad("top-counters", f.Counters >= 1 && f.Counters <= MaxCounters)
-	bad("top-max-policies", f.MaxPolicies >= 1 && f.MaxPolicies <= MaxPolicies)
+	bad("top-counters", f.Counters >= 1 && f.Counters <= maxCounters)
+	bad("top-max-policies", f.MaxPolicies >= 1 && f.MaxPolicies <= maxPolicies)
 	bad("top-window", f.Window >= time.Second)
 	bad("top-metric-series", f.MetricSeries >= 0 && f.MetricSeries <= maxMetricSeries)
 }

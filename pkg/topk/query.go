@@ -31,35 +31,35 @@ const (
 	ByDenied
 )
 
-// Entry is one subject of a Top answer. Hits and Denied are estimates over
+// entry is one subject of a Top answer. Hits and Denied are estimates over
 // the answer's period: Hits is at most HitsError above the subject's true
 // hits and never below them; Denied is at most DeniedError above its true
 // denials (for ByHits answers of a subject absent from the denial sketch,
 // Denied counts the denials seen while it was monitored, a lower bound).
-type Entry struct {
+type entry struct {
 	Subject             limiter.SubjectDigest
 	Hits, HitsError     int64
 	Denied, DeniedError int64
 }
 
-// Top is one policy's heaviest subjects over [From, now].
-type Top struct {
+// top is one policy's heaviest subjects over [From, now].
+type top struct {
 	Domain, Policy, Key string
 	From                time.Time
-	Entries             []Entry
+	Entries             []entry
 }
 
 // Top returns, for every policy f selects, its n heaviest subjects by by,
 // in descending order (ties by digest), policies ordered by domain then
 // policy. n is capped at Counters.
-func (t *Tracker) Top(f Filter, by By, n int) []Top {
+func (t *Tracker) Top(f Filter, by By, n int) []top {
 	n = min(max(n, 0), t.Counters())
 	now := t.clock.Now().UnixMilli()
-	var out []Top
+	var out []top
 	for _, p := range t.selected(f) {
-		var entries []Entry
+		var entries []entry
 		from := t.eachShard(p, now, func(sh *shard) { entries = appendMerged(entries, sh, by) })
-		slices.SortFunc(entries, func(a, b Entry) int {
+		slices.SortFunc(entries, func(a, b entry) int {
 			x, y := a.Hits, b.Hits
 			if by == ByDenied {
 				x, y = a.Denied, b.Denied
@@ -72,14 +72,14 @@ func (t *Tracker) Top(f Filter, by By, n int) []Top {
 		if len(entries) > n {
 			entries = entries[:n]
 		}
-		out = append(out, Top{Domain: p.key.Domain, Policy: p.key.Policy, Key: p.dkey, From: from, Entries: entries})
+		out = append(out, top{Domain: p.key.Domain, Policy: p.key.Policy, Key: p.dkey, From: from, Entries: entries})
 	}
 	return out
 }
 
 // appendMerged appends the subjects ranked by by in sh's two windows, each
 // once, with its counts summed over both windows. The caller holds sh.mu.
-func appendMerged(dst []Entry, sh *shard, by By) []Entry {
+func appendMerged(dst []entry, sh *shard, by By) []entry {
 	start := len(dst)
 	seen := make(map[limiter.SubjectDigest]bool)
 	for _, w := range []*window{&sh.cur, &sh.old} {
@@ -90,7 +90,7 @@ func appendMerged(dst []Entry, sh *shard, by By) []Entry {
 		for _, c := range ranked.heap {
 			if !seen[c.subject] {
 				seen[c.subject] = true
-				dst = append(dst, Entry{Subject: c.subject})
+				dst = append(dst, entry{Subject: c.subject})
 			}
 		}
 	}
@@ -115,8 +115,8 @@ func appendMerged(dst []Entry, sh *shard, by By) []Entry {
 	return dst
 }
 
-// Usage is one policy's totals.
-type Usage struct {
+// usage is one policy's totals.
+type usage struct {
 	Domain, Policy, Key string
 	// Since is when the policy was first observed; the totals count from
 	// then.
@@ -128,23 +128,23 @@ type Usage struct {
 	// (HyperLogLog, standard error about 1.6%).
 	DistinctSubjects uint64
 	// Recent holds the same counts over the Top period.
-	Recent Recent
+	Recent recent
 }
 
-// Recent is a policy's traffic over [From, now].
-type Recent struct {
+// recent is a policy's traffic over [From, now].
+type recent struct {
 	From                                    time.Time
 	Hits, Decisions, Denials, ShadowDenials int64
 }
 
 // Usage returns the totals of every policy f selects, ordered by domain
 // then policy.
-func (t *Tracker) Usage(f Filter) []Usage {
+func (t *Tracker) Usage(f Filter) []usage {
 	now := t.clock.Now().UnixMilli()
-	var out []Usage
+	var out []usage
 	for _, p := range t.selected(f) {
-		u := Usage{Domain: p.key.Domain, Policy: p.key.Policy, Key: p.dkey, Since: p.since}
-		distinct, _ := hyperloglog.NewSketch(HLLPrecision, true) // a valid precision
+		u := usage{Domain: p.key.Domain, Policy: p.key.Policy, Key: p.dkey, Since: p.since}
+		distinct, _ := hyperloglog.NewSketch(hllPrecision, true) // a valid precision
 		u.Recent.From = t.eachShard(p, now, func(sh *shard) {
 			u.Hits += sh.total.hits
 			u.Decisions += sh.total.decisions

@@ -60,9 +60,9 @@ func TestConfigValidation(t *testing.T) {
 		cfg  Config
 	}{
 		{"negative counters", Config{Counters: -1}},
-		{"too many counters", Config{Counters: MaxCounters + 1}},
+		{"too many counters", Config{Counters: maxCounters + 1}},
 		{"negative policies", Config{MaxPolicies: -1}},
-		{"too many policies", Config{MaxPolicies: MaxPolicies + 1}},
+		{"too many policies", Config{MaxPolicies: maxPolicies + 1}},
 		{"sub-second window", Config{Window: time.Millisecond}},
 		{"negative window", Config{Window: -time.Minute}},
 	} {
@@ -71,8 +71,8 @@ func TestConfigValidation(t *testing.T) {
 		}
 	}
 	tr := newTracker(t, Config{Counters: 10})
-	if tr.Counters() != 12 || tr.Window() != DefaultWindow {
-		t.Fatalf("counters %d window %v, want 12 (rounded to shards) and %v", tr.Counters(), tr.Window(), DefaultWindow)
+	if tr.Counters() != 12 || tr.Window() != defaultWindow {
+		t.Fatalf("counters %d window %v, want 12 (rounded to shards) and %v", tr.Counters(), tr.Window(), defaultWindow)
 	}
 }
 
@@ -113,7 +113,7 @@ func TestHeavyHitterAmongNoise(t *testing.T) {
 	if e[0].Denied != events/40 {
 		t.Fatalf("heavy denials %d, want %d", e[0].Denied, events/40)
 	}
-	p := (*tr.policies.Load())[Key{"edge", "edge/user"}]
+	p := (*tr.policies.Load())[key{"edge", "edge/user"}]
 	for i := range p.shards {
 		sh := &p.shards[i]
 		for _, s := range []*spaceSaving{&sh.cur.byHits, &sh.cur.byDenied, &sh.old.byHits, &sh.old.byDenied} {
@@ -309,7 +309,7 @@ func BenchmarkPolicyMemory(b *testing.B) {
 				for i := range 20_000 {
 					tr.Record(Observation{Domain: "d", Policy: strconv.Itoa(p), Subject: subject(i + 20_000*w), Hits: 1, Denied: true})
 				}
-				clock.advance(DefaultWindow)
+				clock.advance(defaultWindow)
 			}
 		}
 		runtime.GC()

@@ -35,18 +35,18 @@ import (
 
 // Defaults and bounds of Config.
 const (
-	DefaultCounters    = 128
-	DefaultMaxPolicies = 256
-	DefaultWindow      = time.Minute
-	// MaxCounters bounds Config.Counters.
-	MaxCounters = 4096
-	// MaxPolicies bounds Config.MaxPolicies.
-	MaxPolicies = 65536
-	// Shards is the number of shards of a policy.
-	Shards = 4
-	// HLLPrecision is the precision of the distinct-subject estimate:
+	defaultCounters    = 128
+	defaultMaxPolicies = 256
+	defaultWindow      = time.Minute
+	// maxCounters bounds Config.Counters.
+	maxCounters = 4096
+	// maxPolicies bounds Config.MaxPolicies.
+	maxPolicies = 65536
+	// shards is the number of shards of a policy.
+	shards = 4
+	// hllPrecision is the precision of the distinct-subject estimate:
 	// 2^12 registers per shard, a standard error of about 1.6%.
-	HLLPrecision = 12
+	hllPrecision = 12
 )
 
 // Config configures a Tracker. The zero value takes every default.
@@ -67,8 +67,8 @@ type Config struct {
 	Clock limiter.Clock
 }
 
-// Key names one tracked policy: configured strings only.
-type Key struct {
+// key names one tracked policy: configured strings only.
+type key struct {
 	Domain, Policy string
 }
 
@@ -93,18 +93,18 @@ type Tracker struct {
 	maxPolicies int
 	windowMs    int64
 
-	policies  atomic.Pointer[map[Key]*policy]
+	policies  atomic.Pointer[map[key]*policy]
 	mu        sync.Mutex // serialises additions to policies
 	untracked atomic.Uint64
 }
 
 // policy is the state of one tracked policy.
 type policy struct {
-	key   Key
+	key   key
 	dkey  string
 	since time.Time
 
-	shards [Shards]shard
+	shards [shards]shard
 }
 
 // shard holds the subjects of one part of the digest space.
@@ -146,32 +146,32 @@ type window struct {
 // New validates cfg and returns a Tracker.
 func New(cfg Config) (*Tracker, error) {
 	switch {
-	case cfg.Counters < 0 || cfg.Counters > MaxCounters:
-		return nil, fmt.Errorf("topk: counters %d is not between 1 and %d", cfg.Counters, MaxCounters)
-	case cfg.MaxPolicies < 0 || cfg.MaxPolicies > MaxPolicies:
-		return nil, fmt.Errorf("topk: max policies %d is not between 1 and %d", cfg.MaxPolicies, MaxPolicies)
+	case cfg.Counters < 0 || cfg.Counters > maxCounters:
+		return nil, fmt.Errorf("topk: counters %d is not between 1 and %d", cfg.Counters, maxCounters)
+	case cfg.MaxPolicies < 0 || cfg.MaxPolicies > maxPolicies:
+		return nil, fmt.Errorf("topk: max policies %d is not between 1 and %d", cfg.MaxPolicies, maxPolicies)
 	case cfg.Window < 0 || cfg.Window > 0 && cfg.Window < time.Second:
 		return nil, errors.New("topk: the window must be at least 1s")
 	}
 	if cfg.Counters == 0 {
-		cfg.Counters = DefaultCounters
+		cfg.Counters = defaultCounters
 	}
 	if cfg.MaxPolicies == 0 {
-		cfg.MaxPolicies = DefaultMaxPolicies
+		cfg.MaxPolicies = defaultMaxPolicies
 	}
 	if cfg.Window == 0 {
-		cfg.Window = DefaultWindow
+		cfg.Window = defaultWindow
 	}
 	if cfg.Clock == nil {
 		cfg.Clock = limiter.SystemClock{}
 	}
 	t := &Tracker{
 		clock:       cfg.Clock,
-		counters:    (cfg.Counters + Shards - 1) / Shards,
+		counters:    (cfg.Counters + shards - 1) / shards,
 		maxPolicies: cfg.MaxPolicies,
 		windowMs:    cfg.Window.Milliseconds(),
 	}
-	empty := map[Key]*policy{}
+	empty := map[key]*policy{}
 	t.policies.Store(&empty)
 	return t, nil
 }
@@ -180,7 +180,7 @@ func New(cfg Config) (*Tracker, error) {
 func (t *Tracker) Window() time.Duration { return time.Duration(t.windowMs) * time.Millisecond }
 
 // Counters returns the subjects monitored per policy, ranking and window.
-func (t *Tracker) Counters() int { return t.counters * Shards }
+func (t *Tracker) Counters() int { return t.counters * shards }
 
 // Untracked returns how many observations were dropped because
 // MaxPolicies policies were already tracked.
@@ -188,7 +188,7 @@ func (t *Tracker) Untracked() uint64 { return t.untracked.Load() }
 
 // Record adds one observation.
 func (t *Tracker) Record(o Observation) {
-	p := (*t.policies.Load())[Key{o.Domain, o.Policy}]
+	p := (*t.policies.Load())[key{o.Domain, o.Policy}]
 	if p == nil {
 		if p = t.add(o); p == nil {
 			t.untracked.Add(1)
@@ -214,7 +214,7 @@ func (t *Tracker) Record(o Observation) {
 
 // shardOf places a subject: digests are HMAC outputs, so their bytes are
 // uniform.
-func shardOf(s *limiter.SubjectDigest) int { return int(s[0]) % Shards }
+func shardOf(s *limiter.SubjectDigest) int { return int(s[0]) % shards }
 
 // add starts tracking o's policy, or returns nil when MaxPolicies are
 // tracked.
@@ -222,7 +222,7 @@ func (t *Tracker) add(o Observation) *policy {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	cur := *t.policies.Load()
-	k := Key{o.Domain, o.Policy}
+	k := key{o.Domain, o.Policy}
 	if p := cur[k]; p != nil {
 		return p
 	}
@@ -234,9 +234,9 @@ func (t *Tracker) add(o Observation) *policy {
 		sh := &p.shards[i]
 		sh.cur = window{byHits: newSpaceSaving(t.counters), byDenied: newSpaceSaving(t.counters)}
 		sh.old = window{byHits: newSpaceSaving(t.counters), byDenied: newSpaceSaving(t.counters)}
-		sh.distinct, _ = hyperloglog.NewSketch(HLLPrecision, true) // a valid precision
+		sh.distinct, _ = hyperloglog.NewSketch(hllPrecision, true) // a valid precision
 	}
-	next := make(map[Key]*policy, len(cur)+1)
+	next := make(map[key]*policy, len(cur)+1)
 	for kk, v := range cur {
 		next[kk] = v
 	}

@@ -22,16 +22,16 @@ import (
 // Reload triggers, besides descriptors.TriggerInitial (the first load, in
 // NewWatcher).
 const (
-	TriggerManual = "manual" // Reload (SIGHUP)
-	TriggerWatch  = "watch"  // a file-system change seen by Run
+	triggerManual = "manual" // Reload (SIGHUP)
+	triggerWatch  = "watch"  // a file-system change seen by Run
 )
 
 // quietPeriod is how long Run waits after the last file event before it
 // reloads.
 const quietPeriod = 150 * time.Millisecond
 
-// Counts counts reloads (the first load excluded) by result.
-type Counts struct {
+// counts counts reloads (the first load excluded) by result.
+type counts struct {
 	Success uint64
 	Failure uint64
 }
@@ -82,8 +82,8 @@ func (w *Watcher) Current() *descriptors.Snapshot { return w.cur.Load() }
 func (w *Watcher) Last() descriptors.ReloadResult { return *w.last.Load() }
 
 // Counts returns the number of reloads by result since NewWatcher.
-func (w *Watcher) Counts() Counts {
-	return Counts{Success: w.success.Load(), Failure: w.failure.Load()}
+func (w *Watcher) Counts() counts {
+	return counts{Success: w.success.Load(), Failure: w.failure.Load()}
 }
 
 // Ready returns a channel that is closed once Run watches the rule path:
@@ -129,7 +129,7 @@ func (w *Watcher) SetSecret(secret []byte) error {
 // Reload loads the rule files again and swaps the snapshot on success
 // (SIGHUP). It always counts and reports, even when nothing changed.
 func (w *Watcher) Reload() descriptors.ReloadResult {
-	return w.reload(TriggerManual, false)
+	return w.reload(triggerManual, false)
 }
 
 // reload loads and swaps. With onlyIfChanged, input identical to the
@@ -237,7 +237,7 @@ func (w *Watcher) Run(ctx context.Context) error {
 				}
 			}
 		case <-debounce.C:
-			w.reload(TriggerWatch, true)
+			w.reload(triggerWatch, true)
 		}
 	}
 }

@@ -222,7 +222,7 @@ func TestConfigMapSymlinkSwap(t *testing.T) {
 	}
 	mu.Lock()
 	defer mu.Unlock()
-	if len(logged) == 0 || logged[len(logged)-1].OK || logged[len(logged)-1].Trigger != TriggerWatch {
+	if len(logged) == 0 || logged[len(logged)-1].OK || logged[len(logged)-1].Trigger != triggerWatch {
 		t.Errorf("logged = %+v", logged)
 	}
 }
@@ -348,11 +348,11 @@ func TestRevertAfterFailedReloadClearsTheFailure(t *testing.T) {
 	w, logged := loggingWatcher(t, dir, "5")
 	first := w.Current()
 	writeFile(t, dir+"/r.yaml", rules("5")+"    bogus: 1\n")
-	if res := w.reload(TriggerWatch, true); res.OK {
+	if res := w.reload(triggerWatch, true); res.OK {
 		t.Fatalf("broken edit reloaded: %+v", res)
 	}
 	writeFile(t, dir+"/r.yaml", rules("5"))
-	res := w.reload(TriggerWatch, true)
+	res := w.reload(triggerWatch, true)
 	if !res.OK || res.Err != nil || len(res.Problems) != 0 || res.Fingerprint != first.Fingerprint() || !w.Last().OK {
 		t.Errorf("revert: result %+v, Last %+v; want ok with the fingerprint in service", res, w.Last())
 	}
@@ -363,7 +363,7 @@ func TestRevertAfterFailedReloadClearsTheFailure(t *testing.T) {
 		t.Errorf("Counts = %+v, logged %d", c, len(*logged))
 	}
 	// Unchanged content after a success is still neither counted nor logged.
-	w.reload(TriggerWatch, true)
+	w.reload(triggerWatch, true)
 	if c := w.Counts(); c.Success != 1 || len(*logged) != 2 {
 		t.Errorf("an unchanged check was counted: %+v", c)
 	}
@@ -395,7 +395,7 @@ func TestSetSecret(t *testing.T) {
 	if got, want := subject(other, w.Current()); got != want || got == before.Subject {
 		t.Fatalf("after SetSecret: subject %x, want the new secret's %x (the old one was %x)", got, want, before.Subject)
 	}
-	if len(*logged) != 0 || w.Counts() != (Counts{}) {
+	if len(*logged) != 0 || w.Counts() != (counts{}) {
 		t.Errorf("SetSecret counted or reported a reload: %+v %+v", *logged, w.Counts())
 	}
 	writeFile(t, dir+"/r.yaml", rules("7"))

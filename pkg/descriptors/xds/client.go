@@ -36,24 +36,24 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 )
 
-// TypeURL is the type of the resources the client subscribes to.
-const TypeURL = "type.googleapis.com/ratelimit.config.ratelimit.v3.RateLimitConfig"
+// typeURL is the type of the resources the client subscribes to.
+const typeURL = "type.googleapis.com/ratelimit.config.ratelimit.v3.RateLimitConfig"
 
 // Defaults of Config.
 const (
 	DefaultNodeID           = "default"
 	DefaultRetryInterval    = 3 * time.Second
 	DefaultMaxRetryInterval = 60 * time.Second
-	// MaxErrorDetail bounds the error text sent back with a refused version.
-	MaxErrorDetail = 4096
-	// MaxMessageSize bounds one DiscoveryResponse (the rule set limits of
+	// maxErrorDetail bounds the error text sent back with a refused version.
+	maxErrorDetail = 4096
+	// maxMessageSize bounds one DiscoveryResponse (the rule set limits of
 	// the compiler apply after decoding).
-	MaxMessageSize = 64 << 20
-	// KeepaliveTime and KeepaliveTimeout: the stream's connection is pinged
+	maxMessageSize = 64 << 20
+	// keepaliveTime and KeepaliveTimeout: the stream's connection is pinged
 	// after KeepaliveTime without activity and closed when the ping is not
 	// answered within KeepaliveTimeout.
-	KeepaliveTime    = 5 * time.Minute
-	KeepaliveTimeout = 20 * time.Second
+	keepaliveTime    = 5 * time.Minute
+	keepaliveTimeout = 20 * time.Second
 )
 
 // State is the connection state a Client reports.
@@ -61,16 +61,16 @@ type State int
 
 const (
 	// Disconnected: no stream is open; the client waits to retry.
-	Disconnected State = iota
+	disconnected State = iota
 	// Connecting: a stream is being opened.
-	Connecting
+	connecting
 	// Connected: the stream is open and the subscription was sent.
 	Connected
 )
 
 func (s State) String() string {
 	switch s {
-	case Connecting:
+	case connecting:
 		return "connecting"
 	case Connected:
 		return "connected"
@@ -146,8 +146,8 @@ func (t *TLS) credentials() (credentials.TransportCredentials, error) {
 	return credentials.NewTLS(cfg), nil
 }
 
-// Client is an ADS state-of-the-world subscriber of RateLimitConfig.
-type Client struct {
+// client is an ADS state-of-the-world subscriber of RateLimitConfig.
+type client struct {
 	cfg  Config
 	node *corev3.Node
 	conn *grpc.ClientConn
@@ -160,8 +160,8 @@ type Client struct {
 	refusedWait time.Duration
 }
 
-// New checks cfg and prepares the connection; it does not dial (Run does).
-func New(cfg Config) (*Client, error) {
+// newClient checks cfg and prepares the connection; it does not dial (Run does).
+func newClient(cfg Config) (*client, error) {
 	if cfg.Server == "" {
 		return nil, errors.New("xds: no server address")
 	}
@@ -205,29 +205,29 @@ func New(cfg Config) (*Client, error) {
 		// A server that vanishes without closing the connection is found
 		// by a ping within KeepaliveTime+KeepaliveTimeout; KeepaliveTime is
 		// grpc-go servers' default minimum, so they do not refuse it.
-		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: KeepaliveTime, Timeout: KeepaliveTimeout}),
-		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(MaxMessageSize)),
+		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: keepaliveTime, Timeout: keepaliveTimeout}),
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(maxMessageSize)),
 	}, cfg.DialOptions...)
 	conn, err := grpc.NewClient(cfg.Server, opts...)
 	if err != nil {
 		return nil, fmt.Errorf("xds: server %s: %w", cfg.Server, err)
 	}
-	return &Client{cfg: cfg, node: node, conn: conn}, nil
+	return &client{cfg: cfg, node: node, conn: conn}, nil
 }
 
 // Run subscribes until ctx ends, reconnecting after every failure, then
 // closes the connection. It returns nil when ctx ends.
-func (c *Client) Run(ctx context.Context) error {
+func (c *client) Run(ctx context.Context) error {
 	defer c.conn.Close()
 	wait := c.cfg.RetryInterval
 	for {
-		c.state(Connecting, nil)
+		c.state(connecting, nil)
 		received, err := c.stream(ctx)
 		if ctx.Err() != nil {
-			c.state(Disconnected, nil)
+			c.state(disconnected, nil)
 			return nil
 		}
-		c.state(Disconnected, err)
+		c.state(disconnected, err)
 		if received {
 			wait = c.cfg.RetryInterval
 		}
@@ -241,7 +241,7 @@ func (c *Client) Run(ctx context.Context) error {
 	}
 }
 
-func (c *Client) state(s State, err error) {
+func (c *client) state(s State, err error) {
 	if c.cfg.OnState != nil {
 		c.cfg.OnState(s, err)
 	}
@@ -249,7 +249,7 @@ func (c *Client) state(s State, err error) {
 
 // stream runs one ADS stream until it fails. received is true when the
 // server answered at least once.
-func (c *Client) stream(ctx context.Context) (received bool, err error) {
+func (c *client) stream(ctx context.Context) (received bool, err error) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	for k, v := range c.cfg.Headers {
@@ -261,7 +261,7 @@ func (c *Client) stream(ctx context.Context) (received bool, err error) {
 	}
 	// The first request subscribes; its version tells a server that
 	// restarted which version this client holds.
-	if err := st.Send(&discoveryv3.DiscoveryRequest{Node: c.node, TypeUrl: TypeURL, VersionInfo: c.lastGood}); err != nil {
+	if err := st.Send(&discoveryv3.DiscoveryRequest{Node: c.node, TypeUrl: typeURL, VersionInfo: c.lastGood}); err != nil {
 		return false, fmt.Errorf("xds: subscribing at %s: %w", c.cfg.Server, err)
 	}
 	for {
@@ -273,10 +273,10 @@ func (c *Client) stream(ctx context.Context) (received bool, err error) {
 			received = true
 			c.state(Connected, nil)
 		}
-		if resp.GetTypeUrl() != TypeURL {
+		if resp.GetTypeUrl() != typeURL {
 			continue // not ours: an ADS server may answer other subscriptions
 		}
-		req := &discoveryv3.DiscoveryRequest{TypeUrl: TypeURL, ResponseNonce: resp.GetNonce()}
+		req := &discoveryv3.DiscoveryRequest{TypeUrl: typeURL, ResponseNonce: resp.GetNonce()}
 		var applyErr error
 		sum := digest(resp)
 		if c.refusedErr != nil && sum == c.refused {
@@ -297,7 +297,7 @@ func (c *Client) stream(ctx context.Context) (received bool, err error) {
 		if applyErr == nil {
 			c.lastGood = resp.GetVersionInfo()
 		} else {
-			req.ErrorDetail = &status.Status{Code: int32(codes.InvalidArgument), Message: truncate(applyErr.Error(), MaxErrorDetail)}
+			req.ErrorDetail = &status.Status{Code: int32(codes.InvalidArgument), Message: truncate(applyErr.Error(), maxErrorDetail)}
 		}
 		req.VersionInfo = c.lastGood
 		if err := st.Send(req); err != nil {
@@ -310,11 +310,11 @@ func (c *Client) stream(ctx context.Context) (received bool, err error) {
 }
 
 // apply decodes the resources of resp and hands them to Apply.
-func (c *Client) apply(resp *discoveryv3.DiscoveryResponse) error {
+func (c *client) apply(resp *discoveryv3.DiscoveryResponse) error {
 	cs := make([]*rlsconf.RateLimitConfig, 0, len(resp.GetResources()))
 	for i, a := range resp.GetResources() {
-		if a.GetTypeUrl() != TypeURL {
-			return fmt.Errorf("resource %d: type %q, want %q", i, a.GetTypeUrl(), TypeURL)
+		if a.GetTypeUrl() != typeURL {
+			return fmt.Errorf("resource %d: type %q, want %q", i, a.GetTypeUrl(), typeURL)
 		}
 		var rc rlsconf.RateLimitConfig
 		if err := a.UnmarshalTo(&rc); err != nil {

@@ -10,22 +10,22 @@ import (
 	"github.com/envoy-rls/envoy-rls/pkg/descriptors"
 )
 
-// ErrNil is returned for a nil resource.
-var ErrNil = errors.New("xds: nil RateLimitConfig")
+// errNil is returned for a nil resource.
+var errNil = errors.New("xds: nil RateLimitConfig")
 
-// Documents turns resources into the rule documents descriptors.Compile
+// documents turns resources into the rule documents descriptors.Compile
 // takes, one per resource, named "xds:" and the resource's name (its domain
 // when the name is empty): the domain, and the descriptors with their keys,
 // values, rate limits (unit, requests_per_unit, unlimited, name, replaces),
 // shadow_mode and detailed_metric. Two resources of one name are refused.
 // Descriptors nested deeper than descriptors.MaxDepth are not converted
 // (Compile refuses the level below it).
-func Documents(cs []*rlsconf.RateLimitConfig) ([]descriptors.Document, error) {
+func documents(cs []*rlsconf.RateLimitConfig) ([]descriptors.Document, error) {
 	out := make([]descriptors.Document, 0, len(cs))
 	seen := make(map[string]bool, len(cs))
 	for _, c := range cs {
 		if c == nil {
-			return nil, ErrNil
+			return nil, errNil
 		}
 		name := c.GetName()
 		if name == "" {
@@ -77,12 +77,12 @@ func limit(rl *rlsconf.RateLimitPolicy) *descriptors.DocLimit {
 	return l
 }
 
-// Compile compiles resources as one rule set through descriptors.Compile:
+// compile compiles resources as one rule set through descriptors.Compile:
 // the same validation and policy IDs as the same rules in files. A problem
 // names the resource and the field, e.g.
 // xds:edge:descriptors[1].rate_limit.unit: rate_limit: invalid rate limit unit "42" (…).
-func Compile(cs []*rlsconf.RateLimitConfig, opts descriptors.Options) (*descriptors.Snapshot, error) {
-	docs, err := Documents(cs)
+func compile(cs []*rlsconf.RateLimitConfig, opts descriptors.Options) (*descriptors.Snapshot, error) {
+	docs, err := documents(cs)
 	if err != nil {
 		return nil, err
 	}

@@ -71,7 +71,7 @@ func TestCompileMatchesFile(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	fromXDS, err := Compile([]*rlsconf.RateLimitConfig{sameRulesProto()}, testOpts)
+	fromXDS, err := compile([]*rlsconf.RateLimitConfig{sameRulesProto()}, testOpts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -120,16 +120,16 @@ func TestCompileRefuses(t *testing.T) {
 		{"nil", []*rlsconf.RateLimitConfig{nil}, "nil"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			_, err := Compile(tc.cs, testOpts)
+			_, err := compile(tc.cs, testOpts)
 			if err == nil || !strings.Contains(err.Error(), tc.want) {
 				t.Fatalf("error %v, want one mentioning %q", err, tc.want)
 			}
 		})
 	}
-	if _, err := Compile(nil, testOpts); err != nil {
+	if _, err := compile(nil, testOpts); err != nil {
 		t.Fatalf("no resources: %v", err)
 	}
-	if _, err := Compile(nil, descriptors.Options{}); !errors.Is(err, descriptors.ErrSecret) {
+	if _, err := compile(nil, descriptors.Options{}); !errors.Is(err, descriptors.ErrSecret) {
 		t.Fatalf("no secret: %v", err)
 	}
 }
@@ -208,7 +208,7 @@ func TestRefusalsMatchFile(t *testing.T) {
 				}
 			}
 			_, ferr := descriptors.Load(dir, testOpts)
-			_, xerr := Compile(tc.cs, testOpts)
+			_, xerr := compile(tc.cs, testOpts)
 			var fce, xce *descriptors.ConfigError
 			if !errors.As(ferr, &fce) || !errors.As(xerr, &xce) {
 				t.Fatalf("file: %v\nxds: %v", ferr, xerr)
@@ -243,7 +243,7 @@ func TestCompileDefaultCharge(t *testing.T) {
 	for _, def := range []limiter.Charge{limiter.ChargeAllowed, limiter.ChargeAlways} {
 		opts := testOpts
 		opts.DefaultCharge = def
-		s, err := Compile([]*rlsconf.RateLimitConfig{sameRulesProto()}, opts)
+		s, err := compile([]*rlsconf.RateLimitConfig{sameRulesProto()}, opts)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -14,9 +14,9 @@ import (
 	"github.com/envoy-rls/envoy-rls/pkg/descriptors"
 )
 
-// Trigger is the descriptors.ReloadResult trigger of a version received
+// trigger is the descriptors.ReloadResult trigger of a version received
 // from the server.
-const Trigger = "xds"
+const trigger = "xds"
 
 // SourceConfig configures a Source.
 type SourceConfig struct {
@@ -40,7 +40,7 @@ type SourceConfig struct {
 // that does not compile is refused and leaves the snapshot in service. All
 // methods are safe for concurrent use.
 type Source struct {
-	client   *Client
+	client   *client
 	server   string
 	node     string
 	rules    descriptors.Options
@@ -96,7 +96,7 @@ func NewSource(cfg SourceConfig) (*Source, error) {
 			onState(st, err)
 		}
 	}
-	c, err := New(cfg.Client)
+	c, err := newClient(cfg.Client)
 	if err != nil {
 		return nil, err
 	}
@@ -117,7 +117,7 @@ func NewSource(cfg SourceConfig) (*Source, error) {
 // apply is the client's Config.Apply: compile, swap on success.
 func (s *Source) apply(version string, cs []*rlsconf.RateLimitConfig) error {
 	s.keyMu.Lock()
-	snap, err := Compile(cs, s.rules)
+	snap, err := compile(cs, s.rules)
 	if err != nil {
 		s.updates.WithLabelValues("nack").Inc()
 		snap = s.cur.Load()
@@ -127,7 +127,7 @@ func (s *Source) apply(version string, cs []*rlsconf.RateLimitConfig) error {
 		s.updates.WithLabelValues("ack").Inc()
 	}
 	s.keyMu.Unlock()
-	res := descriptors.NewReloadResult(Trigger, snap, err)
+	res := descriptors.NewReloadResult(trigger, snap, err)
 	s.last.Store(&res)
 	if err == nil {
 		// Signalled after every record above is stored: a caller that

@@ -99,7 +99,7 @@ func TestSource(t *testing.T) {
 		t.Fatal(err)
 	}
 	v1 := src.Current()
-	if r := <-reloads; !r.OK || r.Trigger != Trigger || r.Domains != 1 || r.Rules != 1 || r.Fingerprint != v1.Fingerprint() {
+	if r := <-reloads; !r.OK || r.Trigger != trigger || r.Domains != 1 || r.Rules != 1 || r.Fingerprint != v1.Fingerprint() {
 		t.Fatalf("reload of v1: %+v", r)
 	}
 	if m, ok := v1.Match("app", []descriptors.Entry{{Key: "user", Value: "u"}}); !ok || m.Rule.RequestsPerUnit != 2 || m.Rule.Source != "xds:app:descriptors[0]" {
@@ -136,7 +136,7 @@ func TestSource(t *testing.T) {
 	}
 
 	src.Stop()
-	if src.State() != Disconnected || metric(t, reg, "envoy_rls_xds_connected") != 0 || src.Current() != v1 {
+	if src.State() != disconnected || metric(t, reg, "envoy_rls_xds_connected") != 0 || src.Current() != v1 {
 		t.Fatalf("after Stop: %v, connected %v", src.State(), metric(t, reg, "envoy_rls_xds_connected"))
 	}
 }
@@ -189,7 +189,7 @@ func TestSourceServeEmpty(t *testing.T) {
 		t.Fatal(err)
 	}
 	v1 := src.Current()
-	if err := src.ServeEmpty(); err != nil || src.Current() != v1 || !v1.HasDomain("app") || src.Last().Trigger != Trigger {
+	if err := src.ServeEmpty(); err != nil || src.Current() != v1 || !v1.HasDomain("app") || src.Last().Trigger != trigger {
 		t.Fatalf("ServeEmpty after v1: %v; domain app %v, last %+v", err, src.Current().HasDomain("app"), src.Last())
 	}
 }
@@ -211,7 +211,7 @@ func TestSourceLastBeforeFirst(t *testing.T) {
 		if err := src.WaitFirst(context.Background()); err != nil {
 			t.Fatal(err)
 		}
-		if l := src.Last(); !l.OK || l.Trigger != Trigger || l.Domains != 1 {
+		if l := src.Last(); !l.OK || l.Trigger != trigger || l.Domains != 1 {
 			t.Fatalf("run %d: Last right after WaitFirst is %+v, want the xds version", i, l)
 		}
 		if err := <-applied; err != nil {
@@ -255,7 +255,7 @@ func TestSourceSetSecret(t *testing.T) {
 	user := []descriptors.Entry{{Key: "user", Value: "u"}}
 	subject := func(secret []byte, limit uint32) (got, want [32]byte) {
 		t.Helper()
-		ref, err := Compile([]*rlsconf.RateLimitConfig{appLimit(limit)}, descriptors.Options{Secret: secret})
+		ref, err := compile([]*rlsconf.RateLimitConfig{appLimit(limit)}, descriptors.Options{Secret: secret})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -30,8 +30,8 @@ import (
 	"time"
 )
 
-// DefaultTick is the resolution of a Wheel made with New(0).
-const DefaultTick = time.Millisecond
+// defaultTick is the resolution of a Wheel made with New(0).
+const defaultTick = time.Millisecond
 
 // closed is a channel closed from the start: the Done of a context whose
 // deadline has passed when it is made. It is never written to.
@@ -65,7 +65,7 @@ type tickDone struct {
 // New returns a Wheel of the given resolution (DefaultTick when tick ≤ 0).
 func New(tick time.Duration) *Wheel {
 	if tick <= 0 {
-		tick = DefaultTick
+		tick = defaultTick
 	}
 	return &Wheel{tick: tick, due: make(map[int64]chan struct{})}
 }

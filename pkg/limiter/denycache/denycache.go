@@ -84,9 +84,9 @@ const (
 	evictScan = 16
 )
 
-// Observer is told about cache hits. Metrics is the Prometheus one
+// observer is told about cache hits. Metrics is the Prometheus one
 // (envoy_rls_local_cache_hits_total).
-type Observer interface {
+type observer interface {
 	// Hits reports n requests answered from the cache by one Evaluate.
 	Hits(n int)
 }
@@ -104,20 +104,20 @@ type Config struct {
 	// limiter.SystemClock)
 	Clock limiter.Clock
 	// Observer is told about hits. (Optional)
-	Observer Observer
+	Observer observer
 }
 
-// Cache is a limiter.Store that answers repeated certain denials locally.
-type Cache struct {
+// cache is a limiter.Store that answers repeated certain denials locally.
+type cache struct {
 	store    limiter.Store
 	clock    limiter.Clock
-	observer Observer
+	observer observer
 	perShard int
 	shards   [Shards]shard
 	scratch  sync.Pool
 }
 
-var _ limiter.Store = (*Cache)(nil)
+var _ limiter.Store = (*cache)(nil)
 
 // key is the identity of one state and its limit.
 type key struct {
@@ -179,13 +179,13 @@ type scratch struct {
 	pending limiter.Pending
 }
 
-// ErrNoStore is returned by New without a store.
-var ErrNoStore = errors.New("denycache: Config.Store is required")
+// errNoStore is returned by New without a store.
+var errNoStore = errors.New("denycache: Config.Store is required")
 
 // New validates cfg and returns a Cache.
-func New(cfg Config) (*Cache, error) {
+func New(cfg Config) (*cache, error) {
 	if cfg.Store == nil {
-		return nil, ErrNoStore
+		return nil, errNoStore
 	}
 	if cfg.Size == 0 {
 		cfg.Size = DefaultSize
@@ -196,7 +196,7 @@ func New(cfg Config) (*Cache, error) {
 	if cfg.Clock == nil {
 		cfg.Clock = limiter.SystemClock{}
 	}
-	c := &Cache{store: cfg.Store, clock: cfg.Clock, observer: cfg.Observer, perShard: cfg.Size / Shards}
+	c := &cache{store: cfg.Store, clock: cfg.Clock, observer: cfg.Observer, perShard: cfg.Size / Shards}
 	for i := range c.shards {
 		c.shards[i].m = make(map[key]entry)
 	}
@@ -245,17 +245,17 @@ func keyOf(r *limiter.Request) key {
 	}
 }
 
-func (c *Cache) shardOf(k *key) *shard { return c.subjectShard(&k.subject) }
+func (c *cache) shardOf(k *key) *shard { return c.subjectShard(&k.subject) }
 
 // subjectShard is the shard of every key of subject.
-func (c *Cache) subjectShard(subject *limiter.SubjectDigest) *shard {
+func (c *cache) subjectShard(subject *limiter.SubjectDigest) *shard {
 	return &c.shards[binary.LittleEndian.Uint64(subject[8:16])%Shards]
 }
 
 // lookup returns the cached denial answering r at now, if any. A charge
 // (limiter.Request.Charges) is never answered from the cache: the store
 // must record it.
-func (c *Cache) lookup(r *limiter.Request, now time.Time) (limiter.Decision, bool) {
+func (c *cache) lookup(r *limiter.Request, now time.Time) (limiter.Decision, bool) {
 	if !cacheable(r.Policy) || r.Charges() || r.Validate() != nil {
 		return limiter.Decision{}, false
 	}
@@ -288,7 +288,7 @@ func (c *Cache) lookup(r *limiter.Request, now time.Time) (limiter.Decision, boo
 
 // record caches the denials among out, measured from t0 (read before the
 // store was asked).
-func (c *Cache) record(batch []limiter.Request, out []limiter.Outcome, t0 time.Time) {
+func (c *cache) record(batch []limiter.Request, out []limiter.Outcome, t0 time.Time) {
 	var pending map[key]int // built once, when a denial needs it
 	built := false
 	for i := range batch {
@@ -371,7 +371,7 @@ func (sh *shard) evict(now time.Time) {
 
 // Len returns the number of cached denials (expired ones included until
 // they are looked up or evicted).
-func (c *Cache) Len() int {
+func (c *cache) Len() int {
 	n := 0
 	for i := range c.shards {
 		sh := &c.shards[i]
@@ -383,7 +383,7 @@ func (c *Cache) Len() int {
 }
 
 // Evaluate implements limiter.Store (see the package doc for batches).
-func (c *Cache) Evaluate(ctx context.Context, batch []limiter.Request, out []limiter.Outcome) {
+func (c *cache) Evaluate(ctx context.Context, batch []limiter.Request, out []limiter.Outcome) {
 	if len(out) < len(batch) {
 		// The store behind panics with its own message; keep the contract.
 		c.store.Evaluate(ctx, batch, out)
@@ -423,7 +423,7 @@ func (c *Cache) Evaluate(ctx context.Context, batch []limiter.Request, out []lim
 	c.record(batch, out, t0)
 }
 
-func (c *Cache) putScratch(sc *scratch) {
+func (c *cache) putScratch(sc *scratch) {
 	sc.pending.Release() // drop policy references
 	c.scratch.Put(sc)
 }

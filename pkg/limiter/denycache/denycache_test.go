@@ -58,7 +58,7 @@ type env struct {
 	clock *limitertest.Clock
 	back  *limitertest.Double // the store behind the cache
 	hits  *hitCounter
-	cache *Cache
+	cache *cache
 }
 
 func newEnv(t testing.TB, size int) *env {
@@ -328,7 +328,7 @@ func TestExactUnderContention(t *testing.T) {
 // hammer sends calls one-request batches for subject s under p from each of
 // workers goroutines through c (limitertest.Hammer) and counts the admitted
 // and denied ones; any other outcome fails the test.
-func hammer(t *testing.T, c *Cache, p *limiter.Policy, s limiter.SubjectDigest, workers, calls int) (allowed, denied int64) {
+func hammer(t *testing.T, c *cache, p *limiter.Policy, s limiter.SubjectDigest, workers, calls int) (allowed, denied int64) {
 	t.Helper()
 	return limitertest.Hammer(t, c, workers, calls, func(int, int) []limiter.Request {
 		return []limiter.Request{{Policy: p, Subject: s, Cost: 1}}

@@ -13,7 +13,7 @@ type Metrics struct {
 	hits prometheus.Counter
 }
 
-var _ Observer = (*Metrics)(nil)
+var _ observer = (*Metrics)(nil)
 
 // NewMetrics creates the counter and registers it on reg.
 func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {

@@ -15,7 +15,7 @@ func TestMetrics(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var o Observer = m
+	var o observer = m
 	o.Hits(2)
 	o.Hits(3)
 	want := `

@@ -6,14 +6,14 @@ import (
 	"github.com/envoy-rls/envoy-rls/pkg/limiter"
 )
 
-var _ limiter.Resetter = (*Cache)(nil)
+var _ limiter.Resetter = (*cache)(nil)
 
 // Reset implements limiter.Resetter: it forgets the cached denials of the
 // given states (any limit, revision or algorithm of their policy and
 // subject), then resets them in the store behind. Without the forgetting a
 // reset subject would still be denied locally until its cached retry point.
 // A store that cannot reset answers limiter.ErrResetUnsupported.
-func (c *Cache) Reset(ctx context.Context, states []limiter.Request) (int, error) {
+func (c *cache) Reset(ctx context.Context, states []limiter.Request) (int, error) {
 	rs, ok := c.store.(limiter.Resetter)
 	if !ok {
 		return 0, limiter.ErrResetUnsupported
@@ -31,7 +31,7 @@ func (c *Cache) Reset(ctx context.Context, states []limiter.Request) (int, error
 
 // ResetPolicy implements limiter.Resetter: it forgets every cached denial of
 // policyID at revision, then resets the policy in the store behind.
-func (c *Cache) ResetPolicy(ctx context.Context, policyID string, revision uint32, b limiter.ResetBounds) (limiter.PolicyReset, error) {
+func (c *cache) ResetPolicy(ctx context.Context, policyID string, revision uint32, b limiter.ResetBounds) (limiter.PolicyReset, error) {
 	rs, ok := c.store.(limiter.Resetter)
 	if !ok {
 		return limiter.PolicyReset{}, limiter.ErrResetUnsupported
@@ -44,7 +44,7 @@ func (c *Cache) ResetPolicy(ctx context.Context, policyID string, revision uint3
 }
 
 // forget drops the cached denials of subject that match.
-func (c *Cache) forget(subject limiter.SubjectDigest, match func(*key) bool) {
+func (c *cache) forget(subject limiter.SubjectDigest, match func(*key) bool) {
 	k := key{subject: subject}
 	c.shardOf(&k).drop(match)
 }

@@ -9,7 +9,7 @@ import (
 )
 
 // newCache returns a Cache over store, reading clock.
-func newCache(t testing.TB, store limiter.Store, clock limiter.Clock) *Cache {
+func newCache(t testing.TB, store limiter.Store, clock limiter.Clock) *cache {
 	t.Helper()
 	c, err := New(Config{Store: store, Clock: clock})
 	if err != nil {

@@ -69,13 +69,13 @@ const (
 // policy's failure mode (the local limiter included) before the caller
 // gives up. The reserve is a fifth of the time left, within these bounds.
 const (
-	MinAnswerReserve = 2 * time.Millisecond
-	MaxAnswerReserve = 50 * time.Millisecond
-	// MaxStoreWait bounds the store's deadline however far the caller's is
+	minAnswerReserve = 2 * time.Millisecond
+	maxAnswerReserve = 50 * time.Millisecond
+	// maxStoreWait bounds the store's deadline however far the caller's is
 	// (the Redis store's own timeout is at most a minute too). It also
 	// bounds the memory of the deadline wheel: one entry per millisecond
 	// still ahead.
-	MaxStoreWait = time.Minute
+	maxStoreWait = time.Minute
 )
 
 // Config configures a Store.
@@ -92,14 +92,14 @@ type Config struct {
 	Clock limiter.Clock
 	// Observer is told when the local limiter starts and stops deciding.
 	// (Optional)
-	Observer Observer
+	Observer observer
 	// Metrics counts the limits a failure mode answered. (Optional)
 	Metrics *Metrics
 }
 
-// Observer receives the local limiter's transitions. Its methods are called
+// observer receives the local limiter's transitions. Its methods are called
 // on the request path, at most once per transition.
-type Observer interface {
+type observer interface {
 	// LocalStarted: the store failed for a failure_mode local limit and the
 	// local limiter decides (replicas is Config.Replicas).
 	LocalStarted(replicas int)
@@ -114,7 +114,7 @@ type Store struct {
 	replicas int64
 	clock    limiter.Clock
 	newLocal func() (*memory.Store, error)
-	observer Observer
+	observer observer
 	metrics  *Metrics // nil: not counted
 
 	// local decides with the local rate states of an outage and the local
@@ -198,9 +198,9 @@ func storeContext(ctx context.Context, w *deadline.Wheel, now time.Time) context
 	if !ok {
 		return ctx
 	}
-	reserve := min(max(dl.Sub(now)/5, MinAnswerReserve), MaxAnswerReserve)
+	reserve := min(max(dl.Sub(now)/5, minAnswerReserve), maxAnswerReserve)
 	sdl := dl.Add(-reserve)
-	if limit := now.Add(MaxStoreWait); sdl.After(limit) {
+	if limit := now.Add(maxStoreWait); sdl.After(limit) {
 		sdl = limit
 	}
 	return w.Context(ctx, now, sdl)

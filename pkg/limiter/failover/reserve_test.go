@@ -14,11 +14,11 @@ func TestStoreContextKeepsAReserve(t *testing.T) {
 	for _, tc := range []struct {
 		left, reserve time.Duration
 	}{
-		{5 * time.Millisecond, MinAnswerReserve},
+		{5 * time.Millisecond, minAnswerReserve},
 		{100 * time.Millisecond, 20 * time.Millisecond},
-		{10 * time.Second, MaxAnswerReserve},
+		{10 * time.Second, maxAnswerReserve},
 		// Far deadlines are cut to MaxStoreWait (the reserve is moot then).
-		{time.Hour, time.Hour - MaxStoreWait},
+		{time.Hour, time.Hour - maxStoreWait},
 	} {
 		ctx, cancel := context.WithDeadline(context.Background(), now.Add(tc.left))
 		sctx := storeContext(ctx, w, now)

@@ -31,10 +31,10 @@ const (
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
-// ErrCorrupt is matched by the error of Restore for a file it cannot
+// errCorrupt is matched by the error of Restore for a file it cannot
 // read as a journal (errors.Is); the file is then moved to its name with
 // ".corrupt" appended.
-var ErrCorrupt = errors.New("journal: file is not a journal this version reads")
+var errCorrupt = errors.New("journal: file is not a journal this version reads")
 
 // save writes the entries held to the journal file (a temporary file
 // beside it, renamed over it) and empties the journal.
@@ -110,7 +110,7 @@ func writeAtomic(path string, data []byte) error {
 
 // record is one entry as the file holds it.
 type record struct {
-	kind     Kind
+	kind     kind
 	id       string
 	revision uint32
 	cost     int64
@@ -140,7 +140,7 @@ func (j *Journal) Restore(policies []*limiter.Policy) (restored int, err error) 
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
 		return 0, nil
-	case errors.Is(err, ErrCorrupt):
+	case errors.Is(err, errCorrupt):
 		if rerr := os.Rename(j.file, j.file+".corrupt"); rerr != nil {
 			return 0, errors.Join(err, fmt.Errorf("journal: moving it aside: %w", rerr))
 		}
@@ -167,17 +167,17 @@ func (j *Journal) Restore(policies []*limiter.Policy) (restored int, err error) 
 		rc := &recs[i]
 		p := byID[idRev{rc.id, rc.revision}]
 		if p == nil {
-			j.observer.Dropped(rc.kind, ReasonPolicyGone, 1)
+			j.observer.Dropped(rc.kind, reasonPolicyGone, 1)
 			continue
 		}
 		e := entry{policy: p, subject: rc.subject, tag: rc.tag, cost: min(rc.cost, p.MaxCost()), at: rc.at, kind: rc.kind}
 		r := e.request()
 		if k, ok := settles(&r); !ok || k != rc.kind || r.Validate() != nil {
-			j.observer.Dropped(rc.kind, ReasonInvalid, 1)
+			j.observer.Dropped(rc.kind, reasonInvalid, 1)
 			continue
 		}
 		if j.q.len() >= j.max {
-			j.observer.Dropped(rc.kind, ReasonFull, 1)
+			j.observer.Dropped(rc.kind, reasonFull, 1)
 			continue
 		}
 		j.q.push(e)
@@ -205,11 +205,11 @@ func readFile(path string, max int) ([]record, error) {
 		return nil, fmt.Errorf("journal: reading %s: %w", path, err)
 	}
 	if int64(len(data)) > limit {
-		return nil, fmt.Errorf("%w: %s is larger than %d entries can make", ErrCorrupt, path, max)
+		return nil, fmt.Errorf("%w: %s is larger than %d entries can make", errCorrupt, path, max)
 	}
 	recs, err := parseFile(data)
 	if err != nil {
-		return nil, fmt.Errorf("%w: %s: %v", ErrCorrupt, path, err)
+		return nil, fmt.Errorf("%w: %s: %v", errCorrupt, path, err)
 	}
 	return recs, nil
 }
@@ -234,7 +234,7 @@ func parseFile(data []byte) ([]record, error) {
 			return nil, errors.New("truncated entry")
 		}
 		var rc record
-		rc.kind = Kind(b[0])
+		rc.kind = kind(b[0])
 		idLen := int(b[1])
 		b = b[2:]
 		if rc.kind >= numKinds || idLen == 0 || idLen > limiter.MaxPolicyIDLength || len(b) < idLen+4+8+8+32+8 {

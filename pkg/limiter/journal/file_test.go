@@ -170,7 +170,7 @@ func TestCorruptFile(t *testing.T) {
 			}
 			j := newJournal(t, f, Config{File: file, MaxEntries: tc.max})
 			n, err := j.Restore([]*limiter.Policy{p})
-			if n != 0 || !errors.Is(err, ErrCorrupt) || j.Len() != 0 {
+			if n != 0 || !errors.Is(err, errCorrupt) || j.Len() != 0 {
 				t.Fatalf("Restore: %d, %v; held %d", n, err, j.Len())
 			}
 			if _, err := os.Stat(file); !errors.Is(err, fs.ErrNotExist) {

@@ -138,13 +138,13 @@ type recording struct {
 
 func newRecording() *recording { return &recording{dropped: map[string]int{}} }
 
-func (r *recording) Journalled(k Kind) { r.mu.Lock(); r.journalled[k]++; r.mu.Unlock() }
-func (r *recording) Replayed(k Kind, n int) {
+func (r *recording) Journalled(k kind) { r.mu.Lock(); r.journalled[k]++; r.mu.Unlock() }
+func (r *recording) Replayed(k kind, n int) {
 	r.mu.Lock()
 	r.replayed[k] += n
 	r.mu.Unlock()
 }
-func (r *recording) Dropped(k Kind, reason string, n int) {
+func (r *recording) Dropped(k kind, reason string, n int) {
 	r.mu.Lock()
 	r.dropped[k.String()+"/"+reason] += n
 	r.mu.Unlock()

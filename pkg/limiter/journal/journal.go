@@ -66,9 +66,9 @@ const (
 	DefaultMaxEntries = 100_000
 	// MaxMaxEntries bounds Config.MaxEntries.
 	MaxMaxEntries = 10_000_000
-	// DefaultReplayTimeout bounds one replay batch (the store's own
+	// defaultReplayTimeout bounds one replay batch (the store's own
 	// timeout may cut it shorter).
-	DefaultReplayTimeout = time.Second
+	defaultReplayTimeout = time.Second
 	// replayBatch is the most entries one replay sends.
 	replayBatch = 64
 	// minRetry and maxRetry bound the wait between replays that the store
@@ -86,19 +86,19 @@ const (
 	MaxBytesPerEntry = 88
 )
 
-// Kind is what a settlement does; it labels the metrics.
-type Kind uint8
+// kind is what a settlement does; it labels the metrics.
+type kind uint8
 
 const (
-	// KindCharge records usage already spent (limiter.Request.Charges).
-	KindCharge Kind = iota
-	// KindRelease gives leases back (limiter.LeaseRelease).
-	KindRelease
+	// kindCharge records usage already spent (limiter.Request.Charges).
+	kindCharge kind = iota
+	// kindRelease gives leases back (limiter.LeaseRelease).
+	kindRelease
 	numKinds
 )
 
-func (k Kind) String() string {
-	if k == KindRelease {
+func (k kind) String() string {
+	if k == kindRelease {
 		return "release"
 	}
 	return "charge"
@@ -107,31 +107,31 @@ func (k Kind) String() string {
 // Reasons an entry is dropped: the values of the reason label.
 const (
 	// ReasonFull: the journal held Config.MaxEntries entries.
-	ReasonFull = "full"
+	reasonFull = "full"
 	// ReasonIncompatible: the store found the state or its program
 	// incompatible (limiter.Incompatible); a replay cannot change that.
-	ReasonIncompatible = "incompatible"
+	reasonIncompatible = "incompatible"
 	// ReasonInvalid: the store refused the request as invalid, or a
 	// restored entry no longer settles anything under its policy.
-	ReasonInvalid = "invalid"
+	reasonInvalid = "invalid"
 	// ReasonExpired: a release older than its policy's lease TTL.
-	ReasonExpired = "expired"
+	reasonExpired = "expired"
 	// ReasonPolicyGone: a restored entry names a policy (ID and revision)
 	// that the rules no longer hold.
-	ReasonPolicyGone = "policy_gone"
+	reasonPolicyGone = "policy_gone"
 )
 
 // settles reports whether r is a settlement, and of which kind: a charge
 // (limiter.Request.Charges, not of a concurrency policy) or a lease
 // release.
-func settles(r *limiter.Request) (Kind, bool) {
+func settles(r *limiter.Request) (kind, bool) {
 	switch p := r.Policy; {
 	case p == nil:
 		return 0, false
 	case p.Leases():
-		return KindRelease, r.Lease == limiter.LeaseRelease
+		return kindRelease, r.Lease == limiter.LeaseRelease
 	case r.Lease == limiter.LeaseTake && r.Charges():
-		return KindCharge, true
+		return kindCharge, true
 	}
 	return 0, false
 }
@@ -149,17 +149,17 @@ func unapplied(o *limiter.Outcome) bool {
 	return false
 }
 
-// Observer is told what the journal holds, keeps, replays and drops.
+// observer is told what the journal holds, keeps, replays and drops.
 // Metrics is the Prometheus one. Its methods are called with the journal's
 // lock held: they must be quick and must not call the Journal.
-type Observer interface {
+type observer interface {
 	// Journalled: a settlement of kind k was kept.
-	Journalled(k Kind)
+	Journalled(k kind)
 	// Replayed: n entries of kind k were applied by the store.
-	Replayed(k Kind, n int)
+	Replayed(k kind, n int)
 	// Dropped: n entries (or settlements) of kind k were dropped for
 	// reason (a Reason* constant).
-	Dropped(k Kind, reason string, n int)
+	Dropped(k kind, reason string, n int)
 	// Entries: the journal now holds n entries.
 	Entries(n int)
 }
@@ -182,7 +182,7 @@ type Config struct {
 	// default the system clock)
 	Clock limiter.Clock
 	// Observer is told what happens to entries. (Optional)
-	Observer Observer
+	Observer observer
 }
 
 // entry is one kept settlement.
@@ -197,7 +197,7 @@ type entry struct {
 	// at + awaitedAfter ms.
 	awaited      *limiter.Awaited
 	awaitedAfter uint32
-	kind         Kind
+	kind         kind
 }
 
 // awaitedSince is when e began to await its late answer, Unix ms.
@@ -213,7 +213,7 @@ func (e *entry) await(a *limiter.Awaited, now int64) {
 // release as pkg/rls sends one (a check: it never blocks).
 func (e *entry) request() limiter.Request {
 	r := limiter.Request{Policy: e.policy, Subject: e.subject, Tag: e.tag, Cost: e.cost}
-	if e.kind == KindRelease {
+	if e.kind == kindRelease {
 		r.Lease, r.Role = limiter.LeaseRelease, limiter.RoleCheck
 	}
 	return r
@@ -224,7 +224,7 @@ func (e *entry) request() limiter.Request {
 type Journal struct {
 	store    limiter.Store
 	clock    limiter.Clock
-	observer Observer
+	observer observer
 	max      int
 	timeout  time.Duration
 	file     string
@@ -260,7 +260,7 @@ func New(cfg Config) (*Journal, error) {
 	}
 	switch {
 	case cfg.ReplayTimeout == 0:
-		cfg.ReplayTimeout = DefaultReplayTimeout
+		cfg.ReplayTimeout = defaultReplayTimeout
 	case cfg.ReplayTimeout < 0:
 		return nil, fmt.Errorf("journal: ReplayTimeout %v is negative", cfg.ReplayTimeout)
 	}
@@ -328,12 +328,12 @@ func (j *Journal) Evaluate(ctx context.Context, batch []limiter.Request, out []l
 
 // add keeps a copy of r (whose store's late answer is awaited, when not
 // nil), or drops it when the journal is full.
-func (j *Journal) add(r *limiter.Request, k Kind, awaited *limiter.Awaited) {
+func (j *Journal) add(r *limiter.Request, k kind, awaited *limiter.Awaited) {
 	e := entry{policy: r.Policy, subject: r.Subject, tag: r.Tag, cost: r.Cost, at: j.clock.Now().UnixMilli(), kind: k}
 	e.await(awaited, e.at)
 	j.mu.Lock()
 	if j.q.len() >= j.max {
-		j.observer.Dropped(k, ReasonFull, 1)
+		j.observer.Dropped(k, reasonFull, 1)
 		j.mu.Unlock()
 		return
 	}
@@ -362,7 +362,7 @@ func (j *Journal) Len() int { return int(j.held.Load()) }
 // nopObserver is the Observer of a Journal configured without one.
 type nopObserver struct{}
 
-func (nopObserver) Journalled(Kind)           {}
-func (nopObserver) Replayed(Kind, int)        {}
-func (nopObserver) Dropped(Kind, string, int) {}
+func (nopObserver) Journalled(kind)           {}
+func (nopObserver) Replayed(kind, int)        {}
+func (nopObserver) Dropped(kind, string, int) {}
 func (nopObserver) Entries(int)               {}

@@ -45,7 +45,7 @@ func TestFaultShapes(t *testing.T) {
 			if tc.kept {
 				want = 1
 			}
-			if j.Len() != want || obs.journalled[KindCharge] != want {
+			if j.Len() != want || obs.journalled[kindCharge] != want {
 				t.Fatalf("held %d, %s; want %d kept", j.Len(), obs, want)
 			}
 			f.set(limiter.Outcome{})
@@ -55,7 +55,7 @@ func TestFaultShapes(t *testing.T) {
 			if got, want := f.recorded(t, p, sub), int64(600*want); got != want {
 				t.Fatalf("recorded %d after the store answers again, want %d", got, want)
 			}
-			if j.Len() != 0 || obs.replayed[KindCharge] != want || obs.entries != 0 {
+			if j.Len() != 0 || obs.replayed[kindCharge] != want || obs.entries != 0 {
 				t.Fatalf("after the replay: held %d, %s", j.Len(), obs)
 			}
 		})
@@ -159,7 +159,7 @@ func TestReplayOrderAndOnce(t *testing.T) {
 	for range 3 {
 		j.replayOnce(context.Background())
 	}
-	if f.sentLen() != start+n || obs.replayed[KindCharge] != n {
+	if f.sentLen() != start+n || obs.replayed[kindCharge] != n {
 		t.Fatalf("sent again after the replay: %d more; %s", f.sentLen()-start-n, obs)
 	}
 }
@@ -195,7 +195,7 @@ func TestPartialReplay(t *testing.T) {
 	if got := f.recorded(t, p, ok); got != 1+4+7 {
 		t.Fatalf("recorded %d on the answering subject, want 12", got)
 	}
-	if obs.dropped["charge/incompatible"] != 1 || obs.dropped["charge/invalid"] != 1 || obs.replayed[KindCharge] != 3 {
+	if obs.dropped["charge/incompatible"] != 1 || obs.dropped["charge/invalid"] != 1 || obs.replayed[kindCharge] != 3 {
 		t.Fatalf("%s", obs)
 	}
 	start := f.sentLen()
@@ -308,7 +308,7 @@ func TestLateAnswers(t *testing.T) {
 	}
 	clock.Advance(awaitMax + time.Millisecond)
 	drain(t, j)
-	if f.recorded(t, p, silent) != 10 || obs.replayed[KindCharge] != 3 {
+	if f.recorded(t, p, silent) != 10 || obs.replayed[kindCharge] != 3 {
 		t.Fatalf("no answer by awaitMax: recorded %d; %s", f.recorded(t, p, silent), obs)
 	}
 

@@ -16,7 +16,7 @@ type Metrics struct {
 	dropped    *prometheus.CounterVec
 }
 
-var _ Observer = (*Metrics)(nil)
+var _ observer = (*Metrics)(nil)
 
 // NewMetrics creates the collectors and registers them on reg:
 // envoy_rls_journal_entries, envoy_rls_journal_journalled_total{kind},
@@ -46,7 +46,7 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 	for k := range numKinds {
 		m.journalled.WithLabelValues(k.String())
 		m.replayed.WithLabelValues(k.String())
-		for _, r := range []string{ReasonFull, ReasonIncompatible, ReasonInvalid, ReasonExpired, ReasonPolicyGone} {
+		for _, r := range []string{reasonFull, reasonIncompatible, reasonInvalid, reasonExpired, reasonPolicyGone} {
 			m.dropped.WithLabelValues(k.String(), r)
 		}
 	}
@@ -54,13 +54,13 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 }
 
 // Journalled counts one settlement kept.
-func (m *Metrics) Journalled(k Kind) { m.journalled.WithLabelValues(k.String()).Inc() }
+func (m *Metrics) Journalled(k kind) { m.journalled.WithLabelValues(k.String()).Inc() }
 
 // Replayed counts n entries applied by the store.
-func (m *Metrics) Replayed(k Kind, n int) { m.replayed.WithLabelValues(k.String()).Add(float64(n)) }
+func (m *Metrics) Replayed(k kind, n int) { m.replayed.WithLabelValues(k.String()).Add(float64(n)) }
 
 // Dropped counts n entries dropped for reason.
-func (m *Metrics) Dropped(k Kind, reason string, n int) {
+func (m *Metrics) Dropped(k kind, reason string, n int) {
 	m.dropped.WithLabelValues(k.String(), reason).Add(float64(n))
 }
 

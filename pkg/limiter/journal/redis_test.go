@@ -92,7 +92,7 @@ func TestPausedRedisCharges(t *testing.T) {
 	recorded := p.Limit() - out[0].Decision.Remaining
 	t.Logf("%d charges (%d during the pause), %d tokens charged, %d recorded; %d failed, %s",
 		calls.Load(), during, charged.Load(), recorded, failed.Load(), obs)
-	if failed.Load() == 0 || obs.journalled[KindCharge] == 0 {
+	if failed.Load() == 0 || obs.journalled[kindCharge] == 0 {
 		t.Fatal("no charge failed during the pause: the test proves nothing")
 	}
 	if recorded != charged.Load() {

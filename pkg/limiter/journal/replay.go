@@ -85,11 +85,11 @@ const (
 func (v verdict) reason() string {
 	switch v {
 	case dropIncompatible:
-		return ReasonIncompatible
+		return reasonIncompatible
 	case dropInvalid:
-		return ReasonInvalid
+		return reasonInvalid
 	}
-	return ReasonExpired
+	return reasonExpired
 }
 
 // verdictOf is what the store's outcome o of a replay makes of its entry.
@@ -146,7 +146,7 @@ func (j *Journal) replayOnce(ctx context.Context) (removed, kept, awaiting int) 
 			}
 			e.awaited = nil // not applied, or unknown: replayed
 		}
-		if e.kind == KindRelease && now-e.at > e.policy.LeaseTTLMillis() {
+		if e.kind == kindRelease && now-e.at > e.policy.LeaseTTLMillis() {
 			verdicts[k] = dropExpired
 			continue
 		}

@@ -180,7 +180,7 @@ func (b *run) check(i int) {
 			if wi.sp.sk == nil {
 				wi.failed = true
 				b.refused, wi.refused = true, true
-				b.out[i] = limiter.UnavailableOutcome(CapacityRetryAfter, limiter.CategoryCapacity, ErrFull)
+				b.out[i] = limiter.UnavailableOutcome(capacityRetryAfter, limiter.CategoryCapacity, errFull)
 				return
 			}
 			wi.overflow = true

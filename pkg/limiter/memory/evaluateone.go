@@ -85,7 +85,7 @@ func (s *Store) evaluateOne(r *limiter.Request, o *limiter.Outcome, nowMs int64)
 		o.Decision.Consumed = true
 	case !found && !room:
 		refused = true
-		*o = limiter.UnavailableOutcome(CapacityRetryAfter, limiter.CategoryCapacity, ErrFull)
+		*o = limiter.UnavailableOutcome(capacityRetryAfter, limiter.CategoryCapacity, errFull)
 	default:
 		*o = algorithm.OutcomeFromReply(p, reply, limiter.SourceMemory)
 		if o.Kind != limiter.Evaluated {

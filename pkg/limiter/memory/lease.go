@@ -69,7 +69,7 @@ func (s *Store) evaluateLeases(batch []limiter.Request, out []limiter.Outcome) {
 		}
 		next, reply, expiresAt, write := algorithm.Lease(cur.set, nowMs, r.Policy, r.Lease, r.LeaseAt, r.Cost, r.EffectiveRole().Consumes())
 		if write && next != "" && !held && !t.room(k.policy, nowMs) {
-			out[i] = limiter.UnavailableOutcome(CapacityRetryAfter, limiter.CategoryCapacity, errLeaseShare)
+			out[i] = limiter.UnavailableOutcome(capacityRetryAfter, limiter.CategoryCapacity, errLeaseShare)
 			continue
 		}
 		switch {

@@ -70,9 +70,9 @@ import (
 // Defaults for Config fields left zero.
 const (
 	DefaultMaxEntries = 1_000_000
-	DefaultShards     = 256
-	// CapacityRetryAfter is the retry hint of a capacity refusal.
-	CapacityRetryAfter = time.Second
+	defaultShards     = 256
+	// capacityRetryAfter is the retry hint of a capacity refusal.
+	capacityRetryAfter = time.Second
 	// fullScanBudget bounds how many entries a full shard inspects for
 	// expired ones before it refuses a new subject; Sweep does the rest.
 	fullScanBudget = 64
@@ -90,11 +90,11 @@ const (
 // about twice this at its peak: see docs/deploy.md.
 const MaxBytesPerEntry = 272
 
-// Observer is told what the store drops and refuses, so that it can be
+// observer is told what the store drops and refuses, so that it can be
 // counted; Metrics is the Prometheus one. Calls are made outside the shard locks
 // and concurrently from many goroutines; they must be cheap and safe for
 // concurrent use.
-type Observer interface {
+type observer interface {
 	// Refused: a new subject of policy found no room for an entry and no
 	// sketch for its policy (MaxSketches policies were already in overflow,
 	// or for a policy made at request time, its share of them), or a new
@@ -126,19 +126,19 @@ type Config struct {
 	// DefaultMaxSketches)
 	MaxSketches int
 	// Observer counts refusals, expiries and overflow decisions. (Optional)
-	Observer Observer
+	Observer observer
 }
 
-// ErrInvalidConfig is matched by every error New returns.
-var ErrInvalidConfig = errors.New("memory: invalid config")
+// errInvalidConfig is matched by every error New returns.
+var errInvalidConfig = errors.New("memory: invalid config")
 
-// ErrFull is the cause of a capacity refusal.
-var ErrFull = errors.New("memory: no room for a new subject and every overflow sketch is in use")
+// errFull is the cause of a capacity refusal.
+var errFull = errors.New("memory: no room for a new subject and every overflow sketch is in use")
 
 // Store is the in-memory limiter.Store.
 type Store struct {
 	clock   limiter.Clock
-	obs     Observer
+	obs     observer
 	shards  []shard
 	mask    uint64
 	scratch sync.Pool // *scratch: per-call buffers
@@ -202,13 +202,13 @@ func New(cfg Config) (*Store, error) {
 	case cfg.MaxEntries == 0:
 		cfg.MaxEntries = DefaultMaxEntries
 	case cfg.MaxEntries < 0:
-		return nil, fmt.Errorf("%w: MaxEntries %d is negative", ErrInvalidConfig, cfg.MaxEntries)
+		return nil, fmt.Errorf("%w: MaxEntries %d is negative", errInvalidConfig, cfg.MaxEntries)
 	}
 	switch {
 	case cfg.Shards == 0:
-		cfg.Shards = DefaultShards
+		cfg.Shards = defaultShards
 	case cfg.Shards < 0 || cfg.Shards&(cfg.Shards-1) != 0:
-		return nil, fmt.Errorf("%w: Shards %d is not a positive power of two", ErrInvalidConfig, cfg.Shards)
+		return nil, fmt.Errorf("%w: Shards %d is not a positive power of two", errInvalidConfig, cfg.Shards)
 	}
 	// A shard holds at least minShardEntries (when the bound allows), so
 	// that the fairness rule (see shard.room) has room to share.
@@ -219,10 +219,10 @@ func New(cfg Config) (*Store, error) {
 	case cfg.MaxSketches == 0:
 		cfg.MaxSketches = DefaultMaxSketches
 	case cfg.MaxSketches < 0:
-		return nil, fmt.Errorf("%w: MaxSketches %d is negative", ErrInvalidConfig, cfg.MaxSketches)
+		return nil, fmt.Errorf("%w: MaxSketches %d is negative", errInvalidConfig, cfg.MaxSketches)
 	}
 	if cfg.MaxEntries/cfg.Shards >= math.MaxInt32 {
-		return nil, fmt.Errorf("%w: MaxEntries %d is above %d per shard", ErrInvalidConfig, cfg.MaxEntries, math.MaxInt32-1)
+		return nil, fmt.Errorf("%w: MaxEntries %d is above %d per shard", errInvalidConfig, cfg.MaxEntries, math.MaxInt32-1)
 	}
 	s := &Store{clock: cfg.Clock, obs: cfg.Observer, shards: make([]shard, cfg.Shards), mask: uint64(cfg.Shards - 1),
 		sketches: make(map[sketchKey]*sketch), maxSketches: cfg.MaxSketches, leases: newLeaseTable(cfg.MaxEntries)}
@@ -291,7 +291,7 @@ func (s *Store) Len() int {
 	return n
 }
 
-// MaxLogBytes bounds the heap a sliding-log entry holds beside its slot
+// maxLogBytes bounds the heap a sliding-log entry holds beside its slot
 // (MaxBytesPerEntry) for a log of n hits in distinct milliseconds: its
 // entry in its shard's map of logs, a key and a string header (72 bytes) in
 // a map at least 7/16 full, at most 168 bytes; and the log itself,
@@ -299,4 +299,4 @@ func (s *Store) Len() int {
 // round up by at most an eighth (16 bytes for the smallest);
 // TestSlidingLogHeap holds logs to the bound (its measurements:
 // docs/algorithms.md).
-func MaxLogBytes(n int) int { return 168 + 16 + n*algorithm.SlidingLogEntryBytes*9/8 }
+func maxLogBytes(n int) int { return 168 + 16 + n*algorithm.SlidingLogEntryBytes*9/8 }

@@ -26,7 +26,7 @@ type Metrics struct {
 	sketchBytes prometheus.Gauge
 }
 
-var _ Observer = (*Metrics)(nil)
+var _ observer = (*Metrics)(nil)
 
 // NewMetrics creates the collectors and registers them on reg:
 // envoy_rls_memory_refused_total,

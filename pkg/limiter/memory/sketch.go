@@ -37,14 +37,14 @@ const (
 	minSketchBits = 11
 	maxSketchBits = 20
 	cellBytes     = 16
-	// MinSketchBytes is the memory of the narrowest sketch: 4 rows of
+	// minSketchBytes is the memory of the narrowest sketch: 4 rows of
 	// 2,048 cells of 16 bytes. Every sketch takes at least this.
-	MinSketchBytes = sketchRows << minSketchBits * cellBytes
-	// SketchPoolBytesPerEntry and MinSketchPoolBytes size the pool of
+	minSketchBytes = sketchRows << minSketchBits * cellBytes
+	// sketchPoolBytesPerEntry and MinSketchPoolBytes size the pool of
 	// memory the sketches may take beyond MinSketchBytes each: this many
 	// bytes per entry of MaxEntries, at least MinSketchPoolBytes.
-	SketchPoolBytesPerEntry = 8
-	MinSketchPoolBytes      = 4 << 20
+	sketchPoolBytesPerEntry = 8
+	minSketchPoolBytes      = 4 << 20
 	// DefaultMaxSketches bounds how many policies can be in overflow at
 	// once (8 MiB of sketches at their minimum).
 	DefaultMaxSketches = 64
@@ -59,7 +59,7 @@ const (
 // beyond MinSketchBytes each and the widest row (log2 of its cells): half
 // of maxEntries rounded up to a power of two, within the bounds.
 func sketchSizing(maxEntries int) (pool int64, maxBits uint8) {
-	pool = max(int64(maxEntries)*SketchPoolBytesPerEntry, MinSketchPoolBytes)
+	pool = max(int64(maxEntries)*sketchPoolBytesPerEntry, minSketchPoolBytes)
 	maxBits = minSketchBits
 	for maxBits < maxSketchBits && 1<<maxBits < maxEntries/2 {
 		maxBits++
@@ -130,7 +130,7 @@ func (s *Store) newSketch(made bool) *sketch {
 
 // sketchExtra is what a sketch of rows of 2^bits cells takes from the pool:
 // its memory beyond MinSketchBytes.
-func sketchExtra(bits uint8) int64 { return sketchBytes(bits) - MinSketchBytes }
+func sketchExtra(bits uint8) int64 { return sketchBytes(bits) - minSketchBytes }
 
 // freeSketch uncounts sk, which is dropped. Called with overflowMu held.
 func (s *Store) freeSketch(sk *sketch) {

@@ -11,12 +11,12 @@ import (
 	"github.com/redis/rueidis"
 )
 
-// DeadlineMargin is subtracted from a call's deadline, converted to Redis's
+// deadlineMargin is subtracted from a call's deadline, converted to Redis's
 // clock, before it is given to rate-batch-v2.lua: 2 ms for the millisecond
 // floors of the two clocks (the offset sample and the program's TIME), 1 ms
 // for the program's run after its TIME read. A program that reads TIME past
 // the converted deadline commits nothing (docs/redis.md).
-const DeadlineMargin = 3 * time.Millisecond
+const deadlineMargin = 3 * time.Millisecond
 
 // offsetWindowMs is the length of a window of offset samples, in ms of the
 // local clock: the estimate is the largest sample of the current window and
@@ -112,7 +112,7 @@ func (c *clockOffset) redisDeadline(deadlineMs int64) (ms int64, ok bool) {
 	if !ok {
 		return 0, false
 	}
-	ms = deadlineMs + off - DeadlineMargin.Milliseconds()
+	ms = deadlineMs + off - deadlineMargin.Milliseconds()
 	return min(max(ms, 1), limiter.MaxSafeInteger), true
 }
 

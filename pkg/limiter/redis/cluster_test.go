@@ -64,7 +64,7 @@ func TestClusterBatch(t *testing.T) {
 	// Two tags in different slots (and, with three masters, usually on
 	// different nodes).
 	tagA, tagB := limiter.Tag{1}, limiter.Tag{2}
-	for i := uint64(3); KeySlot(tagKey(tagA)) == KeySlot(tagKey(tagB)); i++ {
+	for i := uint64(3); keySlot(tagKey(tagA)) == keySlot(tagKey(tagB)); i++ {
 		binary.BigEndian.PutUint64(tagB[:], i)
 	}
 	prefix := limitertest.Prefix()
@@ -253,7 +253,7 @@ func TestClusterBatch(t *testing.T) {
 		ukey, tkey := string(requestKey(nil, &ureq)), string(requestKey(nil, &treq))
 		// The tenant's slot believes its node an hour behind: its program
 		// reads TIME past the deadline it is sent.
-		off := &s.offsets[KeySlot(tkey)]
+		off := &s.offsets[keySlot(tkey)]
 		cur, prev := off.cur.Load(), off.prev.Load()
 		defer func() { off.cur.Store(cur); off.prev.Store(prev) }()
 		off.cur.Store(0)
@@ -316,8 +316,8 @@ func TestClusterBatch(t *testing.T) {
 		}
 		// First call: one run. Second: one run per slot, then the refund of
 		// the user's slot.
-		if counts[BatchSpanName] != 3 || counts[RefundSpanName] != 1 {
-			t.Errorf("spans %v, want 3 %s and 1 %s", counts, BatchSpanName, RefundSpanName)
+		if counts[BatchSpanName] != 3 || counts[refundSpanName] != 1 {
+			t.Errorf("spans %v, want 3 %s and 1 %s", counts, BatchSpanName, refundSpanName)
 		}
 		if outcomes["allowed"] != 2 || outcomes["denied"] != 1 {
 			t.Errorf("program run outcomes %v, want 2 allowed (tenant's first, user's) and 1 denied", outcomes)

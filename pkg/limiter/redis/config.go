@@ -27,8 +27,8 @@ const (
 	ModeSentinel Mode = "sentinel"
 )
 
-// ParseMode parses auto|standalone|cluster|sentinel ("" is auto).
-func ParseMode(s string) (Mode, error) {
+// parseMode parses auto|standalone|cluster|sentinel ("" is auto).
+func parseMode(s string) (Mode, error) {
 	switch Mode(s) {
 	case "", ModeAuto:
 		return ModeAuto, nil
@@ -43,8 +43,8 @@ const (
 	// DefaultTimeout bounds one Evaluate call when the caller's deadline is
 	// later (or absent).
 	DefaultTimeout = 500 * time.Millisecond
-	// DefaultDialTimeout bounds establishing one connection (TCP, TLS, HELLO).
-	DefaultDialTimeout = 2 * time.Second
+	// defaultDialTimeout bounds establishing one connection (TCP, TLS, HELLO).
+	defaultDialTimeout = 2 * time.Second
 	// DefaultPoolSize is the number of pipelined connections per Redis node.
 	// One: every concurrent call of a replica shares it, so commands that
 	// arrive together leave in one write (see DefaultMaxFlushDelay). Redis
@@ -63,9 +63,9 @@ const (
 	// which costs throughput at low concurrency (docs/performance.md,
 	// "Redis pool size and flush delay").
 	DefaultMaxFlushDelay = 0
-	// FlushDelayLimit bounds MaxFlushDelay: it adds up to that much to
+	// flushDelayLimit bounds MaxFlushDelay: it adds up to that much to
 	// every round trip.
-	FlushDelayLimit = time.Millisecond
+	flushDelayLimit = time.Millisecond
 	// connBuffer is the read and write buffer of each connection. rueidis
 	// defaults to 0.5 MiB each; a batch program call is a few hundred
 	// bytes, so 64 KiB holds hundreds of pipelined calls and keeps the
@@ -173,7 +173,7 @@ var fieldNames = map[string]string{
 var (
 	wantTimeout    = fmt.Sprintf("a duration between 1ms and %v", MaxTimeout)
 	wantPoolSize   = fmt.Sprintf("an integer between 1 and %d", MaxPoolSize)
-	wantFlushDelay = fmt.Sprintf("a duration between 0 and %v", FlushDelayLimit)
+	wantFlushDelay = fmt.Sprintf("a duration between 0 and %v", flushDelayLimit)
 	wantMode       = "auto, standalone, cluster or sentinel"
 	wantGroupKeys  = fmt.Sprintf("an integer between 1 and %d", MaxGroupMaxKeys)
 	wantInFlight   = fmt.Sprintf("an integer between 1 and %d", MaxGroupInFlight)
@@ -224,7 +224,7 @@ func (c Config) Validate() (Config, error) {
 // GroupInFlight, each on its own,
 // and fills their defaults. It returns a *FieldError like Validate.
 func (c Config) ValidateValues() (Config, error) {
-	m, err := ParseMode(string(c.Mode))
+	m, err := parseMode(string(c.Mode))
 	if err != nil {
 		return c, &FieldError{Field: "Mode", Value: string(c.Mode), Want: wantMode}
 	}
@@ -233,7 +233,7 @@ func (c Config) ValidateValues() (Config, error) {
 		c.Timeout = DefaultTimeout
 	}
 	if c.DialTimeout == 0 {
-		c.DialTimeout = DefaultDialTimeout
+		c.DialTimeout = defaultDialTimeout
 	}
 	if c.Timeout < time.Millisecond || c.Timeout > MaxTimeout {
 		return c, &FieldError{Field: "Timeout", Value: c.Timeout.String(), Want: wantTimeout}
@@ -241,7 +241,7 @@ func (c Config) ValidateValues() (Config, error) {
 	if c.DialTimeout < time.Millisecond || c.DialTimeout > MaxTimeout {
 		return c, &FieldError{Field: "DialTimeout", Value: c.DialTimeout.String(), Want: wantTimeout}
 	}
-	if c.MaxFlushDelay < 0 || c.MaxFlushDelay > FlushDelayLimit {
+	if c.MaxFlushDelay < 0 || c.MaxFlushDelay > flushDelayLimit {
 		return c, &FieldError{Field: "MaxFlushDelay", Value: c.MaxFlushDelay.String(), Want: wantFlushDelay}
 	}
 	if c.PoolSize == 0 {

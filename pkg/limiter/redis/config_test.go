@@ -43,7 +43,7 @@ func TestConfigValidation(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if got.Mode != tt.mode || got.Timeout != DefaultTimeout || got.PoolSize != DefaultPoolSize || got.DialTimeout != DefaultDialTimeout {
+			if got.Mode != tt.mode || got.Timeout != DefaultTimeout || got.PoolSize != DefaultPoolSize || got.DialTimeout != defaultDialTimeout {
 				t.Fatalf("Validate = %+v", got)
 			}
 		})
@@ -86,7 +86,7 @@ func TestValidateValues(t *testing.T) {
 	if err != nil {
 		t.Fatalf("ValidateValues of the zero Config: %v", err)
 	}
-	if got.Mode != ModeAuto || got.Timeout != DefaultTimeout || got.DialTimeout != DefaultDialTimeout || got.PoolSize != DefaultPoolSize || got.MaxFlushDelay != 0 {
+	if got.Mode != ModeAuto || got.Timeout != DefaultTimeout || got.DialTimeout != defaultDialTimeout || got.PoolSize != DefaultPoolSize || got.MaxFlushDelay != 0 {
 		t.Fatalf("ValidateValues filled %+v", got)
 	}
 	tests := []struct {

@@ -20,25 +20,25 @@ import (
 
 // Defaults of Backoff.
 const (
-	// DefaultBackoffInitial is the longest wait before the second attempt:
+	// defaultBackoffInitial is the longest wait before the second attempt:
 	// short enough that a Redis that is a moment late (a pod started
 	// alongside) is used within a fraction of a second.
-	DefaultBackoffInitial = 200 * time.Millisecond
-	// DefaultBackoffMax caps the wait between attempts. It is the longest a
+	defaultBackoffInitial = 200 * time.Millisecond
+	// defaultBackoffMax caps the wait between attempts. It is the longest a
 	// replica keeps answering by its failure modes after Redis is reachable
 	// again (plus one dial): ten seconds is one period of a default
 	// Kubernetes readiness probe, so the backoff adds at most about one
 	// probe period to recovery, while one replica makes at most 12 attempts
 	// (one TCP connection and handshake each) a minute.
-	DefaultBackoffMax = 10 * time.Second
-	// MaxBackoff bounds Backoff.Max.
-	MaxBackoff = 10 * time.Minute
+	defaultBackoffMax = 10 * time.Second
+	// maxBackoff bounds Backoff.Max.
+	maxBackoff = 10 * time.Minute
 )
 
-// ErrModeMismatch is the cause of a connection refused because the servers
+// errModeMismatch is the cause of a connection refused because the servers
 // are not of the configured Mode (e.g. ModeCluster against a standalone
 // server).
-var ErrModeMismatch = errors.New("mode mismatch")
+var errModeMismatch = errors.New("mode mismatch")
 
 // Backoff says how long a Connector waits between connection attempts.
 // After the n-th failed attempt it waits a time drawn uniformly from
@@ -56,16 +56,16 @@ type Backoff struct {
 // validated returns b with defaults filled, or an error naming the field.
 func (b Backoff) validated() (Backoff, error) {
 	if b.Initial == 0 {
-		b.Initial = DefaultBackoffInitial
+		b.Initial = defaultBackoffInitial
 	}
 	if b.Max == 0 {
-		b.Max = max(DefaultBackoffMax, b.Initial)
+		b.Max = max(defaultBackoffMax, b.Initial)
 	}
-	if b.Initial < time.Millisecond || b.Initial > MaxBackoff {
-		return b, fmt.Errorf("redis store: backoff initial %v is outside [1ms, %v]", b.Initial, MaxBackoff)
+	if b.Initial < time.Millisecond || b.Initial > maxBackoff {
+		return b, fmt.Errorf("redis store: backoff initial %v is outside [1ms, %v]", b.Initial, maxBackoff)
 	}
-	if b.Max < b.Initial || b.Max > MaxBackoff {
-		return b, fmt.Errorf("redis store: backoff max %v is outside [initial %v, %v]", b.Max, b.Initial, MaxBackoff)
+	if b.Max < b.Initial || b.Max > maxBackoff {
+		return b, fmt.Errorf("redis store: backoff max %v is outside [initial %v, %v]", b.Max, b.Initial, maxBackoff)
 	}
 	return b, nil
 }
@@ -109,7 +109,7 @@ type ConnectOptions struct {
 	OnConnect func(attempts int)
 }
 
-// Connector is a limiter.Store that connects to Redis in the background.
+// connector is a limiter.Store that connects to Redis in the background.
 // Until it is connected, every request is Unavailable
 // (limiter.CategoryNotConnected, the last attempt's failure as the cause;
 // nothing is sent, so nothing is mutated) and Ping fails; once connected it
@@ -127,7 +127,7 @@ type ConnectOptions struct {
 // and the retry policy lives in one place, with its clock injectable.
 //
 // A Connector is safe for concurrent use. Build it with Connect.
-type Connector struct {
+type connector struct {
 	opts ConnectOptions
 	// ctx ends at Close: it stops the waits and aborts dials in flight.
 	ctx    context.Context
@@ -146,13 +146,13 @@ type Connector struct {
 	jitter func() float64
 }
 
-var _ limiter.Store = (*Connector)(nil)
+var _ limiter.Store = (*connector)(nil)
 
 // Connect validates cfg and opts and returns a Connector that is already
 // trying to connect. It fails only on configuration that can never work:
 // connection failures (refused, DNS, timeouts, authentication, a mode
 // mismatch) are retried until Close.
-func Connect(cfg Config, opts ConnectOptions) (*Connector, error) {
+func Connect(cfg Config, opts ConnectOptions) (*connector, error) {
 	cfg, err := cfg.Validate()
 	if err != nil {
 		return nil, err
@@ -181,17 +181,17 @@ func Connect(cfg Config, opts ConnectOptions) (*Connector, error) {
 }
 
 // newConnector returns a Connector without its seams, not yet running.
-func newConnector(opts ConnectOptions) *Connector {
-	c := &Connector{opts: opts, tried: make(chan struct{}), done: make(chan struct{})}
+func newConnector(opts ConnectOptions) *connector {
+	c := &connector{opts: opts, tried: make(chan struct{}), done: make(chan struct{})}
 	c.ctx, c.cancel = context.WithCancel(context.Background())
 	c.setCause(errors.New("redis store: not connected yet: the first attempt is in progress"))
 	return c
 }
 
-func (c *Connector) setCause(err error) { c.cause.Store(&err) }
+func (c *connector) setCause(err error) { c.cause.Store(&err) }
 
 // run makes attempts until one connects or the Connector closes.
-func (c *Connector) run() {
+func (c *connector) run() {
 	defer close(c.done)
 	first := true
 	ended := func() {
@@ -237,14 +237,14 @@ func (c *Connector) run() {
 // Tried is closed when the first attempt has ended, connected or not. A
 // service can wait on it to answer its first requests from Redis when
 // Redis is up, and to start at once when it is not.
-func (c *Connector) Tried() <-chan struct{} { return c.tried }
+func (c *connector) Tried() <-chan struct{} { return c.tried }
 
 // Connected reports whether the store is connected.
-func (c *Connector) Connected() bool { return c.store.Load() != nil }
+func (c *connector) Connected() bool { return c.store.Load() != nil }
 
 // Evaluate implements limiter.Store: the connected Store's Evaluate, or
 // every request Unavailable (limiter.CategoryNotConnected) before that.
-func (c *Connector) Evaluate(ctx context.Context, batch []limiter.Request, out []limiter.Outcome) {
+func (c *connector) Evaluate(ctx context.Context, batch []limiter.Request, out []limiter.Outcome) {
 	if st := c.store.Load(); st != nil {
 		st.Evaluate(ctx, batch, out)
 		return
@@ -260,7 +260,7 @@ func (c *Connector) Evaluate(ctx context.Context, batch []limiter.Request, out [
 
 // Ping checks that Redis answers (the binary's store health check); it
 // fails while the store is not connected.
-func (c *Connector) Ping(ctx context.Context) error {
+func (c *connector) Ping(ctx context.Context) error {
 	if st := c.store.Load(); st != nil {
 		return st.Ping(ctx)
 	}
@@ -270,7 +270,7 @@ func (c *Connector) Ping(ctx context.Context) error {
 // Close stops the attempts, waits for the connecting goroutine (a dial in
 // flight is aborted) and closes the store if it connected. Evaluations
 // after Close are Unavailable. Close may be called more than once.
-func (c *Connector) Close() {
+func (c *connector) Close() {
 	c.close.Do(func() {
 		c.cancel()
 		<-c.done
@@ -285,7 +285,7 @@ func (c *Connector) Close() {
 
 // needsOperator reports causes that retrying alone is unlikely to cure.
 func needsOperator(err error) bool {
-	if errors.Is(err, ErrModeMismatch) {
+	if errors.Is(err, errModeMismatch) {
 		return true
 	}
 	var rerr *rueidis.RedisError

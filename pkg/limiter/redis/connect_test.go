@@ -22,7 +22,7 @@ func TestBackoffWait(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if b.Initial != DefaultBackoffInitial || b.Max != DefaultBackoffMax {
+	if b.Initial != defaultBackoffInitial || b.Max != defaultBackoffMax {
 		t.Fatalf("zero Backoff validated to %+v", b)
 	}
 	ms := time.Millisecond
@@ -59,7 +59,7 @@ func TestBackoffValidated(t *testing.T) {
 		want    Backoff
 		wantErr string
 	}{
-		{"defaults", Backoff{}, Backoff{DefaultBackoffInitial, DefaultBackoffMax}, ""},
+		{"defaults", Backoff{}, Backoff{defaultBackoffInitial, defaultBackoffMax}, ""},
 		{"initial above the default max", Backoff{Initial: time.Minute}, Backoff{time.Minute, time.Minute}, ""},
 		{"explicit", Backoff{Initial: time.Millisecond, Max: 20 * time.Millisecond}, Backoff{time.Millisecond, 20 * time.Millisecond}, ""},
 		{"negative initial", Backoff{Initial: -time.Second}, Backoff{}, "backoff initial"},
@@ -257,8 +257,8 @@ func TestConnectorCloseWhileWaiting(t *testing.T) {
 	c.dial = func(context.Context) (*Store, error) { return nil, refused(1) }
 	go c.run()
 	w := timer.next(t)
-	if w.d != DefaultBackoffInitial/2 {
-		t.Fatalf("first wait %v, want %v", w.d, DefaultBackoffInitial/2)
+	if w.d != defaultBackoffInitial/2 {
+		t.Fatalf("first wait %v, want %v", w.d, defaultBackoffInitial/2)
 	}
 	c.Close()
 	if !w.stopped.Load() {

@@ -203,7 +203,7 @@ func TestDeadlineSentFromConnect(t *testing.T) {
 // largest sample of the current and the previous window with samples; no
 // estimate (so no deadline) before the first sample.
 func TestClockOffsetSteps(t *testing.T) {
-	const margin = int64(DeadlineMargin / time.Millisecond)
+	const margin = int64(deadlineMargin / time.Millisecond)
 	var c clockOffset
 	if _, ok := c.redisDeadline(5000); ok {
 		t.Fatal("a deadline without any sample")

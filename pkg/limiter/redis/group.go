@@ -94,7 +94,7 @@ func (s *Store) group(sc *scratch, batch []limiter.Request, roles []limiter.Role
 	for i := range batch {
 		var slot uint16
 		if s.cluster {
-			slot = KeySlot(keys[i])
+			slot = keySlot(keys[i])
 		}
 		k := slices.Index(slots, slot)
 		if k < 0 {

@@ -938,7 +938,7 @@ func TestGroupCommitCluster(t *testing.T) {
 	reg, m := newMetrics(t)
 	s := newStore(t, Config{Addrs: c.Addrs(), Mode: ModeCluster, Timeout: 10 * time.Second, Metrics: m})
 	tagA, tagB := limiter.Tag{7}, limiter.Tag{8}
-	for i := uint64(9); KeySlot(tagKey(tagA)) == KeySlot(tagKey(tagB)); i++ {
+	for i := uint64(9); keySlot(tagKey(tagA)) == keySlot(tagKey(tagB)); i++ {
 		binary.BigEndian.PutUint64(tagB[:], i)
 	}
 	run := time.Now().UnixNano()

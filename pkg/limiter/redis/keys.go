@@ -44,13 +44,13 @@ func PolicyKeys(policyID string, revision uint32) string {
 	return "rate:{*}:state:v2:" + hex.EncodeToString(d[:]) + ":*"
 }
 
-// StorageKeyV1 appends the key of the state of (policy, subject) in the
+// storageKeyV1 appends the key of the state of (policy, subject) in the
 // layout of rate-batch-v1.lua to buf:
 //
 //	rate:{<tag>}:state:<hex(sha256(policyID, revision, algorithm, subject))>
 //
 // with the tag of StorageKey.
-func StorageKeyV1(buf []byte, p *limiter.Policy, subject limiter.SubjectDigest, tag limiter.Tag) []byte {
+func storageKeyV1(buf []byte, p *limiter.Policy, subject limiter.SubjectDigest, tag limiter.Tag) []byte {
 	d := stateDigest(p, subject)
 	buf = appendTag(buf, subject, tag)
 	buf = append(buf, ":state:"...)

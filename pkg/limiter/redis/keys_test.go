@@ -45,7 +45,7 @@ func TestStorageKeyLayoutUnchanged(t *testing.T) {
 				sub[i] = byte(i * 7)
 			}
 			for _, tag := range []limiter.Tag{{}, {9, 8, 7, 6, 5, 4, 3, 2}} {
-				if got, want := string(StorageKeyV1([]byte("pre:"), p, sub, tag)), "pre:"+referenceKey(p, sub, tag); got != want {
+				if got, want := string(storageKeyV1([]byte("pre:"), p, sub, tag)), "pre:"+referenceKey(p, sub, tag); got != want {
 					t.Fatalf("%s rev %d tag %x:\n got %s\nwant %s", id, rev, tag, got, want)
 				}
 			}
@@ -89,7 +89,7 @@ func TestStorageKeyLayoutV2(t *testing.T) {
 					if want := "pre:" + referenceKeyV2(p, sub, tag); got != want {
 						t.Fatalf("%s rev %d tag %x:\n got %s\nwant %s", id, rev, tag, got, want)
 					}
-					if got[4:] == string(StorageKeyV1(nil, p, sub, tag)) {
+					if got[4:] == string(storageKeyV1(nil, p, sub, tag)) {
 						t.Fatal("the two layouts build the same key")
 					}
 					part := strings.Split(got, ":")[5]
@@ -114,7 +114,7 @@ func TestStateKeyLayout(t *testing.T) {
 	p := fixed(t, "layout", 5, time.Hour)
 	sub := subjectOf("layout")
 	pd := policyDigest(p.ID(), p.Revision())
-	v2, v1 := keyOf(p, sub), string(StorageKeyV1(nil, p, sub, limiter.Tag{}))
+	v2, v1 := keyOf(p, sub), string(storageKeyV1(nil, p, sub, limiter.Tag{}))
 	if l, policy := stateKeyLayout(v2); l != layoutV2 || policy != hex.EncodeToString(pd[:]) {
 		t.Errorf("%s: %v %q", v2, l, policy)
 	}
@@ -226,7 +226,7 @@ func assertPrivateKeys(t *testing.T, addr string, raw []string) {
 func TestKeySlotKnownValues(t *testing.T) {
 	for key, want := range map[string]uint16{
 		// CRC-16/XMODEM check value of "123456789" is 0x31C3.
-		"123456789": 0x31C3 % SlotCount,
+		"123456789": 0x31C3 % slotCount,
 		// redis-cli CLUSTER KEYSLOT <key> (Redis 7.0).
 		"foo":                  12182,
 		"bar":                  5061,
@@ -236,7 +236,7 @@ func TestKeySlotKnownValues(t *testing.T) {
 		"foo{{bar}}zap":        4015, // the tag is "{bar"
 		"":                     0,
 	} {
-		if got := KeySlot(key); got != want {
+		if got := keySlot(key); got != want {
 			t.Errorf("KeySlot(%q) = %d, want %d", key, got, want)
 		}
 	}
@@ -257,7 +257,7 @@ func TestKeySlotAgainstServer(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if got := KeySlot(key); int64(got) != v.(int64) {
+		if got := keySlot(key); int64(got) != v.(int64) {
 			t.Fatalf("KeySlot(%q) = %d, CLUSTER KEYSLOT = %d", key, got, v)
 		}
 	}

@@ -73,7 +73,7 @@ func (s *Store) runLease(ctx context.Context, r *limiter.Request, dl time.Time) 
 	key := string(requestKey(nil, r))
 	off := &s.offsets[0]
 	if s.cluster {
-		off = &s.offsets[KeySlot(key)]
+		off = &s.offsets[keySlot(key)]
 	}
 	rdl, _ := off.redisDeadline(s.local.ms(dl)) // 0, none, before the first sample
 	req := *r

@@ -233,11 +233,11 @@ func runResets(ctx context.Context, node rueidis.Client, runs []resetRun) []ruei
 	return out
 }
 
-var _ limiter.Resetter = (*Connector)(nil)
+var _ limiter.Resetter = (*connector)(nil)
 
 // Reset implements limiter.Resetter on the connected Store; before the
 // connection it fails with the connection's error.
-func (c *Connector) Reset(ctx context.Context, states []limiter.Request) (int, error) {
+func (c *connector) Reset(ctx context.Context, states []limiter.Request) (int, error) {
 	if st := c.store.Load(); st != nil {
 		return st.Reset(ctx, states)
 	}
@@ -246,7 +246,7 @@ func (c *Connector) Reset(ctx context.Context, states []limiter.Request) (int, e
 
 // ResetPolicy implements limiter.Resetter on the connected Store; before
 // the connection it fails with the connection's error.
-func (c *Connector) ResetPolicy(ctx context.Context, policyID string, revision uint32, b limiter.ResetBounds) (limiter.PolicyReset, error) {
+func (c *connector) ResetPolicy(ctx context.Context, policyID string, revision uint32, b limiter.ResetBounds) (limiter.PolicyReset, error) {
 	if st := c.store.Load(); st != nil {
 		return st.ResetPolicy(ctx, policyID, revision, b)
 	}

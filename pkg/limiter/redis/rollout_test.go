@@ -71,7 +71,7 @@ func TestV1AndV2SideBySide(t *testing.T) {
 	const limit = 5
 	p := fixed(t, "rollout", limit, farWindow)
 	sub := subjectOf("rollout")
-	v1Key, v2Key := string(StorageKeyV1(nil, p, sub, limiter.Tag{})), keyOf(p, sub)
+	v1Key, v2Key := string(storageKeyV1(nil, p, sub, limiter.Tag{})), keyOf(p, sub)
 	if v1Key == v2Key {
 		t.Fatal("the two layouts share a key")
 	}

@@ -6,17 +6,17 @@ package redis
 // hash tag when the key has one: the bytes between the first '{' and the
 // first '}' after it, if that is not empty.
 
-// SlotCount is the number of Redis Cluster hash slots.
-const SlotCount = 16384
+// slotCount is the number of Redis Cluster hash slots.
+const slotCount = 16384
 
-// KeySlot returns the Redis Cluster slot of key (CLUSTER KEYSLOT).
-func KeySlot(key string) uint16 {
+// keySlot returns the Redis Cluster slot of key (CLUSTER KEYSLOT).
+func keySlot(key string) uint16 {
 	if s := indexByte(key, '{'); s >= 0 {
 		if e := indexByte(key[s+1:], '}'); e > 0 {
 			key = key[s+1 : s+1+e]
 		}
 	}
-	return crc16(key) % SlotCount
+	return crc16(key) % slotCount
 }
 
 func indexByte(s string, c byte) int {

@@ -199,14 +199,14 @@ func open(cfg Config, opt rueidis.ClientOption) (*Store, error) {
 	}
 	if cfg.Mode == ModeCluster && c.Mode() != rueidis.ClientModeCluster {
 		c.Close()
-		return nil, fmt.Errorf("redis store: %w: cluster mode, but %s is not a Redis Cluster", ErrModeMismatch, strings.Join(cfg.Addrs, ","))
+		return nil, fmt.Errorf("redis store: %w: cluster mode, but %s is not a Redis Cluster", errModeMismatch, strings.Join(cfg.Addrs, ","))
 	}
 	s := &Store{client: c, timeout: cfg.Timeout, answerWait: answerWait(cfg.Timeout), deadlines: deadline.New(0), cluster: c.Mode() == rueidis.ClientModeCluster,
 		local: newLocalClock(time.Now()), tracer: tracer(cfg.TracerProvider),
 		groupMaxKeys: cfg.GroupMaxKeys, inFlight: cfg.GroupInFlight, metrics: cfg.Metrics, onFallback: cfg.OnFallback}
 	if s.cluster {
-		s.offsets = make([]clockOffset, SlotCount)
-		s.committers = make([]atomic.Pointer[committer], SlotCount)
+		s.offsets = make([]clockOffset, slotCount)
+		s.committers = make([]atomic.Pointer[committer], slotCount)
 	} else {
 		s.offsets = make([]clockOffset, 1)
 		s.committers = make([]atomic.Pointer[committer], 1)

@@ -12,13 +12,13 @@ import (
 	"github.com/envoy-rls/envoy-rls/pkg/lua"
 )
 
-// TracerName is the instrumentation scope of the store's spans.
-const TracerName = "github.com/envoy-rls/envoy-rls/pkg/limiter/redis"
+// tracerName is the instrumentation scope of the store's spans.
+const tracerName = "github.com/envoy-rls/envoy-rls/pkg/limiter/redis"
 
 // Span names: one span per program run, a child of the caller's span.
 const (
 	BatchSpanName  = "envoy_rls.redis.batch"
-	RefundSpanName = "envoy_rls.redis.refund"
+	refundSpanName = "envoy_rls.redis.refund"
 )
 
 // Span attributes. Keys and arguments are never recorded (the keys hold
@@ -44,7 +44,7 @@ func tracer(tp trace.TracerProvider) trace.Tracer {
 	if tp == nil {
 		return nil
 	}
-	return tp.Tracer(TracerName)
+	return tp.Tracer(tracerName)
 }
 
 // runTraced is runProgram inside a span that describes the group run: a
@@ -89,7 +89,7 @@ func (s *Store) runTraced(gs []*group) {
 
 // refundTraced runs one refund program of n requests inside a span.
 func (s *Store) refundTraced(ctx context.Context, n int, exec func(context.Context) error) error {
-	ctx, span := s.tracer.Start(ctx, RefundSpanName, trace.WithSpanKind(trace.SpanKindClient),
+	ctx, span := s.tracer.Start(ctx, refundSpanName, trace.WithSpanKind(trace.SpanKindClient),
 		trace.WithAttributes(attrDBSystem, attrDBOpName, attrRefund, attrGroupSize.Int(n)))
 	defer span.End()
 	err := exec(ctx)

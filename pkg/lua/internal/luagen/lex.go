@@ -10,24 +10,24 @@ import (
 // tokens, the line span of each function, and the names a piece of code
 // uses without declaring them (its free names).
 
-// Token is one Lua token: a name, keyword, number, string or operator.
+// token is one Lua token: a name, keyword, number, string or operator.
 // Comments and white space are dropped.
-type Token struct {
-	Kind TokenKind
+type token struct {
+	Kind tokenKind
 	Text string
 	Line int
 }
 
-// TokenKind is the kind of a Token.
-type TokenKind int
+// tokenKind is the kind of a Token.
+type tokenKind int
 
 // The kinds of Token.
 const (
-	Name TokenKind = iota
-	Keyword
-	Number
-	String
-	Op
+	tokName tokenKind = iota
+	tokKeyword
+	tokNumber
+	tokString
+	tokOp
 )
 
 var keywords = map[string]bool{
@@ -36,9 +36,9 @@ var keywords = map[string]bool{
 	"or": true, "repeat": true, "return": true, "then": true, "true": true, "until": true, "while": true,
 }
 
-// Tokens splits src into tokens.
-func Tokens(src string) ([]Token, error) {
-	var out []Token
+// tokens splits src into tokens.
+func tokens(src string) ([]token, error) {
+	var out []token
 	line := 1
 	for i := 0; i < len(src); {
 		c := src[i]
@@ -69,7 +69,7 @@ func Tokens(src string) ([]Token, error) {
 				return nil, fmt.Errorf("line %d: unterminated long string", line)
 			}
 			body := src[i : i+n+end+n]
-			out = append(out, Token{String, body, line})
+			out = append(out, token{tokString, body, line})
 			line += strings.Count(body, "\n")
 			i += len(body)
 		case c == '\'' || c == '"':
@@ -86,7 +86,7 @@ func Tokens(src string) ([]Token, error) {
 			if j >= len(src) {
 				return nil, fmt.Errorf("line %d: unterminated string", line)
 			}
-			out = append(out, Token{String, src[i : j+1], line})
+			out = append(out, token{tokString, src[i : j+1], line})
 			i = j + 1
 		case isDigit(c) || c == '.' && i+1 < len(src) && isDigit(src[i+1]):
 			j := i
@@ -94,18 +94,18 @@ func Tokens(src string) ([]Token, error) {
 				(src[j] == '-' || src[j] == '+') && (src[j-1] == 'e' || src[j-1] == 'E') && !strings.HasPrefix(src[i:], "0x")) {
 				j++
 			}
-			out = append(out, Token{Number, src[i:j], line})
+			out = append(out, token{tokNumber, src[i:j], line})
 			i = j
 		case isNameByte(c):
 			j := i
 			for j < len(src) && isNameByte(src[j]) {
 				j++
 			}
-			kind := Name
+			kind := tokName
 			if keywords[src[i:j]] {
-				kind = Keyword
+				kind = tokKeyword
 			}
-			out = append(out, Token{kind, src[i:j], line})
+			out = append(out, token{kind, src[i:j], line})
 			i = j
 		default:
 			n := 1
@@ -115,7 +115,7 @@ func Tokens(src string) ([]Token, error) {
 					break
 				}
 			}
-			out = append(out, Token{Op, src[i : i+n], line})
+			out = append(out, token{tokOp, src[i : i+n], line})
 			i += n
 		}
 	}
@@ -145,40 +145,40 @@ func longBracket(s string) (int, bool) {
 	return 0, false
 }
 
-// Func is one function of a Lua source: its name ("" when anonymous) and
+// funcSpan is one function of a Lua source: its name ("" when anonymous) and
 // the lines of its first and last token.
-type Func struct {
+type funcSpan struct {
 	Name       string
 	Start, End int
 }
 
 // Lines is the number of lines the function spans.
-func (f Func) Lines() int { return f.End - f.Start + 1 }
+func (f funcSpan) Lines() int { return f.End - f.Start + 1 }
 
 // Functions lists the functions of src, in the order they end.
-func Functions(src string) ([]Func, error) {
-	toks, err := Tokens(src)
+func Functions(src string) ([]funcSpan, error) {
+	toks, err := tokens(src)
 	if err != nil {
 		return nil, err
 	}
 	type open struct {
 		kw   string
-		fn   Func
+		fn   funcSpan
 		line int
 	}
 	var stack []open
-	var out []Func
+	var out []funcSpan
 	for i, t := range toks {
-		if t.Kind != Keyword {
+		if t.Kind != tokKeyword {
 			continue
 		}
 		switch t.Text {
 		case "function":
 			name := ""
-			if i+1 < len(toks) && toks[i+1].Kind == Name {
+			if i+1 < len(toks) && toks[i+1].Kind == tokName {
 				name = toks[i+1].Text
 			}
-			stack = append(stack, open{kw: "function", fn: Func{Name: name, Start: t.Line}})
+			stack = append(stack, open{kw: "function", fn: funcSpan{Name: name, Start: t.Line}})
 		case "if", "do", "repeat":
 			stack = append(stack, open{kw: t.Text, line: t.Line})
 		case "end", "until":
@@ -202,8 +202,8 @@ func Functions(src string) ([]Func, error) {
 	return out, nil
 }
 
-// Names is what a piece of Lua source declares and uses.
-type Names struct {
+// names is what a piece of Lua source declares and uses.
+type names struct {
 	// TopLevel: the names it declares local outside any block or function
 	// (what it defines for the code after it).
 	TopLevel []string
@@ -219,25 +219,25 @@ type Names struct {
 // free. A name counts as declared anywhere in src once any local, function
 // parameter or loop variable of that name is; a field name (after '.' or
 // ':', or a table constructor's key) is no use of a name.
-func Analyze(src string) (Names, error) {
-	toks, err := Tokens(src)
+func Analyze(src string) (names, error) {
+	toks, err := tokens(src)
 	if err != nil {
-		return Names{}, err
+		return names{}, err
 	}
 	declared := map[string]bool{}
-	var names Names
+	var names names
 	depth := 0
 	var braces []string
 	params := false
 	for i, t := range toks {
-		prev := func(k int) Token {
+		prev := func(k int) token {
 			if i-k >= 0 {
 				return toks[i-k]
 			}
-			return Token{}
+			return token{}
 		}
 		switch t.Kind {
-		case Keyword:
+		case tokKeyword:
 			switch t.Text {
 			case "function", "if", "do", "repeat":
 				depth++
@@ -248,7 +248,7 @@ func Analyze(src string) (Names, error) {
 				params = true
 			}
 			continue
-		case Op:
+		case tokOp:
 			switch t.Text {
 			case "(", "{", "[":
 				braces = append(braces, t.Text)
@@ -261,20 +261,20 @@ func Analyze(src string) (Names, error) {
 				}
 			}
 			continue
-		case Name:
+		case tokName:
 		default:
 			continue
 		}
 		p := prev(1)
-		if p.Kind == Op && (p.Text == "." || p.Text == ":") {
+		if p.Kind == tokOp && (p.Text == "." || p.Text == ":") {
 			continue
 		}
-		next := Token{}
+		next := token{}
 		if i+1 < len(toks) {
 			next = toks[i+1]
 		}
-		if len(braces) > 0 && braces[len(braces)-1] == "{" && next.Kind == Op && next.Text == "=" &&
-			p.Kind == Op && (p.Text == "{" || p.Text == "," || p.Text == ";") {
+		if len(braces) > 0 && braces[len(braces)-1] == "{" && next.Kind == tokOp && next.Text == "=" &&
+			p.Kind == tokOp && (p.Text == "{" || p.Text == "," || p.Text == ";") {
 			continue // a table constructor's key
 		}
 		if decl, local, fn := declaresName(toks, i, params, braces); decl {
@@ -308,10 +308,10 @@ func Analyze(src string) (Names, error) {
 // local, a local function, a parameter or a loop variable), whether the
 // declaration is a local statement's (which, at the top level, the source
 // defines for the code after it) and whether it is a local function's.
-func declaresName(toks []Token, i int, params bool, braces []string) (decl, local, fn bool) {
+func declaresName(toks []token, i int, params bool, braces []string) (decl, local, fn bool) {
 	// Walk back over "name ," pairs to the token before the name list.
 	j := i - 1
-	for j >= 1 && toks[j].Kind == Op && toks[j].Text == "," && toks[j-1].Kind == Name {
+	for j >= 1 && toks[j].Kind == tokOp && toks[j].Text == "," && toks[j-1].Kind == tokName {
 		j -= 2
 	}
 	if j < 0 {
@@ -319,14 +319,14 @@ func declaresName(toks []Token, i int, params bool, braces []string) (decl, loca
 	}
 	b := toks[j]
 	switch {
-	case b.Kind == Keyword && b.Text == "local":
+	case b.Kind == tokKeyword && b.Text == "local":
 		return true, true, false
-	case b.Kind == Keyword && b.Text == "function" && j >= 1 && toks[j-1].Kind == Keyword && toks[j-1].Text == "local":
+	case b.Kind == tokKeyword && b.Text == "function" && j >= 1 && toks[j-1].Kind == tokKeyword && toks[j-1].Text == "local":
 		return true, true, true
-	case b.Kind == Keyword && b.Text == "for":
+	case b.Kind == tokKeyword && b.Text == "for":
 		return true, false, false
-	case b.Kind == Op && b.Text == "(" && params && len(braces) > 0 && braces[len(braces)-1] == "(" &&
-		j >= 1 && (toks[j-1].Kind == Keyword && toks[j-1].Text == "function" || toks[j-1].Kind == Name && j >= 2 && toks[j-2].Kind == Keyword && toks[j-2].Text == "function"):
+	case b.Kind == tokOp && b.Text == "(" && params && len(braces) > 0 && braces[len(braces)-1] == "(" &&
+		j >= 1 && (toks[j-1].Kind == tokKeyword && toks[j-1].Text == "function" || toks[j-1].Kind == tokName && j >= 2 && toks[j-2].Kind == tokKeyword && toks[j-2].Text == "function"):
 		return true, false, false
 	}
 	return false, false, false

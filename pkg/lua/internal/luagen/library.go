@@ -10,8 +10,8 @@ import (
 // LibraryOf names the program that Generate also writes as a Redis function
 // library, and LibraryFile the file it writes it to.
 const (
-	LibraryOf   = "rate-batch-v2.lua"
-	LibraryFile = "rate-batch-v2-function.lua"
+	libraryOf   = "rate-batch-v2.lua"
+	libraryFile = "rate-batch-v2-function.lua"
 )
 
 // RunState are the top-level locals of LibraryOf that a run changes. A
@@ -45,13 +45,13 @@ const (
 func Library(program string) (string, error) {
 	i, j, k := strings.Index(program, clockDecl), strings.Index(program, clockEnd), strings.Index(program, mainStart)
 	if i < 0 || j < i || k < j || strings.Count(program[:i], preludeLibs) != 1 {
-		return "", fmt.Errorf("%s has changed shape: no prelude, clock block or main body where the library expects them", LibraryOf)
+		return "", fmt.Errorf("%s has changed shape: no prelude, clock block or main body where the library expects them", libraryOf)
 	}
 	head := strings.Replace(program[:i+len(clockDecl)], preludeLibs, "local function libs()\n"+
 		"  return string.find, math.fmod, string.format, bit.band, unpack, struct.unpack, struct.pack, string.sub, math.max\n"+
 		"end\nlocal find, fmod, format, band, unpackList, unpack, pack, sub, max\n", 1)
 	falses := strings.TrimSuffix(strings.Repeat("false, ", len(RunState)), ", ")
-	body := "-- " + LibraryFile + ": " + LibraryOf + " as a Redis function library\n" +
+	body := "-- " + libraryFile + ": " + libraryOf + " as a Redis function library\n" +
 		"-- (FUNCTION LOAD, then FCALL of the function below with the program's\n" +
 		"-- KEYS and ARGV).\n" +
 		"local KEYS, ARGV\n" + head + program[j:k] +

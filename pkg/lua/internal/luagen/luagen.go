@@ -64,8 +64,8 @@ func Generate(src fs.FS) (map[string]string, error) {
 			return nil, fmt.Errorf("luagen: %s: %w", name, err)
 		}
 		out[name] = Header + name + "; DO NOT EDIT.\n" + a
-		if name == LibraryOf {
-			if out[LibraryFile], err = Library(out[name]); err != nil {
+		if name == libraryOf {
+			if out[libraryFile], err = Library(out[name]); err != nil {
 				return nil, fmt.Errorf("luagen: %w", err)
 			}
 		}
