@@ -18,8 +18,21 @@ import (
 
 	"github.com/envoy-rls/envoy-rls/internal/options"
 	"github.com/envoy-rls/envoy-rls/internal/redistest"
-	"github.com/envoy-rls/envoy-rls/pkg/limiter/redis"
-	"github.com/envoy-rls/envoy-rls/pkg/rls"
+)
+
+// The span and attribute names docs/observe.md lists, as tracing backends
+// see them.
+const (
+	storeSpanName      = "envoy_rls.store.evaluate"
+	redisBatchSpanName = "envoy_rls.redis.batch"
+)
+
+var (
+	attrDomain      = attribute.Key("envoy_rls.domain")
+	attrDescriptors = attribute.Key("envoy_rls.descriptors")
+	attrPolicies    = attribute.Key("envoy_rls.policies")
+	attrBatchSize   = attribute.Key("envoy_rls.batch_size")
+	attrOutcome     = attribute.Key("envoy_rls.outcome")
 )
 
 // Trace context a test sends as the caller's (Envoy's) span.
@@ -137,16 +150,16 @@ func TestTracingSpans(t *testing.T) {
 		t.Errorf("server span kind %v parent %v (remote %v), want server, child of the caller's %v", srv.SpanKind, srv.Parent.SpanID(), srv.Parent.IsRemote(), callerSpan)
 	}
 	wantAttrs(t, srv,
-		rls.AttrDomain.String("app"),
-		rls.AttrDescriptors.Int(1),
-		rls.AttrPolicies.StringSlice([]string{appPolicy}),
-		rls.AttrBatchSize.Int(1),
-		rls.AttrOutcome.String("OK"))
-	st := spanNamed(t, spans, rls.StoreSpanName)
+		attrDomain.String("app"),
+		attrDescriptors.Int(1),
+		attrPolicies.StringSlice([]string{appPolicy}),
+		attrBatchSize.Int(1),
+		attrOutcome.String("OK"))
+	st := spanNamed(t, spans, storeSpanName)
 	if st.Parent.SpanID() != srv.SpanContext.SpanID() {
 		t.Errorf("store span's parent %v, want the server span %v", st.Parent.SpanID(), srv.SpanContext.SpanID())
 	}
-	wantAttrs(t, st, rls.AttrBatchSize.Int(1), rls.AttrPolicies.StringSlice([]string{appPolicy}), rls.AttrOutcome.String("allowed"))
+	wantAttrs(t, st, attrBatchSize.Int(1), attrPolicies.StringSlice([]string{appPolicy}), attrOutcome.String("allowed"))
 
 	// B3 (multiple headers, as Envoy's Zipkin tracer sends them): the
 	// second call allowed, the third denied.
@@ -162,10 +175,10 @@ func TestTracingSpans(t *testing.T) {
 			if s.Parent.SpanID() != b3Span {
 				t.Errorf("B3 call: server span's parent %v, want %v", s.Parent.SpanID(), b3Span)
 			}
-			v, _ := attr(s, rls.AttrOutcome)
+			v, _ := attr(s, attrOutcome)
 			outcomes = append(outcomes, v.AsString())
-		case rls.StoreSpanName:
-			v, _ := attr(s, rls.AttrOutcome)
+		case storeSpanName:
+			v, _ := attr(s, attrOutcome)
 			storeOutcomes = append(storeOutcomes, v.AsString())
 		}
 	}
@@ -231,8 +244,8 @@ func TestTracingRedisSpans(t *testing.T) {
 	r.check(t, user, "traceparent", fmt.Sprintf("00-%s-%s-01", callerTrace, callerSpan))
 	spans := awaitSpans(t, exp, callerTrace, 3)
 	srvSpan := spanNamed(t, spans, serverSpanName)
-	st := spanNamed(t, spans, rls.StoreSpanName)
-	run := spanNamed(t, spans, redis.BatchSpanName)
+	st := spanNamed(t, spans, storeSpanName)
+	run := spanNamed(t, spans, redisBatchSpanName)
 	if st.Parent.SpanID() != srvSpan.SpanContext.SpanID() || run.Parent.SpanID() != st.SpanContext.SpanID() {
 		t.Errorf("parents: store %v (want server %v), program run %v (want store %v)",
 			st.Parent.SpanID(), srvSpan.SpanContext.SpanID(), run.Parent.SpanID(), st.SpanContext.SpanID())
@@ -258,7 +271,7 @@ func TestTracingRedisSpans(t *testing.T) {
 	r.check(t, user, "traceparent", fmt.Sprintf("00-%s-%s-01", b3Trace, b3Span))
 	srv.Resume()
 	failed := awaitSpans(t, exp, b3Trace, 3)
-	frun := spanNamed(t, failed, redis.BatchSpanName)
+	frun := spanNamed(t, failed, redisBatchSpanName)
 	if v, _ := attr(frun, "envoy_rls.outcome"); v.AsString() == "allowed" || v.AsString() == "denied" {
 		t.Errorf("program run while Redis is paused: outcome %q, want a failure", v.AsString())
 	}

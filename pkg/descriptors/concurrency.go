@@ -6,30 +6,6 @@ import (
 	"github.com/envoy-rls/envoy-rls/pkg/limiter"
 )
 
-// The release marker: a descriptor whose last entry has the key
-// ReleaseKey and whose other entries match a concurrency rule gives back
-// leases of that rule instead of taking one (Release), when the entry's
-// value is a marker the service wrote (pkg/rls) or ReleaseValue. Envoy
-// sends it from a rate limit with apply_on_stream_done, whose last action
-// is a metadata action reading the field "lease" of the take's answer.
-const (
-	ReleaseKey   = "lease"
-	ReleaseValue = "release"
-)
-
-// Release reports whether entries end with an entry of the key
-// ReleaseKey (after at least one other), and returns the others and that
-// entry's value. The caller checks the value, matches the rest and treats
-// the descriptor as a release only when both hold; otherwise the whole
-// descriptor is matched as any other.
-func Release(entries []Entry) (rest []Entry, value string, ok bool) {
-	n := len(entries)
-	if n < 2 || entries[n-1].Key != ReleaseKey {
-		return entries, "", false
-	}
-	return entries[:n-1], entries[n-1].Value, true
-}
-
 // checkConcurrency reads a concurrency limit (`concurrency: N` and
 // `lease_ttl`) into ls: algorithm limiter.Concurrency, limit N. The
 // window keys and the rate algorithms' extensions have no meaning for it

@@ -75,23 +75,3 @@ func TestConcurrencyTakesNoDefaultCharge(t *testing.T) {
 		t.Errorf("rate limit beside it: matched %v, want the default charge always", ok)
 	}
 }
-
-func TestReleaseMarker(t *testing.T) {
-	for _, c := range []struct {
-		in     []Entry
-		rest   int
-		value  string
-		marked bool
-	}{
-		{e("tenant=t", "lease=release"), 1, "release", true},
-		{e("tenant=t", "lease=s0mxbjt4hoyWGYtFAJ"), 1, "s0mxbjt4hoyWGYtFAJ", true},
-		{e("lease=release"), 1, "", false},
-		{e("tenant=t", "release=lease"), 2, "", false},
-		{e("lease=release", "tenant=t"), 2, "", false},
-	} {
-		rest, value, marked := Release(c.in)
-		if len(rest) != c.rest || value != c.value || marked != c.marked {
-			t.Errorf("Release(%v) = %v %q %t", c.in, rest, value, marked)
-		}
-	}
-}

@@ -53,10 +53,10 @@ func (e *ConfigError) Error() string {
 }
 
 // Is makes errors.Is(err, ErrInvalidConfig) true for every *ConfigError.
-func (e *ConfigError) Is(target error) bool { return target == ErrInvalidConfig }
+func (e *ConfigError) Is(target error) bool { return target == errInvalidConfig }
 
-// ErrInvalidConfig is matched by every *ConfigError.
-var ErrInvalidConfig = errors.New("descriptors: invalid configuration")
+// errInvalidConfig is matched by every *ConfigError.
+var errInvalidConfig = errors.New("descriptors: invalid configuration")
 
 // ErrSecret is returned when Options.Secret is missing or too short.
 var ErrSecret = fmt.Errorf("descriptors: the HMAC secret must be at least %d bytes", MinSecretLength)

@@ -107,7 +107,7 @@ func checkProblems(t *testing.T, path string, wants []want) {
 		t.Fatalf("Load succeeded with %d domains", len(s.Domains()))
 	}
 	var ce *ConfigError
-	if !errors.As(err, &ce) || !errors.Is(err, ErrInvalidConfig) {
+	if !errors.As(err, &ce) || !errors.Is(err, errInvalidConfig) {
 		t.Fatalf("error %T is not a *ConfigError: %v", err, err)
 	}
 	if len(ce.Problems) != len(wants) {

@@ -51,8 +51,8 @@ const (
 	LimitDescriptors = "descriptors"
 )
 
-// ErrTooLarge is matched by every *LimitError.
-var ErrTooLarge = errors.New("descriptors: the rule set is larger than its limit")
+// errTooLarge is matched by every *LimitError.
+var errTooLarge = errors.New("descriptors: the rule set is larger than its limit")
 
 // LimitError is returned when a rule set as a whole is over one of its
 // Limits. Nothing of it is compiled.
@@ -72,7 +72,7 @@ func (e *LimitError) Error() string {
 }
 
 // Is makes errors.Is(err, ErrTooLarge) true.
-func (e *LimitError) Is(target error) bool { return target == ErrTooLarge }
+func (e *LimitError) Is(target error) bool { return target == errTooLarge }
 
 // countTokens counts the YAML tokens of data that can each stand for a node
 // of the parsed tree: plain, quoted and block scalars, aliases, the block

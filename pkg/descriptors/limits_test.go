@@ -28,7 +28,7 @@ func descriptorsFile(domain string, n int) string {
 func limitError(t *testing.T, err error) *LimitError {
 	t.Helper()
 	var le *LimitError
-	if !errors.As(err, &le) || !errors.Is(err, ErrTooLarge) {
+	if !errors.As(err, &le) || !errors.Is(err, errTooLarge) {
 		t.Fatalf("err = %v (%T), want a *LimitError", err, err)
 	}
 	return le
@@ -63,7 +63,7 @@ func TestTotalBytesLimit(t *testing.T) {
 	}
 	// At the limit the set is read: the broken file is then reported.
 	_, err = Load(dir, Options{Secret: testSecret, Limits: Limits{MaxBytes: total}})
-	if !errors.Is(err, ErrInvalidConfig) || !strings.Contains(err.Error(), "2.yaml:") {
+	if !errors.Is(err, errInvalidConfig) || !strings.Contains(err.Error(), "2.yaml:") {
 		t.Errorf("at the limit: err = %v, want the syntax error of 2.yaml", err)
 	}
 }
@@ -235,7 +235,7 @@ func TestNonRegularFilesAreProblems(t *testing.T) {
 	}()
 	select {
 	case err := <-done:
-		if !errors.Is(err, ErrInvalidConfig) || !strings.Contains(err.Error(), fifo+": not a regular file (a named pipe)") {
+		if !errors.Is(err, errInvalidConfig) || !strings.Contains(err.Error(), fifo+": not a regular file (a named pipe)") {
 			t.Errorf("FIFO as the path: %v", err)
 		}
 	case <-time.After(10 * time.Second):
@@ -285,7 +285,7 @@ func TestLoadChanged(t *testing.T) {
 		t.Errorf("changed files compiled to %+v", m)
 	}
 	writeFile(t, dir+"/r.yaml", rules("6")+"    bogus: 1\n")
-	if s, changed, err := LoadChanged(dir, opts, cur); !errors.Is(err, ErrInvalidConfig) || changed || s != nil {
+	if s, changed, err := LoadChanged(dir, opts, cur); !errors.Is(err, errInvalidConfig) || changed || s != nil {
 		t.Errorf("broken files: %p, %v, %v; want a configuration error", s, changed, err)
 	}
 	if _, _, err := LoadChanged(dir, Options{Secret: []byte("short")}, cur); !errors.Is(err, ErrSecret) {

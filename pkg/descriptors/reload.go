@@ -8,8 +8,8 @@ import (
 
 // Reload results, usable as the `result` label of a reload counter.
 const (
-	ResultSuccess = "success"
-	ResultFailure = "failure"
+	resultSuccess = "success"
+	resultFailure = "failure"
 )
 
 // TriggerInitial is the trigger of a rule source's first load. Each source
@@ -53,7 +53,7 @@ func NewReloadResult(trigger string, s *Snapshot, err error) ReloadResult {
 // Result is ResultSuccess or ResultFailure.
 func (r ReloadResult) Result() string {
 	if r.OK {
-		return ResultSuccess
+		return resultSuccess
 	}
-	return ResultFailure
+	return resultFailure
 }

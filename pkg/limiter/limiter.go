@@ -463,8 +463,8 @@ type FieldError struct {
 
 func (e *FieldError) Error() string { return "limiter: " + e.Field + " " + e.Reason }
 
-// ErrInvalid is matched by every validation error: errors.Is(err, ErrInvalid).
-var ErrInvalid = errors.New("limiter: invalid")
+// errInvalid is matched by every validation error: errors.Is(err, ErrInvalid).
+var errInvalid = errors.New("limiter: invalid")
 
 // Is makes errors.Is(fieldErr, ErrInvalid) true.
-func (e *FieldError) Is(target error) bool { return target == ErrInvalid }
+func (e *FieldError) Is(target error) bool { return target == errInvalid }

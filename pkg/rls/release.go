@@ -14,7 +14,31 @@ import (
 	"github.com/envoy-rls/envoy-rls/pkg/limiter"
 )
 
-// The release marker is the value of the field descriptors.ReleaseKey that
+// The release marker: a descriptor whose last entry has the key
+// releaseKey and whose other entries match a concurrency rule gives back
+// leases of that rule instead of taking one (splitRelease), when the entry's
+// value is a marker the service wrote  or releaseValue. Envoy
+// sends it from a rate limit with apply_on_stream_done, whose last action
+// is a metadata action reading the field "lease" of the take's answer.
+const (
+	releaseKey   = "lease"
+	releaseValue = "release"
+)
+
+// splitRelease reports whether entries end with an entry of the key
+// releaseKey (after at least one other), and returns the others and that
+// entry's value. The caller checks the value, matches the rest and treats
+// the descriptor as a release only when both hold; otherwise the whole
+// descriptor is matched as any other.
+func splitRelease(entries []descriptors.Entry) (rest []descriptors.Entry, value string, ok bool) {
+	n := len(entries)
+	if n < 2 || entries[n-1].Key != releaseKey {
+		return entries, "", false
+	}
+	return entries[:n-1], entries[n-1].Value, true
+}
+
+// The release marker is the value of the field releaseKey that
 // a take's answer carries in its dynamic metadata, and that Envoy sends
 // back as the last entry of the stream-done release. It names every lease
 // the take took: per lease, markerEntryLen bytes of
@@ -33,7 +57,7 @@ import (
 // (its limit, subject and expiry) and, for a local lease, to the replica
 // that holds it. A forged or altered entry frees nothing; a replayed one
 // frees only leases of the same expiry (taken in the same millisecond),
-// never more than the value descriptors.ReleaseValue frees, which stays a
+// never more than the value releaseValue frees, which stays a
 // release of the store's soonest-expiring leases.
 const (
 	markerStore     = 's'
@@ -90,10 +114,10 @@ func (k *markerKeys) appendEntry(dst []byte, holder byte, expiry int64, p *limit
 	return append(dst, tag[:]...)
 }
 
-// isMarker reports whether v is a release marker: descriptors.ReleaseValue,
+// isMarker reports whether v is a release marker: releaseValue,
 // or whole entries of a known holder and a base-36 expiry.
 func isMarker(v string) bool {
-	if v == descriptors.ReleaseValue {
+	if v == releaseValue {
 		return true
 	}
 	if v == "" || len(v)%markerEntryLen != 0 {
@@ -113,11 +137,11 @@ func isMarker(v string) bool {
 // leaseOf finds, in release marker v (isMarker), the leases of the limit of
 // policy p and subject: their expiry and whether the local fallback holds
 // them. ok is false when v names none of them (nothing to give back);
-// v descriptors.ReleaseValue names the store's soonest-expiring leases
+// v releaseValue names the store's soonest-expiring leases
 // (expiry 0). *checks counts the tags computed for the call, and a call
 // past maxMarkerChecks finds nothing more.
 func (k *markerKeys) leaseOf(v string, p *limiter.Policy, subject *limiter.SubjectDigest, checks *int) (expiry int64, local, ok bool) {
-	if v == descriptors.ReleaseValue {
+	if v == releaseValue {
 		return 0, false, true
 	}
 	for i := 0; i+markerEntryLen <= len(v); i += markerEntryLen {
@@ -144,7 +168,7 @@ func (k *markerKeys) leaseOf(v string, p *limiter.Policy, subject *limiter.Subje
 // limit (release true, marker the value); any other descriptor, the
 // marker's key included, is matched as it is.
 func matchRelease(rules Rules, domain string, entries []descriptors.Entry) (m descriptors.Match, ok, release bool, marker string) {
-	if rest, v, marked := descriptors.Release(entries); marked && isMarker(v) {
+	if rest, v, marked := splitRelease(entries); marked && isMarker(v) {
 		if m, ok = rules.Match(domain, rest); ok && holdsLeases(m.Rule) {
 			return m, true, true, v
 		}
@@ -177,7 +201,7 @@ func (ds *descStatus) takesLease(r *limiter.Request) bool {
 }
 
 // markLeases tells Envoy, in the answer's dynamic_metadata, which leases
-// the call took: the field descriptors.ReleaseKey holds their release
+// the call took: the field releaseKey holds their release
 // marker. Envoy keeps it under the namespace envoy.filters.http.ratelimit,
 // where the stream-done rate limit reads it with a metadata action
 // (docs/config.md, "Concurrency"): a call that took no lease (denied,
@@ -212,5 +236,5 @@ func (s *Server) markLeases(resp *rlsv3.RateLimitResponse, sc *scratch) {
 	if resp.DynamicMetadata.Fields == nil {
 		resp.DynamicMetadata.Fields = map[string]*structpb.Value{}
 	}
-	resp.DynamicMetadata.Fields[descriptors.ReleaseKey] = structpb.NewStringValue(string(marker))
+	resp.DynamicMetadata.Fields[releaseKey] = structpb.NewStringValue(string(marker))
 }

@@ -3,12 +3,14 @@ package rls
 import (
 	"fmt"
 	"slices"
+	"strings"
 	"testing"
 
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 
 	"github.com/envoy-rls/envoy-rls/internal/limitertest"
 	"github.com/envoy-rls/envoy-rls/internal/redistest"
+	"github.com/envoy-rls/envoy-rls/pkg/descriptors"
 	"github.com/envoy-rls/envoy-rls/pkg/limiter/redis"
 )
 
@@ -183,4 +185,34 @@ func TestLeasesPerCallBound(t *testing.T) {
 	if r := resp.Statuses[0]; r.LimitRemaining != 1 {
 		t.Fatalf("first tenant after the refused call: %d left, want 1", r.LimitRemaining)
 	}
+}
+
+func TestReleaseMarker(t *testing.T) {
+	for _, c := range []struct {
+		in     []descriptors.Entry
+		rest   int
+		value  string
+		marked bool
+	}{
+		{entries("tenant=t", "lease=release"), 1, "release", true},
+		{entries("tenant=t", "lease=s0mxbjt4hoyWGYtFAJ"), 1, "s0mxbjt4hoyWGYtFAJ", true},
+		{entries("lease=release"), 1, "", false},
+		{entries("tenant=t", "release=lease"), 2, "", false},
+		{entries("lease=release", "tenant=t"), 2, "", false},
+	} {
+		rest, value, marked := splitRelease(c.in)
+		if len(rest) != c.rest || value != c.value || marked != c.marked {
+			t.Errorf("splitRelease(%v) = %v %q %t", c.in, rest, value, marked)
+		}
+	}
+}
+
+// entries builds descriptor entries from "k=v" strings.
+func entries(kv ...string) []descriptors.Entry {
+	out := make([]descriptors.Entry, len(kv))
+	for i, s := range kv {
+		k, v, _ := strings.Cut(s, "=")
+		out[i] = descriptors.Entry{Key: k, Value: v}
+	}
+	return out
 }

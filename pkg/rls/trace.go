@@ -14,26 +14,26 @@ import (
 // tracerName is the instrumentation scope of the spans this package starts.
 const tracerName = "github.com/envoy-rls/envoy-rls/pkg/rls"
 
-// StoreSpanName is the span around one store evaluation (one batch: the
+// storeSpanName is the span around one store evaluation (one batch: the
 // limits of one call).
-const StoreSpanName = "envoy_rls.store.evaluate"
+const storeSpanName = "envoy_rls.store.evaluate"
 
 // Span attributes. They name the rule domain, the policies and counts,
 // never a descriptor value: values reach neither spans nor their events.
 const (
-	// AttrDomain is the request's domain when the rules know it, else
+	// attrDomain is the request's domain when the rules know it, else
 	// UnknownDomainLabel (so a client cannot write arbitrary text into
 	// spans).
-	AttrDomain = attribute.Key("envoy_rls.domain")
-	// AttrDescriptors is the number of descriptors in the request.
-	AttrDescriptors = attribute.Key("envoy_rls.descriptors")
-	// AttrBatchSize is the number of limits evaluated in one batch.
-	AttrBatchSize = attribute.Key("envoy_rls.batch_size")
-	// AttrPolicies, AttrOutcome (the answer on the call's span: OK,
+	attrDomain = attribute.Key("envoy_rls.domain")
+	// attrDescriptors is the number of descriptors in the request.
+	attrDescriptors = attribute.Key("envoy_rls.descriptors")
+	// attrBatchSize is the number of limits evaluated in one batch.
+	attrBatchSize = attribute.Key("envoy_rls.batch_size")
+	// attrPolicies, AttrOutcome (the answer on the call's span: OK,
 	// OVER_LIMIT; the store's summary on the store span) and AttrFailure
 	// are the request path's shared keys (pkg/limiter/spans).
-	AttrPolicies = spans.Policies
-	AttrOutcome  = spans.Outcome
+	attrPolicies = spans.Policies
+	attrOutcome  = spans.Outcome
 	attrFailure  = spans.Failure
 )
 
@@ -48,7 +48,7 @@ func tracer(tp trace.TracerProvider) trace.Tracer {
 
 // evaluateTraced is store.Evaluate inside a child span of the call's span.
 func (s *Server) evaluateTraced(storeCtx context.Context, send []limiter.Request, outs []limiter.Outcome) {
-	storeCtx, span := s.tracer.Start(storeCtx, StoreSpanName, trace.WithSpanKind(trace.SpanKindInternal))
+	storeCtx, span := s.tracer.Start(storeCtx, storeSpanName, trace.WithSpanKind(trace.SpanKindInternal))
 	defer span.End()
 	s.store.Evaluate(storeCtx, send, outs)
 	if !span.IsRecording() {
@@ -58,7 +58,7 @@ func (s *Server) evaluateTraced(storeCtx context.Context, send []limiter.Request
 	for i := range send {
 		ids = spans.AppendPolicy(ids, send[i].Policy.ID())
 	}
-	span.SetAttributes(AttrBatchSize.Int(len(send)), AttrPolicies.StringSlice(ids))
+	span.SetAttributes(attrBatchSize.Int(len(send)), attrPolicies.StringSlice(ids))
 	spans.RecordOutcomes(span, outs)
 }
 
@@ -82,10 +82,10 @@ func (s *Server) annotateCall(ctx context.Context, req *rlsv3.RateLimitRequest, 
 		ids = spans.AppendPolicy(ids, ds.match.Rule.Policy.ID())
 	}
 	span.SetAttributes(
-		AttrDomain.String(domain),
-		AttrDescriptors.Int(len(req.Descriptors)),
-		AttrPolicies.StringSlice(ids),
-		AttrBatchSize.Int(len(sc.batch)),
-		AttrOutcome.String(resp.OverallCode.String()),
+		attrDomain.String(domain),
+		attrDescriptors.Int(len(req.Descriptors)),
+		attrPolicies.StringSlice(ids),
+		attrBatchSize.Int(len(sc.batch)),
+		attrOutcome.String(resp.OverallCode.String()),
 	)
 }

@@ -121,8 +121,8 @@ func TestChargePolicyRules(t *testing.T) {
 		"unknown": {ID: "x", Algorithm: limiter.FixedWindow, Charge: 9,
 			Params: limiter.FixedWindowParams{Limit: 10, Window: time.Second}},
 	} {
-		if _, err := limiter.NewPolicy(spec); !errors.Is(err, limiter.ErrInvalid) {
-			t.Errorf("%s: NewPolicy = %v, want ErrInvalid", name, err)
+		if _, err := limiter.NewPolicy(spec); !errors.As(err, new(*limiter.FieldError)) {
+			t.Errorf("%s: NewPolicy = %v, want a *FieldError", name, err)
 		}
 	}
 	for _, s := range []string{"", "allowed", "always"} {

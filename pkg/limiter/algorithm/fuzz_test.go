@@ -226,8 +226,8 @@ func FuzzGCRA(f *testing.F) {
 		params := limiter.GCRAParams{Burst: 1 + int64(burst), Limit: 1 + int64(limit), Period: time.Duration(1+int64(period)) * time.Millisecond}
 		p, err := limiter.NewPolicy(limiter.PolicySpec{ID: "gcra", Algorithm: limiter.GCRA, Params: params})
 		if err != nil {
-			if !errors.Is(err, limiter.ErrInvalid) {
-				t.Fatalf("NewPolicy(%+v): %v, not ErrInvalid", params, err)
+			if fe := (*limiter.FieldError)(nil); !errors.As(err, &fe) {
+				t.Fatalf("NewPolicy(%+v): %v, not a *FieldError", params, err)
 			}
 			return
 		}

@@ -316,8 +316,8 @@ func TestClusterBatch(t *testing.T) {
 		}
 		// First call: one run. Second: one run per slot, then the refund of
 		// the user's slot.
-		if counts[BatchSpanName] != 3 || counts[refundSpanName] != 1 {
-			t.Errorf("spans %v, want 3 %s and 1 %s", counts, BatchSpanName, refundSpanName)
+		if counts[batchSpanName] != 3 || counts[refundSpanName] != 1 {
+			t.Errorf("spans %v, want 3 %s and 1 %s", counts, batchSpanName, refundSpanName)
 		}
 		if outcomes["allowed"] != 2 || outcomes["denied"] != 1 {
 			t.Errorf("program run outcomes %v, want 2 allowed (tenant's first, user's) and 1 denied", outcomes)

@@ -1019,7 +1019,7 @@ func TestGroupCommitSpans(t *testing.T) {
 	wg.Wait()
 	runs, grouped := 0, 0
 	for _, sp := range exp.GetSpans() {
-		if sp.Name != BatchSpanName {
+		if sp.Name != batchSpanName {
 			continue
 		}
 		runs++

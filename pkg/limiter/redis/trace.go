@@ -17,7 +17,7 @@ const tracerName = "github.com/envoy-rls/envoy-rls/pkg/limiter/redis"
 
 // Span names: one span per program run, a child of the caller's span.
 const (
-	BatchSpanName  = "envoy_rls.redis.batch"
+	batchSpanName  = "envoy_rls.redis.batch"
 	refundSpanName = "envoy_rls.redis.refund"
 )
 
@@ -60,7 +60,7 @@ func (s *Store) runTraced(gs []*group) {
 	if s.evalsha.Load() {
 		op = attrDBOpName
 	}
-	ctx, span := s.tracer.Start(gs[0].ctx, BatchSpanName, trace.WithSpanKind(trace.SpanKindClient),
+	ctx, span := s.tracer.Start(gs[0].ctx, batchSpanName, trace.WithSpanKind(trace.SpanKindClient),
 		trace.WithAttributes(attrDBSystem, op, attrBatch), trace.WithLinks(links...))
 	defer span.End()
 	s.runProgram(ctx, gs)
