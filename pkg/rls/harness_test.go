@@ -6,7 +6,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -154,49 +153,6 @@ const rulesPath = "testdata/rules/rls.yaml"
 // t0 is 10s past a minute boundary: a minute window resets in 50s.
 var t0 = time.Date(2030, 1, 1, 0, 0, 10, 0, time.UTC)
 
-// countingStore wraps a store, counts batches and requests, records
-// whether the call's deadline reached it, and can turn every outcome into a
-// failure of one kind.
-type countingStore struct {
-	inner       limiter.Store
-	mu          sync.Mutex
-	batches     int
-	requests    int
-	sawDeadline bool
-	fail        limiter.OutcomeKind
-}
-
-func (c *countingStore) Evaluate(ctx context.Context, batch []limiter.Request, out []limiter.Outcome) {
-	c.mu.Lock()
-	c.batches++
-	c.requests += len(batch)
-	_, c.sawDeadline = ctx.Deadline()
-	fail := c.fail
-	c.mu.Unlock()
-	switch fail {
-	case limiter.Unavailable:
-		for i := range batch {
-			out[i] = limiter.UnavailableOutcome(2500*time.Millisecond, limiter.CategoryNotConnected, nil)
-		}
-	case limiter.Indeterminate:
-		for i := range batch {
-			out[i] = limiter.IndeterminateOutcome(0, nil)
-		}
-	case limiter.Incompatible:
-		for i := range batch {
-			out[i] = limiter.IncompatibleOutcome(limiter.CategoryStateIncompatible, nil)
-		}
-	default:
-		c.inner.Evaluate(ctx, batch, out)
-	}
-}
-
-func (c *countingStore) counts() (batches, requests int) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.batches, c.requests
-}
-
 // testSecret keys the subjects of the tests' rules: a new one each run, so
 // that a Redis server kept between runs (REDIS_ADDR) holds no state of
 // theirs.
@@ -255,16 +211,16 @@ func redisStore(t testing.TB, cfg redis.Config) limiter.Store {
 type realEnv struct {
 	*harness
 	clock *limitertest.Clock
-	store *countingStore
+	store *limitertest.Double
 	snap  *descriptors.Snapshot
 }
 
 // newEnv serves snap from a memory store on a clock at t0, behind a
-// countingStore.
+// limitertest.Double.
 func newEnv(t *testing.T, snap *descriptors.Snapshot, opts ...harnessOpt) *realEnv {
 	t.Helper()
 	clock := limitertest.NewClock(t0)
-	store := &countingStore{inner: memStore(t, clock, 10_000)}
+	store := limitertest.NewDouble(t, memStore(t, clock, 10_000), nil)
 	h := newHarness(t, func() Rules { return snap }, store, clock, opts...)
 	return &realEnv{harness: h, clock: clock, store: store, snap: snap}
 }
@@ -275,8 +231,12 @@ func newRealEnv(t *testing.T, opts ...harnessOpt) *realEnv {
 	return newEnv(t, loadRules(t), opts...)
 }
 
+// setFail makes the store answer every request with a failure of kind k
+// (0: its own decisions); an unavailable store hints a retry in 2.5s.
 func (e *realEnv) setFail(k limiter.OutcomeKind) {
-	e.store.mu.Lock()
-	e.store.fail = k
-	e.store.mu.Unlock()
+	f := limitertest.Fault{Kind: k}
+	if k == limiter.Unavailable {
+		f.RetryAfter = 2500 * time.Millisecond
+	}
+	e.store.Set(f)
 }
