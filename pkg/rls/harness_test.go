@@ -2,9 +2,6 @@ package rls
 
 import (
 	"context"
-	"net"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -12,15 +9,12 @@ import (
 	rlv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"github.com/prometheus/client_golang/prometheus"
-	"go.uber.org/zap"
-	"go.uber.org/zap/zapcore"
 	"go.uber.org/zap/zaptest/observer"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
-	"google.golang.org/grpc/test/bufconn"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/envoy-rls/envoy-rls/internal/limitertest"
+	"github.com/envoy-rls/envoy-rls/internal/rlstest"
 	"github.com/envoy-rls/envoy-rls/pkg/descriptors"
 	"github.com/envoy-rls/envoy-rls/pkg/limiter"
 	"github.com/envoy-rls/envoy-rls/pkg/limiter/failover"
@@ -53,8 +47,8 @@ func newHarness(t *testing.T, rules func() Rules, store limiter.Store, clock lim
 	if err != nil {
 		t.Fatal(err)
 	}
-	core, logs := observer.New(zapcore.DebugLevel)
-	cfg := Config{Rules: rules, Store: store, Metrics: m, Logger: zap.New(core), Clock: clock}
+	log, logs := rlstest.Logger()
+	cfg := Config{Rules: rules, Store: store, Metrics: m, Logger: log, Clock: clock}
 	for _, o := range opts {
 		o(&cfg)
 	}
@@ -76,33 +70,14 @@ func newHarness(t *testing.T, rules func() Rules, store limiter.Store, clock lim
 	if err != nil {
 		t.Fatal(err)
 	}
-	lis := bufconn.Listen(1 << 20)
 	// As the binary serves it: its codec and its method handler.
-	gs := grpc.NewServer(grpc.ForceServerCodecV2(Codec{}))
-	srv.Register(gs)
-	go func() { _ = gs.Serve(lis) }()
-	conn, err := grpc.NewClient("passthrough:///bufnet",
-		grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) { return lis.DialContext(ctx) }),
-		grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		_ = conn.Close()
-		gs.Stop()
-	})
+	conn := rlstest.Serve(t, srv.Register, grpc.ForceServerCodecV2(Codec{}))
 	return &harness{srv: srv, client: rlsv3.NewRateLimitServiceClient(conn), reg: reg, logs: logs}
 }
 
 func (h *harness) call(t *testing.T, req *rlsv3.RateLimitRequest) *rlsv3.RateLimitResponse {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	resp, err := h.client.ShouldRateLimit(ctx, req)
-	if err != nil {
-		t.Fatalf("ShouldRateLimit: %v", err)
-	}
-	return resp
+	return rlstest.Call(t, h.client, req)
 }
 
 // metrics renders the registry in the text exposition format.
@@ -121,22 +96,17 @@ func counterValue(metrics, series string) string {
 	return ""
 }
 
-// desc builds a descriptor from alternating key, value strings.
-func desc(kv ...string) *rlv3.RateLimitDescriptor {
-	d := &rlv3.RateLimitDescriptor{}
-	for i := 0; i+1 < len(kv); i += 2 {
-		d.Entries = append(d.Entries, &rlv3.RateLimitDescriptor_Entry{Key: kv[i], Value: kv[i+1]})
-	}
-	return d
+// desc and request are rlstest.Desc and rlstest.Request, short for the
+// many tables that build requests.
+func desc(kv ...string) *rlv3.RateLimitDescriptor { return rlstest.Desc(kv...) }
+
+func request(domain string, ds ...*rlv3.RateLimitDescriptor) *rlsv3.RateLimitRequest {
+	return rlstest.Request(domain, ds...)
 }
 
 func withHits(d *rlv3.RateLimitDescriptor, n uint64) *rlv3.RateLimitDescriptor {
 	d.HitsAddend = wrapperspb.UInt64(n)
 	return d
-}
-
-func request(domain string, ds ...*rlv3.RateLimitDescriptor) *rlsv3.RateLimitRequest {
-	return &rlsv3.RateLimitRequest{Domain: domain, Descriptors: ds}
 }
 
 // headers flattens response headers to a map (each name once).
@@ -161,21 +131,13 @@ var testSecret = []byte("0123456789abcdef-test-secret-" + limitertest.Prefix())
 // rulesAt loads the rule file at path.
 func rulesAt(t testing.TB, path string) *descriptors.Snapshot {
 	t.Helper()
-	snap, err := descriptors.Load(path, descriptors.Options{Secret: testSecret})
-	if err != nil {
-		t.Fatalf("loading %s: %v", path, err)
-	}
-	return snap
+	return rlstest.LoadRules(t, path, testSecret)
 }
 
 // rulesOf loads the rule file whose text is text.
 func rulesOf(t testing.TB, text string) *descriptors.Snapshot {
 	t.Helper()
-	path := filepath.Join(t.TempDir(), "rules.yaml")
-	if err := os.WriteFile(path, []byte(text), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	return rulesAt(t, path)
+	return rulesAt(t, rlstest.WriteRules(t, t.TempDir(), text))
 }
 
 // loadRules loads the rules of most tests, testdata/rules/rls.yaml.
