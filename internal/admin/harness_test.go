@@ -13,14 +13,14 @@ import (
 	"testing"
 	"time"
 
-	rlv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
-	"go.uber.org/zap/zapcore"
 	"go.uber.org/zap/zaptest/observer"
+	"google.golang.org/grpc"
 
 	"github.com/envoy-rls/envoy-rls/internal/redistest"
+	"github.com/envoy-rls/envoy-rls/internal/rlstest"
 	"github.com/envoy-rls/envoy-rls/pkg/audit"
 	"github.com/envoy-rls/envoy-rls/pkg/descriptors"
 	"github.com/envoy-rls/envoy-rls/pkg/limiter"
@@ -52,7 +52,7 @@ type setup struct {
 type harness struct {
 	t    *testing.T
 	url  string
-	svc  *rls.Server
+	svc  rlsv3.RateLimitServiceClient
 	reg  *prometheus.Registry
 	logs *observer.ObservedLogs
 	// token is sent as the bearer token ("" for none).
@@ -68,12 +68,8 @@ func newHarness(t *testing.T, opts ...func(*setup)) *harness {
 	for _, o := range opts {
 		o(&su)
 	}
-	snap, err := descriptors.Load(su.rules, descriptors.Options{Secret: []byte("a-shared-secret-of-32-bytes-----")})
-	if err != nil {
-		t.Fatal(err)
-	}
-	core, logs := observer.New(zapcore.DebugLevel)
-	log := zap.New(core)
+	snap := rlstest.LoadRules(t, su.rules, []byte("a-shared-secret-of-32-bytes-----"))
+	log, logs := rlstest.Logger()
 	reg := prometheus.NewRegistry()
 	m, err := rls.NewMetrics(reg)
 	if err != nil {
@@ -127,7 +123,10 @@ func newHarness(t *testing.T, opts ...func(*setup)) *harness {
 	}
 	srv := httptest.NewServer(adm.Handler())
 	t.Cleanup(srv.Close)
-	return &harness{t: t, url: srv.URL, svc: svc, reg: reg, logs: logs, token: testToken, adm: adm}
+	// The rate-limit service as the binary serves it: its codec and its
+	// method handler.
+	conn := rlstest.Serve(t, svc.Register, grpc.ForceServerCodecV2(rls.Codec{}))
+	return &harness{t: t, url: srv.URL, svc: rlsv3.NewRateLimitServiceClient(conn), reg: reg, logs: logs, token: testToken, adm: adm}
 }
 
 // openStore is the store of a harness: memory, or Redis on a local
@@ -242,31 +241,21 @@ func (h *harness) decode(method, path, body string, v any) {
 // hit sends one ShouldRateLimit of domain app with one entry.
 func (h *harness) hit(key, value string) rlsv3.RateLimitResponse_Code {
 	h.t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	resp, err := h.svc.ShouldRateLimit(ctx, &rlsv3.RateLimitRequest{
-		Domain:      "app",
-		Descriptors: []*rlv3.RateLimitDescriptor{{Entries: []*rlv3.RateLimitDescriptor_Entry{{Key: key, Value: value}}}},
-	})
-	if err != nil {
-		h.t.Fatalf("ShouldRateLimit: %v", err)
-	}
-	return resp.OverallCode
+	return rlstest.Call(h.t, h.svc, rlstest.Request("app", rlstest.Desc(key, value))).OverallCode
 }
 
 // hits sends n hits of key=value: the first allowed must be OK, the rest
 // OVER_LIMIT.
 func (h *harness) hits(key, value string, n, allowed int) {
 	h.t.Helper()
-	for i := range n {
-		want := rlsv3.RateLimitResponse_OK
+	want := make([]rlsv3.RateLimitResponse_Code, n)
+	for i := range want {
+		want[i] = rlsv3.RateLimitResponse_OK
 		if i >= allowed {
-			want = rlsv3.RateLimitResponse_OVER_LIMIT
-		}
-		if code := h.hit(key, value); code != want {
-			h.t.Fatalf("hit %d of %s: %v, want %v", i+1, key, code, want)
+			want[i] = rlsv3.RateLimitResponse_OVER_LIMIT
 		}
 	}
+	rlstest.WantCodes(h.t, h.svc, rlstest.Request("app", rlstest.Desc(key, value)), want...)
 }
 
 // noRawValue fails the test if an answer, a log line or extra text holds

@@ -14,14 +14,13 @@ import (
 	"testing"
 	"time"
 
-	rlv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
-	"google.golang.org/grpc/metadata"
 
 	"github.com/envoy-rls/envoy-rls/internal/limitertest"
 	"github.com/envoy-rls/envoy-rls/internal/polltest"
+	"github.com/envoy-rls/envoy-rls/internal/rlstest"
 	"github.com/envoy-rls/envoy-rls/pkg/descriptors/rulefile"
 	"github.com/envoy-rls/envoy-rls/pkg/limiter"
 )
@@ -34,13 +33,10 @@ descriptors:
       requests_per_unit: 2
 `
 
+// writeRules is rlstest.WriteRules.
 func writeRules(t *testing.T, dir, content string) string {
 	t.Helper()
-	p := filepath.Join(dir, "rules.yaml")
-	if err := os.WriteFile(p, []byte(content), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	return p
+	return rlstest.WriteRules(t, dir, content)
 }
 
 // badUnitRules are testRules with a unit the parser refuses (line 4).
@@ -87,6 +83,7 @@ type running struct {
 	done                chan error
 	logs                *syncBuffer
 	conn                *grpc.ClientConn
+	client              rlsv3.RateLimitServiceClient
 	reload              chan os.Signal
 	watcher             *rulefile.Watcher
 }
@@ -117,7 +114,7 @@ func startServe(t *testing.T, args []string, env map[string]string, h hooks) *ru
 	if err != nil {
 		t.Fatal(err)
 	}
-	r.conn = conn
+	r.conn, r.client = conn, rlsv3.NewRateLimitServiceClient(conn)
 	t.Cleanup(func() {
 		_ = conn.Close()
 		r.stop(t)
@@ -174,24 +171,14 @@ func (r *running) sighup(t *testing.T) {
 // userRequest is a ShouldRateLimit request of domain app for user=value,
 // the descriptor testRules limits.
 func userRequest(value string) *rlsv3.RateLimitRequest {
-	return &rlsv3.RateLimitRequest{
-		Domain:      "app",
-		Descriptors: []*rlv3.RateLimitDescriptor{{Entries: []*rlv3.RateLimitDescriptor_Entry{{Key: "user", Value: value}}}},
-	}
+	return rlstest.Request("app", rlstest.Desc("user", value))
 }
 
 // check sends one ShouldRateLimit for user=value over the real gRPC client,
 // with md as outgoing metadata (key, value pairs: trace headers).
 func (r *running) check(t *testing.T, value string, md ...string) *rlsv3.RateLimitResponse {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	ctx = metadata.AppendToOutgoingContext(ctx, md...)
-	resp, err := rlsv3.NewRateLimitServiceClient(r.conn).ShouldRateLimit(ctx, userRequest(value))
-	if err != nil {
-		t.Fatalf("ShouldRateLimit: %v", err)
-	}
-	return resp
+	return rlstest.Call(t, r.client, userRequest(value), md...)
 }
 
 // Answers of wantCodes.
@@ -204,11 +191,7 @@ const (
 // fails at the first whose answer is not that code.
 func (r *running) wantCodes(t *testing.T, value string, want ...rlsv3.RateLimitResponse_Code) {
 	t.Helper()
-	for i, w := range want {
-		if got := r.check(t, value).OverallCode; got != w {
-			t.Fatalf("call %d of user=%s: %v, want %v", i+1, value, got, w)
-		}
-	}
+	rlstest.WantCodes(t, r.client, userRequest(value), want...)
 }
 
 // config is the /config document.

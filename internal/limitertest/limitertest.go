@@ -25,6 +25,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"fmt"
+	"slices"
 	"strconv"
 	"testing"
 	"time"
@@ -138,9 +139,14 @@ var (
 
 // Cases is the batch-rule parity table (chargeCases included).
 func Cases() []Case {
+	return slices.Concat(batchCases(), roleCases(), penaltyCases(), chargeCases())
+}
+
+// batchCases: a batch commits on every limit or on none, by role.
+func batchCases() []Case {
 	const user, tenant = 0, 1
-	o, s, q, c, pr, qp := limiter.RoleOrdinary, limiter.RoleShadow, limiter.RoleQuota, limiter.RoleCheck, limiter.RoleProbe, limiter.RoleQuotaProbe
-	return append([]Case{
+	o, s, q, c := limiter.RoleOrdinary, limiter.RoleShadow, limiter.RoleQuota, limiter.RoleCheck
+	return []Case{
 		{
 			// The case: the tenant denies, so the user's quota is
 			// not spent.
@@ -189,6 +195,14 @@ func Cases() []Case {
 				{Batch: []Req{{user, "u", 2, c}}, Want: []Want{denied(1)}},
 			},
 		},
+	}
+}
+
+// roleCases: probes, quota probes, one state twice in a batch.
+func roleCases() []Case {
+	const user, tenant = 0, 1
+	o, q, pr, qp := limiter.RoleOrdinary, limiter.RoleQuota, limiter.RoleProbe, limiter.RoleQuotaProbe
+	return []Case{
 		{
 			// A probe never consumes and blocks as an ordinary limit does:
 			// below the limit it allows and the batch commits; at a full
@@ -230,6 +244,15 @@ func Cases() []Case {
 				{Batch: []Req{{user, "u", 1, o}}, Want: []Want{denied(0)}},
 			},
 		},
+	}
+}
+
+// penaltyCases: penalty boxes, a calendar period, a sliding log, a failed
+// limit.
+func penaltyCases() []Case {
+	const user, tenant = 0, 1
+	o, s, c, pr, qp := limiter.RoleOrdinary, limiter.RoleShadow, limiter.RoleCheck, limiter.RoleProbe, limiter.RoleQuotaProbe
+	return []Case{
 		{
 			// An offence is recorded whatever the batch commits (never by
 			// a check); a blocked request consumes nothing; a shadow limit
@@ -304,7 +327,7 @@ func Cases() []Case {
 				{Batch: []Req{{user, "u", 1, o}}, Want: []Want{allowedConsumed(4)}},
 			},
 		},
-	}, chargeCases()...)
+	}
 }
 
 // Suite is what one kind of store runs the suite on.

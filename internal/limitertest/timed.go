@@ -1,6 +1,7 @@
 package limitertest
 
 import (
+	"slices"
 	"testing"
 	"time"
 	_ "time/tzdata" // the calendar cases' zones, as the binary has them
@@ -100,15 +101,18 @@ func CalendarMonth(t testing.TB) Case {
 
 // TimedCases is the table of behaviour over time.
 func TimedCases(t testing.TB) []Case {
-	o, s, c, pr := limiter.RoleOrdinary, limiter.RoleShadow, limiter.RoleCheck, limiter.RoleProbe
+	return slices.Concat([]Case{CalendarMonth(t)}, penaltyTimedCases(), periodTimedCases(t))
+}
+
+// penaltyTimedCases: penalty blocks, their doubling and decay, in a batch
+// and of a shadow limit.
+func penaltyTimedCases() []Case {
+	o, s, c := limiter.RoleOrdinary, limiter.RoleShadow, limiter.RoleCheck
 	at := func(d time.Duration) time.Time { return t0.Add(d) }
 	one := []Req{{0, "u", 1, o}}
 	shadowBoxed := boxed("shadow")
 	shadowBoxed.Shadow = true
-	ny := location(t, "America/New_York")
-	nyAt := func(day, hour, minute int) time.Time { return time.Date(2028, 3, day, hour, minute, 0, 0, ny) }
 	return []Case{
-		CalendarMonth(t),
 		{
 			// A block outlives the window's state, and ends to the
 			// millisecond; an offence while the last block ended less than
@@ -190,6 +194,17 @@ func TimedCases(t testing.TB) []Case {
 				{At: at(2 * time.Second), Batch: []Req{{0, "u", 1, s}}, Want: []Want{retrying(blocked, 8*time.Second, at(10*time.Second))}},
 			},
 		},
+	}
+}
+
+// periodTimedCases: a calendar day across a clock change, and a sliding log.
+func periodTimedCases(t testing.TB) []Case {
+	o, pr := limiter.RoleOrdinary, limiter.RoleProbe
+	at := func(d time.Duration) time.Time { return t0.Add(d) }
+	one := []Req{{0, "u", 1, o}}
+	ny := location(t, "America/New_York")
+	nyAt := func(day, hour, minute int) time.Time { return time.Date(2028, 3, day, hour, minute, 0, 0, ny) }
+	return []Case{
 		{
 			// A calendar day of New York with a penalty box: an offence
 			// just before local midnight blocks the subject into the next

@@ -2,7 +2,6 @@ package rls
 
 import (
 	"context"
-	"net"
 	"strconv"
 	"testing"
 	"time"
@@ -11,9 +10,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
-	"google.golang.org/grpc/test/bufconn"
 
+	"github.com/envoy-rls/envoy-rls/internal/rlstest"
 	"github.com/envoy-rls/envoy-rls/pkg/limiter/denycache"
 	"github.com/envoy-rls/envoy-rls/pkg/limiter/failover"
 	"github.com/envoy-rls/envoy-rls/pkg/limiter/leases"
@@ -132,19 +130,7 @@ func BenchmarkShouldRateLimitDefaultGoroutine(b *testing.B) {
 // that the service's stack depth shows where it makes them grow.
 func BenchmarkShouldRateLimitGRPC(b *testing.B) {
 	srv := defaultServer(b)
-	lis := bufconn.Listen(1 << 20)
-	gs := grpc.NewServer(grpc.ForceServerCodecV2(Codec{}))
-	srv.Register(gs)
-	go func() { _ = gs.Serve(lis) }()
-	defer gs.Stop()
-	conn, err := grpc.NewClient("passthrough:///bufnet",
-		grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) { return lis.DialContext(ctx) }),
-		grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer func() { _ = conn.Close() }()
-	client := rlsv3.NewRateLimitServiceClient(conn)
+	client := rlsv3.NewRateLimitServiceClient(rlstest.Serve(b, srv.Register, grpc.ForceServerCodecV2(Codec{})))
 	values := make([]string, 10_000)
 	for i := range values {
 		values[i] = "10.0." + strconv.Itoa(i/256) + "." + strconv.Itoa(i%256)

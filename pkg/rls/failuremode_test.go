@@ -2,6 +2,7 @@ package rls
 
 import (
 	"context"
+	"crypto/sha256"
 	"fmt"
 	"testing"
 	"time"
@@ -13,41 +14,6 @@ import (
 	"github.com/envoy-rls/envoy-rls/pkg/limiter"
 	"github.com/envoy-rls/envoy-rls/pkg/limiter/failover"
 )
-
-// outcomeStore answers every request with the outcome answer gives it: a
-// decision, or a store failure for the failover wrapper to answer.
-type outcomeStore struct {
-	answer func(r *limiter.Request) limiter.Outcome
-}
-
-func (s outcomeStore) Evaluate(_ context.Context, batch []limiter.Request, out []limiter.Outcome) {
-	for i := range batch {
-		out[i] = s.answer(&batch[i])
-	}
-}
-
-// The outcomes of a request of a limit of 10, as stores answer them.
-func storeDecides(allowed bool) func(*limiter.Request) limiter.Outcome {
-	return func(r *limiter.Request) limiter.Outcome {
-		d := limiter.Decision{Allowed: allowed, Limit: 10, Remaining: 4, ResetAt: fakeNow.Add(50 * time.Second),
-			PolicyID: r.Policy.ID(), Source: limiter.SourceMemory, Consumed: allowed}
-		if !allowed {
-			d.Remaining, d.RetryAfter = 0, 50*time.Second
-		}
-		return limiter.EvaluatedOutcome(d)
-	}
-}
-
-// storeFails is a bare store failure, which the failover wrapper answers
-// by the policy's failure mode.
-func storeFails(*limiter.Request) limiter.Outcome {
-	return limiter.UnavailableOutcome(2*time.Second, limiter.CategoryNotConnected, nil)
-}
-
-// storeIncompatible is a failure the local limiter does not decide.
-func storeIncompatible(*limiter.Request) limiter.Outcome {
-	return limiter.IncompatibleOutcome(limiter.CategoryStateIncompatible, nil)
-}
 
 // recordingLimits keeps every LimitObservation as given.
 type recordingLimits struct{ limits []LimitObservation }
@@ -62,11 +28,18 @@ func (r *recordingLimits) ObserveCall(CallObservation)     {}
 // local limiter could not decide, open and closed for those policies — and
 // none of them when the store decided.
 func TestFailureModeAnswered(t *testing.T) {
+	// A bare store failure, which the failover wrapper answers by the
+	// policy's failure mode, and one the local limiter does not decide.
+	fails := limitertest.Fault{Kind: limiter.Unavailable, RetryAfter: 2 * time.Second}
+	incompatible := limitertest.Fault{Kind: limiter.Incompatible}
 	cases := []struct {
 		name   string
 		policy limiter.FailureMode
-		answer func(*limiter.Request) limiter.Outcome
-		over   bool
+		// fault is how the store answers (zero: it decides); full: the
+		// limit is used up before the call.
+		fault limitertest.Fault
+		full  bool
+		over  bool
 		// mode is the failure mode that answered ("": the store decided);
 		// unknown: it answered knowing nothing of the limit's state.
 		mode    string
@@ -76,13 +49,13 @@ func TestFailureModeAnswered(t *testing.T) {
 		replicas int
 		hits     uint64
 	}{
-		{name: "store allows", policy: limiter.FailLocal, answer: storeDecides(true)},
-		{name: "store denies", policy: limiter.FailLocal, answer: storeDecides(false), over: true},
-		{name: "local limiter admits", policy: limiter.FailLocal, answer: storeFails, mode: "local"},
-		{name: "local limiter denies", policy: limiter.FailLocal, answer: storeFails, over: true, mode: "local", replicas: 5, hits: 3},
-		{name: "local policy, incompatible store", policy: limiter.FailLocal, answer: storeIncompatible, over: true, mode: "closed", unknown: true},
-		{name: "open", policy: limiter.FailOpen, answer: storeFails, mode: "open", unknown: true},
-		{name: "closed", policy: limiter.FailClosed, answer: storeFails, over: true, mode: "closed", unknown: true},
+		{name: "store allows", policy: limiter.FailLocal},
+		{name: "store denies", policy: limiter.FailLocal, full: true, over: true},
+		{name: "local limiter admits", policy: limiter.FailLocal, fault: fails, mode: "local"},
+		{name: "local limiter denies", policy: limiter.FailLocal, fault: fails, over: true, mode: "local", replicas: 5, hits: 3},
+		{name: "local policy, incompatible store", policy: limiter.FailLocal, fault: incompatible, over: true, mode: "closed", unknown: true},
+		{name: "open", policy: limiter.FailOpen, fault: fails, mode: "open", unknown: true},
+		{name: "closed", policy: limiter.FailClosed, fault: fails, over: true, mode: "closed", unknown: true},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -95,8 +68,18 @@ func TestFailureModeAnswered(t *testing.T) {
 				"user": {Policy: p, Unit: descriptors.UnitMinute, RequestsPerUnit: 10, StatKey: "d.user"},
 			}}
 			audited, observed := &recordingAuditor{}, &recordingLimits{}
-			h := newHarness(t, func() Rules { return fr }, failoverOver{outcomeStore{c.answer}, failover.Config{Replicas: c.replicas}},
-				limitertest.NewClock(fakeNow), withDynamicMetadata, func(cfg *Config) { cfg.Auditor, cfg.Observer = audited, observed })
+			clock := limitertest.NewClock(fakeNow)
+			store := limitertest.NewDouble(t, nil, clock)
+			if c.full {
+				out := make([]limiter.Outcome, 1)
+				store.Evaluate(context.Background(), []limiter.Request{{Policy: p, Subject: sha256.Sum256([]byte("user=alice")), Cost: 10}}, out)
+				if !out[0].Decision.Consumed {
+					t.Fatalf("using up the limit: %+v", out[0])
+				}
+			}
+			store.Set(c.fault)
+			h := newHarness(t, func() Rules { return fr }, failoverOver{store, failover.Config{Replicas: c.replicas}},
+				clock, withDynamicMetadata, func(cfg *Config) { cfg.Auditor, cfg.Observer = audited, observed })
 			d := desc("user", "alice")
 			if c.hits > 0 {
 				d = withHits(d, c.hits)

@@ -17,26 +17,29 @@ import (
 	"github.com/envoy-rls/envoy-rls/pkg/limiter/failover"
 )
 
-// These tests drive the server's own logic with fake rules and a fake store
-// whose faults can be chosen: failure outcomes of each kind and panics.
+// These tests drive the server's own logic with fake rules and a memory
+// store behind a limitertest.Double, whose faults can be chosen: failure
+// outcomes of each kind and panics.
 
 var fakeNow = time.Date(2030, 1, 1, 0, 0, 10, 0, time.UTC)
 
-func fakeHarness(t *testing.T, store *fakeStore, mut func(*fakeRules)) *harness {
+// fakeHarness serves fakeRules (a per-user limit of 2 a minute, changed by
+// mut) from a memory store at fakeNow, behind the Double it returns.
+func fakeHarness(t *testing.T, mut func(*fakeRules), opts ...harnessOpt) (*harness, *limitertest.Double) {
 	t.Helper()
+	clock := limitertest.NewClock(fakeNow)
+	store := limitertest.NewDouble(t, nil, clock)
 	fr := &fakeRules{domain: "d", rules: map[string]*descriptors.Rule{
 		"user": fakeRule("per-user", 2, descriptors.UnitMinute),
 	}}
 	if mut != nil {
 		mut(fr)
 	}
-	store.now = fakeNow
-	return newHarness(t, func() Rules { return fr }, store, limitertest.NewClock(fakeNow))
+	return newHarness(t, func() Rules { return fr }, store, clock, opts...), store
 }
 
 func TestFakeOKThenOverLimit(t *testing.T) {
-	store := &fakeStore{}
-	h := fakeHarness(t, store, nil)
+	h, store := fakeHarness(t, nil)
 	for i, want := range []rlsv3.RateLimitResponse_Code{rlsv3.RateLimitResponse_OK, rlsv3.RateLimitResponse_OK, rlsv3.RateLimitResponse_OVER_LIMIT} {
 		resp := h.call(t, request("d", desc("user", "alice")))
 		if resp.OverallCode != want {
@@ -64,8 +67,8 @@ func TestFakeOKThenOverLimit(t *testing.T) {
 			t.Fatalf("step %d: Retry-After or body on OK", i)
 		}
 	}
-	if store.batches != 3 {
-		t.Fatalf("store called %d times, want 3", store.batches)
+	if batches, _ := store.Counts(); batches != 3 {
+		t.Fatalf("store called %d times, want 3", batches)
 	}
 }
 
@@ -73,12 +76,12 @@ func TestFakeFailureModes(t *testing.T) {
 	for _, kind := range []limiter.OutcomeKind{limiter.Unavailable, limiter.Indeterminate, limiter.Incompatible} {
 		for _, mode := range []limiter.FailureMode{limiter.FailClosed, limiter.FailOpen} {
 			t.Run(kind.String()+"/"+mode.String(), func(t *testing.T) {
-				store := &fakeStore{fail: kind}
-				h := fakeHarness(t, store, func(fr *fakeRules) {
+				h, store := fakeHarness(t, func(fr *fakeRules) {
 					p, _ := limiter.NewPolicy(limiter.PolicySpec{ID: "p", Algorithm: limiter.FixedWindow,
 						Params: limiter.FixedWindowParams{Limit: 5, Window: time.Second}, FailureMode: mode})
 					fr.rules["user"] = &descriptors.Rule{Policy: p, Unit: descriptors.UnitSecond, RequestsPerUnit: 5}
 				})
+				store.Set(limitertest.Fault{Kind: kind, RetryAfter: 3 * time.Second})
 				resp := h.call(t, request("d", desc("user", "bob")))
 				hd := headers(resp)
 				if mode == limiter.FailClosed {
@@ -116,12 +119,15 @@ func TestHungStoreStillAnswersByFailureModeBeforeTheDeadline(t *testing.T) {
 		t.Run(deadline.String(), func(t *testing.T) {
 			// The failover wrapper keeps the answer reserve, as the binary
 			// wires it.
-			hung, err := failover.New(&fakeStore{hang: true, now: fakeNow}, failover.Config{})
+			clock := limitertest.NewClock(fakeNow)
+			hanging := limitertest.NewDouble(t, nil, clock)
+			hanging.Set(limitertest.Fault{Hang: true, RetryAfter: time.Second})
+			hung, err := failover.New(hanging, failover.Config{})
 			if err != nil {
 				t.Fatal(err)
 			}
 			fr := &fakeRules{domain: "d", rules: map[string]*descriptors.Rule{"user": fakeRule("per-user", 2, descriptors.UnitMinute)}}
-			h := newHarness(t, func() Rules { return fr }, hung, limitertest.NewClock(fakeNow))
+			h := newHarness(t, func() Rules { return fr }, hung, clock)
 			ctx, cancel := context.WithTimeout(context.Background(), deadline)
 			defer cancel()
 			resp, err := h.client.ShouldRateLimit(ctx, request("d", desc("user", "bob")))
@@ -136,8 +142,8 @@ func TestHungStoreStillAnswersByFailureModeBeforeTheDeadline(t *testing.T) {
 }
 
 func TestFakePanicIsInternal(t *testing.T) {
-	store := &fakeStore{panics: true}
-	h := fakeHarness(t, store, nil)
+	h, store := fakeHarness(t, nil)
+	store.Set(limitertest.Fault{Panic: "fake store: boom"})
 	_, err := h.client.ShouldRateLimit(context.Background(), request("d", desc("user", "carol")))
 	if status.Code(err) != codes.Internal {
 		t.Fatalf("err %v, want Internal", err)
@@ -146,9 +152,7 @@ func TestFakePanicIsInternal(t *testing.T) {
 		t.Fatalf("error leaks the descriptor value: %v", err)
 	}
 	// The process still serves.
-	store.mu.Lock()
-	store.panics = false
-	store.mu.Unlock()
+	store.Set(limitertest.Fault{})
 	if resp := h.call(t, request("d", desc("user", "carol"))); resp.OverallCode != rlsv3.RateLimitResponse_OK {
 		t.Fatalf("after panic: %v", resp.OverallCode)
 	}
@@ -158,7 +162,7 @@ func TestFakePanicIsInternal(t *testing.T) {
 }
 
 func TestFakeNoRulesIsUnavailable(t *testing.T) {
-	h := newHarness(t, func() Rules { return nil }, &fakeStore{}, nil)
+	h := newHarness(t, func() Rules { return nil }, limitertest.NewDouble(t, nil, nil), nil)
 	_, err := h.client.ShouldRateLimit(context.Background(), request("d", desc("user", "x")))
 	if status.Code(err) != codes.Unavailable {
 		t.Fatalf("err %v, want Unavailable", err)
@@ -177,15 +181,9 @@ func (a *cutAdmission) Received(context.Context) {}
 // before it started) is answered DEADLINE_EXCEEDED and counted once; an
 // admitted call is counted by its handler as ever.
 func TestCallCutBeforeItStartedIsCountedOnce(t *testing.T) {
-	store := &fakeStore{now: fakeNow}
-	fr := &fakeRules{domain: "d", rules: map[string]*descriptors.Rule{
-		"user": fakeRule("per-user", 2, descriptors.UnitMinute),
-	}}
 	adm := &cutAdmission{}
 	var calls *Metrics
-	h := newHarness(t, func() Rules { return fr }, store, limitertest.NewClock(fakeNow), func(c *Config) {
-		c.Admission, calls = adm, c.Metrics
-	})
+	h, store := fakeHarness(t, nil, func(c *Config) { c.Admission, calls = adm, c.Metrics })
 	resp := h.call(t, request("d", desc("user", "alice")))
 	if resp.OverallCode != rlsv3.RateLimitResponse_OK {
 		t.Fatalf("admitted call: %v", resp.OverallCode)
@@ -204,7 +202,7 @@ func TestCallCutBeforeItStartedIsCountedOnce(t *testing.T) {
 	if got := counterValue(m, `envoy_rls_calls_total{code="OK"}`); got != "1" {
 		t.Errorf("calls_total{OK} = %q, want 1", got)
 	}
-	if store.batches != 1 {
-		t.Errorf("store evaluated %d batches, want 1 (the cut call is not evaluated)", store.batches)
+	if batches, _ := store.Counts(); batches != 1 {
+		t.Errorf("store evaluated %d batches, want 1 (the cut call is not evaluated)", batches)
 	}
 }

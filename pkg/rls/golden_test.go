@@ -12,8 +12,6 @@ import (
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/protobuf/encoding/protojson"
 
-	"github.com/envoy-rls/envoy-rls/internal/limitertest"
-	"github.com/envoy-rls/envoy-rls/pkg/descriptors"
 	"github.com/envoy-rls/envoy-rls/pkg/limiter"
 )
 
@@ -47,7 +45,7 @@ func TestGoldenResponses(t *testing.T) {
 			e.call(t, request("rls", desc("secret_route", "s")))
 		}, req: func() *rlsv3.RateLimitRequest { return request("rls", desc("secret_route", "s")) }},
 		{name: "fail_closed_and_open", prep: func(e *realEnv) {
-			e.store.fail = limiter.Unavailable
+			e.setFail(limiter.Unavailable)
 		}, req: func() *rlsv3.RateLimitRequest {
 			return request("rls", desc("fail_closed", "c"), desc("fail_open", "o"))
 		}},
@@ -113,9 +111,7 @@ func compact(t *testing.T, b []byte) []byte {
 }
 
 func TestCustomHeaderNames(t *testing.T) {
-	store := &fakeStore{now: fakeNow}
-	fr := &fakeRules{domain: "d", rules: map[string]*descriptors.Rule{"user": fakeRule("per-user", 2, descriptors.UnitMinute)}}
-	h := newHarness(t, func() Rules { return fr }, store, limitertest.NewClock(fakeNow), func(c *Config) {
+	h, _ := fakeHarness(t, nil, func(c *Config) {
 		c.HeaderNames = HeaderNames{Limit: "RateLimit-Limit", Remaining: "RateLimit-Remaining", Reset: "RateLimit-Reset"}
 	})
 	hd := headers(h.call(t, request("d", desc("user", "alice"))))

@@ -2,26 +2,19 @@ package rls
 
 import (
 	"context"
-	"net"
-	"os"
-	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	rlv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"github.com/prometheus/client_golang/prometheus"
-	"go.uber.org/zap"
-	"go.uber.org/zap/zapcore"
 	"go.uber.org/zap/zaptest/observer"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
-	"google.golang.org/grpc/test/bufconn"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/envoy-rls/envoy-rls/internal/limitertest"
+	"github.com/envoy-rls/envoy-rls/internal/rlstest"
 	"github.com/envoy-rls/envoy-rls/pkg/descriptors"
 	"github.com/envoy-rls/envoy-rls/pkg/limiter"
 	"github.com/envoy-rls/envoy-rls/pkg/limiter/failover"
@@ -54,8 +47,8 @@ func newHarness(t *testing.T, rules func() Rules, store limiter.Store, clock lim
 	if err != nil {
 		t.Fatal(err)
 	}
-	core, logs := observer.New(zapcore.DebugLevel)
-	cfg := Config{Rules: rules, Store: store, Metrics: m, Logger: zap.New(core), Clock: clock}
+	log, logs := rlstest.Logger()
+	cfg := Config{Rules: rules, Store: store, Metrics: m, Logger: log, Clock: clock}
 	for _, o := range opts {
 		o(&cfg)
 	}
@@ -77,33 +70,14 @@ func newHarness(t *testing.T, rules func() Rules, store limiter.Store, clock lim
 	if err != nil {
 		t.Fatal(err)
 	}
-	lis := bufconn.Listen(1 << 20)
 	// As the binary serves it: its codec and its method handler.
-	gs := grpc.NewServer(grpc.ForceServerCodecV2(Codec{}))
-	srv.Register(gs)
-	go func() { _ = gs.Serve(lis) }()
-	conn, err := grpc.NewClient("passthrough:///bufnet",
-		grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) { return lis.DialContext(ctx) }),
-		grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		_ = conn.Close()
-		gs.Stop()
-	})
+	conn := rlstest.Serve(t, srv.Register, grpc.ForceServerCodecV2(Codec{}))
 	return &harness{srv: srv, client: rlsv3.NewRateLimitServiceClient(conn), reg: reg, logs: logs}
 }
 
 func (h *harness) call(t *testing.T, req *rlsv3.RateLimitRequest) *rlsv3.RateLimitResponse {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	resp, err := h.client.ShouldRateLimit(ctx, req)
-	if err != nil {
-		t.Fatalf("ShouldRateLimit: %v", err)
-	}
-	return resp
+	return rlstest.Call(t, h.client, req)
 }
 
 // metrics renders the registry in the text exposition format.
@@ -122,22 +96,17 @@ func counterValue(metrics, series string) string {
 	return ""
 }
 
-// desc builds a descriptor from alternating key, value strings.
-func desc(kv ...string) *rlv3.RateLimitDescriptor {
-	d := &rlv3.RateLimitDescriptor{}
-	for i := 0; i+1 < len(kv); i += 2 {
-		d.Entries = append(d.Entries, &rlv3.RateLimitDescriptor_Entry{Key: kv[i], Value: kv[i+1]})
-	}
-	return d
+// desc and request are rlstest.Desc and rlstest.Request, short for the
+// many tables that build requests.
+func desc(kv ...string) *rlv3.RateLimitDescriptor { return rlstest.Desc(kv...) }
+
+func request(domain string, ds ...*rlv3.RateLimitDescriptor) *rlsv3.RateLimitRequest {
+	return rlstest.Request(domain, ds...)
 }
 
 func withHits(d *rlv3.RateLimitDescriptor, n uint64) *rlv3.RateLimitDescriptor {
 	d.HitsAddend = wrapperspb.UInt64(n)
 	return d
-}
-
-func request(domain string, ds ...*rlv3.RateLimitDescriptor) *rlsv3.RateLimitRequest {
-	return &rlsv3.RateLimitRequest{Domain: domain, Descriptors: ds}
 }
 
 // headers flattens response headers to a map (each name once).
@@ -154,49 +123,6 @@ const rulesPath = "testdata/rules/rls.yaml"
 // t0 is 10s past a minute boundary: a minute window resets in 50s.
 var t0 = time.Date(2030, 1, 1, 0, 0, 10, 0, time.UTC)
 
-// countingStore wraps a store, counts batches and requests, records
-// whether the call's deadline reached it, and can turn every outcome into a
-// failure of one kind.
-type countingStore struct {
-	inner       limiter.Store
-	mu          sync.Mutex
-	batches     int
-	requests    int
-	sawDeadline bool
-	fail        limiter.OutcomeKind
-}
-
-func (c *countingStore) Evaluate(ctx context.Context, batch []limiter.Request, out []limiter.Outcome) {
-	c.mu.Lock()
-	c.batches++
-	c.requests += len(batch)
-	_, c.sawDeadline = ctx.Deadline()
-	fail := c.fail
-	c.mu.Unlock()
-	switch fail {
-	case limiter.Unavailable:
-		for i := range batch {
-			out[i] = limiter.UnavailableOutcome(2500*time.Millisecond, limiter.CategoryNotConnected, nil)
-		}
-	case limiter.Indeterminate:
-		for i := range batch {
-			out[i] = limiter.IndeterminateOutcome(0, nil)
-		}
-	case limiter.Incompatible:
-		for i := range batch {
-			out[i] = limiter.IncompatibleOutcome(limiter.CategoryStateIncompatible, nil)
-		}
-	default:
-		c.inner.Evaluate(ctx, batch, out)
-	}
-}
-
-func (c *countingStore) counts() (batches, requests int) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.batches, c.requests
-}
-
 // testSecret keys the subjects of the tests' rules: a new one each run, so
 // that a Redis server kept between runs (REDIS_ADDR) holds no state of
 // theirs.
@@ -205,21 +131,13 @@ var testSecret = []byte("0123456789abcdef-test-secret-" + limitertest.Prefix())
 // rulesAt loads the rule file at path.
 func rulesAt(t testing.TB, path string) *descriptors.Snapshot {
 	t.Helper()
-	snap, err := descriptors.Load(path, descriptors.Options{Secret: testSecret})
-	if err != nil {
-		t.Fatalf("loading %s: %v", path, err)
-	}
-	return snap
+	return rlstest.LoadRules(t, path, testSecret)
 }
 
 // rulesOf loads the rule file whose text is text.
 func rulesOf(t testing.TB, text string) *descriptors.Snapshot {
 	t.Helper()
-	path := filepath.Join(t.TempDir(), "rules.yaml")
-	if err := os.WriteFile(path, []byte(text), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	return rulesAt(t, path)
+	return rulesAt(t, rlstest.WriteRules(t, t.TempDir(), text))
 }
 
 // loadRules loads the rules of most tests, testdata/rules/rls.yaml.
@@ -255,16 +173,16 @@ func redisStore(t testing.TB, cfg redis.Config) limiter.Store {
 type realEnv struct {
 	*harness
 	clock *limitertest.Clock
-	store *countingStore
+	store *limitertest.Double
 	snap  *descriptors.Snapshot
 }
 
 // newEnv serves snap from a memory store on a clock at t0, behind a
-// countingStore.
+// limitertest.Double.
 func newEnv(t *testing.T, snap *descriptors.Snapshot, opts ...harnessOpt) *realEnv {
 	t.Helper()
 	clock := limitertest.NewClock(t0)
-	store := &countingStore{inner: memStore(t, clock, 10_000)}
+	store := limitertest.NewDouble(t, memStore(t, clock, 10_000), nil)
 	h := newHarness(t, func() Rules { return snap }, store, clock, opts...)
 	return &realEnv{harness: h, clock: clock, store: store, snap: snap}
 }
@@ -275,8 +193,12 @@ func newRealEnv(t *testing.T, opts ...harnessOpt) *realEnv {
 	return newEnv(t, loadRules(t), opts...)
 }
 
+// setFail makes the store answer every request with a failure of kind k
+// (0: its own decisions); an unavailable store hints a retry in 2.5s.
 func (e *realEnv) setFail(k limiter.OutcomeKind) {
-	e.store.mu.Lock()
-	e.store.fail = k
-	e.store.mu.Unlock()
+	f := limitertest.Fault{Kind: k}
+	if k == limiter.Unavailable {
+		f.RetryAfter = 2500 * time.Millisecond
+	}
+	e.store.Set(f)
 }

@@ -1,7 +1,6 @@
 package rls
 
 import (
-	"context"
 	"encoding/json"
 	"strings"
 	"testing"
@@ -10,6 +9,7 @@ import (
 	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 	"go.uber.org/zap/zapcore"
 
+	"github.com/envoy-rls/envoy-rls/internal/limitertest"
 	"github.com/envoy-rls/envoy-rls/pkg/limiter"
 )
 
@@ -34,13 +34,13 @@ func TestNoDescriptorValuesInLogsOrMetrics(t *testing.T) {
 		send("rls", ov)
 		send("rls", desc("user", values[6]+strings.Repeat("x", 2000)))
 	}
-	e.store.mu.Lock()
-	e.store.fail = limiter.Indeterminate
-	e.store.mu.Unlock()
+	e.setFail(limiter.Indeterminate)
 	send("rls", desc("fail_closed", values[5]), desc("fail_open", values[5]))
 
 	// The panic path, with a value in the panic message.
-	p := newHarness(t, func() Rules { return e.snap }, panicStore{msg: values[0]}, e.clock)
+	panicking := limitertest.NewDouble(t, nil, e.clock)
+	panicking.Set(limitertest.Fault{Panic: "store exploded while handling " + values[0]})
+	p := newHarness(t, func() Rules { return e.snap }, panicking, e.clock)
 	_, _ = p.client.ShouldRateLimit(ctx, request("rls", desc("user", values[0])))
 
 	var logText strings.Builder
@@ -67,10 +67,4 @@ func TestNoDescriptorValuesInLogsOrMetrics(t *testing.T) {
 			t.Errorf("descriptor value %q found in /metrics", v)
 		}
 	}
-}
-
-type panicStore struct{ msg string }
-
-func (p panicStore) Evaluate(context.Context, []limiter.Request, []limiter.Outcome) {
-	panic("store exploded while handling " + p.msg)
 }

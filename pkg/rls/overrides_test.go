@@ -42,14 +42,14 @@ func TestOverridePolicyCap(t *testing.T) {
 			t.Fatalf("tracked override %v: %v", d, resp)
 		}
 	}
-	_, before := e.store.counts()
+	_, before := e.store.Counts()
 	resp := e.call(t, request("rls", overrideDesc(5, typev3.RateLimitUnit_MINUTE, "other", "x")))
 	st := resp.Statuses[0]
 	if resp.OverallCode != rlsv3.RateLimitResponse_OVER_LIMIT || st.CurrentLimit.GetRequestsPerUnit() != 5 || st.LimitRemaining != 0 ||
 		headers(resp)["Retry-After"] != "2" || st.DurationUntilReset.AsDuration() != 2*time.Second {
 		t.Fatalf("a third override policy: %v %v; want OVER_LIMIT, limit 5, 0 left, Retry-After 2", resp.OverallCode, st)
 	}
-	if _, after := e.store.counts(); after != before {
+	if _, after := e.store.Counts(); after != before {
 		t.Fatalf("the store was asked %d times for a refused override", after-before)
 	}
 	// Beside a configured limit: nothing taken from it.

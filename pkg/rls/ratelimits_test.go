@@ -198,7 +198,7 @@ func TestSeveralLimitsMemory(t *testing.T) {
 		t.Fatal("a fake clock does not move by itself")
 	}
 	// One batch per call, two limits in each.
-	if batches, requests := e.store.counts(); requests != 2*batches || batches != 11+11+2 {
+	if batches, requests := e.store.Counts(); requests != 2*batches || batches != 11+11+2 {
 		t.Errorf("%d batches, %d requests", batches, requests)
 	}
 	// Each limit is counted under its own policy.
@@ -311,7 +311,7 @@ func TestSeveralLimitsReplaces(t *testing.T) {
 			t.Fatalf("call %d: global status %v", i, st)
 		}
 	}
-	if _, requests := h.store.counts(); requests != 10 {
+	if _, requests := h.store.Counts(); requests != 10 {
 		t.Errorf("store saw %d requests, want 10 (the replaced limit is not evaluated)", requests)
 	}
 	// Alone, the descriptor has both limits, and its minute is untouched.

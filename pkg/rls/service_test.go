@@ -201,7 +201,7 @@ func TestUnknownDomainAndDescriptor(t *testing.T) {
 	if counterValue(m, `envoy_rls_unmatched_total{domain="unknown"}`) != "1" || counterValue(m, `envoy_rls_unmatched_total{domain="rls"}`) != "1" {
 		t.Fatalf("unmatched_total:\n%s", m)
 	}
-	if batches, _ := e.store.counts(); batches != 1 {
+	if batches, _ := e.store.Counts(); batches != 1 {
 		t.Fatalf("store batches %d, want 1 (the unknown domain never reaches the store)", batches)
 	}
 }
@@ -260,7 +260,7 @@ func TestUnlimited(t *testing.T) {
 	if st.Code != rlsv3.RateLimitResponse_OK || st.LimitRemaining != math.MaxUint32 || st.CurrentLimit != nil {
 		t.Fatalf("unlimited: %v", st)
 	}
-	if batches, _ := e.store.counts(); batches != 0 {
+	if batches, _ := e.store.Counts(); batches != 0 {
 		t.Fatal("an unlimited rule reached the store")
 	}
 }
@@ -278,7 +278,7 @@ func TestZeroLimitNeverTouchesStore(t *testing.T) {
 	if hd := headers(resp); hd[headerRetryAfter] != "3590" {
 		t.Fatalf("headers %v", hd)
 	}
-	if batches, _ := e.store.counts(); batches != 0 {
+	if batches, _ := e.store.Counts(); batches != 0 {
 		t.Fatal("a zero limit reached the store")
 	}
 }
@@ -300,7 +300,7 @@ func TestReplaces(t *testing.T) {
 			t.Fatalf("call %d: replacing status %v", i, st)
 		}
 	}
-	if _, requests := e.store.counts(); requests != 7 {
+	if _, requests := e.store.Counts(); requests != 7 {
 		t.Fatalf("store saw %d requests, want 7 (replaced limits are not evaluated)", requests)
 	}
 	// The replaced limit consumed nothing.
@@ -418,7 +418,7 @@ func TestFailureModesWithRealRules(t *testing.T) {
 	for _, kind := range []limiter.OutcomeKind{limiter.Unavailable, limiter.Indeterminate, limiter.Incompatible} {
 		t.Run(kind.String(), func(t *testing.T) {
 			e := newRealEnv(t)
-			e.store.fail = kind
+			e.setFail(kind)
 			resp := e.call(t, request("rls", desc("fail_open", "o")))
 			if resp.OverallCode != rlsv3.RateLimitResponse_OK || resp.Statuses[0].CurrentLimit != nil || len(resp.ResponseHeadersToAdd) != 0 {
 				t.Fatalf("fail open: %v", resp)
@@ -448,10 +448,10 @@ func TestFailureModesWithRealRules(t *testing.T) {
 func TestOneBatchPerCallAndDeadline(t *testing.T) {
 	e := newRealEnv(t)
 	e.call(t, request("rls", desc("user", "a"), desc("route", "/tight"), desc("bucket", "b"), desc("internal", "i"), desc("nothing", "n")))
-	if b, r := e.store.counts(); b != 1 || r != 3 {
+	if b, r := e.store.Counts(); b != 1 || r != 3 {
 		t.Fatalf("store saw %d batches with %d requests, want 1 with 3", b, r)
 	}
-	if !e.store.sawDeadline {
+	if _, deadline := e.store.Last(); !deadline {
 		t.Fatal("the call's deadline did not reach Store.Evaluate")
 	}
 	// A call whose deadline has passed does no work.
@@ -471,7 +471,7 @@ func TestNegativeHitsAreNotEvaluated(t *testing.T) {
 	if resp.OverallCode != rlsv3.RateLimitResponse_OK || resp.Statuses[0].CurrentLimit != nil {
 		t.Fatalf("negative hits: %v", resp)
 	}
-	if b, _ := e.store.counts(); b != 0 {
+	if b, _ := e.store.Counts(); b != 0 {
 		t.Fatal("a negative-hits descriptor reached the store")
 	}
 }

@@ -19,45 +19,15 @@ import (
 
 var t0 = time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
 
-// failingStore is a memory store that answers every request with one
-// failure kind while fail is set: the fault shapes of a shared store that
-// cannot be reached, does not answer, or holds an incompatible state.
-type failingStore struct {
-	inner limiter.Store
-	mu    sync.Mutex
-	fail  limiter.OutcomeKind
-	// hang: Evaluate waits for its context to end, then answers
-	// Indeterminate, as a store whose server stopped answering does.
-	hang bool
-}
-
-func (f *failingStore) set(k limiter.OutcomeKind) {
-	f.mu.Lock()
-	f.fail = k
-	f.mu.Unlock()
-}
-
-func (f *failingStore) Evaluate(ctx context.Context, batch []limiter.Request, out []limiter.Outcome) {
-	f.mu.Lock()
-	fail, hang := f.fail, f.hang
-	f.mu.Unlock()
-	if hang {
-		<-ctx.Done()
-		fail = limiter.Indeterminate
+// failWith makes d answer every request with a failure of kind k (0: the
+// store's own decisions): the fault shapes of a shared store that cannot be
+// reached, does not answer, or holds an incompatible state.
+func failWith(d *limitertest.Double, k limiter.OutcomeKind) {
+	f := limitertest.Fault{Kind: k, Err: errors.New("store failure")}
+	if k == limiter.Unavailable {
+		f.RetryAfter = 2500 * time.Millisecond // a hint longer than the floor
 	}
-	for i := range batch {
-		switch fail {
-		case limiter.Unavailable:
-			out[i] = limiter.UnavailableOutcome(2500*time.Millisecond, limiter.CategoryNotConnected, errors.New("down"))
-		case limiter.Indeterminate:
-			out[i] = limiter.IndeterminateOutcome(0, errors.New("no reply"))
-		case limiter.Incompatible:
-			out[i] = limiter.IncompatibleOutcome(limiter.CategoryStateIncompatible, errors.New("mismatch"))
-		}
-	}
-	if fail == 0 {
-		f.inner.Evaluate(ctx, batch, out)
-	}
+	d.Set(f)
 }
 
 // transitions records the local limiter's transitions.
@@ -72,7 +42,7 @@ func (r *transitions) LocalDropped()    { r.mu.Lock(); r.dropped++; r.mu.Unlock(
 type env struct {
 	reg    *prometheus.Registry
 	store  *failover.Store
-	inner  *failingStore
+	inner  *limitertest.Double
 	clock  *limitertest.Clock
 	trans  *transitions
 	byMode map[limiter.FailureMode]*limiter.Policy
@@ -83,11 +53,7 @@ type env struct {
 func newEnv(t *testing.T) *env {
 	t.Helper()
 	clock := limitertest.NewClock(t0)
-	mem, err := memory.New(memory.Config{Clock: clock, MaxEntries: 1000})
-	if err != nil {
-		t.Fatal(err)
-	}
-	e := &env{reg: prometheus.NewRegistry(), inner: &failingStore{inner: mem}, clock: clock, trans: &transitions{}, byMode: map[limiter.FailureMode]*limiter.Policy{}}
+	e := &env{reg: prometheus.NewRegistry(), inner: limitertest.NewDouble(t, nil, clock), clock: clock, trans: &transitions{}, byMode: map[limiter.FailureMode]*limiter.Policy{}}
 	m, err := failover.NewMetrics(e.reg)
 	if err != nil {
 		t.Fatal(err)
@@ -180,7 +146,7 @@ func TestAnswers(t *testing.T) {
 	for _, kind := range []limiter.OutcomeKind{limiter.Unavailable, limiter.Indeterminate, limiter.Incompatible} {
 		t.Run(kind.String(), func(t *testing.T) {
 			e := newEnv(t)
-			e.inner.set(kind)
+			failWith(e.inner, kind)
 			out := e.eval(e.req(limiter.FailClosed, "a", 1), e.req(limiter.FailOpen, "a", 1), e.req(limiter.FailLocal, "a", 1))
 			for i, o := range out {
 				if o.Kind != limiter.Evaluated || o.Decision.Source != limiter.SourceFallback || o.Failed != kind {
@@ -232,7 +198,7 @@ func TestAnswers(t *testing.T) {
 // state, so the next outage starts from a full share.
 func TestLocalShare(t *testing.T) {
 	e := newEnv(t)
-	e.inner.set(limiter.Unavailable)
+	failWith(e.inner, limiter.Unavailable)
 	if got := e.admitted(t, e.req(limiter.FailLocal, "a", 1), 7); got != 5 {
 		t.Fatalf("outage 1: %d admitted, want the share of 5", got)
 	}
@@ -243,11 +209,11 @@ func TestLocalShare(t *testing.T) {
 	if got := e.admitted(t, e.req(limiter.FailLocal, "a", 1), 7); got != 5 {
 		t.Fatalf("next window: %d admitted, want 5", got)
 	}
-	e.inner.set(0)
+	failWith(e.inner, 0)
 	if got := e.admitted(t, e.req(limiter.FailLocal, "a", 1), 1); got != 1 {
 		t.Fatalf("store back: %d admitted, want 1", got)
 	}
-	e.inner.set(limiter.Unavailable)
+	failWith(e.inner, limiter.Unavailable)
 	if got := e.admitted(t, e.req(limiter.FailLocal, "a", 1), 7); got != 5 {
 		t.Fatalf("outage 2: %d admitted, want 5 (the local state of outage 1 dropped)", got)
 	}
@@ -264,7 +230,7 @@ func TestLocalShare(t *testing.T) {
 // and blocks the batch's other local limits.
 func TestLocalBatchRule(t *testing.T) {
 	e := newEnv(t)
-	e.inner.set(limiter.Unavailable)
+	failWith(e.inner, limiter.Unavailable)
 	for range 3 {
 		out := e.eval(e.req(limiter.FailLocal, "a", 1), e.req(limiter.FailClosed, "a", 1))
 		if d := out[0].Decision; !d.Allowed || d.Consumed {
@@ -291,7 +257,7 @@ func TestLocalBatchRule(t *testing.T) {
 // either: it is answered closed.
 func TestLocalDeadline(t *testing.T) {
 	e := newEnv(t)
-	e.inner.set(limiter.Indeterminate)
+	failWith(e.inner, limiter.Indeterminate)
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	out := make([]limiter.Outcome, 1)
@@ -329,18 +295,14 @@ func TestConfigBounds(t *testing.T) {
 // beyond the share: the memory store's overflow sketch limits them.
 func TestLocalBeyondMaxEntries(t *testing.T) {
 	clock := limitertest.NewClock(t0)
-	mem, err := memory.New(memory.Config{Clock: clock, MaxEntries: 1000})
-	if err != nil {
-		t.Fatal(err)
-	}
-	inner := &failingStore{inner: mem}
+	inner := limitertest.NewDouble(t, nil, clock)
 	st, err := failover.New(inner, failover.Config{Replicas: 2, MaxEntries: 8, Clock: clock})
 	if err != nil {
 		t.Fatal(err)
 	}
 	p := limitertest.Policy(t, limiter.PolicySpec{ID: "p/local", Algorithm: limiter.FixedWindow,
 		FailureMode: limiter.FailLocal, Params: limiter.FixedWindowParams{Limit: 10, Window: time.Minute}})
-	inner.set(limiter.Unavailable)
+	failWith(inner, limiter.Unavailable)
 	sketched := 0
 	for i := range 40 {
 		admitted := 0
@@ -372,9 +334,7 @@ func TestLocalBeyondMaxEntries(t *testing.T) {
 // Envoy timeout, not answered closed for want of time.
 func TestLocalDecidesWithinTheCallersDeadline(t *testing.T) {
 	e := newEnv(t)
-	e.inner.mu.Lock()
-	e.inner.hang = true
-	e.inner.mu.Unlock()
+	e.inner.Set(limitertest.Fault{Hang: true})
 	for _, d := range []time.Duration{20 * time.Millisecond, 50 * time.Millisecond, 100 * time.Millisecond, 250 * time.Millisecond} {
 		ctx, cancel := context.WithTimeout(context.Background(), d)
 		out := make([]limiter.Outcome, 1)
@@ -424,7 +384,7 @@ func TestLeasesHaveAnOwner(t *testing.T) {
 		t.Fatalf("store take: %+v", stored)
 	}
 	// Outage: the share (a limit of 2 over 2 replicas: 1) admits locally.
-	e.inner.set(limiter.Indeterminate)
+	failWith(e.inner, limiter.Indeterminate)
 	local := e.eval(take(p))[0].Decision
 	if !local.Consumed || local.Source != limiter.SourceFallback || local.Fallback != limiter.FailLocal {
 		t.Fatalf("local take: %+v", local)
@@ -441,7 +401,7 @@ func TestLeasesHaveAnOwner(t *testing.T) {
 	}
 	// The store answers again: the local lease stays held by the local
 	// limiter, and its release does not touch the store's lease.
-	e.inner.set(0)
+	failWith(e.inner, 0)
 	if d := e.eval(release(p, local))[0].Decision; !d.Allowed || d.Remaining != 1 {
 		t.Fatalf("local release: %+v, want the share's lease given back", d)
 	}
@@ -449,17 +409,17 @@ func TestLeasesHaveAnOwner(t *testing.T) {
 		t.Fatalf("store take after the local release: %+v, want 1 lease left to take (the store's first still held)", d)
 	}
 	// A local lease taken in one outage still counts in the next.
-	e.inner.set(limiter.Unavailable)
+	failWith(e.inner, limiter.Unavailable)
 	held := e.eval(take(p))[0].Decision
-	e.inner.set(0)
+	failWith(e.inner, 0)
 	e.eval(limiter.Request{Policy: e.byMode[limiter.FailLocal], Subject: limitertest.Subject("other"), Cost: 1})
-	e.inner.set(limiter.Unavailable)
+	failWith(e.inner, limiter.Unavailable)
 	if d := e.eval(take(p))[0].Decision; d.Allowed || d.Fallback != limiter.FailLocal {
 		t.Fatalf("next outage with the share held: %+v, want the share full", d)
 	}
-	e.inner.set(0)
+	failWith(e.inner, 0)
 	e.eval(release(p, held))
-	e.inner.set(limiter.Unavailable)
+	failWith(e.inner, limiter.Unavailable)
 	if d := e.eval(take(p))[0].Decision; !d.Consumed {
 		t.Fatalf("after the local release: %+v, want a local lease", d)
 	}
