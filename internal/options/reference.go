@@ -48,9 +48,10 @@ func referenceFlags(fs *flag.FlagSet, o *referenceOptions) {
 	fs.BoolVar(&o.HealthcheckRequiresStore, "healthcheck-requires-store", false, "GET /healthcheck answers 500 while the store does not answer its ping, as the reference's REDIS_HEALTH_CHECK_ACTIVE_CONNECTION; without it a store outage never fails /healthcheck, whatever --readiness says (a liveness probe on it then restarts every replica during a Redis outage)")
 	fs.StringVar(&o.DefaultCharge, "default-charge", limiter.ChargeAllowed.String(), "charge of the rate limits that set none: allowed (a denied request records nothing) or always (its hits are recorded past the limit, up to twice it: post-paid usage such as LLM tokens; the reference's counting, docs/migration.md)")
 	fs.BoolVar(&o.ShadowAll, "shadow-mode", false, "every rule in shadow mode, as if each set shadow_mode: true: counted, logged and reported, never denying")
-	fs.StringVar(&o.LimitHeader, "limit-header", rls.HeaderLimit, "name of the response header that carries the limit")
-	fs.StringVar(&o.RemainingHeader, "remaining-header", rls.HeaderRemaining, "name of the response header that carries the remaining quota")
-	fs.StringVar(&o.ResetHeader, "reset-header", rls.HeaderReset, "name of the response header that carries the seconds until reset")
+	headers := rls.DefaultHeaderNames()
+	fs.StringVar(&o.LimitHeader, "limit-header", headers.Limit, "name of the response header that carries the limit")
+	fs.StringVar(&o.RemainingHeader, "remaining-header", headers.Remaining, "name of the response header that carries the remaining quota")
+	fs.StringVar(&o.ResetHeader, "reset-header", headers.Reset, "name of the response header that carries the seconds until reset")
 	fs.BoolVar(&o.ResponseDynamicMetadata, "response-dynamic-metadata", false, "return in every response's dynamic metadata the domain, each descriptor's entries (request values, which Envoy's access log may write) and what decided it: code, policy, limit name, remaining, reset (docs/envoy.md, Which limit denied a request)")
 }
 

@@ -52,7 +52,7 @@ func (e *ConfigError) Error() string {
 	return b.String()
 }
 
-// Is makes errors.Is(err, ErrInvalidConfig) true for every *ConfigError.
+// Is makes errors.Is(err, errInvalidConfig) true for every *ConfigError.
 func (e *ConfigError) Is(target error) bool { return target == errInvalidConfig }
 
 // errInvalidConfig is matched by every *ConfigError.

@@ -71,7 +71,7 @@ func (e *LimitError) Error() string {
 	return fmt.Sprintf("descriptors: the %d rule file(s) hold %d %s, more than the limit of %d", e.Files, e.Total, e.Limit, e.Max)
 }
 
-// Is makes errors.Is(err, ErrTooLarge) true.
+// Is makes errors.Is(err, errTooLarge) true.
 func (e *LimitError) Is(target error) bool { return target == errTooLarge }
 
 // countTokens counts the YAML tokens of data that can each stand for a node

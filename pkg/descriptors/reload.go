@@ -50,7 +50,7 @@ func NewReloadResult(trigger string, s *Snapshot, err error) ReloadResult {
 	return res
 }
 
-// Result is ResultSuccess or ResultFailure.
+// Result is resultSuccess or resultFailure.
 func (r ReloadResult) Result() string {
 	if r.OK {
 		return resultSuccess

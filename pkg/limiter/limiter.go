@@ -463,8 +463,8 @@ type FieldError struct {
 
 func (e *FieldError) Error() string { return "limiter: " + e.Field + " " + e.Reason }
 
-// errInvalid is matched by every validation error: errors.Is(err, ErrInvalid).
+// errInvalid is matched by every validation error: errors.Is(err, errInvalid).
 var errInvalid = errors.New("limiter: invalid")
 
-// Is makes errors.Is(fieldErr, ErrInvalid) true.
+// Is makes errors.Is(fieldErr, errInvalid) true.
 func (e *FieldError) Is(target error) bool { return target == errInvalid }

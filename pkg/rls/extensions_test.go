@@ -43,8 +43,8 @@ descriptors:
 		for _, hv := range resp.ResponseHeadersToAdd {
 			headers[hv.Key] = hv.Value
 		}
-		if headers[HeaderReset] != secs {
-			t.Fatalf("step %d: %s %q, want %s", i, HeaderReset, headers[HeaderReset], secs)
+		if headers[headerReset] != secs {
+			t.Fatalf("step %d: %s %q, want %s", i, headerReset, headers[headerReset], secs)
 		}
 		if c.code == rlsv3.RateLimitResponse_OVER_LIMIT && headers[headerRetryAfter] != secs {
 			t.Fatalf("step %d: %s %q, want %s", i, headerRetryAfter, headers[headerRetryAfter], secs)

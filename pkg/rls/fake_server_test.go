@@ -53,11 +53,11 @@ func TestFakeOKThenOverLimit(t *testing.T) {
 			t.Fatalf("step %d: duration_until_reset %v, want 50s", i, got)
 		}
 		hd := headers(resp)
-		if hd[HeaderLimit] != "2, 2;w=60" || hd[HeaderReset] != "50" {
+		if hd[headerLimit] != "2, 2;w=60" || hd[headerReset] != "50" {
 			t.Fatalf("step %d: headers %v", i, hd)
 		}
 		if i == 2 {
-			if hd[headerRetryAfter] != "50" || hd[HeaderRemaining] != "0" {
+			if hd[headerRetryAfter] != "50" || hd[headerRemaining] != "0" {
 				t.Fatalf("over: headers %v", hd)
 			}
 			if string(resp.RawBody) != `{"error":"rate_limited","policy":"per-user","retry_after_seconds":50}` {

@@ -118,7 +118,7 @@ func TestCustomHeaderNames(t *testing.T) {
 	if hd["RateLimit-Limit"] != "2, 2;w=60" || hd["RateLimit-Remaining"] != "1" || hd["RateLimit-Reset"] != "50" {
 		t.Errorf("headers %v, want RateLimit-Limit, -Remaining and -Reset", hd)
 	}
-	if _, ok := hd[HeaderLimit]; ok {
+	if _, ok := hd[headerLimit]; ok {
 		t.Errorf("headers %v: the default name is written too", hd)
 	}
 }
@@ -133,7 +133,7 @@ func TestHeaderNamesRefused(t *testing.T) {
 		}
 	}
 	n, err := HeaderNames{Reset: "Reset-In"}.withDefaults()
-	if err != nil || n.Limit != HeaderLimit || n.Remaining != HeaderRemaining || n.Reset != "Reset-In" {
+	if err != nil || n.Limit != headerLimit || n.Remaining != headerRemaining || n.Reset != "Reset-In" {
 		t.Errorf("defaults: %+v, %v", n, err)
 	}
 }

@@ -15,19 +15,23 @@ import (
 // Response header names. Envoy lower-cases header names; these are the
 // spellings of the IETF draft (draft-ietf-httpapi-ratelimit-headers-03).
 const (
-	HeaderLimit       = "X-RateLimit-Limit"
-	HeaderRemaining   = "X-RateLimit-Remaining"
-	HeaderReset       = "X-RateLimit-Reset"
+	headerLimit       = "X-RateLimit-Limit"
+	headerRemaining   = "X-RateLimit-Remaining"
+	headerReset       = "X-RateLimit-Reset"
 	headerRetryAfter  = "Retry-After"
 	headerContentType = "Content-Type"
 	bodyContentType   = "application/json"
 )
 
 // HeaderNames are the names of the limit, remaining and reset headers. An
-// empty field takes its default (HeaderLimit, HeaderRemaining,
-// HeaderReset).
+// empty field takes its default (DefaultHeaderNames).
 type HeaderNames struct {
 	Limit, Remaining, Reset string
+}
+
+// DefaultHeaderNames are the IETF draft's spellings.
+func DefaultHeaderNames() HeaderNames {
+	return HeaderNames{Limit: headerLimit, Remaining: headerRemaining, Reset: headerReset}
 }
 
 // withDefaults fills the empty names and refuses a name that is not an
@@ -36,7 +40,7 @@ func (n HeaderNames) withDefaults() (HeaderNames, error) {
 	for _, f := range []struct {
 		name *string
 		def  string
-	}{{&n.Limit, HeaderLimit}, {&n.Remaining, HeaderRemaining}, {&n.Reset, HeaderReset}} {
+	}{{&n.Limit, headerLimit}, {&n.Remaining, headerRemaining}, {&n.Reset, headerReset}} {
 		if *f.name == "" {
 			*f.name = f.def
 		}

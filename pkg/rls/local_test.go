@@ -100,7 +100,7 @@ func TestLocalFallbackDividesTheLimit(t *testing.T) {
 			for i := 0; i < 5; i++ {
 				resp := e.call(t, request("loc", desc("local", "a")))
 				hd := headers(resp)
-				if resp.OverallCode != rlsv3.RateLimitResponse_OK || hd[HeaderLimit] != "10, 10;w=60" || hd[HeaderRemaining] != strconv.Itoa(4-i) || hd[HeaderReset] != "50" {
+				if resp.OverallCode != rlsv3.RateLimitResponse_OK || hd[headerLimit] != "10, 10;w=60" || hd[headerRemaining] != strconv.Itoa(4-i) || hd[headerReset] != "50" {
 					t.Fatalf("call %d: %v %v, want OK with remaining %d of the local share", i, resp.OverallCode, hd, 4-i)
 				}
 				if resp.Statuses[0].CurrentLimit.GetRequestsPerUnit() != 10 {
@@ -108,7 +108,7 @@ func TestLocalFallbackDividesTheLimit(t *testing.T) {
 				}
 			}
 			resp := e.call(t, request("loc", desc("local", "a")))
-			if hd := headers(resp); resp.OverallCode != rlsv3.RateLimitResponse_OVER_LIMIT || hd[headerRetryAfter] != "50" || hd[HeaderRemaining] != "0" {
+			if hd := headers(resp); resp.OverallCode != rlsv3.RateLimitResponse_OVER_LIMIT || hd[headerRetryAfter] != "50" || hd[headerRemaining] != "0" {
 				t.Fatalf("sixth call: %v %v, want OVER_LIMIT, Retry-After 50", resp.OverallCode, hd)
 			}
 			// Another subject has its own share.
@@ -150,7 +150,7 @@ func TestLocalFallbackStateDroppedWhenStoreReturns(t *testing.T) {
 	e.wantAdmitted(t, "outage 1", "local", "a", 6, 5)
 	e.setFail(0)
 	resp := e.call(t, request("loc", desc("local", "a")))
-	if hd := headers(resp); resp.OverallCode != rlsv3.RateLimitResponse_OK || hd[HeaderRemaining] != "9" {
+	if hd := headers(resp); resp.OverallCode != rlsv3.RateLimitResponse_OK || hd[headerRemaining] != "9" {
 		t.Fatalf("store back: %v %v, want OK from the shared store (remaining 9 of 10)", resp.OverallCode, hd)
 	}
 	if _, dropped := e.transitions.counts(); dropped != 1 {

@@ -168,7 +168,7 @@ func runSeveral(t *testing.T, h *harness, w windows, key string, exact bool, pha
 				rpu = 20
 			}
 			hd := headers(resp)
-			if st.CurrentLimit.GetRequestsPerUnit() != rpu || hd[HeaderLimit] != strconv.Itoa(int(rpu))+", 10;w=1, 20;w=60" || hd[HeaderRemaining] != strconv.Itoa(int(want.remaining)) {
+			if st.CurrentLimit.GetRequestsPerUnit() != rpu || hd[headerLimit] != strconv.Itoa(int(rpu))+", 10;w=1, 20;w=60" || hd[headerRemaining] != strconv.Itoa(int(want.remaining)) {
 				t.Fatalf("phase %d step %d: current_limit %v, headers %v", p, i, st.CurrentLimit, hd)
 			}
 			reset := st.DurationUntilReset.AsDuration()
@@ -260,7 +260,7 @@ func TestSeveralLimitsFailureModes(t *testing.T) {
 	if resp.OverallCode != rlsv3.RateLimitResponse_OVER_LIMIT || st.CurrentLimit.GetUnit() != rlsv3.RateLimitResponse_RateLimit_SECOND || st.CurrentLimit.GetRequestsPerUnit() != 2 {
 		t.Fatalf("store down: %v", resp)
 	}
-	if hd := headers(resp); hd[HeaderLimit] != "2, 2;w=1" || hd[headerRetryAfter] != "3" {
+	if hd := headers(resp); hd[headerLimit] != "2, 2;w=1" || hd[headerRetryAfter] != "3" {
 		t.Errorf("store down: headers %v (the failed-open limit is not listed)", hd)
 	}
 	m := h.metrics(t)

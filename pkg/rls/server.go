@@ -82,7 +82,7 @@ type Config struct {
 	// (Optional, default HeadersFull)
 	DefaultHeaders descriptors.HeaderMode
 	// HeaderNames names the limit, remaining and reset headers.
-	// (Optional, default HeaderLimit, HeaderRemaining, HeaderReset)
+	// (Optional, default DefaultHeaderNames)
 	HeaderNames HeaderNames
 	// DenialLogTick, DenialLogFirst and DenialLogThereafter sample denial
 	// and store-failure logs: per tick, the first DenialLogFirst lines of a

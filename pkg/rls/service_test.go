@@ -45,7 +45,7 @@ func TestFieldsAndFullHeaders(t *testing.T) {
 			t.Fatalf("step %d: duration_until_reset %v, want 50s", i, d)
 		}
 		hd := headers(resp)
-		if hd[HeaderLimit] != "3, 3;w=60" || hd[HeaderRemaining] != itoa(int(want.remaining)) || hd[HeaderReset] != "50" {
+		if hd[headerLimit] != "3, 3;w=60" || hd[headerRemaining] != itoa(int(want.remaining)) || hd[headerReset] != "50" {
 			t.Fatalf("step %d: headers %v", i, hd)
 		}
 		_, hasRetry := hd[headerRetryAfter]
@@ -64,7 +64,7 @@ func TestFieldsAndFullHeaders(t *testing.T) {
 	// Retry-After rounds up: 49.5s left is 50.
 	e.clock.Advance(500 * time.Millisecond)
 	resp := e.call(t, request("rls", desc("user", "alice")))
-	if hd := headers(resp); hd[headerRetryAfter] != "50" || hd[HeaderReset] != "50" {
+	if hd := headers(resp); hd[headerRetryAfter] != "50" || hd[headerReset] != "50" {
 		t.Fatalf("rounding: %v", hd)
 	}
 	// A new window admits again.
@@ -94,7 +94,7 @@ func TestUnitsAndExtensionsInCurrentLimit(t *testing.T) {
 	if w.GetUnit() != rlsv3.RateLimitResponse_RateLimit_WEEK || w.GetRequestsPerUnit() != 7 {
 		t.Fatalf("weekly: %v", w)
 	}
-	if got := headers(resp)[HeaderLimit]; got != "7, 10;w=1;burst=20, 100;w=300, 7;w=604800" {
+	if got := headers(resp)[headerLimit]; got != "7, 10;w=1;burst=20, 100;w=300, 7;w=604800" {
 		t.Fatalf("X-RateLimit-Limit %q", got)
 	}
 }
@@ -104,7 +104,7 @@ func TestMostRestrictiveStatusDrivesHeaders(t *testing.T) {
 	resp := e.call(t, request("rls", desc("user", "carol"), desc("route", "/tight")))
 	hd := headers(resp)
 	// route=/tight has 0 left of 1 per second; user has 2 left of 3.
-	if hd[HeaderLimit] != "1, 3;w=60, 1;w=1" || hd[HeaderRemaining] != "0" || hd[HeaderReset] != "1" {
+	if hd[headerLimit] != "1, 3;w=60, 1;w=1" || hd[headerRemaining] != "0" || hd[headerReset] != "1" {
 		t.Fatalf("headers %v", hd)
 	}
 	resp = e.call(t, request("rls", desc("user", "carol"), desc("route", "/tight")))
@@ -409,7 +409,7 @@ func TestDefaultHeadersOption(t *testing.T) {
 	}
 	// A rule's own setting beats the default.
 	e2 := newRealEnv(t, func(c *Config) { c.DefaultHeaders = descriptors.HeadersNone })
-	if hd := headers(e2.call(t, request("rls", desc("user", "max")))); hd[HeaderLimit] != "" {
+	if hd := headers(e2.call(t, request("rls", desc("user", "max")))); hd[headerLimit] != "" {
 		t.Fatalf("default none: %v", hd)
 	}
 }
@@ -429,7 +429,7 @@ func TestFailureModesWithRealRules(t *testing.T) {
 			if kind == limiter.Unavailable {
 				want = "3" // the store's 2.5s hint, rounded up
 			}
-			if resp.OverallCode != rlsv3.RateLimitResponse_OVER_LIMIT || hd[headerRetryAfter] != want || hd[HeaderRemaining] != "0" {
+			if resp.OverallCode != rlsv3.RateLimitResponse_OVER_LIMIT || hd[headerRetryAfter] != want || hd[headerRemaining] != "0" {
 				t.Fatalf("fail closed: %v %v", resp.OverallCode, hd)
 			}
 			m := e.metrics(t)
@@ -619,7 +619,7 @@ descriptors:
 		{desc("team", "a"), "3, 3, 3;w=3600", "2", "3600"},
 	} {
 		hd := headers(h.call(t, request("ai", s.desc)))
-		if hd[HeaderLimit] != s.limit || hd[HeaderRemaining] != s.remaining || hd[HeaderReset] != s.reset {
+		if hd[headerLimit] != s.limit || hd[headerRemaining] != s.remaining || hd[headerReset] != s.reset {
 			t.Errorf("%v: headers %v, want limit %q, remaining %s, reset %s", s.desc.GetEntries(), hd, s.limit, s.remaining, s.reset)
 		}
 	}

@@ -29,7 +29,7 @@ const (
 	attrDescriptors = attribute.Key("envoy_rls.descriptors")
 	// attrBatchSize is the number of limits evaluated in one batch.
 	attrBatchSize = attribute.Key("envoy_rls.batch_size")
-	// attrPolicies, AttrOutcome (the answer on the call's span: OK,
+	// attrPolicies, attrOutcome (the answer on the call's span: OK,
 	// OVER_LIMIT; the store's summary on the store span) and AttrFailure
 	// are the request path's shared keys (pkg/limiter/spans).
 	attrPolicies = spans.Policies
