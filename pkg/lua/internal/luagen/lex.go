@@ -6,7 +6,7 @@ import (
 	"strings"
 )
 
-// This file reads Lua 5.1 source as far as pkg/lua's tests need: its
+// This file reads Lua 5.1 source as far as the tests of the programs need: its
 // tokens, the line span of each function, and the names a piece of code
 // uses without declaring them (its free names).
 
@@ -155,8 +155,8 @@ type funcSpan struct {
 // Lines is the number of lines the function spans.
 func (f funcSpan) Lines() int { return f.End - f.Start + 1 }
 
-// Functions lists the functions of src, in the order they end.
-func Functions(src string) ([]funcSpan, error) {
+// functions lists the functions of src, in the order they end.
+func functions(src string) ([]funcSpan, error) {
 	toks, err := tokens(src)
 	if err != nil {
 		return nil, err
@@ -215,11 +215,11 @@ type names struct {
 	Declared []string
 }
 
-// Analyze returns what src declares at its top level and the names it uses
+// analyze returns what src declares at its top level and the names it uses
 // free. A name counts as declared anywhere in src once any local, function
 // parameter or loop variable of that name is; a field name (after '.' or
 // ':', or a table constructor's key) is no use of a name.
-func Analyze(src string) (names, error) {
+func analyze(src string) (names, error) {
 	toks, err := tokens(src)
 	if err != nil {
 		return names{}, err

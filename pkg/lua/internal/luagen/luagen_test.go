@@ -15,16 +15,16 @@ func TestAssemble(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := Header + "p.lua; DO NOT EDIT.\nx\n2\n1\ny\n"; got["p.lua"] != want {
+	if want := header + "p.lua; DO NOT EDIT.\nx\n2\n1\ny\n"; got["p.lua"] != want {
 		t.Errorf("Generate = %q, want %q", got["p.lua"], want)
 	}
-	if _, err := Fragment(fsys, "a.lua nope"); err == nil {
-		t.Error("Fragment accepted an unknown section")
+	if _, err := fragment(fsys, "a.lua nope"); err == nil {
+		t.Error("fragment accepted an unknown section")
 	}
-	if _, err := Assemble("-- #include nope.lua\n", func(f string) (string, error) { return Fragment(fsys, f) }); err == nil {
-		t.Error("Assemble accepted an unknown fragment")
+	if _, err := assemble("-- #include nope.lua\n", func(f string) (string, error) { return fragment(fsys, f) }, 0); err == nil {
+		t.Error("assemble accepted an unknown fragment")
 	}
-	if whole, _ := Fragment(fsys, "a.lua"); whole != "head\n-- #section one\n1\n-- #section two\n2\n" {
+	if whole, _ := fragment(fsys, "a.lua"); whole != "head\n-- #section one\n1\n-- #section two\n2\n" {
 		t.Errorf("the whole fragment: %q", whole)
 	}
 }
@@ -39,12 +39,12 @@ end
 do local inner = 1 end
 --[[ long
 comment ]] return f(B, [[s]])`
-	n, err := Analyze(src)
+	n, err := analyze(src)
 	if err != nil {
 		t.Fatal(err)
 	}
 	slices.Sort(n.Free)
 	if !slices.Equal(n.TopLevel, []string{"A", "B", "f"}) || !slices.Equal(n.Free, []string{"g", "pairs", "x"}) {
-		t.Errorf("Analyze = %+v", n)
+		t.Errorf("analyze = %+v", n)
 	}
 }
