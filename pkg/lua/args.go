@@ -14,9 +14,9 @@ import (
 // and rate-refund-v2.lua's one ARGV field per key), the group field of the
 // batch program, and the refund program's effective times.
 
-// BatchPacked is the length of the packed numbers of one key:
+// batchPacked is the length of the packed numbers of one key:
 // struct.pack('>BBddddddd'), without extensions (see BatchPackedLen).
-const BatchPacked = 2 + 7*8
+const batchPacked = 2 + 7*8
 
 // The bits of the flags byte of a key's packed numbers (AppendBatchPacked).
 // The programs read them with bit.band.
@@ -29,40 +29,40 @@ const (
 	// limiter.Commits says; the failure mode's answer itself is
 	// pkg/limiter/failover's.
 	flagFailOpen = 8
-	// FlagPenalty: the penalty extension follows the packed numbers
+	// flagPenalty: the penalty extension follows the packed numbers
 	// (limiter.Penalty, BatchPackedLen).
-	FlagPenalty = 16
-	// FlagCalendar: the calendar extension (CalendarPacked bytes) follows
+	flagPenalty = 16
+	// flagCalendar: the calendar extension (calendarPacked bytes) follows
 	// the packed numbers, after the penalty extension when both are set.
-	FlagCalendar = 32
-	// FlagCharge: the key's policy records a denied cost
+	flagCalendar = 32
+	// flagCharge: the key's policy records a denied cost
 	// (limiter.ChargeAlways), up to limiter.Policy.Ceiling.
-	FlagCharge = 64
+	flagCharge = 64
 )
 
-// PenaltyPacked is the length of the penalty extension that follows the
+// penaltyPacked is the length of the penalty extension that follows the
 // packed numbers of a key whose policy has a penalty box:
 // struct.pack('>ddd'), duration, max duration and decay in ms
 // (fragments/penalty.lua).
-const PenaltyPacked = 3 * 8
+const penaltyPacked = 3 * 8
 
-// CalendarPacked is the length of the calendar extension of a key's packed
+// calendarPacked is the length of the calendar extension of a key's packed
 // numbers: struct.pack('>dddd'), the boundaries b0 < b1 < b2 < b3 (Unix
 // ms) of three consecutive calendar periods [b0, b1), [b1, b2), [b2, b3):
 // the one before the period holding the sender's estimate of Redis's
 // clock, that period, and the one after it (calendar.Calendar.Neighbours).
-const CalendarPacked = 4 * 8
+const calendarPacked = 4 * 8
 
 // BatchPackedLen is the length AppendBatchPacked appends for a key of p:
-// BatchPacked, plus PenaltyPacked with a penalty box, plus CalendarPacked
+// batchPacked, plus penaltyPacked with a penalty box, plus calendarPacked
 // for a calendar window.
 func BatchPackedLen(p *limiter.Policy) int {
-	n := BatchPacked
+	n := batchPacked
 	if p.Penalty().On() {
-		n += PenaltyPacked
+		n += penaltyPacked
 	}
 	if p.Calendar() != nil {
-		n += CalendarPacked
+		n += calendarPacked
 	}
 	return n
 }
@@ -71,12 +71,12 @@ func BatchPackedLen(p *limiter.Policy) int {
 // to dst, BatchPackedLen bytes: the numbers packed big-endian as
 // struct.pack('>BBddddddd'): algorithm (algorithmCodes), flags (the role
 // (roleCodes), FlagFailOpen when the key's failure takes no part in the
-// batch rule (limiter.Policy.AbstainsOnFailure), FlagPenalty with a
-// penalty box, FlagCalendar for a calendar window, FlagCharge when the
+// batch rule (limiter.Policy.AbstainsOnFailure), flagPenalty with a
+// penalty box, flagCalendar for a calendar window, flagCharge when the
 // policy charges always), revision, limit, the two algorithm arguments
 // (algorithmArgs), cleanup grace ms, max clock regression ms, cost; then
-// the extensions, in this order: the penalty box's (PenaltyPacked) and a
-// calendar window's (CalendarPacked: the periods around nowMs, the
+// the extensions, in this order: the penalty box's (penaltyPacked) and a
+// calendar window's (calendarPacked: the periods around nowMs, the
 // caller's estimate of Redis's clock in Unix ms, which nothing else
 // reads). Every number is an integer below 2^53, which a float64 holds
 // exactly. role is the mode the key plays in this program
@@ -85,9 +85,9 @@ func BatchPackedLen(p *limiter.Policy) int {
 func AppendBatchPacked(dst []byte, p *limiter.Policy, cost int64, role limiter.Role, nowMs int64) []byte {
 	n := BatchPackedLen(p)
 	dst = slices.Grow(dst, n)
-	fixed := BatchPacked
+	fixed := batchPacked
 	if p.Penalty().On() {
-		fixed += PenaltyPacked
+		fixed += penaltyPacked
 	}
 	b := dst[len(dst) : len(dst)+fixed]
 	b[0] = algorithmCodes[p.Algorithm()]
@@ -96,26 +96,26 @@ func AppendBatchPacked(dst []byte, p *limiter.Policy, cost int64, role limiter.R
 		b[1] |= flagFailOpen
 	}
 	if p.ChargeAlways() {
-		b[1] |= FlagCharge
+		b[1] |= flagCharge
 	}
 	arg1, arg2 := algorithmArgs(p)
 	for i, v := range [7]int64{int64(p.Revision()), p.Limit(), arg1, arg2, p.CleanupGraceMillis(), p.MaxClockRegressionMillis(), cost} {
 		binary.BigEndian.PutUint64(b[2+8*i:], math.Float64bits(float64(v)))
 	}
-	if fixed > BatchPacked {
+	if fixed > batchPacked {
 		packPenalty(b, p)
 	}
 	return appendCalendar(dst[:len(dst)+fixed], b, p, nowMs)
 }
 
 // packPenalty sets the penalty flag in b, a key's packed numbers of
-// BatchPacked + PenaltyPacked bytes, and writes p's penalty extension.
+// batchPacked + penaltyPacked bytes, and writes p's penalty extension.
 func packPenalty(b []byte, p *limiter.Policy) {
-	b[1] |= FlagPenalty
+	b[1] |= flagPenalty
 	pn := p.Penalty()
 	for i, v := range [3]time.Duration{pn.Duration, pn.MaxDuration, pn.Decay} {
 		v := v.Milliseconds()
-		binary.BigEndian.PutUint64(b[BatchPacked+8*i:], math.Float64bits(float64(v)))
+		binary.BigEndian.PutUint64(b[batchPacked+8*i:], math.Float64bits(float64(v)))
 	}
 }
 
@@ -128,7 +128,7 @@ func appendCalendar(dst, fixed []byte, p *limiter.Policy, nowMs int64) []byte {
 	if c == nil {
 		return dst
 	}
-	fixed[1] |= FlagCalendar
+	fixed[1] |= flagCalendar
 	for _, v := range c.Neighbours(nowMs) {
 		dst = binary.BigEndian.AppendUint64(dst, math.Float64bits(float64(v)))
 	}

@@ -18,7 +18,7 @@ func TestAppendBatchPacked(t *testing.T) {
 	tb := mustPolicy(t, limiter.PolicySpec{ID: "tb", Revision: 3, Algorithm: limiter.TokenBucket, MaxCost: 5,
 		Params: limiter.TokenBucketParams{Capacity: 100, RefillAmount: 10, RefillPeriod: 4 * time.Second}})
 	decode := func(b []byte) string {
-		if len(b) != BatchPacked {
+		if len(b) != batchPacked {
 			t.Fatalf("packed %q", b)
 		}
 		out := fmt.Sprintf("%d %d", b[0], b[1])
@@ -62,15 +62,15 @@ func TestAppendBatchPackedPenalty(t *testing.T) {
 		Params:  limiter.FixedWindowParams{Limit: 10, Window: time.Minute},
 		Penalty: limiter.Penalty{Duration: 10 * time.Minute, MaxDuration: 24 * time.Hour, Decay: time.Hour}})
 	b := AppendBatchPacked(nil, p, 1, limiter.RoleShadow, time.Now().UnixMilli())
-	if len(b) != BatchPacked+PenaltyPacked || BatchPackedLen(p) != len(b) {
-		t.Fatalf("packed %d bytes, want %d", len(b), BatchPacked+PenaltyPacked)
+	if len(b) != batchPacked+penaltyPacked || BatchPackedLen(p) != len(b) {
+		t.Fatalf("packed %d bytes, want %d", len(b), batchPacked+penaltyPacked)
 	}
-	if b[1] != byte(limiter.RoleShadow)|flagFailOpen|FlagPenalty {
+	if b[1] != byte(limiter.RoleShadow)|flagFailOpen|flagPenalty {
 		t.Fatalf("flags %d, want shadow | fail open | penalty", b[1])
 	}
 	var got string
 	for i := range 3 {
-		got += fmt.Sprintf(" %v", math.Float64frombits(binary.BigEndian.Uint64(b[BatchPacked+8*i:])))
+		got += fmt.Sprintf(" %v", math.Float64frombits(binary.BigEndian.Uint64(b[batchPacked+8*i:])))
 	}
 	if got != " 600000 8.64e+07 3.6e+06" {
 		t.Fatalf("extension %q", got)
@@ -104,15 +104,15 @@ func TestCalendarArgs(t *testing.T) {
 	// 2026-03-29 is the 23-hour day of the spring change.
 	at := time.Date(2026, 3, 29, 12, 0, 0, 0, berlin).UnixMilli()
 	b := AppendBatchPacked(nil, cal, 1, limiter.RoleShadow, at)
-	if len(b) != BatchPackedLen(cal) || BatchPackedLen(cal) != BatchPacked+CalendarPacked {
+	if len(b) != BatchPackedLen(cal) || BatchPackedLen(cal) != batchPacked+calendarPacked {
 		t.Fatalf("packed %q", b)
 	}
-	if b[1] != byte(limiter.RoleShadow)+flagFailOpen+FlagCalendar {
+	if b[1] != byte(limiter.RoleShadow)+flagFailOpen+flagCalendar {
 		t.Errorf("flags %d", b[1])
 	}
 	var got [4]int64
 	for i := range got {
-		got[i] = int64(math.Float64frombits(binary.BigEndian.Uint64(b[BatchPacked+8*i:])))
+		got[i] = int64(math.Float64frombits(binary.BigEndian.Uint64(b[batchPacked+8*i:])))
 	}
 	want := [4]int64{
 		time.Date(2026, 3, 28, 0, 0, 0, 0, berlin).UnixMilli(),
@@ -128,25 +128,25 @@ func TestCalendarArgs(t *testing.T) {
 		t.Errorf("AppendBatchPacked after xy differs")
 	}
 	// A refund's argument: the periods around the batch's effective now.
-	if r := AppendRefundPacked(nil, cal, 1, at); string(r[2:]) != string(b[2:]) || r[1] != flagFailOpen+FlagCalendar {
+	if r := AppendRefundPacked(nil, cal, 1, at); string(r[2:]) != string(b[2:]) || r[1] != flagFailOpen+flagCalendar {
 		t.Errorf("refund argument %q", r)
 	}
 	plain := mustPolicy(t, limiter.PolicySpec{ID: "fw", Algorithm: limiter.FixedWindow, Params: limiter.FixedWindowParams{Limit: 1, Window: time.Second}})
-	if p := AppendBatchPacked(nil, plain, 1, limiter.RoleOrdinary, at); len(p) != BatchPacked || p[1] != 0 || BatchPackedLen(plain) != BatchPacked {
+	if p := AppendBatchPacked(nil, plain, 1, limiter.RoleOrdinary, at); len(p) != batchPacked || p[1] != 0 || BatchPackedLen(plain) != batchPacked {
 		t.Errorf("a plain window: %d bytes, flags %d", len(p), p[1])
 	}
 }
 
-// TestAppendBatchPackedCharge: a policy that charges always sets FlagCharge,
+// TestAppendBatchPackedCharge: a policy that charges always sets flagCharge,
 // with its cost up to the ceiling; no extension follows.
 func TestAppendBatchPackedCharge(t *testing.T) {
 	p := mustPolicy(t, limiter.PolicySpec{ID: "budget", Algorithm: limiter.TokenBucket, Charge: limiter.ChargeAlways,
 		Params: limiter.TokenBucketParams{Capacity: 10, RefillAmount: 10, RefillPeriod: time.Hour}})
 	b := AppendBatchPacked(nil, p, 20, limiter.RoleOrdinary, time.Now().UnixMilli())
-	if len(b) != BatchPacked || b[1] != FlagCharge {
-		t.Fatalf("packed %d bytes, flags %d; want %d bytes, flags %d", len(b), b[1], BatchPacked, FlagCharge)
+	if len(b) != batchPacked || b[1] != flagCharge {
+		t.Fatalf("packed %d bytes, flags %d; want %d bytes, flags %d", len(b), b[1], batchPacked, flagCharge)
 	}
-	if got := math.Float64frombits(binary.BigEndian.Uint64(b[BatchPacked-8:])); got != 20 {
+	if got := math.Float64frombits(binary.BigEndian.Uint64(b[batchPacked-8:])); got != 20 {
 		t.Fatalf("cost %v, want 20", got)
 	}
 }

@@ -86,9 +86,10 @@ const expiredFlag = 2
 // requests of the group are unaffected.
 const failedFlag = 3
 
-// ErrRequestFailed is matched (errors.Is) by the *FailedError
-// ParseBatchReplyV2 returns for a request whose evaluation raised.
-var ErrRequestFailed = errors.New("lua: the program failed for this request")
+// errRequestFailed starts the text of, and is matched (errors.Is) by, the
+// *FailedError ParseBatchReplyV2 returns for a request whose evaluation
+// raised; other packages match the type (errors.As).
+var errRequestFailed = errors.New("lua: the program failed for this request")
 
 // FailedError is a request whose evaluation raised an error in the
 // program; its other requests were evaluated.
@@ -103,11 +104,11 @@ func (e *FailedError) Error() string {
 	if len(msg) > 200 {
 		msg = msg[:200] + "..."
 	}
-	return fmt.Sprintf("%v: %s", ErrRequestFailed, msg)
+	return fmt.Sprintf("%v: %s", errRequestFailed, msg)
 }
 
-// Is matches ErrRequestFailed.
-func (e *FailedError) Is(target error) bool { return target == ErrRequestFailed }
+// Is matches errRequestFailed.
+func (e *FailedError) Is(target error) bool { return target == errRequestFailed }
 
 // ErrExpired is matched (errors.Is) by the *ExpiredError ParseBatchReplyV2
 // returns for a program that ran past its deadline: nothing was evaluated
@@ -152,10 +153,10 @@ func notDecided(values []Value) error {
 // rate-batch-v2.lua: code, remaining, retryAfterMillis, resetAtMillis.
 const replyFieldsV2 = 4
 
-// StatusCodes is the number of the code of a key's reply of
-// rate-batch-v2.lua that is its status (statusCodes); the rest, divided
-// by StatusCodes, is how far its effective now is ahead of serverNow.
-const StatusCodes = 8
+// statusMod: the code of a key's reply of rate-batch-v2.lua modulo
+// statusMod is its status (statusCodes); the code divided by statusMod is
+// how far its effective now is ahead of serverNow.
+const statusMod = 8
 
 var fieldNamesV2 = [replyFieldsV2]string{"code", "remaining", "retryAfterMillis", "resetAtMillis"}
 
@@ -163,7 +164,7 @@ var fieldNamesV2 = [replyFieldsV2]string{"code", "remaining", "retryAfterMillis"
 // element of the group's reply) for the given policies (one per key, in
 // order) and writes one reply per key into out. The reply must be exactly
 // 2 + 4N integers: the committed flag (0 or 1), serverNowMillis, then per
-// key its code (a status code, statusCodes, plus StatusCodes times the ms
+// key its code (a status code, statusCodes, plus statusMod times the ms
 // its effective now is ahead of serverNowMillis), remaining (for BLOCKED,
 // whose remaining is 0: the ms until its block ends, algorithm.Reply's
 // BlockLeftMs, in [1, retryAfterMillis]), retryAfterMillis and
@@ -198,11 +199,11 @@ func ParseBatchReplyV2(policies []*limiter.Policy, values []Value, out []algorit
 			}
 			num[i] = v.Int
 		}
-		st := statusOf(num[0] % StatusCodes)
+		st := statusOf(num[0] % statusMod)
 		if st == 0 {
-			return false, malformed("key %d: unknown status %d", k+1, num[0]%StatusCodes)
+			return false, malformed("key %d: unknown status %d", k+1, num[0]%statusMod)
 		}
-		clamp := num[0] / StatusCodes
+		clamp := num[0] / statusMod
 		if clamp > limiter.MaxSafeInteger-serverNow {
 			return false, malformed("key %d: effective now beyond 2^53-1", k+1)
 		}

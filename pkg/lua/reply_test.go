@@ -38,7 +38,7 @@ func TestParseBatchReplyV2OneKey(t *testing.T) {
 		return out
 	}
 	code := func(st algorithm.Status, clamp int64) string {
-		return strconv.FormatInt(int64(st)+StatusCodes*clamp, 10)
+		return strconv.FormatInt(int64(st)+statusMod*clamp, 10)
 	}
 	tests := []struct {
 		name   string
@@ -104,7 +104,7 @@ func TestParseBatchReplyV2OneKey(t *testing.T) {
 	if _, err := ParseBatchReplyV2([]*limiter.Policy{p}, ints("2 1234"), out); !errors.As(err, &expired) || expired.ServerNowMs != 1234 {
 		t.Fatalf("expired: %v", err)
 	}
-	if _, err := ParseBatchReplyV2([]*limiter.Policy{p}, ints("3 OOM"), out); !errors.Is(err, ErrRequestFailed) {
+	if _, err := ParseBatchReplyV2([]*limiter.Policy{p}, ints("3 OOM"), out); !errors.Is(err, errRequestFailed) {
 		t.Fatalf("failed: %v", err)
 	}
 	for _, bad := range []string{"2", "2 1234 0", "2 -1", "3 1", "2 x"} {
@@ -276,8 +276,8 @@ func TestParseBatchReplyV2Corpus(t *testing.T) {
 				t.Errorf("%s: error %v, want ErrExpired", ent.Name(), err)
 			}
 		case "failed":
-			if !errors.Is(err, ErrRequestFailed) {
-				t.Errorf("%s: error %v, want ErrRequestFailed", ent.Name(), err)
+			if !errors.Is(err, errRequestFailed) {
+				t.Errorf("%s: error %v, want errRequestFailed", ent.Name(), err)
 			}
 		case "malformed":
 			if !errors.Is(err, ErrMalformedReply) {
@@ -339,7 +339,7 @@ func AppendReplyV2(dst []Value, committed bool, replies []algorithm.Reply) []Val
 	}
 	dst = append(dst, Value{Int: flag, IsInt: true}, Value{Int: serverNow, IsInt: true})
 	for _, r := range replies {
-		code := statusCodes[r.Status] + StatusCodes*(r.EffectiveNowMs-r.ServerNowMs)
+		code := statusCodes[r.Status] + statusMod*(r.EffectiveNowMs-r.ServerNowMs)
 		remaining := r.Remaining
 		if r.Status == algorithm.StatusBlocked {
 			remaining = r.BlockLeftMs

@@ -26,25 +26,25 @@ func ResetArgsV1(policyID string, revision uint32) []string {
 	return []string{"1", policyID, strconv.FormatUint(uint64(revision), 10)}
 }
 
-// ResetResult is the reply of reset-v1.lua: what the key held.
-type ResetResult int64
+// resetResult is the reply of reset-v1.lua: what the key held.
+type resetResult int64
 
 const (
 	// ResetForeign: not a state of envoy-rls (another type, fields or
 	// layout); left alone.
-	ResetForeign ResetResult = 0
+	ResetForeign resetResult = 0
 	// ResetDeleted: a state of the policy, deleted.
-	ResetDeleted ResetResult = 1
-	// ResetOther: a state of another policy or revision; left alone.
-	ResetOther ResetResult = 2
-	// ResetGone: no such key (it expired after the scan found it).
-	ResetGone ResetResult = 3
+	ResetDeleted resetResult = 1
+	// resetOther: a state of another policy or revision; left alone.
+	resetOther resetResult = 2
+	// resetGone: no such key (it expired after the scan found it).
+	resetGone resetResult = 3
 )
 
 // ParseResetReply validates a reply of reset-v1.lua: one of the
-// ResetResult values, anything else an error matching ErrMalformedReply.
-func ParseResetReply(v int64) (ResetResult, error) {
-	if r := ResetResult(v); r >= ResetForeign && r <= ResetGone {
+// resetResult values, anything else an error matching ErrMalformedReply.
+func ParseResetReply(v int64) (resetResult, error) {
+	if r := resetResult(v); r >= ResetForeign && r <= resetGone {
 		return r, nil
 	}
 	return 0, malformed("reset reply %d", v)

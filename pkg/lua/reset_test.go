@@ -1,6 +1,7 @@
 package lua
 
 import (
+	"errors"
 	"os"
 	"regexp"
 	"strings"
@@ -38,6 +39,22 @@ func TestResetProgramShape(t *testing.T) {
 	for name := range calls {
 		if !strings.Contains(string(doc), "+"+strings.ToLower(name)) {
 			t.Errorf("docs/redis.md's ACL user lacks +%s", strings.ToLower(name))
+		}
+	}
+}
+
+// TestParseResetReply: reset-v1.lua's replies, as its header gives them (0
+// not a state of envoy-rls, 1 deleted, 2 another policy's or revision's, 3
+// no such key), and nothing else.
+func TestParseResetReply(t *testing.T) {
+	for v, want := range []resetResult{ResetForeign, ResetDeleted, resetOther, resetGone} {
+		if r, err := ParseResetReply(int64(v)); err != nil || r != want {
+			t.Errorf("ParseResetReply(%d): %v %v, want %v", v, r, err, want)
+		}
+	}
+	for _, v := range []int64{-1, 4} {
+		if _, err := ParseResetReply(v); !errors.Is(err, ErrMalformedReply) {
+			t.Errorf("ParseResetReply(%d): %v", v, err)
 		}
 	}
 }

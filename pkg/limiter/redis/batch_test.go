@@ -309,15 +309,8 @@ func TestBatchArity(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	other := keyOf(p, subjectOf("arity2"))
-	msgs, err := e.execOne(ctx, []string{key, other}, append(bad, good...), 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if c, _ := msgs[0].ToInt64(); c != 0 {
-		t.Fatal("committed with an INVALID key")
-	}
-	if c, _ := msgs[2].ToInt64(); c%lua.StatusCodes != int64(algorithm.StatusInvalid) {
-		t.Fatalf("status %d", c%lua.StatusCodes)
+	if committed, r := e.runBatchKeys([]string{key, other}, append(bad, good...), []*limiter.Policy{big, p}); committed || r[0].Status != algorithm.StatusInvalid {
+		t.Fatalf("with an INVALID key: committed %v, %+v", committed, r[0])
 	}
 	if e.do("EXISTS", key, other) != int64(0) {
 		t.Fatal("wrote state")
@@ -334,7 +327,7 @@ func TestBatchArity(t *testing.T) {
 	}
 	first, _ := grp[0].ToArray()
 	_, ferr := lua.ParseBatchReplyV2([]*limiter.Policy{p}, replyValues(nil, first), make([]algorithm.Reply, 1))
-	if !errors.Is(ferr, lua.ErrRequestFailed) || failedOutcome(p, ferr).Kind != limiter.Incompatible {
+	if !errors.As(ferr, new(*lua.FailedError)) || failedOutcome(p, ferr).Kind != limiter.Incompatible {
 		t.Fatalf("the failing request: %v, want a FailedError classified Incompatible", ferr)
 	}
 	second, _ := grp[1].ToArray()
@@ -692,12 +685,12 @@ func TestCalendarInvalidExtension(t *testing.T) {
 	key := keyOf(p, subjectOf("calendar invalid"))
 	now := e.serverNow()
 	good := batchArgsAt(nil, p, 1, limiter.RoleOrdinary, now)
-	if len(good[0]) != lua.BatchPacked+lua.CalendarPacked || good[0][1]&lua.FlagCalendar == 0 {
+	if len(good[0]) != packedLen+calendarLen || good[0][1]&flagCalendar == 0 {
 		t.Fatalf("packed %q", good[0])
 	}
 	b := p.Calendar().Neighbours(now)
 	ext := func(v [4]float64) []string {
-		f := batchFields{alg: byte(limiter.FixedWindow), flags: lua.FlagCalendar, rev: 1, limit: 5,
+		f := batchFields{alg: byte(limiter.FixedWindow), flags: flagCalendar, rev: 1, limit: 5,
 			p2: float64(time.Hour.Milliseconds()), grace: float64(p.CleanupGraceMillis()), maxRegression: float64(p.MaxClockRegressionMillis()), cost: 1}
 		a := f.args()
 		for _, x := range v {
@@ -711,9 +704,9 @@ func TestCalendarInvalidExtension(t *testing.T) {
 	}
 	tb := bucket(t, "cal.inv", 5, 1, time.Second)
 	tbArgs := batchArgs(nil, tb, 1, limiter.RoleOrdinary)
-	tbArgs[0] = string([]byte{tbArgs[0][0], tbArgs[0][1] | lua.FlagCalendar}) + tbArgs[0][2:] + good[0][lua.BatchPacked:]
+	tbArgs[0] = string([]byte{tbArgs[0][0], tbArgs[0][1] | flagCalendar}) + tbArgs[0][2:] + good[0][packedLen:]
 	bad := map[string][]string{
-		"missing":           {good[0][:lua.BatchPacked]},
+		"missing":           {good[0][:packedLen]},
 		"short":             {good[0][:len(good[0])-1]},
 		"long":              {good[0] + "x"},
 		"out of order":      ext([4]float64{fb[0], fb[2], fb[1], fb[3]}),
@@ -812,7 +805,7 @@ func TestCalendarWithPenalty(t *testing.T) {
 	spec.Penalty = limiter.Penalty{Duration: 3 * time.Minute, MaxDuration: time.Hour, Decay: time.Hour}
 	p := limitertest.Policy(t, spec)
 	packed := batchArgs(nil, p, 1, limiter.RoleOrdinary)[0]
-	if len(packed) != lua.BatchPacked+lua.PenaltyPacked+lua.CalendarPacked || packed[1] != lua.FlagPenalty|lua.FlagCalendar {
+	if len(packed) != packedLen+penaltyLen+calendarLen || packed[1] != flagPenalty|flagCalendar {
 		t.Fatalf("packed %d bytes, flags %d: want both extensions", len(packed), packed[1])
 	}
 	key := keyOf(p, subjectOf("calendar penalty"))
@@ -872,7 +865,7 @@ func TestOffenceOfARequestThatRaises(t *testing.T) {
 	}
 	vals, _ := grp[0].ToArray()
 	policies := []*limiter.Policy{p, p}
-	if _, err := lua.ParseBatchReplyV2(policies, replyValues(nil, vals), make([]algorithm.Reply, 2)); !errors.Is(err, lua.ErrRequestFailed) {
+	if _, err := lua.ParseBatchReplyV2(policies, replyValues(nil, vals), make([]algorithm.Reply, 2)); !errors.As(err, new(*lua.FailedError)) {
 		t.Fatalf("the request: %v, want it failed", err)
 	}
 	if after := e.hash(key); !reflect.DeepEqual(after, before) {

@@ -200,7 +200,7 @@ func modelCall(states map[string]algorithm.State, keys []batchReq, bad int, now 
 
 // modelGroup is modelCall applied to each request of reqs in order, all at
 // now (one TIME per group): an expired request replies ErrExpired and a
-// corrupt one ErrRequestFailed, and neither changes a state.
+// corrupt one a FailedError, and neither changes a state.
 func modelGroup(states map[string]algorithm.State, reqs []gReq, now int64) ([]gResult, map[string]algorithm.State) {
 	out := make([]gResult, len(reqs))
 	for j, q := range reqs {
@@ -228,7 +228,7 @@ func sameResult(got, want gResult) error {
 			}
 			return nil
 		}
-		if !errors.Is(got.err, lua.ErrRequestFailed) {
+		if !errors.As(got.err, new(*lua.FailedError)) {
 			return fmt.Errorf("got %v (committed %v), want a failed request", got.err, got.committed)
 		}
 		return nil
@@ -507,7 +507,7 @@ func TestGroupNoPartialConsumption(t *testing.T) {
 					switch {
 					case errors.Is(got[j].err, lua.ErrExpired):
 						g = expired
-					case errors.Is(got[j].err, lua.ErrRequestFailed):
+					case errors.As(got[j].err, new(*lua.FailedError)):
 						g = failed
 					case got[j].err != nil:
 						g = -1

@@ -129,7 +129,7 @@ func (e *env) oneKeyRaises(r batchReq) {
 		e.t.Fatalf("one raising key: error text %q (%v)", text, err)
 	}
 	_, err = lua.ParseBatchReplyV2([]*limiter.Policy{r.p}, replyValues(nil, vals), make([]algorithm.Reply, 1))
-	if !errors.Is(err, lua.ErrRequestFailed) {
+	if !errors.As(err, new(*lua.FailedError)) {
 		e.t.Fatalf("one raising key: parsed %v, want a failed request", err)
 	}
 }
