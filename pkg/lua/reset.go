@@ -30,21 +30,28 @@ func ResetArgsV1(policyID string, revision uint32) []string {
 type resetResult int64
 
 const (
-	// ResetForeign: not a state of envoy-rls (another type, fields or
+	// resetForeign: not a state of envoy-rls (another type, fields or
 	// layout); left alone.
-	ResetForeign resetResult = 0
-	// ResetDeleted: a state of the policy, deleted.
-	ResetDeleted resetResult = 1
+	resetForeign resetResult = 0
+	// resetDeleted: a state of the policy, deleted.
+	resetDeleted resetResult = 1
 	// resetOther: a state of another policy or revision; left alone.
 	resetOther resetResult = 2
 	// resetGone: no such key (it expired after the scan found it).
 	resetGone resetResult = 3
 )
 
-// ParseResetReply validates a reply of reset-v1.lua: one of the
-// resetResult values, anything else an error matching ErrMalformedReply.
-func ParseResetReply(v int64) (resetResult, error) {
-	if r := resetResult(v); r >= ResetForeign && r <= resetGone {
+// ParseResetReply validates a reply of reset-v1.lua and reports whether
+// the key was a state of the policy, now deleted, or not a state of
+// envoy-rls at all (foreign, left alone); any other reply is an error
+// matching ErrMalformedReply.
+func ParseResetReply(v int64) (deleted, foreign bool, err error) {
+	r, err := parseResetResult(v)
+	return r == resetDeleted, err == nil && r == resetForeign, err
+}
+
+func parseResetResult(v int64) (resetResult, error) {
+	if r := resetResult(v); r >= resetForeign && r <= resetGone {
 		return r, nil
 	}
 	return 0, malformed("reset reply %d", v)

@@ -47,13 +47,14 @@ func TestResetProgramShape(t *testing.T) {
 // not a state of envoy-rls, 1 deleted, 2 another policy's or revision's, 3
 // no such key), and nothing else.
 func TestParseResetReply(t *testing.T) {
-	for v, want := range []resetResult{ResetForeign, ResetDeleted, resetOther, resetGone} {
-		if r, err := ParseResetReply(int64(v)); err != nil || r != want {
-			t.Errorf("ParseResetReply(%d): %v %v, want %v", v, r, err, want)
+	for v, want := range []resetResult{resetForeign, resetDeleted, resetOther, resetGone} {
+		deleted, foreign, err := ParseResetReply(int64(v))
+		if err != nil || deleted != (want == resetDeleted) || foreign != (want == resetForeign) {
+			t.Errorf("ParseResetReply(%d): deleted %t foreign %t %v, want %v", v, deleted, foreign, err, want)
 		}
 	}
 	for _, v := range []int64{-1, 4} {
-		if _, err := ParseResetReply(v); !errors.Is(err, ErrMalformedReply) {
+		if _, _, err := ParseResetReply(v); !errors.Is(err, ErrMalformedReply) {
 			t.Errorf("ParseResetReply(%d): %v", v, err)
 		}
 	}

@@ -44,19 +44,6 @@ func PolicyKeys(policyID string, revision uint32) string {
 	return "rate:{*}:state:v2:" + hex.EncodeToString(d[:]) + ":*"
 }
 
-// storageKeyV1 appends the key of the state of (policy, subject) in the
-// layout of rate-batch-v1.lua to buf:
-//
-//	rate:{<tag>}:state:<hex(sha256(policyID, revision, algorithm, subject))>
-//
-// with the tag of StorageKey.
-func storageKeyV1(buf []byte, p *limiter.Policy, subject limiter.SubjectDigest, tag limiter.Tag) []byte {
-	d := stateDigest(p, subject)
-	buf = appendTag(buf, subject, tag)
-	buf = append(buf, ":state:"...)
-	return hex.AppendEncode(buf, d[:])
-}
-
 // appendTag appends "rate:{<tag>}" to buf: tag, or when it is zero the
 // first 8 bytes of the subject digest, in hex.
 func appendTag(buf []byte, subject limiter.SubjectDigest, tag limiter.Tag) []byte {

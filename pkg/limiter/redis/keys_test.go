@@ -262,3 +262,16 @@ func TestKeySlotAgainstServer(t *testing.T) {
 		}
 	}
 }
+
+// storageKeyV1 appends the key of the state of (policy, subject) in the
+// layout of rate-batch-v1.lua to buf:
+//
+//	rate:{<tag>}:state:<hex(sha256(policyID, revision, algorithm, subject))>
+//
+// with the tag of StorageKey.
+func storageKeyV1(buf []byte, p *limiter.Policy, subject limiter.SubjectDigest, tag limiter.Tag) []byte {
+	d := stateDigest(p, subject)
+	buf = appendTag(buf, subject, tag)
+	buf = append(buf, ":state:"...)
+	return hex.AppendEncode(buf, d[:])
+}

@@ -169,12 +169,12 @@ func resetPage(ctx context.Context, node rueidis.Client, keys []string, target r
 		if err != nil {
 			return err
 		}
-		switch got, err := lua.ParseResetReply(v); {
+		switch deleted, foreign, err := lua.ParseResetReply(v); {
 		case err != nil:
 			return err
-		case got == lua.ResetDeleted:
+		case deleted:
 			res.Deleted++
-		case got == lua.ResetForeign:
+		case foreign:
 			res.Skipped++
 		}
 	}
