@@ -157,16 +157,16 @@ func (r Request) Validate() error {
 	switch {
 	case r.Policy == nil:
 		return &FieldError{Field: "policy", Reason: "is required"}
-	case r.Cost < 1:
-		return &FieldError{Field: "cost", Reason: "must be at least 1"}
+	case r.Cost < 1 && !(r.Cost == 0 && r.Lease == LeaseRelease && r.Reserves()):
+		return &FieldError{Field: "cost", Reason: "must be at least 1 (0 only to settle a reservation)"}
 	case r.Cost > r.Policy.MaxCost():
 		return &FieldError{Field: "cost", Reason: "exceeds the policy's max cost"}
 	case r.Role > RoleQuotaProbe:
 		return &FieldError{Field: "mode", Reason: "is not a known mode"}
 	case r.EvaluationID != "":
 		return &FieldError{Field: "evaluation_id", Reason: "de-duplicated evaluation is not supported"}
-	case r.Lease > LeaseReturn || (r.Lease != LeaseTake && !r.Policy.Leases()):
-		return &FieldError{Field: "lease", Reason: "must be take, release or return, on a concurrency policy"}
+	case r.Lease > LeaseReturn || (r.Lease != LeaseTake && !r.Policy.Leases() && !r.Reserves()) || (r.Lease == LeaseReturn && r.Reserves()):
+		return &FieldError{Field: "lease", Reason: "must be take, release or return, on a concurrency policy (take or release on a reserving one)"}
 	case r.LeaseAt < 0 || r.LeaseAt > MaxSafeInteger || (r.LeaseAt != 0 && r.Lease == LeaseTake):
 		return &FieldError{Field: "lease_at", Reason: "must be an expiry in [0, 2^53-1], on a release or a return"}
 	case r.LocalLease && r.Lease != LeaseRelease:
@@ -263,6 +263,10 @@ type Decision struct {
 	// whatever its cost; afterwards a request the limit denies is a new
 	// offence. Zero when not Blocked.
 	BlockedFor time.Duration
+	// HoldAt is, for a committed reserve (Policy.Reserve), the identity of
+	// the reservation it holds: its expiry, which a settle names
+	// (Request.LeaseAt). Zero otherwise.
+	HoldAt time.Time
 	// Fallback says, when Source is SourceFallback, how the policy's
 	// failure mode answered (pkg/limiter/failover): FailOpen allowed and
 	// FailClosed denied without knowing the limit's state; FailLocal is

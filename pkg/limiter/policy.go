@@ -59,6 +59,9 @@ type PolicySpec struct {
 	// the policy ID, which derives from request data. Same pattern as ID.
 	// (Optional, default none: a configured policy, reported by its ID)
 	Group string
+	// Reserve makes the limit a budget requests reserve and settle (see
+	// Reserve). (Optional, default none)
+	Reserve Reserve
 }
 
 // Policy is a validated, immutable PolicySpec. Build it with NewPolicy. The
@@ -141,6 +144,9 @@ func NewPolicy(spec PolicySpec) (*Policy, error) {
 		return nil, &FieldError{Field: "max_cost", Reason: "must not be negative"}
 	case spec.MaxCost > ceiling:
 		return nil, &FieldError{Field: "max_cost", Reason: fmt.Sprintf("%d is above the limit %d", spec.MaxCost, ceiling)}
+	}
+	if err := checkReserve(p, &spec); err != nil {
+		return nil, err
 	}
 	p.spec = spec
 	return p, nil
