@@ -97,8 +97,8 @@ func (s *Server) matchAll(req *rlsv3.RateLimitRequest, rules Rules, known bool, 
 			continue
 		}
 		for k, r := range limits {
-			if ds.release && !r.Policy.Leases() {
-				continue // a release gives back leases, and nothing else
+			if ds.release && !settles(r.Policy) {
+				continue // a release gives back or settles holds, and nothing else
 			}
 			ds.match = descriptors.Match{Rule: r, Subject: m.Subjects[k], Tag: m.Tag}
 			sc.descs = append(sc.descs, ds)
@@ -142,7 +142,9 @@ func (s *Server) decideAll(ctx context.Context, sc *scratch) time.Time {
 				continue
 			}
 		}
-		if ds.release && p.Limit() > 0 {
+		if r := p.Reserve(); r.On() {
+			ds.cost = reserveCost(ds, r, p)
+		} else if ds.release && p.Limit() > 0 {
 			ds.cost = min(ds.cost, p.MaxCost()) // never more than a take could hold
 		} else if p.ChargeAlways() && !ds.probe {
 			// A charge beyond the policy's ceiling records the ceiling
@@ -199,4 +201,21 @@ func (s *Server) decideAll(ctx context.Context, sc *scratch) time.Time {
 		now = s.clock.Now()
 	}
 	return now
+}
+
+// reserveCost is the cost of a request of reserving policy p: a settle's
+// is the usage its hits_addend reports (0 allowed, a charge beyond the
+// policy's max cost records the max cost); a reserve's the policy's
+// estimate, else the request's own cost.
+func reserveCost(ds *descStatus, r limiter.Reserve, p *limiter.Policy) int64 {
+	switch {
+	case ds.release && ds.probe:
+		ds.probe = false
+		return 0
+	case ds.release:
+		return min(ds.cost, p.MaxCost())
+	case r.Estimate != 0 && !ds.probe:
+		return r.Estimate
+	}
+	return ds.cost
 }

@@ -177,27 +177,48 @@ func matchRelease(rules Rules, domain string, entries []descriptors.Entry) (m de
 	return m, ok, false, ""
 }
 
-// holdsLeases reports whether a matched rule holds a concurrency limit (itself
-// or one of its rate_limits).
+// holdsLeases reports whether a matched rule holds a concurrency limit or
+// a reserving one (itself or one of its rate_limits).
 func holdsLeases(r *descriptors.Rule) bool {
 	if r == nil {
 		return false
 	}
-	if r.Policy != nil && r.Policy.Leases() {
+	if settles(r.Policy) {
 		return true
 	}
 	for _, l := range r.Limits {
-		if l.Policy != nil && l.Policy.Leases() {
+		if settles(l.Policy) {
 			return true
 		}
 	}
 	return false
 }
 
-// takesLease reports whether ds is a take of a concurrency limit that
-// takes leases when its call commits.
+// settles reports whether p's takes are named in the release marker and
+// given back or settled by a release: a concurrency limit's leases, a
+// reserving limit's reservations (limiter.Reserve).
+func settles(p *limiter.Policy) bool {
+	return p != nil && (p.Leases() || p.Reserve().On())
+}
+
+// takesLease reports whether ds is a take of a concurrency limit or a
+// reserve of a reserving one, which holds something when its call
+// commits.
 func (ds *descStatus) takesLease(r *limiter.Request) bool {
-	return ds.kind == statusStore && !ds.release && ds.match.Rule.Policy.Leases() && r.EffectiveRole().Consumes()
+	return ds.kind == statusStore && !ds.release && settles(ds.match.Rule.Policy) && r.EffectiveRole().Consumes()
+}
+
+// heldAt is the identity a committed take of ds holds (the marker names
+// it): a reservation's HoldAt, or the expiry of a take's leases (its
+// ResetAt); ok is false when it holds nothing.
+func (ds *descStatus) heldAt(o *limiter.Outcome) (at int64, ok bool) {
+	if o.Kind != limiter.Evaluated || !o.Decision.Consumed {
+		return 0, false
+	}
+	if ds.match.Rule.Policy.Reserve().On() {
+		return o.Decision.HoldAt.UnixMilli(), !o.Decision.HoldAt.IsZero()
+	}
+	return o.Decision.ResetAt.UnixMilli(), true
 }
 
 // markLeases tells Envoy, in the answer's dynamic_metadata, which leases
@@ -211,11 +232,12 @@ func (s *Server) markLeases(resp *rlsv3.RateLimitResponse, sc *scratch) {
 	var marker []byte
 	for i := range sc.descs {
 		ds := &sc.descs[i]
-		if ds.kind != statusStore || ds.release || !ds.match.Rule.Policy.Leases() {
+		if ds.kind != statusStore || ds.release || !settles(ds.match.Rule.Policy) {
 			continue
 		}
 		o := &sc.outs[ds.batch]
-		if o.Kind != limiter.Evaluated || !o.Decision.Consumed {
+		at, held := ds.heldAt(o)
+		if !held {
 			continue
 		}
 		holder := byte(markerStore)
@@ -225,7 +247,7 @@ func (s *Server) markLeases(resp *rlsv3.RateLimitResponse, sc *scratch) {
 		if marker == nil {
 			marker = make([]byte, 0, markerEntryLen)
 		}
-		marker = s.markers.appendEntry(marker, holder, o.Decision.ResetAt.UnixMilli(), ds.match.Rule.Policy, &ds.match.Subject)
+		marker = s.markers.appendEntry(marker, holder, at, ds.match.Rule.Policy, &ds.match.Subject)
 	}
 	if marker == nil {
 		return
