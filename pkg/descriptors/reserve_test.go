@@ -1,6 +1,7 @@
 package descriptors
 
 import (
+	"encoding/json"
 	"fmt"
 	"strings"
 	"testing"
@@ -120,5 +121,54 @@ func TestReserveNamedPolicyError(t *testing.T) {
 	_, err := Load(ruleFile(t, text), Options{Secret: testSecret})
 	if err == nil || !strings.Contains(err.Error(), "rules.yaml:4:") || !strings.Contains(err.Error(), "policies.log: reserve is not supported with sliding_log") {
 		t.Fatalf("Load: %v", err)
+	}
+}
+
+// TestReserveValidate: `envoy-rls validate` (Validate) reports a bad
+// reserve at its position, and describes a good one in its summary.
+func TestReserveValidate(t *testing.T) {
+	bad := ruleFile(t, "domain: d\ndescriptors:\n  - key: k\n    rate_limit:\n      unit: hour\n      requests_per_unit: 10\n      reserve:\n        ttl: 1m\n        estimate: 50\n")
+	if _, err := Validate(bad, Limits{}); err == nil || !strings.Contains(err.Error(), "rules.yaml:9:19: rate_limit: reserve estimate must be between 0") {
+		t.Errorf("Validate: %v, want the estimate refused at 9:19", err)
+	}
+	good := ruleFile(t, "domain: d\ndescriptors:\n  - key: tenant\n    rate_limit: {unit: hour, requests_per_unit: 20000, reserve: {ttl: 10m, estimate: 500}}\n"+
+		"  - key: user\n    rate_limit: {unit: hour, requests_per_unit: 20000, reserve: {ttl: 10m}}\n")
+	sum, err := Validate(good, Limits{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{
+		"policy d/tenant: fixed_window 20000 per hour, reserve 500 for 10m0s",
+		"policy d/user: fixed_window 20000 per hour, reserve hits_addend for 10m0s",
+	} {
+		if !strings.Contains(sum, want) {
+			t.Errorf("summary lacks %q:\n%s", want, sum)
+		}
+	}
+}
+
+// TestReserveInfo: the admin configuration (Domains, /config) shows a
+// rule's reserve, and none on a rule without one.
+func TestReserveInfo(t *testing.T) {
+	s := loadText(t, "domain: d\ndescriptors:\n  - key: tenant\n    rate_limit: {unit: hour, requests_per_unit: 20000, reserve: {ttl: 10m, estimate: 500}}\n"+
+		"  - key: user\n    rate_limit: {unit: hour, requests_per_unit: 20000}\n")
+	js, err := json.Marshal(s.DomainsDigested())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ds []struct {
+		Rules []struct {
+			Path    string          `json:"path"`
+			Reserve json.RawMessage `json:"reserve"`
+		} `json:"rules"`
+	}
+	if err := json.Unmarshal(js, &ds); err != nil || len(ds) != 1 || len(ds[0].Rules) != 2 {
+		t.Fatalf("%s: %v", js, err)
+	}
+	for _, r := range ds[0].Rules {
+		want := map[string]string{"d/tenant": `{"ttl":"10m0s","estimate":500}`, "d/user": ""}[r.Path]
+		if string(r.Reserve) != want {
+			t.Errorf("%s: reserve %s, want %q", r.Path, r.Reserve, want)
+		}
 	}
 }
