@@ -168,7 +168,7 @@ func TestProblemsFromSeveralFilesAreCollected(t *testing.T) {
 // TestUnknownKeyListsTheValidKeys: an unknown key is reported at its
 // position with every key the mapping takes, in the table's order.
 func TestUnknownKeyListsTheValidKeys(t *testing.T) {
-	limitKeys := "unit, requests_per_unit, unlimited, name, replaces, unit_multiplier, algorithm, burst, failure_mode, revision, headers, calendar, time_zone, penalty, concurrency, lease_ttl, charge"
+	limitKeys := "unit, requests_per_unit, unlimited, name, replaces, unit_multiplier, algorithm, burst, failure_mode, revision, headers, calendar, time_zone, penalty, concurrency, lease_ttl, charge, reserve"
 	for name, tc := range map[string]struct{ file, want string }{
 		"top level": {"domain: d\ndescriptor: []\n",
 			`2:1: unknown key "descriptor" at the top level (expected domain, descriptors, policies)`},

@@ -77,6 +77,14 @@ func TestExamplesLoad(t *testing.T) {
 		m.Rule.Policy.LeaseTTLMillis() != (10*time.Minute).Milliseconds() {
 		t.Errorf("inflight/tenant: %+v, want a concurrency limit of 20 with 10m leases", m.Rule)
 	}
+	// 13-token-budget-reserve.yaml: 20,000 an hour, reservations of 10
+	// minutes, of the request's own hits_addend or of 500.
+	for entry, want := range map[string]limiter.Reserve{"tenant=t": {TTL: 10 * time.Minute}, "api_key=k": {TTL: 10 * time.Minute, Estimate: 500}} {
+		m, ok := s.Match("token_budget", e(entry))
+		if !ok || m.Rule.Policy == nil || m.Rule.Policy.Limit() != 20000 || m.Rule.Policy.Reserve() != want {
+			t.Errorf("token_budget %s: %+v, want 20000 an hour reserving %+v", entry, m.Rule, want)
+		}
+	}
 	// The sliding log's example: 5 per 15 minutes, exact.
 	m, ok := s.Match("login", e("user=u1"))
 	if prm, isLog := m.Rule.Policy.Params().(limiter.SlidingLogParams); !ok || !isLog || prm.Limit != 5 || prm.Window != 15*time.Minute ||

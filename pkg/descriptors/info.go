@@ -55,6 +55,15 @@ type ruleInfo struct {
 	// RequestsPerUnit is Concurrency, and Unit and Window are empty).
 	Concurrency uint32 `json:"concurrency,omitempty"`
 	LeaseTTL    string `json:"lease_ttl,omitempty"`
+	// Reserve is a budget's reservations (limiter.Reserve).
+	Reserve *reserveInfo `json:"reserve,omitempty"`
+}
+
+// reserveInfo describes a rule's reserve: the ttl as a Go duration string;
+// an estimate of 0 reserves each request's own hits_addend.
+type reserveInfo struct {
+	TTL      string `json:"ttl"`
+	Estimate int64  `json:"estimate"`
 }
 
 // penaltyInfo describes a rule's penalty box (limiter.Penalty).
@@ -116,6 +125,9 @@ func (r *Rule) info() ruleInfo {
 		}
 		if pn := r.Policy.Penalty(); pn.On() {
 			ri.Penalty = &penaltyInfo{Duration: pn.Duration.String(), MaxDuration: pn.MaxDuration.String(), Decay: pn.Decay.String()}
+		}
+		if rs := r.Policy.Reserve(); rs.On() {
+			ri.Reserve = &reserveInfo{TTL: rs.TTL.String(), Estimate: rs.Estimate}
 		}
 		if r.Policy.Leases() {
 			ri.Concurrency, ri.Unit, ri.UnitMultiplier, ri.Window = r.RequestsPerUnit, "", 0, ""
@@ -187,6 +199,11 @@ func (r ruleInfo) describe() string {
 		if pn.MaxDuration != pn.Duration {
 			fmt.Fprintf(&b, " doubling up to %s within %s of the last block", pn.MaxDuration, pn.Decay)
 		}
+	}
+	if rs := r.Reserve; rs != nil && rs.Estimate > 0 {
+		fmt.Fprintf(&b, ", reserve %d for %s", rs.Estimate, rs.TTL)
+	} else if rs != nil {
+		fmt.Fprintf(&b, ", reserve hits_addend for %s", rs.TTL)
 	}
 	switch r.FailureMode {
 	case "open":

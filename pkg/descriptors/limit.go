@@ -29,6 +29,7 @@ type limitSpec struct {
 	// limiter.Concurrency, rpu its limit).
 	leaseTTL time.Duration
 	charge   limiter.Charge
+	reserve  limiter.Reserve
 }
 
 // checkLimit validates one rate_limit block on its own (the combinations
@@ -47,7 +48,7 @@ func (c *compiler) checkLimit(rl *rawLimit, what string) (limitSpec, bool) {
 		}{{rl.unitPos, "unit"}, {rl.rpuPos, "requests_per_unit"}, {rl.unitMultiplierPos, "unit_multiplier"},
 			{rl.algorithmPos, "algorithm"}, {rl.burstPos, "burst"}, {rl.failureModePos, "failure_mode"},
 			{rl.revisionPos, "revision"}, {rl.headersPos, "headers"}, {rl.calendarPos, "calendar"}, {rl.timeZonePos, "time_zone"},
-			{rl.penaltyPos, "penalty"}, {rl.concurrencyPos, "concurrency"}, {rl.leaseTTLPos, "lease_ttl"}, {rl.chargePos, "charge"}} {
+			{rl.penaltyPos, "penalty"}, {rl.concurrencyPos, "concurrency"}, {rl.leaseTTLPos, "lease_ttl"}, {rl.chargePos, "charge"}, {rl.reservePos, "reserve"}} {
 			if f.p.set() {
 				bad(f.p, "%s is not allowed with unlimited: true (an unlimited rule never limits)", f.name)
 			}
@@ -108,6 +109,11 @@ func (c *compiler) checkLimit(rl *rawLimit, what string) (limitSpec, bool) {
 		ok = false
 	}
 	c.checkCharge(rl, &ls, bad)
+	if r, valid := checkReserve(rl.reserve, bad); valid {
+		ls.reserve = r
+	} else {
+		ok = false
+	}
 	// Check the arithmetic now, with a placeholder ID, so that the problem
 	// points at this block (a named policy is then checked once).
 	if ok {
@@ -119,6 +125,9 @@ func (c *compiler) checkLimit(rl *rawLimit, what string) (limitSpec, bool) {
 			}
 			if fe != nil && fe.Field == "charge" && rl.chargePos.set() {
 				at = rl.chargePos
+			}
+			if fe != nil && fe.Field == "reserve" {
+				at = reserveAt(rl, fe.Reason)
 			}
 			bad(at, "%s", policyReason(err))
 		}
@@ -163,6 +172,7 @@ func (ls limitSpec) policy(id string, shadow bool) (*limiter.Policy, error) {
 		Shadow:      shadow,
 		Penalty:     ls.penalty,
 		Charge:      ls.charge,
+		Reserve:     ls.reserve,
 	}
 	spec.Params = ls.algorithm.ParamsFor(limiter.Rate{Limit: int64(ls.rpu), Window: window, Burst: int64(ls.burst), Calendar: ls.calendar})
 	return limiter.NewPolicy(spec)

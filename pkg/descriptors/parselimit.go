@@ -53,6 +53,8 @@ type rawLimit struct {
 	leaseTTLPos    pos
 	charge         string
 	chargePos      pos
+	reserve        *rawReserve
+	reservePos     pos
 }
 
 // limitFields are the keys of a rate_limit block: the reference's first,
@@ -75,6 +77,7 @@ var limitFields = fields[rawLimit]{
 	uint32Field("concurrency", 0, func(r *rawLimit) (*uint32, *pos) { return &r.concurrency, &r.concurrencyPos }),
 	strField("lease_ttl", func(r *rawLimit) (*string, *pos) { return &r.leaseTTL, &r.leaseTTLPos }),
 	strField("charge", func(r *rawLimit) (*string, *pos) { return &r.charge, &r.chargePos }),
+	nodeField("reserve", (*parser).reserve, func(r *rawLimit) (**rawReserve, *pos) { return &r.reserve, &r.reservePos }),
 }
 
 // replacesFields are the keys of one entry of a replaces list.

@@ -397,6 +397,12 @@ func (p *parser) boolean(n *yaml.Node, field string) (bool, bool) {
 }
 
 func (p *parser) uint32(n *yaml.Node, field string, minimum uint32) (uint32, bool) {
+	v, ok := p.integer(n, field, int64(minimum), 1<<32-1)
+	return uint32(v), ok
+}
+
+// integer reads an integer from lo to hi.
+func (p *parser) integer(n *yaml.Node, field string, lo, hi int64) (int64, bool) {
 	n = p.resolve(n)
 	if n == nil {
 		return 0, false
@@ -406,9 +412,9 @@ func (p *parser) uint32(n *yaml.Node, field string, minimum uint32) (uint32, boo
 		p.errorf(n, "%s must be an integer, got %s", field, describe(n))
 		return 0, false
 	}
-	if v < int64(minimum) || v > 1<<32-1 {
-		p.errorf(n, "%s must be between %d and %d, got %d", field, minimum, uint32(1<<32-1), v)
+	if v < lo || v > hi {
+		p.errorf(n, "%s must be between %d and %d, got %d", field, lo, hi, v)
 		return 0, false
 	}
-	return uint32(v), true
+	return v, true
 }
