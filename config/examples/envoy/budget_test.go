@@ -65,3 +65,55 @@ func TestTokenBudgetRoute(t *testing.T) {
 		t.Errorf("the budget: charge always %v, %d per %d ms", p.ChargeAlways(), p.Limit(), p.WindowMillis())
 	}
 }
+
+// TestTokenReserveRoute checks the reservation example's Envoy route
+// (ai-gateway/envoy-route-reserve.yaml): valid Envoy configuration, a
+// request-phase rate limit whose hits_addend is the request's announced
+// tokens, and a stream-done one that sends the same descriptor followed by
+// the release marker read from the rate-limit filter's dynamic metadata
+// (field lease) and the usage as hits_addend; the descriptor meets the
+// reserving rule of 13-token-budget-reserve.yaml, and the stream-done one
+// is a settle of it.
+func TestTokenReserveRoute(t *testing.T) {
+	const path = "../ai-gateway/envoy-route-reserve.yaml"
+	rc := &routev3.RouteConfiguration{}
+	decodeYAML(t, path, readYAML(t, path), rc)
+	route := rc.GetVirtualHosts()[0].GetRoutes()[0]
+	per := &ratelimitv3.RateLimitPerRoute{}
+	if err := route.GetTypedPerFilterConfig()["envoy.filters.http.ratelimit"].UnmarshalTo(per); err != nil {
+		t.Fatalf("the route's rate limit filter config: %v", err)
+	}
+	if err := per.ValidateAll(); err != nil {
+		t.Fatal(err)
+	}
+	rls := per.GetRateLimits()
+	if len(rls) != 2 {
+		t.Fatalf("%d rate limits, want a reserve and a settle", len(rls))
+	}
+	reserve, settle := rls[0], rls[1]
+	if reserve.GetApplyOnStreamDone() || !strings.HasPrefix(reserve.GetHitsAddend().GetFormat(), "%REQ(") {
+		t.Errorf("the reserve: %v, want hits_addend from a request header in the request phase", reserve)
+	}
+	if !settle.GetApplyOnStreamDone() || !strings.HasPrefix(settle.GetHitsAddend().GetFormat(), "%DYNAMIC_METADATA(") {
+		t.Errorf("the settle: %v, want hits_addend from dynamic metadata at stream end", settle)
+	}
+	ra, sa := reserve.GetActions(), settle.GetActions()
+	if len(ra) != 1 || len(sa) != 2 || ra[0].GetRequestHeaders() == nil || sa[0].GetRequestHeaders().GetDescriptorKey() != ra[0].GetRequestHeaders().GetDescriptorKey() {
+		t.Fatalf("reserve actions %v, settle actions %v: want the same header descriptor, then the marker", ra, sa)
+	}
+	md := sa[1].GetMetadata()
+	if md.GetDescriptorKey() != "lease" || md.GetMetadataKey().GetKey() != "envoy.filters.http.ratelimit" ||
+		len(md.GetMetadataKey().GetPath()) != 1 || md.GetMetadataKey().GetPath()[0].GetKey() != "lease" {
+		t.Fatalf("the settle's last action %v: want the marker (field lease of the filter's dynamic metadata) as entry lease", sa[1])
+	}
+
+	snap, err := descriptors.Load("../13-token-budget-reserve.yaml", descriptors.Options{Secret: []byte(strings.Repeat("s", 32))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	key := ra[0].GetRequestHeaders().GetDescriptorKey()
+	m, ok := snap.Match(per.GetDomain(), []descriptors.Entry{{Key: key, Value: "acme"}})
+	if !ok || m.Rule.Policy == nil || !m.Rule.Policy.Reserve().On() {
+		t.Fatalf("domain %s, %s=acme: %v, want a reserving rule", per.GetDomain(), key, m.Rule)
+	}
+}
