@@ -340,11 +340,16 @@ type Suite struct {
 	Timed NewStore
 	// Leases: the store holds concurrency limits (RunLeases). (Optional)
 	Leases bool
+	// Reservations: the store holds reservations (RunReservations), run
+	// on a Timed store when there is one, its clock moved by the script.
+	// (Optional)
+	Reservations bool
 }
 
 // RunSuite runs the parts of the suite s says on its stores, each a
-// subtest ("batch", "timed", "reset", "leases") with cfg's prefix followed
-// by the part's name: Run, RunTimed, RunReset and RunLeases.
+// subtest ("batch", "timed", "reset", "leases", "reservations") with
+// cfg's prefix followed by the part's name: Run, RunTimed, RunReset,
+// RunLeases and RunReservations.
 func RunSuite(t *testing.T, s Suite, cfg Config) {
 	parts := []struct {
 		name string
@@ -355,6 +360,14 @@ func RunSuite(t *testing.T, s Suite, cfg Config) {
 		{"timed", s.Timed != nil, func(t *testing.T, cfg Config) { RunTimed(t, s.Timed, cfg) }},
 		{"reset", true, func(t *testing.T, cfg Config) { RunReset(t, s.Store(t), cfg) }},
 		{"leases", s.Leases, func(t *testing.T, cfg Config) { RunLeases(t, s.Store(t), cfg) }},
+		{"reservations", s.Reservations, func(t *testing.T, cfg Config) {
+			if s.Timed == nil {
+				RunReservations(t, s.Store(t), cfg, nil)
+				return
+			}
+			clock := NewClock(time.UnixMilli(1_700_000_000_000 / 3_600_000 * 3_600_000))
+			RunReservations(t, s.Timed(t, clock), cfg, clock)
+		}},
 	}
 	for _, part := range parts {
 		if !part.on {

@@ -10,9 +10,9 @@ import "context"
 // failed request (any other kind) counts as a denial, except that a
 // fail-open policy's failure takes no part, whether a store reports it or
 // its failure mode answered it (pkg/limiter/failover). Shadow and check
-// requests (by Request.EffectiveRole) never block; a probe (RoleProbe,
-// RoleQuotaProbe) blocks as an ordinary (or quota-mode) request does, and
-// never consumes.
+// requests (by Request.EffectiveRole) and settles (Request.Settles) never
+// block; a probe (RoleProbe, RoleQuotaProbe) blocks as an ordinary (or
+// quota-mode) request does, and never consumes.
 //
 // These are the reference's OVER_LIMIT rules, so exactly the requests Envoy
 // lets through consume. The Lua batch program of pkg/lua applies the same
@@ -50,7 +50,7 @@ func decide(batch []Request, out []Outcome, undecidedAllows bool) (commit, quota
 	for i := range batch {
 		r := &batch[i]
 		role := r.EffectiveRole()
-		if !role.Blocks() {
+		if !role.Blocks() || r.Settles() {
 			continue
 		}
 		o := &out[i]

@@ -59,10 +59,18 @@ func (p *Policy) Ceiling() int64 {
 }
 
 // Charges reports whether r records its cost whatever r and its batch
-// decide: a request of a ChargeAlways policy in a role that consumes. Such
-// a request is never demoted to a check and is never refunded.
+// decide: a request in a role that consumes of a ChargeAlways policy, or
+// a settle of a reserving one (a reserve is taken only when its batch
+// commits). Such a request is never demoted to a check and is never
+// refunded.
 func (r *Request) Charges() bool {
-	return r.Policy != nil && r.Policy.ChargeAlways() && r.EffectiveRole().Consumes()
+	if r.Policy == nil || !r.EffectiveRole().Consumes() {
+		return false
+	}
+	if r.Reserves() {
+		return r.Settles()
+	}
+	return r.Policy.ChargeAlways()
 }
 
 // checkCharge is NewPolicy's rule for the charge mode: no penalty box (a

@@ -79,3 +79,9 @@ func (p *Policy) Reserve() Reserve { return p.spec.Reserve }
 // Such a request is a rate request: it goes in its batch with the other
 // limits, atomic with them.
 func (r *Request) Reserves() bool { return r.Policy != nil && r.Policy.spec.Reserve.On() }
+
+// Settles reports whether r settles a reservation (or, with LeaseAt 0,
+// charges without one): a release on a reserving policy. Its batch's rule
+// counts it as a check (a stream's end must not be denied: Commits), and
+// it is recorded whatever its batch decides (Charges).
+func (r *Request) Settles() bool { return r.Lease == LeaseRelease && r.Reserves() }

@@ -102,3 +102,31 @@ func TestReserveRequests(t *testing.T) {
 		})
 	}
 }
+
+// TestReserveBatchRule: a settle is recorded whatever its batch decides
+// (never demoted to a check) and never blocks it, even denied; a reserve
+// blocks and is taken only when its batch commits, on a charge-always
+// policy too.
+func TestReserveBatchRule(t *testing.T) {
+	budget, err := limiter.NewPolicy(limiter.PolicySpec{ID: "budget", Algorithm: limiter.FixedWindow, Charge: limiter.ChargeAlways,
+		Params: limiter.FixedWindowParams{Limit: 100, Window: time.Hour}, Reserve: limiter.Reserve{TTL: time.Minute}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	reserve := limiter.Request{Policy: budget, Cost: 5}
+	settle := limiter.Request{Policy: budget, Cost: 5, Lease: limiter.LeaseRelease, LeaseAt: 1}
+	if reserve.Settles() || reserve.Charges() || !settle.Settles() || !settle.Charges() {
+		t.Fatalf("reserve settles %v charges %v; settle settles %v charges %v", reserve.Settles(), reserve.Charges(), settle.Settles(), settle.Charges())
+	}
+	if check := (limiter.Request{Policy: budget, Cost: 5, Lease: limiter.LeaseRelease, Role: limiter.RoleCheck}); check.Charges() {
+		t.Fatal("a settle asked as a check charges")
+	}
+	denied := limiter.EvaluatedOutcome(limiter.Decision{})
+	allowed := limiter.EvaluatedOutcome(limiter.Decision{Allowed: true})
+	if !limiter.Commits([]limiter.Request{reserve, settle}, []limiter.Outcome{allowed, denied}) {
+		t.Fatal("a denied settle blocked its batch")
+	}
+	if limiter.Commits([]limiter.Request{reserve, settle}, []limiter.Outcome{denied, allowed}) {
+		t.Fatal("a denied reserve did not block its batch")
+	}
+}

@@ -19,6 +19,11 @@ type rules struct {
 	// denied request), up to Policy.Ceiling: the step's state fields and
 	// ttl, ok false when nothing fits. nil: chargeToCeiling.
 	charge func(st State, now int64, p *limiter.Policy, cost int64) (s step, ok bool)
+	// refund gives back, at now, cost units a request took at the
+	// effective time at, while st still holds them (the rules of the
+	// refund sections of pkg/lua's fragments): st itself otherwise. nil:
+	// the algorithm takes no reservations (limiter.Reserve).
+	refund func(st State, now int64, p *limiter.Policy, cost, at int64) State
 	sketch sketchRules
 }
 

@@ -19,7 +19,8 @@ import (
 // a DENIED reply with the cost recorded (see limiter.Request.Charges).
 // reply holds the seven reply fields. cost must pass
 // limiter.Request.Validate; Apply never returns StatusInvalid for a rate
-// algorithm.
+// algorithm. It knows nothing of reservations: a request of a reserving
+// policy goes through CheckRequest.
 func Apply(st State, serverNowMs int64, p *limiter.Policy, cost int64) (next State, reply Reply, write bool) {
 	next, reply, _, write = Check(st, serverNowMs, p, cost)
 	return next, reply, write
@@ -40,26 +41,41 @@ func Check(st State, serverNowMs int64, p *limiter.Policy, cost int64) (next Sta
 		r.Limit = 0
 		return st, r, r, false
 	}
+	now, r, ok := admit(st, serverNowMs, p)
+	if !ok {
+		return st, r, r, false
+	}
+	return checkAt(rules, st, serverNowMs, now, p, cost, p.ChargeAlways())
+}
+
+// admit is what every step of a rate policy checks first, on st at store
+// time serverNowMs: the effective now, or the refusal when the state is not
+// the policy's (never a silent reset) or the clock stepped back too far.
+func admit(st State, serverNowMs int64, p *limiter.Policy) (now int64, refused Reply, ok bool) {
 	// 1. Compatibility: never a silent reset.
 	if st.Exists && (st.Schema != StateSchema || st.Algorithm != p.Algorithm() ||
 		st.PolicyID != p.ID() || st.Revision != p.Revision()) {
-		r := refusal(StatusStateIncompatible, serverNowMs, p)
-		return st, r, r, false
+		return 0, refusal(StatusStateIncompatible, serverNowMs, p), false
 	}
 	// 2. Clock: clamp a small backward step, refuse a large one.
-	now := serverNowMs
+	now = serverNowMs
 	if st.Exists && now < st.LastObservedMs {
 		if st.LastObservedMs-now > p.MaxClockRegressionMillis() {
-			r := refusal(StatusClockUnsafe, serverNowMs, p)
-			return st, r, r, false
+			return 0, refusal(StatusClockUnsafe, serverNowMs, p), false
 		}
 		now = st.LastObservedMs
 	}
-	// A sliding log that cannot be ours (validLog).
-	if st.Exists && !validLog(st, p) {
-		r := refusal(StatusStateIncompatible, serverNowMs, p)
-		return st, r, r, false
+	// A sliding log or reservations that cannot be ours.
+	if st.Exists && (!validLog(st, p) || !validReserved(st, p)) {
+		return 0, refusal(StatusStateIncompatible, serverNowMs, p), false
 	}
+	return now, Reply{}, true
+}
+
+// checkAt is Check at the effective now admit returned, cost recorded up
+// to the Ceiling when the step denies it and charges is set (a
+// ChargeAlways policy's request, a settle's excess).
+func checkAt(rules *rules, st State, serverNowMs, now int64, p *limiter.Policy, cost int64, charges bool) (next State, reply, uncommitted Reply, write bool) {
 	// 3. The algorithm (a blocked subject's reset-at is read from it).
 	pn := p.Penalty()
 	s := rules.step(st, now, p, p.Limit(), cost)
@@ -93,7 +109,7 @@ func Check(st State, serverNowMs int64, p *limiter.Policy, cost int64) (next Sta
 	// holds the block (PenaltyRecorded) and reply waits for it; uncommitted
 	// is the limit's own denial, for a store that does not record it.
 	if !s.allowed {
-		if p.ChargeAlways() {
+		if charges {
 			// Post-paid: recorded anyway (no penalty box, NewPolicy).
 			return charge(rules, st, now, p, cost, reply)
 		}
@@ -209,6 +225,7 @@ func OutcomeFromReply(p *limiter.Policy, r Reply, src limiter.Source) limiter.Ou
 			Certainty:      certainty,
 			Blocked:        blocked,
 			BlockedFor:     blockedFor,
+			HoldAt:         holdAt(r),
 		})
 	case StatusClockUnsafe:
 		return limiter.UnavailableOutcome(limiter.ClockUnsafeRetryAfter, limiter.CategoryClockUnsafe, fmt.Errorf("policy %s: %w", p.ID(), limiter.ErrClockUnsafe))
@@ -218,6 +235,15 @@ func OutcomeFromReply(p *limiter.Policy, r Reply, src limiter.Source) limiter.Ou
 		return limiter.IncompatibleOutcome(limiter.CategoryProgramInvalid, fmt.Errorf("policy %s: %w", p.ID(), limiter.ErrProgramInvalid))
 	}
 	return limiter.IncompatibleOutcome(limiter.CategoryReplyMalformed, fmt.Errorf("policy %s: status %d: %w", p.ID(), r.Status, limiter.ErrReplyMalformed))
+}
+
+// holdAt is Decision.HoldAt of r: its reservation's identity, the zero
+// time when it holds none.
+func holdAt(r Reply) time.Time {
+	if r.HoldAtMs == 0 || r.Status != StatusAllowed {
+		return time.Time{}
+	}
+	return time.UnixMilli(r.HoldAtMs)
 }
 
 // LeaseDecision is the Outcome of one lease request from Lease's reply r

@@ -5,7 +5,7 @@ import "github.com/envoy-rls/envoy-rls/pkg/limiter"
 // GCRA admits exactly what a token bucket of capacity burst refilled by
 // limit every period admits (docs/algorithms.md): the same bucket's
 // parameters (limiter.Policy.Refill).
-var gcraRules = rules{step: gcra, sketch: sketchRules{deficit: gcraDeficit, state: gcraState}}
+var gcraRules = rules{step: gcra, refund: gcraRefund, sketch: sketchRules{deficit: gcraDeficit, state: gcraState}}
 
 // gcraDeficit is how far the theoretical arrival time of st is ahead of now,
 // in the policy's scaled units (amount per ms, period per unit of cost):
@@ -61,4 +61,24 @@ func gcra(st State, now int64, p *limiter.Policy, limit, cost int64) step {
 	s.epoch, s.level, s.carry = gcraState(d, now, p)
 	s.ttl = fullAfter + p.CleanupGraceMillis()
 	return s
+}
+
+// gcraRefund gives back cost taken at at when the state was written
+// (LastObservedMs) at or after at: the TAT moves back by cost emission
+// intervals, not before that write (then with no fraction).
+func gcraRefund(st State, _ int64, p *limiter.Policy, cost, at int64) State {
+	if st.LastObservedMs < at {
+		return st
+	}
+	amount, period := p.Refill()
+	x := cost * period
+	tat, f := st.Epoch-x/amount, st.Carry-x%amount
+	if f < 0 {
+		tat, f = tat-1, f+amount
+	}
+	if tat < st.LastObservedMs {
+		tat, f = st.LastObservedMs, 0
+	}
+	st.Epoch, st.Carry = tat, f
+	return st
 }

@@ -2,7 +2,7 @@ package algorithm
 
 import "github.com/envoy-rls/envoy-rls/pkg/limiter"
 
-var slidingWindowRules = rules{step: slidingWindow, sketch: sketchRules{windows: 2}}
+var slidingWindowRules = rules{step: slidingWindow, refund: slidingWindowRefund, sketch: sketchRules{windows: 2}}
 
 // slidingWindow: State.Epoch is the window id, State.Level the current
 // window's count, State.Carry the previous window's.
@@ -72,4 +72,17 @@ func slidingCounts(st State, w int64) (cur, prev int64) {
 		}
 	}
 	return 0, 0
+}
+
+// slidingWindowRefund gives back cost taken at at while the state counts
+// the window holding at: as its current window (level) or, one window
+// later, as the previous one (carry); never below 0.
+func slidingWindowRefund(st State, _ int64, p *limiter.Policy, cost, at int64) State {
+	switch w := at / p.WindowMillis(); st.Epoch {
+	case w:
+		st.Level = max(0, st.Level-cost)
+	case w + 1:
+		st.Carry = max(0, st.Carry-cost)
+	}
+	return st
 }

@@ -53,6 +53,9 @@ type Reply struct {
 	// penalty box's block ends: at most RetryAfterMs, which also waits
 	// for the limit itself to admit the cost. 0 for every other status.
 	BlockLeftMs int64
+	// HoldAtMs is, for an ALLOWED reserve (CheckRequest) that writes, the
+	// identity of the reservation it holds; 0 otherwise.
+	HoldAtMs int64
 }
 
 // State is the stored state of one (policy, subject). The zero value (Exists
@@ -83,6 +86,11 @@ type State struct {
 	// AppendSlidingLogEntry); empty for the other algorithms.
 	// A string, so that State stays comparable.
 	Log string
+	// Reserved is, for a reserving policy (limiter.Reserve), its
+	// reservations, packed as the Lua programs keep them:
+	// ReservationEntryBytes each (see reserve.go), identities ascending;
+	// empty for every other policy. A string, as Log.
+	Reserved string
 	// ExpiresAtMs is when the state may be dropped (effective now + TTL).
 	ExpiresAtMs int64
 	// PenaltyUntilMs is when the last penalty block ends (effective

@@ -2,7 +2,7 @@ package algorithm
 
 import "github.com/envoy-rls/envoy-rls/pkg/limiter"
 
-var tokenBucketRules = rules{step: tokenBucket, charge: tokenBucketCharge,
+var tokenBucketRules = rules{step: tokenBucket, charge: tokenBucketCharge, refund: tokenBucketRefund,
 	sketch: sketchRules{deficit: tokenBucketDeficit, state: tokenBucketState}}
 
 // tokenBucket: State.Epoch is the last refill time (ms), State.Level the
@@ -124,4 +124,18 @@ func bucketState(units, now int64, p *limiter.Policy) (epoch, level, carry int64
 		epoch, units = now+q, min(q*amount+units, p.Limit()*period-1)
 	}
 	return epoch, units / period, units % period
+}
+
+// tokenBucketRefund gives back cost tokens taken at at when the bucket was
+// written at or after at: the bucket refilled to now gains them, at most
+// up to its capacity (a bucket in debt owes them less).
+func tokenBucketRefund(st State, now int64, p *limiter.Policy, cost, at int64) State {
+	if st.Epoch < at {
+		return st
+	}
+	_, period := p.Refill()
+	tokens, rem := bucketAt(st, now, p)
+	units := min(tokens*period+rem+cost*period, p.Limit()*period)
+	st.Epoch, st.Level, st.Carry = bucketState(units, now, p)
+	return st
 }

@@ -156,7 +156,7 @@ func (b *run) check(i int) {
 		st, wi.inTable, d, wi.idx = sh.load(&wi.k, wi.h, nowMs)
 		wi.moves = sh.t.moves
 		b.dropped += d
-		if !wi.inTable && s.nSketches.Load() != 0 {
+		if !wi.inTable && s.nSketches.Load() != 0 && !r.Reserves() {
 			b.lockOverflow()
 			if st, wi.failed = s.openSketchFor(&wi.spilled, r.Policy, &r.Subject, nowMs, false); wi.failed {
 				b.out[i] = sketchClockUnsafe(r.Policy)
@@ -164,18 +164,20 @@ func (b *run) check(i int) {
 			}
 		}
 	}
-	next, reply, uncommitted, write := algorithm.Check(st, wi.sp.now(nowMs), r.Policy, r.Cost)
+	next, reply, uncommitted, write := algorithm.CheckRequest(st, wi.sp.now(nowMs), r)
 	wi.cur = st
 	if write && r.EffectiveRole().Consumes() && !wi.inTable && !wi.hasRoom && !wi.overflow {
 		if b.room(i) {
 			wi.reserved, wi.hasRoom = true, true
 		} else {
 			// No room: the policy's sketch decides, from its own
-			// estimate of the subject.
-			b.lockOverflow()
-			if st, wi.failed = s.openSketchFor(&wi.spilled, r.Policy, &r.Subject, nowMs, true); wi.failed {
-				b.out[i] = sketchClockUnsafe(r.Policy)
-				return
+			// estimate of the subject; it holds no reservations.
+			if !r.Reserves() {
+				b.lockOverflow()
+				if st, wi.failed = s.openSketchFor(&wi.spilled, r.Policy, &r.Subject, nowMs, true); wi.failed {
+					b.out[i] = sketchClockUnsafe(r.Policy)
+					return
+				}
 			}
 			if wi.sp.sk == nil {
 				wi.failed = true
@@ -184,7 +186,7 @@ func (b *run) check(i int) {
 				return
 			}
 			wi.overflow = true
-			next, reply, uncommitted, write = algorithm.Check(st, wi.sp.now(nowMs), r.Policy, r.Cost)
+			next, reply, uncommitted, write = algorithm.CheckRequest(st, wi.sp.now(nowMs), r)
 			wi.cur = st
 		}
 	}

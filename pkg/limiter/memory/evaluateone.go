@@ -31,12 +31,12 @@ func (s *Store) evaluateOne(r *limiter.Request, o *limiter.Outcome, nowMs int64)
 	// the sketch fields, and overflowMu is taken after the shard lock.
 	var wo spilled
 	overflowLocked, failed := false, false
-	if !found && s.nSketches.Load() != 0 {
+	if !found && s.nSketches.Load() != 0 && !r.Reserves() {
 		s.overflowMu.Lock()
 		overflowLocked = true
 		st, failed = s.openSketchFor(&wo, p, &r.Subject, nowMs, false)
 	}
-	next, reply, uncommitted, write := algorithm.Check(st, wo.sp.now(nowMs), p, r.Cost)
+	next, reply, uncommitted, write := algorithm.CheckRequest(st, wo.sp.now(nowMs), r)
 	room := true
 	if !failed && write && !found && r.EffectiveRole().Consumes() {
 		if room = sh.room(&k, reservation{}); !room {
@@ -46,14 +46,14 @@ func (s *Store) evaluateOne(r *limiter.Request, o *limiter.Outcome, nowMs int64)
 		if dropped != 0 {
 			hint = -1 // a removal moved slots
 		}
-		if !room {
+		if !room && !r.Reserves() { // a sketch holds no reservations
 			if !overflowLocked {
 				s.overflowMu.Lock()
 				overflowLocked = true
 			}
 			if st, failed = s.openSketchFor(&wo, p, &r.Subject, nowMs, true); !failed {
 				wo.overflow = wo.sp.sk != nil
-				next, reply, uncommitted, write = algorithm.Check(st, wo.sp.now(nowMs), p, r.Cost)
+				next, reply, uncommitted, write = algorithm.CheckRequest(st, wo.sp.now(nowMs), r)
 			}
 		}
 	}

@@ -179,12 +179,17 @@ type key struct {
 	// set), which a policy ID always is or is not: it is no part of the
 	// key's identity, only of where its entry may go (shard.room).
 	made bool
+	// reserves: the policy takes reservations (limiter.Reserve), which
+	// its ID and revision always do or do not: the entry keeps them
+	// beside its slot (shard.logs).
+	reserves bool
 }
 
 // keyOf is the key of r's state.
 func keyOf(r *limiter.Request) key {
 	p := r.Policy
-	return key{subject: r.Subject, policy: p.ID(), revision: p.Revision(), alg: p.Algorithm(), made: p.Group() != ""}
+	return key{subject: r.Subject, policy: p.ID(), revision: p.Revision(), alg: p.Algorithm(), made: p.Group() != "",
+		reserves: p.Reserve().On()}
 }
 
 // entry is the part of a algorithm.State the key does not already hold.

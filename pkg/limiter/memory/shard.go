@@ -30,8 +30,10 @@ type shardState struct {
 	capacity, made int32
 	// own counts the entries of each policy ID (see room).
 	own map[string]int32
-	// logs holds the log (algorithm.State.Log) of each sliding-log entry,
-	// beside the table so that the other algorithms' slots stay their
+	// logs holds the log (algorithm.State.Log) of each sliding-log entry
+	// and the reservations (algorithm.State.Reserved, at most
+	// limiter.MaxReservations) of each entry of a reserving policy that
+	// holds some, beside the table so that the other slots stay their
 	// size; an entry's log goes with it (remove).
 	logs map[key]string
 	// minExpiry is a lower bound of every entry's expiresAt (exact after a
@@ -87,22 +89,32 @@ func (sh *shard) load(k *key, h uint64, nowMs int64) (st algorithm.State, live b
 			st.PenaltyUntilMs, st.PenaltyLevel = pf.until, pf.level
 		}
 	}
-	if k.alg == limiter.SlidingLog {
+	switch {
+	case k.alg == limiter.SlidingLog:
 		st.Log = sh.logs[*k]
+	case k.reserves:
+		st.Reserved = sh.logs[*k]
 	}
 	return st, true, 0, i
 }
 
 // keepLog records the log of st, the state just written for k (sliding
-// log only).
+// log), or its reservations (a reserving policy; none: no record).
 func (sh *shard) keepLog(k *key, st *algorithm.State) {
-	if k.alg != limiter.SlidingLog {
+	v := st.Log
+	switch {
+	case k.reserves:
+		if v = st.Reserved; v == "" {
+			delete(sh.logs, *k)
+			return
+		}
+	case k.alg != limiter.SlidingLog:
 		return
 	}
 	if sh.logs == nil {
 		sh.logs = make(map[key]string)
 	}
-	sh.logs[*k] = st.Log
+	sh.logs[*k] = v
 }
 
 func entryOf(st algorithm.State) entry {
@@ -154,7 +166,7 @@ func (sh *shard) remove(i int) {
 		delete(sh.penalties, sh.t.slots[i].k)
 	}
 	k := &sh.t.slots[i].k
-	if k.alg == limiter.SlidingLog {
+	if k.alg == limiter.SlidingLog || k.reserves {
 		delete(sh.logs, *k)
 	}
 	if k.made {

@@ -19,7 +19,8 @@ func TestSuite(t *testing.T) {
 		Timed: func(t *testing.T, clock *limitertest.Clock) limiter.Store {
 			return newStore(t, memory.Config{Clock: clock})
 		},
-		Leases: true,
+		Leases:       true,
+		Reservations: true,
 	}, limitertest.Config{Prefix: "mem"})
 }
 
