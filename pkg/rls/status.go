@@ -33,10 +33,15 @@ func (ds *descStatus) add(batch *[]limiter.Request) {
 	*batch = append(*batch, limiter.Request{Policy: rule.Policy, Subject: ds.match.Subject, Cost: ds.cost,
 		Role: limiter.RoleOf(rule.QuotaMode, ds.probe), Tag: ds.match.Tag})
 	if ds.release {
-		// A release never blocks and is always answered OK.
+		// A release never blocks and is always answered OK. A settle of a
+		// reservation keeps its role: it records usage whatever its batch
+		// decides (limiter.Request.Charges), and the batch rule never lets
+		// it block.
 		r := &(*batch)[ds.batch]
-		r.Lease, r.Role = limiter.LeaseRelease, limiter.RoleCheck
-		r.LeaseAt, r.LocalLease = ds.leaseAt, ds.localLease
+		r.Lease, r.LeaseAt, r.LocalLease = limiter.LeaseRelease, ds.leaseAt, ds.localLease
+		if !rule.Policy.Reserve().On() {
+			r.Role = limiter.RoleCheck
+		}
 	}
 	ds.role = (*batch)[ds.batch].EffectiveRole()
 	if ds.probe && ds.role == limiter.RoleCheck {

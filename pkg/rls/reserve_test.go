@@ -1,0 +1,140 @@
+package rls
+
+import (
+	"slices"
+	"testing"
+
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+
+	"github.com/envoy-rls/envoy-rls/internal/limitertest"
+	"github.com/envoy-rls/envoy-rls/pkg/limiter"
+)
+
+// reserveRules: a tenant's budget of 1,000 tokens an hour that requests
+// reserve (their hits_addend) and settle; a key reserving a fixed 300
+// whatever the hits; and a second budget the markers of the first must not
+// settle.
+const reserveRules = `
+domain: ai
+descriptors:
+  - key: tenant
+    rate_limit: {unit: hour, requests_per_unit: 1000, reserve: {ttl: 10m}}
+  - key: fixed
+    rate_limit: {unit: hour, requests_per_unit: 1000, reserve: {ttl: 10m, estimate: 300}}
+  - key: other
+    rate_limit: {unit: hour, requests_per_unit: 1000, reserve: {ttl: 10m}}
+`
+
+// reserveStores are the stores that hold reservations.
+func reserveStores() map[string]func(t *testing.T) limiter.Store {
+	return map[string]func(t *testing.T) limiter.Store{
+		"memory": func(t *testing.T) limiter.Store { return memStore(t, limitertest.NewClock(t0), 1000) },
+	}
+}
+
+// TestReserveSettle: a request-phase call reserves its hits_addend (or the
+// rule's estimate) and its answer carries the marker of that reservation;
+// the stream-done call with the marker settles it at the usage its
+// hits_addend reports, once. Forged, altered, replayed and misdirected
+// markers settle nothing; a settle without a marker is a plain charge.
+func TestReserveSettle(t *testing.T) {
+	for name, mk := range reserveStores() {
+		t.Run(name, func(t *testing.T) {
+			snap := rulesOf(t, reserveRules)
+			h := newHarness(t, func() Rules { return snap }, mk(t), limitertest.NewClock(t0))
+			call := func(hits uint64, kv ...string) *rlsv3.RateLimitResponse {
+				req := request("ai", withHits(desc(kv...), hits))
+				return h.call(t, req)
+			}
+			want := func(step string, resp *rlsv3.RateLimitResponse, code rlsv3.RateLimitResponse_Code, remaining uint32) {
+				t.Helper()
+				if resp.OverallCode != code || len(resp.Statuses) != 1 || resp.Statuses[0].LimitRemaining != remaining {
+					t.Fatalf("%s: %s %v, want %s remaining %d", step, resp.OverallCode, resp.Statuses, code, remaining)
+				}
+			}
+			marker := func(resp *rlsv3.RateLimitResponse) string {
+				return resp.GetDynamicMetadata().GetFields()["lease"].GetStringValue()
+			}
+
+			r1 := call(400, "tenant", "a")
+			want("reserve 400", r1, rlsv3.RateLimitResponse_OK, 600)
+			m1 := marker(r1)
+			if len(m1) != markerEntryLen || m1[0] != markerStore {
+				t.Fatalf("reserve: marker %q, want one store entry", m1)
+			}
+			r2 := call(500, "tenant", "a")
+			want("reserve 500: the live reservations count", r2, rlsv3.RateLimitResponse_OK, 100)
+			m2 := marker(r2)
+			want("a third reserve does not fit", call(200, "tenant", "a"), rlsv3.RateLimitResponse_OVER_LIMIT, 100)
+			if m := marker(call(200, "tenant", "a")); m != "" {
+				t.Fatalf("a denied reserve carries marker %q", m)
+			}
+
+			// The first request used 100 of its 400: 300 come back.
+			want("settle 100 of 400", call(100, "tenant", "a", "lease", m1), rlsv3.RateLimitResponse_OK, 400)
+			for _, bad := range []struct{ name, value string }{
+				{"the same marker again", m1},
+				{"a forged tag", m2[:len(m2)-2] + flip(m2[len(m2)-2:])},
+				{"an altered expiry", m2[:1] + flip(m2[1:2]) + m2[2:]},
+				{"a local holder for a store reservation", string(markerLocal) + m2[1:]},
+			} {
+				// Answered OK (a settle never blocks), nothing changes.
+				if resp := call(0, "tenant", "a", "lease", bad.value); resp.OverallCode != rlsv3.RateLimitResponse_OK {
+					t.Fatalf("settle with %s: %s", bad.name, resp.OverallCode)
+				}
+				want("after a settle with "+bad.name, call(0, "tenant", "a"), rlsv3.RateLimitResponse_OK, 400)
+			}
+			for _, kv := range [][]string{{"tenant", "b"}, {"other", "a"}} { // another subject, another rule
+				if resp := call(0, kv[0], kv[1], "lease", m2); resp.OverallCode != rlsv3.RateLimitResponse_OK {
+					t.Fatalf("%s=%s settled with another's marker: %s", kv[0], kv[1], resp.OverallCode)
+				}
+				want(kv[0]+"="+kv[1]+" after another's marker", call(0, kv[0], kv[1]), rlsv3.RateLimitResponse_OK, 1000)
+			}
+			want("the state is as it was", call(0, "tenant", "a"), rlsv3.RateLimitResponse_OK, 400)
+
+			// The second used 700 of its 500: 200 more are charged.
+			want("settle 700 of 500", call(700, "tenant", "a", "lease", m2), rlsv3.RateLimitResponse_OK, 200)
+			want("no marker: a plain charge", call(50, "tenant", "a", "lease", "release"), rlsv3.RateLimitResponse_OK, 150)
+
+			// A rule's estimate holds whatever the request's hits.
+			r3 := call(1, "fixed", "a")
+			want("reserve the estimate", r3, rlsv3.RateLimitResponse_OK, 700)
+			want("settle 0 of 300", call(0, "fixed", "a", "lease", marker(r3)), rlsv3.RateLimitResponse_OK, 1000)
+		})
+	}
+}
+
+// flip changes the first character of s to another one of the same
+// alphabet.
+func flip(s string) string {
+	b := []byte(s)
+	if b[0] == 'A' {
+		b[0] = 'B'
+	} else {
+		b[0] = 'A'
+	}
+	if s[0] >= '0' && s[0] <= '9' {
+		b[0] = '0' + (s[0]-'0'+1)%10
+	}
+	return string(b)
+}
+
+// TestReserveMarkerNamesEveryReservation: a call reserving on two budgets
+// carries one marker entry each, and its settle settles both.
+func TestReserveMarkerNamesEveryReservation(t *testing.T) {
+	snap := rulesOf(t, reserveRules)
+	h := newHarness(t, func() Rules { return snap }, memStore(t, limitertest.NewClock(t0), 1000), limitertest.NewClock(t0))
+	resp := h.call(t, request("ai", withHits(desc("tenant", "a"), 100), withHits(desc("other", "a"), 200)))
+	m := resp.GetDynamicMetadata().GetFields()["lease"].GetStringValue()
+	if resp.OverallCode != rlsv3.RateLimitResponse_OK || len(m) != 2*markerEntryLen {
+		t.Fatalf("%s, marker %q: want OK and two entries", resp.OverallCode, m)
+	}
+	settle := h.call(t, request("ai", withHits(desc("tenant", "a", "lease", m), 0), withHits(desc("other", "a", "lease", m), 0)))
+	var rem []uint32
+	for _, st := range settle.Statuses {
+		rem = append(rem, st.LimitRemaining)
+	}
+	if !slices.Equal(rem, []uint32{1000, 1000}) {
+		t.Fatalf("after settling both at 0: remaining %v, want both budgets whole", rem)
+	}
+}
