@@ -109,12 +109,18 @@ func TestReserveBudgetLoad(t *testing.T) {
 		name := map[bool]string{false: "reserve", true: "check and charge"}[charge]
 		t.Run(name, func(t *testing.T) {
 			r := startReplica(t, "reserve", replicaConfig{Rules: rulesDir(t, reserveRules(charge))})
-			load := runBudgetLoad(t, []*replica{r}, unique("tenant"), charge, 1)
+			tenant := unique("tenant")
+			load := runBudgetLoad(t, []*replica{r}, tenant, charge, 1)
 			used, excess := load.used.Load(), load.excess.Load()
 			t.Logf("%s: %d streams admitted, %d tokens used (%.2f× the budget), excess over reservations %d",
 				name, load.streams.Load(), used, float64(used)/reserveBudget, excess)
 			if charge {
 				return // the figure to compare: no bound is promised
+			}
+			// Every reservation is settled: the budget holds exactly the
+			// tokens used.
+			if res := r.send(callTimeout, budgetDescriptor(tenant, "", 0)); !res.ok() && !res.over() || int64(res.Remain) != max(0, reserveBudget-used) {
+				t.Errorf("after the load: %v remaining %d, want %d (the budget less the tokens used)", res, res.Remain, max(0, reserveBudget-used))
 			}
 			if used > reserveBudget+excess {
 				t.Errorf("used %d tokens, above the bound %d + %d", used, reserveBudget, excess)

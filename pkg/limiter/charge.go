@@ -50,9 +50,11 @@ func ParseCharge(s string) (Charge, error) {
 func (p *Policy) ChargeAlways() bool { return p.spec.Charge == ChargeAlways }
 
 // Ceiling is the most usage the policy's state records: the limit, plus
-// DebtFactor times it for a ChargeAlways policy.
+// DebtFactor times it for a policy that records usage past its limit (a
+// ChargeAlways policy, or a reserving one, whose settles charge what a
+// request used beyond its reservation).
 func (p *Policy) Ceiling() int64 {
-	if p.ChargeAlways() {
+	if p.ChargeAlways() || p.spec.Reserve.On() {
 		return p.limit * (1 + debtFactor)
 	}
 	return p.limit
@@ -80,14 +82,14 @@ func checkCharge(p *Policy, spec *PolicySpec) error {
 	if spec.Charge > ChargeAlways {
 		return &FieldError{Field: "charge", Reason: "must be allowed or always"}
 	}
-	if spec.Charge != ChargeAlways {
+	if spec.Charge != ChargeAlways && !spec.Reserve.On() {
 		return nil
 	}
-	if spec.Penalty.On() {
+	if spec.Penalty.On() && spec.Charge == ChargeAlways {
 		return &FieldError{Field: "charge", Reason: "always cannot be combined with a penalty box"}
 	}
 	if p.limit > MaxSafeInteger/(1+debtFactor) {
-		return &FieldError{Field: "charge", Reason: "always needs the limit at most half of 2^53-1"}
+		return &FieldError{Field: "charge", Reason: "always (or reserve) needs the limit at most half of 2^53-1"}
 	}
 	if p.rules.debtCheck != nil {
 		if err := p.rules.debtCheck(p, p.Ceiling()); err != nil {

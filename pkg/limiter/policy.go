@@ -133,7 +133,7 @@ func NewPolicy(spec PolicySpec) (*Policy, error) {
 		return nil, err
 	}
 	spec.Penalty = pn
-	p.spec.Charge = spec.Charge
+	p.spec.Charge, p.spec.Reserve = spec.Charge, spec.Reserve
 	if err := checkCharge(p, &spec); err != nil {
 		return nil, err
 	}
