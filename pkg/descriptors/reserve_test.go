@@ -39,7 +39,7 @@ descriptors:
   - key: month
     rate_limit: {unit: month, requests_per_unit: 1000000, calendar: true, time_zone: Europe/Berlin, reserve: {ttl: 1h, estimate: 4000}}
   - key: debt
-    rate_limit: {unit: hour, requests_per_unit: 10, charge: always, reserve: {ttl: 1m, estimate: 20}}
+    rate_limit: {unit: hour, requests_per_unit: 10, charge: always, reserve: {ttl: 1m, estimate: 10}}
   - key: named
     policy: budget
   - key: none
@@ -57,7 +57,7 @@ descriptors:
 		"bucket":  {TTL: time.Minute, Estimate: 50},
 		"gcra":    {TTL: 2 * time.Minute},
 		"month":   {TTL: time.Hour, Estimate: 4000},
-		"debt":    {TTL: time.Minute, Estimate: 20},
+		"debt":    {TTL: time.Minute, Estimate: 10},
 		"named":   {TTL: 10 * time.Minute, Estimate: 500},
 		"none":    {},
 	} {
@@ -92,9 +92,9 @@ func TestReserveErrors(t *testing.T) {
 		{"null", "{unit: hour, requests_per_unit: 10, reserve: null}", "null", "reserve must be a mapping {ttl, estimate}, got null"},
 		{"scalar", "{unit: hour, requests_per_unit: 10, reserve: 10m}", "10m", `reserve must be a mapping, got "10m"`},
 		{"unknown key", "{unit: hour, requests_per_unit: 10, reserve: {ttl: 1m, estimat: 5}}", "estimat", `unknown key "estimat" in reserve (expected ttl, estimate)`},
-		{"estimate negative", "{unit: hour, requests_per_unit: 10, reserve: {ttl: 1m, estimate: -1}}", "-1", "rate_limit: reserve estimate must be between 0 (the request's own cost) and the max cost 10"},
-		{"estimate above the limit", "{unit: hour, requests_per_unit: 10, reserve: {ttl: 1m, estimate: 11}}", "11", "reserve estimate must be between 0 (the request's own cost) and the max cost 10"},
-		{"estimate above the debt", "{unit: hour, requests_per_unit: 10, charge: always, reserve: {ttl: 1m, estimate: 21}}", "21", "reserve estimate must be between 0 (the request's own cost) and the max cost 20"},
+		{"estimate negative", "{unit: hour, requests_per_unit: 10, reserve: {ttl: 1m, estimate: -1}}", "-1", "rate_limit: reserve estimate must be between 0 (the request's own cost) and 10 (the limit"},
+		{"estimate above the limit", "{unit: hour, requests_per_unit: 10, reserve: {ttl: 1m, estimate: 11}}", "11", "reserve estimate must be between 0 (the request's own cost) and 10 (the limit"},
+		{"estimate above the limit with charge always", "{unit: hour, requests_per_unit: 10, charge: always, reserve: {ttl: 1m, estimate: 11}}", "11", "reserve estimate must be between 0 (the request's own cost) and 10 (the limit"},
 		{"estimate not an integer", "{unit: hour, requests_per_unit: 10, reserve: {ttl: 1m, estimate: 1.5}}", "1.5", `reserve.estimate must be an integer, got "1.5"`},
 		{"estimate too large", "{unit: hour, requests_per_unit: 10, reserve: {ttl: 1m, estimate: 99999999999999999999}}", "999", `reserve.estimate must be an integer, got "99999999999999999999"`},
 		{"concurrency", "{concurrency: 2, lease_ttl: 1m, reserve: {ttl: 1m}}", "reserve", "rate_limit: reserve is for rate limits; a concurrency limit holds leases of its own"},

@@ -31,7 +31,7 @@ type Reserve struct {
 	// Estimate, when not 0, is the cost every reservation holds, whatever
 	// the request's own cost. 0 reserves the request's cost (Envoy's
 	// hits_addend, e.g. a request's max_tokens). (Optional, at most the
-	// policy's MaxCost)
+	// limit and the policy's MaxCost)
 	Estimate int64
 }
 
@@ -65,8 +65,8 @@ func checkReserve(p *Policy, spec *PolicySpec) error {
 		return &FieldError{Field: "reserve", Reason: "cannot be combined with a penalty box"}
 	case r.TTL%time.Millisecond != 0 || r.TTL < time.Millisecond || r.TTL > MaxLeaseTTL:
 		return &FieldError{Field: "reserve", Reason: fmt.Sprintf("ttl must be whole milliseconds between 1ms and %s", MaxLeaseTTL)}
-	case r.Estimate < 0 || r.Estimate > spec.MaxCost:
-		return &FieldError{Field: "reserve", Reason: fmt.Sprintf("estimate must be between 0 (the request's own cost) and the max cost %d", spec.MaxCost)}
+	case r.Estimate < 0 || r.Estimate > min(spec.MaxCost, p.limit):
+		return &FieldError{Field: "reserve", Reason: fmt.Sprintf("estimate must be between 0 (the request's own cost) and %d (the limit, or the max cost when lower): a larger reservation is never admitted", min(spec.MaxCost, p.limit))}
 	}
 	return nil
 }
