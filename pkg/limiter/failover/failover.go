@@ -33,6 +33,19 @@
 // answered by the failure mode, and the store's lease expires by its TTL
 // (or a journal below this wrapper replays the release).
 //
+// Reservations (limiter.Reserve) have an owner too. A reserve of a
+// failure_mode local policy during an outage is decided by the local
+// limiter, whose rate state holds the reservation; a settle marked
+// LocalLease settles it there. When that state has been dropped since the
+// reserve (the store decided a whole batch), the settle's usage goes to
+// the store as a plain charge (LeaseAt 0), which the store never saw: once
+// per reservation, and only while the reservation would still be live (a
+// settle after its expiry changes nothing, as it does in the store). A
+// settle of the store's reservations is never decided locally: when the
+// store fails it is answered by the failure mode (and a journal below this
+// wrapper replays it). failure_mode closed denies a reserve; open admits
+// it without a reservation (no HoldAt), so its usage is never settled.
+//
 // A Store is safe for concurrent use.
 package failover
 
@@ -40,6 +53,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -62,6 +76,11 @@ const (
 	// maxShares bounds the cache of local shares; it is emptied when full
 	// (reloads make new policies).
 	maxShares = 4096
+	// maxCharged bounds the reservations of dropped local states whose
+	// settle went to the store, remembered until they expire so that a
+	// duplicate settle charges nothing. When it is full of live ones, a
+	// settle is charged without being remembered: usage is not lost.
+	maxCharged = 1 << 16
 )
 
 // Bounds of the answer reserve: the part of the caller's deadline kept back
@@ -119,7 +138,7 @@ type Store struct {
 
 	// local decides with the local rate states of an outage and the local
 	// leases of held, which are kept until released or expired.
-	local atomic.Pointer[leases.Store]
+	local atomic.Pointer[generation]
 	held  *memory.Store
 	// active: local decisions were made since the store last decided a
 	// whole batch; the first such batch drops the local state.
@@ -130,11 +149,41 @@ type Store struct {
 
 	mu     sync.Mutex
 	shares map[*limiter.Policy]*limiter.Policy
+	// charged holds the reservations of dropped local states whose settle
+	// went to the store (chargeOnce), by their expiry.
+	charged map[reservation]int64
 
 	scratch sync.Pool // *scratch
 }
 
 var _ limiter.Store = (*Store)(nil)
+
+// generation is the local limiter of the time since (Unix ms, the clock's;
+// the first one's is 0: nothing was dropped before it): its rate states
+// hold the reservations made since then.
+type generation struct {
+	*leases.Store
+	since int64
+}
+
+// holds reports whether the rate states of g may hold the local
+// reservation that r settles: one taken after g began, so its identity
+// (its expiry) is after that plus the policy's TTL. An identity may lie up
+// to limiter.MaxReservations ms after its reserve's time plus the TTL (the
+// reserves of one state in one millisecond), so one that close to the
+// start is taken for the dropped state's: its usage goes to the store
+// rather than be lost.
+func (g *generation) holds(r *limiter.Request) bool {
+	return r.LeaseAt-r.Policy.Reserve().TTL.Milliseconds() > g.since+limiter.MaxReservations
+}
+
+// reservation names a local reservation: its policy, subject and identity.
+type reservation struct {
+	id       string
+	revision uint32
+	subject  limiter.SubjectDigest
+	at       int64
+}
 
 // New wraps inner.
 func New(inner limiter.Store, cfg Config) (*Store, error) {
@@ -162,6 +211,7 @@ func New(inner limiter.Store, cfg Config) (*Store, error) {
 		clock:     cfg.Clock,
 		observer:  cfg.Observer,
 		shares:    map[*limiter.Policy]*limiter.Policy{},
+		charged:   map[reservation]int64{},
 		deadlines: deadline.New(0),
 		newLocal: func() (*memory.Store, error) {
 			st, err := memory.New(memory.Config{Clock: cfg.Clock, MaxEntries: cfg.MaxEntries})
@@ -179,7 +229,7 @@ func New(inner limiter.Store, cfg Config) (*Store, error) {
 	if err != nil {
 		return nil, err
 	}
-	s.local.Store(leases.New(st, s.held))
+	s.local.Store(&generation{leases.New(st, s.held), 0})
 	s.metrics = cfg.Metrics
 	s.scratch.New = func() any { return new(scratch) }
 	return s, nil
@@ -221,8 +271,10 @@ type scratch struct {
 // within the caller's own deadline. Every outcome it returns is Evaluated:
 // a failure mode's answer has Source limiter.SourceFallback,
 // Decision.Fallback saying how it answered and Outcome.Failed the store's
-// failure. Releases of local leases (limiter.Request.LocalLease) are
-// given back to the local limiter alone.
+// failure. Releases of local leases and settles of local reservations
+// (limiter.Request.LocalLease) go to the local limiter alone, but a
+// settle whose local state was dropped, which goes to the store as a
+// plain charge.
 func (s *Store) Evaluate(ctx context.Context, batch []limiter.Request, out []limiter.Outcome) {
 	for i := range batch {
 		if batch[i].LocalLease {
@@ -233,41 +285,81 @@ func (s *Store) Evaluate(ctx context.Context, batch []limiter.Request, out []lim
 	s.evaluate(ctx, batch, out)
 }
 
-// evaluateSplit evaluates a batch that holds releases of local leases:
-// those by the local lease table, the others as a batch of their own. A
-// release never blocks its batch, so the two parts decide apart as they
+// evaluateSplit evaluates a batch that holds releases of local leases or
+// settles of local reservations: those by the local limiter (its lease
+// table, or the rate states of its generation), the others as a batch of
+// their own. A settle whose reservation was held by a dropped generation
+// joins the others as a plain charge, the first time. A release or a
+// settle never blocks its batch, so the two parts decide apart as they
 // would together.
 func (s *Store) evaluateSplit(ctx context.Context, batch []limiter.Request, out []limiter.Outcome) {
+	gen := s.local.Load()
+	now := s.clock.Now().UnixMilli()
 	var local, rest []int
 	for i := range batch {
-		if batch[i].LocalLease {
-			local = append(local, i)
-		} else {
+		r := &batch[i]
+		switch {
+		case !r.LocalLease:
 			rest = append(rest, i)
+		case r.Settles() && (r.LeaseAt == 0 || !gen.holds(r) && s.chargeOnce(r, now)):
+			rest = append(rest, i)
+		default:
+			local = append(local, i)
 		}
 	}
 	if len(rest) > 0 {
 		reqs, outs := gather(batch, rest)
+		for k := range reqs {
+			// The local reservation never reached the store: its usage
+			// is charged there.
+			reqs[k].LeaseAt, reqs[k].LocalLease = 0, false
+		}
 		s.evaluate(ctx, reqs, outs)
 		for k, i := range rest {
 			out[i] = outs[k]
 		}
 	}
+	if len(local) == 0 {
+		return
+	}
 	reqs, outs := gather(batch, local)
 	for k := range reqs {
-		// The local leases are held by the policy's share, under its ID
-		// and revision; a release gives back at most what a take of the
-		// share could hold.
+		// The local leases and reservations are held by the policy's
+		// share, under its ID and revision; a release gives back at most
+		// what a take of the share could hold.
 		if q, err := s.share(reqs[k].Policy); err == nil {
 			reqs[k].Policy = q
 			reqs[k].Cost = min(reqs[k].Cost, q.MaxCost())
 		}
 	}
-	s.held.Evaluate(ctx, reqs, outs)
+	gen.Evaluate(ctx, reqs, outs)
 	for k, i := range local {
 		out[i] = outs[k]
 		s.answer(&batch[i], &out[i])
 	}
+}
+
+// chargeOnce reports whether r, a settle of a local reservation that a
+// dropped generation held, is to be charged to the store: the first
+// settle of that reservation while it would still be live. It remembers
+// the reservation until its expiry (at most maxCharged of them).
+func (s *Store) chargeOnce(r *limiter.Request, now int64) bool {
+	if r.LeaseAt <= now {
+		return false
+	}
+	k := reservation{id: r.Policy.ID(), revision: r.Policy.Revision(), subject: r.Subject, at: r.LeaseAt}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if _, dup := s.charged[k]; dup {
+		return false
+	}
+	if len(s.charged) >= maxCharged {
+		maps.DeleteFunc(s.charged, func(_ reservation, at int64) bool { return at <= now })
+	}
+	if len(s.charged) < maxCharged {
+		s.charged[k] = r.LeaseAt
+	}
+	return true
 }
 
 // gather copies the requests of batch at idx, with an outcome each.
@@ -473,7 +565,7 @@ func (s *Store) storeDecided() {
 		// state stays.
 		return
 	}
-	s.local.Store(leases.New(st, s.held))
+	s.local.Store(&generation{leases.New(st, s.held), s.clock.Now().UnixMilli()})
 	if s.observer != nil {
 		s.observer.LocalDropped()
 	}
