@@ -205,9 +205,12 @@ func New(cfg Config) (*cache, error) {
 }
 
 // cacheable reports whether a request's policy can have its denials cached:
-// those of an algorithm whose denials hold, and a penalty box's blocks.
+// those of an algorithm whose denials hold, and a penalty box's blocks. A
+// reserving policy's never are: a settle gives back what a reservation
+// did not use, so its denials do not hold, and every settle must reach
+// the store.
 func cacheable(p *limiter.Policy) bool {
-	return p != nil && (p.Certainty() == limiter.Certain && p.DenialsHold() || p.Penalty().On())
+	return p != nil && !p.Reserve().On() && (p.Certainty() == limiter.Certain && p.DenialsHold() || p.Penalty().On())
 }
 
 // holds reports whether denial d of a request on p may be repeated until

@@ -33,6 +33,19 @@
 // answered by the failure mode, and the store's lease expires by its TTL
 // (or a journal below this wrapper replays the release).
 //
+// Reservations (limiter.Reserve) have an owner too. A reserve of a
+// failure_mode local policy during an outage is decided by the local
+// limiter, whose rate state holds the reservation; a settle marked
+// LocalLease settles it there. When that state has been dropped since the
+// reserve (the store decided a whole batch), the settle's usage goes to
+// the store as a plain charge (LeaseAt 0), which the store never saw: once
+// per reservation, and only while the reservation would still be live (a
+// settle after its expiry changes nothing, as it does in the store). A
+// settle of the store's reservations is never decided locally: when the
+// store fails it is answered by the failure mode (and a journal below this
+// wrapper replays it). failure_mode closed denies a reserve; open admits
+// it without a reservation (no HoldAt), so its usage is never settled.
+//
 // A Store is safe for concurrent use.
 package failover
 
@@ -43,8 +56,6 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
-
-	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/envoy-rls/envoy-rls/pkg/limiter"
 	"github.com/envoy-rls/envoy-rls/pkg/limiter/deadline"
@@ -62,6 +73,11 @@ const (
 	// maxShares bounds the cache of local shares; it is emptied when full
 	// (reloads make new policies).
 	maxShares = 4096
+	// maxCharged bounds the reservations of dropped local states whose
+	// settle went to the store, remembered until they expire so that a
+	// duplicate settle charges nothing. When it is full of live ones, a
+	// settle is charged without being remembered: usage is not lost.
+	maxCharged = 1 << 16
 )
 
 // Bounds of the answer reserve: the part of the caller's deadline kept back
@@ -119,7 +135,7 @@ type Store struct {
 
 	// local decides with the local rate states of an outage and the local
 	// leases of held, which are kept until released or expired.
-	local atomic.Pointer[leases.Store]
+	local atomic.Pointer[generation]
 	held  *memory.Store
 	// active: local decisions were made since the store last decided a
 	// whole batch; the first such batch drops the local state.
@@ -130,6 +146,9 @@ type Store struct {
 
 	mu     sync.Mutex
 	shares map[*limiter.Policy]*limiter.Policy
+	// charged holds the reservations of dropped local states whose settle
+	// went to the store (chargeOnce), by their expiry.
+	charged map[reservation]int64
 
 	scratch sync.Pool // *scratch
 }
@@ -162,6 +181,7 @@ func New(inner limiter.Store, cfg Config) (*Store, error) {
 		clock:     cfg.Clock,
 		observer:  cfg.Observer,
 		shares:    map[*limiter.Policy]*limiter.Policy{},
+		charged:   map[reservation]int64{},
 		deadlines: deadline.New(0),
 		newLocal: func() (*memory.Store, error) {
 			st, err := memory.New(memory.Config{Clock: cfg.Clock, MaxEntries: cfg.MaxEntries})
@@ -179,7 +199,7 @@ func New(inner limiter.Store, cfg Config) (*Store, error) {
 	if err != nil {
 		return nil, err
 	}
-	s.local.Store(leases.New(st, s.held))
+	s.local.Store(&generation{leases.New(st, s.held), 0})
 	s.metrics = cfg.Metrics
 	s.scratch.New = func() any { return new(scratch) }
 	return s, nil
@@ -221,8 +241,10 @@ type scratch struct {
 // within the caller's own deadline. Every outcome it returns is Evaluated:
 // a failure mode's answer has Source limiter.SourceFallback,
 // Decision.Fallback saying how it answered and Outcome.Failed the store's
-// failure. Releases of local leases (limiter.Request.LocalLease) are
-// given back to the local limiter alone.
+// failure. Releases of local leases and settles of local reservations
+// (limiter.Request.LocalLease) go to the local limiter alone, but a
+// settle whose local state was dropped, which goes to the store as a
+// plain charge.
 func (s *Store) Evaluate(ctx context.Context, batch []limiter.Request, out []limiter.Outcome) {
 	for i := range batch {
 		if batch[i].LocalLease {
@@ -231,52 +253,6 @@ func (s *Store) Evaluate(ctx context.Context, batch []limiter.Request, out []lim
 		}
 	}
 	s.evaluate(ctx, batch, out)
-}
-
-// evaluateSplit evaluates a batch that holds releases of local leases:
-// those by the local lease table, the others as a batch of their own. A
-// release never blocks its batch, so the two parts decide apart as they
-// would together.
-func (s *Store) evaluateSplit(ctx context.Context, batch []limiter.Request, out []limiter.Outcome) {
-	var local, rest []int
-	for i := range batch {
-		if batch[i].LocalLease {
-			local = append(local, i)
-		} else {
-			rest = append(rest, i)
-		}
-	}
-	if len(rest) > 0 {
-		reqs, outs := gather(batch, rest)
-		s.evaluate(ctx, reqs, outs)
-		for k, i := range rest {
-			out[i] = outs[k]
-		}
-	}
-	reqs, outs := gather(batch, local)
-	for k := range reqs {
-		// The local leases are held by the policy's share, under its ID
-		// and revision; a release gives back at most what a take of the
-		// share could hold.
-		if q, err := s.share(reqs[k].Policy); err == nil {
-			reqs[k].Policy = q
-			reqs[k].Cost = min(reqs[k].Cost, q.MaxCost())
-		}
-	}
-	s.held.Evaluate(ctx, reqs, outs)
-	for k, i := range local {
-		out[i] = outs[k]
-		s.answer(&batch[i], &out[i])
-	}
-}
-
-// gather copies the requests of batch at idx, with an outcome each.
-func gather(batch []limiter.Request, idx []int) ([]limiter.Request, []limiter.Outcome) {
-	reqs := make([]limiter.Request, len(idx))
-	for k, i := range idx {
-		reqs[k] = batch[i]
-	}
-	return reqs, make([]limiter.Outcome, len(idx))
 }
 
 func (s *Store) evaluate(ctx context.Context, batch []limiter.Request, out []limiter.Outcome) {
@@ -335,41 +311,6 @@ func failureAnswer(r *limiter.Request, o limiter.Outcome) limiter.Outcome {
 		}
 	}
 	return limiter.Outcome{Kind: limiter.Evaluated, Decision: d, Failed: o.Kind, RetryAfter: o.RetryAfter, Category: o.Category, Err: o.Err}
-}
-
-// Metrics counts the limits a failure mode answered (Config.Metrics), as
-// Prometheus counters: envoy_rls_store_errors_total{outcome}, by the kind
-// of the store's failure, and envoy_rls_fallback_total{mode}, by the mode
-// that answered (closed, open, local). Safe for concurrent use.
-type Metrics struct{ kinds, modes *prometheus.CounterVec }
-
-// NewMetrics creates the counters and registers them on reg.
-func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
-	c := &Metrics{
-		kinds: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "envoy_rls", Name: "store_errors_total",
-			Help: "Store failures by outcome kind (unavailable, indeterminate, incompatible)."}, []string{"outcome"}),
-		modes: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "envoy_rls", Name: "fallback_total",
-			Help: "Decisions answered by a policy's failure mode (open, closed, local) because the store failed."}, []string{"mode"}),
-	}
-	for _, v := range []*prometheus.CounterVec{c.kinds, c.modes} {
-		if err := reg.Register(v); err != nil {
-			return nil, fmt.Errorf("failover: registering metrics: %w", err)
-		}
-	}
-	// Every series from the start, at zero.
-	for _, k := range []limiter.OutcomeKind{limiter.Unavailable, limiter.Indeterminate, limiter.Incompatible} {
-		c.kinds.WithLabelValues(k.String())
-	}
-	for _, m := range []limiter.FailureMode{limiter.FailClosed, limiter.FailOpen, limiter.FailLocal} {
-		c.modes.WithLabelValues(m.String())
-	}
-	return c, nil
-}
-
-// count counts o, a failure mode's answer.
-func (c *Metrics) count(o *limiter.Outcome) {
-	c.kinds.WithLabelValues(o.Failed.String()).Inc()
-	c.modes.WithLabelValues(o.Decision.Fallback.String()).Inc()
 }
 
 // usesLocal reports whether the failed outcome of a request is decided
@@ -473,7 +414,7 @@ func (s *Store) storeDecided() {
 		// state stays.
 		return
 	}
-	s.local.Store(leases.New(st, s.held))
+	s.local.Store(&generation{leases.New(st, s.held), s.clock.Now().UnixMilli()})
 	if s.observer != nil {
 		s.observer.LocalDropped()
 	}

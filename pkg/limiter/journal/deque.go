@@ -2,8 +2,9 @@ package journal
 
 // chunkLen is the number of entries of one chunk of a deque: large enough
 // that a chunk's allocation is rare, small enough that a nearly empty
-// journal holds little.
-const chunkLen = 512
+// journal holds little. A chunk is allocated in whole pages: 1024 entries
+// of 88 bytes fill eleven 8 KiB pages, none left unused.
+const chunkLen = 1024
 
 // deque is a FIFO of entries in fixed-size chunks: pushing at the back and
 // dropping from the front are O(1) without ever copying the entries held,

@@ -17,15 +17,19 @@ import (
 // The journal file: fileMagic, the number of entries (uint32), the
 // entries, then a CRC-32C of everything before it. An entry names its
 // policy by ID and revision and carries the subject digest, the tag, the
-// cost and when it was journalled; never a raw descriptor value:
+// cost, when it was journalled and what a release or a settle names
+// (LeaseAt); never a raw descriptor value:
 //
-//	kind u8 | len(ID) u8 | ID | revision u32 | cost u64 | at i64 (Unix ms) | subject [32] | tag [8]
+//	kind u8 | len(ID) u8 | ID | revision u32 | cost u64 | at i64 (Unix ms) | leaseAt i64 | subject [32] | tag [8]
 //
-// Integers are big-endian.
+// Integers are big-endian. A file of the first format (fileMagicV1) is
+// still read: its entries have no leaseAt (0) and are charges and
+// releases only.
 const (
-	fileMagic = "ERLSJNL1"
+	fileMagic   = "ERLSJNL2"
+	fileMagicV1 = "ERLSJNL1"
 	// maxRecordBytes bounds one entry in the file.
-	maxRecordBytes = 2 + limiter.MaxPolicyIDLength + 4 + 8 + 8 + 32 + 8
+	maxRecordBytes = 2 + limiter.MaxPolicyIDLength + 4 + 8 + 8 + 8 + 32 + 8
 	fileOverhead   = len(fileMagic) + 4 + 4
 )
 
@@ -74,6 +78,7 @@ func appendRecord(b []byte, e *entry) []byte {
 	b = binary.BigEndian.AppendUint32(b, e.policy.Revision())
 	b = binary.BigEndian.AppendUint64(b, uint64(e.cost))
 	b = binary.BigEndian.AppendUint64(b, uint64(e.at))
+	b = binary.BigEndian.AppendUint64(b, uint64(e.leaseAt))
 	b = append(b, e.subject[:]...)
 	return append(b, e.tag[:]...)
 }
@@ -115,6 +120,7 @@ type record struct {
 	revision uint32
 	cost     int64
 	at       int64
+	leaseAt  int64
 	subject  limiter.SubjectDigest
 	tag      limiter.Tag
 }
@@ -170,7 +176,7 @@ func (j *Journal) Restore(policies []*limiter.Policy) (restored int, err error) 
 			j.observer.Dropped(rc.kind, reasonPolicyGone, 1)
 			continue
 		}
-		e := entry{policy: p, subject: rc.subject, tag: rc.tag, cost: min(rc.cost, p.MaxCost()), at: rc.at, kind: rc.kind}
+		e := entry{policy: p, subject: rc.subject, tag: rc.tag, cost: min(rc.cost, p.MaxCost()), at: rc.at, leaseAt: rc.leaseAt, kind: rc.kind}
 		r := e.request()
 		if k, ok := settles(&r); !ok || k != rc.kind || r.Validate() != nil {
 			j.observer.Dropped(rc.kind, reasonInvalid, 1)
@@ -214,10 +220,15 @@ func readFile(path string, max int) ([]record, error) {
 	return recs, nil
 }
 
-// parseFile decodes a journal file's bytes.
+// parseFile decodes a journal file's bytes, of either format.
 func parseFile(data []byte) ([]record, error) {
-	if len(data) < fileOverhead || !bytes.HasPrefix(data, []byte(fileMagic)) {
+	v1 := bytes.HasPrefix(data, []byte(fileMagicV1))
+	if len(data) < fileOverhead || !v1 && !bytes.HasPrefix(data, []byte(fileMagic)) {
 		return nil, errors.New("no journal header")
+	}
+	kinds, fixed := numKinds, 4+8+8+8+32+8
+	if v1 {
+		kinds, fixed = kindSettle, 4+8+8+32+8
 	}
 	body, sum := data[:len(data)-4], binary.BigEndian.Uint32(data[len(data)-4:])
 	if crc32.Checksum(body, castagnoli) != sum {
@@ -237,7 +248,7 @@ func parseFile(data []byte) ([]record, error) {
 		rc.kind = kind(b[0])
 		idLen := int(b[1])
 		b = b[2:]
-		if rc.kind >= numKinds || idLen == 0 || idLen > limiter.MaxPolicyIDLength || len(b) < idLen+4+8+8+32+8 {
+		if rc.kind >= kinds || idLen == 0 || idLen > limiter.MaxPolicyIDLength || len(b) < idLen+fixed {
 			return nil, errors.New("bad entry")
 		}
 		rc.id = string(b[:idLen])
@@ -245,10 +256,15 @@ func parseFile(data []byte) ([]record, error) {
 		rc.revision = binary.BigEndian.Uint32(b)
 		rc.cost = int64(binary.BigEndian.Uint64(b[4:]))
 		rc.at = int64(binary.BigEndian.Uint64(b[12:]))
-		copy(rc.subject[:], b[20:52])
-		copy(rc.tag[:], b[52:60])
-		b = b[60:]
-		if rc.cost < 1 {
+		b = b[20:]
+		if !v1 {
+			rc.leaseAt = int64(binary.BigEndian.Uint64(b))
+			b = b[8:]
+		}
+		copy(rc.subject[:], b[:32])
+		copy(rc.tag[:], b[32:40])
+		b = b[40:]
+		if rc.cost < 1 && !(rc.cost == 0 && rc.kind == kindSettle) {
 			return nil, errors.New("bad cost")
 		}
 		recs = append(recs, rc)

@@ -5,8 +5,10 @@
 // A settlement is usage already spent or given back, which the caller does
 // not ask about and cannot send again: a charge (a request of a
 // `charge: always` policy in a role that consumes, limiter.Request.Charges:
-// Envoy ignores its answer) and a lease release (limiter.LeaseRelease, sent
-// when the stream is done). When the store fails such a request in a way
+// Envoy ignores its answer), a lease release (limiter.LeaseRelease, sent
+// when the stream is done) and a settle of a reservation
+// (limiter.Request.Settles: the usage of a stream that reserved). When the
+// store fails such a request in a way
 // that may have left it unapplied (Unavailable, but for an invalid request;
 // Indeterminate), the Journal keeps a copy; the outcome goes up unchanged,
 // so the failure mode answers it as before. Takes, rate requests, checks,
@@ -14,14 +16,18 @@
 // failure mode, and nothing was spent.
 //
 // Run replays the entries, oldest first, in batches of replayBatch, each
-// entry as a request of its own (a charge in limiter.RoleOrdinary: it
-// records its cost whatever the limit answers): an entry the store
+// entry as a request of its own (a charge or a settle in
+// limiter.RoleOrdinary: it records its cost whatever the limit answers; a
+// release or a settle names what it gives back or settles, LeaseAt, as
+// it was sent): an entry the store
 // evaluates is done, one it fails again is kept for the next attempt
 // (backing off from minRetry to maxRetry while the store fails, at once
 // when a request through the Journal is answered by the store again), one
 // it finds incompatible or invalid is dropped. A release older than its
 // policy's lease TTL is dropped unsent: its lease has expired, and a release
-// without identity would free another request's lease.
+// without identity would free another request's lease. A settle is sent
+// whenever it comes: one naming a reservation that has expired, or that a
+// replay settled already, changes nothing (the estimate stays charged).
 //
 // # Once
 //
@@ -61,7 +67,7 @@ import (
 
 // Defaults and bounds of Config.
 const (
-	// DefaultMaxEntries bounds the journal: at most about 8 MiB when
+	// DefaultMaxEntries bounds the journal: at most about 8.6 MiB when
 	// full (MaxBytesPerEntry).
 	DefaultMaxEntries = 100_000
 	// MaxMaxEntries bounds Config.MaxEntries.
@@ -83,7 +89,7 @@ const (
 	// (the entry and its share of a chunk; the policy is the rules', and
 	// a late answer awaited, held only while its store's call is in
 	// flight, the store's).
-	MaxBytesPerEntry = 88
+	MaxBytesPerEntry = 90
 )
 
 // kind is what a settlement does; it labels the metrics.
@@ -94,12 +100,17 @@ const (
 	kindCharge kind = iota
 	// kindRelease gives leases back (limiter.LeaseRelease).
 	kindRelease
+	// kindSettle settles a reservation (limiter.Request.Settles).
+	kindSettle
 	numKinds
 )
 
 func (k kind) String() string {
-	if k == kindRelease {
+	switch k {
+	case kindRelease:
 		return "release"
+	case kindSettle:
+		return "settle"
 	}
 	return "charge"
 }
@@ -122,14 +133,17 @@ const (
 )
 
 // settles reports whether r is a settlement, and of which kind: a charge
-// (limiter.Request.Charges, not of a concurrency policy) or a lease
-// release.
+// (limiter.Request.Charges, not of a concurrency policy), a lease release,
+// or a settle in whatever role (one of cost 0 that names no reservation
+// does nothing).
 func settles(r *limiter.Request) (kind, bool) {
 	switch p := r.Policy; {
 	case p == nil:
 		return 0, false
 	case p.Leases():
 		return kindRelease, r.Lease == limiter.LeaseRelease
+	case r.Settles():
+		return kindSettle, r.Cost > 0 || r.LeaseAt != 0
 	case r.Lease == limiter.LeaseTake && r.Charges():
 		return kindCharge, true
 	}
@@ -192,6 +206,8 @@ type entry struct {
 	tag     limiter.Tag
 	cost    int64
 	at      int64 // when it was journalled, Unix ms
+	// leaseAt is a release's or a settle's limiter.Request.LeaseAt.
+	leaseAt int64
 	// awaited is, for an Indeterminate outcome, the store's late answer
 	// to wait for before a replay (nil: none to wait for), awaited since
 	// at + awaitedAfter ms.
@@ -208,13 +224,17 @@ func (e *entry) await(a *limiter.Awaited, now int64) {
 	e.awaited, e.awaitedAfter = a, uint32(min(max(now-e.at, 0), 1<<32-1))
 }
 
-// request is the replay of e, a request of its own: a charge in the
-// ordinary role (it records its cost whatever the limit answers), a
-// release as pkg/rls sends one (a check: it never blocks).
+// request is the replay of e, a request of its own: a charge or a settle
+// in the ordinary role (it records its cost whatever the limit answers; a
+// settle never blocks), a release as pkg/rls sends one (a check: it never
+// blocks); a release or a settle names its LeaseAt.
 func (e *entry) request() limiter.Request {
 	r := limiter.Request{Policy: e.policy, Subject: e.subject, Tag: e.tag, Cost: e.cost}
-	if e.kind == kindRelease {
-		r.Lease, r.Role = limiter.LeaseRelease, limiter.RoleCheck
+	switch e.kind {
+	case kindRelease:
+		r.Lease, r.Role, r.LeaseAt = limiter.LeaseRelease, limiter.RoleCheck, e.leaseAt
+	case kindSettle:
+		r.Lease, r.LeaseAt = limiter.LeaseRelease, e.leaseAt
 	}
 	return r
 }
@@ -329,7 +349,7 @@ func (j *Journal) Evaluate(ctx context.Context, batch []limiter.Request, out []l
 // add keeps a copy of r (whose store's late answer is awaited, when not
 // nil), or drops it when the journal is full.
 func (j *Journal) add(r *limiter.Request, k kind, awaited *limiter.Awaited) {
-	e := entry{policy: r.Policy, subject: r.Subject, tag: r.Tag, cost: r.Cost, at: j.clock.Now().UnixMilli(), kind: k}
+	e := entry{policy: r.Policy, subject: r.Subject, tag: r.Tag, cost: r.Cost, at: j.clock.Now().UnixMilli(), leaseAt: r.LeaseAt, kind: k}
 	e.await(awaited, e.at)
 	j.mu.Lock()
 	if j.q.len() >= j.max {

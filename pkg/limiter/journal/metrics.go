@@ -30,13 +30,13 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 	}
 	m := &Metrics{
 		entries: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: "envoy_rls", Name: "journal_entries",
-			Help: "Charges and lease releases the store could not record, held to be applied when it answers again."}),
+			Help: "Charges, lease releases and settles the store could not record, held to be applied when it answers again."}),
 		journalled: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "envoy_rls", Name: "journal_journalled_total",
-			Help: "Charges and lease releases the store could not record, kept in the journal, by kind (charge, release)."}, []string{"kind"}),
+			Help: "Charges, lease releases and settles the store could not record, kept in the journal, by kind (charge, release, settle)."}, []string{"kind"}),
 		replayed: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "envoy_rls", Name: "journal_replayed_total",
 			Help: "Journal entries applied by the store after it failed them, by kind."}, []string{"kind"}),
 		dropped: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "envoy_rls", Name: "journal_dropped_total",
-			Help: "Charges and lease releases never applied, by kind and reason: full (the journal was full), incompatible, invalid, expired (a release past its lease TTL), policy_gone (restored for a policy the rules no longer hold)."}, []string{"kind", "reason"}),
+			Help: "Charges, lease releases and settles never applied, by kind and reason: full (the journal was full), incompatible, invalid, expired (a release past its lease TTL), policy_gone (restored for a policy the rules no longer hold)."}, []string{"kind", "reason"}),
 	}
 	for _, c := range []prometheus.Collector{m.entries, m.journalled, m.replayed, m.dropped} {
 		if err := reg.Register(c); err != nil {

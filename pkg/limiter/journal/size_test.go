@@ -82,6 +82,8 @@ func TestMetrics(t *testing.T) {
 		`envoy_rls_journal_entries 0`,
 		`envoy_rls_journal_journalled_total{kind="charge"} 2`,
 		`envoy_rls_journal_journalled_total{kind="release"} 0`,
+		`envoy_rls_journal_journalled_total{kind="settle"} 0`,
+		`envoy_rls_journal_dropped_total{kind="settle",reason="full"} 0`,
 		`envoy_rls_journal_replayed_total{kind="charge"} 2`,
 		`envoy_rls_journal_dropped_total{kind="charge",reason="full"} 1`,
 		`envoy_rls_journal_dropped_total{kind="release",reason="policy_gone"} 0`,
