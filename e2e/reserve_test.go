@@ -11,6 +11,8 @@ import (
 	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/protobuf/types/known/wrapperspb"
+
+	"github.com/envoy-rls/envoy-rls/internal/redistest"
 )
 
 // The token-budget load of the reservation tests: a budget of
@@ -101,33 +103,44 @@ func runBudgetLoad(t *testing.T, rs []*replica, tenant string, charge bool, seed
 
 // TestReserveBudgetLoad: with reservations, the tokens the admitted
 // streams use stay within the budget plus their excesses over what they
-// reserved, and reservations do not starve it (at least 90 % used); with
-// check-then-charge (charge: always) the same load overshoots. Both
+// reserved, reservations do not starve it (at least 90 % used), and once
+// every stream has settled the budget holds exactly the tokens used; with
+// check-then-charge (charge: always) the same load overshoots. On the
+// memory store (one replica) and on three replicas sharing one Redis, each
+// stream's settle sent to another replica than its reserve. Both
 // overshoots are logged for docs/algorithms.md.
 func TestReserveBudgetLoad(t *testing.T) {
-	for _, charge := range []bool{false, true} {
-		name := map[bool]string{false: "reserve", true: "check and charge"}[charge]
-		t.Run(name, func(t *testing.T) {
-			r := startReplica(t, "reserve", replicaConfig{Rules: rulesDir(t, reserveRules(charge))})
-			tenant := unique("tenant")
-			load := runBudgetLoad(t, []*replica{r}, tenant, charge, 1)
-			used, excess := load.used.Load(), load.excess.Load()
-			t.Logf("%s: %d streams admitted, %d tokens used (%.2f× the budget), excess over reservations %d",
-				name, load.streams.Load(), used, float64(used)/reserveBudget, excess)
-			if charge {
-				return // the figure to compare: no bound is promised
-			}
-			// Every reservation is settled: the budget holds exactly the
-			// tokens used.
-			if res := r.send(callTimeout, budgetDescriptor(tenant, "", 0)); !res.ok() && !res.over() || int64(res.Remain) != max(0, reserveBudget-used) {
-				t.Errorf("after the load: %v remaining %d, want %d (the budget less the tokens used)", res, res.Remain, max(0, reserveBudget-used))
-			}
-			if used > reserveBudget+excess {
-				t.Errorf("used %d tokens, above the bound %d + %d", used, reserveBudget, excess)
-			}
-			if used < reserveBudget*9/10 {
-				t.Errorf("used %d tokens, under 90 %% of the budget %d: reservations starve it", used, reserveBudget)
-			}
-		})
-	}
+	onEachStore(t, func(t *testing.T, cfg replicaConfig, redis *redistest.Server) {
+		for _, charge := range []bool{false, true} {
+			name := map[bool]string{false: "reserve", true: "check and charge"}[charge]
+			t.Run(name, func(t *testing.T) {
+				n := 1
+				if redis != nil {
+					n = 3
+				}
+				rs := startReplicas(t, n, reserveRules(charge), cfg)
+				tenant := unique("tenant")
+				load := runBudgetLoad(t, rs, tenant, charge, 1)
+				used, excess := load.used.Load(), load.excess.Load()
+				t.Logf("%s, %d replicas: %d streams admitted, %d tokens used (%.2f× the budget), excess over reservations %d",
+					name, n, load.streams.Load(), used, float64(used)/reserveBudget, excess)
+				if charge {
+					return // the figure to compare: no bound is promised
+				}
+				if used > reserveBudget+excess {
+					t.Errorf("used %d tokens, above the bound %d + %d", used, reserveBudget, excess)
+				}
+				if used < reserveBudget*9/10 {
+					t.Errorf("used %d tokens, under 90 %% of the budget %d: reservations starve it", used, reserveBudget)
+				}
+				// Every reservation is settled: the budget holds exactly
+				// the tokens used.
+				for _, r := range rs {
+					if res := r.send(callTimeout, budgetDescriptor(tenant, "", 0)); !res.ok() && !res.over() || int64(res.Remain) != max(0, reserveBudget-used) {
+						t.Errorf("after the load, on %s: %v remaining %d, want %d (the budget less the tokens used)", r.name, res, res.Remain, max(0, reserveBudget-used))
+					}
+				}
+			})
+		}
+	})
 }
