@@ -1,4 +1,4 @@
-#!lua name=envoy_rls_rate_v2_f93c2770c8f2
+#!lua name=envoy_rls_rate_v2_0d409246f050
 -- rate-batch-v2-function.lua: rate-batch-v2.lua as a Redis function library
 -- (FUNCTION LOAD, then FCALL of the function below with the program's
 -- KEYS and ARGV).
@@ -330,15 +330,12 @@ end
 -- reserve, 2 a settle), the TTL ms, the settle's identity (0 none), the
 -- policy's max cost and, for a calendar window's settle, the start of the
 -- period holding the reservation's time (else 0). It returns valid, rop
--- (false without the extension; not false with the bit, whose key replies
--- an identity even when not valid), the four numbers, pos after it (where
+-- (not false: a key with the bit replies an identity even when not
+-- valid), the four numbers, pos after it (where
 -- the calendar extension starts) and the flags without the bit. A
 -- reservation has no penalty box, no sliding log (algorithm 5), a TTL up
 -- to limiter.MaxLeaseTTL (24 hours) and a max cost up to the ceiling.
 local function reserveArgs(packed, pos, flags, penalty, algorithm, ceiling)
-  if flags < RESERVE then
-    return true, false, 0, 0, 0, 0, pos, flags
-  end
   flags = flags - RESERVE
   -- The extension ends the argument, unless the calendar one follows
   -- (calendarArgs checks that one's length from pos).
@@ -921,7 +918,7 @@ end
 -- programs' headers).
 -- uses: unpack, unpackList, FAIL_OPEN, PENALTY, CALENDAR, MAX,
 -- uses: MAX_DURATION, MAX_SLIDING, MAX_LOG, fmod, penaltyArgs, calendarArgs,
--- uses: CHARGE, reserveArgs
+-- uses: CHARGE, RESERVE, reserveArgs
 -- defines: NARG, argsRead, keyArgs
 
 local NARG = 1
@@ -966,12 +963,12 @@ local function keyArgs(gi)
   -- holding the reservation's time (0 otherwise).
   -- uses: unpack, FAIL_OPEN, PENALTY, CALENDAR, MAX,
   -- uses: MAX_DURATION, MAX_SLIDING, MAX_LOG, fmod, penaltyArgs, calendarArgs,
-  -- uses: CHARGE, reserveArgs
+  -- uses: CHARGE, RESERVE, reserveArgs
   -- in: packed, valid
   -- out: valid, alg, role, failOpen, rev, limit, p2, p3, grace, maxRegression,
   -- out: cost, penalty, duration, maxDuration, decay, cal, cb0, cb1, cb2, cb3,
   -- out: charge, ceiling, rop, rttl, rat, rmax, rstart
-  -- defines: algorithm, flags, pos, rok
+  -- defines: algorithm, flags, pos
   local algorithm, flags, pos
   algorithm, flags, rev, limit, p2, p3, grace, maxRegression, cost, pos = unpack('>BBddddddd', packed)
   -- The flags are a byte (0..255): bit b of it is set when flags % (2 * b)
@@ -988,9 +985,13 @@ local function keyArgs(gi)
     ok, penalty, duration, maxDuration, decay, pos, flags = penaltyArgs(packed, pos, flags, limit)
     valid = valid and ok
   end
-  local rok
-  rok, rop, rttl, rat, rmax, rstart, pos, flags = reserveArgs(packed, pos, flags, penalty, algorithm, ceiling)
-  valid = valid and rok
+  rop, rttl, rat, rmax, rstart = false, 0, 0, 0, 0
+  if flags >= RESERVE then
+    -- (A call only for a reserving policy's key.)
+    local rok
+    rok, rop, rttl, rat, rmax, rstart, pos, flags = reserveArgs(packed, pos, flags, penalty, algorithm, ceiling)
+    valid = valid and rok
+  end
   -- fragments/valid.lua: the rules of a key's arguments that every algorithm
   -- shares (limiter.NewPolicy, Request.Validate), once, as an inline block of
   -- a program's keyArgs (a call per key costs Redis CPU; docs/performance.md):
@@ -2336,7 +2337,7 @@ local function runGroup(counts, deadlines)
 end
 -- End of group.lua.
 
-redis.register_function{function_name='envoy_rls_rate_batch_v2_f93c2770c8f2', callback=function(keys, args)
+redis.register_function{function_name='envoy_rls_rate_batch_v2_0d409246f050', callback=function(keys, args)
 if not find then
   find, fmod, format, band, unpackList, unpack, pack, sub, max = libs()
 end

@@ -3,7 +3,7 @@
 -- programs' headers).
 -- uses: unpack, unpackList, FAIL_OPEN, PENALTY, CALENDAR, MAX,
 -- uses: MAX_DURATION, MAX_SLIDING, MAX_LOG, fmod, penaltyArgs, calendarArgs,
--- uses: CHARGE, reserveArgs
+-- uses: CHARGE, RESERVE, reserveArgs
 -- defines: NARG, argsRead, keyArgs
 
 local NARG = 1

@@ -14,12 +14,12 @@
 -- holding the reservation's time (0 otherwise).
 -- uses: unpack, FAIL_OPEN, PENALTY, CALENDAR, MAX,
 -- uses: MAX_DURATION, MAX_SLIDING, MAX_LOG, fmod, penaltyArgs, calendarArgs,
--- uses: CHARGE, reserveArgs
+-- uses: CHARGE, RESERVE, reserveArgs
 -- in: packed, valid
 -- out: valid, alg, role, failOpen, rev, limit, p2, p3, grace, maxRegression,
 -- out: cost, penalty, duration, maxDuration, decay, cal, cb0, cb1, cb2, cb3,
 -- out: charge, ceiling, rop, rttl, rat, rmax, rstart
--- defines: algorithm, flags, pos, rok
+-- defines: algorithm, flags, pos
 local algorithm, flags, pos
 algorithm, flags, rev, limit, p2, p3, grace, maxRegression, cost, pos = unpack('>BBddddddd', packed)
 -- The flags are a byte (0..255): bit b of it is set when flags % (2 * b)
@@ -36,9 +36,13 @@ if flags % 32 >= PENALTY then
   ok, penalty, duration, maxDuration, decay, pos, flags = penaltyArgs(packed, pos, flags, limit)
   valid = valid and ok
 end
-local rok
-rok, rop, rttl, rat, rmax, rstart, pos, flags = reserveArgs(packed, pos, flags, penalty, algorithm, ceiling)
-valid = valid and rok
+rop, rttl, rat, rmax, rstart = false, 0, 0, 0, 0
+if flags >= RESERVE then
+  -- (A call only for a reserving policy's key.)
+  local rok
+  rok, rop, rttl, rat, rmax, rstart, pos, flags = reserveArgs(packed, pos, flags, penalty, algorithm, ceiling)
+  valid = valid and rok
+end
 -- #include valid.lua
 -- #include algorithms.lua dispatch
 cal, cb0, cb1, cb2, cb3 = false, 0, 0, 0, 0

@@ -18,15 +18,12 @@
 -- reserve, 2 a settle), the TTL ms, the settle's identity (0 none), the
 -- policy's max cost and, for a calendar window's settle, the start of the
 -- period holding the reservation's time (else 0). It returns valid, rop
--- (false without the extension; not false with the bit, whose key replies
--- an identity even when not valid), the four numbers, pos after it (where
+-- (not false: a key with the bit replies an identity even when not
+-- valid), the four numbers, pos after it (where
 -- the calendar extension starts) and the flags without the bit. A
 -- reservation has no penalty box, no sliding log (algorithm 5), a TTL up
 -- to limiter.MaxLeaseTTL (24 hours) and a max cost up to the ceiling.
 local function reserveArgs(packed, pos, flags, penalty, algorithm, ceiling)
-  if flags < RESERVE then
-    return true, false, 0, 0, 0, 0, pos, flags
-  end
   flags = flags - RESERVE
   -- The extension ends the argument, unless the calendar one follows
   -- (calendarArgs checks that one's length from pos).
