@@ -18,8 +18,10 @@ var stateAlgorithms = [...]byte{limiter.FixedWindow: 1, limiter.SlidingWindow: 2
 // one string, big-endian as struct.pack('>Bdddd') of head,
 // LastObservedMs, Epoch, Level and Carry; head is the algorithm byte, plus
 // StatePenalty when struct.pack('>dd') of PenaltyUntilMs and PenaltyLevel
-// follows; then a sliding log's Log. Every number is an integer in [0,
-// 2^53-1], which a float64 holds exactly.
+// follows, or StateReserved when struct.pack('>H') of the number of
+// reservations and Reserved (16 bytes each) follow; then a sliding log's
+// Log. Every number is an integer in [0, 2^53-1], which a float64 holds
+// exactly.
 const (
 	// StateLen is the length of a state without a penalty box or a log.
 	StateLen = 1 + 4*8
@@ -27,6 +29,8 @@ const (
 	StatePenaltyLen = 2 * 8
 	// StatePenalty is the bit of head that says a penalty box follows.
 	StatePenalty = 64
+	// StateReserved is the bit of head that says reservations follow.
+	StateReserved = 32
 	// MaxPenaltyLevel is the largest penalty level a state may hold.
 	MaxPenaltyLevel = 99
 )
@@ -36,17 +40,24 @@ const (
 // 0. Its Schema, PolicyID and Revision are not kept: the key names them.
 func AppendState(dst []byte, st algorithm.State) []byte {
 	head := stateAlgorithms[st.Algorithm]
-	if st.PenaltyLevel > 0 {
+	switch {
+	case st.PenaltyLevel > 0:
 		head |= StatePenalty
+	case st.Reserved != "":
+		head |= StateReserved
 	}
 	dst = append(dst, head)
 	for _, v := range []int64{st.LastObservedMs, st.Epoch, st.Level, st.Carry} {
 		dst = binary.BigEndian.AppendUint64(dst, math.Float64bits(float64(v)))
 	}
-	if st.PenaltyLevel > 0 {
+	switch {
+	case st.PenaltyLevel > 0:
 		for _, v := range []int64{st.PenaltyUntilMs, st.PenaltyLevel} {
 			dst = binary.BigEndian.AppendUint64(dst, math.Float64bits(float64(v)))
 		}
+	case st.Reserved != "":
+		dst = binary.BigEndian.AppendUint16(dst, uint16(len(st.Reserved)/algorithm.ReservationEntryBytes))
+		dst = append(dst, st.Reserved...)
 	}
 	return append(dst, st.Log...)
 }
@@ -56,8 +67,10 @@ func AppendState(dst []byte, st algorithm.State) []byte {
 // value the program reads as STATE_INCOMPATIBLE (another algorithm,
 // another length, a number that is not an integer in [0, 2^53-1], a
 // sliding window's count above any sliding limit, a penalty level outside
-// [1, MaxPenaltyLevel] or a block ending at 0). A sliding log's Log is
-// returned as stored: the program checks it as it reads it.
+// [1, MaxPenaltyLevel] or a block ending at 0, reservations of a policy
+// that does not reserve or other than a count of 1 or more and whole
+// entries). A sliding log's Log and the reservations are returned as
+// stored: the program checks them as it reads them.
 func ParseState(v []byte, p *limiter.Policy) (st algorithm.State, ok bool) {
 	if len(v) < StateLen {
 		return st, false
@@ -90,6 +103,12 @@ func ParseState(v []byte, p *limiter.Policy) (st algorithm.State, ok bool) {
 		}
 		st.PenaltyUntilMs, st.PenaltyLevel = until, level
 		rest = rest[StatePenaltyLen:]
+	case v[0] == alg|StateReserved && p.Reserve().On() && len(rest) >= 2:
+		n := int(binary.BigEndian.Uint16(rest))
+		if n < 1 || len(rest) != 2+n*algorithm.ReservationEntryBytes {
+			return algorithm.State{}, false
+		}
+		st.Reserved, rest = string(rest[2:]), nil
 	case v[0] != alg:
 		return algorithm.State{}, false
 	}
@@ -102,4 +121,11 @@ func ParseState(v []byte, p *limiter.Policy) (st algorithm.State, ok bool) {
 		return algorithm.State{}, false
 	}
 	return st, true
+}
+
+// Reservation returns reservation i of a packed algorithm.State.Reserved
+// (16 bytes each: its identity and amount, big-endian doubles).
+func Reservation(res string, i int) (id, amount int64) {
+	b := []byte(res[i*algorithm.ReservationEntryBytes : (i+1)*algorithm.ReservationEntryBytes])
+	return int64(math.Float64frombits(binary.BigEndian.Uint64(b))), int64(math.Float64frombits(binary.BigEndian.Uint64(b[8:])))
 }

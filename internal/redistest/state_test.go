@@ -96,3 +96,47 @@ func statePolicies(t *testing.T) []*limiter.Policy {
 	}
 	return out
 }
+
+// TestStateReserved: a reserving policy's state keeps its reservations
+// after the numbers (StateReserved, a count, 16 bytes each), read back as
+// written; a policy that does not reserve, a count of 0 or one that does
+// not match the length is refused; no reservations, no section.
+func TestStateReserved(t *testing.T) {
+	p, err := limiter.NewPolicy(limiter.PolicySpec{ID: "rv", Algorithm: limiter.FixedWindow,
+		Params: limiter.FixedWindowParams{Limit: 10, Window: time.Second}, Reserve: limiter.Reserve{TTL: time.Minute}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	entry := func(id, amount float64) string {
+		b := binary.BigEndian.AppendUint64(nil, math.Float64bits(id))
+		return string(binary.BigEndian.AppendUint64(b, math.Float64bits(amount)))
+	}
+	st := algorithm.State{Exists: true, Schema: algorithm.StateSchema, Algorithm: p.Algorithm(), PolicyID: p.ID(),
+		Revision: p.Revision(), LastObservedMs: 1000, Epoch: 1, Level: 3, Reserved: entry(61_000, 2) + entry(61_001, 0)}
+	v := AppendState(nil, st)
+	if len(v) != StateLen+2+32 || v[0] != 1|StateReserved {
+		t.Fatalf("%x: %d bytes, head %d", v, len(v), v[0])
+	}
+	if got, ok := ParseState(v, p); !ok || got != st {
+		t.Fatalf("ParseState = %+v %v, want %+v", got, ok, st)
+	}
+	if id, amount := Reservation(st.Reserved, 1); id != 61_001 || amount != 0 {
+		t.Fatalf("Reservation(1) = %d, %d", id, amount)
+	}
+	none := st
+	none.Reserved = ""
+	if v := AppendState(nil, none); len(v) != StateLen || v[0] != 1 {
+		t.Fatalf("no reservations: %x", v)
+	}
+	count0 := append(append([]byte(nil), v[:StateLen]...), 0, 0)
+	short := v[:len(v)-1]
+	plain := statePolicies(t)[0]
+	for name, c := range map[string]struct {
+		v []byte
+		p *limiter.Policy
+	}{"count 0": {count0, p}, "short": {short, p}, "not reserving": {v, plain}} {
+		if got, ok := ParseState(c.v, c.p); ok {
+			t.Errorf("%s: ParseState = %+v, want refused", name, got)
+		}
+	}
+}

@@ -38,6 +38,25 @@ const (
 	// flagCharge: the key's policy records a denied cost
 	// (limiter.ChargeAlways), up to limiter.Policy.Ceiling.
 	flagCharge = 64
+	// flagReserve: the key's policy reserves (limiter.Reserve): the
+	// reservation extension (reservePacked bytes) follows the penalty
+	// extension's place, before the calendar extension.
+	flagReserve = 128
+)
+
+// reservePacked is the length of the reservation extension of a key of a
+// reserving policy: struct.pack('>ddddd') of the operation (reserveOp or
+// settleOp), the TTL ms, the settle's identity (limiter.Request.LeaseAt; 0
+// for a reserve), the policy's max cost and, for a calendar window's
+// settle of a reservation, the start of the period holding the
+// reservation's time (its identity minus the TTL), else 0
+// (fragments/reserve.lua).
+const reservePacked = 5 * 8
+
+// The operations of the reservation extension.
+const (
+	reserveOp = 1
+	settleOp  = 2
 )
 
 // penaltyPacked is the length of the penalty extension that follows the
@@ -54,12 +73,15 @@ const penaltyPacked = 3 * 8
 const calendarPacked = 4 * 8
 
 // BatchPackedLen is the length AppendBatchPacked appends for a key of p:
-// batchPacked, plus penaltyPacked with a penalty box, plus calendarPacked
-// for a calendar window.
+// batchPacked, plus penaltyPacked with a penalty box, plus reservePacked
+// for a reserving policy, plus calendarPacked for a calendar window.
 func BatchPackedLen(p *limiter.Policy) int {
 	n := batchPacked
 	if p.Penalty().On() {
 		n += penaltyPacked
+	}
+	if p.Reserve().On() {
+		n += reservePacked
 	}
 	if p.Calendar() != nil {
 		n += calendarPacked
@@ -81,13 +103,31 @@ func BatchPackedLen(p *limiter.Policy) int {
 // reads). Every number is an integer below 2^53, which a float64 holds
 // exactly. role is the mode the key plays in this program
 // (limiter.Request.Role, or another one when the caller splits a batch).
-// Callers may pool dst.
+// Callers may pool dst. A key of a reserving policy is a reserve of
+// cost (AppendRequestPacked).
 func AppendBatchPacked(dst []byte, p *limiter.Policy, cost int64, role limiter.Role, nowMs int64) []byte {
+	return AppendRequestPacked(dst, p, cost, role, limiter.LeaseTake, 0, nowMs)
+}
+
+// AppendRequestPacked is AppendBatchPacked of a request whose lease
+// operation is lease and its LeaseAt at: on a reserving policy
+// (limiter.Request.Reserves), flagReserve and the reservation extension,
+// after the penalty extension's place: a take reserves (its cost the
+// policy's estimate when it has one), a release settles the reservation
+// at (0: none) with the usage cost.
+func AppendRequestPacked(dst []byte, p *limiter.Policy, cost int64, role limiter.Role, lease limiter.LeaseOp, at, nowMs int64) []byte {
 	n := BatchPackedLen(p)
 	dst = slices.Grow(dst, n)
 	fixed := batchPacked
 	if p.Penalty().On() {
 		fixed += penaltyPacked
+	}
+	res := p.Reserve()
+	if res.On() {
+		fixed += reservePacked
+		if lease == limiter.LeaseTake && res.Estimate != 0 {
+			cost = res.Estimate
+		}
 	}
 	b := dst[len(dst) : len(dst)+fixed]
 	b[0] = algorithmCodes[p.Algorithm()]
@@ -102,10 +142,33 @@ func AppendBatchPacked(dst []byte, p *limiter.Policy, cost int64, role limiter.R
 	for i, v := range [7]int64{int64(p.Revision()), p.Limit(), arg1, arg2, p.CleanupGraceMillis(), p.MaxClockRegressionMillis(), cost} {
 		binary.BigEndian.PutUint64(b[2+8*i:], math.Float64bits(float64(v)))
 	}
-	if fixed > batchPacked {
+	if p.Penalty().On() {
 		packPenalty(b, p)
 	}
+	if res.On() {
+		packReserve(b, p, lease, at)
+	}
 	return appendCalendar(dst[:len(dst)+fixed], b, p, nowMs)
+}
+
+// packReserve sets the reservation flag in b, a key's packed numbers
+// (batchPacked + reservePacked bytes: a reserving policy has no penalty
+// box), and writes p's reservation extension for lease at at.
+func packReserve(b []byte, p *limiter.Policy, lease limiter.LeaseOp, at int64) {
+	b[1] |= flagReserve
+	ttl := p.Reserve().TTL.Milliseconds()
+	op, start := int64(reserveOp), int64(0)
+	if lease == limiter.LeaseRelease {
+		op = settleOp
+		if c := p.Calendar(); c != nil && at != 0 {
+			start, _ = c.Period(max(0, at-ttl))
+		}
+	} else {
+		at = 0
+	}
+	for i, v := range [5]int64{op, ttl, at, p.MaxCost(), start} {
+		binary.BigEndian.PutUint64(b[batchPacked+8*i:], math.Float64bits(float64(v)))
+	}
 }
 
 // packPenalty sets the penalty flag in b, a key's packed numbers of

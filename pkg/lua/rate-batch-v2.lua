@@ -22,10 +22,11 @@
 --                            probe; 8 failOpen; 16 the penalty extension
 --                            follows; 32 the calendar extension follows
 --                            (fixed_window only); 64 the key charges always
---                            (a cost up to twice the limit, no penalty box)
+--                            (a cost up to twice the limit, no penalty box);
+--                            128 the reservation extension follows
 --                            (lua.FlagRoleMask, lua.FlagFailOpen,
 --                            lua.FlagPenalty, lua.FlagCalendar,
---                            lua.FlagCharge)
+--                            lua.FlagCharge, lua.flagReserve)
 --       policy revision      1..2^32-1
 --       limit (capacity)     0..2^53-1 (sliding window: 0..(2^53-1)/10^6;
 --                            token bucket: capacity * period + amount
@@ -44,6 +45,17 @@
 --       duration ms          1..30 days
 --       max duration ms      duration..30 days
 --       decay ms             0..30 days
+--     then, when the flags' bit 128 is set (a reserving policy,
+--     limiter.Reserve: no penalty box, not a sliding log), the
+--     reservation extension (reserve.lua), struct.pack('>ddddd'):
+--       operation            1 reserve (the cost: the amount reserved), 2
+--                            settle (the cost: the usage, 0 allowed)
+--       TTL ms               1..24 hours
+--       identity             a settle's reservation (0: none, a plain
+--                            charge); 0 for a reserve
+--       max cost             1..the ceiling (the reservations' bound)
+--       period start         a calendar window's settle: the start of the
+--                            period holding identity - TTL; else 0
 --     then, when the flags' bit 32 is set, the calendar extension
 --     (fragments/calendar.lua), struct.pack('>dddd'): the boundaries b0 <
 --     b1 < b2 < b3, Unix ms, of three consecutive calendar periods (the one
@@ -119,6 +131,14 @@
 --                          of the block's end and the limit's own wait)
 --     resetAtMillis        when the key is back to its full limit with no
 --                          traffic (0 for the failure statuses)
+--   then, per key with the reservation flag (bit 128), in key order: the
+--   identity of the reservation it holds, 0 unless an ALLOWED reserve of
+--   a committed request (its effective now plus the TTL, pushed up to 64
+--   ms after the state's last identity).
+--   A reserve is written on commit, a settle whatever the request commits
+--   (never blocking it): it removes its reservation and charges the
+--   usage's excess as a charge does, up to the ceiling, or gives back its
+--   shortfall by the algorithm's refund rule (algorithm.CheckRequest).
 --   The limit is the policy's (the parser has it; 0 for INVALID). Every
 --   number is checked integral and below 2^53 before it is returned, else
 --   the program raises. An ALLOWED key that did not consume (the batch did
@@ -129,7 +149,7 @@
 -- fragments/prelude.lua: shared by every program (a test checks each
 -- program contains it verbatim): constants and library locals.
 -- defines: MAX, MAX_DURATION, MAX_PENALTY, FAIL_OPEN, PENALTY,
--- defines: CALENDAR, CHARGE, S, MAX_SLIDING, MAX_LOG, find,
+-- defines: CALENDAR, CHARGE, RESERVE, S, MAX_SLIDING, MAX_LOG, find,
 -- defines: fmod, format, band, unpackList, unpack, pack, sub, max, ceilDiv
 --
 -- A script's whole body runs on every EVALSHA, so each function a program
@@ -142,8 +162,9 @@ local MAX_PENALTY = 2592000000 -- 30 days in ms, limiter.MaxPenalty
 -- The flags byte of a key's packed argument (pkg/lua Flag*): its bits 0-2
 -- the role (flags % 8, lua.FlagRoleMask); fail open, a penalty extension
 -- follows, a calendar extension follows (after the penalty extension when
--- both do), the policy charges always.
-local FAIL_OPEN, PENALTY, CALENDAR, CHARGE = 8, 16, 32, 64
+-- both do), the policy charges always, a reservation extension follows
+-- (before the calendar extension).
+local FAIL_OPEN, PENALTY, CALENDAR, CHARGE, RESERVE = 8, 16, 32, 64, 128
 local S = 1000000 -- sliding-window weight scale (limiter.SlidingScale)
 -- The largest sliding limit: (2^53-1) / S, exact (MAX / S is far from an
 -- integer, so the VM's floor cannot round up).
@@ -302,6 +323,36 @@ local function penaltyStep(penaltyUntilMs, penaltyLevel, duration, maxDuration, 
   return false, false, retry, resetAt, ttl, untilMs, level, px
 end
 -- End of penalty.lua.
+-- uses: unpack, MAX, RESERVE, CALENDAR
+-- defines: reserveArgs
+
+-- reserveArgs reads the reservation extension of a key's packed argument,
+-- when the flags' bit 128 is set: struct.pack('>ddddd') after the fixed
+-- numbers and the penalty extension (which end at pos): rop (1 a
+-- reserve, 2 a settle), the TTL ms, the settle's identity (0 none), the
+-- policy's max cost and, for a calendar window's settle, the start of the
+-- period holding the reservation's time (else 0). It returns valid, rop
+-- (not false: a key with the bit replies an identity even when not
+-- valid), the four numbers, pos after it (where
+-- the calendar extension starts) and the flags without the bit. A
+-- reservation has no penalty box, no sliding log (algorithm 5), a TTL up
+-- to limiter.MaxLeaseTTL (24 hours) and a max cost up to the ceiling.
+local function reserveArgs(packed, pos, flags, penalty, algorithm, ceiling)
+  flags = flags - RESERVE
+  -- The extension ends the argument, unless the calendar one follows
+  -- (calendarArgs checks that one's length from pos).
+  if penalty or #packed < pos + 39 or #packed ~= pos + 39 and flags % 64 < CALENDAR then
+    return false, 0, 0, 0, 0, 0, pos, flags
+  end
+  local rop, rttl, rat, rmax, rstart
+  rop, rttl, rat, rmax, rstart, pos = unpack('>ddddd', packed, pos)
+  local valid = (rop == 1 and rat == 0 or rop == 2) and algorithm ~= 5
+    and rttl >= 1 and rttl <= 86400000 and rttl % 1 == 0
+    and rat >= 0 and rat <= MAX and rat % 1 == 0
+    and rmax >= 1 and rmax <= ceiling and rmax % 1 == 0
+    and rstart >= 0 and rstart <= MAX and rstart % 1 == 0
+  return valid, rop, rttl, rat, rmax, rstart, pos, flags
+end
 -- fragments/calendar.lua: the calendar extension of a fixed window's key
 -- (docs/algorithms.md, "Calendar windows").
 -- uses: unpack, MAX
@@ -362,6 +413,21 @@ local function fixedWindowStep(st, epoch, level, now, limit, window, grace, cost
   end
   return false, 0, 0, 0, 0, remainingBefore, windowEnd - now, windowEnd, remainingBefore, windowEnd
 end
+-- uses: fmod, max
+-- defines: fixedWindowRefund
+
+-- fixedWindowRefund gives back cost taken at effective time at: in the
+-- same window, level -= cost (never below 0). window is the window ms and
+-- periodLen 0, or for a calendar window the end and the length of the
+-- period holding at. It returns whether it gave back, and the state.
+local function fixedWindowRefund(epoch, level, carry, window, periodLen, cost, at)
+  if periodLen == 0 and epoch == (at - fmod(at, window)) / window
+    or periodLen ~= 0 and epoch == window - periodLen and at >= window - periodLen and at < window then
+    return true, epoch, max(0, level - cost), carry
+  end
+  return false, epoch, level, carry
+end
+-- End of fixed-window.lua.
 -- uses: S, fmod
 -- defines: slidingNeed, slidingWindowStep
 
@@ -449,8 +515,24 @@ local function slidingWindowStep(st, epoch, level, carry, now, limit, window, gr
   end
   return false, 0, 0, 0, 0, remainingBefore, retry, resetBefore, remainingBefore, resetBefore
 end
+-- uses: fmod, max
+-- defines: slidingWindowRefund
+
+-- slidingWindowRefund gives back cost taken at effective time at: in the
+-- same window, level -= cost; in the next one, carry -= cost (never below
+-- 0). It returns whether it gave back, and the state.
+local function slidingWindowRefund(epoch, level, carry, window, cost, at)
+  local w = (at - fmod(at, window)) / window
+  if epoch == w then
+    return true, epoch, max(0, level - cost), carry
+  elseif epoch == w + 1 then
+    return true, epoch, level, max(0, carry - cost)
+  end
+  return false, epoch, level, carry
+end
+-- End of sliding-window.lua.
 -- uses: fmod, ceilDiv
--- defines: bucketAt, tokenBucketStep, tokenBucketCharge
+-- defines: bucketAt, tokenBucketStep, tokenBucketCharge, tokenBucketGiveBack
 
 -- bucketAt is limiter's bucketAt: the bucket of a state (st true, with
 -- epoch, level, carry; nil none) refilled up to now, for a capacity of
@@ -528,7 +610,7 @@ end
 local function tokenBucketCharge(st, epoch, level, carry, now, limit, amount, period, grace, cost, ceiling)
   local tokens, rem = bucketAt(st, epoch, level, carry, now, limit, amount, period, ceiling)
   local units = tokens * period + rem
-  local floor = -(ceiling - limit) * period
+  local floor = (limit - ceiling) * period -- (never -0: a settle's ceiling may be the limit)
   if units < floor then
     floor = units
   end
@@ -552,6 +634,33 @@ local function tokenBucketCharge(st, epoch, level, carry, now, limit, amount, pe
     full = ceilDiv((limit - l) * period - c, amount)
   end
   return e, l, c, e - now + full + grace
+end
+
+-- tokenBucketGiveBack is limiter's tokenBucketRefund, a reservation's
+-- shortfall: cost taken at effective time at given back at now, when the
+-- bucket was written at or after at: the bucket refilled to now gains
+-- the tokens, at most up to its capacity (a bucket in debt owes them
+-- less: stored at the refill time after now, as tokenBucketCharge). It
+-- returns the state (epoch, level, carry).
+local function tokenBucketGiveBack(epoch, level, carry, now, limit, amount, period, ceiling, cost, at)
+  if epoch < at then
+    return epoch, level, carry
+  end
+  local tokens, rem = bucketAt(true, epoch, level, carry, now, limit, amount, period, ceiling)
+  local units = tokens * period + rem + cost * period
+  if units > limit * period then
+    units = limit * period
+  end
+  local e = now
+  if units < 0 then
+    local q = ceilDiv(-units, amount)
+    e, units = now + q, q * amount + units
+    if units > limit * period - 1 then
+      units = limit * period - 1
+    end
+  end
+  local c = fmod(units, period)
+  return e, (units - c) / period, c
 end
 -- uses: fmod, ceilDiv
 -- defines: gcraStep
@@ -600,6 +709,30 @@ local function gcraStep(st, epoch, carry, now, limit, amount, period, grace, cos
   return false, 0, 0, 0, 0, remainingBefore, ceilDiv(cost * period - room, amount), resetBefore,
     remainingBefore, resetBefore
 end
+-- uses: fmod
+-- defines: gcraRefund
+
+-- gcraRefund gives back cost taken at effective time at: when the state
+-- was last written (lastObservedMs) at or after at, the TAT moves back by
+-- cost intervals, not before the time of that write (then with no
+-- fraction). amount and period are the policy's. It returns whether it
+-- gave back, and the state.
+local function gcraRefund(lastObservedMs, epoch, level, carry, amount, period, cost, at)
+  if period < 1 or lastObservedMs < at then
+    return false, epoch, level, carry
+  end
+  local x = cost * period
+  local xr = fmod(x, amount)
+  local tat, f = epoch - (x - xr) / amount, carry - xr
+  if f < 0 then
+    tat, f = tat - 1, f + amount
+  end
+  if tat < lastObservedMs then
+    tat, f = lastObservedMs, 0
+  end
+  return true, tat, level, f
+end
+-- End of gcra.lua.
 -- uses: MAX, MAX_LOG, fmod, unpack, pack, sub
 -- defines: slidingLogOf, slidingLogRetry, slidingLogStep
 
@@ -787,7 +920,7 @@ end
 -- programs' headers).
 -- uses: unpack, unpackList, FAIL_OPEN, PENALTY, CALENDAR, MAX,
 -- uses: MAX_DURATION, MAX_SLIDING, MAX_LOG, fmod, penaltyArgs, calendarArgs,
--- uses: CHARGE
+-- uses: CHARGE, RESERVE, reserveArgs
 -- defines: NARG, argsRead, keyArgs
 
 local NARG = 1
@@ -803,17 +936,19 @@ local argsRead = false
 -- clock regression and cost (the revision is checked, not returned: the
 -- key names it); the penalty box (penalty, its duration, max
 -- duration and decay); a calendar window (cal and the boundaries of its
--- three periods); whether the key charges always and its ceiling.
+-- three periods); whether the key charges always and its ceiling; its
+-- reservation (rop, rttl, rat, rmax, rstart: args.lua).
 local function keyArgs(gi)
   local packed, valid = ARGV[gi], true
   if argsRead then
     local r = argsRead[packed]
     if r then
-      return unpackList(r, 1, 21)
+      return unpackList(r, 1, 26)
     end
   end
   local alg, role, failOpen, rev, limit, p2, p3, grace, maxRegression, cost
   local penalty, duration, maxDuration, decay, cal, cb0, cb1, cb2, cb3, charge, ceiling
+  local rop, rttl, rat, rmax, rstart
   -- fragments/args.lua: a key's packed numbers (lua.AppendBatchPacked), read
   -- and checked, as an inline block of a program's keyArgs: struct.pack(
   -- '>BBddddddd') of algorithm, flags, revision, limit, the two algorithm
@@ -822,14 +957,19 @@ local function keyArgs(gi)
   -- algorithm's name, the key's role and failOpen (0 and false when not
   -- valid), the numbers, the penalty box (penalty, its duration, max
   -- duration and decay) and a calendar window (cal and the boundaries of its
-  -- three periods), and whether it charges always with its ceiling.
+  -- three periods), whether it charges always with its ceiling, and a
+  -- reservation (flag 128, its extension struct.pack('>ddddd') between the
+  -- penalty and the calendar extensions): rop (false none, 1 a reserve, 2 a
+  -- settle), its TTL ms, the settle's identity (0 none), the policy's max
+  -- cost and, for a calendar window's settle, the start of the period
+  -- holding the reservation's time (0 otherwise).
   -- uses: unpack, FAIL_OPEN, PENALTY, CALENDAR, MAX,
   -- uses: MAX_DURATION, MAX_SLIDING, MAX_LOG, fmod, penaltyArgs, calendarArgs,
-  -- uses: CHARGE
+  -- uses: CHARGE, RESERVE, reserveArgs
   -- in: packed, valid
   -- out: valid, alg, role, failOpen, rev, limit, p2, p3, grace, maxRegression,
   -- out: cost, penalty, duration, maxDuration, decay, cal, cb0, cb1, cb2, cb3,
-  -- out: charge, ceiling
+  -- out: charge, ceiling, rop, rttl, rat, rmax, rstart
   -- defines: algorithm, flags, pos
   local algorithm, flags, pos
   algorithm, flags, rev, limit, p2, p3, grace, maxRegression, cost, pos = unpack('>BBddddddd', packed)
@@ -847,19 +987,28 @@ local function keyArgs(gi)
     ok, penalty, duration, maxDuration, decay, pos, flags = penaltyArgs(packed, pos, flags, limit)
     valid = valid and ok
   end
+  rop, rttl, rat, rmax, rstart = false, 0, 0, 0, 0
+  if flags >= RESERVE then
+    -- (A call only for a reserving policy's key.)
+    local rok
+    rok, rop, rttl, rat, rmax, rstart, pos, flags = reserveArgs(packed, pos, flags, penalty, algorithm, ceiling)
+    valid = valid and rok
+  end
   -- fragments/valid.lua: the rules of a key's arguments that every algorithm
   -- shares (limiter.NewPolicy, Request.Validate), once, as an inline block of
   -- a program's keyArgs (a call per key costs Redis CPU; docs/performance.md):
   -- whether the unpacked numbers (doubles, any value) are each an integer in
   -- its range (NaN fails every comparison). flags is a byte: the role in
   -- bits 0-2, at most 5, failOpen at 8, the calendar bit 32 and the charge
-  -- bit 64; penaltyArgs took off the penalty bit 16, and bit 128 is unknown
-  -- (its bits tested by arithmetic, as args.lua does). A charge may cost up to its
-  -- ceiling (twice the limit, limiter.Policy.Ceiling) and has no penalty
-  -- box. Each algorithm's own rules are its fragment's valid section.
+  -- bit 64; penaltyArgs took off the penalty bit 16 and args.lua the
+  -- reservation bit 128 (its bits tested by arithmetic, as args.lua does).
+  -- A charge may cost up to its ceiling (twice the limit,
+  -- limiter.Policy.Ceiling) and has no penalty box; only a settle (rop 2)
+  -- may cost 0. Each algorithm's own rules are its fragment's valid
+  -- section.
   -- uses: PENALTY, MAX, MAX_DURATION
   -- in: flags, rev, limit, p2, p3, grace, maxRegression, cost,
-  -- in: charge, ceiling, penalty
+  -- in: charge, ceiling, penalty, rop
   -- out: valid
   valid = valid and flags < 128 and flags % 32 < PENALTY and flags % 8 <= 5
     and not (charge and penalty) and ceiling <= MAX
@@ -868,7 +1017,7 @@ local function keyArgs(gi)
     and p2 % 1 == 0 and p3 % 1 == 0
     and grace >= 0 and grace <= MAX_DURATION and grace % 1 == 0
     and maxRegression >= 0 and maxRegression <= MAX_DURATION and maxRegression % 1 == 0
-    and cost >= 1 and cost <= MAX and cost % 1 == 0 and cost <= ceiling
+    and (cost >= 1 or cost == 0 and rop == 2) and cost <= MAX and cost % 1 == 0 and cost <= ceiling
   -- uses: MAX, MAX_DURATION, MAX_LOG, MAX_SLIDING, fmod
   -- in: algorithm, valid, ceiling, p2, p3
   -- out: alg, valid
@@ -932,16 +1081,16 @@ local function keyArgs(gi)
   end
   if argsRead then
     argsRead[packed] = { valid, alg, role, failOpen, limit, p2, p3, grace, maxRegression, cost,
-      penalty, duration, maxDuration, decay, cal, cb0, cb1, cb2, cb3, charge, ceiling }
+      penalty, duration, maxDuration, decay, cal, cb0, cb1, cb2, cb3, charge, ceiling, rop, rttl, rat, rmax, rstart }
   end
   return valid, alg, role, failOpen, limit, p2, p3, grace, maxRegression, cost,
-    penalty, duration, maxDuration, decay, cal, cb0, cb1, cb2, cb3, charge, ceiling
+    penalty, duration, maxDuration, decay, cal, cb0, cb1, cb2, cb3, charge, ceiling, rop, rttl, rat, rmax, rstart
 end
 -- uses: unpack, unpackList, sub, find, MAX, MAX_SLIDING
--- defines: STATE_PENALTY, MGET_CHUNK, stored, storedOne, written, mgetAll, prefetch,
+-- defines: STATE_PENALTY, STATE_RESERVED, MGET_CHUNK, stored, storedOne, written, mgetAll, prefetch,
 -- defines: decodeState, stateValue
 
-local STATE_PENALTY = 64
+local STATE_PENALTY, STATE_RESERVED = 64, 32
 -- The most keys one MGET or EXISTS names (Lua's unpack of a list is
 -- bounded; a group holds up to 8,192 keys).
 local MGET_CHUNK = 1000
@@ -1015,16 +1164,22 @@ local function prefetch(n)
   return vals, false
 end
 
--- decodeState reads a value of alg's state. It returns st (false:
--- incompatible, true), lastObservedMs, epoch, level, carry, the log (''
+-- decodeState reads a value of alg's state (v; false none). It returns st
+-- (nil none, false incompatible, true), lastObservedMs, epoch, level, carry, the log (''
 -- but for a sliding log, checked where its step reads it), penaltyUntilMs
--- and penaltyLevel (0, 0 without). A value of another algorithm, of
--- another length, with a number that is not an integer in [0, 2^53-1] or
--- a sliding window's count above any sliding limit cannot be ours; nor,
--- for a policy with a penalty box (penalty), a block that ends at 0 or a
--- level outside [1, 99]. A policy without one does not read its block: a
--- block it cannot read is dropped, one it can kept.
-local function decodeState(v, alg, penalty)
+-- and penaltyLevel (0, 0 without) and the reservations ('' without;
+-- their numbers are checked where the reservation step reads them). A
+-- value of another algorithm, of another length, with a number that is
+-- not an integer in [0, 2^53-1] or a sliding window's count above any
+-- sliding limit cannot be ours; nor, for a policy with a penalty box
+-- (penalty), a block that ends at 0 or a level outside [1, 99]; nor
+-- reservations but for a reserving policy (reserving). A policy without a
+-- penalty box does not read its block: a block it cannot read is dropped,
+-- one it can kept.
+local function decodeState(v, alg, penalty, reserving)
+  if not v then
+    return nil, 0, 0, 0, 0, '', 0, 0, ''
+  end
   local algorithm
   -- in: alg
   -- out: algorithm
@@ -1042,35 +1197,42 @@ local function decodeState(v, alg, penalty)
   end
   local n = #v
   if n < 33 then
-    return false, 0, 0, 0, 0, '', 0, 0
+    return false, 0, 0, 0, 0, '', 0, 0, ''
   end
   local head, lastObservedMs, epoch, level, carry, pos = unpack('>Bdddd', v)
-  local penaltyUntilMs, penaltyLevel = 0, 0
-  if head == algorithm + STATE_PENALTY and n >= 49 then
+  local penaltyUntilMs, penaltyLevel, reserved = 0, 0, ''
+  if head == algorithm + STATE_RESERVED and reserving and n >= 51 then
+    local count
+    count, pos = unpack('>H', v, pos)
+    if count < 1 or n ~= 35 + count * 16 then
+      return false, 0, 0, 0, 0, '', 0, 0, ''
+    end
+    reserved, pos = sub(v, pos), n + 1
+  elseif head == algorithm + STATE_PENALTY and n >= 49 then
     penaltyUntilMs, penaltyLevel, pos = unpack('>dd', v, pos)
     if not (penaltyUntilMs >= 1 and penaltyUntilMs <= MAX and penaltyUntilMs % 1 == 0
         and penaltyLevel >= 1 and penaltyLevel <= 99 and penaltyLevel % 1 == 0) then
       if penalty then
-        return false, 0, 0, 0, 0, '', 0, 0
+        return false, 0, 0, 0, 0, '', 0, 0, ''
       end
       penaltyUntilMs, penaltyLevel = 0, 0
     end
   elseif head ~= algorithm then
-    return false, 0, 0, 0, 0, '', 0, 0
+    return false, 0, 0, 0, 0, '', 0, 0, ''
   end
   local log = ''
   if algorithm == 5 then
     log = sub(v, pos)
   elseif pos <= n then
-    return false, 0, 0, 0, 0, '', 0, 0
+    return false, 0, 0, 0, 0, '', 0, 0, ''
   end
   if not (lastObservedMs >= 0 and lastObservedMs <= MAX and lastObservedMs % 1 == 0
       and epoch >= 0 and epoch <= MAX and epoch % 1 == 0 and level >= 0 and level <= MAX and level % 1 == 0
       and carry >= 0 and carry <= MAX and carry % 1 == 0)
     or algorithm == 2 and (level > MAX_SLIDING or carry > MAX_SLIDING) then
-    return false, 0, 0, 0, 0, '', 0, 0
+    return false, 0, 0, 0, 0, '', 0, 0, ''
   end
-  return true, lastObservedMs, epoch, level, carry, log, penaltyUntilMs, penaltyLevel
+  return true, lastObservedMs, epoch, level, carry, log, penaltyUntilMs, penaltyLevel, reserved
 end
 
 -- stateValue is the value of the group's key gi (key) as this run sees
@@ -1088,30 +1250,37 @@ local function stateValue(key, gi)
   end
   return storedOne
 end
--- uses: format, pack, sub, band, serverNow, written, stateValue, STATE_PENALTY
--- defines: offended, storeState, writeOffence
+-- uses: format, pack, sub, band, serverNow, written, stateValue, STATE_PENALTY,
+-- uses: STATE_RESERVED
+-- defines: KEEP_EXPIRY, offended, storeState, writeOffence
 
 -- offended: false, or the keys this run wrote an offence to (their expiry
 -- was raised to cover the block: a later write of their state only raises
 -- it).
 local offended = false
 
+-- KEEP_EXPIRY: a ttl that keeps the key's expiry (a settle that gives
+-- back: the expiry already covers every reservation it keeps).
+local KEEP_EXPIRY = -1
+
 -- storeState writes key's state (lastObservedMs, epoch, level, carry,
--- log, the penalty box penaltyUntilMs and penaltyLevel) with an expiry ttl
--- ms after lastObservedMs on the effective clock: one SET. A window's
--- state already written in the same window (not fresh, its epoch
--- unchanged from storedEpoch, the stored one) keeps its expiry (KEEPTTL),
--- which is the same instant. Numbers go to Redis as format('%d') strings.
+-- log, the penalty box penaltyUntilMs and penaltyLevel, the reservations
+-- reserved) with an expiry ttl ms after lastObservedMs on the effective
+-- clock: one SET. A window's state already written in the same window
+-- (not fresh, its epoch unchanged from storedEpoch, the stored one)
+-- without reservations keeps its expiry (KEEPTTL), which is the same
+-- instant, as does a ttl of KEEP_EXPIRY. Numbers go to Redis as
+-- format('%d') strings.
 local function storeState(key, gi, fresh, alg, lastObservedMs, epoch, level, carry, log, ttl, storedEpoch,
-                          penaltyUntilMs, penaltyLevel)
+                          penaltyUntilMs, penaltyLevel, reserved)
   local v
-  -- uses: pack, STATE_PENALTY
+  -- uses: pack, STATE_PENALTY, STATE_RESERVED
   -- in: alg, lastObservedMs, epoch, level, carry, penaltyUntilMs, penaltyLevel,
-  -- in: log
+  -- in: log, reserved
   -- out: v
   -- defines: algorithm
   -- v, the value of alg's state (decodeState's inverse): the penalty box
-  -- written when penaltyLevel is not 0.
+  -- written when penaltyLevel is not 0, the reservations when there are.
   local algorithm
   -- in: alg
   -- out: algorithm
@@ -1130,10 +1299,13 @@ local function storeState(key, gi, fresh, alg, lastObservedMs, epoch, level, car
   if penaltyLevel > 0 then
     v = pack('>Bdddddd', algorithm + STATE_PENALTY, lastObservedMs, epoch, level, carry, penaltyUntilMs, penaltyLevel)
       .. log
+  elseif reserved ~= '' then
+    v = pack('>BddddH', algorithm + STATE_RESERVED, lastObservedMs, epoch, level, carry, #reserved / 16) .. reserved
   else
     v = pack('>Bdddd', algorithm, lastObservedMs, epoch, level, carry) .. log
   end
-  if not fresh and epoch == storedEpoch and (alg == 'fixed_window' or alg == 'sliding_window') then
+  if ttl == KEEP_EXPIRY or not fresh and epoch == storedEpoch and reserved == ''
+    and (alg == 'fixed_window' or alg == 'sliding_window') then
     redis.call('SET', key, v, 'KEEPTTL')
   else
     if ttl < 1 then
@@ -1175,6 +1347,251 @@ local function writeOffence(key, gi, penaltyUntilMs, penaltyLevel, px)
   end
   offended[key] = true
 end
+-- uses: unpack, pack, sub, MAX, fmod, serverNow, algStep, chargeKey, fixedWindowRefund,
+-- uses: slidingWindowRefund, gcraRefund, tokenBucketGiveBack, KEEP_EXPIRY
+-- defines: MAX_RESERVATIONS, validReserved, sameWindow, settleRefund,
+-- defines: reservationStep
+
+-- MAX_RESERVATIONS: limiter.MaxReservations, the reservations one state
+-- holds; also how many ms after now + TTL an identity may be pushed to
+-- stay after the last one (algorithm's maxShiftMs).
+local MAX_RESERVATIONS = 64
+
+-- validReserved: whole entries (decodeState checked the length), at most
+-- MAX_RESERVATIONS, identities integers in [1, 2^53-1] ascending,
+-- amounts integers in [1, maxCost] but the last's, which may be 0.
+local function validReserved(res, maxCost)
+  local n = #res / 16
+  if n > MAX_RESERVATIONS then
+    return false
+  end
+  local prev, pos = 0, 1
+  for i = 1, n do
+    local id, amount
+    id, amount, pos = unpack('>dd', res, pos)
+    local least = 1
+    if i == n then
+      least = 0
+    end
+    if not (id > prev and id <= MAX and id % 1 == 0 and amount >= least and amount <= maxCost and amount % 1 == 0) then
+      return false
+    end
+    prev = id
+  end
+  return true
+end
+
+-- sameWindow: whether the times now and t (t >= now) fall in one window of
+-- a window algorithm (a refund at one gives back what was taken at the
+-- other); always for token bucket and GCRA.
+local function sameWindow(alg, now, t, window, cal, cb1, cb2, cb3)
+  if alg == 'fixed_window' and cal then
+    local periodEnd = cb3
+    if now < cb1 then
+      periodEnd = cb1
+    elseif now < cb2 then
+      periodEnd = cb2
+    end
+    return t < periodEnd
+  elseif alg == 'fixed_window' or alg == 'sliding_window' then
+    return (now - fmod(now, window)) / window == (t - fmod(t, window)) / window
+  end
+  return true
+end
+
+-- settleRefund gives back cost taken at effective time at from the state
+-- (lastObservedMs, epoch, level, carry) at now by the algorithm's refund
+-- rule (a calendar window: when the state's period is rstart, the one
+-- holding at). It returns the state (epoch, level, carry).
+local function settleRefund(alg, lastObservedMs, epoch, level, carry, now, limit, ceiling, p2, p3, cost, at, cal,
+                            rstart)
+  local _, e, l, c
+  if alg == 'fixed_window' then
+    if not cal then
+      _, e, l, c = fixedWindowRefund(epoch, level, carry, p2, 0, cost, at)
+      return e, l, c
+    elseif epoch == rstart then
+      l = level - cost
+      if l < 0 then
+        l = 0
+      end
+      return epoch, l, carry
+    end
+    return epoch, level, carry
+  elseif alg == 'sliding_window' then
+    _, e, l, c = slidingWindowRefund(epoch, level, carry, p2, cost, at)
+    return e, l, c
+  elseif alg == 'token_bucket' then
+    return tokenBucketGiveBack(epoch, level, carry, now, limit, p2, p3, ceiling, cost, at)
+  end
+  _, e, l, c = gcraRefund(lastObservedMs, epoch, level, carry, p2, p3, cost, at)
+  return e, l, c
+end
+
+-- reservationStep is algorithm.CheckRequest of a reserve (rop 1) or a
+-- settle (rop 2) of the reservation at rat (0: none) with the TTL rttl,
+-- for a key of role, on a compatible state (st true; nil none; fresh: none
+-- stored before this request) holding the reservations res, at the
+-- effective now. It returns st (false: reservations that cannot be ours,
+-- STATE_INCOMPATIBLE) and the effective now of the reply, the status,
+-- write (true: on commit; 2: whatever the request commits; false), the
+-- state to write (epoch, level, carry, log, reservations) and its ttl
+-- (KEEP_EXPIRY: the stored expiry), the reply (remaining, retry,
+-- resetAt), the reply before the cost (a reserve whose request does not
+-- commit) and the reserve's identity (hold, 0 none).
+-- A check or probe key (role 3 and above) replies what the request would
+-- before it is taken, and writes nothing.
+local function reservationStep(alg, st, fresh, lastObservedMs, epoch, level, carry, res, now, limit, ceiling, p2, p3,
+                               grace, cost, cal, cb0, cb1, cb2, cb3, role, rop, rttl, rat, rmax, rstart)
+  if st and not validReserved(res, rmax) then
+    return false, serverNow, 'STATE_INCOMPATIBLE', false, 0, 0, 0, '', '', 0, 0, 0, 0, 0, 0, 0
+  end
+  -- The reservations expired by now go: what they consumed stays.
+  local live = res
+  while #live > 0 and unpack('>d', live) <= now do
+    live = sub(live, 17)
+  end
+  local n = #live / 16
+  if rop == 1 then
+    local _, _, allowed, e, l, c, ttl, remaining, retry, resetAt, remainingBefore, resetBefore = algStep(alg, st,
+      lastObservedMs, epoch, level, carry, '', now, limit, ceiling, p2, p3, grace, cost, cal, cb0, cb1, cb2, cb3)
+    if not allowed then
+      return st, now, 'DENIED', false, 0, 0, 0, '', '', 0, remaining, retry, resetAt, remaining, resetAt, 0
+    end
+    local id, held, lastAmount = now + rttl, n, 1
+    if n > 0 then
+      local last
+      last, lastAmount = unpack('>dd', live, (n - 1) * 16 + 1)
+      if last + 1 > id then
+        id = last + 1
+      end
+      if lastAmount == 0 then
+        held = n - 1
+      end
+    end
+    local shift = id - (now + rttl)
+    if held >= MAX_RESERVATIONS or shift > MAX_RESERVATIONS or not sameWindow(alg, now, now + shift, p2, cal, cb1, cb2,
+        cb3) then
+      if held >= MAX_RESERVATIONS then
+        shift = unpack('>d', live) - now
+      end
+      if shift < 1 then
+        shift = 1
+      end
+      return st, now, 'DENIED', false, 0, 0, 0, '', '', 0, remainingBefore, shift, resetBefore, remainingBefore,
+        resetBefore, 0
+    end
+    if role >= 3 then
+      return st, now, 'ALLOWED', false, 0, 0, 0, '', '', 0, remainingBefore, 0, resetBefore, remainingBefore,
+        resetBefore, 0
+    end
+    if held < n then
+      -- The settled identity kept last goes: id is after it.
+      live = sub(live, 1, #live - 16)
+    end
+    if id + grace - now > ttl then
+      ttl = id + grace - now
+    end
+    return st, now, 'ALLOWED', true, e, l, c, '', live .. pack('>dd', id, cost), ttl, remaining, 0, resetAt,
+      remainingBefore, resetBefore, id
+  end
+  -- A settle. idle: what a request of cost 0 meets on the state.
+  local _, _, allowed, _, _, _, _, remaining, retry, resetAt, remainingBefore, resetBefore = algStep(alg, st,
+    lastObservedMs, epoch, level, carry, '', now, limit, ceiling, p2, p3, grace, 0, cal, cb0, cb1, cb2, cb3)
+  local status = 'DENIED'
+  if allowed then
+    status, remaining, retry, resetAt = 'ALLOWED', remainingBefore, 0, resetBefore
+  end
+  local found, amount, pos = false, 0, 1
+  if rat ~= 0 then
+    for i = 1, n do
+      local id, a = unpack('>dd', live, pos)
+      if id == rat and a > 0 then
+        found, amount = i, a
+        break
+      elseif id >= rat then
+        break
+      end
+      pos = pos + 16
+    end
+  end
+  if not found and (rat ~= 0 or cost == 0) then
+    return st, now, status, false, 0, 0, 0, '', '', 0, remaining, retry, resetAt, remaining, resetAt, 0
+  end
+  local rest, excess = live, cost
+  if found then
+    excess = cost - amount
+    if found == n then
+      rest = sub(live, 1, pos + 7) .. pack('>d', 0)
+    else
+      rest = sub(live, 1, pos - 1) .. sub(live, pos + 16)
+    end
+  end
+  local lastId = 0
+  if #rest > 0 then
+    lastId = unpack('>d', rest, #rest - 15)
+  end
+  local write, e, l, c, ttl = 2, epoch, level, carry, KEEP_EXPIRY
+  if excess > 0 then
+    -- Charged as a charge (limiter.ChargeAlways) records it: to the ceiling.
+    local fits, uRemaining, uResetAt
+    _, _, fits, e, l, c, ttl, remaining, retry, resetAt, uRemaining, uResetAt = algStep(alg, st, lastObservedMs,
+      epoch, level, carry, '', now, limit, ceiling, p2, p3, grace, excess, cal, cb0, cb1, cb2, cb3)
+    if fits then
+      status = 'ALLOWED'
+      if role >= 3 then
+        return st, now, status, false, 0, 0, 0, '', '', 0, uRemaining, 0, uResetAt, uRemaining, uResetAt, 0
+      end
+    else
+      local denied, deniedRetry, deniedReset = remaining, retry, resetAt
+      status = 'DENIED'
+      if role >= 3 then
+        return st, now, status, false, 0, 0, 0, '', '', 0, denied, deniedRetry, deniedReset, denied, deniedReset, 0
+      end
+      local rec
+      rec, e, l, c, _, ttl, remaining, retry, resetAt = chargeKey(alg, st, lastObservedMs, epoch, level, carry, '', now,
+        limit, ceiling, p2, p3, grace, excess, cal, cb0, cb1, cb2, cb3)
+      if not rec then
+        if not found then
+          return st, now, status, false, 0, 0, 0, '', '', 0, remaining, retry, resetAt, remaining, resetAt, 0
+        end
+        -- The state is at its ceiling: nothing more to record, but the
+        -- reservation goes.
+        e, l, c, ttl = epoch, level, carry, KEEP_EXPIRY
+      end
+    end
+  else
+    if role >= 3 then
+      return st, now, status, false, 0, 0, 0, '', '', 0, remaining, retry, resetAt, remaining, resetAt, 0
+    end
+    if excess < 0 then
+      e, l, c = settleRefund(alg, lastObservedMs, epoch, level, carry, now, limit, ceiling, p2, p3, -excess, rat - rttl,
+        cal, rstart)
+    end
+    -- The reply: what a request of cost 0 meets after the settle.
+    local kept
+    _, _, allowed, _, _, _, kept, remaining, retry, resetAt, remainingBefore, resetBefore = algStep(alg, true, now, e,
+      l, c, '', now, limit, ceiling, p2, p3, grace, 0, cal, cb0, cb1, cb2, cb3)
+    if allowed then
+      status, remaining, retry, resetAt = 'ALLOWED', remainingBefore, 0, resetBefore
+    else
+      status = 'DENIED'
+    end
+    if fresh then
+      -- No expiry to keep (the reservation was taken by this request):
+      -- the state's own, from a request of cost 0.
+      ttl = kept
+    end
+  end
+  if fresh and ttl == KEEP_EXPIRY then
+    ttl = 0
+  end
+  if ttl ~= KEEP_EXPIRY and lastId ~= 0 and lastId + grace - now > ttl then
+    ttl = lastId + grace - now
+  end
+  return st, now, status, write, e, l, c, '', rest, ttl, remaining, retry, resetAt, remaining, resetAt, 0
+end
+-- End of reserve.lua.
 -- defines: replyBefore
 
 -- replyBefore sets key i's remaining and reset-at in out to those before
@@ -1193,7 +1610,7 @@ end
 -- blocks, which evaluateOne includes too.
 -- uses: serverNow, keyArgs, stateValue, decodeState, storeState, writeOffence,
 -- uses: replyBefore, penaltyStep, blockedRemaining, MAX, algStep, chargeKey,
--- uses: fixedWindowStep
+-- uses: fixedWindowStep, reservationStep
 -- defines: WIDE, priorState, invalidRecord, recordKey, evalKey, commitKeys, evaluate
 --
 -- The program defines its layout's parts: keyArgs(gi), the arguments of
@@ -1212,16 +1629,16 @@ local WIDE = 32
 -- kb) naming key: whether a key before it names the same state with a
 -- record that counts, and then that record: st (nil none, false
 -- incompatible, true), the state, its penalty box, fresh and the window
--- as stored.
+-- as stored, its reservations.
 local function priorState(kb, i, key, rec, seen)
   -- defines: R_KIND, R_LAST, R_EPOCH, R_LEVEL, R_CARRY, R_LOG, R_PENALTY_UNTIL,
   -- defines: R_PENALTY_LEVEL, R_FRESH, R_STORED_EPOCH, R_WRITE, R_TTL,
-  -- defines: R_REMAINING_BEFORE, R_RESET_BEFORE, R_ALG, R
+  -- defines: R_REMAINING_BEFORE, R_RESET_BEFORE, R_ALG, R_RESERVED, R
   -- in:
   local R_KIND, R_LAST, R_EPOCH, R_LEVEL, R_CARRY, R_LOG = 1, 2, 3, 4, 5, 6
   local R_PENALTY_UNTIL, R_PENALTY_LEVEL, R_FRESH, R_STORED_EPOCH = 7, 8, 9, 10
-  local R_WRITE, R_TTL, R_REMAINING_BEFORE, R_RESET_BEFORE, R_ALG = 11, 12, 13, 14, 15
-  local R = 15
+  local R_WRITE, R_TTL, R_REMAINING_BEFORE, R_RESET_BEFORE, R_ALG, R_RESERVED = 11, 12, 13, 14, 15, 16
+  local R = 16
   local j = 0
   if seen then
     j = seen[key] or 0
@@ -1244,7 +1661,7 @@ local function priorState(kb, i, key, rec, seen)
     st = false
   end
   return true, st, rec[p + R_LAST], rec[p + R_EPOCH], rec[p + R_LEVEL], rec[p + R_CARRY], rec[p + R_LOG],
-    rec[p + R_PENALTY_UNTIL], rec[p + R_PENALTY_LEVEL], rec[p + R_FRESH], rec[p + R_STORED_EPOCH]
+    rec[p + R_PENALTY_UNTIL], rec[p + R_PENALTY_LEVEL], rec[p + R_FRESH], rec[p + R_STORED_EPOCH], rec[p + R_RESERVED]
 end
 
 -- invalidRecord writes the record of key i (a request of several keys),
@@ -1253,12 +1670,12 @@ end
 local function invalidRecord(rec, i)
   -- defines: R_KIND, R_LAST, R_EPOCH, R_LEVEL, R_CARRY, R_LOG, R_PENALTY_UNTIL,
   -- defines: R_PENALTY_LEVEL, R_FRESH, R_STORED_EPOCH, R_WRITE, R_TTL,
-  -- defines: R_REMAINING_BEFORE, R_RESET_BEFORE, R_ALG, R
+  -- defines: R_REMAINING_BEFORE, R_RESET_BEFORE, R_ALG, R_RESERVED, R
   -- in:
   local R_KIND, R_LAST, R_EPOCH, R_LEVEL, R_CARRY, R_LOG = 1, 2, 3, 4, 5, 6
   local R_PENALTY_UNTIL, R_PENALTY_LEVEL, R_FRESH, R_STORED_EPOCH = 7, 8, 9, 10
-  local R_WRITE, R_TTL, R_REMAINING_BEFORE, R_RESET_BEFORE, R_ALG = 11, 12, 13, 14, 15
-  local R = 15
+  local R_WRITE, R_TTL, R_REMAINING_BEFORE, R_RESET_BEFORE, R_ALG, R_RESERVED = 11, 12, 13, 14, 15, 16
+  local R = 16
   local o = (i - 1) * R
   rec[o + R_KIND], rec[o + R_WRITE] = 0, false
 end
@@ -1268,11 +1685,11 @@ end
 -- values per offence: key, gi, penaltyUntilMs, penaltyLevel, px); its
 -- record to rec: its kind, the state a later key naming it sees and what
 -- its write needs; and, for a wide request, to seen and lastWrite. A
--- later key naming the same state sees the state to write (nEpoch..nLog
--- at now) when it writes, else the state it saw.
+-- later key naming the same state sees the state to write (nEpoch..nLog,
+-- nReserved, at now) when it writes, else the state it saw.
 local function recordKey(rec, i, key, gi, seen, lastWrite, offences, px, st, write, now, nEpoch, nLevel, nCarry, nLog,
-                         lastObservedMs, epoch, level, carry, log, penaltyUntilMs, penaltyLevel, fresh, storedEpoch,
-                         ttl, remainingBefore, resetBefore, alg)
+                         nReserved, lastObservedMs, epoch, level, carry, log, reserved, penaltyUntilMs, penaltyLevel,
+                         fresh, storedEpoch, ttl, remainingBefore, resetBefore, alg)
   if px then
     if not offences then
       offences = {}
@@ -1283,21 +1700,21 @@ local function recordKey(rec, i, key, gi, seen, lastWrite, offences, px, st, wri
   end
   local kind = 3
   if write then
-    lastObservedMs, epoch, level, carry, log = now, nEpoch, nLevel, nCarry, nLog
+    lastObservedMs, epoch, level, carry, log, reserved = now, nEpoch, nLevel, nCarry, nLog, nReserved
   elseif st == nil then
     kind = 1
   elseif st == false then
     kind, lastObservedMs, epoch, level, carry, log, penaltyUntilMs, penaltyLevel = 2, 0, 0, 0, 0, '', 0, 0
-    storedEpoch = 0
+    storedEpoch, reserved = 0, ''
   end
   -- defines: R_KIND, R_LAST, R_EPOCH, R_LEVEL, R_CARRY, R_LOG, R_PENALTY_UNTIL,
   -- defines: R_PENALTY_LEVEL, R_FRESH, R_STORED_EPOCH, R_WRITE, R_TTL,
-  -- defines: R_REMAINING_BEFORE, R_RESET_BEFORE, R_ALG, R
+  -- defines: R_REMAINING_BEFORE, R_RESET_BEFORE, R_ALG, R_RESERVED, R
   -- in:
   local R_KIND, R_LAST, R_EPOCH, R_LEVEL, R_CARRY, R_LOG = 1, 2, 3, 4, 5, 6
   local R_PENALTY_UNTIL, R_PENALTY_LEVEL, R_FRESH, R_STORED_EPOCH = 7, 8, 9, 10
-  local R_WRITE, R_TTL, R_REMAINING_BEFORE, R_RESET_BEFORE, R_ALG = 11, 12, 13, 14, 15
-  local R = 15
+  local R_WRITE, R_TTL, R_REMAINING_BEFORE, R_RESET_BEFORE, R_ALG, R_RESERVED = 11, 12, 13, 14, 15, 16
+  local R = 16
   local o = (i - 1) * R
   rec[o + R_KIND], rec[o + R_WRITE] = kind, write
   rec[o + R_LAST], rec[o + R_EPOCH], rec[o + R_LEVEL], rec[o + R_CARRY], rec[o + R_LOG] =
@@ -1305,7 +1722,7 @@ local function recordKey(rec, i, key, gi, seen, lastWrite, offences, px, st, wri
   rec[o + R_PENALTY_UNTIL], rec[o + R_PENALTY_LEVEL], rec[o + R_FRESH] = penaltyUntilMs, penaltyLevel, fresh
   rec[o + R_STORED_EPOCH], rec[o + R_TTL], rec[o + R_REMAINING_BEFORE], rec[o + R_RESET_BEFORE] = storedEpoch, ttl,
     remainingBefore, resetBefore
-  rec[o + R_ALG] = alg
+  rec[o + R_ALG], rec[o + R_RESERVED] = alg, reserved
   if seen then
     seen[key] = i
     if write then
@@ -1321,51 +1738,51 @@ end
 -- penaltyUntilMs, penaltyLevel, expiry ms) for the commit. It returns the
 -- key's reply (status, effective now, remaining, retry, resetAt; the
 -- parser has the limit),
--- its role and failOpen, and offences.
+-- its role and failOpen, offences, whether it settles (rop 2) and the
+-- identity of its reservation (false: not a reserving policy's key).
 local function evalKey(kb, i, n, rec, seen, lastWrite, offences)
   local gi = kb + i
   local key = KEYS[gi]
   local valid, alg, role, failOpen, limit, p2, p3, grace, maxRegression, cost,
-    penalty, duration, maxDuration, decay, cal, cb0, cb1, cb2, cb3, charge, ceiling = keyArgs(gi)
+    penalty, duration, maxDuration, decay, cal, cb0, cb1, cb2, cb3, charge, ceiling, rop, rttl, rat, rmax, rstart =
+    keyArgs(gi)
   if not valid then
     invalidRecord(rec, i)
-    return 'INVALID', serverNow, 0, 0, 0, role, failOpen, offences
+    return 'INVALID', serverNow, 0, 0, 0, role, failOpen, offences, false, rop and 0
   end
   -- The state: what the last earlier key naming it left, else the store's.
-  local prior, st, lastObservedMs, epoch, level, carry, log, penaltyUntilMs, penaltyLevel, fresh, storedEpoch =
+  local prior, st, lastObservedMs, epoch, level, carry, log, penaltyUntilMs, penaltyLevel, fresh, storedEpoch, reserved =
     priorState(kb, i, key, rec, seen)
   if not prior then
     local v = stateValue(key, gi)
     -- uses: decodeState
-    -- in: v, alg, penalty
+    -- in: v, alg, penalty, rop
     -- out: st, lastObservedMs, epoch, level, carry, log, penaltyUntilMs,
-    -- out: penaltyLevel, fresh, storedEpoch
+    -- out: penaltyLevel, reserved, fresh, storedEpoch
     -- The state of a value as the run sees it (v: false none, '' a key of
     -- another type), fresh when there is none, its window as stored.
-    if v then
-      st, lastObservedMs, epoch, level, carry, log, penaltyUntilMs, penaltyLevel = decodeState(v, alg, penalty)
-    else
-      st, lastObservedMs, epoch, level, carry, log, penaltyUntilMs, penaltyLevel = nil, 0, 0, 0, 0, '', 0, 0
-    end
+    st, lastObservedMs, epoch, level, carry, log, penaltyUntilMs, penaltyLevel, reserved = decodeState(v, alg, penalty, rop)
     fresh, storedEpoch = st == nil, epoch
   end
   -- uses: serverNow, penaltyStep, blockedRemaining, chargeKey, MAX, algStep,
-  -- uses: fixedWindowStep
+  -- uses: fixedWindowStep, reservationStep
   -- in: st, lastObservedMs, epoch, level, carry, log, penaltyUntilMs,
-  -- in: penaltyLevel, fresh, alg, role, limit, p2, p3, grace, maxRegression,
-  -- in: cost, penalty, duration, maxDuration, decay, cal, cb0, cb1, cb2, cb3,
-  -- in: charge, ceiling
+  -- in: penaltyLevel, reserved, fresh, alg, role, limit, p2, p3, grace,
+  -- in: maxRegression, cost, penalty, duration, maxDuration, decay, cal, cb0,
+  -- in: cb1, cb2, cb3, charge, ceiling, rop, rttl, rat, rmax, rstart
   -- out: st, penaltyUntilMs, penaltyLevel
   -- defines: status, eff, remaining, retry, resetAt, now, write, incompatible,
-  -- defines: allowed, blocked, px, nLog, nEpoch, nLevel, nCarry, ttl,
-  -- defines: remainingBefore, resetBefore
+  -- defines: allowed, blocked, px, nLog, nEpoch, nLevel, nCarry, nReserved,
+  -- defines: hold, ttl, remainingBefore, resetBefore
   -- A valid key's status and reply (eff: its effective now), the state to
-  -- write (write: true, or 2 for a charge written whatever the request
-  -- commits) and its offence (px: its expiry, false none). A key that is not
-  -- evaluated (STATE_INCOMPATIBLE, CLOCK_UNSAFE) replies (serverNow, 0, 0, 0).
+  -- write (write: true, or 2 for a charge or a settle written whatever the
+  -- request commits) and its offence (px: its expiry, false none); a
+  -- reserving policy's reservation (hold: reserve.lua; false other keys).
+  -- A key that is not evaluated (STATE_INCOMPATIBLE, CLOCK_UNSAFE) replies
+  -- (serverNow, 0, 0, 0).
   local status, eff, remaining, retry, resetAt, ttl, remainingBefore, resetBefore = 'STATE_INCOMPATIBLE', serverNow, 0,
     0, 0, 0, 0, 0
-  local write, blocked, px = false, false, false
+  local write, blocked, px, nReserved, hold = false, false, false, reserved, rop and 0
   -- (Set by the clock rule and the step, read only after them or, the state
   -- to write, when the key writes.)
   local now, incompatible, allowed, nLog, nEpoch, nLevel, nCarry
@@ -1390,6 +1807,10 @@ local function evalKey(kb, i, n, rec, seen, lastWrite, offences)
     end
     if not now then
       status = 'CLOCK_UNSAFE'
+    elseif rop then
+      st, eff, status, write, nEpoch, nLevel, nCarry, nLog, nReserved, ttl, remaining, retry, resetAt, remainingBefore,
+        resetBefore, hold = reservationStep(alg, st, fresh, lastObservedMs, epoch, level, carry, reserved, now, limit,
+          ceiling, p2, p3, grace, cost, cal, cb0, cb1, cb2, cb3, role, rop, rttl, rat, rmax, rstart)
     else
       -- uses: algStep, fixedWindowStep
       -- in: alg, st, lastObservedMs, epoch, level, carry, log, now, limit, p2, p3,
@@ -1445,15 +1866,16 @@ local function evalKey(kb, i, n, rec, seen, lastWrite, offences)
   end
   -- uses: MAX, serverNow
   -- in: remaining, retry, resetAt, write, remainingBefore, resetBefore, nEpoch,
-  -- in: nLevel, nCarry, ttl, now
+  -- in: nLevel, nCarry, ttl, now, hold
   -- out:
-  -- A key's reply (remaining, retry, resetAt) and, when it writes, the reply
-  -- before the cost and the state to write (nEpoch, nLevel, nCarry) with its
-  -- expiry, now + ttl on the effective clock (the store raises a ttl below 1
-  -- to 1).
+  -- A key's reply (remaining, retry, resetAt, a reservation's identity
+  -- hold) and, when it writes, the reply before the cost and the state to
+  -- write (nEpoch, nLevel, nCarry) with its expiry, now + ttl on the
+  -- effective clock (the store raises a ttl below 1 to 1).
   if not (remaining >= 0 and remaining <= MAX and remaining % 1 == 0
       and retry >= 0 and retry <= MAX and retry % 1 == 0
       and resetAt >= 0 and resetAt <= MAX and resetAt % 1 == 0)
+    or hold and not (hold >= 0 and hold <= MAX and hold % 1 == 0)
     or write and not (remainingBefore >= 0 and remainingBefore <= MAX and remainingBefore % 1 == 0
       and resetBefore >= 0 and resetBefore <= MAX and resetBefore % 1 == 0
       and nEpoch >= 0 and nEpoch <= MAX and nEpoch % 1 == 0 and nLevel >= 0 and nLevel <= MAX and nLevel % 1 == 0
@@ -1462,9 +1884,9 @@ local function evalKey(kb, i, n, rec, seen, lastWrite, offences)
     error('envoy-rls: inexact value')
   end
   offences = recordKey(rec, i, key, gi, seen, lastWrite, offences, px, st, write, now, nEpoch, nLevel, nCarry, nLog,
-    lastObservedMs, epoch, level, carry, log, penaltyUntilMs, penaltyLevel, fresh, storedEpoch, ttl, remainingBefore,
-    resetBefore, alg)
-  return status, eff, remaining, retry, resetAt, role, failOpen, offences
+    nReserved, lastObservedMs, epoch, level, carry, log, reserved, penaltyUntilMs, penaltyLevel, fresh, storedEpoch,
+    ttl, remainingBefore, resetBefore, alg)
+  return status, eff, remaining, retry, resetAt, role, failOpen, offences, rop, hold
 end
 
 -- commitKeys, once every key of a request of n keys (starting after kb)
@@ -1475,12 +1897,12 @@ end
 local function commitKeys(kb, n, rec, out, seen, lastWrite, commit)
   -- defines: R_KIND, R_LAST, R_EPOCH, R_LEVEL, R_CARRY, R_LOG, R_PENALTY_UNTIL,
   -- defines: R_PENALTY_LEVEL, R_FRESH, R_STORED_EPOCH, R_WRITE, R_TTL,
-  -- defines: R_REMAINING_BEFORE, R_RESET_BEFORE, R_ALG, R
+  -- defines: R_REMAINING_BEFORE, R_RESET_BEFORE, R_ALG, R_RESERVED, R
   -- in:
   local R_KIND, R_LAST, R_EPOCH, R_LEVEL, R_CARRY, R_LOG = 1, 2, 3, 4, 5, 6
   local R_PENALTY_UNTIL, R_PENALTY_LEVEL, R_FRESH, R_STORED_EPOCH = 7, 8, 9, 10
-  local R_WRITE, R_TTL, R_REMAINING_BEFORE, R_RESET_BEFORE, R_ALG = 11, 12, 13, 14, 15
-  local R = 15
+  local R_WRITE, R_TTL, R_REMAINING_BEFORE, R_RESET_BEFORE, R_ALG, R_RESERVED = 11, 12, 13, 14, 15, 16
+  local R = 16
   for i = 1, n do
     local o = (i - 1) * R
     if rec[o + R_WRITE] == true and not commit then
@@ -1506,7 +1928,7 @@ local function commitKeys(kb, n, rec, out, seen, lastWrite, commit)
         local f = (final - 1) * R
         storeState(key, kb + i, rec[o + R_FRESH], rec[o + R_ALG], rec[o + R_LAST], rec[o + R_EPOCH],
           rec[o + R_LEVEL], rec[o + R_CARRY], rec[o + R_LOG], rec[o + R_TTL], rec[o + R_STORED_EPOCH],
-          rec[f + R_PENALTY_UNTIL], rec[f + R_PENALTY_LEVEL])
+          rec[f + R_PENALTY_UNTIL], rec[f + R_PENALTY_LEVEL], rec[o + R_RESERVED])
       end
     end
   end
@@ -1515,7 +1937,8 @@ end
 -- evaluate is one request of several keys: its n keys start after the
 -- group's first kb; rec is the group's record array, reused by each of
 -- its requests (only the records of the request's own keys are read). It
--- returns the request's reply.
+-- returns the request's reply: a reserving policy's keys' identities
+-- (holds) follow those of every key, 0 unless it commits.
 local function evaluate(kb, n, rec)
   local out
   -- uses: serverNow
@@ -1528,11 +1951,11 @@ local function evaluate(kb, n, rec)
   if n > WIDE then
     seen, lastWrite = {}, {}
   end
-  local offences, refused, quota, quotaAllows = false, false, 0, false
+  local offences, refused, quota, quotaAllows, holds = false, false, 0, false, 0
   for i = 1, n do
-    local status, eff, remaining, retry, resetAt, role, failOpen
-    status, eff, remaining, retry, resetAt, role, failOpen, offences = evalKey(kb, i, n, rec, seen, lastWrite,
-      offences)
+    local status, eff, remaining, retry, resetAt, role, failOpen, rop, hold
+    status, eff, remaining, retry, resetAt, role, failOpen, offences, rop, hold = evalKey(kb, i, n, rec, seen,
+      lastWrite, offences)
     -- uses: serverNow
     -- in: out, i, status, eff, remaining, retry, resetAt
     -- out:
@@ -1559,13 +1982,13 @@ local function evaluate(kb, n, rec)
     end
     local o = (i - 1) * 4
     out[o + 3], out[o + 4], out[o + 5], out[o + 6] = code + 8 * (eff - serverNow), remaining, retry, resetAt
-    -- in: role, failOpen, status, refused, quota, quotaAllows
+    -- in: role, failOpen, status, refused, quota, quotaAllows, rop
     -- out: refused, quota, quotaAllows
-    -- limiter.Commits, key by key: shadow and check keys never block; a
-    -- fail-open failure takes no part; quota keys (and quota probes) commit
-    -- when one of them is ALLOWED; any other key not ALLOWED refuses the
-    -- request.
-    if role == 1 or role == 3 then
+    -- limiter.Commits, key by key: shadow and check keys and settles (rop 2)
+    -- never block; a fail-open failure takes no part; quota keys (and quota
+    -- probes) commit when one of them is ALLOWED; any other key not ALLOWED
+    -- refuses the request.
+    if role == 1 or role == 3 or rop == 2 then
       -- (no part)
     elseif failOpen and status ~= 'ALLOWED' and status ~= 'DENIED' and status ~= 'BLOCKED' then
       -- (no part)
@@ -1574,12 +1997,21 @@ local function evaluate(kb, n, rec)
     elseif status ~= 'ALLOWED' then
       refused = true
     end
+    if hold then
+      holds = holds + 1
+      out[2 + 4 * n + holds] = hold
+    end
   end
   local commit
   -- in: refused, quota, quotaAllows
   -- out: commit
   -- Whether the request commits, once every key passed commits.
   commit = not refused and (quota == 0 or quotaAllows)
+  if not commit then
+    for h = 1, holds do
+      out[2 + 4 * n + h] = 0
+    end
+  end
   -- The offences found, now that no key of the request can raise any
   -- more: written whatever the request commits, in key order (a later
   -- offence against the same state builds on an earlier one).
@@ -1602,13 +2034,15 @@ end
 -- that commits, so it writes as soon as it is checked).
 -- uses: serverNow, keyArgs, stored, storedOne, stateValue, decodeState,
 -- uses: storeState, writeOffence, penaltyStep, blockedRemaining, MAX, algStep,
--- uses: chargeKey, fixedWindowStep
+-- uses: chargeKey, fixedWindowStep, reservationStep
 -- defines: oneReply, evaluateOne
 
 -- oneReply is the reply of a request of one key whose status, effective
 -- now, remaining, retry and reset-at are given, with its role and
--- failOpen: committed by the batch rule.
-local function oneReply(status, eff, remaining, retry, resetAt, role, failOpen)
+-- failOpen, whether it settles (rop 2) and its reservation's identity
+-- (hold; false: not a reserving policy's key, whose reply has no such
+-- field): committed by the batch rule.
+local function oneReply(status, eff, remaining, retry, resetAt, role, failOpen, rop, hold)
   local out
   -- uses: serverNow
   -- in: status, eff, remaining, retry, resetAt
@@ -1636,13 +2070,13 @@ local function oneReply(status, eff, remaining, retry, resetAt, role, failOpen)
   end
   out = { 0, serverNow, code + 8 * (eff - serverNow), remaining, retry, resetAt }
   local refused, quota, quotaAllows, commit = false, 0, false, false
-  -- in: role, failOpen, status, refused, quota, quotaAllows
+  -- in: role, failOpen, status, refused, quota, quotaAllows, rop
   -- out: refused, quota, quotaAllows
-  -- limiter.Commits, key by key: shadow and check keys never block; a
-  -- fail-open failure takes no part; quota keys (and quota probes) commit
-  -- when one of them is ALLOWED; any other key not ALLOWED refuses the
-  -- request.
-  if role == 1 or role == 3 then
+  -- limiter.Commits, key by key: shadow and check keys and settles (rop 2)
+  -- never block; a fail-open failure takes no part; quota keys (and quota
+  -- probes) commit when one of them is ALLOWED; any other key not ALLOWED
+  -- refuses the request.
+  if role == 1 or role == 3 or rop == 2 then
     -- (no part)
   elseif failOpen and status ~= 'ALLOWED' and status ~= 'DENIED' and status ~= 'BLOCKED' then
     -- (no part)
@@ -1658,6 +2092,12 @@ local function oneReply(status, eff, remaining, retry, resetAt, role, failOpen)
   if commit then
     out[1] = 1
   end
+  if hold then
+    if not commit then
+      hold = 0
+    end
+    out[7] = hold
+  end
   return out
 end
 
@@ -1670,44 +2110,43 @@ local function evaluateOne(kb)
   local gi = kb + 1
   local key = KEYS[gi]
   local valid, alg, role, failOpen, limit, p2, p3, grace, maxRegression, cost,
-    penalty, duration, maxDuration, decay, cal, cb0, cb1, cb2, cb3, charge, ceiling = keyArgs(gi)
+    penalty, duration, maxDuration, decay, cal, cb0, cb1, cb2, cb3, charge, ceiling, rop, rttl, rat, rmax, rstart =
+    keyArgs(gi)
   if not valid then
-    return oneReply('INVALID', serverNow, 0, 0, 0, role, failOpen)
+    return oneReply('INVALID', serverNow, 0, 0, 0, role, failOpen, false, rop and 0)
   end
   local v = storedOne
   if stored then
     v = stateValue(key, gi)
   end
-  local st, lastObservedMs, epoch, level, carry, log, penaltyUntilMs, penaltyLevel, fresh, storedEpoch
+  local st, lastObservedMs, epoch, level, carry, log, penaltyUntilMs, penaltyLevel, reserved, fresh, storedEpoch
   -- uses: decodeState
-  -- in: v, alg, penalty
+  -- in: v, alg, penalty, rop
   -- out: st, lastObservedMs, epoch, level, carry, log, penaltyUntilMs,
-  -- out: penaltyLevel, fresh, storedEpoch
+  -- out: penaltyLevel, reserved, fresh, storedEpoch
   -- The state of a value as the run sees it (v: false none, '' a key of
   -- another type), fresh when there is none, its window as stored.
-  if v then
-    st, lastObservedMs, epoch, level, carry, log, penaltyUntilMs, penaltyLevel = decodeState(v, alg, penalty)
-  else
-    st, lastObservedMs, epoch, level, carry, log, penaltyUntilMs, penaltyLevel = nil, 0, 0, 0, 0, '', 0, 0
-  end
+  st, lastObservedMs, epoch, level, carry, log, penaltyUntilMs, penaltyLevel, reserved = decodeState(v, alg, penalty, rop)
   fresh, storedEpoch = st == nil, epoch
   -- uses: serverNow, penaltyStep, blockedRemaining, chargeKey, MAX, algStep,
-  -- uses: fixedWindowStep
+  -- uses: fixedWindowStep, reservationStep
   -- in: st, lastObservedMs, epoch, level, carry, log, penaltyUntilMs,
-  -- in: penaltyLevel, fresh, alg, role, limit, p2, p3, grace, maxRegression,
-  -- in: cost, penalty, duration, maxDuration, decay, cal, cb0, cb1, cb2, cb3,
-  -- in: charge, ceiling
+  -- in: penaltyLevel, reserved, fresh, alg, role, limit, p2, p3, grace,
+  -- in: maxRegression, cost, penalty, duration, maxDuration, decay, cal, cb0,
+  -- in: cb1, cb2, cb3, charge, ceiling, rop, rttl, rat, rmax, rstart
   -- out: st, penaltyUntilMs, penaltyLevel
   -- defines: status, eff, remaining, retry, resetAt, now, write, incompatible,
-  -- defines: allowed, blocked, px, nLog, nEpoch, nLevel, nCarry, ttl,
-  -- defines: remainingBefore, resetBefore
+  -- defines: allowed, blocked, px, nLog, nEpoch, nLevel, nCarry, nReserved,
+  -- defines: hold, ttl, remainingBefore, resetBefore
   -- A valid key's status and reply (eff: its effective now), the state to
-  -- write (write: true, or 2 for a charge written whatever the request
-  -- commits) and its offence (px: its expiry, false none). A key that is not
-  -- evaluated (STATE_INCOMPATIBLE, CLOCK_UNSAFE) replies (serverNow, 0, 0, 0).
+  -- write (write: true, or 2 for a charge or a settle written whatever the
+  -- request commits) and its offence (px: its expiry, false none); a
+  -- reserving policy's reservation (hold: reserve.lua; false other keys).
+  -- A key that is not evaluated (STATE_INCOMPATIBLE, CLOCK_UNSAFE) replies
+  -- (serverNow, 0, 0, 0).
   local status, eff, remaining, retry, resetAt, ttl, remainingBefore, resetBefore = 'STATE_INCOMPATIBLE', serverNow, 0,
     0, 0, 0, 0, 0
-  local write, blocked, px = false, false, false
+  local write, blocked, px, nReserved, hold = false, false, false, reserved, rop and 0
   -- (Set by the clock rule and the step, read only after them or, the state
   -- to write, when the key writes.)
   local now, incompatible, allowed, nLog, nEpoch, nLevel, nCarry
@@ -1732,6 +2171,10 @@ local function evaluateOne(kb)
     end
     if not now then
       status = 'CLOCK_UNSAFE'
+    elseif rop then
+      st, eff, status, write, nEpoch, nLevel, nCarry, nLog, nReserved, ttl, remaining, retry, resetAt, remainingBefore,
+        resetBefore, hold = reservationStep(alg, st, fresh, lastObservedMs, epoch, level, carry, reserved, now, limit,
+          ceiling, p2, p3, grace, cost, cal, cb0, cb1, cb2, cb3, role, rop, rttl, rat, rmax, rstart)
     else
       -- uses: algStep, fixedWindowStep
       -- in: alg, st, lastObservedMs, epoch, level, carry, log, now, limit, p2, p3,
@@ -1787,15 +2230,16 @@ local function evaluateOne(kb)
   end
   -- uses: MAX, serverNow
   -- in: remaining, retry, resetAt, write, remainingBefore, resetBefore, nEpoch,
-  -- in: nLevel, nCarry, ttl, now
+  -- in: nLevel, nCarry, ttl, now, hold
   -- out:
-  -- A key's reply (remaining, retry, resetAt) and, when it writes, the reply
-  -- before the cost and the state to write (nEpoch, nLevel, nCarry) with its
-  -- expiry, now + ttl on the effective clock (the store raises a ttl below 1
-  -- to 1).
+  -- A key's reply (remaining, retry, resetAt, a reservation's identity
+  -- hold) and, when it writes, the reply before the cost and the state to
+  -- write (nEpoch, nLevel, nCarry) with its expiry, now + ttl on the
+  -- effective clock (the store raises a ttl below 1 to 1).
   if not (remaining >= 0 and remaining <= MAX and remaining % 1 == 0
       and retry >= 0 and retry <= MAX and retry % 1 == 0
       and resetAt >= 0 and resetAt <= MAX and resetAt % 1 == 0)
+    or hold and not (hold >= 0 and hold <= MAX and hold % 1 == 0)
     or write and not (remainingBefore >= 0 and remainingBefore <= MAX and remainingBefore % 1 == 0
       and resetBefore >= 0 and resetBefore <= MAX and resetBefore % 1 == 0
       and nEpoch >= 0 and nEpoch <= MAX and nEpoch % 1 == 0 and nLevel >= 0 and nLevel <= MAX and nLevel % 1 == 0
@@ -1806,9 +2250,10 @@ local function evaluateOne(kb)
   if px then
     writeOffence(key, gi, penaltyUntilMs, penaltyLevel, px)
   elseif write then
-    storeState(key, gi, fresh, alg, now, nEpoch, nLevel, nCarry, nLog, ttl, storedEpoch, penaltyUntilMs, penaltyLevel)
+    storeState(key, gi, fresh, alg, now, nEpoch, nLevel, nCarry, nLog, ttl, storedEpoch, penaltyUntilMs, penaltyLevel,
+      nReserved)
   end
-  return oneReply(status, eff, remaining, retry, resetAt, role, failOpen)
+  return oneReply(status, eff, remaining, retry, resetAt, role, failOpen, rop, hold)
 end
 -- End of one.lua.
 -- fragments/group.lua: the group of a rate program's run, its last ARGV

@@ -28,7 +28,7 @@
 -- fragments/prelude.lua: shared by every program (a test checks each
 -- program contains it verbatim): constants and library locals.
 -- defines: MAX, MAX_DURATION, MAX_PENALTY, FAIL_OPEN, PENALTY,
--- defines: CALENDAR, CHARGE, S, MAX_SLIDING, MAX_LOG, find,
+-- defines: CALENDAR, CHARGE, RESERVE, S, MAX_SLIDING, MAX_LOG, find,
 -- defines: fmod, format, band, unpackList, unpack, pack, sub, max, ceilDiv
 --
 -- A script's whole body runs on every EVALSHA, so each function a program
@@ -41,8 +41,9 @@ local MAX_PENALTY = 2592000000 -- 30 days in ms, limiter.MaxPenalty
 -- The flags byte of a key's packed argument (pkg/lua Flag*): its bits 0-2
 -- the role (flags % 8, lua.FlagRoleMask); fail open, a penalty extension
 -- follows, a calendar extension follows (after the penalty extension when
--- both do), the policy charges always.
-local FAIL_OPEN, PENALTY, CALENDAR, CHARGE = 8, 16, 32, 64
+-- both do), the policy charges always, a reservation extension follows
+-- (before the calendar extension).
+local FAIL_OPEN, PENALTY, CALENDAR, CHARGE, RESERVE = 8, 16, 32, 64, 128
 local S = 1000000 -- sliding-window weight scale (limiter.SlidingScale)
 -- The largest sliding limit: (2^53-1) / S, exact (MAX / S is far from an
 -- integer, so the VM's floor cannot round up).
@@ -102,6 +103,36 @@ local function penaltyArgs(packed, pos, flags, limit)
   return valid, true, duration, maxDuration, decay, pos, flags - PENALTY
 end
 
+-- uses: unpack, MAX, RESERVE, CALENDAR
+-- defines: reserveArgs
+
+-- reserveArgs reads the reservation extension of a key's packed argument,
+-- when the flags' bit 128 is set: struct.pack('>ddddd') after the fixed
+-- numbers and the penalty extension (which end at pos): rop (1 a
+-- reserve, 2 a settle), the TTL ms, the settle's identity (0 none), the
+-- policy's max cost and, for a calendar window's settle, the start of the
+-- period holding the reservation's time (else 0). It returns valid, rop
+-- (not false: a key with the bit replies an identity even when not
+-- valid), the four numbers, pos after it (where
+-- the calendar extension starts) and the flags without the bit. A
+-- reservation has no penalty box, no sliding log (algorithm 5), a TTL up
+-- to limiter.MaxLeaseTTL (24 hours) and a max cost up to the ceiling.
+local function reserveArgs(packed, pos, flags, penalty, algorithm, ceiling)
+  flags = flags - RESERVE
+  -- The extension ends the argument, unless the calendar one follows
+  -- (calendarArgs checks that one's length from pos).
+  if penalty or #packed < pos + 39 or #packed ~= pos + 39 and flags % 64 < CALENDAR then
+    return false, 0, 0, 0, 0, 0, pos, flags
+  end
+  local rop, rttl, rat, rmax, rstart
+  rop, rttl, rat, rmax, rstart, pos = unpack('>ddddd', packed, pos)
+  local valid = (rop == 1 and rat == 0 or rop == 2) and algorithm ~= 5
+    and rttl >= 1 and rttl <= 86400000 and rttl % 1 == 0
+    and rat >= 0 and rat <= MAX and rat % 1 == 0
+    and rmax >= 1 and rmax <= ceiling and rmax % 1 == 0
+    and rstart >= 0 and rstart <= MAX and rstart % 1 == 0
+  return valid, rop, rttl, rat, rmax, rstart, pos, flags
+end
 -- fragments/calendar.lua: the calendar extension of a fixed window's key
 -- (docs/algorithms.md, "Calendar windows").
 -- uses: unpack, MAX
@@ -274,7 +305,7 @@ end
 -- programs' headers).
 -- uses: unpack, unpackList, FAIL_OPEN, PENALTY, CALENDAR, MAX,
 -- uses: MAX_DURATION, MAX_SLIDING, MAX_LOG, fmod, penaltyArgs, calendarArgs,
--- uses: CHARGE
+-- uses: CHARGE, RESERVE, reserveArgs
 -- defines: NARG, argsRead, keyArgs
 
 local NARG = 1
@@ -290,17 +321,19 @@ local argsRead = false
 -- clock regression and cost (the revision is checked, not returned: the
 -- key names it); the penalty box (penalty, its duration, max
 -- duration and decay); a calendar window (cal and the boundaries of its
--- three periods); whether the key charges always and its ceiling.
+-- three periods); whether the key charges always and its ceiling; its
+-- reservation (rop, rttl, rat, rmax, rstart: args.lua).
 local function keyArgs(gi)
   local packed, valid = ARGV[gi], true
   if argsRead then
     local r = argsRead[packed]
     if r then
-      return unpackList(r, 1, 21)
+      return unpackList(r, 1, 26)
     end
   end
   local alg, role, failOpen, rev, limit, p2, p3, grace, maxRegression, cost
   local penalty, duration, maxDuration, decay, cal, cb0, cb1, cb2, cb3, charge, ceiling
+  local rop, rttl, rat, rmax, rstart
   -- fragments/args.lua: a key's packed numbers (lua.AppendBatchPacked), read
   -- and checked, as an inline block of a program's keyArgs: struct.pack(
   -- '>BBddddddd') of algorithm, flags, revision, limit, the two algorithm
@@ -309,14 +342,19 @@ local function keyArgs(gi)
   -- algorithm's name, the key's role and failOpen (0 and false when not
   -- valid), the numbers, the penalty box (penalty, its duration, max
   -- duration and decay) and a calendar window (cal and the boundaries of its
-  -- three periods), and whether it charges always with its ceiling.
+  -- three periods), whether it charges always with its ceiling, and a
+  -- reservation (flag 128, its extension struct.pack('>ddddd') between the
+  -- penalty and the calendar extensions): rop (false none, 1 a reserve, 2 a
+  -- settle), its TTL ms, the settle's identity (0 none), the policy's max
+  -- cost and, for a calendar window's settle, the start of the period
+  -- holding the reservation's time (0 otherwise).
   -- uses: unpack, FAIL_OPEN, PENALTY, CALENDAR, MAX,
   -- uses: MAX_DURATION, MAX_SLIDING, MAX_LOG, fmod, penaltyArgs, calendarArgs,
-  -- uses: CHARGE
+  -- uses: CHARGE, RESERVE, reserveArgs
   -- in: packed, valid
   -- out: valid, alg, role, failOpen, rev, limit, p2, p3, grace, maxRegression,
   -- out: cost, penalty, duration, maxDuration, decay, cal, cb0, cb1, cb2, cb3,
-  -- out: charge, ceiling
+  -- out: charge, ceiling, rop, rttl, rat, rmax, rstart
   -- defines: algorithm, flags, pos
   local algorithm, flags, pos
   algorithm, flags, rev, limit, p2, p3, grace, maxRegression, cost, pos = unpack('>BBddddddd', packed)
@@ -334,19 +372,28 @@ local function keyArgs(gi)
     ok, penalty, duration, maxDuration, decay, pos, flags = penaltyArgs(packed, pos, flags, limit)
     valid = valid and ok
   end
+  rop, rttl, rat, rmax, rstart = false, 0, 0, 0, 0
+  if flags >= RESERVE then
+    -- (A call only for a reserving policy's key.)
+    local rok
+    rok, rop, rttl, rat, rmax, rstart, pos, flags = reserveArgs(packed, pos, flags, penalty, algorithm, ceiling)
+    valid = valid and rok
+  end
   -- fragments/valid.lua: the rules of a key's arguments that every algorithm
   -- shares (limiter.NewPolicy, Request.Validate), once, as an inline block of
   -- a program's keyArgs (a call per key costs Redis CPU; docs/performance.md):
   -- whether the unpacked numbers (doubles, any value) are each an integer in
   -- its range (NaN fails every comparison). flags is a byte: the role in
   -- bits 0-2, at most 5, failOpen at 8, the calendar bit 32 and the charge
-  -- bit 64; penaltyArgs took off the penalty bit 16, and bit 128 is unknown
-  -- (its bits tested by arithmetic, as args.lua does). A charge may cost up to its
-  -- ceiling (twice the limit, limiter.Policy.Ceiling) and has no penalty
-  -- box. Each algorithm's own rules are its fragment's valid section.
+  -- bit 64; penaltyArgs took off the penalty bit 16 and args.lua the
+  -- reservation bit 128 (its bits tested by arithmetic, as args.lua does).
+  -- A charge may cost up to its ceiling (twice the limit,
+  -- limiter.Policy.Ceiling) and has no penalty box; only a settle (rop 2)
+  -- may cost 0. Each algorithm's own rules are its fragment's valid
+  -- section.
   -- uses: PENALTY, MAX, MAX_DURATION
   -- in: flags, rev, limit, p2, p3, grace, maxRegression, cost,
-  -- in: charge, ceiling, penalty
+  -- in: charge, ceiling, penalty, rop
   -- out: valid
   valid = valid and flags < 128 and flags % 32 < PENALTY and flags % 8 <= 5
     and not (charge and penalty) and ceiling <= MAX
@@ -355,7 +402,7 @@ local function keyArgs(gi)
     and p2 % 1 == 0 and p3 % 1 == 0
     and grace >= 0 and grace <= MAX_DURATION and grace % 1 == 0
     and maxRegression >= 0 and maxRegression <= MAX_DURATION and maxRegression % 1 == 0
-    and cost >= 1 and cost <= MAX and cost % 1 == 0 and cost <= ceiling
+    and (cost >= 1 or cost == 0 and rop == 2) and cost <= MAX and cost % 1 == 0 and cost <= ceiling
   -- uses: MAX, MAX_DURATION, MAX_LOG, MAX_SLIDING, fmod
   -- in: algorithm, valid, ceiling, p2, p3
   -- out: alg, valid
@@ -419,16 +466,16 @@ local function keyArgs(gi)
   end
   if argsRead then
     argsRead[packed] = { valid, alg, role, failOpen, limit, p2, p3, grace, maxRegression, cost,
-      penalty, duration, maxDuration, decay, cal, cb0, cb1, cb2, cb3, charge, ceiling }
+      penalty, duration, maxDuration, decay, cal, cb0, cb1, cb2, cb3, charge, ceiling, rop, rttl, rat, rmax, rstart }
   end
   return valid, alg, role, failOpen, limit, p2, p3, grace, maxRegression, cost,
-    penalty, duration, maxDuration, decay, cal, cb0, cb1, cb2, cb3, charge, ceiling
+    penalty, duration, maxDuration, decay, cal, cb0, cb1, cb2, cb3, charge, ceiling, rop, rttl, rat, rmax, rstart
 end
 -- uses: unpack, unpackList, sub, find, MAX, MAX_SLIDING
--- defines: STATE_PENALTY, MGET_CHUNK, stored, storedOne, written, mgetAll, prefetch,
+-- defines: STATE_PENALTY, STATE_RESERVED, MGET_CHUNK, stored, storedOne, written, mgetAll, prefetch,
 -- defines: decodeState, stateValue
 
-local STATE_PENALTY = 64
+local STATE_PENALTY, STATE_RESERVED = 64, 32
 -- The most keys one MGET or EXISTS names (Lua's unpack of a list is
 -- bounded; a group holds up to 8,192 keys).
 local MGET_CHUNK = 1000
@@ -502,16 +549,22 @@ local function prefetch(n)
   return vals, false
 end
 
--- decodeState reads a value of alg's state. It returns st (false:
--- incompatible, true), lastObservedMs, epoch, level, carry, the log (''
+-- decodeState reads a value of alg's state (v; false none). It returns st
+-- (nil none, false incompatible, true), lastObservedMs, epoch, level, carry, the log (''
 -- but for a sliding log, checked where its step reads it), penaltyUntilMs
--- and penaltyLevel (0, 0 without). A value of another algorithm, of
--- another length, with a number that is not an integer in [0, 2^53-1] or
--- a sliding window's count above any sliding limit cannot be ours; nor,
--- for a policy with a penalty box (penalty), a block that ends at 0 or a
--- level outside [1, 99]. A policy without one does not read its block: a
--- block it cannot read is dropped, one it can kept.
-local function decodeState(v, alg, penalty)
+-- and penaltyLevel (0, 0 without) and the reservations ('' without;
+-- their numbers are checked where the reservation step reads them). A
+-- value of another algorithm, of another length, with a number that is
+-- not an integer in [0, 2^53-1] or a sliding window's count above any
+-- sliding limit cannot be ours; nor, for a policy with a penalty box
+-- (penalty), a block that ends at 0 or a level outside [1, 99]; nor
+-- reservations but for a reserving policy (reserving). A policy without a
+-- penalty box does not read its block: a block it cannot read is dropped,
+-- one it can kept.
+local function decodeState(v, alg, penalty, reserving)
+  if not v then
+    return nil, 0, 0, 0, 0, '', 0, 0, ''
+  end
   local algorithm
   -- in: alg
   -- out: algorithm
@@ -529,35 +582,42 @@ local function decodeState(v, alg, penalty)
   end
   local n = #v
   if n < 33 then
-    return false, 0, 0, 0, 0, '', 0, 0
+    return false, 0, 0, 0, 0, '', 0, 0, ''
   end
   local head, lastObservedMs, epoch, level, carry, pos = unpack('>Bdddd', v)
-  local penaltyUntilMs, penaltyLevel = 0, 0
-  if head == algorithm + STATE_PENALTY and n >= 49 then
+  local penaltyUntilMs, penaltyLevel, reserved = 0, 0, ''
+  if head == algorithm + STATE_RESERVED and reserving and n >= 51 then
+    local count
+    count, pos = unpack('>H', v, pos)
+    if count < 1 or n ~= 35 + count * 16 then
+      return false, 0, 0, 0, 0, '', 0, 0, ''
+    end
+    reserved, pos = sub(v, pos), n + 1
+  elseif head == algorithm + STATE_PENALTY and n >= 49 then
     penaltyUntilMs, penaltyLevel, pos = unpack('>dd', v, pos)
     if not (penaltyUntilMs >= 1 and penaltyUntilMs <= MAX and penaltyUntilMs % 1 == 0
         and penaltyLevel >= 1 and penaltyLevel <= 99 and penaltyLevel % 1 == 0) then
       if penalty then
-        return false, 0, 0, 0, 0, '', 0, 0
+        return false, 0, 0, 0, 0, '', 0, 0, ''
       end
       penaltyUntilMs, penaltyLevel = 0, 0
     end
   elseif head ~= algorithm then
-    return false, 0, 0, 0, 0, '', 0, 0
+    return false, 0, 0, 0, 0, '', 0, 0, ''
   end
   local log = ''
   if algorithm == 5 then
     log = sub(v, pos)
   elseif pos <= n then
-    return false, 0, 0, 0, 0, '', 0, 0
+    return false, 0, 0, 0, 0, '', 0, 0, ''
   end
   if not (lastObservedMs >= 0 and lastObservedMs <= MAX and lastObservedMs % 1 == 0
       and epoch >= 0 and epoch <= MAX and epoch % 1 == 0 and level >= 0 and level <= MAX and level % 1 == 0
       and carry >= 0 and carry <= MAX and carry % 1 == 0)
     or algorithm == 2 and (level > MAX_SLIDING or carry > MAX_SLIDING) then
-    return false, 0, 0, 0, 0, '', 0, 0
+    return false, 0, 0, 0, 0, '', 0, 0, ''
   end
-  return true, lastObservedMs, epoch, level, carry, log, penaltyUntilMs, penaltyLevel
+  return true, lastObservedMs, epoch, level, carry, log, penaltyUntilMs, penaltyLevel, reserved
 end
 
 -- stateValue is the value of the group's key gi (key) as this run sees
@@ -575,19 +635,19 @@ local function stateValue(key, gi)
   end
   return storedOne
 end
--- uses: pack, STATE_PENALTY
+-- uses: pack, STATE_PENALTY, STATE_RESERVED
 -- defines: encodeState
 
 -- encodeState is the value of alg's state (the value block).
-local function encodeState(alg, lastObservedMs, epoch, level, carry, penaltyUntilMs, penaltyLevel, log)
+local function encodeState(alg, lastObservedMs, epoch, level, carry, penaltyUntilMs, penaltyLevel, log, reserved)
   local v
-  -- uses: pack, STATE_PENALTY
+  -- uses: pack, STATE_PENALTY, STATE_RESERVED
   -- in: alg, lastObservedMs, epoch, level, carry, penaltyUntilMs, penaltyLevel,
-  -- in: log
+  -- in: log, reserved
   -- out: v
   -- defines: algorithm
   -- v, the value of alg's state (decodeState's inverse): the penalty box
-  -- written when penaltyLevel is not 0.
+  -- written when penaltyLevel is not 0, the reservations when there are.
   local algorithm
   -- in: alg
   -- out: algorithm
@@ -606,6 +666,8 @@ local function encodeState(alg, lastObservedMs, epoch, level, carry, penaltyUnti
   if penaltyLevel > 0 then
     v = pack('>Bdddddd', algorithm + STATE_PENALTY, lastObservedMs, epoch, level, carry, penaltyUntilMs, penaltyLevel)
       .. log
+  elseif reserved ~= '' then
+    v = pack('>BddddH', algorithm + STATE_RESERVED, lastObservedMs, epoch, level, carry, #reserved / 16) .. reserved
   else
     v = pack('>Bdddd', algorithm, lastObservedMs, epoch, level, carry) .. log
   end
@@ -636,7 +698,8 @@ local function refundKey(i, at)
   if not v then
     return 0
   end
-  local st, lastObservedMs, epoch, level, carry, log, penaltyUntilMs, penaltyLevel = decodeState(v, alg, penalty)
+  local st, lastObservedMs, epoch, level, carry, log, penaltyUntilMs, penaltyLevel, reserved = decodeState(v, alg,
+    penalty, true)
   if not st then
     -- Expired or foreign: what was taken went with it.
     return 0
@@ -650,8 +713,8 @@ local function refundKey(i, at)
     -- A program bug: it raises (the store reports the program failed).
     error('envoy-rls: inexact value')
   end
-  redis.call('SET', key, encodeState(alg, lastObservedMs, epoch, level, carry, penaltyUntilMs, penaltyLevel, log),
-    'KEEPTTL')
+  redis.call('SET', key, encodeState(alg, lastObservedMs, epoch, level, carry, penaltyUntilMs, penaltyLevel, log,
+    reserved), 'KEEPTTL')
   return 1
 end
 

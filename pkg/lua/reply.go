@@ -170,7 +170,11 @@ var fieldNamesV2 = [replyFieldsV2]string{"code", "remaining", "retryAfterMillis"
 // BlockLeftMs, in [1, retryAfterMillis]), retryAfterMillis and
 // resetAtMillis, every one in [0, 2^53-1]; each key's
 // reply, with the policy's limit (0 for INVALID), must be consistent with
-// itself and with the policy (check). Or exactly the
+// itself and with the policy (check). Then, for each key of a reserving
+// policy (limiter.Reserve), in key order, the identity of the reservation
+// it holds (algorithm.Reply's HoldAtMs): 0, or, for an ALLOWED key of a
+// committed request, its effective now plus the TTL, pushed by at most
+// limiter.MaxReservations ms. Or exactly the
 // two integers { ExpiredFlag, serverNowMillis in [0, 2^53-1] }, an
 // *ExpiredError (nothing committed, out untouched); or { FailedFlag, text
 // }, a *FailedError. Anything else is an error matching ErrMalformedReply,
@@ -180,8 +184,14 @@ func ParseBatchReplyV2(policies []*limiter.Policy, values []Value, out []algorit
 	if err := notDecided(values); err != nil {
 		return false, err
 	}
-	if len(values) != 2+replyFieldsV2*n {
-		return false, malformed("%d values for %d keys, want %d", len(values), n, 2+replyFieldsV2*n)
+	holds := 0
+	for _, p := range policies {
+		if p.Reserve().On() {
+			holds++
+		}
+	}
+	if want := 2 + replyFieldsV2*n + holds; len(values) != want {
+		return false, malformed("%d values for %d keys, want %d", len(values), n, want)
 	}
 	if v := values[0]; !v.IsInt || v.Int < 0 || v.Int > 1 {
 		return false, malformed("committed flag %+v", v)
@@ -224,6 +234,25 @@ func ParseBatchReplyV2(policies []*limiter.Policy, values []Value, out []algorit
 			return false, fmt.Errorf("key %d: %w", k+1, err)
 		}
 		out[k] = r
+	}
+	h := 2 + replyFieldsV2*n
+	for k, p := range policies {
+		if !p.Reserve().On() {
+			continue
+		}
+		v := values[h]
+		h++
+		if !v.IsInt || v.Int < 0 || v.Int > limiter.MaxSafeInteger {
+			return false, malformed("key %d: the reservation's identity is not an integer in [0, 2^53-1]: %+v", k+1, v)
+		}
+		if v.Int == 0 {
+			continue
+		}
+		least := out[k].EffectiveNowMs + p.Reserve().TTL.Milliseconds()
+		if !committed || out[k].Status != algorithm.StatusAllowed || v.Int < least || v.Int > least+limiter.MaxReservations {
+			return false, malformed("key %d: a reservation at %d for a %s key (committed %t, effective now %d)", k+1, v.Int, out[k].Status, committed, out[k].EffectiveNowMs)
+		}
+		out[k].HoldAtMs = v.Int
 	}
 	return committed, nil
 }

@@ -350,3 +350,50 @@ func AppendReplyV2(dst []Value, committed bool, replies []algorithm.Reply) []Val
 	}
 	return dst
 }
+
+// TestParseBatchReplyV2Reservations: a reserving policy's key adds one
+// field after every key's four, in key order: the identity of the
+// reservation it holds, 0 or, for an ALLOWED key of a committed request,
+// its effective now plus the TTL, pushed at most MaxReservations ms;
+// anything else, or a missing field, is malformed.
+func TestParseBatchReplyV2Reservations(t *testing.T) {
+	plain := mustPolicy(t, limiter.PolicySpec{ID: "p", Algorithm: limiter.FixedWindow,
+		Params: limiter.FixedWindowParams{Limit: 10, Window: time.Second}})
+	res := mustPolicy(t, limiter.PolicySpec{ID: "r", Algorithm: limiter.FixedWindow,
+		Params: limiter.FixedWindowParams{Limit: 10, Window: time.Second}, Reserve: limiter.Reserve{TTL: time.Minute}})
+	pols := []*limiter.Policy{res, plain}
+	val := func(ns ...int64) []Value {
+		out := make([]Value, len(ns))
+		for i, n := range ns {
+			out[i] = Value{Int: n, IsInt: true}
+		}
+		return out
+	}
+	allowed := func(committed, hold int64) []Value {
+		return val(committed, 1000, 1, 9, 0, 2000, 1, 9, 0, 2000, hold)
+	}
+	out := make([]algorithm.Reply, 2)
+	for _, hold := range []int64{61_000, 61_000 + limiter.MaxReservations} {
+		if c, err := ParseBatchReplyV2(pols, allowed(1, hold), out); err != nil || !c || out[0].HoldAtMs != hold || out[1].HoldAtMs != 0 {
+			t.Fatalf("a reservation at %d: %v %+v %v", hold, c, out, err)
+		}
+	}
+	if c, err := ParseBatchReplyV2(pols, allowed(0, 0), out); err != nil || c || out[0].HoldAtMs != 0 {
+		t.Fatalf("no reservation: %v %+v %v", c, out, err)
+	}
+	for name, vals := range map[string][]Value{
+		"missing":                 val(1, 1000, 1, 9, 0, 2000, 1, 9, 0, 2000),
+		"too soon":                allowed(1, 60_999),
+		"pushed too far":          allowed(1, 61_001+limiter.MaxReservations),
+		"not committed":           allowed(0, 61_000),
+		"denied":                  val(0, 1000, 2, 0, 5, 2000, 1, 9, 0, 2000, 61_000),
+		"negative":                allowed(1, -1),
+		"a string":                append(val(1, 1000, 1, 9, 0, 2000, 1, 9, 0, 2000), Value{Str: "61000"}),
+		"one for the plain key":   append(allowed(1, 0), Value{IsInt: true}),
+		"beyond 2^53 (too large)": allowed(1, limiter.MaxSafeInteger+1),
+	} {
+		if _, err := ParseBatchReplyV2(pols, vals, out); !errors.Is(err, ErrMalformedReply) {
+			t.Errorf("%s: %v, want malformed", name, err)
+		}
+	}
+}

@@ -26,7 +26,7 @@
 -- fragments/prelude.lua: shared by every program (a test checks each
 -- program contains it verbatim): constants and library locals.
 -- defines: MAX, MAX_DURATION, MAX_PENALTY, FAIL_OPEN, PENALTY,
--- defines: CALENDAR, CHARGE, S, MAX_SLIDING, MAX_LOG, find,
+-- defines: CALENDAR, CHARGE, RESERVE, S, MAX_SLIDING, MAX_LOG, find,
 -- defines: fmod, format, band, unpackList, unpack, pack, sub, max, ceilDiv
 --
 -- A script's whole body runs on every EVALSHA, so each function a program
@@ -39,8 +39,9 @@ local MAX_PENALTY = 2592000000 -- 30 days in ms, limiter.MaxPenalty
 -- The flags byte of a key's packed argument (pkg/lua Flag*): its bits 0-2
 -- the role (flags % 8, lua.FlagRoleMask); fail open, a penalty extension
 -- follows, a calendar extension follows (after the penalty extension when
--- both do), the policy charges always.
-local FAIL_OPEN, PENALTY, CALENDAR, CHARGE = 8, 16, 32, 64
+-- both do), the policy charges always, a reservation extension follows
+-- (before the calendar extension).
+local FAIL_OPEN, PENALTY, CALENDAR, CHARGE, RESERVE = 8, 16, 32, 64, 128
 local S = 1000000 -- sliding-window weight scale (limiter.SlidingScale)
 -- The largest sliding limit: (2^53-1) / S, exact (MAX / S is far from an
 -- integer, so the VM's floor cannot round up).
@@ -74,10 +75,10 @@ end
 -- to be canonical decimal integers (a non-number would raise).
 -- End of the prelude.
 -- uses: unpack, unpackList, sub, find, MAX, MAX_SLIDING
--- defines: STATE_PENALTY, MGET_CHUNK, stored, storedOne, written, mgetAll, prefetch,
+-- defines: STATE_PENALTY, STATE_RESERVED, MGET_CHUNK, stored, storedOne, written, mgetAll, prefetch,
 -- defines: decodeState, stateValue
 
-local STATE_PENALTY = 64
+local STATE_PENALTY, STATE_RESERVED = 64, 32
 -- The most keys one MGET or EXISTS names (Lua's unpack of a list is
 -- bounded; a group holds up to 8,192 keys).
 local MGET_CHUNK = 1000
@@ -151,16 +152,22 @@ local function prefetch(n)
   return vals, false
 end
 
--- decodeState reads a value of alg's state. It returns st (false:
--- incompatible, true), lastObservedMs, epoch, level, carry, the log (''
+-- decodeState reads a value of alg's state (v; false none). It returns st
+-- (nil none, false incompatible, true), lastObservedMs, epoch, level, carry, the log (''
 -- but for a sliding log, checked where its step reads it), penaltyUntilMs
--- and penaltyLevel (0, 0 without). A value of another algorithm, of
--- another length, with a number that is not an integer in [0, 2^53-1] or
--- a sliding window's count above any sliding limit cannot be ours; nor,
--- for a policy with a penalty box (penalty), a block that ends at 0 or a
--- level outside [1, 99]. A policy without one does not read its block: a
--- block it cannot read is dropped, one it can kept.
-local function decodeState(v, alg, penalty)
+-- and penaltyLevel (0, 0 without) and the reservations ('' without;
+-- their numbers are checked where the reservation step reads them). A
+-- value of another algorithm, of another length, with a number that is
+-- not an integer in [0, 2^53-1] or a sliding window's count above any
+-- sliding limit cannot be ours; nor, for a policy with a penalty box
+-- (penalty), a block that ends at 0 or a level outside [1, 99]; nor
+-- reservations but for a reserving policy (reserving). A policy without a
+-- penalty box does not read its block: a block it cannot read is dropped,
+-- one it can kept.
+local function decodeState(v, alg, penalty, reserving)
+  if not v then
+    return nil, 0, 0, 0, 0, '', 0, 0, ''
+  end
   local algorithm
   -- in: alg
   -- out: algorithm
@@ -178,35 +185,42 @@ local function decodeState(v, alg, penalty)
   end
   local n = #v
   if n < 33 then
-    return false, 0, 0, 0, 0, '', 0, 0
+    return false, 0, 0, 0, 0, '', 0, 0, ''
   end
   local head, lastObservedMs, epoch, level, carry, pos = unpack('>Bdddd', v)
-  local penaltyUntilMs, penaltyLevel = 0, 0
-  if head == algorithm + STATE_PENALTY and n >= 49 then
+  local penaltyUntilMs, penaltyLevel, reserved = 0, 0, ''
+  if head == algorithm + STATE_RESERVED and reserving and n >= 51 then
+    local count
+    count, pos = unpack('>H', v, pos)
+    if count < 1 or n ~= 35 + count * 16 then
+      return false, 0, 0, 0, 0, '', 0, 0, ''
+    end
+    reserved, pos = sub(v, pos), n + 1
+  elseif head == algorithm + STATE_PENALTY and n >= 49 then
     penaltyUntilMs, penaltyLevel, pos = unpack('>dd', v, pos)
     if not (penaltyUntilMs >= 1 and penaltyUntilMs <= MAX and penaltyUntilMs % 1 == 0
         and penaltyLevel >= 1 and penaltyLevel <= 99 and penaltyLevel % 1 == 0) then
       if penalty then
-        return false, 0, 0, 0, 0, '', 0, 0
+        return false, 0, 0, 0, 0, '', 0, 0, ''
       end
       penaltyUntilMs, penaltyLevel = 0, 0
     end
   elseif head ~= algorithm then
-    return false, 0, 0, 0, 0, '', 0, 0
+    return false, 0, 0, 0, 0, '', 0, 0, ''
   end
   local log = ''
   if algorithm == 5 then
     log = sub(v, pos)
   elseif pos <= n then
-    return false, 0, 0, 0, 0, '', 0, 0
+    return false, 0, 0, 0, 0, '', 0, 0, ''
   end
   if not (lastObservedMs >= 0 and lastObservedMs <= MAX and lastObservedMs % 1 == 0
       and epoch >= 0 and epoch <= MAX and epoch % 1 == 0 and level >= 0 and level <= MAX and level % 1 == 0
       and carry >= 0 and carry <= MAX and carry % 1 == 0)
     or algorithm == 2 and (level > MAX_SLIDING or carry > MAX_SLIDING) then
-    return false, 0, 0, 0, 0, '', 0, 0
+    return false, 0, 0, 0, 0, '', 0, 0, ''
   end
-  return true, lastObservedMs, epoch, level, carry, log, penaltyUntilMs, penaltyLevel
+  return true, lastObservedMs, epoch, level, carry, log, penaltyUntilMs, penaltyLevel, reserved
 end
 
 -- stateValue is the value of the group's key gi (key) as this run sees
@@ -249,15 +263,16 @@ local function entries(s, from, upTo)
 end
 
 -- rateState reports whether v is a state rate-batch-v2.lua writes: its
--- head names a rate algorithm, decodeState reads it (a penalty box it
--- holds must be one), and a sliding log's log is what its step reads
--- (whole entries, at most MAX_LOG, times up to the last observed one).
+-- head names a rate algorithm, decodeState reads it (a penalty box or
+-- reservations it holds must be one), and a sliding log's log is what its
+-- step reads (whole entries, at most MAX_LOG, times up to the last
+-- observed one).
 local function rateState(v)
-  local alg = ALGORITHMS[(string.byte(v, 1) or 0) % STATE_PENALTY]
+  local alg = ALGORITHMS[(string.byte(v, 1) or 0) % STATE_RESERVED]
   if not alg then
     return false
   end
-  local st, lastObservedMs, _, level, carry, log = decodeState(v, alg, true)
+  local st, lastObservedMs, _, level, carry, log = decodeState(v, alg, true, true)
   if not st then
     return false
   end

@@ -105,9 +105,11 @@ func (s *Store) commit(ctx context.Context, batch []limiter.Request, roles []lim
 	g.ctx, g.roles, g.keys = ctx, roles, keys
 	n := len(g.idx)
 	g.policies, g.costs, g.bytes = grow(g.policies, n), grow(g.costs, n), 0
+	g.leases, g.ats = grow(g.leases, n), grow(g.ats, n)
 	for k, i := range g.idx {
 		p := batch[i].Policy
 		g.policies[k], g.costs[k] = p, batch[i].Cost
+		g.leases[k], g.ats[k] = batch[i].Lease, batch[i].LeaseAt
 		g.bytes += len(keys[i]) + len(p.ID()) + 64
 	}
 	if n > lua.MaxRequestKeys {

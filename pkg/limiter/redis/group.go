@@ -34,7 +34,11 @@ type group struct {
 	roles []limiter.Role
 	keys  []string
 	costs []int64
-	bytes int // the keys and arguments of the call in a command (size)
+	// leases and ats: the requests' lease operations and LeaseAt, which
+	// a reserving policy's key carries (lua.AppendRequestPacked).
+	leases []limiter.LeaseOp
+	ats    []int64
+	bytes  int // the keys and arguments of the call in a command (size)
 	// state is one of the group states (commit.go); queued is when it
 	// started waiting; the run that took it sends once on done (buffered).
 	state  atomic.Int32
@@ -74,6 +78,7 @@ func (sc *scratch) reset() {
 	clear(g.vals)
 	clear(g.outs)
 	g.idx, g.outs, g.replies, g.policies, g.costs, g.vals = g.idx[:0], g.outs[:0], g.replies[:0], g.policies[:0], g.costs[:0], g.vals[:0]
+	g.leases, g.ats = g.leases[:0], g.ats[:0]
 	g.slot, g.committed, g.answered, g.refunded, g.free = 0, false, false, false, false
 	g.ctx, g.roles, g.keys, g.late = nil, nil, nil, nil
 }

@@ -522,7 +522,6 @@ func TestInvalidArguments(t *testing.T) {
 		"algorithm 4":              with(func(b *batchFields) { b.alg = 4 }),
 		"role 6":                   with(func(b *batchFields) { b.flags = 6 }),
 		"role 7, fail-open":        with(func(b *batchFields) { b.flags = 8 | 7 }),
-		"flags 128":                with(func(b *batchFields) { b.flags = 128 }),
 		"charge above its ceiling": with(func(b *batchFields) { b.flags, b.cost = flagCharge, 11 }),
 		"charge, limit above half": with(func(b *batchFields) { b.flags, b.limit = flagCharge, 1<<52 }),
 		// The penalty extension (flag 16).

@@ -11,7 +11,8 @@ import (
 
 // refund gives back, per committed group, what its allowed requests took (a
 // check, by the role it was sent with, took nothing; a charge keeps what it
-// took).
+// took, and a reserve its reservation, which expires charged at its
+// estimate unless its holder settles it).
 // It runs detached from ctx (a refund is worth finishing after the caller
 // has gone), bounded by the store's Timeout, and waits for it at most until
 // ctx is done.
@@ -30,7 +31,7 @@ func (s *Store) refund(ctx context.Context, batch []limiter.Request, roles []lim
 			for k, i := range g.idx {
 				d := &g.outs[k].Decision
 				// A charge stays recorded (limiter.Request.Charges).
-				if g.outs[k].Kind != limiter.Evaluated || !d.Allowed || !roles[i].Consumes() || batch[i].Charges() {
+				if g.outs[k].Kind != limiter.Evaluated || !d.Allowed || !roles[i].Consumes() || batch[i].Charges() || batch[i].Reserves() {
 					continue
 				}
 				gk = append(gk, keys[i])

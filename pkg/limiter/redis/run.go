@@ -69,8 +69,10 @@ func (s *Store) runProgram(first context.Context, gs []*group) {
 		g.replies = grow(g.replies, n)
 		for k, i := range g.idx {
 			keys = append(keys, g.keys[i])
-			abuf = lua.AppendBatchPacked(abuf, g.policies[k], g.costs[k], g.roles[i], s.calendarNow(off, &calNow, g.policies[k]))
-			charges = charges || g.policies[k].ChargeAlways() && g.roles[i].Consumes()
+			p := g.policies[k]
+			abuf = lua.AppendRequestPacked(abuf, p, g.costs[k], g.roles[i], g.leases[k], g.ats[k], s.calendarNow(off, &calNow, p))
+			r := limiter.Request{Policy: p, Role: g.roles[i], Lease: g.leases[k]}
+			charges = charges || r.Charges()
 		}
 		var dlMs int64
 		if dl, ok := g.ctx.Deadline(); ok {
@@ -240,12 +242,15 @@ func replyValues(vals []lua.Value, msgs []rueidis.RedisMessage) []lua.Value {
 
 // finish turns a group's outcomes into the batch's: an allowed request
 // consumed when consumed is true and it was not a check; otherwise it is
-// reported before its cost. A charge consumed whatever it answered.
+// reported before its cost. A charge consumed whatever it answered; a
+// reserve its slot committed holds its reservation (never refunded).
 func (s *Store) finish(batch []limiter.Request, roles []limiter.Role, out []limiter.Outcome, g *group, consumed bool) {
 	for k, i := range g.idx {
 		o := g.outs[k]
 		if o.Kind == limiter.Evaluated && batch[i].Charges() && roles[i].Consumes() {
 			// Recorded whatever the batch decided (the program writes it).
+			o.Decision.Consumed = true
+		} else if o.Kind == limiter.Evaluated && !o.Decision.HoldAt.IsZero() {
 			o.Decision.Consumed = true
 		} else if o.Kind == limiter.Evaluated && o.Decision.Allowed {
 			if consumed && roles[i].Consumes() {

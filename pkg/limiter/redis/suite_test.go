@@ -8,8 +8,8 @@ import (
 )
 
 // TestSuite runs the store suite (internal/limitertest) on standalone
-// Redis: the batch table, resets (TestClusterBatch runs them on a Cluster)
-// and the lease scripts (lease-v2.lua). Redis decides with its own TIME,
+// Redis: the batch table, resets (TestClusterBatch runs them on a Cluster),
+// the lease scripts (lease-v2.lua) and reservations (the batch program). Redis decides with its own TIME,
 // which no test sets: the timed cases run on the stores with an injected
 // clock, and Redis's side of time is the program's parity with
 // algorithm.Apply at TIME (parity_test.go, calendar_test.go,
@@ -17,7 +17,8 @@ import (
 func TestSuite(t *testing.T) {
 	e := newEnv(t)
 	limitertest.RunSuite(t, limitertest.Suite{
-		Store:  func(*testing.T) limiter.Store { return e.store },
-		Leases: true,
+		Store:        func(*testing.T) limiter.Store { return e.store },
+		Leases:       true,
+		Reservations: true,
 	}, limitertest.Config{Prefix: limitertest.Prefix()})
 }

@@ -21,10 +21,11 @@
 --                            probe; 8 failOpen; 16 the penalty extension
 --                            follows; 32 the calendar extension follows
 --                            (fixed_window only); 64 the key charges always
---                            (a cost up to twice the limit, no penalty box)
+--                            (a cost up to twice the limit, no penalty box);
+--                            128 the reservation extension follows
 --                            (lua.FlagRoleMask, lua.FlagFailOpen,
 --                            lua.FlagPenalty, lua.FlagCalendar,
---                            lua.FlagCharge)
+--                            lua.FlagCharge, lua.flagReserve)
 --       policy revision      1..2^32-1
 --       limit (capacity)     0..2^53-1 (sliding window: 0..(2^53-1)/10^6;
 --                            token bucket: capacity * period + amount
@@ -43,6 +44,17 @@
 --       duration ms          1..30 days
 --       max duration ms      duration..30 days
 --       decay ms             0..30 days
+--     then, when the flags' bit 128 is set (a reserving policy,
+--     limiter.Reserve: no penalty box, not a sliding log), the
+--     reservation extension (reserve.lua), struct.pack('>ddddd'):
+--       operation            1 reserve (the cost: the amount reserved), 2
+--                            settle (the cost: the usage, 0 allowed)
+--       TTL ms               1..24 hours
+--       identity             a settle's reservation (0: none, a plain
+--                            charge); 0 for a reserve
+--       max cost             1..the ceiling (the reservations' bound)
+--       period start         a calendar window's settle: the start of the
+--                            period holding identity - TTL; else 0
 --     then, when the flags' bit 32 is set, the calendar extension
 --     (fragments/calendar.lua), struct.pack('>dddd'): the boundaries b0 <
 --     b1 < b2 < b3, Unix ms, of three consecutive calendar periods (the one
@@ -118,6 +130,14 @@
 --                          of the block's end and the limit's own wait)
 --     resetAtMillis        when the key is back to its full limit with no
 --                          traffic (0 for the failure statuses)
+--   then, per key with the reservation flag (bit 128), in key order: the
+--   identity of the reservation it holds, 0 unless an ALLOWED reserve of
+--   a committed request (its effective now plus the TTL, pushed up to 64
+--   ms after the state's last identity).
+--   A reserve is written on commit, a settle whatever the request commits
+--   (never blocking it): it removes its reservation and charges the
+--   usage's excess as a charge does, up to the ceiling, or gives back its
+--   shortfall by the algorithm's refund rule (algorithm.CheckRequest).
 --   The limit is the policy's (the parser has it; 0 for INVALID). Every
 --   number is checked integral and below 2^53 before it is returned, else
 --   the program raises. An ALLOWED key that did not consume (the batch did
@@ -128,15 +148,17 @@
 -- #include prelude.lua
 -- #include time.lua
 -- #include penalty.lua args blocked step
+-- #include reserve.lua args
 -- #include calendar.lua
--- #include fixed-window.lua step
--- #include sliding-window.lua step
+-- #include fixed-window.lua step refund
+-- #include sliding-window.lua step refund
 -- #include token-bucket.lua step
--- #include gcra.lua step
+-- #include gcra.lua step refund
 -- #include sliding-log.lua step
 -- #include algorithms.lua run
 -- #include args-v2.lua
 -- #include string-v2.lua load store
+-- #include reserve.lua step
 -- #include reply-v2.lua before
 -- #include evaluate.lua
 -- #include one.lua

@@ -26,6 +26,7 @@
 
 -- #include prelude.lua
 -- #include penalty.lua args
+-- #include reserve.lua args
 -- #include calendar.lua
 -- #include exact.lua exact
 -- #include fixed-window.lua refund
@@ -61,7 +62,8 @@ local function refundKey(i, at)
   if not v then
     return 0
   end
-  local st, lastObservedMs, epoch, level, carry, log, penaltyUntilMs, penaltyLevel = decodeState(v, alg, penalty)
+  local st, lastObservedMs, epoch, level, carry, log, penaltyUntilMs, penaltyLevel, reserved = decodeState(v, alg,
+    penalty, true)
   if not st then
     -- Expired or foreign: what was taken went with it.
     return 0
@@ -75,8 +77,8 @@ local function refundKey(i, at)
     -- A program bug: it raises (the store reports the program failed).
     error('envoy-rls: inexact value')
   end
-  redis.call('SET', key, encodeState(alg, lastObservedMs, epoch, level, carry, penaltyUntilMs, penaltyLevel, log),
-    'KEEPTTL')
+  redis.call('SET', key, encodeState(alg, lastObservedMs, epoch, level, carry, penaltyUntilMs, penaltyLevel, log,
+    reserved), 'KEEPTTL')
   return 1
 end
 

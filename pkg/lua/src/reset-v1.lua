@@ -49,15 +49,16 @@ local function entries(s, from, upTo)
 end
 
 -- rateState reports whether v is a state rate-batch-v2.lua writes: its
--- head names a rate algorithm, decodeState reads it (a penalty box it
--- holds must be one), and a sliding log's log is what its step reads
--- (whole entries, at most MAX_LOG, times up to the last observed one).
+-- head names a rate algorithm, decodeState reads it (a penalty box or
+-- reservations it holds must be one), and a sliding log's log is what its
+-- step reads (whole entries, at most MAX_LOG, times up to the last
+-- observed one).
 local function rateState(v)
-  local alg = ALGORITHMS[(string.byte(v, 1) or 0) % STATE_PENALTY]
+  local alg = ALGORITHMS[(string.byte(v, 1) or 0) % STATE_RESERVED]
   if not alg then
     return false
   end
-  local st, lastObservedMs, _, level, carry, log = decodeState(v, alg, true)
+  local st, lastObservedMs, _, level, carry, log = decodeState(v, alg, true, true)
   if not st then
     return false
   end

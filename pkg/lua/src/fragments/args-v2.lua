@@ -3,7 +3,7 @@
 -- programs' headers).
 -- uses: unpack, unpackList, FAIL_OPEN, PENALTY, CALENDAR, MAX,
 -- uses: MAX_DURATION, MAX_SLIDING, MAX_LOG, fmod, penaltyArgs, calendarArgs,
--- uses: CHARGE
+-- uses: CHARGE, RESERVE, reserveArgs
 -- defines: NARG, argsRead, keyArgs
 
 local NARG = 1
@@ -19,22 +19,24 @@ local argsRead = false
 -- clock regression and cost (the revision is checked, not returned: the
 -- key names it); the penalty box (penalty, its duration, max
 -- duration and decay); a calendar window (cal and the boundaries of its
--- three periods); whether the key charges always and its ceiling.
+-- three periods); whether the key charges always and its ceiling; its
+-- reservation (rop, rttl, rat, rmax, rstart: args.lua).
 local function keyArgs(gi)
   local packed, valid = ARGV[gi], true
   if argsRead then
     local r = argsRead[packed]
     if r then
-      return unpackList(r, 1, 21)
+      return unpackList(r, 1, 26)
     end
   end
   local alg, role, failOpen, rev, limit, p2, p3, grace, maxRegression, cost
   local penalty, duration, maxDuration, decay, cal, cb0, cb1, cb2, cb3, charge, ceiling
+  local rop, rttl, rat, rmax, rstart
   -- #include args.lua
   if argsRead then
     argsRead[packed] = { valid, alg, role, failOpen, limit, p2, p3, grace, maxRegression, cost,
-      penalty, duration, maxDuration, decay, cal, cb0, cb1, cb2, cb3, charge, ceiling }
+      penalty, duration, maxDuration, decay, cal, cb0, cb1, cb2, cb3, charge, ceiling, rop, rttl, rat, rmax, rstart }
   end
   return valid, alg, role, failOpen, limit, p2, p3, grace, maxRegression, cost,
-    penalty, duration, maxDuration, decay, cal, cb0, cb1, cb2, cb3, charge, ceiling
+    penalty, duration, maxDuration, decay, cal, cb0, cb1, cb2, cb3, charge, ceiling, rop, rttl, rat, rmax, rstart
 end

@@ -6,14 +6,19 @@
 -- algorithm's name, the key's role and failOpen (0 and false when not
 -- valid), the numbers, the penalty box (penalty, its duration, max
 -- duration and decay) and a calendar window (cal and the boundaries of its
--- three periods), and whether it charges always with its ceiling.
+-- three periods), whether it charges always with its ceiling, and a
+-- reservation (flag 128, its extension struct.pack('>ddddd') between the
+-- penalty and the calendar extensions): rop (false none, 1 a reserve, 2 a
+-- settle), its TTL ms, the settle's identity (0 none), the policy's max
+-- cost and, for a calendar window's settle, the start of the period
+-- holding the reservation's time (0 otherwise).
 -- uses: unpack, FAIL_OPEN, PENALTY, CALENDAR, MAX,
 -- uses: MAX_DURATION, MAX_SLIDING, MAX_LOG, fmod, penaltyArgs, calendarArgs,
--- uses: CHARGE
+-- uses: CHARGE, RESERVE, reserveArgs
 -- in: packed, valid
 -- out: valid, alg, role, failOpen, rev, limit, p2, p3, grace, maxRegression,
 -- out: cost, penalty, duration, maxDuration, decay, cal, cb0, cb1, cb2, cb3,
--- out: charge, ceiling
+-- out: charge, ceiling, rop, rttl, rat, rmax, rstart
 -- defines: algorithm, flags, pos
 local algorithm, flags, pos
 algorithm, flags, rev, limit, p2, p3, grace, maxRegression, cost, pos = unpack('>BBddddddd', packed)
@@ -30,6 +35,13 @@ if flags % 32 >= PENALTY then
   local ok
   ok, penalty, duration, maxDuration, decay, pos, flags = penaltyArgs(packed, pos, flags, limit)
   valid = valid and ok
+end
+rop, rttl, rat, rmax, rstart = false, 0, 0, 0, 0
+if flags >= RESERVE then
+  -- (A call only for a reserving policy's key.)
+  local rok
+  rok, rop, rttl, rat, rmax, rstart, pos, flags = reserveArgs(packed, pos, flags, penalty, algorithm, ceiling)
+  valid = valid and rok
 end
 -- #include valid.lua
 -- #include algorithms.lua dispatch

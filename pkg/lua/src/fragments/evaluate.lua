@@ -8,7 +8,7 @@
 -- blocks, which evaluateOne includes too.
 -- uses: serverNow, keyArgs, stateValue, decodeState, storeState, writeOffence,
 -- uses: replyBefore, penaltyStep, blockedRemaining, MAX, algStep, chargeKey,
--- uses: fixedWindowStep
+-- uses: fixedWindowStep, reservationStep
 -- defines: WIDE, priorState, invalidRecord, recordKey, evalKey, commitKeys, evaluate
 --
 -- The program defines its layout's parts: keyArgs(gi), the arguments of
@@ -27,7 +27,7 @@ local WIDE = 32
 -- kb) naming key: whether a key before it names the same state with a
 -- record that counts, and then that record: st (nil none, false
 -- incompatible, true), the state, its penalty box, fresh and the window
--- as stored.
+-- as stored, its reservations.
 local function priorState(kb, i, key, rec, seen)
   -- #include record.lua offsets
   local j = 0
@@ -52,7 +52,7 @@ local function priorState(kb, i, key, rec, seen)
     st = false
   end
   return true, st, rec[p + R_LAST], rec[p + R_EPOCH], rec[p + R_LEVEL], rec[p + R_CARRY], rec[p + R_LOG],
-    rec[p + R_PENALTY_UNTIL], rec[p + R_PENALTY_LEVEL], rec[p + R_FRESH], rec[p + R_STORED_EPOCH]
+    rec[p + R_PENALTY_UNTIL], rec[p + R_PENALTY_LEVEL], rec[p + R_FRESH], rec[p + R_STORED_EPOCH], rec[p + R_RESERVED]
 end
 
 -- invalidRecord writes the record of key i (a request of several keys),
@@ -69,11 +69,11 @@ end
 -- values per offence: key, gi, penaltyUntilMs, penaltyLevel, px); its
 -- record to rec: its kind, the state a later key naming it sees and what
 -- its write needs; and, for a wide request, to seen and lastWrite. A
--- later key naming the same state sees the state to write (nEpoch..nLog
--- at now) when it writes, else the state it saw.
+-- later key naming the same state sees the state to write (nEpoch..nLog,
+-- nReserved, at now) when it writes, else the state it saw.
 local function recordKey(rec, i, key, gi, seen, lastWrite, offences, px, st, write, now, nEpoch, nLevel, nCarry, nLog,
-                         lastObservedMs, epoch, level, carry, log, penaltyUntilMs, penaltyLevel, fresh, storedEpoch,
-                         ttl, remainingBefore, resetBefore, alg)
+                         nReserved, lastObservedMs, epoch, level, carry, log, reserved, penaltyUntilMs, penaltyLevel,
+                         fresh, storedEpoch, ttl, remainingBefore, resetBefore, alg)
   if px then
     if not offences then
       offences = {}
@@ -84,12 +84,12 @@ local function recordKey(rec, i, key, gi, seen, lastWrite, offences, px, st, wri
   end
   local kind = 3
   if write then
-    lastObservedMs, epoch, level, carry, log = now, nEpoch, nLevel, nCarry, nLog
+    lastObservedMs, epoch, level, carry, log, reserved = now, nEpoch, nLevel, nCarry, nLog, nReserved
   elseif st == nil then
     kind = 1
   elseif st == false then
     kind, lastObservedMs, epoch, level, carry, log, penaltyUntilMs, penaltyLevel = 2, 0, 0, 0, 0, '', 0, 0
-    storedEpoch = 0
+    storedEpoch, reserved = 0, ''
   end
   -- #include record.lua offsets
   local o = (i - 1) * R
@@ -99,7 +99,7 @@ local function recordKey(rec, i, key, gi, seen, lastWrite, offences, px, st, wri
   rec[o + R_PENALTY_UNTIL], rec[o + R_PENALTY_LEVEL], rec[o + R_FRESH] = penaltyUntilMs, penaltyLevel, fresh
   rec[o + R_STORED_EPOCH], rec[o + R_TTL], rec[o + R_REMAINING_BEFORE], rec[o + R_RESET_BEFORE] = storedEpoch, ttl,
     remainingBefore, resetBefore
-  rec[o + R_ALG] = alg
+  rec[o + R_ALG], rec[o + R_RESERVED] = alg, reserved
   if seen then
     seen[key] = i
     if write then
@@ -115,18 +115,20 @@ end
 -- penaltyUntilMs, penaltyLevel, expiry ms) for the commit. It returns the
 -- key's reply (status, effective now, remaining, retry, resetAt; the
 -- parser has the limit),
--- its role and failOpen, and offences.
+-- its role and failOpen, offences, whether it settles (rop 2) and the
+-- identity of its reservation (false: not a reserving policy's key).
 local function evalKey(kb, i, n, rec, seen, lastWrite, offences)
   local gi = kb + i
   local key = KEYS[gi]
   local valid, alg, role, failOpen, limit, p2, p3, grace, maxRegression, cost,
-    penalty, duration, maxDuration, decay, cal, cb0, cb1, cb2, cb3, charge, ceiling = keyArgs(gi)
+    penalty, duration, maxDuration, decay, cal, cb0, cb1, cb2, cb3, charge, ceiling, rop, rttl, rat, rmax, rstart =
+    keyArgs(gi)
   if not valid then
     invalidRecord(rec, i)
-    return 'INVALID', serverNow, 0, 0, 0, role, failOpen, offences
+    return 'INVALID', serverNow, 0, 0, 0, role, failOpen, offences, false, rop and 0
   end
   -- The state: what the last earlier key naming it left, else the store's.
-  local prior, st, lastObservedMs, epoch, level, carry, log, penaltyUntilMs, penaltyLevel, fresh, storedEpoch =
+  local prior, st, lastObservedMs, epoch, level, carry, log, penaltyUntilMs, penaltyLevel, fresh, storedEpoch, reserved =
     priorState(kb, i, key, rec, seen)
   if not prior then
     local v = stateValue(key, gi)
@@ -134,9 +136,9 @@ local function evalKey(kb, i, n, rec, seen, lastWrite, offences)
   end
   -- #include key.lua check
   offences = recordKey(rec, i, key, gi, seen, lastWrite, offences, px, st, write, now, nEpoch, nLevel, nCarry, nLog,
-    lastObservedMs, epoch, level, carry, log, penaltyUntilMs, penaltyLevel, fresh, storedEpoch, ttl, remainingBefore,
-    resetBefore, alg)
-  return status, eff, remaining, retry, resetAt, role, failOpen, offences
+    nReserved, lastObservedMs, epoch, level, carry, log, reserved, penaltyUntilMs, penaltyLevel, fresh, storedEpoch,
+    ttl, remainingBefore, resetBefore, alg)
+  return status, eff, remaining, retry, resetAt, role, failOpen, offences, rop, hold
 end
 
 -- commitKeys, once every key of a request of n keys (starting after kb)
@@ -171,7 +173,7 @@ local function commitKeys(kb, n, rec, out, seen, lastWrite, commit)
         local f = (final - 1) * R
         storeState(key, kb + i, rec[o + R_FRESH], rec[o + R_ALG], rec[o + R_LAST], rec[o + R_EPOCH],
           rec[o + R_LEVEL], rec[o + R_CARRY], rec[o + R_LOG], rec[o + R_TTL], rec[o + R_STORED_EPOCH],
-          rec[f + R_PENALTY_UNTIL], rec[f + R_PENALTY_LEVEL])
+          rec[f + R_PENALTY_UNTIL], rec[f + R_PENALTY_LEVEL], rec[o + R_RESERVED])
       end
     end
   end
@@ -180,7 +182,8 @@ end
 -- evaluate is one request of several keys: its n keys start after the
 -- group's first kb; rec is the group's record array, reused by each of
 -- its requests (only the records of the request's own keys are read). It
--- returns the request's reply.
+-- returns the request's reply: a reserving policy's keys' identities
+-- (holds) follow those of every key, 0 unless it commits.
 local function evaluate(kb, n, rec)
   local out
   -- #include reply-v2.lua new
@@ -188,16 +191,25 @@ local function evaluate(kb, n, rec)
   if n > WIDE then
     seen, lastWrite = {}, {}
   end
-  local offences, refused, quota, quotaAllows = false, false, 0, false
+  local offences, refused, quota, quotaAllows, holds = false, false, 0, false, 0
   for i = 1, n do
-    local status, eff, remaining, retry, resetAt, role, failOpen
-    status, eff, remaining, retry, resetAt, role, failOpen, offences = evalKey(kb, i, n, rec, seen, lastWrite,
-      offences)
+    local status, eff, remaining, retry, resetAt, role, failOpen, rop, hold
+    status, eff, remaining, retry, resetAt, role, failOpen, offences, rop, hold = evalKey(kb, i, n, rec, seen,
+      lastWrite, offences)
     -- #include reply-v2.lua key
     -- #include key.lua commits
+    if hold then
+      holds = holds + 1
+      out[2 + 4 * n + holds] = hold
+    end
   end
   local commit
   -- #include key.lua commit
+  if not commit then
+    for h = 1, holds do
+      out[2 + 4 * n + h] = 0
+    end
+  end
   -- The offences found, now that no key of the request can raise any
   -- more: written whatever the request commits, in key order (a later
   -- offence against the same state builds on an earlier one).

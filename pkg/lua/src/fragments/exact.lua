@@ -7,15 +7,16 @@
 -- #section check
 -- uses: MAX, serverNow
 -- in: remaining, retry, resetAt, write, remainingBefore, resetBefore, nEpoch,
--- in: nLevel, nCarry, ttl, now
+-- in: nLevel, nCarry, ttl, now, hold
 -- out:
--- A key's reply (remaining, retry, resetAt) and, when it writes, the reply
--- before the cost and the state to write (nEpoch, nLevel, nCarry) with its
--- expiry, now + ttl on the effective clock (the store raises a ttl below 1
--- to 1).
+-- A key's reply (remaining, retry, resetAt, a reservation's identity
+-- hold) and, when it writes, the reply before the cost and the state to
+-- write (nEpoch, nLevel, nCarry) with its expiry, now + ttl on the
+-- effective clock (the store raises a ttl below 1 to 1).
 if not (remaining >= 0 and remaining <= MAX and remaining % 1 == 0
     and retry >= 0 and retry <= MAX and retry % 1 == 0
     and resetAt >= 0 and resetAt <= MAX and resetAt % 1 == 0)
+  or hold and not (hold >= 0 and hold <= MAX and hold % 1 == 0)
   or write and not (remainingBefore >= 0 and remainingBefore <= MAX and remainingBefore % 1 == 0
     and resetBefore >= 0 and resetBefore <= MAX and resetBefore % 1 == 0
     and nEpoch >= 0 and nEpoch <= MAX and nEpoch % 1 == 0 and nLevel >= 0 and nLevel <= MAX and nLevel % 1 == 0

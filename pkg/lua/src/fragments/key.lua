@@ -8,35 +8,33 @@
 -- (its outcome).
 -- #section state
 -- uses: decodeState
--- in: v, alg, penalty
+-- in: v, alg, penalty, rop
 -- out: st, lastObservedMs, epoch, level, carry, log, penaltyUntilMs,
--- out: penaltyLevel, fresh, storedEpoch
+-- out: penaltyLevel, reserved, fresh, storedEpoch
 -- The state of a value as the run sees it (v: false none, '' a key of
 -- another type), fresh when there is none, its window as stored.
-if v then
-  st, lastObservedMs, epoch, level, carry, log, penaltyUntilMs, penaltyLevel = decodeState(v, alg, penalty)
-else
-  st, lastObservedMs, epoch, level, carry, log, penaltyUntilMs, penaltyLevel = nil, 0, 0, 0, 0, '', 0, 0
-end
+st, lastObservedMs, epoch, level, carry, log, penaltyUntilMs, penaltyLevel, reserved = decodeState(v, alg, penalty, rop)
 fresh, storedEpoch = st == nil, epoch
 -- #section check
 -- uses: serverNow, penaltyStep, blockedRemaining, chargeKey, MAX, algStep,
--- uses: fixedWindowStep
+-- uses: fixedWindowStep, reservationStep
 -- in: st, lastObservedMs, epoch, level, carry, log, penaltyUntilMs,
--- in: penaltyLevel, fresh, alg, role, limit, p2, p3, grace, maxRegression,
--- in: cost, penalty, duration, maxDuration, decay, cal, cb0, cb1, cb2, cb3,
--- in: charge, ceiling
+-- in: penaltyLevel, reserved, fresh, alg, role, limit, p2, p3, grace,
+-- in: maxRegression, cost, penalty, duration, maxDuration, decay, cal, cb0,
+-- in: cb1, cb2, cb3, charge, ceiling, rop, rttl, rat, rmax, rstart
 -- out: st, penaltyUntilMs, penaltyLevel
 -- defines: status, eff, remaining, retry, resetAt, now, write, incompatible,
--- defines: allowed, blocked, px, nLog, nEpoch, nLevel, nCarry, ttl,
--- defines: remainingBefore, resetBefore
+-- defines: allowed, blocked, px, nLog, nEpoch, nLevel, nCarry, nReserved,
+-- defines: hold, ttl, remainingBefore, resetBefore
 -- A valid key's status and reply (eff: its effective now), the state to
--- write (write: true, or 2 for a charge written whatever the request
--- commits) and its offence (px: its expiry, false none). A key that is not
--- evaluated (STATE_INCOMPATIBLE, CLOCK_UNSAFE) replies (serverNow, 0, 0, 0).
+-- write (write: true, or 2 for a charge or a settle written whatever the
+-- request commits) and its offence (px: its expiry, false none); a
+-- reserving policy's reservation (hold: reserve.lua; false other keys).
+-- A key that is not evaluated (STATE_INCOMPATIBLE, CLOCK_UNSAFE) replies
+-- (serverNow, 0, 0, 0).
 local status, eff, remaining, retry, resetAt, ttl, remainingBefore, resetBefore = 'STATE_INCOMPATIBLE', serverNow, 0,
   0, 0, 0, 0, 0
-local write, blocked, px = false, false, false
+local write, blocked, px, nReserved, hold = false, false, false, reserved, rop and 0
 -- (Set by the clock rule and the step, read only after them or, the state
 -- to write, when the key writes.)
 local now, incompatible, allowed, nLog, nEpoch, nLevel, nCarry
@@ -47,6 +45,10 @@ if st ~= false then
   end
   if not now then
     status = 'CLOCK_UNSAFE'
+  elseif rop then
+    st, eff, status, write, nEpoch, nLevel, nCarry, nLog, nReserved, ttl, remaining, retry, resetAt, remainingBefore,
+      resetBefore, hold = reservationStep(alg, st, fresh, lastObservedMs, epoch, level, carry, reserved, now, limit,
+        ceiling, p2, p3, grace, cost, cal, cb0, cb1, cb2, cb3, role, rop, rttl, rat, rmax, rstart)
   else
     -- #include algorithms.lua step
     if incompatible then
@@ -87,13 +89,13 @@ if st ~= false then
 end
 -- #include exact.lua check
 -- #section commits
--- in: role, failOpen, status, refused, quota, quotaAllows
+-- in: role, failOpen, status, refused, quota, quotaAllows, rop
 -- out: refused, quota, quotaAllows
--- limiter.Commits, key by key: shadow and check keys never block; a
--- fail-open failure takes no part; quota keys (and quota probes) commit
--- when one of them is ALLOWED; any other key not ALLOWED refuses the
--- request.
-if role == 1 or role == 3 then
+-- limiter.Commits, key by key: shadow and check keys and settles (rop 2)
+-- never block; a fail-open failure takes no part; quota keys (and quota
+-- probes) commit when one of them is ALLOWED; any other key not ALLOWED
+-- refuses the request.
+if role == 1 or role == 3 or rop == 2 then
   -- (no part)
 elseif failOpen and status ~= 'ALLOWED' and status ~= 'DENIED' and status ~= 'BLOCKED' then
   -- (no part)

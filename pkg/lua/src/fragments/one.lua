@@ -6,13 +6,15 @@
 -- that commits, so it writes as soon as it is checked).
 -- uses: serverNow, keyArgs, stored, storedOne, stateValue, decodeState,
 -- uses: storeState, writeOffence, penaltyStep, blockedRemaining, MAX, algStep,
--- uses: chargeKey, fixedWindowStep
+-- uses: chargeKey, fixedWindowStep, reservationStep
 -- defines: oneReply, evaluateOne
 
 -- oneReply is the reply of a request of one key whose status, effective
 -- now, remaining, retry and reset-at are given, with its role and
--- failOpen: committed by the batch rule.
-local function oneReply(status, eff, remaining, retry, resetAt, role, failOpen)
+-- failOpen, whether it settles (rop 2) and its reservation's identity
+-- (hold; false: not a reserving policy's key, whose reply has no such
+-- field): committed by the batch rule.
+local function oneReply(status, eff, remaining, retry, resetAt, role, failOpen, rop, hold)
   local out
   -- #include reply-v2.lua one
   local refused, quota, quotaAllows, commit = false, 0, false, false
@@ -20,6 +22,12 @@ local function oneReply(status, eff, remaining, retry, resetAt, role, failOpen)
   -- #include key.lua commit
   if commit then
     out[1] = 1
+  end
+  if hold then
+    if not commit then
+      hold = 0
+    end
+    out[7] = hold
   end
   return out
 end
@@ -33,22 +41,24 @@ local function evaluateOne(kb)
   local gi = kb + 1
   local key = KEYS[gi]
   local valid, alg, role, failOpen, limit, p2, p3, grace, maxRegression, cost,
-    penalty, duration, maxDuration, decay, cal, cb0, cb1, cb2, cb3, charge, ceiling = keyArgs(gi)
+    penalty, duration, maxDuration, decay, cal, cb0, cb1, cb2, cb3, charge, ceiling, rop, rttl, rat, rmax, rstart =
+    keyArgs(gi)
   if not valid then
-    return oneReply('INVALID', serverNow, 0, 0, 0, role, failOpen)
+    return oneReply('INVALID', serverNow, 0, 0, 0, role, failOpen, false, rop and 0)
   end
   local v = storedOne
   if stored then
     v = stateValue(key, gi)
   end
-  local st, lastObservedMs, epoch, level, carry, log, penaltyUntilMs, penaltyLevel, fresh, storedEpoch
+  local st, lastObservedMs, epoch, level, carry, log, penaltyUntilMs, penaltyLevel, reserved, fresh, storedEpoch
   -- #include key.lua state
   -- #include key.lua check
   if px then
     writeOffence(key, gi, penaltyUntilMs, penaltyLevel, px)
   elseif write then
-    storeState(key, gi, fresh, alg, now, nEpoch, nLevel, nCarry, nLog, ttl, storedEpoch, penaltyUntilMs, penaltyLevel)
+    storeState(key, gi, fresh, alg, now, nEpoch, nLevel, nCarry, nLog, ttl, storedEpoch, penaltyUntilMs, penaltyLevel,
+      nReserved)
   end
-  return oneReply(status, eff, remaining, retry, resetAt, role, failOpen)
+  return oneReply(status, eff, remaining, retry, resetAt, role, failOpen, rop, hold)
 end
 -- End of one.lua.

@@ -1,7 +1,7 @@
 -- fragments/prelude.lua: shared by every program (a test checks each
 -- program contains it verbatim): constants and library locals.
 -- defines: MAX, MAX_DURATION, MAX_PENALTY, FAIL_OPEN, PENALTY,
--- defines: CALENDAR, CHARGE, S, MAX_SLIDING, MAX_LOG, find,
+-- defines: CALENDAR, CHARGE, RESERVE, S, MAX_SLIDING, MAX_LOG, find,
 -- defines: fmod, format, band, unpackList, unpack, pack, sub, max, ceilDiv
 --
 -- A script's whole body runs on every EVALSHA, so each function a program
@@ -14,8 +14,9 @@ local MAX_PENALTY = 2592000000 -- 30 days in ms, limiter.MaxPenalty
 -- The flags byte of a key's packed argument (pkg/lua Flag*): its bits 0-2
 -- the role (flags % 8, lua.FlagRoleMask); fail open, a penalty extension
 -- follows, a calendar extension follows (after the penalty extension when
--- both do), the policy charges always.
-local FAIL_OPEN, PENALTY, CALENDAR, CHARGE = 8, 16, 32, 64
+-- both do), the policy charges always, a reservation extension follows
+-- (before the calendar extension).
+local FAIL_OPEN, PENALTY, CALENDAR, CHARGE, RESERVE = 8, 16, 32, 64, 128
 local S = 1000000 -- sliding-window weight scale (limiter.SlidingScale)
 -- The largest sliding limit: (2^53-1) / S, exact (MAX / S is far from an
 -- integer, so the VM's floor cannot round up).

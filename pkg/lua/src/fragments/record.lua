@@ -16,12 +16,14 @@
 --   R_WRITE     ALLOWED and not a check or probe key; to write it or, when
 --               the batch does not commit, to reply before the cost:
 --   R_TTL, R_REMAINING_BEFORE, R_RESET_BEFORE, R_ALG
+--   R_RESERVED  the reservations, of the tentative write or as key i saw
+--               them (limiter.State's Reserved)
 -- #section offsets
 -- defines: R_KIND, R_LAST, R_EPOCH, R_LEVEL, R_CARRY, R_LOG, R_PENALTY_UNTIL,
 -- defines: R_PENALTY_LEVEL, R_FRESH, R_STORED_EPOCH, R_WRITE, R_TTL,
--- defines: R_REMAINING_BEFORE, R_RESET_BEFORE, R_ALG, R
+-- defines: R_REMAINING_BEFORE, R_RESET_BEFORE, R_ALG, R_RESERVED, R
 -- in:
 local R_KIND, R_LAST, R_EPOCH, R_LEVEL, R_CARRY, R_LOG = 1, 2, 3, 4, 5, 6
 local R_PENALTY_UNTIL, R_PENALTY_LEVEL, R_FRESH, R_STORED_EPOCH = 7, 8, 9, 10
-local R_WRITE, R_TTL, R_REMAINING_BEFORE, R_RESET_BEFORE, R_ALG = 11, 12, 13, 14, 15
-local R = 15
+local R_WRITE, R_TTL, R_REMAINING_BEFORE, R_RESET_BEFORE, R_ALG, R_RESERVED = 11, 12, 13, 14, 15, 16
+local R = 16

@@ -3,11 +3,17 @@
 -- layout of lua.AppendState:
 --   struct.pack('>Bdddd', head, lastObservedMs, epoch, level, carry)
 --   head: the algorithm byte (limiter.Algorithm), plus STATE_PENALTY (64)
---         when the penalty box follows:
+--         when the penalty box follows, plus STATE_RESERVED (32) when
+--         reservations follow (a reserving policy: never with a penalty
+--         box nor a sliding log):
 --   struct.pack('>dd', penaltyUntilMs, penaltyLevel)   (level 1..99)
+--   struct.pack('>H', count) and count (1..64) reservations, each
+--     struct.pack('>dd', identity, amount) (algorithm.State.Reserved,
+--     reserve.lua): identities ascending, amounts >= 1 but the last's,
+--     which may be 0 (a settled identity kept)
 --   then a sliding log's log, 10 bytes per entry (sliding-log.lua)
 -- every number an integer in [0, 2^53-1]: 33 bytes, 49 with a penalty box,
--- one string Redis keeps inline (embstr) up to 44. The key names the
+-- 35 + 16 per reservation; one string Redis keeps inline (embstr) up to 44. The key names the
 -- policy, its revision and the algorithm (redis.StorageKey); the value
 -- carries no schema, policy ID or revision. Four sections: load (both
 -- programs), encode (the refund program), value (an inline block of both:
@@ -15,10 +21,10 @@
 -- write costs Redis CPU) and store (the batch program).
 -- #section load
 -- uses: unpack, unpackList, sub, find, MAX, MAX_SLIDING
--- defines: STATE_PENALTY, MGET_CHUNK, stored, storedOne, written, mgetAll, prefetch,
+-- defines: STATE_PENALTY, STATE_RESERVED, MGET_CHUNK, stored, storedOne, written, mgetAll, prefetch,
 -- defines: decodeState, stateValue
 
-local STATE_PENALTY = 64
+local STATE_PENALTY, STATE_RESERVED = 64, 32
 -- The most keys one MGET or EXISTS names (Lua's unpack of a list is
 -- bounded; a group holds up to 8,192 keys).
 local MGET_CHUNK = 1000
@@ -92,49 +98,62 @@ local function prefetch(n)
   return vals, false
 end
 
--- decodeState reads a value of alg's state. It returns st (false:
--- incompatible, true), lastObservedMs, epoch, level, carry, the log (''
+-- decodeState reads a value of alg's state (v; false none). It returns st
+-- (nil none, false incompatible, true), lastObservedMs, epoch, level, carry, the log (''
 -- but for a sliding log, checked where its step reads it), penaltyUntilMs
--- and penaltyLevel (0, 0 without). A value of another algorithm, of
--- another length, with a number that is not an integer in [0, 2^53-1] or
--- a sliding window's count above any sliding limit cannot be ours; nor,
--- for a policy with a penalty box (penalty), a block that ends at 0 or a
--- level outside [1, 99]. A policy without one does not read its block: a
--- block it cannot read is dropped, one it can kept.
-local function decodeState(v, alg, penalty)
+-- and penaltyLevel (0, 0 without) and the reservations ('' without;
+-- their numbers are checked where the reservation step reads them). A
+-- value of another algorithm, of another length, with a number that is
+-- not an integer in [0, 2^53-1] or a sliding window's count above any
+-- sliding limit cannot be ours; nor, for a policy with a penalty box
+-- (penalty), a block that ends at 0 or a level outside [1, 99]; nor
+-- reservations but for a reserving policy (reserving). A policy without a
+-- penalty box does not read its block: a block it cannot read is dropped,
+-- one it can kept.
+local function decodeState(v, alg, penalty, reserving)
+  if not v then
+    return nil, 0, 0, 0, 0, '', 0, 0, ''
+  end
   local algorithm
   -- #include algorithms.lua byte
   local n = #v
   if n < 33 then
-    return false, 0, 0, 0, 0, '', 0, 0
+    return false, 0, 0, 0, 0, '', 0, 0, ''
   end
   local head, lastObservedMs, epoch, level, carry, pos = unpack('>Bdddd', v)
-  local penaltyUntilMs, penaltyLevel = 0, 0
-  if head == algorithm + STATE_PENALTY and n >= 49 then
+  local penaltyUntilMs, penaltyLevel, reserved = 0, 0, ''
+  if head == algorithm + STATE_RESERVED and reserving and n >= 51 then
+    local count
+    count, pos = unpack('>H', v, pos)
+    if count < 1 or n ~= 35 + count * 16 then
+      return false, 0, 0, 0, 0, '', 0, 0, ''
+    end
+    reserved, pos = sub(v, pos), n + 1
+  elseif head == algorithm + STATE_PENALTY and n >= 49 then
     penaltyUntilMs, penaltyLevel, pos = unpack('>dd', v, pos)
     if not (penaltyUntilMs >= 1 and penaltyUntilMs <= MAX and penaltyUntilMs % 1 == 0
         and penaltyLevel >= 1 and penaltyLevel <= 99 and penaltyLevel % 1 == 0) then
       if penalty then
-        return false, 0, 0, 0, 0, '', 0, 0
+        return false, 0, 0, 0, 0, '', 0, 0, ''
       end
       penaltyUntilMs, penaltyLevel = 0, 0
     end
   elseif head ~= algorithm then
-    return false, 0, 0, 0, 0, '', 0, 0
+    return false, 0, 0, 0, 0, '', 0, 0, ''
   end
   local log = ''
   if algorithm == 5 then
     log = sub(v, pos)
   elseif pos <= n then
-    return false, 0, 0, 0, 0, '', 0, 0
+    return false, 0, 0, 0, 0, '', 0, 0, ''
   end
   if not (lastObservedMs >= 0 and lastObservedMs <= MAX and lastObservedMs % 1 == 0
       and epoch >= 0 and epoch <= MAX and epoch % 1 == 0 and level >= 0 and level <= MAX and level % 1 == 0
       and carry >= 0 and carry <= MAX and carry % 1 == 0)
     or algorithm == 2 and (level > MAX_SLIDING or carry > MAX_SLIDING) then
-    return false, 0, 0, 0, 0, '', 0, 0
+    return false, 0, 0, 0, 0, '', 0, 0, ''
   end
-  return true, lastObservedMs, epoch, level, carry, log, penaltyUntilMs, penaltyLevel
+  return true, lastObservedMs, epoch, level, carry, log, penaltyUntilMs, penaltyLevel, reserved
 end
 
 -- stateValue is the value of the group's key gi (key) as this run sees
@@ -153,51 +172,61 @@ local function stateValue(key, gi)
   return storedOne
 end
 -- #section encode
--- uses: pack, STATE_PENALTY
+-- uses: pack, STATE_PENALTY, STATE_RESERVED
 -- defines: encodeState
 
 -- encodeState is the value of alg's state (the value block).
-local function encodeState(alg, lastObservedMs, epoch, level, carry, penaltyUntilMs, penaltyLevel, log)
+local function encodeState(alg, lastObservedMs, epoch, level, carry, penaltyUntilMs, penaltyLevel, log, reserved)
   local v
   -- #include string-v2.lua value
   return v
 end
 -- #section value
--- uses: pack, STATE_PENALTY
+-- uses: pack, STATE_PENALTY, STATE_RESERVED
 -- in: alg, lastObservedMs, epoch, level, carry, penaltyUntilMs, penaltyLevel,
--- in: log
+-- in: log, reserved
 -- out: v
 -- defines: algorithm
 -- v, the value of alg's state (decodeState's inverse): the penalty box
--- written when penaltyLevel is not 0.
+-- written when penaltyLevel is not 0, the reservations when there are.
 local algorithm
 -- #include algorithms.lua byte
 if penaltyLevel > 0 then
   v = pack('>Bdddddd', algorithm + STATE_PENALTY, lastObservedMs, epoch, level, carry, penaltyUntilMs, penaltyLevel)
     .. log
+elseif reserved ~= '' then
+  v = pack('>BddddH', algorithm + STATE_RESERVED, lastObservedMs, epoch, level, carry, #reserved / 16) .. reserved
 else
   v = pack('>Bdddd', algorithm, lastObservedMs, epoch, level, carry) .. log
 end
 -- #section store
--- uses: format, pack, sub, band, serverNow, written, stateValue, STATE_PENALTY
--- defines: offended, storeState, writeOffence
+-- uses: format, pack, sub, band, serverNow, written, stateValue, STATE_PENALTY,
+-- uses: STATE_RESERVED
+-- defines: KEEP_EXPIRY, offended, storeState, writeOffence
 
 -- offended: false, or the keys this run wrote an offence to (their expiry
 -- was raised to cover the block: a later write of their state only raises
 -- it).
 local offended = false
 
+-- KEEP_EXPIRY: a ttl that keeps the key's expiry (a settle that gives
+-- back: the expiry already covers every reservation it keeps).
+local KEEP_EXPIRY = -1
+
 -- storeState writes key's state (lastObservedMs, epoch, level, carry,
--- log, the penalty box penaltyUntilMs and penaltyLevel) with an expiry ttl
--- ms after lastObservedMs on the effective clock: one SET. A window's
--- state already written in the same window (not fresh, its epoch
--- unchanged from storedEpoch, the stored one) keeps its expiry (KEEPTTL),
--- which is the same instant. Numbers go to Redis as format('%d') strings.
+-- log, the penalty box penaltyUntilMs and penaltyLevel, the reservations
+-- reserved) with an expiry ttl ms after lastObservedMs on the effective
+-- clock: one SET. A window's state already written in the same window
+-- (not fresh, its epoch unchanged from storedEpoch, the stored one)
+-- without reservations keeps its expiry (KEEPTTL), which is the same
+-- instant, as does a ttl of KEEP_EXPIRY. Numbers go to Redis as
+-- format('%d') strings.
 local function storeState(key, gi, fresh, alg, lastObservedMs, epoch, level, carry, log, ttl, storedEpoch,
-                          penaltyUntilMs, penaltyLevel)
+                          penaltyUntilMs, penaltyLevel, reserved)
   local v
   -- #include string-v2.lua value
-  if not fresh and epoch == storedEpoch and (alg == 'fixed_window' or alg == 'sliding_window') then
+  if ttl == KEEP_EXPIRY or not fresh and epoch == storedEpoch and reserved == ''
+    and (alg == 'fixed_window' or alg == 'sliding_window') then
     redis.call('SET', key, v, 'KEEPTTL')
   else
     if ttl < 1 then

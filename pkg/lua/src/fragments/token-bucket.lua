@@ -15,7 +15,7 @@ valid = valid and p2 >= 1 and p2 <= MAX and p3 >= 1 and p3 <= MAX_DURATION
   and ceiling <= (MAX - p2 - fmod(MAX - p2, p3)) / p3
 -- #section step
 -- uses: fmod, ceilDiv
--- defines: bucketAt, tokenBucketStep, tokenBucketCharge
+-- defines: bucketAt, tokenBucketStep, tokenBucketCharge, tokenBucketGiveBack
 
 -- bucketAt is limiter's bucketAt: the bucket of a state (st true, with
 -- epoch, level, carry; nil none) refilled up to now, for a capacity of
@@ -93,7 +93,7 @@ end
 local function tokenBucketCharge(st, epoch, level, carry, now, limit, amount, period, grace, cost, ceiling)
   local tokens, rem = bucketAt(st, epoch, level, carry, now, limit, amount, period, ceiling)
   local units = tokens * period + rem
-  local floor = -(ceiling - limit) * period
+  local floor = (limit - ceiling) * period -- (never -0: a settle's ceiling may be the limit)
   if units < floor then
     floor = units
   end
@@ -117,6 +117,33 @@ local function tokenBucketCharge(st, epoch, level, carry, now, limit, amount, pe
     full = ceilDiv((limit - l) * period - c, amount)
   end
   return e, l, c, e - now + full + grace
+end
+
+-- tokenBucketGiveBack is limiter's tokenBucketRefund, a reservation's
+-- shortfall: cost taken at effective time at given back at now, when the
+-- bucket was written at or after at: the bucket refilled to now gains
+-- the tokens, at most up to its capacity (a bucket in debt owes them
+-- less: stored at the refill time after now, as tokenBucketCharge). It
+-- returns the state (epoch, level, carry).
+local function tokenBucketGiveBack(epoch, level, carry, now, limit, amount, period, ceiling, cost, at)
+  if epoch < at then
+    return epoch, level, carry
+  end
+  local tokens, rem = bucketAt(true, epoch, level, carry, now, limit, amount, period, ceiling)
+  local units = tokens * period + rem + cost * period
+  if units > limit * period then
+    units = limit * period
+  end
+  local e = now
+  if units < 0 then
+    local q = ceilDiv(-units, amount)
+    e, units = now + q, q * amount + units
+    if units > limit * period - 1 then
+      units = limit * period - 1
+    end
+  end
+  local c = fmod(units, period)
+  return e, (units - c) / period, c
 end
 -- #section refund
 -- defines: tokenBucketRefund

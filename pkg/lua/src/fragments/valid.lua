@@ -4,13 +4,15 @@
 -- whether the unpacked numbers (doubles, any value) are each an integer in
 -- its range (NaN fails every comparison). flags is a byte: the role in
 -- bits 0-2, at most 5, failOpen at 8, the calendar bit 32 and the charge
--- bit 64; penaltyArgs took off the penalty bit 16, and bit 128 is unknown
--- (its bits tested by arithmetic, as args.lua does). A charge may cost up to its
--- ceiling (twice the limit, limiter.Policy.Ceiling) and has no penalty
--- box. Each algorithm's own rules are its fragment's valid section.
+-- bit 64; penaltyArgs took off the penalty bit 16 and args.lua the
+-- reservation bit 128 (its bits tested by arithmetic, as args.lua does).
+-- A charge may cost up to its ceiling (twice the limit,
+-- limiter.Policy.Ceiling) and has no penalty box; only a settle (rop 2)
+-- may cost 0. Each algorithm's own rules are its fragment's valid
+-- section.
 -- uses: PENALTY, MAX, MAX_DURATION
 -- in: flags, rev, limit, p2, p3, grace, maxRegression, cost,
--- in: charge, ceiling, penalty
+-- in: charge, ceiling, penalty, rop
 -- out: valid
 valid = valid and flags < 128 and flags % 32 < PENALTY and flags % 8 <= 5
   and not (charge and penalty) and ceiling <= MAX
@@ -19,4 +21,4 @@ valid = valid and flags < 128 and flags % 32 < PENALTY and flags % 8 <= 5
   and p2 % 1 == 0 and p3 % 1 == 0
   and grace >= 0 and grace <= MAX_DURATION and grace % 1 == 0
   and maxRegression >= 0 and maxRegression <= MAX_DURATION and maxRegression % 1 == 0
-  and cost >= 1 and cost <= MAX and cost % 1 == 0 and cost <= ceiling
+  and (cost >= 1 or cost == 0 and rop == 2) and cost <= MAX and cost % 1 == 0 and cost <= ceiling
