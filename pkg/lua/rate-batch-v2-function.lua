@@ -1,4 +1,4 @@
-#!lua name=envoy_rls_rate_v2_0d409246f050
+#!lua name=envoy_rls_rate_v2_a618679e41c3
 -- rate-batch-v2-function.lua: rate-batch-v2.lua as a Redis function library
 -- (FUNCTION LOAD, then FCALL of the function below with the program's
 -- KEYS and ARGV).
@@ -974,9 +974,10 @@ local function keyArgs(gi)
   -- The flags are a byte (0..255): bit b of it is set when flags % (2 * b)
   -- >= b, exact arithmetic of the VM (a C call of bit.band per bit costs
   -- Redis CPU on every key).
-  -- A charge (flag CHARGE) records usage up to its ceiling, twice the limit.
+  -- A charge (flag CHARGE) records usage up to its ceiling, twice the limit;
+  -- so does a reserving key's settle (flag RESERVE: limiter.Policy.Ceiling).
   charge, ceiling = flags % 128 >= CHARGE, limit
-  if charge then
+  if charge or flags >= RESERVE then
     ceiling = limit * 2
   end
   penalty, duration, maxDuration, decay = false, 0, 0, 0
@@ -2337,7 +2338,7 @@ local function runGroup(counts, deadlines)
 end
 -- End of group.lua.
 
-redis.register_function{function_name='envoy_rls_rate_batch_v2_0d409246f050', callback=function(keys, args)
+redis.register_function{function_name='envoy_rls_rate_batch_v2_a618679e41c3', callback=function(keys, args)
 if not find then
   find, fmod, format, band, unpackList, unpack, pack, sub, max = libs()
 end

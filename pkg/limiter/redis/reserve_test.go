@@ -155,7 +155,7 @@ func TestInvalidReservationArguments(t *testing.T) {
 	const flagReserve = 128
 	good := batchFields{alg: byte(limiter.FixedWindow), flags: flagReserve, rev: 1, limit: 5, p2: float64(time.Hour.Milliseconds()),
 		grace: float64(p.CleanupGraceMillis()), maxRegression: float64(p.MaxClockRegressionMillis()), cost: 1,
-		ext: []float64{1, 60_000, 0, 5, 0}}
+		ext: []float64{1, 60_000, 0, 10, 0}} // max cost: the ceiling, twice the limit
 	if got, want := good.args()[0], string(lua.AppendRequestPacked(nil, p, 1, limiter.RoleOrdinary, limiter.LeaseTake, 0, 0)); got != want {
 		t.Fatalf("the test's encoding %x, the store's %x", got, want)
 	}
@@ -166,21 +166,21 @@ func TestInvalidReservationArguments(t *testing.T) {
 		return b.args()
 	}
 	for name, args := range map[string][]string{
-		"flag, no extension":       with(func(b *batchFields) { b.ext = nil }),
-		"extension short":          with(func(b *batchFields) { b.ext = b.ext[:4] }),
-		"operation 0":              with(func(b *batchFields) { b.ext[0] = 0 }),
-		"operation 3":              with(func(b *batchFields) { b.ext[0] = 3 }),
-		"TTL 0":                    with(func(b *batchFields) { b.ext[1] = 0 }),
-		"TTL above a day":          with(func(b *batchFields) { b.ext[1] = 86_400_001 }),
-		"fractional TTL":           with(func(b *batchFields) { b.ext[1] = 1.5 }),
-		"a reserve names one":      with(func(b *batchFields) { b.ext[2] = 1000 }),
-		"negative identity":        with(func(b *batchFields) { b.ext[0], b.ext[2] = 2, -1 }),
-		"max cost 0":               with(func(b *batchFields) { b.ext[3] = 0 }),
-		"max cost above the limit": with(func(b *batchFields) { b.ext[3] = 6 }),
-		"NaN period start":         with(func(b *batchFields) { b.ext[4] = math.NaN() }),
-		"a reserve of cost 0":      with(func(b *batchFields) { b.cost = 0 }),
-		"with a penalty flag":      with(func(b *batchFields) { b.flags |= flagPenalty; b.ext = append(b.ext, 1000, 1000, 0) }),
-		"a sliding log":            with(func(b *batchFields) { b.alg = byte(limiter.SlidingLog) }),
+		"flag, no extension":         with(func(b *batchFields) { b.ext = nil }),
+		"extension short":            with(func(b *batchFields) { b.ext = b.ext[:4] }),
+		"operation 0":                with(func(b *batchFields) { b.ext[0] = 0 }),
+		"operation 3":                with(func(b *batchFields) { b.ext[0] = 3 }),
+		"TTL 0":                      with(func(b *batchFields) { b.ext[1] = 0 }),
+		"TTL above a day":            with(func(b *batchFields) { b.ext[1] = 86_400_001 }),
+		"fractional TTL":             with(func(b *batchFields) { b.ext[1] = 1.5 }),
+		"a reserve names one":        with(func(b *batchFields) { b.ext[2] = 1000 }),
+		"negative identity":          with(func(b *batchFields) { b.ext[0], b.ext[2] = 2, -1 }),
+		"max cost 0":                 with(func(b *batchFields) { b.ext[3] = 0 }),
+		"max cost above the ceiling": with(func(b *batchFields) { b.ext[3] = 11 }),
+		"NaN period start":           with(func(b *batchFields) { b.ext[4] = math.NaN() }),
+		"a reserve of cost 0":        with(func(b *batchFields) { b.cost = 0 }),
+		"with a penalty flag":        with(func(b *batchFields) { b.flags |= flagPenalty; b.ext = append(b.ext, 1000, 1000, 0) }),
+		"a sliding log":              with(func(b *batchFields) { b.alg = byte(limiter.SlidingLog) }),
 	} {
 		e.do("DEL", key)
 		committed, r := e.runBatchKeys([]string{key}, args, []*limiter.Policy{p})

@@ -273,11 +273,6 @@ func (s *Store) Evaluate(ctx context.Context, batch []limiter.Request, out []lim
 		out[i] = limiter.Outcome{} // undecided, see limiter.Pending
 		if err := batch[i].Validate(); err != nil {
 			out[i] = limiter.UnavailableOutcome(0, limiter.CategoryInvalidRequest, fmt.Errorf("redis store: %w", err))
-		} else if batch[i].Reserves() {
-			// The rate program holds no reservations: answered by the
-			// policy's failure mode (closed for an incompatible outcome)
-			// rather than decided as a plain request.
-			out[i] = limiter.IncompatibleOutcome(limiter.CategoryStateIncompatible, errReservations)
 		}
 	}
 	// A Pending of its own, which a refund still running past ctx may keep
@@ -285,10 +280,6 @@ func (s *Store) Evaluate(ctx context.Context, batch []limiter.Request, out []lim
 	var p limiter.Pending
 	p.Evaluate(ctx, batch, out, s.evaluate)
 }
-
-// errReservations answers the requests of a reserving policy
-// (limiter.Reserve), which only the memory store decides.
-var errReservations = errors.New("redis store: reservations (reserve) are decided by the memory store only")
 
 // evaluate is Evaluate for a batch of valid requests.
 func (s *Store) evaluate(ctx context.Context, batch []limiter.Request, out []limiter.Outcome) {

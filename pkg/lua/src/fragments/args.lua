@@ -25,9 +25,10 @@ algorithm, flags, rev, limit, p2, p3, grace, maxRegression, cost, pos = unpack('
 -- The flags are a byte (0..255): bit b of it is set when flags % (2 * b)
 -- >= b, exact arithmetic of the VM (a C call of bit.band per bit costs
 -- Redis CPU on every key).
--- A charge (flag CHARGE) records usage up to its ceiling, twice the limit.
+-- A charge (flag CHARGE) records usage up to its ceiling, twice the limit;
+-- so does a reserving key's settle (flag RESERVE: limiter.Policy.Ceiling).
 charge, ceiling = flags % 128 >= CHARGE, limit
-if charge then
+if charge or flags >= RESERVE then
   ceiling = limit * 2
 end
 penalty, duration, maxDuration, decay = false, 0, 0, 0
