@@ -391,3 +391,53 @@ func BenchmarkWideCall(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkReservations: the Redis cost of a reserving limit's calls
+// beside a plain one's, one call at a time (one program run each):
+// "plain" a fixed-window decision, "reserve-settle" a reserve and the
+// settle of the same reservation (two runs per op). It reports Redis's
+// time per program run (µs/run, INFO commandstats) and its main thread's
+// CPU per op.
+func BenchmarkReservations(b *testing.B) {
+	e := newEnvWith(b, Config{Timeout: 5 * time.Second})
+	srv, s := e.srv, e.store
+	plain := fixed(b, "bench.plain", 1_000_000_000_000, time.Hour)
+	budget := limitertest.Policy(b, limiter.PolicySpec{ID: "bench.reserve", Algorithm: limiter.FixedWindow,
+		Params: limiter.FixedWindowParams{Limit: 1_000_000_000_000, Window: time.Hour}, Reserve: limiter.Reserve{TTL: time.Minute}})
+	subjects := make([]limiter.SubjectDigest, 4096)
+	for i := range subjects {
+		subjects[i] = subjectOf(fmt.Sprintf("reserve-%d", i))
+	}
+	for _, way := range []string{"plain", "reserve-settle"} {
+		b.Run(way, func(b *testing.B) {
+			srv.MustDo("CONFIG", "RESETSTAT")
+			cpu0 := redisCPU(b, srv)
+			ctx := context.Background()
+			out := make([]limiter.Outcome, 1)
+			for i := 0; b.Loop(); i++ {
+				subject := subjects[i%len(subjects)]
+				if way == "plain" {
+					s.Evaluate(ctx, []limiter.Request{{Policy: plain, Subject: subject, Cost: 1}}, out)
+					continue
+				}
+				s.Evaluate(ctx, []limiter.Request{{Policy: budget, Subject: subject, Cost: 500}}, out)
+				d := out[0].Decision
+				if out[0].Kind != limiter.Evaluated || d.HoldAt.IsZero() {
+					b.Fatalf("reserve: %v %v %+v", out[0].Kind, out[0].Err, d)
+				}
+				s.Evaluate(ctx, []limiter.Request{{Policy: budget, Subject: subject, Cost: 300,
+					Lease: limiter.LeaseRelease, LeaseAt: d.HoldAt.UnixMilli()}}, out)
+				if out[0].Kind != limiter.Evaluated {
+					b.Fatalf("settle: %v %v", out[0].Kind, out[0].Err)
+				}
+			}
+			b.StopTimer()
+			cpu := redisCPU(b, srv) - cpu0
+			_, _, evalCalls, evalUsec := commandStats(b, srv)
+			if evalCalls > 0 {
+				b.ReportMetric(evalUsec/float64(evalCalls), "µs/run")
+			}
+			b.ReportMetric(cpu.Seconds()*1e6/float64(b.N), "redis-cpu-µs/op")
+		})
+	}
+}
