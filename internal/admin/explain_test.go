@@ -241,5 +241,11 @@ func TestExplainReserve(t *testing.T) {
 	if l := limit("job"); deref(l.Remaining) != int64(10) || deref(l.Allowed) != false {
 		t.Fatalf("job after 3 reserves of 30: remaining %v allowed %v, want 10 and false", deref(l.Remaining), deref(l.Allowed))
 	}
+	// /v1/usage: what the reserves held against what the settles used.
+	var usage usageAnswer
+	h.decode("GET", "/v1/usage?policy=app/tenant", "", &usage)
+	if len(usage.Policies) != 1 || deref(usage.Policies[0].Reserved) != int64(40) || deref(usage.Policies[0].Used) != int64(25) {
+		t.Fatalf("usage %+v: want 40 reserved, 25 used", usage.Policies)
+	}
 	h.noRawValue(raw)
 }

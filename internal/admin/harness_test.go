@@ -299,7 +299,8 @@ func (f topFeed) ObserveLimit(l rls.LimitObservation) {
 		return
 	}
 	f.t.Record(topk.Observation{Domain: l.Rule.Domain, Policy: l.Rule.Policy.ID(), Key: l.Rule.Key, Subject: l.Subject,
-		Hits: l.Hits, Denied: l.Over && !l.Shadow, ShadowDenied: l.Over && l.Shadow})
+		Hits: l.Hits, Denied: l.Over && !l.Shadow, ShadowDenied: l.Over && l.Shadow,
+		Reserved: l.Reserved, Used: l.Used, Settle: l.Settled})
 }
 
 func (topFeed) ObserveCall(rls.CallObservation) {}

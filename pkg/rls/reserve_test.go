@@ -187,3 +187,43 @@ func TestReserveMetrics(t *testing.T) {
 		}
 	}
 }
+
+// reserveObserver keeps the observations of reserves and settles, as
+// text.
+type reserveObserver struct{ limits lines }
+
+func (r *reserveObserver) ObserveLimit(o LimitObservation) {
+	r.limits.addf("%s hits=%d over=%v reserved=%d settled=%v used=%d", o.Rule.Policy.ID(), o.Hits, o.Over, o.Reserved, o.Settled, o.Used)
+}
+
+func (*reserveObserver) ObserveCall(CallObservation) {}
+
+// TestReserveObserved: the observer hears a committed reserve with the
+// units it holds, and a settle naming a reservation with the usage it
+// reports (no hits: it is no decision); a denied reserve holds nothing,
+// and a settle naming none, or a plain charge, is not heard.
+func TestReserveObserved(t *testing.T) {
+	snap := rulesOf(t, reserveRules)
+	rec := &reserveObserver{}
+	h := newHarness(t, func() Rules { return snap }, memStore(t, limitertest.NewClock(t0), 1000), limitertest.NewClock(t0),
+		func(c *Config) { c.Observer = rec })
+	call := func(hits uint64, kv ...string) string {
+		resp := h.call(t, request("ai", withHits(desc(kv...), hits)))
+		return resp.GetDynamicMetadata().GetFields()["lease"].GetStringValue()
+	}
+	m1 := call(700, "tenant", "a")
+	call(400, "tenant", "a")
+	call(650, "tenant", "a", "lease", m1)
+	call(650, "tenant", "a", "lease", m1[:len(m1)-2]+flip(m1[len(m1)-2:]))
+	call(20, "tenant", "a", "lease", "release")
+	call(1, "fixed", "a")
+	want := []string{
+		"ai/tenant hits=700 over=false reserved=700 settled=false used=0",
+		"ai/tenant hits=400 over=true reserved=0 settled=false used=0",
+		"ai/tenant hits=0 over=false reserved=0 settled=true used=650",
+		"ai/fixed hits=300 over=false reserved=300 settled=false used=0",
+	}
+	if got := rec.limits.take(); !slices.Equal(got, want) {
+		t.Fatalf("observations\n got %q\nwant %q", got, want)
+	}
+}

@@ -72,6 +72,9 @@ func (s *Server) respond(ctx context.Context, req *rlsv3.RateLimitRequest, sc *s
 		ds := &sc.descs[i]
 		if e, units := ds.reservation(sc); e != resNone {
 			sc.metrics.reserving(s.metrics, ds.policyLabel()).count(e, units)
+			if e == resSettled && s.observer != nil && !ds.override {
+				s.observeSettle(ds, units)
+			}
 		}
 		if ds.kind != statusStore && ds.kind != statusNeverFits || ds.release {
 			continue // a release is no request of the limit: not counted
