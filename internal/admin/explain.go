@@ -74,6 +74,9 @@ type LimitDoc struct {
 	ShadowMode      bool   `json:"shadow_mode,omitempty"`
 	QuotaMode       bool   `json:"quota_mode,omitempty"`
 	SubjectDigest   string `json:"subject_digest,omitempty"`
+	// Reserve is a budget's reservations (limiter.Reserve): the store's
+	// state holds them consumed, so Remaining counts the live ones.
+	Reserve *reserveDoc `json:"reserve,omitempty"`
 	// The state, read without consuming (absent when no store was asked or
 	// it did not answer: then StateError says why). Remaining is what is
 	// left before one more hit; Allowed says whether one more hit would be
@@ -91,6 +94,13 @@ type LimitDoc struct {
 	StateError string `json:"state_error,omitempty"`
 
 	req limiter.Request
+}
+
+// reserveDoc is a rule's reserve: the ttl as a Go duration string; an
+// estimate of 0 reserves each request's own hits_addend.
+type reserveDoc struct {
+	TTL      string `json:"ttl"`
+	Estimate int64  `json:"estimate"`
 }
 
 // Request is the limit's state read for its subject: a check of cost 1
@@ -143,12 +153,16 @@ func refOf(r *descriptors.Rule) *ruleRef {
 
 func limitDocOf(r *descriptors.Rule, subject limiter.SubjectDigest, tag limiter.Tag) LimitDoc {
 	p := r.Policy
+	var res *reserveDoc
+	if rv := p.Reserve(); rv.On() {
+		res = &reserveDoc{TTL: rv.TTL.String(), Estimate: rv.Estimate}
+	}
 	return LimitDoc{
 		PolicyID: p.ID(), Name: r.Name, Revision: p.Revision(), Algorithm: p.Algorithm().String(),
 		RequestsPerUnit: r.RequestsPerUnit, Unit: r.Unit.String(), UnitMultiplier: r.UnitMultiplier,
 		Window: r.Window().String(), Limit: p.Limit(), ShadowMode: r.ShadowMode, QuotaMode: r.QuotaMode,
-		SubjectDigest: hex.EncodeToString(subject[:]),
-		req:           limiter.Request{Policy: p, Subject: subject, Cost: 1, Role: limiter.RoleCheck, Tag: tag},
+		SubjectDigest: hex.EncodeToString(subject[:]), Reserve: res,
+		req: limiter.Request{Policy: p, Subject: subject, Cost: 1, Role: limiter.RoleCheck, Tag: tag},
 	}
 }
 

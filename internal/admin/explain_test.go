@@ -198,3 +198,54 @@ func deref[T any](p *T) any {
 	}
 	return *p
 }
+
+// TestExplainReserve: a reserving limit shows its reserve settings, and
+// its remaining counts the live reservations; a settle gives back what the
+// reservation held beyond the usage. Reservations are held by the memory
+// store.
+func TestExplainReserve(t *testing.T) {
+	h := newHarness(t, withRules("testdata/reserve.yaml"))
+	const raw = "rawval-tenant-r"
+	limit := func(key string) LimitDoc {
+		t.Helper()
+		var ans ExplainAnswer
+		h.decode("POST", "/v1/explain", explainBody(key, raw), &ans)
+		if len(ans.Descriptors) != 1 || len(ans.Descriptors[0].Limits) != 1 {
+			t.Fatalf("explain %s: %+v", key, ans)
+		}
+		return ans.Descriptors[0].Limits[0]
+	}
+	if l := limit("job"); l.Reserve == nil || *l.Reserve != (reserveDoc{TTL: "1m30s", Estimate: 30}) {
+		t.Fatalf("job: reserve %+v, want ttl 1m30s estimate 30", l.Reserve)
+	}
+	if l := limit("tenant"); l.Reserve == nil || *l.Reserve != (reserveDoc{TTL: "10m0s"}) || deref(l.Remaining) != int64(100) {
+		t.Fatalf("tenant before a reserve: reserve %+v remaining %v, want ttl 10m0s estimate 0, 100", l.Reserve, deref(l.Remaining))
+	}
+	marker := h.reserve("tenant", raw, 40, "")
+	if marker == "" {
+		t.Fatal("the reserve of 40 was not answered with a marker")
+	}
+	var got countersAnswer
+	h.decode("GET", "/v1/counters?domain=app&descriptor=tenant="+raw, "", &got)
+	if len(got.Limits) != 1 || deref(got.Limits[0].Remaining) != int64(60) || got.Limits[0].Reserve == nil {
+		t.Fatalf("counters after reserving 40: %+v, want remaining 60 and the reserve", got.Limits)
+	}
+	h.reserve("tenant", raw, 25, marker)
+	if l := limit("tenant"); deref(l.Remaining) != int64(75) {
+		t.Fatalf("after settling 25 of 40: remaining %v, want 75", deref(l.Remaining))
+	}
+	// allowed asks whether one more reservation of the estimate fits.
+	for range 3 {
+		h.reserve("job", raw, 1, "")
+	}
+	if l := limit("job"); deref(l.Remaining) != int64(10) || deref(l.Allowed) != false {
+		t.Fatalf("job after 3 reserves of 30: remaining %v allowed %v, want 10 and false", deref(l.Remaining), deref(l.Allowed))
+	}
+	// /v1/usage: what the reserves held against what the settles used.
+	var usage usageAnswer
+	h.decode("GET", "/v1/usage?policy=app/tenant", "", &usage)
+	if len(usage.Policies) != 1 || deref(usage.Policies[0].Reserved) != int64(40) || deref(usage.Policies[0].Used) != int64(25) {
+		t.Fatalf("usage %+v: want 40 reserved, 25 used", usage.Policies)
+	}
+	h.noRawValue(raw)
+}

@@ -18,6 +18,7 @@ import (
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest/observer"
 	"google.golang.org/grpc"
+	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/envoy-rls/envoy-rls/internal/redistest"
 	"github.com/envoy-rls/envoy-rls/internal/rlstest"
@@ -298,7 +299,8 @@ func (f topFeed) ObserveLimit(l rls.LimitObservation) {
 		return
 	}
 	f.t.Record(topk.Observation{Domain: l.Rule.Domain, Policy: l.Rule.Policy.ID(), Key: l.Rule.Key, Subject: l.Subject,
-		Hits: l.Hits, Denied: l.Over && !l.Shadow, ShadowDenied: l.Over && l.Shadow})
+		Hits: l.Hits, Denied: l.Over && !l.Shadow, ShadowDenied: l.Over && l.Shadow,
+		Reserved: l.Reserved, Used: l.Used, Settle: l.Settled})
 }
 
 func (topFeed) ObserveCall(rls.CallObservation) {}
@@ -314,4 +316,21 @@ func (f auditFeed) Denied(d rls.Denial) {
 	}
 	f.sink.Offer(audit.Event{Time: d.Time, Domain: d.Domain, PolicyID: d.PolicyID, Subject: d.Subject, Cost: d.Cost, Limit: d.Limit,
 		Remaining: d.Remaining, RetryAfter: d.RetryAfter, RequestID: d.RequestID, Shadow: d.Shadow, Outcome: outcome, FailureMode: d.FailureMode})
+}
+
+// reserve sends one ShouldRateLimit of domain app with key=value and
+// hits_addend hits: a reserve, or with a marker the settle it names. It
+// returns the answer's marker.
+func (h *harness) reserve(key, value string, hits uint64, marker string) string {
+	h.t.Helper()
+	d := rlstest.Desc(key, value)
+	if marker != "" {
+		d = rlstest.Desc(key, value, "lease", marker)
+	}
+	d.HitsAddend = wrapperspb.UInt64(hits)
+	resp := rlstest.Call(h.t, h.svc, rlstest.Request("app", d))
+	if resp.OverallCode != rlsv3.RateLimitResponse_OK {
+		h.t.Fatalf("%s with %d hits: %s", key, hits, resp.OverallCode)
+	}
+	return resp.GetDynamicMetadata().GetFields()["lease"].GetStringValue()
 }

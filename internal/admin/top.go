@@ -98,16 +98,20 @@ type usageAnswer struct {
 }
 
 type usageEntry struct {
-	Domain           string      `json:"domain"`
-	PolicyID         string      `json:"policy_id"`
-	Key              string      `json:"key"`
-	Since            time.Time   `json:"since"`
-	Hits             int64       `json:"hits"`
-	Decisions        int64       `json:"decisions"`
-	Denials          int64       `json:"denials"`
-	ShadowDenials    int64       `json:"shadow_denials"`
-	DistinctSubjects uint64      `json:"distinct_subjects"`
-	Recent           usageRecent `json:"recent"`
+	Domain           string    `json:"domain"`
+	PolicyID         string    `json:"policy_id"`
+	Key              string    `json:"key"`
+	Since            time.Time `json:"since"`
+	Hits             int64     `json:"hits"`
+	Decisions        int64     `json:"decisions"`
+	Denials          int64     `json:"denials"`
+	ShadowDenials    int64     `json:"shadow_denials"`
+	DistinctSubjects uint64    `json:"distinct_subjects"`
+	// Reserved and Used (topk's) are present for a policy that has
+	// reserved.
+	Reserved *int64      `json:"reserved,omitempty"`
+	Used     *int64      `json:"used,omitempty"`
+	Recent   usageRecent `json:"recent"`
 }
 
 type usageRecent struct {
@@ -128,10 +132,14 @@ func (s *Server) handleUsage(w http.ResponseWriter, r *http.Request) {
 func (s *Server) usageSnapshot(f topk.Filter) usageAnswer {
 	ans := usageAnswer{Time: time.Now().UTC(), Policies: []usageEntry{}, Untracked: s.cfg.Top.Untracked()}
 	for _, u := range s.cfg.Top.Usage(f) {
-		ans.Policies = append(ans.Policies, usageEntry{Domain: u.Domain, PolicyID: u.Policy, Key: u.Key, Since: u.Since.UTC(),
+		e := usageEntry{Domain: u.Domain, PolicyID: u.Policy, Key: u.Key, Since: u.Since.UTC(),
 			Hits: u.Hits, Decisions: u.Decisions, Denials: u.Denials, ShadowDenials: u.ShadowDenials, DistinctSubjects: u.DistinctSubjects,
 			Recent: usageRecent{Since: u.Recent.From.UTC(), Hits: u.Recent.Hits, Decisions: u.Recent.Decisions,
-				Denials: u.Recent.Denials, ShadowDenials: u.Recent.ShadowDenials}})
+				Denials: u.Recent.Denials, ShadowDenials: u.Recent.ShadowDenials}}
+		if u.Reserved != 0 || u.Used != 0 {
+			e.Reserved, e.Used = &u.Reserved, &u.Used
+		}
+		ans.Policies = append(ans.Policies, e)
 	}
 	return ans
 }

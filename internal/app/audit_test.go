@@ -9,6 +9,10 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"google.golang.org/protobuf/types/known/wrapperspb"
+
+	"github.com/envoy-rls/envoy-rls/internal/rlstest"
 )
 
 // TestServeAuditStdout: --audit-sink stdout writes one JSON line per
@@ -79,6 +83,34 @@ func TestAuditUsageRecords(t *testing.T) {
 		if strings.Contains(text, raw) {
 			t.Fatalf("the raw value in %s", text)
 		}
+	}
+}
+
+// TestAuditUsageRecordReserve: the usage record of a reserving policy
+// carries the units its reserves held and the usage its settles reported
+// (actual against estimate) next to its hits, the estimate.
+func TestAuditUsageRecordReserve(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "audit.jsonl")
+	rules := writeRules(t, t.TempDir(), `domain: ai
+descriptors:
+  - key: tenant
+    rate_limit: {unit: hour, requests_per_unit: 1000, reserve: {ttl: 10m}}
+`)
+	r := startServe(t, []string{"--config", rules, "--audit-sink", "file", "--audit-file", file, "--audit-usage-interval", "1h"}, nil, hooks{})
+	call := func(hits uint64, kv ...string) string {
+		d := rlstest.Desc(kv...)
+		d.HitsAddend = wrapperspb.UInt64(hits)
+		return rlstest.Call(t, r.client, rlstest.Request("ai", d)).GetDynamicMetadata().GetFields()["lease"].GetStringValue()
+	}
+	m := call(400, "tenant", "rawval-tenant-9")
+	call(300, "tenant", "rawval-tenant-9")
+	call(250, "tenant", "rawval-tenant-9", "lease", m)
+	if err := r.stop(t); err != nil {
+		t.Fatal(err)
+	}
+	u := lastUsage(t, file)["usage"].(map[string]any)
+	if u["hits"] != 700.0 || u["decisions"] != 2.0 || u["reserved"] != 700.0 || u["used"] != 250.0 {
+		t.Fatalf("usage %v: want 700 hits of 2 reserves, 700 reserved, 250 used", u)
 	}
 }
 

@@ -55,6 +55,7 @@ func (o topObserver) ObserveLimit(l rls.LimitObservation) {
 		Domain: r.Domain, Policy: r.Policy.ID(), Key: r.Key,
 		Subject: l.Subject, Hits: l.Hits,
 		Denied: l.Over && !l.Shadow, ShadowDenied: l.Over && l.Shadow,
+		Reserved: l.Reserved, Used: l.Used, Settle: l.Settled,
 	})
 }
 

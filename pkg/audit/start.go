@@ -140,7 +140,7 @@ func (s *Sink) recordUsage(top *topk.Tracker, now time.Time) {
 	for _, u := range top.Usage(topk.Filter{}) {
 		s.offerUsage(Event{Time: now, Domain: u.Domain, PolicyID: u.Policy, Usage: &usage{
 			Key: u.Key, Since: u.Since, Hits: u.Hits, Decisions: u.Decisions, Denials: u.Denials,
-			ShadowDenials: u.ShadowDenials, DistinctSubjects: u.DistinctSubjects,
+			ShadowDenials: u.ShadowDenials, DistinctSubjects: u.DistinctSubjects, Reserved: u.Reserved, Used: u.Used,
 		}})
 	}
 }

@@ -25,6 +25,10 @@ type usage struct {
 	Hits, Decisions, Denials, ShadowDenials int64
 	// DistinctSubjects is estimated (HyperLogLog).
 	DistinctSubjects uint64
+	// Reserved and Used are a reserving policy's units held by committed
+	// reserves and the usage its settles reported; both 0 for a policy
+	// that has not reserved.
+	Reserved, Used int64
 }
 
 // usageRecord is a usage record's "usage" object.
@@ -36,11 +40,18 @@ type usageRecord struct {
 	Denials          int64  `json:"denials"`
 	ShadowDenials    int64  `json:"shadow_denials"`
 	DistinctSubjects uint64 `json:"distinct_subjects"`
+	// Reserved and Used are present for a policy that has reserved.
+	Reserved *int64 `json:"reserved,omitempty"`
+	Used     *int64 `json:"used,omitempty"`
 }
 
 func (u *usage) record() *usageRecord {
-	return &usageRecord{Key: u.Key, Since: u.Since.UTC().Format(timeFormat), Hits: u.Hits, Decisions: u.Decisions,
+	r := &usageRecord{Key: u.Key, Since: u.Since.UTC().Format(timeFormat), Hits: u.Hits, Decisions: u.Decisions,
 		Denials: u.Denials, ShadowDenials: u.ShadowDenials, DistinctSubjects: u.DistinctSubjects}
+	if u.Reserved != 0 || u.Used != 0 {
+		r.Reserved, r.Used = &u.Reserved, &u.Used
+	}
+	return r
 }
 
 // usageJSON is a usage record as a JSON line: no denial field.
@@ -71,7 +82,7 @@ func (r Record) MarshalJSON() ([]byte, error) {
 // fields are a usage record's stream fields after those of every record
 // (Record.fields).
 func (u *usageRecord) fields() [][2]string {
-	return [][2]string{
+	f := [][2]string{
 		{"key", u.Key},
 		{"since", u.Since},
 		{"hits", strconv.FormatInt(u.Hits, 10)},
@@ -80,4 +91,8 @@ func (u *usageRecord) fields() [][2]string {
 		{"shadow_denials", strconv.FormatInt(u.ShadowDenials, 10)},
 		{"distinct_subjects", strconv.FormatUint(u.DistinctSubjects, 10)},
 	}
+	if u.Reserved != nil {
+		f = append(f, [2]string{"reserved", strconv.FormatInt(*u.Reserved, 10)}, [2]string{"used", strconv.FormatInt(*u.Used, 10)})
+	}
+	return f
 }

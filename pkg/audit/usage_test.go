@@ -51,6 +51,41 @@ func TestUsageRecordsOnAFile(t *testing.T) {
 	}
 }
 
+// TestUsageRecordReservations: a reserving policy's usage record carries
+// reserved and used next to hits, in JSON and in the stream fields; a
+// policy that has not reserved has neither.
+func TestUsageRecordReservations(t *testing.T) {
+	at := time.Date(2026, 12, 1, 19, 5, 0, 0, time.UTC)
+	for _, tc := range []struct {
+		name           string
+		reserved, used int64
+		want           string
+	}{
+		{"reserving", 1500, 1000, `"distinct_subjects":2,"reserved":1500,"used":1000}`},
+		{"nothing settled yet", 500, 0, `"distinct_subjects":2,"reserved":500,"used":0}`},
+		{"not reserving", 0, 0, `"distinct_subjects":2}`},
+	} {
+		e := Event{Time: at, Domain: "ai", PolicyID: "ai/tenant", Usage: &usage{Key: "tenant", Since: at, Hits: 2000, Decisions: 4,
+			DistinctSubjects: 2, Reserved: tc.reserved, Used: tc.used}}
+		r := e.Record()
+		b, err := r.MarshalJSON()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !strings.HasSuffix(string(b), tc.want+"}") || !strings.Contains(string(b), `"hits":2000`) {
+			t.Errorf("%s: %s, want usage ending %s", tc.name, b, tc.want)
+		}
+		got := map[string]string{}
+		for _, f := range r.fields() {
+			got[f[0]] = f[1]
+		}
+		if _, has := got["reserved"]; has != (tc.want != `"distinct_subjects":2}`) ||
+			has && (got["reserved"] != fmt.Sprint(tc.reserved) || got["used"] != fmt.Sprint(tc.used)) {
+			t.Errorf("%s: stream fields %v", tc.name, got)
+		}
+	}
+}
+
 // TestUsageStreamFields: a usage record's stream fields carry the kind
 // and the totals, not the denial fields.
 func TestUsageStreamFields(t *testing.T) {

@@ -46,6 +46,8 @@ type Metrics struct {
 	hits         *prometheus.CounterVec
 	ovRefused    *prometheus.CounterVec
 	ovPolicies   *prometheus.GaugeVec
+	reservations *prometheus.CounterVec
+	resUnits     *prometheus.CounterVec
 
 	// Children resolved once, so that the hot path does not hash label
 	// values on every call.
@@ -62,6 +64,9 @@ type domainMetrics struct {
 	label       string
 	call, store prometheus.Observer
 	byPolicy    lazyMap[string, *policyCounters]
+	// byReserving holds the reservation counters of the reserving
+	// policies only, so that other policies have no such series.
+	byReserving lazyMap[string, *reservationCounters]
 }
 
 // result is how a limit is reported: an index into policyCounters' arrays.
@@ -137,12 +142,18 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 		ovRefused: newCounterVec("override_refused_total",
 			"Descriptors with a request-supplied limit (override) answered OVER_LIMIT because their domain already tracked --override-max-policies override policies, by configured domain.",
 			"domain"),
+		reservations: newCounterVec("reservations_total",
+			"Reservations of reserving limits by configured domain, policy ID and event: reserved (a committed reserve), settled (a settle whose marker named a reservation of the limit, answered by the store), unnamed (a settle whose marker named none of the limit, or the value release: a plain charge).",
+			"domain", "policy", "event"),
+		resUnits: newCounterVec("reservation_units_total",
+			"Units of reserving limits by configured domain, policy ID and kind: reserved (held by committed reserves), used (the usage that settled ones reported); used/reserved is how close the estimates are.",
+			"domain", "policy", "kind"),
 		ovPolicies: prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: MetricsNamespace, Name: "override_policies",
 			Help: "Override policies (key lists and windows of request-supplied limits) tracked for a configured domain: at most --override-max-policies."},
 			[]string{"domain"}),
 	}
 	for _, c := range []prometheus.Collector{
-		m.decisions, m.nearLimit, m.unmatched, m.storeLatency, m.calls, m.callLatency, m.local, m.penalty, m.hits, m.ovRefused, m.ovPolicies,
+		m.decisions, m.nearLimit, m.unmatched, m.storeLatency, m.calls, m.callLatency, m.local, m.penalty, m.hits, m.ovRefused, m.ovPolicies, m.reservations, m.resUnits,
 	} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("rls: registering metrics: %w", err)
@@ -249,5 +260,55 @@ func (dm *domainMetrics) policy(m *Metrics, policy string) *policyCounters {
 			}
 		}
 		return policy, pc
+	})
+}
+
+// resEvent is what a call did with a reservation of a reserving limit
+// (descStatus.reservation): an index into reservationCounters.events.
+type resEvent uint8
+
+const (
+	resNone     resEvent = iota // not a reserve or a settle, or uncommitted
+	resReserved                 // a committed reserve
+	resSettled                  // a settle naming a reservation, answered by the store
+	resUnnamed                  // a settle naming none: nothing settled, or a plain charge
+	resEvents
+)
+
+// resEventLabels are the event labels of reservations_total.
+var resEventLabels = [resEvents]string{resReserved: "reserved", resSettled: "settled", resUnnamed: "unnamed"}
+
+// reservationCounters are the reservation counters of one reserving
+// policy label.
+type reservationCounters struct {
+	events         [resEvents]prometheus.Counter
+	reserved, used prometheus.Counter
+}
+
+// count counts one event and its units: reserved ones for a reserve,
+// used ones for a settle.
+func (rc *reservationCounters) count(e resEvent, units int64) {
+	rc.events[e].Inc()
+	switch e {
+	case resReserved:
+		rc.reserved.Add(float64(units))
+	case resSettled:
+		rc.used.Add(float64(units))
+	}
+}
+
+// reserving returns the reservation counters of one policy label of the
+// domain, made at the label's first reservation event (see policy).
+func (dm *domainMetrics) reserving(m *Metrics, policy string) *reservationCounters {
+	return dm.byReserving.get(policy, func() (string, *reservationCounters) {
+		policy = string([]byte(policy))
+		rc := &reservationCounters{
+			reserved: m.resUnits.WithLabelValues(dm.label, policy, "reserved"),
+			used:     m.resUnits.WithLabelValues(dm.label, policy, "used"),
+		}
+		for e := resReserved; e < resEvents; e++ {
+			rc.events[e] = m.reservations.WithLabelValues(dm.label, policy, resEventLabels[e])
+		}
+		return policy, rc
 	})
 }

@@ -16,7 +16,8 @@ import (
 type Observer interface {
 	// ObserveLimit is called once for every limit of a call that was
 	// evaluated or that can never fit (not for unmatched, unlimited,
-	// replaced or refund descriptors, nor for request-supplied overrides).
+	// replaced or refund descriptors, nor for request-supplied overrides),
+	// and once for every settle of a reservation (Settled: no decision).
 	ObserveLimit(LimitObservation)
 	// ObserveCall is called once per ShouldRateLimit call.
 	ObserveCall(CallObservation)
@@ -59,6 +60,14 @@ type LimitObservation struct {
 	// or when it allowed but another limit of the call denied, so that the
 	// call consumed nothing).
 	Consumed bool
+	// Reserved is, for a committed reserve of a reserving limit, the
+	// units it holds (the estimate); 0 otherwise.
+	Reserved int64
+	// Settled: a settle whose marker named a reservation of the limit,
+	// answered by the store; Used is the usage it reports. It is no
+	// decision: Hits is 0 and only Rule, Subject and Used are set.
+	Settled bool
+	Used    int64
 }
 
 // CallObservation is one ShouldRateLimit call.
@@ -84,6 +93,9 @@ func (s *Server) observeLimit(sc *scratch, ds *descStatus) {
 		Shadow:      ds.role == limiter.RoleShadow,
 		StoreFailed: ds.fellBack(),
 	}
+	if e, units := ds.reservation(sc); e == resReserved {
+		o.Reserved = units
+	}
 	if ds.kind == statusStore {
 		if out := &sc.outs[ds.batch]; out.Decision.Known() {
 			d := &out.Decision
@@ -94,4 +106,10 @@ func (s *Server) observeLimit(sc *scratch, ds *descStatus) {
 		}
 	}
 	s.observer.ObserveLimit(o)
+}
+
+// observeSettle reports a settle of a reservation of the limit of ds to
+// the observer: the usage it reports.
+func (s *Server) observeSettle(ds *descStatus, used int64) {
+	s.observer.ObserveLimit(LimitObservation{Rule: ds.match.Rule, Subject: ds.match.Subject, Settled: true, Used: used})
 }

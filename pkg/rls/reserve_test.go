@@ -2,6 +2,7 @@ package rls
 
 import (
 	"slices"
+	"strings"
 	"testing"
 
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
@@ -136,5 +137,93 @@ func TestReserveMarkerNamesEveryReservation(t *testing.T) {
 	}
 	if !slices.Equal(rem, []uint32{1000, 1000}) {
 		t.Fatalf("after settling both at 0: remaining %v, want both budgets whole", rem)
+	}
+}
+
+// TestReserveMetrics: reservations_total counts committed reserves,
+// settles naming a reservation and settles naming none, by policy ID;
+// reservation_units_total the units reserved and the usage settled. A
+// denied reserve counts nothing, and a policy without reservations has no
+// such series.
+func TestReserveMetrics(t *testing.T) {
+	snap := rulesOf(t, reserveRules+`
+  - key: plain
+    rate_limit: {unit: hour, requests_per_unit: 1000}
+`)
+	h := newHarness(t, func() Rules { return snap }, memStore(t, limitertest.NewClock(t0), 1000), limitertest.NewClock(t0))
+	call := func(hits uint64, kv ...string) string {
+		resp := h.call(t, request("ai", withHits(desc(kv...), hits)))
+		return resp.GetDynamicMetadata().GetFields()["lease"].GetStringValue()
+	}
+	m1 := call(400, "tenant", "a")
+	m2 := call(500, "tenant", "a")
+	call(200, "tenant", "a")                                               // denied: no reservation
+	call(100, "tenant", "a", "lease", m1)                                  // settled, 100 used
+	call(100, "tenant", "a", "lease", m2[:len(m2)-2]+flip(m2[len(m2)-2:])) // a forged tag: unnamed
+	call(50, "tenant", "a", "lease", "release")                            // a plain charge: unnamed
+	call(700, "tenant", "a", "lease", m2)                                  // settled, 700 used
+	call(1, "fixed", "a")                                                  // reserves the estimate, 300
+	call(3, "plain", "a")                                                  // no reservation
+	call(3, "plain", "a", "lease", "release")                              // not a reserving limit
+
+	got := h.metrics(t)
+	for series, want := range map[string]string{
+		`envoy_rls_reservations_total{domain="ai",event="reserved",policy="ai/tenant"}`:     "2",
+		`envoy_rls_reservations_total{domain="ai",event="settled",policy="ai/tenant"}`:      "2",
+		`envoy_rls_reservations_total{domain="ai",event="unnamed",policy="ai/tenant"}`:      "2",
+		`envoy_rls_reservation_units_total{domain="ai",kind="reserved",policy="ai/tenant"}`: "900",
+		`envoy_rls_reservation_units_total{domain="ai",kind="used",policy="ai/tenant"}`:     "800",
+		`envoy_rls_reservations_total{domain="ai",event="reserved",policy="ai/fixed"}`:      "1",
+		`envoy_rls_reservation_units_total{domain="ai",kind="reserved",policy="ai/fixed"}`:  "300",
+		`envoy_rls_reservation_units_total{domain="ai",kind="used",policy="ai/fixed"}`:      "0",
+	} {
+		if v := counterValue(got, series); v != want {
+			t.Errorf("%s = %q, want %s", series, v, want)
+		}
+	}
+	for _, p := range []string{"ai/plain", "ai/other"} {
+		if strings.Contains(got, `envoy_rls_reservations_total{domain="ai",event="reserved",policy="`+p+`"}`) {
+			t.Errorf("policy %s has reservation series", p)
+		}
+	}
+}
+
+// reserveObserver keeps the observations of reserves and settles, as
+// text.
+type reserveObserver struct{ limits lines }
+
+func (r *reserveObserver) ObserveLimit(o LimitObservation) {
+	r.limits.addf("%s hits=%d over=%v reserved=%d settled=%v used=%d", o.Rule.Policy.ID(), o.Hits, o.Over, o.Reserved, o.Settled, o.Used)
+}
+
+func (*reserveObserver) ObserveCall(CallObservation) {}
+
+// TestReserveObserved: the observer hears a committed reserve with the
+// units it holds, and a settle naming a reservation with the usage it
+// reports (no hits: it is no decision); a denied reserve holds nothing,
+// and a settle naming none, or a plain charge, is not heard.
+func TestReserveObserved(t *testing.T) {
+	snap := rulesOf(t, reserveRules)
+	rec := &reserveObserver{}
+	h := newHarness(t, func() Rules { return snap }, memStore(t, limitertest.NewClock(t0), 1000), limitertest.NewClock(t0),
+		func(c *Config) { c.Observer = rec })
+	call := func(hits uint64, kv ...string) string {
+		resp := h.call(t, request("ai", withHits(desc(kv...), hits)))
+		return resp.GetDynamicMetadata().GetFields()["lease"].GetStringValue()
+	}
+	m1 := call(700, "tenant", "a")
+	call(400, "tenant", "a")
+	call(650, "tenant", "a", "lease", m1)
+	call(650, "tenant", "a", "lease", m1[:len(m1)-2]+flip(m1[len(m1)-2:]))
+	call(20, "tenant", "a", "lease", "release")
+	call(1, "fixed", "a")
+	want := []string{
+		"ai/tenant hits=700 over=false reserved=700 settled=false used=0",
+		"ai/tenant hits=400 over=true reserved=0 settled=false used=0",
+		"ai/tenant hits=0 over=false reserved=0 settled=true used=650",
+		"ai/fixed hits=300 over=false reserved=300 settled=false used=0",
+	}
+	if got := rec.limits.take(); !slices.Equal(got, want) {
+		t.Fatalf("observations\n got %q\nwant %q", got, want)
 	}
 }

@@ -70,6 +70,12 @@ func (s *Server) respond(ctx context.Context, req *rlsv3.RateLimitRequest, sc *s
 	overall := rlsv3.RateLimitResponse_OK
 	for i := range sc.descs {
 		ds := &sc.descs[i]
+		if e, units := ds.reservation(sc); e != resNone {
+			sc.metrics.reserving(s.metrics, ds.policyLabel()).count(e, units)
+			if e == resSettled && s.observer != nil && !ds.override {
+				s.observeSettle(ds, units)
+			}
+		}
 		if ds.kind != statusStore && ds.kind != statusNeverFits || ds.release {
 			continue // a release is no request of the limit: not counted
 		}
@@ -319,6 +325,33 @@ func (ds *descStatus) countedHits() int64 {
 		bound = max(p.MaxCost(), 1)
 	}
 	return min(ds.cost, bound)
+}
+
+// reservation is what ds did with a reservation of a reserving limit, and
+// its units: a committed reserve and the units it holds; a settle whose
+// marker named a reservation of the limit, answered by the store (or the
+// local fallback), and the usage it reports; a settle whose marker named
+// none (statusNoLease, or releaseValue: a plain charge). It is resNone for
+// anything else: another policy, an uncommitted reserve, a probe, a settle
+// a fail-open or fail-closed mode answered. Whether a named reservation
+// was still live is the store's to know: a replay or a settle after
+// expiry counts as settled, and the store changes nothing.
+func (ds *descStatus) reservation(sc *scratch) (resEvent, int64) {
+	if ds.kind != statusStore && ds.kind != statusNoLease || !ds.match.Rule.Policy.Reserve().On() {
+		return resNone, 0
+	}
+	if ds.kind == statusNoLease || ds.release && ds.leaseAt == 0 {
+		return resUnnamed, 0
+	}
+	o := &sc.outs[ds.batch]
+	if ds.release {
+		if o.Kind == limiter.Evaluated && o.Decision.Known() {
+			return resSettled, ds.cost
+		}
+	} else if _, held := ds.heldAt(o); held {
+		return resReserved, ds.cost
+	}
+	return resNone, 0
 }
 
 // policyLabel is the policy label of the descriptor's metrics: the configured

@@ -127,6 +127,10 @@ type usage struct {
 	// DistinctSubjects estimates the distinct subjects since Since
 	// (HyperLogLog, standard error about 1.6%).
 	DistinctSubjects uint64
+	// Reserved and Used are, for a reserving policy, the units its
+	// committed reserves held and the usage its settles reported since
+	// Since; both 0 for a policy that has not reserved.
+	Reserved, Used int64
 	// Recent holds the same counts over the Top period.
 	Recent recent
 }
@@ -150,6 +154,8 @@ func (t *Tracker) Usage(f Filter) []usage {
 			u.Decisions += sh.total.decisions
 			u.Denials += sh.total.denials
 			u.ShadowDenials += sh.total.shadowDenials
+			u.Reserved += sh.total.reserved
+			u.Used += sh.total.used
 			for _, w := range []*window{&sh.cur, &sh.old} {
 				u.Recent.Hits += w.hits
 				u.Recent.Decisions += w.decisions

@@ -226,6 +226,29 @@ func TestUsageTotalsAndDistinct(t *testing.T) {
 	}
 }
 
+// TestUsageReservations: a reserving policy's usage counts the units its
+// reserves held and the usage its settles reported; a settle is no
+// decision and adds no hits.
+func TestUsageReservations(t *testing.T) {
+	tr := newTracker(t, Config{Clock: newClock()})
+	for i := range 3 {
+		o := obs(i, 500, false)
+		o.Reserved = 500
+		tr.Record(o)
+	}
+	tr.Record(obs(3, 500, true)) // a denied reserve holds nothing
+	for i, used := range []int64{300, 700} {
+		tr.Record(Observation{Domain: "edge", Policy: "edge/user", Key: "user", Subject: subject(i), Settle: true, Used: used})
+	}
+	u := tr.Usage(Filter{})[0]
+	if u.Reserved != 1500 || u.Used != 1000 || u.Decisions != 4 || u.Hits != 2000 || u.Denials != 1 {
+		t.Fatalf("usage %+v: want 1500 reserved, 1000 used, 4 decisions of 2000 hits, 1 denial", u)
+	}
+	if u.Recent.Decisions != 4 {
+		t.Fatalf("recent %+v: a settle counted as a decision", u.Recent)
+	}
+}
+
 func TestMaxPolicies(t *testing.T) {
 	tr := newTracker(t, Config{MaxPolicies: 2, Clock: newClock()})
 	for _, p := range []string{"a", "b", "c", "a", "c"} {

@@ -84,6 +84,11 @@ type Observation struct {
 	// Denied: the limit denied (not in shadow mode). ShadowDenied: a
 	// shadow-mode limit was over.
 	Denied, ShadowDenied bool
+	// Reserved is the units a committed reserve of a reserving policy
+	// holds. Settle marks the settle of a reservation, which is no
+	// decision: only its Used (the usage it reports) is counted.
+	Reserved, Used int64
+	Settle         bool
 }
 
 // Tracker holds the sketches. Build it with New.
@@ -122,10 +127,16 @@ type shard struct {
 // counts are the traffic of a period.
 type counts struct {
 	hits, decisions, denials, shadowDenials int64
+	reserved, used                          int64
 }
 
 // add counts one observation.
 func (c *counts) add(o *Observation) {
+	c.reserved += o.Reserved
+	c.used += o.Used
+	if o.Settle {
+		return
+	}
 	c.hits += o.Hits
 	c.decisions++
 	if o.Denied {

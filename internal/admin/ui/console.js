@@ -120,6 +120,13 @@ function fmtGoDuration(d) {
   return String(d).replace(/([hm])0s$/, "$1").replace(/h0m$/, "h");
 }
 
+// fmtReserve describes a rule's or a limit's reserve: ", reserve 500 for 10m",
+// or "hits_addend" for an estimate of 0 (the request's own).
+function fmtReserve(r) {
+  if (!r.reserve) return "";
+  return ", reserve " + (r.reserve.estimate || "hits_addend") + " for " + fmtGoDuration(r.reserve.ttl);
+}
+
 // durationCell is a table cell holding fmtMs(ms), with the exact value as
 // its title.
 function durationCell(ms, prefix, suffix) {
@@ -149,7 +156,7 @@ async function refreshRules() {
     const thead = document.createElement("thead");
     thead.appendChild(head);
     const tbody = document.createElement("tbody");
-    fill(tbody, (d.rules || []).map((r) => row([r.path, r.policy_id || "", fmtLimit(r) + (r.shadow_mode ? " (shadow)" : "") + (r.penalty ? ", penalty " + fmtGoDuration(r.penalty.duration) : ""), r.algorithm || "", r.source])), "no rules", 5);
+    fill(tbody, (d.rules || []).map((r) => row([r.path, r.policy_id || "", fmtLimit(r) + (r.shadow_mode ? " (shadow)" : "") + (r.penalty ? ", penalty " + fmtGoDuration(r.penalty.duration) : "") + fmtReserve(r), r.algorithm || "", r.source])), "no rules", 5);
     table.append(thead, tbody);
     box.appendChild(table);
     select.appendChild(el("option", d.domain));
@@ -231,7 +238,7 @@ function showExplain(ans) {
         const known = (v) => (v === undefined || v === null ? (l.state_error ? "?" : "") : v);
         const reset = l.reset_ms === undefined ? known() : durationCell(l.reset_ms);
         const blocked = l.blocked === undefined ? "" : l.blocked ? durationCell(l.blocked_ms, "yes, ", " left") : "no";
-        tbody.appendChild(row([l.policy_id, fmtRate(l.requests_per_unit, l.unit, l.unit_multiplier), l.algorithm, known(l.remaining), reset,
+        tbody.appendChild(row([l.policy_id, fmtRate(l.requests_per_unit, l.unit, l.unit_multiplier) + fmtReserve(l), l.algorithm, known(l.remaining), reset,
           l.allowed === undefined ? known() : l.allowed ? "yes" : "no", blocked]));
       });
       table.append(thead, tbody);
