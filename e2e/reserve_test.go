@@ -144,3 +144,73 @@ func TestReserveBudgetLoad(t *testing.T) {
 		}
 	})
 }
+
+// TestSettlesThroughRedisPause: three replicas on one Redis hold
+// reservations; Redis stops (SIGSTOP) and the settles sent meanwhile,
+// each to another replica than its reserve, are answered (a settle is
+// never denied) and kept by their replica's journal; once Redis answers
+// again the journals empty and the budget holds exactly the tokens used.
+// The same settles sent again change nothing.
+func TestSettlesThroughRedisPause(t *testing.T) {
+	redis, cfg := withStandaloneRedis(t, redistest.Local())
+	cfg.Args = journalArgs
+	rs := startReplicas(t, 3, reserveRules(false), cfg)
+	tenant := unique("tenant")
+	type held struct {
+		marker string
+		used   uint64
+	}
+	var hs []held
+	var used int64
+	for i := range 10 {
+		res := rs[i%3].send(callTimeout, budgetDescriptor(tenant, "", reserveAsk))
+		marker, _ := res.Metadata["lease"].(string)
+		if !res.ok() || marker == "" {
+			t.Fatalf("reserve %d: %v %v", i+1, res, res.Metadata)
+		}
+		u := uint64(300 + 40*i) // 300..660: below and above the 500 reserved
+		hs = append(hs, held{marker, u})
+		used += int64(u)
+	}
+	if got := budgetUsedOn(t, rs[0], tenant); got != 10*reserveAsk {
+		t.Fatalf("%d tokens held by the reservations, want %d", got, 10*reserveAsk)
+	}
+
+	redis.Pause()
+	for i, h := range hs {
+		res := rs[(i+1)%3].send(callTimeout, budgetDescriptor(tenant, h.marker, h.used))
+		if !res.ok() {
+			redis.Resume()
+			t.Fatalf("settle %d with Redis stopped: %v, want OK (a settle is never denied)", i+1, res)
+		}
+	}
+	redis.Resume()
+	waitJournalsEmpty(t, rs)
+	var journalled float64
+	for _, r := range rs {
+		journalled += r.metric(`envoy_rls_journal_journalled_total{kind="settle"}`)
+	}
+	if journalled != float64(len(hs)) {
+		t.Errorf("%v settles journalled, want %d", journalled, len(hs))
+	}
+	if got := budgetUsedOn(t, rs[0], tenant); got != used {
+		t.Fatalf("after the journals' replay Redis holds %d tokens, want the %d used", got, used)
+	}
+	for i, h := range hs { // Envoy never resends, but a replayed settle changes nothing
+		rs[(i+2)%3].send(callTimeout, budgetDescriptor(tenant, h.marker, h.used))
+	}
+	if got := budgetUsedOn(t, rs[0], tenant); got != used {
+		t.Fatalf("after the settles again Redis holds %d tokens, want still %d", got, used)
+	}
+}
+
+// budgetUsedOn reads what the tenant's budget holds, through r: a check
+// (hits_addend 0) reports the remaining.
+func budgetUsedOn(t *testing.T, r *replica, tenant string) int64 {
+	t.Helper()
+	res := r.send(callTimeout, budgetDescriptor(tenant, "", 0))
+	if res.Err != nil || res.Limit != reserveBudget {
+		t.Fatalf("reading the budget through %s: %v", r.name, res)
+	}
+	return reserveBudget - int64(res.Remain)
+}
