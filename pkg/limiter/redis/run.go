@@ -114,12 +114,7 @@ func (s *Store) runProgram(first context.Context, gs []*group) {
 		ctx = s.deadlines.Context(context.Background(), now, latest)
 	}
 	if err := ctx.Err(); err != nil {
-		for _, g := range gs {
-			for k := range g.idx {
-				g.outs[k] = limiter.UnavailableOutcome(0, limiter.CategoryDeadline, fmt.Errorf("redis store: policy %s: not sent: %w", g.policies[k].ID(), err))
-			}
-			g.committed, g.free = false, true
-		}
+		answerNotSent(gs, err)
 		s.putRun(rs)
 		return
 	}
@@ -168,6 +163,17 @@ func (s *Store) runProgram(first context.Context, gs []*group) {
 		s.parseCall(off, answered, g, &msgs[j])
 	}
 	s.putRun(rs)
+}
+
+// answerNotSent answers every call of gs whose run was not sent, its context
+// having ended (err).
+func answerNotSent(gs []*group, err error) {
+	for _, g := range gs {
+		for k := range g.idx {
+			g.outs[k] = limiter.UnavailableOutcome(0, limiter.CategoryDeadline, fmt.Errorf("redis store: policy %s: not sent: %w", g.policies[k].ID(), err))
+		}
+		g.committed, g.free = false, true
+	}
 }
 
 // putRun returns rs to the pool, without references into callers' buffers.
