@@ -43,8 +43,10 @@ func splitRelease(entries []descriptors.Entry) (rest []descriptors.Entry, value 
 // back as the last entry of the stream-done release. It names every lease
 // the take took: per lease, markerEntryLen bytes of
 //
-//	holder   1 byte: markerStore (the store: Redis or the memory store) or
-//	         markerLocal (this replica's local fallback)
+//	holder   1 byte: markerStore (the store: Redis or the memory store),
+//	         markerLocal (this replica's local fallback) or markerCharge (a
+//	         reserve its failure mode let through open: no reservation
+//	         is held, and the settle is a plain charge of the usage)
 //	expiry   markerExpiryLen base-36 digits: the leases' expiry in Unix ms,
 //	         their identity in the lease set (limiter.Request.LeaseAt)
 //	tag      markerTagLen base64url digits: the first 6 bytes of an HMAC
@@ -60,8 +62,12 @@ func splitRelease(entries []descriptors.Entry) (rest []descriptors.Entry, value 
 // never more than the value releaseValue frees, which stays a
 // release of the store's soonest-expiring leases.
 const (
-	markerStore     = 's'
-	markerLocal     = 'l'
+	markerStore  = 's'
+	markerLocal  = 'l'
+	markerCharge = 'c'
+	// chargeExpiry is the expiry field of a markerCharge entry, which
+	// names no reservation.
+	chargeExpiry    = 1
 	markerExpiryLen = 9 // base 36: Unix ms up to year 5138
 	markerTagLen    = 8 // 6 bytes, base64url without padding
 	markerEntryLen  = 1 + markerExpiryLen + markerTagLen
@@ -124,7 +130,7 @@ func isMarker(v string) bool {
 		return false
 	}
 	for i := 0; i < len(v); i += markerEntryLen {
-		if v[i] != markerStore && v[i] != markerLocal {
+		if v[i] != markerStore && v[i] != markerLocal && v[i] != markerCharge {
 			return false
 		}
 		if _, err := strconv.ParseInt(v[i+1:i+1+markerExpiryLen], 36, 64); err != nil {
@@ -155,9 +161,14 @@ func (k *markerKeys) leaseOf(v string, p *limiter.Policy, subject *limiter.Subje
 			continue
 		}
 		tag := k.tag(e[0], at, p, subject)
-		if hmac.Equal(tag[:], []byte(e[1+markerExpiryLen:])) {
-			return at, e[0] == markerLocal, true
+		if !hmac.Equal(tag[:], []byte(e[1+markerExpiryLen:])) {
+			continue
 		}
+		if e[0] == markerCharge {
+			// No reservation to settle: a plain charge of the usage.
+			return 0, false, p.Reserve().On()
+		}
+		return at, e[0] == markerLocal, true
 	}
 	return 0, false, false
 }
@@ -208,17 +219,34 @@ func (ds *descStatus) takesLease(r *limiter.Request) bool {
 	return ds.kind == statusStore && !ds.release && settles(ds.match.Rule.Policy) && r.EffectiveRole().Consumes()
 }
 
-// heldAt is the identity a committed take of ds holds (the marker names
-// it): a reservation's HoldAt, or the expiry of a take's leases (its
-// ResetAt); ok is false when it holds nothing.
-func (ds *descStatus) heldAt(o *limiter.Outcome) (at int64, ok bool) {
-	if o.Kind != limiter.Evaluated || !o.Decision.Consumed {
-		return 0, false
+// heldAt is the marker entry of a take of ds: who holds it and its
+// identity (a reservation's HoldAt, or the expiry of a take's leases, its
+// ResetAt); ok is false when it holds nothing. A reserve that its failure
+// mode let through open holds nothing but still gets an entry
+// (markerCharge), so that its settle charges the usage.
+func (ds *descStatus) heldAt(o *limiter.Outcome) (holder byte, at int64, ok bool) {
+	d := &o.Decision
+	if o.Kind != limiter.Evaluated {
+		return 0, 0, false
 	}
 	if ds.match.Rule.Policy.Reserve().On() {
-		return o.Decision.HoldAt.UnixMilli(), !o.Decision.HoldAt.IsZero()
+		if d.Allowed && d.Source == limiter.SourceFallback && d.Fallback == limiter.FailOpen {
+			return markerCharge, chargeExpiry, true
+		}
+		if !d.Consumed || d.HoldAt.IsZero() {
+			return 0, 0, false
+		}
+		at = d.HoldAt.UnixMilli()
+	} else if d.Consumed {
+		at = d.ResetAt.UnixMilli()
+	} else {
+		return 0, 0, false
 	}
-	return o.Decision.ResetAt.UnixMilli(), true
+	holder = markerStore
+	if d.Source == limiter.SourceFallback && d.Fallback == limiter.FailLocal {
+		holder = markerLocal
+	}
+	return holder, at, true
 }
 
 // markLeases tells Envoy, in the answer's dynamic_metadata, which leases
@@ -235,14 +263,9 @@ func (s *Server) markLeases(resp *rlsv3.RateLimitResponse, sc *scratch) {
 		if ds.kind != statusStore || ds.release || !settles(ds.match.Rule.Policy) {
 			continue
 		}
-		o := &sc.outs[ds.batch]
-		at, held := ds.heldAt(o)
-		if !held {
+		holder, at, held := ds.heldAt(&sc.outs[ds.batch])
+		if !held || !ds.role.Consumes() || holder == markerCharge && resp.OverallCode != rlsv3.RateLimitResponse_OK {
 			continue
-		}
-		holder := byte(markerStore)
-		if o.Decision.Source == limiter.SourceFallback && o.Decision.Fallback == limiter.FailLocal {
-			holder = markerLocal
 		}
 		if marker == nil {
 			marker = make([]byte, 0, markerEntryLen)

@@ -227,3 +227,42 @@ func TestReserveObserved(t *testing.T) {
 		t.Fatalf("observations\n got %q\nwant %q", got, want)
 	}
 }
+
+// TestReserveFailedOpen: a reserve that the store failed and the rule's
+// failure_mode open let through holds no reservation, but its answer still
+// carries a marker entry (markerCharge), so that the stream-done settle
+// charges the usage once the store answers: the usage is not lost. The
+// entry is bound to the limit and subject like any other.
+func TestReserveFailedOpen(t *testing.T) {
+	const rules = `
+domain: ai
+descriptors:
+  - key: tenant
+    rate_limit: {unit: hour, requests_per_unit: 1000, reserve: {ttl: 10m}, failure_mode: open}
+`
+	snap := rulesOf(t, rules)
+	d := limitertest.NewDouble(t, memStore(t, limitertest.NewClock(t0), 1000), nil)
+	h := newHarness(t, func() Rules { return snap }, d, limitertest.NewClock(t0))
+	call := func(hits uint64, kv ...string) *rlsv3.RateLimitResponse {
+		return h.call(t, request("ai", withHits(desc(kv...), hits)))
+	}
+	d.Set(limitertest.Fault{Kind: limiter.Unavailable})
+	resp := call(400, "tenant", "a")
+	m := resp.GetDynamicMetadata().GetFields()["lease"].GetStringValue()
+	if resp.OverallCode != rlsv3.RateLimitResponse_OK || len(m) != markerEntryLen || m[0] != markerCharge {
+		t.Fatalf("reserve failed open: %s, marker %q: want OK and a charge entry", resp.OverallCode, m)
+	}
+	d.Set(limitertest.Fault{})
+	if resp := call(0, "tenant", "b", "lease", m); resp.OverallCode != rlsv3.RateLimitResponse_OK {
+		t.Fatalf("another subject's settle: %s", resp.OverallCode)
+	}
+	if resp := call(0, "tenant", "b"); resp.Statuses[0].LimitRemaining != 1000 {
+		t.Fatalf("another subject settled with a's charge entry: remaining %d", resp.Statuses[0].LimitRemaining)
+	}
+	if resp := call(300, "tenant", "a", "lease", m); resp.OverallCode != rlsv3.RateLimitResponse_OK {
+		t.Fatalf("settle: %s", resp.OverallCode)
+	}
+	if resp := call(0, "tenant", "a"); resp.Statuses[0].LimitRemaining != 700 {
+		t.Fatalf("after the settle of 300: remaining %d, want 700 (the usage charged)", resp.Statuses[0].LimitRemaining)
+	}
+}

@@ -348,7 +348,7 @@ func (ds *descStatus) reservation(sc *scratch) (resEvent, int64) {
 		if o.Kind == limiter.Evaluated && o.Decision.Known() {
 			return resSettled, ds.cost
 		}
-	} else if _, held := ds.heldAt(o); held {
+	} else if holder, _, held := ds.heldAt(o); held && holder != markerCharge {
 		return resReserved, ds.cost
 	}
 	return resNone, 0
