@@ -24,8 +24,10 @@ import (
 // the batch table and the exactness check with one shared hash tag (one
 // slot: one atomic program), resets of states spread over every master,
 // keys named like states that are not states left alone by a policy
-// reset, and a batch split over two slots, whose refund and best-effort window
-// (docs/consistency.md) it observes through the store's test hook.
+// reset, reservations (limitertest.RunReservations), and a batch split over
+// two slots, whose refund and best-effort window (docs/consistency.md) it
+// observes through the store's test hook, and whose reserve a committed
+// slot keeps held.
 func TestClusterBatch(t *testing.T) {
 	if testing.Short() {
 		t.Skip("cluster topology: skipped with -short")
@@ -54,6 +56,10 @@ func TestClusterBatch(t *testing.T) {
 
 	t.Run("reset", func(t *testing.T) {
 		limitertest.RunReset(t, s, limitertest.Config{Prefix: limitertest.Prefix()})
+	})
+
+	t.Run("reservations, subjects spread over slots", func(t *testing.T) {
+		limitertest.RunReservations(t, s, limitertest.Config{Prefix: reservationPrefix(t)}, nil)
 	})
 
 	t.Run("exactness with a shared hash tag, 3 stores x 32 goroutines", func(t *testing.T) {
@@ -146,6 +152,92 @@ func TestClusterBatch(t *testing.T) {
 		}
 		if b := hget(tkey, "b"); b != "1" {
 			t.Fatalf("tenant count %s, want 1", b)
+		}
+	})
+
+	t.Run("cross-slot: a reserve its slot committed stays held, and its settle gives the budget back", func(t *testing.T) {
+		budget := limitertest.Policy(t, limiter.PolicySpec{ID: prefix + ".budget", Algorithm: limiter.FixedWindow,
+			Params:  limiter.FixedWindowParams{Limit: 1000, Window: farWindow},
+			Reserve: limiter.Reserve{TTL: 10 * time.Minute}})
+		bs := subjectOf(prefix + "/reserve-budget")
+		reserve := limiter.Request{Policy: budget, Subject: bs, Cost: 400, Lease: limiter.LeaseTake, Tag: tagA}
+		ureq := limiter.Request{Policy: user, Subject: subjectOf(prefix + "/reserve-user"), Cost: 1, Tag: tagA}
+		treq := limiter.Request{Policy: tenant, Subject: subjectOf(prefix + "/reserve-tenant"), Cost: 1, Tag: tagB}
+		ukey := string(requestKey(nil, &ureq))
+		left := func() int64 {
+			t.Helper()
+			o := make([]limiter.Outcome, 1)
+			s.Evaluate(context.Background(), []limiter.Request{{Policy: budget, Subject: bs, Cost: 1, Role: limiter.RoleCheck, Tag: tagA}}, o)
+			if o[0].Kind != limiter.Evaluated {
+				t.Fatalf("check of the budget: %+v", o[0])
+			}
+			return o[0].Decision.Remaining
+		}
+		out := make([]limiter.Outcome, 3)
+		s.Evaluate(context.Background(), []limiter.Request{treq}, out[:1]) // exhaust the tenant
+		if !out[0].Decision.Consumed {
+			t.Fatalf("tenant: %+v", out[0])
+		}
+		// The reserve's slot (with the user) commits, the tenant's denies:
+		// the batch does not commit, the user's cost is refunded, but the
+		// reserve keeps its reservation and reports it.
+		before := time.Now()
+		s.Evaluate(context.Background(), []limiter.Request{reserve, ureq, treq}, out)
+		after := time.Now()
+		if d := out[2].Decision; out[2].Kind != limiter.Evaluated || d.Allowed || d.Consumed {
+			t.Fatalf("tenant: %+v, want denied", out[2])
+		}
+		if d := out[1].Decision; out[1].Kind != limiter.Evaluated || !d.Allowed || d.Consumed || d.Remaining != 5 {
+			t.Fatalf("user: %+v, want allowed, not consumed, 5 left", out[1])
+		}
+		if b := hget(ukey, "b"); b != "0" {
+			t.Fatalf("after the refund the user's count is %s, want 0", b)
+		}
+		d := out[0].Decision
+		if out[0].Kind != limiter.Evaluated || !d.Allowed || !d.Consumed || d.Remaining != 600 {
+			t.Fatalf("reserve: %+v, want allowed, consumed (held), 600 left", out[0])
+		}
+		ttl := budget.Reserve().TTL
+		if lo, hi := before.Add(ttl-time.Second), after.Add(ttl+time.Second); d.HoldAt.Before(lo) || d.HoldAt.After(hi) {
+			t.Fatalf("reserve: HoldAt %v, want about now + %v (%v..%v)", d.HoldAt, ttl, lo, hi)
+		}
+		if got := left(); got != 600 {
+			t.Fatalf("budget: %d left after the split batch, want 600 (the reservation held)", got)
+		}
+		// The holder settles it with a usage of 0: the reservation goes
+		// and the budget is whole again; a replay changes nothing.
+		settle := limiter.Request{Policy: budget, Subject: bs, Cost: 0, Lease: limiter.LeaseRelease, LeaseAt: d.HoldAt.UnixMilli(), Tag: tagA}
+		for i := range 2 {
+			s.Evaluate(context.Background(), []limiter.Request{settle}, out[:1])
+			if sd := out[0].Decision; out[0].Kind != limiter.Evaluated || !sd.Allowed || !sd.Consumed || sd.Remaining != 1000 || !sd.HoldAt.IsZero() {
+				t.Fatalf("settle %d of the held reservation with usage 0: %+v, want allowed, recorded, 1000 left", i, out[0])
+			}
+			if got := left(); got != 1000 {
+				t.Fatalf("budget: %d left after settle %d with usage 0, want 1000", got, i)
+			}
+		}
+
+		// The reserve's own slot does not commit (the user there denies),
+		// the tenant's slot does (a fresh tenant) and is refunded: the
+		// reserve holds nothing and names no reservation.
+		full := limiter.Request{Policy: tenant, Subject: subjectOf(prefix + "/reserve-user-full"), Cost: 1, Tag: tagA}
+		fresh := limiter.Request{Policy: user, Subject: subjectOf(prefix + "/reserve-tenant-fresh"), Cost: 1, Tag: tagB}
+		s.Evaluate(context.Background(), []limiter.Request{full}, out[:1]) // exhaust it
+		s.Evaluate(context.Background(), []limiter.Request{reserve, full, fresh}, out)
+		if d := out[1].Decision; out[1].Kind != limiter.Evaluated || d.Allowed || d.Consumed {
+			t.Fatalf("the denying request of the reserve's slot: %+v", out[1])
+		}
+		if d := out[0].Decision; out[0].Kind != limiter.Evaluated || !d.Allowed || d.Consumed || !d.HoldAt.IsZero() || d.Remaining != 1000 {
+			t.Fatalf("reserve in the slot that did not commit: %+v, want allowed, not consumed, no HoldAt, 1000 left", out[0])
+		}
+		if d := out[2].Decision; out[2].Kind != limiter.Evaluated || !d.Allowed || d.Consumed || d.Remaining != 5 {
+			t.Fatalf("the other slot's request: %+v, want allowed, not consumed, 5 left", out[2])
+		}
+		if b := hget(string(requestKey(nil, &fresh)), "b"); b != "0" {
+			t.Fatalf("after the refund the other slot's count is %s, want 0", b)
+		}
+		if got := left(); got != 1000 {
+			t.Fatalf("budget: %d left, want 1000 (nothing reserved)", got)
 		}
 	})
 
@@ -329,4 +421,26 @@ func tagKey(tag limiter.Tag) string {
 	var sub limiter.SubjectDigest
 	p, _ := limiter.NewPolicy(limiter.PolicySpec{ID: "k", Algorithm: limiter.FixedWindow, Params: limiter.FixedWindowParams{Limit: 1, Window: time.Second}})
 	return string(StorageKey(nil, p, sub, tag))
+}
+
+// reservationPrefix is a policy ID prefix for limitertest.RunReservations
+// on a Cluster whose subjects spread over slots but for the two of its
+// batch that does not commit ("-tenant" and "-u1"), which share one: that
+// case asserts what one atomic program promises (the reserve takes
+// nothing), while a reserve its slot committed in a split batch stays held
+// (the cross-slot subtest of TestClusterBatch). "-u2", in another slot,
+// puts a settle beside an allowed request of another slot.
+func reservationPrefix(t *testing.T) string {
+	slot := func(prefix, name string) uint16 {
+		return keySlot(string(appendTag(nil, limitertest.Subject(prefix+name), limiter.Tag{})))
+	}
+	base := limitertest.Prefix()
+	for i := range 1 << 20 {
+		p := base + "r" + strconv.Itoa(i)
+		if a := slot(p, "-tenant"); a == slot(p, "-u1") && a != slot(p, "-u2") {
+			return p
+		}
+	}
+	t.Fatal("no prefix puts the suite's uncommitted batch in one slot")
+	return ""
 }
