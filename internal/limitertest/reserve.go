@@ -74,6 +74,8 @@ func RunReservations(t *testing.T, store limiter.Store, cfg Config, clock *Clock
 		}
 	})
 
+	// Within one slot (a store without slots, or subjects that share one):
+	// a Redis Cluster keeps a reserve its slot committed (docs/consistency.md).
 	t.Run("a reserve of a batch that does not commit", func(t *testing.T) {
 		p, s, u := budgetOf("uncommitted", 1000, 0), Subject(cfg.Prefix+"-tenant"), Subject(cfg.Prefix+"-u1")
 		eval(limiter.Request{Policy: user, Subject: u, Cost: 1})
