@@ -18,17 +18,7 @@ import (
 // that descriptor meets the budget rule of 12-ai-token-budget.yaml, which
 // charges always.
 func TestTokenBudgetRoute(t *testing.T) {
-	const path = "../ai-gateway/envoy-route.yaml"
-	rc := &routev3.RouteConfiguration{}
-	decodeYAML(t, path, readYAML(t, path), rc)
-	route := rc.GetVirtualHosts()[0].GetRoutes()[0]
-	per := &ratelimitv3.RateLimitPerRoute{}
-	if err := route.GetTypedPerFilterConfig()["envoy.filters.http.ratelimit"].UnmarshalTo(per); err != nil {
-		t.Fatalf("the route's rate limit filter config: %v", err)
-	}
-	if err := per.ValidateAll(); err != nil {
-		t.Fatal(err)
-	}
+	per := routeRateLimits(t, "../ai-gateway/envoy-route.yaml")
 	rls := per.GetRateLimits()
 	if len(rls) != 2 {
 		t.Fatalf("%d rate limits, want a check and a charge", len(rls))
@@ -75,17 +65,7 @@ func TestTokenBudgetRoute(t *testing.T) {
 // reserving rule of 13-token-budget-reserve.yaml, and the stream-done one
 // is a settle of it.
 func TestTokenReserveRoute(t *testing.T) {
-	const path = "../ai-gateway/envoy-route-reserve.yaml"
-	rc := &routev3.RouteConfiguration{}
-	decodeYAML(t, path, readYAML(t, path), rc)
-	route := rc.GetVirtualHosts()[0].GetRoutes()[0]
-	per := &ratelimitv3.RateLimitPerRoute{}
-	if err := route.GetTypedPerFilterConfig()["envoy.filters.http.ratelimit"].UnmarshalTo(per); err != nil {
-		t.Fatalf("the route's rate limit filter config: %v", err)
-	}
-	if err := per.ValidateAll(); err != nil {
-		t.Fatal(err)
-	}
+	per := routeRateLimits(t, "../ai-gateway/envoy-route-reserve.yaml")
 	rls := per.GetRateLimits()
 	if len(rls) != 2 {
 		t.Fatalf("%d rate limits, want a reserve and a settle", len(rls))
@@ -116,4 +96,22 @@ func TestTokenReserveRoute(t *testing.T) {
 	if !ok || m.Rule.Policy == nil || !m.Rule.Policy.Reserve().On() {
 		t.Fatalf("domain %s, %s=acme: %v, want a reserving rule", per.GetDomain(), key, m.Rule)
 	}
+}
+
+// routeRateLimits reads the route configuration at path and returns its
+// first route's rate-limit filter config (RateLimitPerRoute, where Envoy
+// reads hits_addend), checked with go-control-plane's validation.
+func routeRateLimits(t *testing.T, path string) *ratelimitv3.RateLimitPerRoute {
+	t.Helper()
+	rc := &routev3.RouteConfiguration{}
+	decodeYAML(t, path, readYAML(t, path), rc)
+	route := rc.GetVirtualHosts()[0].GetRoutes()[0]
+	per := &ratelimitv3.RateLimitPerRoute{}
+	if err := route.GetTypedPerFilterConfig()["envoy.filters.http.ratelimit"].UnmarshalTo(per); err != nil {
+		t.Fatalf("%s: the route's rate limit filter config: %v", path, err)
+	}
+	if err := per.ValidateAll(); err != nil {
+		t.Fatalf("%s: %v", path, err)
+	}
+	return per
 }
