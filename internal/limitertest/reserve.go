@@ -55,13 +55,17 @@ func RunReservations(t *testing.T, store limiter.Store, cfg Config, clock *Clock
 		p, s := budgetOf("budget", 1000, 0), Subject(cfg.Prefix+"-tenant")
 		a := eval(limiter.Request{Policy: p, Subject: s, Cost: 400})[0].Decision
 		b := eval(limiter.Request{Policy: p, Subject: s, Cost: 400})[0].Decision
-		if !a.Allowed || !a.Consumed || a.Remaining != 600 || a.HoldAt.IsZero() || b.Remaining != 200 || !b.HoldAt.After(a.HoldAt) {
+		if !a.Allowed || !a.Consumed || a.Remaining != 600 || a.HoldAt.IsZero() || b.Remaining != 200 || !b.HoldAt.After(a.HoldAt) ||
+			a.Reserved != 400 || b.Reserved != 800 {
 			t.Fatalf("two reserves of 400: %+v, %+v", a, b)
 		}
-		if c := eval(limiter.Request{Policy: p, Subject: s, Cost: 400})[0].Decision; c.Allowed || c.Consumed || !c.HoldAt.IsZero() {
+		if c := eval(limiter.Request{Policy: p, Subject: s, Cost: 400})[0].Decision; c.Allowed || c.Consumed || !c.HoldAt.IsZero() || c.Reserved != 800 {
 			t.Fatalf("a reserve past the budget: %+v", c)
 		}
-		if d := eval(settle(p, s, a.HoldAt, 100))[0].Decision; !d.Consumed || d.Remaining != 500 {
+		if c := eval(limiter.Request{Policy: p, Subject: s, Cost: 1, Role: limiter.RoleCheck})[0].Decision; c.Reserved != 800 || c.Expired != 0 {
+			t.Fatalf("a check: %+v, want 800 reserved", c)
+		}
+		if d := eval(settle(p, s, a.HoldAt, 100))[0].Decision; !d.Consumed || d.Remaining != 500 || d.Reserved != 400 {
 			t.Fatalf("a settle of 100 for 400: %+v", d)
 		}
 		eval(settle(p, s, a.HoldAt, 0))                         // replayed
@@ -69,7 +73,7 @@ func RunReservations(t *testing.T, store limiter.Store, cfg Config, clock *Clock
 		if got := remaining(p, s); got != 500 {
 			t.Fatalf("remaining %d after a replayed and an unknown settle, want 500", got)
 		}
-		if d := eval(settle(p, s, b.HoldAt, 1000))[0].Decision; d.Allowed || !d.Consumed || d.Remaining != 0 {
+		if d := eval(settle(p, s, b.HoldAt, 1000))[0].Decision; d.Allowed || !d.Consumed || d.Remaining != 0 || d.Reserved != 0 {
 			t.Fatalf("a settle of 1000 for 400, past the limit: %+v", d)
 		}
 	})
@@ -79,12 +83,13 @@ func RunReservations(t *testing.T, store limiter.Store, cfg Config, clock *Clock
 	t.Run("a reserve of a batch that does not commit", func(t *testing.T) {
 		p, s, u := budgetOf("uncommitted", 1000, 0), Subject(cfg.Prefix+"-tenant"), Subject(cfg.Prefix+"-u1")
 		eval(limiter.Request{Policy: user, Subject: u, Cost: 1})
+		eval(limiter.Request{Policy: p, Subject: s, Cost: 100})
 		out := eval(limiter.Request{Policy: p, Subject: s, Cost: 400}, limiter.Request{Policy: user, Subject: u, Cost: 1})
-		if d := out[0].Decision; !d.Allowed || d.Consumed || !d.HoldAt.IsZero() || d.Remaining != 1000 {
-			t.Fatalf("the reserve of a batch another limit denies: %+v", d)
+		if d := out[0].Decision; !d.Allowed || d.Consumed || !d.HoldAt.IsZero() || d.Remaining != 900 || d.Reserved != 100 {
+			t.Fatalf("the reserve of a batch another limit denies: %+v, want 900 left and 100 reserved", d)
 		}
-		if got := remaining(p, s); got != 1000 {
-			t.Fatalf("remaining %d, want 1000: the reserve was taken", got)
+		if got := remaining(p, s); got != 900 {
+			t.Fatalf("remaining %d, want 900: the reserve was taken", got)
 		}
 	})
 
@@ -107,6 +112,29 @@ func RunReservations(t *testing.T, store limiter.Store, cfg Config, clock *Clock
 			t.Fatalf("a settle past the limit beside an allowed user: %+v", out)
 		}
 	})
+
+	if clock != nil {
+		t.Run("expiry", func(t *testing.T) {
+			p, s := budgetOf("expiry", 1000, 0), Subject(cfg.Prefix+"-tenant")
+			a := eval(limiter.Request{Policy: p, Subject: s, Cost: 400})[0].Decision
+			eval(limiter.Request{Policy: p, Subject: s, Cost: 100})
+			clock.Advance(p.Reserve().TTL + time.Second)
+			// Expired unsettled, the reservations stay charged; the
+			// reserve that drops them counts them, once.
+			if c := eval(limiter.Request{Policy: p, Subject: s, Cost: 1, Role: limiter.RoleCheck})[0].Decision; c.Reserved != 0 || c.Expired != 0 || c.Remaining != 500 {
+				t.Fatalf("a check after the TTL: %+v, want 500 left, nothing reserved", c)
+			}
+			if d := eval(limiter.Request{Policy: p, Subject: s, Cost: 50})[0].Decision; !d.Consumed || d.Expired != 2 || d.Reserved != 50 || d.Remaining != 450 {
+				t.Fatalf("a reserve after the TTL: %+v, want 2 expired, 50 reserved, 450 left", d)
+			}
+			if d := eval(limiter.Request{Policy: p, Subject: s, Cost: 50})[0].Decision; d.Expired != 0 || d.Reserved != 100 {
+				t.Fatalf("the next reserve: %+v, want none expired, 100 reserved", d)
+			}
+			if d := eval(settle(p, s, a.HoldAt, 0))[0].Decision; d.Remaining != 400 {
+				t.Fatalf("a settle after the TTL: %+v, want nothing given back", d)
+			}
+		})
+	}
 
 	t.Run("concurrent budget", func(t *testing.T) {
 		runBudget(t, store, budgetOf("concurrent", 20_000, 500), Subject(cfg.Prefix+"-tenant"), clock)

@@ -267,6 +267,14 @@ type Decision struct {
 	// the reservation it holds: its expiry, which a settle names
 	// (Request.LeaseAt). Zero otherwise.
 	HoldAt time.Time
+	// Reserved is, for a request of a reserving policy, the units the
+	// subject's live reservations hold after it (before it, when it did
+	// not write): already counted in Remaining. Zero for other policies.
+	Reserved int64
+	// Expired is how many reservations of the subject this request found
+	// expired unsettled and dropped (they stay charged at their amount);
+	// counted once, by the request that writes the state without them.
+	Expired int64
 	// Fallback says, when Source is SourceFallback, how the policy's
 	// failure mode answered (pkg/limiter/failover): FailOpen allowed and
 	// FailClosed denied without knowing the limit's state; FailLocal is

@@ -1,4 +1,4 @@
-#!lua name=envoy_rls_rate_v2_a618679e41c3
+#!lua name=envoy_rls_rate_v2_c7c4052664fb
 -- rate-batch-v2-function.lua: rate-batch-v2.lua as a Redis function library
 -- (FUNCTION LOAD, then FCALL of the function below with the program's
 -- KEYS and ARGV).
@@ -139,7 +139,10 @@ local KEYS, ARGV
 --   then, per key with the reservation flag (bit 128), in key order: the
 --   identity of the reservation it holds, 0 unless an ALLOWED reserve of
 --   a committed request (its effective now plus the TTL, pushed up to 64
---   ms after the state's last identity).
+--   ms after the state's last identity); the units its subject's live
+--   reservations hold after the key (before it, when it writes nothing);
+--   the reservations it found expired and dropped (0 when it writes
+--   nothing).
 --   A reserve is written on commit, a settle whatever the request commits
 --   (never blocking it): it removes its reservation and charges the
 --   usage's excess as a charge does, up to the ceiling, or gives back its
@@ -1349,7 +1352,7 @@ end
 -- uses: unpack, pack, sub, MAX, fmod, serverNow, algStep, chargeKey, fixedWindowRefund,
 -- uses: slidingWindowRefund, gcraRefund, tokenBucketGiveBack, KEEP_EXPIRY
 -- defines: MAX_RESERVATIONS, validReserved, sameWindow, settleRefund,
--- defines: reservationStep
+-- defines: liveReservations, unwritten, reservationStep
 
 -- MAX_RESERVATIONS: limiter.MaxReservations, the reservations one state
 -- holds; also how many ms after now + TTL an identity may be pushed to
@@ -1427,6 +1430,33 @@ local function settleRefund(alg, lastObservedMs, epoch, level, carry, now, limit
   return e, l, c
 end
 
+-- liveReservations returns the reservations of res whose identity is
+-- after now, how many unsettled ones it dropped (expired) and the units
+-- the live ones hold.
+local function liveReservations(res, now)
+  local live, expired, units = res, 0, 0
+  while #live > 0 do
+    local id, amount = unpack('>dd', live)
+    if id > now then
+      break
+    elseif amount > 0 then
+      expired = expired + 1
+    end
+    live = sub(live, 17)
+  end
+  for i = 1, #live / 16 do
+    units = units + unpack('>d', live, i * 16 - 7)
+  end
+  return live, expired, units
+end
+
+-- unwritten is reservationStep's answer for a key that writes nothing:
+-- the reply (remaining, retry, resetAt) is also the one before the cost,
+-- and the reservations (their units: held) stay as they are.
+local function unwritten(st, now, status, remaining, retry, resetAt, held)
+  return st, now, status, false, 0, 0, 0, '', '', 0, remaining, retry, resetAt, remaining, resetAt, 0, held, held, 0
+end
+
 -- reservationStep is algorithm.CheckRequest of a reserve (rop 1) or a
 -- settle (rop 2) of the reservation at rat (0: none) with the TTL rttl,
 -- for a key of role, on a compatible state (st true; nil none; fresh: none
@@ -1437,25 +1467,25 @@ end
 -- state to write (epoch, level, carry, log, reservations) and its ttl
 -- (KEEP_EXPIRY: the stored expiry), the reply (remaining, retry,
 -- resetAt), the reply before the cost (a reserve whose request does not
--- commit) and the reserve's identity (hold, 0 none).
+-- commit), the reserve's identity (hold, 0 none), the units the live
+-- reservations hold after the request (held: before it when it does not
+-- write), before it (heldBefore) and the reservations it dropped expired
+-- (0 when it does not write).
 -- A check or probe key (role 3 and above) replies what the request would
 -- before it is taken, and writes nothing.
 local function reservationStep(alg, st, fresh, lastObservedMs, epoch, level, carry, res, now, limit, ceiling, p2, p3,
                                grace, cost, cal, cb0, cb1, cb2, cb3, role, rop, rttl, rat, rmax, rstart)
   if st and not validReserved(res, rmax) then
-    return false, serverNow, 'STATE_INCOMPATIBLE', false, 0, 0, 0, '', '', 0, 0, 0, 0, 0, 0, 0
+    return false, serverNow, 'STATE_INCOMPATIBLE', false, 0, 0, 0, '', '', 0, 0, 0, 0, 0, 0, 0, 0, 0, 0
   end
   -- The reservations expired by now go: what they consumed stays.
-  local live = res
-  while #live > 0 and unpack('>d', live) <= now do
-    live = sub(live, 17)
-  end
+  local live, expired, before = liveReservations(res, now)
   local n = #live / 16
   if rop == 1 then
     local _, _, allowed, e, l, c, ttl, remaining, retry, resetAt, remainingBefore, resetBefore = algStep(alg, st,
       lastObservedMs, epoch, level, carry, '', now, limit, ceiling, p2, p3, grace, cost, cal, cb0, cb1, cb2, cb3)
     if not allowed then
-      return st, now, 'DENIED', false, 0, 0, 0, '', '', 0, remaining, retry, resetAt, remaining, resetAt, 0
+      return unwritten(st, now, 'DENIED', remaining, retry, resetAt, before)
     end
     local id, held, lastAmount = now + rttl, n, 1
     if n > 0 then
@@ -1477,12 +1507,10 @@ local function reservationStep(alg, st, fresh, lastObservedMs, epoch, level, car
       if shift < 1 then
         shift = 1
       end
-      return st, now, 'DENIED', false, 0, 0, 0, '', '', 0, remainingBefore, shift, resetBefore, remainingBefore,
-        resetBefore, 0
+      return unwritten(st, now, 'DENIED', remainingBefore, shift, resetBefore, before)
     end
     if role >= 3 then
-      return st, now, 'ALLOWED', false, 0, 0, 0, '', '', 0, remainingBefore, 0, resetBefore, remainingBefore,
-        resetBefore, 0
+      return unwritten(st, now, 'ALLOWED', remainingBefore, 0, resetBefore, before)
     end
     if held < n then
       -- The settled identity kept last goes: id is after it.
@@ -1492,7 +1520,7 @@ local function reservationStep(alg, st, fresh, lastObservedMs, epoch, level, car
       ttl = id + grace - now
     end
     return st, now, 'ALLOWED', true, e, l, c, '', live .. pack('>dd', id, cost), ttl, remaining, 0, resetAt,
-      remainingBefore, resetBefore, id
+      remainingBefore, resetBefore, id, before + cost, before, expired
   end
   -- A settle. idle: what a request of cost 0 meets on the state.
   local _, _, allowed, _, _, _, _, remaining, retry, resetAt, remainingBefore, resetBefore = algStep(alg, st,
@@ -1515,7 +1543,7 @@ local function reservationStep(alg, st, fresh, lastObservedMs, epoch, level, car
     end
   end
   if not found and (rat ~= 0 or cost == 0) then
-    return st, now, status, false, 0, 0, 0, '', '', 0, remaining, retry, resetAt, remaining, resetAt, 0
+    return unwritten(st, now, status, remaining, retry, resetAt, before)
   end
   local rest, excess = live, cost
   if found then
@@ -1539,20 +1567,20 @@ local function reservationStep(alg, st, fresh, lastObservedMs, epoch, level, car
     if fits then
       status = 'ALLOWED'
       if role >= 3 then
-        return st, now, status, false, 0, 0, 0, '', '', 0, uRemaining, 0, uResetAt, uRemaining, uResetAt, 0
+        return unwritten(st, now, status, uRemaining, 0, uResetAt, before)
       end
     else
       local denied, deniedRetry, deniedReset = remaining, retry, resetAt
       status = 'DENIED'
       if role >= 3 then
-        return st, now, status, false, 0, 0, 0, '', '', 0, denied, deniedRetry, deniedReset, denied, deniedReset, 0
+        return unwritten(st, now, status, denied, deniedRetry, deniedReset, before)
       end
       local rec
       rec, e, l, c, _, ttl, remaining, retry, resetAt = chargeKey(alg, st, lastObservedMs, epoch, level, carry, '', now,
         limit, ceiling, p2, p3, grace, excess, cal, cb0, cb1, cb2, cb3)
       if not rec then
         if not found then
-          return st, now, status, false, 0, 0, 0, '', '', 0, remaining, retry, resetAt, remaining, resetAt, 0
+          return unwritten(st, now, status, remaining, retry, resetAt, before)
         end
         -- The state is at its ceiling: nothing more to record, but the
         -- reservation goes.
@@ -1561,7 +1589,7 @@ local function reservationStep(alg, st, fresh, lastObservedMs, epoch, level, car
     end
   else
     if role >= 3 then
-      return st, now, status, false, 0, 0, 0, '', '', 0, remaining, retry, resetAt, remaining, resetAt, 0
+      return unwritten(st, now, status, remaining, retry, resetAt, before)
     end
     if excess < 0 then
       e, l, c = settleRefund(alg, lastObservedMs, epoch, level, carry, now, limit, ceiling, p2, p3, -excess, rat - rttl,
@@ -1588,7 +1616,8 @@ local function reservationStep(alg, st, fresh, lastObservedMs, epoch, level, car
   if ttl ~= KEEP_EXPIRY and lastId ~= 0 and lastId + grace - now > ttl then
     ttl = lastId + grace - now
   end
-  return st, now, status, write, e, l, c, '', rest, ttl, remaining, retry, resetAt, remaining, resetAt, 0
+  return st, now, status, write, e, l, c, '', rest, ttl, remaining, retry, resetAt, remaining, resetAt, 0,
+    before - amount, before, expired
 end
 -- End of reserve.lua.
 -- defines: replyBefore
@@ -1738,7 +1767,9 @@ end
 -- key's reply (status, effective now, remaining, retry, resetAt; the
 -- parser has the limit),
 -- its role and failOpen, offences, whether it settles (rop 2) and the
--- identity of its reservation (false: not a reserving policy's key).
+-- identity of its reservation (false: not a reserving policy's key) with
+-- its live reservations' units after and before it and the expired ones
+-- it drops (reserve.lua).
 local function evalKey(kb, i, n, rec, seen, lastWrite, offences)
   local gi = kb + i
   local key = KEYS[gi]
@@ -1747,7 +1778,7 @@ local function evalKey(kb, i, n, rec, seen, lastWrite, offences)
     keyArgs(gi)
   if not valid then
     invalidRecord(rec, i)
-    return 'INVALID', serverNow, 0, 0, 0, role, failOpen, offences, false, rop and 0
+    return 'INVALID', serverNow, 0, 0, 0, role, failOpen, offences, false, rop and 0, 0, 0, 0
   end
   -- The state: what the last earlier key naming it left, else the store's.
   local prior, st, lastObservedMs, epoch, level, carry, log, penaltyUntilMs, penaltyLevel, fresh, storedEpoch, reserved =
@@ -1772,16 +1803,17 @@ local function evalKey(kb, i, n, rec, seen, lastWrite, offences)
   -- out: st, penaltyUntilMs, penaltyLevel
   -- defines: status, eff, remaining, retry, resetAt, now, write, incompatible,
   -- defines: allowed, blocked, px, nLog, nEpoch, nLevel, nCarry, nReserved,
-  -- defines: hold, ttl, remainingBefore, resetBefore
+  -- defines: hold, held, heldBefore, expired, ttl, remainingBefore,
+  -- defines: resetBefore
   -- A valid key's status and reply (eff: its effective now), the state to
   -- write (write: true, or 2 for a charge or a settle written whatever the
-  -- request commits) and its offence (px: its expiry, false none); a
-  -- reserving policy's reservation (hold: reserve.lua; false other keys).
+  -- request commits), its offence (px: its expiry, false none), a reserving
+  -- key's reservations (hold...expired: reserve.lua; hold false others).
   -- A key that is not evaluated (STATE_INCOMPATIBLE, CLOCK_UNSAFE) replies
   -- (serverNow, 0, 0, 0).
   local status, eff, remaining, retry, resetAt, ttl, remainingBefore, resetBefore = 'STATE_INCOMPATIBLE', serverNow, 0,
     0, 0, 0, 0, 0
-  local write, blocked, px, nReserved, hold = false, false, false, reserved, rop and 0
+  local write, blocked, px, nReserved, hold, held, heldBefore, expired = false, false, false, reserved, rop and 0, 0, 0, 0
   -- (Set by the clock rule and the step, read only after them or, the state
   -- to write, when the key writes.)
   local now, incompatible, allowed, nLog, nEpoch, nLevel, nCarry
@@ -1808,7 +1840,7 @@ local function evalKey(kb, i, n, rec, seen, lastWrite, offences)
       status = 'CLOCK_UNSAFE'
     elseif rop then
       st, eff, status, write, nEpoch, nLevel, nCarry, nLog, nReserved, ttl, remaining, retry, resetAt, remainingBefore,
-        resetBefore, hold = reservationStep(alg, st, fresh, lastObservedMs, epoch, level, carry, reserved, now, limit,
+        resetBefore, hold, held, heldBefore, expired = reservationStep(alg, st, fresh, lastObservedMs, epoch, level, carry, reserved, now, limit,
           ceiling, p2, p3, grace, cost, cal, cb0, cb1, cb2, cb3, role, rop, rttl, rat, rmax, rstart)
     else
       -- uses: algStep, fixedWindowStep
@@ -1885,7 +1917,7 @@ local function evalKey(kb, i, n, rec, seen, lastWrite, offences)
   offences = recordKey(rec, i, key, gi, seen, lastWrite, offences, px, st, write, now, nEpoch, nLevel, nCarry, nLog,
     nReserved, lastObservedMs, epoch, level, carry, log, reserved, penaltyUntilMs, penaltyLevel, fresh, storedEpoch,
     ttl, remainingBefore, resetBefore, alg)
-  return status, eff, remaining, retry, resetAt, role, failOpen, offences, rop, hold
+  return status, eff, remaining, retry, resetAt, role, failOpen, offences, rop, hold, held, heldBefore, expired
 end
 
 -- commitKeys, once every key of a request of n keys (starting after kb)
@@ -1936,8 +1968,11 @@ end
 -- evaluate is one request of several keys: its n keys start after the
 -- group's first kb; rec is the group's record array, reused by each of
 -- its requests (only the records of the request's own keys are read). It
--- returns the request's reply: a reserving policy's keys' identities
--- (holds) follow those of every key, 0 unless it commits.
+-- returns the request's reply: three fields per reserving policy's key
+-- follow those of every key: its reservation's identity (0 unless the
+-- request commits), the units its live reservations hold and the expired
+-- ones it dropped (those before it, and 0, for a reserve that does not
+-- commit).
 local function evaluate(kb, n, rec)
   local out
   -- uses: serverNow
@@ -1950,11 +1985,11 @@ local function evaluate(kb, n, rec)
   if n > WIDE then
     seen, lastWrite = {}, {}
   end
-  local offences, refused, quota, quotaAllows, holds = false, false, 0, false, 0
+  local offences, refused, quota, quotaAllows, holds, befores = false, false, 0, false, 0, false
   for i = 1, n do
-    local status, eff, remaining, retry, resetAt, role, failOpen, rop, hold
-    status, eff, remaining, retry, resetAt, role, failOpen, offences, rop, hold = evalKey(kb, i, n, rec, seen,
-      lastWrite, offences)
+    local status, eff, remaining, retry, resetAt, role, failOpen, rop, hold, held, heldBefore, expired
+    status, eff, remaining, retry, resetAt, role, failOpen, offences, rop, hold, held, heldBefore, expired = evalKey(kb,
+      i, n, rec, seen, lastWrite, offences)
     -- uses: serverNow
     -- in: out, i, status, eff, remaining, retry, resetAt
     -- out:
@@ -1997,8 +2032,13 @@ local function evaluate(kb, n, rec)
       refused = true
     end
     if hold then
+      local h = 2 + 4 * n + 3 * holds
       holds = holds + 1
-      out[2 + 4 * n + holds] = hold
+      out[h + 1], out[h + 2], out[h + 3] = hold, held, expired
+      if hold ~= 0 then
+        befores = befores or {}
+        befores[holds] = heldBefore
+      end
     end
   end
   local commit
@@ -2007,8 +2047,11 @@ local function evaluate(kb, n, rec)
   -- Whether the request commits, once every key passed commits.
   commit = not refused and (quota == 0 or quotaAllows)
   if not commit then
-    for h = 1, holds do
-      out[2 + 4 * n + h] = 0
+    for k = 1, holds do
+      local h = 2 + 4 * n + 3 * (k - 1)
+      if out[h + 1] ~= 0 then
+        out[h + 1], out[h + 2], out[h + 3] = 0, befores[k], 0
+      end
     end
   end
   -- The offences found, now that no key of the request can raise any
@@ -2040,8 +2083,9 @@ end
 -- now, remaining, retry and reset-at are given, with its role and
 -- failOpen, whether it settles (rop 2) and its reservation's identity
 -- (hold; false: not a reserving policy's key, whose reply has no such
--- field): committed by the batch rule.
-local function oneReply(status, eff, remaining, retry, resetAt, role, failOpen, rop, hold)
+-- fields) with its live reservations' units after and before it and the
+-- expired ones it drops: committed by the batch rule.
+local function oneReply(status, eff, remaining, retry, resetAt, role, failOpen, rop, hold, held, heldBefore, expired)
   local out
   -- uses: serverNow
   -- in: status, eff, remaining, retry, resetAt
@@ -2092,10 +2136,10 @@ local function oneReply(status, eff, remaining, retry, resetAt, role, failOpen, 
     out[1] = 1
   end
   if hold then
-    if not commit then
-      hold = 0
+    if not commit and hold ~= 0 then
+      hold, held, expired = 0, heldBefore, 0
     end
-    out[7] = hold
+    out[7], out[8], out[9] = hold, held, expired
   end
   return out
 end
@@ -2112,7 +2156,7 @@ local function evaluateOne(kb)
     penalty, duration, maxDuration, decay, cal, cb0, cb1, cb2, cb3, charge, ceiling, rop, rttl, rat, rmax, rstart =
     keyArgs(gi)
   if not valid then
-    return oneReply('INVALID', serverNow, 0, 0, 0, role, failOpen, false, rop and 0)
+    return oneReply('INVALID', serverNow, 0, 0, 0, role, failOpen, false, rop and 0, 0, 0, 0)
   end
   local v = storedOne
   if stored then
@@ -2136,16 +2180,17 @@ local function evaluateOne(kb)
   -- out: st, penaltyUntilMs, penaltyLevel
   -- defines: status, eff, remaining, retry, resetAt, now, write, incompatible,
   -- defines: allowed, blocked, px, nLog, nEpoch, nLevel, nCarry, nReserved,
-  -- defines: hold, ttl, remainingBefore, resetBefore
+  -- defines: hold, held, heldBefore, expired, ttl, remainingBefore,
+  -- defines: resetBefore
   -- A valid key's status and reply (eff: its effective now), the state to
   -- write (write: true, or 2 for a charge or a settle written whatever the
-  -- request commits) and its offence (px: its expiry, false none); a
-  -- reserving policy's reservation (hold: reserve.lua; false other keys).
+  -- request commits), its offence (px: its expiry, false none), a reserving
+  -- key's reservations (hold...expired: reserve.lua; hold false others).
   -- A key that is not evaluated (STATE_INCOMPATIBLE, CLOCK_UNSAFE) replies
   -- (serverNow, 0, 0, 0).
   local status, eff, remaining, retry, resetAt, ttl, remainingBefore, resetBefore = 'STATE_INCOMPATIBLE', serverNow, 0,
     0, 0, 0, 0, 0
-  local write, blocked, px, nReserved, hold = false, false, false, reserved, rop and 0
+  local write, blocked, px, nReserved, hold, held, heldBefore, expired = false, false, false, reserved, rop and 0, 0, 0, 0
   -- (Set by the clock rule and the step, read only after them or, the state
   -- to write, when the key writes.)
   local now, incompatible, allowed, nLog, nEpoch, nLevel, nCarry
@@ -2172,7 +2217,7 @@ local function evaluateOne(kb)
       status = 'CLOCK_UNSAFE'
     elseif rop then
       st, eff, status, write, nEpoch, nLevel, nCarry, nLog, nReserved, ttl, remaining, retry, resetAt, remainingBefore,
-        resetBefore, hold = reservationStep(alg, st, fresh, lastObservedMs, epoch, level, carry, reserved, now, limit,
+        resetBefore, hold, held, heldBefore, expired = reservationStep(alg, st, fresh, lastObservedMs, epoch, level, carry, reserved, now, limit,
           ceiling, p2, p3, grace, cost, cal, cb0, cb1, cb2, cb3, role, rop, rttl, rat, rmax, rstart)
     else
       -- uses: algStep, fixedWindowStep
@@ -2252,7 +2297,7 @@ local function evaluateOne(kb)
     storeState(key, gi, fresh, alg, now, nEpoch, nLevel, nCarry, nLog, ttl, storedEpoch, penaltyUntilMs, penaltyLevel,
       nReserved)
   end
-  return oneReply(status, eff, remaining, retry, resetAt, role, failOpen, rop, hold)
+  return oneReply(status, eff, remaining, retry, resetAt, role, failOpen, rop, hold, held, heldBefore, expired)
 end
 -- End of one.lua.
 -- fragments/group.lua: the group of a rate program's run, its last ARGV
@@ -2338,7 +2383,7 @@ local function runGroup(counts, deadlines)
 end
 -- End of group.lua.
 
-redis.register_function{function_name='envoy_rls_rate_batch_v2_a618679e41c3', callback=function(keys, args)
+redis.register_function{function_name='envoy_rls_rate_batch_v2_c7c4052664fb', callback=function(keys, args)
 if not find then
   find, fmod, format, band, unpackList, unpack, pack, sub, max = libs()
 end

@@ -160,6 +160,10 @@ const statusMod = 8
 
 var fieldNamesV2 = [replyFieldsV2]string{"code", "remaining", "retryAfterMillis", "resetAtMillis"}
 
+// reserveFields is the number of a reserving policy's key's fields after
+// every key's: its reservation's identity, the units held, the expired.
+const reserveFields = 3
+
 // ParseBatchReplyV2 validates one request's reply of rate-batch-v2.lua (one
 // element of the group's reply) for the given policies (one per key, in
 // order) and writes one reply per key into out. The reply must be exactly
@@ -174,7 +178,10 @@ var fieldNamesV2 = [replyFieldsV2]string{"code", "remaining", "retryAfterMillis"
 // policy (limiter.Reserve), in key order, the identity of the reservation
 // it holds (algorithm.Reply's HoldAtMs): 0, or, for an ALLOWED key of a
 // committed request, its effective now plus the TTL, pushed by at most
-// limiter.MaxReservations ms. Or exactly the
+// limiter.MaxReservations ms; the units its subject's live reservations
+// hold (ReservedUnits, at most MaxReservations times the policy's max
+// cost); the reservations it dropped expired (Expired, at most
+// MaxReservations). Or exactly the
 // two integers { ExpiredFlag, serverNowMillis in [0, 2^53-1] }, an
 // *ExpiredError (nothing committed, out untouched); or { FailedFlag, text
 // }, a *FailedError. Anything else is an error matching ErrMalformedReply,
@@ -190,7 +197,7 @@ func ParseBatchReplyV2(policies []*limiter.Policy, values []Value, out []algorit
 			holds++
 		}
 	}
-	if want := 2 + replyFieldsV2*n + holds; len(values) != want {
+	if want := 2 + replyFieldsV2*n + reserveFields*holds; len(values) != want {
 		return false, malformed("%d values for %d keys, want %d", len(values), n, want)
 	}
 	if v := values[0]; !v.IsInt || v.Int < 0 || v.Int > 1 {
@@ -240,11 +247,16 @@ func ParseBatchReplyV2(policies []*limiter.Policy, values []Value, out []algorit
 		if !p.Reserve().On() {
 			continue
 		}
-		v := values[h]
-		h++
+		v, held, expired := values[h], values[h+1], values[h+2]
+		h += reserveFields
 		if !v.IsInt || v.Int < 0 || v.Int > limiter.MaxSafeInteger {
 			return false, malformed("key %d: the reservation's identity is not an integer in [0, 2^53-1]: %+v", k+1, v)
 		}
+		if !held.IsInt || held.Int < 0 || held.Int > limiter.MaxReservations*p.MaxCost() ||
+			!expired.IsInt || expired.Int < 0 || expired.Int > limiter.MaxReservations {
+			return false, malformed("key %d: reservations holding %+v units, %+v expired", k+1, held, expired)
+		}
+		out[k].ReservedUnits, out[k].Expired = held.Int, expired.Int
 		if v.Int == 0 {
 			continue
 		}

@@ -351,11 +351,13 @@ func AppendReplyV2(dst []Value, committed bool, replies []algorithm.Reply) []Val
 	return dst
 }
 
-// TestParseBatchReplyV2Reservations: a reserving policy's key adds one
-// field after every key's four, in key order: the identity of the
+// TestParseBatchReplyV2Reservations: a reserving policy's key adds three
+// fields after every key's four, in key order: the identity of the
 // reservation it holds, 0 or, for an ALLOWED key of a committed request,
-// its effective now plus the TTL, pushed at most MaxReservations ms;
-// anything else, or a missing field, is malformed.
+// its effective now plus the TTL, pushed at most MaxReservations ms; the
+// units its live reservations hold (up to MaxReservations times the max
+// cost); the expired ones dropped (up to MaxReservations); anything else,
+// or a missing field, is malformed.
 func TestParseBatchReplyV2Reservations(t *testing.T) {
 	plain := mustPolicy(t, limiter.PolicySpec{ID: "p", Algorithm: limiter.FixedWindow,
 		Params: limiter.FixedWindowParams{Limit: 10, Window: time.Second}})
@@ -370,11 +372,12 @@ func TestParseBatchReplyV2Reservations(t *testing.T) {
 		return out
 	}
 	allowed := func(committed, hold int64) []Value {
-		return val(committed, 1000, 1, 9, 0, 2000, 1, 9, 0, 2000, hold)
+		return val(committed, 1000, 1, 9, 0, 2000, 1, 9, 0, 2000, hold, 3, 2)
 	}
 	out := make([]algorithm.Reply, 2)
 	for _, hold := range []int64{61_000, 61_000 + limiter.MaxReservations} {
-		if c, err := ParseBatchReplyV2(pols, allowed(1, hold), out); err != nil || !c || out[0].HoldAtMs != hold || out[1].HoldAtMs != 0 {
+		if c, err := ParseBatchReplyV2(pols, allowed(1, hold), out); err != nil || !c || out[0].HoldAtMs != hold || out[1].HoldAtMs != 0 ||
+			out[0].ReservedUnits != 3 || out[0].Expired != 2 || out[1].ReservedUnits != 0 {
 			t.Fatalf("a reservation at %d: %v %+v %v", hold, c, out, err)
 		}
 	}
@@ -383,12 +386,16 @@ func TestParseBatchReplyV2Reservations(t *testing.T) {
 	}
 	for name, vals := range map[string][]Value{
 		"missing":                 val(1, 1000, 1, 9, 0, 2000, 1, 9, 0, 2000),
+		"only the identity":       val(1, 1000, 1, 9, 0, 2000, 1, 9, 0, 2000, 61_000),
+		"units past the bound":    val(1, 1000, 1, 9, 0, 2000, 1, 9, 0, 2000, 61_000, limiter.MaxReservations*res.MaxCost()+1, 0),
+		"too many expired":        val(1, 1000, 1, 9, 0, 2000, 1, 9, 0, 2000, 61_000, 1, limiter.MaxReservations+1),
+		"negative units":          val(1, 1000, 1, 9, 0, 2000, 1, 9, 0, 2000, 61_000, -1, 0),
 		"too soon":                allowed(1, 60_999),
 		"pushed too far":          allowed(1, 61_001+limiter.MaxReservations),
 		"not committed":           allowed(0, 61_000),
-		"denied":                  val(0, 1000, 2, 0, 5, 2000, 1, 9, 0, 2000, 61_000),
+		"denied":                  val(0, 1000, 2, 0, 5, 2000, 1, 9, 0, 2000, 61_000, 0, 0),
 		"negative":                allowed(1, -1),
-		"a string":                append(val(1, 1000, 1, 9, 0, 2000, 1, 9, 0, 2000), Value{Str: "61000"}),
+		"a string":                append(val(1, 1000, 1, 9, 0, 2000, 1, 9, 0, 2000), Value{Str: "61000"}, Value{IsInt: true}, Value{IsInt: true}),
 		"one for the plain key":   append(allowed(1, 0), Value{IsInt: true}),
 		"beyond 2^53 (too large)": allowed(1, limiter.MaxSafeInteger+1),
 	} {

@@ -226,6 +226,8 @@ func OutcomeFromReply(p *limiter.Policy, r Reply, src limiter.Source) limiter.Ou
 			Blocked:        blocked,
 			BlockedFor:     blockedFor,
 			HoldAt:         holdAt(r),
+			Reserved:       r.ReservedUnits,
+			Expired:        r.Expired,
 		})
 	case StatusClockUnsafe:
 		return limiter.UnavailableOutcome(limiter.ClockUnsafeRetryAfter, limiter.CategoryClockUnsafe, fmt.Errorf("policy %s: %w", p.ID(), limiter.ErrClockUnsafe))

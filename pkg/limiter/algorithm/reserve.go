@@ -54,6 +54,10 @@ const maxShiftMs = limiter.MaxReservations
 //     (for an excess: the charge's reply), DENIED when the usage is past
 //     the limit: a store's batch rule never lets a settle block its batch.
 //
+// Every reply says the units the live reservations hold (ReservedUnits:
+// after the request when it writes, before it otherwise) and, when it
+// writes, how many expired ones it dropped (Expired).
+//
 // next carries the live reservations and expires no sooner than the latest
 // identity plus the cleanup grace. uncommitted is, for a reserve, its reply
 // before the cost and without the reservation; for a settle, what a
@@ -74,20 +78,37 @@ func CheckRequest(st State, serverNowMs int64, req *limiter.Request) (next State
 	if !ok {
 		return st, r, r, false
 	}
-	live := pruneReserved(st.Reserved, now)
+	live, expired := pruneReserved(st.Reserved, now)
 	switch req.Lease {
 	case limiter.LeaseTake:
 		cost := p.Reserve().Estimate
 		if cost == 0 {
 			cost = req.Cost
 		}
-		return reserve(rules, st, live, serverNowMs, now, p, cost)
+		next, reply, uncommitted, write = reserve(rules, st, live, serverNowMs, now, p, cost)
 	case limiter.LeaseRelease:
-		return settle(rules, st, live, serverNowMs, now, p, req.LeaseAt, req.Cost)
+		next, reply, uncommitted, write = settle(rules, st, live, serverNowMs, now, p, req.LeaseAt, req.Cost)
+	default:
+		r = refusal(StatusInvalid, serverNowMs, p)
+		r.Limit = 0
+		return st, r, r, false
 	}
-	r = refusal(StatusInvalid, serverNowMs, p)
-	r.Limit = 0
-	return st, r, r, false
+	uncommitted.ReservedUnits = reservedUnits(live)
+	reply.ReservedUnits = uncommitted.ReservedUnits
+	if write {
+		reply.ReservedUnits, reply.Expired = reservedUnits(next.Reserved), expired
+	}
+	return next, reply, uncommitted, write
+}
+
+// reservedUnits is the units the reservations of res hold.
+func reservedUnits(res string) int64 {
+	var units int64
+	for i := range len(res) / ReservationEntryBytes {
+		_, amount := reservationAt(res, i)
+		units += amount
+	}
+	return units
 }
 
 // reserve is CheckRequest of a reserve of cost on st, whose live
@@ -249,15 +270,19 @@ func validReserved(st State, p *limiter.Policy) bool {
 }
 
 // pruneReserved drops the reservations of res whose identity is at or
-// before now.
-func pruneReserved(res string, now int64) string {
+// before now, and counts the ones it dropped unsettled.
+func pruneReserved(res string, now int64) (live string, expired int64) {
 	for len(res) > 0 {
-		if id, _ := reservationAt(res, 0); id > now {
+		id, amount := reservationAt(res, 0)
+		if id > now {
 			break
+		}
+		if amount > 0 {
+			expired++
 		}
 		res = res[ReservationEntryBytes:]
 	}
-	return res
+	return res, expired
 }
 
 // reservationsHeld counts the reservations of res, a settled identity

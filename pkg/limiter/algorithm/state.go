@@ -56,6 +56,14 @@ type Reply struct {
 	// HoldAtMs is, for an ALLOWED reserve (CheckRequest) that writes, the
 	// identity of the reservation it holds; 0 otherwise.
 	HoldAtMs int64
+	// ReservedUnits is, for a request of a reserving policy, the units its
+	// subject's live reservations hold after the request (before it when
+	// it does not write); 0 for other policies.
+	ReservedUnits int64
+	// Expired is, for a request of a reserving policy that writes, how
+	// many reservations it found expired unsettled and dropped (they
+	// stay charged); 0 otherwise.
+	Expired int64
 }
 
 // State is the stored state of one (policy, subject). The zero value (Exists

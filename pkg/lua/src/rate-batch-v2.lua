@@ -133,7 +133,10 @@
 --   then, per key with the reservation flag (bit 128), in key order: the
 --   identity of the reservation it holds, 0 unless an ALLOWED reserve of
 --   a committed request (its effective now plus the TTL, pushed up to 64
---   ms after the state's last identity).
+--   ms after the state's last identity); the units its subject's live
+--   reservations hold after the key (before it, when it writes nothing);
+--   the reservations it found expired and dropped (0 when it writes
+--   nothing).
 --   A reserve is written on commit, a settle whatever the request commits
 --   (never blocking it): it removes its reservation and charges the
 --   usage's excess as a charge does, up to the ceiling, or gives back its

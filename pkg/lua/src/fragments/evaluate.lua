@@ -116,7 +116,9 @@ end
 -- key's reply (status, effective now, remaining, retry, resetAt; the
 -- parser has the limit),
 -- its role and failOpen, offences, whether it settles (rop 2) and the
--- identity of its reservation (false: not a reserving policy's key).
+-- identity of its reservation (false: not a reserving policy's key) with
+-- its live reservations' units after and before it and the expired ones
+-- it drops (reserve.lua).
 local function evalKey(kb, i, n, rec, seen, lastWrite, offences)
   local gi = kb + i
   local key = KEYS[gi]
@@ -125,7 +127,7 @@ local function evalKey(kb, i, n, rec, seen, lastWrite, offences)
     keyArgs(gi)
   if not valid then
     invalidRecord(rec, i)
-    return 'INVALID', serverNow, 0, 0, 0, role, failOpen, offences, false, rop and 0
+    return 'INVALID', serverNow, 0, 0, 0, role, failOpen, offences, false, rop and 0, 0, 0, 0
   end
   -- The state: what the last earlier key naming it left, else the store's.
   local prior, st, lastObservedMs, epoch, level, carry, log, penaltyUntilMs, penaltyLevel, fresh, storedEpoch, reserved =
@@ -138,7 +140,7 @@ local function evalKey(kb, i, n, rec, seen, lastWrite, offences)
   offences = recordKey(rec, i, key, gi, seen, lastWrite, offences, px, st, write, now, nEpoch, nLevel, nCarry, nLog,
     nReserved, lastObservedMs, epoch, level, carry, log, reserved, penaltyUntilMs, penaltyLevel, fresh, storedEpoch,
     ttl, remainingBefore, resetBefore, alg)
-  return status, eff, remaining, retry, resetAt, role, failOpen, offences, rop, hold
+  return status, eff, remaining, retry, resetAt, role, failOpen, offences, rop, hold, held, heldBefore, expired
 end
 
 -- commitKeys, once every key of a request of n keys (starting after kb)
@@ -182,8 +184,11 @@ end
 -- evaluate is one request of several keys: its n keys start after the
 -- group's first kb; rec is the group's record array, reused by each of
 -- its requests (only the records of the request's own keys are read). It
--- returns the request's reply: a reserving policy's keys' identities
--- (holds) follow those of every key, 0 unless it commits.
+-- returns the request's reply: three fields per reserving policy's key
+-- follow those of every key: its reservation's identity (0 unless the
+-- request commits), the units its live reservations hold and the expired
+-- ones it dropped (those before it, and 0, for a reserve that does not
+-- commit).
 local function evaluate(kb, n, rec)
   local out
   -- #include reply-v2.lua new
@@ -191,23 +196,31 @@ local function evaluate(kb, n, rec)
   if n > WIDE then
     seen, lastWrite = {}, {}
   end
-  local offences, refused, quota, quotaAllows, holds = false, false, 0, false, 0
+  local offences, refused, quota, quotaAllows, holds, befores = false, false, 0, false, 0, false
   for i = 1, n do
-    local status, eff, remaining, retry, resetAt, role, failOpen, rop, hold
-    status, eff, remaining, retry, resetAt, role, failOpen, offences, rop, hold = evalKey(kb, i, n, rec, seen,
-      lastWrite, offences)
+    local status, eff, remaining, retry, resetAt, role, failOpen, rop, hold, held, heldBefore, expired
+    status, eff, remaining, retry, resetAt, role, failOpen, offences, rop, hold, held, heldBefore, expired = evalKey(kb,
+      i, n, rec, seen, lastWrite, offences)
     -- #include reply-v2.lua key
     -- #include key.lua commits
     if hold then
+      local h = 2 + 4 * n + 3 * holds
       holds = holds + 1
-      out[2 + 4 * n + holds] = hold
+      out[h + 1], out[h + 2], out[h + 3] = hold, held, expired
+      if hold ~= 0 then
+        befores = befores or {}
+        befores[holds] = heldBefore
+      end
     end
   end
   local commit
   -- #include key.lua commit
   if not commit then
-    for h = 1, holds do
-      out[2 + 4 * n + h] = 0
+    for k = 1, holds do
+      local h = 2 + 4 * n + 3 * (k - 1)
+      if out[h + 1] ~= 0 then
+        out[h + 1], out[h + 2], out[h + 3] = 0, befores[k], 0
+      end
     end
   end
   -- The offences found, now that no key of the request can raise any

@@ -25,16 +25,17 @@ fresh, storedEpoch = st == nil, epoch
 -- out: st, penaltyUntilMs, penaltyLevel
 -- defines: status, eff, remaining, retry, resetAt, now, write, incompatible,
 -- defines: allowed, blocked, px, nLog, nEpoch, nLevel, nCarry, nReserved,
--- defines: hold, ttl, remainingBefore, resetBefore
+-- defines: hold, held, heldBefore, expired, ttl, remainingBefore,
+-- defines: resetBefore
 -- A valid key's status and reply (eff: its effective now), the state to
 -- write (write: true, or 2 for a charge or a settle written whatever the
--- request commits) and its offence (px: its expiry, false none); a
--- reserving policy's reservation (hold: reserve.lua; false other keys).
+-- request commits), its offence (px: its expiry, false none), a reserving
+-- key's reservations (hold...expired: reserve.lua; hold false others).
 -- A key that is not evaluated (STATE_INCOMPATIBLE, CLOCK_UNSAFE) replies
 -- (serverNow, 0, 0, 0).
 local status, eff, remaining, retry, resetAt, ttl, remainingBefore, resetBefore = 'STATE_INCOMPATIBLE', serverNow, 0,
   0, 0, 0, 0, 0
-local write, blocked, px, nReserved, hold = false, false, false, reserved, rop and 0
+local write, blocked, px, nReserved, hold, held, heldBefore, expired = false, false, false, reserved, rop and 0, 0, 0, 0
 -- (Set by the clock rule and the step, read only after them or, the state
 -- to write, when the key writes.)
 local now, incompatible, allowed, nLog, nEpoch, nLevel, nCarry
@@ -47,7 +48,7 @@ if st ~= false then
     status = 'CLOCK_UNSAFE'
   elseif rop then
     st, eff, status, write, nEpoch, nLevel, nCarry, nLog, nReserved, ttl, remaining, retry, resetAt, remainingBefore,
-      resetBefore, hold = reservationStep(alg, st, fresh, lastObservedMs, epoch, level, carry, reserved, now, limit,
+      resetBefore, hold, held, heldBefore, expired = reservationStep(alg, st, fresh, lastObservedMs, epoch, level, carry, reserved, now, limit,
         ceiling, p2, p3, grace, cost, cal, cb0, cb1, cb2, cb3, role, rop, rttl, rat, rmax, rstart)
   else
     -- #include algorithms.lua step

@@ -13,8 +13,9 @@
 -- now, remaining, retry and reset-at are given, with its role and
 -- failOpen, whether it settles (rop 2) and its reservation's identity
 -- (hold; false: not a reserving policy's key, whose reply has no such
--- field): committed by the batch rule.
-local function oneReply(status, eff, remaining, retry, resetAt, role, failOpen, rop, hold)
+-- fields) with its live reservations' units after and before it and the
+-- expired ones it drops: committed by the batch rule.
+local function oneReply(status, eff, remaining, retry, resetAt, role, failOpen, rop, hold, held, heldBefore, expired)
   local out
   -- #include reply-v2.lua one
   local refused, quota, quotaAllows, commit = false, 0, false, false
@@ -24,10 +25,10 @@ local function oneReply(status, eff, remaining, retry, resetAt, role, failOpen, 
     out[1] = 1
   end
   if hold then
-    if not commit then
-      hold = 0
+    if not commit and hold ~= 0 then
+      hold, held, expired = 0, heldBefore, 0
     end
-    out[7] = hold
+    out[7], out[8], out[9] = hold, held, expired
   end
   return out
 end
@@ -44,7 +45,7 @@ local function evaluateOne(kb)
     penalty, duration, maxDuration, decay, cal, cb0, cb1, cb2, cb3, charge, ceiling, rop, rttl, rat, rmax, rstart =
     keyArgs(gi)
   if not valid then
-    return oneReply('INVALID', serverNow, 0, 0, 0, role, failOpen, false, rop and 0)
+    return oneReply('INVALID', serverNow, 0, 0, 0, role, failOpen, false, rop and 0, 0, 0, 0)
   end
   local v = storedOne
   if stored then
@@ -59,6 +60,6 @@ local function evaluateOne(kb)
     storeState(key, gi, fresh, alg, now, nEpoch, nLevel, nCarry, nLog, ttl, storedEpoch, penaltyUntilMs, penaltyLevel,
       nReserved)
   end
-  return oneReply(status, eff, remaining, retry, resetAt, role, failOpen, rop, hold)
+  return oneReply(status, eff, remaining, retry, resetAt, role, failOpen, rop, hold, held, heldBefore, expired)
 end
 -- End of one.lua.

@@ -43,7 +43,7 @@ end
 -- uses: unpack, pack, sub, MAX, fmod, serverNow, algStep, chargeKey, fixedWindowRefund,
 -- uses: slidingWindowRefund, gcraRefund, tokenBucketGiveBack, KEEP_EXPIRY
 -- defines: MAX_RESERVATIONS, validReserved, sameWindow, settleRefund,
--- defines: reservationStep
+-- defines: liveReservations, unwritten, reservationStep
 
 -- MAX_RESERVATIONS: limiter.MaxReservations, the reservations one state
 -- holds; also how many ms after now + TTL an identity may be pushed to
@@ -121,6 +121,33 @@ local function settleRefund(alg, lastObservedMs, epoch, level, carry, now, limit
   return e, l, c
 end
 
+-- liveReservations returns the reservations of res whose identity is
+-- after now, how many unsettled ones it dropped (expired) and the units
+-- the live ones hold.
+local function liveReservations(res, now)
+  local live, expired, units = res, 0, 0
+  while #live > 0 do
+    local id, amount = unpack('>dd', live)
+    if id > now then
+      break
+    elseif amount > 0 then
+      expired = expired + 1
+    end
+    live = sub(live, 17)
+  end
+  for i = 1, #live / 16 do
+    units = units + unpack('>d', live, i * 16 - 7)
+  end
+  return live, expired, units
+end
+
+-- unwritten is reservationStep's answer for a key that writes nothing:
+-- the reply (remaining, retry, resetAt) is also the one before the cost,
+-- and the reservations (their units: held) stay as they are.
+local function unwritten(st, now, status, remaining, retry, resetAt, held)
+  return st, now, status, false, 0, 0, 0, '', '', 0, remaining, retry, resetAt, remaining, resetAt, 0, held, held, 0
+end
+
 -- reservationStep is algorithm.CheckRequest of a reserve (rop 1) or a
 -- settle (rop 2) of the reservation at rat (0: none) with the TTL rttl,
 -- for a key of role, on a compatible state (st true; nil none; fresh: none
@@ -131,25 +158,25 @@ end
 -- state to write (epoch, level, carry, log, reservations) and its ttl
 -- (KEEP_EXPIRY: the stored expiry), the reply (remaining, retry,
 -- resetAt), the reply before the cost (a reserve whose request does not
--- commit) and the reserve's identity (hold, 0 none).
+-- commit), the reserve's identity (hold, 0 none), the units the live
+-- reservations hold after the request (held: before it when it does not
+-- write), before it (heldBefore) and the reservations it dropped expired
+-- (0 when it does not write).
 -- A check or probe key (role 3 and above) replies what the request would
 -- before it is taken, and writes nothing.
 local function reservationStep(alg, st, fresh, lastObservedMs, epoch, level, carry, res, now, limit, ceiling, p2, p3,
                                grace, cost, cal, cb0, cb1, cb2, cb3, role, rop, rttl, rat, rmax, rstart)
   if st and not validReserved(res, rmax) then
-    return false, serverNow, 'STATE_INCOMPATIBLE', false, 0, 0, 0, '', '', 0, 0, 0, 0, 0, 0, 0
+    return false, serverNow, 'STATE_INCOMPATIBLE', false, 0, 0, 0, '', '', 0, 0, 0, 0, 0, 0, 0, 0, 0, 0
   end
   -- The reservations expired by now go: what they consumed stays.
-  local live = res
-  while #live > 0 and unpack('>d', live) <= now do
-    live = sub(live, 17)
-  end
+  local live, expired, before = liveReservations(res, now)
   local n = #live / 16
   if rop == 1 then
     local _, _, allowed, e, l, c, ttl, remaining, retry, resetAt, remainingBefore, resetBefore = algStep(alg, st,
       lastObservedMs, epoch, level, carry, '', now, limit, ceiling, p2, p3, grace, cost, cal, cb0, cb1, cb2, cb3)
     if not allowed then
-      return st, now, 'DENIED', false, 0, 0, 0, '', '', 0, remaining, retry, resetAt, remaining, resetAt, 0
+      return unwritten(st, now, 'DENIED', remaining, retry, resetAt, before)
     end
     local id, held, lastAmount = now + rttl, n, 1
     if n > 0 then
@@ -171,12 +198,10 @@ local function reservationStep(alg, st, fresh, lastObservedMs, epoch, level, car
       if shift < 1 then
         shift = 1
       end
-      return st, now, 'DENIED', false, 0, 0, 0, '', '', 0, remainingBefore, shift, resetBefore, remainingBefore,
-        resetBefore, 0
+      return unwritten(st, now, 'DENIED', remainingBefore, shift, resetBefore, before)
     end
     if role >= 3 then
-      return st, now, 'ALLOWED', false, 0, 0, 0, '', '', 0, remainingBefore, 0, resetBefore, remainingBefore,
-        resetBefore, 0
+      return unwritten(st, now, 'ALLOWED', remainingBefore, 0, resetBefore, before)
     end
     if held < n then
       -- The settled identity kept last goes: id is after it.
@@ -186,7 +211,7 @@ local function reservationStep(alg, st, fresh, lastObservedMs, epoch, level, car
       ttl = id + grace - now
     end
     return st, now, 'ALLOWED', true, e, l, c, '', live .. pack('>dd', id, cost), ttl, remaining, 0, resetAt,
-      remainingBefore, resetBefore, id
+      remainingBefore, resetBefore, id, before + cost, before, expired
   end
   -- A settle. idle: what a request of cost 0 meets on the state.
   local _, _, allowed, _, _, _, _, remaining, retry, resetAt, remainingBefore, resetBefore = algStep(alg, st,
@@ -209,7 +234,7 @@ local function reservationStep(alg, st, fresh, lastObservedMs, epoch, level, car
     end
   end
   if not found and (rat ~= 0 or cost == 0) then
-    return st, now, status, false, 0, 0, 0, '', '', 0, remaining, retry, resetAt, remaining, resetAt, 0
+    return unwritten(st, now, status, remaining, retry, resetAt, before)
   end
   local rest, excess = live, cost
   if found then
@@ -233,20 +258,20 @@ local function reservationStep(alg, st, fresh, lastObservedMs, epoch, level, car
     if fits then
       status = 'ALLOWED'
       if role >= 3 then
-        return st, now, status, false, 0, 0, 0, '', '', 0, uRemaining, 0, uResetAt, uRemaining, uResetAt, 0
+        return unwritten(st, now, status, uRemaining, 0, uResetAt, before)
       end
     else
       local denied, deniedRetry, deniedReset = remaining, retry, resetAt
       status = 'DENIED'
       if role >= 3 then
-        return st, now, status, false, 0, 0, 0, '', '', 0, denied, deniedRetry, deniedReset, denied, deniedReset, 0
+        return unwritten(st, now, status, denied, deniedRetry, deniedReset, before)
       end
       local rec
       rec, e, l, c, _, ttl, remaining, retry, resetAt = chargeKey(alg, st, lastObservedMs, epoch, level, carry, '', now,
         limit, ceiling, p2, p3, grace, excess, cal, cb0, cb1, cb2, cb3)
       if not rec then
         if not found then
-          return st, now, status, false, 0, 0, 0, '', '', 0, remaining, retry, resetAt, remaining, resetAt, 0
+          return unwritten(st, now, status, remaining, retry, resetAt, before)
         end
         -- The state is at its ceiling: nothing more to record, but the
         -- reservation goes.
@@ -255,7 +280,7 @@ local function reservationStep(alg, st, fresh, lastObservedMs, epoch, level, car
     end
   else
     if role >= 3 then
-      return st, now, status, false, 0, 0, 0, '', '', 0, remaining, retry, resetAt, remaining, resetAt, 0
+      return unwritten(st, now, status, remaining, retry, resetAt, before)
     end
     if excess < 0 then
       e, l, c = settleRefund(alg, lastObservedMs, epoch, level, carry, now, limit, ceiling, p2, p3, -excess, rat - rttl,
@@ -282,6 +307,7 @@ local function reservationStep(alg, st, fresh, lastObservedMs, epoch, level, car
   if ttl ~= KEEP_EXPIRY and lastId ~= 0 and lastId + grace - now > ttl then
     ttl = lastId + grace - now
   end
-  return st, now, status, write, e, l, c, '', rest, ttl, remaining, retry, resetAt, remaining, resetAt, 0
+  return st, now, status, write, e, l, c, '', rest, ttl, remaining, retry, resetAt, remaining, resetAt, 0,
+    before - amount, before, expired
 end
 -- End of reserve.lua.
