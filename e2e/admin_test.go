@@ -53,6 +53,8 @@ type explainAnswer struct {
 			ResetMs   *int64 `json:"reset_ms"`
 			Blocked   *bool  `json:"blocked"`
 			BlockedMs *int64 `json:"blocked_ms"`
+			Reserved  *int64 `json:"reserved"`
+			Charged   *int64 `json:"charged"`
 		} `json:"limits"`
 	} `json:"descriptors"`
 }

@@ -26,9 +26,9 @@ import (
 // set as long as a real one, above which the live sections must stay.
 const consoleRoutes = 44
 
-// consoleRules has a plain limit, a penalty box, a limit over 15 minutes
-// (unit_multiplier) and consoleRoutes rules more, so that the page shows
-// them all, and the explain answer a count.
+// consoleRules has a plain limit, a penalty box, a budget over 15 minutes
+// (unit_multiplier) that requests reserve, and consoleRoutes rules more,
+// so that the page shows them all, and the explain answer a count.
 func consoleRules() string {
 	var b strings.Builder
 	b.WriteString(`domain: e2e
@@ -41,7 +41,7 @@ descriptors:
       requests_per_unit: 3
       penalty: {duration: 10m}
   - key: tenant
-    rate_limit: {unit: minute, unit_multiplier: 15, requests_per_unit: 5}
+    rate_limit: {unit: minute, unit_multiplier: 15, requests_per_unit: 5, reserve: {ttl: 10m}}
   - key: route
     descriptors:
 `)
@@ -312,13 +312,18 @@ func checkExplainCells(t *testing.T, cells [][]string, ans explainAnswer) {
 		t.Fatalf("the explain tables' cells, want 3 rows of 7: %q", cells)
 	}
 	user, login, tenant := ans.Descriptors[0].Limits[0], ans.Descriptors[1].Limits[0], ans.Descriptors[2].Limits[0]
+	// The tenant's two calls each reserved 1 of its budget, still held.
+	if tenant.Remaining == nil || tenant.Reserved == nil || tenant.Charged == nil || *tenant.Reserved != 2 || *tenant.Charged != 0 || *tenant.Remaining != 3 {
+		t.Fatalf("the tenant's explain answer: remaining %v, reserved %v, charged %v, want 3, 2, 0", tenant.Remaining, tenant.Reserved, tenant.Charged)
+	}
 	for _, c := range []struct {
 		what, got, want string
 	}{
 		{"user limit", cells[0][1], "5 / hour"},
 		{"user reset", cells[0][4], consoleDuration(*user.ResetMs)},
 		{"login blocked", cells[1][6], "yes, " + consoleDuration(*login.BlockedMs) + " left"},
-		{"tenant limit", cells[2][1], "5 / 15 minutes"},
+		{"tenant limit", cells[2][1], "5 / 15 minutes, reserve hits_addend for 10m"},
+		{"tenant remaining", cells[2][3], fmt.Sprintf("%d (%d reserved, %d charged)", *tenant.Remaining, *tenant.Reserved, *tenant.Charged)},
 		{"tenant reset", cells[2][4], consoleDuration(*tenant.ResetMs)},
 	} {
 		if c.got != c.want {

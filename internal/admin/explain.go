@@ -89,8 +89,14 @@ type LimitDoc struct {
 	// Blocked (a policy with a penalty box) says whether the subject is
 	// blocked regardless of its count; BlockedMs is how long the block
 	// still lasts.
-	Blocked    *bool  `json:"blocked,omitempty"`
-	BlockedMs  *int64 `json:"blocked_ms,omitempty"`
+	Blocked   *bool  `json:"blocked,omitempty"`
+	BlockedMs *int64 `json:"blocked_ms,omitempty"`
+	// Reserved and Charged (a limit with a reserve) split what the
+	// subject has used of the limit: Reserved is held by live
+	// reservations (settled later by their usage), Charged is the rest
+	// (settled usage, expired reservations, plain charges).
+	Reserved   *int64 `json:"reserved,omitempty"`
+	Charged    *int64 `json:"charged,omitempty"`
 	StateError string `json:"state_error,omitempty"`
 
 	req limiter.Request
@@ -202,6 +208,10 @@ func setState(l *LimitDoc, o limiter.Outcome, now time.Time) {
 	d := o.Decision
 	rem, reset, retry, allowed := d.Remaining, max(d.ResetAt.Sub(now).Milliseconds(), 0), d.RetryAfter.Milliseconds(), d.Allowed
 	l.Remaining, l.ResetMs, l.RetryAfterMs, l.Allowed, l.Source = &rem, &reset, &retry, &allowed, d.Source.String()
+	if p := l.req.Policy; p != nil && p.Reserve().On() {
+		charged := max(0, d.Limit-d.Remaining-d.Reserved)
+		l.Reserved, l.Charged = &d.Reserved, &charged
+	}
 	if p := l.req.Policy; p != nil && p.Penalty().Duration > 0 || d.Blocked {
 		blocked := d.Blocked
 		l.Blocked = &blocked

@@ -200,7 +200,8 @@ func deref[T any](p *T) any {
 }
 
 // TestExplainReserve: a reserving limit shows its reserve settings, and
-// its remaining counts the live reservations; a settle gives back what the
+// its remaining counts the live reservations, split into reserved (held
+// by live reservations) and charged; a settle gives back what the
 // reservation held beyond the usage. Reservations are held by the memory
 // store.
 func TestExplainReserve(t *testing.T) {
@@ -227,12 +228,13 @@ func TestExplainReserve(t *testing.T) {
 	}
 	var got countersAnswer
 	h.decode("GET", "/v1/counters?domain=app&descriptor=tenant="+raw, "", &got)
-	if len(got.Limits) != 1 || deref(got.Limits[0].Remaining) != int64(60) || got.Limits[0].Reserve == nil {
-		t.Fatalf("counters after reserving 40: %+v, want remaining 60 and the reserve", got.Limits)
+	if len(got.Limits) != 1 || deref(got.Limits[0].Remaining) != int64(60) || got.Limits[0].Reserve == nil ||
+		deref(got.Limits[0].Reserved) != int64(40) || deref(got.Limits[0].Charged) != int64(0) {
+		t.Fatalf("counters after reserving 40: %+v, want remaining 60, 40 reserved, 0 charged and the reserve", got.Limits)
 	}
 	h.reserve("tenant", raw, 25, marker)
-	if l := limit("tenant"); deref(l.Remaining) != int64(75) {
-		t.Fatalf("after settling 25 of 40: remaining %v, want 75", deref(l.Remaining))
+	if l := limit("tenant"); deref(l.Remaining) != int64(75) || deref(l.Reserved) != int64(0) || deref(l.Charged) != int64(25) {
+		t.Fatalf("after settling 25 of 40: remaining %v reserved %v charged %v, want 75, 0, 25", deref(l.Remaining), deref(l.Reserved), deref(l.Charged))
 	}
 	// allowed asks whether one more reservation of the estimate fits.
 	for range 3 {

@@ -143,7 +143,7 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			"Descriptors with a request-supplied limit (override) answered OVER_LIMIT because their domain already tracked --override-max-policies override policies, by configured domain.",
 			"domain"),
 		reservations: newCounterVec("reservations_total",
-			"Reservations of reserving limits by configured domain, policy ID and event: reserved (a committed reserve), settled (a settle whose marker named a reservation of the limit, answered by the store), unnamed (a settle whose marker named none of the limit, or the value release: a plain charge).",
+			"Reservations of reserving limits by configured domain, policy ID and event: reserved (a committed reserve), settled (a settle whose marker named a reservation of the limit, answered by the store), unnamed (a settle whose marker named none of the limit, or the value release: a plain charge), expired (reservations never settled within their ttl, counted when a later reserve or settle of the subject drops them; they stay charged at their estimate).",
 			"domain", "policy", "event"),
 		resUnits: newCounterVec("reservation_units_total",
 			"Units of reserving limits by configured domain, policy ID and kind: reserved (held by committed reserves), used (the usage that settled ones reported); used/reserved is how close the estimates are.",
@@ -272,11 +272,12 @@ const (
 	resReserved                 // a committed reserve
 	resSettled                  // a settle naming a reservation, answered by the store
 	resUnnamed                  // a settle naming none: nothing settled, or a plain charge
+	resExpired                  // a reservation the store dropped expired, unsettled
 	resEvents
 )
 
 // resEventLabels are the event labels of reservations_total.
-var resEventLabels = [resEvents]string{resReserved: "reserved", resSettled: "settled", resUnnamed: "unnamed"}
+var resEventLabels = [resEvents]string{resReserved: "reserved", resSettled: "settled", resUnnamed: "unnamed", resExpired: "expired"}
 
 // reservationCounters are the reservation counters of one reserving
 // policy label.
@@ -286,8 +287,12 @@ type reservationCounters struct {
 }
 
 // count counts one event and its units: reserved ones for a reserve,
-// used ones for a settle.
+// used ones for a settle; for resExpired, units is how many expired.
 func (rc *reservationCounters) count(e resEvent, units int64) {
+	if e == resExpired {
+		rc.events[e].Add(float64(units))
+		return
+	}
 	rc.events[e].Inc()
 	switch e {
 	case resReserved:

@@ -4,6 +4,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 
@@ -141,7 +142,9 @@ func TestReserveMarkerNamesEveryReservation(t *testing.T) {
 }
 
 // TestReserveMetrics: reservations_total counts committed reserves,
-// settles naming a reservation and settles naming none, by policy ID;
+// settles naming a reservation, settles naming none and reservations that
+// expired unsettled (when a later reserve of the subject drops them), by
+// policy ID;
 // reservation_units_total the units reserved and the usage settled. A
 // denied reserve counts nothing, and a policy without reservations has no
 // such series.
@@ -150,7 +153,8 @@ func TestReserveMetrics(t *testing.T) {
   - key: plain
     rate_limit: {unit: hour, requests_per_unit: 1000}
 `)
-	h := newHarness(t, func() Rules { return snap }, memStore(t, limitertest.NewClock(t0), 1000), limitertest.NewClock(t0))
+	clock := limitertest.NewClock(t0)
+	h := newHarness(t, func() Rules { return snap }, memStore(t, clock, 1000), clock)
 	call := func(hits uint64, kv ...string) string {
 		resp := h.call(t, request("ai", withHits(desc(kv...), hits)))
 		return resp.GetDynamicMetadata().GetFields()["lease"].GetStringValue()
@@ -165,6 +169,8 @@ func TestReserveMetrics(t *testing.T) {
 	call(1, "fixed", "a")                                                  // reserves the estimate, 300
 	call(3, "plain", "a")                                                  // no reservation
 	call(3, "plain", "a", "lease", "release")                              // not a reserving limit
+	clock.Advance(11 * time.Minute)                                        // the fixed reservation expires
+	call(1, "fixed", "a")                                                  // reserves 300, drops the expired one
 
 	got := h.metrics(t)
 	for series, want := range map[string]string{
@@ -173,8 +179,10 @@ func TestReserveMetrics(t *testing.T) {
 		`envoy_rls_reservations_total{domain="ai",event="unnamed",policy="ai/tenant"}`:      "2",
 		`envoy_rls_reservation_units_total{domain="ai",kind="reserved",policy="ai/tenant"}`: "900",
 		`envoy_rls_reservation_units_total{domain="ai",kind="used",policy="ai/tenant"}`:     "800",
-		`envoy_rls_reservations_total{domain="ai",event="reserved",policy="ai/fixed"}`:      "1",
-		`envoy_rls_reservation_units_total{domain="ai",kind="reserved",policy="ai/fixed"}`:  "300",
+		`envoy_rls_reservations_total{domain="ai",event="reserved",policy="ai/fixed"}`:      "2",
+		`envoy_rls_reservations_total{domain="ai",event="expired",policy="ai/fixed"}`:       "1",
+		`envoy_rls_reservations_total{domain="ai",event="expired",policy="ai/tenant"}`:      "0",
+		`envoy_rls_reservation_units_total{domain="ai",kind="reserved",policy="ai/fixed"}`:  "600",
 		`envoy_rls_reservation_units_total{domain="ai",kind="used",policy="ai/fixed"}`:      "0",
 	} {
 		if v := counterValue(got, series); v != want {

@@ -71,9 +71,13 @@ func (s *Server) respond(ctx context.Context, req *rlsv3.RateLimitRequest, sc *s
 	for i := range sc.descs {
 		ds := &sc.descs[i]
 		if e, units := ds.reservation(sc); e != resNone {
-			sc.metrics.reserving(s.metrics, ds.policyLabel()).count(e, units)
+			rc := sc.metrics.reserving(s.metrics, ds.policyLabel())
+			rc.count(e, units)
 			if e == resSettled && s.observer != nil && !ds.override {
 				s.observeSettle(ds, units)
+			}
+			if ds.kind == statusStore && sc.outs[ds.batch].Decision.Expired > 0 {
+				rc.count(resExpired, sc.outs[ds.batch].Decision.Expired)
 			}
 		}
 		if ds.kind != statusStore && ds.kind != statusNeverFits || ds.release {

@@ -238,7 +238,9 @@ function showExplain(ans) {
         const known = (v) => (v === undefined || v === null ? (l.state_error ? "?" : "") : v);
         const reset = l.reset_ms === undefined ? known() : durationCell(l.reset_ms);
         const blocked = l.blocked === undefined ? "" : l.blocked ? durationCell(l.blocked_ms, "yes, ", " left") : "no";
-        tbody.appendChild(row([l.policy_id, fmtRate(l.requests_per_unit, l.unit, l.unit_multiplier) + fmtReserve(l), l.algorithm, known(l.remaining), reset,
+        // A reserving limit: what live reservations hold of what is used.
+        const held = l.reserved === undefined ? "" : " (" + l.reserved + " reserved, " + l.charged + " charged)";
+        tbody.appendChild(row([l.policy_id, fmtRate(l.requests_per_unit, l.unit, l.unit_multiplier) + fmtReserve(l), l.algorithm, known(l.remaining) + held, reset,
           l.allowed === undefined ? known() : l.allowed ? "yes" : "no", blocked]));
       });
       table.append(thead, tbody);
