@@ -30,6 +30,7 @@ import (
 	"github.com/envoy-rls/envoy-rls/pkg/descriptors"
 	"github.com/envoy-rls/envoy-rls/pkg/descriptors/rulefile"
 	"github.com/envoy-rls/envoy-rls/pkg/limiter"
+	"github.com/envoy-rls/envoy-rls/pkg/rlqs"
 	"github.com/envoy-rls/envoy-rls/pkg/topk"
 )
 
@@ -260,6 +261,7 @@ type settings struct {
 	top        topk.Flags
 	xds        xdsrules.Flags
 	store      store.Flags
+	rlqs       rlqs.Flags
 }
 
 // serveOptions parses and checks the serve flags, with the reference
@@ -270,7 +272,7 @@ func serveOptions(args []string, getenv func(string) string, help io.Writer) (*s
 	st := &settings{}
 	st.tracing.Getenv = getenv
 	// The groups in the order their problems are reported.
-	o, fs, err := options.Serve(args, getenv, compat.Presets(getenv), &st.store, &st.xds, &st.statsd, &st.audit, &st.top, &st.refmetrics, &st.tracing)
+	o, fs, err := options.Serve(args, getenv, compat.Presets(getenv), &st.store, &st.xds, &st.statsd, &st.audit, &st.top, &st.refmetrics, &st.tracing, &st.rlqs)
 	if errors.Is(err, flag.ErrHelp) && help != nil {
 		options.PrintUsage(help, options.ServeUsage, fs)
 	}

@@ -26,6 +26,7 @@ import (
 	"github.com/envoy-rls/envoy-rls/pkg/descriptors"
 	"github.com/envoy-rls/envoy-rls/pkg/limiter"
 	"github.com/envoy-rls/envoy-rls/pkg/limiter/leases"
+	"github.com/envoy-rls/envoy-rls/pkg/rlqs"
 	"github.com/envoy-rls/envoy-rls/pkg/rls"
 	"github.com/envoy-rls/envoy-rls/pkg/topk"
 )
@@ -258,6 +259,28 @@ func (s *server) newService(ctx context.Context, closeStore *[]func()) error {
 		return err
 	}
 	s.grpc.Register(svc)
+	return s.startQuota(ctx, answering)
+}
+
+// startQuota serves RLQS (--rlqs) on the gRPC server, from the rules and
+// the answering store the RateLimitService uses: one budget for both.
+func (s *server) startQuota(ctx context.Context, answering limiter.Store) error {
+	f := &s.opts.rlqs
+	if !f.On {
+		return nil
+	}
+	cfg := f.Config()
+	cfg.Rules, cfg.Store, cfg.Clock, cfg.Log = s.rules.Current, answering, s.storeConfig.Clock, s.log
+	var err error
+	if cfg.Metrics, err = rlqs.NewMetrics(s.reg); err != nil {
+		return err
+	}
+	q, err := rlqs.New(cfg)
+	if err != nil {
+		return err
+	}
+	s.grpc.RegisterQuota(q)
+	s.background(func() { q.Run(ctx) })
 	return nil
 }
 

@@ -1,0 +1,179 @@
+package rlqs
+
+import (
+	"context"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/envoy-rls/envoy-rls/pkg/limiter"
+)
+
+// evaluateChunk bounds the requests of one store call of a tick.
+const evaluateChunk = 512
+
+// tickScratch is a tick's working memory, reused.
+type tickScratch struct {
+	aggs    []*aggregate
+	subs    [][]*subscription
+	reqs    []limiter.Request
+	outs    []limiter.Outcome
+	demands []Demand
+	shares  []int64
+}
+
+// Tick revises every assignment: it charges the usage reported since the
+// last tick and reads each aggregate's state (one store call per chunk),
+// exchanges demands with the other replicas, divides each aggregate's
+// capacity among every proxy's demand and sends the proxies of this
+// replica what changed.
+func (s *Service) Tick(ctx context.Context) {
+	now := s.cfg.Clock.Now()
+	s.mu.Lock()
+	if s.stopped {
+		s.mu.Unlock()
+		return
+	}
+	s.revisit(now)
+	sc := &s.scratch
+	sc.aggs, sc.subs, sc.reqs, sc.demands = sc.aggs[:0], sc.subs[:0], sc.reqs[:0], sc.demands[:0]
+	for k, a := range s.aggs {
+		if len(a.subs) == 0 && a.pending == 0 {
+			delete(s.aggs, k)
+			continue
+		}
+		req := limiter.Request{Policy: a.policy, Subject: a.subject, Tag: a.tag, Cost: 1, Role: limiter.RoleCheck}
+		if a.pending > 0 {
+			cost := min(a.pending, a.twin.MaxCost())
+			a.pending -= cost
+			req = limiter.Request{Policy: a.twin, Subject: a.subject, Tag: a.tag, Cost: cost}
+		}
+		subs := make([]*subscription, 0, len(a.subs))
+		mine := make([]int64, 0, len(a.subs))
+		for sub := range a.subs {
+			subs = append(subs, sub)
+			mine = append(mine, sub.demand)
+		}
+		sc.aggs, sc.subs, sc.reqs = append(sc.aggs, a), append(sc.subs, subs), append(sc.reqs, req)
+		sc.demands = append(sc.demands, Demand{Policy: a.policy, Subject: a.subject, Tag: a.tag, Mine: mine})
+	}
+	sc.outs = append(sc.outs[:0], make([]limiter.Outcome, len(sc.reqs))...)
+	s.mu.Unlock()
+
+	ctx, cancel := context.WithTimeout(ctx, s.cfg.Tick)
+	for from := 0; from < len(sc.reqs); from += evaluateChunk {
+		to := min(from+evaluateChunk, len(sc.reqs))
+		s.cfg.Store.Evaluate(ctx, sc.reqs[from:to], sc.outs[from:to])
+	}
+	if err := s.cfg.Exchange.Swap(ctx, sc.demands); err != nil {
+		s.cfg.Log.Warn("rlqs: demands not exchanged: dividing among this replica's proxies alone", zap.Error(err))
+	}
+	cancel()
+
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for i, a := range sc.aggs {
+		s.divide(a, sc.subs[i], &sc.outs[i], &sc.demands[i], now)
+	}
+	for st := range s.streams {
+		for _, sub := range st.subs {
+			s.assign(sub, now)
+		}
+	}
+	s.cfg.Metrics.observe(s.aggs)
+}
+
+// revisit rebinds the subscriptions matched on an older rule snapshot and
+// abandons the ones whose proxy has sent no request for AbandonAfter.
+func (s *Service) revisit(now time.Time) {
+	snap := s.cfg.Rules()
+	for st := range s.streams {
+		for key, sub := range st.subs {
+			if now.Sub(sub.lastUsed) >= s.cfg.AbandonAfter {
+				sub.unbind()
+				delete(st.subs, key)
+				st.enqueue(key, sub.abandon())
+				s.cfg.Metrics.action(actionAbandon)
+				continue
+			}
+			if sub.snap != snap {
+				for _, a := range sub.aggs {
+					delete(a.subs, sub)
+				}
+				s.bind(sub, now)
+			}
+		}
+	}
+}
+
+// divide sets, for each subscription of a on this replica, its share of
+// a's capacity: max-min fair over the demands of every replica's
+// proxies. A decision the store could not make follows the policy's
+// failure mode: open lets every proxy through, closed none.
+func (s *Service) divide(a *aggregate, subs []*subscription, o *limiter.Outcome, d *Demand, now time.Time) {
+	var c int64
+	lag := s.cfg.Tick
+	for _, sub := range subs {
+		lag = max(lag, s.cfg.Tick+sub.interval)
+	}
+	switch {
+	case o.Kind == limiter.Evaluated && o.Decision.Known():
+		c = capacity(a.policy, o.Decision.Remaining, o.Decision.ResetAt, now, lag)
+	case a.policy.FailureMode() == limiter.FailOpen:
+		c = unknownDemand
+	}
+	all := append(append(s.scratch.shares[:0], d.Mine...), d.Others...)
+	shares := make([]int64, len(all))
+	if c == unknownDemand {
+		for i := range shares {
+			shares[i] = unknownDemand
+		}
+	} else {
+		fairShares(c, all, shares)
+	}
+	s.scratch.shares = all
+	a.capacity, a.demand, a.assigned = c, 0, 0
+	for i, sub := range subs {
+		if sub.gone {
+			continue
+		}
+		for j, b := range sub.aggs {
+			if b == a {
+				sub.rates[j] = shares[i]
+			}
+		}
+		if sub.demand != unknownDemand {
+			a.demand = satAdd(a.demand, sub.demand)
+		}
+		a.assigned = satAdd(a.assigned, shares[i])
+	}
+}
+
+// assign sends sub the strategy of its rate: the lowest of its limits'
+// shares.
+func (s *Service) assign(sub *subscription, now time.Time) {
+	if sub.fixed != nil {
+		s.push(sub, sub.fixed, unknownDemand, now)
+		return
+	}
+	if len(sub.rates) == 0 {
+		return
+	}
+	rate := sub.rates[0]
+	for _, r := range sub.rates[1:] {
+		rate = min(rate, r)
+	}
+	if rate == unknownDemand {
+		s.push(sub, blanket(true), unknownDemand, now)
+		return
+	}
+	s.push(sub, strategyFor(rate, max(1, rate/1000)), rate, now)
+}
+
+// satAdd is a + b, at most unknownDemand.
+func satAdd(a, b int64) int64 {
+	if a > unknownDemand-b {
+		return unknownDemand
+	}
+	return a + b
+}
