@@ -1,7 +1,6 @@
 package rlqs
 
 import (
-	"math"
 	"time"
 
 	rlqsv3 "github.com/envoyproxy/go-control-plane/envoy/service/rate_limit_quota/v3"
@@ -12,10 +11,6 @@ import (
 	"github.com/envoy-rls/envoy-rls/pkg/descriptors"
 	"github.com/envoy-rls/envoy-rls/pkg/limiter"
 )
-
-// unknownDemand is the demand of a subscription reported once only: it
-// takes whatever the water level gives.
-const unknownDemand = math.MaxInt64
 
 // Bounds of what a report teaches: the interval between two reports of a
 // bucket is taken within them.
