@@ -97,6 +97,8 @@ type Service struct {
 	aggs    map[aggKey]*aggregate
 	streams map[*stream]struct{}
 	stopped bool
+	// reports counts the bucket usages received.
+	reports uint64
 	// scratch of the tick (under mu).
 	scratch tickScratch
 }
@@ -131,9 +133,12 @@ func New(cfg Config) (*Service, error) {
 // Register adds the service to gs.
 func (s *Service) Register(gs *grpc.Server) { rlqsv3.RegisterRateLimitQuotaServiceServer(gs, s) }
 
-// Run revises the assignments every tick until ctx ends.
+// Run revises the assignments every tick until ctx ends. Ticks fall on
+// whole multiples of the tick since the Unix epoch, as window boundaries
+// do: the tick before a window ends has the whole tick left to spend what
+// remains, and the one at its start assigns the new window's rate.
 func (s *Service) Run(ctx context.Context) {
-	t := time.NewTicker(s.cfg.Tick)
+	t := time.NewTimer(s.untilTick())
 	defer t.Stop()
 	for {
 		select {
@@ -141,8 +146,17 @@ func (s *Service) Run(ctx context.Context) {
 			return
 		case <-t.C:
 			s.Tick(ctx)
+			t.Reset(s.untilTick())
 		}
 	}
+}
+
+// untilTick is the time until the next whole multiple of the tick, a
+// millisecond at least.
+func (s *Service) untilTick() time.Duration {
+	now := s.cfg.Clock.Now()
+	next := now.Truncate(s.cfg.Tick).Add(s.cfg.Tick)
+	return max(next.Sub(now), time.Millisecond)
 }
 
 // Stop sends every subscribed bucket its assignment with a time to live

@@ -9,21 +9,24 @@ import (
 	"google.golang.org/protobuf/types/known/wrapperspb"
 )
 
+// maxFillSeconds bounds the fill interval a rate is given to keep its
+// fraction.
+const maxFillSeconds = 60
+
 // strategyFor returns the RateLimitStrategy that admits rate (mrps) at a
 // proxy, with bursts of up to burst requests: a DENY_ALL blanket for a
 // rate of 0 or less, else a token bucket that never admits more than rate.
 //
-// Envoy's filter reads a token bucket's fill interval in whole seconds
-// (truncated: a sub-second interval divides by zero) and reads an unset
-// tokens_per_fill as 0, so:
-//   - rate >= 1000: one fill a second of rate/1000 tokens, rounded down
-//     (capped at math.MaxUint32);
-//   - rate < 1000: one token every ceil(1000/rate) seconds (at most
-//     1000 s, for 1 mrps).
-//
-// max_tokens is max(tokens_per_fill, burst), capped at math.MaxUint32: at
-// least one fill, so that a client that adds tokens a fill at a time never
-// loses any.
+// Envoy's filter refills a token bucket continuously at tokens_per_fill
+// per fill_interval, the interval read in whole seconds (truncated: a
+// sub-second one divides by zero) and an unset tokens_per_fill read as 0.
+// The fill is the pair (k seconds, floor(rate*k/1000) tokens), k from 1 to
+// maxFillSeconds, that loses least of the rate (the shortest of equals):
+// 2.5/s is 5 every 2 s, 0.97/s 58 every 60 s, where whole seconds would
+// give 2/s and nothing. Below one token in maxFillSeconds, one token every
+// ceil(1000/rate) seconds; tokens are capped at math.MaxUint32.
+// max_tokens is max(1, burst), capped at math.MaxUint32: the filter's
+// refill does not need it to hold a whole fill.
 //
 // Envoy keeps its running bucket when a new token bucket equals the old
 // one, and compares max_tokens, tokens_per_fill and fill_interval.nanos
@@ -37,15 +40,21 @@ func strategyFor(rate int64, burst int64) *typev3.RateLimitStrategy {
 	if rate <= 0 {
 		return blanket(false)
 	}
-	tokens, seconds := int64(1), int64(1)
-	if rate >= 1000 {
-		tokens = min(rate/1000, math.MaxUint32)
-	} else {
-		seconds = (1000 + rate - 1) / rate
+	tokens, seconds := int64(0), int64(1)
+	if rate/1000 >= math.MaxUint32 {
+		tokens = math.MaxUint32
+	}
+	for k := int64(1); k <= maxFillSeconds && tokens < math.MaxUint32; k++ {
+		if t := rate/1000*k + rate%1000*k/1000; t >= 1 && t <= math.MaxUint32 && (tokens == 0 || t*seconds > tokens*k) {
+			tokens, seconds = t, k
+		}
+	}
+	if tokens == 0 {
+		tokens, seconds = 1, (1000+rate-1)/rate
 	}
 	return &typev3.RateLimitStrategy{Strategy: &typev3.RateLimitStrategy_TokenBucket{
 		TokenBucket: &typev3.TokenBucket{
-			MaxTokens:     uint32(min(max(tokens, burst), math.MaxUint32)),
+			MaxTokens:     uint32(min(max(1, burst), math.MaxUint32)),
 			TokensPerFill: wrapperspb.UInt32(uint32(tokens)),
 			FillInterval:  &durationpb.Duration{Seconds: seconds, Nanos: int32(seconds)},
 		},

@@ -33,6 +33,9 @@ type stream struct {
 	done    chan struct{} // closed by end
 	endOnce sync.Once
 
+	// sent counts the actions sent (under mu).
+	sent int
+
 	// The report budget (the receiving goroutine's alone).
 	tokens   float64
 	tokensAt time.Time
@@ -141,6 +144,7 @@ func (s *Service) report(st *stream, msg *rlqsv3.RateLimitQuotaUsageReports) err
 			sub = s.subscribe(st, key, u.GetBucketId(), now)
 		}
 		sub.observe(now, clampCount(u.GetNumRequestsAllowed()), clampCount(u.GetNumRequestsDenied()))
+		s.reports++
 	}
 	return nil
 }
@@ -182,6 +186,9 @@ func (st *stream) send(srv rlqsv3.RateLimitQuotaService_StreamRateLimitQuotasSer
 		if err := srv.Send(resp); err != nil {
 			return fmt.Errorf("rlqs: sending assignments: %w", err)
 		}
+		st.mu.Lock()
+		st.sent += len(resp.BucketAction)
+		st.mu.Unlock()
 	}
 }
 

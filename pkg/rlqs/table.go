@@ -38,8 +38,13 @@ type aggregate struct {
 	// pending is the admitted usage reported since the last charge;
 	// allowed and denied what the reports said since the last tick.
 	pending, allowed, denied int64
-	// The last tick's figures (mrps), for the metrics.
-	capacity, demand, assigned int64
+	// The last tick's figures (mrps), for the metrics; remote is what the
+	// other replicas' proxies were assigned.
+	capacity, demand, assigned, remote int64
+	// window is the reset time of the window the last tick saw; carried
+	// what its first tick charged of usage reported before it began.
+	window  time.Time
+	carried int64
 }
 
 // subscription is one bucket of one stream.
@@ -58,6 +63,8 @@ type subscription struct {
 	gone  bool
 
 	demand     int64         // mrps, unknownDemand until a second report
+	lastSample int64         // mrps, the last interval's demand
+	admitting  int64         // mrps the proxy admitted over its last interval
 	interval   time.Duration // between its reports, 0 until known
 	lastReport time.Time
 	lastUsed   time.Time
@@ -168,11 +175,13 @@ func (sub *subscription) observe(now time.Time, allowed, denied int64) {
 	if !sub.lastReport.IsZero() {
 		elapsed := min(max(now.Sub(sub.lastReport), minInterval), maxInterval)
 		sample := int64(min(float64(allowed+denied)*1e6/float64(elapsed.Milliseconds()), float64(unknownDemand-1)))
-		if sub.demand == unknownDemand {
-			sub.demand = sample
-		} else {
-			sub.demand = max(sample, sub.demand/2+sample/2)
-		}
+		// The larger of the last two intervals': a proxy held below its
+		// demand reports the rest denied, so a sample is what it wants;
+		// two ride over the noise of a few requests an interval, and a
+		// proxy whose demand falls frees its share an interval later.
+		sub.demand = max(sample, sub.lastSample)
+		sub.lastSample = sample
+		sub.admitting = int64(min(float64(allowed)*1e6/float64(elapsed.Milliseconds()), float64(unknownDemand-1)))
 		if sub.interval == 0 {
 			sub.interval = elapsed
 		} else {
@@ -241,11 +250,15 @@ func (s *Service) ttlFor(sub *subscription) time.Duration {
 // maxTTL bounds an assignment's time to live.
 const maxTTL = time.Minute
 
-// push sends sub strategy (whose rate is rate) when it differs from what
-// the proxy holds by more than 5 %, or half its time to live has passed.
+// push sends sub strategy (whose rate is rate) unless the proxy holds one
+// within 5 % of it (a proxy replacing its token bucket keeps only the
+// whole tokens of its share of the old one, so each change costs a
+// little; the bound is the same both ways, so that the rates held follow
+// the shares rather than their lows or highs), until half its time to
+// live has passed.
 func (s *Service) push(sub *subscription, strategy *typev3.RateLimitStrategy, rate int64, now time.Time) {
 	ttl := s.ttlFor(sub)
-	if sub.sent != nil && proto.Equal(sub.sent, strategy) || sub.sent != nil && near(sub.sentRate, rate) {
+	if sub.sent != nil && (proto.Equal(sub.sent, strategy) || near(sub.sentRate, rate)) {
 		if now.Sub(sub.sentAt) < sub.sentTTL/2 {
 			return
 		}
@@ -256,15 +269,16 @@ func (s *Service) push(sub *subscription, strategy *typev3.RateLimitStrategy, ra
 	s.cfg.Metrics.action(actionAssign)
 }
 
-// near reports whether two rates differ by 5 % or less (both unknown or
-// blanket ones are near only when equal).
-func near(a, b int64) bool {
-	if a == unknownDemand || b == unknownDemand {
-		return a == b
+// near reports whether the proxy holding rate held may keep it for want:
+// they differ by 5 % or less (unknown or blanket rates are near only when
+// equal).
+func near(held, want int64) bool {
+	if held == unknownDemand || want == unknownDemand {
+		return held == want
 	}
-	d := a - b
+	d := want - held
 	if d < 0 {
 		d = -d
 	}
-	return d*20 <= max(a, b)
+	return d*20 <= max(held, want)
 }

@@ -2,6 +2,7 @@ package rlqs
 
 import (
 	"context"
+	"math"
 	"time"
 
 	"go.uber.org/zap"
@@ -73,7 +74,11 @@ func (s *Service) Tick(ctx context.Context) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for i, a := range sc.aggs {
-		s.divide(a, sc.subs[i], &sc.outs[i], &sc.demands[i], now)
+		var charged int64
+		if sc.reqs[i].Policy == a.twin && sc.reqs[i].Role != limiter.RoleCheck {
+			charged = sc.reqs[i].Cost
+		}
+		s.divide(a, sc.subs[i], &sc.outs[i], &sc.demands[i], charged, now)
 	}
 	for st := range s.streams {
 		for _, sub := range st.subs {
@@ -110,15 +115,35 @@ func (s *Service) revisit(now time.Time) {
 // a's capacity: max-min fair over the demands of every replica's
 // proxies. A decision the store could not make follows the policy's
 // failure mode: open lets every proxy through, closed none.
-func (s *Service) divide(a *aggregate, subs []*subscription, o *limiter.Outcome, d *Demand, now time.Time) {
+func (s *Service) divide(a *aggregate, subs []*subscription, o *limiter.Outcome, d *Demand, charged int64, now time.Time) {
 	var c int64
-	lag := s.cfg.Tick
-	for _, sub := range subs {
-		lag = max(lag, s.cfg.Tick+sub.interval)
-	}
 	switch {
 	case o.Kind == limiter.Evaluated && o.Decision.Known():
-		c = capacity(a.policy, o.Decision.Remaining, o.Decision.ResetAt, now, lag)
+		// A window's remaining goes over the time left (at least a tick:
+		// an assignment lasts until the next one). The usage the proxies
+		// have not reported yet is not taken from it: at the window's end
+		// it is charged to the next window, as the usage of this one's
+		// start was to this one, so a window admits its limit. The other
+		// algorithms renew continuously: their remaining less what is
+		// unreported goes over a tick at least.
+		remaining, reset, lag := o.Decision.Remaining, o.Decision.ResetAt, s.cfg.Tick
+		if a.policy.Algorithm() == limiter.FixedWindow {
+			// The usage reported before a window began and charged at its
+			// first tick was admitted in the window before: it is not
+			// this window's (ticks fall on window boundaries, Run).
+			if !reset.Equal(a.window) {
+				a.carried = 0
+				if !a.window.IsZero() {
+					a.carried = charged
+				}
+				a.window = reset
+			}
+			remaining += a.carried
+			reset, lag = maxTime(reset, now.Add(s.cfg.Tick)), 0
+		} else {
+			remaining -= s.unreported(a, subs, now)
+		}
+		c = capacity(a.policy, remaining, reset, now, lag)
 	case a.policy.FailureMode() == limiter.FailOpen:
 		c = unknownDemand
 	}
@@ -132,7 +157,10 @@ func (s *Service) divide(a *aggregate, subs []*subscription, o *limiter.Outcome,
 		fairShares(c, all, shares)
 	}
 	s.scratch.shares = all
-	a.capacity, a.demand, a.assigned = c, 0, 0
+	a.capacity, a.demand, a.assigned, a.remote = c, 0, 0, 0
+	for _, r := range shares[len(d.Mine):] {
+		a.remote = satAdd(a.remote, r)
+	}
 	for i, sub := range subs {
 		if sub.gone {
 			continue
@@ -147,6 +175,33 @@ func (s *Service) divide(a *aggregate, subs []*subscription, o *limiter.Outcome,
 		}
 		a.assigned = satAdd(a.assigned, shares[i])
 	}
+}
+
+// unreported estimates the requests a's proxies admitted that the store
+// has not been told: each of this replica's proxies at the rate it last
+// reported admitting, since its last report; the other replicas' at their
+// assignment, over half a reporting interval and half a tick (their
+// reports and ticks are not this replica's).
+func (s *Service) unreported(a *aggregate, subs []*subscription, now time.Time) int64 {
+	var u, interval float64
+	n := 0
+	for _, sub := range subs {
+		if sub.gone {
+			continue
+		}
+		u += float64(sub.admitting) * now.Sub(sub.lastReport).Seconds() / 1000
+		if sub.interval > 0 {
+			interval += sub.interval.Seconds()
+			n++
+		}
+	}
+	if n > 0 {
+		interval /= float64(n)
+	}
+	if a.remote != unknownDemand {
+		u += float64(a.remote) * (interval + s.cfg.Tick.Seconds()) / 2 / 1000
+	}
+	return int64(math.Ceil(min(u, 1<<53)))
 }
 
 // assign sends sub the strategy of its rate: the lowest of its limits'
@@ -167,7 +222,7 @@ func (s *Service) assign(sub *subscription, now time.Time) {
 		s.push(sub, blanket(true), unknownDemand, now)
 		return
 	}
-	s.push(sub, strategyFor(rate, max(1, rate/1000)), rate, now)
+	s.push(sub, strategyFor(rate, max(2, 2*rate/1000)), rate, now)
 }
 
 // satAdd is a + b, at most unknownDemand.
@@ -176,4 +231,11 @@ func satAdd(a, b int64) int64 {
 		return unknownDemand
 	}
 	return a + b
+}
+
+func maxTime(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
 }
