@@ -155,3 +155,16 @@ func TestRLQSFleetOneReplica(t *testing.T) {
 		t.Errorf("rlqs_streams %v, want 10", got)
 	}
 }
+
+// TestRLQSFleetThreeReplicas: the same ten proxies spread over three
+// replicas sharing one Redis divide one limit as one replica does.
+func TestRLQSFleetThreeReplicas(t *testing.T) {
+	_, cfg := withStandaloneRedis(t)
+	rs := startReplicas(t, 3, rlqsRules, cfg)
+	checkFleet(t, []string{rs[0].grpcAddr, rs[1].grpcAddr, rs[2].grpcAddr})
+	for _, r := range rs {
+		if got := r.metric(`envoy_rls_rlqs_streams`); got < 3 || got > 4 {
+			t.Errorf("%s: rlqs_streams %v, want 3 or 4 of the 10", r.name, got)
+		}
+	}
+}

@@ -49,7 +49,10 @@ type server struct {
 	reloads        *reloadMetrics
 	secretMismatch prometheus.Gauge // compat.SecretKeeper's
 	storeConfig    store.Config
-	top            *topk.Tracker
+	// exchange shares the RLQS demands among replicas (nil: the memory
+	// store, one replica).
+	exchange rlqs.Exchange
+	top      *topk.Tracker
 	// refMetrics are the reference's Prometheus metrics; audit is the
 	// audit sink; nil when off.
 	refMetrics *refmetrics.Sink
@@ -187,6 +190,13 @@ func (s *server) openStore(ctx context.Context, closeStore *[]func()) error {
 		return err
 	}
 	*closeStore = append(*closeStore, closeFn)
+	if o.rlqs.On {
+		// The replicas' demands, published for three ticks: a replica
+		// that stops publishing leaves its share within three ticks.
+		if s.exchange, err = s.storeConfig.Exchange(st, 3*o.rlqs.Tick); err != nil {
+			return err
+		}
+	}
 	st = s.guardStore(ctx, st)
 	if s.hooks.wrapStore != nil {
 		st = s.hooks.wrapStore(st)
@@ -271,6 +281,7 @@ func (s *server) startQuota(ctx context.Context, answering limiter.Store) error 
 	}
 	cfg := f.Config()
 	cfg.Rules, cfg.Store, cfg.Clock, cfg.Log = s.rules.Current, answering, s.storeConfig.Clock, s.log
+	cfg.Exchange = s.exchange
 	var err error
 	if cfg.Metrics, err = rlqs.NewMetrics(s.reg); err != nil {
 		return err

@@ -21,6 +21,9 @@ type tickScratch struct {
 	outs    []limiter.Outcome
 	demands []Demand
 	shares  []int64
+	// reads re-reads the states charged (readOf: their index in reqs).
+	reads  []limiter.Request
+	readOf []int
 }
 
 // Tick revises every assignment: it charges the usage reported since the
@@ -62,9 +65,31 @@ func (s *Service) Tick(ctx context.Context) {
 	s.mu.Unlock()
 
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.Tick)
-	for from := 0; from < len(sc.reqs); from += evaluateChunk {
-		to := min(from+evaluateChunk, len(sc.reqs))
-		s.cfg.Store.Evaluate(ctx, sc.reqs[from:to], sc.outs[from:to])
+	s.evaluate(ctx, sc.reqs, sc.outs)
+	if _, alone := s.cfg.Exchange.(alone); !alone {
+		// The other replicas charge their proxies' usage at the same
+		// tick: read the states again once they have, so that the
+		// capacity counts every replica's charges, not only those that
+		// landed before this replica's.
+		select {
+		case <-ctx.Done():
+		case <-time.After(s.cfg.Tick / 20):
+		}
+		for i := range sc.reqs {
+			if sc.reqs[i].Role != limiter.RoleCheck {
+				sc.reads = append(sc.reads, limiter.Request{Policy: sc.aggs[i].policy, Subject: sc.aggs[i].subject,
+					Tag: sc.aggs[i].tag, Cost: 1, Role: limiter.RoleCheck})
+				sc.readOf = append(sc.readOf, i)
+			}
+		}
+		reread := make([]limiter.Outcome, len(sc.reads))
+		s.evaluate(ctx, sc.reads, reread)
+		for k, i := range sc.readOf {
+			if reread[k].Kind == limiter.Evaluated {
+				sc.outs[i] = reread[k]
+			}
+		}
+		sc.reads, sc.readOf = sc.reads[:0], sc.readOf[:0]
 	}
 	if err := s.cfg.Exchange.Swap(ctx, sc.demands); err != nil {
 		s.cfg.Log.Warn("rlqs: demands not exchanged: dividing among this replica's proxies alone", zap.Error(err))
@@ -130,11 +155,16 @@ func (s *Service) divide(a *aggregate, subs []*subscription, o *limiter.Outcome,
 		if a.policy.Algorithm() == limiter.FixedWindow {
 			// The usage reported before a window began and charged at its
 			// first tick was admitted in the window before: it is not
-			// this window's (ticks fall on window boundaries, Run).
+			// this window's (ticks fall on window boundaries, Run). The
+			// other replicas charged theirs too: in proportion to what
+			// their proxies were assigned beside this replica's.
 			if !reset.Equal(a.window) {
 				a.carried = 0
 				if !a.window.IsZero() {
 					a.carried = charged
+					if a.assigned > 0 && a.assigned != unknownDemand && a.remote != unknownDemand {
+						a.carried = int64(float64(charged) * float64(satAdd(a.assigned, a.remote)) / float64(a.assigned))
+					}
 				}
 				a.window = reset
 			}
@@ -174,6 +204,14 @@ func (s *Service) divide(a *aggregate, subs []*subscription, o *limiter.Outcome,
 			a.demand = satAdd(a.demand, sub.demand)
 		}
 		a.assigned = satAdd(a.assigned, shares[i])
+	}
+}
+
+// evaluate evaluates reqs on the store, evaluateChunk a call.
+func (s *Service) evaluate(ctx context.Context, reqs []limiter.Request, outs []limiter.Outcome) {
+	for from := 0; from < len(reqs); from += evaluateChunk {
+		to := min(from+evaluateChunk, len(reqs))
+		s.cfg.Store.Evaluate(ctx, reqs[from:to], outs[from:to])
 	}
 }
 
@@ -222,7 +260,7 @@ func (s *Service) assign(sub *subscription, now time.Time) {
 		s.push(sub, blanket(true), unknownDemand, now)
 		return
 	}
-	s.push(sub, strategyFor(rate, max(2, 2*rate/1000)), rate, now)
+	s.push(sub, strategyFor(rate, max(2, rate/2000)), rate, now)
 }
 
 // satAdd is a + b, at most unknownDemand.
