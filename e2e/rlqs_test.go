@@ -2,10 +2,15 @@ package e2e_test
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
 
+	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+
+	"github.com/envoy-rls/envoy-rls/internal/polltest"
 	"github.com/envoy-rls/envoy-rls/internal/rlqstest"
 )
 
@@ -99,43 +104,72 @@ func (fp *fleetProxy) inWindows(from, to int64) int {
 	return n
 }
 
-// checkFleet runs ten proxies against targets, one wanting ten times each
-// of the others, together three times the limit, and checks, over the
-// whole windows that start two reporting intervals after the start: each
-// window admits the limit within 5 %, and each proxy at least 90 % of
-// min(its demand, its fair share).
-func checkFleet(t *testing.T, targets []string) {
-	const n, interval = 10, time.Second
+// skewed is ten demands, one ten times each of the others, together
+// three times the limit's rate.
+func skewed() []float64 {
 	total := 3 * float64(rlqsLimit) / rlqsWindow.Seconds()
-	demands := make([]float64, n)
+	demands := make([]float64, 10)
 	for i := range demands {
 		demands[i] = total / 19 // nine of these and one of ten: 19 shares
 	}
 	demands[0] = 10 * total / 19
-	// Start just after a window begins: the proxies' first requests,
-	// admitted before any assignment (Envoy's default), are charged to
-	// that window, and the next ones, which start more than two reporting
-	// intervals later, are measured.
+	return demands
+}
+
+// startAligned waits until just after a window begins and starts the
+// fleet of demands against targets; it returns the fleet, the first window
+// measured (the next one: the proxies' first requests, admitted before
+// any assignment as Envoy's default is, are charged to the current one,
+// and the next starts more than two reporting intervals later) and the
+// fleet's stop.
+func startAligned(t *testing.T, targets []string, demands []float64) ([]*fleetProxy, int64, func()) {
 	win := rlqsWindow.Milliseconds()
 	time.Sleep(time.Until(time.UnixMilli((time.Now().UnixMilli()/win + 1) * win).Add(50 * time.Millisecond)))
 	stop := make(chan struct{})
 	first := time.Now().UnixMilli()/win + 1
-	fleet := runFleet(t, targets, demands, interval, map[string]string{"tenant": "rawval-acme"}, stop)
-	const windows = 2
-	time.Sleep(time.Until(time.UnixMilli((first + windows) * win).Add(100 * time.Millisecond)))
-	close(stop)
+	fleet := runFleet(t, targets, demands, time.Second, map[string]string{"tenant": "rawval-acme"}, stop)
+	var once sync.Once
+	return fleet, first, func() { once.Do(func() { close(stop) }) }
+}
 
-	fair := float64(rlqsLimit) / rlqsWindow.Seconds() / n // every demand is above it
-	for w := first; w < first+windows; w++ {
+// untilWindow sleeps until window w (an index, UnixMilli / window) has
+// begun, plus after.
+func untilWindow(w int64, after time.Duration) {
+	time.Sleep(time.Until(time.UnixMilli(w * rlqsWindow.Milliseconds()).Add(after)))
+}
+
+// checkWindows checks that each window of [first, first+n) admitted
+// within 5 % of the limit, plus extra (what else the window admitted,
+// by window); it returns the totals.
+func checkWindows(t *testing.T, fleet []*fleetProxy, first, n int64, extra func(w int64) int) {
+	t.Helper()
+	for w := first; w < first+n; w++ {
 		sum := 0
 		for _, fp := range fleet {
 			sum += fp.inWindows(w, w+1)
 		}
-		t.Logf("window %d: %d admitted of a limit of %d", w-first+1, sum, rlqsLimit)
-		if d := float64(sum-rlqsLimit) / rlqsLimit; d > 0.05 || d < -0.05 {
-			t.Errorf("window %d admitted %d, want %d within 5%%", w-first+1, sum, rlqsLimit)
+		more := 0
+		if extra != nil {
+			more = extra(w)
+		}
+		t.Logf("window %d: %d admitted by the proxies, %d otherwise, of a limit of %d", w-first+1, sum, more, rlqsLimit)
+		if d := float64(sum+more-rlqsLimit) / rlqsLimit; d > 0.05 || d < -0.05 {
+			t.Errorf("window %d admitted %d, want %d within 5%%", w-first+1, sum+more, rlqsLimit)
 		}
 	}
+}
+
+// checkFleet runs the skewed fleet against targets and checks, over the
+// two whole windows that start two reporting intervals after the start:
+// each window admits the limit within 5 %, and each proxy at least 90 %
+// of min(its demand, its fair share).
+func checkFleet(t *testing.T, targets []string) {
+	fleet, first, stop := startAligned(t, targets, skewed())
+	const windows = 2
+	untilWindow(first+windows, 100*time.Millisecond)
+	stop()
+	checkWindows(t, fleet, first, windows, nil)
+	fair := float64(rlqsLimit) / rlqsWindow.Seconds() / float64(len(fleet)) // every demand is above it
 	for i, fp := range fleet {
 		rate := float64(fp.inWindows(first, first+windows)) / (windows * rlqsWindow.Seconds())
 		want := 0.9 * min(fp.demand, fair)
@@ -166,5 +200,105 @@ func TestRLQSFleetThreeReplicas(t *testing.T) {
 		if got := r.metric(`envoy_rls_rlqs_streams`); got < 3 || got > 4 {
 			t.Errorf("%s: rlqs_streams %v, want 3 or 4 of the 10", r.name, got)
 		}
+	}
+}
+
+// TestRLQSReplicaKilled: three replicas on one Redis; one is killed
+// (SIGKILL) in the middle of a window: its proxies reconnect to the
+// others at their next report, and every window stays within 5 % of the
+// limit.
+func TestRLQSReplicaKilled(t *testing.T) {
+	_, cfg := withStandaloneRedis(t)
+	rs := startReplicas(t, 3, rlqsRules, cfg)
+	fleet, first, stop := startAligned(t, []string{rs[0].grpcAddr, rs[1].grpcAddr, rs[2].grpcAddr}, skewed())
+	defer stop()
+	untilWindow(first, rlqsWindow/2)
+	if err := rs[0].cmd.Process.Kill(); err != nil {
+		t.Fatalf("killing %s: %v", rs[0].name, err)
+	}
+	untilWindow(first+2, 100*time.Millisecond)
+	stop()
+	checkWindows(t, fleet, first, 2, nil)
+	for i := 0; i < len(fleet); i += 3 { // the proxies that started on rs[0]
+		if st := fleet[i].p.Stats(); st.StreamsOpened < 2 {
+			t.Errorf("proxy %d of the killed replica: %d streams opened, want a second one elsewhere", i, st.StreamsOpened)
+		}
+	}
+}
+
+// TestRLQSGracefulStop: a replica stopped by SIGTERM sends every bucket
+// its assignment with a time to live of 0 (the proxy falls back at once
+// rather than keep a quota nobody revises) and exits within its drain
+// timeout, its streams ended.
+func TestRLQSGracefulStop(t *testing.T) {
+	r := startReplicas(t, 1, rlqsRules, replicaConfig{})[0]
+	p, err := rlqstest.New(rlqstest.Config{Domain: "rlqs", Targets: []string{r.grpcAddr}, Interval: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	p.Start(ctx)
+	defer p.Stop()
+	bucket := map[string]string{"tenant": "rawval-stop"}
+	p.Request(bucket)
+	polltest.Eventually(t, 10*time.Second, 20*time.Millisecond, "an assignment", func() error {
+		if a, ok := p.Assignment(bucket); !ok || a.Strategy.GetTokenBucket() == nil || a.TTL < time.Second {
+			return fmt.Errorf("assignment %+v", a)
+		}
+		return nil
+	})
+	r.terminate(t)
+	if code, err := r.wait(stopTimeout); err != nil || code != 0 {
+		t.Fatalf("after SIGTERM: exit %d, %v; want 0 within %v", code, err, stopTimeout)
+	}
+	if a, _ := p.Assignment(bucket); a.TTL != 0 || p.Stats().ShortTTL < 1 {
+		t.Fatalf("after the stop: last assignment %+v, %d with a TTL under 1s; want one with TTL 0", a, p.Stats().ShortTTL)
+	}
+}
+
+// TestRLQSWithRLS: RLS calls and RLQS reports on one rule share one
+// budget: proxies wanting twice the limit beside an RLS client calling
+// 50 times a second admit together the limit within 5 % per window.
+func TestRLQSWithRLS(t *testing.T) {
+	r := startReplicas(t, 1, rlqsRules, replicaConfig{})[0]
+	demands := skewed()
+	for i := range demands {
+		demands[i] *= 2.0 / 3
+	}
+	fleet, first, stop := startAligned(t, []string{r.grpcAddr}, demands)
+	defer stop()
+	var mu sync.Mutex
+	rlsOK := map[int64]int{}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		tick := time.NewTicker(20 * time.Millisecond)
+		defer tick.Stop()
+		req := &rlsv3.RateLimitRequest{Domain: "rlqs", Descriptors: []*ratelimitv3.RateLimitDescriptor{
+			{Entries: []*ratelimitv3.RateLimitDescriptor_Entry{{Key: "tenant", Value: "rawval-acme"}}}}}
+		for now := range tick.C {
+			if now.After(time.UnixMilli((first + 2) * rlqsWindow.Milliseconds())) {
+				return
+			}
+			if res := r.send(time.Second, req); res.Err == nil && res.Code == rlsv3.RateLimitResponse_OK {
+				mu.Lock()
+				rlsOK[now.UnixMilli()/rlqsWindow.Milliseconds()]++
+				mu.Unlock()
+			}
+		}
+	}()
+	<-done
+	untilWindow(first+2, 100*time.Millisecond)
+	stop()
+	checkWindows(t, fleet, first, 2, func(w int64) int {
+		mu.Lock()
+		defer mu.Unlock()
+		return rlsOK[w]
+	})
+	mu.Lock()
+	defer mu.Unlock()
+	if rlsOK[first] == 0 {
+		t.Errorf("RLS admitted nothing in window 1: the budget was not shared")
 	}
 }

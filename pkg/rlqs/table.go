@@ -45,6 +45,12 @@ type aggregate struct {
 	// what its first tick charged of usage reported before it began.
 	window  time.Time
 	carried int64
+	// lastRemaining and readAt are the last tick's reading; others the
+	// rate (requests a second) the window is drawn on by anything but
+	// the proxies' reports: RLS calls.
+	lastRemaining int64
+	readAt        time.Time
+	others        float64
 }
 
 // subscription is one bucket of one stream.

@@ -158,22 +158,32 @@ func (s *Service) divide(a *aggregate, subs []*subscription, o *limiter.Outcome,
 			// this window's (ticks fall on window boundaries, Run). The
 			// other replicas charged theirs too: in proportion to what
 			// their proxies were assigned beside this replica's.
+			scale := 1.0
+			if a.assigned > 0 && a.assigned != unknownDemand && a.remote != unknownDemand {
+				scale = float64(satAdd(a.assigned, a.remote)) / float64(a.assigned)
+			}
+			all := float64(charged) * scale // every replica's charge
 			if !reset.Equal(a.window) {
 				a.carried = 0
 				if !a.window.IsZero() {
-					a.carried = charged
-					if a.assigned > 0 && a.assigned != unknownDemand && a.remote != unknownDemand {
-						a.carried = int64(float64(charged) * float64(satAdd(a.assigned, a.remote)) / float64(a.assigned))
-					}
+					a.carried = int64(all)
 				}
 				a.window = reset
+			} else if elapsed := now.Sub(a.readAt).Seconds(); elapsed > 0 {
+				// What else drew on the window since the last tick (RLS
+				// calls): its rate is kept for the rest of the window.
+				other := max(0, (float64(a.lastRemaining-o.Decision.Remaining)-all)/elapsed)
+				a.others = (a.others + other) / 2
 			}
+			a.lastRemaining, a.readAt = o.Decision.Remaining, now
 			remaining += a.carried
 			reset, lag = maxTime(reset, now.Add(s.cfg.Tick)), 0
+			c = capacity(a.policy, remaining, reset, now, lag)
+			c = max(0, c-int64(a.others*1000))
 		} else {
 			remaining -= s.unreported(a, subs, now)
+			c = capacity(a.policy, remaining, reset, now, lag)
 		}
-		c = capacity(a.policy, remaining, reset, now, lag)
 	case a.policy.FailureMode() == limiter.FailOpen:
 		c = unknownDemand
 	}
