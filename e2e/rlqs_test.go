@@ -9,6 +9,7 @@ import (
 
 	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 
 	"github.com/envoy-rls/envoy-rls/internal/polltest"
 	"github.com/envoy-rls/envoy-rls/internal/rlqstest"
@@ -301,4 +302,69 @@ func TestRLQSWithRLS(t *testing.T) {
 	if rlsOK[first] == 0 {
 		t.Errorf("RLS admitted nothing in window 1: the budget was not shared")
 	}
+}
+
+// TestRLQSRedisPaused: while Redis is stopped (SIGSTOP) a rule with
+// failure_mode closed assigns nothing (DENY_ALL), and one with
+// failure_mode open lets every request through (ALLOW_ALL); once Redis
+// answers again, both are assigned quotas, and the usage the proxies
+// reported meanwhile has been charged (journalled, then replayed).
+func TestRLQSRedisPaused(t *testing.T) {
+	redis, cfg := withStandaloneRedis(t)
+	r := startReplicas(t, 1, `domain: rlqs
+descriptors:
+  - key: closed
+    rate_limit: {unit: hour, requests_per_unit: 100000, failure_mode: closed}
+  - key: open
+    rate_limit: {unit: hour, requests_per_unit: 100000, failure_mode: open}
+`, cfg)[0]
+	p, err := rlqstest.New(rlqstest.Config{Domain: "rlqs", Targets: []string{r.grpcAddr}, Interval: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	p.Start(ctx)
+	defer p.Stop()
+	closed, open := map[string]string{"closed": "rawval-c"}, map[string]string{"open": "rawval-o"}
+	want := func(what string, b map[string]string, ok func(a rlqstest.Assignment) bool) {
+		t.Helper()
+		polltest.Eventually(t, 15*time.Second, 20*time.Millisecond, what, func() error {
+			p.Request(b) // keeps the bucket in use
+			if a, found := p.Assignment(b); !found || !ok(a) {
+				return fmt.Errorf("assignment %+v", a)
+			}
+			return nil
+		})
+	}
+	quota := func(a rlqstest.Assignment) bool { return a.Strategy.GetTokenBucket() != nil }
+	want("a quota before the pause", closed, quota)
+	want("a quota before the pause", open, quota)
+	redis.Pause()
+	want("DENY_ALL while Redis is stopped (closed)", closed, func(a rlqstest.Assignment) bool {
+		return a.Strategy.GetBlanketRule() == typev3.RateLimitStrategy_DENY_ALL
+	})
+	want("ALLOW_ALL while Redis is stopped (open)", open, func(a rlqstest.Assignment) bool {
+		return a.Strategy.GetBlanketRule() == typev3.RateLimitStrategy_ALLOW_ALL
+	})
+	redis.Resume()
+	want("a quota again after the pause", closed, quota)
+	want("a quota again after the pause", open, quota)
+	// Every request the proxy admitted on the open rule, during the pause
+	// too, is charged once the journal has replayed.
+	req := &rlsv3.RateLimitRequest{Domain: "rlqs", Descriptors: []*ratelimitv3.RateLimitDescriptor{
+		{Entries: []*ratelimitv3.RateLimitDescriptor_Entry{{Key: "open", Value: "rawval-o"}}}}}
+	polltest.Eventually(t, 15*time.Second, 100*time.Millisecond, "the paused usage charged", func() error {
+		allowed, _ := p.Counts(open)
+		res := r.send(time.Second, req)
+		if res.Err != nil {
+			return res.Err
+		}
+		// The RLS call takes 1; the proxy's last interval may not be
+		// reported yet.
+		if used := 100000 - int64(res.Remain) - 1; used < int64(allowed)-50 || used > int64(allowed) {
+			return fmt.Errorf("the state counts %d used, the proxy admitted %d", used, allowed)
+		}
+		return nil
+	})
 }
