@@ -66,7 +66,7 @@ func (s *Service) Tick(ctx context.Context) {
 
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.Tick)
 	s.evaluate(ctx, sc.reqs, sc.outs)
-	if _, alone := s.cfg.Exchange.(alone); !alone {
+	if !s.single() {
 		// The other replicas charge their proxies' usage at the same
 		// tick: read the states again once they have, so that the
 		// capacity counts every replica's charges, not only those that
@@ -169,9 +169,12 @@ func (s *Service) divide(a *aggregate, subs []*subscription, o *limiter.Outcome,
 					a.carried = int64(all)
 				}
 				a.window = reset
-			} else if elapsed := now.Sub(a.readAt).Seconds(); elapsed > 0 {
+			} else if elapsed := now.Sub(a.readAt).Seconds(); elapsed > 0 && s.single() {
 				// What else drew on the window since the last tick (RLS
 				// calls): its rate is kept for the rest of the window.
+				// Only a replica whose proxies alone report the subject
+				// knows what the reports charged; with several, the
+				// others' share is an estimate too coarse to subtract.
 				other := max(0, (float64(a.lastRemaining-o.Decision.Remaining)-all)/elapsed)
 				a.others = (a.others + other) / 2
 			}
@@ -286,4 +289,11 @@ func maxTime(a, b time.Time) time.Time {
 		return a
 	}
 	return b
+}
+
+// single reports whether this replica divides its limits alone (no
+// Exchange: the memory store).
+func (s *Service) single() bool {
+	_, ok := s.cfg.Exchange.(alone)
+	return ok
 }
