@@ -52,7 +52,9 @@ type server struct {
 	// exchange shares the RLQS demands among replicas (nil: the memory
 	// store, one replica).
 	exchange rlqs.Exchange
-	top      *topk.Tracker
+	// quota is the RLQS service (nil: --rlqs=false).
+	quota *rlqs.Service
+	top   *topk.Tracker
 	// refMetrics are the reference's Prometheus metrics; audit is the
 	// audit sink; nil when off.
 	refMetrics *refmetrics.Sink
@@ -291,6 +293,7 @@ func (s *server) startQuota(ctx context.Context, answering limiter.Store) error 
 		return err
 	}
 	s.grpc.RegisterQuota(q)
+	s.quota = q
 	s.background(func() { q.Run(ctx) })
 	return nil
 }
@@ -320,6 +323,7 @@ func (s *server) startServing(ctx context.Context) (*admin.Server, *http.Server,
 		HealthcheckRequiresRules: o.HealthcheckRequiresRules,
 		HealthcheckRequiresStore: o.HealthcheckRequiresStore,
 		Pprof:                    o.Pprof, Auth: s.adminAuth, Top: s.top, Audit: s.audit, AuditSink: o.audit.Sink, Log: s.log,
+		Quota: s.quota,
 	})
 	if err != nil {
 		_ = grpcLis.Close()

@@ -1,9 +1,12 @@
 package rlqs
 
 import (
+	"cmp"
 	"context"
+	"encoding/hex"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -179,4 +182,37 @@ func (s *Service) Stop() {
 		st.waitFlushed(2 * time.Second)
 		st.end()
 	}
+}
+
+// AggregateInfo is one limit's subject as this replica divides it, for
+// the admin API: configuration and digests only, never a request value.
+type AggregateInfo struct {
+	Domain        string  `json:"domain"`
+	PolicyID      string  `json:"policy_id"`
+	SubjectDigest string  `json:"subject_digest"`
+	Subscribers   int     `json:"subscribers"`
+	DemandRPS     float64 `json:"demand_rps"`
+	AssignedRPS   float64 `json:"assigned_rps"`
+	CapacityRPS   float64 `json:"capacity_rps"`
+}
+
+// Aggregates returns at most n of the aggregates this replica divides,
+// those with the most subscribers first, and the number of streams open.
+func (s *Service) Aggregates(n int) (aggs []AggregateInfo, streams int) {
+	rps := func(mrps int64) float64 {
+		if mrps == unknownDemand {
+			return -1
+		}
+		return float64(mrps) / 1000
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, a := range s.aggs {
+		aggs = append(aggs, AggregateInfo{Domain: a.domain, PolicyID: a.policy.ID(), SubjectDigest: hex.EncodeToString(a.subject[:]),
+			Subscribers: len(a.subs), DemandRPS: rps(a.demand), AssignedRPS: rps(a.assigned), CapacityRPS: rps(a.capacity)})
+	}
+	slices.SortFunc(aggs, func(x, y AggregateInfo) int {
+		return cmp.Or(cmp.Compare(y.Subscribers, x.Subscribers), cmp.Compare(x.PolicyID, y.PolicyID), cmp.Compare(x.SubjectDigest, y.SubjectDigest))
+	})
+	return aggs[:min(n, len(aggs))], len(s.streams)
 }
