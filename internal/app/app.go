@@ -194,7 +194,7 @@ func validateCommand(ctx context.Context, args []string, getenv func(string) str
 	}
 	done := make(chan result, 1)
 	go func() {
-		summary, err := descriptors.Validate(path, lim.Limits())
+		summary, err := descriptors.Validate(path, lim.Limits(), rlqsNote)
 		done <- result{summary, err}
 	}()
 	var res result
@@ -220,6 +220,14 @@ func validateCommand(ctx context.Context, args []string, getenv func(string) str
 	}
 	fmt.Fprint(stdout, res.summary)
 	return nil
+}
+
+// rlqsNote is validate's line under a rule that RLQS assigns no quota.
+func rlqsNote(r *descriptors.Rule) string {
+	if why := rlqs.Refusal(r); why != "" {
+		return "RLQS: no quota, its failure_mode answers (" + why + ")"
+	}
+	return ""
 }
 
 // rulesError reports rules that fail to load at start: every problem on a
