@@ -1,7 +1,6 @@
 package e2e_test
 
 import (
-	"context"
 	"fmt"
 	"sync"
 	"testing"
@@ -51,16 +50,7 @@ func runFleet(t *testing.T, targets []string, demands []float64, interval time.D
 		for k := range targets {
 			order = append(order, targets[(i+k)%len(targets)])
 		}
-		p, err := rlqstest.New(rlqstest.Config{Domain: "rlqs", Targets: order, Interval: interval})
-		if err != nil {
-			t.Fatal(err)
-		}
-		ctx, cancel := context.WithCancel(context.Background())
-		p.Start(ctx)
-		t.Cleanup(func() {
-			cancel()
-			p.Stop()
-		})
+		p := rlqstest.Run(t, rlqstest.Config{Domain: "rlqs", Targets: order, Interval: interval})
 		fp := &fleetProxy{p: p, demand: d, admitted: make(map[int64]int)}
 		fleet[i] = fp
 		wg.Add(1)
@@ -233,14 +223,7 @@ func TestRLQSReplicaKilled(t *testing.T) {
 // timeout, its streams ended.
 func TestRLQSGracefulStop(t *testing.T) {
 	r := startReplicas(t, 1, rlqsRules, replicaConfig{})[0]
-	p, err := rlqstest.New(rlqstest.Config{Domain: "rlqs", Targets: []string{r.grpcAddr}, Interval: time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	p.Start(ctx)
-	defer p.Stop()
+	p := rlqstest.Run(t, rlqstest.Config{Domain: "rlqs", Targets: []string{r.grpcAddr}, Interval: time.Second})
 	bucket := map[string]string{"tenant": "rawval-stop"}
 	p.Request(bucket)
 	polltest.Eventually(t, 10*time.Second, 20*time.Millisecond, "an assignment", func() error {
@@ -318,14 +301,7 @@ descriptors:
   - key: open
     rate_limit: {unit: hour, requests_per_unit: 100000, failure_mode: open}
 `, cfg)[0]
-	p, err := rlqstest.New(rlqstest.Config{Domain: "rlqs", Targets: []string{r.grpcAddr}, Interval: time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	p.Start(ctx)
-	defer p.Stop()
+	p := rlqstest.Run(t, rlqstest.Config{Domain: "rlqs", Targets: []string{r.grpcAddr}, Interval: time.Second})
 	closed, open := map[string]string{"closed": "rawval-c"}, map[string]string{"open": "rawval-o"}
 	want := func(what string, b map[string]string, ok func(a rlqstest.Assignment) bool) {
 		t.Helper()

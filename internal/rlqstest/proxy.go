@@ -48,6 +48,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"testing"
 	"time"
 
 	rlqsv3 "github.com/envoyproxy/go-control-plane/envoy/service/rate_limit_quota/v3"
@@ -324,4 +325,21 @@ func bucketKey(b map[string]string) string {
 		}
 	}
 	return sb.String()
+}
+
+// Run starts a Proxy of cfg for a test: it fails the test when cfg is
+// invalid, and stops the proxy when the test ends.
+func Run(t testing.TB, cfg Config) *Proxy {
+	t.Helper()
+	p, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	p.Start(ctx)
+	t.Cleanup(func() {
+		cancel()
+		p.Stop()
+	})
+	return p
 }

@@ -48,16 +48,7 @@ func newFleet(t *testing.T, h *harness, demands []float64) *fleet {
 	t.Cleanup(gs.Stop)
 	f := &fleet{t: t, h: h, demands: demands, owed: make([]float64, len(demands)), bucket: map[string]string{"tenant": "rawval-acme"}}
 	for range demands {
-		p, err := rlqstest.New(rlqstest.Config{Domain: "app", Targets: []string{lis.Addr().String()}, Interval: time.Hour, Clock: h.clock})
-		if err != nil {
-			t.Fatal(err)
-		}
-		ctx, cancel := context.WithCancel(context.Background())
-		p.Start(ctx)
-		t.Cleanup(func() {
-			cancel()
-			p.Stop()
-		})
+		p := rlqstest.Run(t, rlqstest.Config{Domain: "app", Targets: []string{lis.Addr().String()}, Interval: time.Hour, Clock: h.clock})
 		f.proxies = append(f.proxies, p)
 		f.admitted = append(f.admitted, make(map[int64]int))
 	}

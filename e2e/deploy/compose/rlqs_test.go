@@ -1,7 +1,6 @@
 package compose_test
 
 import (
-	"context"
 	"fmt"
 	"path/filepath"
 	"strings"
@@ -37,16 +36,7 @@ func TestDemoServesRLQS(t *testing.T) {
 	}
 	grpcAddr, _ := deploytest.Serve(t, append(args, "--config", filepath.Join(dir(t), "rules"), "--store", "memory")...)
 
-	p, err := rlqstest.New(rlqstest.Config{Domain: parseEnvoy(t).rl.GetDomain(), Targets: []string{grpcAddr}, Interval: rlqstest.MinInterval})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	p.Start(ctx)
-	t.Cleanup(func() {
-		cancel()
-		p.Stop()
-	})
+	p := rlqstest.Run(t, rlqstest.Config{Domain: parseEnvoy(t).rl.GetDomain(), Targets: []string{grpcAddr}, Interval: rlqstest.MinInterval})
 	bucket := map[string]string{"remote_address": "198.51.100.7"}
 	if !p.Request(bucket) {
 		t.Fatal("the bucket's first request was denied before any quota")
