@@ -28,7 +28,9 @@ type Limits struct {
 	// bucket beyond it is assigned by its rule's failure mode.
 	Aggregates int
 	// ReportsPerSecond and ReportBurst bound the messages a stream sends;
-	// one beyond them ends the stream (ResourceExhausted).
+	// one beyond them ends the stream (ResourceExhausted). Envoy sends a
+	// message for each bucket it sees first, so a proxy meeting many new
+	// subjects at once sends as many.
 	ReportsPerSecond, ReportBurst int
 	// UsagesPerReport bounds the bucket usages of one message.
 	UsagesPerReport int
@@ -38,8 +40,8 @@ type Limits struct {
 const (
 	DefaultBucketsPerStream = 10_000
 	DefaultAggregates       = 100_000
-	DefaultReportsPerSecond = 20
-	DefaultReportBurst      = 40
+	DefaultReportsPerSecond = 500
+	DefaultReportBurst      = 1000
 	DefaultUsagesPerReport  = 1000
 	DefaultTick             = time.Second
 	// maxEntries, maxEntryBytes and maxDomainBytes bound a BucketId and a
