@@ -1,8 +1,12 @@
 package e2e_test
 
 import (
+	"encoding/json"
 	"fmt"
+	"math"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -30,8 +34,10 @@ const (
 // fleetProxy is one simulated proxy of a fleet run and what it admitted.
 type fleetProxy struct {
 	p      *rlqstest.Proxy
-	demand float64 // requests per second it is asked for
-	mu     sync.Mutex
+	demand float64 // requests per second it is asked for at the start
+	// rate is the requests per second it is asked for now (float64 bits).
+	rate atomic.Uint64
+	mu   sync.Mutex
 	// admitted counts the requests it admitted per window index
 	// (UnixMilli / window).
 	admitted map[int64]int
@@ -52,6 +58,7 @@ func runFleet(t *testing.T, targets []string, demands []float64, interval time.D
 		}
 		p := rlqstest.Run(t, rlqstest.Config{Domain: "rlqs", Targets: order, Interval: interval})
 		fp := &fleetProxy{p: p, demand: d, admitted: make(map[int64]int)}
+		fp.rate.Store(math.Float64bits(d))
 		fleet[i] = fp
 		wg.Add(1)
 		go func() {
@@ -67,13 +74,15 @@ func runFleet(t *testing.T, targets []string, demands []float64, interval time.D
 func (fp *fleetProxy) drive(bucket map[string]string, stop <-chan struct{}) {
 	tick := time.NewTicker(10 * time.Millisecond)
 	defer tick.Stop()
-	start, sent := time.Now(), 0
+	last, owed := time.Now(), 0.0
 	for {
 		select {
 		case <-stop:
 			return
 		case now := <-tick.C:
-			for due := int(now.Sub(start).Seconds() * fp.demand); sent < due; sent++ {
+			owed += now.Sub(last).Seconds() * math.Float64frombits(fp.rate.Load())
+			last = now
+			for ; owed >= 1; owed-- {
 				if fp.p.Request(bucket) {
 					fp.mu.Lock()
 					fp.admitted[now.UnixMilli()/rlqsWindow.Milliseconds()]++
@@ -174,10 +183,30 @@ func checkFleet(t *testing.T, targets []string) {
 // TestRLQSFleetOneReplica: ten proxies on one replica (memory store)
 // share one limit by max-min fairness.
 func TestRLQSFleetOneReplica(t *testing.T) {
-	r := startReplicas(t, 1, rlqsRules, replicaConfig{})[0]
+	r := startReplicas(t, 1, rlqsRules, replicaConfig{Args: []string{"--admin-token-file", tokenFile(t)}})[0]
 	checkFleet(t, []string{r.grpcAddr})
 	if got := r.metric(`envoy_rls_rlqs_streams`); got != 10 {
 		t.Errorf("rlqs_streams %v, want 10", got)
+	}
+	if got := r.metric(`envoy_rls_rlqs_subscribers{domain="rlqs",policy="rlqs/tenant"}`); got != 10 {
+		t.Errorf("rlqs_subscribers %v, want 10", got)
+	}
+	// The admin API lists the aggregate: its digest, never the tenant.
+	code, body, err := r.adminDo("GET", "/v1/rlqs", adminToken)
+	var ans struct {
+		Streams    int `json:"streams"`
+		Aggregates []struct {
+			PolicyID      string `json:"policy_id"`
+			SubjectDigest string `json:"subject_digest"`
+			Subscribers   int    `json:"subscribers"`
+		} `json:"aggregates"`
+	}
+	if err != nil || code != 200 || json.Unmarshal([]byte(body), &ans) != nil || ans.Streams != 10 || len(ans.Aggregates) != 1 ||
+		ans.Aggregates[0].PolicyID != "rlqs/tenant" || ans.Aggregates[0].Subscribers != 10 || len(ans.Aggregates[0].SubjectDigest) != 64 {
+		t.Errorf("GET /v1/rlqs: %d %v %s", code, err, body)
+	}
+	if strings.Contains(body, "rawval") {
+		t.Errorf("GET /v1/rlqs shows a raw value: %s", body)
 	}
 }
 
@@ -343,4 +372,53 @@ descriptors:
 		}
 		return nil
 	})
+}
+
+// TestRLQSDemandShift: a proxy wanting half the limit stops and another
+// starts wanting as much: within three reporting intervals (and the tick
+// after) the newcomer is assigned at least 90 % of its max-min share, and
+// the one that stopped holds no more than a proxy wanting little.
+func TestRLQSDemandShift(t *testing.T) {
+	r := startReplicas(t, 1, rlqsRules, replicaConfig{})[0]
+	demands := make([]float64, 10)
+	for i := range demands {
+		demands[i] = 2
+	}
+	demands[0] = 100
+	fleet, _, stop := startAligned(t, []string{r.grpcAddr}, demands)
+	defer stop()
+	bucket := map[string]string{"tenant": "rawval-acme"}
+	// Settled, every demand is met and the rest of the limit's 200/s
+	// (82/s) is spread over the ten: the heavy one's share is 108.2/s.
+	share := func(i int) float64 {
+		a, ok := fleet[i].p.Assignment(bucket)
+		tb := a.Strategy.GetTokenBucket()
+		if !ok || tb == nil || tb.GetFillInterval().GetSeconds() == 0 {
+			return 0
+		}
+		return float64(tb.GetTokensPerFill().GetValue()) / float64(tb.GetFillInterval().GetSeconds())
+	}
+	const want = 0.9 * 108.2
+	polltest.Eventually(t, 15*time.Second, 50*time.Millisecond, "the heavy proxy's share", func() error {
+		if got := share(0); got < want {
+			return fmt.Errorf("proxy 0 assigned %.1f/s, want at least %.1f", got, want)
+		}
+		return nil
+	})
+	fleet[0].rate.Store(math.Float64bits(0))
+	fleet[1].rate.Store(math.Float64bits(100))
+	shifted := time.Now()
+	polltest.Eventually(t, 15*time.Second, 20*time.Millisecond, "the shares moved", func() error {
+		if got := share(1); got < want {
+			return fmt.Errorf("proxy 1 assigned %.1f/s, want at least %.1f", got, want)
+		}
+		// The stopped proxy keeps what every proxy gets of the rest.
+		if got, small := share(0), share(2); got > small*1.1+1 {
+			return fmt.Errorf("the stopped proxy still holds %.1f/s, a small one %.1f/s", got, small)
+		}
+		return nil
+	})
+	if took := time.Since(shifted); took > 4*time.Second {
+		t.Errorf("the shares moved %v after the shift, want within 3 reporting intervals and a tick", took)
+	}
 }
