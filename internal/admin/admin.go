@@ -21,6 +21,7 @@ import (
 	"github.com/envoy-rls/envoy-rls/pkg/audit"
 	"github.com/envoy-rls/envoy-rls/pkg/descriptors"
 	"github.com/envoy-rls/envoy-rls/pkg/limiter"
+	"github.com/envoy-rls/envoy-rls/pkg/rlqs"
 	"github.com/envoy-rls/envoy-rls/pkg/topk"
 )
 
@@ -75,6 +76,9 @@ type Config struct {
 	// Top tracks the top consumers and usage (/v1/top, /v1/usage).
 	// (Required)
 	Top *topk.Tracker
+	// Quota is the RLQS service whose aggregates /v1/rlqs lists; nil:
+	// RLQS is off. (Optional)
+	Quota *rlqs.Service
 	// Audit is the audit sink whose recent denials /v1/denials shows, and
 	// AuditSink its kind; nil: /v1/denials says the sink is off. (Optional)
 	Audit     *audit.Sink
@@ -183,6 +187,7 @@ func (s *Server) Handler() http.Handler {
 	s.handleAPI(mux, "GET /v1/usage", "usage", s.handleUsage)
 	s.handleAPI(mux, "GET /v1/denials", "denials", s.handleDenials)
 	s.handleAPI(mux, "GET /v1/stats", "stats", s.handleStats)
+	s.handleAPI(mux, "GET /v1/rlqs", "rlqs", s.handleRLQS)
 	s.handleConsole(mux)
 	s.handleAdminOff(mux)
 	return mux

@@ -30,6 +30,7 @@ import (
 	"github.com/envoy-rls/envoy-rls/pkg/descriptors"
 	"github.com/envoy-rls/envoy-rls/pkg/descriptors/rulefile"
 	"github.com/envoy-rls/envoy-rls/pkg/limiter"
+	"github.com/envoy-rls/envoy-rls/pkg/rlqs"
 	"github.com/envoy-rls/envoy-rls/pkg/topk"
 )
 
@@ -193,7 +194,7 @@ func validateCommand(ctx context.Context, args []string, getenv func(string) str
 	}
 	done := make(chan result, 1)
 	go func() {
-		summary, err := descriptors.Validate(path, lim.Limits())
+		summary, err := descriptors.Validate(path, lim.Limits(), rlqsNote)
 		done <- result{summary, err}
 	}()
 	var res result
@@ -219,6 +220,14 @@ func validateCommand(ctx context.Context, args []string, getenv func(string) str
 	}
 	fmt.Fprint(stdout, res.summary)
 	return nil
+}
+
+// rlqsNote is validate's line under a rule that RLQS assigns no quota.
+func rlqsNote(r *descriptors.Rule) string {
+	if why := rlqs.Refusal(r); why != "" {
+		return "RLQS: no quota, its failure_mode answers (" + why + ")"
+	}
+	return ""
 }
 
 // rulesError reports rules that fail to load at start: every problem on a
@@ -260,6 +269,7 @@ type settings struct {
 	top        topk.Flags
 	xds        xdsrules.Flags
 	store      store.Flags
+	rlqs       rlqs.Flags
 }
 
 // serveOptions parses and checks the serve flags, with the reference
@@ -270,7 +280,7 @@ func serveOptions(args []string, getenv func(string) string, help io.Writer) (*s
 	st := &settings{}
 	st.tracing.Getenv = getenv
 	// The groups in the order their problems are reported.
-	o, fs, err := options.Serve(args, getenv, compat.Presets(getenv), &st.store, &st.xds, &st.statsd, &st.audit, &st.top, &st.refmetrics, &st.tracing)
+	o, fs, err := options.Serve(args, getenv, compat.Presets(getenv), &st.store, &st.xds, &st.statsd, &st.audit, &st.top, &st.refmetrics, &st.tracing, &st.rlqs)
 	if errors.Is(err, flag.ErrHelp) && help != nil {
 		options.PrintUsage(help, options.ServeUsage, fs)
 	}

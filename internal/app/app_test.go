@@ -261,3 +261,24 @@ func TestValidateLimitsAndPipes(t *testing.T) {
 		t.Fatalf("validate with an ended context: %v", err)
 	}
 }
+
+// TestValidateNamesRLQSRefusals: validate says, under each rule RLQS
+// cannot assign a quota, why and that its failure_mode answers; a plain
+// limit gets no such line.
+func TestValidateNamesRLQSRefusals(t *testing.T) {
+	path := writeRules(t, t.TempDir(), `domain: app
+descriptors:
+  - key: jobs
+    rate_limit: {concurrency: 5, lease_ttl: 1m}
+  - key: user
+    rate_limit: {unit: minute, requests_per_unit: 10}
+`)
+	var out, errOut bytes.Buffer
+	if err := Run(context.Background(), []string{"validate", path}, noEnv, &out, &errOut); err != nil {
+		t.Fatalf("validate: %v\n%s", err, errOut.String())
+	}
+	jobs, user, found := strings.Cut(out.String(), "  app/user\n")
+	if !found || !strings.Contains(jobs, "RLQS: no quota, its failure_mode answers (a concurrency limit") || strings.Contains(user, "RLQS") {
+		t.Fatalf("validate printed:\n%s", out.String())
+	}
+}

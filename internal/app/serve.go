@@ -26,6 +26,7 @@ import (
 	"github.com/envoy-rls/envoy-rls/pkg/descriptors"
 	"github.com/envoy-rls/envoy-rls/pkg/limiter"
 	"github.com/envoy-rls/envoy-rls/pkg/limiter/leases"
+	"github.com/envoy-rls/envoy-rls/pkg/rlqs"
 	"github.com/envoy-rls/envoy-rls/pkg/rls"
 	"github.com/envoy-rls/envoy-rls/pkg/topk"
 )
@@ -48,7 +49,12 @@ type server struct {
 	reloads        *reloadMetrics
 	secretMismatch prometheus.Gauge // compat.SecretKeeper's
 	storeConfig    store.Config
-	top            *topk.Tracker
+	// exchange shares the RLQS demands among replicas (nil: the memory
+	// store, one replica).
+	exchange rlqs.Exchange
+	// quota is the RLQS service (nil: --rlqs=false).
+	quota *rlqs.Service
+	top   *topk.Tracker
 	// refMetrics are the reference's Prometheus metrics; audit is the
 	// audit sink; nil when off.
 	refMetrics *refmetrics.Sink
@@ -186,6 +192,13 @@ func (s *server) openStore(ctx context.Context, closeStore *[]func()) error {
 		return err
 	}
 	*closeStore = append(*closeStore, closeFn)
+	if o.rlqs.On {
+		// The replicas' demands, published for three ticks: a replica
+		// that stops publishing leaves its share within three ticks.
+		if s.exchange, err = s.storeConfig.Exchange(st, 3*o.rlqs.Tick); err != nil {
+			return err
+		}
+	}
 	st = s.guardStore(ctx, st)
 	if s.hooks.wrapStore != nil {
 		st = s.hooks.wrapStore(st)
@@ -258,6 +271,30 @@ func (s *server) newService(ctx context.Context, closeStore *[]func()) error {
 		return err
 	}
 	s.grpc.Register(svc)
+	return s.startQuota(ctx, answering)
+}
+
+// startQuota serves RLQS (--rlqs) on the gRPC server, from the rules and
+// the answering store the RateLimitService uses: one budget for both.
+func (s *server) startQuota(ctx context.Context, answering limiter.Store) error {
+	f := &s.opts.rlqs
+	if !f.On {
+		return nil
+	}
+	cfg := f.Config()
+	cfg.Rules, cfg.Store, cfg.Clock, cfg.Log = s.rules.Current, answering, s.storeConfig.Clock, s.log
+	cfg.Exchange = s.exchange
+	var err error
+	if cfg.Metrics, err = rlqs.NewMetrics(s.reg); err != nil {
+		return err
+	}
+	q, err := rlqs.New(cfg)
+	if err != nil {
+		return err
+	}
+	s.grpc.RegisterQuota(q)
+	s.quota = q
+	s.background(func() { q.Run(ctx) })
 	return nil
 }
 
@@ -286,6 +323,7 @@ func (s *server) startServing(ctx context.Context) (*admin.Server, *http.Server,
 		HealthcheckRequiresRules: o.HealthcheckRequiresRules,
 		HealthcheckRequiresStore: o.HealthcheckRequiresStore,
 		Pprof:                    o.Pprof, Auth: s.adminAuth, Top: s.top, Audit: s.audit, AuditSink: o.audit.Sink, Log: s.log,
+		Quota: s.quota,
 	})
 	if err != nil {
 		_ = grpcLis.Close()

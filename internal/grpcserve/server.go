@@ -14,6 +14,7 @@ import (
 	"net"
 	"time"
 
+	rlqsv3 "github.com/envoyproxy/go-control-plane/envoy/service/rate_limit_quota/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
@@ -25,6 +26,7 @@ import (
 	"google.golang.org/grpc/reflection"
 	"google.golang.org/grpc/tap"
 
+	"github.com/envoy-rls/envoy-rls/pkg/rlqs"
 	"github.com/envoy-rls/envoy-rls/pkg/rls"
 )
 
@@ -133,6 +135,7 @@ type Server struct {
 	guard  *receiveGuard
 	conns  *connLimit
 	log    *zap.Logger
+	quota  *rlqs.Service
 }
 
 // New builds the server with the health and reflection services; its
@@ -179,6 +182,14 @@ func (s *Server) Register(svc *rls.Server) {
 	s.setServing(true)
 }
 
+// RegisterQuota adds the Rate Limit Quota Service; Drain stops it first
+// (its streams never end on their own).
+func (s *Server) RegisterQuota(svc *rlqs.Service) {
+	svc.Register(s.gs)
+	s.quota = svc
+	s.setServing(true)
+}
+
 // Serve accepts connections on lis, at most Limits.MaxConnections at once,
 // each closed if it has opened no call Limits.FirstCallTimeout after it
 // was accepted, until the server is stopped.
@@ -198,9 +209,13 @@ func (s *Server) Sweep(now time.Time) { s.guard.sweep(now) }
 
 // Drain takes the server out of rotation and stops it within timeout:
 // gRPC health goes NOT_SERVING, the server stops accepting and finishes
-// the calls in flight, cut off at timeout.
+// the calls in flight, cut off at timeout. The RLQS streams are ended
+// first, each bucket's assignment sent with a time to live of 0.
 func (s *Server) Drain(timeout time.Duration) {
 	s.setServing(false)
+	if s.quota != nil {
+		s.quota.Stop()
+	}
 	done := make(chan struct{})
 	go func() {
 		s.gs.GracefulStop()
@@ -225,6 +240,9 @@ func (s *Server) setServing(ok bool) {
 	}
 	s.health.SetServingStatus("", st)
 	s.health.SetServingStatus(rlsv3.RateLimitService_ServiceDesc.ServiceName, st)
+	if s.quota != nil {
+		s.health.SetServingStatus(rlqsv3.RateLimitQuotaService_ServiceDesc.ServiceName, st)
+	}
 }
 
 // serverOptions are the options that apply the limits and the guard. A

@@ -106,7 +106,7 @@ type Options struct {
 func NewFlagSet(o *Options) *flag.FlagSet {
 	fs := flag.NewFlagSet("envoy-rls serve", flag.ContinueOnError)
 	fs.StringVar(&o.Config, "config", "", "rule file or directory of rule files (required)")
-	fs.StringVar(&o.GRPCAddr, "grpc-addr", DefaultGRPCAddr, "gRPC listen address (RateLimitService, health, reflection); unix:PATH listens on a unix socket")
+	fs.StringVar(&o.GRPCAddr, "grpc-addr", DefaultGRPCAddr, "gRPC listen address (RateLimitService, RateLimitQuotaService, health, reflection); unix:PATH listens on a unix socket")
 	fs.StringVar(&o.AdminAddr, "admin-addr", DefaultAdminAddr, "admin HTTP listen address (/healthz, /readyz, /metrics, /config)")
 	fs.StringVar(&o.AdminTokenFile, "admin-token-file", "", "file of admin bearer tokens, one name:token per line, mode 0600 (several for rotation; re-read every second; a file that turns bad leaves no token in force, a bad file at start stops it); guards the admin API (/v1/...), the console (/ui), /config and the profiles; without it the API and the console are off and /config shows rule values as digests")
 	fs.StringVar(&o.Store, "store", DefaultStore, "limit store: memory or redis")

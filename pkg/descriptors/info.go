@@ -141,7 +141,7 @@ func (r *Rule) info() ruleInfo {
 // secret) and, on success, returns a human summary of the domains and
 // policies found. On failure the error is the *ConfigError (or a read
 // error); its Error method prints one file:line:col: reason per line.
-func Validate(path string, lim Limits) (summary string, err error) {
+func Validate(path string, lim Limits, note func(*Rule) string) (summary string, err error) {
 	secret := make([]byte, 32)
 	if _, err := rand.Read(secret); err != nil {
 		return "", fmt.Errorf("descriptors: reading random bytes: %w", err)
@@ -150,21 +150,30 @@ func Validate(path string, lim Limits) (summary string, err error) {
 	if err != nil {
 		return "", err
 	}
-	return s.Summary(), nil
+	return s.summary(note), nil
 }
 
 // Summary describes the snapshot for humans: one line per domain and one
 // per rule.
-func (s *Snapshot) Summary() string {
+func (s *Snapshot) Summary() string { return s.summary(nil) }
+
+// summary is Summary with, under each rule note returns something for,
+// that line.
+func (s *Snapshot) summary(note func(*Rule) string) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "OK: %d file(s), %d domain(s), %d rule(s) (%d limited)\n", len(s.files), len(s.order), s.rules, s.limited)
-	for _, d := range s.Domains() {
-		fmt.Fprintf(&b, "domain %s (%s)\n", d.Domain, d.File)
-		if len(d.Policies) > 0 {
-			fmt.Fprintf(&b, "  named policies: %s\n", strings.Join(d.Policies, ", "))
+	for _, d := range s.order {
+		fmt.Fprintf(&b, "domain %s (%s)\n", d.name, d.file)
+		if len(d.policyNames) > 0 {
+			fmt.Fprintf(&b, "  named policies: %s\n", strings.Join(d.policyNames, ", "))
 		}
-		for _, r := range d.Rules {
-			fmt.Fprintf(&b, "  %s\n    %s\n", r.Path, r.describe())
+		for _, r := range d.rules {
+			fmt.Fprintf(&b, "  %s\n    %s\n", r.Path, r.info().describe())
+			if note != nil {
+				if n := note(r); n != "" {
+					fmt.Fprintf(&b, "    %s\n", n)
+				}
+			}
 		}
 	}
 	return b.String()

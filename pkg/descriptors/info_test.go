@@ -34,7 +34,7 @@ func TestDomainsAndSummary(t *testing.T) {
 	if got := strings.Join(ds[0].Policies, ","); got != "login,bucket" {
 		t.Errorf("policies = %q", got)
 	}
-	sum, err := Validate("testdata/rules", Limits{})
+	sum, err := Validate("testdata/rules", Limits{}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -128,12 +128,12 @@ func TestReserveNamedPolicyError(t *testing.T) {
 // reserve at its position, and describes a good one in its summary.
 func TestReserveValidate(t *testing.T) {
 	bad := ruleFile(t, "domain: d\ndescriptors:\n  - key: k\n    rate_limit:\n      unit: hour\n      requests_per_unit: 10\n      reserve:\n        ttl: 1m\n        estimate: 50\n")
-	if _, err := Validate(bad, Limits{}); err == nil || !strings.Contains(err.Error(), "rules.yaml:9:19: rate_limit: reserve estimate must be between 0") {
+	if _, err := Validate(bad, Limits{}, nil); err == nil || !strings.Contains(err.Error(), "rules.yaml:9:19: rate_limit: reserve estimate must be between 0") {
 		t.Errorf("Validate: %v, want the estimate refused at 9:19", err)
 	}
 	good := ruleFile(t, "domain: d\ndescriptors:\n  - key: tenant\n    rate_limit: {unit: hour, requests_per_unit: 20000, reserve: {ttl: 10m, estimate: 500}}\n"+
 		"  - key: user\n    rate_limit: {unit: hour, requests_per_unit: 20000, reserve: {ttl: 10m}}\n")
-	sum, err := Validate(good, Limits{})
+	sum, err := Validate(good, Limits{}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

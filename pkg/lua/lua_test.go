@@ -32,7 +32,7 @@ func TestProgramsEmbedded(t *testing.T) {
 		t.Fatal("no programs checked in")
 	}
 	var embedded []string
-	for _, p := range append(Programs(), Lease(), Reset(), program{Name: BatchFunction().Name, Source: BatchFunction().Source}) {
+	for _, p := range append(Programs(), Lease(), Reset(), Demand(), program{Name: BatchFunction().Name, Source: BatchFunction().Source}) {
 		embedded = append(embedded, p.Name)
 		if got, err := os.ReadFile(p.Name); err != nil || p.Source != string(got) {
 			t.Errorf("%s: the embedded source is not the checked-in one (%v)", p.Name, err)

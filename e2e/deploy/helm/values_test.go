@@ -2,6 +2,7 @@ package helm_test
 
 import (
 	"encoding/json"
+	"flag"
 	"fmt"
 	"slices"
 	"strings"
@@ -14,6 +15,7 @@ import (
 	"github.com/envoy-rls/envoy-rls/internal/statsd"
 	"github.com/envoy-rls/envoy-rls/internal/store"
 	"github.com/envoy-rls/envoy-rls/pkg/audit"
+	"github.com/envoy-rls/envoy-rls/pkg/rlqs"
 )
 
 // TestDefaultsMatchBinary: where the chart has a value for a serve flag,
@@ -71,6 +73,13 @@ func TestDefaultsMatchBinary(t *testing.T) {
 		{"audit.sample", audit.DefaultSample},
 		{"audit.queueSize", audit.DefaultQueueSize},
 		{"audit.requestIdKey", ""},
+		{"rlqs.enabled", flagDefault(t, "rlqs")},
+		// Unset: the binary's own default.
+		{"rlqs.tick", ""},
+		{"rlqs.assignmentTTL", ""},
+		{"rlqs.abandonAfter", ""},
+		{"rlqs.maxBucketsPerStream", 0},
+		{"rlqs.maxAggregates", 0},
 	} {
 		got := get(v, strings.Split(c.value, ".")...)
 		if f := convert[c.value]; f != nil {
@@ -87,6 +96,19 @@ func TestDefaultsMatchBinary(t *testing.T) {
 			t.Errorf("values.yaml %s defaults to %v; the binary's default is %v", c.value, got, c.want)
 		}
 	}
+}
+
+// flagDefault is the default of the RLQS flag name, as the binary defines it.
+func flagDefault(t *testing.T, name string) string {
+	t.Helper()
+	var f rlqs.Flags
+	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
+	f.Define(fs)
+	fl := fs.Lookup(name)
+	if fl == nil {
+		t.Fatalf("no flag --%s", name)
+	}
+	return fl.DefValue
 }
 
 // containerArgs are the args of the rendered Deployment's containers that
@@ -115,6 +137,7 @@ func TestValueFlags(t *testing.T) {
 	// deployments.
 	compat := []string{"--limit-header", "--remaining-header", "--reset-header", "--hmac-secret"}
 	redis := []string{"--set", "store=redis", "--set", "redis.addr=redis:6379", "--set", "hmac.existingSecret=hmac"}
+	rlqsFlags := []string{"--rlqs"}
 	for _, tc := range []struct {
 		name     string
 		prefixes []string
@@ -158,6 +181,12 @@ func TestValueFlags(t *testing.T) {
 		{"header names", compat, []string{"--set", "headerNames.limit=RateLimit-Limit", "--set", "headerNames.remaining=RateLimit-Remaining",
 			"--set", "headerNames.reset=RateLimit-Reset"},
 			[]string{"--limit-header=RateLimit-Limit", "--remaining-header=RateLimit-Remaining", "--reset-header=RateLimit-Reset"}},
+		// RLQS is on by default: nothing rendered until a value is set.
+		{"RLQS by default", rlqsFlags, nil, nil},
+		{"RLQS off", rlqsFlags, []string{"--set", "rlqs.enabled=false", "--set", "rlqs.tick=500ms"}, []string{"--rlqs=false"}},
+		{"RLQS tuned", rlqsFlags, []string{"--set", "rlqs.tick=500ms", "--set", "rlqs.assignmentTTL=30s", "--set", "rlqs.abandonAfter=10m",
+			"--set", "rlqs.maxBucketsPerStream=500", "--set", "rlqs.maxAggregates=2000"},
+			[]string{"--rlqs-tick=500ms", "--rlqs-assignment-ttl=30s", "--rlqs-abandon-after=10m", "--rlqs-max-buckets-per-stream=500", "--rlqs-max-aggregates=2000"}},
 		{"HMAC secret shared through Redis", compat, cat(redisBase, []string{"--set", "hmac.redisKey=team-a:envoy-rls:hmac-secret"}),
 			[]string{"--hmac-secret-redis-key=team-a:envoy-rls:hmac-secret"}},
 	} {
@@ -283,6 +312,16 @@ func TestSchema(t *testing.T) {
 		{[]string{"--set", "grafanaDashboard.label="}, "label"},
 		{[]string{"--set", "grafanaDashboard.namespace=Monitoring"}, "namespace"},
 		{[]string{"--set", "grafanaDashboard.extra=1"}, "extra"},
+		{[]string{"--set", "rlqs.enabled=yes"}, "enabled"},
+		{[]string{"--set", "rlqs.tick=1"}, "tick"},
+		{[]string{"--set", "rlqs.tick=50ms"}, "tick"},
+		{[]string{"--set", "rlqs.tick=20s"}, "tick"},
+		{[]string{"--set", "rlqs.assignmentTTL=1500ms"}, "assignmentTTL"},
+		{[]string{"--set", "rlqs.assignmentTTL=2m"}, "assignmentTTL"},
+		{[]string{"--set", "rlqs.abandonAfter=500ms"}, "abandonAfter"},
+		{[]string{"--set", "rlqs.maxBucketsPerStream=-1"}, "maxBucketsPerStream"},
+		{[]string{"--set", "rlqs.maxAggregates=2000000"}, "maxAggregates"},
+		{[]string{"--set", "rlqs.maxBuckets=10"}, "maxBuckets"},
 	}
 	for _, tc := range bad {
 		t.Run("refuses "+strings.Join(tc.args, " "), func(t *testing.T) {
@@ -309,6 +348,13 @@ func TestSchema(t *testing.T) {
 		{"--set", "logLevel=debug", "--set", "defaultHeaders=none", "--set", "extraArgs[0]=--local-cache=false"},
 		{"--set", "podDisruptionBudget.maxUnavailable=25%", "--set", "autoscaling.enabled=true", "--set", "autoscaling.targetMemoryUtilizationPercentage=80"},
 		{"--set", "service.type=LoadBalancer", "--set", "grpc.port=9081", "--set", "admin.port=9080"},
+		// The edges of the RLQS ranges the schema holds, which the binary
+		// must accept too (render checks the args with it).
+		{"--set", "rlqs.tick=100ms", "--set", "rlqs.assignmentTTL=1s", "--set", "rlqs.abandonAfter=1s",
+			"--set", "rlqs.maxBucketsPerStream=1000000", "--set", "rlqs.maxAggregates=1"},
+		{"--set", "rlqs.tick=9999ms", "--set", "rlqs.assignmentTTL=60s"},
+		{"--set", "rlqs.tick=10s", "--set", "rlqs.assignmentTTL=1m", "--set", "rlqs.abandonAfter=24h"},
+		{"--set", "rlqs.tick=2.5s"},
 	}
 	for _, args := range good {
 		t.Run("accepts "+strings.Join(args, " "), func(t *testing.T) {

@@ -441,3 +441,39 @@ func BenchmarkReservations(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkSwapDemands: the RLQS demand exchange of three replicas, each
+// publishing demands of its proxies for n aggregates per call (one run of
+// demand-v1.lua per aggregate, pipelined), in turn. It reports Redis's
+// time per run (INFO commandstats: wall time inside Redis) and its
+// main-thread CPU per run.
+func BenchmarkSwapDemands(b *testing.B) {
+	e := newEnvWith(b, Config{Timeout: 5 * time.Second})
+	p := fixed(b, "bench.demand", 1000, time.Second)
+	for _, demands := range []int{1, 7, 64} {
+		const n = 256
+		b.Run(fmt.Sprintf("aggregates=%d/demands=%d", n, demands), func(b *testing.B) {
+			batch := make([]DemandSwap, n)
+			for i := range batch {
+				batch[i] = DemandSwap{Policy: p, Subject: subjectOf(fmt.Sprintf("demand-%d", i)), Mine: make([]int64, demands)}
+			}
+			ctx := context.Background()
+			_, _, c0, u0 := commandStats(b, e.srv)
+			cpu0 := redisCPU(b, e.srv)
+			i := 0
+			for b.Loop() {
+				if err := e.store.SwapDemands(ctx, fmt.Sprintf("replica-%d", i%3), time.Minute, batch); err != nil {
+					b.Fatal(err)
+				}
+				i++
+			}
+			cpu := redisCPU(b, e.srv) - cpu0
+			_, _, c1, u1 := commandStats(b, e.srv)
+			b.ReportMetric(cpu.Seconds()*1e6/float64(b.N*n), "redis-cpu-µs/run")
+			if c1 > c0 {
+				b.ReportMetric((u1-u0)/float64(c1-c0), "µs/evalsha")
+			}
+			b.ReportMetric(float64(b.Elapsed().Microseconds())/float64(b.N*n), "µs/aggregate")
+		})
+	}
+}

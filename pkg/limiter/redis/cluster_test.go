@@ -367,6 +367,29 @@ func TestClusterBatch(t *testing.T) {
 			t.Fatalf("the expired slot wrote the tenant's count %s", b)
 		}
 	})
+	t.Run("demand exchange: aggregates of several slots in one call, each in its state's slot", func(t *testing.T) {
+		p := limitertest.Prefix()
+		aggs := []DemandSwap{
+			{Policy: fixed(t, p+".rlqs", 5, time.Second), Subject: subjectOf(p + "/a"), Tag: tagA},
+			{Policy: fixed(t, p+".rlqs", 5, time.Second), Subject: subjectOf(p + "/b"), Tag: tagB},
+			{Policy: fixed(t, p+".rlqs", 5, time.Second), Subject: subjectOf(p + "/c")},
+		}
+		// Every node without the program: each gets its source once.
+		for _, n := range c.Nodes {
+			n.MustDo("SCRIPT", "FLUSH")
+		}
+		s2 := newStore(t, cfg)
+		mustSwap(t, s, "A", time.Minute, aggs, []int64{1}, []int64{2, 3}, nil)
+		wantOthers(t, "B", mustSwap(t, s2, "B", time.Minute, aggs, []int64{10}, nil, []int64{30}), []int64{1}, []int64{2, 3}, nil)
+		wantOthers(t, "A", mustSwap(t, s, "A", time.Minute, aggs, []int64{1}, []int64{2, 3}, nil), []int64{10}, nil, []int64{30})
+		for _, a := range aggs {
+			key := string(DemandKey(nil, a.Policy, a.Subject, a.Tag))
+			if n := c.MasterFor(string(StorageKey(nil, a.Policy, a.Subject, a.Tag))).MustDo("HLEN", key); n != int64(2) {
+				t.Errorf("%s: HLEN %v on the master of its state's slot, want 2", key, n)
+			}
+		}
+	})
+
 	t.Run("cross-slot spans: one program run per slot and the refund, under the caller's span", func(t *testing.T) {
 		exp := tracetest.NewInMemoryExporter()
 		tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp))

@@ -28,9 +28,28 @@ import (
 // TTL. The keys of the previous layout (StorageKeyV1) are other keys: a
 // store of one layout never reads the other's (docs/redis.md).
 func StorageKey(buf []byte, p *limiter.Policy, subject limiter.SubjectDigest, tag limiter.Tag) []byte {
+	return appendKey(buf, ":state:v2:", p, subject, tag)
+}
+
+// DemandKey appends the Redis key of the RLQS demands of (policy, subject)
+// to buf and returns the extended slice: the hash demand-v1.lua keeps,
+// named as StorageKey names the state, in the same hash tag (so in the
+// state's slot on a Cluster), with demand:v1 for state:v2:
+//
+//	rate:{<tag>}:demand:v1:<policy>:<digest>
+//
+// A policy reset's scan (PolicyKeys) does not match it: a demand hash
+// expires alone, a few ticks after its replicas stop writing it.
+func DemandKey(buf []byte, p *limiter.Policy, subject limiter.SubjectDigest, tag limiter.Tag) []byte {
+	return appendKey(buf, ":demand:v1:", p, subject, tag)
+}
+
+// appendKey appends "rate:{<tag>}<kind><policy>:<digest>" to buf, the
+// parts as StorageKey describes them.
+func appendKey(buf []byte, kind string, p *limiter.Policy, subject limiter.SubjectDigest, tag limiter.Tag) []byte {
 	d := stateDigest(p, subject)
 	buf = appendTag(buf, subject, tag)
-	buf = append(buf, ":state:v2:"...)
+	buf = append(buf, kind...)
 	pd := policyDigest(p.ID(), p.Revision())
 	buf = hex.AppendEncode(buf, pd[:])
 	buf = append(buf, ':')

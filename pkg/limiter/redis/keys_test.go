@@ -151,6 +151,28 @@ func TestStorageKeyTag(t *testing.T) {
 	}
 }
 
+// TestDemandKey: an aggregate's demand hash is named as its state, with
+// demand:v1 for state:v2, so it shares the state's hash tag and slot; no
+// state layout matches it, so a policy reset never reads it.
+func TestDemandKey(t *testing.T) {
+	p := fixed(t, "demand", 5, time.Second)
+	for _, sub := range []limiter.SubjectDigest{subjectOf("10.0.0.7"), subjectOf("10.0.0.8")} {
+		for _, tag := range []limiter.Tag{{}, {1, 2, 3, 4, 5, 6, 7, 8}} {
+			state := string(StorageKey(nil, p, sub, tag))
+			got := string(DemandKey([]byte("pre:"), p, sub, tag))
+			if want := "pre:" + strings.Replace(state, ":state:v2:", ":demand:v1:", 1); got != want {
+				t.Errorf("tag %x:\n got %s\nwant %s", tag, got, want)
+			}
+			if keySlot(got[4:]) != keySlot(state) || got[4:27] != state[:23] {
+				t.Errorf("%s is not in the slot of %s", got[4:], state)
+			}
+			if l, _ := stateKeyLayout(got[4:]); l != layoutNone {
+				t.Errorf("%s has a state layout %v", got[4:], l)
+			}
+		}
+	}
+}
+
 func BenchmarkStorageKey(b *testing.B) {
 	p := fixed(b, "bench.remote_address", 5, time.Second)
 	var sub limiter.SubjectDigest

@@ -2,7 +2,6 @@ package redis
 
 import (
 	"context"
-	"crypto/sha1"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -153,18 +152,18 @@ func resetOnNode(ctx context.Context, node rueidis.Client, target resetTarget, m
 // counted in res.Skipped; a key named for another policy is not read (its
 // name is the programs' layout: another policy's state).
 func resetPage(ctx context.Context, node rueidis.Client, keys []string, target resetTarget, res *limiter.PolicyReset) error {
-	var runs []resetRun
+	var runs []scriptRun
 	for _, k := range keys {
 		switch layout, policy := stateKeyLayout(k); {
 		case layout == layoutNone:
 			res.Skipped++
 		case layout == layoutV2 && policy == target.policy:
-			runs = append(runs, resetRun{key: k, args: lua.ResetArgsV2()})
+			runs = append(runs, scriptRun{key: k, args: lua.ResetArgsV2()})
 		case layout == layoutV1:
-			runs = append(runs, resetRun{key: k, args: target.v1Args})
+			runs = append(runs, scriptRun{key: k, args: target.v1Args})
 		}
 	}
-	for _, r := range runResets(ctx, node, runs) {
+	for _, r := range resetScript.runAll(ctx, node, runs) {
 		v, err := r.AsInt64()
 		if err != nil {
 			return err
@@ -181,57 +180,8 @@ func resetPage(ctx context.Context, node rueidis.Client, keys []string, target r
 	return nil
 }
 
-// resetRun is one run of reset-v1.lua: its key and arguments.
-type resetRun struct {
-	key  string
-	args []string
-}
-
-// resetProgram is reset-v1.lua; resetSHA the SHA-1 EVALSHA names it by.
-var (
-	resetProgram = lua.Reset().Source
-	resetSHA     = func() string { h := sha1.Sum([]byte(resetProgram)); return hex.EncodeToString(h[:]) }()
-)
-
-// runResets sends runs to node in one pipeline, by EVALSHA, and returns
-// their replies in order. When the server does not have the program
-// (NOSCRIPT: after a restart, a failover or SCRIPT FLUSH), the first of
-// the refused runs is sent again with the program's source (EVAL), then
-// the others by EVALSHA: the source crosses the network once.
-func runResets(ctx context.Context, node rueidis.Client, runs []resetRun) []rueidis.RedisResult {
-	if len(runs) == 0 {
-		return nil
-	}
-	evalsha := func(r resetRun) rueidis.Completed {
-		return node.B().Evalsha().Sha1(resetSHA).Numkeys(1).Key(r.key).Arg(r.args...).Build()
-	}
-	cmds := make(rueidis.Commands, len(runs))
-	for i, r := range runs {
-		cmds[i] = evalsha(r)
-	}
-	out := node.DoMulti(ctx, cmds...)
-	var refused []int
-	for i, r := range out {
-		if err, ok := rueidis.IsRedisErr(r.Error()); ok && err.IsNoScript() {
-			refused = append(refused, i)
-		}
-	}
-	if len(refused) == 0 {
-		return out
-	}
-	first := runs[refused[0]]
-	out[refused[0]] = node.Do(ctx, node.B().Eval().Script(resetProgram).Numkeys(1).Key(first.key).Arg(first.args...).Build())
-	if rest := refused[1:]; len(rest) > 0 {
-		cmds = cmds[:0]
-		for _, i := range rest {
-			cmds = append(cmds, evalsha(runs[i]))
-		}
-		for j, r := range node.DoMulti(ctx, cmds...) {
-			out[rest[j]] = r
-		}
-	}
-	return out
-}
+// resetScript is reset-v1.lua.
+var resetScript = newScript(lua.Reset().Source)
 
 var _ limiter.Resetter = (*connector)(nil)
 

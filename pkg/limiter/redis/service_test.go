@@ -301,7 +301,7 @@ func docACL(t *testing.T, password string) [][]string {
 
 // TestACLUser: the store works as the user docs/redis.md documents, and
 // Redis denies it nothing (its ACL LOG stays empty): decisions, a subject
-// and a policy reset.
+// and a policy reset, demands exchanged.
 func TestACLUser(t *testing.T) {
 	e := newEnv(t, redistest.Local())
 	acl := docACL(t, "s3cret-pw")
@@ -341,6 +341,10 @@ func TestACLUser(t *testing.T) {
 	if res, err := s.ResetPolicy(ctx, p.ID(), p.Revision(), limiter.ResetBounds{MaxScanned: 100}); err != nil || res.Deleted != 1 || !res.Complete {
 		t.Fatalf("ResetPolicy as the ACL user: %+v, %v", res, err)
 	}
+	agg := []DemandSwap{{Policy: p, Subject: sub}}
+	mustSwap(t, s, "A", time.Second, agg, []int64{1})
+	e.do("HSET", string(DemandKey(nil, p, sub, limiter.Tag{})), "B", "expired")
+	wantOthers(t, "demands as the ACL user", mustSwap(t, s, "A", time.Second, agg, []int64{1}), nil)
 	if l := e.do("ACL", "LOG").([]any); len(l) != 0 {
 		t.Fatalf("ACL LOG: %v, want no denial", l)
 	}
