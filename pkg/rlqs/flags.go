@@ -38,11 +38,11 @@ var flagAccepts = map[string]string{
 // Define defines the flags on fs.
 func (f *Flags) Define(fs *flag.FlagSet) map[string]string {
 	fs.BoolVar(&f.On, "rlqs", true, "serve Envoy's Rate Limit Quota Service (envoy.service.rate_limit_quota.v3) on the gRPC listener, from the same rules and states as RateLimitService (docs/rlqs.md)")
-	fs.DurationVar(&f.Tick, "rlqs-tick", DefaultTick, "how often RLQS charges the reported usage and revises the assignments")
+	fs.DurationVar(&f.Tick, "rlqs-tick", defaultTick, "how often RLQS charges the reported usage and revises the assignments")
 	fs.DurationVar(&f.AssignmentTTL, "rlqs-assignment-ttl", 0, "the time to live of every RLQS assignment (whole seconds); 0: three of the proxy's reporting intervals, 2s to 1m")
 	fs.DurationVar(&f.AbandonAfter, "rlqs-abandon-after", 5*time.Minute, "tell a proxy to abandon a bucket that saw no request for this long")
-	fs.IntVar(&f.BucketsPerStream, "rlqs-max-buckets-per-stream", DefaultBucketsPerStream, "the buckets one RLQS stream may subscribe; one more ends the stream (RESOURCE_EXHAUSTED)")
-	fs.IntVar(&f.Aggregates, "rlqs-max-aggregates", DefaultAggregates, "the (limit, subject) pairs this replica divides; a bucket beyond is answered by its rule's failure mode")
+	fs.IntVar(&f.BucketsPerStream, "rlqs-max-buckets-per-stream", defaultBucketsPerStream, "the buckets one RLQS stream may subscribe; one more ends the stream (RESOURCE_EXHAUSTED)")
+	fs.IntVar(&f.Aggregates, "rlqs-max-aggregates", defaultAggregates, "the (limit, subject) pairs this replica divides; a bucket beyond is answered by its rule's failure mode")
 	return nil
 }
 

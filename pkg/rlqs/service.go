@@ -38,12 +38,12 @@ type Limits struct {
 
 // Defaults of Limits and Config.
 const (
-	DefaultBucketsPerStream = 10_000
-	DefaultAggregates       = 100_000
-	DefaultReportsPerSecond = 500
-	DefaultReportBurst      = 1000
-	DefaultUsagesPerReport  = 1000
-	DefaultTick             = time.Second
+	defaultBucketsPerStream = 10_000
+	defaultAggregates       = 100_000
+	defaultReportsPerSecond = 500
+	defaultReportBurst      = 1000
+	defaultUsagesPerReport  = 1000
+	defaultTick             = time.Second
 	// maxEntries, maxEntryBytes and maxDomainBytes bound a BucketId and a
 	// domain as the RLS path bounds a descriptor (rls.MaxEntries).
 	maxEntries     = 16
@@ -55,9 +55,9 @@ func (l *Limits) defaults() {
 	for _, f := range []struct {
 		v   *int
 		def int
-	}{{&l.BucketsPerStream, DefaultBucketsPerStream}, {&l.Aggregates, DefaultAggregates},
-		{&l.ReportsPerSecond, DefaultReportsPerSecond}, {&l.ReportBurst, DefaultReportBurst},
-		{&l.UsagesPerReport, DefaultUsagesPerReport}} {
+	}{{&l.BucketsPerStream, defaultBucketsPerStream}, {&l.Aggregates, defaultAggregates},
+		{&l.ReportsPerSecond, defaultReportsPerSecond}, {&l.ReportBurst, defaultReportBurst},
+		{&l.UsagesPerReport, defaultUsagesPerReport}} {
 		if *f.v <= 0 {
 			*f.v = f.def
 		}
@@ -77,7 +77,7 @@ type Config struct {
 	Exchange Exchange
 	// Clock is the service's clock. (Optional, default the system clock)
 	Clock limiter.Clock
-	// Tick is how often assignments are revised. (Optional, DefaultTick)
+	// Tick is how often assignments are revised. (Optional, defaultTick)
 	Tick time.Duration
 	// AssignmentTTL, when not 0, is every assignment's time to live;
 	// 0 derives it from the proxies' reporting interval.
@@ -117,7 +117,7 @@ func New(cfg Config) (*Service, error) {
 		cfg.Clock = limiter.SystemClock{}
 	}
 	if cfg.Tick <= 0 {
-		cfg.Tick = DefaultTick
+		cfg.Tick = defaultTick
 	}
 	if cfg.AssignmentTTL < 0 || cfg.AssignmentTTL > maxTTL {
 		return nil, fmt.Errorf("rlqs: assignment TTL %s outside 0..%s", cfg.AssignmentTTL, maxTTL)
