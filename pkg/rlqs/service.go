@@ -32,7 +32,10 @@ type Limits struct {
 	// message for each bucket it sees first, so a proxy meeting many new
 	// subjects at once sends as many.
 	ReportsPerSecond, ReportBurst int
-	// UsagesPerReport bounds the bucket usages of one message.
+	// UsagesPerReport bounds the bucket usages of one message. Envoy
+	// reports every bucket of a stream in one message, so it is as many
+	// as BucketsPerStream by default; the gRPC message size bound
+	// (--grpc-max-recv-msg-size) caps a message first.
 	UsagesPerReport int
 }
 
@@ -42,7 +45,7 @@ const (
 	defaultAggregates       = 100_000
 	defaultReportsPerSecond = 500
 	defaultReportBurst      = 1000
-	defaultUsagesPerReport  = 1000
+	defaultUsagesPerReport  = 10_000
 	defaultTick             = time.Second
 	// maxEntries, maxEntryBytes and maxDomainBytes bound a BucketId and a
 	// domain as the RLS path bounds a descriptor (rls.MaxEntries).
