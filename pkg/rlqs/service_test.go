@@ -339,3 +339,36 @@ func TestStopExpiresAssignments(t *testing.T) {
 		t.Fatalf("a stream after stop: %v, want Unavailable", err)
 	}
 }
+
+// TestIdleProxyBesideNewOneHasAQuota: a proxy that has reported no
+// request since subscribing, beside one that reported once (its demand
+// unknown), is still assigned a quota, not DENY_ALL: its next request
+// must not be denied for a limit far from spent.
+func TestIdleProxyBesideNewOneHasAQuota(t *testing.T) {
+	h := newHarness(t, testRules, Config{})
+	idle := h.proxy(t)
+	idle.report("app", usage(0, 0, "tenant", "rawval-acme"))
+	h.waitSubscribed(t, 1)
+	h.clock.Advance(time.Second)
+	idle.report("app", usage(0, 0, "tenant", "rawval-acme"))
+	fresh := h.proxy(t)
+	fresh.report("app", usage(1, 0, "tenant", "rawval-acme"))
+	h.waitSubscribed(t, 2)
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		h.svc.mu.Lock()
+		reports := h.svc.reports
+		h.svc.mu.Unlock()
+		if reports == 3 || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(time.Millisecond)
+	}
+	h.svc.Tick(context.Background())
+	if s, _ := idle.assignment(); strategyRate(s) < 1000 {
+		t.Fatalf("the idle proxy: %v, want a quota of a request a second at least", s)
+	}
+	if s, _ := fresh.assignment(); strategyRate(s) < 4_000 {
+		t.Fatalf("the new proxy: %v, want about the rest of 10/s", s)
+	}
+}

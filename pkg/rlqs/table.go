@@ -66,7 +66,10 @@ type subscription struct {
 	aggs  []*aggregate
 	// rates are this tick's assignment per aggregate (mrps).
 	rates []int64
-	gone  bool
+	// divided: a tick has set its rates (a subscription made while a
+	// tick runs waits for the next).
+	divided bool
+	gone    bool
 
 	demand     int64         // mrps, unknownDemand until a second report
 	lastSample int64         // mrps, the last interval's demand
@@ -93,7 +96,7 @@ func (s *Service) subscribe(st *stream, key string, id *rlqsv3.BucketId, now tim
 // bind matches sub on the current rules and binds it to its aggregates.
 func (s *Service) bind(sub *subscription, now time.Time) {
 	snap := s.cfg.Rules()
-	sub.snap, sub.fixed, sub.aggs, sub.rates = snap, nil, sub.aggs[:0], sub.rates[:0]
+	sub.snap, sub.fixed, sub.aggs, sub.rates, sub.divided = snap, nil, sub.aggs[:0], sub.rates[:0], false
 	var m descriptors.Match
 	reason, ok := "no rules loaded", false
 	if snap != nil {

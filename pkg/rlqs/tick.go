@@ -197,6 +197,22 @@ func (s *Service) divide(a *aggregate, subs []*subscription, o *limiter.Outcome,
 			shares[i] = unknownDemand
 		}
 	} else {
+		// A proxy that reported once has no demand yet: it counts for an
+		// equal share, not for all that is left; one that wants little
+		// or nothing counts for a request a second at least (or its
+		// equal share, when less), so that its next request finds a
+		// quota rather than DENY_ALL.
+		if n := int64(len(all)); n > 0 {
+			equal := c / n
+			floor := min(1000, equal)
+			for i, dm := range all {
+				if dm == unknownDemand {
+					all[i] = equal
+				} else {
+					all[i] = max(dm, floor)
+				}
+			}
+		}
 		fairShares(c, all, shares)
 	}
 	s.scratch.shares = all
@@ -211,6 +227,7 @@ func (s *Service) divide(a *aggregate, subs []*subscription, o *limiter.Outcome,
 		for j, b := range sub.aggs {
 			if b == a {
 				sub.rates[j] = shares[i]
+				sub.divided = true
 			}
 		}
 		if sub.demand != unknownDemand {
@@ -262,7 +279,9 @@ func (s *Service) assign(sub *subscription, now time.Time) {
 		s.push(sub, sub.fixed, unknownDemand, now)
 		return
 	}
-	if len(sub.rates) == 0 {
+	if len(sub.rates) == 0 || !sub.divided {
+		// Subscribed since this tick read the states: the next tick
+		// divides it.
 		return
 	}
 	rate := sub.rates[0]
