@@ -64,7 +64,7 @@ func parseFlags(args []string, stderr io.Writer) (cfg rlqsload.Config, err error
 	fs.StringVar(&cfg.Domain, "domain", rlqsload.DefaultDomain, "the reports' domain")
 	fs.StringVar(&cfg.Key, "key", rlqsload.DefaultKey, "the bucket ID's key; bucket k is {key: t<k>}")
 	fs.IntVar(&cfg.Proxies, "proxies", rlqsload.DefaultProxies, fmt.Sprintf("simulated proxies, one connection and stream each (at most %d)", rlqsload.MaxProxies))
-	fs.IntVar(&cfg.Buckets, "buckets", rlqsload.DefaultBuckets, fmt.Sprintf("buckets per proxy (at most %d)", rlqsload.MaxBuckets))
+	fs.IntVar(&cfg.Buckets, "buckets", rlqsload.DefaultBuckets, fmt.Sprintf("buckets per proxy (with -probes, at most %d)", rlqsload.MaxBuckets))
 	fs.BoolVar(&cfg.Disjoint, "disjoint", false, "give each proxy buckets of its own ({key: t<p>-<k>}) rather than the same ones")
 	fs.DurationVar(&cfg.Interval, "interval", rlqsload.DefaultInterval, "the proxies' reporting interval")
 	fs.Float64Var(&cfg.Rate, "rate", rlqsload.DefaultRate, "requests per second per bucket, at each proxy")

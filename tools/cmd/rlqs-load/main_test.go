@@ -45,7 +45,7 @@ func TestParseFlagsErrors(t *testing.T) {
 		is   error
 	}{
 		{name: "remote target", args: []string{"-addr", "10.0.0.8:8081"}, is: loadgen.ErrNotLoopback},
-		{name: "too many buckets", args: []string{"-buckets", "1001"}, is: rlqsload.ErrInvalidConfig},
+		{name: "too many buckets", args: []string{"-buckets", "996"}, is: rlqsload.ErrInvalidConfig},
 		{name: "no proxies", args: []string{"-proxies", "0"}, is: rlqsload.ErrInvalidConfig},
 		{name: "short interval", args: []string{"-interval", "10ms"}, is: rlqsload.ErrInvalidConfig},
 		{name: "duration cap", args: []string{"-duration", "11m"}, is: rlqsload.ErrInvalidConfig},

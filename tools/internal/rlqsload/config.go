@@ -37,8 +37,9 @@ const (
 // the flags say.
 const (
 	MaxProxies = 200 // one connection and one stream each
-	// MaxBuckets is the server's default bound on the usages of one
-	// report: a proxy reports every bucket in one message.
+	// MaxBuckets bounds Buckets plus Probes: the server's default bound on
+	// the usages of one report, since a proxy reports every bucket it
+	// holds in one message.
 	MaxBuckets  = 1000
 	MaxRate     = 1000.0
 	MinInterval = 100 * time.Millisecond
@@ -100,8 +101,8 @@ func (c *Config) Validate() error {
 		return bad("domain and key are required")
 	case c.Proxies < 1 || c.Proxies > MaxProxies:
 		return bad("proxies %d not in [1, %d]", c.Proxies, MaxProxies)
-	case c.Buckets < 1 || c.Buckets > MaxBuckets:
-		return bad("buckets %d not in [1, %d]", c.Buckets, MaxBuckets)
+	case c.Buckets < 1 || c.Buckets+max(c.Probes, 0) > MaxBuckets:
+		return bad("buckets %d not in [1, %d - probes %d]", c.Buckets, MaxBuckets, c.Probes)
 	case c.Interval < MinInterval || c.Interval > MaxInterval:
 		return bad("interval %v not in [%v, %v]", c.Interval, MinInterval, MaxInterval)
 	case !(c.Rate > 0 && c.Rate <= MaxRate):

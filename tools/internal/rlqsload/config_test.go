@@ -32,6 +32,7 @@ func TestValidate(t *testing.T) {
 		{"too many proxies", func(c *Config) { c.Proxies = MaxProxies + 1 }, ErrInvalidConfig},
 		{"no buckets", func(c *Config) { c.Buckets = 0 }, ErrInvalidConfig},
 		{"more buckets than a report holds", func(c *Config) { c.Buckets = MaxBuckets + 1 }, ErrInvalidConfig},
+		{"more buckets and probes than a report holds", func(c *Config) { c.Buckets, c.Probes = MaxBuckets, 1 }, ErrInvalidConfig},
 		{"interval under Envoy's least", func(c *Config) { c.Interval = 99 * time.Millisecond }, ErrInvalidConfig},
 		{"no rate", func(c *Config) { c.Rate = 0 }, ErrInvalidConfig},
 		{"rate not a number", func(c *Config) { c.Rate = math.NaN() }, ErrInvalidConfig},
