@@ -110,15 +110,17 @@ func TestRunTinyFleet(t *testing.T) {
 	}
 }
 
-// A limit the load exceeds (5/s for 2 proxies sending 10/s each to a
-// bucket): the proxies' quotas deny, and the result says the run measured
-// no fleet at ease.
+// A limit the load exceeds (864 a day, 0.01/s, for 2 proxies sending
+// 10/s each to a bucket; a fresh window divides what remains over the time
+// left, so only the last 43 s of a day would let 20/s through): the
+// proxies' quotas deny, and the result says the run measured no fleet at
+// ease.
 func TestRunWarnsOfDenials(t *testing.T) {
 	addr := serveRLQS(t, `
 domain: bench
 descriptors:
   - key: tenant
-    rate_limit: {unit: minute, requests_per_unit: 300}
+    rate_limit: {unit: day, requests_per_unit: 864}
 `, rlqs.Limits{})
 	cfg := tinyConfig(addr)
 	cfg.Rate, cfg.Probes = 10, 0
