@@ -120,3 +120,53 @@ func TestBenchLoadRedis(t *testing.T) {
 		t.Errorf("run: %s\nwant every call answered OK under a limit, none unmatched, Redis busy", b)
 	}
 }
+
+// TestBenchScriptRLQS runs tools/scripts/bench.sh --mode rlqs against
+// envoy-rls on the memory store with a tiny fleet (2 proxies × 2 buckets,
+// 2 s): the default rules match the buckets, so every bucket holds a quota
+// and no request is denied; the one JSON line counts the reports, the
+// server's CPU per report and every proxy's first assignment of each probe.
+func TestBenchScriptRLQS(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds the tools and envoy-rls and runs load: not in -short")
+	}
+	out := filepath.Join(t.TempDir(), "rlqs.jsonl")
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "scripts/bench.sh", "--target", "envoy-rls", "--store", "memory", "--mode", "rlqs",
+		"--fleet", "2x2", "--duration", "2s", "--warmup", "0s", "--probes", "2", "--out", out)
+	var stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = io.Discard, &stderr
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("bench.sh: %v\n%s", err, stderr.String())
+	}
+	if bytes.Contains(stderr.Bytes(), []byte("warning")) {
+		t.Errorf("bench.sh warned:\n%s", stderr.String())
+	}
+	b, err := os.ReadFile(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var r struct {
+		Label         string   `json:"label"`
+		Proxies       int      `json:"proxies"`
+		Buckets       int      `json:"buckets"`
+		Reports       uint64   `json:"reports"`
+		Messages      uint64   `json:"messages"`
+		Requests      uint64   `json:"requests"`
+		Denied        uint64   `json:"denied"`
+		StreamsClosed int      `json:"streams_closed"`
+		Warning       string   `json:"warning"`
+		ServerCPU     *float64 `json:"server_cpu_us_per_report"`
+		ProbeSamples  int      `json:"probe_samples"`
+		AssignedMaxMs *float64 `json:"assigned_max_ms"`
+	}
+	if err := json.Unmarshal(bytes.TrimSpace(b), &r); err != nil {
+		t.Fatalf("%s: %v: %s", out, err, b)
+	}
+	if r.Label != "envoy-rls memory rlqs" || r.Proxies != 2 || r.Buckets != 2 || r.Messages == 0 ||
+		r.Reports != 2*r.Messages || r.Requests == 0 || r.Denied != 0 || r.StreamsClosed != 0 || r.Warning != "" ||
+		r.ServerCPU == nil || r.ProbeSamples != 4 || r.AssignedMaxMs == nil {
+		t.Errorf("run: %s\nwant every bucket of both proxies reported under a quota, nothing denied, both probes assigned to both proxies", b)
+	}
+}

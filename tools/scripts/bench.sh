@@ -16,6 +16,7 @@
 #   tools/scripts/bench.sh --target reference               # envoyproxy/ratelimit on its own redis-server
 #   tools/scripts/bench.sh --target ceiling                 # envoy-rls, Redis, a do-nothing Lua program
 #   tools/scripts/bench.sh --target ceiling-state           # the same, with an MGET and a SET PX per key
+#   tools/scripts/bench.sh --target envoy-rls --store redis --mode rlqs  # RLQS: a fleet of simulated proxies (rlqs-load)
 #
 # Options (defaults in brackets):
 #   --target floor|envoy-rls|reference|ceiling|ceiling-state  [floor]
@@ -60,6 +61,17 @@
 #   --label TEXT              [floor | envoy-rls <store>]
 #   --out FILE.jsonl          [bench/results/<label>-<UTC time>.jsonl]
 #   --no-plot                 skip the PNG
+#   --mode rls|rlqs           [rls]  rlqs (envoy-rls only): one rlqs-load run
+#                             per --fleet, instead of rls-load per concurrency;
+#                             --config defaults to tools/config/bench/rlqs.yaml,
+#                             --duration, --warmup, --domain, --label, --out
+#                             and --max-busy apply, the other load options do not
+#   --fleet "LIST"            [20x500]  rlqs: PROXIESxBUCKETS per run
+#   --interval D              [1s]  rlqs: the proxies' reporting interval
+#   --rate R                  [1]  rlqs: requests per second per bucket per proxy
+#   --probes N                [5]  rlqs: new buckets whose first assignment is timed
+#   --disjoint                rlqs: each proxy its own buckets, not the same ones
+#   --tick D                  [1s]  rlqs: the server's --rlqs-tick (told to both)
 #   --max-busy X              before each run, wait (≤ 10 min) until the machine
 #                             has used less than X cores over 3 s (the idle server
 #                             included): other work on the 2 cores skews every
@@ -74,6 +86,7 @@ TARGET=floor STORE=memory CONFIG="" SERVER_ARGS=""
 CONCURRENCY="16 64 256" CONNECTIONS=4 DURATION=10s WARMUP=2s
 SUBJECTS=10000 DIST=uniform DOMAIN=bench DESCRIPTORS=remote_address HITS=0
 LABEL="" OUT="" PLOT=1 MAX_BUSY=""
+MODE=rls FLEET=20x500 INTERVAL=1s RATE=1 PROBES=5 DISJOINT="" TICK=1s
 
 die() { echo "bench.sh: $*" >&2; exit 1; }
 while [ $# -gt 0 ]; do
@@ -95,11 +108,28 @@ while [ $# -gt 0 ]; do
     --out) OUT=$2; shift 2 ;;
     --no-plot) PLOT=0; shift ;;
     --max-busy) MAX_BUSY=$2; shift 2 ;;
+    --mode) MODE=$2; shift 2 ;;
+    --fleet) FLEET=$2; shift 2 ;;
+    --interval) INTERVAL=$2; shift 2 ;;
+    --rate) RATE=$2; shift 2 ;;
+    --probes) PROBES=$2; shift 2 ;;
+    --disjoint) DISJOINT=-disjoint; shift ;;
+    --tick) TICK=$2; shift 2 ;;
     -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
     *) die "unknown argument $1 (try --help)" ;;
   esac
 done
 case "$TARGET" in floor|envoy-rls|reference|ceiling|ceiling-state) ;; *) die "--target must be floor, envoy-rls, reference, ceiling or ceiling-state" ;; esac
+case "$MODE" in
+  rls) ;;
+  rlqs)
+    [ "$TARGET" = envoy-rls ] || die "--mode rlqs needs --target envoy-rls"
+    [ -n "$CONFIG" ] || CONFIG=tools/config/bench/rlqs.yaml
+    PLOT=0
+    SERVER_ARGS="--rlqs-tick $TICK $SERVER_ARGS"
+    ;;
+  *) die "--mode must be rls or rlqs" ;;
+esac
 # The ceiling targets: the stub each builds in place of the batch program.
 STUB=""
 case "$TARGET" in
@@ -119,6 +149,7 @@ if [ -z "$LABEL" ]; then
     ceiling|ceiling-state) LABEL=$TARGET ;;
     *) LABEL="envoy-rls $STORE" ;;
   esac
+  [ "$MODE" = rls ] || LABEL="$LABEL $MODE"
 fi
 if [ -z "$OUT" ]; then
   OUT="bench/results/$(echo "$LABEL" | tr -c 'A-Za-z0-9._-' '-' | sed 's/-*$//')-$(date -u +%Y%m%dT%H%M%SZ).jsonl"
@@ -126,9 +157,9 @@ fi
 mkdir -p "$(dirname "$OUT")"
 GO=${GO:-go}
 
-echo "bench.sh: building bin/rls-load bin/rls-floor bin/rls-plot" >&2
+echo "bench.sh: building bin/rls-load bin/rlqs-load bin/rls-floor bin/rls-plot" >&2
 mkdir -p bin
-for tool in rls-load rls-floor rls-plot; do
+for tool in rls-load rlqs-load rls-floor rls-plot; do
   $GO -C tools build -trimpath -o "$PWD/bin/$tool" "./cmd/$tool"
 done
 if [ "$TARGET" = envoy-rls ]; then
@@ -271,6 +302,16 @@ wait_quiet() {
 # A ceiling's runs go to $OUT only once Redis is seen to have run its stub.
 RUNS=$OUT
 [ -z "$STUB" ] || RUNS=$WORK/runs.jsonl
+if [ "$MODE" = rlqs ]; then
+  for f in $FLEET; do
+    case "$f" in *[0-9]x[0-9]*) ;; *) die "--fleet wants PROXIESxBUCKETS, got $f" ;; esac
+    wait_quiet
+    bin/rlqs-load -addr "$ADDR" -proxies "${f%%x*}" -buckets "${f#*x}" -interval "$INTERVAL" \
+      -rate "$RATE" -tick "$TICK" -probes "$PROBES" ${DISJOINT:+"$DISJOINT"} -duration "$DURATION" -warmup "$WARMUP" \
+      -domain "$DOMAIN" -server-pid "$SERVER_PID" ${AUX[@]+"${AUX[@]}"} -label "$LABEL" | tee -a "$OUT"
+  done
+  CONCURRENCY=""
+fi
 for c in $CONCURRENCY; do
   wait_quiet
   bin/rls-load -addr "$ADDR" -concurrency "$c" -connections "$CONNECTIONS" \

@@ -21,8 +21,6 @@ import (
 	"os"
 	"os/signal"
 	"runtime/pprof"
-	"strconv"
-	"strings"
 	"syscall"
 
 	"github.com/envoy-rls/envoy-rls/tools/internal/loadgen"
@@ -83,18 +81,7 @@ func parseFlags(args []string, stderr io.Writer) (cfg loadgen.Config, cpuProfile
 	hits := fs.Uint("hits", 0, "hits_addend per request (0 = unset)")
 	fs.DurationVar(&cfg.Timeout, "timeout", loadgen.DefaultTimeout, "per-call deadline")
 	fs.IntVar(&cfg.ServerPID, "server-pid", 0, "server PID: report its CPU µs per decision from /proc/<pid>/stat (clock ticks assumed 100/s)")
-	fs.Func("aux-pid", "name=pid of another process (e.g. redis=1234) whose CPU µs per decision to report; repeatable", func(v string) error {
-		name, pidS, ok := strings.Cut(v, "=")
-		pid, err := strconv.Atoi(pidS)
-		if !ok || name == "" || err != nil || pid <= 0 {
-			return fmt.Errorf("want name=pid, got %q", v)
-		}
-		if cfg.AuxPIDs == nil {
-			cfg.AuxPIDs = map[string]int{}
-		}
-		cfg.AuxPIDs[name] = pid
-		return nil
-	})
+	loadgen.DefineAuxPIDs(fs, &cfg.AuxPIDs, "decision")
 	fs.StringVar(&cfg.Label, "label", "", "free text copied into the JSON")
 	fs.StringVar(&cpuProfile, "cpuprofile", "", "write the load tool's own CPU profile to this file")
 	if err = fs.Parse(args); err != nil {

@@ -1,6 +1,7 @@
 // Package loadgen holds the pieces of the rls-load benchmark tool: a
 // latency histogram (HdrHistogram with exact min, max and mean), subject
-// distributions, /proc readers (prometheus/procfs), the loopback guard, the
+// distributions, /proc readers (prometheus/procfs) and the CPU meter of a
+// measured phase (shared with rlqs-load), the loopback guard, the
 // closed-loop gRPC runner and its JSON result.
 //
 // Nothing in this package keeps package-level mutable state; every value is

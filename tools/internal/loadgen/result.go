@@ -82,11 +82,3 @@ func (r *Result) WriteJSONLine(w io.Writer) error {
 }
 
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
-
-func perDecisionUs(cpu time.Duration, decisions uint64) *float64 {
-	if decisions == 0 {
-		return nil
-	}
-	v := float64(cpu) / float64(time.Microsecond) / float64(decisions)
-	return &v
-}

@@ -9,7 +9,6 @@ import (
 	"time"
 
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
-	"github.com/prometheus/procfs"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/connectivity"
 	"google.golang.org/grpc/credentials/insecure"
@@ -69,16 +68,11 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 		return nil, err
 	}
 	start := time.Now()
-	proc, procErr := NewProc(procfs.DefaultMountPoint)
-	if procErr != nil && (cfg.ServerPID > 0 || len(cfg.AuxPIDs) > 0) {
-		return nil, procErr
+	meter, err := NewMeter(cfg.ServerPID, cfg.AuxPIDs)
+	if err != nil {
+		return nil, err
 	}
-	var loadAvg *float64
-	if procErr == nil {
-		if la, err := proc.LoadAvg1(); err == nil { // informative only: no figure when unreadable
-			loadAvg = &la
-		}
-	}
+	loadAvg := meter.LoadAvg1()
 	conns, err := dialAll(ctx, cfg)
 	if err != nil {
 		return nil, err
@@ -102,30 +96,10 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	stopAndWait := func() { ph.stop.Store(true); wg.Wait() }
 
 	// beginMeasure snapshots the CPU counters and opens the measured phase.
-	var srv0, self0, busy0 time.Duration
-	aux0 := make(map[string]time.Duration, len(cfg.AuxPIDs))
-	var t0 time.Time
 	beginMeasure := func() error {
-		var err error
-		if cfg.ServerPID > 0 {
-			if srv0, err = proc.ProcessCPU(cfg.ServerPID); err != nil {
-				return err
-			}
-		}
-		for name, pid := range cfg.AuxPIDs {
-			if aux0[name], err = proc.ProcessCPU(pid); err != nil {
-				return err
-			}
-		}
-		if cfg.ServerPID > 0 {
-			if busy0, err = proc.MachineBusy(); err != nil {
-				return err
-			}
-		}
-		if self0, err = SelfCPU(); err != nil {
+		if err := meter.Begin(); err != nil {
 			return err
 		}
-		t0 = time.Now()
 		ph.measuring.Store(true)
 		return nil
 	}
@@ -144,7 +118,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 		})
 	}
 	if cfg.Warmup > 0 {
-		err := sleepCtx(ctx, cfg.Warmup)
+		err := Sleep(ctx, cfg.Warmup)
 		if err == nil {
 			err = beginMeasure()
 		}
@@ -165,17 +139,11 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 		return nil, ctx.Err()
 	}
 	stopAndWait()
-	elapsed := time.Since(t0)
-	self1, err := SelfCPU()
+	use, err := meter.End()
 	if err != nil {
 		return nil, err
 	}
-	var busy1 time.Duration
-	if cfg.ServerPID > 0 {
-		if busy1, err = proc.MachineBusy(); err != nil {
-			return nil, err
-		}
-	}
+	elapsed := use.Elapsed
 
 	res := &Result{
 		Time:        start.UTC().Format(time.RFC3339),
@@ -215,44 +183,21 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	res.P50Ms, res.P90Ms = ms(h.Quantile(0.50)), ms(h.Quantile(0.90))
 	res.P99Ms, res.P999Ms = ms(h.Quantile(0.99)), ms(h.Quantile(0.999))
 	res.MaxMs, res.MeanMs = ms(h.Max()), ms(h.Mean())
-	res.ClientCPUUsPerDecision = perDecisionUs(self1-self0, decisions)
+	res.ClientCPUUsPerDecision = MicrosPer(use.Self, decisions)
 	if decisions > 0 && res.Unmatched == decisions {
 		res.Warning = fmt.Sprintf("no answer carried a limit: the server matched no rule of domain %q to descriptors %q, so the run measured no limiter work (load rules with that domain and keys, e.g. tools/config/bench)",
 			cfg.Domain, res.Descriptors)
 	}
-	var known time.Duration // CPU of the processes this run knows about
-	if cfg.ServerPID > 0 {
-		srv1, err := proc.ProcessCPU(cfg.ServerPID)
-		if err != nil {
-			return nil, err
-		}
-		res.ServerCPUUsPerDecision = perDecisionUs(srv1-srv0, decisions)
-		if rss, hwm, err := proc.ProcessMemory(cfg.ServerPID); err == nil {
-			res.ServerRSSKiB, res.ServerHWMKiB = &rss, &hwm
-		}
-		res.ProcClockTicksPerS = ClockTicksPerSecond
-		known += srv1 - srv0 + self1 - self0
-	}
-	for name, pid := range cfg.AuxPIDs {
-		cpu, err := proc.ProcessCPU(pid)
-		if err != nil {
-			return nil, err
-		}
-		known += cpu - aux0[name]
-		if v := perDecisionUs(cpu-aux0[name], decisions); v != nil {
-			if res.AuxCPUUsPerDecision == nil {
-				res.AuxCPUUsPerDecision = map[string]float64{}
-			}
-			res.AuxCPUUsPerDecision[name] = *v
-		}
+	if use.Server != nil {
+		res.ServerCPUUsPerDecision = MicrosPer(*use.Server, decisions)
+		res.ServerRSSKiB, res.ServerHWMKiB = use.RSSKiB, use.HWMKiB
 		res.ProcClockTicksPerS = ClockTicksPerSecond
 	}
-	if cfg.ServerPID > 0 {
-		// Tick granularity (10 ms per reading) can make this slightly
-		// negative; clamp at 0.
-		other := max(float64(busy1-busy0-known)/float64(elapsed), 0)
-		res.OtherCPUCores = &other
+	if len(use.Aux) > 0 {
+		res.AuxCPUUsPerDecision = use.AuxMicrosPer(decisions)
+		res.ProcClockTicksPerS = ClockTicksPerSecond
 	}
+	res.OtherCPUCores = use.OtherCores
 	return res, nil
 }
 
@@ -342,7 +287,8 @@ func dialAll(ctx context.Context, cfg Config) ([]*grpc.ClientConn, error) {
 	return conns, nil
 }
 
-func sleepCtx(ctx context.Context, d time.Duration) error {
+// Sleep waits d or until ctx ends, and returns ctx's error in that case.
+func Sleep(ctx context.Context, d time.Duration) error {
 	if d <= 0 {
 		return ctx.Err()
 	}
