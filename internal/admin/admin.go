@@ -188,6 +188,7 @@ func (s *Server) Handler() http.Handler {
 	s.handleAPI(mux, "GET /v1/denials", "denials", s.handleDenials)
 	s.handleAPI(mux, "GET /v1/stats", "stats", s.handleStats)
 	s.handleAPI(mux, "GET /v1/rlqs", "rlqs", s.handleRLQS)
+	s.handleAPI(mux, "POST /v1/rlqs/explain", "explain", s.handleRLQSExplain)
 	s.handleConsole(mux)
 	s.handleAdminOff(mux)
 	return mux

@@ -116,24 +116,30 @@ func (l LimitDoc) Request() limiter.Request { return l.req }
 // Explain matches one descriptor of domain on snap and describes it.
 func Explain(snap *descriptors.Snapshot, domain string, entries []descriptors.Entry) Explanation {
 	ex := snap.Explain(domain, entries)
-	d := Explanation{Matched: ex.Matched, Reason: ex.Reason, Steps: ex.Steps}
+	return explanationOf(ex.Steps, ex.Match, ex.Matched, ex.Reason)
+}
+
+// explanationOf describes a descriptor's (or an RLQS bucket's) walk of the
+// rules: its steps, its match when matched, else why not.
+func explanationOf(steps []descriptors.Step, match descriptors.Match, matched bool, reason string) Explanation {
+	d := Explanation{Matched: matched, Reason: reason, Steps: steps}
 	if d.Steps == nil {
 		d.Steps = []descriptors.Step{}
 	}
-	if !ex.Matched {
+	if !matched {
 		return d
 	}
-	r := ex.Match.Rule
+	r := match.Rule
 	d.Rule = refOf(r)
 	if r.Unlimited || r.Policy == nil {
 		d.Unlimited = true
 		return d
 	}
 	d.PolicyID = r.Policy.ID()
-	d.SubjectDigest = hex.EncodeToString(ex.Match.Subject[:])
-	limits, subjects := []*descriptors.Rule{r}, []limiter.SubjectDigest{ex.Match.Subject}
-	if len(r.Limits) > 0 && len(ex.Match.Subjects) == len(r.Limits) {
-		limits, subjects = r.Limits, ex.Match.Subjects
+	d.SubjectDigest = hex.EncodeToString(match.Subject[:])
+	limits, subjects := []*descriptors.Rule{r}, []limiter.SubjectDigest{match.Subject}
+	if len(r.Limits) > 0 && len(match.Subjects) == len(r.Limits) {
+		limits, subjects = r.Limits, match.Subjects
 	}
 	for i, l := range limits {
 		if l.Policy == nil {
@@ -142,7 +148,7 @@ func Explain(snap *descriptors.Snapshot, domain string, entries []descriptors.En
 		if len(limits) > 1 {
 			d.PolicyIDs = append(d.PolicyIDs, l.Policy.ID())
 		}
-		d.Limits = append(d.Limits, limitDocOf(l, subjects[i], ex.Match.Tag))
+		d.Limits = append(d.Limits, limitDocOf(l, subjects[i], match.Tag))
 	}
 	return d
 }

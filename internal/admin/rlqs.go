@@ -1,10 +1,15 @@
 package admin
 
 import (
+	"encoding/json"
+	"errors"
+	"fmt"
 	"net/http"
 	"strconv"
+	"time"
 
 	"github.com/envoy-rls/envoy-rls/pkg/rlqs"
+	"github.com/envoy-rls/envoy-rls/pkg/rls"
 )
 
 // Bounds of GET /v1/rlqs.
@@ -41,4 +46,69 @@ func (s *Server) handleRLQS(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	writeJSON(w, http.StatusOK, ans)
+}
+
+// rlqsExplainRequest is the body of POST /v1/rlqs/explain: a domain and
+// RLQS buckets (Envoy's bucket_id maps).
+type rlqsExplainRequest struct {
+	Domain  string              `json:"domain"`
+	Buckets []map[string]string `json:"buckets"`
+}
+
+// handleRLQSExplain serves POST /v1/rlqs/explain: each bucket explained
+// as the descriptor of its entries in the order the rule tree names them
+// (descriptors.Snapshot.MatchBucket), with the state of its limits.
+func (s *Server) handleRLQSExplain(w http.ResponseWriter, r *http.Request) {
+	var req rlqsExplainRequest
+	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxExplainBody))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&req); err != nil {
+		writeAPIError(w, http.StatusBadRequest, `the body must be {"domain":"…","buckets":[{"key":"value",…},…]}: `+err.Error())
+		return
+	}
+	if err := checkBuckets(&req); err != nil {
+		writeAPIError(w, http.StatusBadRequest, err.Error())
+		return
+	}
+	if !s.charge(w, r, len(req.Buckets)) {
+		return
+	}
+	snap := s.cfg.Rules.Current()
+	ans := ExplainAnswer{Domain: req.Domain, Descriptors: make([]Explanation, 0, len(req.Buckets))}
+	call := callOf(r)
+	call.domain, call.descriptors = req.Domain, len(req.Buckets)
+	for _, b := range req.Buckets {
+		ex := snap.ExplainBucket(req.Domain, b)
+		d := explanationOf(ex.Steps, ex.Match, ex.Matched, ex.Reason)
+		call.note(d)
+		ans.Descriptors = append(ans.Descriptors, d)
+	}
+	readStates(r.Context(), s.cfg.Store, time.Now(), ans.Descriptors)
+	writeAPIJSON(w, http.StatusOK, ans)
+}
+
+// checkBuckets applies the bounds of the RLQS service to an explain
+// request.
+func checkBuckets(req *rlqsExplainRequest) error {
+	switch {
+	case req.Domain == "":
+		return errors.New("domain is empty")
+	case len(req.Domain) > rls.MaxDomainBytes:
+		return fmt.Errorf("domain is above %d bytes", rls.MaxDomainBytes)
+	case len(req.Buckets) == 0:
+		return errors.New("buckets is empty: at least one is required")
+	case len(req.Buckets) > rls.MaxDescriptors:
+		return fmt.Errorf("%d buckets, above the bound of %d", len(req.Buckets), rls.MaxDescriptors)
+	}
+	for i, b := range req.Buckets {
+		if err := checkEntries(len(b)); err != nil {
+			return fmt.Errorf("bucket %d: %w", i, err)
+		}
+		for k, v := range b {
+			if k == "" || len(k) > rls.MaxKeyBytes || len(v) > rls.MaxValueBytes {
+				return fmt.Errorf("bucket %d: a key must be 1 to %d bytes and a value at most %d", i, rls.MaxKeyBytes, rls.MaxValueBytes)
+			}
+		}
+	}
+	return nil
 }
