@@ -189,6 +189,10 @@ func checkConsole(t *testing.T, browser string, cfg replicaConfig, screenshot bo
 		chromedp.WaitVisible(chromedp.CSS("#denials tbody td.num")),
 	)
 	rules, stats, top, denials := text("#rules"), text("#stats"), text("#top"), text("#denials")
+	// RLQS is on by default; no proxy has opened a stream here.
+	if q := text("#rlqs-section"); !strings.Contains(q, "0 proxy stream(s)") || !strings.Contains(q, "no RLQS bucket reported yet") {
+		t.Errorf("the RLQS section: %q", q)
+	}
 	checkConsoleLayout(t, ctx)
 	do("explain",
 		chromedp.SetValue(chromedp.CSS("#explain-descriptors"), "user="+user+"\nlogin="+login+"\ntenant="+tenant),

@@ -166,7 +166,7 @@ async function refreshRules() {
 
 async function refreshLive() {
   try {
-    await Promise.all([refreshStats(), refreshTop(), refreshDenials()]);
+    await Promise.all([refreshStats(), refreshTop(), refreshDenials(), refreshRLQS()]);
     setStatus("updated " + new Date().toLocaleTimeString(), "ok");
   } catch (e) {
     if (e instanceof Unauthorized) { signOut("The token was refused (rotated?): sign in again."); return; }
@@ -194,6 +194,18 @@ async function refreshTop() {
   const t = await api("GET", "/v1/top?n=10");
   $("top-meta").textContent = "The heaviest subjects by hits over the last " + Math.round(t.window_seconds) + " s, by subject digest (HMAC of the value).";
   fill($("top").tBodies[0], t.top.map((e) => row([e.domain, e.policy_id, e.key, e.subject_digest.slice(0, 16) + "…", e.hits, e.denied], [4, 5])), "no traffic tracked yet", 6);
+}
+
+// refreshRLQS shows the subjects this replica's RLQS service divides among
+// proxies (GET /v1/rlqs): -1 (unknown) shows as "…".
+async function refreshRLQS() {
+  const q = await api("GET", "/v1/rlqs?limit=20");
+  $("rlqs-meta").textContent = q.enabled
+    ? q.streams + " proxy stream(s) on this replica; the subjects divided among proxies, by digest, the most subscribed first."
+    : "RLQS is off on this replica (--rlqs=false).";
+  const rps = (v) => (v < 0 ? "…" : v.toFixed(1));
+  fill($("rlqs").tBodies[0], q.aggregates.map((a) => row([a.domain, a.policy_id, a.subject_digest.slice(0, 16) + "…", a.subscribers,
+    rps(a.demand_rps), rps(a.assigned_rps), rps(a.capacity_rps)], [3, 4, 5, 6])), "no RLQS bucket reported yet", 7);
 }
 
 async function refreshDenials() {
