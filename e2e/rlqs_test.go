@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"math"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -183,8 +185,23 @@ func checkFleet(t *testing.T, targets []string) {
 // TestRLQSFleetOneReplica: ten proxies on one replica (memory store)
 // share one limit by max-min fairness.
 func TestRLQSFleetOneReplica(t *testing.T) {
-	r := startReplicas(t, 1, rlqsRules, replicaConfig{Args: []string{"--admin-token-file", tokenFile(t)}})[0]
+	auditFile := filepath.Join(t.TempDir(), "audit.jsonl")
+	r := startReplicas(t, 1, rlqsRules, replicaConfig{Args: []string{"--admin-token-file", tokenFile(t),
+		"--audit-sink", "file", "--audit-file", auditFile}})[0]
 	checkFleet(t, []string{r.grpcAddr})
+	// What the proxies denied is in the audit stream, by digest.
+	polltest.Eventually(t, 10*time.Second, 100*time.Millisecond, "the proxies' denials audited", func() error {
+		b, err := os.ReadFile(auditFile)
+		switch {
+		case err != nil:
+			return err
+		case !strings.Contains(string(b), `"source":"rlqs"`) || !strings.Contains(string(b), `"policy_id":"rlqs/tenant"`):
+			return fmt.Errorf("no RLQS denial in the audit file (%d bytes)", len(b))
+		case strings.Contains(string(b), "rawval"):
+			return fmt.Errorf("a raw value in the audit file")
+		}
+		return nil
+	})
 	if got := r.metric(`envoy_rls_rlqs_streams`); got != 10 {
 		t.Errorf("rlqs_streams %v, want 10", got)
 	}

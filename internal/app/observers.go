@@ -2,6 +2,8 @@ package app
 
 import (
 	"github.com/envoy-rls/envoy-rls/pkg/audit"
+	"github.com/envoy-rls/envoy-rls/pkg/limiter"
+	"github.com/envoy-rls/envoy-rls/pkg/rlqs"
 	"github.com/envoy-rls/envoy-rls/pkg/rls"
 	"github.com/envoy-rls/envoy-rls/pkg/topk"
 )
@@ -79,4 +81,20 @@ func (a auditor) Denied(d rls.Denial) {
 	a.sink.Offer(audit.Event{Time: d.Time, Domain: d.Domain, PolicyID: d.PolicyID, Subject: d.Subject, Cost: d.Cost,
 		Limit: d.Limit, Remaining: d.Remaining, RetryAfter: d.RetryAfter, RequestID: d.RequestID, Shadow: d.Shadow,
 		Outcome: outcome, FailureMode: d.FailureMode})
+}
+
+// quotaDenialsOf writes what RLQS proxies reported denying to sink as
+// denial events of source "rlqs"; nil when sink is nil.
+func quotaDenialsOf(sink *audit.Sink, clock limiter.Clock) func(rlqs.Denial) {
+	if sink == nil {
+		return nil
+	}
+	if clock == nil {
+		clock = limiter.SystemClock{}
+	}
+	return func(d rlqs.Denial) {
+		sink.Offer(audit.Event{Time: clock.Now(), Domain: d.Domain, PolicyID: d.PolicyID, Subject: d.Subject,
+			Cost: uint64(d.Denied), Limit: d.Limit, Remaining: d.Remaining, Shadow: d.Shadow,
+			Outcome: audit.OutcomeOverLimit, Source: "rlqs"})
+	}
 }

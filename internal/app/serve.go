@@ -284,6 +284,7 @@ func (s *server) startQuota(ctx context.Context, answering limiter.Store) error 
 	cfg := f.Config()
 	cfg.Rules, cfg.Store, cfg.Clock, cfg.Log = s.rules.Current, answering, s.storeConfig.Clock, s.log
 	cfg.Exchange = s.exchange
+	cfg.Denied = quotaDenialsOf(s.audit, s.storeConfig.Clock)
 	var err error
 	if cfg.Metrics, err = rlqs.NewMetrics(s.reg); err != nil {
 		return err

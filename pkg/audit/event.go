@@ -49,6 +49,10 @@ type Event struct {
 	// ("local": the local limiter denied, OutcomeOverLimit; "closed":
 	// OutcomeFailureMode), or empty when the store decided.
 	FailureMode string
+	// Source is "rlqs" for the requests proxies reported denying by the
+	// quota the Rate Limit Quota Service assigned them (Cost is how many,
+	// since the proxies' last reports); empty for an RLS decision.
+	Source string
 	// Usage, when set, makes the event a usage record (KindUsage) of
 	// Domain and PolicyID at Time: the denial fields are not used.
 	Usage *usage
@@ -74,6 +78,7 @@ type Record struct {
 	Shadow        bool   `json:"shadow"`
 	Outcome       string `json:"outcome"`
 	FailureMode   string `json:"failure_mode,omitempty"`
+	Source        string `json:"source,omitempty"`
 	// Usage is a usage record's totals (KindUsage only).
 	Usage *usageRecord `json:"-"`
 	// Admin is an admin record (KindAdmin only).
@@ -105,6 +110,7 @@ func (e *Event) Record() Record {
 		Shadow:        e.Shadow,
 		Outcome:       e.Outcome,
 		FailureMode:   e.FailureMode,
+		Source:        e.Source,
 	}
 }
 
@@ -136,6 +142,9 @@ func (r *Record) fields() [][2]string {
 	}
 	if r.FailureMode != "" {
 		f = append(f, [2]string{"failure_mode", r.FailureMode})
+	}
+	if r.Source != "" {
+		f = append(f, [2]string{"source", r.Source})
 	}
 	return f
 }

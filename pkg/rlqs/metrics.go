@@ -81,7 +81,8 @@ func (m *Metrics) action(kind string) {
 }
 
 // observe sets the per-policy gauges from the aggregates after a tick,
-// and counts the requests reported since the last one.
+// and counts the requests reported since the last one (the tick then
+// clears them).
 func (m *Metrics) observe(aggs map[aggKey]*aggregate) {
 	if m == nil {
 		return
@@ -111,7 +112,6 @@ func (m *Metrics) observe(aggs map[aggKey]*aggregate) {
 		if a.denied > 0 {
 			m.reported.WithLabelValues(k[0], k[1], "denied").Add(float64(a.denied))
 		}
-		a.allowed, a.denied = 0, 0
 	}
 	for _, g := range []*prometheus.GaugeVec{m.subscribers, m.demand, m.assigned, m.capacityRate} {
 		g.Reset()

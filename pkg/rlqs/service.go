@@ -91,6 +91,10 @@ type Config struct {
 	Limits       Limits
 	// Metrics are the service's collectors (NewMetrics). (Optional)
 	Metrics *Metrics
+	// Denied, when set, is told every tick, per limit's subject whose
+	// proxies reported denying requests since the last, how many, with
+	// the limit and what remains of it. (Optional: the audit sink)
+	Denied func(Denial)
 	// Log receives stream ends and store failures. (Optional)
 	Log *zap.Logger
 }
@@ -187,6 +191,17 @@ func (s *Service) Stop() {
 		st.waitFlushed(2 * time.Second)
 		st.end()
 	}
+}
+
+// Denial is what the proxies of one limit's subject on this replica
+// denied since the last tick (Config.Denied): configuration and a
+// digest, never a request value.
+type Denial struct {
+	Domain, PolicyID string
+	Subject          limiter.SubjectDigest
+	Denied           int64
+	Limit, Remaining int64
+	Shadow           bool
 }
 
 // AggregateInfo is one limit's subject as this replica divides it, for

@@ -3,6 +3,7 @@ package rlqs
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -370,5 +371,25 @@ func TestIdleProxyBesideNewOneHasAQuota(t *testing.T) {
 	}
 	if s, _ := fresh.assignment(); strategyRate(s) < 4_000 {
 		t.Fatalf("the new proxy: %v, want about the rest of 10/s", s)
+	}
+}
+
+// TestDeniedReported: what the proxies of a subject reported denying
+// since the last tick reaches Config.Denied (the audit sink) once, with
+// the limit and what remains of it, and never a request value.
+func TestDeniedReported(t *testing.T) {
+	var got []Denial
+	h := newHarness(t, testRules, Config{Denied: func(d Denial) { got = append(got, d) }})
+	p := h.proxy(t)
+	p.report("app", usage(5, 7, "tenant", "rawval-acme"))
+	h.waitSubscribed(t, 1)
+	h.svc.Tick(context.Background())
+	h.clock.Advance(time.Second)
+	h.svc.Tick(context.Background())
+	if len(got) != 1 || got[0].Denied != 7 || got[0].PolicyID != "app/tenant" || got[0].Limit != 600 || got[0].Remaining != 595 {
+		t.Fatalf("denials %+v, want one of 7 on app/tenant with 595 of 600 left", got)
+	}
+	if strings.Contains(fmt.Sprintf("%+v", got), "rawval") {
+		t.Fatalf("a request value in %+v", got)
 	}
 }

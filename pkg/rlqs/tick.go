@@ -99,6 +99,11 @@ func (s *Service) Tick(ctx context.Context) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for i, a := range sc.aggs {
+		if d := a.denied; d > 0 && s.cfg.Denied != nil {
+			o := &sc.outs[i].Decision
+			s.cfg.Denied(Denial{Domain: a.domain, PolicyID: a.policy.ID(), Subject: a.subject, Denied: d,
+				Limit: a.policy.Limit(), Remaining: o.Remaining, Shadow: a.policy.Shadow()})
+		}
 		var charged int64
 		if sc.reqs[i].Policy == a.twin && sc.reqs[i].Role != limiter.RoleCheck {
 			charged = sc.reqs[i].Cost
@@ -111,6 +116,9 @@ func (s *Service) Tick(ctx context.Context) {
 		}
 	}
 	s.cfg.Metrics.observe(s.aggs)
+	for _, a := range s.aggs {
+		a.allowed, a.denied = 0, 0
+	}
 }
 
 // revisit rebinds the subscriptions matched on an older rule snapshot and
