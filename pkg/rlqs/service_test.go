@@ -393,3 +393,25 @@ func TestDeniedReported(t *testing.T) {
 		t.Fatalf("a request value in %+v", got)
 	}
 }
+
+// TestCalendarWindowAssignsTheRestOverTheTimeLeft: a calendar day's
+// limit is divided as what is left of the day over the time left of it in
+// its time zone: at noon UTC on a New York day that began at 05:00 UTC,
+// 17 hours remain of 24,000.
+func TestCalendarWindowAssignsTheRestOverTheTimeLeft(t *testing.T) {
+	h := newHarness(t, `
+domain: app
+descriptors:
+  - key: user
+    rate_limit: {unit: day, requests_per_unit: 24000, calendar: true, time_zone: America/New_York}
+`, Config{})
+	p := h.proxy(t)
+	p.report("app", usage(0, 0, "user", "rawval-u"))
+	h.waitSubscribed(t, 1)
+	h.svc.Tick(context.Background())
+	s, _ := p.assignment()
+	want := int64(24000 * 1_000_000 / (17 * 3600 * 1000)) // mrps
+	if got := strategyRate(s); got > want || got < want*95/100 {
+		t.Fatalf("at noon UTC: %v (%d mrps), want about %d (24,000 over the 17 hours left)", s, got, want)
+	}
+}
