@@ -187,8 +187,12 @@ func (s *Service) Stop() {
 	for _, st := range streams {
 		st.expireAll()
 	}
+	// One bound for all: a stream whose proxy does not read holds the
+	// stop no longer than the others.
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
 	for _, st := range streams {
-		st.waitFlushed(2 * time.Second)
+		st.waitFlushed(ctx)
 		st.end()
 	}
 }

@@ -202,8 +202,8 @@ func (st *stream) expireAll() {
 	}
 }
 
-// waitFlushed waits until the outbox has been sent, at most d.
-func (st *stream) waitFlushed(d time.Duration) {
+// waitFlushed waits until the outbox has been sent, or ctx ends.
+func (st *stream) waitFlushed(ctx context.Context) {
 	st.mu.Lock()
 	if len(st.pending) == 0 {
 		st.mu.Unlock()
@@ -211,8 +211,6 @@ func (st *stream) waitFlushed(d time.Duration) {
 	}
 	ch := st.flushed
 	st.mu.Unlock()
-	ctx, cancel := context.WithTimeout(context.Background(), d)
-	defer cancel()
 	select {
 	case <-ch:
 	case <-ctx.Done():
