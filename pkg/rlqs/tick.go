@@ -170,11 +170,11 @@ func (s *Service) divide(a *aggregate, subs []*subscription, o *limiter.Outcome,
 			if a.assigned > 0 && a.assigned != unknownDemand && a.remote != unknownDemand {
 				scale = float64(satAdd(a.assigned, a.remote)) / float64(a.assigned)
 			}
-			all := float64(charged) * scale // every replica's charge
+			charges := float64(charged) * scale // every replica's charge
 			if !reset.Equal(a.window) {
 				a.carried = 0
 				if !a.window.IsZero() {
-					a.carried = int64(all)
+					a.carried = int64(charges)
 				}
 				a.window = reset
 			} else if elapsed := now.Sub(a.readAt).Seconds(); elapsed > 0 && s.single() {
@@ -183,7 +183,7 @@ func (s *Service) divide(a *aggregate, subs []*subscription, o *limiter.Outcome,
 				// Only a replica whose proxies alone report the subject
 				// knows what the reports charged; with several, the
 				// others' share is an estimate too coarse to subtract.
-				other := max(0, (float64(a.lastRemaining-o.Decision.Remaining)-all)/elapsed)
+				other := max(0, (float64(a.lastRemaining-o.Decision.Remaining)-charges)/elapsed)
 				a.others = (a.others + other) / 2
 			}
 			a.lastRemaining, a.readAt = o.Decision.Remaining, now
