@@ -127,25 +127,34 @@ func (s *Service) bind(sub *subscription, now time.Time) {
 		for i, l := range limits {
 			p := l.Policy
 			if p.Limit() == 0 {
-				sub.fixed = blanket(false)
+				sub.fix(false)
 				continue
 			}
 			a := s.aggregateOf(sub.st.domain, p, subjects[i], m.Tag)
 			if a == nil {
 				s.cfg.Metrics.refused(label, "too_many_aggregates")
-				sub.fixed = blanket(p.FailureMode() != limiter.FailClosed)
+				sub.fix(p.FailureMode() != limiter.FailClosed)
 				continue
 			}
 			a.subs[sub] = struct{}{}
 			sub.aggs = append(sub.aggs, a)
 			sub.rates = append(sub.rates, 0)
 		}
-		if sub.fixed == nil && r.ShadowMode {
+		if r.ShadowMode {
+			// Shadow mode never denies: counted and charged, allowed.
 			sub.fixed = blanket(true)
 		}
 	}
 	if sub.fixed != nil {
 		s.push(sub, sub.fixed, unknownDemand, now)
+	}
+}
+
+// fix makes sub's assignment a blanket: a deny wins over an allow, as one
+// limit of several that denies denies the request.
+func (sub *subscription) fix(allow bool) {
+	if sub.fixed == nil || !allow {
+		sub.fixed = blanket(allow)
 	}
 }
 
