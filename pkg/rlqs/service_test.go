@@ -40,6 +40,9 @@ descriptors:
     rate_limit: {unlimited: true}
   - key: banned
     rate_limit: {unit: minute, requests_per_unit: 0}
+  - key: trial
+    rate_limit: {unit: minute, requests_per_unit: 0}
+    shadow_mode: true
 `
 
 var t0 = time.Date(2026, 12, 6, 12, 0, 0, 0, time.UTC)
@@ -219,8 +222,9 @@ func TestAssignsTheLimitAmongProxies(t *testing.T) {
 }
 
 // TestFixedBlankets: a bucket no rule limits and an unlimited one are
-// allowed, a limit of 0 denied, a concurrency limit (no quota)
-// answered by its failure mode (closed: denied), each at once.
+// allowed, a limit of 0 denied (but in shadow mode allowed), a
+// concurrency limit (no quota) answered by its failure mode (closed:
+// denied), each at once.
 func TestFixedBlankets(t *testing.T) {
 	h := newHarness(t, testRules, Config{})
 	for _, c := range []struct {
@@ -231,6 +235,7 @@ func TestFixedBlankets(t *testing.T) {
 		{[]string{"free", "rawval-x"}, true},
 		{[]string{"banned", "rawval-x"}, false},
 		{[]string{"jobs", "rawval-x"}, false},
+		{[]string{"trial", "rawval-x"}, true}, // shadow mode never denies
 	} {
 		p := h.proxy(t)
 		p.report("app", usage(1, 0, c.kv...))
