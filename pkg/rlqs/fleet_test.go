@@ -212,3 +212,41 @@ func (f *fleet) rate(i int) float64 {
 	}
 	return float64(strategyRate(a.Strategy)) / 1000
 }
+
+// TestFleetWindowCatchUp: a window whose proxies wanted little until its
+// last seconds, then ten times the limit: the budget left is spread over
+// the time left, and the window still admits the limit within 2 %: the
+// usage the proxies admitted since their last report counts as used, and
+// what they admitted at the window's high rate before the next one began
+// is not charged to the next one.
+func TestFleetWindowCatchUp(t *testing.T) {
+	h := newHarness(t, fleetRules, Config{})
+	const n, limit = 10, 6000
+	demands := make([]float64, n)
+	for i := range demands {
+		demands[i] = 30
+	}
+	f := newFleet(t, h, demands)
+	f.run(2*time.Second, time.Minute)
+	first := h.clock.Now().Add(time.Minute-time.Nanosecond).UnixMilli() / time.Minute.Milliseconds()
+	f.run(time.UnixMilli(first*time.Minute.Milliseconds()).Sub(h.clock.Now()), time.Minute)
+	for w := range int64(2) {
+		f.run(10*time.Second, time.Minute)
+		for i := range f.demands {
+			f.demands[i] = 1
+		}
+		f.run(45*time.Second, time.Minute)
+		for i := range f.demands {
+			f.demands[i] = 100
+		}
+		f.run(5*time.Second, time.Minute)
+		sum := 0
+		for i := range f.proxies {
+			sum += f.inWindows(i, first+w, first+w+1)
+		}
+		t.Logf("minute %d: %d admitted", w+1, sum)
+		if d := float64(sum-limit) / limit; d > 0.02 || d < -0.02 {
+			t.Errorf("minute %d admitted %d, want %d within 2%%", w+1, sum, limit)
+		}
+	}
+}

@@ -143,7 +143,7 @@ func (s *Service) report(st *stream, msg *rlqsv3.RateLimitQuotaUsageReports) err
 			}
 			sub = s.subscribe(st, key, u.GetBucketId(), now)
 		}
-		sub.observe(now, clampCount(u.GetNumRequestsAllowed()), clampCount(u.GetNumRequestsDenied()))
+		sub.observe(now, u.GetTimeElapsed().AsDuration(), clampCount(u.GetNumRequestsAllowed()), clampCount(u.GetNumRequestsDenied()))
 		s.reports++
 	}
 	return nil

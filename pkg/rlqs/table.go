@@ -41,10 +41,13 @@ type aggregate struct {
 	// The last tick's figures (mrps), for the metrics; remote is what the
 	// other replicas' proxies were assigned.
 	capacity, demand, assigned, remote int64
-	// window is the reset time of the window the last tick saw; carried
-	// what its first tick charged of usage reported before it began.
-	window  time.Time
-	carried int64
+	// window is the reset time of the fixed window the last tick saw,
+	// start that of the one before (zero until seen). Of pending,
+	// beforeStart was admitted before start and beforeEnd before window:
+	// the next tick does not charge what was admitted before the window
+	// it charges began (that window is over).
+	window, start          time.Time
+	beforeStart, beforeEnd int64
 	// lastRemaining and readAt are the last tick's reading; others the
 	// rate (requests a second) the window is drawn on by anything but
 	// the proxies' reports: RLS calls.
@@ -80,6 +83,8 @@ type subscription struct {
 
 	sent     *typev3.RateLimitStrategy
 	sentRate int64
+	// prevRate is the rate held before sentAt (unknownDemand: none).
+	prevRate int64
 	sentAt   time.Time
 	sentTTL  time.Duration
 }
@@ -187,9 +192,14 @@ func (sub *subscription) unbind() {
 	sub.aggs, sub.rates, sub.gone = nil, nil, true
 }
 
-// observe records a report of sub at now: its usage (charged at the next
-// tick) and what it teaches of the proxy's demand and reporting interval.
-func (sub *subscription) observe(now time.Time, allowed, denied int64) {
+// observe records a report of sub at now, covering elapsed (0 when the
+// report does not say): its usage (charged at the next tick) and what it
+// teaches of the proxy's demand and reporting interval.
+func (sub *subscription) observe(now time.Time, elapsed time.Duration, allowed, denied int64) {
+	from := sub.lastReport
+	if from.IsZero() && elapsed > 0 {
+		from = now.Add(-elapsed)
+	}
 	if !sub.lastReport.IsZero() {
 		elapsed := min(max(now.Sub(sub.lastReport), minInterval), maxInterval)
 		sample := int64(min(float64(allowed+denied)*1e6/float64(elapsed.Milliseconds()), float64(unknownDemand-1)))
@@ -211,6 +221,8 @@ func (sub *subscription) observe(now time.Time, allowed, denied int64) {
 		sub.lastUsed = now
 	}
 	for _, a := range sub.aggs {
+		a.beforeStart = min(a.beforeStart+sub.admittedBefore(a.start, from, now, allowed, denied), 1<<53-1)
+		a.beforeEnd = min(a.beforeEnd+sub.admittedBefore(a.window, from, now, allowed, denied), 1<<53-1)
 		a.pending = min(a.pending+allowed, 1<<53-1)
 		a.allowed, a.denied = satAdd(a.allowed, allowed), satAdd(a.denied, denied)
 	}
@@ -282,6 +294,10 @@ func (s *Service) push(sub *subscription, strategy *typev3.RateLimitStrategy, ra
 		}
 		strategy, rate = sub.sent, sub.sentRate
 	}
+	sub.prevRate = unknownDemand
+	if sub.sent != nil {
+		sub.prevRate = sub.sentRate
+	}
 	sub.sent, sub.sentRate, sub.sentAt, sub.sentTTL = strategy, rate, now, ttl
 	sub.st.enqueue(sub.key, sub.action(strategy, ttl))
 	s.cfg.Metrics.action(actionAssign)
@@ -299,4 +315,35 @@ func near(held, want int64) bool {
 		d = -d
 	}
 	return d*20 <= max(held, want)
+}
+
+// admittedBefore is the part of allowed, admitted over [from, to), that
+// was admitted before b: in proportion to the rate the proxy held (its
+// last change at sentAt), at most what it was asked for, over each part;
+// in proportion to time when those rates are not known.
+func (sub *subscription) admittedBefore(b, from, to time.Time, allowed, denied int64) int64 {
+	switch {
+	case b.IsZero() || from.IsZero() || !from.Before(b):
+		return 0
+	case !b.Before(to):
+		return allowed
+	}
+	span := to.Sub(from).Seconds()
+	part := b.Sub(from).Seconds() / span
+	asked := float64(allowed+denied) / span
+	if sub.sent != nil && sub.sentRate != unknownDemand && sub.prevRate != unknownDemand && asked > 0 {
+		// held(t0, t1) is what the proxy could admit over [t0, t1).
+		held := func(t0, t1 time.Time) float64 {
+			var w float64
+			if cut := maxTime(minTime(sub.sentAt, t1), t0); cut.After(t0) {
+				w += min(float64(sub.prevRate)/1000, asked) * cut.Sub(t0).Seconds()
+				t0 = cut
+			}
+			return w + min(float64(sub.sentRate)/1000, asked)*max(t1.Sub(t0).Seconds(), 0)
+		}
+		if w1, w2 := held(from, b), held(b, to); w1+w2 > 0 {
+			part = w1 / (w1 + w2)
+		}
+	}
+	return int64(float64(allowed) * part)
 }

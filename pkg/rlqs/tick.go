@@ -21,6 +21,8 @@ type tickScratch struct {
 	outs    []limiter.Outcome
 	demands []Demand
 	shares  []int64
+	// unreported is each aggregate's usage not reported at the tick.
+	unreported []int64
 	// reads re-reads the states charged (readOf: their index in reqs).
 	reads  []limiter.Request
 	readOf []int
@@ -40,13 +42,23 @@ func (s *Service) Tick(ctx context.Context) {
 	}
 	s.revisit(now)
 	sc := &s.scratch
-	sc.aggs, sc.subs, sc.reqs, sc.demands = sc.aggs[:0], sc.subs[:0], sc.reqs[:0], sc.demands[:0]
+	sc.aggs, sc.subs, sc.reqs, sc.demands, sc.unreported = sc.aggs[:0], sc.subs[:0], sc.reqs[:0], sc.demands[:0], sc.unreported[:0]
 	for k, a := range s.aggs {
 		if len(a.subs) == 0 && a.pending == 0 {
 			delete(s.aggs, k)
 			continue
 		}
 		req := limiter.Request{Policy: a.policy, Subject: a.subject, Tag: a.tag, Cost: 1, Role: limiter.RoleCheck}
+		start, began := a.windowAt(now)
+		if began {
+			// The reports that arrive before this tick has read the new
+			// window are split at its start.
+			a.start = start
+			a.pending -= min(a.beforeEnd, a.pending)
+		} else {
+			a.pending -= min(a.beforeStart, a.pending)
+		}
+		a.beforeStart, a.beforeEnd = 0, 0
 		if a.pending > 0 {
 			cost := min(a.pending, a.twin.MaxCost())
 			a.pending -= cost
@@ -58,7 +70,17 @@ func (s *Service) Tick(ctx context.Context) {
 			subs = append(subs, sub)
 			mine = append(mine, sub.demand)
 		}
+		// What the proxies admitted and have not reported, as of now:
+		// the reports that arrive while the tick runs are not in the
+		// states it reads.
+		var un int64
+		if a.policy.Algorithm() == limiter.FixedWindow {
+			un = s.unreportedSince(a, subs, start, now)
+		} else {
+			un = s.unreported(a, subs, now)
+		}
 		sc.aggs, sc.subs, sc.reqs = append(sc.aggs, a), append(sc.subs, subs), append(sc.reqs, req)
+		sc.unreported = append(sc.unreported, un)
 		sc.demands = append(sc.demands, Demand{Policy: a.policy, Subject: a.subject, Tag: a.tag, Mine: mine})
 	}
 	sc.outs = append(sc.outs[:0], make([]limiter.Outcome, len(sc.reqs))...)
@@ -108,7 +130,7 @@ func (s *Service) Tick(ctx context.Context) {
 		if sc.reqs[i].Policy == a.twin && sc.reqs[i].Role != limiter.RoleCheck {
 			charged = sc.reqs[i].Cost
 		}
-		s.divide(a, sc.subs[i], &sc.outs[i], &sc.demands[i], charged, now)
+		s.divide(a, sc.subs[i], &sc.outs[i], &sc.demands[i], charged, sc.unreported[i], now)
 	}
 	for st := range s.streams {
 		for _, sub := range st.subs {
@@ -144,55 +166,52 @@ func (s *Service) revisit(now time.Time) {
 	}
 }
 
+// windowAt returns the start of the fixed window that a charge at now
+// falls in, as far as a knows (zero when it does not), and whether that
+// window began since the last tick. What a's proxies admitted before it
+// is not charged: it belongs to a window that is over, not to the limit
+// in force.
+func (a *aggregate) windowAt(now time.Time) (start time.Time, began bool) {
+	if !a.window.IsZero() && !now.Before(a.window) {
+		return a.window, true
+	}
+	return a.start, false
+}
+
 // divide sets, for each subscription of a on this replica, its share of
 // a's capacity: max-min fair over the demands of every replica's
-// proxies. A decision the store could not make follows the policy's
-// failure mode: open lets every proxy through, closed none.
-func (s *Service) divide(a *aggregate, subs []*subscription, o *limiter.Outcome, d *Demand, charged int64, now time.Time) {
+// proxies. charged is what this tick charged of the usage reported,
+// unreported what the proxies admitted since. A decision the store could
+// not make follows the policy's failure mode: open lets every proxy
+// through, closed none.
+func (s *Service) divide(a *aggregate, subs []*subscription, o *limiter.Outcome, d *Demand, charged, unreported int64, now time.Time) {
 	var c int64
 	switch {
 	case o.Kind == limiter.Evaluated && o.Decision.Known():
-		// A window's remaining goes over the time left (at least a tick:
-		// an assignment lasts until the next one). The usage the proxies
-		// have not reported yet is not taken from it: at the window's end
-		// it is charged to the next window, as the usage of this one's
-		// start was to this one, so a window admits its limit. The other
-		// algorithms renew continuously: their remaining less what is
-		// unreported goes over a tick at least.
 		remaining, reset, lag := o.Decision.Remaining, o.Decision.ResetAt, s.cfg.Tick
 		if a.policy.Algorithm() == limiter.FixedWindow {
-			// The usage reported before a window began and charged at its
-			// first tick was admitted in the window before: it is not
-			// this window's (ticks fall on window boundaries, Run). The
-			// other replicas charged theirs too: in proportion to what
-			// their proxies were assigned beside this replica's.
-			scale := 1.0
-			if a.assigned > 0 && a.assigned != unknownDemand && a.remote != unknownDemand {
-				scale = float64(satAdd(a.assigned, a.remote)) / float64(a.assigned)
-			}
-			charges := float64(charged) * scale // every replica's charge
+			// A window's remaining, less what the proxies admitted in it
+			// and have not reported, goes over the time left (at least a
+			// tick: an assignment lasts until the next one).
 			if !reset.Equal(a.window) {
-				a.carried = 0
-				if !a.window.IsZero() {
-					a.carried = int64(charges)
-				}
-				a.window = reset
+				a.start, a.window = a.window, reset
 			} else if elapsed := now.Sub(a.readAt).Seconds(); elapsed > 0 && s.single() {
 				// What else drew on the window since the last tick (RLS
 				// calls): its rate is kept for the rest of the window.
 				// Only a replica whose proxies alone report the subject
-				// knows what the reports charged; with several, the
-				// others' share is an estimate too coarse to subtract.
-				other := max(0, (float64(a.lastRemaining-o.Decision.Remaining)-charges)/elapsed)
+				// knows what the reports charged.
+				other := max(0, float64(a.lastRemaining-o.Decision.Remaining-charged)/elapsed)
 				a.others = (a.others + other) / 2
 			}
 			a.lastRemaining, a.readAt = o.Decision.Remaining, now
-			remaining += a.carried
+			remaining -= unreported
 			reset, lag = maxTime(reset, now.Add(s.cfg.Tick)), 0
 			c = capacity(a.policy, remaining, reset, now, lag)
 			c = max(0, c-int64(a.others*1000))
 		} else {
-			remaining -= s.unreported(a, subs, now)
+			// The other algorithms renew continuously: their remaining
+			// less what is unreported goes over a tick at least.
+			remaining -= unreported
 			c = capacity(a.policy, remaining, reset, now, lag)
 		}
 	case a.policy.FailureMode() == limiter.FailOpen:
@@ -280,6 +299,48 @@ func (s *Service) unreported(a *aggregate, subs []*subscription, now time.Time) 
 	return int64(math.Ceil(min(u, 1<<53)))
 }
 
+// unreportedSince estimates the requests a's proxies admitted since start
+// (or their last report, the later) that the store has not been told:
+// each of this replica's proxies at the rate it holds (or, holding none,
+// admitted over its last interval), no more than it wants; the other
+// replicas' at their assignment, as long ago on average as this
+// replica's reported (the ticks are aligned, the proxies alike), or half
+// a tick when this replica has none.
+func (s *Service) unreportedSince(a *aggregate, subs []*subscription, start, now time.Time) int64 {
+	var u, age, rate float64
+	for _, sub := range subs {
+		if sub.gone || sub.lastReport.IsZero() {
+			continue
+		}
+		r := sub.admitting
+		if sub.sent != nil && sub.sentRate != unknownDemand {
+			r = sub.sentRate
+		}
+		if sub.demand != unknownDemand {
+			r = min(r, sub.demand)
+		}
+		since := now.Sub(maxTime(sub.lastReport, start)).Seconds()
+		if since <= 0 {
+			continue
+		}
+		u += float64(r) * since / 1000
+		age += float64(r) * since
+		rate += float64(r)
+	}
+	if a.remote != unknownDemand && a.remote > 0 {
+		if rate > 0 {
+			u += float64(a.remote) * age / rate / 1000
+		} else {
+			wait := s.cfg.Tick / 2
+			if !start.IsZero() {
+				wait = max(0, min(wait, now.Sub(start)))
+			}
+			u += float64(a.remote) * wait.Seconds() / 1000
+		}
+	}
+	return int64(math.Ceil(min(u, 1<<53)))
+}
+
 // assign sends sub the strategy of its rate: the lowest of its limits'
 // shares.
 func (s *Service) assign(sub *subscription, now time.Time) {
@@ -309,6 +370,13 @@ func satAdd(a, b int64) int64 {
 		return unknownDemand
 	}
 	return a + b
+}
+
+func minTime(a, b time.Time) time.Time {
+	if a.Before(b) {
+		return a
+	}
+	return b
 }
 
 func maxTime(a, b time.Time) time.Time {
