@@ -251,20 +251,29 @@ func (s *Server) handleExplain(w http.ResponseWriter, r *http.Request) {
 		writeAPIError(w, http.StatusBadRequest, err.Error())
 		return
 	}
-	// Each descriptor is one value looked up: one guess at a digest.
-	if !s.charge(w, r, len(req.Descriptors)) {
+	s.explainEach(w, r, req.Domain, len(req.Descriptors), func(snap *descriptors.Snapshot, i int) Explanation {
+		d := req.Descriptors[i]
+		entries := make([]descriptors.Entry, len(d.Entries))
+		for j, e := range d.Entries {
+			entries[j] = descriptors.Entry{Key: e.Key, Value: e.Value}
+		}
+		return Explain(snap, req.Domain, entries)
+	})
+}
+
+// explainEach answers an explain request of n items of domain, each
+// explained by explain on the current rules, with the state of its
+// limits. Each item is one value looked up: one guess at a digest.
+func (s *Server) explainEach(w http.ResponseWriter, r *http.Request, domain string, n int, explain func(snap *descriptors.Snapshot, i int) Explanation) {
+	if !s.charge(w, r, n) {
 		return
 	}
 	snap := s.cfg.Rules.Current()
-	ans := ExplainAnswer{Domain: req.Domain, Descriptors: make([]Explanation, 0, len(req.Descriptors))}
+	ans := ExplainAnswer{Domain: domain, Descriptors: make([]Explanation, 0, n)}
 	call := callOf(r)
-	call.domain, call.descriptors = req.Domain, len(req.Descriptors)
-	for _, d := range req.Descriptors {
-		entries := make([]descriptors.Entry, len(d.Entries))
-		for i, e := range d.Entries {
-			entries[i] = descriptors.Entry{Key: e.Key, Value: e.Value}
-		}
-		ex := Explain(snap, req.Domain, entries)
+	call.domain, call.descriptors = domain, n
+	for i := range n {
+		ex := explain(snap, i)
 		call.note(ex)
 		ans.Descriptors = append(ans.Descriptors, ex)
 	}
@@ -274,15 +283,8 @@ func (s *Server) handleExplain(w http.ResponseWriter, r *http.Request) {
 
 // checkExplainRequest applies the bounds of a ShouldRateLimit request.
 func checkExplainRequest(req *rlsv3.RateLimitRequest) error {
-	switch {
-	case req.Domain == "":
-		return errors.New("domain is empty")
-	case len(req.Domain) > rls.MaxDomainBytes:
-		return fmt.Errorf("domain is above %d bytes", rls.MaxDomainBytes)
-	case len(req.Descriptors) == 0:
-		return errors.New("descriptors is empty: at least one is required")
-	case len(req.Descriptors) > rls.MaxDescriptors:
-		return fmt.Errorf("%d descriptors, above the bound of %d", len(req.Descriptors), rls.MaxDescriptors)
+	if err := checkExplainBounds(req.Domain, len(req.Descriptors), "descriptors"); err != nil {
+		return err
 	}
 	for i, d := range req.Descriptors {
 		if err := checkEntries(len(d.GetEntries())); err != nil {
@@ -293,6 +295,22 @@ func checkExplainRequest(req *rlsv3.RateLimitRequest) error {
 				return fmt.Errorf("descriptor %d entry %d: the key must be 1 to %d bytes and the value at most %d", i, j, rls.MaxKeyBytes, rls.MaxValueBytes)
 			}
 		}
+	}
+	return nil
+}
+
+// checkExplainBounds applies the bounds of a ShouldRateLimit request to
+// an explain request's domain and its n items (named what).
+func checkExplainBounds(domain string, n int, what string) error {
+	switch {
+	case domain == "":
+		return errors.New("domain is empty")
+	case len(domain) > rls.MaxDomainBytes:
+		return fmt.Errorf("domain is above %d bytes", rls.MaxDomainBytes)
+	case n == 0:
+		return fmt.Errorf("%s is empty: at least one is required", what)
+	case n > rls.MaxDescriptors:
+		return fmt.Errorf("%d %s, above the bound of %d", n, what, rls.MaxDescriptors)
 	}
 	return nil
 }

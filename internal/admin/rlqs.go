@@ -2,12 +2,11 @@ package admin
 
 import (
 	"encoding/json"
-	"errors"
 	"fmt"
 	"net/http"
 	"strconv"
-	"time"
 
+	"github.com/envoy-rls/envoy-rls/pkg/descriptors"
 	"github.com/envoy-rls/envoy-rls/pkg/rlqs"
 	"github.com/envoy-rls/envoy-rls/pkg/rls"
 )
@@ -70,35 +69,17 @@ func (s *Server) handleRLQSExplain(w http.ResponseWriter, r *http.Request) {
 		writeAPIError(w, http.StatusBadRequest, err.Error())
 		return
 	}
-	if !s.charge(w, r, len(req.Buckets)) {
-		return
-	}
-	snap := s.cfg.Rules.Current()
-	ans := ExplainAnswer{Domain: req.Domain, Descriptors: make([]Explanation, 0, len(req.Buckets))}
-	call := callOf(r)
-	call.domain, call.descriptors = req.Domain, len(req.Buckets)
-	for _, b := range req.Buckets {
-		ex := snap.ExplainBucket(req.Domain, b)
-		d := explanationOf(ex.Steps, ex.Match, ex.Matched, ex.Reason)
-		call.note(d)
-		ans.Descriptors = append(ans.Descriptors, d)
-	}
-	readStates(r.Context(), s.cfg.Store, time.Now(), ans.Descriptors)
-	writeAPIJSON(w, http.StatusOK, ans)
+	s.explainEach(w, r, req.Domain, len(req.Buckets), func(snap *descriptors.Snapshot, i int) Explanation {
+		ex := snap.ExplainBucket(req.Domain, req.Buckets[i])
+		return explanationOf(ex.Steps, ex.Match, ex.Matched, ex.Reason)
+	})
 }
 
 // checkBuckets applies the bounds of the RLQS service to an explain
 // request.
 func checkBuckets(req *rlqsExplainRequest) error {
-	switch {
-	case req.Domain == "":
-		return errors.New("domain is empty")
-	case len(req.Domain) > rls.MaxDomainBytes:
-		return fmt.Errorf("domain is above %d bytes", rls.MaxDomainBytes)
-	case len(req.Buckets) == 0:
-		return errors.New("buckets is empty: at least one is required")
-	case len(req.Buckets) > rls.MaxDescriptors:
-		return fmt.Errorf("%d buckets, above the bound of %d", len(req.Buckets), rls.MaxDescriptors)
+	if err := checkExplainBounds(req.Domain, len(req.Buckets), "buckets"); err != nil {
+		return err
 	}
 	for i, b := range req.Buckets {
 		if err := checkEntries(len(b)); err != nil {

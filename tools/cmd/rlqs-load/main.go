@@ -23,22 +23,12 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"os"
-	"os/signal"
-	"syscall"
 
 	"github.com/envoy-rls/envoy-rls/tools/internal/loadgen"
 	"github.com/envoy-rls/envoy-rls/tools/internal/rlqsload"
 )
 
-func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	if err := run(ctx, os.Args[1:], os.Stdout, os.Stderr); err != nil {
-		fmt.Fprintln(os.Stderr, "rlqs-load:", err)
-		os.Exit(1)
-	}
-}
+func main() { loadgen.Main("rlqs-load", run) }
 
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	cfg, err := parseFlags(args, stderr)

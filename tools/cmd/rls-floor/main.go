@@ -21,9 +21,7 @@ import (
 	"io"
 	"net"
 	"os"
-	"os/signal"
 	"runtime/pprof"
-	"syscall"
 	"time"
 
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
@@ -36,12 +34,9 @@ import (
 const shutdownGrace = 5 * time.Second
 
 func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	if err := run(ctx, os.Args[1:], os.Stderr); err != nil {
-		fmt.Fprintln(os.Stderr, "rls-floor:", err)
-		os.Exit(1)
-	}
+	loadgen.Main("rls-floor", func(ctx context.Context, args []string, _, stderr io.Writer) error {
+		return run(ctx, args, stderr)
+	})
 }
 
 // run serves until ctx is done. It prints the bound address to logw once

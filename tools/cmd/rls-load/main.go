@@ -19,21 +19,12 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/signal"
 	"runtime/pprof"
-	"syscall"
 
 	"github.com/envoy-rls/envoy-rls/tools/internal/loadgen"
 )
 
-func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	if err := run(ctx, os.Args[1:], os.Stdout, os.Stderr); err != nil {
-		fmt.Fprintln(os.Stderr, "rls-load:", err)
-		os.Exit(1)
-	}
-}
+func main() { loadgen.Main("rls-load", run) }
 
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	cfg, prof, err := parseFlags(args, stderr)
