@@ -73,14 +73,8 @@ func (s *Service) Tick(ctx context.Context) {
 		// What the proxies admitted and have not reported, as of now:
 		// the reports that arrive while the tick runs are not in the
 		// states it reads.
-		var un int64
-		if a.policy.Algorithm() == limiter.FixedWindow {
-			un = s.unreportedSince(a, subs, start, now)
-		} else {
-			un = s.unreported(a, subs, now)
-		}
 		sc.aggs, sc.subs, sc.reqs = append(sc.aggs, a), append(sc.subs, subs), append(sc.reqs, req)
-		sc.unreported = append(sc.unreported, un)
+		sc.unreported = append(sc.unreported, s.unreported(a, subs, start, now))
 		sc.demands = append(sc.demands, Demand{Policy: a.policy, Subject: a.subject, Tag: a.tag, Mine: mine})
 	}
 	sc.outs = append(sc.outs[:0], make([]limiter.Outcome, len(sc.reqs))...)
@@ -188,11 +182,12 @@ func (s *Service) divide(a *aggregate, subs []*subscription, o *limiter.Outcome,
 	var c int64
 	switch {
 	case o.Kind == limiter.Evaluated && o.Decision.Known():
-		remaining, reset, lag := o.Decision.Remaining, o.Decision.ResetAt, s.cfg.Tick
+		// What remains, less what the proxies admitted and have not
+		// reported: over the time left for a window (at least a tick: an
+		// assignment lasts until the next one); the other algorithms
+		// renew continuously, over a tick at least.
+		remaining, reset, lag := o.Decision.Remaining-unreported, o.Decision.ResetAt, s.cfg.Tick
 		if a.policy.Algorithm() == limiter.FixedWindow {
-			// A window's remaining, less what the proxies admitted in it
-			// and have not reported, goes over the time left (at least a
-			// tick: an assignment lasts until the next one).
 			if !reset.Equal(a.window) {
 				a.start, a.window = a.window, reset
 			} else if elapsed := now.Sub(a.readAt).Seconds(); elapsed > 0 && s.single() {
@@ -204,16 +199,9 @@ func (s *Service) divide(a *aggregate, subs []*subscription, o *limiter.Outcome,
 				a.others = (a.others + other) / 2
 			}
 			a.lastRemaining, a.readAt = o.Decision.Remaining, now
-			remaining -= unreported
 			reset, lag = maxTime(reset, now.Add(s.cfg.Tick)), 0
-			c = capacity(a.policy, remaining, reset, now, lag)
-			c = max(0, c-int64(a.others*1000))
-		} else {
-			// The other algorithms renew continuously: their remaining
-			// less what is unreported goes over a tick at least.
-			remaining -= unreported
-			c = capacity(a.policy, remaining, reset, now, lag)
 		}
+		c = max(0, capacity(a.policy, remaining, reset, now, lag)-int64(a.others*1000))
 	case a.policy.FailureMode() == limiter.FailOpen:
 		c = unknownDemand
 	}
@@ -272,42 +260,16 @@ func (s *Service) evaluate(ctx context.Context, reqs []limiter.Request, outs []l
 	}
 }
 
-// unreported estimates the requests a's proxies admitted that the store
-// has not been told: each of this replica's proxies at the rate it last
-// reported admitting, since its last report; the other replicas' at their
-// assignment, over half a reporting interval and half a tick (their
-// reports and ticks are not this replica's).
-func (s *Service) unreported(a *aggregate, subs []*subscription, now time.Time) int64 {
-	var u, interval float64
-	n := 0
-	for _, sub := range subs {
-		if sub.gone {
-			continue
-		}
-		u += float64(sub.admitting) * now.Sub(sub.lastReport).Seconds() / 1000
-		if sub.interval > 0 {
-			interval += sub.interval.Seconds()
-			n++
-		}
-	}
-	if n > 0 {
-		interval /= float64(n)
-	}
-	if a.remote != unknownDemand {
-		u += float64(a.remote) * (interval + s.cfg.Tick.Seconds()) / 2 / 1000
-	}
-	return int64(math.Ceil(min(u, 1<<53)))
-}
-
-// unreportedSince estimates the requests a's proxies admitted since start
-// (or their last report, the later) that the store has not been told:
+// unreported estimates the requests a's proxies admitted since start
+// (a fixed window's; else zero) or their last report, the later, that
+// the store has not been told:
 // each of this replica's proxies at the rate it holds (or, holding none,
 // admitted over its last interval), no more than it wants; the other
 // replicas' at their assignment, as long ago on average as this
 // replica's reported (the ticks are aligned, the proxies alike), or half
 // a tick when this replica has none.
-func (s *Service) unreportedSince(a *aggregate, subs []*subscription, start, now time.Time) int64 {
-	var u, age, rate float64
+func (s *Service) unreported(a *aggregate, subs []*subscription, start, now time.Time) int64 {
+	var u, rate float64 // u: Σ mrps × seconds
 	for _, sub := range subs {
 		if sub.gone || sub.lastReport.IsZero() {
 			continue
@@ -319,26 +281,23 @@ func (s *Service) unreportedSince(a *aggregate, subs []*subscription, start, now
 		if sub.demand != unknownDemand {
 			r = min(r, sub.demand)
 		}
-		since := now.Sub(maxTime(sub.lastReport, start)).Seconds()
-		if since <= 0 {
-			continue
+		if since := now.Sub(maxTime(sub.lastReport, start)).Seconds(); since > 0 {
+			u += float64(r) * since
+			rate += float64(r)
 		}
-		u += float64(r) * since / 1000
-		age += float64(r) * since
-		rate += float64(r)
 	}
 	if a.remote != unknownDemand && a.remote > 0 {
 		if rate > 0 {
-			u += float64(a.remote) * age / rate / 1000
+			u += float64(a.remote) * u / rate
 		} else {
 			wait := s.cfg.Tick / 2
 			if !start.IsZero() {
 				wait = max(0, min(wait, now.Sub(start)))
 			}
-			u += float64(a.remote) * wait.Seconds() / 1000
+			u += float64(a.remote) * wait.Seconds()
 		}
 	}
-	return int64(math.Ceil(min(u, 1<<53)))
+	return int64(math.Ceil(min(u/1000, 1<<53)))
 }
 
 // assign sends sub the strategy of its rate: the lowest of its limits'
